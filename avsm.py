@@ -1,0 +1,3648 @@
+#!/usr/bin/env python3
+"""avsm: a supervisor that pursues goals within limits and keeps proof.
+
+A venture is a directory holding `mandate.yaml`: what it is for, the number to
+watch (its metric), what it may do (permitted levers, each with a cap), and
+what it may not (forbidden). avsm keeps the venture's `run` program alive,
+reads the metric by running `report` on a cadence, runs a lever when the
+controller says so and the gate can prove it may, asks a person before
+anything irreversible, and writes every reading, decision and outcome to an
+append-only, hash-chained SQLite ledger.
+
+Processes
+    avsmd   holds avsmd.lock, serves `sock` (JSON lines, mode 0600), starts and
+            restarts the warden, ends every process group the warden left
+            behind, checks each second that lock and socket are still its own.
+    warden  the only process that acts: ticks the ventures, runs every report,
+            lever and `run` in a process group of its own, appends records.
+
+The ledger
+    ledger.db, one table `records`, rollback journal, synchronous=FULL; each
+    row's hash = sha256(prev + "\\n" + seq + "\\n" + at + "\\n" + record).
+
+Models propose, code proves: an `action` record carries a proof whose premises
+are only measured or declared records; `avsm why SEQ` re-checks it.
+
+Sections
+    1. this header          2. constants, exit codes, Fail
+    3. small pure parts: durations, numbers, the YAML subset, mandate, config
+    4. the ledger           5. the kernel: plausibility, controllers, the gate
+    6. effects: processes, process groups, the socket wire
+    7. the processes: avsmd and the warden
+    8. client commands      9. main and the argv[0] dispatch
+"""
+
+import collections
+import json
+import os
+import re
+import sys
+
+# =============================================================================
+# 2. Constants, exit codes, Fail
+# Every later section uses these; `grep EX_` shows the whole exit contract.
+# =============================================================================
+
+VERSION = "0.1.0"
+
+EX_OK = 0            # done
+EX_USAGE = 64        # bad usage: a command or option avsm does not know
+EX_DATAERR = 65      # input refused: a mandate, an ask, a record number
+EX_NOINPUT = 66      # a directory or home that is not there
+EX_UNAVAILABLE = 69  # no avsmd is answering on the home
+EX_SOFTWARE = 70     # a bug in avsm: reported whole on standard error
+EX_CANTCREAT = 73    # a home that is not a directory
+EX_IOERR = 74        # standard output cannot be written
+EX_TEMPFAIL = 75     # another avsmd holds the home, or avsmd must be stopped first
+EX_NOPERM = 77       # a permission missing
+EX_CONFIG = 78       # a config or mandate that does not hold
+
+CLAIMS = ("measured", "declared", "inferred")
+ZERO_HASH = "0" * 64
+SOCKET_LIMIT = 103 if sys.platform == "darwin" else 107
+NAME_CHARS = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_-.")
+LEVER_TIMEOUT = 600          # a lever run's time limit unless `timeout:` says otherwise
+KILL_GRACE = 7               # SIGTERM, then SIGKILL this many seconds later
+NOTE_MAX = 2000              # characters of a note kept in a record
+OUTPUT_KEEP = 64 * 1024      # bytes of a command's output kept while it runs
+REPLY_MAX = 256 * 1024       # bytes of a model's reply read at most
+BACKOFF_FIRST, BACKOFF_CEILING, BACKOFF_RESET = 1, 300, 600   # open point 31
+QUICK_DEATH = 10             # a `run` that dies within this many seconds is restarted with back-off
+WARDEN_STOP_GRACE = 9        # seconds avsmd waits for the warden at a stop
+
+
+class Fail(Exception):
+    """A refusal the user can act on: an exit code and a message naming the fix."""
+
+    def __init__(self, code, message):
+        super().__init__(message)
+        self.code = code
+
+
+# =============================================================================
+# 3. Small pure parts
+# Durations, caps, numbers, the YAML subset, the mandate and the config.
+# Reads no clock and runs nothing; errors point at file:line:col.
+# =============================================================================
+
+DURATION_UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400}
+CAP_PERIODS = {"minute": 60, "hour": 3600, "day": 86400, "week": 604800}
+
+
+def parse_duration(text):
+    """Return the seconds in a duration: one positive whole number and one unit (10s, 5m, 2h, 1d)."""
+    s = str(text).strip()
+    one = re.fullmatch(r"([0-9]+)([smhd])", s)
+    if one and int(one[1]) > 0:
+        return int(one[1]) * DURATION_UNITS[one[2]]
+    compound = re.fullmatch(r"((?:[0-9]+[dhms])+)([0-9]+)?", s)
+    if compound and not one:
+        parts = re.findall(r"([0-9]+)([dhms])", compound[1])
+        total = sum(int(n) * DURATION_UNITS[u] for n, u in parts)
+        smaller = {"d": "h", "h": "m", "m": "s"}.get(parts[-1][1])
+        if compound[2] and smaller:      # `1h30` reads as 1h30m
+            total += int(compound[2]) * DURATION_UNITS[smaller]
+        if total > 0 and (smaller or not compound[2]):
+            raise ValueError(f"'{s}' is not a duration; write {format_duration(total)}")
+    if one:
+        raise ValueError(f"'{s}' is not a duration; a duration is more than zero, such as 10s")
+    raise ValueError(f"'{s}' is not a duration; write a whole number and one unit of s, m, h or d, such as 10s, 5m, 2h, 1d")
+
+
+def format_duration(seconds):
+    """Return the shortest exact duration text for a number of seconds."""
+    for unit in "dhm":
+        if seconds % DURATION_UNITS[unit] == 0:
+            return f"{seconds // DURATION_UNITS[unit]}{unit}"
+    return f"{seconds}s"
+
+
+def parse_cap(text):
+    """Return (count, period seconds) of a cap `N/period`: period minute, hour, day, week or a duration."""
+    s = str(text).strip()
+    count, slash, period = s.partition("/")
+    if not slash or not count.isdigit() or not count.isascii() or int(count) < 1:
+        raise ValueError(f"'{s}' is not a cap; write a count and a period, such as 60/hour or 4/day")
+    if period in CAP_PERIODS:
+        return int(count), CAP_PERIODS[period]
+    try:
+        return int(count), parse_duration(period)
+    except ValueError:
+        raise ValueError(f"'{s}' is not a cap; the period is minute, hour, day, week or a duration such as 90m") from None
+
+
+def parse_percent(text):
+    """Return the number in a percentage such as `15%`."""
+    s = str(text).strip()
+    if s.endswith("%"):
+        try:
+            value = float(s[:-1])
+        except ValueError:
+            value = float("nan")
+        if 0 < value <= 100:
+            return value
+    raise ValueError(f"'{s}' is not a percentage; write a number above 0 and at most 100 with %, such as 15%")
+
+
+NUMBER = re.compile(r"[+-]?([0-9]+(\.[0-9]*)?|\.[0-9]+)([eE][+-]?[0-9]+)?")
+
+
+def parse_number(text):
+    """Return the float a report line holds, NaN for `nan`, or None when it is not a number alone.
+
+    number ::= [+-] (digits ['.' digits*] | '.' digits) [(e|E) [+-] digits]   (open point 19)
+    """
+    s = text.strip()
+    if s.lower() in ("nan", "+nan", "-nan"):
+        return float("nan")
+    if not NUMBER.fullmatch(s):
+        return None
+    value = float(s)
+    return value if value not in (float("inf"), float("-inf")) else None    # 1e400 overflows: no number
+
+
+def format_number(value):
+    """Return a number as a person writes it: 12 rather than 12.0."""
+    if value is None:
+        return "-"
+    if value != value:
+        return "nan"
+    if float(value).is_integer() and abs(value) < 1e15:
+        return str(int(value))
+    return f"{value:.6g}"
+
+
+def nearest(word, known):
+    """Return ' (did you mean X?)' for the known word closest to `word`, or ''."""
+    import difflib
+    close = difflib.get_close_matches(word, sorted(known), n=1, cutoff=0.6)
+    return f"; did you mean '{close[0]}'?" if close else ""
+
+
+# ---- the YAML subset --------------------------------------------------------
+# Reads the text of mandate.yaml and config.yaml into plain values, as open
+# point 24 settles it (../yaml-cases/README.md): the YAML 1.2 core-schema value,
+# or a YamlError at line:col that says what to write instead; never a guess.
+# Opens no file. 
+
+
+class YamlError(ValueError):
+    """A YAML text avsm refuses: where, what, and what to write instead."""
+
+    def __init__(self, line, col, reason, source=None):
+        self.line, self.col, self.reason, self.source = line, col, reason, source
+        where = f"{source}:{line}:{col}" if source is not None else f"line {line}, column {col}"
+        super().__init__(f"{where}: {reason}")
+
+
+YAML_MULTILINE = "a scalar must fit on one line; use | or > for text over several lines"
+YAML_ANCHOR = "anchors and aliases are not supported; write the value out"
+YAML_TAG = "tags are not supported; remove the tag (quote the value to keep it a string)"
+YAML_MAX_DEPTH = 100        # far beyond any mandate; keeps recursion clear of Python's limit
+
+# What YAML 1.2 may hold (c-printable), less a bare \r, U+FEFF past the start, and
+# U+0085, U+2028 and U+2029, which YAML 1.1 readers take for line breaks.
+YAML_BAD_CHAR = re.compile(
+    r'[^\t\n\x20-\x7e\xa0-\u2027\u202a-\ud7ff\ue000-\ufefe\uff00-\ufffd\U00010000-\U0010ffff]')
+
+# The core schema (YAML 1.2.2, 10.3.2); everything else plain is a string.
+YAML_NULLS = frozenset(['', '~', 'null', 'Null', 'NULL'])
+YAML_BOOLS = {'true': True, 'True': True, 'TRUE': True,
+              'false': False, 'False': False, 'FALSE': False}
+YAML_INT = re.compile(r'[-+]?[0-9]+')
+YAML_OCT = re.compile(r'0o[0-7]+')
+YAML_HEX = re.compile(r'0x[0-9a-fA-F]+')
+YAML_FLOAT = re.compile(r'[-+]?(\.[0-9]+|[0-9]+(\.[0-9]*)?)([eE][-+]?[0-9]+)?')
+YAML_INF = re.compile(r'[-+]?\.(inf|Inf|INF)')
+YAML_NAN = re.compile(r'\.(nan|NaN|NAN)')
+
+YAML_ESCAPES = {
+    '0': '\0', 'a': '\a', 'b': '\b', 't': '\t', '\t': '\t', 'n': '\n', 'v': '\v',
+    'f': '\f', 'r': '\r', 'e': '\x1b', ' ': ' ', '"': '"', '/': '/', '\\': '\\',
+    'N': '\x85', '_': '\xa0', 'L': '\u2028', 'P': '\u2029'}
+YAML_HEX_ESCAPES = {'x': 2, 'u': 4, 'U': 8}
+YAML_HEX_DIGITS = re.compile(r'[0-9a-fA-F]+')
+
+
+def parse_yaml(text, source=None):
+    """Return the value of `text`, a YAML document in avsm's subset."""
+    return parse_yaml_marked(text, source)[0]
+
+
+def parse_yaml_marked(text, source=None):
+    """Return (value, marks): marks maps a path tuple to the (line, col) where that node's
+    key (for a mapping entry) or entry (its '-', or its first character inside [ ]) starts.
+
+    A path holds the keys and indexes from the root; marks[()] is where the root starts,
+    (1, 1) for an empty document.
+    """
+    lines, unterminated = split_yaml_lines(text, source)
+    reader = YamlReader(lines, unterminated, source)
+    value = reader.document()
+    return value, reader.marks
+
+
+def split_yaml_lines(text, source):
+    """Return (lines, whether the last line lacks its line break) for `text`.
+
+    A leading U+FEFF is dropped and \\r\\n reads as \\n; any other character
+    YAML does not allow, a bare \\r among them, is refused where it stands.
+    """
+    if isinstance(text, (bytes, bytearray)):
+        try:
+            text = bytes(text).decode('utf-8')
+        except UnicodeDecodeError as err:
+            line = text.count(b'\n', 0, err.start) + 1
+            col = err.start - (text.rfind(b'\n', 0, err.start) + 1) + 1
+            raise YamlError(line, col, "not UTF-8; save the file as UTF-8", source) from None
+    if text.startswith('\ufeff'):
+        text = text[1:]
+    text = text.replace('\r\n', '\n')
+    bad = YAML_BAD_CHAR.search(text)
+    if bad:
+        at = bad.start()
+        line = text.count('\n', 0, at) + 1
+        col = at - (text.rfind('\n', 0, at) + 1) + 1
+        if bad.group() == '\r':
+            reason = "carriage return without a line feed; end lines with \\n or \\r\\n"
+        else:
+            reason = (f"character U+{ord(bad.group()):04X} is not allowed in YAML; remove it "
+                      f"or write it as an escape inside double quotes")
+        raise YamlError(line, col, reason, source)
+    lines = text.split('\n')
+    if lines[-1] == '':
+        lines.pop()     # the final \n ends the last line; it starts none
+        return lines, False
+    return lines, True
+
+
+def resolve_plain(text):
+    """Return the core-schema value of a plain scalar: null, bool, int, float or str."""
+    if text in YAML_NULLS:
+        return None
+    if text in YAML_BOOLS:
+        return YAML_BOOLS[text]
+    if YAML_INT.fullmatch(text):
+        return int(text)        # may raise ValueError past 4300 digits
+    if YAML_OCT.fullmatch(text):
+        return int(text[2:], 8)
+    if YAML_HEX.fullmatch(text):
+        return int(text[2:], 16)
+    if YAML_FLOAT.fullmatch(text):
+        return float(text)
+    if YAML_INF.fullmatch(text):
+        return float('-inf') if text[0] == '-' else float('inf')
+    if YAML_NAN.fullmatch(text):
+        return float('nan')
+    return text
+
+
+def plain_start_reason(line, i, flow):
+    """Return why no plain scalar may start at line[i], or None when one may."""
+    ch = line[i]
+    nxt = line[i + 1] if i + 1 < len(line) else ' '
+    spaced = nxt in ' \t' or (flow and nxt in ',[]{}')
+    if ch in '&*':
+        return YAML_ANCHOR
+    if ch == '!':
+        return YAML_TAG
+    if ch == '?' and spaced:
+        return "explicit keys ('? ') are not supported; write 'key: value' on one line"
+    if ch == ':' and spaced:
+        return "empty key; write a key before the ':'"
+    if ch == '-' and spaced:
+        if flow:
+            return "'-' alone cannot be a value inside [ ] or { }; quote it"
+        return "a '- ' entry cannot start here; put it on a line of its own"
+    if ch in '|>' and flow:
+        return f"a block scalar ('{ch}') cannot be inside [ ] or {{ }}; quote the text"
+    if ch in ',[]{}#|>%@`':
+        return f"a plain scalar cannot start with '{ch}'; quote it"
+    return None
+
+
+def tab_reason(line, col):
+    """Return the refusal of the tab at line[col], named by where it stands."""
+    before, after = line[:col], line[col:].lstrip(' \t')
+    if before.strip(' ') == '':
+        return "tab on a blank line; remove it" if after == '' else "tab in indentation; indent with spaces"
+    if after == '':
+        return "trailing tab; remove it"
+    if after.startswith('#'):
+        return "tab before a comment; use spaces"
+    if before.rstrip(' ')[-1] in ':-,':
+        return f"tab after '{before.rstrip(' ')[-1]}'; use a space"
+    return "tab outside quotes; use spaces, or write \\t inside double quotes"
+
+
+def marker_reason(line):
+    """Return the refusal of a line that starts with '%', '---' or '...' inside the document."""
+    if line.startswith('%'):
+        return "directives (%YAML, %TAG) are not supported; remove the line"
+    if is_document_marker(line, '...'):
+        return "'...' (document end) is not supported; remove it"
+    if is_document_marker(line, '---'):
+        return "a second '---' starts another document; one document per file"
+    return f"a line may not start with '{line[:3]}'; quote the value"
+
+
+def is_document_marker(line, marker):
+    """True when `line` is the document marker '---' or '...', alone or before a space."""
+    return line.startswith(marker) and (len(line) == 3 or line[3] in ' \t')
+
+
+def leading_spaces(line):
+    """Return the number of spaces that start `line`."""
+    return len(line) - len(line.lstrip(' '))
+
+
+def block_text(style, chomp, body):
+    """Return a block scalar's value: its lines (None for empty) joined or folded, then chomped.
+
+    chomp '-' strips the final line breaks, '' keeps one, '+' keeps them all.
+    """
+    content = [k for k, x in enumerate(body) if x is not None]
+    if not content:
+        return '\n' * len(body) if chomp == '+' else ''
+    last = content[-1]
+    kept = body[:last + 1]
+    text = fold_lines(kept) if style == '>' else '\n'.join('' if x is None else x for x in kept)
+    if chomp == '-':
+        return text
+    if chomp == '+':
+        return text + '\n' * (len(body) - last)
+    return text + '\n'
+
+
+def fold_lines(lines):
+    """Return folded text (YAML 1.2, 8.1.3): a break between two text lines becomes a space.
+
+    An empty line between them becomes the break instead, and breaks next to
+    a more-indented line (one starting with a space or tab) are kept.
+    """
+    out, prev, empties = [], None, 0
+    for line in lines:
+        if line is None:
+            empties += 1
+            continue
+        if prev is None:
+            out.append('\n' * empties)
+        elif prev[0] in ' \t' or line[0] in ' \t':
+            out.append('\n' * (empties + 1))
+        else:
+            out.append('\n' * empties if empties else ' ')
+        out.append(line)
+        prev, empties = line, 0
+    return ''.join(out)
+
+
+class YamlReader:
+    """One pass over the lines of one document, recording where each node starts in `marks`.
+
+    Rows and columns are 0-based inside; errors and marks are 1-based.
+    """
+
+    def __init__(self, lines, unterminated, source):
+        self.lines = lines
+        self.unterminated = unterminated
+        self.source = source
+        self.marks = {}
+
+    def error(self, row, col, reason):
+        """Return the refusal at (row, col), to raise."""
+        return YamlError(row + 1, col + 1, reason, self.source)
+
+    def mark(self, path, row, col):
+        """Record that the node at `path` starts at (row, col)."""
+        self.marks[path] = (row + 1, col + 1)
+
+    # --- lines ---------------------------------------------------------------
+
+    def skip_spaces(self, row, i):
+        """Return the index of the first non-space at or after i; a tab there is refused."""
+        line = self.lines[row]
+        while i < len(line) and line[i] == ' ':
+            i += 1
+        if i < len(line) and line[i] == '\t':
+            raise self.error(row, i, tab_reason(line, i))
+        return i
+
+    def skip_blank(self, row):
+        """Return the first row at or after `row` that is neither blank nor a comment."""
+        while row < len(self.lines):
+            i = self.skip_spaces(row, 0)
+            if i < len(self.lines[row]) and self.lines[row][i] != '#':
+                return row
+            row += 1
+        return row
+
+    def next_content(self, row):
+        """Return the next content row, refusing directives and document markers."""
+        row = self.skip_blank(row)
+        if row < len(self.lines) and self.lines[row].startswith(('%', '---', '...')):
+            raise self.error(row, 0, marker_reason(self.lines[row]))
+        return row
+
+    def indent(self, row):
+        """Return the indentation of `row`, whose leading spaces skip_blank has checked."""
+        return leading_spaces(self.lines[row])
+
+    def finish_line(self, row, i, reason):
+        """rest ::= ' '* [' #' comment] EOL ; anything else is refused with `reason`."""
+        line = self.lines[row]
+        j = self.skip_spaces(row, i)
+        if j == len(line):
+            return
+        if line[j] == '#':
+            if j > 0 and line[j - 1] == ' ':
+                return
+            raise self.error(row, j, "a comment needs a space before '#'")
+        raise self.error(row, j, reason)
+
+    def is_dash(self, row, i):
+        """True when a block sequence entry ('-' then a space or the end) starts at i."""
+        line = self.lines[row]
+        return line.startswith('-', i) and (i + 1 == len(line) or line[i + 1] in ' \t')
+
+    # --- document and block collections ----------------------------------------
+
+    def document(self):
+        """document ::= comment* ['---' comment?] comment* [block_node] comment*"""
+        row = self.skip_blank(0)
+        if row < len(self.lines) and is_document_marker(self.lines[row], '---'):
+            self.finish_line(row, 3, "content on the '---' line; start the document on the next line")
+            row += 1
+        row = self.next_content(row)
+        if row == len(self.lines):
+            self.mark((), 0, 0)
+            return None
+        indent = self.indent(row)
+        self.mark((), row, indent)
+        value, end = self.block_node(row, indent, -1, ())
+        end = self.next_content(end)
+        if end < len(self.lines):
+            if self.indent(end) < indent:
+                reason = "this line is indented less than the document's first line; align them"
+            elif isinstance(value, (dict, list)):
+                reason = "unexpected content after the document's value"
+            else:
+                reason = YAML_MULTILINE
+            raise self.error(end, self.indent(end), reason)
+        return value
+
+    def block_node(self, row, i, parent, path):
+        """block_node ::= block_seq | block_map | inline_value, starting at column i of row"""
+        if len(path) > YAML_MAX_DEPTH:
+            raise self.error(row, i, f"nested deeper than {YAML_MAX_DEPTH} levels; flatten it")
+        if self.is_dash(row, i):
+            return self.block_sequence(row, i, path)
+        if self.block_key(row, i, path):
+            return self.block_mapping(row, i, path)
+        return self.inline_value(row, i, parent, path)
+
+    def block_sequence(self, row, indent, path, under_key=False):
+        """block_seq ::= ('-' (' '+ entry | EOL next_lines_node))+, every '-' at column `indent`
+
+        Under a key at the same indentation (`permitted:` then `- name: x`), the
+        first line at this indentation without '-' ends the sequence; the
+        mapping takes it from there.
+        """
+        items = []
+        while True:
+            self.mark(path + (len(items),), row, indent)
+            value, row = self.seq_entry(row, indent, path + (len(items),))
+            items.append(value)
+            row = self.next_content(row)
+            if row == len(self.lines) or self.indent(row) < indent:
+                return items, row
+            if self.indent(row) > indent:
+                raise self.misindented(row)
+            if not self.is_dash(row, indent):
+                if under_key:
+                    return items, row
+                raise self.error(row, indent, "expected '- ' here, where the sequence above continues")
+
+    def seq_entry(self, row, indent, path):
+        """entry ::= '-' EOL next_lines_node | '-' ' '+ (compact_seq | compact_map | inline_value)"""
+        line = self.lines[row]
+        i = self.skip_spaces(row, indent + 1)
+        if i == len(line) or line[i] == '#':
+            return self.next_lines_node(row, indent, path)
+        return self.block_node(row, i, indent, path)
+
+    def block_mapping(self, row, indent, path):
+        """block_map ::= (key ' '* ':' (' '+ value | EOL next_lines_node))+, every key at `indent`"""
+        result, first_row = {}, {}
+        while True:
+            entry = self.block_key(row, indent, path)
+            if entry is None:
+                raise self.error(row, indent, self.not_a_key_reason(row, indent))
+            key, colon = entry
+            if key in first_row:
+                raise self.error(row, indent, f"duplicate key {key!r} (first at line "
+                                              f"{first_row[key]}); each key once")
+            first_row[key] = row + 1
+            self.mark(path + (key,), row, indent)
+            result[key], row = self.map_value(row, colon + 1, indent, path + (key,))
+            row = self.next_content(row)
+            if row == len(self.lines) or self.indent(row) < indent:
+                return result, row
+            if self.indent(row) > indent:
+                raise self.misindented(row)
+
+    def map_value(self, row, i, indent, path):
+        """value ::= EOL next_lines_node | ' '+ inline_value ; no block collection on the key's line"""
+        line = self.lines[row]
+        j = self.skip_spaces(row, i)
+        if j == len(line) or line[j] == '#':
+            return self.next_lines_node(row, indent, path, under_key=True)
+        if self.is_dash(row, j):
+            raise self.error(row, j, "a sequence cannot start on its key's line; "
+                                     "put each '- ' entry on a line of its own below the key")
+        if self.block_key(row, j, path):
+            raise self.error(row, j, "a mapping cannot start on its key's line; "
+                                     "put it on the next lines, indented")
+        return self.inline_value(row, j, indent, path)
+
+    def next_lines_node(self, row, indent, path, under_key=False):
+        """next_lines_node ::= a block node indented deeper than `indent` | a '- ' sequence at
+        `indent` when under a key | nothing (null)"""
+        nxt = self.next_content(row + 1)
+        if nxt < len(self.lines):
+            deeper = self.indent(nxt)
+            if deeper > indent:
+                return self.block_node(nxt, deeper, indent, path)
+            if under_key and deeper == indent and self.is_dash(nxt, deeper):
+                return self.block_sequence(nxt, deeper, path, under_key=True)
+        return None, row + 1
+
+    def misindented(self, row):
+        """Return the refusal of a line indented deeper than the entry before it allows."""
+        i = self.indent(row)
+        if self.is_dash(row, i) or self.block_key(row, i, ()):
+            return self.error(row, i, "bad indentation: this entry lines up with no block above it; "
+                                      "align it with its siblings")
+        return self.error(row, i, YAML_MULTILINE)
+
+    def not_a_key_reason(self, row, i):
+        """Return why the line at a mapping's indentation is refused."""
+        if self.is_dash(row, i):
+            return "a '- ' entry cannot follow keys at the same indentation; indent it under its key"
+        return "expected 'key: value' here (is a ':' missing, or a scalar continued from above?)"
+
+    # --- keys and one-line values ---------------------------------------------
+
+    def block_key(self, row, i, path):
+        """Return (key, index of ':') when a block mapping entry starts at i, else None.
+
+        key ::= (plain | single | double) ' '* ':' (' ' | EOL)
+        """
+        line = self.lines[row]
+        if line[i] in '[{':
+            _, end = self.flow_node(row, i, path)
+            j = self.skip_spaces(row, end)
+            if line.startswith(':', j):
+                raise self.error(row, i, "a collection cannot be a key; use a string key")
+            return None
+        plain = line[i] not in '"\''
+        if plain:
+            reason = plain_start_reason(line, i, flow=False)
+            if reason is not None:
+                if line[i] in '?:&*!':
+                    raise self.error(row, i, reason)
+                return None     # '|', '>' or '- ' start a value, not a key
+            key, end = self.plain(row, i, flow=False)
+        else:
+            key, end = self.quoted(row, i)
+        j = self.skip_spaces(row, end)
+        if not (line.startswith(':', j) and (j + 1 == len(line) or line[j + 1] in ' \t')):
+            return None
+        if j - i > 1024:
+            raise self.error(row, i, "a key longer than 1024 characters; shorten it")
+        return (self.plain_key(row, i, key) if plain else key), j
+
+    def plain_key(self, row, i, text):
+        """Return a plain key, refused unless the core schema reads it as a string."""
+        try:
+            value = resolve_plain(text)
+        except ValueError:
+            value = None
+        if not isinstance(value, str):
+            raise self.error(row, i, f'key {text} is not a string; quote it: "{text}":')
+        return text
+
+    def inline_value(self, row, i, parent, path):
+        """inline_value ::= block_scalar | (flow_seq | flow_map | single | double | plain) comment? EOL"""
+        line = self.lines[row]
+        if line[i] in '|>':
+            return self.block_scalar(row, i, parent)
+        if line[i] in '[{':
+            value, end = self.flow_node(row, i, path)
+            self.finish_line(row, end, f"unexpected text after the closing '{line[end - 1]}'")
+            return value, row + 1
+        if line[i] in '"\'':
+            value, end = self.quoted(row, i)
+            self.finish_line(row, end, "unexpected text after the closing quote")
+            return value, row + 1
+        reason = plain_start_reason(line, i, flow=False)
+        if reason is not None:
+            raise self.error(row, i, reason)
+        value, end = self.plain_value(row, i, flow=False)
+        if end < len(line) and line[end] == ':':
+            raise self.error(row, end, "a mapping cannot start here; put it on the next lines, indented")
+        return value, row + 1
+
+    # --- scalars --------------------------------------------------------------
+
+    def plain(self, row, i, flow):
+        """Return (text, end) of the plain scalar at i.
+
+        plain ::= first char*, ending before ': ', ':' EOL, ' #', EOL, and in flow before ,[]{}
+        """
+        line = self.lines[row]
+        stops = ',[]{}' if flow else ''
+        j = i
+        while j < len(line):
+            ch = line[j]
+            if ch == ':' and (j + 1 == len(line) or line[j + 1] in ' \t' + stops):
+                break
+            if (ch == '#' and line[j - 1] == ' ') or ch in stops:
+                break
+            if ch == '\t':
+                raise self.error(row, j, tab_reason(line, j))
+            j += 1
+        return line[i:j].rstrip(' '), j
+
+    def plain_value(self, row, i, flow):
+        """Return (value, end) of the plain scalar at i, resolved by the core schema."""
+        text, end = self.plain(row, i, flow)
+        try:
+            return resolve_plain(text), end
+        except ValueError:
+            raise self.error(row, i, "an integer of more than 4300 digits; quote it") from None
+
+    def quoted(self, row, i):
+        """single ::= "'" (char | "''")* "'" on one line ; double: see double_quoted"""
+        line = self.lines[row]
+        if line[i] == '"':
+            return self.double_quoted(row, i)
+        j = i + 1
+        while True:
+            j = line.find("'", j)
+            if j < 0:
+                raise self.error(row, i, "the quote opened here is not closed on its line; " + YAML_MULTILINE)
+            if not line.startswith("''", j):
+                return line[i + 1:j].replace("''", "'"), j + 1
+            j += 2
+
+    def double_quoted(self, row, i):
+        """double ::= '"' (char | '\\' escape)* '"' on one line, escapes as in YAML 1.2 5.7"""
+        line = self.lines[row]
+        out, j = [], i + 1
+        while j < len(line):
+            ch = line[j]
+            if ch == '"':
+                return ''.join(out), j + 1
+            if ch != '\\':
+                out.append(ch)
+                j += 1
+            elif j + 1 == len(line):
+                raise self.error(row, j, "a '\\' at the end of the line continues the scalar; " + YAML_MULTILINE)
+            elif line[j + 1] in YAML_ESCAPES:
+                out.append(YAML_ESCAPES[line[j + 1]])
+                j += 2
+            elif line[j + 1] in YAML_HEX_ESCAPES:
+                out.append(self.hex_escape(row, j))
+                j += 2 + YAML_HEX_ESCAPES[line[j + 1]]
+            else:
+                raise self.error(row, j, f"unknown escape '\\{line[j + 1]}'; write '\\\\' for a "
+                                         f"backslash, or use single quotes")
+        raise self.error(row, i, "the quote opened here is not closed on its line; " + YAML_MULTILINE)
+
+    def hex_escape(self, row, j):
+        """Return the character of \\xHH, \\uHHHH or \\UHHHHHHHH at j."""
+        line = self.lines[row]
+        width = YAML_HEX_ESCAPES[line[j + 1]]
+        digits = line[j + 2:j + 2 + width]
+        if len(digits) < width or not YAML_HEX_DIGITS.fullmatch(digits):
+            raise self.error(row, j, f"'\\{line[j + 1]}' needs {width} hex digits")
+        code = int(digits, 16)
+        if 0xD800 <= code <= 0xDFFF or code > 0x10FFFF:
+            # YAML has no surrogate pairs to join: a lone half is no character
+            raise self.error(row, j, f"'\\{line[j + 1]}{digits}' is not a character; "
+                                     f"write \\U and the full code point")
+        return chr(code)
+
+    def block_scalar(self, row, i, parent):
+        """block_scalar ::= ('|' | '>') ['-' | '+'] [' '+ comment] EOL, then lines deeper than `parent`"""
+        line = self.lines[row]
+        style, j = line[i], i + 1
+        chomp = line[j] if j < len(line) and line[j] in '+-' else ''
+        j += len(chomp)
+        if j < len(line) and line[j] in '0123456789':
+            raise self.error(row, j, "indentation indicators (|2) are not supported; "
+                                     "remove the digit and indent the text")
+        self.finish_line(row, j, f"text after '{line[i:j]}'; put the text on the next lines, indented")
+        body, end = self.block_lines(row + 1, parent)
+        if body and end == len(self.lines) and self.unterminated and chomp != '-' \
+                and self.lines[-1].strip(' '):
+            # YAML 1.2 readers disagree on a last line without its line break
+            raise self.error(end - 1, len(self.lines[-1]), "the file ends inside a block scalar "
+                                                           "without a final line break; add one")
+        return block_text(style, chomp, body), end
+
+    def block_lines(self, row, parent):
+        """Return (lines, next row) of a block scalar's body: each line less its indentation,
+        None for an empty line.
+
+        The indentation is that of the first non-empty line, which must be deeper
+        than `parent`; no empty line before it may have more spaces.
+        """
+        lines = self.lines
+        first = row
+        while first < len(lines) and lines[first].strip(' ') == '':
+            first += 1
+        if first == len(lines) or leading_spaces(lines[first]) <= parent \
+                or lines[first].startswith(('---', '...')):
+            return [None] * (first - row), first
+        n = leading_spaces(lines[first])
+        if n == 0:
+            # only a top-level scalar can get here; YAML readers disagree on unindented text
+            raise self.error(first, 0, "indent the text of a block scalar")
+        for r in range(row, first):
+            if len(lines[r]) > n:
+                raise self.error(r, n, "this empty line has more spaces than the block scalar's "
+                                       "first line; remove them")
+        body, r = [], row
+        while r < len(lines) and not lines[r].startswith(('---', '...')):
+            spaces = leading_spaces(lines[r])
+            if spaces == len(lines[r]):
+                body.append(lines[r][n:] if spaces > n else None)
+            elif spaces >= n:
+                body.append(lines[r][n:])
+            else:
+                break
+            r += 1
+        return body, r
+
+    # --- flow collections -----------------------------------------------------
+
+    def flow_node(self, row, i, path):
+        """flow_node ::= flow_seq | flow_map | single | double | plain, all on this line"""
+        if len(path) > YAML_MAX_DEPTH:
+            raise self.error(row, i, f"nested deeper than {YAML_MAX_DEPTH} levels; flatten it")
+        line = self.lines[row]
+        if line[i] == '[':
+            return self.flow_sequence(row, i, path)
+        if line[i] == '{':
+            return self.flow_mapping(row, i, path)
+        if line[i] in '"\'':
+            return self.quoted(row, i)
+        reason = plain_start_reason(line, i, flow=True)
+        if reason is not None:
+            raise self.error(row, i, reason)
+        return self.plain_value(row, i, flow=True)
+
+    def flow_skip(self, row, i, start):
+        """Return the next non-space index inside the collection opened at `start`."""
+        line = self.lines[row]
+        j = self.skip_spaces(row, i)
+        if j == len(line) or (line[j] == '#' and line[j - 1] == ' '):
+            raise self.error(row, start, f"this '{line[start]}' is not closed on its line; "
+                                         f"a flow collection must open and close on one line")
+        return j
+
+    def flow_sequence(self, row, start, path):
+        """flow_seq ::= '[' [flow_node (',' flow_node)* [',']] ']' ; no 'key: value' entries"""
+        line = self.lines[row]
+        items = []
+        i = self.flow_skip(row, start + 1, start)
+        while line[i] != ']':
+            if line[i] == ',':
+                raise self.error(row, i, "an entry is missing before this ','")
+            self.mark(path + (len(items),), row, i)
+            value, end = self.flow_node(row, i, path + (len(items),))
+            items.append(value)
+            j = self.flow_skip(row, end, start)
+            if line[j] == ':':
+                raise self.error(row, i, "'key: value' inside [ ] is not supported; "
+                                         "write it as a mapping: [{key: value}]")
+            if line[j] == ',':
+                i = self.flow_skip(row, j + 1, start)
+            elif line[j] == ']':
+                i = j
+            else:
+                raise self.error(row, j, "expected ',' or ']'")
+        return items, i + 1
+
+    def flow_mapping(self, row, start, path):
+        """flow_map ::= '{' [pair (',' pair)* [',']] '}' ; pair ::= flow_key ':' ' '* flow_node"""
+        line = self.lines[row]
+        result, first_col = {}, {}
+        i = self.flow_skip(row, start + 1, start)
+        while line[i] != '}':
+            if line[i] == ',':
+                raise self.error(row, i, "an entry is missing before this ','")
+            key, j = self.flow_key(row, i, start)
+            if key in first_col:
+                raise self.error(row, i, f"duplicate key {key!r} (first at line {row + 1}, "
+                                         f"column {first_col[key]}); each key once")
+            first_col[key] = i + 1
+            self.mark(path + (key,), row, i)
+            j = self.flow_skip(row, j, start)
+            if line[j] in ',}':
+                raise self.error(row, j, f"key {key!r} has no value; write one, or null")
+            result[key], end = self.flow_node(row, j, path + (key,))
+            j = self.flow_skip(row, end, start)
+            if line[j] == ',':
+                i = self.flow_skip(row, j + 1, start)
+            elif line[j] == '}':
+                i = j
+            else:
+                raise self.error(row, j, "expected ',' or '}'")
+        return result, i + 1
+
+    def flow_key(self, row, i, start):
+        """Return (key, index after ':').  flow_key ::= (single | double) ' '* ':' | plain ' '* ': '"""
+        line = self.lines[row]
+        if line[i] in '[{':
+            raise self.error(row, i, "a collection cannot be a key; use a string key")
+        plain = line[i] not in '"\''
+        if plain:
+            reason = plain_start_reason(line, i, flow=True)
+            if reason is not None:
+                raise self.error(row, i, reason)
+            text, end = self.plain(row, i, flow=True)
+            key = self.plain_key(row, i, text)
+        else:
+            key, end = self.quoted(row, i)
+        j = self.flow_skip(row, end, start)
+        if line[j] != ':':
+            raise self.error(row, i, f"{{ }} holds 'key: value' pairs; give {key!r} a value, "
+                                     f"or use [ ] for a list")
+        if plain and line[j + 1:j + 2] not in ('', ' ', '\t'):
+            # only a quoted key may touch its value: {"qty":1}, not {qty:[1]}
+            raise self.error(row, j + 1, "put a space after ':'")
+        return key, j + 1
+
+
+# ---- the mandate ------------------------------------------------------------
+
+MANDATE_KEYS = {"purpose", "metric", "controller", "cadence", "permitted", "forbidden", "restart", "run",
+                "guards", "audits", "readings", "range", "max_step", "max_rise", "max_fall", "confirm",
+                "world", "calibration", "escalate"}
+CONTROLLER_KEYS = {"threshold": {"kind", "above", "below", "action", "deadband", "hold"},
+                   "band": {"kind", "low", "high", "below", "above", "deadband", "hold"},
+                   "model": {"kind", "backend"},
+                   "classifier": {"kind", "backend"}}
+LEVER_KEYS = {"name", "run", "cap", "reversible", "delegated", "timeout", "takes", "expects", "revoke_after",
+              "budget", "check"}
+GUARD_KEYS = {"name", "run", "adapter", "drawdown", "of", "above", "below", "then", "unwind", "confirm"}
+AUDIT_KEYS = {"name", "run", "worse", "better", "tolerance", "window", "confirm"}
+READING_KEYS = {"name", "run", "lines", "audit"}
+TAKES = ("text", "json", "diff", "file")
+ADAPTERS = ("http.status", "stripe", "github")
+BUILTIN_LEVERS = ("stop",)          # open point 12: always permitted, pauses the venture
+RESTART_POLICIES = ("always", "on-failure", "never")
+
+
+class Checker:
+    """Checks a parsed YAML document, refusing at file:line:col with the fix."""
+
+    def __init__(self, source, marks):
+        self.source, self.marks = source, marks
+
+    def fail(self, path, message):
+        line, col = self.where(path)
+        raise Fail(EX_CONFIG, f"{self.source}:{line}:{col}: {message}")
+
+    def where(self, path):
+        path = tuple(path)
+        while path and path not in self.marks:
+            path = path[:-1]
+        return self.marks.get(path, (1, 1))
+
+    def mapping(self, value, path, known, what):
+        if not isinstance(value, dict):
+            self.fail(path, f"{what} must be a mapping of keys to values")
+        for key in value:
+            if key not in known:
+                self.fail(tuple(path) + (key,), f"unknown key '{key}' in {what}{nearest(key, known)}")
+        return value
+
+    def text(self, value, path, what, required=True):
+        if value is None and not required:
+            return None
+        if not isinstance(value, str) or not value.strip():
+            self.fail(path, f"{what} must be text")
+        return value.strip()
+
+    def number(self, value, path, what, positive=False):
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or value != value or value in (float("inf"), float("-inf")):
+            self.fail(path, f"{what} must be a number, not {json.dumps(value)}")
+        if positive and value <= 0:
+            self.fail(path, f"{what} must be above 0")
+        return value
+
+    def whole(self, value, path, what, least=1):
+        if isinstance(value, bool) or not isinstance(value, int) or value < least:
+            self.fail(path, f"{what} must be a whole number of at least {least}")
+        return value
+
+    def boolean(self, value, path, what):
+        if not isinstance(value, bool):
+            self.fail(path, f"{what} must be true or false")
+        return value
+
+    def choice(self, value, path, what, choices):
+        if value not in choices:
+            named = ", ".join(str(c) for c in choices if c is not None)
+            self.fail(path, f"{what} must be one of {named}, not {json.dumps(value)}")
+        return value
+
+    def parsed(self, parse, value, path):
+        try:
+            return parse(value)
+        except ValueError as err:
+            self.fail(path, str(err))
+
+    def command(self, value, path, what, directory):
+        run = self.text(value, path, what)
+        if directory is not None:
+            problem = command_problem(run, directory)
+            if problem:
+                self.fail(path, f"{what}: {problem}")
+        return run
+
+
+def command_problem(run, directory):
+    """Return why a command line's program is missing or not executable in `directory`, or None."""
+    first = run.split()[0] if run.split() else ""
+    if "/" not in first:
+        return None
+    path = first if os.path.isabs(first) else os.path.join(directory, first)
+    if not os.path.exists(path):
+        return f"{first} is missing in {directory}; create it or fix the path"
+    if not os.path.isfile(path) or not os.access(path, os.X_OK):
+        return f"{first} is not executable; run chmod +x {path}"
+    return None
+
+
+def check_venture_name(name):
+    """Return the venture name of a directory, or raise Fail(65) for one avsm cannot name."""
+    if not name or name in (".", "..") or not NAME_CHARS.issuperset(name):
+        raise Fail(EX_DATAERR, f"'{name}' is not a venture name: a directory name is one word of letters, digits, _, - and .; rename the directory")
+    if name == "self":
+        raise Fail(EX_DATAERR, "'self' is avsm's own venture; rename the directory")
+    return name
+
+
+def parse_mandate(text, source="mandate.yaml", directory=None):
+    """Return the mandate `text` as one validated dict; Fail(78) at file:line:col when it does not hold.
+
+    `directory`, when given, is the venture directory: its programs must exist and be executable.
+    """
+    try:
+        doc, marks = parse_yaml_marked(text, source)
+    except YamlError as err:
+        raise Fail(EX_CONFIG, str(err)) from None
+    c = Checker(source, marks)
+    c.mapping(doc, (), MANDATE_KEYS, "the mandate")
+    for key in ("purpose", "metric", "controller", "cadence"):
+        if key not in doc:
+            c.fail((), f"the mandate has no '{key}'; every mandate says purpose, metric, controller and cadence")
+    m = {"purpose": c.text(doc["purpose"], ("purpose",), "purpose"),
+         "metric": c.text(doc["metric"], ("metric",), "metric"),
+         "cadence": c.parsed(parse_duration, doc["cadence"], ("cadence",))}
+    m["adapter"] = m["metric"] if m["metric"].split()[0] in ADAPTERS else None
+    if m["adapter"] is None and directory is not None:
+        problem = command_problem("./report", directory)
+        if problem:
+            c.fail(("metric",), f"the metric is read by ./report: {problem}")
+    m["levers"] = parse_levers(c, doc, directory)
+    m["forbidden"] = parse_forbidden(c, doc, m["levers"])
+    m["controller"] = parse_controller(c, doc["controller"], m["levers"])
+    m["restart"] = c.choice(doc.get("restart", "always"), ("restart",), "restart", RESTART_POLICIES)
+    m["run"] = None
+    if "run" in doc:
+        m["run"] = c.command(doc["run"], ("run",), "run", directory)
+    elif directory is not None and os.path.isfile(os.path.join(directory, "run")):
+        m["run"] = c.command("./run", ("run",), "run", directory)
+    parse_plausibility(c, doc, m)
+    m["guards"] = parse_guards(c, doc, m, directory)
+    m["audits"] = parse_audits(c, doc, directory)
+    m["readings"] = parse_readings(c, doc, m, directory)
+    m["world"] = c.command(doc["world"], ("world",), "world", directory) if "world" in doc else None
+    m["calibration"] = c.number(doc["calibration"], ("calibration",), "calibration") if "calibration" in doc else None
+    m["escalate"] = c.choice(doc.get("escalate"), ("escalate",), "escalate", (None, "offbox"))
+    return m
+
+
+def parse_levers(c, doc, directory):
+    """Return the permitted levers by name."""
+    levers = {}
+    items = doc.get("permitted") or []
+    if not isinstance(items, list):
+        c.fail(("permitted",), "permitted must be a list of levers, each with name, run, cap and reversible")
+    for i, item in enumerate(items):
+        path = ("permitted", i)
+        c.mapping(item, path, LEVER_KEYS, "a lever")
+        name = c.text(item.get("name"), path + ("name",), "a lever's name")
+        if name in levers:
+            c.fail(path + ("name",), f"lever '{name}' is permitted twice; name each lever once")
+        if name in BUILTIN_LEVERS:
+            c.fail(path + ("name",), f"'{name}' is built in (it pauses the venture); give the lever another name")
+        for key in ("cap", "reversible") + (() if name == "research" else ("run",)):
+            if key not in item:
+                c.fail(path, f"lever '{name}' has no '{key}'; a lever says name, run, cap and reversible")
+        lever = {"name": name,
+                 "run": c.command(item["run"], path + ("run",), f"lever '{name}'", directory) if "run" in item else None,
+                 "cap": c.parsed(parse_cap, item["cap"], path + ("cap",)),
+                 "cap_text": str(item["cap"]).strip(),
+                 "reversible": c.boolean(item["reversible"], path + ("reversible",), "reversible"),
+                 "delegated": c.boolean(item.get("delegated", False), path + ("delegated",), "delegated"),
+                 "timeout": c.parsed(parse_duration, item["timeout"], path + ("timeout",)) if "timeout" in item else LEVER_TIMEOUT,
+                 "takes": c.choice(item.get("takes"), path + ("takes",), "takes", (None,) + TAKES),
+                 "expects": c.parsed(parse_expects, item["expects"], path + ("expects",)) if "expects" in item else None,
+                 "revoke_after": c.whole(item["revoke_after"], path + ("revoke_after",), "revoke_after") if "revoke_after" in item else None,
+                 "budget": parse_budget(c, item["budget"], path + ("budget",)) if "budget" in item else None,
+                 "check": c.command(item["check"], path + ("check",), "check", directory) if "check" in item else None}
+        if lever["revoke_after"] is not None and not lever["delegated"]:
+            c.fail(path + ("revoke_after",), "revoke_after applies to a delegated lever; add delegated: true or remove it")
+        levers[name] = lever
+    return levers
+
+
+def parse_expects(text):
+    """Return (way, size or None, within) of `up|down [size] within N`."""
+    words = str(text).split()
+    if not words or words[0] not in ("up", "down"):
+        raise ValueError(f"'{text}' is not an expectation; write up or down, an optional size, then within and a count: up 5 within 3")
+    if "within" not in words:
+        raise ValueError(f"'{text}' says no 'within'; write {words[0]} within 3, counting the reports that follow a run")
+    at = words.index("within")
+    size = None
+    if at == 2:
+        size = parse_number(words[1])
+        if size is None or not size > 0 or size == float("inf"):
+            raise ValueError(f"'{words[1]}' is not a size; write a number above 0, as in up 5 within 3")
+    elif at != 1:
+        raise ValueError(f"'{text}' is not an expectation; write up or down, an optional size, then within and a count")
+    if len(words) != at + 2 or not words[at + 1].isdigit() or int(words[at + 1]) < 1:
+        raise ValueError(f"'{text}' needs a count of reports after within, such as within 3")
+    return (words[0], size, int(words[at + 1]))
+
+
+def parse_budget(c, value, path):
+    """Return a lever's budget {field, max, per} (open point 27)."""
+    c.mapping(value, path, {"field", "max", "per"}, "a budget")
+    for key in ("field", "max", "per"):
+        if key not in value:
+            c.fail(path, f"a budget has no '{key}'; write {{field: qty, max: 100000, per: 1d}}")
+    return {"field": c.text(value["field"], path + ("field",), "field"),
+            "max": c.number(value["max"], path + ("max",), "max", positive=True),
+            "per": c.parsed(parse_duration, value["per"], path + ("per",))}
+
+
+def parse_forbidden(c, doc, levers):
+    """Return the forbidden lever names; none may also be permitted (open point 26)."""
+    items = doc.get("forbidden") or []
+    if not isinstance(items, list):
+        c.fail(("forbidden",), "forbidden must be a list of lever names, such as [rm]")
+    names = []
+    for i, name in enumerate(items):
+        name = c.text(name, ("forbidden", i), "a forbidden lever")
+        if name in levers:
+            c.fail(("forbidden", i), f"lever '{name}' is both permitted and forbidden; keep it in one list")
+        names.append(name)
+    return names
+
+
+def parse_controller(c, value, levers):
+    """Return the controller: threshold, band, model or classifier, with deadband and hold."""
+    path = ("controller",)
+    if not isinstance(value, dict):
+        c.fail(path, "controller must be a mapping with a kind: threshold, band, model or classifier")
+    kind = c.choice(value.get("kind"), path + ("kind",), "controller kind", tuple(CONTROLLER_KEYS))
+    c.mapping(value, path, CONTROLLER_KEYS[kind], f"a {kind} controller")
+    ctl = {"kind": kind, "deadband": None, "hold": 1}
+    if "deadband" in value:
+        ctl["deadband"] = c.number(value["deadband"], path + ("deadband",), "deadband", positive=True)
+    if "hold" in value:
+        ctl["hold"] = c.whole(value["hold"], path + ("hold",), "hold")
+    if kind == "threshold":
+        sides = [k for k in ("above", "below") if k in value]
+        if len(sides) != 1:
+            c.fail(path, "a threshold takes exactly one of above: or below:")
+        ctl["side"] = sides[0]
+        ctl["bound"] = c.number(value[sides[0]], path + (sides[0],), sides[0])
+        if "action" not in value:
+            c.fail(path, "a threshold names its lever with action:")
+        ctl["action"] = permitted_lever(c, value["action"], path + ("action",), levers)
+    elif kind == "band":
+        for key in ("low", "high", "below", "above"):
+            if key not in value:
+                c.fail(path, f"a band has no '{key}'; write {{kind: band, low: 19, high: 24, below: heat, above: cool}}")
+        ctl["low"] = c.number(value["low"], path + ("low",), "low")
+        ctl["high"] = c.number(value["high"], path + ("high",), "high")
+        if ctl["low"] >= ctl["high"]:
+            c.fail(path + ("high",), "a band's high must be above its low")
+        ctl["below"] = permitted_lever(c, value["below"], path + ("below",), levers)
+        ctl["above"] = permitted_lever(c, value["above"], path + ("above",), levers)
+        width = ctl["high"] - ctl["low"]
+        if ctl["deadband"] is not None and ctl["deadband"] >= width:
+            c.fail(path + ("deadband",), f"the deadband {format_number(ctl['deadband'])} is not less than the band's width {format_number(width)}; make it smaller")
+        for side, way in (("below", "up"), ("above", "down")):
+            expects = levers[ctl[side]]["expects"]
+            if expects and expects[0] != way:
+                lever_path = ("permitted", list(levers).index(ctl[side]), "expects")
+                c.fail(lever_path, f"lever '{ctl[side]}' corrects the {'low' if side == 'below' else 'high'} side of the band, so it may only expect {way} ... within ...")
+    else:
+        ctl["backend"] = c.text(value.get("backend"), path + ("backend",), "backend", required=False)
+    return ctl
+
+
+def permitted_lever(c, name, path, levers):
+    name = c.text(name, path, "a lever")
+    if name not in levers:
+        c.fail(path, f"'{name}' is not a permitted lever; permit it under permitted: or name one of {', '.join(levers) or 'none'}")
+    return name
+
+
+def parse_plausibility(c, doc, m):
+    """Read range, max_step, max_rise, max_fall and confirm into `m`."""
+    m["range"] = None
+    if "range" in doc:
+        r = doc["range"]
+        if not isinstance(r, list) or len(r) != 2:
+            c.fail(("range",), "range must be [low, high], such as [0, 100000]")
+        low, high = (c.number(v, ("range", i), "a range bound") for i, v in enumerate(r))
+        if low > high:
+            c.fail(("range",), "range must be [low, high] with low at most high")
+        m["range"] = (low, high)
+    for key in ("max_step", "max_rise", "max_fall"):
+        m[key] = c.number(doc[key], (key,), key, positive=True) if key in doc else None
+    for key in ("max_rise", "max_fall"):
+        if m[key] is not None and m["max_step"] is not None and m[key] >= m["max_step"]:
+            c.fail((key,), f"{key} {format_number(m[key])} is not smaller than max_step {format_number(m['max_step'])}; beside max_step it must bound its way tighter")
+    m["confirm"] = c.boolean(doc.get("confirm", True), ("confirm",), "confirm")
+
+
+def parse_guards(c, doc, m, directory):
+    """Return the guards: a name, a source (run, adapter or drawdown) and a bound."""
+    guards, items = [], doc.get("guards") or []
+    if not isinstance(items, list):
+        c.fail(("guards",), "guards must be a list, such as - {name: spend, run: ./spend, above: 100}")
+    lever_runs = {lever["run"] for lever in m["levers"].values() if lever["run"]}
+    for i, item in enumerate(items):
+        path = ("guards", i)
+        c.mapping(item, path, GUARD_KEYS, "a guard")
+        name = c.text(item.get("name"), path + ("name",), "a guard's name")
+        if any(g["name"] == name for g in guards):
+            c.fail(path + ("name",), f"guard '{name}' is named twice; name each guard once")
+        g = {"name": name, "run": None, "adapter": None, "drawdown": None,
+             "then": c.choice(item.get("then", "pause"), path + ("then",), "then", ("pause", "ask")),
+             "confirm": c.boolean(item.get("confirm", m["confirm"]), path + ("confirm",), "confirm"),
+             "unwind": None}
+        sources = [k for k in ("run", "adapter", "drawdown") if k in item]
+        if len(sources) != 1:
+            c.fail(path, f"guard '{name}' reads one source: run:, adapter: or drawdown:")
+        if "run" in item:
+            g["run"] = c.command(item["run"], path + ("run",), f"guard '{name}'", directory)
+            if g["run"] in lever_runs or g["run"] == "./report" or g["run"] == "report":
+                c.fail(path + ("run",), f"guard '{name}' reads a lever's or the metric's command; a guard reads a reading of its own")
+        elif "adapter" in item:
+            g["adapter"] = c.text(item["adapter"], path + ("adapter",), "adapter")
+            if g["adapter"].split()[0] not in ADAPTERS:
+                c.fail(path + ("adapter",), f"'{g['adapter'].split()[0]}' is not a built-in adapter; use one of {', '.join(ADAPTERS)}")
+            if g["adapter"] == m["adapter"]:
+                c.fail(path + ("adapter",), f"guard '{name}' reads the metric's adapter; a guard reads a reading of its own")
+        else:
+            g["drawdown"] = c.parsed(parse_percent, item["drawdown"], path + ("drawdown",))
+            if item.get("of") != m["metric"]:
+                c.fail(path + ("of",), f"a drawdown guard says of: {m['metric']}, the venture's metric")
+        if "of" in item and "drawdown" not in item:
+            c.fail(path + ("of",), "of: belongs to a drawdown guard")
+        bounds = [k for k in ("above", "below") if k in item]
+        if g["drawdown"] is None:
+            if len(bounds) != 1:
+                c.fail(path, f"guard '{name}' takes exactly one bound: above: or below:")
+            g["side"], g["bound"] = bounds[0], c.number(item[bounds[0]], path + (bounds[0],), bounds[0])
+        elif bounds:
+            c.fail(path + (bounds[0],), "a drawdown guard's bound is its percentage; remove above:/below:")
+        if "unwind" in item:
+            g["unwind"] = parse_unwind(c, item["unwind"], path + ("unwind",), m["levers"])
+        guards.append(g)
+    return guards
+
+
+def parse_unwind(c, value, path, levers):
+    """Return a guard's unwind {action, payload}: one permitted lever and the exact payload it takes."""
+    c.mapping(value, path, {"action", "payload"}, "an unwind")
+    if "action" not in value:
+        c.fail(path, "an unwind names its lever with action:")
+    action = permitted_lever(c, value["action"], path + ("action",), levers)
+    payload, takes = value.get("payload"), levers[action]["takes"]
+    if takes == "json" and not isinstance(payload, dict):
+        c.fail(path + ("payload",), f"lever '{action}' takes json, so the unwind's payload is a mapping")
+    if takes in ("text", "diff", "file") and not isinstance(payload, str):
+        c.fail(path + ("payload",), f"lever '{action}' takes {takes}, so the unwind's payload is text")
+    if takes is None and payload is not None:
+        c.fail(path + ("payload",), f"lever '{action}' takes no content; remove the payload or add takes: to the lever")
+    return {"action": action, "payload": payload}
+
+
+def parse_audits(c, doc, directory):
+    """Return the audits: a command, which way is worse, and a tolerance."""
+    audits, items = [], doc.get("audits") or []
+    if not isinstance(items, list):
+        c.fail(("audits",), "audits must be a list, such as - {name: refunds, run: ./refunds, worse: up, tolerance: 2}")
+    for i, item in enumerate(items):
+        path = ("audits", i)
+        c.mapping(item, path, AUDIT_KEYS, "an audit")
+        name = c.text(item.get("name"), path + ("name",), "an audit's name")
+        if any(a["name"] == name for a in audits):
+            c.fail(path + ("name",), f"audit '{name}' is named twice; name each audit once")
+        for key in ("run", "worse"):
+            if key not in item:
+                c.fail(path, f"audit '{name}' has no '{key}'")
+        audits.append({"name": name,
+                       "run": c.command(item["run"], path + ("run",), f"audit '{name}'", directory),
+                       "worse": c.choice(item["worse"], path + ("worse",), "worse", ("up", "down")),
+                       "better": c.choice(item.get("better", "up"), path + ("better",), "better", ("up", "down")),
+                       "tolerance": c.number(item.get("tolerance", 0), path + ("tolerance",), "tolerance"),
+                       "window": c.whole(item.get("window", 5), path + ("window",), "window", least=2),
+                       "confirm": c.boolean(item.get("confirm", True), path + ("confirm",), "confirm")})
+    return audits
+
+
+def parse_readings(c, doc, m, directory):
+    """Return the readings: commands whose address fields a model may see."""
+    readings, items = [], doc.get("readings") or []
+    if not isinstance(items, list):
+        c.fail(("readings",), "readings must be a list, such as - {name: waiting, run: ./waiting, lines: address}")
+    for i, item in enumerate(items):
+        path = ("readings", i)
+        c.mapping(item, path, READING_KEYS, "a reading")
+        name = c.text(item.get("name"), path + ("name",), "a reading's name")
+        if "run" not in item:
+            c.fail(path, f"reading '{name}' has no 'run'")
+        audit = item.get("audit")
+        if audit is not None and not any(a["name"] == audit for a in m["audits"]):
+            c.fail(path + ("audit",), f"reading '{name}' names audit '{audit}', which the mandate does not have")
+        readings.append({"name": name,
+                         "run": c.command(item["run"], path + ("run",), f"reading '{name}'", directory),
+                         "lines": c.choice(item.get("lines"), path + ("lines",), "lines", ("address",)),
+                         "audit": audit})
+    return readings
+
+
+# ---- the config -------------------------------------------------------------
+
+CONFIG_KEYS = {"nightly", "default", "backends", "escalate", "ratchet", "forecast", "canary_asks", "port",
+               "adapters", "research"}
+BACKEND_KEYS = {"anthropic": {"kind", "model", "key", "url", "effort"},
+                "openai": {"kind", "url", "model", "key"},
+                "command": {"kind", "run", "offbox"}}
+EFFORTS = ("low", "medium", "high", "max")
+FORECAST_DEFAULT = {"days": 30, "seeds": 16}
+
+
+def parse_config(text, source="config.yaml"):
+    """Return config.yaml as a dict with every key, defaults filled in; Fail(78) when it does not hold."""
+    try:
+        doc, marks = parse_yaml_marked(text, source)
+    except YamlError as err:
+        raise Fail(EX_CONFIG, str(err)) from None
+    c = Checker(source, marks)
+    doc = {} if doc is None else doc
+    c.mapping(doc, (), CONFIG_KEYS, "the config")
+    cfg = {"nightly": parse_nightly(c, doc.get("nightly", "03:00")),
+           "backends": {}, "default": None, "escalate": None,
+           "ratchet": c.whole(doc.get("ratchet", 5), ("ratchet",), "ratchet", least=0),
+           "forecast": None, "canary_asks": None,
+           "port": c.whole(doc.get("port", 2876), ("port",), "port"),
+           "adapters": {}, "research": None}
+    if cfg["port"] > 65535:
+        c.fail(("port",), "port must be at most 65535")
+    backends = doc.get("backends") or {}
+    c.mapping(backends, ("backends",), set(backends), "backends")
+    for name, b in backends.items():
+        path = ("backends", name)
+        if not isinstance(b, dict) or b.get("kind") not in BACKEND_KEYS:
+            c.fail(path, f"backend '{name}' needs kind: anthropic, openai or command")
+        c.mapping(b, path, BACKEND_KEYS[b["kind"]], f"a {b['kind']} backend")
+        needs = {"anthropic": ("model", "key"), "openai": ("url", "model"), "command": ("run",)}[b["kind"]]
+        for key in needs:
+            if key not in b:
+                c.fail(path, f"backend '{name}' has no '{key}'; a {b['kind']} backend says {', '.join(needs)}")
+        backend = {k: c.text(v, path + (k,), k) for k, v in b.items() if k not in ("offbox",)}
+        if "effort" in b:
+            c.choice(b["effort"], path + ("effort",), "effort", EFFORTS)
+        if "url" in b and not b["url"].startswith(("http://", "https://")):
+            c.fail(path + ("url",), f"'{b['url']}' is not a URL; write http://... or https://...")
+        # every anthropic and openai backend leaves the machine; a command does when it says so
+        backend["offbox"] = b["kind"] != "command" or c.boolean(b.get("offbox", False), path + ("offbox",), "offbox")
+        cfg["backends"][name] = backend
+    for key in ("default", "escalate"):
+        if doc.get(key) is not None:
+            name = c.text(doc[key], (key,), key)
+            if name not in cfg["backends"]:
+                c.fail((key,), f"{key}: '{name}' names no backend; name one under backends:{nearest(name, cfg['backends'])}")
+            cfg[key] = name
+    if doc.get("forecast") is not None:
+        f = c.mapping(doc["forecast"], ("forecast",), {"days", "seeds"}, "forecast")
+        cfg["forecast"] = {"days": c.whole(f.get("days", 30), ("forecast", "days"), "days"),
+                           "seeds": c.whole(f.get("seeds", 16), ("forecast", "seeds"), "seeds", least=0)}
+    if doc.get("canary_asks") is not None:
+        ca = c.mapping(doc["canary_asks"], ("canary_asks",), {"every"}, "canary_asks")
+        cfg["canary_asks"] = {"every": c.whole(ca.get("every"), ("canary_asks", "every"), "every")}
+    adapters = doc.get("adapters") or {}
+    c.mapping(adapters, ("adapters",), {"stripe", "github", "mail"}, "adapters")
+    for name, a in adapters.items():
+        keys = {"command", "from"} if name == "mail" else {"url"}
+        c.mapping(a, ("adapters", name), keys, f"the {name} adapter")
+        for key in sorted(keys):
+            if key not in a:
+                c.fail(("adapters", name), f"the {name} adapter has no '{key}'")
+        cfg["adapters"][name] = {k: c.text(a[k], ("adapters", name, k), k) for k in sorted(keys)}
+    cfg["research"] = c.text(doc.get("research"), ("research",), "research", required=False)
+    return cfg
+
+
+def parse_nightly(c, value):
+    """Return the nightly time `HH:MM` (the machine's local time), or 'never'."""
+    text = str(value)
+    if text == "never":
+        return text
+    hh, colon, mm = text.partition(":")
+    if colon and len(hh) == 2 and len(mm) == 2 and hh.isdigit() and mm.isdigit() and int(hh) < 24 and int(mm) < 60:
+        return text
+    c.fail(("nightly",), f"nightly: {json.dumps(value)} is not a time; write \"HH:MM\" in local time, such as \"03:00\", or never")
+
+
+def format_config(cfg):
+    """Return the config in force as YAML, every key shown, the forecast default as a comment."""
+    def flow(d):
+        return "{" + ", ".join(f"{k}: {yaml_scalar(v)}" for k, v in d.items()) + "}"
+    lines = [f"nightly: {yaml_scalar(cfg['nightly'])}",
+             f"default: {yaml_scalar(cfg['default'])}"]
+    if cfg["backends"]:
+        lines.append("backends:")
+        lines += [f"  {name}: {flow({k: v for k, v in b.items() if k != 'offbox' or b['kind'] == 'command'})}"
+                  for name, b in cfg["backends"].items()]
+    else:
+        lines.append("backends: {}")
+    lines += [f"escalate: {yaml_scalar(cfg['escalate'])}", f"ratchet: {cfg['ratchet']}"]
+    if cfg["forecast"] is None:
+        lines.append(f"# forecast: {flow(FORECAST_DEFAULT)}   (the default: 7 days by 8 seeds in a decision packet)")
+    else:
+        lines.append(f"forecast: {flow(cfg['forecast'])}")
+    lines.append(f"canary_asks: {flow(cfg['canary_asks']) if cfg['canary_asks'] else 'null'}")
+    lines.append(f"port: {cfg['port']}")
+    if cfg["adapters"]:
+        lines.append("adapters:")
+        lines += [f"  {name}: {flow(a)}" for name, a in cfg["adapters"].items()]
+    else:
+        lines.append("adapters: {}")
+    lines.append(f"research: {yaml_scalar(cfg['research'])}")
+    return "\n".join(lines) + "\n"
+
+
+def yaml_scalar(value):
+    """Return a scalar as YAML that reads back to the same value."""
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, (int, float)):
+        return format_number(value)
+    return json.dumps(value, ensure_ascii=False)
+
+
+# =============================================================================
+# 4. The ledger
+# Records are dicts; stored as canonical JSON in a hash chain. One class appends
+# (the only writer), a read-only opener serves readers, a verifier re-walks it.
+# =============================================================================
+
+LEDGER_SCHEMA = f"""
+CREATE TABLE IF NOT EXISTS records(seq INTEGER PRIMARY KEY, at INTEGER NOT NULL, prev TEXT NOT NULL,
+                                   hash TEXT NOT NULL, weight INTEGER NOT NULL DEFAULT 1, record TEXT NOT NULL);
+CREATE TRIGGER IF NOT EXISTS records_no_update BEFORE UPDATE ON records
+BEGIN SELECT RAISE(ABORT, 'the ledger is append-only: no record is ever updated'); END;
+CREATE TRIGGER IF NOT EXISTS records_no_delete BEFORE DELETE ON records
+BEGIN SELECT RAISE(ABORT, 'the ledger is append-only: no record is ever deleted'); END;
+CREATE TRIGGER IF NOT EXISTS records_chain BEFORE INSERT ON records
+WHEN NEW.seq IS NOT COALESCE((SELECT max(seq) FROM records), 0) + 1
+  OR NEW.prev IS NOT COALESCE((SELECT hash FROM records ORDER BY seq DESC LIMIT 1), '{ZERO_HASH}')
+  OR NEW.weight IS NOT 1
+BEGIN SELECT RAISE(ABORT, 'only the next record, chained to the last, may be appended'); END;
+"""
+RECORD_FIELDS = ("kind", "claim", "venture", "summary")
+
+
+class LockLost(Exception):
+    """The home's lock is another avsmd's now: nothing more may be appended."""
+
+
+def canonical(record):
+    """Return a record's stored text: compact JSON with keys sorted."""
+    return json.dumps(record, sort_keys=True, separators=(",", ":"), ensure_ascii=True, allow_nan=False)
+
+
+def chain_hash(prev, seq, at, text):
+    """Return sha256(prev \\n seq \\n at \\n record) in lowercase hex: the link of the chain."""
+    import hashlib
+    return hashlib.sha256(f"{prev}\n{seq}\n{at}\n{text}".encode()).hexdigest()
+
+
+def record_problem(text):
+    """Return why a stored record does not read (open point 51), or None."""
+    try:
+        record = json.loads(text)
+    except ValueError:
+        return "its JSON does not parse"
+    if not isinstance(record, dict):
+        return "it is not a JSON object"
+    missing = [k for k in ("kind", "claim", "venture") if k not in record]
+    if missing:
+        return f"it has no {', '.join(missing)}"
+    if record["claim"] not in CLAIMS:
+        return f"its claim '{record['claim']}' is not measured, declared or inferred"
+    return None
+
+
+class Ledger:
+    """The append-only, hash-chained ledger: the one writer's connection to ledger.db."""
+
+    def __init__(self, path, still_ours=None):
+        import sqlite3
+        self.path, self.still_ours = path, still_ours
+        self.db = sqlite3.connect(path, isolation_level=None, timeout=10)
+        mode = self.db.execute("PRAGMA journal_mode").fetchone()[0]
+        if mode.lower() == "wal":
+            # a ledger from an earlier avsmd: checkpoint into the main file, keep every record as written;
+            # the switch does not wait on the busy timeout, so wait for readers here
+            import time
+            deadline = time.monotonic() + 10
+            while True:
+                try:
+                    self.db.execute("PRAGMA journal_mode=DELETE")
+                    break
+                except sqlite3.OperationalError:
+                    if time.monotonic() > deadline:
+                        raise
+                    time.sleep(0.05)
+        self.db.execute("PRAGMA synchronous=FULL")
+        self.db.executescript(LEDGER_SCHEMA)
+
+    def append(self, record, at):
+        """Append `record` at unix time `at` as the next link of the chain; return its seq."""
+        if set(RECORD_FIELDS) - set(record) or record["claim"] not in CLAIMS:
+            raise ValueError(f"a record needs kind, claim, venture and summary: {record}")
+        text, at = canonical(record), int(at)
+        db = self.db
+        db.execute("BEGIN IMMEDIATE")
+        try:
+            if self.still_ours is not None and not self.still_ours():
+                raise LockLost("the lock of this home is another avsmd's; appending nothing more")
+            row = db.execute("SELECT seq, hash FROM records ORDER BY seq DESC LIMIT 1").fetchone()
+            seq, prev = (row[0] + 1, row[1]) if row else (1, ZERO_HASH)
+            db.execute("INSERT INTO records(seq, at, prev, hash, weight, record) VALUES (?, ?, ?, ?, 1, ?)",
+                       (seq, at, prev, chain_hash(prev, seq, at, text), text))
+            db.execute("COMMIT")
+        except BaseException:
+            if db.in_transaction:
+                db.execute("ROLLBACK")
+            raise
+        return seq
+
+    def close(self):
+        self.db.close()
+
+
+def open_ledger_ro(path):
+    """Return a read-only connection to the ledger at `path` (file:...?mode=ro)."""
+    import sqlite3
+    quoted = path.replace("%", "%25").replace("?", "%3f").replace("#", "%23")
+    db = sqlite3.connect(f"file:{quoted}?mode=ro", uri=True, isolation_level=None, timeout=10)
+    db.execute("PRAGMA query_only=1")
+    return db
+
+
+def read_records(db, since=0, upto=None, venture=None):
+    """Yield (seq, at, record dict) after `since` (and up to `upto`), in order."""
+    sql, args = "SELECT seq, at, record FROM records WHERE seq > ?", [since]
+    if upto is not None:
+        sql, args = sql + " AND seq <= ?", args + [upto]
+    for seq, at, text in db.execute(sql + " ORDER BY seq", args):
+        record = json.loads(text)
+        if venture is None or record.get("venture") == venture:
+            yield seq, at, record
+
+
+def verify_chain(db, upto=None):
+    """Return (records checked, None) for a sound chain, or (seq, why) at the first broken link."""
+    import hashlib
+    sha256 = hashlib.sha256
+    prev, expected = ZERO_HASH, 1
+    sql = "SELECT seq, at, prev, hash, record FROM records" + (" WHERE seq <= ?" if upto else "") + " ORDER BY seq"
+    for seq, at, p, h, text in db.execute(sql, (upto,) if upto else ()):
+        if seq != expected:
+            return seq, f"record #{expected} is missing"
+        if p != prev:
+            return seq, "its prev is not the hash of the record before it"
+        if sha256(f"{p}\n{seq}\n{at}\n{text}".encode()).hexdigest() != h:
+            return seq, "its hash does not match its contents"
+        prev, expected = h, seq + 1
+    return expected - 1, None
+
+
+def ledger_problem(db):
+    """Return (seq, why) for the first record that does not read or does not chain (open point 51), or None."""
+    seq, why = verify_chain(db)
+    if why is not None:
+        return seq, why
+    for seq, text in db.execute("SELECT seq, record FROM records ORDER BY seq"):
+        why = record_problem(text)
+        if why is not None:
+            return seq, why
+    return None
+
+
+def format_local_time(at):
+    """Return unix time `at` as local YYYY-MM-DDTHH:MM:SS+hh:mm."""
+    import time
+    t = time.localtime(at)
+    off = t.tm_gmtoff or 0
+    sign = "-" if off < 0 else "+"
+    return time.strftime("%Y-%m-%dT%H:%M:%S", t) + f"{sign}{abs(off) // 3600:02d}:{abs(off) % 3600 // 60:02d}"
+
+
+def format_record_line(seq, at, record):
+    """Return a record as one line: #SEQ TIME VENTURE CLAIM KIND SUMMARY (open point 18)."""
+    summary = str(record.get("summary", "")).replace("\\", "\\\\").replace("\n", "\\n").replace("\r", "\\r")
+    return f"#{seq} {format_local_time(at)} {record.get('venture')} {record.get('claim')} {record.get('kind')} {summary}"
+
+
+# =============================================================================
+# 5. The kernel
+# Decides from records. Reads no clock, runs nothing, opens no socket: it takes
+# records and `now`, and returns records to append and levers to run.
+# =============================================================================
+
+HISTORY = 200      # trusted reports a venture keeps in memory (drift, noise, peaks)
+
+
+class VentureState:
+    """What the ledger says of one venture, folded record by record (so a restart forgets nothing)."""
+
+    def __init__(self, name):
+        self.name = name
+        self.directory = None
+        self.mandate = None           # the parsed mandate in force, or None
+        self.mandate_seq = None
+        self.mandate_sha = None
+        self.mandate_text = None
+        self.problem = None           # why the adopted mandate cannot run, or None
+        self.paused = False
+        self.last_report = None       # (seq, at, record)
+        self.level = None             # (seq, value) of the last report that was not implausible
+        self.pending = None           # (seq, value) of an unconfirmed report
+        self.last_step = None         # the step between the last two trusted reports
+        self.lever_ran = False        # a lever ran since the last trusted report
+        self.previous_implausible = False
+        self.trusted = []             # [(seq, value)] of the last HISTORY trusted reports
+        self.sides = {}               # controller side -> {"armed": bool, "streak": [report seqs]}
+        self.actions = {}             # lever -> [(seq, at)] of its runs, for caps
+        self.open_asks = {}           # ask seq -> ask record
+        self.implausible_ask = None   # seq of the open ask raised for an implausible stretch
+        self.running = {}             # lever -> action seq of a run in flight (from action/outcome)
+
+    def side(self, name):
+        return self.sides.setdefault(name, {"armed": True, "streak": []})
+
+
+def fold(state, seq, at, record):
+    """Update `state` with one record of its venture; return the state."""
+    kind = record["kind"]
+    if kind == "mandate":
+        if record.get("directory") != state.directory:
+            state.paused = False      # a moved directory is a new venture (VENTURE-04)
+        state.directory = record.get("directory")
+        state.mandate_seq, state.mandate_sha, state.mandate_text = seq, record.get("sha256"), record.get("text")
+        state.sides = {}              # the old permissions end with the old mandate
+        return state
+    if kind == "report":
+        fold_report(state, seq, at, record)
+    elif kind == "action":
+        state.actions.setdefault(record["lever"], []).append((seq, at))
+        state.running[record["lever"]] = seq
+        state.lever_ran = True
+        fold_controller_intent(state, record)
+    elif kind == "outcome":
+        if state.running.get(record.get("lever")) == record.get("action"):
+            del state.running[record["lever"]]
+    elif kind == "refusal":
+        fold_controller_intent(state, record)
+    elif kind == "ask":
+        state.open_asks[seq] = record
+        if record.get("about") == "implausible":
+            state.implausible_ask = seq
+        fold_controller_intent(state, record)
+    elif kind in ("approval", "denial", "resolved"):
+        state.open_asks.pop(record.get("ask"), None)
+        if state.implausible_ask == record.get("ask"):
+            state.implausible_ask = None
+    elif kind == "pause":
+        state.paused = True
+    elif kind == "resume":
+        state.paused = False
+    return state
+
+
+def fold_controller_intent(state, record):
+    """A controller's decision spends its excursion: deadband disarms, hold starts counting again."""
+    if record.get("by") != "controller" or "side" not in record or state.mandate is None:
+        return
+    side = state.side(record["side"])
+    side["streak"] = []
+    if state.mandate["controller"].get("deadband") is not None:
+        side["armed"] = False
+
+
+def fold_report(state, seq, at, record):
+    state.last_report = (seq, at, record)
+    status, value = record.get("status"), record.get("value")
+    if status == "trusted":
+        base = state.pending or state.level
+        state.last_step = value - base[1] if base is not None else None
+        state.level, state.pending = (seq, value), None
+        state.lever_ran = False
+        state.trusted.append((seq, value))
+        del state.trusted[:-HISTORY]
+    elif status == "unconfirmed":
+        state.pending = (seq, value)
+    state.previous_implausible = status in ("implausible", "failed")
+    for side_name, way, bound, lever in controller_sides(state.mandate):
+        side = state.side(side_name)
+        if status != "trusted":
+            side["streak"] = []          # a report not trusted breaks "in a row"
+            continue
+        deadband = state.mandate["controller"].get("deadband")
+        if not side["armed"] and (deadband is None or (value <= bound - deadband if way == "above" else value >= bound + deadband)):
+            side["armed"] = True         # back past the bound by the deadband: the next excursion may act
+        if crossed(way, bound, value):
+            side["streak"].append(seq)
+        else:
+            side["streak"] = []
+
+
+def crossed(way, bound, value):
+    """Return whether `value` is past `bound` on side `way` (strict: > above, < below)."""
+    return value > bound if way == "above" else value < bound
+
+
+def controller_sides(mandate):
+    """Return the controller's sides as (side name, way, bound, lever)."""
+    if mandate is None:
+        return []
+    ctl = mandate["controller"]
+    if ctl["kind"] == "threshold":
+        return [(ctl["side"], ctl["side"], ctl["bound"], ctl["action"])]
+    if ctl["kind"] == "band":
+        return [("below", "below", ctl["low"], ctl["below"]), ("above", "above", ctl["high"], ctl["above"])]
+    return []
+
+
+# ---- plausibility -----------------------------------------------------------
+
+def step_bounds(mandate):
+    """Return (bound on a rise, bound on a fall); None where that way is unbounded."""
+    up = mandate["max_rise"] if mandate["max_rise"] is not None else mandate["max_step"]
+    down = mandate["max_fall"] if mandate["max_fall"] is not None else mandate["max_step"]
+    return up, down
+
+
+def judge_report(mandate, state, value, failure=None):
+    """Return (status, note) of a new metric report: trusted, unconfirmed, implausible or failed.
+
+    Never acted on: a failed report, NaN, a value outside range, a step past its bound, a flap;
+    with a step bound, the report after an implausible one is unconfirmed until the next agrees.
+    """
+    if failure is not None:
+        return "failed", failure
+    if value != value:
+        return "implausible", "the report is NaN"
+    low_high = mandate["range"]
+    if low_high and not low_high[0] <= value <= low_high[1]:
+        return "implausible", f"{format_number(value)} is outside range [{format_number(low_high[0])}, {format_number(low_high[1])}]"
+    up, down = step_bounds(mandate)
+    if up is None and down is None:
+        return "trusted", ""
+    if state.pending is not None:
+        base, what = state.pending[1], "the unconfirmed report before it"
+    elif state.previous_implausible or state.level is None:
+        if state.level is None and not state.previous_implausible:
+            return "trusted", ""        # the first report has nothing to step from
+        if not mandate["confirm"]:
+            return "trusted", "confirm: false acts on the report after an implausible one"
+        return "unconfirmed", "follows an implausible report; waits for the next to agree within the step bound"
+    else:
+        base, what = state.level[1], "the last plausible report"
+    step = value - base
+    if (step > 0 and up is not None and step > up) or (step < 0 and down is not None and -step > down):
+        bound, key = (up, "max_rise" if mandate["max_rise"] is not None else "max_step") if step > 0 else \
+                     (down, "max_fall" if mandate["max_fall"] is not None else "max_step")
+        if state.pending is not None:
+            return "unconfirmed", f"moved {format_number(step)} from {what}, past {key} {format_number(bound)}; waits for the next to agree"
+        return "implausible", f"{'rose' if step > 0 else 'fell'} by {format_number(abs(step))} from {format_number(base)}, past {key} {format_number(bound)}"
+    if state.pending is None and state.last_step is not None and not state.lever_ran:
+        previous = state.last_step
+        half_prev = (up if previous > 0 else down)
+        half_now = (up if step > 0 else down)
+        if (previous * step < 0 and half_prev is not None and half_now is not None
+                and abs(previous) > half_prev / 2 and abs(step) > half_now / 2):
+            return "implausible", f"a flap: moved {format_number(previous)} then {format_number(step)}, each past half its step bound"
+    return "trusted", ""
+
+
+# ---- controllers --------------------------------------------------------------
+
+def decide(state, report_seq, value):
+    """Return the controller's intents for a trusted report: [(side, lever, [report seqs], why)]."""
+    intents = []
+    hold = state.mandate["controller"]["hold"] if state.mandate else 1
+    for side_name, way, bound, lever in controller_sides(state.mandate):
+        side = state.side(side_name)
+        if side["armed"] and side["streak"] and side["streak"][-1] == report_seq and len(side["streak"]) >= hold:
+            crossed_by = side["streak"][-hold:]
+            why = f"{state.mandate['metric']} {format_number(value)} {'>' if way == 'above' else '<'} {format_number(bound)}"
+            if hold > 1:
+                why += f" for {hold} reports in a row"
+            intents.append((side_name, lever, crossed_by, why))
+    return intents
+
+
+# ---- the gate ---------------------------------------------------------------
+
+Verdict = collections.namedtuple("Verdict", "ok proof why needs_ask", defaults=(None, "", False))
+Verdict.__doc__ = "The gate's answer: ok with a proof, or why not (and whether a person may approve it)."
+
+
+def cap_window(state, lever, now):
+    """Return the seqs of `lever`'s runs inside its cap's sliding window at `now`."""
+    count, period = state.mandate["levers"][lever]["cap"]
+    return [seq for seq, at in state.actions.get(lever, []) if at > now - period]
+
+
+def prove(state, lever, now, basis, trigger=None, approval=None, payload=None):
+    """Return the Verdict on running `lever` now: a proof from measured and declared premises, or why not.
+
+    basis: (rule, premise seqs, steps) saying what calls for the run (crossed reports, a person's proposal).
+    approval: the seq of a declared approval of exactly this lever and payload, or None.
+    """
+    rule, basis_premises, basis_steps = basis
+    m = state.mandate
+    if m is None:
+        return Verdict(False, why=f"venture {state.name} has no mandate that can run")
+    steps = [f"mandate #{state.mandate_seq} is in force for {state.name}"]
+    if state.paused and lever != "stop":
+        return Verdict(False, why=f"{state.name} is paused; resume it first")
+    if lever in m["forbidden"]:
+        return Verdict(False, why=f"{lever} is forbidden by mandate #{state.mandate_seq}")
+    if lever == "stop":
+        return Verdict(True, {"rule": "stop", "premises": [state.mandate_seq] + basis_premises,
+                              "steps": steps + basis_steps + ["stop is built in: it pauses the venture"], "trigger": trigger})
+    if lever not in m["levers"]:
+        return Verdict(False, why=f"{lever} is not permitted by mandate #{state.mandate_seq}")
+    spec = m["levers"][lever]
+    steps.append(f"{lever} is permitted: cap {spec['cap_text']}, {'reversible' if spec['reversible'] else 'irreversible'}")
+    if lever in state.running:
+        return Verdict(False, why=f"{lever} is still running (action #{state.running[lever]})")
+    used = cap_window(state, lever, now)
+    if len(used) >= spec["cap"][0]:
+        return Verdict(False, why=f"{lever} reached its cap {spec['cap_text']}: {len(used)} runs in the window")
+    steps.append(f"{len(used)} of {spec['cap'][0]} runs used in the last {format_duration(spec['cap'][1])}")
+    premises = [state.mandate_seq] + basis_premises
+    if approval is not None:
+        rule = "approval"
+        premises.append(approval)
+        steps.append(f"approval #{approval} is a person's answer for exactly this lever and payload")
+    elif not spec["reversible"] and not spec["delegated"]:
+        return Verdict(False, why=f"{lever} is irreversible and not delegated; a person must approve it", needs_ask=True)
+    elif not spec["reversible"]:
+        steps.append(f"{lever} is delegated by the mandate: it runs unasked, intent before, outcome after")
+    steps = steps[:1] + basis_steps + steps[1:]
+    return Verdict(True, {"rule": rule, "premises": premises + used, "steps": steps, "trigger": trigger})
+
+
+def check_proof(action_seq, action_at, action, records, parse=None):
+    """Return the problems found re-checking a stored action's proof against the ledger; [] when it holds.
+
+    records: {seq: (at, record)} holding at least every record of the action's venture up to it.
+    """
+    parse = parse or parse_mandate
+    proof = action.get("proof") or {}
+    problems = []
+    premises = proof.get("premises") or []
+    for p in premises:
+        if p not in records:
+            problems.append(f"premise #{p} is not in the ledger")
+        elif records[p][1].get("claim") not in ("measured", "declared"):
+            problems.append(f"premise #{p} is {records[p][1].get('claim')}: only measured and declared records may be premises")
+        elif p >= action_seq:
+            problems.append(f"premise #{p} comes after the action")
+    if proof.get("trigger") in premises:
+        problems.append("the trigger is cited as a premise")
+    venture = action.get("venture")
+    mandates = [s for s, (at, r) in records.items() if s < action_seq and r.get("kind") == "mandate" and r.get("venture") == venture]
+    if not mandates:
+        return problems + ["no mandate of the venture precedes the action"]
+    in_force = max(mandates)
+    if in_force not in premises:
+        problems.append(f"the mandate in force, #{in_force}, is not a premise")
+    try:
+        mandate = parse(records[in_force][1].get("text", ""), f"mandate #{in_force}")
+    except Fail as err:
+        return problems + [f"mandate #{in_force} does not hold: {err}"]
+    lever = action.get("lever")
+    if lever in mandate["forbidden"]:
+        problems.append(f"{lever} is forbidden")
+    if lever != "stop" and lever not in mandate["levers"]:
+        return problems + [f"{lever} is not permitted by mandate #{in_force}"]
+    if lever != "stop":
+        spec = mandate["levers"][lever]
+        count, period = spec["cap"]
+        window = [s for s, (at, r) in records.items()
+                  if s < action_seq and r.get("kind") == "action" and r.get("venture") == venture
+                  and r.get("lever") == lever and at > action_at - period]
+        if len(window) >= count:
+            problems.append(f"{len(window)} runs of {lever} in the window already reached the cap {spec['cap_text']}")
+        if set(window) - set(premises):
+            problems.append("runs counted against the cap are missing from the premises")
+        rule = proof.get("rule")
+        if not spec["reversible"] and not spec["delegated"]:
+            approvals = [p for p in premises if p in records and records[p][1].get("kind") == "approval"
+                         and records[p][1].get("lever") == lever and records[p][1].get("payload") == action.get("payload")]
+            if not approvals:
+                problems.append(f"{lever} is irreversible and no approval of exactly this lever and payload is a premise")
+        if rule in ("threshold", "band"):
+            problems += check_crossing(mandate, lever, premises, records, venture)
+    return problems
+
+
+def check_crossing(mandate, lever, premises, records, venture):
+    """Return problems with the reports a controller's action cites as crossing its bound."""
+    reports = [records[p][1] for p in premises if p in records and records[p][1].get("kind") == "report"]
+    sides = [s for s in controller_sides(mandate) if s[3] == lever]
+    if not sides:
+        return [f"the controller of the mandate does not run {lever}"]
+    hold = mandate["controller"]["hold"]
+    for side_name, way, bound, _ in sides:
+        good = [r for r in reports if r.get("venture") == venture and r.get("status") == "trusted"
+                and r.get("value") is not None and crossed(way, bound, r["value"])]
+        if len(good) >= hold and len(good) == len(reports):
+            return []
+    return [f"the cited reports do not show {hold} trusted report(s) past the bound"]
+
+
+def open_asks(records):
+    """Return the asks no approval, denial or resolution has answered: {seq: record}."""
+    asks = {}
+    for seq, record in records:
+        if record["kind"] == "ask":
+            asks[seq] = record
+        elif record["kind"] in ("approval", "denial", "resolved"):
+            asks.pop(record.get("ask"), None)
+    return asks
+
+
+# =============================================================================
+# 6. Effects
+# All contact with the OS: a command in its own process group, ending a group,
+# the JSON-lines wire, the home and its lock. Decides nothing.
+# =============================================================================
+
+def default_home():
+    """Return the platform's default home: XDG_STATE_HOME/avsmd, ~/.local/state/avsmd, or macOS's."""
+    if sys.platform == "darwin":
+        return os.path.expanduser("~/Library/Application Support/avsmd")
+    state = os.environ.get("XDG_STATE_HOME") or os.path.expanduser("~/.local/state")
+    return os.path.join(state, "avsmd")
+
+
+def resolve_home(given):
+    """Return the home: --home, else $AVSMD_HOME, else the platform default (open point 13)."""
+    home = given or os.environ.get("AVSMD_HOME") or default_home()
+    return os.path.abspath(os.path.expanduser(home))
+
+
+def socket_problem(home):
+    """Return why `home`/sock cannot be a Unix socket path here, or None."""
+    path = os.path.join(home, "sock")
+    if len(os.fsencode(path)) > SOCKET_LIMIT:
+        return (f"the socket path {path} is {len(os.fsencode(path))} bytes, past this system's {SOCKET_LIMIT}; "
+                "use a shorter --home or AVSMD_HOME")
+    return None
+
+
+def send_line(sock, message):
+    """Write one JSON object as one line."""
+    sock.sendall((json.dumps(message, separators=(",", ":")) + "\n").encode())
+
+
+class LineReader:
+    """Splits bytes from a non-blocking socket into JSON objects, one per line."""
+
+    def __init__(self, limit=16 * 1024 * 1024):
+        self.buffer, self.limit = b"", limit
+
+    def feed(self, data):
+        self.buffer += data
+        if len(self.buffer) > self.limit:
+            raise ValueError("a line longer than avsm reads")
+        *lines, self.buffer = self.buffer.split(b"\n")
+        return [json.loads(line) for line in lines if line.strip()]
+
+
+def read_lock_pid(path):
+    """Return the pid written in a lock file, or None."""
+    try:
+        with open(path, "rb") as fh:
+            text = fh.read(32).decode("ascii", "replace").strip()
+        return int(text) if text.isdigit() else None
+    except OSError:
+        return None
+
+
+def command_env(home, venture, lever=None):
+    """Return the environment a venture's program runs with: avsmd's own, plus AVSM_HOME and AVSM_VENTURE."""
+    env = dict(os.environ)
+    env.update(AVSM_HOME=home, AVSM_VENTURE=venture)
+    if lever:
+        env["AVSM_LEVER"] = lever
+    return env
+
+
+class Child:
+    """A program running in a process group of its own, with its output drained as it comes."""
+
+    def __init__(self, purpose, venture, args, cwd, env, timeout=None, shell=False, stdin_data=None):
+        import subprocess
+        import time
+        self.purpose, self.venture = purpose, venture
+        self.started, self.started_at = time.monotonic(), time.time()
+        self.deadline = self.started + timeout if timeout else None
+        self.kill_at = None           # set once SIGTERM was sent: SIGKILL goes at this moment
+        self.ended_by = None          # why avsm ended it: 'timeout', 'pause', 'stop', ...
+        self.out, self.err = bytearray(), bytearray()
+        self.extra = {}
+        self.status = None            # the leader's exit status, once reaped
+        self.proc = subprocess.Popen(args, cwd=cwd, env=env, shell=shell, process_group=0,
+                                     stdin=subprocess.PIPE if stdin_data is not None else subprocess.DEVNULL,
+                                     stdout=subprocess.PIPE, stderr=subprocess.PIPE, close_fds=True)
+        self.pid = self.pgid = self.proc.pid
+        if stdin_data is not None:
+            try:
+                self.proc.stdin.write(stdin_data)
+            except OSError:
+                pass
+            self.proc.stdin.close()
+        for pipe in (self.proc.stdout, self.proc.stderr):
+            os.set_blocking(pipe.fileno(), False)
+        try:
+            self.pidfd = os.pidfd_open(self.pid)
+        except (AttributeError, OSError):
+            self.pidfd = None
+
+    def drain(self, pipe):
+        """Read what `pipe` holds now, keeping the last OUTPUT_KEEP bytes; return False at EOF."""
+        buffer = self.out if pipe is self.proc.stdout else self.err
+        while True:
+            try:
+                data = os.read(pipe.fileno(), 65536)
+            except BlockingIOError:
+                return True
+            except OSError:
+                return False
+            if not data:
+                return False
+            buffer += data
+            if len(buffer) > OUTPUT_KEEP:
+                del buffer[:len(buffer) - OUTPUT_KEEP]
+
+    def poll(self):
+        """Return the exit status once the program has ended (reaped by its own pid), else None."""
+        return self.proc.poll()
+
+    def terminate(self, reason, now):
+        """running -> stopping: TERM to the group now, KILL at the deadline."""
+        if self.ended_by is None:
+            self.ended_by = reason
+        if self.kill_at is None:
+            signal_group(self.pgid, 15)
+            self.kill_at = now + KILL_GRACE
+
+    def close(self):
+        for pipe in (self.proc.stdout, self.proc.stderr):
+            pipe.close()
+        if self.pidfd is not None:
+            os.close(self.pidfd)
+            self.pidfd = None
+
+    def note(self):
+        """Return the last NOTE_MAX characters of what the program wrote to standard error and output."""
+        text = (self.err.decode("utf-8", "replace") + self.out.decode("utf-8", "replace")).strip()
+        return text[-NOTE_MAX:]
+
+
+def signal_group(pgid, signum):
+    """Send `signum` to process group `pgid`; return False when the group is gone."""
+    try:
+        os.killpg(pgid, signum)
+        return True
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+
+
+def describe_status(status):
+    """Return how a program ended, in words: 'exit 0', 'exit 2', 'signal 9'."""
+    if status is None:
+        return "still running"
+    return f"exit {status}" if status >= 0 else f"signal {-status}"
+
+
+def read_metric_output(child, status):
+    """Return (value, failure) from a finished report: its last non-empty line must be the number alone."""
+    if child.ended_by:
+        return None, f"ended: {child.ended_by}"
+    if status != 0:
+        tail = child.note()[-300:]
+        return None, f"{describe_status(status)}" + (f": {tail}" if tail else "")
+    text = child.out.decode("utf-8", "replace")
+    lines = [line for line in text.splitlines() if line.strip()]
+    if not lines:
+        return None, "printed no number"
+    last = lines[-1]
+    value = parse_number(last)
+    if value is None:
+        shown = last.strip()[:80]
+        if NUMBER.fullmatch(last.strip()):
+            return None, f"{shown[:40]} is past the largest number a report may hold"
+        return None, f"the last line is not a number alone: {json.dumps(shown)}"
+    return value, None
+
+
+# =============================================================================
+# 7. The processes
+# avsmd (lock, socket, signals, the warden's keeper) and the warden (ticks,
+# runs, appends). They wire the kernel to the effects and hold little logic.
+# =============================================================================
+
+AVSM_PATH = os.path.abspath(__file__)
+
+
+def log(debug, who, message):
+    """Write a diagnostic line to standard error when -d is on."""
+    if debug:
+        import time
+        sys.stderr.write(f"{time.strftime('%H:%M:%S')} {who}[{os.getpid()}]: {message}\n")
+        sys.stderr.flush()
+
+
+class Warden:
+    """The only process that acts: ticks ventures, runs their programs, appends their records."""
+
+    def __init__(self, home, channel, cfg, debug=False):
+        import selectors
+        self.home, self.channel, self.cfg, self.debug = home, channel, cfg, debug
+        self.avsmd_pid = os.getppid()
+        self.lock_path = os.path.join(home, "avsmd.lock")
+        self.ledger = Ledger(os.path.join(home, "ledger.db"), still_ours=self.lock_is_ours)
+        self.ventures = {}            # name -> VentureState
+        self.children = []            # Child objects running now
+        self.lingering = {}           # pgid -> venture: groups whose leader exited while members stay
+        self.due = {}                 # venture -> monotonic time its next report is due
+        self.keep = {}                # venture -> the `run` program's keeper state
+        self.stopping = False
+        self.sel = selectors.DefaultSelector()
+        self.reader = LineReader()
+        channel.setblocking(False)
+        self.sel.register(channel, selectors.EVENT_READ, ("channel", None))
+
+    # ---- the ledger, folded as it is written ----
+    def lock_is_ours(self):
+        return read_lock_pid(self.lock_path) == self.avsmd_pid
+
+    def append(self, record):
+        """Append `record` through the one append function and fold it into its venture."""
+        import time
+        at = int(time.time())
+        seq = self.ledger.append(record, at)
+        state = self.ventures.get(record["venture"])
+        if state is not None:
+            fold(state, seq, at, record)
+        log(self.debug, "warden", f"#{seq} {record['venture']} {record['kind']} {record['summary']}")
+        return seq
+
+    def load(self):
+        """Replay the ledger into venture states; settle runs a dead warden left without an outcome."""
+        for seq, at, record in read_records(self.ledger.db):
+            name = record.get("venture")
+            if name == "self" or name is None:
+                continue
+            state = self.ventures.setdefault(name, VentureState(name))
+            fold(state, seq, at, record)
+            if record["kind"] == "mandate":
+                try:
+                    state.mandate = parse_mandate(record.get("text", ""), f"mandate #{seq}")
+                except Fail:
+                    state.mandate = None
+        for state in self.ventures.values():
+            self.check_runnable(state)
+            for lever, action_seq in list(state.running.items()):
+                # RUN-10: never run again blindly; ask whether it happened
+                self.append({"kind": "outcome", "claim": "measured", "venture": state.name, "lever": lever,
+                             "action": action_seq, "ok": False, "status": "unknown",
+                             "note": "the warden ended while it ran; whether it finished is not known",
+                             "summary": f"{lever} (action #{action_seq}) was cut off: the warden ended while it ran"})
+                self.append({"kind": "ask", "claim": "measured", "venture": state.name, "about": "interrupted",
+                             "action": action_seq, "question": f"did {lever} happen?",
+                             "summary": f"did {lever} happen? action #{action_seq} was running when the warden ended"})
+
+    def check_runnable(self, state):
+        """Parse the adopted mandate against its directory; say on stderr when it cannot run (VENTURE-14)."""
+        if state.mandate_text is None:
+            return
+        try:
+            if not os.path.isdir(state.directory or ""):
+                raise Fail(EX_NOINPUT, f"its directory {state.directory} is not there")
+            state.mandate = parse_mandate(state.mandate_text, os.path.join(state.directory, "mandate.yaml"), state.directory)
+            state.problem = None
+        except Fail as err:
+            state.mandate, state.problem = None, str(err)
+            if not state.paused:
+                sys.stderr.write(f"avsmd: venture {state.name} cannot run: {err}\n")
+
+    # ---- the loop ----
+    def run(self):
+        import time
+        self.load()
+        now = time.monotonic()
+        for state in self.ventures.values():
+            if self.active(state):
+                self.due[state.name] = now
+                self.start_keep(state)
+        while True:
+            timeout = self.next_wakeup(time.monotonic())
+            for key, _ in self.sel.select(timeout):
+                what, child = key.data
+                if what == "channel":
+                    self.read_channel()
+                elif what == "signal":
+                    self.signalled(child)
+                elif child.status is not None:
+                    continue                # settled earlier in this same batch
+                elif what == "pidfd":
+                    self.child_event(child)
+                else:
+                    child.drain(key.fileobj)
+            self.tick(time.monotonic())
+            if self.stopping and not self.children:
+                self.end_lingering(final=True)
+                return EX_OK
+
+    def active(self, state):
+        return state.mandate is not None and not state.paused and not self.stopping
+
+    def next_wakeup(self, now):
+        """Return seconds until the next due report, deadline or restart; None when nothing is due."""
+        times = [t for name, t in self.due.items() if self.active(self.ventures[name])]
+        for child in self.children:
+            times += [t for t in (child.deadline, child.kill_at) if t is not None]
+            if child.pidfd is None or child.status is not None:
+                times.append(now + 0.05)        # no pidfd here, or a dying group: look again soon
+        times += [k["next_start"] for k in self.keep.values() if k.get("next_start") is not None]
+        if not times:
+            return None
+        return max(0.0, min(times) - now)
+
+    def tick(self, now):
+        """Start what is due, end what is past its deadline, reap what has ended."""
+        for child in list(self.children):
+            if child.status is not None:
+                if not signal_group(child.pgid, 0):
+                    self.child_event(child)      # the dying group is gone: settle it
+                elif child.kill_at is not None and now >= child.kill_at:
+                    signal_group(child.pgid, 9)
+            elif child.pidfd is None and child.poll() is not None:
+                self.child_event(child)
+            elif child.kill_at is not None and now >= child.kill_at:
+                signal_group(child.pgid, 9)
+                child.kill_at = now + KILL_GRACE
+            elif child.deadline is not None and now >= child.deadline and child.kill_at is None:
+                child.terminate("timeout", now)
+        if self.stopping:
+            return
+        for name, at in list(self.due.items()):
+            state = self.ventures[name]
+            if now >= at and self.active(state) and not any(c.venture == name and c.purpose == "report" for c in self.children):
+                self.due[name] = now + state.mandate["cadence"]
+                self.start_report(state, now)
+        for name, keep in self.keep.items():
+            if keep.get("next_start") is not None and now >= keep["next_start"]:
+                keep["next_start"] = None
+                self.start_run(self.ventures[name])
+
+    # ---- children ----
+    def spawn(self, purpose, state, args, timeout=None, shell=False, stdin_data=None, lever=None):
+        """Start a program of `state`'s venture in its own group; tell avsmd of the group (RUN-12)."""
+        import selectors
+        child = Child(purpose, state.name, args, state.directory, command_env(self.home, state.name, lever),
+                      timeout=timeout, shell=shell, stdin_data=stdin_data)
+        self.children.append(child)
+        self.tell({"group": child.pgid, "venture": state.name, "purpose": purpose,
+                   "start": child.started_at})
+        self.sel.register(child.proc.stdout, selectors.EVENT_READ, ("pipe", child))
+        self.sel.register(child.proc.stderr, selectors.EVENT_READ, ("pipe", child))
+        if child.pidfd is not None:
+            self.sel.register(child.pidfd, selectors.EVENT_READ, ("pidfd", child))
+        log(self.debug, "warden", f"{state.name}: started {purpose} {args!r} pid {child.pid} group {child.pgid}")
+        return child
+
+    def child_event(self, child):
+        """A child's leader ended: drain its output, reap it by pid, and settle what it was for.
+
+        A program avsm is ending (timeout, pause, stop) is settled only once its whole group is gone,
+        so an outcome never claims an end while a member that ignored SIGTERM still runs.
+        """
+        if child.status is None:
+            status = child.poll()
+            if status is None:
+                return
+            child.status = status
+            for pipe in (child.proc.stdout, child.proc.stderr):
+                child.drain(pipe)
+                self.sel.unregister(pipe)
+            if child.pidfd is not None:
+                self.sel.unregister(child.pidfd)
+            child.close()
+        if child.ended_by and signal_group(child.pgid, 0):
+            return                      # dying: tick() looks again until the group is gone
+        self.children.remove(child)
+        if signal_group(child.pgid, 0):
+            self.lingering[child.pgid] = child.venture
+            if child.purpose == "run":
+                signal_group(child.pgid, 15)     # the old run's stragglers must not meet the new one
+        else:
+            self.tell({"ended": child.pgid})
+        log(self.debug, "warden", f"{child.venture}: {child.purpose} pid {child.pid} ended: {describe_status(child.status)}")
+        state = self.ventures[child.venture]
+        {"report": self.report_done, "lever": self.lever_done, "run": self.run_done}[child.purpose](state, child, child.status)
+
+    def end_lingering(self, venture=None, final=False):
+        """End the groups left behind (all, or one venture's): TERM, then KILL after the grace."""
+        import time
+        groups = [g for g, v in self.lingering.items() if venture is None or v == venture]
+        for pgid in groups:
+            signal_group(pgid, 15)
+        deadline = time.monotonic() + (KILL_GRACE if final else 0)
+        while final and groups and time.monotonic() < deadline:
+            groups = [g for g in groups if signal_group(g, 0)]
+            time.sleep(0.05)
+        for pgid in [g for g, v in self.lingering.items() if venture is None or v == venture]:
+            if final:
+                signal_group(pgid, 9)
+            if final or not signal_group(pgid, 0):
+                del self.lingering[pgid]
+                self.tell({"ended": pgid})
+
+    def tell(self, message):
+        """Send avsmd one line (a group started or ended, a reply)."""
+        try:
+            self.channel.setblocking(True)
+            send_line(self.channel, message)
+        except OSError:
+            pass
+        finally:
+            self.channel.setblocking(False)
+
+    # ---- reports ----
+    def start_report(self, state, now):
+        m = state.mandate
+        timeout = min(m["cadence"], 600)
+        try:
+            if m["adapter"]:
+                args = [sys.executable, AVSM_PATH, "adapter"] + m["adapter"].split()
+            else:
+                args = ["./report"]
+            self.spawn("report", state, args, timeout=timeout)
+        except OSError as err:
+            self.record_report(state, None, f"could not start: {err}")
+
+    def report_done(self, state, child, status):
+        if child.ended_by in ("pause", "stop"):
+            return                      # a report cut short by a pause or a stop is no reading
+        value, failure = read_metric_output(child, status)
+        if child.ended_by == "timeout":
+            failure = f"took longer than {format_duration(min(state.mandate['cadence'], 600))} and was ended"
+        self.record_report(state, value, failure)
+
+    def record_report(self, state, value, failure):
+        """Judge a report, append it, and let the controller act on it if it is trusted."""
+        m = state.mandate
+        status, note = judge_report(m, state, value, failure)
+        shown = format_number(value) if value is not None else "-"
+        summary = {"trusted": f"{m['metric']} = {shown}",
+                   "unconfirmed": f"{m['metric']} = {shown} unconfirmed: {note}",
+                   "implausible": f"{m['metric']} = {shown} implausible: {note}",
+                   "failed": f"{m['metric']} failed: {note}"}[status]
+        seq = self.append({"kind": "report", "claim": "measured", "venture": state.name, "metric": m["metric"],
+                           "value": value if value == value else None, "status": status,
+                           "plausible": status in ("trusted", "unconfirmed"), "note": note, "summary": summary})
+        if status in ("implausible", "failed") and state.implausible_ask is None:
+            self.append({"kind": "ask", "claim": "measured", "venture": state.name, "about": "implausible",
+                         "report": seq, "question": f"the {m['metric']} report #{seq} is {status}: {note}; is the sensor sound?",
+                         "summary": f"{m['metric']} report #{seq} is {status}; asking once until a plausible report comes"})
+        elif status in ("trusted", "unconfirmed") and state.implausible_ask is not None:
+            self.append({"kind": "resolved", "claim": "measured", "venture": state.name, "ask": state.implausible_ask,
+                         "report": seq, "summary": f"report #{seq} is plausible again; ask #{state.implausible_ask} is settled"})
+        if status == "trusted":
+            for side, lever, reports, why in decide(state, seq, value):
+                self.controller_acts(state, side, lever, reports, why)
+
+    def controller_acts(self, state, side, lever, reports, why):
+        """The controller wants `lever`: run it if the gate proves it, else ask once or refuse."""
+        import time
+        steps = [f"report{'s' if len(reports) > 1 else ''} {', '.join('#' + str(r) for r in reports)}: {why}"]
+        verdict = prove(state, lever, int(time.time()), (state.mandate["controller"]["kind"], reports, steps))
+        if verdict.ok:
+            self.run_lever(state, lever, verdict.proof, f"{lever} runs: {why}", by="controller", side=side)
+        elif verdict.needs_ask:
+            if any(a.get("lever") == lever for a in state.open_asks.values()):
+                return                  # asked once already; the ask still waits
+            self.append({"kind": "ask", "claim": "measured", "venture": state.name, "about": "lever", "lever": lever,
+                         "by": "controller", "side": side, "reports": reports,
+                         "question": f"run {lever}? {why}; {lever} is irreversible",
+                         "summary": f"run {lever}? {why}; {lever} is irreversible, so a person decides"})
+        else:
+            self.append({"kind": "refusal", "claim": "measured", "venture": state.name, "lever": lever,
+                         "by": "controller", "side": side, "why": verdict.why, "reports": reports,
+                         "summary": f"{lever} refused: {verdict.why}"})
+
+    # ---- levers ----
+    def run_lever(self, state, lever, proof, summary, by, side=None, extra=None):
+        """Write the action with its proof, then start the lever apart; its outcome comes when it ends."""
+        record = {"kind": "action", "claim": "measured", "venture": state.name, "lever": lever,
+                  "proof": proof, "by": by, "summary": summary}
+        if side:
+            record["side"] = side
+        record.update(extra or {})
+        seq = self.append(record)
+        if lever == "stop":
+            self.pause(state, "measured", f"the stop lever (action #{seq}) paused {state.name}")
+            self.append({"kind": "outcome", "claim": "measured", "venture": state.name, "lever": lever,
+                         "action": seq, "ok": True, "status": "exit 0", "duration": 0, "note": "",
+                         "summary": f"stop ok: {state.name} is paused"})
+            return seq
+        spec = state.mandate["levers"][lever]
+        try:
+            child = self.spawn("lever", state, spec["run"], timeout=spec["timeout"], shell=True, lever=lever)
+            child.extra = {"lever": lever, "action": seq, "timeout": spec["timeout"]}
+        except OSError as err:
+            self.append({"kind": "outcome", "claim": "measured", "venture": state.name, "lever": lever, "action": seq,
+                         "ok": False, "status": "not started", "duration": 0, "note": str(err)[:NOTE_MAX],
+                         "summary": f"{lever} failed to start: {err}"})
+        return seq
+
+    def lever_done(self, state, child, status):
+        import time
+        lever, seq = child.extra["lever"], child.extra["action"]
+        duration = round(time.monotonic() - child.started, 3)
+        ok = status == 0 and child.ended_by is None
+        if child.ended_by == "pause":
+            summary = f"{lever} stopped by the pause of {state.name} ({describe_status(status)})"
+        elif child.ended_by == "timeout":
+            summary = f"{lever} failed: past its time limit {format_duration(child.extra['timeout'])}, ended ({describe_status(status)})"
+        elif child.ended_by == "stop":
+            summary = f"{lever} stopped: avsmd is stopping ({describe_status(status)})"
+        else:
+            summary = f"{lever} {'ok' if ok else 'failed: ' + describe_status(status)} in {duration:g}s"
+        self.append({"kind": "outcome", "claim": "measured", "venture": state.name, "lever": lever, "action": seq,
+                     "ok": ok, "status": describe_status(status), "ended_by": child.ended_by, "duration": duration,
+                     "note": child.note(), "summary": summary})
+
+    # ---- keeping `run` alive ----
+    def start_keep(self, state):
+        if state.mandate and state.mandate["run"] and not state.paused:
+            keep = self.keep.setdefault(state.name, {"child": None, "backoff": 0, "restart": False, "next_start": None})
+            if keep["child"] is None and keep["next_start"] is None:
+                self.start_run(state)
+
+    def start_run(self, state):
+        keep = self.keep[state.name]
+        if not self.active(state) or not state.mandate["run"]:
+            return
+        try:
+            keep["child"] = self.spawn("run", state, state.mandate["run"], shell=True)
+        except OSError as err:
+            keep["child"] = None
+            self.append({"kind": "exit", "claim": "measured", "venture": state.name, "status": "not started",
+                         "summary": f"run could not start: {err}"})
+            return
+        what = "restarted" if keep["restart"] else "started"
+        keep["restarts"] = keep.get("restarts", 0) + (1 if keep["restart"] else 0)
+        self.append({"kind": "start", "claim": "measured", "venture": state.name, "pid": keep["child"].pid,
+                     "command": state.mandate["run"], "summary": f"run {what} (pid {keep['child'].pid})"})
+
+    def run_done(self, state, child, status):
+        """The kept program ended: record it, then restart as `restart:` says, with back-off (open point 31)."""
+        import time
+        keep = self.keep[state.name]
+        keep["child"] = None
+        uptime = time.monotonic() - child.started
+        policy = state.mandate["restart"] if state.mandate else "never"
+        again = (child.ended_by is None and self.active(state)
+                 and (policy == "always" or (policy == "on-failure" and status != 0)))
+        delay = 0
+        if again:
+            if uptime >= BACKOFF_RESET:
+                keep["backoff"] = 0
+            elif uptime < QUICK_DEATH and keep["restart"]:
+                keep["backoff"] = min(BACKOFF_CEILING, keep["backoff"] * 2 or BACKOFF_FIRST)
+                delay = keep["backoff"]
+        why = f"stopped by {'the pause' if child.ended_by == 'pause' else child.ended_by}" if child.ended_by else describe_status(status)
+        next_words = (f"; restarting in {delay}s" if delay else "; restarting now") if again else "; not restarted"
+        self.append({"kind": "exit", "claim": "measured", "venture": state.name, "pid": child.pid,
+                     "status": describe_status(status), "uptime": round(uptime, 3), "restart_in": delay if again else None,
+                     "summary": f"run (pid {child.pid}) ended: {why} after {uptime:.1f}s{next_words}"})
+        if again and delay >= BACKOFF_CEILING and not any(a.get("about") == "backoff" for a in state.open_asks.values()):
+            self.append({"kind": "ask", "claim": "measured", "venture": state.name, "about": "backoff",
+                         "question": f"run keeps dying within {QUICK_DEATH}s; it now waits {delay}s between starts. Look at it?",
+                         "summary": f"run keeps dying; back-off reached its ceiling of {BACKOFF_CEILING}s"})
+        if again:
+            keep["restart"] = True
+            if delay:
+                keep["next_start"] = time.monotonic() + delay
+            else:
+                self.start_run(state)
+
+    # ---- pause ----
+    def pause(self, state, claim, summary):
+        import time
+        self.append({"kind": "pause", "claim": claim, "venture": state.name, "summary": summary})
+        now = time.monotonic()
+        for child in self.children:
+            if child.venture == state.name:
+                child.terminate("pause", now)
+        if state.name in self.keep:
+            self.keep[state.name]["next_start"] = None
+        self.end_lingering(state.name)
+
+    # ---- requests from avsmd ----
+    def read_channel(self):
+        try:
+            data = self.channel.recv(65536)
+        except BlockingIOError:
+            return
+        if not data:
+            self.begin_stop()         # avsmd is gone: stop as at a SIGTERM
+            return
+        for message in self.reader.feed(data):
+            if message.get("cmd") == "stop":
+                self.begin_stop()
+                continue
+            out, err, code = [], [], EX_OK
+            try:
+                handler = getattr(self, "do_" + message.get("cmd", ""), None)
+                if handler is None:
+                    raise Fail(EX_USAGE, f"avsmd does not know the command '{message.get('cmd')}'")
+                out = handler(message.get("args") or {}, err) or []
+            except Fail as fail:
+                err.append(str(fail))
+                code = fail.code
+            except LockLost as lost:
+                err.append(str(lost))
+                code = EX_TEMPFAIL
+            self.tell({"id": message.get("id"), "out": out, "err": err, "exit": code})
+
+    def signalled(self, wake):
+        """SIGTERM reached the warden itself: stop as avsmd would ask."""
+        import signal
+        try:
+            data = wake.recv(512)
+        except OSError:
+            data = b""
+        if signal.SIGTERM in data:
+            self.begin_stop()
+
+    def begin_stop(self):
+        """Stop: no new work; TERM every group now, KILL after the grace; outcomes are written as they end."""
+        import time
+        if self.stopping:
+            return
+        self.stopping = True
+        now = time.monotonic()
+        for child in self.children:
+            child.terminate("stop", now)
+
+    def venture(self, name):
+        state = self.ventures.get(name)
+        if state is None or state.mandate_seq is None:
+            raise Fail(EX_DATAERR, f"no venture is named '{name}'; avsm status lists them")
+        return state
+
+    def do_add(self, args, err):
+        directory = os.path.realpath(args.get("dir", ""))
+        check_venture_dir(directory)
+        name = check_venture_name(os.path.basename(directory))
+        path = os.path.join(directory, "mandate.yaml")
+        with open(path, encoding="utf-8", errors="replace") as fh:
+            text = fh.read()
+        try:
+            mandate = parse_mandate(text, path, directory)
+        except Fail as fail:
+            raise Fail(EX_DATAERR, str(fail)) from None
+        import hashlib
+        sha = hashlib.sha256(text.encode()).hexdigest()
+        state = self.ventures.get(name)
+        if state is not None and state.mandate_seq is not None:
+            if state.directory != directory and not state.paused:
+                raise Fail(EX_DATAERR, f"venture '{name}' is already adopted from {state.directory}; "
+                                       f"pause it first (avsm pause {name}) or rename this directory")
+            if state.directory == directory and state.mandate_sha == sha:
+                if state.mandate is None:
+                    self.check_runnable(state)
+                return [f"{name}: mandate unchanged (#{state.mandate_seq}); nothing written"]
+        state = self.ventures.setdefault(name, VentureState(name))
+        old_run = state.mandate["run"] if state.mandate else None
+        seq = self.append({"kind": "mandate", "claim": "declared", "venture": name, "directory": directory,
+                           "sha256": sha, "text": text,
+                           "summary": f"adopted {name} from {directory} (sha256 {sha[:16]})"})
+        state.mandate, state.problem = mandate, None
+        if old_run and old_run != mandate["run"]:
+            import time
+            for child in self.children:
+                if child.venture == name and child.purpose == "run":
+                    child.terminate("a new mandate", time.monotonic())
+        if not state.paused:
+            import time
+            self.due[name] = time.monotonic()
+            self.start_keep(state)
+        return [f"{name}: adopted as mandate #{seq}"] + describe_allowed(mandate) + \
+               ([f"{name} is paused; avsm resume {name} starts it"] if state.paused else [])
+
+    def do_status(self, args, err):
+        import time
+        lines = []
+        for name in sorted(self.ventures):
+            state = self.ventures[name]
+            if state.mandate_seq is None:
+                continue
+            lines += describe_status_lines(state, time.time(), self.keep.get(name), self.children)
+        return lines or ["no ventures yet; adopt one with avsm add DIR"]
+
+    def do_asks(self, args, err):
+        lines = []
+        for name in sorted(self.ventures):
+            for seq, ask in sorted(self.ventures[name].open_asks.items()):
+                lines.append(f"#{seq} {name} {ask.get('lever') or '-'} {ask.get('question', ask['summary'])}")
+                if ask.get("payload") is not None:
+                    payload = ask["payload"] if isinstance(ask["payload"], str) else json.dumps(ask["payload"], indent=2)
+                    lines += ["    " + line for line in payload.splitlines()]
+        return lines or ["no open asks"]
+
+    def find_ask(self, args):
+        seq = args.get("ask")
+        for state in self.ventures.values():
+            if seq in state.open_asks:
+                return state, seq, state.open_asks[seq]
+        raise Fail(EX_DATAERR, f"#{seq} is not an open ask; avsm asks lists them")
+
+    def do_approve(self, args, err):
+        import time
+        state, seq, ask = self.find_ask(args)
+        if state.paused:
+            raise Fail(EX_DATAERR, f"{state.name} is paused, so approving #{seq} would spend it without running; "
+                                   f"resume it first (avsm resume {state.name})")
+        lever = ask.get("lever")
+        if lever is None or ask.get("about") != "lever":
+            self.append({"kind": "approval", "claim": "declared", "venture": state.name, "ask": seq,
+                         "summary": f"a person answered ask #{seq}: yes"})
+            return [f"#{seq} answered; nothing runs on it"]
+        basis = ("approval", [], [f"ask #{seq}: {ask.get('question')}"])
+        verdict = prove(state, lever, int(time.time()), basis, trigger=seq, approval=0)
+        if not verdict.ok:
+            self.append({"kind": "refusal", "claim": "measured", "venture": state.name, "lever": lever, "ask": seq,
+                         "why": verdict.why, "summary": f"{lever} refused on approval of #{seq}: {verdict.why}"})
+            raise Fail(EX_DATAERR, f"{lever} refused: {verdict.why}; ask #{seq} stays open")
+        approval = self.append({"kind": "approval", "claim": "declared", "venture": state.name, "ask": seq,
+                                "lever": lever, "payload": ask.get("payload"),
+                                "summary": f"a person approved {lever} (ask #{seq})"})
+        verdict = prove(state, lever, int(time.time()), basis, trigger=seq, approval=approval)
+        action = self.run_lever(state, lever, verdict.proof, f"{lever} runs: approved by a person (#{approval})", by="person")
+        return [f"#{seq} approved; {lever} runs as action #{action}"]
+
+    def do_deny(self, args, err):
+        state, seq, ask = self.find_ask(args)
+        self.append({"kind": "denial", "claim": "declared", "venture": state.name, "ask": seq, "lever": ask.get("lever"),
+                     "summary": f"a person denied ask #{seq}" + (f" ({ask['lever']})" if ask.get("lever") else "")})
+        return [f"#{seq} denied"]
+
+    def do_pause(self, args, err):
+        state = self.venture(args.get("venture"))
+        if state.paused:
+            return [f"{state.name} is already paused"]
+        self.pause(state, "declared", f"a person paused {state.name}")
+        return [f"{state.name} paused; nothing of it runs until avsm resume {state.name}"]
+
+    def do_resume(self, args, err):
+        import time
+        state = self.venture(args.get("venture"))
+        if not state.paused:
+            return [f"{state.name} is not paused"]
+        self.append({"kind": "resume", "claim": "declared", "venture": state.name, "summary": f"a person resumed {state.name}"})
+        self.check_runnable(state)
+        if state.mandate is None:
+            return [f"{state.name} resumed, but it cannot run: {state.problem}"]
+        self.due[state.name] = time.monotonic()
+        if state.name in self.keep:
+            self.keep[state.name].update(restart=False, backoff=0)
+        self.start_keep(state)
+        return [f"{state.name} resumed"]
+
+
+def check_venture_dir(directory):
+    """Refuse a path that is not a venture directory: 66 when missing, 65 with the fix otherwise."""
+    if not os.path.exists(directory):
+        raise Fail(EX_NOINPUT, f"{directory} is not there; pass the venture's directory")
+    if not os.path.isdir(directory):
+        raise Fail(EX_DATAERR, f"{directory} is a file; pass the directory that holds mandate.yaml "
+                               f"(avsm add {os.path.dirname(directory) or '.'})")
+    if not os.path.exists(os.path.join(directory, "mandate.yaml")):
+        if os.path.exists(os.path.join(directory, "mandate.yml")):
+            raise Fail(EX_DATAERR, f"{directory} holds mandate.yml; rename it to mandate.yaml "
+                                   f"(mv {os.path.join(directory, 'mandate.yml')} {os.path.join(directory, 'mandate.yaml')})")
+        raise Fail(EX_DATAERR, f"{directory} holds no mandate.yaml; write one (see examples/counter)")
+
+
+def describe_allowed(m):
+    """Return lines saying what a mandate allows: each lever, its cap, and what needs asking."""
+    lines = []
+    ctl = m["controller"]
+    if ctl["kind"] == "threshold":
+        lines.append(f"  controller: threshold {ctl['side']} {format_number(ctl['bound'])} runs {ctl['action']}"
+                     + (f", deadband {format_number(ctl['deadband'])}" if ctl["deadband"] else "")
+                     + (f", hold {ctl['hold']}" if ctl["hold"] > 1 else ""))
+    elif ctl["kind"] == "band":
+        lines.append(f"  controller: band [{format_number(ctl['low'])}, {format_number(ctl['high'])}]: below runs {ctl['below']}, above runs {ctl['above']}")
+    else:
+        lines.append(f"  controller: {ctl['kind']} (a backend proposes; the gate decides)")
+    for lever in m["levers"].values():
+        how = "runs unasked" if lever["reversible"] else ("delegated: runs unasked, intent before and outcome after"
+                                                            if lever["delegated"] else "irreversible: asks a person first")
+        lines.append(f"  may run {lever['name']}: cap {lever['cap_text']}, {how}"
+                     + (f", takes {lever['takes']} (model content waits for a person)" if lever["takes"] else ""))
+    if not m["levers"]:
+        lines.append("  may run no lever")
+    if m["forbidden"]:
+        lines.append(f"  never runs: {', '.join(m['forbidden'])}")
+    if m["run"]:
+        lines.append(f"  keeps {m['run']} running (restart: {m['restart']})")
+    return lines
+
+
+def describe_status_lines(state, now, keep, children):
+    """Return the status lines of one venture: state, last report, controller position, levers, asks, run."""
+    if state.paused:
+        condition = "paused"
+    elif state.mandate is None:
+        condition = f"cannot run: {state.problem}"
+    elif state.last_report and state.last_report[2].get("status") in ("implausible", "failed"):
+        condition = f"implausible: held by report #{state.last_report[0]} ({state.last_report[2].get('note')}); a plausible report clears it"
+    elif state.last_report and state.last_report[2].get("status") == "unconfirmed":
+        condition = f"unconfirmed: report #{state.last_report[0]} waits for the next to agree"
+    else:
+        condition = "running"
+    lines = [f"{state.name}: {condition}"]
+    if state.last_report:
+        seq, at, rec = state.last_report
+        lines.append(f"  last report #{seq} at {format_local_time(at)}: {rec.get('summary')} ({rec.get('status')})")
+    else:
+        lines.append("  no report yet")
+    m = state.mandate
+    if m is not None:
+        for side_name, way, bound, lever in controller_sides(m):
+            side = state.side(side_name)
+            if side["streak"]:
+                position = (f"past the bound, waiting on hold ({len(side['streak'])} of {m['controller']['hold']})"
+                            if len(side["streak"]) < m["controller"]["hold"] else "past the bound")
+            elif not side["armed"]:
+                position = "inside, deadband not yet re-armed"
+            else:
+                position = "inside"
+            lines.append(f"  controller: {way} {format_number(bound)} ({lever}): {position}")
+        for name, lever in m["levers"].items():
+            used = len(cap_window(state, name, now))
+            running = " (running)" if name in state.running else ""
+            lines.append(f"  lever {name}: {used} of {lever['cap'][0]} per {format_duration(lever['cap'][1])}{running}")
+    lines.append(f"  open asks: {len(state.open_asks)}" + (f" ({', '.join('#' + str(s) for s in sorted(state.open_asks))})" if state.open_asks else ""))
+    if m is not None and m["run"]:
+        child, restarts = (keep or {}).get("child"), (keep or {}).get("restarts", 0)
+        lines.append(f"  run: {'pid ' + str(child.pid) if child else 'not running'}, restarts {restarts}")
+    return lines
+
+
+class Daemon:
+    """avsmd: holds the lock, serves the socket, keeps the warden, ends the groups it leaves behind."""
+
+    def __init__(self, home, cfg, cfg_path, cfg_text, debug=False):
+        self.home, self.cfg, self.cfg_path, self.cfg_text, self.debug = home, cfg, cfg_path, cfg_text, debug
+        self.lock_path = os.path.join(home, "avsmd.lock")
+        self.sock_path = os.path.join(home, "sock")
+        self.lock_fd = self.listener = self.ledger = None
+        self.warden = None            # the warden's Popen
+        self.warden_chan = None       # our end of its channel
+        self.warden_reader = LineReader()
+        self.groups = {}              # pgid -> what the warden said it started
+        self.clients = {}             # socket -> {"reader", "id"}
+        self.waiting = {}             # request id -> client socket
+        self.queue = []               # requests held while the warden restarts
+        self.next_id = 0
+        self.stopping = False
+        self.exit_code = EX_OK
+        self.signals = []
+
+    # ---- the home and its lock ----
+    def take_lock(self):
+        """Hold avsmd.lock for life; exit 75 naming the pid when another avsmd has it."""
+        import fcntl
+        fd = os.open(self.lock_path, os.O_RDWR | os.O_CREAT, 0o600)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:
+            os.close(fd)
+            pid = read_lock_pid(self.lock_path)
+            raise Fail(EX_TEMPFAIL, f"another avsmd (pid {pid if pid else 'unknown'}) is running on {self.home}; "
+                                    "stop it first, or give this one another --home") from None
+        os.ftruncate(fd, 0)
+        os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
+        os.fsync(fd)
+        if self.lock_fd is not None:
+            os.close(self.lock_fd)
+        self.lock_fd = fd
+
+    def lock_is_ours(self):
+        try:
+            st, mine = os.stat(self.lock_path), os.fstat(self.lock_fd)
+        except OSError:
+            return False
+        return (st.st_dev, st.st_ino) == (mine.st_dev, mine.st_ino) and read_lock_pid(self.lock_path) == os.getpid()
+
+    def bind(self):
+        import socket
+        if self.listener is not None:
+            self.sel.unregister(self.listener)
+            self.listener.close()
+        try:
+            if os.path.exists(self.sock_path) or os.path.islink(self.sock_path):
+                os.unlink(self.sock_path)     # we hold the lock: a socket left here is a dead avsmd's
+        except OSError:
+            pass
+        listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        old = os.umask(0o177)
+        try:
+            listener.bind(self.sock_path)
+        finally:
+            os.umask(old)
+        os.chmod(self.sock_path, 0o600)
+        listener.listen(64)
+        listener.setblocking(False)
+        self.listener = listener
+        self.sock_id = os.stat(self.sock_path).st_ino
+        import selectors
+        self.sel.register(listener, selectors.EVENT_READ, ("listener", None))
+
+    def check_home(self):
+        """Each second: the lock file and the socket must still be ours; make again one deleted or replaced."""
+        import fcntl
+        if not self.lock_is_ours():
+            if read_lock_pid(self.lock_path) not in (None, os.getpid()) or os.path.exists(self.lock_path):
+                try:
+                    fd = os.open(self.lock_path, os.O_RDWR)
+                    fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                    os.close(fd)
+                except OSError:
+                    pid = read_lock_pid(self.lock_path)
+                    sys.stderr.write(f"avsmd: another avsmd (pid {pid}) took the lock of {self.home}; "
+                                     "stopping without appending anything more\n")
+                    self.exit_code = EX_TEMPFAIL
+                    self.lost_lock = True
+                    self.begin_stop()
+                    return
+            self.take_lock()
+            log(self.debug, "avsmd", "made the lock file again")
+        try:
+            same = os.stat(self.sock_path).st_ino == self.sock_id
+        except OSError:
+            same = False
+        if not same:
+            self.bind()
+            log(self.debug, "avsmd", "made the socket again")
+
+    # ---- the warden ----
+    def start_warden(self):
+        import selectors
+        import socket
+        import subprocess
+        ours, theirs = socket.socketpair()
+        args = [sys.executable, AVSM_PATH, "warden", "--home", self.home, "--fd", str(theirs.fileno())]
+        if self.debug:
+            args.append("-d")
+        env = dict(os.environ, AVSM_CONFIG=json.dumps(self.cfg))
+        self.warden = subprocess.Popen(args, pass_fds=[theirs.fileno()], env=env, stdin=subprocess.DEVNULL)
+        theirs.close()
+        ours.setblocking(False)
+        self.warden_chan, self.warden_reader = ours, LineReader()
+        self.sel.register(ours, selectors.EVENT_READ, ("warden", None))
+        try:
+            self.warden_pidfd = os.pidfd_open(self.warden.pid)
+            self.sel.register(self.warden_pidfd, selectors.EVENT_READ, ("warden-exit", None))
+        except (AttributeError, OSError):
+            self.warden_pidfd = None
+        log(self.debug, "avsmd", f"started the warden, pid {self.warden.pid}")
+        for message in self.queue:
+            send_line(self.warden_chan, message)
+        self.queue = []
+
+    def warden_ended(self):
+        """The warden ended: end what it left running; start it again unless avsmd is stopping."""
+        status = self.warden.poll()
+        if status is None or self.warden_chan is None:
+            return                    # still running, or its end was already settled
+        if self.warden_pidfd is not None:
+            self.sel.unregister(self.warden_pidfd)
+            os.close(self.warden_pidfd)
+            self.warden_pidfd = None
+        self.read_warden()
+        self.sel.unregister(self.warden_chan)
+        self.warden_chan.close()
+        self.warden_chan = None
+        self.end_groups()
+        if self.stopping:
+            return
+        self.append_self("restart", f"the warden (pid {self.warden.pid}) ended ({describe_status(status)}); starting it again")
+        for rid, client in list(self.waiting.items()):
+            self.reply(client, [], ["the warden ended while answering; try again"], EX_UNAVAILABLE)
+            del self.waiting[rid]
+        self.start_warden()
+
+    def end_groups(self):
+        """End every group the warden reported and did not see end: TERM, then KILL after the grace (RUN-13)."""
+        import time
+        groups = [g for g in self.groups if signal_group(g, 15)]
+        deadline = time.monotonic() + KILL_GRACE
+        while groups and time.monotonic() < deadline:
+            time.sleep(0.05)
+            groups = [g for g in groups if signal_group(g, 0)]
+        for g in groups:
+            signal_group(g, 9)
+        self.groups = {}
+
+    def read_warden(self):
+        if self.warden_chan is None:
+            return
+        while True:
+            try:
+                data = self.warden_chan.recv(65536)
+            except (BlockingIOError, InterruptedError):
+                return
+            except OSError:
+                data = b""
+            if not data:
+                return
+            for message in self.warden_reader.feed(data):
+                if "group" in message:
+                    self.groups[message["group"]] = message
+                elif "ended" in message:
+                    self.groups.pop(message["ended"], None)
+                elif "id" in message:
+                    client = self.waiting.pop(message["id"], None)
+                    if client is not None:
+                        self.reply(client, message.get("out", []), message.get("err", []), message.get("exit", EX_SOFTWARE),
+                                   config_note=message.get("cmd") == "add")
+
+    # ---- clients ----
+    def accept(self):
+        import selectors
+        import socket
+        try:
+            conn, _ = self.listener.accept()
+        except OSError:
+            return
+        try:
+            creds = conn.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, 12)
+            uid = int.from_bytes(creds[4:8], sys.byteorder)
+            if uid not in (os.getuid(), 0):
+                conn.close()
+                return
+        except (OSError, AttributeError):
+            pass
+        conn.setblocking(False)
+        self.clients[conn] = {"reader": LineReader(1024 * 1024)}
+        self.sel.register(conn, selectors.EVENT_READ, ("client", conn))
+
+    def client_data(self, conn):
+        try:
+            data = conn.recv(65536)
+        except (BlockingIOError, InterruptedError):
+            return
+        except OSError:
+            data = b""
+        if not data:
+            self.drop(conn)
+            return
+        try:
+            messages = self.clients[conn]["reader"].feed(data)
+        except ValueError:
+            self.reply(conn, [], ["a request avsmd cannot read"], EX_USAGE)
+            return
+        for request in messages[:1]:
+            self.request(conn, request)
+
+    def request(self, conn, request):
+        cmd = request.get("cmd")
+        if self.stopping:
+            self.reply(conn, [], ["avsmd is stopping and takes no new commands"], EX_UNAVAILABLE)
+            return
+        if cmd == "ping":
+            self.reply(conn, [f"avsmd {VERSION} (pid {os.getpid()}) on {self.home}"], [], EX_OK)
+            return
+        self.next_id += 1
+        message = {"id": self.next_id, "cmd": cmd, "args": request.get("args") or {}}
+        self.waiting[self.next_id] = conn
+        self.clients[conn]["cmd"] = cmd
+        if self.warden_chan is None:
+            self.queue.append(message)
+        else:
+            self.warden_chan.setblocking(True)
+            send_line(self.warden_chan, message)
+            self.warden_chan.setblocking(False)
+
+    def reply(self, conn, out, err, code, config_note=False):
+        if conn not in self.clients:
+            return
+        lines = [{"out": line} for line in out] + [{"err": line} for line in err]
+        if self.clients[conn].get("cmd") == "add" and self.config_changed():
+            lines.append({"err": "config.yaml changed on disk; restart avsmd to apply it"})
+        lines.append({"exit": code})
+        try:
+            conn.setblocking(True)
+            conn.settimeout(5)
+            conn.sendall("".join(json.dumps(line) + "\n" for line in lines).encode())
+        except OSError:
+            pass
+        self.drop(conn)
+
+    def drop(self, conn):
+        if conn in self.clients:
+            self.sel.unregister(conn)
+            del self.clients[conn]
+            conn.close()
+        for rid in [r for r, c in self.waiting.items() if c is conn]:
+            del self.waiting[rid]
+
+    def config_changed(self):
+        try:
+            with open(self.cfg_path, encoding="utf-8") as fh:
+                return fh.read() != self.cfg_text
+        except OSError:
+            return self.cfg_text != ""
+
+    # ---- records of self ----
+    def append_self(self, kind, summary, **fields):
+        import time
+        if getattr(self, "lost_lock", False):
+            return None
+        try:
+            return self.ledger.append(dict({"kind": kind, "claim": "measured", "venture": "self", "summary": summary}, **fields),
+                                      int(time.time()))
+        except LockLost:
+            self.lost_lock = True
+        except Exception as err:      # a ledger that cannot be written must not take the daemon down
+            sys.stderr.write(f"avsmd: could not append to the ledger: {err}\n")
+        return None
+
+    # ---- life ----
+    def begin_stop(self):
+        if self.stopping:
+            return
+        self.stopping = True
+        import time
+        self.stop_deadline = time.monotonic() + WARDEN_STOP_GRACE
+        if self.warden_chan is not None:
+            try:
+                self.warden_chan.setblocking(True)
+                send_line(self.warden_chan, {"cmd": "stop"})
+                self.warden_chan.setblocking(False)
+            except OSError:
+                pass
+
+    def on_signal(self, signum, frame):
+        self.signals.append(signum)
+
+    def run(self):
+        import selectors
+        import signal
+        import socket
+        import time
+        problem = socket_problem(self.home)
+        if problem:
+            raise Fail(EX_CONFIG, problem)
+        if os.path.exists(self.home) and not os.path.isdir(self.home):
+            raise Fail(EX_CANTCREAT, f"{self.home} is not a directory; give --home a directory")
+        os.makedirs(self.home, mode=0o700, exist_ok=True)
+        self.take_lock()
+        self.sel = selectors.DefaultSelector()
+        self.ledger = Ledger(os.path.join(self.home, "ledger.db"), still_ours=self.lock_is_ours)
+        broken = ledger_problem(self.ledger.db)
+        if broken is not None:
+            seq, why = broken
+            raise Fail(EX_DATAERR, f"record #{seq} of {self.home}/ledger.db does not read: {why}; "
+                                   f"nothing was appended. See avsm doctor, and avsm doctor --cut {seq} with avsmd stopped")
+        wake_r, wake_w = socket.socketpair()
+        wake_r.setblocking(False)
+        wake_w.setblocking(False)
+        signal.set_wakeup_fd(wake_w.fileno(), warn_on_full_buffer=False)
+        for signum in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
+            signal.signal(signum, self.on_signal)
+        self.sel.register(wake_r, selectors.EVENT_READ, ("signal", None))
+        self.bind()
+        self.append_self("start", f"avsmd {VERSION} started (pid {os.getpid()}) on {self.home}", pid=os.getpid())
+        self.start_warden()
+        sys.stderr.write(f"avsmd: serving {self.home} (pid {os.getpid()})\n")
+        sys.stderr.flush()
+        next_check = time.monotonic() + 1
+        while True:
+            now = time.monotonic()
+            timeout = max(0.0, next_check - now)
+            if self.stopping:
+                timeout = min(timeout, 0.1)
+            for key, _ in self.sel.select(timeout):
+                what, conn = key.data
+                if what == "signal":
+                    try:
+                        wake_r.recv(512)
+                    except OSError:
+                        pass
+                elif what == "listener":
+                    self.accept()
+                elif what == "client":
+                    self.client_data(conn)
+                elif what == "warden":
+                    self.read_warden()
+                elif what == "warden-exit":
+                    self.warden_ended()
+            for signum in self.signals:
+                if signum == signal.SIGHUP:
+                    sys.stderr.write("avsmd: SIGHUP ignored: config.yaml is read once, at start; restart avsmd to apply changes\n")
+                else:
+                    log(self.debug, "avsmd", f"signal {signum}: stopping")
+                    self.begin_stop()
+            self.signals = []
+            if self.warden_pidfd is None and self.warden is not None and self.warden.poll() is not None:
+                self.warden_ended()
+            now = time.monotonic()
+            if now >= next_check and not self.stopping:
+                self.check_home()
+                next_check = now + 1
+            if self.stopping:
+                if self.warden.poll() is not None or now >= self.stop_deadline:
+                    break
+        return self.finish()
+
+    def finish(self):
+        if self.warden.poll() is None:
+            self.warden.kill()
+        self.warden.wait()
+        self.read_warden()
+        self.end_groups()
+        for conn in list(self.clients):
+            self.reply(conn, [], ["avsmd stopped"], EX_UNAVAILABLE)
+        if not getattr(self, "lost_lock", False):
+            self.append_self("stop", f"avsmd stopped (pid {os.getpid()})", pid=os.getpid())
+            try:
+                if os.stat(self.sock_path).st_ino == self.sock_id:
+                    os.unlink(self.sock_path)
+            except OSError:
+                pass
+        self.ledger.close()
+        return self.exit_code
+
+
+def run_warden(home, fd, debug):
+    """The warden's entry: take the channel avsmd handed over and run until told to stop."""
+    import selectors
+    import signal
+    import socket
+    channel = socket.socket(fileno=fd)
+    cfg = json.loads(os.environ.pop("AVSM_CONFIG", "null")) or parse_config("")
+    warden = Warden(home, channel, cfg, debug)
+    wake_r, wake_w = socket.socketpair()
+    for end in (wake_r, wake_w):
+        end.setblocking(False)
+    signal.set_wakeup_fd(wake_w.fileno(), warn_on_full_buffer=False)
+    signal.signal(signal.SIGINT, lambda signum, frame: None)    # a terminal's Ctrl-C is avsmd's to handle
+    signal.signal(signal.SIGTERM, lambda signum, frame: None)   # seen through the wake-up fd
+    warden.sel.register(wake_r, selectors.EVENT_READ, ("signal", wake_r))
+    try:
+        return warden.run()
+    except LockLost as lost:
+        sys.stderr.write(f"avsm warden: {lost}\n")
+        for child in warden.children:
+            signal_group(child.pgid, 9)
+        return EX_TEMPFAIL
+
+
+# =============================================================================
+# 8. Client commands
+# One function per `avsm` verb. They talk to avsmd over `sock`, or read the
+# ledger read-only; only main() turns a Fail into an exit status.
+# =============================================================================
+
+CLIENT_USAGE = """usage: avsm [--home DIR] COMMAND [ARGS]
+
+commands:
+  add DIR            adopt the venture in DIR under DIR/mandate.yaml (again after an edit)
+  status             each venture: state, last report, controller, levers, asks, run
+  tail [N] [-f]      the last N records (10), following while output is a terminal or with -f
+  tail --since SEQ   every record after SEQ, then exit (for scripts)
+  asks               the open asks, with any proposed content under its question
+  approve ASK        approve ask ASK: its lever runs through the gate
+  deny ASK           deny ask ASK
+  pause VENTURE      stop a venture and everything it runs, until resumed
+  resume VENTURE     start a paused venture again
+  why SEQ            print record SEQ and, for an action, its proof and whether it re-checks
+  try DIR            run avsmd on a temporary home with DIR adopted, following the ledger
+
+--home DIR, else $AVSMD_HOME, else ~/.local/state/avsmd (macOS: ~/Library/Application Support/avsmd).
+Exit codes: 64 usage, 65 refused, 66 not there, 69 no avsmd answering, 74 output not writable."""
+
+DAEMON_USAGE = """usage: avsmd [--home DIR] [-f CONFIG] [-d] [-t | -T]
+
+  (no option)  run in the foreground, serving HOME/sock
+  -t           test the config and every adopted mandate; say what each allows
+  -T           print the config in force
+  -f FILE      read FILE as the config in place of HOME/config.yaml
+  -d           verbose diagnostics on standard error
+
+--home DIR, else $AVSMD_HOME, else ~/.local/state/avsmd (macOS: ~/Library/Application Support/avsmd).
+Exit codes: 64 usage, 75 another avsmd runs on the home, 78 a config or mandate that does not hold."""
+
+
+def out(line=""):
+    """Write one line of records to standard output."""
+    sys.stdout.write(line + "\n")
+
+
+def ask_daemon(home, cmd, args=None):
+    """Send one request to avsmd and relay its answer; return the exit code it gives."""
+    import socket
+    path = os.path.join(home, "sock")
+    conn = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    try:
+        conn.connect(path)
+    except FileNotFoundError:
+        conn.close()
+        if not os.path.isdir(home):
+            raise Fail(EX_UNAVAILABLE, f"no avsmd is answering: {home} does not exist; start one with avsmd --home {home}") from None
+        if lock_holder(home):
+            raise Fail(EX_UNAVAILABLE, f"avsmd (pid {lock_holder(home)}) is running on {home} but its socket is missing; "
+                                       "it makes it again within a second: try again, or run avsm doctor") from None
+        raise Fail(EX_UNAVAILABLE, f"no avsmd is running on {home}; start it with avsmd --home {home}") from None
+    except ConnectionRefusedError:
+        conn.close()
+        raise Fail(EX_UNAVAILABLE, f"no avsmd is running on {home} (its socket was left behind); start it with avsmd --home {home}") from None
+    except OSError as err:
+        conn.close()
+        if socket_problem(home):
+            raise Fail(EX_CONFIG, socket_problem(home)) from None
+        raise Fail(EX_UNAVAILABLE, f"cannot reach avsmd at {path}: {err.strerror}") from None
+    with conn:
+        send_line(conn, {"v": 1, "cmd": cmd, "args": args or {}})
+        reader = LineReader()
+        while True:
+            data = conn.recv(65536)
+            if not data:
+                raise Fail(EX_UNAVAILABLE, "avsmd ended the connection before answering; see avsm doctor")
+            for message in reader.feed(data):
+                if "out" in message:
+                    out(message["out"])
+                elif "err" in message:
+                    sys.stderr.write(f"avsm: {message['err']}\n")
+                elif "exit" in message:
+                    return message["exit"]
+
+
+def lock_holder(home):
+    """Return the pid of the avsmd holding the home's lock, or None when none holds it."""
+    import fcntl
+    path = os.path.join(home, "avsmd.lock")
+    try:
+        fd = os.open(path, os.O_RDONLY)
+    except OSError:
+        return None
+    try:
+        fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+        return None
+    except OSError:
+        return read_lock_pid(path) or -1
+    finally:
+        os.close(fd)
+
+
+def need_int(text, what):
+    """Return a record number given on the command line (#17 or 17), or Fail(64)."""
+    t = str(text).lstrip("#")
+    if not t.isdigit() or not t.isascii():
+        raise Fail(EX_USAGE, f"'{text}' is not {what}; write a record number such as 17")
+    return int(t)
+
+
+def cmd_add(home, args):
+    if len(args) != 1:
+        raise Fail(EX_USAGE, "usage: avsm add DIR")
+    directory = os.path.realpath(args[0])
+    check_venture_dir(directory)
+    check_venture_name(os.path.basename(directory))
+    return ask_daemon(home, "add", {"dir": directory})
+
+
+def cmd_simple(verb, usage, argument=None):
+    def command(home, args):
+        if len(args) != (1 if argument else 0):
+            raise Fail(EX_USAGE, f"usage: avsm {usage}")
+        payload = {}
+        if argument == "ask":
+            payload["ask"] = need_int(args[0], "an ask")
+        elif argument == "venture":
+            payload["venture"] = args[0]
+        return ask_daemon(home, verb, payload)
+    return command
+
+
+def ledger_path(home):
+    """Return the ledger's path, or Fail(66) when there is none yet."""
+    if not os.path.isdir(home):
+        raise Fail(EX_NOINPUT, f"{home} does not exist; start avsmd --home {home} to make it")
+    path = os.path.join(home, "ledger.db")
+    if not os.path.exists(path):
+        raise Fail(EX_NOINPUT, f"{home} has no ledger yet; start avsmd --home {home} to make it")
+    return path
+
+
+def cmd_tail(home, args):
+    """tail [N] [-f] | tail --since SEQ: records one per line, straight from the ledger."""
+    import time
+    since, count, follow = None, 10, None
+    rest = list(args)
+    while rest:
+        arg = rest.pop(0)
+        if arg == "--since":
+            if not rest:
+                raise Fail(EX_USAGE, "usage: avsm tail --since SEQ")
+            since = need_int(rest.pop(0), "a record number")
+        elif arg.startswith("--since="):
+            since = need_int(arg.split("=", 1)[1], "a record number")
+        elif arg in ("-f", "--follow"):
+            follow = True
+        elif arg.lstrip("-").isdigit() and arg.isascii():
+            count = int(arg)
+            if count < 1:
+                raise Fail(EX_DATAERR, f"tail {arg}: there is no record before #1; give a count of at least 1")
+        else:
+            raise Fail(EX_USAGE, f"avsm tail does not take '{arg}'; usage: avsm tail [N] [-f] | avsm tail --since SEQ")
+    db = open_ledger_ro(ledger_path(home))
+    if since is None:
+        last = db.execute("SELECT coalesce(max(seq), 0) FROM records").fetchone()[0]
+        since = max(0, last - count)
+        follow = sys.stdout.isatty() if follow is None else follow
+    for seq, at, record in read_records(db, since):
+        out(format_record_line(seq, at, record))
+        since = seq
+    sys.stdout.flush()
+    while follow:
+        time.sleep(0.5)
+        for seq, at, record in read_records(db, since):
+            out(format_record_line(seq, at, record))
+            since = seq
+        sys.stdout.flush()
+    return EX_OK
+
+
+def cmd_why(home, args):
+    """why SEQ: the record, its proof's steps and premises, and whether the proof re-checks now."""
+    if len(args) != 1:
+        raise Fail(EX_USAGE, "usage: avsm why SEQ")
+    seq = need_int(args[0], "a record number")
+    db = open_ledger_ro(ledger_path(home))
+    row = db.execute("SELECT at, record FROM records WHERE seq = ?", (seq,)).fetchone()
+    if row is None:
+        raise Fail(EX_DATAERR, f"#{seq} is not in the ledger; avsm tail shows the record numbers")
+    at, record = row[0], json.loads(row[1])
+    out(format_record_line(seq, at, record))
+    proof = record.get("proof")
+    if record.get("kind") != "action" or not proof:
+        cited = [record[k] for k in ("action", "ask", "report") if isinstance(record.get(k), int)]
+        out(f"a {record.get('claim')} {record.get('kind')} record: it authorizes nothing and carries no proof")
+        for c in cited:
+            r = db.execute("SELECT at, record FROM records WHERE seq = ?", (c,)).fetchone()
+            if r:
+                out("  cites " + format_record_line(c, r[0], json.loads(r[1])))
+        return EX_OK
+    out(f"rule: {proof.get('rule')}")
+    for step in proof.get("steps", []):
+        out(f"  step: {step}")
+    if proof.get("trigger") is not None:
+        r = db.execute("SELECT at, record FROM records WHERE seq = ?", (proof["trigger"],)).fetchone()
+        if r:
+            t = json.loads(r[1])
+            out(f"  trigger (not a premise): #{proof['trigger']} {t.get('claim')} {t.get('kind')} {t.get('summary')}")
+    records = {s: (a, r) for s, a, r in read_records(db, 0, seq)
+               if r.get("venture") == record.get("venture") or s in proof.get("premises", [])}
+    for p in proof.get("premises", []):
+        if p in records:
+            r = records[p][1]
+            out(f"  premise #{p} {r.get('claim')} {r.get('kind')} {r.get('summary')}")
+        else:
+            out(f"  premise #{p} is not in the ledger")
+    problems = check_proof(seq, at, record, records)
+    if problems:
+        for problem in problems:
+            out(f"does not re-check: {problem}")
+        return EX_DATAERR
+    out("re-checks: yes, from measured and declared records under the mandate in force")
+    return EX_OK
+
+
+def cmd_try(home_arg, args):
+    """try DIR: run avsmd on a temporary home, adopt DIR, and follow the ledger until Ctrl-C."""
+    import signal
+    import subprocess
+    import tempfile
+    import time
+    if len(args) != 1:
+        raise Fail(EX_USAGE, "usage: avsm try DIR   (for example: python3 avsm.py try examples/counter)")
+    directory = os.path.realpath(args[0])
+    check_venture_dir(directory)
+    check_venture_name(os.path.basename(directory))
+    home = home_arg or tempfile.mkdtemp(prefix="av", dir="/tmp")
+    daemon = subprocess.Popen([sys.executable, AVSM_PATH, "avsmd", "--home", home], stdin=subprocess.DEVNULL,
+                              process_group=0)
+    try:
+        for _ in range(100):
+            if os.path.exists(os.path.join(home, "sock")) or daemon.poll() is not None:
+                break
+            time.sleep(0.05)
+        if daemon.poll() is not None:
+            raise Fail(EX_UNAVAILABLE, f"avsmd did not start on {home} (exit {daemon.returncode})")
+        code = ask_daemon(home, "add", {"dir": directory})
+        if code != EX_OK:
+            return code
+        out(f"# following {home}/ledger.db; Ctrl-C stops avsmd")
+        sys.stdout.flush()
+        try:
+            cmd_tail(home, ["1000000", "-f"])
+        except KeyboardInterrupt:
+            pass
+    finally:
+        if daemon.poll() is None:
+            daemon.send_signal(signal.SIGTERM)
+            try:
+                daemon.wait(15)
+            except subprocess.TimeoutExpired:
+                daemon.kill()
+        sys.stderr.write(f"\navsm: avsmd stopped (exit {daemon.wait()}); the home is kept at {home}\n"
+                         f"avsm: look again with: python3 {AVSM_PATH} --home {home} tail 50\n")
+    return EX_OK
+
+
+CLIENT_COMMANDS = {
+    "add": cmd_add,
+    "status": cmd_simple("status", "status"),
+    "tail": cmd_tail,
+    "asks": cmd_simple("asks", "asks"),
+    "approve": cmd_simple("approve", "approve ASK", "ask"),
+    "deny": cmd_simple("deny", "deny ASK", "ask"),
+    "pause": cmd_simple("pause", "pause VENTURE", "venture"),
+    "resume": cmd_simple("resume", "resume VENTURE", "venture"),
+    "why": cmd_why,
+    "try": None,
+}
+
+
+def run_client(args):
+    """avsm [--home DIR] COMMAND ...: return the exit code."""
+    home, rest = take_home(args)
+    if not rest or rest[0] in ("-h", "--help", "help"):
+        out(CLIENT_USAGE)
+        return EX_OK if rest else EX_USAGE
+    if rest[0] == "--version":
+        out(f"avsm {VERSION}")
+        return EX_OK
+    verb, rest = rest[0], rest[1:]
+    if verb not in CLIENT_COMMANDS:
+        raise Fail(EX_USAGE, f"'{verb}' is not an avsm command{nearest(verb, CLIENT_COMMANDS)}; avsm --help lists them")
+    if "-h" in rest or "--help" in rest:
+        out(CLIENT_USAGE)
+        return EX_OK
+    if verb == "try":
+        return cmd_try(home, rest)
+    return CLIENT_COMMANDS[verb](resolve_home(home), rest)
+
+
+def take_home(args):
+    """Return (--home value or None, the other arguments): --home may stand before or after the command."""
+    home, rest, i = None, [], 0
+    while i < len(args):
+        if args[i] == "--home":
+            if i + 1 >= len(args):
+                raise Fail(EX_USAGE, "--home needs a directory")
+            home, i = args[i + 1], i + 2
+        elif args[i].startswith("--home="):
+            home, i = args[i].split("=", 1)[1], i + 1
+        else:
+            rest.append(args[i])
+            i += 1
+    return home, rest
+
+
+def read_config(home, path=None):
+    """Return (config, its path, its text) from -f FILE or HOME/config.yaml; a missing home config is all defaults."""
+    given = path is not None
+    path = path or os.path.join(home, "config.yaml")
+    try:
+        with open(path, encoding="utf-8") as fh:
+            text = fh.read()
+    except FileNotFoundError:
+        if given:
+            raise Fail(EX_CONFIG, f"{path} is not there; pass an existing config file to -f") from None
+        text = ""
+    except OSError as err:
+        raise Fail(EX_CONFIG, f"{path} cannot be read: {err.strerror}") from None
+    return parse_config(text, path), path, text
+
+
+def adopted_mandates(home):
+    """Return [(name, directory, mandate seq, paused)] of every adopted venture, from the ledger."""
+    path = os.path.join(home, "ledger.db")
+    if not os.path.exists(path):
+        return []
+    ventures = {}
+    db = open_ledger_ro(path)
+    for seq, at, record in read_records(db):
+        name = record.get("venture")
+        if record["kind"] == "mandate":
+            ventures[name] = [name, record.get("directory"), seq, False]
+        elif record["kind"] in ("pause", "resume") and name in ventures:
+            ventures[name][3] = record["kind"] == "pause"
+    db.close()
+    return [tuple(v) for v in ventures.values()]
+
+
+def test_config(home, cfg, path):
+    """avsmd -t: the config and every adopted mandate, re-read from its directory; 78 when one does not hold."""
+    code = EX_OK
+    problem = socket_problem(home)
+    if problem:
+        sys.stderr.write(f"avsmd: {problem}\n")
+        code = EX_CONFIG
+    out(f"config {path}: holds" + ("" if os.path.exists(path) else " (not there: every default)"))
+    for name, directory, seq, paused in adopted_mandates(home):
+        mandate_path = os.path.join(directory or "", "mandate.yaml")
+        try:
+            if not os.path.isdir(directory or ""):
+                raise Fail(EX_NOINPUT, f"{directory} is not there")
+            with open(mandate_path, encoding="utf-8", errors="replace") as fh:
+                m = parse_mandate(fh.read(), mandate_path, directory)
+        except OSError as err:
+            sys.stderr.write(f"avsmd: {name}: {mandate_path} cannot be read: {err.strerror}\n")
+            code = EX_CONFIG
+            continue
+        except Fail as fail:
+            if fail.code == EX_NOINPUT and paused:
+                out(f"venture {name} (mandate #{seq}): paused, and its directory has gone")
+                continue
+            sys.stderr.write(f"avsmd: {name}: {fail}\n")
+            code = EX_CONFIG
+            continue
+        out(f"venture {name} (mandate #{seq}, {directory}){': paused' if paused else ''}:")
+        for line in describe_allowed(m):
+            out(line)
+    return code
+
+
+def run_daemon(args):
+    """avsmd [--home DIR] [-f FILE] [-d] [-t|-T]: return the exit code."""
+    home, rest = take_home(args)
+    config_path, debug, mode = None, False, "run"
+    while rest:
+        arg = rest.pop(0)
+        if arg in ("-h", "--help"):
+            out(DAEMON_USAGE)
+            return EX_OK
+        if arg == "--version":
+            out(f"avsmd {VERSION}")
+            return EX_OK
+        if arg == "-f":
+            if not rest:
+                raise Fail(EX_USAGE, "-f needs a config file")
+            config_path = rest.pop(0)
+        elif arg == "-d":
+            debug = True
+        elif arg in ("-t", "-T"):
+            mode = arg
+        else:
+            raise Fail(EX_USAGE, f"avsmd does not take '{arg}'; avsmd --help lists its options")
+    home = resolve_home(home)
+    cfg, path, text = read_config(home, config_path)
+    if mode == "-T":
+        out(format_config(cfg).rstrip("\n"))
+        return EX_OK
+    if mode == "-t":
+        return test_config(home, cfg, path)
+    return Daemon(home, cfg, path, text, debug).run()
+
+
+def run_internal(program, args):
+    """The programs avsmd starts itself: the warden, and the built-in adapters."""
+    if program == "warden":
+        home, rest = take_home(args)
+        fd = int(rest[rest.index("--fd") + 1])
+        return run_warden(resolve_home(home), fd, "-d" in rest)
+    return run_adapter(args)
+
+
+def run_adapter(args):
+    """adapter http.status URL: print the HTTP status code of a GET (open point 5)."""
+    if len(args) != 2 or args[0] != "http.status":
+        raise Fail(EX_USAGE, f"no built-in adapter reads {' '.join(args)!r} yet; use http.status URL")
+    import urllib.error
+    import urllib.request
+    try:
+        with urllib.request.urlopen(urllib.request.Request(args[1], method="GET"), timeout=30) as response:
+            out(str(response.status))
+    except urllib.error.HTTPError as err:
+        out(str(err.code))
+    except (urllib.error.URLError, OSError, ValueError) as err:
+        raise Fail(EX_UNAVAILABLE, f"http.status {args[1]}: {err}") from None
+    return EX_OK
+
+
+# =============================================================================
+# 9. main and the argv[0] dispatch
+# The only place that exits: a Fail becomes `avsm: message` and its code.
+# =============================================================================
+
+def main(argv=None):
+    """Run avsmd or avsm, chosen by argv[0] as a multi-call binary is; return the exit code."""
+    program = os.path.basename(sys.argv[0] if sys.argv and sys.argv[0] else "avsm").split(".")[0]
+    args = list(sys.argv[1:] if argv is None else argv)
+    if program not in ("avsmd", "avsm") or (args and args[0] in ("avsmd", "avsm", "warden", "adapter")):
+        if args and args[0] in ("avsmd", "avsm", "warden", "adapter"):
+            program, args = args[0], args[1:]
+        else:
+            program = "avsm"
+    name = "avsmd" if program == "avsmd" else "avsm"
+    try:
+        if program == "avsmd":
+            code = run_daemon(args)
+        elif program in ("warden", "adapter"):
+            code = run_internal(program, args)
+        else:
+            code = run_client(args)
+        sys.stdout.flush()
+        return code
+    except Fail as fail:
+        sys.stderr.write(f"{name}: {fail}\n")
+        return fail.code
+    except BrokenPipeError:
+        # the reader went away (avsm tail | head -1): end quietly
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        return EX_OK
+    except KeyboardInterrupt:
+        return 130
+    except OSError as err:
+        if err.errno == 9 or (sys.stdout is None or sys.stdout.closed):
+            sys.stderr.write(f"{name}: standard output cannot be written: {err.strerror}\n")
+            return EX_IOERR
+        raise
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,195 @@
+"""Shared fixtures: a short temp home, a real avsmd started through an `avsmd` symlink, the real
+client through an `avsm` symlink, and a safety check over every ledger a test leaves behind."""
+
+import json
+import os
+import shutil
+import signal
+import sqlite3
+import subprocess
+import sys
+import tempfile
+import time
+
+import pytest
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, ROOT)
+
+import avsm  # noqa: E402
+
+SHARED = os.path.join(ROOT, "..", "shared")
+
+
+@pytest.fixture(scope="session")
+def bindir():
+    """A short directory holding `avsm` and `avsmd` symlinks to avsm.py, so argv[0] dispatch is exercised."""
+    d = tempfile.mkdtemp(prefix="avb", dir="/tmp")
+    for name in ("avsm", "avsmd"):
+        os.symlink(os.path.join(ROOT, "avsm.py"), os.path.join(d, name))
+    yield d
+    shutil.rmtree(d, ignore_errors=True)
+
+
+@pytest.fixture
+def home():
+    """A fresh, short home path under /tmp (socket paths are limited to ~107 bytes); not yet created."""
+    d = tempfile.mkdtemp(prefix="av", dir="/tmp")
+    h = os.path.join(d, "h")
+    yield h
+    shutil.rmtree(d, ignore_errors=True)
+
+
+@pytest.fixture
+def workdir():
+    """A scratch directory for ventures and files a test writes."""
+    d = tempfile.mkdtemp(prefix="avw", dir="/tmp")
+    yield d
+    shutil.rmtree(d, ignore_errors=True)
+
+
+def write(path, text, mode=None):
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    with open(path, "w") as fh:
+        fh.write(text)
+    if mode is not None:
+        os.chmod(path, mode)
+    return path
+
+
+def make_venture(root, name, mandate, files=None):
+    """Write a venture directory: mandate.yaml and executable scripts {name: text}."""
+    d = os.path.join(root, name)
+    os.makedirs(d, exist_ok=True)
+    write(os.path.join(d, "mandate.yaml"), mandate)
+    for fname, text in (files or {}).items():
+        write(os.path.join(d, fname), text, 0o755)
+    return d
+
+
+class Avsm:
+    """The real client and daemon on one home."""
+
+    def __init__(self, bindir, home, env=None):
+        self.bindir, self.home = bindir, home
+        self.env = dict(os.environ, **(env or {}))
+        self.env.pop("AVSMD_HOME", None)
+        self.proc = None
+
+    def cli(self, *args, timeout=30, input=None):
+        """Run `avsm --home HOME ARGS`; return the CompletedProcess (text)."""
+        return subprocess.run([sys.executable, os.path.join(self.bindir, "avsm"), "--home", self.home, *args],
+                              capture_output=True, text=True, timeout=timeout, env=self.env, input=input)
+
+    def daemon_cmd(self, *args, timeout=30):
+        return subprocess.run([sys.executable, os.path.join(self.bindir, "avsmd"), "--home", self.home, *args],
+                              capture_output=True, text=True, timeout=timeout, env=self.env)
+
+    def start(self, *args):
+        """Start avsmd in the foreground (as a child of the test); wait until it answers."""
+        self.errfile = tempfile.TemporaryFile(mode="w+")
+        self.proc = subprocess.Popen([sys.executable, os.path.join(self.bindir, "avsmd"), "--home", self.home, *args],
+                                     stdout=subprocess.DEVNULL, stderr=self.errfile, env=self.env,
+                                     start_new_session=True)
+        deadline = time.monotonic() + 15
+        while time.monotonic() < deadline:
+            if self.proc.poll() is not None:
+                raise AssertionError(f"avsmd exited {self.proc.returncode}: {self.stderr()}")
+            if os.path.exists(os.path.join(self.home, "sock")) and self.cli("status").returncode == 0:
+                return self
+            time.sleep(0.05)
+        raise AssertionError("avsmd did not answer within 15 s")
+
+    def stderr(self):
+        self.errfile.seek(0)
+        return self.errfile.read()
+
+    def stop(self, timeout=12):
+        """SIGTERM avsmd; return its exit code and the seconds it took."""
+        if self.proc is None or self.proc.poll() is not None:
+            return self.proc.returncode if self.proc else None, 0
+        t0 = time.monotonic()
+        self.proc.send_signal(signal.SIGTERM)
+        try:
+            code = self.proc.wait(timeout)
+        except subprocess.TimeoutExpired:
+            os.killpg(self.proc.pid, signal.SIGKILL)
+            self.proc.wait()
+            raise AssertionError("avsmd did not stop within the time limit after SIGTERM")
+        return code, time.monotonic() - t0
+
+    def records(self, since=0):
+        """Every record after `since`, read through a read-only connection: [(seq, at, record)]."""
+        path = os.path.join(self.home, "ledger.db")
+        db = sqlite3.connect(f"file:{path}?mode=ro", uri=True, timeout=10)
+        try:
+            rows = db.execute("SELECT seq, at, record FROM records WHERE seq > ? ORDER BY seq", (since,)).fetchall()
+        finally:
+            db.close()
+        return [(s, a, json.loads(r)) for s, a, r in rows]
+
+    def kinds(self, venture=None):
+        return [r["kind"] for _, _, r in self.records() if venture is None or r["venture"] == venture]
+
+    def wait_for(self, predicate, timeout=30, what="a record"):
+        """Poll the ledger until predicate(records) is true; return the records then."""
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if os.path.exists(os.path.join(self.home, "ledger.db")):
+                recs = self.records()
+                found = predicate(recs)
+                if found:
+                    return found
+            time.sleep(0.1)
+        raise AssertionError(f"timed out waiting for {what}; ledger:\n" +
+                             "\n".join(f"#{s} {r['venture']} {r['kind']} {r['summary']}" for s, _, r in self.records()))
+
+
+def check_ledger_safety(home):
+    """The safety invariants over a whole ledger: the chain re-verifies, every record has kind, claim,
+    venture and summary, every action's proof re-checks from measured and declared premises only,
+    every outcome cites an action and no action has two, and no lever ran while its venture was paused."""
+    path = os.path.join(home, "ledger.db")
+    if not os.path.exists(path):
+        return
+    db = avsm.open_ledger_ro(path)
+    checked, problem = avsm.verify_chain(db)
+    assert problem is None, f"chain broken at #{checked}: {problem}"
+    rows = list(avsm.read_records(db))
+    records = {s: (a, r) for s, a, r in rows}
+    outcomes, paused, directory = {}, set(), {}
+    for seq, at, r in rows:
+        for key in ("kind", "claim", "venture", "summary"):
+            assert key in r, f"#{seq} has no {key}"
+        assert r["claim"] in ("measured", "declared", "inferred"), f"#{seq} claim {r['claim']}"
+        if r["kind"] == "pause":
+            paused.add(r["venture"])
+        elif r["kind"] == "resume":
+            paused.discard(r["venture"])
+        elif r["kind"] == "mandate":
+            if directory.get(r["venture"], r["directory"]) != r["directory"]:
+                paused.discard(r["venture"])     # a moved directory is a new venture
+            directory[r["venture"]] = r["directory"]
+        elif r["kind"] == "action":
+            assert r["claim"] == "measured"
+            for p in r["proof"]["premises"]:
+                assert records[p][1]["claim"] in ("measured", "declared"), f"action #{seq} cites inferred #{p}"
+            assert r["lever"] == "stop" or r["venture"] not in paused, f"action #{seq} ran while {r['venture']} was paused"
+            problems = avsm.check_proof(seq, at, r, records)
+            assert not problems, f"action #{seq} does not re-check: {problems}"
+        elif r["kind"] == "outcome":
+            assert records[r["action"]][1]["kind"] == "action", f"outcome #{seq} cites no action"
+            assert r["action"] not in outcomes, f"action #{r['action']} has two outcomes"
+            outcomes[r["action"]] = seq
+    db.close()
+
+
+@pytest.fixture
+def av(bindir, home):
+    """A client and daemon pair on a fresh home; the daemon, if started, is stopped and must exit 0."""
+    a = Avsm(bindir, home)
+    yield a
+    if a.proc is not None and a.proc.poll() is None:
+        code, _ = a.stop()
+        assert code == 0, f"avsmd exited {code} at teardown: {a.stderr()}"
+    check_ledger_safety(home)

@@ -1,0 +1,499 @@
+"""Black-box tests of avsmd and avsm: a real daemon on a short temp home, driven by the real client,
+the ledger read read-only. Each test's docstring names the requirements it checks."""
+
+import os
+import shutil
+import signal
+import stat
+import subprocess
+import sys
+import time
+
+import pytest
+
+from conftest import ROOT, Avsm, make_venture, write
+
+DIAL_REPORT = "#!/bin/sh\ncat value\n"
+
+
+def dial(root, name, mandate, value="0", **files):
+    """A venture whose metric is the number in its file `value`; levers are given as scripts."""
+    d = make_venture(root, name, mandate, dict({"report": DIAL_REPORT}, **files))
+    write(os.path.join(d, "value"), f"{value}\n")
+    return d
+
+
+def set_value(d, value):
+    write(os.path.join(d, "value.new"), f"{value}\n")
+    os.replace(os.path.join(d, "value.new"), os.path.join(d, "value"))
+
+
+def of(records, kind, venture=None):
+    return [(s, r) for s, _, r in records if r["kind"] == kind and (venture is None or r["venture"] == venture)]
+
+
+def group_alive(pgid):
+    try:
+        os.killpg(pgid, 0)
+        return True
+    except ProcessLookupError:
+        return False
+
+
+def processes_with(marker):
+    """Pids of live processes whose command line holds `marker`."""
+    pids = []
+    for p in os.listdir("/proc"):
+        if p.isdigit():
+            try:
+                with open(f"/proc/{p}/cmdline", "rb") as fh:
+                    if marker.encode() in fh.read():
+                        with open(f"/proc/{p}/stat") as st:
+                            if st.read().split(") ")[1].split()[0] != "Z":
+                                pids.append(int(p))
+            except OSError:
+                pass
+    return pids
+
+
+THRESHOLD = """purpose: Keep the dial low.
+metric: dial
+controller: {{kind: threshold, above: 10, action: lower{extra}}}
+cadence: 1s
+permitted:
+  - {{name: lower, run: ./lower, cap: {cap}, reversible: {reversible}{lever}}}
+forbidden: [rm]
+"""
+
+
+def threshold(extra="", cap="60/hour", reversible="true", lever=""):
+    return THRESHOLD.format(extra=extra, cap=cap, reversible=reversible, lever=lever)
+
+
+LOWER = "#!/bin/sh\necho 0 > value\n"
+
+
+# ---- the daemon's life ----------------------------------------------------------
+
+def test_start_and_clean_stop(av):
+    """avsmd runs in the foreground, makes its home 0700 and socket 0600, writes self start and stop
+    records, and exits 0 within 10 s of SIGTERM. RUN-01 RUN-03 RUN-08 HOME-04 HOME-09 SELF-01"""
+    av.start()
+    assert stat.S_IMODE(os.stat(av.home).st_mode) == 0o700
+    sock = os.path.join(av.home, "sock")
+    assert stat.S_ISSOCK(os.stat(sock).st_mode) and stat.S_IMODE(os.stat(sock).st_mode) == 0o600
+    assert os.path.isfile(os.path.join(av.home, "avsmd.lock"))
+    code, took = av.stop()
+    assert code == 0 and took < 10
+    kinds = [(r["venture"], r["kind"], r["claim"]) for _, _, r in av.records()]
+    assert kinds[0] == ("self", "start", "measured") and kinds[-1] == ("self", "stop", "measured")
+    assert av.cli("status").returncode == 69
+
+
+def test_sigint_stops_cleanly(av):
+    """SIGINT stops avsmd as SIGTERM does, exit 0. RUN-03 RUN-08"""
+    av.start()
+    av.proc.send_signal(signal.SIGINT)
+    assert av.proc.wait(10) == 0
+
+
+def test_second_daemon_exits_75_naming_the_first(av):
+    """A second avsmd on the same home exits 75 and names the first's pid, even with the socket deleted.
+    LOCK-01 LOCK-02 LOCK-03 EXIT-08"""
+    av.start()
+    second = av.daemon_cmd()
+    assert second.returncode == 75
+    assert str(av.proc.pid) in second.stderr
+    os.unlink(os.path.join(av.home, "sock"))
+    second = av.daemon_cmd()
+    assert second.returncode == 75 and str(av.proc.pid) in second.stderr
+
+
+def test_deleted_socket_and_lock_are_made_again(av):
+    """Each second avsmd checks its lock file and socket and makes again one that was deleted. LOCK-04 LOCK-05"""
+    av.start()
+    os.unlink(os.path.join(av.home, "sock"))
+    os.unlink(os.path.join(av.home, "avsmd.lock"))
+    deadline = time.monotonic() + 5
+    while time.monotonic() < deadline and av.cli("status").returncode != 0:
+        time.sleep(0.2)
+    assert av.cli("status").returncode == 0
+    assert os.path.isfile(os.path.join(av.home, "avsmd.lock"))
+    assert av.daemon_cmd().returncode == 75
+
+
+def test_home_too_long_for_the_socket(bindir, workdir):
+    """A home whose socket path passes 107 bytes is refused with 'use a shorter --home or AVSMD_HOME':
+    avsmd exits 78, and so does avsmd -t. HOME-05 HOME-06 HOME-07"""
+    home = os.path.join(workdir, "x" * (110 - len(workdir)))
+    a = Avsm(bindir, home)
+    run = a.daemon_cmd()
+    assert run.returncode == 78 and "use a shorter --home or AVSMD_HOME" in run.stderr
+    test = a.daemon_cmd("-t")
+    assert test.returncode == 78 and "use a shorter --home or AVSMD_HOME" in test.stderr
+
+
+def test_home_from_environment(bindir, home):
+    """--home wins over $AVSMD_HOME, which wins over the default. HOME-01 CLI-02"""
+    a = Avsm(bindir, home, env={})
+    a.env["AVSMD_HOME"] = home
+    started = subprocess.Popen([sys.executable, os.path.join(bindir, "avsmd")], env=a.env,
+                               stderr=subprocess.DEVNULL, start_new_session=True)
+    try:
+        deadline = time.monotonic() + 10
+        while not os.path.exists(os.path.join(home, "sock")) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        env_status = subprocess.run([sys.executable, os.path.join(bindir, "avsm"), "status"], env=a.env,
+                                    capture_output=True, text=True)
+        assert env_status.returncode == 0
+        other = subprocess.run([sys.executable, os.path.join(bindir, "avsm"), "--home", home + "x", "status"],
+                               env=a.env, capture_output=True, text=True)
+        assert other.returncode == 69
+    finally:
+        started.send_signal(signal.SIGTERM)
+        assert started.wait(10) == 0
+
+
+def test_client_without_daemon_exits_69(av):
+    """Every command that needs the daemon exits 69 when none runs, saying which way it is missing. EXIT-05"""
+    for args in (["status"], ["asks"], ["pause", "x"], ["resume", "x"], ["approve", "1"], ["deny", "1"]):
+        run = av.cli(*args)
+        assert run.returncode == 69, args
+        assert "does not exist" in run.stderr or "no avsmd" in run.stderr
+
+
+# ---- adding ventures ------------------------------------------------------------
+
+def test_add_refusals_and_their_codes(av, workdir):
+    """add: 66 for a missing directory, 65 for a file, 65 naming the rename for mandate.yml, 65 for a
+    mandate the daemon refuses (with file:line:col), 65 for a bad directory name.
+    VENTURE-03 VENTURE-09 VENTURE-10 VENTURE-11 VENTURE-12 MANDATE-08 EXIT-03 EXIT-04"""
+    av.start()
+    assert av.cli("add", os.path.join(workdir, "nope")).returncode == 66
+    f = write(os.path.join(workdir, "afile"), "x")
+    run = av.cli("add", f)
+    assert run.returncode == 65 and "directory" in run.stderr
+    yml = make_venture(workdir, "yml", "")
+    os.rename(os.path.join(yml, "mandate.yaml"), os.path.join(yml, "mandate.yml"))
+    run = av.cli("add", yml)
+    assert run.returncode == 65 and "rename" in run.stderr and "mandate.yaml" in run.stderr
+    bad = dial(workdir, "bad", threshold().replace("cadence", "cadance"), lower=LOWER)
+    run = av.cli("add", bad)
+    assert run.returncode == 65 and "cadance" in run.stderr and "mandate.yaml:" in run.stderr
+    spaced = dial(workdir, "a b", threshold(), lower=LOWER)
+    assert av.cli("add", spaced).returncode == 65
+    assert av.kinds().count("mandate") == 0
+
+
+def test_readd_unchanged_writes_nothing_changed_adopts(av, workdir):
+    """Re-adding an unchanged mandate writes nothing; a changed one is a new mandate record whose
+    permissions replace the old. VENTURE-01 VENTURE-02 VENTURE-07"""
+    d = dial(workdir, "dial", threshold(), lower=LOWER)
+    av.start()
+    run = av.cli("add", d)
+    assert run.returncode == 0 and "dial" in run.stdout and "lower" in run.stdout
+    count = len(av.records())
+    again = av.cli("add", d)
+    assert again.returncode == 0 and "unchanged" in again.stdout
+    assert len(of(av.records(), "mandate")) == 1
+    write(os.path.join(d, "mandate.yaml"), threshold(cap="5/hour"))
+    assert av.cli("add", d).returncode == 0
+    mandates = of(av.records(), "mandate")
+    assert len(mandates) == 2 and mandates[-1][1]["venture"] == "dial" and count < len(av.records())
+
+
+def test_config_change_is_noticed_by_add(av, workdir):
+    """avsm add says the config changed on disk while file and daemon differ. VENTURE-13 CONFIG-01"""
+    d = dial(workdir, "dial", threshold(), lower=LOWER)
+    av.start()
+    assert "config.yaml changed" not in av.cli("add", d).stderr
+    write(os.path.join(av.home, "config.yaml"), "ratchet: 3\n")
+    run = av.cli("add", d)
+    assert run.returncode == 0 and "config.yaml changed on disk; restart avsmd to apply it" in run.stderr
+
+
+# ---- the tick, the controller, the gate --------------------------------------------
+
+def test_counter_example_resets_with_proof(bindir, home, workdir):
+    """The README's counter: report climbs, past 10 the reset runs, with an action whose proof cites only
+    measured and declared records, and `avsm why` re-checks it. EXAMPLE-01..03 CTRL-02 PROOF-02..05 LEVER-12"""
+    d = os.path.join(workdir, "counter")
+    shutil.copytree(os.path.join(ROOT, "examples", "counter"), d)
+    tmp = os.path.join(workdir, "t")
+    os.mkdir(tmp)
+    a = Avsm(bindir, home, env={"TMPDIR": tmp})
+    a.start()
+    try:
+        cksum = subprocess.run("pwd | cksum | cut -d' ' -f1", shell=True, cwd=d, capture_output=True, text=True).stdout.strip()
+        write(os.path.join(tmp, f"avsm-counter-{os.getuid()}-{cksum}"), "9\n")
+        assert a.cli("add", d).returncode == 0
+        recs = a.wait_for(lambda rs: of(rs, "outcome") and rs, timeout=25, what="the reset's outcome")
+        reports = [r["value"] for _, r in of(recs, "report")]
+        assert reports[:2] == [10, 11]
+        (action_seq, action), = of(recs, "action")
+        assert action["lever"] == "reset" and action["proof"]["rule"] == "threshold"
+        outcome = of(recs, "outcome")[0][1]
+        assert outcome["ok"] is True and outcome["action"] == action_seq
+        why = a.cli("why", str(action_seq))
+        assert why.returncode == 0 and "re-checks: yes" in why.stdout and "premise #" in why.stdout
+        status = a.cli("status")
+        assert "counter: running" in status.stdout and "reset: 1 of 60" in status.stdout
+    finally:
+        assert a.stop()[0] == 0
+    from conftest import check_ledger_safety
+    check_ledger_safety(home)
+
+
+def test_cap_is_never_exceeded_and_refusals_say_why(av, workdir):
+    """With the metric held past the bound, the lever runs on every crossed report until its cap, then
+    each decision is a refusal naming the cap. CTRL-04 LEVER-03 open point 20"""
+    d = dial(workdir, "dial", threshold(cap="2/hour"), value="50", lower="#!/bin/sh\ntrue\n")
+    av.start()
+    av.cli("add", d)
+    recs = av.wait_for(lambda rs: len(of(rs, "refusal")) >= 2 and rs, timeout=15, what="two refusals")
+    assert len(of(recs, "action")) == 2
+    assert all("cap" in r["why"] for _, r in of(recs, "refusal"))
+    status = av.cli("status").stdout
+    assert "lower: 2 of 2" in status
+
+
+def test_deadband_acts_once_per_excursion(av, workdir):
+    """deadband: one action per excursion even while the metric stays past the bound; re-armed at
+    above - d. CTRL-05 CTRL-06"""
+    d = dial(workdir, "dial", threshold(extra=", deadband: 2"), value="50", lower="#!/bin/sh\ntrue\n")
+    av.start()
+    av.cli("add", d)
+    av.wait_for(lambda rs: len(of(rs, "report")) >= 4, timeout=15, what="four reports")
+    assert len(of(av.records(), "action")) == 1
+    set_value(d, 9)                          # inside but not past the deadband: still disarmed
+    av.wait_for(lambda rs: of(rs, "report")[-1][1]["value"] == 9, timeout=10, what="a report of 9")
+    set_value(d, 50)
+    time.sleep(2.5)
+    assert len(of(av.records(), "action")) == 1
+    set_value(d, 8)
+    av.wait_for(lambda rs: of(rs, "report")[-1][1]["value"] == 8, timeout=10, what="a report of 8")
+    set_value(d, 50)
+    av.wait_for(lambda rs: len(of(rs, "action")) == 2, timeout=10, what="the second action")
+
+
+def test_hold_waits_for_reports_in_a_row(av, workdir):
+    """hold: 3 acts on the third crossed report in a row, not before. CTRL-07"""
+    d = dial(workdir, "dial", threshold(extra=", hold: 3, deadband: 1"), value="50", lower="#!/bin/sh\ntrue\n")
+    av.start()
+    av.cli("add", d)
+    recs = av.wait_for(lambda rs: of(rs, "action") and rs, timeout=15, what="an action")
+    reports = [s for s, r in of(recs, "report")]
+    action = of(recs, "action")[0][1]
+    assert len(reports) >= 3 and action["proof"]["premises"][1:4] == reports[:3]
+
+
+def test_failed_reports_are_kept_and_never_acted_on(av, workdir):
+    """A report that prints `count: 5`, exits non-zero or prints nothing is a failed report with a note;
+    it raises one ask until a plausible report comes, and no lever runs. REPORT-02..06 PLAUS-05..07 CTRL-08"""
+    d = dial(workdir, "dial", threshold(), value="count: 50", lower=LOWER)
+    av.start()
+    av.cli("add", d)
+    av.wait_for(lambda rs: len(of(rs, "report")) >= 3, timeout=10, what="three reports")
+    write(os.path.join(d, "report"), "#!/bin/sh\necho 99; exit 3\n", 0o755)
+    av.wait_for(lambda rs: "exit 3" in of(rs, "report")[-1][1]["note"], timeout=10, what="an exit-3 report")
+    write(os.path.join(d, "report"), "#!/bin/sh\ntrue\n", 0o755)
+    av.wait_for(lambda rs: "no number" in of(rs, "report")[-1][1]["note"], timeout=10, what="an empty report")
+    recs = av.records()
+    reports = [r for _, r in of(recs, "report")]
+    assert all(r["status"] == "failed" and r["plausible"] is False and r["value"] is None and r["note"] for r in reports)
+    assert "count: 50" in reports[0]["note"]
+    assert len(of(recs, "ask")) == 1 and not of(recs, "action")
+    assert "held by report" in av.cli("status").stdout
+    write(os.path.join(d, "report"), DIAL_REPORT, 0o755)
+    set_value(d, 3)
+    recs = av.wait_for(lambda rs: of(rs, "resolved") and rs, timeout=10, what="the ask resolved")
+    assert not av.cli("asks").stdout.strip().startswith("#")
+
+
+def test_irreversible_asks_once_then_approve_runs_it(av, workdir):
+    """An irreversible lever is never run on the controller's word: one ask (not one per report); approve
+    writes a declared approval and runs it through the gate with the approval as a premise.
+    LEVER-04 ASK-01 ASK-03 ASK-11 PROOF-03"""
+    d = dial(workdir, "dial", threshold(reversible="false"), value="50", lower=LOWER)
+    av.start()
+    av.cli("add", d)
+    av.wait_for(lambda rs: len(of(rs, "report")) >= 3, timeout=10, what="three reports")
+    recs = av.records()
+    (ask_seq, ask), = of(recs, "ask")
+    assert ask["lever"] == "lower" and not of(recs, "action")
+    listed = av.cli("asks")
+    assert listed.stdout.startswith(f"#{ask_seq} dial lower")
+    run = av.cli("approve", str(ask_seq))
+    assert run.returncode == 0, run.stderr
+    recs = av.wait_for(lambda rs: of(rs, "outcome") and rs, timeout=10, what="the outcome")
+    (approval_seq, approval), = of(recs, "approval")
+    assert approval["claim"] == "declared" and approval["ask"] == ask_seq
+    (action_seq, action), = of(recs, "action")
+    assert action["proof"]["rule"] == "approval" and approval_seq in action["proof"]["premises"]
+    assert av.cli("why", str(action_seq)).returncode == 0
+    assert av.cli("approve", str(ask_seq)).returncode == 65
+
+
+def test_deny_and_paused_approve(av, workdir):
+    """approve of a paused venture's ask is refused with 65 and says to resume; deny works whatever the
+    state. ASK-09 ASK-10 PAUSE-01"""
+    d = dial(workdir, "dial", threshold(reversible="false"), value="50", lower=LOWER)
+    av.start()
+    av.cli("add", d)
+    (ask_seq, _), = av.wait_for(lambda rs: of(rs, "ask"), timeout=10, what="an ask")
+    assert av.cli("pause", "dial").returncode == 0
+    run = av.cli("approve", str(ask_seq))
+    assert run.returncode == 65 and "resume" in run.stderr
+    assert not of(av.records(), "approval")
+    run = av.cli("deny", str(ask_seq))
+    assert run.returncode == 0
+    assert of(av.records(), "denial")[0][1]["claim"] == "declared"
+    assert av.cli("deny", str(ask_seq)).returncode == 65
+    assert av.cli("approve", "x").returncode == 64
+
+
+def test_delegated_irreversible_runs_unasked(av, workdir):
+    """delegated: true runs an irreversible lever unasked, intent (the action) before, outcome after. LEVER-06 LEVER-07"""
+    d = dial(workdir, "dial", threshold(reversible="false", lever=", delegated: true"), value="50", lower=LOWER)
+    av.start()
+    av.cli("add", d)
+    recs = av.wait_for(lambda rs: of(rs, "outcome") and rs, timeout=10, what="an outcome")
+    assert not of(recs, "ask")
+    action_seq = of(recs, "action")[0][0]
+    assert of(recs, "outcome")[0][0] > action_seq
+
+
+# ---- levers apart, pause, time limits ----------------------------------------------
+
+def test_pause_stops_a_running_lever_and_resume_starts_again(av, workdir):
+    """Pausing ends a running lever's group and its outcome says the pause stopped it; while a lever runs
+    the daemon answers; nothing runs while paused, and the pause survives a restart of avsmd.
+    LEVER-08 LEVER-11 PAUSE-01 PAUSE-02 RUN-14"""
+    d = dial(workdir, "dial", threshold(extra=", deadband: 1"), value="50",
+             lower="#!/bin/sh\nsleep 60.101\n")
+    av.start()
+    av.cli("add", d)
+    av.wait_for(lambda rs: of(rs, "action"), timeout=10, what="an action")
+    t0 = time.monotonic()
+    assert av.cli("status").returncode == 0 and time.monotonic() - t0 < 2
+    assert processes_with("60.101")
+    assert av.cli("pause", "dial").returncode == 0
+    recs = av.wait_for(lambda rs: of(rs, "outcome") and rs, timeout=10, what="the outcome")
+    outcome = of(recs, "outcome")[0][1]
+    assert outcome["ok"] is False and "pause" in outcome["summary"]
+    assert not processes_with("60.101")
+    n = len(of(recs, "report"))
+    time.sleep(2)
+    assert len(of(av.records(), "report")) == n
+    assert "dial: paused" in av.cli("status").stdout
+    assert av.stop()[0] == 0
+    av.start()
+    assert "dial: paused" in av.cli("status").stdout
+    assert av.cli("resume", "dial").returncode == 0
+    av.wait_for(lambda rs: len(of(rs, "report")) > n, timeout=10, what="a report after resume")
+
+
+def test_lever_time_limit_kills_the_group(av, workdir):
+    """A lever past its timeout gets SIGTERM, then SIGKILL 7 s later, and its outcome is failed.
+    LEVER-09 LEVER-10 RUN-15"""
+    lever = "#!/bin/sh\ntrap '' TERM\nsleep 60.102\n"
+    d = dial(workdir, "dial", threshold(extra=", deadband: 1", lever=", timeout: 1s"), value="50", lower=lever)
+    av.start()
+    av.cli("add", d)
+    recs = av.wait_for(lambda rs: of(rs, "outcome") and rs, timeout=20, what="the outcome")
+    outcome = of(recs, "outcome")[0][1]
+    assert outcome["ok"] is False and "time limit" in outcome["summary"]
+    assert 7 <= outcome["duration"] < 12
+    assert not processes_with("60.102")
+
+
+def test_stop_ends_a_running_lever_and_writes_its_outcome(av, workdir):
+    """SIGTERM while a lever runs: the lever is ended, its outcome written, avsmd exits 0 within 10 s.
+    RUN-05 RUN-06 RUN-07 RUN-14"""
+    d = dial(workdir, "dial", threshold(extra=", deadband: 1"), value="50",
+             lower="#!/bin/sh\ntrap '' TERM\nsleep 60.103\n")
+    av.start()
+    av.cli("add", d)
+    av.wait_for(lambda rs: of(rs, "action"), timeout=10, what="an action")
+    code, took = av.stop()
+    assert code == 0 and took < 10
+    recs = av.records()
+    outcome = of(recs, "outcome")[0][1]
+    assert outcome["ok"] is False
+    assert [r["kind"] for _, _, r in recs][-1] == "stop"
+    assert not processes_with("60.103")
+
+
+# ---- keeping run alive ----------------------------------------------------------
+
+KEEP = """purpose: Keep a program up.
+metric: dial
+controller: {{kind: threshold, above: 10, action: lower}}
+cadence: 1m
+restart: {restart}
+permitted:
+  - {{name: lower, run: ./lower, cap: 1/hour, reversible: true}}
+"""
+
+
+def test_run_is_restarted_with_backoff(av, workdir):
+    """A `run` that keeps dying is restarted at once the first time, then with a growing back-off; each
+    start and exit is a record. VENTURE-16 VENTURE-17 open point 31"""
+    d = dial(workdir, "keep", KEEP.format(restart="always"), lower=LOWER, run="#!/bin/sh\nexit 3\n")
+    av.start()
+    av.cli("add", d)
+    recs = av.wait_for(lambda rs: len(of(rs, "start", "keep")) >= 4 and rs, timeout=15, what="four starts")
+    exits = [r for _, r in of(recs, "exit")]
+    assert exits[0]["status"] == "exit 3" and exits[0]["restart_in"] == 0
+    assert [e["restart_in"] for e in exits[1:3]] == [1, 2]
+    status = av.cli("status").stdout
+    assert "restarts" in status
+
+
+def test_restart_policies(av, workdir):
+    """restart: never does not restart; on-failure restarts after a failure only. VENTURE-17"""
+    never = dial(workdir, "never", KEEP.format(restart="never"), lower=LOWER, run="#!/bin/sh\nexit 1\n")
+    okay = dial(workdir, "okay", KEEP.format(restart="on-failure"), lower=LOWER, run="#!/bin/sh\nexit 0\n")
+    fails = dial(workdir, "fails", KEEP.format(restart="on-failure"), lower=LOWER, run="#!/bin/sh\nsleep 0.2; exit 2\n")
+    av.start()
+    for d in (never, okay, fails):
+        av.cli("add", d)
+    av.wait_for(lambda rs: len(of(rs, "start", "fails")) >= 2, timeout=10, what="fails restarted")
+    time.sleep(1)
+    recs = av.records()
+    assert len(of(recs, "start", "never")) == 1 and len(of(recs, "start", "okay")) == 1
+
+
+def test_grandchildren_do_not_outlive_avsmd(av, workdir):
+    """A `run` whose child ignores SIGTERM: stopping avsmd ends the whole group. RUN-11 RUN-14 RUN-15"""
+    run = "#!/bin/sh\n(trap '' TERM; sleep 300.104\n) &\nsleep 300.105\n"
+    d = dial(workdir, "keep", KEEP.format(restart="always"), lower=LOWER, run=run)
+    av.start()
+    av.cli("add", d)
+    deadline = time.monotonic() + 10
+    while not processes_with("300.104") and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert processes_with("300.104")
+    code, took = av.stop()
+    assert code == 0 and took < 10
+    assert not processes_with("300.104") and not processes_with("300.105")
+
+
+def test_warden_killed_is_restarted_and_asks_about_its_lever(av, workdir):
+    """A warden that dies is started again with a self record; the groups it left are ended; the lever it
+    was running is not run again blindly but asked about. RUN-09 RUN-10 RUN-13"""
+    d = dial(workdir, "dial", threshold(extra=", deadband: 1"), value="50",
+             lower="#!/bin/sh\nsleep 60.106\n")
+    av.start()
+    av.cli("add", d)
+    av.wait_for(lambda rs: of(rs, "action"), timeout=10, what="an action")
+    warden = [p for p in processes_with("warden") if str(av.home).encode() in open(f"/proc/{p}/cmdline", "rb").read()]
+    assert len(warden) == 1
+    os.kill(warden[0], signal.SIGKILL)
+    recs = av.wait_for(lambda rs: of(rs, "ask") and rs, timeout=20, what="the did-it-happen ask")
+    assert any(r["kind"] == "restart" and r["venture"] == "self" for _, _, r in recs)
+    (_, ask), = of(recs, "ask")
+    assert ask["question"] == "did lower happen?"
+    assert not processes_with("60.106")
+    assert len(of(recs, "action")) == 1
+    assert av.cli("status").returncode == 0
