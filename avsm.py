@@ -1230,6 +1230,8 @@ def parse_guards(c, doc, m, directory):
             g["side"], g["bound"] = bounds[0], c.number(item[bounds[0]], path + (bounds[0],), bounds[0])
         elif bounds:
             c.fail(path + (bounds[0],), "a drawdown guard's bound is its percentage; remove above:/below:")
+        else:
+            g["side"], g["bound"] = "above", g["drawdown"]     # trips when the fall from the peak passes P%
         if "unwind" in item:
             g["unwind"] = parse_unwind(c, item["unwind"], path + ("unwind",), m["levers"])
         guards.append(g)
@@ -1619,6 +1621,11 @@ class VentureState:
         self.open_asks = {}           # ask seq -> ask record
         self.implausible_ask = None   # seq of the open ask raised for an implausible stretch
         self.running = {}             # lever -> action seq of a run in flight (from action/outcome)
+        self.guards = {}              # guard name -> {"last": (seq, value, status), "past", "episode", "unwind_ok"}
+        self.audits = {}              # audit name -> {"values": [(seq, value)], "last": (seq, status), "note"}
+        self.read = {}                # reading name -> (seq, record)
+        self.peak = None              # the highest trusted report since the mandate: a drawdown's peak
+        self.unwinds = {}             # action seq -> the guard whose unwind it runs
 
     def side(self, name):
         return self.sides.setdefault(name, {"armed": True, "streak": []})
@@ -1633,17 +1640,29 @@ def fold(state, seq, at, record):
         state.directory = record.get("directory")
         state.mandate_seq, state.mandate_sha, state.mandate_text = seq, record.get("sha256"), record.get("text")
         state.sides = {}              # the old permissions end with the old mandate
+        state.guards, state.audits, state.peak = {}, {}, None
         return state
     if kind == "report":
         fold_report(state, seq, at, record)
+    elif kind.startswith("guard."):
+        fold_guard(state, seq, record)
+    elif kind.startswith("audit."):
+        fold_audit(state, seq, record)
+    elif kind.startswith("reading."):
+        state.read[kind[len("reading."):]] = (seq, record)
     elif kind == "action":
-        state.actions.setdefault(record["lever"], []).append((seq, at))
+        state.actions.setdefault(record["lever"], []).append((seq, at, record.get("payload")))
         state.running[record["lever"]] = seq
         state.lever_ran = True
+        if record.get("proof", {}).get("rule") == "unwind":
+            state.unwinds[seq] = record.get("guard")
         fold_controller_intent(state, record)
     elif kind == "outcome":
         if state.running.get(record.get("lever")) == record.get("action"):
             del state.running[record["lever"]]
+        guard = state.unwinds.pop(record.get("action"), None)
+        if guard in state.guards and record.get("ok"):
+            state.guards[guard]["unwind_ok"] = True
     elif kind == "refusal":
         fold_controller_intent(state, record)
     elif kind == "ask":
@@ -1657,8 +1676,12 @@ def fold(state, seq, at, record):
             state.implausible_ask = None
     elif kind == "pause":
         state.paused = True
+        for info in state.guards.values():
+            info["repause"] = False
     elif kind == "resume":
         state.paused = False
+        for info in state.guards.values():
+            info["repause"] = info["past"]    # a guard still past its bound pauses it again at its next reading
     return state
 
 
@@ -1676,6 +1699,7 @@ def fold_report(state, seq, at, record):
     state.last_report = (seq, at, record)
     status, value = record.get("status"), record.get("value")
     if status == "trusted":
+        state.peak = value if state.peak is None else max(state.peak, value)
         base = state.pending or state.level
         state.last_step = value - base[1] if base is not None else None
         state.level, state.pending = (seq, value), None
@@ -1768,6 +1792,123 @@ def judge_report(mandate, state, value, failure=None):
     return "trusted", ""
 
 
+# ---- guards, audits, readings ---------------------------------------------------
+
+ADDRESS = re.compile(r"[^\s<>,;:@]+@[^\s<>,;:@]+")
+READING_FIELDS_MAX = 50
+
+
+def fold_guard(state, seq, record):
+    """A guard's reading: a trusted one past its bound starts (or goes on with) an episode; back inside ends it.
+    A failed, implausible, unconfirmed or unread reading neither trips nor clears it."""
+    name = record["kind"][len("guard."):]
+    info = state.guards.setdefault(name, {"last": None, "past": False, "episode": None, "unwind_ok": False,
+                                          "previous_bad": False, "pending": None})
+    status = record.get("status")
+    info["last"] = (seq, record.get("value"), status)
+    if status == "not read":
+        return
+    if status == "trusted":
+        past = bool(record.get("past"))
+        if past and not info["past"]:
+            info["episode"], info["unwind_ok"] = seq, False
+        elif not past:
+            info["episode"] = None
+        info["past"] = past
+    info["previous_bad"] = status in ("failed", "implausible")
+    info["pending"] = record.get("past") if status == "unconfirmed" else None
+
+
+def judge_guard(guard, state, value, failure):
+    """Return (status, past, note) of a guard's new reading; past only means something when trusted."""
+    if failure is not None:
+        return "failed", False, failure
+    if value != value:
+        return "implausible", False, "the reading is NaN"
+    past = crossed(guard["side"], guard["bound"], value)
+    info = state.guards.get(guard["name"])
+    if info and info["pending"] is not None:
+        if info["pending"] == past:
+            return "trusted", past, "agrees with the unconfirmed reading before it"
+        return "unconfirmed", past, "disagrees with the unconfirmed reading before it; waits for the next"
+    if info and info["previous_bad"] and guard["confirm"]:
+        return "unconfirmed", past, "follows a failed or implausible reading; waits for the next to agree"
+    return "trusted", past, ""
+
+
+def drawdown_reading(guard, state, report_status, value):
+    """Return (value, failure) of a drawdown guard: the fall from the metric's peak, in percent."""
+    if report_status not in ("trusted",):
+        return None, f"the {report_status} metric report gives no drawdown"
+    peak = state.peak
+    if peak is None or peak <= 0:
+        return 0.0, None
+    return round(max(0.0, (peak - value) / peak * 100), 6), None
+
+
+def guards_past(state):
+    """Return [(guard name, seq of its episode's first reading)] for guards reading past their bound."""
+    return [(name, info["episode"]) for name, info in state.guards.items() if info["past"]]
+
+
+def fold_audit(state, seq, record):
+    name = record["kind"][len("audit."):]
+    info = state.audits.setdefault(name, {"values": [], "last": None, "note": ""})
+    info["last"] = (seq, record.get("status"))
+    if record.get("status") == "trusted":
+        info["values"].append((seq, record.get("value")))
+        del info["values"][:-HISTORY]
+        info["note"] = record.get("note", "")
+
+
+def audit_worsening(audit, state):
+    """Return why the audit asks (the metric improved over its window while the audit got worse past
+    its tolerance), or None. Compares the latest with the value `window` readings earlier (open point 33)."""
+    w = audit["window"]
+    values = state.audits.get(audit["name"], {}).get("values", [])
+    if len(values) <= w or len(state.trusted) <= w:
+        return None
+    metric_then, metric_now = state.trusted[-1 - w][1], state.trusted[-1][1]
+    audit_then, audit_now = values[-1 - w][1], values[-1][1]
+    improved = metric_now > metric_then if audit["better"] == "up" else metric_now < metric_then
+    worse = (audit_now - audit_then) if audit["worse"] == "up" else (audit_then - audit_now)
+    if improved and worse > audit["tolerance"]:
+        return (f"{state.mandate['metric'] if state.mandate else 'the metric'} improved from {format_number(metric_then)} to "
+                f"{format_number(metric_now)} over {w} readings while audit {audit['name']} got worse by "
+                f"{format_number(worse)}, past its tolerance {format_number(audit['tolerance'])}")
+    return None
+
+
+def reading_fields(text, audit_note=None):
+    """Return the kept fields of a reading's output: lines above the number that are addresses
+    (text@text, no spaces or <>,;:, at most 254 characters), at most 50; with an audit, only those it names."""
+    lines = [line.strip() for line in text.splitlines() if line.strip()]
+    named = None if audit_note is None else set(re.findall(r"[^\s<>,;:]+", audit_note))
+    fields = []
+    for line in lines[:-1]:
+        if len(line) <= 254 and ADDRESS.fullmatch(line) and (named is None or line in named):
+            fields.append(line)
+            if len(fields) == READING_FIELDS_MAX:
+                break
+    return fields
+
+
+def held_by(state):
+    """Return (what, seq, note) of the reading that holds the venture implausible, or None.
+
+    A failed or implausible metric report, guard reading or audit reading holds it until a plausible one comes.
+    """
+    if state.last_report and state.last_report[2].get("status") in ("implausible", "failed"):
+        seq, at, record = state.last_report
+        return f"the {record.get('metric', 'metric')} report", seq, record.get("note")
+    for kind, table in (("guard", state.guards), ("audit", state.audits)):
+        for name, info in sorted(table.items()):
+            last = info["last"]
+            if last and last[-1] in ("failed", "implausible"):
+                return f"{kind} {name}", last[0], f"its reading #{last[0]} is {last[-1]}"
+    return None
+
+
 # ---- controllers --------------------------------------------------------------
 
 def decide(state, report_seq, value):
@@ -1794,13 +1935,13 @@ Verdict.__doc__ = "The gate's answer: ok with a proof, or why not (and whether a
 def cap_window(state, lever, now):
     """Return the seqs of `lever`'s runs inside its cap's sliding window at `now`."""
     count, period = state.mandate["levers"][lever]["cap"]
-    return [seq for seq, at in state.actions.get(lever, []) if at > now - period]
+    return [seq for seq, at, payload in state.actions.get(lever, []) if at > now - period]
 
 
 def prove(state, lever, now, basis, trigger=None, approval=None, payload=None):
     """Return the Verdict on running `lever` now: a proof from measured and declared premises, or why not.
 
-    basis: (rule, premise seqs, steps) saying what calls for the run (crossed reports, a person's proposal).
+    basis: (rule, premise seqs, steps) saying what calls for the run (crossed reports, a guard's unwind).
     approval: the seq of a declared approval of exactly this lever and payload, or None.
     """
     rule, basis_premises, basis_steps = basis
@@ -1808,7 +1949,8 @@ def prove(state, lever, now, basis, trigger=None, approval=None, payload=None):
     if m is None:
         return Verdict(False, why=f"venture {state.name} has no mandate that can run")
     steps = [f"mandate #{state.mandate_seq} is in force for {state.name}"]
-    if state.paused and lever != "stop":
+    unwind = unwind_guard(state, lever, payload) if rule == "unwind" else None
+    if state.paused and lever != "stop" and unwind is None:
         return Verdict(False, why=f"{state.name} is paused; resume it first")
     if lever in m["forbidden"]:
         return Verdict(False, why=f"{lever} is forbidden by mandate #{state.mandate_seq}")
@@ -1817,6 +1959,10 @@ def prove(state, lever, now, basis, trigger=None, approval=None, payload=None):
                               "steps": steps + basis_steps + ["stop is built in: it pauses the venture"], "trigger": trigger})
     if lever not in m["levers"]:
         return Verdict(False, why=f"{lever} is not permitted by mandate #{state.mandate_seq}")
+    blocking = guards_past(state)
+    if blocking and unwind is None:
+        name, episode = blocking[0]
+        return Verdict(False, why=f"guard {name} reads past its bound (since #{episode}); only stop and its unwind run")
     spec = m["levers"][lever]
     steps.append(f"{lever} is permitted: cap {spec['cap_text']}, {'reversible' if spec['reversible'] else 'irreversible'}")
     if lever in state.running:
@@ -1825,8 +1971,21 @@ def prove(state, lever, now, basis, trigger=None, approval=None, payload=None):
     if len(used) >= spec["cap"][0]:
         return Verdict(False, why=f"{lever} reached its cap {spec['cap_text']}: {len(used)} runs in the window")
     steps.append(f"{len(used)} of {spec['cap'][0]} runs used in the last {format_duration(spec['cap'][1])}")
+    problem = payload_problem(spec, payload)
+    if problem:
+        return Verdict(False, why=problem)
+    budget, spent = spec["budget"], []
+    if budget:
+        spent = [(seq, p) for seq, at, p in state.actions.get(lever, []) if at > now - budget["per"]]
+        total = sum(p[budget["field"]] for _, p in spent) + payload[budget["field"]]
+        if total > budget["max"]:
+            return Verdict(False, why=f"{lever} would spend {format_number(total)} {budget['field']} in "
+                                      f"{format_duration(budget['per'])}, past its budget {format_number(budget['max'])}")
+        steps.append(f"{format_number(total)} of {format_number(budget['max'])} {budget['field']} spent in the last {format_duration(budget['per'])}")
     premises = [state.mandate_seq] + basis_premises
-    if approval is not None:
+    if unwind is not None:
+        steps.append(f"guard {unwind} reads past its bound, and this is its declared unwind with its exact payload")
+    elif approval is not None:
         rule = "approval"
         premises.append(approval)
         steps.append(f"approval #{approval} is a person's answer for exactly this lever and payload")
@@ -1835,7 +1994,35 @@ def prove(state, lever, now, basis, trigger=None, approval=None, payload=None):
     elif not spec["reversible"]:
         steps.append(f"{lever} is delegated by the mandate: it runs unasked, intent before, outcome after")
     steps = steps[:1] + basis_steps + steps[1:]
-    return Verdict(True, {"rule": rule, "premises": premises + used, "steps": steps, "trigger": trigger})
+    cited = sorted(set(used) | {seq for seq, _ in spent})
+    return Verdict(True, {"rule": rule, "premises": premises + cited, "steps": steps, "trigger": trigger})
+
+
+def unwind_guard(state, lever, payload):
+    """Return the guard past its bound whose declared unwind is exactly `lever` with `payload`, or None."""
+    for guard in state.mandate["guards"] if state.mandate else []:
+        info = state.guards.get(guard["name"])
+        if guard["unwind"] and info and info["past"] and guard["unwind"]["action"] == lever \
+                and guard["unwind"]["payload"] == payload:
+            return guard["name"]
+    return None
+
+
+def payload_problem(spec, payload):
+    """Return why `payload` does not fit what the lever takes, or None."""
+    takes, name = spec["takes"], spec["name"]
+    if takes is None:
+        return None if payload is None else f"{name} takes no content, and a payload was given"
+    if takes == "json" and not isinstance(payload, dict):
+        return f"{name} takes json: its payload must be an object"
+    if takes != "json" and not isinstance(payload, str):
+        return f"{name} takes {takes}: its payload must be text"
+    budget = spec["budget"]
+    if budget:
+        value = payload.get(budget["field"]) if isinstance(payload, dict) else None
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            return f"{name} has a budget on {budget['field']}, and the payload gives no number for it"
+    return None
 
 
 def check_proof(action_seq, action_at, action, records, parse=None):
@@ -1883,13 +2070,31 @@ def check_proof(action_seq, action_at, action, records, parse=None):
         if set(window) - set(premises):
             problems.append("runs counted against the cap are missing from the premises")
         rule = proof.get("rule")
-        if not spec["reversible"] and not spec["delegated"]:
+        if not spec["reversible"] and not spec["delegated"] and rule != "unwind":
             approvals = [p for p in premises if p in records and records[p][1].get("kind") == "approval"
                          and records[p][1].get("lever") == lever and records[p][1].get("payload") == action.get("payload")]
             if not approvals:
                 problems.append(f"{lever} is irreversible and no approval of exactly this lever and payload is a premise")
         if rule in ("threshold", "band"):
             problems += check_crossing(mandate, lever, premises, records, venture)
+        problems += check_guards(mandate, action_seq, action, records, in_force)
+    return problems
+
+
+def check_guards(mandate, action_seq, action, records, in_force):
+    """Return a problem when a guard read past its bound at the action and the action is not its unwind."""
+    problems = []
+    for guard in mandate["guards"]:
+        kind = "guard." + guard["name"]
+        readings = [(s, r) for s, (at, r) in records.items() if in_force < s < action_seq and r.get("kind") == kind
+                    and r.get("venture") == action.get("venture") and r.get("status") == "trusted"]
+        if not readings or not max(readings)[1].get("past"):
+            continue
+        seq = max(readings)[0]
+        unwind = guard["unwind"]
+        if not (action.get("proof", {}).get("rule") == "unwind" and unwind and unwind["action"] == action.get("lever")
+                and unwind["payload"] == action.get("payload") and seq in action["proof"]["premises"]):
+            problems.append(f"guard {guard['name']} read past its bound (#{seq}) when {action.get('lever')} ran")
     return problems
 
 
@@ -1989,7 +2194,7 @@ def command_env(home, venture, lever=None):
 class Child:
     """A program running in a process group of its own, with its output drained as it comes."""
 
-    def __init__(self, purpose, venture, args, cwd, env, timeout=None, shell=False, stdin_data=None):
+    def __init__(self, purpose, venture, args, cwd, env, timeout=None, shell=False, stdin_path=None):
         import subprocess
         import time
         self.purpose, self.venture = purpose, venture
@@ -2000,16 +2205,14 @@ class Child:
         self.out, self.err = bytearray(), bytearray()
         self.extra = {}
         self.status = None            # the leader's exit status, once reaped
-        self.proc = subprocess.Popen(args, cwd=cwd, env=env, shell=shell, process_group=0,
-                                     stdin=subprocess.PIPE if stdin_data is not None else subprocess.DEVNULL,
-                                     stdout=subprocess.PIPE, stderr=subprocess.PIPE, close_fds=True)
+        stdin = open(stdin_path, "rb") if stdin_path else subprocess.DEVNULL    # a file never blocks the warden
+        try:
+            self.proc = subprocess.Popen(args, cwd=cwd, env=env, shell=shell, process_group=0, stdin=stdin,
+                                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, close_fds=True)
+        finally:
+            if stdin_path:
+                stdin.close()
         self.pid = self.pgid = self.proc.pid
-        if stdin_data is not None:
-            try:
-                self.proc.stdin.write(stdin_data)
-            except OSError:
-                pass
-            self.proc.stdin.close()
         for pipe in (self.proc.stdout, self.proc.stderr):
             os.set_blocking(pipe.fileno(), False)
         try:
@@ -2056,6 +2259,15 @@ class Child:
         """Return the last NOTE_MAX characters of what the program wrote to standard error and output."""
         text = (self.err.decode("utf-8", "replace") + self.out.decode("utf-8", "replace")).strip()
         return text[-NOTE_MAX:]
+
+
+def write_payload(data):
+    """Write a lever's content to a private temporary file; return its path (open point 28)."""
+    import tempfile
+    fd, path = tempfile.mkstemp(prefix="avsm-payload-")
+    with os.fdopen(fd, "wb") as fh:
+        fh.write(data)
+    return path
 
 
 def signal_group(pgid, signum):
@@ -2128,6 +2340,8 @@ class Warden:
         self.lingering = {}           # pgid -> venture: groups whose leader exited while members stay
         self.due = {}                 # venture -> monotonic time its next report is due
         self.keep = {}                # venture -> the `run` program's keeper state
+        self.rounds = {}              # venture -> the round in flight: metric seq, guards pending, deadline
+        self.round_number = 0
         self.stopping = False
         self.sel = selectors.DefaultSelector()
         self.reader = LineReader()
@@ -2227,6 +2441,7 @@ class Warden:
             if child.pidfd is None or child.status is not None:
                 times.append(now + 0.05)        # no pidfd here, or a dying group: look again soon
         times += [k["next_start"] for k in self.keep.values() if k.get("next_start") is not None]
+        times += [r["deadline"] for r in self.rounds.values() if r["metric"] is not None and r["pending"]]
         if not times:
             return None
         return max(0.0, min(times) - now)
@@ -2252,18 +2467,22 @@ class Warden:
             state = self.ventures[name]
             if now >= at and self.active(state) and not any(c.venture == name and c.purpose == "report" for c in self.children):
                 self.due[name] = now + state.mandate["cadence"]
-                self.start_report(state, now)
+                self.start_round(state, now)
+        for name in list(self.rounds):
+            self.maybe_settle(self.ventures[name], now)
         for name, keep in self.keep.items():
             if keep.get("next_start") is not None and now >= keep["next_start"]:
                 keep["next_start"] = None
                 self.start_run(self.ventures[name])
 
     # ---- children ----
-    def spawn(self, purpose, state, args, timeout=None, shell=False, stdin_data=None, lever=None):
+    def spawn(self, purpose, state, args, timeout=None, shell=False, lever=None, payload_file=None):
         """Start a program of `state`'s venture in its own group; tell avsmd of the group (RUN-12)."""
         import selectors
-        child = Child(purpose, state.name, args, state.directory, command_env(self.home, state.name, lever),
-                      timeout=timeout, shell=shell, stdin_data=stdin_data)
+        env = command_env(self.home, state.name, lever)
+        if payload_file:
+            env["AVSM_PAYLOAD"] = payload_file
+        child = Child(purpose, state.name, args, state.directory, env, timeout=timeout, shell=shell, stdin_path=payload_file)
         self.children.append(child)
         self.tell({"group": child.pgid, "venture": state.name, "purpose": purpose,
                    "start": child.started_at})
@@ -2302,7 +2521,8 @@ class Warden:
             self.tell({"ended": child.pgid})
         log(self.debug, "warden", f"{child.venture}: {child.purpose} pid {child.pid} ended: {describe_status(child.status)}")
         state = self.ventures[child.venture]
-        {"report": self.report_done, "lever": self.lever_done, "run": self.run_done}[child.purpose](state, child, child.status)
+        handler = {"report": self.report_done, "lever": self.lever_done, "run": self.run_done}.get(child.purpose, self.reading_done)
+        handler(state, child, child.status)
 
     def end_lingering(self, venture=None, final=False):
         """End the groups left behind (all, or one venture's): TERM, then KILL after the grace."""
@@ -2331,18 +2551,50 @@ class Warden:
         finally:
             self.channel.setblocking(False)
 
-    # ---- reports ----
-    def start_report(self, state, now):
+    # ---- a round: the metric, with every guard, audit and reading beside it ----
+    def start_round(self, state, now):
+        """Start the metric's report and each guard, audit and reading command, each in its own group.
+
+        The controller acts once the metric is in and the guards are read, or half a second has passed:
+        a slower guard, audit or reading is written as not read, and its reading when it is done.
+        """
         m = state.mandate
         timeout = min(m["cadence"], 600)
+        self.round_number += 1
+        self.rounds[state.name] = {"deadline": now + 0.5, "metric": None, "pending": set(), "number": self.round_number}
+        args = [sys.executable, AVSM_PATH, "adapter"] + m["adapter"].split() if m["adapter"] else ["./report"]
+        self.start_reading(state, "report", None, args, timeout, shell=False)
+        for what, items in (("guard", m["guards"]), ("audit", m["audits"]), ("reading", m["readings"])):
+            for item in items:
+                if what == "guard" and item["drawdown"] is not None:
+                    continue                    # read from the metric's report
+                if any(c.venture == state.name and c.purpose == what and c.extra.get("name") == item["name"]
+                       for c in self.children):
+                    self.append(self.unread_record(state, what, item["name"], "its last read is still running"))
+                    continue
+                if item.get("adapter"):
+                    cmd, shell = [sys.executable, AVSM_PATH, "adapter"] + item["adapter"].split(), False
+                else:
+                    cmd, shell = item["run"], True
+                if self.start_reading(state, what, item["name"], cmd, timeout, shell):
+                    self.rounds[state.name]["pending"].add((what, item["name"]))
+
+    def start_reading(self, state, what, name, args, timeout, shell):
         try:
-            if m["adapter"]:
-                args = [sys.executable, AVSM_PATH, "adapter"] + m["adapter"].split()
-            else:
-                args = ["./report"]
-            self.spawn("report", state, args, timeout=timeout)
+            child = self.spawn(what, state, args, timeout=timeout, shell=shell)
+            child.extra = {"name": name, "round": self.rounds[state.name]["number"]}
+            return True
         except OSError as err:
-            self.record_report(state, None, f"could not start: {err}")
+            if what == "report":
+                self.record_report(state, None, f"could not start: {err}")
+            else:
+                self.reading_done_values(state, what, name, None, f"could not start: {err}", "")
+            return False
+
+    def unread_record(self, state, what, name, why):
+        return {"kind": f"{what}.{name}", "claim": "inferred" if what == "reading" else "measured",
+                "venture": state.name, "value": None, "status": "not read", "plausible": False, "note": why,
+                "summary": f"{what} {name} not read: {why}"}
 
     def report_done(self, state, child, status):
         if child.ended_by in ("pause", "stop"):
@@ -2353,7 +2605,7 @@ class Warden:
         self.record_report(state, value, failure)
 
     def record_report(self, state, value, failure):
-        """Judge a report, append it, and let the controller act on it if it is trusted."""
+        """Judge a report and append it; drawdown guards read from it; then the round may settle."""
         m = state.mandate
         status, note = judge_report(m, state, value, failure)
         shown = format_number(value) if value is not None else "-"
@@ -2364,16 +2616,142 @@ class Warden:
         seq = self.append({"kind": "report", "claim": "measured", "venture": state.name, "metric": m["metric"],
                            "value": value if value == value else None, "status": status,
                            "plausible": status in ("trusted", "unconfirmed"), "note": note, "summary": summary})
-        if status in ("implausible", "failed") and state.implausible_ask is None:
+        for guard in m["guards"]:
+            if guard["drawdown"] is not None:
+                dd, why = drawdown_reading(guard, state, status, value)
+                self.record_guard(state, guard, dd, why, suffix="%")
+        round_ = self.rounds.get(state.name)
+        if round_ is not None:
+            round_["metric"] = seq
+        self.maybe_settle(state)
+
+    def reading_done(self, state, child, status):
+        """A guard, audit or reading command ended: write its record, then the round may settle."""
+        what, name = child.purpose, child.extra["name"]
+        if child.ended_by in ("pause", "stop"):
+            return
+        value, failure = read_metric_output(child, status)
+        if child.ended_by == "timeout":
+            failure = "took longer than the cadence and was ended"
+        self.reading_done_values(state, what, name, value, failure, child.out.decode("utf-8", "replace"))
+        round_ = self.rounds.get(state.name)
+        if round_ is not None and child.extra.get("round") == round_["number"]:
+            round_["pending"].discard((what, name))
+            self.maybe_settle(state)
+
+    def reading_done_values(self, state, what, name, value, failure, text):
+        m = state.mandate
+        if what == "guard":
+            guard = next(g for g in m["guards"] if g["name"] == name)
+            self.record_guard(state, guard, value, failure)
+        elif what == "audit":
+            audit = next(a for a in m["audits"] if a["name"] == name)
+            lines = [line for line in text.splitlines() if line.strip()]
+            note = "\n".join(lines[:-1])[-NOTE_MAX:] if failure is None else failure
+            status = "failed" if failure else ("implausible" if value != value else "trusted")
+            self.append({"kind": f"audit.{name}", "claim": "measured", "venture": state.name,
+                         "value": value if value == value else None, "status": status,
+                         "plausible": status == "trusted", "note": note or ("" if status == "trusted" else "NaN"),
+                         "summary": f"audit {name} = {format_number(value)}" if status == "trusted"
+                         else f"audit {name} {status}: {note[:200]}"})
+        else:
+            reading = next(r for r in m["readings"] if r["name"] == name)
+            record = {"kind": f"reading.{name}", "claim": "inferred", "venture": state.name,
+                      "value": value if value == value else None, "status": "failed" if failure else "read",
+                      "plausible": failure is None}
+            if failure is None:
+                note = state.audits.get(reading["audit"], {}).get("note", "") if reading["audit"] else None
+                fields = reading_fields(text, note)
+                record.update(fields=" ".join(fields),
+                              summary=f"reading {name} = {format_number(value)}: {len(fields)} field(s)")
+            else:
+                record.update(note="failed", summary=f"reading {name} failed")   # a failed reading keeps no note
+            self.append(record)
+
+    def record_guard(self, state, guard, value, failure, suffix=""):
+        status, past, note = judge_guard(guard, state, value, failure)
+        record = {"kind": f"guard.{guard['name']}", "claim": "measured", "venture": state.name,
+                  "value": value if value is not None and value == value else None, "status": status,
+                  "plausible": status in ("trusted", "unconfirmed"), "past": past if status != "failed" else None,
+                  "bound": guard["bound"], "side": guard["side"]}
+        if status != "trusted":
+            record["note"] = note or status
+        way = ">" if guard["side"] == "above" else "<"
+        shown = f"{format_number(value)}{suffix}"
+        record["summary"] = (f"guard {guard['name']} = {shown}" + (f" past its bound ({way} {format_number(guard['bound'])}{suffix})" if past else "")
+                             if status == "trusted" else f"guard {guard['name']} {status}: {note}")
+        self.append(record)
+
+    def maybe_settle(self, state, now=None):
+        import time
+        round_ = self.rounds.get(state.name)
+        if round_ is None or round_["metric"] is None:
+            return
+        now = time.monotonic() if now is None else now
+        if round_["pending"] and now < round_["deadline"]:
+            return
+        for what, name in sorted(round_["pending"]):
+            self.append(self.unread_record(state, what, name, "slower than half a second; written when it is done"))
+        del self.rounds[state.name]
+        self.settle(state, round_["metric"])
+
+    def settle(self, state, report_seq):
+        """After a round: guards pause, ask or unwind; audits ask; a hold asks once; else the controller acts."""
+        m = state.mandate
+        for guard in m["guards"]:
+            info = state.guards.get(guard["name"])
+            open_ask = next((s for s, a in state.open_asks.items() if a.get("guard") == guard["name"]), None)
+            if info is None or not info["past"]:
+                if open_ask is not None:
+                    self.resolve(state, open_ask, f"guard {guard['name']} reads inside its bound again")
+                continue
+            started = info["episode"] == info["last"][0] or info.get("repause")
+            if started and guard["then"] == "pause" and not state.paused:
+                self.pause(state, "measured", f"guard {guard['name']} reads past its bound (#{info['episode']}): paused {state.name}")
+            if started and guard["then"] == "ask" and open_ask is None:
+                self.append({"kind": "ask", "claim": "measured", "venture": state.name, "about": "guard", "guard": guard["name"],
+                             "reading": info["episode"], "question": f"guard {guard['name']} reads past its bound; no lever but stop "
+                             f"runs until it is back inside. Look at {state.name}?",
+                             "summary": f"guard {guard['name']} past its bound (#{info['episode']}); asking once for this episode"})
+            if guard["unwind"] and not info["unwind_ok"] and guard["unwind"]["action"] not in state.running:
+                self.unwind(state, guard, info)
+        for audit in m["audits"]:
+            why = audit_worsening(audit, state)
+            open_ask = next((s for s, a in state.open_asks.items() if a.get("audit") == audit["name"]), None)
+            if why and open_ask is None:
+                self.append({"kind": "ask", "claim": "measured", "venture": state.name, "about": "audit",
+                             "audit": audit["name"], "question": f"{why}. Is the gain real?", "summary": f"audit {audit['name']} asks: {why}"})
+            elif not why and open_ask is not None:
+                self.resolve(state, open_ask, f"audit {audit['name']} no longer worsens while the metric improves")
+        held = held_by(state)
+        if held and state.implausible_ask is None:
+            what, seq, note = held
             self.append({"kind": "ask", "claim": "measured", "venture": state.name, "about": "implausible",
-                         "report": seq, "question": f"the {m['metric']} report #{seq} is {status}: {note}; is the sensor sound?",
-                         "summary": f"{m['metric']} report #{seq} is {status}; asking once until a plausible report comes"})
-        elif status in ("trusted", "unconfirmed") and state.implausible_ask is not None:
-            self.append({"kind": "resolved", "claim": "measured", "venture": state.name, "ask": state.implausible_ask,
-                         "report": seq, "summary": f"report #{seq} is plausible again; ask #{state.implausible_ask} is settled"})
-        if status == "trusted":
-            for side, lever, reports, why in decide(state, seq, value):
+                         "reading": seq, "question": f"{what} (#{seq}) is not plausible: {note}; is the sensor sound?",
+                         "summary": f"{what} #{seq} holds {state.name} implausible; asking once until a plausible reading comes"})
+        elif not held and state.implausible_ask is not None:
+            self.resolve(state, state.implausible_ask, f"readings are plausible again (#{report_seq})")
+        report = state.last_report
+        if not held and not state.paused and report and report[0] == report_seq and report[2].get("status") == "trusted":
+            for side, lever, reports, why in decide(state, report_seq, report[2]["value"]):
                 self.controller_acts(state, side, lever, reports, why)
+
+    def resolve(self, state, ask_seq, why):
+        self.append({"kind": "resolved", "claim": "measured", "venture": state.name, "ask": ask_seq,
+                     "summary": f"ask #{ask_seq} settled: {why}"})
+
+    def unwind(self, state, guard, info):
+        """Run a guard's declared unwind through the gate: once per episode, again until it has run ok."""
+        import time
+        lever, payload = guard["unwind"]["action"], guard["unwind"]["payload"]
+        steps = [f"guard {guard['name']} reading #{info['last'][0]} is past its bound"]
+        verdict = prove(state, lever, int(time.time()), ("unwind", [info["last"][0]], steps), payload=payload)
+        if verdict.ok:
+            self.run_lever(state, lever, verdict.proof, f"{lever} runs: the unwind of guard {guard['name']}",
+                           by="guard", extra={"guard": guard["name"], "payload": payload})
+        else:
+            self.append({"kind": "refusal", "claim": "measured", "venture": state.name, "lever": lever, "by": "guard",
+                         "guard": guard["name"], "why": verdict.why, "summary": f"unwind {lever} refused: {verdict.why}"})
 
     def controller_acts(self, state, side, lever, reports, why):
         """The controller wants `lever`: run it if the gate proves it, else ask once or refuse."""
@@ -2410,9 +2788,13 @@ class Warden:
                          "summary": f"stop ok: {state.name} is paused"})
             return seq
         spec = state.mandate["levers"][lever]
+        payload = (extra or {}).get("payload")
+        data = None if payload is None else (payload if isinstance(payload, str) else json.dumps(payload)).encode()
         try:
-            child = self.spawn("lever", state, spec["run"], timeout=spec["timeout"], shell=True, lever=lever)
-            child.extra = {"lever": lever, "action": seq, "timeout": spec["timeout"]}
+            payload_file = write_payload(data) if data is not None else None
+            child = self.spawn("lever", state, spec["run"], timeout=spec["timeout"], shell=True, lever=lever,
+                               payload_file=payload_file)
+            child.extra = {"lever": lever, "action": seq, "timeout": spec["timeout"], "payload_file": payload_file}
         except OSError as err:
             self.append({"kind": "outcome", "claim": "measured", "venture": state.name, "lever": lever, "action": seq,
                          "ok": False, "status": "not started", "duration": 0, "note": str(err)[:NOTE_MAX],
@@ -2422,6 +2804,11 @@ class Warden:
     def lever_done(self, state, child, status):
         import time
         lever, seq = child.extra["lever"], child.extra["action"]
+        if child.extra.get("payload_file"):
+            try:
+                os.unlink(child.extra["payload_file"])
+            except OSError:
+                pass
         duration = round(time.monotonic() - child.started, 3)
         ok = status == 0 and child.ended_by is None
         if child.ended_by == "pause":
@@ -2667,13 +3054,15 @@ class Warden:
             return [f"{state.name} is not paused"]
         self.append({"kind": "resume", "claim": "declared", "venture": state.name, "summary": f"a person resumed {state.name}"})
         self.check_runnable(state)
+        still = [f"guard {name} still reads past its bound (since #{episode}); it will pause {state.name} again at its next reading"
+                 for name, episode in guards_past(state)]
         if state.mandate is None:
             return [f"{state.name} resumed, but it cannot run: {state.problem}"]
         self.due[state.name] = time.monotonic()
         if state.name in self.keep:
             self.keep[state.name].update(restart=False, backoff=0)
         self.start_keep(state)
-        return [f"{state.name} resumed"]
+        return [f"{state.name} resumed"] + still
 
 
 def check_venture_dir(directory):
@@ -2713,17 +3102,26 @@ def describe_allowed(m):
         lines.append(f"  never runs: {', '.join(m['forbidden'])}")
     if m["run"]:
         lines.append(f"  keeps {m['run']} running (restart: {m['restart']})")
+    for g in m["guards"]:
+        source = g["run"] or g["adapter"] or f"drawdown of {g['drawdown']:g}% from the peak"
+        bound = f"past {g['drawdown']:g}%" if g["drawdown"] is not None else f"{g['side']} {format_number(g['bound'])}"
+        lines.append(f"  guard {g['name']} ({source}): {bound} {'pauses' if g['then'] == 'pause' else 'asks'}; then only stop"
+                     + (f" and unwind {g['unwind']['action']}" if g["unwind"] else "") + " run")
+    for a in m["audits"]:
+        lines.append(f"  audit {a['name']} ({a['run']}): asks when the metric improves while it worsens ({a['worse']}) past {format_number(a['tolerance'])}")
     return lines
 
 
 def describe_status_lines(state, now, keep, children):
     """Return the status lines of one venture: state, last report, controller position, levers, asks, run."""
+    held = held_by(state) if state.mandate is not None else None
     if state.paused:
         condition = "paused"
     elif state.mandate is None:
         condition = f"cannot run: {state.problem}"
-    elif state.last_report and state.last_report[2].get("status") in ("implausible", "failed"):
-        condition = f"implausible: held by report #{state.last_report[0]} ({state.last_report[2].get('note')}); a plausible report clears it"
+    elif held:
+        what, seq, note = held
+        condition = f"implausible: held by {what} #{seq} ({note}); a plausible reading of it clears the hold"
     elif state.last_report and state.last_report[2].get("status") == "unconfirmed":
         condition = f"unconfirmed: report #{state.last_report[0]} waits for the next to agree"
     else:
@@ -2746,6 +3144,16 @@ def describe_status_lines(state, now, keep, children):
             else:
                 position = "inside"
             lines.append(f"  controller: {way} {format_number(bound)} ({lever}): {position}")
+        for guard in m["guards"]:
+            info = state.guards.get(guard["name"])
+            if info is None or info["last"] is None:
+                lines.append(f"  guard {guard['name']}: not read yet")
+                continue
+            seq, value, status = info["last"]
+            where = (f"past its bound since #{info['episode']}: no lever but stop"
+                     + (f" and the unwind {guard['unwind']['action']}" if guard["unwind"] else "") + " runs until it is back inside"
+                     if info["past"] else "inside its bound")
+            lines.append(f"  guard {guard['name']}: #{seq} {format_number(value)} ({status}), {where}")
         for name, lever in m["levers"].items():
             used = len(cap_window(state, name, now))
             running = " (running)" if name in state.running else ""
