@@ -1428,24 +1428,32 @@ def yaml_scalar(value):
 # (the only writer), a read-only opener serves readers, a verifier re-walks it.
 # =============================================================================
 
-LEDGER_SCHEMA = f"""
-CREATE TABLE IF NOT EXISTS records(seq INTEGER PRIMARY KEY, at INTEGER NOT NULL, prev TEXT NOT NULL,
-                                   hash TEXT NOT NULL, weight INTEGER NOT NULL DEFAULT 1, record TEXT NOT NULL);
-CREATE TRIGGER IF NOT EXISTS records_no_update BEFORE UPDATE ON records
-BEGIN SELECT RAISE(ABORT, 'the ledger is append-only: no record is ever updated'); END;
-CREATE TRIGGER IF NOT EXISTS records_no_delete BEFORE DELETE ON records
-BEGIN SELECT RAISE(ABORT, 'the ledger is append-only: no record is ever deleted'); END;
-CREATE TRIGGER IF NOT EXISTS records_chain BEFORE INSERT ON records
+LEDGER_TABLE = """CREATE TABLE IF NOT EXISTS records(seq INTEGER PRIMARY KEY, at INTEGER NOT NULL, prev TEXT NOT NULL,
+                                   hash TEXT NOT NULL, weight INTEGER NOT NULL DEFAULT 1, record TEXT NOT NULL)"""
+LEDGER_TRIGGERS = (
+    """CREATE TRIGGER IF NOT EXISTS records_no_update BEFORE UPDATE ON records
+BEGIN SELECT RAISE(ABORT, 'the ledger is append-only: no record is ever updated'); END""",
+    """CREATE TRIGGER IF NOT EXISTS records_no_delete BEFORE DELETE ON records
+BEGIN SELECT RAISE(ABORT, 'the ledger is append-only: no record is ever deleted'); END""",
+    f"""CREATE TRIGGER IF NOT EXISTS records_chain BEFORE INSERT ON records
 WHEN NEW.seq IS NOT COALESCE((SELECT max(seq) FROM records), 0) + 1
   OR NEW.prev IS NOT COALESCE((SELECT hash FROM records ORDER BY seq DESC LIMIT 1), '{ZERO_HASH}')
   OR NEW.weight IS NOT 1
-BEGIN SELECT RAISE(ABORT, 'only the next record, chained to the last, may be appended'); END;
-"""
+BEGIN SELECT RAISE(ABORT, 'only the next record, chained to the last, may be appended'); END""")
+LEDGER_SCHEMA = ";\n".join((LEDGER_TABLE,) + LEDGER_TRIGGERS) + ";\n"
 RECORD_FIELDS = ("kind", "claim", "venture", "summary")
 
 
 class LockLost(Exception):
     """The home's lock is another avsmd's now: nothing more may be appended."""
+
+
+class LedgerDown(Exception):
+    """The ledger cannot be written (disk full, read-only, permissions): what would write must not run."""
+
+
+LEDGER_RETRY = 30       # seconds between tries to write a ledger that could not be written
+BACKLOG_KINDS = ("outcome", "exit")     # what already happened is written once the ledger takes writes again
 
 
 def canonical(record):
@@ -2281,6 +2289,49 @@ def signal_group(pgid, signum):
         return True
 
 
+def process_start(pid):
+    """Return a process's start time in clock ticks since boot (Linux /proc), or None: guards against pid reuse."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as fh:
+            return int(fh.read().rsplit(b")", 1)[1].split()[19])
+    except (OSError, IndexError, ValueError):
+        return None
+
+
+def sweep_groups(path):
+    """End the process groups an earlier avsmd recorded and did not see end (it was SIGKILLed); return how many.
+
+    A group is ours when its leader is gone (Linux reuses no pid while its group lives) or is the very
+    process recorded, by start time; TERM, then KILL after the grace.
+    """
+    import time
+    try:
+        with open(path) as fh:
+            recorded = [line.split() for line in fh if line.strip()]
+    except OSError:
+        return 0
+    ours = []
+    for fields in recorded:
+        try:
+            pgid, start = int(fields[0]), (int(fields[1]) if fields[1] != "-" else None)
+        except (IndexError, ValueError):
+            continue
+        now_start = process_start(pgid)
+        if signal_group(pgid, 0) and (now_start is None or start is None or now_start == start):
+            ours.append(pgid)
+    for pgid in ours:
+        signal_group(pgid, 15)
+    deadline = time.monotonic() + KILL_GRACE
+    alive = ours
+    while alive and time.monotonic() < deadline:
+        time.sleep(0.05)
+        alive = [g for g in alive if signal_group(g, 0)]
+    for pgid in alive:
+        signal_group(pgid, 9)
+    os.unlink(path)
+    return len(ours)
+
+
 def describe_status(status):
     """Return how a program ended, in words: 'exit 0', 'exit 2', 'signal 9'."""
     if status is None:
@@ -2341,6 +2392,9 @@ class Warden:
         self.due = {}                 # venture -> monotonic time its next report is due
         self.keep = {}                # venture -> the `run` program's keeper state
         self.rounds = {}              # venture -> the round in flight: metric seq, guards pending, deadline
+        self.ledger_down = None       # why the ledger cannot be written, while it cannot
+        self.backlog = []             # outcomes waiting for the ledger to take writes again
+        self.retry_at = None
         self.round_number = 0
         self.stopping = False
         self.sel = selectors.DefaultSelector()
@@ -2353,7 +2407,31 @@ class Warden:
         return read_lock_pid(self.lock_path) == self.avsmd_pid
 
     def append(self, record):
-        """Append `record` through the one append function and fold it into its venture."""
+        """Append `record` through the one append function and fold it into its venture.
+
+        While the ledger cannot be written, the outcome of what already ran waits in order to be written;
+        anything else raises LedgerDown, so the step that wanted it does not happen.
+        """
+        import sqlite3
+        import time
+        if self.ledger_down:
+            if record["kind"] in BACKLOG_KINDS:
+                self.backlog.append(record)
+                return None
+            raise LedgerDown(self.ledger_down)
+        try:
+            return self.write(record)
+        except (sqlite3.Error, OSError) as err:
+            self.ledger_down = str(err)
+            self.retry_at = time.monotonic() + LEDGER_RETRY
+            sys.stderr.write(f"avsm warden: the ledger cannot be written: {err}; stopping what would write, trying again in {LEDGER_RETRY} s\n")
+            if record["kind"] in BACKLOG_KINDS:
+                self.backlog.append(record)
+                return None
+            raise LedgerDown(str(err)) from None
+
+    def write(self, record):
+        """Append one record and fold it into its venture; raise what SQLite raised."""
         import time
         at = int(time.time())
         seq = self.ledger.append(record, at)
@@ -2415,17 +2493,23 @@ class Warden:
             timeout = self.next_wakeup(time.monotonic())
             for key, _ in self.sel.select(timeout):
                 what, child = key.data
-                if what == "channel":
-                    self.read_channel()
-                elif what == "signal":
-                    self.signalled(child)
-                elif child.status is not None:
-                    continue                # settled earlier in this same batch
-                elif what == "pidfd":
-                    self.child_event(child)
-                else:
-                    child.drain(key.fileobj)
-            self.tick(time.monotonic())
+                try:
+                    if what == "channel":
+                        self.read_channel()
+                    elif what == "signal":
+                        self.signalled(child)
+                    elif child.status is not None:
+                        continue            # settled earlier in this same batch
+                    elif what == "pidfd":
+                        self.child_event(child)
+                    else:
+                        child.drain(key.fileobj)
+                except LedgerDown:
+                    pass                    # the step that needed a record did not happen
+            try:
+                self.tick(time.monotonic())
+            except LedgerDown:
+                pass
             if self.stopping and not self.children:
                 self.end_lingering(final=True)
                 return EX_OK
@@ -2435,19 +2519,42 @@ class Warden:
 
     def next_wakeup(self, now):
         """Return seconds until the next due report, deadline or restart; None when nothing is due."""
-        times = [t for name, t in self.due.items() if self.active(self.ventures[name])]
+        times = [] if self.ledger_down else [t for name, t in self.due.items() if self.active(self.ventures[name])]
         for child in self.children:
             times += [t for t in (child.deadline, child.kill_at) if t is not None]
             if child.pidfd is None or child.status is not None:
                 times.append(now + 0.05)        # no pidfd here, or a dying group: look again soon
         times += [k["next_start"] for k in self.keep.values() if k.get("next_start") is not None]
         times += [r["deadline"] for r in self.rounds.values() if r["metric"] is not None and r["pending"]]
+        if self.ledger_down:
+            times.append(self.retry_at)
         if not times:
             return None
         return max(0.0, min(times) - now)
 
+    def retry_ledger(self, now):
+        """Try the ledger again: write what waited, in order; then work resumes."""
+        import sqlite3
+        import time
+        self.retry_at = now + LEDGER_RETRY
+        try:
+            while self.backlog:
+                self.write(self.backlog[0])
+                self.backlog.pop(0)
+            self.write({"kind": "ledger", "claim": "measured", "venture": "self",
+                        "summary": f"the ledger takes writes again (it could not: {self.ledger_down})"})
+        except (sqlite3.Error, OSError) as err:
+            self.ledger_down = str(err)
+            return
+        self.ledger_down = None
+        self.retry_at = None
+        for name in self.due:
+            self.due[name] = min(self.due[name], time.monotonic())
+
     def tick(self, now):
         """Start what is due, end what is past its deadline, reap what has ended."""
+        if self.ledger_down and now >= self.retry_at:
+            self.retry_ledger(now)
         for child in list(self.children):
             if child.status is not None:
                 if not signal_group(child.pgid, 0):
@@ -2461,8 +2568,8 @@ class Warden:
                 child.kill_at = now + KILL_GRACE
             elif child.deadline is not None and now >= child.deadline and child.kill_at is None:
                 child.terminate("timeout", now)
-        if self.stopping:
-            return
+        if self.stopping or self.ledger_down:
+            return                      # a ledger that cannot be written stops everything that would write
         for name, at in list(self.due.items()):
             state = self.ventures[name]
             if now >= at and self.active(state) and not any(c.venture == name and c.purpose == "report" for c in self.children):
@@ -2912,8 +3019,8 @@ class Warden:
             except Fail as fail:
                 err.append(str(fail))
                 code = fail.code
-            except LockLost as lost:
-                err.append(str(lost))
+            except (LockLost, LedgerDown) as lost:
+                err.append(f"the ledger cannot be written: {lost}; nothing was done, try again later" if isinstance(lost, LedgerDown) else str(lost))
                 code = EX_TEMPFAIL
             self.tell({"id": message.get("id"), "out": out, "err": err, "exit": code})
 
@@ -2983,9 +3090,17 @@ class Warden:
         return [f"{name}: adopted as mandate #{seq}"] + describe_allowed(mandate) + \
                ([f"{name} is paused; avsm resume {name} starts it"] if state.paused else [])
 
+    def do_health(self, args, err):
+        """What avsm doctor asks the running daemon: how many ventures, and whether the ledger can be written."""
+        if self.ledger_down:
+            err.append(f"the ledger cannot be written: {self.ledger_down}; nothing that would write runs, and avsmd tries again every 30 s")
+        return [f"avsmd {VERSION}, {sum(1 for s in self.ventures.values() if s.mandate_seq)} venture(s)"]
+
     def do_status(self, args, err):
         import time
         lines = []
+        if self.ledger_down:
+            lines.append(f"ledger: cannot be written ({self.ledger_down}); nothing that would write runs; trying again every 30 s")
         for name in sorted(self.ventures):
             state = self.ventures[name]
             if state.mandate_seq is None:
@@ -3320,6 +3435,7 @@ class Daemon:
         for g in groups:
             signal_group(g, 9)
         self.groups = {}
+        self.save_groups()
 
     def read_warden(self):
         if self.warden_chan is None:
@@ -3333,16 +3449,28 @@ class Daemon:
                 data = b""
             if not data:
                 return
+            changed = False
             for message in self.warden_reader.feed(data):
                 if "group" in message:
+                    message["start_ticks"] = process_start(message["group"])
                     self.groups[message["group"]] = message
+                    changed = True
                 elif "ended" in message:
-                    self.groups.pop(message["ended"], None)
+                    changed = self.groups.pop(message["ended"], None) is not None or changed
                 elif "id" in message:
                     client = self.waiting.pop(message["id"], None)
                     if client is not None:
-                        self.reply(client, message.get("out", []), message.get("err", []), message.get("exit", EX_SOFTWARE),
-                                   config_note=message.get("cmd") == "add")
+                        self.reply(client, message.get("out", []), message.get("err", []), message.get("exit", EX_SOFTWARE))
+            if changed:
+                self.save_groups()
+
+    def save_groups(self):
+        """Keep the groups the warden started on disk, so an avsmd that was SIGKILLed is cleaned up after."""
+        path = os.path.join(self.home, "groups")
+        with open(path + ".new", "w") as fh:
+            for pgid, info in self.groups.items():
+                fh.write(f"{pgid} {info.get('start_ticks') or '-'} {info.get('venture')} {info.get('purpose')}\n")
+        os.replace(path + ".new", path)
 
     # ---- clients ----
     def accept(self):
@@ -3401,7 +3529,7 @@ class Daemon:
             send_line(self.warden_chan, message)
             self.warden_chan.setblocking(False)
 
-    def reply(self, conn, out, err, code, config_note=False):
+    def reply(self, conn, out, err, code):
         if conn not in self.clients:
             return
         lines = [{"out": line} for line in out] + [{"err": line} for line in err]
@@ -3475,6 +3603,7 @@ class Daemon:
             raise Fail(EX_CANTCREAT, f"{self.home} is not a directory; give --home a directory")
         os.makedirs(self.home, mode=0o700, exist_ok=True)
         self.take_lock()
+        swept = sweep_groups(os.path.join(self.home, "groups"))    # before anything else
         self.sel = selectors.DefaultSelector()
         self.ledger = Ledger(os.path.join(self.home, "ledger.db"), still_ours=self.lock_is_ours)
         broken = ledger_problem(self.ledger.db)
@@ -3491,6 +3620,15 @@ class Daemon:
         self.sel.register(wake_r, selectors.EVENT_READ, ("signal", None))
         self.bind()
         self.append_self("start", f"avsmd {VERSION} started (pid {os.getpid()}) on {self.home}", pid=os.getpid())
+        if swept:
+            self.append_self("sweep", f"ended {swept} process group(s) an earlier avsmd left running", groups=swept)
+        cut_marker = os.path.join(self.home, "cut")
+        if os.path.exists(cut_marker):
+            with open(cut_marker) as fh:
+                seq, _, backup = fh.read().strip().partition(" ")
+            if self.append_self("cut", f"the ledger was cut just before #{seq} by avsm doctor; the whole ledger before it is {backup}",
+                                before=int(seq) if seq.isdigit() else None, backup=backup):
+                os.unlink(cut_marker)
         self.start_warden()
         sys.stderr.write(f"avsmd: serving {self.home} (pid {os.getpid()})\n")
         sys.stderr.flush()
@@ -3614,6 +3752,8 @@ Exit codes: 64 usage, 75 another avsmd runs on the home, 78 a config or mandate 
 
 def out(line=""):
     """Write one line of records to standard output."""
+    if sys.stdout is None:
+        raise OSError(9, "standard output is closed")
     sys.stdout.write(line + "\n")
 
 
@@ -3839,6 +3979,285 @@ def cmd_try(home_arg, args):
     return EX_OK
 
 
+# ---- avsm doctor -------------------------------------------------------------
+
+DOCTOR_ORDER = (EX_DATAERR, EX_CONFIG, EX_NOPERM, EX_CANTCREAT, EX_NOINPUT, EX_UNAVAILABLE)   # worst first
+
+
+class Findings:
+    """What doctor found: each failed check with its code and the command that fixes it."""
+
+    def __init__(self):
+        self.codes = []
+
+    def ok(self, text):
+        out(f"ok    {text}")
+
+    def note(self, text):
+        out(f"note  {text}")
+
+    def fail(self, code, text, fix):
+        self.codes.append(code)
+        out(f"FAIL  {text}")
+        out(f"      fix: {fix}")
+
+    def worst(self):
+        return next((code for code in DOCTOR_ORDER if code in self.codes), EX_OK)
+
+
+def cmd_doctor(home, args):
+    """doctor [--since SEQ:HASH] | doctor --cut SEQ: check home, config, ledger, mandates and daemon; change nothing."""
+    since = cut = None
+    rest = list(args)
+    while rest:
+        arg = rest.pop(0)
+        if arg == "--since" and rest:
+            since = rest.pop(0)
+            if not re.fullmatch(r"[0-9]+:[0-9a-f]{16}", since):
+                raise Fail(EX_USAGE, f"'{since}' is not an anchor; write SEQ:HASHPREFIX with 16 hex digits, as 1234:0123456789abcdef")
+        elif arg == "--cut" and rest:
+            cut = rest.pop(0)
+            if not cut.isdigit() or not cut.isascii() or int(cut) < 1:
+                raise Fail(EX_USAGE, f"'{cut}' is not a record number; write avsm doctor --cut 1234")
+            cut = int(cut)
+        elif arg == "--remote" or arg.startswith("--remote="):
+            raise Fail(EX_USAGE, "avsm doctor has no --remote: avsmd opens no listener but its socket; run doctor on its machine")
+        else:
+            raise Fail(EX_USAGE, f"avsm doctor does not take '{arg}'; usage: avsm doctor [--since SEQ:HASHPREFIX] | avsm doctor --cut SEQ")
+    if cut is not None:
+        return doctor_cut(home, cut)
+    found = Findings()
+    if doctor_home(home, found):
+        doctor_config(home, found)
+        doctor_ledger(home, found, since)
+        doctor_mandates(home, found)
+        doctor_daemon(home, found)
+    code = found.worst()
+    out("all checks pass" if code == EX_OK else f"doctor exits {code}")
+    return code
+
+
+def doctor_home(home, found):
+    """The home: there, a directory, ours to read and write, short enough for its socket."""
+    if not os.path.lexists(home):
+        found.fail(EX_NOINPUT, f"the home {home} is not there", f"avsmd --home {home}   (avsmd makes it)")
+        return False
+    if not os.path.isdir(home):
+        found.fail(EX_CANTCREAT, f"the home {home} is not a directory", f"mv {home} {home}.old && avsmd --home {home}")
+        return False
+    if not os.access(home, os.R_OK | os.W_OK | os.X_OK):
+        found.fail(EX_NOPERM, f"the home {home} is not readable and writable by you", f"chmod 700 {home}")
+        return False
+    problem = socket_problem(home)
+    if problem:
+        found.fail(EX_CONFIG, problem, "avsmd --home /a/shorter/path   (or set AVSMD_HOME)")
+    else:
+        found.ok(f"home {home}")
+    return True
+
+
+def doctor_config(home, found):
+    path = os.path.join(home, "config.yaml")
+    try:
+        read_config(home)
+        found.ok(f"config {path}" + ("" if os.path.exists(path) else " (not there: every default)"))
+    except Fail as fail:
+        found.fail(EX_CONFIG, str(fail), f"edit {path}, then avsmd -t --home {home}")
+    keys = os.path.join(home, "keys")
+    if os.path.exists(keys):
+        if os.stat(keys).st_mode & 0o077:
+            found.fail(EX_CONFIG, f"{keys} is readable by others than you; the warden refuses to read it", f"chmod 600 {keys}")
+        else:
+            found.ok(f"keys {keys} readable by you alone")
+
+
+def doctor_ledger(home, found, since):
+    """The ledger: a database, every link of the chain, the triggers, every proof; and an anchor if given."""
+    import sqlite3
+    import time
+    path = os.path.join(home, "ledger.db")
+    if not os.path.exists(path):
+        found.note(f"no ledger yet at {path}; avsmd makes it at its first start")
+        return
+    if not os.access(path, os.R_OK | os.W_OK):
+        found.fail(EX_NOPERM, f"{path} is not readable and writable by you", f"chmod 600 {path}")
+    try:
+        db = open_ledger_ro(path)
+        triggers = {row[0] for row in db.execute("SELECT name FROM sqlite_master WHERE type = 'trigger'")}
+        count, first_at, last_at = db.execute("SELECT count(*), min(at), max(at) FROM records").fetchone()
+    except sqlite3.DatabaseError as err:
+        found.fail(EX_DATAERR, f"{path} is not a ledger avsm can read: {err}",
+                   f"mv {path} {path}.broken   (avsmd then starts a new ledger; keep the old one for the record)")
+        return
+    missing = {"records_no_update", "records_no_delete", "records_chain"} - triggers
+    if missing:
+        found.fail(EX_DATAERR, f"the ledger's triggers {', '.join(sorted(missing))} are gone: it is no longer append-only",
+                   f"avsmd --home {home}   (avsmd makes the triggers again at start)")
+    broken = ledger_problem(db)
+    if broken:
+        seq, why = broken
+        found.fail(EX_DATAERR, f"record #{seq} does not read: {why}",
+                   f"avsm --home {home} doctor --cut {seq}   (with avsmd stopped; the whole ledger is backed up first)")
+    else:
+        days = max(1.0, ((last_at or 0) - (first_at or 0)) / 86400)
+        size = os.path.getsize(path)
+        found.ok(f"ledger {path}: {count} records chained, {size / 1e6:.1f} MB, about {size / days / 1e6:.2f} MB a day")
+        problems = []
+        records = {}
+        for seq, at, record in read_records(db):
+            records[seq] = (at, record)
+            if record.get("kind") == "action":
+                for problem in check_proof(seq, at, record, records):
+                    problems.append((seq, problem))
+        if problems:
+            seq, problem = problems[0]
+            found.fail(EX_DATAERR, f"{len(problems)} proof problem(s); first: action #{seq}: {problem}", f"avsm --home {home} why {seq}")
+        else:
+            found.ok("every proof in the ledger re-checks")
+    if since is not None:
+        seq, prefix = since.split(":")
+        row = db.execute("SELECT hash FROM records WHERE seq = ?", (int(seq),)).fetchone()
+        if row is None or not row[0].startswith(prefix):
+            found.fail(EX_DATAERR, f"the ledger no longer holds the head {since}: "
+                                   + ("there is no such record" if row is None else f"#{seq} now hashes to {row[0][:16]}"),
+                       f"compare with the backup you took the anchor from; avsm --home {home} tail --since {max(0, int(seq) - 1)}")
+        else:
+            found.ok(f"the ledger still holds {since}")
+    db.close()
+
+
+def doctor_mandates(home, found):
+    for name, directory, seq, paused in adopted_mandates(home) if os.path.exists(os.path.join(home, "ledger.db")) else []:
+        path = os.path.join(directory or "", "mandate.yaml")
+        if not os.path.isdir(directory or ""):
+            if paused:
+                found.note(f"venture {name} is paused and its directory {directory} has gone")
+            else:
+                found.fail(EX_NOINPUT, f"venture {name}: its directory {directory} is not there",
+                           f"put {directory} back, or avsm --home {home} pause {name}")
+            continue
+        try:
+            with open(path, encoding="utf-8", errors="replace") as fh:
+                parse_mandate(fh.read(), path, directory)
+            found.ok(f"venture {name}: {path} holds")
+        except OSError as err:
+            found.fail(EX_NOPERM if isinstance(err, PermissionError) else EX_NOINPUT,
+                       f"venture {name}: {path} cannot be read: {err.strerror}", f"chmod u+r {path}")
+        except Fail as fail:
+            found.fail(EX_CONFIG, f"venture {name}: {fail}", f"edit {path}, then avsm --home {home} add {directory}")
+
+
+def doctor_daemon(home, found):
+    """The lock file, the socket, the daemon answering, and no second avsmd on the home."""
+    import socket
+    lock = os.path.join(home, "avsmd.lock")
+    sock = os.path.join(home, "sock")
+    if os.path.lexists(lock) and not os.path.isfile(lock):
+        found.fail(EX_CANTCREAT, f"{lock} is not a regular file", f"rm -r {lock}   (avsmd makes it again)")
+    daemons = avsmd_processes(home)
+    if len(daemons) > 1:
+        found.fail(EX_UNAVAILABLE, f"{len(daemons)} avsmd processes run on {home}: pids {', '.join(map(str, daemons))}",
+                   f"kill {' '.join(map(str, daemons[1:]))}   (keep one)")
+    holder = lock_holder(home) if os.path.isfile(lock) else None
+    conn = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    conn.settimeout(5)
+    try:
+        conn.connect(sock)
+        send_line(conn, {"v": 1, "cmd": "health", "args": {}})
+        reader, answer = LineReader(), []
+        while not any("exit" in m for m in answer):
+            data = conn.recv(65536)
+            if not data:
+                break
+            answer += reader.feed(data)
+        lines = [m["out"] for m in answer if "out" in m]
+        problems = [m["err"] for m in answer if "err" in m]
+        found.ok(f"avsmd answers on {sock}" + (f": {lines[0]}" if lines else ""))
+        for problem in problems:
+            found.fail(EX_NOPERM, problem, f"free space or fix permissions under {home}; avsmd tries again every 30 s")
+    except OSError:
+        if holder:
+            found.fail(EX_UNAVAILABLE, f"avsmd (pid {holder}) is running but its socket {sock} is missing",
+                       f"wait a second (it makes the socket again); if it stays missing: kill {holder} && avsmd --home {home}")
+        else:
+            found.fail(EX_UNAVAILABLE, f"no avsmd is running on {home}", f"avsmd --home {home}")
+    finally:
+        conn.close()
+
+
+def avsmd_processes(home):
+    """Return the pids of avsmd processes (not wardens) whose home is `home`, from /proc (Linux) or ps."""
+    target = os.path.realpath(home)
+    pids = []
+    if os.path.isdir("/proc"):
+        for entry in os.listdir("/proc"):
+            if not entry.isdigit():
+                continue
+            try:
+                with open(f"/proc/{entry}/cmdline", "rb") as fh:
+                    argv = [a.decode("utf-8", "replace") for a in fh.read().split(b"\0") if a]
+                if not is_avsmd_argv(argv):
+                    continue
+                given = next((argv[i + 1] for i, a in enumerate(argv[:-1]) if a == "--home"), None)
+                given = given or next((a.split("=", 1)[1] for a in argv if a.startswith("--home=")), None)
+                if given is None:
+                    with open(f"/proc/{entry}/environ", "rb") as fh:
+                        env = dict(v.split(b"=", 1) for v in fh.read().split(b"\0") if b"=" in v)
+                    given = (env.get(b"AVSMD_HOME") or b"").decode() or None
+                if given is not None and not os.path.isabs(given):
+                    given = os.path.join(os.readlink(f"/proc/{entry}/cwd"), given)
+                if given is not None and os.path.realpath(given) == target:
+                    pids.append(int(entry))
+            except OSError:
+                continue
+    return sorted(pids)
+
+
+def is_avsmd_argv(argv):
+    """Whether a command line runs the daemon: a program named avsmd, or `avsm.py avsmd`."""
+    for i, arg in enumerate(argv[:3]):
+        stem = os.path.basename(arg).split(".")[0]
+        if stem == "avsmd" or (arg == "avsmd" and i > 0):
+            return True
+        if stem not in ("python", "python3") and not stem.startswith("python") and stem != "avsm":
+            return False
+    return False
+
+
+def doctor_cut(home, seq):
+    """--cut SEQ, with avsmd stopped: back the ledger up whole, then cut it just before SEQ (open point 11)."""
+    import shutil
+    import sqlite3
+    import time
+    holder = lock_holder(home) if os.path.isdir(home) else None
+    if holder:
+        raise Fail(EX_TEMPFAIL, f"avsmd (pid {holder}) is running on {home}; stop it first, then cut")
+    path = ledger_path(home)
+    last = open_ledger_ro(path).execute("SELECT coalesce(max(seq), 0) FROM records").fetchone()[0]
+    if seq > last:
+        raise Fail(EX_DATAERR, f"#{seq} is past the last record (#{last}); nothing to cut")
+    backup = os.path.join(home, f"ledger.db.before-cut-{seq}-{int(time.time())}")
+    shutil.copy2(path, backup)
+    db = sqlite3.connect(path, isolation_level=None, timeout=10)
+    db.execute("BEGIN IMMEDIATE")
+    try:
+        for name in ("records_no_update", "records_no_delete", "records_chain"):
+            db.execute(f"DROP TRIGGER IF EXISTS {name}")
+        db.execute("DELETE FROM records WHERE seq >= ?", (seq,))
+        for statement in LEDGER_TRIGGERS:
+            db.execute(statement)
+        db.execute("COMMIT")
+    except BaseException:
+        db.execute("ROLLBACK")
+        raise
+    db.close()
+    with open(os.path.join(home, "cut"), "w") as fh:
+        fh.write(f"{seq} {backup}\n")
+    out(f"backed up the whole ledger to {backup}")
+    out(f"cut the ledger just before #{seq}: records #{seq}..#{last} are only in the backup now")
+    return EX_OK
+
+
 CLIENT_COMMANDS = {
     "add": cmd_add,
     "status": cmd_simple("status", "status"),
@@ -3849,6 +4268,7 @@ CLIENT_COMMANDS = {
     "pause": cmd_simple("pause", "pause VENTURE", "venture"),
     "resume": cmd_simple("resume", "resume VENTURE", "venture"),
     "why": cmd_why,
+    "doctor": cmd_doctor,
     "try": None,
 }
 
@@ -4046,10 +4466,21 @@ def main(argv=None):
     except KeyboardInterrupt:
         return 130
     except OSError as err:
-        if err.errno == 9 or (sys.stdout is None or sys.stdout.closed):
+        if err.errno in (9, 5, 28) or sys.stdout is None or sys.stdout.closed:
             sys.stderr.write(f"{name}: standard output cannot be written: {err.strerror}\n")
             return EX_IOERR
-        raise
+        return report_bug(name)
+    except Exception:
+        return report_bug(name)
+
+
+def report_bug(name):
+    """An unexpected error: the whole traceback on standard error, with the version and how to report it."""
+    import traceback
+    traceback.print_exc()
+    sys.stderr.write(f"{name} {VERSION}: this is a bug in avsm, not something you did. Please report it with the lines above, "
+                     f"the command you ran and `python3 --version`.\n")
+    return EX_SOFTWARE
 
 
 if __name__ == "__main__":

@@ -303,7 +303,7 @@ def test_failed_reports_are_kept_and_never_acted_on(av, workdir):
     assert all(r["status"] == "failed" and r["plausible"] is False and r["value"] is None and r["note"] for r in reports)
     assert "count: 50" in reports[0]["note"]
     assert len(of(recs, "ask")) == 1 and not of(recs, "action")
-    assert "held by report" in av.cli("status").stdout
+    assert "held by the dial report" in av.cli("status").stdout
     write(os.path.join(d, "report"), DIAL_REPORT, 0o755)
     set_value(d, 3)
     recs = av.wait_for(lambda rs: of(rs, "resolved") and rs, timeout=10, what="the ask resolved")
