@@ -1306,7 +1306,7 @@ CONFIG_KEYS = {"nightly", "default", "backends", "escalate", "ratchet", "forecas
 BACKEND_KEYS = {"anthropic": {"kind", "model", "key", "url", "effort"},
                 "openai": {"kind", "url", "model", "key"},
                 "command": {"kind", "run", "offbox"}}
-EFFORTS = ("low", "medium", "high", "max")
+EFFORTS = ("low", "medium", "high", "max")   # open point 44
 FORECAST_DEFAULT = {"days": 30, "seeds": 16}
 
 
@@ -1917,6 +1917,174 @@ def held_by(state):
     return None
 
 
+# ---- what a model is shown, and what it may say ---------------------------------
+# Pure: a decision packet (built by the warden from records, never an audit) in,
+# the request texts out; a reply's bytes in, choices or the reason it is unusable out.
+
+MODEL_SYSTEM = """You advise avsm, a supervisor that acts only within a mandate a person wrote.
+You choose between doing nothing, taking one action the mandate permits, and asking the person.
+Code, not you, decides whether anything runs: a proposal that breaks the mandate is refused and recorded.
+Reply with exactly one JSON object on one line and nothing else, one of:
+{"choice": "nothing", "reason": "..."}
+{"choice": "action", "action": "LEVER", "reason": "..."}   (add "payload" for a lever that takes content:
+    a string for text, diff or file; an object for json)
+{"choice": "ask", "question": "...", "action": "LEVER"}
+{"choices": [ ...up to five of the above, each judged alone... ]}
+Before choosing you may look things up, three times at most, one per reply:
+{"choice": "know", "topic": "..."}  or  {"choice": "why", "record": SEQ}"""
+CLASSIFIER_SYSTEM = """You classify for avsm, a supervisor that acts only within a mandate a person wrote.
+Answer with one word alone: nothing, ask, or the name of one permitted lever."""
+CHOICE_KEYS = {"nothing": {"choice", "reason"},
+               "action": {"choice", "action", "reason", "payload"},
+               "ask": {"choice", "question", "action", "reason"},
+               "know": {"choice", "topic"},
+               "why": {"choice", "record"}}
+LOOKS_MAX = 3
+CHOICES_MAX = 5
+TEXT_MAX = 2000
+
+
+def build_request(packet):
+    """Return (system, user): the texts a backend is shown for one decision packet."""
+    lines = [f"venture: {packet['venture']}", f"purpose: {packet['purpose']}",
+             f"metric: {packet['metric']}", f"controller: {packet['controller']}", "permitted levers:"]
+    for lever in packet["levers"]:
+        lines.append(f"  - {lever['name']}: cap {lever['cap']} ({lever['used']} used), "
+                     f"{'reversible' if lever['reversible'] else 'irreversible: a person approves it'}"
+                     + (", delegated" if lever.get("delegated") else "")
+                     + (f", takes {lever['takes']}" if lever.get("takes") else ""))
+    if not packet["levers"]:
+        lines.append("  none")
+    lines.append(f"forbidden levers: {', '.join(packet['forbidden']) or 'none'}")
+    if packet["children"]:
+        lines.append("children:")
+        lines += [f"  - {c['name']}: {c['state']}" + "".join(f"\n      {r}" for r in c["records"]) for c in packet["children"]]
+    else:
+        lines.append("children: none")
+    lines.append("readings:" if packet["readings"] else "readings: none")
+    lines += [f"  - {r['name']} = {r['value']}: {r['fields'] or '(no fields)'}" for r in packet["readings"]]
+    lines.append("recent records:" if packet["records"] else "recent records: none")
+    lines += [f"  {r}" for r in packet["records"]]
+    lines.append("open asks:" if packet["asks"] else "open asks: none")
+    lines += [f"  {a}" for a in packet["asks"]]
+    for look in packet.get("looks", []):
+        lines.append(f"you looked up {json.dumps(look['look'])}:")
+        lines += [f"  {line}" for line in look["answer"].splitlines()]
+    if packet.get("looks"):
+        lines.append(f"looks left: {LOOKS_MAX - len(packet['looks'])}")
+    return (CLASSIFIER_SYSTEM if packet.get("classifier") else MODEL_SYSTEM), "\n".join(lines) + "\n"
+
+
+def parse_reply(data, packet):
+    """Return {"choices": [...]} or {"look": {...}} from a reply, or {"unusable": why}.
+
+    The reply is one JSON object on one line (a classifier: one word); anything else is unusable.
+    """
+    if len(data) > REPLY_MAX:
+        return {"unusable": f"the reply is bigger than {REPLY_MAX // 1024} KiB"}
+    try:
+        text = data.decode("utf-8") if isinstance(data, bytes) else data
+    except UnicodeDecodeError:
+        return {"unusable": "the reply is not UTF-8"}
+    text = text.strip()
+    if not text:
+        return {"unusable": "the reply is empty"}
+    if "\n" in text or "\r" in text:
+        return {"unusable": "the reply is more than one line"}
+    lever_names = {lever["name"] for lever in packet["levers"]}
+    if packet.get("classifier"):
+        if text in ("nothing", "ask") or text in lever_names:
+            word = text
+            return {"choices": [{"choice": "nothing"} if word == "nothing" else
+                                {"choice": "ask", "question": "the classifier asks"} if word == "ask" else
+                                {"choice": "action", "action": word}]}
+        return {"unusable": f"a classifier answers one word: nothing, ask or a permitted lever, not {text[:60]!r}"}
+    try:
+        reply = json.loads(text, object_pairs_hook=unique_pairs, parse_constant=refuse_constant)
+    except (ValueError, RecursionError) as err:
+        return {"unusable": f"the reply is not one JSON object: {str(err)[:120]}"}
+    if not isinstance(reply, dict):
+        return {"unusable": "the reply is not a JSON object"}
+    if set(reply) == {"choices"}:
+        items = reply["choices"]
+        if not isinstance(items, list) or not 1 <= len(items) <= CHOICES_MAX:
+            return {"unusable": f"choices must be a list of one to {CHOICES_MAX}"}
+        choices = []
+        for item in items:
+            choice, why = check_choice(item)
+            if why or choice["choice"] in ("know", "why"):
+                return {"unusable": why or "a look-up stands alone, not among choices"}
+            choices.append(choice)
+        return {"choices": choices}
+    choice, why = check_choice(reply)
+    if why:
+        return {"unusable": why}
+    if choice["choice"] in ("know", "why"):
+        if len(packet.get("looks", [])) >= LOOKS_MAX:
+            return {"unusable": f"more than {LOOKS_MAX} look-ups"}
+        return {"look": choice}
+    return {"choices": [choice]}
+
+
+def unique_pairs(pairs):
+    keys = [k for k, _ in pairs]
+    if len(keys) != len(set(keys)):
+        raise ValueError("a key appears twice")
+    return dict(pairs)
+
+
+def refuse_constant(name):
+    raise ValueError(f"{name} is not JSON")
+
+
+def check_choice(choice):
+    """Return (the choice, None) when it has exactly the shape its kind allows, else (None, why)."""
+    if not isinstance(choice, dict) or choice.get("choice") not in CHOICE_KEYS:
+        return None, "a choice is nothing, action, ask, know or why"
+    kind = choice["choice"]
+    extra = set(choice) - CHOICE_KEYS[kind]
+    if extra:
+        return None, f"a {kind} choice has no {', '.join(sorted(extra))}"
+    for key in ("reason", "question", "topic"):
+        if key in choice and (not isinstance(choice[key], str) or len(choice[key]) > TEXT_MAX):
+            return None, f"{key} must be text of at most {TEXT_MAX} characters"
+    if kind == "action" and not isinstance(choice.get("action"), str):
+        return None, "an action choice names its lever in action"
+    if kind == "ask" and ("question" not in choice or ("action" in choice and not isinstance(choice["action"], str))):
+        return None, "an ask choice carries a question (and may name a lever)"
+    if kind == "know" and not isinstance(choice.get("topic"), str):
+        return None, "a know choice carries a topic"
+    if kind == "why" and (isinstance(choice.get("record"), bool) or not isinstance(choice.get("record"), int)):
+        return None, "a why choice carries a record number"
+    if "payload" in choice and not isinstance(choice["payload"], (str, dict)):
+        return None, "a payload is a string or an object"
+    return choice, None
+
+
+def content_problem(takes, payload, directory):
+    """Return why a diff or file payload would reach outside the venture directory, or None.
+
+    A file payload is its relative path on the first line and the content after it.
+    """
+    if takes == "diff":
+        paths = [line[4:].split("\t")[0].strip() for line in payload.splitlines() if line.startswith(("--- ", "+++ "))]
+        if not paths:
+            return "the diff names no file"
+        paths = [p[2:] if p.startswith(("a/", "b/")) else p for p in paths if p != "/dev/null"]
+    elif takes == "file":
+        paths = [payload.split("\n", 1)[0].strip()]
+    else:
+        return None
+    root = os.path.realpath(directory)
+    for path in paths:
+        if not path or os.path.isabs(path) or ".." in path.replace("\\", "/").split("/"):
+            return f"{path or 'an empty path'} is not a path inside the venture; use a relative path without .."
+        resolved = os.path.realpath(os.path.join(root, path))
+        if resolved != root and not resolved.startswith(root + os.sep):
+            return f"{path} leads outside the venture directory (through a symlink)"
+    return None
+
+
 # ---- controllers --------------------------------------------------------------
 
 def decide(state, report_seq, value):
@@ -2079,7 +2247,8 @@ def check_proof(action_seq, action_at, action, records, parse=None):
             problems.append("runs counted against the cap are missing from the premises")
         rule = proof.get("rule")
         if not spec["reversible"] and not spec["delegated"] and rule != "unwind":
-            approvals = [p for p in premises if p in records and records[p][1].get("kind") == "approval"
+            approvals = [p for p in premises if p in records and records[p][1].get("kind") in ("approval", "proposal")
+                         and records[p][1].get("claim") == "declared"
                          and records[p][1].get("lever") == lever and records[p][1].get("payload") == action.get("payload")]
             if not approvals:
                 problems.append(f"{lever} is irreversible and no approval of exactly this lever and payload is a premise")
@@ -2213,6 +2382,7 @@ class Child:
         self.out, self.err = bytearray(), bytearray()
         self.extra = {}
         self.status = None            # the leader's exit status, once reaped
+        self.head, self.oversized = None, False
         stdin = open(stdin_path, "rb") if stdin_path else subprocess.DEVNULL    # a file never blocks the warden
         try:
             self.proc = subprocess.Popen(args, cwd=cwd, env=env, shell=shell, process_group=0, stdin=stdin,
@@ -2229,7 +2399,11 @@ class Child:
             self.pidfd = None
 
     def drain(self, pipe):
-        """Read what `pipe` holds now, keeping the last OUTPUT_KEEP bytes; return False at EOF."""
+        """Read what `pipe` holds now, keeping the last OUTPUT_KEEP bytes; return False at EOF.
+
+        With `head` set (a backend's reply), keep the first `head` bytes instead and end the
+        program once it writes past them: a reply that big is unusable, and is not read further.
+        """
         buffer = self.out if pipe is self.proc.stdout else self.err
         while True:
             try:
@@ -2240,6 +2414,14 @@ class Child:
                 return False
             if not data:
                 return False
+            if self.head and pipe is self.proc.stdout:
+                buffer += data[:self.head + 1 - len(buffer)]
+                if len(buffer) > self.head:
+                    self.oversized = True
+                    import time
+                    self.terminate("oversized", time.monotonic())
+                    return True
+                continue
             buffer += data
             if len(buffer) > OUTPUT_KEEP:
                 del buffer[:len(buffer) - OUTPUT_KEEP]
@@ -2276,6 +2458,19 @@ def write_payload(data):
     with os.fdopen(fd, "wb") as fh:
         fh.write(data)
     return path
+
+
+def write_venture_file(directory, payload):
+    """Write a `file` payload (its relative path on the first line, the content after) inside the venture."""
+    problem = content_problem("file", payload, directory)
+    if problem:
+        raise OSError(problem)
+    path, _, content = payload.partition("\n")
+    target = os.path.join(directory, path.strip())
+    os.makedirs(os.path.dirname(target), exist_ok=True)
+    with open(target + ".avsm-new", "w", encoding="utf-8") as fh:
+        fh.write(content)
+    os.replace(target + ".avsm-new", target)
 
 
 def signal_group(pgid, signum):
@@ -2339,6 +2534,114 @@ def describe_status(status):
     return f"exit {status}" if status >= 0 else f"signal {-status}"
 
 
+# ---- model backends -------------------------------------------------------------
+
+ANTHROPIC_URL = "https://api.anthropic.com/v1/messages"
+ANTHROPIC_VERSION = "2023-06-01"
+BACKEND_TIMEOUT = 120        # seconds for one decision's call, retries included (open point 44)
+BACKEND_TRIES = 4            # 429 and 5xx are tried again, after 1, 2, 4 s (or what retry-after says)
+
+
+def read_keys(home):
+    """Return {name: value} from HOME/keys; Fail(78) when others than its owner may read it (open point 43)."""
+    path = os.path.join(home, "keys")
+    try:
+        st = os.stat(path)
+    except FileNotFoundError:
+        return {}
+    if st.st_mode & 0o077:
+        raise Fail(EX_CONFIG, f"{path} may be read by others than you, so the warden will not read it; chmod 600 {path}")
+    keys = {}
+    with open(path, encoding="utf-8") as fh:
+        for line in fh:
+            name, eq, value = line.strip().partition("=")
+            if eq and name.strip() and not name.startswith("#"):
+                keys[name.strip()] = value.strip()
+    return keys
+
+
+def backend_request(backend, system, user, key):
+    """Return (url, headers, body) of one call in the provider's wire format."""
+    if backend["kind"] == "anthropic":
+        headers = {"content-type": "application/json", "anthropic-version": ANTHROPIC_VERSION, "x-api-key": key or ""}
+        body = {"model": backend["model"], "max_tokens": 4096, "system": system,
+                "messages": [{"role": "user", "content": user}]}
+        if backend.get("effort"):
+            body["output_config"] = {"effort": backend["effort"]}
+        return backend.get("url") or ANTHROPIC_URL, headers, body
+    headers = {"content-type": "application/json"}
+    if key:
+        headers["authorization"] = f"Bearer {key}"
+    body = {"model": backend["model"], "messages": [{"role": "system", "content": system}, {"role": "user", "content": user}]}
+    return backend["url"], headers, body
+
+
+def reply_text(kind, body):
+    """Return the model's text from a provider's response body, or raise ValueError saying why not."""
+    try:
+        data = json.loads(body)
+    except ValueError:
+        raise ValueError("the response body is not JSON") from None
+    if kind == "anthropic":
+        if not isinstance(data, dict) or data.get("type") != "message" or not isinstance(data.get("content"), list):
+            raise ValueError("the response is not an Anthropic message")
+        return "".join(block.get("text", "") for block in data["content"] if isinstance(block, dict) and block.get("type") == "text")
+    try:
+        text = data["choices"][0]["message"]["content"]
+    except (KeyError, IndexError, TypeError):
+        raise ValueError("the response has no choices[0].message.content") from None
+    if not isinstance(text, str):
+        raise ValueError("choices[0].message.content is not text")
+    return text
+
+
+def error_text(body):
+    """Return the message of a provider's error body ({"error": {"message": ...}} in both formats)."""
+    try:
+        error = json.loads(body).get("error", {})
+        return f"{error.get('type', '')}: {error.get('message', '')}".strip(": ")
+    except (ValueError, AttributeError):
+        return body[:200].decode("utf-8", "replace") if isinstance(body, bytes) else str(body)[:200]
+
+
+def call_http_backend(backend, system, user, key):
+    """Make one decision's HTTP call, trying 429 and 5xx again; return (reply bytes, None) or (None, why)."""
+    import time
+    import urllib.error
+    import urllib.request
+    url, headers, body = backend_request(backend, system, user, key)
+    deadline = time.monotonic() + BACKEND_TIMEOUT
+    why = "not tried"
+    for attempt in range(BACKEND_TRIES):
+        left = deadline - time.monotonic()
+        if left <= 0:
+            return None, f"no answer within {BACKEND_TIMEOUT} s ({why})"
+        request = urllib.request.Request(url, data=json.dumps(body).encode(), headers=headers, method="POST")
+        wait = 2 ** attempt
+        try:
+            with urllib.request.urlopen(request, timeout=left) as response:
+                raw = response.read(REPLY_MAX + 1)
+            if len(raw) > REPLY_MAX:
+                return None, f"the response is bigger than {REPLY_MAX // 1024} KiB"
+            text = reply_text(backend["kind"], raw).encode()
+            return text, None
+        except urllib.error.HTTPError as err:
+            raw = err.read(REPLY_MAX + 1)
+            why = f"HTTP {err.code}: {error_text(raw)}"
+            if err.code != 429 and err.code < 500:
+                return None, why
+            retry_after = err.headers.get("retry-after", "")
+            if retry_after.isdigit():
+                wait = min(int(retry_after), 30)
+        except ValueError as err:
+            return None, str(err)
+        except (urllib.error.URLError, OSError) as err:
+            why = f"{getattr(err, 'reason', err)}"
+        if attempt + 1 < BACKEND_TRIES:
+            time.sleep(max(0.0, min(wait, deadline - time.monotonic())))
+    return None, why
+
+
 def read_metric_output(child, status):
     """Return (value, failure) from a finished report: its last non-empty line must be the number alone."""
     if child.ended_by:
@@ -2396,11 +2699,18 @@ class Warden:
         self.backlog = []             # outcomes waiting for the ledger to take writes again
         self.retry_at = None
         self.round_number = 0
+        self.roles_rid, self.roles_calls = 0, {}     # requests to the roles process, by id
+        self.results, self.decision_count = [], 0    # HTTP replies handed back by call threads
+        self.next_nightly = next_nightly(cfg["nightly"])
         self.stopping = False
         self.sel = selectors.DefaultSelector()
         self.reader = LineReader()
         channel.setblocking(False)
         self.sel.register(channel, selectors.EVENT_READ, ("channel", None))
+        import socket
+        self.wake_r, self.wake_w = socket.socketpair()
+        self.wake_r.setblocking(False)
+        self.sel.register(self.wake_r, selectors.EVENT_READ, ("results", self.wake_r))
 
     # ---- the ledger, folded as it is written ----
     def lock_is_ours(self):
@@ -2496,6 +2806,8 @@ class Warden:
                 try:
                     if what == "channel":
                         self.read_channel()
+                    elif what == "results":
+                        self.results_ready(child)
                     elif what == "signal":
                         self.signalled(child)
                     elif child.status is not None:
@@ -2528,6 +2840,9 @@ class Warden:
         times += [r["deadline"] for r in self.rounds.values() if r["metric"] is not None and r["pending"]]
         if self.ledger_down:
             times.append(self.retry_at)
+        elif self.next_nightly is not None:
+            import time
+            times.append(now + max(0.0, self.next_nightly - time.time()))
         if not times:
             return None
         return max(0.0, min(times) - now)
@@ -2570,6 +2885,15 @@ class Warden:
                 child.terminate("timeout", now)
         if self.stopping or self.ledger_down:
             return                      # a ledger that cannot be written stops everything that would write
+        import time
+        if self.next_nightly is not None and time.time() >= self.next_nightly:
+            self.next_nightly = next_nightly(self.cfg["nightly"], time.time() + 1)
+            for state in self.ventures.values():
+                if self.active(state) and state.mandate["controller"]["kind"] in ("model", "classifier"):
+                    try:
+                        self.start_decision(state, "nightly")
+                    except Fail as fail:
+                        log(True, "warden", f"{state.name}: no nightly decision: {fail}")
         for name, at in list(self.due.items()):
             state = self.ventures[name]
             if now >= at and self.active(state) and not any(c.venture == name and c.purpose == "report" for c in self.children):
@@ -2583,13 +2907,14 @@ class Warden:
                 self.start_run(self.ventures[name])
 
     # ---- children ----
-    def spawn(self, purpose, state, args, timeout=None, shell=False, lever=None, payload_file=None):
+    def spawn(self, purpose, state, args, timeout=None, shell=False, lever=None, payload_file=None, cwd=None, head=None):
         """Start a program of `state`'s venture in its own group; tell avsmd of the group (RUN-12)."""
         import selectors
         env = command_env(self.home, state.name, lever)
         if payload_file:
             env["AVSM_PAYLOAD"] = payload_file
-        child = Child(purpose, state.name, args, state.directory, env, timeout=timeout, shell=shell, stdin_path=payload_file)
+        child = Child(purpose, state.name, args, cwd or state.directory, env, timeout=timeout, shell=shell, stdin_path=payload_file)
+        child.head = head
         self.children.append(child)
         self.tell({"group": child.pgid, "venture": state.name, "purpose": purpose,
                    "start": child.started_at})
@@ -2628,7 +2953,8 @@ class Warden:
             self.tell({"ended": child.pgid})
         log(self.debug, "warden", f"{child.venture}: {child.purpose} pid {child.pid} ended: {describe_status(child.status)}")
         state = self.ventures[child.venture]
-        handler = {"report": self.report_done, "lever": self.lever_done, "run": self.run_done}.get(child.purpose, self.reading_done)
+        handler = {"report": self.report_done, "lever": self.lever_done, "run": self.run_done,
+                   "backend": self.backend_done}.get(child.purpose, self.reading_done)
         handler(state, child, child.status)
 
     def end_lingering(self, venture=None, final=False):
@@ -2898,6 +3224,8 @@ class Warden:
         payload = (extra or {}).get("payload")
         data = None if payload is None else (payload if isinstance(payload, str) else json.dumps(payload)).encode()
         try:
+            if spec["takes"] == "file" and isinstance(payload, str):
+                write_venture_file(state.directory, payload)
             payload_file = write_payload(data) if data is not None else None
             child = self.spawn("lever", state, spec["run"], timeout=spec["timeout"], shell=True, lever=lever,
                                payload_file=payload_file)
@@ -2985,6 +3313,285 @@ class Warden:
             else:
                 self.start_run(state)
 
+
+    # ---- letting a model choose: packet -> roles -> backend -> roles -> proposals -> gate ----
+    def to_roles(self, message, callback):
+        """Ask the roles process (through avsmd) to build a request or parse a reply."""
+        self.roles_rid += 1
+        self.roles_calls[self.roles_rid] = callback
+        self.tell(dict(message, to="roles", rid=self.roles_rid))
+
+    def from_roles(self, message):
+        callback = self.roles_calls.pop(message.get("rid"), None)
+        if callback is not None:
+            callback(message)
+
+    def packet(self, state, looks):
+        """Return what a model may be shown of a venture: never an audit reading, note or ask."""
+        import time
+        m, now = state.mandate, int(time.time())
+        ctl = m["controller"]
+        hidden = {s for s, a in state.open_asks.items() if a.get("about") == "audit"}
+        records = []
+        for seq, at, record in self.recent(state.name, 40):
+            if record["kind"].startswith("audit.") or record.get("about") == "audit" or record.get("ask") in hidden \
+                    or record.get("audit"):
+                continue
+            records.append(f"#{seq} {format_local_time(at)} {record['claim']} {record['kind']} {record['summary']}")
+        return {"venture": state.name, "purpose": m["purpose"], "metric": m["metric"],
+                "controller": ctl["kind"], "classifier": ctl["kind"] == "classifier",
+                "levers": [{"name": n, "cap": l["cap_text"], "used": len(cap_window(state, n, now)),
+                            "reversible": l["reversible"], "delegated": l["delegated"], "takes": l["takes"]}
+                           for n, l in m["levers"].items()],
+                "forbidden": m["forbidden"], "children": [],
+                "readings": [{"name": name, "value": format_number(rec.get("value")), "fields": rec.get("fields", "")}
+                             for name, (seq, rec) in sorted(state.read.items()) if rec.get("status") == "read"],
+                "records": records,
+                "asks": [f"#{s} {a.get('lever') or '-'}: {a.get('question', a['summary'])}"
+                         for s, a in sorted(state.open_asks.items()) if a.get("about") != "audit"],
+                "looks": looks}
+
+    def recent(self, venture, count):
+        rows = self.ledger.db.execute(
+            "SELECT seq, at, record FROM records WHERE json_extract(record, '$.venture') = ? ORDER BY seq DESC LIMIT ?",
+            (venture, count)).fetchall()
+        return [(seq, at, json.loads(text)) for seq, at, text in reversed(rows)]
+
+    def backend_for(self, state):
+        """Return (name, backend) this venture's decisions go to, or raise Fail saying why none may be asked."""
+        name = state.mandate["controller"].get("backend") or self.cfg.get("default")
+        if not name or name not in self.cfg["backends"]:
+            raise Fail(EX_DATAERR, f"{state.name} names no backend: set default: in config.yaml or backend: in its controller")
+        backend = self.cfg["backends"][name]
+        if backend["offbox"] and state.mandate["escalate"] != "offbox":
+            raise Fail(EX_DATAERR, f"backend {name} leaves the machine, and {state.name}'s mandate does not say escalate: offbox; "
+                                   "no call is made")
+        return name, backend
+
+    def start_decision(self, state, by, reply_id=None):
+        """Begin one model decision for a venture: it grants nothing; its records say who asked for it."""
+        name, backend = self.backend_for(state)
+        self.decision_count += 1
+        d = {"venture": state.name, "by": by, "backend": name, "looks": [], "escalation": None,
+             "reply_id": reply_id, "lines": [], "id": self.decision_count}
+        self.build(d)
+        return d
+
+    def build(self, d):
+        state = self.ventures[d["venture"]]
+        d["packet"] = self.packet(state, d["looks"])
+        self.to_roles({"op": "build", "packet": d["packet"]}, lambda answer: self.call_backend(d, answer))
+
+    def call_backend(self, d, answer):
+        import threading
+        if "error" in answer:
+            return self.finish_decision(d, f"the roles process could not build the request: {answer['error']}")
+        state, backend = self.ventures[d["venture"]], self.cfg["backends"][d["backend"]]
+        d["request"] = (answer["system"], answer["user"])
+        if backend["kind"] == "command":
+            import tempfile
+            fd, path = tempfile.mkstemp(prefix="avsm-request-")
+            with os.fdopen(fd, "w") as fh:
+                json.dump({"backend": d["backend"], "system": answer["system"], "user": answer["user"]}, fh)
+            try:
+                child = self.spawn("backend", state, backend["run"], timeout=BACKEND_TIMEOUT, shell=True,
+                                   payload_file=path, cwd=self.home, head=REPLY_MAX)
+                child.extra = {"decision": d, "request_file": path}
+            except OSError as err:
+                os.unlink(path)
+                self.got_reply(d, None, f"could not start {backend['run']}: {err}")
+            return
+        try:
+            key = read_keys(self.home).get(backend.get("key")) if backend.get("key") else None
+        except Fail as fail:
+            return self.got_reply(d, None, str(fail))
+        if backend.get("key") and key is None:
+            return self.got_reply(d, None, f"HOME/keys has no {backend['key']}=...; add it (chmod 600)")
+
+        def call():
+            data, why = call_http_backend(backend, answer["system"], answer["user"], key)
+            self.results.append((d, data, why))
+            try:
+                self.wake_w.send(b"r")
+            except OSError:
+                pass
+        threading.Thread(target=call, daemon=True).start()
+
+    def backend_done(self, state, child, status):
+        d = child.extra["decision"]
+        os.unlink(child.extra["request_file"])
+        if child.oversized:
+            return self.got_reply(d, None, f"the reply is bigger than {REPLY_MAX // 1024} KiB")
+        if child.ended_by or status != 0:
+            return self.got_reply(d, None, f"{self.cfg['backends'][d['backend']]['run']} ended: "
+                                           f"{child.ended_by or describe_status(status)}")
+        self.got_reply(d, bytes(child.out), None)
+
+    def results_ready(self, wake):
+        try:
+            wake.recv(4096)
+        except OSError:
+            pass
+        while self.results:
+            d, data, why = self.results.pop(0)
+            self.got_reply(d, data, why)
+
+    def got_reply(self, d, data, why):
+        import base64
+        if why is not None:
+            return self.unusable(d, why)
+        self.to_roles({"op": "parse", "data": base64.b64encode(data).decode(), "packet": d["packet"]},
+                      lambda parsed: self.parsed(d, parsed))
+
+    def parsed(self, d, parsed):
+        state = self.ventures[d["venture"]]
+        if "error" in parsed:
+            return self.unusable(d, f"the roles process could not parse the reply: {parsed['error']}")
+        if "unusable" in parsed:
+            return self.unusable(d, parsed["unusable"])
+        if "look" in parsed:
+            look = parsed["look"]
+            answer = self.look_up(state, look)
+            seq = self.append({"kind": "look", "claim": "inferred", "venture": state.name, "by": d["by"], "look": look,
+                               "backend": d["backend"], "answer": answer[:NOTE_MAX],
+                               "summary": f"the model looked up {json.dumps(look)[:120]}"})
+            d["lines"].append(f"#{seq} look {json.dumps(look)}")
+            d["looks"].append({"look": look, "answer": answer})
+            return self.build(d)
+        cited = []
+        for choice in parsed["choices"]:
+            cited += self.propose(state, choice, d)
+        if d["escalation"] is not None:
+            self.append({"kind": "answer", "claim": "measured", "venture": state.name, "escalation": d["escalation"],
+                         "cited": cited, "summary": f"escalation #{d['escalation']} answered: records {', '.join('#' + str(c) for c in cited)}"})
+        self.finish_decision(d)
+
+    def unusable(self, d, why):
+        """An unusable reply changes nothing; with escalate: in the config, the second backend is asked the same question."""
+        state = self.ventures[d["venture"]]
+        seq = self.append({"kind": "unusable", "claim": "measured", "venture": state.name, "backend": d["backend"],
+                           "by": d["by"], "why": why[:NOTE_MAX], "summary": f"the reply of {d['backend']} is unusable: {why[:200]}"})
+        d["lines"].append(f"#{seq} unusable: {why[:200]}")
+        second = self.cfg.get("escalate")
+        if d["escalation"] is not None:
+            self.append({"kind": "answer", "claim": "measured", "venture": state.name, "escalation": d["escalation"],
+                         "cited": "unusable", "summary": f"escalation #{d['escalation']} answered: unusable"})
+            return self.finish_decision(d)
+        if not second or second == d["backend"] or "request" not in d:
+            return self.finish_decision(d)
+        if self.cfg["backends"][second]["offbox"] and state.mandate["escalate"] != "offbox":
+            d["lines"].append(f"not escalated: {second} leaves the machine and the mandate does not say escalate: offbox")
+            return self.finish_decision(d)
+        d["escalation"] = self.append({"kind": "escalation", "claim": "measured", "venture": state.name,
+                                       "from": d["backend"], "to": second, "why": why[:NOTE_MAX],
+                                       "summary": f"asking {second} the same question: {d['backend']}'s reply was unusable ({why[:120]})"})
+        d["lines"].append(f"#{d['escalation']} escalation to {second}")
+        d["backend"] = second
+        self.call_backend(d, {"system": d["request"][0], "user": d["request"][1]})
+
+    def finish_decision(self, d, error=None):
+        if d["reply_id"] is not None:
+            self.tell({"id": d["reply_id"], "out": d["lines"] or ["the decision wrote nothing"],
+                       "err": [error] if error else [], "exit": EX_UNAVAILABLE if error else EX_OK})
+
+    def look_up(self, state, look):
+        """Answer a model's look-up from the ledger: never an audit."""
+        if look["choice"] == "why":
+            row = self.ledger.db.execute("SELECT at, record FROM records WHERE seq = ?", (look["record"],)).fetchone()
+            if row is None:
+                return f"#{look['record']} is not in the ledger"
+            record = json.loads(row[1])
+            if record.get("venture") != state.name:
+                return f"#{look['record']} is not a record of {state.name}"
+            if record["kind"].startswith("audit.") or record.get("about") == "audit" or record.get("audit"):
+                return "not shown: an audit is never shown to a model"
+            lines = [format_record_line(look["record"], row[0], record)]
+            for p in (record.get("proof") or {}).get("premises", []):
+                prow = self.ledger.db.execute("SELECT record FROM records WHERE seq = ?", (p,)).fetchone()
+                if prow:
+                    r = json.loads(prow[0])
+                    lines.append(f"  premise #{p} {r['claim']} {r['kind']} {r['summary']}")
+            return "\n".join(lines)
+        topic = look["topic"].lower()
+        found = [f"#{s} {r['claim']} {r['kind']} {r['summary']}" for s, at, r in self.recent(state.name, 500)
+                 if r["claim"] == "declared" or r["kind"] == "fact"]
+        found = [line for line in found if topic and topic in line.lower()][-10:]
+        return "\n".join(found) or f"nothing declared about {look['topic']}"
+
+    def propose(self, state, choice, d):
+        """Write one choice as an inferred proposal, then let the gate judge it; return the records written."""
+        lever = choice.get("action")
+        record = {"kind": "proposal", "claim": "inferred", "venture": state.name, "by": d["by"], "choice": choice["choice"],
+                  "backend": d["backend"], "reason": choice.get("reason", "")[:TEXT_MAX],
+                  "summary": f"{d['backend']} proposes {choice['choice']}" + (f" {lever}" if lever else "")
+                             + (f": {choice.get('reason', '')[:120]}" if choice.get("reason") else "")}
+        if lever is not None:
+            record["lever"] = lever
+        if "payload" in choice:
+            record["payload"] = choice["payload"]
+        if d["escalation"] is not None:
+            record["escalation"] = d["escalation"]
+        seq = self.append(record)
+        d["lines"].append(f"#{seq} proposal {choice['choice']}" + (f" {lever}" if lever else ""))
+        written = [seq]
+        if choice["choice"] == "ask":
+            ask = self.append({"kind": "ask", "claim": "inferred", "venture": state.name, "about": "model",
+                               "lever": lever, "proposal": seq, "question": choice["question"][:TEXT_MAX],
+                               "summary": f"the model asks: {choice['question'][:200]}"})
+            d["lines"].append(f"#{ask} ask")
+            written.append(ask)
+        elif choice["choice"] == "action":
+            written += self.judge_proposal(state, seq, lever, choice.get("payload"), d)
+        return written
+
+    def judge_proposal(self, state, seq, lever, payload, d):
+        """The gate on a model's proposal: the proposal is the trigger, never a premise."""
+        import time
+        m = state.mandate
+        spec = m["levers"].get(lever)
+        why = None
+        if lever in m["forbidden"] or (spec is None and lever != "stop"):
+            why = f"{lever} is {'forbidden' if lever in m['forbidden'] else 'not permitted'} by mandate #{state.mandate_seq}"
+        elif spec is not None:
+            why = payload_problem(spec, payload) or (content_problem(spec["takes"], payload, state.directory)
+                                                     if spec["takes"] in ("diff", "file") else None)
+        if why is None and spec is not None and payload is not None and not spec["delegated"] \
+                or why is None and spec is not None and not spec["reversible"] and not spec["delegated"]:
+            if not any(a.get("lever") == lever and a.get("payload") == payload for a in state.open_asks.values()):
+                ask = self.append({"kind": "ask", "claim": "measured", "venture": state.name, "about": "lever", "lever": lever,
+                                   "payload": payload, "proposal": seq, "by": d["by"],
+                                   "question": f"run {lever}" + (" with the content below" if payload is not None else "")
+                                               + f"? {d['backend']} proposed it (#{seq})",
+                                   "summary": f"{lever} waits for a person: proposed by {d['backend']} (#{seq})"
+                                              + (" with content a model wrote" if payload is not None else ", irreversible")})
+                d["lines"].append(f"#{ask} ask for {lever}")
+                return [ask]
+            return []
+        if why is None:
+            verdict = prove(state, lever, int(time.time()), ("permitted", [], [f"proposal #{seq} (inferred) prompted this"]),
+                            trigger=seq, payload=payload)
+            if verdict.ok:
+                action = self.run_lever(state, lever, verdict.proof, f"{lever} runs: proposed by {d['backend']} (#{seq})",
+                                        by="model", extra={"payload": payload, "proposal": seq} if payload is not None else {"proposal": seq})
+                d["lines"].append(f"#{action} action {lever}")
+                return [action]
+            why = verdict.why
+        refusal = self.append({"kind": "refusal", "claim": "measured", "venture": state.name, "lever": lever,
+                               "proposal": seq, "by": "model", "why": why, "summary": f"{lever} refused: {why}"})
+        d["lines"].append(f"#{refusal} refusal: {why}")
+        return [refusal]
+
+    def do_decide(self, args, err):
+        state = self.venture(args.get("venture"))
+        if state.mandate is None:
+            raise Fail(EX_DATAERR, f"{state.name} cannot run: {state.problem}")
+        if state.mandate["controller"]["kind"] not in ("model", "classifier"):
+            raise Fail(EX_DATAERR, f"{state.name}'s controller is {state.mandate['controller']['kind']}: no model decides for it")
+        if state.paused:
+            raise Fail(EX_DATAERR, f"{state.name} is paused; resume it first")
+        self.start_decision(state, "person", reply_id=args["__id"])
+        return None                 # answered when the decision is done
+
     # ---- pause ----
     def pause(self, state, claim, summary):
         import time
@@ -3010,12 +3617,17 @@ class Warden:
             if message.get("cmd") == "stop":
                 self.begin_stop()
                 continue
+            if message.get("from") == "roles":
+                self.from_roles(message)
+                continue
             out, err, code = [], [], EX_OK
             try:
                 handler = getattr(self, "do_" + message.get("cmd", ""), None)
                 if handler is None:
                     raise Fail(EX_USAGE, f"avsmd does not know the command '{message.get('cmd')}'")
-                out = handler(message.get("args") or {}, err) or []
+                out = handler(dict(message.get("args") or {}, __id=message.get("id")), err)
+                if out is None:
+                    continue            # answered later (a decision in flight)
             except Fail as fail:
                 err.append(str(fail))
                 code = fail.code
@@ -3136,18 +3748,64 @@ class Warden:
             self.append({"kind": "approval", "claim": "declared", "venture": state.name, "ask": seq,
                          "summary": f"a person answered ask #{seq}: yes"})
             return [f"#{seq} answered; nothing runs on it"]
+        payload = args["payload"] if "payload" in args else ask.get("payload")
+        spec = state.mandate["levers"].get(lever) if state.mandate else None
+        problem = spec and spec["takes"] in ("diff", "file") and content_problem(spec["takes"], payload, state.directory)
         basis = ("approval", [], [f"ask #{seq}: {ask.get('question')}"])
-        verdict = prove(state, lever, int(time.time()), basis, trigger=seq, approval=0)
-        if not verdict.ok:
+        verdict = prove(state, lever, int(time.time()), basis, trigger=seq, approval=0, payload=payload)
+        if problem or not verdict.ok:
+            why = problem or verdict.why
             self.append({"kind": "refusal", "claim": "measured", "venture": state.name, "lever": lever, "ask": seq,
-                         "why": verdict.why, "summary": f"{lever} refused on approval of #{seq}: {verdict.why}"})
-            raise Fail(EX_DATAERR, f"{lever} refused: {verdict.why}; ask #{seq} stays open")
+                         "why": why, "summary": f"{lever} refused on approval of #{seq}: {why}"})
+            raise Fail(EX_DATAERR, f"{lever} refused: {why}; ask #{seq} stays open")
         approval = self.append({"kind": "approval", "claim": "declared", "venture": state.name, "ask": seq,
-                                "lever": lever, "payload": ask.get("payload"),
-                                "summary": f"a person approved {lever} (ask #{seq})"})
-        verdict = prove(state, lever, int(time.time()), basis, trigger=seq, approval=approval)
-        action = self.run_lever(state, lever, verdict.proof, f"{lever} runs: approved by a person (#{approval})", by="person")
+                                "lever": lever, "payload": payload, "edited": "payload" in args,
+                                "summary": f"a person approved {lever} (ask #{seq})" + (" with content they edited" if "payload" in args else "")})
+        verdict = prove(state, lever, int(time.time()), basis, trigger=seq, approval=approval, payload=payload)
+        action = self.run_lever(state, lever, verdict.proof, f"{lever} runs: approved by a person (#{approval})", by="person",
+                                extra={"payload": payload} if payload is not None else None)
         return [f"#{seq} approved; {lever} runs as action #{action}"]
+
+    def do_ask(self, args, err):
+        """The content an open ask carries, as JSON (for approve --edit)."""
+        state, seq, ask = self.find_ask(args)
+        if ask.get("payload") is None:
+            raise Fail(EX_DATAERR, f"ask #{seq} carries no content to edit; approve it without --edit")
+        return [json.dumps(ask["payload"])]
+
+    def do_propose(self, args, err):
+        """A person's own proposal: declared, so it counts as approved; the gate still judges it (open point 15)."""
+        import time
+        state = self.venture(args.get("venture"))
+        if state.mandate is None:
+            raise Fail(EX_DATAERR, f"{state.name} cannot run: {state.problem}")
+        lever, payload = args.get("lever"), args.get("payload")
+        spec = state.mandate["levers"].get(lever)
+        if spec is not None and spec["takes"] == "json" and isinstance(payload, str):
+            try:
+                payload = json.loads(payload)
+            except ValueError as bad:
+                raise Fail(EX_DATAERR, f"{lever} takes json, and the payload is not JSON: {bad}") from None
+        seq = self.append({"kind": "proposal", "claim": "declared", "venture": state.name, "by": "person", "choice": "action",
+                           "lever": lever, "payload": payload, "summary": f"a person proposes {lever}"})
+        why = None
+        if lever in state.mandate["forbidden"] or (spec is None and lever != "stop"):
+            why = f"{lever} is {'forbidden' if lever in state.mandate['forbidden'] else 'not permitted'} by mandate #{state.mandate_seq}"
+        elif spec is not None and spec["takes"] in ("diff", "file"):
+            why = content_problem(spec["takes"], payload, state.directory) if isinstance(payload, str) else None
+        verdict = None
+        if why is None:
+            verdict = prove(state, lever, int(time.time()), ("proposal", [], [f"proposal #{seq} is a person's own"]),
+                            approval=seq, payload=payload)
+            why = None if verdict.ok else verdict.why
+        if why is not None:
+            self.append({"kind": "refusal", "claim": "measured", "venture": state.name, "lever": lever, "proposal": seq,
+                         "by": "person", "why": why, "summary": f"{lever} refused: {why}"})
+            raise Fail(EX_DATAERR, f"{lever} refused: {why}")
+        verdict.proof["rule"] = "proposal"
+        action = self.run_lever(state, lever, verdict.proof, f"{lever} runs: a person's proposal (#{seq})", by="person",
+                                extra={"payload": payload} if payload is not None else None)
+        return [f"proposal #{seq} accepted; {lever} runs as action #{action}"]
 
     def do_deny(self, args, err):
         state, seq, ask = self.find_ask(args)
@@ -3178,6 +3836,24 @@ class Warden:
             self.keep[state.name].update(restart=False, backoff=0)
         self.start_keep(state)
         return [f"{state.name} resumed"] + still
+
+
+def next_nightly(hhmm, after=None):
+    """Return the unix time of the next nightly decision at local HH:MM (after `after`), or None for never.
+
+    mktime with isdst=-1 follows the wall clock across a daylight-saving change (open point 47).
+    """
+    import time
+    if hhmm == "never":
+        return None
+    after = time.time() if after is None else after
+    hour, minute = (int(x) for x in hhmm.split(":"))
+    t = time.localtime(after)
+    for day in range(3):
+        target = time.mktime((t.tm_year, t.tm_mon, t.tm_mday + day, hour, minute, 0, 0, 0, -1))
+        if target > after:
+            return target
+    return None
 
 
 def check_venture_dir(directory):
@@ -3289,6 +3965,9 @@ class Daemon:
         self.sock_path = os.path.join(home, "sock")
         self.lock_fd = self.listener = self.ledger = None
         self.warden = None            # the warden's Popen
+        self.roles_pid = self.roles_chan = self.roles_pidfd = None
+        self.roles_waiting = {}
+        self.restart_at, self.backoff = {}, {}     # warden/roles -> when to start it again; its back-off
         self.warden_chan = None       # our end of its channel
         self.warden_reader = LineReader()
         self.groups = {}              # pgid -> what the warden said it started
@@ -3380,6 +4059,7 @@ class Daemon:
     # ---- the warden ----
     def start_warden(self):
         import selectors
+        import time
         import socket
         import subprocess
         ours, theirs = socket.socketpair()
@@ -3388,6 +4068,7 @@ class Daemon:
             args.append("-d")
         env = dict(os.environ, AVSM_CONFIG=json.dumps(self.cfg))
         self.warden = subprocess.Popen(args, pass_fds=[theirs.fileno()], env=env, stdin=subprocess.DEVNULL)
+        self.warden_started = time.monotonic()
         theirs.close()
         ours.setblocking(False)
         self.warden_chan, self.warden_reader = ours, LineReader()
@@ -3404,6 +4085,7 @@ class Daemon:
 
     def warden_ended(self):
         """The warden ended: end what it left running; start it again unless avsmd is stopping."""
+        import time
         status = self.warden.poll()
         if status is None or self.warden_chan is None:
             return                    # still running, or its end was already settled
@@ -3418,11 +4100,16 @@ class Daemon:
         self.end_groups()
         if self.stopping:
             return
-        self.append_self("restart", f"the warden (pid {self.warden.pid}) ended ({describe_status(status)}); starting it again")
+        delay = self.child_backoff("warden", self.warden_started)
+        self.append_self("restart", f"the warden (pid {self.warden.pid}) ended ({describe_status(status)}); starting it again"
+                         + (f" in {delay} s" if delay else ""), process="warden", restart_in=delay)
         for rid, client in list(self.waiting.items()):
             self.reply(client, [], ["the warden ended while answering; try again"], EX_UNAVAILABLE)
             del self.waiting[rid]
-        self.start_warden()
+        if delay:
+            self.restart_at["warden"] = time.monotonic() + delay
+        else:
+            self.start_warden()
 
     def end_groups(self):
         """End every group the warden reported and did not see end: TERM, then KILL after the grace (RUN-13)."""
@@ -3451,6 +4138,9 @@ class Daemon:
                 return
             changed = False
             for message in self.warden_reader.feed(data):
+                if message.get("to") == "roles":
+                    self.send_roles(message)
+                    continue
                 if "group" in message:
                     message["start_ticks"] = process_start(message["group"])
                     self.groups[message["group"]] = message
@@ -3471,6 +4161,115 @@ class Daemon:
             for pgid, info in self.groups.items():
                 fh.write(f"{pgid} {info.get('start_ticks') or '-'} {info.get('venture')} {info.get('purpose')}\n")
         os.replace(path + ".new", path)
+
+
+    # ---- the roles process ----
+    def start_roles(self):
+        """Fork the roles process: it builds requests and parses replies, holds no key, and is `nobody` under root."""
+        import base64       # noqa: F401  -- loaded before fork: nobody may not read the standard library
+        import selectors
+        import socket
+        import time
+        self.roles_started = time.monotonic()
+        ours, theirs = socket.socketpair()
+        pid = os.fork()
+        if pid == 0:                       # the roles process
+            code = EX_SOFTWARE
+            try:
+                keep = theirs.fileno()
+                os.closerange(3, keep)
+                os.closerange(keep + 1, 65536)
+                become_nobody()
+                code = run_roles(theirs)
+            finally:
+                os._exit(code)
+        theirs.close()
+        ours.setblocking(False)
+        self.roles_pid, self.roles_chan, self.roles_reader = pid, ours, LineReader()
+        self.roles_waiting = {}
+        self.sel.register(ours, selectors.EVENT_READ, ("roles", None))
+        try:
+            self.roles_pidfd = os.pidfd_open(pid)
+            self.sel.register(self.roles_pidfd, selectors.EVENT_READ, ("roles-exit", None))
+        except (AttributeError, OSError):
+            self.roles_pidfd = None
+        log(self.debug, "avsmd", f"started the roles process, pid {pid}")
+
+    def send_roles(self, message):
+        message.pop("to", None)
+        if self.roles_chan is None:
+            self.reply_roles_error(message.get("rid"), "the roles process is not running")
+            return
+        self.roles_waiting[message.get("rid")] = True
+        try:
+            self.roles_chan.setblocking(True)
+            send_line(self.roles_chan, message)
+            self.roles_chan.setblocking(False)
+        except OSError:
+            self.roles_waiting.pop(message.get("rid"), None)
+            self.reply_roles_error(message.get("rid"), "the roles process is not answering")
+
+    def reply_roles_error(self, rid, why):
+        if self.warden_chan is not None:
+            self.warden_chan.setblocking(True)
+            send_line(self.warden_chan, {"from": "roles", "rid": rid, "error": why})
+            self.warden_chan.setblocking(False)
+
+    def read_roles(self):
+        try:
+            data = self.roles_chan.recv(1 << 20)
+        except (BlockingIOError, InterruptedError):
+            return
+        except OSError:
+            data = b""
+        if not data:
+            return
+        for message in self.roles_reader.feed(data):
+            self.roles_waiting.pop(message.get("rid"), None)
+            message["from"] = "roles"
+            if self.warden_chan is not None:
+                self.warden_chan.setblocking(True)
+                send_line(self.warden_chan, message)
+                self.warden_chan.setblocking(False)
+
+    def roles_ended(self):
+        """The roles process ended: answer what waited on it, say so in a self record, start it again."""
+        import time
+        try:
+            pid, status = os.waitpid(self.roles_pid, os.WNOHANG)      # reaped by its own pid only
+        except ChildProcessError:
+            pid, status = self.roles_pid, 0
+        if pid == 0:
+            return
+        if self.roles_pidfd is not None:
+            self.sel.unregister(self.roles_pidfd)
+            os.close(self.roles_pidfd)
+        self.sel.unregister(self.roles_chan)
+        self.roles_chan.close()
+        self.roles_chan = None
+        for rid in list(self.roles_waiting):
+            self.reply_roles_error(rid, "the roles process ended while it worked")
+        self.roles_waiting = {}
+        if self.stopping:
+            return
+        how = f"signal {os.WTERMSIG(status)}" if os.WIFSIGNALED(status) else f"exit {os.waitstatus_to_exitcode(status)}"
+        delay = self.child_backoff("roles", self.roles_started)
+        self.append_self("restart", f"the roles process (pid {pid}) ended ({how}); starting it again"
+                         + (f" in {delay} s" if delay else ""), process="roles", restart_in=delay)
+        if delay:
+            self.restart_at["roles"] = time.monotonic() + delay
+        else:
+            self.start_roles()
+
+    def child_backoff(self, which, started):
+        """Return the wait before starting a child again: none at first, doubling while it keeps dying quickly."""
+        import time
+        previous = self.backoff.get(which)          # None: it has not died quickly since it last ran well
+        if time.monotonic() - started >= QUICK_DEATH or previous is None:
+            self.backoff[which] = None if time.monotonic() - started >= QUICK_DEATH else 0
+            return 0
+        self.backoff[which] = min(BACKOFF_CEILING, previous * 2 or BACKOFF_FIRST)
+        return self.backoff[which]
 
     # ---- clients ----
     def accept(self):
@@ -3629,6 +4428,7 @@ class Daemon:
             if self.append_self("cut", f"the ledger was cut just before #{seq} by avsm doctor; the whole ledger before it is {backup}",
                                 before=int(seq) if seq.isdigit() else None, backup=backup):
                 os.unlink(cut_marker)
+        self.start_roles()
         self.start_warden()
         sys.stderr.write(f"avsmd: serving {self.home} (pid {os.getpid()})\n")
         sys.stderr.flush()
@@ -3653,6 +4453,10 @@ class Daemon:
                     self.read_warden()
                 elif what == "warden-exit":
                     self.warden_ended()
+                elif what == "roles":
+                    self.read_roles()
+                elif what == "roles-exit":
+                    self.roles_ended()
             for signum in self.signals:
                 if signum == signal.SIGHUP:
                     sys.stderr.write("avsmd: SIGHUP ignored: config.yaml is read once, at start; restart avsmd to apply changes\n")
@@ -3663,6 +4467,10 @@ class Daemon:
             if self.warden_pidfd is None and self.warden is not None and self.warden.poll() is not None:
                 self.warden_ended()
             now = time.monotonic()
+            for which, at in list(self.restart_at.items()):
+                if now >= at and not self.stopping:
+                    del self.restart_at[which]
+                    self.start_roles() if which == "roles" else self.start_warden()
             if now >= next_check and not self.stopping:
                 self.check_home()
                 next_check = now + 1
@@ -3675,6 +4483,13 @@ class Daemon:
         if self.warden.poll() is None:
             self.warden.kill()
         self.warden.wait()
+        if self.roles_chan is not None:
+            self.roles_chan.close()          # the roles process ends at the end of its channel
+            try:
+                os.kill(self.roles_pid, 15)
+                os.waitpid(self.roles_pid, 0)
+            except (ProcessLookupError, ChildProcessError):
+                pass
         self.read_warden()
         self.end_groups()
         for conn in list(self.clients):
@@ -3688,6 +4503,44 @@ class Daemon:
                 pass
         self.ledger.close()
         return self.exit_code
+
+
+def become_nobody():
+    """Under root, drop to the user nobody (KEYS-06); otherwise stay who we are."""
+    if os.getuid() != 0:
+        return
+    import pwd
+    nobody = pwd.getpwnam("nobody")
+    os.setgroups([])
+    os.setgid(nobody.pw_gid)
+    os.setuid(nobody.pw_uid)
+
+
+def run_roles(channel):
+    """The roles process: request texts built from packets, replies parsed into choices. Holds no key, acts on nothing."""
+    import base64
+    import signal
+    signal.set_wakeup_fd(-1)
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    for signum in (signal.SIGTERM, signal.SIGHUP):
+        signal.signal(signum, signal.SIG_DFL)
+    channel.setblocking(True)
+    reader = LineReader(64 * 1024 * 1024)
+    while True:
+        data = channel.recv(1 << 20)
+        if not data:
+            return EX_OK
+        for message in reader.feed(data):
+            try:
+                if message.get("op") == "build":
+                    system, user = build_request(message["packet"])
+                    answer = {"system": system, "user": user}
+                else:
+                    answer = parse_reply(base64.b64decode(message.get("data", "")), message["packet"])
+            except Exception as err:     # a process boundary: the warden hears of it, nothing acts on it
+                answer = {"error": f"{type(err).__name__}: {str(err)[:200]}"}
+            answer["rid"] = message.get("rid")
+            send_line(channel, answer)
 
 
 def run_warden(home, fd, debug):
@@ -3841,6 +4694,80 @@ def cmd_simple(verb, usage, argument=None):
             payload["venture"] = args[0]
         return ask_daemon(home, verb, payload)
     return command
+
+
+def cmd_decide(home, args):
+    """decide VENTURE: run the venture's model decision now; it grants nothing, and its records say a person asked."""
+    if len(args) != 1:
+        raise Fail(EX_USAGE, "usage: avsm decide VENTURE")
+    return ask_daemon(home, "decide", {"venture": args[0]})
+
+
+def cmd_propose(home, args):
+    """propose VENTURE LEVER [--payload FILE|-]: file a proposal of your own; the gate judges it (65 when it refuses)."""
+    rest, payload = list(args), None
+    if "--payload" in rest:
+        at = rest.index("--payload")
+        if at + 1 >= len(rest):
+            raise Fail(EX_USAGE, "--payload needs a file, or - for standard input")
+        source = rest[at + 1]
+        del rest[at:at + 2]
+        try:
+            payload = sys.stdin.read() if source == "-" else open(source, encoding="utf-8").read()
+        except OSError as err:
+            raise Fail(EX_NOINPUT, f"{source} cannot be read: {err.strerror}") from None
+    if len(rest) != 2:
+        raise Fail(EX_USAGE, "usage: avsm propose VENTURE LEVER [--payload FILE|-]")
+    return ask_daemon(home, "propose", {"venture": rest[0], "lever": rest[1], "payload": payload})
+
+
+def cmd_approve(home, args):
+    """approve ASK [--edit]: with --edit, the proposed content opens in $VISUAL, $EDITOR or vi, and what you save runs."""
+    rest = [a for a in args if a != "--edit"]
+    if len(rest) != 1:
+        raise Fail(EX_USAGE, "usage: avsm approve ASK [--edit]")
+    ask = need_int(rest[0], "an ask")
+    if "--edit" not in args:
+        return ask_daemon(home, "approve", {"ask": ask})
+    if not (sys.stdin.isatty() and sys.stdout.isatty()):
+        raise Fail(EX_USAGE, "approve --edit opens an editor and needs a terminal; run it in one, or approve without --edit")
+    import subprocess
+    import tempfile
+    payload = fetch_ask_payload(home, ask)
+    text = payload if isinstance(payload, str) else json.dumps(payload, indent=2) + "\n"
+    fd, path = tempfile.mkstemp(prefix=f"avsm-ask-{ask}-")
+    with os.fdopen(fd, "w") as fh:
+        fh.write(text)
+    editor = os.environ.get("VISUAL") or os.environ.get("EDITOR") or "vi"
+    try:
+        if subprocess.call(["/bin/sh", "-c", f'{editor} "$1"', "editor", path]) != 0:
+            raise Fail(EX_DATAERR, f"the editor ({editor}) failed; nothing approved, ask #{ask} stays open")
+        with open(path, encoding="utf-8") as fh:
+            edited = fh.read()
+    finally:
+        os.unlink(path)
+    if not edited.strip():
+        raise Fail(EX_DATAERR, f"the content was emptied: nothing approved; ask #{ask} stays open")
+    if not isinstance(payload, str):
+        try:
+            edited = json.loads(edited)
+        except ValueError as err:
+            raise Fail(EX_DATAERR, f"what you saved is not JSON ({err}); nothing approved, ask #{ask} stays open") from None
+    return ask_daemon(home, "approve", {"ask": ask, "payload": edited})
+
+
+def fetch_ask_payload(home, ask):
+    """Return the content an open ask carries, asked of avsmd."""
+    import io
+    saved, sys.stdout = sys.stdout, io.StringIO()
+    try:
+        code = ask_daemon(home, "ask", {"ask": ask})
+        text = sys.stdout.getvalue()
+    finally:
+        sys.stdout = saved
+    if code != EX_OK:
+        raise Fail(code, f"#{ask} is not an open ask with content")
+    return json.loads(text)
 
 
 def ledger_path(home):
@@ -4210,7 +5137,15 @@ def avsmd_processes(home):
                     pids.append(int(entry))
             except OSError:
                 continue
-    return sorted(pids)
+    return sorted(p for p in pids if parent_pid(p) not in pids)    # the roles process is avsmd's fork, not a second avsmd
+
+
+def parent_pid(pid):
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as fh:
+            return int(fh.read().rsplit(b")", 1)[1].split()[1])
+    except (OSError, IndexError, ValueError):
+        return None
 
 
 def is_avsmd_argv(argv):
@@ -4263,11 +5198,13 @@ CLIENT_COMMANDS = {
     "status": cmd_simple("status", "status"),
     "tail": cmd_tail,
     "asks": cmd_simple("asks", "asks"),
-    "approve": cmd_simple("approve", "approve ASK", "ask"),
+    "approve": cmd_approve,
     "deny": cmd_simple("deny", "deny ASK", "ask"),
     "pause": cmd_simple("pause", "pause VENTURE", "venture"),
     "resume": cmd_simple("resume", "resume VENTURE", "venture"),
     "why": cmd_why,
+    "propose": cmd_propose,
+    "decide": cmd_decide,
     "doctor": cmd_doctor,
     "try": None,
 }
