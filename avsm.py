@@ -1067,6 +1067,10 @@ def parse_levers(c, doc, directory):
                  "revoke_after": c.whole(item["revoke_after"], path + ("revoke_after",), "revoke_after") if "revoke_after" in item else None,
                  "budget": parse_budget(c, item["budget"], path + ("budget",)) if "budget" in item else None,
                  "check": c.command(item["check"], path + ("check",), "check", directory) if "check" in item else None}
+        if name == "research":
+            if lever["run"] is not None:
+                c.fail(path + ("run",), "research has no run: it asks the command named under research: in config.yaml")
+            lever["takes"] = lever["takes"] or "text"     # the question
         if lever["revoke_after"] is not None and not lever["delegated"]:
             c.fail(path + ("revoke_after",), "revoke_after applies to a delegated lever; add delegated: true or remove it")
         levers[name] = lever
@@ -1634,6 +1638,7 @@ class VentureState:
         self.read = {}                # reading name -> (seq, record)
         self.peak = None              # the highest trusted report since the mandate: a drawdown's peak
         self.unwinds = {}             # action seq -> the guard whose unwind it runs
+        self.approvals = {}           # lever -> approvals since the mandate (a denial resets it): the ratchet
 
     def side(self, name):
         return self.sides.setdefault(name, {"armed": True, "streak": []})
@@ -1648,7 +1653,7 @@ def fold(state, seq, at, record):
         state.directory = record.get("directory")
         state.mandate_seq, state.mandate_sha, state.mandate_text = seq, record.get("sha256"), record.get("text")
         state.sides = {}              # the old permissions end with the old mandate
-        state.guards, state.audits, state.peak = {}, {}, None
+        state.guards, state.audits, state.peak, state.approvals = {}, {}, None, {}
         return state
     if kind == "report":
         fold_report(state, seq, at, record)
@@ -1679,7 +1684,12 @@ def fold(state, seq, at, record):
             state.implausible_ask = seq
         fold_controller_intent(state, record)
     elif kind in ("approval", "denial", "resolved"):
-        state.open_asks.pop(record.get("ask"), None)
+        asked = state.open_asks.pop(record.get("ask"), None) or {}
+        lever = record.get("lever") or asked.get("lever")
+        if kind == "approval" and lever and asked.get("about") == "lever":
+            state.approvals[lever] = state.approvals.get(lever, 0) + 1     # the ratchet counts these
+        elif kind == "denial" and lever:
+            state.approvals[lever] = 0
         if state.implausible_ask == record.get("ask"):
             state.implausible_ask = None
     elif kind == "pause":
@@ -2699,6 +2709,7 @@ class Warden:
         self.backlog = []             # outcomes waiting for the ledger to take writes again
         self.retry_at = None
         self.round_number = 0
+        self.asks_seen = 0            # asks since this warden started, for canary_asks
         self.roles_rid, self.roles_calls = 0, {}     # requests to the roles process, by id
         self.results, self.decision_count = [], 0    # HTTP replies handed back by call threads
         self.next_nightly = next_nightly(cfg["nightly"])
@@ -2749,6 +2760,8 @@ class Warden:
         if state is not None:
             fold(state, seq, at, record)
         log(self.debug, "warden", f"#{seq} {record['venture']} {record['kind']} {record['summary']}")
+        if record["kind"] == "ask" and not record.get("canary") and state is not None:
+            self.count_ask(state)
         return seq
 
     def load(self):
@@ -3223,6 +3236,8 @@ class Warden:
         spec = state.mandate["levers"][lever]
         payload = (extra or {}).get("payload")
         data = None if payload is None else (payload if isinstance(payload, str) else json.dumps(payload)).encode()
+        if lever == "research":
+            return self.run_research(state, seq, payload, spec)
         try:
             if spec["takes"] == "file" and isinstance(payload, str):
                 write_venture_file(state.directory, payload)
@@ -3236,9 +3251,45 @@ class Warden:
                          "summary": f"{lever} failed to start: {err}"})
         return seq
 
+    def run_research(self, state, seq, question, spec):
+        """The research lever: the question goes to the config's research command; what comes back is inferred facts."""
+        command = self.cfg.get("research")
+        if not command:
+            self.append({"kind": "outcome", "claim": "measured", "venture": state.name, "lever": "research", "action": seq,
+                         "ok": False, "status": "not started", "duration": 0, "note": "config.yaml names no research: command",
+                         "summary": "research failed: config.yaml names no research: command (no provider is built in)"})
+            return seq
+        path = write_payload(json.dumps({"venture": state.name, "question": question}).encode())
+        try:
+            child = self.spawn("lever", state, command, timeout=spec["timeout"], shell=True, lever="research",
+                               payload_file=path, cwd=self.home, head=REPLY_MAX)
+            child.extra = {"lever": "research", "action": seq, "timeout": spec["timeout"], "payload_file": path}
+        except OSError as err:
+            self.append({"kind": "outcome", "claim": "measured", "venture": state.name, "lever": "research", "action": seq,
+                         "ok": False, "status": "not started", "duration": 0, "note": str(err)[:NOTE_MAX],
+                         "summary": f"research failed to start: {err}"})
+        return seq
+
+    def research_facts(self, state, child, seq):
+        """Keep each {"fact", "source"} line the research command printed as an inferred fact record."""
+        kept = 0
+        for line in bytes(child.out).decode("utf-8", "replace").splitlines():
+            try:
+                item = json.loads(line)
+            except ValueError:
+                continue
+            if isinstance(item, dict) and isinstance(item.get("fact"), str) and isinstance(item.get("source"), str):
+                self.append({"kind": "fact", "claim": "inferred", "venture": state.name, "action": seq,
+                             "fact": item["fact"][:TEXT_MAX], "source": item["source"][:TEXT_MAX],
+                             "summary": f"fact from {item['source'][:80]}: {item['fact'][:160]}"})
+                kept += 1
+        return kept
+
     def lever_done(self, state, child, status):
         import time
         lever, seq = child.extra["lever"], child.extra["action"]
+        if lever == "research" and status == 0 and not child.ended_by and not child.oversized:
+            self.research_facts(state, child, seq)
         if child.extra.get("payload_file"):
             try:
                 os.unlink(child.extra["payload_file"])
@@ -3743,6 +3794,10 @@ class Warden:
         if state.paused:
             raise Fail(EX_DATAERR, f"{state.name} is paused, so approving #{seq} would spend it without running; "
                                    f"resume it first (avsm resume {state.name})")
+        if ask.get("canary"):
+            return self.canary_answer(state, seq, ask, approved=True)
+        if ask.get("about") == "ratchet":
+            return self.approve_ratchet(state, seq, ask)
         lever = ask.get("lever")
         if lever is None or ask.get("about") != "lever":
             self.append({"kind": "approval", "claim": "declared", "venture": state.name, "ask": seq,
@@ -3764,7 +3819,77 @@ class Warden:
         verdict = prove(state, lever, int(time.time()), basis, trigger=seq, approval=approval, payload=payload)
         action = self.run_lever(state, lever, verdict.proof, f"{lever} runs: approved by a person (#{approval})", by="person",
                                 extra={"payload": payload} if payload is not None else None)
+        self.ratchet(state, lever)
         return [f"#{seq} approved; {lever} runs as action #{action}"]
+
+    # ---- growing trust, carefully: the ratchet and canary asks ----
+    def ratchet(self, state, lever):
+        """After `ratchet` approvals of one lever, self proposes delegating it: an ask carrying the mandate change."""
+        n, spec = self.cfg["ratchet"], state.mandate["levers"].get(lever)
+        if not n or spec is None or spec["delegated"] or spec["reversible"] or state.approvals.get(lever, 0) < n:
+            return
+        if any(a.get("about") == "ratchet" and a.get("lever") == lever for a in state.open_asks.values()):
+            return
+        path = os.path.join(state.directory, "mandate.yaml")
+        try:
+            with open(path, encoding="utf-8") as fh:
+                old = fh.read()
+            new = delegate_lever(old, lever, path)
+        except (OSError, Fail, ValueError) as err:
+            new, why = None, str(err)
+        question = (f"delegate {lever}? You approved it {state.approvals[lever]} times; approving this writes "
+                    f"delegated: true on {lever} in {path} and adopts it")
+        self.append({"kind": "ask", "claim": "measured", "venture": state.name, "about": "ratchet", "lever": lever,
+                     "by": "self", "mandate": new, "question": question if new else f"{question} (edit it by hand: {why})",
+                     "summary": f"self proposes delegating {lever} after {state.approvals[lever]} approvals"})
+
+    def approve_ratchet(self, state, seq, ask):
+        """A person approved delegating a lever: write the mandate change and adopt it, as avsm add would."""
+        import hashlib
+        import time
+        path = os.path.join(state.directory, "mandate.yaml")
+        new = ask.get("mandate")
+        if not new:
+            raise Fail(EX_DATAERR, f"ask #{seq} carries no mandate change; edit {path} by hand and run avsm add")
+        mandate = parse_mandate(new, path, state.directory)
+        if mandate["escalate"] == "offbox" and state.mandate["escalate"] != "offbox":
+            raise Fail(EX_DATAERR, "a change proposed by self may not add escalate: offbox; only you can, by editing the mandate")
+        self.append({"kind": "approval", "claim": "declared", "venture": state.name, "ask": seq, "about": "ratchet",
+                     "summary": f"a person approved delegating {ask['lever']} (ask #{seq})"})
+        with open(path + ".avsm-new", "w", encoding="utf-8") as fh:
+            fh.write(new)
+        os.replace(path + ".avsm-new", path)
+        sha = hashlib.sha256(new.encode()).hexdigest()
+        adopted = self.append({"kind": "mandate", "claim": "declared", "venture": state.name, "directory": state.directory,
+                               "sha256": sha, "text": new, "approval_of": seq,
+                               "summary": f"adopted {state.name} with {ask['lever']} delegated, as approved in #{seq} (sha256 {sha[:16]})"})
+        state.mandate = mandate
+        self.due[state.name] = time.monotonic()
+        return [f"#{seq} approved: {ask['lever']} is delegated in {path}, adopted as mandate #{adopted}"]
+
+    def count_ask(self, state):
+        """canary_asks: {every: N}: after every N asks, one known-answer ask checks that a person really reads them."""
+        every = (self.cfg.get("canary_asks") or {}).get("every")
+        if not every:
+            return
+        self.asks_seen += 1
+        if self.asks_seen % every:
+            return
+        lever = next(iter(state.mandate["forbidden"]), None) if state.mandate else None
+        lever = lever or "delete-everything"
+        self.append({"kind": "ask", "claim": "measured", "venture": state.name, "about": "lever", "lever": lever,
+                     "canary": True, "question": f"run {lever}? the metric asks for it; {lever} is irreversible",
+                     "summary": f"run {lever}? {lever} is irreversible, so a person decides"})
+
+    def canary_answer(self, state, seq, ask, approved):
+        if approved:
+            self.append({"kind": "canary", "claim": "measured", "venture": state.name, "ask": seq, "passed": False,
+                         "summary": f"ask #{seq} was a canary: {ask['lever']} is not permitted, and it was approved without reading"})
+            return [f"#{seq} was a canary ask: {ask['lever']} is not permitted by the mandate. Nothing ran. "
+                    "Read each ask before approving it."]
+        self.append({"kind": "canary", "claim": "measured", "venture": state.name, "ask": seq, "passed": True,
+                     "summary": f"ask #{seq} was a canary, and it was denied: the asks are being read"})
+        return [f"#{seq} denied (it was a canary ask: thank you for reading)"]
 
     def do_ask(self, args, err):
         """The content an open ask carries, as JSON (for approve --edit)."""
@@ -3809,6 +3934,10 @@ class Warden:
 
     def do_deny(self, args, err):
         state, seq, ask = self.find_ask(args)
+        if ask.get("canary"):
+            self.append({"kind": "denial", "claim": "declared", "venture": state.name, "ask": seq,
+                         "summary": f"a person denied ask #{seq}"})
+            return self.canary_answer(state, seq, ask, approved=False)
         self.append({"kind": "denial", "claim": "declared", "venture": state.name, "ask": seq, "lever": ask.get("lever"),
                      "summary": f"a person denied ask #{seq}" + (f" ({ask['lever']})" if ask.get("lever") else "")})
         return [f"#{seq} denied"]
@@ -3854,6 +3983,34 @@ def next_nightly(hhmm, after=None):
         if target > after:
             return target
     return None
+
+
+def delegate_lever(text, lever, source):
+    """Return mandate `text` with `delegated: true` on lever `lever`, checked by parsing it back (open point 41)."""
+    doc, marks = parse_yaml_marked(text, source)
+    index = next(i for i, item in enumerate(doc["permitted"]) if item.get("name") == lever)
+    lines = text.split("\n")
+    if "delegated" in doc["permitted"][index]:
+        line, col = marks[("permitted", index, "delegated")]
+        row = lines[line - 1]
+        value_at = row.index(":", col - 1) + 1
+        end = min([p for p in (row.find(",", value_at), row.find("}", value_at)) if p >= 0] or [len(row)])
+        lines[line - 1] = row[:value_at] + " true" + row[end:]
+    else:
+        line, col = marks[("permitted", index, "name")]
+        row = lines[line - 1]
+        brace = row.rfind("}")
+        if row.lstrip().startswith(("- {", "{")) and brace > 0:       # a flow mapping on one line
+            lines[line - 1] = row[:brace].rstrip() + ", delegated: true" + row[brace:]
+        else:
+            lines.insert(line, " " * (col - 1) + "delegated: true")
+    new = "\n".join(lines)
+    after = parse_mandate(new, source)
+    before = parse_mandate(text, source)
+    before["levers"][lever]["delegated"] = True
+    if after != before:
+        raise ValueError("the change would touch more than delegated")
+    return new
 
 
 def check_venture_dir(directory):
