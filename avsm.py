@@ -1639,6 +1639,10 @@ class VentureState:
         self.peak = None              # the highest trusted report since the mandate: a drawdown's peak
         self.unwinds = {}             # action seq -> the guard whose unwind it runs
         self.approvals = {}           # lever -> approvals since the mandate (a denial resets it): the ratchet
+        self.free_steps = []          # one-step changes between trusted reports with no lever run between
+        self.effects = {}             # action seq -> a run whose expected effect is not yet judged
+        self.misses = {}              # lever -> misses in a row (revoke_after)
+        self.suspended = {}           # lever -> the ask whose approval restores its delegation
 
     def side(self, name):
         return self.sides.setdefault(name, {"armed": True, "streak": []})
@@ -1673,6 +1677,10 @@ def fold(state, seq, at, record):
     elif kind == "outcome":
         if state.running.get(record.get("lever")) == record.get("action"):
             del state.running[record["lever"]]
+        spec = state.mandate["levers"].get(record.get("lever")) if state.mandate else None
+        if record.get("ok") and spec and spec["expects"] and state.level is not None:
+            state.effects[record["action"]] = {"lever": record["lever"], "expects": spec["expects"], "r0": state.level[1],
+                                               "after": [], "steps": list(state.free_steps), "verdict": None}
         guard = state.unwinds.pop(record.get("action"), None)
         if guard in state.guards and record.get("ok"):
             state.guards[guard]["unwind_ok"] = True
@@ -1680,6 +1688,8 @@ def fold(state, seq, at, record):
         fold_controller_intent(state, record)
     elif kind == "ask":
         state.open_asks[seq] = record
+        if record.get("about") == "revoke":
+            state.suspended[record.get("lever")] = seq
         if record.get("about") == "implausible":
             state.implausible_ask = seq
         fold_controller_intent(state, record)
@@ -1688,10 +1698,17 @@ def fold(state, seq, at, record):
         lever = record.get("lever") or asked.get("lever")
         if kind == "approval" and lever and asked.get("about") == "lever":
             state.approvals[lever] = state.approvals.get(lever, 0) + 1     # the ratchet counts these
+        if kind == "approval" and asked.get("about") == "revoke":
+            state.suspended.pop(asked.get("lever"), None)
+            state.misses[asked.get("lever")] = 0
         elif kind == "denial" and lever:
             state.approvals[lever] = 0
         if state.implausible_ask == record.get("ask"):
             state.implausible_ask = None
+    elif kind == "effect":
+        state.effects.pop(record.get("action"), None)
+        lever = record.get("lever")
+        state.misses[lever] = state.misses.get(lever, 0) + 1 if record.get("verdict") == "miss" else 0
     elif kind == "pause":
         state.paused = True
         for info in state.guards.values():
@@ -1720,6 +1737,10 @@ def fold_report(state, seq, at, record):
         state.peak = value if state.peak is None else max(state.peak, value)
         base = state.pending or state.level
         state.last_step = value - base[1] if base is not None else None
+        if state.level is not None and not state.lever_ran and state.pending is None:
+            state.free_steps.append(value - state.level[1])
+            del state.free_steps[:-HISTORY]
+        fold_effects(state, value)
         state.level, state.pending = (seq, value), None
         state.lever_ran = False
         state.trusted.append((seq, value))
@@ -2095,6 +2116,71 @@ def content_problem(takes, payload, directory):
     return None
 
 
+# ---- expected effects -------------------------------------------------------------
+
+def fold_effects(state, value):
+    """A trusted report counts toward every run still waiting for its verdict; a hit settles it silently."""
+    for seq, effect in list(state.effects.items()):
+        if effect["verdict"] is not None:
+            continue
+        effect["after"].append(value)
+        verdict, why = judge_effect(effect["expects"], effect["r0"], effect["after"], effect["steps"])
+        effect["stale"] = verdict == "waiting" and "refreshed" in why
+        if verdict in ("hit", "not judged"):
+            del state.effects[seq]
+            if verdict == "hit":
+                state.misses[effect["lever"]] = 0
+        elif verdict != "waiting":
+            effect["verdict"] = (verdict, why)       # the warden writes it as an `effect` record
+
+
+def judge_effect(expects, r0, after, steps):
+    """Return (verdict, why) for a run that expected `expects` (way, size, within), open point 36.
+
+    verdict: waiting, not judged, hit (writes nothing), late, miss or wrong size. r0 is the last trusted
+    reading before the run; `after` the trusted reports since its ok outcome; `steps` the lever-free history.
+    """
+    way, size, within = expects
+    if len(steps) < 3:
+        return "not judged", "fewer than 3 steps of history: the metric's drift is not known"
+    if all(step == 0 for step in steps):
+        return "not judged", "the metric has never changed: no evidence either way"
+    drift = sum(steps) / len(steps)
+    noise = (sum((s - drift) ** 2 for s in steps) / len(steps)) ** 0.5
+    zero_share = sum(1 for s in steps if s == 0) / len(steps)
+    repeats = 0
+    for value in after:
+        if value != r0:
+            break
+        repeats += 1
+    if repeats == len(after) and zero_share ** repeats >= 0.01:
+        return "waiting", f"{repeats} exact repeat(s) of the reading before the run: the sensor may not have refreshed"
+    sign = 1 if way == "up" else -1
+
+    def outcome(n):
+        moved = sign * (after[n - 1] - (r0 + n * drift))
+        bar = 2 * noise * n ** 0.5
+        if moved <= bar:
+            return "none", moved
+        if size is not None and abs(moved - size) > max(bar, size / 2):
+            return "wrong size", moved
+        return "hit", moved
+
+    if len(after) < within:
+        return "waiting", f"{len(after)} of {within} reports since the run"
+    verdict, moved = outcome(within)
+    if verdict == "hit":
+        return "hit", f"moved {format_number(moved)} net of drift within {within} reports"
+    if verdict == "wrong size":
+        return "wrong size", f"moved {format_number(moved)} net of drift, far off the expected {format_number(size)}"
+    for n in range(within + 1, min(len(after), 2 * within) + 1):
+        if outcome(n)[0] == "hit":
+            return "late", f"showed its effect after {n} reports, later than within {within}"
+    if len(after) < 2 * within:
+        return "waiting", f"no effect within {within} reports yet; watching until {2 * within}"
+    return "miss", f"no {way} move beyond the metric's noise in {2 * within} reports (net {format_number(moved)})"
+
+
 # ---- controllers --------------------------------------------------------------
 
 def decide(state, report_seq, value):
@@ -2153,6 +2239,9 @@ def prove(state, lever, now, basis, trigger=None, approval=None, payload=None):
     steps.append(f"{lever} is permitted: cap {spec['cap_text']}, {'reversible' if spec['reversible'] else 'irreversible'}")
     if lever in state.running:
         return Verdict(False, why=f"{lever} is still running (action #{state.running[lever]})")
+    stale = [s for s, e in state.effects.items() if e["lever"] == lever and e.get("stale")]
+    if stale:
+        return Verdict(False, why=f"the effect of action #{stale[0]} waits on a sensor that may not have refreshed; {lever} waits with it")
     used = cap_window(state, lever, now)
     if len(used) >= spec["cap"][0]:
         return Verdict(False, why=f"{lever} reached its cap {spec['cap_text']}: {len(used)} runs in the window")
@@ -2175,8 +2264,9 @@ def prove(state, lever, now, basis, trigger=None, approval=None, payload=None):
         rule = "approval"
         premises.append(approval)
         steps.append(f"approval #{approval} is a person's answer for exactly this lever and payload")
-    elif not spec["reversible"] and not spec["delegated"]:
-        return Verdict(False, why=f"{lever} is irreversible and not delegated; a person must approve it", needs_ask=True)
+    elif not spec["reversible"] and (not spec["delegated"] or lever in state.suspended):
+        suspended = f" (its delegation is suspended until ask #{state.suspended[lever]} is approved)" if lever in state.suspended else ""
+        return Verdict(False, why=f"{lever} is irreversible and not delegated{suspended}; a person must approve it", needs_ask=True)
     elif not spec["reversible"]:
         steps.append(f"{lever} is delegated by the mandate: it runs unasked, intent before, outcome after")
     steps = steps[:1] + basis_steps + steps[1:]
@@ -3169,6 +3259,7 @@ class Warden:
                              "audit": audit["name"], "question": f"{why}. Is the gain real?", "summary": f"audit {audit['name']} asks: {why}"})
             elif not why and open_ask is not None:
                 self.resolve(state, open_ask, f"audit {audit['name']} no longer worsens while the metric improves")
+        self.write_effects(state)
         held = held_by(state)
         if held and state.implausible_ask is None:
             what, seq, note = held
@@ -3181,6 +3272,24 @@ class Warden:
         if not held and not state.paused and report and report[0] == report_seq and report[2].get("status") == "trusted":
             for side, lever, reports, why in decide(state, report_seq, report[2]["value"]):
                 self.controller_acts(state, side, lever, reports, why)
+
+    def write_effects(self, state):
+        """Write each settled miss, late or wrong-size verdict; n misses in a row suspend a delegation (revoke_after)."""
+        for seq, effect in sorted(state.effects.items()):
+            if effect["verdict"] is None:
+                continue
+            verdict, why = effect["verdict"]
+            self.append({"kind": "effect", "claim": "measured", "venture": state.name, "lever": effect["lever"],
+                         "action": seq, "verdict": verdict, "why": why,
+                         "summary": f"{effect['lever']} (action #{seq}) {verdict}: {why}"})
+            spec = state.mandate["levers"].get(effect["lever"])
+            lever = effect["lever"]
+            if (spec and spec["delegated"] and spec["revoke_after"] and lever not in state.suspended
+                    and state.misses.get(lever, 0) >= spec["revoke_after"]):
+                self.append({"kind": "ask", "claim": "measured", "venture": state.name, "about": "revoke", "lever": lever,
+                             "question": f"{lever} missed its expected effect {state.misses[lever]} times in a row; its delegation "
+                                         "is suspended. Approve to restore it",
+                             "summary": f"{lever}'s delegation suspended after {state.misses[lever]} misses in a row (revoke_after)"})
 
     def resolve(self, state, ask_seq, why):
         self.append({"kind": "resolved", "claim": "measured", "venture": state.name, "ask": ask_seq,
