@@ -33,6 +33,7 @@ Sections
 """
 
 import collections
+import heapq
 import json
 import os
 import re
@@ -176,7 +177,7 @@ def nearest(word, known):
     """Return ' (did you mean X?)' for the known word closest to `word`, or ''."""
     import difflib
     close = difflib.get_close_matches(word, sorted(known), n=1, cutoff=0.6)
-    return f"; did you mean '{close[0]}'?" if close else ""
+    return f" (did you mean '{close[0]}'?)" if close else ""
 
 
 # ---- the YAML subset --------------------------------------------------------
@@ -1596,8 +1597,17 @@ def format_local_time(at):
 
 def format_record_line(seq, at, record):
     """Return a record as one line: #SEQ TIME VENTURE CLAIM KIND SUMMARY (open point 18)."""
-    summary = str(record.get("summary", "")).replace("\\", "\\\\").replace("\n", "\\n").replace("\r", "\\r")
-    return f"#{seq} {format_local_time(at)} {record.get('venture')} {record.get('claim')} {record.get('kind')} {summary}"
+    fields = [str(record.get(k, "")) for k in ("venture", "claim", "kind", "summary")]
+    return f"#{seq} {format_local_time(at)} " + " ".join(shown_text(f) for f in fields)
+
+
+def shown_text(text):
+    """Return text safe for a terminal: newlines as \\n, and no control character from outside reaches it raw."""
+    text = text.replace("\\", "\\\\").replace("\n", "\\n").replace("\r", "\\r")
+    return CONTROL_CHARS.sub(lambda m: f"\\x{ord(m.group()):02x}" if ord(m.group()) < 256 else f"\\u{ord(m.group()):04x}", text)
+
+
+CONTROL_CHARS = re.compile("[\x00-\x1f\x7f-\x9f\u2028\u2029\u202a-\u202e\u2066-\u2069]")
 
 
 # =============================================================================
@@ -2459,9 +2469,12 @@ def read_lock_pid(path):
         return None
 
 
+BASE_ENV = {}      # the warden's environment, copied once
+
+
 def command_env(home, venture, lever=None):
     """Return the environment a venture's program runs with: avsmd's own, plus AVSM_HOME and AVSM_VENTURE."""
-    env = dict(os.environ)
+    env = dict(BASE_ENV or os.environ)
     env.update(AVSM_HOME=home, AVSM_VENTURE=venture)
     if lever:
         env["AVSM_LEVER"] = lever
@@ -2769,7 +2782,24 @@ def read_metric_output(child, status):
 # runs, appends). They wire the kernel to the effects and hold little logic.
 # =============================================================================
 
-AVSM_PATH = os.path.abspath(__file__)
+AVSM_PATH = os.path.realpath(__file__)
+# How avsmd starts itself and its warden: loading this file through the import system, so its cached
+# bytecode serves (a script is compiled afresh at every start, and the compiler's memory stays with it).
+LOAD_AVSM = ("import importlib.util as u, sys; s = u.spec_from_file_location('avsm', sys.argv[1]); "
+             "m = u.module_from_spec(s); sys.modules['avsm'] = m; s.loader.exec_module(m); sys.exit(m.main(sys.argv[2:]))")
+
+
+def cached_command(program, args):
+    """Return the argv that runs `program` of this file from its cached bytecode, writing the cache if stale."""
+    import importlib.util
+    import py_compile
+    try:
+        cache = importlib.util.cache_from_source(AVSM_PATH)
+        if not os.path.exists(cache) or os.path.getmtime(cache) < os.path.getmtime(AVSM_PATH):
+            py_compile.compile(AVSM_PATH, cfile=cache, doraise=True)
+    except (OSError, ValueError, py_compile.PyCompileError):
+        pass                          # no cache to be had here: it is compiled as before
+    return [sys.executable, "-c", LOAD_AVSM, AVSM_PATH, program] + list(args)
 
 
 def log(debug, who, message):
@@ -2792,7 +2822,8 @@ class Warden:
         self.ventures = {}            # name -> VentureState
         self.children = []            # Child objects running now
         self.lingering = {}           # pgid -> venture: groups whose leader exited while members stay
-        self.due = {}                 # venture -> monotonic time its next report is due
+        self.due = {}                 # venture -> monotonic time its next round is due
+        self.due_heap = []            # (time, venture), soonest first; entries the dict no longer holds are stale
         self.keep = {}                # venture -> the `run` program's keeper state
         self.rounds = {}              # venture -> the round in flight: metric seq, guards pending, deadline
         self.ledger_down = None       # why the ledger cannot be written, while it cannot
@@ -2806,6 +2837,7 @@ class Warden:
         self.stopping = False
         self.sel = selectors.DefaultSelector()
         self.reader = LineReader()
+        self.outbox = []              # lines for avsmd, sent once per turn of the loop
         channel.setblocking(False)
         self.sel.register(channel, selectors.EVENT_READ, ("channel", None))
         import socket
@@ -2900,7 +2932,7 @@ class Warden:
         now = time.monotonic()
         for state in self.ventures.values():
             if self.active(state):
-                self.due[state.name] = now
+                self.schedule(state.name, now)
                 self.start_keep(state)
         while True:
             timeout = self.next_wakeup(time.monotonic())
@@ -2925,16 +2957,26 @@ class Warden:
                 self.tick(time.monotonic())
             except LedgerDown:
                 pass
+            self.flush()
             if self.stopping and not self.children:
                 self.end_lingering(final=True)
+                self.flush()
                 return EX_OK
+
+    def schedule(self, name, at):
+        self.due[name] = at
+        heapq.heappush(self.due_heap, (at, name))
 
     def active(self, state):
         return state.mandate is not None and not state.paused and not self.stopping
 
     def next_wakeup(self, now):
         """Return seconds until the next due report, deadline or restart; None when nothing is due."""
-        times = [] if self.ledger_down else [t for name, t in self.due.items() if self.active(self.ventures[name])]
+        heap, times = self.due_heap, []
+        while heap and (self.due.get(heap[0][1]) != heap[0][0] or not self.active(self.ventures[heap[0][1]])):
+            heapq.heappop(heap)         # superseded, or its venture no longer runs: resume and add schedule again
+        if heap and not self.ledger_down:
+            times.append(heap[0][0])
         for child in self.children:
             times += [t for t in (child.deadline, child.kill_at) if t is not None]
             if child.pidfd is None or child.status is not None:
@@ -2966,8 +3008,8 @@ class Warden:
             return
         self.ledger_down = None
         self.retry_at = None
-        for name in self.due:
-            self.due[name] = min(self.due[name], time.monotonic())
+        for name in list(self.due):
+            self.schedule(name, min(self.due[name], time.monotonic()))
 
     def tick(self, now):
         """Start what is due, end what is past its deadline, reap what has ended."""
@@ -2997,11 +3039,15 @@ class Warden:
                         self.start_decision(state, "nightly")
                     except Fail as fail:
                         log(True, "warden", f"{state.name}: no nightly decision: {fail}")
-        for name, at in list(self.due.items()):
+        heap = self.due_heap
+        while heap and heap[0][0] <= now:
+            at, name = heapq.heappop(heap)
             state = self.ventures[name]
-            if now >= at and self.active(state) and not any(c.venture == name and c.purpose == "report" for c in self.children):
-                self.due[name] = now + state.mandate["cadence"]
-                self.start_round(state, now)
+            if self.due.get(name) != at or not self.active(state):
+                continue
+            self.schedule(name, now + state.mandate["cadence"])
+            if not any(c.venture == name and c.purpose == "report" for c in self.children):
+                self.start_round(state, now)    # else the report still running ends at its time limit
         for name in list(self.rounds):
             self.maybe_settle(self.ventures[name], now)
         for name, keep in self.keep.items():
@@ -3025,6 +3071,7 @@ class Warden:
         self.sel.register(child.proc.stderr, selectors.EVENT_READ, ("pipe", child))
         if child.pidfd is not None:
             self.sel.register(child.pidfd, selectors.EVENT_READ, ("pidfd", child))
+        self.flush()                    # avsmd hears of a group at once: a warden killed next leaves no stranger behind
         log(self.debug, "warden", f"{state.name}: started {purpose} {args!r} pid {child.pid} group {child.pgid}")
         return child
 
@@ -3078,10 +3125,16 @@ class Warden:
                 self.tell({"ended": pgid})
 
     def tell(self, message):
-        """Send avsmd one line (a group started or ended, a reply)."""
+        """Queue one line for avsmd (a group started or ended, a reply); flush() sends them at the loop's end."""
+        self.outbox.append(json.dumps(message, separators=(",", ":")))
+
+    def flush(self):
+        if not self.outbox:
+            return
+        data, self.outbox = ("\n".join(self.outbox) + "\n").encode(), []
         try:
             self.channel.setblocking(True)
-            send_line(self.channel, message)
+            self.channel.sendall(data)
         except OSError:
             pass
         finally:
@@ -3316,7 +3369,7 @@ class Warden:
         if verdict.ok:
             self.run_lever(state, lever, verdict.proof, f"{lever} runs: {why}", by="controller", side=side)
         elif verdict.needs_ask:
-            if any(a.get("lever") == lever for a in state.open_asks.values()):
+            if any(a.get("lever") == lever and a.get("about") == "lever" for a in state.open_asks.values()):
                 return                  # asked once already; the ask still waits
             self.append({"kind": "ask", "claim": "measured", "venture": state.name, "about": "lever", "lever": lever,
                          "by": "controller", "side": side, "reports": reports,
@@ -3857,7 +3910,7 @@ class Warden:
                     child.terminate("a new mandate", time.monotonic())
         if not state.paused:
             import time
-            self.due[name] = time.monotonic()
+            self.schedule(name, time.monotonic())
             self.start_keep(state)
         return [f"{name}: adopted as mandate #{seq}"] + describe_allowed(mandate) + \
                ([f"{name} is paused; avsm resume {name} starts it"] if state.paused else [])
@@ -3973,7 +4026,7 @@ class Warden:
                                "sha256": sha, "text": new, "approval_of": seq,
                                "summary": f"adopted {state.name} with {ask['lever']} delegated, as approved in #{seq} (sha256 {sha[:16]})"})
         state.mandate = mandate
-        self.due[state.name] = time.monotonic()
+        self.schedule(state.name, time.monotonic())
         return [f"#{seq} approved: {ask['lever']} is delegated in {path}, adopted as mandate #{adopted}"]
 
     def count_ask(self, state):
@@ -4069,7 +4122,7 @@ class Warden:
                  for name, episode in guards_past(state)]
         if state.mandate is None:
             return [f"{state.name} resumed, but it cannot run: {state.problem}"]
-        self.due[state.name] = time.monotonic()
+        self.schedule(state.name, time.monotonic())
         if state.name in self.keep:
             self.keep[state.name].update(restart=False, backoff=0)
         self.start_keep(state)
@@ -4237,6 +4290,7 @@ class Daemon:
         self.warden_chan = None       # our end of its channel
         self.warden_reader = LineReader()
         self.groups = {}              # pgid -> what the warden said it started
+        self.groups_dirty = False
         self.clients = {}             # socket -> {"reader", "id"}
         self.waiting = {}             # request id -> client socket
         self.queue = []               # requests held while the warden restarts
@@ -4298,6 +4352,8 @@ class Daemon:
     def check_home(self):
         """Each second: the lock file and the socket must still be ours; make again one deleted or replaced."""
         import fcntl
+        if self.groups_dirty:
+            self.save_groups()
         if not self.lock_is_ours():
             if read_lock_pid(self.lock_path) not in (None, os.getpid()) or os.path.exists(self.lock_path):
                 try:
@@ -4329,7 +4385,7 @@ class Daemon:
         import socket
         import subprocess
         ours, theirs = socket.socketpair()
-        args = [sys.executable, AVSM_PATH, "warden", "--home", self.home, "--fd", str(theirs.fileno())]
+        args = cached_command("warden", ["--home", self.home, "--fd", str(theirs.fileno())])
         if self.debug:
             args.append("-d")
         env = dict(os.environ, AVSM_CONFIG=json.dumps(self.cfg))
@@ -4418,10 +4474,11 @@ class Daemon:
                     if client is not None:
                         self.reply(client, message.get("out", []), message.get("err", []), message.get("exit", EX_SOFTWARE))
             if changed:
-                self.save_groups()
+                self.groups_dirty = True    # written to disk within the second (check_home)
 
     def save_groups(self):
         """Keep the groups the warden started on disk, so an avsmd that was SIGKILLed is cleaned up after."""
+        self.groups_dirty = False
         path = os.path.join(self.home, "groups")
         with open(path + ".new", "w") as fh:
             for pgid, info in self.groups.items():
@@ -4873,7 +4930,11 @@ def out(line=""):
     """Write one line of records to standard output."""
     if sys.stdout is None:
         raise OSError(9, "standard output is closed")
-    sys.stdout.write(line + "\n")
+    sys.stdout.write(LINE_CONTROL_CHARS.sub(lambda m: f"\\x{ord(m.group()):02x}" if ord(m.group()) < 256
+                                            else f"\\u{ord(m.group()):04x}", line) + "\n")
+
+
+LINE_CONTROL_CHARS = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f\u2028\u2029\u202a-\u202e\u2066-\u2069]")
 
 
 def ask_daemon(home, cmd, args=None):
@@ -5415,7 +5476,9 @@ def parent_pid(pid):
 
 
 def is_avsmd_argv(argv):
-    """Whether a command line runs the daemon: a program named avsmd, or `avsm.py avsmd`."""
+    """Whether a command line runs the daemon: a program named avsmd, `avsm.py avsmd`, or its cached start."""
+    if len(argv) > 4 and argv[1] == "-c" and argv[2] == LOAD_AVSM:
+        return argv[4] == "avsmd"
     for i, arg in enumerate(argv[:3]):
         stem = os.path.basename(arg).split(".")[0]
         if stem == "avsmd" or (arg == "avsmd" and i > 0):
@@ -5479,15 +5542,17 @@ CLIENT_COMMANDS = {
 def run_client(args):
     """avsm [--home DIR] COMMAND ...: return the exit code."""
     home, rest = take_home(args)
-    if not rest or rest[0] in ("-h", "--help", "help"):
+    if not rest:
+        raise Fail(EX_USAGE, "no command given\n" + CLIENT_USAGE)
+    if rest[0] in ("-h", "--help", "help"):
         out(CLIENT_USAGE)
-        return EX_OK if rest else EX_USAGE
+        return EX_OK
     if rest[0] == "--version":
         out(f"avsm {VERSION}")
         return EX_OK
     verb, rest = rest[0], rest[1:]
     if verb not in CLIENT_COMMANDS:
-        raise Fail(EX_USAGE, f"'{verb}' is not an avsm command{nearest(verb, CLIENT_COMMANDS)}; avsm --help lists them")
+        raise Fail(EX_USAGE, f"'{verb}' is not an avsm command{nearest(verb, CLIENT_COMMANDS)}: avsm --help lists them")
     if "-h" in rest or "--help" in rest:
         out(CLIENT_USAGE)
         return EX_OK
@@ -5579,6 +5644,7 @@ def test_config(home, cfg, path):
 
 def run_daemon(args):
     """avsmd [--home DIR] [-f FILE] [-d] [-t|-T]: return the exit code."""
+    given = list(args)
     home, rest = take_home(args)
     config_path, debug, mode = None, False, "run"
     while rest:
@@ -5596,6 +5662,8 @@ def run_daemon(args):
         elif arg == "-d":
             debug = True
         elif arg in ("-t", "-T"):
+            if mode not in ("run", arg):
+                raise Fail(EX_USAGE, "give -t or -T, not both")
             mode = arg
         else:
             raise Fail(EX_USAGE, f"avsmd does not take '{arg}'; avsmd --help lists its options")
@@ -5606,6 +5674,10 @@ def run_daemon(args):
         return EX_OK
     if mode == "-t":
         return test_config(home, cfg, path)
+    keep_standard_files_open()
+    if __name__ == "__main__":
+        # run as a script, this file was compiled afresh: start again from its cached bytecode, same pid
+        os.execv(sys.executable, cached_command("avsmd", given))
     return Daemon(home, cfg, path, text, debug).run()
 
 
@@ -5613,7 +5685,10 @@ def run_internal(program, args):
     """The programs avsmd starts itself: the warden, and the built-in adapters."""
     if program == "warden":
         home, rest = take_home(args)
+        if "--fd" not in rest or rest.index("--fd") + 1 >= len(rest) or not rest[rest.index("--fd") + 1].isdigit():
+            raise Fail(EX_USAGE, "the warden is started by avsmd, not by hand; run avsmd")
         fd = int(rest[rest.index("--fd") + 1])
+        keep_standard_files_open()
         return run_warden(resolve_home(home), fd, "-d" in rest)
     return run_adapter(args)
 
@@ -5675,6 +5750,22 @@ def main(argv=None):
         return report_bug(name)
     except Exception:
         return report_bug(name)
+
+
+def keep_standard_files_open():
+    """A daemon started with standard files closed gets /dev/null there, so no later write or open lands on fd 0-2."""
+    for fd, mode in ((0, os.O_RDONLY), (1, os.O_WRONLY), (2, os.O_WRONLY)):
+        try:
+            os.fstat(fd)
+        except OSError:
+            null = os.open(os.devnull, mode)
+            if null != fd:
+                os.dup2(null, fd)
+                os.close(null)
+    if sys.stdout is None:
+        sys.stdout = open(1, "w", closefd=False)
+    if sys.stderr is None:
+        sys.stderr = open(2, "w", closefd=False)
 
 
 def report_bug(name):

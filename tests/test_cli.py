@@ -1,0 +1,619 @@
+"""Black-box tests of the command line: the argv[0] dispatch, usage and exit codes, avsmd -t/-T/-f, output
+that cannot be written, imports, packaging, `avsm try`, and the files in examples/ and contrib/. The
+real programs run through `avsm`/`avsmd` symlinks (or `python3 avsm.py`) on short /tmp homes; ledgers are
+read read-only. Each test's docstring names the requirements it checks (spec/requirements.md)."""
+
+import ast
+import hashlib
+import json
+import os
+import plistlib
+import re
+import shutil
+import signal
+import sqlite3
+import subprocess
+import sys
+import tempfile
+import time
+
+import pytest
+
+from conftest import ROOT, Avsm, make_venture, write
+
+import avsm
+
+AVSM_PY = os.path.join(ROOT, "avsm.py")
+CONFIG_KEYS = ("nightly", "default", "backends", "escalate", "ratchet", "canary_asks", "port", "adapters",
+               "research")
+
+
+def run(argv, timeout=30, **kw):
+    """Run a command line; return the CompletedProcess (text)."""
+    env = kw.pop("env", None) or dict(os.environ)
+    env.pop("AVSMD_HOME", None)
+    return subprocess.run(argv, capture_output=True, text=True, timeout=timeout, env=env, **kw)
+
+
+def prog(bindir, name):
+    """The argv that runs `name` (avsm or avsmd) through its symlink."""
+    return [sys.executable, os.path.join(bindir, name)]
+
+
+def of(records, kind, venture=None):
+    return [(s, r) for s, _, r in records if r["kind"] == kind and (venture is None or r["venture"] == venture)]
+
+
+def processes_with(marker):
+    """Pids of live (not zombie) processes whose command line holds `marker`."""
+    pids = []
+    for p in os.listdir("/proc"):
+        if p.isdigit():
+            try:
+                with open(f"/proc/{p}/cmdline", "rb") as fh:
+                    if marker.encode() in fh.read():
+                        with open(f"/proc/{p}/stat") as st:
+                            if st.read().rsplit(") ", 1)[1].split()[0] != "Z":
+                                pids.append(int(p))
+            except OSError:
+                pass
+    return pids
+
+
+def fake_ledger(home, n):
+    """Write a ledger of n chained report records by the README's recipe, as an avsmd would leave it."""
+    os.makedirs(home, mode=0o700, exist_ok=True)
+    db = sqlite3.connect(os.path.join(home, "ledger.db"), isolation_level=None)
+    db.execute("CREATE TABLE records(seq INTEGER PRIMARY KEY, at INTEGER NOT NULL, prev TEXT NOT NULL, "
+               "hash TEXT NOT NULL, weight INTEGER NOT NULL DEFAULT 1, record TEXT NOT NULL)")
+    prev, at, rows = "0" * 64, 1_790_000_000, []
+    for seq in range(1, n + 1):
+        text = json.dumps({"kind": "report", "claim": "measured", "venture": "dial", "value": seq,
+                           "plausible": True, "status": "trusted", "note": "",
+                           "summary": f"dial = {seq}"}, sort_keys=True, separators=(",", ":"))
+        h = hashlib.sha256(f"{prev}\n{seq}\n{at + seq}\n{text}".encode()).hexdigest()
+        rows.append((seq, at + seq, prev, h, text))
+        prev = h
+    db.execute("BEGIN")
+    db.executemany("INSERT INTO records(seq, at, prev, hash, weight, record) VALUES (?, ?, ?, ?, 1, ?)", rows)
+    db.execute("COMMIT")
+    db.close()
+
+
+DIAL = """purpose: Keep {name} low.
+metric: dial
+controller: {{kind: threshold, above: 10, action: {action}}}
+cadence: 1s
+permitted:
+{levers}
+forbidden: [rm]
+"""
+
+
+def dial_venture(root, name, levers, action, value="1", **files):
+    """A venture whose report prints its file `value`; `levers` are (name, cap, reversible)."""
+    lines = "\n".join(f"  - {{name: {n}, run: ./{n}, cap: {cap}, reversible: {'true' if rev else 'false'}}}"
+                      for n, cap, rev in levers)
+    scripts = {n: "#!/bin/sh\ntrue\n" for n, _, _ in levers}
+    scripts.update({"report": "#!/bin/sh\ncat value\n"}, **files)
+    d = make_venture(root, name, DIAL.format(name=name, action=action, levers=lines), scripts)
+    write(os.path.join(d, "value"), value + "\n")
+    return d
+
+
+# ---- the argv[0] dispatch and usage ---------------------------------------------
+
+def test_dispatch_by_name_and_by_first_argument(bindir, home):
+    """One file is both programs: `python3 avsm.py avsmd` and the `avsmd` symlink run the daemon's options,
+    `python3 avsm.py avsm`, `python3 avsm.py` and the `avsm` symlink the client; no install step is needed.
+    DIST-02 DIST-03 open point 1"""
+    for argv in ([sys.executable, AVSM_PY, "avsmd", "--home", home, "-T"], prog(bindir, "avsmd") + ["--home", home, "-T"]):
+        r = run(argv)
+        assert r.returncode == 0, r.stderr
+        assert r.stdout.startswith("nightly:") and "ratchet:" in r.stdout, argv
+    for argv in ([sys.executable, AVSM_PY, "avsm", "--help"], [sys.executable, AVSM_PY, "--help"],
+                 prog(bindir, "avsm") + ["--help"]):
+        r = run(argv, cwd="/")
+        assert r.returncode == 0 and r.stdout.startswith("usage: avsm "), argv
+        assert "add DIR" in r.stdout and "tail" in r.stdout
+    assert not os.path.exists(home), "-T and --help must not make the home"
+
+
+@pytest.mark.parametrize("name", ["avsm", "avsmd"])
+@pytest.mark.parametrize("flag", ["-h", "--help"])
+def test_help_exits_0_with_usage(bindir, home, name, flag):
+    """-h and --help print the program's usage on standard output and exit 0, for both programs. EXIT-01"""
+    r = run(prog(bindir, name) + ["--home", home, flag])
+    assert r.returncode == 0 and r.stdout.startswith(f"usage: {name} ") and r.stderr == ""
+    if name == "avsmd":
+        assert all(opt in r.stdout for opt in ("-t", "-T", "-f", "-d", "--home"))
+    else:
+        assert all(cmd in r.stdout for cmd in ("add", "status", "tail", "asks", "approve", "deny", "pause",
+                                               "resume", "why"))
+
+
+BAD_USAGE = [
+    ("avsm", ["frobnicate"]),
+    ("avsmd", ["--frob"]),
+    ("avsm", ["tail", "--since"]),
+    ("avsm", ["tail", "--since", "x"]),
+    ("avsm", ["tail", "--frob"]),
+    ("avsm", ["why"]),
+    ("avsm", ["why", "1", "2"]),
+    ("avsm", ["approve", "x"]),
+    ("avsm", ["deny"]),
+    ("avsm", ["status", "extra"]),
+    ("avsm", ["add"]),
+    ("avsm", ["pause"]),
+    ("avsmd", ["-f"]),
+    ("avsmd", ["-x"]),
+    ("avsmd", ["extra"]),
+    ("avsm", ["--home"]),
+]
+
+
+@pytest.mark.parametrize("name,args", BAD_USAGE, ids=[f"{n} {' '.join(a)}" for n, a in BAD_USAGE])
+def test_bad_usage_exits_64(bindir, home, name, args):
+    """An unknown command, option or argument exits 64 for both programs, with one line on standard error
+    naming the program, and no traceback; the home is not touched. EXIT-02 CLI-11"""
+    argv = prog(bindir, name) + (args if args == ["--home"] else ["--home", home] + args)
+    r = run(argv)
+    assert r.returncode == 64, (r.returncode, r.stdout, r.stderr)
+    assert r.stderr.startswith(f"{name}: ") and "Traceback" not in r.stderr
+    assert r.stdout == ""
+    assert not os.path.exists(home)
+
+
+@pytest.mark.parametrize("via", ["python3 avsm.py avsmd", "python3 avsm.py avsm"])
+def test_bad_usage_exits_64_by_explicit_name(home, via):
+    """The explicit program name keeps the program's usage errors: 64. EXIT-02 open point 1"""
+    args = ["--frob"] if via.endswith("avsmd") else ["frobnicate"]
+    r = run([sys.executable, AVSM_PY, via.split()[-1], "--home", home] + args)
+    assert r.returncode == 64 and "Traceback" not in r.stderr and r.stderr.startswith(via.split()[-1] + ": ")
+
+
+def test_internal_program_name_without_its_arguments_is_bad_usage(bindir, home):
+    """`avsm warden` without the arguments avsmd gives it is bad usage, not a crash. EXIT-02"""
+    r = run(prog(bindir, "avsm") + ["warden", "--home", home])
+    assert r.returncode == 64 and "Traceback" not in r.stderr
+
+
+# ---- avsmd -T, -f, and a config that does not hold -----------------------------------
+
+def test_T_prints_every_key_and_the_forecast_default(av):
+    """avsmd -T prints the config in force, every key with its default, `canary_asks: null` for off and the
+    forecast default as a comment; what it prints reads back as the same config. CLI-04 CONFIG-03 CONFIG-04"""
+    r = av.daemon_cmd("-T")
+    assert r.returncode == 0 and r.stderr == ""
+    lines = r.stdout.splitlines()
+    for key in CONFIG_KEYS:
+        assert any(line.startswith(f"{key}:") for line in lines), f"-T does not print {key}:\n{r.stdout}"
+    assert "canary_asks: null" in lines and "port: 2876" in lines and "ratchet: 5" in lines
+    forecast = [line for line in lines if "forecast" in line]
+    assert len(forecast) == 1 and forecast[0].startswith("#") and "days: 30" in forecast[0] and "seeds: 16" in forecast[0]
+    assert not os.path.exists(av.home)
+    printed = write(os.path.join(os.path.dirname(av.home), "printed.yaml"), r.stdout)
+    again = av.daemon_cmd("-f", printed, "-T")
+    assert again.returncode == 0 and again.stdout == r.stdout
+
+
+FULL_CONFIG = """nightly: "02:30"
+backends:
+  local: {kind: command, run: ./ask-model, offbox: false}
+default: local
+escalate: local
+ratchet: 3
+forecast: {days: 7, seeds: 4}
+canary_asks: {every: 20}
+port: 2999
+adapters:
+  stripe: {url: "https://api.stripe.example"}
+  mail: {command: "sendmail -t -i", from: you@example.com}
+research: ./research
+"""
+
+
+def test_f_reads_that_file_in_place_of_the_home_config(av, workdir):
+    """avsmd -f other.yaml reads that file and not HOME/config.yaml; -T shows every key as it stands
+    there, and what it prints reads back the same. CLI-05 CLI-04 CONFIG-04"""
+    write(os.path.join(av.home, "config.yaml"), "ratchet: 2\nport: 1111\n")
+    other = write(os.path.join(workdir, "other.yaml"), FULL_CONFIG)
+    r = av.daemon_cmd("-f", other, "-T")
+    assert r.returncode == 0, r.stderr
+    lines = r.stdout.splitlines()
+    for expected in ('nightly: "02:30"', "ratchet: 3", "port: 2999", "forecast: {days: 7, seeds: 4}",
+                     "canary_asks: {every: 20}"):
+        assert expected in lines, f"{expected!r} not in\n{r.stdout}"
+    assert "sendmail -t -i" in r.stdout and "./ask-model" in r.stdout and "./research" in r.stdout
+    assert "1111" not in r.stdout and "ratchet: 2" not in lines
+    printed = write(os.path.join(workdir, "printed.yaml"), r.stdout)
+    assert av.daemon_cmd("-f", printed, "-T").stdout == r.stdout
+    home_config = av.daemon_cmd("-T")
+    assert "ratchet: 2" in home_config.stdout.splitlines() and "port: 1111" in home_config.stdout
+
+
+def test_f_of_a_missing_file_exits_78(av, workdir):
+    """-f of a file that is not there is a config that does not hold: 78, naming the file, for -T, -t and
+    avsmd itself, which does not start. CLI-05 CONFIG-10 EXIT-10"""
+    missing = os.path.join(workdir, "nope.yaml")
+    for args in (["-T"], ["-t"], []):
+        r = av.daemon_cmd("-f", missing, *args, timeout=15)
+        assert r.returncode == 78, (args, r.stderr)
+        assert "nope.yaml" in r.stderr and "Traceback" not in r.stderr
+    assert not os.path.exists(os.path.join(av.home, "sock")) and not os.path.exists(os.path.join(av.home, "ledger.db"))
+
+
+def test_unknown_config_key_exits_78_naming_line_and_column(av):
+    """A config with an unknown key does not hold: avsmd -T, avsmd -t and avsmd itself exit 78 naming
+    config.yaml:line:col and the key, and the daemon does not start. CONFIG-10 EXIT-10 open point 22"""
+    write(os.path.join(av.home, "config.yaml"), 'nightly: "02:00"\nratchit: 3\n')
+    for args in (["-T"], ["-t"], []):
+        t0 = time.monotonic()
+        r = av.daemon_cmd(*args, timeout=15)
+        assert r.returncode == 78, (args, r.returncode, r.stderr)
+        assert re.search(r"config\.yaml:2:1\b", r.stderr) and "ratchit" in r.stderr, r.stderr
+        assert "ratchet" in r.stderr                      # the nearest known key
+        assert "Traceback" not in r.stderr and time.monotonic() - t0 < 10
+    assert not os.path.exists(os.path.join(av.home, "sock")) and not os.path.exists(os.path.join(av.home, "ledger.db"))
+
+
+# ---- avsmd -t and ventures whose mandate cannot be read ---------------------------------
+
+def test_t_says_what_each_venture_allows_and_avsmd_starts_beside_a_broken_one(av, workdir):
+    """avsmd -t tests every adopted mandate, re-read from its directory, and says what each allows (lever,
+    cap, "asks a person" for an irreversible one). A broken edit on disk makes -t exit 78 naming
+    mandate.yaml:line:col; avsmd still starts (never 78) and the adopted mandate stays in force until the
+    next avsm add. A venture whose adopted mandate cannot be read (its directory gone) is named on avsmd's
+    standard error, runs nothing, and `avsm status` says it cannot run, while the others keep reporting.
+    CLI-03 VENTURE-14 VENTURE-15 VENTURE-08 EXIT-10 EXIT-11 MANDATE-08 PITFALLS 8"""
+    alpha = dial_venture(workdir, "alpha", [("lower", "3/hour", True), ("wipe", "1/day", False)], "lower")
+    beta = dial_venture(workdir, "beta", [("nudge", "5/day", True)], "nudge")
+    gamma = dial_venture(workdir, "gamma", [("trim", "2/week", True)], "trim")
+    av.start()
+    for d in (alpha, beta, gamma):
+        r = av.cli("add", d)
+        assert r.returncode == 0, r.stderr
+    av.wait_for(lambda rs: all(of(rs, "report", v) for v in ("alpha", "beta", "gamma")), timeout=10,
+                what="a report of each venture")
+    assert av.stop()[0] == 0
+
+    r = av.daemon_cmd("-t")
+    assert r.returncode == 0, r.stderr
+    out = r.stdout.splitlines()
+    for venture in ("alpha", "beta", "gamma"):
+        assert any(venture in line for line in out), f"-t does not name {venture}:\n{r.stdout}"
+    lower = [line for line in out if "lower" in line and "3/hour" in line]
+    wipe = [line for line in out if "wipe" in line and "1/day" in line]
+    assert lower and "asks a person" not in lower[0]
+    assert wipe and "asks a person" in wipe[0], r.stdout
+    assert any("nudge" in line and "5/day" in line for line in out)
+    assert any("rm" in line for line in out)              # what never runs
+
+    # a broken edit on disk shows before the next avsm add
+    text = open(os.path.join(alpha, "mandate.yaml")).read()
+    write(os.path.join(alpha, "mandate.yaml"), text.replace("cadence: 1s", "cadance: 1s"))
+    r = av.daemon_cmd("-t")
+    assert r.returncode == 78
+    assert f"{alpha}/mandate.yaml:4:1" in r.stderr and "cadance" in r.stderr, r.stderr
+    assert any("nudge" in line for line in r.stdout.splitlines()), "the other ventures are still described"
+
+    # a venture whose adopted mandate cannot be read: its directory has gone
+    shutil.rmtree(gamma)
+    r = av.daemon_cmd("-t")
+    assert r.returncode == 78 and "gamma" in r.stderr
+
+    last = av.records()[-1][0]
+    av.start()                                            # must not exit 78 (EXIT-11)
+    recs = av.wait_for(lambda rs: len(of(rs[last:], "report", "beta")) >= 2 and len(of(rs[last:], "report", "alpha")) >= 2
+                       and rs, timeout=10, what="beta and alpha reporting after the restart")
+    assert not of(recs[last:], "report", "gamma") and not of(recs[last:], "start", "gamma")
+    assert "gamma" in av.stderr() and "alpha" not in av.stderr()
+    status = av.cli("status")
+    assert status.returncode == 0
+    assert re.search(r"^gamma: cannot run", status.stdout, re.M), status.stdout
+    assert re.search(r"^beta: running", status.stdout, re.M) and re.search(r"^alpha: running", status.stdout, re.M)
+    time.sleep(1.2)
+    assert not of(av.records(last), "report", "gamma")
+
+
+# ---- output that cannot be written, broken pipes, no colour ------------------------------
+
+UNWRITABLE = [("avsm", ["tail", "--since", "0"]), ("avsm", ["why", "1"]), ("avsmd", ["-T"]), ("avsm", ["--help"])]
+
+
+@pytest.mark.parametrize("redirect", [">&-", ">/dev/full"], ids=["closed", "full"])
+@pytest.mark.parametrize("name,args", UNWRITABLE, ids=[f"{n} {' '.join(a)}" for n, a in UNWRITABLE])
+def test_unwritable_stdout_exits_74(bindir, home, redirect, name, args):
+    """When standard output cannot be written (closed, or a full device) avsm says so on standard error,
+    with no traceback, and exits 74. CLI-13 EXIT-07"""
+    fake_ledger(home, 50)
+    argv = prog(bindir, name) + ["--home", home] + args
+    r = run(["sh", "-c", f'exec "$@" {redirect}', "sh"] + argv)
+    assert r.returncode == 74, (r.returncode, r.stderr)
+    assert "standard output" in r.stderr and "Traceback" not in r.stderr
+
+
+CLOSED = [">&- <&-", "2>&-", ">&- 2>&- <&-"]
+
+
+@pytest.mark.parametrize("redirect", CLOSED, ids=["stdin+stdout", "stderr", "all"])
+def test_daemon_started_with_closed_standard_files_serves_and_stops_with_0(av, workdir, redirect):
+    """avsmd started with some of its standard files closed (a careless service manager, `avsmd >&- &`)
+    still serves, runs ventures, keeps its ledger sound (no record or output lands on a reused descriptor)
+    and exits 0 on SIGTERM. RUN-01 RUN-03 RUN-08 CLI-13"""
+    d = dial_venture(workdir, "dial", [("lower", "2/hour", True)], "lower", value="50")
+    argv = ["sh", "-c", f'exec "$@" {redirect}', "sh", sys.executable, os.path.join(av.bindir, "avsmd"),
+            "--home", av.home]
+    p = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=av.env,
+                         start_new_session=True)
+    try:
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline and av.cli("status").returncode != 0:
+            assert p.poll() is None, f"avsmd exited {p.returncode} with {redirect}"
+            time.sleep(0.1)
+        assert av.cli("add", d).returncode == 0
+        av.wait_for(lambda rs: of(rs, "outcome", "dial"), timeout=10, what="a lever's outcome")
+        p.send_signal(signal.SIGTERM)
+        assert p.wait(12) == 0
+        assert av.records()[-1][2]["kind"] == "stop"
+    finally:
+        if p.poll() is None:
+            os.killpg(p.pid, signal.SIGKILL)
+            p.wait()
+        for pid in processes_with(av.home):
+            os.kill(pid, signal.SIGKILL)
+
+
+def test_reader_going_away_ends_quietly(bindir, home):
+    """`avsm tail --since 0 | head -1` on a big ledger: the first line arrives, then avsm ends with 0 and
+    writes nothing on standard error. CLI-14 open point 48"""
+    fake_ledger(home, 30000)
+    p = subprocess.Popen(prog(bindir, "avsm") + ["--home", home, "tail", "--since", "0"],
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    first = p.stdout.readline().decode()
+    p.stdout.close()
+    err = p.stderr.read().decode()
+    code = p.wait(30)
+    assert first.startswith("#1 ") and " dial measured report dial = 1" in first
+    assert code == 0 and err == ""
+    shell = run(["sh", "-c", 'set -e; "$@" | head -1 >/dev/null; echo done', "sh"]
+                + prog(bindir, "avsm") + ["--home", home, "tail", "--since", "0"])
+    assert shell.stdout == "done\n" and shell.stderr == ""
+
+
+ESC = "\\033"
+
+
+def test_no_colour_in_any_output(av, workdir):
+    """No output of add, status, tail, asks, why, avsmd -t or -T holds an ANSI escape, even when a report,
+    a lever and a kept program print escape sequences themselves. CLI-12 CLI-11"""
+    loud = dial_venture(workdir, "loud", [("lower", "2/hour", True)], "lower", value="50",
+                        report=f'#!/bin/sh\nprintf "{ESC}[31mred{ESC}[0m\\n"\ncat value\n',
+                        lower=f'#!/bin/sh\nprintf "{ESC}[1;31mboom{ESC}[0m\\n"\nprintf "{ESC}[2J" >&2\nexit 3\n',
+                        run=f'#!/bin/sh\nprintf "{ESC}[32mgreen{ESC}[0m\\n"\nexit 4\n')
+    shy = dial_venture(workdir, "shy", [("wipe", "1/day", False)], "wipe", value="50",
+                       report=f'#!/bin/sh\nprintf "{ESC}[1m7{ESC}[0m\\n"\n')
+    asker = dial_venture(workdir, "asker", [("wipe", "1/day", False)], "wipe", value="50")
+    av.start()
+    outputs = []
+    for d in (loud, shy, asker):
+        r = av.cli("add", d)
+        assert r.returncode == 0, r.stderr
+        outputs.append(r)
+    av.wait_for(lambda rs: of(rs, "outcome", "loud") and of(rs, "ask", "shy") and of(rs, "ask", "asker")
+                and of(rs, "exit", "loud"), timeout=15, what="an outcome, an exit and two asks")
+    outputs += [av.cli("status"), av.cli("tail", "--since", "0"), av.cli("tail", "5"), av.cli("asks")]
+    assert "wipe" in outputs[-1].stdout
+    outputs += [av.cli("why", str(seq)) for seq, _, _ in av.records()]
+    assert av.stop()[0] == 0
+    outputs += [av.daemon_cmd("-t"), av.daemon_cmd("-T")]
+    for r in outputs:
+        assert "\x1b" not in r.stdout and "\x1b" not in r.stderr, (r.args, r.stdout, r.stderr)
+        assert "Traceback" not in r.stderr
+
+
+def test_control_characters_from_outside_are_shown_escaped(av, workdir):
+    """Text avsm did not write (a directory name here; a report, a model's words elsewhere) is shown with its
+    control characters escaped, so no output carries colour or moves the terminal. CLI-12 open point 18"""
+    parent = os.path.join(workdir, "e\x1b[31mx")
+    d = dial_venture(parent, "tinted", [("lower", "2/hour", True)], "lower")
+    av.start()
+    assert av.cli("add", d).returncode == 0
+    av.wait_for(lambda rs: of(rs, "report", "tinted"), timeout=10, what="a report")
+    outputs = [av.cli("status"), av.cli("tail", "--since", "0"), av.cli("why", "2")]
+    assert av.stop()[0] == 0
+    outputs.append(av.daemon_cmd("-t"))
+    for r in outputs:
+        assert "\x1b" not in r.stdout and "\x1b" not in r.stderr, (r.args, r.stdout)
+
+
+# ---- the standard library alone -------------------------------------------------------
+
+LAZY = ("urllib", "http", "email", "ssl", "subprocess", "sqlite3", "selectors", "hashlib", "difflib", "tempfile")
+
+
+def test_import_loads_no_heavy_module():
+    """`import avsm` loads none of the modules only some commands need; each is imported where it is used.
+    DIST-01 DIST-04"""
+    code = ("import json, sys; sys.path.insert(0, %r); before = set(sys.modules); import avsm; "
+            "assert avsm.__file__.startswith(%r); print(json.dumps(sorted(set(sys.modules) - before)))") % (ROOT, ROOT)
+    r = run([sys.executable, "-c", code], cwd="/")
+    assert r.returncode == 0, r.stderr
+    loaded = json.loads(r.stdout)
+    heavy = sorted(m for m in loaded if m.split(".")[0] in LAZY)
+    assert heavy == [], f"import avsm loads {heavy}"
+
+
+def test_imports_only_the_standard_library():
+    """avsm.py imports nothing outside the standard library, at any depth of the file, and imports nothing
+    by a computed name. DIST-01 DIST-04"""
+    tree = ast.parse(open(AVSM_PY, encoding="utf-8").read(), AVSM_PY)
+    names = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            names |= {alias.name.split(".")[0] for alias in node.names}
+        elif isinstance(node, ast.ImportFrom):
+            assert node.level == 0, "a relative import in a one-file program"
+            names.add(node.module.split(".")[0])
+        elif isinstance(node, ast.Call) and isinstance(node.func, (ast.Name, ast.Attribute)):
+            called = node.func.id if isinstance(node.func, ast.Name) else node.func.attr
+            assert called not in ("__import__", "import_module"), f"a computed import at line {node.lineno}"
+    assert names, "no import found"
+    outside = sorted(names - set(sys.stdlib_module_names))
+    assert outside == [], f"avsm.py imports {outside} from outside the standard library"
+    for used in ("sqlite3", "subprocess", "selectors", "socket", "urllib"):
+        assert used in names, f"DIST-04 names {used}, which avsm.py never imports"
+
+
+# ---- packaging -------------------------------------------------------------------
+
+def test_repository_layout():
+    """The top level holds avsm.py, pyproject.toml, tests/, examples/, contrib/ and README.md; pyproject
+    declares the two console scripts on avsm:main and no dependency. DIST-05 DIST-01"""
+    for f in ("avsm.py", "pyproject.toml", "README.md"):
+        assert os.path.isfile(os.path.join(ROOT, f)), f
+    for d in ("tests", "examples", "contrib"):
+        assert os.path.isdir(os.path.join(ROOT, d)), d
+    import tomllib
+    with open(os.path.join(ROOT, "pyproject.toml"), "rb") as fh:
+        project = tomllib.load(fh)["project"]
+    assert project["scripts"] == {"avsm": "avsm:main", "avsmd": "avsm:main"}
+    assert project.get("dependencies", []) == []
+
+
+def test_pip_install_gives_both_console_scripts(workdir, home):
+    """`pip install .` into a fresh venv installs bin/avsm and bin/avsmd, the one file chosen by the script's
+    name: bin/avsmd -T prints the config and bin/avsm --help the client's usage. DIST-02 DIST-05"""
+    src = os.path.join(workdir, "src")
+    shutil.copytree(ROOT, src, ignore=shutil.ignore_patterns(".git", "__pycache__", ".pytest_cache", "build",
+                                                            "*.egg-info", ".benchmarks"))
+    venv = os.path.join(workdir, "venv")
+    made = run([sys.executable, "-m", "venv", venv], timeout=120)
+    if made.returncode != 0:
+        pytest.skip(f"python3 -m venv cannot make a venv here: {made.stderr.strip()[-300:]}")
+    py = os.path.join(venv, "bin", "python")
+    env = dict(os.environ, PIP_DISABLE_PIP_VERSION_CHECK="1")
+    env.pop("PYTHONPATH", None)
+    # --no-build-isolation builds offline with what the venv holds: setuptools, and wheel unless setuptools
+    # is new enough to build wheels itself (70.1)
+    probe = run([py, "-c", "import setuptools, importlib.util as u; v = tuple(int(x) for x in "
+                 "setuptools.__version__.split('.')[:2]); print(v >= (70, 1) or u.find_spec('wheel') is not None)"])
+    offline = probe.returncode == 0 and probe.stdout.strip() == "True"
+    argv = [py, "-m", "pip", "install", "--quiet"] + (["--no-build-isolation"] if offline else []) + ["."]
+    r = run(argv, cwd=src, env=env, timeout=240)
+    if r.returncode != 0:
+        unreachable = ("No matching distribution", "Could not find a version", "NewConnectionError",
+                       "Temporary failure in name resolution", "Network is unreachable", "Max retries exceeded",
+                       "No module named 'setuptools'")
+        if any(s in r.stdout + r.stderr for s in unreachable):
+            pytest.skip("pip cannot build offline here (no setuptools/wheel to build with): "
+                        + (r.stdout + r.stderr).strip().splitlines()[-1])
+        raise AssertionError(f"{' '.join(argv)} failed:\n{r.stdout}\n{r.stderr}")
+    bin_avsm, bin_avsmd = os.path.join(venv, "bin", "avsm"), os.path.join(venv, "bin", "avsmd")
+    assert os.access(bin_avsm, os.X_OK) and os.access(bin_avsmd, os.X_OK)
+    t = run([bin_avsmd, "--home", home, "-T"], cwd="/", env=env)
+    assert t.returncode == 0 and t.stdout.startswith("nightly:") and "canary_asks: null" in t.stdout, t.stderr
+    h = run([bin_avsm, "--help"], cwd="/", env=env)
+    assert h.returncode == 0 and h.stdout.startswith("usage: avsm ")
+    where = run([py, "-c", "import avsm; print(avsm.__file__)"], cwd="/", env=env)
+    assert where.stdout.startswith(venv), "the installed avsm is the venv's own copy"
+
+
+# ---- avsm try ----------------------------------------------------------------------
+
+def test_try_runs_until_interrupted_and_keeps_the_home(workdir):
+    """`python3 avsm.py try DIR` starts avsmd on a temporary home, adopts DIR and follows the ledger; SIGINT
+    to its process group ends it with 0 within 15 s, saying where the home is kept; that ledger verifies and
+    ends with a self stop record, and no avsmd remains for the home. EXIT-01 (README: two commands)"""
+    d = os.path.join(workdir, "counter")
+    shutil.copytree(os.path.join(ROOT, "examples", "counter"), d)
+    env = dict(os.environ, TMPDIR=workdir)
+    env.pop("AVSMD_HOME", None)
+    p = subprocess.Popen([sys.executable, AVSM_PY, "try", d], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                         text=True, env=env, start_new_session=True)
+    home = None
+    try:
+        deadline, seen = time.monotonic() + 20, []
+        while time.monotonic() < deadline:
+            line = p.stdout.readline()
+            if not line:
+                break
+            seen.append(line)
+            if re.match(r"#\d+ \S+ counter declared mandate ", line):
+                break
+        else:
+            raise AssertionError(f"no mandate record line within 20 s: {seen}")
+        assert seen and re.match(r"#\d+ \S+ counter declared mandate ", seen[-1]), seen
+        t0 = time.monotonic()
+        os.killpg(p.pid, signal.SIGINT)
+        out, err = p.communicate(timeout=15)
+        assert time.monotonic() - t0 < 15
+        assert p.returncode == 0, err
+        found = re.search(r"the home is kept at (\S+)", err)
+        assert found, err
+        home = found.group(1)
+        assert "Traceback" not in err
+        db = avsm.open_ledger_ro(os.path.join(home, "ledger.db"))
+        checked, problem = avsm.verify_chain(db)
+        last = json.loads(db.execute("SELECT record FROM records ORDER BY seq DESC LIMIT 1").fetchone()[0])
+        db.close()
+        assert problem is None and checked >= 3
+        assert (last["venture"], last["kind"]) == ("self", "stop")
+        assert not processes_with(home)
+    finally:
+        if p.poll() is None:
+            os.killpg(p.pid, signal.SIGKILL)
+            p.wait()
+        if home and home.startswith("/tmp/"):
+            for pid in processes_with(home):
+                os.kill(pid, signal.SIGKILL)
+            shutil.rmtree(home, ignore_errors=True)
+
+
+# ---- examples and contrib ------------------------------------------------------------
+
+def test_counter_example_is_the_readmes():
+    """examples/counter holds exactly report, reset and mandate.yaml; the two programs are executable and
+    the mandate is the README's: threshold above 10 running reset, cadence 10s, cap 60/hour, reversible,
+    rm forbidden; it holds. EXAMPLE-01"""
+    d = os.path.join(ROOT, "examples", "counter")
+    assert sorted(os.listdir(d)) == ["mandate.yaml", "report", "reset"]
+    assert os.access(os.path.join(d, "report"), os.X_OK) and os.access(os.path.join(d, "reset"), os.X_OK)
+    text = open(os.path.join(d, "mandate.yaml"), encoding="utf-8").read()
+    doc = avsm.parse_yaml(text)
+    assert doc == {"purpose": "Keep the counter below ten.", "metric": "count",
+                   "controller": {"kind": "threshold", "above": 10, "action": "reset"}, "cadence": "10s",
+                   "permitted": [{"name": "reset", "run": "./reset", "cap": "60/hour", "reversible": True}],
+                   "forbidden": ["rm"]}
+    readme = open(os.path.join(ROOT, "README.md"), encoding="utf-8").read()
+    blocks = re.findall(r"```yaml\n(.*?)```", readme, re.S)
+    shown = [avsm.parse_yaml(b) for b in blocks if "Keep the counter below ten." in b]
+    assert shown and shown[0] == doc, "README.md shows the counter's mandate as it is"
+    avsm.parse_mandate(text, os.path.join(d, "mandate.yaml"), d)
+
+
+def test_systemd_unit_verifies_and_says_how_to_install():
+    """contrib/avsmd.service passes systemd-analyze verify, restarts avsmd when it dies, is wanted at login
+    (default.target) and says inside how to install it. EXAMPLE-08"""
+    path = os.path.join(ROOT, "contrib", "avsmd.service")
+    text = open(path, encoding="utf-8").read()
+    assert "install" in text.lower()
+    assert re.search(r"^Restart=(always|on-failure)$", text, re.M)
+    assert re.search(r"^WantedBy=default\.target$", text, re.M)
+    assert re.search(r"^ExecStart=.*avsmd", text, re.M)
+    if shutil.which("systemd-analyze") is None:
+        pytest.skip("systemd-analyze is not installed")
+    r = run(["systemd-analyze", "verify", path], timeout=60)
+    assert r.returncode == 0, r.stdout + r.stderr
+
+
+def test_launchd_agent_parses_and_says_how_to_install():
+    """contrib/io.aesv.avsmd.plist is a plist with Label io.aesv.avsmd, RunAtLoad and KeepAlive true, runs
+    avsmd, and says inside how to install it. EXAMPLE-07"""
+    path = os.path.join(ROOT, "contrib", "io.aesv.avsmd.plist")
+    with open(path, "rb") as fh:
+        plist = plistlib.load(fh)
+    assert plist["Label"] == "io.aesv.avsmd"
+    assert plist["RunAtLoad"] is True and plist["KeepAlive"] is True
+    assert any("avsmd" in a for a in plist["ProgramArguments"])
+    assert "install" in open(path, encoding="utf-8").read().lower()
