@@ -1700,6 +1700,8 @@ def fold(state, seq, at, record):
         state.open_asks[seq] = record
         if record.get("about") == "revoke":
             state.suspended[record.get("lever")] = seq
+        if record.get("about") == "guard" and record.get("guard") in state.guards:
+            state.guards[record["guard"]]["acted"] = record.get("episode")
         if record.get("about") == "implausible":
             state.implausible_ask = seq
         fold_controller_intent(state, record)
@@ -1723,6 +1725,8 @@ def fold(state, seq, at, record):
         state.paused = True
         for info in state.guards.values():
             info["repause"] = False
+        if record.get("guard") in state.guards:
+            state.guards[record["guard"]]["acted"] = record.get("episode")
     elif kind == "resume":
         state.paused = False
         for info in state.guards.values():
@@ -1857,8 +1861,8 @@ def fold_guard(state, seq, record):
     info["last"] = (seq, record.get("value"), status)
     if status == "not read":
         return
-    if status == "trusted":
-        past = bool(record.get("past"))
+    if status == "trusted" or (status == "unconfirmed" and not record.get("past")):
+        past = bool(record.get("past"))      # trips on a trusted reading; the first plausible one inside ends it
         if past and not info["past"]:
             info["episode"], info["unwind_ok"] = seq, False
         elif not past:
@@ -2755,12 +2759,15 @@ def call_http_backend(backend, system, user, key):
     return None, why
 
 
-def read_metric_output(child, status):
-    """Return (value, failure) from a finished report: its last non-empty line must be the number alone."""
+def read_metric_output(child, status, with_output=True):
+    """Return (value, failure) from a finished report: its last non-empty line must be the number alone.
+
+    A guard's failure says why without its output: a guard's record carries none of its text (GUARD-14).
+    """
     if child.ended_by:
         return None, f"ended: {child.ended_by}"
     if status != 0:
-        tail = child.note()[-300:]
+        tail = child.note()[-300:] if with_output else ""
         return None, f"{describe_status(status)}" + (f": {tail}" if tail else "")
     text = child.out.decode("utf-8", "replace")
     lines = [line for line in text.splitlines() if line.strip()]
@@ -3104,7 +3111,7 @@ class Warden:
         log(self.debug, "warden", f"{child.venture}: {child.purpose} pid {child.pid} ended: {describe_status(child.status)}")
         state = self.ventures[child.venture]
         handler = {"report": self.report_done, "lever": self.lever_done, "run": self.run_done,
-                   "backend": self.backend_done}.get(child.purpose, self.reading_done)
+                   "backend": self.backend_done, "check": self.check_done}.get(child.purpose, self.reading_done)
         handler(state, child, child.status)
 
     def end_lingering(self, venture=None, final=False):
@@ -3181,9 +3188,12 @@ class Warden:
             return False
 
     def unread_record(self, state, what, name, why):
-        return {"kind": f"{what}.{name}", "claim": "inferred" if what == "reading" else "measured",
-                "venture": state.name, "value": None, "status": "not read", "plausible": False, "note": why,
-                "summary": f"{what} {name} not read: {why}"}
+        record = {"kind": f"{what}.{name}", "claim": "inferred" if what == "reading" else "measured",
+                  "venture": state.name, "value": None, "status": "not read", "plausible": False, "note": why,
+                  "summary": f"{what} {name} not read: {why}"}
+        if what == "guard":
+            record["past"] = None             # not read: it neither trips nor clears
+        return record
 
     def report_done(self, state, child, status):
         if child.ended_by in ("pause", "stop"):
@@ -3219,7 +3229,7 @@ class Warden:
         what, name = child.purpose, child.extra["name"]
         if child.ended_by in ("pause", "stop"):
             return
-        value, failure = read_metric_output(child, status)
+        value, failure = read_metric_output(child, status, with_output=what != "guard")
         if child.ended_by == "timeout":
             failure = "took longer than the cadence and was ended"
         self.reading_done_values(state, what, name, value, failure, child.out.decode("utf-8", "replace"))
@@ -3227,6 +3237,8 @@ class Warden:
         if round_ is not None and child.extra.get("round") == round_["number"]:
             round_["pending"].discard((what, name))
             self.maybe_settle(state)
+        elif what == "guard" and state.mandate is not None:
+            self.guard_actions(state)           # a slow guard's reading: its round settled without it
 
     def reading_done_values(self, state, what, name, value, failure, text):
         m = state.mandate
@@ -3254,7 +3266,7 @@ class Warden:
                 record.update(fields=" ".join(fields),
                               summary=f"reading {name} = {format_number(value)}: {len(fields)} field(s)")
             else:
-                record.update(note="failed", summary=f"reading {name} failed")   # a failed reading keeps no note
+                record.update(summary=f"reading {name} failed")   # a failed reading keeps no note at all (READING-08)
             self.append(record)
 
     def record_guard(self, state, guard, value, failure, suffix=""):
@@ -3287,23 +3299,7 @@ class Warden:
     def settle(self, state, report_seq):
         """After a round: guards pause, ask or unwind; audits ask; a hold asks once; else the controller acts."""
         m = state.mandate
-        for guard in m["guards"]:
-            info = state.guards.get(guard["name"])
-            open_ask = next((s for s, a in state.open_asks.items() if a.get("guard") == guard["name"]), None)
-            if info is None or not info["past"]:
-                if open_ask is not None:
-                    self.resolve(state, open_ask, f"guard {guard['name']} reads inside its bound again")
-                continue
-            started = info["episode"] == info["last"][0] or info.get("repause")
-            if started and guard["then"] == "pause" and not state.paused:
-                self.pause(state, "measured", f"guard {guard['name']} reads past its bound (#{info['episode']}): paused {state.name}")
-            if started and guard["then"] == "ask" and open_ask is None:
-                self.append({"kind": "ask", "claim": "measured", "venture": state.name, "about": "guard", "guard": guard["name"],
-                             "reading": info["episode"], "question": f"guard {guard['name']} reads past its bound; no lever but stop "
-                             f"runs until it is back inside. Look at {state.name}?",
-                             "summary": f"guard {guard['name']} past its bound (#{info['episode']}); asking once for this episode"})
-            if guard["unwind"] and not info["unwind_ok"] and guard["unwind"]["action"] not in state.running:
-                self.unwind(state, guard, info)
+        self.guard_actions(state)
         for audit in m["audits"]:
             why = audit_worsening(audit, state)
             open_ask = next((s for s, a in state.open_asks.items() if a.get("audit") == audit["name"]), None)
@@ -3344,6 +3340,31 @@ class Warden:
                                          "is suspended. Approve to restore it",
                              "summary": f"{lever}'s delegation suspended after {state.misses[lever]} misses in a row (revoke_after)"})
 
+    def guard_actions(self, state):
+        """A guard past its bound pauses or asks once per episode, and runs its unwind until it has run ok;
+        back inside, its ask is settled. Called after each round, and when a slow guard's reading comes in."""
+        for guard in state.mandate["guards"]:
+            info = state.guards.get(guard["name"])
+            open_ask = next((s for s, a in state.open_asks.items() if a.get("guard") == guard["name"]), None)
+            if info is None or not info["past"]:
+                if open_ask is not None:
+                    self.resolve(state, open_ask, f"guard {guard['name']} reads inside its bound again")
+                continue
+            fresh = info.get("acted") != info["episode"] or info.get("repause")
+            if fresh and guard["then"] == "pause" and not state.paused:
+                self.pause(state, "measured", f"guard {guard['name']} reads past its bound (#{info['episode']}): paused {state.name}",
+                           guard=guard["name"], episode=info["episode"])
+            if fresh and guard["then"] == "ask" and open_ask is None:
+                self.append({"kind": "ask", "claim": "measured", "venture": state.name, "about": "guard", "guard": guard["name"],
+                             "episode": info["episode"], "question": f"guard {guard['name']} reads past its bound; no lever but stop "
+                             f"runs until it is back inside. Look at {state.name}?",
+                             "summary": f"guard {guard['name']} past its bound (#{info['episode']}); asking once for this episode"})
+            reading = info["last"][0]
+            if guard["unwind"] and not info["unwind_ok"] and guard["unwind"]["action"] not in state.running \
+                    and info.get("unwind_tried") != reading:
+                info["unwind_tried"] = reading          # once per reading past the bound, until it has run ok
+                self.unwind(state, guard, info)
+
     def resolve(self, state, ask_seq, why):
         self.append({"kind": "resolved", "claim": "measured", "venture": state.name, "ask": ask_seq,
                      "summary": f"ask #{ask_seq} settled: {why}"})
@@ -3381,8 +3402,15 @@ class Warden:
                          "summary": f"{lever} refused: {verdict.why}"})
 
     # ---- levers ----
-    def run_lever(self, state, lever, proof, summary, by, side=None, extra=None):
-        """Write the action with its proof, then start the lever apart; its outcome comes when it ends."""
+    def run_lever(self, state, lever, proof, summary, by, side=None, extra=None, checked=False):
+        """Write the action with its proof, then start the lever apart; its outcome comes when it ends.
+
+        A lever with `check:` runs its check first (open point 27); only a check that exits 0 lets it run.
+        Returns the action's seq, or None while the check runs.
+        """
+        spec = state.mandate["levers"].get(lever)
+        if spec is not None and spec["check"] and not checked:
+            return self.start_check(state, lever, proof, summary, by, side, extra)
         record = {"kind": "action", "claim": "measured", "venture": state.name, "lever": lever,
                   "proof": proof, "by": by, "summary": summary}
         if side:
@@ -3412,6 +3440,38 @@ class Warden:
                          "ok": False, "status": "not started", "duration": 0, "note": str(err)[:NOTE_MAX],
                          "summary": f"{lever} failed to start: {err}"})
         return seq
+
+    def start_check(self, state, lever, proof, summary, by, side, extra):
+        payload = (extra or {}).get("payload")
+        audits = {name: info.get("note", "") for name, info in state.audits.items()}
+        path = write_payload(json.dumps({"venture": state.name, "lever": lever, "payload": payload, "audits": audits}).encode())
+        try:
+            child = self.spawn("check", state, state.mandate["levers"][lever]["check"], timeout=60, shell=True,
+                               lever=lever, payload_file=path)
+        except OSError as err:
+            os.unlink(path)
+            self.append({"kind": "refusal", "claim": "measured", "venture": state.name, "lever": lever, "by": by,
+                         "why": f"its check could not start: {err}", "summary": f"{lever} refused: its check could not start"})
+            return None
+        child.extra = {"lever": lever, "run": (lever, proof, summary, by, side, extra), "payload_file": path}
+        return None
+
+    def check_done(self, state, child, status):
+        """A lever's check ended: 0 lets the lever run, with the check's record among its premises."""
+        os.unlink(child.extra["payload_file"])
+        lever, proof, summary, by, side, extra = child.extra["run"]
+        ok = status == 0 and not child.ended_by
+        seq = self.append({"kind": "check", "claim": "measured", "venture": state.name, "lever": lever, "ok": ok,
+                           "status": describe_status(status), "note": child.note()[-NOTE_MAX:] if not ok else "",
+                           "summary": f"{lever}'s check {'passed' if ok else 'refused it: ' + (child.ended_by or describe_status(status))}"})
+        if not ok:
+            self.append({"kind": "refusal", "claim": "measured", "venture": state.name, "lever": lever, "by": by, "check": seq,
+                         "why": f"its check refused it (#{seq})", "summary": f"{lever} refused by its check (#{seq})"})
+            return
+        if state.paused and proof.get("rule") not in ("stop", "unwind"):
+            return
+        proof = dict(proof, premises=proof["premises"] + [seq], steps=proof["steps"] + [f"check #{seq} passed"])
+        self.run_lever(state, lever, proof, summary, by, side, extra, checked=True)
 
     def run_research(self, state, seq, question, spec):
         """The research lever: the question goes to the config's research command; what comes back is inferred facts."""
@@ -3786,8 +3846,8 @@ class Warden:
             if verdict.ok:
                 action = self.run_lever(state, lever, verdict.proof, f"{lever} runs: proposed by {d['backend']} (#{seq})",
                                         by="model", extra={"payload": payload, "proposal": seq} if payload is not None else {"proposal": seq})
-                d["lines"].append(f"#{action} action {lever}")
-                return [action]
+                d["lines"].append(f"#{action} action {lever}" if action else f"{lever} waits for its check")
+                return [action] if action else []
             why = verdict.why
         refusal = self.append({"kind": "refusal", "claim": "measured", "venture": state.name, "lever": lever,
                                "proposal": seq, "by": "model", "why": why, "summary": f"{lever} refused: {why}"})
@@ -3806,9 +3866,9 @@ class Warden:
         return None                 # answered when the decision is done
 
     # ---- pause ----
-    def pause(self, state, claim, summary):
+    def pause(self, state, claim, summary, **fields):
         import time
-        self.append({"kind": "pause", "claim": claim, "venture": state.name, "summary": summary})
+        self.append(dict({"kind": "pause", "claim": claim, "venture": state.name, "summary": summary}, **fields))
         now = time.monotonic()
         for child in self.children:
             if child.venture == state.name:
@@ -3982,7 +4042,7 @@ class Warden:
         action = self.run_lever(state, lever, verdict.proof, f"{lever} runs: approved by a person (#{approval})", by="person",
                                 extra={"payload": payload} if payload is not None else None)
         self.ratchet(state, lever)
-        return [f"#{seq} approved; {lever} runs as action #{action}"]
+        return [f"#{seq} approved; {lever} " + (f"runs as action #{action}" if action else "runs once its check passes")]
 
     # ---- growing trust, carefully: the ratchet and canary asks ----
     def ratchet(self, state, lever):
@@ -4092,7 +4152,7 @@ class Warden:
         verdict.proof["rule"] = "proposal"
         action = self.run_lever(state, lever, verdict.proof, f"{lever} runs: a person's proposal (#{seq})", by="person",
                                 extra={"payload": payload} if payload is not None else None)
-        return [f"proposal #{seq} accepted; {lever} runs as action #{action}"]
+        return [f"proposal #{seq} accepted; {lever} " + (f"runs as action #{action}" if action else "runs once its check passes")]
 
     def do_deny(self, args, err):
         state, seq, ask = self.find_ask(args)

@@ -174,7 +174,9 @@ def check_ledger_safety(home):
             assert r["claim"] == "measured"
             for p in r["proof"]["premises"]:
                 assert records[p][1]["claim"] in ("measured", "declared"), f"action #{seq} cites inferred #{p}"
-            assert r["lever"] == "stop" or r["venture"] not in paused, f"action #{seq} ran while {r['venture']} was paused"
+            # only stop and a guard's own unwind pass a pause (GUARD-05, GUARD-10)
+            assert r["lever"] == "stop" or r["proof"]["rule"] == "unwind" or r["venture"] not in paused, \
+                f"action #{seq} ran while {r['venture']} was paused"
             problems = avsm.check_proof(seq, at, r, records)
             assert not problems, f"action #{seq} does not re-check: {problems}"
         elif r["kind"] == "outcome":

@@ -273,9 +273,6 @@ def test_failed_or_implausible_guard_reading_holds_and_neither_trips_nor_clears(
         [("failed", None), ("trusted", True)]
 
 
-@pytest.mark.xfail(strict=True, reason="BUG: fold_guard ends an episode only on a 'trusted' reading, and judge_guard "
-                   "makes the reading after a failed one 'unconfirmed' (plausible: true) even with no step bound, so the "
-                   "first plausible reading back inside does not end the episode (open point 32)")
 def test_first_plausible_reading_back_inside_ends_the_episode(av, workdir):
     """An episode ends at the first plausible reading back inside, a reading right after a failed one
     included (the mandate has no step bound, so nothing makes it unconfirmed). GUARD-06 open point 32 PLAUS-10"""
@@ -292,10 +289,6 @@ def test_first_plausible_reading_back_inside_ends_the_episode(av, workdir):
     assert readings[2][0] < res_seq < readings[3][0], "the first plausible reading back inside ends the episode"
 
 
-@pytest.mark.xfail(strict=True, reason="BUG: Warden.reading_done writes a guard reading that ends after its round "
-                   "settled but settles nothing on it, and at the next round the 'not read' record becomes "
-                   "info['last'], so settle()'s `started` (episode == last seq) is never true: a guard slower than "
-                   "half a second that reads past its bound never pauses (then: pause) nor asks (then: ask)")
 def test_slow_guard_past_its_bound_still_pauses_or_asks(av, workdir):
     """A guard read apart (slower than half a second) that reads past its bound still pauses the venture
     (then: pause) or asks (then: ask), and no lever runs after that reading. GUARD-03 GUARD-04 RUN-16 RUN-18"""
@@ -381,8 +374,6 @@ def test_unwind_runs_once_with_its_payload_retries_until_ok_under_cap_and_budget
     assert refused and "budget" in refused[0]["why"]
 
 
-@pytest.mark.xfail(strict=True, reason="BUG: a lever's check: is parsed but never run (no code in prove/run_lever/"
-                   "unwind runs spec['check']), so an unwind runs though its check refuses it")
 def test_unwind_runs_under_the_levers_check(av, workdir):
     """An unwind runs under its lever's check: the check gets the payload on its standard input, and its
     non-zero exit refuses the run, so the lever never runs. GUARD-12 open point 27"""
@@ -401,9 +392,6 @@ def test_unwind_runs_under_the_levers_check(av, workdir):
     assert not [r for _, r in of(av.records(), "outcome") if r["lever"] == "sell"]
 
 
-@pytest.mark.xfail(strict=True, reason="BUG: Warden.settle() writes the guard's pause before it runs the unwind, so "
-                   "the unwind's action follows a pause record and the ledger safety check (no lever but stop "
-                   "while paused) fails; GUARD-10 says the unwind runs when the guard trips")
 def test_unwind_of_a_pausing_guard_runs_once_and_is_not_cut_off(bindir, home, workdir):
     """With then: pause (the default), the guard's declared unwind still runs once when it trips, with its
     exact payload, and the pause does not cut it off; nothing else runs while paused.
