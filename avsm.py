@@ -1068,6 +1068,8 @@ def parse_levers(c, doc, directory):
                  "revoke_after": c.whole(item["revoke_after"], path + ("revoke_after",), "revoke_after") if "revoke_after" in item else None,
                  "budget": parse_budget(c, item["budget"], path + ("budget",)) if "budget" in item else None,
                  "check": c.command(item["check"], path + ("check",), "check", directory) if "check" in item else None}
+        if lever["run"] == "mail.send":
+            lever["takes"] = lever["takes"] or "text"     # the message, headers and body; From: is set by avsm
         if name == "research":
             if lever["run"] is not None:
                 c.fail(path + ("run",), "research has no run: it asks the command named under research: in config.yaml")
@@ -1607,7 +1609,7 @@ def shown_text(text):
     return CONTROL_CHARS.sub(lambda m: f"\\x{ord(m.group()):02x}" if ord(m.group()) < 256 else f"\\u{ord(m.group()):04x}", text)
 
 
-CONTROL_CHARS = re.compile("[\x00-\x1f\x7f-\x9f\u2028\u2029\u202a-\u202e\u2066-\u2069]")
+CONTROL_CHARS = re.compile("[\x00-\x1f\x7f-\x9f\u2028\u2029\u202a-\u202e\u2066-\u2069\ud800-\udfff]")
 
 
 # =============================================================================
@@ -2099,11 +2101,28 @@ def check_choice(choice):
         return None, "an ask choice carries a question (and may name a lever)"
     if kind == "know" and not isinstance(choice.get("topic"), str):
         return None, "a know choice carries a topic"
-    if kind == "why" and (isinstance(choice.get("record"), bool) or not isinstance(choice.get("record"), int)):
+    if kind == "why" and (isinstance(choice.get("record"), bool) or not isinstance(choice.get("record"), int)
+                          or not 1 <= choice["record"] < 2 ** 63):
         return None, "a why choice carries a record number"
     if "payload" in choice and not isinstance(choice["payload"], (str, dict)):
         return None, "a payload is a string or an object"
+    if depth(choice) > PAYLOAD_DEPTH:
+        return None, f"the choice nests deeper than {PAYLOAD_DEPTH} levels"
+    if SURROGATE.search(json.dumps(choice, ensure_ascii=False)):
+        return None, "the reply holds a lone surrogate: not text"
     return choice, None
+
+
+PAYLOAD_DEPTH = 32
+SURROGATE = re.compile("[\ud800-\udfff]")
+
+
+def depth(value, level=0):
+    """Return how deep lists and objects nest in `value`, stopping past PAYLOAD_DEPTH."""
+    if level > PAYLOAD_DEPTH or not isinstance(value, (list, dict)):
+        return level
+    items = value.values() if isinstance(value, dict) else value
+    return max((depth(item, level + 1) for item in items), default=level + 1)
 
 
 def content_problem(takes, payload, directory):
@@ -2508,6 +2527,7 @@ class Child:
             if stdin_path:
                 stdin.close()
         self.pid = self.pgid = self.proc.pid
+        self.open_pipes = {self.proc.stdout, self.proc.stderr}   # registered in the warden's selector
         for pipe in (self.proc.stdout, self.proc.stderr):
             os.set_blocking(pipe.fileno(), False)
         try:
@@ -2537,7 +2557,7 @@ class Child:
                     self.oversized = True
                     import time
                     self.terminate("oversized", time.monotonic())
-                    return True
+                    return False            # not read past the limit: the pipe is done with
                 continue
             buffer += data
             if len(buffer) > OUTPUT_KEEP:
@@ -2585,9 +2605,13 @@ def write_venture_file(directory, payload):
     path, _, content = payload.partition("\n")
     target = os.path.join(directory, path.strip())
     os.makedirs(os.path.dirname(target), exist_ok=True)
-    with open(target + ".avsm-new", "w", encoding="utf-8") as fh:
+    temporary = target + ".avsm-new"
+    if os.path.lexists(temporary):
+        os.unlink(temporary)              # never write through a name someone planted
+    fd = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o644)
+    with os.fdopen(fd, "w", encoding="utf-8") as fh:
         fh.write(content)
-    os.replace(target + ".avsm-new", target)
+    os.replace(temporary, target)
 
 
 def signal_group(pgid, signum):
@@ -2822,6 +2846,7 @@ class Warden:
 
     def __init__(self, home, channel, cfg, debug=False):
         import selectors
+        BASE_ENV.update(os.environ)
         self.home, self.channel, self.cfg, self.debug = home, channel, cfg, debug
         self.avsmd_pid = os.getppid()
         self.lock_path = os.path.join(home, "avsmd.lock")
@@ -2956,8 +2981,9 @@ class Warden:
                         continue            # settled earlier in this same batch
                     elif what == "pidfd":
                         self.child_event(child)
-                    else:
-                        child.drain(key.fileobj)
+                    elif not child.drain(key.fileobj):
+                        self.sel.unregister(key.fileobj)    # at EOF: a pipe left registered would wake us forever
+                        child.open_pipes.discard(key.fileobj)
                 except LedgerDown:
                     pass                    # the step that needed a record did not happen
             try:
@@ -3095,7 +3121,9 @@ class Warden:
             child.status = status
             for pipe in (child.proc.stdout, child.proc.stderr):
                 child.drain(pipe)
-                self.sel.unregister(pipe)
+                if pipe in child.open_pipes:
+                    self.sel.unregister(pipe)
+            child.open_pipes.clear()
             if child.pidfd is not None:
                 self.sel.unregister(child.pidfd)
             child.close()
@@ -3158,8 +3186,10 @@ class Warden:
         timeout = min(m["cadence"], 600)
         self.round_number += 1
         self.rounds[state.name] = {"deadline": now + 0.5, "metric": None, "pending": set(), "number": self.round_number}
-        args = [sys.executable, AVSM_PATH, "adapter"] + m["adapter"].split() if m["adapter"] else ["./report"]
-        self.start_reading(state, "report", None, args, timeout, shell=False)
+        if m["adapter"]:
+            self.start_adapter(state, "report", None, m["adapter"], timeout)
+        else:
+            self.start_reading(state, "report", None, ["./report"], timeout, shell=False)
         for what, items in (("guard", m["guards"]), ("audit", m["audits"]), ("reading", m["readings"])):
             for item in items:
                 if what == "guard" and item["drawdown"] is not None:
@@ -3169,15 +3199,31 @@ class Warden:
                     self.append(self.unread_record(state, what, item["name"], "its last read is still running"))
                     continue
                 if item.get("adapter"):
-                    cmd, shell = [sys.executable, AVSM_PATH, "adapter"] + item["adapter"].split(), False
+                    started = self.start_adapter(state, what, item["name"], item["adapter"], timeout)
                 else:
-                    cmd, shell = item["run"], True
-                if self.start_reading(state, what, item["name"], cmd, timeout, shell):
+                    started = self.start_reading(state, what, item["name"], item["run"], timeout, True)
+                if started:
                     self.rounds[state.name]["pending"].add((what, item["name"]))
 
-    def start_reading(self, state, what, name, args, timeout, shell):
+    def start_adapter(self, state, what, name, adapter, timeout):
+        """A built-in adapter reads apart like any command; stripe and github get their url and key in a private file."""
+        words = adapter.split()
+        secret = None
+        if words[0] in ("stripe", "github"):
+            where = self.cfg["adapters"].get(words[0])
+            try:
+                key = read_keys(self.home).get(words[0])
+            except Fail as fail:
+                key, where = None, None if "chmod" in str(fail) else where
+            secret = write_payload(json.dumps({"url": (where or {}).get("url"), "key": key}).encode())
+        started = self.start_reading(state, what, name, cached_command("adapter", words), timeout, False, stdin_path=secret)
+        if secret:
+            os.unlink(secret)                   # the child holds it open; the name goes now
+        return started
+
+    def start_reading(self, state, what, name, args, timeout, shell, stdin_path=None):
         try:
-            child = self.spawn(what, state, args, timeout=timeout, shell=shell)
+            child = self.spawn(what, state, args, timeout=timeout, shell=shell, payload_file=stdin_path)
             child.extra = {"name": name, "round": self.rounds[state.name]["number"]}
             return True
         except OSError as err:
@@ -3428,11 +3474,20 @@ class Warden:
         data = None if payload is None else (payload if isinstance(payload, str) else json.dumps(payload)).encode()
         if lever == "research":
             return self.run_research(state, seq, payload, spec)
+        run = spec["run"]
+        if run == "mail.send":
+            mail = self.cfg["adapters"].get("mail")
+            if not mail or not isinstance(payload, str):
+                self.append({"kind": "outcome", "claim": "measured", "venture": state.name, "lever": lever, "action": seq,
+                             "ok": False, "status": "not started", "duration": 0, "note": "",
+                             "summary": f"{lever} failed: mail.send needs adapters: mail: in config.yaml and a text payload"})
+                return seq
+            run, data = mail["command"], f"From: {mail['from']}\n{payload}".encode()
         try:
             if spec["takes"] == "file" and isinstance(payload, str):
                 write_venture_file(state.directory, payload)
             payload_file = write_payload(data) if data is not None else None
-            child = self.spawn("lever", state, spec["run"], timeout=spec["timeout"], shell=True, lever=lever,
+            child = self.spawn("lever", state, run, timeout=spec["timeout"], shell=True, lever=lever,
                                payload_file=payload_file)
             child.extra = {"lever": lever, "action": seq, "timeout": spec["timeout"], "payload_file": payload_file}
         except OSError as err:
@@ -3770,6 +3825,8 @@ class Warden:
     def look_up(self, state, look):
         """Answer a model's look-up from the ledger: never an audit."""
         if look["choice"] == "why":
+            if not 1 <= look["record"] < 2 ** 63:
+                return f"#{look['record']} is not a record number"
             row = self.ledger.db.execute("SELECT at, record FROM records WHERE seq = ?", (look["record"],)).fetchone()
             if row is None:
                 return f"#{look['record']} is not in the ledger"
@@ -3807,7 +3864,14 @@ class Warden:
         seq = self.append(record)
         d["lines"].append(f"#{seq} proposal {choice['choice']}" + (f" {lever}" if lever else ""))
         written = [seq]
-        if choice["choice"] == "ask":
+        m = state.mandate
+        if choice["choice"] == "ask" and lever is not None and (lever in m["forbidden"] or lever not in m["levers"]):
+            why = f"{lever} is {'forbidden' if lever in m['forbidden'] else 'not permitted'} by mandate #{state.mandate_seq}"
+            refusal = self.append({"kind": "refusal", "claim": "measured", "venture": state.name, "lever": lever,
+                                   "proposal": seq, "by": "model", "why": why, "summary": f"the model's ask about {lever} refused: {why}"})
+            d["lines"].append(f"#{refusal} refusal: {why}")
+            written.append(refusal)
+        elif choice["choice"] == "ask":
             ask = self.append({"kind": "ask", "claim": "inferred", "venture": state.name, "about": "model",
                                "lever": lever, "proposal": seq, "question": choice["question"][:TEXT_MAX],
                                "summary": f"the model asks: {choice['question'][:200]}"})
@@ -3830,7 +3894,8 @@ class Warden:
                                                      if spec["takes"] in ("diff", "file") else None)
         if why is None and spec is not None and payload is not None and not spec["delegated"] \
                 or why is None and spec is not None and not spec["reversible"] and not spec["delegated"]:
-            if not any(a.get("lever") == lever and a.get("payload") == payload for a in state.open_asks.values()):
+            if not any(a.get("lever") == lever and a.get("payload") == payload and a.get("about") == "lever"
+                       for a in state.open_asks.values()):
                 ask = self.append({"kind": "ask", "claim": "measured", "venture": state.name, "about": "lever", "lever": lever,
                                    "payload": payload, "proposal": seq, "by": d["by"],
                                    "question": f"run {lever}" + (" with the content below" if payload is not None else "")
@@ -3972,7 +4037,7 @@ class Warden:
             import time
             self.schedule(name, time.monotonic())
             self.start_keep(state)
-        return [f"{name}: adopted as mandate #{seq}"] + describe_allowed(mandate) + \
+        return [f"{name}: adopted as mandate #{seq}"] + describe_allowed(mandate, self.cfg) + \
                ([f"{name} is paused; avsm resume {name} starts it"] if state.paused else [])
 
     def do_health(self, args, err):
@@ -3990,7 +4055,7 @@ class Warden:
             state = self.ventures[name]
             if state.mandate_seq is None:
                 continue
-            lines += describe_status_lines(state, time.time(), self.keep.get(name), self.children)
+            lines += describe_status_lines(state, time.time(), self.keep.get(name), self.children, self.cfg)
         return lines or ["no ventures yet; adopt one with avsm add DIR"]
 
     def do_asks(self, args, err):
@@ -4021,7 +4086,7 @@ class Warden:
         if ask.get("about") == "ratchet":
             return self.approve_ratchet(state, seq, ask)
         lever = ask.get("lever")
-        if lever is None or ask.get("about") != "lever":
+        if lever is None or ask.get("about") not in ("lever", "model"):
             self.append({"kind": "approval", "claim": "declared", "venture": state.name, "ask": seq,
                          "summary": f"a person answered ask #{seq}: yes"})
             return [f"#{seq} answered; nothing runs on it"]
@@ -4202,6 +4267,14 @@ def next_nightly(hhmm, after=None):
     t = time.localtime(after)
     for day in range(3):
         target = time.mktime((t.tm_year, t.tm_mon, t.tm_mday + day, hour, minute, 0, 0, 0, -1))
+        shown = time.localtime(target)
+        if (shown.tm_hour, shown.tm_min) != (hour, minute):
+            # a time the clock skipped: step back to the first minute after the gap
+            while True:
+                before = time.localtime(target - 60)
+                if before.tm_mday != shown.tm_mday or before.tm_hour * 60 + before.tm_min <= hour * 60 + minute:
+                    break
+                target -= 60
         if target > after:
             return target
     return None
@@ -4249,10 +4322,12 @@ def check_venture_dir(directory):
         raise Fail(EX_DATAERR, f"{directory} holds no mandate.yaml; write one (see examples/counter)")
 
 
-def describe_allowed(m):
+def describe_allowed(m, cfg=None):
     """Return lines saying what a mandate allows: each lever, its cap, and what needs asking."""
     lines = []
     ctl = m["controller"]
+    if ctl["kind"] in ("model", "classifier") and cfg is not None:
+        lines.append("  " + backend_note(m, cfg))
     if ctl["kind"] == "threshold":
         lines.append(f"  controller: threshold {ctl['side']} {format_number(ctl['bound'])} runs {ctl['action']}"
                      + (f", deadband {format_number(ctl['deadband'])}" if ctl["deadband"] else "")
@@ -4282,7 +4357,17 @@ def describe_allowed(m):
     return lines
 
 
-def describe_status_lines(state, now, keep, children):
+def backend_note(m, cfg):
+    """Say which backend a model venture's decisions go to, and whether it may be asked (open point 42)."""
+    name = m["controller"].get("backend") or cfg.get("default")
+    if not name or name not in cfg["backends"]:
+        return "backend: none named (set default: in config.yaml): no decision is made"
+    if cfg["backends"][name]["offbox"] and m["escalate"] != "offbox":
+        return f"backend: {name} leaves the machine, and the mandate does not say escalate: offbox: no call is made"
+    return f"backend: {name}, nightly at {cfg['nightly']}" + (f", escalating to {cfg['escalate']}" if cfg.get("escalate") else "")
+
+
+def describe_status_lines(state, now, keep, children, cfg=None):
     """Return the status lines of one venture: state, last report, controller position, levers, asks, run."""
     held = held_by(state) if state.mandate is not None else None
     if state.paused:
@@ -4303,6 +4388,8 @@ def describe_status_lines(state, now, keep, children):
     else:
         lines.append("  no report yet")
     m = state.mandate
+    if m is not None and m["controller"]["kind"] in ("model", "classifier") and cfg is not None:
+        lines.append("  " + backend_note(m, cfg))
     if m is not None:
         for side_name, way, bound, lever in controller_sides(m):
             side = state.side(side_name)
@@ -4486,8 +4573,8 @@ class Daemon:
         self.append_self("restart", f"the warden (pid {self.warden.pid}) ended ({describe_status(status)}); starting it again"
                          + (f" in {delay} s" if delay else ""), process="warden", restart_in=delay)
         for rid, client in list(self.waiting.items()):
+            self.waiting.pop(rid, None)
             self.reply(client, [], ["the warden ended while answering; try again"], EX_UNAVAILABLE)
-            del self.waiting[rid]
         if delay:
             self.restart_at["warden"] = time.monotonic() + delay
         else:
@@ -4994,7 +5081,7 @@ def out(line=""):
                                             else f"\\u{ord(m.group()):04x}", line) + "\n")
 
 
-LINE_CONTROL_CHARS = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f\u2028\u2029\u202a-\u202e\u2066-\u2069]")
+LINE_CONTROL_CHARS = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f\u2028\u2029\u202a-\u202e\u2066-\u2069\ud800-\udfff]")
 
 
 def ask_daemon(home, cmd, args=None):
@@ -5697,7 +5784,7 @@ def test_config(home, cfg, path):
             code = EX_CONFIG
             continue
         out(f"venture {name} (mandate #{seq}, {directory}){': paused' if paused else ''}:")
-        for line in describe_allowed(m):
+        for line in describe_allowed(m, cfg):
             out(line)
     return code
 
@@ -5754,11 +5841,34 @@ def run_internal(program, args):
 
 
 def run_adapter(args):
-    """adapter http.status URL: print the HTTP status code of a GET (open point 5)."""
-    if len(args) != 2 or args[0] != "http.status":
-        raise Fail(EX_USAGE, f"no built-in adapter reads {' '.join(args)!r} yet; use http.status URL")
+    """The built-in adapters (open point 5): `http.status URL` prints the status code of a GET;
+    `stripe PATH[#/pointer]` and `github PATH[#/pointer]` print the number a GET of the configured url/PATH
+    holds at that JSON pointer, with the key of the same name as a bearer token (both given on stdin)."""
+    if len(args) != 2 or args[0] not in ADAPTERS:
+        raise Fail(EX_USAGE, f"no built-in adapter reads {' '.join(args)!r}; use http.status URL, stripe PATH or github PATH")
     import urllib.error
     import urllib.request
+    if args[0] in ("stripe", "github"):
+        given = json.loads(sys.stdin.read() or "{}")
+        if not given.get("url"):
+            raise Fail(EX_CONFIG, f"config.yaml names no adapters: {args[0]}: {{url: ...}}")
+        path, _, pointer = args[1].partition("#")
+        request = urllib.request.Request(given["url"].rstrip("/") + "/" + path.lstrip("/"), method="GET")
+        if given.get("key"):
+            request.add_header("authorization", f"Bearer {given['key']}")
+        try:
+            with urllib.request.urlopen(request, timeout=30) as response:
+                value = json.loads(response.read(REPLY_MAX + 1))
+        except (urllib.error.URLError, OSError, ValueError) as err:
+            raise Fail(EX_UNAVAILABLE, f"{args[0]} {path}: {err}") from None
+        for part in [p for p in pointer.split("/") if p]:
+            part = part.replace("~1", "/").replace("~0", "~")
+            value = value[int(part)] if isinstance(value, list) and part.isdigit() and int(part) < len(value) else \
+                value.get(part) if isinstance(value, dict) else None
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            raise Fail(EX_DATAERR, f"{args[0]} {args[1]}: no number at that pointer")
+        out(format_number(value))
+        return EX_OK
     try:
         with urllib.request.urlopen(urllib.request.Request(args[1], method="GET"), timeout=30) as response:
             out(str(response.status))
