@@ -2879,7 +2879,11 @@ class Warden:
 
     # ---- the ledger, folded as it is written ----
     def lock_is_ours(self):
-        return read_lock_pid(self.lock_path) == self.avsmd_pid
+        """The lock is ours unless another avsmd's pid stands in it; a deleted lock file is no one else's,
+        and avsmd makes it again within the second."""
+        if not os.path.exists(self.lock_path):
+            return True
+        return read_lock_pid(self.lock_path) in (self.avsmd_pid, None)
 
     def append(self, record):
         """Append `record` through the one append function and fold it into its venture.
@@ -3185,6 +3189,8 @@ class Warden:
         m = state.mandate
         timeout = min(m["cadence"], 600)
         self.round_number += 1
+        log(self.debug, "warden", f"{state.name}: tick {self.round_number}: the metric, {len(m['guards'])} guard(s), "
+                                  f"{len(m['audits'])} audit(s), {len(m['readings'])} reading(s)")
         self.rounds[state.name] = {"deadline": now + 0.5, "metric": None, "pending": set(), "number": self.round_number}
         if m["adapter"]:
             self.start_adapter(state, "report", None, m["adapter"], timeout)
@@ -4466,11 +4472,16 @@ class Daemon:
         self.lock_fd = fd
 
     def lock_is_ours(self):
+        """Ours while the lock file is the one we hold, or is gone (check_home makes it again within the second)."""
         try:
             st, mine = os.stat(self.lock_path), os.fstat(self.lock_fd)
+        except FileNotFoundError:
+            return True
         except OSError:
             return False
-        return (st.st_dev, st.st_ino) == (mine.st_dev, mine.st_ino) and read_lock_pid(self.lock_path) == os.getpid()
+        if (st.st_dev, st.st_ino) == (mine.st_dev, mine.st_ino):
+            return True
+        return read_lock_pid(self.lock_path) in (os.getpid(), None) and not lock_holder(self.home)
 
     def bind(self):
         import socket
@@ -4501,22 +4512,26 @@ class Daemon:
         import fcntl
         if self.groups_dirty:
             self.save_groups()
-        if not self.lock_is_ours():
-            if read_lock_pid(self.lock_path) not in (None, os.getpid()) or os.path.exists(self.lock_path):
-                try:
-                    fd = os.open(self.lock_path, os.O_RDWR)
-                    fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-                    os.close(fd)
-                except OSError:
-                    pid = read_lock_pid(self.lock_path)
-                    sys.stderr.write(f"avsmd: another avsmd (pid {pid}) took the lock of {self.home}; "
-                                     "stopping without appending anything more\n")
-                    self.exit_code = EX_TEMPFAIL
-                    self.lost_lock = True
-                    self.begin_stop()
-                    return
-            self.take_lock()
-            log(self.debug, "avsmd", "made the lock file again")
+        try:
+            st, mine = os.stat(self.lock_path), os.fstat(self.lock_fd)
+            replaced = (st.st_dev, st.st_ino) != (mine.st_dev, mine.st_ino)
+        except FileNotFoundError:
+            st, replaced = None, True
+        if replaced:
+            holder = lock_holder(self.home) if st is not None else None
+            try:
+                if holder:
+                    raise Fail(EX_TEMPFAIL, "")
+                self.take_lock()              # deleted, or replaced by a file no one holds: ours again
+                log(self.debug, "avsmd", "made the lock file again")
+            except Fail:
+                pid = read_lock_pid(self.lock_path)
+                sys.stderr.write(f"avsmd: another avsmd (pid {pid}) took the lock of {self.home}; "
+                                 "stopping without appending anything more\n")
+                self.exit_code = EX_TEMPFAIL
+                self.lost_lock = True
+                self.begin_stop()
+                return
         try:
             same = os.stat(self.sock_path).st_ino == self.sock_id
         except OSError:
