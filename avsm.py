@@ -2917,7 +2917,8 @@ class Warden:
         state = self.ventures.get(record["venture"])
         if state is not None:
             fold(state, seq, at, record)
-        log(self.debug, "warden", f"#{seq} {record['venture']} {record['kind']} {record['summary']}")
+        if self.debug:
+            log(self.debug, "warden", f"#{seq} {record['venture']} {record['kind']} {record['summary']}")
         if record["kind"] == "ask" and not record.get("canary") and state is not None:
             self.count_ask(state)
         return seq
@@ -3109,7 +3110,8 @@ class Warden:
         if child.pidfd is not None:
             self.sel.register(child.pidfd, selectors.EVENT_READ, ("pidfd", child))
         self.flush()                    # avsmd hears of a group at once: a warden killed next leaves no stranger behind
-        log(self.debug, "warden", f"{state.name}: started {purpose} {args!r} pid {child.pid} group {child.pgid}")
+        if self.debug:
+            log(self.debug, "warden", f"{state.name}: started {purpose} {args!r} pid {child.pid} group {child.pgid}")
         return child
 
     def child_event(self, child):
@@ -3140,7 +3142,8 @@ class Warden:
                 signal_group(child.pgid, 15)     # the old run's stragglers must not meet the new one
         else:
             self.tell({"ended": child.pgid})
-        log(self.debug, "warden", f"{child.venture}: {child.purpose} pid {child.pid} ended: {describe_status(child.status)}")
+        if self.debug:
+            log(self.debug, "warden", f"{child.venture}: {child.purpose} pid {child.pid} ended: {describe_status(child.status)}")
         state = self.ventures[child.venture]
         handler = {"report": self.report_done, "lever": self.lever_done, "run": self.run_done,
                    "backend": self.backend_done, "check": self.check_done}.get(child.purpose, self.reading_done)
@@ -3189,7 +3192,8 @@ class Warden:
         m = state.mandate
         timeout = min(m["cadence"], 600)
         self.round_number += 1
-        log(self.debug, "warden", f"{state.name}: tick {self.round_number}: the metric, {len(m['guards'])} guard(s), "
+        if self.debug:
+            log(self.debug, "warden", f"{state.name}: tick {self.round_number}: the metric, {len(m['guards'])} guard(s), "
                                   f"{len(m['audits'])} audit(s), {len(m['readings'])} reading(s)")
         self.rounds[state.name] = {"deadline": now + 0.5, "metric": None, "pending": set(), "number": self.round_number}
         if m["adapter"]:
@@ -4523,7 +4527,8 @@ class Daemon:
                 if holder:
                     raise Fail(EX_TEMPFAIL, "")
                 self.take_lock()              # deleted, or replaced by a file no one holds: ours again
-                log(self.debug, "avsmd", "made the lock file again")
+                if self.debug:
+                    log(self.debug, "avsmd", "made the lock file again")
             except Fail:
                 pid = read_lock_pid(self.lock_path)
                 sys.stderr.write(f"avsmd: another avsmd (pid {pid}) took the lock of {self.home}; "
@@ -4538,7 +4543,8 @@ class Daemon:
             same = False
         if not same:
             self.bind()
-            log(self.debug, "avsmd", "made the socket again")
+            if self.debug:
+                log(self.debug, "avsmd", "made the socket again")
 
     # ---- the warden ----
     def start_warden(self):
@@ -4562,7 +4568,8 @@ class Daemon:
             self.sel.register(self.warden_pidfd, selectors.EVENT_READ, ("warden-exit", None))
         except (AttributeError, OSError):
             self.warden_pidfd = None
-        log(self.debug, "avsmd", f"started the warden, pid {self.warden.pid}")
+        if self.debug:
+            log(self.debug, "avsmd", f"started the warden, pid {self.warden.pid}")
         for message in self.queue:
             send_line(self.warden_chan, message)
         self.queue = []
@@ -4626,7 +4633,6 @@ class Daemon:
                     self.send_roles(message)
                     continue
                 if "group" in message:
-                    message["start_ticks"] = process_start(message["group"])
                     self.groups[message["group"]] = message
                     changed = True
                 elif "ended" in message:
@@ -4642,6 +4648,9 @@ class Daemon:
         """Keep the groups the warden started on disk, so an avsmd that was SIGKILLed is cleaned up after."""
         self.groups_dirty = False
         path = os.path.join(self.home, "groups")
+        for pgid, info in self.groups.items():
+            if "start_ticks" not in info:         # read once, for the groups that outlive a second
+                info["start_ticks"] = process_start(pgid)
         with open(path + ".new", "w") as fh:
             for pgid, info in self.groups.items():
                 fh.write(f"{pgid} {info.get('start_ticks') or '-'} {info.get('venture')} {info.get('purpose')}\n")
@@ -4678,7 +4687,8 @@ class Daemon:
             self.sel.register(self.roles_pidfd, selectors.EVENT_READ, ("roles-exit", None))
         except (AttributeError, OSError):
             self.roles_pidfd = None
-        log(self.debug, "avsmd", f"started the roles process, pid {pid}")
+        if self.debug:
+            log(self.debug, "avsmd", f"started the roles process, pid {pid}")
 
     def send_roles(self, message):
         message.pop("to", None)
@@ -4946,7 +4956,8 @@ class Daemon:
                 if signum == signal.SIGHUP:
                     sys.stderr.write("avsmd: SIGHUP ignored: config.yaml is read once, at start; restart avsmd to apply changes\n")
                 else:
-                    log(self.debug, "avsmd", f"signal {signum}: stopping")
+                    if self.debug:
+                        log(self.debug, "avsmd", f"signal {signum}: stopping")
                     self.begin_stop()
             self.signals = []
             if self.warden_pidfd is None and self.warden is not None and self.warden.poll() is not None:
