@@ -2643,9 +2643,16 @@ def sweep_groups(path):
     import time
     try:
         with open(path) as fh:
-            recorded = [line.split() for line in fh if line.strip()]
+            lines = [line.split() for line in fh if line.strip()]
     except OSError:
         return 0
+    live = {}                           # the file is a journal: "+PGID START" when started, "-PGID" when gone
+    for fields in lines:
+        if fields[0].startswith("-"):
+            live.pop(fields[0][1:], None)
+        else:
+            live[fields[0].lstrip("+")] = fields
+    recorded = [[pgid] + fields[1:] for pgid, fields in live.items()]
     ours = []
     for fields in recorded:
         try:
@@ -2664,7 +2671,10 @@ def sweep_groups(path):
         alive = [g for g in alive if signal_group(g, 0)]
     for pgid in alive:
         signal_group(pgid, 9)
-    os.unlink(path)
+    try:
+        os.unlink(path)
+    except OSError:
+        pass
     return len(ours)
 
 
@@ -3103,6 +3113,7 @@ class Warden:
         child = Child(purpose, state.name, args, cwd or state.directory, env, timeout=timeout, shell=shell, stdin_path=payload_file)
         child.head = head
         self.children.append(child)
+        self.journal_group(f"+{child.pgid} {process_start(child.pgid) or '-'} {state.name} {purpose}")
         self.tell({"group": child.pgid, "venture": state.name, "purpose": purpose,
                    "start": child.started_at})
         self.sel.register(child.proc.stdout, selectors.EVENT_READ, ("pipe", child))
@@ -3142,6 +3153,7 @@ class Warden:
                 signal_group(child.pgid, 15)     # the old run's stragglers must not meet the new one
         else:
             self.tell({"ended": child.pgid})
+            self.journal_group(f"-{child.pgid}")
         if self.debug:
             log(self.debug, "warden", f"{child.venture}: {child.purpose} pid {child.pid} ended: {describe_status(child.status)}")
         state = self.ventures[child.venture]
@@ -3165,6 +3177,26 @@ class Warden:
             if final or not signal_group(pgid, 0):
                 del self.lingering[pgid]
                 self.tell({"ended": pgid})
+                self.journal_group(f"-{pgid}")
+
+    def journal_group(self, line):
+        """Append a group's start (+PGID START) or end (-PGID) to HOME/groups before anything can orphan it:
+        the next avsmd ends what an avsmd and warden killed together left running (RUN-14, PITFALLS 2)."""
+        path = os.path.join(self.home, "groups")
+        try:
+            if line.startswith("+") and os.path.exists(path) and os.path.getsize(path) > 64 * 1024:
+                live = [f"+{c.pgid} - {c.venture} {c.purpose}" for c in self.children] + \
+                       [f"+{g} - {v} lingering" for g, v in self.lingering.items()]
+                with open(path + ".new", "w") as fh:
+                    fh.write("".join(entry + "\n" for entry in live))
+                os.replace(path + ".new", path)     # compacted: only what still runs
+            fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
+            try:
+                os.write(fd, (line + "\n").encode())
+            finally:
+                os.close(fd)
+        except OSError:
+            pass                        # a full disk: avsmd still ends the groups it was told of
 
     def tell(self, message):
         """Queue one line for avsmd (a group started or ended, a reply); flush() sends them at the loop's end."""
@@ -3958,6 +3990,8 @@ class Warden:
             data = self.channel.recv(65536)
         except BlockingIOError:
             return
+        except OSError:
+            data = b""                  # ECONNRESET: avsmd died with our lines unread; as at its end
         if not data:
             self.begin_stop()         # avsmd is gone: stop as at a SIGTERM
             return
@@ -4447,7 +4481,6 @@ class Daemon:
         self.warden_chan = None       # our end of its channel
         self.warden_reader = LineReader()
         self.groups = {}              # pgid -> what the warden said it started
-        self.groups_dirty = False
         self.clients = {}             # socket -> {"reader", "id"}
         self.waiting = {}             # request id -> client socket
         self.queue = []               # requests held while the warden restarts
@@ -4514,8 +4547,6 @@ class Daemon:
     def check_home(self):
         """Each second: the lock file and the socket must still be ours; make again one deleted or replaced."""
         import fcntl
-        if self.groups_dirty:
-            self.save_groups()
         try:
             st, mine = os.stat(self.lock_path), os.fstat(self.lock_fd)
             replaced = (st.st_dev, st.st_ino) != (mine.st_dev, mine.st_ino)
@@ -4526,7 +4557,10 @@ class Daemon:
             try:
                 if holder:
                     raise Fail(EX_TEMPFAIL, "")
-                self.take_lock()              # deleted, or replaced by a file no one holds: ours again
+                try:
+                    self.take_lock()          # deleted, or replaced by a file no one holds: ours again
+                except OSError as err:        # a full disk: try again next second
+                    sys.stderr.write(f"avsmd: cannot make {self.lock_path} again yet: {err.strerror}\n")
                 if self.debug:
                     log(self.debug, "avsmd", "made the lock file again")
             except Fail:
@@ -4613,7 +4647,7 @@ class Daemon:
         for g in groups:
             signal_group(g, 9)
         self.groups = {}
-        self.save_groups()
+        self.clear_groups()
 
     def read_warden(self):
         if self.warden_chan is None:
@@ -4627,34 +4661,27 @@ class Daemon:
                 data = b""
             if not data:
                 return
-            changed = False
             for message in self.warden_reader.feed(data):
                 if message.get("to") == "roles":
                     self.send_roles(message)
                     continue
                 if "group" in message:
                     self.groups[message["group"]] = message
-                    changed = True
                 elif "ended" in message:
-                    changed = self.groups.pop(message["ended"], None) is not None or changed
+                    self.groups.pop(message["ended"], None)
                 elif "id" in message:
                     client = self.waiting.pop(message["id"], None)
                     if client is not None:
                         self.reply(client, message.get("out", []), message.get("err", []), message.get("exit", EX_SOFTWARE))
-            if changed:
-                self.groups_dirty = True    # written to disk within the second (check_home)
 
-    def save_groups(self):
-        """Keep the groups the warden started on disk, so an avsmd that was SIGKILLed is cleaned up after."""
-        self.groups_dirty = False
-        path = os.path.join(self.home, "groups")
-        for pgid, info in self.groups.items():
-            if "start_ticks" not in info:         # read once, for the groups that outlive a second
-                info["start_ticks"] = process_start(pgid)
-        with open(path + ".new", "w") as fh:
-            for pgid, info in self.groups.items():
-                fh.write(f"{pgid} {info.get('start_ticks') or '-'} {info.get('venture')} {info.get('purpose')}\n")
-        os.replace(path + ".new", path)
+    def clear_groups(self):
+        """The warden's groups are all ended: its journal of them (HOME/groups) is done with."""
+        if getattr(self, "lost_lock", False):
+            return                    # the home is another avsmd's now: its groups file is not ours to touch
+        try:
+            os.unlink(os.path.join(self.home, "groups"))
+        except OSError:
+            pass
 
 
     # ---- the roles process ----
@@ -5465,7 +5492,10 @@ def cmd_doctor(home, args):
 
 
 def doctor_home(home, found):
-    """The home: there, a directory, ours to read and write, short enough for its socket."""
+    """The home: short enough for its socket, there, a directory, ours to read and write."""
+    problem = socket_problem(home)
+    if problem:
+        found.fail(EX_CONFIG, problem, "avsmd --home /a/shorter/path   (or set AVSMD_HOME)")
     if not os.path.lexists(home):
         found.fail(EX_NOINPUT, f"the home {home} is not there", f"avsmd --home {home}   (avsmd makes it)")
         return False
@@ -5475,10 +5505,7 @@ def doctor_home(home, found):
     if not os.access(home, os.R_OK | os.W_OK | os.X_OK):
         found.fail(EX_NOPERM, f"the home {home} is not readable and writable by you", f"chmod 700 {home}")
         return False
-    problem = socket_problem(home)
-    if problem:
-        found.fail(EX_CONFIG, problem, "avsmd --home /a/shorter/path   (or set AVSMD_HOME)")
-    else:
+    if not problem:
         found.ok(f"home {home}")
     return True
 
@@ -5554,7 +5581,13 @@ def doctor_ledger(home, found, since):
 
 
 def doctor_mandates(home, found):
-    for name, directory, seq, paused in adopted_mandates(home) if os.path.exists(os.path.join(home, "ledger.db")) else []:
+    import sqlite3
+    try:
+        adopted = adopted_mandates(home)
+    except (sqlite3.DatabaseError, ValueError) as err:
+        found.note(f"the adopted mandates cannot be listed from a ledger that does not read ({err})")
+        return
+    for name, directory, seq, paused in adopted:
         path = os.path.join(directory or "", "mandate.yaml")
         if not os.path.isdir(directory or ""):
             if paused:
@@ -5940,7 +5973,7 @@ def main(argv=None):
     except KeyboardInterrupt:
         return 130
     except OSError as err:
-        if err.errno in (9, 5, 28) or sys.stdout is None or sys.stdout.closed:
+        if program not in ("avsmd", "warden") and (err.errno in (9, 5, 28) or sys.stdout is None or sys.stdout.closed):
             sys.stderr.write(f"{name}: standard output cannot be written: {err.strerror}\n")
             return EX_IOERR
         return report_bug(name)
