@@ -5129,9 +5129,18 @@ Exit codes: 64 usage, 75 another avsmd runs on the home, 78 a config or mandate 
 def out(line=""):
     """Write one line of records to standard output."""
     if sys.stdout is None:
-        raise OSError(9, "standard output is closed")
-    sys.stdout.write(LINE_CONTROL_CHARS.sub(lambda m: f"\\x{ord(m.group()):02x}" if ord(m.group()) < 256
-                                            else f"\\u{ord(m.group()):04x}", line) + "\n")
+        raise OutputError(9, "standard output is closed")
+    try:
+        sys.stdout.write(LINE_CONTROL_CHARS.sub(lambda m: f"\\x{ord(m.group()):02x}" if ord(m.group()) < 256
+                                                else f"\\u{ord(m.group()):04x}", line) + "\n")
+    except BrokenPipeError:
+        raise
+    except OSError as err:
+        raise OutputError(err.errno, err.strerror) from None
+
+
+class OutputError(OSError):
+    """Standard output cannot be written (closed, a full device): exit 74."""
 
 
 LINE_CONTROL_CHARS = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f\u2028\u2029\u202a-\u202e\u2066-\u2069\ud800-\udfff]")
@@ -5960,7 +5969,12 @@ def main(argv=None):
             code = run_internal(program, args)
         else:
             code = run_client(args)
-        sys.stdout.flush()
+        try:
+            sys.stdout.flush()
+        except BrokenPipeError:
+            raise
+        except (OSError, AttributeError) as err:
+            raise OutputError(getattr(err, "errno", 9), getattr(err, "strerror", None) or "standard output is closed") from None
         return code
     except Fail as fail:
         sys.stderr.write(f"{name}: {fail}\n")
@@ -5972,11 +5986,9 @@ def main(argv=None):
         return EX_OK
     except KeyboardInterrupt:
         return 130
-    except OSError as err:
-        if program not in ("avsmd", "warden") and (err.errno in (9, 5, 28) or sys.stdout is None or sys.stdout.closed):
-            sys.stderr.write(f"{name}: standard output cannot be written: {err.strerror}\n")
-            return EX_IOERR
-        return report_bug(name)
+    except OutputError as err:
+        sys.stderr.write(f"{name}: standard output cannot be written: {err.strerror}\n")
+        return EX_IOERR
     except Exception:
         return report_bug(name)
 
