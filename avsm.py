@@ -4647,6 +4647,8 @@ class Daemon:
         for g in groups:
             signal_group(g, 9)
         self.groups = {}
+        if not getattr(self, "lost_lock", False):
+            sweep_groups(os.path.join(self.home, "groups"))   # any the warden journaled but had not yet told us of
         self.clear_groups()
 
     def read_warden(self):
