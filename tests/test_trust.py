@@ -1,0 +1,125 @@
+"""Growing trust, carefully: the ratchet, canary asks and the research lever, black-box against a real avsmd."""
+
+import json
+import os
+
+from conftest import write
+from test_daemon import dial, of
+
+WIPE = """purpose: Keep the dial low.
+metric: dial
+controller: {kind: threshold, above: 10, action: wipe}
+cadence: 1s
+permitted:
+  - {name: wipe, run: ./wipe, cap: 60/hour, reversible: false}
+forbidden: [rm]
+"""
+
+
+def ask_for(av, lever, after=0):
+    """Wait for an open ask about `lever` raised after record `after`; return its seq."""
+    def found(rs):
+        answered = {r.get("ask") for _, r in of(rs, "approval") + of(rs, "denial")}
+        return [s for s, r in of(rs, "ask") if r.get("lever") == lever and s > after and s not in answered
+                and r.get("about") == "lever"]
+    return av.wait_for(found, timeout=15, what=f"an ask for {lever}")[0]
+
+
+def test_ratchet_proposes_delegation_and_approving_it_adopts_the_change(av, workdir):
+    """SELF-02, open point 41: after `ratchet` approvals of one lever, self asks to delegate it; approving that
+    ask writes `delegated: true` into mandate.yaml and adopts it (a declared mandate record), after which the
+    lever runs unasked."""
+    write(os.path.join(av.home, "config.yaml"), "ratchet: 2\n")
+    d = dial(workdir, "dial", WIPE, value="50", wipe="#!/bin/sh\necho wiped >> wiped\n")
+    av.start()
+    av.cli("add", d)
+    first = ask_for(av, "wipe")
+    assert av.cli("approve", str(first)).returncode == 0
+    second = ask_for(av, "wipe", first)
+    assert av.cli("approve", str(second)).returncode == 0
+    recs = av.wait_for(lambda rs: [(s, r) for s, r in of(rs, "ask") if r.get("about") == "ratchet"], timeout=10,
+                       what="the ratchet ask")
+    (ratchet, ask), = recs
+    assert ask["lever"] == "wipe" and ask["by"] == "self" and "delegated: true" in ask["mandate"]
+    assert "delegated" not in open(os.path.join(d, "mandate.yaml")).read()
+    run = av.cli("approve", str(ratchet))
+    assert run.returncode == 0, run.stderr
+    assert "delegated: true" in open(os.path.join(d, "mandate.yaml")).read()
+    mandates = of(av.records(), "mandate")
+    assert len(mandates) == 2 and mandates[-1][1]["claim"] == "declared" and mandates[-1][1]["approval_of"] == ratchet
+    recs = av.wait_for(lambda rs: [r for s, r in of(rs, "action") if s > mandates[-1][0] and r["by"] == "controller"] and rs,
+                       timeout=10, what="wipe running unasked")
+    assert not [s for s, r in of(recs, "ask") if s > mandates[-1][0] and r.get("lever") == "wipe"]
+
+
+def test_canary_ask_checks_that_asks_are_read(av, workdir):
+    """SELF-04, SELF-05, open point 8: with canary_asks: {every: 1}, a canary ask follows the first ask; it is listed
+    like any other; approving it runs nothing and records that it was approved unread; denying the next passes."""
+    write(os.path.join(av.home, "config.yaml"), "canary_asks: {every: 1}\n")
+    d = dial(workdir, "dial", WIPE, value="50", wipe="#!/bin/sh\ntrue\n")
+    av.start()
+    av.cli("add", d)
+    recs = av.wait_for(lambda rs: [(s, r) for s, r in of(rs, "ask") if r.get("canary")] and rs, timeout=15,
+                       what="a canary ask")
+    canary = [s for s, r in of(recs, "ask") if r.get("canary")][0]
+    listed = av.cli("asks").stdout
+    assert f"#{canary} dial rm" in listed and "canary" not in listed
+    run = av.cli("approve", str(canary))
+    assert run.returncode == 0 and "canary" in run.stdout
+    recs = av.records()
+    (_, record), = [(s, r) for s, r in of(recs, "canary")]
+    assert record["passed"] is False and record["ask"] == canary
+    assert not [r for _, r in of(recs, "action") if r["lever"] == "rm"]
+    assert av.cli("status").returncode == 0
+
+
+def test_canary_asks_off_by_default(av, workdir):
+    """SELF-05: without canary_asks, no canary ask is ever written."""
+    d = dial(workdir, "dial", WIPE, value="50", wipe="#!/bin/sh\ntrue\n")
+    av.start()
+    av.cli("add", d)
+    ask_for(av, "wipe")
+    assert not [r for _, r in of(av.records(), "ask") if r.get("canary")]
+
+
+RESEARCH = """purpose: Learn about the dial.
+metric: dial
+controller: {kind: model}
+cadence: 1m
+permitted:
+  - {name: research, cap: 5/hour, reversible: true}
+"""
+
+
+def test_research_keeps_inferred_facts_with_their_source(av, workdir):
+    """LEVER-17..19, open point 46: the question goes to the config's research command as {"venture",
+    "question"}; each {"fact", "source"} line comes back as an inferred fact record; no provider is built in."""
+    seen = os.path.join(workdir, "asked.json")
+    command = write(os.path.join(workdir, "researcher"),
+                    f"#!/bin/sh\ncat > {seen}\n"
+                    "echo '{\"fact\": \"dials drift up\", \"source\": \"https://example.org/dials\"}'\n"
+                    "echo 'not json'\n"
+                    "echo '{\"fact\": \"resets help\", \"source\": \"manual p. 3\"}'\n", 0o755)
+    write(os.path.join(av.home, "config.yaml"), f"research: {command}\n")
+    d = dial(workdir, "dial", RESEARCH)
+    av.start()
+    av.cli("add", d)
+    run = av.cli("propose", "dial", "research", "--payload", "-", input="why does the dial drift?")
+    assert run.returncode == 0, run.stderr
+    recs = av.wait_for(lambda rs: of(rs, "outcome") and rs, timeout=10, what="research's outcome")
+    facts = [r for _, r in of(recs, "fact")]
+    assert [(f["fact"], f["source"], f["claim"]) for f in facts] == [
+        ("dials drift up", "https://example.org/dials", "inferred"), ("resets help", "manual p. 3", "inferred")]
+    assert json.load(open(seen)) == {"venture": "dial", "question": "why does the dial drift?"}
+    assert of(recs, "outcome")[0][1]["ok"] is True
+
+
+def test_research_without_a_command_fails_plainly(av, workdir):
+    """LEVER-19: with no research: command in the config the run fails and says so; nothing is made up."""
+    d = dial(workdir, "dial", RESEARCH)
+    av.start()
+    av.cli("add", d)
+    assert av.cli("propose", "dial", "research", "--payload", "-", input="anything?").returncode == 0
+    recs = av.wait_for(lambda rs: of(rs, "outcome") and rs, timeout=10, what="research's outcome")
+    outcome = of(recs, "outcome")[0][1]
+    assert outcome["ok"] is False and "research" in outcome["summary"] and not of(recs, "fact")
