@@ -4647,7 +4647,7 @@ class Daemon:
         for g in groups:
             signal_group(g, 9)
         self.groups = {}
-        if not getattr(self, "lost_lock", False):
+        if not getattr(self, "lost_lock", False) and self.lock_is_ours():
             sweep_groups(os.path.join(self.home, "groups"))   # any the warden journaled but had not yet told us of
         self.clear_groups()
 
@@ -4678,7 +4678,7 @@ class Daemon:
 
     def clear_groups(self):
         """The warden's groups are all ended: its journal of them (HOME/groups) is done with."""
-        if getattr(self, "lost_lock", False):
+        if getattr(self, "lost_lock", False) or not self.lock_is_ours():
             return                    # the home is another avsmd's now: its groups file is not ours to touch
         try:
             os.unlink(os.path.join(self.home, "groups"))
