@@ -5174,8 +5174,13 @@ def ask_daemon(home, cmd, args=None):
     with conn:
         send_line(conn, {"v": 1, "cmd": cmd, "args": args or {}})
         reader = LineReader()
+        # a decision may wait on a backend (120 s, escalation twice that); anything else answers at once
+        conn.settimeout(3 * BACKEND_TIMEOUT if cmd == "decide" else 60)
         while True:
-            data = conn.recv(65536)
+            try:
+                data = conn.recv(65536)
+            except TimeoutError:
+                raise Fail(EX_UNAVAILABLE, "avsmd took the request but gave no answer in time; see avsm doctor") from None
             if not data:
                 raise Fail(EX_UNAVAILABLE, "avsmd ended the connection before answering; see avsm doctor")
             for message in reader.feed(data):
