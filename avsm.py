@@ -2625,13 +2625,18 @@ def signal_group(pgid, signum):
         return True
 
 
-def process_start(pid):
-    """Return a process's start time in clock ticks since boot (Linux /proc), or None: guards against pid reuse."""
+def proc_stat(pid, field):
+    """Return one numeric field of /proc/PID/stat, counted after the command name (Linux), or None."""
     try:
         with open(f"/proc/{pid}/stat", "rb") as fh:
-            return int(fh.read().rsplit(b")", 1)[1].split()[19])
+            return int(fh.read().rsplit(b")", 1)[1].split()[field])
     except (OSError, IndexError, ValueError):
         return None
+
+
+def process_start(pid):
+    """Return a process's start time in clock ticks since boot, or None: guards against pid reuse."""
+    return proc_stat(pid, 19)
 
 
 def sweep_groups(path):
@@ -5690,11 +5695,7 @@ def avsmd_processes(home):
 
 
 def parent_pid(pid):
-    try:
-        with open(f"/proc/{pid}/stat", "rb") as fh:
-            return int(fh.read().rsplit(b")", 1)[1].split()[1])
-    except (OSError, IndexError, ValueError):
-        return None
+    return proc_stat(pid, 1)
 
 
 def is_avsmd_argv(argv):
