@@ -2464,8 +2464,23 @@ def socket_problem(home):
 
 
 def send_line(sock, message):
-    """Write one JSON object as one line."""
-    sock.sendall((json.dumps(message, separators=(",", ":")) + "\n").encode())
+    """Write one JSON object as one line, waiting for room even on a non-blocking socket."""
+    blocking = sock.getblocking()
+    sock.setblocking(True)
+    try:
+        sock.sendall((json.dumps(message, separators=(",", ":")) + "\n").encode())
+    finally:
+        sock.setblocking(blocking)
+
+
+def receive(sock, size=65536):
+    """Return what a non-blocking socket holds now: None when nothing yet, b"" at its end (or a reset)."""
+    try:
+        return sock.recv(size)
+    except (BlockingIOError, InterruptedError):
+        return None
+    except OSError:
+        return b""
 
 
 class LineReader:
@@ -3991,12 +4006,9 @@ class Warden:
 
     # ---- requests from avsmd ----
     def read_channel(self):
-        try:
-            data = self.channel.recv(65536)
-        except BlockingIOError:
+        data = receive(self.channel)    # a reset (avsmd died with our lines unread) reads as its end
+        if data is None:
             return
-        except OSError:
-            data = b""                  # ECONNRESET: avsmd died with our lines unread; as at its end
         if not data:
             self.begin_stop()         # avsmd is gone: stop as at a SIGTERM
             return
@@ -4660,12 +4672,7 @@ class Daemon:
         if self.warden_chan is None:
             return
         while True:
-            try:
-                data = self.warden_chan.recv(65536)
-            except (BlockingIOError, InterruptedError):
-                return
-            except OSError:
-                data = b""
+            data = receive(self.warden_chan)
             if not data:
                 return
             for message in self.warden_reader.feed(data):
@@ -4731,35 +4738,24 @@ class Daemon:
             return
         self.roles_waiting[message.get("rid")] = True
         try:
-            self.roles_chan.setblocking(True)
             send_line(self.roles_chan, message)
-            self.roles_chan.setblocking(False)
         except OSError:
             self.roles_waiting.pop(message.get("rid"), None)
             self.reply_roles_error(message.get("rid"), "the roles process is not answering")
 
     def reply_roles_error(self, rid, why):
         if self.warden_chan is not None:
-            self.warden_chan.setblocking(True)
             send_line(self.warden_chan, {"from": "roles", "rid": rid, "error": why})
-            self.warden_chan.setblocking(False)
 
     def read_roles(self):
-        try:
-            data = self.roles_chan.recv(1 << 20)
-        except (BlockingIOError, InterruptedError):
-            return
-        except OSError:
-            data = b""
+        data = receive(self.roles_chan, 1 << 20)
         if not data:
             return
         for message in self.roles_reader.feed(data):
             self.roles_waiting.pop(message.get("rid"), None)
             message["from"] = "roles"
             if self.warden_chan is not None:
-                self.warden_chan.setblocking(True)
                 send_line(self.warden_chan, message)
-                self.warden_chan.setblocking(False)
 
     def roles_ended(self):
         """The roles process ended: answer what waited on it, say so in a self record, start it again."""
@@ -4821,12 +4817,9 @@ class Daemon:
         self.sel.register(conn, selectors.EVENT_READ, ("client", conn))
 
     def client_data(self, conn):
-        try:
-            data = conn.recv(65536)
-        except (BlockingIOError, InterruptedError):
+        data = receive(conn)
+        if data is None:
             return
-        except OSError:
-            data = b""
         if not data:
             self.drop(conn)
             return
@@ -4853,9 +4846,7 @@ class Daemon:
         if self.warden_chan is None:
             self.queue.append(message)
         else:
-            self.warden_chan.setblocking(True)
             send_line(self.warden_chan, message)
-            self.warden_chan.setblocking(False)
 
     def reply(self, conn, out, err, code):
         if conn not in self.clients:
@@ -4910,9 +4901,7 @@ class Daemon:
         self.stop_deadline = time.monotonic() + WARDEN_STOP_GRACE
         if self.warden_chan is not None:
             try:
-                self.warden_chan.setblocking(True)
                 send_line(self.warden_chan, {"cmd": "stop"})
-                self.warden_chan.setblocking(False)
             except OSError:
                 pass
 
