@@ -2465,12 +2465,22 @@ def socket_problem(home):
 
 def send_line(sock, message):
     """Write one JSON object as one line, waiting for room even on a non-blocking socket."""
-    blocking = sock.getblocking()
-    sock.setblocking(True)
+    send_bytes(sock, (json.dumps(message, separators=(",", ":")) + "\n").encode())
+
+
+def send_bytes(sock, data):
+    """Send all of `data`; a non-blocking socket waits for room only when it has none (rarely: one line fits)."""
     try:
-        sock.sendall((json.dumps(message, separators=(",", ":")) + "\n").encode())
-    finally:
-        sock.setblocking(blocking)
+        sent = sock.send(data)
+    except (BlockingIOError, InterruptedError):
+        sent = 0
+    if sent < len(data):
+        blocking = sock.getblocking()
+        sock.setblocking(True)
+        try:
+            sock.sendall(data[sent:])
+        finally:
+            sock.setblocking(blocking)
 
 
 def receive(sock, size=65536):
@@ -2643,8 +2653,12 @@ def signal_group(pgid, signum):
 def proc_stat(pid, field):
     """Return one numeric field of /proc/PID/stat, counted after the command name (Linux), or None."""
     try:
-        with open(f"/proc/{pid}/stat", "rb") as fh:
-            return int(fh.read().rsplit(b")", 1)[1].split()[field])
+        fd = os.open(f"/proc/{pid}/stat", os.O_RDONLY)      # read at every start of a group: no buffered file
+        try:
+            data = os.read(fd, 4096)
+        finally:
+            os.close(fd)
+        return int(data.rsplit(b")", 1)[1].split()[field])
     except (OSError, IndexError, ValueError):
         return None
 
@@ -2880,6 +2894,9 @@ class Warden:
         self.home, self.channel, self.cfg, self.debug = home, channel, cfg, debug
         self.avsmd_pid = os.getppid()
         self.lock_path = os.path.join(home, "avsmd.lock")
+        self.lock_seen, self.lock_ours = None, False     # the lock file's stat when last read, and what it said
+        self.groups_fd = None         # HOME/groups, open for appending while it stays the file at that name
+        self.journaled = {}           # pgid -> its line in HOME/groups, while the group runs
         self.ledger = Ledger(os.path.join(home, "ledger.db"), still_ours=self.lock_is_ours)
         self.ventures = {}            # name -> VentureState
         self.children = []            # Child objects running now
@@ -2910,10 +2927,21 @@ class Warden:
     # ---- the ledger, folded as it is written ----
     def lock_is_ours(self):
         """The lock is ours unless another avsmd's pid stands in it; a deleted lock file is no one else's,
-        and avsmd makes it again within the second."""
-        if not os.path.exists(self.lock_path):
+        and avsmd makes it again within the second.
+
+        Asked before every append, so the file is read again only when its stat changed: a pid is
+        written only with the file truncated and its times moved, or into a new file.
+        """
+        try:
+            st = os.stat(self.lock_path)
+        except FileNotFoundError:
             return True
-        return read_lock_pid(self.lock_path) in (self.avsmd_pid, None)
+        except OSError:
+            return read_lock_pid(self.lock_path) in (self.avsmd_pid, None)
+        seen = (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
+        if seen != self.lock_seen:
+            self.lock_seen, self.lock_ours = seen, read_lock_pid(self.lock_path) in (self.avsmd_pid, None)
+        return self.lock_ours
 
     def append(self, record):
         """Append `record` through the one append function and fold it into its venture.
@@ -3201,20 +3229,33 @@ class Warden:
 
     def journal_group(self, line):
         """Append a group's start (+PGID START) or end (-PGID) to HOME/groups before anything can orphan it:
-        the next avsmd ends what an avsmd and warden killed together left running (RUN-14, PITFALLS 2)."""
+        the next avsmd ends what an avsmd and warden killed together left running (RUN-14, PITFALLS 2).
+
+        The file stays open for appending. Grown past 64 KiB, it is replaced by one holding only what still
+        runs; deleted under us, it is made again with what still runs appended.
+        """
         path = os.path.join(self.home, "groups")
+        pgid = line[1:].split()[0]
+        if line.startswith("+"):
+            self.journaled[pgid] = line
+        else:
+            self.journaled.pop(pgid, None)
         try:
-            if line.startswith("+") and os.path.exists(path) and os.path.getsize(path) > 64 * 1024:
-                live = [f"+{c.pgid} - {c.venture} {c.purpose}" for c in self.children] + \
-                       [f"+{g} - {v} lingering" for g, v in self.lingering.items()]
-                with open(path + ".new", "w") as fh:
-                    fh.write("".join(entry + "\n" for entry in live))
-                os.replace(path + ".new", path)     # compacted: only what still runs
-            fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
-            try:
-                os.write(fd, (line + "\n").encode())
-            finally:
-                os.close(fd)
+            if line.startswith("+") and self.groups_fd is not None:
+                st = os.fstat(self.groups_fd)
+                if st.st_nlink == 0 or st.st_size > 64 * 1024:
+                    os.close(self.groups_fd)
+                    self.groups_fd = None
+                    line = "\n".join(self.journaled.values())
+                    if st.st_nlink:
+                        with open(path + ".new", "w") as fh:
+                            fh.write(line + "\n")
+                        os.replace(path + ".new", path)
+                        line = None
+            if self.groups_fd is None:
+                self.groups_fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC, 0o600)
+            if line:
+                os.write(self.groups_fd, (line + "\n").encode())
         except OSError:
             pass                        # a full disk: avsmd still ends the groups it was told of
 
@@ -3227,12 +3268,9 @@ class Warden:
             return
         data, self.outbox = ("\n".join(self.outbox) + "\n").encode(), []
         try:
-            self.channel.setblocking(True)
-            self.channel.sendall(data)
+            send_bytes(self.channel, data)
         except OSError:
             pass
-        finally:
-            self.channel.setblocking(False)
 
     # ---- a round: the metric, with every guard, audit and reading beside it ----
     def start_round(self, state, now):

@@ -801,6 +801,44 @@ def test_lever_started_just_before_avsmd_dies_is_ended_by_the_next(bindir):
 
 # ---- 4. the ledger cannot be written --------------------------------------------------------
 
+def test_groups_journal_deleted_under_a_running_lever_is_made_again(bindir):
+    """HOME/groups deleted while a long lever runs: the warden makes it again at its next start of a group,
+    with what still runs, so avsmd and its warden SIGKILLed together after that still leave no orphan: the
+    next avsmd ends the lever and records a sweep. RUN-14 PITFALLS 2"""
+    root, mark = new_root(), token()
+    av = Avsm(bindir, os.path.join(root, "h"))
+    journal = os.path.join(av.home, "groups")
+    d = make_venture(root, "deleted", LEVEL.format(purpose="Keep it low.", cadence="1s", extra=""),
+                     {"report": "#!/bin/sh\necho 50\n", "lower": YOUNG.format(mark=mark)})
+    try:
+        assert start(av) and av.cli("add", d).returncode == 0, av.stderr()[-400:]
+        lever = wait_until(lambda: marked(mark), 10, step=0.01)
+        assert lever, "the lever did not start"
+        assert wait_until(lambda: os.path.exists(journal), 5)
+        os.unlink(journal)
+        # the next report (cadence 1 s) starts a group: the journal is made again, the lever in it
+        assert wait_until(lambda: os.path.exists(journal), 5), "HOME/groups was not made again"
+        with open(journal) as fh:
+            lines = fh.read().split("\n")
+        group = os.getpgid(lever[0])
+        assert any(line.startswith(f"+{group} ") for line in lines), lines
+        os.killpg(av.proc.pid, signal.SIGKILL)
+        av.proc.wait()
+        assert all(alive(p) for p in lever), "the lever died with avsmd; nothing left to sweep"
+        assert start(av), av.stderr()[-400:]
+        assert wait_until(lambda: not any(alive(p) for p in lever), 10), "the next avsmd left the lever running"
+        sweeps = [r for _, _, r in records(av) if r["kind"] == "sweep" and r["venture"] == "self"]
+        assert sweeps and sweeps[-1]["groups"] >= 1, sweeps
+        c = Campaign("groups journal deleted")
+        settle_stop(av, c, "after the sweep")
+        check_invariants(av, c)
+        assert not c.violations, "\n".join(c.violations)
+    finally:
+        kill_daemon(av)
+        kill_marked([mark])
+        shutil.rmtree(root, ignore_errors=True)
+
+
 def down_checks(av, c, venture, lines, mark, seconds=3.0):
     """While the ledger cannot be written: status and doctor say so, nothing is appended, no lever starts,
     and a command that would write exits 75."""
