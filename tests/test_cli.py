@@ -116,6 +116,11 @@ def test_dispatch_by_name_and_by_first_argument(bindir, home):
         r = run(argv, cwd="/")
         assert r.returncode == 0 and r.stdout.startswith("usage: avsm "), argv
         assert "add DIR" in r.stdout and "tail" in r.stdout
+    # beside the file, `python3 -m avsm` runs it from cached bytecode, with the same dispatch
+    r = run([sys.executable, "-m", "avsm", "--help"], cwd=ROOT)
+    assert r.returncode == 0 and r.stdout.startswith("usage: avsm "), r.stderr
+    r = run([sys.executable, "-m", "avsm", "avsmd", "--home", home, "-T"], cwd=ROOT)
+    assert r.returncode == 0 and r.stdout.startswith("nightly:"), r.stderr
     assert not os.path.exists(home), "-T and --help must not make the home"
 
 
@@ -442,6 +447,16 @@ def test_import_loads_no_heavy_module():
     loaded = json.loads(r.stdout)
     heavy = sorted(m for m in loaded if m.split(".")[0] in LAZY)
     assert heavy == [], f"import avsm loads {heavy}"
+
+
+def test_import_compiles_no_regular_expression():
+    """Client start-up: `import avsm` compiles no regular expression (each is compiled on first use, which
+    cost 6 ms of every command when done at import). DIST-04"""
+    code = ("import collections, heapq, json, os, re, sys; sys.path.insert(0, %r); re.purge(); import avsm; "
+            "print(len(re._cache))") % ROOT
+    r = run([sys.executable, "-c", code], cwd="/")
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.strip() == "0", f"import avsm compiled {r.stdout.strip()} regular expression(s)"
 
 
 def test_imports_only_the_standard_library():
