@@ -2546,6 +2546,7 @@ class Child:
         self.extra = {}
         self.status = None            # the leader's exit status, once reaped
         self.head, self.oversized = None, False
+        self.leader_start = None      # its leader's start (clock ticks since boot), once read
         stdin = open(stdin_path, "rb") if stdin_path else subprocess.DEVNULL    # a file never blocks the warden
         try:
             self.proc = subprocess.Popen(args, cwd=cwd, env=env, shell=shell, process_group=0, stdin=stdin,
@@ -2670,6 +2671,16 @@ def process_start(pid):
     return proc_stat(pid, 19)
 
 
+def group_is_still(pgid, leader_start):
+    """Whether process group `pgid` is still the one started with a leader that started at `leader_start`
+    (clock ticks since boot, or None when unknown): it lives, and its leader is gone (Linux reuses no pid
+    that still names a group) or is that very process."""
+    if not signal_group(pgid, 0):
+        return False
+    now_start = process_start(pgid)
+    return now_start is None or leader_start is None or now_start == leader_start
+
+
 def sweep_groups(path):
     """End the process groups an earlier avsmd recorded and did not see end (it was SIGKILLed); return how many.
 
@@ -2695,8 +2706,7 @@ def sweep_groups(path):
             pgid, start = int(fields[0]), (int(fields[1]) if fields[1] != "-" else None)
         except (IndexError, ValueError):
             continue
-        now_start = process_start(pgid)
-        if signal_group(pgid, 0) and (now_start is None or start is None or now_start == start):
+        if group_is_still(pgid, start):
             ours.append(pgid)
     for pgid in ours:
         signal_group(pgid, 15)
@@ -2919,6 +2929,7 @@ class Warden:
         self.sel = selectors.DefaultSelector()
         self.reader = LineReader()
         self.outbox = []              # lines for avsmd, sent once per turn of the loop
+        self.outbox_due = False       # whether a line in it must go this turn
         channel.setblocking(False)
         self.sel.register(channel, selectors.EVENT_READ, ("channel", None))
         import socket
@@ -3058,7 +3069,7 @@ class Warden:
             self.flush()
             if self.stopping and not self.children:
                 self.end_lingering(final=True)
-                self.flush()
+                self.flush(everything=True)
                 return EX_OK
 
     def schedule(self, name, at):
@@ -3163,9 +3174,10 @@ class Warden:
         child = Child(purpose, state.name, args, cwd or state.directory, env, timeout=timeout, shell=shell, stdin_path=payload_file)
         child.head = head
         self.children.append(child)
-        self.journal_group(f"+{child.pgid} {process_start(child.pgid) or '-'} {state.name} {purpose}")
+        child.leader_start = process_start(child.pgid)
+        self.journal_group(f"+{child.pgid} {child.leader_start or '-'} {state.name} {purpose}")
         self.tell({"group": child.pgid, "venture": state.name, "purpose": purpose,
-                   "start": child.started_at})
+                   "start": child.started_at, "leader_start": child.leader_start})
         self.sel.register(child.proc.stdout, selectors.EVENT_READ, ("pipe", child))
         self.sel.register(child.proc.stderr, selectors.EVENT_READ, ("pipe", child))
         if child.pidfd is not None:
@@ -3202,7 +3214,7 @@ class Warden:
             if child.purpose == "run":
                 signal_group(child.pgid, 15)     # the old run's stragglers must not meet the new one
         else:
-            self.tell({"ended": child.pgid})
+            self.tell({"ended": child.pgid}, later=child.leader_start is not None)
             self.journal_group(f"-{child.pgid}")
         if self.debug:
             log(self.debug, "warden", f"{child.venture}: {child.purpose} pid {child.pid} ended: {describe_status(child.status)}")
@@ -3261,13 +3273,20 @@ class Warden:
         except OSError:
             pass                        # a full disk: avsmd still ends the groups it was told of
 
-    def tell(self, message):
-        """Queue one line for avsmd (a group started or ended, a reply); flush() sends them at the loop's end."""
-        self.outbox.append(json.dumps(message, separators=(",", ":")))
+    def tell(self, message, later=False):
+        """Queue one line for avsmd (a group started or ended, a reply); flush() sends them at the loop's end.
 
-    def flush(self):
-        if not self.outbox:
+        A group's end can wait (`later`) to go with the next line that cannot, when its leader's start time
+        is known: avsmd checks a group is still the one it was told of before it ends it, so a late end
+        costs nothing, and saves avsmd a wake-up per report.
+        """
+        self.outbox.append(json.dumps(message, separators=(",", ":")))
+        self.outbox_due = self.outbox_due or not later
+
+    def flush(self, everything=False):
+        if not self.outbox or not (self.outbox_due or everything):
             return
+        self.outbox_due = False
         data, self.outbox = ("\n".join(self.outbox) + "\n").encode(), []
         try:
             send_bytes(self.channel, data)
@@ -4696,7 +4715,7 @@ class Daemon:
     def end_groups(self):
         """End every group the warden reported and did not see end: TERM, then KILL after the grace (RUN-13)."""
         import time
-        groups = [g for g in self.groups if signal_group(g, 15)]
+        groups = [g for g, told in self.groups.items() if group_is_still(g, told.get("leader_start")) and signal_group(g, 15)]
         deadline = time.monotonic() + KILL_GRACE
         while groups and time.monotonic() < deadline:
             time.sleep(0.05)

@@ -801,6 +801,32 @@ def test_lever_started_just_before_avsmd_dies_is_ended_by_the_next(bindir):
 
 # ---- 4. the ledger cannot be written --------------------------------------------------------
 
+def test_a_group_is_ended_only_while_it_is_still_the_one_started():
+    """avsmd and the next avsmd end a group they were told of only while it is that group: alive, and its
+    leader the very process (by start time) or gone while members remain; a pid now naming another
+    process, or a group gone, is left alone (a group's end reaches avsmd late). RUN-13 RUN-14 PITFALLS 3"""
+    leader = subprocess.Popen(["sh", "-c", "sleep 30 & wait"], process_group=0)
+    try:
+        start = avsm.process_start(leader.pid)
+        assert start is not None
+        assert avsm.group_is_still(leader.pid, start)
+        assert avsm.group_is_still(leader.pid, None)                 # start unknown: the group is taken as ours
+        assert not avsm.group_is_still(leader.pid, start + 1)        # another process under that pid
+        member = wait_until(lambda: [p for p, row in proc_table().items() if row[1] == leader.pid], 5, step=0.01)
+        assert member
+        os.kill(leader.pid, signal.SIGKILL)                          # the leader goes; its member stays
+        leader.wait()
+        assert alive(member[0])
+        assert avsm.group_is_still(leader.pid, start), "a group whose leader is gone is still the one started"
+    finally:
+        try:
+            os.killpg(leader.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+        leader.wait()
+    assert wait_until(lambda: not avsm.group_is_still(leader.pid, start), 5), "a group gone is not ours to end"
+
+
 def test_groups_journal_deleted_under_a_running_lever_is_made_again(bindir):
     """HOME/groups deleted while a long lever runs: the warden makes it again at its next start of a group,
     with what still runs, so avsmd and its warden SIGKILLed together after that still leave no orphan: the
