@@ -3246,7 +3246,8 @@ class Warden:
         the next avsmd ends what an avsmd and warden killed together left running (RUN-14, PITFALLS 2).
 
         The file stays open for appending. Grown past 64 KiB, it is replaced by one holding only what still
-        runs; deleted under us, it is made again with what still runs appended.
+        runs (while the home is still ours; else what runs is appended); deleted under us, it is made again
+        with what still runs appended.
         """
         path = os.path.join(self.home, "groups")
         pgid = line[1:].split()[0]
@@ -3261,7 +3262,7 @@ class Warden:
                     os.close(self.groups_fd)
                     self.groups_fd = None
                     line = "\n".join(self.journaled.values())
-                    if st.st_nlink:
+                    if st.st_nlink and self.lock_is_ours():     # never replace another avsmd's journal
                         with open(path + ".new", "w") as fh:
                             fh.write(line + "\n")
                         os.replace(path + ".new", path)

@@ -827,6 +827,45 @@ def test_a_group_is_ended_only_while_it_is_still_the_one_started():
     assert wait_until(lambda: not avsm.group_is_still(leader.pid, start), 5), "a group gone is not ours to end"
 
 
+def test_groups_journal_is_compacted_to_what_still_runs_and_never_replaces_anothers(tmp_path):
+    """HOME/groups past 64 KiB is replaced by the groups still running (with their leaders' start times),
+    while the home's lock names our avsmd; once another avsmd's pid stands in the lock, the journal is only
+    appended to, never replaced. RUN-14 LOCK-05"""
+    home = str(tmp_path)
+    lock, journal = os.path.join(home, "avsmd.lock"), os.path.join(home, "groups")
+    with open(lock, "w") as fh:
+        fh.write(f"{os.getppid()}\n")               # the warden's avsmd is its parent: here, pytest's
+    ours, theirs = socket.socketpair()
+    try:
+        warden = avsm.Warden(home, ours, avsm.parse_config(""))
+        warden.journal_group("+7 123 v run")
+        for pgid in range(100, 3000):
+            warden.journal_group(f"+{pgid} {pgid * 10} v report")
+            warden.journal_group(f"-{pgid}")
+        with open(journal) as fh:
+            text = fh.read()
+        assert len(text) < 64 * 1024 + 100, "never compacted"
+        live = {}
+        for line in text.splitlines():
+            fields = line.split()
+            if fields[0].startswith("+"):
+                live[fields[0][1:]] = fields
+            else:
+                live.pop(fields[0][1:], None)
+        assert live == {"7": ["+7", "123", "v", "run"]}, live
+        inode = os.stat(journal).st_ino
+        with open(lock, "w") as fh:
+            fh.write("999999\n")                     # another avsmd took the home
+        for pgid in range(3000, 6000):
+            warden.journal_group(f"+{pgid} 1 v report")
+            warden.journal_group(f"-{pgid}")
+        assert os.stat(journal).st_ino == inode, "another avsmd's journal was replaced"
+        warden.ledger.close()
+    finally:
+        ours.close()
+        theirs.close()
+
+
 def test_groups_journal_deleted_under_a_running_lever_is_made_again(bindir):
     """HOME/groups deleted while a long lever runs: the warden makes it again at its next start of a group,
     with what still runs, so avsmd and its warden SIGKILLed together after that still leave no orphan: the
