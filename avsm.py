@@ -1317,6 +1317,7 @@ BACKEND_KEYS = {"anthropic": {"kind", "model", "key", "url", "effort"},
                 "command": {"kind", "run", "offbox"}}
 EFFORTS = ("low", "medium", "high", "max")   # open point 44
 FORECAST_DEFAULT = {"days": 30, "seeds": 16}
+PACKET_FORECAST = {"days": 7, "seeds": 8}       # a decision packet's, unless the config says
 
 
 def parse_config(text, source="config.yaml"):
@@ -1654,9 +1655,12 @@ class VentureState:
         self.unwinds = {}             # action seq -> the guard whose unwind it runs
         self.approvals = {}           # lever -> approvals since the mandate (a denial resets it): the ratchet
         self.free_steps = []          # one-step changes between trusted reports with no lever run between
+        self.lever_steps = {}         # lever -> steps between trusted reports across which it alone ran
+        self.ran_since = []           # levers run since the last trusted report
         self.effects = {}             # action seq -> a run whose expected effect is not yet judged
         self.misses = {}              # lever -> misses in a row (revoke_after)
         self.suspended = {}           # lever -> the ask whose approval restores its delegation
+        self.ratchet_forecasts = set()  # levers whose ratchet ask waits on its forecast (not folded: a restart asks again)
 
     def side(self, name):
         return self.sides.setdefault(name, {"armed": True, "streak": []})
@@ -1685,6 +1689,8 @@ def fold(state, seq, at, record):
         state.actions.setdefault(record["lever"], []).append((seq, at, record.get("payload")))
         state.running[record["lever"]] = seq
         state.lever_ran = True
+        if record["lever"] not in state.ran_since:
+            state.ran_since.append(record["lever"])
         if record.get("proof", {}).get("rule") == "unwind":
             state.unwinds[seq] = record.get("guard")
         fold_controller_intent(state, record)
@@ -1758,9 +1764,13 @@ def fold_report(state, seq, at, record):
         if state.level is not None and not state.lever_ran and state.pending is None:
             state.free_steps.append(value - state.level[1])
             del state.free_steps[:-HISTORY]
+        if state.level is not None and state.pending is None and len(state.ran_since) == 1:
+            steps = state.lever_steps.setdefault(state.ran_since[0], [])
+            steps.append(value - state.level[1])
+            del steps[:-HISTORY]
         fold_effects(state, value)
         state.level, state.pending = (seq, value), None
-        state.lever_ran = False
+        state.lever_ran, state.ran_since = False, []
         state.trusted.append((seq, value))
         del state.trusted[:-HISTORY]
     elif status == "unconfirmed":
@@ -2016,12 +2026,30 @@ def build_request(packet):
     lines += [f"  {r}" for r in packet["records"]]
     lines.append("open asks:" if packet["asks"] else "open asks: none")
     lines += [f"  {a}" for a in packet["asks"]]
+    lines += packet_forecast_lines(packet)
     for look in packet.get("looks", []):
         lines.append(f"you looked up {json.dumps(look['look'])}:")
         lines += [f"  {line}" for line in look["answer"].splitlines()]
     if packet.get("looks"):
         lines.append(f"looks left: {LOOKS_MAX - len(packet['looks'])}")
     return (CLASSIFIER_SYSTEM if packet.get("classifier") else MODEL_SYSTEM), "\n".join(lines) + "\n"
+
+
+def packet_forecast_lines(packet):
+    """The packet's forecast for doing nothing and for one run now of each permitted lever (open point 40)."""
+    facts = packet.get("forecast")
+    if not facts:
+        return []
+    lines = [f"forecast ({format_number(facts['days'])} days x {facts['seeds']} seeds, at the horizon):"]
+    nothing = forecast(dict(facts, sides=[]))
+    if "too_little" in nothing:
+        return lines + [f"  {nothing['too_little']}"]
+    lines.append(f"  doing nothing: {forecast_text(packet['metric'], nothing)}")
+    for name, lever in facts["levers"].items():
+        known = len(lever["steps"]) >= 3 or lever["expects"]
+        lines.append(f"  {name} once now: " + (forecast_text(packet["metric"], forecast(dict(facts, sides=[], first=name)))
+                                               if known else "its effect is not measured yet"))
+    return lines
 
 
 def parse_reply(data, packet):
@@ -2214,6 +2242,137 @@ def judge_effect(expects, r0, after, steps):
     if len(after) < 2 * within:
         return "waiting", f"no effect within {within} reports yet; watching until {2 * within}"
     return "miss", f"no {way} move beyond the metric's noise in {2 * within} reports (net {format_number(moved)})"
+
+
+# ---- forecasts --------------------------------------------------------------------
+# A forecast (open point 39) is a Monte Carlo of `seeds` paths over `days` at the venture's cadence, from the
+# built-in baseline: each report step resamples one of the lever-free steps the venture has taken, and where
+# the controller would run a lever, within its cap, the step is one that lever took (or, before it has taken
+# three, the size its `expects` says). It is inferred, like every prediction: it shows and never authorizes.
+
+FORECAST_BLOCKS = 2000      # a path is stepped in at most this many blocks of report steps
+TOO_LITTLE = "too little history to forecast"
+
+
+def forecast_facts(state, days, seeds):
+    """Return what a forecast of `state`'s venture starts from, as one JSON object (the forecast program's input)."""
+    m = state.mandate
+    levers = {}
+    for lever, spec in m["levers"].items():
+        expects = spec["expects"]
+        levers[lever] = {"steps": state.lever_steps.get(lever, [])[-HISTORY:], "cap": list(spec["cap"]),
+                         "expects": [expects[0], expects[1]] if expects and expects[1] is not None else None}
+    return {"cadence": m["cadence"], "range": list(m["range"]) if m["range"] else None,
+            "sides": [[way, bound, lever] for _, way, bound, lever in controller_sides(m) if lever in levers],
+            "levers": levers, "free_steps": list(state.free_steps), "history": [v for _, v in state.trusted],
+            "days": days, "seeds": seeds}
+
+
+def quantile(sorted_values, q):
+    """The q-quantile of sorted values, linearly interpolated."""
+    at = q * (len(sorted_values) - 1)
+    low = int(at)
+    high = min(low + 1, len(sorted_values) - 1)
+    return sorted_values[low] + (sorted_values[high] - sorted_values[low]) * (at - low)
+
+
+def decimals_of(values):
+    """The decimals a person would write the readings with, at most two."""
+    most = 0
+    for v in values:
+        text = format_number(v)
+        if "e" not in text and "." in text:
+            most = max(most, len(text.split(".")[1]))
+    return min(most, 2)
+
+
+def forecast(facts, seed=0):
+    """Return {"median", "p10", "p90", "days", "seeds", "decimals"} at the horizon, or {"too_little": why}.
+
+    With `facts["first"]` naming a lever, each path starts with one run of it (what a decision packet
+    shows for each permitted lever).
+
+    Paths are stepped in blocks of k report steps (k = 1 up to FORECAST_BLOCKS steps in all): a block moves by
+    k resampled lever-free steps (by their sum's normal approximation past 8), then each side of the
+    controller past its bound runs its lever as many times as bring the metric back, at most as its cap
+    allows in the block's time, each run moving the metric by a resampled step of that lever less the drift.
+    """
+    import random
+    steps, history = facts["free_steps"], facts["history"]
+    if len(steps) < 3:
+        return {"too_little": f"{TOO_LITTLE}: {len(steps)} lever-free step(s) of history, 3 needed"}
+    if facts["seeds"] < 1 or facts["days"] <= 0:
+        return {"too_little": "forecasts are off (seeds: 0)"}
+    drift = sum(steps) / len(steps)
+    noise = (sum((x - drift) ** 2 for x in steps) / len(steps)) ** 0.5
+    total = max(1, int(facts["days"] * 86400 / facts["cadence"]))
+    blocks = min(total, FORECAST_BLOCKS)
+    k = total / blocks
+    seconds = k * facts["cadence"]
+    effects = {}
+    for name, lever in facts["levers"].items():
+        if len(lever["steps"]) >= 3:
+            effects[name] = [x - drift for x in lever["steps"]]
+        elif lever["expects"]:
+            way, size = lever["expects"]
+            effects[name] = [size if way == "up" else -size]
+    low, high = facts["range"] or (None, None)
+    rng = random.Random(seed)
+    ends, spreads = [], []          # each path's end, held to the range; and where it would be if not held
+    for _ in range(facts["seeds"]):
+        value = history[-1] if history else 0.0
+        if facts.get("first") in effects:
+            value += rng.choice(effects[facts["first"]])
+        unheld = value
+        allowance = {name: 0.0 for name in effects}
+        for _ in range(blocks):
+            n = int(k) + (1 if rng.random() < k - int(k) else 0)
+            if n <= 8:
+                move = sum(rng.choice(steps) for _ in range(n))
+            else:
+                move = rng.gauss(n * drift, noise * n ** 0.5)
+            value, unheld = value + move, unheld + move
+            for way, bound, lever in facts["sides"]:
+                if lever not in effects:
+                    continue
+                count, period = facts["levers"][lever]["cap"]
+                allowance[lever] = min(count, allowance[lever] + count * seconds / period)
+                while allowance[lever] >= 1 and (value > bound if way == "above" else value < bound):
+                    effect = rng.choice(effects[lever])
+                    if (effect >= 0) == (way == "above"):
+                        break                   # this lever does not bring the metric back: it is not run
+                    value, unheld = value + effect, unheld + effect
+                    allowance[lever] -= 1
+            if low is not None:
+                value = min(max(value, low), high)
+        ends.append(value)
+        spreads.append(unheld)
+    ends.sort()
+    spreads.sort()
+    p10, median, p90 = quantile(ends, 0.1), quantile(ends, 0.5), quantile(ends, 0.9)
+    width = quantile(spreads, 0.9) - quantile(spreads, 0.1)
+    span = (high - low) if low is not None else 10 * (max(history) - min(history) if history else 0)
+    if width > span:
+        return {"too_little": f"{TOO_LITTLE}: its 80% interval ({format_number(round(width, 2))} wide) is wider than "
+                              + ("the metric's range" if low is not None else "ten times the span of the history")}
+    return {"median": median, "p10": p10, "p90": p90, "days": facts["days"], "seeds": facts["seeds"],
+            "decimals": decimals_of(history)}
+
+
+def forecast_text(metric, result):
+    """`count 5 (80%: 2 to 9)`, to the readings' precision; or why there is no forecast."""
+    if "too_little" in result:
+        return result["too_little"]
+    d = result["decimals"]
+    shown = [f"{round(result[k], d) + 0.0:.{d}f}" for k in ("median", "p10", "p90")]
+    return f"{metric} {shown[0]} (80%: {shown[1]} to {shown[2]})"
+
+
+def describe_forecast(metric, result, days, seeds):
+    """One line for a person: `forecast 30 days x 16 seeds: count 5 (80%: 2 to 9)`, or why there is none."""
+    if "too_little" in result:
+        return f"forecast: {result['too_little']}"
+    return f"forecast {format_number(days)} days x {seeds} seeds: {forecast_text(metric, result)}"
 
 
 # ---- controllers --------------------------------------------------------------
@@ -3220,7 +3379,8 @@ class Warden:
             log(self.debug, "warden", f"{child.venture}: {child.purpose} pid {child.pid} ended: {describe_status(child.status)}")
         state = self.ventures[child.venture]
         handler = {"report": self.report_done, "lever": self.lever_done, "run": self.run_done,
-                   "backend": self.backend_done, "check": self.check_done}.get(child.purpose, self.reading_done)
+                   "backend": self.backend_done, "check": self.check_done,
+                   "forecast": self.forecast_done}.get(child.purpose, self.reading_done)
         handler(state, child, child.status)
 
     def end_lingering(self, venture=None, final=False):
@@ -3650,6 +3810,53 @@ class Warden:
         proof = dict(proof, premises=proof["premises"] + [seq], steps=proof["steps"] + [f"check #{seq} passed"])
         self.run_lever(state, lever, proof, summary, by, side, extra, checked=True)
 
+    def start_forecast(self, state, why, lever=None):
+        """Forecast the venture apart from the loop (FORECAST-06): the forecast program in a group of its own,
+        its facts on standard input; the record is written when it is done. `seeds: 0` turns forecasts off."""
+        f = self.cfg["forecast"] or FORECAST_DEFAULT
+        if not f["seeds"] or self.stopping:
+            return False
+        payload = write_payload(json.dumps(forecast_facts(state, f["days"], f["seeds"])).encode())
+        try:
+            child = self.spawn("forecast", state, cached_command("forecast", []), timeout=600, payload_file=payload)
+            child.extra = {"days": f["days"], "seeds": f["seeds"], "why": why, "lever": lever}
+        except OSError as err:
+            log(True, "warden", f"{state.name}: no forecast: {err}")
+            return False
+        finally:
+            os.unlink(payload)              # the child holds it open
+        return True
+
+    def forecast_done(self, state, child, status):
+        """Write the forecast the program printed: an inferred record, which shows and never authorizes;
+        a ratchet ask waiting on it follows."""
+        if child.ended_by in ("pause", "stop"):
+            if child.extra["why"] == "ratchet":
+                self.raise_ratchet(state, child.extra["lever"])     # asked without the forecast cut short
+            return
+        try:
+            result = json.loads(bytes(child.out)) if status == 0 else None
+        except ValueError:
+            result = None
+        extra = child.extra
+        record = {"kind": "forecast", "claim": "inferred", "venture": state.name, "days": extra["days"],
+                  "seeds": extra["seeds"], "why": extra["why"]}
+        numbers = ("median", "p10", "p90")
+        if isinstance(result, dict) and isinstance(result.get("too_little"), str):
+            record.update(note=result["too_little"][:NOTE_MAX], summary=describe_forecast(state.mandate["metric"], result, 0, 0))
+        elif isinstance(result, dict) and result.get("decimals") in (0, 1, 2) and \
+                all(type(result.get(k)) in (int, float) and abs(result[k]) < float("inf") for k in numbers):
+            record.update({k: round(result[k], result["decimals"]) + 0.0 for k in numbers},
+                          summary=describe_forecast(state.mandate["metric"], result, extra["days"], extra["seeds"]))
+        else:
+            why = "it was ended" if child.ended_by else f"the forecast program ended {describe_status(status)}"
+            record.update(note=why, summary=f"forecast not made: {why}")
+        if extra["lever"]:
+            record["lever"] = extra["lever"]
+        seq = self.append(record)
+        if extra["why"] == "ratchet":
+            self.raise_ratchet(state, extra["lever"], seq, record["summary"])
+
     def run_research(self, state, seq, question, spec):
         """The research lever: the question goes to the config's research command; what comes back is inferred facts."""
         command = self.cfg.get("research")
@@ -3799,7 +4006,14 @@ class Warden:
                 "records": records,
                 "asks": [f"#{s} {a.get('lever') or '-'}: {a.get('question', a['summary'])}"
                          for s, a in sorted(state.open_asks.items()) if a.get("about") != "audit"],
+                "forecast": self.packet_forecast(state),
                 "looks": looks}
+
+    def packet_forecast(self, state):
+        """The facts of the packet's forecast (FORECAST-03: 7 days by 8 seeds unless `forecast:` says);
+        the roles process makes it, apart from the warden, as it builds the text."""
+        f = self.cfg["forecast"] or PACKET_FORECAST
+        return forecast_facts(state, f["days"], f["seeds"]) if f["seeds"] else None
 
     def recent(self, venture, count):
         rows = self.ledger.db.execute(
@@ -4158,8 +4372,10 @@ class Warden:
             import time
             self.schedule(name, time.monotonic())
             self.start_keep(state)
+        forecasting = self.start_forecast(state, "add")
         return [f"{name}: adopted as mandate #{seq}"] + describe_allowed(mandate, self.cfg) + \
-               ([f"{name} is paused; avsm resume {name} starts it"] if state.paused else [])
+               ([f"{name} is paused; avsm resume {name} starts it"] if state.paused else []) + \
+               ([f"{name}: a forecast is being made; it is written to the ledger when done"] if forecasting else [])
 
     def do_health(self, args, err):
         """What avsm doctor asks the running daemon: how many ventures, and whether the ledger can be written."""
@@ -4236,7 +4452,19 @@ class Warden:
         n, spec = self.cfg["ratchet"], state.mandate["levers"].get(lever)
         if not n or spec is None or spec["delegated"] or spec["reversible"] or state.approvals.get(lever, 0) < n:
             return
-        if any(a.get("about") == "ratchet" and a.get("lever") == lever for a in state.open_asks.values()):
+        if any(a.get("about") == "ratchet" and a.get("lever") == lever for a in state.open_asks.values()) \
+                or lever in state.ratchet_forecasts:
+            return
+        if self.start_forecast(state, "ratchet", lever):
+            state.ratchet_forecasts.add(lever)      # FORECAST-01: the ask follows the forecast
+            return
+        self.raise_ratchet(state, lever)
+
+    def raise_ratchet(self, state, lever, forecast_seq=None, forecast_line=None):
+        n = self.cfg["ratchet"]
+        state.ratchet_forecasts.discard(lever)
+        if state.approvals.get(lever, 0) < n or any(a.get("about") == "ratchet" and a.get("lever") == lever
+                                                    for a in state.open_asks.values()):
             return
         path = os.path.join(state.directory, "mandate.yaml")
         try:
@@ -4246,9 +4474,11 @@ class Warden:
         except (OSError, Fail, ValueError) as err:
             new, why = None, str(err)
         question = (f"delegate {lever}? You approved it {state.approvals[lever]} times; approving this writes "
-                    f"delegated: true on {lever} in {path} and adopts it")
+                    f"delegated: true on {lever} in {path} and adopts it"
+                    + (f" ({forecast_line}, #{forecast_seq})" if forecast_seq else ""))
         self.append({"kind": "ask", "claim": "measured", "venture": state.name, "about": "ratchet", "lever": lever,
                      "by": "self", "mandate": new, "question": question if new else f"{question} (edit it by hand: {why})",
+                     "forecast": forecast_seq,
                      "summary": f"self proposes delegating {lever} after {state.approvals[lever]} approvals"})
 
     def approve_ratchet(self, state, seq, ask):
@@ -5954,7 +6184,9 @@ def run_daemon(args):
 
 
 def run_internal(program, args):
-    """The programs avsmd starts itself: the warden, and the built-in adapters."""
+    """The programs avsmd starts itself: the warden, the forecast, and the built-in adapters."""
+    if program == "forecast":
+        return run_forecast(args)
     if program == "warden":
         home, rest = take_home(args)
         if "--fd" not in rest or rest.index("--fd") + 1 >= len(rest) or not rest[rest.index("--fd") + 1].isdigit():
@@ -5963,6 +6195,19 @@ def run_internal(program, args):
         keep_standard_files_open()
         return run_warden(resolve_home(home), fd, "-d" in rest)
     return run_adapter(args)
+
+
+def run_forecast(args):
+    """The forecast program: the facts (forecast_facts) as JSON on standard input, the forecast as JSON out."""
+    if args or sys.stdin is None or sys.stdin.isatty():
+        raise Fail(EX_USAGE, "the forecast program is started by the warden with its facts on standard input; run avsmd")
+    try:
+        facts = json.loads(sys.stdin.read())
+        result = forecast(facts, seed=facts.get("seed", 0))
+    except (ValueError, KeyError, TypeError) as err:
+        raise Fail(EX_DATAERR, f"the forecast's facts do not hold: {err}") from None
+    out(json.dumps(result))
+    return EX_OK
 
 
 def run_adapter(args):
@@ -6013,8 +6258,8 @@ def main(argv=None):
     """Run avsmd or avsm, chosen by argv[0] as a multi-call binary is; return the exit code."""
     program = os.path.basename(sys.argv[0] if sys.argv and sys.argv[0] else "avsm").split(".")[0]
     args = list(sys.argv[1:] if argv is None else argv)
-    if program not in ("avsmd", "avsm") or (args and args[0] in ("avsmd", "avsm", "warden", "adapter")):
-        if args and args[0] in ("avsmd", "avsm", "warden", "adapter"):
+    if program not in ("avsmd", "avsm") or (args and args[0] in ("avsmd", "avsm", "warden", "adapter", "forecast")):
+        if args and args[0] in ("avsmd", "avsm", "warden", "adapter", "forecast"):
             program, args = args[0], args[1:]
         else:
             program = "avsm"
@@ -6022,7 +6267,7 @@ def main(argv=None):
     try:
         if program == "avsmd":
             code = run_daemon(args)
-        elif program in ("warden", "adapter"):
+        elif program in ("warden", "adapter", "forecast"):
             code = run_internal(program, args)
         else:
             code = run_client(args)

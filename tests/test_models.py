@@ -93,6 +93,8 @@ def add(av, d):
     assert run.returncode == 0, run.stderr
     name = os.path.basename(d)
     av.wait_for(lambda rs: of(rs, "report", name), timeout=10, what=f"{name}'s first report")
+    if "a forecast is being made" in run.stdout:     # written apart, when done: let it land before what follows
+        av.wait_for(lambda rs: of(rs, "forecast", name), timeout=20, what=f"{name}'s forecast")
 
 
 def last_seq(av):

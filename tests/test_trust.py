@@ -26,8 +26,8 @@ def ask_for(av, lever, after=0):
 
 
 def test_ratchet_proposes_delegation_and_approving_it_adopts_the_change(av, workdir):
-    """SELF-02, open point 41: after `ratchet` approvals of one lever, self asks to delegate it; approving that
-    ask writes `delegated: true` into mandate.yaml and adopts it (a declared mandate record), after which the
+    """SELF-02, open point 41, FORECAST-01: after `ratchet` approvals of one lever, a forecast, then self asks to
+    delegate it; approving that ask writes `delegated: true` into mandate.yaml and adopts it (a declared mandate record), after which the
     lever runs unasked."""
     write(os.path.join(av.home, "config.yaml"), "ratchet: 2\n")
     d = dial(workdir, "dial", WIPE, value="50", wipe="#!/bin/sh\necho wiped >> wiped\n")
@@ -41,6 +41,11 @@ def test_ratchet_proposes_delegation_and_approving_it_adopts_the_change(av, work
                        what="the ratchet ask")
     (ratchet, ask), = recs
     assert ask["lever"] == "wipe" and ask["by"] == "self" and "delegated: true" in ask["mandate"]
+    # FORECAST-01: a forecast is made before the ratchet ask, which cites it (inferred: it shows, never proves)
+    ahead = [(s, r) for s, r in of(av.records(), "forecast") if r.get("why") == "ratchet"]
+    assert len(ahead) == 1 and ahead[0][0] < ratchet and ask["forecast"] == ahead[0][0], (ahead, ask)
+    assert ahead[0][1]["claim"] == "inferred" and ahead[0][1]["lever"] == "wipe"
+    assert f"#{ahead[0][0]}" in ask["question"]
     assert "delegated" not in open(os.path.join(d, "mandate.yaml")).read()
     run = av.cli("approve", str(ratchet))
     assert run.returncode == 0, run.stderr
