@@ -2287,6 +2287,18 @@ def decimals_of(values):
 
 
 def forecast(facts, seed=0):
+    """Return the forecast of `facts` (see forecast_paths), or why there is none; numbers too large to add
+    up give none rather than an error."""
+    try:
+        result = forecast_paths(facts, seed)
+    except OverflowError:
+        result = {"median": float("inf")}
+    if any(not abs(result.get(k, 0)) < float("inf") for k in ("median", "p10", "p90")):
+        return {"too_little": f"{TOO_LITTLE}: its numbers are too large to add up"}
+    return result
+
+
+def forecast_paths(facts, seed=0):
     """Return {"median", "p10", "p90", "days", "seeds", "decimals"} at the horizon, or {"too_little": why}.
 
     With `facts["first"]` naming a lever, each path starts with one run of it (what a decision packet
@@ -2325,8 +2337,8 @@ def forecast(facts, seed=0):
             value += rng.choice(effects[facts["first"]])
         unheld = value
         allowance = {name: 0.0 for name in effects}
-        for _ in range(blocks):
-            n = int(k) + (1 if rng.random() < k - int(k) else 0)
+        for block in range(blocks):
+            n = int((block + 1) * k) - int(block * k)       # the blocks' steps add up to the horizon exactly
             if n <= 8:
                 move = sum(rng.choice(steps) for _ in range(n))
             else:

@@ -221,3 +221,18 @@ def test_a_decision_packet_says_when_there_is_too_little_history_and_follows_the
     user = be.request(1)["user"].splitlines()
     at = user.index("forecast (2 days x 3 seeds, at the horizon):")
     assert user[at + 1].startswith("  too little history to forecast"), user[at + 1]
+
+
+def test_numbers_too_large_to_add_up_give_no_forecast_and_no_error():
+    """A metric whose steps overflow a float (1e200 a step) gives `too little history to forecast`, never an
+    error, NaN or infinity: the same function runs in the roles process, which must not fall over."""
+    for steps in ([1e200, -1e200, 1e200, 5e199], [1e307, 1e307, 1e307]):
+        result = avsm.forecast(facts(steps, [1e200, 0.0, 1e200]))
+        assert set(result) == {"too_little"} and "too large" in result["too_little"], result
+
+
+def test_a_steady_climb_is_forecast_exactly_over_a_long_horizon():
+    """Stepped in blocks, the horizon's report steps still add up exactly: +1 a report at 10 s for 30 days
+    is 259,200 steps on from the last reading, with no spread."""
+    result = avsm.forecast(facts([1.0] * 5, [1.0, 2.0, 3.0]))
+    assert (result["median"], result["p10"], result["p90"]) == (259203.0, 259203.0, 259203.0), result
