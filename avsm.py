@@ -2852,8 +2852,38 @@ def group_is_still(pgid, leader_start):
     return now_start is None or leader_start is None or now_start == leader_start
 
 
-def sweep_groups(path):
-    """End the process groups an earlier avsmd recorded and did not see end (it was SIGKILLed); return how many.
+def stray_groups(home):
+    """Return the process groups of programs a dead warden of `home` started that no record names: orphans
+    (their parent is init or a subreaper above avsmd) whose environment says AVSM_HOME=home and names a venture,
+    as every program the warden starts does. A warden killed between starting a program and recording its
+    group leaves one (Linux; elsewhere, none are found)."""
+    adopters, pid = {1, os.getpid()}, os.getpid()
+    while pid > 1:
+        pid = proc_stat(pid, 1) or 0            # avsmd's parent chain: where a subreaper would take orphans
+        adopters.add(pid)
+    mark, own = f"AVSM_HOME={home}".encode(), os.getpgid(0)
+    found = set()
+    try:
+        entries = [int(e) for e in os.listdir("/proc") if e.isdigit()]
+    except OSError:
+        return found
+    for pid in entries:
+        if proc_stat(pid, 1) not in adopters or pid == os.getpid():
+            continue
+        try:
+            with open(f"/proc/{pid}/environ", "rb") as fh:
+                env = fh.read().split(b"\0")
+        except OSError:
+            continue
+        pgid = proc_stat(pid, 2)
+        if mark in env and any(v.startswith(b"AVSM_VENTURE=") for v in env) and pgid and pgid != own:
+            found.add(pgid)
+    return found
+
+
+def sweep_groups(path, home=None):
+    """End the process groups an earlier avsmd recorded and did not see end (it was SIGKILLed), and with
+    `home` the strays no record names (stray_groups); return how many.
 
     A group is ours when its leader is gone (Linux reuses no pid while its group lives) or is the very
     process recorded, by start time; TERM, then KILL after the grace.
@@ -2863,7 +2893,7 @@ def sweep_groups(path):
         with open(path) as fh:
             lines = [line.split() for line in fh if line.strip()]
     except OSError:
-        return 0
+        lines = []
     live = {}                           # the file is a journal: "+PGID START" when started, "-PGID" when gone
     for fields in lines:
         if fields[0].startswith("-"):
@@ -2879,6 +2909,8 @@ def sweep_groups(path):
             continue
         if group_is_still(pgid, start):
             ours.append(pgid)
+    if home is not None:
+        ours += [g for g in stray_groups(home) if g not in ours]
     for pgid in ours:
         signal_group(pgid, 15)
     deadline = time.monotonic() + KILL_GRACE
@@ -4967,7 +4999,7 @@ class Daemon:
             signal_group(g, 9)
         self.groups = {}
         if not getattr(self, "lost_lock", False) and self.lock_is_ours():
-            sweep_groups(os.path.join(self.home, "groups"))   # any the warden journaled but had not yet told us of
+            sweep_groups(os.path.join(self.home, "groups"), self.home)  # any it journaled, or started, but had not told us of
         self.clear_groups()
 
     def read_warden(self):
@@ -5222,7 +5254,7 @@ class Daemon:
             raise Fail(EX_CANTCREAT, f"{self.home} is not a directory; give --home a directory")
         os.makedirs(self.home, mode=0o700, exist_ok=True)
         self.take_lock()
-        swept = sweep_groups(os.path.join(self.home, "groups"))    # before anything else
+        swept = sweep_groups(os.path.join(self.home, "groups"), self.home)    # before anything else
         self.sel = selectors.DefaultSelector()
         self.ledger = Ledger(os.path.join(self.home, "ledger.db"), still_ours=self.lock_is_ours)
         broken = ledger_problem(self.ledger.db)

@@ -827,6 +827,39 @@ def test_a_group_is_ended_only_while_it_is_still_the_one_started():
     assert wait_until(lambda: not avsm.group_is_still(leader.pid, start), 5), "a group gone is not ours to end"
 
 
+def test_orphans_no_record_names_are_ended_and_no_one_elses(bindir):
+    """A warden killed between starting a program and recording its group leaves an orphan no record names:
+    the next avsmd finds it by its environment (AVSM_HOME of this home and a venture), ends its group before
+    anything else and counts it in the sweep record; an orphan of another home, or one naming no venture, is
+    left alone. RUN-13 RUN-14 PITFALLS 2"""
+    root, mark = new_root(), token()
+    av = Avsm(bindir, os.path.join(root, "h"))
+    try:
+        assert start(av), av.stderr()[-400:]
+        settle_stop(av, Campaign("orphans"), "before the orphans")
+
+        def orphan(tag, **env):
+            subprocess.Popen(["sh", "-c", f"sleep 60.{mark}{tag} & exit 0"], start_new_session=True,
+                             env=dict(os.environ, **env), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL).wait()
+            return wait_until(lambda: marked(f"60.{mark}{tag}"), 5, step=0.01)[0]
+
+        ours = orphan("1", AVSM_HOME=av.home, AVSM_VENTURE="ghost")
+        other = orphan("2", AVSM_HOME=av.home + "x", AVSM_VENTURE="ghost")
+        nameless = orphan("3", AVSM_HOME=av.home)
+        assert start(av), av.stderr()[-400:]
+        assert wait_until(lambda: not alive(ours), 10), "the next avsmd left the orphan running"
+        assert alive(other) and alive(nameless), "an orphan of another home, or of no venture, was ended"
+        sweeps = [r for _, _, r in records(av) if r["kind"] == "sweep" and r["venture"] == "self"]
+        assert sweeps and sweeps[-1]["groups"] == 1, sweeps
+        c = Campaign("orphans")
+        settle_stop(av, c, "after the sweep")
+        assert not c.violations, "\n".join(c.violations)
+    finally:
+        kill_daemon(av)
+        kill_marked([mark])
+        shutil.rmtree(root, ignore_errors=True)
+
+
 def test_groups_journal_is_compacted_to_what_still_runs_and_never_replaces_anothers(tmp_path):
     """HOME/groups past 64 KiB is replaced by the groups still running (with their leaders' start times),
     while the home's lock names our avsmd; once another avsmd's pid stands in the lock, the journal is only
