@@ -1640,7 +1640,6 @@ class VentureState:
         self.level = None             # (seq, value) of the last report that was not implausible
         self.pending = None           # (seq, value) of an unconfirmed report
         self.last_step = None         # the step between the last two trusted reports
-        self.lever_ran = False        # a lever ran since the last trusted report
         self.previous_implausible = False
         self.trusted = []             # [(seq, value)] of the last HISTORY trusted reports
         self.sides = {}               # controller side -> {"armed": bool, "streak": [report seqs]}
@@ -1656,7 +1655,7 @@ class VentureState:
         self.approvals = {}           # lever -> approvals since the mandate (a denial resets it): the ratchet
         self.free_steps = []          # one-step changes between trusted reports with no lever run between
         self.lever_steps = {}         # lever -> steps between trusted reports across which it alone ran
-        self.ran_since = []           # levers run since the last trusted report
+        self.ran_since = []           # levers run since the last trusted report (none: the next step is lever-free)
         self.effects = {}             # action seq -> a run whose expected effect is not yet judged
         self.misses = {}              # lever -> misses in a row (revoke_after)
         self.suspended = {}           # lever -> the ask whose approval restores its delegation
@@ -1688,7 +1687,6 @@ def fold(state, seq, at, record):
     elif kind == "action":
         state.actions.setdefault(record["lever"], []).append((seq, at, record.get("payload")))
         state.running[record["lever"]] = seq
-        state.lever_ran = True
         if record["lever"] not in state.ran_since:
             state.ran_since.append(record["lever"])
         if record.get("proof", {}).get("rule") == "unwind":
@@ -1761,7 +1759,7 @@ def fold_report(state, seq, at, record):
         state.peak = value if state.peak is None else max(state.peak, value)
         base = state.pending or state.level
         state.last_step = value - base[1] if base is not None else None
-        if state.level is not None and not state.lever_ran and state.pending is None:
+        if state.level is not None and not state.ran_since and state.pending is None:
             state.free_steps.append(value - state.level[1])
             del state.free_steps[:-HISTORY]
         if state.level is not None and state.pending is None and len(state.ran_since) == 1:
@@ -1770,7 +1768,7 @@ def fold_report(state, seq, at, record):
             del steps[:-HISTORY]
         fold_effects(state, value)
         state.level, state.pending = (seq, value), None
-        state.lever_ran, state.ran_since = False, []
+        state.ran_since = []
         state.trusted.append((seq, value))
         del state.trusted[:-HISTORY]
     elif status == "unconfirmed":
@@ -1849,7 +1847,7 @@ def judge_report(mandate, state, value, failure=None):
         if state.pending is not None:
             return "unconfirmed", f"moved {format_number(step)} from {what}, past {key} {format_number(bound)}; waits for the next to agree"
         return "implausible", f"{'rose' if step > 0 else 'fell'} by {format_number(abs(step))} from {format_number(base)}, past {key} {format_number(bound)}"
-    if state.pending is None and state.last_step is not None and not state.lever_ran:
+    if state.pending is None and state.last_step is not None and not state.ran_since:
         previous = state.last_step
         half_prev = (up if previous > 0 else down)
         half_now = (up if step > 0 else down)
@@ -2197,6 +2195,12 @@ def fold_effects(state, value):
             effect["verdict"] = (verdict, why)       # the warden writes it as an `effect` record
 
 
+def drift_and_noise(steps):
+    """The mean one-step change of lever-free steps, and its standard deviation (open point 36)."""
+    drift = sum(steps) / len(steps)
+    return drift, (sum((s - drift) ** 2 for s in steps) / len(steps)) ** 0.5
+
+
 def judge_effect(expects, r0, after, steps):
     """Return (verdict, why) for a run that expected `expects` (way, size, within), open point 36.
 
@@ -2208,8 +2212,7 @@ def judge_effect(expects, r0, after, steps):
         return "not judged", "fewer than 3 steps of history: the metric's drift is not known"
     if all(step == 0 for step in steps):
         return "not judged", "the metric has never changed: no evidence either way"
-    drift = sum(steps) / len(steps)
-    noise = (sum((s - drift) ** 2 for s in steps) / len(steps)) ** 0.5
+    drift, noise = drift_and_noise(steps)
     zero_share = sum(1 for s in steps if s == 0) / len(steps)
     repeats = 0
     for value in after:
@@ -2291,11 +2294,10 @@ def forecast(facts, seed=0):
     up give none rather than an error."""
     try:
         result = forecast_paths(facts, seed)
+        finite = all(abs(result.get(k, 0)) < float("inf") for k in ("median", "p10", "p90"))    # NaN is not
     except OverflowError:
-        result = {"median": float("inf")}
-    if any(not abs(result.get(k, 0)) < float("inf") for k in ("median", "p10", "p90")):
-        return {"too_little": f"{TOO_LITTLE}: its numbers are too large to add up"}
-    return result
+        finite = False
+    return result if finite else {"too_little": f"{TOO_LITTLE}: its numbers are too large to add up"}
 
 
 def forecast_paths(facts, seed=0):
@@ -2315,8 +2317,7 @@ def forecast_paths(facts, seed=0):
         return {"too_little": f"{TOO_LITTLE}: {len(steps)} lever-free step(s) of history, 3 needed"}
     if facts["seeds"] < 1 or facts["days"] <= 0:
         return {"too_little": "forecasts are off (seeds: 0)"}
-    drift = sum(steps) / len(steps)
-    noise = (sum((x - drift) ** 2 for x in steps) / len(steps)) ** 0.5
+    drift, noise = drift_and_noise(steps)
     total = max(1, int(facts["days"] * 86400 / facts["cadence"]))
     blocks = min(total, FORECAST_BLOCKS)
     k = total / blocks
@@ -4496,8 +4497,7 @@ class Warden:
         n, spec = self.cfg["ratchet"], state.mandate["levers"].get(lever)
         if not n or spec is None or spec["delegated"] or spec["reversible"] or state.approvals.get(lever, 0) < n:
             return
-        if any(a.get("about") == "ratchet" and a.get("lever") == lever for a in state.open_asks.values()) \
-                or lever in state.ratchet_forecasts:
+        if ratchet_asked(state, lever) or lever in state.ratchet_forecasts:
             return
         if self.start_forecast(state, "ratchet", lever):
             state.ratchet_forecasts.add(lever)      # FORECAST-01: the ask follows the forecast
@@ -4507,9 +4507,8 @@ class Warden:
     def raise_ratchet(self, state, lever, forecast_seq=None, forecast_line=None):
         n = self.cfg["ratchet"]
         state.ratchet_forecasts.discard(lever)
-        if state.approvals.get(lever, 0) < n or any(a.get("about") == "ratchet" and a.get("lever") == lever
-                                                    for a in state.open_asks.values()):
-            return
+        if state.approvals.get(lever, 0) < n or ratchet_asked(state, lever):
+            return                          # approvals reset, or asked already, while the forecast ran
         path = os.path.join(state.directory, "mandate.yaml")
         try:
             with open(path, encoding="utf-8") as fh:
@@ -4647,6 +4646,11 @@ class Warden:
             self.keep[state.name].update(restart=False, backoff=0)
         self.start_keep(state)
         return [f"{state.name} resumed"] + still
+
+
+def ratchet_asked(state, lever):
+    """Whether a ratchet ask to delegate `lever` is open."""
+    return any(a.get("about") == "ratchet" and a.get("lever") == lever for a in state.open_asks.values())
 
 
 def next_nightly(hhmm, after=None):
@@ -6227,6 +6231,9 @@ def run_daemon(args):
     return Daemon(home, cfg, path, text, debug).run()
 
 
+INTERNAL_PROGRAMS = ("warden", "adapter", "forecast")     # started by avsmd and its warden, not by hand
+
+
 def run_internal(program, args):
     """The programs avsmd starts itself: the warden, the forecast, and the built-in adapters."""
     if program == "forecast":
@@ -6302,8 +6309,8 @@ def main(argv=None):
     """Run avsmd or avsm, chosen by argv[0] as a multi-call binary is; return the exit code."""
     program = os.path.basename(sys.argv[0] if sys.argv and sys.argv[0] else "avsm").split(".")[0]
     args = list(sys.argv[1:] if argv is None else argv)
-    if program not in ("avsmd", "avsm") or (args and args[0] in ("avsmd", "avsm", "warden", "adapter", "forecast")):
-        if args and args[0] in ("avsmd", "avsm", "warden", "adapter", "forecast"):
+    if program not in ("avsmd", "avsm") or (args and args[0] in ("avsmd", "avsm") + INTERNAL_PROGRAMS):
+        if args and args[0] in ("avsmd", "avsm") + INTERNAL_PROGRAMS:
             program, args = args[0], args[1:]
         else:
             program = "avsm"
@@ -6311,7 +6318,7 @@ def main(argv=None):
     try:
         if program == "avsmd":
             code = run_daemon(args)
-        elif program in ("warden", "adapter", "forecast"):
+        elif program in INTERNAL_PROGRAMS:
             code = run_internal(program, args)
         else:
             code = run_client(args)

@@ -1186,22 +1186,26 @@ def socket_and_lock_deleted(bindir, n=3):
         settle_stop(av, c, "after the deletions")
         check_acknowledged(av, tailer.seen, c)
         check_invariants(av, c, os.path.join(d, "lines"), "level", "lower")
-        recs = records(av)
-        if now_warden != first_warden:
-            c.violate(f"deleting the lock file ended the warden ({first_warden} -> {now_warden}); "
-                           f"restart records: {len(warden_restarts(recs))}")
-        cut = [s for s, _, r in recs if r["kind"] == "outcome" and r.get("status") == "unknown"]
-        if cut:
-            c.violate(f"deleting the lock file cut off the levers of actions {cut}")
-        if not recs or (recs[-1][2]["venture"], recs[-1][2]["kind"]) != ("self", "stop"):
-            c.violate("the clean stop after the deletions wrote no stop record "
-                           f"(last: {recs[-1][2]['kind'] if recs else None})")
+        check_nothing_cut(av, c, first_warden, now_warden, "deleting the lock file")
     finally:
         tailer.halt.set()
         kill_daemon(av)
         kill_marked([mark])
         shutil.rmtree(root, ignore_errors=True)
     return c
+
+
+def check_nothing_cut(av, c, first_warden, now_warden, what):
+    """After `what` and a clean stop: the same warden ran throughout, no lever was cut off, the stop was recorded."""
+    recs = records(av)
+    if now_warden != first_warden:
+        c.violate(f"{what} ended the warden ({first_warden} -> {now_warden}), with "
+                  f"{len(warden_restarts(recs))} restart record(s) for it")
+    cut = [s for s, _, r in recs if r["kind"] == "outcome" and r.get("status") == "unknown"]
+    if cut:
+        c.violate(f"{what} cut off the levers of actions {cut}")
+    if not recs or (recs[-1][2]["venture"], recs[-1][2]["kind"]) != ("self", "stop"):
+        c.violate(f"the clean stop after {what} wrote no stop record (last record: {recs[-1][2]['kind'] if recs else None})")
 
 
 def test_deleted_socket_and_lock_file_are_made_again_within_a_second(bindir):
@@ -1241,16 +1245,7 @@ def lock_deleted_while_avsmd_is_busy(bindir):
         now_warden = wardens(av.proc.pid)
         settle_stop(av, c, "after the deletion")
         check_invariants(av, c, os.path.join(d, "lines"), "level", "lower")
-        recs = records(av)
-        if now_warden != first_warden:
-            c.violate(f"the deleted lock file ended the warden ({first_warden} -> {now_warden}), with "
-                      f"{len(warden_restarts(recs))} restart record(s) for it")
-        cut = [s for s, _, r in recs if r["kind"] == "outcome" and r.get("status") == "unknown"]
-        if cut:
-            c.violate(f"the deleted lock file cut off the levers of actions {cut}")
-        if not recs or (recs[-1][2]["venture"], recs[-1][2]["kind"]) != ("self", "stop"):
-            c.violate("the clean stop after the deletion wrote no stop record "
-                      f"(last record: {recs[-1][2]['kind'] if recs else None})")
+        check_nothing_cut(av, c, first_warden, now_warden, "deleting the lock file")
         if not c.violations:
             c.survived += 1
     finally:

@@ -54,10 +54,13 @@ if __name__ == '__main__':
 
 def install(tmp, env):
     """Return the path of an installed `avsm` console script, and how it was installed."""
-    venv = os.path.join(tmp, "venv")
+    venv, source = os.path.join(tmp, "venv"), os.path.join(tmp, "source")
+    os.makedirs(source)
+    for name in ("avsm.py", "pyproject.toml", "README.md"):     # a copy: pip builds in place (build/, *.egg-info)
+        shutil.copy(os.path.join(ROOT, name), source)
     try:
         subprocess.run([sys.executable, "-m", "venv", venv], check=True, capture_output=True, timeout=120)
-        subprocess.run([os.path.join(venv, "bin", "pip"), "install", "-q", ROOT], check=True, capture_output=True,
+        subprocess.run([os.path.join(venv, "bin", "pip"), "install", "-q", source], check=True, capture_output=True,
                        timeout=300, env=env, cwd=tmp)
         return os.path.join(venv, "bin", "avsm"), "pip install . into a fresh venv"
     except (subprocess.SubprocessError, OSError):
