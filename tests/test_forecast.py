@@ -124,7 +124,8 @@ def forecasts(av, venture):
 
 
 def test_add_writes_a_forecast_when_it_is_done_and_an_unchanged_readd_none(av, workdir):
-    """FORECAST-01, -07, -11, -13: `avsm add` answers at once and says a forecast is being made; the forecast
+    """FORECAST-01 FORECAST-06 FORECAST-07 FORECAST-11 FORECAST-13: `avsm add` answers at once and says a
+    forecast is being made (by a program of its own, apart from the warden's loop); the forecast
     record follows (inferred, never a premise); a fresh venture has too little history; a changed mandate
     is forecast again, with numbers once three lever-free steps are in; an unchanged re-add is not."""
     os.makedirs(av.home, mode=0o700)
