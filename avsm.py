@@ -66,6 +66,7 @@ LEVER_TIMEOUT = 600          # a lever run's time limit unless `timeout:` says o
 KILL_GRACE = 7               # SIGTERM, then SIGKILL this many seconds later
 NOTE_MAX = 2000              # characters of a note kept in a record
 OUTPUT_KEEP = 64 * 1024      # bytes of a command's output kept while it runs
+PIPE_ROOM = 1024 * 1024       # bytes a command's output pipe holds before the command waits for the warden
 REPLY_MAX = 256 * 1024       # bytes of a model's reply read at most
 BACKOFF_FIRST, BACKOFF_CEILING, BACKOFF_RESET = 1, 300, 600   # open point 31
 QUICK_DEATH = 10             # a `run` that dies within this many seconds is restarted with back-off
@@ -2727,6 +2728,11 @@ class Child:
             if stdin_path:
                 stdin.close()
         self.pid = self.pgid = self.proc.pid
+        try:                          # room for 1 MiB: a flood of output needs 16 times fewer of the warden's turns
+            import fcntl
+            fcntl.fcntl(self.proc.stdout.fileno(), fcntl.F_SETPIPE_SZ, PIPE_ROOM)
+        except (ImportError, AttributeError, OSError):
+            pass                      # not Linux, or past the user's pipe pages: the default room serves
         self.open_pipes = {self.proc.stdout, self.proc.stderr}   # registered in the warden's selector
         for pipe in (self.proc.stdout, self.proc.stderr):
             os.set_blocking(pipe.fileno(), False)

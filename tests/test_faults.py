@@ -801,6 +801,29 @@ def test_lever_started_just_before_avsmd_dies_is_ended_by_the_next(bindir):
 
 # ---- 4. the ledger cannot be written --------------------------------------------------------
 
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="pipe room is set with Linux's F_SETPIPE_SZ")
+def test_a_flood_of_output_waits_for_no_one_up_to_a_mebibyte(tmp_path):
+    """A program's output pipe holds 1 MiB, so a report printing 900 KB ends without waiting for the warden's
+    turns (on a loaded machine a 10 MB report met its cadence only so); what it printed is still read after
+    it ended, keeping the last 64 KiB. REPORT-04 RUN-16"""
+    child = avsm.Child("report", "flood", ["sh", "-c", "head -c 900000 /dev/zero | tr '\\0' x; echo 5"],
+                       str(tmp_path), dict(os.environ))
+    try:
+        deadline = time.monotonic() + 10
+        while child.poll() is None and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert child.poll() == 0, "the program waited for its output to be read"
+        while child.drain(child.proc.stdout):
+            time.sleep(0.01)
+        assert len(child.out) == avsm.OUTPUT_KEEP and child.out.endswith(b"xxx5\n")
+    finally:
+        for pipe in (child.proc.stdout, child.proc.stderr):
+            pipe.close()
+        if child.poll() is None:
+            os.killpg(child.pgid, signal.SIGKILL)
+            child.proc.wait()
+
+
 def test_a_group_is_ended_only_while_it_is_still_the_one_started():
     """avsmd and the next avsmd end a group they were told of only while it is that group: alive, and its
     leader the very process (by start time) or gone while members remain; a pid now naming another

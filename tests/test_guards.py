@@ -43,6 +43,17 @@ def asks_about(records, venture, about):
     return [(s, r) for s, r in of(records, "ask", venture) if r.get("about") == about]
 
 
+SLOW = "slower than half a second; written when it is done"
+
+
+def read_in_time(pairs):
+    """The records of `pairs` that were read; each left out must be one a loaded machine made late, which the
+    spec writes as not read and then writes again with its value when done (RUN-16)."""
+    late = [r for _, r in pairs if r["status"] == "not read"]
+    assert all(r["note"] == SLOW and r["value"] is None for r in late), late
+    return [(s, r) for s, r in pairs if r["status"] != "not read"]
+
+
 def resolved(records, ask_seq):
     """[(seq, record)] of the `resolved` records that settle ask `ask_seq`."""
     return [(s, r) for s, _, r in records if r["kind"] == "resolved" and r.get("ask") == ask_seq]
@@ -616,12 +627,13 @@ def test_audit_asks_when_the_metric_improves_while_it_worsens(fleet):
     better: down a falling metric improves. The lines above an audit's number are its note, at most 2000
     characters. AUDIT-01 AUDIT-02 AUDIT-03 AUDIT-04 AUDIT-06 open point 33 open point 35"""
     recs = fleet.wait_for(lambda rs: of(rs, "ask", "shop") and of(rs, "ask", "inbox")
-                          and len(of(rs, "audit.refunds", "shop")) >= 9 and rs, timeout=20, what="both audits' asks")
+                          and len(read_in_time(of(rs, "audit.refunds", "shop"))) >= 9 and rs, timeout=20, what="both audits' asks")
     (ask_seq, ask), = of(recs, "ask", "shop")
     assert ask["about"] == "audit" and ask["audit"] == "refunds" and ask["claim"] == "measured"
-    audits = of(recs, "audit.refunds", "shop")
-    before = [r for s, r in audits if s < ask_seq]
-    assert [r["value"] for r in before] == [10, 10, 10, 12, 15], "asks at the first worsening past tolerance"
+    audits = read_in_time(of(recs, "audit.refunds", "shop"))
+    before = [r["value"] for s, r in audits if s < ask_seq]
+    assert before[:5] == [10, 10, 10, 12, 15] and before[5:] in ([], [15]), \
+        "asks at the first worsening past tolerance (or the round after, when the 15 came late)"
     (res_seq, _), = resolved(recs, ask_seq)
     assert [r["value"] for s, r in audits if s < res_seq][-4:] == [15, 15, 15, 15]
     for _, r in audits:
@@ -630,7 +642,8 @@ def test_audit_asks_when_the_metric_improves_while_it_worsens(fleet):
         assert str(int(r["value"])) not in r["note"].splitlines()
     (iask_seq, iask), = of(recs, "ask", "inbox")
     assert iask["audit"] == "waiting"
-    assert [r["value"] for s, r in of(recs, "audit.waiting", "inbox") if s < iask_seq] == [0, 1, 2, 3, 4, 5], \
+    before = [r["value"] for s, r in read_in_time(of(recs, "audit.waiting", "inbox")) if s < iask_seq]
+    assert before[:6] == [0, 1, 2, 3, 4, 5] and before[6:] in ([], [6]), \
         "the default window is 5: no ask before the sixth reading"
 
 
@@ -639,18 +652,19 @@ def test_readings_keep_only_address_fields(fleet):
     at most 254 characters), at most 50, joined by single spaces, in an inferred reading.NAME record; with
     audit:, only addresses the audit's latest note names; a failed reading keeps no fields and none of its
     output. READING-01 READING-04 READING-05 READING-06 READING-07 READING-08 READING-09"""
-    recs = fleet.wait_for(lambda rs: len(of(rs, "reading.named", "desk")) >= 3
-                          and len(of(rs, "reading.broken", "desk")) >= 2 and rs, timeout=10, what="three rounds of readings")
+    recs = fleet.wait_for(lambda rs: len(read_in_time(of(rs, "reading.named", "desk"))) >= 3
+                          and len(read_in_time(of(rs, "reading.broken", "desk"))) >= 2 and rs, timeout=10, what="three rounds of readings")
     assert len(EDGE) == 254 and len(OVER) == 255
     expected = ["alice@example.com", "bob@x.org", EDGE] + MANY[:47]
-    for _, r in of(recs, "reading.waiting", "desk"):
+    assert read_in_time(of(recs, "reading.waiting", "desk"))
+    for _, r in read_in_time(of(recs, "reading.waiting", "desk")):
         assert r["claim"] == "inferred" and r["status"] == "read" and r["value"] == 3
         assert r["fields"] == " ".join(expected)
         text = json.dumps(r)
         assert "not an address" not in text and "mallory" not in text and LONG not in text and OVER not in text
-    latest = of(recs, "reading.named", "desk")[-1][1]
+    latest = read_in_time(of(recs, "reading.named", "desk"))[-1][1]
     assert latest["claim"] == "inferred" and latest["fields"] == "bob@x.org u5@example.com"
-    for _, r in of(recs, "reading.broken", "desk"):
+    for _, r in read_in_time(of(recs, "reading.broken", "desk")):
         assert r["claim"] == "inferred" and r["status"] == "failed"
         assert not r.get("fields") and "alice" not in json.dumps(r)
     assert not of(recs, "action", "desk")
