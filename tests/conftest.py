@@ -118,6 +118,23 @@ class Avsm:
             raise AssertionError("avsmd did not stop within the time limit after SIGTERM")
         return code, time.monotonic() - t0
 
+    def wardens(self):
+        """Pids of avsmd's live children whose command line holds `warden` (its fork of a program is no warden:
+        its parent is the warden, not avsmd)."""
+        found = []
+        for p in os.listdir("/proc"):
+            if p.isdigit():
+                try:
+                    with open(f"/proc/{p}/stat") as fh:
+                        state, ppid = fh.read().rsplit(") ", 1)[1].split()[:2]
+                    with open(f"/proc/{p}/cmdline", "rb") as fh:
+                        cmd = fh.read()
+                except OSError:
+                    continue
+                if int(ppid) == self.proc.pid and state != "Z" and b"warden" in cmd:
+                    found.append(int(p))
+        return found
+
     def records(self, since=0):
         """Every record after `since`, read through a read-only connection: [(seq, at, record)]."""
         path = os.path.join(self.home, "ledger.db")

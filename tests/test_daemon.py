@@ -487,8 +487,8 @@ def test_warden_killed_is_restarted_and_asks_about_its_lever(av, workdir):
     av.start()
     av.cli("add", d)
     av.wait_for(lambda rs: of(rs, "action"), timeout=10, what="an action")
-    warden = [p for p in processes_with("warden") if str(av.home).encode() in open(f"/proc/{p}/cmdline", "rb").read()]
-    assert len(warden) == 1
+    warden = av.wardens()
+    assert len(warden) == 1, warden
     os.kill(warden[0], signal.SIGKILL)
     recs = av.wait_for(lambda rs: of(rs, "ask") and rs, timeout=20, what="the did-it-happen ask")
     assert any(r["kind"] == "restart" and r["venture"] == "self" for _, _, r in recs)

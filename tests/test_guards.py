@@ -68,19 +68,6 @@ def rss_mb(pid):
     return 0.0
 
 
-def warden_pids(av):
-    """Pids of the warden of `av`'s home."""
-    pids = []
-    for p in processes_with("warden"):
-        try:
-            with open(f"/proc/{p}/cmdline", "rb") as fh:
-                if av.home.encode() in fh.read():
-                    pids.append(p)
-        except OSError:
-            pass
-    return pids
-
-
 GUARDED = """purpose: Keep the dial low within a budget.
 metric: dial
 controller: {{kind: threshold, above: 10, action: lower}}
@@ -750,5 +737,5 @@ def test_bad_report_inputs_fail_with_a_note_and_never_act(fleet):
     assert "took longer" in of(recs, "report", "hang")[0][1]["note"]
     assert "exit 3" in of(recs, "report", "exit3")[0][1]["note"]
     assert not any("hello" in json.dumps(r) for _, r in of(recs, "report", "prose")), "text before the number is dropped"
-    for pid in [fleet.proc.pid] + warden_pids(fleet):
+    for pid in [fleet.proc.pid] + fleet.wardens():
         assert rss_mb(pid) < 60, f"pid {pid} holds {rss_mb(pid):.0f} MB"

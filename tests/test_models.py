@@ -177,7 +177,7 @@ def roles_pid(av):
 
 
 def warden_pid(av):
-    found = [p for p in children_of(av.proc.pid) if b"warden" in cmdline(p)]
+    found = av.wardens()
     assert len(found) == 1, found
     return found[0]
 

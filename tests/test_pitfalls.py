@@ -82,7 +82,7 @@ def cmdline(pid):
 
 def warden_of(av):
     """The warden: the child of avsmd whose command line holds `warden`."""
-    wardens = [p for p in children(av.proc.pid) if b"warden" in cmdline(p)]
+    wardens = av.wardens()
     assert len(wardens) == 1, f"expected one warden under avsmd {av.proc.pid}, found {wardens}"
     return wardens[0]
 
