@@ -5444,15 +5444,24 @@ commands:
   tail [N] [-f]      the last N records (10), following while output is a terminal or with -f
   tail --since SEQ   every record after SEQ, then exit (for scripts)
   asks               the open asks, with any proposed content under its question
-  approve ASK        approve ask ASK: its lever runs through the gate
+  approve ASK [--edit]
+                     approve ask ASK: its lever runs through the gate (--edit: with what you save
+                     in $VISUAL, $EDITOR or vi, in a terminal)
   deny ASK           deny ask ASK
+  propose VENTURE LEVER [--payload FILE|-]
+                     file a proposal of your own; the gate judges it at once
+  decide VENTURE     run the venture's model decision now (it grants nothing)
   pause VENTURE      stop a venture and everything it runs, until resumed
   resume VENTURE     start a paused venture again
   why SEQ            print record SEQ and, for an action, its proof and whether it re-checks
+  doctor [--since SEQ:HASH]
+                     check the home, config, ledger, mandates and daemon; change nothing
+  doctor --cut SEQ   with avsmd stopped: back up the ledger, then cut it just before #SEQ
   try DIR            run avsmd on a temporary home with DIR adopted, following the ledger
 
 --home DIR, else $AVSMD_HOME, else ~/.local/state/avsmd (macOS: ~/Library/Application Support/avsmd).
-Exit codes: 64 usage, 65 refused, 66 not there, 69 no avsmd answering, 74 output not writable."""
+Exit codes: 64 usage, 65 refused, 66 not there, 69 no avsmd answering, 74 output not writable;
+doctor also 73 a home that is no directory, 77 a permission missing, 78 a config or mandate that does not hold."""
 
 DAEMON_USAGE = """usage: avsmd [--home DIR] [-f CONFIG] [-d] [-t | -T]
 

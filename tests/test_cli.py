@@ -127,14 +127,17 @@ def test_dispatch_by_name_and_by_first_argument(bindir, home):
 @pytest.mark.parametrize("name", ["avsm", "avsmd"])
 @pytest.mark.parametrize("flag", ["-h", "--help"])
 def test_help_exits_0_with_usage(bindir, home, name, flag):
-    """-h and --help print the program's usage on standard output and exit 0, for both programs. EXIT-01"""
+    """-h and --help print the program's usage on standard output and exit 0, for both programs; the client's
+    names every command it has, each at the start of a line of the list. EXIT-01 CLI-01"""
     r = run(prog(bindir, name) + ["--home", home, flag])
     assert r.returncode == 0 and r.stdout.startswith(f"usage: {name} ") and r.stderr == ""
     if name == "avsmd":
         assert all(opt in r.stdout for opt in ("-t", "-T", "-f", "-d", "--home"))
     else:
-        assert all(cmd in r.stdout for cmd in ("add", "status", "tail", "asks", "approve", "deny", "pause",
-                                               "resume", "why"))
+        listed = set(re.findall(r"^  ([a-z]+) ", r.stdout, re.M))
+        assert {"add", "status", "tail", "asks", "approve", "deny", "propose", "pause", "resume", "why",
+                "doctor"} <= listed, listed
+        assert set(avsm.CLIENT_COMMANDS) <= listed, set(avsm.CLIENT_COMMANDS) - listed
 
 
 BAD_USAGE = [
