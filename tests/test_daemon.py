@@ -154,6 +154,48 @@ def test_home_from_environment(bindir, home):
         assert started.wait(10) == 0
 
 
+def test_default_home_is_under_xdg_state_home(bindir, workdir):
+    """With neither --home nor $AVSMD_HOME, the home is $XDG_STATE_HOME/avsmd, or ~/.local/state/avsmd when
+    XDG_STATE_HOME is not set: avsmd serves its socket there and the client finds it. HOME-03 HOME-01"""
+    env = {k: v for k, v in os.environ.items() if k not in ("AVSMD_HOME", "XDG_STATE_HOME")}
+    state = os.path.join(workdir, "st")
+    started = subprocess.Popen([sys.executable, os.path.join(bindir, "avsmd")], env=dict(env, XDG_STATE_HOME=state),
+                               stderr=subprocess.DEVNULL, start_new_session=True)
+    try:
+        deadline = time.monotonic() + 10
+        while not os.path.exists(os.path.join(state, "avsmd", "sock")) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        found = subprocess.run([sys.executable, os.path.join(bindir, "avsm"), "status"],
+                               env=dict(env, XDG_STATE_HOME=state), capture_output=True, text=True)
+        assert found.returncode == 0, found.stderr
+    finally:
+        started.send_signal(signal.SIGTERM)
+        assert started.wait(10) == 0
+    unset = subprocess.run([sys.executable, os.path.join(bindir, "avsm"), "status"],
+                           env=dict(env, HOME=os.path.join(workdir, "h")), capture_output=True, text=True)
+    assert unset.returncode == 69
+    assert os.path.join(workdir, "h", ".local", "state", "avsmd") + " " in unset.stderr, unset.stderr
+
+
+def test_verbose_diagnostics_go_to_standard_error(av, workdir):
+    """avsmd -d writes what it does to standard error: the warden it starts, the programs the warden starts
+    and each record; without -d it writes none of that. CLI-06"""
+    d = dial(workdir, "dial", threshold(), value="3", lower=LOWER)
+    av.start("-d")
+    av.cli("add", d)
+    av.wait_for(lambda rs: of(rs, "report"), timeout=10, what="a report")
+    assert av.stop()[0] == 0
+    err = av.stderr()
+    assert "started the warden" in err and "started report" in err and "dial report dial = 3" in err, err
+    quiet = Avsm(av.bindir, av.home)
+    quiet.start()
+    quiet.cli("add", d)
+    seq = quiet.records()[-1][0]
+    quiet.wait_for(lambda rs: [s for s, r in of(rs, "report") if s > seq], timeout=10, what="a report")
+    assert quiet.stop()[0] == 0
+    assert "started" not in quiet.stderr() and "dial = 3" not in quiet.stderr(), quiet.stderr()
+
+
 def test_client_without_daemon_exits_69(av):
     """Every command that needs the daemon exits 69 when none runs, saying which way it is missing. EXIT-05"""
     for args in (["status"], ["asks"], ["pause", "x"], ["resume", "x"], ["approve", "1"], ["deny", "1"]):
@@ -424,6 +466,28 @@ def test_stop_ends_a_running_lever_and_writes_its_outcome(av, workdir):
     assert not processes_with("60.103")
 
 
+def test_once_stopping_no_new_command_is_taken(av, workdir):
+    """While avsmd stops (here 7 s, waiting on a lever that ignores SIGTERM), it takes no new command: status
+    and add are answered 69 saying it is stopping, and the add adopts nothing. RUN-04 RUN-05"""
+    d = dial(workdir, "dial", threshold(extra=", deadband: 1"), value="50",
+             lower="#!/bin/sh\ntrap '' TERM\necho up > up\nsleep 60.107\n")
+    other = dial(workdir, "other", threshold(), lower=LOWER)
+    av.start()
+    av.cli("add", d)
+    deadline = time.monotonic() + 10
+    while not os.path.exists(os.path.join(d, "up")) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    av.proc.send_signal(signal.SIGTERM)
+    time.sleep(0.5)
+    assert av.proc.poll() is None, "avsmd stopped before the lever was ended"
+    status, add = av.cli("status"), av.cli("add", other)
+    assert status.returncode == 69 and "stopping" in status.stderr, status
+    assert add.returncode == 69 and "stopping" in add.stderr, add
+    assert av.proc.wait(10) == 0
+    assert not [r for _, r in of(av.records(), "mandate") if r["venture"] == "other"]
+    assert not processes_with("60.107")
+
+
 # ---- keeping run alive ----------------------------------------------------------
 
 KEEP = """purpose: Keep a program up.
@@ -497,3 +561,44 @@ def test_warden_killed_is_restarted_and_asks_about_its_lever(av, workdir):
     assert not processes_with("60.106")
     assert len(of(recs, "action")) == 1
     assert av.cli("status").returncode == 0
+
+
+# ---- a venture's identity; no remove ------------------------------------------------
+
+def test_a_moved_directory_is_a_new_venture_and_none_is_removed(av, workdir):
+    """A venture is its directory: renamed, it is adopted as a new venture beside the old, which stays in
+    the ledger and in status (cannot run); another directory may take an unpaused venture's name only once
+    that venture is paused (65 until then, saying so), and the venture then runs from there. The old one's
+reports fail, naming the directory that has gone. There is no
+    command that removes a venture, and nothing of its records goes. VENTURE-04 VENTURE-06 PAUSE-04
+    open point 21"""
+    first = dial(os.path.join(workdir, "a"), "dial", threshold(), value="3", lower=LOWER)
+    av.start()
+    assert av.cli("add", first).returncode == 0
+    av.wait_for(lambda rs: of(rs, "report", "dial"), timeout=10, what="a report of dial")
+    renamed = os.path.join(workdir, "a", "dial2")
+    os.rename(first, renamed)
+    assert av.cli("add", renamed).returncode == 0
+    (m2_seq, m2), = of(av.records(), "mandate", "dial2")
+    assert m2["directory"] == renamed
+    av.wait_for(lambda rs: of(rs, "report", "dial2"), timeout=10, what="a report of dial2")
+    recs = av.wait_for(lambda rs: [r for s, r in of(rs, "report", "dial") if s > m2_seq] and rs, timeout=15,
+                       what="dial's next report, from a directory that has gone")
+    gone = [r for s, r in of(recs, "report", "dial") if s > m2_seq][0]
+    assert gone["status"] == "failed" and first in gone["note"], gone
+    assert any(line.startswith("dial: ") for line in av.cli("status").stdout.splitlines()), "dial stays listed"
+
+    elsewhere = dial(os.path.join(workdir, "b"), "dial", threshold(), value="4", lower=LOWER)
+    taken = av.cli("add", elsewhere)
+    assert taken.returncode == 65 and "avsm pause dial" in taken.stderr, taken
+    assert len(of(av.records(), "mandate", "dial")) == 1
+    for verb in ("remove", "rm", "delete"):
+        assert av.cli(verb, "dial").returncode == 64
+    assert av.cli("pause", "dial").returncode == 0
+    assert av.cli("add", elsewhere).returncode == 0
+    mandates = of(av.records(), "mandate", "dial")
+    assert [r["directory"] for _, r in mandates] == [first, elsewhere]
+    av.cli("resume", "dial")
+    recs = av.wait_for(lambda rs: [r for s, r in of(rs, "report", "dial") if s > mandates[-1][0] and r["value"] == 4]
+                       and rs, timeout=10, what="dial reading from its new directory")
+    assert [r["value"] for s, r in of(recs, "report", "dial") if s < mandates[-1][0]][0] == 3, "its old records stay"

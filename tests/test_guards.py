@@ -372,6 +372,29 @@ def test_unwind_runs_once_with_its_payload_retries_until_ok_under_cap_and_budget
     assert refused and "budget" in refused[0]["why"]
 
 
+def test_while_past_the_unwinds_lever_runs_with_no_other_payload(av, workdir):
+    """While the guard is past its bound its unwind ran with the declared payload; the same lever with any
+    other payload, proposed by a person, is refused (65, a refusal naming the guard) and never runs.
+    GUARD-13 GUARD-10"""
+    d = dial(workdir, "dial", guarded(f"{{name: spend, run: ./spend, above: 100, then: ask, {UNWIND}}}",
+                                      extra_levers=SELL_LEVER), value="5", lower=MARK, sell=SELL,
+             spend="#!/bin/sh\necho 150\n")
+    av.start()
+    av.cli("add", d)
+    recs = av.wait_for(lambda rs: [s for s, r in of(rs, "outcome") if r["lever"] == "sell"] and rs, timeout=10,
+                       what="the unwind's outcome")
+    before = recs[-1][0]
+    for payload in ('{"side": "sell", "qty": 6}', '{"side": "buy", "qty": 5}', '{"side": "sell", "qty": 5, "now": true}'):
+        run = av.cli("propose", "dial", "sell", "--payload", "-", input=payload)
+        assert run.returncode == 65 and "spend" in run.stderr, (payload, run)
+    new = [r for _, _, r in av.records(before)]
+    refusals = [r for r in new if r["kind"] == "refusal" and r["lever"] == "sell"]
+    assert len(refusals) == 3 and all("guard spend" in r["why"] for r in refusals), refusals
+    assert not [r for r in new if r["kind"] == "action" and r["lever"] == "sell"]
+    with open(os.path.join(d, "sells")) as fh:
+        assert fh.read() == "run\n", "sell ran once: the declared unwind"
+
+
 def test_unwind_runs_under_the_levers_check(av, workdir):
     """An unwind runs under its lever's check: the check gets the payload on its standard input, and its
     non-zero exit refuses the run, so the lever never runs. GUARD-12 open point 27"""

@@ -693,3 +693,15 @@ def test_fold_tracks_open_asks_and_the_implausible_ask():
     avsm.fold(state, 4, 1020, report(5))
     avsm.fold(state, 5, 1020, {"kind": "resolved", "claim": "measured", "venture": V, "ask": 3, "summary": "settled"})
     assert state.implausible_ask is None and state.open_asks == {}
+
+
+def test_a_forecast_is_fit_only_to_trusted_reports():
+    """What a forecast starts from holds only trusted reports: an implausible, unconfirmed or failed one adds
+    neither to its history nor to its lever-free steps; a step across an unconfirmed one (a move that may have
+    been real) is left out too, so every step is between neighbouring trusted reports. FORECAST-08 PLAUS-16"""
+    records = [(2, 1010, report(1)), (3, 1020, report(2)), (4, 1030, report(9000, "implausible")),
+               (5, 1040, report(None, "failed")), (6, 1050, report(500, "unconfirmed")), (7, 1060, report(3)),
+               (8, 1070, report(4))]
+    facts = avsm.forecast_facts(adopt(COUNTER % "", records), 7, 8)
+    assert facts["history"] == [1, 2, 3, 4]
+    assert facts["free_steps"] == [1, 1]

@@ -57,6 +57,32 @@ def test_ratchet_proposes_delegation_and_approving_it_adopts_the_change(av, work
     assert not [s for s, r in of(recs, "ask") if s > mandates[-1][0] and r.get("lever") == "wipe"]
 
 
+def test_a_ratchet_change_never_adds_escalate_offbox(av, workdir):
+    """SELF-03, ESC-09: `escalate: offbox` written into mandate.yaml but never adopted with `avsm add` rides in
+    the ratchet's proposed change; approving that change is refused (65, saying only a person's edit may add
+    it), and nothing is adopted or written: mandate.yaml stays as the person left it, the lever still asks."""
+    write(os.path.join(av.home, "config.yaml"), "ratchet: 2\n")
+    d = dial(workdir, "dial", WIPE, value="50", wipe="#!/bin/sh\necho wiped >> wiped\n")
+    av.start()
+    av.cli("add", d)
+    first = ask_for(av, "wipe")
+    assert av.cli("approve", str(first)).returncode == 0
+    edited = WIPE + "escalate: offbox\n"
+    write(os.path.join(d, "mandate.yaml"), edited)
+    second = ask_for(av, "wipe", first)
+    assert av.cli("approve", str(second)).returncode == 0
+    (ratchet, ask), = av.wait_for(lambda rs: [(s, r) for s, r in of(rs, "ask") if r.get("about") == "ratchet"],
+                                  timeout=10, what="the ratchet ask")
+    assert "escalate: offbox" in ask["mandate"] and "delegated: true" in ask["mandate"]
+    run = av.cli("approve", str(ratchet))
+    assert run.returncode == 65 and "escalate: offbox" in run.stderr and "only you" in run.stderr, run
+    assert open(os.path.join(d, "mandate.yaml")).read() == edited
+    recs = av.records()
+    assert len(of(recs, "mandate")) == 1
+    assert not [r for _, r in of(recs, "approval") if r.get("ask") == ratchet]
+    ask_for(av, "wipe", second)
+
+
 def test_canary_ask_checks_that_asks_are_read(av, workdir):
     """SELF-04, SELF-05, open point 8: with canary_asks: {every: 1}, a canary ask follows the first ask; it is listed
     like any other; approving it runs nothing and records that it was approved unread; denying the next passes."""
