@@ -165,7 +165,9 @@ class Avsm:
 def check_ledger_safety(home):
     """The safety invariants over a whole ledger: the chain re-verifies, every record has kind, claim,
     venture and summary, every action's proof re-checks from measured and declared premises only,
-    every outcome cites an action and no action has two, and no lever ran while its venture was paused."""
+    every outcome cites an action and no action has two, and no lever ran while its venture was paused.
+    Run over the ledger every black-box test leaves: PROOF-01 (exactly one claim of the three on every record),
+    PROOF-02, PROOF-04 (each action carries the proof that allowed it), LEDGER-01."""
     path = os.path.join(home, "ledger.db")
     if not os.path.exists(path):
         return

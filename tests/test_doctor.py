@@ -354,7 +354,7 @@ def test_unpaused_venture_whose_directory_is_gone_exits_66(av, workdir):
 
 def test_paused_venture_whose_directory_is_gone_is_noted_not_failed(av, workdir):
     """A paused venture whose directory has gone is noted, not failed: with avsmd running doctor exits 0.
-    DOCTOR-11 DOCTOR-05 PAUSE-01"""
+    DOCTOR-11 DOCTOR-05 PAUSE-01 VENTURE-18"""
     d = dial(workdir, "dial", threshold(), lower=LOWER)
     av.start()
     av.cli("add", d)
