@@ -1722,8 +1722,8 @@ def fold(state, seq, at, record):
         if kind == "approval" and asked.get("about") == "revoke":
             state.suspended.pop(asked.get("lever"), None)
             state.misses[asked.get("lever")] = 0
-        elif kind == "denial" and lever:
-            state.approvals[lever] = 0
+        elif kind == "denial" and lever and asked.get("about") != "interrupted":
+            state.approvals[lever] = 0          # "it did not happen" denies no lever
         if state.implausible_ask == record.get("ask"):
             state.implausible_ask = None
     elif kind == "effect":
@@ -1774,6 +1774,8 @@ def fold_report(state, seq, at, record):
         del state.trusted[:-HISTORY]
     elif status == "unconfirmed":
         state.pending = (seq, value)
+    else:
+        state.pending = None            # only the very next report can confirm an unconfirmed one (PLAUS-10)
     state.previous_implausible = status in ("implausible", "failed")
     for side_name, way, bound, lever in controller_sides(state.mandate):
         side = state.side(side_name)
@@ -2447,6 +2449,10 @@ def prove(state, lever, now, basis, trigger=None, approval=None, payload=None):
     steps.append(f"{lever} is permitted: cap {spec['cap_text']}, {'reversible' if spec['reversible'] else 'irreversible'}")
     if lever in state.running:
         return Verdict(False, why=f"{lever} is still running (action #{state.running[lever]})")
+    unknown = next((s for s, a in state.open_asks.items() if a.get("about") == "interrupted" and a.get("lever") == lever), None)
+    if unknown is not None:
+        return Verdict(False, why=f"whether {lever}'s interrupted run (action #{state.open_asks[unknown].get('action')}) "
+                                  f"happened is not known; answer ask #{unknown} first (avsm approve or deny {unknown})")
     stale = [s for s, e in state.effects.items() if e["lever"] == lever and e.get("stale")]
     if stale:
         return Verdict(False, why=f"the effect of action #{stale[0]} waits on a sensor that may not have refreshed; {lever} waits with it")
@@ -3217,17 +3223,23 @@ class Warden:
                     state.mandate = parse_mandate(record.get("text", ""), f"mandate #{seq}")
                 except Fail:
                     state.mandate = None
+        import time
         for state in self.ventures.values():
             self.check_runnable(state)
             for lever, action_seq in list(state.running.items()):
-                # RUN-10: never run again blindly; ask whether it happened
+                # RUN-10: never run again blindly; ask whether it happened, and hold the lever until answered
+                began = next((at for seq, at, _ in state.actions.get(lever, []) if seq == action_seq), None)
+                at_most = max(0, round(time.time() - began)) if began is not None else None
                 self.append({"kind": "outcome", "claim": "measured", "venture": state.name, "lever": lever,
-                             "action": action_seq, "ok": False, "status": "unknown",
-                             "note": "the warden ended while it ran; whether it finished is not known",
+                             "action": action_seq, "ok": False, "status": "unknown", "duration": at_most,
+                             "note": "the warden ended while it ran; whether it finished is not known"
+                                     + (f"; it ran at most {at_most} s" if at_most is not None else ""),
                              "summary": f"{lever} (action #{action_seq}) was cut off: the warden ended while it ran"})
                 self.append({"kind": "ask", "claim": "measured", "venture": state.name, "about": "interrupted",
-                             "action": action_seq, "question": f"did {lever} happen?",
-                             "summary": f"did {lever} happen? action #{action_seq} was running when the warden ended"})
+                             "lever": lever, "action": action_seq,
+                             "question": f"did {lever} happen?",
+                             "summary": f"did {lever} happen? action #{action_seq} was running when the warden ended; "
+                                        f"{lever} waits for the answer (approve: it did, deny: it did not)"})
 
     def check_runnable(self, state):
         """Parse the adopted mandate against its directory; say on stderr when it cannot run (VENTURE-14)."""

@@ -167,7 +167,8 @@ def check_ledger_safety(home):
     venture and summary, every action's proof re-checks from measured and declared premises only,
     every outcome cites an action and no action has two, and no lever ran while its venture was paused.
     Run over the ledger every black-box test leaves: PROOF-01 (exactly one claim of the three on every record),
-    PROOF-02, PROOF-04 (each action carries the proof that allowed it), LEDGER-01."""
+    PROOF-02, PROOF-04 (each action carries the proof that allowed it), LEDGER-01, and no lever runs again while
+    a `did X happen?` ask about its interrupted run waits (RUN-10)."""
     path = os.path.join(home, "ledger.db")
     if not os.path.exists(path):
         return
@@ -176,11 +177,15 @@ def check_ledger_safety(home):
     assert problem is None, f"chain broken at #{checked}: {problem}"
     rows = list(avsm.read_records(db))
     records = {s: (a, r) for s, a, r in rows}
-    outcomes, paused, directory = {}, set(), {}
+    outcomes, paused, directory, unknown = {}, set(), {}, {}
     for seq, at, r in rows:
         for key in ("kind", "claim", "venture", "summary"):
             assert key in r, f"#{seq} has no {key}"
         assert r["claim"] in ("measured", "declared", "inferred"), f"#{seq} claim {r['claim']}"
+        if r["kind"] == "ask" and r.get("about") == "interrupted":
+            unknown[seq] = (r["venture"], r["lever"])
+        elif r["kind"] in ("approval", "denial", "resolved"):
+            unknown.pop(r.get("ask"), None)
         if r["kind"] == "pause":
             paused.add(r["venture"])
         elif r["kind"] == "resume":
@@ -196,6 +201,8 @@ def check_ledger_safety(home):
             # only stop and a guard's own unwind pass a pause (GUARD-05, GUARD-10)
             assert r["lever"] == "stop" or r["proof"]["rule"] == "unwind" or r["venture"] not in paused, \
                 f"action #{seq} ran while {r['venture']} was paused"
+            assert (r["venture"], r["lever"]) not in unknown.values(), \
+                f"action #{seq} ran {r['lever']} again while whether its interrupted run happened is asked (RUN-10)"
             problems = avsm.check_proof(seq, at, r, records)
             assert not problems, f"action #{seq} does not re-check: {problems}"
         elif r["kind"] == "outcome":

@@ -545,22 +545,36 @@ def test_grandchildren_do_not_outlive_avsmd(av, workdir):
 
 def test_warden_killed_is_restarted_and_asks_about_its_lever(av, workdir):
     """A warden that dies is started again with a self record; the groups it left are ended; the lever it
-    was running is not run again blindly but asked about. RUN-09 RUN-10 RUN-13"""
-    d = dial(workdir, "dial", threshold(extra=", deadband: 1"), value="50",
-             lower="#!/bin/sh\nsleep 60.106\n")
+    was running is not run again blindly but asked about: its outcome is unknown (with at most how long it
+    ran), the ask names the lever, and the lever waits, refused each time the controller wants it, until a
+    person answers; then it runs again. RUN-09 RUN-10 RUN-13"""
+    d = dial(workdir, "dial", threshold(), value="50",
+             lower="#!/bin/sh\nif [ -e once ]; then echo 0 > value; else touch once; sleep 60.106; fi\n")
     av.start()
     av.cli("add", d)
-    av.wait_for(lambda rs: of(rs, "action"), timeout=10, what="an action")
+    (action_seq, _), = av.wait_for(lambda rs: of(rs, "action"), timeout=10, what="an action")
+    deadline = time.monotonic() + 10
+    while not os.path.exists(os.path.join(d, "once")) and time.monotonic() < deadline:
+        time.sleep(0.02)                # the lever has begun its first run
     warden = av.wardens()
     assert len(warden) == 1, warden
     os.kill(warden[0], signal.SIGKILL)
     recs = av.wait_for(lambda rs: of(rs, "ask") and rs, timeout=20, what="the did-it-happen ask")
     assert any(r["kind"] == "restart" and r["venture"] == "self" for _, _, r in recs)
-    (_, ask), = of(recs, "ask")
-    assert ask["question"] == "did lower happen?"
+    (ask_seq, ask), = of(recs, "ask")
+    assert ask["question"] == "did lower happen?" and ask["lever"] == "lower" and ask["action"] == action_seq
+    (_, outcome), = of(recs, "outcome")
+    assert outcome["action"] == action_seq and outcome["ok"] is False and outcome["status"] == "unknown"
+    assert isinstance(outcome["duration"], int) and 0 <= outcome["duration"] <= 30
     assert not processes_with("60.106")
-    assert len(of(recs, "action")) == 1
+    recs = av.wait_for(lambda rs: len([s for s, r in of(rs, "refusal") if s > ask_seq]) >= 2 and rs, timeout=10,
+                       what="the controller refused while the ask waits")
+    assert len(of(recs, "action")) == 1, "the interrupted lever ran again before anyone answered"
+    assert all(f"ask #{ask_seq}" in r["why"] for s, r in of(recs, "refusal") if s > ask_seq)
     assert av.cli("status").returncode == 0
+    assert av.cli("deny", str(ask_seq)).returncode == 0
+    recs = av.wait_for(lambda rs: len(of(rs, "outcome")) >= 2 and rs, timeout=10, what="lower running again")
+    assert of(recs, "outcome")[-1][1]["ok"] is True
 
 
 # ---- a venture's identity; no remove ------------------------------------------------

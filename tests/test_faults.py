@@ -206,6 +206,19 @@ def count(recs, kind, venture=None):
     return sum(1 for _, _, r in recs if r["kind"] == kind and (venture is None or r["venture"] == venture))
 
 
+def answer_cut_off(av, wait=5.0):
+    """Answer "it did not happen" to each `did X happen?` ask as it comes, so the lever may run again (it waits
+    for the answer, RUN-10); wait up to `wait` s for one after a restart. Return how many were answered."""
+    def waiting():
+        recs = records(av)
+        answered = {r.get("ask") for _, _, r in recs if r["kind"] in ("approval", "denial", "resolved")}
+        return [s for s, _, r in recs if r["kind"] == "ask" and r.get("about") == "interrupted" and s not in answered]
+    asks = wait_until(waiting, wait, step=0.05) or []
+    for seq in asks:
+        av.cli("deny", str(seq))
+    return len(asks)
+
+
 def last_seq(av):
     recs = records(av)
     return recs[-1][0] if recs else 0
@@ -443,6 +456,8 @@ def warden_kills(bindir, n=10):
             delay = (restarts[-1].get("restart_in") or 0) if restarts else 0
             back = wait_until(lambda: [w for w in wardens(av.proc.pid) if w != ws[0]], 15 + delay)
             seen_at = time.monotonic()
+            if i % 2 == 0:
+                answer_cut_off(av, 2)   # a kill while the lever ran leaves it asked about, and waiting
             if not restarts:
                 c.violate(f"fault {i}: no self restart record for the killed warden")
             if not back:
@@ -774,6 +789,7 @@ def session_kills_young(bindir, n=3):
             if not start(av):
                 c.violate(f"fault {i}: the next avsmd did not start: {av.stderr()[-400:]}")
                 break
+            answer_cut_off(av)
             left = [p for p in young if alive(p)]
             if left:
                 c.orphans += len(left)

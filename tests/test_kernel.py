@@ -210,6 +210,20 @@ def test_unconfirmed_after_a_failed_report():
     assert judge(state, 110) == "unconfirmed"
 
 
+def test_an_unconfirmed_report_is_not_confirmed_across_a_failed_one():
+    """PLAUS-05, PLAUS-10, open point 34: only the very next report confirms an unconfirmed one; after
+    unconfirmed 9100 and a failed report, 9150 follows an implausible report, so it is unconfirmed itself,
+    and the report after it that agrees makes it trusted."""
+    state = adopt(STEP % "", [(2, 1010, report(100)), (3, 1020, report(9000, "implausible")),
+                              (4, 1030, report(9100, "unconfirmed")), (5, 1040, report(None, "failed"))])
+    assert judge(state, 9150) == "unconfirmed"
+    avsm.fold(state, 6, 1050, report(9150, "unconfirmed"))
+    assert judge(state, 9200) == "trusted"
+    implausible = adopt(STEP % "", [(2, 1010, report(100)), (3, 1020, report(9000, "implausible")),
+                                    (4, 1030, report(9100, "unconfirmed")), (5, 1040, report(-5, "implausible"))])
+    assert judge(implausible, 9150) == "unconfirmed"
+
+
 def test_unconfirmed_applies_with_max_rise_alone():
     """Open point 34: the unconfirmed rule applies whenever any step bound is set (here only max_rise)."""
     state = adopt(BACKUP, [(2, 1010, report(100)), (3, 1020, report(None, "failed"))])
