@@ -91,12 +91,17 @@ DURATION_UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400}
 CAP_PERIODS = {"minute": 60, "hour": 3600, "day": 86400, "week": 604800}
 
 
+DURATION_MAX = 36500 * 86400    # 100 years: past it a duration is a typo, and clocks overflow
+
+
 def parse_duration(text):
     """Return the seconds in a duration: one positive whole number and one unit (10s, 5m, 2h, 1d)."""
     s = str(text).strip()
     one = re.fullmatch(r"([0-9]+)([smhd])", s)
-    if one and int(one[1]) > 0:
+    if one and 0 < int(one[1]) * DURATION_UNITS[one[2]] <= DURATION_MAX:
         return int(one[1]) * DURATION_UNITS[one[2]]
+    if one and int(one[1]) > 0:
+        raise ValueError(f"'{s}' is more than 100 years; write a duration of at most {format_duration(DURATION_MAX)}")
     compound = re.fullmatch(r"((?:[0-9]+[dhms])+)([0-9]+)?", s)
     if compound and not one:
         parts = re.findall(r"([0-9]+)([dhms])", compound[1])
@@ -944,6 +949,8 @@ class Checker:
     def number(self, value, path, what, positive=False):
         if isinstance(value, bool) or not isinstance(value, (int, float)) or value != value or value in (float("inf"), float("-inf")):
             self.fail(path, f"{what} must be a number, not {json.dumps(value)}")
+        if isinstance(value, int) and abs(value) > 1e300:
+            self.fail(path, f"{what} is too large to compare a reading with; write a number of at most 1e300")
         if positive and value <= 0:
             self.fail(path, f"{what} must be above 0")
         return value
@@ -4403,10 +4410,11 @@ class Warden:
         check_venture_dir(directory)
         name = check_venture_name(os.path.basename(directory))
         path = os.path.join(directory, "mandate.yaml")
-        with open(path, encoding="utf-8", errors="replace") as fh:
-            text = fh.read()
         try:
+            text = read_mandate_file(path)
             mandate = parse_mandate(text, path, directory)
+        except OSError as err:
+            raise Fail(EX_DATAERR, f"{path} cannot be read: {err.strerror}") from None
         except Fail as fail:
             raise Fail(EX_DATAERR, str(fail)) from None
         import hashlib
@@ -4529,9 +4537,7 @@ class Warden:
             return                          # approvals reset, or asked already, while the forecast ran
         path = os.path.join(state.directory, "mandate.yaml")
         try:
-            with open(path, encoding="utf-8") as fh:
-                old = fh.read()
-            new = delegate_lever(old, lever, path)
+            new = delegate_lever(read_mandate_file(path), lever, path)
         except (OSError, Fail, ValueError) as err:
             new, why = None, str(err)
         question = (f"delegate {lever}? You approved it {state.approvals[lever]} times; approving this writes "
@@ -4737,6 +4743,54 @@ def check_venture_dir(directory):
             raise Fail(EX_DATAERR, f"{directory} holds mandate.yml; rename it to mandate.yaml "
                                    f"(mv {os.path.join(directory, 'mandate.yml')} {os.path.join(directory, 'mandate.yaml')})")
         raise Fail(EX_DATAERR, f"{directory} holds no mandate.yaml; write one (see examples/counter)")
+    problem = mandate_file_problem(os.path.join(directory, "mandate.yaml"), os.stat(os.path.join(directory, "mandate.yaml")))
+    if problem:
+        raise Fail(EX_DATAERR, problem)
+
+
+MANDATE_MAX = 256 * 1024        # bytes: a mandate is a page of text; past this it is a mistake, and parsing stalls
+
+
+def mandate_file_problem(path, st):
+    """Return why the file at `path` with stat `st` cannot be a mandate, or None."""
+    import stat
+    if stat.S_ISDIR(st.st_mode):
+        return f"{path} is a directory; a mandate is a file of text (move the directory away and write mandate.yaml)"
+    if not stat.S_ISREG(st.st_mode):
+        return f"{path} is not a regular file (a FIFO, device or socket); a mandate is a file of text"
+    if st.st_size > MANDATE_MAX:
+        return f"{path} is {st.st_size} bytes; a mandate may be at most {MANDATE_MAX // 1024} KiB"
+    return None
+
+
+def read_mandate_file(path):
+    """Return the text of mandate.yaml at `path`, exactly as written (its sha256 is the file's).
+
+    Raises OSError when it cannot be opened, and Fail (78: a mandate that does not hold) for anything
+    but a regular file of at most MANDATE_MAX bytes in UTF-8. Never blocks: a FIFO is refused unread.
+    """
+    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+    try:
+        problem = mandate_file_problem(path, os.fstat(fd))
+        if problem:
+            raise Fail(EX_CONFIG, problem)
+        chunks, size = [], 0
+        while size <= MANDATE_MAX:
+            chunk = os.read(fd, 65536)
+            if not chunk:
+                break
+            chunks.append(chunk)
+            size += len(chunk)
+    finally:
+        os.close(fd)
+    data = b"".join(chunks)
+    if len(data) > MANDATE_MAX:
+        raise Fail(EX_CONFIG, f"{path} is over {MANDATE_MAX // 1024} KiB; a mandate may be at most that")
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as err:
+        line = data[:err.start].count(b"\n") + 1
+        raise Fail(EX_CONFIG, f"{path}:{line}: byte 0x{data[err.start]:02x} is not UTF-8; save the mandate as UTF-8") from None
 
 
 def describe_allowed(m, cfg=None):
@@ -5487,13 +5541,30 @@ DAEMON_USAGE = """usage: avsmd [--home DIR] [-f CONFIG] [-d] [-t | -T]
 Exit codes: 64 usage, 75 another avsmd runs on the home, 78 a config or mandate that does not hold."""
 
 
+def flush_out():
+    """Flush standard output; OutputError when it is closed or cannot be written (BrokenPipeError passes)."""
+    if sys.stdout is None:
+        raise OutputError(9, "standard output is closed")
+    try:
+        sys.stdout.flush()
+    except BrokenPipeError:
+        raise
+    except OSError as err:
+        raise OutputError(err.errno or 9, err.strerror or "standard output cannot be written") from None
+
+
+def shown(text):
+    """Return `text` safe for a terminal: control characters (escape sequences, bidi overrides) as \\x.. or \\u...."""
+    return re.sub(LINE_CONTROL_CHARS, lambda m: f"\\x{ord(m.group()):02x}" if ord(m.group()) < 256
+                  else f"\\u{ord(m.group()):04x}", text)
+
+
 def out(line=""):
     """Write one line of records to standard output."""
     if sys.stdout is None:
         raise OutputError(9, "standard output is closed")
     try:
-        sys.stdout.write(re.sub(LINE_CONTROL_CHARS, lambda m: f"\\x{ord(m.group()):02x}" if ord(m.group()) < 256
-                                                else f"\\u{ord(m.group()):04x}", line) + "\n")
+        sys.stdout.write(shown(line) + "\n")
     except BrokenPipeError:
         raise
     except OSError as err:
@@ -5516,6 +5587,8 @@ def ask_daemon(home, cmd, args=None):
         conn.connect(path)
     except FileNotFoundError:
         conn.close()
+        if os.path.exists(home) and not os.path.isdir(home):
+            raise Fail(EX_UNAVAILABLE, f"no avsmd is answering: {home} is a file, not a home directory") from None
         if not os.path.isdir(home):
             raise Fail(EX_UNAVAILABLE, f"no avsmd is answering: {home} does not exist; start one with avsmd --home {home}") from None
         if lock_holder(home):
@@ -5546,7 +5619,7 @@ def ask_daemon(home, cmd, args=None):
                 if "out" in message:
                     out(message["out"])
                 elif "err" in message:
-                    sys.stderr.write(f"avsm: {message['err']}\n")
+                    sys.stderr.write(f"avsm: {shown(str(message['err']))}\n")
                 elif "exit" in message:
                     return message["exit"]
 
@@ -5573,7 +5646,12 @@ def need_int(text, what):
     t = str(text).lstrip("#")
     if not t.isdigit() or not t.isascii():
         raise Fail(EX_USAGE, f"'{text}' is not {what}; write a record number such as 17")
+    if int(t) > SEQ_MAX:
+        raise Fail(EX_DATAERR, f"#{t} is past any record the ledger can hold; avsm tail shows the last")
     return int(t)
+
+
+SEQ_MAX = 2 ** 63 - 1               # SQLite's largest integer: no record is numbered past it
 
 
 def cmd_add(home, args):
@@ -5707,17 +5785,17 @@ def cmd_tail(home, args):
     if since is None:
         last = db.execute("SELECT coalesce(max(seq), 0) FROM records").fetchone()[0]
         since = max(0, last - count)
-        follow = sys.stdout.isatty() if follow is None else follow
+        follow = sys.stdout is not None and sys.stdout.isatty() if follow is None else follow
     for seq, at, record in read_records(db, since):
         out(format_record_line(seq, at, record))
         since = seq
-    sys.stdout.flush()
+    flush_out()
     while follow:
         time.sleep(0.5)
         for seq, at, record in read_records(db, since):
             out(format_record_line(seq, at, record))
             since = seq
-        sys.stdout.flush()
+        flush_out()
     return EX_OK
 
 
@@ -5780,13 +5858,19 @@ def cmd_try(home_arg, args):
     home = home_arg or tempfile.mkdtemp(prefix="av", dir="/tmp")
     daemon = subprocess.Popen([sys.executable, AVSM_PATH, "avsmd", "--home", home], stdin=subprocess.DEVNULL,
                               process_group=0)
+    started = False
     try:
-        for _ in range(100):
-            if os.path.exists(os.path.join(home, "sock")) or daemon.poll() is not None:
+        for _ in range(300):            # ours once it holds the lock and serves: never another avsmd's socket
+            if daemon.poll() is not None:
+                break
+            if os.path.exists(os.path.join(home, "sock")) and lock_holder(home) == daemon.pid:
+                started = True
                 break
             time.sleep(0.05)
-        if daemon.poll() is not None:
-            raise Fail(EX_UNAVAILABLE, f"avsmd did not start on {home} (exit {daemon.returncode})")
+        if not started:
+            code = daemon.poll()
+            raise Fail(code if code in (EX_TEMPFAIL, EX_CONFIG, EX_CANTCREAT, EX_NOPERM) else EX_UNAVAILABLE,
+                       f"avsmd did not start on {home} (exit {code}); try adopts nothing into another avsmd")
         code = ask_daemon(home, "add", {"dir": directory})
         if code != EX_OK:
             return code
@@ -5803,8 +5887,9 @@ def cmd_try(home_arg, args):
                 daemon.wait(15)
             except subprocess.TimeoutExpired:
                 daemon.kill()
-        sys.stderr.write(f"\navsm: avsmd stopped (exit {daemon.wait()}); the home is kept at {home}\n"
-                         f"avsm: look again with: python3 {AVSM_PATH} --home {home} tail 50\n")
+        if started:
+            sys.stderr.write(f"\navsm: avsmd stopped (exit {daemon.wait()}); the home is kept at {home}\n"
+                             f"avsm: look again with: python3 {AVSM_PATH} --home {home} tail 50\n")
     return EX_OK
 
 
@@ -5842,13 +5927,15 @@ def cmd_doctor(home, args):
         arg = rest.pop(0)
         if arg == "--since" and rest:
             since = rest.pop(0)
-            if not re.fullmatch(r"[0-9]+:[0-9a-f]{16}", since):
+            if not re.fullmatch(r"[0-9]+:[0-9a-fA-F]{16}", since):
                 raise Fail(EX_USAGE, f"'{since}' is not an anchor; write SEQ:HASHPREFIX with 16 hex digits, as 1234:0123456789abcdef")
+            since = since.lower()
+            need_int(since.split(":")[0], "a record number")
         elif arg == "--cut" and rest:
             cut = rest.pop(0)
             if not cut.isdigit() or not cut.isascii() or int(cut) < 1:
                 raise Fail(EX_USAGE, f"'{cut}' is not a record number; write avsm doctor --cut 1234")
-            cut = int(cut)
+            cut = need_int(cut, "a record number")
         elif arg == "--remote" or arg.startswith("--remote="):
             raise Fail(EX_USAGE, "avsm doctor has no --remote: avsmd opens no listener but its socket; run doctor on its machine")
         else:
@@ -5972,12 +6059,12 @@ def doctor_mandates(home, found):
                            f"put {directory} back, or avsm --home {home} pause {name}")
             continue
         try:
-            with open(path, encoding="utf-8", errors="replace") as fh:
-                parse_mandate(fh.read(), path, directory)
+            parse_mandate(read_mandate_file(path), path, directory)
             found.ok(f"venture {name}: {path} holds")
         except OSError as err:
-            found.fail(EX_NOPERM if isinstance(err, PermissionError) else EX_NOINPUT,
-                       f"venture {name}: {path} cannot be read: {err.strerror}", f"chmod u+r {path}")
+            denied = isinstance(err, PermissionError)
+            found.fail(EX_NOPERM if denied else EX_NOINPUT, f"venture {name}: {path} cannot be read: {err.strerror}",
+                       f"chmod u+r {path}" if denied else f"put {path} back, then avsm --home {home} add {directory}")
         except Fail as fail:
             found.fail(EX_CONFIG, f"venture {name}: {fail}", f"edit {path}, then avsm --home {home} add {directory}")
 
@@ -6130,24 +6217,44 @@ def run_client(args):
     verb, rest = rest[0], rest[1:]
     if verb not in CLIENT_COMMANDS:
         raise Fail(EX_USAGE, f"'{verb}' is not an avsm command{nearest(verb, CLIENT_COMMANDS)}: avsm --help lists them")
-    if "-h" in rest or "--help" in rest:
+    options, names = (rest[:rest.index("--")], rest[rest.index("--") + 1:]) if "--" in rest else (rest, [])
+    if "-h" in options or "--help" in options:
         out(CLIENT_USAGE)
         return EX_OK
+    if verb in OPTIONLESS_COMMANDS:
+        for arg in options:
+            if arg.startswith("-") and arg != "-":
+                raise Fail(EX_USAGE, f"avsm {verb} takes no option '{arg}'; for a name that begins with -, "
+                                     f"write avsm {verb} -- {arg}")
     if verb == "try":
-        return cmd_try(home, rest)
-    return CLIENT_COMMANDS[verb](resolve_home(home), rest)
+        return cmd_try(home, options + names)
+    try:
+        return CLIENT_COMMANDS[verb](resolve_home(home), options + names)
+    except Exception as err:
+        if type(err).__module__ == "sqlite3":     # a ledger that is not one, or not readable
+            raise Fail(EX_DATAERR, f"{ledger_path(resolve_home(home))} cannot be read: {err}; "
+                                   f"avsm --home {resolve_home(home)} doctor says more") from None
+        raise
+
+
+OPTIONLESS_COMMANDS = ("add", "status", "asks", "deny", "decide", "pause", "resume", "why", "try")
 
 
 def take_home(args):
     """Return (--home value or None, the other arguments): --home may stand before or after the command."""
     home, rest, i = None, [], 0
     while i < len(args):
+        if args[i] == "--":
+            rest += args[i:]                # what follows -- is names, never an option
+            break
         if args[i] == "--home":
-            if i + 1 >= len(args):
+            if i + 1 >= len(args) or not args[i + 1]:
                 raise Fail(EX_USAGE, "--home needs a directory")
             home, i = args[i + 1], i + 2
         elif args[i].startswith("--home="):
             home, i = args[i].split("=", 1)[1], i + 1
+            if not home:
+                raise Fail(EX_USAGE, "--home needs a directory")
         else:
             rest.append(args[i])
             i += 1
@@ -6200,8 +6307,7 @@ def test_config(home, cfg, path):
         try:
             if not os.path.isdir(directory or ""):
                 raise Fail(EX_NOINPUT, f"{directory} is not there")
-            with open(mandate_path, encoding="utf-8", errors="replace") as fh:
-                m = parse_mandate(fh.read(), mandate_path, directory)
+            m = parse_mandate(read_mandate_file(mandate_path), mandate_path, directory)
         except OSError as err:
             sys.stderr.write(f"avsmd: {name}: {mandate_path} cannot be read: {err.strerror}\n")
             code = EX_CONFIG
@@ -6245,6 +6351,8 @@ def run_daemon(args):
         else:
             raise Fail(EX_USAGE, f"avsmd does not take '{arg}'; avsmd --help lists its options")
     home = resolve_home(home)
+    if os.path.exists(home) and not os.path.isdir(home):
+        raise Fail(EX_CANTCREAT, f"{home} is not a directory; move it aside or pass another --home")
     cfg, path, text = read_config(home, config_path)
     if mode == "-T":
         out(format_config(cfg).rstrip("\n"))
@@ -6350,14 +6458,13 @@ def main(argv=None):
         else:
             code = run_client(args)
         try:
-            sys.stdout.flush()
-        except BrokenPipeError:
-            raise
-        except (OSError, AttributeError) as err:
-            raise OutputError(getattr(err, "errno", 9), getattr(err, "strerror", None) or "standard output is closed") from None
-        return code
+            flush_out()
+        except OutputError:
+            if code == EX_OK:
+                raise
+        return code                     # a command that failed keeps its code, written out or not
     except Fail as fail:
-        sys.stderr.write(f"{name}: {fail}\n")
+        sys.stderr.write(f"{name}: {shown(str(fail))}\n")
         return fail.code
     except BrokenPipeError:
         # the reader went away (avsm tail | head -1): end quietly

@@ -157,6 +157,10 @@ BAD_USAGE = [
     ("avsmd", ["-x"]),
     ("avsmd", ["extra"]),
     ("avsm", ["--home"]),
+    ("avsm", ["--home=", "status"]),
+    ("avsm", ["add", "--bogus"]),
+    ("avsm", ["pause", "--force", "x"]),
+    ("avsm", ["why", "-1"]),
 ]
 
 
@@ -635,3 +639,58 @@ def test_launchd_agent_parses_and_says_how_to_install():
     assert plist["RunAtLoad"] is True and plist["KeepAlive"] is True
     assert any("avsmd" in a for a in plist["ProgramArguments"])
     assert "install" in open(path, encoding="utf-8").read().lower()
+
+
+# ---- hostile command lines against a real daemon ----------------------------------------------
+
+def test_hostile_command_lines_get_their_codes_and_harm_nothing(av, workdir):
+    """Record numbers past anything SQLite holds are 65 (not in the ledger), not a traceback; `tail` with
+    standard output closed is 74; a ledger that is not a database is 65 for tail and why, naming it and
+    doctor; a venture named -h is addressed after `--`; control characters from the command line are escaped
+    on standard error, never written raw. EXIT-02 EXIT-03 EXIT-07 CLI-12 CLI-13 open point 3"""
+    d = make_venture(workdir, "-h", "purpose: Odd name.\nmetric: dial\ncontroller: {kind: threshold, above: 10, "
+                     "action: lower}\ncadence: 1s\npermitted:\n  - {name: lower, run: ./lower, cap: 60/hour, "
+                     "reversible: true}\n", {"report": "#!/bin/sh\necho 1\n", "lower": "#!/bin/sh\ntrue\n"})
+    av.start()
+    assert av.cli("add", "--", d).returncode == 0
+    for args in (["why", "9223372036854775808"], ["tail", "--since", "99999999999999999999999"],
+                 ["doctor", "--since", "99999999999999999999999:0123456789abcdef"]):
+        r = av.cli(*args)
+        assert r.returncode == 65 and "Traceback" not in r.stderr and "past any record" in r.stderr, (args, r)
+    closed = subprocess.run([sys.executable, os.path.join(av.bindir, "avsm"), "--home", av.home, "tail"],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, env=av.env,
+                            preexec_fn=lambda: os.close(1))
+    assert closed.returncode == 74 and "standard output" in closed.stderr, closed
+    assert av.cli("pause", "-h").returncode == 0 and "usage: avsm" in av.cli("pause", "-h").stdout
+    assert not of(av.records(), "pause")
+    assert av.cli("pause", "--", "-h").returncode == 0
+    assert [r["venture"] for _, r in of(av.records(), "pause")] == ["-h"]
+    r = av.cli("pause", "\x1b[31mRED\x1b[0m")
+    assert r.returncode == 65 and "\x1b" not in r.stderr and "\\x1b[31mRED" in r.stderr, r
+    r = av.cli("why", "\x1b]0;title\x07")
+    assert r.returncode == 64 and "\x1b" not in r.stderr and "\x07" not in r.stderr, r
+    assert av.cli("status").returncode == 0
+    ruined = os.path.join(workdir, "ruined")
+    write(os.path.join(ruined, "ledger.db"), "this is not a database, not at all\n" * 100)
+    for args in (["tail"], ["why", "1"]):
+        r = run(prog(av.bindir, "avsm") + ["--home", ruined] + args)
+        assert r.returncode == 65 and "ledger.db cannot be read" in r.stderr and "doctor" in r.stderr, (args, r)
+        assert "Traceback" not in r.stderr
+
+
+def test_try_on_a_home_another_avsmd_holds_adopts_nothing(av, workdir):
+    """`avsm try DIR` on a home a running avsmd holds exits 75 and adopts nothing into that avsmd (its own
+    avsmd could not take the home); avsmd on a home that is a file exits 73. LOCK-02 EXIT-08 open point 13"""
+    av.start()
+    d = make_venture(workdir, "tried", "purpose: Try.\nmetric: dial\ncontroller: {kind: threshold, above: 10, "
+                     "action: lower}\ncadence: 1s\npermitted:\n  - {name: lower, run: ./lower, cap: 60/hour, "
+                     "reversible: true}\n", {"report": "#!/bin/sh\necho 1\n", "lower": "#!/bin/sh\ntrue\n"})
+    r = av.cli("try", d, timeout=30)
+    assert r.returncode == 75 and "adopts nothing" in r.stderr, r
+    assert not of(av.records(), "mandate")
+    assert av.cli("status").returncode == 0
+    homefile = os.path.join(workdir, "homefile")
+    write(homefile, "not a home\n")
+    for extra in ([], ["-t"]):
+        r = run(prog(av.bindir, "avsmd") + ["--home", homefile] + extra)
+        assert r.returncode == 73 and "is not a directory" in r.stderr, r

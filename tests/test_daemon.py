@@ -227,6 +227,68 @@ def test_add_refusals_and_their_codes(av, workdir):
     assert av.kinds().count("mandate") == 0
 
 
+def ask_socket(home, cmd, args):
+    """Send one request straight to avsmd's socket (no client checks first); return its exit code and err lines."""
+    import json
+    import socket
+    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as conn:
+        conn.settimeout(20)
+        conn.connect(os.path.join(home, "sock"))
+        conn.sendall((json.dumps({"v": 1, "cmd": cmd, "args": args}) + "\n").encode())
+        data = b""
+        while True:
+            chunk = conn.recv(65536)
+            if not chunk:
+                break
+            data += chunk
+            messages = [json.loads(line) for line in data.decode().splitlines() if line.strip()]
+            if any("exit" in m for m in messages):
+                return [m["exit"] for m in messages if "exit" in m][0], [m["err"] for m in messages if "err" in m]
+    raise AssertionError(f"no answer: {data!r}")
+
+
+def test_hostile_mandate_files_are_refused_and_harm_nothing(av, workdir):
+    """A mandate.yaml that is a directory, a FIFO, not UTF-8, over 256 KiB, or holds a number too large for
+    a reading (1 and 400 zeros) or a duration past 100 years is refused with 65 saying what is wrong, by the
+    client and by avsmd asked directly, never read past what it needs (a FIFO is not waited on); the warden
+    does not die, nothing is adopted, and the venture already running goes on. VENTURE-12 MANDATE-08 EXIT-03
+    open point 24"""
+    ok = dial(workdir, "ok", threshold(), value="3", lower=LOWER)
+    av.start()
+    assert av.cli("add", ok).returncode == 0
+    good = threshold()
+    cases = {
+        "isdir": None, "fifo": None,
+        "latin": good.replace("Keep", "Caf\xe9 keep").encode("latin-1"),
+        "huge": (good + "# " + "x" * 300000 + "\n").encode(),
+        "bignum": good.replace("above: 10", "above: 1" + "0" * 400).encode(),
+        "ages": good.replace("cadence: 1s", "cadence: 99999999999999999999999d").encode(),
+    }
+    expect = {"isdir": "is a directory", "fifo": "not a regular file", "latin": "not UTF-8", "huge": "KiB",
+              "bignum": "too large", "ages": "100 years"}
+    for name, data in cases.items():
+        d = dial(workdir, name, threshold(), lower=LOWER)
+        path = os.path.join(d, "mandate.yaml")
+        os.unlink(path)
+        if name == "isdir":
+            os.mkdir(path)
+        elif name == "fifo":
+            os.mkfifo(path)
+        else:
+            with open(path, "wb") as fh:
+                fh.write(data)
+        run = av.cli("add", d, timeout=20)
+        assert run.returncode == 65 and expect[name] in run.stderr, (name, run)
+        code, errs = ask_socket(av.home, "add", {"dir": d})
+        assert code == 65 and expect[name] in " ".join(errs), (name, code, errs)
+    recs = av.records()
+    assert not [r for _, _, r in recs if r["kind"] == "restart"], "the warden died"
+    assert [r["venture"] for _, r in of(recs, "mandate")] == ["ok"]
+    assert av.cli("status").returncode == 0
+    n = len(of(recs, "report", "ok"))
+    av.wait_for(lambda rs: len(of(rs, "report", "ok")) > n + 1, timeout=10, what="ok reporting on")
+
+
 def test_readd_unchanged_writes_nothing_changed_adopts(av, workdir):
     """Re-adding an unchanged mandate writes nothing; a changed one is a new mandate record whose
     permissions replace the old. VENTURE-01 VENTURE-02 VENTURE-07"""
