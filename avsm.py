@@ -1670,7 +1670,8 @@ class VentureState:
         self.ratchet_forecasts = set()  # levers whose ratchet ask waits on its forecast (not folded: a restart asks again)
 
     def side(self, name):
-        return self.sides.setdefault(name, {"armed": True, "streak": []})
+        """A controller side: armed (deadband), its streak of crossed reports (hold), asked in this excursion."""
+        return self.sides.setdefault(name, {"armed": True, "streak": [], "asked": False})
 
 
 def fold(state, seq, at, record):
@@ -1758,6 +1759,8 @@ def fold_controller_intent(state, record):
     side["streak"] = []
     if state.mandate["controller"].get("deadband") is not None:
         side["armed"] = False
+    if record["kind"] == "ask":
+        side["asked"] = True            # one ask per excursion, answered or not (DESIGN)
 
 
 def fold_report(state, seq, at, record):
@@ -1795,7 +1798,7 @@ def fold_report(state, seq, at, record):
         if crossed(way, bound, value):
             side["streak"].append(seq)
         else:
-            side["streak"] = []
+            side["streak"], side["asked"] = [], False      # back inside: the excursion is over
 
 
 def crossed(way, bound, value):
@@ -3788,8 +3791,9 @@ class Warden:
         if verdict.ok:
             self.run_lever(state, lever, verdict.proof, f"{lever} runs: {why}", by="controller", side=side)
         elif verdict.needs_ask:
-            if any(a.get("lever") == lever and a.get("about") == "lever" for a in state.open_asks.values()):
-                return                  # asked once already; the ask still waits
+            if state.side(side).get("asked") or \
+                    any(a.get("lever") == lever and a.get("about") == "lever" for a in state.open_asks.values()):
+                return                  # asked once in this excursion already (the ask may still wait)
             self.append({"kind": "ask", "claim": "measured", "venture": state.name, "about": "lever", "lever": lever,
                          "by": "controller", "side": side, "reports": reports,
                          "question": f"run {lever}? {why}; {lever} is irreversible",

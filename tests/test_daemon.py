@@ -438,6 +438,30 @@ def test_irreversible_asks_once_then_approve_runs_it(av, workdir):
     assert av.cli("approve", str(ask_seq)).returncode == 65
 
 
+def test_one_ask_per_excursion_answered_or_not(av, workdir):
+    """One ask per excursion, not one per report: once the controller asked to run an irreversible lever,
+    it asks no more while the metric stays past the bound, whether the ask is denied or approved (and the
+    lever ran without bringing it back); a trusted report back inside ends the excursion, and the next one
+    asks again. ASK-01 ASK-02 CTRL-02 open point 25"""
+    d = dial(workdir, "dial", threshold(reversible="false"), value="50", lower="#!/bin/sh\necho ran >> ran\n")
+    av.start()
+    av.cli("add", d)
+    (first, _), = av.wait_for(lambda rs: of(rs, "ask"), timeout=10, what="the first ask")
+    assert av.cli("deny", str(first)).returncode == 0
+    denied = av.records()[-1][0]
+    av.wait_for(lambda rs: len([s for s, r in of(rs, "report") if s > denied]) >= 3, timeout=10, what="three reports")
+    assert len(of(av.records(), "ask")) == 1, "asked again in the same excursion after a denial"
+    set_value(d, 5)
+    back = av.wait_for(lambda rs: [s for s, r in of(rs, "report") if r["value"] == 5], timeout=10, what="back inside")[0]
+    set_value(d, 50)
+    (second, _), = av.wait_for(lambda rs: [(s, r) for s, r in of(rs, "ask") if s > back], timeout=10,
+                               what="the next excursion's ask")
+    assert av.cli("approve", str(second)).returncode == 0
+    ran = av.wait_for(lambda rs: [s for s, r in of(rs, "outcome") if r["ok"]], timeout=10, what="the approved run")[0]
+    av.wait_for(lambda rs: len([s for s, r in of(rs, "report") if s > ran]) >= 3, timeout=10, what="three reports")
+    assert len(of(av.records(), "ask")) == 2, "asked again in the same excursion after the approved run"
+
+
 def test_deny_and_paused_approve(av, workdir):
     """approve of a paused venture's ask is refused with 65 and says to resume; deny works whatever the
     state. ASK-09 ASK-10 PAUSE-01"""

@@ -4,7 +4,7 @@ import json
 import os
 
 from conftest import write
-from test_daemon import dial, of
+from test_daemon import dial, of, set_value
 
 WIPE = """purpose: Keep the dial low.
 metric: dial
@@ -25,17 +25,31 @@ def ask_for(av, lever, after=0):
     return av.wait_for(found, timeout=15, what=f"an ask for {lever}")[0]
 
 
+WIPE_LEVER = "#!/bin/sh\necho 0 > value\necho wiped >> wiped\n"
+
+
+def approve_and_cross_again(av, d, ask):
+    """Approve `ask` (wipe runs and sets the dial to 0), then push the dial past the bound again: a new
+    excursion, which may ask again (one ask per excursion); return the next ask's seq."""
+    assert av.cli("approve", str(ask)).returncode == 0
+    av.wait_for(lambda rs: [r for s, r in of(rs, "outcome") if s > ask and r["lever"] == "wipe"], timeout=10,
+                what="wipe's outcome")
+    av.wait_for(lambda rs: [r for s, r in of(rs, "report") if s > ask and r["value"] == 0], timeout=10,
+                what="the dial back inside")
+    set_value(d, 50)
+    return ask_for(av, "wipe", ask)
+
+
 def test_ratchet_proposes_delegation_and_approving_it_adopts_the_change(av, workdir):
     """SELF-02, open point 41, FORECAST-01: after `ratchet` approvals of one lever, a forecast, then self asks to
     delegate it; approving that ask writes `delegated: true` into mandate.yaml and adopts it (a declared mandate record), after which the
     lever runs unasked."""
     write(os.path.join(av.home, "config.yaml"), "ratchet: 2\n")
-    d = dial(workdir, "dial", WIPE, value="50", wipe="#!/bin/sh\necho wiped >> wiped\n")
+    d = dial(workdir, "dial", WIPE, value="50", wipe=WIPE_LEVER)
     av.start()
     av.cli("add", d)
     first = ask_for(av, "wipe")
-    assert av.cli("approve", str(first)).returncode == 0
-    second = ask_for(av, "wipe", first)
+    second = approve_and_cross_again(av, d, first)
     assert av.cli("approve", str(second)).returncode == 0
     recs = av.wait_for(lambda rs: [(s, r) for s, r in of(rs, "ask") if r.get("about") == "ratchet"], timeout=10,
                        what="the ratchet ask")
@@ -52,6 +66,9 @@ def test_ratchet_proposes_delegation_and_approving_it_adopts_the_change(av, work
     assert "delegated: true" in open(os.path.join(d, "mandate.yaml")).read()
     mandates = of(av.records(), "mandate")
     assert len(mandates) == 2 and mandates[-1][1]["claim"] == "declared" and mandates[-1][1]["approval_of"] == ratchet
+    av.wait_for(lambda rs: len([r for s, r in of(rs, "outcome") if r["lever"] == "wipe"]) >= 2, timeout=10,
+                what="the second approved wipe")
+    set_value(d, 50)
     recs = av.wait_for(lambda rs: [r for s, r in of(rs, "action") if s > mandates[-1][0] and r["by"] == "controller"] and rs,
                        timeout=10, what="wipe running unasked")
     assert not [s for s, r in of(recs, "ask") if s > mandates[-1][0] and r.get("lever") == "wipe"]
@@ -62,14 +79,13 @@ def test_a_ratchet_change_never_adds_escalate_offbox(av, workdir):
     the ratchet's proposed change; approving that change is refused (65, saying only a person's edit may add
     it), and nothing is adopted or written: mandate.yaml stays as the person left it, the lever still asks."""
     write(os.path.join(av.home, "config.yaml"), "ratchet: 2\n")
-    d = dial(workdir, "dial", WIPE, value="50", wipe="#!/bin/sh\necho wiped >> wiped\n")
+    d = dial(workdir, "dial", WIPE, value="50", wipe=WIPE_LEVER)
     av.start()
     av.cli("add", d)
     first = ask_for(av, "wipe")
-    assert av.cli("approve", str(first)).returncode == 0
     edited = WIPE + "escalate: offbox\n"
     write(os.path.join(d, "mandate.yaml"), edited)
-    second = ask_for(av, "wipe", first)
+    second = approve_and_cross_again(av, d, first)
     assert av.cli("approve", str(second)).returncode == 0
     (ratchet, ask), = av.wait_for(lambda rs: [(s, r) for s, r in of(rs, "ask") if r.get("about") == "ratchet"],
                                   timeout=10, what="the ratchet ask")
@@ -80,6 +96,11 @@ def test_a_ratchet_change_never_adds_escalate_offbox(av, workdir):
     recs = av.records()
     assert len(of(recs, "mandate")) == 1
     assert not [r for _, r in of(recs, "approval") if r.get("ask") == ratchet]
+    wiped = av.wait_for(lambda rs: [s for s, r in of(rs, "outcome") if r["lever"] == "wipe" and s > second],
+                        timeout=10, what="the second approved wipe")[0]
+    av.wait_for(lambda rs: [r for s, r in of(rs, "report") if s > wiped and r["value"] == 0], timeout=10,
+                what="the dial back inside")
+    set_value(d, 50)
     ask_for(av, "wipe", second)
 
 
