@@ -176,6 +176,9 @@ def format_number(value):
         return "-"
     if value != value:
         return "nan"
+    if isinstance(value, int) and abs(value) >= 1e15:
+        digits = str(abs(value))         # past a float's reach: no float() of it
+        return f"{'-' if value < 0 else ''}{digits[0]}.{digits[1:6]}e+{len(digits) - 1}"
     if float(value).is_integer() and abs(value) < 1e15:
         return str(int(value))
     return f"{value:.6g}"
@@ -988,9 +991,10 @@ class Checker:
 
 def command_problem(run, directory):
     """Return why a command line's program is missing or not executable in `directory`, or None."""
-    first = run.split()[0] if run.split() else ""
+    word = re.match(r"[^\s;&|<>()$`\\\"'*?\[#~=]*", run.lstrip())[0]    # the program, up to the shell's first operator
+    first = word if word and run.lstrip()[len(word):][:1] in ("", " ", "\t", "\n", ";", "&", "|", "<", ">", ")") else ""
     if "/" not in first:
-        return None
+        return None                 # a name found on PATH, or a word the shell builds: the shell judges it
     path = first if os.path.isabs(first) else os.path.join(directory, first)
     if not os.path.exists(path):
         return f"{first} is missing in {directory}; create it or fix the path"
@@ -1052,7 +1056,7 @@ def parse_mandate(text, source="mandate.yaml", directory=None):
 def parse_levers(c, doc, directory):
     """Return the permitted levers by name."""
     levers = {}
-    items = doc.get("permitted") or []
+    items = [] if doc.get("permitted") is None else doc["permitted"]
     if not isinstance(items, list):
         c.fail(("permitted",), "permitted must be a list of levers, each with name, run, cap and reversible")
     for i, item in enumerate(items):
@@ -1123,7 +1127,7 @@ def parse_budget(c, value, path):
 
 def parse_forbidden(c, doc, levers):
     """Return the forbidden lever names; none may also be permitted (open point 26)."""
-    items = doc.get("forbidden") or []
+    items = [] if doc.get("forbidden") is None else doc["forbidden"]
     if not isinstance(items, list):
         c.fail(("forbidden",), "forbidden must be a list of lever names, such as [rm]")
     names = []
@@ -1131,6 +1135,8 @@ def parse_forbidden(c, doc, levers):
         name = c.text(name, ("forbidden", i), "a forbidden lever")
         if name in levers:
             c.fail(("forbidden", i), f"lever '{name}' is both permitted and forbidden; keep it in one list")
+        if name == "stop":
+            c.fail(("forbidden", i), "stop is built in and always permitted (it pauses the venture); take it out of forbidden")
         names.append(name)
     return names
 
@@ -1207,7 +1213,7 @@ def parse_plausibility(c, doc, m):
 
 def parse_guards(c, doc, m, directory):
     """Return the guards: a name, a source (run, adapter or drawdown) and a bound."""
-    guards, items = [], doc.get("guards") or []
+    guards, items = [], [] if doc.get("guards") is None else doc["guards"]
     if not isinstance(items, list):
         c.fail(("guards",), "guards must be a list, such as - {name: spend, run: ./spend, above: 100}")
     lever_runs = {lever["run"] for lever in m["levers"].values() if lever["run"]}
@@ -1273,7 +1279,7 @@ def parse_unwind(c, value, path, levers):
 
 def parse_audits(c, doc, directory):
     """Return the audits: a command, which way is worse, and a tolerance."""
-    audits, items = [], doc.get("audits") or []
+    audits, items = [], [] if doc.get("audits") is None else doc["audits"]
     if not isinstance(items, list):
         c.fail(("audits",), "audits must be a list, such as - {name: refunds, run: ./refunds, worse: up, tolerance: 2}")
     for i, item in enumerate(items):
@@ -1297,13 +1303,15 @@ def parse_audits(c, doc, directory):
 
 def parse_readings(c, doc, m, directory):
     """Return the readings: commands whose address fields a model may see."""
-    readings, items = [], doc.get("readings") or []
+    readings, items = [], [] if doc.get("readings") is None else doc["readings"]
     if not isinstance(items, list):
         c.fail(("readings",), "readings must be a list, such as - {name: waiting, run: ./waiting, lines: address}")
     for i, item in enumerate(items):
         path = ("readings", i)
         c.mapping(item, path, READING_KEYS, "a reading")
         name = c.text(item.get("name"), path + ("name",), "a reading's name")
+        if any(r["name"] == name for r in readings):
+            c.fail(path + ("name",), f"reading '{name}' is named twice; name each reading once")
         if "run" not in item:
             c.fail(path, f"reading '{name}' has no 'run'")
         audit = item.get("audit")
@@ -4835,7 +4843,9 @@ def describe_allowed(m, cfg=None):
 def backend_note(m, cfg):
     """Say which backend a model venture's decisions go to, and whether it may be asked (open point 42)."""
     name = m["controller"].get("backend") or cfg.get("default")
-    if not name or name not in cfg["backends"]:
+    if name and name not in cfg["backends"]:
+        return f"backend: {name} is not among config.yaml's backends: no decision is made"
+    if not name:
         return "backend: none named (set default: in config.yaml): no decision is made"
     if cfg["backends"][name]["offbox"] and m["escalate"] != "offbox":
         return f"backend: {name} leaves the machine, and the mandate does not say escalate: offbox: no call is made"
@@ -4867,10 +4877,15 @@ def describe_status_lines(state, now, keep, children, cfg=None):
         lines.append("  " + backend_note(m, cfg))
     if m is not None:
         for side_name, way, bound, lever in controller_sides(m):
-            side = state.side(side_name)
-            if side["streak"]:
-                position = (f"past the bound, waiting on hold ({len(side['streak'])} of {m['controller']['hold']})"
-                            if len(side["streak"]) < m["controller"]["hold"] else "past the bound")
+            side, hold = state.side(side_name), m["controller"].get("hold") or 1
+            if state.level is not None and crossed(way, bound, state.level[1]):     # the last trusted report
+                position = "past the bound"
+                if side["streak"] and len(side["streak"]) < hold:
+                    position += f", waiting on hold ({len(side['streak'])} of {hold})"
+                elif not side["armed"]:
+                    position += ", acted once in this excursion (deadband)"
+                elif side.get("asked"):
+                    position += ", asked once in this excursion"
             elif not side["armed"]:
                 position = "inside, deadband not yet re-armed"
             else:
@@ -4884,7 +4899,8 @@ def describe_status_lines(state, now, keep, children, cfg=None):
             seq, value, status = info["last"]
             where = (f"past its bound since #{info['episode']}: no lever but stop"
                      + (f" and the unwind {guard['unwind']['action']}" if guard["unwind"] else "") + " runs until it is back inside"
-                     if info["past"] else "inside its bound")
+                     if info["past"] else "inside its bound" if status == "trusted"
+                     else "not judged (it neither trips nor clears a guard); inside its bound before")
             lines.append(f"  guard {guard['name']}: #{seq} {format_number(value)} ({status}), {where}")
         for name, lever in m["levers"].items():
             used = len(cap_window(state, name, now))

@@ -350,7 +350,8 @@ def test_counter_example_resets_with_proof(bindir, home, workdir):
 
 def test_cap_is_never_exceeded_and_refusals_say_why(av, workdir):
     """With the metric held past the bound, the lever runs on every crossed report until its cap, then
-    each decision is a refusal naming the cap. CTRL-04 LEVER-03 open point 20"""
+    each decision is a refusal naming the cap; status shows the controller past the bound. CTRL-04 LEVER-03
+    CLI-07 open point 20"""
     d = dial(workdir, "dial", threshold(cap="2/hour"), value="50", lower="#!/bin/sh\ntrue\n")
     av.start()
     av.cli("add", d)
@@ -359,6 +360,7 @@ def test_cap_is_never_exceeded_and_refusals_say_why(av, workdir):
     assert all("cap" in r["why"] for _, r in of(recs, "refusal"))
     status = av.cli("status").stdout
     assert "lower: 2 of 2" in status
+    assert "controller: above 10 (lower): past the bound\n" in status, "the position is the last trusted report's"
 
 
 def test_deadband_acts_once_per_excursion(av, workdir):
@@ -369,8 +371,10 @@ def test_deadband_acts_once_per_excursion(av, workdir):
     av.cli("add", d)
     av.wait_for(lambda rs: len(of(rs, "report")) >= 4, timeout=15, what="four reports")
     assert len(of(av.records(), "action")) == 1
+    assert "(lower): past the bound, acted once in this excursion (deadband)" in av.cli("status").stdout
     set_value(d, 9)                          # inside but not past the deadband: still disarmed
     av.wait_for(lambda rs: of(rs, "report")[-1][1]["value"] == 9, timeout=10, what="a report of 9")
+    assert "(lower): inside, deadband not yet re-armed" in av.cli("status").stdout
     set_value(d, 50)
     time.sleep(2.5)
     assert len(of(av.records(), "action")) == 1

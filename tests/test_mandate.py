@@ -310,6 +310,22 @@ REFUSALS = [
      "  - {name: customers, run: ./customers, worse: up, better: down}\nreadings:\n"
      "  - {name: waiting, run: ./waiting, lines: address, audit: customer}\n",
      "8:53", ["reading 'waiting' names audit 'customer'", "the mandate does not have"], "READING-03"),
+    ("reading-named-twice",
+     HEAD + "controller: {kind: model}\ncadence: 10s\nreadings:\n"
+     "  - {name: waiting, run: ./waiting, lines: address}\n  - {name: waiting, run: ./other, lines: address}\n",
+     "7:6", ["reading 'waiting' is named twice"], "READING-09"),
+    ("forbidden-stop",
+     HEAD + CTL + "cadence: 10s\npermitted:\n" + RESET + "forbidden: [rm, stop]\n",
+     "7:17", ["stop is built in and always permitted"], "GUARD-05, open point 12"),
+    ("cadence-past-a-century",
+     HEAD + CTL + "cadence: 36501d\npermitted:\n" + RESET,
+     "4:1", ["more than 100 years", "36500d"], "MANDATE-05"),
+    ("bound-past-1e300",
+     HEAD + "controller: {kind: threshold, above: 1" + "0" * 400 + ", action: reset}\ncadence: 10s\npermitted:\n"
+     + RESET, "3:31", ["too large"], "CTRL-02"),
+    ("permitted-a-mapping",
+     HEAD + CTL + "cadence: 10s\npermitted: {}\n",
+     "5:1", ["permitted must be a list"], "MANDATE-02"),
     ("cadence-1h30",
      HEAD + CTL + "cadence: 1h30\npermitted:\n" + RESET,
      "4:1", ["'1h30' is not a duration", "write 90m"], "MANDATE-05, MANDATE-07"),
@@ -427,3 +443,20 @@ def test_venture_name_refused(name):
         avsm.check_venture_name(name)
     assert err.value.code == avsm.EX_DATAERR == 65
     assert "rename the directory" in str(err.value)
+
+
+@pytest.mark.parametrize("run", ["./reset; sleep 30", "./reset>out", "./reset&&true", "./reset|cat", "(./reset)",
+                                 "FOO=1 ./reset", "./reset 2>&1"])
+def test_a_shell_line_names_its_program_before_the_first_operator(tmp_path, run):
+    """LEVER-02: `run:` is a shell command line; its program is the first word up to the shell's first
+    operator, so `./reset; sleep 30` or `./reset>out` hold when ./reset is there (a word the shell builds, as
+    FOO=1 ./reset, is left to the shell)."""
+    text = COUNTER.replace("run: ./reset", f"run: \"{run}\"")
+    assert f'"{run}"' in text
+    d, path = venture(tmp_path, text, ["report", "reset"])
+    assert avsm.parse_mandate(text, path, d)["levers"]["reset"]["run"] == run
+    os.unlink(os.path.join(d, "reset"))
+    if not run.startswith(("FOO", "(")):
+        with pytest.raises(avsm.Fail) as err:
+            avsm.parse_mandate(text, path, d)
+        assert "./reset is missing" in str(err.value)
