@@ -2975,19 +2975,30 @@ BACKEND_TRIES = 4            # 429 and 5xx are tried again, after 1, 2, 4 s (or 
 
 def read_keys(home):
     """Return {name: value} from HOME/keys; Fail(78) when others than its owner may read it (open point 43)."""
+    import stat
     path = os.path.join(home, "keys")
     try:
         st = os.stat(path)
     except FileNotFoundError:
         return {}
+    except OSError as err:
+        raise Fail(EX_CONFIG, f"{path} cannot be read: {err.strerror}") from None
+    if not stat.S_ISREG(st.st_mode):
+        raise Fail(EX_CONFIG, f"{path} is not a regular file; keys is a file of NAME=value lines (mode 600)")
     if st.st_mode & 0o077:
         raise Fail(EX_CONFIG, f"{path} may be read by others than you, so the warden will not read it; chmod 600 {path}")
     keys = {}
-    with open(path, encoding="utf-8") as fh:
-        for line in fh:
-            name, eq, value = line.strip().partition("=")
-            if eq and name.strip() and not name.startswith("#"):
-                keys[name.strip()] = value.strip()
+    try:
+        with open(path, "rb") as fh:
+            text = fh.read(1024 * 1024).decode("utf-8")
+    except OSError as err:
+        raise Fail(EX_CONFIG, f"{path} cannot be read: {err.strerror}") from None
+    except UnicodeDecodeError:
+        raise Fail(EX_CONFIG, f"{path} is not UTF-8; write it as NAME=value lines in UTF-8") from None
+    for line in text.splitlines():
+        name, eq, value = line.strip().partition("=")
+        if eq and name.strip() and not name.startswith("#"):
+            keys[name.strip()] = value.strip()
     return keys
 
 
@@ -3158,6 +3169,7 @@ class Warden:
         self.asks_seen = 0            # asks since this warden started, for canary_asks
         self.roles_rid, self.roles_calls = 0, {}     # requests to the roles process, by id
         self.results, self.decision_count = [], 0    # HTTP replies handed back by call threads
+        self.escalations = {}                        # escalation seq -> its decision, until its answer is written
         self.next_nightly = next_nightly(cfg["nightly"])
         self.stopping = False
         self.sel = selectors.DefaultSelector()
@@ -3308,6 +3320,8 @@ class Warden:
                 pass
             self.flush()
             if self.stopping and not self.children:
+                for seq, d in list(self.escalations.items()):     # ESC-04: every escalation gets its answer
+                    self.answer_escalation(d, "unusable", "avsmd stopped before the answer came")
                 self.end_lingering(final=True)
                 self.flush(everything=True)
                 return EX_OK
@@ -3573,12 +3587,12 @@ class Warden:
         words = adapter.split()
         secret = None
         if words[0] in ("stripe", "github"):
-            where = self.cfg["adapters"].get(words[0])
+            where, problem = self.cfg["adapters"].get(words[0]), None
             try:
                 key = read_keys(self.home).get(words[0])
             except Fail as fail:
-                key, where = None, None if "chmod" in str(fail) else where
-            secret = write_payload(json.dumps({"url": (where or {}).get("url"), "key": key}).encode())
+                key, problem = None, str(fail)      # the adapter fails saying so: no call without its key
+            secret = write_payload(json.dumps({"url": (where or {}).get("url"), "key": key, "problem": problem}).encode())
         started = self.start_reading(state, what, name, cached_command("adapter", words), timeout, False, stdin_path=secret)
         if secret:
             os.unlink(secret)                   # the child holds it open; the name goes now
@@ -3950,7 +3964,7 @@ class Warden:
         path = write_payload(json.dumps({"venture": state.name, "question": question}).encode())
         try:
             child = self.spawn("lever", state, command, timeout=spec["timeout"], shell=True, lever="research",
-                               payload_file=path, cwd=self.home, head=REPLY_MAX)
+                               payload_file=path, cwd=state.directory, head=REPLY_MAX)
             child.extra = {"lever": "research", "action": seq, "timeout": spec["timeout"], "payload_file": path}
         except OSError as err:
             self.append({"kind": "outcome", "claim": "measured", "venture": state.name, "lever": "research", "action": seq,
@@ -4198,9 +4212,14 @@ class Warden:
         if "look" in parsed:
             look = parsed["look"]
             answer = self.look_up(state, look)
-            seq = self.append({"kind": "look", "claim": "inferred", "venture": state.name, "by": d["by"], "look": look,
-                               "backend": d["backend"], "answer": answer[:NOTE_MAX],
-                               "summary": f"the model looked up {json.dumps(look)[:120]}"})
+            record = {"kind": "look", "claim": "inferred", "venture": state.name, "by": d["by"], "look": look,
+                      "backend": d["backend"], "answer": answer[:NOTE_MAX],
+                      "summary": f"the model looked up {json.dumps(look)[:120]}"}
+            if d["escalation"] is not None:
+                record["escalation"] = d["escalation"]      # ESC-03: what the escalation brought cites it
+            seq = self.append(record)
+            if d["escalation"] is not None:
+                d.setdefault("escalation_looks", []).append(seq)
             d["lines"].append(f"#{seq} look {json.dumps(look)}")
             d["looks"].append({"look": look, "answer": answer})
             return self.build(d)
@@ -4208,8 +4227,7 @@ class Warden:
         for choice in parsed["choices"]:
             cited += self.propose(state, choice, d)
         if d["escalation"] is not None:
-            self.append({"kind": "answer", "claim": "measured", "venture": state.name, "escalation": d["escalation"],
-                         "cited": cited, "summary": f"escalation #{d['escalation']} answered: records {', '.join('#' + str(c) for c in cited)}"})
+            self.answer_escalation(d, d.get("escalation_looks", []) + cited)
         self.finish_decision(d)
 
     def unusable(self, d, why):
@@ -4220,10 +4238,12 @@ class Warden:
         d["lines"].append(f"#{seq} unusable: {why[:200]}")
         second = self.cfg.get("escalate")
         if d["escalation"] is not None:
-            self.append({"kind": "answer", "claim": "measured", "venture": state.name, "escalation": d["escalation"],
-                         "cited": "unusable", "summary": f"escalation #{d['escalation']} answered: unusable"})
+            self.answer_escalation(d, "unusable")
             return self.finish_decision(d)
         if not second or second == d["backend"] or "request" not in d:
+            return self.finish_decision(d)
+        if self.stopping:
+            d["lines"].append("not escalated: avsmd is stopping")
             return self.finish_decision(d)
         if self.cfg["backends"][second]["offbox"] and state.mandate["escalate"] != "offbox":
             d["lines"].append(f"not escalated: {second} leaves the machine and the mandate does not say escalate: offbox")
@@ -4232,8 +4252,21 @@ class Warden:
                                        "from": d["backend"], "to": second, "why": why[:NOTE_MAX],
                                        "summary": f"asking {second} the same question: {d['backend']}'s reply was unusable ({why[:120]})"})
         d["lines"].append(f"#{d['escalation']} escalation to {second}")
+        self.escalations[d["escalation"]] = d
         d["backend"] = second
         self.call_backend(d, {"system": d["request"][0], "user": d["request"][1]})
+
+    def answer_escalation(self, d, cited, note=None):
+        """Write the measured answer of escalation d["escalation"]: the records it cited, or unusable (ESC-04)."""
+        seq = d["escalation"]
+        if self.escalations.pop(seq, None) is None and note is not None:
+            return                                  # answered already
+        shown = "unusable" if cited == "unusable" else "records " + ", ".join("#" + str(c) for c in cited)
+        record = {"kind": "answer", "claim": "measured", "venture": d["venture"], "escalation": seq, "cited": cited,
+                  "summary": f"escalation #{seq} answered: {shown}" + (f" ({note})" if note else "")}
+        if note:
+            record["note"] = note
+        self.append(record)
 
     def finish_decision(self, d, error=None):
         if d["reply_id"] is not None:
@@ -4823,7 +4856,8 @@ def describe_allowed(m, cfg=None):
         how = "runs unasked" if lever["reversible"] else ("delegated: runs unasked, intent before and outcome after"
                                                             if lever["delegated"] else "irreversible: asks a person first")
         lines.append(f"  may run {lever['name']}: cap {lever['cap_text']}, {how}"
-                     + (f", takes {lever['takes']} (model content waits for a person)" if lever["takes"] else ""))
+                     + (f", takes {lever['takes']}" + (" (a model's content runs unasked: delegated)" if lever["delegated"]
+                                                       else " (model content waits for a person)") if lever["takes"] else ""))
     if not m["levers"]:
         lines.append("  may run no lever")
     if m["forbidden"]:
@@ -4849,7 +4883,14 @@ def backend_note(m, cfg):
         return "backend: none named (set default: in config.yaml): no decision is made"
     if cfg["backends"][name]["offbox"] and m["escalate"] != "offbox":
         return f"backend: {name} leaves the machine, and the mandate does not say escalate: offbox: no call is made"
-    return f"backend: {name}, nightly at {cfg['nightly']}" + (f", escalating to {cfg['escalate']}" if cfg.get("escalate") else "")
+    second = cfg.get("escalate")
+    if not second or second == name:
+        escalation = ""
+    elif cfg["backends"][second]["offbox"] and m["escalate"] != "offbox":
+        escalation = f", not escalating to {second} (it leaves the machine; the mandate does not say escalate: offbox)"
+    else:
+        escalation = f", escalating to {second}"
+    return f"backend: {name}, nightly at {cfg['nightly']}" + escalation
 
 
 def describe_status_lines(state, now, keep, children, cfg=None):
@@ -6001,10 +6042,13 @@ def doctor_config(home, found):
         found.fail(EX_CONFIG, str(fail), f"edit {path}, then avsmd -t --home {home}")
     keys = os.path.join(home, "keys")
     if os.path.exists(keys):
-        if os.stat(keys).st_mode & 0o077:
-            found.fail(EX_CONFIG, f"{keys} is readable by others than you; the warden refuses to read it", f"chmod 600 {keys}")
-        else:
+        try:
+            read_keys(home)
             found.ok(f"keys {keys} readable by you alone")
+        except Fail as fail:
+            readable = "chmod" in str(fail)
+            found.fail(EX_CONFIG, f"{keys} is readable by others than you; the warden refuses to read it" if readable
+                       else str(fail), f"chmod 600 {keys}" if readable else f"rewrite {keys} as NAME=value lines, mode 600")
 
 
 def doctor_ledger(home, found, since):
@@ -6426,6 +6470,8 @@ def run_adapter(args):
     import urllib.request
     if args[0] in ("stripe", "github"):
         given = json.loads(sys.stdin.read() or "{}")
+        if given.get("problem"):
+            raise Fail(EX_CONFIG, given["problem"])
         if not given.get("url"):
             raise Fail(EX_CONFIG, f"config.yaml names no adapters: {args[0]}: {{url: ...}}")
         path, _, pointer = args[1].partition("#")

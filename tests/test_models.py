@@ -762,6 +762,16 @@ class Peer:
                 self.end_headers()
                 self.wfile.write(out)
 
+            def do_GET(self):
+                peer.seen.append({"path": self.path, "headers": {k.lower(): v for k, v in self.headers.items()},
+                                  "body": None, "at": time.monotonic()})
+                status, headers, out = peer.queue[0]
+                self.send_response(status)
+                self.send_header("content-type", "application/json")
+                self.send_header("content-length", str(len(out)))
+                self.end_headers()
+                self.wfile.write(out)
+
             def log_message(self, *args):
                 pass
 
@@ -826,6 +836,41 @@ def peer():
     p = Peer()
     yield p
     p.close()
+
+
+STRIPE = """purpose: Watch the balance.
+metric: "stripe v1/balance#/available/0/amount"
+controller: {kind: threshold, above: 1000000, action: lower}
+cadence: 1s
+permitted:
+  - {name: lower, run: ./lower, cap: 1/hour, reversible: true}
+"""
+
+
+def test_stripe_adapter_reads_with_its_key_and_a_bad_keys_file_fails_only_the_report(av, workdir, peer):
+    """The stripe adapter GETs the configured url/PATH with the key from HOME/keys as a bearer token and reads
+    the number at the JSON pointer; a keys file others may read, or one that is a directory, fails the report
+    saying what to fix (never the warden: no restart), and no request goes without the key.
+    KEYS-01 KEYS-02 KEYS-04 REPORT-02 open points 5 43"""
+    setup_home(av, f"adapters:\n  stripe: {{url: http://127.0.0.1:{peer.port}}}\n", keys="stripe=sk_test_1\n")
+    peer.answer((200, {}, json.dumps({"available": [{"amount": 1234}]}).encode()))
+    d = venture(workdir, "bal", STRIPE, lower=None)
+    av.start()
+    add(av, d)
+    recs = av.wait_for(lambda rs: [r for _, r in of(rs, "report", "bal") if r["value"] == 1234] and rs, timeout=10,
+                       what="the balance")
+    assert peer.seen[0]["path"] == "/v1/balance" and peer.seen[0]["headers"]["authorization"] == "Bearer sk_test_1"
+    keys = os.path.join(av.home, "keys")
+    for spoil, words in ((lambda: os.chmod(keys, 0o644), "chmod 600"),
+                         (lambda: (os.unlink(keys), os.mkdir(keys, 0o700)), "not a regular file")):
+        spoil()
+        seen, after = len(peer.seen), av.records()[-1][0]
+        bad = av.wait_for(lambda rs: [r for s, r in of(rs, "report", "bal") if s > after and r["status"] == "failed"],
+                          timeout=10, what="a failed report")[0]
+        assert words in bad["note"] and "sk_test" not in json.dumps(bad), bad
+        assert len(peer.seen) == seen, "a request went without its key"
+    assert not [r for _, _, r in av.records() if r["kind"] == "restart"], "the warden died"
+    assert av.cli("status").returncode == 0
 
 
 def test_http_backends_speak_the_wire_formats_and_keep_keys(av, workdir, peer):
@@ -1002,6 +1047,44 @@ def test_escalation_asks_a_second_backend_and_records_the_answer(av, workdir):
     assert kinds(new) == ["unusable", "escalation", "proposal", "answer"], new
     assert "256 KiB" in new[0][1]["why"] and new[3][1]["cited"] == [new[2][0]]
     assert far.calls() == 0
+
+
+@pytest.mark.parametrize("hangs", ["first", "second"])
+def test_a_stop_starts_no_escalation_and_leaves_none_unanswered(av, workdir, hangs):
+    """avsmd stopping while a decision waits: a first backend cut off by the stop is unusable and is not
+    escalated (no new work once stopping); an escalation cut off by the stop still gets its measured answer,
+    `unusable` (its backend's reply was ended by the stop). ESC-04 RUN-04 RUN-05"""
+    first, second, far = Backend(workdir, "first"), Backend(workdir, "second"), Backend(workdir, "far")
+    setup_home(av, ESC_CONFIG.format(second="second", first=first.run, second_run=second.run, far=far.run))
+    d = venture(workdir, "esc", REPLIES, lower=None, refund=None, announce=None)
+    av.start()
+    add(av, d)
+    if hangs == "first":
+        first.gen("sleep 30")
+    else:
+        first.reply("this is not JSON\n")
+        second.gen("sleep 30")
+    before = last_seq(av)
+    waiting = subprocess.Popen([sys.executable, os.path.join(av.bindir, "avsm"), "--home", av.home, "decide", "esc"],
+                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=av.env)
+    try:
+        want = "unusable" if hangs == "first" else "escalation"
+        av.wait_for(lambda rs: (hangs == "first" and time.sleep(1.5) is None) or
+                    [r for s, _, r in rs if s > before and r["kind"] == want], timeout=10, what="the call under way")
+        assert av.stop()[0] == 0
+    finally:
+        waiting.wait(10)
+    new = [r for s, _, r in av.records(before) if not is_round(r)]
+    escalations = [r for r in new if r["kind"] == "escalation"]
+    answers = [r for r in new if r["kind"] == "answer"]
+    if hangs == "first":
+        assert not escalations, "an escalation was started while avsmd stopped"
+        assert [r["kind"] for r in new if r["kind"] == "unusable"] == ["unusable"]
+    else:
+        (answer,) = answers
+        assert answer["cited"] == "unusable" and answer["claim"] == "measured"
+        assert "stop" in [r for r in new if r["kind"] == "unusable"][-1]["why"]
+    assert new[-1]["kind"] == "stop"
 
 
 def test_escalation_to_an_offbox_backend_needs_escalate_offbox(av, workdir):
