@@ -1885,15 +1885,16 @@ READING_FIELDS_MAX = 50
 
 
 def fold_guard(state, seq, record):
-    """A guard's reading: a trusted one past its bound starts (or goes on with) an episode; back inside ends it.
-    A failed, implausible, unconfirmed or unread reading neither trips nor clears it."""
+    """A guard's reading: a trusted one past its bound starts (or goes on with) an episode; the first plausible
+    one back inside ends it (open point 32). A failed, implausible or unread reading neither trips nor clears it
+    (GUARD-06), nor does an unconfirmed one past the bound."""
     name = record["kind"][len("guard."):]
     info = state.guards.setdefault(name, {"last": None, "past": False, "episode": None, "unwind_ok": False,
                                           "previous_bad": False, "pending": None})
     status = record.get("status")
-    info["last"] = (seq, record.get("value"), status)
     if status == "not read":
-        return
+        return                  # a reading still running hides neither a failed one before it nor its own end
+    info["last"] = (seq, record.get("value"), status)
     if status == "trusted" or (status == "unconfirmed" and not record.get("past")):
         past = bool(record.get("past"))      # trips on a trusted reading; the first plausible one inside ends it
         if past and not info["past"]:
@@ -1940,6 +1941,8 @@ def guards_past(state):
 def fold_audit(state, seq, record):
     name = record["kind"][len("audit."):]
     info = state.audits.setdefault(name, {"values": [], "last": None, "note": ""})
+    if record.get("status") == "not read":
+        return                  # still running: the reading before it still holds, or not
     info["last"] = (seq, record.get("status"))
     if record.get("status") == "trusted":
         info["values"].append((seq, record.get("value")))
@@ -2591,12 +2594,14 @@ def check_proof(action_seq, action_at, action, records, parse=None):
 
 
 def check_guards(mandate, action_seq, action, records, in_force):
-    """Return a problem when a guard read past its bound at the action and the action is not its unwind."""
+    """Return a problem when a guard read past its bound at the action and the action is not its unwind.
+    The reading that counts is the one fold_guard counts: the last trusted one, or plausible one back inside."""
     problems = []
     for guard in mandate["guards"]:
         kind = "guard." + guard["name"]
         readings = [(s, r) for s, (at, r) in records.items() if in_force < s < action_seq and r.get("kind") == kind
-                    and r.get("venture") == action.get("venture") and r.get("status") == "trusted"]
+                    and r.get("venture") == action.get("venture")
+                    and (r.get("status") == "trusted" or (r.get("status") == "unconfirmed" and not r.get("past")))]
         if not readings or not max(readings)[1].get("past"):
             continue
         seq = max(readings)[0]

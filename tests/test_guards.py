@@ -287,6 +287,23 @@ def test_first_plausible_reading_back_inside_ends_the_episode(av, workdir):
     assert readings[2][0] < res_seq < readings[3][0], "the first plausible reading back inside ends the episode"
 
 
+def test_a_guard_that_hangs_holds_the_venture_and_asks_once(av, workdir):
+    """A guard whose command never answers is written not read, then failed when the cadence ends it; the
+    failed reading holds the venture implausible (a later round's not-read does not hide it), so from then on
+    the controller never acts, and one ask says so. PLAUS-06 PLAUS-07 PLAUS-08 GUARD-06 RUN-16"""
+    d = dial(workdir, "dial", guarded("{name: spend, run: sleep 30.201; echo 5, above: 100, then: ask}"),
+             value="50", lower=MARK)
+    av.start()
+    av.cli("add", d)
+    recs = av.wait_for(lambda rs: len([r for _, r in of(rs, "guard.spend") if r["status"] == "failed"]) >= 2 and rs,
+                       timeout=15, what="two failed guard readings")
+    first_failed = [s for s, r in of(recs, "guard.spend") if r["status"] == "failed"][0]
+    assert not [s for s, r in of(recs, "action") if s > first_failed], "a lever ran while the guard's reading failed"
+    asks = asks_about(recs, "dial", "implausible")
+    assert len(asks) == 1 and "guard spend" in asks[0][1]["question"], asks
+    assert "implausible: held by guard spend" in av.cli("status").stdout
+
+
 def test_slow_guard_past_its_bound_still_pauses_or_asks(av, workdir):
     """A guard read apart (slower than half a second) that reads past its bound still pauses the venture
     (then: pause) or asks (then: ask), and no lever runs after that reading. GUARD-03 GUARD-04 RUN-16 RUN-18"""

@@ -719,3 +719,30 @@ def test_a_forecast_is_fit_only_to_trusted_reports():
     facts = avsm.forecast_facts(adopt(COUNTER % "", records), 7, 8)
     assert facts["history"] == [1, 2, 3, 4]
     assert facts["free_steps"] == [1, 1]
+
+
+def guard_reading(value, status, past):
+    return {"kind": "guard.spend", "claim": "measured", "venture": V, "value": value, "status": status, "past": past,
+            "plausible": status in ("trusted", "unconfirmed"), "note": "" if status == "trusted" else "why",
+            "summary": f"guard spend = {value}"}
+
+
+def test_the_gate_and_the_re_check_agree_on_when_a_guard_episode_ends():
+    """GUARD-05, GUARD-06, open point 32: past its bound (trusted 500), a failed reading neither clears nor trips;
+    the plausible (unconfirmed) 5 after it, back inside, ends the episode; the gate then lets reset run and the
+    proof re-checks from the ledger alone; before that 5 the gate refuses, naming the guard."""
+    text = GATE + "guards:\n  - {name: spend, run: ./spend, above: 100, then: ask}\n"
+    records = {1: (1000, mandate(text)), 2: (1010, report(12)), 3: (1011, guard_reading(500, "trusted", True)),
+               4: (1020, report(12)), 5: (1021, guard_reading(None, "failed", False))}
+    state = adopt(text, [(s, *records[s]) for s in sorted(records) if s > 1])
+    refused = avsm.prove(state, "reset", 1025, ("threshold", [4], ["crossed"]))
+    assert not refused.ok and "guard spend" in refused.why
+    records[6], records[7] = (1030, report(12)), (1031, guard_reading(5, "unconfirmed", False))
+    for s in (6, 7):
+        avsm.fold(state, s, *records[s])
+    verdict = avsm.prove(state, "reset", 1035, ("threshold", [6], ["crossed"]))
+    assert verdict.ok, verdict.why
+    act = stored_action(records, 8, 1035, "reset", verdict)
+    assert avsm.check_proof(8, 1035, act, records) == []
+    records[7] = (1031, guard_reading(150, "unconfirmed", True))        # an unconfirmed one still past: no end
+    assert any("guard spend" in p for p in avsm.check_proof(8, 1035, act, records))
