@@ -3740,9 +3740,12 @@ class Warden:
         held = held_by(state)
         if held and state.implausible_ask is None:
             what, seq, note = held
-            self.append({"kind": "ask", "claim": "measured", "venture": state.name, "about": "implausible",
-                         "reading": seq, "question": f"{what} (#{seq}) is not plausible: {note}; is the sensor sound?",
-                         "summary": f"{what} #{seq} holds {state.name} implausible; asking once until a plausible reading comes"})
+            record = {"kind": "ask", "claim": "measured", "venture": state.name, "about": "implausible",
+                      "reading": seq, "question": f"{what} (#{seq}) is not plausible: {note}; is the sensor sound?",
+                      "summary": f"{what} #{seq} holds {state.name} implausible; asking once until a plausible reading comes"}
+            if what.startswith("audit "):
+                record["audit"] = what[len("audit "):]      # hidden from every model, as the audit is (AUDIT-05)
+            self.append(record)
         elif not held and state.implausible_ask is not None:
             self.resolve(state, state.implausible_ask, f"readings are plausible again (#{report_seq})")
         report = state.last_report
@@ -3794,8 +3797,12 @@ class Warden:
                 self.unwind(state, guard, info)
 
     def resolve(self, state, ask_seq, why):
-        self.append({"kind": "resolved", "claim": "measured", "venture": state.name, "ask": ask_seq,
-                     "summary": f"ask #{ask_seq} settled: {why}"})
+        record = {"kind": "resolved", "claim": "measured", "venture": state.name, "ask": ask_seq,
+                  "summary": f"ask #{ask_seq} settled: {why}"}
+        audit = state.open_asks.get(ask_seq, {}).get("audit")
+        if audit:
+            record["audit"] = audit         # what settles an ask about an audit is no model's to see (AUDIT-05)
+        self.append(record)
 
     def unwind(self, state, guard, info):
         """Run a guard's declared unwind through the gate: once per episode, again until it has run ok."""
@@ -4089,7 +4096,7 @@ class Warden:
         import time
         m, now = state.mandate, int(time.time())
         ctl = m["controller"]
-        hidden = {s for s, a in state.open_asks.items() if a.get("about") == "audit"}
+        hidden = {s for s, a in state.open_asks.items() if a.get("about") == "audit" or a.get("audit")}
         records = []
         for seq, at, record in self.recent(state.name, 40):
             if record["kind"].startswith("audit.") or record.get("about") == "audit" or record.get("ask") in hidden \
@@ -4106,7 +4113,7 @@ class Warden:
                              for name, (seq, rec) in sorted(state.read.items()) if rec.get("status") == "read"],
                 "records": records,
                 "asks": [f"#{s} {a.get('lever') or '-'}: {a.get('question', a['summary'])}"
-                         for s, a in sorted(state.open_asks.items()) if a.get("about") != "audit"],
+                         for s, a in sorted(state.open_asks.items()) if a.get("about") != "audit" and not a.get("audit")],
                 "forecast": self.packet_forecast(state),
                 "looks": looks}
 
@@ -4994,9 +5001,14 @@ class Daemon:
             pid = read_lock_pid(self.lock_path)
             raise Fail(EX_TEMPFAIL, f"another avsmd (pid {pid if pid else 'unknown'}) is running on {self.home}; "
                                     "stop it first, or give this one another --home") from None
-        os.ftruncate(fd, 0)
-        os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
-        os.fsync(fd)
+        try:
+            os.ftruncate(fd, 0)
+            os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
+            os.fsync(fd)
+        except OSError as err:
+            os.close(fd)
+            raise Fail(EX_CANTCREAT, f"{self.lock_path} cannot be written: {err.strerror}; free space on its "
+                                     f"file system or fix its permissions, then start avsmd again") from None
         if self.lock_fd is not None:
             os.close(self.lock_fd)
         self.lock_fd = fd
@@ -5398,8 +5410,12 @@ class Daemon:
         self.take_lock()
         swept = sweep_groups(os.path.join(self.home, "groups"), self.home)    # before anything else
         self.sel = selectors.DefaultSelector()
-        self.ledger = Ledger(os.path.join(self.home, "ledger.db"), still_ours=self.lock_is_ours)
-        broken = ledger_problem(self.ledger.db)
+        try:
+            self.ledger = Ledger(os.path.join(self.home, "ledger.db"), still_ours=self.lock_is_ours)
+            broken = ledger_problem(self.ledger.db)
+        except sqlite3_errors() as err:
+            raise Fail(EX_DATAERR, f"{self.home}/ledger.db is not a ledger avsmd can open: {err}; nothing was written. "
+                                   f"See avsm --home {self.home} doctor") from None
         if broken is not None:
             seq, why = broken
             raise Fail(EX_DATAERR, f"record #{seq} of {self.home}/ledger.db does not read: {why}; "
@@ -5814,6 +5830,12 @@ def fetch_ask_payload(home, ask):
     if code != EX_OK:
         raise Fail(code, f"#{ask} is not an open ask with content")
     return json.loads(text)
+
+
+def sqlite3_errors():
+    """sqlite3.Error, imported only when a ledger is opened (the client's start stays light)."""
+    import sqlite3
+    return sqlite3.Error
 
 
 def ledger_path(home):
@@ -6300,7 +6322,7 @@ def run_client(args):
     try:
         return CLIENT_COMMANDS[verb](resolve_home(home), options + names)
     except Exception as err:
-        if type(err).__module__ == "sqlite3":     # a ledger that is not one, or not readable
+        if type(err).__module__ == "sqlite3" or isinstance(err, json.JSONDecodeError):     # not a ledger, or a record not JSON
             raise Fail(EX_DATAERR, f"{ledger_path(resolve_home(home))} cannot be read: {err}; "
                                    f"avsm --home {resolve_home(home)} doctor says more") from None
         raise
@@ -6371,7 +6393,13 @@ def test_config(home, cfg, path):
         sys.stderr.write(f"avsmd: {problem}\n")
         code = EX_CONFIG
     out(f"config {path}: holds" + ("" if os.path.exists(path) else " (not there: every default)"))
-    for name, directory, seq, paused in adopted_mandates(home):
+    try:
+        adopted = adopted_mandates(home)
+    except (sqlite3_errors(), ValueError) as err:
+        sys.stderr.write(f"avsmd: {home}/ledger.db does not read ({err}), so no adopted mandate can be listed; "
+                         f"see avsm --home {home} doctor\n")
+        return EX_DATAERR
+    for name, directory, seq, paused in adopted:
         mandate_path = os.path.join(directory or "", "mandate.yaml")
         try:
             if not os.path.isdir(directory or ""):

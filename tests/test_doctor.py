@@ -277,10 +277,14 @@ def test_record_that_does_not_parse_exits_65(av, workdir):
     run = av.cli("doctor")
     assert run.returncode == 65, (run.returncode, run.stdout, run.stderr[-500:])
     assert "#3" in run.stdout and "doctor --cut 3" in run.stdout
+    for args in (["tail"], ["tail", "--since", "1"], ["why", "3"]):     # the client says so too: 65, no traceback
+        r = av.cli(*args)
+        assert r.returncode == 65 and "Traceback" not in r.stderr and "doctor" in r.stderr, (args, r)
 
 
 def test_ledger_that_is_not_a_database_exits_65(av, workdir):
-    """A ledger.db that is not a SQLite database: 65, with the fix; doctor does not crash. DOCTOR-07"""
+    """A ledger.db that is not a SQLite database: 65, with the fix; doctor does not crash, nor do avsmd,
+    avsmd -t, tail or why: each exits 65 naming it. DOCTOR-07 LEDGER-16"""
     populated(av, workdir)
     with open(ledger_file(av.home), "wb") as fh:
         fh.write(b"this is not a database\n" * 200)
@@ -288,6 +292,8 @@ def test_ledger_that_is_not_a_database_exits_65(av, workdir):
     assert "Traceback" not in run.stderr, run.stderr[-800:]
     assert run.returncode == 65, run.stdout
     assert "ledger.db" in " ".join(failures(run))
+    for r in (av.daemon_cmd(), av.daemon_cmd("-t"), av.cli("tail"), av.cli("why", "1")):   # LEDGER-16: 65, named
+        assert r.returncode == 65 and "Traceback" not in r.stderr and "ledger.db" in r.stderr, r
 
 
 def test_since_with_the_right_anchor_passes_and_a_wrong_one_exits_65(av, workdir):

@@ -838,6 +838,33 @@ def peer():
     p.close()
 
 
+def test_an_ask_a_failed_audit_raised_is_shown_to_no_model(av, workdir):
+    """An audit whose reading fails holds the venture implausible and raises an ask; that ask, and the record
+    that settles it, are about the audit, so no model is shown them (nor the audit's name). AUDIT-05 PLAUS-08"""
+    be = Backend(workdir, "mine")
+    setup_home(av, COMMAND_CONFIG.format(run=be.run), keys=f"anthropic={KEY}\n")
+    d = venture(workdir, "shown", SHOWN, lower=None, refund=None,
+                complaints="#!/bin/sh\nif [ -e ok ]; then echo 1; else echo 5; exit 1; fi\n",
+                waiting="#!/bin/sh\necho 2\n")
+    av.start()
+    add(av, d)
+    (ask_seq, ask), = av.wait_for(lambda rs: asks_about_implausible(rs), timeout=10, what="the implausible ask")
+    assert ask["audit"] == "complaints"
+    be.reply_json({"choice": "nothing", "reason": "quiet"})
+    decide(av, "shown")
+    write(os.path.join(d, "ok"), "")
+    av.wait_for(lambda rs: [r for s, _, r in rs if r["kind"] == "resolved" and r["ask"] == ask_seq], timeout=10,
+                what="the ask settled")
+    decide(av, "shown")
+    for n in (1, 2):
+        shown = be.request(n)["system"] + be.request(n)["user"]
+        assert "complaints" not in shown and f"#{ask_seq} " not in shown, shown
+
+
+def asks_about_implausible(records):
+    return [(s, r) for s, _, r in records if r["kind"] == "ask" and r.get("about") == "implausible"]
+
+
 STRIPE = """purpose: Watch the balance.
 metric: "stripe v1/balance#/available/0/amount"
 controller: {kind: threshold, above: 1000000, action: lower}
