@@ -1479,6 +1479,12 @@ class LedgerDown(Exception):
 
 
 LEDGER_RETRY = 30       # seconds between tries to write a ledger that could not be written
+LEDGER_BUSY_RETRY = 1   # ... and a ledger a reader held locked past the busy timeout: it is soon free again
+
+
+def ledger_retry(err):
+    """Seconds until the next try: soon for a lock another reader holds, else LEDGER_RETRY."""
+    return LEDGER_BUSY_RETRY if "locked" in str(err) or "busy" in str(err) else LEDGER_RETRY
 BACKLOG_KINDS = ("outcome", "exit")     # what already happened is written once the ledger takes writes again
 
 
@@ -3224,8 +3230,9 @@ class Warden:
             return self.write(record)
         except (sqlite3.Error, OSError) as err:
             self.ledger_down = str(err)
-            self.retry_at = time.monotonic() + LEDGER_RETRY
-            sys.stderr.write(f"avsm warden: the ledger cannot be written: {err}; stopping what would write, trying again in {LEDGER_RETRY} s\n")
+            self.retry_at = time.monotonic() + ledger_retry(err)
+            sys.stderr.write(f"avsm warden: the ledger cannot be written: {err}; stopping what would write, "
+                             f"trying again in {ledger_retry(err)} s\n")
             if record["kind"] in BACKLOG_KINDS:
                 self.backlog.append(record)
                 return None
@@ -3373,6 +3380,7 @@ class Warden:
                         "summary": f"the ledger takes writes again (it could not: {self.ledger_down})"})
         except (sqlite3.Error, OSError) as err:
             self.ledger_down = str(err)
+            self.retry_at = now + ledger_retry(err)
             return
         self.ledger_down = None
         self.retry_at = None
@@ -6054,7 +6062,7 @@ def doctor_home(home, found):
         return False
     if not os.access(home, os.R_OK | os.W_OK | os.X_OK):
         found.fail(EX_NOPERM, f"the home {home} is not readable and writable by you", f"chmod 700 {home}")
-        return False
+        return os.access(home, os.R_OK | os.X_OK)      # what can be read is still checked (DOCTOR-01)
     if not problem:
         found.ok(f"home {home}")
     return True
