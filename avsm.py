@@ -1739,7 +1739,7 @@ def fold(state, seq, at, record):
     elif kind in ("approval", "denial", "resolved"):
         asked = state.open_asks.pop(record.get("ask"), None) or {}
         lever = record.get("lever") or asked.get("lever")
-        if kind == "approval" and lever and asked.get("about") == "lever":
+        if kind == "approval" and lever and asked.get("about") in ("lever", "model"):
             state.approvals[lever] = state.approvals.get(lever, 0) + 1     # the ratchet counts these
         if kind == "approval" and asked.get("about") == "revoke":
             state.suspended.pop(asked.get("lever"), None)
@@ -4586,8 +4586,9 @@ class Warden:
     def ratchet(self, state, lever):
         """After `ratchet` approvals of one lever, self proposes delegating it: an ask carrying the mandate change."""
         n, spec = self.cfg["ratchet"], state.mandate["levers"].get(lever)
-        if not n or spec is None or spec["delegated"] or spec["reversible"] or state.approvals.get(lever, 0) < n:
-            return
+        if not n or spec is None or spec["delegated"] or (spec["reversible"] and not spec["takes"]) \
+                or state.approvals.get(lever, 0) < n:
+            return                  # only what waits for a person (irreversible, or a model's content) is delegated
         if ratchet_asked(state, lever) or lever in state.ratchet_forecasts:
             return
         if self.start_forecast(state, "ratchet", lever):

@@ -861,6 +861,26 @@ def test_an_ask_a_failed_audit_raised_is_shown_to_no_model(av, workdir):
         assert "complaints" not in shown and f"#{ask_seq} " not in shown, shown
 
 
+def test_approvals_of_a_models_asks_count_toward_the_ratchet(av, workdir):
+    """SELF-02: approvals of one lever count toward the ratchet whoever asked; after two approved asks a model
+    raised for the irreversible refund (ratchet: 2), self asks to delegate refund."""
+    be = Backend(workdir, "mine")
+    setup_home(av, COMMAND_CONFIG.format(run=be.run) + "ratchet: 2\n")
+    d = venture(workdir, "shown", SHOWN, lower=None, refund=None, complaints="#!/bin/sh\necho 1\n",
+                waiting="#!/bin/sh\necho 2\n")
+    av.start()
+    add(av, d)
+    be.reply_json({"choice": "ask", "question": "Refund the order?", "action": "refund"})
+    for _ in range(2):
+        _, new = decide(av, "shown")
+        (ask_seq, ask), = [(s, r) for s, r in new if r["kind"] == "ask"]
+        assert ask["lever"] == "refund" and ask["about"] == "model"
+        assert av.cli("approve", str(ask_seq)).returncode == 0
+    (_, ratchet), = av.wait_for(lambda rs: [(s, r) for s, _, r in rs if r["kind"] == "ask" and r.get("about") == "ratchet"],
+                                timeout=20, what="the ratchet ask")
+    assert ratchet["lever"] == "refund" and "delegated: true" in ratchet["mandate"]
+
+
 def asks_about_implausible(records):
     return [(s, r) for s, _, r in records if r["kind"] == "ask" and r.get("about") == "implausible"]
 
