@@ -1053,10 +1053,15 @@ def parse_mandate(text, source="mandate.yaml", directory=None):
     return m
 
 
+def listed(doc, key):
+    """The value of a list key, [] when absent or empty (`permitted:` alone); anything else is kept to be refused."""
+    return [] if doc.get(key) is None else doc[key]
+
+
 def parse_levers(c, doc, directory):
     """Return the permitted levers by name."""
     levers = {}
-    items = [] if doc.get("permitted") is None else doc["permitted"]
+    items = listed(doc, "permitted")
     if not isinstance(items, list):
         c.fail(("permitted",), "permitted must be a list of levers, each with name, run, cap and reversible")
     for i, item in enumerate(items):
@@ -1127,7 +1132,7 @@ def parse_budget(c, value, path):
 
 def parse_forbidden(c, doc, levers):
     """Return the forbidden lever names; none may also be permitted (open point 26)."""
-    items = [] if doc.get("forbidden") is None else doc["forbidden"]
+    items = listed(doc, "forbidden")
     if not isinstance(items, list):
         c.fail(("forbidden",), "forbidden must be a list of lever names, such as [rm]")
     names = []
@@ -1213,7 +1218,7 @@ def parse_plausibility(c, doc, m):
 
 def parse_guards(c, doc, m, directory):
     """Return the guards: a name, a source (run, adapter or drawdown) and a bound."""
-    guards, items = [], [] if doc.get("guards") is None else doc["guards"]
+    guards, items = [], listed(doc, "guards")
     if not isinstance(items, list):
         c.fail(("guards",), "guards must be a list, such as - {name: spend, run: ./spend, above: 100}")
     lever_runs = {lever["run"] for lever in m["levers"].values() if lever["run"]}
@@ -1279,7 +1284,7 @@ def parse_unwind(c, value, path, levers):
 
 def parse_audits(c, doc, directory):
     """Return the audits: a command, which way is worse, and a tolerance."""
-    audits, items = [], [] if doc.get("audits") is None else doc["audits"]
+    audits, items = [], listed(doc, "audits")
     if not isinstance(items, list):
         c.fail(("audits",), "audits must be a list, such as - {name: refunds, run: ./refunds, worse: up, tolerance: 2}")
     for i, item in enumerate(items):
@@ -1303,7 +1308,7 @@ def parse_audits(c, doc, directory):
 
 def parse_readings(c, doc, m, directory):
     """Return the readings: commands whose address fields a model may see."""
-    readings, items = [], [] if doc.get("readings") is None else doc["readings"]
+    readings, items = [], listed(doc, "readings")
     if not isinstance(items, list):
         c.fail(("readings",), "readings must be a list, such as - {name: waiting, run: ./waiting, lines: address}")
     for i, item in enumerate(items):
@@ -1480,12 +1485,12 @@ class LedgerDown(Exception):
 
 LEDGER_RETRY = 30       # seconds between tries to write a ledger that could not be written
 LEDGER_BUSY_RETRY = 1   # ... and a ledger a reader held locked past the busy timeout: it is soon free again
+BACKLOG_KINDS = ("outcome", "exit")     # what already happened is written once the ledger takes writes again
 
 
 def ledger_retry(err):
     """Seconds until the next try: soon for a lock another reader holds, else LEDGER_RETRY."""
     return LEDGER_BUSY_RETRY if "locked" in str(err) or "busy" in str(err) else LEDGER_RETRY
-BACKLOG_KINDS = ("outcome", "exit")     # what already happened is written once the ledger takes writes again
 
 
 def canonical(record):
@@ -1901,8 +1906,8 @@ def fold_guard(state, seq, record):
     if status == "not read":
         return                  # a reading still running hides neither a failed one before it nor its own end
     info["last"] = (seq, record.get("value"), status)
-    if status == "trusted" or (status == "unconfirmed" and not record.get("past")):
-        past = bool(record.get("past"))      # trips on a trusted reading; the first plausible one inside ends it
+    if settles_guard(record):
+        past = bool(record.get("past"))
         if past and not info["past"]:
             info["episode"], info["unwind_ok"] = seq, False
         elif not past:
@@ -1910,6 +1915,12 @@ def fold_guard(state, seq, record):
         info["past"] = past
     info["previous_bad"] = status in ("failed", "implausible")
     info["pending"] = record.get("past") if status == "unconfirmed" else None
+
+
+def settles_guard(record):
+    """Whether a guard reading trips or clears its guard: a trusted one, or a plausible one back inside
+    (open point 32). The gate's fold and the proof's re-check both ask this, so they agree."""
+    return record.get("status") == "trusted" or (record.get("status") == "unconfirmed" and not record.get("past"))
 
 
 def judge_guard(guard, state, value, failure):
@@ -2600,14 +2611,12 @@ def check_proof(action_seq, action_at, action, records, parse=None):
 
 
 def check_guards(mandate, action_seq, action, records, in_force):
-    """Return a problem when a guard read past its bound at the action and the action is not its unwind.
-    The reading that counts is the one fold_guard counts: the last trusted one, or plausible one back inside."""
+    """Return a problem when a guard read past its bound at the action and the action is not its unwind."""
     problems = []
     for guard in mandate["guards"]:
         kind = "guard." + guard["name"]
         readings = [(s, r) for s, (at, r) in records.items() if in_force < s < action_seq and r.get("kind") == kind
-                    and r.get("venture") == action.get("venture")
-                    and (r.get("status") == "trusted" or (r.get("status") == "unconfirmed" and not r.get("past")))]
+                    and r.get("venture") == action.get("venture") and settles_guard(r)]
         if not readings or not max(readings)[1].get("past"):
             continue
         seq = max(readings)[0]
