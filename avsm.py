@@ -4736,7 +4736,10 @@ class Warden:
             return [f"{state.name} is not paused"]
         self.append({"kind": "resume", "claim": "declared", "venture": state.name, "summary": f"a person resumed {state.name}"})
         self.check_runnable(state)
-        still = [f"guard {name} still reads past its bound (since #{episode}); it will pause {state.name} again at its next reading"
+        then = {g["name"]: g["then"] for g in state.mandate["guards"]} if state.mandate else {}
+        still = [f"guard {name} still reads past its bound (since #{episode}); "
+                 + (f"it will pause {state.name} again at its next reading" if then.get(name, "pause") == "pause"
+                    else "no lever but stop and its unwind runs until it is back inside")
                  for name, episode in guards_past(state)]
         if state.mandate is None:
             return [f"{state.name} resumed, but it cannot run: {state.problem}"]
@@ -5755,7 +5758,7 @@ SEQ_MAX = 2 ** 63 - 1               # SQLite's largest integer: no record is num
 
 
 def cmd_add(home, args):
-    if len(args) != 1:
+    if len(args) != 1 or not args[0]:
         raise Fail(EX_USAGE, "usage: avsm add DIR")
     directory = os.path.realpath(args[0])
     check_venture_dir(directory)

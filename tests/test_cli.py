@@ -159,6 +159,7 @@ BAD_USAGE = [
     ("avsm", ["--home"]),
     ("avsm", ["--home=", "status"]),
     ("avsm", ["add", "--bogus"]),
+    ("avsm", ["add", ""]),
     ("avsm", ["pause", "--force", "x"]),
     ("avsm", ["why", "-1"]),
 ]
