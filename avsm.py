@@ -3747,7 +3747,8 @@ class Warden:
         self.guard_actions(state)
         for audit in m["audits"]:
             why = audit_worsening(audit, state)
-            open_ask = next((s for s, a in state.open_asks.items() if a.get("audit") == audit["name"]), None)
+            open_ask = next((s for s, a in state.open_asks.items()
+                             if a.get("about") == "audit" and a.get("audit") == audit["name"]), None)
             if why and open_ask is None:
                 self.append({"kind": "ask", "claim": "measured", "venture": state.name, "about": "audit",
                              "audit": audit["name"], "question": f"{why}. Is the gain real?", "summary": f"audit {audit['name']} asks: {why}"})
