@@ -6090,14 +6090,16 @@ def doctor_config(home, found):
     except Fail as fail:
         found.fail(EX_CONFIG, str(fail), f"edit {path}, then avsmd -t --home {home}")
     keys = os.path.join(home, "keys")
-    if os.path.exists(keys):
-        try:
-            read_keys(home)
+    if os.path.exists(keys):            # looked at, never read: only the warden reads keys (KEYS-04)
+        import stat
+        st = os.stat(keys)
+        if not stat.S_ISREG(st.st_mode):
+            found.fail(EX_CONFIG, f"{keys} is not a regular file; the warden cannot read keys from it",
+                       f"rm -r {keys}, then write it again as NAME=value lines, mode 600")
+        elif st.st_mode & 0o077:
+            found.fail(EX_CONFIG, f"{keys} is readable by others than you; the warden refuses to read it", f"chmod 600 {keys}")
+        else:
             found.ok(f"keys {keys} readable by you alone")
-        except Fail as fail:
-            readable = "chmod" in str(fail)
-            found.fail(EX_CONFIG, f"{keys} is readable by others than you; the warden refuses to read it" if readable
-                       else str(fail), f"chmod 600 {keys}" if readable else f"rewrite {keys} as NAME=value lines, mode 600")
 
 
 def doctor_ledger(home, found, since):

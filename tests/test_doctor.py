@@ -254,6 +254,18 @@ def test_keys_readable_by_others_exits_78_with_chmod(av, workdir):
     assert len(failures(run)) == 1
 
 
+def test_keys_that_is_a_directory_exits_78_saying_so(av, workdir):
+    """A keys that is a directory does not hold: 78 and the fix; doctor looks at keys and never reads it.
+    KEYS-01 KEYS-04 DOCTOR-04"""
+    d = dial(workdir, "dial", threshold(), lower=LOWER)
+    av.start()
+    av.cli("add", d)
+    os.mkdir(os.path.join(av.home, "keys"), 0o700)
+    run = doctor(av)
+    assert run.returncode == 78, run.stdout
+    assert "not a regular file" in " ".join(failures(run))
+
+
 # ---- the ledger ---------------------------------------------------------------------
 
 def test_broken_chain_exits_65_naming_the_record_and_the_cut(av, workdir):
