@@ -453,7 +453,7 @@ def test_one_ask_per_excursion_answered_or_not(av, workdir):
     (first, _), = av.wait_for(lambda rs: of(rs, "ask"), timeout=10, what="the first ask")
     assert av.cli("deny", str(first)).returncode == 0
     denied = av.records()[-1][0]
-    av.wait_for(lambda rs: len([s for s, r in of(rs, "report") if s > denied]) >= 3, timeout=10, what="three reports")
+    av.wait_for(lambda rs: len([s for s, r in of(rs, "report") if s > denied]) >= 2, timeout=10, what="two reports")
     assert len(of(av.records(), "ask")) == 1, "asked again in the same excursion after a denial"
     set_value(d, 5)
     back = av.wait_for(lambda rs: [s for s, r in of(rs, "report") if r["value"] == 5], timeout=10, what="back inside")[0]
@@ -462,7 +462,7 @@ def test_one_ask_per_excursion_answered_or_not(av, workdir):
                                what="the next excursion's ask")
     assert av.cli("approve", str(second)).returncode == 0
     ran = av.wait_for(lambda rs: [s for s, r in of(rs, "outcome") if r["ok"]], timeout=10, what="the approved run")[0]
-    av.wait_for(lambda rs: len([s for s, r in of(rs, "report") if s > ran]) >= 3, timeout=10, what="three reports")
+    av.wait_for(lambda rs: len([s for s, r in of(rs, "report") if s > ran]) >= 2, timeout=10, what="two reports")
     assert len(of(av.records(), "ask")) == 2, "asked again in the same excursion after the approved run"
 
 
@@ -540,42 +540,31 @@ def test_lever_time_limit_kills_the_group(av, workdir):
 
 
 def test_stop_ends_a_running_lever_and_writes_its_outcome(av, workdir):
-    """SIGTERM while a lever runs: the lever is ended, its outcome written, avsmd exits 0 within 10 s.
-    RUN-05 RUN-06 RUN-07 RUN-14"""
+    """SIGTERM while a lever runs (one that ignores SIGTERM: SIGKILL 7 s later): the lever is ended, its
+    outcome written, avsmd exits 0 within 10 s; while it stops it takes no new command: status and add are
+    answered 69 saying it is stopping, and the add adopts nothing. RUN-04 RUN-05 RUN-06 RUN-07 RUN-14"""
     d = dial(workdir, "dial", threshold(extra=", deadband: 1"), value="50",
-             lower="#!/bin/sh\ntrap '' TERM\nsleep 60.103\n")
-    av.start()
-    av.cli("add", d)
-    av.wait_for(lambda rs: of(rs, "action"), timeout=10, what="an action")
-    code, took = av.stop()
-    assert code == 0 and took < 10
-    recs = av.records()
-    outcome = of(recs, "outcome")[0][1]
-    assert outcome["ok"] is False
-    assert [r["kind"] for _, _, r in recs][-1] == "stop"
-    assert not processes_with("60.103")
-
-
-def test_once_stopping_no_new_command_is_taken(av, workdir):
-    """While avsmd stops (here 7 s, waiting on a lever that ignores SIGTERM), it takes no new command: status
-    and add are answered 69 saying it is stopping, and the add adopts nothing. RUN-04 RUN-05"""
-    d = dial(workdir, "dial", threshold(extra=", deadband: 1"), value="50",
-             lower="#!/bin/sh\ntrap '' TERM\necho up > up\nsleep 60.107\n")
+             lower="#!/bin/sh\ntrap '' TERM\necho up > up\nsleep 60.103\n")
     other = dial(workdir, "other", threshold(), lower=LOWER)
     av.start()
     av.cli("add", d)
     deadline = time.monotonic() + 10
     while not os.path.exists(os.path.join(d, "up")) and time.monotonic() < deadline:
-        time.sleep(0.05)
+        time.sleep(0.05)                # the lever has set its trap
+    t0 = time.monotonic()
     av.proc.send_signal(signal.SIGTERM)
     time.sleep(0.5)
     assert av.proc.poll() is None, "avsmd stopped before the lever was ended"
     status, add = av.cli("status"), av.cli("add", other)
     assert status.returncode == 69 and "stopping" in status.stderr, status
     assert add.returncode == 69 and "stopping" in add.stderr, add
-    assert av.proc.wait(10) == 0
-    assert not [r for _, r in of(av.records(), "mandate") if r["venture"] == "other"]
-    assert not processes_with("60.107")
+    assert av.proc.wait(10) == 0 and time.monotonic() - t0 < 10
+    recs = av.records()
+    outcome = of(recs, "outcome")[0][1]
+    assert outcome["ok"] is False
+    assert [r["kind"] for _, _, r in recs][-1] == "stop"
+    assert not [r for _, r in of(recs, "mandate") if r["venture"] == "other"]
+    assert not processes_with("60.103")
 
 
 # ---- keeping run alive ----------------------------------------------------------
