@@ -2194,13 +2194,29 @@ def depth(value, level=0):
     return max((depth(item, level + 1) for item in items), default=level + 1)
 
 
+def diff_paths(diff):
+    """Return every path a diff names for patch to touch: unified (---/+++) and context (***) headers,
+    git's rename and copy lines, and Index: lines; never a hunk's line range."""
+    paths = []
+    for line in diff.splitlines():
+        if re.fullmatch(r"(\*\*\* \d+(,\d+)? \*\*\*\*|--- \d+(,\d+)? ----)\s*", line):
+            continue                                    # a context hunk's range, not a file
+        if line.startswith(("--- ", "+++ ", "*** ")):
+            paths.append(line[4:].split("\t")[0].strip())
+        elif line.startswith(("rename from ", "rename to ", "copy from ", "copy to ")):
+            paths.append(line.split(" ", 2)[2].strip())
+        elif line.startswith("Index: "):
+            paths.append(line[len("Index: "):].strip())
+    return paths
+
+
 def content_problem(takes, payload, directory):
     """Return why a diff or file payload would reach outside the venture directory, or None.
 
     A file payload is its relative path on the first line and the content after it.
     """
     if takes == "diff":
-        paths = [line[4:].split("\t")[0].strip() for line in payload.splitlines() if line.startswith(("--- ", "+++ "))]
+        paths = diff_paths(payload)
         if not paths:
             return "the diff names no file"
         paths = [p[2:] if p.startswith(("a/", "b/")) else p for p in paths if p != "/dev/null"]

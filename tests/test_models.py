@@ -1187,7 +1187,8 @@ def propose_content(av, be, lever, payload):
 
 
 def test_diff_and_file_content_stays_inside_the_venture(av, content):
-    """takes: diff with a path outside the venture (../x, /etc/passwd) is refused; takes: file writes only
+    """takes: diff with a path outside the venture (../x, /etc/passwd, in a unified or context header or a
+    git rename line) is refused; takes: file writes only
     inside the venture: a relative path works after approval, `..` is refused, a symlink in the venture
     pointing outside is refused, and one made after the ask is refused at approval (65, nothing written).
     MODEL-18 LEVER-13 LEVER-14 LEVER-15 ASK-03"""
@@ -1195,6 +1196,11 @@ def test_diff_and_file_content_stays_inside_the_venture(av, content):
     for path in ("../x", "/etc/passwd", "docs/../../x"):
         new = propose_content(av, be, "patch", DIFF.format(p=path))
         assert kinds(new) == ["proposal", "refusal"], (path, new)
+    context = "*** ../x\t2026-11-30\n--- docs/readme.txt\t2026-11-30\n***************\n*** 1 ****\n! a\n--- 1 ----\n! b\n"
+    renamed = "diff --git a/docs/readme.txt b/docs/readme.txt\nrename from docs/readme.txt\nrename to ../x\n"
+    for diff in (context, renamed):     # a context diff's *** header, git's rename lines: paths too
+        new = propose_content(av, be, "patch", diff)
+        assert kinds(new) == ["proposal", "refusal"] and "../x" in new[1][1]["why"], (diff, new)
     new = propose_content(av, be, "patch", DIFF.format(p="docs/readme.txt"))
     assert kinds(new) == ["proposal", "ask"] and new[1][1]["payload"] == DIFF.format(p="docs/readme.txt")
 
