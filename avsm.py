@@ -4305,8 +4305,7 @@ class Warden:
     def answer_escalation(self, d, cited, note=None):
         """Write the measured answer of escalation d["escalation"]: the records it cited, or unusable (ESC-04)."""
         seq = d["escalation"]
-        if self.escalations.pop(seq, None) is None and note is not None:
-            return                                  # answered already
+        self.escalations.pop(seq, None)
         shown = "unusable" if cited == "unusable" else "records " + ", ".join("#" + str(c) for c in cited)
         record = {"kind": "answer", "claim": "measured", "venture": d["venture"], "escalation": seq, "cited": cited,
                   "summary": f"escalation #{seq} answered: {shown}" + (f" ({note})" if note else "")}

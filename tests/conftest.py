@@ -67,6 +67,46 @@ def make_venture(root, name, mandate, files=None):
     return d
 
 
+def stat_fields(pid):
+    """The fields of /proc/PID/stat after the command name: [state, ppid, ...] as bytes, or None once it is gone."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as fh:
+            return fh.read().rsplit(b")", 1)[1].split()
+    except OSError:
+        return None
+
+
+def children(pid):
+    """Pids of the live (not zombie) processes whose parent is `pid`."""
+    found = []
+    for p in os.listdir("/proc"):
+        if p.isdigit():
+            fields = stat_fields(p)
+            if fields is not None and int(fields[1]) == pid and fields[0] != b"Z":
+                found.append(int(p))
+    return found
+
+
+def processes_with(marker):
+    """Pids of live (not zombie) processes whose command line holds `marker`."""
+    found = []
+    for p in os.listdir("/proc"):
+        if p.isdigit() and marker.encode() in cmdline(p):
+            fields = stat_fields(p)
+            if fields is not None and fields[0] != b"Z":
+                found.append(int(p))
+    return found
+
+
+def cmdline(pid):
+    """The command line of `pid` as bytes (NUL-separated), or b"" once it is gone."""
+    try:
+        with open(f"/proc/{pid}/cmdline", "rb") as fh:
+            return fh.read()
+    except OSError:
+        return b""
+
+
 class Avsm:
     """The real client and daemon on one home."""
 
@@ -121,19 +161,7 @@ class Avsm:
     def wardens(self):
         """Pids of avsmd's live children whose command line holds `warden` (its fork of a program is no warden:
         its parent is the warden, not avsmd)."""
-        found = []
-        for p in os.listdir("/proc"):
-            if p.isdigit():
-                try:
-                    with open(f"/proc/{p}/stat") as fh:
-                        state, ppid = fh.read().rsplit(") ", 1)[1].split()[:2]
-                    with open(f"/proc/{p}/cmdline", "rb") as fh:
-                        cmd = fh.read()
-                except OSError:
-                    continue
-                if int(ppid) == self.proc.pid and state != "Z" and b"warden" in cmd:
-                    found.append(int(p))
-        return found
+        return [p for p in children(self.proc.pid) if b"warden" in cmdline(p)]
 
     def records(self, since=0):
         """Every record after `since`, read through a read-only connection: [(seq, at, record)]."""

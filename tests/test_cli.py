@@ -19,7 +19,7 @@ import time
 
 import pytest
 
-from conftest import ROOT, Avsm, make_venture, write
+from conftest import ROOT, Avsm, make_venture, processes_with, write
 
 import avsm
 
@@ -42,22 +42,6 @@ def prog(bindir, name):
 
 def of(records, kind, venture=None):
     return [(s, r) for s, _, r in records if r["kind"] == kind and (venture is None or r["venture"] == venture)]
-
-
-def processes_with(marker):
-    """Pids of live (not zombie) processes whose command line holds `marker`."""
-    pids = []
-    for p in os.listdir("/proc"):
-        if p.isdigit():
-            try:
-                with open(f"/proc/{p}/cmdline", "rb") as fh:
-                    if marker.encode() in fh.read():
-                        with open(f"/proc/{p}/stat") as st:
-                            if st.read().rsplit(") ", 1)[1].split()[0] != "Z":
-                                pids.append(int(p))
-            except OSError:
-                pass
-    return pids
 
 
 def fake_ledger(home, n):

@@ -11,7 +11,7 @@ import time
 
 import pytest
 
-from conftest import ROOT, Avsm, make_venture, write
+from conftest import ROOT, Avsm, make_venture, processes_with, write
 
 DIAL_REPORT = "#!/bin/sh\ncat value\n"
 
@@ -38,22 +38,6 @@ def group_alive(pgid):
         return True
     except ProcessLookupError:
         return False
-
-
-def processes_with(marker):
-    """Pids of live processes whose command line holds `marker`."""
-    pids = []
-    for p in os.listdir("/proc"):
-        if p.isdigit():
-            try:
-                with open(f"/proc/{p}/cmdline", "rb") as fh:
-                    if marker.encode() in fh.read():
-                        with open(f"/proc/{p}/stat") as st:
-                            if st.read().split(") ")[1].split()[0] != "Z":
-                                pids.append(int(p))
-            except OSError:
-                pass
-    return pids
 
 
 THRESHOLD = """purpose: Keep the dial low.

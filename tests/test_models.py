@@ -15,7 +15,7 @@ import time
 
 import pytest
 
-from conftest import ROOT, Avsm, check_ledger_safety, make_venture, write
+from conftest import ROOT, Avsm, check_ledger_safety, children, cmdline, make_venture, write
 from test_daemon import of, processes_with
 
 NUMBER = "#!/bin/sh\necho 5\n"
@@ -149,29 +149,10 @@ def got(d, lever):
         return fh.read()
 
 
-def children_of(pid):
-    found = []
-    for p in os.listdir("/proc"):
-        if p.isdigit():
-            try:
-                with open(f"/proc/{p}/stat") as fh:
-                    fields = fh.read().rsplit(")", 1)[1].split()
-                if int(fields[1]) == pid and fields[0] != "Z":
-                    found.append(int(p))
-            except OSError:
-                pass
-    return found
-
-
-def cmdline(pid):
-    with open(f"/proc/{pid}/cmdline", "rb") as fh:
-        return fh.read()
-
-
 def roles_pid(av):
     """The roles process: a child of avsmd whose command line is avsmd's own (it is forked, not exec'd)."""
     mine = cmdline(av.proc.pid)
-    found = [p for p in children_of(av.proc.pid) if cmdline(p) == mine]
+    found = [p for p in children(av.proc.pid) if cmdline(p) == mine]
     assert len(found) == 1, found
     return found[0]
 

@@ -11,7 +11,7 @@ import socket
 import sqlite3
 import time
 
-from conftest import ROOT, Avsm, check_ledger_safety, make_venture, write
+from conftest import ROOT, Avsm, check_ledger_safety, children, cmdline, make_venture, stat_fields, write
 from test_daemon import dial, of
 
 AVSM_PY = os.path.join(ROOT, "avsm.py")
@@ -50,34 +50,6 @@ def raw_records(home, kind=None):
     finally:
         db.close()
     return [(s, text) for s, text in rows if kind is None or json.loads(text)["kind"] == kind]
-
-
-def stat_fields(pid):
-    """The fields of /proc/PID/stat after the command name: [state, ppid, ...], or None once it is gone."""
-    try:
-        with open(f"/proc/{pid}/stat", "rb") as fh:
-            return fh.read().rsplit(b")", 1)[1].split()
-    except OSError:
-        return None
-
-
-def children(pid):
-    """Pids whose parent is `pid`."""
-    found = []
-    for p in os.listdir("/proc"):
-        if p.isdigit():
-            fields = stat_fields(p)
-            if fields is not None and int(fields[1]) == pid:
-                found.append(int(p))
-    return found
-
-
-def cmdline(pid):
-    try:
-        with open(f"/proc/{pid}/cmdline", "rb") as fh:
-            return fh.read()
-    except OSError:
-        return b""
 
 
 def warden_of(av):
