@@ -1687,6 +1687,8 @@ class VentureState:
         self.misses = {}              # lever -> misses in a row (revoke_after)
         self.suspended = {}           # lever -> the ask whose approval restores its delegation
         self.ratchet_forecasts = set()  # levers whose ratchet ask waits on its forecast (not folded: a restart asks again)
+        self.grants = {}              # seq of an unspent approval (or a person's own proposal) -> {"lever", "payload", "ask"}
+        self.checks = {}              # seq of a passed lever check no action has cited yet -> lever
 
     def side(self, name):
         """A controller side: armed (deadband), its streak of crossed reports (hold), asked in this excursion."""
@@ -1713,6 +1715,9 @@ def fold(state, seq, at, record):
     elif kind.startswith("reading."):
         state.read[kind[len("reading."):]] = (seq, record)
     elif kind == "action":
+        for premise in record.get("proof", {}).get("premises", []):
+            state.grants.pop(premise, None)     # an approval lets one run (PROOF-02), a check one start
+            state.checks.pop(premise, None)
         state.actions.setdefault(record["lever"], []).append((seq, at, record.get("payload")))
         state.running[record["lever"]] = seq
         if record["lever"] not in state.ran_since:
@@ -1741,7 +1746,15 @@ def fold(state, seq, at, record):
         if record.get("about") == "implausible":
             state.implausible_ask = seq
         fold_controller_intent(state, record)
+    elif kind == "proposal":
+        if record.get("claim") == "declared" and record.get("by") == "person" and record.get("choice") == "action":
+            state.grants[seq] = {"lever": record.get("lever"), "payload": record.get("payload"), "ask": None}
+    elif kind == "check":
+        if record.get("ok"):
+            state.checks[seq] = record.get("lever")
     elif kind in ("approval", "denial", "resolved"):
+        if kind == "approval" and "lever" in record:
+            state.grants[seq] = {"lever": record["lever"], "payload": record.get("payload"), "ask": record.get("ask")}
         asked = state.open_asks.pop(record.get("ask"), None) or {}
         lever = record.get("lever") or asked.get("lever")
         if kind == "approval" and lever and asked.get("about") in ("lever", "model"):
@@ -2464,8 +2477,11 @@ def decide(state, report_seq, value):
 
 # ---- the gate ---------------------------------------------------------------
 
-Verdict = collections.namedtuple("Verdict", "ok proof why needs_ask", defaults=(None, "", False))
-Verdict.__doc__ = "The gate's answer: ok with a proof, or why not (and whether a person may approve it)."
+Verdict = collections.namedtuple("Verdict", "ok proof why needs_ask asked", defaults=(None, "", False, None))
+Verdict.__doc__ = """The gate's answer: ok with a proof, or why not (and whether a person may approve it).
+
+asked, on ok: what the gate was asked (basis, approval, check, at), which the action record keeps so that
+its proof re-checks from the ledger alone."""
 
 
 def cap_window(state, lever, now):
@@ -2474,11 +2490,18 @@ def cap_window(state, lever, now):
     return [seq for seq, at, payload in state.actions.get(lever, []) if at > now - period]
 
 
-def prove(state, lever, now, basis, trigger=None, approval=None, payload=None):
+APPROVAL_TO_WRITE = 0   # do_approve asks the gate whether the approval it is about to write would let the lever run
+
+
+def prove(state, lever, now, basis, trigger=None, approval=None, payload=None, check=None):
     """Return the Verdict on running `lever` now: a proof from measured and declared premises, or why not.
 
-    basis: (rule, premise seqs, steps) saying what calls for the run (crossed reports, a guard's unwind).
-    approval: the seq of a declared approval of exactly this lever and payload, or None.
+    basis: (rule, premise seqs, steps) saying what calls for the run: "threshold"/"band" (crossed reports),
+    "unwind" (a guard's reading), "permitted" (a model's proposal, the trigger), "approval" (a person's answer
+    to the ask that is the trigger), "proposal" (a person's own proposal, which is also the approval).
+    approval: the seq of an unspent declared approval (or a person's proposal) of exactly this lever and payload.
+    check: the seq of the lever's passed check, cited last.
+    The same function re-checks a stored action (recheck_action): there is no second list of rules.
     """
     rule, basis_premises, basis_steps = basis
     m = state.mandate
@@ -2491,8 +2514,11 @@ def prove(state, lever, now, basis, trigger=None, approval=None, payload=None):
     if lever in m["forbidden"]:
         return Verdict(False, why=f"{lever} is forbidden by mandate #{state.mandate_seq}")
     if lever == "stop":
-        return Verdict(True, {"rule": "stop", "premises": [state.mandate_seq] + basis_premises,
-                              "steps": steps + basis_steps + ["stop is built in: it pauses the venture"], "trigger": trigger})
+        if payload is not None:
+            return Verdict(False, why="stop takes no content, and a payload was given")
+        return Verdict(True, {"rule": "proposal" if rule == "proposal" else "stop", "premises": [state.mandate_seq] + basis_premises,
+                              "steps": steps + basis_steps + ["stop is built in: it pauses the venture"], "trigger": trigger},
+                       asked=gate_question(basis, None, None, now))
     if lever not in m["levers"]:
         return Verdict(False, why=f"{lever} is not permitted by mandate #{state.mandate_seq}")
     blocking = guards_past(state)
@@ -2525,13 +2551,26 @@ def prove(state, lever, now, basis, trigger=None, approval=None, payload=None):
             return Verdict(False, why=f"{lever} would spend {format_number(total)} {budget['field']} in "
                                       f"{format_duration(budget['per'])}, past its budget {format_number(budget['max'])}")
         steps.append(f"{format_number(total)} of {format_number(budget['max'])} {budget['field']} spent in the last {format_duration(budget['per'])}")
+    if spec["takes"] in ("diff", "file"):
+        steps.append(f"its {spec['takes']} stays inside the venture directory: checked on the file system when it was "
+                     f"proposed, which the ledger alone cannot re-check")
     premises = [state.mandate_seq] + basis_premises
     if unwind is not None:
         steps.append(f"guard {unwind} reads past its bound, and this is its declared unwind with its exact payload")
     elif approval is not None:
-        rule = "approval"
+        grant = {"lever": lever, "payload": payload, "ask": trigger} if approval == APPROVAL_TO_WRITE else state.grants.get(approval)
+        if grant is None:
+            return Verdict(False, why=f"#{approval} is no unspent approval: a person's approval lets exactly one run")
+        if grant["lever"] != lever or grant["payload"] != payload:
+            return Verdict(False, why=f"approval #{approval} is for {grant['lever']}"
+                                      + (" with other content" if grant["lever"] == lever else "") + f", not this {lever}")
+        if rule != "proposal":
+            rule = "approval"
         premises.append(approval)
         steps.append(f"approval #{approval} is a person's answer for exactly this lever and payload")
+    elif rule == "permitted" and payload is not None and not spec["delegated"]:
+        return Verdict(False, why=f"{lever} would run content a model wrote and is not delegated; a person must approve it",
+                       needs_ask=True)
     elif not spec["reversible"] and (not spec["delegated"] or lever in state.suspended):
         suspended = f" (its delegation is suspended until ask #{state.suspended[lever]} is approved)" if lever in state.suspended else ""
         return Verdict(False, why=f"{lever} is irreversible and not delegated{suspended}; a person must approve it", needs_ask=True)
@@ -2539,7 +2578,25 @@ def prove(state, lever, now, basis, trigger=None, approval=None, payload=None):
         steps.append(f"{lever} is delegated by the mandate: it runs unasked, intent before, outcome after")
     steps = steps[:1] + basis_steps + steps[1:]
     cited = sorted(set(used) | {seq for seq, _ in spent})
-    return Verdict(True, {"rule": rule, "premises": premises + cited, "steps": steps, "trigger": trigger})
+    premises += cited
+    if check is not None:
+        if state.checks.get(check) != lever:
+            return Verdict(False, why=f"#{check} is no passed check of {lever} that is not yet spent")
+        premises.append(check)
+        steps.append(f"check #{check} passed")
+    return Verdict(True, {"rule": rule, "premises": premises, "steps": steps, "trigger": trigger},
+                   asked=gate_question(basis, approval, check, now))
+
+
+def gate_question(basis, approval, check, now):
+    """Return what an action record keeps of the gate's question: its basis, approval and check, and its time."""
+    rule, premises, steps = basis
+    asked = {"basis": {"rule": rule, "premises": list(premises), "steps": list(steps)}, "at": now}
+    if approval is not None:
+        asked["approval"] = approval
+    if check is not None:
+        asked["check"] = check
+    return asked
 
 
 def unwind_guard(state, lever, payload):
@@ -2569,78 +2626,148 @@ def payload_problem(spec, payload):
     return None
 
 
-def check_proof(action_seq, action_at, action, records, parse=None):
-    """Return the problems found re-checking a stored action's proof against the ledger; [] when it holds.
+def fold_ledger(states, seq, at, record, parse=None):
+    """Fold one record into its venture's state in `states` (parsing an adopted mandate); return the state or None."""
+    name = record.get("venture")
+    if name == "self" or not isinstance(name, str):
+        return None
+    state = states.get(name) or states.setdefault(name, VentureState(name))
+    fold(state, seq, at, record)
+    if record.get("kind") == "mandate":
+        try:
+            state.mandate = (parse or parse_mandate)(record.get("text", ""), f"mandate #{seq}")
+        except Fail:
+            state.mandate = None
+    return state
 
-    records: {seq: (at, record)} holding at least every record of the action's venture up to it.
-    """
-    parse = parse or parse_mandate
+
+def stored_basis(action, records):
+    """Return (basis, approval, check, exact) of a stored action: what the gate was asked, for the re-check.
+
+    Actions keep their basis and approval; one written before they did has them read back from its proof,
+    and then only its rule and premises can be compared, not its steps (exact is False)."""
     proof = action.get("proof") or {}
+    if isinstance(action.get("basis"), dict):
+        b = action["basis"]
+        return (b.get("rule"), list(b.get("premises") or []), list(b.get("steps") or [])), action.get("approval"), \
+            action.get("check"), True
+    kinds = {p: records[p][1].get("kind") for p in proof.get("premises") or [] if p in records}
+    reports = [p for p, k in kinds.items() if k == "report" or str(k).startswith("guard.")]
+    approval = next((p for p, k in kinds.items() if k in ("approval", "proposal")), None)
+    check = next((p for p, k in kinds.items() if k == "check"), None)
+    rule = proof.get("rule")
+    return (rule, reports, []), approval, check, False
+
+
+def basis_problem(state, action, basis, records):
+    """Return why the basis a stored action names does not call for its lever, or None.
+
+    The gate takes its basis from the caller (the controller, a guard, a proposal, an answer); re-checking a
+    stored action, the basis must itself be shown from the ledger."""
+    rule, premises, _ = basis
+    lever, trigger, m = action.get("lever"), action.get("proof", {}).get("trigger"), state.mandate
+    if m is None:
+        return None                     # the gate says so
+    trig = records.get(trigger, (None, {}))[1] if trigger is not None else {}
+    if rule in ("threshold", "band"):
+        if m["controller"]["kind"] != rule:
+            return f"the mandate's controller is {m['controller']['kind']}, not {rule}"
+        problems = check_crossing(m, lever, premises, records, state.name)
+        return problems[0] if problems else None
+    if rule == "unwind":
+        guard = unwind_guard(state, lever, action.get("payload"))
+        if guard is None:
+            return f"no guard reading past its bound has {lever} with this payload as its unwind"
+        if premises != [state.guards[guard]["last"][0]]:
+            return f"an unwind rests on guard {guard}'s last reading, #{state.guards[guard]['last'][0]}"
+        return None
+    if rule == "permitted":
+        if trig.get("kind") != "proposal" or trig.get("lever") != lever or trig.get("payload") != action.get("payload"):
+            return f"its trigger #{trigger} is not a proposal of {lever} with this payload"
+        return None if not premises else "a model's proposal is a trigger, never a premise"
+    if rule == "approval":
+        return None if trig.get("kind") == "ask" else f"its trigger #{trigger} is not the ask a person answered"
+    if rule == "proposal":
+        return None if trigger is None and not premises else "a person's own proposal is its own approval, with no trigger"
+    return f"{rule!r} is not a rule the gate knows"
+
+
+def recheck_action(state, seq, at, action, records):
+    """Return the problems found re-checking the stored action #seq; [] when it holds.
+
+    `state` is the venture folded from every record before the action, as the warden had it; the action's
+    stored basis, trigger, approval and payload go to the same `prove` at the action's `at`, and the proof it
+    gives back must be the stored one. records: {seq: (at, record)} for premises and the trigger."""
+    proof = action.get("proof") if isinstance(action.get("proof"), dict) else {}
     problems = []
-    premises = proof.get("premises") or []
+    premises = proof.get("premises") if isinstance(proof.get("premises"), list) else []
     for p in premises:
         if p not in records:
             problems.append(f"premise #{p} is not in the ledger")
         elif records[p][1].get("claim") not in ("measured", "declared"):
             problems.append(f"premise #{p} is {records[p][1].get('claim')}: only measured and declared records may be premises")
-        elif p >= action_seq:
+        elif p >= seq:
             problems.append(f"premise #{p} comes after the action")
-    if proof.get("trigger") in premises:
+    if proof.get("trigger") is not None and proof.get("trigger") in premises:
         problems.append("the trigger is cited as a premise")
-    venture = action.get("venture")
-    mandates = [s for s, (at, r) in records.items() if s < action_seq and r.get("kind") == "mandate" and r.get("venture") == venture]
-    if not mandates:
+    if state is None or state.mandate_seq is None:
         return problems + ["no mandate of the venture precedes the action"]
-    in_force = max(mandates)
-    if in_force not in premises:
-        problems.append(f"the mandate in force, #{in_force}, is not a premise")
+    basis, approval, check, exact = stored_basis(action, records)
+    if not exact and basis[0] in ("approval", "proposal") and approval is None:
+        problems.append(f"{action.get('lever')} ran on an approval, and no approval of exactly this lever and payload is a premise")
+        return problems
+    why = basis_problem(state, action, basis, records)
+    if why:
+        problems.append(f"its basis does not hold: {why}")
     try:
-        mandate = parse(records[in_force][1].get("text", ""), f"mandate #{in_force}")
-    except Fail as err:
-        return problems + [f"mandate #{in_force} does not hold: {err}"]
-    lever = action.get("lever")
-    if lever in mandate["forbidden"]:
-        problems.append(f"{lever} is forbidden")
-    if lever != "stop" and lever not in mandate["levers"]:
-        return problems + [f"{lever} is not permitted by mandate #{in_force}"]
-    if lever != "stop":
-        spec = mandate["levers"][lever]
-        count, period = spec["cap"]
-        window = [s for s, (at, r) in records.items()
-                  if s < action_seq and r.get("kind") == "action" and r.get("venture") == venture
-                  and r.get("lever") == lever and at > action_at - period]
-        if len(window) >= count:
-            problems.append(f"{len(window)} runs of {lever} in the window already reached the cap {spec['cap_text']}")
-        if set(window) - set(premises):
-            problems.append("runs counted against the cap are missing from the premises")
-        rule = proof.get("rule")
-        if not spec["reversible"] and not spec["delegated"] and rule != "unwind":
-            approvals = [p for p in premises if p in records and records[p][1].get("kind") in ("approval", "proposal")
-                         and records[p][1].get("claim") == "declared"
-                         and records[p][1].get("lever") == lever and records[p][1].get("payload") == action.get("payload")]
-            if not approvals:
-                problems.append(f"{lever} is irreversible and no approval of exactly this lever and payload is a premise")
-        if rule in ("threshold", "band"):
-            problems += check_crossing(mandate, lever, premises, records, venture)
-        problems += check_guards(mandate, action_seq, action, records, in_force)
+        verdict = prove(state, action.get("lever"), at, basis, trigger=proof.get("trigger"), approval=approval,
+                        payload=action.get("payload"), check=check)
+    except (KeyError, TypeError, ValueError) as err:
+        return problems + [f"the gate cannot read it: {type(err).__name__} {err}"]
+    if not verdict.ok:
+        return problems + [f"the gate refuses it: {verdict.why}"]
+    gave = verdict.proof
+    if gave["rule"] != proof.get("rule"):
+        problems.append(f"the gate's rule is {gave['rule']}, the proof says {proof.get('rule')}")
+    what = {state.mandate_seq: "the mandate in force", approval: "the approval", check: "the check"}
+    what.update({s: f"a run counted against the cap {state.mandate['levers'][action['lever']]['cap_text']}"
+                 for s, _, _ in state.actions.get(action.get("lever"), []) if action.get("lever") in state.mandate["levers"]})
+    for p in gave["premises"]:
+        if p not in premises:
+            problems.append(f"#{p} ({what.get(p, 'a premise of the gate')}) is missing from the premises")
+    for p in premises:
+        if p not in gave["premises"] and p in records:
+            problems.append(f"#{p} is cited, but the gate does not rest on it")
+    if not problems and gave["premises"] != premises:
+        problems.append("the premises are not in the gate's order")
+    if exact and gave["steps"] != proof.get("steps"):
+        differ = next((s for s in gave["steps"] if s not in (proof.get("steps") or [])), None)
+        problems.append(f"the steps are not the gate's" + (f": it says {differ!r}" if differ else ""))
     return problems
 
 
-def check_guards(mandate, action_seq, action, records, in_force):
-    """Return a problem when a guard read past its bound at the action and the action is not its unwind."""
-    problems = []
-    for guard in mandate["guards"]:
-        kind = "guard." + guard["name"]
-        readings = [(s, r) for s, (at, r) in records.items() if in_force < s < action_seq and r.get("kind") == kind
-                    and r.get("venture") == action.get("venture") and settles_guard(r)]
-        if not readings or not max(readings)[1].get("past"):
-            continue
-        seq = max(readings)[0]
-        unwind = guard["unwind"]
-        if not (action.get("proof", {}).get("rule") == "unwind" and unwind and unwind["action"] == action.get("lever")
-                and unwind["payload"] == action.get("payload") and seq in action["proof"]["premises"]):
-            problems.append(f"guard {guard['name']} read past its bound (#{seq}) when {action.get('lever')} ran")
-    return problems
+def check_proof(action_seq, action_at, action, records, parse=None):
+    """Return the problems found re-checking one stored action's proof against the ledger; [] when it holds.
+
+    records: {seq: (at, record)} holding at least every record of the action's venture up to it."""
+    states = {}
+    venture = action.get("venture")
+    for s in sorted(records):
+        if s >= action_seq:
+            break
+        if records[s][1].get("venture") == venture:
+            fold_ledger(states, s, records[s][0], records[s][1], parse)
+    return recheck_action(states.get(venture), action_seq, action_at, action, records)
+
+
+def recheck_ledger(rows, parse=None):
+    """Yield (seq, problems) for every action in `rows` [(seq, at, record)], folding the ledger once, in order."""
+    states, records = {}, {}
+    for seq, at, record in rows:
+        records[seq] = (at, record)
+        if record.get("kind") == "action" and record.get("venture") != "self":
+            yield seq, recheck_action(states.get(record.get("venture")), seq, at, record, records)
+        fold_ledger(states, seq, at, record, parse)
 
 
 def check_crossing(mandate, lever, premises, records, venture):
@@ -2653,7 +2780,7 @@ def check_crossing(mandate, lever, premises, records, venture):
     for side_name, way, bound, _ in sides:
         good = [r for r in reports if r.get("venture") == venture and r.get("status") == "trusted"
                 and r.get("value") is not None and crossed(way, bound, r["value"])]
-        if len(good) >= hold and len(good) == len(reports):
+        if len(good) >= hold and len(good) == len(premises):
             return []
     return [f"the cited reports do not show {hold} trusted report(s) past the bound"]
 
@@ -3238,11 +3365,12 @@ class Warden:
             self.lock_seen, self.lock_ours = seen, read_lock_pid(self.lock_path) in (self.avsmd_pid, None)
         return self.lock_ours
 
-    def append(self, record):
+    def append(self, record, at=None):
         """Append `record` through the one append function and fold it into its venture.
 
         While the ledger cannot be written, the outcome of what already ran waits in order to be written;
-        anything else raises LedgerDown, so the step that wanted it does not happen.
+        anything else raises LedgerDown, so the step that wanted it does not happen. `at`: an action's time is
+        the time the gate proved it at, so that its proof re-checks at its own `at`.
         """
         import sqlite3
         import time
@@ -3252,7 +3380,7 @@ class Warden:
                 return None
             raise LedgerDown(self.ledger_down)
         try:
-            return self.write(record)
+            return self.write(record, at)
         except (sqlite3.Error, OSError) as err:
             self.ledger_down = str(err)
             self.retry_at = time.monotonic() + ledger_retry(err)
@@ -3263,10 +3391,10 @@ class Warden:
                 return None
             raise LedgerDown(str(err)) from None
 
-    def write(self, record):
+    def write(self, record, at=None):
         """Append one record and fold it into its venture; raise what SQLite raised."""
         import time
-        at = int(time.time())
+        at = int(time.time()) if at is None else at
         seq = self.ledger.append(record, at)
         state = self.ventures.get(record["venture"])
         if state is not None:
@@ -3845,7 +3973,7 @@ class Warden:
         steps = [f"guard {guard['name']} reading #{info['last'][0]} is past its bound"]
         verdict = prove(state, lever, int(time.time()), ("unwind", [info["last"][0]], steps), payload=payload)
         if verdict.ok:
-            self.run_lever(state, lever, verdict.proof, f"{lever} runs: the unwind of guard {guard['name']}",
+            self.run_lever(state, lever, verdict, f"{lever} runs: the unwind of guard {guard['name']}",
                            by="guard", extra={"guard": guard["name"], "payload": payload})
         else:
             self.append({"kind": "refusal", "claim": "measured", "venture": state.name, "lever": lever, "by": "guard",
@@ -3857,7 +3985,7 @@ class Warden:
         steps = [f"report{'s' if len(reports) > 1 else ''} {', '.join('#' + str(r) for r in reports)}: {why}"]
         verdict = prove(state, lever, int(time.time()), (state.mandate["controller"]["kind"], reports, steps))
         if verdict.ok:
-            self.run_lever(state, lever, verdict.proof, f"{lever} runs: {why}", by="controller", side=side)
+            self.run_lever(state, lever, verdict, f"{lever} runs: {why}", by="controller", side=side)
         elif verdict.needs_ask:
             if state.side(side).get("asked") or \
                     any(a.get("lever") == lever and a.get("about") == "lever" for a in state.open_asks.values()):
@@ -3872,21 +4000,24 @@ class Warden:
                          "summary": f"{lever} refused: {verdict.why}"})
 
     # ---- levers ----
-    def run_lever(self, state, lever, proof, summary, by, side=None, extra=None, checked=False):
-        """Write the action with its proof, then start the lever apart; its outcome comes when it ends.
+    def run_lever(self, state, lever, verdict, summary, by, side=None, extra=None, checked=False):
+        """Write the action with the gate's proof and question, then start the lever apart; its outcome comes
+        when it ends.
 
         A lever with `check:` runs its check first (open point 27); only a check that exits 0 lets it run.
         Returns the action's seq, or None while the check runs.
         """
         spec = state.mandate["levers"].get(lever)
         if spec is not None and spec["check"] and not checked:
-            return self.start_check(state, lever, proof, summary, by, side, extra)
+            return self.start_check(state, lever, verdict, summary, by, side, extra)
+        asked = verdict.asked
         record = {"kind": "action", "claim": "measured", "venture": state.name, "lever": lever,
-                  "proof": proof, "by": by, "summary": summary}
+                  "proof": verdict.proof, "by": by, "summary": summary, "basis": asked["basis"]}
+        record.update({k: asked[k] for k in ("approval", "check") if k in asked})
         if side:
             record["side"] = side
         record.update(extra or {})
-        seq = self.append(record)
+        seq = self.append(record, at=asked["at"])
         if lever == "stop":
             self.pause(state, "measured", f"the stop lever (action #{seq}) paused {state.name}")
             self.append({"kind": "outcome", "claim": "measured", "venture": state.name, "lever": lever,
@@ -3920,7 +4051,7 @@ class Warden:
                          "summary": f"{lever} failed to start: {err}"})
         return seq
 
-    def start_check(self, state, lever, proof, summary, by, side, extra):
+    def start_check(self, state, lever, verdict, summary, by, side, extra):
         payload = (extra or {}).get("payload")
         audits = {name: info.get("note", "") for name, info in state.audits.items()}
         path = write_payload(json.dumps({"venture": state.name, "lever": lever, "payload": payload, "audits": audits}).encode())
@@ -3932,13 +4063,14 @@ class Warden:
             self.append({"kind": "refusal", "claim": "measured", "venture": state.name, "lever": lever, "by": by,
                          "why": f"its check could not start: {err}", "summary": f"{lever} refused: its check could not start"})
             return None
-        child.extra = {"lever": lever, "run": (lever, proof, summary, by, side, extra), "payload_file": path}
+        child.extra = {"lever": lever, "run": (lever, verdict, summary, by, side, extra), "payload_file": path}
         return None
 
     def check_done(self, state, child, status):
         """A lever's check ended: 0 lets the lever run, with the check's record among its premises."""
         os.unlink(child.extra["payload_file"])
-        lever, proof, summary, by, side, extra = child.extra["run"]
+        import time
+        lever, verdict, summary, by, side, extra = child.extra["run"]
         ok = status == 0 and not child.ended_by
         seq = self.append({"kind": "check", "claim": "measured", "venture": state.name, "lever": lever, "ok": ok,
                            "status": describe_status(status), "note": child.note()[-NOTE_MAX:] if not ok else "",
@@ -3947,10 +4079,15 @@ class Warden:
             self.append({"kind": "refusal", "claim": "measured", "venture": state.name, "lever": lever, "by": by, "check": seq,
                          "why": f"its check refused it (#{seq})", "summary": f"{lever} refused by its check (#{seq})"})
             return
-        if state.paused and proof.get("rule") not in ("stop", "unwind"):
+        basis, asked = verdict.asked["basis"], verdict.asked
+        verdict = prove(state, lever, int(time.time()), (basis["rule"], basis["premises"], basis["steps"]),
+                        trigger=verdict.proof["trigger"], approval=asked.get("approval"),
+                        payload=(extra or {}).get("payload"), check=seq)     # the gate again, now the check has passed
+        if not verdict.ok:
+            self.append({"kind": "refusal", "claim": "measured", "venture": state.name, "lever": lever, "by": by, "check": seq,
+                         "why": verdict.why, "summary": f"{lever} refused after its check passed: {verdict.why}"})
             return
-        proof = dict(proof, premises=proof["premises"] + [seq], steps=proof["steps"] + [f"check #{seq} passed"])
-        self.run_lever(state, lever, proof, summary, by, side, extra, checked=True)
+        self.run_lever(state, lever, verdict, summary, by, side, extra, checked=True)
 
     def start_forecast(self, state, why, lever=None):
         """Forecast the venture apart from the loop (FORECAST-06): the forecast program in a group of its own,
@@ -4405,7 +4542,7 @@ class Warden:
             verdict = prove(state, lever, int(time.time()), ("permitted", [], [f"proposal #{seq} (inferred) prompted this"]),
                             trigger=seq, payload=payload)
             if verdict.ok:
-                action = self.run_lever(state, lever, verdict.proof, f"{lever} runs: proposed by {d['backend']} (#{seq})",
+                action = self.run_lever(state, lever, verdict, f"{lever} runs: proposed by {d['backend']} (#{seq})",
                                         by="model", extra={"payload": payload, "proposal": seq} if payload is not None else {"proposal": seq})
                 d["lines"].append(f"#{action} action {lever}" if action else f"{lever} waits for its check")
                 return [action] if action else []
@@ -4592,7 +4729,7 @@ class Warden:
         spec = state.mandate["levers"].get(lever) if state.mandate else None
         problem = spec and spec["takes"] in ("diff", "file") and content_problem(spec["takes"], payload, state.directory)
         basis = ("approval", [], [f"ask #{seq}: {ask.get('question')}"])
-        verdict = prove(state, lever, int(time.time()), basis, trigger=seq, approval=0, payload=payload)
+        verdict = prove(state, lever, int(time.time()), basis, trigger=seq, approval=APPROVAL_TO_WRITE, payload=payload)
         if problem or not verdict.ok:
             why = problem or verdict.why
             self.append({"kind": "refusal", "claim": "measured", "venture": state.name, "lever": lever, "ask": seq,
@@ -4602,7 +4739,11 @@ class Warden:
                                 "lever": lever, "payload": payload, "edited": "payload" in args,
                                 "summary": f"a person approved {lever} (ask #{seq})" + (" with content they edited" if "payload" in args else "")})
         verdict = prove(state, lever, int(time.time()), basis, trigger=seq, approval=approval, payload=payload)
-        action = self.run_lever(state, lever, verdict.proof, f"{lever} runs: approved by a person (#{approval})", by="person",
+        if not verdict.ok:              # the approval just written is the only change since the gate said yes
+            self.append({"kind": "refusal", "claim": "measured", "venture": state.name, "lever": lever, "ask": seq,
+                         "why": verdict.why, "summary": f"{lever} refused on approval of #{seq}: {verdict.why}"})
+            raise Fail(EX_DATAERR, f"{lever} refused: {verdict.why}")
+        action = self.run_lever(state, lever, verdict, f"{lever} runs: approved by a person (#{approval})", by="person",
                                 extra={"payload": payload} if payload is not None else None)
         self.ratchet(state, lever)
         return [f"#{seq} approved; {lever} " + (f"runs as action #{action}" if action else "runs once its check passes")]
@@ -4723,8 +4864,7 @@ class Warden:
             self.append({"kind": "refusal", "claim": "measured", "venture": state.name, "lever": lever, "proposal": seq,
                          "by": "person", "why": why, "summary": f"{lever} refused: {why}"})
             raise Fail(EX_DATAERR, f"{lever} refused: {why}")
-        verdict.proof["rule"] = "proposal"
-        action = self.run_lever(state, lever, verdict.proof, f"{lever} runs: a person's proposal (#{seq})", by="person",
+        action = self.run_lever(state, lever, verdict, f"{lever} runs: a person's proposal (#{seq})", by="person",
                                 extra={"payload": payload} if payload is not None else None)
         return [f"proposal #{seq} accepted; {lever} " + (f"runs as action #{action}" if action else "runs once its check passes")]
 
@@ -6148,13 +6288,7 @@ def doctor_ledger(home, found, since):
         days = max(1.0, ((last_at or 0) - (first_at or 0)) / 86400)
         size = os.path.getsize(path)
         found.ok(f"ledger {path}: {count} records chained, {size / 1e6:.1f} MB, about {size / days / 1e6:.2f} MB a day")
-        problems = []
-        records = {}
-        for seq, at, record in read_records(db):
-            records[seq] = (at, record)
-            if record.get("kind") == "action":
-                for problem in check_proof(seq, at, record, records):
-                    problems.append((seq, problem))
+        problems = [(seq, problem) for seq, each in recheck_ledger(read_records(db)) for problem in each]
         if problems:
             seq, problem = problems[0]
             found.fail(EX_DATAERR, f"{len(problems)} proof problem(s); first: action #{seq}: {problem}", f"avsm --home {home} why {seq}")
