@@ -6103,7 +6103,7 @@ def cmd_why(home, args):
     problems = check_proof(seq, at, record, records)
     if problems:
         for problem in problems:
-            out(f"does not re-check: {problem}")
+            out(f"re-checks: no: {problem}")
         return EX_DATAERR
     out("re-checks: yes, from measured and declared records under the mandate in force")
     return EX_OK
