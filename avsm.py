@@ -2785,6 +2785,151 @@ def check_crossing(mandate, lever, premises, records, venture):
     return [f"the cited reports do not show {hold} trusted report(s) past the bound"]
 
 
+# ---- the rules of a settled round -----------------------------------------------
+# What a round calls for once its readings are in. Each rule is a generator of intents that reads the state
+# and yields what should happen, in order; the warden carries out each intent (appending folds its record into
+# the same state) before the rule goes on, and answers a Gate with the gate's Verdict. Tests drive the same
+# generators with records in and intents out (tests/test_kernel_rules.py).
+
+Write = collections.namedtuple("Write", "record")
+Write.__doc__ = "Append this record."
+Pause = collections.namedtuple("Pause", "record")
+Pause.__doc__ = "Append this pause record, and end what the venture runs (its programs, its keeper's next start)."
+Gate = collections.namedtuple("Gate", "lever basis payload trigger approval by side extra summary",
+                              defaults=(None, None, None, None, None, None, ""))
+Gate.__doc__ = "Ask the gate to prove `lever` now and run it if it can; the rule is sent back the Verdict."
+
+
+def settle_round(state, report_seq):
+    """Yield what a settled round calls for: guards pause, ask or unwind; audits ask; effects are judged;
+    an implausible reading asks once; else the controller acts on the round's report."""
+    yield from guard_rules(state)
+    yield from audit_rules(state)
+    yield from effect_rules(state)
+    held = held_by(state)
+    yield from implausible_rule(state, held, report_seq)
+    report = state.last_report
+    if not held and not state.paused and report and report[0] == report_seq and report[2].get("status") == "trusted":
+        for side, lever, reports, why in decide(state, report_seq, report[2]["value"]):
+            yield from controller_rule(state, side, lever, reports, why)
+
+
+def resolved_record(state, ask_seq, why):
+    """Return the record settling ask #ask_seq; what settles an audit's ask is no model's to see (AUDIT-05)."""
+    record = {"kind": "resolved", "claim": "measured", "venture": state.name, "ask": ask_seq,
+              "summary": f"ask #{ask_seq} settled: {why}"}
+    audit = state.open_asks.get(ask_seq, {}).get("audit")
+    if audit:
+        record["audit"] = audit
+    return record
+
+
+def guard_rules(state):
+    """A guard past its bound pauses or asks once per episode, and runs its unwind until it has run ok; back
+    inside, its ask is settled. After each round, and when a slow guard's reading comes in."""
+    for guard in state.mandate["guards"]:
+        info = state.guards.get(guard["name"])
+        open_ask = next((s for s, a in state.open_asks.items() if a.get("guard") == guard["name"]), None)
+        if info is None or not info["past"]:
+            if open_ask is not None:
+                yield Write(resolved_record(state, open_ask, f"guard {guard['name']} reads inside its bound again"))
+            continue
+        fresh = info.get("acted") != info["episode"] or info.get("repause")
+        if fresh and guard["then"] == "pause" and not state.paused:
+            yield Pause({"kind": "pause", "claim": "measured", "venture": state.name,
+                         "summary": f"guard {guard['name']} reads past its bound (#{info['episode']}): paused {state.name}",
+                         "guard": guard["name"], "episode": info["episode"]})
+        if fresh and guard["then"] == "ask" and open_ask is None:
+            yield Write({"kind": "ask", "claim": "measured", "venture": state.name, "about": "guard", "guard": guard["name"],
+                         "episode": info["episode"], "question": f"guard {guard['name']} reads past its bound; no lever but stop "
+                         f"runs until it is back inside. Look at {state.name}?",
+                         "summary": f"guard {guard['name']} past its bound (#{info['episode']}); asking once for this episode"})
+        reading = info["last"][0]
+        if guard["unwind"] and not info["unwind_ok"] and guard["unwind"]["action"] not in state.running \
+                and info.get("unwind_tried") != reading:
+            info["unwind_tried"] = reading          # once per reading past the bound, until it has run ok (not folded)
+            yield from unwind_rule(state, guard, reading)
+
+
+def unwind_rule(state, guard, reading):
+    """Run a guard's declared unwind through the gate; a refusal is written."""
+    lever, payload = guard["unwind"]["action"], guard["unwind"]["payload"]
+    verdict = yield Gate(lever, ("unwind", [reading], [f"guard {guard['name']} reading #{reading} is past its bound"]),
+                         payload=payload, by="guard", extra={"guard": guard["name"], "payload": payload},
+                         summary=f"{lever} runs: the unwind of guard {guard['name']}")
+    if not verdict.ok:
+        yield Write({"kind": "refusal", "claim": "measured", "venture": state.name, "lever": lever, "by": "guard",
+                     "guard": guard["name"], "why": verdict.why, "summary": f"unwind {lever} refused: {verdict.why}"})
+
+
+def audit_rules(state):
+    """An audit that worsens while the metric improves asks once; when it no longer does, its ask is settled."""
+    for audit in state.mandate["audits"]:
+        why = audit_worsening(audit, state)
+        open_ask = next((s for s, a in state.open_asks.items()
+                         if a.get("about") == "audit" and a.get("audit") == audit["name"]), None)
+        if why and open_ask is None:
+            yield Write({"kind": "ask", "claim": "measured", "venture": state.name, "about": "audit",
+                         "audit": audit["name"], "question": f"{why}. Is the gain real?", "summary": f"audit {audit['name']} asks: {why}"})
+        elif not why and open_ask is not None:
+            yield Write(resolved_record(state, open_ask, f"audit {audit['name']} no longer worsens while the metric improves"))
+
+
+def effect_rules(state):
+    """Write each settled miss, late or wrong-size verdict; n misses in a row suspend a delegation (revoke_after)."""
+    for seq, effect in sorted(state.effects.items()):
+        if effect["verdict"] is None:
+            continue
+        verdict, why = effect["verdict"]
+        lever = effect["lever"]
+        yield Write({"kind": "effect", "claim": "measured", "venture": state.name, "lever": lever,
+                     "action": seq, "verdict": verdict, "why": why,
+                     "summary": f"{lever} (action #{seq}) {verdict}: {why}"})
+        spec = state.mandate["levers"].get(lever)
+        if (spec and spec["delegated"] and spec["revoke_after"] and lever not in state.suspended
+                and state.misses.get(lever, 0) >= spec["revoke_after"]):
+            yield Write({"kind": "ask", "claim": "measured", "venture": state.name, "about": "revoke", "lever": lever,
+                         "question": f"{lever} missed its expected effect {state.misses[lever]} times in a row; its delegation "
+                                     "is suspended. Approve to restore it",
+                         "summary": f"{lever}'s delegation suspended after {state.misses[lever]} misses in a row (revoke_after)"})
+
+
+def implausible_rule(state, held, report_seq):
+    """A reading that holds the venture implausible asks once until a plausible one comes; then it is settled."""
+    if held and state.implausible_ask is None:
+        what, seq, note = held
+        record = {"kind": "ask", "claim": "measured", "venture": state.name, "about": "implausible",
+                  "reading": seq, "question": f"{what} (#{seq}) is not plausible: {note}; is the sensor sound?",
+                  "summary": f"{what} #{seq} holds {state.name} implausible; asking once until a plausible reading comes"}
+        if what.startswith("audit "):
+            record["audit"] = what[len("audit "):]      # hidden from every model, as the audit is (AUDIT-05)
+        yield Write(record)
+    elif not held and state.implausible_ask is not None:
+        yield Write(resolved_record(state, state.implausible_ask, f"readings are plausible again (#{report_seq})"))
+
+
+def controller_rule(state, side, lever, reports, why):
+    """The controller wants `lever`: the gate runs it if it can prove it; else ask once in the excursion (an
+    irreversible lever), or write the refusal."""
+    steps = [f"report{'s' if len(reports) > 1 else ''} {', '.join('#' + str(r) for r in reports)}: {why}"]
+    verdict = yield Gate(lever, (state.mandate["controller"]["kind"], reports, steps), by="controller", side=side,
+                         summary=f"{lever} runs: {why}")
+    if verdict.ok:
+        return
+    if verdict.needs_ask:
+        if state.side(side).get("asked") or \
+                any(a.get("lever") == lever and a.get("about") == "lever" for a in state.open_asks.values()):
+            return                  # asked once in this excursion already (the ask may still wait)
+        yield Write({"kind": "ask", "claim": "measured", "venture": state.name, "about": "lever", "lever": lever,
+                     "by": "controller", "side": side, "reports": reports,
+                     "question": f"run {lever}? {why}; {lever} is irreversible",
+                     "summary": f"run {lever}? {why}; {lever} is irreversible, so a person decides"})
+    else:
+        yield Write({"kind": "refusal", "claim": "measured", "venture": state.name, "lever": lever,
+                     "by": "controller", "side": side, "why": verdict.why, "reports": reports,
+                     "summary": f"{lever} refused: {verdict.why}"})
+
+
 def open_asks(records):
     """Return the asks no approval, denial or resolution has answered: {seq: record}."""
     asks = {}
@@ -3827,7 +3972,7 @@ class Warden:
             round_["pending"].discard((what, name))
             self.maybe_settle(state)
         elif what == "guard" and state.mandate is not None:
-            self.guard_actions(state)           # a slow guard's reading: its round settled without it
+            self.carry_out(state, guard_rules(state))      # a slow guard's reading: its round settled without it
 
     def reading_done_values(self, state, what, name, value, failure, text):
         m = state.mandate
@@ -3883,121 +4028,29 @@ class Warden:
         for what, name in sorted(round_["pending"]):
             self.append(self.unread_record(state, what, name, "slower than half a second; written when it is done"))
         del self.rounds[state.name]
-        self.settle(state, round_["metric"])
+        self.carry_out(state, settle_round(state, round_["metric"]))
 
-    def settle(self, state, report_seq):
-        """After a round: guards pause, ask or unwind; audits ask; a hold asks once; else the controller acts."""
-        m = state.mandate
-        self.guard_actions(state)
-        for audit in m["audits"]:
-            why = audit_worsening(audit, state)
-            open_ask = next((s for s, a in state.open_asks.items()
-                             if a.get("about") == "audit" and a.get("audit") == audit["name"]), None)
-            if why and open_ask is None:
-                self.append({"kind": "ask", "claim": "measured", "venture": state.name, "about": "audit",
-                             "audit": audit["name"], "question": f"{why}. Is the gain real?", "summary": f"audit {audit['name']} asks: {why}"})
-            elif not why and open_ask is not None:
-                self.resolve(state, open_ask, f"audit {audit['name']} no longer worsens while the metric improves")
-        self.write_effects(state)
-        held = held_by(state)
-        if held and state.implausible_ask is None:
-            what, seq, note = held
-            record = {"kind": "ask", "claim": "measured", "venture": state.name, "about": "implausible",
-                      "reading": seq, "question": f"{what} (#{seq}) is not plausible: {note}; is the sensor sound?",
-                      "summary": f"{what} #{seq} holds {state.name} implausible; asking once until a plausible reading comes"}
-            if what.startswith("audit "):
-                record["audit"] = what[len("audit "):]      # hidden from every model, as the audit is (AUDIT-05)
-            self.append(record)
-        elif not held and state.implausible_ask is not None:
-            self.resolve(state, state.implausible_ask, f"readings are plausible again (#{report_seq})")
-        report = state.last_report
-        if not held and not state.paused and report and report[0] == report_seq and report[2].get("status") == "trusted":
-            for side, lever, reports, why in decide(state, report_seq, report[2]["value"]):
-                self.controller_acts(state, side, lever, reports, why)
-
-    def write_effects(self, state):
-        """Write each settled miss, late or wrong-size verdict; n misses in a row suspend a delegation (revoke_after)."""
-        for seq, effect in sorted(state.effects.items()):
-            if effect["verdict"] is None:
-                continue
-            verdict, why = effect["verdict"]
-            self.append({"kind": "effect", "claim": "measured", "venture": state.name, "lever": effect["lever"],
-                         "action": seq, "verdict": verdict, "why": why,
-                         "summary": f"{effect['lever']} (action #{seq}) {verdict}: {why}"})
-            spec = state.mandate["levers"].get(effect["lever"])
-            lever = effect["lever"]
-            if (spec and spec["delegated"] and spec["revoke_after"] and lever not in state.suspended
-                    and state.misses.get(lever, 0) >= spec["revoke_after"]):
-                self.append({"kind": "ask", "claim": "measured", "venture": state.name, "about": "revoke", "lever": lever,
-                             "question": f"{lever} missed its expected effect {state.misses[lever]} times in a row; its delegation "
-                                         "is suspended. Approve to restore it",
-                             "summary": f"{lever}'s delegation suspended after {state.misses[lever]} misses in a row (revoke_after)"})
-
-    def guard_actions(self, state):
-        """A guard past its bound pauses or asks once per episode, and runs its unwind until it has run ok;
-        back inside, its ask is settled. Called after each round, and when a slow guard's reading comes in."""
-        for guard in state.mandate["guards"]:
-            info = state.guards.get(guard["name"])
-            open_ask = next((s for s, a in state.open_asks.items() if a.get("guard") == guard["name"]), None)
-            if info is None or not info["past"]:
-                if open_ask is not None:
-                    self.resolve(state, open_ask, f"guard {guard['name']} reads inside its bound again")
-                continue
-            fresh = info.get("acted") != info["episode"] or info.get("repause")
-            if fresh and guard["then"] == "pause" and not state.paused:
-                self.pause(state, "measured", f"guard {guard['name']} reads past its bound (#{info['episode']}): paused {state.name}",
-                           guard=guard["name"], episode=info["episode"])
-            if fresh and guard["then"] == "ask" and open_ask is None:
-                self.append({"kind": "ask", "claim": "measured", "venture": state.name, "about": "guard", "guard": guard["name"],
-                             "episode": info["episode"], "question": f"guard {guard['name']} reads past its bound; no lever but stop "
-                             f"runs until it is back inside. Look at {state.name}?",
-                             "summary": f"guard {guard['name']} past its bound (#{info['episode']}); asking once for this episode"})
-            reading = info["last"][0]
-            if guard["unwind"] and not info["unwind_ok"] and guard["unwind"]["action"] not in state.running \
-                    and info.get("unwind_tried") != reading:
-                info["unwind_tried"] = reading          # once per reading past the bound, until it has run ok
-                self.unwind(state, guard, info)
-
-    def resolve(self, state, ask_seq, why):
-        record = {"kind": "resolved", "claim": "measured", "venture": state.name, "ask": ask_seq,
-                  "summary": f"ask #{ask_seq} settled: {why}"}
-        audit = state.open_asks.get(ask_seq, {}).get("audit")
-        if audit:
-            record["audit"] = audit         # what settles an ask about an audit is no model's to see (AUDIT-05)
-        self.append(record)
-
-    def unwind(self, state, guard, info):
-        """Run a guard's declared unwind through the gate: once per episode, again until it has run ok."""
+    def carry_out(self, state, intents):
+        """Carry out a rule's intents in order: append, pause, or ask the gate and run what it proves."""
         import time
-        lever, payload = guard["unwind"]["action"], guard["unwind"]["payload"]
-        steps = [f"guard {guard['name']} reading #{info['last'][0]} is past its bound"]
-        verdict = prove(state, lever, int(time.time()), ("unwind", [info["last"][0]], steps), payload=payload)
-        if verdict.ok:
-            self.run_lever(state, lever, verdict, f"{lever} runs: the unwind of guard {guard['name']}",
-                           by="guard", extra={"guard": guard["name"], "payload": payload})
-        else:
-            self.append({"kind": "refusal", "claim": "measured", "venture": state.name, "lever": lever, "by": "guard",
-                         "guard": guard["name"], "why": verdict.why, "summary": f"unwind {lever} refused: {verdict.why}"})
-
-    def controller_acts(self, state, side, lever, reports, why):
-        """The controller wants `lever`: run it if the gate proves it, else ask once or refuse."""
-        import time
-        steps = [f"report{'s' if len(reports) > 1 else ''} {', '.join('#' + str(r) for r in reports)}: {why}"]
-        verdict = prove(state, lever, int(time.time()), (state.mandate["controller"]["kind"], reports, steps))
-        if verdict.ok:
-            self.run_lever(state, lever, verdict, f"{lever} runs: {why}", by="controller", side=side)
-        elif verdict.needs_ask:
-            if state.side(side).get("asked") or \
-                    any(a.get("lever") == lever and a.get("about") == "lever" for a in state.open_asks.values()):
-                return                  # asked once in this excursion already (the ask may still wait)
-            self.append({"kind": "ask", "claim": "measured", "venture": state.name, "about": "lever", "lever": lever,
-                         "by": "controller", "side": side, "reports": reports,
-                         "question": f"run {lever}? {why}; {lever} is irreversible",
-                         "summary": f"run {lever}? {why}; {lever} is irreversible, so a person decides"})
-        else:
-            self.append({"kind": "refusal", "claim": "measured", "venture": state.name, "lever": lever,
-                         "by": "controller", "side": side, "why": verdict.why, "reports": reports,
-                         "summary": f"{lever} refused: {verdict.why}"})
+        result = None
+        while True:
+            try:
+                intent = intents.send(result)
+            except StopIteration:
+                return
+            result = None
+            if isinstance(intent, Write):
+                self.append(intent.record)
+            elif isinstance(intent, Pause):
+                self.pause(state, intent.record["claim"], intent.record["summary"],
+                           **{k: v for k, v in intent.record.items() if k not in ("kind", "claim", "venture", "summary")})
+            else:
+                result = prove(state, intent.lever, int(time.time()), intent.basis, trigger=intent.trigger,
+                               approval=intent.approval, payload=intent.payload)
+                if result.ok:
+                    self.run_lever(state, intent.lever, result, intent.summary, by=intent.by, side=intent.side,
+                                   extra=intent.extra)
 
     # ---- levers ----
     def run_lever(self, state, lever, verdict, summary, by, side=None, extra=None, checked=False):

@@ -1,0 +1,240 @@
+"""The rules of a settled round, in the kernel: records in, intents out, `now` given (issue 10).
+
+Each rule is a generator of Write / Pause / Gate intents over a venture's state. `drive` carries them out the
+way the warden does, on literal records: a Write or a Pause is folded with the next seq, a Gate is answered
+by the real gate (prove) at `now` and, when it proves the lever, its action is folded too."""
+
+import avsm
+from test_kernel import V, adopt, report, outcome
+
+GUARDED = """\
+purpose: Keep the dial low.
+metric: dial
+controller: {kind: threshold, above: 10, action: lower}
+cadence: 10s
+permitted:
+  - {name: lower, run: ./lower, cap: 2/hour, reversible: true}
+  - {name: sell, run: ./sell, cap: 1/hour, reversible: true, takes: json}
+  - {name: wipe, run: ./wipe, cap: 5/day, reversible: false}
+guards:
+  - {name: spend, run: ./spend, above: 100, then: %s}
+"""
+
+IRREVERSIBLE = """\
+purpose: Keep the dial low.
+metric: dial
+controller: {kind: threshold, above: 10, action: wipe}
+cadence: 10s
+permitted:
+  - {name: wipe, run: ./wipe, cap: 5/day, reversible: false}
+"""
+
+AUDITED = """\
+purpose: Keep sales up.
+metric: sales
+controller: {kind: model}
+cadence: 10s
+audits:
+  - {name: refunds, run: ./refunds, worse: up, tolerance: 2, window: 2}
+"""
+
+EXPECTING = """\
+purpose: Keep the dial low.
+metric: dial
+controller: {kind: threshold, above: 10, action: lower}
+cadence: 10s
+permitted:
+  - {name: lower, run: ./lower, cap: 60/hour, reversible: false, delegated: true, revoke_after: 2, expects: down within 1}
+"""
+
+
+class Ledger:
+    """Literal records folded into one venture's state, numbered from 2 (the mandate is #1), one second apart."""
+
+    def __init__(self, text):
+        self.state = adopt(text)
+        self.seq, self.at = 1, 1000
+
+    def add(self, record):
+        self.seq += 1
+        self.at += 1
+        avsm.fold(self.state, self.seq, self.at, record)
+        return self.seq
+
+    def drive(self, intents):
+        """Carry out `intents` as the warden does; return [(kind of intent, record or (lever, verdict))]."""
+        done, result = [], None
+        while True:
+            try:
+                intent = intents.send(result)
+            except StopIteration:
+                return done
+            result = None
+            if isinstance(intent, (avsm.Write, avsm.Pause)):
+                self.add(intent.record)
+                done.append((type(intent).__name__, intent.record))
+            else:
+                result = avsm.prove(self.state, intent.lever, self.at + 1, intent.basis, trigger=intent.trigger,
+                                    approval=intent.approval, payload=intent.payload)
+                done.append(("Gate", (intent.lever, intent.basis, result)))
+                if result.ok:
+                    self.add(dict({"kind": "action", "claim": "measured", "venture": V, "lever": intent.lever,
+                                   "proof": result.proof, "by": intent.by, "summary": intent.summary,
+                                   "basis": result.asked["basis"]}, **(intent.extra or {})))
+
+    def guard(self, value, past):
+        return self.add({"kind": "guard.spend", "claim": "measured", "venture": V, "value": value, "status": "trusted",
+                         "plausible": True, "past": past, "bound": 100, "side": "above", "summary": f"spend = {value}"})
+
+
+def kinds(done):
+    return [(what, r["kind"] if what != "Gate" else r[0]) for what, r in done]
+
+
+def test_guard_pause_once_per_episode():
+    """GUARD-04, GUARD-05: a guard past its bound with then: pause pauses the venture once per episode; the same
+    episode read again pauses nothing more; after a resume with the guard still past, it pauses again."""
+    led = Ledger(GUARDED % "pause")
+    first = led.guard(150, True)
+    done = led.drive(avsm.guard_rules(led.state))
+    assert kinds(done) == [("Pause", "pause")]
+    assert done[0][1]["guard"] == "spend" and done[0][1]["episode"] == first and led.state.paused
+    led.guard(160, True)
+    assert led.drive(avsm.guard_rules(led.state)) == []
+    led.add({"kind": "resume", "claim": "declared", "venture": V, "summary": "resumed"})
+    assert kinds(led.drive(avsm.guard_rules(led.state))) == [("Pause", "pause")]
+
+
+def test_guard_ask_once_then_settled_back_inside():
+    """GUARD-07, ASK-03: then: ask asks once for the episode; back inside, the ask is settled."""
+    led = Ledger(GUARDED % "ask")
+    led.guard(150, True)
+    done = led.drive(avsm.guard_rules(led.state))
+    assert kinds(done) == [("Write", "ask")] and done[0][1]["about"] == "guard"
+    ask = led.seq
+    led.guard(170, True)
+    assert led.drive(avsm.guard_rules(led.state)) == []
+    led.guard(50, False)
+    done = led.drive(avsm.guard_rules(led.state))
+    assert kinds(done) == [("Write", "resolved")] and done[0][1]["ask"] == ask
+    assert ask not in led.state.open_asks
+
+
+def test_guard_unwind_through_the_gate_once_per_reading():
+    """GUARD-10, GUARD-11: a guard's unwind goes through the gate with the reading as its basis, once per
+    reading past the bound; a refusal is written."""
+    text = (GUARDED % "pause").replace("then: pause}", "then: pause, unwind: {action: sell, payload: {qty: 1}}}")
+    led = Ledger(text)
+    reading = led.guard(150, True)
+    done = led.drive(avsm.guard_rules(led.state))
+    assert kinds(done) == [("Pause", "pause"), ("Gate", "sell")]
+    lever, basis, verdict = done[1][1]
+    assert basis[0] == "unwind" and basis[1] == [reading] and verdict.ok
+    assert led.drive(avsm.guard_rules(led.state)) == []          # the same reading: tried already
+    reading = led.guard(160, True)                               # a new reading past the bound, the cap 1/hour spent
+    done = led.drive(avsm.guard_rules(led.state))
+    assert [k for k, _ in done] == ["Gate", "Write"] or kinds(done) == []
+    # the first unwind's action is still running (no outcome), so no second try starts until it ends
+    assert kinds(done) == []
+    led.add(outcome("sell", 4, ok=False))
+    reading = led.guard(170, True)
+    done = led.drive(avsm.guard_rules(led.state))
+    assert kinds(done) == [("Gate", "sell"), ("Write", "refusal")]
+    assert "cap" in done[1][1]["why"] and done[1][1]["guard"] == "spend"
+
+
+def test_audit_asks_once_and_is_settled():
+    """AUDIT-02, AUDIT-03: an audit that worsens past its tolerance while the metric improves asks once; when
+    it no longer does, its ask is settled."""
+    led = Ledger(AUDITED)
+    for sales, refunds in ((10, 1), (15, 2), (20, 5)):
+        led.add(report(sales))
+        led.add({"kind": "audit.refunds", "claim": "measured", "venture": V, "value": refunds, "status": "trusted",
+                 "plausible": True, "note": "", "summary": f"audit refunds = {refunds}"})
+    done = led.drive(avsm.audit_rules(led.state))
+    assert kinds(done) == [("Write", "ask")] and done[0][1]["audit"] == "refunds"
+    ask = led.seq
+    assert led.drive(avsm.audit_rules(led.state)) == []
+    for sales in (30, 40):
+        led.add(report(sales))
+        led.add({"kind": "audit.refunds", "claim": "measured", "venture": V, "value": 5, "status": "trusted",
+                 "plausible": True, "note": "", "summary": "audit refunds = 5"})
+    done = led.drive(avsm.audit_rules(led.state))
+    assert kinds(done) == [("Write", "resolved")] and done[0][1]["ask"] == ask and done[0][1]["audit"] == "refunds"
+
+
+def test_effect_misses_suspend_the_delegation():
+    """EFFECT-04, EFFECT-09 (revoke_after): a missed expected effect is written; two misses in a row suspend the
+    delegation with one ask; the gate then refuses the lever until a person approves."""
+    led = Ledger(EXPECTING)
+    for value in (20, 21, 20, 21, 20):                            # lever-free history: the drift and noise are known
+        led.add(report(value))
+    for n in range(2):
+        led.add(report(20))
+        a = led.add({"kind": "action", "claim": "measured", "venture": V, "lever": "lower", "proof": {"premises": []},
+                     "by": "controller", "summary": "lower runs"})
+        led.add(outcome("lower", a))
+        for _ in range(4):                                        # not down within 1 report, nor late: a miss
+            led.add(report(25))
+            done = led.drive(avsm.effect_rules(led.state))
+            if done:
+                break
+        assert ("Write", "effect") in kinds(done) and done[0][1]["verdict"] == "miss"
+    assert kinds(done) == [("Write", "effect"), ("Write", "ask")] and done[1][1]["about"] == "revoke"
+    verdict = avsm.prove(led.state, "lower", led.at + 1, ("threshold", [led.seq - 2], []))
+    assert not verdict.ok and "suspended" in verdict.why
+
+
+def test_implausible_reading_asks_once_then_settled():
+    """PLAUS-07: a failed report holds the venture implausible and asks once; a plausible one settles it."""
+    led = Ledger(GUARDED % "pause")
+    seq = led.add(report(None, status="failed") | {"note": "exit 1"})
+    done = led.drive(avsm.settle_round(led.state, seq))
+    assert kinds(done) == [("Write", "ask")] and done[0][1]["about"] == "implausible" and done[0][1]["reading"] == seq
+    seq = led.add(report(None, status="failed") | {"note": "exit 1"})
+    assert led.drive(avsm.settle_round(led.state, seq)) == []
+    seq = led.add(report(5))
+    done = led.drive(avsm.settle_round(led.state, seq))
+    assert kinds(done) == [("Write", "resolved")]
+
+
+def test_controller_acts_through_the_gate_and_refuses_at_the_cap():
+    """CTRL-02, LEVER-03: a trusted report past the bound sends the lever to the gate with the report as its
+    basis; at the cap the refusal is written."""
+    led = Ledger(GUARDED % "pause")
+    ran = []
+    for _ in range(3):
+        seq = led.add(report(12))
+        done = led.drive(avsm.settle_round(led.state, seq))
+        ran.append(kinds(done))
+        if led.state.running:
+            led.add(outcome("lower", led.seq))
+        led.add(report(5))                                        # back inside: the next excursion may act
+    assert ran[0] == [("Gate", "lower")] and ran[1] == [("Gate", "lower")]
+    assert ran[2] == [("Gate", "lower"), ("Write", "refusal")]
+
+
+def test_controller_asks_once_per_excursion():
+    """LEVER-04, ASK-02 (one ask per excursion, DESIGN): an irreversible lever the controller wants asks once;
+    further reports in the same excursion ask nothing, answered or not; back inside, the next excursion asks."""
+    led = Ledger(IRREVERSIBLE)
+    seq = led.add(report(12))
+    done = led.drive(avsm.settle_round(led.state, seq))
+    assert kinds(done) == [("Gate", "wipe"), ("Write", "ask")]
+    ask = led.seq
+    seq = led.add(report(13))
+    assert kinds(led.drive(avsm.settle_round(led.state, seq))) == [("Gate", "wipe")]
+    led.add({"kind": "denial", "claim": "declared", "venture": V, "ask": ask, "lever": "wipe", "summary": "no"})
+    seq = led.add(report(14))
+    assert kinds(led.drive(avsm.settle_round(led.state, seq))) == [("Gate", "wipe")]
+    led.add(report(5))
+    seq = led.add(report(12))
+    assert kinds(led.drive(avsm.settle_round(led.state, seq))) == [("Gate", "wipe"), ("Write", "ask")]
+
+
+def test_no_controller_while_paused_or_held():
+    """PAUSE-02, PLAUS-07: a paused venture, or one an implausible reading holds, sends nothing to the gate."""
+    led = Ledger(GUARDED % "pause")
+    led.add({"kind": "pause", "claim": "declared", "venture": V, "summary": "paused"})
+    seq = led.add(report(12))
+    assert led.drive(avsm.settle_round(led.state, seq)) == []
