@@ -99,7 +99,7 @@ REFUSALS = [
     ("escalate-names-no-backend", "escalate: claude\nbackends:\n  mine: {kind: command, run: /opt/mine}\n", "1:1",
      ["escalate: 'claude' names no backend", "name one under backends:"], "CONFIG-09, CONFIG-10"),
     ("effort-extreme", "backends:\n  a: {kind: anthropic, model: m, key: k, effort: extreme}\n", "2:42",
-     ["effort must be one of low, medium, high, max", "extreme"], "MODEL-06, open point 44"),
+     ["effort must be one of low, medium, high, xhigh, max", "extreme"], "MODEL-06, open point 44"),
     ("backend-kind", "backends:\n  a: {kind: gemini, model: m}\n", "2:3",
      ["needs kind: anthropic, openai or command"], "MODEL-05"),
     ("openai-without-url", "backends:\n  a: {kind: openai, model: m}\n", "2:3",
