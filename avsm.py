@@ -3208,6 +3208,7 @@ def call_http_backend(backend, system, user, key):
     Return (reply bytes, None, call) or (None, why, call); call holds the provider's request id, the usage
     and stop it reported, how many tries it took, and "declined" when the model refused.
     """
+    import http.client
     import time
     import urllib.error
     import urllib.request
@@ -3242,11 +3243,11 @@ def call_http_backend(backend, system, user, key):
             wait = retry_wait(answered, time.time(), wait)
         except ValueError as err:
             return None, str(err), call
-        except (urllib.error.URLError, OSError) as err:
-            why = f"{getattr(err, 'reason', err)}"
+        except (urllib.error.URLError, OSError, http.client.HTTPException) as err:
+            why = f"{getattr(err, 'reason', err)}" or type(err).__name__
         if attempt + 1 < BACKEND_TRIES:
             if wait >= deadline - time.monotonic():
-                return None, f"{why}; the provider asks to wait {wait:g} s, past the call's {BACKEND_TIMEOUT} s limit", call
+                return None, f"{why}; a wait of {wait:g} s would pass the call's {BACKEND_TIMEOUT} s limit", call
             time.sleep(wait)
     return None, why, call
 
@@ -4347,7 +4348,10 @@ class Warden:
             return self.got_reply(d, None, f"HOME/keys has no {backend['key']}=...; add it (chmod 600)")
 
         def call():
-            data, why, facts = call_http_backend(backend, answer["system"], answer["user"], key)
+            try:
+                data, why, facts = call_http_backend(backend, answer["system"], answer["user"], key)
+            except Exception as err:      # the call's thread is a job's boundary: the decision still ends, saying why
+                data, why, facts = None, f"the call failed: {type(err).__name__}: {err}", None
             self.results.append((d, data, why, facts))
             try:
                 self.wake_w.send(b"r")
@@ -6082,13 +6086,13 @@ def cmd_why(home, args):
     if record.get("kind") != "action" or not proof:
         cited = [record[k] for k in ("action", "ask", "report", "proposal") if isinstance(record.get(k), int)]
         out(f"a {record.get('claim')} {record.get('kind')} record: it authorizes nothing and carries no proof")
-        if record.get("call"):
+        if isinstance(record.get("call"), dict):
             out(f"  call: {describe_call(record)}")
         for c in cited:
             r = db.execute("SELECT at, record FROM records WHERE seq = ?", (c,)).fetchone()
             if r:
                 out("  cites " + format_record_line(c, r[0], json.loads(r[1])))
-                if json.loads(r[1]).get("call"):
+                if isinstance(json.loads(r[1]).get("call"), dict):
                     out(f"    call: {describe_call(json.loads(r[1]))}")
         return EX_OK
     out(f"rule: {proof.get('rule')}")
@@ -6099,7 +6103,7 @@ def cmd_why(home, args):
         if r:
             t = json.loads(r[1])
             out(f"  trigger (not a premise): #{proof['trigger']} {t.get('claim')} {t.get('kind')} {t.get('summary')}")
-            if t.get("call"):
+            if isinstance(t.get("call"), dict):
                 out(f"    call: {describe_call(t)}")
     records = {s: (a, r) for s, a, r in read_records(db, 0, seq)
                if r.get("venture") == record.get("venture") or s in proof.get("premises", [])}

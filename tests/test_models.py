@@ -1313,7 +1313,7 @@ def test_busy_providers_are_tried_again_as_they_ask(av, reading, peer):
         _, new = decide(av, "far")
         assert time.monotonic() - t0 < 10 and len(peer.seen) == 1
         unusable = escalated_unusable(new, "claude")[1]
-        assert "HTTP 529: overloaded_error: Overloaded" in unusable["why"] and "past the call's 120 s limit" in unusable["why"]
+        assert "HTTP 529: overloaded_error: Overloaded" in unusable["why"] and "would pass the call's 120 s limit" in unusable["why"]
 
     # four 529s: unusable, with the last request id and four tries
     peer.answer(*[err(529, "overloaded_error", "Overloaded", f"req_o{n}", **{"retry-after-ms": "20"}) for n in range(4)],
