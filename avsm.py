@@ -1336,7 +1336,7 @@ CONFIG_KEYS = {"nightly", "default", "backends", "escalate", "ratchet", "forecas
 BACKEND_KEYS = {"anthropic": {"kind", "model", "key", "url", "effort", "version", "max_tokens"},
                 "openai": {"kind", "url", "model", "key", "max_tokens"},
                 "command": {"kind", "run", "offbox"}}
-EFFORTS = ("low", "medium", "high", "xhigh", "max")   # open point 44, and the provider's own list since
+EFFORTS = ("low", "medium", "high", "xhigh", "max")   # open point 44, with xhigh as the provider now lists it
 ANTHROPIC_VERSION = "2026-10-21"   # the anthropic-version header unless a backend says version:
 MAX_TOKENS = 16000                 # an anthropic call's max_tokens unless the backend says: room for effort: high
                                    # to think and still answer, and about what 120 s can bring back
@@ -1380,11 +1380,10 @@ def parse_config(text, source="config.yaml"):
             if not re.fullmatch(r"\d{4}-\d\d-\d\d", backend["version"]):
                 c.fail(path + ("version",), f"version is the API's version date, as {ANTHROPIC_VERSION}, "
                                             f"not {json.dumps(backend['version'])}")
-        if b["kind"] != "command":
-            # an openai backend sends max_tokens only when it says; without it, the server's own limit holds
-            given = b.get("max_tokens", MAX_TOKENS if b["kind"] == "anthropic" else None)
-            backend["max_tokens"] = None if given is None and b["kind"] == "openai" else \
-                c.whole(given, path + ("max_tokens",), "max_tokens")
+            backend["max_tokens"] = c.whole(b.get("max_tokens", MAX_TOKENS), path + ("max_tokens",), "max_tokens")
+        elif b["kind"] == "openai":       # max_tokens is sent only when it says; else the server's own limit holds
+            given = b.get("max_tokens")
+            backend["max_tokens"] = None if given is None else c.whole(given, path + ("max_tokens",), "max_tokens")
         if "url" in b and not b["url"].startswith(("http://", "https://")):
             c.fail(path + ("url",), f"'{b['url']}' is not a URL; write http://... or https://...")
         # every anthropic and openai backend leaves the machine; a command does when it says so
@@ -6091,9 +6090,10 @@ def cmd_why(home, args):
         for c in cited:
             r = db.execute("SELECT at, record FROM records WHERE seq = ?", (c,)).fetchone()
             if r:
-                out("  cites " + format_record_line(c, r[0], json.loads(r[1])))
-                if isinstance(json.loads(r[1]).get("call"), dict):
-                    out(f"    call: {describe_call(json.loads(r[1]))}")
+                cited_record = json.loads(r[1])
+                out("  cites " + format_record_line(c, r[0], cited_record))
+                if isinstance(cited_record.get("call"), dict):
+                    out(f"    call: {describe_call(cited_record)}")
         return EX_OK
     out(f"rule: {proof.get('rule')}")
     for step in proof.get("steps", []):
