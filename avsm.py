@@ -1333,10 +1333,13 @@ def parse_readings(c, doc, m, directory):
 
 CONFIG_KEYS = {"nightly", "default", "backends", "escalate", "ratchet", "forecast", "canary_asks", "port",
                "adapters", "research"}
-BACKEND_KEYS = {"anthropic": {"kind", "model", "key", "url", "effort"},
-                "openai": {"kind", "url", "model", "key"},
+BACKEND_KEYS = {"anthropic": {"kind", "model", "key", "url", "effort", "version", "max_tokens"},
+                "openai": {"kind", "url", "model", "key", "max_tokens"},
                 "command": {"kind", "run", "offbox"}}
-EFFORTS = ("low", "medium", "high", "max")   # open point 44
+EFFORTS = ("low", "medium", "high", "xhigh", "max")   # open point 44, with xhigh as the provider now lists it
+ANTHROPIC_VERSION = "2026-10-21"   # the anthropic-version header unless a backend says version:
+MAX_TOKENS = 16000                 # an anthropic call's max_tokens unless the backend says: room for effort: high
+                                   # to think and still answer, and about what 120 s can bring back
 FORECAST_DEFAULT = {"days": 30, "seeds": 16}
 PACKET_FORECAST = {"days": 7, "seeds": 8}       # a decision packet's, unless the config says
 
@@ -1369,9 +1372,18 @@ def parse_config(text, source="config.yaml"):
         for key in needs:
             if key not in b:
                 c.fail(path, f"backend '{name}' has no '{key}'; a {b['kind']} backend says {', '.join(needs)}")
-        backend = {k: c.text(v, path + (k,), k) for k, v in b.items() if k not in ("offbox",)}
+        backend = {k: c.text(v, path + (k,), k) for k, v in b.items() if k not in ("offbox", "max_tokens")}
         if "effort" in b:
             c.choice(b["effort"], path + ("effort",), "effort", EFFORTS)
+        if b["kind"] == "anthropic":
+            backend["version"] = backend.get("version", ANTHROPIC_VERSION)
+            if not re.fullmatch(r"\d{4}-\d\d-\d\d", backend["version"]):
+                c.fail(path + ("version",), f"version is the API's version date, as {ANTHROPIC_VERSION}, "
+                                            f"not {json.dumps(backend['version'])}")
+            backend["max_tokens"] = c.whole(b.get("max_tokens", MAX_TOKENS), path + ("max_tokens",), "max_tokens")
+        elif b["kind"] == "openai":       # max_tokens is sent only when it says; else the server's own limit holds
+            given = b.get("max_tokens")
+            backend["max_tokens"] = None if given is None else c.whole(given, path + ("max_tokens",), "max_tokens")
         if "url" in b and not b["url"].startswith(("http://", "https://")):
             c.fail(path + ("url",), f"'{b['url']}' is not a URL; write http://... or https://...")
         # every anthropic and openai backend leaves the machine; a command does when it says so
@@ -3276,9 +3288,10 @@ def describe_status(status):
 # ---- model backends -------------------------------------------------------------
 
 ANTHROPIC_URL = "https://api.anthropic.com/v1/messages"
-ANTHROPIC_VERSION = "2023-06-01"
 BACKEND_TIMEOUT = 120        # seconds for one decision's call, retries included (open point 44)
-BACKEND_TRIES = 4            # 429 and 5xx are tried again, after 1, 2, 4 s (or what retry-after says)
+BACKEND_TRIES = 4            # a busy or failing provider is tried again, after 1, 2, 4 s (or what it asks)
+RETRY_STATUSES = (408, 409, 429)   # and every 5xx, 529 (overloaded) included: the statuses the providers' SDKs retry
+USAGE_MAX = 24               # token counts of a call's usage kept at most
 
 
 def read_keys(home):
@@ -3313,8 +3326,8 @@ def read_keys(home):
 def backend_request(backend, system, user, key):
     """Return (url, headers, body) of one call in the provider's wire format."""
     if backend["kind"] == "anthropic":
-        headers = {"content-type": "application/json", "anthropic-version": ANTHROPIC_VERSION, "x-api-key": key or ""}
-        body = {"model": backend["model"], "max_tokens": 4096, "system": system,
+        headers = {"content-type": "application/json", "anthropic-version": backend["version"], "x-api-key": key or ""}
+        body = {"model": backend["model"], "max_tokens": backend["max_tokens"], "system": system,
                 "messages": [{"role": "user", "content": user}]}
         if backend.get("effort"):
             body["output_config"] = {"effort": backend["effort"]}
@@ -3323,26 +3336,112 @@ def backend_request(backend, system, user, key):
     if key:
         headers["authorization"] = f"Bearer {key}"
     body = {"model": backend["model"], "messages": [{"role": "system", "content": system}, {"role": "user", "content": user}]}
+    if backend.get("max_tokens"):
+        body["max_tokens"] = backend["max_tokens"]
     return backend["url"], headers, body
 
 
-def reply_text(kind, body):
-    """Return the model's text from a provider's response body, or raise ValueError saying why not."""
+def read_response(backend, body):
+    """Return what a provider's response body says: {"text": the complete answer} or {"why": why there is
+    none}, with the "stop" and "usage" it reports, and "declined" ({"text", "category"}) when the model refused.
+
+    Only a complete answer counts: stop_reason end_turn or stop_sequence (Anthropic), finish_reason stop
+    (OpenAI). Thinking, redacted-thinking and tool-use blocks, and reasoning_content, are never the answer.
+    """
     try:
         data = json.loads(body)
-    except ValueError:
-        raise ValueError("the response body is not JSON") from None
-    if kind == "anthropic":
-        if not isinstance(data, dict) or data.get("type") != "message" or not isinstance(data.get("content"), list):
-            raise ValueError("the response is not an Anthropic message")
-        return "".join(block.get("text", "") for block in data["content"] if isinstance(block, dict) and block.get("type") == "text")
-    try:
-        text = data["choices"][0]["message"]["content"]
-    except (KeyError, IndexError, TypeError):
-        raise ValueError("the response has no choices[0].message.content") from None
-    if not isinstance(text, str):
-        raise ValueError("choices[0].message.content is not text")
-    return text
+    except (ValueError, RecursionError):
+        return {"why": "the response body is not JSON"}
+    if backend["kind"] == "anthropic":
+        return read_anthropic(data, backend["max_tokens"])
+    return read_openai(data, backend.get("max_tokens"))
+
+
+def read_anthropic(data, max_tokens):
+    """The Messages API's answer: the text blocks, in order, of a message that ended its turn."""
+    if not isinstance(data, dict) or data.get("type") != "message" or not isinstance(data.get("content"), list):
+        return {"why": "the response is not an Anthropic message"}
+    stop = data.get("stop_reason")
+    facts = {"stop": provider_word(stop), "usage": kept_usage(data.get("usage"))}
+    text = "".join(block["text"] for block in data["content"]
+                   if isinstance(block, dict) and block.get("type") == "text" and isinstance(block.get("text"), str))
+    if stop in ("end_turn", "stop_sequence"):
+        return dict(facts, text=text)
+    if stop == "refusal":
+        details = data.get("stop_details") if isinstance(data.get("stop_details"), dict) else {}
+        explanation = details.get("explanation") if isinstance(details.get("explanation"), str) else None
+        return dict(facts, **declined(explanation or text, details.get("category"), "stop_reason refusal"))
+    if stop == "max_tokens":
+        return dict(facts, why=f"the reply was cut off at the token limit (max_tokens {max_tokens})")
+    if stop == "model_context_window_exceeded":
+        return dict(facts, why="the reply was cut off at the model's context window (stop_reason model_context_window_exceeded)")
+    if stop == "tool_use":
+        return dict(facts, why="the model stopped to use a tool (stop_reason tool_use); avsm offers none, so there is no answer")
+    if stop == "pause_turn":
+        return dict(facts, why="the model paused its turn (stop_reason pause_turn) before it answered")
+    return dict(facts, why=f"stop_reason {json.dumps(stop)[:60]} is not end_turn or stop_sequence: not a complete answer")
+
+
+def read_openai(data, max_tokens):
+    """The chat completion's answer: the content of its one choice, finished with finish_reason stop."""
+    choices = data.get("choices") if isinstance(data, dict) else None
+    if not isinstance(choices, list) or not choices:
+        return {"why": "the response has no choices[0].message"}
+    facts = {"usage": kept_usage(data.get("usage"))}
+    if len(choices) > 1:
+        return dict(facts, why=f"the response holds {len(choices)} choices; avsm asks for one, and would not guess which counts")
+    choice = choices[0]
+    if not isinstance(choice, dict) or not isinstance(choice.get("message"), dict):
+        return dict(facts, why="the response has no choices[0].message")
+    message, finish = choice["message"], choice.get("finish_reason")
+    facts["stop"] = provider_word(finish)
+    if isinstance(message.get("refusal"), str) and message["refusal"].strip():
+        return dict(facts, **declined(message["refusal"], None, "message.refusal"))
+    if finish == "content_filter":
+        results = choice.get("content_filter_results")
+        hit = sorted(k for k, v in results.items() if isinstance(v, dict) and v.get("filtered") is True) \
+            if isinstance(results, dict) else []
+        return dict(facts, **declined(None, ", ".join(hit[:8]), "finish_reason content_filter"))
+    if finish == "length":
+        limit = f"max_tokens {max_tokens}" if max_tokens else "the server's own; max_tokens: is not set"
+        return dict(facts, why=f"the reply was cut off at the token limit ({limit})")
+    if finish in ("tool_calls", "function_call"):
+        return dict(facts, why=f"the model stopped to call a tool (finish_reason {finish}); avsm offers none, so there is no answer")
+    if finish != "stop":
+        return dict(facts, why=f"finish_reason {json.dumps(finish)[:60]} is not stop: not a complete answer")
+    if not isinstance(message.get("content"), str):
+        return dict(facts, why="choices[0].message.content is not text")
+    return dict(facts, text=message["content"])
+
+
+def declined(text, category, where):
+    """Return the facts of a model's refusal: its text and the provider's category, and the words a person reads."""
+    text = re.sub(SURROGATE, "\ufffd", text.strip())[:TEXT_MAX] if isinstance(text, str) and text.strip() else None
+    category = re.sub(SURROGATE, "\ufffd", category.strip())[:80] if isinstance(category, str) and category.strip() else None
+    if text:
+        said = text + (f" (category {category})" if category else "")
+    else:
+        said = "no reason given" + (f", category {category}" if category else "") + f" ({where})"
+    return {"why": f"the model declined: {said}", "declined": {"text": text, "category": category}}
+
+
+def provider_word(value):
+    """Return a provider's short code word (a stop reason, a request id) as kept in a record, or None."""
+    return value if isinstance(value, str) and re.fullmatch(r"[\x21-\x7e]{1,200}", value) else None
+
+
+def kept_usage(usage):
+    """Return the token counts a response reports (whole numbers, one level of nesting at most), or None."""
+    def counts(d):
+        return {k: v for k, v in list(d.items())[:USAGE_MAX]
+                if re.fullmatch(r"[a-z0-9_]{1,64}", k) and type(v) is int and 0 <= v < 2 ** 53}
+    if not isinstance(usage, dict):
+        return None
+    kept = counts(usage)
+    for k, v in list(usage.items())[:USAGE_MAX]:
+        if isinstance(v, dict) and re.fullmatch(r"[a-z0-9_]{1,64}", k) and counts(v):
+            kept[k] = counts(v)
+    return kept or None
 
 
 def error_text(body):
@@ -3350,46 +3449,78 @@ def error_text(body):
     try:
         error = json.loads(body).get("error", {})
         return f"{error.get('type', '')}: {error.get('message', '')}".strip(": ")
-    except (ValueError, AttributeError):
+    except (ValueError, AttributeError, RecursionError):
         return body[:200].decode("utf-8", "replace") if isinstance(body, bytes) else str(body)[:200]
 
 
+def retry_wait(headers, now, default):
+    """Return the seconds a provider asks to wait before the next try: retry-after-ms, else retry-after as
+    seconds or as an HTTP date (`now` is the unix time to count from); `default` when it asks nothing."""
+    import email.utils
+    ms = headers.get("retry-after-ms", "").strip()
+    after = headers.get("retry-after", "").strip()
+    for text, scale in ((ms, 1000), (after, 1)):
+        try:
+            seconds = float(text) / scale
+        except ValueError:
+            continue
+        if 0 <= seconds < float("inf"):
+            return seconds
+    try:
+        when = email.utils.parsedate_to_datetime(after)
+    except (TypeError, ValueError, IndexError):
+        return default
+    return max(0.0, when.timestamp() - now) if when.tzinfo is not None else default
+
+
 def call_http_backend(backend, system, user, key):
-    """Make one decision's HTTP call, trying 429 and 5xx again; return (reply bytes, None) or (None, why)."""
+    """Make one decision's HTTP call, trying a busy or failing provider again within BACKEND_TIMEOUT.
+
+    Return (reply bytes, None, call) or (None, why, call); call holds the provider's request id, the usage
+    and stop it reported, how many tries it took, and "declined" when the model refused.
+    """
+    import http.client
     import time
     import urllib.error
     import urllib.request
     url, headers, body = backend_request(backend, system, user, key)
     deadline = time.monotonic() + BACKEND_TIMEOUT
-    why = "not tried"
+    why, call = "not tried", {"tries": 0}
     for attempt in range(BACKEND_TRIES):
         left = deadline - time.monotonic()
         if left <= 0:
-            return None, f"no answer within {BACKEND_TIMEOUT} s ({why})"
+            return None, f"no answer within {BACKEND_TIMEOUT} s ({why})", call
         request = urllib.request.Request(url, data=json.dumps(body).encode(), headers=headers, method="POST")
+        call["tries"] = attempt + 1
         wait = 2 ** attempt
         try:
             with urllib.request.urlopen(request, timeout=left) as response:
+                call["request_id"] = provider_word(response.headers.get("request-id") or response.headers.get("x-request-id"))
                 raw = response.read(REPLY_MAX + 1)
             if len(raw) > REPLY_MAX:
-                return None, f"the response is bigger than {REPLY_MAX // 1024} KiB"
-            text = reply_text(backend["kind"], raw).encode()
-            return text, None
+                return None, f"the response is bigger than {REPLY_MAX // 1024} KiB", call
+            reply = read_response(backend, raw)
+            call.update((k, reply[k]) for k in ("stop", "usage", "declined") if reply.get(k))
+            if "text" not in reply:
+                return None, reply["why"], call
+            return reply["text"].encode(), None, call
         except urllib.error.HTTPError as err:
+            answered = err.headers or {}
+            call["request_id"] = provider_word(answered.get("request-id") or answered.get("x-request-id"))
             raw = err.read(REPLY_MAX + 1)
             why = f"HTTP {err.code}: {error_text(raw)}"
-            if err.code != 429 and err.code < 500:
-                return None, why
-            retry_after = err.headers.get("retry-after", "")
-            if retry_after.isdigit():
-                wait = min(int(retry_after), 30)
+            if err.code not in RETRY_STATUSES and err.code < 500:
+                return None, why, call
+            wait = retry_wait(answered, time.time(), wait)
         except ValueError as err:
-            return None, str(err)
-        except (urllib.error.URLError, OSError) as err:
-            why = f"{getattr(err, 'reason', err)}"
+            return None, str(err), call
+        except (urllib.error.URLError, OSError, http.client.HTTPException) as err:
+            why = f"{getattr(err, 'reason', err)}" or type(err).__name__
         if attempt + 1 < BACKEND_TRIES:
-            time.sleep(max(0.0, min(wait, deadline - time.monotonic())))
-    return None, why
+            if wait >= deadline - time.monotonic():
+                return None, f"{why}; a wait of {wait:g} s would pass the call's {BACKEND_TIMEOUT} s limit", call
+            time.sleep(wait)
+    return None, why, call
 
 
 def read_metric_output(child, status, with_output=True):
@@ -4384,6 +4515,7 @@ class Warden:
             return self.finish_decision(d, f"the roles process could not build the request: {answer['error']}")
         state, backend = self.ventures[d["venture"]], self.cfg["backends"][d["backend"]]
         d["request"] = (answer["system"], answer["user"])
+        d["call"] = None              # what the provider said of this call, for the records its reply writes
         if backend["kind"] == "command":
             import tempfile
             fd, path = tempfile.mkstemp(prefix="avsm-request-")
@@ -4405,8 +4537,11 @@ class Warden:
             return self.got_reply(d, None, f"HOME/keys has no {backend['key']}=...; add it (chmod 600)")
 
         def call():
-            data, why = call_http_backend(backend, answer["system"], answer["user"], key)
-            self.results.append((d, data, why))
+            try:
+                data, why, facts = call_http_backend(backend, answer["system"], answer["user"], key)
+            except Exception as err:      # the call's thread is a job's boundary: the decision still ends, saying why
+                data, why, facts = None, f"the call failed: {type(err).__name__}: {err}", None
+            self.results.append((d, data, why, facts))
             try:
                 self.wake_w.send(b"r")
             except OSError:
@@ -4429,7 +4564,8 @@ class Warden:
         except OSError:
             pass
         while self.results:
-            d, data, why = self.results.pop(0)
+            d, data, why, facts = self.results.pop(0)
+            d["call"] = facts
             self.got_reply(d, data, why)
 
     def got_reply(self, d, data, why):
@@ -4451,6 +4587,8 @@ class Warden:
             record = {"kind": "look", "claim": "inferred", "venture": state.name, "by": d["by"], "look": look,
                       "backend": d["backend"], "answer": answer[:NOTE_MAX],
                       "summary": f"the model looked up {json.dumps(look)[:120]}"}
+            if d.get("call"):
+                record["call"] = d["call"]
             if d["escalation"] is not None:
                 record["escalation"] = d["escalation"]      # ESC-03: what the escalation brought cites it
             seq = self.append(record)
@@ -4469,8 +4607,14 @@ class Warden:
     def unusable(self, d, why):
         """An unusable reply changes nothing; with escalate: in the config, the second backend is asked the same question."""
         state = self.ventures[d["venture"]]
-        seq = self.append({"kind": "unusable", "claim": "measured", "venture": state.name, "backend": d["backend"],
-                           "by": d["by"], "why": why[:NOTE_MAX], "summary": f"the reply of {d['backend']} is unusable: {why[:200]}"})
+        record = {"kind": "unusable", "claim": "measured", "venture": state.name, "backend": d["backend"],
+                  "by": d["by"], "why": why[:NOTE_MAX], "summary": f"the reply of {d['backend']} is unusable: {why[:200]}"}
+        call = dict(d.get("call") or {})
+        if "declined" in call:
+            record["declined"] = call.pop("declined")     # a refusal keeps its text and the provider's category
+        if call:
+            record["call"] = call
+        seq = self.append(record)
         d["lines"].append(f"#{seq} unusable: {why[:200]}")
         second = self.cfg.get("escalate")
         if d["escalation"] is not None:
@@ -4547,6 +4691,8 @@ class Warden:
             record["payload"] = choice["payload"]
         if d["escalation"] is not None:
             record["escalation"] = d["escalation"]
+        if d.get("call"):
+            record["call"] = d["call"]
         seq = self.append(record)
         d["lines"].append(f"#{seq} proposal {choice['choice']}" + (f" {lever}" if lever else ""))
         written = [seq]
@@ -6130,12 +6276,17 @@ def cmd_why(home, args):
     out(format_record_line(seq, at, record))
     proof = record.get("proof")
     if record.get("kind") != "action" or not proof:
-        cited = [record[k] for k in ("action", "ask", "report") if isinstance(record.get(k), int)]
+        cited = [record[k] for k in ("action", "ask", "report", "proposal") if isinstance(record.get(k), int)]
         out(f"a {record.get('claim')} {record.get('kind')} record: it authorizes nothing and carries no proof")
+        if isinstance(record.get("call"), dict):
+            out(f"  call: {describe_call(record)}")
         for c in cited:
             r = db.execute("SELECT at, record FROM records WHERE seq = ?", (c,)).fetchone()
             if r:
-                out("  cites " + format_record_line(c, r[0], json.loads(r[1])))
+                cited_record = json.loads(r[1])
+                out("  cites " + format_record_line(c, r[0], cited_record))
+                if isinstance(cited_record.get("call"), dict):
+                    out(f"    call: {describe_call(cited_record)}")
         return EX_OK
     out(f"rule: {proof.get('rule')}")
     for step in proof.get("steps", []):
@@ -6145,6 +6296,8 @@ def cmd_why(home, args):
         if r:
             t = json.loads(r[1])
             out(f"  trigger (not a premise): #{proof['trigger']} {t.get('claim')} {t.get('kind')} {t.get('summary')}")
+            if isinstance(t.get("call"), dict):
+                out(f"    call: {describe_call(t)}")
     records = {s: (a, r) for s, a, r in read_records(db, 0, seq)
                if r.get("venture") == record.get("venture") or s in proof.get("premises", [])}
     for p in proof.get("premises", []):
@@ -6160,6 +6313,24 @@ def cmd_why(home, args):
         return EX_DATAERR
     out("re-checks: yes, from measured and declared records under the mandate in force")
     return EX_OK
+
+
+def describe_call(record):
+    """Return what a record keeps of the HTTP call its reply came in: the provider's request id, the token
+    usage it reported, how the reply stopped, and the tries it took, so a person can find it in the provider's logs."""
+    call = record["call"]
+    words = [f"{record.get('backend')}, request id {call.get('request_id') or 'not given'}"]
+    usage = call.get("usage") or {}
+    first = ("input_tokens", "output_tokens", "prompt_tokens", "completion_tokens", "total_tokens")
+    flat = sorted(((k, v) for k, v in usage.items() if not isinstance(v, dict)),
+                  key=lambda kv: (first.index(kv[0]) if kv[0] in first else len(first), kv[0])) + \
+           [(f"{k}.{k2}", v2) for k, v in sorted(usage.items()) if isinstance(v, dict) for k2, v2 in sorted(v.items())]
+    words.append("usage " + ", ".join(f"{k} {v}" for k, v in flat) if flat else "no usage reported")
+    if call.get("stop"):
+        words.append(f"stop {call['stop']}")
+    if call.get("tries", 1) > 1:
+        words.append(f"{call['tries']} tries")
+    return "; ".join(words)
 
 
 def cmd_try(home_arg, args):

@@ -90,6 +90,20 @@ def test_anthropic_effort():
     assert cfg["backends"]["a"]["effort"] == "max"
 
 
+def test_anthropic_version_and_max_tokens():
+    """MODEL-06, MODEL-07, issue 12: anthropic-version is 2026-10-21 and max_tokens 16000 unless the backend
+    says; an openai backend sends max_tokens only when it says (null: the server's own); effort takes xhigh."""
+    cfg = avsm.parse_config("backends:\n  a: {kind: anthropic, model: m, key: k, effort: xhigh}\n"
+                            "  b: {kind: anthropic, model: m, key: k, version: 2023-06-01, max_tokens: 2000}\n"
+                            "  o: {kind: openai, url: http://x, model: m}\n  p: {kind: openai, url: http://x, model: m, max_tokens: 300}\n",
+                            "c.yaml")
+    b = cfg["backends"]
+    assert (b["a"]["version"], b["a"]["max_tokens"], b["a"]["effort"]) == ("2026-10-21", 16000, "xhigh")
+    assert (b["b"]["version"], b["b"]["max_tokens"]) == ("2023-06-01", 2000)
+    assert b["o"]["max_tokens"] is None and b["p"]["max_tokens"] == 300 and "version" not in b["o"]
+    assert avsm.parse_config(avsm.format_config(cfg), "printed.yaml") == cfg
+
+
 # (id, config text, "line:col", [words the message must hold], requirement IDs)
 REFUSALS = [
     ("unknown-key", 'nightly: "03:00"\nratchett: 5\n', "2:1",
@@ -99,7 +113,15 @@ REFUSALS = [
     ("escalate-names-no-backend", "escalate: claude\nbackends:\n  mine: {kind: command, run: /opt/mine}\n", "1:1",
      ["escalate: 'claude' names no backend", "name one under backends:"], "CONFIG-09, CONFIG-10"),
     ("effort-extreme", "backends:\n  a: {kind: anthropic, model: m, key: k, effort: extreme}\n", "2:42",
-     ["effort must be one of low, medium, high, max", "extreme"], "MODEL-06, open point 44"),
+     ["effort must be one of low, medium, high, xhigh, max", "extreme"], "MODEL-06, open point 44"),
+    ("version-not-a-date", "backends:\n  a: {kind: anthropic, model: m, key: k, version: latest}\n", "2:42",
+     ["version is the API's version date, as 2026-10-21", "latest"], "MODEL-06, issue 12"),
+    ("max-tokens-zero", "backends:\n  a: {kind: anthropic, model: m, key: k, max_tokens: 0}\n", "2:42",
+     ["max_tokens must be a whole number of at least 1"], "MODEL-06, issue 12"),
+    ("max-tokens-text", "backends:\n  a: {kind: openai, url: http://x, model: m, max_tokens: lots}\n", "2:46",
+     ["max_tokens must be a whole number of at least 1"], "MODEL-07, issue 12"),
+    ("version-on-openai", "backends:\n  a: {kind: openai, url: http://x, model: m, version: 2026-10-21}\n", "2:46",
+     ["unknown key 'version'"], "MODEL-07, issue 12"),
     ("backend-kind", "backends:\n  a: {kind: gemini, model: m}\n", "2:3",
      ["needs kind: anthropic, openai or command"], "MODEL-05"),
     ("openai-without-url", "backends:\n  a: {kind: openai, model: m}\n", "2:3",

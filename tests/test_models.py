@@ -929,7 +929,7 @@ def test_http_backends_speak_the_wire_formats_and_keep_keys(av, workdir, peer):
     (request,) = peer.seen
     assert request["path"] == "/v1/messages"
     h = request["headers"]
-    assert h["x-api-key"] == ANT_KEY and h["anthropic-version"] == "2023-06-01"
+    assert h["x-api-key"] == ANT_KEY and h["anthropic-version"] == "2026-10-21"
     assert h["content-type"] == "application/json" and "authorization" not in h
     body = request["body"]
     assert body["model"] == "claude-opus-5-5" and isinstance(body["max_tokens"], int) and body["max_tokens"] > 0
@@ -1012,6 +1012,329 @@ def test_http_backends_speak_the_wire_formats_and_keep_keys(av, workdir, peer):
         assert status_field(roles, "Uid") == [str(nobody)] * 4
         assert status_field(roles, "Groups") == []
         assert status_field(warden_pid(av), "Uid")[0] == "0"
+
+
+# ---- 5b. reading the providers' answers as a careful client does (issue 12) ------------------
+
+THINKING = {"type": "thinking", "signature": "EqQBCgIYAhIM1gbcDa9GJwZA2b3hGgxBdjrkzLoky3dl1pkiMOYds",
+            "thinking": 'The dial is high. {"choice": "action", "action": "lower"} would be the move.'}
+REDACTED = {"type": "redacted_thinking", "data": "EmwKAhgBEgy3va3pzix/LafPsn4aDFIT2Xlxh0L5L8rLVyIwxtE3rAFBa8cr3qpP"}
+ANT_USAGE = {"input_tokens": 2095, "cache_creation_input_tokens": 0, "cache_read_input_tokens": 1024,
+             "cache_creation": {"ephemeral_5m_input_tokens": 0, "ephemeral_1h_input_tokens": 0},
+             "output_tokens": 503, "service_tier": "standard"}
+
+
+def anthropic_message(content, stop="end_turn", rid="req_011CSHoEeqs5C35K2UUqR7Fy", usage=None, **extra):
+    """A Messages API response exactly as the provider shapes it, with its request-id header."""
+    body = {"id": "msg_013Zva2CMHLNnXjNJJKqJ2EF", "type": "message", "role": "assistant", "model": "claude-opus-5-5",
+            "content": content, "stop_reason": stop, "stop_sequence": None, "usage": usage or ANT_USAGE}
+    body.update(extra)
+    return 200, {"request-id": rid}, json.dumps(body).encode()
+
+
+def text_block(text):
+    return {"type": "text", "text": text}
+
+
+def chat_completion(*messages, finish="stop", rid="req_7f3a9c0e2b", usage=None, **extra):
+    """A chat completion exactly as the provider shapes it (one choice a message), with its x-request-id header."""
+    choices = [dict({"index": i, "message": dict({"role": "assistant", "refusal": None}, **m), "logprobs": None,
+                     "finish_reason": finish}, **extra) for i, m in enumerate(messages)]
+    body = {"id": "chatcmpl-B9MHDbslfkBeAs8l4bebGdFOJ6PeG", "object": "chat.completion", "created": 1741570283,
+            "model": "deepseek-reasoner", "choices": choices, "system_fingerprint": "fp_ee1d74bde0",
+            "usage": usage or {"prompt_tokens": 1117, "completion_tokens": 46, "total_tokens": 1163,
+                               "prompt_tokens_details": {"cached_tokens": 0, "audio_tokens": 0},
+                               "completion_tokens_details": {"reasoning_tokens": 30, "audio_tokens": 0}}}
+    return 200, {"x-request-id": rid}, json.dumps(body).encode()
+
+
+READ_CONFIG = """nightly: never
+default: claude
+escalate: mine
+backends:
+  claude: {{kind: anthropic, model: claude-opus-5-5, key: anthropic, url: "http://127.0.0.1:{port}/v1/messages", effort: xhigh}}
+  old: {{kind: anthropic, model: claude-opus-5-5, key: anthropic, url: "http://127.0.0.1:{port}/v1/messages", version: 2023-06-01, max_tokens: 2000}}
+  gpt: {{kind: openai, url: "http://127.0.0.1:{port}/v1/chat/completions", model: deepseek-reasoner, key: deepseek, max_tokens: 300}}
+  local: {{kind: openai, url: "http://127.0.0.1:{port}/v1/chat/completions", model: llama3}}
+  mine: {{kind: command, run: {run}}}
+"""
+
+
+@pytest.fixture
+def reading(av, workdir, peer):
+    """One daemon whose ventures far (claude), oldv (old), gptv (gpt) and localv (local) each permit lower;
+    an unusable reply escalates to the command backend mine, which answers nothing."""
+    mine = Backend(workdir, "mine")
+    mine.reply_json({"choice": "nothing", "reason": "second opinion"})
+    setup_home(av, READ_CONFIG.format(port=peer.port, run=mine.run), keys=f"anthropic={ANT_KEY}\ndeepseek={DS_KEY}\n")
+    dirs = {name: venture(workdir, name, offbox(backend), lower=None)
+            for name, backend in (("far", None), ("oldv", "old"), ("gptv", "gpt"), ("localv", "local"))}
+    return dirs, mine
+
+
+def start_reading(av, dirs):
+    av.start()
+    for d in dirs.values():
+        add(av, d)
+
+
+def escalated_unusable(new, backend):
+    """The records of an unusable reply that went to escalation: unusable, escalation, mine's nothing, answer."""
+    assert kinds(new) == ["unusable", "escalation", "proposal", "answer"], [r["summary"] for _, r in new]
+    (_, unusable), (_, escalation), (_, second), (_, answer) = new
+    assert unusable["backend"] == backend and escalation["from"] == backend and escalation["to"] == "mine"
+    assert second["backend"] == "mine" and second["choice"] == "nothing" and "call" not in second
+    assert answer["cited"] == [new[2][0]]
+    return new[0]
+
+
+def test_only_a_complete_anthropic_answer_counts(av, reading, peer):
+    """issue 12 items 1, 2, 3, 5, 6: only end_turn or stop_sequence is an answer, read from the text blocks in
+    order (never a thinking, redacted-thinking or tool-use block); a max_tokens cut is unusable and says so,
+    parseable or not, and runs nothing; tool_use and pause_turn are unusable; a refusal is recorded as the
+    model declining, with its explanation and category; each goes to escalation. anthropic-version is
+    2026-10-21 unless version: says, max_tokens is 16000 unless the backend says (avsmd -T shows both), effort
+    takes xhigh; each call's record keeps the request id and usage, which avsm why shows; no key is in the
+    ledger. MODEL-06 ESC-01 ESC-02 KEYS-05 open point 44"""
+    dirs, mine = reading
+    check = av.daemon_cmd("-t")
+    assert check.returncode == 0, check.stderr
+    shown = av.daemon_cmd("-T").stdout
+    assert 'effort: "xhigh", version: "2026-10-21", max_tokens: 16000}' in shown, shown
+    assert 'version: "2023-06-01", max_tokens: 2000}' in shown and "max_tokens: 300}" in shown
+    assert "max_tokens: null}" in shown                    # local: the server's own limit
+    start_reading(av, dirs)
+    far = dirs["far"]
+
+    # a thinking and a redacted-thinking block before the text: only the text is the answer
+    peer.answer(anthropic_message([THINKING, REDACTED, text_block(j({"choice": "nothing", "reason": "quiet"}))],
+                                  rid="req_think"))
+    _, new = decide(av, "far")
+    (request,) = peer.seen
+    assert request["headers"]["anthropic-version"] == "2026-10-21"
+    assert request["body"]["max_tokens"] == 16000 and request["body"]["output_config"] == {"effort": "xhigh"}
+    assert kinds(new) == ["proposal"] and new[0][1]["choice"] == "nothing" and new[0][1]["reason"] == "quiet"
+    call = new[0][1]["call"]
+    assert call["request_id"] == "req_think" and call["stop"] == "end_turn" and call["tries"] == 1
+    assert call["usage"] == {k: v for k, v in ANT_USAGE.items() if k != "service_tier"}
+    assert ran(far) == []
+
+    # two text blocks are one answer, in order; the lever runs; avsm why of the action shows the call
+    peer.answer(anthropic_message([text_block('{"choice": "action", '), text_block('"action": "lower", "reason": "two blocks"}')],
+                                  rid="req_two"))
+    _, new = decide(av, "far")
+    assert kinds(new)[:2] == ["proposal", "action"] and new[0][1]["reason"] == "two blocks"
+    settle(av)
+    assert ran(far) == ["lower"]
+    why = av.cli("why", str(new[1][0]))
+    assert why.returncode == 0, why.stderr
+    assert "call: claude, request id req_two; usage input_tokens 2095, output_tokens 503, cache_creation_input_tokens 0, " \
+           "cache_read_input_tokens 1024" in why.stdout, why.stdout
+    assert "stop end_turn" in why.stdout and "ephemeral_5m_input_tokens 0" in why.stdout
+
+    # two text blocks each a whole object: still two objects, unusable (strict one-object parsing)
+    peer.answer(anthropic_message([text_block(j({"choice": "nothing"})), text_block(j({"choice": "action", "action": "lower"}))]))
+    _, new = decide(av, "far")
+    assert "not one JSON object" in escalated_unusable(new, "claude")[1]["why"] and ran(far) == ["lower"]
+
+    # stop_sequence is a complete answer too
+    peer.answer(anthropic_message([text_block(j({"choice": "nothing", "reason": "stopped at a sequence"}))],
+                                  stop="stop_sequence", stop_sequence="\n\nHuman:"))
+    _, new = decide(av, "far")
+    assert kinds(new) == ["proposal"] and new[0][1]["reason"] == "stopped at a sequence"
+
+    # max_tokens: a cut just after a whole object, and one mid-object, are both cut off; nothing runs
+    cut_usage = dict(ANT_USAGE, output_tokens=16000)
+    for text in (j({"choice": "action", "action": "lower"}), '{"choice": "action", "act'):
+        peer.answer(anthropic_message([THINKING, text_block(text)], stop="max_tokens", rid="req_cut", usage=cut_usage))
+        _, new = decide(av, "far")
+        seq, unusable = escalated_unusable(new, "claude")
+        assert unusable["why"] == "the reply was cut off at the token limit (max_tokens 16000)", unusable
+        assert unusable["call"]["request_id"] == "req_cut" and unusable["call"]["usage"]["output_tokens"] == 16000
+        assert unusable["call"]["stop"] == "max_tokens"
+        assert ran(far) == ["lower"]
+    why = av.cli("why", str(seq)).stdout
+    assert "request id req_cut" in why and "output_tokens 16000" in why and "stop max_tokens" in why, why
+
+    # a backend's own version: and max_tokens:
+    peer.answer(anthropic_message([text_block(j({"choice": "action", "action": "lower"}))], stop="max_tokens"))
+    _, new = decide(av, "oldv")
+    (request,) = peer.seen
+    assert request["headers"]["anthropic-version"] == "2023-06-01" and request["body"]["max_tokens"] == 2000
+    assert "output_config" not in request["body"]
+    assert escalated_unusable(new, "old")[1]["why"] == "the reply was cut off at the token limit (max_tokens 2000)"
+    assert ran(dirs["oldv"]) == []
+
+    # a refusal, with the provider's explanation and category, and one with nothing but the stop reason
+    explanation = "This request was declined because it could enable cyber harm."
+    peer.answer(anthropic_message([], stop="refusal", rid="req_refused", usage=dict(ANT_USAGE, output_tokens=0),
+                                  stop_details={"type": "refusal", "category": "cyber", "explanation": explanation}))
+    _, new = decide(av, "far")
+    _, refused = escalated_unusable(new, "claude")
+    assert refused["why"] == f"the model declined: {explanation} (category cyber)"
+    assert refused["declined"] == {"text": explanation, "category": "cyber"}
+    assert "the model declined: " + explanation in refused["summary"] and refused["call"]["request_id"] == "req_refused"
+    assert "declined" not in refused["call"] and refused["call"]["stop"] == "refusal"
+    peer.answer(anthropic_message([], stop="refusal"))
+    _, new = decide(av, "far")
+    _, refused = escalated_unusable(new, "claude")
+    assert refused["why"] == "the model declined: no reason given (stop_reason refusal)"
+    assert refused["declined"] == {"text": None, "category": None}
+
+    # a tool_use stop, and a paused turn: no answer, and they say why
+    tool = {"type": "tool_use", "id": "toolu_01A09q90qw90lq917835lq9", "name": "run_lever", "input": {"lever": "lower"}}
+    for content, stop, words in (([text_block("I will lower it."), tool], "tool_use", "stop_reason tool_use"),
+                                 ([text_block(j({"choice": "action", "action": "lower"}))], "pause_turn", "pause_turn")):
+        peer.answer(anthropic_message(content, stop=stop))
+        _, new = decide(av, "far")
+        assert words in escalated_unusable(new, "claude")[1]["why"]
+    assert ran(far) == ["lower"] and ran(dirs["oldv"]) == []
+
+    with open(os.path.join(av.home, "ledger.db"), "rb") as fh:
+        assert b"SECRETKEY" not in fh.read()
+
+
+def test_only_a_complete_openai_answer_counts(av, reading, peer):
+    """issue 12 items 1, 2, 3, 5, 6: only finish_reason stop is an answer, its content alone (never
+    reasoning_content); length is cut off, naming max_tokens when the backend sets it (and sending it);
+    content_filter and message.refusal are the model declining, with the filter's categories or the refusal's
+    text; tool_calls, and two choices where avsm asked for one, are unusable; each goes to escalation and runs
+    nothing; the call's record keeps x-request-id and the usage, which avsm why shows. MODEL-07 ESC-01 KEYS-05"""
+    dirs, mine = reading
+    start_reading(av, dirs)
+    gptv = dirs["gptv"]
+
+    # reasoning_content beside the content: only the content is the answer
+    peer.answer(chat_completion({"content": j({"choice": "nothing", "reason": "content"}),
+                                 "reasoning_content": j({"choice": "action", "action": "lower"})}, rid="req_reason"))
+    _, new = decide(av, "gptv")
+    (request,) = peer.seen
+    assert request["body"]["max_tokens"] == 300 and request["headers"]["authorization"] == f"Bearer {DS_KEY}"
+    assert kinds(new) == ["proposal"] and new[0][1]["reason"] == "content" and ran(gptv) == []
+    call = new[0][1]["call"]
+    assert call["request_id"] == "req_reason" and call["stop"] == "stop"
+    assert call["usage"]["completion_tokens_details"] == {"reasoning_tokens": 30, "audio_tokens": 0}
+    why = av.cli("why", str(new[0][0])).stdout
+    assert "call: gpt, request id req_reason; usage prompt_tokens 1117, completion_tokens 46, total_tokens 1163" in why, why
+    assert "completion_tokens_details.reasoning_tokens 30" in why
+
+    # length: a parseable cut is cut off all the same
+    peer.answer(chat_completion({"content": j({"choice": "action", "action": "lower"})}, finish="length"))
+    _, new = decide(av, "gptv")
+    assert escalated_unusable(new, "gpt")[1]["why"] == "the reply was cut off at the token limit (max_tokens 300)"
+    peer.answer(chat_completion({"content": '{"choice": "act'}, finish="length"))
+    _, new = decide(av, "localv")
+    (request,) = peer.seen
+    assert "max_tokens" not in request["body"]
+    assert escalated_unusable(new, "local")[1]["why"] == \
+        "the reply was cut off at the token limit (the server's own; max_tokens: is not set)"
+
+    # content_filter: declined, with the categories the filter names
+    filtered = {"hate": {"filtered": True, "severity": "high"}, "self_harm": {"filtered": False, "severity": "safe"},
+                "violence": {"filtered": True, "severity": "medium"}}
+    peer.answer(chat_completion({"content": None}, finish="content_filter", content_filter_results=filtered))
+    _, new = decide(av, "gptv")
+    _, refused = escalated_unusable(new, "gpt")
+    assert refused["why"] == "the model declined: no reason given, category hate, violence (finish_reason content_filter)"
+    assert refused["declined"] == {"text": None, "category": "hate, violence"}
+
+    # message.refusal with content null: declined, with its text
+    peer.answer(chat_completion({"content": None, "refusal": "I'm sorry, I can't help with that request."}))
+    _, new = decide(av, "gptv")
+    _, refused = escalated_unusable(new, "gpt")
+    assert refused["why"] == "the model declined: I'm sorry, I can't help with that request."
+    assert refused["declined"] == {"text": "I'm sorry, I can't help with that request.", "category": None}
+
+    # tool_calls, and two choices: unusable
+    calls = [{"id": "call_abc123", "type": "function", "function": {"name": "lower", "arguments": "{}"}}]
+    peer.answer(chat_completion({"content": None, "tool_calls": calls}, finish="tool_calls"))
+    _, new = decide(av, "gptv")
+    assert "finish_reason tool_calls" in escalated_unusable(new, "gpt")[1]["why"]
+    peer.answer(chat_completion({"content": j({"choice": "action", "action": "lower"})}, {"content": j({"choice": "nothing"})}))
+    _, new = decide(av, "gptv")
+    assert "2 choices" in escalated_unusable(new, "gpt")[1]["why"]
+    assert ran(gptv) == [] and ran(dirs["localv"]) == []
+
+    # a complete answer runs the lever
+    peer.answer(chat_completion({"content": j({"choice": "action", "action": "lower"})}))
+    _, new = decide(av, "gptv")
+    assert kinds(new)[:2] == ["proposal", "action"]
+    settle(av)
+    assert ran(gptv) == ["lower"]
+    with open(os.path.join(av.home, "ledger.db"), "rb") as fh:
+        assert b"SECRETKEY" not in fh.read()
+
+
+def gaps(peer):
+    return [b["at"] - a["at"] for a, b in zip(peer.seen, peer.seen[1:])]
+
+
+def test_busy_providers_are_tried_again_as_they_ask(av, reading, peer):
+    """issue 12 items 4, 5: 408, 409, 429 and 5xx (529 included) are tried again, after what retry-after-ms or
+    retry-after (seconds or an HTTP date) asks, within the call's 120 s; a wait past that limit ends the call
+    at once; other 4xx are final with the provider's message; four failures are unusable; the record keeps
+    the last request id and the tries, and avsm why shows them. MODEL-06 open point 44"""
+    import email.utils
+    dirs, mine = reading
+    start_reading(av, dirs)
+
+    def err(status, kind, message, rid, **headers):
+        return anthropic_error(status, kind, message, dict(headers, **{"request-id": rid}))
+
+    # retry-after-ms (even beside a retry-after of 30 s) on 408, 409 and 529
+    peer.answer(err(408, "timeout_error", "Request timed out", "req_a", **{"retry-after-ms": "50"}),
+                err(409, "conflict_error", "Conflict", "req_b", **{"retry-after-ms": "50", "retry-after": "30"}),
+                err(529, "overloaded_error", "Overloaded", "req_c", **{"retry-after-ms": "50"}),
+                anthropic_message([text_block(j({"choice": "action", "action": "lower", "reason": "fourth try"}))], rid="req_d"))
+    _, new = decide(av, "far")
+    assert kinds(new)[:2] == ["proposal", "action"] and new[0][1]["reason"] == "fourth try"
+    assert len(peer.seen) == 4 and all(0.04 <= g < 0.8 for g in gaps(peer)), gaps(peer)
+    assert new[0][1]["call"]["request_id"] == "req_d" and new[0][1]["call"]["tries"] == 4
+    settle(av)
+    assert ran(dirs["far"]) == ["lower"]
+    assert "request id req_d" in av.cli("why", str(new[1][0])).stdout and "4 tries" in av.cli("why", str(new[1][0])).stdout
+
+    # retry-after in seconds on a 429, and as an HTTP date (already past) on a 500 and a 503
+    past = email.utils.formatdate(time.time() - 60, usegmt=True)
+    peer.answer(err(429, "rate_limit_error", "Number of request tokens has exceeded your per-minute rate limit", "req_e",
+                    **{"retry-after": "0"}),
+                err(500, "api_error", "Internal server error", "req_f", **{"retry-after": past}),
+                err(503, "api_error", "Service unavailable", "req_g", **{"retry-after": past}),
+                anthropic_message([text_block(j({"choice": "nothing", "reason": "after the dates"}))]))
+    _, new = decide(av, "far")
+    assert kinds(new) == ["proposal"] and new[0][1]["reason"] == "after the dates"
+    assert len(peer.seen) == 4 and all(g < 0.8 for g in gaps(peer)), gaps(peer)
+
+    # a wait past the call's 120 s (an HTTP date an hour ahead, or retry-after-ms of ten minutes): unusable at once
+    ahead = email.utils.formatdate(time.time() + 3600, usegmt=True)
+    for headers in ({"retry-after": ahead}, {"retry-after-ms": "600000"}):
+        peer.answer(err(529, "overloaded_error", "Overloaded", "req_h", **headers), anthropic_message([text_block(j({"choice": "nothing"}))]))
+        t0 = time.monotonic()
+        _, new = decide(av, "far")
+        assert time.monotonic() - t0 < 10 and len(peer.seen) == 1
+        unusable = escalated_unusable(new, "claude")[1]
+        assert "HTTP 529: overloaded_error: Overloaded" in unusable["why"] and "would pass the call's 120 s limit" in unusable["why"]
+
+    # four 529s: unusable, with the last request id and four tries
+    peer.answer(*[err(529, "overloaded_error", "Overloaded", f"req_o{n}", **{"retry-after-ms": "20"}) for n in range(4)],
+                anthropic_message([text_block(j({"choice": "nothing"}))]))
+    _, new = decide(av, "far")
+    seq, unusable = escalated_unusable(new, "claude")
+    assert unusable["why"] == "HTTP 529: overloaded_error: Overloaded" and len(peer.seen) == 4
+    assert unusable["call"] == {"request_id": "req_o3", "tries": 4}
+    why = av.cli("why", str(seq)).stdout
+    assert "call: claude, request id req_o3; no usage reported; 4 tries" in why, why
+
+    # other 4xx are final, with the provider's message
+    for status, kind in ((400, "invalid_request_error"), (401, "authentication_error"), (403, "permission_error"),
+                         (404, "not_found_error"), (413, "request_too_large")):
+        peer.answer(err(status, kind, f"ERRMARK-{status}", f"req_{status}", **{"retry-after-ms": "10"}),
+                    anthropic_message([text_block(j({"choice": "nothing"}))]))
+        _, new = decide(av, "far")
+        unusable = escalated_unusable(new, "claude")[1]
+        assert unusable["why"] == f"HTTP {status}: {kind}: ERRMARK-{status}" and len(peer.seen) == 1
+        assert unusable["call"]["request_id"] == f"req_{status}"
+    assert ran(dirs["far"]) == ["lower"]
 
 
 # ---- 6. escalation -------------------------------------------------------------------
