@@ -1603,8 +1603,6 @@ def read_records(db, since=0, upto=None, venture=None):
 
 def verify_chain(db, upto=None):
     """Return (records checked, None) for a sound chain, or (seq, why) at the first broken link."""
-    import hashlib
-    sha256 = hashlib.sha256
     prev, expected = ZERO_HASH, 1
     sql = "SELECT seq, at, prev, hash, record FROM records" + (" WHERE seq <= ?" if upto else "") + " ORDER BY seq"
     for seq, at, p, h, text in db.execute(sql, (upto,) if upto else ()):
@@ -1612,7 +1610,7 @@ def verify_chain(db, upto=None):
             return seq, f"record #{expected} is missing"
         if p != prev:
             return seq, "its prev is not the hash of the record before it"
-        if sha256(f"{p}\n{seq}\n{at}\n{text}".encode()).hexdigest() != h:
+        if chain_hash(p, seq, at, text) != h:
             return seq, "its hash does not match its contents"
         prev, expected = h, seq + 1
     return expected - 1, None
@@ -1647,8 +1645,13 @@ def format_record_line(seq, at, record):
 
 def shown_text(text):
     """Return text safe for a terminal: newlines as \\n, and no control character from outside reaches it raw."""
-    text = text.replace("\\", "\\\\").replace("\n", "\\n").replace("\r", "\\r")
-    return re.sub(CONTROL_CHARS, lambda m: f"\\x{ord(m.group()):02x}" if ord(m.group()) < 256 else f"\\u{ord(m.group()):04x}", text)
+    return escape_controls(CONTROL_CHARS, text.replace("\\", "\\\\").replace("\n", "\\n").replace("\r", "\\r"))
+
+
+def escape_controls(pattern, text):
+    """Return `text` with each character `pattern` matches written as \\x.. or \\u.... (escape sequences, bidi
+    overrides, lone surrogates), so nothing from outside reaches a terminal raw."""
+    return re.sub(pattern, lambda m: f"\\x{ord(m.group()):02x}" if ord(m.group()) < 256 else f"\\u{ord(m.group()):04x}", text)
 
 
 CONTROL_CHARS = "[\x00-\x1f\x7f-\x9f\u2028\u2029\u202a-\u202e\u2066-\u2069\ud800-\udfff]"
@@ -1705,6 +1708,18 @@ class VentureState:
     def side(self, name):
         """A controller side: armed (deadband), its streak of crossed reports (hold), asked in this excursion."""
         return self.sides.setdefault(name, {"armed": True, "streak": [], "asked": False})
+
+
+def text_sha256(text):
+    """Return the sha256 of `text` as UTF-8, in lowercase hex: a mandate's, as `sha256sum` prints it."""
+    import hashlib
+    return hashlib.sha256(text.encode()).hexdigest()
+
+
+def mandate_record(name, directory, text, summary, **fields):
+    """Return the record adopting `text` as the mandate of venture `name` from `directory`."""
+    return dict({"kind": "mandate", "claim": "declared", "venture": name, "directory": directory,
+                 "sha256": text_sha256(text), "text": text, "summary": summary}, **fields)
 
 
 def fold(state, seq, at, record):
@@ -2940,6 +2955,35 @@ def controller_rule(state, side, lever, reports, why):
         yield Write({"kind": "refusal", "claim": "measured", "venture": state.name, "lever": lever,
                      "by": "controller", "side": side, "why": verdict.why, "reports": reports,
                      "summary": f"{lever} refused: {verdict.why}"})
+
+
+def next_backoff(previous):
+    """Return the next wait of a back-off: the first, then doubling, up to the ceiling (open point 31)."""
+    return min(BACKOFF_CEILING, previous * 2 or BACKOFF_FIRST)
+
+
+def restart_rule(state, pid, status, ended_by, uptime, backoff, restarted, active):
+    """Return (again, backoff, delay, records) for the kept `run` program's end: started again as `restart:`
+    says; a program that dies within QUICK_DEATH of a restart waits twice as long each time, and asks once when
+    the wait reaches its ceiling; one that ran BACKOFF_RESET starts afresh (open point 31)."""
+    policy = state.mandate["restart"] if state.mandate else "never"
+    again = ended_by is None and active and (policy == "always" or (policy == "on-failure" and status != 0))
+    delay = 0
+    if again:
+        if uptime >= BACKOFF_RESET:
+            backoff = 0
+        elif uptime < QUICK_DEATH and restarted:
+            backoff = delay = next_backoff(backoff)
+    why = f"stopped by {'the pause' if ended_by == 'pause' else ended_by}" if ended_by else describe_status(status)
+    next_words = (f"; restarting in {delay}s" if delay else "; restarting now") if again else "; not restarted"
+    records = [{"kind": "exit", "claim": "measured", "venture": state.name, "pid": pid,
+                "status": describe_status(status), "uptime": round(uptime, 3), "restart_in": delay if again else None,
+                "summary": f"run (pid {pid}) ended: {why} after {uptime:.1f}s{next_words}"}]
+    if again and delay >= BACKOFF_CEILING and not any(a.get("about") == "backoff" for a in state.open_asks.values()):
+        records.append({"kind": "ask", "claim": "measured", "venture": state.name, "about": "backoff",
+                        "question": f"run keeps dying within {QUICK_DEATH}s; it now waits {delay}s between starts. Look at it?",
+                        "summary": f"run keeps dying; back-off reached its ceiling of {BACKOFF_CEILING}s"})
+    return again, backoff, delay, records
 
 
 def open_asks(records):
@@ -4406,26 +4450,11 @@ class Warden:
         import time
         keep = self.keep[state.name]
         keep["child"] = None
-        uptime = time.monotonic() - child.started
-        policy = state.mandate["restart"] if state.mandate else "never"
-        again = (child.ended_by is None and self.active(state)
-                 and (policy == "always" or (policy == "on-failure" and status != 0)))
-        delay = 0
-        if again:
-            if uptime >= BACKOFF_RESET:
-                keep["backoff"] = 0
-            elif uptime < QUICK_DEATH and keep["restart"]:
-                keep["backoff"] = min(BACKOFF_CEILING, keep["backoff"] * 2 or BACKOFF_FIRST)
-                delay = keep["backoff"]
-        why = f"stopped by {'the pause' if child.ended_by == 'pause' else child.ended_by}" if child.ended_by else describe_status(status)
-        next_words = (f"; restarting in {delay}s" if delay else "; restarting now") if again else "; not restarted"
-        self.append({"kind": "exit", "claim": "measured", "venture": state.name, "pid": child.pid,
-                     "status": describe_status(status), "uptime": round(uptime, 3), "restart_in": delay if again else None,
-                     "summary": f"run (pid {child.pid}) ended: {why} after {uptime:.1f}s{next_words}"})
-        if again and delay >= BACKOFF_CEILING and not any(a.get("about") == "backoff" for a in state.open_asks.values()):
-            self.append({"kind": "ask", "claim": "measured", "venture": state.name, "about": "backoff",
-                         "question": f"run keeps dying within {QUICK_DEATH}s; it now waits {delay}s between starts. Look at it?",
-                         "summary": f"run keeps dying; back-off reached its ceiling of {BACKOFF_CEILING}s"})
+        again, keep["backoff"], delay, records = restart_rule(
+            state, child.pid, status, child.ended_by, time.monotonic() - child.started, keep["backoff"],
+            keep["restart"], self.active(state))
+        for record in records:
+            self.append(record)
         if again:
             keep["restart"] = True
             if delay:
@@ -4843,8 +4872,7 @@ class Warden:
             raise Fail(EX_DATAERR, f"{path} cannot be read: {err.strerror}") from None
         except Fail as fail:
             raise Fail(EX_DATAERR, str(fail)) from None
-        import hashlib
-        sha = hashlib.sha256(text.encode()).hexdigest()
+        sha = text_sha256(text)
         state = self.ventures.get(name)
         if state is not None and state.mandate_seq is not None:
             if state.directory != directory and not state.paused:
@@ -4855,24 +4883,27 @@ class Warden:
                     self.check_runnable(state)
                 return [f"{name}: mandate unchanged (#{state.mandate_seq}); nothing written"]
         state = self.ventures.setdefault(name, VentureState(name))
-        old_run = state.mandate["run"] if state.mandate else None
-        seq = self.append({"kind": "mandate", "claim": "declared", "venture": name, "directory": directory,
-                           "sha256": sha, "text": text,
-                           "summary": f"adopted {name} from {directory} (sha256 {sha[:16]})"})
-        state.mandate, state.problem = mandate, None
-        if old_run and old_run != mandate["run"]:
-            import time
-            for child in self.children:
-                if child.venture == name and child.purpose == "run":
-                    child.terminate("a new mandate", time.monotonic())
-        if not state.paused:
-            import time
-            self.schedule(name, time.monotonic())
-            self.start_keep(state)
+        seq = self.adopt(state, mandate, mandate_record(name, directory, text, f"adopted {name} from {directory} (sha256 {sha[:16]})"))
         forecasting = self.start_forecast(state, "add")
         return [f"{name}: adopted as mandate #{seq}"] + describe_allowed(mandate, self.cfg) + \
                ([f"{name} is paused; avsm resume {name} starts it"] if state.paused else []) + \
                ([f"{name}: a forecast is being made; it is written to the ledger when done"] if forecasting else [])
+
+    def adopt(self, state, mandate, record):
+        """Append a mandate record and put `mandate` in force: a changed `run` program is ended (the keeper starts
+        the new one), and the venture's next round is due now. Return the record's seq."""
+        import time
+        old_run = state.mandate["run"] if state.mandate else None
+        seq = self.append(record)
+        state.mandate, state.problem = mandate, None
+        if old_run and old_run != mandate["run"]:
+            for child in self.children:
+                if child.venture == state.name and child.purpose == "run":
+                    child.terminate("a new mandate", time.monotonic())
+        if not state.paused:
+            self.schedule(state.name, time.monotonic())
+            self.start_keep(state)
+        return seq
 
     def do_health(self, args, err):
         """What avsm doctor asks the running daemon: how many ventures, and whether the ledger can be written."""
@@ -4981,8 +5012,6 @@ class Warden:
 
     def approve_ratchet(self, state, seq, ask):
         """A person approved delegating a lever: write the mandate change and adopt it, as avsm add would."""
-        import hashlib
-        import time
         path = os.path.join(state.directory, "mandate.yaml")
         new = ask.get("mandate")
         if not new:
@@ -4995,12 +5024,9 @@ class Warden:
         with open(path + ".avsm-new", "w", encoding="utf-8") as fh:
             fh.write(new)
         os.replace(path + ".avsm-new", path)
-        sha = hashlib.sha256(new.encode()).hexdigest()
-        adopted = self.append({"kind": "mandate", "claim": "declared", "venture": state.name, "directory": state.directory,
-                               "sha256": sha, "text": new, "approval_of": seq,
-                               "summary": f"adopted {state.name} with {ask['lever']} delegated, as approved in #{seq} (sha256 {sha[:16]})"})
-        state.mandate = mandate
-        self.schedule(state.name, time.monotonic())
+        adopted = self.adopt(state, mandate, mandate_record(
+            state.name, state.directory, new, f"adopted {state.name} with {ask['lever']} delegated, as approved in #{seq} "
+                                              f"(sha256 {text_sha256(new)[:16]})", approval_of=seq))
         return [f"#{seq} approved: {ask['lever']} is delegated in {path}, adopted as mandate #{adopted}"]
 
     def count_ask(self, state):
@@ -5657,7 +5683,7 @@ class Daemon:
         if time.monotonic() - started >= QUICK_DEATH or previous is None:
             self.backoff[which] = None if time.monotonic() - started >= QUICK_DEATH else 0
             return 0
-        self.backoff[which] = min(BACKOFF_CEILING, previous * 2 or BACKOFF_FIRST)
+        self.backoff[which] = next_backoff(previous)
         return self.backoff[which]
 
     # ---- clients ----
@@ -6013,8 +6039,7 @@ def flush_out():
 
 def shown(text):
     """Return `text` safe for a terminal: control characters (escape sequences, bidi overrides) as \\x.. or \\u...."""
-    return re.sub(LINE_CONTROL_CHARS, lambda m: f"\\x{ord(m.group()):02x}" if ord(m.group()) < 256
-                  else f"\\u{ord(m.group()):04x}", text)
+    return escape_controls(LINE_CONTROL_CHARS, text)
 
 
 def out(line=""):
