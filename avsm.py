@@ -1303,6 +1303,11 @@ def parse_unwind(c, value, path, levers):
         c.fail(path + ("payload",), f"lever '{action}' takes {takes}, so the unwind's payload is text")
     if takes is None and payload is not None:
         c.fail(path + ("payload",), f"lever '{action}' takes no content; remove the payload or add takes: to the lever")
+    if levers[action]["run"] == "mail.send":
+        try:
+            write_mail(payload, "avsm")
+        except ValueError as err:
+            c.fail(path + ("payload",), f"lever '{action}' sends mail, and {err}")
     return {"action": action, "payload": payload}
 
 
@@ -2605,7 +2610,7 @@ def payload_problem(spec, payload):
 # ---- mail.send: the sender is avsm's to set --------------------------------
 
 MAIL_SENDER_HEADERS = ("from", "sender", "return-path")     # the message's own are dropped: avsm sets the sender
-MAIL_HEADER_NAME = re.compile(r"[!-9;-~]+")                  # printable ASCII but ':' (RFC 5322 field-name)
+MAIL_HEADER_NAME = r"[!-9;-~]+"      # printable ASCII but ':' (RFC 5322 field-name)
 Mail = collections.namedtuple("Mail", "text dropped")
 Mail.__doc__ = "The message mail.send pipes, and the names of the message's sender headers it dropped."
 
@@ -2633,7 +2638,7 @@ def write_mail(message, sender):
                 raise ValueError("the message begins with a folded line; its first line must be a header (Name: value)")
         else:
             name, colon, _ = line.partition(":")
-            if not colon or not MAIL_HEADER_NAME.fullmatch(name):
+            if not colon or not re.fullmatch(MAIL_HEADER_NAME, name):
                 raise ValueError(f"line {number} of the message is not a header (Name: value): {json.dumps(line[:60])}")
             dropping = name.lower() in MAIL_SENDER_HEADERS
             if dropping:

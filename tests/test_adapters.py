@@ -77,6 +77,7 @@ def test_write_mail_refuses_a_message_without_headers_and_a_body(why, message, w
     spec = {"name": "notify", "takes": "text", "run": "mail.send", "budget": None}
     assert words in avsm.payload_problem(spec, message)
     assert avsm.payload_problem(spec, "To: t@example.com\n\nbody\n") is None
+    assert "takes text" in avsm.payload_problem(spec, None)     # a controller's run has no message: refused
 
 
 # ---- the mandate's and the config's adapter syntax ---------------------------
@@ -425,3 +426,41 @@ def test_http_status_reads_any_status_verifies_tls_and_honours_ssl_cert_file(av,
             assert code == 0, daemon.stderr()
         trusted.close()
         untrusted.close()
+
+
+def test_a_guards_unwind_by_mail_holds_a_message():
+    """GUARD-05 issue 17 item 1: a guard's unwind through a mail.send lever names a whole message (headers, a
+    blank line, a body); one without its blank line is refused when the mandate is read, not at the run."""
+    head = ("purpose: p\nmetric: count\ncontroller: {kind: threshold, above: 10, action: notify}\ncadence: 10s\n"
+            "permitted:\n  - {name: notify, run: mail.send, cap: 1/hour, reversible: true}\nguards:\n"
+            "  - {name: up, run: ./up, above: 1, unwind: {action: notify, payload: ")
+    m = avsm.parse_mandate(head + '"To: team@example.com\\nSubject: down\\n\\nThe site is down.\\n"}}\n', "m.yaml")
+    assert m["guards"][0]["unwind"]["payload"].startswith("To: team@example.com\n")
+    with pytest.raises(avsm.Fail) as err:
+        avsm.parse_mandate(head + '"To: team@example.com\\nThe site is down.\\n"}}\n', "m.yaml")
+    assert str(err.value).startswith("m.yaml:8:") and "sends mail, and the message has no blank line" in str(err.value)
+
+
+def readme_adapters_blocks():
+    """The fenced blocks of the README's Adapters section, in order."""
+    with open(os.path.join(ROOT, "README.md")) as fh:
+        text = fh.read()
+    section = text.split("\n## Adapters\n", 1)[1].split("\n## ", 1)[0]
+    return [block.split("\n", 1)[1] for block in section.split("```")[1::2]]
+
+
+def test_the_readmes_adapters_section_shows_what_avsmd_does(av):
+    """CLI-04 CONFIG-06 CONFIG-07 open point 4, issue 17 item 2: the README's adapters: config holds, `avsmd -T`
+    on it prints exactly the output the README shows (port: and adapters: included), and its shop mandate holds."""
+    blocks = readme_adapters_blocks()
+    config = next(b for b in blocks if b.startswith("adapters:"))
+    shown = next(b for b in blocks if b.startswith("nightly:"))
+    os.makedirs(av.home, mode=0o700)
+    write(os.path.join(av.home, "config.yaml"), config)
+    run = av.daemon_cmd("-T")
+    assert run.returncode == 0 and run.stdout == shown, run.stdout
+    assert avsm.parse_config(run.stdout) == avsm.parse_config(config)     # it reads back as the same config
+    shop = next(b for b in blocks if b.startswith("# shop/mandate.yaml"))
+    m = avsm.parse_mandate(shop, "shop/mandate.yaml")
+    assert m["adapter"] == "stripe v1/balance#/available/0/amount" and m["levers"]["notify"]["takes"] == "text"
+    assert m["guards"][0]["adapter"] == "http.status https://shop.example.com/health"
