@@ -3206,6 +3206,7 @@ ADAPTER_TIMEOUT = 30         # seconds an adapter's GET may take in all: the nam
 
 def adapter_get(url, key=None, limit=ADAPTER_TIMEOUT):
     """Return (status, body) of one GET of `url` within `limit` seconds in all; raise OSError saying why not.
+    The body is read up to REPLY_MAX + 1 bytes, so a caller sees an answer bigger than it reads.
 
     TLS certificates are verified against the system's CAs, or the bundle SSL_CERT_FILE names (OpenSSL's own
     variable, read by ssl.create_default_context). With a key (stripe, github) the GET carries it as a bearer
@@ -3240,10 +3241,7 @@ def adapter_get(url, key=None, limit=ADAPTER_TIMEOUT):
     worker.start()
     worker.join(limit)
     if "got" in answer:
-        status, body = answer["got"]
-        if len(body) > REPLY_MAX:
-            raise OSError(f"the answer is bigger than {REPLY_MAX // 1024} KiB")
-        return status, body
+        return answer["got"]
     raise answer.get("error") or OSError(f"no answer within {limit} s")
 
 
@@ -6696,6 +6694,8 @@ def read_json_adapter(name, reading, url, key):
         status, body = adapter_get(url.rstrip("/") + "/" + path.lstrip("/"), key=key)
     except OSError as err:
         raise Fail(EX_UNAVAILABLE, f"{name} {path}: {err}") from None
+    if 200 <= status < 300 and len(body) > REPLY_MAX:
+        raise Fail(EX_DATAERR, f"{name} {path}: the answer is bigger than {REPLY_MAX // 1024} KiB")
     if not 200 <= status < 300:
         try:
             said = json.loads(body)

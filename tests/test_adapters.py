@@ -391,6 +391,9 @@ def test_json_adapters_fail_on_a_refused_connection_a_non_2xx_and_a_pointer_to_n
         site.json("/v1/balance", answer)
         bad = next_report(av, "bal", lambda r: r["status"] == "failed" and found in r["note"], found)
         assert "no number at that pointer" in bad["note"] and bad["value"] is None
+    site.routes["/v1/balance"] = (200, b"[" + b"1," * (200 * 1024) + b"1]", {})
+    big = next_report(av, "bal", lambda r: r["status"] == "failed" and "KiB" in r["note"], "a big answer")
+    assert "the answer is bigger than 256 KiB" in big["note"] and "exit 65" in big["note"]
     assert "sk_test_SECRET" not in json.dumps([r for _, _, r in av.records()])
 
 
@@ -406,8 +409,9 @@ def test_http_status_reads_any_status_verifies_tls_and_honours_ssl_cert_file(av,
     daemon = av
     try:
         trusted.routes["/health"] = (204, b"", {})
+        trusted.routes["/big"] = (200, b"<p>a page bigger than a JSON adapter reads</p>" * 10000, {})
         untrusted.routes["/health"] = (204, b"", {})
-        ventures = {"ok": trusted.url + "/health", "gone": trusted.url + "/gone", "forged": untrusted.url + "/health",
+        ventures = {"ok": trusted.url + "/health", "gone": trusted.url + "/gone", "page": trusted.url + "/big", "forged": untrusted.url + "/health",
                     "down": f"http://127.0.0.1:{closed_port()}/health"}
         av = daemon = Avsm(av.bindir, av.home, env={"SSL_CERT_FILE": certs["ca.pem"]})
         os.makedirs(av.home, mode=0o700)
@@ -416,6 +420,7 @@ def test_http_status_reads_any_status_verifies_tls_and_honours_ssl_cert_file(av,
             assert av.cli("add", make_venture(workdir, name, HTTP_STATUS.replace("{url}", url), {"lower": "#!/bin/sh\n"})).returncode == 0
         assert next_report(av, "ok", lambda r: r["status"] != "failed", "the health")["value"] == 204
         assert next_report(av, "gone", lambda r: r["status"] != "failed", "a 404")["value"] == 404
+        assert next_report(av, "page", lambda r: True, "a big page")["value"] == 200     # its body is no reading
         forged = next_report(av, "forged", lambda r: True, "the untrusted site")
         assert forged["status"] == "failed" and "CERTIFICATE_VERIFY_FAILED" in forged["note"], forged
         down = next_report(av, "down", lambda r: True, "the refused connection")
