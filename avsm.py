@@ -3236,7 +3236,8 @@ def adapter_get(url, key=None, limit=ADAPTER_TIMEOUT):
         except urllib.error.HTTPError as err:
             answer["got"] = err.code, err.read(REPLY_MAX + 1)
         except (urllib.error.URLError, OSError, ValueError) as err:
-            answer["error"] = OSError(str(getattr(err, "reason", err)))
+            reason = getattr(err, "reason", err)
+            answer["error"] = OSError(f"no answer within {limit} s" if isinstance(reason, TimeoutError) else str(reason))
     worker = threading.Thread(target=get, daemon=True)      # the name lookup too keeps to the limit
     worker.start()
     worker.join(limit)

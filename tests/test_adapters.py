@@ -223,7 +223,7 @@ def test_an_adapters_get_keeps_to_its_time_limit(site):
     t0 = time.monotonic()
     with pytest.raises(OSError) as err:
         avsm.adapter_get(site.url + "/slow", limit=0.5)
-    assert time.monotonic() - t0 < 2 and "no answer within 0.5 s" in str(err.value)
+    assert time.monotonic() - t0 < 4 and "no answer within 0.5 s" in str(err.value)
     assert avsm.ADAPTER_TIMEOUT == 30
 
 
