@@ -1030,6 +1030,8 @@ def parse_mandate(text, source="mandate.yaml", directory=None):
          "metric": c.text(doc["metric"], ("metric",), "metric"),
          "cadence": c.parsed(parse_duration, doc["cadence"], ("cadence",))}
     m["adapter"] = m["metric"] if m["metric"].split()[0] in ADAPTERS else None
+    if m["adapter"] and adapter_problem(m["adapter"]):
+        c.fail(("metric",), adapter_problem(m["adapter"]))
     if m["adapter"] is None and directory is not None:
         problem = command_problem("./report", directory)
         if problem:
@@ -1051,6 +1053,24 @@ def parse_mandate(text, source="mandate.yaml", directory=None):
     m["calibration"] = c.number(doc["calibration"], ("calibration",), "calibration") if "calibration" in doc else None
     m["escalate"] = c.choice(doc.get("escalate"), ("escalate",), "escalate", (None, "offbox"))
     return m
+
+
+def adapter_problem(text):
+    """Return why a built-in adapter's reading does not hold, or None.
+
+    adapter ::= 'http.status' URL | ('stripe' | 'github') PATH ['#' pointer]   pointer ::= ('/' token)*
+    """
+    words = text.split()
+    if len(words) != 2:
+        return f"'{text}' is not an adapter reading; write http.status URL, stripe PATH#/pointer or github PATH#/pointer"
+    if words[0] == "http.status":
+        if not words[1].startswith(("http://", "https://")):
+            return f"http.status reads an http:// or https:// URL, not '{words[1]}'"
+    elif "://" in words[1]:
+        return f"{words[0]} reads a path under the url of adapters: {words[0]}: in config.yaml; write {words[0]} PATH#/pointer, not a URL"
+    elif words[1].partition("#")[2][:1] not in ("", "/"):
+        return f"'{words[1].partition('#')[2]}' is not a JSON pointer; it begins with /, as in #/available/0/amount"
+    return None
 
 
 def listed(doc, key):
@@ -1088,7 +1108,9 @@ def parse_levers(c, doc, directory):
                  "budget": parse_budget(c, item["budget"], path + ("budget",)) if "budget" in item else None,
                  "check": c.command(item["check"], path + ("check",), "check", directory) if "check" in item else None}
         if lever["run"] == "mail.send":
-            lever["takes"] = lever["takes"] or "text"     # the message, headers and body; From: is set by avsm
+            if lever["takes"] not in (None, "text"):
+                c.fail(path + ("takes",), "mail.send takes text: the message, its headers, a blank line, then its body")
+            lever["takes"] = "text"     # the message, headers and body; From: is set by avsm
         if name == "research":
             if lever["run"] is not None:
                 c.fail(path + ("run",), "research has no run: it asks the command named under research: in config.yaml")
@@ -1243,6 +1265,8 @@ def parse_guards(c, doc, m, directory):
             g["adapter"] = c.text(item["adapter"], path + ("adapter",), "adapter")
             if g["adapter"].split()[0] not in ADAPTERS:
                 c.fail(path + ("adapter",), f"'{g['adapter'].split()[0]}' is not a built-in adapter; use one of {', '.join(ADAPTERS)}")
+            if adapter_problem(g["adapter"]):
+                c.fail(path + ("adapter",), adapter_problem(g["adapter"]))
             if g["adapter"] == m["adapter"]:
                 c.fail(path + ("adapter",), f"guard '{name}' reads the metric's adapter; a guard reads a reading of its own")
         else:
@@ -1279,6 +1303,11 @@ def parse_unwind(c, value, path, levers):
         c.fail(path + ("payload",), f"lever '{action}' takes {takes}, so the unwind's payload is text")
     if takes is None and payload is not None:
         c.fail(path + ("payload",), f"lever '{action}' takes no content; remove the payload or add takes: to the lever")
+    if levers[action]["run"] == "mail.send":
+        try:
+            write_mail(payload, "avsm")
+        except ValueError as err:
+            c.fail(path + ("payload",), f"lever '{action}' sends mail, and {err}")
     return {"action": action, "payload": payload}
 
 
@@ -1411,6 +1440,10 @@ def parse_config(text, source="config.yaml"):
             if key not in a:
                 c.fail(("adapters", name), f"the {name} adapter has no '{key}'")
         cfg["adapters"][name] = {k: c.text(a[k], ("adapters", name, k), k) for k in sorted(keys)}
+        if "url" in keys and not cfg["adapters"][name]["url"].startswith(("http://", "https://")):
+            c.fail(("adapters", name, "url"), f"'{cfg['adapters'][name]['url']}' is not a URL; write http://... or https://...")
+        if "from" in keys and re.search(r"[\r\n]", cfg["adapters"][name]["from"]):
+            c.fail(("adapters", name, "from"), "from is one address on one line, as in ops@example.com")
     cfg["research"] = c.text(doc.get("research"), ("research",), "research", required=False)
     return cfg
 
@@ -2578,6 +2611,10 @@ def prove(state, lever, now, basis, trigger=None, approval=None, payload=None, c
             return Verdict(False, why=f"{lever} would spend {format_number(total)} {budget['field']} in "
                                       f"{format_duration(budget['per'])}, past its budget {format_number(budget['max'])}")
         steps.append(f"{format_number(total)} of {format_number(budget['max'])} {budget['field']} spent in the last {format_duration(budget['per'])}")
+    if spec["run"] == "mail.send":
+        dropped = write_mail(payload, "avsm").dropped
+        steps.append("From: is set by avsm (adapters.mail.from in config.yaml)"
+                     + (f"; the message's own {', '.join(h + ':' for h in dropped)} dropped" if dropped else ""))
     if spec["takes"] in ("diff", "file"):
         steps.append(f"its {spec['takes']} stays inside the venture directory: checked on the file system when it was "
                      f"proposed, which the ledger alone cannot re-check")
@@ -2645,12 +2682,60 @@ def payload_problem(spec, payload):
         return f"{name} takes json: its payload must be an object"
     if takes != "json" and not isinstance(payload, str):
         return f"{name} takes {takes}: its payload must be text"
+    if spec["run"] == "mail.send":
+        try:
+            write_mail(payload, "avsm")
+        except ValueError as err:
+            return f"{name} sends mail, and {err}"
     budget = spec["budget"]
     if budget:
         value = payload.get(budget["field"]) if isinstance(payload, dict) else None
         if isinstance(value, bool) or not isinstance(value, (int, float)):
             return f"{name} has a budget on {budget['field']}, and the payload gives no number for it"
     return None
+
+
+# ---- mail.send: the sender is avsm's to set --------------------------------
+
+MAIL_SENDER_HEADERS = ("from", "sender", "return-path")     # the message's own are dropped: avsm sets the sender
+MAIL_HEADER_NAME = r"[!-9;-~]+"      # printable ASCII but ':' (RFC 5322 field-name)
+Mail = collections.namedtuple("Mail", "text dropped")
+Mail.__doc__ = "The message mail.send pipes, and the names of the message's sender headers it dropped."
+
+
+def write_mail(message, sender):
+    """Return the Mail that mail.send pipes: `From: sender`, then the message's headers but its own From:,
+    Sender: and Return-Path: (any case, with their folded lines), then its blank line and body as written.
+
+    message ::= header+ blank-line body      header ::= name ':' text (WSP text)*   lines end LF or CRLF
+    Raises ValueError saying why a message cannot be sent as it stands: no header block, no blank line
+    before the body, a line that is not a header, or a bare CR (which a mail program may take as a line end).
+    """
+    if "\r" in message.replace("\r\n", ""):
+        raise ValueError("the message has a bare CR; end its lines with LF or CRLF")
+    lines = message.split("\n")
+    blank = next((i for i, line in enumerate(lines[:-1]) if line in ("", "\r")), None)
+    if blank is None:
+        raise ValueError("the message has no blank line; write its headers (To:, Subject:), a blank line, then the body")
+    if blank == 0:
+        raise ValueError("the message has no headers before its blank line; write To: and Subject: first")
+    kept, dropped, dropping = [], [], False
+    for number, line in enumerate(lines[:blank], 1):
+        if line[:1] in (" ", "\t"):
+            if number == 1:
+                raise ValueError("the message begins with a folded line; its first line must be a header (Name: value)")
+        else:
+            name, colon, _ = line.partition(":")
+            if not colon or not re.fullmatch(MAIL_HEADER_NAME, name):
+                raise ValueError(f"line {number} of the message is not a header (Name: value): {json.dumps(line[:60])}")
+            dropping = name.lower() in MAIL_SENDER_HEADERS
+            if dropping:
+                dropped.append(name)
+        if not dropping:
+            kept.append(line)
+    end = "\r\n" if lines[0].endswith("\r") else "\n"
+    text = f"From: {sender}{end}" + "".join(line + "\n" for line in kept) + "\n".join(lines[blank:])
+    return Mail(text, dropped)
 
 
 def fold_ledger(states, seq, at, record, parse=None):
@@ -3567,6 +3652,51 @@ def call_http_backend(backend, system, user, key):
     return None, why, call
 
 
+ADAPTER_TIMEOUT = 30         # seconds an adapter's GET may take in all: the name, the connection, TLS, the answer
+
+
+def adapter_get(url, key=None, limit=ADAPTER_TIMEOUT):
+    """Return (status, body) of one GET of `url` within `limit` seconds in all; raise OSError saying why not.
+    The body is read up to REPLY_MAX + 1 bytes, so a caller sees an answer bigger than it reads.
+
+    TLS certificates are verified against the system's CAs, or the bundle SSL_CERT_FILE names (OpenSSL's own
+    variable, read by ssl.create_default_context). With a key (stripe, github) the GET carries it as a bearer
+    token and follows no redirect: a 3xx is the answer, so the key goes to the configured url alone. Without
+    one (http.status) redirects to http:// and https:// are followed, and the last status is the answer.
+    """
+    import ssl
+    import threading
+    import urllib.error
+    import urllib.request
+    if not url.startswith(("http://", "https://")):
+        raise OSError(f"'{url}' is not an http:// or https:// URL")
+    redirects = urllib.request.HTTPRedirectHandler()
+    follow = redirects.redirect_request
+    redirects.redirect_request = lambda req, fp, code, msg, headers, newurl: \
+        None if key or not newurl.startswith(("http://", "https://")) else follow(req, fp, code, msg, headers, newurl)
+    opener = urllib.request.build_opener(redirects, urllib.request.HTTPSHandler(context=ssl.create_default_context()))
+    request = urllib.request.Request(url, method="GET")
+    if key:
+        request.add_unredirected_header("Authorization", f"Bearer {key}")
+    answer = {}
+
+    def get():
+        try:
+            with opener.open(request, timeout=limit) as response:
+                answer["got"] = response.status, response.read(REPLY_MAX + 1)
+        except urllib.error.HTTPError as err:
+            answer["got"] = err.code, err.read(REPLY_MAX + 1)
+        except (urllib.error.URLError, OSError, ValueError) as err:
+            reason = getattr(err, "reason", err)
+            answer["error"] = OSError(f"no answer within {limit} s" if isinstance(reason, TimeoutError) else str(reason))
+    worker = threading.Thread(target=get, daemon=True)      # the name lookup too keeps to the limit
+    worker.start()
+    worker.join(limit)
+    if "got" in answer:
+        return answer["got"]
+    raise answer.get("error") or OSError(f"no answer within {limit} s")
+
+
 def read_metric_output(child, status, with_output=True):
     """Return (value, failure) from a finished report: its last non-empty line must be the number alone.
 
@@ -4239,6 +4369,13 @@ class Warden:
         if spec is not None and spec["check"] and not checked:
             return self.start_check(state, lever, verdict, summary, by, side, extra)
         asked = verdict.asked
+        mail, mail_problem = None, "mail.send needs adapters: mail: in config.yaml and a text payload"
+        sender = (self.cfg["adapters"].get("mail") or {}).get("from")
+        if spec is not None and spec["run"] == "mail.send" and sender and isinstance((extra or {}).get("payload"), str):
+            try:
+                mail = write_mail(extra["payload"], sender)
+            except ValueError as err:
+                mail_problem = f"mail.send refused the message: {err}"
         record = {"kind": "action", "claim": "measured", "venture": state.name, "lever": lever,
                   "proof": verdict.proof, "by": by, "summary": summary, "basis": asked["basis"]}
         record.update({k: asked[k] for k in ("approval", "check") if k in asked})
@@ -4259,13 +4396,12 @@ class Warden:
             return self.run_research(state, seq, payload, spec)
         run = spec["run"]
         if run == "mail.send":
-            mail = self.cfg["adapters"].get("mail")
-            if not mail or not isinstance(payload, str):
+            if mail is None:
                 self.append({"kind": "outcome", "claim": "measured", "venture": state.name, "lever": lever, "action": seq,
                              "ok": False, "status": "not started", "duration": 0, "note": "",
-                             "summary": f"{lever} failed: mail.send needs adapters: mail: in config.yaml and a text payload"})
+                             "summary": f"{lever} failed: {mail_problem}"})
                 return seq
-            run, data = mail["command"], f"From: {mail['from']}\n{payload}".encode()
+            run, data = self.cfg["adapters"]["mail"]["command"], mail.text.encode()
         try:
             if spec["takes"] == "file" and isinstance(payload, str):
                 write_venture_file(state.directory, payload)
@@ -6921,39 +7057,54 @@ def run_adapter(args):
     holds at that JSON pointer, with the key of the same name as a bearer token (both given on stdin)."""
     if len(args) != 2 or args[0] not in ADAPTERS:
         raise Fail(EX_USAGE, f"no built-in adapter reads {' '.join(args)!r}; use http.status URL, stripe PATH or github PATH")
-    import urllib.error
-    import urllib.request
-    if args[0] in ("stripe", "github"):
-        given = json.loads(sys.stdin.read() or "{}")
-        if given.get("problem"):
-            raise Fail(EX_CONFIG, given["problem"])
-        if not given.get("url"):
-            raise Fail(EX_CONFIG, f"config.yaml names no adapters: {args[0]}: {{url: ...}}")
-        path, _, pointer = args[1].partition("#")
-        request = urllib.request.Request(given["url"].rstrip("/") + "/" + path.lstrip("/"), method="GET")
-        if given.get("key"):
-            request.add_header("authorization", f"Bearer {given['key']}")
+    if args[0] == "http.status":
         try:
-            with urllib.request.urlopen(request, timeout=30) as response:
-                value = json.loads(response.read(REPLY_MAX + 1))
-        except (urllib.error.URLError, OSError, ValueError) as err:
-            raise Fail(EX_UNAVAILABLE, f"{args[0]} {path}: {err}") from None
-        for part in [p for p in pointer.split("/") if p]:
-            part = part.replace("~1", "/").replace("~0", "~")
-            value = value[int(part)] if isinstance(value, list) and part.isdigit() and int(part) < len(value) else \
-                value.get(part) if isinstance(value, dict) else None
-        if isinstance(value, bool) or not isinstance(value, (int, float)):
-            raise Fail(EX_DATAERR, f"{args[0]} {args[1]}: no number at that pointer")
-        out(format_number(value))
+            status, _ = adapter_get(args[1])
+        except OSError as err:
+            raise Fail(EX_UNAVAILABLE, f"http.status {args[1]}: {err}") from None
+        out(str(status))                # any status is the reading: 404 and 503 are numbers a guard bounds
         return EX_OK
-    try:
-        with urllib.request.urlopen(urllib.request.Request(args[1], method="GET"), timeout=30) as response:
-            out(str(response.status))
-    except urllib.error.HTTPError as err:
-        out(str(err.code))
-    except (urllib.error.URLError, OSError, ValueError) as err:
-        raise Fail(EX_UNAVAILABLE, f"http.status {args[1]}: {err}") from None
+    given = json.loads(sys.stdin.read() or "{}")
+    if given.get("problem"):
+        raise Fail(EX_CONFIG, given["problem"])
+    if not given.get("url"):
+        raise Fail(EX_CONFIG, f"config.yaml names no adapters: {args[0]}: {{url: ...}}")
+    out(read_json_adapter(args[0], args[1], given["url"], given.get("key")))
     return EX_OK
+
+
+def read_json_adapter(name, reading, url, key):
+    """Return the number (as text) that a GET of url/PATH holds at the reading's JSON pointer; Fail saying why not."""
+    path, _, pointer = reading.partition("#")
+    try:
+        status, body = adapter_get(url.rstrip("/") + "/" + path.lstrip("/"), key=key)
+    except OSError as err:
+        raise Fail(EX_UNAVAILABLE, f"{name} {path}: {err}") from None
+    if 200 <= status < 300 and len(body) > REPLY_MAX:
+        raise Fail(EX_DATAERR, f"{name} {path}: the answer is bigger than {REPLY_MAX // 1024} KiB")
+    if not 200 <= status < 300:
+        try:
+            said = json.loads(body)
+            said = said.get("error", said) if isinstance(said, dict) else {}
+            said = said.get("message", "") if isinstance(said, dict) else str(said)   # stripe's and github's error bodies
+        except ValueError:
+            said = ""
+        said = str(said).replace(key, "[key]")[:200] if key else str(said)[:200]     # an echoed key stays out of the record
+        if 300 <= status < 400:
+            said = "a redirect, which a GET with a key does not follow: name the final url in config.yaml"
+        raise Fail(EX_UNAVAILABLE, f"{name} {path}: HTTP {status}" + (f": {said}" if said else ""))
+    try:
+        value = json.loads(body, parse_constant=lambda word: None)     # NaN and Infinity are no reading
+    except ValueError:
+        raise Fail(EX_DATAERR, f"{name} {path}: the answer is not JSON") from None
+    for part in pointer.split("/")[1:]:
+        part = part.replace("~1", "/").replace("~0", "~")
+        value = value[int(part)] if isinstance(value, list) and part.isdigit() and int(part) < len(value) else \
+            value.get(part) if isinstance(value, dict) else None
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or value in (float("inf"), float("-inf")):
+        found = {bool: "true or false", str: "text", dict: "an object", list: "a list", type(None): "nothing"}.get(type(value), "no finite number")
+        raise Fail(EX_DATAERR, f"{name} {reading}: no number at that pointer; it holds {found}")
+    return str(value) if isinstance(value, int) else repr(value)     # exactly the number the answer holds
 
 
 # =============================================================================
