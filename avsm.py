@@ -3042,6 +3042,53 @@ def controller_rule(state, side, lever, reports, why):
                      "summary": f"{lever} refused: {verdict.why}"})
 
 
+def proposal_rule(state, seq, choice, by, backend, content_why=None):
+    """A model's choice, written as proposal #seq: an ask about a lever the mandate names becomes an ask; an
+    action goes to the gate with the proposal as its trigger, never a premise; a lever that waits for a person
+    (irreversible, or content a model wrote, not delegated) is asked about once; the rest is refused.
+
+    content_why: what the file system said of a diff or file payload (the caller looks), or None."""
+    m, lever, payload = state.mandate, choice.get("action"), choice.get("payload")
+    named = lever in m["levers"] or lever == "stop"
+    if choice["choice"] == "ask":
+        if lever is not None and (lever in m["forbidden"] or lever not in m["levers"]):
+            why = f"{lever} is {'forbidden' if lever in m['forbidden'] else 'not permitted'} by mandate #{state.mandate_seq}"
+            yield Write({"kind": "refusal", "claim": "measured", "venture": state.name, "lever": lever, "proposal": seq,
+                         "by": "model", "why": why, "summary": f"the model's ask about {lever} refused: {why}"})
+        else:
+            yield Write({"kind": "ask", "claim": "inferred", "venture": state.name, "about": "model", "lever": lever,
+                         "proposal": seq, "question": choice["question"][:TEXT_MAX],
+                         "summary": f"the model asks: {choice['question'][:200]}"})
+        return
+    if choice["choice"] != "action":
+        return
+    spec = m["levers"].get(lever)
+    why = None
+    if lever in m["forbidden"] or not named:
+        why = f"{lever} is {'forbidden' if lever in m['forbidden'] else 'not permitted'} by mandate #{state.mandate_seq}"
+    elif spec is not None:
+        why = payload_problem(spec, payload) or content_why
+    if why is None and spec is not None and not spec["delegated"] and (payload is not None or not spec["reversible"]):
+        if not any(a.get("lever") == lever and a.get("payload") == payload and a.get("about") == "lever"
+                   for a in state.open_asks.values()):
+            yield Write({"kind": "ask", "claim": "measured", "venture": state.name, "about": "lever", "lever": lever,
+                         "payload": payload, "proposal": seq, "by": by,
+                         "question": f"run {lever}" + (" with the content below" if payload is not None else "")
+                                     + f"? {backend} proposed it (#{seq})",
+                         "summary": f"{lever} waits for a person: proposed by {backend} (#{seq})"
+                                    + (" with content a model wrote" if payload is not None else ", irreversible")})
+        return
+    if why is None:
+        verdict = yield Gate(lever, ("permitted", [], [f"proposal #{seq} (inferred) prompted this"]), payload=payload,
+                             trigger=seq, by="model", summary=f"{lever} runs: proposed by {backend} (#{seq})",
+                             extra={"payload": payload, "proposal": seq} if payload is not None else {"proposal": seq})
+        if verdict.ok:
+            return
+        why = verdict.why
+    yield Write({"kind": "refusal", "claim": "measured", "venture": state.name, "lever": lever,
+                 "proposal": seq, "by": "model", "why": why, "summary": f"{lever} refused: {why}"})
+
+
 def next_backoff(previous):
     """Return the next wait of a back-off: the first, then doubling, up to the ceiling (open point 31)."""
     return min(BACKOFF_CEILING, previous * 2 or BACKOFF_FIRST)
@@ -4336,17 +4383,18 @@ class Warden:
         self.carry_out(state, settle_round(state, round_["metric"]))
 
     def carry_out(self, state, intents):
-        """Carry out a rule's intents in order: append, pause, or ask the gate and run what it proves."""
+        """Carry out a rule's intents in order: append, pause, or ask the gate and run what it proves.
+        Return [(intent, seq written)]: a Gate's seq is its action's (None when refused or waiting on its check)."""
         import time
-        result = None
+        result, done = None, []
         while True:
             try:
                 intent = intents.send(result)
             except StopIteration:
-                return
-            result = None
+                return done
+            result, seq = None, None
             if isinstance(intent, Write):
-                self.append(intent.record)
+                seq = self.append(intent.record)
             elif isinstance(intent, Pause):
                 self.pause(state, intent.record["claim"], intent.record["summary"],
                            **{k: v for k, v in intent.record.items() if k not in ("kind", "claim", "venture", "summary")})
@@ -4354,8 +4402,11 @@ class Warden:
                 result = prove(state, intent.lever, int(time.time()), intent.basis, trigger=intent.trigger,
                                approval=intent.approval, payload=intent.payload)
                 if result.ok:
-                    self.run_lever(state, intent.lever, result, intent.summary, by=intent.by, side=intent.side,
-                                   extra=intent.extra)
+                    seq = self.run_lever(state, intent.lever, result, intent.summary, by=intent.by, side=intent.side,
+                                         extra=intent.extra)
+                else:
+                    continue            # the rule writes what a refusal calls for
+            done.append((intent, seq))
 
     # ---- levers ----
     def run_lever(self, state, lever, verdict, summary, by, side=None, extra=None, checked=False):
@@ -4860,61 +4911,20 @@ class Warden:
             record["call"] = d["call"]
         seq = self.append(record)
         d["lines"].append(f"#{seq} proposal {choice['choice']}" + (f" {lever}" if lever else ""))
+        spec = state.mandate["levers"].get(lever) if choice["choice"] == "action" else None
+        content_why = content_problem(spec["takes"], choice.get("payload"), state.directory) \
+            if spec and spec["takes"] in ("diff", "file") and isinstance(choice.get("payload"), str) else None
         written = [seq]
-        m = state.mandate
-        if choice["choice"] == "ask" and lever is not None and (lever in m["forbidden"] or lever not in m["levers"]):
-            why = f"{lever} is {'forbidden' if lever in m['forbidden'] else 'not permitted'} by mandate #{state.mandate_seq}"
-            refusal = self.append({"kind": "refusal", "claim": "measured", "venture": state.name, "lever": lever,
-                                   "proposal": seq, "by": "model", "why": why, "summary": f"the model's ask about {lever} refused: {why}"})
-            d["lines"].append(f"#{refusal} refusal: {why}")
-            written.append(refusal)
-        elif choice["choice"] == "ask":
-            ask = self.append({"kind": "ask", "claim": "inferred", "venture": state.name, "about": "model",
-                               "lever": lever, "proposal": seq, "question": choice["question"][:TEXT_MAX],
-                               "summary": f"the model asks: {choice['question'][:200]}"})
-            d["lines"].append(f"#{ask} ask")
-            written.append(ask)
-        elif choice["choice"] == "action":
-            written += self.judge_proposal(state, seq, lever, choice.get("payload"), d)
+        for intent, done in self.carry_out(state, proposal_rule(state, seq, choice, d["by"], d["backend"], content_why)):
+            if isinstance(intent, Gate):
+                d["lines"].append(f"#{done} action {lever}" if done else f"{lever} waits for its check")
+            elif intent.record["kind"] == "ask":
+                d["lines"].append(f"#{done} ask" + (f" for {lever}" if intent.record["about"] == "lever" else ""))
+            else:
+                d["lines"].append(f"#{done} refusal: {intent.record['why']}")
+            if done:
+                written.append(done)
         return written
-
-    def judge_proposal(self, state, seq, lever, payload, d):
-        """The gate on a model's proposal: the proposal is the trigger, never a premise."""
-        import time
-        m = state.mandate
-        spec = m["levers"].get(lever)
-        why = None
-        if lever in m["forbidden"] or (spec is None and lever != "stop"):
-            why = f"{lever} is {'forbidden' if lever in m['forbidden'] else 'not permitted'} by mandate #{state.mandate_seq}"
-        elif spec is not None:
-            why = payload_problem(spec, payload) or (content_problem(spec["takes"], payload, state.directory)
-                                                     if spec["takes"] in ("diff", "file") else None)
-        if why is None and spec is not None and payload is not None and not spec["delegated"] \
-                or why is None and spec is not None and not spec["reversible"] and not spec["delegated"]:
-            if not any(a.get("lever") == lever and a.get("payload") == payload and a.get("about") == "lever"
-                       for a in state.open_asks.values()):
-                ask = self.append({"kind": "ask", "claim": "measured", "venture": state.name, "about": "lever", "lever": lever,
-                                   "payload": payload, "proposal": seq, "by": d["by"],
-                                   "question": f"run {lever}" + (" with the content below" if payload is not None else "")
-                                               + f"? {d['backend']} proposed it (#{seq})",
-                                   "summary": f"{lever} waits for a person: proposed by {d['backend']} (#{seq})"
-                                              + (" with content a model wrote" if payload is not None else ", irreversible")})
-                d["lines"].append(f"#{ask} ask for {lever}")
-                return [ask]
-            return []
-        if why is None:
-            verdict = prove(state, lever, int(time.time()), ("permitted", [], [f"proposal #{seq} (inferred) prompted this"]),
-                            trigger=seq, payload=payload)
-            if verdict.ok:
-                action = self.run_lever(state, lever, verdict, f"{lever} runs: proposed by {d['backend']} (#{seq})",
-                                        by="model", extra={"payload": payload, "proposal": seq} if payload is not None else {"proposal": seq})
-                d["lines"].append(f"#{action} action {lever}" if action else f"{lever} waits for its check")
-                return [action] if action else []
-            why = verdict.why
-        refusal = self.append({"kind": "refusal", "claim": "measured", "venture": state.name, "lever": lever,
-                               "proposal": seq, "by": "model", "why": why, "summary": f"{lever} refused: {why}"})
-        d["lines"].append(f"#{refusal} refusal: {why}")
-        return [refusal]
 
     def do_decide(self, args, err):
         state = self.venture(args.get("venture"))
