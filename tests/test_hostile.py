@@ -2,7 +2,7 @@
 or the warden, passes an internal command, or moves a lever. Each line is answered 64 or 65 and the
 connection closed; afterwards `avsm status` answers, the warden's pid is the same, no lever ran, and the
 ledger re-verifies (the av fixture checks it). The seeded campaign over socket lines, mandates and configs
-is in test_hostile_campaign.py."""
+is in hostile_campaign.py (test_hostile_campaign here, and tests/bench/bench_hostile.py at size)."""
 
 import json
 import os
@@ -32,13 +32,12 @@ def venture(root, name="dial"):
 
 
 def send_raw(home, data, timeout=20):
-    """Write `data` to HOME/sock and end our side; return (exit code or None, err lines) from the reply."""
+    """Write `data` to HOME/sock; return (exit code or None, err lines) from the reply."""
     with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as conn:
         conn.settimeout(timeout)
         conn.connect(os.path.join(home, "sock"))
         try:
             conn.sendall(data)
-            conn.shutdown(socket.SHUT_WR)
         except (BrokenPipeError, ConnectionResetError):
             pass                # avsmd refused a line too long before reading it all
         got = b""
@@ -194,3 +193,17 @@ def test_a_request_that_raises_is_refused_and_the_warden_goes_on(av, workdir):
     status = av.cli("status")
     assert status.returncode == 0 and "dial: running" in status.stdout
     assert not os.path.exists(os.path.join(os.path.dirname(av.home), "ran"))
+
+
+def test_hostile_campaign(bindir, workdir):
+    """Issue 16: a seeded campaign of hostile socket lines, mandate.yaml mutations (avsm add, then avsmd -t)
+    and configs (avsmd -t -f FILE) against a real avsmd: no process dies, every exit code is one the spec
+    lists (never 70), no traceback, no lever of the untouched venture runs, and the ledger re-verifies.
+    Replay with AVSM_HOSTILE_SEED=N (and AVSM_HOSTILE_N=COUNT); the bench runs thousands
+    (tests/bench/bench_hostile.py). EXIT-01..EXIT-10 HOME-04 RUN-09 LEDGER-01 PROOF-04"""
+    from hostile_campaign import Campaign, seed_and_count
+    seed, n = seed_and_count(40)
+    print(f"hostile campaign: seed {seed}, {n} inputs (replay: AVSM_HOSTILE_SEED={seed} AVSM_HOSTILE_N={n})")
+    tally = Campaign(bindir, workdir, seed, avoid_others=True, log=lambda line: None).run(n, shares=(12, 1, 1))
+    assert not tally.failures, (f"seed {seed} (AVSM_HOSTILE_SEED={seed} AVSM_HOSTILE_N={n}): {tally.summary()}\n"
+                                + "\n".join(f"{what} {kind} {data!r}: {why}" for what, kind, data, why in tally.failures[:5]))
