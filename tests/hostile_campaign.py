@@ -88,7 +88,10 @@ INTERNAL = ["stop", "from_roles", "begin_stop", "__init__", "run", "tick", "spaw
 TOKENS = ["~", "null", "true", "no", "1e999", "-1e999", ".nan", ".inf", "-0", "0x10", "0o17", "1_000", "[", "]", "{",
           "}", "&a", "*a", "!!str", "? ", "- ", ": ", "'", '"', "#", "|", ">", "\t", "\r", "\x00", "\ufeff", "\u2028",
           "\\", "%", "@", "`", "1/0s", "0/hour", "99999999999/hour", "1000y", "-5", "1e300", "x" * 5000,
-          "\ud800", "é", "../..", "/bin/sh", "./reset; echo hostile", "$(id)", "{a: [b, {c: d}]}", "[[[[[[[[[["]
+          "\ud800", "é", "../..", "0x" + "f" * 4000, "0o" + "7" * 3000, "1e301", "9" * 5000, "-1.5e400", "/bin/sh", "./reset; echo hostile", "$(id)", "{a: [b, {c: d}]}", "[[[[[[[[[["]
+
+NUMBERS = ["0x" + "f" * 4000, "0o" + "7" * 3000, "0x" + "f" * 250, "1e301", "1e300", "-1.5e400", "9" * 5000, "9" * 299,
+           "1e-400", "0", "-0", "0x10", "0o17", "1_0", "+5", ".5", "5.", "1e3", "0b101", "99999999999999999999", "nan"]
 
 
 def others_item(kind, data):
@@ -96,13 +99,13 @@ def others_item(kind, data):
     try:
         text = data.decode("utf-8")
     except UnicodeDecodeError:
-        return "5" if kind == "config" else None
+        return "5 (a config not UTF-8)" if kind == "config" else None
     if re.search(r"0[xXoObB][0-9a-fA-F_]{200,}", text) or re.search(r"\d{300,}", text):
-        return "4"
-    if re.search(r"(?i)\d(\.\d*)?e\+?0*[3-9]\d\d", text) or re.search(r"(?i)\d(\.\d*)?e\+?0*\d{4,}", text):
-        return "4"
+        return "4 (a number of hundreds of digits)"
+    if re.search(r"(?i)\d(\.\d*)?e[+-]?0*[3-9]\d\d", text) or re.search(r"(?i)\d(\.\d*)?e[+-]?0*\d{4,}", text):
+        return "4 (a number past 1e300)"
     if kind == "config" and not backends_are_mappings(text):
-        return "5"
+        return "5 (backends not a mapping of mappings)"
     return None
 
 
@@ -219,9 +222,14 @@ def mutate_yaml(rng, text):
     re-indented, or byte-level edits."""
     lines = text.split("\n")
     for _ in range(rng.randrange(1, 4)):
-        op = rng.randrange(6)
+        op = rng.randrange(8)
         i = rng.randrange(len(lines))
-        if op == 0 and ":" in lines[i]:
+        if op >= 6:                                 # a number swapped for one at or past the limits
+            numbers = [j for j, line in enumerate(lines) if re.search(r"\b\d+\b", line)]
+            if numbers:
+                j = rng.choice(numbers)
+                lines[j] = re.sub(r"\b\d+\b", lambda m: rng.choice(NUMBERS), lines[j], count=1)
+        elif op == 0 and ":" in lines[i]:
             key, _, _ = lines[i].partition(":")
             lines[i] = f"{key}: {rng.choice(TOKENS)}"
         elif op == 1:
@@ -344,6 +352,9 @@ class Campaign:
             check_ledger_safety(self.home)
         except AssertionError as err:
             self.tally.fail("wrong", kind, data, f"the ledger does not re-verify: {err}")
+        except Exception as err:        # a record the check itself cannot read (e.g. a number of 4,000 digits)
+            self.tally.fail("wrong", kind, data, f"the ledger cannot be checked: {type(err).__name__}: {err}",
+                            "4 (a number of hundreds of digits)" if "digits" in str(err) else others_item(kind, data))
         if self.av.cli("status").returncode != 0:
             self.tally.fail("crashes", kind, data, "avsm status failed after it")
 

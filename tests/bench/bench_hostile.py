@@ -37,7 +37,8 @@ def main():
     for what, kind, data, why in tally.failures[:20]:
         print(f"--- {what} ({kind}) {data!r}\n{why}")
     for item, found in sorted(tally.others.items()):
-        print(f"--- item {item} (another branch's), {len(found)}; the first: {found[0][0]} {found[0][1]!r}\n{found[0][2]}")
+        print(f"--- item {item} (another branch's): {len(found)}; the first: {found[0][0]} {found[0][1][:120]!r}\n"
+              f"{found[0][2][-600:]}")
     return 1 if tally.failures else 0
 
 
