@@ -1453,7 +1453,6 @@ def yaml_scalar(value):
     return json.dumps(value, ensure_ascii=False)
 
 
-
 # ---- the requests a client may send on sock ----
 # One JSON object a line: {"v": 1, "cmd": CMD, "args": {...}} (open point 2). This table is what section 8
 # sends for each verb, and all that passes the socket: avsmd checks every request against it before the
@@ -1514,7 +1513,7 @@ def argument_problem(kind, value):
     if kind == "seq":
         if not isinstance(value, int) or isinstance(value, bool):
             return f"is a record number, not {json_kind(value)}"
-        return None if 0 <= value <= 2 ** 63 - 1 else "is past any record number"
+        return None if 0 <= value <= SEQ_MAX else "is past any record number"
     if kind == "json":
         return json_problem(value, JSON_DEPTH)
     if not isinstance(value, str):
@@ -1565,6 +1564,7 @@ def json_kind(value):
         if isinstance(value, kind):
             return name
     return "null" if value is None else type(value).__name__
+
 
 # =============================================================================
 # 4. The ledger
