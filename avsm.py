@@ -1498,6 +1498,119 @@ def yaml_scalar(value):
     return json.dumps(value, ensure_ascii=False)
 
 
+# ---- the requests a client may send on sock ----
+# One JSON object a line: {"v": 1, "cmd": CMD, "args": {...}} (open point 2). This table is what section 8
+# sends for each verb, and all that passes the socket: avsmd checks every request against it before the
+# warden hears of it, and avsmd's own word to the warden (stop) is not in it, so no client can send that.
+# An argument's type: "name" and "path" are text from a command line (no NUL, bytes the system can take
+# back; a path is absolute, as the client resolves it); "seq" a record number; "text" a payload read as
+# UTF-8; "json" any JSON value (an edited payload); a trailing "?" makes it optional, and null allowed.
+REQUESTS = {
+    "ping": {}, "health": {}, "status": {}, "asks": {},
+    "add": {"dir": "path"},
+    "decide": {"venture": "name"}, "pause": {"venture": "name"}, "resume": {"venture": "name"},
+    "propose": {"venture": "name", "lever": "name", "payload": "text?"},
+    "approve": {"ask": "seq", "payload": "json?"},
+    "deny": {"ask": "seq"}, "ask": {"ask": "seq"},
+}
+REQUEST_KEYS = ("v", "cmd", "args")
+JSON_DEPTH = 64                 # nesting a payload may have: an edited payload is a page, not a tower
+
+
+def check_request(request):
+    """Return (cmd, args) of a request a client may send, or raise Fail: 64 for one that is not a request
+    avsm knows, 65 for an argument missing, unknown or of the wrong type. Nothing else passes the socket."""
+    if not isinstance(request, dict):
+        raise Fail(EX_USAGE, f"a request is one JSON object a line, not {json_kind(request)}")
+    if request.get("v", 1) != 1 or isinstance(request.get("v"), bool):
+        raise Fail(EX_USAGE, "this avsmd speaks version 1 of the socket's requests; use its own avsm")
+    extra = sorted(set(request) - set(REQUEST_KEYS))
+    if extra:
+        raise Fail(EX_USAGE, f"a request holds only {', '.join(REQUEST_KEYS)}, not {shown_text(extra[0])[:80]}")
+    cmd = request.get("cmd")
+    if not isinstance(cmd, str) or cmd not in REQUESTS:
+        raise Fail(EX_USAGE, f"avsmd does not know the command {shown_text(json.dumps(cmd))[:80]}; avsm --help lists them")
+    args = request.get("args", {})
+    if not isinstance(args, dict):
+        raise Fail(EX_DATAERR, f"{cmd}: args is a mapping, not {json_kind(args)}")
+    types = REQUESTS[cmd]
+    extra = sorted(set(args) - set(types))
+    if extra:
+        takes = ", ".join(types) or "nothing"
+        raise Fail(EX_DATAERR, f"{cmd} takes {takes}, not {shown_text(extra[0])[:80]}")
+    checked = {}
+    for key, kind in types.items():
+        optional, kind = kind.endswith("?"), kind.rstrip("?")
+        if key not in args:
+            if optional:
+                continue
+            raise Fail(EX_DATAERR, f"{cmd} needs {key}")
+        value = args[key]
+        problem = None if optional and value is None else argument_problem(kind, value)
+        if problem:
+            raise Fail(EX_DATAERR, f"{cmd}: {key} {problem}")
+        checked[key] = value
+    return cmd, checked
+
+
+def argument_problem(kind, value):
+    """Return why `value` is not an argument of type `kind` (see REQUESTS), or None."""
+    if kind == "seq":
+        if not isinstance(value, int) or isinstance(value, bool):
+            return f"is a record number, not {json_kind(value)}"
+        return None if 0 <= value <= SEQ_MAX else "is past any record number"
+    if kind == "json":
+        return json_problem(value, JSON_DEPTH)
+    if not isinstance(value, str):
+        return f"is text, not {json_kind(value)}"
+    if kind == "text":
+        return None if utf8_text(value) else "is not UTF-8 text"
+    if "\0" in value:
+        return "holds a NUL, which no command line can"
+    try:
+        os.fsencode(value)
+    except UnicodeError:
+        return "holds a character no file name can (a lone surrogate)"
+    if kind == "path" and not os.path.isabs(value):
+        return "is a directory's absolute path (avsm add resolves it)"
+    return None
+
+
+def json_problem(value, depth):
+    """Return why a JSON value cannot be a payload (a number that is not finite, text not UTF-8,
+    nesting past `depth`), or None."""
+    import math
+    if depth < 0:
+        return f"is nested deeper than {JSON_DEPTH} levels"
+    if isinstance(value, float) and not math.isfinite(value):
+        return "holds a number that is not finite"
+    if isinstance(value, str):
+        return None if utf8_text(value) else "holds text that is not UTF-8"
+    if isinstance(value, dict):
+        return next(filter(None, (json_problem(k, depth - 1) or json_problem(v, depth - 1) for k, v in value.items())), None)
+    if isinstance(value, list):
+        return next(filter(None, (json_problem(v, depth - 1) for v in value)), None)
+    return None
+
+
+def utf8_text(text):
+    """Whether `text` can be written as UTF-8 (it holds no lone surrogate)."""
+    try:
+        text.encode("utf-8")
+        return True
+    except UnicodeError:
+        return False
+
+
+def json_kind(value):
+    """Return the name a person knows for a JSON value's type."""
+    for kind, name in ((bool, "a boolean"), (int, "a number"), (float, "a number"), (str, "text"),
+                       (list, "a list"), (dict, "a mapping")):
+        if isinstance(value, kind):
+            return name
+    return "null" if value is None else type(value).__name__
+
+
 # =============================================================================
 # 4. The ledger
 # Records are dicts; stored as canonical JSON in a hash chain. One class appends
@@ -4958,18 +5071,17 @@ class Warden:
             self.begin_stop()         # avsmd is gone: stop as at a SIGTERM
             return
         for message in self.reader.feed(data):
-            if message.get("cmd") == "stop":
-                self.begin_stop()
+            if message.get("cmd") == "stop" and "id" not in message:
+                self.begin_stop()       # avsmd's own word: a client's request always carries an id
                 continue
             if message.get("from") == "roles":
                 self.from_roles(message)
                 continue
             out, err, code = [], [], EX_OK
             try:
-                handler = getattr(self, "do_" + message.get("cmd", ""), None)
-                if handler is None:
-                    raise Fail(EX_USAGE, f"avsmd does not know the command '{message.get('cmd')}'")
-                out = handler(dict(message.get("args") or {}, __id=message.get("id")), err)
+                # checked by avsmd already; checked again here, where a request is acted on
+                cmd, args = check_request({"cmd": message.get("cmd"), "args": message.get("args", {})})
+                out = getattr(self, "do_" + cmd)(dict(args, __id=message.get("id")), err)
                 if out is None:
                     continue            # answered later (a decision in flight)
             except Fail as fail:
@@ -4978,6 +5090,12 @@ class Warden:
             except (LockLost, LedgerDown) as lost:
                 err.append(f"the ledger cannot be written: {lost}; nothing was done, try again later" if isinstance(lost, LedgerDown) else str(lost))
                 code = EX_TEMPFAIL
+            except Exception as bug:    # a bug: reported once, this request refused, the warden keeps serving
+                import traceback
+                sys.stderr.write(f"avsm warden: a bug in avsm, doing {message.get('cmd')} (the warden goes on):\n"
+                                 f"{traceback.format_exc()}")
+                err.append(f"a bug in avsm refused this request ({type(bug).__name__}); it is reported on avsmd's standard error")
+                code = EX_SOFTWARE
             self.tell({"id": message.get("id"), "out": out, "err": err, "exit": code})
 
     def signalled(self, wake):
@@ -5853,22 +5971,33 @@ class Daemon:
         self.sel.register(conn, selectors.EVENT_READ, ("client", conn))
 
     def client_data(self, conn):
+        """Read what a client sent: its one request is checked against REQUESTS, and anything that is not
+        one is answered 64 or 65 and the connection closed; whatever the bytes, avsmd goes on serving."""
         data = receive(conn)
         if data is None:
             return
         if not data:
             self.drop(conn)
             return
+        if "cmd" in self.clients[conn]:
+            return                  # one request a connection: what follows it is not read
         try:
             messages = self.clients[conn]["reader"].feed(data)
-        except ValueError:
-            self.reply(conn, [], ["a request avsmd cannot read"], EX_USAGE)
-            return
-        for request in messages[:1]:
-            self.request(conn, request)
+            if messages:
+                self.request(conn, *check_request(messages[0]))
+        except Fail as fail:
+            self.reply(conn, [], [str(fail)], fail.code)
+        except (ValueError, RecursionError):      # not JSON, not UTF-8, nested past the parser, too long
+            self.reply(conn, [], ["a request avsmd cannot read: one JSON object a line, in UTF-8, of at most 1 MiB"],
+                       EX_USAGE)
+        except Exception as err:        # a bug: reported once, this request refused, avsmd keeps serving
+            import traceback
+            sys.stderr.write(f"avsmd: a bug in avsm, reading a request (avsmd goes on serving):\n{traceback.format_exc()}")
+            self.reply(conn, [], [f"a bug in avsm refused this request ({type(err).__name__}); "
+                                  "it is reported on avsmd's standard error"], EX_SOFTWARE)
 
-    def request(self, conn, request):
-        cmd = request.get("cmd")
+    def request(self, conn, cmd, args):
+        """Pass a checked request to the warden (ping avsmd answers itself)."""
         if self.stopping:
             self.reply(conn, [], ["avsmd is stopping and takes no new commands"], EX_UNAVAILABLE)
             return
@@ -5876,7 +6005,7 @@ class Daemon:
             self.reply(conn, [f"avsmd {VERSION} (pid {os.getpid()}) on {self.home}"], [], EX_OK)
             return
         self.next_id += 1
-        message = {"id": self.next_id, "cmd": cmd, "args": request.get("args") or {}}
+        message = {"id": self.next_id, "cmd": cmd, "args": args}
         self.waiting[self.next_id] = conn
         self.clients[conn]["cmd"] = cmd
         if self.warden_chan is None:
