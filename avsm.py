@@ -3202,6 +3202,54 @@ def proposal_rule(state, seq, choice, by, backend, content_why=None):
                  "proposal": seq, "by": "model", "why": why, "summary": f"{lever} refused: {why}"})
 
 
+def ratchet_asked(state, lever):
+    """Whether a ratchet ask to delegate `lever` is open."""
+    return any(a.get("about") == "ratchet" and a.get("lever") == lever for a in state.open_asks.values())
+
+
+def ratchet_due(state, lever, n):
+    """Whether self should propose delegating `lever` (SELF-02): `ratchet: n` approvals of it since the mandate
+    (a denial resets the count), it waits for a person (irreversible, or it takes a model's content), it is not
+    delegated yet, and no such ask is open."""
+    spec = state.mandate["levers"].get(lever) if state.mandate else None
+    if not n or spec is None or spec["delegated"] or (spec["reversible"] and not spec["takes"]):
+        return False
+    return state.approvals.get(lever, 0) >= n and not ratchet_asked(state, lever)
+
+
+def ratchet_ask(state, lever, path, new, why, forecast_seq=None, forecast_line=None):
+    """Return the ratchet ask: delegate `lever`, carrying the changed mandate text `new` (None: `why` not)."""
+    question = (f"delegate {lever}? You approved it {state.approvals[lever]} times; approving this writes "
+                f"delegated: true on {lever} in {path} and adopts it"
+                + (f" ({forecast_line}, #{forecast_seq})" if forecast_seq else ""))
+    return {"kind": "ask", "claim": "measured", "venture": state.name, "about": "ratchet", "lever": lever,
+            "by": "self", "mandate": new, "question": question if new else f"{question} (edit it by hand: {why})",
+            "forecast": forecast_seq, "summary": f"self proposes delegating {lever} after {state.approvals[lever]} approvals"}
+
+
+def canary_ask(state, asks_seen, every):
+    """Return the known-answer ask due after every `every` asks (canary_asks), or None: a forbidden (or made-up)
+    irreversible lever, which a person who reads the ask denies."""
+    if asks_seen % every:
+        return None
+    lever = (next(iter(state.mandate["forbidden"]), None) if state.mandate else None) or "delete-everything"
+    return {"kind": "ask", "claim": "measured", "venture": state.name, "about": "lever", "lever": lever,
+            "canary": True, "question": f"run {lever}? the metric asks for it; {lever} is irreversible",
+            "summary": f"run {lever}? {lever} is irreversible, so a person decides"}
+
+
+def canary_result(state, seq, ask, approved):
+    """Return (the canary record, the line for the person) for an answer to canary ask #seq: nothing runs."""
+    if approved:
+        return ({"kind": "canary", "claim": "measured", "venture": state.name, "ask": seq, "passed": False,
+                 "summary": f"ask #{seq} was a canary: {ask['lever']} is not permitted, and it was approved without reading"},
+                f"#{seq} was a canary ask: {ask['lever']} is not permitted by the mandate. Nothing ran. "
+                "Read each ask before approving it.")
+    return ({"kind": "canary", "claim": "measured", "venture": state.name, "ask": seq, "passed": True,
+             "summary": f"ask #{seq} was a canary, and it was denied: the asks are being read"},
+            f"#{seq} denied (it was a canary ask: thank you for reading)")
+
+
 def next_backoff(previous):
     """Return the next wait of a back-off: the first, then doubling, up to the ceiling (open point 31)."""
     return min(BACKOFF_CEILING, previous * 2 or BACKOFF_FIRST)
@@ -5244,12 +5292,9 @@ class Warden:
 
     # ---- growing trust, carefully: the ratchet and canary asks ----
     def ratchet(self, state, lever):
-        """After `ratchet` approvals of one lever, self proposes delegating it: an ask carrying the mandate change."""
-        n, spec = self.cfg["ratchet"], state.mandate["levers"].get(lever)
-        if not n or spec is None or spec["delegated"] or (spec["reversible"] and not spec["takes"]) \
-                or state.approvals.get(lever, 0) < n:
-            return                  # only what waits for a person (irreversible, or a model's content) is delegated
-        if ratchet_asked(state, lever) or lever in state.ratchet_forecasts:
+        """After `ratchet` approvals of one lever, self proposes delegating it: an ask carrying the mandate change,
+        made once its forecast is written (FORECAST-01)."""
+        if not ratchet_due(state, lever, self.cfg["ratchet"]) or lever in state.ratchet_forecasts:
             return
         if self.start_forecast(state, "ratchet", lever):
             state.ratchet_forecasts.add(lever)      # FORECAST-01: the ask follows the forecast
@@ -5257,22 +5302,15 @@ class Warden:
         self.raise_ratchet(state, lever)
 
     def raise_ratchet(self, state, lever, forecast_seq=None, forecast_line=None):
-        n = self.cfg["ratchet"]
         state.ratchet_forecasts.discard(lever)
-        if state.approvals.get(lever, 0) < n or ratchet_asked(state, lever):
+        if not ratchet_due(state, lever, self.cfg["ratchet"]):
             return                          # approvals reset, or asked already, while the forecast ran
         path = os.path.join(state.directory, "mandate.yaml")
         try:
-            new = delegate_lever(read_mandate_file(path), lever, path)
+            new, why = delegate_lever(read_mandate_file(path), lever, path), None
         except (OSError, Fail, ValueError) as err:
             new, why = None, str(err)
-        question = (f"delegate {lever}? You approved it {state.approvals[lever]} times; approving this writes "
-                    f"delegated: true on {lever} in {path} and adopts it"
-                    + (f" ({forecast_line}, #{forecast_seq})" if forecast_seq else ""))
-        self.append({"kind": "ask", "claim": "measured", "venture": state.name, "about": "ratchet", "lever": lever,
-                     "by": "self", "mandate": new, "question": question if new else f"{question} (edit it by hand: {why})",
-                     "forecast": forecast_seq,
-                     "summary": f"self proposes delegating {lever} after {state.approvals[lever]} approvals"})
+        self.append(ratchet_ask(state, lever, path, new, why, forecast_seq, forecast_line))
 
     def approve_ratchet(self, state, seq, ask):
         """A person approved delegating a lever: write the mandate change and adopt it, as avsm add would."""
@@ -5296,26 +5334,16 @@ class Warden:
     def count_ask(self, state):
         """canary_asks: {every: N}: after every N asks, one known-answer ask checks that a person really reads them."""
         every = (self.cfg.get("canary_asks") or {}).get("every")
-        if not every:
-            return
-        self.asks_seen += 1
-        if self.asks_seen % every:
-            return
-        lever = next(iter(state.mandate["forbidden"]), None) if state.mandate else None
-        lever = lever or "delete-everything"
-        self.append({"kind": "ask", "claim": "measured", "venture": state.name, "about": "lever", "lever": lever,
-                     "canary": True, "question": f"run {lever}? the metric asks for it; {lever} is irreversible",
-                     "summary": f"run {lever}? {lever} is irreversible, so a person decides"})
+        if every:
+            self.asks_seen += 1
+            canary = canary_ask(state, self.asks_seen, every)
+            if canary:
+                self.append(canary)
 
     def canary_answer(self, state, seq, ask, approved):
-        if approved:
-            self.append({"kind": "canary", "claim": "measured", "venture": state.name, "ask": seq, "passed": False,
-                         "summary": f"ask #{seq} was a canary: {ask['lever']} is not permitted, and it was approved without reading"})
-            return [f"#{seq} was a canary ask: {ask['lever']} is not permitted by the mandate. Nothing ran. "
-                    "Read each ask before approving it."]
-        self.append({"kind": "canary", "claim": "measured", "venture": state.name, "ask": seq, "passed": True,
-                     "summary": f"ask #{seq} was a canary, and it was denied: the asks are being read"})
-        return [f"#{seq} denied (it was a canary ask: thank you for reading)"]
+        record, line = canary_result(state, seq, ask, approved)
+        self.append(record)
+        return [line]
 
     def do_ask(self, args, err):
         """The content an open ask carries, as JSON (for approve --edit)."""
@@ -5393,11 +5421,6 @@ class Warden:
             self.keep[state.name].update(restart=False, backoff=0)
         self.start_keep(state)
         return [f"{state.name} resumed"] + still
-
-
-def ratchet_asked(state, lever):
-    """Whether a ratchet ask to delegate `lever` is open."""
-    return any(a.get("about") == "ratchet" and a.get("lever") == lever for a in state.open_asks.values())
 
 
 def next_nightly(hhmm, after=None):
