@@ -903,10 +903,6 @@ class YamlReader:
 MANDATE_KEYS = {"purpose", "metric", "controller", "cadence", "permitted", "forbidden", "restart", "run",
                 "guards", "audits", "readings", "range", "max_step", "max_rise", "max_fall", "confirm",
                 "world", "calibration", "escalate"}
-CONTROLLER_KEYS = {"threshold": {"kind", "above", "below", "action", "deadband", "hold"},
-                   "band": {"kind", "low", "high", "below", "above", "deadband", "hold"},
-                   "model": {"kind", "backend"},
-                   "classifier": {"kind", "backend"}}
 LEVER_KEYS = {"name", "run", "cap", "reversible", "delegated", "timeout", "takes", "expects", "revoke_after",
               "budget", "check"}
 GUARD_KEYS = {"name", "run", "adapter", "drawdown", "of", "above", "below", "then", "unwind", "confirm"}
@@ -1169,47 +1165,86 @@ def parse_forbidden(c, doc, levers):
 
 
 def parse_controller(c, value, levers):
-    """Return the controller: threshold, band, model or classifier, with deadband and hold."""
+    """Return the controller: its kind from CONTROLLERS (threshold, band, model or classifier), deadband, hold."""
     path = ("controller",)
     if not isinstance(value, dict):
         c.fail(path, "controller must be a mapping with a kind: threshold, band, model or classifier")
-    kind = c.choice(value.get("kind"), path + ("kind",), "controller kind", tuple(CONTROLLER_KEYS))
-    c.mapping(value, path, CONTROLLER_KEYS[kind], f"a {kind} controller")
+    kind = c.choice(value.get("kind"), path + ("kind",), "controller kind", tuple(CONTROLLERS))
+    c.mapping(value, path, CONTROLLERS[kind].keys, f"a {kind} controller")
     ctl = {"kind": kind, "deadband": None, "hold": 1}
     if "deadband" in value:
         ctl["deadband"] = c.number(value["deadband"], path + ("deadband",), "deadband", positive=True)
     if "hold" in value:
         ctl["hold"] = c.whole(value["hold"], path + ("hold",), "hold")
-    if kind == "threshold":
-        sides = [k for k in ("above", "below") if k in value]
-        if len(sides) != 1:
-            c.fail(path, "a threshold takes exactly one of above: or below:")
-        ctl["side"] = sides[0]
-        ctl["bound"] = c.number(value[sides[0]], path + (sides[0],), sides[0])
-        if "action" not in value:
-            c.fail(path, "a threshold names its lever with action:")
-        ctl["action"] = permitted_lever(c, value["action"], path + ("action",), levers)
-    elif kind == "band":
-        for key in ("low", "high", "below", "above"):
-            if key not in value:
-                c.fail(path, f"a band has no '{key}'; write {{kind: band, low: 19, high: 24, below: heat, above: cool}}")
-        ctl["low"] = c.number(value["low"], path + ("low",), "low")
-        ctl["high"] = c.number(value["high"], path + ("high",), "high")
-        if ctl["low"] >= ctl["high"]:
-            c.fail(path + ("high",), "a band's high must be above its low")
-        ctl["below"] = permitted_lever(c, value["below"], path + ("below",), levers)
-        ctl["above"] = permitted_lever(c, value["above"], path + ("above",), levers)
-        width = ctl["high"] - ctl["low"]
-        if ctl["deadband"] is not None and ctl["deadband"] >= width:
-            c.fail(path + ("deadband",), f"the deadband {format_number(ctl['deadband'])} is not less than the band's width {format_number(width)}; make it smaller")
-        for side, way in (("below", "up"), ("above", "down")):
-            expects = levers[ctl[side]]["expects"]
-            if expects and expects[0] != way:
-                lever_path = ("permitted", list(levers).index(ctl[side]), "expects")
-                c.fail(lever_path, f"lever '{ctl[side]}' corrects the {'low' if side == 'below' else 'high'} side of the band, so it may only expect {way} ... within ...")
-    else:
-        ctl["backend"] = c.text(value.get("backend"), path + ("backend",), "backend", required=False)
+    CONTROLLERS[kind].parse(c, value, levers, path, ctl)
     return ctl
+
+
+def parse_threshold(c, value, levers, path, ctl):
+    sides = [k for k in ("above", "below") if k in value]
+    if len(sides) != 1:
+        c.fail(path, "a threshold takes exactly one of above: or below:")
+    ctl["side"] = sides[0]
+    ctl["bound"] = c.number(value[sides[0]], path + (sides[0],), sides[0])
+    if "action" not in value:
+        c.fail(path, "a threshold names its lever with action:")
+    ctl["action"] = permitted_lever(c, value["action"], path + ("action",), levers)
+
+
+def parse_band(c, value, levers, path, ctl):
+    for key in ("low", "high", "below", "above"):
+        if key not in value:
+            c.fail(path, f"a band has no '{key}'; write {{kind: band, low: 19, high: 24, below: heat, above: cool}}")
+    ctl["low"] = c.number(value["low"], path + ("low",), "low")
+    ctl["high"] = c.number(value["high"], path + ("high",), "high")
+    if ctl["low"] >= ctl["high"]:
+        c.fail(path + ("high",), "a band's high must be above its low")
+    ctl["below"] = permitted_lever(c, value["below"], path + ("below",), levers)
+    ctl["above"] = permitted_lever(c, value["above"], path + ("above",), levers)
+    width = ctl["high"] - ctl["low"]
+    if ctl["deadband"] is not None and ctl["deadband"] >= width:
+        c.fail(path + ("deadband",), f"the deadband {format_number(ctl['deadband'])} is not less than the band's width {format_number(width)}; make it smaller")
+    for side, way in (("below", "up"), ("above", "down")):
+        expects = levers[ctl[side]]["expects"]
+        if expects and expects[0] != way:
+            lever_path = ("permitted", list(levers).index(ctl[side]), "expects")
+            c.fail(lever_path, f"lever '{ctl[side]}' corrects the {'low' if side == 'below' else 'high'} side of the band, so it may only expect {way} ... within ...")
+
+
+def parse_backend_controller(c, value, levers, path, ctl):
+    ctl["backend"] = c.text(value.get("backend"), path + ("backend",), "backend", required=False)
+
+
+def describe_threshold(ctl):
+    return (f"threshold {ctl['side']} {format_number(ctl['bound'])} runs {ctl['action']}"
+            + (f", deadband {format_number(ctl['deadband'])}" if ctl["deadband"] else "")
+            + (f", hold {ctl['hold']}" if ctl["hold"] > 1 else ""))
+
+
+def describe_band(ctl):
+    return f"band [{format_number(ctl['low'])}, {format_number(ctl['high'])}]: below runs {ctl['below']}, above runs {ctl['above']}"
+
+
+ControllerKind = collections.namedtuple("ControllerKind", "keys parse sides describe by_model")
+ControllerKind.__doc__ = """A controller kind: its mandate keys, its parser (filling the controller dict), its sides
+[(side name, way, bound, lever)] for the kernel, one line for a person, and whether a model proposes for it."""
+CONTROLLERS = {      # adding a controller kind is one entry here and its functions
+    "threshold": ControllerKind({"kind", "above", "below", "action", "deadband", "hold"}, parse_threshold,
+                                lambda ctl: [(ctl["side"], ctl["side"], ctl["bound"], ctl["action"])],
+                                describe_threshold, False),
+    "band": ControllerKind({"kind", "low", "high", "below", "above", "deadband", "hold"}, parse_band,
+                           lambda ctl: [("below", "below", ctl["low"], ctl["below"]), ("above", "above", ctl["high"], ctl["above"])],
+                           describe_band, False),
+    "model": ControllerKind({"kind", "backend"}, parse_backend_controller, lambda ctl: [],
+                            lambda ctl: "model (a backend proposes; the gate decides)", True),
+    "classifier": ControllerKind({"kind", "backend"}, parse_backend_controller, lambda ctl: [],
+                                 lambda ctl: "classifier (a backend proposes; the gate decides)", True),
+}
+
+
+def decided_by_model(m):
+    """Whether a model proposes for the mandate's controller (model, classifier)."""
+    return CONTROLLERS[m["controller"]["kind"]].by_model
 
 
 def permitted_lever(c, name, path, levers):
@@ -2015,12 +2050,7 @@ def controller_sides(mandate):
     """Return the controller's sides as (side name, way, bound, lever)."""
     if mandate is None:
         return []
-    ctl = mandate["controller"]
-    if ctl["kind"] == "threshold":
-        return [(ctl["side"], ctl["side"], ctl["bound"], ctl["action"])]
-    if ctl["kind"] == "band":
-        return [("below", "below", ctl["low"], ctl["below"]), ("above", "above", ctl["high"], ctl["above"])]
-    return []
+    return CONTROLLERS[mandate["controller"]["kind"]].sides(mandate["controller"])
 
 
 # ---- plausibility -----------------------------------------------------------
@@ -2894,7 +2924,7 @@ def basis_problem(state, action, basis, records):
     if m is None:
         return None                     # the gate says so
     trig = records.get(trigger, (None, {}))[1] if trigger is not None else {}
-    if rule in ("threshold", "band"):
+    if rule in CONTROLLERS and not CONTROLLERS[rule].by_model:
         if m["controller"]["kind"] != rule:
             return f"the mandate's controller is {m['controller']['kind']}, not {rule}"
         problems = check_crossing(m, lever, premises, records, state.name)
@@ -4221,7 +4251,7 @@ class Warden:
         if self.next_nightly is not None and time.time() >= self.next_nightly:
             self.next_nightly = next_nightly(self.cfg["nightly"], time.time() + 1)
             for state in self.ventures.values():
-                if self.active(state) and state.mandate["controller"]["kind"] in ("model", "classifier"):
+                if self.active(state) and decided_by_model(state.mandate):
                     try:
                         self.start_decision(state, "nightly")
                     except Fail as fail:
@@ -5091,7 +5121,7 @@ class Warden:
         state = self.venture(args.get("venture"))
         if state.mandate is None:
             raise Fail(EX_DATAERR, f"{state.name} cannot run: {state.problem}")
-        if state.mandate["controller"]["kind"] not in ("model", "classifier"):
+        if not decided_by_model(state.mandate):
             raise Fail(EX_DATAERR, f"{state.name}'s controller is {state.mandate['controller']['kind']}: no model decides for it")
         if state.paused:
             raise Fail(EX_DATAERR, f"{state.name} is paused; resume it first")
@@ -5543,16 +5573,9 @@ def describe_allowed(m, cfg=None):
     """Return lines saying what a mandate allows: each lever, its cap, and what needs asking."""
     lines = []
     ctl = m["controller"]
-    if ctl["kind"] in ("model", "classifier") and cfg is not None:
+    if decided_by_model(m) and cfg is not None:
         lines.append("  " + backend_note(m, cfg))
-    if ctl["kind"] == "threshold":
-        lines.append(f"  controller: threshold {ctl['side']} {format_number(ctl['bound'])} runs {ctl['action']}"
-                     + (f", deadband {format_number(ctl['deadband'])}" if ctl["deadband"] else "")
-                     + (f", hold {ctl['hold']}" if ctl["hold"] > 1 else ""))
-    elif ctl["kind"] == "band":
-        lines.append(f"  controller: band [{format_number(ctl['low'])}, {format_number(ctl['high'])}]: below runs {ctl['below']}, above runs {ctl['above']}")
-    else:
-        lines.append(f"  controller: {ctl['kind']} (a backend proposes; the gate decides)")
+    lines.append(f"  controller: {CONTROLLERS[ctl['kind']].describe(ctl)}")
     for lever in m["levers"].values():
         how = "runs unasked" if lever["reversible"] else ("delegated: runs unasked, intent before and outcome after"
                                                             if lever["delegated"] else "irreversible: asks a person first")
@@ -5615,7 +5638,7 @@ def describe_status_lines(state, now, keep, children, cfg=None):
     else:
         lines.append("  no report yet")
     m = state.mandate
-    if m is not None and m["controller"]["kind"] in ("model", "classifier") and cfg is not None:
+    if m is not None and decided_by_model(m) and cfg is not None:
         lines.append("  " + backend_note(m, cfg))
     if m is not None:
         for side_name, way, bound, lever in controller_sides(m):
