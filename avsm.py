@@ -1686,6 +1686,59 @@ def ledger_retry(err):
     return LEDGER_BUSY_RETRY if "locked" in str(err) or "busy" in str(err) else LEDGER_RETRY
 
 
+# The ledger's vocabulary: each kind of record, the claims it may carry, and the fields it always has beside
+# kind, claim, venture and summary (DESIGN's table). A kind ending in "." is a family (guard.NAME). Records
+# of venture self are the daemon's own life (start, stop, restart, sweep, cut, ledger: measured).
+RECORD_KINDS = {
+    "mandate": ({"declared"}, {"directory", "sha256", "text"}),
+    "report": ({"measured"}, {"metric", "value", "status", "plausible", "note"}),
+    "guard.": ({"measured"}, {"value", "status", "plausible"}),
+    "audit.": ({"measured"}, {"value", "status", "plausible", "note"}),
+    "reading.": ({"inferred"}, {"value", "status", "plausible"}),
+    "proposal": ({"inferred", "declared"}, {"by", "choice"}),
+    "unusable": ({"measured"}, {"backend", "by", "why"}),
+    "look": ({"inferred"}, {"backend", "by", "look", "answer"}),
+    "fact": ({"inferred"}, {"action", "fact", "source"}),
+    "forecast": ({"inferred"}, {"days", "seeds"}),
+    "ask": ({"measured", "inferred"}, {"about", "question"}),
+    "approval": ({"declared"}, {"ask"}),
+    "denial": ({"declared"}, {"ask"}),
+    "resolved": ({"measured"}, {"ask"}),
+    "canary": ({"measured"}, {"ask", "passed"}),
+    "check": ({"measured"}, {"lever", "ok", "status", "note"}),
+    "action": ({"measured"}, {"lever", "proof", "by"}),
+    "outcome": ({"measured"}, {"lever", "action", "ok", "status", "duration", "note"}),
+    "refusal": ({"measured"}, {"lever", "why"}),
+    "effect": ({"measured"}, {"lever", "action", "verdict", "why"}),
+    "pause": ({"measured", "declared"}, set()),
+    "resume": ({"measured", "declared"}, set()),
+    "start": ({"measured"}, set()),
+    "exit": ({"measured"}, {"status"}),
+    "escalation": ({"measured"}, {"from", "to", "why"}),
+    "answer": ({"measured"}, {"escalation", "cited"}),
+    "prediction": ({"inferred"}, set()),
+    "calibration.": ({"measured"}, set()),
+}
+
+
+def shape_problem(record):
+    """Return why `record` is not one of the ledger's kinds as RECORD_KINDS has them, or None."""
+    missing = [k for k in ("kind", "claim", "venture", "summary") if k not in record]
+    if missing:
+        return f"it has no {', '.join(missing)}"
+    kind = record["kind"]
+    if record["venture"] == "self":
+        return None if record["claim"] == "measured" else "a record of self is measured"
+    shape = RECORD_KINDS.get(kind) or RECORD_KINDS.get(kind.partition(".")[0] + ".") if isinstance(kind, str) else None
+    if shape is None:
+        return f"{kind!r} is not a kind of record"
+    claims, fields = shape
+    if record["claim"] not in claims:
+        return f"a {kind} record is {' or '.join(sorted(claims))}, not {record['claim']}"
+    absent = sorted(fields - set(record))
+    return f"a {kind} record has {', '.join(absent)}" if absent else None
+
+
 def canonical(record):
     """Return a record's stored text: compact JSON with keys sorted."""
     return json.dumps(record, sort_keys=True, separators=(",", ":"), ensure_ascii=True, allow_nan=False)
