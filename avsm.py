@@ -1941,7 +1941,7 @@ class VentureState:
 
     def side(self, name):
         """A controller side: armed (deadband), its streak of crossed reports (hold), asked in this excursion."""
-        return self.sides.setdefault(name, {"armed": True, "streak": [], "asked": False})
+        return self.sides.setdefault(name, {"armed": True, "streak": [], "asked": False, "stuck": None})
 
 
 def text_sha256(text):
@@ -2054,6 +2054,8 @@ def fold_controller_intent(state, record):
         side["armed"] = False
     if record["kind"] == "ask":
         side["asked"] = True            # one ask per excursion, answered or not (DESIGN)
+    if record["kind"] == "refusal" and record.get("stuck"):
+        side["stuck"] = record["stuck"]     # written once per excursion and reason
 
 
 def fold_report(state, seq, at, record):
@@ -2091,7 +2093,7 @@ def fold_report(state, seq, at, record):
         if crossed(way, bound, value):
             side["streak"].append(seq)
         else:
-            side["streak"], side["asked"] = [], False      # back inside: the excursion is over
+            side["streak"], side["asked"], side["stuck"] = [], False, None      # back inside: the excursion is over
 
 
 def crossed(way, bound, value):
@@ -2733,11 +2735,12 @@ def decide(state, report_seq, value):
 
 # ---- the gate ---------------------------------------------------------------
 
-Verdict = collections.namedtuple("Verdict", "ok proof why needs_ask asked", defaults=(None, "", False, None))
+Verdict = collections.namedtuple("Verdict", "ok proof why needs_ask asked stuck", defaults=(None, "", False, None, None))
 Verdict.__doc__ = """The gate's answer: ok with a proof, or why not (and whether a person may approve it).
 
 asked, on ok: what the gate was asked (basis, approval, check, at), which the action record keeps so that
-its proof re-checks from the ledger alone."""
+its proof re-checks from the ledger alone. stuck, on a refusal that will not clear within the round:
+(reason, unix time it can clear or None): the cap, the budget."""
 
 
 def cap_window(state, lever, now):
@@ -2794,7 +2797,9 @@ def prove(state, lever, now, basis, trigger=None, approval=None, payload=None, c
         return Verdict(False, why=f"the effect of action #{stale[0]} waits on a sensor that may not have refreshed; {lever} waits with it")
     used = cap_window(state, lever, now)
     if len(used) >= spec["cap"][0]:
-        return Verdict(False, why=f"{lever} reached its cap {spec['cap_text']}: {len(used)} runs in the window")
+        frees = min(at for seq, at, _ in state.actions[lever] if seq in used) + spec["cap"][1]
+        return Verdict(False, why=f"{lever} reached its cap {spec['cap_text']}: {len(used)} runs in the window",
+                       stuck=("cap", frees))
     steps.append(f"{len(used)} of {spec['cap'][0]} runs used in the last {format_duration(spec['cap'][1])}")
     problem = payload_problem(spec, payload)
     if problem:
@@ -2804,8 +2809,15 @@ def prove(state, lever, now, basis, trigger=None, approval=None, payload=None, c
         spent = [(seq, p) for seq, at, p in state.actions.get(lever, []) if at > now - budget["per"]]
         total = sum(p[budget["field"]] for _, p in spent) + payload[budget["field"]]
         if total > budget["max"]:
+            frees, left = None, total
+            for seq, at, p in sorted((s, a, p) for s, a, p in state.actions.get(lever, []) if a > now - budget["per"]):
+                left -= p[budget["field"]]
+                if left <= budget["max"]:
+                    frees = at + budget["per"]      # the spend that slides out of the window then makes room
+                    break
             return Verdict(False, why=f"{lever} would spend {format_number(total)} {budget['field']} in "
-                                      f"{format_duration(budget['per'])}, past its budget {format_number(budget['max'])}")
+                                      f"{format_duration(budget['per'])}, past its budget {format_number(budget['max'])}",
+                           stuck=("budget", frees))
         steps.append(f"{format_number(total)} of {format_number(budget['max'])} {budget['field']} spent in the last {format_duration(budget['per'])}")
     if spec["run"] == "mail.send":
         dropped = write_mail(payload, "avsm").dropped
@@ -3117,6 +3129,9 @@ def settle_round(state, report_seq):
     held = held_by(state)
     yield from implausible_rule(state, held, report_seq)
     report = state.last_report
+    for side_name, _, _, _ in controller_sides(state.mandate):
+        if state.side(side_name).get("stuck") is None:
+            yield from unstick_rule(state, side_name, "the metric is back inside its bound")
     if not held and not state.paused and report and report[0] == report_seq and report[2].get("status") == "trusted":
         for side, lever, reports, why in decide(state, report_seq, report[2]["value"]):
             yield from controller_rule(state, side, lever, reports, why)
@@ -3218,24 +3233,63 @@ def implausible_rule(state, held, report_seq):
 
 def controller_rule(state, side, lever, reports, why):
     """The controller wants `lever`: the gate runs it if it can prove it; else ask once in the excursion (an
-    irreversible lever), or write the refusal."""
+    irreversible lever), or write the refusal. A refusal that will not clear within the round (the cap, the
+    budget, an ask answered in this excursion) makes the venture stuck: written once per excursion and reason,
+    saying when it can clear, with one ask so a person is told."""
     steps = [f"report{'s' if len(reports) > 1 else ''} {', '.join('#' + str(r) for r in reports)}: {why}"]
     verdict = yield Gate(lever, (state.mandate["controller"]["kind"], reports, steps), by="controller", side=side,
                          summary=f"{lever} runs: {why}")
     if verdict.ok:
+        yield from unstick_rule(state, side, f"{lever} ran again")
         return
-    if verdict.needs_ask:
-        if state.side(side).get("asked") or \
-                any(a.get("lever") == lever and a.get("about") == "lever" for a in state.open_asks.values()):
-            return                  # asked once in this excursion already (the ask may still wait)
+    asked_open = any(a.get("lever") == lever and a.get("about") == "lever" for a in state.open_asks.values())
+    if verdict.needs_ask and not state.side(side).get("asked") and not asked_open:
         yield Write({"kind": "ask", "claim": "measured", "venture": state.name, "about": "lever", "lever": lever,
                      "by": "controller", "side": side, "reports": reports,
                      "question": f"run {lever}? {why}; {lever} is irreversible",
                      "summary": f"run {lever}? {why}; {lever} is irreversible, so a person decides"})
+    elif verdict.needs_ask and asked_open:
+        return                      # the ask of this excursion still waits for its answer
+    elif verdict.needs_ask:
+        yield from stuck_rule(state, side, lever, reports, "asked", None,
+                              f"{lever} was asked about once in this excursion and the answer is in; the controller "
+                              f"asks again after a report back inside")
+    elif verdict.stuck:
+        yield from stuck_rule(state, side, lever, reports, verdict.stuck[0], verdict.stuck[1], verdict.why)
     else:
         yield Write({"kind": "refusal", "claim": "measured", "venture": state.name, "lever": lever,
                      "by": "controller", "side": side, "why": verdict.why, "reports": reports,
                      "summary": f"{lever} refused: {verdict.why}"})
+
+
+STUCK_WAY_OUT = {"cap": "raise the cap in mandate.yaml and avsm add it, or avsm propose {venture} {lever}",
+                 "budget": "raise the budget in mandate.yaml and avsm add it, or wait",
+                 "asked": "avsm propose {venture} {lever} runs it now, through the gate"}
+
+
+def stuck_rule(state, side, lever, reports, reason, clears_at, why):
+    """The controller's lever cannot run for `reason` until `clears_at` (or a person acts): once per excursion
+    and reason, a refusal saying so and the way out, and one ask so a person is told."""
+    if state.side(side).get("stuck") == reason:
+        return                      # written once in this excursion already
+    way_out = STUCK_WAY_OUT[reason].format(venture=state.name, lever=lever)
+    when = f"; the next run is possible at {format_local_time(clears_at)}" if clears_at else ""
+    yield Write({"kind": "refusal", "claim": "measured", "venture": state.name, "lever": lever, "by": "controller",
+                 "side": side, "why": why + when, "reports": reports, "stuck": reason, "clears_at": clears_at,
+                 "summary": f"{lever} refused, {state.name} is stuck: {why}{when}; {way_out}"})
+    if not any(a.get("about") == "stuck" and a.get("side") == side for a in state.open_asks.values()):
+        yield Write({"kind": "ask", "claim": "measured", "venture": state.name, "about": "stuck", "by": "self",
+                     "lever": lever, "side": side, "reason": reason, "clears_at": clears_at,
+                     "question": f"{state.name} is stuck past its bound: {why}{when}. {way_out[0].upper() + way_out[1:]}. "
+                                 "Approve or deny to say you have seen it; nothing runs on the answer",
+                     "summary": f"{state.name} is stuck: {lever} cannot run ({reason}){when}"})
+
+
+def unstick_rule(state, side, why):
+    """The stuck ask of `side` is settled once its lever runs again or the excursion ends."""
+    for seq, ask in list(state.open_asks.items()):
+        if ask.get("about") == "stuck" and ask.get("side") == side:
+            yield Write(resolved_record(state, seq, why))
 
 
 def proposal_rule(state, seq, choice, by, backend, content_why=None):
@@ -5682,6 +5736,9 @@ def describe_status_lines(state, now, keep, children, cfg=None):
         condition = f"implausible: held by {what} #{seq} ({note}); a plausible reading of it clears the hold"
     elif state.last_report and state.last_report[2].get("status") == "unconfirmed":
         condition = f"unconfirmed: report #{state.last_report[0]} waits for the next to agree"
+    elif any(side.get("stuck") for side in state.sides.values()):
+        condition = "stuck: past its bound and its lever cannot run; " + ", ".join(
+            f"{s.get('stuck')}" for s in state.sides.values() if s.get("stuck"))
     else:
         condition = "running"
     lines = [f"{state.name}: {condition}"]
@@ -5704,6 +5761,9 @@ def describe_status_lines(state, now, keep, children, cfg=None):
                     position += ", acted once in this excursion (deadband)"
                 elif side.get("asked"):
                     position += ", asked once in this excursion"
+                if side.get("stuck"):
+                    way_out = STUCK_WAY_OUT[side["stuck"]].format(venture=state.name, lever=lever)
+                    position += f"; stuck ({side['stuck']}): {way_out}"
             elif not side["armed"]:
                 position = "inside, deadband not yet re-armed"
             else:

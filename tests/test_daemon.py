@@ -339,12 +339,15 @@ def test_cap_is_never_exceeded_and_refusals_say_why(av, workdir):
     d = dial(workdir, "dial", threshold(cap="2/hour"), value="50", lower="#!/bin/sh\ntrue\n")
     av.start()
     av.cli("add", d)
-    recs = av.wait_for(lambda rs: len(of(rs, "refusal")) >= 2 and rs, timeout=15, what="two refusals")
+    refused = av.wait_for(lambda rs: of(rs, "refusal"), timeout=15, what="the refusal")[0][0]
+    recs = av.wait_for(lambda rs: len([s for s, _ in of(rs, "report") if s > refused]) >= 3 and rs, timeout=15,
+                       what="three reports after it")
     assert len(of(recs, "action")) == 2
-    assert all("cap" in r["why"] for _, r in of(recs, "refusal"))
+    (_, refusal), = of(recs, "refusal")         # once per excursion and reason (issue 14: stuck is a state)
+    assert "cap" in refusal["why"] and refusal["stuck"] == "cap"
     status = av.cli("status").stdout
     assert "lower: 2 of 2" in status
-    assert "controller: above 10 (lower): past the bound\n" in status, "the position is the last trusted report's"
+    assert "controller: above 10 (lower): past the bound; stuck (cap)" in status, "the position is the last trusted report's"
 
 
 def test_deadband_acts_once_per_excursion(av, workdir):
@@ -438,7 +441,8 @@ def test_one_ask_per_excursion_answered_or_not(av, workdir):
     assert av.cli("deny", str(first)).returncode == 0
     denied = av.records()[-1][0]
     av.wait_for(lambda rs: len([s for s, r in of(rs, "report") if s > denied]) >= 2, timeout=10, what="two reports")
-    assert len(of(av.records(), "ask")) == 1, "asked again in the same excursion after a denial"
+    asks = of(av.records(), "ask")
+    assert [r["about"] for _, r in asks] == ["lever", "stuck"], "asked again in the same excursion after a denial"
     set_value(d, 5)
     back = av.wait_for(lambda rs: [s for s, r in of(rs, "report") if r["value"] == 5], timeout=10, what="back inside")[0]
     set_value(d, 50)
@@ -447,7 +451,9 @@ def test_one_ask_per_excursion_answered_or_not(av, workdir):
     assert av.cli("approve", str(second)).returncode == 0
     ran = av.wait_for(lambda rs: [s for s, r in of(rs, "outcome") if r["ok"]], timeout=10, what="the approved run")[0]
     av.wait_for(lambda rs: len([s for s, r in of(rs, "report") if s > ran]) >= 2, timeout=10, what="two reports")
-    assert len(of(av.records(), "ask")) == 2, "asked again in the same excursion after the approved run"
+    asks = [r["about"] for _, r in of(av.records(), "ask")]
+    assert asks.count("lever") == 2, "asked again in the same excursion after the approved run"
+    assert asks.count("stuck") == 2, "stuck once in each excursion whose ask was answered"
 
 
 def test_deny_and_paused_approve(av, workdir):

@@ -211,7 +211,35 @@ def test_controller_acts_through_the_gate_and_refuses_at_the_cap():
             led.add(outcome("lower", led.seq))
         led.add(report(5))                                        # back inside: the next excursion may act
     assert ran[0] == [("Gate", "lower")] and ran[1] == [("Gate", "lower")]
-    assert ran[2] == [("Gate", "lower"), ("Write", "refusal")]
+    assert ran[2] == [("Gate", "lower"), ("Write", "refusal"), ("Write", "ask")]
+
+
+def test_stuck_at_the_cap_is_written_once_with_when_it_clears_and_one_ask():
+    """Issue 14 item 1: past the bound with the lever at its cap, the refusal is written once per excursion and
+    reason, saying when the cap frees up (the oldest run in the window plus the period), with one ask; later
+    reports of the same excursion write nothing; back inside, the ask is settled; nothing runs sooner."""
+    led = Ledger(GUARDED % "pause")
+    firsts = []
+    for _ in range(2):
+        seq = led.add(report(12))
+        led.drive(avsm.settle_round(led.state, seq))
+        firsts.append(led.at)
+        led.add(outcome("lower", led.seq))
+        led.add(report(5))
+    seq = led.add(report(12))
+    done = led.drive(avsm.settle_round(led.state, seq))
+    assert kinds(done) == [("Gate", "lower"), ("Write", "refusal"), ("Write", "ask")]
+    refusal, ask = done[1][1], done[2][1]
+    assert refusal["stuck"] == "cap" and refusal["clears_at"] == firsts[0] + 3600
+    assert "the next run is possible at" in refusal["summary"] and "raise the cap" in refusal["summary"]
+    assert ask["about"] == "stuck" and ask["side"] == "above" and "by" in ask and ask["by"] == "self"
+    for value in (13, 14):
+        seq = led.add(report(value))
+        assert kinds(led.drive(avsm.settle_round(led.state, seq))) == [("Gate", "lower")], "written once"
+    assert not led.state.side("above")["asked"], "the stuck ask is no ask of the controller's lever"
+    seq = led.add(report(5))
+    done = led.drive(avsm.settle_round(led.state, seq))
+    assert kinds(done) == [("Write", "resolved")] and not [a for a in led.state.open_asks.values() if a["about"] == "stuck"]
 
 
 def test_controller_asks_once_per_excursion():
@@ -226,8 +254,13 @@ def test_controller_asks_once_per_excursion():
     assert kinds(led.drive(avsm.settle_round(led.state, seq))) == [("Gate", "wipe")]
     led.add({"kind": "denial", "claim": "declared", "venture": V, "ask": ask, "lever": "wipe", "summary": "no"})
     seq = led.add(report(14))
+    done = led.drive(avsm.settle_round(led.state, seq))      # stuck: asked once, answered (issue 14 item 1)
+    assert kinds(done) == [("Gate", "wipe"), ("Write", "refusal"), ("Write", "ask")]
+    assert done[1][1]["stuck"] == "asked" and "avsm propose v wipe" in done[1][1]["summary"]
+    seq = led.add(report(15))
     assert kinds(led.drive(avsm.settle_round(led.state, seq))) == [("Gate", "wipe")]
-    led.add(report(5))
+    seq = led.add(report(5))
+    assert kinds(led.drive(avsm.settle_round(led.state, seq))) == [("Write", "resolved")]
     seq = led.add(report(12))
     assert kinds(led.drive(avsm.settle_round(led.state, seq))) == [("Gate", "wipe"), ("Write", "ask")]
 

@@ -1,0 +1,40 @@
+"""Stuck is a state (issue 14 item 1): past its bound with its lever at its cap, a venture writes the refusal
+once per excursion, saying when the cap frees up, raises one ask, and `avsm status` says it is stuck and the
+way out. The cap's own sliding window still holds: nothing runs sooner."""
+
+import os
+
+from conftest import make_venture
+
+CAPPED = """\
+purpose: Keep the backlog under ten.
+metric: backlog
+controller: {kind: threshold, above: 10, action: flush}
+cadence: 1s
+permitted:
+  - {name: flush, run: ./flush, cap: 2/hour, reversible: true}
+"""
+
+
+def test_a_venture_at_its_cap_is_stuck_once_and_says_so(av, workdir):
+    """LEVER-03 and issue 14 item 1: two runs in the hour, then one refusal (stuck: cap, with the time the next
+    run is possible) and one ask over many more reports past the bound; status says stuck and names the fix."""
+    d = make_venture(workdir, "queue", CAPPED, {"report": "#!/bin/sh\necho 20\n", "flush": "#!/bin/sh\nexit 0\n"})
+    av.start()
+    assert av.cli("add", d).returncode == 0
+    of = lambda rs, kind: [(s, r) for s, _, r in rs if r["kind"] == kind and r["venture"] == "queue"]
+    recs = av.wait_for(lambda rs: len(of(rs, "report")) >= 8 and rs, timeout=30, what="eight reports")
+    actions, refusals, asks = of(recs, "action"), of(recs, "refusal"), of(recs, "ask")
+    assert len(actions) == 2, [r["summary"] for _, r in recs if r["venture"] == "queue"]
+    assert len(refusals) == 1, [r["summary"] for _, r in refusals]
+    refusal = refusals[0][1]
+    assert refusal["stuck"] == "cap" and refusal["lever"] == "flush"
+    first = next(at for s, at, r in recs if s == actions[0][0])
+    assert refusal["clears_at"] == first + 3600
+    assert "the next run is possible at" in refusal["summary"] and "raise the cap" in refusal["summary"]
+    assert [r["about"] for _, r in asks] == ["stuck"] and "queue is stuck" in asks[0][1]["summary"]
+    status = av.cli("status")
+    assert status.returncode == 0 and "queue: stuck" in status.stdout, status.stdout
+    assert "avsm propose queue flush" in status.stdout
+    asks_out = av.cli("asks")
+    assert f"#{asks[0][0]}" in asks_out.stdout
