@@ -182,7 +182,7 @@ class NumberError(ValueError):
 
 def number_refusal(text):
     """Return why the number written `text` is refused, quoting it shortened (it may be thousands of digits)."""
-    return f"{shorten(text)} is beyond 1e300, the largest number avsm takes; write a smaller number"
+    return f"{shorten(text)} is too large: avsm takes no number beyond 1e300; write a smaller number"
 
 
 def shorten(text, keep=24):
