@@ -259,3 +259,238 @@ def test_stop_with_a_payload_is_refused_as_any_lever_without_content(av, workdir
     ok = av.cli("propose", "m", "stop")
     assert ok.returncode == 0, ok.stderr
     assert of(av.records(), "pause", "m")
+
+
+# ---- the randomized campaign ---------------------------------------------------------
+# A seeded generator of report outputs and model replies, against one real avsmd. For each input: no
+# process died (avsmd, warden and roles keep their pids), no client exit is 70 (every one here is 0), no
+# traceback on avsmd's stderr, and no wrong value: a report, guard, audit or reading holds either null
+# or the number an independent reading of the whole output gives (its last non-empty line, split on \n,
+# read only when it lies wholly in the last 64 KiB). A reply holding a number past 1e300, NaN or
+# Infinity is unusable and nothing runs. At the end the ledger re-verifies and every proof re-checks
+# (check_ledger_safety), and only the permitted levers a valid reply or a legitimate crossing asked for ran.
+
+KEPT = 64 * 1024
+NUMBER = r"[+-]?([0-9]+(\.[0-9]*)?|\.[0-9]+)([eE][+-]?[0-9]+)?"
+CAMPAIGN_VENTURES = 4
+CAMPAIGN = """purpose: Read whatever the program prints.
+metric: dial
+controller: {kind: threshold, above: 1e300, action: lower}
+cadence: 1s
+permitted:
+  - {name: lower, run: ./lower, cap: 1000/hour, reversible: true}
+guards:
+  - {name: g, run: ./out, above: 1e300, then: ask}
+audits:
+  - {name: a, run: ./out, worse: up, tolerance: 1e300}
+readings:
+  - {name: r, run: ./out, lines: address}
+"""
+
+
+def true_value(data):
+    """The number a whole output holds, read without avsm's code: None when its last non-empty line is
+    not wholly among the last 64 KiB kept, is no number alone, or is NaN or beyond a float."""
+    lines = data.split(b"\n")
+    end = len(data)
+    for line in reversed(lines):
+        start = end - len(line)
+        text = line.decode("utf-8", "replace").removesuffix("\r")
+        if text.strip():
+            if len(data) > KEPT and start - 1 < len(data) - KEPT:
+                return None             # its line break before it (or its start) is not kept: cut
+            s = text.strip()
+            if not re.fullmatch(NUMBER, s):
+                return None
+            v = float(s)
+            return None if math.isinf(v) else v
+        end = start - 1
+    return None
+
+
+def report_output(rng):
+    """A hostile program output: long lines, control characters, huge numbers, non-UTF-8, CRLF."""
+    digit = rng.choice("0123456789")
+    pad = rng.randrange(KEPT - 40, KEPT + 9000)
+    before = rng.choice([b"", b"2\n", b"note line\n", b"a@b.c\n", b"x" * rng.randrange(KEPT - 5, KEPT + 5000) + b"\n"])
+    end = rng.choice([b"\n", b"", b"\r\n", b"\n\n  \n"])
+    body = rng.choice([
+        lambda: str(rng.choice([0, 7, -3, 2.5, 1e-9, 1e300, -1e300, 123456789])).encode(),
+        lambda: b"x" + b" " * pad + digit.encode(),
+        lambda: b"-" + b"0" * pad + digit.encode(),
+        lambda: b"0." + b"0" * pad + digit.encode(),
+        lambda: b" " * pad + digit.encode(),
+        lambda: digit.encode() + rng.choice([b"\x0c", b"\x0b", b"\x1c", b"\x00", "\u2028".encode(), b"\x85", b"\r"]) + b"1",
+        lambda: rng.choice([b"1e400", b"-1e999", b"9" * rng.randrange(300, 6000), b"0x1f", b"1e301", b"nan", b"inf",
+                            b"-1" + b"0" * 350, b"1_000", b"+.5", b"5."]),
+        lambda: rng.choice([b"5\xff", b"\xff\xfe", b"\xc3", b"caf\xe9 5"]),
+        lambda: bytes(rng.randrange(256) for _ in range(rng.randrange(1, 40))),
+        lambda: b"",
+    ])()
+    return before + body + end
+
+
+def number_text(rng, hostile):
+    """A JSON number's text: within 1e300, or (hostile) past it, NaN or Infinity."""
+    if hostile:
+        return rng.choice(["1e999", "-1e999", "1e301", "-1e400", "NaN", "Infinity", "-Infinity",
+                           "1" + "0" * rng.randrange(301, 5000), "-9" * 1 + "9" * 400, "1E+309"])
+    return rng.choice(["0", "-1", "2.5", "1e300", "-1e300", "1" + "0" * 300, "123456789012345678901234567890", "1e-320"])
+
+
+def json_value(rng, hostile, depth=0):
+    """JSON text of a random value; with `hostile`, one number somewhere in it is past the limit."""
+    if hostile and depth >= 2 or depth >= 3 or rng.random() < 0.3:
+        return number_text(rng, hostile) if hostile or rng.random() < 0.6 else json.dumps(rng.choice(["x", "", None, True]))
+    if rng.random() < 0.5:
+        items = [json_value(rng, False, depth + 1) for _ in range(rng.randrange(0, 3))]
+        items.insert(rng.randrange(len(items) + 1), json_value(rng, hostile, depth + 1))
+        return "[" + ",".join(items) + "]"
+    keys = [f'"k{i}":' + json_value(rng, False, depth + 1) for i in range(rng.randrange(0, 3))]
+    keys.insert(rng.randrange(len(keys) + 1), '"h":' + json_value(rng, hostile, depth + 1))
+    return "{" + ",".join(keys) + "}"
+
+
+def model_reply(rng):
+    """(reply bytes, whether it holds a number past 1e300, NaN or Infinity)."""
+    hostile = rng.random() < 0.6
+    lever = rng.choice(["lower", "reset", "stop", "rm"])
+    shape = rng.choice(["payload", "payload", "why", "choices", "reason"])
+    if shape == "payload":
+        text = f'{{"choice":"action","action":"{lever}","payload":{{"a":{json_value(rng, hostile)}}}}}'
+    elif shape == "why":
+        text = f'{{"choice":"why","record":{number_text(rng, hostile) if hostile else rng.randrange(1, 5)}}}'
+    elif shape == "choices":
+        text = (f'{{"choices":[{{"choice":"nothing"}},{{"choice":"action","action":"lower",'
+                f'"payload":{json_value(rng, hostile) if hostile else "{}"}}}]}}')
+    else:
+        text = f'{{"choice":"nothing","reason":"r","extra":{json_value(rng, hostile)}}}'
+    return text.encode(), hostile
+
+
+def campaign_settings(default_n):
+    seed = int(os.environ.get("AVSM_HOSTILE_SEED") or random.SystemRandom().randrange(1 << 32))
+    n = int(os.environ.get("AVSM_HOSTILE_N") or default_n)
+    print(f"hostile-values campaign: AVSM_HOSTILE_SEED={seed} AVSM_HOSTILE_N={n}", file=sys.stderr)
+    return seed, n
+
+
+def run_campaign(av, workdir, seed, n, say=lambda line: None):
+    """Run n inputs (about half report outputs, half model replies) of seed `seed`; return the figures
+    and the failures found (each naming its input, so it can be replayed)."""
+    rng = random.Random(seed)
+    be = Backend(workdir, "mine")
+    setup_home(av, COMMAND_CONFIG.format(run=be.run))
+    names = [f"r{i}" for i in range(CAMPAIGN_VENTURES)]
+    dirs = {}
+    for name in names:
+        dirs[name] = make_venture(workdir, name, CAMPAIGN, {"report": OUT, "out": OUT, "lower": LEVER})
+        write(os.path.join(dirs[name], "out"), "0\n")
+    m = make_venture(workdir, "m", MODEL, {"report": "#!/bin/sh\necho 5\n", "lower": LEVER, "reset": LEVER})
+    av.start()
+    for d in list(dirs.values()) + [m]:
+        add(av, d)
+    pids = (av.proc.pid, warden_pid(av), roles_pid(av))
+    figures = {"inputs": 0, "report outputs": 0, "replies": 0, "hostile replies": 0, "readings checked": 0,
+               "cut or malformed readings": 0, "crashes": 0, "daemon deaths": 0, "wrong values": 0, "exit 70": 0}
+    failures = []
+    inputs = [("reply" if rng.random() < 0.5 else "report") for _ in range(n)]
+    replies = [model_reply(rng) for kind in inputs if kind == "reply"]
+    outputs = [report_output(rng) for kind in inputs if kind == "report"]
+
+    def alive(where):
+        now = (av.proc.poll() is None and av.proc.pid, av.proc.poll() is None and warden_pid(av),
+               av.proc.poll() is None and roles_pid(av))
+        if now != pids:
+            figures["daemon deaths"] += 1
+            failures.append((where, "a process died", pids, now, av.stderr()[-400:]))
+            return False
+        return True
+
+    for i, (data, hostile) in enumerate(replies):
+        be.reply(data)
+        before = last_seq(av)
+        run = av.cli("decide", "m")
+        figures["replies"] += 1
+        figures["hostile replies"] += hostile
+        figures["exit 70"] += run.returncode == 70
+        new = [r for _, _, r in av.records(before) if r["kind"] != "report" and r["venture"] == "m"]
+        if run.returncode != 0 or "Traceback" in run.stderr:
+            failures.append((f"reply {i}", run.returncode, data[:80], run.stderr[-200:]))
+        if hostile and [r["kind"] for r in new] != ["unusable"]:
+            failures.append((f"reply {i}", "a hostile number was not unusable", data[:120], [r["kind"] for r in new]))
+        if of([(0, 0, r) for r in new], "pause"):
+            av.cli("resume", "m")
+        if not alive(f"reply {i}"):
+            break
+    say(f"{figures['replies']} replies done")
+
+    # the report outputs, CAMPAIGN_VENTURES at a time: each venture gets one, then two of its reports pass
+    for start in range(0, len(outputs), CAMPAIGN_VENTURES):
+        batch = list(zip(names, outputs[start:start + CAMPAIGN_VENTURES]))
+        since = last_seq(av)
+        previous = {}
+        for name, data in batch:
+            path = os.path.join(dirs[name], "out")
+            with open(path, "rb") as fh:
+                previous[name] = true_value(fh.read())
+            with open(path + ".new", "wb") as fh:
+                fh.write(data)
+            os.replace(path + ".new", path)
+
+        def two_rounds(rs):
+            got = {name: [r for s, _, r in rs if s > since and r["venture"] == name and r["kind"] == "report"] for name, _ in batch}
+            return all(len(v) >= 2 for v in got.values()) and rs
+        try:
+            av.wait_for(two_rounds, timeout=30, what="two reports of each venture")
+            time.sleep(0.6)           # the second round's guard, audit and reading land
+        except AssertionError:
+            failures.append((f"outputs {start}..", "no two reports within 30 s"))
+        recs = av.records(since)
+        for k, (name, data) in enumerate(batch):
+            figures["report outputs"] += 1
+            want = true_value(data)
+            figures["cut or malformed readings"] += want is None
+            for _, _, r in recs:
+                if r["venture"] != name or r["kind"] not in ("report", "guard.g", "audit.a", "reading.r"):
+                    continue
+                figures["readings checked"] += 1
+                v = r["value"]
+                if v is not None and v != want and v != previous[name]:
+                    figures["wrong values"] += 1
+                    failures.append((f"output {start + k} ({name})", r["kind"], v, want, data[:60], len(data)))
+        figures["inputs"] = figures["replies"] + figures["report outputs"]
+        if not alive(f"outputs {start}.."):
+            break
+        if start // CAMPAIGN_VENTURES % 25 == 24:
+            say(f"{figures['report outputs']} report outputs done")
+    figures["inputs"] = figures["replies"] + figures["report outputs"]
+    status = av.cli("status")
+    figures["exit 70"] += status.returncode == 70
+    if status.returncode != 0:
+        failures.append(("status", status.returncode, status.stderr[-300:]))
+    if "Traceback" in av.stderr():
+        figures["crashes"] += av.stderr().count("Traceback")
+        failures.append(("avsmd stderr", av.stderr()[-600:]))
+    recs = av.records()
+    for s, _, r in recs:
+        if r["kind"] == "action" and r["lever"] not in ("lower", "reset"):
+            failures.append((f"#{s}", "an action on", r["lever"]))
+    for name in names:
+        if set(ran(dirs[name])) - {"lower"}:
+            failures.append((name, "ran", ran(dirs[name])))
+    if set(ran(m)) - {"lower", "reset"}:
+        failures.append(("m", "ran", ran(m)))
+    return figures, failures
+
+
+def test_a_seeded_campaign_of_hostile_values(av, workdir):
+    """A small seeded run of the campaign (AVSM_HOSTILE_SEED and AVSM_HOSTILE_N replay one): hostile
+    report outputs and model replies never end a process, never exit 70 or print a traceback, never
+    become a wrong value, and run nothing a legitimate proposal or crossing did not ask for; the ledger
+    re-verifies. MODEL-13 REPORT-02 REPORT-03 LEDGER-01 PROOF-02 issue 16 items 6 and 7"""
+    seed, n = campaign_settings(16)
+    figures, failures = run_campaign(av, workdir, seed, n)
+    assert not failures, (f"AVSM_HOSTILE_SEED={seed} AVSM_HOSTILE_N={n}", figures, failures[:10])
+    assert figures["daemon deaths"] == figures["crashes"] == figures["wrong values"] == figures["exit 70"] == 0
+    check_ledger_safety(av.home)
