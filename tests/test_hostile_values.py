@@ -272,7 +272,6 @@ def test_stop_with_a_payload_is_refused_as_any_lever_without_content(av, workdir
 
 KEPT = 64 * 1024
 NUMBER = r"[+-]?([0-9]+(\.[0-9]*)?|\.[0-9]+)([eE][+-]?[0-9]+)?"
-CAMPAIGN_VENTURES = 4
 CAMPAIGN = """purpose: Read whatever the program prints.
 metric: dial
 controller: {kind: threshold, above: 1e300, action: lower}
@@ -375,13 +374,14 @@ def campaign_settings(default_n):
     return seed, n
 
 
-def run_campaign(av, workdir, seed, n, say=lambda line: None):
-    """Run n inputs (about half report outputs, half model replies) of seed `seed`; return the figures
-    and the failures found (each naming its input, so it can be replayed)."""
+def run_campaign(av, workdir, seed, n, ventures=4, say=lambda line: None):
+    """Run n inputs (about half report outputs, half model replies) of seed `seed`, the report outputs
+    read by `ventures` ventures at a time; return the figures and the failures found (each naming its
+    input, so it can be replayed). The seed alone fixes the inputs, whatever `ventures` is."""
     rng = random.Random(seed)
     be = Backend(workdir, "mine")
     setup_home(av, COMMAND_CONFIG.format(run=be.run))
-    names = [f"r{i}" for i in range(CAMPAIGN_VENTURES)]
+    names = [f"r{i}" for i in range(ventures)]
     dirs = {}
     for name in names:
         dirs[name] = make_venture(workdir, name, CAMPAIGN, {"report": OUT, "out": OUT, "lower": LEVER})
@@ -425,9 +425,9 @@ def run_campaign(av, workdir, seed, n, say=lambda line: None):
             break
     say(f"{figures['replies']} replies done")
 
-    # the report outputs, CAMPAIGN_VENTURES at a time: each venture gets one, then two of its reports pass
-    for start in range(0, len(outputs), CAMPAIGN_VENTURES):
-        batch = list(zip(names, outputs[start:start + CAMPAIGN_VENTURES]))
+    # the report outputs, one to each venture at a time; then two of each one's reports pass
+    for start in range(0, len(outputs), ventures):
+        batch = list(zip(names, outputs[start:start + ventures]))
         since = last_seq(av)
         previous = {}
         for name, data in batch:
@@ -462,7 +462,7 @@ def run_campaign(av, workdir, seed, n, say=lambda line: None):
         figures["inputs"] = figures["replies"] + figures["report outputs"]
         if not alive(f"outputs {start}.."):
             break
-        if start // CAMPAIGN_VENTURES % 25 == 24:
+        if start // ventures % 25 == 24:
             say(f"{figures['report outputs']} report outputs done")
     figures["inputs"] = figures["replies"] + figures["report outputs"]
     status = av.cli("status")
@@ -489,7 +489,7 @@ def test_a_seeded_campaign_of_hostile_values(av, workdir):
     report outputs and model replies never end a process, never exit 70 or print a traceback, never
     become a wrong value, and run nothing a legitimate proposal or crossing did not ask for; the ledger
     re-verifies. MODEL-13 REPORT-02 REPORT-03 LEDGER-01 PROOF-02 issue 16 items 6 and 7"""
-    seed, n = campaign_settings(16)
+    seed, n = campaign_settings(12)
     figures, failures = run_campaign(av, workdir, seed, n)
     assert not failures, (f"AVSM_HOSTILE_SEED={seed} AVSM_HOSTILE_N={n}", figures, failures[:10])
     assert figures["daemon deaths"] == figures["crashes"] == figures["wrong values"] == figures["exit 70"] == 0

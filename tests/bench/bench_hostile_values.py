@@ -34,6 +34,7 @@ def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--n", type=int, help="inputs (default 3000, or AVSM_HOSTILE_N)")
     parser.add_argument("--seed", type=int, help="seed (default random, or AVSM_HOSTILE_SEED)")
+    parser.add_argument("--ventures", type=int, default=8, help="ventures reading report outputs at once (default 8)")
     args = parser.parse_args()
     if args.n is not None:
         os.environ["AVSM_HOSTILE_N"] = str(args.n)
@@ -49,7 +50,7 @@ def main():
     t0 = time.monotonic()
     failures = []
     try:
-        figures, failures = run_campaign(av, workdir, seed, n, say=lambda line: print(f"  {line}", flush=True))
+        figures, failures = run_campaign(av, workdir, seed, n, ventures=args.ventures, say=lambda line: print(f"  {line}", flush=True))
         code = None
         if av.proc is not None and av.proc.poll() is None:
             code, _ = av.stop()
