@@ -190,6 +190,12 @@ def shorten(text, keep=24):
     return repr(text) if len(text) <= keep else f"{text[:keep]!r}... ({len(text)} characters)"
 
 
+def shown_value(value, keep=60):
+    """Return a parsed value as JSON for a refusal, cut to `keep` characters with its length said when longer."""
+    text = json.dumps(value)
+    return text if len(text) <= keep else f"{text[:keep]}... ({len(text)} characters)"
+
+
 def bounded_int(text, base):
     """Return the integer `text` (digits in `base`, a sign only in base 10), or raise ValueError past NUMBER_MAX.
 
@@ -1005,7 +1011,7 @@ class Checker:
 
     def number(self, value, path, what, positive=False):
         if isinstance(value, bool) or not isinstance(value, (int, float)) or value != value or value in (float("inf"), float("-inf")):
-            self.fail(path, f"{what} must be a number, not {json.dumps(value)}")
+            self.fail(path, f"{what} must be a number, not {shown_value(value)}")
         if isinstance(value, int) and abs(value) > 1e300:
             self.fail(path, f"{what} is too large to compare a reading with; write a number of at most 1e300")
         if positive and value <= 0:
@@ -1025,7 +1031,7 @@ class Checker:
     def choice(self, value, path, what, choices):
         if value not in choices:
             named = ", ".join(str(c) for c in choices if c is not None)
-            self.fail(path, f"{what} must be one of {named}, not {json.dumps(value)}")
+            self.fail(path, f"{what} must be one of {named}, not {shown_value(value)}")
         return value
 
     def parsed(self, parse, value, path):
@@ -1465,7 +1471,7 @@ def parse_nightly(c, value):
     hh, colon, mm = text.partition(":")
     if colon and len(hh) == 2 and len(mm) == 2 and hh.isdigit() and mm.isdigit() and int(hh) < 24 and int(mm) < 60:
         return text
-    c.fail(("nightly",), f"nightly: {json.dumps(value)} is not a time; write \"HH:MM\" in local time, such as \"03:00\", or never")
+    c.fail(("nightly",), f"nightly: {shown_value(value)} is not a time; write \"HH:MM\" in local time, such as \"03:00\", or never")
 
 
 def format_config(cfg):
@@ -4098,8 +4104,8 @@ class Warden:
         kept = 0
         for line in output_lines(child.out, child.cut)[0]:
             try:
-                item = json.loads(line)
-            except ValueError:
+                item = read_json(line)
+            except (ValueError, RecursionError):
                 continue
             if isinstance(item, dict) and isinstance(item.get("fact"), str) and isinstance(item.get("source"), str):
                 self.append({"kind": "fact", "claim": "inferred", "venture": state.name, "action": seq,
@@ -6632,8 +6638,8 @@ def run_adapter(args):
             request.add_header("authorization", f"Bearer {given['key']}")
         try:
             with urllib.request.urlopen(request, timeout=30) as response:
-                value = json.loads(response.read(REPLY_MAX + 1))
-        except (urllib.error.URLError, OSError, ValueError) as err:
+                value = read_json(response.read(REPLY_MAX + 1))
+        except (urllib.error.URLError, OSError, ValueError, RecursionError) as err:
             raise Fail(EX_UNAVAILABLE, f"{args[0]} {path}: {err}") from None
         for part in [p for p in pointer.split("/") if p]:
             part = part.replace("~1", "/").replace("~0", "~")
