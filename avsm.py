@@ -3186,10 +3186,10 @@ def call_http_backend(backend, system, user, key):
 def output_lines(data, cut):
     """Return (the non-empty lines of a program's standard output, whether its last one was cut).
 
-    The one reader of a program's last line (report, guard, audit, reading). Lines end at \n, a \r
-    before it dropped, and nowhere else: a form feed or a vertical tab inside `9\x0c1` ends no line
+    The one reader of a program's last line (report, guard, audit, reading). Lines end at \\n, a \\r
+    before it dropped, and nowhere else: a form feed or a vertical tab inside `9\\x0c1` ends no line
     (the README's "last non-empty line"). With `cut`, the start of the output was dropped (only the last
-    OUTPUT_KEEP bytes are kept), so the bytes before the first \n are the end of a line whose start is
+    OUTPUT_KEEP bytes are kept), so the bytes before the first \\n are the end of a line whose start is
     gone: no line at all, and when no whole line follows them the last line itself was cut.
     """
     pieces = bytes(data).split(b"\n")
