@@ -170,6 +170,63 @@ def parse_number(text):
     return value if value not in (float("inf"), float("-inf")) else None    # 1e400 overflows: no number
 
 
+# README: "A number beyond 1e300 is refused, not rounded." The one limit of every number avsm reads
+# from a mandate, a config or JSON (a reply, a payload); a report's own number is only kept finite.
+NUMBER_MAX = 1e300
+NUMBER_DIGITS = {10: 302, 8: 335, 16: 251}     # more significant digits than these is past NUMBER_MAX
+
+
+class NumberError(ValueError):
+    """A number past NUMBER_MAX, where YAML or JSON would have read one."""
+
+
+def number_refusal(text):
+    """Return why the number written `text` is refused, quoting it shortened (it may be thousands of digits)."""
+    return f"{shorten(text)} is too large: avsm takes no number beyond 1e300; write a smaller number"
+
+
+def shorten(text, keep=24):
+    """Return `text` quoted, cut to its first `keep` characters with the length said when longer."""
+    return repr(text) if len(text) <= keep else f"{text[:keep]!r}... ({len(text)} characters)"
+
+
+def shown_value(value, keep=60):
+    """Return a parsed value as JSON for a refusal, cut to `keep` characters with its length said when longer."""
+    text = json.dumps(value)
+    return text if len(text) <= keep else f"{text[:keep]}... ({len(text)} characters)"
+
+
+def bounded_int(text, base):
+    """Return the integer `text` (digits in `base`, a sign only in base 10), or raise ValueError past NUMBER_MAX.
+
+    The digits are counted before int() reads them: int() refuses past 4300 decimal digits, and a
+    hex or octal one that long would be a number no str() can print."""
+    digits = text.lstrip("+-").lstrip("0")
+    if len(digits) > NUMBER_DIGITS[base] or abs(int(text, base)) > NUMBER_MAX:
+        raise NumberError(number_refusal(text if base == 10 else ("0x" if base == 16 else "0o") + text))
+    return int(text, base)
+
+
+def bounded_float(text):
+    """Return the float `text`, or raise ValueError when it is beyond NUMBER_MAX (1e999 reads as infinity)."""
+    value = float(text)
+    if abs(value) > NUMBER_MAX:
+        raise NumberError(number_refusal(text))
+    return value
+
+
+def read_json(text, object_pairs_hook=None):
+    """Return the JSON value of `text` (str or bytes) with every number within NUMBER_MAX; raise ValueError
+    otherwise. NaN and Infinity are no JSON, and 1e999, which json reads as infinity, is refused here,
+    before a record could hold what the ledger's canonical JSON cannot write."""
+    return json.loads(text, object_pairs_hook=object_pairs_hook, parse_int=lambda t: bounded_int(t, 10),
+                      parse_float=bounded_float, parse_constant=refuse_constant)
+
+
+def refuse_constant(name):
+    raise ValueError(f"{name} is not JSON")
+
+
 def format_number(value):
     """Return a number as a person writes it: 12 rather than 12.0."""
     if value is None:
@@ -289,19 +346,22 @@ def split_yaml_lines(text, source):
 
 
 def resolve_plain(text):
-    """Return the core-schema value of a plain scalar: null, bool, int, float or str."""
+    """Return the core-schema value of a plain scalar: null, bool, int, float or str.
+
+    A number beyond NUMBER_MAX is refused (ValueError), not rounded: YAML would read it, avsm takes none.
+    """
     if text in YAML_NULLS:
         return None
     if text in YAML_BOOLS:
         return YAML_BOOLS[text]
     if re.fullmatch(YAML_INT, text):
-        return int(text)        # may raise ValueError past 4300 digits
+        return bounded_int(text, 10)
     if re.fullmatch(YAML_OCT, text):
-        return int(text[2:], 8)
+        return bounded_int(text[2:], 8)
     if re.fullmatch(YAML_HEX, text):
-        return int(text[2:], 16)
+        return bounded_int(text[2:], 16)
     if re.fullmatch(YAML_FLOAT, text):
-        return float(text)
+        return bounded_float(text)
     if re.fullmatch(YAML_INF, text):
         return float('-inf') if text[0] == '-' else float('inf')
     if re.fullmatch(YAML_NAN, text):
@@ -690,8 +750,8 @@ class YamlReader:
         text, end = self.plain(row, i, flow)
         try:
             return resolve_plain(text), end
-        except ValueError:
-            raise self.error(row, i, "an integer of more than 4300 digits; quote it") from None
+        except ValueError as err:
+            raise self.error(row, i, f"{err} (or quote it to keep it text)") from None
 
     def quoted(self, row, i):
         """single ::= "'" (char | "''")* "'" on one line ; double: see double_quoted"""
@@ -947,7 +1007,7 @@ class Checker:
 
     def number(self, value, path, what, positive=False):
         if isinstance(value, bool) or not isinstance(value, (int, float)) or value != value or value in (float("inf"), float("-inf")):
-            self.fail(path, f"{what} must be a number, not {json.dumps(value)}")
+            self.fail(path, f"{what} must be a number, not {shown_value(value)}")
         if isinstance(value, int) and abs(value) > 1e300:
             self.fail(path, f"{what} is too large to compare a reading with; write a number of at most 1e300")
         if positive and value <= 0:
@@ -967,7 +1027,7 @@ class Checker:
     def choice(self, value, path, what, choices):
         if value not in choices:
             named = ", ".join(str(c) for c in choices if c is not None)
-            self.fail(path, f"{what} must be one of {named}, not {json.dumps(value)}")
+            self.fail(path, f"{what} must be one of {named}, not {shown_value(value)}")
         return value
 
     def parsed(self, parse, value, path):
@@ -1425,11 +1485,11 @@ def parse_config(text, source="config.yaml"):
            "adapters": {}, "research": None}
     if cfg["port"] > 65535:
         c.fail(("port",), "port must be at most 65535")
-    backends = doc.get("backends") or {}
-    c.mapping(backends, ("backends",), set(backends), "backends")
+    backends = {} if doc.get("backends") is None else doc["backends"]
+    c.mapping(backends, ("backends",), set(backends) if isinstance(backends, dict) else (), "backends")
     for name, b in backends.items():
         path = ("backends", name)
-        if not isinstance(b, dict) or b.get("kind") not in BACKEND_KEYS:
+        if not isinstance(b, dict) or not isinstance(b.get("kind"), str) or b["kind"] not in BACKEND_KEYS:
             c.fail(path, f"backend '{name}' needs kind: anthropic, openai or command")
         c.mapping(b, path, BACKEND_KEYS[b["kind"]], f"a {b['kind']} backend")
         needs = {"anthropic": ("model", "key"), "openai": ("url", "model"), "command": ("run",)}[b["kind"]]
@@ -1466,7 +1526,7 @@ def parse_config(text, source="config.yaml"):
     if doc.get("canary_asks") is not None:
         ca = c.mapping(doc["canary_asks"], ("canary_asks",), {"every"}, "canary_asks")
         cfg["canary_asks"] = {"every": c.whole(ca.get("every"), ("canary_asks", "every"), "every")}
-    adapters = doc.get("adapters") or {}
+    adapters = {} if doc.get("adapters") is None else doc["adapters"]
     c.mapping(adapters, ("adapters",), {"stripe", "github", "mail"}, "adapters")
     for name, a in adapters.items():
         keys = {"command", "from"} if name == "mail" else {"url"}
@@ -1491,7 +1551,7 @@ def parse_nightly(c, value):
     hh, colon, mm = text.partition(":")
     if colon and len(hh) == 2 and len(mm) == 2 and hh.isdigit() and mm.isdigit() and int(hh) < 24 and int(mm) < 60:
         return text
-    c.fail(("nightly",), f"nightly: {json.dumps(value)} is not a time; write \"HH:MM\" in local time, such as \"03:00\", or never")
+    c.fail(("nightly",), f"nightly: {shown_value(value)} is not a time; write \"HH:MM\" in local time, such as \"03:00\", or never")
 
 
 def format_config(cfg):
@@ -2259,7 +2319,7 @@ def audit_worsening(audit, state):
 def reading_fields(text, audit_note=None):
     """Return the kept fields of a reading's output: lines above the number that are addresses
     (text@text, no spaces or <>,;:, at most 254 characters), at most 50; with an audit, only those it names."""
-    lines = [line.strip() for line in text.splitlines() if line.strip()]
+    lines = [line.strip() for line in text.split("\n") if line.strip()]
     named = None if audit_note is None else set(re.findall(r"[^\s<>,;:]+", audit_note))
     fields = []
     for line in lines[:-1]:
@@ -2387,7 +2447,9 @@ def parse_reply(data, packet):
                                 {"choice": "action", "action": word}]}
         return {"unusable": f"a classifier answers one word: nothing, ask or a permitted lever, not {text[:60]!r}"}
     try:
-        reply = json.loads(text, object_pairs_hook=unique_pairs, parse_constant=refuse_constant)
+        reply = read_json(text, object_pairs_hook=unique_pairs)
+    except NumberError as err:
+        return {"unusable": f"the reply holds a number avsm does not take: {err}"}
     except (ValueError, RecursionError) as err:
         return {"unusable": f"the reply is not one JSON object: {str(err)[:120]}"}
     if not isinstance(reply, dict):
@@ -2418,10 +2480,6 @@ def unique_pairs(pairs):
     if len(keys) != len(set(keys)):
         raise ValueError("a key appears twice")
     return dict(pairs)
-
-
-def refuse_constant(name):
-    raise ValueError(f"{name} is not JSON")
 
 
 def check_choice(choice):
@@ -2772,9 +2830,9 @@ def prove(state, lever, now, basis, trigger=None, approval=None, payload=None, c
         return Verdict(False, why=f"{state.name} is paused; resume it first")
     if lever in m["forbidden"]:
         return Verdict(False, why=f"{lever} is forbidden by mandate #{state.mandate_seq}")
+    if lever == "stop" and payload is not None:     # built in, it takes no content: refused as any such lever is
+        return Verdict(False, why=payload_problem({"name": "stop", "takes": None}, payload))
     if lever == "stop":
-        if payload is not None:
-            return Verdict(False, why="stop takes no content, and a payload was given")
         return Verdict(True, {"rule": "proposal" if rule == "proposal" else "stop", "premises": [state.mandate_seq] + basis_premises,
                               "steps": steps + basis_steps + ["stop is built in: it pauses the venture"], "trigger": trigger},
                        asked=gate_question(basis, None, None, now))
@@ -3537,6 +3595,7 @@ class Child:
         self.extra = {}
         self.status = None            # the leader's exit status, once reaped
         self.head, self.oversized = None, False
+        self.cut = False              # the start of its standard output was dropped (OUTPUT_KEEP)
         self.leader_start = None      # its leader's start (clock ticks since boot), once read
         stdin = open(stdin_path, "rb") if stdin_path else subprocess.DEVNULL    # a file never blocks the warden
         try:
@@ -3586,6 +3645,8 @@ class Child:
             buffer += data
             if len(buffer) > OUTPUT_KEEP:
                 del buffer[:len(buffer) - OUTPUT_KEEP]
+                if buffer is self.out:
+                    self.cut = True
 
     def poll(self):
         """Return the exit status once the program has ended (reaped by its own pid), else None."""
@@ -4042,6 +4103,23 @@ def adapter_get(url, key=None, limit=ADAPTER_TIMEOUT):
     raise answer.get("error") or OSError(f"no answer within {limit} s")
 
 
+def output_lines(data, cut):
+    """Return (the non-empty lines of a program's standard output, whether its last one was cut).
+
+    The one reader of a program's last line (report, guard, audit, reading). Lines end at \\n, a \\r
+    before it dropped, and nowhere else: a form feed or a vertical tab inside `9\\x0c1` ends no line
+    (the README's "last non-empty line"). With `cut`, the start of the output was dropped (only the last
+    OUTPUT_KEEP bytes are kept), so the bytes before the first \\n are the end of a line whose start is
+    gone: no line at all, and when no whole line follows them the last line itself was cut.
+    """
+    pieces = bytes(data).split(b"\n")
+    if cut:
+        pieces = pieces[1:]
+    lines = [piece.decode("utf-8", "replace").removesuffix("\r") for piece in pieces]
+    lines = [line for line in lines if line.strip()]
+    return lines, cut and not lines
+
+
 def read_metric_output(child, status, with_output=True):
     """Return (value, failure) from a finished report: its last non-empty line must be the number alone.
 
@@ -4052,8 +4130,9 @@ def read_metric_output(child, status, with_output=True):
     if status != 0:
         tail = child.note()[-300:] if with_output else ""
         return None, f"{describe_status(status)}" + (f": {tail}" if tail else "")
-    text = child.out.decode("utf-8", "replace")
-    lines = [line for line in text.splitlines() if line.strip()]
+    lines, cut = output_lines(child.out, child.cut)
+    if cut:
+        return None, f"the last line is longer than {OUTPUT_KEEP // 1024} KiB and was cut: not a number read whole"
     if not lines:
         return None, "printed no number"
     last = lines[-1]
@@ -4616,7 +4695,7 @@ class Warden:
         value, failure = read_metric_output(child, status, with_output=what != "guard")
         if child.ended_by == "timeout":
             failure = "took longer than the cadence and was ended"
-        self.reading_done_values(state, what, name, value, failure, child.out.decode("utf-8", "replace"))
+        self.reading_done_values(state, what, name, value, failure, "\n".join(output_lines(child.out, child.cut)[0]))
         round_ = self.rounds.get(state.name)
         if round_ is not None and child.extra.get("round") == round_["number"]:
             round_["pending"].discard((what, name))
@@ -4631,7 +4710,7 @@ class Warden:
             self.record_guard(state, guard, value, failure)
         elif what == "audit":
             audit = next(a for a in m["audits"] if a["name"] == name)
-            lines = [line for line in text.splitlines() if line.strip()]
+            lines = [line for line in text.split("\n") if line.strip()]
             note = "\n".join(lines[:-1])[-NOTE_MAX:] if failure is None else failure
             status = "failed" if failure else ("implausible" if value != value else "trusted")
             self.append({"kind": f"audit.{name}", "claim": "measured", "venture": state.name,
@@ -4871,10 +4950,10 @@ class Warden:
     def research_facts(self, state, child, seq):
         """Keep each {"fact", "source"} line the research command printed as an inferred fact record."""
         kept = 0
-        for line in bytes(child.out).decode("utf-8", "replace").splitlines():
+        for line in output_lines(child.out, child.cut)[0]:
             try:
-                item = json.loads(line)
-            except ValueError:
+                item = read_json(line)
+            except (ValueError, RecursionError):
                 continue
             if isinstance(item, dict) and isinstance(item.get("fact"), str) and isinstance(item.get("source"), str):
                 self.append({"kind": "fact", "claim": "inferred", "venture": state.name, "action": seq,
@@ -5499,8 +5578,8 @@ class Warden:
         spec = state.mandate["levers"].get(lever)
         if spec is not None and spec["takes"] == "json" and isinstance(payload, str):
             try:
-                payload = json.loads(payload)
-            except ValueError as bad:
+                payload = read_json(payload)
+            except (ValueError, RecursionError) as bad:
                 raise Fail(EX_DATAERR, f"{lever} takes json, and the payload is not JSON: {bad}") from None
         seq = self.append({"kind": "proposal", "claim": "declared", "venture": state.name, "by": "person", "choice": "action",
                            "lever": lever, "payload": payload, "summary": f"a person proposes {lever}"})
@@ -6647,8 +6726,8 @@ def cmd_approve(home, args):
         raise Fail(EX_DATAERR, f"the content was emptied: nothing approved; ask #{ask} stays open")
     if not isinstance(payload, str):
         try:
-            edited = json.loads(edited)
-        except ValueError as err:
+            edited = read_json(edited)
+        except (ValueError, RecursionError) as err:
             raise Fail(EX_DATAERR, f"what you saved is not JSON ({err}); nothing approved, ask #{ask} stays open") from None
     return ask_daemon(home, "approve", {"ask": ask, "payload": edited})
 
@@ -7213,8 +7292,13 @@ def read_config(home, path=None):
     given = path is not None
     path = path or os.path.join(home, "config.yaml")
     try:
-        with open(path, encoding="utf-8") as fh:
-            text = fh.read()
+        with open(path, "rb") as fh:
+            data = fh.read()
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as err:
+        line = data.count(b"\n", 0, err.start) + 1
+        col = err.start - (data.rfind(b"\n", 0, err.start) + 1) + 1
+        raise Fail(EX_CONFIG, f"{path}:{line}:{col}: byte 0x{data[err.start]:02x} is not UTF-8; save the config as UTF-8") from None
     except FileNotFoundError:
         if given:
             raise Fail(EX_CONFIG, f"{path} is not there; pass an existing config file to -f") from None
@@ -7385,7 +7469,7 @@ def read_json_adapter(name, reading, url, key):
             said = json.loads(body)
             said = said.get("error", said) if isinstance(said, dict) else {}
             said = said.get("message", "") if isinstance(said, dict) else str(said)   # stripe's and github's error bodies
-        except ValueError:
+        except (ValueError, RecursionError):
             said = ""
         said = str(said).replace(key, "[key]")[:200] if key else str(said)[:200]     # an echoed key stays out of the record
         if 300 <= status < 400:
@@ -7393,7 +7477,7 @@ def read_json_adapter(name, reading, url, key):
         raise Fail(EX_UNAVAILABLE, f"{name} {path}: HTTP {status}" + (f": {said}" if said else ""))
     try:
         value = json.loads(body, parse_constant=lambda word: None)     # NaN and Infinity are no reading
-    except ValueError:
+    except (ValueError, RecursionError):
         raise Fail(EX_DATAERR, f"{name} {path}: the answer is not JSON") from None
     for part in pointer.split("/")[1:]:
         part = part.replace("~1", "/").replace("~0", "~")

@@ -322,7 +322,7 @@ REFUSALS = [
      "4:1", ["more than 100 years", "36500d"], "MANDATE-05"),
     ("bound-past-1e300",
      HEAD + "controller: {kind: threshold, above: 1" + "0" * 400 + ", action: reset}\ncadence: 10s\npermitted:\n"
-     + RESET, "3:31", ["too large"], "CTRL-02"),
+     + RESET, "3:38", ["too large"], "CTRL-02"),    # the YAML layer points at the number itself
     ("permitted-a-mapping",
      HEAD + CTL + "cadence: 10s\npermitted: {}\n",
      "5:1", ["permitted must be a list"], "MANDATE-02"),
