@@ -4804,8 +4804,7 @@ class Warden:
                 self.append(prediction_record(state, report_seq, members, lever))
             return
         if self.worlds.get(state.name):
-            busy = f"the world is still stepping from report #{self.worlds[state.name]['report']}"
-            return self.carry_out(state, world_rule(state, report_seq, lever, [], busy))
+            return                      # still stepping from an earlier report: this one brings no prediction
         job = {"report": report_seq, "lever": lever, "left": WORLD_SEEDS, "outputs": {}, "failure": None}
         self.worlds[state.name] = job
         for i in range(WORLD_SEEDS):
