@@ -1591,24 +1591,34 @@ class Ledger:
 
     def append(self, record, at):
         """Append `record` at unix time `at` as the next link of the chain; return its seq."""
-        if set(RECORD_FIELDS) - set(record) or record["claim"] not in CLAIMS:
-            raise ValueError(f"a record needs kind, claim, venture and summary: {record}")
-        text, at = canonical(record), int(at)
-        db = self.db
+        return self.append_many([record], at)[0]
+
+    def append_many(self, records, at):
+        """Append `records` in order at unix time `at`, as consecutive links, in one transaction (one sync
+        to disk for all: a score and the next prediction); return their seqs."""
+        for record in records:
+            if set(RECORD_FIELDS) - set(record) or record["claim"] not in CLAIMS:
+                raise ValueError(f"a record needs kind, claim, venture and summary: {record}")
+        texts, at = [canonical(record) for record in records], int(at)
+        db, seqs = self.db, []
         db.execute("BEGIN IMMEDIATE")
         try:
             if self.still_ours is not None and not self.still_ours():
                 raise LockLost("the lock of this home is another avsmd's; appending nothing more")
             row = db.execute("SELECT seq, hash FROM records ORDER BY seq DESC LIMIT 1").fetchone()
             seq, prev = (row[0] + 1, row[1]) if row else (1, ZERO_HASH)
-            db.execute("INSERT INTO records(seq, at, prev, hash, weight, record) VALUES (?, ?, ?, ?, 1, ?)",
-                       (seq, at, prev, chain_hash(prev, seq, at, text), text))
+            for text in texts:
+                link = chain_hash(prev, seq, at, text)
+                db.execute("INSERT INTO records(seq, at, prev, hash, weight, record) VALUES (?, ?, ?, ?, 1, ?)",
+                           (seq, at, prev, link, text))
+                seqs.append(seq)
+                seq, prev = seq + 1, link
             db.execute("COMMIT")
         except BaseException:
             if db.in_transaction:
                 db.execute("ROLLBACK")
             raise
-        return seq
+        return seqs
 
     def close(self):
         self.db.close()
@@ -2741,6 +2751,53 @@ def world_rule(state, report_seq, lever, outputs, failure):
         if seen and guard.get("bound") is not None:
             chances[guard["name"]] = round(sum(1 for v in seen if crossed(guard["side"], guard["bound"], v)) / len(seen), 6)
     yield Write(prediction_record(state, report_seq, [o["metric"] for o in outputs], lever, chances, world=True))
+
+
+WORLD_FORECAST_CALLS = 400      # world steps a forecast makes at most (seeds x steps); past it the horizon is cut
+
+
+def forecast_world_paths(facts, step):
+    """Return the forecast of `facts` through the world command (open point 39), as forecast_paths does, or
+    {"too_little": why}. `step(input)` runs one world step and returns (output, None) or (None, why).
+
+    Each of `seeds` paths steps the world at the venture's cadence from its last state and the trusted
+    reports, each imagined report joining the reports of the next step; where the controller would run a
+    lever, within its cap, the next step is told that lever. Seeds x steps calls are capped at
+    WORLD_FORECAST_CALLS: past it the horizon is cut, and the result says so in `cut`."""
+    cadence, seeds = facts["cadence"], facts["seeds"]
+    if seeds < 1 or facts["days"] <= 0:
+        return {"too_little": "forecasts are off (seeds: 0)"}
+    total = max(1, int(facts["days"] * 86400 / cadence))
+    steps = min(total, max(1, WORLD_FORECAST_CALLS // seeds))
+    ends = []
+    for s in range(seeds):
+        state, reports, at = facts["world_state"], list(facts["reports"]), facts["time"]
+        value = reports[-1]["value"] if reports else 0.0
+        allowance = {lever: 0.0 for _, _, lever in facts["sides"]}
+        lever = None
+        for i in range(steps):
+            at += cadence
+            out, why = step({"state": state, "lever": lever, "seed": s * steps + i, "time": int(at),
+                             "reports": reports[-HISTORY:]})
+            if why:
+                return {"too_little": f"the world failed a step of the forecast: {why}"}
+            state, value, lever = out["state"], out["metric"], None
+            reports.append({"seq": None, "at": int(at), "value": value})
+            for way, bound, name in facts["sides"]:
+                count, period = facts["levers"][name]["cap"]
+                allowance[name] = min(count, allowance[name] + count * cadence / period)
+                if lever is None and crossed(way, bound, value) and allowance[name] >= 1:
+                    lever, allowance[name] = name, allowance[name] - 1
+        ends.append(value)
+    ends.sort()
+    days = steps * cadence / 86400
+    result = {"median": quantile(ends, 0.5), "p10": quantile(ends, 0.1), "p90": quantile(ends, 0.9),
+              "days": days if steps < total else facts["days"], "seeds": seeds,
+              "decimals": decimals_of(facts["history"])}
+    if steps < total:
+        result["cut"] = (f"cut short at {seeds * steps} world steps ({WORLD_FORECAST_CALLS} at most): "
+                         f"{format_number(float(f'{days:.3g}'))} of {format_number(facts['days'])} days")
+    return result
 
 
 def calibration_bar(state):
@@ -3982,6 +4039,33 @@ def adapter_get(url, key=None, limit=ADAPTER_TIMEOUT):
     raise answer.get("error") or OSError(f"no answer within {limit} s")
 
 
+def run_world_step(command, data, mandate):
+    """Run one world step in the venture directory (the current one), in a group of its own: `data` on standard
+    input; return (output, None) or (None, why) as read_world_output says (open point 38)."""
+    import signal
+    import subprocess
+    import tempfile
+    with tempfile.TemporaryFile() as stdin, tempfile.TemporaryFile() as stdout:
+        stdin.write(json.dumps(data).encode())
+        stdin.seek(0)
+        proc = subprocess.Popen(command, shell=True, process_group=0, stdin=stdin, stdout=stdout,
+                                stderr=subprocess.DEVNULL)
+        try:
+            status = proc.wait(WORLD_TIMEOUT)
+        except subprocess.TimeoutExpired:
+            signal_group(proc.pid, signal.SIGKILL)
+            proc.wait()
+            return None, f"it took longer than {WORLD_TIMEOUT} s and was ended"
+        finally:
+            signal_group(proc.pid, signal.SIGKILL)      # what it left behind in its group goes with it
+        if status != 0:
+            return None, f"it ended {describe_status(status)}"
+        if stdout.tell() > WORLD_OUTPUT_MAX:
+            return None, f"it printed more than {WORLD_OUTPUT_MAX // 1024} KiB"
+        stdout.seek(0)
+        return read_world_output(stdout.read().decode("utf-8", "replace"), mandate)
+
+
 def read_metric_output(child, status, with_output=True):
     """Return (value, failure) from a finished report: its last non-empty line must be the number alone.
 
@@ -4126,6 +4210,30 @@ class Warden:
                 self.backlog.append(record)
                 return None
             raise LedgerDown(str(err)) from None
+
+    def append_together(self, records):
+        """Append `records` in one transaction and fold each (a score and the next prediction: one sync to disk);
+        while the ledger cannot be written, raise LedgerDown as append does. Return their seqs."""
+        import sqlite3
+        import time
+        if len(records) <= 1 or self.ledger_down:
+            return [self.append(record) for record in records]
+        at = int(time.time())
+        try:
+            seqs = self.ledger.append_many(records, at)
+        except (sqlite3.Error, OSError) as err:
+            self.ledger_down = str(err)
+            self.retry_at = time.monotonic() + ledger_retry(err)
+            sys.stderr.write(f"avsm warden: the ledger cannot be written: {err}; stopping what would write, "
+                             f"trying again in {ledger_retry(err)} s\n")
+            raise LedgerDown(str(err)) from None
+        for seq, record in zip(seqs, records):
+            state = self.ventures.get(record["venture"])
+            if state is not None:
+                fold(state, seq, at, record)
+            if self.debug:
+                log(self.debug, "warden", f"#{seq} {record['venture']} {record['kind']} {record['summary']}")
+        return seqs
 
     def write(self, record, at=None):
         """Append one record and fold it into its venture; raise what SQLite raised."""
@@ -4619,9 +4727,9 @@ class Warden:
         for what, name in sorted(round_["pending"]):
             self.append(self.unread_record(state, what, name, "slower than half a second; written when it is done"))
         del self.rounds[state.name]
-        self.carry_out(state, calibration_rule(state))
+        scores = [intent.record for intent in calibration_rule(state)]      # written with the next prediction
         self.carry_out(state, settle_round(state, round_["metric"]))
-        self.start_prediction(state, round_["metric"])
+        self.start_prediction(state, round_["metric"], scores)
 
     def carry_out(self, state, intents):
         """Carry out a rule's intents in order: append, pause, or ask the gate and run what it proves."""
@@ -4747,7 +4855,13 @@ class Warden:
         f = self.cfg["forecast"] or FORECAST_DEFAULT
         if not f["seeds"] or self.stopping:
             return False
-        payload = write_payload(json.dumps(forecast_facts(state, f["days"], f["seeds"])).encode())
+        facts = forecast_facts(state, f["days"], f["seeds"])
+        if state.mandate["world"]:          # stepped through the world command (open point 39)
+            import time
+            given = world_input(state, None, 0, time.time())
+            facts.update(reports=given["reports"], time=given["time"], world=state.mandate["world"],
+                         world_state=state.world_state, guards=[g["name"] for g in state.mandate["guards"]])
+        payload = write_payload(json.dumps(facts).encode())
         try:
             child = self.spawn("forecast", state, cached_command("forecast", []), timeout=600, payload_file=payload)
             child.extra = {"days": f["days"], "seeds": f["seeds"], "why": why, "lever": lever}
@@ -4779,6 +4893,8 @@ class Warden:
                 all(type(result.get(k)) in (int, float) and abs(result[k]) < float("inf") for k in numbers):
             record.update({k: round(result[k], result["decimals"]) + 0.0 for k in numbers},
                           summary=describe_forecast(state.mandate["metric"], result, extra["days"], extra["seeds"]))
+            if isinstance(result.get("cut"), str):      # through the world, its calls capped
+                record.update(note=result["cut"][:NOTE_MAX], world=True, summary=record["summary"] + f" ({result['cut'][:200]})")
         else:
             why = "it was ended" if child.ended_by else f"the forecast program ended {describe_status(status)}"
             record.update(note=why, summary=f"forecast not made: {why}")
@@ -4789,20 +4905,22 @@ class Warden:
             self.raise_ratchet(state, extra["lever"], seq, record["summary"])
 
     # ---- world models: one-step predictions, made apart from the round ----
-    def start_prediction(self, state, report_seq):
-        """A trusted report's one-step prediction (WORLD-05): the baseline's at once (a few sums), or an ensemble of
-        world steps, each in a group of its own with its seed, its record written when all are done."""
+    def start_prediction(self, state, report_seq, scores=()):
+        """A trusted report's one-step prediction (WORLD-05): the baseline's at once (a few sums), written in one
+        transaction with the round's `scores`; or an ensemble of world steps, each in a group of its own with
+        its seed, its record written when all are done."""
         import time
-        m, report = state.mandate, state.last_report
+        m, report, records = state.mandate, state.last_report, list(scores)
         if not predicts(m) or state.paused or self.stopping or report is None or report[0] != report_seq \
                 or report[2].get("status") != "trusted":
-            return
+            return self.append_together(records)
         lever = state.ran_since[0] if state.ran_since else None
         if m["world"] is None:
             members = baseline_members(state, lever)
             if members:
-                self.append(prediction_record(state, report_seq, members, lever))
-            return
+                records.append(prediction_record(state, report_seq, members, lever))
+            return self.append_together(records)
+        self.append_together(records)
         if self.worlds.get(state.name):
             return                      # still stepping from an earlier report: this one brings no prediction
         job = {"report": report_seq, "lever": lever, "left": WORLD_SEEDS, "outputs": {}, "failure": None}
@@ -7447,7 +7565,11 @@ def run_forecast(args):
         raise Fail(EX_USAGE, "the forecast program is started by the warden with its facts on standard input; run avsmd")
     try:
         facts = json.loads(sys.stdin.read())
-        result = forecast(facts, seed=facts.get("seed", 0))
+        if facts.get("world"):
+            guards = {"guards": [{"name": g} for g in facts.get("guards", [])]}
+            result = forecast_world_paths(facts, lambda data: run_world_step(facts["world"], data, guards))
+        else:
+            result = forecast(facts, seed=facts.get("seed", 0))
     except (ValueError, KeyError, TypeError) as err:
         raise Fail(EX_DATAERR, f"the forecast's facts do not hold: {err}") from None
     out(json.dumps(result))

@@ -277,3 +277,26 @@ def test_a_ranking_below_the_calibration_bar_asks_and_at_the_bar_goes_to_the_gat
     for _, a in mine(av, "action", "ranked"):
         assert all(records[p]["kind"] not in ("prediction",) and not records[p]["kind"].startswith("calibration.")
                    for p in a["proof"]["premises"])
+
+
+def test_the_forecast_at_add_steps_the_world_with_its_calls_capped(av, workdir):
+    """Item 6, open point 39: with world:, the forecast at add steps the world command at the venture's cadence
+    (a day at 1 s is 86400 steps a seed: more than the 400 calls allowed, so it is cut short and says so); it
+    is written when done, inferred, and the reports go on meanwhile."""
+    os.makedirs(av.home, mode=0o700)
+    write(os.path.join(av.home, "config.yaml"), "forecast: {days: 1, seeds: 4}\n")
+    d = world_venture(workdir)
+    os.makedirs(os.path.join(d, "in"))
+    write(os.path.join(d, "world"), "#!/bin/sh\ncat > in/$$\necho '{\"state\": {\"k\": 1}, \"metric\": 7, \"guards\": {}}'\n", 0o755)
+    av.start()
+    r = av.cli("add", d)
+    assert r.returncode == 0 and "a forecast is being made" in r.stdout
+    f = av.wait_for(lambda recs: mine(av, "forecast"), 60, "the forecast through the world")[0][1]
+    assert f["claim"] == "inferred" and f["world"] is True and f["median"] == 7 and f["p10"] == f["p90"] == 7, f
+    assert "cut short at 400 world steps (400 at most)" in f["note"] and "cut short" in f["summary"], f
+    steps = []
+    for name in os.listdir(os.path.join(d, "in")):
+        with open(os.path.join(d, "in", name)) as fh:
+            steps.append(json.loads(fh.read()))
+    imagined = [s for s in steps if s["reports"] and s["reports"][-1]["seq"] is None]
+    assert len(imagined) >= 390 and all(s["state"] == {"k": 1} for s in imagined), len(imagined)
