@@ -199,3 +199,39 @@ def test_capacity_against_the_drift():
         "capacity: not known (lower has no effect yet: no three measured runs, no expects size)"
     model = adopt(CALIBRATED.replace("{kind: threshold, above: 100, action: lower}", "{kind: model}"))
     assert "no bound" in avsm.describe_capacity(avsm.capacity_check(model, 30))
+
+
+# ---- forecasts through the world -------------------------------------------------------------
+
+def test_a_forecast_through_the_world_steps_each_seed_and_names_the_lever_the_controller_would_run():
+    """Item 6, open point 39: each seed's path steps the world from its state and the reports, each imagined
+    report joining the next step's reports; past the bound (5), within lower's cap (60/minute: never short
+    at 10 s), the next step is told lower: from 2, 3 4 5 6 | lower 3 4 5 6 | lower 3 4 5 6. With 1/hour, no run has
+    accrued within two minutes, so none is imagined. 2 seeds x 12 steps (2 minutes at 10 s) fit under the cap."""
+    calls = []
+
+    def step(given):
+        calls.append(given)
+        value = given["reports"][-1]["value"] + (-3 if given["lever"] == "lower" else 1)
+        return {"state": (given["state"] or 0) + 1, "metric": value, "guards": {}}, None
+
+    facts = {"cadence": 10, "seeds": 2, "days": 120 / 86400, "sides": [["above", 5, "lower"]],
+             "levers": {"lower": {"cap": [60, 60], "steps": [], "expects": None}},
+             "history": [1, 2], "world_state": None, "time": 1000, "reports": [{"seq": 7, "at": 990, "value": 2}]}
+    result = avsm.forecast_world_paths(facts, step)
+    assert len(calls) == 24 and "cut" not in result
+    first = calls[:12]
+    assert [c["state"] for c in first] == [None] + list(range(1, 12))
+    assert [c["reports"][-1]["seq"] for c in first[1:]] == [None] * 11 and first[0]["reports"][-1]["seq"] == 7
+    assert [c["time"] for c in first[:2]] == [1010, 1020]
+    assert [i for i, c in enumerate(first) if c["lever"] == "lower"] == [4, 8]
+    assert result["median"] == result["p10"] == result["p90"] == 6
+    facts["levers"]["lower"]["cap"] = [1, 3600]
+    calls.clear()
+    assert avsm.forecast_world_paths(facts, step)["median"] == 14 and not [c for c in calls if c["lever"]]
+    facts["levers"]["lower"]["cap"] = [60, 60]
+    facts["days"] = 1
+    result = avsm.forecast_world_paths(facts, step)
+    assert result["cut"].startswith("cut short at 400 world steps (400 at most): ")
+    failed = avsm.forecast_world_paths(facts, lambda given: (None, "it ended exit 2"))
+    assert failed == {"too_little": "the world failed a step of the forecast: it ended exit 2"}
