@@ -70,6 +70,8 @@ def test_a_world_command_predicts_each_trusted_report(av, workdir):
     standard input (state, lever, seed, time, the trusted reports as stored) and its state comes back next
     time; each trusted report brings an inferred prediction citing it, from the ensemble's metric, with the
     chance of the named guard reading past its bound (the unnamed guard and other keys dropped)."""
+    os.makedirs(av.home, mode=0o700)
+    write(os.path.join(av.home, "config.yaml"), "forecast: {days: 1, seeds: 0}\n")     # only predictions step it
     d = world_venture(workdir)
     av.start()
     assert av.cli("add", d).returncode == 0
