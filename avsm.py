@@ -1776,8 +1776,9 @@ RECORD_KINDS = {
     "exit": ({"measured"}, {"status"}),
     "escalation": ({"measured"}, {"from", "to", "why"}),
     "answer": ({"measured"}, {"escalation", "cited"}),
-    "prediction": ({"inferred"}, set()),
-    "calibration.": ({"measured"}, set()),
+    "prediction": ({"inferred"}, {"report", "median", "p10", "p90"}),
+    "calibration.": ({"measured"}, {"prediction", "report", "crps", "skill", "coverage"}),
+    "world": ({"measured"}, {"ok", "note"}),
 }
 
 
@@ -1852,24 +1853,34 @@ class Ledger:
 
     def append(self, record, at):
         """Append `record` at unix time `at` as the next link of the chain; return its seq."""
-        if set(RECORD_FIELDS) - set(record) or record["claim"] not in CLAIMS:
-            raise ValueError(f"a record needs kind, claim, venture and summary: {record}")
-        text, at = canonical(record), int(at)
-        db = self.db
+        return self.append_many([record], at)[0]
+
+    def append_many(self, records, at):
+        """Append `records` in order at unix time `at`, as consecutive links, in one transaction (one sync
+        to disk for all: a score and the next prediction); return their seqs."""
+        for record in records:
+            if set(RECORD_FIELDS) - set(record) or record["claim"] not in CLAIMS:
+                raise ValueError(f"a record needs kind, claim, venture and summary: {record}")
+        texts, at = [canonical(record) for record in records], int(at)
+        db, seqs = self.db, []
         db.execute("BEGIN IMMEDIATE")
         try:
             if self.still_ours is not None and not self.still_ours():
                 raise LockLost("the lock of this home is another avsmd's; appending nothing more")
             row = db.execute("SELECT seq, hash FROM records ORDER BY seq DESC LIMIT 1").fetchone()
             seq, prev = (row[0] + 1, row[1]) if row else (1, ZERO_HASH)
-            db.execute("INSERT INTO records(seq, at, prev, hash, weight, record) VALUES (?, ?, ?, ?, 1, ?)",
-                       (seq, at, prev, chain_hash(prev, seq, at, text), text))
+            for text in texts:
+                link = chain_hash(prev, seq, at, text)
+                db.execute("INSERT INTO records(seq, at, prev, hash, weight, record) VALUES (?, ?, ?, ?, 1, ?)",
+                           (seq, at, prev, link, text))
+                seqs.append(seq)
+                seq, prev = seq + 1, link
             db.execute("COMMIT")
         except BaseException:
             if db.in_transaction:
                 db.execute("ROLLBACK")
             raise
-        return seq
+        return seqs
 
     def close(self):
         self.db.close()
@@ -1998,6 +2009,12 @@ class VentureState:
         self.ratchet_forecasts = set()  # levers whose ratchet ask waits on its forecast (not folded: a restart asks again)
         self.grants = {}              # seq of an unspent approval (or a person's own proposal) -> {"lever", "payload", "ask"}
         self.checks = {}              # seq of a passed lever check no action has cited yet -> lever
+        self.world_reports = []       # [(seq, at, value)] of the last HISTORY trusted reports: the world's input
+        self.prediction = None        # (seq, record) of the prediction the next report may resolve
+        self.scores = []              # [(crps, persistence's crps, covered)] of the last ROLLING scores
+        self.scored = 0               # calibration scores in the ledger
+        self.world_failing = False    # the last world record is a failed step: the next failure writes nothing
+        self.world_state = None       # the state the world command returned last (not folded: a restart starts from null)
 
     def side(self, name):
         """A controller side: armed (deadband), its streak of crossed reports (hold), asked in this excursion."""
@@ -2028,7 +2045,11 @@ def fold(state, seq, at, record):
         state.guards, state.audits, state.peak, state.approvals = {}, {}, None, {}
         return state
     if kind == "report":
+        previous = state.last_report
         fold_report(state, seq, at, record)
+        fold_world(state, seq, at, record, previous)
+    elif kind in ("prediction", "world") or kind.startswith("calibration."):
+        fold_world(state, seq, at, record, None)
     elif kind.startswith("guard."):
         fold_guard(state, seq, record)
     elif kind.startswith("audit."):
@@ -2708,13 +2729,7 @@ def forecast_paths(facts, seed=0):
     blocks = min(total, FORECAST_BLOCKS)
     k = total / blocks
     seconds = k * facts["cadence"]
-    effects = {}
-    for name, lever in facts["levers"].items():
-        if len(lever["steps"]) >= 3:
-            effects[name] = [x - drift for x in lever["steps"]]
-        elif lever["expects"]:
-            way, size = lever["expects"]
-            effects[name] = [size if way == "up" else -size]
+    effects = lever_effects(facts["levers"], drift)
     low, high = facts["range"] or (None, None)
     rng = random.Random(seed)
     ends, spreads = [], []          # each path's end, held to the range; and where it would be if not held
@@ -2772,6 +2787,334 @@ def describe_forecast(metric, result, days, seeds):
     if "too_little" in result:
         return f"forecast: {result['too_little']}"
     return f"forecast {format_number(days)} days x {seeds} seeds: {forecast_text(metric, result)}"
+
+
+# ---- world models -----------------------------------------------------------------
+# With `world:` or `calibration:` (WORLD-05), each trusted report brings a one-step prediction of the next
+# report, an inferred record: from the world command's ensemble (open point 38) or from the built-in baseline,
+# which takes the metric's own lever-free steps and the measured effect of a lever run in the round (the same
+# effects the forecast and the capacity check use). The next report resolves it: a trusted one is scored in a
+# measured `calibration.<metric>` record (WORLD-06, WORLD-07); any other, or a gap, drops it unscored. A
+# prediction and a score show and never authorize (WORLD-09); the scores only hold a ranking back (WORLD-08).
+
+WORLD_TIMEOUT = 10              # seconds a world step may take (open point 38)
+WORLD_OUTPUT_MAX = 64 * 1024    # bytes a world step may print (WORLD-02)
+WORLD_SEEDS = 8                 # world steps, each with its own seed, in one prediction's ensemble
+PREDICTION_MEMBERS = 20         # ensemble members a prediction record keeps (quantiles of a larger ensemble)
+ROLLING = 20                    # scores the rolling skill and coverage are taken over (open point 37)
+BAR_LEAST = 5                   # scores needed before a ranking may run (WORLD-08)
+
+
+def predicts(mandate):
+    """Whether a venture's reports bring predictions: it names a world, or a calibration bar (WORLD-05)."""
+    return mandate is not None and (mandate["world"] is not None or mandate["calibration"] is not None)
+
+
+def calibration_kind(mandate):
+    """`calibration.<metric>`; a metric read by an adapter (words and a URL) is named `metric`."""
+    metric = mandate["metric"]
+    return "calibration." + (metric if re.fullmatch(r"[A-Za-z0-9_.-]+", metric) else "metric")
+
+
+def fold_world(state, seq, at, record, previous):
+    """A report feeds the world's input and resolves or drops the open prediction; the world's own records
+    say whether its steps fail (once per stretch) and what was predicted and scored."""
+    kind = record["kind"]
+    if kind == "report":
+        if record.get("status") == "trusted":
+            state.world_reports.append((seq, at, record["value"]))
+            del state.world_reports[:-HISTORY]
+        p = state.prediction
+        if p is not None and not p[1].get("resolves"):
+            cadence = state.mandate["cadence"] if state.mandate else None
+            gap = previous is None or previous[0] != p[1].get("report") or \
+                (cadence is not None and at - previous[1] > 2 * cadence + 1)
+            if gap or record.get("status") != "trusted":
+                state.prediction = None         # a gap or a report not trusted resolves nothing (dropped)
+            else:
+                state.prediction = (p[0], dict(p[1], resolves=seq))
+        elif p is not None:
+            state.prediction = None             # its resolving report came and went unscored
+    elif kind == "prediction":
+        state.prediction = (seq, record)
+        state.world_failing = False
+    elif kind == "world":
+        state.world_failing = not record.get("ok")
+    elif kind.startswith("calibration."):
+        state.scores.append((record.get("crps"), record.get("persistence"), record.get("coverage")))
+        del state.scores[:-ROLLING]
+        state.scored += 1
+        state.prediction = None
+
+
+def crps_ensemble(members, y):
+    """The ensemble CRPS: E|X - y| - E|X - X'| / 2, X and X' drawn from the members (a point: |x - y|)."""
+    xs = sorted(members)
+    n = len(xs)
+    near = sum(abs(x - y) for x in xs) / n
+    spread = 2 * sum((2 * i - n + 1) * x for i, x in enumerate(xs)) / (n * n)     # E|X - X'| of sorted members
+    return near - spread / 2
+
+
+def rolling_scores(scores):
+    """(skill, coverage) over `scores` [(crps, persistence crps, covered)]: skill 1 - sum CRPS / sum of
+    persistence's (None when persistence never missed), coverage the share inside the 80% interval."""
+    if not scores:
+        return None, None
+    base = sum(b for _, b, _ in scores)
+    skill = None if base == 0 else 1 - sum(c for c, _, _ in scores) / base
+    return skill, sum(1 for _, _, covered in scores if covered) / len(scores)
+
+
+def kept_members(members):
+    """At most PREDICTION_MEMBERS members, as the ensemble's evenly spaced quantiles, sorted."""
+    xs = sorted(members)
+    if len(xs) > PREDICTION_MEMBERS:
+        xs = [quantile(xs, (i + 0.5) / PREDICTION_MEMBERS) for i in range(PREDICTION_MEMBERS)]
+    return [round(x, 9) + 0.0 for x in xs]
+
+
+def lever_effects(levers, drift):
+    """Each lever's effect per run, net of the drift: its measured steps once it has three, else its
+    `expects` size (EFFECT-17); a lever with neither has none. Forecasts, predictions and the capacity check."""
+    effects = {}
+    for name, lever in levers.items():
+        if len(lever["steps"]) >= 3:
+            effects[name] = [x - drift for x in lever["steps"]]
+        elif lever["expects"]:
+            way, size = lever["expects"]
+            effects[name] = [size if way == "up" else -size]
+    return effects
+
+
+def baseline_members(state, lever=None):
+    """The built-in baseline's one-step ensemble from the last trusted report (WORLD-04): the report plus each
+    lever-free step, plus the effect of `lever` when one ran in the round; None with fewer than 3 steps."""
+    steps = state.free_steps
+    if len(steps) < 3 or state.level is None:
+        return None
+    value = state.level[1]
+    shift = 0.0
+    if lever is not None:
+        facts = forecast_facts(state, 1, 1)["levers"]
+        effect = lever_effects(facts, drift_and_noise(steps)[0]).get(lever)
+        shift = sum(effect) / len(effect) if effect else 0.0
+    return [value + s + shift for s in steps]
+
+
+def prediction_record(state, report_seq, members, lever=None, guards=None, world=False):
+    """The inferred `prediction` record of the report after #report_seq: the ensemble's median, 10th and
+    90th percentiles, and with a world's guards the chance each reads past its bound (WORLD-05)."""
+    xs = kept_members(members)
+    p10, median, p90 = quantile(xs, 0.1), quantile(xs, 0.5), quantile(xs, 0.9)
+    d = decimals_of([v for _, v in state.trusted[-20:]])
+    shown = [f"{round(v, d) + 0.0:.{d}f}" for v in (median, p10, p90)]
+    record = {"kind": "prediction", "claim": "inferred", "venture": state.name, "report": report_seq,
+              "value": state.level[1] if state.level else None, "members": xs,
+              "median": round(median, 9) + 0.0, "p10": round(p10, 9) + 0.0, "p90": round(p90, 9) + 0.0,
+              "source": "world" if world else "baseline", "lever": lever,
+              "summary": f"next {state.mandate['metric']}: {shown[0]} (80%: {shown[1]} to {shown[2]}) from report "
+                         f"#{report_seq}, by the {'world command' if world else 'baseline'}"
+                         + (f" with {lever} run" if lever else "")}
+    if guards:
+        record["guards"] = guards
+        record["summary"] += "; " + ", ".join(f"guard {g} past its bound {round(100 * p)}%" for g, p in sorted(guards.items()))
+    return record
+
+
+def calibration_rule(state):
+    """Yield the score of the prediction the round's trusted report resolves (WORLD-06, WORLD-07): CRPS, its
+    skill against persistence, Brier for the guards it gave chances for, and whether the report fell in the
+    80% interval, with the rolling figures over the last ROLLING scores."""
+    if state.prediction is None or not state.prediction[1].get("resolves") or state.mandate is None:
+        return
+    pseq, pred = state.prediction
+    report_seq = pred["resolves"]
+    if state.last_report is None or state.last_report[0] != report_seq:
+        return
+    y = state.last_report[2]["value"]
+    crps = crps_ensemble(pred["members"], y)
+    base = abs(y - pred["value"])
+    skill = None if base == 0 else 1 - crps / base
+    covered = pred["p10"] <= y <= pred["p90"]
+    events = []
+    for name, chance in (pred.get("guards") or {}).items():
+        info = state.guards.get(name)
+        if info and info["last"] and info["last"][0] > pred["report"] and info["last"][2] == "trusted":
+            events.append((chance - (1 if info["past"] else 0)) ** 2)
+    brier = sum(events) / len(events) if events else None
+    rolling = state.scores[-(ROLLING - 1):] + [(crps, base, covered)]
+    r_skill, r_coverage = rolling_scores(rolling)
+    r = lambda v: None if v is None else round(v, 6) + 0.0       # noqa: E731  six places: a record a person reads
+    record = {"kind": calibration_kind(state.mandate), "claim": "measured", "venture": state.name,
+              "prediction": pseq, "report": report_seq, "crps": r(crps), "persistence": r(base), "skill": r(skill),
+              "brier": r(brier), "coverage": covered, "rolling_skill": r(r_skill), "rolling_coverage": r(r_coverage),
+              "rolling": len(rolling)}
+    record["summary"] = (f"prediction #{pseq} scored on report #{report_seq}: crps {format_number(r(crps))}, skill "
+                         f"{'-' if skill is None else format_number(round(skill, 3))}, "
+                         f"{'inside' if covered else 'outside'} its 80% interval"
+                         + (f", brier {format_number(round(brier, 3))}" if brier is not None else "")
+                         + f"; last {len(rolling)}: {describe_rolling(r_skill, r_coverage)}")
+    yield Write(record)
+
+
+def describe_rolling(skill, coverage):
+    """`skill 0.42, coverage 80%`."""
+    return (f"skill {'-' if skill is None else format_number(round(skill, 3))}, "
+            f"coverage {'-' if coverage is None else format_number(round(100 * coverage))}%")
+
+
+def read_world_output(text, mandate):
+    """Return ({"state", "metric", "guards"}, None) from a world step's standard output, or (None, why) for a
+    failed step (open point 38): one JSON object whose metric is a finite number. Every other key is dropped,
+    and so is a guard the mandate does not name or whose reading is not a finite number (WORLD-03)."""
+    try:
+        out = json.loads(text, parse_constant=refuse_constant)
+    except (ValueError, RecursionError) as err:
+        return None, f"its output is not one JSON object: {str(err)[:120]}"
+    if not isinstance(out, dict):
+        return None, "its output is not a JSON object"
+    metric = out.get("metric")
+    if type(metric) not in (int, float) or not abs(metric) < float("inf"):
+        return None, f"its metric is not a finite number: {json.dumps(metric)[:60]}"
+    named = {g["name"] for g in mandate["guards"]}
+    guards = out.get("guards") if isinstance(out.get("guards"), dict) else {}
+    kept = {k: v for k, v in guards.items() if k in named and type(v) in (int, float) and abs(v) < float("inf")}
+    return {"state": out.get("state"), "metric": float(metric), "guards": kept}, None
+
+
+def world_input(state, lever, seed, now):
+    """The world command's standard input (open point 38): its last state, the lever imagined, a seed, the
+    time, and the last HISTORY trusted reports as stored (never an implausible or failed one)."""
+    return {"state": state.world_state, "lever": lever, "seed": seed, "time": int(now),
+            "reports": [{"seq": s, "at": a, "value": v} for s, a, v in state.world_reports]}
+
+
+def world_rule(state, report_seq, lever, outputs, failure):
+    """Yield what an ensemble of world steps from report #report_seq calls for: its prediction, or a failed
+    step recorded once per stretch (none while the last world record failed too). A prediction whose report
+    is no longer the last one could never be resolved, and is not written."""
+    if failure is not None:
+        if not state.world_failing:
+            yield Write({"kind": "world", "claim": "measured", "venture": state.name, "ok": False, "report": report_seq,
+                         "note": failure[:NOTE_MAX],
+                         "summary": f"world step failed: {failure[:200]}; no prediction (recorded once until a step succeeds)"})
+        return
+    if state.last_report is None or state.last_report[0] != report_seq or not outputs:
+        return
+    chances = {}
+    for guard in state.mandate["guards"]:
+        seen = [o["guards"][guard["name"]] for o in outputs if guard["name"] in o["guards"]]
+        if seen and guard.get("bound") is not None:
+            chances[guard["name"]] = round(sum(1 for v in seen if crossed(guard["side"], guard["bound"], v)) / len(seen), 6)
+    yield Write(prediction_record(state, report_seq, [o["metric"] for o in outputs], lever, chances, world=True))
+
+
+WORLD_FORECAST_CALLS = 400      # world steps a forecast makes at most (seeds x steps); past it the horizon is cut
+
+
+def forecast_world_paths(facts, step):
+    """Return the forecast of `facts` through the world command (open point 39), as forecast_paths does, or
+    {"too_little": why}. `step(input)` runs one world step and returns (output, None) or (None, why).
+
+    Each of `seeds` paths steps the world at the venture's cadence from its last state and the trusted
+    reports, each imagined report joining the reports of the next step; where the controller would run a
+    lever, within its cap, the next step is told that lever. Seeds x steps calls are capped at
+    WORLD_FORECAST_CALLS: past it the horizon is cut, and the result says so in `cut`."""
+    cadence, seeds = facts["cadence"], facts["seeds"]
+    if seeds < 1 or facts["days"] <= 0:
+        return {"too_little": "forecasts are off (seeds: 0)"}
+    total = max(1, int(facts["days"] * 86400 / cadence))
+    steps = min(total, max(1, WORLD_FORECAST_CALLS // seeds))
+    ends = []
+    for s in range(seeds):
+        state, reports, at = facts["world_state"], list(facts["reports"]), facts["time"]
+        value = reports[-1]["value"] if reports else 0.0
+        allowance = {lever: 0.0 for _, _, lever in facts["sides"]}
+        lever = None
+        for i in range(steps):
+            at += cadence
+            out, why = step({"state": state, "lever": lever, "seed": s * steps + i, "time": int(at),
+                             "reports": reports[-HISTORY:]})
+            if why:
+                return {"too_little": f"the world failed a step of the forecast: {why}"}
+            state, value, lever = out["state"], out["metric"], None
+            reports.append({"seq": None, "at": int(at), "value": value})
+            for way, bound, name in facts["sides"]:
+                count, period = facts["levers"][name]["cap"]
+                allowance[name] = min(count, allowance[name] + count * cadence / period)
+                if lever is None and crossed(way, bound, value) and allowance[name] >= 1:
+                    lever, allowance[name] = name, allowance[name] - 1
+        ends.append(value)
+    ends.sort()
+    days = steps * cadence / 86400
+    result = {"median": quantile(ends, 0.5), "p10": quantile(ends, 0.1), "p90": quantile(ends, 0.9),
+              "days": days if steps < total else facts["days"], "seeds": seeds,
+              "decimals": decimals_of(facts["history"])}
+    if steps < total:
+        result["cut"] = (f"cut short at {seeds * steps} world steps ({WORLD_FORECAST_CALLS} at most): "
+                         f"{format_number(float(f'{days:.3g}'))} of {format_number(facts['days'])} days")
+    return result
+
+
+def calibration_bar(state):
+    """Return (whether a ranking may go to the gate, why) under the mandate's `calibration:` bar (WORLD-08,
+    open point 37): fewer than BAR_LEAST scores, or a rolling skill below the bar, hold it back."""
+    bar = state.mandate["calibration"]
+    if bar is None:
+        return True, "the mandate sets no calibration: bar"
+    skill, _ = rolling_scores(state.scores)
+    n = len(state.scores)
+    if n < BAR_LEAST:
+        return False, f"only {n} prediction(s) scored, {BAR_LEAST} needed (calibration: {format_number(bar)})"
+    shown = "-" if skill is None else format_number(round(skill, 3))
+    if skill is None or skill < bar:
+        return False, f"rolling skill {shown} over the last {n} is below the calibration bar {format_number(bar)}"
+    return True, f"rolling skill {shown} over the last {n} meets the calibration bar {format_number(bar)}"
+
+
+def is_ranking(choices):
+    """A ranking is a `choices` reply naming more than one action, best first (open point 37)."""
+    return sum(1 for c in choices if c.get("choice") == "action") > 1
+
+
+def capacity_check(state, days):
+    """Return (verdict, short per day, why): can the permitted levers, within their caps, hold the metric inside
+    the controller's bounds over `days` against its drift (open point 9, EFFECT-17)? verdict: enough, short
+    or not known (why: no drift yet, a lever with no effect, no bound to hold)."""
+    m = state.mandate
+    sides = controller_sides(m)
+    if not sides:
+        return "not known", None, "the controller holds no bound: a model chooses"
+    steps = state.free_steps
+    if len(steps) < 3:
+        return "not known", None, f"no drift yet: {len(steps)} lever-free step(s) of history, 3 needed"
+    drift = drift_and_noise(steps)[0]
+    per_day = 86400 / m["cadence"]
+    effects = lever_effects(forecast_facts(state, days, 1)["levers"], drift)
+    level = state.level[1] if state.level else 0.0
+    short = 0.0
+    for _, way, bound, lever in sides:
+        push = (drift if way == "above" else -drift) * per_day       # how fast the drift carries it toward the bound
+        room = (bound - level) if way == "above" else (level - bound)
+        if push <= 0 or push * days < room:
+            continue                        # the drift never takes it past this bound within the horizon
+        effect = effects.get(lever)
+        pull = (-1 if way == "above" else 1) * sum(effect) / len(effect) if effect else 0.0
+        if pull <= 0:
+            return "not known", None, f"{lever} has no effect yet: no three measured runs, no expects size" \
+                if not effect else f"{lever} has no effect that brings the metric back"
+        count, period = m["levers"][lever]["cap"]
+        short = max(short, push - count * 86400 / period * pull)
+    return ("enough", None, "") if short <= 0 else ("short", short, "")
+
+
+def describe_capacity(result):
+    """`capacity: enough`, `capacity: short by 12/day` or `capacity: not known (why)`."""
+    verdict, short, why = result
+    if verdict == "short":
+        return f"capacity: short by {format_number(round(short, 2) if abs(short) >= 1 else float(f'{short:.3g}'))}/day"
+    return "capacity: enough" if verdict == "enough" else f"capacity: not known ({why})"
 
 
 # ---- controllers --------------------------------------------------------------
@@ -3350,14 +3693,21 @@ def unstick_rule(state, side, why):
             yield Write(resolved_record(state, seq, why))
 
 
-def proposal_rule(state, seq, choice, by, backend, content_why=None):
+def proposal_rule(state, seq, choice, by, backend, content_why=None, held=None):
     """A model's choice, written as proposal #seq: an ask about a lever the mandate names becomes an ask; an
     action goes to the gate with the proposal as its trigger, never a premise; a lever that waits for a person
     (irreversible, or content a model wrote, not delegated) is asked about once; the rest is refused.
 
-    content_why: what the file system said of a diff or file payload (the caller looks), or None."""
+    content_why: what the file system said of a diff or file payload (the caller looks), or None.
+    held: why a ranking's top choice waits for a person (the calibration bar, WORLD-08), or None."""
     m, lever, payload = state.mandate, choice.get("action"), choice.get("payload")
     named = lever in m["levers"] or lever == "stop"
+    if choice["choice"] == "action" and held and lever not in m["forbidden"] and named:
+        yield Write({"kind": "ask", "claim": "measured", "venture": state.name, "about": "lever", "lever": lever,
+                     "payload": payload, "proposal": seq, "by": by, "ranking": True,
+                     "question": f"run {lever}? {backend} ranked it first (#{seq}), but {held}",
+                     "summary": f"{lever} waits for a person: ranked first by {backend} (#{seq}); {held}"})
+        return
     if choice["choice"] == "ask":
         if lever is not None and (lever in m["forbidden"] or lever not in m["levers"]):
             why = f"{lever} is {'forbidden' if lever in m['forbidden'] else 'not permitted'} by mandate #{state.mandate_seq}"
@@ -4120,6 +4470,33 @@ def output_lines(data, cut):
     return lines, cut and not lines
 
 
+def run_world_step(command, data, mandate):
+    """Run one world step in the venture directory (the current one), in a group of its own: `data` on standard
+    input; return (output, None) or (None, why) as read_world_output says (open point 38)."""
+    import signal
+    import subprocess
+    import tempfile
+    with tempfile.TemporaryFile() as stdin, tempfile.TemporaryFile() as stdout:
+        stdin.write(json.dumps(data).encode())
+        stdin.seek(0)
+        proc = subprocess.Popen(command, shell=True, process_group=0, stdin=stdin, stdout=stdout,
+                                stderr=subprocess.DEVNULL)
+        try:
+            status = proc.wait(WORLD_TIMEOUT)
+        except subprocess.TimeoutExpired:
+            signal_group(proc.pid, signal.SIGKILL)
+            proc.wait()
+            return None, f"it took longer than {WORLD_TIMEOUT} s and was ended"
+        finally:
+            signal_group(proc.pid, signal.SIGKILL)      # what it left behind in its group goes with it
+        if status != 0:
+            return None, f"it ended {describe_status(status)}"
+        if stdout.tell() > WORLD_OUTPUT_MAX:
+            return None, f"it printed more than {WORLD_OUTPUT_MAX // 1024} KiB"
+        stdout.seek(0)
+        return read_world_output(stdout.read().decode("utf-8", "replace"), mandate)
+
+
 def read_metric_output(child, status, with_output=True):
     """Return (value, failure) from a finished report: its last non-empty line must be the number alone.
 
@@ -4207,6 +4584,7 @@ class Warden:
         self.roles_rid, self.roles_calls = 0, {}     # requests to the roles process, by id
         self.results, self.decision_count = [], 0    # HTTP replies handed back by call threads
         self.escalations = {}                        # escalation seq -> its decision, until its answer is written
+        self.worlds = {}              # venture -> the ensemble of world steps in flight for its last report
         self.next_nightly = next_nightly(cfg["nightly"])
         self.stopping = False
         self.sel = selectors.DefaultSelector()
@@ -4264,6 +4642,30 @@ class Warden:
                 self.backlog.append(record)
                 return None
             raise LedgerDown(str(err)) from None
+
+    def append_together(self, records):
+        """Append `records` in one transaction and fold each (a score and the next prediction: one sync to disk);
+        while the ledger cannot be written, raise LedgerDown as append does. Return their seqs."""
+        import sqlite3
+        import time
+        if len(records) <= 1 or self.ledger_down:
+            return [self.append(record) for record in records]
+        at = int(time.time())
+        try:
+            seqs = self.ledger.append_many(records, at)
+        except (sqlite3.Error, OSError) as err:
+            self.ledger_down = str(err)
+            self.retry_at = time.monotonic() + ledger_retry(err)
+            sys.stderr.write(f"avsm warden: the ledger cannot be written: {err}; stopping what would write, "
+                             f"trying again in {ledger_retry(err)} s\n")
+            raise LedgerDown(str(err)) from None
+        for seq, record in zip(seqs, records):
+            state = self.ventures.get(record["venture"])
+            if state is not None:
+                fold(state, seq, at, record)
+            if self.debug:
+                log(self.debug, "warden", f"#{seq} {record['venture']} {record['kind']} {record['summary']}")
+        return seqs
 
     def write(self, record, at=None):
         """Append one record and fold it into its venture; raise what SQLite raised."""
@@ -4515,7 +4917,7 @@ class Warden:
         state = self.ventures[child.venture]
         handler = {"report": self.report_done, "lever": self.lever_done, "run": self.run_done,
                    "backend": self.backend_done, "check": self.check_done,
-                   "forecast": self.forecast_done}.get(child.purpose, self.reading_done)
+                   "forecast": self.forecast_done, "world": self.world_done}.get(child.purpose, self.reading_done)
         handler(state, child, child.status)
 
     def end_lingering(self, venture=None, final=False):
@@ -4757,7 +5159,9 @@ class Warden:
         for what, name in sorted(round_["pending"]):
             self.append(self.unread_record(state, what, name, "slower than half a second; written when it is done"))
         del self.rounds[state.name]
+        scores = [intent.record for intent in calibration_rule(state)]      # written with the next prediction
         self.carry_out(state, settle_round(state, round_["metric"]))
+        self.start_prediction(state, round_["metric"], scores)
 
     def carry_out(self, state, intents):
         """Carry out a rule's intents in order: append, pause, or ask the gate and run what it proves.
@@ -4887,7 +5291,13 @@ class Warden:
         f = self.cfg["forecast"] or FORECAST_DEFAULT
         if not f["seeds"] or self.stopping:
             return False
-        payload = write_payload(json.dumps(forecast_facts(state, f["days"], f["seeds"])).encode())
+        facts = forecast_facts(state, f["days"], f["seeds"])
+        if state.mandate["world"]:          # stepped through the world command (open point 39)
+            import time
+            given = world_input(state, None, 0, time.time())
+            facts.update(reports=given["reports"], time=given["time"], world=state.mandate["world"],
+                         world_state=state.world_state, guards=[g["name"] for g in state.mandate["guards"]])
+        payload = write_payload(json.dumps(facts).encode())
         try:
             child = self.spawn("forecast", state, cached_command("forecast", []), timeout=600, payload_file=payload)
             child.extra = {"days": f["days"], "seeds": f["seeds"], "why": why, "lever": lever}
@@ -4919,6 +5329,8 @@ class Warden:
                 all(type(result.get(k)) in (int, float) and abs(result[k]) < float("inf") for k in numbers):
             record.update({k: round(result[k], result["decimals"]) + 0.0 for k in numbers},
                           summary=describe_forecast(state.mandate["metric"], result, extra["days"], extra["seeds"]))
+            if isinstance(result.get("cut"), str):      # through the world, its calls capped
+                record.update(note=result["cut"][:NOTE_MAX], world=True, summary=record["summary"] + f" ({result['cut'][:200]})")
         else:
             why = "it was ended" if child.ended_by else f"the forecast program ended {describe_status(status)}"
             record.update(note=why, summary=f"forecast not made: {why}")
@@ -4927,6 +5339,77 @@ class Warden:
         seq = self.append(record)
         if extra["why"] == "ratchet":
             self.raise_ratchet(state, extra["lever"], seq, record["summary"])
+
+    # ---- world models: one-step predictions, made apart from the round ----
+    def start_prediction(self, state, report_seq, scores=()):
+        """A trusted report's one-step prediction (WORLD-05): the baseline's at once (a few sums), written in one
+        transaction with the round's `scores`; or an ensemble of world steps, each in a group of its own with
+        its seed, its record written when all are done."""
+        import time
+        m, report, records = state.mandate, state.last_report, list(scores)
+        if not predicts(m) or state.paused or self.stopping or report is None or report[0] != report_seq \
+                or report[2].get("status") != "trusted":
+            return self.append_together(records)
+        lever = state.ran_since[0] if state.ran_since else None
+        if m["world"] is None:
+            members = baseline_members(state, lever)
+            if members:
+                records.append(prediction_record(state, report_seq, members, lever))
+            return self.append_together(records)
+        self.append_together(records)
+        if self.worlds.get(state.name):
+            return                      # still stepping from an earlier report: this one brings no prediction
+        job = {"report": report_seq, "lever": lever, "left": WORLD_SEEDS, "outputs": {}, "failure": None}
+        self.worlds[state.name] = job
+        for i in range(WORLD_SEEDS):
+            path = write_payload(json.dumps(world_input(state, lever, report_seq * WORLD_SEEDS + i, time.time())).encode())
+            try:
+                child = self.spawn("world", state, m["world"], timeout=WORLD_TIMEOUT, shell=True, payload_file=path,
+                                   head=WORLD_OUTPUT_MAX)
+                child.extra = {"job": job, "index": i}
+            except OSError as err:
+                job["left"] -= 1
+                job["failure"] = job["failure"] or f"could not start: {err}"
+            finally:
+                os.unlink(path)             # the child holds it open
+        if job["left"] == 0:
+            self.world_settle(state, job)
+
+    def world_done(self, state, child, status):
+        """One world step ended: over its time, over 64 KiB, a non-zero exit or output that does not hold is a
+        failed step (open point 38); the ensemble is settled when its last step is in."""
+        job = child.extra.get("job")
+        if job is None or self.worlds.get(state.name) is not job:
+            return
+        if child.ended_by in ("pause", "stop", "a new mandate"):
+            del self.worlds[state.name]
+            return
+        out, failure = None, None
+        if child.oversized:
+            failure = f"it printed more than {WORLD_OUTPUT_MAX // 1024} KiB"
+        elif child.ended_by == "timeout":
+            failure = f"it took longer than {WORLD_TIMEOUT} s and was ended"
+        elif child.ended_by or status != 0:
+            tail = child.err.decode("utf-8", "replace").strip()[-200:]
+            failure = f"it ended {child.ended_by or describe_status(status)}" + (f": {tail}" if tail else "")
+        else:
+            out, failure = read_world_output(bytes(child.out).decode("utf-8", "replace"), state.mandate)
+        if failure:
+            job["failure"] = job["failure"] or failure
+        else:
+            job["outputs"][child.extra["index"]] = out
+        job["left"] -= 1
+        if job["left"] == 0:
+            self.world_settle(state, job)
+
+    def world_settle(self, state, job):
+        """All steps of an ensemble are in: the first seed's state is the world's next input; the kernel says what to write."""
+        self.worlds.pop(state.name, None)
+        outputs = [job["outputs"][i] for i in sorted(job["outputs"])]
+        if job["failure"] is None and outputs:
+            state.world_state = outputs[0]["state"]
+        if state.mandate is not None:
+            self.carry_out(state, world_rule(state, job["report"], job["lever"], outputs, job["failure"]))
 
     def run_research(self, state, seq, question, spec):
         """The research lever: the question goes to the config's research command; what comes back is inferred facts."""
@@ -5191,8 +5674,16 @@ class Warden:
             d["looks"].append({"look": look, "answer": answer})
             return self.build(d)
         cited = []
+        held = None
+        if is_ranking(parsed["choices"]):
+            ok, why = calibration_bar(state)
+            held = None if ok else why        # below the bar, its top choice asks and no action runs (WORLD-08)
+        top = next((c for c in parsed["choices"] if c["choice"] == "action"), None)
         for choice in parsed["choices"]:
-            cited += self.propose(state, choice, d)
+            if held and choice["choice"] == "action" and choice is not top:
+                d["lines"].append(f"{choice['action']} not proposed: the ranking is held back ({held})")
+                continue
+            cited += self.propose(state, choice, d, held=held if choice is top else None)
         if d["escalation"] is not None:
             self.answer_escalation(d, d.get("escalation_looks", []) + cited)
         self.finish_decision(d)
@@ -5271,8 +5762,9 @@ class Warden:
         found = [line for line in found if topic and topic in line.lower()][-10:]
         return "\n".join(found) or f"nothing declared about {look['topic']}"
 
-    def propose(self, state, choice, d):
-        """Write one choice as an inferred proposal, then let the gate judge it; return the records written."""
+    def propose(self, state, choice, d, held=None):
+        """Write one choice as an inferred proposal, then let the gate judge it; return the records written.
+        `held`: why a ranking's top choice asks a person instead (the calibration bar, WORLD-08)."""
         lever = choice.get("action")
         record = {"kind": "proposal", "claim": "inferred", "venture": state.name, "by": d["by"], "choice": choice["choice"],
                   "backend": d["backend"], "reason": choice.get("reason", "")[:TEXT_MAX],
@@ -5292,11 +5784,12 @@ class Warden:
         content_why = content_problem(spec["takes"], choice.get("payload"), state.directory) \
             if spec and spec["takes"] in ("diff", "file") and isinstance(choice.get("payload"), str) else None
         written = [seq]
-        for intent, done in self.carry_out(state, proposal_rule(state, seq, choice, d["by"], d["backend"], content_why)):
+        for intent, done in self.carry_out(state, proposal_rule(state, seq, choice, d["by"], d["backend"], content_why, held)):
             if isinstance(intent, Gate):
                 d["lines"].append(f"#{done} action {lever}" if done else f"{lever} waits for its check")
             elif intent.record["kind"] == "ask":
-                d["lines"].append(f"#{done} ask" + (f" for {lever}" if intent.record["about"] == "lever" else ""))
+                d["lines"].append(f"#{done} ask" + (f" for {lever}" if intent.record["about"] == "lever" else "")
+                                  + (f": {held}" if intent.record.get("ranking") else ""))
             else:
                 d["lines"].append(f"#{done} refusal: {intent.record['why']}")
             if done:
@@ -5413,7 +5906,8 @@ class Warden:
         state = self.ventures.setdefault(name, VentureState(name))
         seq = self.adopt(state, mandate, mandate_record(name, directory, text, f"adopted {name} from {directory} (sha256 {sha[:16]})"))
         forecasting = self.start_forecast(state, "add")
-        return [f"{name}: adopted as mandate #{seq}"] + describe_allowed(mandate, self.cfg) + \
+        capacity = "  " + describe_capacity(capacity_check(state, (self.cfg["forecast"] or FORECAST_DEFAULT)["days"]))
+        return [f"{name}: adopted as mandate #{seq}"] + describe_allowed(mandate, self.cfg) + [capacity] + \
                ([f"{name} is paused; avsm resume {name} starts it"] if state.paused else []) + \
                ([f"{name}: a forecast is being made; it is written to the ledger when done"] if forecasting else [])
 
@@ -5863,11 +6357,25 @@ def describe_status_lines(state, now, keep, children, cfg=None):
             used = len(cap_window(state, name, now))
             running = " (running)" if name in state.running else ""
             lines.append(f"  lever {name}: {used} of {lever['cap'][0]} per {format_duration(lever['cap'][1])}{running}")
+    lines += describe_calibration_lines(state)
     lines.append(f"  open asks: {len(state.open_asks)}" + (f" ({', '.join('#' + str(s) for s in sorted(state.open_asks))})" if state.open_asks else ""))
     if m is not None and m["run"]:
         child, restarts = (keep or {}).get("child"), (keep or {}).get("restarts", 0)
         lines.append(f"  run: {'pid ' + str(child.pid) if child else 'not running'}, restarts {restarts}")
     return lines
+
+
+def describe_calibration_lines(state):
+    """A venture with predictions: its rolling skill and coverage, and whether a ranking would run (WORLD-08)."""
+    if not predicts(state.mandate):
+        return []
+    skill, coverage = rolling_scores(state.scores)
+    line = (f"  calibration: {state.scored} prediction(s) scored; last {len(state.scores)}: {describe_rolling(skill, coverage)}"
+            if state.scores else "  calibration: no prediction scored yet")
+    ok, why = calibration_bar(state)
+    if state.mandate["calibration"] is None:
+        return [line + "; a ranking goes to the gate (no calibration: bar)"]
+    return [line + (f"; a ranking would run: {why}" if ok else f"; a ranking would ask, not run: {why}")]
 
 
 class Daemon:
@@ -6814,7 +7322,7 @@ def cmd_why(home, args):
     out(format_record_line(seq, at, record))
     proof = record.get("proof")
     if record.get("kind") != "action" or not proof:
-        cited = [record[k] for k in ("action", "ask", "report", "proposal") if isinstance(record.get(k), int)]
+        cited = [record[k] for k in ("action", "ask", "report", "proposal", "prediction") if isinstance(record.get(k), int)]
         out(f"a {record.get('claim')} {record.get('kind')} record: it authorizes nothing and carries no proof")
         if isinstance(record.get("call"), dict):
             out(f"  call: {describe_call(record)}")
@@ -7359,7 +7867,22 @@ def test_config(home, cfg, path):
         out(f"venture {name} (mandate #{seq}, {directory}){': paused' if paused else ''}:")
         for line in describe_allowed(m, cfg):
             out(line)
+        out("  " + describe_capacity(ledger_capacity(home, name, m, (cfg["forecast"] or FORECAST_DEFAULT)["days"])))
     return code
+
+
+def ledger_capacity(home, name, m, days):
+    """The capacity check of venture `name` under mandate `m`, from its history in the ledger (open point 9)."""
+    states = {}
+    db = open_ledger_ro(os.path.join(home, "ledger.db"))
+    try:
+        for seq, at, record in read_records(db, venture=name):
+            fold_ledger(states, seq, at, record)
+    finally:
+        db.close()
+    state = states.get(name) or VentureState(name)
+    state.mandate = m
+    return capacity_check(state, days)
 
 
 def run_daemon(args):
@@ -7426,7 +7949,11 @@ def run_forecast(args):
         raise Fail(EX_USAGE, "the forecast program is started by the warden with its facts on standard input; run avsmd")
     try:
         facts = json.loads(sys.stdin.read())
-        result = forecast(facts, seed=facts.get("seed", 0))
+        if facts.get("world"):
+            guards = {"guards": [{"name": g} for g in facts.get("guards", [])]}
+            result = forecast_world_paths(facts, lambda data: run_world_step(facts["world"], data, guards))
+        else:
+            result = forecast(facts, seed=facts.get("seed", 0))
     except (ValueError, KeyError, TypeError) as err:
         raise Fail(EX_DATAERR, f"the forecast's facts do not hold: {err}") from None
     out(json.dumps(result))
