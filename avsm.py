@@ -1993,6 +1993,7 @@ class VentureState:
         self.actions = {}             # lever -> [(seq, at)] of its runs, for caps
         self.open_asks = {}           # ask seq -> ask record
         self.implausible_ask = None   # seq of the open ask raised for an implausible stretch
+        self.implausible_answered = False   # its ask was answered: no new one until a plausible reading comes
         self.running = {}             # lever -> action seq of a run in flight (from action/outcome)
         self.guards = {}              # guard name -> {"last": (seq, value, status), "past", "episode", "unwind_ok"}
         self.audits = {}              # audit name -> {"values": [(seq, value)], "last": (seq, status), "note"}
@@ -2108,6 +2109,7 @@ def fold(state, seq, at, record):
             state.approvals[lever] = 0          # "it did not happen" denies no lever
         if state.implausible_ask == record.get("ask"):
             state.implausible_ask = None
+            state.implausible_answered = kind != "resolved"     # asked once in this stretch, answered or not
     elif kind == "effect":
         state.effects.pop(record.get("action"), None)
         lever = record.get("lever")
@@ -2122,6 +2124,9 @@ def fold(state, seq, at, record):
         state.paused = False
         for info in state.guards.values():
             info["repause"] = info["past"]    # a guard still past its bound pauses it again at its next reading
+    if state.implausible_answered and (kind == "report" or kind.startswith(("guard.", "audit."))) \
+            and held_by(state) is None:
+        state.implausible_answered = False      # a plausible reading ends the stretch: the next one may ask
     return state
 
 
@@ -3620,7 +3625,7 @@ def effect_rules(state):
 
 def implausible_rule(state, held, report_seq):
     """A reading that holds the venture implausible asks once until a plausible one comes; then it is settled."""
-    if held and state.implausible_ask is None:
+    if held and state.implausible_ask is None and not state.implausible_answered:
         what, seq, note = held
         record = {"kind": "ask", "claim": "measured", "venture": state.name, "about": "implausible",
                   "reading": seq, "question": f"{what} (#{seq}) is not plausible: {note}; is the sensor sound?",

@@ -331,3 +331,20 @@ def test_restart_rule_backs_off_and_asks_at_the_ceiling():
     assert (again, backoff, delay) == (True, 0, 0)
     again, _, _, records = avsm.restart_rule(led.state, 7, 0, "pause", 1.0, 0, True, True)
     assert not again and "not restarted" in records[0]["summary"]
+
+
+def test_implausible_ask_answered_is_not_asked_again_in_the_same_stretch():
+    """PLAUS-07, one ask per stretch: once the implausible-reading ask is answered, further bad readings of the
+    same stretch ask nothing; a plausible reading ends the stretch, and the next bad one asks again."""
+    led = Ledger(GUARDED % "pause")
+    seq = led.add(report(None, status="failed") | {"note": "exit 1"})
+    led.drive(avsm.settle_round(led.state, seq))
+    ask = led.seq
+    led.add({"kind": "denial", "claim": "declared", "venture": V, "ask": ask, "summary": "no"})
+    for _ in range(2):
+        seq = led.add(report(None, status="failed") | {"note": "exit 1"})
+        assert led.drive(avsm.settle_round(led.state, seq)) == [], "asked again in the same stretch"
+    seq = led.add(report(5))
+    assert led.drive(avsm.settle_round(led.state, seq)) == []
+    seq = led.add(report(None, status="failed") | {"note": "exit 1"})
+    assert kinds(led.drive(avsm.settle_round(led.state, seq))) == [("Write", "ask")]
