@@ -56,7 +56,16 @@ EX_CANTCREAT = 73    # a home that is not a directory
 EX_IOERR = 74        # standard output cannot be written
 EX_TEMPFAIL = 75     # another avsmd holds the home, or avsmd must be stopped first
 EX_NOPERM = 77       # a permission missing
-EX_CONFIG = 78       # a config or mandate that does not hold
+EX_CONFIG = 78       # a config or mandate that does not hold, or a Python older than 3.11
+
+# The first thing either program does, at import, before anything 3.11-only runs, so an older interpreter gets
+# one line and EX_CONFIG (the installation does not hold; it is no bug in avsm, and a service manager can be told
+# not to restart on 78) rather than a traceback. For that the whole file must still parse on Python 3.6 and later:
+# no `match`, no `except*`, no parenthesized context managers (tests/test_newcomer.py checks it on 3.8 to 3.10).
+if sys.version_info < (3, 11):
+    sys.stderr.write("avsm needs Python 3.11 or later; this is %d.%d.%d at %s\n"
+                     % (sys.version_info[:3] + (sys.executable or "an unknown path",)))
+    raise SystemExit(EX_CONFIG)
 
 CLAIMS = ("measured", "declared", "inferred")
 ZERO_HASH = "0" * 64
@@ -5985,7 +5994,8 @@ commands:
 
 --home DIR, else $AVSMD_HOME, else ~/.local/state/avsmd (macOS: ~/Library/Application Support/avsmd).
 Exit codes: 64 usage, 65 refused, 66 not there, 69 no avsmd answering, 74 output not writable;
-doctor also 73 a home that is no directory, 77 a permission missing, 78 a config or mandate that does not hold."""
+doctor also 73 a home that is no directory, 77 a permission missing, 78 a config or mandate that does not hold;
+either program exits 78 at once on a Python older than 3.11."""
 
 DAEMON_USAGE = """usage: avsmd [--home DIR] [-f CONFIG] [-d] [-t | -T]
 
@@ -5996,7 +6006,8 @@ DAEMON_USAGE = """usage: avsmd [--home DIR] [-f CONFIG] [-d] [-t | -T]
   -d           verbose diagnostics on standard error
 
 --home DIR, else $AVSMD_HOME, else ~/.local/state/avsmd (macOS: ~/Library/Application Support/avsmd).
-Exit codes: 64 usage, 75 another avsmd runs on the home, 78 a config or mandate that does not hold."""
+Exit codes: 64 usage, 75 another avsmd runs on the home, 78 a config or mandate that does not hold,
+or a Python older than 3.11 (one line names the version and the interpreter)."""
 
 
 def flush_out():
