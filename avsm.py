@@ -4842,23 +4842,12 @@ class Warden:
 
     def do_add(self, args, err):
         directory = os.path.realpath(args.get("dir", ""))
-        check_venture_dir(directory)
-        name = check_venture_name(os.path.basename(directory))
-        path = os.path.join(directory, "mandate.yaml")
-        try:
-            text = read_mandate_file(path)
-            mandate = parse_mandate(text, path, directory)
-        except OSError as err:
-            raise Fail(EX_DATAERR, f"{path} cannot be read: {err.strerror}") from None
-        except Fail as fail:
-            raise Fail(EX_DATAERR, str(fail)) from None
+        name, path, text, mandate = read_venture(directory)
         import hashlib
         sha = hashlib.sha256(text.encode()).hexdigest()
         state = self.ventures.get(name)
         if state is not None and state.mandate_seq is not None:
-            if state.directory != directory and not state.paused:
-                raise Fail(EX_DATAERR, f"venture '{name}' is already adopted from {state.directory}; "
-                                       f"pause it first (avsm pause {name}) or rename this directory")
+            check_not_adopted_elsewhere(name, directory, state.directory, state.paused)
             if state.directory == directory and state.mandate_sha == sha:
                 if state.mandate is None:
                     self.check_runnable(state)
@@ -5188,6 +5177,30 @@ def check_venture_dir(directory):
     problem = mandate_file_problem(os.path.join(directory, "mandate.yaml"), os.stat(os.path.join(directory, "mandate.yaml")))
     if problem:
         raise Fail(EX_DATAERR, problem)
+
+
+def read_venture(directory):
+    """Read the venture in `directory` as `avsm add` adopts it: (name, path of mandate.yaml, its text, the mandate),
+    or Fail: 66 when the directory is not there, 65 with the fix otherwise. The client's add, avsmd's add and
+    `avsmd -t DIR` all call this one function, so a check says exactly what adopting would."""
+    check_venture_dir(directory)
+    name = check_venture_name(os.path.basename(directory))
+    path = os.path.join(directory, "mandate.yaml")
+    try:
+        text = read_mandate_file(path)
+        mandate = parse_mandate(text, path, directory)
+    except OSError as err:
+        raise Fail(EX_DATAERR, f"{path} cannot be read: {err.strerror}") from None
+    except Fail as fail:
+        raise Fail(EX_DATAERR, str(fail)) from None
+    return name, path, text, mandate
+
+
+def check_not_adopted_elsewhere(name, directory, adopted_from, paused):
+    """Refuse (65) adopting `directory` as venture `name` while a running venture of that name comes from elsewhere."""
+    if adopted_from != directory and not paused:
+        raise Fail(EX_DATAERR, f"venture '{name}' is already adopted from {adopted_from}; "
+                               f"pause it first (avsm pause {name}) or rename this directory")
 
 
 MANDATE_MAX = 256 * 1024        # bytes: a mandate is a page of text; past this it is a mistake, and parsing stalls
@@ -5997,10 +6010,12 @@ Exit codes: 64 usage, 65 refused, 66 not there, 69 no avsmd answering, 74 output
 doctor also 73 a home that is no directory, 77 a permission missing, 78 a config or mandate that does not hold;
 either program exits 78 at once on a Python older than 3.11."""
 
-DAEMON_USAGE = """usage: avsmd [--home DIR] [-f CONFIG] [-d] [-t | -T]
+DAEMON_USAGE = """usage: avsmd [--home DIR] [-f CONFIG] [-d] [-t [DIR...] | -T]
 
   (no option)  run in the foreground, serving HOME/sock
-  -t           test the config and every adopted mandate; say what each allows
+  -t           test the config and every adopted mandate; say what each allows,
+               and where a mandate.yaml on disk differs from the mandate in force
+  -t DIR...    check each venture directory as avsm add would (no daemon needed)
   -T           print the config in force
   -f FILE      read FILE as the config in place of HOME/config.yaml
   -d           verbose diagnostics on standard error
@@ -6127,8 +6142,7 @@ def cmd_add(home, args):
     if len(args) != 1 or not args[0]:
         raise Fail(EX_USAGE, "usage: avsm add DIR")
     directory = os.path.realpath(args[0])
-    check_venture_dir(directory)
-    check_venture_name(os.path.basename(directory))
+    read_venture(directory)             # what the client can check itself comes first (65, 66), then the daemon (69)
     return ask_daemon(home, "add", {"dir": directory})
 
 
@@ -6393,6 +6407,37 @@ def cmd_try(home_arg, args):
     return EX_OK
 
 
+DRIFT_LINES = 12         # lines of a mandate's diff shown at most by avsmd -t and doctor
+
+
+def mandate_drift(in_force, on_disk, seq, path):
+    """Return the lines of a short unified diff from mandate #seq's text to the file at `path`, or [] when equal."""
+    if in_force == on_disk or in_force is None:
+        return []
+    import difflib
+    lines = list(difflib.unified_diff(in_force.splitlines(), on_disk.splitlines(), f"mandate #{seq} (in force)",
+                                      path, n=0, lineterm=""))
+    shown_lines = [f"    {line}" for line in lines[:DRIFT_LINES]]
+    if len(lines) > DRIFT_LINES:
+        shown_lines.append(f"    ... {len(lines) - DRIFT_LINES} more lines of difference")
+    return shown_lines or ["    (the two differ only in line endings or a last newline)"]
+
+
+def client_command(home=None):
+    """The client as this user runs it, judged from how this program was started: `avsm` when this program was
+    started under a name and `avsm` is on the PATH, else `python3 /path/to/avsm.py`; with `--home HOME` when
+    `home` is not the one the client finds by itself ($AVSMD_HOME, else the default)."""
+    import shutil
+    started = os.path.basename(sys.argv[0] if sys.argv and sys.argv[0] else "")
+    if not started.endswith(".py") and started not in ("-c", "-m", "") and shutil.which("avsm"):
+        command = "avsm"
+    else:
+        command = f"{os.path.basename(sys.executable or 'python3') or 'python3'} {os.path.realpath(__file__)}"
+    if home is not None and os.path.realpath(home) != os.path.realpath(resolve_home(None)):
+        command += f" --home {home}"
+    return command
+
+
 # ---- avsm doctor -------------------------------------------------------------
 
 DOCTOR_ORDER = (EX_DATAERR, EX_CONFIG, EX_NOPERM, EX_CANTCREAT, EX_NOINPUT, EX_UNAVAILABLE)   # worst first
@@ -6548,7 +6593,7 @@ def doctor_mandates(home, found):
     except (sqlite3.DatabaseError, ValueError) as err:
         found.note(f"the adopted mandates cannot be listed from a ledger that does not read ({err})")
         return
-    for name, directory, seq, paused in adopted:
+    for name, directory, seq, paused, in_force in adopted:
         path = os.path.join(directory or "", "mandate.yaml")
         if not os.path.isdir(directory or ""):
             if paused:
@@ -6558,8 +6603,16 @@ def doctor_mandates(home, found):
                            f"put {directory} back, or avsm --home {home} pause {name}")
             continue
         try:
-            parse_mandate(read_mandate_file(path), path, directory)
-            found.ok(f"venture {name}: {path} holds")
+            text = read_mandate_file(path)
+            parse_mandate(text, path, directory)
+            drift = mandate_drift(in_force, text, seq, path)
+            if drift:
+                found.note(f"venture {name}: {path} holds but differs from mandate #{seq} in force; "
+                           f"{client_command(home)} add {directory} applies it")
+                for line in drift:
+                    out(f"  {line}")
+            else:
+                found.ok(f"venture {name}: {path} holds, the same as mandate #{seq} in force")
         except OSError as err:
             denied = isinstance(err, PermissionError)
             found.fail(EX_NOPERM if denied else EX_NOINPUT, f"venture {name}: {path} cannot be read: {err.strerror}",
@@ -6777,7 +6830,7 @@ def read_config(home, path=None):
 
 
 def adopted_mandates(home):
-    """Return [(name, directory, mandate seq, paused)] of every adopted venture, from the ledger."""
+    """Return [(name, directory, mandate seq, paused, mandate text)] of every adopted venture, from the ledger."""
     path = os.path.join(home, "ledger.db")
     if not os.path.exists(path):
         return []
@@ -6786,7 +6839,7 @@ def adopted_mandates(home):
     for seq, at, record in read_records(db):
         name = record.get("venture")
         if record["kind"] == "mandate":
-            ventures[name] = [name, record.get("directory"), seq, False]
+            ventures[name] = [name, record.get("directory"), seq, False, record.get("text")]
         elif record["kind"] in ("pause", "resume") and name in ventures:
             ventures[name][3] = record["kind"] == "pause"
     db.close()
@@ -6807,12 +6860,13 @@ def test_config(home, cfg, path):
         sys.stderr.write(f"avsmd: {home}/ledger.db does not read ({err}), so no adopted mandate can be listed; "
                          f"see avsm --home {home} doctor\n")
         return EX_DATAERR
-    for name, directory, seq, paused in adopted:
+    for name, directory, seq, paused, in_force in adopted:
         mandate_path = os.path.join(directory or "", "mandate.yaml")
         try:
             if not os.path.isdir(directory or ""):
                 raise Fail(EX_NOINPUT, f"{directory} is not there")
-            m = parse_mandate(read_mandate_file(mandate_path), mandate_path, directory)
+            text = read_mandate_file(mandate_path)
+            m = parse_mandate(text, mandate_path, directory)
         except OSError as err:
             sys.stderr.write(f"avsmd: {name}: {mandate_path} cannot be read: {err.strerror}\n")
             code = EX_CONFIG
@@ -6821,10 +6875,52 @@ def test_config(home, cfg, path):
             if fail.code == EX_NOINPUT and paused:
                 out(f"venture {name} (mandate #{seq}): paused, and its directory has gone")
                 continue
-            sys.stderr.write(f"avsmd: {name}: {fail}\n")
+            sys.stderr.write(f"avsmd: {name}: {fail}" + (f" (mandate #{seq} stays in force)\n" if fail.code != EX_NOINPUT else "\n"))
             code = EX_CONFIG
             continue
-        out(f"venture {name} (mandate #{seq}, {directory}){': paused' if paused else ''}:")
+        drift = mandate_drift(in_force, text, seq, mandate_path)
+        if drift:
+            out(f"venture {name} ({directory}){': paused' if paused else ''}: {mandate_path} differs from mandate #{seq} "
+                f"in force; {client_command(home)} add {directory} applies it")
+            for line in drift:
+                out(line)
+            out("  as on disk, once added, it allows:")
+        else:
+            out(f"venture {name} (mandate #{seq}, {directory}){': paused' if paused else ''}:")
+        for line in describe_allowed(m, cfg):
+            out(line)
+    return code
+
+
+def test_ventures(home, cfg, dirs):
+    """avsmd -t DIR...: check each venture directory exactly as `avsm add` would, with no daemon needed: the same
+    function, messages and exit codes (the first code found wins), then what adopting it would allow."""
+    try:
+        adopted = {name: (directory, seq, paused, text) for name, directory, seq, paused, text in adopted_mandates(home)}
+    except (sqlite3_errors(), ValueError):
+        adopted = {}                    # a ledger that does not read: avsmd -t alone says so; each directory is still checked
+    code = EX_OK
+    for given in dirs:
+        directory = os.path.realpath(given)
+        try:
+            name, path, text, m = read_venture(directory)
+            if name in adopted:
+                check_not_adopted_elsewhere(name, directory, adopted[name][0], adopted[name][2])
+        except Fail as fail:
+            sys.stderr.write(f"avsmd: {shown(str(fail))}\n")
+            code = code or fail.code
+            continue
+        held = adopted.get(name)
+        if held and held[0] == directory and held[3] == text:
+            out(f"venture {name} ({directory}): holds, the same as mandate #{held[1]} in force (avsm add writes nothing)")
+        elif held and held[0] == directory:
+            out(f"venture {name} ({directory}): holds, and differs from mandate #{held[1]} in force; "
+                f"{client_command(home)} add {directory} applies it")
+            for line in mandate_drift(held[3], text, held[1], path):
+                out(line)
+            out("  as on disk, once added, it allows:")
+        else:
+            out(f"venture {name} ({directory}): holds; {client_command(home)} add {directory} adopts it")
         for line in describe_allowed(m, cfg):
             out(line)
     return code
@@ -6834,7 +6930,7 @@ def run_daemon(args):
     """avsmd [--home DIR] [-f FILE] [-d] [-t|-T]: return the exit code."""
     given = list(args)
     home, rest = take_home(args)
-    config_path, debug, mode = None, False, "run"
+    config_path, debug, mode, dirs = None, False, "run", []
     while rest:
         arg = rest.pop(0)
         if arg in ("-h", "--help"):
@@ -6853,8 +6949,14 @@ def run_daemon(args):
             if mode not in ("run", arg):
                 raise Fail(EX_USAGE, "give -t or -T, not both")
             mode = arg
+        elif arg == "--":
+            dirs, rest = dirs + rest, []      # what follows -- is directories, never an option
+        elif not arg.startswith("-") or arg == "-":
+            dirs.append(arg)
         else:
             raise Fail(EX_USAGE, f"avsmd does not take '{arg}'; avsmd --help lists its options")
+    if dirs and mode != "-t":
+        raise Fail(EX_USAGE, f"avsmd takes a directory only after -t (avsmd -t {dirs[0]} checks it); avsmd --help lists its options")
     home = resolve_home(home)
     if os.path.exists(home) and not os.path.isdir(home):
         raise Fail(EX_CANTCREAT, f"{home} is not a directory; move it aside or pass another --home")
@@ -6863,7 +6965,7 @@ def run_daemon(args):
         out(format_config(cfg).rstrip("\n"))
         return EX_OK
     if mode == "-t":
-        return test_config(home, cfg, path)
+        return test_ventures(home, cfg, dirs) if dirs else test_config(home, cfg, path)
     keep_standard_files_open()
     if __name__ == "__main__":
         # run as a script, this file was compiled afresh: start again from its cached bytecode, same pid

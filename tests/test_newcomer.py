@@ -55,3 +55,110 @@ def test_old_python_gets_one_line_and_78_at_every_entry_point(version, python, b
         exe = subprocess.run([python, "-c", "import sys; print(sys.executable)"], capture_output=True, text=True).stdout.strip()
         assert r.stderr == f"avsm needs Python 3.11 or later; this is {version} at {exe}\n", argv
     assert not os.path.exists(home)          # nothing was started, nothing made
+
+
+@pytest.fixture
+def av(bindir, home):
+    a = Avsm(bindir, home)
+    yield a
+    a.stop()
+
+
+DIAL = """purpose: Keep {name} low.
+metric: dial
+controller: {{kind: threshold, above: 10, action: lower}}
+cadence: 1s
+permitted:
+  - name: lower
+    run: ./lower
+    cap: {cap}
+    reversible: true
+forbidden: [rm]
+"""
+
+
+def dial(root, name, cap="3/hour"):
+    d = make_venture(root, name, DIAL.format(name=name, cap=cap),
+                     {"report": "#!/bin/sh\necho 1\n", "lower": "#!/bin/sh\ntrue\n"})
+    return d
+
+
+def test_t_of_a_directory_checks_it_as_add_would_with_no_daemon(av, workdir):
+    """Issue 13 item 3 (CLI-03, VENTURE-08): `avsmd -t DIR...` checks venture directories with no daemon
+    running and no home, through the same function as `avsm add`: the same messages and exit codes (66 for a
+    directory that is not there, 65 for a file, a mandate that does not hold, a name avsm cannot take), the first
+    code found winning; a directory that holds is described as adopting it would allow, with the add that adopts it."""
+    good = dial(workdir, "good")
+    broken = dial(workdir, "broken")
+    write(os.path.join(broken, "mandate.yaml"), open(os.path.join(broken, "mandate.yaml")).read().replace("cadence", "cadance"))
+    a_file = write(os.path.join(workdir, "afile"), "x\n")
+    missing = os.path.join(workdir, "missing")
+
+    r = av.daemon_cmd("-t", good)
+    assert r.returncode == 0, r.stderr
+    assert f"venture good ({good}): holds" in r.stdout and f"add {good}" in r.stdout, r.stdout
+    assert "may run lower: cap 3/hour, runs unasked" in r.stdout
+    assert not os.path.exists(av.home)                    # checked without a daemon, nothing made
+
+    tested = {}
+    for d in (broken, a_file, missing):
+        t = av.daemon_cmd("-t", d)
+        assert t.stderr.startswith("avsmd: ") and t.stdout == "", t
+        tested[d] = (t.returncode, t.stderr[len("avsmd: "):])
+    assert tested[broken][0] == 65 and f"{broken}/mandate.yaml:4:1" in tested[broken][1] and "cadance" in tested[broken][1]
+    assert tested[a_file][0] == 65 and tested[missing][0] == 66
+
+    # several at once: each is checked, the first code found wins
+    r = av.daemon_cmd("-t", good, missing, broken)
+    assert r.returncode == 66 and "venture good" in r.stdout and "cadance" in r.stderr and "missing" in r.stderr
+
+    # the same as avsm add says to a running avsmd
+    av.start()
+    for d, (code, message) in tested.items():
+        add = av.cli("add", d)
+        assert (add.returncode, add.stderr[len("avsm: "):]) == (code, message), (d, add)
+    assert av.cli("add", good).returncode == 0
+    r = av.daemon_cmd("-t", good)
+    assert r.returncode == 0 and "the same as mandate #" in r.stdout, r.stdout
+    # a second venture of that name from elsewhere: refused as add refuses it
+    other = dial(os.path.join(workdir, "elsewhere"), "good")
+    t, add = av.daemon_cmd("-t", other), av.cli("add", other)
+    assert t.returncode == add.returncode == 65
+    assert t.stderr[len("avsmd: "):] == add.stderr[len("avsm: "):] and "already adopted" in t.stderr
+    # a directory is taken only with -t
+    r = av.daemon_cmd(good)
+    assert r.returncode == 64 and "-t" in r.stderr
+
+
+def test_t_and_doctor_say_an_edited_mandate_differs_from_the_one_in_force(av, workdir):
+    """Issue 13 item 4 (VENTURE-14, DOCTOR-01): after mandate.yaml is edited on disk without avsm add, `avsmd -t`
+    and `avsm doctor` say it differs from mandate #N in force, show what differs (a short diff), and name the add
+    that applies it; the new cap is never shown under the old mandate's number. After the add, both agree again."""
+    d = dial(workdir, "dial")
+    av.start()
+    assert av.cli("add", d).returncode == 0
+    seq = max(s for s, _, r in av.records() if r["kind"] == "mandate")
+    path = os.path.join(d, "mandate.yaml")
+    write(path, open(path).read().replace("cap: 3/hour", "cap: 9/hour"))
+
+    for r in (av.daemon_cmd("-t"), av.daemon_cmd("-t", d)):
+        assert r.returncode == 0, r.stderr
+        lines = r.stdout.splitlines()
+        head = [line for line in lines if line.startswith("venture dial")]
+        assert len(head) == 1 and f"differs from mandate #{seq} in force" in head[0] and f"add {d} applies it" in head[0], r.stdout
+        assert any(line.strip() == "-    cap: 3/hour" for line in lines) and any(line.strip() == "+    cap: 9/hour" for line in lines)
+        assert not any(f"mandate #{seq}" in line and "9/hour" in line for line in lines)
+        assert "as on disk, once added, it allows:" in r.stdout
+
+    doc = av.cli("doctor")
+    assert doc.returncode == 0, doc.stdout
+    note = [line for line in doc.stdout.splitlines() if "venture dial" in line]
+    assert len(note) == 1 and note[0].startswith("note") and f"differs from mandate #{seq} in force" in note[0], doc.stdout
+    assert f"add {d} applies it" in note[0] and "+    cap: 9/hour" in doc.stdout and "holds, the same" not in doc.stdout
+
+    assert av.cli("add", d).returncode == 0
+    new = max(s for s, _, r in av.records() if r["kind"] == "mandate")
+    r = av.daemon_cmd("-t")
+    assert f"venture dial (mandate #{new}, {d}):" in r.stdout and "differs" not in r.stdout and "9/hour" in r.stdout
+    doc = av.cli("doctor")
+    assert f"holds, the same as mandate #{new} in force" in doc.stdout and "differs" not in doc.stdout
