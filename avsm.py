@@ -6312,6 +6312,11 @@ def cmd_why(home, args):
                 out("  cites " + format_record_line(c, r[0], cited_record))
                 if isinstance(cited_record.get("call"), dict):
                     out(f"    call: {describe_call(cited_record)}")
+        if record.get("kind") == "outcome":
+            for line in printed_lines(record, "  "):
+                out(line)
+        for line in what_followed(db, seq, record):
+            out(line)
         return EX_OK
     out(f"rule: {proof.get('rule')}")
     for step in proof.get("steps", []):
@@ -6331,6 +6336,8 @@ def cmd_why(home, args):
             out(f"  premise #{p} {r.get('claim')} {r.get('kind')} {r.get('summary')}")
         else:
             out(f"  premise #{p} is not in the ledger")
+    for line in what_followed(db, seq, record):
+        out(line)
     problems = check_proof(seq, at, record, records)
     if problems:
         for problem in problems:
@@ -6338,6 +6345,63 @@ def cmd_why(home, args):
         return EX_DATAERR
     out("re-checks: yes, from measured and declared records under the mandate in force")
     return EX_OK
+
+
+def records_citing(db, key, seq):
+    """Yield (seq, at, record) after #seq whose field `key` is seq: what answered an ask, ran on it, or ended a run."""
+    rows = db.execute("SELECT seq, at, record FROM records WHERE seq > ? AND record LIKE ? ORDER BY seq",
+                      (seq, f'%"{key}":{seq}%'))       # canonical JSON is compact; the exact field is checked below
+    for s, at, text in rows:
+        record = json.loads(text)
+        if record.get(key) == seq:
+            yield s, at, record
+
+
+def printed_lines(outcome, indent):
+    """Return the lines saying what a lever printed, as its outcome keeps it (shown escaped, like all output)."""
+    note = str(outcome.get("note") or "")
+    if not note:
+        return [f"{indent}printed nothing"]
+    head = f"{indent}printed" + (f" (the last {NOTE_MAX} characters):" if len(note) >= NOTE_MAX else ":")
+    return [head] + [f"{indent}  {line}" for line in note.splitlines()]
+
+
+def what_followed(db, seq, record):
+    """Return the lines of what came of record #seq: an ask's answer and what ran on it, an approval's run,
+    an action's outcome with what the lever printed."""
+    lines = []
+
+    def runs(key, number, indent):
+        for a_seq, a_at, action in records_citing(db, key, number):
+            if action.get("kind") != "action":
+                continue
+            lines.append(f"{indent}ran as " + format_record_line(a_seq, a_at, action))
+            ended = [o for o in records_citing(db, "action", a_seq) if o[2].get("kind") == "outcome"]
+            for o_seq, o_at, outcome in ended:
+                lines.append(f"{indent}ended " + format_record_line(o_seq, o_at, outcome))
+                lines.extend(printed_lines(outcome, indent + "  "))
+            if not ended:
+                lines.append(f"{indent}no outcome yet: the lever is running, or avsmd stopped before it ended")
+
+    kind = record.get("kind")
+    if kind == "ask":
+        answers = [a for a in records_citing(db, "ask", seq) if a[2].get("kind") in ("approval", "denial", "refusal")]
+        for a_seq, a_at, answer in answers:
+            lines.append("  answered by " + format_record_line(a_seq, a_at, answer))
+            if answer.get("kind") == "approval":
+                runs("approval", a_seq, "    ")
+        if not any(a[2].get("kind") in ("approval", "denial") for a in answers):
+            lines.append(f"  not answered yet: avsm approve {seq} or avsm deny {seq}")
+    elif kind == "approval":
+        runs("approval", seq, "  ")
+    elif kind == "action":
+        ended = [o for o in records_citing(db, "action", seq) if o[2].get("kind") == "outcome"]
+        for o_seq, o_at, outcome in ended:
+            lines.append("  ended " + format_record_line(o_seq, o_at, outcome))
+            lines.extend(printed_lines(outcome, "    "))
+        if not ended:
+            lines.append("  no outcome yet: the lever is running, or avsmd stopped before it ended")
+    return lines
 
 
 def describe_call(record):

@@ -162,3 +162,42 @@ def test_t_and_doctor_say_an_edited_mandate_differs_from_the_one_in_force(av, wo
     assert f"venture dial (mandate #{new}, {d}):" in r.stdout and "differs" not in r.stdout and "9/hour" in r.stdout
     doc = av.cli("doctor")
     assert f"holds, the same as mandate #{new} in force" in doc.stdout and "differs" not in doc.stdout
+
+
+ASKING = """purpose: Keep {name} at or below ten.
+metric: dial
+controller: {{kind: threshold, above: 10, action: wipe}}
+cadence: 1s
+permitted:
+  - name: wipe
+    run: ./wipe
+    cap: 5/hour
+    reversible: false
+"""
+
+
+def test_why_shows_what_the_lever_printed_and_an_asks_answer(av, workdir):
+    """Issue 13 item 6 (CLI-05, PROOF-03): `avsm why` of an action and of its outcome shows what the lever printed
+    (escaped, as all output is); `why` of an ask shows its answer and what ran on it, down to the output."""
+    d = make_venture(workdir, "dial", ASKING.format(name="dial"),
+                     {"report": "#!/bin/sh\necho 11\n",
+                      "wipe": "#!/bin/sh\necho 'wiped 3 files'\nprintf 'then \\033[31mred\\n' >&2\n"})
+    av.start()
+    assert av.cli("add", d).returncode == 0
+    recs = av.wait_for(lambda rs: [s for s, _, r in rs if r["kind"] == "ask"] and rs, what="an ask")
+    ask = [s for s, _, r in recs if r["kind"] == "ask"][0]
+    why = av.cli("why", str(ask))
+    assert why.returncode == 0 and f"not answered yet: avsm approve {ask} or avsm deny {ask}" in why.stdout, why.stdout
+    assert av.cli("approve", str(ask)).returncode == 0
+    recs = av.wait_for(lambda rs: [(s, r) for s, _, r in rs if r["kind"] == "outcome"] and rs, what="the outcome")
+    action = [s for s, _, r in recs if r["kind"] == "action"][0]
+    outcome = [s for s, _, r in recs if r["kind"] == "outcome"][0]
+    for seq in (action, outcome, ask):
+        why = av.cli("why", str(seq))
+        assert why.returncode == 0, why.stderr
+        assert "wiped 3 files" in why.stdout and "printed" in why.stdout, (seq, why.stdout)
+        assert "then \\x1b[31mred" in why.stdout and "\x1b" not in why.stdout
+    why = av.cli("why", str(ask))
+    assert "answered by #" in why.stdout and "approval" in why.stdout and f"ran as #{action}" in why.stdout, why.stdout
+    assert f"ended #{outcome}" in why.stdout
+    assert "re-checks: yes" in av.cli("why", str(action)).stdout
