@@ -2920,7 +2920,11 @@ def implausible_rule(state, held, report_seq):
     if held and state.implausible_ask is None:
         what, seq, note = held
         record = {"kind": "ask", "claim": "measured", "venture": state.name, "about": "implausible",
-                  "reading": seq, "question": f"{what} (#{seq}) is not plausible: {note}; is the sensor sound?",
+                  "reading": seq, "question": f"{what} (#{seq}) is not plausible: {note}; is the sensor sound? "
+                                              f"approve (it is sound) and deny (it is not) each only record your answer: "
+                                              f"neither runs a lever nor lifts the hold, and {state.name} acts again "
+                                              f"on the first plausible reading (fix the reading, or its bounds in "
+                                              f"mandate.yaml and avsm add)",
                   "summary": f"{what} #{seq} holds {state.name} implausible; asking once until a plausible reading comes"}
         if what.startswith("audit "):
             record["audit"] = what[len("audit "):]      # hidden from every model, as the audit is (AUDIT-05)
@@ -5320,7 +5324,9 @@ def describe_status_lines(state, now, keep, children, cfg=None):
     lines = [f"{state.name}: {condition}"]
     if state.last_report:
         seq, at, rec = state.last_report
-        lines.append(f"  last report #{seq} at {format_local_time(at)}: {rec.get('summary')} ({rec.get('status')})")
+        status = rec.get("status")
+        lines.append(f"  last report #{seq} at {format_local_time(at)}: {rec.get('summary')}"
+                     + ("" if status and status in str(rec.get("summary")) else f" ({status})"))
     else:
         lines.append("  no report yet")
     m = state.mandate
@@ -5341,6 +5347,11 @@ def describe_status_lines(state, now, keep, children, cfg=None):
                 position = "inside, deadband not yet re-armed"
             else:
                 position = "inside"
+            if state.last_report and state.last_report[2].get("status") != "trusted":
+                # the controller sees only trusted reports: say which one it stands on, and name the one it does not
+                position += (f", from the last trusted report #{state.level[0]} ({format_number(state.level[1])})"
+                             if state.level is not None else ", no trusted report yet")
+                position += f"; #{state.last_report[0]} is {state.last_report[2].get('status')} and not acted on"
             lines.append(f"  controller: {way} {format_number(bound)} ({lever}): {position}")
         for guard in m["guards"]:
             info = state.guards.get(guard["name"])

@@ -201,3 +201,27 @@ def test_why_shows_what_the_lever_printed_and_an_asks_answer(av, workdir):
     assert "answered by #" in why.stdout and "approval" in why.stdout and f"ran as #{action}" in why.stdout, why.stdout
     assert f"ended #{outcome}" in why.stdout
     assert "re-checks: yes" in av.cli("why", str(action)).stdout
+
+
+def test_implausible_ask_says_what_answers_do_and_status_names_the_trusted_report(av, workdir):
+    """Issue 13 item 7 (PLAUS-03, CLI-02): the ask an implausible reading raises says what approve and deny do;
+    `status` says the controller's position comes from the last trusted report, names it and the implausible one,
+    and does not say `implausible` twice about one report."""
+    d = make_venture(workdir, "dial", DIAL.format(name="dial", cap="3/hour").replace("cadence: 1s", "cadence: 1s\nrange: [0, 100]"),
+                     {"report": "#!/bin/sh\ncat value\n", "lower": "#!/bin/sh\ntrue\n"})
+    write(os.path.join(d, "value"), "5\n")
+    av.start()
+    assert av.cli("add", d).returncode == 0
+    av.wait_for(lambda rs: [s for s, _, r in rs if r["kind"] == "report"], what="a trusted report")
+    write(os.path.join(d, "value"), "500\n")
+    recs = av.wait_for(lambda rs: [s for s, _, r in rs if r["kind"] == "ask"] and rs, what="the implausible ask")
+    asks = av.cli("asks").stdout
+    assert "approve (it is sound) and deny (it is not) each only record your answer" in asks, asks
+    assert "neither runs a lever nor lifts the hold" in asks and "first plausible reading" in asks
+    status = av.cli("status").stdout
+    control = [line for line in status.splitlines() if line.strip().startswith("controller:")]
+    last = [line for line in status.splitlines() if line.strip().startswith("last report")]
+    bad = int(last[0].split("#")[1].split()[0])
+    trusted = max(s for s, _, r in av.records() if r["kind"] == "report" and r["value"] == 5)
+    assert control and f"from the last trusted report #{trusted} (5); #{bad} is implausible and not acted on" in control[0], status
+    assert last[0].count("implausible") == 1, status
