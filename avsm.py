@@ -2459,8 +2459,9 @@ def forecast_paths(facts, seed=0):
     if width > span:
         return {"too_little": f"{TOO_LITTLE}: its 80% interval ({format_number(round(width, 2))} wide) is wider than "
                               + ("the metric's range" if low is not None else "ten times the span of the history")}
+    idle = sorted({lever for _, _, lever in facts["sides"] if lever not in effects})
     return {"median": median, "p10": p10, "p90": p90, "days": facts["days"], "seeds": facts["seeds"],
-            "decimals": decimals_of(history)}
+            "decimals": decimals_of(history), "assumes_idle": idle}
 
 
 def forecast_text(metric, result):
@@ -2469,7 +2470,9 @@ def forecast_text(metric, result):
         return result["too_little"]
     d = result["decimals"]
     shown = [f"{round(result[k], d) + 0.0:.{d}f}" for k in ("median", "p10", "p90")]
-    return f"{metric} {shown[0]} (80%: {shown[1]} to {shown[2]})"
+    idle = result.get("assumes_idle")
+    return f"{metric} {shown[0]} (80%: {shown[1]} to {shown[2]})" + \
+        (f"; assumes {' and '.join(idle)} does nothing (fewer than 3 runs, and no expects: in the mandate)" if idle else "")
 
 
 def describe_forecast(metric, result, days, seeds):
@@ -5371,7 +5374,14 @@ def describe_status_lines(state, now, keep, children, cfg=None):
     lines.append(f"  open asks: {len(state.open_asks)}" + (f" ({', '.join('#' + str(s) for s in sorted(state.open_asks))})" if state.open_asks else ""))
     if m is not None and m["run"]:
         child, restarts = (keep or {}).get("child"), (keep or {}).get("restarts", 0)
-        lines.append(f"  run: {'pid ' + str(child.pid) if child else 'not running'}, restarts {restarts}")
+        ending = getattr(child, "ended_by", None)
+        if child and ending:            # a program being ended is not shown as running (a pause ends it within seconds)
+            where = f"pid {child.pid} is being stopped ({'by the pause' if ending == 'pause' else ending})"
+        elif child:
+            where = f"pid {child.pid}"
+        else:
+            where = "not running (paused)" if state.paused else "not running"
+        lines.append(f"  run: {where}, restarts {restarts}")
     return lines
 
 
@@ -5998,7 +6008,7 @@ CLIENT_USAGE = """usage: avsm [--home DIR] COMMAND [ARGS]
 commands:
   add DIR            adopt the venture in DIR under DIR/mandate.yaml (again after an edit)
   status             each venture: state, last report, controller, levers, asks, run
-  tail [N] [-f]      the last N records (10), following while output is a terminal or with -f
+  tail [N|-N] [-f]   the last N records (10), following while output is a terminal or with -f
   tail --since SEQ   every record after SEQ, then exit (for scripts)
   asks               the open asks, with any proposed content under its question
   approve ASK [--edit]
@@ -6012,10 +6022,13 @@ commands:
   resume VENTURE     start a paused venture again
   why SEQ            print record SEQ and, for an action, its proof and whether it re-checks
   doctor [--since SEQ:HASH]
-                     check the home, config, ledger, mandates and daemon; change nothing
+                     check the home, config, ledger, mandates and daemon; change nothing; print the
+                     ledger's head SEQ:HASH to keep elsewhere (--since checks the ledger still holds one)
   doctor --cut SEQ   with avsmd stopped: back up the ledger, then cut it just before #SEQ
   try DIR            run avsmd on a temporary home with DIR adopted, following the ledger
 
+The client talks to avsmd, the daemon, over HOME/sock: start one with `avsmd` (or `python3 avsm.py avsmd`);
+avsmd --help lists its options, and `avsm CMD --help` says one command.
 --home DIR, else $AVSMD_HOME, else ~/.local/state/avsmd (macOS: ~/Library/Application Support/avsmd).
 Exit codes: 64 usage, 65 refused, 66 not there, 69 no avsmd answering, 74 output not writable;
 doctor also 73 a home that is no directory, 77 a permission missing, 78 a config or mandate that does not hold;
@@ -6275,8 +6288,12 @@ def cmd_tail(home, args):
             since = need_int(arg.split("=", 1)[1], "a record number")
         elif arg in ("-f", "--follow"):
             follow = True
-        elif arg.lstrip("-").isdigit() and arg.isascii():
-            count = int(arg)
+        elif arg == "-n" and rest and rest[0].isdigit() and rest[0].isascii():
+            count = int(rest.pop(0))
+            if count < 1:
+                raise Fail(EX_DATAERR, f"tail -n {count}: there is no record before #1; give a count of at least 1")
+        elif arg.lstrip("-").isdigit() and arg.isascii() and len(arg) - len(arg.lstrip("-")) <= 1:
+            count = abs(int(arg))           # tail -5, as Unix tail: the last five
             if count < 1:
                 raise Fail(EX_DATAERR, f"tail {arg}: there is no record before #1; give a count of at least 1")
         else:
@@ -6547,8 +6564,10 @@ def cmd_doctor(home, args):
         arg = rest.pop(0)
         if arg == "--since" and rest:
             since = rest.pop(0)
-            if not re.fullmatch(r"[0-9]+:[0-9a-fA-F]{16}", since):
-                raise Fail(EX_USAGE, f"'{since}' is not an anchor; write SEQ:HASHPREFIX with 16 hex digits, as 1234:0123456789abcdef")
+            if not re.fullmatch(r"#?[0-9]+:[0-9a-fA-F]{16,64}", since):
+                raise Fail(EX_USAGE, f"'{since}' is not an anchor; write SEQ:HASH with 16 to 64 hex digits of the hash, "
+                                     f"as avsm doctor prints it (1234:0123456789abcdef)")
+            since = since.lstrip("#")
             since = since.lower()
             need_int(since.split(":")[0], "a record number")
         elif arg == "--cut" and rest:
@@ -6559,7 +6578,7 @@ def cmd_doctor(home, args):
         elif arg == "--remote" or arg.startswith("--remote="):
             raise Fail(EX_USAGE, "avsm doctor has no --remote: avsmd opens no listener but its socket; run doctor on its machine")
         else:
-            raise Fail(EX_USAGE, f"avsm doctor does not take '{arg}'; usage: avsm doctor [--since SEQ:HASHPREFIX] | avsm doctor --cut SEQ")
+            raise Fail(EX_USAGE, f"avsm doctor does not take '{arg}'; usage: avsm doctor [--since SEQ:HASH] | avsm doctor --cut SEQ")
     if cut is not None:
         return doctor_cut(home, cut)
     found = Findings()
@@ -6640,9 +6659,14 @@ def doctor_ledger(home, found, since):
         found.fail(EX_DATAERR, f"record #{seq} does not read: {why}",
                    f"avsm --home {home} doctor --cut {seq}   (with avsmd stopped; the whole ledger is backed up first)")
     else:
-        days = max(1.0, ((last_at or 0) - (first_at or 0)) / 86400)
-        size = os.path.getsize(path)
-        found.ok(f"ledger {path}: {count} records chained, {size / 1e6:.1f} MB, about {size / days / 1e6:.2f} MB a day")
+        span, size = (last_at or 0) - (first_at or 0), os.path.getsize(path)
+        growth = (f"about {size / (span / 86400) / 1e6:.2f} MB a day over its {format_span(span)}" if span >= 60
+                  else "too young to say how fast it grows")          # the ledger's own time span, not at least a day
+        found.ok(f"ledger {path}: {count} records chained, {size / 1e6:.1f} MB, {growth}")
+        head = db.execute("SELECT seq, hash FROM records ORDER BY seq DESC LIMIT 1").fetchone()
+        if head:
+            found.note(f"the ledger's head now is {head[0]}:{head[1][:16]}; keep it somewhere else (a note, another "
+                       f"machine): {client_command(home)} doctor --since {head[0]}:{head[1][:16]} later shows the ledger still holds it")
         problems = [(seq, problem) for seq, each in recheck_ledger(read_records(db)) for problem in each]
         if problems:
             seq, problem = problems[0]
@@ -6659,6 +6683,15 @@ def doctor_ledger(home, found, since):
         else:
             found.ok(f"the ledger still holds {since}")
     db.close()
+
+
+def format_span(seconds):
+    """Return a span of time in its largest whole unit, for a person: 3 days, 5 hours, 12 minutes, 40 seconds."""
+    for unit, size in (("day", 86400), ("hour", 3600), ("minute", 60)):
+        if seconds >= size:
+            n = int(seconds // size)
+            return f"{n} {unit}{'s' if n != 1 else ''}"
+    return f"{int(seconds)} second{'s' if int(seconds) != 1 else ''}"
 
 
 def doctor_mandates(home, found):
@@ -6842,17 +6875,23 @@ def run_client(args):
         out(f"avsm {VERSION}")
         return EX_OK
     verb, rest = rest[0], rest[1:]
+    if verb.startswith("-") and verb != "-":
+        raise Fail(EX_USAGE, f"'{verb}' is not an avsm option: before the command avsm takes --home DIR, --help "
+                             f"and --version; avsm --help lists the commands")
     if verb not in CLIENT_COMMANDS:
         raise Fail(EX_USAGE, f"'{verb}' is not an avsm command{nearest(verb, CLIENT_COMMANDS)}: avsm --help lists them")
     options, names = (rest[:rest.index("--")], rest[rest.index("--") + 1:]) if "--" in rest else (rest, [])
     if "-h" in options or "--help" in options:
-        out(CLIENT_USAGE)
+        out(command_help(verb))
         return EX_OK
     if verb in OPTIONLESS_COMMANDS:
         for arg in options:
             if arg.startswith("-") and arg != "-":
-                raise Fail(EX_USAGE, f"avsm {verb} takes no option '{arg}'; for a name that begins with -, "
-                                     f"write avsm {verb} -- {arg}")
+                usage = command_help(verb).splitlines()[0].replace(" [--home DIR]", "")
+                if verb not in ("add", "pause", "resume", "decide", "try"):     # no name to take: only the usage helps
+                    raise Fail(EX_USAGE, f"avsm {verb} takes no option '{arg}'; {usage}")
+                raise Fail(EX_USAGE, f"avsm {verb} takes no option '{arg}'; {usage} (for a name that begins with -, "
+                                     f"write avsm {verb} -- {arg})")
     if verb == "try":
         return cmd_try(home, options + names)
     try:
@@ -6862,6 +6901,22 @@ def run_client(args):
             raise Fail(EX_DATAERR, f"{ledger_path(resolve_home(home))} cannot be read: {err}; "
                                    f"avsm --home {resolve_home(home)} doctor says more") from None
         raise
+
+
+def command_help(verb):
+    """Return one command's help, from its entries in CLIENT_USAGE: each synopsis, then what it does."""
+    lines, taking = [], False
+    for line in CLIENT_USAGE.split("\n\n")[1].splitlines()[1:]:
+        if line.startswith("  ") and not line.startswith("   "):
+            taking = line.split()[0] == verb
+            if taking:
+                synopsis, what = (re.split(r"\s{2,}", line.strip(), maxsplit=1) + [""])[:2]
+                lines.append(f"{'usage:' if not lines else '   or:'} avsm [--home DIR] {synopsis}")
+                if what:
+                    lines.append(f"    {what}")
+        elif taking:
+            lines.append(f"    {line.strip()}")
+    return "\n".join(lines)
 
 
 OPTIONLESS_COMMANDS = ("add", "status", "asks", "deny", "decide", "pause", "resume", "why", "try")

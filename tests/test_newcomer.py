@@ -3,6 +3,7 @@ a mandate edited on disk, what `why` shows, and the small things of the CLI. Bla
 and daemon."""
 
 import glob
+import re
 import os
 import shutil
 import subprocess
@@ -225,3 +226,109 @@ def test_implausible_ask_says_what_answers_do_and_status_names_the_trusted_repor
     trusted = max(s for s, _, r in av.records() if r["kind"] == "report" and r["value"] == 5)
     assert control and f"from the last trusted report #{trusted} (5); #{bad} is implausible and not acted on" in control[0], status
     assert last[0].count("implausible") == 1, status
+
+
+# ---- item 8: the small things ------------------------------------------------------------
+
+def test_usage_of_the_client_names_the_fix(av):
+    """Issue 13 item 8 (CLI-01, CLI-11, EXIT-02): `avsm status --bogus` is a usage error that shows status's usage and
+    suggests no `--`; `avsm --bogus status` says `--bogus` is an unknown option; `avsm CMD --help` prints that
+    command's help; `avsm --help` mentions avsmd."""
+    r = av.cli("status", "--bogus")
+    assert r.returncode == 64 and "usage: avsm status" in r.stderr and " -- " not in r.stderr, r.stderr
+    r = av.cli("--bogus", "status")
+    assert r.returncode == 64 and "'--bogus' is not an avsm option" in r.stderr and "not an avsm command" not in r.stderr
+    for verb in ("tail", "approve", "doctor", "status", "try"):
+        r = av.cli(verb, "--help")
+        assert r.returncode == 0 and r.stdout.startswith(f"usage: avsm [--home DIR] {verb}"), (verb, r.stdout)
+        assert "commands:" not in r.stdout and len(r.stdout.splitlines()) <= 6
+    r = av.cli("pause", "-x")
+    assert r.returncode == 64 and "avsm pause -- -x" in r.stderr      # a name may begin with -: there the -- helps
+    r = av.cli("--help")
+    assert "avsmd" in r.stdout and "avsm CMD --help" in r.stdout
+    assert not os.path.exists(av.home)
+
+
+def test_tail_minus_n_and_the_doctor_anchor(av, workdir):
+    """Issue 13 item 8 (CLI-04, DOCTOR-01, LEDGER-05): `avsm tail -5` is the last five records, as Unix tail;
+    doctor prints the ledger's head as SEQ:HASH16, says to keep it elsewhere, and `doctor --since` takes what it
+    printed."""
+    d = dial(workdir, "dial")
+    av.start()
+    assert av.cli("add", d).returncode == 0
+    av.wait_for(lambda rs: len(rs) >= 7, what="seven records")
+    assert av.stop()[0] == 0
+    five, minus, n3 = av.cli("tail", "5"), av.cli("tail", "-5"), av.cli("tail", "-n", "3")
+    assert minus.returncode == 0 and minus.stdout == five.stdout and len(minus.stdout.splitlines()) == 5, minus.stderr
+    assert n3.stdout.splitlines() == five.stdout.splitlines()[2:]
+    av.start()
+    doc = av.cli("doctor")
+    assert doc.returncode == 0, doc.stdout
+    seq, h = av.records()[-1][0], None
+    head = [line for line in doc.stdout.splitlines() if "head" in line and "keep it somewhere else" in line]
+    assert len(head) == 1, doc.stdout
+    anchor = head[0].split("head now is ")[1].split(";")[0]
+    import sqlite3
+    db = sqlite3.connect(os.path.join(av.home, "ledger.db"))
+    seq_h = db.execute("SELECT seq, hash FROM records WHERE seq = ?", (int(anchor.split(":")[0]),)).fetchone()
+    db.close()
+    assert anchor == f"{seq_h[0]}:{seq_h[1][:16]}" and seq_h[0] <= seq
+    again = av.cli("doctor", "--since", anchor)
+    assert again.returncode == 0 and f"the ledger still holds {anchor}" in again.stdout, again.stdout
+    full = av.cli("doctor", "--since", f"{seq_h[0]}:{seq_h[1]}")          # the whole hash is an anchor too
+    assert full.returncode == 0, full.stdout + full.stderr
+
+
+def test_doctor_ledger_growth_uses_the_ledgers_own_span(bindir, home):
+    """Issue 13 item 8 (DOCTOR-01): the ledger's growth a day is its size over its own time span (here two days),
+    not over at least a day."""
+    import hashlib
+    import json
+    import sqlite3
+    os.makedirs(home, mode=0o700)
+    db = sqlite3.connect(os.path.join(home, "ledger.db"), isolation_level=None)
+    db.execute("CREATE TABLE records(seq INTEGER PRIMARY KEY, at INTEGER NOT NULL, prev TEXT NOT NULL, "
+               "hash TEXT NOT NULL, weight INTEGER NOT NULL DEFAULT 1, record TEXT NOT NULL)")
+    prev, at = "0" * 64, 1_790_000_000
+    for seq in range(1, 50):
+        text = json.dumps({"kind": "report", "claim": "measured", "venture": "dial", "value": seq, "plausible": True,
+                           "status": "trusted", "note": "", "summary": f"dial = {seq}"}, sort_keys=True, separators=(",", ":"))
+        when = at + (seq - 1) * 3600
+        h = hashlib.sha256(f"{prev}\n{seq}\n{when}\n{text}".encode()).hexdigest()
+        db.execute("INSERT INTO records VALUES (?, ?, ?, ?, 1, ?)", (seq, when, prev, h, text))
+        prev = h
+    db.close()
+    size = os.path.getsize(os.path.join(home, "ledger.db"))
+    doc = Avsm(bindir, home).cli("doctor")
+    line = [ln for ln in doc.stdout.splitlines() if "records chained" in ln]
+    assert line and f"about {size / 2 / 1e6:.2f} MB a day over its 2 days" in line[0], doc.stdout
+
+
+def test_status_after_pause_shows_no_pid_of_the_ended_program(av, workdir):
+    """Issue 13 item 8 (CLI-02, RUN-03): right after `avsm pause`, `status` does not show the kept program's pid
+    as if it ran: it says it is being stopped by the pause, then not running."""
+    d = make_venture(workdir, "kept", DIAL.format(name="kept", cap="3/hour").replace("cadence: 1s", "cadence: 1s\nrun: sleep 1000"),
+                     {"report": "#!/bin/sh\necho 1\n", "lower": "#!/bin/sh\ntrue\n"})
+    av.start()
+    assert av.cli("add", d).returncode == 0
+    av.wait_for(lambda rs: [r for _, _, r in rs if r["kind"] == "start" and r["venture"] == "kept"], what="run started")
+    assert re.search(r"^  run: pid \d+, restarts 0$", av.cli("status").stdout, re.M)
+    assert av.cli("pause", "kept").returncode == 0
+    status = av.cli("status").stdout
+    run = [line for line in status.splitlines() if line.startswith("  run:")]
+    assert run and (run[0].startswith("  run: not running (paused)") or "is being stopped (by the pause)" in run[0]), status
+    av.wait_for(lambda rs: [r for _, _, r in rs if r["kind"] == "exit" and r["venture"] == "kept"], what="run ended")
+    assert "  run: not running (paused), restarts 0" in av.cli("status").stdout
+
+
+def test_forecast_says_when_it_assumes_a_lever_does_nothing():
+    """Issue 13 item 8 (FORECAST-10, open point 39): a forecast over a controller whose lever has run fewer than three
+    times and has no `expects` says it assumes the lever does nothing, rather than showing a bare interval."""
+    import avsm
+    facts = {"cadence": 10, "range": [0, 1000], "sides": [["above", 10, "reset"]], "free_steps": [1.0, 1.0, 1.0],
+             "levers": {"reset": {"steps": [-11.0], "cap": [60, 3600], "expects": None}}, "history": [1, 2, 3, 4],
+             "days": 0.01, "seeds": 8}
+    line = avsm.describe_forecast("count", avsm.forecast(facts), 0.01, 8)
+    assert "assumes reset does nothing (fewer than 3 runs, and no expects: in the mandate)" in line, line
+    facts["levers"]["reset"]["expects"] = ["down", 11.0]
+    assert "assumes" not in avsm.describe_forecast("count", avsm.forecast(facts), 0.01, 8)
