@@ -16,6 +16,11 @@ from conftest import ROOT, Avsm, make_venture, write  # noqa: F401
 AVSM_PY = os.path.join(ROOT, "avsm.py")
 
 
+def version():
+    import avsm
+    return avsm.VERSION
+
+
 def old_pythons():
     """Every interpreter older than 3.11 this machine has (pyenv's, or on the PATH), newest first."""
     found = {}
@@ -332,3 +337,19 @@ def test_forecast_says_when_it_assumes_a_lever_does_nothing():
     assert "assumes reset does nothing (fewer than 3 runs, and no expects: in the mandate)" in line, line
     facts["levers"]["reset"]["expects"] = ["down", 11.0]
     assert "assumes" not in avsm.describe_forecast("count", avsm.forecast(facts), 0.01, 8)
+
+
+def test_avsm_py_is_committed_executable_so_a_symlink_runs(workdir):
+    """Issue 13 item 10 (open point 1: the multi-call binary): avsm.py is committed as mode 100755 and is
+    executable here, so `ln -s avsm.py avsmd; ./avsmd` runs with no `chmod +x` and no `python3` before it."""
+    listed = subprocess.run(["git", "-C", ROOT, "ls-files", "-s", "avsm.py"], capture_output=True, text=True)
+    if listed.returncode != 0 or not listed.stdout:
+        pytest.skip("not a git checkout")
+    assert listed.stdout.split()[0] == "100755", listed.stdout
+    assert os.access(AVSM_PY, os.X_OK)
+    link = os.path.join(workdir, "avsmd")
+    os.symlink(AVSM_PY, link)
+    r = subprocess.run([link, "--version"], capture_output=True, text=True, timeout=30)
+    if r.returncode == 78 and "needs Python 3.11" in r.stderr:
+        pytest.skip("the python3 on the PATH is older than 3.11: " + r.stderr.strip())
+    assert r.returncode == 0 and r.stdout == f"avsmd {version()}\n", r
