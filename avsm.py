@@ -6098,14 +6098,14 @@ def ask_daemon(home, cmd, args=None):
         if os.path.exists(home) and not os.path.isdir(home):
             raise Fail(EX_UNAVAILABLE, f"no avsmd is answering: {home} is a file, not a home directory") from None
         if not os.path.isdir(home):
-            raise Fail(EX_UNAVAILABLE, f"no avsmd is answering: {home} does not exist; start one with avsmd --home {home}") from None
+            raise Fail(EX_UNAVAILABLE, f"no avsmd is answering: {home} does not exist; start one with {program_command('avsmd', home)}") from None
         if lock_holder(home):
             raise Fail(EX_UNAVAILABLE, f"avsmd (pid {lock_holder(home)}) is running on {home} but its socket is missing; "
                                        "it makes it again within a second: try again, or run avsm doctor") from None
-        raise Fail(EX_UNAVAILABLE, f"no avsmd is running on {home}; start it with avsmd --home {home}") from None
+        raise Fail(EX_UNAVAILABLE, f"no avsmd is running on {home}; start it with {program_command('avsmd', home)}") from None
     except ConnectionRefusedError:
         conn.close()
-        raise Fail(EX_UNAVAILABLE, f"no avsmd is running on {home} (its socket was left behind); start it with avsmd --home {home}") from None
+        raise Fail(EX_UNAVAILABLE, f"no avsmd is running on {home} (its socket was left behind); start it with {program_command('avsmd', home)}") from None
     except OSError as err:
         conn.close()
         if socket_problem(home):
@@ -6266,10 +6266,10 @@ def sqlite3_errors():
 def ledger_path(home):
     """Return the ledger's path, or Fail(66) when there is none yet."""
     if not os.path.isdir(home):
-        raise Fail(EX_NOINPUT, f"{home} does not exist; start avsmd --home {home} to make it")
+        raise Fail(EX_NOINPUT, f"{home} does not exist; start {program_command('avsmd', home)} to make it")
     path = os.path.join(home, "ledger.db")
     if not os.path.exists(path):
-        raise Fail(EX_NOINPUT, f"{home} has no ledger yet; start avsmd --home {home} to make it")
+        raise Fail(EX_NOINPUT, f"{home} has no ledger yet; start {program_command('avsmd', home)} to make it")
     return path
 
 
@@ -6343,7 +6343,7 @@ def cmd_why(home, args):
         if record.get("kind") == "outcome":
             for line in printed_lines(record, "  "):
                 out(line)
-        for line in what_followed(db, seq, record):
+        for line in what_followed(db, seq, record, home):
             out(line)
         return EX_OK
     out(f"rule: {proof.get('rule')}")
@@ -6364,7 +6364,7 @@ def cmd_why(home, args):
             out(f"  premise #{p} {r.get('claim')} {r.get('kind')} {r.get('summary')}")
         else:
             out(f"  premise #{p} is not in the ledger")
-    for line in what_followed(db, seq, record):
+    for line in what_followed(db, seq, record, home):
         out(line)
     problems = check_proof(seq, at, record, records)
     if problems:
@@ -6394,7 +6394,7 @@ def printed_lines(outcome, indent):
     return [head] + [f"{indent}  {line}" for line in note.splitlines()]
 
 
-def what_followed(db, seq, record):
+def what_followed(db, seq, record, home):
     """Return the lines of what came of record #seq: an ask's answer and what ran on it, an approval's run,
     an action's outcome with what the lever printed."""
     lines = []
@@ -6419,7 +6419,7 @@ def what_followed(db, seq, record):
             if answer.get("kind") == "approval":
                 runs("approval", a_seq, "    ")
         if not any(a[2].get("kind") in ("approval", "denial") for a in answers):
-            lines.append(f"  not answered yet: avsm approve {seq} or avsm deny {seq}")
+            lines.append(f"  not answered yet: {client_command(home)} approve {seq} or deny {seq}")
     elif kind == "approval":
         runs("approval", seq, "  ")
     elif kind == "action":
@@ -6515,19 +6515,39 @@ def mandate_drift(in_force, on_disk, seq, path):
     return shown_lines or ["    (the two differ only in line endings or a last newline)"]
 
 
-def client_command(home=None):
-    """The client as this user runs it, judged from how this program was started: `avsm` when this program was
-    started under a name and `avsm` is on the PATH, else `python3 /path/to/avsm.py`; with `--home HOME` when
-    `home` is not the one the client finds by itself ($AVSMD_HOME, else the default)."""
+def program_command(program, home=None):
+    """`avsm` or `avsmd` the way this user runs it, judged from how this program was started, for the fix lines
+    a person copies: `avsmd` when started under a name (a console script, a symlink) and it is on the PATH; the
+    sibling `DIR/avsmd` of a symlink that is not; else `python3 PATH/avsm.py avsmd`. With `--home HOME` when
+    `home` is not the one the program finds by itself ($AVSMD_HOME, else the default)."""
     import shutil
-    started = os.path.basename(sys.argv[0] if sys.argv and sys.argv[0] else "")
-    if not started.endswith(".py") and started not in ("-c", "-m", "") and shutil.which("avsm"):
-        command = "avsm"
+    started = sys.argv[0] if sys.argv and sys.argv[0] else ""
+    name = os.path.basename(started)
+    beside = os.path.join(os.path.dirname(started), program)
+    on_path = shutil.which(program)
+    if name.split(".")[0] in ("avsm", "avsmd") and not name.endswith(".py"):
+        if on_path and (not os.path.dirname(started) or os.path.realpath(on_path) == os.path.realpath(beside)):
+            command = program
+        elif os.path.dirname(started) and os.path.exists(beside):
+            command = beside
+        else:
+            command = program if on_path else None
     else:
-        command = f"{os.path.basename(sys.executable or 'python3') or 'python3'} {os.path.realpath(__file__)}"
+        command = None
+    if command is None:
+        python = sys.executable or "python3"
+        if shutil.which("python3") and os.path.realpath(shutil.which("python3")) == os.path.realpath(python):
+            python = "python3"
+        script = started if name.endswith(".py") and os.path.exists(started) else AVSM_PATH
+        command = f"{python} {script}" + (" avsmd" if program == "avsmd" else "")
     if home is not None and os.path.realpath(home) != os.path.realpath(resolve_home(None)):
         command += f" --home {home}"
     return command
+
+
+def client_command(home=None):
+    """The client as this user runs it, with --home where it is needed (see program_command)."""
+    return program_command("avsm", home)
 
 
 # ---- avsm doctor -------------------------------------------------------------
@@ -6598,10 +6618,10 @@ def doctor_home(home, found):
     if problem:
         found.fail(EX_CONFIG, problem, "avsmd --home /a/shorter/path   (or set AVSMD_HOME)")
     if not os.path.lexists(home):
-        found.fail(EX_NOINPUT, f"the home {home} is not there", f"avsmd --home {home}   (avsmd makes it)")
+        found.fail(EX_NOINPUT, f"the home {home} is not there", f"{program_command('avsmd', home)}   (avsmd makes it)")
         return False
     if not os.path.isdir(home):
-        found.fail(EX_CANTCREAT, f"the home {home} is not a directory", f"mv {home} {home}.old && avsmd --home {home}")
+        found.fail(EX_CANTCREAT, f"the home {home} is not a directory", f"mv {home} {home}.old && {program_command('avsmd', home)}")
         return False
     if not os.access(home, os.R_OK | os.W_OK | os.X_OK):
         found.fail(EX_NOPERM, f"the home {home} is not readable and writable by you", f"chmod 700 {home}")
@@ -6617,7 +6637,7 @@ def doctor_config(home, found):
         read_config(home)
         found.ok(f"config {path}" + ("" if os.path.exists(path) else " (not there: every default)"))
     except Fail as fail:
-        found.fail(EX_CONFIG, str(fail), f"edit {path}, then avsmd -t --home {home}")
+        found.fail(EX_CONFIG, str(fail), f"edit {path}, then {program_command('avsmd', home)} -t")
     keys = os.path.join(home, "keys")
     if os.path.exists(keys):            # looked at, never read: only the warden reads keys (KEYS-04)
         import stat
@@ -6652,12 +6672,12 @@ def doctor_ledger(home, found, since):
     missing = {"records_no_update", "records_no_delete", "records_chain"} - triggers
     if missing:
         found.fail(EX_DATAERR, f"the ledger's triggers {', '.join(sorted(missing))} are gone: it is no longer append-only",
-                   f"avsmd --home {home}   (avsmd makes the triggers again at start)")
+                   f"{program_command('avsmd', home)}   (avsmd makes the triggers again at start)")
     broken = ledger_problem(db)
     if broken:
         seq, why = broken
         found.fail(EX_DATAERR, f"record #{seq} does not read: {why}",
-                   f"avsm --home {home} doctor --cut {seq}   (with avsmd stopped; the whole ledger is backed up first)")
+                   f"{client_command(home)} doctor --cut {seq}   (with avsmd stopped; the whole ledger is backed up first)")
     else:
         span, size = (last_at or 0) - (first_at or 0), os.path.getsize(path)
         growth = (f"about {size / (span / 86400) / 1e6:.2f} MB a day over its {format_span(span)}" if span >= 60
@@ -6670,7 +6690,7 @@ def doctor_ledger(home, found, since):
         problems = [(seq, problem) for seq, each in recheck_ledger(read_records(db)) for problem in each]
         if problems:
             seq, problem = problems[0]
-            found.fail(EX_DATAERR, f"{len(problems)} proof problem(s); first: action #{seq}: {problem}", f"avsm --home {home} why {seq}")
+            found.fail(EX_DATAERR, f"{len(problems)} proof problem(s); first: action #{seq}: {problem}", f"{client_command(home)} why {seq}")
         else:
             found.ok("every proof in the ledger re-checks")
     if since is not None:
@@ -6679,7 +6699,7 @@ def doctor_ledger(home, found, since):
         if row is None or not row[0].startswith(prefix):
             found.fail(EX_DATAERR, f"the ledger no longer holds the head {since}: "
                                    + ("there is no such record" if row is None else f"#{seq} now hashes to {row[0][:16]}"),
-                       f"compare with the backup you took the anchor from; avsm --home {home} tail --since {max(0, int(seq) - 1)}")
+                       f"compare with the backup you took the anchor from; {client_command(home)} tail --since {max(0, int(seq) - 1)}")
         else:
             found.ok(f"the ledger still holds {since}")
     db.close()
@@ -6708,7 +6728,7 @@ def doctor_mandates(home, found):
                 found.note(f"venture {name} is paused and its directory {directory} has gone")
             else:
                 found.fail(EX_NOINPUT, f"venture {name}: its directory {directory} is not there",
-                           f"put {directory} back, or avsm --home {home} pause {name}")
+                           f"put {directory} back, or {client_command(home)} pause {name}")
             continue
         try:
             text = read_mandate_file(path)
@@ -6724,9 +6744,9 @@ def doctor_mandates(home, found):
         except OSError as err:
             denied = isinstance(err, PermissionError)
             found.fail(EX_NOPERM if denied else EX_NOINPUT, f"venture {name}: {path} cannot be read: {err.strerror}",
-                       f"chmod u+r {path}" if denied else f"put {path} back, then avsm --home {home} add {directory}")
+                       f"chmod u+r {path}" if denied else f"put {path} back, then {client_command(home)} add {directory}")
         except Fail as fail:
-            found.fail(EX_CONFIG, f"venture {name}: {fail}", f"edit {path}, then avsm --home {home} add {directory}")
+            found.fail(EX_CONFIG, f"venture {name}: {fail}", f"edit {path}, then {client_command(home)} add {directory}")
 
 
 def doctor_daemon(home, found):
@@ -6760,9 +6780,9 @@ def doctor_daemon(home, found):
     except OSError:
         if holder:
             found.fail(EX_UNAVAILABLE, f"avsmd (pid {holder}) is running but its socket {sock} is missing",
-                       f"wait a second (it makes the socket again); if it stays missing: kill {holder} && avsmd --home {home}")
+                       f"wait a second (it makes the socket again); if it stays missing: kill {holder} && {program_command('avsmd', home)}")
         else:
-            found.fail(EX_UNAVAILABLE, f"no avsmd is running on {home}", f"avsmd --home {home}")
+            found.fail(EX_UNAVAILABLE, f"no avsmd is running on {home}", f"{program_command('avsmd', home)}")
     finally:
         conn.close()
 
@@ -6899,7 +6919,7 @@ def run_client(args):
     except Exception as err:
         if type(err).__module__ == "sqlite3" or isinstance(err, json.JSONDecodeError):     # not a ledger, or a record not JSON
             raise Fail(EX_DATAERR, f"{ledger_path(resolve_home(home))} cannot be read: {err}; "
-                                   f"avsm --home {resolve_home(home)} doctor says more") from None
+                                   f"{client_command(resolve_home(home))} doctor says more") from None
         raise
 
 
@@ -6988,7 +7008,7 @@ def test_config(home, cfg, path):
         adopted = adopted_mandates(home)
     except (sqlite3_errors(), ValueError) as err:
         sys.stderr.write(f"avsmd: {home}/ledger.db does not read ({err}), so no adopted mandate can be listed; "
-                         f"see avsm --home {home} doctor\n")
+                         f"see {client_command(home)} doctor\n")
         return EX_DATAERR
     for name, directory, seq, paused, in_force in adopted:
         mandate_path = os.path.join(directory or "", "mandate.yaml")
