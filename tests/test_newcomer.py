@@ -375,3 +375,39 @@ def test_fix_lines_name_the_command_the_way_the_user_started_it(bindir, home):
                        text=True, env=env)
     if not shutil.which("avsmd"):
         assert f"start one with {os.path.join(bindir, 'avsmd')} --home {home}" in r.stderr, r.stderr
+
+
+def install_lines(path, prefix, marker):
+    """The install commands a contrib file's comment gives: the lines after `prefix` holding `marker`."""
+    return [line[len(prefix):].strip() for line in open(path, encoding="utf-8").read().splitlines()
+            if line.startswith(prefix) and marker in line]
+
+
+def test_contrib_install_steps_write_the_absolute_path_and_the_unit_verifies(bindir, workdir):
+    """Issue 13 item 9 (EXAMPLE-07, EXAMPLE-08): the service managers do not see a venv, pipx or ~/.local/bin, so
+    the install steps in contrib/ write avsmd's absolute path (`command -v avsmd`, or python3 and the copied
+    avsm.py's path) into the unit and the plist; the installed unit still passes systemd-analyze verify, and does
+    not restart on 78 (a config or Python that does not hold) or 64."""
+    unit = os.path.join(ROOT, "contrib", "avsmd.service")
+    steps = install_lines(unit, "#   ", "sed ")
+    assert len(steps) == 2 and "command -v avsmd" in steps[0] and "avsm.py avsmd" in steps[1], steps
+    fake_home = os.path.join(workdir, "u")
+    os.makedirs(os.path.join(fake_home, ".config", "systemd", "user"))
+    env = dict(os.environ, HOME=fake_home, PATH=bindir + os.pathsep + os.environ.get("PATH", ""))
+    installed = os.path.join(fake_home, ".config", "systemd", "user", "avsmd.service")
+    for step, want in ((steps[0], os.path.join(bindir, "avsmd")), (steps[1], f" {ROOT}/avsm.py avsmd")):
+        r = subprocess.run(["sh", "-c", step], cwd=ROOT, env=env, capture_output=True, text=True)
+        assert r.returncode == 0, r.stderr
+        text = open(installed).read()
+        exec_start = [line for line in text.splitlines() if line.startswith("ExecStart=")]
+        assert len(exec_start) == 1 and exec_start[0].startswith("ExecStart=/") and exec_start[0].endswith(want), exec_start
+        assert "RestartPreventExitStatus=64 78" in text
+        if shutil.which("systemd-analyze"):
+            v = subprocess.run(["systemd-analyze", "verify", installed], capture_output=True, text=True, timeout=60)
+            assert v.returncode == 0, v.stdout + v.stderr
+    plist = os.path.join(ROOT, "contrib", "io.aesv.avsmd.plist")
+    steps = install_lines(plist, "    ", "plutil -replace ProgramArguments")
+    assert len(steps) == 2 and "command -v avsmd" in steps[0] and "avsm.py" in steps[1], steps
+    import plistlib
+    with open(plist, "rb") as fh:
+        assert plistlib.load(fh)["Label"] == "io.aesv.avsmd"
