@@ -6480,6 +6480,7 @@ def cmd_try(home_arg, args):
         code = ask_daemon(home, "add", {"dir": directory})
         if code != EX_OK:
             return code
+        out(f"# {when_it_acts(home, directory)}")
         out(f"# following {home}/ledger.db; Ctrl-C stops avsmd")
         sys.stdout.flush()
         try:
@@ -6497,6 +6498,33 @@ def cmd_try(home_arg, args):
             sys.stderr.write(f"\navsm: avsmd stopped (exit {daemon.wait()}); the home is kept at {home}\n"
                              f"avsm: look again with: python3 {AVSM_PATH} --home {home} tail 50\n")
     return EX_OK
+
+
+def when_it_acts(home, directory):
+    """Say when the venture just adopted in `directory` first acts: its controller's bound and the first report
+    (waited for up to 3 s), and how often a report comes; a model says when it is asked."""
+    import time
+    name, _, _, m = read_venture(directory)
+    ctl, every = m["controller"], format_duration(m["cadence"])
+    if ctl["kind"] in ("model", "classifier"):
+        return f"{name}: a model proposes at the nightly decision, or now with avsm decide {name}; a report every {every}"
+    sides = [f"{m['metric']} {'>' if way == 'above' else '<'} {format_number(bound)} (then {lever} runs)"
+             for _, way, bound, lever in controller_sides(m)]
+    last, deadline = None, time.monotonic() + 3
+    while last is None and time.monotonic() < deadline:
+        try:
+            db = open_ledger_ro(ledger_path(home))
+            row = db.execute("SELECT record FROM records WHERE record LIKE '%\"kind\":\"report\"%' AND "
+                             "record LIKE ? ORDER BY seq DESC LIMIT 1", (f'%"venture":"{name}"%',)).fetchone()
+            db.close()
+            last = json.loads(row[0]) if row else None
+        except (Fail, sqlite3_errors()):
+            pass
+        if last is None:
+            time.sleep(0.1)
+    now = (f"; the first report says {format_number(last['value'])}" if last and last.get("value") is not None
+           else "; no report yet")
+    return f"{name} acts when {' or '.join(sides)}{now}, and a report comes every {every}"
 
 
 DRIFT_LINES = 12         # lines of a mandate's diff shown at most by avsmd -t and doctor
