@@ -912,10 +912,6 @@ class YamlReader:
 MANDATE_KEYS = {"purpose", "metric", "controller", "cadence", "permitted", "forbidden", "restart", "run",
                 "guards", "audits", "readings", "range", "max_step", "max_rise", "max_fall", "confirm",
                 "world", "calibration", "escalate"}
-CONTROLLER_KEYS = {"threshold": {"kind", "above", "below", "action", "deadband", "hold"},
-                   "band": {"kind", "low", "high", "below", "above", "deadband", "hold"},
-                   "model": {"kind", "backend"},
-                   "classifier": {"kind", "backend"}}
 LEVER_KEYS = {"name", "run", "cap", "reversible", "delegated", "timeout", "takes", "expects", "revoke_after",
               "budget", "check"}
 GUARD_KEYS = {"name", "run", "adapter", "drawdown", "of", "above", "below", "then", "unwind", "confirm"}
@@ -1039,6 +1035,8 @@ def parse_mandate(text, source="mandate.yaml", directory=None):
          "metric": c.text(doc["metric"], ("metric",), "metric"),
          "cadence": c.parsed(parse_duration, doc["cadence"], ("cadence",))}
     m["adapter"] = m["metric"] if m["metric"].split()[0] in ADAPTERS else None
+    if m["adapter"] and adapter_problem(m["adapter"]):
+        c.fail(("metric",), adapter_problem(m["adapter"]))
     if m["adapter"] is None and directory is not None:
         problem = command_problem("./report", directory)
         if problem:
@@ -1060,6 +1058,24 @@ def parse_mandate(text, source="mandate.yaml", directory=None):
     m["calibration"] = c.number(doc["calibration"], ("calibration",), "calibration") if "calibration" in doc else None
     m["escalate"] = c.choice(doc.get("escalate"), ("escalate",), "escalate", (None, "offbox"))
     return m
+
+
+def adapter_problem(text):
+    """Return why a built-in adapter's reading does not hold, or None.
+
+    adapter ::= 'http.status' URL | ('stripe' | 'github') PATH ['#' pointer]   pointer ::= ('/' token)*
+    """
+    words = text.split()
+    if len(words) != 2:
+        return f"'{text}' is not an adapter reading; write http.status URL, stripe PATH#/pointer or github PATH#/pointer"
+    if words[0] == "http.status":
+        if not words[1].startswith(("http://", "https://")):
+            return f"http.status reads an http:// or https:// URL, not '{words[1]}'"
+    elif "://" in words[1]:
+        return f"{words[0]} reads a path under the url of adapters: {words[0]}: in config.yaml; write {words[0]} PATH#/pointer, not a URL"
+    elif words[1].partition("#")[2][:1] not in ("", "/"):
+        return f"'{words[1].partition('#')[2]}' is not a JSON pointer; it begins with /, as in #/available/0/amount"
+    return None
 
 
 def listed(doc, key):
@@ -1097,7 +1113,9 @@ def parse_levers(c, doc, directory):
                  "budget": parse_budget(c, item["budget"], path + ("budget",)) if "budget" in item else None,
                  "check": c.command(item["check"], path + ("check",), "check", directory) if "check" in item else None}
         if lever["run"] == "mail.send":
-            lever["takes"] = lever["takes"] or "text"     # the message, headers and body; From: is set by avsm
+            if lever["takes"] not in (None, "text"):
+                c.fail(path + ("takes",), "mail.send takes text: the message, its headers, a blank line, then its body")
+            lever["takes"] = "text"     # the message, headers and body; From: is set by avsm
         if name == "research":
             if lever["run"] is not None:
                 c.fail(path + ("run",), "research has no run: it asks the command named under research: in config.yaml")
@@ -1156,47 +1174,86 @@ def parse_forbidden(c, doc, levers):
 
 
 def parse_controller(c, value, levers):
-    """Return the controller: threshold, band, model or classifier, with deadband and hold."""
+    """Return the controller: its kind from CONTROLLERS (threshold, band, model or classifier), deadband, hold."""
     path = ("controller",)
     if not isinstance(value, dict):
         c.fail(path, "controller must be a mapping with a kind: threshold, band, model or classifier")
-    kind = c.choice(value.get("kind"), path + ("kind",), "controller kind", tuple(CONTROLLER_KEYS))
-    c.mapping(value, path, CONTROLLER_KEYS[kind], f"a {kind} controller")
+    kind = c.choice(value.get("kind"), path + ("kind",), "controller kind", tuple(CONTROLLERS))
+    c.mapping(value, path, CONTROLLERS[kind].keys, f"a {kind} controller")
     ctl = {"kind": kind, "deadband": None, "hold": 1}
     if "deadband" in value:
         ctl["deadband"] = c.number(value["deadband"], path + ("deadband",), "deadband", positive=True)
     if "hold" in value:
         ctl["hold"] = c.whole(value["hold"], path + ("hold",), "hold")
-    if kind == "threshold":
-        sides = [k for k in ("above", "below") if k in value]
-        if len(sides) != 1:
-            c.fail(path, "a threshold takes exactly one of above: or below:")
-        ctl["side"] = sides[0]
-        ctl["bound"] = c.number(value[sides[0]], path + (sides[0],), sides[0])
-        if "action" not in value:
-            c.fail(path, "a threshold names its lever with action:")
-        ctl["action"] = permitted_lever(c, value["action"], path + ("action",), levers)
-    elif kind == "band":
-        for key in ("low", "high", "below", "above"):
-            if key not in value:
-                c.fail(path, f"a band has no '{key}'; write {{kind: band, low: 19, high: 24, below: heat, above: cool}}")
-        ctl["low"] = c.number(value["low"], path + ("low",), "low")
-        ctl["high"] = c.number(value["high"], path + ("high",), "high")
-        if ctl["low"] >= ctl["high"]:
-            c.fail(path + ("high",), "a band's high must be above its low")
-        ctl["below"] = permitted_lever(c, value["below"], path + ("below",), levers)
-        ctl["above"] = permitted_lever(c, value["above"], path + ("above",), levers)
-        width = ctl["high"] - ctl["low"]
-        if ctl["deadband"] is not None and ctl["deadband"] >= width:
-            c.fail(path + ("deadband",), f"the deadband {format_number(ctl['deadband'])} is not less than the band's width {format_number(width)}; make it smaller")
-        for side, way in (("below", "up"), ("above", "down")):
-            expects = levers[ctl[side]]["expects"]
-            if expects and expects[0] != way:
-                lever_path = ("permitted", list(levers).index(ctl[side]), "expects")
-                c.fail(lever_path, f"lever '{ctl[side]}' corrects the {'low' if side == 'below' else 'high'} side of the band, so it may only expect {way} ... within ...")
-    else:
-        ctl["backend"] = c.text(value.get("backend"), path + ("backend",), "backend", required=False)
+    CONTROLLERS[kind].parse(c, value, levers, path, ctl)
     return ctl
+
+
+def parse_threshold(c, value, levers, path, ctl):
+    sides = [k for k in ("above", "below") if k in value]
+    if len(sides) != 1:
+        c.fail(path, "a threshold takes exactly one of above: or below:")
+    ctl["side"] = sides[0]
+    ctl["bound"] = c.number(value[sides[0]], path + (sides[0],), sides[0])
+    if "action" not in value:
+        c.fail(path, "a threshold names its lever with action:")
+    ctl["action"] = permitted_lever(c, value["action"], path + ("action",), levers)
+
+
+def parse_band(c, value, levers, path, ctl):
+    for key in ("low", "high", "below", "above"):
+        if key not in value:
+            c.fail(path, f"a band has no '{key}'; write {{kind: band, low: 19, high: 24, below: heat, above: cool}}")
+    ctl["low"] = c.number(value["low"], path + ("low",), "low")
+    ctl["high"] = c.number(value["high"], path + ("high",), "high")
+    if ctl["low"] >= ctl["high"]:
+        c.fail(path + ("high",), "a band's high must be above its low")
+    ctl["below"] = permitted_lever(c, value["below"], path + ("below",), levers)
+    ctl["above"] = permitted_lever(c, value["above"], path + ("above",), levers)
+    width = ctl["high"] - ctl["low"]
+    if ctl["deadband"] is not None and ctl["deadband"] >= width:
+        c.fail(path + ("deadband",), f"the deadband {format_number(ctl['deadband'])} is not less than the band's width {format_number(width)}; make it smaller")
+    for side, way in (("below", "up"), ("above", "down")):
+        expects = levers[ctl[side]]["expects"]
+        if expects and expects[0] != way:
+            lever_path = ("permitted", list(levers).index(ctl[side]), "expects")
+            c.fail(lever_path, f"lever '{ctl[side]}' corrects the {'low' if side == 'below' else 'high'} side of the band, so it may only expect {way} ... within ...")
+
+
+def parse_backend_controller(c, value, levers, path, ctl):
+    ctl["backend"] = c.text(value.get("backend"), path + ("backend",), "backend", required=False)
+
+
+def describe_threshold(ctl):
+    return (f"threshold {ctl['side']} {format_number(ctl['bound'])} runs {ctl['action']}"
+            + (f", deadband {format_number(ctl['deadband'])}" if ctl["deadband"] else "")
+            + (f", hold {ctl['hold']}" if ctl["hold"] > 1 else ""))
+
+
+def describe_band(ctl):
+    return f"band [{format_number(ctl['low'])}, {format_number(ctl['high'])}]: below runs {ctl['below']}, above runs {ctl['above']}"
+
+
+ControllerKind = collections.namedtuple("ControllerKind", "keys parse sides describe by_model")
+ControllerKind.__doc__ = """A controller kind: its mandate keys, its parser (filling the controller dict), its sides
+[(side name, way, bound, lever)] for the kernel, one line for a person, and whether a model proposes for it."""
+CONTROLLERS = {      # adding a controller kind is one entry here and its functions
+    "threshold": ControllerKind({"kind", "above", "below", "action", "deadband", "hold"}, parse_threshold,
+                                lambda ctl: [(ctl["side"], ctl["side"], ctl["bound"], ctl["action"])],
+                                describe_threshold, False),
+    "band": ControllerKind({"kind", "low", "high", "below", "above", "deadband", "hold"}, parse_band,
+                           lambda ctl: [("below", "below", ctl["low"], ctl["below"]), ("above", "above", ctl["high"], ctl["above"])],
+                           describe_band, False),
+    "model": ControllerKind({"kind", "backend"}, parse_backend_controller, lambda ctl: [],
+                            lambda ctl: "model (a backend proposes; the gate decides)", True),
+    "classifier": ControllerKind({"kind", "backend"}, parse_backend_controller, lambda ctl: [],
+                                 lambda ctl: "classifier (a backend proposes; the gate decides)", True),
+}
+
+
+def decided_by_model(m):
+    """Whether a model proposes for the mandate's controller (model, classifier)."""
+    return CONTROLLERS[m["controller"]["kind"]].by_model
 
 
 def permitted_lever(c, name, path, levers):
@@ -1252,6 +1309,8 @@ def parse_guards(c, doc, m, directory):
             g["adapter"] = c.text(item["adapter"], path + ("adapter",), "adapter")
             if g["adapter"].split()[0] not in ADAPTERS:
                 c.fail(path + ("adapter",), f"'{g['adapter'].split()[0]}' is not a built-in adapter; use one of {', '.join(ADAPTERS)}")
+            if adapter_problem(g["adapter"]):
+                c.fail(path + ("adapter",), adapter_problem(g["adapter"]))
             if g["adapter"] == m["adapter"]:
                 c.fail(path + ("adapter",), f"guard '{name}' reads the metric's adapter; a guard reads a reading of its own")
         else:
@@ -1288,6 +1347,11 @@ def parse_unwind(c, value, path, levers):
         c.fail(path + ("payload",), f"lever '{action}' takes {takes}, so the unwind's payload is text")
     if takes is None and payload is not None:
         c.fail(path + ("payload",), f"lever '{action}' takes no content; remove the payload or add takes: to the lever")
+    if levers[action]["run"] == "mail.send":
+        try:
+            write_mail(payload, "avsm")
+        except ValueError as err:
+            c.fail(path + ("payload",), f"lever '{action}' sends mail, and {err}")
     return {"action": action, "payload": payload}
 
 
@@ -1420,6 +1484,10 @@ def parse_config(text, source="config.yaml"):
             if key not in a:
                 c.fail(("adapters", name), f"the {name} adapter has no '{key}'")
         cfg["adapters"][name] = {k: c.text(a[k], ("adapters", name, k), k) for k in sorted(keys)}
+        if "url" in keys and not cfg["adapters"][name]["url"].startswith(("http://", "https://")):
+            c.fail(("adapters", name, "url"), f"'{cfg['adapters'][name]['url']}' is not a URL; write http://... or https://...")
+        if "from" in keys and re.search(r"[\r\n]", cfg["adapters"][name]["from"]):
+            c.fail(("adapters", name, "from"), "from is one address on one line, as in ops@example.com")
     cfg["research"] = c.text(doc.get("research"), ("research",), "research", required=False)
     return cfg
 
@@ -1474,6 +1542,119 @@ def yaml_scalar(value):
     return json.dumps(value, ensure_ascii=False)
 
 
+# ---- the requests a client may send on sock ----
+# One JSON object a line: {"v": 1, "cmd": CMD, "args": {...}} (open point 2). This table is what section 8
+# sends for each verb, and all that passes the socket: avsmd checks every request against it before the
+# warden hears of it, and avsmd's own word to the warden (stop) is not in it, so no client can send that.
+# An argument's type: "name" and "path" are text from a command line (no NUL, bytes the system can take
+# back; a path is absolute, as the client resolves it); "seq" a record number; "text" a payload read as
+# UTF-8; "json" any JSON value (an edited payload); a trailing "?" makes it optional, and null allowed.
+REQUESTS = {
+    "ping": {}, "health": {}, "status": {}, "asks": {},
+    "add": {"dir": "path"},
+    "decide": {"venture": "name"}, "pause": {"venture": "name"}, "resume": {"venture": "name"},
+    "propose": {"venture": "name", "lever": "name", "payload": "text?"},
+    "approve": {"ask": "seq", "payload": "json?"},
+    "deny": {"ask": "seq"}, "ask": {"ask": "seq"},
+}
+REQUEST_KEYS = ("v", "cmd", "args")
+JSON_DEPTH = 64                 # nesting a payload may have: an edited payload is a page, not a tower
+
+
+def check_request(request):
+    """Return (cmd, args) of a request a client may send, or raise Fail: 64 for one that is not a request
+    avsm knows, 65 for an argument missing, unknown or of the wrong type. Nothing else passes the socket."""
+    if not isinstance(request, dict):
+        raise Fail(EX_USAGE, f"a request is one JSON object a line, not {json_kind(request)}")
+    if request.get("v", 1) != 1 or isinstance(request.get("v"), bool):
+        raise Fail(EX_USAGE, "this avsmd speaks version 1 of the socket's requests; use its own avsm")
+    extra = sorted(set(request) - set(REQUEST_KEYS))
+    if extra:
+        raise Fail(EX_USAGE, f"a request holds only {', '.join(REQUEST_KEYS)}, not {shown_text(extra[0])[:80]}")
+    cmd = request.get("cmd")
+    if not isinstance(cmd, str) or cmd not in REQUESTS:
+        raise Fail(EX_USAGE, f"avsmd does not know the command {shown_text(json.dumps(cmd))[:80]}; avsm --help lists them")
+    args = request.get("args", {})
+    if not isinstance(args, dict):
+        raise Fail(EX_DATAERR, f"{cmd}: args is a mapping, not {json_kind(args)}")
+    types = REQUESTS[cmd]
+    extra = sorted(set(args) - set(types))
+    if extra:
+        takes = ", ".join(types) or "nothing"
+        raise Fail(EX_DATAERR, f"{cmd} takes {takes}, not {shown_text(extra[0])[:80]}")
+    checked = {}
+    for key, kind in types.items():
+        optional, kind = kind.endswith("?"), kind.rstrip("?")
+        if key not in args:
+            if optional:
+                continue
+            raise Fail(EX_DATAERR, f"{cmd} needs {key}")
+        value = args[key]
+        problem = None if optional and value is None else argument_problem(kind, value)
+        if problem:
+            raise Fail(EX_DATAERR, f"{cmd}: {key} {problem}")
+        checked[key] = value
+    return cmd, checked
+
+
+def argument_problem(kind, value):
+    """Return why `value` is not an argument of type `kind` (see REQUESTS), or None."""
+    if kind == "seq":
+        if not isinstance(value, int) or isinstance(value, bool):
+            return f"is a record number, not {json_kind(value)}"
+        return None if 0 <= value <= SEQ_MAX else "is past any record number"
+    if kind == "json":
+        return json_problem(value, JSON_DEPTH)
+    if not isinstance(value, str):
+        return f"is text, not {json_kind(value)}"
+    if kind == "text":
+        return None if utf8_text(value) else "is not UTF-8 text"
+    if "\0" in value:
+        return "holds a NUL, which no command line can"
+    try:
+        os.fsencode(value)
+    except UnicodeError:
+        return "holds a character no file name can (a lone surrogate)"
+    if kind == "path" and not os.path.isabs(value):
+        return "is a directory's absolute path (avsm add resolves it)"
+    return None
+
+
+def json_problem(value, depth):
+    """Return why a JSON value cannot be a payload (a number that is not finite, text not UTF-8,
+    nesting past `depth`), or None."""
+    import math
+    if depth < 0:
+        return f"is nested deeper than {JSON_DEPTH} levels"
+    if isinstance(value, float) and not math.isfinite(value):
+        return "holds a number that is not finite"
+    if isinstance(value, str):
+        return None if utf8_text(value) else "holds text that is not UTF-8"
+    if isinstance(value, dict):
+        return next(filter(None, (json_problem(k, depth - 1) or json_problem(v, depth - 1) for k, v in value.items())), None)
+    if isinstance(value, list):
+        return next(filter(None, (json_problem(v, depth - 1) for v in value)), None)
+    return None
+
+
+def utf8_text(text):
+    """Whether `text` can be written as UTF-8 (it holds no lone surrogate)."""
+    try:
+        text.encode("utf-8")
+        return True
+    except UnicodeError:
+        return False
+
+
+def json_kind(value):
+    """Return the name a person knows for a JSON value's type."""
+    for kind, name in ((bool, "a boolean"), (int, "a number"), (float, "a number"), (str, "text"),
+                       (list, "a list"), (dict, "a mapping")):
+        if isinstance(value, kind):
+            return name
+    return "null" if value is None else type(value).__name__
+
+
 # =============================================================================
 # 4. The ledger
 # Records are dicts; stored as canonical JSON in a hash chain. One class appends
@@ -1512,6 +1693,59 @@ BACKLOG_KINDS = ("outcome", "exit")     # what already happened is written once 
 def ledger_retry(err):
     """Seconds until the next try: soon for a lock another reader holds, else LEDGER_RETRY."""
     return LEDGER_BUSY_RETRY if "locked" in str(err) or "busy" in str(err) else LEDGER_RETRY
+
+
+# The ledger's vocabulary: each kind of record, the claims it may carry, and the fields it always has beside
+# kind, claim, venture and summary (DESIGN's table). A kind ending in "." is a family (guard.NAME). Records
+# of venture self are the daemon's own life (start, stop, restart, sweep, cut, ledger: measured).
+RECORD_KINDS = {
+    "mandate": ({"declared"}, {"directory", "sha256", "text"}),
+    "report": ({"measured"}, {"metric", "value", "status", "plausible", "note"}),
+    "guard.": ({"measured"}, {"value", "status", "plausible"}),
+    "audit.": ({"measured"}, {"value", "status", "plausible", "note"}),
+    "reading.": ({"inferred"}, {"value", "status", "plausible"}),
+    "proposal": ({"inferred", "declared"}, {"by", "choice"}),
+    "unusable": ({"measured"}, {"backend", "by", "why"}),
+    "look": ({"inferred"}, {"backend", "by", "look", "answer"}),
+    "fact": ({"inferred"}, {"action", "fact", "source"}),
+    "forecast": ({"inferred"}, {"days", "seeds"}),
+    "ask": ({"measured", "inferred"}, {"about", "question"}),
+    "approval": ({"declared"}, {"ask"}),
+    "denial": ({"declared"}, {"ask"}),
+    "resolved": ({"measured"}, {"ask"}),
+    "canary": ({"measured"}, {"ask", "passed"}),
+    "check": ({"measured"}, {"lever", "ok", "status", "note"}),
+    "action": ({"measured"}, {"lever", "proof", "by"}),
+    "outcome": ({"measured"}, {"lever", "action", "ok", "status", "duration", "note"}),
+    "refusal": ({"measured"}, {"lever", "why"}),
+    "effect": ({"measured"}, {"lever", "action", "verdict", "why"}),
+    "pause": ({"measured", "declared"}, set()),
+    "resume": ({"measured", "declared"}, set()),
+    "start": ({"measured"}, set()),
+    "exit": ({"measured"}, {"status"}),
+    "escalation": ({"measured"}, {"from", "to", "why"}),
+    "answer": ({"measured"}, {"escalation", "cited"}),
+    "prediction": ({"inferred"}, set()),
+    "calibration.": ({"measured"}, set()),
+}
+
+
+def shape_problem(record):
+    """Return why `record` is not one of the ledger's kinds as RECORD_KINDS has them, or None."""
+    missing = [k for k in ("kind", "claim", "venture", "summary") if k not in record]
+    if missing:
+        return f"it has no {', '.join(missing)}"
+    kind = record["kind"]
+    if record["venture"] == "self":
+        return None if record["claim"] == "measured" else "a record of self is measured"
+    shape = RECORD_KINDS.get(kind) or RECORD_KINDS.get(kind.partition(".")[0] + ".") if isinstance(kind, str) else None
+    if shape is None:
+        return f"{kind!r} is not a kind of record"
+    claims, fields = shape
+    if record["claim"] not in claims:
+        return f"a {kind} record is {' or '.join(sorted(claims))}, not {record['claim']}"
+    absent = sorted(fields - set(record))
+    return f"a {kind} record has {', '.join(absent)}" if absent else None
 
 
 def canonical(record):
@@ -1612,8 +1846,6 @@ def read_records(db, since=0, upto=None, venture=None):
 
 def verify_chain(db, upto=None):
     """Return (records checked, None) for a sound chain, or (seq, why) at the first broken link."""
-    import hashlib
-    sha256 = hashlib.sha256
     prev, expected = ZERO_HASH, 1
     sql = "SELECT seq, at, prev, hash, record FROM records" + (" WHERE seq <= ?" if upto else "") + " ORDER BY seq"
     for seq, at, p, h, text in db.execute(sql, (upto,) if upto else ()):
@@ -1621,7 +1853,7 @@ def verify_chain(db, upto=None):
             return seq, f"record #{expected} is missing"
         if p != prev:
             return seq, "its prev is not the hash of the record before it"
-        if sha256(f"{p}\n{seq}\n{at}\n{text}".encode()).hexdigest() != h:
+        if chain_hash(p, seq, at, text) != h:
             return seq, "its hash does not match its contents"
         prev, expected = h, seq + 1
     return expected - 1, None
@@ -1656,8 +1888,13 @@ def format_record_line(seq, at, record):
 
 def shown_text(text):
     """Return text safe for a terminal: newlines as \\n, and no control character from outside reaches it raw."""
-    text = text.replace("\\", "\\\\").replace("\n", "\\n").replace("\r", "\\r")
-    return re.sub(CONTROL_CHARS, lambda m: f"\\x{ord(m.group()):02x}" if ord(m.group()) < 256 else f"\\u{ord(m.group()):04x}", text)
+    return escape_controls(CONTROL_CHARS, text.replace("\\", "\\\\").replace("\n", "\\n").replace("\r", "\\r"))
+
+
+def escape_controls(pattern, text):
+    """Return `text` with each character `pattern` matches written as \\x.. or \\u.... (escape sequences, bidi
+    overrides, lone surrogates), so nothing from outside reaches a terminal raw."""
+    return re.sub(pattern, lambda m: f"\\x{ord(m.group()):02x}" if ord(m.group()) < 256 else f"\\u{ord(m.group()):04x}", text)
 
 
 CONTROL_CHARS = "[\x00-\x1f\x7f-\x9f\u2028\u2029\u202a-\u202e\u2066-\u2069\ud800-\udfff]"
@@ -1714,6 +1951,18 @@ class VentureState:
     def side(self, name):
         """A controller side: armed (deadband), its streak of crossed reports (hold), asked in this excursion."""
         return self.sides.setdefault(name, {"armed": True, "streak": [], "asked": False})
+
+
+def text_sha256(text):
+    """Return the sha256 of `text` as UTF-8, in lowercase hex: a mandate's, as `sha256sum` prints it."""
+    import hashlib
+    return hashlib.sha256(text.encode()).hexdigest()
+
+
+def mandate_record(name, directory, text, summary, **fields):
+    """Return the record adopting `text` as the mandate of venture `name` from `directory`."""
+    return dict({"kind": "mandate", "claim": "declared", "venture": name, "directory": directory,
+                 "sha256": text_sha256(text), "text": text, "summary": summary}, **fields)
 
 
 def fold(state, seq, at, record):
@@ -1863,12 +2112,7 @@ def controller_sides(mandate):
     """Return the controller's sides as (side name, way, bound, lever)."""
     if mandate is None:
         return []
-    ctl = mandate["controller"]
-    if ctl["kind"] == "threshold":
-        return [(ctl["side"], ctl["side"], ctl["bound"], ctl["action"])]
-    if ctl["kind"] == "band":
-        return [("below", "below", ctl["low"], ctl["below"]), ("above", "above", ctl["high"], ctl["above"])]
-    return []
+    return CONTROLLERS[mandate["controller"]["kind"]].sides(mandate["controller"])
 
 
 # ---- plausibility -----------------------------------------------------------
@@ -2575,6 +2819,10 @@ def prove(state, lever, now, basis, trigger=None, approval=None, payload=None, c
             return Verdict(False, why=f"{lever} would spend {format_number(total)} {budget['field']} in "
                                       f"{format_duration(budget['per'])}, past its budget {format_number(budget['max'])}")
         steps.append(f"{format_number(total)} of {format_number(budget['max'])} {budget['field']} spent in the last {format_duration(budget['per'])}")
+    if spec["run"] == "mail.send":
+        dropped = write_mail(payload, "avsm").dropped
+        steps.append("From: is set by avsm (adapters.mail.from in config.yaml)"
+                     + (f"; the message's own {', '.join(h + ':' for h in dropped)} dropped" if dropped else ""))
     if spec["takes"] in ("diff", "file"):
         steps.append(f"its {spec['takes']} stays inside the venture directory: checked on the file system when it was "
                      f"proposed, which the ledger alone cannot re-check")
@@ -2642,12 +2890,60 @@ def payload_problem(spec, payload):
         return f"{name} takes json: its payload must be an object"
     if takes != "json" and not isinstance(payload, str):
         return f"{name} takes {takes}: its payload must be text"
+    if spec["run"] == "mail.send":
+        try:
+            write_mail(payload, "avsm")
+        except ValueError as err:
+            return f"{name} sends mail, and {err}"
     budget = spec["budget"]
     if budget:
         value = payload.get(budget["field"]) if isinstance(payload, dict) else None
         if isinstance(value, bool) or not isinstance(value, (int, float)):
             return f"{name} has a budget on {budget['field']}, and the payload gives no number for it"
     return None
+
+
+# ---- mail.send: the sender is avsm's to set --------------------------------
+
+MAIL_SENDER_HEADERS = ("from", "sender", "return-path")     # the message's own are dropped: avsm sets the sender
+MAIL_HEADER_NAME = r"[!-9;-~]+"      # printable ASCII but ':' (RFC 5322 field-name)
+Mail = collections.namedtuple("Mail", "text dropped")
+Mail.__doc__ = "The message mail.send pipes, and the names of the message's sender headers it dropped."
+
+
+def write_mail(message, sender):
+    """Return the Mail that mail.send pipes: `From: sender`, then the message's headers but its own From:,
+    Sender: and Return-Path: (any case, with their folded lines), then its blank line and body as written.
+
+    message ::= header+ blank-line body      header ::= name ':' text (WSP text)*   lines end LF or CRLF
+    Raises ValueError saying why a message cannot be sent as it stands: no header block, no blank line
+    before the body, a line that is not a header, or a bare CR (which a mail program may take as a line end).
+    """
+    if "\r" in message.replace("\r\n", ""):
+        raise ValueError("the message has a bare CR; end its lines with LF or CRLF")
+    lines = message.split("\n")
+    blank = next((i for i, line in enumerate(lines[:-1]) if line in ("", "\r")), None)
+    if blank is None:
+        raise ValueError("the message has no blank line; write its headers (To:, Subject:), a blank line, then the body")
+    if blank == 0:
+        raise ValueError("the message has no headers before its blank line; write To: and Subject: first")
+    kept, dropped, dropping = [], [], False
+    for number, line in enumerate(lines[:blank], 1):
+        if line[:1] in (" ", "\t"):
+            if number == 1:
+                raise ValueError("the message begins with a folded line; its first line must be a header (Name: value)")
+        else:
+            name, colon, _ = line.partition(":")
+            if not colon or not re.fullmatch(MAIL_HEADER_NAME, name):
+                raise ValueError(f"line {number} of the message is not a header (Name: value): {json.dumps(line[:60])}")
+            dropping = name.lower() in MAIL_SENDER_HEADERS
+            if dropping:
+                dropped.append(name)
+        if not dropping:
+            kept.append(line)
+    end = "\r\n" if lines[0].endswith("\r") else "\n"
+    text = f"From: {sender}{end}" + "".join(line + "\n" for line in kept) + "\n".join(lines[blank:])
+    return Mail(text, dropped)
 
 
 def fold_ledger(states, seq, at, record, parse=None):
@@ -2693,7 +2989,7 @@ def basis_problem(state, action, basis, records):
     if m is None:
         return None                     # the gate says so
     trig = records.get(trigger, (None, {}))[1] if trigger is not None else {}
-    if rule in ("threshold", "band"):
+    if rule in CONTROLLERS and not CONTROLLERS[rule].by_model:
         if m["controller"]["kind"] != rule:
             return f"the mandate's controller is {m['controller']['kind']}, not {rule}"
         problems = check_crossing(m, lever, premises, records, state.name)
@@ -2956,6 +3252,130 @@ def controller_rule(state, side, lever, reports, why):
         yield Write({"kind": "refusal", "claim": "measured", "venture": state.name, "lever": lever,
                      "by": "controller", "side": side, "why": verdict.why, "reports": reports,
                      "summary": f"{lever} refused: {verdict.why}"})
+
+
+def proposal_rule(state, seq, choice, by, backend, content_why=None):
+    """A model's choice, written as proposal #seq: an ask about a lever the mandate names becomes an ask; an
+    action goes to the gate with the proposal as its trigger, never a premise; a lever that waits for a person
+    (irreversible, or content a model wrote, not delegated) is asked about once; the rest is refused.
+
+    content_why: what the file system said of a diff or file payload (the caller looks), or None."""
+    m, lever, payload = state.mandate, choice.get("action"), choice.get("payload")
+    named = lever in m["levers"] or lever == "stop"
+    if choice["choice"] == "ask":
+        if lever is not None and (lever in m["forbidden"] or lever not in m["levers"]):
+            why = f"{lever} is {'forbidden' if lever in m['forbidden'] else 'not permitted'} by mandate #{state.mandate_seq}"
+            yield Write({"kind": "refusal", "claim": "measured", "venture": state.name, "lever": lever, "proposal": seq,
+                         "by": "model", "why": why, "summary": f"the model's ask about {lever} refused: {why}"})
+        else:
+            yield Write({"kind": "ask", "claim": "inferred", "venture": state.name, "about": "model", "lever": lever,
+                         "proposal": seq, "question": choice["question"][:TEXT_MAX],
+                         "summary": f"the model asks: {choice['question'][:200]}"})
+        return
+    if choice["choice"] != "action":
+        return
+    spec = m["levers"].get(lever)
+    why = None
+    if lever in m["forbidden"] or not named:
+        why = f"{lever} is {'forbidden' if lever in m['forbidden'] else 'not permitted'} by mandate #{state.mandate_seq}"
+    elif spec is not None:
+        why = payload_problem(spec, payload) or content_why
+    if why is None and spec is not None and not spec["delegated"] and (payload is not None or not spec["reversible"]):
+        if not any(a.get("lever") == lever and a.get("payload") == payload and a.get("about") == "lever"
+                   for a in state.open_asks.values()):
+            yield Write({"kind": "ask", "claim": "measured", "venture": state.name, "about": "lever", "lever": lever,
+                         "payload": payload, "proposal": seq, "by": by,
+                         "question": f"run {lever}" + (" with the content below" if payload is not None else "")
+                                     + f"? {backend} proposed it (#{seq})",
+                         "summary": f"{lever} waits for a person: proposed by {backend} (#{seq})"
+                                    + (" with content a model wrote" if payload is not None else ", irreversible")})
+        return
+    if why is None:
+        verdict = yield Gate(lever, ("permitted", [], [f"proposal #{seq} (inferred) prompted this"]), payload=payload,
+                             trigger=seq, by="model", summary=f"{lever} runs: proposed by {backend} (#{seq})",
+                             extra={"payload": payload, "proposal": seq} if payload is not None else {"proposal": seq})
+        if verdict.ok:
+            return
+        why = verdict.why
+    yield Write({"kind": "refusal", "claim": "measured", "venture": state.name, "lever": lever,
+                 "proposal": seq, "by": "model", "why": why, "summary": f"{lever} refused: {why}"})
+
+
+def ratchet_asked(state, lever):
+    """Whether a ratchet ask to delegate `lever` is open."""
+    return any(a.get("about") == "ratchet" and a.get("lever") == lever for a in state.open_asks.values())
+
+
+def ratchet_due(state, lever, n):
+    """Whether self should propose delegating `lever` (SELF-02): `ratchet: n` approvals of it since the mandate
+    (a denial resets the count), it waits for a person (irreversible, or it takes a model's content), it is not
+    delegated yet, and no such ask is open."""
+    spec = state.mandate["levers"].get(lever) if state.mandate else None
+    if not n or spec is None or spec["delegated"] or (spec["reversible"] and not spec["takes"]):
+        return False
+    return state.approvals.get(lever, 0) >= n and not ratchet_asked(state, lever)
+
+
+def ratchet_ask(state, lever, path, new, why, forecast_seq=None, forecast_line=None):
+    """Return the ratchet ask: delegate `lever`, carrying the changed mandate text `new` (None: `why` not)."""
+    question = (f"delegate {lever}? You approved it {state.approvals[lever]} times; approving this writes "
+                f"delegated: true on {lever} in {path} and adopts it"
+                + (f" ({forecast_line}, #{forecast_seq})" if forecast_seq else ""))
+    return {"kind": "ask", "claim": "measured", "venture": state.name, "about": "ratchet", "lever": lever,
+            "by": "self", "mandate": new, "question": question if new else f"{question} (edit it by hand: {why})",
+            "forecast": forecast_seq, "summary": f"self proposes delegating {lever} after {state.approvals[lever]} approvals"}
+
+
+def canary_ask(state, asks_seen, every):
+    """Return the known-answer ask due after every `every` asks (canary_asks), or None: a forbidden (or made-up)
+    irreversible lever, which a person who reads the ask denies."""
+    if asks_seen % every:
+        return None
+    lever = (next(iter(state.mandate["forbidden"]), None) if state.mandate else None) or "delete-everything"
+    return {"kind": "ask", "claim": "measured", "venture": state.name, "about": "lever", "lever": lever,
+            "canary": True, "question": f"run {lever}? the metric asks for it; {lever} is irreversible",
+            "summary": f"run {lever}? {lever} is irreversible, so a person decides"}
+
+
+def canary_result(state, seq, ask, approved):
+    """Return (the canary record, the line for the person) for an answer to canary ask #seq: nothing runs."""
+    if approved:
+        return ({"kind": "canary", "claim": "measured", "venture": state.name, "ask": seq, "passed": False,
+                 "summary": f"ask #{seq} was a canary: {ask['lever']} is not permitted, and it was approved without reading"},
+                f"#{seq} was a canary ask: {ask['lever']} is not permitted by the mandate. Nothing ran. "
+                "Read each ask before approving it.")
+    return ({"kind": "canary", "claim": "measured", "venture": state.name, "ask": seq, "passed": True,
+             "summary": f"ask #{seq} was a canary, and it was denied: the asks are being read"},
+            f"#{seq} denied (it was a canary ask: thank you for reading)")
+
+
+def next_backoff(previous):
+    """Return the next wait of a back-off: the first, then doubling, up to the ceiling (open point 31)."""
+    return min(BACKOFF_CEILING, previous * 2 or BACKOFF_FIRST)
+
+
+def restart_rule(state, pid, status, ended_by, uptime, backoff, restarted, active):
+    """Return (again, backoff, delay, records) for the kept `run` program's end: started again as `restart:`
+    says; a program that dies within QUICK_DEATH of a restart waits twice as long each time, and asks once when
+    the wait reaches its ceiling; one that ran BACKOFF_RESET starts afresh (open point 31)."""
+    policy = state.mandate["restart"] if state.mandate else "never"
+    again = ended_by is None and active and (policy == "always" or (policy == "on-failure" and status != 0))
+    delay = 0
+    if again:
+        if uptime >= BACKOFF_RESET:
+            backoff = 0
+        elif uptime < QUICK_DEATH and restarted:
+            backoff = delay = next_backoff(backoff)
+    why = f"stopped by {'the pause' if ended_by == 'pause' else ended_by}" if ended_by else describe_status(status)
+    next_words = (f"; restarting in {delay}s" if delay else "; restarting now") if again else "; not restarted"
+    records = [{"kind": "exit", "claim": "measured", "venture": state.name, "pid": pid,
+                "status": describe_status(status), "uptime": round(uptime, 3), "restart_in": delay if again else None,
+                "summary": f"run (pid {pid}) ended: {why} after {uptime:.1f}s{next_words}"}]
+    if again and delay >= BACKOFF_CEILING and not any(a.get("about") == "backoff" for a in state.open_asks.values()):
+        records.append({"kind": "ask", "claim": "measured", "venture": state.name, "about": "backoff",
+                        "question": f"run keeps dying within {QUICK_DEATH}s; it now waits {delay}s between starts. Look at it?",
+                        "summary": f"run keeps dying; back-off reached its ceiling of {BACKOFF_CEILING}s"})
+    return again, backoff, delay, records
 
 
 def open_asks(records):
@@ -3539,6 +3959,51 @@ def call_http_backend(backend, system, user, key):
     return None, why, call
 
 
+ADAPTER_TIMEOUT = 30         # seconds an adapter's GET may take in all: the name, the connection, TLS, the answer
+
+
+def adapter_get(url, key=None, limit=ADAPTER_TIMEOUT):
+    """Return (status, body) of one GET of `url` within `limit` seconds in all; raise OSError saying why not.
+    The body is read up to REPLY_MAX + 1 bytes, so a caller sees an answer bigger than it reads.
+
+    TLS certificates are verified against the system's CAs, or the bundle SSL_CERT_FILE names (OpenSSL's own
+    variable, read by ssl.create_default_context). With a key (stripe, github) the GET carries it as a bearer
+    token and follows no redirect: a 3xx is the answer, so the key goes to the configured url alone. Without
+    one (http.status) redirects to http:// and https:// are followed, and the last status is the answer.
+    """
+    import ssl
+    import threading
+    import urllib.error
+    import urllib.request
+    if not url.startswith(("http://", "https://")):
+        raise OSError(f"'{url}' is not an http:// or https:// URL")
+    redirects = urllib.request.HTTPRedirectHandler()
+    follow = redirects.redirect_request
+    redirects.redirect_request = lambda req, fp, code, msg, headers, newurl: \
+        None if key or not newurl.startswith(("http://", "https://")) else follow(req, fp, code, msg, headers, newurl)
+    opener = urllib.request.build_opener(redirects, urllib.request.HTTPSHandler(context=ssl.create_default_context()))
+    request = urllib.request.Request(url, method="GET")
+    if key:
+        request.add_unredirected_header("Authorization", f"Bearer {key}")
+    answer = {}
+
+    def get():
+        try:
+            with opener.open(request, timeout=limit) as response:
+                answer["got"] = response.status, response.read(REPLY_MAX + 1)
+        except urllib.error.HTTPError as err:
+            answer["got"] = err.code, err.read(REPLY_MAX + 1)
+        except (urllib.error.URLError, OSError, ValueError) as err:
+            reason = getattr(err, "reason", err)
+            answer["error"] = OSError(f"no answer within {limit} s" if isinstance(reason, TimeoutError) else str(reason))
+    worker = threading.Thread(target=get, daemon=True)      # the name lookup too keeps to the limit
+    worker.start()
+    worker.join(limit)
+    if "got" in answer:
+        return answer["got"]
+    raise answer.get("error") or OSError(f"no answer within {limit} s")
+
+
 def read_metric_output(child, status, with_output=True):
     """Return (value, failure) from a finished report: its last non-empty line must be the number alone.
 
@@ -3855,7 +4320,7 @@ class Warden:
         if self.next_nightly is not None and time.time() >= self.next_nightly:
             self.next_nightly = next_nightly(self.cfg["nightly"], time.time() + 1)
             for state in self.ventures.values():
-                if self.active(state) and state.mandate["controller"]["kind"] in ("model", "classifier"):
+                if self.active(state) and decided_by_model(state.mandate):
                     try:
                         self.start_decision(state, "nightly")
                     except Fail as fail:
@@ -4178,17 +4643,18 @@ class Warden:
         self.carry_out(state, settle_round(state, round_["metric"]))
 
     def carry_out(self, state, intents):
-        """Carry out a rule's intents in order: append, pause, or ask the gate and run what it proves."""
+        """Carry out a rule's intents in order: append, pause, or ask the gate and run what it proves.
+        Return [(intent, seq written)]: a Gate's seq is its action's (None when refused or waiting on its check)."""
         import time
-        result = None
+        result, done = None, []
         while True:
             try:
                 intent = intents.send(result)
             except StopIteration:
-                return
-            result = None
+                return done
+            result, seq = None, None
             if isinstance(intent, Write):
-                self.append(intent.record)
+                seq = self.append(intent.record)
             elif isinstance(intent, Pause):
                 self.pause(state, intent.record["claim"], intent.record["summary"],
                            **{k: v for k, v in intent.record.items() if k not in ("kind", "claim", "venture", "summary")})
@@ -4196,8 +4662,11 @@ class Warden:
                 result = prove(state, intent.lever, int(time.time()), intent.basis, trigger=intent.trigger,
                                approval=intent.approval, payload=intent.payload)
                 if result.ok:
-                    self.run_lever(state, intent.lever, result, intent.summary, by=intent.by, side=intent.side,
-                                   extra=intent.extra)
+                    seq = self.run_lever(state, intent.lever, result, intent.summary, by=intent.by, side=intent.side,
+                                         extra=intent.extra)
+                else:
+                    continue            # the rule writes what a refusal calls for
+            done.append((intent, seq))
 
     # ---- levers ----
     def run_lever(self, state, lever, verdict, summary, by, side=None, extra=None, checked=False):
@@ -4211,6 +4680,13 @@ class Warden:
         if spec is not None and spec["check"] and not checked:
             return self.start_check(state, lever, verdict, summary, by, side, extra)
         asked = verdict.asked
+        mail, mail_problem = None, "mail.send needs adapters: mail: in config.yaml and a text payload"
+        sender = (self.cfg["adapters"].get("mail") or {}).get("from")
+        if spec is not None and spec["run"] == "mail.send" and sender and isinstance((extra or {}).get("payload"), str):
+            try:
+                mail = write_mail(extra["payload"], sender)
+            except ValueError as err:
+                mail_problem = f"mail.send refused the message: {err}"
         record = {"kind": "action", "claim": "measured", "venture": state.name, "lever": lever,
                   "proof": verdict.proof, "by": by, "summary": summary, "basis": asked["basis"]}
         record.update({k: asked[k] for k in ("approval", "check") if k in asked})
@@ -4231,13 +4707,12 @@ class Warden:
             return self.run_research(state, seq, payload, spec)
         run = spec["run"]
         if run == "mail.send":
-            mail = self.cfg["adapters"].get("mail")
-            if not mail or not isinstance(payload, str):
+            if mail is None:
                 self.append({"kind": "outcome", "claim": "measured", "venture": state.name, "lever": lever, "action": seq,
                              "ok": False, "status": "not started", "duration": 0, "note": "",
-                             "summary": f"{lever} failed: mail.send needs adapters: mail: in config.yaml and a text payload"})
+                             "summary": f"{lever} failed: {mail_problem}"})
                 return seq
-            run, data = mail["command"], f"From: {mail['from']}\n{payload}".encode()
+            run, data = self.cfg["adapters"]["mail"]["command"], mail.text.encode()
         try:
             if spec["takes"] == "file" and isinstance(payload, str):
                 write_venture_file(state.directory, payload)
@@ -4422,26 +4897,11 @@ class Warden:
         import time
         keep = self.keep[state.name]
         keep["child"] = None
-        uptime = time.monotonic() - child.started
-        policy = state.mandate["restart"] if state.mandate else "never"
-        again = (child.ended_by is None and self.active(state)
-                 and (policy == "always" or (policy == "on-failure" and status != 0)))
-        delay = 0
-        if again:
-            if uptime >= BACKOFF_RESET:
-                keep["backoff"] = 0
-            elif uptime < QUICK_DEATH and keep["restart"]:
-                keep["backoff"] = min(BACKOFF_CEILING, keep["backoff"] * 2 or BACKOFF_FIRST)
-                delay = keep["backoff"]
-        why = f"stopped by {'the pause' if child.ended_by == 'pause' else child.ended_by}" if child.ended_by else describe_status(status)
-        next_words = (f"; restarting in {delay}s" if delay else "; restarting now") if again else "; not restarted"
-        self.append({"kind": "exit", "claim": "measured", "venture": state.name, "pid": child.pid,
-                     "status": describe_status(status), "uptime": round(uptime, 3), "restart_in": delay if again else None,
-                     "summary": f"run (pid {child.pid}) ended: {why} after {uptime:.1f}s{next_words}"})
-        if again and delay >= BACKOFF_CEILING and not any(a.get("about") == "backoff" for a in state.open_asks.values()):
-            self.append({"kind": "ask", "claim": "measured", "venture": state.name, "about": "backoff",
-                         "question": f"run keeps dying within {QUICK_DEATH}s; it now waits {delay}s between starts. Look at it?",
-                         "summary": f"run keeps dying; back-off reached its ceiling of {BACKOFF_CEILING}s"})
+        again, keep["backoff"], delay, records = restart_rule(
+            state, child.pid, status, child.ended_by, time.monotonic() - child.started, keep["backoff"],
+            keep["restart"], self.active(state))
+        for record in records:
+            self.append(record)
         if again:
             keep["restart"] = True
             if delay:
@@ -4711,67 +5171,26 @@ class Warden:
             record["call"] = d["call"]
         seq = self.append(record)
         d["lines"].append(f"#{seq} proposal {choice['choice']}" + (f" {lever}" if lever else ""))
+        spec = state.mandate["levers"].get(lever) if choice["choice"] == "action" else None
+        content_why = content_problem(spec["takes"], choice.get("payload"), state.directory) \
+            if spec and spec["takes"] in ("diff", "file") and isinstance(choice.get("payload"), str) else None
         written = [seq]
-        m = state.mandate
-        if choice["choice"] == "ask" and lever is not None and (lever in m["forbidden"] or lever not in m["levers"]):
-            why = f"{lever} is {'forbidden' if lever in m['forbidden'] else 'not permitted'} by mandate #{state.mandate_seq}"
-            refusal = self.append({"kind": "refusal", "claim": "measured", "venture": state.name, "lever": lever,
-                                   "proposal": seq, "by": "model", "why": why, "summary": f"the model's ask about {lever} refused: {why}"})
-            d["lines"].append(f"#{refusal} refusal: {why}")
-            written.append(refusal)
-        elif choice["choice"] == "ask":
-            ask = self.append({"kind": "ask", "claim": "inferred", "venture": state.name, "about": "model",
-                               "lever": lever, "proposal": seq, "question": choice["question"][:TEXT_MAX],
-                               "summary": f"the model asks: {choice['question'][:200]}"})
-            d["lines"].append(f"#{ask} ask")
-            written.append(ask)
-        elif choice["choice"] == "action":
-            written += self.judge_proposal(state, seq, lever, choice.get("payload"), d)
+        for intent, done in self.carry_out(state, proposal_rule(state, seq, choice, d["by"], d["backend"], content_why)):
+            if isinstance(intent, Gate):
+                d["lines"].append(f"#{done} action {lever}" if done else f"{lever} waits for its check")
+            elif intent.record["kind"] == "ask":
+                d["lines"].append(f"#{done} ask" + (f" for {lever}" if intent.record["about"] == "lever" else ""))
+            else:
+                d["lines"].append(f"#{done} refusal: {intent.record['why']}")
+            if done:
+                written.append(done)
         return written
-
-    def judge_proposal(self, state, seq, lever, payload, d):
-        """The gate on a model's proposal: the proposal is the trigger, never a premise."""
-        import time
-        m = state.mandate
-        spec = m["levers"].get(lever)
-        why = None
-        if lever in m["forbidden"] or (spec is None and lever != "stop"):
-            why = f"{lever} is {'forbidden' if lever in m['forbidden'] else 'not permitted'} by mandate #{state.mandate_seq}"
-        elif spec is not None:
-            why = payload_problem(spec, payload) or (content_problem(spec["takes"], payload, state.directory)
-                                                     if spec["takes"] in ("diff", "file") else None)
-        if why is None and spec is not None and payload is not None and not spec["delegated"] \
-                or why is None and spec is not None and not spec["reversible"] and not spec["delegated"]:
-            if not any(a.get("lever") == lever and a.get("payload") == payload and a.get("about") == "lever"
-                       for a in state.open_asks.values()):
-                ask = self.append({"kind": "ask", "claim": "measured", "venture": state.name, "about": "lever", "lever": lever,
-                                   "payload": payload, "proposal": seq, "by": d["by"],
-                                   "question": f"run {lever}" + (" with the content below" if payload is not None else "")
-                                               + f"? {d['backend']} proposed it (#{seq})",
-                                   "summary": f"{lever} waits for a person: proposed by {d['backend']} (#{seq})"
-                                              + (" with content a model wrote" if payload is not None else ", irreversible")})
-                d["lines"].append(f"#{ask} ask for {lever}")
-                return [ask]
-            return []
-        if why is None:
-            verdict = prove(state, lever, int(time.time()), ("permitted", [], [f"proposal #{seq} (inferred) prompted this"]),
-                            trigger=seq, payload=payload)
-            if verdict.ok:
-                action = self.run_lever(state, lever, verdict, f"{lever} runs: proposed by {d['backend']} (#{seq})",
-                                        by="model", extra={"payload": payload, "proposal": seq} if payload is not None else {"proposal": seq})
-                d["lines"].append(f"#{action} action {lever}" if action else f"{lever} waits for its check")
-                return [action] if action else []
-            why = verdict.why
-        refusal = self.append({"kind": "refusal", "claim": "measured", "venture": state.name, "lever": lever,
-                               "proposal": seq, "by": "model", "why": why, "summary": f"{lever} refused: {why}"})
-        d["lines"].append(f"#{refusal} refusal: {why}")
-        return [refusal]
 
     def do_decide(self, args, err):
         state = self.venture(args.get("venture"))
         if state.mandate is None:
             raise Fail(EX_DATAERR, f"{state.name} cannot run: {state.problem}")
-        if state.mandate["controller"]["kind"] not in ("model", "classifier"):
+        if not decided_by_model(state.mandate):
             raise Fail(EX_DATAERR, f"{state.name}'s controller is {state.mandate['controller']['kind']}: no model decides for it")
         if state.paused:
             raise Fail(EX_DATAERR, f"{state.name} is paused; resume it first")
@@ -4799,18 +5218,17 @@ class Warden:
             self.begin_stop()         # avsmd is gone: stop as at a SIGTERM
             return
         for message in self.reader.feed(data):
-            if message.get("cmd") == "stop":
-                self.begin_stop()
+            if message.get("cmd") == "stop" and "id" not in message:
+                self.begin_stop()       # avsmd's own word: a client's request always carries an id
                 continue
             if message.get("from") == "roles":
                 self.from_roles(message)
                 continue
             out, err, code = [], [], EX_OK
             try:
-                handler = getattr(self, "do_" + message.get("cmd", ""), None)
-                if handler is None:
-                    raise Fail(EX_USAGE, f"avsmd does not know the command '{message.get('cmd')}'")
-                out = handler(dict(message.get("args") or {}, __id=message.get("id")), err)
+                # checked by avsmd already; checked again here, where a request is acted on
+                cmd, args = check_request({"cmd": message.get("cmd"), "args": message.get("args", {})})
+                out = getattr(self, "do_" + cmd)(dict(args, __id=message.get("id")), err)
                 if out is None:
                     continue            # answered later (a decision in flight)
             except Fail as fail:
@@ -4819,6 +5237,12 @@ class Warden:
             except (LockLost, LedgerDown) as lost:
                 err.append(f"the ledger cannot be written: {lost}; nothing was done, try again later" if isinstance(lost, LedgerDown) else str(lost))
                 code = EX_TEMPFAIL
+            except Exception as bug:    # a bug: reported once, this request refused, the warden keeps serving
+                import traceback
+                sys.stderr.write(f"avsm warden: a bug in avsm, doing {message.get('cmd')} (the warden goes on):\n"
+                                 f"{traceback.format_exc()}")
+                err.append(f"a bug in avsm refused this request ({type(bug).__name__}); it is reported on avsmd's standard error")
+                code = EX_SOFTWARE
             self.tell({"id": message.get("id"), "out": out, "err": err, "exit": code})
 
     def signalled(self, wake):
@@ -4850,8 +5274,7 @@ class Warden:
     def do_add(self, args, err):
         directory = os.path.realpath(args.get("dir", ""))
         name, path, text, mandate = read_venture(directory)
-        import hashlib
-        sha = hashlib.sha256(text.encode()).hexdigest()
+        sha = text_sha256(text)
         state = self.ventures.get(name)
         if state is not None and state.mandate_seq is not None:
             check_not_adopted_elsewhere(name, directory, state.directory, state.paused)
@@ -4860,24 +5283,27 @@ class Warden:
                     self.check_runnable(state)
                 return [f"{name}: mandate unchanged (#{state.mandate_seq}); nothing written"]
         state = self.ventures.setdefault(name, VentureState(name))
-        old_run = state.mandate["run"] if state.mandate else None
-        seq = self.append({"kind": "mandate", "claim": "declared", "venture": name, "directory": directory,
-                           "sha256": sha, "text": text,
-                           "summary": f"adopted {name} from {directory} (sha256 {sha[:16]})"})
-        state.mandate, state.problem = mandate, None
-        if old_run and old_run != mandate["run"]:
-            import time
-            for child in self.children:
-                if child.venture == name and child.purpose == "run":
-                    child.terminate("a new mandate", time.monotonic())
-        if not state.paused:
-            import time
-            self.schedule(name, time.monotonic())
-            self.start_keep(state)
+        seq = self.adopt(state, mandate, mandate_record(name, directory, text, f"adopted {name} from {directory} (sha256 {sha[:16]})"))
         forecasting = self.start_forecast(state, "add")
         return [f"{name}: adopted as mandate #{seq}"] + describe_allowed(mandate, self.cfg) + \
                ([f"{name} is paused; avsm resume {name} starts it"] if state.paused else []) + \
                ([f"{name}: a forecast is being made; it is written to the ledger when done"] if forecasting else [])
+
+    def adopt(self, state, mandate, record):
+        """Append a mandate record and put `mandate` in force: a changed `run` program is ended (the keeper starts
+        the new one), and the venture's next round is due now. Return the record's seq."""
+        import time
+        old_run = state.mandate["run"] if state.mandate else None
+        seq = self.append(record)
+        state.mandate, state.problem = mandate, None
+        if old_run and old_run != mandate["run"]:
+            for child in self.children:
+                if child.venture == state.name and child.purpose == "run":
+                    child.terminate("a new mandate", time.monotonic())
+        if not state.paused:
+            self.schedule(state.name, time.monotonic())
+            self.start_keep(state)
+        return seq
 
     def do_health(self, args, err):
         """What avsm doctor asks the running daemon: how many ventures, and whether the ledger can be written."""
@@ -4954,12 +5380,9 @@ class Warden:
 
     # ---- growing trust, carefully: the ratchet and canary asks ----
     def ratchet(self, state, lever):
-        """After `ratchet` approvals of one lever, self proposes delegating it: an ask carrying the mandate change."""
-        n, spec = self.cfg["ratchet"], state.mandate["levers"].get(lever)
-        if not n or spec is None or spec["delegated"] or (spec["reversible"] and not spec["takes"]) \
-                or state.approvals.get(lever, 0) < n:
-            return                  # only what waits for a person (irreversible, or a model's content) is delegated
-        if ratchet_asked(state, lever) or lever in state.ratchet_forecasts:
+        """After `ratchet` approvals of one lever, self proposes delegating it: an ask carrying the mandate change,
+        made once its forecast is written (FORECAST-01)."""
+        if not ratchet_due(state, lever, self.cfg["ratchet"]) or lever in state.ratchet_forecasts:
             return
         if self.start_forecast(state, "ratchet", lever):
             state.ratchet_forecasts.add(lever)      # FORECAST-01: the ask follows the forecast
@@ -4967,27 +5390,18 @@ class Warden:
         self.raise_ratchet(state, lever)
 
     def raise_ratchet(self, state, lever, forecast_seq=None, forecast_line=None):
-        n = self.cfg["ratchet"]
         state.ratchet_forecasts.discard(lever)
-        if state.approvals.get(lever, 0) < n or ratchet_asked(state, lever):
+        if not ratchet_due(state, lever, self.cfg["ratchet"]):
             return                          # approvals reset, or asked already, while the forecast ran
         path = os.path.join(state.directory, "mandate.yaml")
         try:
-            new = delegate_lever(read_mandate_file(path), lever, path)
+            new, why = delegate_lever(read_mandate_file(path), lever, path), None
         except (OSError, Fail, ValueError) as err:
             new, why = None, str(err)
-        question = (f"delegate {lever}? You approved it {state.approvals[lever]} times; approving this writes "
-                    f"delegated: true on {lever} in {path} and adopts it"
-                    + (f" ({forecast_line}, #{forecast_seq})" if forecast_seq else ""))
-        self.append({"kind": "ask", "claim": "measured", "venture": state.name, "about": "ratchet", "lever": lever,
-                     "by": "self", "mandate": new, "question": question if new else f"{question} (edit it by hand: {why})",
-                     "forecast": forecast_seq,
-                     "summary": f"self proposes delegating {lever} after {state.approvals[lever]} approvals"})
+        self.append(ratchet_ask(state, lever, path, new, why, forecast_seq, forecast_line))
 
     def approve_ratchet(self, state, seq, ask):
         """A person approved delegating a lever: write the mandate change and adopt it, as avsm add would."""
-        import hashlib
-        import time
         path = os.path.join(state.directory, "mandate.yaml")
         new = ask.get("mandate")
         if not new:
@@ -5000,37 +5414,24 @@ class Warden:
         with open(path + ".avsm-new", "w", encoding="utf-8") as fh:
             fh.write(new)
         os.replace(path + ".avsm-new", path)
-        sha = hashlib.sha256(new.encode()).hexdigest()
-        adopted = self.append({"kind": "mandate", "claim": "declared", "venture": state.name, "directory": state.directory,
-                               "sha256": sha, "text": new, "approval_of": seq,
-                               "summary": f"adopted {state.name} with {ask['lever']} delegated, as approved in #{seq} (sha256 {sha[:16]})"})
-        state.mandate = mandate
-        self.schedule(state.name, time.monotonic())
+        adopted = self.adopt(state, mandate, mandate_record(
+            state.name, state.directory, new, f"adopted {state.name} with {ask['lever']} delegated, as approved in #{seq} "
+                                              f"(sha256 {text_sha256(new)[:16]})", approval_of=seq))
         return [f"#{seq} approved: {ask['lever']} is delegated in {path}, adopted as mandate #{adopted}"]
 
     def count_ask(self, state):
         """canary_asks: {every: N}: after every N asks, one known-answer ask checks that a person really reads them."""
         every = (self.cfg.get("canary_asks") or {}).get("every")
-        if not every:
-            return
-        self.asks_seen += 1
-        if self.asks_seen % every:
-            return
-        lever = next(iter(state.mandate["forbidden"]), None) if state.mandate else None
-        lever = lever or "delete-everything"
-        self.append({"kind": "ask", "claim": "measured", "venture": state.name, "about": "lever", "lever": lever,
-                     "canary": True, "question": f"run {lever}? the metric asks for it; {lever} is irreversible",
-                     "summary": f"run {lever}? {lever} is irreversible, so a person decides"})
+        if every:
+            self.asks_seen += 1
+            canary = canary_ask(state, self.asks_seen, every)
+            if canary:
+                self.append(canary)
 
     def canary_answer(self, state, seq, ask, approved):
-        if approved:
-            self.append({"kind": "canary", "claim": "measured", "venture": state.name, "ask": seq, "passed": False,
-                         "summary": f"ask #{seq} was a canary: {ask['lever']} is not permitted, and it was approved without reading"})
-            return [f"#{seq} was a canary ask: {ask['lever']} is not permitted by the mandate. Nothing ran. "
-                    "Read each ask before approving it."]
-        self.append({"kind": "canary", "claim": "measured", "venture": state.name, "ask": seq, "passed": True,
-                     "summary": f"ask #{seq} was a canary, and it was denied: the asks are being read"})
-        return [f"#{seq} denied (it was a canary ask: thank you for reading)"]
+        record, line = canary_result(state, seq, ask, approved)
+        self.append(record)
+        return [line]
 
     def do_ask(self, args, err):
         """The content an open ask carries, as JSON (for approve --edit)."""
@@ -5108,11 +5509,6 @@ class Warden:
             self.keep[state.name].update(restart=False, backoff=0)
         self.start_keep(state)
         return [f"{state.name} resumed"] + still
-
-
-def ratchet_asked(state, lever):
-    """Whether a ratchet ask to delegate `lever` is open."""
-    return any(a.get("about") == "ratchet" and a.get("lever") == lever for a in state.open_asks.values())
 
 
 def next_nightly(hhmm, after=None):
@@ -5259,16 +5655,9 @@ def describe_allowed(m, cfg=None):
     """Return lines saying what a mandate allows: each lever, its cap, and what needs asking."""
     lines = []
     ctl = m["controller"]
-    if ctl["kind"] in ("model", "classifier") and cfg is not None:
+    if decided_by_model(m) and cfg is not None:
         lines.append("  " + backend_note(m, cfg))
-    if ctl["kind"] == "threshold":
-        lines.append(f"  controller: threshold {ctl['side']} {format_number(ctl['bound'])} runs {ctl['action']}"
-                     + (f", deadband {format_number(ctl['deadband'])}" if ctl["deadband"] else "")
-                     + (f", hold {ctl['hold']}" if ctl["hold"] > 1 else ""))
-    elif ctl["kind"] == "band":
-        lines.append(f"  controller: band [{format_number(ctl['low'])}, {format_number(ctl['high'])}]: below runs {ctl['below']}, above runs {ctl['above']}")
-    else:
-        lines.append(f"  controller: {ctl['kind']} (a backend proposes; the gate decides)")
+    lines.append(f"  controller: {CONTROLLERS[ctl['kind']].describe(ctl)}")
     for lever in m["levers"].values():
         how = "runs unasked" if lever["reversible"] else ("delegated: runs unasked, intent before and outcome after"
                                                             if lever["delegated"] else "irreversible: asks a person first")
@@ -5333,7 +5722,7 @@ def describe_status_lines(state, now, keep, children, cfg=None):
     else:
         lines.append("  no report yet")
     m = state.mandate
-    if m is not None and m["controller"]["kind"] in ("model", "classifier") and cfg is not None:
+    if m is not None and decided_by_model(m) and cfg is not None:
         lines.append("  " + backend_note(m, cfg))
     if m is not None:
         for side_name, way, bound, lever in controller_sides(m):
@@ -5700,7 +6089,7 @@ class Daemon:
         if time.monotonic() - started >= QUICK_DEATH or previous is None:
             self.backoff[which] = None if time.monotonic() - started >= QUICK_DEATH else 0
             return 0
-        self.backoff[which] = min(BACKOFF_CEILING, previous * 2 or BACKOFF_FIRST)
+        self.backoff[which] = next_backoff(previous)
         return self.backoff[which]
 
     # ---- clients ----
@@ -5724,22 +6113,33 @@ class Daemon:
         self.sel.register(conn, selectors.EVENT_READ, ("client", conn))
 
     def client_data(self, conn):
+        """Read what a client sent: its one request is checked against REQUESTS, and anything that is not
+        one is answered 64 or 65 and the connection closed; whatever the bytes, avsmd goes on serving."""
         data = receive(conn)
         if data is None:
             return
         if not data:
             self.drop(conn)
             return
+        if "cmd" in self.clients[conn]:
+            return                  # one request a connection: what follows it is not read
         try:
             messages = self.clients[conn]["reader"].feed(data)
-        except ValueError:
-            self.reply(conn, [], ["a request avsmd cannot read"], EX_USAGE)
-            return
-        for request in messages[:1]:
-            self.request(conn, request)
+            if messages:
+                self.request(conn, *check_request(messages[0]))
+        except Fail as fail:
+            self.reply(conn, [], [str(fail)], fail.code)
+        except (ValueError, RecursionError):      # not JSON, not UTF-8, nested past the parser, too long
+            self.reply(conn, [], ["a request avsmd cannot read: one JSON object a line, in UTF-8, of at most 1 MiB"],
+                       EX_USAGE)
+        except Exception as err:        # a bug: reported once, this request refused, avsmd keeps serving
+            import traceback
+            sys.stderr.write(f"avsmd: a bug in avsm, reading a request (avsmd goes on serving):\n{traceback.format_exc()}")
+            self.reply(conn, [], [f"a bug in avsm refused this request ({type(err).__name__}); "
+                                  "it is reported on avsmd's standard error"], EX_SOFTWARE)
 
-    def request(self, conn, request):
-        cmd = request.get("cmd")
+    def request(self, conn, cmd, args):
+        """Pass a checked request to the warden (ping avsmd answers itself)."""
         if self.stopping:
             self.reply(conn, [], ["avsmd is stopping and takes no new commands"], EX_UNAVAILABLE)
             return
@@ -5747,7 +6147,7 @@ class Daemon:
             self.reply(conn, [f"avsmd {VERSION} (pid {os.getpid()}) on {self.home}"], [], EX_OK)
             return
         self.next_id += 1
-        message = {"id": self.next_id, "cmd": cmd, "args": request.get("args") or {}}
+        message = {"id": self.next_id, "cmd": cmd, "args": args}
         self.waiting[self.next_id] = conn
         self.clients[conn]["cmd"] = cmd
         if self.warden_chan is None:
@@ -6063,8 +6463,7 @@ def flush_out():
 
 def shown(text):
     """Return `text` safe for a terminal: control characters (escape sequences, bidi overrides) as \\x.. or \\u...."""
-    return re.sub(LINE_CONTROL_CHARS, lambda m: f"\\x{ord(m.group()):02x}" if ord(m.group()) < 256
-                  else f"\\u{ord(m.group()):04x}", text)
+    return escape_controls(LINE_CONTROL_CHARS, text)
 
 
 def out(line=""):
@@ -7187,39 +7586,54 @@ def run_adapter(args):
     holds at that JSON pointer, with the key of the same name as a bearer token (both given on stdin)."""
     if len(args) != 2 or args[0] not in ADAPTERS:
         raise Fail(EX_USAGE, f"no built-in adapter reads {' '.join(args)!r}; use http.status URL, stripe PATH or github PATH")
-    import urllib.error
-    import urllib.request
-    if args[0] in ("stripe", "github"):
-        given = json.loads(sys.stdin.read() or "{}")
-        if given.get("problem"):
-            raise Fail(EX_CONFIG, given["problem"])
-        if not given.get("url"):
-            raise Fail(EX_CONFIG, f"config.yaml names no adapters: {args[0]}: {{url: ...}}")
-        path, _, pointer = args[1].partition("#")
-        request = urllib.request.Request(given["url"].rstrip("/") + "/" + path.lstrip("/"), method="GET")
-        if given.get("key"):
-            request.add_header("authorization", f"Bearer {given['key']}")
+    if args[0] == "http.status":
         try:
-            with urllib.request.urlopen(request, timeout=30) as response:
-                value = json.loads(response.read(REPLY_MAX + 1))
-        except (urllib.error.URLError, OSError, ValueError) as err:
-            raise Fail(EX_UNAVAILABLE, f"{args[0]} {path}: {err}") from None
-        for part in [p for p in pointer.split("/") if p]:
-            part = part.replace("~1", "/").replace("~0", "~")
-            value = value[int(part)] if isinstance(value, list) and part.isdigit() and int(part) < len(value) else \
-                value.get(part) if isinstance(value, dict) else None
-        if isinstance(value, bool) or not isinstance(value, (int, float)):
-            raise Fail(EX_DATAERR, f"{args[0]} {args[1]}: no number at that pointer")
-        out(format_number(value))
+            status, _ = adapter_get(args[1])
+        except OSError as err:
+            raise Fail(EX_UNAVAILABLE, f"http.status {args[1]}: {err}") from None
+        out(str(status))                # any status is the reading: 404 and 503 are numbers a guard bounds
         return EX_OK
-    try:
-        with urllib.request.urlopen(urllib.request.Request(args[1], method="GET"), timeout=30) as response:
-            out(str(response.status))
-    except urllib.error.HTTPError as err:
-        out(str(err.code))
-    except (urllib.error.URLError, OSError, ValueError) as err:
-        raise Fail(EX_UNAVAILABLE, f"http.status {args[1]}: {err}") from None
+    given = json.loads(sys.stdin.read() or "{}")
+    if given.get("problem"):
+        raise Fail(EX_CONFIG, given["problem"])
+    if not given.get("url"):
+        raise Fail(EX_CONFIG, f"config.yaml names no adapters: {args[0]}: {{url: ...}}")
+    out(read_json_adapter(args[0], args[1], given["url"], given.get("key")))
     return EX_OK
+
+
+def read_json_adapter(name, reading, url, key):
+    """Return the number (as text) that a GET of url/PATH holds at the reading's JSON pointer; Fail saying why not."""
+    path, _, pointer = reading.partition("#")
+    try:
+        status, body = adapter_get(url.rstrip("/") + "/" + path.lstrip("/"), key=key)
+    except OSError as err:
+        raise Fail(EX_UNAVAILABLE, f"{name} {path}: {err}") from None
+    if 200 <= status < 300 and len(body) > REPLY_MAX:
+        raise Fail(EX_DATAERR, f"{name} {path}: the answer is bigger than {REPLY_MAX // 1024} KiB")
+    if not 200 <= status < 300:
+        try:
+            said = json.loads(body)
+            said = said.get("error", said) if isinstance(said, dict) else {}
+            said = said.get("message", "") if isinstance(said, dict) else str(said)   # stripe's and github's error bodies
+        except ValueError:
+            said = ""
+        said = str(said).replace(key, "[key]")[:200] if key else str(said)[:200]     # an echoed key stays out of the record
+        if 300 <= status < 400:
+            said = "a redirect, which a GET with a key does not follow: name the final url in config.yaml"
+        raise Fail(EX_UNAVAILABLE, f"{name} {path}: HTTP {status}" + (f": {said}" if said else ""))
+    try:
+        value = json.loads(body, parse_constant=lambda word: None)     # NaN and Infinity are no reading
+    except ValueError:
+        raise Fail(EX_DATAERR, f"{name} {path}: the answer is not JSON") from None
+    for part in pointer.split("/")[1:]:
+        part = part.replace("~1", "/").replace("~0", "~")
+        value = value[int(part)] if isinstance(value, list) and part.isdigit() and int(part) < len(value) else \
+            value.get(part) if isinstance(value, dict) else None
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or value in (float("inf"), float("-inf")):
+        found = {bool: "true or false", str: "text", dict: "an object", list: "a list", type(None): "nothing"}.get(type(value), "no finite number")
+        raise Fail(EX_DATAERR, f"{name} {reading}: no number at that pointer; it holds {found}")
+    return str(value) if isinstance(value, int) else repr(value)     # exactly the number the answer holds
 
 
 # =============================================================================

@@ -209,6 +209,7 @@ def check_ledger_safety(home):
     for seq, at, r in rows:
         for key in ("kind", "claim", "venture", "summary"):
             assert key in r, f"#{seq} has no {key}"
+        assert avsm.shape_problem(r) is None, f"#{seq}: {avsm.shape_problem(r)}"     # the vocabulary (RECORD_KINDS)
         assert r["claim"] in ("measured", "declared", "inferred"), f"#{seq} claim {r['claim']}"
         if r["kind"] == "ask" and r.get("about") == "interrupted":
             unknown[seq] = (r["venture"], r["lever"])

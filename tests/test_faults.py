@@ -1554,7 +1554,7 @@ db.execute("PRAGMA wal_autocheckpoint=0")
 db.executescript(avsm.LEDGER_SCHEMA)
 prev = "0" * 64
 for seq in range(1, {n} + 1):
-    text = avsm.canonical({{"kind": "report", "claim": "measured", "venture": "old", "summary": f"written under WAL {{seq}}", "value": seq}})
+    text = avsm.canonical({{"kind": "report", "claim": "measured", "venture": "old", "summary": f"written under WAL {{seq}}", "value": seq, "metric": "m", "status": "trusted", "plausible": True, "note": ""}})
     at = 1700000000 + seq
     h = avsm.chain_hash(prev, seq, at, text)
     db.execute("BEGIN IMMEDIATE")
@@ -1586,7 +1586,7 @@ def wal_writer_died(bindir, n=20):
         written, prev = [], "0" * 64
         for seq in range(1, n + 1):     # what the writer wrote, by the same recipe
             text = avsm.canonical({"kind": "report", "claim": "measured", "venture": "old",
-                                   "summary": f"written under WAL {seq}", "value": seq})
+                                   "summary": f"written under WAL {seq}", "value": seq, "metric": "m", "status": "trusted", "plausible": True, "note": ""})
             h = avsm.chain_hash(prev, seq, 1700000000 + seq, text)
             written.append((seq, 1700000000 + seq, prev, h, 1, text))
             prev = h

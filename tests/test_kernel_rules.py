@@ -238,3 +238,63 @@ def test_no_controller_while_paused_or_held():
     led.add({"kind": "pause", "claim": "declared", "venture": V, "summary": "paused"})
     seq = led.add(report(12))
     assert led.drive(avsm.settle_round(led.state, seq)) == []
+
+
+def test_proposal_rule_asks_runs_or_refuses():
+    """MODEL-05, LEVER-04, PROOF-03: a model's action goes to the gate with the proposal as its trigger; an
+    irreversible lever or a model's content for an undelegated lever is asked about once; a lever the mandate
+    does not permit is refused; a model's ask about a permitted lever becomes an inferred ask."""
+    led = Ledger(GUARDED % "pause")
+    seq = led.add({"kind": "proposal", "claim": "inferred", "venture": V, "lever": "lower", "summary": "p"})
+    done = led.drive(avsm.proposal_rule(led.state, seq, {"choice": "action", "action": "lower"}, "model", "b"))
+    lever, basis, verdict = done[0][1]
+    assert kinds(done) == [("Gate", "lower")] and verdict.ok and verdict.proof["trigger"] == seq
+    assert seq not in verdict.proof["premises"]
+    for choice, expect in (({"choice": "action", "action": "wipe"}, [("Write", "ask")]),
+                           ({"choice": "action", "action": "sell", "payload": {"qty": 1}}, [("Write", "ask")]),
+                           ({"choice": "action", "action": "rm"}, [("Write", "refusal")]),
+                           ({"choice": "ask", "action": "rm", "question": "?"}, [("Write", "refusal")]),
+                           ({"choice": "ask", "action": "wipe", "question": "may I?"}, [("Write", "ask")])):
+        seq = led.add({"kind": "proposal", "claim": "inferred", "venture": V, "summary": "p"})
+        done = led.drive(avsm.proposal_rule(led.state, seq, choice, "model", "b"))
+        assert kinds(done) == expect, (choice, done)
+    assert done[0][1]["claim"] == "inferred" and done[0][1]["about"] == "model"
+    seq = led.add({"kind": "proposal", "claim": "inferred", "venture": V, "summary": "p"})
+    assert led.drive(avsm.proposal_rule(led.state, seq, {"choice": "action", "action": "wipe"}, "model", "b")) == [], \
+        "the ask for wipe is open already: asked once"
+
+
+def test_ratchet_and_canary_rules():
+    """SELF-02, SELF-04: the ratchet proposes delegating a lever that waits for a person after n approvals (a
+    denial resets the count; an open ratchet ask is not asked again); a canary ask comes every N asks."""
+    led = Ledger(GUARDED % "pause")
+    for n in range(2):
+        ask = led.add({"kind": "ask", "claim": "measured", "venture": V, "about": "lever", "lever": "wipe", "summary": "?"})
+        led.add({"kind": "approval", "claim": "declared", "venture": V, "ask": ask, "lever": "wipe", "summary": "yes"})
+    assert avsm.ratchet_due(led.state, "wipe", 2) and not avsm.ratchet_due(led.state, "wipe", 3)
+    assert not avsm.ratchet_due(led.state, "lower", 1), "a reversible lever with no content never waits for a person"
+    record = avsm.ratchet_ask(led.state, "wipe", "/v/mandate.yaml", "new text", None)
+    assert record["about"] == "ratchet" and record["mandate"] == "new text" and "2 times" in record["question"]
+    led.add(record)
+    assert not avsm.ratchet_due(led.state, "wipe", 2), "asked already"
+    assert avsm.canary_ask(led.state, 3, 4) is None
+    canary = avsm.canary_ask(led.state, 8, 4)
+    assert canary["canary"] is True and canary["lever"] == "delete-everything"
+    record, line = avsm.canary_result(led.state, 9, canary, approved=True)
+    assert record["kind"] == "canary" and record["passed"] is False and "Nothing ran" in line
+
+
+def test_restart_rule_backs_off_and_asks_at_the_ceiling():
+    """RUN-06, open point 31: a kept program that dies quickly after a restart waits twice as long each time up
+    to the ceiling, where it asks once; one that ran long starts afresh; a pause or restart: never starts nothing."""
+    led = Ledger(GUARDED % "pause")
+    again, backoff, delay, records = avsm.restart_rule(led.state, 7, 256, None, 1.0, 0, False, True)
+    assert (again, backoff, delay) == (True, 0, 0) and records[0]["kind"] == "exit"
+    again, backoff, delay, records = avsm.restart_rule(led.state, 7, 256, None, 1.0, 8, True, True)
+    assert (again, backoff, delay) == (True, 16, 16) and "restarting in 16s" in records[0]["summary"]
+    again, backoff, delay, records = avsm.restart_rule(led.state, 7, 256, None, 1.0, 200, True, True)
+    assert delay == avsm.BACKOFF_CEILING and [r["kind"] for r in records] == ["exit", "ask"]
+    again, backoff, delay, records = avsm.restart_rule(led.state, 7, 256, None, avsm.BACKOFF_RESET, 200, True, True)
+    assert (again, backoff, delay) == (True, 0, 0)
+    again, _, _, records = avsm.restart_rule(led.state, 7, 0, "pause", 1.0, 0, True, True)
+    assert not again and "not restarted" in records[0]["summary"]

@@ -27,7 +27,8 @@ README_RECIPE = ("""printf '%s' "$(sqlite3 -readonly ledger.db "SELECT prev || c
 
 
 def report(summary, **fields):
-    return dict({"kind": "report", "claim": "measured", "venture": "v", "summary": summary}, **fields)
+    return dict({"kind": "report", "claim": "measured", "venture": "v", "summary": summary, "metric": "m",
+                 "status": "trusted", "plausible": True, "note": ""}, **fields)
 
 
 def sha(prev, seq, at, text):
@@ -710,11 +711,11 @@ def test_tail_since_prints_every_later_record_in_order(av):
     path = home_ledger(av.home, 6)
     ledger = avsm.Ledger(path)
     try:
-        ledger.append(report("two\nlines"), AT0 + 7)
-        ledger.append({"kind": "approval", "claim": "declared", "venture": "counter", "summary": "approved ask #3"},
-                      AT0 + 8)
-        ledger.append({"kind": "proposal", "claim": "inferred", "venture": "counter", "summary": "reset it"},
-                      AT0 + 9)
+        ledger.append(report("two\nlines", value=7), AT0 + 7)
+        ledger.append({"kind": "approval", "claim": "declared", "venture": "counter", "ask": 3,
+                       "summary": "approved ask #3"}, AT0 + 8)
+        ledger.append({"kind": "proposal", "claim": "inferred", "venture": "counter", "by": "model", "choice": "action",
+                       "summary": "reset it"}, AT0 + 9)
     finally:
         ledger.close()
     res = av.cli("tail", "--since", "1", timeout=15)
@@ -798,3 +799,41 @@ def test_tail_into_head_ends_quietly(av, args):
     lines = res.stdout.splitlines()
     assert len(lines) == 1 and TAIL_LINE.match(lines[0]), res.stdout
     assert seqs_of(res.stdout) == [1991 if args == "tail" else 1]
+
+
+def test_every_record_literal_is_of_a_kind_the_vocabulary_names():
+    """LEDGER-02 (issue 10: the ledger's vocabulary reads in one place): each record literal in avsm.py, a
+    dict with kind and claim, is of a kind RECORD_KINDS names, with a claim it allows and the fields it says
+    such a record always has (the black-box ledger check holds every stored record to the same table)."""
+    import ast
+    tree = ast.parse(open(os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "avsm.py")).read())
+    found = 0
+    for node in ast.walk(tree):
+        if not isinstance(node, ast.Dict):
+            continue
+        fields = {k.value: v for k, v in zip(node.keys, node.values) if isinstance(k, ast.Constant)}
+        if "kind" not in fields or "claim" not in fields:
+            continue
+        kind = fields["kind"]
+        if isinstance(kind, ast.JoinedStr):      # guard.{name}, audit.{name}, reading.{name}
+            kind = kind.values[0].value if isinstance(kind.values[0], ast.Constant) and kind.values[0].value.endswith(".") \
+                else "reading."
+        elif isinstance(kind, ast.Constant):
+            kind = kind.value
+        else:
+            continue                                  # self records: append_self(kind, ...) names its kind
+        venture = fields.get("venture")
+        if isinstance(venture, ast.Constant) and venture.value == "self":
+            continue
+        found += 1
+        shape = avsm.RECORD_KINDS.get(kind) or avsm.RECORD_KINDS.get(kind.partition(".")[0] + ".")
+        assert shape is not None, f"line {node.lineno}: {kind!r} is not in RECORD_KINDS"
+        claims, required = shape
+        claim = fields["claim"]
+        if isinstance(claim, ast.Constant):
+            assert claim.value in claims, f"line {node.lineno}: a {kind} record is not {claim.value}"
+        has_extra = any(k is None for k in node.keys)        # **fields
+        if not has_extra:
+            assert required <= set(fields) | {"summary", "venture"}, \
+                f"line {node.lineno}: a {kind} record lacks {sorted(required - set(fields))}"
+    assert found > 40
