@@ -6524,11 +6524,24 @@ def ask_daemon(home, cmd, args=None):
                 raise Fail(EX_UNAVAILABLE, "avsmd ended the connection before answering; see avsm doctor")
             for message in reader.feed(data):
                 if "out" in message:
-                    out(message["out"])
+                    out(message["out"] if cmd in ("status", "asks") else as_user_runs(message["out"], home))
                 elif "err" in message:
-                    sys.stderr.write(f"avsm: {shown(str(message['err']))}\n")
+                    sys.stderr.write(f"avsm: {shown(as_user_runs(str(message['err']), home))}\n")
                 elif "exit" in message:
                     return message["exit"]
+
+
+CLIENT_VERBS = r"\bavsm (?=(add|status|tail|asks|approve|deny|propose|decide|pause|resume|why|doctor|try)\b)"
+
+
+def as_user_runs(line, home):
+    """Return avsmd's answer line with each `avsm VERB` fix in it named the way this user runs the client when
+    that is not by the name avsm (`python3 avsm.py --home H resume x`); status and asks lines, which quote
+    records, are left as they are."""
+    command = client_command(home)
+    if os.path.basename(command.split()[0]) == "avsm":
+        return line                     # the user types avsm (on the PATH, or a symlink of that name)
+    return re.sub(CLIENT_VERBS, lambda _: command + " ", line)
 
 
 def lock_holder(home):

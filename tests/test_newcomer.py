@@ -525,3 +525,17 @@ def test_try_says_when_the_venture_first_acts(workdir):
             os.killpg(p.pid, signal.SIGKILL)
     said = [line for line in lines if line.startswith("# counter acts when")]
     assert said and "count > 10 (then reset runs); the first report says 1, and a report comes every 10s" in said[0], lines
+
+
+def test_the_daemons_fix_lines_name_the_client_the_way_the_user_runs_it(av, workdir):
+    """Issue 13 item 2 (CLI-11): a fix line in avsmd's answer (`avsm resume VENTURE`) reaches a user of
+    `python3 avsm.py --home H` as `python3 avsm.py --home H resume VENTURE`."""
+    d = dial(workdir, "dial")
+    av.start()
+    assert av.cli("add", d).returncode == 0
+    env = dict(os.environ)
+    env.pop("AVSMD_HOME", None)
+    r = subprocess.run([sys.executable, "avsm.py", "--home", av.home, "pause", "dial"], cwd=ROOT, capture_output=True,
+                       text=True, env=env)
+    assert r.returncode == 0 and f"avsm.py --home {av.home} resume dial" in r.stdout, r.stdout
+    assert " avsm resume" not in r.stdout
