@@ -56,7 +56,16 @@ EX_CANTCREAT = 73    # a home that is not a directory
 EX_IOERR = 74        # standard output cannot be written
 EX_TEMPFAIL = 75     # another avsmd holds the home, or avsmd must be stopped first
 EX_NOPERM = 77       # a permission missing
-EX_CONFIG = 78       # a config or mandate that does not hold
+EX_CONFIG = 78       # a config or mandate that does not hold, or a Python older than 3.11
+
+# The first thing either program does, at import, before anything 3.11-only runs, so an older interpreter gets
+# one line and EX_CONFIG (the installation does not hold; it is no bug in avsm, and a service manager can be told
+# not to restart on 78) rather than a traceback. For that the whole file must still parse on Python 3.6 and later:
+# no `match`, no `except*`, no parenthesized context managers (tests/test_newcomer.py checks it on 3.8 to 3.10).
+if sys.version_info < (3, 11):
+    sys.stderr.write("avsm needs Python 3.11 or later; this is %d.%d.%d at %s\n"
+                     % (sys.version_info[:3] + (sys.executable or "an unknown path",)))
+    raise SystemExit(EX_CONFIG)
 
 CLAIMS = ("measured", "declared", "inferred")
 ZERO_HASH = "0" * 64
@@ -2774,8 +2783,9 @@ def forecast_paths(facts, seed=0):
     if width > span:
         return {"too_little": f"{TOO_LITTLE}: its 80% interval ({format_number(round(width, 2))} wide) is wider than "
                               + ("the metric's range" if low is not None else "ten times the span of the history")}
+    idle = sorted({lever for _, _, lever in facts["sides"] if lever not in effects})
     return {"median": median, "p10": p10, "p90": p90, "days": facts["days"], "seeds": facts["seeds"],
-            "decimals": decimals_of(history)}
+            "decimals": decimals_of(history), "assumes_idle": idle}
 
 
 def forecast_text(metric, result):
@@ -2784,7 +2794,9 @@ def forecast_text(metric, result):
         return result["too_little"]
     d = result["decimals"]
     shown = [f"{round(result[k], d) + 0.0:.{d}f}" for k in ("median", "p10", "p90")]
-    return f"{metric} {shown[0]} (80%: {shown[1]} to {shown[2]})"
+    idle = result.get("assumes_idle")
+    return f"{metric} {shown[0]} (80%: {shown[1]} to {shown[2]})" + \
+        (f"; assumes {' and '.join(idle)} does nothing (fewer than 3 runs, and no expects: in the mandate)" if idle else "")
 
 
 def describe_forecast(metric, result, days, seeds):
@@ -3628,7 +3640,11 @@ def implausible_rule(state, held, report_seq):
     if held and state.implausible_ask is None and not state.implausible_answered:
         what, seq, note = held
         record = {"kind": "ask", "claim": "measured", "venture": state.name, "about": "implausible",
-                  "reading": seq, "question": f"{what} (#{seq}) is not plausible: {note}; is the sensor sound?",
+                  "reading": seq, "question": f"{what} (#{seq}) is not plausible: {note}; is the sensor sound? "
+                                              f"approve (it is sound) and deny (it is not) each only record your answer: "
+                                              f"neither runs a lever nor lifts the hold, and {state.name} acts again "
+                                              f"on the first plausible reading (fix the reading, or its bounds in "
+                                              f"mandate.yaml and avsm add)",
                   "summary": f"{what} #{seq} holds {state.name} implausible; asking once until a plausible reading comes"}
         if what.startswith("audit "):
             record["audit"] = what[len("audit "):]      # hidden from every model, as the audit is (AUDIT-05)
@@ -5888,22 +5904,11 @@ class Warden:
 
     def do_add(self, args, err):
         directory = os.path.realpath(args.get("dir", ""))
-        check_venture_dir(directory)
-        name = check_venture_name(os.path.basename(directory))
-        path = os.path.join(directory, "mandate.yaml")
-        try:
-            text = read_mandate_file(path)
-            mandate = parse_mandate(text, path, directory)
-        except OSError as err:
-            raise Fail(EX_DATAERR, f"{path} cannot be read: {err.strerror}") from None
-        except Fail as fail:
-            raise Fail(EX_DATAERR, str(fail)) from None
+        name, path, text, mandate = read_venture(directory)
         sha = text_sha256(text)
         state = self.ventures.get(name)
         if state is not None and state.mandate_seq is not None:
-            if state.directory != directory and not state.paused:
-                raise Fail(EX_DATAERR, f"venture '{name}' is already adopted from {state.directory}; "
-                                       f"pause it first (avsm pause {name}) or rename this directory")
+            check_not_adopted_elsewhere(name, directory, state.directory, state.paused)
             if state.directory == directory and state.mandate_sha == sha:
                 if state.mandate is None:
                     self.check_runnable(state)
@@ -6209,6 +6214,30 @@ def check_venture_dir(directory):
         raise Fail(EX_DATAERR, problem)
 
 
+def read_venture(directory):
+    """Read the venture in `directory` as `avsm add` adopts it: (name, path of mandate.yaml, its text, the mandate),
+    or Fail: 66 when the directory is not there, 65 with the fix otherwise. The client's add, avsmd's add and
+    `avsmd -t DIR` all call this one function, so a check says exactly what adopting would."""
+    check_venture_dir(directory)
+    name = check_venture_name(os.path.basename(directory))
+    path = os.path.join(directory, "mandate.yaml")
+    try:
+        text = read_mandate_file(path)
+        mandate = parse_mandate(text, path, directory)
+    except OSError as err:
+        raise Fail(EX_DATAERR, f"{path} cannot be read: {err.strerror}") from None
+    except Fail as fail:
+        raise Fail(EX_DATAERR, str(fail)) from None
+    return name, path, text, mandate
+
+
+def check_not_adopted_elsewhere(name, directory, adopted_from, paused):
+    """Refuse (65) adopting `directory` as venture `name` while a running venture of that name comes from elsewhere."""
+    if adopted_from != directory and not paused:
+        raise Fail(EX_DATAERR, f"venture '{name}' is already adopted from {adopted_from}; "
+                               f"pause it first (avsm pause {name}) or rename this directory")
+
+
 MANDATE_MAX = 256 * 1024        # bytes: a mandate is a page of text; past this it is a mistake, and parsing stalls
 
 
@@ -6322,7 +6351,9 @@ def describe_status_lines(state, now, keep, children, cfg=None):
     lines = [f"{state.name}: {condition}"]
     if state.last_report:
         seq, at, rec = state.last_report
-        lines.append(f"  last report #{seq} at {format_local_time(at)}: {rec.get('summary')} ({rec.get('status')})")
+        status = rec.get("status")
+        lines.append(f"  last report #{seq} at {format_local_time(at)}: {rec.get('summary')}"
+                     + ("" if status and status in str(rec.get("summary")) else f" ({status})"))
     else:
         lines.append("  no report yet")
     m = state.mandate
@@ -6346,6 +6377,11 @@ def describe_status_lines(state, now, keep, children, cfg=None):
                 position = "inside, deadband not yet re-armed"
             else:
                 position = "inside"
+            if state.last_report and state.last_report[2].get("status") != "trusted":
+                # the controller sees only trusted reports: say which one it stands on, and name the one it does not
+                position += (f", from the last trusted report #{state.level[0]} ({format_number(state.level[1])})"
+                             if state.level is not None else ", no trusted report yet")
+                position += f"; #{state.last_report[0]} is {state.last_report[2].get('status')} and not acted on"
             lines.append(f"  controller: {way} {format_number(bound)} ({lever}): {position}")
         for guard in m["guards"]:
             info = state.guards.get(guard["name"])
@@ -6366,7 +6402,14 @@ def describe_status_lines(state, now, keep, children, cfg=None):
     lines.append(f"  open asks: {len(state.open_asks)}" + (f" ({', '.join('#' + str(s) for s in sorted(state.open_asks))})" if state.open_asks else ""))
     if m is not None and m["run"]:
         child, restarts = (keep or {}).get("child"), (keep or {}).get("restarts", 0)
-        lines.append(f"  run: {'pid ' + str(child.pid) if child else 'not running'}, restarts {restarts}")
+        ending = getattr(child, "ended_by", None)
+        if child and ending:            # a program being ended is not shown as running (a pause ends it within seconds)
+            where = f"pid {child.pid} is being stopped ({'by the pause' if ending == 'pause' else ending})"
+        elif child:
+            where = f"pid {child.pid}"
+        else:
+            where = "not running (paused)" if state.paused else "not running"
+        lines.append(f"  run: {where}, restarts {restarts}")
     return lines
 
 
@@ -7017,7 +7060,7 @@ CLIENT_USAGE = """usage: avsm [--home DIR] COMMAND [ARGS]
 commands:
   add DIR            adopt the venture in DIR under DIR/mandate.yaml (again after an edit)
   status             each venture: state, last report, controller, levers, asks, run
-  tail [N] [-f]      the last N records (10), following while output is a terminal or with -f
+  tail [N|-N] [-f]   the last N records (10), following while output is a terminal or with -f
   tail --since SEQ   every record after SEQ, then exit (for scripts)
   asks               the open asks, with any proposed content under its question
   approve ASK [--edit]
@@ -7031,24 +7074,31 @@ commands:
   resume VENTURE     start a paused venture again
   why SEQ            print record SEQ and, for an action, its proof and whether it re-checks
   doctor [--since SEQ:HASH]
-                     check the home, config, ledger, mandates and daemon; change nothing
+                     check the home, config, ledger, mandates and daemon; change nothing; print the
+                     ledger's head SEQ:HASH to keep elsewhere (--since checks the ledger still holds one)
   doctor --cut SEQ   with avsmd stopped: back up the ledger, then cut it just before #SEQ
   try DIR            run avsmd on a temporary home with DIR adopted, following the ledger
 
+The client talks to avsmd, the daemon, over HOME/sock: start one with `avsmd` (or `python3 avsm.py avsmd`);
+avsmd --help lists its options, and `avsm CMD --help` says one command.
 --home DIR, else $AVSMD_HOME, else ~/.local/state/avsmd (macOS: ~/Library/Application Support/avsmd).
 Exit codes: 64 usage, 65 refused, 66 not there, 69 no avsmd answering, 74 output not writable;
-doctor also 73 a home that is no directory, 77 a permission missing, 78 a config or mandate that does not hold."""
+doctor also 73 a home that is no directory, 77 a permission missing, 78 a config or mandate that does not hold;
+either program exits 78 at once on a Python older than 3.11."""
 
-DAEMON_USAGE = """usage: avsmd [--home DIR] [-f CONFIG] [-d] [-t | -T]
+DAEMON_USAGE = """usage: avsmd [--home DIR] [-f CONFIG] [-d] [-t [DIR...] | -T]
 
   (no option)  run in the foreground, serving HOME/sock
-  -t           test the config and every adopted mandate; say what each allows
+  -t           test the config and every adopted mandate; say what each allows,
+               and where a mandate.yaml on disk differs from the mandate in force
+  -t DIR...    check each venture directory as avsm add would (no daemon needed)
   -T           print the config in force
   -f FILE      read FILE as the config in place of HOME/config.yaml
   -d           verbose diagnostics on standard error
 
 --home DIR, else $AVSMD_HOME, else ~/.local/state/avsmd (macOS: ~/Library/Application Support/avsmd).
-Exit codes: 64 usage, 75 another avsmd runs on the home, 78 a config or mandate that does not hold."""
+Exit codes: 64 usage, 75 another avsmd runs on the home, 78 a config or mandate that does not hold,
+or a Python older than 3.11 (one line names the version and the interpreter)."""
 
 
 def flush_out():
@@ -7099,14 +7149,14 @@ def ask_daemon(home, cmd, args=None):
         if os.path.exists(home) and not os.path.isdir(home):
             raise Fail(EX_UNAVAILABLE, f"no avsmd is answering: {home} is a file, not a home directory") from None
         if not os.path.isdir(home):
-            raise Fail(EX_UNAVAILABLE, f"no avsmd is answering: {home} does not exist; start one with avsmd --home {home}") from None
+            raise Fail(EX_UNAVAILABLE, f"no avsmd is answering: {home} does not exist; start one with {program_command('avsmd', home)}") from None
         if lock_holder(home):
             raise Fail(EX_UNAVAILABLE, f"avsmd (pid {lock_holder(home)}) is running on {home} but its socket is missing; "
                                        "it makes it again within a second: try again, or run avsm doctor") from None
-        raise Fail(EX_UNAVAILABLE, f"no avsmd is running on {home}; start it with avsmd --home {home}") from None
+        raise Fail(EX_UNAVAILABLE, f"no avsmd is running on {home}; start it with {program_command('avsmd', home)}") from None
     except ConnectionRefusedError:
         conn.close()
-        raise Fail(EX_UNAVAILABLE, f"no avsmd is running on {home} (its socket was left behind); start it with avsmd --home {home}") from None
+        raise Fail(EX_UNAVAILABLE, f"no avsmd is running on {home} (its socket was left behind); start it with {program_command('avsmd', home)}") from None
     except OSError as err:
         conn.close()
         if socket_problem(home):
@@ -7126,11 +7176,24 @@ def ask_daemon(home, cmd, args=None):
                 raise Fail(EX_UNAVAILABLE, "avsmd ended the connection before answering; see avsm doctor")
             for message in reader.feed(data):
                 if "out" in message:
-                    out(message["out"])
+                    out(message["out"] if cmd in ("status", "asks") else as_user_runs(message["out"], home))
                 elif "err" in message:
-                    sys.stderr.write(f"avsm: {shown(str(message['err']))}\n")
+                    sys.stderr.write(f"avsm: {shown(as_user_runs(str(message['err']), home))}\n")
                 elif "exit" in message:
                     return message["exit"]
+
+
+CLIENT_VERBS = r"\bavsm (?=(add|status|tail|asks|approve|deny|propose|decide|pause|resume|why|doctor|try)\b)"
+
+
+def as_user_runs(line, home):
+    """Return avsmd's answer line with each `avsm VERB` fix in it named the way this user runs the client when
+    that is not by the name avsm (`python3 avsm.py --home H resume x`); status and asks lines, which quote
+    records, are left as they are."""
+    command = client_command(home)
+    if os.path.basename(command.split()[0]) == "avsm":
+        return line                     # the user types avsm (on the PATH, or a symlink of that name)
+    return re.sub(CLIENT_VERBS, lambda _: command + " ", line)
 
 
 def lock_holder(home):
@@ -7167,8 +7230,7 @@ def cmd_add(home, args):
     if len(args) != 1 or not args[0]:
         raise Fail(EX_USAGE, "usage: avsm add DIR")
     directory = os.path.realpath(args[0])
-    check_venture_dir(directory)
-    check_venture_name(os.path.basename(directory))
+    read_venture(directory)             # what the client can check itself comes first (65, 66), then the daemon (69)
     return ask_daemon(home, "add", {"dir": directory})
 
 
@@ -7268,10 +7330,10 @@ def sqlite3_errors():
 def ledger_path(home):
     """Return the ledger's path, or Fail(66) when there is none yet."""
     if not os.path.isdir(home):
-        raise Fail(EX_NOINPUT, f"{home} does not exist; start avsmd --home {home} to make it")
+        raise Fail(EX_NOINPUT, f"{home} does not exist; start {program_command('avsmd', home)} to make it")
     path = os.path.join(home, "ledger.db")
     if not os.path.exists(path):
-        raise Fail(EX_NOINPUT, f"{home} has no ledger yet; start avsmd --home {home} to make it")
+        raise Fail(EX_NOINPUT, f"{home} has no ledger yet; start {program_command('avsmd', home)} to make it")
     return path
 
 
@@ -7290,8 +7352,12 @@ def cmd_tail(home, args):
             since = need_int(arg.split("=", 1)[1], "a record number")
         elif arg in ("-f", "--follow"):
             follow = True
-        elif arg.lstrip("-").isdigit() and arg.isascii():
-            count = int(arg)
+        elif arg == "-n" and rest and rest[0].isdigit() and rest[0].isascii():
+            count = int(rest.pop(0))
+            if count < 1:
+                raise Fail(EX_DATAERR, f"tail -n {count}: there is no record before #1; give a count of at least 1")
+        elif arg.lstrip("-").isdigit() and arg.isascii() and len(arg) - len(arg.lstrip("-")) <= 1:
+            count = abs(int(arg))           # tail -5, as Unix tail: the last five
             if count < 1:
                 raise Fail(EX_DATAERR, f"tail {arg}: there is no record before #1; give a count of at least 1")
         else:
@@ -7338,6 +7404,11 @@ def cmd_why(home, args):
                 out("  cites " + format_record_line(c, r[0], cited_record))
                 if isinstance(cited_record.get("call"), dict):
                     out(f"    call: {describe_call(cited_record)}")
+        if record.get("kind") == "outcome":
+            for line in printed_lines(record, "  "):
+                out(line)
+        for line in what_followed(db, seq, record, home):
+            out(line)
         return EX_OK
     out(f"rule: {proof.get('rule')}")
     for step in proof.get("steps", []):
@@ -7357,6 +7428,8 @@ def cmd_why(home, args):
             out(f"  premise #{p} {r.get('claim')} {r.get('kind')} {r.get('summary')}")
         else:
             out(f"  premise #{p} is not in the ledger")
+    for line in what_followed(db, seq, record, home):
+        out(line)
     problems = check_proof(seq, at, record, records)
     if problems:
         for problem in problems:
@@ -7364,6 +7437,63 @@ def cmd_why(home, args):
         return EX_DATAERR
     out("re-checks: yes, from measured and declared records under the mandate in force")
     return EX_OK
+
+
+def records_citing(db, key, seq):
+    """Yield (seq, at, record) after #seq whose field `key` is seq: what answered an ask, ran on it, or ended a run."""
+    rows = db.execute("SELECT seq, at, record FROM records WHERE seq > ? AND record LIKE ? ORDER BY seq",
+                      (seq, f'%"{key}":{seq}%'))       # canonical JSON is compact; the exact field is checked below
+    for s, at, text in rows:
+        record = json.loads(text)
+        if record.get(key) == seq:
+            yield s, at, record
+
+
+def printed_lines(outcome, indent):
+    """Return the lines saying what a lever printed, as its outcome keeps it (shown escaped, like all output)."""
+    note = str(outcome.get("note") or "")
+    if not note:
+        return [f"{indent}printed nothing"]
+    head = f"{indent}printed" + (f" (the last {NOTE_MAX} characters):" if len(note) >= NOTE_MAX else ":")
+    return [head] + [f"{indent}  {line}" for line in note.splitlines()]
+
+
+def what_followed(db, seq, record, home):
+    """Return the lines of what came of record #seq: an ask's answer and what ran on it, an approval's run,
+    an action's outcome with what the lever printed."""
+    lines = []
+
+    def runs(key, number, indent):
+        for a_seq, a_at, action in records_citing(db, key, number):
+            if action.get("kind") != "action":
+                continue
+            lines.append(f"{indent}ran as " + format_record_line(a_seq, a_at, action))
+            ended = [o for o in records_citing(db, "action", a_seq) if o[2].get("kind") == "outcome"]
+            for o_seq, o_at, outcome in ended:
+                lines.append(f"{indent}ended " + format_record_line(o_seq, o_at, outcome))
+                lines.extend(printed_lines(outcome, indent + "  "))
+            if not ended:
+                lines.append(f"{indent}no outcome yet: the lever is running, or avsmd stopped before it ended")
+
+    kind = record.get("kind")
+    if kind == "ask":
+        answers = [a for a in records_citing(db, "ask", seq) if a[2].get("kind") in ("approval", "denial", "refusal")]
+        for a_seq, a_at, answer in answers:
+            lines.append("  answered by " + format_record_line(a_seq, a_at, answer))
+            if answer.get("kind") == "approval":
+                runs("approval", a_seq, "    ")
+        if not any(a[2].get("kind") in ("approval", "denial") for a in answers):
+            lines.append(f"  not answered yet: {client_command(home)} approve {seq} or deny {seq}")
+    elif kind == "approval":
+        runs("approval", seq, "  ")
+    elif kind == "action":
+        ended = [o for o in records_citing(db, "action", seq) if o[2].get("kind") == "outcome"]
+        for o_seq, o_at, outcome in ended:
+            lines.append("  ended " + format_record_line(o_seq, o_at, outcome))
+            lines.extend(printed_lines(outcome, "    "))
+        if not ended:
+            lines.append("  no outcome yet: the lever is running, or avsmd stopped before it ended")
+    return lines
 
 
 def describe_call(record):
@@ -7414,6 +7544,7 @@ def cmd_try(home_arg, args):
         code = ask_daemon(home, "add", {"dir": directory})
         if code != EX_OK:
             return code
+        out(f"# {when_it_acts(home, directory)}")
         out(f"# following {home}/ledger.db; Ctrl-C stops avsmd")
         sys.stdout.flush()
         try:
@@ -7431,6 +7562,84 @@ def cmd_try(home_arg, args):
             sys.stderr.write(f"\navsm: avsmd stopped (exit {daemon.wait()}); the home is kept at {home}\n"
                              f"avsm: look again with: python3 {AVSM_PATH} --home {home} tail 50\n")
     return EX_OK
+
+
+def when_it_acts(home, directory):
+    """Say when the venture just adopted in `directory` first acts: its controller's bound and the first report
+    (waited for up to 3 s), and how often a report comes; a model says when it is asked."""
+    import time
+    name, _, _, m = read_venture(directory)
+    ctl, every = m["controller"], format_duration(m["cadence"])
+    if ctl["kind"] in ("model", "classifier"):
+        return f"{name}: a model proposes at the nightly decision, or now with avsm decide {name}; a report every {every}"
+    sides = [f"{m['metric']} {'>' if way == 'above' else '<'} {format_number(bound)} (then {lever} runs)"
+             for _, way, bound, lever in controller_sides(m)]
+    last, deadline = None, time.monotonic() + 3
+    while last is None and time.monotonic() < deadline:
+        try:
+            db = open_ledger_ro(ledger_path(home))
+            row = db.execute("SELECT record FROM records WHERE record LIKE '%\"kind\":\"report\"%' AND "
+                             "record LIKE ? ORDER BY seq DESC LIMIT 1", (f'%"venture":"{name}"%',)).fetchone()
+            db.close()
+            last = json.loads(row[0]) if row else None
+        except (Fail, sqlite3_errors()):
+            pass
+        if last is None:
+            time.sleep(0.1)
+    now = (f"; the first report says {format_number(last['value'])}" if last and last.get("value") is not None
+           else "; no report yet")
+    return f"{name} acts when {' or '.join(sides)}{now}, and a report comes every {every}"
+
+
+DRIFT_LINES = 12         # lines of a mandate's diff shown at most by avsmd -t and doctor
+
+
+def mandate_drift(in_force, on_disk, seq, path):
+    """Return the lines of a short unified diff from mandate #seq's text to the file at `path`, or [] when equal."""
+    if in_force == on_disk or in_force is None:
+        return []
+    import difflib
+    lines = list(difflib.unified_diff(in_force.splitlines(), on_disk.splitlines(), f"mandate #{seq} (in force)",
+                                      path, n=0, lineterm=""))
+    shown_lines = [f"    {line}" for line in lines[:DRIFT_LINES]]
+    if len(lines) > DRIFT_LINES:
+        shown_lines.append(f"    ... {len(lines) - DRIFT_LINES} more lines of difference")
+    return shown_lines or ["    (the two differ only in line endings or a last newline)"]
+
+
+def program_command(program, home=None):
+    """`avsm` or `avsmd` the way this user runs it, judged from how this program was started, for the fix lines
+    a person copies: `avsmd` when started under a name (a console script, a symlink) and it is on the PATH; the
+    sibling `DIR/avsmd` of a symlink that is not; else `python3 PATH/avsm.py avsmd`. With `--home HOME` when
+    `home` is not the one the program finds by itself ($AVSMD_HOME, else the default)."""
+    import shutil
+    started = sys.argv[0] if sys.argv and sys.argv[0] else ""
+    name = os.path.basename(started)
+    beside = os.path.join(os.path.dirname(started), program)
+    on_path = shutil.which(program)
+    if name.split(".")[0] in ("avsm", "avsmd") and not name.endswith(".py"):
+        if on_path and (not os.path.dirname(started) or os.path.realpath(on_path) == os.path.realpath(beside)):
+            command = program
+        elif os.path.dirname(started) and os.path.exists(beside):
+            command = beside
+        else:
+            command = program if on_path else None
+    else:
+        command = None
+    if command is None:
+        python = sys.executable or "python3"
+        if shutil.which("python3") and os.path.realpath(shutil.which("python3")) == os.path.realpath(python):
+            python = "python3"
+        script = started if name.endswith(".py") and os.path.exists(started) else AVSM_PATH
+        command = f"{python} {script}" + (" avsmd" if program == "avsmd" else "")
+    if home is not None and os.path.realpath(home) != os.path.realpath(resolve_home(None)):
+        command += f" --home {home}"
+    return command
+
+
+def client_command(home=None):
+    """The client as this user runs it, with --home where it is needed (see program_command)."""
+    return program_command("avsm", home)
 
 
 # ---- avsm doctor -------------------------------------------------------------
@@ -7467,8 +7676,10 @@ def cmd_doctor(home, args):
         arg = rest.pop(0)
         if arg == "--since" and rest:
             since = rest.pop(0)
-            if not re.fullmatch(r"[0-9]+:[0-9a-fA-F]{16}", since):
-                raise Fail(EX_USAGE, f"'{since}' is not an anchor; write SEQ:HASHPREFIX with 16 hex digits, as 1234:0123456789abcdef")
+            if not re.fullmatch(r"#?[0-9]+:[0-9a-fA-F]{16,64}", since):
+                raise Fail(EX_USAGE, f"'{since}' is not an anchor; write SEQ:HASH with 16 to 64 hex digits of the hash, "
+                                     f"as avsm doctor prints it (1234:0123456789abcdef)")
+            since = since.lstrip("#")
             since = since.lower()
             need_int(since.split(":")[0], "a record number")
         elif arg == "--cut" and rest:
@@ -7479,7 +7690,7 @@ def cmd_doctor(home, args):
         elif arg == "--remote" or arg.startswith("--remote="):
             raise Fail(EX_USAGE, "avsm doctor has no --remote: avsmd opens no listener but its socket; run doctor on its machine")
         else:
-            raise Fail(EX_USAGE, f"avsm doctor does not take '{arg}'; usage: avsm doctor [--since SEQ:HASHPREFIX] | avsm doctor --cut SEQ")
+            raise Fail(EX_USAGE, f"avsm doctor does not take '{arg}'; usage: avsm doctor [--since SEQ:HASH] | avsm doctor --cut SEQ")
     if cut is not None:
         return doctor_cut(home, cut)
     found = Findings()
@@ -7499,10 +7710,10 @@ def doctor_home(home, found):
     if problem:
         found.fail(EX_CONFIG, problem, "avsmd --home /a/shorter/path   (or set AVSMD_HOME)")
     if not os.path.lexists(home):
-        found.fail(EX_NOINPUT, f"the home {home} is not there", f"avsmd --home {home}   (avsmd makes it)")
+        found.fail(EX_NOINPUT, f"the home {home} is not there", f"{program_command('avsmd', home)}   (avsmd makes it)")
         return False
     if not os.path.isdir(home):
-        found.fail(EX_CANTCREAT, f"the home {home} is not a directory", f"mv {home} {home}.old && avsmd --home {home}")
+        found.fail(EX_CANTCREAT, f"the home {home} is not a directory", f"mv {home} {home}.old && {program_command('avsmd', home)}")
         return False
     if not os.access(home, os.R_OK | os.W_OK | os.X_OK):
         found.fail(EX_NOPERM, f"the home {home} is not readable and writable by you", f"chmod 700 {home}")
@@ -7518,7 +7729,7 @@ def doctor_config(home, found):
         read_config(home)
         found.ok(f"config {path}" + ("" if os.path.exists(path) else " (not there: every default)"))
     except Fail as fail:
-        found.fail(EX_CONFIG, str(fail), f"edit {path}, then avsmd -t --home {home}")
+        found.fail(EX_CONFIG, str(fail), f"edit {path}, then {program_command('avsmd', home)} -t")
     keys = os.path.join(home, "keys")
     if os.path.exists(keys):            # looked at, never read: only the warden reads keys (KEYS-04)
         import stat
@@ -7553,20 +7764,25 @@ def doctor_ledger(home, found, since):
     missing = {"records_no_update", "records_no_delete", "records_chain"} - triggers
     if missing:
         found.fail(EX_DATAERR, f"the ledger's triggers {', '.join(sorted(missing))} are gone: it is no longer append-only",
-                   f"avsmd --home {home}   (avsmd makes the triggers again at start)")
+                   f"{program_command('avsmd', home)}   (avsmd makes the triggers again at start)")
     broken = ledger_problem(db)
     if broken:
         seq, why = broken
         found.fail(EX_DATAERR, f"record #{seq} does not read: {why}",
-                   f"avsm --home {home} doctor --cut {seq}   (with avsmd stopped; the whole ledger is backed up first)")
+                   f"{client_command(home)} doctor --cut {seq}   (with avsmd stopped; the whole ledger is backed up first)")
     else:
-        days = max(1.0, ((last_at or 0) - (first_at or 0)) / 86400)
-        size = os.path.getsize(path)
-        found.ok(f"ledger {path}: {count} records chained, {size / 1e6:.1f} MB, about {size / days / 1e6:.2f} MB a day")
+        span, size = (last_at or 0) - (first_at or 0), os.path.getsize(path)
+        growth = (f"about {size / (span / 86400) / 1e6:.2f} MB a day over its {format_span(span)}" if span >= 60
+                  else "too young to say how fast it grows")          # the ledger's own time span, not at least a day
+        found.ok(f"ledger {path}: {count} records chained, {size / 1e6:.1f} MB, {growth}")
+        head = db.execute("SELECT seq, hash FROM records ORDER BY seq DESC LIMIT 1").fetchone()
+        if head:
+            found.note(f"the ledger's head now is {head[0]}:{head[1][:16]}; keep it somewhere else (a note, another "
+                       f"machine): {client_command(home)} doctor --since {head[0]}:{head[1][:16]} later shows the ledger still holds it")
         problems = [(seq, problem) for seq, each in recheck_ledger(read_records(db)) for problem in each]
         if problems:
             seq, problem = problems[0]
-            found.fail(EX_DATAERR, f"{len(problems)} proof problem(s); first: action #{seq}: {problem}", f"avsm --home {home} why {seq}")
+            found.fail(EX_DATAERR, f"{len(problems)} proof problem(s); first: action #{seq}: {problem}", f"{client_command(home)} why {seq}")
         else:
             found.ok("every proof in the ledger re-checks")
     if since is not None:
@@ -7575,10 +7791,19 @@ def doctor_ledger(home, found, since):
         if row is None or not row[0].startswith(prefix):
             found.fail(EX_DATAERR, f"the ledger no longer holds the head {since}: "
                                    + ("there is no such record" if row is None else f"#{seq} now hashes to {row[0][:16]}"),
-                       f"compare with the backup you took the anchor from; avsm --home {home} tail --since {max(0, int(seq) - 1)}")
+                       f"compare with the backup you took the anchor from; {client_command(home)} tail --since {max(0, int(seq) - 1)}")
         else:
             found.ok(f"the ledger still holds {since}")
     db.close()
+
+
+def format_span(seconds):
+    """Return a span of time in its largest whole unit, for a person: 3 days, 5 hours, 12 minutes, 40 seconds."""
+    for unit, size in (("day", 86400), ("hour", 3600), ("minute", 60)):
+        if seconds >= size:
+            n = int(seconds // size)
+            return f"{n} {unit}{'s' if n != 1 else ''}"
+    return f"{int(seconds)} second{'s' if int(seconds) != 1 else ''}"
 
 
 def doctor_mandates(home, found):
@@ -7588,24 +7813,32 @@ def doctor_mandates(home, found):
     except (sqlite3.DatabaseError, ValueError) as err:
         found.note(f"the adopted mandates cannot be listed from a ledger that does not read ({err})")
         return
-    for name, directory, seq, paused in adopted:
+    for name, directory, seq, paused, in_force in adopted:
         path = os.path.join(directory or "", "mandate.yaml")
         if not os.path.isdir(directory or ""):
             if paused:
                 found.note(f"venture {name} is paused and its directory {directory} has gone")
             else:
                 found.fail(EX_NOINPUT, f"venture {name}: its directory {directory} is not there",
-                           f"put {directory} back, or avsm --home {home} pause {name}")
+                           f"put {directory} back, or {client_command(home)} pause {name}")
             continue
         try:
-            parse_mandate(read_mandate_file(path), path, directory)
-            found.ok(f"venture {name}: {path} holds")
+            text = read_mandate_file(path)
+            parse_mandate(text, path, directory)
+            drift = mandate_drift(in_force, text, seq, path)
+            if drift:
+                found.note(f"venture {name}: {path} holds but differs from mandate #{seq} in force; "
+                           f"{client_command(home)} add {directory} applies it")
+                for line in drift:
+                    out(f"  {line}")
+            else:
+                found.ok(f"venture {name}: {path} holds, the same as mandate #{seq} in force")
         except OSError as err:
             denied = isinstance(err, PermissionError)
             found.fail(EX_NOPERM if denied else EX_NOINPUT, f"venture {name}: {path} cannot be read: {err.strerror}",
-                       f"chmod u+r {path}" if denied else f"put {path} back, then avsm --home {home} add {directory}")
+                       f"chmod u+r {path}" if denied else f"put {path} back, then {client_command(home)} add {directory}")
         except Fail as fail:
-            found.fail(EX_CONFIG, f"venture {name}: {fail}", f"edit {path}, then avsm --home {home} add {directory}")
+            found.fail(EX_CONFIG, f"venture {name}: {fail}", f"edit {path}, then {client_command(home)} add {directory}")
 
 
 def doctor_daemon(home, found):
@@ -7639,9 +7872,9 @@ def doctor_daemon(home, found):
     except OSError:
         if holder:
             found.fail(EX_UNAVAILABLE, f"avsmd (pid {holder}) is running but its socket {sock} is missing",
-                       f"wait a second (it makes the socket again); if it stays missing: kill {holder} && avsmd --home {home}")
+                       f"wait a second (it makes the socket again); if it stays missing: kill {holder} && {program_command('avsmd', home)}")
         else:
-            found.fail(EX_UNAVAILABLE, f"no avsmd is running on {home}", f"avsmd --home {home}")
+            found.fail(EX_UNAVAILABLE, f"no avsmd is running on {home}", f"{program_command('avsmd', home)}")
     finally:
         conn.close()
 
@@ -7754,17 +7987,23 @@ def run_client(args):
         out(f"avsm {VERSION}")
         return EX_OK
     verb, rest = rest[0], rest[1:]
+    if verb.startswith("-") and verb != "-":
+        raise Fail(EX_USAGE, f"'{verb}' is not an avsm option: before the command avsm takes --home DIR, --help "
+                             f"and --version; avsm --help lists the commands")
     if verb not in CLIENT_COMMANDS:
         raise Fail(EX_USAGE, f"'{verb}' is not an avsm command{nearest(verb, CLIENT_COMMANDS)}: avsm --help lists them")
     options, names = (rest[:rest.index("--")], rest[rest.index("--") + 1:]) if "--" in rest else (rest, [])
     if "-h" in options or "--help" in options:
-        out(CLIENT_USAGE)
+        out(command_help(verb))
         return EX_OK
     if verb in OPTIONLESS_COMMANDS:
         for arg in options:
             if arg.startswith("-") and arg != "-":
-                raise Fail(EX_USAGE, f"avsm {verb} takes no option '{arg}'; for a name that begins with -, "
-                                     f"write avsm {verb} -- {arg}")
+                usage = command_help(verb).splitlines()[0].replace(" [--home DIR]", "")
+                if verb not in ("add", "pause", "resume", "decide", "try"):     # no name to take: only the usage helps
+                    raise Fail(EX_USAGE, f"avsm {verb} takes no option '{arg}'; {usage}")
+                raise Fail(EX_USAGE, f"avsm {verb} takes no option '{arg}'; {usage} (for a name that begins with -, "
+                                     f"write avsm {verb} -- {arg})")
     if verb == "try":
         return cmd_try(home, options + names)
     try:
@@ -7772,8 +8011,24 @@ def run_client(args):
     except Exception as err:
         if type(err).__module__ == "sqlite3" or isinstance(err, json.JSONDecodeError):     # not a ledger, or a record not JSON
             raise Fail(EX_DATAERR, f"{ledger_path(resolve_home(home))} cannot be read: {err}; "
-                                   f"avsm --home {resolve_home(home)} doctor says more") from None
+                                   f"{client_command(resolve_home(home))} doctor says more") from None
         raise
+
+
+def command_help(verb):
+    """Return one command's help, from its entries in CLIENT_USAGE: each synopsis, then what it does."""
+    lines, taking = [], False
+    for line in CLIENT_USAGE.split("\n\n")[1].splitlines()[1:]:
+        if line.startswith("  ") and not line.startswith("   "):
+            taking = line.split()[0] == verb
+            if taking:
+                synopsis, what = (re.split(r"\s{2,}", line.strip(), maxsplit=1) + [""])[:2]
+                lines.append(f"{'usage:' if not lines else '   or:'} avsm [--home DIR] {synopsis}")
+                if what:
+                    lines.append(f"    {what}")
+        elif taking:
+            lines.append(f"    {line.strip()}")
+    return "\n".join(lines)
 
 
 OPTIONLESS_COMMANDS = ("add", "status", "asks", "deny", "decide", "pause", "resume", "why", "try")
@@ -7822,7 +8077,7 @@ def read_config(home, path=None):
 
 
 def adopted_mandates(home):
-    """Return [(name, directory, mandate seq, paused)] of every adopted venture, from the ledger."""
+    """Return [(name, directory, mandate seq, paused, mandate text)] of every adopted venture, from the ledger."""
     path = os.path.join(home, "ledger.db")
     if not os.path.exists(path):
         return []
@@ -7831,7 +8086,7 @@ def adopted_mandates(home):
     for seq, at, record in read_records(db):
         name = record.get("venture")
         if record["kind"] == "mandate":
-            ventures[name] = [name, record.get("directory"), seq, False]
+            ventures[name] = [name, record.get("directory"), seq, False, record.get("text")]
         elif record["kind"] in ("pause", "resume") and name in ventures:
             ventures[name][3] = record["kind"] == "pause"
     db.close()
@@ -7850,14 +8105,15 @@ def test_config(home, cfg, path):
         adopted = adopted_mandates(home)
     except (sqlite3_errors(), ValueError) as err:
         sys.stderr.write(f"avsmd: {home}/ledger.db does not read ({err}), so no adopted mandate can be listed; "
-                         f"see avsm --home {home} doctor\n")
+                         f"see {client_command(home)} doctor\n")
         return EX_DATAERR
-    for name, directory, seq, paused in adopted:
+    for name, directory, seq, paused, in_force in adopted:
         mandate_path = os.path.join(directory or "", "mandate.yaml")
         try:
             if not os.path.isdir(directory or ""):
                 raise Fail(EX_NOINPUT, f"{directory} is not there")
-            m = parse_mandate(read_mandate_file(mandate_path), mandate_path, directory)
+            text = read_mandate_file(mandate_path)
+            m = parse_mandate(text, mandate_path, directory)
         except OSError as err:
             sys.stderr.write(f"avsmd: {name}: {mandate_path} cannot be read: {err.strerror}\n")
             code = EX_CONFIG
@@ -7866,10 +8122,52 @@ def test_config(home, cfg, path):
             if fail.code == EX_NOINPUT and paused:
                 out(f"venture {name} (mandate #{seq}): paused, and its directory has gone")
                 continue
-            sys.stderr.write(f"avsmd: {name}: {fail}\n")
+            sys.stderr.write(f"avsmd: {name}: {fail}" + (f" (mandate #{seq} stays in force)\n" if fail.code != EX_NOINPUT else "\n"))
             code = EX_CONFIG
             continue
-        out(f"venture {name} (mandate #{seq}, {directory}){': paused' if paused else ''}:")
+        drift = mandate_drift(in_force, text, seq, mandate_path)
+        if drift:
+            out(f"venture {name} ({directory}){': paused' if paused else ''}: {mandate_path} differs from mandate #{seq} "
+                f"in force; {client_command(home)} add {directory} applies it")
+            for line in drift:
+                out(line)
+            out("  as on disk, once added, it allows:")
+        else:
+            out(f"venture {name} (mandate #{seq}, {directory}){': paused' if paused else ''}:")
+        for line in describe_allowed(m, cfg):
+            out(line)
+    return code
+
+
+def test_ventures(home, cfg, dirs):
+    """avsmd -t DIR...: check each venture directory exactly as `avsm add` would, with no daemon needed: the same
+    function, messages and exit codes (the first code found wins), then what adopting it would allow."""
+    try:
+        adopted = {name: (directory, seq, paused, text) for name, directory, seq, paused, text in adopted_mandates(home)}
+    except (sqlite3_errors(), ValueError):
+        adopted = {}                    # a ledger that does not read: avsmd -t alone says so; each directory is still checked
+    code = EX_OK
+    for given in dirs:
+        directory = os.path.realpath(given)
+        try:
+            name, path, text, m = read_venture(directory)
+            if name in adopted:
+                check_not_adopted_elsewhere(name, directory, adopted[name][0], adopted[name][2])
+        except Fail as fail:
+            sys.stderr.write(f"avsmd: {shown(str(fail))}\n")
+            code = code or fail.code
+            continue
+        held = adopted.get(name)
+        if held and held[0] == directory and held[3] == text:
+            out(f"venture {name} ({directory}): holds, the same as mandate #{held[1]} in force (avsm add writes nothing)")
+        elif held and held[0] == directory:
+            out(f"venture {name} ({directory}): holds, and differs from mandate #{held[1]} in force; "
+                f"{client_command(home)} add {directory} applies it")
+            for line in mandate_drift(held[3], text, held[1], path):
+                out(line)
+            out("  as on disk, once added, it allows:")
+        else:
+            out(f"venture {name} ({directory}): holds; {client_command(home)} add {directory} adopts it")
         for line in describe_allowed(m, cfg):
             out(line)
         out("  " + describe_capacity(ledger_capacity(home, name, m, (cfg["forecast"] or FORECAST_DEFAULT)["days"])))
@@ -7894,7 +8192,7 @@ def run_daemon(args):
     """avsmd [--home DIR] [-f FILE] [-d] [-t|-T]: return the exit code."""
     given = list(args)
     home, rest = take_home(args)
-    config_path, debug, mode = None, False, "run"
+    config_path, debug, mode, dirs = None, False, "run", []
     while rest:
         arg = rest.pop(0)
         if arg in ("-h", "--help"):
@@ -7913,8 +8211,14 @@ def run_daemon(args):
             if mode not in ("run", arg):
                 raise Fail(EX_USAGE, "give -t or -T, not both")
             mode = arg
+        elif arg == "--":
+            dirs, rest = dirs + rest, []      # what follows -- is directories, never an option
+        elif not arg.startswith("-") or arg == "-":
+            dirs.append(arg)
         else:
             raise Fail(EX_USAGE, f"avsmd does not take '{arg}'; avsmd --help lists its options")
+    if dirs and mode != "-t":
+        raise Fail(EX_USAGE, f"avsmd takes a directory only after -t (avsmd -t {dirs[0]} checks it); avsmd --help lists its options")
     home = resolve_home(home)
     if os.path.exists(home) and not os.path.isdir(home):
         raise Fail(EX_CANTCREAT, f"{home} is not a directory; move it aside or pass another --home")
@@ -7923,7 +8227,7 @@ def run_daemon(args):
         out(format_config(cfg).rstrip("\n"))
         return EX_OK
     if mode == "-t":
-        return test_config(home, cfg, path)
+        return test_ventures(home, cfg, dirs) if dirs else test_config(home, cfg, path)
     keep_standard_files_open()
     if __name__ == "__main__":
         # run as a script, this file was compiled afresh: start again from its cached bytecode, same pid

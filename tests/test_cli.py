@@ -588,13 +588,13 @@ def test_counter_example_is_the_readmes():
     assert os.access(os.path.join(d, "report"), os.X_OK) and os.access(os.path.join(d, "reset"), os.X_OK)
     text = open(os.path.join(d, "mandate.yaml"), encoding="utf-8").read()
     doc = avsm.parse_yaml(text)
-    assert doc == {"purpose": "Keep the counter below ten.", "metric": "count",
+    assert doc == {"purpose": "Reset the counter once it passes ten, at eleven.", "metric": "count",
                    "controller": {"kind": "threshold", "above": 10, "action": "reset"}, "cadence": "10s",
                    "permitted": [{"name": "reset", "run": "./reset", "cap": "60/hour", "reversible": True}],
                    "forbidden": ["rm"]}
     readme = open(os.path.join(ROOT, "README.md"), encoding="utf-8").read()
     blocks = re.findall(r"```yaml\n(.*?)```", readme, re.S)
-    shown = [avsm.parse_yaml(b) for b in blocks if "Keep the counter below ten." in b]
+    shown = [avsm.parse_yaml(b) for b in blocks if "Reset the counter once it passes ten" in b]
     assert shown and shown[0] == doc, "README.md shows the counter's mandate as it is"
     avsm.parse_mandate(text, os.path.join(d, "mandate.yaml"), d)
 
