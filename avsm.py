@@ -8136,6 +8136,7 @@ def test_config(home, cfg, path):
             out(f"venture {name} (mandate #{seq}, {directory}){': paused' if paused else ''}:")
         for line in describe_allowed(m, cfg):
             out(line)
+        out("  " + describe_capacity(ledger_capacity(home, name, m, (cfg["forecast"] or FORECAST_DEFAULT)["days"])))
     return code
 
 
@@ -8176,13 +8177,17 @@ def test_ventures(home, cfg, dirs):
 
 def ledger_capacity(home, name, m, days):
     """The capacity check of venture `name` under mandate `m`, from its history in the ledger (open point 9)."""
-    states = {}
-    db = open_ledger_ro(os.path.join(home, "ledger.db"))
-    try:
-        for seq, at, record in read_records(db, venture=name):
-            fold_ledger(states, seq, at, record)
-    finally:
-        db.close()
+    states, path = {}, os.path.join(home, "ledger.db")
+    if os.path.exists(path):            # no ledger yet (avsmd -t DIR on a new home): no history to judge from
+        try:
+            db = open_ledger_ro(path)
+            try:
+                for seq, at, record in read_records(db, venture=name):
+                    fold_ledger(states, seq, at, record)
+            finally:
+                db.close()
+        except (sqlite3_errors(), ValueError):
+            states = {}                 # a ledger that does not read: avsmd -t says so; capacity from no history
     state = states.get(name) or VentureState(name)
     state.mandate = m
     return capacity_check(state, days)
