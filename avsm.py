@@ -3394,6 +3394,8 @@ def stored_basis(action, records):
     approval = next((p for p, k in kinds.items() if k in ("approval", "proposal")), None)
     check = next((p for p, k in kinds.items() if k == "check"), None)
     rule = proof.get("rule")
+    if rule == "stop":
+        rule = "permitted"              # the built-in stop, proposed by a model (a person's stop says proposal)
     return (rule, reports, []), approval, check, False
 
 

@@ -746,3 +746,23 @@ def test_the_gate_and_the_re_check_agree_on_when_a_guard_episode_ends():
     assert avsm.check_proof(8, 1035, act, records) == []
     records[7] = (1031, guard_reading(150, "unconfirmed", True))        # an unconfirmed one still past: no end
     assert any("guard spend" in p for p in avsm.check_proof(8, 1035, act, records))
+
+
+def test_check_proof_of_an_action_written_before_actions_kept_their_basis():
+    """PROOF-04: an action from an older ledger (no basis field) re-checks from its proof alone: a model's stop,
+    a person's own proposal and an approved irreversible run; a forged rule still does not."""
+    records = gate_records()
+    state = gate_state(records)
+    stop = avsm.prove(state, "stop", 1040, ("permitted", [], ["proposal #6 (inferred) prompted this"]), trigger=6)
+    records[6] = (1035, dict(records[6][1], lever="stop"))
+    act = stored_action(records, 7, 1040, "stop", stop)
+    assert stop.proof["rule"] == "stop" and avsm.check_proof(7, 1040, act, records) == []
+    records = gate_records()
+    records[7] = (1040, {"kind": "ask", "claim": "measured", "venture": V, "about": "lever", "lever": "wipe", "summary": "?"})
+    records[8] = (1050, {"kind": "approval", "claim": "declared", "venture": V, "ask": 7, "lever": "wipe",
+                         "payload": None, "summary": "yes"})
+    verdict = avsm.prove(gate_state(records), "wipe", 1060, ("approval", [], ["ask #7"]), trigger=7, approval=8)
+    act = stored_action(records, 9, 1060, "wipe", verdict)
+    assert "basis" not in act and avsm.check_proof(9, 1060, act, records) == []
+    act["proof"] = dict(act["proof"], rule="threshold")
+    assert avsm.check_proof(9, 1060, act, records) != []
