@@ -8136,9 +8136,7 @@ def test_config(home, cfg, path):
             out("  as on disk, once added, it allows:")
         else:
             out(f"venture {name} (mandate #{seq}, {directory}){': paused' if paused else ''}:")
-        for line in describe_allowed(m, cfg):
-            out(line)
-        out("  " + describe_capacity(ledger_capacity(home, name, m, (cfg["forecast"] or FORECAST_DEFAULT)["days"])))
+        print_allowed(home, cfg, name, m)
     return code
 
 
@@ -8171,10 +8169,15 @@ def test_ventures(home, cfg, dirs):
             out("  as on disk, once added, it allows:")
         else:
             out(f"venture {name} ({directory}): holds; {client_command(home)} add {directory} adopts it")
-        for line in describe_allowed(m, cfg):
-            out(line)
-        out("  " + describe_capacity(ledger_capacity(home, name, m, (cfg["forecast"] or FORECAST_DEFAULT)["days"])))
+        print_allowed(home, cfg, name, m)
     return code
+
+
+def print_allowed(home, cfg, name, m):
+    """Print what mandate `m` of venture `name` allows, and whether its levers can hold the metric (capacity)."""
+    for line in describe_allowed(m, cfg):
+        out(line)
+    out("  " + describe_capacity(ledger_capacity(home, name, m, (cfg["forecast"] or FORECAST_DEFAULT)["days"])))
 
 
 def ledger_capacity(home, name, m, days):
