@@ -33,6 +33,7 @@ Sections
 """
 
 import collections
+import functools
 import heapq
 import json
 import os
@@ -7614,7 +7615,9 @@ def xml_text(value):
     """Return text from the ledger fit for SVG: what XML cannot hold written as \\x.. or \\u...., newlines as \\n,
     markup characters as entities, and anything past ASCII as a character reference (the output's encoding is
     then never in question)."""
-    text = escape_controls(XML_UNSAFE_CHARS, str(value).replace("\\", "\\\\").replace("\n", "\\n").replace("\r", "\\r"))
+    text = str(value).replace("\\", "\\\\")
+    if not (text.isascii() and text.isprintable()):     # the common case, plain ASCII, needs no pass of the pattern
+        text = escape_controls(XML_UNSAFE_CHARS, text.replace("\n", "\\n").replace("\r", "\\r"))
     text = text.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;").replace('"', "&quot;").replace("'", "&#39;")
     return text.encode("ascii", "xmlcharrefreplace").decode("ascii")
 
@@ -7700,7 +7703,21 @@ def chart_tooltip(seq, at, record, more=""):
     summary = str(record.get("summary", ""))
     if len(summary) > CHART_NOTE_MAX:
         summary = summary[:CHART_NOTE_MAX] + "..."
-    return "<title>" + xml_text(f"#{seq} {format_local_time(at)} {record.get('kind')}: {summary}{more}") + "</title>"
+    return "<title>" + xml_text(f"#{seq} {chart_time(at)} {record.get('kind')}: {summary}{more}") + "</title>"
+
+
+def chart_time(at):
+    """Return unix time `at` as format_local_time does, the minute's text kept from one report to the next
+    (a zone's offset changes only on a whole minute)."""
+    head, tail = chart_minute(int(at) // 60)
+    return f"{head}{int(at) % 60:02d}{tail}"
+
+
+@functools.lru_cache(maxsize=4096)
+def chart_minute(minute):
+    """Return (YYYY-MM-DDTHH:MM:, +hh:mm) of the local minute `minute` (unix time / 60)."""
+    text = format_local_time(minute * 60)
+    return text[:17], text[19:]
 
 
 def chart_number(value):
@@ -7763,8 +7780,8 @@ def chart_svg(name, mandates, records, span="in the ledger"):
              f'<clipPath id="plot"><rect x="{CHART_LEFT}" y="{CHART_TOP}" width="{CHART_RIGHT - CHART_LEFT}" '
              f'height="{CHART_BOTTOM - CHART_TOP}"/></clipPath>']
     parts += chart_axes(metric, ticks, time_ticks(t0, t1), x, y, last)
-    parts += chart_controller(shown, x, y)
-    parts += chart_reports(trusted, apart, x, y, bottom, top)
+    controller, labels = chart_controller(shown, x, y)
+    parts += controller + chart_reports(trusted, apart, x, y, bottom, top) + labels
     parts += chart_markers(actions, asks, records, x)
     parts += chart_legend(trusted, apart, actions, asks, shown, bottom, top)
     parts.append("</svg>")
@@ -7832,8 +7849,11 @@ def chart_axes(metric, ticks, times, x, y, last):
 
 
 def chart_controller(shown, x, y):
-    """Return the SVG of each mandate's bound (a threshold) or band over the span it was in force."""
-    c, parts = CHART_COLOURS, ['<g class="controller" font-size="11">']
+    """Return (the SVG of each mandate's bound (a threshold) or band over the span it was in force, the SVG
+    of their labels, drawn over the reports on a white halo so a line through them leaves them legible)."""
+    c, parts = CHART_COLOURS, ['<g class="controller">']
+    labels = [f'<g class="controller-labels" font-size="11" fill="{c["bound"]}" stroke="#ffffff" stroke-width="3" '
+              f'stroke-linejoin="round" paint-order="stroke">']
     for start, end, seq, m in shown:
         if m is None or not controller_sides(m):
             continue
@@ -7851,15 +7871,13 @@ def chart_controller(shown, x, y):
                          f'stroke-dasharray="6 4"/>')
             label = f"{way} {format_number(bound)}: {lever}"
             ly = y(bound) - 5 if way == "above" else y(bound) + 14
-            parts.append(f'<text x="{x2 - 4:.1f}" y="{ly:.1f}" text-anchor="end" stroke="none" fill="{c["bound"]}">'
-                         f'{xml_text(label)}</text>')
+            labels.append(f'<text x="{x2 - 4:.1f}" y="{ly:.1f}" text-anchor="end">{xml_text(label)}</text>')
             if ctl.get("deadband"):
                 rearm = bound - ctl["deadband"] if way == "above" else bound + ctl["deadband"]
                 parts.append(f'<line x1="{x1:.1f}" x2="{x2:.1f}" y1="{y(rearm):.1f}" y2="{y(rearm):.1f}" '
                              f'stroke-dasharray="2 3" stroke-opacity="0.7"/>')
         parts.append("</g>")
-    parts.append("</g>")
-    return parts
+    return parts + ["</g>"], labels + ["</g>"]
 
 
 def chart_reports(trusted, apart, x, y, bottom, top):
@@ -7868,12 +7886,13 @@ def chart_reports(trusted, apart, x, y, bottom, top):
     triangle at the edge it passed."""
     c = CHART_COLOURS
     r = 3 if len(trusted) <= 300 else 2 if len(trusted) <= 1500 else 1.2
-    points = " ".join(f"{x(a):.1f},{y(chart_number(rec['value'])):.1f}" for _, a, rec in trusted)
-    parts = [f'<polyline class="trusted-line" points="{points}" fill="none" stroke="{c["trusted"]}" stroke-width="1.5" '
-             f'stroke-linejoin="round" clip-path="url(#plot)"/>',
+    xy = [(f"{x(a):.1f}", f"{y(chart_number(rec['value'])):.1f}") for _, a, rec in trusted]
+    parts = [f'<polyline class="trusted-line" points="{" ".join(f"{px},{py}" for px, py in xy)}" fill="none" '
+             f'stroke="{c["trusted"]}" stroke-width="{1.5 if len(trusted) <= 1500 else 1}" stroke-linejoin="round" '
+             f'clip-path="url(#plot)"/>',
              f'<g class="reports trusted" fill="{c["trusted"]}">']
-    parts += [f'<circle class="report trusted" cx="{x(a):.1f}" cy="{y(chart_number(rec["value"])):.1f}" r="{r}">'
-              f'{chart_tooltip(s, a, rec)}</circle>' for s, a, rec in trusted]
+    parts += [f'<circle class="report trusted" cx="{px}" cy="{py}" r="{r}">{chart_tooltip(s, a, rec)}</circle>'
+              for (s, a, rec), (px, py) in zip(trusted, xy)]
     parts += ["</g>", '<g class="reports apart" stroke-width="1.8" fill="none">']
     for s, a, rec in apart:
         status, value, px = report_status(rec), chart_number(rec.get("value")), x(a)
