@@ -288,3 +288,46 @@ def test_unwritable_stdout_exits_74_without_a_traceback(run, redirect):
     p.stdout.close()                    # the reader is gone before the chart is written
     assert p.wait(30) == 0 and p.stderr.read() == b""
     p.stderr.close()
+
+
+def test_each_mandate_draws_its_bound_while_it_was_in_force():
+    """Issue 14 item 5, VENTURE (a new mandate replaces the old): a threshold's bound is drawn from the
+    chart's start to the next mandate's adoption, then that band until the model's mandate, which draws none;
+    the line under the title names the mandate in force last, and one that no longer reads draws nothing."""
+    def mandate(seq, at, controller):
+        text = (f"purpose: p\nmetric: m\ncontroller: {controller}\ncadence: 1s\npermitted:\n"
+                "  - {name: up, run: ./up, cap: 1/hour, reversible: true}\n"
+                "  - {name: dn, run: ./dn, cap: 1/hour, reversible: true}\n")
+        return seq, at, {"kind": "mandate", "claim": "declared", "venture": "v", "directory": "/x", "sha256": "0",
+                         "summary": "m", "text": text}
+    report = lambda seq, at, v: (seq, at, {"kind": "report", "claim": "measured", "venture": "v", "metric": "m",
+                                           "value": v, "status": "trusted", "plausible": True, "note": "", "summary": "m"})
+    mandates = [mandate(1, 100, "{kind: threshold, above: 10, action: up}"),
+                mandate(5, 200, "{kind: band, low: 2, high: 8, below: up, above: dn}"),
+                mandate(9, 300, "{kind: model}")]
+    records = [report(2, 110, 5), report(3, 150, 12), report(6, 210, 4), report(10, 310, 3)]
+    root = ET.fromstring(avsm.chart_svg("v", mandates, records))
+    xs = {s: float(el.get("cx")) for el, s in marks(root, "circle", "report trusted")}
+    x = lambda at: xs[2] + (at - 110) * (xs[3] - xs[2]) / 40         # the time scale, from two reports
+    bound, band = root.find(f".//{SVG}g[@class='bound']"), root.find(f".//{SVG}g[@class='band']")
+    assert bound.find(SVG + "title").text == "mandate #1: threshold above 10 runs up"
+    line = bound.find(SVG + "line")
+    assert float(line.get("x1")) < xs[2] and abs(float(line.get("x2")) - x(200)) < 0.3
+    rect = band.find(SVG + "rect")
+    assert abs(float(rect.get("x")) - x(200)) < 0.5 and abs(float(rect.get("x")) + float(rect.get("width")) - x(300)) < 0.5
+    assert len(root.findall(f".//{SVG}g[@class='controller']/{SVG}g")) == 2
+    assert [t.text for t in root.iter(SVG + "text")][2].startswith("controller (mandate #9): model")
+    broken = (12, 305, {"kind": "mandate", "claim": "declared", "venture": "v", "text": "controller: ["})
+    root = ET.fromstring(avsm.chart_svg("v", mandates + [broken], records))
+    assert "mandate #12 does not read, so no bound is drawn" in [t.text for t in root.iter(SVG + "text")][2]
+
+
+def test_the_readme_shows_a_real_chart():
+    """Issue 14 (done when: the README shows a chart): README.md links docs/chart-example.svg, a chart avsm
+    chart wrote from a real run: it parses, is small, and holds trusted points, lever runs and asks."""
+    readme = open(os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "README.md"), encoding="utf-8").read()
+    assert "](docs/chart-example.svg)" in readme and "avsm chart VENTURE" in readme
+    path = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "docs", "chart-example.svg")
+    assert os.path.getsize(path) < 40_000
+    root = ET.parse(path).getroot()
+    assert marks(root, "circle", "report trusted") and marks(root, "g", "action") and marks(root, "g", "ask")
