@@ -33,6 +33,7 @@ Sections
 """
 
 import collections
+import functools
 import heapq
 import json
 import os
@@ -7075,6 +7076,9 @@ commands:
   pause VENTURE      stop a venture and everything it runs, until resumed
   resume VENTURE     start a paused venture again
   why SEQ            print record SEQ and, for an action, its proof and whether it re-checks
+  chart VENTURE [--since DURATION|SEQ]
+                     an SVG of the venture's metric over time, its bound or band, lever runs and asks
+                     (avsm chart V > v.svg; from the ledger, so avsmd may be stopped)
   doctor [--since SEQ:HASH]
                      check the home, config, ledger, mandates and daemon; change nothing; print the
                      ledger's head SEQ:HASH to keep elsewhere (--since checks the ledger still holds one)
@@ -7514,6 +7518,467 @@ def describe_call(record):
     if call.get("tries", 1) > 1:
         words.append(f"{call['tries']} tries")
     return "; ".join(words)
+
+
+# ---- avsm chart --------------------------------------------------------------
+
+CHART_USAGE = "usage: avsm chart VENTURE [--since DURATION|SEQ]"
+CHART_KINDS = ("report", "action", "outcome", "ask", "approval", "denial", "resolved")
+CHART_WIDTH, CHART_HEIGHT = 960, 450
+CHART_LEFT, CHART_TOP, CHART_RIGHT, CHART_BOTTOM = 76, 104, 930, 366     # the plot's edges, in pixels
+CHART_NOTE_MAX = 240          # characters of a record's summary a tooltip shows
+CHART_TIME_STEPS = (1, 2, 5, 10, 15, 30, 60, 120, 300, 600, 900, 1800, 3600, 7200, 10800, 21600, 43200,
+                    86400, 2 * 86400, 7 * 86400, 14 * 86400, 30 * 86400, 91 * 86400, 365 * 86400)
+CHART_COLOURS = {"trusted": "#1f5fa8", "implausible": "#c0392b", "unconfirmed": "#d35400", "failed": "#7f7f7f",
+                 "band": "#2e8b57", "bound": "#444444", "ok": "#2e7d32", "not ok": "#c62828", "running": "#7f7f7f",
+                 "ask": "#7b3fa0", "grid": "#e4e4e4", "text": "#222222"}
+# XML 1.0 cannot hold these even as &#..; (control characters, lone surrogates, U+FFFE/U+FFFF), and a bidi
+# override in a tooltip would turn what a person reads around: each is written as \x.. or \u.... instead
+XML_UNSAFE_CHARS = "[\x00-\x08\x0b\x0c\x0e-\x1f\x7f-\x9f\u2028\u2029\u202a-\u202e\u2066-\u2069\ud800-\udfff\ufffe\uffff]"
+
+
+def cmd_chart(home, args):
+    """chart VENTURE [--since DURATION|SEQ]: an SVG of the venture's metric over time, from the ledger alone
+    (read-only, so avsmd may be stopped): its trusted reports as a line, the others marked apart, the controller's
+    bound or band, and each lever run and ask as a marker whose tooltip names its record."""
+    import time
+    name, since, rest = None, None, list(args)
+    while rest:
+        arg = rest.pop(0)
+        if arg == "--since":
+            if not rest:
+                raise Fail(EX_USAGE, f"--since needs a duration or a record number (--since 24h, --since 17); {CHART_USAGE}")
+            since = rest.pop(0)
+        elif arg.startswith("--since="):
+            since = arg.split("=", 1)[1]
+        elif arg.startswith("-") and arg != "-":
+            raise Fail(EX_USAGE, f"avsm chart does not take '{arg}'; {CHART_USAGE}")
+        elif name is None:
+            name = arg
+        else:
+            raise Fail(EX_USAGE, f"avsm chart charts one venture at a time; {CHART_USAGE}")
+    if not name:
+        raise Fail(EX_USAGE, CHART_USAGE)
+    after, start, span = chart_since(since, time.time())
+    db = open_ledger_ro(ledger_path(home))
+    try:
+        mandates, records = read_chart_records(db, name, after, start)
+    finally:
+        db.close()
+    if not mandates:
+        raise Fail(EX_DATAERR, f"no venture is named '{name}'; {client_command(home)} status lists them")
+    if not any(r["kind"] == "report" for _, _, r in records):
+        raise Fail(EX_DATAERR, f"venture {name} has no reports {span}" +
+                   ("; give --since an earlier record or a longer duration, or leave it out for the whole history" if since is not None
+                    else "; its first report comes at its first cadence once avsmd runs"))
+    out(chart_svg(name, mandates, records, span))
+    return EX_OK
+
+
+def chart_since(text, now):
+    """Return (the seq after which, the unix time from which, words naming the span) of --since SEQ|DURATION:
+    a record number (17 or #17: the records after it) or a duration back from `now` (24h); None is all."""
+    if text is None:
+        return 0, 0, "in the ledger"
+    t = text.strip()
+    if t.lstrip("#").isdigit() and t.isascii() and t.count("#") <= 1:
+        seq = need_int(t, "a record number")
+        return seq, 0, f"after #{seq}"
+    try:
+        seconds = parse_duration(t)
+    except ValueError as err:
+        if re.fullmatch(r"[0-9]+[a-zA-Z0-9]*", t):
+            raise Fail(EX_USAGE, f"--since {err}") from None
+        raise Fail(EX_USAGE, f"--since takes a duration or a record number, not '{text}': --since 24h (the last "
+                             f"24 hours) or --since 17 (the records after #17)") from None
+    return 0, now - seconds, f"in the last {format_duration(seconds)}"
+
+
+def read_chart_records(db, name, after, start):
+    """Return (every mandate record of venture `name`, its records a chart shows after seq `after` and from
+    unix time `start`), each [(seq, at, record)] in order. Stored records are canonical JSON, so the venture's
+    field is found by its exact text before a record is parsed."""
+    field = f'"venture":{json.dumps(name)}'
+    mandates = [(s, a, json.loads(t)) for s, a, t in db.execute(
+        "SELECT seq, at, record FROM records WHERE instr(record, '\"kind\":\"mandate\"') > 0 AND instr(record, ?) > 0 "
+        "ORDER BY seq", (field,))]
+    records = []
+    for s, a, t in db.execute("SELECT seq, at, record FROM records WHERE seq > ? AND at >= ? AND instr(record, ?) > 0 "
+                              "ORDER BY seq", (after, start, field)):
+        record = json.loads(t)
+        if record.get("venture") == name and record.get("kind") in CHART_KINDS:
+            records.append((s, a, record))
+    return [m for m in mandates if m[2].get("venture") == name and m[2].get("kind") == "mandate"], records
+
+
+def xml_text(value):
+    """Return text from the ledger fit for SVG: what XML cannot hold written as \\x.. or \\u...., newlines as \\n,
+    markup characters as entities, and anything past ASCII as a character reference (the output's encoding is
+    then never in question)."""
+    text = str(value).replace("\\", "\\\\")
+    if not (text.isascii() and text.isprintable()):     # the common case, plain ASCII, needs no pass of the pattern
+        text = escape_controls(XML_UNSAFE_CHARS, text.replace("\n", "\\n").replace("\r", "\\r"))
+    text = text.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;").replace('"', "&quot;").replace("'", "&#39;")
+    return text.encode("ascii", "xmlcharrefreplace").decode("ascii")
+
+
+def chart_eras(mandates):
+    """Return [(from at, mandate seq, the parsed mandate or None)] of each mandate record: the bound or band
+    in force from its adoption until the next."""
+    eras = []
+    for seq, at, record in mandates:
+        try:
+            m = parse_mandate(record.get("text") or "", f"mandate #{seq}")
+        except Fail:
+            m = None                    # a mandate that no longer reads draws no bound
+        eras.append((at, seq, m))
+    return eras
+
+
+def nice_step(span, most):
+    """Return the smallest of 1, 2, 5 times a power of ten that cuts `span` into at most `most` steps."""
+    import math
+    if not span > 0 or not math.isfinite(span):
+        return 1.0
+    base = 10.0 ** math.floor(math.log10(span / most))
+    return next((base * k for k in (1, 2, 5, 10) if span / (base * k) <= most), base * 10)
+
+
+def value_ticks(low, high):
+    """Return (bottom, top, [(value, label)]) of the value axis: round numbers holding low..high."""
+    import math
+    if high - low <= 0:
+        pad = max(abs(high) * 0.1, 1.0)
+        low, high = low - pad, high + pad
+    pad = (high - low) * 0.06
+    low, high = low - pad, high + pad
+    step = nice_step(high - low, 6)
+    bottom, top = math.floor(low / step) * step, math.ceil(high / step) * step
+    decimals = max(0, -math.floor(math.log10(step))) if step < 1 else 0
+    ticks, k = [], 0
+    while bottom + k * step <= top + step * 1e-9:
+        v = bottom + k * step
+        label = f"{v:.{decimals}f}" if abs(v) < 1e7 or v == 0 else f"{v:.3g}"
+        ticks.append((v, "0" if float(label) == 0 and "e" not in label else label))
+        k += 1
+    return bottom, top, ticks
+
+
+def time_ticks(t0, t1, most=8):
+    """Return [(unix time, time label, date label or "")] at round local times from t0 to t1; a date is
+    given at the first tick and wherever the day changes."""
+    import math
+    import time
+    step = next((s for s in CHART_TIME_STEPS if (t1 - t0) / s <= most), None)
+    if step is None:
+        step = 365 * 86400 * nice_step((t1 - t0) / (365 * 86400), most)
+    ticks, t, day = [], t0, None
+    while t <= t1 and len(ticks) <= most + 2:
+        off = time.localtime(t).tm_gmtoff or 0          # local time, so 12:00 is noon where the chart is read
+        at = math.ceil((t + off) / step) * step - off
+        if at > t1:
+            break
+        local = time.localtime(at)
+        if step >= 86400:
+            ticks.append((at, time.strftime("%Y-%m-%d", local), ""))
+        else:
+            date = time.strftime("%Y-%m-%d", local)
+            ticks.append((at, time.strftime("%H:%M:%S" if step < 60 else "%H:%M", local), date if date != day else ""))
+            day = date
+        t = at + step
+    return ticks
+
+
+def zone_words(at):
+    """Return the local zone at unix time `at` as UTC+hh:mm and its name, for the time axis."""
+    import time
+    t = time.localtime(at)
+    off = t.tm_gmtoff or 0
+    sign = "-" if off < 0 else "+"
+    return f"UTC{sign}{abs(off) // 3600:02d}:{abs(off) % 3600 // 60:02d}" + (f", {t.tm_zone}" if t.tm_zone else "")
+
+
+def chart_tooltip(seq, at, record, more=""):
+    """Return a marker's <title>: the record's seq and local time, its kind and summary, and what came of it."""
+    summary = str(record.get("summary", ""))
+    if len(summary) > CHART_NOTE_MAX:
+        summary = summary[:CHART_NOTE_MAX] + "..."
+    return "<title>" + xml_text(f"#{seq} {chart_time(at)} {record.get('kind')}: {summary}{more}") + "</title>"
+
+
+def chart_time(at):
+    """Return unix time `at` as format_local_time does, the minute's text kept from one report to the next
+    (a zone's offset changes only on a whole minute)."""
+    head, tail = chart_minute(int(at) // 60)
+    return f"{head}{int(at) % 60:02d}{tail}"
+
+
+@functools.lru_cache(maxsize=4096)
+def chart_minute(minute):
+    """Return (YYYY-MM-DDTHH:MM:, +hh:mm) of the local minute `minute` (unix time / 60)."""
+    text = format_local_time(minute * 60)
+    return text[:17], text[19:]
+
+
+def chart_number(value):
+    """Return a report's value as a float to plot, or None (no reading, or not a finite number)."""
+    import math
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return None
+    value = float(value)
+    return value if math.isfinite(value) else None
+
+
+def report_status(record):
+    """Return a report's status: trusted, unconfirmed, implausible or failed (older records say only plausible)."""
+    return record.get("status") or ("trusted" if record.get("plausible") else "implausible")
+
+
+def chart_svg(name, mandates, records, span="in the ledger"):
+    """Return the SVG text of venture `name`'s chart: its mandate records (for the bound or band in force when)
+    and its records in the span ([(seq, at, record)] in order: reports, actions and their outcomes, asks and
+    their answers). Trusted reports make the line; implausible, unconfirmed and failed ones are marked apart;
+    each action and ask is a marker whose tooltip names its seq. Pure but for local time, which labels the axis."""
+    reports = [(s, a, r) for s, a, r in records if r["kind"] == "report"]
+    trusted = [(s, a, r) for s, a, r in reports if report_status(r) == "trusted" and chart_number(r.get("value")) is not None]
+    on_line = {s for s, _, _ in trusted}
+    apart = [(s, a, r) for s, a, r in reports if s not in on_line]
+    actions = [(s, a, r) for s, a, r in records if r["kind"] == "action"]
+    asks = [(s, a, r) for s, a, r in records if r["kind"] == "ask"]
+    times = [a for _, a, _ in reports + actions + asks]
+    first, last = min(times), max(times)
+    middle, half = (first + last) / 2, max((last - first) / 2, 5) * 1.03     # ten seconds at least: one report sits mid-chart
+    t0, t1 = middle - half, middle + half
+    eras = chart_eras(mandates)
+    shown = [(max(at, t0), min(eras[i + 1][0] if i + 1 < len(eras) else t1, t1), seq, m)
+             for i, (at, seq, m) in enumerate(eras)
+             if at <= t1 and (i + 1 == len(eras) or eras[i + 1][0] > t0)]
+    values = [chart_number(r["value"]) for _, _, r in trusted] or \
+        [v for v in (chart_number(r.get("value")) for _, _, r in apart) if v is not None] or [0.0]
+    for _, _, _, m in shown:
+        values += [v for v in chart_levels(m)]
+    bottom, top, ticks = value_ticks(min(values), max(values))
+
+    def x(at):
+        return CHART_LEFT + (at - t0) / (t1 - t0) * (CHART_RIGHT - CHART_LEFT)
+
+    def y(value):
+        return CHART_BOTTOM - (value - bottom) / (top - bottom) * (CHART_BOTTOM - CHART_TOP)
+
+    metric = next((m["metric"] for _, _, _, m in reversed(shown) if m), None) or reports[-1][2].get("metric") or "metric"
+    counts = (f"{len(trusted)} trusted report{'s' if len(trusted) != 1 else ''}, {len(apart)} marked apart, "
+              f"{len(actions)} lever run{'s' if len(actions) != 1 else ''}, {len(asks)} ask{'s' if len(asks) != 1 else ''} "
+              f"{span}, {chart_span_words(first, last)}")
+    parts = [f'<svg xmlns="http://www.w3.org/2000/svg" width="{CHART_WIDTH}" height="{CHART_HEIGHT}" '
+             f'viewBox="0 0 {CHART_WIDTH} {CHART_HEIGHT}" font-family="DejaVu Sans, Helvetica, Arial, sans-serif" '
+             f'font-size="12" fill="{CHART_COLOURS["text"]}">',
+             f"<title>{xml_text(f'{name}: {metric}, {counts}')}</title>",
+             f'<rect width="{CHART_WIDTH}" height="{CHART_HEIGHT}" fill="#ffffff"/>',
+             f'<text x="{CHART_LEFT}" y="24" font-size="16" font-weight="bold">{xml_text(f"{name}: {metric}")}</text>',
+             f'<text x="{CHART_LEFT}" y="44">{xml_text(counts)}</text>',
+             f'<text x="{CHART_LEFT}" y="62">{xml_text(chart_controller_words(shown))}</text>',
+             f'<clipPath id="plot"><rect x="{CHART_LEFT}" y="{CHART_TOP}" width="{CHART_RIGHT - CHART_LEFT}" '
+             f'height="{CHART_BOTTOM - CHART_TOP}"/></clipPath>']
+    parts += chart_axes(metric, ticks, time_ticks(t0, t1), x, y, last)
+    controller, labels = chart_controller(shown, x, y)
+    parts += controller + chart_reports(trusted, apart, x, y, bottom, top) + labels
+    parts += chart_markers(actions, asks, records, x)
+    parts += chart_legend(trusted, apart, actions, asks, shown, bottom, top)
+    parts.append("</svg>")
+    return "\n".join(parts)
+
+
+def chart_span_words(first, last):
+    """Return 'from 2026-12-01 22:55 to 23:10' in local time, the second date left out when it is the same day."""
+    import time
+    a, b = time.localtime(first), time.localtime(last)
+    same_day = time.strftime("%Y-%m-%d", a) == time.strftime("%Y-%m-%d", b)
+    return (f"from {time.strftime('%Y-%m-%d %H:%M:%S', a)} to "
+            f"{time.strftime('%H:%M:%S' if same_day else '%Y-%m-%d %H:%M:%S', b)}")
+
+
+def chart_levels(m):
+    """Return the values a mandate's controller draws: its bounds, and where a deadband re-arms each side."""
+    if m is None:
+        return []
+    deadband = m["controller"].get("deadband")
+    levels = []
+    for _, way, bound, _ in controller_sides(m):
+        levels.append(bound)
+        if deadband:
+            levels.append(bound - deadband if way == "above" else bound + deadband)
+    return levels
+
+
+def chart_controller_words(shown):
+    """Return the line naming the controller in force over the chart (the last mandate in the span)."""
+    if not shown:
+        return "no mandate in force over this span"
+    _, _, seq, m = shown[-1]
+    earlier = f" ({len(shown) - 1} earlier mandate{'s' if len(shown) > 2 else ''} in the span)" if len(shown) > 1 else ""
+    if m is None:
+        return f"mandate #{seq} does not read, so no bound is drawn{earlier}"
+    ctl = m["controller"]
+    drawn = "" if controller_sides(m) else ": no bound to draw"
+    return f"controller (mandate #{seq}): {CONTROLLERS[ctl['kind']].describe(ctl)}{drawn}{earlier}"
+
+
+def chart_axes(metric, ticks, times, x, y, last):
+    """Return the SVG of the plot's frame, its value and time grid with labels, and the axes' captions."""
+    c = CHART_COLOURS
+    parts = [f'<g class="axes" font-size="11">']
+    for value, label in ticks:
+        parts.append(f'<line x1="{CHART_LEFT}" x2="{CHART_RIGHT}" y1="{y(value):.1f}" y2="{y(value):.1f}" stroke="{c["grid"]}"/>')
+        parts.append(f'<text x="{CHART_LEFT - 6}" y="{y(value) + 4:.1f}" text-anchor="end">{xml_text(label)}</text>')
+    for at, label, date in times:
+        parts.append(f'<line x1="{x(at):.1f}" x2="{x(at):.1f}" y1="{CHART_TOP}" y2="{CHART_BOTTOM}" stroke="{c["grid"]}"/>')
+        parts.append(f'<text x="{x(at):.1f}" y="{CHART_BOTTOM + 16}" text-anchor="middle">{xml_text(label)}</text>')
+        if date:
+            parts.append(f'<text x="{x(at):.1f}" y="{CHART_BOTTOM + 30}" text-anchor="middle">{xml_text(date)}</text>')
+    middle = (CHART_TOP + CHART_BOTTOM) / 2
+    parts += [f'<rect x="{CHART_LEFT}" y="{CHART_TOP}" width="{CHART_RIGHT - CHART_LEFT}" height="{CHART_BOTTOM - CHART_TOP}" '
+              f'fill="none" stroke="#999999"/>',
+              f'<text x="18" y="{middle:.0f}" text-anchor="middle" transform="rotate(-90 18 {middle:.0f})" font-size="12">'
+              f'{xml_text(metric)}</text>',
+              f'<text x="{(CHART_LEFT + CHART_RIGHT) / 2:.0f}" y="{CHART_BOTTOM + 48}" text-anchor="middle" font-size="12">'
+              f'{xml_text(f"local time ({zone_words(last)})")}</text>',
+              f'<text x="{CHART_LEFT - 6}" y="{CHART_TOP - 26}" text-anchor="end">asks</text>',
+              f'<text x="{CHART_LEFT - 6}" y="{CHART_TOP - 8}" text-anchor="end">lever runs</text>',
+              "</g>"]
+    return parts
+
+
+def chart_controller(shown, x, y):
+    """Return (the SVG of each mandate's bound (a threshold) or band over the span it was in force, the SVG
+    of their labels, drawn over the reports on a white halo so a line through them leaves them legible)."""
+    c, parts = CHART_COLOURS, ['<g class="controller">']
+    labels = [f'<g class="controller-labels" font-size="11" fill="{c["bound"]}" stroke="#ffffff" stroke-width="3" '
+              f'stroke-linejoin="round" paint-order="stroke">']
+    for start, end, seq, m in shown:
+        if m is None or not controller_sides(m):
+            continue
+        ctl = m["controller"]
+        x1, x2 = x(start), x(end)
+        title = f"<title>{xml_text(f'mandate #{seq}: ' + CONTROLLERS[ctl['kind']].describe(ctl))}</title>"
+        if ctl["kind"] == "band":
+            parts += [f'<g class="band" stroke="{c["band"]}">{title}',
+                      f'<rect x="{x1:.1f}" y="{y(ctl["high"]):.1f}" width="{x2 - x1:.1f}" '
+                      f'height="{y(ctl["low"]) - y(ctl["high"]):.1f}" fill="{c["band"]}" fill-opacity="0.12" stroke="none"/>']
+        else:
+            parts.append(f'<g class="bound" stroke="{c["bound"]}">{title}')
+        for _, way, bound, lever in controller_sides(m):
+            parts.append(f'<line x1="{x1:.1f}" x2="{x2:.1f}" y1="{y(bound):.1f}" y2="{y(bound):.1f}" stroke-width="1.5" '
+                         f'stroke-dasharray="6 4"/>')
+            label = f"{way} {format_number(bound)}: {lever}"
+            ly = y(bound) - 5 if way == "above" else y(bound) + 14
+            labels.append(f'<text x="{x2 - 4:.1f}" y="{ly:.1f}" text-anchor="end">{xml_text(label)}</text>')
+            if ctl.get("deadband"):
+                rearm = bound - ctl["deadband"] if way == "above" else bound + ctl["deadband"]
+                parts.append(f'<line x1="{x1:.1f}" x2="{x2:.1f}" y1="{y(rearm):.1f}" y2="{y(rearm):.1f}" '
+                             f'stroke-dasharray="2 3" stroke-opacity="0.7"/>')
+        parts.append("</g>")
+    return parts + ["</g>"], labels + ["</g>"]
+
+
+def chart_reports(trusted, apart, x, y, bottom, top):
+    """Return the SVG of the trusted reports (a line, and a point each) and of the reports marked apart:
+    implausible (a cross), unconfirmed (a ring), failed (a triangle on the floor); a value off the scale is a
+    triangle at the edge it passed."""
+    c = CHART_COLOURS
+    r = 3 if len(trusted) <= 300 else 2 if len(trusted) <= 1500 else 1.2
+    xy = [(f"{x(a):.1f}", f"{y(chart_number(rec['value'])):.1f}") for _, a, rec in trusted]
+    parts = [f'<polyline class="trusted-line" points="{" ".join(f"{px},{py}" for px, py in xy)}" fill="none" '
+             f'stroke="{c["trusted"]}" stroke-width="{1.5 if len(trusted) <= 1500 else 1}" stroke-linejoin="round" '
+             f'clip-path="url(#plot)"/>',
+             f'<g class="reports trusted" fill="{c["trusted"]}">']
+    parts += [f'<circle class="report trusted" cx="{px}" cy="{py}" r="{r}">{chart_tooltip(s, a, rec)}</circle>'
+              for (s, a, rec), (px, py) in zip(trusted, xy)]
+    parts += ["</g>", '<g class="reports apart" stroke-width="1.8" fill="none">']
+    for s, a, rec in apart:
+        status, value, px = report_status(rec), chart_number(rec.get("value")), x(a)
+        colour = c.get(status, c["implausible"])
+        if value is None:
+            d, status = f"M{px - 4:.1f},{CHART_BOTTOM - 1} L{px:.1f},{CHART_BOTTOM - 8} L{px + 4:.1f},{CHART_BOTTOM - 1} Z", "failed"
+            colour = c["failed"]
+        elif value > top or value < bottom:
+            edge, tip = (CHART_TOP + 8, CHART_TOP + 1) if value > top else (CHART_BOTTOM - 8, CHART_BOTTOM - 1)
+            d, status = f"M{px - 5:.1f},{edge} L{px:.1f},{tip} L{px + 5:.1f},{edge} Z", f"{status} off-scale"
+        elif status == "unconfirmed":
+            py = y(value)
+            d = f"M{px - 4:.1f},{py:.1f} a4,4 0 1,0 8,0 a4,4 0 1,0 -8,0"
+        else:
+            py = y(value)
+            d = f"M{px - 4:.1f},{py - 4:.1f} L{px + 4:.1f},{py + 4:.1f} M{px - 4:.1f},{py + 4:.1f} L{px + 4:.1f},{py - 4:.1f}"
+        parts.append(f'<path class="report {status}" d="{d}" stroke="{colour}">{chart_tooltip(s, a, rec)}</path>')
+    parts.append("</g>")
+    return parts
+
+
+def chart_markers(actions, asks, records, x):
+    """Return the SVG of each lever run (a triangle over the plot, a line down through it; coloured by its
+    outcome) and each ask (a diamond above them), each with its seq and what came of it in its tooltip."""
+    c = CHART_COLOURS
+    ended = {r.get("action"): (s, r) for s, _, r in records if r["kind"] == "outcome"}
+    answered = {r.get("ask"): (s, r) for s, _, r in records if r["kind"] in ("approval", "denial", "resolved")}
+    parts = ['<g class="actions">']
+    for s, a, rec in actions:
+        o_seq, outcome = ended.get(s, (None, None))
+        state = "running" if outcome is None else "ok" if outcome.get("ok") else "failed"
+        more = (f"; no outcome in the ledger yet" if outcome is None else
+                f"; ended #{o_seq}: {'ok' if outcome.get('ok') else 'not ok'} ({outcome.get('status')})")
+        colour = c[{"running": "running", "ok": "ok", "failed": "not ok"}[state]]
+        px = x(a)
+        parts.append(f'<g class="action {state}" stroke="{colour}" fill="{colour}">{chart_tooltip(s, a, rec, more)}'
+                     f'<line x1="{px:.1f}" x2="{px:.1f}" y1="{CHART_TOP}" y2="{CHART_BOTTOM}" stroke-opacity="0.45" '
+                     f'stroke-dasharray="3 3"/>'
+                     f'<path d="M{px - 6:.1f},{CHART_TOP - 16} L{px + 6:.1f},{CHART_TOP - 16} L{px:.1f},{CHART_TOP - 4} Z"/></g>')
+    parts += ["</g>", f'<g class="asks" fill="{c["ask"]}" stroke="{c["ask"]}">']
+    for s, a, rec in asks:
+        a_seq, answer = answered.get(s, (None, None))
+        more = (f"; still open: avsm approve {s} or avsm deny {s}" if answer is None else
+                f"; answered by #{a_seq} {answer.get('kind')}")
+        px, py = x(a), CHART_TOP - 30
+        state, pale = ("open", "") if answer is None else ("answered", ' fill-opacity="0.35"')
+        parts.append(f'<g class="ask {state}">{chart_tooltip(s, a, rec, more)}'
+                     f'<path d="M{px:.1f},{py - 7} L{px + 6:.1f},{py} L{px:.1f},{py + 7} L{px - 6:.1f},{py} Z"{pale}/></g>')
+    parts.append("</g>")
+    return parts
+
+
+def chart_legend(trusted, apart, actions, asks, shown, bottom, top):
+    """Return the SVG of the legend under the time axis: one sample of each mark the chart holds."""
+    c, items = CHART_COLOURS, []
+    circle = lambda colour: f'<circle cx="6" cy="-4" r="3" fill="{colour}"/><line x1="-2" x2="14" y1="-4" y2="-4" stroke="{colour}"/>'
+    cross = '<path d="M2,-8 L10,0 M2,0 L10,-8" stroke="{}" stroke-width="1.8"/>'
+    if trusted:
+        items.append((circle(c["trusted"]), "trusted report"))
+    statuses = set()
+    for _, _, r in apart:
+        value = chart_number(r.get("value"))
+        statuses.add("failed" if value is None else "off the scale" if not bottom <= value <= top else report_status(r))
+    if "implausible" in statuses:
+        items.append((cross.format(c["implausible"]), "implausible"))
+    if "unconfirmed" in statuses:
+        items.append((f'<circle cx="6" cy="-4" r="4" fill="none" stroke="{c["unconfirmed"]}" stroke-width="1.8"/>', "unconfirmed"))
+    if "failed" in statuses:
+        items.append((f'<path d="M2,0 L6,-7 L10,0 Z" fill="none" stroke="{c["failed"]}" stroke-width="1.8"/>', "failed (no value)"))
+    if "off the scale" in statuses:
+        items.append((f'<path d="M1,-1 L6,-8 L11,-1 Z" fill="none" stroke="{c["implausible"]}" stroke-width="1.8"/>', "off the scale"))
+    kinds = {m["controller"]["kind"] for _, _, _, m in shown if m and controller_sides(m)}
+    if "band" in kinds:
+        items.append((f'<rect x="0" y="-9" width="12" height="10" fill="{c["band"]}" fill-opacity="0.25"/>', "band"))
+    if kinds - {"band"}:
+        items.append((f'<line x1="0" x2="12" y1="-4" y2="-4" stroke="{c["bound"]}" stroke-width="1.5" stroke-dasharray="4 2"/>', "bound"))
+    if actions:
+        items.append((f'<path d="M0,-9 L12,-9 L6,0 Z" fill="{c["ok"]}"/>', "lever run (red: not ok)"))
+    if asks:
+        items.append((f'<path d="M6,-10 L12,-4 L6,2 L0,-4 Z" fill="{c["ask"]}"/>', "ask (pale: answered)"))
+    parts, at = ['<g class="legend" font-size="11">'], CHART_LEFT
+    for glyph, words in items:
+        parts.append(f'<g transform="translate({at} {CHART_HEIGHT - 14})">{glyph}<text x="18" y="0">{xml_text(words)}</text></g>')
+        at += 36 + int(len(words) * 6.3)
+    parts.append("</g>")
+    return parts
 
 
 def cmd_try(home_arg, args):
@@ -7973,6 +8438,7 @@ CLIENT_COMMANDS = {
     "propose": cmd_propose,
     "decide": cmd_decide,
     "doctor": cmd_doctor,
+    "chart": cmd_chart,
     "try": None,
 }
 
