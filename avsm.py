@@ -3986,7 +3986,8 @@ def judge_notify(stretch, notice, failure, note=""):
     of failures, not once per notice it could not tell, and once more when it works again, saying how many it
     missed. No notice is tried twice: there is no loop of retries to write about.
     """
-    told = f"#{notice['seq']} ({notice['kind']})" if notice.get("seq") else notice["kind"]
+    told = (f"#{notice['seq']} ({notice['kind']})" if notice.get("seq")
+            else f"'{NOTICE_TITLES[notice['kind']].format(**notice)}'")
     if failure is None:
         if stretch is None:
             return None, None
@@ -7264,7 +7265,7 @@ class Daemon:
         self.end_groups()
         for conn in list(self.clients):
             self.reply(conn, [], ["avsmd stopped"], EX_UNAVAILABLE)
-        self.notifier.finish(self.stop_deadline + 0.5)      # the stop's notice, and any failure before `stop`
+        self.notifier.finish(self.stop_deadline)      # the stop's notice told, and any failure written before `stop`
         if not getattr(self, "lost_lock", False):
             self.append_self("stop", f"avsmd stopped (pid {os.getpid()})", pid=os.getpid())
             try:

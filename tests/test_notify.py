@@ -405,3 +405,19 @@ def test_a_notify_that_does_not_hold_stops_avsmd_at_start(av, text, says):
         assert re.search(r"config\.yaml:1:\d+: ", r.stderr) and says in r.stderr, r.stderr
         assert 'notify: "mail -s avsm you@example.com"' in r.stderr and "Traceback" not in r.stderr
     assert not os.path.exists(os.path.join(av.home, "sock"))
+
+
+def test_the_readmes_notify_examples_hold():
+    """CONFIG-03 and issue 14 item 2: each notify: line the README's *Being told* section shows is a config that
+    holds, and its text example begins as notice_message writes one."""
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    with open(os.path.join(root, "README.md"), encoding="utf-8") as fh:
+        section = fh.read().split("\n## Being told\n", 1)[1].split("\n## ", 1)[0]
+    blocks = [block.split("\n", 1)[1] for block in section.split("```")[1::2]]
+    lines = [line for line in blocks[0].splitlines() if line.startswith("notify:")]
+    assert len(lines) == 2
+    assert [avsm.parse_config(line + "\n")["notify"] for line in lines] == [
+        {"run": "mail -s avsm you@example.com", "timeout": 30}, {"run": "/home/you/bin/post-to-chat", "timeout": 10}]
+    home = "/home/you/.local/state/avsmd"
+    text, _ = avsm.notice_message(avsm.notice_of(17, ASK), {"avsm": "avsm"}, home)
+    assert blocks[1] == text
