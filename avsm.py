@@ -1466,7 +1466,7 @@ def parse_readings(c, doc, m, directory):
 # ---- the config -------------------------------------------------------------
 
 CONFIG_KEYS = {"nightly", "default", "backends", "escalate", "ratchet", "forecast", "canary_asks", "port",
-               "adapters", "research"}
+               "adapters", "research", "notify"}
 BACKEND_KEYS = {"anthropic": {"kind", "model", "key", "url", "effort", "version", "max_tokens"},
                 "openai": {"kind", "url", "model", "key", "max_tokens"},
                 "command": {"kind", "run", "offbox"}}
@@ -1475,6 +1475,8 @@ ANTHROPIC_VERSION = "2026-10-21"   # the anthropic-version header unless a backe
 MAX_TOKENS = 16000                 # an anthropic call's max_tokens unless the backend says: room for effort: high
                                    # to think and still answer, and about what 120 s can bring back
 FORECAST_DEFAULT = {"days": 30, "seeds": 16}
+NOTIFY_TIMEOUT = 30                # seconds a notify command may take unless `notify: {timeout: ...}` says
+NOTIFY_EXAMPLE = 'notify: "mail -s avsm you@example.com"'
 PACKET_FORECAST = {"days": 7, "seeds": 8}       # a decision packet's, unless the config says
 
 
@@ -1550,7 +1552,44 @@ def parse_config(text, source="config.yaml"):
         if "from" in keys and re.search(r"[\r\n]", cfg["adapters"][name]["from"]):
             c.fail(("adapters", name, "from"), "from is one address on one line, as in ops@example.com")
     cfg["research"] = c.text(doc.get("research"), ("research",), "research", required=False)
+    cfg["notify"] = parse_notify(c, doc.get("notify"))
     return cfg
+
+
+def parse_notify(c, value):
+    """Return the notify command as {run, timeout}, or None when there is none.
+
+    notify ::= COMMAND | {run: COMMAND, timeout: DURATION}
+    """
+    path = ("notify",)
+    if value is None:
+        return None
+    if isinstance(value, dict):
+        c.mapping(value, path, {"run", "timeout"}, "notify")
+        if "run" not in value:
+            c.fail(path, f"notify has no 'run'; write notify: {{run: COMMAND, timeout: 30s}}, or just {NOTIFY_EXAMPLE}")
+        run, path = value["run"], path + ("run",)
+        timeout = (c.parsed(parse_duration, value["timeout"], ("notify", "timeout")) if "timeout" in value
+                   else NOTIFY_TIMEOUT)
+    else:
+        run, timeout = value, NOTIFY_TIMEOUT
+    if not isinstance(run, str):
+        c.fail(path, f"notify must be a command avsm runs for each thing a person must see, as {NOTIFY_EXAMPLE} "
+                     f"(or {{run: COMMAND, timeout: 30s}}), not {shown_value(run)}")
+    if not run.strip():
+        c.fail(path, f"notify is empty; name a command, as {NOTIFY_EXAMPLE}, or remove the key")
+    if "\0" in run:
+        c.fail(path, "notify holds a NUL character, which no command line can; remove it")
+    return {"run": run.strip(), "timeout": timeout}
+
+
+def describe_notify(notify):
+    """Return the line avsmd -t says of the notify command: what runs it, or that nobody is told."""
+    if notify is None:
+        return (f"notify: not set; a person learns of an ask, a pause or a stop only from avsm asks and status "
+                f"(set one in config.yaml, as {NOTIFY_EXAMPLE})")
+    return (f"notify: {notify['run']} runs for each new ask, guard pause, stuck or unrunnable venture, unwritable "
+            f"ledger and stop of avsmd (time limit {format_duration(notify['timeout'])}, no key in its environment)")
 
 
 def parse_nightly(c, value):
@@ -1589,6 +1628,8 @@ def format_config(cfg):
     else:
         lines.append("adapters: {}")
     lines.append(f"research: {yaml_scalar(cfg['research'])}")
+    notify = cfg.get("notify")
+    lines.append("notify: " + (flow({"run": notify["run"], "timeout": format_duration(notify["timeout"])}) if notify else "null"))
     return "\n".join(lines) + "\n"
 
 
@@ -1789,6 +1830,7 @@ RECORD_KINDS = {
     "prediction": ({"inferred"}, {"report", "median", "p10", "p90"}),
     "calibration.": ({"measured"}, {"prediction", "report", "crps", "skill", "coverage"}),
     "world": ({"measured"}, {"ok", "note"}),
+    "notify": ({"measured"}, {"ok", "failed"}),     # self's: the notify command failed (once a stretch), or works again
 }
 
 
@@ -3859,6 +3901,109 @@ def open_asks(records):
     return asks
 
 
+# ---- telling a person: the notices the notify command runs for (issue 14) ----
+# What a person must see without asking for it: a new ask (a stuck venture's too), a venture a guard or its stop
+# lever paused, a venture that cannot run, the ledger that cannot be written (and takes writes again), avsmd
+# stopping. A notice is a plain dict: kind, venture, seq (null when no record names it), summary, and the
+# command that answers it, written `avsm ...` or `avsmd ...` and completed where it is sent (notice_message).
+
+NOTICE_TITLES = {"ask": "{venture} asks (#{seq})", "stuck": "{venture} is stuck (#{seq})",
+                 "pause": "{venture} was paused (#{seq})", "cannot-run": "{venture} cannot run",
+                 "ledger-down": "the ledger cannot be written", "ledger": "the ledger takes writes again (#{seq})",
+                 "stop": "avsmd is stopping"}
+
+
+def notice_of(seq, record):
+    """Return the notice a person must see for record #seq, as it is appended, or None (most records)."""
+    kind, venture = record["kind"], record["venture"]
+    if kind == "ask":               # a canary ask reads as any other: nothing here tells it apart
+        notice = {"kind": "stuck" if record.get("about") == "stuck" else "ask", "venture": venture, "seq": seq,
+                  "summary": record["summary"], "question": str(record.get("question") or "")[:NOTE_MAX],
+                  "answer": f"avsm approve {seq}", "deny": f"avsm deny {seq}"}
+        if record.get("lever"):
+            notice["lever"] = record["lever"]
+        return notice
+    if kind == "pause" and record["claim"] == "measured":     # a guard's or the stop lever's: no person did it
+        return {"kind": "pause", "venture": venture, "seq": seq, "summary": record["summary"],
+                "guard": record.get("guard"), "answer": f"avsm resume {venture}"}
+    if kind == "ledger" and venture == "self":
+        return {"kind": "ledger", "venture": "self", "seq": seq, "summary": record["summary"], "answer": None}
+    return None
+
+
+def cannot_run_notice(venture, problem):
+    """Return the notice of an adopted venture that cannot run (VENTURE-14): nothing of it runs until it is fixed."""
+    return {"kind": "cannot-run", "venture": venture, "seq": None,
+            "summary": f"{venture} cannot run: {problem}; nothing of it runs until mandate.yaml holds and is added again",
+            "answer": "avsm doctor"}
+
+
+def ledger_down_notice(why):
+    """Return the notice of a ledger that cannot be written (RUN-19): what would write waits."""
+    return {"kind": "ledger-down", "venture": "self", "seq": None,
+            "summary": f"the ledger cannot be written: {why}; nothing that would write runs, and avsmd tries again "
+                       f"every {LEDGER_RETRY} s", "answer": "avsm doctor"}
+
+
+def stopping_notice(why):
+    """Return the notice of avsmd stopping: nothing runs until it is started again."""
+    return {"kind": "stop", "venture": "self", "seq": None,
+            "summary": f"avsmd is stopping ({why}); no venture runs until it is started again", "answer": "avsmd"}
+
+
+def admit_notice(down_told, notice):
+    """Return (whether to tell `notice`, whether an unwritable ledger is told now): the warden and avsmd may each
+    find the ledger unwritable, and a person hears of it once until it takes writes again."""
+    if notice["kind"] == "ledger-down":
+        return not down_told, True
+    if notice["kind"] == "ledger":
+        return True, False
+    return True, down_told
+
+
+def notice_message(notice, commands, home):
+    """Return (the short text for the notify command's standard input, the $AVSM_EVENT object) of a notice;
+    `commands` maps avsm and avsmd to the command lines this person runs them by (with --home when needed)."""
+    def complete(line):
+        if not line:
+            return None
+        word, _, rest = line.partition(" ")
+        return f"{commands.get(word, word)} {rest}".strip()
+    event = dict(notice, answer=complete(notice.get("answer")), home=home)
+    if notice.get("deny"):
+        event["deny"] = complete(notice["deny"])
+    lines = [f"avsm: {NOTICE_TITLES[notice['kind']].format(**notice)} on {home}", notice["summary"]]
+    if notice.get("question") and notice["question"] != notice["summary"]:
+        lines.append(notice["question"])
+    if event["answer"]:
+        lines.append(f"answer: {event['answer']}" + (f", or {event['deny']}" if event.get("deny") else ""))
+    return "\n".join(shown_text(line) for line in lines) + "\n", event
+
+
+def judge_notify(stretch, notice, failure, note=""):
+    """Return (the stretch of failures after one run of the notify command, the record to write or None).
+
+    `failure` is None when it told `notice`, else how it failed. A failing command is written once per stretch
+    of failures, not once per notice it could not tell, and once more when it works again, saying how many it
+    missed. No notice is tried twice: there is no loop of retries to write about.
+    """
+    told = (f"#{notice['seq']} ({notice['kind']})" if notice.get("seq")
+            else f"'{NOTICE_TITLES[notice['kind']].format(**notice)}'")
+    if failure is None:
+        if stretch is None:
+            return None, None
+        return None, {"kind": "notify", "claim": "measured", "venture": "self", "ok": True, "failed": stretch["failed"],
+                      "summary": f"the notify command works again (it told of {told}); {stretch['failed']} notice(s) "
+                                 f"from {stretch['first']} on were not told"}
+    if stretch is not None:
+        return dict(stretch, failed=stretch["failed"] + 1), None
+    return {"failed": 1, "first": told}, {
+        "kind": "notify", "claim": "measured", "venture": "self", "ok": False, "failed": 1, "status": failure,
+        "note": note[-NOTE_MAX:], "notice": {"kind": notice["kind"], "seq": notice.get("seq")},
+        "summary": f"the notify command failed ({failure}) telling of {told}; it is not tried again for it, and no "
+                   f"further failure is written until it works again"}
+
+
 # =============================================================================
 # 6. Effects
 # All contact with the OS: a command in its own process group, ending a group,
@@ -3951,6 +4096,18 @@ def command_env(home, venture, lever=None):
     env.update(AVSM_HOME=home, AVSM_VENTURE=venture)
     if lever:
         env["AVSM_LEVER"] = lever
+    return env
+
+
+NOTIFY_ENV = ("PATH", "HOME", "USER", "LOGNAME", "SHELL", "LANG", "LANGUAGE", "TZ", "TMPDIR")
+
+
+def notify_env(home, event):
+    """Return the notify command's environment: only PATH, HOME, USER, the locale and TZ of avsmd's own, AVSM_HOME
+    and AVSM_EVENT. Nothing else passes, so no key does, whatever avsmd's environment holds (an ANTHROPIC_API_KEY
+    exported in the shell that started it): a script that posts to a chat keeps its own token."""
+    env = {k: v for k, v in os.environ.items() if k in NOTIFY_ENV or k.startswith("LC_")}
+    env.update(AVSM_HOME=home, AVSM_EVENT=json.dumps(event, sort_keys=True, separators=(",", ":")))
     return env
 
 
@@ -4662,6 +4819,7 @@ class Warden:
             self.retry_at = time.monotonic() + ledger_retry(err)
             sys.stderr.write(f"avsm warden: the ledger cannot be written: {err}; stopping what would write, "
                              f"trying again in {ledger_retry(err)} s\n")
+            self.tell_person(ledger_down_notice(str(err)))
             if record["kind"] in BACKLOG_KINDS:
                 self.backlog.append(record)
                 return None
@@ -4682,6 +4840,7 @@ class Warden:
             self.retry_at = time.monotonic() + ledger_retry(err)
             sys.stderr.write(f"avsm warden: the ledger cannot be written: {err}; stopping what would write, "
                              f"trying again in {ledger_retry(err)} s\n")
+            self.tell_person(ledger_down_notice(str(err)))
             raise LedgerDown(str(err)) from None
         for seq, record in zip(seqs, records):
             state = self.ventures.get(record["venture"])
@@ -4689,6 +4848,7 @@ class Warden:
                 fold(state, seq, at, record)
             if self.debug:
                 log(self.debug, "warden", f"#{seq} {record['venture']} {record['kind']} {record['summary']}")
+            self.tell_person(notice_of(seq, record))
         return seqs
 
     def write(self, record, at=None):
@@ -4701,6 +4861,7 @@ class Warden:
             fold(state, seq, at, record)
         if self.debug:
             log(self.debug, "warden", f"#{seq} {record['venture']} {record['kind']} {record['summary']}")
+        self.tell_person(notice_of(seq, record))
         if record["kind"] == "ask" and not record.get("canary") and state is not None:
             self.count_ask(state)
         return seq
@@ -4749,6 +4910,7 @@ class Warden:
             state.mandate, state.problem = None, str(err)
             if not state.paused:
                 sys.stderr.write(f"avsmd: venture {state.name} cannot run: {err}\n")
+                self.tell_person(cannot_run_notice(state.name, str(err)))
 
     # ---- the loop ----
     def run(self):
@@ -5004,6 +5166,12 @@ class Warden:
         """
         self.outbox.append(json.dumps(message, separators=(",", ":")))
         self.outbox_due = self.outbox_due or not later
+
+    def tell_person(self, notice):
+        """Hand a notice to avsmd, which runs the notify command for it: avsmd outlives this warden, and tells of
+        its own stop and of a ledger it cannot write even when no warden runs."""
+        if notice is not None and self.cfg.get("notify"):
+            self.tell({"notice": notice})
 
     def flush(self, everything=False):
         if not self.outbox or not (self.outbox_due or everything):
@@ -6429,6 +6597,118 @@ def describe_calibration_lines(state):
     return [line + (f"; a ranking would run: {why}" if ok else f"; a ranking would ask, not run: {why}")]
 
 
+NOTIFY_QUEUE = 100      # notices waiting for the notify command at most; one past it is dropped, as a failure
+NOTIFY_STOP_GRACE = 0.5 # at a stop, seconds a notify past the stop's deadline has between SIGTERM and SIGKILL
+
+
+class Notifier:
+    """avsmd's notify command (issue 14): run once for each notice, one at a time, in a process group of its own
+    with its time limit, its output kept for the record of a failure. avsmd's loop never waits for it (it is
+    polled), but at a stop, for the time the stop leaves; a failing command is written once per stretch."""
+
+    def __init__(self, home, spec, write, debug=False):
+        self.home, self.spec, self.write, self.debug = home, spec, write, debug
+        self.queue = []               # notices waiting, oldest first
+        self.running = []             # (Child, notice, its standard input's file) of each run in flight
+        self.stretch = None           # the failures since the command last worked (judge_notify)
+        self.down_told = False        # an unwritable ledger was told, and the ledger has not taken writes since
+        self.commands = None          # avsm and avsmd as this person runs them, found at the first notice
+        self.stopping = False         # at a stop every notice starts at once: there is no time to take turns
+
+    def tell(self, notice):
+        """Queue a notice for the notify command (none configured: nothing)."""
+        if self.spec is None:
+            return
+        admit, self.down_told = admit_notice(self.down_told, notice)
+        if not admit:
+            return
+        if len(self.queue) >= NOTIFY_QUEUE:
+            self.settle(notice, f"dropped: {NOTIFY_QUEUE} notices were waiting for the command", "")
+            return
+        self.queue.append(notice)
+        log(self.debug, "avsmd", f"notice {notice['kind']} of {notice['venture']}: {notice['summary']}")
+
+    def stop(self, notice):
+        """avsmd is stopping: tell it, and start each notice as it comes from now on."""
+        self.stopping = True
+        self.tell(notice)
+
+    def next_wakeup(self, now):
+        """Seconds until the notifier must be looked at again: soon while a run is in flight or waits, else None."""
+        return 0.05 if self.running or self.queue else None
+
+    def poll(self, now):
+        """Read what each run wrote, end one past its time limit, settle one that ended, start the next."""
+        for run in list(self.running):
+            child, notice, path = run
+            for pipe in list(child.open_pipes):
+                if not child.drain(pipe):
+                    child.open_pipes.discard(pipe)
+            status = child.poll()
+            if status is None:
+                if child.kill_at is not None and now >= child.kill_at:
+                    signal_group(child.pgid, 9)
+                    child.kill_at = now + KILL_GRACE
+                elif child.deadline is not None and now >= child.deadline:
+                    child.terminate("timeout", now)     # running -> stopping: TERM now, KILL at the deadline
+                continue
+            self.running.remove(run)
+            for pipe in child.open_pipes:
+                child.drain(pipe)
+            child.close()
+            try:
+                os.unlink(path)
+            except OSError:
+                pass
+            if child.ended_by == "timeout":
+                failure = f"it took longer than its time limit of {format_duration(self.spec['timeout'])}"
+            elif child.ended_by == "stop":
+                failure = "it was still running when avsmd stopped"
+            else:
+                failure = None if status == 0 else describe_status(status)
+            self.settle(notice, failure, child.note())
+        while self.queue and (self.stopping or not self.running):
+            self.start(self.queue.pop(0))
+
+    def start(self, notice):
+        if self.commands is None:
+            self.commands = {"avsm": client_command(self.home), "avsmd": program_command("avsmd", self.home)}
+        text, event = notice_message(notice, self.commands, self.home)
+        path = write_payload(text.encode("utf-8", "replace"))
+        try:
+            child = Child("notify", notice["venture"], self.spec["run"], self.home, notify_env(self.home, event),
+                          timeout=self.spec["timeout"], shell=True, stdin_path=path)
+        except (OSError, ValueError) as err:
+            os.unlink(path)
+            self.settle(notice, f"it could not start: {getattr(err, 'strerror', None) or err}", "")
+            return
+        self.running.append((child, notice, path))
+
+    def settle(self, notice, failure, note):
+        """One notice told, or not: write what judge_notify says to write (once per stretch of failures)."""
+        self.stretch, record = judge_notify(self.stretch, notice, failure, note)
+        log(self.debug, "avsmd", f"notify of {notice['kind']}: {failure or 'told'}" + (f": {note}" if note else ""))
+        if record is not None:
+            self.write(record["kind"], record["summary"], **{k: v for k, v in record.items() if k not in RECORD_FIELDS})
+
+    def finish(self, deadline):
+        """At a stop: wait for the runs in flight until `deadline` (monotonic), then end what still runs."""
+        import time
+        while (self.running or self.queue) and time.monotonic() < deadline:
+            self.poll(time.monotonic())
+            time.sleep(0.02)
+        now = time.monotonic()
+        for child, _, _ in self.running:
+            child.terminate("stop", now)
+            child.kill_at = now + NOTIFY_STOP_GRACE
+        while self.running and time.monotonic() < now + NOTIFY_STOP_GRACE + 1:
+            self.poll(time.monotonic())
+            time.sleep(0.02)
+        for notice in self.queue:
+            self.settle(notice, "avsmd stopped before it could be told", "")
+        self.queue = []
+
+
 class Daemon:
     """avsmd: holds the lock, serves the socket, keeps the warden, ends the groups it leaves behind."""
 
@@ -6451,6 +6731,7 @@ class Daemon:
         self.stopping = False
         self.exit_code = EX_OK
         self.signals = []
+        self.notifier = Notifier(home, cfg.get("notify"), self.append_self, debug)    # avsmd's, not the warden's
 
     # ---- the home and its lock ----
     def take_lock(self):
@@ -6537,7 +6818,7 @@ class Daemon:
                                  "stopping without appending anything more\n")
                 self.exit_code = EX_TEMPFAIL
                 self.lost_lock = True
-                self.begin_stop()
+                self.begin_stop(f"another avsmd (pid {pid}) took the lock of its home")
                 return
         try:
             same = os.stat(self.sock_path).st_ino == self.sock_id
@@ -6630,7 +6911,9 @@ class Daemon:
                 if message.get("to") == "roles":
                     self.send_roles(message)
                     continue
-                if "group" in message:
+                if "notice" in message:
+                    self.notifier.tell(message["notice"])
+                elif "group" in message:
                     self.groups[message["group"]] = message
                 elif "ended" in message:
                     self.groups.pop(message["ended"], None)
@@ -6852,15 +7135,17 @@ class Daemon:
             self.lost_lock = True
         except Exception as err:      # a ledger that cannot be written must not take the daemon down
             sys.stderr.write(f"avsmd: could not append to the ledger: {err}\n")
+            self.notifier.tell(ledger_down_notice(str(err)))
         return None
 
     # ---- life ----
-    def begin_stop(self):
+    def begin_stop(self, why="a signal"):
         if self.stopping:
             return
         self.stopping = True
         import time
         self.stop_deadline = time.monotonic() + WARDEN_STOP_GRACE
+        self.notifier.stop(stopping_notice(why))
         if self.warden_chan is not None:
             try:
                 send_line(self.warden_chan, {"cmd": "stop"})
@@ -6922,6 +7207,7 @@ class Daemon:
             timeout = max(0.0, next_check - now)
             if self.stopping:
                 timeout = min(timeout, 0.1)
+            timeout = min(timeout, self.notifier.next_wakeup(now) or timeout)
             for key, _ in self.sel.select(timeout):
                 what, conn = key.data
                 if what == "signal":
@@ -6947,8 +7233,9 @@ class Daemon:
                 else:
                     if self.debug:
                         log(self.debug, "avsmd", f"signal {signum}: stopping")
-                    self.begin_stop()
+                    self.begin_stop(signal.Signals(signum).name)
             self.signals = []
+            self.notifier.poll(time.monotonic())
             if self.warden_pidfd is None and self.warden is not None and self.warden.poll() is not None:
                 self.warden_ended()
             now = time.monotonic()
@@ -6979,6 +7266,7 @@ class Daemon:
         self.end_groups()
         for conn in list(self.clients):
             self.reply(conn, [], ["avsmd stopped"], EX_UNAVAILABLE)
+        self.notifier.finish(self.stop_deadline)      # the stop's notice told, and any failure written before `stop`
         if not getattr(self, "lost_lock", False):
             self.append_self("stop", f"avsmd stopped (pid {os.getpid()})", pid=os.getpid())
             try:
@@ -8569,6 +8857,11 @@ def test_config(home, cfg, path):
         sys.stderr.write(f"avsmd: {problem}\n")
         code = EX_CONFIG
     out(f"config {path}: holds" + ("" if os.path.exists(path) else " (not there: every default)"))
+    out(describe_notify(cfg["notify"]))
+    notify_problem = cfg["notify"] and command_problem(cfg["notify"]["run"], home)    # it runs in the home
+    if notify_problem:
+        sys.stderr.write(f"avsmd: {path}: notify: {notify_problem}\n")
+        code = EX_CONFIG
     try:
         adopted = adopted_mandates(home)
     except (sqlite3_errors(), ValueError) as err:
