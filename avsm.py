@@ -6613,8 +6613,8 @@ def status_row(state, now, keep=None, cfg=None, ascii=False):
              if state.side(side_name).get("stuck")] if m is not None else []
     if state.paused:
         condition = "paused"
-        guards = [f"guard {name} past its bound since #{info['episode']}" for name, info in sorted(state.guards.items())
-                  if info.get("past")]
+        guards = [f"guard {name}: #{info['last'][0]} {format_number(info['last'][1])} past its bound since #{info['episode']}"
+                  for name, info in sorted(state.guards.items()) if info.get("past") and info.get("last")]
         why = "; ".join(guards) + ("; " if guards else "") + f"avsm resume {state.name} starts it again"
     elif m is None:
         condition, why = "cannot run", str(state.problem or "its adopted mandate cannot be read")
@@ -7514,8 +7514,7 @@ def cmd_status(home, options, names):
         if arg in ("-v", "--verbose"):
             verbose = True
         elif arg.startswith("-") and arg != "-":
-            raise Fail(EX_USAGE, f"avsm status takes no option '{arg}'; usage: avsm status [-v] [VENTURE] "
-                                 f"(for a venture whose name begins with -, write avsm status -- NAME)")
+            raise Fail(EX_USAGE, f"avsm status takes no option '{arg}'; usage: avsm status [-v] [VENTURE]")
         else:
             names = [arg] + names
     if len(names) > 1:
