@@ -3,6 +3,7 @@ the ledger alone, avsmd running or not; `avsm status` shows one line per venture
 trusted reports (ASCII where the output or the locale is not UTF-8), the detail under `status VENTURE` and
 `-v`, and with avsmd stopped says so, shows what the ledger holds, and exits 69."""
 
+import json
 import os
 import re
 
@@ -10,7 +11,7 @@ import avsm
 from conftest import make_venture, write
 from test_daemon import of
 
-BLOCKS = avsm.SPARK_BLOCKS
+BLOCKS = "\u2581\u2582\u2583\u2584\u2585\u2586\u2587\u2588"     # the spec's block characters, lowest first
 
 NIGHT = """\
 purpose: Keep the backlog under ten.
@@ -76,7 +77,7 @@ def test_summary_tells_a_scripted_night_with_avsmd_running_and_stopped(av, workd
                      said, re.M), said
     assert re.search(rf"^  guard load: \d+ reading\(s\), 1 episode\(s\) past its bound \(#{episode}\)$", said, re.M), said
     assert re.search(r"^  metric backlog: \d+ trusted report\(s\): first 20, last 20, min 20, max 20$", said, re.M), said
-    assert f"  needs a person: ask #{guard_ask}: guard load reads past its bound" in said, said
+    assert f"  needs a person: ask #{guard_ask}: guard load past its bound (#{episode})" in said, said
     assert f"-> avsm approve {guard_ask} or avsm deny {guard_ask}" in said, said
     assert f"ask #{stuck}" not in said.split("needs a person")[1], "an answered ask needs nobody"
 
@@ -130,7 +131,7 @@ run: ./serve
     def put(record, at=None):
         nonlocal seq
         seq += 1
-        rows.append((seq, at or 1000 + seq, dict(record, venture=record.get("venture", "v"), summary="s")))
+        rows.append((seq, at or 1000 + seq, {"summary": "s", "venture": "v", **record}))
         return seq
 
     def report(value, status="trusted"):
@@ -138,7 +139,7 @@ run: ./serve
                     "plausible": status == "trusted", "note": ""})
 
     put({"kind": "mandate", "claim": "declared", "directory": "/v", "text": mandate, "sha256": "x"})
-    early = put({"kind": "ask", "claim": "measured", "about": "backoff", "question": "run keeps dying"})
+    early = put({"kind": "ask", "claim": "measured", "about": "backoff", "question": "look?", "summary": "run keeps dying"})
     for value in (5, 6, 5, 6, 5):            # lever-free history: the drift is known, the noise small
         report(value)
     since = seq
@@ -174,6 +175,22 @@ run: ./serve
     assert v["trusted"] == [12, 2] and v["untrusted"] == 1 and v["last_report"][1] == "failed"
     needs = [what for what, command in avsm.needs_person(v, "v")]
     assert needs[0].startswith(f"ask #{early}: run keeps dying") and "its last report" in needs[1] and len(needs) == 2
+
+
+def test_a_trusted_report_decodes_as_json_loads_does():
+    """Issue 14 item 3, speed: the canonical text of a trusted report decodes to what json.loads gives but its
+    summary; any other text (an escape in a string, another kind, another status, a key more) is json.loads's."""
+    def stored(**fields):
+        return avsm.canonical(dict({"kind": "report", "claim": "measured", "venture": "v-1.x", "metric": "count",
+                                    "value": 5, "status": "trusted", "plausible": True, "note": "", "summary": "count = 5"}, **fields))
+    for text in (stored(), stored(value=1.5), stored(value=-2e-07), stored(value=1e+300), stored(value=0)):
+        want = json.loads(text)
+        del want["summary"]
+        got = avsm.decode_record(text)
+        assert got == want and type(got["value"]) is type(want["value"]), (text, got)
+    for text in (stored(summary='say "hi"'), stored(metric="c\u00e9"), stored(status="failed", value=None),
+                 stored(note="x"), stored(past=True), stored(kind="guard.x"), avsm.canonical({"kind": "ask", "summary": "s"})):
+        assert avsm.decode_record(text) == json.loads(text), text
 
 
 def test_sparkline_scales_between_the_least_and_greatest():
