@@ -7729,7 +7729,7 @@ def cmd_summary(home, args):
     now = time.time()
     top = db.execute("SELECT coalesce(max(seq), 0) FROM records").fetchone()[0]
     if re.fullmatch(r"#?[0-9]+", since_text):
-        since, span = need_int(since_text, "a record number"), f"after #{since_text.lstrip('#')}"
+        since, span = need_int(since_text, "a record number"), f"the records after #{since_text.lstrip('#')}"
         if since > top:
             raise Fail(EX_DATAERR, f"#{since} is past the last record (#{top}); avsm summary --since {top} is the empty span")
     else:

@@ -94,7 +94,7 @@ def test_summary_tells_a_scripted_night_with_avsmd_running_and_stopped(av, workd
     # --since: a record number, a duration, and the refusals of values that are neither
     last = av.records()[-1][0]
     after = av.cli("summary", "--since", str(guard_ask))
-    assert after.returncode == 0 and after.stdout.startswith(f"summary of after #{guard_ask}: #{guard_ask + 1}..#{last}"), after.stdout
+    assert after.returncode == 0 and after.stdout.startswith(f"summary of the records after #{guard_ask}: #{guard_ask + 1}..#{last}"), after.stdout
     assert "asks: 0 raised, 0 answered, 1 still open" in after.stdout and f"ask #{guard_ask}" in after.stdout
     assert "lever flush" not in after.stdout, "the run before the span is not in it"
     assert av.cli("summary", f"--since=#{action - 1}").stdout.count("lever flush: ran 1 time(s)") == 1
