@@ -3902,6 +3902,10 @@ def summarize(rows, since, parse=None):
     ventures, folds, first, last, actions = {}, {}, None, None, {}
     for seq, at, record in rows:
         name, kind, inside = record.get("venture"), record.get("kind", ""), seq > since
+        if kind == "report" and inside and name in ventures and name not in folds:
+            first, last = first or (seq, at), (seq, at)     # most of a ledger: its reports, counted at once
+            summarize_report(ventures[name], seq, record)
+            continue
         if inside:
             first, last = first or (seq, at), (seq, at)
         if name == "self" or not isinstance(name, str):
@@ -3930,15 +3934,11 @@ def summarize(rows, since, parse=None):
             v["paused"] = False
         if not inside:
             continue
-        v["records"] += 1
         if kind == "report":
-            v["metric"] = record.get("metric") or v["metric"]
-            v["last_report"] = (seq, record.get("status"), record.get("note"))
-            if record.get("status") == "trusted" and isinstance(record.get("value"), (int, float)):
-                v["trusted"].append(record["value"])
-            else:
-                v["untrusted"] += 1
-        elif kind == "action":
+            summarize_report(v, seq, record)
+            continue
+        v["records"] += 1
+        if kind == "action":
             lever = v["levers"].setdefault(record.get("lever"), {"runs": [], "ok": [], "failed": []})
             lever["runs"].append(seq)
             actions[seq] = lever
@@ -3974,6 +3974,17 @@ def summarize(rows, since, parse=None):
         elif kind == "start":
             v["starts"] += 1
     return Summary(since, first, last, ventures)
+
+
+def summarize_report(v, seq, record):
+    """Count one report of the span into its venture's summary: the trusted values, the others, the last."""
+    v["records"] += 1
+    v["metric"] = record.get("metric") or v["metric"]
+    v["last_report"] = (seq, record.get("status"), record.get("note"))
+    if record.get("status") == "trusted" and isinstance(record.get("value"), (int, float)):
+        v["trusted"].append(record["value"])
+    else:
+        v["untrusted"] += 1
 
 
 def parsed_or_none(parse, record, seq):
@@ -7831,9 +7842,10 @@ def venture_summary_lines(name, v, home):
         for group in sorted(v["refusals"].values(), key=lambda g: -g["count"]):
             lines.append(f"    {group['count']} x {group['lever']}: {group['why']} ({seq_list(group['seqs'], 4)})")
     if v["raised"] or v["answered"] or v["open"]:
-        answered = [f"#{ask} {ANSWER_WORDS[kind]} (#{seq})" for ask, kind, seq in v["answered"]]
+        answered = [f"{len(asks)} {ANSWER_WORDS[kind]} ({seq_list(asks)})" for kind in ANSWER_WORDS
+                    for asks in [[ask for ask, k, _ in v["answered"] if k == kind]] if asks]
         lines.append(f"  asks: {len(v['raised'])} raised" + (f" ({seq_list(v['raised'])})" if v["raised"] else "")
-                     + f", {len(answered)} answered" + (f" ({', '.join(answered[:8])}{' ...' if len(answered) > 8 else ''})" if answered else "")
+                     + f", {len(v['answered'])} answered" + (f": {', '.join(answered)}" if answered else "")
                      + f", {len(v['open'])} still open")
     for guard, g in sorted(v["guards"].items()):
         lines.append(f"  guard {guard}: {g['readings']} reading(s), {len(g['episodes'])} episode(s) past its bound"
