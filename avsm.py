@@ -7550,6 +7550,7 @@ def cmd_status(home, options, names):
 def show_ledger_status(home, args):
     """With no avsmd answering, print the status the ledger holds (read-only), saying so first; a home with no
     ledger, or none with a venture, prints nothing (standard error says why no avsmd answers)."""
+    import sqlite3
     import time
     path = os.path.join(home, "ledger.db")
     if not os.path.isfile(path):
@@ -7561,7 +7562,7 @@ def show_ledger_status(home, args):
             fold_ledger(states, seq, at, record)
             last = (seq, at)
         db.close()
-    except Exception as err:            # the ledger is not readable either: say so, and keep the 69
+    except (sqlite3.Error, ValueError, KeyError, TypeError) as err:    # not readable either: say so, keep the 69
         sys.stderr.write(f"avsm: and the ledger cannot be read for its status: {shown(str(err))}; avsm doctor says more\n")
         return
     if not any(s.mandate_seq is not None for s in states.values()):
@@ -7773,21 +7774,24 @@ def summary_rows(db, since):
     for seq, at, text in db.execute(f"SELECT seq, at, record FROM records WHERE seq <= ? AND ({clause}) ORDER BY seq",
                                     [since] + values):
         yield seq, at, json.loads(text)
+    fullmatch = re.compile(TRUSTED_REPORT).fullmatch
     for seq, at, text in db.execute("SELECT seq, at, record FROM records WHERE seq > ? ORDER BY seq", (since,)):
-        yield seq, at, decode_record(text)
+        yield seq, at, decode_record(text, fullmatch)
 
 
 # A trusted report as the warden writes it, in canonical JSON (keys sorted, compact, ASCII): most of a ledger,
 # and decoded here several times faster than by json.loads, so a summary of 100,000 records takes under a
 # second. Only that exact whole shape with no escape in its strings matches; any other record text (an escaped
 # summary too) goes to json.loads. summary is left out: nothing that summarizes reads it.
-TRUSTED_REPORT = re.compile(r'\{"claim":"measured","kind":"report","metric":"([^"\\]*)","note":"","plausible":true,'
-                            r'"status":"trusted","summary":"[^"\\]*","value":(-?[0-9][0-9.eE+-]*),"venture":"([A-Za-z0-9_.-]+)"\}')
+# (A pattern, compiled on first use as every one of avsm's is: import avsm compiles none.)
+TRUSTED_REPORT = (r'\{"claim":"measured","kind":"report","metric":"([^"\\]*)","note":"","plausible":true,'
+                  r'"status":"trusted","summary":"[^"\\]*","value":(-?[0-9][0-9.eE+-]*),"venture":"([A-Za-z0-9_.-]+)"\}')
 
 
-def decode_record(text):
-    """Return the record stored as `text`: a trusted report by TRUSTED_REPORT (without its summary), else json.loads."""
-    m = TRUSTED_REPORT.fullmatch(text)
+def decode_record(text, fullmatch=None):
+    """Return the record stored as `text`: a trusted report by TRUSTED_REPORT (without its summary), else json.loads.
+    fullmatch: TRUSTED_REPORT's, compiled once by a caller decoding many."""
+    m = (fullmatch or re.compile(TRUSTED_REPORT).fullmatch)(text)
     if m is None:
         return json.loads(text)
     value = m[2]

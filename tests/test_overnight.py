@@ -8,7 +8,7 @@ import os
 import re
 
 import avsm
-from conftest import make_venture, write
+from conftest import Avsm, make_venture, write
 from test_daemon import of
 
 BLOCKS = "\u2581\u2582\u2583\u2584\u2585\u2586\u2587\u2588"     # the spec's block characters, lowest first
@@ -268,7 +268,7 @@ def test_status_is_one_line_per_venture_with_a_sparkline(av, workdir):
 def test_status_with_avsmd_stopped_shows_the_ledger_and_exits_69(av, workdir):
     """Issue 14 item 4 (EXIT-05, CLI-07): with avsmd stopped, `avsm status` says so on standard error (one line,
     as before) and prints what the ledger holds on standard output: the line of each venture as the ledger left
-    it, a paused one paused, and the detail with -v; exit 69. A home with no ventures prints nothing there."""
+    it, a paused one paused, and the detail with -v; exit 69. A ledger that cannot be read is said so too."""
     in_utf8(av)
     av.start()
     for name in ("alpha", "beta"):
@@ -286,3 +286,8 @@ def test_status_with_avsmd_stopped_shows_the_ledger_and_exits_69(av, workdir):
     detail = av.cli("status", "-v")
     assert detail.returncode == 69 and "  last report #" in detail.stdout and "\nbeta: paused\n" in detail.stdout
     assert av.cli("status", "nosuch").returncode == 65
+    other = Avsm(av.bindir, os.path.join(workdir, "ruined"))
+    write(os.path.join(other.home, "ledger.db"), "this is not a database, not at all\n" * 100)
+    ruined = other.cli("status")
+    assert ruined.returncode == 69 and ruined.stdout == "" and "the ledger cannot be read" in ruined.stderr, ruined
+    assert "Traceback" not in ruined.stderr
