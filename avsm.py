@@ -7737,20 +7737,22 @@ def cmd_summary(home, args):
         else:
             raise Fail(EX_USAGE, f"avsm summary does not take '{arg}'; usage: avsm summary [--since DURATION|SEQ], "
                                  f"such as --since 24h, --since 7d or --since 1200")
-    db = open_ledger_ro(ledger_path(home))
-    now = time.time()
-    top = db.execute("SELECT coalesce(max(seq), 0) FROM records").fetchone()[0]
+    seconds = since = None              # a bad --since is usage (64), found before the ledger is opened (66)
     if re.fullmatch(r"#?[0-9]+", since_text):
         since, span = need_int(since_text, "a record number"), f"the records after #{since_text.lstrip('#')}"
-        if since > top:
-            raise Fail(EX_DATAERR, f"#{since} is past the last record (#{top}); avsm summary --since {top} is the empty span")
     else:
         try:
             seconds = parse_duration(since_text)
         except ValueError as err:
             raise Fail(EX_USAGE, f"avsm summary --since: {err}, or give a record number such as 1200") from None
-        since = db.execute("SELECT coalesce(min(seq), ?) - 1 FROM records WHERE at >= ?", (top + 1, now - seconds)).fetchone()[0]
         span = f"the last {since_text.strip()}"
+    db = open_ledger_ro(ledger_path(home))
+    top = db.execute("SELECT coalesce(max(seq), 0) FROM records").fetchone()[0]
+    if seconds is not None:
+        since = db.execute("SELECT coalesce(min(seq), ?) - 1 FROM records WHERE at >= ?",
+                           (top + 1, time.time() - seconds)).fetchone()[0]
+    elif since > top:
+        raise Fail(EX_DATAERR, f"#{since} is past the last record (#{top}); avsm summary --since {top} is the empty span")
     summary = summarize(summary_rows(db, since), since)
     db.close()
     for line in format_summary(summary, span, home):
