@@ -134,7 +134,7 @@ BAD_USAGE = [
     ("avsm", ["why", "1", "2"]),
     ("avsm", ["approve", "x"]),
     ("avsm", ["deny"]),
-    ("avsm", ["status", "extra"]),
+    ("avsm", ["status", "one", "two"]),       # status takes one VENTURE (issue 14 item 4), not two
     ("avsm", ["add"]),
     ("avsm", ["pause"]),
     ("avsmd", ["-f"]),

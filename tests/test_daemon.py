@@ -345,7 +345,7 @@ def test_cap_is_never_exceeded_and_refusals_say_why(av, workdir):
     assert len(of(recs, "action")) == 2
     (_, refusal), = of(recs, "refusal")         # once per excursion and reason (issue 14: stuck is a state)
     assert "cap" in refusal["why"] and refusal["stuck"] == "cap"
-    status = av.cli("status").stdout
+    status = av.cli("status", "-v").stdout
     assert "lower: 2 of 2" in status
     assert "controller: above 10 (lower): past the bound; stuck (cap)" in status, "the position is the last trusted report's"
 
@@ -358,10 +358,10 @@ def test_deadband_acts_once_per_excursion(av, workdir):
     av.cli("add", d)
     av.wait_for(lambda rs: len(of(rs, "report")) >= 4, timeout=15, what="four reports")
     assert len(of(av.records(), "action")) == 1
-    assert "(lower): past the bound, acted once in this excursion (deadband)" in av.cli("status").stdout
+    assert "(lower): past the bound, acted once in this excursion (deadband)" in av.cli("status", "-v").stdout
     set_value(d, 9)                          # inside but not past the deadband: still disarmed
     av.wait_for(lambda rs: of(rs, "report")[-1][1]["value"] == 9, timeout=10, what="a report of 9")
-    assert "(lower): inside, deadband not yet re-armed" in av.cli("status").stdout
+    assert "(lower): inside, deadband not yet re-armed" in av.cli("status", "-v").stdout
     set_value(d, 50)
     time.sleep(2.5)
     assert len(of(av.records(), "action")) == 1
@@ -579,7 +579,7 @@ def test_run_is_restarted_with_backoff(av, workdir):
     exits = [r for _, r in of(recs, "exit")]
     assert exits[0]["status"] == "exit 3" and exits[0]["restart_in"] == 0
     assert [e["restart_in"] for e in exits[1:3]] == [1, 2]
-    status = av.cli("status").stdout
+    status = av.cli("status", "-v").stdout
     assert "restarts" in status
 
 

@@ -301,7 +301,7 @@ def test_a_guard_that_hangs_holds_the_venture_and_asks_once(av, workdir):
     assert not [s for s, r in of(recs, "action") if s > first_failed], "a lever ran while the guard's reading failed"
     asks = asks_about(recs, "dial", "implausible")
     assert len(asks) == 1 and "guard spend" in asks[0][1]["question"], asks
-    assert "implausible: held by guard spend" in av.cli("status").stdout
+    assert "implausible: held by guard spend" in av.cli("status", "-v").stdout
 
 
 def test_slow_guard_past_its_bound_still_pauses_or_asks(av, workdir):

@@ -224,7 +224,7 @@ def test_implausible_ask_says_what_answers_do_and_status_names_the_trusted_repor
     asks = av.cli("asks").stdout
     assert "approve (it is sound) and deny (it is not) each only record your answer" in asks, asks
     assert "neither runs a lever nor lifts the hold" in asks and "first plausible reading" in asks
-    status = av.cli("status").stdout
+    status = av.cli("status", "-v").stdout
     control = [line for line in status.splitlines() if line.strip().startswith("controller:")]
     last = [line for line in status.splitlines() if line.strip().startswith("last report")]
     bad = int(last[0].split("#")[1].split()[0])
@@ -317,13 +317,13 @@ def test_status_after_pause_shows_no_pid_of_the_ended_program(av, workdir):
     av.start()
     assert av.cli("add", d).returncode == 0
     av.wait_for(lambda rs: [r for _, _, r in rs if r["kind"] == "start" and r["venture"] == "kept"], what="run started")
-    assert re.search(r"^  run: pid \d+, restarts 0$", av.cli("status").stdout, re.M)
+    assert re.search(r"^  run: pid \d+, restarts 0$", av.cli("status", "-v").stdout, re.M)
     assert av.cli("pause", "kept").returncode == 0
-    status = av.cli("status").stdout
+    status = av.cli("status", "-v").stdout
     run = [line for line in status.splitlines() if line.startswith("  run:")]
     assert run and (run[0].startswith("  run: not running (paused)") or "is being stopped (by the pause)" in run[0]), status
     av.wait_for(lambda rs: [r for _, _, r in rs if r["kind"] == "exit" and r["venture"] == "kept"], what="run ended")
-    assert "  run: not running (paused), restarts 0" in av.cli("status").stdout
+    assert "  run: not running (paused), restarts 0" in av.cli("status", "-v").stdout
 
 
 def test_forecast_says_when_it_assumes_a_lever_does_nothing():

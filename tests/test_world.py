@@ -183,10 +183,10 @@ def test_status_shows_the_calibration_and_why_shows_what_a_score_scored(av, work
     av.start()
     assert av.cli("add", d).returncode == 0
     first = av.wait_for(lambda recs: mine(av, "calibration.count"), 30, "a score")
-    r = av.cli("status")
+    r = av.cli("status", "-v")
     assert "  calibration: " in r.stdout and "a ranking would ask, not run: only " in r.stdout, r.stdout
     av.wait_for(lambda recs: mine(av, "calibration.count")[4:], 30, "five scores")
-    r = av.cli("status")
+    r = av.cli("status", "-v")
     line = next(x for x in r.stdout.splitlines() if x.startswith("  calibration: "))
     assert "skill 1, coverage 100%" in line and "a ranking would run" in line, line
     seq, c = first[0]
