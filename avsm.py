@@ -72,6 +72,7 @@ ZERO_HASH = "0" * 64
 SOCKET_LIMIT = 103 if sys.platform == "darwin" else 107
 NAME_CHARS = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_-.")
 LEVER_TIMEOUT = 600          # a lever run's time limit unless `timeout:` says otherwise
+READING_TIMEOUT = 600        # a report's, guard's, audit's or reading's time limit unless its `timeout:` says otherwise
 KILL_GRACE = 7               # SIGTERM, then SIGKILL this many seconds later
 NOTE_MAX = 2000              # characters of a note kept in a record
 OUTPUT_KEEP = 64 * 1024      # bytes of a command's output kept while it runs
@@ -971,12 +972,12 @@ class YamlReader:
 
 MANDATE_KEYS = {"purpose", "metric", "controller", "cadence", "permitted", "forbidden", "restart", "run",
                 "guards", "audits", "readings", "range", "max_step", "max_rise", "max_fall", "confirm",
-                "world", "calibration", "escalate"}
+                "world", "calibration", "escalate", "timeout"}
 LEVER_KEYS = {"name", "run", "cap", "reversible", "delegated", "timeout", "takes", "expects", "revoke_after",
               "budget", "check"}
-GUARD_KEYS = {"name", "run", "adapter", "drawdown", "of", "above", "below", "then", "unwind", "confirm"}
-AUDIT_KEYS = {"name", "run", "worse", "better", "tolerance", "window", "confirm"}
-READING_KEYS = {"name", "run", "lines", "audit"}
+GUARD_KEYS = {"name", "run", "adapter", "drawdown", "of", "above", "below", "then", "unwind", "confirm", "timeout"}
+AUDIT_KEYS = {"name", "run", "worse", "better", "tolerance", "window", "confirm", "timeout"}
+READING_KEYS = {"name", "run", "lines", "audit", "timeout"}
 TAKES = ("text", "json", "diff", "file")
 ADAPTERS = ("http.status", "stripe", "github")
 BUILTIN_LEVERS = ("stop",)          # open point 12: always permitted, pauses the venture
@@ -1095,6 +1096,7 @@ def parse_mandate(text, source="mandate.yaml", directory=None):
          "metric": c.text(doc["metric"], ("metric",), "metric"),
          "cadence": c.parsed(parse_duration, doc["cadence"], ("cadence",))}
     m["adapter"] = m["metric"] if m["metric"].split()[0] in ADAPTERS else None
+    m["timeout"] = reading_timeout(c, doc, ())
     if m["adapter"] and adapter_problem(m["adapter"]):
         c.fail(("metric",), adapter_problem(m["adapter"]))
     if m["adapter"] is None and directory is not None:
@@ -1357,7 +1359,9 @@ def parse_guards(c, doc, m, directory):
         g = {"name": name, "run": None, "adapter": None, "drawdown": None,
              "then": c.choice(item.get("then", "pause"), path + ("then",), "then", ("pause", "ask")),
              "confirm": c.boolean(item.get("confirm", m["confirm"]), path + ("confirm",), "confirm"),
-             "unwind": None}
+             "unwind": None, "timeout": reading_timeout(c, item, path)}
+        if "timeout" in item and "drawdown" in item:
+            c.fail(path + ("timeout",), "a drawdown guard is read from the metric's report and runs nothing; remove timeout:")
         sources = [k for k in ("run", "adapter", "drawdown") if k in item]
         if len(sources) != 1:
             c.fail(path, f"guard '{name}' reads one source: run:, adapter: or drawdown:")
@@ -1435,7 +1439,8 @@ def parse_audits(c, doc, directory):
                        "better": c.choice(item.get("better", "up"), path + ("better",), "better", ("up", "down")),
                        "tolerance": c.number(item.get("tolerance", 0), path + ("tolerance",), "tolerance"),
                        "window": c.whole(item.get("window", 5), path + ("window",), "window", least=2),
-                       "confirm": c.boolean(item.get("confirm", True), path + ("confirm",), "confirm")})
+                       "confirm": c.boolean(item.get("confirm", True), path + ("confirm",), "confirm"),
+                       "timeout": reading_timeout(c, item, path)})
     return audits
 
 
@@ -1458,8 +1463,14 @@ def parse_readings(c, doc, m, directory):
         readings.append({"name": name,
                          "run": c.command(item["run"], path + ("run",), f"reading '{name}'", directory),
                          "lines": c.choice(item.get("lines"), path + ("lines",), "lines", ("address",)),
-                         "audit": audit})
+                         "audit": audit, "timeout": reading_timeout(c, item, path)})
     return readings
+
+
+def reading_timeout(c, item, path):
+    """Return a reading program's own `timeout:` in seconds, or None for the 10 minutes every reading may take.
+    At the mandate's top level it is the metric's report's; in a guard, audit or reading, that one's."""
+    return c.parsed(parse_duration, item["timeout"], tuple(path) + ("timeout",)) if "timeout" in item else None
 
 
 # ---- the config -------------------------------------------------------------
@@ -2259,6 +2270,35 @@ def judge_report(mandate, state, value, failure=None):
 
 ADDRESS = r"[^\s<>,;:@]+@[^\s<>,;:@]+"
 READING_FIELDS_MAX = 50
+
+
+def reading_limit(item):
+    """Return the seconds a reading program may run: its own `timeout:`, else 10 minutes. A reading still running
+    at its next due time is not ended there: it runs until done or this limit, and its value is the reading (DESIGN)."""
+    return item.get("timeout") or READING_TIMEOUT
+
+
+def round_plan(mandate, running):
+    """Return [(what, item, start)] for a round now due: each guard (but a drawdown guard, read from the metric's
+    report), audit and reading, `start` False when its last read, in `running` as (what, name), is still running:
+    that one is written as not read and left to run (RUN-18)."""
+    plan = []
+    for what, items in (("guard", mandate["guards"]), ("audit", mandate["audits"]), ("reading", mandate["readings"])):
+        for item in items:
+            if what != "guard" or item["drawdown"] is None:
+                plan.append((what, item, (what, item["name"]) not in running))
+    return plan
+
+
+def read_late(child_round, round_):
+    """Whether a reading that just ended comes after its round settled without it (`round_` is the round in
+    flight, or None): its record is written all the same, and a guard's rules run on it alone."""
+    return round_ is None or child_round != round_["number"]
+
+
+def timed_out_note(limit):
+    """The failure of a reading program ended at its time limit."""
+    return f"took longer than its time limit of {format_duration(limit)} and was ended"
 
 
 def fold_guard(state, seq, record):
@@ -5022,30 +5062,26 @@ class Warden:
         a slower guard, audit or reading is written as not read, and its reading when it is done.
         """
         m = state.mandate
-        timeout = min(m["cadence"], 600)
         self.round_number += 1
         if self.debug:
             log(self.debug, "warden", f"{state.name}: tick {self.round_number}: the metric, {len(m['guards'])} guard(s), "
                                   f"{len(m['audits'])} audit(s), {len(m['readings'])} reading(s)")
         self.rounds[state.name] = {"deadline": now + 0.5, "metric": None, "pending": set(), "number": self.round_number}
         if m["adapter"]:
-            self.start_adapter(state, "report", None, m["adapter"], timeout)
+            self.start_adapter(state, "report", None, m["adapter"], reading_limit(m))
         else:
-            self.start_reading(state, "report", None, ["./report"], timeout, shell=False)
-        for what, items in (("guard", m["guards"]), ("audit", m["audits"]), ("reading", m["readings"])):
-            for item in items:
-                if what == "guard" and item["drawdown"] is not None:
-                    continue                    # read from the metric's report
-                if any(c.venture == state.name and c.purpose == what and c.extra.get("name") == item["name"]
-                       for c in self.children):
-                    self.append(self.unread_record(state, what, item["name"], "its last read is still running"))
-                    continue
-                if item.get("adapter"):
-                    started = self.start_adapter(state, what, item["name"], item["adapter"], timeout)
-                else:
-                    started = self.start_reading(state, what, item["name"], item["run"], timeout, True)
-                if started:
-                    self.rounds[state.name]["pending"].add((what, item["name"]))
+            self.start_reading(state, "report", None, ["./report"], reading_limit(m), shell=False)
+        running = {(c.purpose, c.extra.get("name")) for c in self.children if c.venture == state.name}
+        for what, item, start in round_plan(m, running):
+            if not start:
+                self.append(self.unread_record(state, what, item["name"], "its last read is still running"))
+                continue
+            if item.get("adapter"):
+                started = self.start_adapter(state, what, item["name"], item["adapter"], reading_limit(item))
+            else:
+                started = self.start_reading(state, what, item["name"], item["run"], reading_limit(item), True)
+            if started:
+                self.rounds[state.name]["pending"].add((what, item["name"]))
 
     def start_adapter(self, state, what, name, adapter, timeout):
         """A built-in adapter reads apart like any command; stripe and github get their url and key in a private file."""
@@ -5066,7 +5102,7 @@ class Warden:
     def start_reading(self, state, what, name, args, timeout, shell, stdin_path=None):
         try:
             child = self.spawn(what, state, args, timeout=timeout, shell=shell, payload_file=stdin_path)
-            child.extra = {"name": name, "round": self.rounds[state.name]["number"]}
+            child.extra = {"name": name, "round": self.rounds[state.name]["number"], "limit": timeout}
             return True
         except OSError as err:
             if what == "report":
@@ -5088,7 +5124,7 @@ class Warden:
             return                      # a report cut short by a pause or a stop is no reading
         value, failure = read_metric_output(child, status)
         if child.ended_by == "timeout":
-            failure = f"took longer than {format_duration(min(state.mandate['cadence'], 600))} and was ended"
+            failure = timed_out_note(reading_limit(state.mandate))
         self.record_report(state, value, failure)
 
     def record_report(self, state, value, failure):
@@ -5119,10 +5155,10 @@ class Warden:
             return
         value, failure = read_metric_output(child, status, with_output=what != "guard")
         if child.ended_by == "timeout":
-            failure = "took longer than the cadence and was ended"
+            failure = timed_out_note(child.extra["limit"])
         self.reading_done_values(state, what, name, value, failure, "\n".join(output_lines(child.out, child.cut)[0]))
         round_ = self.rounds.get(state.name)
-        if round_ is not None and child.extra.get("round") == round_["number"]:
+        if not read_late(child.extra.get("round"), round_):
             round_["pending"].discard((what, name))
             self.maybe_settle(state)
         elif what == "guard" and state.mandate is not None:
