@@ -2485,6 +2485,8 @@ def packet_forecast_lines(packet):
     facts = packet.get("forecast")
     if not facts:
         return []
+    if "made" in facts:
+        return packet_world_lines(packet["metric"], facts)
     lines = [f"forecast ({format_number(facts['days'])} days x {facts['seeds']} seeds, at the horizon):"]
     nothing = forecast(dict(facts, sides=[]))
     if "too_little" in nothing:
@@ -2494,6 +2496,22 @@ def packet_forecast_lines(packet):
         known = len(lever["steps"]) >= 3 or lever["expects"]
         lines.append(f"  {name} once now: " + (forecast_text(packet["metric"], forecast(dict(facts, sides=[], first=name)))
                                                if known else "its effect is not measured yet"))
+    return lines
+
+
+def packet_world_lines(metric, facts):
+    """The packet's forecast made through the world command (issue 11 item 6): doing nothing and one run now
+    of each lever, and where its calls were capped, the horizon it was cut short at."""
+    made = facts["made"]
+    nothing = made["nothing"]
+    lines = [f"forecast through the world command ({format_number(facts['days'])} days x {facts['seeds']} seeds, at the horizon):"]
+    if "too_little" in nothing:
+        return lines + [f"  {nothing['too_little']}"]
+    if nothing.get("cut"):
+        lines.append(f"  {nothing['cut']}")
+    lines.append(f"  doing nothing: {forecast_text(metric, nothing)}")
+    for name, result in made["levers"].items():
+        lines.append(f"  {name} once now: {forecast_text(metric, result)}")
     return lines
 
 
@@ -3070,25 +3088,26 @@ def world_rule(state, report_seq, lever, outputs, failure):
 WORLD_FORECAST_CALLS = 400      # world steps a forecast makes at most (seeds x steps); past it the horizon is cut
 
 
-def forecast_world_paths(facts, step):
+def forecast_world_paths(facts, step, calls=WORLD_FORECAST_CALLS):
     """Return the forecast of `facts` through the world command (open point 39), as forecast_paths does, or
     {"too_little": why}. `step(input)` runs one world step and returns (output, None) or (None, why).
 
     Each of `seeds` paths steps the world at the venture's cadence from its last state and the trusted
     reports, each imagined report joining the reports of the next step; where the controller would run a
-    lever, within its cap, the next step is told that lever. Seeds x steps calls are capped at
-    WORLD_FORECAST_CALLS: past it the horizon is cut, and the result says so in `cut`."""
+    lever, within its cap, the next step is told that lever. With `facts["first"]` naming a lever, each path's
+    first step is told it (one run now, as the packet shows). Seeds x steps calls are capped at `calls`: past
+    it the horizon is cut, and the result says so in `cut`."""
     cadence, seeds = facts["cadence"], facts["seeds"]
     if seeds < 1 or facts["days"] <= 0:
         return {"too_little": "forecasts are off (seeds: 0)"}
     total = max(1, int(facts["days"] * 86400 / cadence))
-    steps = min(total, max(1, WORLD_FORECAST_CALLS // seeds))
+    steps = min(total, max(1, calls // seeds))
     ends = []
     for s in range(seeds):
         state, reports, at = facts["world_state"], list(facts["reports"]), facts["time"]
         value = reports[-1]["value"] if reports else 0.0
         allowance = {lever: 0.0 for _, _, lever in facts["sides"]}
-        lever = None
+        lever = facts.get("first")
         for i in range(steps):
             at += cadence
             out, why = step({"state": state, "lever": lever, "seed": s * steps + i, "time": int(at),
@@ -3109,9 +3128,60 @@ def forecast_world_paths(facts, step):
               "days": days if steps < total else facts["days"], "seeds": seeds,
               "decimals": decimals_of(facts["history"])}
     if steps < total:
-        result["cut"] = (f"cut short at {seeds * steps} world steps ({WORLD_FORECAST_CALLS} at most): "
+        result["cut"] = (f"cut short at {seeds * steps} world steps ({calls} at most): "
                          f"{format_number(float(f'{days:.3g}'))} of {format_number(facts['days'])} days")
     return result
+
+
+def world_forecast_facts(state, days, seeds, now):
+    """Return forecast_facts, and with `world:` in the mandate what stepping the world starts from: its last
+    state, the trusted reports, the time and the guards it may read (open point 39)."""
+    facts = forecast_facts(state, days, seeds)
+    if state.mandate["world"]:
+        given = world_input(state, None, 0, now)
+        facts.update(reports=given["reports"], time=given["time"], world=state.mandate["world"],
+                     world_state=state.world_state, guards=[g["name"] for g in state.mandate["guards"]])
+    return facts
+
+
+PACKET_WORLD_CALLS = 160        # world steps a decision packet's forecasts make at most, all together: a decision waits on them
+
+
+def packet_world_forecast(facts, step):
+    """Return the decision packet's forecasts through the world (issue 11 item 6): {"nothing": result, "levers":
+    {name: result}}, doing nothing and one run now of each permitted lever, with no controller (as the
+    baseline's packet forecast), their world steps sharing PACKET_WORLD_CALLS; a cut one says so in `cut`."""
+    calls = max(1, PACKET_WORLD_CALLS // (1 + len(facts["levers"])))
+    free = dict(facts, sides=[])
+    return {"nothing": forecast_world_paths(free, step, calls),
+            "levers": {name: forecast_world_paths(dict(free, first=name), step, calls) for name in facts["levers"]}}
+
+
+def checked_forecast(result):
+    """Return a forecast program's result when it holds (numbers, finite, at most two decimals, or why there is
+    none), else None: the warden hands on nothing it did not check."""
+    if isinstance(result, dict) and isinstance(result.get("too_little"), str):
+        return {"too_little": result["too_little"][:NOTE_MAX]}
+    if isinstance(result, dict) and result.get("decimals") in (0, 1, 2) and \
+            all(type(result.get(k)) in (int, float) and abs(result[k]) < float("inf") for k in ("median", "p10", "p90")):
+        kept = {k: result[k] for k in ("median", "p10", "p90", "decimals", "days", "seeds") if k in result}
+        if isinstance(result.get("cut"), str):
+            kept["cut"] = result["cut"][:NOTE_MAX]
+        return kept
+    return None
+
+
+def packet_world_made(result, why_not):
+    """Return the packet forecast's `made` from the forecast program's output (packet_world_forecast), each
+    forecast checked; or, when there is none (`why_not`, or output that does not hold), why not."""
+    if why_not is None and isinstance(result, dict) and isinstance(result.get("levers"), dict):
+        nothing = checked_forecast(result.get("nothing"))
+        levers = {name: checked_forecast(r) for name, r in result["levers"].items()}
+        if nothing is not None and None not in levers.values():
+            return {"nothing": nothing, "levers": levers}
+        why_not = "its output does not hold"
+    return {"nothing": {"too_little": f"the forecast through the world was not made: {why_not or 'its output does not hold'}"},
+            "levers": {}}
 
 
 def calibration_bar(state):
@@ -5350,12 +5420,8 @@ class Warden:
         f = self.cfg["forecast"] or FORECAST_DEFAULT
         if not f["seeds"] or self.stopping:
             return False
-        facts = forecast_facts(state, f["days"], f["seeds"])
-        if state.mandate["world"]:          # stepped through the world command (open point 39)
-            import time
-            given = world_input(state, None, 0, time.time())
-            facts.update(reports=given["reports"], time=given["time"], world=state.mandate["world"],
-                         world_state=state.world_state, guards=[g["name"] for g in state.mandate["guards"]])
+        import time
+        facts = world_forecast_facts(state, f["days"], f["seeds"], time.time())    # through the world, with world:
         payload = write_payload(json.dumps(facts).encode())
         try:
             child = self.spawn("forecast", state, cached_command("forecast", []), timeout=600, payload_file=payload)
@@ -5370,6 +5436,8 @@ class Warden:
     def forecast_done(self, state, child, status):
         """Write the forecast the program printed: an inferred record, which shows and never authorizes;
         a ratchet ask waiting on it follows."""
+        if child.extra["why"] == "packet":
+            return self.packet_forecast_done(state, child, status)
         if child.ended_by in ("pause", "stop"):
             if child.extra["why"] == "ratchet":
                 self.raise_ratchet(state, child.extra["lever"])     # asked without the forecast cut short
@@ -5613,6 +5681,40 @@ class Warden:
         f = self.cfg["forecast"] or PACKET_FORECAST
         return forecast_facts(state, f["days"], f["seeds"]) if f["seeds"] else None
 
+    def start_packet_forecast(self, state, d):
+        """With `world:`, start the packet's forecast through the world command (issue 11 item 6): the forecast
+        program in a group of its own, so the world's steps never hold up the loop; return whether it started.
+        Without it, or with forecasts off, the roles process makes the packet's forecast from the baseline."""
+        import time
+        f = self.cfg["forecast"] or PACKET_FORECAST
+        d["world_forecast"] = None
+        if not state.mandate["world"] or not f["seeds"] or self.stopping:
+            return False
+        facts = dict(world_forecast_facts(state, f["days"], f["seeds"], time.time()), packet=True)
+        payload = write_payload(json.dumps(facts).encode())
+        try:
+            child = self.spawn("forecast", state, cached_command("forecast", []), timeout=600, payload_file=payload)
+            child.extra = {"why": "packet", "decision": d, "days": f["days"], "seeds": f["seeds"]}
+        except OSError as err:
+            log(True, "warden", f"{state.name}: the packet's forecast through the world: {err}")
+            return False
+        finally:
+            os.unlink(payload)
+        return True
+
+    def packet_forecast_done(self, state, child, status):
+        """The packet's forecast through the world is in, or why not: build the packet with it."""
+        d, result, why = child.extra["decision"], None, None
+        if child.ended_by or status != 0:
+            why = f"it was ended ({child.ended_by})" if child.ended_by else f"the forecast program ended {describe_status(status)}"
+        else:
+            try:
+                result = json.loads(bytes(child.out))
+            except ValueError:
+                why = "its output is not JSON"
+        d["world_forecast"] = {"days": child.extra["days"], "seeds": child.extra["seeds"], "made": packet_world_made(result, why)}
+        self.build(d)
+
     def recent(self, venture, count):
         rows = self.ledger.db.execute(
             "SELECT seq, at, record FROM records WHERE json_extract(record, '$.venture') = ? ORDER BY seq DESC LIMIT ?",
@@ -5641,7 +5743,11 @@ class Warden:
 
     def build(self, d):
         state = self.ventures[d["venture"]]
+        if "world_forecast" not in d and self.start_packet_forecast(state, d):
+            return                          # built again when the world's forecast is in (packet_forecast_done)
         d["packet"] = self.packet(state, d["looks"])
+        if d.get("world_forecast"):
+            d["packet"]["forecast"] = d["world_forecast"]
         self.to_roles({"op": "build", "packet": d["packet"]}, lambda answer: self.call_backend(d, answer))
 
     def call_backend(self, d, answer):
@@ -8306,7 +8412,8 @@ def run_forecast(args):
         facts = json.loads(sys.stdin.read())
         if facts.get("world"):
             guards = {"guards": [{"name": g} for g in facts.get("guards", [])]}
-            result = forecast_world_paths(facts, lambda data: run_world_step(facts["world"], data, guards))
+            step = lambda data: run_world_step(facts["world"], data, guards)     # noqa: E731
+            result = packet_world_forecast(facts, step) if facts.get("packet") else forecast_world_paths(facts, step)
         else:
             result = forecast(facts, seed=facts.get("seed", 0))
     except (ValueError, KeyError, TypeError) as err:
