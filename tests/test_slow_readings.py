@@ -131,3 +131,21 @@ def test_a_timeout_that_does_not_hold_is_refused_like_a_levers(av, workdir):
     ok = venture(workdir, "ok", "guards:\n  - {name: spend, run: ./spend, above: 100, timeout: 30s}\n",
                  extra="timeout: 1m\n", spend=MARK)
     assert av.daemon_cmd("-t", ok).returncode == 0
+
+
+def test_the_decisions_on_a_slow_reading_are_pure():
+    """The kernel's part: a round starts each guard (but a drawdown guard), audit and reading, and writes as not
+    read the one whose last read still runs; its time limit is its own `timeout:` or 10 minutes, never the
+    cadence; a reading that ends after its round settled is late. RUN-18"""
+    import avsm
+    m = avsm.parse_mandate(SLOW.format(extra="timeout: 1m\n", items=(
+        "guards:\n  - {name: spend, run: ./spend, above: 100, timeout: 30s}\n  - {name: fall, drawdown: 10%, of: dial}\n"
+        "audits:\n  - {name: refunds, run: ./refunds, worse: up}\n"
+        "readings:\n  - {name: waiting, run: ./waiting, lines: address, timeout: 2h}\n")))
+    plan = avsm.round_plan(m, {("guard", "spend"), ("reading", "other")})
+    assert [(what, item["name"], start) for what, item, start in plan] == \
+        [("guard", "spend", False), ("audit", "refunds", True), ("reading", "waiting", True)]
+    assert [avsm.reading_limit(item) for _, item, _ in plan] == [30, 600, 7200]
+    assert avsm.reading_limit(m) == 60 and m["cadence"] == 1
+    assert avsm.read_late(3, None) and avsm.read_late(3, {"number": 4}) and not avsm.read_late(4, {"number": 4})
+    assert avsm.timed_out_note(600) == "took longer than its time limit of 10m and was ended"
