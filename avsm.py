@@ -73,6 +73,7 @@ ZERO_HASH = "0" * 64
 SOCKET_LIMIT = 103 if sys.platform == "darwin" else 107
 NAME_CHARS = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_-.")
 LEVER_TIMEOUT = 600          # a lever run's time limit unless `timeout:` says otherwise
+READING_TIMEOUT = 600        # a report's, guard's, audit's or reading's time limit unless its `timeout:` says otherwise
 KILL_GRACE = 7               # SIGTERM, then SIGKILL this many seconds later
 NOTE_MAX = 2000              # characters of a note kept in a record
 OUTPUT_KEEP = 64 * 1024      # bytes of a command's output kept while it runs
@@ -972,12 +973,12 @@ class YamlReader:
 
 MANDATE_KEYS = {"purpose", "metric", "controller", "cadence", "permitted", "forbidden", "restart", "run",
                 "guards", "audits", "readings", "range", "max_step", "max_rise", "max_fall", "confirm",
-                "world", "calibration", "escalate"}
+                "world", "calibration", "escalate", "timeout"}
 LEVER_KEYS = {"name", "run", "cap", "reversible", "delegated", "timeout", "takes", "expects", "revoke_after",
               "budget", "check"}
-GUARD_KEYS = {"name", "run", "adapter", "drawdown", "of", "above", "below", "then", "unwind", "confirm"}
-AUDIT_KEYS = {"name", "run", "worse", "better", "tolerance", "window", "confirm"}
-READING_KEYS = {"name", "run", "lines", "audit"}
+GUARD_KEYS = {"name", "run", "adapter", "drawdown", "of", "above", "below", "then", "unwind", "confirm", "timeout"}
+AUDIT_KEYS = {"name", "run", "worse", "better", "tolerance", "window", "confirm", "timeout"}
+READING_KEYS = {"name", "run", "lines", "audit", "timeout"}
 TAKES = ("text", "json", "diff", "file")
 ADAPTERS = ("http.status", "stripe", "github")
 BUILTIN_LEVERS = ("stop",)          # open point 12: always permitted, pauses the venture
@@ -1096,6 +1097,7 @@ def parse_mandate(text, source="mandate.yaml", directory=None):
          "metric": c.text(doc["metric"], ("metric",), "metric"),
          "cadence": c.parsed(parse_duration, doc["cadence"], ("cadence",))}
     m["adapter"] = m["metric"] if m["metric"].split()[0] in ADAPTERS else None
+    m["timeout"] = reading_timeout(c, doc, ())
     if m["adapter"] and adapter_problem(m["adapter"]):
         c.fail(("metric",), adapter_problem(m["adapter"]))
     if m["adapter"] is None and directory is not None:
@@ -1358,7 +1360,9 @@ def parse_guards(c, doc, m, directory):
         g = {"name": name, "run": None, "adapter": None, "drawdown": None,
              "then": c.choice(item.get("then", "pause"), path + ("then",), "then", ("pause", "ask")),
              "confirm": c.boolean(item.get("confirm", m["confirm"]), path + ("confirm",), "confirm"),
-             "unwind": None}
+             "unwind": None, "timeout": reading_timeout(c, item, path)}
+        if "timeout" in item and "drawdown" in item:
+            c.fail(path + ("timeout",), "a drawdown guard is read from the metric's report and runs nothing; remove timeout:")
         sources = [k for k in ("run", "adapter", "drawdown") if k in item]
         if len(sources) != 1:
             c.fail(path, f"guard '{name}' reads one source: run:, adapter: or drawdown:")
@@ -1436,7 +1440,8 @@ def parse_audits(c, doc, directory):
                        "better": c.choice(item.get("better", "up"), path + ("better",), "better", ("up", "down")),
                        "tolerance": c.number(item.get("tolerance", 0), path + ("tolerance",), "tolerance"),
                        "window": c.whole(item.get("window", 5), path + ("window",), "window", least=2),
-                       "confirm": c.boolean(item.get("confirm", True), path + ("confirm",), "confirm")})
+                       "confirm": c.boolean(item.get("confirm", True), path + ("confirm",), "confirm"),
+                       "timeout": reading_timeout(c, item, path)})
     return audits
 
 
@@ -1459,8 +1464,14 @@ def parse_readings(c, doc, m, directory):
         readings.append({"name": name,
                          "run": c.command(item["run"], path + ("run",), f"reading '{name}'", directory),
                          "lines": c.choice(item.get("lines"), path + ("lines",), "lines", ("address",)),
-                         "audit": audit})
+                         "audit": audit, "timeout": reading_timeout(c, item, path)})
     return readings
+
+
+def reading_timeout(c, item, path):
+    """Return a reading program's own `timeout:` in seconds, or None for the 10 minutes every reading may take.
+    At the mandate's top level it is the metric's report's; in a guard, audit or reading, that one's."""
+    return c.parsed(parse_duration, item["timeout"], tuple(path) + ("timeout",)) if "timeout" in item else None
 
 
 # ---- the config -------------------------------------------------------------
@@ -2308,6 +2319,35 @@ ADDRESS = r"[^\s<>,;:@]+@[^\s<>,;:@]+"
 READING_FIELDS_MAX = 50
 
 
+def reading_limit(item):
+    """Return the seconds a reading program may run: its own `timeout:`, else 10 minutes. A reading still running
+    at its next due time is not ended there: it runs until done or this limit, and its value is the reading (DESIGN)."""
+    return item.get("timeout") or READING_TIMEOUT
+
+
+def round_plan(mandate, running):
+    """Return [(what, item, start)] for a round now due: each guard (but a drawdown guard, read from the metric's
+    report), audit and reading, `start` False when its last read, in `running` as (what, name), is still running:
+    that one is written as not read and left to run (RUN-18)."""
+    plan = []
+    for what, items in (("guard", mandate["guards"]), ("audit", mandate["audits"]), ("reading", mandate["readings"])):
+        for item in items:
+            if what != "guard" or item["drawdown"] is None:
+                plan.append((what, item, (what, item["name"]) not in running))
+    return plan
+
+
+def read_late(child_round, round_):
+    """Whether a reading that just ended comes after its round settled without it (`round_` is the round in
+    flight, or None): its record is written all the same, and a guard's rules run on it alone."""
+    return round_ is None or child_round != round_["number"]
+
+
+def timed_out_note(limit):
+    """The failure of a reading program ended at its time limit."""
+    return f"took longer than its time limit of {format_duration(limit)} and was ended"
+
+
 def fold_guard(state, seq, record):
     """A guard's reading: a trusted one past its bound starts (or goes on with) an episode; the first plausible
     one back inside ends it (open point 32). A failed, implausible or unread reading neither trips nor clears it
@@ -2492,6 +2532,8 @@ def packet_forecast_lines(packet):
     facts = packet.get("forecast")
     if not facts:
         return []
+    if "made" in facts:
+        return packet_world_lines(packet["metric"], facts)
     lines = [f"forecast ({format_number(facts['days'])} days x {facts['seeds']} seeds, at the horizon):"]
     nothing = forecast(dict(facts, sides=[]))
     if "too_little" in nothing:
@@ -2501,6 +2543,22 @@ def packet_forecast_lines(packet):
         known = len(lever["steps"]) >= 3 or lever["expects"]
         lines.append(f"  {name} once now: " + (forecast_text(packet["metric"], forecast(dict(facts, sides=[], first=name)))
                                                if known else "its effect is not measured yet"))
+    return lines
+
+
+def packet_world_lines(metric, facts):
+    """The packet's forecast made through the world command (issue 11 item 6): doing nothing and one run now
+    of each lever, and where its calls were capped, the horizon it was cut short at."""
+    made = facts["made"]
+    nothing = made["nothing"]
+    lines = [f"forecast through the world command ({format_number(facts['days'])} days x {facts['seeds']} seeds, at the horizon):"]
+    if "too_little" in nothing:
+        return lines + [f"  {nothing['too_little']}"]
+    if nothing.get("cut"):
+        lines.append(f"  {nothing['cut']}")
+    lines.append(f"  doing nothing: {forecast_text(metric, nothing)}")
+    for name, result in made["levers"].items():
+        lines.append(f"  {name} once now: {forecast_text(metric, result)}")
     return lines
 
 
@@ -3077,25 +3135,26 @@ def world_rule(state, report_seq, lever, outputs, failure):
 WORLD_FORECAST_CALLS = 400      # world steps a forecast makes at most (seeds x steps); past it the horizon is cut
 
 
-def forecast_world_paths(facts, step):
+def forecast_world_paths(facts, step, calls=WORLD_FORECAST_CALLS):
     """Return the forecast of `facts` through the world command (open point 39), as forecast_paths does, or
     {"too_little": why}. `step(input)` runs one world step and returns (output, None) or (None, why).
 
     Each of `seeds` paths steps the world at the venture's cadence from its last state and the trusted
     reports, each imagined report joining the reports of the next step; where the controller would run a
-    lever, within its cap, the next step is told that lever. Seeds x steps calls are capped at
-    WORLD_FORECAST_CALLS: past it the horizon is cut, and the result says so in `cut`."""
+    lever, within its cap, the next step is told that lever. With `facts["first"]` naming a lever, each path's
+    first step is told it (one run now, as the packet shows). Seeds x steps calls are capped at `calls`: past
+    it the horizon is cut, and the result says so in `cut`."""
     cadence, seeds = facts["cadence"], facts["seeds"]
     if seeds < 1 or facts["days"] <= 0:
         return {"too_little": "forecasts are off (seeds: 0)"}
     total = max(1, int(facts["days"] * 86400 / cadence))
-    steps = min(total, max(1, WORLD_FORECAST_CALLS // seeds))
+    steps = min(total, max(1, calls // seeds))
     ends = []
     for s in range(seeds):
         state, reports, at = facts["world_state"], list(facts["reports"]), facts["time"]
         value = reports[-1]["value"] if reports else 0.0
         allowance = {lever: 0.0 for _, _, lever in facts["sides"]}
-        lever = None
+        lever = facts.get("first")
         for i in range(steps):
             at += cadence
             out, why = step({"state": state, "lever": lever, "seed": s * steps + i, "time": int(at),
@@ -3116,9 +3175,60 @@ def forecast_world_paths(facts, step):
               "days": days if steps < total else facts["days"], "seeds": seeds,
               "decimals": decimals_of(facts["history"])}
     if steps < total:
-        result["cut"] = (f"cut short at {seeds * steps} world steps ({WORLD_FORECAST_CALLS} at most): "
+        result["cut"] = (f"cut short at {seeds * steps} world steps ({calls} at most): "
                          f"{format_number(float(f'{days:.3g}'))} of {format_number(facts['days'])} days")
     return result
+
+
+def world_forecast_facts(state, days, seeds, now):
+    """Return forecast_facts, and with `world:` in the mandate what stepping the world starts from: its last
+    state, the trusted reports, the time and the guards it may read (open point 39)."""
+    facts = forecast_facts(state, days, seeds)
+    if state.mandate["world"]:
+        given = world_input(state, None, 0, now)
+        facts.update(reports=given["reports"], time=given["time"], world=state.mandate["world"],
+                     world_state=state.world_state, guards=[g["name"] for g in state.mandate["guards"]])
+    return facts
+
+
+PACKET_WORLD_CALLS = 160        # world steps a decision packet's forecasts make at most, all together: a decision waits on them
+
+
+def packet_world_forecast(facts, step):
+    """Return the decision packet's forecasts through the world (issue 11 item 6): {"nothing": result, "levers":
+    {name: result}}, doing nothing and one run now of each permitted lever, with no controller (as the
+    baseline's packet forecast), their world steps sharing PACKET_WORLD_CALLS; a cut one says so in `cut`."""
+    calls = max(1, PACKET_WORLD_CALLS // (1 + len(facts["levers"])))
+    free = dict(facts, sides=[])
+    return {"nothing": forecast_world_paths(free, step, calls),
+            "levers": {name: forecast_world_paths(dict(free, first=name), step, calls) for name in facts["levers"]}}
+
+
+def checked_forecast(result):
+    """Return a forecast program's result when it holds (numbers, finite, at most two decimals, or why there is
+    none), else None: the warden hands on nothing it did not check."""
+    if isinstance(result, dict) and isinstance(result.get("too_little"), str):
+        return {"too_little": result["too_little"][:NOTE_MAX]}
+    if isinstance(result, dict) and result.get("decimals") in (0, 1, 2) and \
+            all(type(result.get(k)) in (int, float) and abs(result[k]) < float("inf") for k in ("median", "p10", "p90")):
+        kept = {k: result[k] for k in ("median", "p10", "p90", "decimals", "days", "seeds") if k in result}
+        if isinstance(result.get("cut"), str):
+            kept["cut"] = result["cut"][:NOTE_MAX]
+        return kept
+    return None
+
+
+def packet_world_made(result, why_not):
+    """Return the packet forecast's `made` from the forecast program's output (packet_world_forecast), each
+    forecast checked; or, when there is none (`why_not`, or output that does not hold), why not."""
+    if why_not is None and isinstance(result, dict) and isinstance(result.get("levers"), dict):
+        nothing = checked_forecast(result.get("nothing"))
+        levers = {name: checked_forecast(r) for name, r in result["levers"].items()}
+        if nothing is not None and None not in levers.values():
+            return {"nothing": nothing, "levers": levers}
+        why_not = "its output does not hold"
+    return {"nothing": {"too_little": f"the forecast through the world was not made: {why_not or 'its output does not hold'}"},
+            "levers": {}}
 
 
 def calibration_bar(state):
@@ -5346,30 +5456,26 @@ class Warden:
         a slower guard, audit or reading is written as not read, and its reading when it is done.
         """
         m = state.mandate
-        timeout = min(m["cadence"], 600)
         self.round_number += 1
         if self.debug:
             log(self.debug, "warden", f"{state.name}: tick {self.round_number}: the metric, {len(m['guards'])} guard(s), "
                                   f"{len(m['audits'])} audit(s), {len(m['readings'])} reading(s)")
         self.rounds[state.name] = {"deadline": now + 0.5, "metric": None, "pending": set(), "number": self.round_number}
         if m["adapter"]:
-            self.start_adapter(state, "report", None, m["adapter"], timeout)
+            self.start_adapter(state, "report", None, m["adapter"], reading_limit(m))
         else:
-            self.start_reading(state, "report", None, ["./report"], timeout, shell=False)
-        for what, items in (("guard", m["guards"]), ("audit", m["audits"]), ("reading", m["readings"])):
-            for item in items:
-                if what == "guard" and item["drawdown"] is not None:
-                    continue                    # read from the metric's report
-                if any(c.venture == state.name and c.purpose == what and c.extra.get("name") == item["name"]
-                       for c in self.children):
-                    self.append(self.unread_record(state, what, item["name"], "its last read is still running"))
-                    continue
-                if item.get("adapter"):
-                    started = self.start_adapter(state, what, item["name"], item["adapter"], timeout)
-                else:
-                    started = self.start_reading(state, what, item["name"], item["run"], timeout, True)
-                if started:
-                    self.rounds[state.name]["pending"].add((what, item["name"]))
+            self.start_reading(state, "report", None, ["./report"], reading_limit(m), shell=False)
+        running = {(c.purpose, c.extra.get("name")) for c in self.children if c.venture == state.name}
+        for what, item, start in round_plan(m, running):
+            if not start:
+                self.append(self.unread_record(state, what, item["name"], "its last read is still running"))
+                continue
+            if item.get("adapter"):
+                started = self.start_adapter(state, what, item["name"], item["adapter"], reading_limit(item))
+            else:
+                started = self.start_reading(state, what, item["name"], item["run"], reading_limit(item), True)
+            if started:
+                self.rounds[state.name]["pending"].add((what, item["name"]))
 
     def start_adapter(self, state, what, name, adapter, timeout):
         """A built-in adapter reads apart like any command; stripe and github get their url and key in a private file."""
@@ -5390,7 +5496,7 @@ class Warden:
     def start_reading(self, state, what, name, args, timeout, shell, stdin_path=None):
         try:
             child = self.spawn(what, state, args, timeout=timeout, shell=shell, payload_file=stdin_path)
-            child.extra = {"name": name, "round": self.rounds[state.name]["number"]}
+            child.extra = {"name": name, "round": self.rounds[state.name]["number"], "limit": timeout}
             return True
         except OSError as err:
             if what == "report":
@@ -5412,7 +5518,7 @@ class Warden:
             return                      # a report cut short by a pause or a stop is no reading
         value, failure = read_metric_output(child, status)
         if child.ended_by == "timeout":
-            failure = f"took longer than {format_duration(min(state.mandate['cadence'], 600))} and was ended"
+            failure = timed_out_note(reading_limit(state.mandate))
         self.record_report(state, value, failure)
 
     def record_report(self, state, value, failure):
@@ -5443,10 +5549,10 @@ class Warden:
             return
         value, failure = read_metric_output(child, status, with_output=what != "guard")
         if child.ended_by == "timeout":
-            failure = "took longer than the cadence and was ended"
+            failure = timed_out_note(child.extra["limit"])
         self.reading_done_values(state, what, name, value, failure, "\n".join(output_lines(child.out, child.cut)[0]))
         round_ = self.rounds.get(state.name)
-        if round_ is not None and child.extra.get("round") == round_["number"]:
+        if not read_late(child.extra.get("round"), round_):
             round_["pending"].discard((what, name))
             self.maybe_settle(state)
         elif what == "guard" and state.mandate is not None:
@@ -5638,12 +5744,8 @@ class Warden:
         f = self.cfg["forecast"] or FORECAST_DEFAULT
         if not f["seeds"] or self.stopping:
             return False
-        facts = forecast_facts(state, f["days"], f["seeds"])
-        if state.mandate["world"]:          # stepped through the world command (open point 39)
-            import time
-            given = world_input(state, None, 0, time.time())
-            facts.update(reports=given["reports"], time=given["time"], world=state.mandate["world"],
-                         world_state=state.world_state, guards=[g["name"] for g in state.mandate["guards"]])
+        import time
+        facts = world_forecast_facts(state, f["days"], f["seeds"], time.time())    # through the world, with world:
         payload = write_payload(json.dumps(facts).encode())
         try:
             child = self.spawn("forecast", state, cached_command("forecast", []), timeout=600, payload_file=payload)
@@ -5658,6 +5760,8 @@ class Warden:
     def forecast_done(self, state, child, status):
         """Write the forecast the program printed: an inferred record, which shows and never authorizes;
         a ratchet ask waiting on it follows."""
+        if child.extra["why"] == "packet":
+            return self.packet_forecast_done(state, child, status)
         if child.ended_by in ("pause", "stop"):
             if child.extra["why"] == "ratchet":
                 self.raise_ratchet(state, child.extra["lever"])     # asked without the forecast cut short
@@ -5901,6 +6005,40 @@ class Warden:
         f = self.cfg["forecast"] or PACKET_FORECAST
         return forecast_facts(state, f["days"], f["seeds"]) if f["seeds"] else None
 
+    def start_packet_forecast(self, state, d):
+        """With `world:`, start the packet's forecast through the world command (issue 11 item 6): the forecast
+        program in a group of its own, so the world's steps never hold up the loop; return whether it started.
+        Without it, or with forecasts off, the roles process makes the packet's forecast from the baseline."""
+        import time
+        f = self.cfg["forecast"] or PACKET_FORECAST
+        d["world_forecast"] = None
+        if not state.mandate["world"] or not f["seeds"] or self.stopping:
+            return False
+        facts = dict(world_forecast_facts(state, f["days"], f["seeds"], time.time()), packet=True)
+        payload = write_payload(json.dumps(facts).encode())
+        try:
+            child = self.spawn("forecast", state, cached_command("forecast", []), timeout=600, payload_file=payload)
+            child.extra = {"why": "packet", "decision": d, "days": f["days"], "seeds": f["seeds"]}
+        except OSError as err:
+            log(True, "warden", f"{state.name}: the packet's forecast through the world: {err}")
+            return False
+        finally:
+            os.unlink(payload)
+        return True
+
+    def packet_forecast_done(self, state, child, status):
+        """The packet's forecast through the world is in, or why not: build the packet with it."""
+        d, result, why = child.extra["decision"], None, None
+        if child.ended_by or status != 0:
+            why = f"it was ended ({child.ended_by})" if child.ended_by else f"the forecast program ended {describe_status(status)}"
+        else:
+            try:
+                result = json.loads(bytes(child.out))
+            except ValueError:
+                why = "its output is not JSON"
+        d["world_forecast"] = {"days": child.extra["days"], "seeds": child.extra["seeds"], "made": packet_world_made(result, why)}
+        self.build(d)
+
     def recent(self, venture, count):
         rows = self.ledger.db.execute(
             "SELECT seq, at, record FROM records WHERE json_extract(record, '$.venture') = ? ORDER BY seq DESC LIMIT ?",
@@ -5929,7 +6067,11 @@ class Warden:
 
     def build(self, d):
         state = self.ventures[d["venture"]]
+        if "world_forecast" not in d and self.start_packet_forecast(state, d):
+            return                          # built again when the world's forecast is in (packet_forecast_done)
         d["packet"] = self.packet(state, d["looks"])
+        if d.get("world_forecast"):
+            d["packet"]["forecast"] = d["world_forecast"]
         self.to_roles({"op": "build", "packet": d["packet"]}, lambda answer: self.call_backend(d, answer))
 
     def call_backend(self, d, answer):
@@ -9526,7 +9668,8 @@ def run_forecast(args):
         facts = json.loads(sys.stdin.read())
         if facts.get("world"):
             guards = {"guards": [{"name": g} for g in facts.get("guards", [])]}
-            result = forecast_world_paths(facts, lambda data: run_world_step(facts["world"], data, guards))
+            step = lambda data: run_world_step(facts["world"], data, guards)     # noqa: E731
+            result = packet_world_forecast(facts, step) if facts.get("packet") else forecast_world_paths(facts, step)
         else:
             result = forecast(facts, seed=facts.get("seed", 0))
     except (ValueError, KeyError, TypeError) as err:

@@ -288,10 +288,10 @@ def test_first_plausible_reading_back_inside_ends_the_episode(av, workdir):
 
 
 def test_a_guard_that_hangs_holds_the_venture_and_asks_once(av, workdir):
-    """A guard whose command never answers is written not read, then failed when the cadence ends it; the
-    failed reading holds the venture implausible (a later round's not-read does not hide it), so from then on
-    the controller never acts, and one ask says so. PLAUS-06 PLAUS-07 PLAUS-08 GUARD-06 RUN-16"""
-    d = dial(workdir, "dial", guarded("{name: spend, run: sleep 30.201; echo 5, above: 100, then: ask}"),
+    """A guard whose command never answers is written not read, then failed when its time limit (`timeout: 1s`)
+    ends it; the failed reading holds the venture implausible (a later round's not-read does not hide it), so from
+    then on the controller never acts, and one ask says so. PLAUS-06 PLAUS-07 PLAUS-08 GUARD-06 RUN-16"""
+    d = dial(workdir, "dial", guarded("{name: spend, run: sleep 30.201; echo 5, above: 100, then: ask, timeout: 1s}"),
              value="50", lower=MARK)
     av.start()
     av.cli("add", d)
@@ -601,7 +601,8 @@ def fleet_ventures(work):
     ]
     write(os.path.join(work, "shop", "notes"), NOTE + "\n")
     for name, (body, _) in BAD.items():
-        dirs.append(mk(name, PLAUSIBLE.format(above=0, extra=""), report=f"#!/bin/sh\n{body}\n", lower=TRUE))
+        extra = "timeout: 1s\n" if name == "hang" else ""       # ended at its own time limit, not the 10 minutes
+        dirs.append(mk(name, PLAUSIBLE.format(above=0, extra=extra), report=f"#!/bin/sh\n{body}\n", lower=TRUE))
     return dirs
 
 
@@ -757,8 +758,8 @@ def test_bad_report_inputs_fail_with_a_note_and_never_act(fleet):
     nothing, one that exits 3) is a failed or implausible report with a note, and no lever runs on it though
     the threshold is 0; 5 followed by an empty line, 7 without a newline, text then 5 (the text dropped) and
     10 MB of output ending in 5 are valid numbers; the daemon's memory stays bounded; a report that never
-    exits is ended at the cadence and none outlives avsmd. REPORT-02 REPORT-03 REPORT-04 REPORT-05 REPORT-06
-    REPORT-07 PLAUS-04 PLAUS-06 PLAUS-07 open point 19 open point 54"""
+    exits is ended at its time limit (`timeout: 1s`) and none outlives avsmd. REPORT-02 REPORT-03 REPORT-04 REPORT-05 REPORT-06
+    REPORT-07 PLAUS-04 PLAUS-06 PLAUS-07 open point 19 DESIGN (reading time limits)"""
     recs = fleet.wait_for(lambda rs: all(len(of(rs, "report", v)) >= 2 for v in BAD) and rs,
                           timeout=20, what="two reports of each venture")
     for name, (_, expected) in BAD.items():

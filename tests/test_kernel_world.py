@@ -235,3 +235,37 @@ def test_a_forecast_through_the_world_steps_each_seed_and_names_the_lever_the_co
     assert result["cut"].startswith("cut short at 400 world steps (400 at most): ")
     failed = avsm.forecast_world_paths(facts, lambda given: (None, "it ended exit 2"))
     assert failed == {"too_little": "the world failed a step of the forecast: it ended exit 2"}
+
+
+def test_the_packet_forecast_through_the_world_shares_its_calls_and_tells_a_lever_on_the_first_step():
+    """Item 6: the decision packet's forecasts through the world, doing nothing and one run now of each lever,
+    with no controller, share PACKET_WORLD_CALLS (160: 80 each with one lever, 2 seeds of 40 steps of a day at
+    10 s), the lever's paths told it on their first step alone; each says where it was cut. What the forecast
+    program printed is checked before it goes into a packet, and the packet's lines say it came from the world."""
+    calls = []
+
+    def step(given):
+        calls.append(given)
+        lowered = given["lever"] == "lower" or given["state"] == "lowered"
+        return {"state": "lowered" if lowered else None, "metric": 3 if lowered else 9, "guards": {}}, None
+
+    facts = {"cadence": 10, "seeds": 2, "days": 1, "sides": [["above", 5, "lower"]],
+             "levers": {"lower": {"cap": [60, 60], "steps": [], "expects": None}},
+             "history": [1, 2], "world_state": None, "time": 1000, "reports": [{"seq": 7, "at": 990, "value": 2}]}
+    made = avsm.packet_world_forecast(facts, step)
+    assert len(calls) == avsm.PACKET_WORLD_CALLS == 160
+    assert [i for i, c in enumerate(calls) if c["lever"]] == [80, 120], "the lever's two seeds, first step each"
+    assert made["nothing"]["median"] == 9 and made["levers"]["lower"]["median"] == 3
+    assert made["nothing"]["cut"].startswith("cut short at 80 world steps (80 at most): ")
+    checked = avsm.packet_world_made(made, None)
+    assert checked["levers"]["lower"]["p90"] == 3
+    lines = avsm.packet_world_lines("dial", {"days": 1, "seeds": 2, "made": checked})
+    assert lines[0] == "forecast through the world command (1 days x 2 seeds, at the horizon):"
+    assert lines[1].startswith("  cut short at 80 world steps") and lines[2:] == ["  doing nothing: dial 9 (80%: 9 to 9)",
+                                                                                  "  lower once now: dial 3 (80%: 3 to 3)"]
+    for bad in ({"nothing": {"median": "x"}, "levers": {}}, {"nothing": made["nothing"], "levers": {"lower": None}}, []):
+        assert avsm.packet_world_made(bad, None)["nothing"] == {"too_little": "the forecast through the world was not "
+                                                                              "made: its output does not hold"}
+    ended = avsm.packet_world_made(None, "it was ended (pause)")
+    assert avsm.packet_world_lines("dial", {"days": 1, "seeds": 2, "made": ended})[1] == \
+        "  the forecast through the world was not made: it was ended (pause)"

@@ -163,7 +163,7 @@ def test_readings(tmp_path):
     """READING-01, AUDIT-01, AUDIT-04, open point 22: the README's readings example; `permitted` with a model."""
     m = parse_in_dir(tmp_path, READINGS, ["report", "reply", "customers", "waiting"])
     assert m["audits"][0]["better"] == "down" and m["audits"][0]["worse"] == "up"
-    assert m["readings"] == [{"name": "waiting", "run": "./waiting", "lines": "address", "audit": "customers"}]
+    assert m["readings"] == [{"name": "waiting", "run": "./waiting", "lines": "address", "audit": "customers", "timeout": None}]
     assert m["levers"]["reply"]["takes"] == "text"
 
 

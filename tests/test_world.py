@@ -302,3 +302,55 @@ def test_the_forecast_at_add_steps_the_world_with_its_calls_capped(av, workdir):
             steps.append(json.loads(fh.read()))
     imagined = [s for s in steps if s["reports"] and s["reports"][-1]["seq"] is None]
     assert len(imagined) >= 390 and all(s["state"] == {"k": 1} for s in imagined), len(imagined)
+
+
+# A world that knows what a run of lower does: told it (or remembering it in its state), the metric is 555.
+LEVER_WORLD = """#!/bin/sh
+input=$(cat)
+printf '%s\\n' "$input" > in/$$
+case "$input" in
+  *'"lever": "lower"'*|*'"lowered": 1'*) echo '{"state": {"lowered": 1}, "metric": 555, "guards": {}}';;
+  *) echo '{"state": null, "metric": 777, "guards": {}}';;
+esac
+"""
+
+DECIDED = """purpose: Count, and let a model choose with the world's forecast.
+metric: count
+controller: {kind: model}
+cadence: 1s
+world: ./world
+permitted:
+  - {name: lower, run: ./lower, cap: 60/hour, reversible: true}
+"""
+
+
+def test_the_packet_forecast_steps_the_world_with_its_calls_capped(av, workdir):
+    """Item 6: with world:, the forecast in the decision packet steps the world command, as the forecast at add
+    does: doing nothing, and one run now of each lever (the world told it on the first step); its calls are
+    capped (160 shared by the two: 80 each, 4 seeds of 20 steps of a day's 86400) and it says it was cut
+    short. A real command backend keeps the packet it was given. FORECAST-03, open point 39, WORLD-01"""
+    os.makedirs(av.home, mode=0o700)
+    backend = write(os.path.join(workdir, "backend"),
+                    f"#!/bin/sh\ncat > {workdir}/request.json\necho '{{\"choice\": \"nothing\", \"reason\": \"fine\"}}'\n", 0o755)
+    write(os.path.join(av.home, "config.yaml"),
+          f"nightly: never\ndefault: mine\nforecast: {{days: 1, seeds: 4}}\nbackends:\n  mine: {{kind: command, run: {backend}}}\n")
+    d = make_venture(workdir, "w", DECIDED, {"report": COUNTING, "world": LEVER_WORLD, "lower": "#!/bin/sh\n"})
+    os.makedirs(os.path.join(d, "in"))
+    av.start()
+    assert av.cli("add", d).returncode == 0
+    av.wait_for(lambda recs: mine(av, "report"), 10, "a report")
+    run = av.cli("decide", "w")
+    assert run.returncode == 0, run.stderr
+    with open(os.path.join(workdir, "request.json")) as fh:
+        user = json.load(fh)["user"]
+    assert "forecast through the world command (1 days x 4 seeds, at the horizon):" in user, user
+    assert "cut short at 80 world steps (80 at most)" in user, user
+    assert "doing nothing: count 777 (80%: 777 to 777)" in user, user
+    assert "lower once now: count 555 (80%: 555 to 555)" in user, user
+    told = []
+    for name in os.listdir(os.path.join(d, "in")):
+        with open(os.path.join(d, "in", name)) as fh:
+            step = json.loads(fh.read())
+        if step["lever"] == "lower":
+            told.append(step)
+    assert len(told) == 4, "each seed's first step of the lever's forecast, and no other, is told the lever"
