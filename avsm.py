@@ -7826,8 +7826,13 @@ def out(line=""):
     """Write one line of records to standard output."""
     if sys.stdout is None:
         raise OutputError(9, "standard output is closed")
+    text = shown(line) + "\n"
     try:
-        sys.stdout.write(shown(line) + "\n")
+        try:
+            sys.stdout.write(text)
+        except UnicodeEncodeError:      # an ASCII or Latin-1 terminal: what it cannot show is written as \u escapes
+            encoding = sys.stdout.encoding or "ascii"
+            sys.stdout.write(text.encode(encoding, "backslashreplace").decode(encoding))
     except BrokenPipeError:
         raise
     except OSError as err:

@@ -679,3 +679,22 @@ def test_try_on_a_home_another_avsmd_holds_adopts_nothing(av, workdir):
     for extra in ([], ["-t"]):
         r = run(prog(av.bindir, "avsmd") + ["--home", homefile] + extra)
         assert r.returncode == 73 and "is not a directory" in r.stderr, r
+
+
+def test_a_terminal_that_cannot_show_a_character_gets_an_escape_not_a_traceback(av, workdir):
+    """CLI-11: on an ASCII (or Latin-1) standard output, what the ledger holds past it (a
+    lever's output in Greek with an emoji) is written as a backslash escape; tail, status and why exit 0 with no
+    traceback."""
+    d = dial_venture(workdir, "greek", [("lower", "2/hour", True)], "lower", value="50",
+                     lower="#!/bin/sh\necho '\u03b1\u03c1\u03b3\u03ac \u2615'\n")
+    av.start()
+    assert av.cli("add", d).returncode == 0
+    av.wait_for(lambda rs: of(rs, "outcome", "greek"), timeout=15, what="an outcome")
+    seq = of(av.records(), "action", "greek")[0][0]
+    for encoding in ("ascii", "latin-1"):
+        av.env["PYTHONIOENCODING"], shown = encoding, []
+        for args in (("tail", "--since", "0"), ("status", "-v"), ("why", str(seq))):
+            r = av.cli(*args)
+            assert r.returncode == 0 and "Traceback" not in r.stderr, (encoding, args, r.stderr[-400:])
+            shown.append(r.stdout)
+        assert "\\u03b1\\u03c1\\u03b3\\u03ac \\u2615" in "".join(shown), (encoding, shown)
