@@ -8174,15 +8174,8 @@ def cmd_summary(home, args):
         else:
             raise Fail(EX_USAGE, f"avsm summary does not take '{arg}'; usage: avsm summary [--since DURATION|SEQ], "
                                  f"such as --since 24h, --since 7d or --since 1200")
-    seconds = since = None              # a bad --since is usage (64), found before the ledger is opened (66)
-    if re.fullmatch(r"#?[0-9]+", since_text):
-        since, span = need_int(since_text, "a record number"), f"the records after #{since_text.lstrip('#')}"
-    else:
-        try:
-            seconds = parse_duration(since_text)
-        except ValueError as err:
-            raise Fail(EX_USAGE, f"avsm summary --since: {err}, or give a record number such as 1200") from None
-        span = f"the last {since_text.strip()}"
+    since, seconds = since_arg(since_text, "summary")    # bad usage (64) is found before the ledger (66)
+    span = f"the last {since_text.strip()}" if seconds else f"the records after #{since}"
     db = open_ledger_ro(ledger_path(home))
     top = db.execute("SELECT coalesce(max(seq), 0) FROM records").fetchone()[0]
     if seconds is not None:
@@ -8488,7 +8481,9 @@ def cmd_chart(home, args):
             raise Fail(EX_USAGE, f"avsm chart charts one venture at a time; {CHART_USAGE}")
     if not name:
         raise Fail(EX_USAGE, CHART_USAGE)
-    after, start, span = chart_since(since, time.time())
+    after, seconds = since_arg(since, "chart") if since is not None else (0, None)
+    after, start = after or 0, time.time() - seconds if seconds else 0
+    span = f"in the last {format_duration(seconds)}" if seconds else f"after #{after}" if after else "in the ledger"
     db = open_ledger_ro(ledger_path(home))
     try:
         mandates, records = read_chart_records(db, name, after, start)
@@ -8504,23 +8499,20 @@ def cmd_chart(home, args):
     return EX_OK
 
 
-def chart_since(text, now):
-    """Return (the seq after which, the unix time from which, words naming the span) of --since SEQ|DURATION:
-    a record number (17 or #17: the records after it) or a duration back from `now` (24h); None is all."""
-    if text is None:
-        return 0, 0, "in the ledger"
+def since_arg(text, command):
+    """Return (the seq after which, or the seconds back from now) of `--since SEQ|DURATION` for summary and chart:
+    a record number (17 or #17: the records after it) or a duration (24h); the other is None. Bad usage is 64."""
     t = text.strip()
     if t.lstrip("#").isdigit() and t.isascii() and t.count("#") <= 1:
-        seq = need_int(t, "a record number")
-        return seq, 0, f"after #{seq}"
+        return need_int(t, "a record number"), None
     try:
-        seconds = parse_duration(t)
+        return None, parse_duration(t)
     except ValueError as err:
         if re.fullmatch(r"[0-9]+[a-zA-Z0-9]*", t):
-            raise Fail(EX_USAGE, f"--since {err}") from None
-        raise Fail(EX_USAGE, f"--since takes a duration or a record number, not '{text}': --since 24h (the last "
-                             f"24 hours) or --since 17 (the records after #17)") from None
-    return 0, now - seconds, f"in the last {format_duration(seconds)}"
+            raise Fail(EX_USAGE, f"avsm {command} --since {err}") from None
+        raise Fail(EX_USAGE, f"avsm {command} --since takes a duration such as 10s, 24h or 7d, or a record number "
+                             f"such as 17, not '{text}': --since 24h is the last 24 hours, --since 17 the records "
+                             f"after #17") from None
 
 
 def read_chart_records(db, name, after, start):
