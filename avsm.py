@@ -133,6 +133,32 @@ def format_duration(seconds):
     return f"{seconds}s"
 
 
+def next_nightly(hhmm, after=None):
+    """Return the unix time of the next nightly decision at local HH:MM (after `after`), or None for never.
+
+    mktime with isdst=-1 follows the wall clock across a daylight-saving change (open point 47).
+    """
+    import time
+    if hhmm == "never":
+        return None
+    after = time.time() if after is None else after
+    hour, minute = (int(x) for x in hhmm.split(":"))
+    t = time.localtime(after)
+    for day in range(3):
+        target = time.mktime((t.tm_year, t.tm_mon, t.tm_mday + day, hour, minute, 0, 0, 0, -1))
+        shown = time.localtime(target)
+        if (shown.tm_hour, shown.tm_min) != (hour, minute):
+            # a time the clock skipped: step back to the first minute after the gap
+            while True:
+                before = time.localtime(target - 60)
+                if before.tm_mday != shown.tm_mday or before.tm_hour * 60 + before.tm_min <= hour * 60 + minute:
+                    break
+                target -= 60
+        if target > after:
+            return target
+    return None
+
+
 def parse_cap(text):
     """Return (count, period seconds) of a cap `N/period`: period minute, hour, day, week or a duration."""
     s = str(text).strip()
@@ -1713,6 +1739,41 @@ def json_kind(value):
         if isinstance(value, kind):
             return name
     return "null" if value is None else type(value).__name__
+
+
+def delegate_lever(text, lever, source):
+    """Return mandate `text` with `delegated: true` on lever `lever`, checked by parsing it back (open point 41)."""
+    doc, marks = parse_yaml_marked(text, source)
+    index = next(i for i, item in enumerate(doc["permitted"]) if item.get("name") == lever)
+    lines = text.split("\n")
+    if "delegated" in doc["permitted"][index]:
+        line, col = marks[("permitted", index, "delegated")]
+        row = lines[line - 1]
+        value_at = row.index(":", col - 1) + 1
+        end = min([p for p in (row.find(",", value_at), row.find("}", value_at)) if p >= 0] or [len(row)])
+        lines[line - 1] = row[:value_at] + " true" + row[end:]
+    else:
+        line, col = marks[("permitted", index, "name")]
+        row = lines[line - 1]
+        brace = row.rfind("}")
+        if row.lstrip().startswith(("- {", "{")) and brace > 0:       # a flow mapping on one line
+            lines[line - 1] = row[:brace].rstrip() + ", delegated: true" + row[brace:]
+        else:
+            lines.insert(line, " " * (col - 1) + "delegated: true")
+    new = "\n".join(lines)
+    after = parse_mandate(new, source)
+    before = parse_mandate(text, source)
+    before["levers"][lever]["delegated"] = True
+    if after != before:
+        raise ValueError("the change would touch more than delegated")
+    return new
+
+
+def check_not_adopted_elsewhere(name, directory, adopted_from, paused):
+    """Refuse (65) adopting `directory` as venture `name` while a running venture of that name comes from elsewhere."""
+    if adopted_from != directory and not paused:
+        raise Fail(EX_DATAERR, f"venture '{name}' is already adopted from {adopted_from}; "
+                               f"pause it first (avsm pause {name}) or rename this directory")
 
 
 # =============================================================================
@@ -4545,13 +4606,9 @@ def read_metric_output(child, status, with_output=True):
     return value, None
 
 
-# =============================================================================
-# 7. The processes
-# avsmd (lock, socket, signals, the warden's keeper) and the warden (ticks,
-# runs, appends). They wire the kernel to the effects and hold little logic.
-# =============================================================================
-
 AVSM_PATH = os.path.realpath(__file__)
+
+
 # How avsmd starts itself and its warden: loading this file through the import system, so its cached
 # bytecode serves (a script is compiled afresh at every start, and the compiler's memory stays with it).
 LOAD_AVSM = ("import importlib.util as u, sys; s = u.spec_from_file_location('avsm', sys.argv[1]); "
@@ -4578,6 +4635,91 @@ def log(debug, who, message):
         sys.stderr.write(f"{time.strftime('%H:%M:%S')} {who}[{os.getpid()}]: {message}\n")
         sys.stderr.flush()
 
+
+def check_venture_dir(directory):
+    """Refuse a path that is not a venture directory: 66 when missing, 65 with the fix otherwise."""
+    if not os.path.exists(directory):
+        raise Fail(EX_NOINPUT, f"{directory} is not there; pass the venture's directory")
+    if not os.path.isdir(directory):
+        raise Fail(EX_DATAERR, f"{directory} is a file; pass the directory that holds mandate.yaml "
+                               f"(avsm add {os.path.dirname(directory) or '.'})")
+    if not os.path.exists(os.path.join(directory, "mandate.yaml")):
+        if os.path.exists(os.path.join(directory, "mandate.yml")):
+            raise Fail(EX_DATAERR, f"{directory} holds mandate.yml; rename it to mandate.yaml "
+                                   f"(mv {os.path.join(directory, 'mandate.yml')} {os.path.join(directory, 'mandate.yaml')})")
+        raise Fail(EX_DATAERR, f"{directory} holds no mandate.yaml; write one (see examples/counter)")
+    problem = mandate_file_problem(os.path.join(directory, "mandate.yaml"), os.stat(os.path.join(directory, "mandate.yaml")))
+    if problem:
+        raise Fail(EX_DATAERR, problem)
+
+
+def read_venture(directory):
+    """Read the venture in `directory` as `avsm add` adopts it: (name, path of mandate.yaml, its text, the mandate),
+    or Fail: 66 when the directory is not there, 65 with the fix otherwise. The client's add, avsmd's add and
+    `avsmd -t DIR` all call this one function, so a check says exactly what adopting would."""
+    check_venture_dir(directory)
+    name = check_venture_name(os.path.basename(directory))
+    path = os.path.join(directory, "mandate.yaml")
+    try:
+        text = read_mandate_file(path)
+        mandate = parse_mandate(text, path, directory)
+    except OSError as err:
+        raise Fail(EX_DATAERR, f"{path} cannot be read: {err.strerror}") from None
+    except Fail as fail:
+        raise Fail(EX_DATAERR, str(fail)) from None
+    return name, path, text, mandate
+
+
+MANDATE_MAX = 256 * 1024        # bytes: a mandate is a page of text; past this it is a mistake, and parsing stalls
+
+
+def mandate_file_problem(path, st):
+    """Return why the file at `path` with stat `st` cannot be a mandate, or None."""
+    import stat
+    if stat.S_ISDIR(st.st_mode):
+        return f"{path} is a directory; a mandate is a file of text (move the directory away and write mandate.yaml)"
+    if not stat.S_ISREG(st.st_mode):
+        return f"{path} is not a regular file (a FIFO, device or socket); a mandate is a file of text"
+    if st.st_size > MANDATE_MAX:
+        return f"{path} is {st.st_size} bytes; a mandate may be at most {MANDATE_MAX // 1024} KiB"
+    return None
+
+
+def read_mandate_file(path):
+    """Return the text of mandate.yaml at `path`, exactly as written (its sha256 is the file's).
+
+    Raises OSError when it cannot be opened, and Fail (78: a mandate that does not hold) for anything
+    but a regular file of at most MANDATE_MAX bytes in UTF-8. Never blocks: a FIFO is refused unread.
+    """
+    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+    try:
+        problem = mandate_file_problem(path, os.fstat(fd))
+        if problem:
+            raise Fail(EX_CONFIG, problem)
+        chunks, size = [], 0
+        while size <= MANDATE_MAX:
+            chunk = os.read(fd, 65536)
+            if not chunk:
+                break
+            chunks.append(chunk)
+            size += len(chunk)
+    finally:
+        os.close(fd)
+    data = b"".join(chunks)
+    if len(data) > MANDATE_MAX:
+        raise Fail(EX_CONFIG, f"{path} is over {MANDATE_MAX // 1024} KiB; a mandate may be at most that")
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as err:
+        line = data[:err.start].count(b"\n") + 1
+        raise Fail(EX_CONFIG, f"{path}:{line}: byte 0x{data[err.start]:02x} is not UTF-8; save the mandate as UTF-8") from None
+
+
+# =============================================================================
+# 7. The processes
+# avsmd (lock, socket, signals, the warden's keeper) and the warden (ticks,
+# runs, appends). They wire the kernel to the effects and hold little logic.
+# =============================================================================
 
 class Warden:
     """The only process that acts: ticks ventures, runs their programs, appends their records."""
@@ -6143,289 +6285,6 @@ class Warden:
             self.keep[state.name].update(restart=False, backoff=0)
         self.start_keep(state)
         return [f"{state.name} resumed"] + still
-
-
-def next_nightly(hhmm, after=None):
-    """Return the unix time of the next nightly decision at local HH:MM (after `after`), or None for never.
-
-    mktime with isdst=-1 follows the wall clock across a daylight-saving change (open point 47).
-    """
-    import time
-    if hhmm == "never":
-        return None
-    after = time.time() if after is None else after
-    hour, minute = (int(x) for x in hhmm.split(":"))
-    t = time.localtime(after)
-    for day in range(3):
-        target = time.mktime((t.tm_year, t.tm_mon, t.tm_mday + day, hour, minute, 0, 0, 0, -1))
-        shown = time.localtime(target)
-        if (shown.tm_hour, shown.tm_min) != (hour, minute):
-            # a time the clock skipped: step back to the first minute after the gap
-            while True:
-                before = time.localtime(target - 60)
-                if before.tm_mday != shown.tm_mday or before.tm_hour * 60 + before.tm_min <= hour * 60 + minute:
-                    break
-                target -= 60
-        if target > after:
-            return target
-    return None
-
-
-def delegate_lever(text, lever, source):
-    """Return mandate `text` with `delegated: true` on lever `lever`, checked by parsing it back (open point 41)."""
-    doc, marks = parse_yaml_marked(text, source)
-    index = next(i for i, item in enumerate(doc["permitted"]) if item.get("name") == lever)
-    lines = text.split("\n")
-    if "delegated" in doc["permitted"][index]:
-        line, col = marks[("permitted", index, "delegated")]
-        row = lines[line - 1]
-        value_at = row.index(":", col - 1) + 1
-        end = min([p for p in (row.find(",", value_at), row.find("}", value_at)) if p >= 0] or [len(row)])
-        lines[line - 1] = row[:value_at] + " true" + row[end:]
-    else:
-        line, col = marks[("permitted", index, "name")]
-        row = lines[line - 1]
-        brace = row.rfind("}")
-        if row.lstrip().startswith(("- {", "{")) and brace > 0:       # a flow mapping on one line
-            lines[line - 1] = row[:brace].rstrip() + ", delegated: true" + row[brace:]
-        else:
-            lines.insert(line, " " * (col - 1) + "delegated: true")
-    new = "\n".join(lines)
-    after = parse_mandate(new, source)
-    before = parse_mandate(text, source)
-    before["levers"][lever]["delegated"] = True
-    if after != before:
-        raise ValueError("the change would touch more than delegated")
-    return new
-
-
-def check_venture_dir(directory):
-    """Refuse a path that is not a venture directory: 66 when missing, 65 with the fix otherwise."""
-    if not os.path.exists(directory):
-        raise Fail(EX_NOINPUT, f"{directory} is not there; pass the venture's directory")
-    if not os.path.isdir(directory):
-        raise Fail(EX_DATAERR, f"{directory} is a file; pass the directory that holds mandate.yaml "
-                               f"(avsm add {os.path.dirname(directory) or '.'})")
-    if not os.path.exists(os.path.join(directory, "mandate.yaml")):
-        if os.path.exists(os.path.join(directory, "mandate.yml")):
-            raise Fail(EX_DATAERR, f"{directory} holds mandate.yml; rename it to mandate.yaml "
-                                   f"(mv {os.path.join(directory, 'mandate.yml')} {os.path.join(directory, 'mandate.yaml')})")
-        raise Fail(EX_DATAERR, f"{directory} holds no mandate.yaml; write one (see examples/counter)")
-    problem = mandate_file_problem(os.path.join(directory, "mandate.yaml"), os.stat(os.path.join(directory, "mandate.yaml")))
-    if problem:
-        raise Fail(EX_DATAERR, problem)
-
-
-def read_venture(directory):
-    """Read the venture in `directory` as `avsm add` adopts it: (name, path of mandate.yaml, its text, the mandate),
-    or Fail: 66 when the directory is not there, 65 with the fix otherwise. The client's add, avsmd's add and
-    `avsmd -t DIR` all call this one function, so a check says exactly what adopting would."""
-    check_venture_dir(directory)
-    name = check_venture_name(os.path.basename(directory))
-    path = os.path.join(directory, "mandate.yaml")
-    try:
-        text = read_mandate_file(path)
-        mandate = parse_mandate(text, path, directory)
-    except OSError as err:
-        raise Fail(EX_DATAERR, f"{path} cannot be read: {err.strerror}") from None
-    except Fail as fail:
-        raise Fail(EX_DATAERR, str(fail)) from None
-    return name, path, text, mandate
-
-
-def check_not_adopted_elsewhere(name, directory, adopted_from, paused):
-    """Refuse (65) adopting `directory` as venture `name` while a running venture of that name comes from elsewhere."""
-    if adopted_from != directory and not paused:
-        raise Fail(EX_DATAERR, f"venture '{name}' is already adopted from {adopted_from}; "
-                               f"pause it first (avsm pause {name}) or rename this directory")
-
-
-MANDATE_MAX = 256 * 1024        # bytes: a mandate is a page of text; past this it is a mistake, and parsing stalls
-
-
-def mandate_file_problem(path, st):
-    """Return why the file at `path` with stat `st` cannot be a mandate, or None."""
-    import stat
-    if stat.S_ISDIR(st.st_mode):
-        return f"{path} is a directory; a mandate is a file of text (move the directory away and write mandate.yaml)"
-    if not stat.S_ISREG(st.st_mode):
-        return f"{path} is not a regular file (a FIFO, device or socket); a mandate is a file of text"
-    if st.st_size > MANDATE_MAX:
-        return f"{path} is {st.st_size} bytes; a mandate may be at most {MANDATE_MAX // 1024} KiB"
-    return None
-
-
-def read_mandate_file(path):
-    """Return the text of mandate.yaml at `path`, exactly as written (its sha256 is the file's).
-
-    Raises OSError when it cannot be opened, and Fail (78: a mandate that does not hold) for anything
-    but a regular file of at most MANDATE_MAX bytes in UTF-8. Never blocks: a FIFO is refused unread.
-    """
-    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
-    try:
-        problem = mandate_file_problem(path, os.fstat(fd))
-        if problem:
-            raise Fail(EX_CONFIG, problem)
-        chunks, size = [], 0
-        while size <= MANDATE_MAX:
-            chunk = os.read(fd, 65536)
-            if not chunk:
-                break
-            chunks.append(chunk)
-            size += len(chunk)
-    finally:
-        os.close(fd)
-    data = b"".join(chunks)
-    if len(data) > MANDATE_MAX:
-        raise Fail(EX_CONFIG, f"{path} is over {MANDATE_MAX // 1024} KiB; a mandate may be at most that")
-    try:
-        return data.decode("utf-8")
-    except UnicodeDecodeError as err:
-        line = data[:err.start].count(b"\n") + 1
-        raise Fail(EX_CONFIG, f"{path}:{line}: byte 0x{data[err.start]:02x} is not UTF-8; save the mandate as UTF-8") from None
-
-
-def describe_allowed(m, cfg=None):
-    """Return lines saying what a mandate allows: each lever, its cap, and what needs asking."""
-    lines = []
-    ctl = m["controller"]
-    if decided_by_model(m) and cfg is not None:
-        lines.append("  " + backend_note(m, cfg))
-    lines.append(f"  controller: {CONTROLLERS[ctl['kind']].describe(ctl)}")
-    for lever in m["levers"].values():
-        how = "runs unasked" if lever["reversible"] else ("delegated: runs unasked, intent before and outcome after"
-                                                            if lever["delegated"] else "irreversible: asks a person first")
-        lines.append(f"  may run {lever['name']}: cap {lever['cap_text']}, {how}"
-                     + (f", takes {lever['takes']}" + (" (a model's content runs unasked: delegated)" if lever["delegated"]
-                                                       else " (model content waits for a person)") if lever["takes"] else ""))
-    if not m["levers"]:
-        lines.append("  may run no lever")
-    if m["forbidden"]:
-        lines.append(f"  never runs: {', '.join(m['forbidden'])}")
-    if m["run"]:
-        lines.append(f"  keeps {m['run']} running (restart: {m['restart']})")
-    for g in m["guards"]:
-        source = g["run"] or g["adapter"] or f"drawdown of {g['drawdown']:g}% from the peak"
-        bound = f"past {g['drawdown']:g}%" if g["drawdown"] is not None else f"{g['side']} {format_number(g['bound'])}"
-        lines.append(f"  guard {g['name']} ({source}): {bound} {'pauses' if g['then'] == 'pause' else 'asks'}; then only stop"
-                     + (f" and unwind {g['unwind']['action']}" if g["unwind"] else "") + " run")
-    for a in m["audits"]:
-        lines.append(f"  audit {a['name']} ({a['run']}): asks when the metric improves while it worsens ({a['worse']}) past {format_number(a['tolerance'])}")
-    return lines
-
-
-def backend_note(m, cfg):
-    """Say which backend a model venture's decisions go to, and whether it may be asked (open point 42)."""
-    name = m["controller"].get("backend") or cfg.get("default")
-    if name and name not in cfg["backends"]:
-        return f"backend: {name} is not among config.yaml's backends: no decision is made"
-    if not name:
-        return "backend: none named (set default: in config.yaml): no decision is made"
-    if cfg["backends"][name]["offbox"] and m["escalate"] != "offbox":
-        return f"backend: {name} leaves the machine, and the mandate does not say escalate: offbox: no call is made"
-    second = cfg.get("escalate")
-    if not second or second == name:
-        escalation = ""
-    elif cfg["backends"][second]["offbox"] and m["escalate"] != "offbox":
-        escalation = f", not escalating to {second} (it leaves the machine; the mandate does not say escalate: offbox)"
-    else:
-        escalation = f", escalating to {second}"
-    return f"backend: {name}, nightly at {cfg['nightly']}" + escalation
-
-
-def describe_status_lines(state, now, keep, children, cfg=None):
-    """Return the status lines of one venture: state, last report, controller position, levers, asks, run."""
-    held = held_by(state) if state.mandate is not None else None
-    if state.paused:
-        condition = "paused"
-    elif state.mandate is None:
-        condition = f"cannot run: {state.problem}"
-    elif held:
-        what, seq, note = held
-        condition = f"implausible: held by {what} #{seq} ({note}); a plausible reading of it clears the hold"
-    elif state.last_report and state.last_report[2].get("status") == "unconfirmed":
-        condition = f"unconfirmed: report #{state.last_report[0]} waits for the next to agree"
-    elif any(side.get("stuck") for side in state.sides.values()):
-        condition = "stuck: past its bound and its lever cannot run; " + ", ".join(
-            f"{s.get('stuck')}" for s in state.sides.values() if s.get("stuck"))
-    else:
-        condition = "running"
-    lines = [f"{state.name}: {condition}"]
-    if state.last_report:
-        seq, at, rec = state.last_report
-        status = rec.get("status")
-        lines.append(f"  last report #{seq} at {format_local_time(at)}: {rec.get('summary')}"
-                     + ("" if status and status in str(rec.get("summary")) else f" ({status})"))
-    else:
-        lines.append("  no report yet")
-    m = state.mandate
-    if m is not None and decided_by_model(m) and cfg is not None:
-        lines.append("  " + backend_note(m, cfg))
-    if m is not None:
-        for side_name, way, bound, lever in controller_sides(m):
-            side, hold = state.side(side_name), m["controller"].get("hold") or 1
-            if state.level is not None and crossed(way, bound, state.level[1]):     # the last trusted report
-                position = "past the bound"
-                if side["streak"] and len(side["streak"]) < hold:
-                    position += f", waiting on hold ({len(side['streak'])} of {hold})"
-                elif not side["armed"]:
-                    position += ", acted once in this excursion (deadband)"
-                elif side.get("asked"):
-                    position += ", asked once in this excursion"
-                if side.get("stuck"):
-                    way_out = STUCK_WAY_OUT[side["stuck"]].format(venture=state.name, lever=lever)
-                    position += f"; stuck ({side['stuck']}): {way_out}"
-            elif not side["armed"]:
-                position = "inside, deadband not yet re-armed"
-            else:
-                position = "inside"
-            if state.last_report and state.last_report[2].get("status") != "trusted":
-                # the controller sees only trusted reports: say which one it stands on, and name the one it does not
-                position += (f", from the last trusted report #{state.level[0]} ({format_number(state.level[1])})"
-                             if state.level is not None else ", no trusted report yet")
-                position += f"; #{state.last_report[0]} is {state.last_report[2].get('status')} and not acted on"
-            lines.append(f"  controller: {way} {format_number(bound)} ({lever}): {position}")
-        for guard in m["guards"]:
-            info = state.guards.get(guard["name"])
-            if info is None or info["last"] is None:
-                lines.append(f"  guard {guard['name']}: not read yet")
-                continue
-            seq, value, status = info["last"]
-            where = (f"past its bound since #{info['episode']}: no lever but stop"
-                     + (f" and the unwind {guard['unwind']['action']}" if guard["unwind"] else "") + " runs until it is back inside"
-                     if info["past"] else "inside its bound" if status == "trusted"
-                     else "not judged (it neither trips nor clears a guard); inside its bound before")
-            lines.append(f"  guard {guard['name']}: #{seq} {format_number(value)} ({status}), {where}")
-        for name, lever in m["levers"].items():
-            used = len(cap_window(state, name, now))
-            running = " (running)" if name in state.running else ""
-            lines.append(f"  lever {name}: {used} of {lever['cap'][0]} per {format_duration(lever['cap'][1])}{running}")
-    lines += describe_calibration_lines(state)
-    lines.append(f"  open asks: {len(state.open_asks)}" + (f" ({', '.join('#' + str(s) for s in sorted(state.open_asks))})" if state.open_asks else ""))
-    if m is not None and m["run"]:
-        child, restarts = (keep or {}).get("child"), (keep or {}).get("restarts", 0)
-        ending = getattr(child, "ended_by", None)
-        if child and ending:            # a program being ended is not shown as running (a pause ends it within seconds)
-            where = f"pid {child.pid} is being stopped ({'by the pause' if ending == 'pause' else ending})"
-        elif child:
-            where = f"pid {child.pid}"
-        else:
-            where = "not running (paused)" if state.paused else "not running"
-        lines.append(f"  run: {where}, restarts {restarts}")
-    return lines
-
-
-def describe_calibration_lines(state):
-    """A venture with predictions: its rolling skill and coverage, and whether a ranking would run (WORLD-08)."""
-    if not predicts(state.mandate):
-        return []
-    skill, coverage = rolling_scores(state.scores)
-    line = (f"  calibration: {state.scored} prediction(s) scored; last {len(state.scores)}: {describe_rolling(skill, coverage)}"
-            if state.scores else "  calibration: no prediction scored yet")
-    ok, why = calibration_bar(state)
-    if state.mandate["calibration"] is None:
-        return [line + "; a ranking goes to the gate (no calibration: bar)"]
-    return [line + (f"; a ranking would run: {why}" if ok else f"; a ranking would ask, not run: {why}")]
 
 
 class Daemon:
@@ -8171,6 +8030,149 @@ def test_ventures(home, cfg, dirs):
             out(f"venture {name} ({directory}): holds; {client_command(home)} add {directory} adopts it")
         print_allowed(home, cfg, name, m)
     return code
+
+
+def describe_allowed(m, cfg=None):
+    """Return lines saying what a mandate allows: each lever, its cap, and what needs asking."""
+    lines = []
+    ctl = m["controller"]
+    if decided_by_model(m) and cfg is not None:
+        lines.append("  " + backend_note(m, cfg))
+    lines.append(f"  controller: {CONTROLLERS[ctl['kind']].describe(ctl)}")
+    for lever in m["levers"].values():
+        how = "runs unasked" if lever["reversible"] else ("delegated: runs unasked, intent before and outcome after"
+                                                            if lever["delegated"] else "irreversible: asks a person first")
+        lines.append(f"  may run {lever['name']}: cap {lever['cap_text']}, {how}"
+                     + (f", takes {lever['takes']}" + (" (a model's content runs unasked: delegated)" if lever["delegated"]
+                                                       else " (model content waits for a person)") if lever["takes"] else ""))
+    if not m["levers"]:
+        lines.append("  may run no lever")
+    if m["forbidden"]:
+        lines.append(f"  never runs: {', '.join(m['forbidden'])}")
+    if m["run"]:
+        lines.append(f"  keeps {m['run']} running (restart: {m['restart']})")
+    for g in m["guards"]:
+        source = g["run"] or g["adapter"] or f"drawdown of {g['drawdown']:g}% from the peak"
+        bound = f"past {g['drawdown']:g}%" if g["drawdown"] is not None else f"{g['side']} {format_number(g['bound'])}"
+        lines.append(f"  guard {g['name']} ({source}): {bound} {'pauses' if g['then'] == 'pause' else 'asks'}; then only stop"
+                     + (f" and unwind {g['unwind']['action']}" if g["unwind"] else "") + " run")
+    for a in m["audits"]:
+        lines.append(f"  audit {a['name']} ({a['run']}): asks when the metric improves while it worsens ({a['worse']}) past {format_number(a['tolerance'])}")
+    return lines
+
+
+def backend_note(m, cfg):
+    """Say which backend a model venture's decisions go to, and whether it may be asked (open point 42)."""
+    name = m["controller"].get("backend") or cfg.get("default")
+    if name and name not in cfg["backends"]:
+        return f"backend: {name} is not among config.yaml's backends: no decision is made"
+    if not name:
+        return "backend: none named (set default: in config.yaml): no decision is made"
+    if cfg["backends"][name]["offbox"] and m["escalate"] != "offbox":
+        return f"backend: {name} leaves the machine, and the mandate does not say escalate: offbox: no call is made"
+    second = cfg.get("escalate")
+    if not second or second == name:
+        escalation = ""
+    elif cfg["backends"][second]["offbox"] and m["escalate"] != "offbox":
+        escalation = f", not escalating to {second} (it leaves the machine; the mandate does not say escalate: offbox)"
+    else:
+        escalation = f", escalating to {second}"
+    return f"backend: {name}, nightly at {cfg['nightly']}" + escalation
+
+
+def describe_status_lines(state, now, keep, children, cfg=None):
+    """Return the status lines of one venture: state, last report, controller position, levers, asks, run."""
+    held = held_by(state) if state.mandate is not None else None
+    if state.paused:
+        condition = "paused"
+    elif state.mandate is None:
+        condition = f"cannot run: {state.problem}"
+    elif held:
+        what, seq, note = held
+        condition = f"implausible: held by {what} #{seq} ({note}); a plausible reading of it clears the hold"
+    elif state.last_report and state.last_report[2].get("status") == "unconfirmed":
+        condition = f"unconfirmed: report #{state.last_report[0]} waits for the next to agree"
+    elif any(side.get("stuck") for side in state.sides.values()):
+        condition = "stuck: past its bound and its lever cannot run; " + ", ".join(
+            f"{s.get('stuck')}" for s in state.sides.values() if s.get("stuck"))
+    else:
+        condition = "running"
+    lines = [f"{state.name}: {condition}"]
+    if state.last_report:
+        seq, at, rec = state.last_report
+        status = rec.get("status")
+        lines.append(f"  last report #{seq} at {format_local_time(at)}: {rec.get('summary')}"
+                     + ("" if status and status in str(rec.get("summary")) else f" ({status})"))
+    else:
+        lines.append("  no report yet")
+    m = state.mandate
+    if m is not None and decided_by_model(m) and cfg is not None:
+        lines.append("  " + backend_note(m, cfg))
+    if m is not None:
+        for side_name, way, bound, lever in controller_sides(m):
+            side, hold = state.side(side_name), m["controller"].get("hold") or 1
+            if state.level is not None and crossed(way, bound, state.level[1]):     # the last trusted report
+                position = "past the bound"
+                if side["streak"] and len(side["streak"]) < hold:
+                    position += f", waiting on hold ({len(side['streak'])} of {hold})"
+                elif not side["armed"]:
+                    position += ", acted once in this excursion (deadband)"
+                elif side.get("asked"):
+                    position += ", asked once in this excursion"
+                if side.get("stuck"):
+                    way_out = STUCK_WAY_OUT[side["stuck"]].format(venture=state.name, lever=lever)
+                    position += f"; stuck ({side['stuck']}): {way_out}"
+            elif not side["armed"]:
+                position = "inside, deadband not yet re-armed"
+            else:
+                position = "inside"
+            if state.last_report and state.last_report[2].get("status") != "trusted":
+                # the controller sees only trusted reports: say which one it stands on, and name the one it does not
+                position += (f", from the last trusted report #{state.level[0]} ({format_number(state.level[1])})"
+                             if state.level is not None else ", no trusted report yet")
+                position += f"; #{state.last_report[0]} is {state.last_report[2].get('status')} and not acted on"
+            lines.append(f"  controller: {way} {format_number(bound)} ({lever}): {position}")
+        for guard in m["guards"]:
+            info = state.guards.get(guard["name"])
+            if info is None or info["last"] is None:
+                lines.append(f"  guard {guard['name']}: not read yet")
+                continue
+            seq, value, status = info["last"]
+            where = (f"past its bound since #{info['episode']}: no lever but stop"
+                     + (f" and the unwind {guard['unwind']['action']}" if guard["unwind"] else "") + " runs until it is back inside"
+                     if info["past"] else "inside its bound" if status == "trusted"
+                     else "not judged (it neither trips nor clears a guard); inside its bound before")
+            lines.append(f"  guard {guard['name']}: #{seq} {format_number(value)} ({status}), {where}")
+        for name, lever in m["levers"].items():
+            used = len(cap_window(state, name, now))
+            running = " (running)" if name in state.running else ""
+            lines.append(f"  lever {name}: {used} of {lever['cap'][0]} per {format_duration(lever['cap'][1])}{running}")
+    lines += describe_calibration_lines(state)
+    lines.append(f"  open asks: {len(state.open_asks)}" + (f" ({', '.join('#' + str(s) for s in sorted(state.open_asks))})" if state.open_asks else ""))
+    if m is not None and m["run"]:
+        child, restarts = (keep or {}).get("child"), (keep or {}).get("restarts", 0)
+        ending = getattr(child, "ended_by", None)
+        if child and ending:            # a program being ended is not shown as running (a pause ends it within seconds)
+            where = f"pid {child.pid} is being stopped ({'by the pause' if ending == 'pause' else ending})"
+        elif child:
+            where = f"pid {child.pid}"
+        else:
+            where = "not running (paused)" if state.paused else "not running"
+        lines.append(f"  run: {where}, restarts {restarts}")
+    return lines
+
+
+def describe_calibration_lines(state):
+    """A venture with predictions: its rolling skill and coverage, and whether a ranking would run (WORLD-08)."""
+    if not predicts(state.mandate):
+        return []
+    skill, coverage = rolling_scores(state.scores)
+    line = (f"  calibration: {state.scored} prediction(s) scored; last {len(state.scores)}: {describe_rolling(skill, coverage)}"
+            if state.scores else "  calibration: no prediction scored yet")
+    ok, why = calibration_bar(state)
+    if state.mandate["calibration"] is None:
+        return [line + "; a ranking goes to the gate (no calibration: bar)"]
+    return [line + (f"; a ranking would run: {why}" if ok else f"; a ranking would ask, not run: {why}")]
 
 
 def print_allowed(home, cfg, name, m):
