@@ -2032,6 +2032,137 @@ def escape_controls(pattern, text):
 CONTROL_CHARS = "[\x00-\x1f\x7f-\x9f\u2028\u2029\u202a-\u202e\u2066-\u2069\ud800-\udfff]"
 
 
+class LockCheck:
+    """Whether avsmd.lock still names the avsmd that started this warden.
+
+    lock_is_ours()  -- asked before every append and before the groups journal is replaced
+    """
+
+    def __init__(self, lock_path, avsmd_pid):
+        self.lock_path, self.avsmd_pid = lock_path, avsmd_pid
+        self.lock_seen, self.lock_ours = None, False     # the lock file's stat when last read, and what it said
+
+    def lock_is_ours(self):
+        """The lock is ours unless another avsmd's pid stands in it; a deleted lock file is no one else's,
+        and avsmd makes it again within the second.
+
+        Asked before every append, so the file is read again only when its stat changed: a pid is
+        written only with the file truncated and its times moved, or into a new file.
+        """
+        try:
+            st = os.stat(self.lock_path)
+        except FileNotFoundError:
+            return True
+        except OSError:
+            return read_lock_pid(self.lock_path) in (self.avsmd_pid, None)
+        seen = (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
+        if seen != self.lock_seen:
+            self.lock_seen, self.lock_ours = seen, read_lock_pid(self.lock_path) in (self.avsmd_pid, None)
+        return self.lock_ours
+
+
+class LedgerWriter:
+    """The warden's one way to the ledger: each record appended is folded into its venture; while the ledger
+    cannot be written, what already ran waits in a backlog and everything else stops.
+
+    append(record, at=None)   -- append and fold; during an outage an outcome waits, anything else raises LedgerDown
+    append_together(records)  -- append several in one transaction (one sync to disk)
+    write(record, at=None)    -- append and fold, raising what SQLite raised
+    retry_ledger(now)         -- write the backlog, then say the ledger is back; True when it is
+    ledger_down, retry_at     -- why the ledger cannot be written, and when it is tried next (None while it can)
+
+    Handed the ledger, the venture states it folds into, and count_ask (each ask counts toward a canary).
+    """
+
+    def __init__(self, ledger, ventures, count_ask, debug=False):
+        self.ledger, self.ventures, self.count_ask, self.debug = ledger, ventures, count_ask, debug
+        self.ledger_down = None       # why the ledger cannot be written, while it cannot
+        self.backlog = []             # outcomes waiting for the ledger to take writes again
+        self.retry_at = None
+
+    def append(self, record, at=None):
+        """Append `record` through the one append function and fold it into its venture.
+
+        While the ledger cannot be written, the outcome of what already ran waits in order to be written;
+        anything else raises LedgerDown, so the step that wanted it does not happen. `at`: an action's time is
+        the time the gate proved it at, so that its proof re-checks at its own `at`.
+        """
+        import sqlite3
+        import time
+        if self.ledger_down:
+            if record["kind"] in BACKLOG_KINDS:
+                self.backlog.append(record)
+                return None
+            raise LedgerDown(self.ledger_down)
+        try:
+            return self.write(record, at)
+        except (sqlite3.Error, OSError) as err:
+            self.ledger_down = str(err)
+            self.retry_at = time.monotonic() + ledger_retry(err)
+            sys.stderr.write(f"avsm warden: the ledger cannot be written: {err}; stopping what would write, "
+                             f"trying again in {ledger_retry(err)} s\n")
+            if record["kind"] in BACKLOG_KINDS:
+                self.backlog.append(record)
+                return None
+            raise LedgerDown(str(err)) from None
+
+    def append_together(self, records):
+        """Append `records` in one transaction and fold each (a score and the next prediction: one sync to disk);
+        while the ledger cannot be written, raise LedgerDown as append does. Return their seqs."""
+        import sqlite3
+        import time
+        if len(records) <= 1 or self.ledger_down:
+            return [self.append(record) for record in records]
+        at = int(time.time())
+        try:
+            seqs = self.ledger.append_many(records, at)
+        except (sqlite3.Error, OSError) as err:
+            self.ledger_down = str(err)
+            self.retry_at = time.monotonic() + ledger_retry(err)
+            sys.stderr.write(f"avsm warden: the ledger cannot be written: {err}; stopping what would write, "
+                             f"trying again in {ledger_retry(err)} s\n")
+            raise LedgerDown(str(err)) from None
+        for seq, record in zip(seqs, records):
+            state = self.ventures.get(record["venture"])
+            if state is not None:
+                fold(state, seq, at, record)
+            if self.debug:
+                log(self.debug, "warden", f"#{seq} {record['venture']} {record['kind']} {record['summary']}")
+        return seqs
+
+    def write(self, record, at=None):
+        """Append one record and fold it into its venture; raise what SQLite raised."""
+        import time
+        at = int(time.time()) if at is None else at
+        seq = self.ledger.append(record, at)
+        state = self.ventures.get(record["venture"])
+        if state is not None:
+            fold(state, seq, at, record)
+        if self.debug:
+            log(self.debug, "warden", f"#{seq} {record['venture']} {record['kind']} {record['summary']}")
+        if record["kind"] == "ask" and not record.get("canary") and state is not None:
+            self.count_ask(state)
+        return seq
+
+    def retry_ledger(self, now):
+        """Try the ledger again: write what waited, in order; True when it takes writes, and work resumes."""
+        import sqlite3
+        self.retry_at = now + LEDGER_RETRY
+        try:
+            while self.backlog:
+                self.write(self.backlog[0])
+                self.backlog.pop(0)
+            self.write({"kind": "ledger", "claim": "measured", "venture": "self",
+                        "summary": f"the ledger takes writes again (it could not: {self.ledger_down})"})
+        except (sqlite3.Error, OSError) as err:
+            self.ledger_down = str(err)
+            self.retry_at = now + ledger_retry(err)
+            return False
+        self.ledger_down = None
+        self.retry_at = None
+        return True
+
+
 # =============================================================================
 # 5. The kernel
 # Decides from records. Reads no clock, runs nothing, opens no socket: it takes
@@ -4728,22 +4859,19 @@ class Warden:
         import selectors
         BASE_ENV.update(os.environ)
         self.home, self.channel, self.cfg, self.debug = home, channel, cfg, debug
-        self.avsmd_pid = os.getppid()
-        self.lock_path = os.path.join(home, "avsmd.lock")
-        self.lock_seen, self.lock_ours = None, False     # the lock file's stat when last read, and what it said
+        self.lock = LockCheck(os.path.join(home, "avsmd.lock"), os.getppid())
         self.groups_fd = None         # HOME/groups, open for appending while it stays the file at that name
         self.journaled = {}           # pgid -> its line in HOME/groups, while the group runs
-        self.ledger = Ledger(os.path.join(home, "ledger.db"), still_ours=self.lock_is_ours)
+        self.ledger = Ledger(os.path.join(home, "ledger.db"), still_ours=self.lock.lock_is_ours)
         self.ventures = {}            # name -> VentureState
+        self.writer = LedgerWriter(self.ledger, self.ventures, lambda state: self.count_ask(state), debug)
+        self.append, self.append_together = self.writer.append, self.writer.append_together
         self.children = []            # Child objects running now
         self.lingering = {}           # pgid -> venture: groups whose leader exited while members stay
         self.due = {}                 # venture -> monotonic time its next round is due
         self.due_heap = []            # (time, venture), soonest first; entries the dict no longer holds are stale
         self.keep = {}                # venture -> the `run` program's keeper state
         self.rounds = {}              # venture -> the round in flight: metric seq, guards pending, deadline
-        self.ledger_down = None       # why the ledger cannot be written, while it cannot
-        self.backlog = []             # outcomes waiting for the ledger to take writes again
-        self.retry_at = None
         self.round_number = 0
         self.asks_seen = 0            # asks since this warden started, for canary_asks
         self.roles_rid, self.roles_calls = 0, {}     # requests to the roles process, by id
@@ -4763,89 +4891,7 @@ class Warden:
         self.wake_r.setblocking(False)
         self.sel.register(self.wake_r, selectors.EVENT_READ, ("results", self.wake_r))
 
-    # ---- the ledger, folded as it is written ----
-    def lock_is_ours(self):
-        """The lock is ours unless another avsmd's pid stands in it; a deleted lock file is no one else's,
-        and avsmd makes it again within the second.
-
-        Asked before every append, so the file is read again only when its stat changed: a pid is
-        written only with the file truncated and its times moved, or into a new file.
-        """
-        try:
-            st = os.stat(self.lock_path)
-        except FileNotFoundError:
-            return True
-        except OSError:
-            return read_lock_pid(self.lock_path) in (self.avsmd_pid, None)
-        seen = (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
-        if seen != self.lock_seen:
-            self.lock_seen, self.lock_ours = seen, read_lock_pid(self.lock_path) in (self.avsmd_pid, None)
-        return self.lock_ours
-
-    def append(self, record, at=None):
-        """Append `record` through the one append function and fold it into its venture.
-
-        While the ledger cannot be written, the outcome of what already ran waits in order to be written;
-        anything else raises LedgerDown, so the step that wanted it does not happen. `at`: an action's time is
-        the time the gate proved it at, so that its proof re-checks at its own `at`.
-        """
-        import sqlite3
-        import time
-        if self.ledger_down:
-            if record["kind"] in BACKLOG_KINDS:
-                self.backlog.append(record)
-                return None
-            raise LedgerDown(self.ledger_down)
-        try:
-            return self.write(record, at)
-        except (sqlite3.Error, OSError) as err:
-            self.ledger_down = str(err)
-            self.retry_at = time.monotonic() + ledger_retry(err)
-            sys.stderr.write(f"avsm warden: the ledger cannot be written: {err}; stopping what would write, "
-                             f"trying again in {ledger_retry(err)} s\n")
-            if record["kind"] in BACKLOG_KINDS:
-                self.backlog.append(record)
-                return None
-            raise LedgerDown(str(err)) from None
-
-    def append_together(self, records):
-        """Append `records` in one transaction and fold each (a score and the next prediction: one sync to disk);
-        while the ledger cannot be written, raise LedgerDown as append does. Return their seqs."""
-        import sqlite3
-        import time
-        if len(records) <= 1 or self.ledger_down:
-            return [self.append(record) for record in records]
-        at = int(time.time())
-        try:
-            seqs = self.ledger.append_many(records, at)
-        except (sqlite3.Error, OSError) as err:
-            self.ledger_down = str(err)
-            self.retry_at = time.monotonic() + ledger_retry(err)
-            sys.stderr.write(f"avsm warden: the ledger cannot be written: {err}; stopping what would write, "
-                             f"trying again in {ledger_retry(err)} s\n")
-            raise LedgerDown(str(err)) from None
-        for seq, record in zip(seqs, records):
-            state = self.ventures.get(record["venture"])
-            if state is not None:
-                fold(state, seq, at, record)
-            if self.debug:
-                log(self.debug, "warden", f"#{seq} {record['venture']} {record['kind']} {record['summary']}")
-        return seqs
-
-    def write(self, record, at=None):
-        """Append one record and fold it into its venture; raise what SQLite raised."""
-        import time
-        at = int(time.time()) if at is None else at
-        seq = self.ledger.append(record, at)
-        state = self.ventures.get(record["venture"])
-        if state is not None:
-            fold(state, seq, at, record)
-        if self.debug:
-            log(self.debug, "warden", f"#{seq} {record['venture']} {record['kind']} {record['summary']}")
-        if record["kind"] == "ask" and not record.get("canary") and state is not None:
-            self.count_ask(state)
-        return seq
-
+    # ---- the ventures, replayed from the ledger ----
     def load(self):
         """Replay the ledger into venture states; settle runs a dead warden left without an outcome."""
         for seq, at, record in read_records(self.ledger.db):
@@ -4944,7 +4990,7 @@ class Warden:
         heap, times = self.due_heap, []
         while heap and (self.due.get(heap[0][1]) != heap[0][0] or not self.active(self.ventures[heap[0][1]])):
             heapq.heappop(heap)         # superseded, or its venture no longer runs: resume and add schedule again
-        if heap and not self.ledger_down:
+        if heap and not self.writer.ledger_down:
             times.append(heap[0][0])
         for child in self.children:
             times += [t for t in (child.deadline, child.kill_at) if t is not None]
@@ -4952,8 +4998,8 @@ class Warden:
                 times.append(now + 0.05)        # no pidfd here, or a dying group: look again soon
         times += [k["next_start"] for k in self.keep.values() if k.get("next_start") is not None]
         times += [r["deadline"] for r in self.rounds.values() if r["metric"] is not None and r["pending"]]
-        if self.ledger_down:
-            times.append(self.retry_at)
+        if self.writer.ledger_down:
+            times.append(self.writer.retry_at)
         elif self.next_nightly is not None:
             import time
             times.append(now + max(0.0, self.next_nightly - time.time()))
@@ -4961,30 +5007,12 @@ class Warden:
             return None
         return max(0.0, min(times) - now)
 
-    def retry_ledger(self, now):
-        """Try the ledger again: write what waited, in order; then work resumes."""
-        import sqlite3
-        import time
-        self.retry_at = now + LEDGER_RETRY
-        try:
-            while self.backlog:
-                self.write(self.backlog[0])
-                self.backlog.pop(0)
-            self.write({"kind": "ledger", "claim": "measured", "venture": "self",
-                        "summary": f"the ledger takes writes again (it could not: {self.ledger_down})"})
-        except (sqlite3.Error, OSError) as err:
-            self.ledger_down = str(err)
-            self.retry_at = now + ledger_retry(err)
-            return
-        self.ledger_down = None
-        self.retry_at = None
-        for name in list(self.due):
-            self.schedule(name, min(self.due[name], time.monotonic()))
-
     def tick(self, now):
         """Start what is due, end what is past its deadline, reap what has ended."""
-        if self.ledger_down and now >= self.retry_at:
-            self.retry_ledger(now)
+        import time
+        if self.writer.ledger_down and now >= self.writer.retry_at and self.writer.retry_ledger(now):
+            for name in list(self.due):
+                self.schedule(name, min(self.due[name], time.monotonic()))
         for child in list(self.children):
             if child.status is not None:
                 if not signal_group(child.pgid, 0):
@@ -4998,9 +5026,8 @@ class Warden:
                 child.kill_at = now + KILL_GRACE
             elif child.deadline is not None and now >= child.deadline and child.kill_at is None:
                 child.terminate("timeout", now)
-        if self.stopping or self.ledger_down:
+        if self.stopping or self.writer.ledger_down:
             return                      # a ledger that cannot be written stops everything that would write
-        import time
         if self.next_nightly is not None and time.time() >= self.next_nightly:
             self.next_nightly = next_nightly(self.cfg["nightly"], time.time() + 1)
             for state in self.ventures.values():
@@ -5124,7 +5151,7 @@ class Warden:
                     os.close(self.groups_fd)
                     self.groups_fd = None
                     line = "\n".join(self.journaled.values())
-                    if st.st_nlink and self.lock_is_ours():     # never replace another avsmd's journal
+                    if st.st_nlink and self.lock.lock_is_ours():     # never replace another avsmd's journal
                         with open(path + ".new", "w") as fh:
                             fh.write(line + "\n")
                         os.replace(path + ".new", path)
@@ -6083,15 +6110,15 @@ class Warden:
 
     def do_health(self, args, err):
         """What avsm doctor asks the running daemon: how many ventures, and whether the ledger can be written."""
-        if self.ledger_down:
-            err.append(f"the ledger cannot be written: {self.ledger_down}; nothing that would write runs, and avsmd tries again every 30 s")
+        if self.writer.ledger_down:
+            err.append(f"the ledger cannot be written: {self.writer.ledger_down}; nothing that would write runs, and avsmd tries again every 30 s")
         return [f"avsmd {VERSION}, {sum(1 for s in self.ventures.values() if s.mandate_seq)} venture(s)"]
 
     def do_status(self, args, err):
         import time
         lines = []
-        if self.ledger_down:
-            lines.append(f"ledger: cannot be written ({self.ledger_down}); nothing that would write runs; trying again every 30 s")
+        if self.writer.ledger_down:
+            lines.append(f"ledger: cannot be written ({self.writer.ledger_down}); nothing that would write runs; trying again every 30 s")
         for name in sorted(self.ventures):
             state = self.ventures[name]
             if state.mandate_seq is None:
