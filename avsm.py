@@ -4852,6 +4852,42 @@ def read_mandate_file(path):
 # runs, appends). They wire the kernel to the effects and hold little logic.
 # =============================================================================
 
+class Schedule:
+    """When each venture's next round is due, soonest first (a heap, as sched.scheduler keeps its queue).
+
+    enter(name, at)        -- the venture's next round is due at monotonic time `at`, replacing the time it had
+    soonest(active)        -- the first due time of a venture for which active(name) holds, or None
+    pop_due(now, active)   -- yield each such venture due by `now`, taking it off the queue
+    resume(now)            -- every venture due by `now` at the latest: the ledger takes writes again
+    """
+
+    def __init__(self):
+        self.due = {}                 # venture -> monotonic time its next round is due
+        self.due_heap = []            # (time, venture), soonest first; entries the dict no longer holds are stale
+
+    def enter(self, name, at):
+        self.due[name] = at
+        heapq.heappush(self.due_heap, (at, name))
+
+    def soonest(self, active):
+        heap = self.due_heap
+        while heap and (self.due.get(heap[0][1]) != heap[0][0] or not active(heap[0][1])):
+            heapq.heappop(heap)         # superseded, or its venture no longer runs: resume and add schedule again
+        return heap[0][0] if heap else None
+
+    def pop_due(self, now, active):
+        heap = self.due_heap
+        while heap and heap[0][0] <= now:
+            at, name = heapq.heappop(heap)
+            if self.due.get(name) != at or not active(name):
+                continue
+            yield name
+
+    def resume(self, now):
+        for name in list(self.due):
+            self.enter(name, min(self.due[name], now))
+
+
 class Warden:
     """The only process that acts: ticks ventures, runs their programs, appends their records."""
 
@@ -4868,8 +4904,7 @@ class Warden:
         self.append, self.append_together = self.writer.append, self.writer.append_together
         self.children = []            # Child objects running now
         self.lingering = {}           # pgid -> venture: groups whose leader exited while members stay
-        self.due = {}                 # venture -> monotonic time its next round is due
-        self.due_heap = []            # (time, venture), soonest first; entries the dict no longer holds are stale
+        self.schedule = Schedule()
         self.keep = {}                # venture -> the `run` program's keeper state
         self.rounds = {}              # venture -> the round in flight: metric seq, guards pending, deadline
         self.round_number = 0
@@ -4944,7 +4979,7 @@ class Warden:
         now = time.monotonic()
         for state in self.ventures.values():
             if self.active(state):
-                self.schedule(state.name, now)
+                self.schedule.enter(state.name, now)
                 self.start_keep(state)
         while True:
             timeout = self.next_wakeup(time.monotonic())
@@ -4978,20 +5013,14 @@ class Warden:
                 self.flush(everything=True)
                 return EX_OK
 
-    def schedule(self, name, at):
-        self.due[name] = at
-        heapq.heappush(self.due_heap, (at, name))
-
     def active(self, state):
         return state.mandate is not None and not state.paused and not self.stopping
 
     def next_wakeup(self, now):
         """Return seconds until the next due report, deadline or restart; None when nothing is due."""
-        heap, times = self.due_heap, []
-        while heap and (self.due.get(heap[0][1]) != heap[0][0] or not self.active(self.ventures[heap[0][1]])):
-            heapq.heappop(heap)         # superseded, or its venture no longer runs: resume and add schedule again
-        if heap and not self.writer.ledger_down:
-            times.append(heap[0][0])
+        times, soonest = [], self.schedule.soonest(lambda name: self.active(self.ventures[name]))
+        if soonest is not None and not self.writer.ledger_down:
+            times.append(soonest)
         for child in self.children:
             times += [t for t in (child.deadline, child.kill_at) if t is not None]
             if child.pidfd is None or child.status is not None:
@@ -5011,8 +5040,7 @@ class Warden:
         """Start what is due, end what is past its deadline, reap what has ended."""
         import time
         if self.writer.ledger_down and now >= self.writer.retry_at and self.writer.retry_ledger(now):
-            for name in list(self.due):
-                self.schedule(name, min(self.due[name], time.monotonic()))
+            self.schedule.resume(time.monotonic())
         for child in list(self.children):
             if child.status is not None:
                 if not signal_group(child.pgid, 0):
@@ -5036,13 +5064,9 @@ class Warden:
                         self.start_decision(state, "nightly")
                     except Fail as fail:
                         log(True, "warden", f"{state.name}: no nightly decision: {fail}")
-        heap = self.due_heap
-        while heap and heap[0][0] <= now:
-            at, name = heapq.heappop(heap)
+        for name in self.schedule.pop_due(now, lambda name: self.active(self.ventures[name])):
             state = self.ventures[name]
-            if self.due.get(name) != at or not self.active(state):
-                continue
-            self.schedule(name, now + state.mandate["cadence"])
+            self.schedule.enter(name, now + state.mandate["cadence"])
             if not any(c.venture == name and c.purpose == "report" for c in self.children):
                 self.start_round(state, now)    # else the report still running ends at its time limit
         for name in list(self.rounds):
@@ -6104,7 +6128,7 @@ class Warden:
                 if child.venture == state.name and child.purpose == "run":
                     child.terminate("a new mandate", time.monotonic())
         if not state.paused:
-            self.schedule(state.name, time.monotonic())
+            self.schedule.enter(state.name, time.monotonic())
             self.start_keep(state)
         return seq
 
@@ -6307,7 +6331,7 @@ class Warden:
                  for name, episode in guards_past(state)]
         if state.mandate is None:
             return [f"{state.name} resumed, but it cannot run: {state.problem}"]
-        self.schedule(state.name, time.monotonic())
+        self.schedule.enter(state.name, time.monotonic())
         if state.name in self.keep:
             self.keep[state.name].update(restart=False, backoff=0)
         self.start_keep(state)
