@@ -4846,6 +4846,194 @@ def read_mandate_file(path):
         raise Fail(EX_CONFIG, f"{path}:{line}: byte 0x{data[err.start]:02x} is not UTF-8; save the mandate as UTF-8") from None
 
 
+class GroupsJournal:
+    """HOME/groups: every process group the warden started and has not seen end, for the next avsmd to end.
+
+    journal_group(line)  -- append "+PGID START VENTURE PURPOSE" or "-PGID"; replaced when grown past 64 KiB
+
+    Handed the home and lock_is_ours: another avsmd's journal is never replaced.
+    """
+
+    def __init__(self, home, lock_is_ours):
+        self.home, self.lock_is_ours = home, lock_is_ours
+        self.groups_fd = None         # HOME/groups, open for appending while it stays the file at that name
+        self.journaled = {}           # pgid -> its line in HOME/groups, while the group runs
+
+    def journal_group(self, line):
+        """Append a group's start (+PGID START) or end (-PGID) to HOME/groups before anything can orphan it:
+        the next avsmd ends what an avsmd and warden killed together left running (RUN-14, PITFALLS 2).
+
+        The file stays open for appending. Grown past 64 KiB, it is replaced by one holding only what still
+        runs (while the home is still ours; else what runs is appended); deleted under us, it is made again
+        with what still runs appended.
+        """
+        path = os.path.join(self.home, "groups")
+        pgid = line[1:].split()[0]
+        if line.startswith("+"):
+            self.journaled[pgid] = line
+        else:
+            self.journaled.pop(pgid, None)
+        try:
+            if line.startswith("+") and self.groups_fd is not None:
+                st = os.fstat(self.groups_fd)
+                if st.st_nlink == 0 or st.st_size > 64 * 1024:
+                    os.close(self.groups_fd)
+                    self.groups_fd = None
+                    line = "\n".join(self.journaled.values())
+                    if st.st_nlink and self.lock_is_ours():     # never replace another avsmd's journal
+                        with open(path + ".new", "w") as fh:
+                            fh.write(line + "\n")
+                        os.replace(path + ".new", path)
+                        line = None
+            if self.groups_fd is None:
+                self.groups_fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC, 0o600)
+            if line:
+                os.write(self.groups_fd, (line + "\n").encode())
+        except OSError:
+            pass                        # a full disk: avsmd still ends the groups it was told of
+
+
+class Children:
+    """The programs the warden runs now, each in a process group of its own, and the groups left behind.
+
+    spawn(purpose, state, args, ...)   -- start a program of a venture apart; avsmd and HOME/groups hear of its group
+    child_event(child)                 -- its leader ended: reap it, and settle it once its whole group is gone
+    end_lingering(venture=None, final=False)  -- end the groups whose leader exited while members stay
+    iter(children), len(children)      -- the Child objects running now
+
+    Handed the home, the selector the loop waits on, the channel's tell and flush, the groups journal, and
+    settle(child), which writes what came of a program once it is gone.
+    """
+
+    def __init__(self, home, sel, tell, flush, journal_group, settle, debug=False):
+        self.home, self.sel, self.tell, self.flush, self.debug = home, sel, tell, flush, debug
+        self.journal_group, self.settle = journal_group, settle
+        self.children = []            # Child objects running now
+        self.lingering = {}           # pgid -> venture: groups whose leader exited while members stay
+
+    def __iter__(self):
+        return iter(self.children)
+
+    def __len__(self):
+        return len(self.children)
+
+    def spawn(self, purpose, state, args, timeout=None, shell=False, lever=None, payload_file=None, cwd=None, head=None):
+        """Start a program of `state`'s venture in its own group; tell avsmd of the group (RUN-12)."""
+        import selectors
+        env = command_env(self.home, state.name, lever)
+        if payload_file:
+            env["AVSM_PAYLOAD"] = payload_file
+        child = Child(purpose, state.name, args, cwd or state.directory, env, timeout=timeout, shell=shell, stdin_path=payload_file)
+        child.head = head
+        self.children.append(child)
+        child.leader_start = process_start(child.pgid)
+        self.journal_group(f"+{child.pgid} {child.leader_start or '-'} {state.name} {purpose}")
+        self.tell({"group": child.pgid, "venture": state.name, "purpose": purpose,
+                   "start": child.started_at, "leader_start": child.leader_start})
+        self.sel.register(child.proc.stdout, selectors.EVENT_READ, ("pipe", child))
+        self.sel.register(child.proc.stderr, selectors.EVENT_READ, ("pipe", child))
+        if child.pidfd is not None:
+            self.sel.register(child.pidfd, selectors.EVENT_READ, ("pidfd", child))
+        self.flush()                    # avsmd hears of a group at once: a warden killed next leaves no stranger behind
+        if self.debug:
+            log(self.debug, "warden", f"{state.name}: started {purpose} {args!r} pid {child.pid} group {child.pgid}")
+        return child
+
+    def child_event(self, child):
+        """A child's leader ended: drain its output, reap it by pid, and settle what it was for.
+
+        A program avsm is ending (timeout, pause, stop) is settled only once its whole group is gone,
+        so an outcome never claims an end while a member that ignored SIGTERM still runs.
+        """
+        if child.status is None:
+            status = child.poll()
+            if status is None:
+                return
+            child.status = status
+            for pipe in (child.proc.stdout, child.proc.stderr):
+                child.drain(pipe)
+                if pipe in child.open_pipes:
+                    self.sel.unregister(pipe)
+            child.open_pipes.clear()
+            if child.pidfd is not None:
+                self.sel.unregister(child.pidfd)
+            child.close()
+        if child.ended_by and signal_group(child.pgid, 0):
+            return                      # dying: tick() looks again until the group is gone
+        self.children.remove(child)
+        if signal_group(child.pgid, 0):
+            self.lingering[child.pgid] = child.venture
+            if child.purpose == "run":
+                signal_group(child.pgid, 15)     # the old run's stragglers must not meet the new one
+        else:
+            self.tell({"ended": child.pgid}, later=child.leader_start is not None)
+            self.journal_group(f"-{child.pgid}")
+        if self.debug:
+            log(self.debug, "warden", f"{child.venture}: {child.purpose} pid {child.pid} ended: {describe_status(child.status)}")
+        self.settle(child)
+
+    def end_lingering(self, venture=None, final=False):
+        """End the groups left behind (all, or one venture's): TERM, then KILL after the grace."""
+        import time
+        groups = [g for g, v in self.lingering.items() if venture is None or v == venture]
+        for pgid in groups:
+            signal_group(pgid, 15)
+        deadline = time.monotonic() + (KILL_GRACE if final else 0)
+        while final and groups and time.monotonic() < deadline:
+            groups = [g for g in groups if signal_group(g, 0)]
+            time.sleep(0.05)
+        for pgid in [g for g, v in self.lingering.items() if venture is None or v == venture]:
+            if final:
+                signal_group(pgid, 9)
+            if final or not signal_group(pgid, 0):
+                del self.lingering[pgid]
+                self.tell({"ended": pgid})
+                self.journal_group(f"-{pgid}")
+
+
+class Channel:
+    """The warden's end of its socketpair with avsmd: JSON lines both ways.
+
+    tell(message, later=False)  -- queue a line for avsmd (a group started or ended, a reply)
+    flush(everything=False)     -- send what is queued: once per turn of the loop, or at once
+    read()                      -- the messages avsmd sent, [] when none is whole yet, None once avsmd is gone
+    """
+
+    def __init__(self, channel):
+        self.channel = channel
+        self.reader = LineReader()
+        self.outbox = []              # lines for avsmd, sent once per turn of the loop
+        self.outbox_due = False       # whether a line in it must go this turn
+
+    def tell(self, message, later=False):
+        """Queue one line for avsmd (a group started or ended, a reply); flush() sends them at the loop's end.
+
+        A group's end can wait (`later`) to go with the next line that cannot, when its leader's start time
+        is known: avsmd checks a group is still the one it was told of before it ends it, so a late end
+        costs nothing, and saves avsmd a wake-up per report.
+        """
+        self.outbox.append(json.dumps(message, separators=(",", ":")))
+        self.outbox_due = self.outbox_due or not later
+
+    def flush(self, everything=False):
+        if not self.outbox or not (self.outbox_due or everything):
+            return
+        self.outbox_due = False
+        data, self.outbox = ("\n".join(self.outbox) + "\n").encode(), []
+        try:
+            send_bytes(self.channel, data)
+        except OSError:
+            pass
+
+    def read(self):
+        data = receive(self.channel)    # a reset (avsmd died with our lines unread) reads as its end
+        if data is None:
+            return []
+        if not data:
+            return None
+        return self.reader.feed(data)
+
+
 # =============================================================================
 # 7. The processes
 # avsmd (lock, socket, signals, the warden's keeper) and the warden (ticks,
@@ -4894,7 +5082,7 @@ class Warden:
     def __init__(self, home, channel, cfg, debug=False):
         import selectors
         BASE_ENV.update(os.environ)
-        self.home, self.channel, self.cfg, self.debug = home, channel, cfg, debug
+        self.home, self.cfg, self.debug = home, cfg, debug
         self.lock = LockCheck(os.path.join(home, "avsmd.lock"), os.getppid())
         self.groups_fd = None         # HOME/groups, open for appending while it stays the file at that name
         self.journaled = {}           # pgid -> its line in HOME/groups, while the group runs
@@ -4902,8 +5090,6 @@ class Warden:
         self.ventures = {}            # name -> VentureState
         self.writer = LedgerWriter(self.ledger, self.ventures, lambda state: self.count_ask(state), debug)
         self.append, self.append_together = self.writer.append, self.writer.append_together
-        self.children = []            # Child objects running now
-        self.lingering = {}           # pgid -> venture: groups whose leader exited while members stay
         self.schedule = Schedule()
         self.keep = {}                # venture -> the `run` program's keeper state
         self.rounds = {}              # venture -> the round in flight: metric seq, guards pending, deadline
@@ -4916,9 +5102,11 @@ class Warden:
         self.next_nightly = next_nightly(cfg["nightly"])
         self.stopping = False
         self.sel = selectors.DefaultSelector()
-        self.reader = LineReader()
-        self.outbox = []              # lines for avsmd, sent once per turn of the loop
-        self.outbox_due = False       # whether a line in it must go this turn
+        self.avsmd = Channel(channel)
+        self.journal = GroupsJournal(home, self.lock.lock_is_ours)
+        self.children = Children(home, self.sel, self.avsmd.tell, self.avsmd.flush, self.journal.journal_group,
+                                 self.settle_child, debug)
+        self.spawn = self.children.spawn
         channel.setblocking(False)
         self.sel.register(channel, selectors.EVENT_READ, ("channel", None))
         import socket
@@ -4995,7 +5183,7 @@ class Warden:
                     elif child.status is not None:
                         continue            # settled earlier in this same batch
                     elif what == "pidfd":
-                        self.child_event(child)
+                        self.children.child_event(child)
                     elif not child.drain(key.fileobj):
                         self.sel.unregister(key.fileobj)    # at EOF: a pipe left registered would wake us forever
                         child.open_pipes.discard(key.fileobj)
@@ -5005,12 +5193,12 @@ class Warden:
                 self.tick(time.monotonic())
             except LedgerDown:
                 pass
-            self.flush()
+            self.avsmd.flush()
             if self.stopping and not self.children:
                 for seq, d in list(self.escalations.items()):     # ESC-04: every escalation gets its answer
                     self.answer_escalation(d, "unusable", "avsmd stopped before the answer came")
-                self.end_lingering(final=True)
-                self.flush(everything=True)
+                self.children.end_lingering(final=True)
+                self.avsmd.flush(everything=True)
                 return EX_OK
 
     def active(self, state):
@@ -5044,11 +5232,11 @@ class Warden:
         for child in list(self.children):
             if child.status is not None:
                 if not signal_group(child.pgid, 0):
-                    self.child_event(child)      # the dying group is gone: settle it
+                    self.children.child_event(child)      # the dying group is gone: settle it
                 elif child.kill_at is not None and now >= child.kill_at:
                     signal_group(child.pgid, 9)
             elif child.pidfd is None and child.poll() is not None:
-                self.child_event(child)
+                self.children.child_event(child)
             elif child.kill_at is not None and now >= child.kill_at:
                 signal_group(child.pgid, 9)
                 child.kill_at = now + KILL_GRACE
@@ -5077,135 +5265,13 @@ class Warden:
                 self.start_run(self.ventures[name])
 
     # ---- children ----
-    def spawn(self, purpose, state, args, timeout=None, shell=False, lever=None, payload_file=None, cwd=None, head=None):
-        """Start a program of `state`'s venture in its own group; tell avsmd of the group (RUN-12)."""
-        import selectors
-        env = command_env(self.home, state.name, lever)
-        if payload_file:
-            env["AVSM_PAYLOAD"] = payload_file
-        child = Child(purpose, state.name, args, cwd or state.directory, env, timeout=timeout, shell=shell, stdin_path=payload_file)
-        child.head = head
-        self.children.append(child)
-        child.leader_start = process_start(child.pgid)
-        self.journal_group(f"+{child.pgid} {child.leader_start or '-'} {state.name} {purpose}")
-        self.tell({"group": child.pgid, "venture": state.name, "purpose": purpose,
-                   "start": child.started_at, "leader_start": child.leader_start})
-        self.sel.register(child.proc.stdout, selectors.EVENT_READ, ("pipe", child))
-        self.sel.register(child.proc.stderr, selectors.EVENT_READ, ("pipe", child))
-        if child.pidfd is not None:
-            self.sel.register(child.pidfd, selectors.EVENT_READ, ("pidfd", child))
-        self.flush()                    # avsmd hears of a group at once: a warden killed next leaves no stranger behind
-        if self.debug:
-            log(self.debug, "warden", f"{state.name}: started {purpose} {args!r} pid {child.pid} group {child.pgid}")
-        return child
-
-    def child_event(self, child):
-        """A child's leader ended: drain its output, reap it by pid, and settle what it was for.
-
-        A program avsm is ending (timeout, pause, stop) is settled only once its whole group is gone,
-        so an outcome never claims an end while a member that ignored SIGTERM still runs.
-        """
-        if child.status is None:
-            status = child.poll()
-            if status is None:
-                return
-            child.status = status
-            for pipe in (child.proc.stdout, child.proc.stderr):
-                child.drain(pipe)
-                if pipe in child.open_pipes:
-                    self.sel.unregister(pipe)
-            child.open_pipes.clear()
-            if child.pidfd is not None:
-                self.sel.unregister(child.pidfd)
-            child.close()
-        if child.ended_by and signal_group(child.pgid, 0):
-            return                      # dying: tick() looks again until the group is gone
-        self.children.remove(child)
-        if signal_group(child.pgid, 0):
-            self.lingering[child.pgid] = child.venture
-            if child.purpose == "run":
-                signal_group(child.pgid, 15)     # the old run's stragglers must not meet the new one
-        else:
-            self.tell({"ended": child.pgid}, later=child.leader_start is not None)
-            self.journal_group(f"-{child.pgid}")
-        if self.debug:
-            log(self.debug, "warden", f"{child.venture}: {child.purpose} pid {child.pid} ended: {describe_status(child.status)}")
+    def settle_child(self, child):
+        """A child ended and its group is gone: the part that started it writes what came of it."""
         state = self.ventures[child.venture]
         handler = {"report": self.report_done, "lever": self.lever_done, "run": self.run_done,
                    "backend": self.backend_done, "check": self.check_done,
                    "forecast": self.forecast_done, "world": self.world_done}.get(child.purpose, self.reading_done)
         handler(state, child, child.status)
-
-    def end_lingering(self, venture=None, final=False):
-        """End the groups left behind (all, or one venture's): TERM, then KILL after the grace."""
-        import time
-        groups = [g for g, v in self.lingering.items() if venture is None or v == venture]
-        for pgid in groups:
-            signal_group(pgid, 15)
-        deadline = time.monotonic() + (KILL_GRACE if final else 0)
-        while final and groups and time.monotonic() < deadline:
-            groups = [g for g in groups if signal_group(g, 0)]
-            time.sleep(0.05)
-        for pgid in [g for g, v in self.lingering.items() if venture is None or v == venture]:
-            if final:
-                signal_group(pgid, 9)
-            if final or not signal_group(pgid, 0):
-                del self.lingering[pgid]
-                self.tell({"ended": pgid})
-                self.journal_group(f"-{pgid}")
-
-    def journal_group(self, line):
-        """Append a group's start (+PGID START) or end (-PGID) to HOME/groups before anything can orphan it:
-        the next avsmd ends what an avsmd and warden killed together left running (RUN-14, PITFALLS 2).
-
-        The file stays open for appending. Grown past 64 KiB, it is replaced by one holding only what still
-        runs (while the home is still ours; else what runs is appended); deleted under us, it is made again
-        with what still runs appended.
-        """
-        path = os.path.join(self.home, "groups")
-        pgid = line[1:].split()[0]
-        if line.startswith("+"):
-            self.journaled[pgid] = line
-        else:
-            self.journaled.pop(pgid, None)
-        try:
-            if line.startswith("+") and self.groups_fd is not None:
-                st = os.fstat(self.groups_fd)
-                if st.st_nlink == 0 or st.st_size > 64 * 1024:
-                    os.close(self.groups_fd)
-                    self.groups_fd = None
-                    line = "\n".join(self.journaled.values())
-                    if st.st_nlink and self.lock.lock_is_ours():     # never replace another avsmd's journal
-                        with open(path + ".new", "w") as fh:
-                            fh.write(line + "\n")
-                        os.replace(path + ".new", path)
-                        line = None
-            if self.groups_fd is None:
-                self.groups_fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC, 0o600)
-            if line:
-                os.write(self.groups_fd, (line + "\n").encode())
-        except OSError:
-            pass                        # a full disk: avsmd still ends the groups it was told of
-
-    def tell(self, message, later=False):
-        """Queue one line for avsmd (a group started or ended, a reply); flush() sends them at the loop's end.
-
-        A group's end can wait (`later`) to go with the next line that cannot, when its leader's start time
-        is known: avsmd checks a group is still the one it was told of before it ends it, so a late end
-        costs nothing, and saves avsmd a wake-up per report.
-        """
-        self.outbox.append(json.dumps(message, separators=(",", ":")))
-        self.outbox_due = self.outbox_due or not later
-
-    def flush(self, everything=False):
-        if not self.outbox or not (self.outbox_due or everything):
-            return
-        self.outbox_due = False
-        data, self.outbox = ("\n".join(self.outbox) + "\n").encode(), []
-        try:
-            send_bytes(self.channel, data)
-        except OSError:
-            pass
 
     # ---- a round: the metric, with every guard, audit and reading beside it ----
     def start_round(self, state, now):
@@ -5731,7 +5797,7 @@ class Warden:
         """Ask the roles process (through avsmd) to build a request or parse a reply."""
         self.roles_rid += 1
         self.roles_calls[self.roles_rid] = callback
-        self.tell(dict(message, to="roles", rid=self.roles_rid))
+        self.avsmd.tell(dict(message, to="roles", rid=self.roles_rid))
 
     def from_roles(self, message):
         callback = self.roles_calls.pop(message.get("rid"), None)
@@ -5949,7 +6015,7 @@ class Warden:
 
     def finish_decision(self, d, error=None):
         if d["reply_id"] is not None:
-            self.tell({"id": d["reply_id"], "out": d["lines"] or ["the decision wrote nothing"],
+            self.avsmd.tell({"id": d["reply_id"], "out": d["lines"] or ["the decision wrote nothing"],
                        "err": [error] if error else [], "exit": EX_UNAVAILABLE if error else EX_OK})
 
     def look_up(self, state, look):
@@ -6033,17 +6099,15 @@ class Warden:
                 child.terminate("pause", now)
         if state.name in self.keep:
             self.keep[state.name]["next_start"] = None
-        self.end_lingering(state.name)
+        self.children.end_lingering(state.name)
 
     # ---- requests from avsmd ----
     def read_channel(self):
-        data = receive(self.channel)    # a reset (avsmd died with our lines unread) reads as its end
-        if data is None:
-            return
-        if not data:
+        messages = self.avsmd.read()
+        if messages is None:
             self.begin_stop()         # avsmd is gone: stop as at a SIGTERM
             return
-        for message in self.reader.feed(data):
+        for message in messages:
             if message.get("cmd") == "stop" and "id" not in message:
                 self.begin_stop()       # avsmd's own word: a client's request always carries an id
                 continue
@@ -6069,7 +6133,7 @@ class Warden:
                                  f"{traceback.format_exc()}")
                 err.append(f"a bug in avsm refused this request ({type(bug).__name__}); it is reported on avsmd's standard error")
                 code = EX_SOFTWARE
-            self.tell({"id": message.get("id"), "out": out, "err": err, "exit": code})
+            self.avsmd.tell({"id": message.get("id"), "out": out, "err": err, "exit": code})
 
     def signalled(self, wake):
         """SIGTERM reached the warden itself: stop as avsmd would ask."""
