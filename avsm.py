@@ -5076,204 +5076,26 @@ class Schedule:
             self.enter(name, min(self.due[name], now))
 
 
-class Warden:
-    """The only process that acts: ticks ventures, runs their programs, appends their records."""
+class Rounds:
+    """The rounds in flight: a venture's metric, with every guard, audit and reading read beside it.
 
-    def __init__(self, home, channel, cfg, debug=False):
-        import selectors
-        BASE_ENV.update(os.environ)
-        self.home, self.cfg, self.debug = home, cfg, debug
-        self.lock = LockCheck(os.path.join(home, "avsmd.lock"), os.getppid())
-        self.groups_fd = None         # HOME/groups, open for appending while it stays the file at that name
-        self.journaled = {}           # pgid -> its line in HOME/groups, while the group runs
-        self.ledger = Ledger(os.path.join(home, "ledger.db"), still_ours=self.lock.lock_is_ours)
-        self.ventures = {}            # name -> VentureState
-        self.writer = LedgerWriter(self.ledger, self.ventures, lambda state: self.count_ask(state), debug)
-        self.append, self.append_together = self.writer.append, self.writer.append_together
-        self.schedule = Schedule()
-        self.keep = {}                # venture -> the `run` program's keeper state
+    start_round(state, now)         -- start the report and each guard, audit and reading, each in its own group
+    report_done, reading_done       -- a report or reading program ended: write its record (settle_child calls them)
+    record_report, record_guard     -- judge a reading and append it
+    maybe_settle(state, now=None)   -- once the metric is in and the rest read or late: the settling rules run
+    settle_all(now)                 -- maybe_settle every round in flight
+    deadlines()                     -- when a round in flight settles without what it still waits for
+
+    Handed the config and home, the venture states, the children table and spawn, append, carry_out (the
+    settling rules' intents) and start_prediction (the round's prediction and scores, written together).
+    """
+
+    def __init__(self, cfg, home, ventures, children, spawn, append, carry_out, start_prediction, debug=False):
+        self.cfg, self.home, self.ventures, self.children, self.spawn = cfg, home, ventures, children, spawn
+        self.append, self.carry_out, self.start_prediction, self.debug = append, carry_out, start_prediction, debug
         self.rounds = {}              # venture -> the round in flight: metric seq, guards pending, deadline
         self.round_number = 0
-        self.asks_seen = 0            # asks since this warden started, for canary_asks
-        self.roles_rid, self.roles_calls = 0, {}     # requests to the roles process, by id
-        self.results, self.decision_count = [], 0    # HTTP replies handed back by call threads
-        self.escalations = {}                        # escalation seq -> its decision, until its answer is written
-        self.worlds = {}              # venture -> the ensemble of world steps in flight for its last report
-        self.next_nightly = next_nightly(cfg["nightly"])
-        self.stopping = False
-        self.sel = selectors.DefaultSelector()
-        self.avsmd = Channel(channel)
-        self.journal = GroupsJournal(home, self.lock.lock_is_ours)
-        self.children = Children(home, self.sel, self.avsmd.tell, self.avsmd.flush, self.journal.journal_group,
-                                 self.settle_child, debug)
-        self.spawn = self.children.spawn
-        channel.setblocking(False)
-        self.sel.register(channel, selectors.EVENT_READ, ("channel", None))
-        import socket
-        self.wake_r, self.wake_w = socket.socketpair()
-        self.wake_r.setblocking(False)
-        self.sel.register(self.wake_r, selectors.EVENT_READ, ("results", self.wake_r))
 
-    # ---- the ventures, replayed from the ledger ----
-    def load(self):
-        """Replay the ledger into venture states; settle runs a dead warden left without an outcome."""
-        for seq, at, record in read_records(self.ledger.db):
-            name = record.get("venture")
-            if name == "self" or name is None:
-                continue
-            state = self.ventures.setdefault(name, VentureState(name))
-            fold(state, seq, at, record)
-            if record["kind"] == "mandate":
-                try:
-                    state.mandate = parse_mandate(record.get("text", ""), f"mandate #{seq}")
-                except Fail:
-                    state.mandate = None
-        import time
-        for state in self.ventures.values():
-            self.check_runnable(state)
-            for lever, action_seq in list(state.running.items()):
-                # RUN-10: never run again blindly; ask whether it happened, and hold the lever until answered
-                began = next((at for seq, at, _ in state.actions.get(lever, []) if seq == action_seq), None)
-                at_most = max(0, round(time.time() - began)) if began is not None else None
-                self.append({"kind": "outcome", "claim": "measured", "venture": state.name, "lever": lever,
-                             "action": action_seq, "ok": False, "status": "unknown", "duration": at_most,
-                             "note": "the warden ended while it ran; whether it finished is not known"
-                                     + (f"; it ran at most {at_most} s" if at_most is not None else ""),
-                             "summary": f"{lever} (action #{action_seq}) was cut off: the warden ended while it ran"})
-                self.append({"kind": "ask", "claim": "measured", "venture": state.name, "about": "interrupted",
-                             "lever": lever, "action": action_seq,
-                             "question": f"did {lever} happen?",
-                             "summary": f"did {lever} happen? action #{action_seq} was running when the warden ended; "
-                                        f"{lever} waits for the answer (approve: it did, deny: it did not)"})
-
-    def check_runnable(self, state):
-        """Parse the adopted mandate against its directory; say on stderr when it cannot run (VENTURE-14)."""
-        if state.mandate_text is None:
-            return
-        try:
-            if not os.path.isdir(state.directory or ""):
-                raise Fail(EX_NOINPUT, f"its directory {state.directory} is not there")
-            state.mandate = parse_mandate(state.mandate_text, os.path.join(state.directory, "mandate.yaml"), state.directory)
-            state.problem = None
-        except Fail as err:
-            state.mandate, state.problem = None, str(err)
-            if not state.paused:
-                sys.stderr.write(f"avsmd: venture {state.name} cannot run: {err}\n")
-
-    # ---- the loop ----
-    def run(self):
-        import time
-        self.load()
-        now = time.monotonic()
-        for state in self.ventures.values():
-            if self.active(state):
-                self.schedule.enter(state.name, now)
-                self.start_keep(state)
-        while True:
-            timeout = self.next_wakeup(time.monotonic())
-            for key, _ in self.sel.select(timeout):
-                what, child = key.data
-                try:
-                    if what == "channel":
-                        self.read_channel()
-                    elif what == "results":
-                        self.results_ready(child)
-                    elif what == "signal":
-                        self.signalled(child)
-                    elif child.status is not None:
-                        continue            # settled earlier in this same batch
-                    elif what == "pidfd":
-                        self.children.child_event(child)
-                    elif not child.drain(key.fileobj):
-                        self.sel.unregister(key.fileobj)    # at EOF: a pipe left registered would wake us forever
-                        child.open_pipes.discard(key.fileobj)
-                except LedgerDown:
-                    pass                    # the step that needed a record did not happen
-            try:
-                self.tick(time.monotonic())
-            except LedgerDown:
-                pass
-            self.avsmd.flush()
-            if self.stopping and not self.children:
-                for seq, d in list(self.escalations.items()):     # ESC-04: every escalation gets its answer
-                    self.answer_escalation(d, "unusable", "avsmd stopped before the answer came")
-                self.children.end_lingering(final=True)
-                self.avsmd.flush(everything=True)
-                return EX_OK
-
-    def active(self, state):
-        return state.mandate is not None and not state.paused and not self.stopping
-
-    def next_wakeup(self, now):
-        """Return seconds until the next due report, deadline or restart; None when nothing is due."""
-        times, soonest = [], self.schedule.soonest(lambda name: self.active(self.ventures[name]))
-        if soonest is not None and not self.writer.ledger_down:
-            times.append(soonest)
-        for child in self.children:
-            times += [t for t in (child.deadline, child.kill_at) if t is not None]
-            if child.pidfd is None or child.status is not None:
-                times.append(now + 0.05)        # no pidfd here, or a dying group: look again soon
-        times += [k["next_start"] for k in self.keep.values() if k.get("next_start") is not None]
-        times += [r["deadline"] for r in self.rounds.values() if r["metric"] is not None and r["pending"]]
-        if self.writer.ledger_down:
-            times.append(self.writer.retry_at)
-        elif self.next_nightly is not None:
-            import time
-            times.append(now + max(0.0, self.next_nightly - time.time()))
-        if not times:
-            return None
-        return max(0.0, min(times) - now)
-
-    def tick(self, now):
-        """Start what is due, end what is past its deadline, reap what has ended."""
-        import time
-        if self.writer.ledger_down and now >= self.writer.retry_at and self.writer.retry_ledger(now):
-            self.schedule.resume(time.monotonic())
-        for child in list(self.children):
-            if child.status is not None:
-                if not signal_group(child.pgid, 0):
-                    self.children.child_event(child)      # the dying group is gone: settle it
-                elif child.kill_at is not None and now >= child.kill_at:
-                    signal_group(child.pgid, 9)
-            elif child.pidfd is None and child.poll() is not None:
-                self.children.child_event(child)
-            elif child.kill_at is not None and now >= child.kill_at:
-                signal_group(child.pgid, 9)
-                child.kill_at = now + KILL_GRACE
-            elif child.deadline is not None and now >= child.deadline and child.kill_at is None:
-                child.terminate("timeout", now)
-        if self.stopping or self.writer.ledger_down:
-            return                      # a ledger that cannot be written stops everything that would write
-        if self.next_nightly is not None and time.time() >= self.next_nightly:
-            self.next_nightly = next_nightly(self.cfg["nightly"], time.time() + 1)
-            for state in self.ventures.values():
-                if self.active(state) and decided_by_model(state.mandate):
-                    try:
-                        self.start_decision(state, "nightly")
-                    except Fail as fail:
-                        log(True, "warden", f"{state.name}: no nightly decision: {fail}")
-        for name in self.schedule.pop_due(now, lambda name: self.active(self.ventures[name])):
-            state = self.ventures[name]
-            self.schedule.enter(name, now + state.mandate["cadence"])
-            if not any(c.venture == name and c.purpose == "report" for c in self.children):
-                self.start_round(state, now)    # else the report still running ends at its time limit
-        for name in list(self.rounds):
-            self.maybe_settle(self.ventures[name], now)
-        for name, keep in self.keep.items():
-            if keep.get("next_start") is not None and now >= keep["next_start"]:
-                keep["next_start"] = None
-                self.start_run(self.ventures[name])
-
-    # ---- children ----
-    def settle_child(self, child):
-        """A child ended and its group is gone: the part that started it writes what came of it."""
-        state = self.ventures[child.venture]
-        handler = {"report": self.report_done, "lever": self.lever_done, "run": self.run_done,
-                   "backend": self.backend_done, "check": self.check_done,
-                   "forecast": self.forecast_done, "world": self.world_done}.get(child.purpose, self.reading_done)
-        handler(state, child, child.status)
-
-    # ---- a round: the metric, with every guard, audit and reading beside it ----
     def start_round(self, state, now):
         """Start the metric's report and each guard, audit and reading command, each in its own group.
 
@@ -5445,6 +5267,211 @@ class Warden:
         self.carry_out(state, settle_round(state, round_["metric"]))
         self.start_prediction(state, round_["metric"], scores)
 
+    def settle_all(self, now):
+        for name in list(self.rounds):
+            self.maybe_settle(self.ventures[name], now)
+
+    def deadlines(self):
+        return [r["deadline"] for r in self.rounds.values() if r["metric"] is not None and r["pending"]]
+
+
+class Warden:
+    """The only process that acts: ticks ventures, runs their programs, appends their records."""
+
+    def __init__(self, home, channel, cfg, debug=False):
+        import selectors
+        BASE_ENV.update(os.environ)
+        self.home, self.cfg, self.debug = home, cfg, debug
+        self.lock = LockCheck(os.path.join(home, "avsmd.lock"), os.getppid())
+        self.groups_fd = None         # HOME/groups, open for appending while it stays the file at that name
+        self.journaled = {}           # pgid -> its line in HOME/groups, while the group runs
+        self.ledger = Ledger(os.path.join(home, "ledger.db"), still_ours=self.lock.lock_is_ours)
+        self.ventures = {}            # name -> VentureState
+        self.writer = LedgerWriter(self.ledger, self.ventures, lambda state: self.count_ask(state), debug)
+        self.append, self.append_together = self.writer.append, self.writer.append_together
+        self.schedule = Schedule()
+        self.keep = {}                # venture -> the `run` program's keeper state
+        self.asks_seen = 0            # asks since this warden started, for canary_asks
+        self.roles_rid, self.roles_calls = 0, {}     # requests to the roles process, by id
+        self.results, self.decision_count = [], 0    # HTTP replies handed back by call threads
+        self.escalations = {}                        # escalation seq -> its decision, until its answer is written
+        self.worlds = {}              # venture -> the ensemble of world steps in flight for its last report
+        self.next_nightly = next_nightly(cfg["nightly"])
+        self.stopping = False
+        self.sel = selectors.DefaultSelector()
+        self.avsmd = Channel(channel)
+        self.journal = GroupsJournal(home, self.lock.lock_is_ours)
+        self.children = Children(home, self.sel, self.avsmd.tell, self.avsmd.flush, self.journal.journal_group,
+                                 self.settle_child, debug)
+        self.spawn = self.children.spawn
+        self.rounds = Rounds(cfg, home, self.ventures, self.children, self.spawn, self.append, self.carry_out,
+                             self.start_prediction, debug)
+        channel.setblocking(False)
+        self.sel.register(channel, selectors.EVENT_READ, ("channel", None))
+        import socket
+        self.wake_r, self.wake_w = socket.socketpair()
+        self.wake_r.setblocking(False)
+        self.sel.register(self.wake_r, selectors.EVENT_READ, ("results", self.wake_r))
+
+    # ---- the ventures, replayed from the ledger ----
+    def load(self):
+        """Replay the ledger into venture states; settle runs a dead warden left without an outcome."""
+        for seq, at, record in read_records(self.ledger.db):
+            name = record.get("venture")
+            if name == "self" or name is None:
+                continue
+            state = self.ventures.setdefault(name, VentureState(name))
+            fold(state, seq, at, record)
+            if record["kind"] == "mandate":
+                try:
+                    state.mandate = parse_mandate(record.get("text", ""), f"mandate #{seq}")
+                except Fail:
+                    state.mandate = None
+        import time
+        for state in self.ventures.values():
+            self.check_runnable(state)
+            for lever, action_seq in list(state.running.items()):
+                # RUN-10: never run again blindly; ask whether it happened, and hold the lever until answered
+                began = next((at for seq, at, _ in state.actions.get(lever, []) if seq == action_seq), None)
+                at_most = max(0, round(time.time() - began)) if began is not None else None
+                self.append({"kind": "outcome", "claim": "measured", "venture": state.name, "lever": lever,
+                             "action": action_seq, "ok": False, "status": "unknown", "duration": at_most,
+                             "note": "the warden ended while it ran; whether it finished is not known"
+                                     + (f"; it ran at most {at_most} s" if at_most is not None else ""),
+                             "summary": f"{lever} (action #{action_seq}) was cut off: the warden ended while it ran"})
+                self.append({"kind": "ask", "claim": "measured", "venture": state.name, "about": "interrupted",
+                             "lever": lever, "action": action_seq,
+                             "question": f"did {lever} happen?",
+                             "summary": f"did {lever} happen? action #{action_seq} was running when the warden ended; "
+                                        f"{lever} waits for the answer (approve: it did, deny: it did not)"})
+
+    def check_runnable(self, state):
+        """Parse the adopted mandate against its directory; say on stderr when it cannot run (VENTURE-14)."""
+        if state.mandate_text is None:
+            return
+        try:
+            if not os.path.isdir(state.directory or ""):
+                raise Fail(EX_NOINPUT, f"its directory {state.directory} is not there")
+            state.mandate = parse_mandate(state.mandate_text, os.path.join(state.directory, "mandate.yaml"), state.directory)
+            state.problem = None
+        except Fail as err:
+            state.mandate, state.problem = None, str(err)
+            if not state.paused:
+                sys.stderr.write(f"avsmd: venture {state.name} cannot run: {err}\n")
+
+    # ---- the loop ----
+    def run(self):
+        import time
+        self.load()
+        now = time.monotonic()
+        for state in self.ventures.values():
+            if self.active(state):
+                self.schedule.enter(state.name, now)
+                self.start_keep(state)
+        while True:
+            timeout = self.next_wakeup(time.monotonic())
+            for key, _ in self.sel.select(timeout):
+                what, child = key.data
+                try:
+                    if what == "channel":
+                        self.read_channel()
+                    elif what == "results":
+                        self.results_ready(child)
+                    elif what == "signal":
+                        self.signalled(child)
+                    elif child.status is not None:
+                        continue            # settled earlier in this same batch
+                    elif what == "pidfd":
+                        self.children.child_event(child)
+                    elif not child.drain(key.fileobj):
+                        self.sel.unregister(key.fileobj)    # at EOF: a pipe left registered would wake us forever
+                        child.open_pipes.discard(key.fileobj)
+                except LedgerDown:
+                    pass                    # the step that needed a record did not happen
+            try:
+                self.tick(time.monotonic())
+            except LedgerDown:
+                pass
+            self.avsmd.flush()
+            if self.stopping and not self.children:
+                for seq, d in list(self.escalations.items()):     # ESC-04: every escalation gets its answer
+                    self.answer_escalation(d, "unusable", "avsmd stopped before the answer came")
+                self.children.end_lingering(final=True)
+                self.avsmd.flush(everything=True)
+                return EX_OK
+
+    def active(self, state):
+        return state.mandate is not None and not state.paused and not self.stopping
+
+    def next_wakeup(self, now):
+        """Return seconds until the next due report, deadline or restart; None when nothing is due."""
+        times, soonest = [], self.schedule.soonest(lambda name: self.active(self.ventures[name]))
+        if soonest is not None and not self.writer.ledger_down:
+            times.append(soonest)
+        for child in self.children:
+            times += [t for t in (child.deadline, child.kill_at) if t is not None]
+            if child.pidfd is None or child.status is not None:
+                times.append(now + 0.05)        # no pidfd here, or a dying group: look again soon
+        times += [k["next_start"] for k in self.keep.values() if k.get("next_start") is not None]
+        times += self.rounds.deadlines()
+        if self.writer.ledger_down:
+            times.append(self.writer.retry_at)
+        elif self.next_nightly is not None:
+            import time
+            times.append(now + max(0.0, self.next_nightly - time.time()))
+        if not times:
+            return None
+        return max(0.0, min(times) - now)
+
+    def tick(self, now):
+        """Start what is due, end what is past its deadline, reap what has ended."""
+        import time
+        if self.writer.ledger_down and now >= self.writer.retry_at and self.writer.retry_ledger(now):
+            self.schedule.resume(time.monotonic())
+        for child in list(self.children):
+            if child.status is not None:
+                if not signal_group(child.pgid, 0):
+                    self.children.child_event(child)      # the dying group is gone: settle it
+                elif child.kill_at is not None and now >= child.kill_at:
+                    signal_group(child.pgid, 9)
+            elif child.pidfd is None and child.poll() is not None:
+                self.children.child_event(child)
+            elif child.kill_at is not None and now >= child.kill_at:
+                signal_group(child.pgid, 9)
+                child.kill_at = now + KILL_GRACE
+            elif child.deadline is not None and now >= child.deadline and child.kill_at is None:
+                child.terminate("timeout", now)
+        if self.stopping or self.writer.ledger_down:
+            return                      # a ledger that cannot be written stops everything that would write
+        if self.next_nightly is not None and time.time() >= self.next_nightly:
+            self.next_nightly = next_nightly(self.cfg["nightly"], time.time() + 1)
+            for state in self.ventures.values():
+                if self.active(state) and decided_by_model(state.mandate):
+                    try:
+                        self.start_decision(state, "nightly")
+                    except Fail as fail:
+                        log(True, "warden", f"{state.name}: no nightly decision: {fail}")
+        for name in self.schedule.pop_due(now, lambda name: self.active(self.ventures[name])):
+            state = self.ventures[name]
+            self.schedule.enter(name, now + state.mandate["cadence"])
+            if not any(c.venture == name and c.purpose == "report" for c in self.children):
+                self.rounds.start_round(state, now)    # else the report still running ends at its time limit
+        self.rounds.settle_all(now)
+        for name, keep in self.keep.items():
+            if keep.get("next_start") is not None and now >= keep["next_start"]:
+                keep["next_start"] = None
+                self.start_run(self.ventures[name])
+
+    # ---- children ----
+    def settle_child(self, child):
+        """A child ended and its group is gone: the part that started it writes what came of it."""
+        state = self.ventures[child.venture]
+        handler = {"report": self.rounds.report_done, "lever": self.lever_done, "run": self.run_done,
+                   "backend": self.backend_done, "check": self.check_done,
+                   "forecast": self.forecast_done, "world": self.world_done}.get(child.purpose, self.rounds.reading_done)
+        handler(state, child, child.status)
+
+    # ---- a round: the metric, with every guard, audit and reading beside it ----
     def carry_out(self, state, intents):
         """Carry out a rule's intents in order: append, pause, or ask the gate and run what it proves.
         Return [(intent, seq written)]: a Gate's seq is its action's (None when refused or waiting on its check)."""
