@@ -5275,6 +5275,81 @@ class Rounds:
         return [r["deadline"] for r in self.rounds.values() if r["metric"] is not None and r["pending"]]
 
 
+class Keeper:
+    """Keeps each venture's `run` program alive, restarting it as `restart:` says, with back-off.
+
+    start_keep(state)                -- start the program unless it runs or waits for its restart
+    start_run(state)                 -- start it now (a start, or a restart)
+    run_done(state, child, status)   -- it ended: write its exit; restart now, later, or not
+    start_due(now)                   -- start what waited out its back-off
+    wakeups()                        -- when a restart is due
+    hold(name), reset(name)          -- a pause holds the restart; a resume starts the back-off again
+    keep                             -- venture -> {child, backoff, restart, next_start, restarts}, for avsm status
+
+    Handed the venture states, spawn, append and active(state): whether a venture may run now.
+    """
+
+    def __init__(self, ventures, spawn, append, active):
+        self.ventures, self.spawn, self.append, self.active = ventures, spawn, append, active
+        self.keep = {}                # venture -> the `run` program's keeper state
+
+    def start_keep(self, state):
+        if state.mandate and state.mandate["run"] and not state.paused:
+            keep = self.keep.setdefault(state.name, {"child": None, "backoff": 0, "restart": False, "next_start": None})
+            if keep["child"] is None and keep["next_start"] is None:
+                self.start_run(state)
+
+    def start_run(self, state):
+        keep = self.keep[state.name]
+        if not self.active(state) or not state.mandate["run"]:
+            return
+        try:
+            keep["child"] = self.spawn("run", state, state.mandate["run"], shell=True)
+        except OSError as err:
+            keep["child"] = None
+            self.append({"kind": "exit", "claim": "measured", "venture": state.name, "status": "not started",
+                         "summary": f"run could not start: {err}"})
+            return
+        what = "restarted" if keep["restart"] else "started"
+        keep["restarts"] = keep.get("restarts", 0) + (1 if keep["restart"] else 0)
+        self.append({"kind": "start", "claim": "measured", "venture": state.name, "pid": keep["child"].pid,
+                     "command": state.mandate["run"], "summary": f"run {what} (pid {keep['child'].pid})"})
+
+    def run_done(self, state, child, status):
+        """The kept program ended: record it, then restart as `restart:` says, with back-off (open point 31)."""
+        import time
+        keep = self.keep[state.name]
+        keep["child"] = None
+        again, keep["backoff"], delay, records = restart_rule(
+            state, child.pid, status, child.ended_by, time.monotonic() - child.started, keep["backoff"],
+            keep["restart"], self.active(state))
+        for record in records:
+            self.append(record)
+        if again:
+            keep["restart"] = True
+            if delay:
+                keep["next_start"] = time.monotonic() + delay
+            else:
+                self.start_run(state)
+
+    def start_due(self, now):
+        for name, keep in self.keep.items():
+            if keep.get("next_start") is not None and now >= keep["next_start"]:
+                keep["next_start"] = None
+                self.start_run(self.ventures[name])
+
+    def wakeups(self):
+        return [k["next_start"] for k in self.keep.values() if k.get("next_start") is not None]
+
+    def hold(self, name):
+        if name in self.keep:
+            self.keep[name]["next_start"] = None
+
+    def reset(self, name):
+        if name in self.keep:
+            self.keep[name].update(restart=False, backoff=0)
+
+
 class Warden:
     """The only process that acts: ticks ventures, runs their programs, appends their records."""
 
@@ -5290,7 +5365,6 @@ class Warden:
         self.writer = LedgerWriter(self.ledger, self.ventures, lambda state: self.count_ask(state), debug)
         self.append, self.append_together = self.writer.append, self.writer.append_together
         self.schedule = Schedule()
-        self.keep = {}                # venture -> the `run` program's keeper state
         self.asks_seen = 0            # asks since this warden started, for canary_asks
         self.roles_rid, self.roles_calls = 0, {}     # requests to the roles process, by id
         self.results, self.decision_count = [], 0    # HTTP replies handed back by call threads
@@ -5304,6 +5378,7 @@ class Warden:
         self.children = Children(home, self.sel, self.avsmd.tell, self.avsmd.flush, self.journal.journal_group,
                                  self.settle_child, debug)
         self.spawn = self.children.spawn
+        self.keeper = Keeper(self.ventures, self.spawn, self.append, self.active)
         self.rounds = Rounds(cfg, home, self.ventures, self.children, self.spawn, self.append, self.carry_out,
                              self.start_prediction, debug)
         channel.setblocking(False)
@@ -5367,7 +5442,7 @@ class Warden:
         for state in self.ventures.values():
             if self.active(state):
                 self.schedule.enter(state.name, now)
-                self.start_keep(state)
+                self.keeper.start_keep(state)
         while True:
             timeout = self.next_wakeup(time.monotonic())
             for key, _ in self.sel.select(timeout):
@@ -5412,7 +5487,7 @@ class Warden:
             times += [t for t in (child.deadline, child.kill_at) if t is not None]
             if child.pidfd is None or child.status is not None:
                 times.append(now + 0.05)        # no pidfd here, or a dying group: look again soon
-        times += [k["next_start"] for k in self.keep.values() if k.get("next_start") is not None]
+        times += self.keeper.wakeups()
         times += self.rounds.deadlines()
         if self.writer.ledger_down:
             times.append(self.writer.retry_at)
@@ -5457,16 +5532,13 @@ class Warden:
             if not any(c.venture == name and c.purpose == "report" for c in self.children):
                 self.rounds.start_round(state, now)    # else the report still running ends at its time limit
         self.rounds.settle_all(now)
-        for name, keep in self.keep.items():
-            if keep.get("next_start") is not None and now >= keep["next_start"]:
-                keep["next_start"] = None
-                self.start_run(self.ventures[name])
+        self.keeper.start_due(now)
 
     # ---- children ----
     def settle_child(self, child):
         """A child ended and its group is gone: the part that started it writes what came of it."""
         state = self.ventures[child.venture]
-        handler = {"report": self.rounds.report_done, "lever": self.lever_done, "run": self.run_done,
+        handler = {"report": self.rounds.report_done, "lever": self.lever_done, "run": self.keeper.run_done,
                    "backend": self.backend_done, "check": self.check_done,
                    "forecast": self.forecast_done, "world": self.world_done}.get(child.purpose, self.rounds.reading_done)
         handler(state, child, child.status)
@@ -5779,46 +5851,6 @@ class Warden:
                      "note": child.note(), "summary": summary})
 
     # ---- keeping `run` alive ----
-    def start_keep(self, state):
-        if state.mandate and state.mandate["run"] and not state.paused:
-            keep = self.keep.setdefault(state.name, {"child": None, "backoff": 0, "restart": False, "next_start": None})
-            if keep["child"] is None and keep["next_start"] is None:
-                self.start_run(state)
-
-    def start_run(self, state):
-        keep = self.keep[state.name]
-        if not self.active(state) or not state.mandate["run"]:
-            return
-        try:
-            keep["child"] = self.spawn("run", state, state.mandate["run"], shell=True)
-        except OSError as err:
-            keep["child"] = None
-            self.append({"kind": "exit", "claim": "measured", "venture": state.name, "status": "not started",
-                         "summary": f"run could not start: {err}"})
-            return
-        what = "restarted" if keep["restart"] else "started"
-        keep["restarts"] = keep.get("restarts", 0) + (1 if keep["restart"] else 0)
-        self.append({"kind": "start", "claim": "measured", "venture": state.name, "pid": keep["child"].pid,
-                     "command": state.mandate["run"], "summary": f"run {what} (pid {keep['child'].pid})"})
-
-    def run_done(self, state, child, status):
-        """The kept program ended: record it, then restart as `restart:` says, with back-off (open point 31)."""
-        import time
-        keep = self.keep[state.name]
-        keep["child"] = None
-        again, keep["backoff"], delay, records = restart_rule(
-            state, child.pid, status, child.ended_by, time.monotonic() - child.started, keep["backoff"],
-            keep["restart"], self.active(state))
-        for record in records:
-            self.append(record)
-        if again:
-            keep["restart"] = True
-            if delay:
-                keep["next_start"] = time.monotonic() + delay
-            else:
-                self.start_run(state)
-
-
     # ---- letting a model choose: packet -> roles -> backend -> roles -> proposals -> gate ----
     def to_roles(self, message, callback):
         """Ask the roles process (through avsmd) to build a request or parse a reply."""
@@ -6124,8 +6156,7 @@ class Warden:
         for child in self.children:
             if child.venture == state.name:
                 child.terminate("pause", now)
-        if state.name in self.keep:
-            self.keep[state.name]["next_start"] = None
+        self.keeper.hold(state.name)
         self.children.end_lingering(state.name)
 
     # ---- requests from avsmd ----
@@ -6220,7 +6251,7 @@ class Warden:
                     child.terminate("a new mandate", time.monotonic())
         if not state.paused:
             self.schedule.enter(state.name, time.monotonic())
-            self.start_keep(state)
+            self.keeper.start_keep(state)
         return seq
 
     def do_health(self, args, err):
@@ -6238,7 +6269,7 @@ class Warden:
             state = self.ventures[name]
             if state.mandate_seq is None:
                 continue
-            lines += describe_status_lines(state, time.time(), self.keep.get(name), self.children, self.cfg)
+            lines += describe_status_lines(state, time.time(), self.keeper.keep.get(name), self.children, self.cfg)
         return lines or ["no ventures yet; adopt one with avsm add DIR"]
 
     def do_asks(self, args, err):
@@ -6423,9 +6454,8 @@ class Warden:
         if state.mandate is None:
             return [f"{state.name} resumed, but it cannot run: {state.problem}"]
         self.schedule.enter(state.name, time.monotonic())
-        if state.name in self.keep:
-            self.keep[state.name].update(restart=False, backoff=0)
-        self.start_keep(state)
+        self.keeper.reset(state.name)
+        self.keeper.start_keep(state)
         return [f"{state.name} resumed"] + still
 
 
