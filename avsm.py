@@ -5350,6 +5350,175 @@ class Keeper:
             self.keep[name].update(restart=False, backoff=0)
 
 
+class Levers:
+    """Runs the levers the gate proved: writes each action, starts the lever apart, writes its outcome.
+
+    run_lever(state, lever, verdict, summary, by, ...)  -- write the action and start the lever (or its check first)
+    start_check, check_done        -- a lever with `check:` runs only once its check exits 0 and the gate agrees again
+    run_research, research_facts   -- the research lever: a question out, inferred facts back
+    lever_done(state, child, status)  -- the lever ended: write its outcome
+
+    Holds nothing of its own: a lever's state is its Child. Handed the config, spawn, append and pause (the
+    stop lever pauses its venture).
+    """
+
+    def __init__(self, cfg, spawn, append, pause):
+        self.cfg, self.spawn, self.append, self.pause = cfg, spawn, append, pause
+
+    def run_lever(self, state, lever, verdict, summary, by, side=None, extra=None, checked=False):
+        """Write the action with the gate's proof and question, then start the lever apart; its outcome comes
+        when it ends.
+
+        A lever with `check:` runs its check first (open point 27); only a check that exits 0 lets it run.
+        Returns the action's seq, or None while the check runs.
+        """
+        spec = state.mandate["levers"].get(lever)
+        if spec is not None and spec["check"] and not checked:
+            return self.start_check(state, lever, verdict, summary, by, side, extra)
+        asked = verdict.asked
+        mail, mail_problem = None, "mail.send needs adapters: mail: in config.yaml and a text payload"
+        sender = (self.cfg["adapters"].get("mail") or {}).get("from")
+        if spec is not None and spec["run"] == "mail.send" and sender and isinstance((extra or {}).get("payload"), str):
+            try:
+                mail = write_mail(extra["payload"], sender)
+            except ValueError as err:
+                mail_problem = f"mail.send refused the message: {err}"
+        record = {"kind": "action", "claim": "measured", "venture": state.name, "lever": lever,
+                  "proof": verdict.proof, "by": by, "summary": summary, "basis": asked["basis"]}
+        record.update({k: asked[k] for k in ("approval", "check") if k in asked})
+        if side:
+            record["side"] = side
+        record.update(extra or {})
+        seq = self.append(record, at=asked["at"])
+        if lever == "stop":
+            self.pause(state, "measured", f"the stop lever (action #{seq}) paused {state.name}")
+            self.append({"kind": "outcome", "claim": "measured", "venture": state.name, "lever": lever,
+                         "action": seq, "ok": True, "status": "exit 0", "duration": 0, "note": "",
+                         "summary": f"stop ok: {state.name} is paused"})
+            return seq
+        spec = state.mandate["levers"][lever]
+        payload = (extra or {}).get("payload")
+        data = None if payload is None else (payload if isinstance(payload, str) else json.dumps(payload)).encode()
+        if lever == "research":
+            return self.run_research(state, seq, payload, spec)
+        run = spec["run"]
+        if run == "mail.send":
+            if mail is None:
+                self.append({"kind": "outcome", "claim": "measured", "venture": state.name, "lever": lever, "action": seq,
+                             "ok": False, "status": "not started", "duration": 0, "note": "",
+                             "summary": f"{lever} failed: {mail_problem}"})
+                return seq
+            run, data = self.cfg["adapters"]["mail"]["command"], mail.text.encode()
+        try:
+            if spec["takes"] == "file" and isinstance(payload, str):
+                write_venture_file(state.directory, payload)
+            payload_file = write_payload(data) if data is not None else None
+            child = self.spawn("lever", state, run, timeout=spec["timeout"], shell=True, lever=lever,
+                               payload_file=payload_file)
+            child.extra = {"lever": lever, "action": seq, "timeout": spec["timeout"], "payload_file": payload_file}
+        except OSError as err:
+            self.append({"kind": "outcome", "claim": "measured", "venture": state.name, "lever": lever, "action": seq,
+                         "ok": False, "status": "not started", "duration": 0, "note": str(err)[:NOTE_MAX],
+                         "summary": f"{lever} failed to start: {err}"})
+        return seq
+
+    def start_check(self, state, lever, verdict, summary, by, side, extra):
+        payload = (extra or {}).get("payload")
+        audits = {name: info.get("note", "") for name, info in state.audits.items()}
+        path = write_payload(json.dumps({"venture": state.name, "lever": lever, "payload": payload, "audits": audits}).encode())
+        try:
+            child = self.spawn("check", state, state.mandate["levers"][lever]["check"], timeout=60, shell=True,
+                               lever=lever, payload_file=path)
+        except OSError as err:
+            os.unlink(path)
+            self.append({"kind": "refusal", "claim": "measured", "venture": state.name, "lever": lever, "by": by,
+                         "why": f"its check could not start: {err}", "summary": f"{lever} refused: its check could not start"})
+            return None
+        child.extra = {"lever": lever, "run": (lever, verdict, summary, by, side, extra), "payload_file": path}
+        return None
+
+    def check_done(self, state, child, status):
+        """A lever's check ended: 0 lets the lever run, with the check's record among its premises."""
+        os.unlink(child.extra["payload_file"])
+        import time
+        lever, verdict, summary, by, side, extra = child.extra["run"]
+        ok = status == 0 and not child.ended_by
+        seq = self.append({"kind": "check", "claim": "measured", "venture": state.name, "lever": lever, "ok": ok,
+                           "status": describe_status(status), "note": child.note()[-NOTE_MAX:] if not ok else "",
+                           "summary": f"{lever}'s check {'passed' if ok else 'refused it: ' + (child.ended_by or describe_status(status))}"})
+        if not ok:
+            self.append({"kind": "refusal", "claim": "measured", "venture": state.name, "lever": lever, "by": by, "check": seq,
+                         "why": f"its check refused it (#{seq})", "summary": f"{lever} refused by its check (#{seq})"})
+            return
+        basis, asked = verdict.asked["basis"], verdict.asked
+        verdict = prove(state, lever, int(time.time()), (basis["rule"], basis["premises"], basis["steps"]),
+                        trigger=verdict.proof["trigger"], approval=asked.get("approval"),
+                        payload=(extra or {}).get("payload"), check=seq)     # the gate again, now the check has passed
+        if not verdict.ok:
+            self.append({"kind": "refusal", "claim": "measured", "venture": state.name, "lever": lever, "by": by, "check": seq,
+                         "why": verdict.why, "summary": f"{lever} refused after its check passed: {verdict.why}"})
+            return
+        self.run_lever(state, lever, verdict, summary, by, side, extra, checked=True)
+
+    def run_research(self, state, seq, question, spec):
+        """The research lever: the question goes to the config's research command; what comes back is inferred facts."""
+        command = self.cfg.get("research")
+        if not command:
+            self.append({"kind": "outcome", "claim": "measured", "venture": state.name, "lever": "research", "action": seq,
+                         "ok": False, "status": "not started", "duration": 0, "note": "config.yaml names no research: command",
+                         "summary": "research failed: config.yaml names no research: command (no provider is built in)"})
+            return seq
+        path = write_payload(json.dumps({"venture": state.name, "question": question}).encode())
+        try:
+            child = self.spawn("lever", state, command, timeout=spec["timeout"], shell=True, lever="research",
+                               payload_file=path, cwd=state.directory, head=REPLY_MAX)
+            child.extra = {"lever": "research", "action": seq, "timeout": spec["timeout"], "payload_file": path}
+        except OSError as err:
+            self.append({"kind": "outcome", "claim": "measured", "venture": state.name, "lever": "research", "action": seq,
+                         "ok": False, "status": "not started", "duration": 0, "note": str(err)[:NOTE_MAX],
+                         "summary": f"research failed to start: {err}"})
+        return seq
+
+    def research_facts(self, state, child, seq):
+        """Keep each {"fact", "source"} line the research command printed as an inferred fact record."""
+        kept = 0
+        for line in output_lines(child.out, child.cut)[0]:
+            try:
+                item = read_json(line)
+            except (ValueError, RecursionError):
+                continue
+            if isinstance(item, dict) and isinstance(item.get("fact"), str) and isinstance(item.get("source"), str):
+                self.append({"kind": "fact", "claim": "inferred", "venture": state.name, "action": seq,
+                             "fact": item["fact"][:TEXT_MAX], "source": item["source"][:TEXT_MAX],
+                             "summary": f"fact from {item['source'][:80]}: {item['fact'][:160]}"})
+                kept += 1
+        return kept
+
+    def lever_done(self, state, child, status):
+        import time
+        lever, seq = child.extra["lever"], child.extra["action"]
+        if lever == "research" and status == 0 and not child.ended_by and not child.oversized:
+            self.research_facts(state, child, seq)
+        if child.extra.get("payload_file"):
+            try:
+                os.unlink(child.extra["payload_file"])
+            except OSError:
+                pass
+        duration = round(time.monotonic() - child.started, 3)
+        ok = status == 0 and child.ended_by is None
+        if child.ended_by == "pause":
+            summary = f"{lever} stopped by the pause of {state.name} ({describe_status(status)})"
+        elif child.ended_by == "timeout":
+            summary = f"{lever} failed: past its time limit {format_duration(child.extra['timeout'])}, ended ({describe_status(status)})"
+        elif child.ended_by == "stop":
+            summary = f"{lever} stopped: avsmd is stopping ({describe_status(status)})"
+        else:
+            summary = f"{lever} {'ok' if ok else 'failed: ' + describe_status(status)} in {duration:g}s"
+        self.append({"kind": "outcome", "claim": "measured", "venture": state.name, "lever": lever, "action": seq,
+                     "ok": ok, "status": describe_status(status), "ended_by": child.ended_by, "duration": duration,
+                     "note": child.note(), "summary": summary})
+
+
 class Warden:
     """The only process that acts: ticks ventures, runs their programs, appends their records."""
 
@@ -5378,6 +5547,7 @@ class Warden:
         self.children = Children(home, self.sel, self.avsmd.tell, self.avsmd.flush, self.journal.journal_group,
                                  self.settle_child, debug)
         self.spawn = self.children.spawn
+        self.levers = Levers(cfg, self.spawn, self.append, self.pause)
         self.keeper = Keeper(self.ventures, self.spawn, self.append, self.active)
         self.rounds = Rounds(cfg, home, self.ventures, self.children, self.spawn, self.append, self.carry_out,
                              self.start_prediction, debug)
@@ -5538,8 +5708,8 @@ class Warden:
     def settle_child(self, child):
         """A child ended and its group is gone: the part that started it writes what came of it."""
         state = self.ventures[child.venture]
-        handler = {"report": self.rounds.report_done, "lever": self.lever_done, "run": self.keeper.run_done,
-                   "backend": self.backend_done, "check": self.check_done,
+        handler = {"report": self.rounds.report_done, "lever": self.levers.lever_done, "run": self.keeper.run_done,
+                   "backend": self.backend_done, "check": self.levers.check_done,
                    "forecast": self.forecast_done, "world": self.world_done}.get(child.purpose, self.rounds.reading_done)
         handler(state, child, child.status)
 
@@ -5564,107 +5734,11 @@ class Warden:
                 result = prove(state, intent.lever, int(time.time()), intent.basis, trigger=intent.trigger,
                                approval=intent.approval, payload=intent.payload)
                 if result.ok:
-                    seq = self.run_lever(state, intent.lever, result, intent.summary, by=intent.by, side=intent.side,
+                    seq = self.levers.run_lever(state, intent.lever, result, intent.summary, by=intent.by, side=intent.side,
                                          extra=intent.extra)
                 else:
                     continue            # the rule writes what a refusal calls for
             done.append((intent, seq))
-
-    # ---- levers ----
-    def run_lever(self, state, lever, verdict, summary, by, side=None, extra=None, checked=False):
-        """Write the action with the gate's proof and question, then start the lever apart; its outcome comes
-        when it ends.
-
-        A lever with `check:` runs its check first (open point 27); only a check that exits 0 lets it run.
-        Returns the action's seq, or None while the check runs.
-        """
-        spec = state.mandate["levers"].get(lever)
-        if spec is not None and spec["check"] and not checked:
-            return self.start_check(state, lever, verdict, summary, by, side, extra)
-        asked = verdict.asked
-        mail, mail_problem = None, "mail.send needs adapters: mail: in config.yaml and a text payload"
-        sender = (self.cfg["adapters"].get("mail") or {}).get("from")
-        if spec is not None and spec["run"] == "mail.send" and sender and isinstance((extra or {}).get("payload"), str):
-            try:
-                mail = write_mail(extra["payload"], sender)
-            except ValueError as err:
-                mail_problem = f"mail.send refused the message: {err}"
-        record = {"kind": "action", "claim": "measured", "venture": state.name, "lever": lever,
-                  "proof": verdict.proof, "by": by, "summary": summary, "basis": asked["basis"]}
-        record.update({k: asked[k] for k in ("approval", "check") if k in asked})
-        if side:
-            record["side"] = side
-        record.update(extra or {})
-        seq = self.append(record, at=asked["at"])
-        if lever == "stop":
-            self.pause(state, "measured", f"the stop lever (action #{seq}) paused {state.name}")
-            self.append({"kind": "outcome", "claim": "measured", "venture": state.name, "lever": lever,
-                         "action": seq, "ok": True, "status": "exit 0", "duration": 0, "note": "",
-                         "summary": f"stop ok: {state.name} is paused"})
-            return seq
-        spec = state.mandate["levers"][lever]
-        payload = (extra or {}).get("payload")
-        data = None if payload is None else (payload if isinstance(payload, str) else json.dumps(payload)).encode()
-        if lever == "research":
-            return self.run_research(state, seq, payload, spec)
-        run = spec["run"]
-        if run == "mail.send":
-            if mail is None:
-                self.append({"kind": "outcome", "claim": "measured", "venture": state.name, "lever": lever, "action": seq,
-                             "ok": False, "status": "not started", "duration": 0, "note": "",
-                             "summary": f"{lever} failed: {mail_problem}"})
-                return seq
-            run, data = self.cfg["adapters"]["mail"]["command"], mail.text.encode()
-        try:
-            if spec["takes"] == "file" and isinstance(payload, str):
-                write_venture_file(state.directory, payload)
-            payload_file = write_payload(data) if data is not None else None
-            child = self.spawn("lever", state, run, timeout=spec["timeout"], shell=True, lever=lever,
-                               payload_file=payload_file)
-            child.extra = {"lever": lever, "action": seq, "timeout": spec["timeout"], "payload_file": payload_file}
-        except OSError as err:
-            self.append({"kind": "outcome", "claim": "measured", "venture": state.name, "lever": lever, "action": seq,
-                         "ok": False, "status": "not started", "duration": 0, "note": str(err)[:NOTE_MAX],
-                         "summary": f"{lever} failed to start: {err}"})
-        return seq
-
-    def start_check(self, state, lever, verdict, summary, by, side, extra):
-        payload = (extra or {}).get("payload")
-        audits = {name: info.get("note", "") for name, info in state.audits.items()}
-        path = write_payload(json.dumps({"venture": state.name, "lever": lever, "payload": payload, "audits": audits}).encode())
-        try:
-            child = self.spawn("check", state, state.mandate["levers"][lever]["check"], timeout=60, shell=True,
-                               lever=lever, payload_file=path)
-        except OSError as err:
-            os.unlink(path)
-            self.append({"kind": "refusal", "claim": "measured", "venture": state.name, "lever": lever, "by": by,
-                         "why": f"its check could not start: {err}", "summary": f"{lever} refused: its check could not start"})
-            return None
-        child.extra = {"lever": lever, "run": (lever, verdict, summary, by, side, extra), "payload_file": path}
-        return None
-
-    def check_done(self, state, child, status):
-        """A lever's check ended: 0 lets the lever run, with the check's record among its premises."""
-        os.unlink(child.extra["payload_file"])
-        import time
-        lever, verdict, summary, by, side, extra = child.extra["run"]
-        ok = status == 0 and not child.ended_by
-        seq = self.append({"kind": "check", "claim": "measured", "venture": state.name, "lever": lever, "ok": ok,
-                           "status": describe_status(status), "note": child.note()[-NOTE_MAX:] if not ok else "",
-                           "summary": f"{lever}'s check {'passed' if ok else 'refused it: ' + (child.ended_by or describe_status(status))}"})
-        if not ok:
-            self.append({"kind": "refusal", "claim": "measured", "venture": state.name, "lever": lever, "by": by, "check": seq,
-                         "why": f"its check refused it (#{seq})", "summary": f"{lever} refused by its check (#{seq})"})
-            return
-        basis, asked = verdict.asked["basis"], verdict.asked
-        verdict = prove(state, lever, int(time.time()), (basis["rule"], basis["premises"], basis["steps"]),
-                        trigger=verdict.proof["trigger"], approval=asked.get("approval"),
-                        payload=(extra or {}).get("payload"), check=seq)     # the gate again, now the check has passed
-        if not verdict.ok:
-            self.append({"kind": "refusal", "claim": "measured", "venture": state.name, "lever": lever, "by": by, "check": seq,
-                         "why": verdict.why, "summary": f"{lever} refused after its check passed: {verdict.why}"})
-            return
-        self.run_lever(state, lever, verdict, summary, by, side, extra, checked=True)
 
     def start_forecast(self, state, why, lever=None):
         """Forecast the venture apart from the loop (FORECAST-06): the forecast program in a group of its own,
@@ -5791,64 +5865,6 @@ class Warden:
             state.world_state = outputs[0]["state"]
         if state.mandate is not None:
             self.carry_out(state, world_rule(state, job["report"], job["lever"], outputs, job["failure"]))
-
-    def run_research(self, state, seq, question, spec):
-        """The research lever: the question goes to the config's research command; what comes back is inferred facts."""
-        command = self.cfg.get("research")
-        if not command:
-            self.append({"kind": "outcome", "claim": "measured", "venture": state.name, "lever": "research", "action": seq,
-                         "ok": False, "status": "not started", "duration": 0, "note": "config.yaml names no research: command",
-                         "summary": "research failed: config.yaml names no research: command (no provider is built in)"})
-            return seq
-        path = write_payload(json.dumps({"venture": state.name, "question": question}).encode())
-        try:
-            child = self.spawn("lever", state, command, timeout=spec["timeout"], shell=True, lever="research",
-                               payload_file=path, cwd=state.directory, head=REPLY_MAX)
-            child.extra = {"lever": "research", "action": seq, "timeout": spec["timeout"], "payload_file": path}
-        except OSError as err:
-            self.append({"kind": "outcome", "claim": "measured", "venture": state.name, "lever": "research", "action": seq,
-                         "ok": False, "status": "not started", "duration": 0, "note": str(err)[:NOTE_MAX],
-                         "summary": f"research failed to start: {err}"})
-        return seq
-
-    def research_facts(self, state, child, seq):
-        """Keep each {"fact", "source"} line the research command printed as an inferred fact record."""
-        kept = 0
-        for line in output_lines(child.out, child.cut)[0]:
-            try:
-                item = read_json(line)
-            except (ValueError, RecursionError):
-                continue
-            if isinstance(item, dict) and isinstance(item.get("fact"), str) and isinstance(item.get("source"), str):
-                self.append({"kind": "fact", "claim": "inferred", "venture": state.name, "action": seq,
-                             "fact": item["fact"][:TEXT_MAX], "source": item["source"][:TEXT_MAX],
-                             "summary": f"fact from {item['source'][:80]}: {item['fact'][:160]}"})
-                kept += 1
-        return kept
-
-    def lever_done(self, state, child, status):
-        import time
-        lever, seq = child.extra["lever"], child.extra["action"]
-        if lever == "research" and status == 0 and not child.ended_by and not child.oversized:
-            self.research_facts(state, child, seq)
-        if child.extra.get("payload_file"):
-            try:
-                os.unlink(child.extra["payload_file"])
-            except OSError:
-                pass
-        duration = round(time.monotonic() - child.started, 3)
-        ok = status == 0 and child.ended_by is None
-        if child.ended_by == "pause":
-            summary = f"{lever} stopped by the pause of {state.name} ({describe_status(status)})"
-        elif child.ended_by == "timeout":
-            summary = f"{lever} failed: past its time limit {format_duration(child.extra['timeout'])}, ended ({describe_status(status)})"
-        elif child.ended_by == "stop":
-            summary = f"{lever} stopped: avsmd is stopping ({describe_status(status)})"
-        else:
-            summary = f"{lever} {'ok' if ok else 'failed: ' + describe_status(status)} in {duration:g}s"
-        self.append({"kind": "outcome", "claim": "measured", "venture": state.name, "lever": lever, "action": seq,
-                     "ok": ok, "status": describe_status(status), "ended_by": child.ended_by, "duration": duration,
-                     "note": child.note(), "summary": summary})
 
     # ---- keeping `run` alive ----
     # ---- letting a model choose: packet -> roles -> backend -> roles -> proposals -> gate ----
@@ -6322,7 +6338,7 @@ class Warden:
             self.append({"kind": "refusal", "claim": "measured", "venture": state.name, "lever": lever, "ask": seq,
                          "why": verdict.why, "summary": f"{lever} refused on approval of #{seq}: {verdict.why}"})
             raise Fail(EX_DATAERR, f"{lever} refused: {verdict.why}")
-        action = self.run_lever(state, lever, verdict, f"{lever} runs: approved by a person (#{approval})", by="person",
+        action = self.levers.run_lever(state, lever, verdict, f"{lever} runs: approved by a person (#{approval})", by="person",
                                 extra={"payload": payload} if payload is not None else None)
         self.ratchet(state, lever)
         return [f"#{seq} approved; {lever} " + (f"runs as action #{action}" if action else "runs once its check passes")]
@@ -6418,7 +6434,7 @@ class Warden:
             self.append({"kind": "refusal", "claim": "measured", "venture": state.name, "lever": lever, "proposal": seq,
                          "by": "person", "why": why, "summary": f"{lever} refused: {why}"})
             raise Fail(EX_DATAERR, f"{lever} refused: {why}")
-        action = self.run_lever(state, lever, verdict, f"{lever} runs: a person's proposal (#{seq})", by="person",
+        action = self.levers.run_lever(state, lever, verdict, f"{lever} runs: a person's proposal (#{seq})", by="person",
                                 extra={"payload": payload} if payload is not None else None)
         return [f"proposal #{seq} accepted; {lever} " + (f"runs as action #{action}" if action else "runs once its check passes")]
 
