@@ -5519,6 +5519,150 @@ class Levers:
                      "note": child.note(), "summary": summary})
 
 
+class Worlds:
+    """Forecasts and world-model predictions, each made apart from the loop in groups of their own.
+
+    start_forecast(state, why, lever=None)   -- forecast a venture (at avsm add, before a ratchet ask); False when none is made
+    forecast_done(state, child, status)      -- write the forecast; a ratchet ask waiting on it follows
+    start_prediction(state, report_seq, scores=())  -- a trusted report's one-step prediction, written with the round's scores
+    world_done, world_settle                 -- one world step ended; the whole ensemble is in
+    worlds                                   -- venture -> the ensemble of world steps in flight for its last report
+
+    Handed the config, spawn, append and append_together, carry_out (the world rule's intents), raise_ratchet
+    and stopping(): whether avsmd is stopping.
+    """
+
+    def __init__(self, cfg, spawn, append, append_together, carry_out, raise_ratchet, stopping):
+        self.cfg, self.spawn, self.append, self.append_together = cfg, spawn, append, append_together
+        self.carry_out, self.raise_ratchet, self.stopping = carry_out, raise_ratchet, stopping
+        self.worlds = {}              # venture -> the ensemble of world steps in flight for its last report
+
+    def start_forecast(self, state, why, lever=None):
+        """Forecast the venture apart from the loop (FORECAST-06): the forecast program in a group of its own,
+        its facts on standard input; the record is written when it is done. `seeds: 0` turns forecasts off."""
+        f = self.cfg["forecast"] or FORECAST_DEFAULT
+        if not f["seeds"] or self.stopping():
+            return False
+        facts = forecast_facts(state, f["days"], f["seeds"])
+        if state.mandate["world"]:          # stepped through the world command (open point 39)
+            import time
+            given = world_input(state, None, 0, time.time())
+            facts.update(reports=given["reports"], time=given["time"], world=state.mandate["world"],
+                         world_state=state.world_state, guards=[g["name"] for g in state.mandate["guards"]])
+        payload = write_payload(json.dumps(facts).encode())
+        try:
+            child = self.spawn("forecast", state, cached_command("forecast", []), timeout=600, payload_file=payload)
+            child.extra = {"days": f["days"], "seeds": f["seeds"], "why": why, "lever": lever}
+        except OSError as err:
+            log(True, "warden", f"{state.name}: no forecast: {err}")
+            return False
+        finally:
+            os.unlink(payload)              # the child holds it open
+        return True
+
+    def forecast_done(self, state, child, status):
+        """Write the forecast the program printed: an inferred record, which shows and never authorizes;
+        a ratchet ask waiting on it follows."""
+        if child.ended_by in ("pause", "stop"):
+            if child.extra["why"] == "ratchet":
+                self.raise_ratchet(state, child.extra["lever"])     # asked without the forecast cut short
+            return
+        try:
+            result = json.loads(bytes(child.out)) if status == 0 else None
+        except ValueError:
+            result = None
+        extra = child.extra
+        record = {"kind": "forecast", "claim": "inferred", "venture": state.name, "days": extra["days"],
+                  "seeds": extra["seeds"], "why": extra["why"]}
+        numbers = ("median", "p10", "p90")
+        if isinstance(result, dict) and isinstance(result.get("too_little"), str):
+            record.update(note=result["too_little"][:NOTE_MAX], summary=describe_forecast(state.mandate["metric"], result, 0, 0))
+        elif isinstance(result, dict) and result.get("decimals") in (0, 1, 2) and \
+                all(type(result.get(k)) in (int, float) and abs(result[k]) < float("inf") for k in numbers):
+            record.update({k: round(result[k], result["decimals"]) + 0.0 for k in numbers},
+                          summary=describe_forecast(state.mandate["metric"], result, extra["days"], extra["seeds"]))
+            if isinstance(result.get("cut"), str):      # through the world, its calls capped
+                record.update(note=result["cut"][:NOTE_MAX], world=True, summary=record["summary"] + f" ({result['cut'][:200]})")
+        else:
+            why = "it was ended" if child.ended_by else f"the forecast program ended {describe_status(status)}"
+            record.update(note=why, summary=f"forecast not made: {why}")
+        if extra["lever"]:
+            record["lever"] = extra["lever"]
+        seq = self.append(record)
+        if extra["why"] == "ratchet":
+            self.raise_ratchet(state, extra["lever"], seq, record["summary"])
+
+    def start_prediction(self, state, report_seq, scores=()):
+        """A trusted report's one-step prediction (WORLD-05): the baseline's at once (a few sums), written in one
+        transaction with the round's `scores`; or an ensemble of world steps, each in a group of its own with
+        its seed, its record written when all are done."""
+        import time
+        m, report, records = state.mandate, state.last_report, list(scores)
+        if not predicts(m) or state.paused or self.stopping() or report is None or report[0] != report_seq \
+                or report[2].get("status") != "trusted":
+            return self.append_together(records)
+        lever = state.ran_since[0] if state.ran_since else None
+        if m["world"] is None:
+            members = baseline_members(state, lever)
+            if members:
+                records.append(prediction_record(state, report_seq, members, lever))
+            return self.append_together(records)
+        self.append_together(records)
+        if self.worlds.get(state.name):
+            return                      # still stepping from an earlier report: this one brings no prediction
+        job = {"report": report_seq, "lever": lever, "left": WORLD_SEEDS, "outputs": {}, "failure": None}
+        self.worlds[state.name] = job
+        for i in range(WORLD_SEEDS):
+            path = write_payload(json.dumps(world_input(state, lever, report_seq * WORLD_SEEDS + i, time.time())).encode())
+            try:
+                child = self.spawn("world", state, m["world"], timeout=WORLD_TIMEOUT, shell=True, payload_file=path,
+                                   head=WORLD_OUTPUT_MAX)
+                child.extra = {"job": job, "index": i}
+            except OSError as err:
+                job["left"] -= 1
+                job["failure"] = job["failure"] or f"could not start: {err}"
+            finally:
+                os.unlink(path)             # the child holds it open
+        if job["left"] == 0:
+            self.world_settle(state, job)
+
+    def world_done(self, state, child, status):
+        """One world step ended: over its time, over 64 KiB, a non-zero exit or output that does not hold is a
+        failed step (open point 38); the ensemble is settled when its last step is in."""
+        job = child.extra.get("job")
+        if job is None or self.worlds.get(state.name) is not job:
+            return
+        if child.ended_by in ("pause", "stop", "a new mandate"):
+            del self.worlds[state.name]
+            return
+        out, failure = None, None
+        if child.oversized:
+            failure = f"it printed more than {WORLD_OUTPUT_MAX // 1024} KiB"
+        elif child.ended_by == "timeout":
+            failure = f"it took longer than {WORLD_TIMEOUT} s and was ended"
+        elif child.ended_by or status != 0:
+            tail = child.err.decode("utf-8", "replace").strip()[-200:]
+            failure = f"it ended {child.ended_by or describe_status(status)}" + (f": {tail}" if tail else "")
+        else:
+            out, failure = read_world_output(bytes(child.out).decode("utf-8", "replace"), state.mandate)
+        if failure:
+            job["failure"] = job["failure"] or failure
+        else:
+            job["outputs"][child.extra["index"]] = out
+        job["left"] -= 1
+        if job["left"] == 0:
+            self.world_settle(state, job)
+
+    def world_settle(self, state, job):
+        """All steps of an ensemble are in: the first seed's state is the world's next input; the kernel says what to write."""
+        self.worlds.pop(state.name, None)
+        outputs = [job["outputs"][i] for i in sorted(job["outputs"])]
+        if job["failure"] is None and outputs:
+            state.world_state = outputs[0]["state"]
+        if state.mandate is not None:
+            self.carry_out(state, world_rule(state, job["report"], job["lever"], outputs, job["failure"]))
+
+
 class Warden:
     """The only process that acts: ticks ventures, runs their programs, appends their records."""
 
@@ -5538,7 +5682,6 @@ class Warden:
         self.roles_rid, self.roles_calls = 0, {}     # requests to the roles process, by id
         self.results, self.decision_count = [], 0    # HTTP replies handed back by call threads
         self.escalations = {}                        # escalation seq -> its decision, until its answer is written
-        self.worlds = {}              # venture -> the ensemble of world steps in flight for its last report
         self.next_nightly = next_nightly(cfg["nightly"])
         self.stopping = False
         self.sel = selectors.DefaultSelector()
@@ -5549,8 +5692,10 @@ class Warden:
         self.spawn = self.children.spawn
         self.levers = Levers(cfg, self.spawn, self.append, self.pause)
         self.keeper = Keeper(self.ventures, self.spawn, self.append, self.active)
+        self.worlds = Worlds(cfg, self.spawn, self.append, self.append_together, self.carry_out,
+                             lambda *args: self.raise_ratchet(*args), lambda: self.stopping)
         self.rounds = Rounds(cfg, home, self.ventures, self.children, self.spawn, self.append, self.carry_out,
-                             self.start_prediction, debug)
+                             self.worlds.start_prediction, debug)
         channel.setblocking(False)
         self.sel.register(channel, selectors.EVENT_READ, ("channel", None))
         import socket
@@ -5704,16 +5849,14 @@ class Warden:
         self.rounds.settle_all(now)
         self.keeper.start_due(now)
 
-    # ---- children ----
     def settle_child(self, child):
         """A child ended and its group is gone: the part that started it writes what came of it."""
         state = self.ventures[child.venture]
         handler = {"report": self.rounds.report_done, "lever": self.levers.lever_done, "run": self.keeper.run_done,
                    "backend": self.backend_done, "check": self.levers.check_done,
-                   "forecast": self.forecast_done, "world": self.world_done}.get(child.purpose, self.rounds.reading_done)
+                   "forecast": self.worlds.forecast_done, "world": self.worlds.world_done}.get(child.purpose, self.rounds.reading_done)
         handler(state, child, child.status)
 
-    # ---- a round: the metric, with every guard, audit and reading beside it ----
     def carry_out(self, state, intents):
         """Carry out a rule's intents in order: append, pause, or ask the gate and run what it proves.
         Return [(intent, seq written)]: a Gate's seq is its action's (None when refused or waiting on its check)."""
@@ -5740,133 +5883,6 @@ class Warden:
                     continue            # the rule writes what a refusal calls for
             done.append((intent, seq))
 
-    def start_forecast(self, state, why, lever=None):
-        """Forecast the venture apart from the loop (FORECAST-06): the forecast program in a group of its own,
-        its facts on standard input; the record is written when it is done. `seeds: 0` turns forecasts off."""
-        f = self.cfg["forecast"] or FORECAST_DEFAULT
-        if not f["seeds"] or self.stopping:
-            return False
-        facts = forecast_facts(state, f["days"], f["seeds"])
-        if state.mandate["world"]:          # stepped through the world command (open point 39)
-            import time
-            given = world_input(state, None, 0, time.time())
-            facts.update(reports=given["reports"], time=given["time"], world=state.mandate["world"],
-                         world_state=state.world_state, guards=[g["name"] for g in state.mandate["guards"]])
-        payload = write_payload(json.dumps(facts).encode())
-        try:
-            child = self.spawn("forecast", state, cached_command("forecast", []), timeout=600, payload_file=payload)
-            child.extra = {"days": f["days"], "seeds": f["seeds"], "why": why, "lever": lever}
-        except OSError as err:
-            log(True, "warden", f"{state.name}: no forecast: {err}")
-            return False
-        finally:
-            os.unlink(payload)              # the child holds it open
-        return True
-
-    def forecast_done(self, state, child, status):
-        """Write the forecast the program printed: an inferred record, which shows and never authorizes;
-        a ratchet ask waiting on it follows."""
-        if child.ended_by in ("pause", "stop"):
-            if child.extra["why"] == "ratchet":
-                self.raise_ratchet(state, child.extra["lever"])     # asked without the forecast cut short
-            return
-        try:
-            result = json.loads(bytes(child.out)) if status == 0 else None
-        except ValueError:
-            result = None
-        extra = child.extra
-        record = {"kind": "forecast", "claim": "inferred", "venture": state.name, "days": extra["days"],
-                  "seeds": extra["seeds"], "why": extra["why"]}
-        numbers = ("median", "p10", "p90")
-        if isinstance(result, dict) and isinstance(result.get("too_little"), str):
-            record.update(note=result["too_little"][:NOTE_MAX], summary=describe_forecast(state.mandate["metric"], result, 0, 0))
-        elif isinstance(result, dict) and result.get("decimals") in (0, 1, 2) and \
-                all(type(result.get(k)) in (int, float) and abs(result[k]) < float("inf") for k in numbers):
-            record.update({k: round(result[k], result["decimals"]) + 0.0 for k in numbers},
-                          summary=describe_forecast(state.mandate["metric"], result, extra["days"], extra["seeds"]))
-            if isinstance(result.get("cut"), str):      # through the world, its calls capped
-                record.update(note=result["cut"][:NOTE_MAX], world=True, summary=record["summary"] + f" ({result['cut'][:200]})")
-        else:
-            why = "it was ended" if child.ended_by else f"the forecast program ended {describe_status(status)}"
-            record.update(note=why, summary=f"forecast not made: {why}")
-        if extra["lever"]:
-            record["lever"] = extra["lever"]
-        seq = self.append(record)
-        if extra["why"] == "ratchet":
-            self.raise_ratchet(state, extra["lever"], seq, record["summary"])
-
-    # ---- world models: one-step predictions, made apart from the round ----
-    def start_prediction(self, state, report_seq, scores=()):
-        """A trusted report's one-step prediction (WORLD-05): the baseline's at once (a few sums), written in one
-        transaction with the round's `scores`; or an ensemble of world steps, each in a group of its own with
-        its seed, its record written when all are done."""
-        import time
-        m, report, records = state.mandate, state.last_report, list(scores)
-        if not predicts(m) or state.paused or self.stopping or report is None or report[0] != report_seq \
-                or report[2].get("status") != "trusted":
-            return self.append_together(records)
-        lever = state.ran_since[0] if state.ran_since else None
-        if m["world"] is None:
-            members = baseline_members(state, lever)
-            if members:
-                records.append(prediction_record(state, report_seq, members, lever))
-            return self.append_together(records)
-        self.append_together(records)
-        if self.worlds.get(state.name):
-            return                      # still stepping from an earlier report: this one brings no prediction
-        job = {"report": report_seq, "lever": lever, "left": WORLD_SEEDS, "outputs": {}, "failure": None}
-        self.worlds[state.name] = job
-        for i in range(WORLD_SEEDS):
-            path = write_payload(json.dumps(world_input(state, lever, report_seq * WORLD_SEEDS + i, time.time())).encode())
-            try:
-                child = self.spawn("world", state, m["world"], timeout=WORLD_TIMEOUT, shell=True, payload_file=path,
-                                   head=WORLD_OUTPUT_MAX)
-                child.extra = {"job": job, "index": i}
-            except OSError as err:
-                job["left"] -= 1
-                job["failure"] = job["failure"] or f"could not start: {err}"
-            finally:
-                os.unlink(path)             # the child holds it open
-        if job["left"] == 0:
-            self.world_settle(state, job)
-
-    def world_done(self, state, child, status):
-        """One world step ended: over its time, over 64 KiB, a non-zero exit or output that does not hold is a
-        failed step (open point 38); the ensemble is settled when its last step is in."""
-        job = child.extra.get("job")
-        if job is None or self.worlds.get(state.name) is not job:
-            return
-        if child.ended_by in ("pause", "stop", "a new mandate"):
-            del self.worlds[state.name]
-            return
-        out, failure = None, None
-        if child.oversized:
-            failure = f"it printed more than {WORLD_OUTPUT_MAX // 1024} KiB"
-        elif child.ended_by == "timeout":
-            failure = f"it took longer than {WORLD_TIMEOUT} s and was ended"
-        elif child.ended_by or status != 0:
-            tail = child.err.decode("utf-8", "replace").strip()[-200:]
-            failure = f"it ended {child.ended_by or describe_status(status)}" + (f": {tail}" if tail else "")
-        else:
-            out, failure = read_world_output(bytes(child.out).decode("utf-8", "replace"), state.mandate)
-        if failure:
-            job["failure"] = job["failure"] or failure
-        else:
-            job["outputs"][child.extra["index"]] = out
-        job["left"] -= 1
-        if job["left"] == 0:
-            self.world_settle(state, job)
-
-    def world_settle(self, state, job):
-        """All steps of an ensemble are in: the first seed's state is the world's next input; the kernel says what to write."""
-        self.worlds.pop(state.name, None)
-        outputs = [job["outputs"][i] for i in sorted(job["outputs"])]
-        if job["failure"] is None and outputs:
-            state.world_state = outputs[0]["state"]
-        if state.mandate is not None:
-            self.carry_out(state, world_rule(state, job["report"], job["lever"], outputs, job["failure"]))
-
-    # ---- keeping `run` alive ----
     # ---- letting a model choose: packet -> roles -> backend -> roles -> proposals -> gate ----
     def to_roles(self, message, callback):
         """Ask the roles process (through avsmd) to build a request or parse a reply."""
@@ -6248,7 +6264,7 @@ class Warden:
                 return [f"{name}: mandate unchanged (#{state.mandate_seq}); nothing written"]
         state = self.ventures.setdefault(name, VentureState(name))
         seq = self.adopt(state, mandate, mandate_record(name, directory, text, f"adopted {name} from {directory} (sha256 {sha[:16]})"))
-        forecasting = self.start_forecast(state, "add")
+        forecasting = self.worlds.start_forecast(state, "add")
         capacity = "  " + describe_capacity(capacity_check(state, (self.cfg["forecast"] or FORECAST_DEFAULT)["days"]))
         return [f"{name}: adopted as mandate #{seq}"] + describe_allowed(mandate, self.cfg) + [capacity] + \
                ([f"{name} is paused; avsm resume {name} starts it"] if state.paused else []) + \
@@ -6349,7 +6365,7 @@ class Warden:
         made once its forecast is written (FORECAST-01)."""
         if not ratchet_due(state, lever, self.cfg["ratchet"]) or lever in state.ratchet_forecasts:
             return
-        if self.start_forecast(state, "ratchet", lever):
+        if self.worlds.start_forecast(state, "ratchet", lever):
             state.ratchet_forecasts.add(lever)      # FORECAST-01: the ask follows the forecast
             return
         self.raise_ratchet(state, lever)
