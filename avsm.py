@@ -5663,6 +5663,77 @@ class Worlds:
             self.carry_out(state, world_rule(state, job["report"], job["lever"], outputs, job["failure"]))
 
 
+class Trust:
+    """Growing trust, carefully: the ratchet ask that proposes delegating a lever, and the canary asks.
+
+    ratchet(state, lever)          -- after `ratchet` approvals of a lever, ask to delegate it (once its forecast is in)
+    raise_ratchet(state, lever, ...)  -- write that ask, carrying the mandate change
+    approve_ratchet(state, seq, ask)  -- a person approved it: write the mandate change and adopt it
+    count_ask(state)               -- every ask counts; after every N, a known-answer canary ask
+    canary_answer(state, seq, ask, approved)  -- write how a canary ask was answered
+
+    Handed the config, append, start_forecast and adopt (a mandate in force, as avsm add puts it).
+    """
+
+    def __init__(self, cfg, append, start_forecast, adopt):
+        self.cfg, self.append, self.start_forecast, self.adopt = cfg, append, start_forecast, adopt
+        self.asks_seen = 0            # asks since this warden started, for canary_asks
+
+    def ratchet(self, state, lever):
+        """After `ratchet` approvals of one lever, self proposes delegating it: an ask carrying the mandate change,
+        made once its forecast is written (FORECAST-01)."""
+        if not ratchet_due(state, lever, self.cfg["ratchet"]) or lever in state.ratchet_forecasts:
+            return
+        if self.start_forecast(state, "ratchet", lever):
+            state.ratchet_forecasts.add(lever)      # FORECAST-01: the ask follows the forecast
+            return
+        self.raise_ratchet(state, lever)
+
+    def raise_ratchet(self, state, lever, forecast_seq=None, forecast_line=None):
+        state.ratchet_forecasts.discard(lever)
+        if not ratchet_due(state, lever, self.cfg["ratchet"]):
+            return                          # approvals reset, or asked already, while the forecast ran
+        path = os.path.join(state.directory, "mandate.yaml")
+        try:
+            new, why = delegate_lever(read_mandate_file(path), lever, path), None
+        except (OSError, Fail, ValueError) as err:
+            new, why = None, str(err)
+        self.append(ratchet_ask(state, lever, path, new, why, forecast_seq, forecast_line))
+
+    def approve_ratchet(self, state, seq, ask):
+        """A person approved delegating a lever: write the mandate change and adopt it, as avsm add would."""
+        path = os.path.join(state.directory, "mandate.yaml")
+        new = ask.get("mandate")
+        if not new:
+            raise Fail(EX_DATAERR, f"ask #{seq} carries no mandate change; edit {path} by hand and run avsm add")
+        mandate = parse_mandate(new, path, state.directory)
+        if mandate["escalate"] == "offbox" and state.mandate["escalate"] != "offbox":
+            raise Fail(EX_DATAERR, "a change proposed by self may not add escalate: offbox; only you can, by editing the mandate")
+        self.append({"kind": "approval", "claim": "declared", "venture": state.name, "ask": seq, "about": "ratchet",
+                     "summary": f"a person approved delegating {ask['lever']} (ask #{seq})"})
+        with open(path + ".avsm-new", "w", encoding="utf-8") as fh:
+            fh.write(new)
+        os.replace(path + ".avsm-new", path)
+        adopted = self.adopt(state, mandate, mandate_record(
+            state.name, state.directory, new, f"adopted {state.name} with {ask['lever']} delegated, as approved in #{seq} "
+                                              f"(sha256 {text_sha256(new)[:16]})", approval_of=seq))
+        return [f"#{seq} approved: {ask['lever']} is delegated in {path}, adopted as mandate #{adopted}"]
+
+    def count_ask(self, state):
+        """canary_asks: {every: N}: after every N asks, one known-answer ask checks that a person really reads them."""
+        every = (self.cfg.get("canary_asks") or {}).get("every")
+        if every:
+            self.asks_seen += 1
+            canary = canary_ask(state, self.asks_seen, every)
+            if canary:
+                self.append(canary)
+
+    def canary_answer(self, state, seq, ask, approved):
+        record, line = canary_result(state, seq, ask, approved)
+        self.append(record)
+        return [line]
+
+
 class Warden:
     """The only process that acts: ticks ventures, runs their programs, appends their records."""
 
@@ -5675,10 +5746,9 @@ class Warden:
         self.journaled = {}           # pgid -> its line in HOME/groups, while the group runs
         self.ledger = Ledger(os.path.join(home, "ledger.db"), still_ours=self.lock.lock_is_ours)
         self.ventures = {}            # name -> VentureState
-        self.writer = LedgerWriter(self.ledger, self.ventures, lambda state: self.count_ask(state), debug)
+        self.writer = LedgerWriter(self.ledger, self.ventures, lambda state: self.trust.count_ask(state), debug)
         self.append, self.append_together = self.writer.append, self.writer.append_together
         self.schedule = Schedule()
-        self.asks_seen = 0            # asks since this warden started, for canary_asks
         self.roles_rid, self.roles_calls = 0, {}     # requests to the roles process, by id
         self.results, self.decision_count = [], 0    # HTTP replies handed back by call threads
         self.escalations = {}                        # escalation seq -> its decision, until its answer is written
@@ -5693,7 +5763,8 @@ class Warden:
         self.levers = Levers(cfg, self.spawn, self.append, self.pause)
         self.keeper = Keeper(self.ventures, self.spawn, self.append, self.active)
         self.worlds = Worlds(cfg, self.spawn, self.append, self.append_together, self.carry_out,
-                             lambda *args: self.raise_ratchet(*args), lambda: self.stopping)
+                             lambda *args: self.trust.raise_ratchet(*args), lambda: self.stopping)
+        self.trust = Trust(cfg, self.append, self.worlds.start_forecast, self.adopt)
         self.rounds = Rounds(cfg, home, self.ventures, self.children, self.spawn, self.append, self.carry_out,
                              self.worlds.start_prediction, debug)
         channel.setblocking(False)
@@ -6328,9 +6399,9 @@ class Warden:
             raise Fail(EX_DATAERR, f"{state.name} is paused, so approving #{seq} would spend it without running; "
                                    f"resume it first (avsm resume {state.name})")
         if ask.get("canary"):
-            return self.canary_answer(state, seq, ask, approved=True)
+            return self.trust.canary_answer(state, seq, ask, approved=True)
         if ask.get("about") == "ratchet":
-            return self.approve_ratchet(state, seq, ask)
+            return self.trust.approve_ratchet(state, seq, ask)
         lever = ask.get("lever")
         if lever is None or ask.get("about") not in ("lever", "model"):
             self.append({"kind": "approval", "claim": "declared", "venture": state.name, "ask": seq,
@@ -6356,63 +6427,8 @@ class Warden:
             raise Fail(EX_DATAERR, f"{lever} refused: {verdict.why}")
         action = self.levers.run_lever(state, lever, verdict, f"{lever} runs: approved by a person (#{approval})", by="person",
                                 extra={"payload": payload} if payload is not None else None)
-        self.ratchet(state, lever)
+        self.trust.ratchet(state, lever)
         return [f"#{seq} approved; {lever} " + (f"runs as action #{action}" if action else "runs once its check passes")]
-
-    # ---- growing trust, carefully: the ratchet and canary asks ----
-    def ratchet(self, state, lever):
-        """After `ratchet` approvals of one lever, self proposes delegating it: an ask carrying the mandate change,
-        made once its forecast is written (FORECAST-01)."""
-        if not ratchet_due(state, lever, self.cfg["ratchet"]) or lever in state.ratchet_forecasts:
-            return
-        if self.worlds.start_forecast(state, "ratchet", lever):
-            state.ratchet_forecasts.add(lever)      # FORECAST-01: the ask follows the forecast
-            return
-        self.raise_ratchet(state, lever)
-
-    def raise_ratchet(self, state, lever, forecast_seq=None, forecast_line=None):
-        state.ratchet_forecasts.discard(lever)
-        if not ratchet_due(state, lever, self.cfg["ratchet"]):
-            return                          # approvals reset, or asked already, while the forecast ran
-        path = os.path.join(state.directory, "mandate.yaml")
-        try:
-            new, why = delegate_lever(read_mandate_file(path), lever, path), None
-        except (OSError, Fail, ValueError) as err:
-            new, why = None, str(err)
-        self.append(ratchet_ask(state, lever, path, new, why, forecast_seq, forecast_line))
-
-    def approve_ratchet(self, state, seq, ask):
-        """A person approved delegating a lever: write the mandate change and adopt it, as avsm add would."""
-        path = os.path.join(state.directory, "mandate.yaml")
-        new = ask.get("mandate")
-        if not new:
-            raise Fail(EX_DATAERR, f"ask #{seq} carries no mandate change; edit {path} by hand and run avsm add")
-        mandate = parse_mandate(new, path, state.directory)
-        if mandate["escalate"] == "offbox" and state.mandate["escalate"] != "offbox":
-            raise Fail(EX_DATAERR, "a change proposed by self may not add escalate: offbox; only you can, by editing the mandate")
-        self.append({"kind": "approval", "claim": "declared", "venture": state.name, "ask": seq, "about": "ratchet",
-                     "summary": f"a person approved delegating {ask['lever']} (ask #{seq})"})
-        with open(path + ".avsm-new", "w", encoding="utf-8") as fh:
-            fh.write(new)
-        os.replace(path + ".avsm-new", path)
-        adopted = self.adopt(state, mandate, mandate_record(
-            state.name, state.directory, new, f"adopted {state.name} with {ask['lever']} delegated, as approved in #{seq} "
-                                              f"(sha256 {text_sha256(new)[:16]})", approval_of=seq))
-        return [f"#{seq} approved: {ask['lever']} is delegated in {path}, adopted as mandate #{adopted}"]
-
-    def count_ask(self, state):
-        """canary_asks: {every: N}: after every N asks, one known-answer ask checks that a person really reads them."""
-        every = (self.cfg.get("canary_asks") or {}).get("every")
-        if every:
-            self.asks_seen += 1
-            canary = canary_ask(state, self.asks_seen, every)
-            if canary:
-                self.append(canary)
-
-    def canary_answer(self, state, seq, ask, approved):
-        record, line = canary_result(state, seq, ask, approved)
-        self.append(record)
-        return [line]
 
     def do_ask(self, args, err):
         """The content an open ask carries, as JSON (for approve --edit)."""
@@ -6459,7 +6475,7 @@ class Warden:
         if ask.get("canary"):
             self.append({"kind": "denial", "claim": "declared", "venture": state.name, "ask": seq,
                          "summary": f"a person denied ask #{seq}"})
-            return self.canary_answer(state, seq, ask, approved=False)
+            return self.trust.canary_answer(state, seq, ask, approved=False)
         self.append({"kind": "denial", "claim": "declared", "venture": state.name, "ask": seq, "lever": ask.get("lever"),
                      "summary": f"a person denied ask #{seq}" + (f" ({ask['lever']})" if ask.get("lever") else "")})
         return [f"#{seq} denied"]
