@@ -5734,6 +5734,348 @@ class Trust:
         return [line]
 
 
+class RolesCalls:
+    """The requests the warden made of the roles process (through avsmd), each waiting for its answer.
+
+    to_roles(message, callback)  -- send a request to build a model's text or parse its reply
+    from_roles(message)          -- an answer came: call the callback its request left
+
+    Handed the channel's tell.
+    """
+
+    def __init__(self, tell):
+        self.tell = tell
+        self.roles_rid, self.roles_calls = 0, {}     # requests to the roles process, by id
+
+    def to_roles(self, message, callback):
+        """Ask the roles process (through avsmd) to build a request or parse a reply."""
+        self.roles_rid += 1
+        self.roles_calls[self.roles_rid] = callback
+        self.tell(dict(message, to="roles", rid=self.roles_rid))
+
+    def from_roles(self, message):
+        callback = self.roles_calls.pop(message.get("rid"), None)
+        if callback is not None:
+            callback(message)
+
+
+class Decision:
+    """One model decision in flight, from its packet to the lines its asker is shown."""
+
+    __slots__ = ("venture", "by", "backend", "reply_id", "id", "looks", "lines", "escalation", "escalation_looks",
+                 "packet", "request", "call")
+
+    def __init__(self, venture, by, backend, reply_id, id):
+        self.venture, self.by, self.backend, self.reply_id, self.id = venture, by, backend, reply_id, id
+        self.looks = []               # the model's look-ups and their answers, shown in the next packet
+        self.lines = []               # what `avsm decide` prints when the decision is done
+        self.escalation = None        # the escalation's seq, once an unusable reply sent it to the second backend
+        self.escalation_looks = []    # the look records written since, which its answer cites
+        self.packet = None            # what the model is shown
+        self.request = None           # (system, user), as the roles process built them
+        self.call = None              # what the provider said of this call, for the records its reply writes
+
+
+class Decisions:
+    """Letting a model choose: packet -> roles -> backend -> roles -> proposals -> gate. Grants nothing.
+
+    start_decision(state, by, reply_id=None)  -- begin one decision; its records say who asked for it
+    packet(state, looks), recent, look_up      -- what a model may be shown: never an audit
+    build, call_backend, got_reply, parsed     -- the steps of one decision, each a callback of the one before
+    backend_done(state, child, status)         -- a `command` backend ended
+    results_ready(wake)                        -- an HTTP call's thread handed back its reply
+    unusable, answer_escalation                -- an unusable reply; the second backend's answer (ESC-04)
+    propose(state, choice, d, held=None)       -- one choice as an inferred proposal, judged by the gate
+    finish_decision(d, error=None)             -- answer the person who asked
+    escalations, wake_r                        -- escalations waiting for their answer; the socket threads wake the loop on
+
+    Handed the home, config, ledger (read for the packet and look-ups), venture states, spawn, append, tell,
+    to_roles, carry_out (the proposal rule's intents) and stopping().
+    """
+
+    def __init__(self, home, cfg, ledger, ventures, spawn, append, tell, to_roles, carry_out, stopping):
+        import socket
+        self.home, self.cfg, self.ledger, self.ventures, self.spawn = home, cfg, ledger, ventures, spawn
+        self.append, self.tell, self.to_roles, self.carry_out, self.stopping = append, tell, to_roles, carry_out, stopping
+        self.results, self.decision_count = [], 0    # HTTP replies handed back by call threads
+        self.escalations = {}                        # escalation seq -> its decision, until its answer is written
+        self.wake_r, self.wake_w = socket.socketpair()
+        self.wake_r.setblocking(False)
+
+    def packet(self, state, looks):
+        """Return what a model may be shown of a venture: never an audit reading, note or ask."""
+        import time
+        m, now = state.mandate, int(time.time())
+        ctl = m["controller"]
+        hidden = {s for s, a in state.open_asks.items() if a.get("about") == "audit" or a.get("audit")}
+        records = []
+        for seq, at, record in self.recent(state.name, 40):
+            if record["kind"].startswith("audit.") or record.get("about") == "audit" or record.get("ask") in hidden \
+                    or record.get("audit"):
+                continue
+            records.append(f"#{seq} {format_local_time(at)} {record['claim']} {record['kind']} {record['summary']}")
+        return {"venture": state.name, "purpose": m["purpose"], "metric": m["metric"],
+                "controller": ctl["kind"], "classifier": ctl["kind"] == "classifier",
+                "levers": [{"name": n, "cap": l["cap_text"], "used": len(cap_window(state, n, now)),
+                            "reversible": l["reversible"], "delegated": l["delegated"], "takes": l["takes"]}
+                           for n, l in m["levers"].items()],
+                "forbidden": m["forbidden"], "children": [],
+                "readings": [{"name": name, "value": format_number(rec.get("value")), "fields": rec.get("fields", "")}
+                             for name, (seq, rec) in sorted(state.read.items()) if rec.get("status") == "read"],
+                "records": records,
+                "asks": [f"#{s} {a.get('lever') or '-'}: {a.get('question', a['summary'])}"
+                         for s, a in sorted(state.open_asks.items()) if a.get("about") != "audit" and not a.get("audit")],
+                "forecast": self.packet_forecast(state),
+                "looks": looks}
+
+    def packet_forecast(self, state):
+        """The facts of the packet's forecast (FORECAST-03: 7 days by 8 seeds unless `forecast:` says);
+        the roles process makes it, apart from the warden, as it builds the text."""
+        f = self.cfg["forecast"] or PACKET_FORECAST
+        return forecast_facts(state, f["days"], f["seeds"]) if f["seeds"] else None
+
+    def recent(self, venture, count):
+        rows = self.ledger.db.execute(
+            "SELECT seq, at, record FROM records WHERE json_extract(record, '$.venture') = ? ORDER BY seq DESC LIMIT ?",
+            (venture, count)).fetchall()
+        return [(seq, at, json.loads(text)) for seq, at, text in reversed(rows)]
+
+    def backend_for(self, state):
+        """Return (name, backend) this venture's decisions go to, or raise Fail saying why none may be asked."""
+        name = state.mandate["controller"].get("backend") or self.cfg.get("default")
+        if not name or name not in self.cfg["backends"]:
+            raise Fail(EX_DATAERR, f"{state.name} names no backend: set default: in config.yaml or backend: in its controller")
+        backend = self.cfg["backends"][name]
+        if backend["offbox"] and state.mandate["escalate"] != "offbox":
+            raise Fail(EX_DATAERR, f"backend {name} leaves the machine, and {state.name}'s mandate does not say escalate: offbox; "
+                                   "no call is made")
+        return name, backend
+
+    def start_decision(self, state, by, reply_id=None):
+        """Begin one model decision for a venture: it grants nothing; its records say who asked for it."""
+        name, backend = self.backend_for(state)
+        self.decision_count += 1
+        d = Decision(state.name, by, name, reply_id, self.decision_count)
+        self.build(d)
+        return d
+
+    def build(self, d):
+        state = self.ventures[d.venture]
+        d.packet = self.packet(state, d.looks)
+        self.to_roles({"op": "build", "packet": d.packet}, lambda answer: self.call_backend(d, answer))
+
+    def call_backend(self, d, answer):
+        import threading
+        if "error" in answer:
+            return self.finish_decision(d, f"the roles process could not build the request: {answer['error']}")
+        state, backend = self.ventures[d.venture], self.cfg["backends"][d.backend]
+        d.request = (answer["system"], answer["user"])
+        d.call = None              # what the provider said of this call, for the records its reply writes
+        if backend["kind"] == "command":
+            import tempfile
+            fd, path = tempfile.mkstemp(prefix="avsm-request-")
+            with os.fdopen(fd, "w") as fh:
+                json.dump({"backend": d.backend, "system": answer["system"], "user": answer["user"]}, fh)
+            try:
+                child = self.spawn("backend", state, backend["run"], timeout=BACKEND_TIMEOUT, shell=True,
+                                   payload_file=path, cwd=self.home, head=REPLY_MAX)
+                child.extra = {"decision": d, "request_file": path}
+            except OSError as err:
+                os.unlink(path)
+                self.got_reply(d, None, f"could not start {backend['run']}: {err}")
+            return
+        try:
+            key = read_keys(self.home).get(backend.get("key")) if backend.get("key") else None
+        except Fail as fail:
+            return self.got_reply(d, None, str(fail))
+        if backend.get("key") and key is None:
+            return self.got_reply(d, None, f"HOME/keys has no {backend['key']}=...; add it (chmod 600)")
+
+        def call():
+            try:
+                data, why, facts = call_http_backend(backend, answer["system"], answer["user"], key)
+            except Exception as err:      # the call's thread is a job's boundary: the decision still ends, saying why
+                data, why, facts = None, f"the call failed: {type(err).__name__}: {err}", None
+            self.results.append((d, data, why, facts))
+            try:
+                self.wake_w.send(b"r")
+            except OSError:
+                pass
+        threading.Thread(target=call, daemon=True).start()
+
+    def backend_done(self, state, child, status):
+        d = child.extra["decision"]
+        os.unlink(child.extra["request_file"])
+        if child.oversized:
+            return self.got_reply(d, None, f"the reply is bigger than {REPLY_MAX // 1024} KiB")
+        if child.ended_by or status != 0:
+            return self.got_reply(d, None, f"{self.cfg['backends'][d.backend]['run']} ended: "
+                                           f"{child.ended_by or describe_status(status)}")
+        self.got_reply(d, bytes(child.out), None)
+
+    def results_ready(self, wake):
+        try:
+            wake.recv(4096)
+        except OSError:
+            pass
+        while self.results:
+            d, data, why, facts = self.results.pop(0)
+            d.call = facts
+            self.got_reply(d, data, why)
+
+    def got_reply(self, d, data, why):
+        import base64
+        if why is not None:
+            return self.unusable(d, why)
+        self.to_roles({"op": "parse", "data": base64.b64encode(data).decode(), "packet": d.packet},
+                      lambda parsed: self.parsed(d, parsed))
+
+    def parsed(self, d, parsed):
+        state = self.ventures[d.venture]
+        if "error" in parsed:
+            return self.unusable(d, f"the roles process could not parse the reply: {parsed['error']}")
+        if "unusable" in parsed:
+            return self.unusable(d, parsed["unusable"])
+        if "look" in parsed:
+            look = parsed["look"]
+            answer = self.look_up(state, look)
+            record = {"kind": "look", "claim": "inferred", "venture": state.name, "by": d.by, "look": look,
+                      "backend": d.backend, "answer": answer[:NOTE_MAX],
+                      "summary": f"the model looked up {json.dumps(look)[:120]}"}
+            if d.call:
+                record["call"] = d.call
+            if d.escalation is not None:
+                record["escalation"] = d.escalation      # ESC-03: what the escalation brought cites it
+            seq = self.append(record)
+            if d.escalation is not None:
+                d.escalation_looks.append(seq)
+            d.lines.append(f"#{seq} look {json.dumps(look)}")
+            d.looks.append({"look": look, "answer": answer})
+            return self.build(d)
+        cited = []
+        held = None
+        if is_ranking(parsed["choices"]):
+            ok, why = calibration_bar(state)
+            held = None if ok else why        # below the bar, its top choice asks and no action runs (WORLD-08)
+        top = next((c for c in parsed["choices"] if c["choice"] == "action"), None)
+        for choice in parsed["choices"]:
+            if held and choice["choice"] == "action" and choice is not top:
+                d.lines.append(f"{choice['action']} not proposed: the ranking is held back ({held})")
+                continue
+            cited += self.propose(state, choice, d, held=held if choice is top else None)
+        if d.escalation is not None:
+            self.answer_escalation(d, d.escalation_looks + cited)
+        self.finish_decision(d)
+
+    def unusable(self, d, why):
+        """An unusable reply changes nothing; with escalate: in the config, the second backend is asked the same question."""
+        state = self.ventures[d.venture]
+        record = {"kind": "unusable", "claim": "measured", "venture": state.name, "backend": d.backend,
+                  "by": d.by, "why": why[:NOTE_MAX], "summary": f"the reply of {d.backend} is unusable: {why[:200]}"}
+        call = dict(d.call or {})
+        if "declined" in call:
+            record["declined"] = call.pop("declined")     # a refusal keeps its text and the provider's category
+        if call:
+            record["call"] = call
+        seq = self.append(record)
+        d.lines.append(f"#{seq} unusable: {why[:200]}")
+        second = self.cfg.get("escalate")
+        if d.escalation is not None:
+            self.answer_escalation(d, "unusable")
+            return self.finish_decision(d)
+        if not second or second == d.backend or d.request is None:
+            return self.finish_decision(d)
+        if self.stopping():
+            d.lines.append("not escalated: avsmd is stopping")
+            return self.finish_decision(d)
+        if self.cfg["backends"][second]["offbox"] and state.mandate["escalate"] != "offbox":
+            d.lines.append(f"not escalated: {second} leaves the machine and the mandate does not say escalate: offbox")
+            return self.finish_decision(d)
+        d.escalation = self.append({"kind": "escalation", "claim": "measured", "venture": state.name,
+                                    "from": d.backend, "to": second, "why": why[:NOTE_MAX],
+                                    "summary": f"asking {second} the same question: {d.backend}'s reply was unusable ({why[:120]})"})
+        d.lines.append(f"#{d.escalation} escalation to {second}")
+        self.escalations[d.escalation] = d
+        d.backend = second
+        self.call_backend(d, {"system": d.request[0], "user": d.request[1]})
+
+    def answer_escalation(self, d, cited, note=None):
+        """Write the measured answer of escalation d.escalation: the records it cited, or unusable (ESC-04)."""
+        seq = d.escalation
+        self.escalations.pop(seq, None)
+        shown = "unusable" if cited == "unusable" else "records " + ", ".join("#" + str(c) for c in cited)
+        record = {"kind": "answer", "claim": "measured", "venture": d.venture, "escalation": seq, "cited": cited,
+                  "summary": f"escalation #{seq} answered: {shown}" + (f" ({note})" if note else "")}
+        if note:
+            record["note"] = note
+        self.append(record)
+
+    def finish_decision(self, d, error=None):
+        if d.reply_id is not None:
+            self.tell({"id": d.reply_id, "out": d.lines or ["the decision wrote nothing"],
+                       "err": [error] if error else [], "exit": EX_UNAVAILABLE if error else EX_OK})
+
+    def look_up(self, state, look):
+        """Answer a model's look-up from the ledger: never an audit."""
+        if look["choice"] == "why":
+            if not 1 <= look["record"] < 2 ** 63:
+                return f"#{look['record']} is not a record number"
+            row = self.ledger.db.execute("SELECT at, record FROM records WHERE seq = ?", (look["record"],)).fetchone()
+            if row is None:
+                return f"#{look['record']} is not in the ledger"
+            record = json.loads(row[1])
+            if record.get("venture") != state.name:
+                return f"#{look['record']} is not a record of {state.name}"
+            if record["kind"].startswith("audit.") or record.get("about") == "audit" or record.get("audit"):
+                return "not shown: an audit is never shown to a model"
+            lines = [format_record_line(look["record"], row[0], record)]
+            for p in (record.get("proof") or {}).get("premises", []):
+                prow = self.ledger.db.execute("SELECT record FROM records WHERE seq = ?", (p,)).fetchone()
+                if prow:
+                    r = json.loads(prow[0])
+                    lines.append(f"  premise #{p} {r['claim']} {r['kind']} {r['summary']}")
+            return "\n".join(lines)
+        topic = look["topic"].lower()
+        found = [f"#{s} {r['claim']} {r['kind']} {r['summary']}" for s, at, r in self.recent(state.name, 500)
+                 if r["claim"] == "declared" or r["kind"] == "fact"]
+        found = [line for line in found if topic and topic in line.lower()][-10:]
+        return "\n".join(found) or f"nothing declared about {look['topic']}"
+
+    def propose(self, state, choice, d, held=None):
+        """Write one choice as an inferred proposal, then let the gate judge it; return the records written.
+        `held`: why a ranking's top choice asks a person instead (the calibration bar, WORLD-08)."""
+        lever = choice.get("action")
+        record = {"kind": "proposal", "claim": "inferred", "venture": state.name, "by": d.by, "choice": choice["choice"],
+                  "backend": d.backend, "reason": choice.get("reason", "")[:TEXT_MAX],
+                  "summary": f"{d.backend} proposes {choice['choice']}" + (f" {lever}" if lever else "")
+                             + (f": {choice.get('reason', '')[:120]}" if choice.get("reason") else "")}
+        if lever is not None:
+            record["lever"] = lever
+        if "payload" in choice:
+            record["payload"] = choice["payload"]
+        if d.escalation is not None:
+            record["escalation"] = d.escalation
+        if d.call:
+            record["call"] = d.call
+        seq = self.append(record)
+        d.lines.append(f"#{seq} proposal {choice['choice']}" + (f" {lever}" if lever else ""))
+        spec = state.mandate["levers"].get(lever) if choice["choice"] == "action" else None
+        content_why = content_problem(spec["takes"], choice.get("payload"), state.directory) \
+            if spec and spec["takes"] in ("diff", "file") and isinstance(choice.get("payload"), str) else None
+        written = [seq]
+        for intent, done in self.carry_out(state, proposal_rule(state, seq, choice, d.by, d.backend, content_why, held)):
+            if isinstance(intent, Gate):
+                d.lines.append(f"#{done} action {lever}" if done else f"{lever} waits for its check")
+            elif intent.record["kind"] == "ask":
+                d.lines.append(f"#{done} ask" + (f" for {lever}" if intent.record["about"] == "lever" else "")
+                                  + (f": {held}" if intent.record.get("ranking") else ""))
+            else:
+                d.lines.append(f"#{done} refusal: {intent.record['why']}")
+            if done:
+                written.append(done)
+        return written
+
+
 class Warden:
     """The only process that acts: ticks ventures, runs their programs, appends their records."""
 
@@ -5742,16 +6084,11 @@ class Warden:
         BASE_ENV.update(os.environ)
         self.home, self.cfg, self.debug = home, cfg, debug
         self.lock = LockCheck(os.path.join(home, "avsmd.lock"), os.getppid())
-        self.groups_fd = None         # HOME/groups, open for appending while it stays the file at that name
-        self.journaled = {}           # pgid -> its line in HOME/groups, while the group runs
         self.ledger = Ledger(os.path.join(home, "ledger.db"), still_ours=self.lock.lock_is_ours)
         self.ventures = {}            # name -> VentureState
         self.writer = LedgerWriter(self.ledger, self.ventures, lambda state: self.trust.count_ask(state), debug)
         self.append, self.append_together = self.writer.append, self.writer.append_together
         self.schedule = Schedule()
-        self.roles_rid, self.roles_calls = 0, {}     # requests to the roles process, by id
-        self.results, self.decision_count = [], 0    # HTTP replies handed back by call threads
-        self.escalations = {}                        # escalation seq -> its decision, until its answer is written
         self.next_nightly = next_nightly(cfg["nightly"])
         self.stopping = False
         self.sel = selectors.DefaultSelector()
@@ -5764,15 +6101,15 @@ class Warden:
         self.keeper = Keeper(self.ventures, self.spawn, self.append, self.active)
         self.worlds = Worlds(cfg, self.spawn, self.append, self.append_together, self.carry_out,
                              lambda *args: self.trust.raise_ratchet(*args), lambda: self.stopping)
+        self.roles = RolesCalls(self.avsmd.tell)
+        self.decisions = Decisions(home, cfg, self.ledger, self.ventures, self.spawn, self.append, self.avsmd.tell,
+                                   self.roles.to_roles, self.carry_out, lambda: self.stopping)
         self.trust = Trust(cfg, self.append, self.worlds.start_forecast, self.adopt)
         self.rounds = Rounds(cfg, home, self.ventures, self.children, self.spawn, self.append, self.carry_out,
                              self.worlds.start_prediction, debug)
         channel.setblocking(False)
         self.sel.register(channel, selectors.EVENT_READ, ("channel", None))
-        import socket
-        self.wake_r, self.wake_w = socket.socketpair()
-        self.wake_r.setblocking(False)
-        self.sel.register(self.wake_r, selectors.EVENT_READ, ("results", self.wake_r))
+        self.sel.register(self.decisions.wake_r, selectors.EVENT_READ, ("results", self.decisions.wake_r))
 
     # ---- the ventures, replayed from the ledger ----
     def load(self):
@@ -5837,7 +6174,7 @@ class Warden:
                     if what == "channel":
                         self.read_channel()
                     elif what == "results":
-                        self.results_ready(child)
+                        self.decisions.results_ready(child)
                     elif what == "signal":
                         self.signalled(child)
                     elif child.status is not None:
@@ -5855,8 +6192,8 @@ class Warden:
                 pass
             self.avsmd.flush()
             if self.stopping and not self.children:
-                for seq, d in list(self.escalations.items()):     # ESC-04: every escalation gets its answer
-                    self.answer_escalation(d, "unusable", "avsmd stopped before the answer came")
+                for seq, d in list(self.decisions.escalations.items()):     # ESC-04: every escalation gets its answer
+                    self.decisions.answer_escalation(d, "unusable", "avsmd stopped before the answer came")
                 self.children.end_lingering(final=True)
                 self.avsmd.flush(everything=True)
                 return EX_OK
@@ -5909,7 +6246,7 @@ class Warden:
             for state in self.ventures.values():
                 if self.active(state) and decided_by_model(state.mandate):
                     try:
-                        self.start_decision(state, "nightly")
+                        self.decisions.start_decision(state, "nightly")
                     except Fail as fail:
                         log(True, "warden", f"{state.name}: no nightly decision: {fail}")
         for name in self.schedule.pop_due(now, lambda name: self.active(self.ventures[name])):
@@ -5924,7 +6261,7 @@ class Warden:
         """A child ended and its group is gone: the part that started it writes what came of it."""
         state = self.ventures[child.venture]
         handler = {"report": self.rounds.report_done, "lever": self.levers.lever_done, "run": self.keeper.run_done,
-                   "backend": self.backend_done, "check": self.levers.check_done,
+                   "backend": self.decisions.backend_done, "check": self.levers.check_done,
                    "forecast": self.worlds.forecast_done, "world": self.worlds.world_done}.get(child.purpose, self.rounds.reading_done)
         handler(state, child, child.status)
 
@@ -5954,292 +6291,6 @@ class Warden:
                     continue            # the rule writes what a refusal calls for
             done.append((intent, seq))
 
-    # ---- letting a model choose: packet -> roles -> backend -> roles -> proposals -> gate ----
-    def to_roles(self, message, callback):
-        """Ask the roles process (through avsmd) to build a request or parse a reply."""
-        self.roles_rid += 1
-        self.roles_calls[self.roles_rid] = callback
-        self.avsmd.tell(dict(message, to="roles", rid=self.roles_rid))
-
-    def from_roles(self, message):
-        callback = self.roles_calls.pop(message.get("rid"), None)
-        if callback is not None:
-            callback(message)
-
-    def packet(self, state, looks):
-        """Return what a model may be shown of a venture: never an audit reading, note or ask."""
-        import time
-        m, now = state.mandate, int(time.time())
-        ctl = m["controller"]
-        hidden = {s for s, a in state.open_asks.items() if a.get("about") == "audit" or a.get("audit")}
-        records = []
-        for seq, at, record in self.recent(state.name, 40):
-            if record["kind"].startswith("audit.") or record.get("about") == "audit" or record.get("ask") in hidden \
-                    or record.get("audit"):
-                continue
-            records.append(f"#{seq} {format_local_time(at)} {record['claim']} {record['kind']} {record['summary']}")
-        return {"venture": state.name, "purpose": m["purpose"], "metric": m["metric"],
-                "controller": ctl["kind"], "classifier": ctl["kind"] == "classifier",
-                "levers": [{"name": n, "cap": l["cap_text"], "used": len(cap_window(state, n, now)),
-                            "reversible": l["reversible"], "delegated": l["delegated"], "takes": l["takes"]}
-                           for n, l in m["levers"].items()],
-                "forbidden": m["forbidden"], "children": [],
-                "readings": [{"name": name, "value": format_number(rec.get("value")), "fields": rec.get("fields", "")}
-                             for name, (seq, rec) in sorted(state.read.items()) if rec.get("status") == "read"],
-                "records": records,
-                "asks": [f"#{s} {a.get('lever') or '-'}: {a.get('question', a['summary'])}"
-                         for s, a in sorted(state.open_asks.items()) if a.get("about") != "audit" and not a.get("audit")],
-                "forecast": self.packet_forecast(state),
-                "looks": looks}
-
-    def packet_forecast(self, state):
-        """The facts of the packet's forecast (FORECAST-03: 7 days by 8 seeds unless `forecast:` says);
-        the roles process makes it, apart from the warden, as it builds the text."""
-        f = self.cfg["forecast"] or PACKET_FORECAST
-        return forecast_facts(state, f["days"], f["seeds"]) if f["seeds"] else None
-
-    def recent(self, venture, count):
-        rows = self.ledger.db.execute(
-            "SELECT seq, at, record FROM records WHERE json_extract(record, '$.venture') = ? ORDER BY seq DESC LIMIT ?",
-            (venture, count)).fetchall()
-        return [(seq, at, json.loads(text)) for seq, at, text in reversed(rows)]
-
-    def backend_for(self, state):
-        """Return (name, backend) this venture's decisions go to, or raise Fail saying why none may be asked."""
-        name = state.mandate["controller"].get("backend") or self.cfg.get("default")
-        if not name or name not in self.cfg["backends"]:
-            raise Fail(EX_DATAERR, f"{state.name} names no backend: set default: in config.yaml or backend: in its controller")
-        backend = self.cfg["backends"][name]
-        if backend["offbox"] and state.mandate["escalate"] != "offbox":
-            raise Fail(EX_DATAERR, f"backend {name} leaves the machine, and {state.name}'s mandate does not say escalate: offbox; "
-                                   "no call is made")
-        return name, backend
-
-    def start_decision(self, state, by, reply_id=None):
-        """Begin one model decision for a venture: it grants nothing; its records say who asked for it."""
-        name, backend = self.backend_for(state)
-        self.decision_count += 1
-        d = {"venture": state.name, "by": by, "backend": name, "looks": [], "escalation": None,
-             "reply_id": reply_id, "lines": [], "id": self.decision_count}
-        self.build(d)
-        return d
-
-    def build(self, d):
-        state = self.ventures[d["venture"]]
-        d["packet"] = self.packet(state, d["looks"])
-        self.to_roles({"op": "build", "packet": d["packet"]}, lambda answer: self.call_backend(d, answer))
-
-    def call_backend(self, d, answer):
-        import threading
-        if "error" in answer:
-            return self.finish_decision(d, f"the roles process could not build the request: {answer['error']}")
-        state, backend = self.ventures[d["venture"]], self.cfg["backends"][d["backend"]]
-        d["request"] = (answer["system"], answer["user"])
-        d["call"] = None              # what the provider said of this call, for the records its reply writes
-        if backend["kind"] == "command":
-            import tempfile
-            fd, path = tempfile.mkstemp(prefix="avsm-request-")
-            with os.fdopen(fd, "w") as fh:
-                json.dump({"backend": d["backend"], "system": answer["system"], "user": answer["user"]}, fh)
-            try:
-                child = self.spawn("backend", state, backend["run"], timeout=BACKEND_TIMEOUT, shell=True,
-                                   payload_file=path, cwd=self.home, head=REPLY_MAX)
-                child.extra = {"decision": d, "request_file": path}
-            except OSError as err:
-                os.unlink(path)
-                self.got_reply(d, None, f"could not start {backend['run']}: {err}")
-            return
-        try:
-            key = read_keys(self.home).get(backend.get("key")) if backend.get("key") else None
-        except Fail as fail:
-            return self.got_reply(d, None, str(fail))
-        if backend.get("key") and key is None:
-            return self.got_reply(d, None, f"HOME/keys has no {backend['key']}=...; add it (chmod 600)")
-
-        def call():
-            try:
-                data, why, facts = call_http_backend(backend, answer["system"], answer["user"], key)
-            except Exception as err:      # the call's thread is a job's boundary: the decision still ends, saying why
-                data, why, facts = None, f"the call failed: {type(err).__name__}: {err}", None
-            self.results.append((d, data, why, facts))
-            try:
-                self.wake_w.send(b"r")
-            except OSError:
-                pass
-        threading.Thread(target=call, daemon=True).start()
-
-    def backend_done(self, state, child, status):
-        d = child.extra["decision"]
-        os.unlink(child.extra["request_file"])
-        if child.oversized:
-            return self.got_reply(d, None, f"the reply is bigger than {REPLY_MAX // 1024} KiB")
-        if child.ended_by or status != 0:
-            return self.got_reply(d, None, f"{self.cfg['backends'][d['backend']]['run']} ended: "
-                                           f"{child.ended_by or describe_status(status)}")
-        self.got_reply(d, bytes(child.out), None)
-
-    def results_ready(self, wake):
-        try:
-            wake.recv(4096)
-        except OSError:
-            pass
-        while self.results:
-            d, data, why, facts = self.results.pop(0)
-            d["call"] = facts
-            self.got_reply(d, data, why)
-
-    def got_reply(self, d, data, why):
-        import base64
-        if why is not None:
-            return self.unusable(d, why)
-        self.to_roles({"op": "parse", "data": base64.b64encode(data).decode(), "packet": d["packet"]},
-                      lambda parsed: self.parsed(d, parsed))
-
-    def parsed(self, d, parsed):
-        state = self.ventures[d["venture"]]
-        if "error" in parsed:
-            return self.unusable(d, f"the roles process could not parse the reply: {parsed['error']}")
-        if "unusable" in parsed:
-            return self.unusable(d, parsed["unusable"])
-        if "look" in parsed:
-            look = parsed["look"]
-            answer = self.look_up(state, look)
-            record = {"kind": "look", "claim": "inferred", "venture": state.name, "by": d["by"], "look": look,
-                      "backend": d["backend"], "answer": answer[:NOTE_MAX],
-                      "summary": f"the model looked up {json.dumps(look)[:120]}"}
-            if d.get("call"):
-                record["call"] = d["call"]
-            if d["escalation"] is not None:
-                record["escalation"] = d["escalation"]      # ESC-03: what the escalation brought cites it
-            seq = self.append(record)
-            if d["escalation"] is not None:
-                d.setdefault("escalation_looks", []).append(seq)
-            d["lines"].append(f"#{seq} look {json.dumps(look)}")
-            d["looks"].append({"look": look, "answer": answer})
-            return self.build(d)
-        cited = []
-        held = None
-        if is_ranking(parsed["choices"]):
-            ok, why = calibration_bar(state)
-            held = None if ok else why        # below the bar, its top choice asks and no action runs (WORLD-08)
-        top = next((c for c in parsed["choices"] if c["choice"] == "action"), None)
-        for choice in parsed["choices"]:
-            if held and choice["choice"] == "action" and choice is not top:
-                d["lines"].append(f"{choice['action']} not proposed: the ranking is held back ({held})")
-                continue
-            cited += self.propose(state, choice, d, held=held if choice is top else None)
-        if d["escalation"] is not None:
-            self.answer_escalation(d, d.get("escalation_looks", []) + cited)
-        self.finish_decision(d)
-
-    def unusable(self, d, why):
-        """An unusable reply changes nothing; with escalate: in the config, the second backend is asked the same question."""
-        state = self.ventures[d["venture"]]
-        record = {"kind": "unusable", "claim": "measured", "venture": state.name, "backend": d["backend"],
-                  "by": d["by"], "why": why[:NOTE_MAX], "summary": f"the reply of {d['backend']} is unusable: {why[:200]}"}
-        call = dict(d.get("call") or {})
-        if "declined" in call:
-            record["declined"] = call.pop("declined")     # a refusal keeps its text and the provider's category
-        if call:
-            record["call"] = call
-        seq = self.append(record)
-        d["lines"].append(f"#{seq} unusable: {why[:200]}")
-        second = self.cfg.get("escalate")
-        if d["escalation"] is not None:
-            self.answer_escalation(d, "unusable")
-            return self.finish_decision(d)
-        if not second or second == d["backend"] or "request" not in d:
-            return self.finish_decision(d)
-        if self.stopping:
-            d["lines"].append("not escalated: avsmd is stopping")
-            return self.finish_decision(d)
-        if self.cfg["backends"][second]["offbox"] and state.mandate["escalate"] != "offbox":
-            d["lines"].append(f"not escalated: {second} leaves the machine and the mandate does not say escalate: offbox")
-            return self.finish_decision(d)
-        d["escalation"] = self.append({"kind": "escalation", "claim": "measured", "venture": state.name,
-                                       "from": d["backend"], "to": second, "why": why[:NOTE_MAX],
-                                       "summary": f"asking {second} the same question: {d['backend']}'s reply was unusable ({why[:120]})"})
-        d["lines"].append(f"#{d['escalation']} escalation to {second}")
-        self.escalations[d["escalation"]] = d
-        d["backend"] = second
-        self.call_backend(d, {"system": d["request"][0], "user": d["request"][1]})
-
-    def answer_escalation(self, d, cited, note=None):
-        """Write the measured answer of escalation d["escalation"]: the records it cited, or unusable (ESC-04)."""
-        seq = d["escalation"]
-        self.escalations.pop(seq, None)
-        shown = "unusable" if cited == "unusable" else "records " + ", ".join("#" + str(c) for c in cited)
-        record = {"kind": "answer", "claim": "measured", "venture": d["venture"], "escalation": seq, "cited": cited,
-                  "summary": f"escalation #{seq} answered: {shown}" + (f" ({note})" if note else "")}
-        if note:
-            record["note"] = note
-        self.append(record)
-
-    def finish_decision(self, d, error=None):
-        if d["reply_id"] is not None:
-            self.avsmd.tell({"id": d["reply_id"], "out": d["lines"] or ["the decision wrote nothing"],
-                       "err": [error] if error else [], "exit": EX_UNAVAILABLE if error else EX_OK})
-
-    def look_up(self, state, look):
-        """Answer a model's look-up from the ledger: never an audit."""
-        if look["choice"] == "why":
-            if not 1 <= look["record"] < 2 ** 63:
-                return f"#{look['record']} is not a record number"
-            row = self.ledger.db.execute("SELECT at, record FROM records WHERE seq = ?", (look["record"],)).fetchone()
-            if row is None:
-                return f"#{look['record']} is not in the ledger"
-            record = json.loads(row[1])
-            if record.get("venture") != state.name:
-                return f"#{look['record']} is not a record of {state.name}"
-            if record["kind"].startswith("audit.") or record.get("about") == "audit" or record.get("audit"):
-                return "not shown: an audit is never shown to a model"
-            lines = [format_record_line(look["record"], row[0], record)]
-            for p in (record.get("proof") or {}).get("premises", []):
-                prow = self.ledger.db.execute("SELECT record FROM records WHERE seq = ?", (p,)).fetchone()
-                if prow:
-                    r = json.loads(prow[0])
-                    lines.append(f"  premise #{p} {r['claim']} {r['kind']} {r['summary']}")
-            return "\n".join(lines)
-        topic = look["topic"].lower()
-        found = [f"#{s} {r['claim']} {r['kind']} {r['summary']}" for s, at, r in self.recent(state.name, 500)
-                 if r["claim"] == "declared" or r["kind"] == "fact"]
-        found = [line for line in found if topic and topic in line.lower()][-10:]
-        return "\n".join(found) or f"nothing declared about {look['topic']}"
-
-    def propose(self, state, choice, d, held=None):
-        """Write one choice as an inferred proposal, then let the gate judge it; return the records written.
-        `held`: why a ranking's top choice asks a person instead (the calibration bar, WORLD-08)."""
-        lever = choice.get("action")
-        record = {"kind": "proposal", "claim": "inferred", "venture": state.name, "by": d["by"], "choice": choice["choice"],
-                  "backend": d["backend"], "reason": choice.get("reason", "")[:TEXT_MAX],
-                  "summary": f"{d['backend']} proposes {choice['choice']}" + (f" {lever}" if lever else "")
-                             + (f": {choice.get('reason', '')[:120]}" if choice.get("reason") else "")}
-        if lever is not None:
-            record["lever"] = lever
-        if "payload" in choice:
-            record["payload"] = choice["payload"]
-        if d["escalation"] is not None:
-            record["escalation"] = d["escalation"]
-        if d.get("call"):
-            record["call"] = d["call"]
-        seq = self.append(record)
-        d["lines"].append(f"#{seq} proposal {choice['choice']}" + (f" {lever}" if lever else ""))
-        spec = state.mandate["levers"].get(lever) if choice["choice"] == "action" else None
-        content_why = content_problem(spec["takes"], choice.get("payload"), state.directory) \
-            if spec and spec["takes"] in ("diff", "file") and isinstance(choice.get("payload"), str) else None
-        written = [seq]
-        for intent, done in self.carry_out(state, proposal_rule(state, seq, choice, d["by"], d["backend"], content_why, held)):
-            if isinstance(intent, Gate):
-                d["lines"].append(f"#{done} action {lever}" if done else f"{lever} waits for its check")
-            elif intent.record["kind"] == "ask":
-                d["lines"].append(f"#{done} ask" + (f" for {lever}" if intent.record["about"] == "lever" else "")
-                                  + (f": {held}" if intent.record.get("ranking") else ""))
-            else:
-                d["lines"].append(f"#{done} refusal: {intent.record['why']}")
-            if done:
-                written.append(done)
-        return written
-
     def do_decide(self, args, err):
         state = self.venture(args.get("venture"))
         if state.mandate is None:
@@ -6248,7 +6299,7 @@ class Warden:
             raise Fail(EX_DATAERR, f"{state.name}'s controller is {state.mandate['controller']['kind']}: no model decides for it")
         if state.paused:
             raise Fail(EX_DATAERR, f"{state.name} is paused; resume it first")
-        self.start_decision(state, "person", reply_id=args["__id"])
+        self.decisions.start_decision(state, "person", reply_id=args["__id"])
         return None                 # answered when the decision is done
 
     # ---- pause ----
@@ -6273,7 +6324,7 @@ class Warden:
                 self.begin_stop()       # avsmd's own word: a client's request always carries an id
                 continue
             if message.get("from") == "roles":
-                self.from_roles(message)
+                self.roles.from_roles(message)
                 continue
             out, err, code = [], [], EX_OK
             try:
