@@ -3720,16 +3720,17 @@ def check_crossing(mandate, lever, premises, records, venture):
 # ---- the rules of a settled round -----------------------------------------------
 # What a round calls for once its readings are in. Each rule is a generator of intents that reads the state
 # and yields what should happen, in order; the warden carries out each intent (appending folds its record into
-# the same state) before the rule goes on, and answers a Gate with the gate's Verdict. Tests drive the same
+# the same state) before the rule goes on, and answers a Write with its seq and a Gate with the gate's Verdict. Tests drive the same
 # generators with records in and intents out (tests/test_kernel_rules.py).
 
 Write = collections.namedtuple("Write", "record")
 Write.__doc__ = "Append this record."
 Pause = collections.namedtuple("Pause", "record")
 Pause.__doc__ = "Append this pause record, and end what the venture runs (its programs, its keeper's next start)."
-Gate = collections.namedtuple("Gate", "lever basis payload trigger approval by side extra summary",
-                              defaults=(None, None, None, None, None, None, ""))
-Gate.__doc__ = "Ask the gate to prove `lever` now and run it if it can; the rule is sent back the Verdict."
+Gate = collections.namedtuple("Gate", "lever basis payload trigger approval by side extra summary check",
+                              defaults=(None, None, None, None, None, None, "", None))
+Gate.__doc__ = ("Ask the gate to prove `lever` now and run it if it can; the rule is sent back the Verdict. "
+                "`check`: the seq of the lever's passed check (it then runs without checking again).")
 
 
 def settle_round(state, report_seq):
@@ -3960,6 +3961,86 @@ def proposal_rule(state, seq, choice, by, backend, content_why=None, held=None):
         why = verdict.why
     yield Write({"kind": "refusal", "claim": "measured", "venture": state.name, "lever": lever,
                  "proposal": seq, "by": "model", "why": why, "summary": f"{lever} refused: {why}"})
+
+
+def approval_rule(state, seq, ask, payload, edited, problem, now):
+    """A person's yes to ask #seq. An ask about no lever is answered and nothing runs. For a lever, the gate first
+    proves it as if the approval were written, so a refusal leaves the ask open and no approval spent; then the
+    approval is written and the gate proves the lever again on it, the approval its premise, and it runs.
+
+    payload: the content approved (the person's edit or the ask's own); edited: whether they edited it;
+    problem: what the file system said of a diff or file payload (the caller looks), or None.
+    Raises Fail (65) once the refusal is written."""
+    lever = ask.get("lever")
+    if lever is None or ask.get("about") not in ("lever", "model"):
+        yield Write({"kind": "approval", "claim": "declared", "venture": state.name, "ask": seq,
+                     "summary": f"a person answered ask #{seq}: yes"})
+        return
+    basis = ("approval", [], [f"ask #{seq}: {ask.get('question')}"])
+    verdict = prove(state, lever, now, basis, trigger=seq, approval=APPROVAL_TO_WRITE, payload=payload)
+    if problem or not verdict.ok:
+        why = problem or verdict.why
+        yield Write({"kind": "refusal", "claim": "measured", "venture": state.name, "lever": lever, "ask": seq,
+                     "why": why, "summary": f"{lever} refused on approval of #{seq}: {why}"})
+        raise Fail(EX_DATAERR, f"{lever} refused: {why}; ask #{seq} stays open")
+    approval = yield Write({"kind": "approval", "claim": "declared", "venture": state.name, "ask": seq,
+                            "lever": lever, "payload": payload, "edited": edited,
+                            "summary": f"a person approved {lever} (ask #{seq})" + (" with content they edited" if edited else "")})
+    verdict = yield Gate(lever, basis, payload=payload, trigger=seq, approval=approval, by="person",
+                         summary=f"{lever} runs: approved by a person (#{approval})",
+                         extra={"payload": payload} if payload is not None else None)
+    if not verdict.ok:              # the approval just written is the only change since the gate said yes
+        yield Write({"kind": "refusal", "claim": "measured", "venture": state.name, "lever": lever, "ask": seq,
+                     "why": verdict.why, "summary": f"{lever} refused on approval of #{seq}: {verdict.why}"})
+        raise Fail(EX_DATAERR, f"{lever} refused: {verdict.why}")
+
+
+def person_proposal_rule(state, lever, payload, content_why):
+    """A person's own proposal (open point 15): written as declared, so it is its own approval; a lever the mandate
+    forbids or does not permit, or content the file system refuses, is refused; the rest goes to the gate.
+
+    content_why: what the file system said of a diff or file payload (the caller looks), or None.
+    Raises Fail (65) once the refusal is written."""
+    m = state.mandate
+    spec = m["levers"].get(lever)
+    seq = yield Write({"kind": "proposal", "claim": "declared", "venture": state.name, "by": "person", "choice": "action",
+                       "lever": lever, "payload": payload, "summary": f"a person proposes {lever}"})
+    why = None
+    if lever in m["forbidden"] or (spec is None and lever != "stop"):
+        why = f"{lever} is {'forbidden' if lever in m['forbidden'] else 'not permitted'} by mandate #{state.mandate_seq}"
+    elif spec is not None and spec["takes"] in ("diff", "file"):
+        why = content_why
+    if why is None:
+        verdict = yield Gate(lever, ("proposal", [], [f"proposal #{seq} is a person's own"]), payload=payload,
+                             approval=seq, by="person", summary=f"{lever} runs: a person's proposal (#{seq})",
+                             extra={"payload": payload} if payload is not None else None)
+        why = None if verdict.ok else verdict.why
+    if why is not None:
+        yield Write({"kind": "refusal", "claim": "measured", "venture": state.name, "lever": lever, "proposal": seq,
+                     "by": "person", "why": why, "summary": f"{lever} refused: {why}"})
+        raise Fail(EX_DATAERR, f"{lever} refused: {why}")
+
+
+def check_rule(state, lever, verdict, summary, by, side, extra, ok, status, note, why):
+    """A lever's check ended (open point 27): its record is written; a check that passed lets the gate prove the
+    lever again with the check among its premises, and only then does it run; otherwise the lever is refused.
+
+    verdict, summary, by, side, extra: what the lever was to run on; ok: whether the check exited 0 unended;
+    status, note, why: its exit status, the tail of its output, and what ended it (or its status)."""
+    seq = yield Write({"kind": "check", "claim": "measured", "venture": state.name, "lever": lever, "ok": ok,
+                       "status": status, "note": note,
+                       "summary": f"{lever}'s check {'passed' if ok else 'refused it: ' + why}"})
+    if not ok:
+        yield Write({"kind": "refusal", "claim": "measured", "venture": state.name, "lever": lever, "by": by, "check": seq,
+                     "why": f"its check refused it (#{seq})", "summary": f"{lever} refused by its check (#{seq})"})
+        return
+    basis, asked = verdict.asked["basis"], verdict.asked
+    verdict = yield Gate(lever, (basis["rule"], basis["premises"], basis["steps"]), payload=(extra or {}).get("payload"),
+                         trigger=verdict.proof["trigger"], approval=asked.get("approval"), by=by, side=side,
+                         extra=extra, summary=summary, check=seq)     # the gate again, now the check has passed
+    if not verdict.ok:
+        yield Write({"kind": "refusal", "claim": "measured", "venture": state.name, "lever": lever, "by": by, "check": seq,
+                     "why": verdict.why, "summary": f"{lever} refused after its check passed: {verdict.why}"})
 
 
 def ratchet_asked(state, lever):
@@ -5358,12 +5439,12 @@ class Levers:
     run_research, research_facts   -- the research lever: a question out, inferred facts back
     lever_done(state, child, status)  -- the lever ended: write its outcome
 
-    Holds nothing of its own: a lever's state is its Child. Handed the config, spawn, append and pause (the
-    stop lever pauses its venture).
+    Holds nothing of its own: a lever's state is its Child. Handed the config, spawn, append, pause (the stop
+    lever pauses its venture) and carry_out (the check rule's intents).
     """
 
-    def __init__(self, cfg, spawn, append, pause):
-        self.cfg, self.spawn, self.append, self.pause = cfg, spawn, append, pause
+    def __init__(self, cfg, spawn, append, pause, carry_out):
+        self.cfg, self.spawn, self.append, self.pause, self.carry_out = cfg, spawn, append, pause, carry_out
 
     def run_lever(self, state, lever, verdict, summary, by, side=None, extra=None, checked=False):
         """Write the action with the gate's proof and question, then start the lever apart; its outcome comes
@@ -5440,25 +5521,10 @@ class Levers:
     def check_done(self, state, child, status):
         """A lever's check ended: 0 lets the lever run, with the check's record among its premises."""
         os.unlink(child.extra["payload_file"])
-        import time
         lever, verdict, summary, by, side, extra = child.extra["run"]
         ok = status == 0 and not child.ended_by
-        seq = self.append({"kind": "check", "claim": "measured", "venture": state.name, "lever": lever, "ok": ok,
-                           "status": describe_status(status), "note": child.note()[-NOTE_MAX:] if not ok else "",
-                           "summary": f"{lever}'s check {'passed' if ok else 'refused it: ' + (child.ended_by or describe_status(status))}"})
-        if not ok:
-            self.append({"kind": "refusal", "claim": "measured", "venture": state.name, "lever": lever, "by": by, "check": seq,
-                         "why": f"its check refused it (#{seq})", "summary": f"{lever} refused by its check (#{seq})"})
-            return
-        basis, asked = verdict.asked["basis"], verdict.asked
-        verdict = prove(state, lever, int(time.time()), (basis["rule"], basis["premises"], basis["steps"]),
-                        trigger=verdict.proof["trigger"], approval=asked.get("approval"),
-                        payload=(extra or {}).get("payload"), check=seq)     # the gate again, now the check has passed
-        if not verdict.ok:
-            self.append({"kind": "refusal", "claim": "measured", "venture": state.name, "lever": lever, "by": by, "check": seq,
-                         "why": verdict.why, "summary": f"{lever} refused after its check passed: {verdict.why}"})
-            return
-        self.run_lever(state, lever, verdict, summary, by, side, extra, checked=True)
+        self.carry_out(state, check_rule(state, lever, verdict, summary, by, side, extra, ok, describe_status(status),
+                                         child.note()[-NOTE_MAX:] if not ok else "", child.ended_by or describe_status(status)))
 
     def run_research(self, state, seq, question, spec):
         """The research lever: the question goes to the config's research command; what comes back is inferred facts."""
@@ -6097,7 +6163,7 @@ class Warden:
         self.children = Children(home, self.sel, self.avsmd.tell, self.avsmd.flush, self.journal.journal_group,
                                  self.settle_child, debug)
         self.spawn = self.children.spawn
-        self.levers = Levers(cfg, self.spawn, self.append, self.pause)
+        self.levers = Levers(cfg, self.spawn, self.append, self.pause, self.carry_out)
         self.keeper = Keeper(self.ventures, self.spawn, self.append, self.active)
         self.worlds = Worlds(cfg, self.spawn, self.append, self.append_together, self.carry_out,
                              lambda *args: self.trust.raise_ratchet(*args), lambda: self.stopping)
@@ -6277,16 +6343,16 @@ class Warden:
                 return done
             result, seq = None, None
             if isinstance(intent, Write):
-                seq = self.append(intent.record)
+                seq = result = self.append(intent.record)
             elif isinstance(intent, Pause):
                 self.pause(state, intent.record["claim"], intent.record["summary"],
                            **{k: v for k, v in intent.record.items() if k not in ("kind", "claim", "venture", "summary")})
             else:
                 result = prove(state, intent.lever, int(time.time()), intent.basis, trigger=intent.trigger,
-                               approval=intent.approval, payload=intent.payload)
+                               approval=intent.approval, payload=intent.payload, check=intent.check)
                 if result.ok:
-                    seq = self.levers.run_lever(state, intent.lever, result, intent.summary, by=intent.by, side=intent.side,
-                                         extra=intent.extra)
+                    seq = self.levers.run_lever(state, intent.lever, result, intent.summary, by=intent.by,
+                                                side=intent.side, extra=intent.extra, checked=intent.check is not None)
                 else:
                     continue            # the rule writes what a refusal calls for
             done.append((intent, seq))
@@ -6454,30 +6520,13 @@ class Warden:
         if ask.get("about") == "ratchet":
             return self.trust.approve_ratchet(state, seq, ask)
         lever = ask.get("lever")
-        if lever is None or ask.get("about") not in ("lever", "model"):
-            self.append({"kind": "approval", "claim": "declared", "venture": state.name, "ask": seq,
-                         "summary": f"a person answered ask #{seq}: yes"})
-            return [f"#{seq} answered; nothing runs on it"]
         payload = args["payload"] if "payload" in args else ask.get("payload")
-        spec = state.mandate["levers"].get(lever) if state.mandate else None
+        spec = state.mandate["levers"].get(lever) if state.mandate and ask.get("about") in ("lever", "model") else None
         problem = spec and spec["takes"] in ("diff", "file") and content_problem(spec["takes"], payload, state.directory)
-        basis = ("approval", [], [f"ask #{seq}: {ask.get('question')}"])
-        verdict = prove(state, lever, int(time.time()), basis, trigger=seq, approval=APPROVAL_TO_WRITE, payload=payload)
-        if problem or not verdict.ok:
-            why = problem or verdict.why
-            self.append({"kind": "refusal", "claim": "measured", "venture": state.name, "lever": lever, "ask": seq,
-                         "why": why, "summary": f"{lever} refused on approval of #{seq}: {why}"})
-            raise Fail(EX_DATAERR, f"{lever} refused: {why}; ask #{seq} stays open")
-        approval = self.append({"kind": "approval", "claim": "declared", "venture": state.name, "ask": seq,
-                                "lever": lever, "payload": payload, "edited": "payload" in args,
-                                "summary": f"a person approved {lever} (ask #{seq})" + (" with content they edited" if "payload" in args else "")})
-        verdict = prove(state, lever, int(time.time()), basis, trigger=seq, approval=approval, payload=payload)
-        if not verdict.ok:              # the approval just written is the only change since the gate said yes
-            self.append({"kind": "refusal", "claim": "measured", "venture": state.name, "lever": lever, "ask": seq,
-                         "why": verdict.why, "summary": f"{lever} refused on approval of #{seq}: {verdict.why}"})
-            raise Fail(EX_DATAERR, f"{lever} refused: {verdict.why}")
-        action = self.levers.run_lever(state, lever, verdict, f"{lever} runs: approved by a person (#{approval})", by="person",
-                                extra={"payload": payload} if payload is not None else None)
+        done = self.carry_out(state, approval_rule(state, seq, ask, payload, "payload" in args, problem, int(time.time())))
+        if not any(isinstance(intent, Gate) for intent, _ in done):
+            return [f"#{seq} answered; nothing runs on it"]
+        action = done[-1][1]
         self.trust.ratchet(state, lever)
         return [f"#{seq} approved; {lever} " + (f"runs as action #{action}" if action else "runs once its check passes")]
 
@@ -6490,7 +6539,6 @@ class Warden:
 
     def do_propose(self, args, err):
         """A person's own proposal: declared, so it counts as approved; the gate still judges it (open point 15)."""
-        import time
         state = self.venture(args.get("venture"))
         if state.mandate is None:
             raise Fail(EX_DATAERR, f"{state.name} cannot run: {state.problem}")
@@ -6501,24 +6549,10 @@ class Warden:
                 payload = read_json(payload)
             except (ValueError, RecursionError) as bad:
                 raise Fail(EX_DATAERR, f"{lever} takes json, and the payload is not JSON: {bad}") from None
-        seq = self.append({"kind": "proposal", "claim": "declared", "venture": state.name, "by": "person", "choice": "action",
-                           "lever": lever, "payload": payload, "summary": f"a person proposes {lever}"})
-        why = None
-        if lever in state.mandate["forbidden"] or (spec is None and lever != "stop"):
-            why = f"{lever} is {'forbidden' if lever in state.mandate['forbidden'] else 'not permitted'} by mandate #{state.mandate_seq}"
-        elif spec is not None and spec["takes"] in ("diff", "file"):
-            why = content_problem(spec["takes"], payload, state.directory) if isinstance(payload, str) else None
-        verdict = None
-        if why is None:
-            verdict = prove(state, lever, int(time.time()), ("proposal", [], [f"proposal #{seq} is a person's own"]),
-                            approval=seq, payload=payload)
-            why = None if verdict.ok else verdict.why
-        if why is not None:
-            self.append({"kind": "refusal", "claim": "measured", "venture": state.name, "lever": lever, "proposal": seq,
-                         "by": "person", "why": why, "summary": f"{lever} refused: {why}"})
-            raise Fail(EX_DATAERR, f"{lever} refused: {why}")
-        action = self.levers.run_lever(state, lever, verdict, f"{lever} runs: a person's proposal (#{seq})", by="person",
-                                extra={"payload": payload} if payload is not None else None)
+        content_why = content_problem(spec["takes"], payload, state.directory) \
+            if spec is not None and spec["takes"] in ("diff", "file") and isinstance(payload, str) else None
+        done = self.carry_out(state, person_proposal_rule(state, lever, payload, content_why))
+        seq, action = done[0][1], done[-1][1]
         return [f"proposal #{seq} accepted; {lever} " + (f"runs as action #{action}" if action else "runs once its check passes")]
 
     def do_deny(self, args, err):
