@@ -27,9 +27,10 @@ Sections
     1. this header          2. constants, exit codes, Fail
     3. small pure parts: durations, numbers, the YAML subset, mandate, config
     4. the ledger           5. the kernel: plausibility, controllers, the gate
-    6. effects: processes, process groups, the socket wire
-    7. the processes: avsmd and the warden
-    8. client commands      9. main and the argv[0] dispatch
+    6. effects: processes, process groups, the groups journal, the socket wire
+    7. the warden, its parts one room each
+    8. avsmd and the roles process
+    9. client commands      10. main and the argv[0] dispatch
 """
 
 import collections
@@ -1629,7 +1630,7 @@ def yaml_scalar(value):
 
 
 # ---- the requests a client may send on sock ----
-# One JSON object a line: {"v": 1, "cmd": CMD, "args": {...}} (open point 2). This table is what section 8
+# One JSON object a line: {"v": 1, "cmd": CMD, "args": {...}} (open point 2). This table is what section 9
 # sends for each verb, and all that passes the socket: avsmd checks every request against it before the
 # warden hears of it, and avsmd's own word to the warden (stop) is not in it, so no client can send that.
 # An argument's type: "name" and "path" are text from a command line (no NUL, bytes the system can take
@@ -5115,10 +5116,36 @@ class Channel:
         return self.reader.feed(data)
 
 
+class RolesCalls:
+    """The requests the warden made of the roles process (through avsmd), each waiting for its answer.
+
+    to_roles(message, callback)  -- send a request to build a model's text or parse its reply
+    from_roles(message)          -- an answer came: call the callback its request left
+
+    Handed the channel's tell.
+    """
+
+    def __init__(self, tell):
+        self.tell = tell
+        self.roles_rid, self.roles_calls = 0, {}     # requests to the roles process, by id
+
+    def to_roles(self, message, callback):
+        """Ask the roles process (through avsmd) to build a request or parse a reply."""
+        self.roles_rid += 1
+        self.roles_calls[self.roles_rid] = callback
+        self.tell(dict(message, to="roles", rid=self.roles_rid))
+
+    def from_roles(self, message):
+        callback = self.roles_calls.pop(message.get("rid"), None)
+        if callback is not None:
+            callback(message)
+
+
 # =============================================================================
-# 7. The processes
-# avsmd (lock, socket, signals, the warden's keeper) and the warden (ticks,
-# runs, appends). They wire the kernel to the effects and hold little logic.
+# 7. The warden
+# The only process that acts, in rooms: each part owns one kind of state and is
+# handed only what it uses. The warden keeps the loop, tick and carry_out, and
+# answers requests; the kernel's rules decide, the warden carries them out.
 # =============================================================================
 
 class Schedule:
@@ -5800,31 +5827,6 @@ class Trust:
         return [line]
 
 
-class RolesCalls:
-    """The requests the warden made of the roles process (through avsmd), each waiting for its answer.
-
-    to_roles(message, callback)  -- send a request to build a model's text or parse its reply
-    from_roles(message)          -- an answer came: call the callback its request left
-
-    Handed the channel's tell.
-    """
-
-    def __init__(self, tell):
-        self.tell = tell
-        self.roles_rid, self.roles_calls = 0, {}     # requests to the roles process, by id
-
-    def to_roles(self, message, callback):
-        """Ask the roles process (through avsmd) to build a request or parse a reply."""
-        self.roles_rid += 1
-        self.roles_calls[self.roles_rid] = callback
-        self.tell(dict(message, to="roles", rid=self.roles_rid))
-
-    def from_roles(self, message):
-        callback = self.roles_calls.pop(message.get("rid"), None)
-        if callback is not None:
-            callback(message)
-
-
 class Decision:
     """One model decision in flight, from its packet to the lines its asker is shown."""
 
@@ -6143,7 +6145,22 @@ class Decisions:
 
 
 class Warden:
-    """The only process that acts: ticks ventures, runs their programs, appends their records."""
+    """The only process that acts: ticks ventures, runs their programs, appends their records.
+
+    run()                       -- replay the ledger, then loop: wait on the selector, tick, flush to avsmd
+    tick(now)                   -- one turn's work, in numbered steps
+    carry_out(state, intents)   -- carry out a kernel rule's Write, Pause and Gate intents, in order
+    settle_child(child)         -- a program ended: the part that started it writes what came of it
+    pause(state, claim, summary, **fields)   -- write a pause and end what the venture runs
+    adopt(state, mandate, record)            -- put a mandate in force
+    read_channel()              -- a request from avsmd: do_add, do_status, do_approve, ... answer it
+    begin_stop(), signalled(wake)            -- stop: no new work, every group ended
+
+    Its parts, each owning one kind of state and handed only what it uses: writer (LedgerWriter), lock
+    (LockCheck), schedule (Schedule), children (Children), journal (GroupsJournal), avsmd (Channel), rounds
+    (Rounds), keeper (Keeper), levers (Levers), worlds (Worlds), trust (Trust), roles (RolesCalls) and
+    decisions (Decisions). It keeps the venture states, the loop, the nightly time and whether it is stopping.
+    """
 
     def __init__(self, home, channel, cfg, debug=False):
         import selectors
@@ -6290,8 +6307,10 @@ class Warden:
     def tick(self, now):
         """Start what is due, end what is past its deadline, reap what has ended."""
         import time
+        # 1. a ledger that could not be written is tried again; once it takes writes, every round is due
         if self.writer.ledger_down and now >= self.writer.retry_at and self.writer.retry_ledger(now):
             self.schedule.resume(time.monotonic())
+        # 2. reap what ended, KILL what outlived its grace, TERM what is past its deadline
         for child in list(self.children):
             if child.status is not None:
                 if not signal_group(child.pgid, 0):
@@ -6307,6 +6326,7 @@ class Warden:
                 child.terminate("timeout", now)
         if self.stopping or self.writer.ledger_down:
             return                      # a ledger that cannot be written stops everything that would write
+        # 3. the nightly model decisions
         if self.next_nightly is not None and time.time() >= self.next_nightly:
             self.next_nightly = next_nightly(self.cfg["nightly"], time.time() + 1)
             for state in self.ventures.values():
@@ -6315,12 +6335,14 @@ class Warden:
                         self.decisions.start_decision(state, "nightly")
                     except Fail as fail:
                         log(True, "warden", f"{state.name}: no nightly decision: {fail}")
+        # 4. the rounds that are due start; those in flight settle once read or late
         for name in self.schedule.pop_due(now, lambda name: self.active(self.ventures[name])):
             state = self.ventures[name]
             self.schedule.enter(name, now + state.mandate["cadence"])
             if not any(c.venture == name and c.purpose == "report" for c in self.children):
                 self.rounds.start_round(state, now)    # else the report still running ends at its time limit
         self.rounds.settle_all(now)
+        # 5. a `run` program whose back-off is over starts again
         self.keeper.start_due(now)
 
     def settle_child(self, child):
@@ -6328,7 +6350,8 @@ class Warden:
         state = self.ventures[child.venture]
         handler = {"report": self.rounds.report_done, "lever": self.levers.lever_done, "run": self.keeper.run_done,
                    "backend": self.decisions.backend_done, "check": self.levers.check_done,
-                   "forecast": self.worlds.forecast_done, "world": self.worlds.world_done}.get(child.purpose, self.rounds.reading_done)
+                   "forecast": self.worlds.forecast_done, "world": self.worlds.world_done}.get(
+                       child.purpose, self.rounds.reading_done)   # a guard, audit or reading
         handler(state, child, child.status)
 
     def carry_out(self, state, intents):
@@ -6591,6 +6614,36 @@ class Warden:
         self.keeper.start_keep(state)
         return [f"{state.name} resumed"] + still
 
+
+def run_warden(home, fd, debug):
+    """The warden's entry: take the channel avsmd handed over and run until told to stop."""
+    import selectors
+    import signal
+    import socket
+    channel = socket.socket(fileno=fd)
+    cfg = json.loads(os.environ.pop("AVSM_CONFIG", "null")) or parse_config("")
+    warden = Warden(home, channel, cfg, debug)
+    wake_r, wake_w = socket.socketpair()
+    for end in (wake_r, wake_w):
+        end.setblocking(False)
+    signal.set_wakeup_fd(wake_w.fileno(), warn_on_full_buffer=False)
+    signal.signal(signal.SIGINT, lambda signum, frame: None)    # a terminal's Ctrl-C is avsmd's to handle
+    signal.signal(signal.SIGTERM, lambda signum, frame: None)   # seen through the wake-up fd
+    warden.sel.register(wake_r, selectors.EVENT_READ, ("signal", wake_r))
+    try:
+        return warden.run()
+    except LockLost as lost:
+        sys.stderr.write(f"avsm warden: {lost}\n")
+        for child in warden.children:
+            signal_group(child.pgid, 9)
+        return EX_TEMPFAIL
+
+
+# =============================================================================
+# 8. avsmd and the roles process
+# avsmd holds the lock and the socket, starts and restarts the warden and the
+# roles process, and ends every group the warden reported; it never acts.
+# =============================================================================
 
 class Daemon:
     """avsmd: holds the lock, serves the socket, keeps the warden, ends the groups it leaves behind."""
@@ -7191,32 +7244,8 @@ def run_roles(channel):
             send_line(channel, answer)
 
 
-def run_warden(home, fd, debug):
-    """The warden's entry: take the channel avsmd handed over and run until told to stop."""
-    import selectors
-    import signal
-    import socket
-    channel = socket.socket(fileno=fd)
-    cfg = json.loads(os.environ.pop("AVSM_CONFIG", "null")) or parse_config("")
-    warden = Warden(home, channel, cfg, debug)
-    wake_r, wake_w = socket.socketpair()
-    for end in (wake_r, wake_w):
-        end.setblocking(False)
-    signal.set_wakeup_fd(wake_w.fileno(), warn_on_full_buffer=False)
-    signal.signal(signal.SIGINT, lambda signum, frame: None)    # a terminal's Ctrl-C is avsmd's to handle
-    signal.signal(signal.SIGTERM, lambda signum, frame: None)   # seen through the wake-up fd
-    warden.sel.register(wake_r, selectors.EVENT_READ, ("signal", wake_r))
-    try:
-        return warden.run()
-    except LockLost as lost:
-        sys.stderr.write(f"avsm warden: {lost}\n")
-        for child in warden.children:
-            signal_group(child.pgid, 9)
-        return EX_TEMPFAIL
-
-
 # =============================================================================
-# 8. Client commands
+# 9. Client commands
 # One function per `avsm` verb. They talk to avsmd over `sock`, or read the
 # ledger read-only; only main() turns a Fail into an exit status.
 # =============================================================================
@@ -8643,7 +8672,7 @@ def read_json_adapter(name, reading, url, key):
 
 
 # =============================================================================
-# 9. main and the argv[0] dispatch
+# 10. main and the argv[0] dispatch
 # The only place that exits: a Fail becomes `avsm: message` and its code.
 # =============================================================================
 
