@@ -7765,7 +7765,7 @@ def when_it_acts(home, directory):
     import time
     name, _, _, m = read_venture(directory)
     ctl, every = m["controller"], format_duration(m["cadence"])
-    if ctl["kind"] in ("model", "classifier"):
+    if decided_by_model(m):
         return f"{name}: a model proposes at the nightly decision, or now with avsm decide {name}; a report every {every}"
     sides = [f"{m['metric']} {'>' if way == 'above' else '<'} {format_number(bound)} (then {lever} runs)"
              for _, way, bound, lever in controller_sides(m)]
