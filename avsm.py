@@ -4121,6 +4121,24 @@ def restart_rule(state, pid, status, ended_by, uptime, backoff, restarted, activ
     return again, backoff, delay, records
 
 
+def interrupted_rule(state, now):
+    """RUN-10: a lever a dead warden left running is never run again blindly. Its outcome is written as not known
+    (how long it ran at most, by `now`), and an ask holds the lever until a person says whether it happened."""
+    for lever, action_seq in list(state.running.items()):
+        began = next((at for seq, at, _ in state.actions.get(lever, []) if seq == action_seq), None)
+        at_most = max(0, round(now - began)) if began is not None else None
+        yield Write({"kind": "outcome", "claim": "measured", "venture": state.name, "lever": lever,
+                     "action": action_seq, "ok": False, "status": "unknown", "duration": at_most,
+                     "note": "the warden ended while it ran; whether it finished is not known"
+                             + (f"; it ran at most {at_most} s" if at_most is not None else ""),
+                     "summary": f"{lever} (action #{action_seq}) was cut off: the warden ended while it ran"})
+        yield Write({"kind": "ask", "claim": "measured", "venture": state.name, "about": "interrupted",
+                     "lever": lever, "action": action_seq,
+                     "question": f"did {lever} happen?",
+                     "summary": f"did {lever} happen? action #{action_seq} was running when the warden ended; "
+                                f"{lever} waits for the answer (approve: it did, deny: it did not)"})
+
+
 def open_asks(records):
     """Return the asks no approval, denial or resolution has answered: {seq: record}."""
     asks = {}
@@ -6211,20 +6229,7 @@ class Warden:
         import time
         for state in self.ventures.values():
             self.check_runnable(state)
-            for lever, action_seq in list(state.running.items()):
-                # RUN-10: never run again blindly; ask whether it happened, and hold the lever until answered
-                began = next((at for seq, at, _ in state.actions.get(lever, []) if seq == action_seq), None)
-                at_most = max(0, round(time.time() - began)) if began is not None else None
-                self.append({"kind": "outcome", "claim": "measured", "venture": state.name, "lever": lever,
-                             "action": action_seq, "ok": False, "status": "unknown", "duration": at_most,
-                             "note": "the warden ended while it ran; whether it finished is not known"
-                                     + (f"; it ran at most {at_most} s" if at_most is not None else ""),
-                             "summary": f"{lever} (action #{action_seq}) was cut off: the warden ended while it ran"})
-                self.append({"kind": "ask", "claim": "measured", "venture": state.name, "about": "interrupted",
-                             "lever": lever, "action": action_seq,
-                             "question": f"did {lever} happen?",
-                             "summary": f"did {lever} happen? action #{action_seq} was running when the warden ended; "
-                                        f"{lever} waits for the answer (approve: it did, deny: it did not)"})
+            self.carry_out(state, interrupted_rule(state, time.time()))
 
     def check_runnable(self, state):
         """Parse the adopted mandate against its directory; say on stderr when it cannot run (VENTURE-14)."""

@@ -419,3 +419,18 @@ def test_check_rule_runs_only_after_its_check_passed():
     assert kinds(done) == [("Write", "check"), ("Gate", "lower")]
     lever, basis, verdict = done[1][1]
     assert verdict.ok and check in verdict.proof["premises"] and verdict.proof["trigger"] == seq
+
+
+def test_interrupted_rule_writes_not_known_and_asks_once():
+    """RUN-10, issue 10 item 4: a lever a dead warden left running gets an outcome that is not ok, saying how
+    long it ran at most, and an ask whether it happened; once written, there is nothing left to settle."""
+    led = Ledger(GUARDED % "pause")
+    action = led.add({"kind": "action", "claim": "measured", "venture": V, "lever": "lower", "proof": {}, "by": "x",
+                      "summary": "lower runs"})
+    assert "lower" in led.state.running
+    done = led.drive(avsm.interrupted_rule(led.state, led.at + 30))
+    assert kinds(done) == [("Write", "outcome"), ("Write", "ask")]
+    outcome_record, ask = done[0][1], done[1][1]
+    assert outcome_record["ok"] is False and outcome_record["duration"] == 30 and outcome_record["action"] == action
+    assert ask["about"] == "interrupted" and ask["lever"] == "lower" and ask["action"] == action
+    assert "lower" not in led.state.running and led.drive(avsm.interrupted_rule(led.state, led.at + 60)) == []
