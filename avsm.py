@@ -4139,6 +4139,20 @@ def interrupted_rule(state, now):
                                 f"{lever} waits for the answer (approve: it did, deny: it did not)"})
 
 
+def escalation_to(state, cfg, backend, asked, stopping):
+    """Return (the backend an unusable reply of `backend` is escalated to, None) or (None, why not, or None when
+    there is nothing to say): ESC-01 the config's `escalate:`, once a request was built (`asked`), never the same
+    backend, not while avsmd is stopping, and ESC-08 off the machine only when the mandate says escalate: offbox."""
+    second = cfg.get("escalate")
+    if not second or second == backend or not asked:
+        return None, None
+    if stopping:
+        return None, "not escalated: avsmd is stopping"
+    if cfg["backends"][second]["offbox"] and state.mandate["escalate"] != "offbox":
+        return None, f"not escalated: {second} leaves the machine and the mandate does not say escalate: offbox"
+    return second, None
+
+
 def open_asks(records):
     """Return the asks no approval, denial or resolution has answered: {seq: record}."""
     asks = {}
@@ -6065,17 +6079,13 @@ class Decisions:
             record["call"] = call
         seq = self.append(record)
         d.lines.append(f"#{seq} unusable: {why[:200]}")
-        second = self.cfg.get("escalate")
         if d.escalation is not None:
             self.answer_escalation(d, "unusable")
             return self.finish_decision(d)
-        if not second or second == d.backend or d.request is None:
-            return self.finish_decision(d)
-        if self.stopping():
-            d.lines.append("not escalated: avsmd is stopping")
-            return self.finish_decision(d)
-        if self.cfg["backends"][second]["offbox"] and state.mandate["escalate"] != "offbox":
-            d.lines.append(f"not escalated: {second} leaves the machine and the mandate does not say escalate: offbox")
+        second, why_not = escalation_to(state, self.cfg, d.backend, d.request is not None, self.stopping())
+        if why_not:
+            d.lines.append(why_not)
+        if second is None:
             return self.finish_decision(d)
         d.escalation = self.append({"kind": "escalation", "claim": "measured", "venture": state.name,
                                     "from": d.backend, "to": second, "why": why[:NOTE_MAX],

@@ -434,3 +434,19 @@ def test_interrupted_rule_writes_not_known_and_asks_once():
     assert outcome_record["ok"] is False and outcome_record["duration"] == 30 and outcome_record["action"] == action
     assert ask["about"] == "interrupted" and ask["lever"] == "lower" and ask["action"] == action
     assert "lower" not in led.state.running and led.drive(avsm.interrupted_rule(led.state, led.at + 60)) == []
+
+
+def test_escalation_to_the_second_backend_or_why_not():
+    """ESC-01, ESC-06, ESC-08, issue 10 item 4: an unusable reply goes to the config's escalate: backend, never the
+    same one, only once a request was built, not while avsmd stops, and off the machine only under escalate: offbox."""
+    led = Ledger(GUARDED % "pause")
+    cfg = {"escalate": "far", "backends": {"near": {"offbox": False}, "far": {"offbox": True}}}
+    assert led.state.mandate["escalate"] != "offbox"
+    assert avsm.escalation_to(led.state, {"backends": {}}, "near", True, False) == (None, None)
+    assert avsm.escalation_to(led.state, cfg, "far", True, False) == (None, None)
+    assert avsm.escalation_to(led.state, cfg, "near", False, False) == (None, None)
+    assert avsm.escalation_to(led.state, cfg, "near", True, True) == (None, "not escalated: avsmd is stopping")
+    second, why = avsm.escalation_to(led.state, cfg, "near", True, False)
+    assert second is None and "leaves the machine" in why
+    near = dict(cfg, escalate="near", backends={"near": {"offbox": False}, "other": {"offbox": False}})
+    assert avsm.escalation_to(led.state, near, "other", True, False) == ("near", None)
