@@ -3964,6 +3964,24 @@ def proposal_rule(state, seq, choice, by, backend, content_why=None, held=None):
                  "proposal": seq, "by": "model", "why": why, "summary": f"{lever} refused: {why}"})
 
 
+def ranked_choices(state, choices):
+    """Return [(choice, held, not proposed)] for a reply's choices, in order (WORLD-08, open point 37): a ranking
+    below the calibration bar is held back, so its top action asks a person (`held` says why) and the actions
+    ranked below it are not proposed (the line saying so); anything else is proposed as it came."""
+    held = None
+    if is_ranking(choices):
+        ok, why = calibration_bar(state)
+        held = None if ok else why        # below the bar, its top choice asks and no action runs (WORLD-08)
+    top = next((c for c in choices if c["choice"] == "action"), None)
+    ranked = []
+    for choice in choices:
+        if held and choice["choice"] == "action" and choice is not top:
+            ranked.append((choice, None, f"{choice['action']} not proposed: the ranking is held back ({held})"))
+        else:
+            ranked.append((choice, held if choice is top else None, None))
+    return ranked
+
+
 def approval_rule(state, seq, ask, payload, edited, problem, now):
     """A person's yes to ask #seq. An ask about no lever is answered and nothing runs. For a lever, the gate first
     proves it as if the approval were written, so a refusal leaves the ask open and no approval spent; then the
@@ -6053,16 +6071,11 @@ class Decisions:
             d.looks.append({"look": look, "answer": answer})
             return self.build(d)
         cited = []
-        held = None
-        if is_ranking(parsed["choices"]):
-            ok, why = calibration_bar(state)
-            held = None if ok else why        # below the bar, its top choice asks and no action runs (WORLD-08)
-        top = next((c for c in parsed["choices"] if c["choice"] == "action"), None)
-        for choice in parsed["choices"]:
-            if held and choice["choice"] == "action" and choice is not top:
-                d.lines.append(f"{choice['action']} not proposed: the ranking is held back ({held})")
+        for choice, held, not_proposed in ranked_choices(state, parsed["choices"]):
+            if not_proposed:
+                d.lines.append(not_proposed)
                 continue
-            cited += self.propose(state, choice, d, held=held if choice is top else None)
+            cited += self.propose(state, choice, d, held=held)
         if d.escalation is not None:
             self.answer_escalation(d, d.escalation_looks + cited)
         self.finish_decision(d)

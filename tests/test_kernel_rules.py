@@ -450,3 +450,17 @@ def test_escalation_to_the_second_backend_or_why_not():
     assert second is None and "leaves the machine" in why
     near = dict(cfg, escalate="near", backends={"near": {"offbox": False}, "other": {"offbox": False}})
     assert avsm.escalation_to(led.state, near, "other", True, False) == ("near", None)
+
+
+def test_ranked_choices_below_the_bar_hold_the_top_and_drop_the_rest():
+    """WORLD-08, open point 37, issue 10 item 4: a ranking under a calibration bar it does not meet goes on with
+    its top action held (it asks a person) and the actions below it not proposed; an ask among them goes on as it
+    came; a single action is no ranking and goes on unheld."""
+    led = Ledger(GUARDED.replace("cadence: 10s\n", "cadence: 10s\ncalibration: 0.1\n") % "pause")
+    a, b, q = ({"choice": "action", "action": "lower"}, {"choice": "action", "action": "sell"},
+               {"choice": "ask", "question": "?"})
+    ranked = avsm.ranked_choices(led.state, [a, q, b])
+    assert [(c, bool(held), bool(line)) for c, held, line in ranked] == [(a, True, False), (q, False, False),
+                                                                         (b, False, True)]
+    assert "scored" in ranked[0][1] and ranked[2][2].startswith("sell not proposed: the ranking is held back")
+    assert avsm.ranked_choices(led.state, [a, q]) == [(a, None, None), (q, None, None)]
