@@ -4407,6 +4407,18 @@ def signal_group(pgid, signum):
         return True
 
 
+def term_then_kill(groups):
+    """End process groups `groups`: TERM each now, then KILL what is left once KILL_GRACE has passed."""
+    import time
+    groups = [g for g in groups if signal_group(g, 15)]
+    deadline = time.monotonic() + KILL_GRACE
+    while groups and time.monotonic() < deadline:
+        time.sleep(0.05)
+        groups = [g for g in groups if signal_group(g, 0)]
+    for g in groups:
+        signal_group(g, 9)
+
+
 def proc_stat(pid, field):
     """Return one numeric field of /proc/PID/stat, counted after the command name (Linux), or None."""
     try:
@@ -4471,7 +4483,6 @@ def sweep_groups(path, home=None):
     A group is ours when its leader is gone (Linux reuses no pid while its group lives) or is the very
     process recorded, by start time; TERM, then KILL after the grace.
     """
-    import time
     try:
         with open(path) as fh:
             lines = [line.split() for line in fh if line.strip()]
@@ -4494,15 +4505,7 @@ def sweep_groups(path, home=None):
             ours.append(pgid)
     if home is not None:
         ours += [g for g in stray_groups(home) if g not in ours]
-    for pgid in ours:
-        signal_group(pgid, 15)
-    deadline = time.monotonic() + KILL_GRACE
-    alive = ours
-    while alive and time.monotonic() < deadline:
-        time.sleep(0.05)
-        alive = [g for g in alive if signal_group(g, 0)]
-    for pgid in alive:
-        signal_group(pgid, 9)
+    term_then_kill(ours)
     try:
         os.unlink(path)
     except OSError:
@@ -5106,17 +5109,13 @@ class Children:
 
     def end_lingering(self, venture=None, final=False):
         """End the groups left behind (all, or one venture's): TERM, then KILL after the grace."""
-        import time
         groups = [g for g, v in self.lingering.items() if venture is None or v == venture]
+        if final:
+            term_then_kill(groups)
+        else:
+            for pgid in groups:
+                signal_group(pgid, 15)
         for pgid in groups:
-            signal_group(pgid, 15)
-        deadline = time.monotonic() + (KILL_GRACE if final else 0)
-        while final and groups and time.monotonic() < deadline:
-            groups = [g for g in groups if signal_group(g, 0)]
-            time.sleep(0.05)
-        for pgid in [g for g, v in self.lingering.items() if venture is None or v == venture]:
-            if final:
-                signal_group(pgid, 9)
             if final or not signal_group(pgid, 0):
                 del self.lingering[pgid]
                 self.tell({"ended": pgid})
@@ -6850,14 +6849,7 @@ class Daemon:
 
     def end_groups(self):
         """End every group the warden reported and did not see end: TERM, then KILL after the grace (RUN-13)."""
-        import time
-        groups = [g for g, told in self.groups.items() if group_is_still(g, told.get("leader_start")) and signal_group(g, 15)]
-        deadline = time.monotonic() + KILL_GRACE
-        while groups and time.monotonic() < deadline:
-            time.sleep(0.05)
-            groups = [g for g in groups if signal_group(g, 0)]
-        for g in groups:
-            signal_group(g, 9)
+        term_then_kill([g for g, told in self.groups.items() if group_is_still(g, told.get("leader_start"))])
         self.groups = {}
         if not getattr(self, "lost_lock", False) and self.lock_is_ours():
             sweep_groups(os.path.join(self.home, "groups"), self.home)  # any it journaled, or started, but had not told us of
