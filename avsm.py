@@ -27,9 +27,10 @@ Sections
     1. this header          2. constants, exit codes, Fail
     3. small pure parts: durations, numbers, the YAML subset, mandate, config
     4. the ledger           5. the kernel: plausibility, controllers, the gate
-    6. effects: processes, process groups, the socket wire
-    7. the processes: avsmd and the warden
-    8. client commands      9. main and the argv[0] dispatch
+    6. effects: processes, process groups, the groups journal, the socket wire
+    7. the warden, its parts one room each
+    8. avsmd and the roles process
+    9. client commands      10. main and the argv[0] dispatch
 """
 
 import collections
@@ -133,6 +134,32 @@ def format_duration(seconds):
         if seconds % DURATION_UNITS[unit] == 0:
             return f"{seconds // DURATION_UNITS[unit]}{unit}"
     return f"{seconds}s"
+
+
+def next_nightly(hhmm, after=None):
+    """Return the unix time of the next nightly decision at local HH:MM (after `after`), or None for never.
+
+    mktime with isdst=-1 follows the wall clock across a daylight-saving change (open point 47).
+    """
+    import time
+    if hhmm == "never":
+        return None
+    after = time.time() if after is None else after
+    hour, minute = (int(x) for x in hhmm.split(":"))
+    t = time.localtime(after)
+    for day in range(3):
+        target = time.mktime((t.tm_year, t.tm_mon, t.tm_mday + day, hour, minute, 0, 0, 0, -1))
+        shown = time.localtime(target)
+        if (shown.tm_hour, shown.tm_min) != (hour, minute):
+            # a time the clock skipped: step back to the first minute after the gap
+            while True:
+                before = time.localtime(target - 60)
+                if before.tm_mday != shown.tm_mday or before.tm_hour * 60 + before.tm_min <= hour * 60 + minute:
+                    break
+                target -= 60
+        if target > after:
+            return target
+    return None
 
 
 def parse_cap(text):
@@ -1656,7 +1683,7 @@ def yaml_scalar(value):
 
 
 # ---- the requests a client may send on sock ----
-# One JSON object a line: {"v": 1, "cmd": CMD, "args": {...}} (open point 2). This table is what section 8
+# One JSON object a line: {"v": 1, "cmd": CMD, "args": {...}} (open point 2). This table is what section 9
 # sends for each verb, and all that passes the socket: avsmd checks every request against it before the
 # warden hears of it, and avsmd's own word to the warden (stop) is not in it, so no client can send that.
 # An argument's type: "name" and "path" are text from a command line (no NUL, bytes the system can take
@@ -1770,6 +1797,41 @@ def json_kind(value):
         if isinstance(value, kind):
             return name
     return "null" if value is None else type(value).__name__
+
+
+def delegate_lever(text, lever, source):
+    """Return mandate `text` with `delegated: true` on lever `lever`, checked by parsing it back (open point 41)."""
+    doc, marks = parse_yaml_marked(text, source)
+    index = next(i for i, item in enumerate(doc["permitted"]) if item.get("name") == lever)
+    lines = text.split("\n")
+    if "delegated" in doc["permitted"][index]:
+        line, col = marks[("permitted", index, "delegated")]
+        row = lines[line - 1]
+        value_at = row.index(":", col - 1) + 1
+        end = min([p for p in (row.find(",", value_at), row.find("}", value_at)) if p >= 0] or [len(row)])
+        lines[line - 1] = row[:value_at] + " true" + row[end:]
+    else:
+        line, col = marks[("permitted", index, "name")]
+        row = lines[line - 1]
+        brace = row.rfind("}")
+        if row.lstrip().startswith(("- {", "{")) and brace > 0:       # a flow mapping on one line
+            lines[line - 1] = row[:brace].rstrip() + ", delegated: true" + row[brace:]
+        else:
+            lines.insert(line, " " * (col - 1) + "delegated: true")
+    new = "\n".join(lines)
+    after = parse_mandate(new, source)
+    before = parse_mandate(text, source)
+    before["levers"][lever]["delegated"] = True
+    if after != before:
+        raise ValueError("the change would touch more than delegated")
+    return new
+
+
+def check_not_adopted_elsewhere(name, directory, adopted_from, paused):
+    """Refuse (65) adopting `directory` as venture `name` while a running venture of that name comes from elsewhere."""
+    if adopted_from != directory and not paused:
+        raise Fail(EX_DATAERR, f"venture '{name}' is already adopted from {adopted_from}; "
+                               f"pause it first (avsm pause {name}) or rename this directory")
 
 
 # =============================================================================
@@ -2027,6 +2089,143 @@ def escape_controls(pattern, text):
 
 
 CONTROL_CHARS = "[\x00-\x1f\x7f-\x9f\u2028\u2029\u202a-\u202e\u2066-\u2069\ud800-\udfff]"
+
+
+class LockCheck:
+    """Whether avsmd.lock still names the avsmd that started this warden.
+
+    lock_is_ours()  -- asked before every append and before the groups journal is replaced
+    """
+
+    def __init__(self, lock_path, avsmd_pid):
+        self.lock_path, self.avsmd_pid = lock_path, avsmd_pid
+        self.lock_seen, self.lock_ours = None, False     # the lock file's stat when last read, and what it said
+
+    def lock_is_ours(self):
+        """The lock is ours unless another avsmd's pid stands in it; a deleted lock file is no one else's,
+        and avsmd makes it again within the second.
+
+        Asked before every append, so the file is read again only when its stat changed: a pid is
+        written only with the file truncated and its times moved, or into a new file.
+        """
+        try:
+            st = os.stat(self.lock_path)
+        except FileNotFoundError:
+            return True
+        except OSError:
+            return read_lock_pid(self.lock_path) in (self.avsmd_pid, None)
+        seen = (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
+        if seen != self.lock_seen:
+            self.lock_seen, self.lock_ours = seen, read_lock_pid(self.lock_path) in (self.avsmd_pid, None)
+        return self.lock_ours
+
+
+class LedgerWriter:
+    """The warden's one way to the ledger: each record appended is folded into its venture; while the ledger
+    cannot be written, what already ran waits in a backlog and everything else stops.
+
+    append(record, at=None)   -- append and fold; during an outage an outcome waits, anything else raises LedgerDown
+    append_together(records)  -- append several in one transaction (one sync to disk)
+    write(record, at=None)    -- append and fold, raising what SQLite raised
+    retry_ledger(now)         -- write the backlog, then say the ledger is back; True when it is
+    ledger_down, retry_at     -- why the ledger cannot be written, and when it is tried next (None while it can)
+
+    Handed the ledger, the venture states it folds into, count_ask (each ask counts toward a canary) and
+    tell_person (a notice of what a person must see: a record, or the ledger gone unwritable).
+    """
+
+    def __init__(self, ledger, ventures, count_ask, tell_person, debug=False):
+        self.ledger, self.ventures, self.count_ask, self.debug = ledger, ventures, count_ask, debug
+        self.tell_person = tell_person
+        self.ledger_down = None       # why the ledger cannot be written, while it cannot
+        self.backlog = []             # outcomes waiting for the ledger to take writes again
+        self.retry_at = None
+
+    def append(self, record, at=None):
+        """Append `record` through the one append function and fold it into its venture.
+
+        While the ledger cannot be written, the outcome of what already ran waits in order to be written;
+        anything else raises LedgerDown, so the step that wanted it does not happen. `at`: an action's time is
+        the time the gate proved it at, so that its proof re-checks at its own `at`.
+        """
+        import sqlite3
+        import time
+        if self.ledger_down:
+            if record["kind"] in BACKLOG_KINDS:
+                self.backlog.append(record)
+                return None
+            raise LedgerDown(self.ledger_down)
+        try:
+            return self.write(record, at)
+        except (sqlite3.Error, OSError) as err:
+            self.ledger_down = str(err)
+            self.retry_at = time.monotonic() + ledger_retry(err)
+            sys.stderr.write(f"avsm warden: the ledger cannot be written: {err}; stopping what would write, "
+                             f"trying again in {ledger_retry(err)} s\n")
+            self.tell_person(ledger_down_notice(str(err)))
+            if record["kind"] in BACKLOG_KINDS:
+                self.backlog.append(record)
+                return None
+            raise LedgerDown(str(err)) from None
+
+    def append_together(self, records):
+        """Append `records` in one transaction and fold each (a score and the next prediction: one sync to disk);
+        while the ledger cannot be written, raise LedgerDown as append does. Return their seqs."""
+        import sqlite3
+        import time
+        if len(records) <= 1 or self.ledger_down:
+            return [self.append(record) for record in records]
+        at = int(time.time())
+        try:
+            seqs = self.ledger.append_many(records, at)
+        except (sqlite3.Error, OSError) as err:
+            self.ledger_down = str(err)
+            self.retry_at = time.monotonic() + ledger_retry(err)
+            sys.stderr.write(f"avsm warden: the ledger cannot be written: {err}; stopping what would write, "
+                             f"trying again in {ledger_retry(err)} s\n")
+            self.tell_person(ledger_down_notice(str(err)))
+            raise LedgerDown(str(err)) from None
+        for seq, record in zip(seqs, records):
+            state = self.ventures.get(record["venture"])
+            if state is not None:
+                fold(state, seq, at, record)
+            if self.debug:
+                log(self.debug, "warden", f"#{seq} {record['venture']} {record['kind']} {record['summary']}")
+            self.tell_person(notice_of(seq, record))
+        return seqs
+
+    def write(self, record, at=None):
+        """Append one record and fold it into its venture; raise what SQLite raised."""
+        import time
+        at = int(time.time()) if at is None else at
+        seq = self.ledger.append(record, at)
+        state = self.ventures.get(record["venture"])
+        if state is not None:
+            fold(state, seq, at, record)
+        if self.debug:
+            log(self.debug, "warden", f"#{seq} {record['venture']} {record['kind']} {record['summary']}")
+        self.tell_person(notice_of(seq, record))
+        if record["kind"] == "ask" and not record.get("canary") and state is not None:
+            self.count_ask(state)
+        return seq
+
+    def retry_ledger(self, now):
+        """Try the ledger again: write what waited, in order; True when it takes writes, and work resumes."""
+        import sqlite3
+        self.retry_at = now + LEDGER_RETRY
+        try:
+            while self.backlog:
+                self.write(self.backlog[0])
+                self.backlog.pop(0)
+            self.write({"kind": "ledger", "claim": "measured", "venture": "self",
+                        "summary": f"the ledger takes writes again (it could not: {self.ledger_down})"})
+        except (sqlite3.Error, OSError) as err:
+            self.ledger_down = str(err)
+            self.retry_at = now + ledger_retry(err)
+            return False
+        self.ledger_down = None
+        self.retry_at = None
+        return True
 
 
 # =============================================================================
@@ -3685,16 +3884,17 @@ def check_crossing(mandate, lever, premises, records, venture):
 # ---- the rules of a settled round -----------------------------------------------
 # What a round calls for once its readings are in. Each rule is a generator of intents that reads the state
 # and yields what should happen, in order; the warden carries out each intent (appending folds its record into
-# the same state) before the rule goes on, and answers a Gate with the gate's Verdict. Tests drive the same
+# the same state) before the rule goes on, and answers a Write with its seq and a Gate with the gate's Verdict. Tests drive the same
 # generators with records in and intents out (tests/test_kernel_rules.py).
 
 Write = collections.namedtuple("Write", "record")
 Write.__doc__ = "Append this record."
 Pause = collections.namedtuple("Pause", "record")
 Pause.__doc__ = "Append this pause record, and end what the venture runs (its programs, its keeper's next start)."
-Gate = collections.namedtuple("Gate", "lever basis payload trigger approval by side extra summary",
-                              defaults=(None, None, None, None, None, None, ""))
-Gate.__doc__ = "Ask the gate to prove `lever` now and run it if it can; the rule is sent back the Verdict."
+Gate = collections.namedtuple("Gate", "lever basis payload trigger approval by side extra summary check",
+                              defaults=(None, None, None, None, None, None, "", None))
+Gate.__doc__ = ("Ask the gate to prove `lever` now and run it if it can; the rule is sent back the Verdict. "
+                "`check`: the seq of the lever's passed check (it then runs without checking again).")
 
 
 def settle_round(state, report_seq):
@@ -3927,6 +4127,104 @@ def proposal_rule(state, seq, choice, by, backend, content_why=None, held=None):
                  "proposal": seq, "by": "model", "why": why, "summary": f"{lever} refused: {why}"})
 
 
+def ranked_choices(state, choices):
+    """Return [(choice, held, not proposed)] for a reply's choices, in order (WORLD-08, open point 37): a ranking
+    below the calibration bar is held back, so its top action asks a person (`held` says why) and the actions
+    ranked below it are not proposed (the line saying so); anything else is proposed as it came."""
+    held = None
+    if is_ranking(choices):
+        ok, why = calibration_bar(state)
+        held = None if ok else why        # below the bar, its top choice asks and no action runs (WORLD-08)
+    top = next((c for c in choices if c["choice"] == "action"), None)
+    ranked = []
+    for choice in choices:
+        if held and choice["choice"] == "action" and choice is not top:
+            ranked.append((choice, None, f"{choice['action']} not proposed: the ranking is held back ({held})"))
+        else:
+            ranked.append((choice, held if choice is top else None, None))
+    return ranked
+
+
+def approval_rule(state, seq, ask, payload, edited, problem, now):
+    """A person's yes to ask #seq. An ask about no lever is answered and nothing runs. For a lever, the gate first
+    proves it as if the approval were written, so a refusal leaves the ask open and no approval spent; then the
+    approval is written and the gate proves the lever again on it, the approval its premise, and it runs.
+
+    payload: the content approved (the person's edit or the ask's own); edited: whether they edited it;
+    problem: what the file system said of a diff or file payload (the caller looks), or None.
+    Raises Fail (65) once the refusal is written."""
+    lever = ask.get("lever")
+    if lever is None or ask.get("about") not in ("lever", "model"):
+        yield Write({"kind": "approval", "claim": "declared", "venture": state.name, "ask": seq,
+                     "summary": f"a person answered ask #{seq}: yes"})
+        return
+    basis = ("approval", [], [f"ask #{seq}: {ask.get('question')}"])
+    verdict = prove(state, lever, now, basis, trigger=seq, approval=APPROVAL_TO_WRITE, payload=payload)
+    if problem or not verdict.ok:
+        why = problem or verdict.why
+        yield Write({"kind": "refusal", "claim": "measured", "venture": state.name, "lever": lever, "ask": seq,
+                     "why": why, "summary": f"{lever} refused on approval of #{seq}: {why}"})
+        raise Fail(EX_DATAERR, f"{lever} refused: {why}; ask #{seq} stays open")
+    approval = yield Write({"kind": "approval", "claim": "declared", "venture": state.name, "ask": seq,
+                            "lever": lever, "payload": payload, "edited": edited,
+                            "summary": f"a person approved {lever} (ask #{seq})" + (" with content they edited" if edited else "")})
+    verdict = yield Gate(lever, basis, payload=payload, trigger=seq, approval=approval, by="person",
+                         summary=f"{lever} runs: approved by a person (#{approval})",
+                         extra={"payload": payload} if payload is not None else None)
+    if not verdict.ok:              # the approval just written is the only change since the gate said yes
+        yield Write({"kind": "refusal", "claim": "measured", "venture": state.name, "lever": lever, "ask": seq,
+                     "why": verdict.why, "summary": f"{lever} refused on approval of #{seq}: {verdict.why}"})
+        raise Fail(EX_DATAERR, f"{lever} refused: {verdict.why}")
+
+
+def person_proposal_rule(state, lever, payload, content_why):
+    """A person's own proposal (open point 15): written as declared, so it is its own approval; a lever the mandate
+    forbids or does not permit, or content the file system refuses, is refused; the rest goes to the gate.
+
+    content_why: what the file system said of a diff or file payload (the caller looks), or None.
+    Raises Fail (65) once the refusal is written."""
+    m = state.mandate
+    spec = m["levers"].get(lever)
+    seq = yield Write({"kind": "proposal", "claim": "declared", "venture": state.name, "by": "person", "choice": "action",
+                       "lever": lever, "payload": payload, "summary": f"a person proposes {lever}"})
+    why = None
+    if lever in m["forbidden"] or (spec is None and lever != "stop"):
+        why = f"{lever} is {'forbidden' if lever in m['forbidden'] else 'not permitted'} by mandate #{state.mandate_seq}"
+    elif spec is not None and spec["takes"] in ("diff", "file"):
+        why = content_why
+    if why is None:
+        verdict = yield Gate(lever, ("proposal", [], [f"proposal #{seq} is a person's own"]), payload=payload,
+                             approval=seq, by="person", summary=f"{lever} runs: a person's proposal (#{seq})",
+                             extra={"payload": payload} if payload is not None else None)
+        why = None if verdict.ok else verdict.why
+    if why is not None:
+        yield Write({"kind": "refusal", "claim": "measured", "venture": state.name, "lever": lever, "proposal": seq,
+                     "by": "person", "why": why, "summary": f"{lever} refused: {why}"})
+        raise Fail(EX_DATAERR, f"{lever} refused: {why}")
+
+
+def check_rule(state, lever, verdict, summary, by, side, extra, ok, status, note, why):
+    """A lever's check ended (open point 27): its record is written; a check that passed lets the gate prove the
+    lever again with the check among its premises, and only then does it run; otherwise the lever is refused.
+
+    verdict, summary, by, side, extra: what the lever was to run on; ok: whether the check exited 0 unended;
+    status, note, why: its exit status, the tail of its output, and what ended it (or its status)."""
+    seq = yield Write({"kind": "check", "claim": "measured", "venture": state.name, "lever": lever, "ok": ok,
+                       "status": status, "note": note,
+                       "summary": f"{lever}'s check {'passed' if ok else 'refused it: ' + why}"})
+    if not ok:
+        yield Write({"kind": "refusal", "claim": "measured", "venture": state.name, "lever": lever, "by": by, "check": seq,
+                     "why": f"its check refused it (#{seq})", "summary": f"{lever} refused by its check (#{seq})"})
+        return
+    basis, asked = verdict.asked["basis"], verdict.asked
+    verdict = yield Gate(lever, (basis["rule"], basis["premises"], basis["steps"]), payload=(extra or {}).get("payload"),
+                         trigger=verdict.proof["trigger"], approval=asked.get("approval"), by=by, side=side,
+                         extra=extra, summary=summary, check=seq)     # the gate again, now the check has passed
+    if not verdict.ok:
+        yield Write({"kind": "refusal", "claim": "measured", "venture": state.name, "lever": lever, "by": by, "check": seq,
+                     "why": verdict.why, "summary": f"{lever} refused after its check passed: {verdict.why}"})
+
+
 def ratchet_asked(state, lever):
     """Whether a ratchet ask to delegate `lever` is open."""
     return any(a.get("about") == "ratchet" and a.get("lever") == lever for a in state.open_asks.values())
@@ -4002,6 +4300,38 @@ def restart_rule(state, pid, status, ended_by, uptime, backoff, restarted, activ
                         "question": f"run keeps dying within {QUICK_DEATH}s; it now waits {delay}s between starts. Look at it?",
                         "summary": f"run keeps dying; back-off reached its ceiling of {BACKOFF_CEILING}s"})
     return again, backoff, delay, records
+
+
+def interrupted_rule(state, now):
+    """RUN-10: a lever a dead warden left running is never run again blindly. Its outcome is written as not known
+    (how long it ran at most, by `now`), and an ask holds the lever until a person says whether it happened."""
+    for lever, action_seq in list(state.running.items()):
+        began = next((at for seq, at, _ in state.actions.get(lever, []) if seq == action_seq), None)
+        at_most = max(0, round(now - began)) if began is not None else None
+        yield Write({"kind": "outcome", "claim": "measured", "venture": state.name, "lever": lever,
+                     "action": action_seq, "ok": False, "status": "unknown", "duration": at_most,
+                     "note": "the warden ended while it ran; whether it finished is not known"
+                             + (f"; it ran at most {at_most} s" if at_most is not None else ""),
+                     "summary": f"{lever} (action #{action_seq}) was cut off: the warden ended while it ran"})
+        yield Write({"kind": "ask", "claim": "measured", "venture": state.name, "about": "interrupted",
+                     "lever": lever, "action": action_seq,
+                     "question": f"did {lever} happen?",
+                     "summary": f"did {lever} happen? action #{action_seq} was running when the warden ended; "
+                                f"{lever} waits for the answer (approve: it did, deny: it did not)"})
+
+
+def escalation_to(state, cfg, backend, asked, stopping):
+    """Return (the backend an unusable reply of `backend` is escalated to, None) or (None, why not, or None when
+    there is nothing to say): ESC-01 the config's `escalate:`, once a request was built (`asked`), never the same
+    backend, not while avsmd is stopping, and ESC-08 off the machine only when the mandate says escalate: offbox."""
+    second = cfg.get("escalate")
+    if not second or second == backend or not asked:
+        return None, None
+    if stopping:
+        return None, "not escalated: avsmd is stopping"
+    if cfg["backends"][second]["offbox"] and state.mandate["escalate"] != "offbox":
+        return None, f"not escalated: {second} leaves the machine and the mandate does not say escalate: offbox"
+    return second, None
 
 
 def open_asks(records):
@@ -4506,6 +4836,18 @@ def signal_group(pgid, signum):
         return True
 
 
+def term_then_kill(groups):
+    """End process groups `groups`: TERM each now, then KILL what is left once KILL_GRACE has passed."""
+    import time
+    groups = [g for g in groups if signal_group(g, 15)]
+    deadline = time.monotonic() + KILL_GRACE
+    while groups and time.monotonic() < deadline:
+        time.sleep(0.05)
+        groups = [g for g in groups if signal_group(g, 0)]
+    for g in groups:
+        signal_group(g, 9)
+
+
 def proc_stat(pid, field):
     """Return one numeric field of /proc/PID/stat, counted after the command name (Linux), or None."""
     try:
@@ -4570,7 +4912,6 @@ def sweep_groups(path, home=None):
     A group is ours when its leader is gone (Linux reuses no pid while its group lives) or is the very
     process recorded, by start time; TERM, then KILL after the grace.
     """
-    import time
     try:
         with open(path) as fh:
             lines = [line.split() for line in fh if line.strip()]
@@ -4593,15 +4934,7 @@ def sweep_groups(path, home=None):
             ours.append(pgid)
     if home is not None:
         ours += [g for g in stray_groups(home) if g not in ours]
-    for pgid in ours:
-        signal_group(pgid, 15)
-    deadline = time.monotonic() + KILL_GRACE
-    alive = ours
-    while alive and time.monotonic() < deadline:
-        time.sleep(0.05)
-        alive = [g for g in alive if signal_group(g, 0)]
-    for pgid in alive:
-        signal_group(pgid, 9)
+    term_then_kill(ours)
     try:
         os.unlink(path)
     except OSError:
@@ -4968,13 +5301,9 @@ def read_metric_output(child, status, with_output=True):
     return value, None
 
 
-# =============================================================================
-# 7. The processes
-# avsmd (lock, socket, signals, the warden's keeper) and the warden (ticks,
-# runs, appends). They wire the kernel to the effects and hold little logic.
-# =============================================================================
-
 AVSM_PATH = os.path.realpath(__file__)
+
+
 # How avsmd starts itself and its warden: loading this file through the import system, so its cached
 # bytecode serves (a script is compiled afresh at every start, and the compiler's memory stays with it).
 LOAD_AVSM = ("import importlib.util as u, sys; s = u.spec_from_file_location('avsm', sys.argv[1]); "
@@ -5002,316 +5331,156 @@ def log(debug, who, message):
         sys.stderr.flush()
 
 
-class Warden:
-    """The only process that acts: ticks ventures, runs their programs, appends their records."""
+def check_venture_dir(directory):
+    """Refuse a path that is not a venture directory: 66 when missing, 65 with the fix otherwise."""
+    if not os.path.exists(directory):
+        raise Fail(EX_NOINPUT, f"{directory} is not there; pass the venture's directory")
+    if not os.path.isdir(directory):
+        raise Fail(EX_DATAERR, f"{directory} is a file; pass the directory that holds mandate.yaml "
+                               f"(avsm add {os.path.dirname(directory) or '.'})")
+    if not os.path.exists(os.path.join(directory, "mandate.yaml")):
+        if os.path.exists(os.path.join(directory, "mandate.yml")):
+            raise Fail(EX_DATAERR, f"{directory} holds mandate.yml; rename it to mandate.yaml "
+                                   f"(mv {os.path.join(directory, 'mandate.yml')} {os.path.join(directory, 'mandate.yaml')})")
+        raise Fail(EX_DATAERR, f"{directory} holds no mandate.yaml; write one (see examples/counter)")
+    problem = mandate_file_problem(os.path.join(directory, "mandate.yaml"), os.stat(os.path.join(directory, "mandate.yaml")))
+    if problem:
+        raise Fail(EX_DATAERR, problem)
 
-    def __init__(self, home, channel, cfg, debug=False):
-        import selectors
-        BASE_ENV.update(os.environ)
-        self.home, self.channel, self.cfg, self.debug = home, channel, cfg, debug
-        self.avsmd_pid = os.getppid()
-        self.lock_path = os.path.join(home, "avsmd.lock")
-        self.lock_seen, self.lock_ours = None, False     # the lock file's stat when last read, and what it said
+
+def read_venture(directory):
+    """Read the venture in `directory` as `avsm add` adopts it: (name, path of mandate.yaml, its text, the mandate),
+    or Fail: 66 when the directory is not there, 65 with the fix otherwise. The client's add, avsmd's add and
+    `avsmd -t DIR` all call this one function, so a check says exactly what adopting would."""
+    check_venture_dir(directory)
+    name = check_venture_name(os.path.basename(directory))
+    path = os.path.join(directory, "mandate.yaml")
+    try:
+        text = read_mandate_file(path)
+        mandate = parse_mandate(text, path, directory)
+    except OSError as err:
+        raise Fail(EX_DATAERR, f"{path} cannot be read: {err.strerror}") from None
+    except Fail as fail:
+        raise Fail(EX_DATAERR, str(fail)) from None
+    return name, path, text, mandate
+
+
+MANDATE_MAX = 256 * 1024        # bytes: a mandate is a page of text; past this it is a mistake, and parsing stalls
+
+
+def mandate_file_problem(path, st):
+    """Return why the file at `path` with stat `st` cannot be a mandate, or None."""
+    import stat
+    if stat.S_ISDIR(st.st_mode):
+        return f"{path} is a directory; a mandate is a file of text (move the directory away and write mandate.yaml)"
+    if not stat.S_ISREG(st.st_mode):
+        return f"{path} is not a regular file (a FIFO, device or socket); a mandate is a file of text"
+    if st.st_size > MANDATE_MAX:
+        return f"{path} is {st.st_size} bytes; a mandate may be at most {MANDATE_MAX // 1024} KiB"
+    return None
+
+
+def read_mandate_file(path):
+    """Return the text of mandate.yaml at `path`, exactly as written (its sha256 is the file's).
+
+    Raises OSError when it cannot be opened, and Fail (78: a mandate that does not hold) for anything
+    but a regular file of at most MANDATE_MAX bytes in UTF-8. Never blocks: a FIFO is refused unread.
+    """
+    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+    try:
+        problem = mandate_file_problem(path, os.fstat(fd))
+        if problem:
+            raise Fail(EX_CONFIG, problem)
+        chunks, size = [], 0
+        while size <= MANDATE_MAX:
+            chunk = os.read(fd, 65536)
+            if not chunk:
+                break
+            chunks.append(chunk)
+            size += len(chunk)
+    finally:
+        os.close(fd)
+    data = b"".join(chunks)
+    if len(data) > MANDATE_MAX:
+        raise Fail(EX_CONFIG, f"{path} is over {MANDATE_MAX // 1024} KiB; a mandate may be at most that")
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as err:
+        line = data[:err.start].count(b"\n") + 1
+        raise Fail(EX_CONFIG, f"{path}:{line}: byte 0x{data[err.start]:02x} is not UTF-8; save the mandate as UTF-8") from None
+
+
+class GroupsJournal:
+    """HOME/groups: every process group the warden started and has not seen end, for the next avsmd to end.
+
+    journal_group(line)  -- append "+PGID START VENTURE PURPOSE" or "-PGID"; replaced when grown past 64 KiB
+
+    Handed the home and lock_is_ours: another avsmd's journal is never replaced.
+    """
+
+    def __init__(self, home, lock_is_ours):
+        self.home, self.lock_is_ours = home, lock_is_ours
         self.groups_fd = None         # HOME/groups, open for appending while it stays the file at that name
         self.journaled = {}           # pgid -> its line in HOME/groups, while the group runs
-        self.ledger = Ledger(os.path.join(home, "ledger.db"), still_ours=self.lock_is_ours)
-        self.ventures = {}            # name -> VentureState
+
+    def journal_group(self, line):
+        """Append a group's start (+PGID START) or end (-PGID) to HOME/groups before anything can orphan it:
+        the next avsmd ends what an avsmd and warden killed together left running (RUN-14, PITFALLS 2).
+
+        The file stays open for appending. Grown past 64 KiB, it is replaced by one holding only what still
+        runs (while the home is still ours; else what runs is appended); deleted under us, it is made again
+        with what still runs appended.
+        """
+        path = os.path.join(self.home, "groups")
+        pgid = line[1:].split()[0]
+        if line.startswith("+"):
+            self.journaled[pgid] = line
+        else:
+            self.journaled.pop(pgid, None)
+        try:
+            if line.startswith("+") and self.groups_fd is not None:
+                st = os.fstat(self.groups_fd)
+                if st.st_nlink == 0 or st.st_size > 64 * 1024:
+                    os.close(self.groups_fd)
+                    self.groups_fd = None
+                    line = "\n".join(self.journaled.values())
+                    if st.st_nlink and self.lock_is_ours():     # never replace another avsmd's journal
+                        with open(path + ".new", "w") as fh:
+                            fh.write(line + "\n")
+                        os.replace(path + ".new", path)
+                        line = None
+            if self.groups_fd is None:
+                self.groups_fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC, 0o600)
+            if line:
+                os.write(self.groups_fd, (line + "\n").encode())
+        except OSError:
+            pass                        # a full disk: avsmd still ends the groups it was told of
+
+
+class Children:
+    """The programs the warden runs now, each in a process group of its own, and the groups left behind.
+
+    spawn(purpose, state, args, ...)   -- start a program of a venture apart; avsmd and HOME/groups hear of its group
+    child_event(child)                 -- its leader ended: reap it, and settle it once its whole group is gone
+    end_lingering(venture=None, final=False)  -- end the groups whose leader exited while members stay
+    iter(children), len(children)      -- the Child objects running now
+
+    Handed the home, the selector the loop waits on, the channel's tell and flush, the groups journal, and
+    settle(child), which writes what came of a program once it is gone.
+    """
+
+    def __init__(self, home, sel, tell, flush, journal_group, settle, debug=False):
+        self.home, self.sel, self.tell, self.flush, self.debug = home, sel, tell, flush, debug
+        self.journal_group, self.settle = journal_group, settle
         self.children = []            # Child objects running now
         self.lingering = {}           # pgid -> venture: groups whose leader exited while members stay
-        self.due = {}                 # venture -> monotonic time its next round is due
-        self.due_heap = []            # (time, venture), soonest first; entries the dict no longer holds are stale
-        self.keep = {}                # venture -> the `run` program's keeper state
-        self.rounds = {}              # venture -> the round in flight: metric seq, guards pending, deadline
-        self.ledger_down = None       # why the ledger cannot be written, while it cannot
-        self.backlog = []             # outcomes waiting for the ledger to take writes again
-        self.retry_at = None
-        self.round_number = 0
-        self.asks_seen = 0            # asks since this warden started, for canary_asks
-        self.roles_rid, self.roles_calls = 0, {}     # requests to the roles process, by id
-        self.results, self.decision_count = [], 0    # HTTP replies handed back by call threads
-        self.escalations = {}                        # escalation seq -> its decision, until its answer is written
-        self.worlds = {}              # venture -> the ensemble of world steps in flight for its last report
-        self.next_nightly = next_nightly(cfg["nightly"])
-        self.stopping = False
-        self.sel = selectors.DefaultSelector()
-        self.reader = LineReader()
-        self.outbox = []              # lines for avsmd, sent once per turn of the loop
-        self.outbox_due = False       # whether a line in it must go this turn
-        channel.setblocking(False)
-        self.sel.register(channel, selectors.EVENT_READ, ("channel", None))
-        import socket
-        self.wake_r, self.wake_w = socket.socketpair()
-        self.wake_r.setblocking(False)
-        self.sel.register(self.wake_r, selectors.EVENT_READ, ("results", self.wake_r))
 
-    # ---- the ledger, folded as it is written ----
-    def lock_is_ours(self):
-        """The lock is ours unless another avsmd's pid stands in it; a deleted lock file is no one else's,
-        and avsmd makes it again within the second.
+    def __iter__(self):
+        return iter(self.children)
 
-        Asked before every append, so the file is read again only when its stat changed: a pid is
-        written only with the file truncated and its times moved, or into a new file.
-        """
-        try:
-            st = os.stat(self.lock_path)
-        except FileNotFoundError:
-            return True
-        except OSError:
-            return read_lock_pid(self.lock_path) in (self.avsmd_pid, None)
-        seen = (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
-        if seen != self.lock_seen:
-            self.lock_seen, self.lock_ours = seen, read_lock_pid(self.lock_path) in (self.avsmd_pid, None)
-        return self.lock_ours
+    def __len__(self):
+        return len(self.children)
 
-    def append(self, record, at=None):
-        """Append `record` through the one append function and fold it into its venture.
-
-        While the ledger cannot be written, the outcome of what already ran waits in order to be written;
-        anything else raises LedgerDown, so the step that wanted it does not happen. `at`: an action's time is
-        the time the gate proved it at, so that its proof re-checks at its own `at`.
-        """
-        import sqlite3
-        import time
-        if self.ledger_down:
-            if record["kind"] in BACKLOG_KINDS:
-                self.backlog.append(record)
-                return None
-            raise LedgerDown(self.ledger_down)
-        try:
-            return self.write(record, at)
-        except (sqlite3.Error, OSError) as err:
-            self.ledger_down = str(err)
-            self.retry_at = time.monotonic() + ledger_retry(err)
-            sys.stderr.write(f"avsm warden: the ledger cannot be written: {err}; stopping what would write, "
-                             f"trying again in {ledger_retry(err)} s\n")
-            self.tell_person(ledger_down_notice(str(err)))
-            if record["kind"] in BACKLOG_KINDS:
-                self.backlog.append(record)
-                return None
-            raise LedgerDown(str(err)) from None
-
-    def append_together(self, records):
-        """Append `records` in one transaction and fold each (a score and the next prediction: one sync to disk);
-        while the ledger cannot be written, raise LedgerDown as append does. Return their seqs."""
-        import sqlite3
-        import time
-        if len(records) <= 1 or self.ledger_down:
-            return [self.append(record) for record in records]
-        at = int(time.time())
-        try:
-            seqs = self.ledger.append_many(records, at)
-        except (sqlite3.Error, OSError) as err:
-            self.ledger_down = str(err)
-            self.retry_at = time.monotonic() + ledger_retry(err)
-            sys.stderr.write(f"avsm warden: the ledger cannot be written: {err}; stopping what would write, "
-                             f"trying again in {ledger_retry(err)} s\n")
-            self.tell_person(ledger_down_notice(str(err)))
-            raise LedgerDown(str(err)) from None
-        for seq, record in zip(seqs, records):
-            state = self.ventures.get(record["venture"])
-            if state is not None:
-                fold(state, seq, at, record)
-            if self.debug:
-                log(self.debug, "warden", f"#{seq} {record['venture']} {record['kind']} {record['summary']}")
-            self.tell_person(notice_of(seq, record))
-        return seqs
-
-    def write(self, record, at=None):
-        """Append one record and fold it into its venture; raise what SQLite raised."""
-        import time
-        at = int(time.time()) if at is None else at
-        seq = self.ledger.append(record, at)
-        state = self.ventures.get(record["venture"])
-        if state is not None:
-            fold(state, seq, at, record)
-        if self.debug:
-            log(self.debug, "warden", f"#{seq} {record['venture']} {record['kind']} {record['summary']}")
-        self.tell_person(notice_of(seq, record))
-        if record["kind"] == "ask" and not record.get("canary") and state is not None:
-            self.count_ask(state)
-        return seq
-
-    def load(self):
-        """Replay the ledger into venture states; settle runs a dead warden left without an outcome."""
-        for seq, at, record in read_records(self.ledger.db):
-            name = record.get("venture")
-            if name == "self" or name is None:
-                continue
-            state = self.ventures.setdefault(name, VentureState(name))
-            fold(state, seq, at, record)
-            if record["kind"] == "mandate":
-                try:
-                    state.mandate = parse_mandate(record.get("text", ""), f"mandate #{seq}")
-                except Fail:
-                    state.mandate = None
-        import time
-        for state in self.ventures.values():
-            self.check_runnable(state)
-            for lever, action_seq in list(state.running.items()):
-                # RUN-10: never run again blindly; ask whether it happened, and hold the lever until answered
-                began = next((at for seq, at, _ in state.actions.get(lever, []) if seq == action_seq), None)
-                at_most = max(0, round(time.time() - began)) if began is not None else None
-                self.append({"kind": "outcome", "claim": "measured", "venture": state.name, "lever": lever,
-                             "action": action_seq, "ok": False, "status": "unknown", "duration": at_most,
-                             "note": "the warden ended while it ran; whether it finished is not known"
-                                     + (f"; it ran at most {at_most} s" if at_most is not None else ""),
-                             "summary": f"{lever} (action #{action_seq}) was cut off: the warden ended while it ran"})
-                self.append({"kind": "ask", "claim": "measured", "venture": state.name, "about": "interrupted",
-                             "lever": lever, "action": action_seq,
-                             "question": f"did {lever} happen?",
-                             "summary": f"did {lever} happen? action #{action_seq} was running when the warden ended; "
-                                        f"{lever} waits for the answer (approve: it did, deny: it did not)"})
-
-    def check_runnable(self, state):
-        """Parse the adopted mandate against its directory; say on stderr when it cannot run (VENTURE-14)."""
-        if state.mandate_text is None:
-            return
-        try:
-            if not os.path.isdir(state.directory or ""):
-                raise Fail(EX_NOINPUT, f"its directory {state.directory} is not there")
-            state.mandate = parse_mandate(state.mandate_text, os.path.join(state.directory, "mandate.yaml"), state.directory)
-            state.problem = None
-        except Fail as err:
-            state.mandate, state.problem = None, str(err)
-            if not state.paused:
-                sys.stderr.write(f"avsmd: venture {state.name} cannot run: {err}\n")
-                self.tell_person(cannot_run_notice(state.name, str(err)))
-
-    # ---- the loop ----
-    def run(self):
-        import time
-        self.load()
-        now = time.monotonic()
-        for state in self.ventures.values():
-            if self.active(state):
-                self.schedule(state.name, now)
-                self.start_keep(state)
-        while True:
-            timeout = self.next_wakeup(time.monotonic())
-            for key, _ in self.sel.select(timeout):
-                what, child = key.data
-                try:
-                    if what == "channel":
-                        self.read_channel()
-                    elif what == "results":
-                        self.results_ready(child)
-                    elif what == "signal":
-                        self.signalled(child)
-                    elif child.status is not None:
-                        continue            # settled earlier in this same batch
-                    elif what == "pidfd":
-                        self.child_event(child)
-                    elif not child.drain(key.fileobj):
-                        self.sel.unregister(key.fileobj)    # at EOF: a pipe left registered would wake us forever
-                        child.open_pipes.discard(key.fileobj)
-                except LedgerDown:
-                    pass                    # the step that needed a record did not happen
-            try:
-                self.tick(time.monotonic())
-            except LedgerDown:
-                pass
-            self.flush()
-            if self.stopping and not self.children:
-                for seq, d in list(self.escalations.items()):     # ESC-04: every escalation gets its answer
-                    self.answer_escalation(d, "unusable", "avsmd stopped before the answer came")
-                self.end_lingering(final=True)
-                self.flush(everything=True)
-                return EX_OK
-
-    def schedule(self, name, at):
-        self.due[name] = at
-        heapq.heappush(self.due_heap, (at, name))
-
-    def active(self, state):
-        return state.mandate is not None and not state.paused and not self.stopping
-
-    def next_wakeup(self, now):
-        """Return seconds until the next due report, deadline or restart; None when nothing is due."""
-        heap, times = self.due_heap, []
-        while heap and (self.due.get(heap[0][1]) != heap[0][0] or not self.active(self.ventures[heap[0][1]])):
-            heapq.heappop(heap)         # superseded, or its venture no longer runs: resume and add schedule again
-        if heap and not self.ledger_down:
-            times.append(heap[0][0])
-        for child in self.children:
-            times += [t for t in (child.deadline, child.kill_at) if t is not None]
-            if child.pidfd is None or child.status is not None:
-                times.append(now + 0.05)        # no pidfd here, or a dying group: look again soon
-        times += [k["next_start"] for k in self.keep.values() if k.get("next_start") is not None]
-        times += [r["deadline"] for r in self.rounds.values() if r["metric"] is not None and r["pending"]]
-        if self.ledger_down:
-            times.append(self.retry_at)
-        elif self.next_nightly is not None:
-            import time
-            times.append(now + max(0.0, self.next_nightly - time.time()))
-        if not times:
-            return None
-        return max(0.0, min(times) - now)
-
-    def retry_ledger(self, now):
-        """Try the ledger again: write what waited, in order; then work resumes."""
-        import sqlite3
-        import time
-        self.retry_at = now + LEDGER_RETRY
-        try:
-            while self.backlog:
-                self.write(self.backlog[0])
-                self.backlog.pop(0)
-            self.write({"kind": "ledger", "claim": "measured", "venture": "self",
-                        "summary": f"the ledger takes writes again (it could not: {self.ledger_down})"})
-        except (sqlite3.Error, OSError) as err:
-            self.ledger_down = str(err)
-            self.retry_at = now + ledger_retry(err)
-            return
-        self.ledger_down = None
-        self.retry_at = None
-        for name in list(self.due):
-            self.schedule(name, min(self.due[name], time.monotonic()))
-
-    def tick(self, now):
-        """Start what is due, end what is past its deadline, reap what has ended."""
-        if self.ledger_down and now >= self.retry_at:
-            self.retry_ledger(now)
-        for child in list(self.children):
-            if child.status is not None:
-                if not signal_group(child.pgid, 0):
-                    self.child_event(child)      # the dying group is gone: settle it
-                elif child.kill_at is not None and now >= child.kill_at:
-                    signal_group(child.pgid, 9)
-            elif child.pidfd is None and child.poll() is not None:
-                self.child_event(child)
-            elif child.kill_at is not None and now >= child.kill_at:
-                signal_group(child.pgid, 9)
-                child.kill_at = now + KILL_GRACE
-            elif child.deadline is not None and now >= child.deadline and child.kill_at is None:
-                child.terminate("timeout", now)
-        if self.stopping or self.ledger_down:
-            return                      # a ledger that cannot be written stops everything that would write
-        import time
-        if self.next_nightly is not None and time.time() >= self.next_nightly:
-            self.next_nightly = next_nightly(self.cfg["nightly"], time.time() + 1)
-            for state in self.ventures.values():
-                if self.active(state) and decided_by_model(state.mandate):
-                    try:
-                        self.start_decision(state, "nightly")
-                    except Fail as fail:
-                        log(True, "warden", f"{state.name}: no nightly decision: {fail}")
-        heap = self.due_heap
-        while heap and heap[0][0] <= now:
-            at, name = heapq.heappop(heap)
-            state = self.ventures[name]
-            if self.due.get(name) != at or not self.active(state):
-                continue
-            self.schedule(name, now + state.mandate["cadence"])
-            if not any(c.venture == name and c.purpose == "report" for c in self.children):
-                self.start_round(state, now)    # else the report still running ends at its time limit
-        for name in list(self.rounds):
-            self.maybe_settle(self.ventures[name], now)
-        for name, keep in self.keep.items():
-            if keep.get("next_start") is not None and now >= keep["next_start"]:
-                keep["next_start"] = None
-                self.start_run(self.ventures[name])
-
-    # ---- children ----
     def spawn(self, purpose, state, args, timeout=None, shell=False, lever=None, payload_file=None, cwd=None, head=None):
         """Start a program of `state`'s venture in its own group; tell avsmd of the group (RUN-12)."""
         import selectors
@@ -5365,62 +5534,36 @@ class Warden:
             self.journal_group(f"-{child.pgid}")
         if self.debug:
             log(self.debug, "warden", f"{child.venture}: {child.purpose} pid {child.pid} ended: {describe_status(child.status)}")
-        state = self.ventures[child.venture]
-        handler = {"report": self.report_done, "lever": self.lever_done, "run": self.run_done,
-                   "backend": self.backend_done, "check": self.check_done,
-                   "forecast": self.forecast_done, "world": self.world_done}.get(child.purpose, self.reading_done)
-        handler(state, child, child.status)
+        self.settle(child)
 
     def end_lingering(self, venture=None, final=False):
         """End the groups left behind (all, or one venture's): TERM, then KILL after the grace."""
-        import time
         groups = [g for g, v in self.lingering.items() if venture is None or v == venture]
+        if final:
+            term_then_kill(groups)
+        else:
+            for pgid in groups:
+                signal_group(pgid, 15)
         for pgid in groups:
-            signal_group(pgid, 15)
-        deadline = time.monotonic() + (KILL_GRACE if final else 0)
-        while final and groups and time.monotonic() < deadline:
-            groups = [g for g in groups if signal_group(g, 0)]
-            time.sleep(0.05)
-        for pgid in [g for g, v in self.lingering.items() if venture is None or v == venture]:
-            if final:
-                signal_group(pgid, 9)
             if final or not signal_group(pgid, 0):
                 del self.lingering[pgid]
                 self.tell({"ended": pgid})
                 self.journal_group(f"-{pgid}")
 
-    def journal_group(self, line):
-        """Append a group's start (+PGID START) or end (-PGID) to HOME/groups before anything can orphan it:
-        the next avsmd ends what an avsmd and warden killed together left running (RUN-14, PITFALLS 2).
 
-        The file stays open for appending. Grown past 64 KiB, it is replaced by one holding only what still
-        runs (while the home is still ours; else what runs is appended); deleted under us, it is made again
-        with what still runs appended.
-        """
-        path = os.path.join(self.home, "groups")
-        pgid = line[1:].split()[0]
-        if line.startswith("+"):
-            self.journaled[pgid] = line
-        else:
-            self.journaled.pop(pgid, None)
-        try:
-            if line.startswith("+") and self.groups_fd is not None:
-                st = os.fstat(self.groups_fd)
-                if st.st_nlink == 0 or st.st_size > 64 * 1024:
-                    os.close(self.groups_fd)
-                    self.groups_fd = None
-                    line = "\n".join(self.journaled.values())
-                    if st.st_nlink and self.lock_is_ours():     # never replace another avsmd's journal
-                        with open(path + ".new", "w") as fh:
-                            fh.write(line + "\n")
-                        os.replace(path + ".new", path)
-                        line = None
-            if self.groups_fd is None:
-                self.groups_fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC, 0o600)
-            if line:
-                os.write(self.groups_fd, (line + "\n").encode())
-        except OSError:
-            pass                        # a full disk: avsmd still ends the groups it was told of
+class Channel:
+    """The warden's end of its socketpair with avsmd: JSON lines both ways.
+
+    tell(message, later=False)  -- queue a line for avsmd (a group started or ended, a reply)
+    flush(everything=False)     -- send what is queued: once per turn of the loop, or at once
+    read()                      -- the messages avsmd sent, [] when none is whole yet, None once avsmd is gone
+    """
+
+    def __init__(self, channel):
+        self.channel = channel
+        self.reader = LineReader()
+        self.outbox = []              # lines for avsmd, sent once per turn of the loop
+        self.outbox_due = False       # whether a line in it must go this turn
 
     def tell(self, message, later=False):
         """Queue one line for avsmd (a group started or ended, a reply); flush() sends them at the loop's end.
@@ -5448,7 +5591,103 @@ class Warden:
         except OSError:
             pass
 
-    # ---- a round: the metric, with every guard, audit and reading beside it ----
+    def read(self):
+        data = receive(self.channel)    # a reset (avsmd died with our lines unread) reads as its end
+        if data is None:
+            return []
+        if not data:
+            return None
+        return self.reader.feed(data)
+
+
+class RolesCalls:
+    """The requests the warden made of the roles process (through avsmd), each waiting for its answer.
+
+    to_roles(message, callback)  -- send a request to build a model's text or parse its reply
+    from_roles(message)          -- an answer came: call the callback its request left
+
+    Handed the channel's tell.
+    """
+
+    def __init__(self, tell):
+        self.tell = tell
+        self.roles_rid, self.roles_calls = 0, {}     # requests to the roles process, by id
+
+    def to_roles(self, message, callback):
+        """Ask the roles process (through avsmd) to build a request or parse a reply."""
+        self.roles_rid += 1
+        self.roles_calls[self.roles_rid] = callback
+        self.tell(dict(message, to="roles", rid=self.roles_rid))
+
+    def from_roles(self, message):
+        callback = self.roles_calls.pop(message.get("rid"), None)
+        if callback is not None:
+            callback(message)
+
+
+# =============================================================================
+# 7. The warden
+# The only process that acts, in rooms: each part owns one kind of state and is
+# handed only what it uses. The warden keeps the loop, tick and carry_out, and
+# answers requests; the kernel's rules decide, the warden carries them out.
+# =============================================================================
+
+class Schedule:
+    """When each venture's next round is due, soonest first (a heap, as sched.scheduler keeps its queue).
+
+    enter(name, at)        -- the venture's next round is due at monotonic time `at`, replacing the time it had
+    soonest(active)        -- the first due time of a venture for which active(name) holds, or None
+    pop_due(now, active)   -- yield each such venture due by `now`, taking it off the queue
+    resume(now)            -- every venture due by `now` at the latest: the ledger takes writes again
+    """
+
+    def __init__(self):
+        self.due = {}                 # venture -> monotonic time its next round is due
+        self.due_heap = []            # (time, venture), soonest first; entries the dict no longer holds are stale
+
+    def enter(self, name, at):
+        self.due[name] = at
+        heapq.heappush(self.due_heap, (at, name))
+
+    def soonest(self, active):
+        heap = self.due_heap
+        while heap and (self.due.get(heap[0][1]) != heap[0][0] or not active(heap[0][1])):
+            heapq.heappop(heap)         # superseded, or its venture no longer runs: resume and add schedule again
+        return heap[0][0] if heap else None
+
+    def pop_due(self, now, active):
+        heap = self.due_heap
+        while heap and heap[0][0] <= now:
+            at, name = heapq.heappop(heap)
+            if self.due.get(name) != at or not active(name):
+                continue
+            yield name
+
+    def resume(self, now):
+        for name in list(self.due):
+            self.enter(name, min(self.due[name], now))
+
+
+class Rounds:
+    """The rounds in flight: a venture's metric, with every guard, audit and reading read beside it.
+
+    start_round(state, now)         -- start the report and each guard, audit and reading, each in its own group
+    report_done, reading_done       -- a report or reading program ended: write its record (settle_child calls them)
+    record_report, record_guard     -- judge a reading and append it
+    maybe_settle(state, now=None)   -- once the metric is in and the rest read or late: the settling rules run
+    settle_all(now)                 -- maybe_settle every round in flight
+    deadlines()                     -- when a round in flight settles without what it still waits for
+
+    Handed the config and home, the venture states, the children table and spawn, append, carry_out (the
+    settling rules' intents) and start_prediction (the round's prediction and scores, written together).
+    """
+
+    def __init__(self, cfg, home, ventures, children, spawn, append, carry_out, start_prediction, debug=False):
+        self.cfg, self.home, self.ventures, self.children, self.spawn = cfg, home, ventures, children, spawn
+        self.append, self.carry_out, self.start_prediction, self.debug = append, carry_out, start_prediction, debug
+        self.rounds = {}              # venture -> the round in flight: metric seq, guards pending, deadline
+        self.round_number = 0
+
     def start_round(self, state, now):
         """Start the metric's report and each guard, audit and reading command, each in its own group.
 
@@ -5616,33 +5855,104 @@ class Warden:
         self.carry_out(state, settle_round(state, round_["metric"]))
         self.start_prediction(state, round_["metric"], scores)
 
-    def carry_out(self, state, intents):
-        """Carry out a rule's intents in order: append, pause, or ask the gate and run what it proves.
-        Return [(intent, seq written)]: a Gate's seq is its action's (None when refused or waiting on its check)."""
-        import time
-        result, done = None, []
-        while True:
-            try:
-                intent = intents.send(result)
-            except StopIteration:
-                return done
-            result, seq = None, None
-            if isinstance(intent, Write):
-                seq = self.append(intent.record)
-            elif isinstance(intent, Pause):
-                self.pause(state, intent.record["claim"], intent.record["summary"],
-                           **{k: v for k, v in intent.record.items() if k not in ("kind", "claim", "venture", "summary")})
-            else:
-                result = prove(state, intent.lever, int(time.time()), intent.basis, trigger=intent.trigger,
-                               approval=intent.approval, payload=intent.payload)
-                if result.ok:
-                    seq = self.run_lever(state, intent.lever, result, intent.summary, by=intent.by, side=intent.side,
-                                         extra=intent.extra)
-                else:
-                    continue            # the rule writes what a refusal calls for
-            done.append((intent, seq))
+    def settle_all(self, now):
+        for name in list(self.rounds):
+            self.maybe_settle(self.ventures[name], now)
 
-    # ---- levers ----
+    def deadlines(self):
+        return [r["deadline"] for r in self.rounds.values() if r["metric"] is not None and r["pending"]]
+
+
+class Keeper:
+    """Keeps each venture's `run` program alive, restarting it as `restart:` says, with back-off.
+
+    start_keep(state)                -- start the program unless it runs or waits for its restart
+    start_run(state)                 -- start it now (a start, or a restart)
+    run_done(state, child, status)   -- it ended: write its exit; restart now, later, or not
+    start_due(now)                   -- start what waited out its back-off
+    wakeups()                        -- when a restart is due
+    hold(name), reset(name)          -- a pause holds the restart; a resume starts the back-off again
+    keep                             -- venture -> {child, backoff, restart, next_start, restarts}, for avsm status
+
+    Handed the venture states, spawn, append and active(state): whether a venture may run now.
+    """
+
+    def __init__(self, ventures, spawn, append, active):
+        self.ventures, self.spawn, self.append, self.active = ventures, spawn, append, active
+        self.keep = {}                # venture -> the `run` program's keeper state
+
+    def start_keep(self, state):
+        if state.mandate and state.mandate["run"] and not state.paused:
+            keep = self.keep.setdefault(state.name, {"child": None, "backoff": 0, "restart": False, "next_start": None})
+            if keep["child"] is None and keep["next_start"] is None:
+                self.start_run(state)
+
+    def start_run(self, state):
+        keep = self.keep[state.name]
+        if not self.active(state) or not state.mandate["run"]:
+            return
+        try:
+            keep["child"] = self.spawn("run", state, state.mandate["run"], shell=True)
+        except OSError as err:
+            keep["child"] = None
+            self.append({"kind": "exit", "claim": "measured", "venture": state.name, "status": "not started",
+                         "summary": f"run could not start: {err}"})
+            return
+        what = "restarted" if keep["restart"] else "started"
+        keep["restarts"] = keep.get("restarts", 0) + (1 if keep["restart"] else 0)
+        self.append({"kind": "start", "claim": "measured", "venture": state.name, "pid": keep["child"].pid,
+                     "command": state.mandate["run"], "summary": f"run {what} (pid {keep['child'].pid})"})
+
+    def run_done(self, state, child, status):
+        """The kept program ended: record it, then restart as `restart:` says, with back-off (open point 31)."""
+        import time
+        keep = self.keep[state.name]
+        keep["child"] = None
+        again, keep["backoff"], delay, records = restart_rule(
+            state, child.pid, status, child.ended_by, time.monotonic() - child.started, keep["backoff"],
+            keep["restart"], self.active(state))
+        for record in records:
+            self.append(record)
+        if again:
+            keep["restart"] = True
+            if delay:
+                keep["next_start"] = time.monotonic() + delay
+            else:
+                self.start_run(state)
+
+    def start_due(self, now):
+        for name, keep in self.keep.items():
+            if keep.get("next_start") is not None and now >= keep["next_start"]:
+                keep["next_start"] = None
+                self.start_run(self.ventures[name])
+
+    def wakeups(self):
+        return [k["next_start"] for k in self.keep.values() if k.get("next_start") is not None]
+
+    def hold(self, name):
+        if name in self.keep:
+            self.keep[name]["next_start"] = None
+
+    def reset(self, name):
+        if name in self.keep:
+            self.keep[name].update(restart=False, backoff=0)
+
+
+class Levers:
+    """Runs the levers the gate proved: writes each action, starts the lever apart, writes its outcome.
+
+    run_lever(state, lever, verdict, summary, by, ...)  -- write the action and start the lever (or its check first)
+    start_check, check_done        -- a lever with `check:` runs only once its check exits 0 and the gate agrees again
+    run_research, research_facts   -- the research lever: a question out, inferred facts back
+    lever_done(state, child, status)  -- the lever ended: write its outcome
+
+    Holds nothing of its own: a lever's state is its Child. Handed the config, spawn, append, pause (the stop
+    lever pauses its venture) and carry_out (the check rule's intents).
+    """
+
+    def __init__(self, cfg, spawn, append, pause, carry_out):
+        self.cfg, self.spawn, self.append, self.pause, self.carry_out = cfg, spawn, append, pause, carry_out
+
     def run_lever(self, state, lever, verdict, summary, by, side=None, extra=None, checked=False):
         """Write the action with the gate's proof and question, then start the lever apart; its outcome comes
         when it ends.
@@ -5718,31 +6028,93 @@ class Warden:
     def check_done(self, state, child, status):
         """A lever's check ended: 0 lets the lever run, with the check's record among its premises."""
         os.unlink(child.extra["payload_file"])
-        import time
         lever, verdict, summary, by, side, extra = child.extra["run"]
         ok = status == 0 and not child.ended_by
-        seq = self.append({"kind": "check", "claim": "measured", "venture": state.name, "lever": lever, "ok": ok,
-                           "status": describe_status(status), "note": child.note()[-NOTE_MAX:] if not ok else "",
-                           "summary": f"{lever}'s check {'passed' if ok else 'refused it: ' + (child.ended_by or describe_status(status))}"})
-        if not ok:
-            self.append({"kind": "refusal", "claim": "measured", "venture": state.name, "lever": lever, "by": by, "check": seq,
-                         "why": f"its check refused it (#{seq})", "summary": f"{lever} refused by its check (#{seq})"})
-            return
-        basis, asked = verdict.asked["basis"], verdict.asked
-        verdict = prove(state, lever, int(time.time()), (basis["rule"], basis["premises"], basis["steps"]),
-                        trigger=verdict.proof["trigger"], approval=asked.get("approval"),
-                        payload=(extra or {}).get("payload"), check=seq)     # the gate again, now the check has passed
-        if not verdict.ok:
-            self.append({"kind": "refusal", "claim": "measured", "venture": state.name, "lever": lever, "by": by, "check": seq,
-                         "why": verdict.why, "summary": f"{lever} refused after its check passed: {verdict.why}"})
-            return
-        self.run_lever(state, lever, verdict, summary, by, side, extra, checked=True)
+        self.carry_out(state, check_rule(state, lever, verdict, summary, by, side, extra, ok, describe_status(status),
+                                         child.note()[-NOTE_MAX:] if not ok else "", child.ended_by or describe_status(status)))
+
+    def run_research(self, state, seq, question, spec):
+        """The research lever: the question goes to the config's research command; what comes back is inferred facts."""
+        command = self.cfg.get("research")
+        if not command:
+            self.append({"kind": "outcome", "claim": "measured", "venture": state.name, "lever": "research", "action": seq,
+                         "ok": False, "status": "not started", "duration": 0, "note": "config.yaml names no research: command",
+                         "summary": "research failed: config.yaml names no research: command (no provider is built in)"})
+            return seq
+        path = write_payload(json.dumps({"venture": state.name, "question": question}).encode())
+        try:
+            child = self.spawn("lever", state, command, timeout=spec["timeout"], shell=True, lever="research",
+                               payload_file=path, cwd=state.directory, head=REPLY_MAX)
+            child.extra = {"lever": "research", "action": seq, "timeout": spec["timeout"], "payload_file": path}
+        except OSError as err:
+            self.append({"kind": "outcome", "claim": "measured", "venture": state.name, "lever": "research", "action": seq,
+                         "ok": False, "status": "not started", "duration": 0, "note": str(err)[:NOTE_MAX],
+                         "summary": f"research failed to start: {err}"})
+        return seq
+
+    def research_facts(self, state, child, seq):
+        """Keep each {"fact", "source"} line the research command printed as an inferred fact record."""
+        kept = 0
+        for line in output_lines(child.out, child.cut)[0]:
+            try:
+                item = read_json(line)
+            except (ValueError, RecursionError):
+                continue
+            if isinstance(item, dict) and isinstance(item.get("fact"), str) and isinstance(item.get("source"), str):
+                self.append({"kind": "fact", "claim": "inferred", "venture": state.name, "action": seq,
+                             "fact": item["fact"][:TEXT_MAX], "source": item["source"][:TEXT_MAX],
+                             "summary": f"fact from {item['source'][:80]}: {item['fact'][:160]}"})
+                kept += 1
+        return kept
+
+    def lever_done(self, state, child, status):
+        import time
+        lever, seq = child.extra["lever"], child.extra["action"]
+        if lever == "research" and status == 0 and not child.ended_by and not child.oversized:
+            self.research_facts(state, child, seq)
+        if child.extra.get("payload_file"):
+            try:
+                os.unlink(child.extra["payload_file"])
+            except OSError:
+                pass
+        duration = round(time.monotonic() - child.started, 3)
+        ok = status == 0 and child.ended_by is None
+        if child.ended_by == "pause":
+            summary = f"{lever} stopped by the pause of {state.name} ({describe_status(status)})"
+        elif child.ended_by == "timeout":
+            summary = f"{lever} failed: past its time limit {format_duration(child.extra['timeout'])}, ended ({describe_status(status)})"
+        elif child.ended_by == "stop":
+            summary = f"{lever} stopped: avsmd is stopping ({describe_status(status)})"
+        else:
+            summary = f"{lever} {'ok' if ok else 'failed: ' + describe_status(status)} in {duration:g}s"
+        self.append({"kind": "outcome", "claim": "measured", "venture": state.name, "lever": lever, "action": seq,
+                     "ok": ok, "status": describe_status(status), "ended_by": child.ended_by, "duration": duration,
+                     "note": child.note(), "summary": summary})
+
+
+class Worlds:
+    """Forecasts and world-model predictions, each made apart from the loop in groups of their own.
+
+    start_forecast(state, why, lever=None)   -- forecast a venture (at avsm add, before a ratchet ask); False when none is made
+    forecast_done(state, child, status)      -- write the forecast; a ratchet ask waiting on it follows
+    start_prediction(state, report_seq, scores=())  -- a trusted report's one-step prediction, written with the round's scores
+    world_done, world_settle                 -- one world step ended; the whole ensemble is in
+    worlds                                   -- venture -> the ensemble of world steps in flight for its last report
+
+    Handed the config, spawn, append and append_together, carry_out (the world rule's intents), raise_ratchet
+    and stopping(): whether avsmd is stopping.
+    """
+
+    def __init__(self, cfg, spawn, append, append_together, carry_out, raise_ratchet, stopping):
+        self.cfg, self.spawn, self.append, self.append_together = cfg, spawn, append, append_together
+        self.carry_out, self.raise_ratchet, self.stopping = carry_out, raise_ratchet, stopping
+        self.worlds = {}              # venture -> the ensemble of world steps in flight for its last report
 
     def start_forecast(self, state, why, lever=None):
         """Forecast the venture apart from the loop (FORECAST-06): the forecast program in a group of its own,
         its facts on standard input; the record is written when it is done. `seeds: 0` turns forecasts off."""
         f = self.cfg["forecast"] or FORECAST_DEFAULT
-        if not f["seeds"] or self.stopping:
+        if not f["seeds"] or self.stopping():
             return False
         import time
         facts = world_forecast_facts(state, f["days"], f["seeds"], time.time())    # through the world, with world:
@@ -5760,8 +6132,6 @@ class Warden:
     def forecast_done(self, state, child, status):
         """Write the forecast the program printed: an inferred record, which shows and never authorizes;
         a ratchet ask waiting on it follows."""
-        if child.extra["why"] == "packet":
-            return self.packet_forecast_done(state, child, status)
         if child.ended_by in ("pause", "stop"):
             if child.extra["why"] == "ratchet":
                 self.raise_ratchet(state, child.extra["lever"])     # asked without the forecast cut short
@@ -5791,14 +6161,13 @@ class Warden:
         if extra["why"] == "ratchet":
             self.raise_ratchet(state, extra["lever"], seq, record["summary"])
 
-    # ---- world models: one-step predictions, made apart from the round ----
     def start_prediction(self, state, report_seq, scores=()):
         """A trusted report's one-step prediction (WORLD-05): the baseline's at once (a few sums), written in one
         transaction with the round's `scores`; or an ensemble of world steps, each in a group of its own with
         its seed, its record written when all are done."""
         import time
         m, report, records = state.mandate, state.last_report, list(scores)
-        if not predicts(m) or state.paused or self.stopping or report is None or report[0] != report_seq \
+        if not predicts(m) or state.paused or self.stopping() or report is None or report[0] != report_seq \
                 or report[2].get("status") != "trusted":
             return self.append_together(records)
         lever = state.ran_since[0] if state.ran_since else None
@@ -5862,619 +6231,23 @@ class Warden:
         if state.mandate is not None:
             self.carry_out(state, world_rule(state, job["report"], job["lever"], outputs, job["failure"]))
 
-    def run_research(self, state, seq, question, spec):
-        """The research lever: the question goes to the config's research command; what comes back is inferred facts."""
-        command = self.cfg.get("research")
-        if not command:
-            self.append({"kind": "outcome", "claim": "measured", "venture": state.name, "lever": "research", "action": seq,
-                         "ok": False, "status": "not started", "duration": 0, "note": "config.yaml names no research: command",
-                         "summary": "research failed: config.yaml names no research: command (no provider is built in)"})
-            return seq
-        path = write_payload(json.dumps({"venture": state.name, "question": question}).encode())
-        try:
-            child = self.spawn("lever", state, command, timeout=spec["timeout"], shell=True, lever="research",
-                               payload_file=path, cwd=state.directory, head=REPLY_MAX)
-            child.extra = {"lever": "research", "action": seq, "timeout": spec["timeout"], "payload_file": path}
-        except OSError as err:
-            self.append({"kind": "outcome", "claim": "measured", "venture": state.name, "lever": "research", "action": seq,
-                         "ok": False, "status": "not started", "duration": 0, "note": str(err)[:NOTE_MAX],
-                         "summary": f"research failed to start: {err}"})
-        return seq
 
-    def research_facts(self, state, child, seq):
-        """Keep each {"fact", "source"} line the research command printed as an inferred fact record."""
-        kept = 0
-        for line in output_lines(child.out, child.cut)[0]:
-            try:
-                item = read_json(line)
-            except (ValueError, RecursionError):
-                continue
-            if isinstance(item, dict) and isinstance(item.get("fact"), str) and isinstance(item.get("source"), str):
-                self.append({"kind": "fact", "claim": "inferred", "venture": state.name, "action": seq,
-                             "fact": item["fact"][:TEXT_MAX], "source": item["source"][:TEXT_MAX],
-                             "summary": f"fact from {item['source'][:80]}: {item['fact'][:160]}"})
-                kept += 1
-        return kept
+class Trust:
+    """Growing trust, carefully: the ratchet ask that proposes delegating a lever, and the canary asks.
 
-    def lever_done(self, state, child, status):
-        import time
-        lever, seq = child.extra["lever"], child.extra["action"]
-        if lever == "research" and status == 0 and not child.ended_by and not child.oversized:
-            self.research_facts(state, child, seq)
-        if child.extra.get("payload_file"):
-            try:
-                os.unlink(child.extra["payload_file"])
-            except OSError:
-                pass
-        duration = round(time.monotonic() - child.started, 3)
-        ok = status == 0 and child.ended_by is None
-        if child.ended_by == "pause":
-            summary = f"{lever} stopped by the pause of {state.name} ({describe_status(status)})"
-        elif child.ended_by == "timeout":
-            summary = f"{lever} failed: past its time limit {format_duration(child.extra['timeout'])}, ended ({describe_status(status)})"
-        elif child.ended_by == "stop":
-            summary = f"{lever} stopped: avsmd is stopping ({describe_status(status)})"
-        else:
-            summary = f"{lever} {'ok' if ok else 'failed: ' + describe_status(status)} in {duration:g}s"
-        self.append({"kind": "outcome", "claim": "measured", "venture": state.name, "lever": lever, "action": seq,
-                     "ok": ok, "status": describe_status(status), "ended_by": child.ended_by, "duration": duration,
-                     "note": child.note(), "summary": summary})
+    ratchet(state, lever)          -- after `ratchet` approvals of a lever, ask to delegate it (once its forecast is in)
+    raise_ratchet(state, lever, ...)  -- write that ask, carrying the mandate change
+    approve_ratchet(state, seq, ask)  -- a person approved it: write the mandate change and adopt it
+    count_ask(state)               -- every ask counts; after every N, a known-answer canary ask
+    canary_answer(state, seq, ask, approved)  -- write how a canary ask was answered
 
-    # ---- keeping `run` alive ----
-    def start_keep(self, state):
-        if state.mandate and state.mandate["run"] and not state.paused:
-            keep = self.keep.setdefault(state.name, {"child": None, "backoff": 0, "restart": False, "next_start": None})
-            if keep["child"] is None and keep["next_start"] is None:
-                self.start_run(state)
+    Handed the config, append, start_forecast and adopt (a mandate in force, as avsm add puts it).
+    """
 
-    def start_run(self, state):
-        keep = self.keep[state.name]
-        if not self.active(state) or not state.mandate["run"]:
-            return
-        try:
-            keep["child"] = self.spawn("run", state, state.mandate["run"], shell=True)
-        except OSError as err:
-            keep["child"] = None
-            self.append({"kind": "exit", "claim": "measured", "venture": state.name, "status": "not started",
-                         "summary": f"run could not start: {err}"})
-            return
-        what = "restarted" if keep["restart"] else "started"
-        keep["restarts"] = keep.get("restarts", 0) + (1 if keep["restart"] else 0)
-        self.append({"kind": "start", "claim": "measured", "venture": state.name, "pid": keep["child"].pid,
-                     "command": state.mandate["run"], "summary": f"run {what} (pid {keep['child'].pid})"})
+    def __init__(self, cfg, append, start_forecast, adopt):
+        self.cfg, self.append, self.start_forecast, self.adopt = cfg, append, start_forecast, adopt
+        self.asks_seen = 0            # asks since this warden started, for canary_asks
 
-    def run_done(self, state, child, status):
-        """The kept program ended: record it, then restart as `restart:` says, with back-off (open point 31)."""
-        import time
-        keep = self.keep[state.name]
-        keep["child"] = None
-        again, keep["backoff"], delay, records = restart_rule(
-            state, child.pid, status, child.ended_by, time.monotonic() - child.started, keep["backoff"],
-            keep["restart"], self.active(state))
-        for record in records:
-            self.append(record)
-        if again:
-            keep["restart"] = True
-            if delay:
-                keep["next_start"] = time.monotonic() + delay
-            else:
-                self.start_run(state)
-
-
-    # ---- letting a model choose: packet -> roles -> backend -> roles -> proposals -> gate ----
-    def to_roles(self, message, callback):
-        """Ask the roles process (through avsmd) to build a request or parse a reply."""
-        self.roles_rid += 1
-        self.roles_calls[self.roles_rid] = callback
-        self.tell(dict(message, to="roles", rid=self.roles_rid))
-
-    def from_roles(self, message):
-        callback = self.roles_calls.pop(message.get("rid"), None)
-        if callback is not None:
-            callback(message)
-
-    def packet(self, state, looks):
-        """Return what a model may be shown of a venture: never an audit reading, note or ask."""
-        import time
-        m, now = state.mandate, int(time.time())
-        ctl = m["controller"]
-        hidden = {s for s, a in state.open_asks.items() if a.get("about") == "audit" or a.get("audit")}
-        records = []
-        for seq, at, record in self.recent(state.name, 40):
-            if record["kind"].startswith("audit.") or record.get("about") == "audit" or record.get("ask") in hidden \
-                    or record.get("audit"):
-                continue
-            records.append(f"#{seq} {format_local_time(at)} {record['claim']} {record['kind']} {record['summary']}")
-        return {"venture": state.name, "purpose": m["purpose"], "metric": m["metric"],
-                "controller": ctl["kind"], "classifier": ctl["kind"] == "classifier",
-                "levers": [{"name": n, "cap": l["cap_text"], "used": len(cap_window(state, n, now)),
-                            "reversible": l["reversible"], "delegated": l["delegated"], "takes": l["takes"]}
-                           for n, l in m["levers"].items()],
-                "forbidden": m["forbidden"], "children": [],
-                "readings": [{"name": name, "value": format_number(rec.get("value")), "fields": rec.get("fields", "")}
-                             for name, (seq, rec) in sorted(state.read.items()) if rec.get("status") == "read"],
-                "records": records,
-                "asks": [f"#{s} {a.get('lever') or '-'}: {a.get('question', a['summary'])}"
-                         for s, a in sorted(state.open_asks.items()) if a.get("about") != "audit" and not a.get("audit")],
-                "forecast": self.packet_forecast(state),
-                "looks": looks}
-
-    def packet_forecast(self, state):
-        """The facts of the packet's forecast (FORECAST-03: 7 days by 8 seeds unless `forecast:` says);
-        the roles process makes it, apart from the warden, as it builds the text."""
-        f = self.cfg["forecast"] or PACKET_FORECAST
-        return forecast_facts(state, f["days"], f["seeds"]) if f["seeds"] else None
-
-    def start_packet_forecast(self, state, d):
-        """With `world:`, start the packet's forecast through the world command (issue 11 item 6): the forecast
-        program in a group of its own, so the world's steps never hold up the loop; return whether it started.
-        Without it, or with forecasts off, the roles process makes the packet's forecast from the baseline."""
-        import time
-        f = self.cfg["forecast"] or PACKET_FORECAST
-        d["world_forecast"] = None
-        if not state.mandate["world"] or not f["seeds"] or self.stopping:
-            return False
-        facts = dict(world_forecast_facts(state, f["days"], f["seeds"], time.time()), packet=True)
-        payload = write_payload(json.dumps(facts).encode())
-        try:
-            child = self.spawn("forecast", state, cached_command("forecast", []), timeout=600, payload_file=payload)
-            child.extra = {"why": "packet", "decision": d, "days": f["days"], "seeds": f["seeds"]}
-        except OSError as err:
-            log(True, "warden", f"{state.name}: the packet's forecast through the world: {err}")
-            return False
-        finally:
-            os.unlink(payload)
-        return True
-
-    def packet_forecast_done(self, state, child, status):
-        """The packet's forecast through the world is in, or why not: build the packet with it."""
-        d, result, why = child.extra["decision"], None, None
-        if child.ended_by or status != 0:
-            why = f"it was ended ({child.ended_by})" if child.ended_by else f"the forecast program ended {describe_status(status)}"
-        else:
-            try:
-                result = json.loads(bytes(child.out))
-            except ValueError:
-                why = "its output is not JSON"
-        d["world_forecast"] = {"days": child.extra["days"], "seeds": child.extra["seeds"], "made": packet_world_made(result, why)}
-        self.build(d)
-
-    def recent(self, venture, count):
-        rows = self.ledger.db.execute(
-            "SELECT seq, at, record FROM records WHERE json_extract(record, '$.venture') = ? ORDER BY seq DESC LIMIT ?",
-            (venture, count)).fetchall()
-        return [(seq, at, json.loads(text)) for seq, at, text in reversed(rows)]
-
-    def backend_for(self, state):
-        """Return (name, backend) this venture's decisions go to, or raise Fail saying why none may be asked."""
-        name = state.mandate["controller"].get("backend") or self.cfg.get("default")
-        if not name or name not in self.cfg["backends"]:
-            raise Fail(EX_DATAERR, f"{state.name} names no backend: set default: in config.yaml or backend: in its controller")
-        backend = self.cfg["backends"][name]
-        if backend["offbox"] and state.mandate["escalate"] != "offbox":
-            raise Fail(EX_DATAERR, f"backend {name} leaves the machine, and {state.name}'s mandate does not say escalate: offbox; "
-                                   "no call is made")
-        return name, backend
-
-    def start_decision(self, state, by, reply_id=None):
-        """Begin one model decision for a venture: it grants nothing; its records say who asked for it."""
-        name, backend = self.backend_for(state)
-        self.decision_count += 1
-        d = {"venture": state.name, "by": by, "backend": name, "looks": [], "escalation": None,
-             "reply_id": reply_id, "lines": [], "id": self.decision_count}
-        self.build(d)
-        return d
-
-    def build(self, d):
-        state = self.ventures[d["venture"]]
-        if "world_forecast" not in d and self.start_packet_forecast(state, d):
-            return                          # built again when the world's forecast is in (packet_forecast_done)
-        d["packet"] = self.packet(state, d["looks"])
-        if d.get("world_forecast"):
-            d["packet"]["forecast"] = d["world_forecast"]
-        self.to_roles({"op": "build", "packet": d["packet"]}, lambda answer: self.call_backend(d, answer))
-
-    def call_backend(self, d, answer):
-        import threading
-        if "error" in answer:
-            return self.finish_decision(d, f"the roles process could not build the request: {answer['error']}")
-        state, backend = self.ventures[d["venture"]], self.cfg["backends"][d["backend"]]
-        d["request"] = (answer["system"], answer["user"])
-        d["call"] = None              # what the provider said of this call, for the records its reply writes
-        if backend["kind"] == "command":
-            import tempfile
-            fd, path = tempfile.mkstemp(prefix="avsm-request-")
-            with os.fdopen(fd, "w") as fh:
-                json.dump({"backend": d["backend"], "system": answer["system"], "user": answer["user"]}, fh)
-            try:
-                child = self.spawn("backend", state, backend["run"], timeout=BACKEND_TIMEOUT, shell=True,
-                                   payload_file=path, cwd=self.home, head=REPLY_MAX)
-                child.extra = {"decision": d, "request_file": path}
-            except OSError as err:
-                os.unlink(path)
-                self.got_reply(d, None, f"could not start {backend['run']}: {err}")
-            return
-        try:
-            key = read_keys(self.home).get(backend.get("key")) if backend.get("key") else None
-        except Fail as fail:
-            return self.got_reply(d, None, str(fail))
-        if backend.get("key") and key is None:
-            return self.got_reply(d, None, f"HOME/keys has no {backend['key']}=...; add it (chmod 600)")
-
-        def call():
-            try:
-                data, why, facts = call_http_backend(backend, answer["system"], answer["user"], key)
-            except Exception as err:      # the call's thread is a job's boundary: the decision still ends, saying why
-                data, why, facts = None, f"the call failed: {type(err).__name__}: {err}", None
-            self.results.append((d, data, why, facts))
-            try:
-                self.wake_w.send(b"r")
-            except OSError:
-                pass
-        threading.Thread(target=call, daemon=True).start()
-
-    def backend_done(self, state, child, status):
-        d = child.extra["decision"]
-        os.unlink(child.extra["request_file"])
-        if child.oversized:
-            return self.got_reply(d, None, f"the reply is bigger than {REPLY_MAX // 1024} KiB")
-        if child.ended_by or status != 0:
-            return self.got_reply(d, None, f"{self.cfg['backends'][d['backend']]['run']} ended: "
-                                           f"{child.ended_by or describe_status(status)}")
-        self.got_reply(d, bytes(child.out), None)
-
-    def results_ready(self, wake):
-        try:
-            wake.recv(4096)
-        except OSError:
-            pass
-        while self.results:
-            d, data, why, facts = self.results.pop(0)
-            d["call"] = facts
-            self.got_reply(d, data, why)
-
-    def got_reply(self, d, data, why):
-        import base64
-        if why is not None:
-            return self.unusable(d, why)
-        self.to_roles({"op": "parse", "data": base64.b64encode(data).decode(), "packet": d["packet"]},
-                      lambda parsed: self.parsed(d, parsed))
-
-    def parsed(self, d, parsed):
-        state = self.ventures[d["venture"]]
-        if "error" in parsed:
-            return self.unusable(d, f"the roles process could not parse the reply: {parsed['error']}")
-        if "unusable" in parsed:
-            return self.unusable(d, parsed["unusable"])
-        if "look" in parsed:
-            look = parsed["look"]
-            answer = self.look_up(state, look)
-            record = {"kind": "look", "claim": "inferred", "venture": state.name, "by": d["by"], "look": look,
-                      "backend": d["backend"], "answer": answer[:NOTE_MAX],
-                      "summary": f"the model looked up {json.dumps(look)[:120]}"}
-            if d.get("call"):
-                record["call"] = d["call"]
-            if d["escalation"] is not None:
-                record["escalation"] = d["escalation"]      # ESC-03: what the escalation brought cites it
-            seq = self.append(record)
-            if d["escalation"] is not None:
-                d.setdefault("escalation_looks", []).append(seq)
-            d["lines"].append(f"#{seq} look {json.dumps(look)}")
-            d["looks"].append({"look": look, "answer": answer})
-            return self.build(d)
-        cited = []
-        held = None
-        if is_ranking(parsed["choices"]):
-            ok, why = calibration_bar(state)
-            held = None if ok else why        # below the bar, its top choice asks and no action runs (WORLD-08)
-        top = next((c for c in parsed["choices"] if c["choice"] == "action"), None)
-        for choice in parsed["choices"]:
-            if held and choice["choice"] == "action" and choice is not top:
-                d["lines"].append(f"{choice['action']} not proposed: the ranking is held back ({held})")
-                continue
-            cited += self.propose(state, choice, d, held=held if choice is top else None)
-        if d["escalation"] is not None:
-            self.answer_escalation(d, d.get("escalation_looks", []) + cited)
-        self.finish_decision(d)
-
-    def unusable(self, d, why):
-        """An unusable reply changes nothing; with escalate: in the config, the second backend is asked the same question."""
-        state = self.ventures[d["venture"]]
-        record = {"kind": "unusable", "claim": "measured", "venture": state.name, "backend": d["backend"],
-                  "by": d["by"], "why": why[:NOTE_MAX], "summary": f"the reply of {d['backend']} is unusable: {why[:200]}"}
-        call = dict(d.get("call") or {})
-        if "declined" in call:
-            record["declined"] = call.pop("declined")     # a refusal keeps its text and the provider's category
-        if call:
-            record["call"] = call
-        seq = self.append(record)
-        d["lines"].append(f"#{seq} unusable: {why[:200]}")
-        second = self.cfg.get("escalate")
-        if d["escalation"] is not None:
-            self.answer_escalation(d, "unusable")
-            return self.finish_decision(d)
-        if not second or second == d["backend"] or "request" not in d:
-            return self.finish_decision(d)
-        if self.stopping:
-            d["lines"].append("not escalated: avsmd is stopping")
-            return self.finish_decision(d)
-        if self.cfg["backends"][second]["offbox"] and state.mandate["escalate"] != "offbox":
-            d["lines"].append(f"not escalated: {second} leaves the machine and the mandate does not say escalate: offbox")
-            return self.finish_decision(d)
-        d["escalation"] = self.append({"kind": "escalation", "claim": "measured", "venture": state.name,
-                                       "from": d["backend"], "to": second, "why": why[:NOTE_MAX],
-                                       "summary": f"asking {second} the same question: {d['backend']}'s reply was unusable ({why[:120]})"})
-        d["lines"].append(f"#{d['escalation']} escalation to {second}")
-        self.escalations[d["escalation"]] = d
-        d["backend"] = second
-        self.call_backend(d, {"system": d["request"][0], "user": d["request"][1]})
-
-    def answer_escalation(self, d, cited, note=None):
-        """Write the measured answer of escalation d["escalation"]: the records it cited, or unusable (ESC-04)."""
-        seq = d["escalation"]
-        self.escalations.pop(seq, None)
-        shown = "unusable" if cited == "unusable" else "records " + ", ".join("#" + str(c) for c in cited)
-        record = {"kind": "answer", "claim": "measured", "venture": d["venture"], "escalation": seq, "cited": cited,
-                  "summary": f"escalation #{seq} answered: {shown}" + (f" ({note})" if note else "")}
-        if note:
-            record["note"] = note
-        self.append(record)
-
-    def finish_decision(self, d, error=None):
-        if d["reply_id"] is not None:
-            self.tell({"id": d["reply_id"], "out": d["lines"] or ["the decision wrote nothing"],
-                       "err": [error] if error else [], "exit": EX_UNAVAILABLE if error else EX_OK})
-
-    def look_up(self, state, look):
-        """Answer a model's look-up from the ledger: never an audit."""
-        if look["choice"] == "why":
-            if not 1 <= look["record"] < 2 ** 63:
-                return f"#{look['record']} is not a record number"
-            row = self.ledger.db.execute("SELECT at, record FROM records WHERE seq = ?", (look["record"],)).fetchone()
-            if row is None:
-                return f"#{look['record']} is not in the ledger"
-            record = json.loads(row[1])
-            if record.get("venture") != state.name:
-                return f"#{look['record']} is not a record of {state.name}"
-            if record["kind"].startswith("audit.") or record.get("about") == "audit" or record.get("audit"):
-                return "not shown: an audit is never shown to a model"
-            lines = [format_record_line(look["record"], row[0], record)]
-            for p in (record.get("proof") or {}).get("premises", []):
-                prow = self.ledger.db.execute("SELECT record FROM records WHERE seq = ?", (p,)).fetchone()
-                if prow:
-                    r = json.loads(prow[0])
-                    lines.append(f"  premise #{p} {r['claim']} {r['kind']} {r['summary']}")
-            return "\n".join(lines)
-        topic = look["topic"].lower()
-        found = [f"#{s} {r['claim']} {r['kind']} {r['summary']}" for s, at, r in self.recent(state.name, 500)
-                 if r["claim"] == "declared" or r["kind"] == "fact"]
-        found = [line for line in found if topic and topic in line.lower()][-10:]
-        return "\n".join(found) or f"nothing declared about {look['topic']}"
-
-    def propose(self, state, choice, d, held=None):
-        """Write one choice as an inferred proposal, then let the gate judge it; return the records written.
-        `held`: why a ranking's top choice asks a person instead (the calibration bar, WORLD-08)."""
-        lever = choice.get("action")
-        record = {"kind": "proposal", "claim": "inferred", "venture": state.name, "by": d["by"], "choice": choice["choice"],
-                  "backend": d["backend"], "reason": choice.get("reason", "")[:TEXT_MAX],
-                  "summary": f"{d['backend']} proposes {choice['choice']}" + (f" {lever}" if lever else "")
-                             + (f": {choice.get('reason', '')[:120]}" if choice.get("reason") else "")}
-        if lever is not None:
-            record["lever"] = lever
-        if "payload" in choice:
-            record["payload"] = choice["payload"]
-        if d["escalation"] is not None:
-            record["escalation"] = d["escalation"]
-        if d.get("call"):
-            record["call"] = d["call"]
-        seq = self.append(record)
-        d["lines"].append(f"#{seq} proposal {choice['choice']}" + (f" {lever}" if lever else ""))
-        spec = state.mandate["levers"].get(lever) if choice["choice"] == "action" else None
-        content_why = content_problem(spec["takes"], choice.get("payload"), state.directory) \
-            if spec and spec["takes"] in ("diff", "file") and isinstance(choice.get("payload"), str) else None
-        written = [seq]
-        for intent, done in self.carry_out(state, proposal_rule(state, seq, choice, d["by"], d["backend"], content_why, held)):
-            if isinstance(intent, Gate):
-                d["lines"].append(f"#{done} action {lever}" if done else f"{lever} waits for its check")
-            elif intent.record["kind"] == "ask":
-                d["lines"].append(f"#{done} ask" + (f" for {lever}" if intent.record["about"] == "lever" else "")
-                                  + (f": {held}" if intent.record.get("ranking") else ""))
-            else:
-                d["lines"].append(f"#{done} refusal: {intent.record['why']}")
-            if done:
-                written.append(done)
-        return written
-
-    def do_decide(self, args, err):
-        state = self.venture(args.get("venture"))
-        if state.mandate is None:
-            raise Fail(EX_DATAERR, f"{state.name} cannot run: {state.problem}")
-        if not decided_by_model(state.mandate):
-            raise Fail(EX_DATAERR, f"{state.name}'s controller is {state.mandate['controller']['kind']}: no model decides for it")
-        if state.paused:
-            raise Fail(EX_DATAERR, f"{state.name} is paused; resume it first")
-        self.start_decision(state, "person", reply_id=args["__id"])
-        return None                 # answered when the decision is done
-
-    # ---- pause ----
-    def pause(self, state, claim, summary, **fields):
-        import time
-        self.append(dict({"kind": "pause", "claim": claim, "venture": state.name, "summary": summary}, **fields))
-        now = time.monotonic()
-        for child in self.children:
-            if child.venture == state.name:
-                child.terminate("pause", now)
-        if state.name in self.keep:
-            self.keep[state.name]["next_start"] = None
-        self.end_lingering(state.name)
-
-    # ---- requests from avsmd ----
-    def read_channel(self):
-        data = receive(self.channel)    # a reset (avsmd died with our lines unread) reads as its end
-        if data is None:
-            return
-        if not data:
-            self.begin_stop()         # avsmd is gone: stop as at a SIGTERM
-            return
-        for message in self.reader.feed(data):
-            if message.get("cmd") == "stop" and "id" not in message:
-                self.begin_stop()       # avsmd's own word: a client's request always carries an id
-                continue
-            if message.get("from") == "roles":
-                self.from_roles(message)
-                continue
-            out, err, code = [], [], EX_OK
-            try:
-                # checked by avsmd already; checked again here, where a request is acted on
-                cmd, args = check_request({"cmd": message.get("cmd"), "args": message.get("args", {})})
-                out = getattr(self, "do_" + cmd)(dict(args, __id=message.get("id")), err)
-                if out is None:
-                    continue            # answered later (a decision in flight)
-            except Fail as fail:
-                err.append(str(fail))
-                code = fail.code
-            except (LockLost, LedgerDown) as lost:
-                err.append(f"the ledger cannot be written: {lost}; nothing was done, try again later" if isinstance(lost, LedgerDown) else str(lost))
-                code = EX_TEMPFAIL
-            except Exception as bug:    # a bug: reported once, this request refused, the warden keeps serving
-                import traceback
-                sys.stderr.write(f"avsm warden: a bug in avsm, doing {message.get('cmd')} (the warden goes on):\n"
-                                 f"{traceback.format_exc()}")
-                err.append(f"a bug in avsm refused this request ({type(bug).__name__}); it is reported on avsmd's standard error")
-                code = EX_SOFTWARE
-            self.tell({"id": message.get("id"), "out": out, "err": err, "exit": code})
-
-    def signalled(self, wake):
-        """SIGTERM reached the warden itself: stop as avsmd would ask."""
-        import signal
-        try:
-            data = wake.recv(512)
-        except OSError:
-            data = b""
-        if signal.SIGTERM in data:
-            self.begin_stop()
-
-    def begin_stop(self):
-        """Stop: no new work; TERM every group now, KILL after the grace; outcomes are written as they end."""
-        import time
-        if self.stopping:
-            return
-        self.stopping = True
-        now = time.monotonic()
-        for child in self.children:
-            child.terminate("stop", now)
-
-    def venture(self, name):
-        state = self.ventures.get(name)
-        if state is None or state.mandate_seq is None:
-            raise Fail(EX_DATAERR, f"no venture is named '{name}'; avsm status lists them")
-        return state
-
-    def do_add(self, args, err):
-        directory = os.path.realpath(args.get("dir", ""))
-        name, path, text, mandate = read_venture(directory)
-        sha = text_sha256(text)
-        state = self.ventures.get(name)
-        if state is not None and state.mandate_seq is not None:
-            check_not_adopted_elsewhere(name, directory, state.directory, state.paused)
-            if state.directory == directory and state.mandate_sha == sha:
-                if state.mandate is None:
-                    self.check_runnable(state)
-                return [f"{name}: mandate unchanged (#{state.mandate_seq}); nothing written"]
-        state = self.ventures.setdefault(name, VentureState(name))
-        seq = self.adopt(state, mandate, mandate_record(name, directory, text, f"adopted {name} from {directory} (sha256 {sha[:16]})"))
-        forecasting = self.start_forecast(state, "add")
-        capacity = "  " + describe_capacity(capacity_check(state, (self.cfg["forecast"] or FORECAST_DEFAULT)["days"]))
-        return [f"{name}: adopted as mandate #{seq}"] + describe_allowed(mandate, self.cfg) + [capacity] + \
-               ([f"{name} is paused; avsm resume {name} starts it"] if state.paused else []) + \
-               ([f"{name}: a forecast is being made; it is written to the ledger when done"] if forecasting else [])
-
-    def adopt(self, state, mandate, record):
-        """Append a mandate record and put `mandate` in force: a changed `run` program is ended (the keeper starts
-        the new one), and the venture's next round is due now. Return the record's seq."""
-        import time
-        old_run = state.mandate["run"] if state.mandate else None
-        seq = self.append(record)
-        state.mandate, state.problem = mandate, None
-        if old_run and old_run != mandate["run"]:
-            for child in self.children:
-                if child.venture == state.name and child.purpose == "run":
-                    child.terminate("a new mandate", time.monotonic())
-        if not state.paused:
-            self.schedule(state.name, time.monotonic())
-            self.start_keep(state)
-        return seq
-
-    def do_health(self, args, err):
-        """What avsm doctor asks the running daemon: how many ventures, and whether the ledger can be written."""
-        if self.ledger_down:
-            err.append(f"the ledger cannot be written: {self.ledger_down}; nothing that would write runs, and avsmd tries again every 30 s")
-        return [f"avsmd {VERSION}, {sum(1 for s in self.ventures.values() if s.mandate_seq)} venture(s)"]
-
-    def do_status(self, args, err):
-        import time
-        lines = []
-        if self.ledger_down:
-            lines.append(f"ledger: cannot be written ({self.ledger_down}); nothing that would write runs; trying again every 30 s")
-        return lines + status_view(self.ventures, time.time(), self.keep, self.cfg, args.get("venture"),
-                                   bool(args.get("verbose")), bool(args.get("ascii")))
-
-    def do_asks(self, args, err):
-        lines = []
-        for name in sorted(self.ventures):
-            for seq, ask in sorted(self.ventures[name].open_asks.items()):
-                lines.append(f"#{seq} {name} {ask.get('lever') or '-'} {ask.get('question', ask['summary'])}")
-                if ask.get("payload") is not None:
-                    payload = ask["payload"] if isinstance(ask["payload"], str) else json.dumps(ask["payload"], indent=2)
-                    lines += ["    " + line for line in payload.splitlines()]
-        return lines or ["no open asks"]
-
-    def find_ask(self, args):
-        seq = args.get("ask")
-        for state in self.ventures.values():
-            if seq in state.open_asks:
-                return state, seq, state.open_asks[seq]
-        raise Fail(EX_DATAERR, f"#{seq} is not an open ask; avsm asks lists them")
-
-    def do_approve(self, args, err):
-        import time
-        state, seq, ask = self.find_ask(args)
-        if state.paused:
-            raise Fail(EX_DATAERR, f"{state.name} is paused, so approving #{seq} would spend it without running; "
-                                   f"resume it first (avsm resume {state.name})")
-        if ask.get("canary"):
-            return self.canary_answer(state, seq, ask, approved=True)
-        if ask.get("about") == "ratchet":
-            return self.approve_ratchet(state, seq, ask)
-        lever = ask.get("lever")
-        if lever is None or ask.get("about") not in ("lever", "model"):
-            self.append({"kind": "approval", "claim": "declared", "venture": state.name, "ask": seq,
-                         "summary": f"a person answered ask #{seq}: yes"})
-            return [f"#{seq} answered; nothing runs on it"]
-        payload = args["payload"] if "payload" in args else ask.get("payload")
-        spec = state.mandate["levers"].get(lever) if state.mandate else None
-        problem = spec and spec["takes"] in ("diff", "file") and content_problem(spec["takes"], payload, state.directory)
-        basis = ("approval", [], [f"ask #{seq}: {ask.get('question')}"])
-        verdict = prove(state, lever, int(time.time()), basis, trigger=seq, approval=APPROVAL_TO_WRITE, payload=payload)
-        if problem or not verdict.ok:
-            why = problem or verdict.why
-            self.append({"kind": "refusal", "claim": "measured", "venture": state.name, "lever": lever, "ask": seq,
-                         "why": why, "summary": f"{lever} refused on approval of #{seq}: {why}"})
-            raise Fail(EX_DATAERR, f"{lever} refused: {why}; ask #{seq} stays open")
-        approval = self.append({"kind": "approval", "claim": "declared", "venture": state.name, "ask": seq,
-                                "lever": lever, "payload": payload, "edited": "payload" in args,
-                                "summary": f"a person approved {lever} (ask #{seq})" + (" with content they edited" if "payload" in args else "")})
-        verdict = prove(state, lever, int(time.time()), basis, trigger=seq, approval=approval, payload=payload)
-        if not verdict.ok:              # the approval just written is the only change since the gate said yes
-            self.append({"kind": "refusal", "claim": "measured", "venture": state.name, "lever": lever, "ask": seq,
-                         "why": verdict.why, "summary": f"{lever} refused on approval of #{seq}: {verdict.why}"})
-            raise Fail(EX_DATAERR, f"{lever} refused: {verdict.why}")
-        action = self.run_lever(state, lever, verdict, f"{lever} runs: approved by a person (#{approval})", by="person",
-                                extra={"payload": payload} if payload is not None else None)
-        self.ratchet(state, lever)
-        return [f"#{seq} approved; {lever} " + (f"runs as action #{action}" if action else "runs once its check passes")]
-
-    # ---- growing trust, carefully: the ratchet and canary asks ----
     def ratchet(self, state, lever):
         """After `ratchet` approvals of one lever, self proposes delegating it: an ask carrying the mandate change,
         made once its forecast is written (FORECAST-01)."""
@@ -6529,6 +6302,757 @@ class Warden:
         self.append(record)
         return [line]
 
+
+class Decision:
+    """One model decision in flight, from its packet to the lines its asker is shown."""
+
+    __slots__ = ("venture", "by", "backend", "reply_id", "id", "looks", "lines", "escalation", "escalation_looks",
+                 "packet", "request", "call", "world_forecast")
+
+    def __init__(self, venture, by, backend, reply_id, id):
+        self.venture, self.by, self.backend, self.reply_id, self.id = venture, by, backend, reply_id, id
+        self.looks = []               # the model's look-ups and their answers, shown in the next packet
+        self.lines = []               # what `avsm decide` prints when the decision is done
+        self.escalation = None        # the escalation's seq, once an unusable reply sent it to the second backend
+        self.escalation_looks = []    # the look records written since, which its answer cites
+        self.packet = None            # what the model is shown
+        self.request = None           # (system, user), as the roles process built them
+        self.call = None              # what the provider said of this call, for the records its reply writes
+        self.world_forecast = False   # the packet's forecast through the world: False until asked, None if none
+
+
+class Decisions:
+    """Letting a model choose: packet -> roles -> backend -> roles -> proposals -> gate. Grants nothing.
+
+    start_decision(state, by, reply_id=None)  -- begin one decision; its records say who asked for it
+    packet(state, looks), recent, look_up      -- what a model may be shown: never an audit
+    build, call_backend, got_reply, parsed     -- the steps of one decision, each a callback of the one before
+    start_packet_forecast, packet_forecast_done -- with world:, the packet's forecast stepped through the world first
+    backend_done(state, child, status)         -- a `command` backend ended
+    results_ready(wake)                        -- an HTTP call's thread handed back its reply
+    unusable, answer_escalation                -- an unusable reply; the second backend's answer (ESC-04)
+    propose(state, choice, d, held=None)       -- one choice as an inferred proposal, judged by the gate
+    finish_decision(d, error=None)             -- answer the person who asked
+    escalations, wake_r                        -- escalations waiting for their answer; the socket threads wake the loop on
+
+    Handed the home, config, ledger (read for the packet and look-ups), venture states, spawn, append, tell,
+    to_roles, carry_out (the proposal rule's intents) and stopping().
+    """
+
+    def __init__(self, home, cfg, ledger, ventures, spawn, append, tell, to_roles, carry_out, stopping):
+        import socket
+        self.home, self.cfg, self.ledger, self.ventures, self.spawn = home, cfg, ledger, ventures, spawn
+        self.append, self.tell, self.to_roles, self.carry_out, self.stopping = append, tell, to_roles, carry_out, stopping
+        self.results, self.decision_count = [], 0    # HTTP replies handed back by call threads
+        self.escalations = {}                        # escalation seq -> its decision, until its answer is written
+        self.wake_r, self.wake_w = socket.socketpair()
+        self.wake_r.setblocking(False)
+
+    def packet(self, state, looks):
+        """Return what a model may be shown of a venture: never an audit reading, note or ask."""
+        import time
+        m, now = state.mandate, int(time.time())
+        ctl = m["controller"]
+        hidden = {s for s, a in state.open_asks.items() if a.get("about") == "audit" or a.get("audit")}
+        records = []
+        for seq, at, record in self.recent(state.name, 40):
+            if record["kind"].startswith("audit.") or record.get("about") == "audit" or record.get("ask") in hidden \
+                    or record.get("audit"):
+                continue
+            records.append(f"#{seq} {format_local_time(at)} {record['claim']} {record['kind']} {record['summary']}")
+        return {"venture": state.name, "purpose": m["purpose"], "metric": m["metric"],
+                "controller": ctl["kind"], "classifier": ctl["kind"] == "classifier",
+                "levers": [{"name": n, "cap": l["cap_text"], "used": len(cap_window(state, n, now)),
+                            "reversible": l["reversible"], "delegated": l["delegated"], "takes": l["takes"]}
+                           for n, l in m["levers"].items()],
+                "forbidden": m["forbidden"], "children": [],
+                "readings": [{"name": name, "value": format_number(rec.get("value")), "fields": rec.get("fields", "")}
+                             for name, (seq, rec) in sorted(state.read.items()) if rec.get("status") == "read"],
+                "records": records,
+                "asks": [f"#{s} {a.get('lever') or '-'}: {a.get('question', a['summary'])}"
+                         for s, a in sorted(state.open_asks.items()) if a.get("about") != "audit" and not a.get("audit")],
+                "forecast": self.packet_forecast(state),
+                "looks": looks}
+
+    def packet_forecast(self, state):
+        """The facts of the packet's forecast (FORECAST-03: 7 days by 8 seeds unless `forecast:` says);
+        the roles process makes it, apart from the warden, as it builds the text."""
+        f = self.cfg["forecast"] or PACKET_FORECAST
+        return forecast_facts(state, f["days"], f["seeds"]) if f["seeds"] else None
+
+    def recent(self, venture, count):
+        rows = self.ledger.db.execute(
+            "SELECT seq, at, record FROM records WHERE json_extract(record, '$.venture') = ? ORDER BY seq DESC LIMIT ?",
+            (venture, count)).fetchall()
+        return [(seq, at, json.loads(text)) for seq, at, text in reversed(rows)]
+
+    def backend_for(self, state):
+        """Return (name, backend) this venture's decisions go to, or raise Fail saying why none may be asked."""
+        name = state.mandate["controller"].get("backend") or self.cfg.get("default")
+        if not name or name not in self.cfg["backends"]:
+            raise Fail(EX_DATAERR, f"{state.name} names no backend: set default: in config.yaml or backend: in its controller")
+        backend = self.cfg["backends"][name]
+        if backend["offbox"] and state.mandate["escalate"] != "offbox":
+            raise Fail(EX_DATAERR, f"backend {name} leaves the machine, and {state.name}'s mandate does not say escalate: offbox; "
+                                   "no call is made")
+        return name, backend
+
+    def start_decision(self, state, by, reply_id=None):
+        """Begin one model decision for a venture: it grants nothing; its records say who asked for it."""
+        name, backend = self.backend_for(state)
+        self.decision_count += 1
+        d = Decision(state.name, by, name, reply_id, self.decision_count)
+        self.build(d)
+        return d
+
+    def build(self, d):
+        state = self.ventures[d.venture]
+        if d.world_forecast is False and self.start_packet_forecast(state, d):
+            return                          # built again when the world's forecast is in (packet_forecast_done)
+        d.packet = self.packet(state, d.looks)
+        if d.world_forecast:
+            d.packet["forecast"] = d.world_forecast
+        self.to_roles({"op": "build", "packet": d.packet}, lambda answer: self.call_backend(d, answer))
+
+    def start_packet_forecast(self, state, d):
+        """With `world:`, start the packet's forecast through the world command (issue 11 item 6): the forecast
+        program in a group of its own, so the world's steps never hold up the loop; return whether it started.
+        Without it, or with forecasts off, the roles process makes the packet's forecast from the baseline."""
+        import time
+        f = self.cfg["forecast"] or PACKET_FORECAST
+        d.world_forecast = None
+        if not state.mandate["world"] or not f["seeds"] or self.stopping():
+            return False
+        facts = dict(world_forecast_facts(state, f["days"], f["seeds"], time.time()), packet=True)
+        payload = write_payload(json.dumps(facts).encode())
+        try:
+            child = self.spawn("forecast", state, cached_command("forecast", []), timeout=600, payload_file=payload)
+            child.extra = {"why": "packet", "decision": d, "days": f["days"], "seeds": f["seeds"]}
+        except OSError as err:
+            log(True, "warden", f"{state.name}: the packet's forecast through the world: {err}")
+            return False
+        finally:
+            os.unlink(payload)
+        return True
+
+    def packet_forecast_done(self, state, child, status):
+        """The packet's forecast through the world is in, or why not: build the packet with it."""
+        d, result, why = child.extra["decision"], None, None
+        if child.ended_by or status != 0:
+            why = f"it was ended ({child.ended_by})" if child.ended_by else f"the forecast program ended {describe_status(status)}"
+        else:
+            try:
+                result = json.loads(bytes(child.out))
+            except ValueError:
+                why = "its output is not JSON"
+        d.world_forecast = {"days": child.extra["days"], "seeds": child.extra["seeds"], "made": packet_world_made(result, why)}
+        self.build(d)
+
+    def call_backend(self, d, answer):
+        import threading
+        if "error" in answer:
+            return self.finish_decision(d, f"the roles process could not build the request: {answer['error']}")
+        state, backend = self.ventures[d.venture], self.cfg["backends"][d.backend]
+        d.request = (answer["system"], answer["user"])
+        d.call = None              # what the provider said of this call, for the records its reply writes
+        if backend["kind"] == "command":
+            import tempfile
+            fd, path = tempfile.mkstemp(prefix="avsm-request-")
+            with os.fdopen(fd, "w") as fh:
+                json.dump({"backend": d.backend, "system": answer["system"], "user": answer["user"]}, fh)
+            try:
+                child = self.spawn("backend", state, backend["run"], timeout=BACKEND_TIMEOUT, shell=True,
+                                   payload_file=path, cwd=self.home, head=REPLY_MAX)
+                child.extra = {"decision": d, "request_file": path}
+            except OSError as err:
+                os.unlink(path)
+                self.got_reply(d, None, f"could not start {backend['run']}: {err}")
+            return
+        try:
+            key = read_keys(self.home).get(backend.get("key")) if backend.get("key") else None
+        except Fail as fail:
+            return self.got_reply(d, None, str(fail))
+        if backend.get("key") and key is None:
+            return self.got_reply(d, None, f"HOME/keys has no {backend['key']}=...; add it (chmod 600)")
+
+        def call():
+            try:
+                data, why, facts = call_http_backend(backend, answer["system"], answer["user"], key)
+            except Exception as err:      # the call's thread is a job's boundary: the decision still ends, saying why
+                data, why, facts = None, f"the call failed: {type(err).__name__}: {err}", None
+            self.results.append((d, data, why, facts))
+            try:
+                self.wake_w.send(b"r")
+            except OSError:
+                pass
+        threading.Thread(target=call, daemon=True).start()
+
+    def backend_done(self, state, child, status):
+        d = child.extra["decision"]
+        os.unlink(child.extra["request_file"])
+        if child.oversized:
+            return self.got_reply(d, None, f"the reply is bigger than {REPLY_MAX // 1024} KiB")
+        if child.ended_by or status != 0:
+            return self.got_reply(d, None, f"{self.cfg['backends'][d.backend]['run']} ended: "
+                                           f"{child.ended_by or describe_status(status)}")
+        self.got_reply(d, bytes(child.out), None)
+
+    def results_ready(self, wake):
+        try:
+            wake.recv(4096)
+        except OSError:
+            pass
+        while self.results:
+            d, data, why, facts = self.results.pop(0)
+            d.call = facts
+            self.got_reply(d, data, why)
+
+    def got_reply(self, d, data, why):
+        import base64
+        if why is not None:
+            return self.unusable(d, why)
+        self.to_roles({"op": "parse", "data": base64.b64encode(data).decode(), "packet": d.packet},
+                      lambda parsed: self.parsed(d, parsed))
+
+    def parsed(self, d, parsed):
+        state = self.ventures[d.venture]
+        if "error" in parsed:
+            return self.unusable(d, f"the roles process could not parse the reply: {parsed['error']}")
+        if "unusable" in parsed:
+            return self.unusable(d, parsed["unusable"])
+        if "look" in parsed:
+            look = parsed["look"]
+            answer = self.look_up(state, look)
+            record = {"kind": "look", "claim": "inferred", "venture": state.name, "by": d.by, "look": look,
+                      "backend": d.backend, "answer": answer[:NOTE_MAX],
+                      "summary": f"the model looked up {json.dumps(look)[:120]}"}
+            if d.call:
+                record["call"] = d.call
+            if d.escalation is not None:
+                record["escalation"] = d.escalation      # ESC-03: what the escalation brought cites it
+            seq = self.append(record)
+            if d.escalation is not None:
+                d.escalation_looks.append(seq)
+            d.lines.append(f"#{seq} look {json.dumps(look)}")
+            d.looks.append({"look": look, "answer": answer})
+            return self.build(d)
+        cited = []
+        for choice, held, not_proposed in ranked_choices(state, parsed["choices"]):
+            if not_proposed:
+                d.lines.append(not_proposed)
+                continue
+            cited += self.propose(state, choice, d, held=held)
+        if d.escalation is not None:
+            self.answer_escalation(d, d.escalation_looks + cited)
+        self.finish_decision(d)
+
+    def unusable(self, d, why):
+        """An unusable reply changes nothing; with escalate: in the config, the second backend is asked the same question."""
+        state = self.ventures[d.venture]
+        record = {"kind": "unusable", "claim": "measured", "venture": state.name, "backend": d.backend,
+                  "by": d.by, "why": why[:NOTE_MAX], "summary": f"the reply of {d.backend} is unusable: {why[:200]}"}
+        call = dict(d.call or {})
+        if "declined" in call:
+            record["declined"] = call.pop("declined")     # a refusal keeps its text and the provider's category
+        if call:
+            record["call"] = call
+        seq = self.append(record)
+        d.lines.append(f"#{seq} unusable: {why[:200]}")
+        if d.escalation is not None:
+            self.answer_escalation(d, "unusable")
+            return self.finish_decision(d)
+        second, why_not = escalation_to(state, self.cfg, d.backend, d.request is not None, self.stopping())
+        if why_not:
+            d.lines.append(why_not)
+        if second is None:
+            return self.finish_decision(d)
+        d.escalation = self.append({"kind": "escalation", "claim": "measured", "venture": state.name,
+                                    "from": d.backend, "to": second, "why": why[:NOTE_MAX],
+                                    "summary": f"asking {second} the same question: {d.backend}'s reply was unusable ({why[:120]})"})
+        d.lines.append(f"#{d.escalation} escalation to {second}")
+        self.escalations[d.escalation] = d
+        d.backend = second
+        self.call_backend(d, {"system": d.request[0], "user": d.request[1]})
+
+    def answer_escalation(self, d, cited, note=None):
+        """Write the measured answer of escalation d.escalation: the records it cited, or unusable (ESC-04)."""
+        seq = d.escalation
+        self.escalations.pop(seq, None)
+        shown = "unusable" if cited == "unusable" else "records " + ", ".join("#" + str(c) for c in cited)
+        record = {"kind": "answer", "claim": "measured", "venture": d.venture, "escalation": seq, "cited": cited,
+                  "summary": f"escalation #{seq} answered: {shown}" + (f" ({note})" if note else "")}
+        if note:
+            record["note"] = note
+        self.append(record)
+
+    def finish_decision(self, d, error=None):
+        if d.reply_id is not None:
+            self.tell({"id": d.reply_id, "out": d.lines or ["the decision wrote nothing"],
+                       "err": [error] if error else [], "exit": EX_UNAVAILABLE if error else EX_OK})
+
+    def look_up(self, state, look):
+        """Answer a model's look-up from the ledger: never an audit."""
+        if look["choice"] == "why":
+            if not 1 <= look["record"] < 2 ** 63:
+                return f"#{look['record']} is not a record number"
+            row = self.ledger.db.execute("SELECT at, record FROM records WHERE seq = ?", (look["record"],)).fetchone()
+            if row is None:
+                return f"#{look['record']} is not in the ledger"
+            record = json.loads(row[1])
+            if record.get("venture") != state.name:
+                return f"#{look['record']} is not a record of {state.name}"
+            if record["kind"].startswith("audit.") or record.get("about") == "audit" or record.get("audit"):
+                return "not shown: an audit is never shown to a model"
+            lines = [format_record_line(look["record"], row[0], record)]
+            for p in (record.get("proof") or {}).get("premises", []):
+                prow = self.ledger.db.execute("SELECT record FROM records WHERE seq = ?", (p,)).fetchone()
+                if prow:
+                    r = json.loads(prow[0])
+                    lines.append(f"  premise #{p} {r['claim']} {r['kind']} {r['summary']}")
+            return "\n".join(lines)
+        topic = look["topic"].lower()
+        found = [f"#{s} {r['claim']} {r['kind']} {r['summary']}" for s, at, r in self.recent(state.name, 500)
+                 if r["claim"] == "declared" or r["kind"] == "fact"]
+        found = [line for line in found if topic and topic in line.lower()][-10:]
+        return "\n".join(found) or f"nothing declared about {look['topic']}"
+
+    def propose(self, state, choice, d, held=None):
+        """Write one choice as an inferred proposal, then let the gate judge it; return the records written.
+        `held`: why a ranking's top choice asks a person instead (the calibration bar, WORLD-08)."""
+        lever = choice.get("action")
+        record = {"kind": "proposal", "claim": "inferred", "venture": state.name, "by": d.by, "choice": choice["choice"],
+                  "backend": d.backend, "reason": choice.get("reason", "")[:TEXT_MAX],
+                  "summary": f"{d.backend} proposes {choice['choice']}" + (f" {lever}" if lever else "")
+                             + (f": {choice.get('reason', '')[:120]}" if choice.get("reason") else "")}
+        if lever is not None:
+            record["lever"] = lever
+        if "payload" in choice:
+            record["payload"] = choice["payload"]
+        if d.escalation is not None:
+            record["escalation"] = d.escalation
+        if d.call:
+            record["call"] = d.call
+        seq = self.append(record)
+        d.lines.append(f"#{seq} proposal {choice['choice']}" + (f" {lever}" if lever else ""))
+        spec = state.mandate["levers"].get(lever) if choice["choice"] == "action" else None
+        content_why = content_problem(spec["takes"], choice.get("payload"), state.directory) \
+            if spec and spec["takes"] in ("diff", "file") and isinstance(choice.get("payload"), str) else None
+        written = [seq]
+        for intent, done in self.carry_out(state, proposal_rule(state, seq, choice, d.by, d.backend, content_why, held)):
+            if isinstance(intent, Gate):
+                d.lines.append(f"#{done} action {lever}" if done else f"{lever} waits for its check")
+            elif intent.record["kind"] == "ask":
+                d.lines.append(f"#{done} ask" + (f" for {lever}" if intent.record["about"] == "lever" else "")
+                                  + (f": {held}" if intent.record.get("ranking") else ""))
+            else:
+                d.lines.append(f"#{done} refusal: {intent.record['why']}")
+            if done:
+                written.append(done)
+        return written
+
+
+class Warden:
+    """The only process that acts: ticks ventures, runs their programs, appends their records.
+
+    run()                       -- replay the ledger, then loop: wait on the selector, tick, flush to avsmd
+    tick(now)                   -- one turn's work, in numbered steps
+    carry_out(state, intents)   -- carry out a kernel rule's Write, Pause and Gate intents, in order
+    settle_child(child)         -- a program ended: the part that started it writes what came of it
+    pause(state, claim, summary, **fields)   -- write a pause and end what the venture runs
+    adopt(state, mandate, record)            -- put a mandate in force
+    read_channel()              -- a request from avsmd: do_add, do_status, do_approve, ... answer it
+    begin_stop(), signalled(wake)            -- stop: no new work, every group ended
+
+    Its parts, each owning one kind of state and handed only what it uses: writer (LedgerWriter), lock
+    (LockCheck), schedule (Schedule), children (Children), journal (GroupsJournal), avsmd (Channel), rounds
+    (Rounds), keeper (Keeper), levers (Levers), worlds (Worlds), trust (Trust), roles (RolesCalls) and
+    decisions (Decisions). It keeps the venture states, the loop, the nightly time and whether it is stopping.
+    """
+
+    def __init__(self, home, channel, cfg, debug=False):
+        import selectors
+        BASE_ENV.update(os.environ)
+        self.home, self.cfg, self.debug = home, cfg, debug
+        self.lock = LockCheck(os.path.join(home, "avsmd.lock"), os.getppid())
+        self.ledger = Ledger(os.path.join(home, "ledger.db"), still_ours=self.lock.lock_is_ours)
+        self.ventures = {}            # name -> VentureState
+        self.writer = LedgerWriter(self.ledger, self.ventures, lambda state: self.trust.count_ask(state),
+                                   self.tell_person, debug)
+        self.append, self.append_together = self.writer.append, self.writer.append_together
+        self.schedule = Schedule()
+        self.next_nightly = next_nightly(cfg["nightly"])
+        self.stopping = False
+        self.sel = selectors.DefaultSelector()
+        self.avsmd = Channel(channel)
+        self.journal = GroupsJournal(home, self.lock.lock_is_ours)
+        self.children = Children(home, self.sel, self.avsmd.tell, self.avsmd.flush, self.journal.journal_group,
+                                 self.settle_child, debug)
+        self.spawn = self.children.spawn
+        self.levers = Levers(cfg, self.spawn, self.append, self.pause, self.carry_out)
+        self.keeper = Keeper(self.ventures, self.spawn, self.append, self.active)
+        self.worlds = Worlds(cfg, self.spawn, self.append, self.append_together, self.carry_out,
+                             lambda *args: self.trust.raise_ratchet(*args), lambda: self.stopping)
+        self.roles = RolesCalls(self.avsmd.tell)
+        self.decisions = Decisions(home, cfg, self.ledger, self.ventures, self.spawn, self.append, self.avsmd.tell,
+                                   self.roles.to_roles, self.carry_out, lambda: self.stopping)
+        self.trust = Trust(cfg, self.append, self.worlds.start_forecast, self.adopt)
+        self.rounds = Rounds(cfg, home, self.ventures, self.children, self.spawn, self.append, self.carry_out,
+                             self.worlds.start_prediction, debug)
+        channel.setblocking(False)
+        self.sel.register(channel, selectors.EVENT_READ, ("channel", None))
+        self.sel.register(self.decisions.wake_r, selectors.EVENT_READ, ("results", self.decisions.wake_r))
+
+    # ---- the ventures, replayed from the ledger ----
+    def load(self):
+        """Replay the ledger into venture states; settle runs a dead warden left without an outcome."""
+        for seq, at, record in read_records(self.ledger.db):
+            name = record.get("venture")
+            if name == "self" or name is None:
+                continue
+            state = self.ventures.setdefault(name, VentureState(name))
+            fold(state, seq, at, record)
+            if record["kind"] == "mandate":
+                try:
+                    state.mandate = parse_mandate(record.get("text", ""), f"mandate #{seq}")
+                except Fail:
+                    state.mandate = None
+        import time
+        for state in self.ventures.values():
+            self.check_runnable(state)
+            self.carry_out(state, interrupted_rule(state, time.time()))
+
+    def check_runnable(self, state):
+        """Parse the adopted mandate against its directory; say on stderr when it cannot run (VENTURE-14)."""
+        if state.mandate_text is None:
+            return
+        try:
+            if not os.path.isdir(state.directory or ""):
+                raise Fail(EX_NOINPUT, f"its directory {state.directory} is not there")
+            state.mandate = parse_mandate(state.mandate_text, os.path.join(state.directory, "mandate.yaml"), state.directory)
+            state.problem = None
+        except Fail as err:
+            state.mandate, state.problem = None, str(err)
+            if not state.paused:
+                sys.stderr.write(f"avsmd: venture {state.name} cannot run: {err}\n")
+                self.tell_person(cannot_run_notice(state.name, str(err)))
+
+    def tell_person(self, notice):
+        """Hand a notice to avsmd, which runs the notify command for it: avsmd outlives this warden, and tells of
+        its own stop and of a ledger it cannot write even when no warden runs."""
+        if notice is not None and self.cfg.get("notify"):
+            self.avsmd.tell({"notice": notice})
+
+    # ---- the loop ----
+    def run(self):
+        import time
+        self.load()
+        now = time.monotonic()
+        for state in self.ventures.values():
+            if self.active(state):
+                self.schedule.enter(state.name, now)
+                self.keeper.start_keep(state)
+        while True:
+            timeout = self.next_wakeup(time.monotonic())
+            for key, _ in self.sel.select(timeout):
+                what, child = key.data
+                try:
+                    if what == "channel":
+                        self.read_channel()
+                    elif what == "results":
+                        self.decisions.results_ready(child)
+                    elif what == "signal":
+                        self.signalled(child)
+                    elif child.status is not None:
+                        continue            # settled earlier in this same batch
+                    elif what == "pidfd":
+                        self.children.child_event(child)
+                    elif not child.drain(key.fileobj):
+                        self.sel.unregister(key.fileobj)    # at EOF: a pipe left registered would wake us forever
+                        child.open_pipes.discard(key.fileobj)
+                except LedgerDown:
+                    pass                    # the step that needed a record did not happen
+            try:
+                self.tick(time.monotonic())
+            except LedgerDown:
+                pass
+            self.avsmd.flush()
+            if self.stopping and not self.children:
+                for seq, d in list(self.decisions.escalations.items()):     # ESC-04: every escalation gets its answer
+                    self.decisions.answer_escalation(d, "unusable", "avsmd stopped before the answer came")
+                self.children.end_lingering(final=True)
+                self.avsmd.flush(everything=True)
+                return EX_OK
+
+    def active(self, state):
+        return state.mandate is not None and not state.paused and not self.stopping
+
+    def next_wakeup(self, now):
+        """Return seconds until the next due report, deadline or restart; None when nothing is due."""
+        times, soonest = [], self.schedule.soonest(lambda name: self.active(self.ventures[name]))
+        if soonest is not None and not self.writer.ledger_down:
+            times.append(soonest)
+        for child in self.children:
+            times += [t for t in (child.deadline, child.kill_at) if t is not None]
+            if child.pidfd is None or child.status is not None:
+                times.append(now + 0.05)        # no pidfd here, or a dying group: look again soon
+        times += self.keeper.wakeups()
+        times += self.rounds.deadlines()
+        if self.writer.ledger_down:
+            times.append(self.writer.retry_at)
+        elif self.next_nightly is not None:
+            import time
+            times.append(now + max(0.0, self.next_nightly - time.time()))
+        if not times:
+            return None
+        return max(0.0, min(times) - now)
+
+    def tick(self, now):
+        """Start what is due, end what is past its deadline, reap what has ended."""
+        import time
+        # 1. a ledger that could not be written is tried again; once it takes writes, every round is due
+        if self.writer.ledger_down and now >= self.writer.retry_at and self.writer.retry_ledger(now):
+            self.schedule.resume(time.monotonic())
+        # 2. reap what ended, KILL what outlived its grace, TERM what is past its deadline
+        for child in list(self.children):
+            if child.status is not None:
+                if not signal_group(child.pgid, 0):
+                    self.children.child_event(child)      # the dying group is gone: settle it
+                elif child.kill_at is not None and now >= child.kill_at:
+                    signal_group(child.pgid, 9)
+            elif child.pidfd is None and child.poll() is not None:
+                self.children.child_event(child)
+            elif child.kill_at is not None and now >= child.kill_at:
+                signal_group(child.pgid, 9)
+                child.kill_at = now + KILL_GRACE
+            elif child.deadline is not None and now >= child.deadline and child.kill_at is None:
+                child.terminate("timeout", now)
+        if self.stopping or self.writer.ledger_down:
+            return                      # a ledger that cannot be written stops everything that would write
+        # 3. the nightly model decisions
+        if self.next_nightly is not None and time.time() >= self.next_nightly:
+            self.next_nightly = next_nightly(self.cfg["nightly"], time.time() + 1)
+            for state in self.ventures.values():
+                if self.active(state) and decided_by_model(state.mandate):
+                    try:
+                        self.decisions.start_decision(state, "nightly")
+                    except Fail as fail:
+                        log(True, "warden", f"{state.name}: no nightly decision: {fail}")
+        # 4. the rounds that are due start; those in flight settle once read or late
+        for name in self.schedule.pop_due(now, lambda name: self.active(self.ventures[name])):
+            state = self.ventures[name]
+            self.schedule.enter(name, now + state.mandate["cadence"])
+            if not any(c.venture == name and c.purpose == "report" for c in self.children):
+                self.rounds.start_round(state, now)    # else the report still running ends at its time limit
+        self.rounds.settle_all(now)
+        # 5. a `run` program whose back-off is over starts again
+        self.keeper.start_due(now)
+
+    def settle_child(self, child):
+        """A child ended and its group is gone: the part that started it writes what came of it."""
+        state = self.ventures[child.venture]
+        handler = {"report": self.rounds.report_done, "lever": self.levers.lever_done, "run": self.keeper.run_done,
+                   "backend": self.decisions.backend_done, "check": self.levers.check_done,
+                   "forecast": self.worlds.forecast_done, "world": self.worlds.world_done}.get(
+                       child.purpose, self.rounds.reading_done)   # a guard, audit or reading
+        if child.purpose == "forecast" and child.extra.get("why") == "packet":
+            handler = self.decisions.packet_forecast_done         # a decision's packet waits on it
+        handler(state, child, child.status)
+
+    def carry_out(self, state, intents):
+        """Carry out a rule's intents in order: append, pause, or ask the gate and run what it proves.
+        Return [(intent, seq written)]: a Gate's seq is its action's (None when refused or waiting on its check)."""
+        import time
+        result, done = None, []
+        while True:
+            try:
+                intent = intents.send(result)
+            except StopIteration:
+                return done
+            result, seq = None, None
+            if isinstance(intent, Write):
+                seq = result = self.append(intent.record)
+            elif isinstance(intent, Pause):
+                self.pause(state, intent.record["claim"], intent.record["summary"],
+                           **{k: v for k, v in intent.record.items() if k not in ("kind", "claim", "venture", "summary")})
+            else:
+                result = prove(state, intent.lever, int(time.time()), intent.basis, trigger=intent.trigger,
+                               approval=intent.approval, payload=intent.payload, check=intent.check)
+                if result.ok:
+                    seq = self.levers.run_lever(state, intent.lever, result, intent.summary, by=intent.by,
+                                                side=intent.side, extra=intent.extra, checked=intent.check is not None)
+                else:
+                    continue            # the rule writes what a refusal calls for
+            done.append((intent, seq))
+
+    def do_decide(self, args, err):
+        state = self.venture(args.get("venture"))
+        if state.mandate is None:
+            raise Fail(EX_DATAERR, f"{state.name} cannot run: {state.problem}")
+        if not decided_by_model(state.mandate):
+            raise Fail(EX_DATAERR, f"{state.name}'s controller is {state.mandate['controller']['kind']}: no model decides for it")
+        if state.paused:
+            raise Fail(EX_DATAERR, f"{state.name} is paused; resume it first")
+        self.decisions.start_decision(state, "person", reply_id=args["__id"])
+        return None                 # answered when the decision is done
+
+    # ---- pause ----
+    def pause(self, state, claim, summary, **fields):
+        import time
+        self.append(dict({"kind": "pause", "claim": claim, "venture": state.name, "summary": summary}, **fields))
+        now = time.monotonic()
+        for child in self.children:
+            if child.venture == state.name:
+                child.terminate("pause", now)
+        self.keeper.hold(state.name)
+        self.children.end_lingering(state.name)
+
+    # ---- requests from avsmd ----
+    def read_channel(self):
+        messages = self.avsmd.read()
+        if messages is None:
+            self.begin_stop()         # avsmd is gone: stop as at a SIGTERM
+            return
+        for message in messages:
+            if message.get("cmd") == "stop" and "id" not in message:
+                self.begin_stop()       # avsmd's own word: a client's request always carries an id
+                continue
+            if message.get("from") == "roles":
+                self.roles.from_roles(message)
+                continue
+            out, err, code = [], [], EX_OK
+            try:
+                # checked by avsmd already; checked again here, where a request is acted on
+                cmd, args = check_request({"cmd": message.get("cmd"), "args": message.get("args", {})})
+                out = getattr(self, "do_" + cmd)(dict(args, __id=message.get("id")), err)
+                if out is None:
+                    continue            # answered later (a decision in flight)
+            except Fail as fail:
+                err.append(str(fail))
+                code = fail.code
+            except (LockLost, LedgerDown) as lost:
+                err.append(f"the ledger cannot be written: {lost}; nothing was done, try again later" if isinstance(lost, LedgerDown) else str(lost))
+                code = EX_TEMPFAIL
+            except Exception as bug:    # a bug: reported once, this request refused, the warden keeps serving
+                import traceback
+                sys.stderr.write(f"avsm warden: a bug in avsm, doing {message.get('cmd')} (the warden goes on):\n"
+                                 f"{traceback.format_exc()}")
+                err.append(f"a bug in avsm refused this request ({type(bug).__name__}); it is reported on avsmd's standard error")
+                code = EX_SOFTWARE
+            self.avsmd.tell({"id": message.get("id"), "out": out, "err": err, "exit": code})
+
+    def signalled(self, wake):
+        """SIGTERM reached the warden itself: stop as avsmd would ask."""
+        import signal
+        try:
+            data = wake.recv(512)
+        except OSError:
+            data = b""
+        if signal.SIGTERM in data:
+            self.begin_stop()
+
+    def begin_stop(self):
+        """Stop: no new work; TERM every group now, KILL after the grace; outcomes are written as they end."""
+        import time
+        if self.stopping:
+            return
+        self.stopping = True
+        now = time.monotonic()
+        for child in self.children:
+            child.terminate("stop", now)
+
+    def venture(self, name):
+        state = self.ventures.get(name)
+        if state is None or state.mandate_seq is None:
+            raise Fail(EX_DATAERR, f"no venture is named '{name}'; avsm status lists them")
+        return state
+
+    def do_add(self, args, err):
+        directory = os.path.realpath(args.get("dir", ""))
+        name, path, text, mandate = read_venture(directory)
+        sha = text_sha256(text)
+        state = self.ventures.get(name)
+        if state is not None and state.mandate_seq is not None:
+            check_not_adopted_elsewhere(name, directory, state.directory, state.paused)
+            if state.directory == directory and state.mandate_sha == sha:
+                if state.mandate is None:
+                    self.check_runnable(state)
+                return [f"{name}: mandate unchanged (#{state.mandate_seq}); nothing written"]
+        state = self.ventures.setdefault(name, VentureState(name))
+        seq = self.adopt(state, mandate, mandate_record(name, directory, text, f"adopted {name} from {directory} (sha256 {sha[:16]})"))
+        forecasting = self.worlds.start_forecast(state, "add")
+        capacity = "  " + describe_capacity(capacity_check(state, (self.cfg["forecast"] or FORECAST_DEFAULT)["days"]))
+        return [f"{name}: adopted as mandate #{seq}"] + describe_allowed(mandate, self.cfg) + [capacity] + \
+               ([f"{name} is paused; avsm resume {name} starts it"] if state.paused else []) + \
+               ([f"{name}: a forecast is being made; it is written to the ledger when done"] if forecasting else [])
+
+    def adopt(self, state, mandate, record):
+        """Append a mandate record and put `mandate` in force: a changed `run` program is ended (the keeper starts
+        the new one), and the venture's next round is due now. Return the record's seq."""
+        import time
+        old_run = state.mandate["run"] if state.mandate else None
+        seq = self.append(record)
+        state.mandate, state.problem = mandate, None
+        if old_run and old_run != mandate["run"]:
+            for child in self.children:
+                if child.venture == state.name and child.purpose == "run":
+                    child.terminate("a new mandate", time.monotonic())
+        if not state.paused:
+            self.schedule.enter(state.name, time.monotonic())
+            self.keeper.start_keep(state)
+        return seq
+
+    def do_health(self, args, err):
+        """What avsm doctor asks the running daemon: how many ventures, and whether the ledger can be written."""
+        if self.writer.ledger_down:
+            err.append(f"the ledger cannot be written: {self.writer.ledger_down}; nothing that would write runs, and avsmd tries again every 30 s")
+        return [f"avsmd {VERSION}, {sum(1 for s in self.ventures.values() if s.mandate_seq)} venture(s)"]
+
+    def do_status(self, args, err):
+        import time
+        lines = []
+        if self.writer.ledger_down:
+            lines.append(f"ledger: cannot be written ({self.writer.ledger_down}); nothing that would write runs; trying again every 30 s")
+        return lines + status_view(self.ventures, time.time(), self.keeper.keep, self.cfg, args.get("venture"),
+                                   bool(args.get("verbose")), bool(args.get("ascii")))
+
+    def do_asks(self, args, err):
+        lines = []
+        for name in sorted(self.ventures):
+            for seq, ask in sorted(self.ventures[name].open_asks.items()):
+                lines.append(f"#{seq} {name} {ask.get('lever') or '-'} {ask.get('question', ask['summary'])}")
+                if ask.get("payload") is not None:
+                    payload = ask["payload"] if isinstance(ask["payload"], str) else json.dumps(ask["payload"], indent=2)
+                    lines += ["    " + line for line in payload.splitlines()]
+        return lines or ["no open asks"]
+
+    def find_ask(self, args):
+        seq = args.get("ask")
+        for state in self.ventures.values():
+            if seq in state.open_asks:
+                return state, seq, state.open_asks[seq]
+        raise Fail(EX_DATAERR, f"#{seq} is not an open ask; avsm asks lists them")
+
+    def do_approve(self, args, err):
+        import time
+        state, seq, ask = self.find_ask(args)
+        if state.paused:
+            raise Fail(EX_DATAERR, f"{state.name} is paused, so approving #{seq} would spend it without running; "
+                                   f"resume it first (avsm resume {state.name})")
+        if ask.get("canary"):
+            return self.trust.canary_answer(state, seq, ask, approved=True)
+        if ask.get("about") == "ratchet":
+            return self.trust.approve_ratchet(state, seq, ask)
+        lever = ask.get("lever")
+        payload = args["payload"] if "payload" in args else ask.get("payload")
+        spec = state.mandate["levers"].get(lever) if state.mandate and ask.get("about") in ("lever", "model") else None
+        problem = spec and spec["takes"] in ("diff", "file") and content_problem(spec["takes"], payload, state.directory)
+        done = self.carry_out(state, approval_rule(state, seq, ask, payload, "payload" in args, problem, int(time.time())))
+        if not any(isinstance(intent, Gate) for intent, _ in done):
+            return [f"#{seq} answered; nothing runs on it"]
+        action = done[-1][1]
+        self.trust.ratchet(state, lever)
+        return [f"#{seq} approved; {lever} " + (f"runs as action #{action}" if action else "runs once its check passes")]
+
     def do_ask(self, args, err):
         """The content an open ask carries, as JSON (for approve --edit)."""
         state, seq, ask = self.find_ask(args)
@@ -6538,7 +7062,6 @@ class Warden:
 
     def do_propose(self, args, err):
         """A person's own proposal: declared, so it counts as approved; the gate still judges it (open point 15)."""
-        import time
         state = self.venture(args.get("venture"))
         if state.mandate is None:
             raise Fail(EX_DATAERR, f"{state.name} cannot run: {state.problem}")
@@ -6549,24 +7072,10 @@ class Warden:
                 payload = read_json(payload)
             except (ValueError, RecursionError) as bad:
                 raise Fail(EX_DATAERR, f"{lever} takes json, and the payload is not JSON: {bad}") from None
-        seq = self.append({"kind": "proposal", "claim": "declared", "venture": state.name, "by": "person", "choice": "action",
-                           "lever": lever, "payload": payload, "summary": f"a person proposes {lever}"})
-        why = None
-        if lever in state.mandate["forbidden"] or (spec is None and lever != "stop"):
-            why = f"{lever} is {'forbidden' if lever in state.mandate['forbidden'] else 'not permitted'} by mandate #{state.mandate_seq}"
-        elif spec is not None and spec["takes"] in ("diff", "file"):
-            why = content_problem(spec["takes"], payload, state.directory) if isinstance(payload, str) else None
-        verdict = None
-        if why is None:
-            verdict = prove(state, lever, int(time.time()), ("proposal", [], [f"proposal #{seq} is a person's own"]),
-                            approval=seq, payload=payload)
-            why = None if verdict.ok else verdict.why
-        if why is not None:
-            self.append({"kind": "refusal", "claim": "measured", "venture": state.name, "lever": lever, "proposal": seq,
-                         "by": "person", "why": why, "summary": f"{lever} refused: {why}"})
-            raise Fail(EX_DATAERR, f"{lever} refused: {why}")
-        action = self.run_lever(state, lever, verdict, f"{lever} runs: a person's proposal (#{seq})", by="person",
-                                extra={"payload": payload} if payload is not None else None)
+        content_why = content_problem(spec["takes"], payload, state.directory) \
+            if spec is not None and spec["takes"] in ("diff", "file") and isinstance(payload, str) else None
+        done = self.carry_out(state, person_proposal_rule(state, lever, payload, content_why))
+        seq, action = done[0][1], done[-1][1]
         return [f"proposal #{seq} accepted; {lever} " + (f"runs as action #{action}" if action else "runs once its check passes")]
 
     def do_deny(self, args, err):
@@ -6574,7 +7083,7 @@ class Warden:
         if ask.get("canary"):
             self.append({"kind": "denial", "claim": "declared", "venture": state.name, "ask": seq,
                          "summary": f"a person denied ask #{seq}"})
-            return self.canary_answer(state, seq, ask, approved=False)
+            return self.trust.canary_answer(state, seq, ask, approved=False)
         self.append({"kind": "denial", "claim": "declared", "venture": state.name, "ask": seq, "lever": ask.get("lever"),
                      "summary": f"a person denied ask #{seq}" + (f" ({ask['lever']})" if ask.get("lever") else "")})
         return [f"#{seq} denied"]
@@ -6600,295 +7109,41 @@ class Warden:
                  for name, episode in guards_past(state)]
         if state.mandate is None:
             return [f"{state.name} resumed, but it cannot run: {state.problem}"]
-        self.schedule(state.name, time.monotonic())
-        if state.name in self.keep:
-            self.keep[state.name].update(restart=False, backoff=0)
-        self.start_keep(state)
+        self.schedule.enter(state.name, time.monotonic())
+        self.keeper.reset(state.name)
+        self.keeper.start_keep(state)
         return [f"{state.name} resumed"] + still
 
 
-def next_nightly(hhmm, after=None):
-    """Return the unix time of the next nightly decision at local HH:MM (after `after`), or None for never.
-
-    mktime with isdst=-1 follows the wall clock across a daylight-saving change (open point 47).
-    """
-    import time
-    if hhmm == "never":
-        return None
-    after = time.time() if after is None else after
-    hour, minute = (int(x) for x in hhmm.split(":"))
-    t = time.localtime(after)
-    for day in range(3):
-        target = time.mktime((t.tm_year, t.tm_mon, t.tm_mday + day, hour, minute, 0, 0, 0, -1))
-        shown = time.localtime(target)
-        if (shown.tm_hour, shown.tm_min) != (hour, minute):
-            # a time the clock skipped: step back to the first minute after the gap
-            while True:
-                before = time.localtime(target - 60)
-                if before.tm_mday != shown.tm_mday or before.tm_hour * 60 + before.tm_min <= hour * 60 + minute:
-                    break
-                target -= 60
-        if target > after:
-            return target
-    return None
-
-
-def delegate_lever(text, lever, source):
-    """Return mandate `text` with `delegated: true` on lever `lever`, checked by parsing it back (open point 41)."""
-    doc, marks = parse_yaml_marked(text, source)
-    index = next(i for i, item in enumerate(doc["permitted"]) if item.get("name") == lever)
-    lines = text.split("\n")
-    if "delegated" in doc["permitted"][index]:
-        line, col = marks[("permitted", index, "delegated")]
-        row = lines[line - 1]
-        value_at = row.index(":", col - 1) + 1
-        end = min([p for p in (row.find(",", value_at), row.find("}", value_at)) if p >= 0] or [len(row)])
-        lines[line - 1] = row[:value_at] + " true" + row[end:]
-    else:
-        line, col = marks[("permitted", index, "name")]
-        row = lines[line - 1]
-        brace = row.rfind("}")
-        if row.lstrip().startswith(("- {", "{")) and brace > 0:       # a flow mapping on one line
-            lines[line - 1] = row[:brace].rstrip() + ", delegated: true" + row[brace:]
-        else:
-            lines.insert(line, " " * (col - 1) + "delegated: true")
-    new = "\n".join(lines)
-    after = parse_mandate(new, source)
-    before = parse_mandate(text, source)
-    before["levers"][lever]["delegated"] = True
-    if after != before:
-        raise ValueError("the change would touch more than delegated")
-    return new
-
-
-def check_venture_dir(directory):
-    """Refuse a path that is not a venture directory: 66 when missing, 65 with the fix otherwise."""
-    if not os.path.exists(directory):
-        raise Fail(EX_NOINPUT, f"{directory} is not there; pass the venture's directory")
-    if not os.path.isdir(directory):
-        raise Fail(EX_DATAERR, f"{directory} is a file; pass the directory that holds mandate.yaml "
-                               f"(avsm add {os.path.dirname(directory) or '.'})")
-    if not os.path.exists(os.path.join(directory, "mandate.yaml")):
-        if os.path.exists(os.path.join(directory, "mandate.yml")):
-            raise Fail(EX_DATAERR, f"{directory} holds mandate.yml; rename it to mandate.yaml "
-                                   f"(mv {os.path.join(directory, 'mandate.yml')} {os.path.join(directory, 'mandate.yaml')})")
-        raise Fail(EX_DATAERR, f"{directory} holds no mandate.yaml; write one (see examples/counter)")
-    problem = mandate_file_problem(os.path.join(directory, "mandate.yaml"), os.stat(os.path.join(directory, "mandate.yaml")))
-    if problem:
-        raise Fail(EX_DATAERR, problem)
-
-
-def read_venture(directory):
-    """Read the venture in `directory` as `avsm add` adopts it: (name, path of mandate.yaml, its text, the mandate),
-    or Fail: 66 when the directory is not there, 65 with the fix otherwise. The client's add, avsmd's add and
-    `avsmd -t DIR` all call this one function, so a check says exactly what adopting would."""
-    check_venture_dir(directory)
-    name = check_venture_name(os.path.basename(directory))
-    path = os.path.join(directory, "mandate.yaml")
+def run_warden(home, fd, debug):
+    """The warden's entry: take the channel avsmd handed over and run until told to stop."""
+    import selectors
+    import signal
+    import socket
+    channel = socket.socket(fileno=fd)
+    cfg = json.loads(os.environ.pop("AVSM_CONFIG", "null")) or parse_config("")
+    warden = Warden(home, channel, cfg, debug)
+    wake_r, wake_w = socket.socketpair()
+    for end in (wake_r, wake_w):
+        end.setblocking(False)
+    signal.set_wakeup_fd(wake_w.fileno(), warn_on_full_buffer=False)
+    signal.signal(signal.SIGINT, lambda signum, frame: None)    # a terminal's Ctrl-C is avsmd's to handle
+    signal.signal(signal.SIGTERM, lambda signum, frame: None)   # seen through the wake-up fd
+    warden.sel.register(wake_r, selectors.EVENT_READ, ("signal", wake_r))
     try:
-        text = read_mandate_file(path)
-        mandate = parse_mandate(text, path, directory)
-    except OSError as err:
-        raise Fail(EX_DATAERR, f"{path} cannot be read: {err.strerror}") from None
-    except Fail as fail:
-        raise Fail(EX_DATAERR, str(fail)) from None
-    return name, path, text, mandate
+        return warden.run()
+    except LockLost as lost:
+        sys.stderr.write(f"avsm warden: {lost}\n")
+        for child in warden.children:
+            signal_group(child.pgid, 9)
+        return EX_TEMPFAIL
 
 
-def check_not_adopted_elsewhere(name, directory, adopted_from, paused):
-    """Refuse (65) adopting `directory` as venture `name` while a running venture of that name comes from elsewhere."""
-    if adopted_from != directory and not paused:
-        raise Fail(EX_DATAERR, f"venture '{name}' is already adopted from {adopted_from}; "
-                               f"pause it first (avsm pause {name}) or rename this directory")
-
-
-MANDATE_MAX = 256 * 1024        # bytes: a mandate is a page of text; past this it is a mistake, and parsing stalls
-
-
-def mandate_file_problem(path, st):
-    """Return why the file at `path` with stat `st` cannot be a mandate, or None."""
-    import stat
-    if stat.S_ISDIR(st.st_mode):
-        return f"{path} is a directory; a mandate is a file of text (move the directory away and write mandate.yaml)"
-    if not stat.S_ISREG(st.st_mode):
-        return f"{path} is not a regular file (a FIFO, device or socket); a mandate is a file of text"
-    if st.st_size > MANDATE_MAX:
-        return f"{path} is {st.st_size} bytes; a mandate may be at most {MANDATE_MAX // 1024} KiB"
-    return None
-
-
-def read_mandate_file(path):
-    """Return the text of mandate.yaml at `path`, exactly as written (its sha256 is the file's).
-
-    Raises OSError when it cannot be opened, and Fail (78: a mandate that does not hold) for anything
-    but a regular file of at most MANDATE_MAX bytes in UTF-8. Never blocks: a FIFO is refused unread.
-    """
-    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
-    try:
-        problem = mandate_file_problem(path, os.fstat(fd))
-        if problem:
-            raise Fail(EX_CONFIG, problem)
-        chunks, size = [], 0
-        while size <= MANDATE_MAX:
-            chunk = os.read(fd, 65536)
-            if not chunk:
-                break
-            chunks.append(chunk)
-            size += len(chunk)
-    finally:
-        os.close(fd)
-    data = b"".join(chunks)
-    if len(data) > MANDATE_MAX:
-        raise Fail(EX_CONFIG, f"{path} is over {MANDATE_MAX // 1024} KiB; a mandate may be at most that")
-    try:
-        return data.decode("utf-8")
-    except UnicodeDecodeError as err:
-        line = data[:err.start].count(b"\n") + 1
-        raise Fail(EX_CONFIG, f"{path}:{line}: byte 0x{data[err.start]:02x} is not UTF-8; save the mandate as UTF-8") from None
-
-
-def describe_allowed(m, cfg=None):
-    """Return lines saying what a mandate allows: each lever, its cap, and what needs asking."""
-    lines = []
-    ctl = m["controller"]
-    if decided_by_model(m) and cfg is not None:
-        lines.append("  " + backend_note(m, cfg))
-    lines.append(f"  controller: {CONTROLLERS[ctl['kind']].describe(ctl)}")
-    for lever in m["levers"].values():
-        how = "runs unasked" if lever["reversible"] else ("delegated: runs unasked, intent before and outcome after"
-                                                            if lever["delegated"] else "irreversible: asks a person first")
-        lines.append(f"  may run {lever['name']}: cap {lever['cap_text']}, {how}"
-                     + (f", takes {lever['takes']}" + (" (a model's content runs unasked: delegated)" if lever["delegated"]
-                                                       else " (model content waits for a person)") if lever["takes"] else ""))
-    if not m["levers"]:
-        lines.append("  may run no lever")
-    if m["forbidden"]:
-        lines.append(f"  never runs: {', '.join(m['forbidden'])}")
-    if m["run"]:
-        lines.append(f"  keeps {m['run']} running (restart: {m['restart']})")
-    for g in m["guards"]:
-        source = g["run"] or g["adapter"] or f"drawdown of {g['drawdown']:g}% from the peak"
-        bound = f"past {g['drawdown']:g}%" if g["drawdown"] is not None else f"{g['side']} {format_number(g['bound'])}"
-        lines.append(f"  guard {g['name']} ({source}): {bound} {'pauses' if g['then'] == 'pause' else 'asks'}; then only stop"
-                     + (f" and unwind {g['unwind']['action']}" if g["unwind"] else "") + " run")
-    for a in m["audits"]:
-        lines.append(f"  audit {a['name']} ({a['run']}): asks when the metric improves while it worsens ({a['worse']}) past {format_number(a['tolerance'])}")
-    return lines
-
-
-def backend_note(m, cfg):
-    """Say which backend a model venture's decisions go to, and whether it may be asked (open point 42)."""
-    name = m["controller"].get("backend") or cfg.get("default")
-    if name and name not in cfg["backends"]:
-        return f"backend: {name} is not among config.yaml's backends: no decision is made"
-    if not name:
-        return "backend: none named (set default: in config.yaml): no decision is made"
-    if cfg["backends"][name]["offbox"] and m["escalate"] != "offbox":
-        return f"backend: {name} leaves the machine, and the mandate does not say escalate: offbox: no call is made"
-    second = cfg.get("escalate")
-    if not second or second == name:
-        escalation = ""
-    elif cfg["backends"][second]["offbox"] and m["escalate"] != "offbox":
-        escalation = f", not escalating to {second} (it leaves the machine; the mandate does not say escalate: offbox)"
-    else:
-        escalation = f", escalating to {second}"
-    return f"backend: {name}, nightly at {cfg['nightly']}" + escalation
-
-
-def describe_status_lines(state, now, keep, children, cfg=None):
-    """Return the status lines of one venture: state, last report, controller position, levers, asks, run."""
-    held = held_by(state) if state.mandate is not None else None
-    if state.paused:
-        condition = "paused"
-    elif state.mandate is None:
-        condition = f"cannot run: {state.problem}"
-    elif held:
-        what, seq, note = held
-        condition = f"implausible: held by {what} #{seq} ({note}); a plausible reading of it clears the hold"
-    elif state.last_report and state.last_report[2].get("status") == "unconfirmed":
-        condition = f"unconfirmed: report #{state.last_report[0]} waits for the next to agree"
-    elif any(side.get("stuck") for side in state.sides.values()):
-        condition = "stuck: past its bound and its lever cannot run; " + ", ".join(
-            f"{s.get('stuck')}" for s in state.sides.values() if s.get("stuck"))
-    else:
-        condition = "running"
-    lines = [f"{state.name}: {condition}"]
-    if state.last_report:
-        seq, at, rec = state.last_report
-        status = rec.get("status")
-        lines.append(f"  last report #{seq} at {format_local_time(at)}: {rec.get('summary')}"
-                     + ("" if status and status in str(rec.get("summary")) else f" ({status})"))
-    else:
-        lines.append("  no report yet")
-    m = state.mandate
-    if m is not None and decided_by_model(m) and cfg is not None:
-        lines.append("  " + backend_note(m, cfg))
-    if m is not None:
-        for side_name, way, bound, lever in controller_sides(m):
-            side, hold = state.side(side_name), m["controller"].get("hold") or 1
-            if state.level is not None and crossed(way, bound, state.level[1]):     # the last trusted report
-                position = "past the bound"
-                if side["streak"] and len(side["streak"]) < hold:
-                    position += f", waiting on hold ({len(side['streak'])} of {hold})"
-                elif not side["armed"]:
-                    position += ", acted once in this excursion (deadband)"
-                elif side.get("asked"):
-                    position += ", asked once in this excursion"
-                if side.get("stuck"):
-                    way_out = STUCK_WAY_OUT[side["stuck"]].format(venture=state.name, lever=lever)
-                    position += f"; stuck ({side['stuck']}): {way_out}"
-            elif not side["armed"]:
-                position = "inside, deadband not yet re-armed"
-            else:
-                position = "inside"
-            if state.last_report and state.last_report[2].get("status") != "trusted":
-                # the controller sees only trusted reports: say which one it stands on, and name the one it does not
-                position += (f", from the last trusted report #{state.level[0]} ({format_number(state.level[1])})"
-                             if state.level is not None else ", no trusted report yet")
-                position += f"; #{state.last_report[0]} is {state.last_report[2].get('status')} and not acted on"
-            lines.append(f"  controller: {way} {format_number(bound)} ({lever}): {position}")
-        for guard in m["guards"]:
-            info = state.guards.get(guard["name"])
-            if info is None or info["last"] is None:
-                lines.append(f"  guard {guard['name']}: not read yet")
-                continue
-            seq, value, status = info["last"]
-            where = (f"past its bound since #{info['episode']}: no lever but stop"
-                     + (f" and the unwind {guard['unwind']['action']}" if guard["unwind"] else "") + " runs until it is back inside"
-                     if info["past"] else "inside its bound" if status == "trusted"
-                     else "not judged (it neither trips nor clears a guard); inside its bound before")
-            lines.append(f"  guard {guard['name']}: #{seq} {format_number(value)} ({status}), {where}")
-        for name, lever in m["levers"].items():
-            used = len(cap_window(state, name, now))
-            running = " (running)" if name in state.running else ""
-            lines.append(f"  lever {name}: {used} of {lever['cap'][0]} per {format_duration(lever['cap'][1])}{running}")
-    lines += describe_calibration_lines(state)
-    lines.append(f"  open asks: {len(state.open_asks)}" + (f" ({', '.join('#' + str(s) for s in sorted(state.open_asks))})" if state.open_asks else ""))
-    if m is not None and m["run"]:
-        child, restarts = (keep or {}).get("child"), (keep or {}).get("restarts", 0)
-        ending = getattr(child, "ended_by", None)
-        if child and ending:            # a program being ended is not shown as running (a pause ends it within seconds)
-            where = f"pid {child.pid} is being stopped ({'by the pause' if ending == 'pause' else ending})"
-        elif child:
-            where = f"pid {child.pid}"
-        else:
-            where = "not running (paused)" if state.paused else "not running"
-        lines.append(f"  run: {where}, restarts {restarts}")
-    return lines
-
-
-def describe_calibration_lines(state):
-    """A venture with predictions: its rolling skill and coverage, and whether a ranking would run (WORLD-08)."""
-    if not predicts(state.mandate):
-        return []
-    skill, coverage = rolling_scores(state.scores)
-    line = (f"  calibration: {state.scored} prediction(s) scored; last {len(state.scores)}: {describe_rolling(skill, coverage)}"
-            if state.scores else "  calibration: no prediction scored yet")
-    ok, why = calibration_bar(state)
-    if state.mandate["calibration"] is None:
-        return [line + "; a ranking goes to the gate (no calibration: bar)"]
-    return [line + (f"; a ranking would run: {why}" if ok else f"; a ranking would ask, not run: {why}")]
-
+# =============================================================================
+# 8. avsmd and the roles process
+# avsmd holds the lock and the socket, starts and restarts the warden and the
+# roles process, and ends every group the warden reported; it never acts.
+# =============================================================================
 
 NOTIFY_QUEUE = 100      # notices waiting for the notify command at most; one past it is dropped, as a failure
 NOTIFY_STOP_GRACE = 0.5 # at a stop, seconds a notify past the stop's deadline has between SIGTERM and SIGKILL
@@ -7290,14 +7545,7 @@ class Daemon:
 
     def end_groups(self):
         """End every group the warden reported and did not see end: TERM, then KILL after the grace (RUN-13)."""
-        import time
-        groups = [g for g, told in self.groups.items() if group_is_still(g, told.get("leader_start")) and signal_group(g, 15)]
-        deadline = time.monotonic() + KILL_GRACE
-        while groups and time.monotonic() < deadline:
-            time.sleep(0.05)
-            groups = [g for g in groups if signal_group(g, 0)]
-        for g in groups:
-            signal_group(g, 9)
+        term_then_kill([g for g, told in self.groups.items() if group_is_still(g, told.get("leader_start"))])
         self.groups = {}
         if not getattr(self, "lost_lock", False) and self.lock_is_ours():
             sweep_groups(os.path.join(self.home, "groups"), self.home)  # any it journaled, or started, but had not told us of
@@ -7719,32 +7967,8 @@ def run_roles(channel):
             send_line(channel, answer)
 
 
-def run_warden(home, fd, debug):
-    """The warden's entry: take the channel avsmd handed over and run until told to stop."""
-    import selectors
-    import signal
-    import socket
-    channel = socket.socket(fileno=fd)
-    cfg = json.loads(os.environ.pop("AVSM_CONFIG", "null")) or parse_config("")
-    warden = Warden(home, channel, cfg, debug)
-    wake_r, wake_w = socket.socketpair()
-    for end in (wake_r, wake_w):
-        end.setblocking(False)
-    signal.set_wakeup_fd(wake_w.fileno(), warn_on_full_buffer=False)
-    signal.signal(signal.SIGINT, lambda signum, frame: None)    # a terminal's Ctrl-C is avsmd's to handle
-    signal.signal(signal.SIGTERM, lambda signum, frame: None)   # seen through the wake-up fd
-    warden.sel.register(wake_r, selectors.EVENT_READ, ("signal", wake_r))
-    try:
-        return warden.run()
-    except LockLost as lost:
-        sys.stderr.write(f"avsm warden: {lost}\n")
-        for child in warden.children:
-            signal_group(child.pgid, 9)
-        return EX_TEMPFAIL
-
-
 # =============================================================================
-# 8. Client commands
+# 9. Client commands
 # One function per `avsm` verb. They talk to avsmd over `sock`, or read the
 # ledger read-only; only main() turns a Fail into an exit status.
 # =============================================================================
@@ -8958,7 +9182,7 @@ def when_it_acts(home, directory):
     import time
     name, _, _, m = read_venture(directory)
     ctl, every = m["controller"], format_duration(m["cadence"])
-    if ctl["kind"] in ("model", "classifier"):
+    if decided_by_model(m):
         return f"{name}: a model proposes at the nightly decision, or now with avsm decide {name}; a report every {every}"
     sides = [f"{m['metric']} {'>' if way == 'above' else '<'} {format_number(bound)} (then {lever} runs)"
              for _, way, bound, lever in controller_sides(m)]
@@ -9568,6 +9792,149 @@ def test_ventures(home, cfg, dirs):
     return code
 
 
+def describe_allowed(m, cfg=None):
+    """Return lines saying what a mandate allows: each lever, its cap, and what needs asking."""
+    lines = []
+    ctl = m["controller"]
+    if decided_by_model(m) and cfg is not None:
+        lines.append("  " + backend_note(m, cfg))
+    lines.append(f"  controller: {CONTROLLERS[ctl['kind']].describe(ctl)}")
+    for lever in m["levers"].values():
+        how = "runs unasked" if lever["reversible"] else ("delegated: runs unasked, intent before and outcome after"
+                                                            if lever["delegated"] else "irreversible: asks a person first")
+        lines.append(f"  may run {lever['name']}: cap {lever['cap_text']}, {how}"
+                     + (f", takes {lever['takes']}" + (" (a model's content runs unasked: delegated)" if lever["delegated"]
+                                                       else " (model content waits for a person)") if lever["takes"] else ""))
+    if not m["levers"]:
+        lines.append("  may run no lever")
+    if m["forbidden"]:
+        lines.append(f"  never runs: {', '.join(m['forbidden'])}")
+    if m["run"]:
+        lines.append(f"  keeps {m['run']} running (restart: {m['restart']})")
+    for g in m["guards"]:
+        source = g["run"] or g["adapter"] or f"drawdown of {g['drawdown']:g}% from the peak"
+        bound = f"past {g['drawdown']:g}%" if g["drawdown"] is not None else f"{g['side']} {format_number(g['bound'])}"
+        lines.append(f"  guard {g['name']} ({source}): {bound} {'pauses' if g['then'] == 'pause' else 'asks'}; then only stop"
+                     + (f" and unwind {g['unwind']['action']}" if g["unwind"] else "") + " run")
+    for a in m["audits"]:
+        lines.append(f"  audit {a['name']} ({a['run']}): asks when the metric improves while it worsens ({a['worse']}) past {format_number(a['tolerance'])}")
+    return lines
+
+
+def backend_note(m, cfg):
+    """Say which backend a model venture's decisions go to, and whether it may be asked (open point 42)."""
+    name = m["controller"].get("backend") or cfg.get("default")
+    if name and name not in cfg["backends"]:
+        return f"backend: {name} is not among config.yaml's backends: no decision is made"
+    if not name:
+        return "backend: none named (set default: in config.yaml): no decision is made"
+    if cfg["backends"][name]["offbox"] and m["escalate"] != "offbox":
+        return f"backend: {name} leaves the machine, and the mandate does not say escalate: offbox: no call is made"
+    second = cfg.get("escalate")
+    if not second or second == name:
+        escalation = ""
+    elif cfg["backends"][second]["offbox"] and m["escalate"] != "offbox":
+        escalation = f", not escalating to {second} (it leaves the machine; the mandate does not say escalate: offbox)"
+    else:
+        escalation = f", escalating to {second}"
+    return f"backend: {name}, nightly at {cfg['nightly']}" + escalation
+
+
+def describe_status_lines(state, now, keep, children, cfg=None):
+    """Return the status lines of one venture: state, last report, controller position, levers, asks, run."""
+    held = held_by(state) if state.mandate is not None else None
+    if state.paused:
+        condition = "paused"
+    elif state.mandate is None:
+        condition = f"cannot run: {state.problem}"
+    elif held:
+        what, seq, note = held
+        condition = f"implausible: held by {what} #{seq} ({note}); a plausible reading of it clears the hold"
+    elif state.last_report and state.last_report[2].get("status") == "unconfirmed":
+        condition = f"unconfirmed: report #{state.last_report[0]} waits for the next to agree"
+    elif any(side.get("stuck") for side in state.sides.values()):
+        condition = "stuck: past its bound and its lever cannot run; " + ", ".join(
+            f"{s.get('stuck')}" for s in state.sides.values() if s.get("stuck"))
+    else:
+        condition = "running"
+    lines = [f"{state.name}: {condition}"]
+    if state.last_report:
+        seq, at, rec = state.last_report
+        status = rec.get("status")
+        lines.append(f"  last report #{seq} at {format_local_time(at)}: {rec.get('summary')}"
+                     + ("" if status and status in str(rec.get("summary")) else f" ({status})"))
+    else:
+        lines.append("  no report yet")
+    m = state.mandate
+    if m is not None and decided_by_model(m) and cfg is not None:
+        lines.append("  " + backend_note(m, cfg))
+    if m is not None:
+        for side_name, way, bound, lever in controller_sides(m):
+            side, hold = state.side(side_name), m["controller"].get("hold") or 1
+            if state.level is not None and crossed(way, bound, state.level[1]):     # the last trusted report
+                position = "past the bound"
+                if side["streak"] and len(side["streak"]) < hold:
+                    position += f", waiting on hold ({len(side['streak'])} of {hold})"
+                elif not side["armed"]:
+                    position += ", acted once in this excursion (deadband)"
+                elif side.get("asked"):
+                    position += ", asked once in this excursion"
+                if side.get("stuck"):
+                    way_out = STUCK_WAY_OUT[side["stuck"]].format(venture=state.name, lever=lever)
+                    position += f"; stuck ({side['stuck']}): {way_out}"
+            elif not side["armed"]:
+                position = "inside, deadband not yet re-armed"
+            else:
+                position = "inside"
+            if state.last_report and state.last_report[2].get("status") != "trusted":
+                # the controller sees only trusted reports: say which one it stands on, and name the one it does not
+                position += (f", from the last trusted report #{state.level[0]} ({format_number(state.level[1])})"
+                             if state.level is not None else ", no trusted report yet")
+                position += f"; #{state.last_report[0]} is {state.last_report[2].get('status')} and not acted on"
+            lines.append(f"  controller: {way} {format_number(bound)} ({lever}): {position}")
+        for guard in m["guards"]:
+            info = state.guards.get(guard["name"])
+            if info is None or info["last"] is None:
+                lines.append(f"  guard {guard['name']}: not read yet")
+                continue
+            seq, value, status = info["last"]
+            where = (f"past its bound since #{info['episode']}: no lever but stop"
+                     + (f" and the unwind {guard['unwind']['action']}" if guard["unwind"] else "") + " runs until it is back inside"
+                     if info["past"] else "inside its bound" if status == "trusted"
+                     else "not judged (it neither trips nor clears a guard); inside its bound before")
+            lines.append(f"  guard {guard['name']}: #{seq} {format_number(value)} ({status}), {where}")
+        for name, lever in m["levers"].items():
+            used = len(cap_window(state, name, now))
+            running = " (running)" if name in state.running else ""
+            lines.append(f"  lever {name}: {used} of {lever['cap'][0]} per {format_duration(lever['cap'][1])}{running}")
+    lines += describe_calibration_lines(state)
+    lines.append(f"  open asks: {len(state.open_asks)}" + (f" ({', '.join('#' + str(s) for s in sorted(state.open_asks))})" if state.open_asks else ""))
+    if m is not None and m["run"]:
+        child, restarts = (keep or {}).get("child"), (keep or {}).get("restarts", 0)
+        ending = getattr(child, "ended_by", None)
+        if child and ending:            # a program being ended is not shown as running (a pause ends it within seconds)
+            where = f"pid {child.pid} is being stopped ({'by the pause' if ending == 'pause' else ending})"
+        elif child:
+            where = f"pid {child.pid}"
+        else:
+            where = "not running (paused)" if state.paused else "not running"
+        lines.append(f"  run: {where}, restarts {restarts}")
+    return lines
+
+
+def describe_calibration_lines(state):
+    """A venture with predictions: its rolling skill and coverage, and whether a ranking would run (WORLD-08)."""
+    if not predicts(state.mandate):
+        return []
+    skill, coverage = rolling_scores(state.scores)
+    line = (f"  calibration: {state.scored} prediction(s) scored; last {len(state.scores)}: {describe_rolling(skill, coverage)}"
+            if state.scores else "  calibration: no prediction scored yet")
+    ok, why = calibration_bar(state)
+    if state.mandate["calibration"] is None:
+        return [line + "; a ranking goes to the gate (no calibration: bar)"]
+    return [line + (f"; a ranking would run: {why}" if ok else f"; a ranking would ask, not run: {why}")]
+
+
 def print_allowed(home, cfg, name, m):
     """Print what mandate `m` of venture `name` allows, and whether its levers can hold the metric (capacity)."""
     for line in describe_allowed(m, cfg):
@@ -9732,7 +10099,7 @@ def read_json_adapter(name, reading, url, key):
 
 
 # =============================================================================
-# 9. main and the argv[0] dispatch
+# 10. main and the argv[0] dispatch
 # The only place that exits: a Fail becomes `avsm: message` and its code.
 # =============================================================================
 

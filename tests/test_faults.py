@@ -909,7 +909,7 @@ def test_groups_journal_is_compacted_to_what_still_runs_and_never_replaces_anoth
         fh.write(f"{os.getppid()}\n")               # the warden's avsmd is its parent: here, pytest's
     ours, theirs = socket.socketpair()
     try:
-        warden = avsm.Warden(home, ours, avsm.parse_config(""))
+        warden = avsm.GroupsJournal(home, avsm.LockCheck(lock, os.getppid()).lock_is_ours)    # the warden's room
         warden.journal_group("+7 123 v run")
         for pgid in range(100, 3000):
             warden.journal_group(f"+{pgid} {pgid * 10} v report")
@@ -932,7 +932,6 @@ def test_groups_journal_is_compacted_to_what_still_runs_and_never_replaces_anoth
             warden.journal_group(f"+{pgid} 1 v report")
             warden.journal_group(f"-{pgid}")
         assert os.stat(journal).st_ino == inode, "another avsmd's journal was replaced"
-        warden.ledger.close()
     finally:
         ours.close()
         theirs.close()

@@ -4,6 +4,8 @@ Each rule is a generator of Write / Pause / Gate intents over a venture's state.
 way the warden does, on literal records: a Write or a Pause is folded with the next seq, a Gate is answered
 by the real gate (prove) at `now` and, when it proves the lever, its action is folded too."""
 
+import pytest
+
 import avsm
 from test_kernel import V, adopt, report, outcome
 
@@ -71,11 +73,12 @@ class Ledger:
                 return done
             result = None
             if isinstance(intent, (avsm.Write, avsm.Pause)):
-                self.add(intent.record)
+                seq = self.add(intent.record)
+                result = seq if isinstance(intent, avsm.Write) else None      # a Write is answered with its seq
                 done.append((type(intent).__name__, intent.record))
             else:
                 result = avsm.prove(self.state, intent.lever, self.at + 1, intent.basis, trigger=intent.trigger,
-                                    approval=intent.approval, payload=intent.payload)
+                                    approval=intent.approval, payload=intent.payload, check=intent.check)
                 done.append(("Gate", (intent.lever, intent.basis, result)))
                 if result.ok:
                     self.add(dict({"kind": "action", "claim": "measured", "venture": V, "lever": intent.lever,
@@ -348,3 +351,116 @@ def test_implausible_ask_answered_is_not_asked_again_in_the_same_stretch():
     assert led.drive(avsm.settle_round(led.state, seq)) == []
     seq = led.add(report(None, status="failed") | {"note": "exit 1"})
     assert kinds(led.drive(avsm.settle_round(led.state, seq))) == [("Write", "ask")]
+
+
+CHECKED = """\
+purpose: Keep the dial low.
+metric: dial
+controller: {kind: model}
+cadence: 10s
+permitted:
+  - {name: lower, run: ./lower, cap: 2/hour, reversible: true, check: ./check}
+"""
+
+
+def test_approval_rule_proves_before_it_spends_the_approval():
+    """LEVER-04, PROOF-03, issue 10 item 4: a person's yes to an ask about a lever is proved first as if approved,
+    so a refusal writes no approval and the ask stays open; then the approval is written and the gate runs the lever
+    on it, the approval among its premises. An ask about no lever is answered and nothing runs."""
+    led = Ledger(GUARDED % "pause")
+    ask = led.add({"kind": "ask", "claim": "measured", "venture": V, "about": "lever", "lever": "wipe",
+                   "question": "run wipe?", "summary": "?"})
+    done = led.drive(avsm.approval_rule(led.state, ask, led.state.open_asks[ask], None, False, None, led.at + 1))
+    assert kinds(done) == [("Write", "approval"), ("Gate", "wipe")]
+    approval = ask + 1
+    lever, basis, verdict = done[1][1]
+    assert verdict.ok and approval in verdict.proof["premises"] and verdict.proof["trigger"] == ask
+    assert ask not in led.state.open_asks
+    ask = led.add({"kind": "ask", "claim": "measured", "venture": V, "about": "lever", "lever": "wipe",
+                   "question": "run wipe?", "summary": "?"})
+    with pytest.raises(avsm.Fail, match="stays open"):
+        led.drive(avsm.approval_rule(led.state, ask, led.state.open_asks[ask], None, False, "the diff names no file",
+                                     led.at + 1))
+    assert led.state.open_asks.get(ask) and led.seq == ask + 1, "only the refusal is written"
+    plain = led.add({"kind": "ask", "claim": "measured", "venture": V, "about": "audit", "audit": "refunds",
+                     "question": "look?", "summary": "?"})
+    done = led.drive(avsm.approval_rule(led.state, plain, led.state.open_asks[plain], None, False, None, led.at + 1))
+    assert kinds(done) == [("Write", "approval")] and "lever" not in done[0][1]
+
+
+def test_person_proposal_rule_is_its_own_approval_or_refused():
+    """open point 15, issue 10 item 4: a person's proposal is declared and is its own approval, so even an
+    irreversible lever runs through the gate on it; an unpermitted lever writes the proposal and its refusal,
+    and fails."""
+    led = Ledger(GUARDED % "pause")
+    done = led.drive(avsm.person_proposal_rule(led.state, "wipe", None, None))
+    assert kinds(done) == [("Write", "proposal"), ("Gate", "wipe")] and done[0][1]["claim"] == "declared"
+    lever, basis, verdict = done[1][1]
+    assert verdict.ok and led.seq - 1 in verdict.proof["premises"]
+    before = led.seq
+    with pytest.raises(avsm.Fail, match="not permitted"):
+        led.drive(avsm.person_proposal_rule(led.state, "rm", None, None))
+    assert led.seq == before + 2, "the proposal and its refusal are written"
+
+
+def test_check_rule_runs_only_after_its_check_passed():
+    """open point 27, issue 10 item 4: a lever's check is written; a failed check refuses the lever; a passed one
+    sends it to the gate again, the check among its premises."""
+    led = Ledger(CHECKED)
+    seq = led.add({"kind": "proposal", "claim": "inferred", "venture": V, "lever": "lower", "summary": "p"})
+    first = avsm.prove(led.state, "lower", led.at + 1, ("permitted", [], ["p"]), trigger=seq)
+    assert first.ok
+    done = led.drive(avsm.check_rule(led.state, "lower", first, "lower runs", "model", None, {"proposal": seq},
+                                     False, "exit 1", "no", "exit 1"))
+    assert kinds(done) == [("Write", "check"), ("Write", "refusal")] and done[1][1]["check"] == led.seq - 1
+    done = led.drive(avsm.check_rule(led.state, "lower", first, "lower runs", "model", None, {"proposal": seq},
+                                     True, "exit 0", "", "exit 0"))
+    check = led.seq - 1
+    assert kinds(done) == [("Write", "check"), ("Gate", "lower")]
+    lever, basis, verdict = done[1][1]
+    assert verdict.ok and check in verdict.proof["premises"] and verdict.proof["trigger"] == seq
+
+
+def test_interrupted_rule_writes_not_known_and_asks_once():
+    """RUN-10, issue 10 item 4: a lever a dead warden left running gets an outcome that is not ok, saying how
+    long it ran at most, and an ask whether it happened; once written, there is nothing left to settle."""
+    led = Ledger(GUARDED % "pause")
+    action = led.add({"kind": "action", "claim": "measured", "venture": V, "lever": "lower", "proof": {}, "by": "x",
+                      "summary": "lower runs"})
+    assert "lower" in led.state.running
+    done = led.drive(avsm.interrupted_rule(led.state, led.at + 30))
+    assert kinds(done) == [("Write", "outcome"), ("Write", "ask")]
+    outcome_record, ask = done[0][1], done[1][1]
+    assert outcome_record["ok"] is False and outcome_record["duration"] == 30 and outcome_record["action"] == action
+    assert ask["about"] == "interrupted" and ask["lever"] == "lower" and ask["action"] == action
+    assert "lower" not in led.state.running and led.drive(avsm.interrupted_rule(led.state, led.at + 60)) == []
+
+
+def test_escalation_to_the_second_backend_or_why_not():
+    """ESC-01, ESC-06, ESC-08, issue 10 item 4: an unusable reply goes to the config's escalate: backend, never the
+    same one, only once a request was built, not while avsmd stops, and off the machine only under escalate: offbox."""
+    led = Ledger(GUARDED % "pause")
+    cfg = {"escalate": "far", "backends": {"near": {"offbox": False}, "far": {"offbox": True}}}
+    assert led.state.mandate["escalate"] != "offbox"
+    assert avsm.escalation_to(led.state, {"backends": {}}, "near", True, False) == (None, None)
+    assert avsm.escalation_to(led.state, cfg, "far", True, False) == (None, None)
+    assert avsm.escalation_to(led.state, cfg, "near", False, False) == (None, None)
+    assert avsm.escalation_to(led.state, cfg, "near", True, True) == (None, "not escalated: avsmd is stopping")
+    second, why = avsm.escalation_to(led.state, cfg, "near", True, False)
+    assert second is None and "leaves the machine" in why
+    near = dict(cfg, escalate="near", backends={"near": {"offbox": False}, "other": {"offbox": False}})
+    assert avsm.escalation_to(led.state, near, "other", True, False) == ("near", None)
+
+
+def test_ranked_choices_below_the_bar_hold_the_top_and_drop_the_rest():
+    """WORLD-08, open point 37, issue 10 item 4: a ranking under a calibration bar it does not meet goes on with
+    its top action held (it asks a person) and the actions below it not proposed; an ask among them goes on as it
+    came; a single action is no ranking and goes on unheld."""
+    led = Ledger(GUARDED.replace("cadence: 10s\n", "cadence: 10s\ncalibration: 0.1\n") % "pause")
+    a, b, q = ({"choice": "action", "action": "lower"}, {"choice": "action", "action": "sell"},
+               {"choice": "ask", "question": "?"})
+    ranked = avsm.ranked_choices(led.state, [a, q, b])
+    assert [(c, bool(held), bool(line)) for c, held, line in ranked] == [(a, True, False), (q, False, False),
+                                                                         (b, False, True)]
+    assert "scored" in ranked[0][1] and ranked[2][2].startswith("sell not proposed: the ranking is held back")
+    assert avsm.ranked_choices(led.state, [a, q]) == [(a, None, None), (q, None, None)]
