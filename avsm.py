@@ -25,12 +25,17 @@ are only measured or declared records; `avsm why SEQ` re-checks it.
 
 Sections
     1. this header          2. constants, exit codes, Fail
-    3. small pure parts: durations, numbers, the YAML subset, mandate, config
-    4. the ledger           5. the kernel: plausibility, controllers, the gate
-    6. effects: processes, process groups, the groups journal, the socket wire
-    7. the warden, its parts one room each
-    8. avsmd and the roles process
-    9. client commands      10. main and the argv[0] dispatch
+    3. small pure parts: durations, numbers, the YAML subset
+    4. the mandate, the config and the requests a client may send
+    5. the ledger
+    6. the kernel: a venture's state, plausibility, readings, a model's words
+    7. the kernel: expected effects, forecasts, world models
+    8. the kernel: controllers, the gate and its re-check, the rules
+    9. effects: processes, process groups, the groups journal, the socket wire
+    10. the warden, its parts one room each
+    11. avsmd and the roles process
+    12. client commands     13. chart, doctor and status, from the ledger alone
+    14. main and the argv[0] dispatch
 """
 
 import collections
@@ -95,7 +100,7 @@ class Fail(Exception):
 
 # =============================================================================
 # 3. Small pure parts
-# Durations, caps, numbers, the YAML subset, the mandate and the config.
+# Durations, caps, numbers and the YAML subset.
 # Reads no clock and runs nothing; errors point at file:line:col.
 # =============================================================================
 
@@ -996,6 +1001,12 @@ class YamlReader:
         return key, j + 1
 
 
+# =============================================================================
+# 4. The mandate, the config and the requests
+# What a venture may do, how avsmd is set up, and what a client may ask on sock:
+# each read into plain values or refused at file:line:col. Pure, as section 3.
+# =============================================================================
+
 # ---- the mandate ------------------------------------------------------------
 
 MANDATE_KEYS = {"purpose", "metric", "controller", "cadence", "permitted", "forbidden", "restart", "run",
@@ -1683,7 +1694,7 @@ def yaml_scalar(value):
 
 
 # ---- the requests a client may send on sock ----
-# One JSON object a line: {"v": 1, "cmd": CMD, "args": {...}} (open point 2). This table is what section 9
+# One JSON object a line: {"v": 1, "cmd": CMD, "args": {...}} (open point 2). This table is what section 12
 # sends for each verb, and all that passes the socket: avsmd checks every request against it before the
 # warden hears of it, and avsmd's own word to the warden (stop) is not in it, so no client can send that.
 # An argument's type: "name" and "path" are text from a command line (no NUL, bytes the system can take
@@ -1835,7 +1846,7 @@ def check_not_adopted_elsewhere(name, directory, adopted_from, paused):
 
 
 # =============================================================================
-# 4. The ledger
+# 5. The ledger
 # Records are dicts; stored as canonical JSON in a hash chain. One class appends
 # (the only writer), a read-only opener serves readers, a verifier re-walks it.
 # =============================================================================
@@ -2229,7 +2240,7 @@ class LedgerWriter:
 
 
 # =============================================================================
-# 5. The kernel
+# 6. The kernel: a venture's state, plausibility, readings, a model's words
 # Decides from records. Reads no clock, runs nothing, opens no socket: it takes
 # records and `now`, and returns records to append and levers to run.
 # =============================================================================
@@ -2902,6 +2913,12 @@ def content_problem(takes, payload, directory):
     return None
 
 
+# =============================================================================
+# 7. The kernel: expected effects, forecasts and world models
+# Whether a lever did what it promised, what the metric may do next, and how
+# well avsm predicts it. Pure as section 6; the programs that step run apart.
+# =============================================================================
+
 # ---- expected effects -------------------------------------------------------------
 
 def fold_effects(state, value):
@@ -3489,6 +3506,12 @@ def describe_capacity(result):
         return f"capacity: short by {format_number(round(short, 2) if abs(short) >= 1 else float(f'{short:.3g}'))}/day"
     return "capacity: enough" if verdict == "enough" else f"capacity: not known ({why})"
 
+
+# =============================================================================
+# 8. The kernel: controllers, the gate and the rules
+# What calls for a lever, the one gate that proves it (and re-checks it from
+# the ledger), and the rules that turn a settled round into intents.
+# =============================================================================
 
 # ---- controllers --------------------------------------------------------------
 
@@ -4600,7 +4623,7 @@ def needs_person(v, name, parse=None):
 
 
 # =============================================================================
-# 6. Effects
+# 9. Effects
 # All contact with the OS: a command in its own process group, ending a group,
 # the JSON-lines wire, the home and its lock. Decides nothing.
 # =============================================================================
@@ -5626,7 +5649,7 @@ class RolesCalls:
 
 
 # =============================================================================
-# 7. The warden
+# 10. The warden
 # The only process that acts, in rooms: each part owns one kind of state and is
 # handed only what it uses. The warden keeps the loop, tick and carry_out, and
 # answers requests; the kernel's rules decide, the warden carries them out.
@@ -7140,7 +7163,7 @@ def run_warden(home, fd, debug):
 
 
 # =============================================================================
-# 8. avsmd and the roles process
+# 11. avsmd and the roles process
 # avsmd holds the lock and the socket, starts and restarts the warden and the
 # roles process, and ends every group the warden reported; it never acts.
 # =============================================================================
@@ -7968,7 +7991,7 @@ def run_roles(channel):
 
 
 # =============================================================================
-# 9. Client commands
+# 12. Client commands
 # One function per `avsm` verb. They talk to avsmd over `sock`, or read the
 # ledger read-only; only main() turns a Fail into an exit status.
 # =============================================================================
@@ -8665,6 +8688,11 @@ def describe_call(record):
         words.append(f"{call['tries']} tries")
     return "; ".join(words)
 
+
+# =============================================================================
+# 13. Read from the ledger alone: chart, doctor, the status lines
+# The client commands that need no avsmd, and the text of a venture's status.
+# =============================================================================
 
 # ---- avsm chart --------------------------------------------------------------
 
@@ -10099,7 +10127,7 @@ def read_json_adapter(name, reading, url, key):
 
 
 # =============================================================================
-# 10. main and the argv[0] dispatch
+# 14. main and the argv[0] dispatch
 # The only place that exits: a Fail becomes `avsm: message` and its code.
 # =============================================================================
 

@@ -1,4 +1,4 @@
-"""The ledger (section 4): schema, pragmas, the hash chain, the triggers, verification, the WAL move,
+"""The ledger (section 5): schema, pragmas, the hash chain, the triggers, verification, the WAL move,
 read-only readers, the README's re-verification recipe, and `avsm tail` over real ledger files.
 
 Every test works on a real SQLite file in a temporary directory; nothing is mocked."""
