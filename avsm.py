@@ -7355,6 +7355,8 @@ def status_row(state, now, keep=None, cfg=None, ascii=False):
                                               else "run: not running")
     asks = f"asks: {len(state.open_asks)}" + (f" ({', '.join('#' + str(s) for s in sorted(state.open_asks))})"
                                               if state.open_asks else "")
+    if m is not None and predicts(m):       # issue 11 item 8: how well avsm knows this venture's world, at a glance
+        asks += "  calibration: " + (describe_rolling(*rolling_scores(state.scores)) if state.scores else "none scored yet")
     return StatusRow(state.name, condition, last[2] if last else None, now - last[1] if last else None,
                      sparkline([v for _, _, v in state.world_reports[-SPARK_WIDTH:]], ascii), levers, asks, why)
 

@@ -189,6 +189,8 @@ def test_status_shows_the_calibration_and_why_shows_what_a_score_scored(av, work
     r = av.cli("status", "-v")
     line = next(x for x in r.stdout.splitlines() if x.startswith("  calibration: "))
     assert "skill 1, coverage 100%" in line and "a ranking would run" in line, line
+    row = r.stdout.splitlines()[0]      # the one-line view says it too
+    assert row.startswith("w: ") and "calibration: skill 1, coverage 100%" in row, row
     seq, c = first[0]
     r = av.cli("why", str(seq))
     assert r.returncode == 0, r.stderr
