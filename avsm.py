@@ -1748,6 +1748,9 @@ class LedgerDown(Exception):
 LEDGER_RETRY = 30       # seconds between tries to write a ledger that could not be written
 LEDGER_BUSY_RETRY = 1   # ... and a ledger a reader held locked past the busy timeout: it is soon free again
 BACKLOG_KINDS = ("outcome", "exit")     # what already happened is written once the ledger takes writes again
+# Kinds (before any ".") that join the warden's group commit: readings and what follows from them, and what
+# already happened. Any other record commits at once, with what is held before it (an action before its lever).
+GROUPED_KINDS = ("report", "guard", "audit", "reading", "prediction", "calibration", "world", "outcome", "exit", "start")
 
 
 def ledger_retry(err):
@@ -1842,6 +1845,7 @@ class Ledger:
     def __init__(self, path, still_ours=None):
         import sqlite3
         self.path, self.still_ours = path, still_ours
+        self.held, self.last, self.lost = None, None, []    # the open transaction's records (group commit)
         self.db = sqlite3.connect(path, isolation_level=None, timeout=10)
         mode = self.db.execute("PRAGMA journal_mode").fetchone()[0]
         if mode.lower() == "wal":
@@ -1864,32 +1868,66 @@ class Ledger:
         """Append `record` at unix time `at` as the next link of the chain; return its seq."""
         return self.append_many([record], at)[0]
 
-    def append_many(self, records, at):
-        """Append `records` in order at unix time `at`, as consecutive links, in one transaction (one sync
-        to disk for all: a score and the next prediction); return their seqs."""
+    def append_many(self, records, at, hold=False):
+        """Append `records` in order at unix time `at`, as consecutive links, in one transaction; return their
+        seqs. The one append function: every record of the ledger goes through here.
+
+        Group commit: with `hold`, the transaction is left open and the next records join it, until commit()
+        or an append without `hold` ends it, so a burst of records costs one sync to disk. The lock is checked
+        inside the transaction when it begins and again just before it commits: a record is committed only
+        while the home is ours. A failed append rolls back everything held with it; `lost` then holds the
+        (seq, at, record) of the held records that went with it."""
         for record in records:
             if set(RECORD_FIELDS) - set(record) or record["claim"] not in CLAIMS:
                 raise ValueError(f"a record needs kind, claim, venture and summary: {record}")
         texts, at = [canonical(record) for record in records], int(at)
         db, seqs = self.db, []
-        db.execute("BEGIN IMMEDIATE")
+        began = self.held is None
         try:
-            if self.still_ours is not None and not self.still_ours():
-                raise LockLost("the lock of this home is another avsmd's; appending nothing more")
-            row = db.execute("SELECT seq, hash FROM records ORDER BY seq DESC LIMIT 1").fetchone()
-            seq, prev = (row[0] + 1, row[1]) if row else (1, ZERO_HASH)
+            if began:
+                db.execute("BEGIN IMMEDIATE")
+                if self.still_ours is not None and not self.still_ours():
+                    raise LockLost("the lock of this home is another avsmd's; appending nothing more")
+                row = db.execute("SELECT seq, hash FROM records ORDER BY seq DESC LIMIT 1").fetchone()
+                self.last, self.held = ((row[0], row[1]) if row else (0, ZERO_HASH)), []
+            seq, prev = self.last
             for text in texts:
+                seq += 1
                 link = chain_hash(prev, seq, at, text)
                 db.execute("INSERT INTO records(seq, at, prev, hash, weight, record) VALUES (?, ?, ?, ?, 1, ?)",
                            (seq, at, prev, link, text))
                 seqs.append(seq)
-                seq, prev = seq + 1, link
-            db.execute("COMMIT")
+                prev = link
+            self.last = (seq, prev)
+            if hold:
+                self.held += [(s, at, r) for s, r in zip(seqs, records)]
+            else:
+                self.commit(check=not began)      # just checked, when this append began the transaction
         except BaseException:
-            if db.in_transaction:
-                db.execute("ROLLBACK")
+            self.rollback()
             raise
         return seqs
+
+    def commit(self, check=True):
+        """Commit the records held open (group commit); nothing to do when none are. Return how many."""
+        if self.held is None:
+            return 0
+        try:
+            if check and self.still_ours is not None and not self.still_ours():
+                raise LockLost("the lock of this home is another avsmd's; appending nothing more")
+            self.db.execute("COMMIT")
+        except BaseException:
+            self.rollback()
+            raise
+        count, self.held = len(self.held), None
+        return count
+
+    def rollback(self):
+        """Roll back the open transaction; the held records it took are kept in `lost` for the caller."""
+        if self.held is not None:
+            self.lost, self.held = self.held, None
+        if self.db.in_transaction:
+            self.db.execute("ROLLBACK")
 
     def close(self):
         self.db.close()
@@ -4614,6 +4652,7 @@ class Warden:
         self.reader = LineReader()
         self.outbox = []              # lines for avsmd, sent once per turn of the loop
         self.outbox_due = False       # whether a line in it must go this turn
+        self.acks_waiting = False     # whether a line in it is more than a group's start or end (commit first)
         channel.setblocking(False)
         self.sel.register(channel, selectors.EVENT_READ, ("channel", None))
         import socket
@@ -4643,6 +4682,11 @@ class Warden:
     def append(self, record, at=None):
         """Append `record` through the one append function and fold it into its venture.
 
+        Group commit: a reading, a report's prediction and score, an outcome (GROUPED_KINDS) joins the
+        transaction held open for this wake-up of the warden, committed at its end (commit); any other record
+        (an action before its lever starts, an ask, a pause, a mandate, what a person asked for) commits itself
+        and everything held before it, before the step that wanted it goes on.
+
         While the ledger cannot be written, the outcome of what already ran waits in order to be written;
         anything else raises LedgerDown, so the step that wanted it does not happen. `at`: an action's time is
         the time the gate proved it at, so that its proof re-checks at its own `at`.
@@ -4655,46 +4699,24 @@ class Warden:
                 return None
             raise LedgerDown(self.ledger_down)
         try:
-            return self.write(record, at)
+            return self.write(record, at, hold=record["kind"].partition(".")[0] in GROUPED_KINDS)
         except (sqlite3.Error, OSError) as err:
-            self.ledger_down = str(err)
-            self.retry_at = time.monotonic() + ledger_retry(err)
-            sys.stderr.write(f"avsm warden: the ledger cannot be written: {err}; stopping what would write, "
-                             f"trying again in {ledger_retry(err)} s\n")
+            self.ledger_failed(err)
             if record["kind"] in BACKLOG_KINDS:
                 self.backlog.append(record)
                 return None
             raise LedgerDown(str(err)) from None
 
     def append_together(self, records):
-        """Append `records` in one transaction and fold each (a score and the next prediction: one sync to disk);
-        while the ledger cannot be written, raise LedgerDown as append does. Return their seqs."""
-        import sqlite3
-        import time
-        if len(records) <= 1 or self.ledger_down:
-            return [self.append(record) for record in records]
-        at = int(time.time())
-        try:
-            seqs = self.ledger.append_many(records, at)
-        except (sqlite3.Error, OSError) as err:
-            self.ledger_down = str(err)
-            self.retry_at = time.monotonic() + ledger_retry(err)
-            sys.stderr.write(f"avsm warden: the ledger cannot be written: {err}; stopping what would write, "
-                             f"trying again in {ledger_retry(err)} s\n")
-            raise LedgerDown(str(err)) from None
-        for seq, record in zip(seqs, records):
-            state = self.ventures.get(record["venture"])
-            if state is not None:
-                fold(state, seq, at, record)
-            if self.debug:
-                log(self.debug, "warden", f"#{seq} {record['venture']} {record['kind']} {record['summary']}")
-        return seqs
+        """Append `records` in one transaction and fold each (a score and the next prediction: they join the
+        wake-up's group commit); while the ledger cannot be written, raise LedgerDown as append does."""
+        return [self.append(record) for record in records]
 
-    def write(self, record, at=None):
+    def write(self, record, at=None, hold=False):
         """Append one record and fold it into its venture; raise what SQLite raised."""
         import time
         at = int(time.time()) if at is None else at
-        seq = self.ledger.append(record, at)
+        seq = self.ledger.append_many([record], at, hold=hold)[0]
         state = self.ventures.get(record["venture"])
         if state is not None:
             fold(state, seq, at, record)
@@ -4703,6 +4725,47 @@ class Warden:
         if record["kind"] == "ask" and not record.get("canary") and state is not None:
             self.count_ask(state)
         return seq
+
+    def commit(self):
+        """End the wake-up's group commit: the records held open are committed in one transaction, before
+        anything is told to a client. A commit that fails leaves the ledger down (as a failed append does)."""
+        import sqlite3
+        try:
+            self.ledger.commit()
+        except (sqlite3.Error, OSError) as err:
+            self.ledger_failed(err)
+
+    def ledger_failed(self, err):
+        """The ledger could not be written: stop what would write, try again later. Records held open that
+        were rolled back with it were folded already: what already happened among them (an outcome) waits
+        to be written, the rest is gone, and the ventures are folded again from the ledger as it is."""
+        import time
+        self.ledger_down = str(err)
+        self.retry_at = time.monotonic() + ledger_retry(err)
+        sys.stderr.write(f"avsm warden: the ledger cannot be written: {err}; stopping what would write, "
+                         f"trying again in {ledger_retry(err)} s\n")
+        lost, self.ledger.lost = self.ledger.lost, []
+        if lost:
+            self.backlog[:0] = [record for _, _, record in lost if record["kind"] in BACKLOG_KINDS]
+            self.refold(lost[0][0])
+
+    def refold(self, first_lost):
+        """Fold every venture again from the ledger, forgetting records from seq `first_lost` on that a
+        rolled-back group commit held: nothing in memory may rest on a record the ledger does not hold."""
+        old, self.ventures = self.ventures, {}
+        for seq, at, record in read_records(self.ledger.db):
+            name = record.get("venture")
+            if name not in (None, "self"):
+                fold(self.ventures.setdefault(name, VentureState(name)), seq, at, record)
+        for name, was in old.items():
+            state = self.ventures.setdefault(name, was)
+            if state is not was:        # what is not folded from the ledger stays as it was
+                state.mandate, state.problem, state.world_state = was.mandate, was.problem, was.world_state
+                state.ratchet_forecasts = was.ratchet_forecasts
+        self.rounds.clear()             # a round's report may be among the lost; the next round starts afresh
+        for name, job in list(self.worlds.items()):
+            if job["report"] >= first_lost:
+                del self.worlds[name]
 
     def load(self):
         """Replay the ledger into venture states; settle runs a dead warden left without an outcome."""
@@ -4782,11 +4845,13 @@ class Warden:
                 self.tick(time.monotonic())
             except LedgerDown:
                 pass
+            self.commit()               # the wake-up's records, in one transaction
             self.flush()
             if self.stopping and not self.children:
                 for seq, d in list(self.escalations.items()):     # ESC-04: every escalation gets its answer
                     self.answer_escalation(d, "unusable", "avsmd stopped before the answer came")
                 self.end_lingering(final=True)
+                self.commit()
                 self.flush(everything=True)
                 return EX_OK
 
@@ -4873,7 +4938,9 @@ class Warden:
             state = self.ventures[name]
             if self.due.get(name) != at or not self.active(state):
                 continue
-            self.schedule(name, now + state.mandate["cadence"])
+            # once per cadence on the venture's own grid; a round missed whole is not made up in a burst
+            self.schedule(name, at + state.mandate["cadence"] if at + state.mandate["cadence"] > now
+                          else now + state.mandate["cadence"])
             if not any(c.venture == name and c.purpose == "report" for c in self.children):
                 self.start_round(state, now)    # else the report still running ends at its time limit
         for name in list(self.rounds):
@@ -5003,10 +5070,14 @@ class Warden:
         """
         self.outbox.append(json.dumps(message, separators=(",", ":")))
         self.outbox_due = self.outbox_due or not later
+        self.acks_waiting = self.acks_waiting or not ("group" in message or "ended" in message)
 
     def flush(self, everything=False):
         if not self.outbox or not (self.outbox_due or everything):
             return
+        if self.acks_waiting:           # nothing is told to a client before it is committed
+            self.commit()
+            self.acks_waiting = False
         self.outbox_due = False
         data, self.outbox = ("\n".join(self.outbox) + "\n").encode(), []
         try:

@@ -1,0 +1,288 @@
+#!/usr/bin/env python3
+"""How avsm's costs grow with the number of ventures (issue 15 item 2), measured from outside.
+
+    python3 tests/bench/bench_scale.py [--sizes 10,100,1000] [--cadence 2] [--window 20] [--profile DIR]
+
+For each size N: a fresh home, a real avsmd (forecasts off in its config, so that adopting a thousand
+ventures does not start a thousand forecasts), N ventures whose report is `echo 1` at --cadence, adopted
+one by one with the real client (the wall time of the last `avsm add` is shown). After two cadences to
+settle, over --window seconds:
+
+- the warden's and avsmd's own CPU (utime + stime from /proc/PID/stat; the reports they reap are not in it),
+  per report written in the window;
+- the peak RSS of avsmd and of the warden (VmHWM from /proc/PID/status, so the adds are in it);
+- the wall time of `avsm status` (the median of three);
+- how late each report was written: the ledger is polled every 50 ms and each new report stamped with the
+  time it was seen; a venture's reports are due on a grid of its cadence, whose phase is taken from its
+  least late report; a report is on time when seen within one second of its due time. The share of the
+  reports due in the window that were written at all is shown too.
+
+The bare-spawn baseline is measured in the same run: this process starting the same `echo 1` report in a
+process group of its own with its output on a pipe, reading it and reaping it, its own CPU per spawn. The
+warden's CPU per report less this is what avsm itself costs per report.
+
+--profile DIR samples the warden with py-spy (pip install py-spy) over the window of each size and writes
+DIR/warden-N.txt: the functions with the most samples, own and with what they call.
+
+Not collected by pytest (pyproject: norecursedirs = tests/bench). Exits 1 when a target of issue 15 is
+missed at 1,000 ventures: >= 99% on time, status <= 1 s, the last add <= 1 s, avsmd + warden <= 60 MiB,
+the warden's own CPU <= 0.6 ms per report.
+"""
+
+import argparse
+import collections
+import os
+import platform
+import shutil
+import signal
+import sqlite3
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+AVSM = os.path.join(ROOT, "avsm.py")
+TICK = os.sysconf("SC_CLK_TCK")
+MANDATE = """purpose: Count one.
+metric: count
+controller: {{kind: threshold, above: 1000000000, action: noop}}
+cadence: {cadence}s
+permitted:
+  - {{name: noop, run: ./noop, cap: 1/hour, reversible: true}}
+"""
+REPORT = "#!/bin/sh\necho 1\n"
+
+
+def cpu(pid):
+    """Own CPU seconds (utime + stime) of a live process."""
+    with open(f"/proc/{pid}/stat") as fh:
+        fields = fh.read().rsplit(") ", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / TICK
+
+
+def hwm_mib(pid):
+    with open(f"/proc/{pid}/status") as fh:
+        for line in fh:
+            if line.startswith("VmHWM:"):
+                return int(line.split()[1]) / 1024
+    return 0.0
+
+
+def warden_of(pid):
+    with open(f"/proc/{pid}/task/{pid}/children") as fh:
+        for c in fh.read().split():
+            with open(f"/proc/{c}/cmdline", "rb") as cf:
+                if b"warden" in cf.read():
+                    return int(c)
+    raise SystemExit("no warden under avsmd")
+
+
+def bare_spawn(directory, n=300):
+    """Own CPU seconds per spawn of the report as the warden starts one: own group, pipes, read, reap."""
+    t0 = time.process_time()
+    for _ in range(n):
+        p = subprocess.Popen(["./report"], cwd=directory, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                             stderr=subprocess.PIPE, process_group=0, close_fds=True)
+        p.communicate()
+    return (time.process_time() - t0) / n
+
+
+class Watcher(threading.Thread):
+    """Polls the ledger every 50 ms; stamps each new report with the time it was first seen."""
+
+    def __init__(self, path, since):
+        super().__init__(daemon=True)
+        self.path, self.since = path, since
+        self.seen = collections.defaultdict(list)     # venture -> [monotonic time seen]
+        self.halt = threading.Event()
+
+    def run(self):
+        db = sqlite3.connect(f"file:{self.path}?mode=ro", uri=True, timeout=10)
+        try:
+            while not self.halt.is_set():
+                now = time.monotonic()
+                try:
+                    rows = db.execute("SELECT seq, json_extract(record, '$.venture'), json_extract(record, '$.kind') "
+                                      "FROM records WHERE seq > ? ORDER BY seq", (self.since,)).fetchall()
+                except sqlite3.OperationalError:
+                    rows = []
+                for seq, venture, kind in rows:
+                    self.since = seq
+                    if kind == "report":
+                        self.seen[venture].append(now)
+                self.halt.wait(0.05)
+        finally:
+            db.close()
+
+
+def lateness(seen, cadence, t0, t1):
+    """(seconds late of each report seen in [t0, t1], share of the reports due in it that were written)."""
+    late, written, due = [], 0, 0
+    for times in seen.values():
+        if len(times) < 2:
+            continue
+        # the grid's phase: each report k after the first is due at first + k*cadence; the least late sets it
+        base = times[0]
+        ks = [round((t - base) / cadence) for t in times]
+        phase = min(t - k * cadence for t, k in zip(times, ks))
+        for t, k in zip(times, ks):
+            if t0 <= t <= t1:
+                late.append(t - (phase + k * cadence))
+                written += 1
+        due += int((t1 - t0) / cadence)
+    return late, (written / due if due else 0.0)
+
+
+def profile_summary(raw_path, out_path, top=25):
+    """py-spy's raw (collapsed) stacks -> the functions with the most own samples and total samples."""
+    own, total, n = collections.Counter(), collections.Counter(), 0
+    with open(raw_path) as fh:
+        for line in fh:
+            stack, _, count = line.rstrip("\n").rpartition(" ")
+            if not stack:
+                continue
+            count = int(count)
+            n += count
+            frames = stack.split(";")
+            own[frames[-1]] += count
+            for f in set(frames):
+                total[f] += count
+    with open(out_path, "w") as fh:
+        fh.write(f"{n} samples\n\nown:\n")
+        for f, c in own.most_common(top):
+            fh.write(f"{100 * c / n:6.1f}% {f}\n")
+        fh.write("\nwith callees:\n")
+        for f, c in total.most_common(top * 2):
+            fh.write(f"{100 * c / n:6.1f}% {f}\n")
+
+
+def one_size(n, cadence, window, profile_dir):
+    tmp = tempfile.mkdtemp(prefix="avsc", dir="/tmp")
+    home = os.path.join(tmp, "h")
+    os.makedirs(home)
+    with open(os.path.join(home, "config.yaml"), "w") as fh:
+        fh.write("forecast: {days: 30, seeds: 0}\n")
+    env = dict(os.environ)
+    env.pop("AVSMD_HOME", None)
+    client = [sys.executable, AVSM, "--home", home]
+    daemon = None
+    try:
+        daemon = subprocess.Popen([sys.executable, AVSM, "avsmd", "--home", home], env=env, start_new_session=True,
+                                  stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+        deadline = time.monotonic() + 20
+        while not os.path.exists(os.path.join(home, "sock")):
+            if time.monotonic() > deadline or daemon.poll() is not None:
+                raise SystemExit(f"avsmd did not start: {daemon.stderr.read().decode()[-400:]}")
+            time.sleep(0.05)
+        add_wall = 0.0
+        for i in range(n):
+            d = os.path.join(tmp, f"v{i:04d}")
+            os.makedirs(d)
+            for name, text, mode in (("mandate.yaml", MANDATE.format(cadence=cadence), 0o644),
+                                     ("report", REPORT, 0o755), ("noop", "#!/bin/sh\n", 0o755)):
+                with open(os.path.join(d, name), "w") as fh:
+                    fh.write(text)
+                os.chmod(os.path.join(d, name), mode)
+            t = time.monotonic()
+            subprocess.run(client + ["add", d], env=env, check=True, stdout=subprocess.DEVNULL)
+            add_wall = time.monotonic() - t
+        spawn = bare_spawn(os.path.join(tmp, "v0000"))
+        time.sleep(2 * cadence)
+        warden = warden_of(daemon.pid)
+        db = sqlite3.connect(f"file:{home}/ledger.db?mode=ro", uri=True, timeout=10)
+        last = db.execute("SELECT max(seq) FROM records").fetchone()[0]
+        db.close()
+        watcher = Watcher(os.path.join(home, "ledger.db"), last)
+        watcher.start()
+        time.sleep(cadence)             # the watcher has seen one report of each venture before the window
+        spy = None
+        if profile_dir:
+            raw = os.path.join(profile_dir, f"warden-{n}.raw")
+            spy = subprocess.Popen(["py-spy", "record", "-p", str(warden), "-d", str(int(window)), "-r", "200",
+                                    "-f", "raw", "-o", raw, "--nonblocking"],
+                                   stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        t0, w0, a0 = time.monotonic(), cpu(warden), cpu(daemon.pid)
+        walls = []
+        for k in range(3):
+            time.sleep(window / 4)
+            t = time.monotonic()
+            subprocess.run(client + ["status"], env=env, check=True, stdout=subprocess.DEVNULL)
+            walls.append(time.monotonic() - t)
+        time.sleep(max(0.0, t0 + window - time.monotonic()))
+        t1, w1, a1 = time.monotonic(), cpu(warden), cpu(daemon.pid)
+        time.sleep(1.5)                 # what was due by t1 is seen
+        watcher.halt.set()
+        watcher.join()
+        if spy is not None:
+            spy.wait(60)
+            if os.path.exists(raw):
+                profile_summary(raw, os.path.join(profile_dir, f"warden-{n}.txt"))
+        late, share = lateness(watcher.seen, cadence, t0, t1)
+        reports = len(late)
+        rss = (hwm_mib(daemon.pid), hwm_mib(warden))
+        return {"n": n, "reports": reports, "rate": reports / (t1 - t0),
+                "warden_ms": 1000 * (w1 - w0) / max(1, reports), "avsmd_ms": 1000 * (a1 - a0) / max(1, reports),
+                "spawn_ms": 1000 * spawn, "on_time": sum(1 for x in late if x <= 1.0) / max(1, reports),
+                "p99_late": sorted(late)[int(0.99 * (len(late) - 1))] if late else float("nan"), "written": share,
+                "rss_avsmd": rss[0], "rss_warden": rss[1], "status_s": statistics.median(walls), "add_s": add_wall}
+    finally:
+        if daemon is not None and daemon.poll() is None:
+            daemon.send_signal(signal.SIGTERM)
+            try:
+                daemon.wait(60)
+            except subprocess.TimeoutExpired:
+                os.killpg(daemon.pid, signal.SIGKILL)
+                daemon.wait()
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+def machine():
+    model = next((line.split(":", 1)[1].strip() for line in open("/proc/cpuinfo") if line.startswith("model name")), "?")
+    return f"{os.cpu_count()} cpus ({model}), Linux {platform.release()}, python {sys.version.split()[0]}"
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--sizes", default="10,100,1000")
+    ap.add_argument("--cadence", type=float, default=2)
+    ap.add_argument("--window", type=float, default=20)
+    ap.add_argument("--profile", help="a directory for py-spy profiles of the warden")
+    args = ap.parse_args()
+    if args.profile:
+        os.makedirs(args.profile, exist_ok=True)
+    print(machine())
+    print(f"report `echo 1`, cadence {args.cadence:g} s, window {args.window:g} s; CPU is each process's own, per report written")
+    head = (f"{'ventures':>8} {'reports/s':>9} {'warden ms':>9} {'spawn ms':>8} {'net ms':>6} {'avsmd ms':>8} "
+            f"{'on time':>7} {'p99 late':>8} {'written':>7} {'RSS avsmd':>9} {'RSS warden':>10} {'status s':>8} {'add s':>6}")
+    print(head)
+    print("-" * len(head))
+    rows = []
+    for n in [int(x) for x in args.sizes.split(",")]:
+        r = one_size(n, args.cadence, args.window, args.profile)
+        rows.append(r)
+        print(f"{r['n']:8} {r['rate']:9.1f} {r['warden_ms']:9.3f} {r['spawn_ms']:8.3f} {r['warden_ms'] - r['spawn_ms']:6.3f} "
+              f"{r['avsmd_ms']:8.3f} {100 * r['on_time']:6.1f}% {r['p99_late']:8.2f} {100 * r['written']:6.1f}% "
+              f"{r['rss_avsmd']:8.1f}M {r['rss_warden']:9.1f}M {r['status_s']:8.3f} {r['add_s']:6.3f}", flush=True)
+    big = [r for r in rows if r["n"] >= 1000]
+    missed = []
+    for r in big:
+        if r["on_time"] < 0.99:
+            missed.append(f"{100 * r['on_time']:.1f}% on time (target >= 99%)")
+        if r["status_s"] > 1:
+            missed.append(f"status {r['status_s']:.2f} s (target <= 1 s)")
+        if r["add_s"] > 1:
+            missed.append(f"the last add {r['add_s']:.2f} s (target <= 1 s)")
+        if r["rss_avsmd"] + r["rss_warden"] > 60:
+            missed.append(f"avsmd + warden {r['rss_avsmd'] + r['rss_warden']:.1f} MiB (target <= 60)")
+        if r["warden_ms"] > 0.6:
+            missed.append(f"the warden {r['warden_ms']:.3f} ms per report (target <= 0.6)")
+    for text in missed:
+        print(f"missed: {text}")
+    return 1 if missed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
