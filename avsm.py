@@ -2018,6 +2018,39 @@ CONTROL_CHARS = "[\x00-\x1f\x7f-\x9f\u2028\u2029\u202a-\u202e\u2066-\u2069\ud800
 HISTORY = 200      # trusted reports a venture keeps in memory (drift, noise, peaks)
 
 
+class History:
+    """A list of (seq, value) pairs, kept compact: the seqs in an array of machine integers (8 bytes each,
+    not a tuple and an int object: 96), so a thousand ventures' HISTORY reports take 3 MiB, not 19."""
+
+    def __init__(self, pairs=()):
+        import array
+        self.seqs, self.values = array.array("q"), []
+        for pair in pairs:
+            self.append(pair)
+
+    def append(self, pair):
+        self.seqs.append(pair[0])
+        self.values.append(pair[1])
+
+    def __len__(self):
+        return len(self.values)
+
+    def __getitem__(self, i):
+        if isinstance(i, slice):
+            return list(zip(self.seqs[i], self.values[i]))
+        return self.seqs[i], self.values[i]
+
+    def __delitem__(self, i):
+        del self.seqs[i]
+        del self.values[i]
+
+    def __iter__(self):
+        return zip(self.seqs, self.values)
+
+    def __eq__(self, other):
+        return list(self) == list(other)
+
+
 class VentureState:
     """What the ledger says of one venture, folded record by record (so a restart forgets nothing)."""
 
@@ -2035,7 +2068,7 @@ class VentureState:
         self.pending = None           # (seq, value) of an unconfirmed report
         self.last_step = None         # the step between the last two trusted reports
         self.previous_implausible = False
-        self.trusted = []             # [(seq, value)] of the last HISTORY trusted reports
+        self.trusted = History()      # [(seq, value)] of the last HISTORY trusted reports
         self.sides = {}               # controller side -> {"armed": bool, "streak": [report seqs]}
         self.actions = {}             # lever -> [(seq, at)] of its runs, for caps
         self.open_asks = {}           # ask seq -> ask record
@@ -2057,7 +2090,7 @@ class VentureState:
         self.ratchet_forecasts = set()  # levers whose ratchet ask waits on its forecast (not folded: a restart asks again)
         self.grants = {}              # seq of an unspent approval (or a person's own proposal) -> {"lever", "payload", "ask"}
         self.checks = {}              # seq of a passed lever check no action has cited yet -> lever
-        self.world_reports = []       # [(seq, at, value)] of the last HISTORY trusted reports: the world's input
+        self.world_reports = []       # [(seq, at, value)] of the last HISTORY trusted reports folded under a world: its input
         self.prediction = None        # (seq, record) of the prediction the next report may resolve
         self.scores = []              # [(crps, persistence's crps, covered)] of the last ROLLING scores
         self.scored = 0               # calibration scores in the ledger
@@ -2876,7 +2909,9 @@ def fold_world(state, seq, at, record, previous):
     say whether its steps fail (once per stretch) and what was predicted and scored."""
     kind = record["kind"]
     if kind == "report":
-        if record.get("status") == "trusted":
+        if record.get("status") == "trusted" and state.mandate is not None and state.mandate["world"]:
+            # kept only while a world command is in force (its only reader): a thousand ventures without one
+            # would hold 18 MiB of them; a restart folds them as they were kept
             state.world_reports.append((seq, at, record["value"]))
             del state.world_reports[:-HISTORY]
         p = state.prediction
@@ -4617,6 +4652,16 @@ def log(debug, who, message):
         sys.stderr.flush()
 
 
+START_SPACING = 0.002     # seconds between the first rounds of ventures when a warden starts with many
+
+
+def start_spread(i, count, cadence):
+    """Seconds after the warden's start that the i-th of `count` ventures has its first round: spread over
+    up to a cadence, so that a thousand ventures do not all come due in the same tick for ever after (a few
+    start at once, as before)."""
+    return i / count * min(cadence, count * START_SPACING) if count else 0.0
+
+
 class Warden:
     """The only process that acts: ticks ventures, runs their programs, appends their records."""
 
@@ -4817,9 +4862,9 @@ class Warden:
         import time
         self.load()
         now = time.monotonic()
-        for state in self.ventures.values():
+        for i, state in enumerate(self.ventures.values()):
             if self.active(state):
-                self.schedule(state.name, now)
+                self.schedule(state.name, now + start_spread(i, len(self.ventures), state.mandate["cadence"]))
                 self.start_keep(state)
         while True:
             timeout = self.next_wakeup(time.monotonic())
@@ -4932,17 +4977,20 @@ class Warden:
                         self.start_decision(state, "nightly")
                     except Fail as fail:
                         log(True, "warden", f"{state.name}: no nightly decision: {fail}")
-        heap = self.due_heap
+        heap, reporting = self.due_heap, None
         while heap and heap[0][0] <= now:
             at, name = heapq.heappop(heap)
             state = self.ventures[name]
             if self.due.get(name) != at or not self.active(state):
                 continue
+            if reporting is None:       # once per tick, not once per venture due: a thousand children run
+                reporting = {c.venture for c in self.children if c.purpose == "report"}
             # once per cadence on the venture's own grid; a round missed whole is not made up in a burst
             self.schedule(name, at + state.mandate["cadence"] if at + state.mandate["cadence"] > now
                           else now + state.mandate["cadence"])
-            if not any(c.venture == name and c.purpose == "report" for c in self.children):
+            if name not in reporting:
                 self.start_round(state, now)    # else the report still running ends at its time limit
+                reporting.add(name)
         for name in list(self.rounds):
             self.maybe_settle(self.ventures[name], now)
         for name, keep in self.keep.items():
