@@ -4800,8 +4800,19 @@ class Warden:
         old, self.ventures = self.ventures, {}
         for seq, at, record in read_records(self.ledger.db):
             name = record.get("venture")
-            if name not in (None, "self"):
-                fold(self.ventures.setdefault(name, VentureState(name)), seq, at, record)
+            if name in (None, "self"):
+                continue
+            state = self.ventures.setdefault(name, VentureState(name))
+            fold(state, seq, at, record)
+            if record["kind"] == "mandate":     # each record folds under the mandate then in force, as at load
+                was = old.get(name)
+                if was is not None and was.mandate_seq == seq:
+                    state.mandate = was.mandate
+                else:
+                    try:
+                        state.mandate = parse_mandate(record.get("text", ""), f"mandate #{seq}")
+                    except Fail:
+                        state.mandate = None
         for name, was in old.items():
             state = self.ventures.setdefault(name, was)
             if state is not was:        # what is not folded from the ledger stays as it was

@@ -167,3 +167,58 @@ def test_warden_sigkilled_mid_burst_keeps_every_acknowledged_record(bindir):
         if av.proc.poll() is None:
             os.killpg(av.proc.pid, signal.SIGKILL)
         shutil.rmtree(root, ignore_errors=True)
+
+
+def held_report(n):
+    return {"kind": "report", "claim": "measured", "venture": "v", "metric": "count", "value": n, "status": "trusted",
+            "plausible": True, "note": "", "summary": f"count = {n}"}
+
+
+def test_held_appends_are_one_transaction_seen_only_once_committed(tmp_path):
+    """Issue 15 item 1: appends with hold=True join one open transaction, chained one by one: a reader sees
+    none of them until commit(), then all; the file change counter moves once; an append without hold
+    commits what is held with it. LEDGER-02 LEDGER-03 LEDGER-09"""
+    import avsm
+    path = str(tmp_path / "ledger.db")
+    ledger = avsm.Ledger(path)
+    try:
+        c0 = change_counter(str(tmp_path))
+        seqs = [ledger.append_many([held_report(i)], 1000 + i, hold=True)[0] for i in range(5)]
+        assert seqs == [1, 2, 3, 4, 5]
+        reader = avsm.open_ledger_ro(path)
+        assert reader.execute("SELECT count(*) FROM records").fetchone()[0] == 0
+        assert ledger.commit() == 5
+        assert reader.execute("SELECT count(*) FROM records").fetchone()[0] == 5
+        assert change_counter(str(tmp_path)) - c0 == 1
+        ledger.append_many([held_report(5)], 1005, hold=True)
+        assert ledger.append(held_report(6), 1006) == 7          # commits the held one with it
+        assert reader.execute("SELECT count(*) FROM records").fetchone()[0] == 7
+        assert change_counter(str(tmp_path)) - c0 == 2
+        assert avsm.verify_chain(reader) == (7, None)
+        reader.close()
+    finally:
+        ledger.close()
+
+
+def test_a_held_transaction_whose_lock_is_lost_commits_nothing_and_says_what_was_lost(tmp_path):
+    """Issue 15 item 1: the lock is checked again just before a held transaction commits: lost by then, the
+    whole group is rolled back, LockLost is raised, `lost` names the held records, and the ledger goes on
+    from where it was. LEDGER-03, open point 53"""
+    import pytest
+    import avsm
+    ours = [True]
+    ledger = avsm.Ledger(str(tmp_path / "ledger.db"), still_ours=lambda: ours[0])
+    try:
+        assert ledger.append(held_report(0), 1000) == 1
+        for i in (1, 2, 3):
+            ledger.append_many([held_report(i)], 1000 + i, hold=True)
+        ours[0] = False
+        with pytest.raises(avsm.LockLost):
+            ledger.commit()
+        assert [s for s, _, _ in ledger.lost] == [2, 3, 4] and not ledger.db.in_transaction
+        assert ledger.db.execute("SELECT max(seq) FROM records").fetchone()[0] == 1
+        ours[0] = True
+        assert ledger.append(held_report(9), 1009) == 2
+        assert avsm.verify_chain(ledger.db) == (2, None)
+    finally:
+        ledger.close()
