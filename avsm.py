@@ -4652,6 +4652,7 @@ def log(debug, who, message):
         sys.stderr.flush()
 
 
+TICK_BUDGET = 0.05        # seconds of starting rounds in one tick before the warden looks at its clients again
 START_SPACING = 0.002     # seconds between the first rounds of ventures when a warden starts with many
 
 
@@ -4685,6 +4686,7 @@ class Warden:
         self.ledger_down = None       # why the ledger cannot be written, while it cannot
         self.backlog = []             # outcomes waiting for the ledger to take writes again
         self.retry_at = None
+        self.refold_from = None       # the first seq of a rolled-back group commit, until the ventures are folded again
         self.round_number = 0
         self.asks_seen = 0            # asks since this warden started, for canary_asks
         self.roles_rid, self.roles_calls = 0, {}     # requests to the roles process, by id
@@ -4771,14 +4773,19 @@ class Warden:
             self.count_ask(state)
         return seq
 
-    def commit(self):
-        """End the wake-up's group commit: the records held open are committed in one transaction, before
-        anything is told to a client. A commit that fails leaves the ledger down (as a failed append does)."""
+    def commit(self, turn_ends=False):
+        """Commit the records held open in one transaction (group commit): at the end of each wake-up
+        (`turn_ends`), and before anything is told to a client. A commit that fails leaves the ledger down
+        (as a failed append does); the ventures are folded again once the turn ends, when no step of it is
+        still under way."""
         import sqlite3
         try:
             self.ledger.commit()
         except (sqlite3.Error, OSError) as err:
             self.ledger_failed(err)
+        if turn_ends and self.refold_from is not None:
+            self.refold(self.refold_from)
+            self.refold_from = None
 
     def ledger_failed(self, err):
         """The ledger could not be written: stop what would write, try again later. Records held open that
@@ -4792,7 +4799,8 @@ class Warden:
         lost, self.ledger.lost = self.ledger.lost, []
         if lost:
             self.backlog[:0] = [record for _, _, record in lost if record["kind"] in BACKLOG_KINDS]
-            self.refold(lost[0][0])
+            # folded again at the end of this turn: till then nothing can be written, so no seq is reused
+            self.refold_from = lost[0][0] if self.refold_from is None else min(self.refold_from, lost[0][0])
 
     def refold(self, first_lost):
         """Fold every venture again from the ledger, forgetting records from seq `first_lost` on that a
@@ -4901,13 +4909,13 @@ class Warden:
                 self.tick(time.monotonic())
             except LedgerDown:
                 pass
-            self.commit()               # the wake-up's records, in one transaction
+            self.commit(turn_ends=True)     # the wake-up's records, in one transaction
             self.flush()
             if self.stopping and not self.children:
                 for seq, d in list(self.escalations.items()):     # ESC-04: every escalation gets its answer
                     self.answer_escalation(d, "unusable", "avsmd stopped before the answer came")
                 self.end_lingering(final=True)
-                self.commit()
+                self.commit(turn_ends=True)
                 self.flush(everything=True)
                 return EX_OK
 
@@ -4988,8 +4996,10 @@ class Warden:
                         self.start_decision(state, "nightly")
                     except Fail as fail:
                         log(True, "warden", f"{state.name}: no nightly decision: {fail}")
-        heap, reporting = self.due_heap, None
+        heap, reporting, began = self.due_heap, None, time.monotonic()
         while heap and heap[0][0] <= now:
+            if time.monotonic() - began > TICK_BUDGET:
+                break                   # behind: what is left is due next turn, once a waiting client is served
             at, name = heapq.heappop(heap)
             state = self.ventures[name]
             if self.due.get(name) != at or not self.active(state):
