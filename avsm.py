@@ -1878,6 +1878,9 @@ class LedgerDown(Exception):
 LEDGER_RETRY = 30       # seconds between tries to write a ledger that could not be written
 LEDGER_BUSY_RETRY = 1   # ... and a ledger a reader held locked past the busy timeout: it is soon free again
 BACKLOG_KINDS = ("outcome", "exit")     # what already happened is written once the ledger takes writes again
+# Kinds (before any ".") that join the warden's group commit: readings and what follows from them, and what
+# already happened. Any other record commits at once, with what is held before it (an action before its lever).
+GROUPED_KINDS = ("report", "guard", "audit", "reading", "prediction", "calibration", "world", "outcome", "exit", "start")
 
 
 def ledger_retry(err):
@@ -1973,6 +1976,7 @@ class Ledger:
     def __init__(self, path, still_ours=None):
         import sqlite3
         self.path, self.still_ours = path, still_ours
+        self.held, self.last, self.lost = None, None, []    # the open transaction's records (group commit)
         self.db = sqlite3.connect(path, isolation_level=None, timeout=10)
         mode = self.db.execute("PRAGMA journal_mode").fetchone()[0]
         if mode.lower() == "wal":
@@ -1995,32 +1999,66 @@ class Ledger:
         """Append `record` at unix time `at` as the next link of the chain; return its seq."""
         return self.append_many([record], at)[0]
 
-    def append_many(self, records, at):
-        """Append `records` in order at unix time `at`, as consecutive links, in one transaction (one sync
-        to disk for all: a score and the next prediction); return their seqs."""
+    def append_many(self, records, at, hold=False):
+        """Append `records` in order at unix time `at`, as consecutive links, in one transaction; return their
+        seqs. The one append function: every record of the ledger goes through here.
+
+        Group commit: with `hold`, the transaction is left open and the next records join it, until commit()
+        or an append without `hold` ends it, so a burst of records costs one sync to disk. The lock is checked
+        inside the transaction when it begins and again just before it commits: a record is committed only
+        while the home is ours. A failed append rolls back everything held with it; `lost` then holds the
+        (seq, at, record) of the held records that went with it."""
         for record in records:
             if set(RECORD_FIELDS) - set(record) or record["claim"] not in CLAIMS:
                 raise ValueError(f"a record needs kind, claim, venture and summary: {record}")
         texts, at = [canonical(record) for record in records], int(at)
         db, seqs = self.db, []
-        db.execute("BEGIN IMMEDIATE")
+        began = self.held is None
         try:
-            if self.still_ours is not None and not self.still_ours():
-                raise LockLost("the lock of this home is another avsmd's; appending nothing more")
-            row = db.execute("SELECT seq, hash FROM records ORDER BY seq DESC LIMIT 1").fetchone()
-            seq, prev = (row[0] + 1, row[1]) if row else (1, ZERO_HASH)
+            if began:
+                db.execute("BEGIN IMMEDIATE")
+                if self.still_ours is not None and not self.still_ours():
+                    raise LockLost("the lock of this home is another avsmd's; appending nothing more")
+                row = db.execute("SELECT seq, hash FROM records ORDER BY seq DESC LIMIT 1").fetchone()
+                self.last, self.held = ((row[0], row[1]) if row else (0, ZERO_HASH)), []
+            seq, prev = self.last
             for text in texts:
+                seq += 1
                 link = chain_hash(prev, seq, at, text)
                 db.execute("INSERT INTO records(seq, at, prev, hash, weight, record) VALUES (?, ?, ?, ?, 1, ?)",
                            (seq, at, prev, link, text))
                 seqs.append(seq)
-                seq, prev = seq + 1, link
-            db.execute("COMMIT")
+                prev = link
+            self.last = (seq, prev)
+            if hold:
+                self.held += [(s, at, r) for s, r in zip(seqs, records)]
+            else:
+                self.commit(check=not began)      # just checked, when this append began the transaction
         except BaseException:
-            if db.in_transaction:
-                db.execute("ROLLBACK")
+            self.rollback()
             raise
         return seqs
+
+    def commit(self, check=True):
+        """Commit the records held open (group commit); nothing to do when none are. Return how many."""
+        if self.held is None:
+            return 0
+        try:
+            if check and self.still_ours is not None and not self.still_ours():
+                raise LockLost("the lock of this home is another avsmd's; appending nothing more")
+            self.db.execute("COMMIT")
+        except BaseException:
+            self.rollback()
+            raise
+        count, self.held = len(self.held), None
+        return count
+
+    def rollback(self):
+        """Roll back the open transaction; the held records it took are kept in `lost` for the caller."""
+        if self.held is not None:
+            self.lost, self.held = self.held, None
+        if self.db.in_transaction:
+            self.db.execute("ROLLBACK")
 
     def close(self):
         self.db.close()
@@ -2135,25 +2173,38 @@ class LedgerWriter:
     """The warden's one way to the ledger: each record appended is folded into its venture; while the ledger
     cannot be written, what already ran waits in a backlog and everything else stops.
 
-    append(record, at=None)   -- append and fold; during an outage an outcome waits, anything else raises LedgerDown
-    append_together(records)  -- append several in one transaction (one sync to disk)
-    write(record, at=None)    -- append and fold, raising what SQLite raised
+    append(record, at=None)   -- append and fold; a reading or outcome joins the group held open (group commit),
+                                 anything else commits with it; during an outage an outcome waits, anything
+                                 else raises LedgerDown
+    append_together(records)  -- append several, in the group held open
+    write(record, at, hold)   -- append and fold, raising what SQLite raised
+    commit(turn_ends=False)   -- commit the group held open; at a turn's end, fold again after a lost group
+    commit_when_due(stopping), group_wait(timeout) -- the group's window: commit when it is over; wake for it
+    ledger_failed(err)        -- the ledger cannot be written: say so once, keep the outcomes a lost group held
     retry_ledger(now)         -- write the backlog, then say the ledger is back; True when it is
     ledger_down, retry_at     -- why the ledger cannot be written, and when it is tried next (None while it can)
 
-    Handed the ledger, the venture states it folds into, count_ask (each ask counts toward a canary) and
-    tell_person (a notice of what a person must see: a record, or the ledger gone unwritable).
+    Handed the ledger, the venture states it folds into, count_ask (each ask counts toward a canary),
+    tell_person (a notice of what a person must see: a record, or the ledger gone unwritable) and refold
+    (fold every venture again from the ledger, after a group commit was rolled back).
     """
 
-    def __init__(self, ledger, ventures, count_ask, tell_person, debug=False):
+    def __init__(self, ledger, ventures, count_ask, tell_person, refold, debug=False):
         self.ledger, self.ventures, self.count_ask, self.debug = ledger, ventures, count_ask, debug
-        self.tell_person = tell_person
+        self.tell_person, self.refold = tell_person, refold
         self.ledger_down = None       # why the ledger cannot be written, while it cannot
         self.backlog = []             # outcomes waiting for the ledger to take writes again
         self.retry_at = None
+        self.refold_from = None       # the first seq of a rolled-back group commit, until the ventures are folded again
+        self.group_began = None       # when the records held open were first seen at the end of a turn
 
     def append(self, record, at=None):
         """Append `record` through the one append function and fold it into its venture.
+
+        Group commit: a reading, a report's prediction and score, an outcome (GROUPED_KINDS) joins the
+        transaction held open for this wake-up of the warden, committed at its end (commit); any other record
+        (an action before its lever starts, an ask, a pause, a mandate, what a person asked for) commits itself
+        and everything held before it, before the step that wanted it goes on.
 
         While the ledger cannot be written, the outcome of what already ran waits in order to be written;
         anything else raises LedgerDown, so the step that wanted it does not happen. `at`: an action's time is
@@ -2167,49 +2218,24 @@ class LedgerWriter:
                 return None
             raise LedgerDown(self.ledger_down)
         try:
-            return self.write(record, at)
+            return self.write(record, at, hold=record["kind"].partition(".")[0] in GROUPED_KINDS)
         except (sqlite3.Error, OSError) as err:
-            self.ledger_down = str(err)
-            self.retry_at = time.monotonic() + ledger_retry(err)
-            sys.stderr.write(f"avsm warden: the ledger cannot be written: {err}; stopping what would write, "
-                             f"trying again in {ledger_retry(err)} s\n")
-            self.tell_person(ledger_down_notice(str(err)))
+            self.ledger_failed(err)
             if record["kind"] in BACKLOG_KINDS:
                 self.backlog.append(record)
                 return None
             raise LedgerDown(str(err)) from None
 
     def append_together(self, records):
-        """Append `records` in one transaction and fold each (a score and the next prediction: one sync to disk);
-        while the ledger cannot be written, raise LedgerDown as append does. Return their seqs."""
-        import sqlite3
-        import time
-        if len(records) <= 1 or self.ledger_down:
-            return [self.append(record) for record in records]
-        at = int(time.time())
-        try:
-            seqs = self.ledger.append_many(records, at)
-        except (sqlite3.Error, OSError) as err:
-            self.ledger_down = str(err)
-            self.retry_at = time.monotonic() + ledger_retry(err)
-            sys.stderr.write(f"avsm warden: the ledger cannot be written: {err}; stopping what would write, "
-                             f"trying again in {ledger_retry(err)} s\n")
-            self.tell_person(ledger_down_notice(str(err)))
-            raise LedgerDown(str(err)) from None
-        for seq, record in zip(seqs, records):
-            state = self.ventures.get(record["venture"])
-            if state is not None:
-                fold(state, seq, at, record)
-            if self.debug:
-                log(self.debug, "warden", f"#{seq} {record['venture']} {record['kind']} {record['summary']}")
-            self.tell_person(notice_of(seq, record))
-        return seqs
+        """Append `records` in one transaction and fold each (a score and the next prediction: they join the
+        wake-up's group commit); while the ledger cannot be written, raise LedgerDown as append does."""
+        return [self.append(record) for record in records]
 
-    def write(self, record, at=None):
+    def write(self, record, at=None, hold=False):
         """Append one record and fold it into its venture; raise what SQLite raised."""
         import time
         at = int(time.time()) if at is None else at
-        seq = self.ledger.append(record, at)
+        seq = self.ledger.append_many([record], at, hold=hold)[0]
         state = self.ventures.get(record["venture"])
         if state is not None:
             fold(state, seq, at, record)
@@ -2219,6 +2245,58 @@ class LedgerWriter:
         if record["kind"] == "ask" and not record.get("canary") and state is not None:
             self.count_ask(state)
         return seq
+
+    def commit(self, turn_ends=False):
+        """Commit the records held open in one transaction (group commit): at the end of each wake-up
+        (`turn_ends`), and before anything is told to a client. A commit that fails leaves the ledger down
+        (as a failed append does); the ventures are folded again once the turn ends, when no step of it is
+        still under way."""
+        import sqlite3
+        try:
+            self.ledger.commit()
+        except (sqlite3.Error, OSError) as err:
+            self.ledger_failed(err)
+        if turn_ends and self.refold_from is not None:
+            self.refold(self.refold_from)
+            self.refold_from = None
+
+    def commit_when_due(self, stopping):
+        """At the end of a turn: commit the records held once the group has been open GROUP_WINDOW (at once
+        when stopping), so a burst spread over several wake-ups still costs one sync to disk."""
+        import time
+        if self.ledger.held is not None:
+            now = time.monotonic()
+            self.group_began = now if self.group_began is None else self.group_began
+            if now - self.group_began >= GROUP_WINDOW or stopping:
+                self.commit(turn_ends=True)
+        else:
+            self.commit(turn_ends=True)         # nothing to commit; a lost group is folded again
+        if self.ledger.held is None:
+            self.group_began = None
+
+    def group_wait(self, timeout):
+        """`timeout` for select, shortened so that a group held open is committed when its window ends."""
+        import time
+        if self.group_began is None:
+            return timeout
+        left = max(0.0, self.group_began + GROUP_WINDOW - time.monotonic())
+        return left if timeout is None else min(timeout, left)
+
+    def ledger_failed(self, err):
+        """The ledger could not be written: stop what would write, try again later. Records held open that
+        were rolled back with it were folded already: what already happened among them (an outcome) waits
+        to be written, the rest is gone, and the ventures are folded again from the ledger as it is."""
+        import time
+        self.ledger_down = str(err)
+        self.retry_at = time.monotonic() + ledger_retry(err)
+        sys.stderr.write(f"avsm warden: the ledger cannot be written: {err}; stopping what would write, "
+                         f"trying again in {ledger_retry(err)} s\n")
+        self.tell_person(ledger_down_notice(str(err)))
+        lost, self.ledger.lost = self.ledger.lost, []
+        if lost:
+            self.backlog[:0] = [record for _, _, record in lost if record["kind"] in BACKLOG_KINDS]
+            # folded again at the end of this turn: till then nothing can be written, so no seq is reused
+            self.refold_from = lost[0][0] if self.refold_from is None else min(self.refold_from, lost[0][0])
 
     def retry_ledger(self, now):
         """Try the ledger again: write what waited, in order; True when it takes writes, and work resumes."""
@@ -2248,6 +2326,39 @@ class LedgerWriter:
 HISTORY = 200      # trusted reports a venture keeps in memory (drift, noise, peaks)
 
 
+class History:
+    """A list of (seq, value) pairs, kept compact: the seqs in an array of machine integers (8 bytes each,
+    not a tuple and an int object: 96), so a thousand ventures' HISTORY reports take 3 MiB, not 19."""
+
+    def __init__(self, pairs=()):
+        import array
+        self.seqs, self.values = array.array("q"), []
+        for pair in pairs:
+            self.append(pair)
+
+    def append(self, pair):
+        self.seqs.append(pair[0])
+        self.values.append(pair[1])
+
+    def __len__(self):
+        return len(self.values)
+
+    def __getitem__(self, i):
+        if isinstance(i, slice):
+            return list(zip(self.seqs[i], self.values[i]))
+        return self.seqs[i], self.values[i]
+
+    def __delitem__(self, i):
+        del self.seqs[i]
+        del self.values[i]
+
+    def __iter__(self):
+        return zip(self.seqs, self.values)
+
+    def __eq__(self, other):
+        return list(self) == list(other)
+
+
 class VentureState:
     """What the ledger says of one venture, folded record by record (so a restart forgets nothing)."""
 
@@ -2265,7 +2376,7 @@ class VentureState:
         self.pending = None           # (seq, value) of an unconfirmed report
         self.last_step = None         # the step between the last two trusted reports
         self.previous_implausible = False
-        self.trusted = []             # [(seq, value)] of the last HISTORY trusted reports
+        self.trusted = History()      # [(seq, value)] of the last HISTORY trusted reports
         self.sides = {}               # controller side -> {"armed": bool, "streak": [report seqs]}
         self.actions = {}             # lever -> [(seq, at)] of its runs, for caps
         self.open_asks = {}           # ask seq -> ask record
@@ -2287,7 +2398,7 @@ class VentureState:
         self.ratchet_forecasts = set()  # levers whose ratchet ask waits on its forecast (not folded: a restart asks again)
         self.grants = {}              # seq of an unspent approval (or a person's own proposal) -> {"lever", "payload", "ask"}
         self.checks = {}              # seq of a passed lever check no action has cited yet -> lever
-        self.world_reports = []       # [(seq, at, value)] of the last HISTORY trusted reports: the world's input
+        self.world_reports = []       # [(seq, at, value)] of the last HISTORY trusted reports folded under a world: its input
         self.prediction = None        # (seq, record) of the prediction the next report may resolve
         self.scores = []              # [(crps, persistence's crps, covered)] of the last ROLLING scores
         self.scored = 0               # calibration scores in the ledger
@@ -3159,7 +3270,9 @@ def fold_world(state, seq, at, record, previous):
     say whether its steps fail (once per stretch) and what was predicted and scored."""
     kind = record["kind"]
     if kind == "report":
-        if record.get("status") == "trusted":
+        if record.get("status") == "trusted" and state.mandate is not None and state.mandate["world"]:
+            # kept only while a world command is in force (its only reader): a thousand ventures without one
+            # would hold 18 MiB of them; a restart folds them as they were kept
             state.world_reports.append((seq, at, record["value"]))
             del state.world_reports[:-HISTORY]
         p = state.prediction
@@ -5580,13 +5693,16 @@ class Channel:
     tell(message, later=False)  -- queue a line for avsmd (a group started or ended, a reply)
     flush(everything=False)     -- send what is queued: once per turn of the loop, or at once
     read()                      -- the messages avsmd sent, [] when none is whole yet, None once avsmd is gone
+
+    Handed the socket and commit(): nothing is told to a client before the records it answers are committed.
     """
 
-    def __init__(self, channel):
-        self.channel = channel
+    def __init__(self, channel, commit):
+        self.channel, self.commit = channel, commit
         self.reader = LineReader()
         self.outbox = []              # lines for avsmd, sent once per turn of the loop
         self.outbox_due = False       # whether a line in it must go this turn
+        self.acks_waiting = False     # whether a line in it is more than a group's start or end (commit first)
 
     def tell(self, message, later=False):
         """Queue one line for avsmd (a group started or ended, a reply); flush() sends them at the loop's end.
@@ -5597,16 +5713,14 @@ class Channel:
         """
         self.outbox.append(json.dumps(message, separators=(",", ":")))
         self.outbox_due = self.outbox_due or not later
-
-    def tell_person(self, notice):
-        """Hand a notice to avsmd, which runs the notify command for it: avsmd outlives this warden, and tells of
-        its own stop and of a ledger it cannot write even when no warden runs."""
-        if notice is not None and self.cfg.get("notify"):
-            self.tell({"notice": notice})
+        self.acks_waiting = self.acks_waiting or not ("group" in message or "ended" in message)
 
     def flush(self, everything=False):
         if not self.outbox or not (self.outbox_due or everything):
             return
+        if self.acks_waiting:           # nothing is told to a client before it is committed
+            self.commit()
+            self.acks_waiting = False
         self.outbox_due = False
         data, self.outbox = ("\n".join(self.outbox) + "\n").encode(), []
         try:
@@ -5655,12 +5769,23 @@ class RolesCalls:
 # answers requests; the kernel's rules decide, the warden carries them out.
 # =============================================================================
 
+GROUP_WINDOW = 0.05       # seconds a group commit stays open across wake-ups: at 500 reports a second, 25 a sync
+TICK_BUDGET = 0.05        # seconds of starting rounds in one tick before the warden looks at its clients again
+START_SPACING = 0.002     # seconds between the first rounds of ventures when a warden starts with many
+
+
+def start_spread(i, count, cadence):
+    """Seconds after the warden's start that the i-th of `count` ventures has its first round: spread over
+    up to a cadence, so that a thousand ventures do not all come due in the same tick for ever after (a few
+    start at once, as before)."""
+    return i / count * min(cadence, count * START_SPACING) if count else 0.0
+
 class Schedule:
     """When each venture's next round is due, soonest first (a heap, as sched.scheduler keeps its queue).
 
     enter(name, at)        -- the venture's next round is due at monotonic time `at`, replacing the time it had
     soonest(active)        -- the first due time of a venture for which active(name) holds, or None
-    pop_due(now, active)   -- yield each such venture due by `now`, taking it off the queue
+    pop_due(now, active)   -- yield (due time, venture) of each such venture due by `now`, taking it off the queue
     resume(now)            -- every venture due by `now` at the latest: the ledger takes writes again
     """
 
@@ -5684,7 +5809,7 @@ class Schedule:
             at, name = heapq.heappop(heap)
             if self.due.get(name) != at or not active(name):
                 continue
-            yield name
+            yield at, name
 
     def resume(self, now):
         for name in list(self.due):
@@ -6700,13 +6825,13 @@ class Warden:
         self.ledger = Ledger(os.path.join(home, "ledger.db"), still_ours=self.lock.lock_is_ours)
         self.ventures = {}            # name -> VentureState
         self.writer = LedgerWriter(self.ledger, self.ventures, lambda state: self.trust.count_ask(state),
-                                   self.tell_person, debug)
+                                   self.tell_person, self.refold, debug)
         self.append, self.append_together = self.writer.append, self.writer.append_together
         self.schedule = Schedule()
         self.next_nightly = next_nightly(cfg["nightly"])
         self.stopping = False
         self.sel = selectors.DefaultSelector()
-        self.avsmd = Channel(channel)
+        self.avsmd = Channel(channel, self.writer.commit)
         self.journal = GroupsJournal(home, self.lock.lock_is_ours)
         self.children = Children(home, self.sel, self.avsmd.tell, self.avsmd.flush, self.journal.journal_group,
                                  self.settle_child, debug)
@@ -6744,6 +6869,37 @@ class Warden:
             self.check_runnable(state)
             self.carry_out(state, interrupted_rule(state, time.time()))
 
+    def refold(self, first_lost):
+        """Fold every venture again from the ledger, forgetting records from seq `first_lost` on that a
+        rolled-back group commit held: nothing in memory may rest on a record the ledger does not hold.
+        The states are replaced in the one dict every room shares."""
+        old = dict(self.ventures)
+        self.ventures.clear()
+        for seq, at, record in read_records(self.ledger.db):
+            name = record.get("venture")
+            if name in (None, "self"):
+                continue
+            state = self.ventures.setdefault(name, VentureState(name))
+            fold(state, seq, at, record)
+            if record["kind"] == "mandate":     # each record folds under the mandate then in force, as at load
+                was = old.get(name)
+                if was is not None and was.mandate_seq == seq:
+                    state.mandate = was.mandate
+                else:
+                    try:
+                        state.mandate = parse_mandate(record.get("text", ""), f"mandate #{seq}")
+                    except Fail:
+                        state.mandate = None
+        for name, was in old.items():
+            state = self.ventures.setdefault(name, was)
+            if state is not was:        # what is not folded from the ledger stays as it was
+                state.mandate, state.problem, state.world_state = was.mandate, was.problem, was.world_state
+                state.ratchet_forecasts = was.ratchet_forecasts
+        self.rounds.rounds.clear()      # a round's report may be among the lost; the next round starts afresh
+        for name, job in list(self.worlds.worlds.items()):
+            if job["report"] >= first_lost:
+                del self.worlds.worlds[name]
+
     def check_runnable(self, state):
         """Parse the adopted mandate against its directory; say on stderr when it cannot run (VENTURE-14)."""
         if state.mandate_text is None:
@@ -6770,12 +6926,12 @@ class Warden:
         import time
         self.load()
         now = time.monotonic()
-        for state in self.ventures.values():
+        for i, state in enumerate(self.ventures.values()):
             if self.active(state):
-                self.schedule.enter(state.name, now)
+                self.schedule.enter(state.name, now + start_spread(i, len(self.ventures), state.mandate["cadence"]))
                 self.keeper.start_keep(state)
         while True:
-            timeout = self.next_wakeup(time.monotonic())
+            timeout = self.writer.group_wait(self.next_wakeup(time.monotonic()))
             for key, _ in self.sel.select(timeout):
                 what, child = key.data
                 try:
@@ -6798,11 +6954,13 @@ class Warden:
                 self.tick(time.monotonic())
             except LedgerDown:
                 pass
+            self.writer.commit_when_due(self.stopping)     # this wake-up's records, and the next ones' for up to GROUP_WINDOW
             self.avsmd.flush()
             if self.stopping and not self.children:
                 for seq, d in list(self.decisions.escalations.items()):     # ESC-04: every escalation gets its answer
                     self.decisions.answer_escalation(d, "unusable", "avsmd stopped before the answer came")
                 self.children.end_lingering(final=True)
+                self.writer.commit(turn_ends=True)
                 self.avsmd.flush(everything=True)
                 return EX_OK
 
@@ -6860,12 +7018,21 @@ class Warden:
                         self.decisions.start_decision(state, "nightly")
                     except Fail as fail:
                         log(True, "warden", f"{state.name}: no nightly decision: {fail}")
-        # 4. the rounds that are due start; those in flight settle once read or late
-        for name in self.schedule.pop_due(now, lambda name: self.active(self.ventures[name])):
+        # 4. the rounds that are due start, each on its venture's own cadence grid (a round missed whole is not
+        #    made up in a burst), for at most TICK_BUDGET; those in flight settle once read or late
+        reporting, began = None, time.monotonic()
+        for at, name in self.schedule.pop_due(now, lambda name: self.active(self.ventures[name])):
+            if time.monotonic() - began > TICK_BUDGET:
+                self.schedule.enter(name, at)      # behind: due next turn, once a waiting client is served
+                break
+            if reporting is None:       # once per tick, not once per venture due: a thousand children run
+                reporting = {c.venture for c in self.children if c.purpose == "report"}
             state = self.ventures[name]
-            self.schedule.enter(name, now + state.mandate["cadence"])
-            if not any(c.venture == name and c.purpose == "report" for c in self.children):
-                self.rounds.start_round(state, now)    # else the report still running ends at its time limit
+            cadence = state.mandate["cadence"]
+            self.schedule.enter(name, at + cadence if at + cadence > now else now + cadence)
+            if name not in reporting:
+                self.rounds.start_round(state, now)    # else the report still running goes on to its time limit
+                reporting.add(name)
         self.rounds.settle_all(now)
         # 5. a `run` program whose back-off is over starts again
         self.keeper.start_due(now)
