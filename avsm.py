@@ -2377,6 +2377,7 @@ class VentureState:
         self.last_step = None         # the step between the last two trusted reports
         self.previous_implausible = False
         self.trusted = History()      # [(seq, value)] of the last HISTORY trusted reports
+        self.trusted_at = None        # when the last of them was written (status shows its age)
         self.sides = {}               # controller side -> {"armed": bool, "streak": [report seqs]}
         self.actions = {}             # lever -> [(seq, at)] of its runs, for caps
         self.open_asks = {}           # ask seq -> ask record
@@ -2551,6 +2552,7 @@ def fold_report(state, seq, at, record):
         state.ran_since = []
         state.trusted.append((seq, value))
         del state.trusted[:-HISTORY]
+        state.trusted_at = at
     elif status == "unconfirmed":
         state.pending = (seq, value)
     else:
@@ -7512,7 +7514,7 @@ def status_row(state, now, keep=None, cfg=None, ascii=False):
         note = backend_note(m, cfg)
         if "no call is made" in note or "no decision is made" in note:      # open point 42: status says so
             why = (why + "; " if why else "") + note
-    last = state.world_reports[-1] if state.world_reports else None
+    last = state.trusted[-1][1] if len(state.trusted) else None
     levers = ", ".join(f"{name}: {len(cap_window(state, name, now))} of {lever['cap'][0]} per "
                        f"{format_duration(lever['cap'][1])}" + (" (running)" if name in state.running else "")
                        for name, lever in m["levers"].items()) if m is not None else ""
@@ -7524,8 +7526,8 @@ def status_row(state, now, keep=None, cfg=None, ascii=False):
                                               if state.open_asks else "")
     if m is not None and predicts(m):       # issue 11 item 8: how well avsm knows this venture's world, at a glance
         asks += "  calibration: " + (describe_rolling(*rolling_scores(state.scores)) if state.scores else "none scored yet")
-    return StatusRow(state.name, condition, last[2] if last else None, now - last[1] if last else None,
-                     sparkline([v for _, _, v in state.world_reports[-SPARK_WIDTH:]], ascii), levers, asks, why)
+    return StatusRow(state.name, condition, last, now - state.trusted_at if last is not None else None,
+                     sparkline([v for _, v in state.trusted[-SPARK_WIDTH:]], ascii), levers, asks, why)
 
 
 def format_status_rows(rows):
