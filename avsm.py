@@ -7304,8 +7304,8 @@ def sparkline(values, ascii=False):
     low, high = min(values), max(values)
     if high == low:
         return blocks[len(blocks) // 2 - 1] * len(values)
-    top = len(blocks) - 1
-    return "".join(blocks[min(top, int((v - low) / (high - low) * top + 0.5))] for v in values)
+    top, span = len(blocks) - 1, high / 2 - low / 2     # halves: a report may hold up to ±1.8e308, and their span overflows
+    return "".join(blocks[min(top, int((v / 2 - low / 2) / span * top + 0.5))] for v in values)
 
 
 def format_age(seconds):
@@ -8353,12 +8353,18 @@ def sqlite3_errors():
 
 
 def ledger_path(home):
-    """Return the ledger's path, or Fail(66) when there is none yet."""
+    """Return the ledger's path, or Fail: 73 for a home that is no directory, 66 when there is no ledger yet, 65 for a
+    directory in its place."""
+    if os.path.exists(home) and not os.path.isdir(home):
+        raise Fail(EX_CANTCREAT, f"{home} is not a directory, so it holds no ledger; move it aside or pass another --home")
     if not os.path.isdir(home):
         raise Fail(EX_NOINPUT, f"{home} does not exist; start {program_command('avsmd', home)} to make it")
     path = os.path.join(home, "ledger.db")
     if not os.path.exists(path):
         raise Fail(EX_NOINPUT, f"{home} has no ledger yet; start {program_command('avsmd', home)} to make it")
+    if os.path.isdir(path):
+        raise Fail(EX_DATAERR, f"{path} is a directory, not a ledger; move it aside (avsmd then starts a new ledger), "
+                               f"and {client_command(home)} doctor says more")
     return path
 
 
@@ -8701,6 +8707,7 @@ CHART_KINDS = ("report", "action", "outcome", "ask", "approval", "denial", "reso
 CHART_WIDTH, CHART_HEIGHT = 960, 450
 CHART_LEFT, CHART_TOP, CHART_RIGHT, CHART_BOTTOM = 76, 104, 930, 366     # the plot's edges, in pixels
 CHART_NOTE_MAX = 240          # characters of a record's summary a tooltip shows
+CHART_VALUE_MAX = sys.float_info.max / 4     # the value axis ends within it: its padded span still fits a float
 CHART_TIME_STEPS = (1, 2, 5, 10, 15, 30, 60, 120, 300, 600, 900, 1800, 3600, 7200, 10800, 21600, 43200,
                     86400, 2 * 86400, 7 * 86400, 14 * 86400, 30 * 86400, 91 * 86400, 365 * 86400)
 CHART_COLOURS = {"trusted": "#1f5fa8", "implausible": "#c0392b", "unconfirmed": "#d35400", "failed": "#7f7f7f",
@@ -8725,6 +8732,11 @@ def cmd_chart(home, args):
             since = rest.pop(0)
         elif arg.startswith("--since="):
             since = arg.split("=", 1)[1]
+        elif arg == "--":
+            names, rest = rest, []          # what follows -- is a name, even one that begins with -
+            if len(names) > 1 or (names and name is not None):
+                raise Fail(EX_USAGE, f"avsm chart charts one venture at a time; {CHART_USAGE}")
+            name = names[0] if names else name
         elif arg.startswith("-") and arg != "-":
             raise Fail(EX_USAGE, f"avsm chart does not take '{arg}'; {CHART_USAGE}")
         elif name is None:
@@ -8820,6 +8832,8 @@ def nice_step(span, most):
 def value_ticks(low, high):
     """Return (bottom, top, [(value, label)]) of the value axis: round numbers holding low..high."""
     import math
+    # the axis spans at most ±CHART_VALUE_MAX, whose span a float still holds; a report past it is off the scale
+    low, high = (min(max(v, -CHART_VALUE_MAX), CHART_VALUE_MAX) for v in (low, high))
     if high - low <= 0:
         pad = max(abs(high) * 0.1, 1.0)
         low, high = low - pad, high + pad
@@ -8935,8 +8949,8 @@ def chart_svg(name, mandates, records, span="in the ledger"):
     def x(at):
         return CHART_LEFT + (at - t0) / (t1 - t0) * (CHART_RIGHT - CHART_LEFT)
 
-    def y(value):
-        return CHART_BOTTOM - (value - bottom) / (top - bottom) * (CHART_BOTTOM - CHART_TOP)
+    def y(value):       # in halves: a report may hold up to ±1.8e308, and its distance to the axis overflows
+        return CHART_BOTTOM - (value / 2 - bottom / 2) / (top / 2 - bottom / 2) * (CHART_BOTTOM - CHART_TOP)
 
     metric = next((m["metric"] for _, _, _, m in reversed(shown) if m), None) or reports[-1][2].get("metric") or "metric"
     counts = (f"{len(trusted)} trusted report{'s' if len(trusted) != 1 else ''}, {len(apart)} marked apart, "
@@ -9651,7 +9665,8 @@ def run_client(args):
     if verb == "status":                # a venture named after -- is a name, even one that begins with -
         return cmd_status(resolve_home(home), options, names)
     try:
-        return CLIENT_COMMANDS[verb](resolve_home(home), options + names)
+        # chart reads its own options, so it is handed the -- that ends them (a venture named -h is chart -- -h)
+        return CLIENT_COMMANDS[verb](resolve_home(home), rest if verb == "chart" else options + names)
     except Exception as err:
         if type(err).__module__ == "sqlite3" or isinstance(err, json.JSONDecodeError):     # not a ledger, or a record not JSON
             raise Fail(EX_DATAERR, f"{ledger_path(resolve_home(home))} cannot be read: {err}; "

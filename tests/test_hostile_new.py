@@ -1,0 +1,155 @@
+"""A hostile or careless user against what landed with issues 14 and 15: `avsm summary`, the one-line
+`avsm status` with its sparkline (avsmd running and stopped), `avsm chart`, and the homes and ledgers they
+read. Each bad input gets a precise error and the spec's exit code, no traceback, and leaves the ledger and
+the running avsmd unharmed.
+
+One real avsmd runs for the module: `big`, whose report prints the largest finite numbers a report may hold
+(a report's own number is only kept finite, not held to 1e300), alternating in sign, and `counter`."""
+
+import math
+import os
+import re
+import shutil
+import sqlite3
+import tempfile
+import xml.etree.ElementTree as ET
+
+import pytest
+
+from conftest import Avsm, check_ledger_safety, make_venture
+
+BIG = """\
+purpose: Keep the size under ten.
+metric: size
+controller: {kind: threshold, above: 10, action: shrink}
+cadence: 1s
+permitted:
+  - {name: shrink, run: ./shrink, cap: 1/hour, reversible: true}
+"""
+# the largest finite float and its negative, then 1e300 and 0, for ever
+BIG_REPORT = r"""#!/bin/sh
+n=$(cat count 2>/dev/null || echo 0); n=$((n + 1)); echo $n > count
+case $((n % 4)) in
+1) echo 1.7976931348623157e308;; 2) echo -1.7976931348623157e308;; 3) echo 1e300;; *) echo 0;;
+esac
+"""
+COUNTER = """\
+purpose: Count.
+metric: count
+controller: {kind: threshold, above: 1000, action: reset}
+cadence: 1s
+permitted:
+  - {name: reset, run: ./reset, cap: 1/hour, reversible: true}
+"""
+NUMBER_ATTRS = ("x", "y", "x1", "x2", "y1", "y2", "cx", "cy", "width", "height", "r")
+
+
+@pytest.fixture(scope="module")
+def av(bindir):
+    top = tempfile.mkdtemp(prefix="avq", dir="/tmp")
+    a = Avsm(bindir, os.path.join(top, "h"))
+    a.env = {k: v for k, v in a.env.items() if k not in ("LC_ALL", "LC_CTYPE", "LANG")}
+    a.env["LANG"] = "C.UTF-8"
+    a.top = top
+    big = make_venture(top, "big", BIG, {"report": BIG_REPORT, "shrink": "#!/bin/sh\nexit 0\n"})
+    counter = make_venture(top, "counter", COUNTER, {"report": "#!/bin/sh\necho 3\n", "reset": "#!/bin/sh\nexit 0\n"})
+    try:
+        a.start()
+        assert a.cli("add", big).returncode == 0 and a.cli("add", counter).returncode == 0
+        a.wait_for(lambda rs: sum(1 for _, _, r in rs if r["kind"] == "report" and r["venture"] == "big"
+                                  and r["status"] == "trusted") >= 4, timeout=30, what="big's four trusted reports")
+        yield a
+        assert a.proc.poll() is None, "avsmd died: " + a.stderr()
+        code, _ = a.stop()
+        assert code == 0, a.stderr()
+        check_ledger_safety(a.home)
+    finally:
+        if a.proc is not None and a.proc.poll() is None:
+            a.stop()
+        shutil.rmtree(top, ignore_errors=True)
+
+
+def no_traceback(r):
+    assert "Traceback" not in r.stderr and "bug in avsm" not in r.stderr, r.stderr
+    return r
+
+
+def test_status_with_a_venture_at_the_largest_floats(av):
+    """Issue 14 item 4, CLI-*: a report of ±1.7976931348623157e308 (finite, so kept) leaves `avsm status` whole:
+    one line per venture with its sparkline, exit 0, for that venture and every other; before, avsmd refused the
+    whole status as a bug (70) for every venture."""
+    r = no_traceback(av.cli("status"))
+    assert r.returncode == 0, r
+    lines = {line.split(":")[0]: line for line in r.stdout.splitlines() if re.match(r"^\w+: ", line)}
+    assert set(lines) >= {"big", "counter"}
+    assert re.search(r"[▁▂▃▄▅▆▇█]{4}", lines["big"]), lines["big"]
+    for args in (("status", "big"), ("status", "-v")):
+        r = no_traceback(av.cli(*args))
+        assert r.returncode == 0 and re.search(r"^big: \w+ ", r.stdout, re.M), r
+
+
+def test_status_from_the_ledger_with_the_largest_floats(av):
+    """Issue 14 item 4, EXIT-*: with no avsmd answering (the ledger copied to a home of its own), status still
+    prints what the ledger holds for the extreme venture and exits 69, no traceback."""
+    other = Avsm(av.bindir, os.path.join(av.top, "copy"), env={"LANG": "C.UTF-8"})
+    os.makedirs(other.home)
+    src = sqlite3.connect(os.path.join(av.home, "ledger.db"))
+    dst = sqlite3.connect(os.path.join(other.home, "ledger.db"))
+    src.backup(dst)
+    src.close(), dst.close()
+    r = no_traceback(other.cli("status"))
+    assert r.returncode == 69 and re.search(r"^big: \w+ .*[▁▂▃▄▅▆▇█]{4}", r.stdout, re.M), r
+
+
+def test_chart_of_the_largest_floats_is_an_svg_of_finite_numbers(av):
+    """Issue 14 item 5: `avsm chart` of a venture whose reports reach ±1.7976931348623157e308 writes an SVG that
+    parses, every coordinate a finite number, each trusted report a point; before, an OverflowError traceback."""
+    r = no_traceback(av.cli("chart", "big"))
+    assert r.returncode == 0, r
+    root = ET.fromstring(r.stdout)
+    for el in root.iter():
+        for attr in NUMBER_ATTRS:
+            if el.get(attr) is not None:
+                assert math.isfinite(float(el.get(attr))), (el.tag, attr, el.get(attr))
+    line = root.find("{http://www.w3.org/2000/svg}polyline[@class='trusted-line']")
+    for point in line.get("points").split():
+        assert all(math.isfinite(float(v)) for v in point.split(",")), point
+
+
+def test_chart_takes_a_name_after_double_dash(av):
+    """README (Commands: `--` ends the options), CLI-*: `avsm chart -- -h` names a venture `-h`: there is none,
+    so 65 saying so, not 64 for an option chart does not take."""
+    r = no_traceback(av.cli("chart", "--", "-h"))
+    assert r.returncode == 65 and "no venture is named '-h'" in r.stderr, r
+    r = av.cli("chart", "--since", "1", "--", "big")
+    assert r.returncode == 0 and r.stdout.startswith("<svg"), r
+
+
+def test_a_home_that_is_a_file(av, workdir):
+    """README exit codes: 73 is a home that is not a directory. summary, chart and tail on a home that is a file
+    say so (they said it did not exist, 66)."""
+    path = os.path.join(workdir, "afile")
+    with open(path, "w") as fh:
+        fh.write("x\n")
+    other = Avsm(av.bindir, path)
+    for args in (("summary",), ("chart", "big"), ("tail",)):
+        r = no_traceback(other.cli(*args))
+        assert r.returncode == 73 and "is not a directory" in r.stderr and "does not exist" not in r.stderr, (args, r)
+
+
+def test_a_ledger_that_is_a_directory(av, workdir):
+    """EXIT-*: a ledger.db that is a directory is refused with 65 naming it a directory (it said 'disk I/O
+    error'), for summary and chart alike."""
+    home = os.path.join(workdir, "h")
+    os.makedirs(os.path.join(home, "ledger.db"))
+    other = Avsm(av.bindir, home)
+    for args in (("summary",), ("chart", "big")):
+        r = no_traceback(other.cli(*args))
+        assert r.returncode == 65 and "is a directory" in r.stderr, (args, r)
+
+
+def test_the_daemon_is_unharmed(av):
+    """After every hostile call above, avsmd still answers and big still reports."""
+    n = len(av.records())
+    av.wait_for(lambda rs: len(rs) > n + 2, timeout=10, what="more records")
+    assert av.cli("status").returncode == 0
