@@ -113,7 +113,7 @@ DURATION_MAX = 36500 * 86400    # 100 years: past it a duration is a typo, and c
 
 def parse_duration(text):
     """Return the seconds in a duration: one positive whole number and one unit (10s, 5m, 2h, 1d)."""
-    s = str(text).strip()
+    s = text.strip() if isinstance(text, str) else json.dumps(text)     # YAML's null is null here, not Python's None
     one = re.fullmatch(r"([0-9]+)([smhd])", s)
     if one and 0 < int(one[1]) * DURATION_UNITS[one[2]] <= DURATION_MAX:
         return int(one[1]) * DURATION_UNITS[one[2]]

@@ -153,3 +153,15 @@ def test_the_daemon_is_unharmed(av):
     n = len(av.records())
     av.wait_for(lambda rs: len(rs) > n + 2, timeout=10, what="more records")
     assert av.cli("status").returncode == 0
+
+
+@pytest.mark.parametrize("value, shown", [("null", "'null'"), ("[5s]", """'["5s"]'"""), ("{a: 1}", """'{"a": 1}'"""),
+                                          ("true", "'true'")])
+def test_a_timeout_that_is_not_text_is_shown_as_written(av, workdir, value, shown):
+    """Issue 15 item 3 (a reading's own `timeout:`), CLI-*: `avsmd -t DIR` refuses a guard's `timeout:` that is
+    not a duration with 65 at its line, showing the value in YAML's words (null, ["5s"]), not Python's
+    ('None', "['5s']")."""
+    d = make_venture(workdir, "t", COUNTER + f"guards:\n  - {{name: g, run: ./g, above: 5, then: pause, timeout: {value}}}\n",
+                     {"report": "#!/bin/sh\necho 3\n", "reset": "#!/bin/sh\nexit 0\n", "g": "#!/bin/sh\necho 1\n"})
+    r = no_traceback(av.daemon_cmd("-t", d))
+    assert r.returncode == 65 and "mandate.yaml:8:48: " in r.stderr and f"{shown} is not a duration" in r.stderr, r
