@@ -7216,13 +7216,18 @@ class Notifier:
                 if not child.drain(pipe):
                     child.open_pipes.discard(pipe)
             status = child.poll()
-            if status is None:
+            # the command exited, but what it started (`sleep 300 &`) runs on in its group: within the same limit
+            behind = status is not None and signal_group(child.pgid, 0)
+            if status is None or behind:
                 if child.kill_at is not None and now >= child.kill_at:
                     signal_group(child.pgid, 9)
                     child.kill_at = now + KILL_GRACE
-                elif child.deadline is not None and now >= child.deadline:
-                    child.terminate("timeout", now)     # running -> stopping: TERM now, KILL at the deadline
-                continue
+                    if status is None:          # what it left behind is settled now: only a zombie outlives KILL
+                        continue
+                else:
+                    if child.deadline is not None and now >= child.deadline:
+                        child.terminate("timeout", now)     # running -> stopping: TERM now, KILL at the deadline
+                    continue
             self.running.remove(run)
             for pipe in child.open_pipes:
                 child.drain(pipe)

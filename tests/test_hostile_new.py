@@ -12,11 +12,12 @@ import re
 import shutil
 import sqlite3
 import tempfile
+import time
 import xml.etree.ElementTree as ET
 
 import pytest
 
-from conftest import Avsm, check_ledger_safety, make_venture
+from conftest import Avsm, check_ledger_safety, make_venture, stat_fields
 
 BIG = """\
 purpose: Keep the size under ten.
@@ -51,6 +52,16 @@ def av(bindir):
     a.env = {k: v for k, v in a.env.items() if k not in ("LC_ALL", "LC_CTYPE", "LANG")}
     a.env["LANG"] = "C.UTF-8"
     a.top = top
+    # the notify command tells of big's asks (it is stuck at its cap), leaving a member of its group behind
+    # that would sleep for five minutes; it saves that member's pid and the event
+    notify = os.path.join(top, "notify")
+    with open(notify, "w") as fh:
+        fh.write(f"#!/bin/sh\necho \"$AVSM_EVENT\" >> {top}/events\n"
+                 f"sh -c 'echo $$ >> {top}/behind; exec sleep 300' </dev/null >/dev/null 2>&1 &\nexit 0\n")
+    os.chmod(notify, 0o755)
+    os.makedirs(a.home)
+    with open(os.path.join(a.home, "config.yaml"), "w") as fh:
+        fh.write(f"notify: {{run: {notify}, timeout: 2s}}\n")
     big = make_venture(top, "big", BIG, {"report": BIG_REPORT, "shrink": "#!/bin/sh\nexit 0\n"})
     counter = make_venture(top, "counter", COUNTER, {"report": "#!/bin/sh\necho 3\n", "reset": "#!/bin/sh\nexit 0\n"})
     try:
@@ -165,3 +176,17 @@ def test_a_timeout_that_is_not_text_is_shown_as_written(av, workdir, value, show
                      {"report": "#!/bin/sh\necho 3\n", "reset": "#!/bin/sh\nexit 0\n", "g": "#!/bin/sh\necho 1\n"})
     r = no_traceback(av.daemon_cmd("-t", d))
     assert r.returncode == 65 and "mandate.yaml:8:48: " in r.stderr and f"{shown} is not a duration" in r.stderr, r
+
+
+def test_what_a_notify_command_leaves_behind_ends_at_its_time_limit(av):
+    """Issue 14 item 2 (the notify command runs like any other program of avsm: own process group, time limit):
+    a notify script that exits at once but leaves `sleep 300` running in its group has that member ended at
+    its time limit (2 s here, TERM then KILL), not left to outlive the notice and avsmd; the next notice is told."""
+    behind = os.path.join(av.top, "behind")
+    av.wait_for(lambda rs: os.path.exists(behind) and open(behind).read().split(), timeout=20, what="a notice told")
+    first = int(open(behind).read().split()[0])
+    deadline = time.monotonic() + 2 + 7 + 5
+    while time.monotonic() < deadline and stat_fields(first) is not None and stat_fields(first)[0] != b"Z":
+        time.sleep(0.1)
+    assert stat_fields(first) is None or stat_fields(first)[0] == b"Z", f"pid {first} outlived the notify's 2 s limit"
+    av.wait_for(lambda rs: len(open(behind).read().split()) >= 2, timeout=20, what="the next notice told")
