@@ -1951,6 +1951,16 @@ def chain_hash(prev, seq, at, text):
     return hashlib.sha256(f"{prev}\n{seq}\n{at}\n{text}".encode()).hexdigest()
 
 
+def load_record(text, seq=None):
+    """Return the record stored as `text`, or raise json.JSONDecodeError (as for text that does not parse) when it
+    is JSON but no object: a ledger written by hand, which readers refuse as unreadable, not as a bug in avsm."""
+    record = json.loads(text)
+    if not isinstance(record, dict):
+        raise json.JSONDecodeError(f"record {'#' + str(seq) + ' ' if seq else ''}is {shown_value(record, 40)}, "
+                                   f"not a JSON object", text, 0)
+    return record
+
+
 def record_problem(text):
     """Return why a stored record does not read (open point 51), or None."""
     try:
@@ -2041,7 +2051,7 @@ def read_records(db, since=0, upto=None, venture=None):
     if upto is not None:
         sql, args = sql + " AND seq <= ?", args + [upto]
     for seq, at, text in db.execute(sql + " ORDER BY seq", args):
-        record = json.loads(text)
+        record = load_record(text, seq)
         if venture is None or record.get("venture") == venture:
             yield seq, at, record
 
@@ -8454,7 +8464,7 @@ def summary_rows(db, since):
     like = " OR ".join(f"record LIKE '%\"kind\":\"{kind}\"%'" for kind in SUMMARY_BEFORE_KINDS)
     folded = set()
     for (text,) in db.execute("SELECT record FROM records WHERE record LIKE '%\"kind\":\"mandate\"%'"):
-        record = json.loads(text)
+        record = load_record(text)
         if record.get("kind") == "mandate" and expects_effects(parsed_or_none(parse_mandate, record, 0)):
             folded.add(record.get("venture"))
     clause, values = like, []
@@ -8463,10 +8473,10 @@ def summary_rows(db, since):
         values.append(f'%"venture":{json.dumps(name)}%')
     for seq, at, text in db.execute(f"SELECT seq, at, record FROM records WHERE seq <= ? AND ({clause}) ORDER BY seq",
                                     [since] + values):
-        yield seq, at, json.loads(text)
+        yield seq, at, load_record(text, seq)
     fullmatch = re.compile(TRUSTED_REPORT).fullmatch
     for seq, at, text in db.execute("SELECT seq, at, record FROM records WHERE seq > ? ORDER BY seq", (since,)):
-        yield seq, at, decode_record(text, fullmatch)
+        yield seq, at, decode_record(text, fullmatch, seq)
 
 
 # A trusted report as the warden writes it, in canonical JSON (keys sorted, compact, ASCII): most of a ledger,
@@ -8478,12 +8488,12 @@ TRUSTED_REPORT = (r'\{"claim":"measured","kind":"report","metric":"([^"\\]*)","n
                   r'"status":"trusted","summary":"[^"\\]*","value":(-?[0-9][0-9.eE+-]*),"venture":"([A-Za-z0-9_.-]+)"\}')
 
 
-def decode_record(text, fullmatch=None):
+def decode_record(text, fullmatch=None, seq=None):
     """Return the record stored as `text`: a trusted report by TRUSTED_REPORT (without its summary), else json.loads.
     fullmatch: TRUSTED_REPORT's, compiled once by a caller decoding many."""
     m = (fullmatch or re.compile(TRUSTED_REPORT).fullmatch)(text)
     if m is None:
-        return json.loads(text)
+        return load_record(text, seq)
     value = m[2]
     return {"kind": "report", "claim": "measured", "venture": m[3], "metric": m[1],
             "note": "", "plausible": True, "status": "trusted",
@@ -8575,7 +8585,7 @@ def cmd_why(home, args):
     row = db.execute("SELECT at, record FROM records WHERE seq = ?", (seq,)).fetchone()
     if row is None:
         raise Fail(EX_DATAERR, f"#{seq} is not in the ledger; avsm tail shows the record numbers")
-    at, record = row[0], json.loads(row[1])
+    at, record = row[0], load_record(row[1], seq)
     out(format_record_line(seq, at, record))
     proof = record.get("proof")
     if record.get("kind") != "action" or not proof:
@@ -8586,7 +8596,7 @@ def cmd_why(home, args):
         for c in cited:
             r = db.execute("SELECT at, record FROM records WHERE seq = ?", (c,)).fetchone()
             if r:
-                cited_record = json.loads(r[1])
+                cited_record = load_record(r[1], c)
                 out("  cites " + format_record_line(c, r[0], cited_record))
                 if isinstance(cited_record.get("call"), dict):
                     out(f"    call: {describe_call(cited_record)}")
@@ -8630,7 +8640,7 @@ def records_citing(db, key, seq):
     rows = db.execute("SELECT seq, at, record FROM records WHERE seq > ? AND record LIKE ? ORDER BY seq",
                       (seq, f'%"{key}":{seq}%'))       # canonical JSON is compact; the exact field is checked below
     for s, at, text in rows:
-        record = json.loads(text)
+        record = load_record(text, s)
         if record.get(key) == seq:
             yield s, at, record
 

@@ -19,6 +19,8 @@ import pytest
 
 from conftest import Avsm, check_ledger_safety, make_venture, stat_fields
 
+import avsm
+
 BIG = """\
 purpose: Keep the size under ten.
 metric: size
@@ -190,3 +192,35 @@ def test_what_a_notify_command_leaves_behind_ends_at_its_time_limit(av):
         time.sleep(0.1)
     assert stat_fields(first) is None or stat_fields(first)[0] == b"Z", f"pid {first} outlived the notify's 2 s limit"
     av.wait_for(lambda rs: len(open(behind).read().split()) >= 2, timeout=20, what="the next notice told")
+
+
+def write_ledger(home, texts):
+    """Write a ledger of these record texts, chained as avsmd chains them (a ledger edited by hand)."""
+    os.makedirs(home)
+    db = sqlite3.connect(os.path.join(home, "ledger.db"), isolation_level=None)
+    db.executescript(avsm.LEDGER_SCHEMA)
+    prev, at = avsm.ZERO_HASH, int(time.time()) - 100
+    for seq, text in enumerate(texts, 1):
+        h = avsm.chain_hash(prev, seq, at + seq, text)
+        db.execute("INSERT INTO records(seq, at, prev, hash, record) VALUES (?, ?, ?, ?, ?)", (seq, at + seq, prev, h, text))
+        prev = h
+    db.close()
+
+
+def test_a_record_that_is_json_but_no_object(av, workdir):
+    """LEDGER-*, EXIT-*: a ledger holding a record that is JSON but not an object ([1,2], 5, null), chained
+    soundly, is refused as unreadable by summary, tail and why (65, naming the record and `avsm doctor`), and
+    status with no avsmd says so and keeps 69; before, each was a traceback (70)."""
+    home = os.path.join(workdir, "h")
+    start = avsm.canonical({"kind": "start", "claim": "measured", "venture": "self", "summary": "started"})
+    report = avsm.canonical({"kind": "report", "claim": "measured", "venture": "c", "metric": "m", "value": 1,
+                             "status": "trusted", "plausible": True, "note": "", "summary": "m = 1"})
+    write_ledger(home, [start, "[1,2]", report, "null"])
+    other = Avsm(av.bindir, home)
+    for args in (("summary", "--since", "0"), ("tail",), ("why", "2")):
+        r = no_traceback(other.cli(*args))
+        assert r.returncode == 65 and "record #2 is [1, 2], not a JSON object" in r.stderr and "doctor" in r.stderr, (args, r)
+    r = no_traceback(other.cli("status"))
+    assert r.returncode == 69 and "cannot be read" in r.stderr, r
+    r = other.cli("doctor")
+    assert "record #2 does not read: it is not a JSON object" in r.stdout, r
