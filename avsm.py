@@ -8369,7 +8369,7 @@ def sqlite3_errors():
 
 def ledger_path(home):
     """Return the ledger's path, or Fail: 73 for a home that is no directory, 66 when there is no ledger yet, 65 for a
-    directory in its place."""
+    directory, a FIFO or a device in its place."""
     if os.path.exists(home) and not os.path.isdir(home):
         raise Fail(EX_CANTCREAT, f"{home} is not a directory, so it holds no ledger; move it aside or pass another --home")
     if not os.path.isdir(home):
@@ -8377,8 +8377,11 @@ def ledger_path(home):
     path = os.path.join(home, "ledger.db")
     if not os.path.exists(path):
         raise Fail(EX_NOINPUT, f"{home} has no ledger yet; start {program_command('avsmd', home)} to make it")
-    if os.path.isdir(path):
-        raise Fail(EX_DATAERR, f"{path} is a directory, not a ledger; move it aside (avsmd then starts a new ledger), "
+    if not os.path.isfile(path):         # a directory, a FIFO (whose open would wait for ever) or a device
+        import stat
+        mode = os.stat(path).st_mode
+        what = "a directory" if stat.S_ISDIR(mode) else "a FIFO" if stat.S_ISFIFO(mode) else "a socket" if stat.S_ISSOCK(mode) else "a device"
+        raise Fail(EX_DATAERR, f"{path} is {what}, not a ledger; move it aside (avsmd then starts a new ledger), "
                                f"and {client_command(home)} doctor says more")
     return path
 
@@ -9420,6 +9423,10 @@ def doctor_ledger(home, found, since):
     if not os.path.exists(path):
         found.note(f"no ledger yet at {path}; avsmd makes it at its first start")
         return
+    if not os.path.isfile(path):         # a FIFO's open would wait for ever
+        found.fail(EX_DATAERR, f"{path} is not a regular file (a directory, a FIFO or a device), so not a ledger",
+                   f"mv {path} {path}.broken   (avsmd then starts a new ledger)")
+        return
     if not os.access(path, os.R_OK | os.W_OK):
         found.fail(EX_NOPERM, f"{path} is not readable and writable by you", f"chmod 600 {path}")
     try:
@@ -9755,6 +9762,8 @@ def adopted_mandates(home):
     path = os.path.join(home, "ledger.db")
     if not os.path.exists(path):
         return []
+    if not os.path.isfile(path):         # a FIFO's open would wait for ever
+        raise ValueError("it is not a regular file (a directory, a FIFO or a device)")
     ventures = {}
     db = open_ledger_ro(path)
     for seq, at, record in read_records(db):

@@ -150,15 +150,23 @@ def test_a_home_that_is_a_file(av, workdir):
         assert r.returncode == 73 and "is not a directory" in r.stderr and "does not exist" not in r.stderr, (args, r)
 
 
-def test_a_ledger_that_is_a_directory(av, workdir):
+def test_a_ledger_that_is_a_directory_or_a_fifo(av, workdir):
     """EXIT-*: a ledger.db that is a directory is refused with 65 naming it a directory (it said 'disk I/O
-    error'), for summary and chart alike."""
-    home = os.path.join(workdir, "h")
-    os.makedirs(os.path.join(home, "ledger.db"))
-    other = Avsm(av.bindir, home)
-    for args in (("summary",), ("chart", "big")):
-        r = no_traceback(other.cli(*args))
-        assert r.returncode == 65 and "is a directory" in r.stderr, (args, r)
+    error'), and one that is a FIFO with 65 naming it a FIFO (summary, chart and tail waited for ever on its
+    open), for summary, chart and tail alike; `avsm doctor` and `avsmd -t` say it is no regular file (65), where
+    on a FIFO they too waited for ever."""
+    for what, make in (("a directory", os.makedirs), ("a FIFO", os.mkfifo)):
+        home = os.path.join(workdir, what.split()[1])
+        os.makedirs(home)
+        make(os.path.join(home, "ledger.db"))
+        other = Avsm(av.bindir, home)
+        for args in (("summary",), ("chart", "big"), ("tail",)):
+            r = no_traceback(other.cli(*args, timeout=10))
+            assert r.returncode == 65 and f"ledger.db is {what}, not a ledger" in r.stderr, (args, r)
+        r = no_traceback(other.cli("doctor", timeout=10))
+        assert r.returncode == 65 and "ledger.db is not a regular file" in r.stdout, r
+        r = no_traceback(other.daemon_cmd("-t", timeout=10))
+        assert r.returncode == 65 and "ledger.db does not read (it is not a regular file" in r.stderr, r
 
 
 def test_the_daemon_is_unharmed(av):
