@@ -8267,10 +8267,13 @@ def show_ledger_status(home, args):
     if not any(s.mandate_seq is not None for s in states.values()):
         return
     lines = status_view(states, time.time(), None, None, args.get("venture"), args["verbose"], args["ascii"])
-    out(f"avsmd is not running: nothing runs; this is what the ledger holds, to #{last[0]} at {format_local_time(last[1])}")
-    for line in lines:
-        out(line)
-    flush_out()
+    try:
+        out(f"avsmd is not running: nothing runs; this is what the ledger holds, to #{last[0]} at {format_local_time(last[1])}")
+        for line in lines:
+            out(line)
+        flush_out()
+    except BrokenPipeError:             # the reader went away (status | head -1): the 69 still says no avsmd answers
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
 
 
 def utf8_output():

@@ -11,6 +11,8 @@ import os
 import re
 import shutil
 import sqlite3
+import subprocess
+import sys
 import tempfile
 import time
 import xml.etree.ElementTree as ET
@@ -101,15 +103,33 @@ def test_status_with_a_venture_at_the_largest_floats(av):
         assert r.returncode == 0 and re.search(r"^big: \w+ ", r.stdout, re.M), r
 
 
-def test_status_from_the_ledger_with_the_largest_floats(av):
-    """Issue 14 item 4, EXIT-*: with no avsmd answering (the ledger copied to a home of its own), status still
-    prints what the ledger holds for the extreme venture and exits 69, no traceback."""
-    other = Avsm(av.bindir, os.path.join(av.top, "copy"), env={"LANG": "C.UTF-8"})
+def copy_home(av, name):
+    """A home of its own holding a copy of the module's ledger, and no avsmd."""
+    other = Avsm(av.bindir, os.path.join(av.top, name), env={"LANG": "C.UTF-8"})
     os.makedirs(other.home)
     src = sqlite3.connect(os.path.join(av.home, "ledger.db"))
     dst = sqlite3.connect(os.path.join(other.home, "ledger.db"))
     src.backup(dst)
     src.close(), dst.close()
+    return other
+
+
+def test_status_from_the_ledger_into_a_pipe_closed_early_keeps_69(av):
+    """Issue 14 item 4 (with avsmd stopped, status shows the ledger and its exit code stays 69), EXIT-*: a reader
+    that goes away at once (`avsm status | head -1`) ends the ledger's lines quietly, but the exit stays 69, no
+    avsmd answering; before, the closed pipe made it 0, as if avsmd ran."""
+    other = copy_home(av, "piped")
+    p = subprocess.Popen([sys.executable, os.path.join(av.bindir, "avsm"), "--home", other.home, "status", "-v"],
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=other.env)
+    p.stdout.close()                    # before avsm writes its first line
+    err = p.stderr.read().decode()
+    assert p.wait(timeout=30) == 69 and "no avsmd is running" in err and "Traceback" not in err, err
+
+
+def test_status_from_the_ledger_with_the_largest_floats(av):
+    """Issue 14 item 4, EXIT-*: with no avsmd answering (the ledger copied to a home of its own), status still
+    prints what the ledger holds for the extreme venture and exits 69, no traceback."""
+    other = copy_home(av, "copy")
     r = no_traceback(other.cli("status"))
     assert r.returncode == 69 and re.search(r"^big: \w+ .*[▁▂▃▄▅▆▇█]{4}", r.stdout, re.M), r
 
