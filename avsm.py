@@ -1524,6 +1524,7 @@ ANTHROPIC_VERSION = "2026-10-21"   # the anthropic-version header unless a backe
 MAX_TOKENS = 16000                 # an anthropic call's max_tokens unless the backend says: room for effort: high
                                    # to think and still answer, and about what 120 s can bring back
 FORECAST_DEFAULT = {"days": 30, "seeds": 16}
+CONFIG_ENV_MAX = 128 * 1024 - len("AVSM_CONFIG=") - 1     # Linux's limit on one environment string, less the name
 NOTIFY_TIMEOUT = 30                # seconds a notify command may take unless `notify: {timeout: ...}` says
 NOTIFY_EXAMPLE = 'notify: "mail -s avsm you@example.com"'
 PACKET_FORECAST = {"days": 7, "seeds": 8}       # a decision packet's, unless the config says
@@ -1602,6 +1603,12 @@ def parse_config(text, source="config.yaml"):
             c.fail(("adapters", name, "from"), "from is one address on one line, as in ops@example.com")
     cfg["research"] = c.text(doc.get("research"), ("research",), "research", required=False)
     cfg["notify"] = parse_notify(c, doc.get("notify"))
+    size = len(json.dumps(cfg))
+    if size > CONFIG_ENV_MAX:       # avsmd could not start its warden: the exec would fail (E2BIG)
+        key = max(cfg, key=lambda k: len(json.dumps(cfg[k])))
+        c.fail((key,), f"the config is {size // 1024} KiB once read, most of it in {key}; avsmd hands it to its "
+                       f"warden in one environment variable, which holds at most {CONFIG_ENV_MAX // 1024} KiB: "
+                       f"shorten {key} (a long command goes in a script of its own)")
     return cfg
 
 

@@ -252,3 +252,19 @@ def test_a_record_that_is_json_but_no_object(av, workdir):
     assert r.returncode == 69 and "cannot be read" in r.stderr, r
     r = other.cli("doctor")
     assert "record #2 does not read: it is not a JSON object" in r.stdout, r
+
+
+def test_a_config_too_large_to_hand_to_the_warden(av, workdir):
+    """Issue 14 item 2 (`avsmd -t` shows the notify command), CONFIG-*, EXIT-*: a notify command of 300 KB makes
+    a config that avsmd cannot hand to its warden (one environment variable holds at most 128 KiB on Linux), so
+    `avsmd -t` and avsmd itself refuse it with 78 at the key, naming the fix, and leave no socket; before, -t said
+    it held and avsmd died with a traceback (OSError E2BIG), its socket left behind."""
+    home = os.path.join(workdir, "h")
+    os.makedirs(home)
+    with open(os.path.join(home, "config.yaml"), "w") as fh:
+        fh.write('notify: "echo ' + "x" * 300_000 + '"\n')
+    other = Avsm(av.bindir, home)
+    for args in (("-t",), ()):
+        r = no_traceback(other.daemon_cmd(*args, timeout=20))
+        assert r.returncode == 78 and "config.yaml:1:1: the config is 293 KiB once read, most of it in notify" in r.stderr, (args, r)
+    assert not os.path.exists(os.path.join(home, "sock"))
