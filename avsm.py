@@ -2091,9 +2091,12 @@ def ledger_problem(db):
 
 
 def format_local_time(at):
-    """Return unix time `at` as local YYYY-MM-DDTHH:MM:SS+hh:mm."""
+    """Return unix time `at` as local YYYY-MM-DDTHH:MM:SS+hh:mm (past what the C library can show, as @SECONDS)."""
     import time
-    t = time.localtime(at)
+    try:
+        t = time.localtime(at)
+    except (OverflowError, OSError, ValueError):     # a time no clock wrote: a ledger edited by hand
+        return f"@{at}"
     off = t.tm_gmtoff or 0
     sign = "-" if off < 0 else "+"
     return time.strftime("%Y-%m-%dT%H:%M:%S", t) + f"{sign}{abs(off) // 3600:02d}:{abs(off) % 3600 // 60:02d}"

@@ -222,12 +222,13 @@ def test_what_a_notify_command_leaves_behind_ends_at_its_time_limit(av):
     av.wait_for(lambda rs: len(open(behind).read().split()) >= 2, timeout=20, what="the next notice told")
 
 
-def write_ledger(home, texts):
-    """Write a ledger of these record texts, chained as avsmd chains them (a ledger edited by hand)."""
+def write_ledger(home, texts, at=None):
+    """Write a ledger of these record texts, chained as avsmd chains them (a ledger edited by hand), the first
+    at unix time `at` + 1 (100 s ago unless given), one a second."""
     os.makedirs(home)
     db = sqlite3.connect(os.path.join(home, "ledger.db"), isolation_level=None)
     db.executescript(avsm.LEDGER_SCHEMA)
-    prev, at = avsm.ZERO_HASH, int(time.time()) - 100
+    prev, at = avsm.ZERO_HASH, int(time.time()) - 100 if at is None else at
     for seq, text in enumerate(texts, 1):
         h = avsm.chain_hash(prev, seq, at + seq, text)
         db.execute("INSERT INTO records(seq, at, prev, hash, record) VALUES (?, ?, ?, ?, ?)", (seq, at + seq, prev, h, text))
@@ -268,3 +269,19 @@ def test_a_config_too_large_to_hand_to_the_warden(av, workdir):
         r = no_traceback(other.daemon_cmd(*args, timeout=20))
         assert r.returncode == 78 and "config.yaml:1:1: the config is 293 KiB once read, most of it in notify" in r.stderr, (args, r)
     assert not os.path.exists(os.path.join(home, "sock"))
+
+
+def test_a_time_no_clock_can_show(av, workdir):
+    """LEDGER-*, EXIT-*: records whose `at` is past what the C library's localtime can show (2**62, a ledger
+    edited by hand) are shown as @SECONDS by tail, why, summary and status with avsmd stopped (69), no
+    traceback (it was an OSError from localtime, 70)."""
+    home = os.path.join(workdir, "h")
+    mandate = avsm.canonical({"kind": "mandate", "claim": "declared", "venture": "c", "directory": workdir,
+                              "text": COUNTER, "sha256": avsm.text_sha256(COUNTER), "summary": "adopted c"})
+    report = avsm.canonical({"kind": "report", "claim": "measured", "venture": "c", "metric": "count", "value": 1,
+                             "status": "trusted", "plausible": True, "note": "", "summary": "count = 1"})
+    write_ledger(home, [mandate, report], at=2 ** 62)
+    other = Avsm(av.bindir, home)
+    for args, code in ((("tail",), 0), (("why", "2"), 0), (("summary", "--since", "0"), 0), (("status",), 69)):
+        r = no_traceback(other.cli(*args))
+        assert r.returncode == code and f"@{2 ** 62 + 2}" in r.stdout, (args, r)
