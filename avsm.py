@@ -113,7 +113,7 @@ DURATION_MAX = 36500 * 86400    # 100 years: past it a duration is a typo, and c
 
 def parse_duration(text):
     """Return the seconds in a duration: one positive whole number and one unit (10s, 5m, 2h, 1d)."""
-    s = str(text).strip()
+    s = text.strip() if isinstance(text, str) else json.dumps(text)     # YAML's null is null here, not Python's None
     one = re.fullmatch(r"([0-9]+)([smhd])", s)
     if one and 0 < int(one[1]) * DURATION_UNITS[one[2]] <= DURATION_MAX:
         return int(one[1]) * DURATION_UNITS[one[2]]
@@ -1524,6 +1524,7 @@ ANTHROPIC_VERSION = "2026-10-21"   # the anthropic-version header unless a backe
 MAX_TOKENS = 16000                 # an anthropic call's max_tokens unless the backend says: room for effort: high
                                    # to think and still answer, and about what 120 s can bring back
 FORECAST_DEFAULT = {"days": 30, "seeds": 16}
+CONFIG_ENV_MAX = 128 * 1024 - len("AVSM_CONFIG=") - 1     # Linux's limit on one environment string, less the name
 NOTIFY_TIMEOUT = 30                # seconds a notify command may take unless `notify: {timeout: ...}` says
 NOTIFY_EXAMPLE = 'notify: "mail -s avsm you@example.com"'
 PACKET_FORECAST = {"days": 7, "seeds": 8}       # a decision packet's, unless the config says
@@ -1602,6 +1603,12 @@ def parse_config(text, source="config.yaml"):
             c.fail(("adapters", name, "from"), "from is one address on one line, as in ops@example.com")
     cfg["research"] = c.text(doc.get("research"), ("research",), "research", required=False)
     cfg["notify"] = parse_notify(c, doc.get("notify"))
+    size = len(json.dumps(cfg))
+    if size > CONFIG_ENV_MAX:       # avsmd could not start its warden: the exec would fail (E2BIG)
+        key = max(cfg, key=lambda k: len(json.dumps(cfg[k])))
+        c.fail((key,), f"the config is {size // 1024} KiB once read, most of it in {key}; avsmd hands it to its "
+                       f"warden in one environment variable, which holds at most {CONFIG_ENV_MAX // 1024} KiB: "
+                       f"shorten {key} (a long command goes in a script of its own)")
     return cfg
 
 
@@ -1954,6 +1961,16 @@ def chain_hash(prev, seq, at, text):
     return hashlib.sha256(f"{prev}\n{seq}\n{at}\n{text}".encode()).hexdigest()
 
 
+def load_record(text, seq=None):
+    """Return the record stored as `text`, or raise json.JSONDecodeError (as for text that does not parse) when it
+    is JSON but no object: a ledger written by hand, which readers refuse as unreadable, not as a bug in avsm."""
+    record = json.loads(text)
+    if not isinstance(record, dict):
+        raise json.JSONDecodeError(f"record {'#' + str(seq) + ' ' if seq else ''}is {shown_value(record, 40)}, "
+                                   f"not a JSON object", text, 0)
+    return record
+
+
 def record_problem(text):
     """Return why a stored record does not read (open point 51), or None."""
     try:
@@ -2079,7 +2096,7 @@ def read_records(db, since=0, upto=None, venture=None):
     if upto is not None:
         sql, args = sql + " AND seq <= ?", args + [upto]
     for seq, at, text in db.execute(sql + " ORDER BY seq", args):
-        record = json.loads(text)
+        record = load_record(text, seq)
         if venture is None or record.get("venture") == venture:
             yield seq, at, record
 
@@ -2112,9 +2129,12 @@ def ledger_problem(db):
 
 
 def format_local_time(at):
-    """Return unix time `at` as local YYYY-MM-DDTHH:MM:SS+hh:mm."""
+    """Return unix time `at` as local YYYY-MM-DDTHH:MM:SS+hh:mm (past what the C library can show, as @SECONDS)."""
     import time
-    t = time.localtime(at)
+    try:
+        t = time.localtime(at)
+    except (OverflowError, OSError, ValueError):     # a time no clock wrote: a ledger edited by hand
+        return f"@{at}"
     off = t.tm_gmtoff or 0
     sign = "-" if off < 0 else "+"
     return time.strftime("%Y-%m-%dT%H:%M:%S", t) + f"{sign}{abs(off) // 3600:02d}:{abs(off) % 3600 // 60:02d}"
@@ -7385,13 +7405,18 @@ class Notifier:
                 if not child.drain(pipe):
                     child.open_pipes.discard(pipe)
             status = child.poll()
-            if status is None:
+            # the command exited, but what it started (`sleep 300 &`) runs on in its group: within the same limit
+            behind = status is not None and signal_group(child.pgid, 0)
+            if status is None or behind:
                 if child.kill_at is not None and now >= child.kill_at:
                     signal_group(child.pgid, 9)
                     child.kill_at = now + KILL_GRACE
-                elif child.deadline is not None and now >= child.deadline:
-                    child.terminate("timeout", now)     # running -> stopping: TERM now, KILL at the deadline
-                continue
+                    if status is None:          # what it left behind is settled now: only a zombie outlives KILL
+                        continue
+                else:
+                    if child.deadline is not None and now >= child.deadline:
+                        child.terminate("timeout", now)     # running -> stopping: TERM now, KILL at the deadline
+                    continue
             self.running.remove(run)
             for pipe in child.open_pipes:
                 child.drain(pipe)
@@ -7473,8 +7498,8 @@ def sparkline(values, ascii=False):
     low, high = min(values), max(values)
     if high == low:
         return blocks[len(blocks) // 2 - 1] * len(values)
-    top = len(blocks) - 1
-    return "".join(blocks[min(top, int((v - low) / (high - low) * top + 0.5))] for v in values)
+    top, span = len(blocks) - 1, high / 2 - low / 2     # halves: a report may hold up to ±1.8e308, and their span overflows
+    return "".join(blocks[min(top, int((v / 2 - low / 2) / span * top + 0.5))] for v in values)
 
 
 def format_age(seconds):
@@ -8423,10 +8448,13 @@ def show_ledger_status(home, args):
     if not any(s.mandate_seq is not None for s in states.values()):
         return
     lines = status_view(states, time.time(), None, None, args.get("venture"), args["verbose"], args["ascii"])
-    out(f"avsmd is not running: nothing runs; this is what the ledger holds, to #{last[0]} at {format_local_time(last[1])}")
-    for line in lines:
-        out(line)
-    flush_out()
+    try:
+        out(f"avsmd is not running: nothing runs; this is what the ledger holds, to #{last[0]} at {format_local_time(last[1])}")
+        for line in lines:
+            out(line)
+        flush_out()
+    except BrokenPipeError:             # the reader went away (status | head -1): the 69 still says no avsmd answers
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
 
 
 def utf8_output():
@@ -8524,12 +8552,21 @@ def sqlite3_errors():
 
 
 def ledger_path(home):
-    """Return the ledger's path, or Fail(66) when there is none yet."""
+    """Return the ledger's path, or Fail: 73 for a home that is no directory, 66 when there is no ledger yet, 65 for a
+    directory, a FIFO or a device in its place."""
+    if os.path.exists(home) and not os.path.isdir(home):
+        raise Fail(EX_CANTCREAT, f"{home} is not a directory, so it holds no ledger; move it aside or pass another --home")
     if not os.path.isdir(home):
         raise Fail(EX_NOINPUT, f"{home} does not exist; start {program_command('avsmd', home)} to make it")
     path = os.path.join(home, "ledger.db")
     if not os.path.exists(path):
         raise Fail(EX_NOINPUT, f"{home} has no ledger yet; start {program_command('avsmd', home)} to make it")
+    if not os.path.isfile(path):         # a directory, a FIFO (whose open would wait for ever) or a device
+        import stat
+        mode = os.stat(path).st_mode
+        what = "a directory" if stat.S_ISDIR(mode) else "a FIFO" if stat.S_ISFIFO(mode) else "a socket" if stat.S_ISSOCK(mode) else "a device"
+        raise Fail(EX_DATAERR, f"{path} is {what}, not a ledger; move it aside (avsmd then starts a new ledger), "
+                               f"and {client_command(home)} doctor says more")
     return path
 
 
@@ -8614,7 +8651,7 @@ def summary_rows(db, since):
     like = " OR ".join(f"record LIKE '%\"kind\":\"{kind}\"%'" for kind in SUMMARY_BEFORE_KINDS)
     folded = set()
     for (text,) in db.execute("SELECT record FROM records WHERE record LIKE '%\"kind\":\"mandate\"%'"):
-        record = json.loads(text)
+        record = load_record(text)
         if record.get("kind") == "mandate" and expects_effects(parsed_or_none(parse_mandate, record, 0)):
             folded.add(record.get("venture"))
     clause, values = like, []
@@ -8623,10 +8660,10 @@ def summary_rows(db, since):
         values.append(f'%"venture":{json.dumps(name)}%')
     for seq, at, text in db.execute(f"SELECT seq, at, record FROM records WHERE seq <= ? AND ({clause}) ORDER BY seq",
                                     [since] + values):
-        yield seq, at, json.loads(text)
+        yield seq, at, load_record(text, seq)
     fullmatch = re.compile(TRUSTED_REPORT).fullmatch
     for seq, at, text in db.execute("SELECT seq, at, record FROM records WHERE seq > ? ORDER BY seq", (since,)):
-        yield seq, at, decode_record(text, fullmatch)
+        yield seq, at, decode_record(text, fullmatch, seq)
 
 
 # A trusted report as the warden writes it, in canonical JSON (keys sorted, compact, ASCII): most of a ledger,
@@ -8638,12 +8675,12 @@ TRUSTED_REPORT = (r'\{"claim":"measured","kind":"report","metric":"([^"\\]*)","n
                   r'"status":"trusted","summary":"[^"\\]*","value":(-?[0-9][0-9.eE+-]*),"venture":"([A-Za-z0-9_.-]+)"\}')
 
 
-def decode_record(text, fullmatch=None):
+def decode_record(text, fullmatch=None, seq=None):
     """Return the record stored as `text`: a trusted report by TRUSTED_REPORT (without its summary), else json.loads.
     fullmatch: TRUSTED_REPORT's, compiled once by a caller decoding many."""
     m = (fullmatch or re.compile(TRUSTED_REPORT).fullmatch)(text)
     if m is None:
-        return json.loads(text)
+        return load_record(text, seq)
     value = m[2]
     return {"kind": "report", "claim": "measured", "venture": m[3], "metric": m[1],
             "note": "", "plausible": True, "status": "trusted",
@@ -8735,7 +8772,7 @@ def cmd_why(home, args):
     row = db.execute("SELECT at, record FROM records WHERE seq = ?", (seq,)).fetchone()
     if row is None:
         raise Fail(EX_DATAERR, f"#{seq} is not in the ledger; avsm tail shows the record numbers")
-    at, record = row[0], json.loads(row[1])
+    at, record = row[0], load_record(row[1], seq)
     out(format_record_line(seq, at, record))
     proof = record.get("proof")
     if record.get("kind") != "action" or not proof:
@@ -8746,7 +8783,7 @@ def cmd_why(home, args):
         for c in cited:
             r = db.execute("SELECT at, record FROM records WHERE seq = ?", (c,)).fetchone()
             if r:
-                cited_record = json.loads(r[1])
+                cited_record = load_record(r[1], c)
                 out("  cites " + format_record_line(c, r[0], cited_record))
                 if isinstance(cited_record.get("call"), dict):
                     out(f"    call: {describe_call(cited_record)}")
@@ -8790,7 +8827,7 @@ def records_citing(db, key, seq):
     rows = db.execute("SELECT seq, at, record FROM records WHERE seq > ? AND record LIKE ? ORDER BY seq",
                       (seq, f'%"{key}":{seq}%'))       # canonical JSON is compact; the exact field is checked below
     for s, at, text in rows:
-        record = json.loads(text)
+        record = load_record(text, s)
         if record.get(key) == seq:
             yield s, at, record
 
@@ -8872,6 +8909,7 @@ CHART_KINDS = ("report", "action", "outcome", "ask", "approval", "denial", "reso
 CHART_WIDTH, CHART_HEIGHT = 960, 450
 CHART_LEFT, CHART_TOP, CHART_RIGHT, CHART_BOTTOM = 76, 104, 930, 366     # the plot's edges, in pixels
 CHART_NOTE_MAX = 240          # characters of a record's summary a tooltip shows
+CHART_VALUE_MAX = sys.float_info.max / 4     # the value axis ends within it: its padded span still fits a float
 CHART_TIME_STEPS = (1, 2, 5, 10, 15, 30, 60, 120, 300, 600, 900, 1800, 3600, 7200, 10800, 21600, 43200,
                     86400, 2 * 86400, 7 * 86400, 14 * 86400, 30 * 86400, 91 * 86400, 365 * 86400)
 CHART_COLOURS = {"trusted": "#1f5fa8", "implausible": "#c0392b", "unconfirmed": "#d35400", "failed": "#7f7f7f",
@@ -8896,6 +8934,11 @@ def cmd_chart(home, args):
             since = rest.pop(0)
         elif arg.startswith("--since="):
             since = arg.split("=", 1)[1]
+        elif arg == "--":
+            names, rest = rest, []          # what follows -- is a name, even one that begins with -
+            if len(names) > 1 or (names and name is not None):
+                raise Fail(EX_USAGE, f"avsm chart charts one venture at a time; {CHART_USAGE}")
+            name = names[0] if names else name
         elif arg.startswith("-") and arg != "-":
             raise Fail(EX_USAGE, f"avsm chart does not take '{arg}'; {CHART_USAGE}")
         elif name is None:
@@ -8991,6 +9034,8 @@ def nice_step(span, most):
 def value_ticks(low, high):
     """Return (bottom, top, [(value, label)]) of the value axis: round numbers holding low..high."""
     import math
+    # the axis spans at most ±CHART_VALUE_MAX, whose span a float still holds; a report past it is off the scale
+    low, high = (min(max(v, -CHART_VALUE_MAX), CHART_VALUE_MAX) for v in (low, high))
     if high - low <= 0:
         pad = max(abs(high) * 0.1, 1.0)
         low, high = low - pad, high + pad
@@ -9106,8 +9151,8 @@ def chart_svg(name, mandates, records, span="in the ledger"):
     def x(at):
         return CHART_LEFT + (at - t0) / (t1 - t0) * (CHART_RIGHT - CHART_LEFT)
 
-    def y(value):
-        return CHART_BOTTOM - (value - bottom) / (top - bottom) * (CHART_BOTTOM - CHART_TOP)
+    def y(value):       # in halves: a report may hold up to ±1.8e308, and its distance to the axis overflows
+        return CHART_BOTTOM - (value / 2 - bottom / 2) / (top / 2 - bottom / 2) * (CHART_BOTTOM - CHART_TOP)
 
     metric = next((m["metric"] for _, _, _, m in reversed(shown) if m), None) or reports[-1][2].get("metric") or "metric"
     counts = (f"{len(trusted)} trusted report{'s' if len(trusted) != 1 else ''}, {len(apart)} marked apart, "
@@ -9562,6 +9607,10 @@ def doctor_ledger(home, found, since):
     if not os.path.exists(path):
         found.note(f"no ledger yet at {path}; avsmd makes it at its first start")
         return
+    if not os.path.isfile(path):         # a FIFO's open would wait for ever
+        found.fail(EX_DATAERR, f"{path} is not a regular file (a directory, a FIFO or a device), so not a ledger",
+                   f"mv {path} {path}.broken   (avsmd then starts a new ledger)")
+        return
     if not os.access(path, os.R_OK | os.W_OK):
         found.fail(EX_NOPERM, f"{path} is not readable and writable by you", f"chmod 600 {path}")
     try:
@@ -9822,7 +9871,8 @@ def run_client(args):
     if verb == "status":                # a venture named after -- is a name, even one that begins with -
         return cmd_status(resolve_home(home), options, names)
     try:
-        return CLIENT_COMMANDS[verb](resolve_home(home), options + names)
+        # chart reads its own options, so it is handed the -- that ends them (a venture named -h is chart -- -h)
+        return CLIENT_COMMANDS[verb](resolve_home(home), rest if verb == "chart" else options + names)
     except Exception as err:
         if type(err).__module__ == "sqlite3" or isinstance(err, json.JSONDecodeError):     # not a ledger, or a record not JSON
             raise Fail(EX_DATAERR, f"{ledger_path(resolve_home(home))} cannot be read: {err}; "
@@ -9896,6 +9946,8 @@ def adopted_mandates(home):
     path = os.path.join(home, "ledger.db")
     if not os.path.exists(path):
         return []
+    if not os.path.isfile(path):         # a FIFO's open would wait for ever
+        raise ValueError("it is not a regular file (a directory, a FIFO or a device)")
     ventures = {}
     db = open_ledger_ro(path)
     for seq, at, record in read_records(db):
