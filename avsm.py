@@ -4301,6 +4301,15 @@ def next_backoff(previous):
     return min(BACKOFF_CEILING, previous * 2 or BACKOFF_FIRST)
 
 
+def child_restart_wait(previous, uptime):
+    """Return (the back-off to keep, the wait before avsmd starts its warden or roles process again): none at
+    first, doubling while it keeps dying within QUICK_DEATH; one that ran longer keeps no back-off (None)."""
+    if uptime >= QUICK_DEATH or previous is None:       # None: it has not died quickly since it last ran well
+        return (None if uptime >= QUICK_DEATH else 0), 0
+    backoff = next_backoff(previous)
+    return backoff, backoff
+
+
 def restart_rule(state, pid, status, ended_by, uptime, backoff, restarted, active):
     """Return (again, backoff, delay, records) for the kept `run` program's end: started again as `restart:`
     says; a program that dies within QUICK_DEATH of a restart waits twice as long each time, and asks once when
@@ -7697,12 +7706,8 @@ class Daemon:
     def child_backoff(self, which, started):
         """Return the wait before starting a child again: none at first, doubling while it keeps dying quickly."""
         import time
-        previous = self.backoff.get(which)          # None: it has not died quickly since it last ran well
-        if time.monotonic() - started >= QUICK_DEATH or previous is None:
-            self.backoff[which] = None if time.monotonic() - started >= QUICK_DEATH else 0
-            return 0
-        self.backoff[which] = next_backoff(previous)
-        return self.backoff[which]
+        self.backoff[which], delay = child_restart_wait(self.backoff.get(which), time.monotonic() - started)
+        return delay
 
     # ---- clients ----
     def accept(self):

@@ -464,3 +464,17 @@ def test_ranked_choices_below_the_bar_hold_the_top_and_drop_the_rest():
                                                                          (b, False, True)]
     assert "scored" in ranked[0][1] and ranked[2][2].startswith("sell not proposed: the ranking is held back")
     assert avsm.ranked_choices(led.state, [a, q]) == [(a, None, None), (q, None, None)]
+
+
+# ---- what the warden's rooms and avsmd used to decide themselves (issue 10 item 3) ----
+
+def test_child_restart_wait_doubles_while_dying_quickly():
+    """Open point 31, for avsmd's own children: a dead warden or roles process starts again at once; while it
+    keeps dying within QUICK_DEATH the wait doubles up to the ceiling; one that ran long keeps no back-off."""
+    quick, long_ = avsm.QUICK_DEATH - 1, avsm.QUICK_DEATH
+    assert avsm.child_restart_wait(None, quick) == (0, 0)
+    assert avsm.child_restart_wait(0, quick) == (avsm.BACKOFF_FIRST, avsm.BACKOFF_FIRST)
+    assert avsm.child_restart_wait(4, quick) == (8, 8)
+    assert avsm.child_restart_wait(avsm.BACKOFF_CEILING, quick) == (avsm.BACKOFF_CEILING,) * 2
+    assert avsm.child_restart_wait(64, long_) == (None, 0)
+    assert avsm.child_restart_wait(None, long_) == (None, 0)
