@@ -4310,6 +4310,25 @@ def child_restart_wait(previous, uptime):
     return backoff, backoff
 
 
+# ---- what came of a program: the record its end writes, judged from how it ended ----
+
+def lever_outcome(state, lever, seq, status, ended_by, duration, timeout, note):
+    """Return the outcome of `lever` (action #seq): ok only when it exited 0 and nothing ended it; a lever
+    stopped by a pause, its time limit or a stop is not ok, and the summary says which."""
+    ok = status == 0 and ended_by is None
+    if ended_by == "pause":
+        summary = f"{lever} stopped by the pause of {state.name} ({describe_status(status)})"
+    elif ended_by == "timeout":
+        summary = f"{lever} failed: past its time limit {format_duration(timeout)}, ended ({describe_status(status)})"
+    elif ended_by == "stop":
+        summary = f"{lever} stopped: avsmd is stopping ({describe_status(status)})"
+    else:
+        summary = f"{lever} {'ok' if ok else 'failed: ' + describe_status(status)} in {duration:g}s"
+    return {"kind": "outcome", "claim": "measured", "venture": state.name, "lever": lever, "action": seq,
+            "ok": ok, "status": describe_status(status), "ended_by": ended_by, "duration": duration,
+            "note": note, "summary": summary}
+
+
 def restart_rule(state, pid, status, ended_by, uptime, backoff, restarted, active):
     """Return (again, backoff, delay, records) for the kept `run` program's end: started again as `restart:`
     says; a program that dies within QUICK_DEATH of a restart waits twice as long each time, and asks once when
@@ -6110,18 +6129,7 @@ class Levers:
             except OSError:
                 pass
         duration = round(time.monotonic() - child.started, 3)
-        ok = status == 0 and child.ended_by is None
-        if child.ended_by == "pause":
-            summary = f"{lever} stopped by the pause of {state.name} ({describe_status(status)})"
-        elif child.ended_by == "timeout":
-            summary = f"{lever} failed: past its time limit {format_duration(child.extra['timeout'])}, ended ({describe_status(status)})"
-        elif child.ended_by == "stop":
-            summary = f"{lever} stopped: avsmd is stopping ({describe_status(status)})"
-        else:
-            summary = f"{lever} {'ok' if ok else 'failed: ' + describe_status(status)} in {duration:g}s"
-        self.append({"kind": "outcome", "claim": "measured", "venture": state.name, "lever": lever, "action": seq,
-                     "ok": ok, "status": describe_status(status), "ended_by": child.ended_by, "duration": duration,
-                     "note": child.note(), "summary": summary})
+        self.append(lever_outcome(state, lever, seq, status, child.ended_by, duration, child.extra["timeout"], child.note()))
 
 
 class Worlds:

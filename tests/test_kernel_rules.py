@@ -478,3 +478,20 @@ def test_child_restart_wait_doubles_while_dying_quickly():
     assert avsm.child_restart_wait(avsm.BACKOFF_CEILING, quick) == (avsm.BACKOFF_CEILING,) * 2
     assert avsm.child_restart_wait(64, long_) == (None, 0)
     assert avsm.child_restart_wait(None, long_) == (None, 0)
+
+
+@pytest.mark.parametrize("status, ended_by, ok, summary", [
+    (0, None, True, "lower ok in 1.5s"),
+    (3, None, False, "lower failed: exit 3 in 1.5s"),
+    (-15, "pause", False, "lower stopped by the pause of v (signal 15)"),
+    (-15, "timeout", False, "lower failed: past its time limit 30s, ended (signal 15)"),
+    (0, "stop", False, "lower stopped: avsmd is stopping (exit 0)"),
+])
+def test_lever_outcome_is_ok_only_on_exit_0_unended(status, ended_by, ok, summary):
+    """LEVER-10, LEVER-11, LEVER-12, open point 29 (DESIGN: a lever stopped by a pause, a timeout or a stop is not
+    ok): the outcome's ok and summary are judged from how the lever ended, citing its action."""
+    led = Ledger(GUARDED % "pause")
+    record = avsm.lever_outcome(led.state, "lower", 7, status, ended_by, 1.5, 30, "tail")
+    assert record == {"kind": "outcome", "claim": "measured", "venture": V, "lever": "lower", "action": 7, "ok": ok,
+                      "status": avsm.describe_status(status), "ended_by": ended_by, "duration": 1.5, "note": "tail",
+                      "summary": summary}
