@@ -2678,6 +2678,80 @@ def held_by(state):
     return None
 
 
+# ---- a reading's record: its status, plausible and summary as the judges above say ----
+
+def unread_record(state, what, name, why):
+    """Return the record of guard, audit or reading `name` not read this round (`why`): a guard not read
+    neither trips nor clears (past: null); a reading's record is inferred."""
+    record = {"kind": f"{what}.{name}", "claim": "inferred" if what == "reading" else "measured",
+              "venture": state.name, "value": None, "status": "not read", "plausible": False, "note": why,
+              "summary": f"{what} {name} not read: {why}"}
+    if what == "guard":
+        record["past"] = None             # not read: it neither trips nor clears
+    return record
+
+
+def report_record(state, value, failure):
+    """Return the metric's report record for `value` (or `failure`), judged by judge_report."""
+    m = state.mandate
+    status, note = judge_report(m, state, value, failure)
+    shown = format_number(value) if value is not None else "-"
+    summary = {"trusted": f"{m['metric']} = {shown}",
+               "unconfirmed": f"{m['metric']} = {shown} unconfirmed: {note}",
+               "implausible": f"{m['metric']} = {shown} implausible: {note}",
+               "failed": f"{m['metric']} failed: {note}"}[status]
+    return {"kind": "report", "claim": "measured", "venture": state.name, "metric": m["metric"],
+            "value": value if value == value else None, "status": status,
+            "plausible": status in ("trusted", "unconfirmed"), "note": note, "summary": summary}
+
+
+def guard_record(state, guard, value, failure, suffix=""):
+    """Return a guard's reading record for `value` (or `failure`), judged by judge_guard; `suffix` follows the
+    number in the summary (% for a drawdown)."""
+    status, past, note = judge_guard(guard, state, value, failure)
+    record = {"kind": f"guard.{guard['name']}", "claim": "measured", "venture": state.name,
+              "value": value if value is not None and value == value else None, "status": status,
+              "plausible": status in ("trusted", "unconfirmed"), "past": past if status != "failed" else None,
+              "bound": guard["bound"], "side": guard["side"]}
+    if status != "trusted":
+        record["note"] = note or status
+    way = ">" if guard["side"] == "above" else "<"
+    shown = f"{format_number(value)}{suffix}"
+    record["summary"] = (f"guard {guard['name']} = {shown}" + (f" past its bound ({way} {format_number(guard['bound'])}{suffix})" if past else "")
+                         if status == "trusted" else f"guard {guard['name']} {status}: {note}")
+    return record
+
+
+def audit_record(state, name, value, failure, text):
+    """Return audit `name`'s reading record: failed (`failure`), implausible (NaN) or trusted, its note the
+    lines its program printed above the number (AUDIT-05: never shown to a model)."""
+    lines = [line for line in text.split("\n") if line.strip()]
+    note = "\n".join(lines[:-1])[-NOTE_MAX:] if failure is None else failure
+    status = "failed" if failure else ("implausible" if value != value else "trusted")
+    return {"kind": f"audit.{name}", "claim": "measured", "venture": state.name,
+            "value": value if value == value else None, "status": status,
+            "plausible": status == "trusted", "note": note or ("" if status == "trusted" else "NaN"),
+            "summary": f"audit {name} = {format_number(value)}" if status == "trusted"
+            else f"audit {name} {status}: {note[:200]}"}
+
+
+def reading_record(state, reading, value, failure, text):
+    """Return a reading's record: inferred, read or failed; a read one keeps its fields (those its audit's
+    note names, with audit:), a failed one no note at all (READING-08)."""
+    name = reading["name"]
+    record = {"kind": f"reading.{name}", "claim": "inferred", "venture": state.name,
+              "value": value if value == value else None, "status": "failed" if failure else "read",
+              "plausible": failure is None}
+    if failure is None:
+        note = state.audits.get(reading["audit"], {}).get("note", "") if reading["audit"] else None
+        fields = reading_fields(text, note)
+        record.update(fields=" ".join(fields),
+                      summary=f"reading {name} = {format_number(value)}: {len(fields)} field(s)")
+    else:
+        record.update(summary=f"reading {name} failed")   # a failed reading keeps no note at all (READING-08)
+    return record
+
+
 # ---- what a model is shown, and what it may say ---------------------------------
 # Pure: a decision packet (built by the warden from records, never an audit) in,
 # the request texts out; a reply's bytes in, choices or the reason it is unusable out.
@@ -5758,7 +5832,7 @@ class Rounds:
         running = {(c.purpose, c.extra.get("name")) for c in self.children if c.venture == state.name}
         for what, item, start in round_plan(m, running):
             if not start:
-                self.append(self.unread_record(state, what, item["name"], "its last read is still running"))
+                self.append(unread_record(state, what, item["name"], "its last read is still running"))
                 continue
             if item.get("adapter"):
                 started = self.start_adapter(state, what, item["name"], item["adapter"], reading_limit(item))
@@ -5795,14 +5869,6 @@ class Rounds:
                 self.reading_done_values(state, what, name, None, f"could not start: {err}", "")
             return False
 
-    def unread_record(self, state, what, name, why):
-        record = {"kind": f"{what}.{name}", "claim": "inferred" if what == "reading" else "measured",
-                  "venture": state.name, "value": None, "status": "not read", "plausible": False, "note": why,
-                  "summary": f"{what} {name} not read: {why}"}
-        if what == "guard":
-            record["past"] = None             # not read: it neither trips nor clears
-        return record
-
     def report_done(self, state, child, status):
         if child.ended_by in ("pause", "stop"):
             return                      # a report cut short by a pause or a stop is no reading
@@ -5814,15 +5880,9 @@ class Rounds:
     def record_report(self, state, value, failure):
         """Judge a report and append it; drawdown guards read from it; then the round may settle."""
         m = state.mandate
-        status, note = judge_report(m, state, value, failure)
-        shown = format_number(value) if value is not None else "-"
-        summary = {"trusted": f"{m['metric']} = {shown}",
-                   "unconfirmed": f"{m['metric']} = {shown} unconfirmed: {note}",
-                   "implausible": f"{m['metric']} = {shown} implausible: {note}",
-                   "failed": f"{m['metric']} failed: {note}"}[status]
-        seq = self.append({"kind": "report", "claim": "measured", "venture": state.name, "metric": m["metric"],
-                           "value": value if value == value else None, "status": status,
-                           "plausible": status in ("trusted", "unconfirmed"), "note": note, "summary": summary})
+        record = report_record(state, value, failure)
+        status = record["status"]
+        seq = self.append(record)
         for guard in m["guards"]:
             if guard["drawdown"] is not None:
                 dd, why = drawdown_reading(guard, state, status, value)
@@ -5855,41 +5915,13 @@ class Rounds:
             self.record_guard(state, guard, value, failure)
         elif what == "audit":
             audit = next(a for a in m["audits"] if a["name"] == name)
-            lines = [line for line in text.split("\n") if line.strip()]
-            note = "\n".join(lines[:-1])[-NOTE_MAX:] if failure is None else failure
-            status = "failed" if failure else ("implausible" if value != value else "trusted")
-            self.append({"kind": f"audit.{name}", "claim": "measured", "venture": state.name,
-                         "value": value if value == value else None, "status": status,
-                         "plausible": status == "trusted", "note": note or ("" if status == "trusted" else "NaN"),
-                         "summary": f"audit {name} = {format_number(value)}" if status == "trusted"
-                         else f"audit {name} {status}: {note[:200]}"})
+            self.append(audit_record(state, audit["name"], value, failure, text))
         else:
             reading = next(r for r in m["readings"] if r["name"] == name)
-            record = {"kind": f"reading.{name}", "claim": "inferred", "venture": state.name,
-                      "value": value if value == value else None, "status": "failed" if failure else "read",
-                      "plausible": failure is None}
-            if failure is None:
-                note = state.audits.get(reading["audit"], {}).get("note", "") if reading["audit"] else None
-                fields = reading_fields(text, note)
-                record.update(fields=" ".join(fields),
-                              summary=f"reading {name} = {format_number(value)}: {len(fields)} field(s)")
-            else:
-                record.update(summary=f"reading {name} failed")   # a failed reading keeps no note at all (READING-08)
-            self.append(record)
+            self.append(reading_record(state, reading, value, failure, text))
 
     def record_guard(self, state, guard, value, failure, suffix=""):
-        status, past, note = judge_guard(guard, state, value, failure)
-        record = {"kind": f"guard.{guard['name']}", "claim": "measured", "venture": state.name,
-                  "value": value if value is not None and value == value else None, "status": status,
-                  "plausible": status in ("trusted", "unconfirmed"), "past": past if status != "failed" else None,
-                  "bound": guard["bound"], "side": guard["side"]}
-        if status != "trusted":
-            record["note"] = note or status
-        way = ">" if guard["side"] == "above" else "<"
-        shown = f"{format_number(value)}{suffix}"
-        record["summary"] = (f"guard {guard['name']} = {shown}" + (f" past its bound ({way} {format_number(guard['bound'])}{suffix})" if past else "")
-                             if status == "trusted" else f"guard {guard['name']} {status}: {note}")
-        self.append(record)
+        self.append(guard_record(state, guard, value, failure, suffix))
 
     def maybe_settle(self, state, now=None):
         import time
@@ -5900,7 +5932,7 @@ class Rounds:
         if round_["pending"] and now < round_["deadline"]:
             return
         for what, name in sorted(round_["pending"]):
-            self.append(self.unread_record(state, what, name, "slower than half a second; written when it is done"))
+            self.append(unread_record(state, what, name, "slower than half a second; written when it is done"))
         del self.rounds[state.name]
         scores = [intent.record for intent in calibration_rule(state)]      # written with the next prediction
         self.carry_out(state, settle_round(state, round_["metric"]))

@@ -495,3 +495,87 @@ def test_lever_outcome_is_ok_only_on_exit_0_unended(status, ended_by, ok, summar
     assert record == {"kind": "outcome", "claim": "measured", "venture": V, "lever": "lower", "action": 7, "ok": ok,
                       "status": avsm.describe_status(status), "ended_by": ended_by, "duration": 1.5, "note": "tail",
                       "summary": summary}
+
+
+READ = """\
+purpose: Keep sales up.
+metric: sales
+controller: {kind: model}
+cadence: 10s
+guards:
+  - {name: spend, run: ./spend, above: 100}
+audits:
+  - {name: customers, run: ./customers, worse: up}
+readings:
+  - {name: waiting, run: ./waiting, lines: address}
+  - {name: named, run: ./waiting, lines: address, audit: customers}
+"""
+
+
+def test_unread_record_neither_trips_nor_clears_a_guard():
+    """RUN-18: a guard, audit or reading still running (or slower than the round) is written as not read; a
+    guard's has past: null, a reading's is inferred."""
+    led = Ledger(READ)
+    guard = avsm.unread_record(led.state, "guard", "spend", "its last read is still running")
+    assert guard == {"kind": "guard.spend", "claim": "measured", "venture": V, "value": None, "status": "not read",
+                     "plausible": False, "note": "its last read is still running", "past": None,
+                     "summary": "guard spend not read: its last read is still running"}
+    assert avsm.unread_record(led.state, "reading", "waiting", "x")["claim"] == "inferred"
+    assert "past" not in avsm.unread_record(led.state, "audit", "customers", "x")
+
+
+def test_report_record_is_judged_by_judge_report():
+    """REPORT-06, REPORT-08, DESIGN (a failed or implausible reading has plausible: false and a non-empty note): the report's
+    status, plausible, value and summary come from judge_report; NaN is stored as null."""
+    led = Ledger(READ)
+    ok = avsm.report_record(led.state, 12.5, None)
+    assert ok == {"kind": "report", "claim": "measured", "venture": V, "metric": "sales", "value": 12.5,
+                  "status": "trusted", "plausible": True, "note": "", "summary": "sales = 12.5"}
+    failed = avsm.report_record(led.state, None, "exit 1")
+    assert (failed["status"], failed["plausible"], failed["value"], failed["summary"]) == \
+        ("failed", False, None, "sales failed: exit 1")
+    nan = avsm.report_record(led.state, float("nan"), None)
+    assert nan["status"] == "implausible" and nan["value"] is None and nan["note"] and not nan["plausible"]
+
+
+def test_guard_record_says_past_its_bound():
+    """GUARD-02, GUARD-03: a guard's reading record holds its value, bound and side, past only when read; the
+    summary says when it is past its bound; a failed reading's past is null."""
+    led = Ledger(READ)
+    guard = led.state.mandate["guards"][0]
+    past = avsm.guard_record(led.state, guard, 150, None)
+    assert past == {"kind": "guard.spend", "claim": "measured", "venture": V, "value": 150, "status": "trusted",
+                    "plausible": True, "past": True, "bound": 100, "side": "above",
+                    "summary": "guard spend = 150 past its bound (> 100)"}
+    assert avsm.guard_record(led.state, guard, 12.5, None, suffix="%")["summary"] == "guard spend = 12.5%"
+    failed = avsm.guard_record(led.state, guard, None, "exit 2")
+    assert (failed["past"], failed["note"], failed["summary"]) == (None, "exit 2", "guard spend failed: exit 2")
+
+
+def test_audit_record_keeps_its_note_and_judges_nan():
+    """AUDIT-05: an audit's record keeps the lines above its number as its note (never a model's to see); NaN is
+    implausible, a failure failed."""
+    led = Ledger(READ)
+    rec = avsm.audit_record(led.state, "customers", 3.0, None, "a@b.example\nc@d.example\n3\n")
+    assert rec == {"kind": "audit.customers", "claim": "measured", "venture": V, "value": 3.0, "status": "trusted",
+                   "plausible": True, "note": "a@b.example\nc@d.example", "summary": "audit customers = 3"}
+    nan = avsm.audit_record(led.state, "customers", float("nan"), None, "nan\n")
+    assert (nan["status"], nan["value"], nan["note"], nan["plausible"]) == ("implausible", None, "NaN", False)
+    failed = avsm.audit_record(led.state, "customers", None, "exit 1", "")
+    assert (failed["status"], failed["note"], failed["summary"]) == ("failed", "exit 1", "audit customers failed: exit 1")
+
+
+def test_reading_record_keeps_fields_and_a_failure_no_note():
+    """READING-08: a read reading keeps its address fields (with audit:, only those its audit's note names); a
+    failed one keeps no note at all."""
+    led = Ledger(READ)
+    led.add(avsm.audit_record(led.state, "customers", 1.0, None, "c@d.example\n1\n"))
+    waiting, named = led.state.mandate["readings"]
+    text = "a@b.example\nc@d.example\n2\n"
+    rec = avsm.reading_record(led.state, waiting, 2.0, None, text)
+    assert rec == {"kind": "reading.waiting", "claim": "inferred", "venture": V, "value": 2.0, "status": "read",
+                   "plausible": True, "fields": "a@b.example c@d.example", "summary": "reading waiting = 2: 2 field(s)"}
+    assert avsm.reading_record(led.state, named, 2.0, None, text)["fields"] == "c@d.example"
+    failed = avsm.reading_record(led.state, waiting, None, "exit 1", text)
+    assert failed == {"kind": "reading.waiting", "claim": "inferred", "venture": V, "value": None, "status": "failed",
+                      "plausible": False, "summary": "reading waiting failed"}
