@@ -4549,6 +4549,16 @@ def notice_message(notice, commands, home):
     return "\n".join(shown_text(line) for line in lines) + "\n", event
 
 
+def notify_failure(ended_by, status, timeout):
+    """Return how one run of the notify command failed, from what ended it and its exit status, or None when it
+    told its notice (it exited 0 and nothing ended it)."""
+    if ended_by == "timeout":
+        return f"it took longer than its time limit of {format_duration(timeout)}"
+    if ended_by == "stop":
+        return "it was still running when avsmd stopped"
+    return None if status == 0 else describe_status(status)
+
+
 def judge_notify(stretch, notice, failure, note=""):
     """Return (the stretch of failures after one run of the notify command, the record to write or None).
 
@@ -7280,13 +7290,7 @@ class Notifier:
                 os.unlink(path)
             except OSError:
                 pass
-            if child.ended_by == "timeout":
-                failure = f"it took longer than its time limit of {format_duration(self.spec['timeout'])}"
-            elif child.ended_by == "stop":
-                failure = "it was still running when avsmd stopped"
-            else:
-                failure = None if status == 0 else describe_status(status)
-            self.settle(notice, failure, child.note())
+            self.settle(notice, notify_failure(child.ended_by, status, self.spec["timeout"]), child.note())
         while self.queue and (self.stopping or not self.running):
             self.start(self.queue.pop(0))
 

@@ -579,3 +579,12 @@ def test_reading_record_keeps_fields_and_a_failure_no_note():
     failed = avsm.reading_record(led.state, waiting, None, "exit 1", text)
     assert failed == {"kind": "reading.waiting", "claim": "inferred", "venture": V, "value": None, "status": "failed",
                       "plausible": False, "summary": "reading waiting failed"}
+
+
+def test_notify_failure_from_how_the_command_ended():
+    """Issue 14 item 2: a run of the notify command told its notice only when it exited 0 unended; else the
+    failure judge_notify writes says how (its time limit, avsmd's stop, its exit status)."""
+    assert avsm.notify_failure(None, 0, 10) is None
+    assert avsm.notify_failure(None, 3, 10) == "exit 3"
+    assert avsm.notify_failure("timeout", -15, 10) == "it took longer than its time limit of 10s"
+    assert avsm.notify_failure("stop", 0, 10) == "it was still running when avsmd stopped"
