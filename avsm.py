@@ -3201,6 +3201,33 @@ def describe_forecast(metric, result, days, seeds):
     return f"forecast {format_number(days)} days x {seeds} seeds: {forecast_text(metric, result)}"
 
 
+def forecast_record(state, extra, output, status, ended_by):
+    """Return the forecast record of what the forecast program printed (`output`, bytes): inferred, which shows
+    and never authorizes; its numbers, why there is too little to forecast, or why none was made. `extra`:
+    the days, seeds, why and lever it was asked for."""
+    try:
+        result = json.loads(output) if status == 0 else None
+    except ValueError:
+        result = None
+    record = {"kind": "forecast", "claim": "inferred", "venture": state.name, "days": extra["days"],
+              "seeds": extra["seeds"], "why": extra["why"]}
+    numbers = ("median", "p10", "p90")
+    if isinstance(result, dict) and isinstance(result.get("too_little"), str):
+        record.update(note=result["too_little"][:NOTE_MAX], summary=describe_forecast(state.mandate["metric"], result, 0, 0))
+    elif isinstance(result, dict) and result.get("decimals") in (0, 1, 2) and \
+            all(type(result.get(k)) in (int, float) and abs(result[k]) < float("inf") for k in numbers):
+        record.update({k: round(result[k], result["decimals"]) + 0.0 for k in numbers},
+                      summary=describe_forecast(state.mandate["metric"], result, extra["days"], extra["seeds"]))
+        if isinstance(result.get("cut"), str):      # through the world, its calls capped
+            record.update(note=result["cut"][:NOTE_MAX], world=True, summary=record["summary"] + f" ({result['cut'][:200]})")
+    else:
+        why = "it was ended" if ended_by else f"the forecast program ended {describe_status(status)}"
+        record.update(note=why, summary=f"forecast not made: {why}")
+    if extra["lever"]:
+        record["lever"] = extra["lever"]
+    return record
+
+
 # ---- world models -----------------------------------------------------------------
 # With `world:` or `calibration:` (WORLD-05), each trusted report brings a one-step prediction of the next
 # report, an inferred record: from the world command's ensemble (open point 38) or from the built-in baseline,
@@ -3393,6 +3420,20 @@ def read_world_output(text, mandate):
     guards = out.get("guards") if isinstance(out.get("guards"), dict) else {}
     kept = {k: v for k, v in guards.items() if k in named and type(v) in (int, float) and abs(v) < float("inf")}
     return {"state": out.get("state"), "metric": float(metric), "guards": kept}, None
+
+
+def world_step_result(mandate, oversized, ended_by, status, out, err):
+    """Return (its output, None) of one world step that ended, or (None, why it failed) (open point 38): over
+    WORLD_OUTPUT_MAX, past WORLD_TIMEOUT, ended or exiting non-zero (with the tail of its standard error), or
+    printing what does not hold. `out`, `err`: what it printed."""
+    if oversized:
+        return None, f"it printed more than {WORLD_OUTPUT_MAX // 1024} KiB"
+    if ended_by == "timeout":
+        return None, f"it took longer than {WORLD_TIMEOUT} s and was ended"
+    if ended_by or status != 0:
+        tail = err.decode("utf-8", "replace").strip()[-200:]
+        return None, f"it ended {ended_by or describe_status(status)}" + (f": {tail}" if tail else "")
+    return read_world_output(out.decode("utf-8", "replace"), mandate)
 
 
 def world_input(state, lever, seed, now):
@@ -6218,27 +6259,8 @@ class Worlds:
             if child.extra["why"] == "ratchet":
                 self.raise_ratchet(state, child.extra["lever"])     # asked without the forecast cut short
             return
-        try:
-            result = json.loads(bytes(child.out)) if status == 0 else None
-        except ValueError:
-            result = None
         extra = child.extra
-        record = {"kind": "forecast", "claim": "inferred", "venture": state.name, "days": extra["days"],
-                  "seeds": extra["seeds"], "why": extra["why"]}
-        numbers = ("median", "p10", "p90")
-        if isinstance(result, dict) and isinstance(result.get("too_little"), str):
-            record.update(note=result["too_little"][:NOTE_MAX], summary=describe_forecast(state.mandate["metric"], result, 0, 0))
-        elif isinstance(result, dict) and result.get("decimals") in (0, 1, 2) and \
-                all(type(result.get(k)) in (int, float) and abs(result[k]) < float("inf") for k in numbers):
-            record.update({k: round(result[k], result["decimals"]) + 0.0 for k in numbers},
-                          summary=describe_forecast(state.mandate["metric"], result, extra["days"], extra["seeds"]))
-            if isinstance(result.get("cut"), str):      # through the world, its calls capped
-                record.update(note=result["cut"][:NOTE_MAX], world=True, summary=record["summary"] + f" ({result['cut'][:200]})")
-        else:
-            why = "it was ended" if child.ended_by else f"the forecast program ended {describe_status(status)}"
-            record.update(note=why, summary=f"forecast not made: {why}")
-        if extra["lever"]:
-            record["lever"] = extra["lever"]
+        record = forecast_record(state, extra, bytes(child.out), status, child.ended_by)
         seq = self.append(record)
         if extra["why"] == "ratchet":
             self.raise_ratchet(state, extra["lever"], seq, record["summary"])
@@ -6286,16 +6308,8 @@ class Worlds:
         if child.ended_by in ("pause", "stop", "a new mandate"):
             del self.worlds[state.name]
             return
-        out, failure = None, None
-        if child.oversized:
-            failure = f"it printed more than {WORLD_OUTPUT_MAX // 1024} KiB"
-        elif child.ended_by == "timeout":
-            failure = f"it took longer than {WORLD_TIMEOUT} s and was ended"
-        elif child.ended_by or status != 0:
-            tail = child.err.decode("utf-8", "replace").strip()[-200:]
-            failure = f"it ended {child.ended_by or describe_status(status)}" + (f": {tail}" if tail else "")
-        else:
-            out, failure = read_world_output(bytes(child.out).decode("utf-8", "replace"), state.mandate)
+        out, failure = world_step_result(state.mandate, child.oversized, child.ended_by, status, bytes(child.out),
+                                         bytes(child.err))
         if failure:
             job["failure"] = job["failure"] or failure
         else:

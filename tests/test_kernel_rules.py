@@ -588,3 +588,32 @@ def test_notify_failure_from_how_the_command_ended():
     assert avsm.notify_failure(None, 3, 10) == "exit 3"
     assert avsm.notify_failure("timeout", -15, 10) == "it took longer than its time limit of 10s"
     assert avsm.notify_failure("stop", 0, 10) == "it was still running when avsmd stopped"
+
+
+def test_forecast_record_holds_numbers_too_little_or_why_none():
+    """FORECAST-07, FORECAST-10: the forecast program's output becomes an inferred forecast record: its rounded numbers, why
+    there is too little to forecast, or why none was made (ended, a non-zero exit, output that is not JSON)."""
+    led = Ledger(READ)
+    extra = {"days": 30, "seeds": 16, "why": "ratchet", "lever": "lower"}
+    made = avsm.forecast_record(led.state, extra, b'{"median": 5.04, "p10": 2, "p90": 9, "decimals": 1}', 0, None)
+    assert {k: made[k] for k in ("kind", "claim", "median", "p10", "p90", "lever", "why")} == \
+        {"kind": "forecast", "claim": "inferred", "median": 5.0, "p10": 2.0, "p90": 9.0, "lever": "lower", "why": "ratchet"}
+    assert made["summary"].startswith("forecast 30 days x 16 seeds: ")
+    little = avsm.forecast_record(led.state, dict(extra, lever=None), b'{"too_little": "two reports"}', 0, None)
+    assert little["note"] == "two reports" and "lever" not in little and little["summary"] == "forecast: two reports"
+    ended = avsm.forecast_record(led.state, extra, b"", -15, "pause")
+    assert (ended["note"], ended["summary"]) == ("it was ended", "forecast not made: it was ended")
+    assert avsm.forecast_record(led.state, extra, b"not json", 0, None)["note"] == "the forecast program ended exit 0"
+    assert avsm.forecast_record(led.state, extra, b"{}", 2, None)["note"] == "the forecast program ended exit 2"
+
+
+def test_world_step_result_failures_and_output():
+    """WORLD-02, WORLD-03, open point 38: a world step over 64 KiB, past its time, ended or exiting non-zero fails
+    (with its standard error's tail); otherwise its output is read, dropping what is not a field."""
+    m = Ledger(READ).state.mandate
+    assert avsm.world_step_result(m, True, None, 0, b"", b"")[1] == "it printed more than 64 KiB"
+    assert avsm.world_step_result(m, False, "timeout", -15, b"", b"")[1] == "it took longer than 10 s and was ended"
+    assert avsm.world_step_result(m, False, None, 1, b"", b"oops\n") == (None, "it ended exit 1: oops")
+    assert avsm.world_step_result(m, False, "pause", -15, b"", b"") == (None, "it ended pause")
+    out, why = avsm.world_step_result(m, False, None, 0, b'{"state": 1, "metric": 3, "guards": {"spend": 4, "x": 1}, "y": 2}', b"")
+    assert why is None and out == {"state": 1, "metric": 3.0, "guards": {"spend": 4}}
