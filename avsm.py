@@ -4486,6 +4486,48 @@ def interrupted_rule(state, now):
                                 f"{lever} waits for the answer (approve: it did, deny: it did not)"})
 
 
+def backend_for(state, cfg):
+    """Return (name, backend) a venture's model decisions go to: its controller's `backend:`, else the config's
+    `default:`; raise Fail (65) when none is named, or it leaves the machine and the mandate does not say
+    escalate: offbox (no call is made)."""
+    name = state.mandate["controller"].get("backend") or cfg.get("default")
+    if not name or name not in cfg["backends"]:
+        raise Fail(EX_DATAERR, f"{state.name} names no backend: set default: in config.yaml or backend: in its controller")
+    backend = cfg["backends"][name]
+    if backend["offbox"] and state.mandate["escalate"] != "offbox":
+        raise Fail(EX_DATAERR, f"backend {name} leaves the machine, and {state.name}'s mandate does not say escalate: offbox; "
+                               "no call is made")
+    return name, backend
+
+
+def model_packet(state, recent, now, forecast, looks):
+    """Return what a model may be shown of a venture (its decision packet): never an audit reading, note or ask,
+    nor a record that cites one (AUDIT-05). `recent`: its last records [(seq, at, record)]; `forecast`: the
+    packet's forecast facts; `looks`: the model's look-ups so far and their answers."""
+    m = state.mandate
+    ctl = m["controller"]
+    hidden = {s for s, a in state.open_asks.items() if a.get("about") == "audit" or a.get("audit")}
+    records = []
+    for seq, at, record in recent:
+        if record["kind"].startswith("audit.") or record.get("about") == "audit" or record.get("ask") in hidden \
+                or record.get("audit"):
+            continue
+        records.append(f"#{seq} {format_local_time(at)} {record['claim']} {record['kind']} {record['summary']}")
+    return {"venture": state.name, "purpose": m["purpose"], "metric": m["metric"],
+            "controller": ctl["kind"], "classifier": ctl["kind"] == "classifier",
+            "levers": [{"name": n, "cap": l["cap_text"], "used": len(cap_window(state, n, now)),
+                        "reversible": l["reversible"], "delegated": l["delegated"], "takes": l["takes"]}
+                       for n, l in m["levers"].items()],
+            "forbidden": m["forbidden"], "children": [],
+            "readings": [{"name": name, "value": format_number(rec.get("value")), "fields": rec.get("fields", "")}
+                         for name, (seq, rec) in sorted(state.read.items()) if rec.get("status") == "read"],
+            "records": records,
+            "asks": [f"#{s} {a.get('lever') or '-'}: {a.get('question', a['summary'])}"
+                     for s, a in sorted(state.open_asks.items()) if a.get("about") != "audit" and not a.get("audit")],
+            "forecast": forecast,
+            "looks": looks}
+
+
 def escalation_to(state, cfg, backend, asked, stopping):
     """Return (the backend an unusable reply of `backend` is escalated to, None) or (None, why not, or None when
     there is nothing to say): ESC-01 the config's `escalate:`, once a request was built (`asked`), never the same
@@ -6421,7 +6463,7 @@ class Decisions:
     """Letting a model choose: packet -> roles -> backend -> roles -> proposals -> gate. Grants nothing.
 
     start_decision(state, by, reply_id=None)  -- begin one decision; its records say who asked for it
-    packet(state, looks), recent, look_up      -- what a model may be shown: never an audit
+    packet(state, looks), recent, look_up      -- what a model may be shown (model_packet): never an audit
     build, call_backend, got_reply, parsed     -- the steps of one decision, each a callback of the one before
     start_packet_forecast, packet_forecast_done -- with world:, the packet's forecast stepped through the world first
     backend_done(state, child, status)         -- a `command` backend ended
@@ -6447,28 +6489,7 @@ class Decisions:
     def packet(self, state, looks):
         """Return what a model may be shown of a venture: never an audit reading, note or ask."""
         import time
-        m, now = state.mandate, int(time.time())
-        ctl = m["controller"]
-        hidden = {s for s, a in state.open_asks.items() if a.get("about") == "audit" or a.get("audit")}
-        records = []
-        for seq, at, record in self.recent(state.name, 40):
-            if record["kind"].startswith("audit.") or record.get("about") == "audit" or record.get("ask") in hidden \
-                    or record.get("audit"):
-                continue
-            records.append(f"#{seq} {format_local_time(at)} {record['claim']} {record['kind']} {record['summary']}")
-        return {"venture": state.name, "purpose": m["purpose"], "metric": m["metric"],
-                "controller": ctl["kind"], "classifier": ctl["kind"] == "classifier",
-                "levers": [{"name": n, "cap": l["cap_text"], "used": len(cap_window(state, n, now)),
-                            "reversible": l["reversible"], "delegated": l["delegated"], "takes": l["takes"]}
-                           for n, l in m["levers"].items()],
-                "forbidden": m["forbidden"], "children": [],
-                "readings": [{"name": name, "value": format_number(rec.get("value")), "fields": rec.get("fields", "")}
-                             for name, (seq, rec) in sorted(state.read.items()) if rec.get("status") == "read"],
-                "records": records,
-                "asks": [f"#{s} {a.get('lever') or '-'}: {a.get('question', a['summary'])}"
-                         for s, a in sorted(state.open_asks.items()) if a.get("about") != "audit" and not a.get("audit")],
-                "forecast": self.packet_forecast(state),
-                "looks": looks}
+        return model_packet(state, self.recent(state.name, 40), int(time.time()), self.packet_forecast(state), looks)
 
     def packet_forecast(self, state):
         """The facts of the packet's forecast (FORECAST-03: 7 days by 8 seeds unless `forecast:` says);
@@ -6482,20 +6503,9 @@ class Decisions:
             (venture, count)).fetchall()
         return [(seq, at, json.loads(text)) for seq, at, text in reversed(rows)]
 
-    def backend_for(self, state):
-        """Return (name, backend) this venture's decisions go to, or raise Fail saying why none may be asked."""
-        name = state.mandate["controller"].get("backend") or self.cfg.get("default")
-        if not name or name not in self.cfg["backends"]:
-            raise Fail(EX_DATAERR, f"{state.name} names no backend: set default: in config.yaml or backend: in its controller")
-        backend = self.cfg["backends"][name]
-        if backend["offbox"] and state.mandate["escalate"] != "offbox":
-            raise Fail(EX_DATAERR, f"backend {name} leaves the machine, and {state.name}'s mandate does not say escalate: offbox; "
-                                   "no call is made")
-        return name, backend
-
     def start_decision(self, state, by, reply_id=None):
         """Begin one model decision for a venture: it grants nothing; its records say who asked for it."""
-        name, backend = self.backend_for(state)
+        name, backend = backend_for(state, self.cfg)
         self.decision_count += 1
         d = Decision(state.name, by, name, reply_id, self.decision_count)
         self.build(d)

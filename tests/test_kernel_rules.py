@@ -617,3 +617,43 @@ def test_world_step_result_failures_and_output():
     assert avsm.world_step_result(m, False, "pause", -15, b"", b"") == (None, "it ended pause")
     out, why = avsm.world_step_result(m, False, None, 0, b'{"state": 1, "metric": 3, "guards": {"spend": 4, "x": 1}, "y": 2}', b"")
     assert why is None and out == {"state": 1, "metric": 3.0, "guards": {"spend": 4}}
+
+
+def test_backend_for_the_default_or_the_controllers_and_never_offbox_unsaid():
+    """MODEL-04, ESC-08: a decision goes to the controller's backend: or the config's default:; none named, or one that
+    leaves the machine without escalate: offbox in the mandate, raises 65 and no call is made."""
+    state = Ledger(READ).state
+    cfg = {"default": "near", "backends": {"near": {"offbox": False}, "far": {"offbox": True}}}
+    assert avsm.backend_for(state, cfg) == ("near", cfg["backends"]["near"])
+    with pytest.raises(avsm.Fail) as none:
+        avsm.backend_for(state, dict(cfg, default=None))
+    assert none.value.code == avsm.EX_DATAERR and "names no backend" in str(none.value)
+    with pytest.raises(avsm.Fail) as far:
+        avsm.backend_for(state, dict(cfg, default="far"))
+    assert "leaves the machine" in str(far.value)
+    state.mandate = dict(state.mandate, escalate="offbox")
+    assert avsm.backend_for(state, dict(cfg, default="far"))[0] == "far"
+
+
+def test_model_packet_never_shows_an_audit():
+    """AUDIT-05, MODEL-01: the packet shows the recent records and open asks, but no audit reading, no audit's
+    ask, nothing that cites one; readings that were read, and each lever's runs in its cap window."""
+    led = Ledger(READ)
+    audit = led.add(avsm.audit_record(led.state, "customers", 3.0, None, "a@b.example\n3\n"))
+    ask = led.add({"kind": "ask", "claim": "measured", "venture": V, "about": "audit", "audit": "customers",
+                   "question": "q", "summary": "audit customers asks"})
+    model_ask = led.add({"kind": "ask", "claim": "inferred", "venture": V, "about": "model", "lever": None,
+                         "question": "what now?", "summary": "the model asks"})
+    r = led.add(report(5.0))
+    recent = [(seq, 1000 + seq, rec) for seq, rec in ((audit, {"kind": "audit.customers", "claim": "measured",
+                                                                "summary": "audit customers = 3"}),
+                                                       (ask, {"kind": "ask", "claim": "measured", "about": "audit",
+                                                              "summary": "audit asks"}),
+                                                       (ask + 10, {"kind": "denial", "claim": "declared", "ask": ask,
+                                                                   "summary": "denied"}),
+                                                       (r, report(5.0)))]
+    packet = avsm.model_packet(led.state, recent, 2000, {"days": 7}, [])
+    assert [line.split()[0] for line in packet["records"]] == [f"#{r}"]
+    assert packet["asks"] == [f"#{model_ask} -: what now?"]
+    assert packet["forecast"] == {"days": 7} and packet["looks"] == [] and packet["metric"] == "sales"
+    assert "a@b.example" not in repr(packet) and "customers" not in repr(packet)
