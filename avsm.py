@@ -4427,6 +4427,35 @@ def child_restart_wait(previous, uptime):
 
 # ---- what came of a program: the record its end writes, judged from how it ended ----
 
+def action_record(state, lever, verdict, summary, by, side=None, extra=None):
+    """Return the action record of a lever the gate proved (`verdict`): its proof, the basis the re-check folds
+    the ledger against, the approval and check it rests on, the controller's side and the caller's `extra`."""
+    asked = verdict.asked
+    record = {"kind": "action", "claim": "measured", "venture": state.name, "lever": lever,
+              "proof": verdict.proof, "by": by, "summary": summary, "basis": asked["basis"]}
+    record.update({k: asked[k] for k in ("approval", "check") if k in asked})
+    if side:
+        record["side"] = side
+    record.update(extra or {})
+    return record
+
+
+def fact_records(state, seq, lines):
+    """Return the inferred fact records of the research lever's action #seq: one for each line of its output
+    that is a JSON {"fact", "source"} object of strings; anything else is dropped."""
+    facts = []
+    for line in lines:
+        try:
+            item = read_json(line)
+        except (ValueError, RecursionError):
+            continue
+        if isinstance(item, dict) and isinstance(item.get("fact"), str) and isinstance(item.get("source"), str):
+            facts.append({"kind": "fact", "claim": "inferred", "venture": state.name, "action": seq,
+                          "fact": item["fact"][:TEXT_MAX], "source": item["source"][:TEXT_MAX],
+                          "summary": f"fact from {item['source'][:80]}: {item['fact'][:160]}"})
+    return facts
+
+
 def lever_outcome(state, lever, seq, status, ended_by, duration, timeout, note):
     """Return the outcome of `lever` (action #seq): ok only when it exited 0 and nothing ended it; a lever
     stopped by a pause, its time limit or a stop is not ok, and the summary says which."""
@@ -6147,13 +6176,7 @@ class Levers:
                 mail = write_mail(extra["payload"], sender)
             except ValueError as err:
                 mail_problem = f"mail.send refused the message: {err}"
-        record = {"kind": "action", "claim": "measured", "venture": state.name, "lever": lever,
-                  "proof": verdict.proof, "by": by, "summary": summary, "basis": asked["basis"]}
-        record.update({k: asked[k] for k in ("approval", "check") if k in asked})
-        if side:
-            record["side"] = side
-        record.update(extra or {})
-        seq = self.append(record, at=asked["at"])
+        seq = self.append(action_record(state, lever, verdict, summary, by, side, extra), at=asked["at"])
         if lever == "stop":
             self.pause(state, "measured", f"the stop lever (action #{seq}) paused {state.name}")
             self.append({"kind": "outcome", "claim": "measured", "venture": state.name, "lever": lever,
@@ -6230,18 +6253,10 @@ class Levers:
 
     def research_facts(self, state, child, seq):
         """Keep each {"fact", "source"} line the research command printed as an inferred fact record."""
-        kept = 0
-        for line in output_lines(child.out, child.cut)[0]:
-            try:
-                item = read_json(line)
-            except (ValueError, RecursionError):
-                continue
-            if isinstance(item, dict) and isinstance(item.get("fact"), str) and isinstance(item.get("source"), str):
-                self.append({"kind": "fact", "claim": "inferred", "venture": state.name, "action": seq,
-                             "fact": item["fact"][:TEXT_MAX], "source": item["source"][:TEXT_MAX],
-                             "summary": f"fact from {item['source'][:80]}: {item['fact'][:160]}"})
-                kept += 1
-        return kept
+        facts = fact_records(state, seq, output_lines(child.out, child.cut)[0])
+        for record in facts:
+            self.append(record)
+        return len(facts)
 
     def lever_done(self, state, child, status):
         import time

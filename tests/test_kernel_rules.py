@@ -657,3 +657,29 @@ def test_model_packet_never_shows_an_audit():
     assert packet["asks"] == [f"#{model_ask} -: what now?"]
     assert packet["forecast"] == {"days": 7} and packet["looks"] == [] and packet["metric"] == "sales"
     assert "a@b.example" not in repr(packet) and "customers" not in repr(packet)
+
+
+def test_action_record_carries_the_proof_basis_approval_and_check():
+    """LEVER-07, PROOF-02, issue 10 item 1: the action written before a run carries the gate's proof and the basis
+    the re-check needs, the approval and check it rests on, the controller's side and what the caller adds."""
+    led = Ledger(GUARDED % "pause")
+    verdict = avsm.Verdict(True, {"rule": "r", "premises": [1], "steps": [], "trigger": None},
+                           asked={"basis": {"rule": "r", "premises": [1], "steps": []}, "at": 5, "approval": 3, "check": 4})
+    record = avsm.action_record(led.state, "lower", verdict, "lower runs", "controller", "above", {"proposal": 9})
+    assert record == {"kind": "action", "claim": "measured", "venture": V, "lever": "lower", "proof": verdict.proof,
+                      "by": "controller", "summary": "lower runs", "basis": verdict.asked["basis"], "approval": 3,
+                      "check": 4, "side": "above", "proposal": 9}
+    bare = avsm.action_record(led.state, "lower", verdict._replace(asked={"basis": {}, "at": 5}), "s", "person")
+    assert set(bare) == {"kind", "claim", "venture", "lever", "proof", "by", "summary", "basis"}
+
+
+def test_fact_records_keep_only_fact_and_source_lines():
+    """LEVER-18, PROOF-03: what research brings back is kept as inferred fact records, each with its source;
+    a line that is not a {"fact", "source"} object of strings is dropped."""
+    led = Ledger(GUARDED % "pause")
+    lines = ['{"fact": "the sky is blue", "source": "https://sky.example"}', "not json", '{"fact": 1, "source": "x"}',
+             '["fact"]', '{"fact": "f", "source": "s", "extra": 1}']
+    facts = avsm.fact_records(led.state, 12, lines)
+    assert [f["fact"] for f in facts] == ["the sky is blue", "f"]
+    assert facts[0] == {"kind": "fact", "claim": "inferred", "venture": V, "action": 12, "fact": "the sky is blue",
+                        "source": "https://sky.example", "summary": "fact from https://sky.example: the sky is blue"}
