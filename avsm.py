@@ -2553,6 +2553,17 @@ def read_late(child_round, round_):
     return round_ is None or child_round != round_["number"]
 
 
+def round_unread(round_, now):
+    """Return what a round in flight settles without, sorted [(what, name)], once it settles at `now`
+    (monotonic): its metric is in and every guard, audit and reading is read, or its deadline has passed;
+    None while it still waits. Each one it settles without is written as not read, and its reading when done."""
+    if round_ is None or round_["metric"] is None:
+        return None
+    if round_["pending"] and now < round_["deadline"]:
+        return None
+    return sorted(round_["pending"])
+
+
 def timed_out_note(limit):
     """The failure of a reading program ended at its time limit."""
     return f"took longer than its time limit of {format_duration(limit)} and was ended"
@@ -6048,12 +6059,10 @@ class Rounds:
     def maybe_settle(self, state, now=None):
         import time
         round_ = self.rounds.get(state.name)
-        if round_ is None or round_["metric"] is None:
+        unread = round_unread(round_, time.monotonic() if now is None else now)
+        if unread is None:
             return
-        now = time.monotonic() if now is None else now
-        if round_["pending"] and now < round_["deadline"]:
-            return
-        for what, name in sorted(round_["pending"]):
+        for what, name in unread:
             self.append(unread_record(state, what, name, "slower than half a second; written when it is done"))
         del self.rounds[state.name]
         scores = [intent.record for intent in calibration_rule(state)]      # written with the next prediction

@@ -683,3 +683,16 @@ def test_fact_records_keep_only_fact_and_source_lines():
     assert [f["fact"] for f in facts] == ["the sky is blue", "f"]
     assert facts[0] == {"kind": "fact", "claim": "inferred", "venture": V, "action": 12, "fact": "the sky is blue",
                         "source": "https://sky.example", "summary": "fact from https://sky.example: the sky is blue"}
+
+
+def test_round_unread_settles_once_read_or_late():
+    """RUN-16, RUN-18: a round settles once its metric is in and every guard, audit and reading is read, or at
+    its deadline (half a second) without the slow ones, which are written as not read; not before its metric."""
+    assert avsm.round_unread(None, 5) is None
+    waiting = {"metric": None, "pending": set(), "deadline": 1.0, "number": 1}
+    assert avsm.round_unread(waiting, 9.0) is None                       # no metric yet: never settles
+    read = dict(waiting, metric=4)
+    assert avsm.round_unread(read, 0.1) == []                            # all read: settles at once
+    slow = dict(read, pending={("reading", "b"), ("guard", "a")})
+    assert avsm.round_unread(slow, 0.9) is None                          # waits for them until its deadline
+    assert avsm.round_unread(slow, 1.0) == [("guard", "a"), ("reading", "b")]
