@@ -3260,6 +3260,14 @@ def predicts(mandate):
     return mandate is not None and (mandate["world"] is not None or mandate["calibration"] is not None)
 
 
+def prediction_due(state, report_seq, stopping):
+    """Whether report #report_seq brings a prediction (WORLD-05): the venture predicts, is not paused, avsmd is
+    not stopping, and the report is its last and trusted."""
+    report = state.last_report
+    return predicts(state.mandate) and not state.paused and not stopping and report is not None \
+        and report[0] == report_seq and report[2].get("status") == "trusted"
+
+
 def calibration_kind(mandate):
     """`calibration.<metric>`; a metric read by an adapter (words and a URL) is named `metric`."""
     metric = mandate["metric"]
@@ -6336,9 +6344,8 @@ class Worlds:
         transaction with the round's `scores`; or an ensemble of world steps, each in a group of its own with
         its seed, its record written when all are done."""
         import time
-        m, report, records = state.mandate, state.last_report, list(scores)
-        if not predicts(m) or state.paused or self.stopping() or report is None or report[0] != report_seq \
-                or report[2].get("status") != "trusted":
+        m, records = state.mandate, list(scores)
+        if not prediction_due(state, report_seq, self.stopping()):
             return self.append_together(records)
         lever = state.ran_since[0] if state.ran_since else None
         if m["world"] is None:

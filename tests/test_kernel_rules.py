@@ -696,3 +696,22 @@ def test_round_unread_settles_once_read_or_late():
     slow = dict(read, pending={("reading", "b"), ("guard", "a")})
     assert avsm.round_unread(slow, 0.9) is None                          # waits for them until its deadline
     assert avsm.round_unread(slow, 1.0) == [("guard", "a"), ("reading", "b")]
+
+
+WORLDLY = READ.replace("cadence: 10s\n", "cadence: 10s\ncalibration: 0.1\n")
+
+
+def test_prediction_due_on_the_last_trusted_report_only():
+    """WORLD-05: with calibration: (or world:) the last trusted report brings a prediction; not an untrusted or
+    older one, not while paused or while avsmd stops, and never without either key."""
+    led = Ledger(WORLDLY)
+    first = led.add(report(5.0))
+    assert avsm.prediction_due(led.state, first, False)
+    assert not avsm.prediction_due(led.state, first, True)
+    second = led.add(report(6.0, status="implausible"))
+    assert not avsm.prediction_due(led.state, second, False) and not avsm.prediction_due(led.state, first, False)
+    led.add({"kind": "pause", "claim": "declared", "venture": V, "summary": "paused"})
+    third = led.add(report(7.0))
+    assert not avsm.prediction_due(led.state, third, False)
+    plain = Ledger(READ)
+    assert not avsm.prediction_due(plain.state, plain.add(report(5.0)), False)
