@@ -2629,6 +2629,16 @@ def guards_past(state):
     return [(name, info["episode"]) for name, info in state.guards.items() if info["past"]]
 
 
+def still_past_lines(state):
+    """Return the lines `avsm resume` adds for each guard still past its bound (PAUSE-03): it pauses the venture
+    again at its next reading (then: pause), or keeps every lever but stop and its unwind from running."""
+    then = {g["name"]: g["then"] for g in state.mandate["guards"]} if state.mandate else {}
+    return [f"guard {name} still reads past its bound (since #{episode}); "
+            + (f"it will pause {state.name} again at its next reading" if then.get(name, "pause") == "pause"
+               else "no lever but stop and its unwind runs until it is back inside")
+            for name, episode in guards_past(state)]
+
+
 def fold_audit(state, seq, record):
     name = record["kind"][len("audit."):]
     info = state.audits.setdefault(name, {"values": [], "last": None, "note": ""})
@@ -4430,6 +4440,16 @@ def canary_result(state, seq, ask, approved):
             f"#{seq} denied (it was a canary ask: thank you for reading)")
 
 
+def denial_record(state, seq, ask):
+    """Return a person's denial of ask #seq: declared; a lever's names it, a canary's does not (the canary
+    record says what the answer showed)."""
+    if ask.get("canary"):
+        return {"kind": "denial", "claim": "declared", "venture": state.name, "ask": seq,
+                "summary": f"a person denied ask #{seq}"}
+    return {"kind": "denial", "claim": "declared", "venture": state.name, "ask": seq, "lever": ask.get("lever"),
+            "summary": f"a person denied ask #{seq}" + (f" ({ask['lever']})" if ask.get("lever") else "")}
+
+
 def next_backoff(previous):
     """Return the next wait of a back-off: the first, then doubling, up to the ceiling (open point 31)."""
     return min(BACKOFF_CEILING, previous * 2 or BACKOFF_FIRST)
@@ -4532,6 +4552,18 @@ def interrupted_rule(state, now):
                      "question": f"did {lever} happen?",
                      "summary": f"did {lever} happen? action #{action_seq} was running when the warden ended; "
                                 f"{lever} waits for the answer (approve: it did, deny: it did not)"})
+
+
+def decide_problem(state):
+    """Return why `avsm decide` may not run a venture's model decision now (65), or None: it cannot run, no
+    model decides for it, or it is paused."""
+    if state.mandate is None:
+        return f"{state.name} cannot run: {state.problem}"
+    if not decided_by_model(state.mandate):
+        return f"{state.name}'s controller is {state.mandate['controller']['kind']}: no model decides for it"
+    if state.paused:
+        return f"{state.name} is paused; resume it first"
+    return None
 
 
 def backend_for(state, cfg):
@@ -7023,12 +7055,9 @@ class Warden:
 
     def do_decide(self, args, err):
         state = self.venture(args.get("venture"))
-        if state.mandate is None:
-            raise Fail(EX_DATAERR, f"{state.name} cannot run: {state.problem}")
-        if not decided_by_model(state.mandate):
-            raise Fail(EX_DATAERR, f"{state.name}'s controller is {state.mandate['controller']['kind']}: no model decides for it")
-        if state.paused:
-            raise Fail(EX_DATAERR, f"{state.name} is paused; resume it first")
+        problem = decide_problem(state)
+        if problem:
+            raise Fail(EX_DATAERR, problem)
         self.decisions.start_decision(state, "person", reply_id=args["__id"])
         return None                 # answered when the decision is done
 
@@ -7217,12 +7246,9 @@ class Warden:
 
     def do_deny(self, args, err):
         state, seq, ask = self.find_ask(args)
+        self.append(denial_record(state, seq, ask))
         if ask.get("canary"):
-            self.append({"kind": "denial", "claim": "declared", "venture": state.name, "ask": seq,
-                         "summary": f"a person denied ask #{seq}"})
             return self.trust.canary_answer(state, seq, ask, approved=False)
-        self.append({"kind": "denial", "claim": "declared", "venture": state.name, "ask": seq, "lever": ask.get("lever"),
-                     "summary": f"a person denied ask #{seq}" + (f" ({ask['lever']})" if ask.get("lever") else "")})
         return [f"#{seq} denied"]
 
     def do_pause(self, args, err):
@@ -7239,11 +7265,7 @@ class Warden:
             return [f"{state.name} is not paused"]
         self.append({"kind": "resume", "claim": "declared", "venture": state.name, "summary": f"a person resumed {state.name}"})
         self.check_runnable(state)
-        then = {g["name"]: g["then"] for g in state.mandate["guards"]} if state.mandate else {}
-        still = [f"guard {name} still reads past its bound (since #{episode}); "
-                 + (f"it will pause {state.name} again at its next reading" if then.get(name, "pause") == "pause"
-                    else "no lever but stop and its unwind runs until it is back inside")
-                 for name, episode in guards_past(state)]
+        still = still_past_lines(state)
         if state.mandate is None:
             return [f"{state.name} resumed, but it cannot run: {state.problem}"]
         self.schedule.enter(state.name, time.monotonic())

@@ -715,3 +715,43 @@ def test_prediction_due_on_the_last_trusted_report_only():
     assert not avsm.prediction_due(led.state, third, False)
     plain = Ledger(READ)
     assert not avsm.prediction_due(plain.state, plain.add(report(5.0)), False)
+
+
+def test_still_past_lines_say_what_a_guard_does_after_resume():
+    """PAUSE-03: resuming while a guard still reads past its bound goes through and says the guard pauses the
+    venture again (then: pause), or that only stop and its unwind run (then: ask)."""
+    led = Ledger(GUARDED % "pause")
+    assert avsm.still_past_lines(led.state) == []
+    first = led.guard(150, True)
+    assert avsm.still_past_lines(led.state) == [
+        f"guard spend still reads past its bound (since #{first}); it will pause v again at its next reading"]
+    asking = Ledger(GUARDED % "ask")
+    first = asking.guard(150, True)
+    assert avsm.still_past_lines(asking.state) == [
+        f"guard spend still reads past its bound (since #{first}); no lever but stop and its unwind runs until "
+        "it is back inside"]
+
+
+def test_decide_problem_says_why_no_decision_runs():
+    """MODEL-01, DESIGN (avsm decide runs that venture's model decision now): refused for a venture that cannot
+    run, one no model decides for, and a paused one."""
+    led = Ledger(READ)
+    assert avsm.decide_problem(led.state) is None
+    led.add({"kind": "pause", "claim": "declared", "venture": V, "summary": "paused"})
+    assert avsm.decide_problem(led.state) == "v is paused; resume it first"
+    assert avsm.decide_problem(Ledger(GUARDED % "pause").state) == \
+        "v's controller is threshold: no model decides for it"
+    broken = Ledger(READ).state
+    broken.mandate, broken.problem = None, "its directory /srv/v is not there"
+    assert avsm.decide_problem(broken) == "v cannot run: its directory /srv/v is not there"
+
+
+def test_denial_record_names_the_lever_but_not_a_canarys():
+    """ASK-03: a denial is a declared record citing its ask, naming the ask's lever; a canary's names none."""
+    state = Ledger(READ).state
+    assert avsm.denial_record(state, 4, {"lever": "wipe"}) == {
+        "kind": "denial", "claim": "declared", "venture": V, "ask": 4, "lever": "wipe",
+        "summary": "a person denied ask #4 (wipe)"}
+    assert avsm.denial_record(state, 4, {"about": "guard"})["summary"] == "a person denied ask #4"
+    assert avsm.denial_record(state, 5, {"lever": "wipe", "canary": True}) == {
+        "kind": "denial", "claim": "declared", "venture": V, "ask": 5, "summary": "a person denied ask #5"}
