@@ -4608,6 +4608,28 @@ def model_packet(state, recent, now, forecast, looks):
             "looks": looks}
 
 
+def reply_failure(run, oversized, ended_by, status):
+    """Return why a `command` backend's reply cannot be used (over REPLY_MAX, ended, a non-zero exit), or None."""
+    if oversized:
+        return f"the reply is bigger than {REPLY_MAX // 1024} KiB"
+    if ended_by or status != 0:
+        return f"{run} ended: {ended_by or describe_status(status)}"
+    return None
+
+
+def unusable_record(state, backend, by, why, call):
+    """Return the record of `backend`'s unusable reply (it changes nothing, ESC-06): why, the provider's refusal
+    with its category when it declined, and what else the provider said of the call."""
+    record = {"kind": "unusable", "claim": "measured", "venture": state.name, "backend": backend,
+              "by": by, "why": why[:NOTE_MAX], "summary": f"the reply of {backend} is unusable: {why[:200]}"}
+    call = dict(call or {})
+    if "declined" in call:
+        record["declined"] = call.pop("declined")     # a refusal keeps its text and the provider's category
+    if call:
+        record["call"] = call
+    return record
+
+
 def escalation_to(state, cfg, backend, asked, stopping):
     """Return (the backend an unusable reply of `backend` is escalated to, None) or (None, why not, or None when
     there is nothing to say): ESC-01 the config's `escalate:`, once a request was built (`asked`), never the same
@@ -6659,12 +6681,8 @@ class Decisions:
     def backend_done(self, state, child, status):
         d = child.extra["decision"]
         os.unlink(child.extra["request_file"])
-        if child.oversized:
-            return self.got_reply(d, None, f"the reply is bigger than {REPLY_MAX // 1024} KiB")
-        if child.ended_by or status != 0:
-            return self.got_reply(d, None, f"{self.cfg['backends'][d.backend]['run']} ended: "
-                                           f"{child.ended_by or describe_status(status)}")
-        self.got_reply(d, bytes(child.out), None)
+        why = reply_failure(self.cfg["backends"][d.backend]["run"], child.oversized, child.ended_by, status)
+        self.got_reply(d, None if why else bytes(child.out), why)
 
     def results_ready(self, wake):
         try:
@@ -6718,14 +6736,7 @@ class Decisions:
     def unusable(self, d, why):
         """An unusable reply changes nothing; with escalate: in the config, the second backend is asked the same question."""
         state = self.ventures[d.venture]
-        record = {"kind": "unusable", "claim": "measured", "venture": state.name, "backend": d.backend,
-                  "by": d.by, "why": why[:NOTE_MAX], "summary": f"the reply of {d.backend} is unusable: {why[:200]}"}
-        call = dict(d.call or {})
-        if "declined" in call:
-            record["declined"] = call.pop("declined")     # a refusal keeps its text and the provider's category
-        if call:
-            record["call"] = call
-        seq = self.append(record)
+        seq = self.append(unusable_record(state, d.backend, d.by, why, d.call))
         d.lines.append(f"#{seq} unusable: {why[:200]}")
         if d.escalation is not None:
             self.answer_escalation(d, "unusable")

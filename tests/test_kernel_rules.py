@@ -636,7 +636,7 @@ def test_backend_for_the_default_or_the_controllers_and_never_offbox_unsaid():
 
 
 def test_model_packet_never_shows_an_audit():
-    """AUDIT-05, MODEL-01: the packet shows the recent records and open asks, but no audit reading, no audit's
+    """AUDIT-05, MODEL-11, MODEL-12: the packet shows the recent records and open asks, but no audit reading, no audit's
     ask, nothing that cites one; readings that were read, and each lever's runs in its cap window."""
     led = Ledger(READ)
     audit = led.add(avsm.audit_record(led.state, "customers", 3.0, None, "a@b.example\n3\n"))
@@ -755,3 +755,24 @@ def test_denial_record_names_the_lever_but_not_a_canarys():
     assert avsm.denial_record(state, 4, {"about": "guard"})["summary"] == "a person denied ask #4"
     assert avsm.denial_record(state, 5, {"lever": "wipe", "canary": True}) == {
         "kind": "denial", "claim": "declared", "venture": V, "ask": 5, "summary": "a person denied ask #5"}
+
+
+def test_reply_failure_of_a_command_backend():
+    """MODEL-23, ESC-01: a command backend's reply over 256 KiB, or one that was ended or exited non-zero, is
+    unusable; one that exited 0 is read."""
+    assert avsm.reply_failure("./model", True, None, 0) == "the reply is bigger than 256 KiB"
+    assert avsm.reply_failure("./model", False, "timeout", -15) == "./model ended: timeout"
+    assert avsm.reply_failure("./model", False, None, 2) == "./model ended: exit 2"
+    assert avsm.reply_failure("./model", False, None, 0) is None
+
+
+def test_unusable_record_keeps_a_refusal_and_the_call():
+    """ESC-06: an unusable reply is written (it changes nothing), keeping a provider's refusal apart from the
+    rest of what it said of the call; a short why in the summary."""
+    state = Ledger(READ).state
+    record = avsm.unusable_record(state, "near", "nightly", "declined: no", {"declined": {"text": "no"}, "model": "m"})
+    assert record == {"kind": "unusable", "claim": "measured", "venture": V, "backend": "near", "by": "nightly",
+                      "why": "declined: no", "summary": "the reply of near is unusable: declined: no",
+                      "declined": {"text": "no"}, "call": {"model": "m"}}
+    bare = avsm.unusable_record(state, "near", "person", "x" * 3000, None)
+    assert "call" not in bare and "declined" not in bare and len(bare["why"]) == avsm.NOTE_MAX
