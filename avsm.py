@@ -3887,6 +3887,20 @@ def write_mail(message, sender):
     return Mail(text, dropped)
 
 
+def mail_to_send(spec, cfg, payload):
+    """Return (mail, why not): the Mail a mail.send lever pipes for `payload`, or None and why it cannot be sent
+    (read only then): mail.send needs adapters: mail: in config.yaml (CONFIG-07) and a text payload that
+    write_mail can send as it stands."""
+    mail, problem = None, "mail.send needs adapters: mail: in config.yaml and a text payload"
+    sender = (cfg["adapters"].get("mail") or {}).get("from")
+    if spec is not None and spec["run"] == "mail.send" and sender and isinstance(payload, str):
+        try:
+            mail = write_mail(payload, sender)
+        except ValueError as err:
+            problem = f"mail.send refused the message: {err}"
+    return mail, problem
+
+
 def fold_ledger(states, seq, at, record, parse=None):
     """Fold one record into its venture's state in `states` (parsing an adopted mandate); return the state or None."""
     name = record.get("venture")
@@ -6240,13 +6254,7 @@ class Levers:
         if spec is not None and spec["check"] and not checked:
             return self.start_check(state, lever, verdict, summary, by, side, extra)
         asked = verdict.asked
-        mail, mail_problem = None, "mail.send needs adapters: mail: in config.yaml and a text payload"
-        sender = (self.cfg["adapters"].get("mail") or {}).get("from")
-        if spec is not None and spec["run"] == "mail.send" and sender and isinstance((extra or {}).get("payload"), str):
-            try:
-                mail = write_mail(extra["payload"], sender)
-            except ValueError as err:
-                mail_problem = f"mail.send refused the message: {err}"
+        mail, mail_problem = mail_to_send(spec, self.cfg, (extra or {}).get("payload"))
         seq = self.append(action_record(state, lever, verdict, summary, by, side, extra), at=asked["at"])
         if lever == "stop":
             self.pause(state, "measured", f"the stop lever (action #{seq}) paused {state.name}")

@@ -776,3 +776,17 @@ def test_unusable_record_keeps_a_refusal_and_the_call():
                       "declined": {"text": "no"}, "call": {"model": "m"}}
     bare = avsm.unusable_record(state, "near", "person", "x" * 3000, None)
     assert "call" not in bare and "declined" not in bare and len(bare["why"]) == avsm.NOTE_MAX
+
+
+def test_mail_to_send_needs_the_adapter_and_a_message_that_holds():
+    """CONFIG-07, issue 17 item 1: mail.send sends only with adapters: mail: (its from:) and a text payload that
+    write_mail can send; otherwise its outcome is not started, saying why."""
+    spec = {"name": "notify", "takes": "text", "run": "mail.send", "budget": None}
+    cfg = {"adapters": {"mail": {"command": "sendmail -t -i", "from": "me@example.com"}}}
+    mail, _ = avsm.mail_to_send(spec, cfg, "Subject: hi\n\nbody\n")
+    assert mail is not None and mail.text.startswith("From: me@example.com\n")
+    none, why = avsm.mail_to_send(spec, {"adapters": {}}, "Subject: hi\n\nbody\n")
+    assert none is None and why == "mail.send needs adapters: mail: in config.yaml and a text payload"
+    assert avsm.mail_to_send(spec, cfg, {"not": "text"})[0] is None
+    bad, why = avsm.mail_to_send(spec, cfg, "no headers at all")
+    assert bad is None and why.startswith("mail.send refused the message: ")
