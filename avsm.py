@@ -4431,6 +4431,23 @@ def ratchet_ask(state, lever, path, new, why, forecast_seq=None, forecast_line=N
             "forecast": forecast_seq, "summary": f"self proposes delegating {lever} after {state.approvals[lever]} approvals"}
 
 
+def approve_problem(state, seq):
+    """Return why `avsm approve` of ask #seq is refused before anything is written (65), or None: a paused
+    venture's approval would be spent without running (ASK-09)."""
+    if state.paused:
+        return (f"{state.name} is paused, so approving #{seq} would spend it without running; "
+                f"resume it first (avsm resume {state.name})")
+    return None
+
+
+def ratchet_change_problem(state, mandate):
+    """Return why the mandate change a ratchet ask carries may not be adopted, or None: a change proposed by self
+    may not add escalate: offbox (SELF-03, ESC-09)."""
+    if mandate["escalate"] == "offbox" and state.mandate["escalate"] != "offbox":
+        return "a change proposed by self may not add escalate: offbox; only you can, by editing the mandate"
+    return None
+
+
 def canary_ask(state, asks_seen, every):
     """Return the known-answer ask due after every `every` asks (canary_asks), or None: a forbidden (or made-up)
     irreversible lever, which a person who reads the ask denies."""
@@ -6507,8 +6524,9 @@ class Trust:
         if not new:
             raise Fail(EX_DATAERR, f"ask #{seq} carries no mandate change; edit {path} by hand and run avsm add")
         mandate = parse_mandate(new, path, state.directory)
-        if mandate["escalate"] == "offbox" and state.mandate["escalate"] != "offbox":
-            raise Fail(EX_DATAERR, "a change proposed by self may not add escalate: offbox; only you can, by editing the mandate")
+        problem = ratchet_change_problem(state, mandate)
+        if problem:
+            raise Fail(EX_DATAERR, problem)
         self.append({"kind": "approval", "claim": "declared", "venture": state.name, "ask": seq, "about": "ratchet",
                      "summary": f"a person approved delegating {ask['lever']} (ask #{seq})"})
         with open(path + ".avsm-new", "w", encoding="utf-8") as fh:
@@ -7220,9 +7238,9 @@ class Warden:
     def do_approve(self, args, err):
         import time
         state, seq, ask = self.find_ask(args)
-        if state.paused:
-            raise Fail(EX_DATAERR, f"{state.name} is paused, so approving #{seq} would spend it without running; "
-                                   f"resume it first (avsm resume {state.name})")
+        problem = approve_problem(state, seq)
+        if problem:
+            raise Fail(EX_DATAERR, problem)
         if ask.get("canary"):
             return self.trust.canary_answer(state, seq, ask, approved=True)
         if ask.get("about") == "ratchet":

@@ -790,3 +790,21 @@ def test_mail_to_send_needs_the_adapter_and_a_message_that_holds():
     assert avsm.mail_to_send(spec, cfg, {"not": "text"})[0] is None
     bad, why = avsm.mail_to_send(spec, cfg, "no headers at all")
     assert bad is None and why.startswith("mail.send refused the message: ")
+
+
+def test_approve_problem_while_paused():
+    """ASK-09: approving an ask of a paused venture is refused, saying to resume first; the approval is not spent."""
+    led = Ledger(READ)
+    assert avsm.approve_problem(led.state, 4) is None
+    led.add({"kind": "pause", "claim": "declared", "venture": V, "summary": "paused"})
+    assert avsm.approve_problem(led.state, 4) == \
+        "v is paused, so approving #4 would spend it without running; resume it first (avsm resume v)"
+
+
+def test_ratchet_change_problem_refuses_adding_offbox():
+    """SELF-03, ESC-09: a mandate change proposed by self may not add escalate: offbox; one that keeps it may."""
+    state = Ledger(READ).state
+    assert avsm.ratchet_change_problem(state, dict(state.mandate)) is None
+    assert "may not add escalate: offbox" in avsm.ratchet_change_problem(state, dict(state.mandate, escalate="offbox"))
+    state.mandate = dict(state.mandate, escalate="offbox")
+    assert avsm.ratchet_change_problem(state, dict(state.mandate)) is None
