@@ -4543,6 +4543,13 @@ def lever_outcome(state, lever, seq, status, ended_by, duration, timeout, note):
             "note": note, "summary": summary}
 
 
+def run_start_record(state, pid, restart):
+    """Return the start record of the kept `run` program, pid `pid`: started, or restarted after an exit."""
+    what = "restarted" if restart else "started"
+    return {"kind": "start", "claim": "measured", "venture": state.name, "pid": pid,
+            "command": state.mandate["run"], "summary": f"run {what} (pid {pid})"}
+
+
 def restart_rule(state, pid, status, ended_by, uptime, backoff, restarted, active):
     """Return (again, backoff, delay, records) for the kept `run` program's end: started again as `restart:`
     says; a program that dies within QUICK_DEATH of a restart waits twice as long each time, and asks once when
@@ -6205,10 +6212,8 @@ class Keeper:
             self.append({"kind": "exit", "claim": "measured", "venture": state.name, "status": "not started",
                          "summary": f"run could not start: {err}"})
             return
-        what = "restarted" if keep["restart"] else "started"
         keep["restarts"] = keep.get("restarts", 0) + (1 if keep["restart"] else 0)
-        self.append({"kind": "start", "claim": "measured", "venture": state.name, "pid": keep["child"].pid,
-                     "command": state.mandate["run"], "summary": f"run {what} (pid {keep['child'].pid})"})
+        self.append(run_start_record(state, keep["child"].pid, keep["restart"]))
 
     def run_done(self, state, child, status):
         """The kept program ended: record it, then restart as `restart:` says, with back-off (open point 31)."""

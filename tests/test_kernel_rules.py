@@ -808,3 +808,13 @@ def test_ratchet_change_problem_refuses_adding_offbox():
     assert "may not add escalate: offbox" in avsm.ratchet_change_problem(state, dict(state.mandate, escalate="offbox"))
     state.mandate = dict(state.mandate, escalate="offbox")
     assert avsm.ratchet_change_problem(state, dict(state.mandate)) is None
+
+
+def test_run_start_record_says_started_or_restarted():
+    """VENTURE-17, open point 31 (each start and exit is a measured record): the kept run program's start names
+    its pid and command, and says restarted after an exit."""
+    text = READ.replace("cadence: 10s\n", "cadence: 10s\nrun: ./serve\n")
+    state = Ledger(text).state
+    assert avsm.run_start_record(state, 41, False) == {"kind": "start", "claim": "measured", "venture": V, "pid": 41,
+                                                       "command": "./serve", "summary": "run started (pid 41)"}
+    assert avsm.run_start_record(state, 42, True)["summary"] == "run restarted (pid 42)"
