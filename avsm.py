@@ -2686,6 +2686,17 @@ def read_late(child_round, round_):
     return round_ is None or child_round != round_["number"]
 
 
+def round_unread(round_, now):
+    """Return what a round in flight settles without, sorted [(what, name)], once it settles at `now`
+    (monotonic): its metric is in and every guard, audit and reading is read, or its deadline has passed;
+    None while it still waits. Each one it settles without is written as not read, and its reading when done."""
+    if round_ is None or round_["metric"] is None:
+        return None
+    if round_["pending"] and now < round_["deadline"]:
+        return None
+    return sorted(round_["pending"])
+
+
 def timed_out_note(limit):
     """The failure of a reading program ended at its time limit."""
     return f"took longer than its time limit of {format_duration(limit)} and was ended"
@@ -2751,6 +2762,16 @@ def guards_past(state):
     return [(name, info["episode"]) for name, info in state.guards.items() if info["past"]]
 
 
+def still_past_lines(state):
+    """Return the lines `avsm resume` adds for each guard still past its bound (PAUSE-03): it pauses the venture
+    again at its next reading (then: pause), or keeps every lever but stop and its unwind from running."""
+    then = {g["name"]: g["then"] for g in state.mandate["guards"]} if state.mandate else {}
+    return [f"guard {name} still reads past its bound (since #{episode}); "
+            + (f"it will pause {state.name} again at its next reading" if then.get(name, "pause") == "pause"
+               else "no lever but stop and its unwind runs until it is back inside")
+            for name, episode in guards_past(state)]
+
+
 def fold_audit(state, seq, record):
     name = record["kind"][len("audit."):]
     info = state.audits.setdefault(name, {"values": [], "last": None, "note": ""})
@@ -2809,6 +2830,80 @@ def held_by(state):
             if last and last[-1] in ("failed", "implausible"):
                 return f"{kind} {name}", last[0], f"its reading #{last[0]} is {last[-1]}"
     return None
+
+
+# ---- a reading's record: its status, plausible and summary as the judges above say ----
+
+def unread_record(state, what, name, why):
+    """Return the record of guard, audit or reading `name` not read this round (`why`): a guard not read
+    neither trips nor clears (past: null); a reading's record is inferred."""
+    record = {"kind": f"{what}.{name}", "claim": "inferred" if what == "reading" else "measured",
+              "venture": state.name, "value": None, "status": "not read", "plausible": False, "note": why,
+              "summary": f"{what} {name} not read: {why}"}
+    if what == "guard":
+        record["past"] = None             # not read: it neither trips nor clears
+    return record
+
+
+def report_record(state, value, failure):
+    """Return the metric's report record for `value` (or `failure`), judged by judge_report."""
+    m = state.mandate
+    status, note = judge_report(m, state, value, failure)
+    shown = format_number(value) if value is not None else "-"
+    summary = {"trusted": f"{m['metric']} = {shown}",
+               "unconfirmed": f"{m['metric']} = {shown} unconfirmed: {note}",
+               "implausible": f"{m['metric']} = {shown} implausible: {note}",
+               "failed": f"{m['metric']} failed: {note}"}[status]
+    return {"kind": "report", "claim": "measured", "venture": state.name, "metric": m["metric"],
+            "value": value if value == value else None, "status": status,
+            "plausible": status in ("trusted", "unconfirmed"), "note": note, "summary": summary}
+
+
+def guard_record(state, guard, value, failure, suffix=""):
+    """Return a guard's reading record for `value` (or `failure`), judged by judge_guard; `suffix` follows the
+    number in the summary (% for a drawdown)."""
+    status, past, note = judge_guard(guard, state, value, failure)
+    record = {"kind": f"guard.{guard['name']}", "claim": "measured", "venture": state.name,
+              "value": value if value is not None and value == value else None, "status": status,
+              "plausible": status in ("trusted", "unconfirmed"), "past": past if status != "failed" else None,
+              "bound": guard["bound"], "side": guard["side"]}
+    if status != "trusted":
+        record["note"] = note or status
+    way = ">" if guard["side"] == "above" else "<"
+    shown = f"{format_number(value)}{suffix}"
+    record["summary"] = (f"guard {guard['name']} = {shown}" + (f" past its bound ({way} {format_number(guard['bound'])}{suffix})" if past else "")
+                         if status == "trusted" else f"guard {guard['name']} {status}: {note}")
+    return record
+
+
+def audit_record(state, name, value, failure, text):
+    """Return audit `name`'s reading record: failed (`failure`), implausible (NaN) or trusted, its note the
+    lines its program printed above the number (AUDIT-05: never shown to a model)."""
+    lines = [line for line in text.split("\n") if line.strip()]
+    note = "\n".join(lines[:-1])[-NOTE_MAX:] if failure is None else failure
+    status = "failed" if failure else ("implausible" if value != value else "trusted")
+    return {"kind": f"audit.{name}", "claim": "measured", "venture": state.name,
+            "value": value if value == value else None, "status": status,
+            "plausible": status == "trusted", "note": note or ("" if status == "trusted" else "NaN"),
+            "summary": f"audit {name} = {format_number(value)}" if status == "trusted"
+            else f"audit {name} {status}: {note[:200]}"}
+
+
+def reading_record(state, reading, value, failure, text):
+    """Return a reading's record: inferred, read or failed; a read one keeps its fields (those its audit's
+    note names, with audit:), a failed one no note at all (READING-08)."""
+    name = reading["name"]
+    record = {"kind": f"reading.{name}", "claim": "inferred", "venture": state.name,
+              "value": value if value == value else None, "status": "failed" if failure else "read",
+              "plausible": failure is None}
+    if failure is None:
+        note = state.audits.get(reading["audit"], {}).get("note", "") if reading["audit"] else None
+        fields = reading_fields(text, note)
+        record.update(fields=" ".join(fields),
+                      summary=f"reading {name} = {format_number(value)}: {len(fields)} field(s)")
+    else:
+        record.update(summary=f"reading {name} failed")   # a failed reading keeps no note at all (READING-08)
+    return record
 
 
 # ---- what a model is shown, and what it may say ---------------------------------
@@ -3260,6 +3355,33 @@ def describe_forecast(metric, result, days, seeds):
     return f"forecast {format_number(days)} days x {seeds} seeds: {forecast_text(metric, result)}"
 
 
+def forecast_record(state, extra, output, status, ended_by):
+    """Return the forecast record of what the forecast program printed (`output`, bytes): inferred, which shows
+    and never authorizes; its numbers, why there is too little to forecast, or why none was made. `extra`:
+    the days, seeds, why and lever it was asked for."""
+    try:
+        result = json.loads(output) if status == 0 else None
+    except ValueError:
+        result = None
+    record = {"kind": "forecast", "claim": "inferred", "venture": state.name, "days": extra["days"],
+              "seeds": extra["seeds"], "why": extra["why"]}
+    numbers = ("median", "p10", "p90")
+    if isinstance(result, dict) and isinstance(result.get("too_little"), str):
+        record.update(note=result["too_little"][:NOTE_MAX], summary=describe_forecast(state.mandate["metric"], result, 0, 0))
+    elif isinstance(result, dict) and result.get("decimals") in (0, 1, 2) and \
+            all(type(result.get(k)) in (int, float) and abs(result[k]) < float("inf") for k in numbers):
+        record.update({k: round(result[k], result["decimals"]) + 0.0 for k in numbers},
+                      summary=describe_forecast(state.mandate["metric"], result, extra["days"], extra["seeds"]))
+        if isinstance(result.get("cut"), str):      # through the world, its calls capped
+            record.update(note=result["cut"][:NOTE_MAX], world=True, summary=record["summary"] + f" ({result['cut'][:200]})")
+    else:
+        why = "it was ended" if ended_by else f"the forecast program ended {describe_status(status)}"
+        record.update(note=why, summary=f"forecast not made: {why}")
+    if extra["lever"]:
+        record["lever"] = extra["lever"]
+    return record
+
+
 # ---- world models -----------------------------------------------------------------
 # With `world:` or `calibration:` (WORLD-05), each trusted report brings a one-step prediction of the next
 # report, an inferred record: from the world command's ensemble (open point 38) or from the built-in baseline,
@@ -3279,6 +3401,14 @@ BAR_LEAST = 5                   # scores needed before a ranking may run (WORLD-
 def predicts(mandate):
     """Whether a venture's reports bring predictions: it names a world, or a calibration bar (WORLD-05)."""
     return mandate is not None and (mandate["world"] is not None or mandate["calibration"] is not None)
+
+
+def prediction_due(state, report_seq, stopping):
+    """Whether report #report_seq brings a prediction (WORLD-05): the venture predicts, is not paused, avsmd is
+    not stopping, and the report is its last and trusted."""
+    report = state.last_report
+    return predicts(state.mandate) and not state.paused and not stopping and report is not None \
+        and report[0] == report_seq and report[2].get("status") == "trusted"
 
 
 def calibration_kind(mandate):
@@ -3454,6 +3584,20 @@ def read_world_output(text, mandate):
     guards = out.get("guards") if isinstance(out.get("guards"), dict) else {}
     kept = {k: v for k, v in guards.items() if k in named and type(v) in (int, float) and abs(v) < float("inf")}
     return {"state": out.get("state"), "metric": float(metric), "guards": kept}, None
+
+
+def world_step_result(mandate, oversized, ended_by, status, out, err):
+    """Return (its output, None) of one world step that ended, or (None, why it failed) (open point 38): over
+    WORLD_OUTPUT_MAX, past WORLD_TIMEOUT, ended or exiting non-zero (with the tail of its standard error), or
+    printing what does not hold. `out`, `err`: what it printed."""
+    if oversized:
+        return None, f"it printed more than {WORLD_OUTPUT_MAX // 1024} KiB"
+    if ended_by == "timeout":
+        return None, f"it took longer than {WORLD_TIMEOUT} s and was ended"
+    if ended_by or status != 0:
+        tail = err.decode("utf-8", "replace").strip()[-200:]
+        return None, f"it ended {ended_by or describe_status(status)}" + (f": {tail}" if tail else "")
+    return read_world_output(out.decode("utf-8", "replace"), mandate)
 
 
 def world_input(state, lever, seed, now):
@@ -3876,6 +4020,20 @@ def write_mail(message, sender):
     end = "\r\n" if lines[0].endswith("\r") else "\n"
     text = f"From: {sender}{end}" + "".join(line + "\n" for line in kept) + "\n".join(lines[blank:])
     return Mail(text, dropped)
+
+
+def mail_to_send(spec, cfg, payload):
+    """Return (mail, why not): the Mail a mail.send lever pipes for `payload`, or None and why it cannot be sent
+    (read only then): mail.send needs adapters: mail: in config.yaml (CONFIG-07) and a text payload that
+    write_mail can send as it stands."""
+    mail, problem = None, "mail.send needs adapters: mail: in config.yaml and a text payload"
+    sender = (cfg["adapters"].get("mail") or {}).get("from")
+    if spec is not None and spec["run"] == "mail.send" and sender and isinstance(payload, str):
+        try:
+            mail = write_mail(payload, sender)
+        except ValueError as err:
+            problem = f"mail.send refused the message: {err}"
+    return mail, problem
 
 
 def fold_ledger(states, seq, at, record, parse=None):
@@ -4408,6 +4566,23 @@ def ratchet_ask(state, lever, path, new, why, forecast_seq=None, forecast_line=N
             "forecast": forecast_seq, "summary": f"self proposes delegating {lever} after {state.approvals[lever]} approvals"}
 
 
+def approve_problem(state, seq):
+    """Return why `avsm approve` of ask #seq is refused before anything is written (65), or None: a paused
+    venture's approval would be spent without running (ASK-09)."""
+    if state.paused:
+        return (f"{state.name} is paused, so approving #{seq} would spend it without running; "
+                f"resume it first (avsm resume {state.name})")
+    return None
+
+
+def ratchet_change_problem(state, mandate):
+    """Return why the mandate change a ratchet ask carries may not be adopted, or None: a change proposed by self
+    may not add escalate: offbox (SELF-03, ESC-09)."""
+    if mandate["escalate"] == "offbox" and state.mandate["escalate"] != "offbox":
+        return "a change proposed by self may not add escalate: offbox; only you can, by editing the mandate"
+    return None
+
+
 def canary_ask(state, asks_seen, every):
     """Return the known-answer ask due after every `every` asks (canary_asks), or None: a forbidden (or made-up)
     irreversible lever, which a person who reads the ask denies."""
@@ -4431,9 +4606,83 @@ def canary_result(state, seq, ask, approved):
             f"#{seq} denied (it was a canary ask: thank you for reading)")
 
 
+def denial_record(state, seq, ask):
+    """Return a person's denial of ask #seq: declared; a lever's names it, a canary's does not (the canary
+    record says what the answer showed)."""
+    if ask.get("canary"):
+        return {"kind": "denial", "claim": "declared", "venture": state.name, "ask": seq,
+                "summary": f"a person denied ask #{seq}"}
+    return {"kind": "denial", "claim": "declared", "venture": state.name, "ask": seq, "lever": ask.get("lever"),
+            "summary": f"a person denied ask #{seq}" + (f" ({ask['lever']})" if ask.get("lever") else "")}
+
+
 def next_backoff(previous):
     """Return the next wait of a back-off: the first, then doubling, up to the ceiling (open point 31)."""
     return min(BACKOFF_CEILING, previous * 2 or BACKOFF_FIRST)
+
+
+def child_restart_wait(previous, uptime):
+    """Return (the back-off to keep, the wait before avsmd starts its warden or roles process again): none at
+    first, doubling while it keeps dying within QUICK_DEATH; one that ran longer keeps no back-off (None)."""
+    if uptime >= QUICK_DEATH or previous is None:       # None: it has not died quickly since it last ran well
+        return (None if uptime >= QUICK_DEATH else 0), 0
+    backoff = next_backoff(previous)
+    return backoff, backoff
+
+
+# ---- what came of a program: the record its end writes, judged from how it ended ----
+
+def action_record(state, lever, verdict, summary, by, side=None, extra=None):
+    """Return the action record of a lever the gate proved (`verdict`): its proof, the basis the re-check folds
+    the ledger against, the approval and check it rests on, the controller's side and the caller's `extra`."""
+    asked = verdict.asked
+    record = {"kind": "action", "claim": "measured", "venture": state.name, "lever": lever,
+              "proof": verdict.proof, "by": by, "summary": summary, "basis": asked["basis"]}
+    record.update({k: asked[k] for k in ("approval", "check") if k in asked})
+    if side:
+        record["side"] = side
+    record.update(extra or {})
+    return record
+
+
+def fact_records(state, seq, lines):
+    """Return the inferred fact records of the research lever's action #seq: one for each line of its output
+    that is a JSON {"fact", "source"} object of strings; anything else is dropped."""
+    facts = []
+    for line in lines:
+        try:
+            item = read_json(line)
+        except (ValueError, RecursionError):
+            continue
+        if isinstance(item, dict) and isinstance(item.get("fact"), str) and isinstance(item.get("source"), str):
+            facts.append({"kind": "fact", "claim": "inferred", "venture": state.name, "action": seq,
+                          "fact": item["fact"][:TEXT_MAX], "source": item["source"][:TEXT_MAX],
+                          "summary": f"fact from {item['source'][:80]}: {item['fact'][:160]}"})
+    return facts
+
+
+def lever_outcome(state, lever, seq, status, ended_by, duration, timeout, note):
+    """Return the outcome of `lever` (action #seq): ok only when it exited 0 and nothing ended it; a lever
+    stopped by a pause, its time limit or a stop is not ok, and the summary says which."""
+    ok = status == 0 and ended_by is None
+    if ended_by == "pause":
+        summary = f"{lever} stopped by the pause of {state.name} ({describe_status(status)})"
+    elif ended_by == "timeout":
+        summary = f"{lever} failed: past its time limit {format_duration(timeout)}, ended ({describe_status(status)})"
+    elif ended_by == "stop":
+        summary = f"{lever} stopped: avsmd is stopping ({describe_status(status)})"
+    else:
+        summary = f"{lever} {'ok' if ok else 'failed: ' + describe_status(status)} in {duration:g}s"
+    return {"kind": "outcome", "claim": "measured", "venture": state.name, "lever": lever, "action": seq,
+            "ok": ok, "status": describe_status(status), "ended_by": ended_by, "duration": duration,
+            "note": note, "summary": summary}
+
+
+def run_start_record(state, pid, restart):
+    """Return the start record of the kept `run` program, pid `pid`: started, or restarted after an exit."""
+    what = "restarted" if restart else "started"
+    return {"kind": "start", "claim": "measured", "venture": state.name, "pid": pid,
+            "command": state.mandate["run"], "summary": f"run {what} (pid {pid})"}
 
 
 def restart_rule(state, pid, status, ended_by, uptime, backoff, restarted, active):
@@ -4476,6 +4725,82 @@ def interrupted_rule(state, now):
                      "question": f"did {lever} happen?",
                      "summary": f"did {lever} happen? action #{action_seq} was running when the warden ended; "
                                 f"{lever} waits for the answer (approve: it did, deny: it did not)"})
+
+
+def decide_problem(state):
+    """Return why `avsm decide` may not run a venture's model decision now (65), or None: it cannot run, no
+    model decides for it, or it is paused."""
+    if state.mandate is None:
+        return f"{state.name} cannot run: {state.problem}"
+    if not decided_by_model(state.mandate):
+        return f"{state.name}'s controller is {state.mandate['controller']['kind']}: no model decides for it"
+    if state.paused:
+        return f"{state.name} is paused; resume it first"
+    return None
+
+
+def backend_for(state, cfg):
+    """Return (name, backend) a venture's model decisions go to: its controller's `backend:`, else the config's
+    `default:`; raise Fail (65) when none is named, or it leaves the machine and the mandate does not say
+    escalate: offbox (no call is made)."""
+    name = state.mandate["controller"].get("backend") or cfg.get("default")
+    if not name or name not in cfg["backends"]:
+        raise Fail(EX_DATAERR, f"{state.name} names no backend: set default: in config.yaml or backend: in its controller")
+    backend = cfg["backends"][name]
+    if backend["offbox"] and state.mandate["escalate"] != "offbox":
+        raise Fail(EX_DATAERR, f"backend {name} leaves the machine, and {state.name}'s mandate does not say escalate: offbox; "
+                               "no call is made")
+    return name, backend
+
+
+def model_packet(state, recent, now, forecast, looks):
+    """Return what a model may be shown of a venture (its decision packet): never an audit reading, note or ask,
+    nor a record that cites one (AUDIT-05). `recent`: its last records [(seq, at, record)]; `forecast`: the
+    packet's forecast facts; `looks`: the model's look-ups so far and their answers."""
+    m = state.mandate
+    ctl = m["controller"]
+    hidden = {s for s, a in state.open_asks.items() if a.get("about") == "audit" or a.get("audit")}
+    records = []
+    for seq, at, record in recent:
+        if record["kind"].startswith("audit.") or record.get("about") == "audit" or record.get("ask") in hidden \
+                or record.get("audit"):
+            continue
+        records.append(f"#{seq} {format_local_time(at)} {record['claim']} {record['kind']} {record['summary']}")
+    return {"venture": state.name, "purpose": m["purpose"], "metric": m["metric"],
+            "controller": ctl["kind"], "classifier": ctl["kind"] == "classifier",
+            "levers": [{"name": n, "cap": l["cap_text"], "used": len(cap_window(state, n, now)),
+                        "reversible": l["reversible"], "delegated": l["delegated"], "takes": l["takes"]}
+                       for n, l in m["levers"].items()],
+            "forbidden": m["forbidden"], "children": [],
+            "readings": [{"name": name, "value": format_number(rec.get("value")), "fields": rec.get("fields", "")}
+                         for name, (seq, rec) in sorted(state.read.items()) if rec.get("status") == "read"],
+            "records": records,
+            "asks": [f"#{s} {a.get('lever') or '-'}: {a.get('question', a['summary'])}"
+                     for s, a in sorted(state.open_asks.items()) if a.get("about") != "audit" and not a.get("audit")],
+            "forecast": forecast,
+            "looks": looks}
+
+
+def reply_failure(run, oversized, ended_by, status):
+    """Return why a `command` backend's reply cannot be used (over REPLY_MAX, ended, a non-zero exit), or None."""
+    if oversized:
+        return f"the reply is bigger than {REPLY_MAX // 1024} KiB"
+    if ended_by or status != 0:
+        return f"{run} ended: {ended_by or describe_status(status)}"
+    return None
+
+
+def unusable_record(state, backend, by, why, call):
+    """Return the record of `backend`'s unusable reply (it changes nothing, ESC-06): why, the provider's refusal
+    with its category when it declined, and what else the provider said of the call."""
+    record = {"kind": "unusable", "claim": "measured", "venture": state.name, "backend": backend,
+              "by": by, "why": why[:NOTE_MAX], "summary": f"the reply of {backend} is unusable: {why[:200]}"}
+    call = dict(call or {})
+    if "declined" in call:
+        record["declined"] = call.pop("declined")     # a refusal keeps its text and the provider's category
+    if call:
+        record["call"] = call
+    return record
 
 
 def escalation_to(state, cfg, backend, asked, stopping):
@@ -4580,6 +4905,16 @@ def notice_message(notice, commands, home):
     if event["answer"]:
         lines.append(f"answer: {event['answer']}" + (f", or {event['deny']}" if event.get("deny") else ""))
     return "\n".join(shown_text(line) for line in lines) + "\n", event
+
+
+def notify_failure(ended_by, status, timeout):
+    """Return how one run of the notify command failed, from what ended it and its exit status, or None when it
+    told its notice (it exited 0 and nothing ended it)."""
+    if ended_by == "timeout":
+        return f"it took longer than its time limit of {format_duration(timeout)}"
+    if ended_by == "stop":
+        return "it was still running when avsmd stopped"
+    return None if status == 0 else describe_status(status)
 
 
 def judge_notify(stretch, notice, failure, note=""):
@@ -5877,7 +6212,7 @@ class Rounds:
         running = {(c.purpose, c.extra.get("name")) for c in self.children if c.venture == state.name}
         for what, item, start in round_plan(m, running):
             if not start:
-                self.append(self.unread_record(state, what, item["name"], "its last read is still running"))
+                self.append(unread_record(state, what, item["name"], "its last read is still running"))
                 continue
             if item.get("adapter"):
                 started = self.start_adapter(state, what, item["name"], item["adapter"], reading_limit(item))
@@ -5914,14 +6249,6 @@ class Rounds:
                 self.reading_done_values(state, what, name, None, f"could not start: {err}", "")
             return False
 
-    def unread_record(self, state, what, name, why):
-        record = {"kind": f"{what}.{name}", "claim": "inferred" if what == "reading" else "measured",
-                  "venture": state.name, "value": None, "status": "not read", "plausible": False, "note": why,
-                  "summary": f"{what} {name} not read: {why}"}
-        if what == "guard":
-            record["past"] = None             # not read: it neither trips nor clears
-        return record
-
     def report_done(self, state, child, status):
         if child.ended_by in ("pause", "stop"):
             return                      # a report cut short by a pause or a stop is no reading
@@ -5933,15 +6260,9 @@ class Rounds:
     def record_report(self, state, value, failure):
         """Judge a report and append it; drawdown guards read from it; then the round may settle."""
         m = state.mandate
-        status, note = judge_report(m, state, value, failure)
-        shown = format_number(value) if value is not None else "-"
-        summary = {"trusted": f"{m['metric']} = {shown}",
-                   "unconfirmed": f"{m['metric']} = {shown} unconfirmed: {note}",
-                   "implausible": f"{m['metric']} = {shown} implausible: {note}",
-                   "failed": f"{m['metric']} failed: {note}"}[status]
-        seq = self.append({"kind": "report", "claim": "measured", "venture": state.name, "metric": m["metric"],
-                           "value": value if value == value else None, "status": status,
-                           "plausible": status in ("trusted", "unconfirmed"), "note": note, "summary": summary})
+        record = report_record(state, value, failure)
+        status = record["status"]
+        seq = self.append(record)
         for guard in m["guards"]:
             if guard["drawdown"] is not None:
                 dd, why = drawdown_reading(guard, state, status, value)
@@ -5974,52 +6295,22 @@ class Rounds:
             self.record_guard(state, guard, value, failure)
         elif what == "audit":
             audit = next(a for a in m["audits"] if a["name"] == name)
-            lines = [line for line in text.split("\n") if line.strip()]
-            note = "\n".join(lines[:-1])[-NOTE_MAX:] if failure is None else failure
-            status = "failed" if failure else ("implausible" if value != value else "trusted")
-            self.append({"kind": f"audit.{name}", "claim": "measured", "venture": state.name,
-                         "value": value if value == value else None, "status": status,
-                         "plausible": status == "trusted", "note": note or ("" if status == "trusted" else "NaN"),
-                         "summary": f"audit {name} = {format_number(value)}" if status == "trusted"
-                         else f"audit {name} {status}: {note[:200]}"})
+            self.append(audit_record(state, audit["name"], value, failure, text))
         else:
             reading = next(r for r in m["readings"] if r["name"] == name)
-            record = {"kind": f"reading.{name}", "claim": "inferred", "venture": state.name,
-                      "value": value if value == value else None, "status": "failed" if failure else "read",
-                      "plausible": failure is None}
-            if failure is None:
-                note = state.audits.get(reading["audit"], {}).get("note", "") if reading["audit"] else None
-                fields = reading_fields(text, note)
-                record.update(fields=" ".join(fields),
-                              summary=f"reading {name} = {format_number(value)}: {len(fields)} field(s)")
-            else:
-                record.update(summary=f"reading {name} failed")   # a failed reading keeps no note at all (READING-08)
-            self.append(record)
+            self.append(reading_record(state, reading, value, failure, text))
 
     def record_guard(self, state, guard, value, failure, suffix=""):
-        status, past, note = judge_guard(guard, state, value, failure)
-        record = {"kind": f"guard.{guard['name']}", "claim": "measured", "venture": state.name,
-                  "value": value if value is not None and value == value else None, "status": status,
-                  "plausible": status in ("trusted", "unconfirmed"), "past": past if status != "failed" else None,
-                  "bound": guard["bound"], "side": guard["side"]}
-        if status != "trusted":
-            record["note"] = note or status
-        way = ">" if guard["side"] == "above" else "<"
-        shown = f"{format_number(value)}{suffix}"
-        record["summary"] = (f"guard {guard['name']} = {shown}" + (f" past its bound ({way} {format_number(guard['bound'])}{suffix})" if past else "")
-                             if status == "trusted" else f"guard {guard['name']} {status}: {note}")
-        self.append(record)
+        self.append(guard_record(state, guard, value, failure, suffix))
 
     def maybe_settle(self, state, now=None):
         import time
         round_ = self.rounds.get(state.name)
-        if round_ is None or round_["metric"] is None:
+        unread = round_unread(round_, time.monotonic() if now is None else now)
+        if unread is None:
             return
-        now = time.monotonic() if now is None else now
-        if round_["pending"] and now < round_["deadline"]:
-            return
-        for what, name in sorted(round_["pending"]):
-            self.append(self.unread_record(state, what, name, "slower than half a second; written when it is done"))
+        for what, name in unread:
+            self.append(unread_record(state, what, name, "slower than half a second; written when it is done"))
         del self.rounds[state.name]
         scores = [intent.record for intent in calibration_rule(state)]      # written with the next prediction
         self.carry_out(state, settle_round(state, round_["metric"]))
@@ -6068,10 +6359,8 @@ class Keeper:
             self.append({"kind": "exit", "claim": "measured", "venture": state.name, "status": "not started",
                          "summary": f"run could not start: {err}"})
             return
-        what = "restarted" if keep["restart"] else "started"
         keep["restarts"] = keep.get("restarts", 0) + (1 if keep["restart"] else 0)
-        self.append({"kind": "start", "claim": "measured", "venture": state.name, "pid": keep["child"].pid,
-                     "command": state.mandate["run"], "summary": f"run {what} (pid {keep['child'].pid})"})
+        self.append(run_start_record(state, keep["child"].pid, keep["restart"]))
 
     def run_done(self, state, child, status):
         """The kept program ended: record it, then restart as `restart:` says, with back-off (open point 31)."""
@@ -6134,20 +6423,8 @@ class Levers:
         if spec is not None and spec["check"] and not checked:
             return self.start_check(state, lever, verdict, summary, by, side, extra)
         asked = verdict.asked
-        mail, mail_problem = None, "mail.send needs adapters: mail: in config.yaml and a text payload"
-        sender = (self.cfg["adapters"].get("mail") or {}).get("from")
-        if spec is not None and spec["run"] == "mail.send" and sender and isinstance((extra or {}).get("payload"), str):
-            try:
-                mail = write_mail(extra["payload"], sender)
-            except ValueError as err:
-                mail_problem = f"mail.send refused the message: {err}"
-        record = {"kind": "action", "claim": "measured", "venture": state.name, "lever": lever,
-                  "proof": verdict.proof, "by": by, "summary": summary, "basis": asked["basis"]}
-        record.update({k: asked[k] for k in ("approval", "check") if k in asked})
-        if side:
-            record["side"] = side
-        record.update(extra or {})
-        seq = self.append(record, at=asked["at"])
+        mail, mail_problem = mail_to_send(spec, self.cfg, (extra or {}).get("payload"))
+        seq = self.append(action_record(state, lever, verdict, summary, by, side, extra), at=asked["at"])
         if lever == "stop":
             self.pause(state, "measured", f"the stop lever (action #{seq}) paused {state.name}")
             self.append({"kind": "outcome", "claim": "measured", "venture": state.name, "lever": lever,
@@ -6224,18 +6501,10 @@ class Levers:
 
     def research_facts(self, state, child, seq):
         """Keep each {"fact", "source"} line the research command printed as an inferred fact record."""
-        kept = 0
-        for line in output_lines(child.out, child.cut)[0]:
-            try:
-                item = read_json(line)
-            except (ValueError, RecursionError):
-                continue
-            if isinstance(item, dict) and isinstance(item.get("fact"), str) and isinstance(item.get("source"), str):
-                self.append({"kind": "fact", "claim": "inferred", "venture": state.name, "action": seq,
-                             "fact": item["fact"][:TEXT_MAX], "source": item["source"][:TEXT_MAX],
-                             "summary": f"fact from {item['source'][:80]}: {item['fact'][:160]}"})
-                kept += 1
-        return kept
+        facts = fact_records(state, seq, output_lines(child.out, child.cut)[0])
+        for record in facts:
+            self.append(record)
+        return len(facts)
 
     def lever_done(self, state, child, status):
         import time
@@ -6248,18 +6517,7 @@ class Levers:
             except OSError:
                 pass
         duration = round(time.monotonic() - child.started, 3)
-        ok = status == 0 and child.ended_by is None
-        if child.ended_by == "pause":
-            summary = f"{lever} stopped by the pause of {state.name} ({describe_status(status)})"
-        elif child.ended_by == "timeout":
-            summary = f"{lever} failed: past its time limit {format_duration(child.extra['timeout'])}, ended ({describe_status(status)})"
-        elif child.ended_by == "stop":
-            summary = f"{lever} stopped: avsmd is stopping ({describe_status(status)})"
-        else:
-            summary = f"{lever} {'ok' if ok else 'failed: ' + describe_status(status)} in {duration:g}s"
-        self.append({"kind": "outcome", "claim": "measured", "venture": state.name, "lever": lever, "action": seq,
-                     "ok": ok, "status": describe_status(status), "ended_by": child.ended_by, "duration": duration,
-                     "note": child.note(), "summary": summary})
+        self.append(lever_outcome(state, lever, seq, status, child.ended_by, duration, child.extra["timeout"], child.note()))
 
 
 class Worlds:
@@ -6306,27 +6564,8 @@ class Worlds:
             if child.extra["why"] == "ratchet":
                 self.raise_ratchet(state, child.extra["lever"])     # asked without the forecast cut short
             return
-        try:
-            result = json.loads(bytes(child.out)) if status == 0 else None
-        except ValueError:
-            result = None
         extra = child.extra
-        record = {"kind": "forecast", "claim": "inferred", "venture": state.name, "days": extra["days"],
-                  "seeds": extra["seeds"], "why": extra["why"]}
-        numbers = ("median", "p10", "p90")
-        if isinstance(result, dict) and isinstance(result.get("too_little"), str):
-            record.update(note=result["too_little"][:NOTE_MAX], summary=describe_forecast(state.mandate["metric"], result, 0, 0))
-        elif isinstance(result, dict) and result.get("decimals") in (0, 1, 2) and \
-                all(type(result.get(k)) in (int, float) and abs(result[k]) < float("inf") for k in numbers):
-            record.update({k: round(result[k], result["decimals"]) + 0.0 for k in numbers},
-                          summary=describe_forecast(state.mandate["metric"], result, extra["days"], extra["seeds"]))
-            if isinstance(result.get("cut"), str):      # through the world, its calls capped
-                record.update(note=result["cut"][:NOTE_MAX], world=True, summary=record["summary"] + f" ({result['cut'][:200]})")
-        else:
-            why = "it was ended" if child.ended_by else f"the forecast program ended {describe_status(status)}"
-            record.update(note=why, summary=f"forecast not made: {why}")
-        if extra["lever"]:
-            record["lever"] = extra["lever"]
+        record = forecast_record(state, extra, bytes(child.out), status, child.ended_by)
         seq = self.append(record)
         if extra["why"] == "ratchet":
             self.raise_ratchet(state, extra["lever"], seq, record["summary"])
@@ -6336,9 +6575,8 @@ class Worlds:
         transaction with the round's `scores`; or an ensemble of world steps, each in a group of its own with
         its seed, its record written when all are done."""
         import time
-        m, report, records = state.mandate, state.last_report, list(scores)
-        if not predicts(m) or state.paused or self.stopping() or report is None or report[0] != report_seq \
-                or report[2].get("status") != "trusted":
+        m, records = state.mandate, list(scores)
+        if not prediction_due(state, report_seq, self.stopping()):
             return self.append_together(records)
         lever = state.ran_since[0] if state.ran_since else None
         if m["world"] is None:
@@ -6374,16 +6612,8 @@ class Worlds:
         if child.ended_by in ("pause", "stop", "a new mandate"):
             del self.worlds[state.name]
             return
-        out, failure = None, None
-        if child.oversized:
-            failure = f"it printed more than {WORLD_OUTPUT_MAX // 1024} KiB"
-        elif child.ended_by == "timeout":
-            failure = f"it took longer than {WORLD_TIMEOUT} s and was ended"
-        elif child.ended_by or status != 0:
-            tail = child.err.decode("utf-8", "replace").strip()[-200:]
-            failure = f"it ended {child.ended_by or describe_status(status)}" + (f": {tail}" if tail else "")
-        else:
-            out, failure = read_world_output(bytes(child.out).decode("utf-8", "replace"), state.mandate)
+        out, failure = world_step_result(state.mandate, child.oversized, child.ended_by, status, bytes(child.out),
+                                         bytes(child.err))
         if failure:
             job["failure"] = job["failure"] or failure
         else:
@@ -6446,8 +6676,9 @@ class Trust:
         if not new:
             raise Fail(EX_DATAERR, f"ask #{seq} carries no mandate change; edit {path} by hand and run avsm add")
         mandate = parse_mandate(new, path, state.directory)
-        if mandate["escalate"] == "offbox" and state.mandate["escalate"] != "offbox":
-            raise Fail(EX_DATAERR, "a change proposed by self may not add escalate: offbox; only you can, by editing the mandate")
+        problem = ratchet_change_problem(state, mandate)
+        if problem:
+            raise Fail(EX_DATAERR, problem)
         self.append({"kind": "approval", "claim": "declared", "venture": state.name, "ask": seq, "about": "ratchet",
                      "summary": f"a person approved delegating {ask['lever']} (ask #{seq})"})
         with open(path + ".avsm-new", "w", encoding="utf-8") as fh:
@@ -6495,7 +6726,7 @@ class Decisions:
     """Letting a model choose: packet -> roles -> backend -> roles -> proposals -> gate. Grants nothing.
 
     start_decision(state, by, reply_id=None)  -- begin one decision; its records say who asked for it
-    packet(state, looks), recent, look_up      -- what a model may be shown: never an audit
+    packet(state, looks), recent, look_up      -- what a model may be shown (model_packet): never an audit
     build, call_backend, got_reply, parsed     -- the steps of one decision, each a callback of the one before
     start_packet_forecast, packet_forecast_done -- with world:, the packet's forecast stepped through the world first
     backend_done(state, child, status)         -- a `command` backend ended
@@ -6521,28 +6752,7 @@ class Decisions:
     def packet(self, state, looks):
         """Return what a model may be shown of a venture: never an audit reading, note or ask."""
         import time
-        m, now = state.mandate, int(time.time())
-        ctl = m["controller"]
-        hidden = {s for s, a in state.open_asks.items() if a.get("about") == "audit" or a.get("audit")}
-        records = []
-        for seq, at, record in self.recent(state.name, 40):
-            if record["kind"].startswith("audit.") or record.get("about") == "audit" or record.get("ask") in hidden \
-                    or record.get("audit"):
-                continue
-            records.append(f"#{seq} {format_local_time(at)} {record['claim']} {record['kind']} {record['summary']}")
-        return {"venture": state.name, "purpose": m["purpose"], "metric": m["metric"],
-                "controller": ctl["kind"], "classifier": ctl["kind"] == "classifier",
-                "levers": [{"name": n, "cap": l["cap_text"], "used": len(cap_window(state, n, now)),
-                            "reversible": l["reversible"], "delegated": l["delegated"], "takes": l["takes"]}
-                           for n, l in m["levers"].items()],
-                "forbidden": m["forbidden"], "children": [],
-                "readings": [{"name": name, "value": format_number(rec.get("value")), "fields": rec.get("fields", "")}
-                             for name, (seq, rec) in sorted(state.read.items()) if rec.get("status") == "read"],
-                "records": records,
-                "asks": [f"#{s} {a.get('lever') or '-'}: {a.get('question', a['summary'])}"
-                         for s, a in sorted(state.open_asks.items()) if a.get("about") != "audit" and not a.get("audit")],
-                "forecast": self.packet_forecast(state),
-                "looks": looks}
+        return model_packet(state, self.recent(state.name, 40), int(time.time()), self.packet_forecast(state), looks)
 
     def packet_forecast(self, state):
         """The facts of the packet's forecast (FORECAST-03: 7 days by 8 seeds unless `forecast:` says);
@@ -6556,20 +6766,9 @@ class Decisions:
             (venture, count)).fetchall()
         return [(seq, at, json.loads(text)) for seq, at, text in reversed(rows)]
 
-    def backend_for(self, state):
-        """Return (name, backend) this venture's decisions go to, or raise Fail saying why none may be asked."""
-        name = state.mandate["controller"].get("backend") or self.cfg.get("default")
-        if not name or name not in self.cfg["backends"]:
-            raise Fail(EX_DATAERR, f"{state.name} names no backend: set default: in config.yaml or backend: in its controller")
-        backend = self.cfg["backends"][name]
-        if backend["offbox"] and state.mandate["escalate"] != "offbox":
-            raise Fail(EX_DATAERR, f"backend {name} leaves the machine, and {state.name}'s mandate does not say escalate: offbox; "
-                                   "no call is made")
-        return name, backend
-
     def start_decision(self, state, by, reply_id=None):
         """Begin one model decision for a venture: it grants nothing; its records say who asked for it."""
-        name, backend = self.backend_for(state)
+        name, backend = backend_for(state, self.cfg)
         self.decision_count += 1
         d = Decision(state.name, by, name, reply_id, self.decision_count)
         self.build(d)
@@ -6660,12 +6859,8 @@ class Decisions:
     def backend_done(self, state, child, status):
         d = child.extra["decision"]
         os.unlink(child.extra["request_file"])
-        if child.oversized:
-            return self.got_reply(d, None, f"the reply is bigger than {REPLY_MAX // 1024} KiB")
-        if child.ended_by or status != 0:
-            return self.got_reply(d, None, f"{self.cfg['backends'][d.backend]['run']} ended: "
-                                           f"{child.ended_by or describe_status(status)}")
-        self.got_reply(d, bytes(child.out), None)
+        why = reply_failure(self.cfg["backends"][d.backend]["run"], child.oversized, child.ended_by, status)
+        self.got_reply(d, None if why else bytes(child.out), why)
 
     def results_ready(self, wake):
         try:
@@ -6719,14 +6914,7 @@ class Decisions:
     def unusable(self, d, why):
         """An unusable reply changes nothing; with escalate: in the config, the second backend is asked the same question."""
         state = self.ventures[d.venture]
-        record = {"kind": "unusable", "claim": "measured", "venture": state.name, "backend": d.backend,
-                  "by": d.by, "why": why[:NOTE_MAX], "summary": f"the reply of {d.backend} is unusable: {why[:200]}"}
-        call = dict(d.call or {})
-        if "declined" in call:
-            record["declined"] = call.pop("declined")     # a refusal keeps its text and the provider's category
-        if call:
-            record["call"] = call
-        seq = self.append(record)
+        seq = self.append(unusable_record(state, d.backend, d.by, why, d.call))
         d.lines.append(f"#{seq} unusable: {why[:200]}")
         if d.escalation is not None:
             self.answer_escalation(d, "unusable")
@@ -7098,12 +7286,9 @@ class Warden:
 
     def do_decide(self, args, err):
         state = self.venture(args.get("venture"))
-        if state.mandate is None:
-            raise Fail(EX_DATAERR, f"{state.name} cannot run: {state.problem}")
-        if not decided_by_model(state.mandate):
-            raise Fail(EX_DATAERR, f"{state.name}'s controller is {state.mandate['controller']['kind']}: no model decides for it")
-        if state.paused:
-            raise Fail(EX_DATAERR, f"{state.name} is paused; resume it first")
+        problem = decide_problem(state)
+        if problem:
+            raise Fail(EX_DATAERR, problem)
         self.decisions.start_decision(state, "person", reply_id=args["__id"])
         return None                 # answered when the decision is done
 
@@ -7247,9 +7432,9 @@ class Warden:
     def do_approve(self, args, err):
         import time
         state, seq, ask = self.find_ask(args)
-        if state.paused:
-            raise Fail(EX_DATAERR, f"{state.name} is paused, so approving #{seq} would spend it without running; "
-                                   f"resume it first (avsm resume {state.name})")
+        problem = approve_problem(state, seq)
+        if problem:
+            raise Fail(EX_DATAERR, problem)
         if ask.get("canary"):
             return self.trust.canary_answer(state, seq, ask, approved=True)
         if ask.get("about") == "ratchet":
@@ -7292,12 +7477,9 @@ class Warden:
 
     def do_deny(self, args, err):
         state, seq, ask = self.find_ask(args)
+        self.append(denial_record(state, seq, ask))
         if ask.get("canary"):
-            self.append({"kind": "denial", "claim": "declared", "venture": state.name, "ask": seq,
-                         "summary": f"a person denied ask #{seq}"})
             return self.trust.canary_answer(state, seq, ask, approved=False)
-        self.append({"kind": "denial", "claim": "declared", "venture": state.name, "ask": seq, "lever": ask.get("lever"),
-                     "summary": f"a person denied ask #{seq}" + (f" ({ask['lever']})" if ask.get("lever") else "")})
         return [f"#{seq} denied"]
 
     def do_pause(self, args, err):
@@ -7314,11 +7496,7 @@ class Warden:
             return [f"{state.name} is not paused"]
         self.append({"kind": "resume", "claim": "declared", "venture": state.name, "summary": f"a person resumed {state.name}"})
         self.check_runnable(state)
-        then = {g["name"]: g["then"] for g in state.mandate["guards"]} if state.mandate else {}
-        still = [f"guard {name} still reads past its bound (since #{episode}); "
-                 + (f"it will pause {state.name} again at its next reading" if then.get(name, "pause") == "pause"
-                    else "no lever but stop and its unwind runs until it is back inside")
-                 for name, episode in guards_past(state)]
+        still = still_past_lines(state)
         if state.mandate is None:
             return [f"{state.name} resumed, but it cannot run: {state.problem}"]
         self.schedule.enter(state.name, time.monotonic())
@@ -7425,13 +7603,7 @@ class Notifier:
                 os.unlink(path)
             except OSError:
                 pass
-            if child.ended_by == "timeout":
-                failure = f"it took longer than its time limit of {format_duration(self.spec['timeout'])}"
-            elif child.ended_by == "stop":
-                failure = "it was still running when avsmd stopped"
-            else:
-                failure = None if status == 0 else describe_status(status)
-            self.settle(notice, failure, child.note())
+            self.settle(notice, notify_failure(child.ended_by, status, self.spec["timeout"]), child.note())
         while self.queue and (self.stopping or not self.running):
             self.start(self.queue.pop(0))
 
@@ -7893,12 +8065,8 @@ class Daemon:
     def child_backoff(self, which, started):
         """Return the wait before starting a child again: none at first, doubling while it keeps dying quickly."""
         import time
-        previous = self.backoff.get(which)          # None: it has not died quickly since it last ran well
-        if time.monotonic() - started >= QUICK_DEATH or previous is None:
-            self.backoff[which] = None if time.monotonic() - started >= QUICK_DEATH else 0
-            return 0
-        self.backoff[which] = next_backoff(previous)
-        return self.backoff[which]
+        self.backoff[which], delay = child_restart_wait(self.backoff.get(which), time.monotonic() - started)
+        return delay
 
     # ---- clients ----
     def accept(self):

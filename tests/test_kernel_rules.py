@@ -464,3 +464,357 @@ def test_ranked_choices_below_the_bar_hold_the_top_and_drop_the_rest():
                                                                          (b, False, True)]
     assert "scored" in ranked[0][1] and ranked[2][2].startswith("sell not proposed: the ranking is held back")
     assert avsm.ranked_choices(led.state, [a, q]) == [(a, None, None), (q, None, None)]
+
+
+# ---- what the warden's rooms and avsmd used to decide themselves (issue 10 item 3) ----
+
+def test_child_restart_wait_doubles_while_dying_quickly():
+    """Open point 31, for avsmd's own children: a dead warden or roles process starts again at once; while it
+    keeps dying within QUICK_DEATH the wait doubles up to the ceiling; one that ran long keeps no back-off."""
+    quick, long_ = avsm.QUICK_DEATH - 1, avsm.QUICK_DEATH
+    assert avsm.child_restart_wait(None, quick) == (0, 0)
+    assert avsm.child_restart_wait(0, quick) == (avsm.BACKOFF_FIRST, avsm.BACKOFF_FIRST)
+    assert avsm.child_restart_wait(4, quick) == (8, 8)
+    assert avsm.child_restart_wait(avsm.BACKOFF_CEILING, quick) == (avsm.BACKOFF_CEILING,) * 2
+    assert avsm.child_restart_wait(64, long_) == (None, 0)
+    assert avsm.child_restart_wait(None, long_) == (None, 0)
+
+
+@pytest.mark.parametrize("status, ended_by, ok, summary", [
+    (0, None, True, "lower ok in 1.5s"),
+    (3, None, False, "lower failed: exit 3 in 1.5s"),
+    (-15, "pause", False, "lower stopped by the pause of v (signal 15)"),
+    (-15, "timeout", False, "lower failed: past its time limit 30s, ended (signal 15)"),
+    (0, "stop", False, "lower stopped: avsmd is stopping (exit 0)"),
+])
+def test_lever_outcome_is_ok_only_on_exit_0_unended(status, ended_by, ok, summary):
+    """LEVER-10, LEVER-11, LEVER-12, open point 29 (DESIGN: a lever stopped by a pause, a timeout or a stop is not
+    ok): the outcome's ok and summary are judged from how the lever ended, citing its action."""
+    led = Ledger(GUARDED % "pause")
+    record = avsm.lever_outcome(led.state, "lower", 7, status, ended_by, 1.5, 30, "tail")
+    assert record == {"kind": "outcome", "claim": "measured", "venture": V, "lever": "lower", "action": 7, "ok": ok,
+                      "status": avsm.describe_status(status), "ended_by": ended_by, "duration": 1.5, "note": "tail",
+                      "summary": summary}
+
+
+READ = """\
+purpose: Keep sales up.
+metric: sales
+controller: {kind: model}
+cadence: 10s
+guards:
+  - {name: spend, run: ./spend, above: 100}
+audits:
+  - {name: customers, run: ./customers, worse: up}
+readings:
+  - {name: waiting, run: ./waiting, lines: address}
+  - {name: named, run: ./waiting, lines: address, audit: customers}
+"""
+
+
+def test_unread_record_neither_trips_nor_clears_a_guard():
+    """RUN-18: a guard, audit or reading still running (or slower than the round) is written as not read; a
+    guard's has past: null, a reading's is inferred."""
+    led = Ledger(READ)
+    guard = avsm.unread_record(led.state, "guard", "spend", "its last read is still running")
+    assert guard == {"kind": "guard.spend", "claim": "measured", "venture": V, "value": None, "status": "not read",
+                     "plausible": False, "note": "its last read is still running", "past": None,
+                     "summary": "guard spend not read: its last read is still running"}
+    assert avsm.unread_record(led.state, "reading", "waiting", "x")["claim"] == "inferred"
+    assert "past" not in avsm.unread_record(led.state, "audit", "customers", "x")
+
+
+def test_report_record_is_judged_by_judge_report():
+    """REPORT-06, REPORT-08, DESIGN (a failed or implausible reading has plausible: false and a non-empty note): the report's
+    status, plausible, value and summary come from judge_report; NaN is stored as null."""
+    led = Ledger(READ)
+    ok = avsm.report_record(led.state, 12.5, None)
+    assert ok == {"kind": "report", "claim": "measured", "venture": V, "metric": "sales", "value": 12.5,
+                  "status": "trusted", "plausible": True, "note": "", "summary": "sales = 12.5"}
+    failed = avsm.report_record(led.state, None, "exit 1")
+    assert (failed["status"], failed["plausible"], failed["value"], failed["summary"]) == \
+        ("failed", False, None, "sales failed: exit 1")
+    nan = avsm.report_record(led.state, float("nan"), None)
+    assert nan["status"] == "implausible" and nan["value"] is None and nan["note"] and not nan["plausible"]
+
+
+def test_guard_record_says_past_its_bound():
+    """GUARD-02, GUARD-03: a guard's reading record holds its value, bound and side, past only when read; the
+    summary says when it is past its bound; a failed reading's past is null."""
+    led = Ledger(READ)
+    guard = led.state.mandate["guards"][0]
+    past = avsm.guard_record(led.state, guard, 150, None)
+    assert past == {"kind": "guard.spend", "claim": "measured", "venture": V, "value": 150, "status": "trusted",
+                    "plausible": True, "past": True, "bound": 100, "side": "above",
+                    "summary": "guard spend = 150 past its bound (> 100)"}
+    assert avsm.guard_record(led.state, guard, 12.5, None, suffix="%")["summary"] == "guard spend = 12.5%"
+    failed = avsm.guard_record(led.state, guard, None, "exit 2")
+    assert (failed["past"], failed["note"], failed["summary"]) == (None, "exit 2", "guard spend failed: exit 2")
+
+
+def test_audit_record_keeps_its_note_and_judges_nan():
+    """AUDIT-05: an audit's record keeps the lines above its number as its note (never a model's to see); NaN is
+    implausible, a failure failed."""
+    led = Ledger(READ)
+    rec = avsm.audit_record(led.state, "customers", 3.0, None, "a@b.example\nc@d.example\n3\n")
+    assert rec == {"kind": "audit.customers", "claim": "measured", "venture": V, "value": 3.0, "status": "trusted",
+                   "plausible": True, "note": "a@b.example\nc@d.example", "summary": "audit customers = 3"}
+    nan = avsm.audit_record(led.state, "customers", float("nan"), None, "nan\n")
+    assert (nan["status"], nan["value"], nan["note"], nan["plausible"]) == ("implausible", None, "NaN", False)
+    failed = avsm.audit_record(led.state, "customers", None, "exit 1", "")
+    assert (failed["status"], failed["note"], failed["summary"]) == ("failed", "exit 1", "audit customers failed: exit 1")
+
+
+def test_reading_record_keeps_fields_and_a_failure_no_note():
+    """READING-08: a read reading keeps its address fields (with audit:, only those its audit's note names); a
+    failed one keeps no note at all."""
+    led = Ledger(READ)
+    led.add(avsm.audit_record(led.state, "customers", 1.0, None, "c@d.example\n1\n"))
+    waiting, named = led.state.mandate["readings"]
+    text = "a@b.example\nc@d.example\n2\n"
+    rec = avsm.reading_record(led.state, waiting, 2.0, None, text)
+    assert rec == {"kind": "reading.waiting", "claim": "inferred", "venture": V, "value": 2.0, "status": "read",
+                   "plausible": True, "fields": "a@b.example c@d.example", "summary": "reading waiting = 2: 2 field(s)"}
+    assert avsm.reading_record(led.state, named, 2.0, None, text)["fields"] == "c@d.example"
+    failed = avsm.reading_record(led.state, waiting, None, "exit 1", text)
+    assert failed == {"kind": "reading.waiting", "claim": "inferred", "venture": V, "value": None, "status": "failed",
+                      "plausible": False, "summary": "reading waiting failed"}
+
+
+def test_notify_failure_from_how_the_command_ended():
+    """Issue 14 item 2: a run of the notify command told its notice only when it exited 0 unended; else the
+    failure judge_notify writes says how (its time limit, avsmd's stop, its exit status)."""
+    assert avsm.notify_failure(None, 0, 10) is None
+    assert avsm.notify_failure(None, 3, 10) == "exit 3"
+    assert avsm.notify_failure("timeout", -15, 10) == "it took longer than its time limit of 10s"
+    assert avsm.notify_failure("stop", 0, 10) == "it was still running when avsmd stopped"
+
+
+def test_forecast_record_holds_numbers_too_little_or_why_none():
+    """FORECAST-07, FORECAST-10: the forecast program's output becomes an inferred forecast record: its rounded numbers, why
+    there is too little to forecast, or why none was made (ended, a non-zero exit, output that is not JSON)."""
+    led = Ledger(READ)
+    extra = {"days": 30, "seeds": 16, "why": "ratchet", "lever": "lower"}
+    made = avsm.forecast_record(led.state, extra, b'{"median": 5.04, "p10": 2, "p90": 9, "decimals": 1}', 0, None)
+    assert {k: made[k] for k in ("kind", "claim", "median", "p10", "p90", "lever", "why")} == \
+        {"kind": "forecast", "claim": "inferred", "median": 5.0, "p10": 2.0, "p90": 9.0, "lever": "lower", "why": "ratchet"}
+    assert made["summary"].startswith("forecast 30 days x 16 seeds: ")
+    little = avsm.forecast_record(led.state, dict(extra, lever=None), b'{"too_little": "two reports"}', 0, None)
+    assert little["note"] == "two reports" and "lever" not in little and little["summary"] == "forecast: two reports"
+    ended = avsm.forecast_record(led.state, extra, b"", -15, "pause")
+    assert (ended["note"], ended["summary"]) == ("it was ended", "forecast not made: it was ended")
+    assert avsm.forecast_record(led.state, extra, b"not json", 0, None)["note"] == "the forecast program ended exit 0"
+    assert avsm.forecast_record(led.state, extra, b"{}", 2, None)["note"] == "the forecast program ended exit 2"
+
+
+def test_world_step_result_failures_and_output():
+    """WORLD-02, WORLD-03, open point 38: a world step over 64 KiB, past its time, ended or exiting non-zero fails
+    (with its standard error's tail); otherwise its output is read, dropping what is not a field."""
+    m = Ledger(READ).state.mandate
+    assert avsm.world_step_result(m, True, None, 0, b"", b"")[1] == "it printed more than 64 KiB"
+    assert avsm.world_step_result(m, False, "timeout", -15, b"", b"")[1] == "it took longer than 10 s and was ended"
+    assert avsm.world_step_result(m, False, None, 1, b"", b"oops\n") == (None, "it ended exit 1: oops")
+    assert avsm.world_step_result(m, False, "pause", -15, b"", b"") == (None, "it ended pause")
+    out, why = avsm.world_step_result(m, False, None, 0, b'{"state": 1, "metric": 3, "guards": {"spend": 4, "x": 1}, "y": 2}', b"")
+    assert why is None and out == {"state": 1, "metric": 3.0, "guards": {"spend": 4}}
+
+
+def test_backend_for_the_default_or_the_controllers_and_never_offbox_unsaid():
+    """MODEL-04, ESC-08: a decision goes to the controller's backend: or the config's default:; none named, or one that
+    leaves the machine without escalate: offbox in the mandate, raises 65 and no call is made."""
+    state = Ledger(READ).state
+    cfg = {"default": "near", "backends": {"near": {"offbox": False}, "far": {"offbox": True}}}
+    assert avsm.backend_for(state, cfg) == ("near", cfg["backends"]["near"])
+    with pytest.raises(avsm.Fail) as none:
+        avsm.backend_for(state, dict(cfg, default=None))
+    assert none.value.code == avsm.EX_DATAERR and "names no backend" in str(none.value)
+    with pytest.raises(avsm.Fail) as far:
+        avsm.backend_for(state, dict(cfg, default="far"))
+    assert "leaves the machine" in str(far.value)
+    state.mandate = dict(state.mandate, escalate="offbox")
+    assert avsm.backend_for(state, dict(cfg, default="far"))[0] == "far"
+
+
+def test_model_packet_never_shows_an_audit():
+    """AUDIT-05, MODEL-11, MODEL-12: the packet shows the recent records and open asks, but no audit reading, no audit's
+    ask, nothing that cites one; readings that were read, and each lever's runs in its cap window."""
+    led = Ledger(READ)
+    audit = led.add(avsm.audit_record(led.state, "customers", 3.0, None, "a@b.example\n3\n"))
+    ask = led.add({"kind": "ask", "claim": "measured", "venture": V, "about": "audit", "audit": "customers",
+                   "question": "q", "summary": "audit customers asks"})
+    model_ask = led.add({"kind": "ask", "claim": "inferred", "venture": V, "about": "model", "lever": None,
+                         "question": "what now?", "summary": "the model asks"})
+    r = led.add(report(5.0))
+    recent = [(seq, 1000 + seq, rec) for seq, rec in ((audit, {"kind": "audit.customers", "claim": "measured",
+                                                                "summary": "audit customers = 3"}),
+                                                       (ask, {"kind": "ask", "claim": "measured", "about": "audit",
+                                                              "summary": "audit asks"}),
+                                                       (ask + 10, {"kind": "denial", "claim": "declared", "ask": ask,
+                                                                   "summary": "denied"}),
+                                                       (r, report(5.0)))]
+    packet = avsm.model_packet(led.state, recent, 2000, {"days": 7}, [])
+    assert [line.split()[0] for line in packet["records"]] == [f"#{r}"]
+    assert packet["asks"] == [f"#{model_ask} -: what now?"]
+    assert packet["forecast"] == {"days": 7} and packet["looks"] == [] and packet["metric"] == "sales"
+    assert "a@b.example" not in repr(packet) and "customers" not in repr(packet)
+
+
+def test_action_record_carries_the_proof_basis_approval_and_check():
+    """LEVER-07, PROOF-02, issue 10 item 1: the action written before a run carries the gate's proof and the basis
+    the re-check needs, the approval and check it rests on, the controller's side and what the caller adds."""
+    led = Ledger(GUARDED % "pause")
+    verdict = avsm.Verdict(True, {"rule": "r", "premises": [1], "steps": [], "trigger": None},
+                           asked={"basis": {"rule": "r", "premises": [1], "steps": []}, "at": 5, "approval": 3, "check": 4})
+    record = avsm.action_record(led.state, "lower", verdict, "lower runs", "controller", "above", {"proposal": 9})
+    assert record == {"kind": "action", "claim": "measured", "venture": V, "lever": "lower", "proof": verdict.proof,
+                      "by": "controller", "summary": "lower runs", "basis": verdict.asked["basis"], "approval": 3,
+                      "check": 4, "side": "above", "proposal": 9}
+    bare = avsm.action_record(led.state, "lower", verdict._replace(asked={"basis": {}, "at": 5}), "s", "person")
+    assert set(bare) == {"kind", "claim", "venture", "lever", "proof", "by", "summary", "basis"}
+
+
+def test_fact_records_keep_only_fact_and_source_lines():
+    """LEVER-18, PROOF-03: what research brings back is kept as inferred fact records, each with its source;
+    a line that is not a {"fact", "source"} object of strings is dropped."""
+    led = Ledger(GUARDED % "pause")
+    lines = ['{"fact": "the sky is blue", "source": "https://sky.example"}', "not json", '{"fact": 1, "source": "x"}',
+             '["fact"]', '{"fact": "f", "source": "s", "extra": 1}']
+    facts = avsm.fact_records(led.state, 12, lines)
+    assert [f["fact"] for f in facts] == ["the sky is blue", "f"]
+    assert facts[0] == {"kind": "fact", "claim": "inferred", "venture": V, "action": 12, "fact": "the sky is blue",
+                        "source": "https://sky.example", "summary": "fact from https://sky.example: the sky is blue"}
+
+
+def test_round_unread_settles_once_read_or_late():
+    """RUN-16, RUN-18: a round settles once its metric is in and every guard, audit and reading is read, or at
+    its deadline (half a second) without the slow ones, which are written as not read; not before its metric."""
+    assert avsm.round_unread(None, 5) is None
+    waiting = {"metric": None, "pending": set(), "deadline": 1.0, "number": 1}
+    assert avsm.round_unread(waiting, 9.0) is None                       # no metric yet: never settles
+    read = dict(waiting, metric=4)
+    assert avsm.round_unread(read, 0.1) == []                            # all read: settles at once
+    slow = dict(read, pending={("reading", "b"), ("guard", "a")})
+    assert avsm.round_unread(slow, 0.9) is None                          # waits for them until its deadline
+    assert avsm.round_unread(slow, 1.0) == [("guard", "a"), ("reading", "b")]
+
+
+WORLDLY = READ.replace("cadence: 10s\n", "cadence: 10s\ncalibration: 0.1\n")
+
+
+def test_prediction_due_on_the_last_trusted_report_only():
+    """WORLD-05: with calibration: (or world:) the last trusted report brings a prediction; not an untrusted or
+    older one, not while paused or while avsmd stops, and never without either key."""
+    led = Ledger(WORLDLY)
+    first = led.add(report(5.0))
+    assert avsm.prediction_due(led.state, first, False)
+    assert not avsm.prediction_due(led.state, first, True)
+    second = led.add(report(6.0, status="implausible"))
+    assert not avsm.prediction_due(led.state, second, False) and not avsm.prediction_due(led.state, first, False)
+    led.add({"kind": "pause", "claim": "declared", "venture": V, "summary": "paused"})
+    third = led.add(report(7.0))
+    assert not avsm.prediction_due(led.state, third, False)
+    plain = Ledger(READ)
+    assert not avsm.prediction_due(plain.state, plain.add(report(5.0)), False)
+
+
+def test_still_past_lines_say_what_a_guard_does_after_resume():
+    """PAUSE-03: resuming while a guard still reads past its bound goes through and says the guard pauses the
+    venture again (then: pause), or that only stop and its unwind run (then: ask)."""
+    led = Ledger(GUARDED % "pause")
+    assert avsm.still_past_lines(led.state) == []
+    first = led.guard(150, True)
+    assert avsm.still_past_lines(led.state) == [
+        f"guard spend still reads past its bound (since #{first}); it will pause v again at its next reading"]
+    asking = Ledger(GUARDED % "ask")
+    first = asking.guard(150, True)
+    assert avsm.still_past_lines(asking.state) == [
+        f"guard spend still reads past its bound (since #{first}); no lever but stop and its unwind runs until "
+        "it is back inside"]
+
+
+def test_decide_problem_says_why_no_decision_runs():
+    """MODEL-01, DESIGN (avsm decide runs that venture's model decision now): refused for a venture that cannot
+    run, one no model decides for, and a paused one."""
+    led = Ledger(READ)
+    assert avsm.decide_problem(led.state) is None
+    led.add({"kind": "pause", "claim": "declared", "venture": V, "summary": "paused"})
+    assert avsm.decide_problem(led.state) == "v is paused; resume it first"
+    assert avsm.decide_problem(Ledger(GUARDED % "pause").state) == \
+        "v's controller is threshold: no model decides for it"
+    broken = Ledger(READ).state
+    broken.mandate, broken.problem = None, "its directory /srv/v is not there"
+    assert avsm.decide_problem(broken) == "v cannot run: its directory /srv/v is not there"
+
+
+def test_denial_record_names_the_lever_but_not_a_canarys():
+    """ASK-03: a denial is a declared record citing its ask, naming the ask's lever; a canary's names none."""
+    state = Ledger(READ).state
+    assert avsm.denial_record(state, 4, {"lever": "wipe"}) == {
+        "kind": "denial", "claim": "declared", "venture": V, "ask": 4, "lever": "wipe",
+        "summary": "a person denied ask #4 (wipe)"}
+    assert avsm.denial_record(state, 4, {"about": "guard"})["summary"] == "a person denied ask #4"
+    assert avsm.denial_record(state, 5, {"lever": "wipe", "canary": True}) == {
+        "kind": "denial", "claim": "declared", "venture": V, "ask": 5, "summary": "a person denied ask #5"}
+
+
+def test_reply_failure_of_a_command_backend():
+    """MODEL-23, ESC-01: a command backend's reply over 256 KiB, or one that was ended or exited non-zero, is
+    unusable; one that exited 0 is read."""
+    assert avsm.reply_failure("./model", True, None, 0) == "the reply is bigger than 256 KiB"
+    assert avsm.reply_failure("./model", False, "timeout", -15) == "./model ended: timeout"
+    assert avsm.reply_failure("./model", False, None, 2) == "./model ended: exit 2"
+    assert avsm.reply_failure("./model", False, None, 0) is None
+
+
+def test_unusable_record_keeps_a_refusal_and_the_call():
+    """ESC-06: an unusable reply is written (it changes nothing), keeping a provider's refusal apart from the
+    rest of what it said of the call; a short why in the summary."""
+    state = Ledger(READ).state
+    record = avsm.unusable_record(state, "near", "nightly", "declined: no", {"declined": {"text": "no"}, "model": "m"})
+    assert record == {"kind": "unusable", "claim": "measured", "venture": V, "backend": "near", "by": "nightly",
+                      "why": "declined: no", "summary": "the reply of near is unusable: declined: no",
+                      "declined": {"text": "no"}, "call": {"model": "m"}}
+    bare = avsm.unusable_record(state, "near", "person", "x" * 3000, None)
+    assert "call" not in bare and "declined" not in bare and len(bare["why"]) == avsm.NOTE_MAX
+
+
+def test_mail_to_send_needs_the_adapter_and_a_message_that_holds():
+    """CONFIG-07, issue 17 item 1: mail.send sends only with adapters: mail: (its from:) and a text payload that
+    write_mail can send; otherwise its outcome is not started, saying why."""
+    spec = {"name": "notify", "takes": "text", "run": "mail.send", "budget": None}
+    cfg = {"adapters": {"mail": {"command": "sendmail -t -i", "from": "me@example.com"}}}
+    mail, _ = avsm.mail_to_send(spec, cfg, "Subject: hi\n\nbody\n")
+    assert mail is not None and mail.text.startswith("From: me@example.com\n")
+    none, why = avsm.mail_to_send(spec, {"adapters": {}}, "Subject: hi\n\nbody\n")
+    assert none is None and why == "mail.send needs adapters: mail: in config.yaml and a text payload"
+    assert avsm.mail_to_send(spec, cfg, {"not": "text"})[0] is None
+    bad, why = avsm.mail_to_send(spec, cfg, "no headers at all")
+    assert bad is None and why.startswith("mail.send refused the message: ")
+
+
+def test_approve_problem_while_paused():
+    """ASK-09: approving an ask of a paused venture is refused, saying to resume first; the approval is not spent."""
+    led = Ledger(READ)
+    assert avsm.approve_problem(led.state, 4) is None
+    led.add({"kind": "pause", "claim": "declared", "venture": V, "summary": "paused"})
+    assert avsm.approve_problem(led.state, 4) == \
+        "v is paused, so approving #4 would spend it without running; resume it first (avsm resume v)"
+
+
+def test_ratchet_change_problem_refuses_adding_offbox():
+    """SELF-03, ESC-09: a mandate change proposed by self may not add escalate: offbox; one that keeps it may."""
+    state = Ledger(READ).state
+    assert avsm.ratchet_change_problem(state, dict(state.mandate)) is None
+    assert "may not add escalate: offbox" in avsm.ratchet_change_problem(state, dict(state.mandate, escalate="offbox"))
+    state.mandate = dict(state.mandate, escalate="offbox")
+    assert avsm.ratchet_change_problem(state, dict(state.mandate)) is None
+
+
+def test_run_start_record_says_started_or_restarted():
+    """VENTURE-17, open point 31 (each start and exit is a measured record): the kept run program's start names
+    its pid and command, and says restarted after an exit."""
+    text = READ.replace("cadence: 10s\n", "cadence: 10s\nrun: ./serve\n")
+    state = Ledger(text).state
+    assert avsm.run_start_record(state, 41, False) == {"kind": "start", "claim": "measured", "venture": V, "pid": 41,
+                                                       "command": "./serve", "summary": "run started (pid 41)"}
+    assert avsm.run_start_record(state, 42, True)["summary"] == "run restarted (pid 42)"
