@@ -2116,16 +2116,41 @@ def verify_chain(db, upto=None):
     return expected - 1, None
 
 
+SCAN_CACHE_KIB = 128    # SQLite's page cache while the whole ledger is read once in order, and the warden's always (the
+                        # default, 2 MiB, buys a scan, an append at the end or a look-up by seq nothing, and would stay
+                        # in avsmd's and the warden's peak memory: issue 15)
+
+
+def small_cache(db):
+    """Shrink `db`'s page cache for a scan of the whole ledger; return the PRAGMA cache_size to restore after it."""
+    was = db.execute("PRAGMA cache_size").fetchone()[0]
+    db.execute(f"PRAGMA cache_size=-{SCAN_CACHE_KIB}")
+    return was
+
+
+def scan_records(db):
+    """Yield (seq, at, record dict) of the whole ledger, in order, as read_records does, with a small page cache."""
+    was = small_cache(db)
+    try:
+        yield from read_records(db)
+    finally:
+        db.execute(f"PRAGMA cache_size={was}")
+
+
 def ledger_problem(db):
     """Return (seq, why) for the first record that does not read or does not chain (open point 51), or None."""
-    seq, why = verify_chain(db)
-    if why is not None:
-        return seq, why
-    for seq, text in db.execute("SELECT seq, record FROM records ORDER BY seq"):
-        why = record_problem(text)
+    was = small_cache(db)
+    try:
+        seq, why = verify_chain(db)
         if why is not None:
             return seq, why
-    return None
+        for seq, text in db.execute("SELECT seq, record FROM records ORDER BY seq"):
+            why = record_problem(text)
+            if why is not None:
+                return seq, why
+        return None
+    finally:
+        db.execute(f"PRAGMA cache_size={was}")
 
 
 def format_local_time(at):
@@ -2350,6 +2375,8 @@ class History:
     """A list of (seq, value) pairs, kept compact: the seqs in an array of machine integers (8 bytes each,
     not a tuple and an int object: 96), so a thousand ventures' HISTORY reports take 3 MiB, not 19."""
 
+    __slots__ = ("seqs", "values")
+
     def __init__(self, pairs=()):
         import array
         self.seqs, self.values = array.array("q"), []
@@ -2381,6 +2408,15 @@ class History:
 
 class VentureState:
     """What the ledger says of one venture, folded record by record (so a restart forgets nothing)."""
+
+    # Slots for the fields below: over 30 of them, an instance's __dict__ would not share its keys (1.6 KiB a venture,
+    # not 0.4; issue 15). "__dict__" last: a field added without its slot still works, in a dict of its own.
+    __slots__ = ("name", "directory", "mandate", "mandate_seq", "mandate_sha", "mandate_text", "problem", "paused",
+                 "last_report", "level", "pending", "last_step", "previous_implausible", "trusted", "trusted_at",
+                 "sides", "actions", "open_asks", "implausible_ask", "implausible_answered", "running", "guards",
+                 "audits", "read", "peak", "unwinds", "approvals", "free_steps", "lever_steps", "ran_since", "effects",
+                 "misses", "suspended", "ratchet_forecasts", "grants", "checks", "world_reports", "prediction",
+                 "scores", "scored", "world_failing", "world_state", "__dict__")
 
     def __init__(self, name):
         self.name = name
@@ -7033,6 +7069,7 @@ class Warden:
         self.home, self.cfg, self.debug = home, cfg, debug
         self.lock = LockCheck(os.path.join(home, "avsmd.lock"), os.getppid())
         self.ledger = Ledger(os.path.join(home, "ledger.db"), still_ours=self.lock.lock_is_ours)
+        small_cache(self.ledger.db)   # it appends at the end and reads single records: a small cache holds those
         self.ventures = {}            # name -> VentureState
         self.writer = LedgerWriter(self.ledger, self.ventures, lambda state: self.trust.count_ask(state),
                                    self.tell_person, self.refold, debug)
@@ -7063,7 +7100,7 @@ class Warden:
     # ---- the ventures, replayed from the ledger ----
     def load(self):
         """Replay the ledger into venture states; settle runs a dead warden left without an outcome."""
-        for seq, at, record in read_records(self.ledger.db):
+        for seq, at, record in scan_records(self.ledger.db):
             name = record.get("venture")
             if name == "self" or name is None:
                 continue
@@ -7085,7 +7122,7 @@ class Warden:
         The states are replaced in the one dict every room shares."""
         old = dict(self.ventures)
         self.ventures.clear()
-        for seq, at, record in read_records(self.ledger.db):
+        for seq, at, record in scan_records(self.ledger.db):
             name = record.get("venture")
             if name in (None, "self"):
                 continue
