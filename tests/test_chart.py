@@ -323,11 +323,11 @@ def test_each_mandate_draws_its_bound_while_it_was_in_force():
 
 
 def test_the_readme_shows_a_real_chart():
-    """Issue 14 (done when: the README shows a chart): README.md links docs/chart-example.svg, a chart avsm
+    """Issue 14 (done when: the README shows a chart): README.md links contrib/chart-example.svg, a chart avsm
     chart wrote from a real run: it parses, is small, and holds trusted points, lever runs and asks."""
     readme = open(os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "README.md"), encoding="utf-8").read()
-    assert "](docs/chart-example.svg)" in readme and "avsm chart VENTURE" in readme
-    path = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "docs", "chart-example.svg")
+    assert "](contrib/chart-example.svg)" in readme and "avsm chart VENTURE" in readme
+    path = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "contrib", "chart-example.svg")
     assert os.path.getsize(path) < 40_000
     root = ET.parse(path).getroot()
     assert marks(root, "circle", "report trusted") and marks(root, "g", "action") and marks(root, "g", "ask")
