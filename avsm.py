@@ -8886,10 +8886,12 @@ def decode_record(text, fullmatch=None, seq=None):
     m = (fullmatch or re.compile(TRUSTED_REPORT).fullmatch)(text)
     if m is None:
         return load_record(text, seq)
-    value = m[2]
+    try:
+        value = float(m[2]) if "." in m[2] or "e" in m[2] or "E" in m[2] else int(m[2])
+    except ValueError:
+        return load_record(text, seq)   # no number JSON reads (a hand-edited `"value":1-2`): say so as json would
     return {"kind": "report", "claim": "measured", "venture": m[3], "metric": m[1],
-            "note": "", "plausible": True, "status": "trusted",
-            "value": float(value) if "." in value or "e" in value or "E" in value else int(value)}
+            "note": "", "plausible": True, "status": "trusted", "value": value}
 
 
 def seq_list(seqs, most=8):

@@ -6,6 +6,7 @@ trusted reports (ASCII where the output or the locale is not UTF-8), the detail 
 import json
 import os
 import re
+import pytest
 
 import avsm
 from conftest import Avsm, make_venture, write
@@ -188,7 +189,8 @@ run: ./serve
 
 def test_a_trusted_report_decodes_as_json_loads_does():
     """Issue 14 item 3, speed: the canonical text of a trusted report decodes to what json.loads gives but its
-    summary; any other text (an escape in a string, another kind, another status, a key more) is json.loads's."""
+    summary; any other text (an escape in a string, another kind, another status, a key more) is json.loads's,
+    and a number the pattern admits but JSON does not (1-2) is refused as json.loads refuses it, never a traceback."""
     def stored(**fields):
         return avsm.canonical(dict({"kind": "report", "claim": "measured", "venture": "v-1.x", "metric": "count",
                                     "value": 5, "status": "trusted", "plausible": True, "note": "", "summary": "count = 5"}, **fields))
@@ -200,6 +202,9 @@ def test_a_trusted_report_decodes_as_json_loads_does():
     for text in (stored(summary='say "hi"'), stored(metric="c\u00e9"), stored(status="failed", value=None),
                  stored(note="x"), stored(past=True), stored(kind="guard.x"), avsm.canonical({"kind": "ask", "summary": "s"})):
         assert avsm.decode_record(text) == json.loads(text), text
+    for bad in ("1-2", "1e", "1..5", "-"):   # the shape's number class admits what no JSON number is: refused as json.loads does
+        with pytest.raises(ValueError):
+            avsm.decode_record(stored().replace('"value":5', f'"value":{bad}'))
 
 
 def test_sparkline_scales_between_the_least_and_greatest():
