@@ -7101,16 +7101,7 @@ class Warden:
     def load(self):
         """Replay the ledger into venture states; settle runs a dead warden left without an outcome."""
         for seq, at, record in scan_records(self.ledger.db):
-            name = record.get("venture")
-            if name == "self" or name is None:
-                continue
-            state = self.ventures.setdefault(name, VentureState(name))
-            fold(state, seq, at, record)
-            if record["kind"] == "mandate":
-                try:
-                    state.mandate = parse_mandate(record.get("text", ""), f"mandate #{seq}")
-                except Fail:
-                    state.mandate = None
+            fold_ledger(self.ventures, seq, at, record)
         import time
         for state in self.ventures.values():
             self.check_runnable(state)
@@ -7122,21 +7113,11 @@ class Warden:
         The states are replaced in the one dict every room shares."""
         old = dict(self.ventures)
         self.ventures.clear()
+        known = {was.mandate_text: was.mandate for was in old.values() if was.mandate is not None}
+        def parse(text, where):                 # a mandate in force keeps its parse (against its directory)
+            return known[text] if text in known else parse_mandate(text, where)
         for seq, at, record in scan_records(self.ledger.db):
-            name = record.get("venture")
-            if name in (None, "self"):
-                continue
-            state = self.ventures.setdefault(name, VentureState(name))
-            fold(state, seq, at, record)
-            if record["kind"] == "mandate":     # each record folds under the mandate then in force, as at load
-                was = old.get(name)
-                if was is not None and was.mandate_seq == seq:
-                    state.mandate = was.mandate
-                else:
-                    try:
-                        state.mandate = parse_mandate(record.get("text", ""), f"mandate #{seq}")
-                    except Fail:
-                        state.mandate = None
+            fold_ledger(self.ventures, seq, at, record, parse)
         for name, was in old.items():
             state = self.ventures.setdefault(name, was)
             if state is not was:        # what is not folded from the ledger stays as it was
