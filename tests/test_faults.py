@@ -829,15 +829,14 @@ def test_a_flood_of_output_waits_for_no_one_up_to_a_mebibyte(tmp_path):
         while child.poll() is None and time.monotonic() < deadline:
             time.sleep(0.01)
         assert child.poll() == 0, "the program waited for its output to be read"
-        while child.drain(child.proc.stdout):
+        while child.drain(child.stdout):
             time.sleep(0.01)
         assert len(child.out) == avsm.OUTPUT_KEEP and child.out.endswith(b"xxx5\n")
     finally:
-        for pipe in (child.proc.stdout, child.proc.stderr):
-            pipe.close()
         if child.poll() is None:
             os.killpg(child.pgid, signal.SIGKILL)
-            child.proc.wait()
+            os.waitpid(child.pid, 0)
+        child.close()
 
 
 def test_a_group_is_ended_only_while_it_is_still_the_one_started():
