@@ -1971,6 +1971,16 @@ def load_record(text, seq=None):
     return record
 
 
+def read_record(text, seq=None):
+    """Return the record stored as `text`, or raise json.JSONDecodeError when it does not read (record_problem):
+    for a reader that folds what it reads, as summary does."""
+    record = load_record(text, seq)
+    why = record_problem(text)
+    if why is not None:
+        raise json.JSONDecodeError(f"record {'#' + str(seq) + ' ' if seq else ''}does not read: {why}", text, 0)
+    return record
+
+
 def record_problem(text):
     """Return why a stored record does not read (open point 51), or None."""
     try:
@@ -1984,6 +1994,62 @@ def record_problem(text):
         return f"it has no {', '.join(missing)}"
     if record["claim"] not in CLAIMS:
         return f"its claim '{record['claim']}' is not measured, declared or inferred"
+    return fold_problem(record)
+
+
+def is_number(value):
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+
+def is_seq(value):
+    return value is None or (isinstance(value, int) and not isinstance(value, bool))
+
+
+def is_name(value):
+    return value is None or isinstance(value, str)
+
+
+FOLD_FIELDS = {       # kind -> (field, test, what it must be): the fields the fold reads and what it does with them
+    "mandate": (("directory", is_name, "text"), ("text", lambda v: isinstance(v, str), "text"), ("sha256", is_name, "text")),
+    "action": (("lever", lambda v: isinstance(v, str), "a lever's name"), ("guard", is_name, "a guard's name"),
+               ("side", is_name, "a side's name"), ("proof", lambda v: v is None or isinstance(v, dict), "an object")),
+    "outcome": (("lever", is_name, "a lever's name"), ("action", is_seq, "a record number")),
+    "refusal": (("side", is_name, "a side's name"),),
+    "ask": (("about", is_name, "text"), ("lever", is_name, "a lever's name"), ("guard", is_name, "a guard's name"),
+            ("side", is_name, "a side's name")),
+    "proposal": (("lever", is_name, "a lever's name"),),
+    "check": (("lever", is_name, "a lever's name"),),
+    "approval": (("lever", is_name, "a lever's name"), ("ask", is_seq, "a record number")),
+    "denial": (("lever", is_name, "a lever's name"), ("ask", is_seq, "a record number")),
+    "resolved": (("lever", is_name, "a lever's name"), ("ask", is_seq, "a record number")),
+    "effect": (("lever", is_name, "a lever's name"), ("action", is_seq, "a record number")),
+    "pause": (("guard", is_name, "a guard's name"),),
+    "prediction": (("report", is_seq, "a record number"),),
+    "report": (("status", is_name, "text"),),
+    "guard.": (("status", is_name, "text"),),
+    "audit.": (("status", is_name, "text"),),
+    "calibration.": (("crps", is_number, "a number"), ("persistence", is_number, "a number")),
+}
+
+
+def fold_problem(record):
+    """Return why a record's fields are not what the fold reads them as (a ledger edited by hand: a report's
+    value as text, a lever's name as a list), or None. Such a record does not read: avsmd stops naming it,
+    and no fold counts it, so no reader of the ledger trips over it."""
+    kind, venture = record["kind"], record["venture"]
+    if not isinstance(kind, str) or not isinstance(venture, str):
+        return "its kind or venture is not text"
+    fields = FOLD_FIELDS.get(kind) or FOLD_FIELDS.get(kind[:kind.find(".") + 1]) or ()
+    for field, test, what in fields:
+        if field in record and not test(record[field]):
+            return f"its {field} is {shown_value(record[field], 40)}, not {what}"
+    if kind == "action" and isinstance(record.get("proof"), dict):
+        premises = record["proof"].get("premises", [])
+        if not isinstance(premises, list) or not all(is_seq(p) and p is not None for p in premises):
+            return f"its proof's premises are {shown_value(premises, 40)}, not a list of record numbers"
+    if (kind == "report" or kind.startswith("audit.")) and record.get("status") in ("trusted", "unconfirmed") \
+            and not is_number(record.get("value")):
+        return f"it is {record['status']} and its value is {shown_value(record.get('value'), 40)}, not a number"
     return None
 
 
@@ -2144,8 +2210,9 @@ def ledger_problem(db):
         seq, why = verify_chain(db)
         if why is not None:
             return seq, why
-        for seq, text in db.execute("SELECT seq, record FROM records ORDER BY seq"):
-            why = record_problem(text)
+        for seq, at, text in db.execute("SELECT seq, at, record FROM records ORDER BY seq"):
+            why = record_problem(text) or (None if is_seq(at) and at is not None else
+                                           f"its time is {shown_value(at, 40)}, not a whole number of seconds")
             if why is not None:
                 return seq, why
         return None
@@ -4075,8 +4142,8 @@ def mail_to_send(spec, cfg, payload):
 def fold_ledger(states, seq, at, record, parse=None):
     """Fold one record into its venture's state in `states` (parsing an adopted mandate); return the state or None."""
     name = record.get("venture")
-    if name == "self" or not isinstance(name, str):
-        return None
+    if name == "self" or not isinstance(name, str) or fold_problem(record) is not None:
+        return None                     # a record that does not read counts for nothing (avsmd stops on it)
     state = states.get(name) or states.setdefault(name, VentureState(name))
     fold(state, seq, at, record)
     if record.get("kind") == "mandate":
@@ -8922,7 +8989,7 @@ def summary_rows(db, since):
         values.append(f'%"venture":{json.dumps(name)}%')
     for seq, at, text in db.execute(f"SELECT seq, at, record FROM records WHERE seq <= ? AND ({clause}) ORDER BY seq",
                                     [since] + values):
-        yield seq, at, load_record(text, seq)
+        yield seq, at, read_record(text, seq)
     fullmatch = re.compile(TRUSTED_REPORT).fullmatch
     for seq, at, text in db.execute("SELECT seq, at, record FROM records WHERE seq > ? ORDER BY seq", (since,)):
         yield seq, at, decode_record(text, fullmatch, seq)
@@ -8942,11 +9009,11 @@ def decode_record(text, fullmatch=None, seq=None):
     fullmatch: TRUSTED_REPORT's, compiled once by a caller decoding many."""
     m = (fullmatch or re.compile(TRUSTED_REPORT).fullmatch)(text)
     if m is None:
-        return load_record(text, seq)
+        return read_record(text, seq)
     try:
         value = float(m[2]) if "." in m[2] or "e" in m[2] or "E" in m[2] else int(m[2])
     except ValueError:
-        return load_record(text, seq)   # no number JSON reads (a hand-edited `"value":1-2`): say so as json would
+        return read_record(text, seq)   # no number JSON reads (a hand-edited `"value":1-2`): say so as json would
     return {"kind": "report", "claim": "measured", "venture": m[3], "metric": m[1],
             "note": "", "plausible": True, "status": "trusted", "value": value}
 
@@ -9038,6 +9105,10 @@ def cmd_why(home, args):
         raise Fail(EX_DATAERR, f"#{seq} is not in the ledger; avsm tail shows the record numbers")
     at, record = row[0], load_record(row[1], seq)
     out(format_record_line(seq, at, record))
+    broken = record_problem(row[1])
+    if broken is not None:
+        raise Fail(EX_DATAERR, f"record #{seq} does not read: {broken}; avsm doctor says more, and avsm doctor --cut {seq} "
+                               "with avsmd stopped cuts the ledger just before it")
     proof = record.get("proof")
     if record.get("kind") != "action" or not proof:
         cited = [record[k] for k in ("action", "ask", "report", "proposal", "prediction") if isinstance(record.get(k), int)]
@@ -9057,19 +9128,25 @@ def cmd_why(home, args):
         for line in what_followed(db, seq, record, home):
             out(line)
         return EX_OK
-    out(f"rule: {proof.get('rule')}")
-    for step in proof.get("steps", []):
-        out(f"  step: {step}")
-    if proof.get("trigger") is not None:
+    if not isinstance(proof, dict):     # a ledger edited by hand: shown as it is, and the re-check says no
+        out(f"rule: none: its proof is {shown_text(json.dumps(proof))}, not an object")
+        proof = {}
+    else:
+        out(f"rule: {shown_text(str(proof.get('rule')))}")
+    steps, premises = (proof.get(k) if isinstance(proof.get(k), list) else [] for k in ("steps", "premises"))
+    premises = [p for p in premises if isinstance(p, int)]
+    for step in steps:
+        out(f"  step: {shown_text(str(step))}")
+    if isinstance(proof.get("trigger"), int):
         r = db.execute("SELECT at, record FROM records WHERE seq = ?", (proof["trigger"],)).fetchone()
         if r:
-            t = json.loads(r[1])
+            t = load_record(r[1], proof["trigger"])
             out(f"  trigger (not a premise): #{proof['trigger']} {t.get('claim')} {t.get('kind')} {t.get('summary')}")
             if isinstance(t.get("call"), dict):
                 out(f"    call: {describe_call(t)}")
     records = {s: (a, r) for s, a, r in read_records(db, 0, seq)
-               if r.get("venture") == record.get("venture") or s in proof.get("premises", [])}
-    for p in proof.get("premises", []):
+               if r.get("venture") == record.get("venture") or s in premises}
+    for p in premises:
         if p in records:
             r = records[p][1]
             out(f"  premise #{p} {r.get('claim')} {r.get('kind')} {r.get('summary')}")
@@ -9216,9 +9293,11 @@ def cmd_chart(home, args):
     span = f"in the last {format_duration(seconds)}" if seconds else f"after #{after}" if after else "in the ledger"
     db = open_ledger_ro(ledger_path(home))
     try:
-        mandates, records = read_chart_records(db, name, after, start)
+        mandates, records, untimed = read_chart_records(db, name, after, start)
     finally:
         db.close()
+    if untimed:
+        span += f" ({untimed} record{'s' if untimed != 1 else ''} at a time no clock wrote left out)"
     if not mandates:
         raise Fail(EX_DATAERR, f"no venture is named '{name}'; {client_command(home)} status lists them")
     if not any(r["kind"] == "report" for _, _, r in records):
@@ -9245,21 +9324,28 @@ def since_arg(text, command):
                              f"after #17") from None
 
 
+CLOCK_MAX = 253402300799     # 9999-12-31T23:59:59Z: a record's time past it (or before 1970) no clock wrote
+
+
 def read_chart_records(db, name, after, start):
     """Return (every mandate record of venture `name`, its records a chart shows after seq `after` and from
-    unix time `start`), each [(seq, at, record)] in order. Stored records are canonical JSON, so the venture's
-    field is found by its exact text before a record is parsed."""
+    unix time `start`, each [(seq, at, record)] in order, and how many records were left out for a time no
+    clock wrote: a ledger edited by hand). Stored records are canonical JSON, so the venture's field is found
+    by its exact text before a record is parsed."""
     field = f'"venture":{json.dumps(name)}'
     mandates = [(s, a, json.loads(t)) for s, a, t in db.execute(
         "SELECT seq, at, record FROM records WHERE instr(record, '\"kind\":\"mandate\"') > 0 AND instr(record, ?) > 0 "
         "ORDER BY seq", (field,))]
-    records = []
+    records, untimed = [], 0
     for s, a, t in db.execute("SELECT seq, at, record FROM records WHERE seq > ? AND at >= ? AND instr(record, ?) > 0 "
                               "ORDER BY seq", (after, start, field)):
         record = json.loads(t)
         if record.get("venture") == name and record.get("kind") in CHART_KINDS:
-            records.append((s, a, record))
-    return [m for m in mandates if m[2].get("venture") == name and m[2].get("kind") == "mandate"], records
+            if 0 <= a <= CLOCK_MAX:
+                records.append((s, a, record))
+            else:
+                untimed += 1
+    return [m for m in mandates if m[2].get("venture") == name and m[2].get("kind") == "mandate"], records, untimed
 
 
 def xml_text(value):

@@ -285,3 +285,69 @@ def test_a_time_no_clock_can_show(av, workdir):
     for args, code in ((("tail",), 0), (("why", "2"), 0), (("summary", "--since", "0"), 0), (("status",), 69)):
         r = no_traceback(other.cli(*args))
         assert r.returncode == code and f"@{2 ** 62 + 2}" in r.stdout, (args, r)
+
+
+def bad_fold_records():
+    """(label, record) of records whose fields are not what the fold reads (each chained soundly: edited by hand)."""
+    base = {"claim": "measured", "venture": "c", "summary": "x"}
+    report = dict(base, kind="report", metric="count", value=1, status="trusted", plausible=True, note="")
+    action = dict(base, kind="action", claim="inferred", lever="reset", proof={"rule": "controller", "premises": [2]})
+    return [
+        ("a trusted report's value as text", dict(report, value="abc"), 'it is trusted and its value is "abc", not a number'),
+        ("a report's status as a number", dict(report, status=5), "its status is 5, not text"),
+        ("a lever's name as a list", dict(action, lever=[1]), "its lever is [1], not a lever's name"),
+        ("a proof as text", dict(action, proof="nope"), 'its proof is "nope", not an object'),
+        ("premises as text", dict(action, proof={"premises": "2"}), 'its proof\'s premises are "2", not a list of record numbers'),
+        ("an outcome's action as text", dict(base, kind="outcome", lever="reset", action="x", ok=True),
+         'its action is "x", not a record number'),
+        ("an approval's ask as text", dict(base, kind="approval", claim="declared", ask="7"), 'its ask is "7", not a record number'),
+        ("a venture as a number", dict(report, venture=12), "its kind or venture is not text"),
+        ("a calibration's score as text", dict(base, kind="calibration.count", claim="inferred", crps="x", persistence=1),
+         'its crps is "x", not a number'),
+    ]
+
+
+@pytest.mark.parametrize("label,record,why", bad_fold_records(), ids=[b[0] for b in bad_fold_records()])
+def test_a_record_whose_fields_are_not_what_the_fold_reads(av, workdir, label, record, why):
+    """LEDGER-16, EXIT-*: a soundly chained record whose fields are not of the types the fold reads them as (a
+    ledger edited by hand) does not read: avsmd stops at once (65) naming it and `avsm doctor --cut`, `avsm why`
+    of it and `avsm summary` say so (65), doctor names it, and status with no avsmd answers without a traceback
+    (before, the warden's fold raised a TypeError at every start, and why and status were tracebacks, 70)."""
+    home = os.path.join(workdir, "h")
+    mandate = avsm.canonical({"kind": "mandate", "claim": "declared", "venture": "c", "directory": workdir,
+                              "text": COUNTER, "sha256": avsm.text_sha256(COUNTER), "summary": "adopted c"})
+    good = avsm.canonical({"kind": "report", "claim": "measured", "venture": "c", "metric": "count", "value": 1,
+                           "status": "trusted", "plausible": True, "note": "", "summary": "count = 1"})
+    write_ledger(home, [mandate, good, avsm.canonical(record)])
+    other = Avsm(av.bindir, home)
+    r = no_traceback(other.daemon_cmd())
+    assert r.returncode == 65 and f"record #3 of {home}/ledger.db does not read: {why}" in r.stderr, r
+    assert "avsm doctor --cut 3" in r.stderr, r
+    r = no_traceback(other.cli("why", "3"))
+    assert r.returncode == 65 and f"record #3 does not read: {why}" in r.stderr, r
+    assert f"record #3 does not read: {why}" in other.cli("doctor").stdout
+    assert no_traceback(other.cli("status")).returncode == 69
+    r = no_traceback(other.cli("summary", "--since", "0"))
+    assert r.returncode == 65 and f"record #3 does not read: {why}" in r.stderr and "doctor" in r.stderr, r
+    assert no_traceback(other.cli("why", "2")).returncode == 0
+
+
+def test_a_chart_leaves_out_a_time_no_clock_wrote_and_says_so(av, workdir):
+    """CLI-*: `avsm chart` of a venture with one report at 2**62 seconds (past what localtime can show: a ledger
+    edited by hand) charts the others and says in its caption that one was left out; before, an OSError (70)."""
+    home = os.path.join(workdir, "h")
+    mandate = avsm.canonical({"kind": "mandate", "claim": "declared", "venture": "c", "directory": workdir,
+                              "text": COUNTER, "sha256": avsm.text_sha256(COUNTER), "summary": "adopted c"})
+    reports = [avsm.canonical({"kind": "report", "claim": "measured", "venture": "c", "metric": "count", "value": v,
+                               "status": "trusted", "plausible": True, "note": "", "summary": f"count = {v}"})
+               for v in (1, 2, 3)]
+    write_ledger(home, [mandate] + reports[:2])
+    db = sqlite3.connect(os.path.join(home, "ledger.db"), isolation_level=None)
+    prev = db.execute("SELECT hash FROM records WHERE seq = 3").fetchone()[0]
+    db.execute("INSERT INTO records(seq, at, prev, hash, record) VALUES (4, ?, ?, ?, ?)",
+               (2 ** 62, prev, avsm.chain_hash(prev, 4, 2 ** 62, reports[2]), reports[2]))
+    db.close()
+    r = no_traceback(Avsm(av.bindir, home).cli("chart", "c"))
+    assert r.returncode == 0, r
+    title = ET.fromstring(r.stdout).find("{http://www.w3.org/2000/svg}title").text
+    assert "2 trusted reports" in title and "(1 record at a time no clock wrote left out)" in title, title
