@@ -2147,13 +2147,34 @@ class Ledger:
         self.db.close()
 
 
+ROLLBACK_WAIT = 3.0         # seconds a reader waits for a writer's interrupted transaction to be rolled back
+
+
 def open_ledger_ro(path):
-    """Return a read-only connection to the ledger at `path` (file:...?mode=ro)."""
+    """Return a read-only connection to the ledger at `path` (file:...?mode=ro).
+
+    A writer killed in a transaction leaves its journal hot beside the ledger, and a read-only connection cannot
+    roll it back (SQLITE_READONLY_ROLLBACK): the next warden does as it opens the ledger, so this waits up to
+    ROLLBACK_WAIT for it, then says what to do (65). Any other trouble is left to the caller's first read."""
     import sqlite3
+    import time
     quoted = path.replace("%", "%25").replace("?", "%3f").replace("#", "%23")
     db = sqlite3.connect(f"file:{quoted}?mode=ro", uri=True, isolation_level=None, timeout=10)
     db.execute("PRAGMA query_only=1")
-    return db
+    deadline = time.monotonic() + ROLLBACK_WAIT
+    while True:
+        try:
+            db.execute("SELECT 1 FROM sqlite_master LIMIT 1").fetchall()
+            return db
+        except sqlite3.OperationalError as err:
+            if getattr(err, "sqlite_errorname", None) != "SQLITE_READONLY_ROLLBACK":
+                return db
+        if time.monotonic() > deadline:
+            db.close()
+            raise Fail(EX_DATAERR, f"{path} holds a transaction its writer was killed in (its journal is beside it), which "
+                                   "only a writer can roll back; avsmd's warden does as it opens the ledger: start avsmd, "
+                                   "or if it runs, try again in a moment")
+        time.sleep(0.1)
 
 
 def read_records(db, since=0, upto=None, venture=None):
@@ -5320,7 +5341,12 @@ def start_program(argv, cwd, env, stdin=None):
     import signal
     if "null" not in SPAWN_FDS:
         SPAWN_FDS["null"] = os.open(os.devnull, os.O_RDONLY | os.O_CLOEXEC)
-        SPAWN_FDS["here"] = os.open(".", os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC | getattr(os, "O_PATH", 0))
+        for here in (".", "/"):         # a directory this process may not open (no O_PATH here) leaves it in /
+            try:
+                SPAWN_FDS["here"] = os.open(here, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC | getattr(os, "O_PATH", 0))
+                break
+            except OSError:
+                continue
     name = argv[0]
     paths = [name] if "/" in name else [os.path.join(d, name) for d in os.get_exec_path(env)]
     out_r, out_w = os.pipe()
@@ -8771,7 +8797,7 @@ def show_ledger_status(home, args):
             fold_ledger(states, seq, at, record)
             last = (seq, at)
         db.close()
-    except (sqlite3.Error, ValueError, KeyError, TypeError) as err:    # not readable either: say so, keep the 69
+    except (sqlite3.Error, ValueError, KeyError, TypeError, Fail) as err:    # not readable either: say so, keep the 69
         sys.stderr.write(f"avsm: and the ledger cannot be read for its status: {shown(str(err))}; avsm doctor says more\n")
         return
     if not any(s.mandate_seq is not None for s in states.values()):
@@ -9967,6 +9993,9 @@ def doctor_ledger(home, found, since):
         db = open_ledger_ro(path)
         triggers = {row[0] for row in db.execute("SELECT name FROM sqlite_master WHERE type = 'trigger'")}
         count, first_at, last_at = db.execute("SELECT count(*), min(at), max(at) FROM records").fetchone()
+    except Fail as fail:                # a transaction its writer was killed in: avsmd rolls it back
+        found.fail(EX_DATAERR, str(fail), f"{program_command('avsmd', home)}   (its warden rolls the transaction back)")
+        return
     except sqlite3.DatabaseError as err:
         found.fail(EX_DATAERR, f"{path} is not a ledger avsm can read: {err}",
                    f"mv {path} {path}.broken   (avsmd then starts a new ledger; keep the old one for the record)")
@@ -10020,7 +10049,7 @@ def doctor_mandates(home, found):
     import sqlite3
     try:
         adopted = adopted_mandates(home)
-    except (sqlite3.DatabaseError, ValueError) as err:
+    except (sqlite3.DatabaseError, ValueError, Fail) as err:
         found.note(f"the adopted mandates cannot be listed from a ledger that does not read ({err})")
         return
     for name, directory, seq, paused, in_force in adopted:
@@ -10325,7 +10354,7 @@ def test_config(home, cfg, path):
         code = EX_CONFIG
     try:
         adopted = adopted_mandates(home)
-    except (sqlite3_errors(), ValueError) as err:
+    except (sqlite3_errors(), ValueError, Fail) as err:
         sys.stderr.write(f"avsmd: {home}/ledger.db does not read ({err}), so no adopted mandate can be listed; "
                          f"see {client_command(home)} doctor\n")
         return EX_DATAERR
@@ -10365,7 +10394,7 @@ def test_ventures(home, cfg, dirs):
     function, messages and exit codes (the first code found wins), then what adopting it would allow."""
     try:
         adopted = {name: (directory, seq, paused, text) for name, directory, seq, paused, text in adopted_mandates(home)}
-    except (sqlite3_errors(), ValueError):
+    except (sqlite3_errors(), ValueError, Fail):
         adopted = {}                    # a ledger that does not read: avsmd -t alone says so; each directory is still checked
     code = EX_OK
     for given in dirs:

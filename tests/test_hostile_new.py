@@ -10,6 +10,7 @@ import math
 import os
 import re
 import shutil
+import signal
 import sqlite3
 import subprocess
 import sys
@@ -351,3 +352,42 @@ def test_a_chart_leaves_out_a_time_no_clock_wrote_and_says_so(av, workdir):
     assert r.returncode == 0, r
     title = ET.fromstring(r.stdout).find("{http://www.w3.org/2000/svg}title").text
     assert "2 trusted reports" in title and "(1 record at a time no clock wrote left out)" in title, title
+
+
+def test_a_transaction_whose_writer_was_killed_is_waited_for_then_named(av, workdir):
+    """LEDGER-*, EXIT-*: a writer SIGKILLed in a transaction leaves its journal hot beside the ledger, which a
+    read-only reader cannot roll back (SQLITE_READONLY_ROLLBACK). With no avsmd, `avsm tail` waits a moment,
+    then says so and how to fix it (65), and doctor says to start avsmd, not to move the ledger away (before:
+    "attempt to write a readonly database", and doctor's fix was `mv ledger.db ledger.db.broken`). avsmd, as
+    it starts, rolls it back, and every record is still there."""
+    home = os.path.join(workdir, "h")
+    start = avsm.canonical({"kind": "start", "claim": "measured", "venture": "self", "summary": "started"})
+    write_ledger(home, [start, start])
+    path = os.path.join(home, "ledger.db")
+    killed = subprocess.run([sys.executable, "-c", f"""
+import os, signal, sqlite3
+db = sqlite3.connect({path!r}, isolation_level=None)
+db.execute("PRAGMA cache_size=1")
+db.execute("BEGIN IMMEDIATE")
+db.execute("CREATE TABLE junk(x)")
+for i in range(5000):
+    db.execute("INSERT INTO junk VALUES (?)", ("x" * 500,))
+os.kill(os.getpid(), signal.SIGKILL)
+"""])
+    assert killed.returncode == -signal.SIGKILL and os.path.getsize(path + "-journal") > 0
+    other = Avsm(av.bindir, home)
+    t0 = time.monotonic()
+    r = no_traceback(other.cli("tail"))
+    assert r.returncode == 65 and "holds a transaction its writer was killed in" in r.stderr and "start avsmd" in r.stderr, r
+    assert time.monotonic() - t0 >= avsm.ROLLBACK_WAIT
+    r = no_traceback(other.cli("doctor"))
+    assert "holds a transaction its writer was killed in" in r.stdout and ".broken" not in r.stdout, r.stdout
+    other.start()
+    try:
+        r = no_traceback(other.cli("tail", "--since", "0"))
+        assert r.returncode == 0 and "#1 " in r.stdout and "#2 " in r.stdout, r
+    finally:
+        other.stop()
+    db = sqlite3.connect(f"file:{path}?mode=ro", uri=True)
+    assert db.execute("SELECT count(*) FROM sqlite_master WHERE name = 'junk'").fetchone()[0] == 0
+    db.close()
