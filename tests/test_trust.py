@@ -166,6 +166,34 @@ def test_research_keeps_inferred_facts_with_their_source(av, workdir):
     assert of(recs, "outcome")[0][1]["ok"] is True
 
 
+def test_an_edit_to_the_config_takes_effect_only_at_a_restart(av, workdir):
+    """CONFIG-02: avsmd reads config.yaml once, at its start. With `research:` edited to another command while
+    avsmd runs, a research run still goes to the command it started with (and `avsm add` says a restart
+    applies the edit); once avsmd is restarted, the next goes to the new one."""
+    commands = {}
+    for name in ("first", "second"):
+        commands[name] = write(os.path.join(workdir, name), f"#!/bin/sh\ncat >> {workdir}/{name}.asked\n"
+                               f"echo '{{\"fact\": \"from {name}\", \"source\": \"{name}\"}}'\n", 0o755)
+    write(os.path.join(av.home, "config.yaml"), f"research: {commands['first']}\n")
+    d = dial(workdir, "dial", RESEARCH)
+    av.start()
+    av.cli("add", d)
+
+    def research(question, runs):
+        assert av.cli("propose", "dial", "research", "--payload", "-", input=question).returncode == 0
+        recs = av.wait_for(lambda rs: len(of(rs, "outcome")) >= runs and rs, timeout=10, what="research's outcome")
+        return [r["fact"] for _, r in of(recs, "fact")]
+    assert research("one?", 1) == ["from first"]
+    write(os.path.join(av.home, "config.yaml"), f"research: {commands['second']}\n")
+    assert research("two?", 2) == ["from first", "from first"], "the edit took effect before a restart"
+    assert "restart avsmd to apply it" in av.cli("add", d).stderr
+    assert not os.path.exists(os.path.join(workdir, "second.asked"))
+    code, _ = av.stop()
+    assert code == 0
+    av.start()
+    assert research("three?", 3) == ["from first", "from first", "from second"]
+
+
 def test_research_without_a_command_fails_plainly(av, workdir):
     """LEVER-19: with no research: command in the config the run fails and says so; nothing is made up."""
     d = dial(workdir, "dial", RESEARCH)
