@@ -780,3 +780,41 @@ def test_bad_report_inputs_fail_with_a_note_and_never_act(fleet):
     assert not any("hello" in json.dumps(r) for _, r in of(recs, "report", "prose")), "text before the number is dropped"
     for pid in [fleet.proc.pid] + fleet.wardens():
         assert rss_mb(pid) < 60, f"pid {pid} holds {rss_mb(pid):.0f} MB"
+
+
+CHECKED = """purpose: Answer customers, checking each reply.
+metric: dial
+controller: {kind: threshold, above: 10, action: reply}
+cadence: 1s
+permitted:
+  - {name: reply, run: ./reply, cap: 3/hour, reversible: true, check: ./check}
+audits:
+  - {name: customers, run: ./customers, worse: up, better: down}
+readings:
+  - {name: waiting, run: ./waiting, lines: address, audit: customers}
+"""
+
+
+def test_a_lever_check_reads_the_audits_latest_note_and_no_reading(av, workdir):
+    """AUDIT-07 READING-11: a lever's payload check is handed, on its standard input, the venture, the lever,
+    the payload and each audit's latest note (the text above its number, which no model sees), and never a
+    reading: a check that wants the sender reads the audit. The note it gets is the one of the last audit
+    reading before its check record."""
+    customers = ("#!/bin/sh\nn=$(cat .n 2>/dev/null || echo 0); n=$((n + 1)); echo $n > .n\n"
+                 "echo \"alice@example.com wrote about order $n\"\necho 2\n")
+    d = dial(workdir, "desk", CHECKED, value="50", reply=MARK, customers=customers,
+             waiting="#!/bin/sh\necho bob@x.org\necho alice@example.com\necho 2\n",
+             check=f"#!/bin/sh\ncat >> {workdir}/checked.json\necho >> {workdir}/checked.json\nexit 0\n")
+    av.start()
+    assert av.cli("add", d).returncode == 0
+    recs = av.wait_for(lambda rs: of(rs, "outcome", "desk") and rs, timeout=15, what="the checked reply's outcome")
+    (check_seq, check), *_ = of(recs, "check", "desk")
+    assert check["ok"] is True and check["lever"] == "reply"
+    with open(os.path.join(workdir, "checked.json")) as fh:
+        handed = json.loads(fh.readline())
+    notes = [r["note"] for s, r in of(recs, "audit.customers", "desk") if s < check_seq and r["status"] == "trusted"]
+    assert notes and notes[-1].startswith("alice@example.com wrote about order"), notes
+    assert handed == {"venture": "desk", "lever": "reply", "payload": None, "audits": {"customers": notes[-1]}}, handed
+    assert "bob@x.org" not in json.dumps(handed), "a reading reached the check"
+    (action_seq, action), *_ = of(recs, "action", "desk")
+    assert check_seq in action["proof"]["premises"], action["proof"]
