@@ -6015,7 +6015,9 @@ def cached_command(program, args):
             py_compile.compile(AVSM_PATH, cfile=cache, doraise=True)
     except (OSError, ValueError, py_compile.PyCompileError):
         pass                          # no cache to be had here: it is compiled as before
-    return [sys.executable, "-c", LOAD_AVSM, AVSM_PATH, program] + list(args)
+    # -P: no directory goes before the standard library on sys.path. An adapter or a forecast runs in its venture's
+    # directory, and `-c` alone would put that first: a venture's json.py would be imported in its place
+    return [sys.executable, "-P", "-c", LOAD_AVSM, AVSM_PATH, program] + list(args)
 
 
 def log(debug, who, message):

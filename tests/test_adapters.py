@@ -469,3 +469,28 @@ def test_the_readmes_adapters_section_shows_what_avsmd_does(av):
     m = avsm.parse_mandate(shop, "shop/mandate.yaml")
     assert m["adapter"] == "stripe v1/balance#/available/0/amount" and m["levers"]["notify"]["takes"] == "text"
     assert m["guards"][0]["adapter"] == "http.status https://shop.example.com/health"
+
+
+def test_a_venture_module_named_as_the_standard_librarys_is_not_imported_by_avsm(av, workdir, site):
+    """RUN-12, ADAPTER-*: avsm's own programs that run in a venture's directory (a built-in adapter, the
+    forecast) and the warden put no directory before the standard library on sys.path (python -P): a json.py
+    (or ssl.py) in the venture is not imported in place of the standard library's. Before, the http.status
+    reading imported the venture's json.py, and every report failed with its error."""
+    site.routes["/up"] = (200, b"ok", {})
+    d = make_venture(workdir, "web", f"""purpose: Watch a site.
+metric: http.status {site.url}/up
+controller: {{kind: threshold, above: 500, action: noop}}
+cadence: 1s
+permitted:
+  - {{name: noop, run: ./noop, cap: 1/hour, reversible: true}}
+""", {"noop": "#!/bin/sh\n"})
+    for name in ("json.py", "ssl.py", "urllib.py"):
+        write(os.path.join(d, name), f"open({os.path.join(d, 'imported')!r}, 'a').write({name!r} + '\\n')\n"
+                                     f"raise ImportError('the venture\\'s own {name}')\n")
+    av.start()
+    assert av.cli("add", d).returncode == 0
+    recs = av.wait_for(lambda rs: len([r for _, _, r in rs if r["kind"] == "report" and r["venture"] == "web"]) >= 3
+                       and rs, timeout=15, what="three reports of the site")
+    reports = [r for _, _, r in recs if r["kind"] == "report" and r["venture"] == "web"]
+    assert all(r["status"] == "trusted" and r["value"] == 200 for r in reports[:3]), [r["summary"] for r in reports]
+    assert not os.path.exists(os.path.join(d, "imported")), open(os.path.join(d, "imported")).read()
