@@ -10156,8 +10156,9 @@ def parent_pid(pid):
 
 def is_avsmd_argv(argv):
     """Whether a command line runs the daemon: a program named avsmd, `avsm.py avsmd`, or its cached start."""
-    if len(argv) > 4 and argv[1] == "-c" and argv[2] == LOAD_AVSM:
-        return argv[4] == "avsmd"
+    if LOAD_AVSM in argv[1:4]:         # python [-P] -c LOAD_AVSM PATH PROGRAM ...
+        i = argv.index(LOAD_AVSM)
+        return argv[i - 1] == "-c" and len(argv) > i + 2 and argv[i + 2] == "avsmd"
     for i, arg in enumerate(argv[:3]):
         stem = os.path.basename(arg).split(".")[0]
         if stem == "avsmd" or (arg == "avsmd" and i > 0):
