@@ -1975,7 +1975,7 @@ def read_record(text, seq=None):
     """Return the record stored as `text`, or raise json.JSONDecodeError when it does not read (record_problem):
     for a reader that folds what it reads, as summary does."""
     record = load_record(text, seq)
-    why = record_problem(text)
+    why = object_problem(record)
     if why is not None:
         raise json.JSONDecodeError(f"record {'#' + str(seq) + ' ' if seq else ''}does not read: {why}", text, 0)
     return record
@@ -1989,6 +1989,11 @@ def record_problem(text):
         return "its JSON does not parse"
     if not isinstance(record, dict):
         return "it is not a JSON object"
+    return object_problem(record)
+
+
+def object_problem(record):
+    """Return why a stored record, parsed to an object, does not read (open point 51), or None."""
     missing = [k for k in ("kind", "claim", "venture") if k not in record]
     if missing:
         return f"it has no {', '.join(missing)}"
@@ -9135,7 +9140,7 @@ def cmd_why(home, args):
         raise Fail(EX_DATAERR, f"#{seq} is not in the ledger; avsm tail shows the record numbers")
     at, record = row[0], load_record(row[1], seq)
     out(format_record_line(seq, at, record))
-    broken = record_problem(row[1])
+    broken = object_problem(record)
     if broken is not None:
         raise Fail(EX_DATAERR, f"record #{seq} does not read: {broken}; avsm doctor says more, and avsm doctor --cut {seq} "
                                "with avsmd stopped cuts the ledger just before it")
@@ -9158,14 +9163,9 @@ def cmd_why(home, args):
         for line in what_followed(db, seq, record, home):
             out(line)
         return EX_OK
-    if not isinstance(proof, dict):     # a ledger edited by hand: shown as it is, and the re-check says no
-        out(f"rule: none: its proof is {shown_text(json.dumps(proof))}, not an object")
-        proof = {}
-    else:
-        out(f"rule: {shown_text(str(proof.get('rule')))}")
-    steps, premises = (proof.get(k) if isinstance(proof.get(k), list) else [] for k in ("steps", "premises"))
-    premises = [p for p in premises if isinstance(p, int)]
-    for step in steps:
+    out(f"rule: {shown_text(str(proof.get('rule')))}")      # a proof that reads is an object, its premises numbers
+    premises = proof.get("premises", [])
+    for step in proof.get("steps") if isinstance(proof.get("steps"), list) else []:
         out(f"  step: {shown_text(str(step))}")
     if isinstance(proof.get("trigger"), int):
         r = db.execute("SELECT at, record FROM records WHERE seq = ?", (proof["trigger"],)).fetchone()
