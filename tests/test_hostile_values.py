@@ -367,6 +367,18 @@ def model_reply(rng):
     return text.encode(), hostile
 
 
+def settle_actions(av, seqs, timeout=20):
+    """Wait until each action in seqs has its outcome, so that a lever a legitimate reply ran does not end
+    inside the next reply's window (its outcome is not that reply's doing)."""
+    deadline = time.monotonic() + timeout
+    while seqs and time.monotonic() < deadline:
+        ended = {r.get("action") for _, _, r in av.records(min(seqs)) if r["kind"] == "outcome"}
+        if set(seqs) <= ended:
+            return
+        time.sleep(0.05)
+    assert not seqs, f"no outcome for the actions {seqs} in {timeout} s"
+
+
 def campaign_settings(default_n):
     seed = int(os.environ.get("AVSM_HOSTILE_SEED") or random.SystemRandom().randrange(1 << 32))
     n = int(os.environ.get("AVSM_HOSTILE_N") or default_n)
@@ -414,7 +426,9 @@ def run_campaign(av, workdir, seed, n, ventures=4, say=lambda line: None):
         figures["replies"] += 1
         figures["hostile replies"] += hostile
         figures["exit 70"] += run.returncode == 70
-        new = [r for _, _, r in av.records(before) if r["kind"] != "report" and r["venture"] == "m"]
+        rows = [(seq, r) for seq, _, r in av.records(before) if r["kind"] != "report" and r["venture"] == "m"]
+        new = [r for _, r in rows]
+        settle_actions(av, [seq for seq, r in rows if r["kind"] == "action"])
         if run.returncode != 0 or "Traceback" in run.stderr:
             failures.append((f"reply {i}", run.returncode, data[:80], run.stderr[-200:]))
         if hostile and [r["kind"] for r in new] != ["unusable"]:
