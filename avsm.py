@@ -6021,8 +6021,10 @@ def cached_command(program, args):
     except (OSError, ValueError, py_compile.PyCompileError):
         pass                          # no cache to be had here: it is compiled as before
     # -P: no directory goes before the standard library on sys.path. An adapter or a forecast runs in its venture's
-    # directory, and `-c` alone would put that first: a venture's json.py would be imported in its place
-    return [sys.executable, "-P", "-c", LOAD_AVSM, AVSM_PATH, program] + list(args)
+    # directory, and `-c` alone would put that first: a venture's json.py would be imported in its place.
+    # -S: no `site`, so no .pth file of site-packages runs its code in avsm's processes (which need nothing outside
+    # the standard library) and none costs each start its imports: one that imports certifi adds some 45 ms
+    return [sys.executable, "-S", "-P", "-c", LOAD_AVSM, AVSM_PATH, program] + list(args)
 
 
 def log(debug, who, message):
@@ -10156,7 +10158,7 @@ def parent_pid(pid):
 
 def is_avsmd_argv(argv):
     """Whether a command line runs the daemon: a program named avsmd, `avsm.py avsmd`, or its cached start."""
-    if LOAD_AVSM in argv[1:4]:         # python [-P] -c LOAD_AVSM PATH PROGRAM ...
+    if LOAD_AVSM in argv[1:5]:         # python [-S] [-P] -c LOAD_AVSM PATH PROGRAM ...
         i = argv.index(LOAD_AVSM)
         return argv[i - 1] == "-c" and len(argv) > i + 2 and argv[i + 2] == "avsmd"
     for i, arg in enumerate(argv[:3]):

@@ -115,20 +115,21 @@ class Avsm:
         self.env = dict(os.environ, **(env or {}))
         self.env.pop("AVSMD_HOME", None)
         self.proc = None
+        self.python = sys.executable    # the interpreter the client and avsmd are started with
 
     def cli(self, *args, timeout=30, input=None):
         """Run `avsm --home HOME ARGS`; return the CompletedProcess (text)."""
-        return subprocess.run([sys.executable, os.path.join(self.bindir, "avsm"), "--home", self.home, *args],
+        return subprocess.run([self.python, os.path.join(self.bindir, "avsm"), "--home", self.home, *args],
                               capture_output=True, text=True, timeout=timeout, env=self.env, input=input)
 
     def daemon_cmd(self, *args, timeout=30):
-        return subprocess.run([sys.executable, os.path.join(self.bindir, "avsmd"), "--home", self.home, *args],
+        return subprocess.run([self.python, os.path.join(self.bindir, "avsmd"), "--home", self.home, *args],
                               capture_output=True, text=True, timeout=timeout, env=self.env)
 
     def start(self, *args):
         """Start avsmd in the foreground (as a child of the test); wait until it answers."""
         self.errfile = tempfile.TemporaryFile(mode="w+")
-        self.proc = subprocess.Popen([sys.executable, os.path.join(self.bindir, "avsmd"), "--home", self.home, *args],
+        self.proc = subprocess.Popen([self.python, os.path.join(self.bindir, "avsmd"), "--home", self.home, *args],
                                      stdout=subprocess.DEVNULL, stderr=self.errfile, env=self.env,
                                      start_new_session=True)
         deadline = time.monotonic() + 15

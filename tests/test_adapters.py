@@ -471,6 +471,40 @@ def test_the_readmes_adapters_section_shows_what_avsmd_does(av):
     assert m["guards"][0]["adapter"] == "http.status https://shop.example.com/health"
 
 
+def test_a_pth_file_of_site_packages_runs_in_no_process_avsm_starts_itself(av, workdir, site):
+    """RUN-12, ADAPTER-*: avsm's own processes (the avsmd it execs into, the warden, a built-in adapter) start
+    without `site` (python -S), so a .pth file in site-packages runs no code in them; it needs nothing
+    outside the standard library. Here a venv's .pth writes down each process it runs in: only the client
+    and the avsmd the test started, both started as a user starts them, may appear."""
+    import sys
+    venv = os.path.join(workdir, "venv")
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", venv], check=True, timeout=60)
+    packages = os.path.join(venv, "lib", f"python{sys.version_info[0]}.{sys.version_info[1]}", "site-packages")
+    marks = os.path.join(workdir, "marks")
+    write(os.path.join(packages, "mark.pth"),
+          f"import os; open({marks!r}, 'ab').write(b'%d %d ' % (os.getpid(), os.getppid()) + open('/proc/self/cmdline', 'rb').read() + b'\\n')\n")
+    av.python = os.path.join(venv, "bin", "python")
+    site.routes["/up"] = (200, b"ok", {})
+    d = make_venture(workdir, "web", f"""purpose: Watch a site.
+metric: http.status {site.url}/up
+controller: {{kind: threshold, above: 500, action: noop}}
+cadence: 1s
+permitted:
+  - {{name: noop, run: ./noop, cap: 1/hour, reversible: true}}
+""", {"noop": "#!/bin/sh\n"})
+    av.start()
+    assert av.cli("add", d).returncode == 0
+    recs = av.wait_for(lambda rs: len([r for _, _, r in rs if r["kind"] == "report" and r["venture"] == "web"]) >= 2
+                       and rs, timeout=15, what="two reports of the site")
+    assert all(r["status"] == "trusted" for _, _, r in recs if r["kind"] == "report" and r["venture"] == "web")
+    with open(marks, "rb") as fh:       # pid, parent, command line: once per site-packages dir (lib64 is lib)
+        started = {tuple(line.split(b" ", 2)[:2]) + tuple(line.split(b" ", 2)[2].split(b"\0")[1:2])
+                   for line in fh.read().splitlines()}
+    programs = [os.path.basename(argv1) for _, _, argv1 in started]
+    assert programs.count(b"avsmd") == 1, started                           # the .pth does run where it may
+    assert set(programs) == {b"avsm", b"avsmd"}, started                      # and nowhere else
+
+
 def test_a_venture_module_named_as_the_standard_librarys_is_not_imported_by_avsm(av, workdir, site):
     """RUN-12, ADAPTER-*: avsm's own programs that run in a venture's directory (a built-in adapter, the
     forecast) and the warden put no directory before the standard library on sys.path (python -P): a json.py

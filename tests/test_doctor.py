@@ -583,10 +583,11 @@ def test_ledger_not_writable_exits_77(av, workdir):
 
 def test_avsmd_started_from_its_cached_bytecode_is_known_by_its_command_line():
     """DOCTOR-18 LOCK-06: doctor finds every avsmd on a home by its command line, the one avsm starts itself
-    with (python -P -c LOAD_AVSM PATH avsmd ...) and the one before -P came in, and never takes a warden,
+    with (python -S -P -c LOAD_AVSM PATH avsmd ...) and the ones before -S and -P came in, and never takes a warden,
     an adapter or the client for one."""
     assert avsm.is_avsmd_argv(avsm.cached_command("avsmd", ["--home", "/tmp/h"]))
     assert avsm.is_avsmd_argv(["python3", "-c", avsm.LOAD_AVSM, avsm.AVSM_PATH, "avsmd", "--home", "/tmp/h"])
+    assert avsm.is_avsmd_argv(["python3", "-P", "-c", avsm.LOAD_AVSM, avsm.AVSM_PATH, "avsmd", "--home", "/tmp/h"])
     for program in ("warden", "adapter", "status"):
         assert not avsm.is_avsmd_argv(avsm.cached_command(program, ["--home", "/tmp/h"])), program
     assert avsm.is_avsmd_argv(["python3", "avsm.py", "avsmd"]) and avsm.is_avsmd_argv(["/usr/local/bin/avsmd"])
