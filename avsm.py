@@ -8173,7 +8173,11 @@ class Daemon:
     # ---- the roles process ----
     def start_roles(self):
         """Fork the roles process: it builds requests and parses replies, holds no key, and is `nobody` under root."""
-        import base64       # noqa: F401  -- loaded before fork: nobody may not read the standard library
+        # loaded before the fork, for nobody may not read the standard library: base64 for replies, and what the
+        # kernel imports where it is used: math (json_problem of a reply), random (the packet's forecast)
+        import base64       # noqa: F401
+        import math         # noqa: F401
+        import random       # noqa: F401
         import selectors
         import socket
         import time
