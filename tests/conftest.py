@@ -1,5 +1,5 @@
 """Shared fixtures: a short temp home, a real avsmd started through an `avsmd` symlink, the real
-client through an `avsm` symlink, and a safety check over every ledger a test leaves behind."""
+client as its console script installs it, and a safety check over every ledger a test leaves behind."""
 
 import json
 import os
@@ -23,10 +23,14 @@ SHARED = os.path.join(ROOT, "..", "shared")
 
 @pytest.fixture(scope="session")
 def bindir():
-    """A short directory holding `avsm` and `avsmd` symlinks to avsm.py, so argv[0] dispatch is exercised."""
+    """A short directory holding `avsm` and `avsmd` symlinks to avsm.py, so argv[0] dispatch is exercised, and
+    in installed/ the `avsm` console script that `pip install` writes (it imports avsm from cached bytecode)."""
     d = tempfile.mkdtemp(prefix="avb", dir="/tmp")
     for name in ("avsm", "avsmd"):
         os.symlink(os.path.join(ROOT, "avsm.py"), os.path.join(d, name))
+    os.mkdir(os.path.join(d, "installed"))
+    with open(os.path.join(d, "installed", "avsm"), "w") as fh:
+        fh.write(f"import sys\nsys.path.insert(0, {ROOT!r})\nfrom avsm import main\nsys.exit(main())\n")
     yield d
     shutil.rmtree(d, ignore_errors=True)
 
@@ -115,21 +119,28 @@ class Avsm:
         self.env = dict(os.environ, **(env or {}))
         self.env.pop("AVSMD_HOME", None)
         self.proc = None
-        self.python = sys.executable    # the interpreter the client and avsmd are started with
+        # How the client and avsmd are started. The client is the installed console script: run as a script,
+        # avsm.py is compiled afresh each time (some 0.2 s here), the cost of the many client runs of the suite;
+        # tests of `python3 avsm.py` and of the symlinks start those themselves. -S: no site, whose .pth files
+        # in this container import certifi at each start (~45 ms); avsm needs nothing from site-packages.
+        self.python, self.flags = sys.executable, ["-S"]
+
+    def client(self):
+        return [self.python, *self.flags, os.path.join(self.bindir, "installed", "avsm")]
 
     def cli(self, *args, timeout=30, input=None):
         """Run `avsm --home HOME ARGS`; return the CompletedProcess (text)."""
-        return subprocess.run([self.python, os.path.join(self.bindir, "avsm"), "--home", self.home, *args],
+        return subprocess.run(self.client() + ["--home", self.home, *args],
                               capture_output=True, text=True, timeout=timeout, env=self.env, input=input)
 
     def daemon_cmd(self, *args, timeout=30):
-        return subprocess.run([self.python, os.path.join(self.bindir, "avsmd"), "--home", self.home, *args],
+        return subprocess.run([self.python, *self.flags, os.path.join(self.bindir, "avsmd"), "--home", self.home, *args],
                               capture_output=True, text=True, timeout=timeout, env=self.env)
 
     def start(self, *args):
         """Start avsmd in the foreground (as a child of the test); wait until it answers."""
         self.errfile = tempfile.TemporaryFile(mode="w+")
-        self.proc = subprocess.Popen([self.python, os.path.join(self.bindir, "avsmd"), "--home", self.home, *args],
+        self.proc = subprocess.Popen([self.python, *self.flags, os.path.join(self.bindir, "avsmd"), "--home", self.home, *args],
                                      stdout=subprocess.DEVNULL, stderr=self.errfile, env=self.env,
                                      start_new_session=True)
         deadline = time.monotonic() + 15

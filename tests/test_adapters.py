@@ -483,7 +483,7 @@ def test_a_pth_file_of_site_packages_runs_in_no_process_avsm_starts_itself(av, w
     marks = os.path.join(workdir, "marks")
     write(os.path.join(packages, "mark.pth"),
           f"import os; open({marks!r}, 'ab').write(b'%d %d ' % (os.getpid(), os.getppid()) + open('/proc/self/cmdline', 'rb').read() + b'\\n')\n")
-    av.python = os.path.join(venv, "bin", "python")
+    av.python, av.flags = os.path.join(venv, "bin", "python"), []
     site.routes["/up"] = (200, b"ok", {})
     d = make_venture(workdir, "web", f"""purpose: Watch a site.
 metric: http.status {site.url}/up
