@@ -1,6 +1,8 @@
 """Shared fixtures: a short temp home, a real avsmd started through an `avsmd` symlink, the real
 client as its console script installs it, and a safety check over every ledger a test leaves behind."""
 
+import atexit
+import functools
 import json
 import os
 import shutil
@@ -21,16 +23,24 @@ import avsm  # noqa: E402
 SHARED = os.path.join(ROOT, "..", "shared")
 
 
+@functools.cache
+def installed_avsm():
+    """The `avsm` console script as `pip install` writes it (it imports avsm from cached bytecode), in a
+    directory of this test process's own, removed when it exits."""
+    d = tempfile.mkdtemp(prefix="avi", dir="/tmp")
+    atexit.register(shutil.rmtree, d, ignore_errors=True)
+    path = os.path.join(d, "avsm")
+    with open(path, "w") as fh:
+        fh.write(f"import sys\nsys.path.insert(0, {ROOT!r})\nfrom avsm import main\nsys.exit(main())\n")
+    return path
+
+
 @pytest.fixture(scope="session")
 def bindir():
-    """A short directory holding `avsm` and `avsmd` symlinks to avsm.py, so argv[0] dispatch is exercised, and
-    in installed/ the `avsm` console script that `pip install` writes (it imports avsm from cached bytecode)."""
+    """A short directory holding `avsm` and `avsmd` symlinks to avsm.py, so argv[0] dispatch is exercised."""
     d = tempfile.mkdtemp(prefix="avb", dir="/tmp")
     for name in ("avsm", "avsmd"):
         os.symlink(os.path.join(ROOT, "avsm.py"), os.path.join(d, name))
-    os.mkdir(os.path.join(d, "installed"))
-    with open(os.path.join(d, "installed", "avsm"), "w") as fh:
-        fh.write(f"import sys\nsys.path.insert(0, {ROOT!r})\nfrom avsm import main\nsys.exit(main())\n")
     yield d
     shutil.rmtree(d, ignore_errors=True)
 
@@ -126,7 +136,7 @@ class Avsm:
         self.python, self.flags = sys.executable, ["-S"]
 
     def client(self):
-        return [self.python, *self.flags, os.path.join(self.bindir, "installed", "avsm")]
+        return [self.python, *self.flags, installed_avsm()]
 
     def cli(self, *args, timeout=30, input=None):
         """Run `avsm --home HOME ARGS`; return the CompletedProcess (text)."""
