@@ -471,6 +471,18 @@ def test_the_readmes_adapters_section_shows_what_avsmd_does(av):
     assert m["guards"][0]["adapter"] == "http.status https://shop.example.com/health"
 
 
+def site_venture(workdir, site):
+    """A venture `web` that reads http.status of the site's /up (200) every second, and whose lever does nothing."""
+    site.routes["/up"] = (200, b"ok", {})
+    return make_venture(workdir, "web", f"""purpose: Watch a site.
+metric: http.status {site.url}/up
+controller: {{kind: threshold, above: 500, action: noop}}
+cadence: 1s
+permitted:
+  - {{name: noop, run: ./noop, cap: 1/hour, reversible: true}}
+""", {"noop": "#!/bin/sh\n"})
+
+
 def test_a_pth_file_of_site_packages_runs_in_no_process_avsm_starts_itself(av, workdir, site):
     """RUN-12, ADAPTER-*: avsm's own processes (the avsmd it execs into, the warden, a built-in adapter) start
     without `site` (python -S), so a .pth file in site-packages runs no code in them; it needs nothing
@@ -484,14 +496,7 @@ def test_a_pth_file_of_site_packages_runs_in_no_process_avsm_starts_itself(av, w
     write(os.path.join(packages, "mark.pth"),
           f"import os; open({marks!r}, 'ab').write(b'%d %d ' % (os.getpid(), os.getppid()) + open('/proc/self/cmdline', 'rb').read() + b'\\n')\n")
     av.python, av.flags = os.path.join(venv, "bin", "python"), []
-    site.routes["/up"] = (200, b"ok", {})
-    d = make_venture(workdir, "web", f"""purpose: Watch a site.
-metric: http.status {site.url}/up
-controller: {{kind: threshold, above: 500, action: noop}}
-cadence: 1s
-permitted:
-  - {{name: noop, run: ./noop, cap: 1/hour, reversible: true}}
-""", {"noop": "#!/bin/sh\n"})
+    d = site_venture(workdir, site)
     av.start()
     assert av.cli("add", d).returncode == 0
     recs = av.wait_for(lambda rs: len([r for _, _, r in rs if r["kind"] == "report" and r["venture"] == "web"]) >= 2
@@ -510,14 +515,7 @@ def test_a_venture_module_named_as_the_standard_librarys_is_not_imported_by_avsm
     forecast) and the warden put no directory before the standard library on sys.path (python -P): a json.py
     (or ssl.py) in the venture is not imported in place of the standard library's. Before, the http.status
     reading imported the venture's json.py, and every report failed with its error."""
-    site.routes["/up"] = (200, b"ok", {})
-    d = make_venture(workdir, "web", f"""purpose: Watch a site.
-metric: http.status {site.url}/up
-controller: {{kind: threshold, above: 500, action: noop}}
-cadence: 1s
-permitted:
-  - {{name: noop, run: ./noop, cap: 1/hour, reversible: true}}
-""", {"noop": "#!/bin/sh\n"})
+    d = site_venture(workdir, site)
     for name in ("json.py", "ssl.py", "urllib.py"):
         write(os.path.join(d, name), f"open({os.path.join(d, 'imported')!r}, 'a').write({name!r} + '\\n')\n"
                                      f"raise ImportError('the venture\\'s own {name}')\n")
