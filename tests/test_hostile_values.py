@@ -367,16 +367,12 @@ def model_reply(rng):
     return text.encode(), hostile
 
 
-def settle_actions(av, seqs, timeout=20):
+def settle_actions(av, seqs):
     """Wait until each action in seqs has its outcome, so that a lever a legitimate reply ran does not end
     inside the next reply's window (its outcome is not that reply's doing)."""
-    deadline = time.monotonic() + timeout
-    while seqs and time.monotonic() < deadline:
-        ended = {r.get("action") for _, _, r in av.records(min(seqs)) if r["kind"] == "outcome"}
-        if set(seqs) <= ended:
-            return
-        time.sleep(0.05)
-    assert not seqs, f"no outcome for the actions {seqs} in {timeout} s"
+    if seqs:
+        av.wait_for(lambda recs: set(seqs) <= {r.get("action") for _, _, r in recs if r["kind"] == "outcome"},
+                    20, f"the outcomes of the actions {seqs}")
 
 
 def campaign_settings(default_n):
