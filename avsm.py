@@ -2509,7 +2509,7 @@ class VentureState:
                  "sides", "actions", "open_asks", "implausible_ask", "implausible_answered", "running", "guards",
                  "audits", "read", "peak", "unwinds", "approvals", "free_steps", "lever_steps", "ran_since", "effects",
                  "misses", "suspended", "ratchet_forecasts", "grants", "checks", "world_reports", "prediction",
-                 "scores", "scored", "world_failing", "world_state", "__dict__")
+                 "scores", "scored", "world_failing", "world_state", "proposals", "__dict__")
 
     def __init__(self, name):
         self.name = name
@@ -2554,6 +2554,7 @@ class VentureState:
         self.scored = 0               # calibration scores in the ledger
         self.world_failing = False    # the last world record is a failed step: the next failure writes nothing
         self.world_state = None       # the state the world command returned last (not folded: a restart starts from null)
+        self.proposals = {}           # seq of a model's proposal of an action no action, ask or refusal answered yet -> lever
 
     def side(self, name):
         """A controller side: armed (deadband), its streak of crossed reports (hold), asked in this excursion."""
@@ -2605,6 +2606,9 @@ def fold(state, seq, at, record):
             state.ran_since.append(record["lever"])
         if record.get("proof", {}).get("rule") == "unwind":
             state.unwinds[seq] = record.get("guard")
+            if record.get("guard") in state.guards:      # one unwind per reading past the bound (guard_rules)
+                state.guards[record["guard"]]["unwound"] = ((record.get("basis") or {}).get("premises") or [None])[0]
+        state.proposals.pop(record.get("proof", {}).get("trigger"), None)     # a proposal is gated once
         fold_controller_intent(state, record)
     elif kind == "outcome":
         if state.running.get(record.get("lever")) == record.get("action"):
@@ -2617,9 +2621,11 @@ def fold(state, seq, at, record):
         if guard in state.guards and record.get("ok"):
             state.guards[guard]["unwind_ok"] = True
     elif kind == "refusal":
+        state.proposals.pop(record.get("proposal"), None)
         fold_controller_intent(state, record)
     elif kind == "ask":
         state.open_asks[seq] = record
+        state.proposals.pop(record.get("proposal"), None)
         if record.get("about") == "revoke":
             state.suspended[record.get("lever")] = seq
         if record.get("about") == "guard" and record.get("guard") in state.guards:
@@ -2630,6 +2636,10 @@ def fold(state, seq, at, record):
     elif kind == "proposal":
         if record.get("claim") == "declared" and record.get("by") == "person" and record.get("choice") == "action":
             state.grants[seq] = {"lever": record.get("lever"), "payload": record.get("payload"), "ask": None}
+        elif record.get("claim") == "inferred" and record.get("choice") == "action":
+            state.proposals[seq] = record.get("lever")
+            if len(state.proposals) > HISTORY:          # one a check still holds may wait; no more are kept
+                del state.proposals[next(iter(state.proposals))]
     elif kind == "check":
         if record.get("ok"):
             state.checks[seq] = record.get("lever")
@@ -4201,10 +4211,11 @@ def stored_basis(action, records):
 
 
 def basis_problem(state, action, basis, records):
-    """Return why the basis a stored action names does not call for its lever, or None.
+    """Return why the basis a stored action names does not call for its lever now, or None.
 
     The gate takes its basis from the caller (the controller, a guard, a proposal, an answer); re-checking a
-    stored action, the basis must itself be shown from the ledger."""
+    stored action, the function that made the basis is asked again on the state folded to the action:
+    controller_calls for a controller's, the guard's own rule for an unwind, proposal_rule for a model's."""
     rule, premises, _ = basis
     lever, trigger, m = action.get("lever"), action.get("proof", {}).get("trigger"), state.mandate
     if m is None:
@@ -4213,21 +4224,40 @@ def basis_problem(state, action, basis, records):
     if rule in CONTROLLERS and not CONTROLLERS[rule].by_model:
         if m["controller"]["kind"] != rule:
             return f"the mandate's controller is {m['controller']['kind']}, not {rule}"
-        problems = check_crossing(m, lever, premises, records, state.name)
-        return problems[0] if problems else None
+        return controller_call_problem(state, lever, premises)
     if rule == "unwind":
         guard = unwind_guard(state, lever, action.get("payload"))
         if guard is None:
             return f"no guard reading past its bound has {lever} with this payload as its unwind"
-        if premises != [state.guards[guard]["last"][0]]:
-            return f"an unwind rests on guard {guard}'s last reading, #{state.guards[guard]['last'][0]}"
+        info = state.guards[guard]
+        if premises != [info["last"][0]]:
+            return f"an unwind rests on guard {guard}'s last reading, #{info['last'][0]}"
+        if info["unwind_ok"] or info.get("unwound") == premises[0]:
+            return (f"guard {guard}'s unwind already ran " + ("ok in this episode" if info["unwind_ok"]
+                                                              else f"on reading #{premises[0]}"))
         return None
     if rule == "permitted":
-        if trig.get("kind") != "proposal" or trig.get("lever") != lever or trig.get("payload") != action.get("payload"):
-            return f"its trigger #{trigger} is not a proposal of {lever} with this payload"
-        return None if not premises else "a model's proposal is a trigger, never a premise"
+        if trig.get("kind") != "proposal" or trig.get("claim") != "inferred" or trig.get("lever") != lever \
+                or trig.get("payload") != action.get("payload"):
+            return f"its trigger #{trigger} is not a model's proposal of {lever} with this payload"
+        if premises:
+            return "a model's proposal is a trigger, never a premise"
+        if trigger not in state.proposals:
+            return f"proposal #{trigger} was answered already: a proposal is gated once"
+        bar_ok, bar_why = calibration_bar(state) if trig.get("ranking") else (True, "")
+        choice = {"choice": trig.get("choice"), "action": lever, "payload": trig.get("payload")}
+        called = next(proposal_rule(state, trigger, choice, trig.get("by"), trig.get("backend"),
+                                    held=None if bar_ok else bar_why), None)
+        if isinstance(called, Gate):
+            return None
+        return f"proposal #{trigger} calls for no run: " + (called.record.get("why") or called.record["summary"]
+                                                             if called else "it is no action")
     if rule == "approval":
-        return None if trig.get("kind") == "ask" else f"its trigger #{trigger} is not the ask a person answered"
+        if trig.get("kind") != "ask" or trig.get("lever") != lever:
+            return f"its trigger #{trigger} is not an ask about {lever} that a person answered"
+        grant = state.grants.get(action.get("approval"))
+        return None if grant is None or grant.get("ask") == trigger else \
+            f"approval #{action.get('approval')} answers ask #{grant.get('ask')}, not #{trigger}"
     if rule == "proposal":
         return None if trigger is None and not premises else "a person's own proposal is its own approval, with no trigger"
     return f"{rule!r} is not a rule the gate knows"
@@ -4311,21 +4341,6 @@ def recheck_ledger(rows, parse=None):
         fold_ledger(states, seq, at, record, parse)
 
 
-def check_crossing(mandate, lever, premises, records, venture):
-    """Return problems with the reports a controller's action cites as crossing its bound."""
-    reports = [records[p][1] for p in premises if p in records and records[p][1].get("kind") == "report"]
-    sides = [s for s in controller_sides(mandate) if s[3] == lever]
-    if not sides:
-        return [f"the controller of the mandate does not run {lever}"]
-    hold = mandate["controller"]["hold"]
-    for side_name, way, bound, _ in sides:
-        good = [r for r in reports if r.get("venture") == venture and r.get("status") == "trusted"
-                and r.get("value") is not None and crossed(way, bound, r["value"])]
-        if len(good) >= hold and len(good) == len(premises):
-            return []
-    return [f"the cited reports do not show {hold} trusted report(s) past the bound"]
-
-
 # ---- the rules of a settled round -----------------------------------------------
 # What a round calls for once its readings are in. Each rule is a generator of intents that reads the state
 # and yields what should happen, in order; the warden carries out each intent (appending folds its record into
@@ -4348,15 +4363,52 @@ def settle_round(state, report_seq):
     yield from guard_rules(state)
     yield from audit_rules(state)
     yield from effect_rules(state)
-    held = held_by(state)
-    yield from implausible_rule(state, held, report_seq)
+    yield from implausible_rule(state, held_by(state), report_seq)
     report = state.last_report
     for side_name, _, _, _ in controller_sides(state.mandate):
         if state.side(side_name).get("stuck") is None:
             yield from unstick_rule(state, side_name, "the metric is back inside its bound")
-    if not held and not state.paused and report and report[0] == report_seq and report[2].get("status") == "trusted":
-        for side, lever, reports, why in decide(state, report_seq, report[2]["value"]):
+    if report and report[0] == report_seq:
+        for side, lever, reports, why in controller_calls(state):
             yield from controller_rule(state, side, lever, reports, why)
+
+
+def controller_calls(state):
+    """Return the controller's intents (decide) on the venture's latest report, as a settled round acts on them:
+    none while a reading holds it implausible, while it is paused, or when that report is not trusted. The
+    re-check of a controller's action asks this same function (basis_problem)."""
+    report = state.last_report
+    if held_by(state) or state.paused or not report or report[2].get("status") != "trusted":
+        return []
+    return decide(state, report[0], report[2]["value"])
+
+
+def controller_call_problem(state, lever, premises):
+    """Return why the controller does not call for `lever` on the reports `premises` now, or None."""
+    sides = [s for s in controller_sides(state.mandate) if s[3] == lever]
+    if not sides:
+        return f"the controller of the mandate does not run {lever}"
+    if any(called == lever and reports == premises for _, called, reports, _ in controller_calls(state)):
+        return None
+    last, held, ctl = state.last_report, held_by(state), state.mandate["controller"]
+    if last is None or last[2].get("status") != "trusted":
+        return f"the latest report (#{last[0]}) is not trusted" if last else "no report precedes it"
+    if held:
+        return f"{held[0]} (#{held[1]}) holds the venture implausible"
+    if premises[-1:] != [last[0]]:
+        return f"the latest report is #{last[0]}, not #{premises[-1] if premises else '-'}: the controller acts on the latest report"
+    value = last[2]["value"]
+    name, way, bound, _ = next((s for s in sides if crossed(s[1], s[2], value)), sides[0])
+    side = state.side(name)
+    if not crossed(way, bound, value):
+        return f"report #{last[0]} reads {format_number(value)}, not past {lever}'s bound {format_number(bound)}"
+    if not side["armed"]:
+        back = bound - ctl["deadband"] if way == "above" else bound + ctl["deadband"]
+        return (f"the deadband has not re-armed since {lever} last ran in this excursion: no trusted report "
+                f"{'<=' if way == 'above' else '>='} {format_number(back)} since")
+    if len(side["streak"]) < ctl["hold"]:
+        return f"hold {ctl['hold']} wants {ctl['hold']} trusted reports past the bound in a row; the run is {len(side['streak'])}"
+    return f"the controller cites reports {', '.join('#' + str(r) for r in side['streak'][-ctl['hold']:])}, not these"
 
 
 def resolved_record(state, ask_seq, why):
@@ -4396,10 +4448,14 @@ def guard_rules(state):
             yield from unwind_rule(state, guard, reading)
 
 
+def unwind_basis(guard, reading):
+    return ("unwind", [reading], [f"guard {guard} reading #{reading} is past its bound"])
+
+
 def unwind_rule(state, guard, reading):
     """Run a guard's declared unwind through the gate; a refusal is written."""
     lever, payload = guard["unwind"]["action"], guard["unwind"]["payload"]
-    verdict = yield Gate(lever, ("unwind", [reading], [f"guard {guard['name']} reading #{reading} is past its bound"]),
+    verdict = yield Gate(lever, unwind_basis(guard["name"], reading),
                          payload=payload, by="guard", extra={"guard": guard["name"], "payload": payload},
                          summary=f"{lever} runs: the unwind of guard {guard['name']}")
     if not verdict.ok:
@@ -4462,8 +4518,7 @@ def controller_rule(state, side, lever, reports, why):
     irreversible lever), or write the refusal. A refusal that will not clear within the round (the cap, the
     budget, an ask answered in this excursion) makes the venture stuck: written once per excursion and reason,
     saying when it can clear, with one ask so a person is told."""
-    steps = [f"report{'s' if len(reports) > 1 else ''} {', '.join('#' + str(r) for r in reports)}: {why}"]
-    verdict = yield Gate(lever, (state.mandate["controller"]["kind"], reports, steps), by="controller", side=side,
+    verdict = yield Gate(lever, controller_basis(state, reports, why), by="controller", side=side,
                          summary=f"{lever} runs: {why}")
     if verdict.ok:
         yield from unstick_rule(state, side, f"{lever} ran again")
@@ -4491,6 +4546,22 @@ def controller_rule(state, side, lever, reports, why):
 STUCK_WAY_OUT = {"cap": "raise the cap in mandate.yaml and avsm add it, or avsm propose {venture} {lever}",
                  "budget": "raise the budget in mandate.yaml and avsm add it, or wait",
                  "asked": "avsm propose {venture} {lever} runs it now, through the gate"}
+
+
+def controller_basis(state, reports, why):
+    """Return the basis of a controller's call: its kind, the reports that crossed, and the step saying so."""
+    return (state.mandate["controller"]["kind"], reports,
+            [f"report{'s' if len(reports) > 1 else ''} {', '.join('#' + str(r) for r in reports)}: {why}"])
+
+
+def basis_now(state, lever, basis, guard):
+    """Return the basis that calls for `lever` now, as the controller or guard `guard` would give it, or None:
+    a check ran meanwhile, and the action must rest on what calls for it when it is written."""
+    if basis[0] == "unwind":
+        info = state.guards.get(guard)
+        return unwind_basis(guard, info["last"][0]) if info and info["past"] else None
+    call = next(((reports, why) for _, called, reports, why in controller_calls(state) if called == lever), None)
+    return controller_basis(state, *call) if call else None
 
 
 def stuck_rule(state, side, lever, reports, reason, clears_at, why):
@@ -4551,7 +4622,15 @@ def proposal_rule(state, seq, choice, by, backend, content_why=None, held=None):
         why = f"{lever} is {'forbidden' if lever in m['forbidden'] else 'not permitted'} by mandate #{state.mandate_seq}"
     elif spec is not None:
         why = payload_problem(spec, payload) or content_why
-    if why is None and spec is not None and not spec["delegated"] and (payload is not None or not spec["reversible"]):
+    waits = why is None and spec is not None and not spec["delegated"] and (payload is not None or not spec["reversible"])
+    if why is None and not waits:
+        verdict = yield Gate(lever, ("permitted", [], [f"proposal #{seq} (inferred) prompted this"]), payload=payload,
+                             trigger=seq, by="model", summary=f"{lever} runs: proposed by {backend} (#{seq})",
+                             extra={"payload": payload, "proposal": seq} if payload is not None else {"proposal": seq})
+        if verdict.ok:
+            return
+        why, waits = (None, verdict.why) if verdict.needs_ask else (verdict.why, False)     # asks, as the controller does
+    if waits:
         if not any(a.get("lever") == lever and a.get("payload") == payload and a.get("about") == "lever"
                    for a in state.open_asks.values()):
             yield Write({"kind": "ask", "claim": "measured", "venture": state.name, "about": "lever", "lever": lever,
@@ -4559,15 +4638,9 @@ def proposal_rule(state, seq, choice, by, backend, content_why=None, held=None):
                          "question": f"run {lever}" + (" with the content below" if payload is not None else "")
                                      + f"? {backend} proposed it (#{seq})",
                          "summary": f"{lever} waits for a person: proposed by {backend} (#{seq})"
-                                    + (" with content a model wrote" if payload is not None else ", irreversible")})
+                                    + (f"; {waits}" if isinstance(waits, str) else
+                                       " with content a model wrote" if payload is not None else ", irreversible")})
         return
-    if why is None:
-        verdict = yield Gate(lever, ("permitted", [], [f"proposal #{seq} (inferred) prompted this"]), payload=payload,
-                             trigger=seq, by="model", summary=f"{lever} runs: proposed by {backend} (#{seq})",
-                             extra={"payload": payload, "proposal": seq} if payload is not None else {"proposal": seq})
-        if verdict.ok:
-            return
-        why = verdict.why
     yield Write({"kind": "refusal", "claim": "measured", "venture": state.name, "lever": lever,
                  "proposal": seq, "by": "model", "why": why, "summary": f"{lever} refused: {why}"})
 
@@ -4662,7 +4735,15 @@ def check_rule(state, lever, verdict, summary, by, side, extra, ok, status, note
                      "why": f"its check refused it (#{seq})", "summary": f"{lever} refused by its check (#{seq})"})
         return
     basis, asked = verdict.asked["basis"], verdict.asked
-    verdict = yield Gate(lever, (basis["rule"], basis["premises"], basis["steps"]), payload=(extra or {}).get("payload"),
+    basis = (basis["rule"], basis["premises"], basis["steps"])
+    if basis[0] in CONTROLLERS or basis[0] == "unwind":     # reports came in while it ran: what calls for it now
+        basis = basis_now(state, lever, basis, (extra or {}).get("guard"))
+        if basis is None:
+            why = f"what called for it no longer does: the latest reading does not call for {lever}"
+            yield Write({"kind": "refusal", "claim": "measured", "venture": state.name, "lever": lever, "by": by,
+                         "check": seq, "why": why, "summary": f"{lever} refused after its check passed: {why}"})
+            return
+    verdict = yield Gate(lever, basis, payload=(extra or {}).get("payload"),
                          trigger=verdict.proof["trigger"], approval=asked.get("approval"), by=by, side=side,
                          extra=extra, summary=summary, check=seq)     # the gate again, now the check has passed
     if not verdict.ok:
@@ -7113,12 +7194,12 @@ class Decisions:
             d.lines.append(f"#{seq} look {json.dumps(look)}")
             d.looks.append({"look": look, "answer": answer})
             return self.build(d)
-        cited = []
+        cited, ranking = [], is_ranking(parsed["choices"])
         for choice, held, not_proposed in ranked_choices(state, parsed["choices"]):
             if not_proposed:
                 d.lines.append(not_proposed)
                 continue
-            cited += self.propose(state, choice, d, held=held)
+            cited += self.propose(state, choice, d, held=held, ranking=ranking)
         if d.escalation is not None:
             self.answer_escalation(d, d.escalation_looks + cited)
         self.finish_decision(d)
@@ -7186,9 +7267,10 @@ class Decisions:
         found = [line for line in found if topic and topic in line.lower()][-10:]
         return "\n".join(found) or f"nothing declared about {look['topic']}"
 
-    def propose(self, state, choice, d, held=None):
+    def propose(self, state, choice, d, held=None, ranking=False):
         """Write one choice as an inferred proposal, then let the gate judge it; return the records written.
-        `held`: why a ranking's top choice asks a person instead (the calibration bar, WORLD-08)."""
+        `held`: why a ranking's top choice asks a person instead (the calibration bar, WORLD-08); `ranking`: the
+        choice is one of a ranking, which the proposal says, so the re-check holds it to the same bar."""
         lever = choice.get("action")
         record = {"kind": "proposal", "claim": "inferred", "venture": state.name, "by": d.by, "choice": choice["choice"],
                   "backend": d.backend, "reason": choice.get("reason", "")[:TEXT_MAX],
@@ -7198,6 +7280,8 @@ class Decisions:
             record["lever"] = lever
         if "payload" in choice:
             record["payload"] = choice["payload"]
+        if ranking and choice["choice"] == "action":
+            record["ranking"] = True
         if d.escalation is not None:
             record["escalation"] = d.escalation
         if d.call:

@@ -462,7 +462,7 @@ def gate_records():
             3: (1020, action("reset")),
             4: (1021, outcome("reset", 3)),
             5: (1030, report(12)),
-            6: (1035, {"kind": "proposal", "claim": "inferred", "venture": V, "lever": "reset",
+            6: (1035, {"kind": "proposal", "claim": "inferred", "venture": V, "by": "model", "choice": "action", "lever": "reset",
                        "reason": "count is high", "summary": "a model proposes reset"})}
 
 

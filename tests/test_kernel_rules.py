@@ -421,6 +421,35 @@ def test_check_rule_runs_only_after_its_check_passed():
     assert verdict.ok and check in verdict.proof["premises"] and verdict.proof["trigger"] == seq
 
 
+def test_a_checked_controller_lever_rests_on_what_calls_for_it_when_its_check_ends():
+    """open point 27, issue 25 item 1: reports come in while a check runs; the action rests on the latest report
+    the controller acts on, and a metric back inside by then refuses the lever instead of running it."""
+    led = Ledger(CHECKED.replace("controller: {kind: model}", "controller: {kind: threshold, above: 10, action: lower}"))
+    first_report = led.add(report(12))
+    first = avsm.prove(led.state, "lower", led.at + 1, avsm.controller_basis(led.state, [first_report], "dial 12 > 10"))
+    latest = led.add(report(13))
+    done = led.drive(avsm.check_rule(led.state, "lower", first, "lower runs", "controller", "above", None,
+                                     True, "exit 0", "", "exit 0"))
+    lever, basis, verdict = done[1][1]
+    assert verdict.ok and basis[1] == [latest] and first_report not in verdict.proof["premises"]
+    led.add(report(5))
+    done = led.drive(avsm.check_rule(led.state, "lower", first, "lower runs", "controller", "above", None,
+                                     True, "exit 0", "", "exit 0"))
+    assert kinds(done) == [("Write", "check"), ("Write", "refusal")] and "no longer" in done[1][1]["why"]
+
+
+def test_a_model_proposal_of_a_suspended_delegation_asks_as_the_controller_does():
+    """LEVER-16, issue 25 item 1: a delegated irreversible lever whose delegation is suspended (revoke_after) waits
+    for a person when a model proposes it, as when the controller calls for it: an ask, not a refusal."""
+    led = Ledger(EXPECTING.replace("{kind: threshold, above: 10, action: lower}", "{kind: model}"))
+    led.add({"kind": "ask", "claim": "measured", "venture": V, "about": "revoke", "lever": "lower", "summary": "?"})
+    seq = led.add({"kind": "proposal", "claim": "inferred", "venture": V, "by": "model", "choice": "action",
+                   "lever": "lower", "summary": "p"})
+    done = led.drive(avsm.proposal_rule(led.state, seq, {"choice": "action", "action": "lower"}, "model", "b"))
+    assert kinds(done) == [("Gate", "lower"), ("Write", "ask")], done
+    assert done[1][1]["proposal"] == seq and "suspended" in done[1][1]["summary"]
+
+
 def test_interrupted_rule_writes_not_known_and_asks_once():
     """RUN-10, issue 10 item 4: a lever a dead warden left running gets an outcome that is not ok, saying how
     long it ran at most, and an ask whether it happened; once written, there is nothing left to settle."""

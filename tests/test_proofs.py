@@ -116,9 +116,19 @@ class Forge:
         return self.add({"kind": "outcome", "claim": "measured", "venture": V, "lever": lever, "action": action,
                          "ok": True, "status": "exit 0", "duration": 0, "note": "", "summary": f"{lever} ok"}, **kw)
 
-    def crossed(self, dt=1):
-        seq = self.report(12, dt)
-        return ("threshold", [seq], [f"report #{seq}: count 12 > 10"])
+    def crossed(self, dt=1, value=12, cite=None, kind="threshold", why=None):
+        seq = self.report(value, dt)
+        cite = cite or [seq]
+        shown = ", ".join(f"#{c}" for c in cite)
+        return (kind, cite, [f"report{'s' if len(cite) > 1 else ''} {shown}: {why or f'count {value} > 10'}"])
+
+    def adopt(self, text):
+        """Adopt another mandate for the venture, as `avsm add` of an edited mandate.yaml writes it."""
+        return self.add(dict(self.genuine["mandate"], text=text, sha256=hashlib.sha256(text.encode()).hexdigest()))
+
+    def propose(self, lever, dt=1, **fields):
+        return self.add(dict({"kind": "proposal", "claim": "inferred", "venture": V, "by": "model", "choice": "action",
+                              "backend": "m", "lever": lever, "summary": f"a model proposes {lever}"}, **fields), dt)
 
     def ask(self, lever):
         return self.add({"kind": "ask", "claim": "measured", "venture": V, "about": "lever", "lever": lever,
@@ -131,11 +141,11 @@ class Forge:
 
 def over_budget(f, breach):
     first = f.act("buy", ("permitted", [], []), payload={"qty": 60}, trigger=f.add(
-        {"kind": "proposal", "claim": "inferred", "venture": V, "by": "model", "lever": "buy", "payload": {"qty": 60},
+        {"kind": "proposal", "claim": "inferred", "venture": V, "by": "model", "choice": "action", "lever": "buy", "payload": {"qty": 60},
          "summary": "a model proposes buy"}))
     f.outcome("buy", first)
     qty = 50 if breach else 40
-    trigger = f.add({"kind": "proposal", "claim": "inferred", "venture": V, "by": "model", "lever": "buy",
+    trigger = f.add({"kind": "proposal", "claim": "inferred", "venture": V, "by": "model", "choice": "action", "lever": "buy",
                      "payload": {"qty": qty}, "summary": "a model proposes buy"})
     f.act("buy", ("permitted", [], []), payload={"qty": 40}, trigger=trigger,
           change=lambda r: r.update(payload={"qty": qty}) if breach else None)
@@ -153,10 +163,10 @@ def while_paused(f, breach):
 
 def while_running(f, breach):
     first = f.act("buy", ("permitted", [], []), payload={"qty": 1}, trigger=f.add(
-        {"kind": "proposal", "claim": "inferred", "venture": V, "by": "model", "lever": "buy", "payload": {"qty": 1},
+        {"kind": "proposal", "claim": "inferred", "venture": V, "by": "model", "choice": "action", "lever": "buy", "payload": {"qty": 1},
          "summary": "a model proposes buy"}))
     f.outcome("buy", first, phantom=breach)
-    trigger = f.add({"kind": "proposal", "claim": "inferred", "venture": V, "by": "model", "lever": "buy",
+    trigger = f.add({"kind": "proposal", "claim": "inferred", "venture": V, "by": "model", "choice": "action", "lever": "buy",
                      "payload": {"qty": 2}, "summary": "a model proposes buy"})
     f.act("buy", ("permitted", [], []), payload={"qty": 2}, trigger=trigger)
     if breach:
@@ -195,7 +205,7 @@ def irreversible_unapproved(f, breach):
 
 
 def wrong_payload(f, breach):
-    trigger = f.add({"kind": "proposal", "claim": "inferred", "venture": V, "by": "model", "lever": "buy",
+    trigger = f.add({"kind": "proposal", "claim": "inferred", "venture": V, "by": "model", "choice": "action", "lever": "buy",
                      "payload": "60" if breach else {"qty": 60}, "summary": "a model proposes buy"})
     f.act("buy", ("permitted", [], []), payload={"qty": 60}, trigger=trigger,
           change=lambda r: r.update(payload="60") if breach else None)
@@ -208,7 +218,7 @@ def forbidden(f, breach):
 
 
 def inferred_premise(f, breach):
-    proposal = f.add({"kind": "proposal", "claim": "inferred", "venture": V, "by": "model", "lever": "reset",
+    proposal = f.add({"kind": "proposal", "claim": "inferred", "venture": V, "by": "model", "choice": "action", "lever": "reset",
                       "summary": "a model proposes reset"})
     f.act("reset", f.crossed(), change=lambda r: r["proof"]["premises"].append(proposal) if breach else None)
     return "inferred"
@@ -232,8 +242,91 @@ def approval_twice(f, breach):
     return "unspent approval"
 
 
+# The basis re-checked by the function that made it (issue 25): each of these passed the re-check while it
+# counted crossing reports alone, though the controller (decide), the guard's rule or proposal_rule, folded to the
+# action, calls for nothing. CTRL-02 CTRL-03 CTRL-04 GUARD-05 WORLD-08 PROOF-04.
+
+def deadband_twice(f, breach):
+    f.adopt(MANDATE.replace("action: reset}", "action: reset, deadband: 3}"))
+    first = f.act("reset", f.crossed())
+    f.outcome("reset", first)
+    if not breach:
+        f.report(6)                 # back inside by the deadband (<= 7): the next excursion may act
+    f.act("reset", f.crossed(dt=3700, value=11))
+    return "deadband has not re-armed"
+
+
+def stale_crossing(f, breach):
+    basis = f.crossed()
+    if breach:
+        f.report(5)                 # the latest trusted report reads inside the bound
+    else:
+        basis = f.crossed()
+    f.act("reset", basis)
+    return "the latest report is #"
+
+
+def hold_broken(f, breach):
+    f.adopt(MANDATE.replace("action: reset}", "action: reset, hold: 2}"))
+    first = f.report(12 if breach else 5)
+    middle = f.report(5 if breach else 12)
+    cite = [first, f.last_seq + 1] if breach else [middle, f.last_seq + 1]
+    f.act("reset", f.crossed(cite=cite, why="count 12 > 10 for 2 reports in a row"))
+    return "hold 2 wants 2 trusted reports past the bound in a row"
+
+
+BAND = MANDATE.replace("controller: {kind: threshold, above: 10, action: reset}",
+                       "controller: {kind: band, low: 4, high: 10, below: wipe, above: reset}")
+
+
+def band_stale(f, breach):
+    f.adopt(BAND)
+    basis = f.crossed(kind="band")
+    f.report(7 if breach else 11)   # breach: back inside the band; clean: still above, cited below
+    if not breach:
+        basis = ("band", [f.last_seq], [f"report #{f.last_seq}: count 11 > 10"])
+    f.act("reset", basis)
+    return "the latest report is #"
+
+
+def unwind_again(f, breach):
+    f.adopt(MANDATE.replace("above: 90}", "above: 90, unwind: {action: reset}}"))
+    for round_ in range(2):
+        reading = f.guard(95, dt=3700)
+        action = f.act("reset", ("unwind", [reading], [f"guard disk reading #{reading} is past its bound"]), by="guard",
+                       change=lambda r: r.update(guard="disk"))
+        f.outcome("reset", action)
+        if not breach:
+            f.guard(20)             # back inside: the next reading past the bound is a new episode
+    return "unwind already ran ok in this episode"
+
+
+MODEL = MANDATE.replace("controller: {kind: threshold, above: 10, action: reset}",
+                        "controller: {kind: model}\ncalibration: 0.1")
+
+
+def ranking_below_bar(f, breach):
+    f.adopt(MODEL)
+    trigger = f.propose("reset", **({"ranking": True} if breach else {}))
+    f.act("reset", ("permitted", [], [f"proposal #{trigger} (inferred) prompted this"]), trigger=trigger, by="model",
+          change=lambda r: r.update(proposal=trigger))
+    return "waits for a person"
+
+
+def proposal_replayed(f, breach):
+    f.adopt(MANDATE.replace("controller: {kind: threshold, above: 10, action: reset}", "controller: {kind: classifier}"))
+    trigger = f.propose("reset")
+    first = f.act("reset", ("permitted", [], [f"proposal #{trigger} (inferred) prompted this"]), trigger=trigger, by="model")
+    f.outcome("reset", first)
+    again = trigger if breach else f.propose("reset", dt=3700)
+    f.act("reset", ("permitted", [], [f"proposal #{again} (inferred) prompted this"]), trigger=again, by="model",
+          dt=3700 if breach else 1)
+    return "a proposal is gated once"
+
+
 CASES = [over_budget, while_paused, while_running, guard_past, over_cap, irreversible_unapproved, wrong_payload,
-         forbidden, inferred_premise, approval_twice]
+         forbidden, inferred_premise, approval_twice, deadband_twice, stale_crossing, hold_broken, band_stale,
+         unwind_again, ranking_below_bar, proposal_replayed]
 
 
 def write_ledger(home, rows):
