@@ -57,7 +57,8 @@ EX_OK = 0            # done
 EX_USAGE = 64        # bad usage: a command or option avsm does not know
 EX_DATAERR = 65      # input refused: a mandate, an ask, a record number
 EX_NOINPUT = 66      # a directory or home that is not there
-EX_UNAVAILABLE = 69  # no avsmd is answering on the home
+EX_NOHOST = 68       # another host that ssh cannot reach (unknown, down, no answer in time)
+EX_UNAVAILABLE = 69  # no avsmd is answering on the home (or no avsm on the host)
 EX_SOFTWARE = 70     # a bug in avsm: reported whole on standard error
 EX_CANTCREAT = 73    # a home that is not a directory
 EX_IOERR = 74        # standard output cannot be written
@@ -1514,7 +1515,7 @@ def reading_timeout(c, item, path):
 
 # ---- the config -------------------------------------------------------------
 
-CONFIG_KEYS = {"nightly", "default", "backends", "escalate", "ratchet", "forecast", "canary_asks", "port",
+CONFIG_KEYS = {"nightly", "default", "backends", "escalate", "ratchet", "forecast", "canary_asks",
                "adapters", "research", "notify"}
 BACKEND_KEYS = {"anthropic": {"kind", "model", "key", "url", "effort", "version", "max_tokens"},
                 "openai": {"kind", "url", "model", "key", "max_tokens"},
@@ -1538,15 +1539,15 @@ def parse_config(text, source="config.yaml"):
         raise Fail(EX_CONFIG, str(err)) from None
     c = Checker(source, marks)
     doc = {} if doc is None else doc
+    if isinstance(doc, dict) and "port" in doc:
+        c.fail(("port",), "port: is gone: avsm opens no listener but its socket, and never will; reach this host "
+                          "over ssh instead (avsm --host HOST, avsm fleet; the README's Many hosts): remove port:")
     c.mapping(doc, (), CONFIG_KEYS, "the config")
     cfg = {"nightly": parse_nightly(c, doc.get("nightly", "03:00")),
            "backends": {}, "default": None, "escalate": None,
            "ratchet": c.whole(doc.get("ratchet", 5), ("ratchet",), "ratchet", least=0),
            "forecast": None, "canary_asks": None,
-           "port": c.whole(doc.get("port", 2876), ("port",), "port"),
            "adapters": {}, "research": None}
-    if cfg["port"] > 65535:
-        c.fail(("port",), "port must be at most 65535")
     backends = {} if doc.get("backends") is None else doc["backends"]
     c.mapping(backends, ("backends",), set(backends) if isinstance(backends, dict) else (), "backends")
     for name, b in backends.items():
@@ -1677,7 +1678,6 @@ def format_config(cfg):
     else:
         lines.append(f"forecast: {flow(cfg['forecast'])}")
     lines.append(f"canary_asks: {flow(cfg['canary_asks']) if cfg['canary_asks'] else 'null'}")
-    lines.append(f"port: {cfg['port']}")
     if cfg["adapters"]:
         lines.append("adapters:")
         lines += [f"  {name}: {flow(a)}" for name, a in cfg["adapters"].items()]
@@ -1718,6 +1718,15 @@ REQUESTS = {
     "deny": {"ask": "seq"}, "ask": {"ask": "seq"},
 }
 REQUEST_KEYS = ("v", "cmd", "args")
+READ_REQUESTS = ("ping", "health", "status", "asks", "ask")     # what a read-only key's bridge relays
+
+# The bridge (avsm bridge, the forced command of an ssh key) relays the requests above, and runs these client
+# verbs for `avsm --host`: each reads the ledger or the far side's files, or asks its avsmd, exactly as there.
+BRIDGE_VERBS = {"status": "read", "summary": "read", "tail": "read", "asks": "read", "why": "read", "chart": "read",
+                "checkpoint": "read", "doctor": "read", "add": "write", "approve": "write", "deny": "write",
+                "propose": "write", "decide": "write", "pause": "write", "resume": "write"}
+BRIDGE_KEYS = {"verb": "name", "argv": "list", "home": "path?", "stdin": "text?", "as": "text?",
+               "tty": "flag?", "utf8": "flag?"}
 JSON_DEPTH = 64                 # nesting a payload may have: an edited payload is a page, not a tower
 
 
@@ -1737,7 +1746,11 @@ def check_request(request):
     args = request.get("args", {})
     if not isinstance(args, dict):
         raise Fail(EX_DATAERR, f"{cmd}: args is a mapping, not {json_kind(args)}")
-    types = REQUESTS[cmd]
+    return cmd, checked_arguments(cmd, args, REQUESTS[cmd])
+
+
+def checked_arguments(cmd, args, types):
+    """Return the arguments `args` of `cmd` as `types` (REQUESTS, BRIDGE_KEYS) has them, or Fail(65) saying which not."""
     extra = sorted(set(args) - set(types))
     if extra:
         takes = ", ".join(types) or "nothing"
@@ -1754,7 +1767,7 @@ def check_request(request):
         if problem:
             raise Fail(EX_DATAERR, f"{cmd}: {key} {problem}")
         checked[key] = value
-    return cmd, checked
+    return checked
 
 
 def argument_problem(kind, value):
@@ -1767,6 +1780,10 @@ def argument_problem(kind, value):
         return json_problem(value, JSON_DEPTH)
     if kind == "flag":
         return None if isinstance(value, bool) else f"is true or false, not {json_kind(value)}"
+    if kind == "list":          # the words of a command line
+        if not isinstance(value, list) or len(value) > 64:
+            return f"is a list of at most 64 words, not {json_kind(value)}"
+        return next((f"word {i + 1} {p}" for i, p in enumerate(argument_problem("name", v) for v in value) if p), None)
     if not isinstance(value, str):
         return f"is text, not {json_kind(value)}"
     if kind == "text":
@@ -8644,7 +8661,7 @@ def run_roles(channel):
 # ledger read-only; only main() turns a Fail into an exit status.
 # =============================================================================
 
-CLIENT_USAGE = """usage: avsm [--home DIR] COMMAND [ARGS]
+CLIENT_USAGE = """usage: avsm [--home DIR | --host [USER@]HOST[:HOME]] COMMAND [ARGS]
 
 commands:
   add DIR            adopt the venture in DIR under DIR/mandate.yaml (again after an edit)
@@ -8677,11 +8694,19 @@ commands:
                      ledger's head SEQ:HASH to keep elsewhere (--since checks the ledger still holds one)
   doctor --cut SEQ   with avsmd stopped: back up the ledger, then cut it just before #SEQ
   try DIR            run avsmd on a temporary home with DIR adopted, following the ledger
+  fleet [--fleet FILE] status|asks|summary
+                     that view of every host in the fleet file (~/.config/avsm/fleet.yaml), the hosts
+                     asked at once over ssh; an ask shows as HOST:SEQ (avsm --host HOST approve SEQ)
+  bridge [--read-only]
+                     the forced command of an ssh key, serving avsm --host from elsewhere
+                     (--read-only: status, summary, tail, asks, why, chart, doctor; nothing that writes)
 
 The client talks to avsmd, the daemon, over HOME/sock: start one with `avsmd` (or `python3 avsm.py avsmd`);
 avsmd --help lists its options, and `avsm CMD --help` says one command.
 --home DIR, else $AVSMD_HOME, else ~/.local/state/avsmd (macOS: ~/Library/Application Support/avsmd).
+--host runs the command on that host's avsm through ssh ($AVSM_SSH) and its bridge ($AVSM_BRIDGE).
 Exit codes: 64 usage, 65 refused, 66 not there, 69 no avsmd answering, 74 output not writable;
+over ssh also 68 a host not reached or silent past its timeout, 69 no avsm there, 77 a key refused;
 doctor also 73 a home that is no directory, 77 a permission missing, 78 a config or mandate that does not hold;
 either program exits 78 at once on a Python older than 3.11."""
 
@@ -8742,7 +8767,39 @@ LINE_CONTROL_CHARS = "[\x00-\x08\x0b-\x1f\x7f-\x9f\u2028\u2029\u202a-\u202e\u206
 
 
 def ask_daemon(home, cmd, args=None):
-    """Send one request to avsmd and relay its answer; return the exit code it gives."""
+    """Send one request to avsmd (on another host: through its bridge, REMOTE["via"]) and relay its answer;
+    return the exit code it gives."""
+    if REMOTE.get("via"):
+        return ask_bridge(REMOTE["via"], {"v": 1, "cmd": cmd, "args": args or {}})
+    with connect_daemon(home) as conn:
+        send_line(conn, {"v": 1, "cmd": cmd, "args": args or {}})
+        reader = LineReader()
+        # a decision may wait on a backend (120 s, escalation twice that); anything else answers at once
+        conn.settimeout(3 * BACKEND_TIMEOUT if cmd == "decide" else 60)
+        while True:
+            try:
+                data = conn.recv(65536)
+            except TimeoutError:
+                raise Fail(EX_UNAVAILABLE, "avsmd took the request but gave no answer in time; see avsm doctor") from None
+            if not data:
+                raise Fail(EX_UNAVAILABLE, "avsmd ended the connection before answering; see avsm doctor")
+            for message in reader.feed(data):
+                code = show_answer(message, cmd, home)
+                if code is not None:
+                    return code
+
+
+def show_answer(message, cmd, home):
+    """Print one line of avsmd's answer; return its exit code when it is the last."""
+    if "out" in message:
+        out(message["out"] if cmd in ("status", "asks") else as_user_runs(message["out"], home))
+    elif "err" in message:
+        sys.stderr.write(f"avsm: {shown(as_user_runs(str(message['err']), home))}\n")
+    return message.get("exit")
+
+
+def connect_daemon(home):
+    """Return a socket connected to the home's avsmd, or Fail saying why none answers and how to start one."""
     import socket
     path = os.path.join(home, "sock")
     conn = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
@@ -8766,25 +8823,7 @@ def ask_daemon(home, cmd, args=None):
         if socket_problem(home):
             raise Fail(EX_CONFIG, socket_problem(home)) from None
         raise Fail(EX_UNAVAILABLE, f"cannot reach avsmd at {path}: {err.strerror}") from None
-    with conn:
-        send_line(conn, {"v": 1, "cmd": cmd, "args": args or {}})
-        reader = LineReader()
-        # a decision may wait on a backend (120 s, escalation twice that); anything else answers at once
-        conn.settimeout(3 * BACKEND_TIMEOUT if cmd == "decide" else 60)
-        while True:
-            try:
-                data = conn.recv(65536)
-            except TimeoutError:
-                raise Fail(EX_UNAVAILABLE, "avsmd took the request but gave no answer in time; see avsm doctor") from None
-            if not data:
-                raise Fail(EX_UNAVAILABLE, "avsmd ended the connection before answering; see avsm doctor")
-            for message in reader.feed(data):
-                if "out" in message:
-                    out(message["out"] if cmd in ("status", "asks") else as_user_runs(message["out"], home))
-                elif "err" in message:
-                    sys.stderr.write(f"avsm: {shown(as_user_runs(str(message['err']), home))}\n")
-                elif "exit" in message:
-                    return message["exit"]
+    return conn
 
 
 CLIENT_VERBS = r"\bavsm (?=(add|status|summary|tail|asks|approve|deny|propose|decide|pause|resume|why|doctor|try)\b)"
@@ -8913,6 +8952,8 @@ def utf8_output():
     """Whether standard output takes UTF-8: its encoding, and the locale LC_ALL, LC_CTYPE or LANG names.
     Python turns a C locale into C.UTF-8 in LC_CTYPE (PEP 538), so LC_CTYPE=C.UTF-8 beside a LANG of C, POSIX
     or none is read as that C locale: the sparkline falls back to ASCII there, never to mojibake."""
+    if "utf8" in REMOTE:
+        return REMOTE["utf8"]           # the bridge writes for a terminal at the other end of ssh
     encoding = (getattr(sys.stdout, "encoding", None) or "").lower().replace("-", "").replace("_", "")
     if encoding != "utf8":
         return False
@@ -8939,13 +8980,23 @@ def cmd_propose(home, args):
             raise Fail(EX_USAGE, "--payload needs a file, or - for standard input")
         source = rest[at + 1]
         del rest[at:at + 2]
-        try:
-            payload = sys.stdin.read() if source == "-" else open(source, encoding="utf-8").read()
-        except OSError as err:
-            raise Fail(EX_NOINPUT, f"{source} cannot be read: {err.strerror}") from None
+        payload = read_payload(source)
     if len(rest) != 2:
         raise Fail(EX_USAGE, "usage: avsm propose VENTURE LEVER [--payload FILE|-]")
     return ask_daemon(home, "propose", {"venture": rest[0], "lever": rest[1], "payload": payload})
+
+
+def read_payload(source):
+    """Return the text of a payload file, or of standard input for -; Fail(66) when it cannot be read."""
+    try:
+        if source == "-":
+            return sys.stdin.read()
+        with open(source, encoding="utf-8") as fh:
+            return fh.read()
+    except OSError as err:
+        raise Fail(EX_NOINPUT, f"{source} cannot be read: {err.strerror}") from None
+    except UnicodeDecodeError:
+        raise Fail(EX_DATAERR, f"{source} is not UTF-8 text; a payload is text") from None
 
 
 def cmd_approve(home, args):
@@ -9051,7 +9102,7 @@ def cmd_tail(home, args):
     if since is None:
         last = db.execute("SELECT coalesce(max(seq), 0) FROM records").fetchone()[0]
         since = max(0, last - count)
-        follow = sys.stdout is not None and sys.stdout.isatty() if follow is None else follow
+        follow = REMOTE.get("tty", sys.stdout is not None and sys.stdout.isatty()) if follow is None else follow
     for seq, at, record in read_records(db, since):
         out(format_record_line(seq, at, record))
         since = seq
@@ -9356,6 +9407,267 @@ def describe_call(record):
     if call.get("tries", 1) > 1:
         words.append(f"{call['tries']} tries")
     return "; ".join(words)
+
+
+# ---- other hosts, over OpenSSH: the bridge, avsm --host, avsm fleet ---------------
+# avsm listens on nothing but its socket (DESIGN: no listener). `avsm --host H VERB` runs VERB on host H through
+# ssh and the bridge there, which an ssh key names as its forced command; ssh carries the verb's output and exit
+# code back. A fleet file names the hosts `avsm fleet` asks at once, each within its timeout.
+
+REMOTE = {}     # near side: "via", the host ask_daemon goes through; both sides: "as", how the person runs avsm
+SSH_FAILURES = (("Could not resolve hostname", EX_NOHOST, "check its name, or its Host entry in ~/.ssh/config"),
+                ("Permission denied", EX_NOPERM, "the key was refused: put your public key in the host's "
+                                                 "authorized_keys, as the README's Many hosts shows"),
+                ("Host key verification failed", EX_NOPERM, "its host key is not the one known_hosts holds: check "
+                                                            "it, then ssh to it once by hand"),
+                ("", EX_NOHOST, "is it up, with sshd running? `ssh HOST true` tries by hand"))
+FLEET_VIEWS = ("status", "asks", "summary")
+
+
+def cmd_bridge(home, args, pinned):
+    """bridge [--read-only]: for a client at the other end of ssh, relay each request line on standard input to
+    the home's avsmd, or run the one client verb a line names (BRIDGE_VERBS); end when standard input ends.
+    pinned: the home was given (--home, AVSMD_HOME), so a request may name no other."""
+    if args not in ([], ["--read-only"]):
+        raise Fail(EX_USAGE, "usage: avsm [--home DIR] bridge [--read-only]")
+    reader = LineReader()
+    while True:
+        data = os.read(0, 65536)
+        if not data:
+            return EX_OK
+        try:
+            messages = reader.feed(data)
+        except ValueError as err:
+            raise Fail(EX_USAGE, f"the bridge reads one JSON object a line: {err}") from None
+        for message in messages:
+            if not isinstance(message, dict):
+                raise Fail(EX_USAGE, f"the bridge reads one JSON object a line, not {json_kind(message)}")
+            where = message.pop("home", None)
+            if where is not None and (argument_problem("path", where) or pinned and os.path.realpath(where) != os.path.realpath(home)):
+                raise Fail(EX_DATAERR, f"this bridge serves {home}, not {shown_text(json.dumps(where))[:120]}")
+            if "verb" in message:
+                return bridge_verb(where or home, message, bool(args))
+            try:
+                cmd, _ = check_request(message)
+                if args and cmd not in READ_REQUESTS:
+                    raise Fail(EX_DATAERR, f"this key may only read (avsm bridge --read-only): {cmd} is refused")
+                with connect_daemon(where or home) as conn:
+                    send_line(conn, message)
+                    conn.settimeout(3 * BACKEND_TIMEOUT)
+                    answer, ended = LineReader(), False
+                    while not ended:
+                        data = conn.recv(65536)
+                        if not data:
+                            raise Fail(EX_UNAVAILABLE, "avsmd ended the connection before answering; see avsm doctor")
+                        ended = any("exit" in send_out(line) for line in answer.feed(data))
+            except (Fail, ValueError, OSError) as err:
+                send_out({"err": str(err)}, {"exit": getattr(err, "code", EX_UNAVAILABLE)})
+
+
+def send_out(*messages):
+    """Write JSON lines to standard output at once; return the last."""
+    sys.stdout.write("".join(json.dumps(m) + "\n" for m in messages))
+    sys.stdout.flush()
+    return messages[-1]
+
+
+def bridge_verb(home, message, read_only):
+    """Run one client verb here for the person at the other end of ssh: its output and exit code are theirs."""
+    if message.pop("v", 1) != 1:
+        raise Fail(EX_USAGE, "this bridge speaks version 1 of its requests; use an avsm of the same version")
+    m = checked_arguments("a bridge's verb", message, BRIDGE_KEYS)
+    verb, argv = m["verb"], m["argv"]
+    if verb not in BRIDGE_VERBS:
+        raise Fail(EX_USAGE, f"the bridge runs {', '.join(BRIDGE_VERBS)}, not {shown_text(verb)[:80]}")
+    if read_only and (BRIDGE_VERBS[verb] != "read" or verb == "doctor" and "--cut" in argv):
+        raise Fail(EX_DATAERR, f"this key may only read (avsm bridge --read-only): {verb} is refused; "
+                               f"it needs a key whose bridge may write")
+    REMOTE.update((k, m[k]) for k in ("as", "tty", "utf8") if m.get(k) is not None)
+    if m.get("stdin") is not None:
+        import io
+        sys.stdin = io.StringIO(m["stdin"])
+    import threading
+    threading.Thread(target=end_with_stdin, daemon=True).start()
+    return run_verb(home, [verb] + argv)
+
+
+def end_with_stdin():
+    """The person at the other end went away (ssh closed standard input): end here too, a following tail as well."""
+    while os.read(0, 65536):
+        pass
+    os._exit(EX_OK)
+
+
+def remote_host(spec, ssh=None, bridge=None, timeout=None, name=None):
+    """Return the host [user@]HOST[:HOME] names, with the ssh command, the bridge asked for, and its timeout."""
+    dest, _, home = spec.partition(":")
+    if not re.fullmatch(r"([^@\s]+@)?[\w.\[\]-]+", dest) or dest.startswith("-") or home and not os.path.isabs(home):
+        raise Fail(EX_USAGE, f"{shown_text(spec)[:80]!r} is not [user@]HOST[:HOME] (HOME absolute, as web1:/srv/avsm)")
+    return {"name": name or spec, "dest": dest, "home": home or None, "timeout": timeout or 10,
+            "ssh": ssh or os.environ.get("AVSM_SSH") or "ssh", "bridge": bridge or os.environ.get("AVSM_BRIDGE") or "avsm bridge"}
+
+
+def fleet_path(given=None):
+    return given or os.path.join(os.environ.get("XDG_CONFIG_HOME") or os.path.expanduser("~/.config"), "avsm", "fleet.yaml")
+
+
+def read_fleet(path, must=True):
+    """Return the hosts of a fleet file (none when there is none and `must` is False), or Fail: 66 none, 78 a file
+    that does not hold.   fleet ::= {hosts: [SPEC | {host: SPEC, name, ssh, bridge, timeout}], ssh, bridge, timeout}"""
+    try:
+        with open(path, encoding="utf-8") as fh:
+            text = fh.read()
+    except OSError as err:
+        if not must:
+            return []
+        raise Fail(EX_NOINPUT, f"{path} cannot be read ({err.strerror}): write the hosts there, as the README's "
+                               f"Many hosts shows, or name a file with --fleet FILE") from None
+    try:
+        doc, marks = parse_yaml_marked(text, path)
+    except YamlError as err:
+        raise Fail(EX_CONFIG, str(err)) from None
+    c = Checker(path, marks)
+    keys = {"ssh", "bridge", "timeout"}
+    c.mapping(doc, (), keys | {"hosts"}, "a fleet file")
+    if not isinstance(doc.get("hosts"), list) or not doc["hosts"]:
+        c.fail(("hosts",), "hosts: is a list of [user@]HOST[:HOME], as hosts: [web1, ops@db1:/srv/avsm]")
+    hosts = []
+    for i, item in enumerate(doc["hosts"]):
+        entry = c.mapping({"host": item} if isinstance(item, str) else item, ("hosts", i), keys | {"host", "name"}, "a host")
+        given = {k: c.text(entry.get(k, doc.get(k)), ("hosts", i, k), k, required=False) for k in keys | {"host", "name"}}
+        timeout = given["timeout"] and c.parsed(parse_duration, given["timeout"], ("hosts", i, "timeout"))
+        try:
+            hosts.append(remote_host(given["host"] or "", given["ssh"], given["bridge"], timeout, given["name"]))
+        except Fail as fail:
+            c.fail(("hosts", i), str(fail))
+    return hosts
+
+
+def run_remote(target, verb, argv):
+    """avsm --host [user@]HOST[:HOME] VERB ...: run VERB on that host through its bridge; return its exit code.
+    What needs this side, a payload file and an editor, is done here; the name of a fleet host stands for it."""
+    host = next((h for h in read_fleet(fleet_path(), must=False) if h["name"] == target), None) or remote_host(target)
+    if verb not in BRIDGE_VERBS:
+        raise Fail(EX_USAGE, f"avsm {verb} runs only where you are; avsm --host runs {', '.join(BRIDGE_VERBS)}")
+    REMOTE.update({"via": host, "as": f"{client_command()} --host {target}"})
+    if verb == "approve" and "--edit" in argv:
+        return cmd_approve(None, argv)          # the editor is here; the ask and the answer go through the bridge
+    stdin = None
+    if verb == "propose" and "--payload" in argv[:-1]:
+        at = argv.index("--payload")
+        stdin, argv = read_payload(argv[at + 1]), argv[:at + 1] + ["-"] + argv[at + 2:]
+    request = {"v": 1, "verb": verb, "argv": argv, "home": host["home"], "stdin": stdin, "as": REMOTE["as"],
+               "tty": bool(sys.stdout and sys.stdout.isatty()), "utf8": utf8_output()}
+    return ssh_bridge(host, request)[0]
+
+
+def ask_bridge(host, request):
+    """ask_daemon through a host's bridge: the request relayed to its avsmd, the answer shown as from one here."""
+    code, data, errors = ssh_bridge(host, dict(request, home=host["home"]), capture=True)
+    for message in LineReader().feed(data + b"\n"):
+        if not isinstance(message, dict):
+            raise Fail(EX_UNAVAILABLE, f"{host['name']}: the bridge answered with no JSON object a line; is it avsm's?")
+        answered = show_answer(message, request["cmd"], None)
+        code = code if answered is None else answered
+    return code
+
+
+def ssh_bridge(host, request, capture=False, timeout=None):
+    """Run the bridge on `host` through ssh with `request` on its standard input (kept open while a verb runs);
+    return (exit code, its output when captured, its error lines). Its error lines are said as HOST: ...; ssh's
+    own failure is one Fail naming the host and the fix (68 not reached or no answer in time, 77 a key or host
+    key refused, 69 no avsm there)."""
+    import shlex
+    import subprocess
+    import threading
+    name, relay = host["name"], "verb" not in request
+    argv = shlex.split(host["ssh"]) + ["-T", "-o", "BatchMode=yes", "-o", "LogLevel=ERROR", "-o",
+                                       f"ConnectTimeout={max(1, round(host['timeout']))}", "--", host["dest"], host["bridge"]]
+    try:
+        proc = subprocess.Popen(argv, stdin=subprocess.PIPE, stderr=subprocess.PIPE,
+                                stdout=subprocess.PIPE if capture else None)
+    except OSError as err:
+        raise Fail(EX_UNAVAILABLE, f"{name}: {argv[0]} cannot run ({err.strerror}); install OpenSSH's client, or name "
+                                   f"the ssh command in AVSM_SSH or the fleet file's ssh:") from None
+    got, ours, theirs = [b""], [], []
+
+    def read_errors():
+        for line in proc.stderr:
+            text = line.decode("utf-8", "replace").rstrip("\r\n")
+            if text.startswith("avsm: "):
+                ours.append(f"{name}: {text[6:]}")
+                if not capture:
+                    sys.stderr.write(f"avsm: {ours[-1]}\n")
+            else:
+                theirs.append(text)
+    readers = [threading.Thread(target=read_errors, daemon=True)]
+    if capture:
+        readers.append(threading.Thread(target=lambda: got.append(proc.stdout.read()), daemon=True))
+    for reader in readers:
+        reader.start()
+    try:
+        proc.stdin.write((json.dumps(request) + "\n").encode())
+        proc.stdin.flush()
+        if relay:
+            proc.stdin.close()          # the bridge ends once the relayed request is answered
+    except BrokenPipeError:
+        pass
+    try:
+        code = proc.wait(timeout)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait()
+        raise Fail(EX_NOHOST, f"{name}: no answer within {format_duration(timeout)}: the host or its sshd hangs; "
+                              f"`ssh {host['dest']} true` tries by hand") from None
+    for reader in readers:
+        reader.join(5)
+    if code == 255 and not ours:
+        said = next((t.removeprefix("ssh: ") for t in reversed(theirs) if t.strip()), "no word from ssh")
+        code, fix = next((c, f) for s, c, f in SSH_FAILURES if s in " ".join(theirs))
+        raise Fail(code, f"{name}: ssh could not reach avsm there ({said}); {fix.replace('HOST', host['dest'])}")
+    if code == 127 and not ours:
+        raise Fail(EX_UNAVAILABLE, f"{name}: no avsm there ({host['bridge']!r} was not found); copy avsm.py to it and "
+                                   f"name the command: bridge: python3 /opt/avsm/avsm.py bridge in the fleet file, or AVSM_BRIDGE")
+    if not capture:
+        sys.stderr.writelines(t + "\n" for t in theirs)
+    return code, b"".join(got), ours + theirs
+
+
+def cmd_fleet(args):
+    """fleet [--fleet FILE] status|asks|summary [ARGS]: one view of every host in the fleet file, the hosts asked at
+    once, each within its timeout; exit 0 when every host answered, else the code of the first that did not."""
+    path, rest = take_option(args, "--fleet")
+    if not rest or rest[0] not in FLEET_VIEWS:
+        raise Fail(EX_USAGE, "usage: avsm fleet [--fleet FILE] status|asks|summary [ARGS]")
+    import threading
+    view, argv, hosts = rest[0], rest[1:], read_fleet(fleet_path(path))
+    results = {}
+
+    def ask(host):
+        request = {"v": 1, "verb": view, "argv": argv, "home": host["home"], "utf8": utf8_output(),
+                   "as": f"{client_command()} --host {host['name']}"}
+        try:
+            results[host["name"]] = ssh_bridge(host, request, capture=True, timeout=host["timeout"])
+        except Fail as fail:
+            results[host["name"]] = (fail.code, b"", [str(fail)])
+    threads = [threading.Thread(target=ask, args=(host,), daemon=True) for host in hosts]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    worst = EX_OK
+    for host in hosts:
+        code, data, errors = results[host["name"]]
+        lines = data.decode("utf-8", "replace").splitlines()
+        if view == "summary":
+            out(f"== {host['name']}")
+        for line in lines:
+            out(re.sub(r"^#(\d+) ", host["name"] + r":\1 ", line) if view == "asks" else
+                line if view == "summary" else f"{host['name']}  {line}")
+        for line in errors:
+            out(f"{host['name']}  {line.removeprefix(host['name'] + ': ')}")
+        worst = worst or code
+    return worst
 
 
 # =============================================================================
@@ -9964,8 +10276,9 @@ def program_command(program, home=None):
 
 
 def client_command(home=None):
-    """The client as this user runs it, with --home where it is needed (see program_command)."""
-    return program_command("avsm", home)
+    """The client as this user runs it, with --home where it is needed (see program_command); across ssh, as
+    the person at the other end runs it (avsm --host HOST)."""
+    return REMOTE.get("as") or program_command("avsm", home)
 
 
 # ---- avsm doctor -------------------------------------------------------------
@@ -10307,13 +10620,33 @@ CLIENT_COMMANDS = {
     "decide": cmd_decide,
     "doctor": cmd_doctor,
     "chart": cmd_chart,
-    "try": None,
+    "try": None, "fleet": None, "bridge": None,
 }
 
 
 def run_client(args):
-    """avsm [--home DIR] COMMAND ...: return the exit code."""
-    home, rest = take_home(args)
+    """avsm [--home DIR | --host [USER@]HOST[:HOME]] COMMAND ...: return the exit code."""
+    home, rest = take_option(args, "--home")
+    host, rest = take_option(rest, "--host")
+    if host is not None and home is not None:
+        raise Fail(EX_USAGE, "--home names a home on this host; name the far one with --host HOST:HOME")
+    if rest and rest[0] in ("bridge", "fleet") and {"-h", "--help"} & set(rest[1:]):
+        out(command_help(rest[0]))
+        return EX_OK
+    if rest and rest[0] == "bridge":
+        return cmd_bridge(resolve_home(home), rest[1:], home is not None or bool(os.environ.get("AVSMD_HOME")))
+    if rest and rest[0] == "fleet":
+        return cmd_fleet(rest[1:])
+    if host is not None and rest and rest[0] not in ("-h", "--help", "help", "--version") \
+            and not {"-h", "--help"} & set(rest[1:]):
+        if rest[0] not in CLIENT_COMMANDS:
+            raise Fail(EX_USAGE, f"'{rest[0]}' is not an avsm command{nearest(rest[0], CLIENT_COMMANDS)}: avsm --help lists them")
+        return run_remote(host, rest[0], rest[1:])
+    return run_verb(home, rest)
+
+
+def run_verb(home, rest):
+    """Run one client verb on `home` (None: the one avsm finds); return the exit code."""
     if not rest:
         raise Fail(EX_USAGE, "no command given\n" + CLIENT_USAGE)
     if rest[0] in ("-h", "--help", "help"):
@@ -10373,21 +10706,23 @@ def command_help(verb):
 OPTIONLESS_COMMANDS = ("add", "asks", "deny", "decide", "pause", "resume", "why", "try")
 
 
-def take_home(args):
-    """Return (--home value or None, the other arguments): --home may stand before or after the command."""
+def take_option(args, option):
+    """Return (the value of `option` (--home, --host, --fleet) or None, the other arguments): it may stand before
+    or after the command."""
     home, rest, i = None, [], 0
+    needs = {"--home": "a directory", "--host": "a host, as [user@]HOST[:HOME]", "--fleet": "a file"}[option]
     while i < len(args):
         if args[i] == "--":
             rest += args[i:]                # what follows -- is names, never an option
             break
-        if args[i] == "--home":
+        if args[i] == option:
             if i + 1 >= len(args) or not args[i + 1]:
-                raise Fail(EX_USAGE, "--home needs a directory")
+                raise Fail(EX_USAGE, f"{option} needs {needs}")
             home, i = args[i + 1], i + 2
-        elif args[i].startswith("--home="):
+        elif args[i].startswith(option + "="):
             home, i = args[i].split("=", 1)[1], i + 1
             if not home:
-                raise Fail(EX_USAGE, "--home needs a directory")
+                raise Fail(EX_USAGE, f"{option} needs {needs}")
         else:
             rest.append(args[i])
             i += 1
@@ -10688,7 +11023,7 @@ def ledger_capacity(home, name, m, days):
 def run_daemon(args):
     """avsmd [--home DIR] [-f FILE] [-d] [-t|-T]: return the exit code."""
     given = list(args)
-    home, rest = take_home(args)
+    home, rest = take_option(args, "--home")
     config_path, debug, mode, dirs = None, False, "run", []
     while rest:
         arg = rest.pop(0)
@@ -10741,7 +11076,7 @@ def run_internal(program, args):
     if program == "forecast":
         return run_forecast(args)
     if program == "warden":
-        home, rest = take_home(args)
+        home, rest = take_option(args, "--home")
         if "--fd" not in rest or rest.index("--fd") + 1 >= len(rest) or not rest[rest.index("--fd") + 1].isdigit():
             raise Fail(EX_USAGE, "the warden is started by avsmd, not by hand; run avsmd")
         fd = int(rest[rest.index("--fd") + 1])

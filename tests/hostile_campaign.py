@@ -68,7 +68,6 @@ escalate: far
 ratchet: 5
 forecast: {days: 7, seeds: 8}
 canary_asks: {every: 20}
-port: 2876
 adapters: {}
 research: null
 """

@@ -456,7 +456,7 @@ def readme_adapters_blocks():
 
 def test_the_readmes_adapters_section_shows_what_avsmd_does(av):
     """CLI-04 CONFIG-06 CONFIG-07 open point 4, issue 17 item 2: the README's adapters: config holds, `avsmd -T`
-    on it prints exactly the output the README shows (port: and adapters: included), and its shop mandate holds."""
+    on it prints exactly the output the README shows (adapters: included, and no port:, issue 23), and its shop mandate holds."""
     blocks = readme_adapters_blocks()
     config = next(b for b in blocks if b.startswith("adapters:"))
     shown = next(b for b in blocks if b.startswith("nightly:"))

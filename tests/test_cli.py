@@ -24,7 +24,7 @@ from conftest import ROOT, Avsm, make_venture, processes_with, write
 import avsm
 
 AVSM_PY = os.path.join(ROOT, "avsm.py")
-CONFIG_KEYS = ("nightly", "default", "backends", "escalate", "ratchet", "canary_asks", "port", "adapters",
+CONFIG_KEYS = ("nightly", "default", "backends", "escalate", "ratchet", "canary_asks", "adapters",
                "research")
 
 
@@ -185,7 +185,7 @@ def test_T_prints_every_key_and_the_forecast_default(av):
     lines = r.stdout.splitlines()
     for key in CONFIG_KEYS:
         assert any(line.startswith(f"{key}:") for line in lines), f"-T does not print {key}:\n{r.stdout}"
-    assert "canary_asks: null" in lines and "port: 2876" in lines and "ratchet: 5" in lines
+    assert "canary_asks: null" in lines and "ratchet: 5" in lines and not any(line.startswith("port:") for line in lines)
     forecast = [line for line in lines if "forecast" in line]
     assert len(forecast) == 1 and forecast[0].startswith("#") and "days: 30" in forecast[0] and "seeds: 16" in forecast[0]
     assert not os.path.exists(av.home)
@@ -202,7 +202,6 @@ escalate: local
 ratchet: 3
 forecast: {days: 7, seeds: 4}
 canary_asks: {every: 20}
-port: 2999
 adapters:
   stripe: {url: "https://api.stripe.example"}
   mail: {command: "sendmail -t -i", from: you@example.com}
@@ -213,20 +212,20 @@ research: ./research
 def test_f_reads_that_file_in_place_of_the_home_config(av, workdir):
     """avsmd -f other.yaml reads that file and not HOME/config.yaml; -T shows every key as it stands
     there, and what it prints reads back the same. CLI-05 CLI-04 CONFIG-04"""
-    write(os.path.join(av.home, "config.yaml"), "ratchet: 2\nport: 1111\n")
+    write(os.path.join(av.home, "config.yaml"), "ratchet: 2\nnightly: \"01:11\"\n")
     other = write(os.path.join(workdir, "other.yaml"), FULL_CONFIG)
     r = av.daemon_cmd("-f", other, "-T")
     assert r.returncode == 0, r.stderr
     lines = r.stdout.splitlines()
-    for expected in ('nightly: "02:30"', "ratchet: 3", "port: 2999", "forecast: {days: 7, seeds: 4}",
+    for expected in ('nightly: "02:30"', "ratchet: 3", "forecast: {days: 7, seeds: 4}",
                      "canary_asks: {every: 20}"):
         assert expected in lines, f"{expected!r} not in\n{r.stdout}"
     assert "sendmail -t -i" in r.stdout and "./ask-model" in r.stdout and "./research" in r.stdout
-    assert "1111" not in r.stdout and "ratchet: 2" not in lines
+    assert "01:11" not in r.stdout and "ratchet: 2" not in lines
     printed = write(os.path.join(workdir, "printed.yaml"), r.stdout)
     assert av.daemon_cmd("-f", printed, "-T").stdout == r.stdout
     home_config = av.daemon_cmd("-T")
-    assert "ratchet: 2" in home_config.stdout.splitlines() and "port: 1111" in home_config.stdout
+    assert "ratchet: 2" in home_config.stdout.splitlines() and 'nightly: "01:11"' in home_config.stdout
 
 
 def test_f_of_a_missing_file_exits_78(av, workdir):

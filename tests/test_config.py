@@ -26,7 +26,6 @@ nightly: never
 ratchet: 0
 forecast: {days: 7, seeds: 0}
 canary_asks: {every: 20}
-port: 2877
 adapters:
   stripe: {url: https://api.stripe.com/v1}
   github: {url: https://api.github.com}
@@ -41,7 +40,7 @@ def test_defaults(text):
     cfg = avsm.parse_config(text, "c.yaml")
     assert cfg["nightly"] == "03:00"
     assert cfg["ratchet"] == 5
-    assert cfg["port"] == 2876
+    assert "port" not in cfg
     assert cfg["canary_asks"] is None
     assert cfg["forecast"] is None
     assert cfg["backends"] == {} and cfg["default"] is None and cfg["escalate"] is None
@@ -78,7 +77,6 @@ def test_every_other_key():
     assert cfg["ratchet"] == 0
     assert cfg["forecast"] == {"days": 7, "seeds": 0}
     assert cfg["canary_asks"] == {"every": 20}
-    assert cfg["port"] == 2877
     assert cfg["adapters"]["mail"] == {"command": "sendmail -t -i", "from": "you@example.com"}
     assert cfg["adapters"]["stripe"] == {"url": "https://api.stripe.com/v1"}
     assert cfg["research"] == "/opt/research"
@@ -128,7 +126,7 @@ REFUSALS = [
      ["has no 'url'"], "MODEL-07"),
     ("nightly-not-a-time", "nightly: 3am\n", "1:1",
      ["not a time", '"HH:MM"', "never"], "MODEL-02"),
-    ("port-too-big", "port: 70000\n", "1:1", ["at most 65535"], "CONFIG-05, open point 4"),
+    ("port-is-gone", "port: 2876\n", "1:1", ["avsm opens no listener", "avsm --host"], "CONFIG-05, issue 23 item 4"),
     ("ratchet-negative", "ratchet: -1\n", "1:1", ["ratchet must be a whole number of at least 0"], "SELF-02"),
     ("canary-every-zero", "canary_asks: {every: 0}\n", "1:15", ["every must be a whole number of at least 1"], "SELF-04"),
     ("adapter-unknown", "adapters:\n  slack: {url: https://x.example}\n", "2:3",
@@ -169,7 +167,7 @@ def test_format_shows_canary_null_and_forecast_comment():
 def test_format_shows_every_key():
     """CLI-04, CONFIG-04: every key of the config appears, as a key or (forecast) as a comment."""
     text = avsm.format_config(avsm.parse_config("", "c.yaml"))
-    for key in ("nightly", "default", "backends", "escalate", "ratchet", "canary_asks", "port", "adapters", "research"):
+    for key in ("nightly", "default", "backends", "escalate", "ratchet", "canary_asks", "adapters", "research"):
         assert any(line.startswith(f"{key}:") for line in text.splitlines()), key
     assert "forecast:" in text
 

@@ -103,7 +103,7 @@ BAD_CONFIGS = [
     ("backends zero", b"backends: 0\n", 1),
     ("adapters a list", b"adapters: [stripe]\n", 1),
     ("an adapter a number", b"adapters:\n  stripe: 5\n", 2),
-    ("a port in hex past 1e300", b"port: " + HUGE_HEX.encode() + b"\n", 1),
+    ("a ratchet in hex past 1e300", b"ratchet: " + HUGE_HEX.encode() + b"\n", 1),
     ("a forecast a list", b"forecast: [1, 2]\n", 1),
 ]
 
