@@ -697,3 +697,15 @@ def test_a_terminal_that_cannot_show_a_character_gets_an_escape_not_a_traceback(
             assert r.returncode == 0 and "Traceback" not in r.stderr, (encoding, args, r.stderr[-400:])
             shown.append(r.stdout)
         assert "\\u03b1\\u03c1\\u03b3\\u03ac \\u2615" in "".join(shown), (encoding, shown)
+
+
+def test_ci_runs_exactly_the_readmes_one_line_test_command():
+    """Issue 22 item 10: the README's test command is one line that works with only Python (it installs pytest
+    and pytest-xdist first), and .ci/run runs exactly that line, last."""
+    with open(os.path.join(ROOT, "README.md")) as fh:
+        readme = fh.read()
+    block = readme.split("Run the tests (what CI runs", 1)[1].split("```sh\n", 1)[1].split("```", 1)[0].strip()
+    assert "\n" not in block and block.startswith("python3 -m pip install") and "pytest -q -n 3" in block
+    with open(os.path.join(ROOT, ".ci", "run")) as fh:
+        lines = [line for line in fh.read().splitlines() if line.strip()]
+    assert lines[-1] == block
