@@ -73,14 +73,13 @@ class Fleet:
         write(os.path.join(top, "sshd_config"),
               f"Port {self.port}\nListenAddress 127.0.0.1\nHostKey {top}/hostkey\nAuthorizedKeysFile {top}/authorized_keys\n"
               f"UsePAM no\nStrictModes no\nPidFile {top}/sshd.pid\nPasswordAuthentication no\n"
-              f"KbdInteractiveAuthentication no\nPermitRootLogin prohibit-password\nAllowUsers {user}\n")
+              f"KbdInteractiveAuthentication no\nPermitRootLogin prohibit-password\nAllowUsers {user}\n"
+              f"MaxStartups 100:30:200\n")      # one sshd stands in for many hosts, each asked at once
+        self.user = user
         entries = {"host1": ("full", self.port), "host2": ("full", self.port), "ro": ("ro", self.port),
                    "plain": ("plain", self.port), "stranger": ("stranger", self.port), "dead": ("full", self.dead),
                    "hang": ("full", self.hang_port)}
-        self.config = write(os.path.join(top, "ssh_config"), "".join(
-            f"Host {alias}\n  HostName 127.0.0.1\n  Port {port}\n  User {user}\n  IdentityFile {top}/{key}\n"
-            f"  IdentitiesOnly yes\n  HostKeyAlias avsmtest\n  UserKnownHostsFile {top}/known_hosts\n"
-            f"  StrictHostKeyChecking yes\n" for alias, (key, port) in entries.items()))
+        self.config = write(os.path.join(top, "ssh_config"), "".join(self.entry(a, k, p) for a, (k, p) in entries.items()))
         self.env = dict(os.environ, AVSM_SSH=f"ssh -F {self.config}")
         self.env.pop("AVSMD_HOME", None)
         self.env["XDG_CONFIG_HOME"] = os.path.join(top, "cfg")     # no fleet.yaml of the person running the tests
@@ -100,6 +99,12 @@ class Fleet:
                 break
             except OSError:
                 time.sleep(0.05)
+
+    def entry(self, alias, key, port):
+        """An ssh_config entry: `alias` is this sshd, through `key`, its host key checked as avsmtest's."""
+        return (f"Host {alias}\n  HostName 127.0.0.1\n  Port {port}\n  User {self.user}\n  IdentityFile {self.top}/{key}\n"
+                f"  IdentitiesOnly yes\n  HostKeyAlias avsmtest\n  UserKnownHostsFile {self.top}/known_hosts\n"
+                f"  StrictHostKeyChecking yes\n")
 
     def avsm(self, *args, input=None, timeout=60, env=None):
         """The real client, as the person on this side runs it."""
