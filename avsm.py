@@ -1515,7 +1515,7 @@ def reading_timeout(c, item, path):
 
 # ---- the config -------------------------------------------------------------
 
-CONFIG_KEYS = {"nightly", "default", "backends", "escalate", "ratchet", "forecast", "canary_asks",
+CONFIG_KEYS = {"nightly", "default", "backends", "escalate", "ratchet", "forecast", "canary_asks", "checkpoint",
                "adapters", "research", "notify"}
 BACKEND_KEYS = {"anthropic": {"kind", "model", "key", "url", "effort", "version", "max_tokens"},
                 "openai": {"kind", "url", "model", "key", "max_tokens"},
@@ -1604,6 +1604,7 @@ def parse_config(text, source="config.yaml"):
             c.fail(("adapters", name, "from"), "from is one address on one line, as in ops@example.com")
     cfg["research"] = c.text(doc.get("research"), ("research",), "research", required=False)
     cfg["notify"] = parse_notify(c, doc.get("notify"))
+    cfg["checkpoint"] = parse_checkpoint_config(c, doc.get("checkpoint"))
     size = len(json.dumps(cfg))
     if size > CONFIG_ENV_MAX:       # avsmd could not start its warden: the exec would fail (E2BIG)
         key = max(cfg, key=lambda k: len(json.dumps(cfg[k])))
@@ -1611,6 +1612,32 @@ def parse_config(text, source="config.yaml"):
                        f"warden in one environment variable, which holds at most {CONFIG_ENV_MAX // 1024} KiB: "
                        f"shorten {key} (a long command goes in a script of its own)")
     return cfg
+
+
+CHECKPOINT_NAMESPACE = "avsm-checkpoint"      # ssh-keygen -Y's namespace unless the config names another
+
+
+def parse_checkpoint_config(c, value):
+    """Return the checkpoints' settings, every key filled in.
+
+    checkpoint ::= {key: PATH, namespace: NAME, every: DURATION, allowed_signers: PATH}   (each optional)
+    key signs each checkpoint (ssh-keygen -Y sign); allowed_signers is what doctor --checkpoint verifies with."""
+    path, value = ("checkpoint",), {} if value is None else value
+    c.mapping(value, path, {"key", "namespace", "every", "allowed_signers"}, "checkpoint")
+    spec = {"key": None, "namespace": CHECKPOINT_NAMESPACE, "every": 86400, "allowed_signers": None}
+    for key in ("key", "allowed_signers"):
+        spec[key] = c.text(value.get(key), path + (key,), key, required=False)
+        if spec[key] and not os.path.isabs(os.path.expanduser(spec[key])):
+            c.fail(path + (key,), f"{key} is a file's absolute path, as /home/ops/.ssh/avsm_checkpoint, not {spec[key]!r}")
+    if "namespace" in value:
+        spec["namespace"] = c.text(value["namespace"], path + ("namespace",), "namespace")
+        if not re.fullmatch(r"[A-Za-z0-9@._-]{1,64}", spec["namespace"]):
+            c.fail(path + ("namespace",), "namespace is one word of letters, digits and @._-, as avsm-checkpoint@example.com")
+    if "every" in value:
+        spec["every"] = c.parsed(parse_duration, value["every"], path + ("every",))
+        if spec["every"] < 60:
+            c.fail(path + ("every",), "every is at least 1m: a checkpoint a minute is plenty")
+    return spec
 
 
 def parse_notify(c, value):
@@ -1686,6 +1713,7 @@ def format_config(cfg):
     lines.append(f"research: {yaml_scalar(cfg['research'])}")
     notify = cfg.get("notify")
     lines.append("notify: " + (flow({"run": notify["run"], "timeout": format_duration(notify["timeout"])}) if notify else "null"))
+    lines.append("checkpoint: " + flow(dict(cfg["checkpoint"], every=format_duration(cfg["checkpoint"]["every"]))))
     return "\n".join(lines) + "\n"
 
 
@@ -1715,10 +1743,10 @@ REQUESTS = {
     "decide": {"venture": "name"}, "pause": {"venture": "name"}, "resume": {"venture": "name"},
     "propose": {"venture": "name", "lever": "name", "payload": "text?"},
     "approve": {"ask": "seq", "payload": "json?"},
-    "deny": {"ask": "seq"}, "ask": {"ask": "seq"},
+    "deny": {"ask": "seq"}, "ask": {"ask": "seq"}, "checkpoint": {},
 }
 REQUEST_KEYS = ("v", "cmd", "args")
-READ_REQUESTS = ("ping", "health", "status", "asks", "ask")     # what a read-only key's bridge relays
+READ_REQUESTS = ("ping", "health", "status", "asks", "ask", "checkpoint")     # what a read-only key's bridge relays
 
 # The bridge (avsm bridge, the forced command of an ssh key) relays the requests above, and runs these client
 # verbs for `avsm --host`: each reads the ledger or the far side's files, or asks its avsmd, exactly as there.
@@ -2248,19 +2276,101 @@ def scan_records(db):
 
 def ledger_problem(db):
     """Return (seq, why) for the first record that does not read or does not chain (open point 51), or None."""
+    return scan_ledger(db, recheck=False).broken
+
+
+LedgerScan = collections.namedtuple("LedgerScan", "count head broken problems adopted hashes")
+LedgerScan.__doc__ = """What one read of the ledger found: records checked, the head (seq, hash), the first record that
+does not chain or read as (seq, why) or None, the proof problems [(action seq, why)], the adopted ventures
+{name: [name, directory, mandate seq, paused, text]} (None once a record does not read), and {seq: hash} of
+the seqs asked for."""
+
+
+def scan_ledger(db, recheck=True, wanted=(), after=None):
+    """Read the ledger once, in order (doctor: a second read is a second pass over a year of records): every
+    link of the chain and every record's reading checked; with `recheck`, every action's proof re-checked by the
+    gate as the ledger folds; the adopted ventures listed; the hashes of the seqs `wanted` kept.
+    after: (seq, hash) of a checkpoint verified before: the chain is checked from it on, and neither the records
+    before it nor any proof is read (doctor --quick)."""
+    found = {"count": 0, "head": after or (0, ZERO_HASH), "broken": None, "adopted": {}, "hashes": {}}
     was = small_cache(db)
-    try:
-        seq, why = verify_chain(db)
-        if why is not None:
-            return seq, why
-        for seq, at, text in db.execute("SELECT seq, at, record FROM records ORDER BY seq"):
-            why = record_problem(text) or (None if is_seq(at) and at is not None else
-                                           f"its time is {shown_value(at, 40)}, not a whole number of seconds")
+
+    def rows():
+        expected, prev = after or (0, ZERO_HASH)
+        for seq, at, link, digest, text in db.execute("SELECT seq, at, prev, hash, record FROM records WHERE seq > ? "
+                                                      "ORDER BY seq", (expected,)):
+            why = (f"record #{expected + 1} is missing" if seq != expected + 1 else
+                   "its prev is not the hash of the record before it" if link != prev else
+                   "its hash does not match its contents" if chain_hash(link, seq, at, text) != digest else None)
+            record = None
+            if why is None:
+                try:
+                    record = json.loads(text)
+                    why = object_problem(record) if isinstance(record, dict) else "it is not a JSON object"
+                except ValueError:
+                    why = "its JSON does not parse"
+            if why is None and not (is_seq(at) and at is not None):
+                why = f"its time is {shown_value(at, 40)}, not a whole number of seconds"
             if why is not None:
-                return seq, why
-        return None
+                found.update(broken=(seq, why), adopted=None)
+                return
+            if seq in wanted:
+                found["hashes"][seq] = digest
+            expected, prev = seq, digest
+            found["count"], found["head"] = found["count"] + 1, (seq, digest)
+            name, kind, adopted = record["venture"], record["kind"], found["adopted"]
+            if kind == "mandate":
+                adopted[name] = [name, record.get("directory"), seq, False, record.get("text")]
+            elif kind in ("pause", "resume") and name in adopted:
+                adopted[name][3] = kind == "pause"
+            yield seq, at, record
+    try:
+        problems = [(seq, problem) for seq, each in recheck_ledger(rows()) for problem in each] \
+            if recheck and after is None else collections.deque(rows(), 0) and []
     finally:
         db.execute(f"PRAGMA cache_size={was}")
+    return LedgerScan(problems=[] if found["broken"] else problems, **found)
+
+
+# ---- checkpoints: the head kept outside the file ----
+# The chain shows an edit, not a rewrite: whoever can write ledger.db can recompute every hash after a changed
+# record. A checkpoint is the head written down at a time, kept elsewhere (and signed with ssh-keygen -Y sign),
+# so that a ledger rewritten since no longer holds it. Its layout is C2SP's checkpoint's: an origin, then the head.
+#     checkpoint ::= "avsm/" HOST ":" HOME LF SEQ LF HASH LF UNIXTIME " " UTC-TIME LF [LF SSH-SIGNATURE-ARMOR]
+
+Checkpoint = collections.namedtuple("Checkpoint", "origin seq hash at text signature")
+SSHSIG_ARMOR = ("-----BEGIN SSH SIGNATURE-----", "-----END SSH SIGNATURE-----")
+
+
+def checkpoint_origin(home):
+    """Return a checkpoint's origin line: the host and the home whose ledger it is of."""
+    import socket
+    return f"avsm/{socket.gethostname()}:{home}"
+
+
+def checkpoint_text(origin, seq, digest, at):
+    """Return the text of a checkpoint of head (seq, digest) at unix time `at` (what is signed)."""
+    import time
+    return f"{origin}\n{seq}\n{digest}\n{at} {time.strftime('%Y-%m-%dT%H:%M:%SZ', time.gmtime(at))}\n"
+
+
+def parse_checkpoint(data, where, signature=None):
+    """Return the Checkpoint `data` holds, its signature after a blank line or in `signature` (FILE.sig's text);
+    Fail(65) saying which line is not what a checkpoint says."""
+    text, _, signed = data.partition("\n\n")
+    lines = text.split("\n")
+    if lines[-1] == "":
+        lines.pop()
+    origin, seq, digest, when = (lines + [""] * 4)[:4]
+    at = when.split(" ")[0]
+    checks = (len(lines) == 4, origin.startswith("avsm/"), seq.isdigit() and seq.isascii(),
+              re.fullmatch(r"[0-9a-f]{64}", digest), at.isdigit() and at.isascii())
+    words = ("four lines: origin, seq, hash, time", "an origin avsm/HOST:HOME on line 1", "a record number on line 2",
+             "64 hex digits of a hash on line 3", "a unix time on line 4")
+    bad = next((w for ok, w in zip(checks, words) if not ok), None)
+    if bad or (signed and not signed.strip().startswith(SSHSIG_ARMOR[0])):
+        raise Fail(EX_DATAERR, f"{where} is not an avsm checkpoint: it needs {bad or 'an SSH signature after its blank line'}")
+    return Checkpoint(origin, int(seq), digest, int(at), text.rstrip("\n") + "\n", signed.strip() or signature)
 
 
 def format_local_time(at):
@@ -4348,11 +4458,25 @@ def check_proof(action_seq, action_at, action, records, parse=None):
     return recheck_action(states.get(venture), action_seq, action_at, action, records)
 
 
+RECHECK_KEPT = 1000     # records a re-check keeps whole behind the one it folds, beside every premise-like kind
+PREMISE_KINDS = ("mandate", "action", "approval", "proposal", "ask", "check")    # cited by seq from any distance
+
+
 def recheck_ledger(rows, parse=None):
-    """Yield (seq, problems) for every action in `rows` [(seq, at, record)], folding the ledger once, in order."""
-    states, records = {}, {}
+    """Yield (seq, problems) for every action in `rows` [(seq, at, record)], folding the ledger once, in order.
+
+    Memory stays bounded as the ledger grows: a reading, outcome or other record more than RECHECK_KEPT behind is
+    kept only as its kind, claim and venture (one shared dict for each), all that a premise's check reads of it."""
+    states, records, recent, stubs = {}, {}, collections.deque(), {}
     for seq, at, record in rows:
         records[seq] = (at, record)
+        if record.get("kind") not in PREMISE_KINDS:
+            recent.append(seq)
+            if len(recent) > RECHECK_KEPT:
+                old = recent.popleft()
+                at_old, r = records[old]
+                key = (r.get("kind"), r.get("claim"), r.get("venture"))
+                records[old] = (at_old, stubs.get(key) or stubs.setdefault(key, dict(zip(("kind", "claim", "venture"), key))))
         if record.get("kind") == "action" and record.get("venture") != "self":
             yield seq, recheck_action(states.get(record.get("venture")), seq, at, record, records)
         fold_ledger(states, seq, at, record, parse)
@@ -5595,6 +5719,52 @@ class Child:
         """Return the last NOTE_MAX characters of what the program wrote to standard error and output."""
         text = (self.err.decode("utf-8", "replace") + self.out.decode("utf-8", "replace")).strip()
         return text[-NOTE_MAX:]
+
+
+# ---- ssh-keygen -Y: checkpoints signed and verified by the host's own OpenSSH (SSHSIG; no crypto in avsm) ----
+
+def ssh_keygen(args, what, stdin=None, timeout=20):
+    """Run ssh-keygen with `args`; return (exit status, output, error text). Fail(69) when there is none,
+    naming where it was looked for: `what` says what needed it."""
+    import shutil
+    import subprocess
+    found = shutil.which("ssh-keygen")
+    if found is None:
+        raise Fail(EX_UNAVAILABLE, f"{what} needs OpenSSH's ssh-keygen (8.0 or later) and none is on PATH "
+                                   f"({os.environ.get('PATH', '')}); install openssh-client")
+    try:
+        done = subprocess.run([found, *args], input=stdin, capture_output=True, timeout=timeout)
+    except subprocess.TimeoutExpired:       # a key with a passphrase asks for it, and no one answers
+        return 1, b"", f"{found} did not finish within {timeout} s (a key with a passphrase?)"
+    return done.returncode, done.stdout, (done.stderr.decode("utf-8", "replace").strip().splitlines() or [""])[-1]
+
+
+def sign_text(text, key, namespace):
+    """Return the SSH signature (armored) of `text` under `key` and `namespace`, or Fail saying why not."""
+    code, signature, err = ssh_keygen(["-Y", "sign", "-q", "-f", key, "-n", namespace], "signing a checkpoint", text.encode())
+    if code != 0 or not signature.startswith(SSHSIG_ARMOR[0].encode()):
+        raise Fail(EX_NOPERM if os.path.exists(key) else EX_NOINPUT,
+                   f"ssh-keygen could not sign with {key}: {err}")
+    return signature.decode().strip()
+
+
+def verify_text(text, signature, allowed, namespace):
+    """Return the principal of `allowed` (an allowed_signers file) whose key signed `text` under `namespace`;
+    Fail(65) saying why not: signed by no key it names, or for another namespace, or a text changed since."""
+    import tempfile
+    with tempfile.NamedTemporaryFile("w", prefix="avsm-sig-", suffix=".sig") as sig:
+        sig.write(signature + "\n")
+        sig.flush()
+        code, who, _ = ssh_keygen(["-Y", "find-principals", "-s", sig.name, "-f", allowed], "verifying a checkpoint")
+        if code != 0 or not who.strip():
+            raise Fail(EX_DATAERR, f"it is signed by a key {allowed} does not name (a forged or foreign checkpoint)")
+        principal = who.decode().split()[0]
+        code, _, err = ssh_keygen(["-Y", "verify", "-f", allowed, "-I", principal, "-n", namespace, "-s", sig.name],
+                                  "verifying a checkpoint", text.encode())
+        if code != 0:
+            raise Fail(EX_DATAERR, f"its signature by {principal} does not verify under namespace {namespace}: "
+                                   f"its text was changed since, or it was signed for another namespace")
+    return principal
 
 
 def write_payload(data):
@@ -7322,6 +7492,64 @@ class Decisions:
         return written
 
 
+class Checkpoints:
+    """Writes a checkpoint of the ledger's committed head to HOME/checkpoints/SEQ.txt (signed beside it in
+    SEQ.txt.sig when the config names a key) and to syslog (journalctl -t avsm): at the warden's start, every
+    `every` (a day) once the head has moved, after each irreversible action, and when a client asks.
+
+    note_action(state, record)    -- an action was written: an irreversible lever's asks for a checkpoint
+    due(head, now), write(head, now) -- whether one is due of head (seq, hash), and write it; its text and signature
+    Holds what it last wrote and whether one is wanted; handed the home, the config's checkpoint: and debug."""
+
+    def __init__(self, home, spec, debug=False):
+        self.dir, self.spec, self.debug = os.path.join(home, "checkpoints"), spec, debug
+        self.origin, self.wanted = checkpoint_origin(home), False
+        newest = newest_checkpoint(self.dir)
+        self.seq, self.at = (newest.seq, newest.at) if newest else (0, 0)
+
+    def note_action(self, state, record):
+        spec = state.mandate["levers"].get(record["lever"]) if state and state.mandate else None
+        self.wanted = self.wanted or bool(spec and not spec["reversible"])
+
+    def due(self, head, now):
+        return head is not None and head[0] > self.seq and (self.wanted or now >= self.at + self.spec["every"])
+
+    def write(self, head, now):
+        """Write the checkpoint of `head` at `now` (each file in whole, by rename); return (text, signature or None)."""
+        import syslog
+        at, signature = int(now), None
+        text = checkpoint_text(self.origin, head[0], head[1], at)
+        os.makedirs(self.dir, mode=0o700, exist_ok=True)
+        path = os.path.join(self.dir, f"{head[0]:012d}.txt")
+        if self.spec["key"]:
+            try:
+                signature = sign_text(text, os.path.expanduser(self.spec["key"]), self.spec["namespace"])
+            except Fail as fail:
+                sys.stderr.write(f"avsmd: checkpoint #{head[0]} is written unsigned: {fail}\n")
+        for name, data in ((path + ".sig", signature), (path, text)):
+            if data:
+                with open(name + ".new", "w") as fh:
+                    fh.write(data if data.endswith("\n") else data + "\n")
+                os.replace(name + ".new", name)
+        syslog.openlog("avsm", 0, syslog.LOG_USER)
+        syslog.syslog(syslog.LOG_NOTICE, f"checkpoint {self.origin} {head[0]} {head[1]}" + (" signed" if signature else ""))
+        log(self.debug, "warden", f"checkpoint #{head[0]} written to {path}")
+        self.seq, self.at, self.wanted = head[0], at, False
+        return text, signature
+
+
+def newest_checkpoint(directory):
+    """Return the Checkpoint of the newest SEQ.txt in `directory` that reads as one, or None."""
+    for name in sorted((n for n in os.listdir(directory) if re.fullmatch(r"\d+\.txt", n)), reverse=True) \
+            if os.path.isdir(directory) else ():
+        try:
+            with open(os.path.join(directory, name)) as fh:
+                return parse_checkpoint(fh.read(), name)
+        except (OSError, UnicodeDecodeError, Fail):
+            continue
+    return None
+
+
 class Warden:
     """The only process that acts: ticks ventures, runs their programs, appends their records.
 
@@ -7350,7 +7578,8 @@ class Warden:
         self.ventures = {}            # name -> VentureState
         self.writer = LedgerWriter(self.ledger, self.ventures, lambda state: self.trust.count_ask(state),
                                    self.tell_person, self.refold, debug)
-        self.append, self.append_together = self.writer.append, self.writer.append_together
+        self.append_together = self.writer.append_together
+        self.checkpoints = Checkpoints(home, cfg["checkpoint"], debug)
         self.schedule = Schedule()
         self.next_nightly = next_nightly(cfg["nightly"])
         self.stopping = False
@@ -7373,6 +7602,13 @@ class Warden:
         channel.setblocking(False)
         self.sel.register(channel, selectors.EVENT_READ, ("channel", None))
         self.sel.register(self.decisions.wake_r, selectors.EVENT_READ, ("results", self.decisions.wake_r))
+
+    def append(self, record, at=None):
+        """Append `record` (LedgerWriter.append); an irreversible action asks for a checkpoint after it."""
+        seq = self.writer.append(record, at)
+        if record["kind"] == "action" and seq is not None:
+            self.checkpoints.note_action(self.ventures.get(record["venture"]), record)
+        return seq
 
     # ---- the ventures, replayed from the ledger ----
     def load(self):
@@ -7460,6 +7696,7 @@ class Warden:
             except LedgerDown:
                 pass
             self.writer.commit_when_due(self.stopping)     # this wake-up's records, and the next ones' for up to GROUP_WINDOW
+            self.write_checkpoint(due=True)
             self.avsmd.flush()
             if self.stopping and not self.children:
                 for seq, d in list(self.decisions.escalations.items()):     # ESC-04: every escalation gets its answer
@@ -7471,6 +7708,28 @@ class Warden:
 
     def active(self, state):
         return state.mandate is not None and not state.paused and not self.stopping
+
+    def write_checkpoint(self, due=False):
+        """Write a checkpoint of the committed head (when one is due); return its text and signature, or None."""
+        import time
+        if self.ledger.held is not None or self.writer.ledger_down:
+            return None                 # only a head the ledger holds is written down
+        head = self.ledger.last or self.ledger.db.execute("SELECT seq, hash FROM records ORDER BY seq DESC LIMIT 1").fetchone()
+        if due and not self.checkpoints.due(head, time.time()):
+            return None
+        try:
+            return self.checkpoints.write(head, time.time()) if head else None
+        except OSError as err:
+            self.checkpoints.at = time.time()       # tried again after `every`, or the next irreversible action
+            sys.stderr.write(f"avsmd: no checkpoint could be written to {self.checkpoints.dir}: {err}\n")
+            return None
+
+    def do_checkpoint(self, args, err):
+        self.writer.commit()
+        written = self.write_checkpoint()
+        if written is None:
+            raise Fail(EX_TEMPFAIL, "no checkpoint can be written now: the ledger holds no record yet, or cannot be written")
+        return written[0].rstrip("\n").split("\n") + (["", *written[1].split("\n")] if written[1] else [])
 
     def next_wakeup(self, now):
         """Return seconds until the next due report, deadline or restart; None when nothing is due."""
@@ -8692,7 +8951,12 @@ commands:
   doctor [--since SEQ:HASH]
                      check the home, config, ledger, mandates and daemon; change nothing; print the
                      ledger's head SEQ:HASH to keep elsewhere (--since checks the ledger still holds one)
+  doctor --checkpoint FILE|DIR|- [--allowed-signers FILE]
+                     also check that the ledger still holds each kept checkpoint, its signature first
+  doctor --quick     check only from the newest checkpoint a full doctor verified (a big ledger)
   doctor --cut SEQ   with avsmd stopped: back up the ledger, then cut it just before #SEQ
+  checkpoint         print a checkpoint of the ledger's head (written by avsmd into HOME/checkpoints,
+                     signed when config.yaml names a key): keep it elsewhere
   try DIR            run avsmd on a temporary home with DIR adopted, following the ledger
   fleet [--fleet FILE] status|asks|summary
                      that view of every host in the fleet file (~/.config/avsm/fleet.yaml), the hosts
@@ -8997,6 +9261,25 @@ def read_payload(source):
         raise Fail(EX_NOINPUT, f"{source} cannot be read: {err.strerror}") from None
     except UnicodeDecodeError:
         raise Fail(EX_DATAERR, f"{source} is not UTF-8 text; a payload is text") from None
+
+
+def cmd_checkpoint(home, args):
+    """checkpoint: print a checkpoint of the ledger's head, written now by avsmd into HOME/checkpoints (signed when
+    config.yaml names a key); with avsmd stopped, the newest it wrote."""
+    if args:
+        raise Fail(EX_USAGE, "usage: avsm checkpoint")
+    try:
+        return ask_daemon(home, "checkpoint")
+    except Fail as fail:
+        newest, why = newest_checkpoint(os.path.join(home, "checkpoints")), str(fail)
+        if fail.code != EX_UNAVAILABLE or newest is None:
+            raise
+    path = os.path.join(home, "checkpoints", f"{newest.seq:012d}.txt.sig")
+    signature = open(path).read().strip() if os.path.exists(path) else None
+    sys.stderr.write(f"avsm: {why}; this is the newest checkpoint it wrote\n")
+    for line in newest.text.rstrip("\n").split("\n") + (["", *signature.split("\n")] if signature else []):
+        out(line)
+    return EX_OK
 
 
 def cmd_approve(home, args):
@@ -10290,7 +10573,7 @@ class Findings:
     """What doctor found: each failed check with its code and the command that fixes it."""
 
     def __init__(self):
-        self.codes = []
+        self.codes, self.scan = [], None      # scan: doctor_ledger's one read of the ledger (LedgerScan)
 
     def ok(self, text):
         out(f"ok    {text}")
@@ -10308,11 +10591,19 @@ class Findings:
 
 
 def cmd_doctor(home, args):
-    """doctor [--since SEQ:HASH] | doctor --cut SEQ: check home, config, ledger, mandates and daemon; change nothing."""
+    """doctor [--since SEQ:HASH] [--checkpoint FILE|DIR|- [--allowed-signers FILE]] [--quick] | doctor --cut SEQ:
+    check home, config, ledger, mandates and daemon; change nothing (but the note of what a full check verified,
+    in the client's cache, for --quick)."""
     since = cut = None
-    rest = list(args)
+    rest, given = list(args), {"--checkpoint": None, "--allowed-signers": None, "--quick": False}
     while rest:
         arg = rest.pop(0)
+        if arg in ("--checkpoint", "--allowed-signers") and rest:
+            given[arg] = rest.pop(0)
+            continue
+        if arg == "--quick":
+            given[arg] = True
+            continue
         if arg == "--since" and rest:
             since = rest.pop(0)
             if not re.fullmatch(r"#?[0-9]+:[0-9a-fA-F]{16,64}", since):
@@ -10329,13 +10620,15 @@ def cmd_doctor(home, args):
         elif arg == "--remote" or arg.startswith("--remote="):
             raise Fail(EX_USAGE, "avsm doctor has no --remote: avsmd opens no listener but its socket; run doctor on its machine")
         else:
-            raise Fail(EX_USAGE, f"avsm doctor does not take '{arg}'; usage: avsm doctor [--since SEQ:HASH] | avsm doctor --cut SEQ")
+            raise Fail(EX_USAGE, f"avsm doctor does not take '{arg}'; usage: avsm doctor [--since SEQ:HASH] "
+                                 f"[--checkpoint FILE|DIR|- [--allowed-signers FILE]] [--quick] | avsm doctor --cut SEQ")
     if cut is not None:
         return doctor_cut(home, cut)
     found = Findings()
+    kept = read_kept_checkpoints(home, found, given["--checkpoint"], given["--allowed-signers"]) if given["--checkpoint"] else []
     if doctor_home(home, found):
         doctor_config(home, found)
-        doctor_ledger(home, found, since)
+        doctor_ledger(home, found, since, kept, given["--quick"])
         doctor_mandates(home, found)
         doctor_daemon(home, found)
     code = found.worst()
@@ -10382,8 +10675,9 @@ def doctor_config(home, found):
             found.ok(f"keys {keys} readable by you alone")
 
 
-def doctor_ledger(home, found, since):
-    """The ledger: a database, every link of the chain, the triggers, every proof; and an anchor if given."""
+def doctor_ledger(home, found, since, kept=(), quick=False):
+    """The ledger: a database, every link of the chain, the triggers, every proof; an anchor and the kept
+    checkpoints (name, Checkpoint) if given. quick: only from the newest checkpoint a full doctor verified."""
     import sqlite3
     import time
     path = os.path.join(home, "ledger.db")
@@ -10411,26 +10705,40 @@ def doctor_ledger(home, found, since):
     if missing:
         found.fail(EX_DATAERR, f"the ledger's triggers {', '.join(sorted(missing))} are gone: it is no longer append-only",
                    f"{program_command('avsmd', home)}   (avsmd makes the triggers again at start)")
-    broken = ledger_problem(db)
-    if broken:
-        seq, why = broken
+    ours = newest_checkpoint(os.path.join(home, "checkpoints"))
+    after = verified_checkpoint(home, db, found) if quick else None
+    if quick and after is None:
+        db.close()
+        return
+    scan = scan_ledger(db, wanted={c.seq for _, c in kept} | ({ours.seq} if ours else set()), after=after)
+    found.scan = scan
+    if scan.broken:
+        seq, why = scan.broken
         found.fail(EX_DATAERR, f"record #{seq} does not read: {why}",
                    f"{client_command(home)} doctor --cut {seq}   (with avsmd stopped; the whole ledger is backed up first)")
     else:
         span, size = (last_at or 0) - (first_at or 0), os.path.getsize(path)
         growth = (f"about {size / (span / 86400) / 1e6:.2f} MB a day over its {format_span(span)}" if span >= 60
                   else "too young to say how fast it grows")          # the ledger's own time span, not at least a day
-        found.ok(f"ledger {path}: {count} records chained, {size / 1e6:.1f} MB, {growth}")
+        if after:
+            found.ok(f"ledger {path}: #{after[0] + 1} to #{scan.head[0]} chained and read, from checkpoint #{after[0]}, "
+                     f"which a full doctor verified; the {after[0]} records before it and every proof were not re-read "
+                     f"(--quick): a full {client_command(home)} doctor checks them")
+        else:
+            found.ok(f"ledger {path}: {count} records chained, {size / 1e6:.1f} MB, {growth}")
         head = db.execute("SELECT seq, hash FROM records ORDER BY seq DESC LIMIT 1").fetchone()
         if head:
             found.note(f"the ledger's head now is {head[0]}:{head[1][:16]}; keep it somewhere else (a note, another "
                        f"machine): {client_command(home)} doctor --since {head[0]}:{head[1][:16]} later shows the ledger still holds it")
-        problems = [(seq, problem) for seq, each in recheck_ledger(read_records(db)) for problem in each]
+        problems = scan.problems
         if problems:
             seq, problem = problems[0]
             found.fail(EX_DATAERR, f"{len(problems)} proof problem(s); first: action #{seq}: {problem}", f"{client_command(home)} why {seq}")
-        else:
+        elif not after:
             found.ok("every proof in the ledger re-checks")
+            if ours and scan.hashes.get(ours.seq) == ours.hash:
+                remember_verified(home, ours)
+        doctor_checkpoints(home, found, kept, scan, ours)
     if since is not None:
         seq, prefix = since.split(":")
         row = db.execute("SELECT hash FROM records WHERE seq = ?", (int(seq),)).fetchone()
@@ -10441,6 +10749,141 @@ def doctor_ledger(home, found, since):
         else:
             found.ok(f"the ledger still holds {since}")
     db.close()
+
+
+def checkpoint_spec(home):
+    """The config's checkpoint: settings; the defaults when the config does not hold (doctor_config says why)."""
+    try:
+        return read_config(home)[0]["checkpoint"]
+    except Fail:
+        return parse_config("")["checkpoint"]
+
+
+def read_kept_checkpoints(home, found, where, allowed):
+    """Return [(name, Checkpoint)] of the checkpoints kept in FILE, in each file of DIR, or on standard input
+    (-), each one's signature (after its blank line, or in FILE.sig) verified with ssh-keygen -Y verify against
+    an allowed_signers file first (--allowed-signers, the config's, or ~/.ssh/allowed_signers). One missing is
+    66, one that does not read or verify 65, no ssh-keygen 69: each a failure doctor names."""
+    spec = checkpoint_spec(home)
+    allowed = os.path.expanduser(allowed or spec["allowed_signers"] or "~/.ssh/allowed_signers")
+    if where == "-":
+        items = [("on standard input", sys.stdin.read(), None)]
+    elif os.path.isdir(where):
+        items = [os.path.join(where, n) for n in sorted(os.listdir(where)) if not n.endswith(".sig") and n[0] != "."]
+    elif os.path.exists(where):
+        items = [where]
+    else:
+        found.fail(EX_NOINPUT, f"checkpoint {where} is not there", "name the file, or the directory, you kept the checkpoints in")
+        return []
+    kept = []
+    for item in items:
+        try:
+            if isinstance(item, str):
+                with open(item, encoding="utf-8") as fh:
+                    data = fh.read()
+                sig = open(item + ".sig").read() if os.path.exists(item + ".sig") else None
+                item = (item, data, sig)
+            name, data, sig = item
+            checkpoint = parse_checkpoint(data, name, sig and sig.strip())
+            if checkpoint.signature is None:
+                found.note(f"checkpoint {name} is unsigned: it shows a rewrite only while it is kept where the ledger's "
+                           f"writer cannot reach it")
+            elif not os.path.isfile(allowed):
+                raise Fail(EX_NOINPUT, f"it is signed, and {allowed} is not there to verify it with; name an "
+                                       f"allowed_signers file with --allowed-signers FILE")
+            else:
+                found.ok(f"checkpoint {name}: signed by {verify_text(checkpoint.text, checkpoint.signature, allowed, spec['namespace'])} "
+                         f"({allowed}, namespace {spec['namespace']})")
+            kept.append((name, checkpoint))
+        except (OSError, UnicodeDecodeError) as err:
+            found.fail(EX_NOINPUT if isinstance(err, FileNotFoundError) else EX_DATAERR,
+                       f"checkpoint {item[0] if isinstance(item, tuple) else item} cannot be read: {err}", "keep it as the text avsm checkpoint prints")
+        except Fail as fail:
+            found.fail(fail.code, f"checkpoint {item[0]}: {fail}",
+                       "install openssh-client" if fail.code == EX_UNAVAILABLE else
+                       f"write lines `PRINCIPAL namespaces=\"{spec['namespace']}\" KEY` of the hosts' signing keys in it"
+                       if fail.code == EX_NOINPUT else "trust no checkpoint but those your own hosts signed; compare with your own copy")
+    return kept
+
+
+def doctor_checkpoints(home, found, kept, scan, ours):
+    """The home's own checkpoints (signed or not, as the config says), and each kept one: the ledger still holds
+    its head (the chain from it to the head was read whole by scan). A rewrite is named by the first checkpoint
+    whose seq no longer has its hash, and the last before it that still holds."""
+    spec = checkpoint_spec(home)
+    if ours is None:
+        found.note(f"no checkpoint in {home}/checkpoints yet: avsmd writes one at its start, daily, and after each "
+                   "irreversible action")
+    elif os.path.exists(os.path.join(home, "checkpoints", f"{ours.seq:012d}.txt.sig")):
+        found.ok(f"checkpoints: the newest, of #{ours.seq}, is signed; keep copies elsewhere ({client_command(home)} checkpoint)")
+    elif spec["key"]:
+        found.fail(EX_CONFIG, f"the newest checkpoint, of #{ours.seq}, is unsigned, though config.yaml names the key {spec['key']}",
+                   f"ssh-keygen -Y sign -f {spec['key']} -n {spec['namespace']} < /dev/null   (says why it cannot sign)")
+    else:
+        found.note(f"checkpoints are written unsigned: config.yaml names no key; sign them with checkpoint: "
+                   f"{{key: /path/to/ssh/key}} (the README's Checkpoints)")
+    if scan.broken:
+        return
+    if ours and (ours.seq in scan.hashes or ours.seq > scan.head[0]) and not any(c.hash == ours.hash for _, c in kept):
+        # the home's own newest is checked too (a forger who rewrote the ledger must rewrite these as well)
+        kept = list(kept) + [(os.path.join(home, "checkpoints", f"{ours.seq:012d}.txt"), ours)]
+    holds = [(c.seq, name) for name, c in kept if scan.hashes.get(c.seq) == c.hash]
+    for name, c in sorted(kept, key=lambda k: k[1].seq):
+        got = scan.hashes.get(c.seq)
+        if got == c.hash:
+            found.ok(f"checkpoint {name}: the ledger still holds #{c.seq}:{c.hash[:16]}, and the chain from it to the head")
+        elif c.seq > scan.head[0]:
+            found.fail(EX_DATAERR, f"checkpoint {name} is of #{c.seq}, and the ledger ends at #{scan.head[0]}: records it "
+                                   f"held were cut, or the ledger was replaced", "restore the ledger from a backup that holds them")
+        elif got is not None:
+            below = max((seq for seq, _ in holds if seq < c.seq), default=None)
+            found.fail(EX_DATAERR, f"checkpoint {name}: #{c.seq} should hash to {c.hash[:16]}, and the ledger's #{c.seq} "
+                                   f"hashes to {got[:16]}: the ledger was rewritten at or before #{c.seq}"
+                                   + (f" and after #{below}, which it still holds" if below else ""),
+                       f"restore the ledger from a backup; {client_command(home)} tail --since {below or 0} shows what it holds now")
+            break                       # the first that no longer matches names the rewrite; the later follow from it
+        else:
+            found.note(f"checkpoint {name}, of #{c.seq}, is before what --quick read")
+
+
+def verified_path(home):
+    import hashlib
+    cache = os.environ.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache")
+    return os.path.join(cache, "avsm", "verified", hashlib.sha256(os.path.realpath(home).encode()).hexdigest()[:16])
+
+
+def remember_verified(home, checkpoint):
+    """Note the newest checkpoint a full doctor verified, for --quick, in the client's own cache: doctor changes
+    nothing in the home (DOCTOR-02)."""
+    path = verified_path(home)
+    try:
+        os.makedirs(os.path.dirname(path), exist_ok=True)
+        with open(path + ".new", "w") as fh:
+            fh.write(f"{checkpoint.seq} {checkpoint.hash}\n")
+        os.replace(path + ".new", path)
+    except OSError:
+        pass                            # --quick then says no full doctor verified one
+
+
+def verified_checkpoint(home, db, found):
+    """Return (seq, hash) of the newest checkpoint a full doctor verified, still held by the ledger, or None
+    once the failure saying why --quick cannot start from it is written."""
+    try:
+        with open(verified_path(home)) as fh:
+            seq, digest = fh.read().split()
+        seq = int(seq)
+    except (OSError, ValueError):
+        found.fail(EX_NOINPUT, "--quick: no full doctor has verified a checkpoint of this ledger yet",
+                   f"{client_command(home)} doctor   (a full check; --quick then checks from its newest checkpoint on)")
+        return None
+    row = db.execute("SELECT hash FROM records WHERE seq = ?", (seq,)).fetchone()
+    if row is None or row[0] != digest:
+        found.fail(EX_DATAERR, f"--quick refused: checkpoint #{seq}, which a full doctor verified, no longer matches the "
+                               f"ledger (" + ("it holds no such record" if row is None else
+                                              f"#{seq} now hashes to {row[0][:16]}, not {digest[:16]}") + ")",
+                   f"{client_command(home)} doctor   (a full check says where the ledger changed)")
+        return None
+    return seq, digest
 
 
 def format_span(seconds):
@@ -10455,7 +10898,8 @@ def format_span(seconds):
 def doctor_mandates(home, found):
     import sqlite3
     try:
-        adopted = adopted_mandates(home)
+        scan = found.scan               # doctor_ledger's one read of the ledger listed them
+        adopted = [tuple(v) for v in scan.adopted.values()] if scan and scan.adopted is not None else adopted_mandates(home)
     except (sqlite3.DatabaseError, ValueError, Fail) as err:
         found.note(f"the adopted mandates cannot be listed from a ledger that does not read ({err})")
         return
@@ -10620,7 +11064,7 @@ CLIENT_COMMANDS = {
     "decide": cmd_decide,
     "doctor": cmd_doctor,
     "chart": cmd_chart,
-    "try": None, "fleet": None, "bridge": None,
+    "checkpoint": cmd_checkpoint, "try": None, "fleet": None, "bridge": None,
 }
 
 
@@ -10703,7 +11147,7 @@ def command_help(verb):
     return "\n".join(lines)
 
 
-OPTIONLESS_COMMANDS = ("add", "asks", "deny", "decide", "pause", "resume", "why", "try")
+OPTIONLESS_COMMANDS = ("add", "asks", "deny", "decide", "pause", "resume", "why", "try", "checkpoint")
 
 
 def take_option(args, option):

@@ -24,7 +24,7 @@ from conftest import ROOT, Avsm, make_venture, processes_with, write
 import avsm
 
 AVSM_PY = os.path.join(ROOT, "avsm.py")
-CONFIG_KEYS = ("nightly", "default", "backends", "escalate", "ratchet", "canary_asks", "adapters",
+CONFIG_KEYS = ("nightly", "default", "backends", "escalate", "ratchet", "canary_asks", "adapters", "checkpoint",
                "research")
 
 

@@ -127,6 +127,9 @@ REFUSALS = [
     ("nightly-not-a-time", "nightly: 3am\n", "1:1",
      ["not a time", '"HH:MM"', "never"], "MODEL-02"),
     ("port-is-gone", "port: 2876\n", "1:1", ["avsm opens no listener", "avsm --host"], "CONFIG-05, issue 23 item 4"),
+    ("checkpoint-key-relative", "checkpoint: {key: id_ed25519}\n", "1:14", ["absolute path"], "issue 24 item 4"),
+    ("checkpoint-every-short", "checkpoint: {every: 5s}\n", "1:14", ["at least 1m"], "issue 24 item 4"),
+    ("checkpoint-unknown-key", "checkpoint: {sign: yes}\n", "1:14", ["unknown key 'sign' in checkpoint"], "issue 24 item 4"),
     ("ratchet-negative", "ratchet: -1\n", "1:1", ["ratchet must be a whole number of at least 0"], "SELF-02"),
     ("canary-every-zero", "canary_asks: {every: 0}\n", "1:15", ["every must be a whole number of at least 1"], "SELF-04"),
     ("adapter-unknown", "adapters:\n  slack: {url: https://x.example}\n", "2:3",
@@ -167,7 +170,7 @@ def test_format_shows_canary_null_and_forecast_comment():
 def test_format_shows_every_key():
     """CLI-04, CONFIG-04: every key of the config appears, as a key or (forecast) as a comment."""
     text = avsm.format_config(avsm.parse_config("", "c.yaml"))
-    for key in ("nightly", "default", "backends", "escalate", "ratchet", "canary_asks", "adapters", "research"):
+    for key in ("nightly", "default", "backends", "escalate", "ratchet", "canary_asks", "adapters", "research", "checkpoint"):
         assert any(line.startswith(f"{key}:") for line in text.splitlines()), key
     assert "forecast:" in text
 
