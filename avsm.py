@@ -39,12 +39,17 @@ Sections
 """
 
 import collections
+import fcntl
 import functools
 import heapq
+import io
 import json
+import math
 import os
 import re
+import stat
 import sys
+import time
 
 # =============================================================================
 # 2. Constants, exit codes, Fail
@@ -147,7 +152,6 @@ def next_nightly(hhmm, after=None):
 
     mktime with isdst=-1 follows the wall clock across a daylight-saving change (open point 47).
     """
-    import time
     if hhmm == "never":
         return None
     after = time.time() if after is None else after
@@ -1830,7 +1834,6 @@ def argument_problem(kind, value):
 def json_problem(value, depth):
     """Return why a JSON value cannot be a payload (a number that is not finite, text not UTF-8,
     nesting past `depth`), or None."""
-    import math
     if depth < 0:
         return f"is nested deeper than {JSON_DEPTH} levels"
     if isinstance(value, float) and not math.isfinite(value):
@@ -2115,7 +2118,6 @@ class Ledger:
         if mode.lower() == "wal":
             # a ledger from an earlier avsmd: checkpoint into the main file, keep every record as written;
             # the switch does not wait on the busy timeout, so wait for readers here
-            import time
             deadline = time.monotonic() + 10
             while True:
                 try:
@@ -2207,7 +2209,6 @@ def open_ledger_ro(path):
     roll it back (SQLITE_READONLY_ROLLBACK): the next warden does as it opens the ledger, so this waits up to
     ROLLBACK_WAIT for it, then says what to do (65). Any other trouble is left to the caller's first read."""
     import sqlite3
-    import time
     quoted = path.replace("%", "%25").replace("?", "%3f").replace("#", "%23")
     db = sqlite3.connect(f"file:{quoted}?mode=ro", uri=True, isolation_level=None, timeout=10)
     db.execute("PRAGMA query_only=1")
@@ -2350,7 +2351,6 @@ def checkpoint_origin(home):
 
 def checkpoint_text(origin, seq, digest, at):
     """Return the text of a checkpoint of head (seq, digest) at unix time `at` (what is signed)."""
-    import time
     return f"{origin}\n{seq}\n{digest}\n{at} {time.strftime('%Y-%m-%dT%H:%M:%SZ', time.gmtime(at))}\n"
 
 
@@ -2375,7 +2375,6 @@ def parse_checkpoint(data, where, signature=None):
 
 def format_local_time(at):
     """Return unix time `at` as local YYYY-MM-DDTHH:MM:SS+hh:mm (past what the C library can show, as @SECONDS)."""
-    import time
     try:
         t = time.localtime(at)
     except (OverflowError, OSError, ValueError):     # a time no clock wrote: a ledger edited by hand
@@ -2476,7 +2475,6 @@ class LedgerWriter:
         the time the gate proved it at, so that its proof re-checks at its own `at`.
         """
         import sqlite3
-        import time
         if self.ledger_down:
             if record["kind"] in BACKLOG_KINDS:
                 self.backlog.append(record)
@@ -2498,7 +2496,6 @@ class LedgerWriter:
 
     def write(self, record, at=None, hold=False):
         """Append one record and fold it into its venture; raise what SQLite raised."""
-        import time
         at = int(time.time()) if at is None else at
         seq = self.ledger.append_many([record], at, hold=hold)[0]
         state = self.ventures.get(record["venture"])
@@ -2528,7 +2525,6 @@ class LedgerWriter:
     def commit_when_due(self, stopping):
         """At the end of a turn: commit the records held once the group has been open GROUP_WINDOW (at once
         when stopping), so a burst spread over several wake-ups still costs one sync to disk."""
-        import time
         if self.ledger.held is not None:
             now = time.monotonic()
             self.group_began = now if self.group_began is None else self.group_began
@@ -2541,7 +2537,6 @@ class LedgerWriter:
 
     def group_wait(self, timeout):
         """`timeout` for select, shortened so that a group held open is committed when its window ends."""
-        import time
         if self.group_began is None:
             return timeout
         left = max(0.0, self.group_began + GROUP_WINDOW - time.monotonic())
@@ -2551,7 +2546,6 @@ class LedgerWriter:
         """The ledger could not be written: stop what would write, try again later. Records held open that
         were rolled back with it were folded already: what already happened among them (an outcome) waits
         to be written, the rest is gone, and the ventures are folded again from the ledger as it is."""
-        import time
         self.ledger_down = str(err)
         self.retry_at = time.monotonic() + ledger_retry(err)
         sys.stderr.write(f"avsm warden: the ledger cannot be written: {err}; stopping what would write, "
@@ -5625,7 +5619,6 @@ class Child:
     """A program running in a process group of its own, with its output drained as it comes."""
 
     def __init__(self, purpose, venture, args, cwd, env, timeout=None, shell=False, stdin_path=None):
-        import time
         self.purpose, self.venture = purpose, venture
         self.started, self.started_at = time.monotonic(), time.time()
         self.deadline = self.started + timeout if timeout else None
@@ -5647,7 +5640,6 @@ class Child:
                 os.close(stdin)
         self.pgid = self.pid
         try:                          # room for 1 MiB: a flood of output needs 16 times fewer of the warden's turns
-            import fcntl
             fcntl.fcntl(self.stdout, fcntl.F_SETPIPE_SZ, PIPE_ROOM)
         except (ImportError, AttributeError, OSError):
             pass                      # not Linux, or past the user's pipe pages: the default room serves
@@ -5679,7 +5671,6 @@ class Child:
                 buffer += data[:self.head + 1 - len(buffer)]
                 if len(buffer) > self.head:
                     self.oversized = True
-                    import time
                     self.terminate("oversized", time.monotonic())
                     return False            # not read past the limit: the pipe is done with
                 continue
@@ -5806,7 +5797,6 @@ def signal_group(pgid, signum):
 
 def term_then_kill(groups):
     """End process groups `groups`: TERM each now, then KILL what is left once KILL_GRACE has passed."""
-    import time
     groups = [g for g in groups if signal_group(g, 15)]
     deadline = time.monotonic() + KILL_GRACE
     while groups and time.monotonic() < deadline:
@@ -5928,7 +5918,6 @@ USAGE_MAX = 24               # token counts of a call's usage kept at most
 
 def read_keys(home):
     """Return {name: value} from HOME/keys; Fail(78) when others than its owner may read it (open point 43)."""
-    import stat
     path = os.path.join(home, "keys")
     try:
         st = os.stat(path)
@@ -6112,7 +6101,6 @@ def call_http_backend(backend, system, user, key):
     and stop it reported, how many tries it took, and "declined" when the model refused.
     """
     import http.client
-    import time
     import urllib.error
     import urllib.request
     url, headers, body = backend_request(backend, system, user, key)
@@ -6298,7 +6286,6 @@ def cached_command(program, args):
 def log(debug, who, message):
     """Write a diagnostic line to standard error when -d is on."""
     if debug:
-        import time
         sys.stderr.write(f"{time.strftime('%H:%M:%S')} {who}[{os.getpid()}]: {message}\n")
         sys.stderr.flush()
 
@@ -6342,7 +6329,6 @@ MANDATE_MAX = 256 * 1024        # bytes: a mandate is a page of text; past this 
 
 def mandate_file_problem(path, st):
     """Return why the file at `path` with stat `st` cannot be a mandate, or None."""
-    import stat
     if stat.S_ISDIR(st.st_mode):
         return f"{path} is a directory; a mandate is a file of text (move the directory away and write mandate.yaml)"
     if not stat.S_ISREG(st.st_mode):
@@ -6784,7 +6770,6 @@ class Rounds:
         self.append(guard_record(state, guard, value, failure, suffix))
 
     def maybe_settle(self, state, now=None):
-        import time
         round_ = self.rounds.get(state.name)
         unread = round_unread(round_, time.monotonic() if now is None else now)
         if unread is None:
@@ -6844,7 +6829,6 @@ class Keeper:
 
     def run_done(self, state, child, status):
         """The kept program ended: record it, then restart as `restart:` says, with back-off (open point 31)."""
-        import time
         keep = self.keep[state.name]
         keep["child"] = None
         again, keep["backoff"], delay, records = restart_rule(
@@ -6987,7 +6971,6 @@ class Levers:
         return len(facts)
 
     def lever_done(self, state, child, status):
-        import time
         lever, seq = child.extra["lever"], child.extra["action"]
         if lever == "research" and status == 0 and not child.ended_by and not child.oversized:
             self.research_facts(state, child, seq)
@@ -7024,7 +7007,6 @@ class Worlds:
         f = self.cfg["forecast"] or FORECAST_DEFAULT
         if not f["seeds"] or self.stopping():
             return False
-        import time
         facts = world_forecast_facts(state, f["days"], f["seeds"], time.time())    # through the world, with world:
         payload = write_payload(json.dumps(facts).encode())
         try:
@@ -7054,7 +7036,6 @@ class Worlds:
         """A trusted report's one-step prediction (WORLD-05): the baseline's at once (a few sums), written in one
         transaction with the round's `scores`; or an ensemble of world steps, each in a group of its own with
         its seed, its record written when all are done."""
-        import time
         m, records = state.mandate, list(scores)
         if not prediction_due(state, report_seq, self.stopping()):
             return self.append_together(records)
@@ -7231,7 +7212,6 @@ class Decisions:
 
     def packet(self, state, looks):
         """Return what a model may be shown of a venture: never an audit reading, note or ask."""
-        import time
         return model_packet(state, self.recent(state.name, 40), int(time.time()), self.packet_forecast(state), looks)
 
     def packet_forecast(self, state):
@@ -7267,7 +7247,6 @@ class Decisions:
         """With `world:`, start the packet's forecast through the world command (issue 11 item 6): the forecast
         program in a group of its own, so the world's steps never hold up the loop; return whether it started.
         Without it, or with forecasts off, the roles process makes the packet's forecast from the baseline."""
-        import time
         f = self.cfg["forecast"] or PACKET_FORECAST
         d.world_forecast = None
         if not state.mandate["world"] or not f["seeds"] or self.stopping():
@@ -7615,7 +7594,6 @@ class Warden:
         """Replay the ledger into venture states; settle runs a dead warden left without an outcome."""
         for seq, at, record in scan_records(self.ledger.db):
             fold_ledger(self.ventures, seq, at, record)
-        import time
         for state in self.ventures.values():
             self.check_runnable(state)
             self.carry_out(state, interrupted_rule(state, time.time()))
@@ -7664,7 +7642,6 @@ class Warden:
 
     # ---- the loop ----
     def run(self):
-        import time
         self.load()
         now = time.monotonic()
         for i, state in enumerate(self.ventures.values()):
@@ -7711,7 +7688,6 @@ class Warden:
 
     def write_checkpoint(self, due=False):
         """Write a checkpoint of the committed head (when one is due); return its text and signature, or None."""
-        import time
         if self.ledger.held is not None or self.writer.ledger_down:
             return None                 # only a head the ledger holds is written down
         head = self.ledger.last or self.ledger.db.execute("SELECT seq, hash FROM records ORDER BY seq DESC LIMIT 1").fetchone()
@@ -7745,7 +7721,6 @@ class Warden:
         if self.writer.ledger_down:
             times.append(self.writer.retry_at)
         elif self.next_nightly is not None:
-            import time
             times.append(now + max(0.0, self.next_nightly - time.time()))
         if not times:
             return None
@@ -7753,7 +7728,6 @@ class Warden:
 
     def tick(self, now):
         """Start what is due, end what is past its deadline, reap what has ended."""
-        import time
         # 1. a ledger that could not be written is tried again; once it takes writes, every round is due
         if self.writer.ledger_down and now >= self.writer.retry_at and self.writer.retry_ledger(now):
             self.schedule.resume(time.monotonic())
@@ -7816,7 +7790,6 @@ class Warden:
     def carry_out(self, state, intents):
         """Carry out a rule's intents in order: append, pause, or ask the gate and run what it proves.
         Return [(intent, seq written)]: a Gate's seq is its action's (None when refused or waiting on its check)."""
-        import time
         result, done = None, []
         while True:
             try:
@@ -7849,7 +7822,6 @@ class Warden:
 
     # ---- pause ----
     def pause(self, state, claim, summary, **fields):
-        import time
         self.append(dict({"kind": "pause", "claim": claim, "venture": state.name, "summary": summary}, **fields))
         now = time.monotonic()
         for child in self.children:
@@ -7904,7 +7876,6 @@ class Warden:
 
     def begin_stop(self):
         """Stop: no new work; TERM every group now, KILL after the grace; outcomes are written as they end."""
-        import time
         if self.stopping:
             return
         self.stopping = True
@@ -7940,7 +7911,6 @@ class Warden:
     def adopt(self, state, mandate, record):
         """Append a mandate record and put `mandate` in force: a changed `run` program is ended (the keeper starts
         the new one), and the venture's next round is due now. Return the record's seq."""
-        import time
         old_run = state.mandate["run"] if state.mandate else None
         seq = self.append(record)
         state.mandate, state.problem = mandate, None
@@ -7960,7 +7930,6 @@ class Warden:
         return [f"avsmd {VERSION}, {sum(1 for s in self.ventures.values() if s.mandate_seq)} venture(s)"]
 
     def do_status(self, args, err):
-        import time
         lines = []
         if self.writer.ledger_down:
             lines.append(f"ledger: cannot be written ({self.writer.ledger_down}); nothing that would write runs; trying again every 30 s")
@@ -7985,7 +7954,6 @@ class Warden:
         raise Fail(EX_DATAERR, f"#{seq} is not an open ask; avsm asks lists them")
 
     def do_approve(self, args, err):
-        import time
         state, seq, ask = self.find_ask(args)
         problem = approve_problem(state, seq)
         if problem:
@@ -8045,7 +8013,6 @@ class Warden:
         return [f"{state.name} paused; nothing of it runs until avsm resume {state.name}"]
 
     def do_resume(self, args, err):
-        import time
         state = self.venture(args.get("venture"))
         if not state.paused:
             return [f"{state.name} is not paused"]
@@ -8186,7 +8153,6 @@ class Notifier:
 
     def finish(self, deadline):
         """At a stop: wait for the runs in flight until `deadline` (monotonic), then end what still runs."""
-        import time
         while (self.running or self.queue) and time.monotonic() < deadline:
             self.poll(time.monotonic())
             time.sleep(0.02)
@@ -8341,7 +8307,6 @@ class Daemon:
     # ---- the home and its lock ----
     def take_lock(self):
         """Hold avsmd.lock for life; exit 75 naming the pid when another avsmd has it."""
-        import fcntl
         fd = os.open(self.lock_path, os.O_RDWR | os.O_CREAT, 0o600)
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
@@ -8400,7 +8365,6 @@ class Daemon:
 
     def check_home(self):
         """Each second: the lock file and the socket must still be ours; make again one deleted or replaced."""
-        import fcntl
         try:
             st, mine = os.stat(self.lock_path), os.fstat(self.lock_fd)
             replaced = (st.st_dev, st.st_ino) != (mine.st_dev, mine.st_ino)
@@ -8437,7 +8401,6 @@ class Daemon:
     # ---- the warden ----
     def start_warden(self):
         import selectors
-        import time
         import socket
         import subprocess
         ours, theirs = socket.socketpair()
@@ -8464,7 +8427,6 @@ class Daemon:
 
     def warden_ended(self):
         """The warden ended: end what it left running; start it again unless avsmd is stopping."""
-        import time
         status = self.warden.poll()
         if status is None or self.warden_chan is None:
             return                    # still running, or its end was already settled
@@ -8534,13 +8496,11 @@ class Daemon:
     def start_roles(self):
         """Fork the roles process: it builds requests and parses replies, holds no key, and is `nobody` under root."""
         # loaded before the fork, for nobody may not read the standard library: base64 for replies, and what the
-        # kernel imports where it is used: math (json_problem of a reply), random (the packet's forecast)
+        # kernel imports where it is used: random (the packet's forecast)
         import base64       # noqa: F401
-        import math         # noqa: F401
         import random       # noqa: F401
         import selectors
         import socket
-        import time
         self.roles_started = time.monotonic()
         ours, theirs = socket.socketpair()
         pid = os.fork()
@@ -8595,7 +8555,6 @@ class Daemon:
 
     def roles_ended(self):
         """The roles process ended: answer what waited on it, say so in a self record, start it again."""
-        import time
         try:
             pid, status = os.waitpid(self.roles_pid, os.WNOHANG)      # reaped by its own pid only
         except ChildProcessError:
@@ -8624,7 +8583,6 @@ class Daemon:
 
     def child_backoff(self, which, started):
         """Return the wait before starting a child again: none at first, doubling while it keeps dying quickly."""
-        import time
         self.backoff[which], delay = child_restart_wait(self.backoff.get(which), time.monotonic() - started)
         return delay
 
@@ -8723,7 +8681,6 @@ class Daemon:
 
     # ---- records of self ----
     def append_self(self, kind, summary, **fields):
-        import time
         if getattr(self, "lost_lock", False):
             return None
         try:
@@ -8741,7 +8698,6 @@ class Daemon:
         if self.stopping:
             return
         self.stopping = True
-        import time
         self.stop_deadline = time.monotonic() + WARDEN_STOP_GRACE
         self.notifier.stop(stopping_notice(why))
         if self.warden_chan is not None:
@@ -8757,7 +8713,6 @@ class Daemon:
         import selectors
         import signal
         import socket
-        import time
         problem = socket_problem(self.home)
         if problem:
             raise Fail(EX_CONFIG, problem)
@@ -9105,7 +9060,6 @@ def as_user_runs(line, home):
 
 def lock_holder(home):
     """Return the pid of the avsmd holding the home's lock, or None when none holds it."""
-    import fcntl
     path = os.path.join(home, "avsmd.lock")
     try:
         fd = os.open(path, os.O_RDONLY)
@@ -9186,7 +9140,6 @@ def show_ledger_status(home, args):
     """With no avsmd answering, print the status the ledger holds (read-only), saying so first; a home with no
     ledger, or none with a venture, prints nothing (standard error says why no avsmd answers)."""
     import sqlite3
-    import time
     path = os.path.join(home, "ledger.db")
     if not os.path.isfile(path):
         return
@@ -9319,7 +9272,6 @@ def cmd_approve(home, args):
 
 def fetch_ask_payload(home, ask):
     """Return the content an open ask carries, asked of avsmd."""
-    import io
     saved, sys.stdout = sys.stdout, io.StringIO()
     try:
         code = ask_daemon(home, "ask", {"ask": ask})
@@ -9348,7 +9300,6 @@ def ledger_path(home):
     if not os.path.exists(path):
         raise Fail(EX_NOINPUT, f"{home} has no ledger yet; start {program_command('avsmd', home)} to make it")
     if not os.path.isfile(path):         # a directory, a FIFO (whose open would wait for ever) or a device
-        import stat
         mode = os.stat(path).st_mode
         what = "a directory" if stat.S_ISDIR(mode) else "a FIFO" if stat.S_ISFIFO(mode) else "a socket" if stat.S_ISSOCK(mode) else "a device"
         raise Fail(EX_DATAERR, f"{path} is {what}, not a ledger; move it aside (avsmd then starts a new ledger), "
@@ -9358,7 +9309,6 @@ def ledger_path(home):
 
 def cmd_tail(home, args):
     """tail [N] [-f] | tail --since SEQ: records one per line, straight from the ledger."""
-    import time
     since, count, follow = None, 10, None
     rest = list(args)
     while rest:
@@ -9402,7 +9352,6 @@ def cmd_tail(home, args):
 def cmd_summary(home, args):
     """summary [--since DURATION|SEQ]: what happened per venture in the span (the last 24h unless told), from the
     ledger alone, read-only: it works with avsmd stopped."""
-    import time
     since_text, rest = "24h", list(args)
     while rest:
         arg = rest.pop(0)
@@ -9767,7 +9716,6 @@ def bridge_verb(home, message, read_only):
                                f"it needs a key whose bridge may write")
     REMOTE.update((k, m[k]) for k in ("as", "tty", "utf8") if m.get(k) is not None)
     if m.get("stdin") is not None:
-        import io
         sys.stdin = io.StringIO(m["stdin"])
     import threading
     threading.Thread(target=end_with_stdin, daemon=True).start()
@@ -9980,7 +9928,6 @@ def cmd_chart(home, args):
     """chart VENTURE [--since DURATION|SEQ]: an SVG of the venture's metric over time, from the ledger alone
     (read-only, so avsmd may be stopped): its trusted reports as a line, the others marked apart, the controller's
     bound or band, and each lever run and ask as a marker whose tooltip names its record."""
-    import time
     name, since, rest = None, None, list(args)
     while rest:
         arg = rest.pop(0)
@@ -10089,7 +10036,6 @@ def chart_eras(mandates):
 
 def nice_step(span, most):
     """Return the smallest of 1, 2, 5 times a power of ten that cuts `span` into at most `most` steps."""
-    import math
     if not span > 0 or not math.isfinite(span):
         return 1.0
     base = 10.0 ** math.floor(math.log10(span / most))
@@ -10098,7 +10044,6 @@ def nice_step(span, most):
 
 def value_ticks(low, high):
     """Return (bottom, top, [(value, label)]) of the value axis: round numbers holding low..high."""
-    import math
     # the axis spans at most ±CHART_VALUE_MAX, whose span a float still holds; a report past it is off the scale
     low, high = (min(max(v, -CHART_VALUE_MAX), CHART_VALUE_MAX) for v in (low, high))
     if high - low <= 0:
@@ -10121,8 +10066,6 @@ def value_ticks(low, high):
 def time_ticks(t0, t1, most=8):
     """Return [(unix time, time label, date label or "")] at round local times from t0 to t1; a date is
     given at the first tick and wherever the day changes."""
-    import math
-    import time
     step = next((s for s in CHART_TIME_STEPS if (t1 - t0) / s <= most), None)
     if step is None:
         step = 365 * 86400 * nice_step((t1 - t0) / (365 * 86400), most)
@@ -10145,7 +10088,6 @@ def time_ticks(t0, t1, most=8):
 
 def zone_words(at):
     """Return the local zone at unix time `at` as UTC+hh:mm and its name, for the time axis."""
-    import time
     t = time.localtime(at)
     off = t.tm_gmtoff or 0
     sign = "-" if off < 0 else "+"
@@ -10176,7 +10118,6 @@ def chart_minute(minute):
 
 def chart_number(value):
     """Return a report's value as a float to plot, or None (no reading, or not a finite number)."""
-    import math
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         return None
     value = float(value)
@@ -10244,7 +10185,6 @@ def chart_svg(name, mandates, records, span="in the ledger"):
 
 def chart_span_words(first, last):
     """Return 'from 2026-12-01 22:55 to 23:10' in local time, the second date left out when it is the same day."""
-    import time
     a, b = time.localtime(first), time.localtime(last)
     same_day = time.strftime("%Y-%m-%d", a) == time.strftime("%Y-%m-%d", b)
     return (f"from {time.strftime('%Y-%m-%d %H:%M:%S', a)} to "
@@ -10440,7 +10380,6 @@ def cmd_try(home_arg, args):
     import signal
     import subprocess
     import tempfile
-    import time
     if len(args) != 1:
         raise Fail(EX_USAGE, "usage: avsm try DIR   (for example: python3 avsm.py try examples/counter)")
     directory = os.path.realpath(args[0])
@@ -10488,7 +10427,6 @@ def cmd_try(home_arg, args):
 def when_it_acts(home, directory):
     """Say when the venture just adopted in `directory` first acts: its controller's bound and the first report
     (waited for up to 3 s), and how often a report comes; a model says when it is asked."""
-    import time
     name, _, _, m = read_venture(directory)
     ctl, every = m["controller"], format_duration(m["cadence"])
     if decided_by_model(m):
@@ -10664,7 +10602,6 @@ def doctor_config(home, found):
         found.fail(EX_CONFIG, str(fail), f"edit {path}, then {program_command('avsmd', home)} -t")
     keys = os.path.join(home, "keys")
     if os.path.exists(keys):            # looked at, never read: only the warden reads keys (KEYS-04)
-        import stat
         st = os.stat(keys)
         if not stat.S_ISREG(st.st_mode):
             found.fail(EX_CONFIG, f"{keys} is not a regular file; the warden cannot read keys from it",
@@ -10679,7 +10616,6 @@ def doctor_ledger(home, found, since, kept=(), quick=False):
     """The ledger: a database, every link of the chain, the triggers, every proof; an anchor and the kept
     checkpoints (name, Checkpoint) if given. quick: only from the newest checkpoint a full doctor verified."""
     import sqlite3
-    import time
     path = os.path.join(home, "ledger.db")
     if not os.path.exists(path):
         found.note(f"no ledger yet at {path}; avsmd makes it at its first start")
@@ -11019,7 +10955,6 @@ def doctor_cut(home, seq):
     """--cut SEQ, with avsmd stopped: back the ledger up whole, then cut it just before SEQ (open point 11)."""
     import shutil
     import sqlite3
-    import time
     holder = lock_holder(home) if os.path.isdir(home) else None
     if holder:
         raise Fail(EX_TEMPFAIL, f"avsmd (pid {holder}) is running on {home}; stop it first, then cut")
