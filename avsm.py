@@ -6584,6 +6584,40 @@ class RolesCalls:
             callback(message)
 
 
+def read_json_adapter(name, reading, url, key):
+    """Return the number (as text) that a GET of url/PATH holds at the reading's JSON pointer; Fail saying why not."""
+    path, _, pointer = reading.partition("#")
+    try:
+        status, body = adapter_get(url.rstrip("/") + "/" + path.lstrip("/"), key=key)
+    except OSError as err:
+        raise Fail(EX_UNAVAILABLE, f"{name} {path}: {err}") from None
+    if 200 <= status < 300 and len(body) > REPLY_MAX:
+        raise Fail(EX_DATAERR, f"{name} {path}: the answer is bigger than {REPLY_MAX // 1024} KiB")
+    if not 200 <= status < 300:
+        try:
+            said = json.loads(body)
+            said = said.get("error", said) if isinstance(said, dict) else {}
+            said = said.get("message", "") if isinstance(said, dict) else str(said)   # stripe's and github's error bodies
+        except (ValueError, RecursionError):
+            said = ""
+        said = str(said).replace(key, "[key]")[:200] if key else str(said)[:200]     # an echoed key stays out of the record
+        if 300 <= status < 400:
+            said = "a redirect, which a GET with a key does not follow: name the final url in config.yaml"
+        raise Fail(EX_UNAVAILABLE, f"{name} {path}: HTTP {status}" + (f": {said}" if said else ""))
+    try:
+        value = json.loads(body, parse_constant=lambda word: None)     # NaN and Infinity are no reading
+    except (ValueError, RecursionError):
+        raise Fail(EX_DATAERR, f"{name} {path}: the answer is not JSON") from None
+    for part in pointer.split("/")[1:]:
+        part = part.replace("~1", "/").replace("~0", "~")
+        value = value[int(part)] if isinstance(value, list) and part.isdigit() and int(part) < len(value) else \
+            value.get(part) if isinstance(value, dict) else None
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or value in (float("inf"), float("-inf")):
+        found = {bool: "true or false", str: "text", dict: "an object", list: "a list", type(None): "nothing"}.get(type(value), "no finite number")
+        raise Fail(EX_DATAERR, f"{name} {reading}: no number at that pointer; it holds {found}")
+    return str(value) if isinstance(value, int) else repr(value)     # exactly the number the answer holds
+
+
 # =============================================================================
 # 10. The warden
 # The only process that acts, in rooms: each part owns one kind of state and is
@@ -8871,8 +8905,8 @@ def run_roles(channel):
 
 # =============================================================================
 # 12. Client commands
-# One function per `avsm` verb. They talk to avsmd over `sock`, or read the
-# ledger read-only; only main() turns a Fail into an exit status.
+# One function per `avsm` verb, other hosts over ssh, and avsmd -t's tests. They
+# talk to avsmd over `sock`, or read the ledger read-only; only main() exits.
 # =============================================================================
 
 CLIENT_USAGE = """usage: avsm [--home DIR | --host [USER@]HOST[:HOME]] COMMAND [ARGS]
@@ -9901,6 +9935,202 @@ def cmd_fleet(args):
     return worst
 
 
+def read_config(home, path=None):
+    """Return (config, its path, its text) from -f FILE or HOME/config.yaml; a missing home config is all defaults."""
+    given = path is not None
+    path = path or os.path.join(home, "config.yaml")
+    try:
+        with open(path, "rb") as fh:
+            data = fh.read()
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as err:
+        line = data.count(b"\n", 0, err.start) + 1
+        col = err.start - (data.rfind(b"\n", 0, err.start) + 1) + 1
+        raise Fail(EX_CONFIG, f"{path}:{line}:{col}: byte 0x{data[err.start]:02x} is not UTF-8; save the config as UTF-8") from None
+    except FileNotFoundError:
+        if given:
+            raise Fail(EX_CONFIG, f"{path} is not there; pass an existing config file to -f") from None
+        text = ""
+    except OSError as err:
+        raise Fail(EX_CONFIG, f"{path} cannot be read: {err.strerror}") from None
+    return parse_config(text, path), path, text
+
+
+def adopted_mandates(home):
+    """Return [(name, directory, mandate seq, paused, mandate text)] of every adopted venture, from the ledger."""
+    path = os.path.join(home, "ledger.db")
+    if not os.path.exists(path):
+        return []
+    if not os.path.isfile(path):         # a FIFO's open would wait for ever
+        raise ValueError("it is not a regular file (a directory, a FIFO or a device)")
+    ventures = {}
+    db = open_ledger_ro(path)
+    for seq, at, record in read_records(db):
+        name = record.get("venture")
+        if record["kind"] == "mandate":
+            ventures[name] = [name, record.get("directory"), seq, False, record.get("text")]
+        elif record["kind"] in ("pause", "resume") and name in ventures:
+            ventures[name][3] = record["kind"] == "pause"
+    db.close()
+    return [tuple(v) for v in ventures.values()]
+
+
+def test_config(home, cfg, path):
+    """avsmd -t: the config and every adopted mandate, re-read from its directory; 78 when one does not hold."""
+    code = EX_OK
+    problem = socket_problem(home)
+    if problem:
+        sys.stderr.write(f"avsmd: {problem}\n")
+        code = EX_CONFIG
+    out(f"config {path}: holds" + ("" if os.path.exists(path) else " (not there: every default)"))
+    out(describe_notify(cfg["notify"]))
+    notify_problem = cfg["notify"] and command_problem(cfg["notify"]["run"], home)    # it runs in the home
+    if notify_problem:
+        sys.stderr.write(f"avsmd: {path}: notify: {notify_problem}\n")
+        code = EX_CONFIG
+    try:
+        adopted = adopted_mandates(home)
+    except (sqlite3_errors(), ValueError, Fail) as err:
+        sys.stderr.write(f"avsmd: {home}/ledger.db does not read ({err}), so no adopted mandate can be listed; "
+                         f"see {client_command(home)} doctor\n")
+        return EX_DATAERR
+    for name, directory, seq, paused, in_force in adopted:
+        mandate_path = os.path.join(directory or "", "mandate.yaml")
+        try:
+            if not os.path.isdir(directory or ""):
+                raise Fail(EX_NOINPUT, f"{directory} is not there")
+            text = read_mandate_file(mandate_path)
+            m = parse_mandate(text, mandate_path, directory)
+        except OSError as err:
+            sys.stderr.write(f"avsmd: {name}: {mandate_path} cannot be read: {err.strerror}\n")
+            code = EX_CONFIG
+            continue
+        except Fail as fail:
+            if fail.code == EX_NOINPUT and paused:
+                out(f"venture {name} (mandate #{seq}): paused, and its directory has gone")
+                continue
+            sys.stderr.write(f"avsmd: {name}: {fail}" + (f" (mandate #{seq} stays in force)\n" if fail.code != EX_NOINPUT else "\n"))
+            code = EX_CONFIG
+            continue
+        drift = mandate_drift(in_force, text, seq, mandate_path)
+        if drift:
+            out(f"venture {name} ({directory}){': paused' if paused else ''}: {mandate_path} differs from mandate #{seq} "
+                f"in force; {client_command(home)} add {directory} applies it")
+            for line in drift:
+                out(line)
+            out("  as on disk, once added, it allows:")
+        else:
+            out(f"venture {name} (mandate #{seq}, {directory}){': paused' if paused else ''}:")
+        print_allowed(home, cfg, name, m)
+    return code
+
+
+def test_ventures(home, cfg, dirs):
+    """avsmd -t DIR...: check each venture directory exactly as `avsm add` would, with no daemon needed: the same
+    function, messages and exit codes (the first code found wins), then what adopting it would allow."""
+    try:
+        adopted = {name: (directory, seq, paused, text) for name, directory, seq, paused, text in adopted_mandates(home)}
+    except (sqlite3_errors(), ValueError, Fail):
+        adopted = {}                    # a ledger that does not read: avsmd -t alone says so; each directory is still checked
+    code = EX_OK
+    for given in dirs:
+        directory = os.path.realpath(given)
+        try:
+            name, path, text, m = read_venture(directory)
+            if name in adopted:
+                check_not_adopted_elsewhere(name, directory, adopted[name][0], adopted[name][2])
+        except Fail as fail:
+            sys.stderr.write(f"avsmd: {shown(str(fail))}\n")
+            code = code or fail.code
+            continue
+        held = adopted.get(name)
+        if held and held[0] == directory and held[3] == text:
+            out(f"venture {name} ({directory}): holds, the same as mandate #{held[1]} in force (avsm add writes nothing)")
+        elif held and held[0] == directory:
+            out(f"venture {name} ({directory}): holds, and differs from mandate #{held[1]} in force; "
+                f"{client_command(home)} add {directory} applies it")
+            for line in mandate_drift(held[3], text, held[1], path):
+                out(line)
+            out("  as on disk, once added, it allows:")
+        else:
+            out(f"venture {name} ({directory}): holds; {client_command(home)} add {directory} adopts it")
+        print_allowed(home, cfg, name, m)
+    return code
+
+
+def describe_allowed(m, cfg=None):
+    """Return lines saying what a mandate allows: each lever, its cap, and what needs asking."""
+    lines = []
+    ctl = m["controller"]
+    if decided_by_model(m) and cfg is not None:
+        lines.append("  " + backend_note(m, cfg))
+    lines.append(f"  controller: {CONTROLLERS[ctl['kind']].describe(ctl)}")
+    for lever in m["levers"].values():
+        how = "runs unasked" if lever["reversible"] else ("delegated: runs unasked, intent before and outcome after"
+                                                            if lever["delegated"] else "irreversible: asks a person first")
+        lines.append(f"  may run {lever['name']}: cap {lever['cap_text']}, {how}"
+                     + (f", takes {lever['takes']}" + (" (a model's content runs unasked: delegated)" if lever["delegated"]
+                                                       else " (model content waits for a person)") if lever["takes"] else ""))
+    if not m["levers"]:
+        lines.append("  may run no lever")
+    if m["forbidden"]:
+        lines.append(f"  never runs: {', '.join(m['forbidden'])}")
+    if m["run"]:
+        lines.append(f"  keeps {m['run']} running (restart: {m['restart']})")
+    for g in m["guards"]:
+        source = g["run"] or g["adapter"] or f"drawdown of {g['drawdown']:g}% from the peak"
+        bound = f"past {g['drawdown']:g}%" if g["drawdown"] is not None else f"{g['side']} {format_number(g['bound'])}"
+        lines.append(f"  guard {g['name']} ({source}): {bound} {'pauses' if g['then'] == 'pause' else 'asks'}; then only stop"
+                     + (f" and unwind {g['unwind']['action']}" if g["unwind"] else "") + " run")
+    for a in m["audits"]:
+        lines.append(f"  audit {a['name']} ({a['run']}): asks when the metric improves while it worsens ({a['worse']}) past {format_number(a['tolerance'])}")
+    return lines
+
+
+def backend_note(m, cfg):
+    """Say which backend a model venture's decisions go to, and whether it may be asked (open point 42)."""
+    name = m["controller"].get("backend") or cfg.get("default")
+    if name and name not in cfg["backends"]:
+        return f"backend: {name} is not among config.yaml's backends: no decision is made"
+    if not name:
+        return "backend: none named (set default: in config.yaml): no decision is made"
+    if cfg["backends"][name]["offbox"] and m["escalate"] != "offbox":
+        return f"backend: {name} leaves the machine, and the mandate does not say escalate: offbox: no call is made"
+    second = cfg.get("escalate")
+    if not second or second == name:
+        escalation = ""
+    elif cfg["backends"][second]["offbox"] and m["escalate"] != "offbox":
+        escalation = f", not escalating to {second} (it leaves the machine; the mandate does not say escalate: offbox)"
+    else:
+        escalation = f", escalating to {second}"
+    return f"backend: {name}, nightly at {cfg['nightly']}" + escalation
+
+
+def print_allowed(home, cfg, name, m):
+    """Print what mandate `m` of venture `name` allows, and whether its levers can hold the metric (capacity)."""
+    for line in describe_allowed(m, cfg):
+        out(line)
+    out("  " + describe_capacity(ledger_capacity(home, name, m, (cfg["forecast"] or FORECAST_DEFAULT)["days"])))
+
+
+def ledger_capacity(home, name, m, days):
+    """The capacity check of venture `name` under mandate `m`, from its history in the ledger (open point 9)."""
+    states, path = {}, os.path.join(home, "ledger.db")
+    if os.path.exists(path):            # no ledger yet (avsmd -t DIR on a new home): no history to judge from
+        try:
+            db = open_ledger_ro(path)
+            try:
+                for seq, at, record in read_records(db, venture=name):
+                    fold_ledger(states, seq, at, record)
+            finally:
+                db.close()
+        except (sqlite3_errors(), ValueError):
+            states = {}                 # a ledger that does not read: avsmd -t says so; capacity from no history
+    state = states.get(name) or VentureState(name)
+    state.mandate = m
+    return capacity_check(state, days)
+
+
 # =============================================================================
 # 13. Read from the ledger alone: chart, doctor, the status lines
 # The client commands that need no avsmd, and the text of a venture's status.
@@ -10428,7 +10658,7 @@ def when_it_acts(home, directory):
     """Say when the venture just adopted in `directory` first acts: its controller's bound and the first report
     (waited for up to 3 s), and how often a report comes; a model says when it is asked."""
     name, _, _, m = read_venture(directory)
-    ctl, every = m["controller"], format_duration(m["cadence"])
+    every = format_duration(m["cadence"])
     if decided_by_model(m):
         return f"{name}: a model proposes at the nightly decision, or now with avsm decide {name}; a report every {every}"
     sides = [f"{m['metric']} {'>' if way == 'above' else '<'} {format_number(bound)} (then {lever} runs)"
@@ -10984,6 +11214,107 @@ def doctor_cut(home, seq):
     return EX_OK
 
 
+def describe_status_lines(state, now, keep, children, cfg=None):
+    """Return the status lines of one venture: state, last report, controller position, levers, asks, run."""
+    held = held_by(state) if state.mandate is not None else None
+    if state.paused:
+        condition = "paused"
+    elif state.mandate is None:
+        condition = f"cannot run: {state.problem}"
+    elif held:
+        what, seq, note = held
+        condition = f"implausible: held by {what} #{seq} ({note}); a plausible reading of it clears the hold"
+    elif state.last_report and state.last_report[2].get("status") == "unconfirmed":
+        condition = f"unconfirmed: report #{state.last_report[0]} waits for the next to agree"
+    elif any(side.get("stuck") for side in state.sides.values()):
+        condition = "stuck: past its bound and its lever cannot run; " + ", ".join(
+            f"{s.get('stuck')}" for s in state.sides.values() if s.get("stuck"))
+    else:
+        condition = "running"
+    lines = [f"{state.name}: {condition}"]
+    if state.last_report:
+        seq, at, rec = state.last_report
+        status = rec.get("status")
+        lines.append(f"  last report #{seq} at {format_local_time(at)}: {rec.get('summary')}"
+                     + ("" if status and status in str(rec.get("summary")) else f" ({status})"))
+    else:
+        lines.append("  no report yet")
+    m = state.mandate
+    if m is not None and decided_by_model(m) and cfg is not None:
+        lines.append("  " + backend_note(m, cfg))
+    if m is not None:
+        for side_name, way, bound, lever in controller_sides(m):
+            side, hold = state.side(side_name), m["controller"].get("hold") or 1
+            if state.level is not None and crossed(way, bound, state.level[1]):     # the last trusted report
+                position = "past the bound"
+                if side["streak"] and len(side["streak"]) < hold:
+                    position += f", waiting on hold ({len(side['streak'])} of {hold})"
+                elif not side["armed"]:
+                    position += ", acted once in this excursion (deadband)"
+                elif side.get("asked"):
+                    position += ", asked once in this excursion"
+                if side.get("stuck"):
+                    way_out = STUCK_WAY_OUT[side["stuck"]].format(venture=state.name, lever=lever)
+                    position += f"; stuck ({side['stuck']}): {way_out}"
+            elif not side["armed"]:
+                position = "inside, deadband not yet re-armed"
+            else:
+                position = "inside"
+            if state.last_report and state.last_report[2].get("status") != "trusted":
+                # the controller sees only trusted reports: say which one it stands on, and name the one it does not
+                position += (f", from the last trusted report #{state.level[0]} ({format_number(state.level[1])})"
+                             if state.level is not None else ", no trusted report yet")
+                position += f"; #{state.last_report[0]} is {state.last_report[2].get('status')} and not acted on"
+            lines.append(f"  controller: {way} {format_number(bound)} ({lever}): {position}")
+        for guard in m["guards"]:
+            info = state.guards.get(guard["name"])
+            if info is None or info["last"] is None:
+                lines.append(f"  guard {guard['name']}: not read yet")
+                continue
+            seq, value, status = info["last"]
+            where = (f"past its bound since #{info['episode']}: no lever but stop"
+                     + (f" and the unwind {guard['unwind']['action']}" if guard["unwind"] else "") + " runs until it is back inside"
+                     if info["past"] else "inside its bound" if status == "trusted"
+                     else "not judged (it neither trips nor clears a guard); inside its bound before")
+            lines.append(f"  guard {guard['name']}: #{seq} {format_number(value)} ({status}), {where}")
+        for name, lever in m["levers"].items():
+            used = len(cap_window(state, name, now))
+            running = " (running)" if name in state.running else ""
+            lines.append(f"  lever {name}: {used} of {lever['cap'][0]} per {format_duration(lever['cap'][1])}{running}")
+    lines += describe_calibration_lines(state)
+    lines.append(f"  open asks: {len(state.open_asks)}" + (f" ({', '.join('#' + str(s) for s in sorted(state.open_asks))})" if state.open_asks else ""))
+    if m is not None and m["run"]:
+        child, restarts = (keep or {}).get("child"), (keep or {}).get("restarts", 0)
+        ending = getattr(child, "ended_by", None)
+        if child and ending:            # a program being ended is not shown as running (a pause ends it within seconds)
+            where = f"pid {child.pid} is being stopped ({'by the pause' if ending == 'pause' else ending})"
+        elif child:
+            where = f"pid {child.pid}"
+        else:
+            where = "not running (paused)" if state.paused else "not running"
+        lines.append(f"  run: {where}, restarts {restarts}")
+    return lines
+
+
+def describe_calibration_lines(state):
+    """A venture with predictions: its rolling skill and coverage, and whether a ranking would run (WORLD-08)."""
+    if not predicts(state.mandate):
+        return []
+    skill, coverage = rolling_scores(state.scores)
+    line = (f"  calibration: {state.scored} prediction(s) scored; last {len(state.scores)}: {describe_rolling(skill, coverage)}"
+            if state.scores else "  calibration: no prediction scored yet")
+    ok, why = calibration_bar(state)
+    if state.mandate["calibration"] is None:
+        return [line + "; a ranking goes to the gate (no calibration: bar)"]
+    return [line + (f"; a ranking would run: {why}" if ok else f"; a ranking would ask, not run: {why}")]
+
+
+# =============================================================================
+# 14. main and the argv[0] dispatch
+# Which program and verb runs: the client's verbs, avsmd's options, the programs
+# avsmd starts; main is the only place that exits (a Fail: `avsm: message`).
+# =============================================================================
+
 CLIENT_COMMANDS = {
     "add": cmd_add,
     "status": cmd_status,
@@ -11108,297 +11439,6 @@ def take_option(args, option):
     return home, rest
 
 
-def read_config(home, path=None):
-    """Return (config, its path, its text) from -f FILE or HOME/config.yaml; a missing home config is all defaults."""
-    given = path is not None
-    path = path or os.path.join(home, "config.yaml")
-    try:
-        with open(path, "rb") as fh:
-            data = fh.read()
-        text = data.decode("utf-8")
-    except UnicodeDecodeError as err:
-        line = data.count(b"\n", 0, err.start) + 1
-        col = err.start - (data.rfind(b"\n", 0, err.start) + 1) + 1
-        raise Fail(EX_CONFIG, f"{path}:{line}:{col}: byte 0x{data[err.start]:02x} is not UTF-8; save the config as UTF-8") from None
-    except FileNotFoundError:
-        if given:
-            raise Fail(EX_CONFIG, f"{path} is not there; pass an existing config file to -f") from None
-        text = ""
-    except OSError as err:
-        raise Fail(EX_CONFIG, f"{path} cannot be read: {err.strerror}") from None
-    return parse_config(text, path), path, text
-
-
-def adopted_mandates(home):
-    """Return [(name, directory, mandate seq, paused, mandate text)] of every adopted venture, from the ledger."""
-    path = os.path.join(home, "ledger.db")
-    if not os.path.exists(path):
-        return []
-    if not os.path.isfile(path):         # a FIFO's open would wait for ever
-        raise ValueError("it is not a regular file (a directory, a FIFO or a device)")
-    ventures = {}
-    db = open_ledger_ro(path)
-    for seq, at, record in read_records(db):
-        name = record.get("venture")
-        if record["kind"] == "mandate":
-            ventures[name] = [name, record.get("directory"), seq, False, record.get("text")]
-        elif record["kind"] in ("pause", "resume") and name in ventures:
-            ventures[name][3] = record["kind"] == "pause"
-    db.close()
-    return [tuple(v) for v in ventures.values()]
-
-
-def test_config(home, cfg, path):
-    """avsmd -t: the config and every adopted mandate, re-read from its directory; 78 when one does not hold."""
-    code = EX_OK
-    problem = socket_problem(home)
-    if problem:
-        sys.stderr.write(f"avsmd: {problem}\n")
-        code = EX_CONFIG
-    out(f"config {path}: holds" + ("" if os.path.exists(path) else " (not there: every default)"))
-    out(describe_notify(cfg["notify"]))
-    notify_problem = cfg["notify"] and command_problem(cfg["notify"]["run"], home)    # it runs in the home
-    if notify_problem:
-        sys.stderr.write(f"avsmd: {path}: notify: {notify_problem}\n")
-        code = EX_CONFIG
-    try:
-        adopted = adopted_mandates(home)
-    except (sqlite3_errors(), ValueError, Fail) as err:
-        sys.stderr.write(f"avsmd: {home}/ledger.db does not read ({err}), so no adopted mandate can be listed; "
-                         f"see {client_command(home)} doctor\n")
-        return EX_DATAERR
-    for name, directory, seq, paused, in_force in adopted:
-        mandate_path = os.path.join(directory or "", "mandate.yaml")
-        try:
-            if not os.path.isdir(directory or ""):
-                raise Fail(EX_NOINPUT, f"{directory} is not there")
-            text = read_mandate_file(mandate_path)
-            m = parse_mandate(text, mandate_path, directory)
-        except OSError as err:
-            sys.stderr.write(f"avsmd: {name}: {mandate_path} cannot be read: {err.strerror}\n")
-            code = EX_CONFIG
-            continue
-        except Fail as fail:
-            if fail.code == EX_NOINPUT and paused:
-                out(f"venture {name} (mandate #{seq}): paused, and its directory has gone")
-                continue
-            sys.stderr.write(f"avsmd: {name}: {fail}" + (f" (mandate #{seq} stays in force)\n" if fail.code != EX_NOINPUT else "\n"))
-            code = EX_CONFIG
-            continue
-        drift = mandate_drift(in_force, text, seq, mandate_path)
-        if drift:
-            out(f"venture {name} ({directory}){': paused' if paused else ''}: {mandate_path} differs from mandate #{seq} "
-                f"in force; {client_command(home)} add {directory} applies it")
-            for line in drift:
-                out(line)
-            out("  as on disk, once added, it allows:")
-        else:
-            out(f"venture {name} (mandate #{seq}, {directory}){': paused' if paused else ''}:")
-        print_allowed(home, cfg, name, m)
-    return code
-
-
-def test_ventures(home, cfg, dirs):
-    """avsmd -t DIR...: check each venture directory exactly as `avsm add` would, with no daemon needed: the same
-    function, messages and exit codes (the first code found wins), then what adopting it would allow."""
-    try:
-        adopted = {name: (directory, seq, paused, text) for name, directory, seq, paused, text in adopted_mandates(home)}
-    except (sqlite3_errors(), ValueError, Fail):
-        adopted = {}                    # a ledger that does not read: avsmd -t alone says so; each directory is still checked
-    code = EX_OK
-    for given in dirs:
-        directory = os.path.realpath(given)
-        try:
-            name, path, text, m = read_venture(directory)
-            if name in adopted:
-                check_not_adopted_elsewhere(name, directory, adopted[name][0], adopted[name][2])
-        except Fail as fail:
-            sys.stderr.write(f"avsmd: {shown(str(fail))}\n")
-            code = code or fail.code
-            continue
-        held = adopted.get(name)
-        if held and held[0] == directory and held[3] == text:
-            out(f"venture {name} ({directory}): holds, the same as mandate #{held[1]} in force (avsm add writes nothing)")
-        elif held and held[0] == directory:
-            out(f"venture {name} ({directory}): holds, and differs from mandate #{held[1]} in force; "
-                f"{client_command(home)} add {directory} applies it")
-            for line in mandate_drift(held[3], text, held[1], path):
-                out(line)
-            out("  as on disk, once added, it allows:")
-        else:
-            out(f"venture {name} ({directory}): holds; {client_command(home)} add {directory} adopts it")
-        print_allowed(home, cfg, name, m)
-    return code
-
-
-def describe_allowed(m, cfg=None):
-    """Return lines saying what a mandate allows: each lever, its cap, and what needs asking."""
-    lines = []
-    ctl = m["controller"]
-    if decided_by_model(m) and cfg is not None:
-        lines.append("  " + backend_note(m, cfg))
-    lines.append(f"  controller: {CONTROLLERS[ctl['kind']].describe(ctl)}")
-    for lever in m["levers"].values():
-        how = "runs unasked" if lever["reversible"] else ("delegated: runs unasked, intent before and outcome after"
-                                                            if lever["delegated"] else "irreversible: asks a person first")
-        lines.append(f"  may run {lever['name']}: cap {lever['cap_text']}, {how}"
-                     + (f", takes {lever['takes']}" + (" (a model's content runs unasked: delegated)" if lever["delegated"]
-                                                       else " (model content waits for a person)") if lever["takes"] else ""))
-    if not m["levers"]:
-        lines.append("  may run no lever")
-    if m["forbidden"]:
-        lines.append(f"  never runs: {', '.join(m['forbidden'])}")
-    if m["run"]:
-        lines.append(f"  keeps {m['run']} running (restart: {m['restart']})")
-    for g in m["guards"]:
-        source = g["run"] or g["adapter"] or f"drawdown of {g['drawdown']:g}% from the peak"
-        bound = f"past {g['drawdown']:g}%" if g["drawdown"] is not None else f"{g['side']} {format_number(g['bound'])}"
-        lines.append(f"  guard {g['name']} ({source}): {bound} {'pauses' if g['then'] == 'pause' else 'asks'}; then only stop"
-                     + (f" and unwind {g['unwind']['action']}" if g["unwind"] else "") + " run")
-    for a in m["audits"]:
-        lines.append(f"  audit {a['name']} ({a['run']}): asks when the metric improves while it worsens ({a['worse']}) past {format_number(a['tolerance'])}")
-    return lines
-
-
-def backend_note(m, cfg):
-    """Say which backend a model venture's decisions go to, and whether it may be asked (open point 42)."""
-    name = m["controller"].get("backend") or cfg.get("default")
-    if name and name not in cfg["backends"]:
-        return f"backend: {name} is not among config.yaml's backends: no decision is made"
-    if not name:
-        return "backend: none named (set default: in config.yaml): no decision is made"
-    if cfg["backends"][name]["offbox"] and m["escalate"] != "offbox":
-        return f"backend: {name} leaves the machine, and the mandate does not say escalate: offbox: no call is made"
-    second = cfg.get("escalate")
-    if not second or second == name:
-        escalation = ""
-    elif cfg["backends"][second]["offbox"] and m["escalate"] != "offbox":
-        escalation = f", not escalating to {second} (it leaves the machine; the mandate does not say escalate: offbox)"
-    else:
-        escalation = f", escalating to {second}"
-    return f"backend: {name}, nightly at {cfg['nightly']}" + escalation
-
-
-def describe_status_lines(state, now, keep, children, cfg=None):
-    """Return the status lines of one venture: state, last report, controller position, levers, asks, run."""
-    held = held_by(state) if state.mandate is not None else None
-    if state.paused:
-        condition = "paused"
-    elif state.mandate is None:
-        condition = f"cannot run: {state.problem}"
-    elif held:
-        what, seq, note = held
-        condition = f"implausible: held by {what} #{seq} ({note}); a plausible reading of it clears the hold"
-    elif state.last_report and state.last_report[2].get("status") == "unconfirmed":
-        condition = f"unconfirmed: report #{state.last_report[0]} waits for the next to agree"
-    elif any(side.get("stuck") for side in state.sides.values()):
-        condition = "stuck: past its bound and its lever cannot run; " + ", ".join(
-            f"{s.get('stuck')}" for s in state.sides.values() if s.get("stuck"))
-    else:
-        condition = "running"
-    lines = [f"{state.name}: {condition}"]
-    if state.last_report:
-        seq, at, rec = state.last_report
-        status = rec.get("status")
-        lines.append(f"  last report #{seq} at {format_local_time(at)}: {rec.get('summary')}"
-                     + ("" if status and status in str(rec.get("summary")) else f" ({status})"))
-    else:
-        lines.append("  no report yet")
-    m = state.mandate
-    if m is not None and decided_by_model(m) and cfg is not None:
-        lines.append("  " + backend_note(m, cfg))
-    if m is not None:
-        for side_name, way, bound, lever in controller_sides(m):
-            side, hold = state.side(side_name), m["controller"].get("hold") or 1
-            if state.level is not None and crossed(way, bound, state.level[1]):     # the last trusted report
-                position = "past the bound"
-                if side["streak"] and len(side["streak"]) < hold:
-                    position += f", waiting on hold ({len(side['streak'])} of {hold})"
-                elif not side["armed"]:
-                    position += ", acted once in this excursion (deadband)"
-                elif side.get("asked"):
-                    position += ", asked once in this excursion"
-                if side.get("stuck"):
-                    way_out = STUCK_WAY_OUT[side["stuck"]].format(venture=state.name, lever=lever)
-                    position += f"; stuck ({side['stuck']}): {way_out}"
-            elif not side["armed"]:
-                position = "inside, deadband not yet re-armed"
-            else:
-                position = "inside"
-            if state.last_report and state.last_report[2].get("status") != "trusted":
-                # the controller sees only trusted reports: say which one it stands on, and name the one it does not
-                position += (f", from the last trusted report #{state.level[0]} ({format_number(state.level[1])})"
-                             if state.level is not None else ", no trusted report yet")
-                position += f"; #{state.last_report[0]} is {state.last_report[2].get('status')} and not acted on"
-            lines.append(f"  controller: {way} {format_number(bound)} ({lever}): {position}")
-        for guard in m["guards"]:
-            info = state.guards.get(guard["name"])
-            if info is None or info["last"] is None:
-                lines.append(f"  guard {guard['name']}: not read yet")
-                continue
-            seq, value, status = info["last"]
-            where = (f"past its bound since #{info['episode']}: no lever but stop"
-                     + (f" and the unwind {guard['unwind']['action']}" if guard["unwind"] else "") + " runs until it is back inside"
-                     if info["past"] else "inside its bound" if status == "trusted"
-                     else "not judged (it neither trips nor clears a guard); inside its bound before")
-            lines.append(f"  guard {guard['name']}: #{seq} {format_number(value)} ({status}), {where}")
-        for name, lever in m["levers"].items():
-            used = len(cap_window(state, name, now))
-            running = " (running)" if name in state.running else ""
-            lines.append(f"  lever {name}: {used} of {lever['cap'][0]} per {format_duration(lever['cap'][1])}{running}")
-    lines += describe_calibration_lines(state)
-    lines.append(f"  open asks: {len(state.open_asks)}" + (f" ({', '.join('#' + str(s) for s in sorted(state.open_asks))})" if state.open_asks else ""))
-    if m is not None and m["run"]:
-        child, restarts = (keep or {}).get("child"), (keep or {}).get("restarts", 0)
-        ending = getattr(child, "ended_by", None)
-        if child and ending:            # a program being ended is not shown as running (a pause ends it within seconds)
-            where = f"pid {child.pid} is being stopped ({'by the pause' if ending == 'pause' else ending})"
-        elif child:
-            where = f"pid {child.pid}"
-        else:
-            where = "not running (paused)" if state.paused else "not running"
-        lines.append(f"  run: {where}, restarts {restarts}")
-    return lines
-
-
-def describe_calibration_lines(state):
-    """A venture with predictions: its rolling skill and coverage, and whether a ranking would run (WORLD-08)."""
-    if not predicts(state.mandate):
-        return []
-    skill, coverage = rolling_scores(state.scores)
-    line = (f"  calibration: {state.scored} prediction(s) scored; last {len(state.scores)}: {describe_rolling(skill, coverage)}"
-            if state.scores else "  calibration: no prediction scored yet")
-    ok, why = calibration_bar(state)
-    if state.mandate["calibration"] is None:
-        return [line + "; a ranking goes to the gate (no calibration: bar)"]
-    return [line + (f"; a ranking would run: {why}" if ok else f"; a ranking would ask, not run: {why}")]
-
-
-def print_allowed(home, cfg, name, m):
-    """Print what mandate `m` of venture `name` allows, and whether its levers can hold the metric (capacity)."""
-    for line in describe_allowed(m, cfg):
-        out(line)
-    out("  " + describe_capacity(ledger_capacity(home, name, m, (cfg["forecast"] or FORECAST_DEFAULT)["days"])))
-
-
-def ledger_capacity(home, name, m, days):
-    """The capacity check of venture `name` under mandate `m`, from its history in the ledger (open point 9)."""
-    states, path = {}, os.path.join(home, "ledger.db")
-    if os.path.exists(path):            # no ledger yet (avsmd -t DIR on a new home): no history to judge from
-        try:
-            db = open_ledger_ro(path)
-            try:
-                for seq, at, record in read_records(db, venture=name):
-                    fold_ledger(states, seq, at, record)
-            finally:
-                db.close()
-        except (sqlite3_errors(), ValueError):
-            states = {}                 # a ledger that does not read: avsmd -t says so; capacity from no history
-    state = states.get(name) or VentureState(name)
-    state.mandate = m
-    return capacity_check(state, days)
-
-
 def run_daemon(args):
     """avsmd [--home DIR] [-f FILE] [-d] [-t|-T]: return the exit code."""
     given = list(args)
@@ -11503,45 +11543,6 @@ def run_adapter(args):
     out(read_json_adapter(args[0], args[1], given["url"], given.get("key")))
     return EX_OK
 
-
-def read_json_adapter(name, reading, url, key):
-    """Return the number (as text) that a GET of url/PATH holds at the reading's JSON pointer; Fail saying why not."""
-    path, _, pointer = reading.partition("#")
-    try:
-        status, body = adapter_get(url.rstrip("/") + "/" + path.lstrip("/"), key=key)
-    except OSError as err:
-        raise Fail(EX_UNAVAILABLE, f"{name} {path}: {err}") from None
-    if 200 <= status < 300 and len(body) > REPLY_MAX:
-        raise Fail(EX_DATAERR, f"{name} {path}: the answer is bigger than {REPLY_MAX // 1024} KiB")
-    if not 200 <= status < 300:
-        try:
-            said = json.loads(body)
-            said = said.get("error", said) if isinstance(said, dict) else {}
-            said = said.get("message", "") if isinstance(said, dict) else str(said)   # stripe's and github's error bodies
-        except (ValueError, RecursionError):
-            said = ""
-        said = str(said).replace(key, "[key]")[:200] if key else str(said)[:200]     # an echoed key stays out of the record
-        if 300 <= status < 400:
-            said = "a redirect, which a GET with a key does not follow: name the final url in config.yaml"
-        raise Fail(EX_UNAVAILABLE, f"{name} {path}: HTTP {status}" + (f": {said}" if said else ""))
-    try:
-        value = json.loads(body, parse_constant=lambda word: None)     # NaN and Infinity are no reading
-    except (ValueError, RecursionError):
-        raise Fail(EX_DATAERR, f"{name} {path}: the answer is not JSON") from None
-    for part in pointer.split("/")[1:]:
-        part = part.replace("~1", "/").replace("~0", "~")
-        value = value[int(part)] if isinstance(value, list) and part.isdigit() and int(part) < len(value) else \
-            value.get(part) if isinstance(value, dict) else None
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or value in (float("inf"), float("-inf")):
-        found = {bool: "true or false", str: "text", dict: "an object", list: "a list", type(None): "nothing"}.get(type(value), "no finite number")
-        raise Fail(EX_DATAERR, f"{name} {reading}: no number at that pointer; it holds {found}")
-    return str(value) if isinstance(value, int) else repr(value)     # exactly the number the answer holds
-
-
-# =============================================================================
-# 14. main and the argv[0] dispatch
-# The only place that exits: a Fail becomes `avsm: message` and its code.
-# =============================================================================
 
 def main(argv=None):
     """Run avsmd or avsm, chosen by argv[0] as a multi-call binary is; return the exit code."""
