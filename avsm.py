@@ -1184,23 +1184,28 @@ def adapter_problem(text):
     return None
 
 
-def listed(doc, key):
-    """The value of a list key, [] when absent or empty (`permitted:` alone); anything else is kept to be refused."""
-    return [] if doc.get(key) is None else doc[key]
+def named_items(c, doc, key, keys, what, listing):
+    """Yield (path, item, name) of each item of a list key (permitted, guards, audits, readings): a mapping of
+    `keys` whose name no item before it has. The key absent or empty (`permitted:` alone) is no item."""
+    items, names, noun = [] if doc.get(key) is None else doc[key], set(), what.split()[-1]
+    if not isinstance(items, list):
+        c.fail((key,), f"{key} must be a list{listing}")
+    for i, item in enumerate(items):
+        path = (key, i)
+        c.mapping(item, path, keys, what)
+        name = c.text(item.get("name"), path + ("name",), f"{what}'s name")
+        if name in names:
+            c.fail(path + ("name",), f"{noun} '{name}' is {'permitted' if key == 'permitted' else 'named'} twice; "
+                                     f"name each {noun} once")
+        names.add(name)
+        yield path, item, name
 
 
 def parse_levers(c, doc, directory):
     """Return the permitted levers by name."""
     levers = {}
-    items = listed(doc, "permitted")
-    if not isinstance(items, list):
-        c.fail(("permitted",), "permitted must be a list of levers, each with name, run, cap and reversible")
-    for i, item in enumerate(items):
-        path = ("permitted", i)
-        c.mapping(item, path, LEVER_KEYS, "a lever")
-        name = c.text(item.get("name"), path + ("name",), "a lever's name")
-        if name in levers:
-            c.fail(path + ("name",), f"lever '{name}' is permitted twice; name each lever once")
+    for path, item, name in named_items(c, doc, "permitted", LEVER_KEYS, "a lever",
+                                        " of levers, each with name, run, cap and reversible"):
         if name in BUILTIN_LEVERS:
             c.fail(path + ("name",), f"'{name}' is built in (it pauses the venture); give the lever another name")
         for key in ("cap", "reversible") + (() if name == "research" else ("run",)):
@@ -1265,7 +1270,7 @@ def parse_budget(c, value, path):
 
 def parse_forbidden(c, doc, levers):
     """Return the forbidden lever names; none may also be permitted (open point 26)."""
-    items = listed(doc, "forbidden")
+    items = [] if doc.get("forbidden") is None else doc["forbidden"]
     if not isinstance(items, list):
         c.fail(("forbidden",), "forbidden must be a list of lever names, such as [rm]")
     names = []
@@ -1390,16 +1395,9 @@ def parse_plausibility(c, doc, m):
 
 def parse_guards(c, doc, m, directory):
     """Return the guards: a name, a source (run, adapter or drawdown) and a bound."""
-    guards, items = [], listed(doc, "guards")
-    if not isinstance(items, list):
-        c.fail(("guards",), "guards must be a list, such as - {name: spend, run: ./spend, above: 100}")
-    lever_runs = {lever["run"] for lever in m["levers"].values() if lever["run"]}
-    for i, item in enumerate(items):
-        path = ("guards", i)
-        c.mapping(item, path, GUARD_KEYS, "a guard")
-        name = c.text(item.get("name"), path + ("name",), "a guard's name")
-        if any(g["name"] == name for g in guards):
-            c.fail(path + ("name",), f"guard '{name}' is named twice; name each guard once")
+    guards, lever_runs = [], {lever["run"] for lever in m["levers"].values() if lever["run"]}
+    for path, item, name in named_items(c, doc, "guards", GUARD_KEYS, "a guard",
+                                        ", such as - {name: spend, run: ./spend, above: 100}"):
         g = {"name": name, "run": None, "adapter": None, "drawdown": None,
              "then": c.choice(item.get("then", "pause"), path + ("then",), "then", ("pause", "ask")),
              "confirm": c.boolean(item.get("confirm", m["confirm"]), path + ("confirm",), "confirm"),
@@ -1465,15 +1463,9 @@ def parse_unwind(c, value, path, levers):
 
 def parse_audits(c, doc, directory):
     """Return the audits: a command, which way is worse, and a tolerance."""
-    audits, items = [], listed(doc, "audits")
-    if not isinstance(items, list):
-        c.fail(("audits",), "audits must be a list, such as - {name: refunds, run: ./refunds, worse: up, tolerance: 2}")
-    for i, item in enumerate(items):
-        path = ("audits", i)
-        c.mapping(item, path, AUDIT_KEYS, "an audit")
-        name = c.text(item.get("name"), path + ("name",), "an audit's name")
-        if any(a["name"] == name for a in audits):
-            c.fail(path + ("name",), f"audit '{name}' is named twice; name each audit once")
+    audits = []
+    for path, item, name in named_items(c, doc, "audits", AUDIT_KEYS, "an audit",
+                                        ", such as - {name: refunds, run: ./refunds, worse: up, tolerance: 2}"):
         for key in ("run", "worse"):
             if key not in item:
                 c.fail(path, f"audit '{name}' has no '{key}'")
@@ -1490,15 +1482,9 @@ def parse_audits(c, doc, directory):
 
 def parse_readings(c, doc, m, directory):
     """Return the readings: commands whose address fields a model may see."""
-    readings, items = [], listed(doc, "readings")
-    if not isinstance(items, list):
-        c.fail(("readings",), "readings must be a list, such as - {name: waiting, run: ./waiting, lines: address}")
-    for i, item in enumerate(items):
-        path = ("readings", i)
-        c.mapping(item, path, READING_KEYS, "a reading")
-        name = c.text(item.get("name"), path + ("name",), "a reading's name")
-        if any(r["name"] == name for r in readings):
-            c.fail(path + ("name",), f"reading '{name}' is named twice; name each reading once")
+    readings = []
+    for path, item, name in named_items(c, doc, "readings", READING_KEYS, "a reading",
+                                        ", such as - {name: waiting, run: ./waiting, lines: address}"):
         if "run" not in item:
             c.fail(path, f"reading '{name}' has no 'run'")
         audit = item.get("audit")
