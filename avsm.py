@@ -5009,6 +5009,12 @@ def lever_outcome(state, lever, seq, status, ended_by, duration, timeout, note):
             "note": note, "summary": summary}
 
 
+def unstarted_outcome(state, lever, action, note, summary):
+    """Return the outcome of a lever that did not start: not ok, and no time taken."""
+    return {"kind": "outcome", "claim": "measured", "venture": state.name, "lever": lever, "action": action,
+            "ok": False, "status": "not started", "duration": 0, "note": note[:NOTE_MAX], "summary": summary}
+
+
 def run_start_record(state, pid, restart):
     """Return the start record of the kept `run` program, pid `pid`: started, or restarted after an exit."""
     what = "restarted" if restart else "started"
@@ -6923,9 +6929,7 @@ class Levers:
         run = spec["run"]
         if run == "mail.send":
             if mail is None:
-                self.append({"kind": "outcome", "claim": "measured", "venture": state.name, "lever": lever, "action": seq,
-                             "ok": False, "status": "not started", "duration": 0, "note": "",
-                             "summary": f"{lever} failed: {mail_problem}"})
+                self.append(unstarted_outcome(state, lever, seq, "", f"{lever} failed: {mail_problem}"))
                 return seq
             run, data = self.cfg["adapters"]["mail"]["command"], mail.text.encode()
         try:
@@ -6936,9 +6940,7 @@ class Levers:
                                payload_file=payload_file)
             child.extra = {"lever": lever, "action": seq, "timeout": spec["timeout"], "payload_file": payload_file}
         except OSError as err:
-            self.append({"kind": "outcome", "claim": "measured", "venture": state.name, "lever": lever, "action": seq,
-                         "ok": False, "status": "not started", "duration": 0, "note": str(err)[:NOTE_MAX],
-                         "summary": f"{lever} failed to start: {err}"})
+            self.append(unstarted_outcome(state, lever, seq, str(err), f"{lever} failed to start: {err}"))
         return seq
 
     def start_check(self, state, lever, verdict, summary, by, side, extra):
@@ -6968,9 +6970,8 @@ class Levers:
         """The research lever: the question goes to the config's research command; what comes back is inferred facts."""
         command = self.cfg.get("research")
         if not command:
-            self.append({"kind": "outcome", "claim": "measured", "venture": state.name, "lever": "research", "action": seq,
-                         "ok": False, "status": "not started", "duration": 0, "note": "config.yaml names no research: command",
-                         "summary": "research failed: config.yaml names no research: command (no provider is built in)"})
+            self.append(unstarted_outcome(state, "research", seq, "config.yaml names no research: command",
+                                          "research failed: config.yaml names no research: command (no provider is built in)"))
             return seq
         path = write_payload(json.dumps({"venture": state.name, "question": question}).encode())
         try:
@@ -6978,9 +6979,7 @@ class Levers:
                                payload_file=path, cwd=state.directory, head=REPLY_MAX)
             child.extra = {"lever": "research", "action": seq, "timeout": spec["timeout"], "payload_file": path}
         except OSError as err:
-            self.append({"kind": "outcome", "claim": "measured", "venture": state.name, "lever": "research", "action": seq,
-                         "ok": False, "status": "not started", "duration": 0, "note": str(err)[:NOTE_MAX],
-                         "summary": f"research failed to start: {err}"})
+            self.append(unstarted_outcome(state, "research", seq, str(err), f"research failed to start: {err}"))
         return seq
 
     def research_facts(self, state, child, seq):
@@ -8923,12 +8922,9 @@ commands:
   chart VENTURE [--since DURATION|SEQ]
                      an SVG of the venture's metric over time, its bound or band, lever runs and asks
                      (avsm chart V > v.svg; from the ledger, so avsmd may be stopped)
-  doctor [--since SEQ:HASH]
-                     check the home, config, ledger, mandates and daemon; change nothing; print the
-                     ledger's head SEQ:HASH to keep elsewhere (--since checks the ledger still holds one)
-  doctor --checkpoint FILE|DIR|- [--allowed-signers FILE]
-                     also check that the ledger still holds each kept checkpoint, its signature first
-  doctor --quick     check only from the newest checkpoint a full doctor verified (a big ledger)
+  doctor [--since SEQ:HASH] [--checkpoint FILE|DIR|- [--allowed-signers FILE]] [--quick]
+                     check the home, config, ledger, mandates and daemon; change nothing; print the head;
+                     --since, --checkpoint: it still holds those; --quick: only from a verified checkpoint on
   doctor --cut SEQ   with avsmd stopped: back up the ledger, then cut it just before #SEQ
   checkpoint         print a checkpoint of the ledger's head (written by avsmd into HOME/checkpoints,
                      signed when config.yaml names a key): keep it elsewhere
@@ -9670,6 +9666,8 @@ REMOTE = {}     # near side: "via", the host ask_daemon goes through; both sides
 SSH_FAILURES = (("Could not resolve hostname", EX_NOHOST, "check its name, or its Host entry in ~/.ssh/config"),
                 ("Permission denied", EX_NOPERM, "the key was refused: put your public key in the host's "
                                                  "authorized_keys, as the README's Many hosts shows"),
+                ("timed out", EX_NOHOST, "it said nothing within its timeout: the host or its sshd hangs; "
+                                         "`ssh HOST true` tries by hand"),
                 ("Host key verification failed", EX_NOPERM, "its host key is not the one known_hosts holds: check "
                                                             "it, then ssh to it once by hand"),
                 ("", EX_NOHOST, "is it up, with sshd running? `ssh HOST true` tries by hand"))
@@ -10918,25 +10916,18 @@ def read_kept_checkpoints(home, found, where, allowed):
     66, one that does not read or verify 65, no ssh-keygen 69: each a failure doctor names."""
     spec = checkpoint_spec(home)
     allowed = os.path.expanduser(allowed or spec["allowed_signers"] or "~/.ssh/allowed_signers")
-    if where == "-":
-        items = [("on standard input", sys.stdin.read(), None)]
-    elif os.path.isdir(where):
-        items = [os.path.join(where, n) for n in sorted(os.listdir(where)) if not n.endswith(".sig") and n[0] != "."]
-    elif os.path.exists(where):
-        items = [where]
-    else:
-        found.fail(EX_NOINPUT, f"checkpoint {where} is not there", "name the file, or the directory, you kept the checkpoints in")
-        return []
+    names = ["-"] if where == "-" else [where] if not os.path.isdir(where) else \
+        [os.path.join(where, n) for n in sorted(os.listdir(where)) if not n.endswith(".sig") and n[0] != "."]
     kept = []
-    for item in items:
+    for name in names:
         try:
-            if isinstance(item, str):
-                with open(item, encoding="utf-8") as fh:
+            if name == "-":
+                name, data, sig = "on standard input", sys.stdin.read(), None
+            else:
+                with open(name, encoding="utf-8") as fh:
                     data = fh.read()
-                sig = open(item + ".sig").read() if os.path.exists(item + ".sig") else None
-                item = (item, data, sig)
-            name, data, sig = item
-            checkpoint = parse_checkpoint(data, name, sig and sig.strip())
+                sig = open(name + ".sig").read().strip() if os.path.exists(name + ".sig") else None
+            checkpoint = parse_checkpoint(data, name, sig)
             if checkpoint.signature is None:
                 found.note(f"checkpoint {name} is unsigned: it shows a rewrite only while it is kept where the ledger's "
                            f"writer cannot reach it")
@@ -10948,10 +10939,10 @@ def read_kept_checkpoints(home, found, where, allowed):
                          f"({allowed}, namespace {spec['namespace']})")
             kept.append((name, checkpoint))
         except (OSError, UnicodeDecodeError) as err:
-            found.fail(EX_NOINPUT if isinstance(err, FileNotFoundError) else EX_DATAERR,
-                       f"checkpoint {item[0] if isinstance(item, tuple) else item} cannot be read: {err}", "keep it as the text avsm checkpoint prints")
+            found.fail(EX_NOINPUT if isinstance(err, FileNotFoundError) else EX_DATAERR, f"checkpoint {name} cannot be "
+                       f"read: {getattr(err, 'strerror', None) or err}", "name the file, or the directory, you kept it in")
         except Fail as fail:
-            found.fail(fail.code, f"checkpoint {item[0]}: {fail}",
+            found.fail(fail.code, f"checkpoint {name}: {fail}",
                        "install openssh-client" if fail.code == EX_UNAVAILABLE else
                        f"write lines `PRINCIPAL namespaces=\"{spec['namespace']}\" KEY` of the hosts' signing keys in it"
                        if fail.code == EX_NOINPUT else "trust no checkpoint but those your own hosts signed; compare with your own copy")

@@ -264,7 +264,8 @@ def test_fleet_status_answers_within_its_timeout_while_a_host_hangs(fleet):
     lines = done.stdout.splitlines()
     assert any(line.startswith(f"host1:{home}  shop: ") for line in lines), done.stdout
     assert any(line.startswith("tank  tank: ") for line in lines), done.stdout
-    assert any(line.startswith("hang  no answer within 2s") for line in lines), done.stdout
+    assert any(line.startswith("hang  no answer within 2s") or line.startswith("hang  ") and "said nothing within its "
+               "timeout" in line for line in lines), done.stdout        # ssh's own ConnectTimeout may end it first
     assert any(line.startswith("dead  ssh could not reach avsm there") for line in lines), done.stdout
     assert done.returncode == 68
     summary = fleet.avsm("fleet", "--fleet", path, "summary")
