@@ -10590,7 +10590,8 @@ def chart_legend(trusted, apart, actions, asks, shown, bottom, top):
 
 
 def cmd_try(home_arg, args):
-    """try DIR: run avsmd on a temporary home, adopt DIR, and follow the ledger until Ctrl-C."""
+    """try DIR: run avsmd on a temporary home, adopt DIR, and follow the ledger until Ctrl-C, a TERM or a HUP
+    (the terminal gone): each stops the avsmd it started, says where the home is kept, and exits 128 + signal."""
     import signal
     import subprocess
     import tempfile
@@ -10599,7 +10600,13 @@ def cmd_try(home_arg, args):
     directory = os.path.realpath(args[0])
     check_venture_dir(directory)
     check_venture_name(os.path.basename(directory))
-    home = home_arg or tempfile.mkdtemp(prefix="av", dir="/tmp")
+    home, stopped_by = home_arg or tempfile.mkdtemp(prefix="av", dir="/tmp"), [signal.SIGINT]
+
+    def stop(signum, frame):
+        stopped_by[0] = signum
+        raise KeyboardInterrupt
+    for signum in (signal.SIGTERM, signal.SIGHUP):
+        signal.signal(signum, stop)
     daemon = subprocess.Popen([sys.executable, AVSM_PATH, "avsmd", "--home", home], stdin=subprocess.DEVNULL,
                               process_group=0)
     started = False
@@ -10619,13 +10626,15 @@ def cmd_try(home_arg, args):
         if code != EX_OK:
             return code
         out(f"# {when_it_acts(home, directory)}")
+        out(f"# the home is {home}; in another terminal: {client_command(home)} asks (approve N, deny N, status)")
         out(f"# following {home}/ledger.db; Ctrl-C stops avsmd")
         sys.stdout.flush()
-        try:
-            cmd_tail(home, ["1000000", "-f"])
-        except KeyboardInterrupt:
-            pass
+        cmd_tail(home, ["1000000", "-f"])
+    except KeyboardInterrupt:
+        return 128 + stopped_by[0]
     finally:
+        for signum in (signal.SIGTERM, signal.SIGHUP):
+            signal.signal(signum, signal.SIG_IGN)       # stopping: a second signal does not cut it short
         if daemon.poll() is None:
             daemon.send_signal(signal.SIGTERM)
             try:
@@ -10633,8 +10642,11 @@ def cmd_try(home_arg, args):
             except subprocess.TimeoutExpired:
                 daemon.kill()
         if started:
-            sys.stderr.write(f"\navsm: avsmd stopped (exit {daemon.wait()}); the home is kept at {home}\n"
-                             f"avsm: look again with: python3 {AVSM_PATH} --home {home} tail 50\n")
+            try:
+                sys.stderr.write(f"\navsm: avsmd stopped (exit {daemon.wait()}); the home is kept at {home}\n"
+                                 f"avsm: look again with: {client_command(home)} tail 50\n")
+            except OSError:
+                pass                    # the terminal has gone (SIGHUP): avsmd is stopped all the same
     return EX_OK
 
 

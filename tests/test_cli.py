@@ -527,10 +527,13 @@ def test_pip_install_gives_both_console_scripts(workdir, home):
 
 # ---- avsm try ----------------------------------------------------------------------
 
-def test_try_runs_until_interrupted_and_keeps_the_home(workdir):
-    """`python3 avsm.py try DIR` starts avsmd on a temporary home, adopts DIR and follows the ledger; SIGINT
-    to its process group ends it with 0 within 15 s, saying where the home is kept; that ledger verifies and
-    ends with a self stop record, and no avsmd remains for the home. EXIT-01 (README: two commands)"""
+@pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM, signal.SIGHUP], ids=["INT", "TERM", "HUP"])
+def test_try_runs_until_interrupted_and_keeps_the_home(workdir, signum):
+    """`python3 avsm.py try DIR` starts avsmd on a temporary home, names it in its banner with the command that
+    answers its asks, adopts DIR and follows the ledger; Ctrl-C (SIGINT to its process group), `kill PID` (TERM)
+    or its terminal gone (HUP) each end it with 128 + the signal within 15 s, saying where the home is kept;
+    that ledger verifies and ends with a self stop record, and no process of the home remains. EXIT-01 (README:
+    two commands; issue 22 items 1-2)"""
     d = os.path.join(workdir, "counter")
     shutil.copytree(os.path.join(ROOT, "examples", "counter"), d)
     env = dict(os.environ, TMPDIR=workdir)
@@ -550,14 +553,18 @@ def test_try_runs_until_interrupted_and_keeps_the_home(workdir):
         else:
             raise AssertionError(f"no mandate record line within 20 s: {seen}")
         assert seen and re.match(r"#\d+ \S+ counter declared mandate ", seen[-1]), seen
+        banner = next(line for line in seen if line.startswith("# the home is "))
+        home = banner.split()[4].rstrip(";")
+        assert f"in another terminal: {sys.executable} {AVSM_PY} --home {home} asks" in banner.replace("python3 ", sys.executable + " ", 1) \
+            or f"avsm.py --home {home} asks" in banner, banner
         t0 = time.monotonic()
-        os.killpg(p.pid, signal.SIGINT)
+        (os.killpg if signum == signal.SIGINT else os.kill)(p.pid, signum)
         out, err = p.communicate(timeout=15)
         assert time.monotonic() - t0 < 15
-        assert p.returncode == 0, err
+        assert p.returncode == 128 + signum, err
         found = re.search(r"the home is kept at (\S+)", err)
-        assert found, err
-        home = found.group(1)
+        assert found and found.group(1) == home, err
+        assert f"avsm.py --home {home} tail 50" in err
         assert "Traceback" not in err
         db = avsm.open_ledger_ro(os.path.join(home, "ledger.db"))
         checked, problem = avsm.verify_chain(db)
