@@ -9683,12 +9683,13 @@ def cmd_bridge(home, args, pinned):
     reader = LineReader()
     while True:
         data = os.read(0, 65536)
-        if not data:
+        if not data and not reader.buffer.strip():
             return EX_OK
+        data = data or b"\n"                # a last line with no newline is a line too
         try:
             messages = reader.feed(data)
-        except ValueError as err:
-            raise Fail(EX_USAGE, f"the bridge reads one JSON object a line: {err}") from None
+        except (ValueError, RecursionError) as err:
+            raise Fail(EX_USAGE, f"the bridge reads one JSON object a line: {str(err)[:200]}") from None
         for message in messages:
             if not isinstance(message, dict):
                 raise Fail(EX_USAGE, f"the bridge reads one JSON object a line, not {json_kind(message)}")
@@ -9735,13 +9736,14 @@ def bridge_verb(home, message, read_only):
     REMOTE.update((k, m[k]) for k in ("as", "tty", "utf8") if m.get(k) is not None)
     if m.get("stdin") is not None:
         sys.stdin = io.StringIO(m["stdin"])
-    import threading
-    threading.Thread(target=end_with_stdin, daemon=True).start()
+    if verb == "tail":                  # the one verb that may not end by itself (tail -f)
+        import threading
+        threading.Thread(target=end_with_stdin, daemon=True).start()
     return run_verb(home, [verb] + argv)
 
 
 def end_with_stdin():
-    """The person at the other end went away (ssh closed standard input): end here too, a following tail as well."""
+    """The person at the other end went away (ssh closed standard input): a following tail ends here too."""
     while os.read(0, 65536):
         pass
     os._exit(EX_OK)
@@ -9813,7 +9815,11 @@ def run_remote(target, verb, argv):
 def ask_bridge(host, request):
     """ask_daemon through a host's bridge: the request relayed to its avsmd, the answer shown as from one here."""
     code, data, errors = ssh_bridge(host, dict(request, home=host["home"]), capture=True)
-    for message in LineReader().feed(data + b"\n"):
+    try:
+        messages = LineReader().feed(data + b"\n")
+    except (ValueError, RecursionError):
+        messages = [None]
+    for message in messages:
         if not isinstance(message, dict):
             raise Fail(EX_UNAVAILABLE, f"{host['name']}: the bridge answered with no JSON object a line; is it avsm's?")
         answered = show_answer(message, request["cmd"], None)

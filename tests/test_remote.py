@@ -284,3 +284,22 @@ def test_a_fleet_file_that_does_not_hold_is_refused_where_it_is_wrong(fleet, tex
     done = fleet.avsm("fleet", "--fleet", path, "status")
     assert done.returncode == 78 and f"bad.yaml:{where}" in done.stderr, done.stderr
     assert fleet.avsm("fleet", "--fleet", os.path.join(fleet.top, "nofile"), "status").returncode == 66
+
+
+@pytest.mark.parametrize("data, code, words", [
+    (b"[" * 100000 + b"\n", 64, "one JSON object a line"),
+    (b'{"verb": "status", "argv": []}', 69, "no avsmd is answering"),       # no newline, stdin closed at once
+    (b'{"verb": "status", "argv": ["-v", "a", "b"]}\n', 64, "one venture at a time"),
+    (b'{"verb": "status", "argv": "x"}\n', 65, "argv is a list"),
+    (b'{"verb": "status", "argv": [], "home": "relative"}\n', 65, "this bridge serves"),
+    (b'{"verb": "status", "argv": [], "v": 2}\n', 64, "version 1"),
+    (b"a" * (17 * 1024 * 1024), 64, "a line longer than avsm reads"),
+], ids=["deep", "no-newline", "usage", "argv-text", "home-relative", "version", "huge"])
+def test_the_bridge_refuses_what_is_no_request_with_its_code(home, data, code, words):
+    """Issue 23 item 1, hostile input: the bridge run as a forced command is handed anything; each is refused
+    with its code and one line, never a traceback, and a verb keeps its own code even when the other end closes
+    standard input at once."""
+    done = subprocess.run([sys.executable, "-S", installed_avsm(), "--home", home, "bridge"], input=data,
+                          capture_output=True, timeout=30)
+    err = done.stderr.decode()
+    assert done.returncode == code and words in err and "Traceback" not in err, (done.returncode, err[-400:])
