@@ -7,7 +7,6 @@ is refused; `doctor --quick` checks from the newest checkpoint a full doctor ver
 ssh-keygen comes from OpenSSH's client (.ci/run installs it with openssh-server); without it the tests of signing
 skip, saying so."""
 
-import hashlib
 import json
 import os
 import shutil
@@ -18,6 +17,7 @@ import pytest
 
 import avsm
 from conftest import make_venture, write
+from test_proofs import write_ledger
 
 DRAIN = """\
 purpose: Keep the tank low.
@@ -45,20 +45,14 @@ def rewrite(home, target):
     rows = db.execute("SELECT seq, at, record FROM records ORDER BY seq").fetchall()
     db.close()
     os.unlink(path)
-    db = sqlite3.connect(path, isolation_level=None)
+    db = sqlite3.connect(path)
     db.executescript(avsm.LEDGER_SCHEMA)
-    prev = "0" * 64
-    db.execute("BEGIN IMMEDIATE")
-    for seq, at, text in rows:
-        if seq == target:
-            record = json.loads(text)
-            record["summary"] += " (as the forger would have it)"
-            text = json.dumps(record, sort_keys=True, separators=(",", ":"))
-        digest = hashlib.sha256(f"{prev}\n{seq}\n{at}\n{text}".encode()).hexdigest()
-        db.execute("INSERT INTO records(seq, at, prev, hash, record) VALUES (?, ?, ?, ?, ?)", (seq, at, prev, digest, text))
-        prev = digest
-    db.execute("COMMIT")
     db.close()
+    records = [(seq, at, json.loads(text)) for seq, at, text in rows]
+    for seq, at, record in records:
+        if seq == target:
+            record["summary"] += " (as the forger would have it)"
+    write_ledger(home, records)
 
 
 def fails(run):

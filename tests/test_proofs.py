@@ -332,7 +332,7 @@ CASES = [over_budget, while_paused, while_running, guard_past, over_cap, irrever
 def write_ledger(home, rows):
     """Append `rows` to HOME/ledger.db the way anyone can: plain sqlite3 INSERTs through the triggers, chained."""
     db = sqlite3.connect(os.path.join(home, "ledger.db"), isolation_level=None)
-    prev = db.execute("SELECT hash FROM records ORDER BY seq DESC LIMIT 1").fetchone()[0]
+    prev = (db.execute("SELECT hash FROM records ORDER BY seq DESC LIMIT 1").fetchone() or ["0" * 64])[0]
     db.execute("BEGIN IMMEDIATE")
     for seq, at, record in rows:
         text = json.dumps(record, sort_keys=True, separators=(",", ":"))
