@@ -1508,9 +1508,11 @@ def reading_timeout(c, item, path):
 CONFIG_KEYS = {"nightly", "default", "backends", "escalate", "ratchet", "forecast", "canary_asks", "checkpoint",
                "adapters", "research", "notify"}
 BACKEND_KEYS = {"anthropic": {"kind", "model", "key", "url", "effort", "version", "max_tokens"},
-                "openai": {"kind", "url", "model", "key", "max_tokens"},
+                "openai": {"kind", "url", "model", "key", "max_tokens", "api", "effort"},
                 "command": {"kind", "run", "offbox"}}
-EFFORTS = ("low", "medium", "high", "xhigh", "max")   # open point 44, with xhigh as the provider now lists it
+EFFORTS = {"anthropic": ("low", "medium", "high", "xhigh", "max"),   # open point 44, with xhigh as the provider lists it
+           "openai": ("none", "minimal", "low", "medium", "high", "xhigh")}   # reasoning.effort, as OpenAI lists it
+OPENAI_APIS = {"chat": "/chat/completions", "responses": "/responses"}   # api: and the path its url ends in
 ANTHROPIC_VERSION = "2026-10-21"   # the anthropic-version header unless a backend says version:
 MAX_TOKENS = 16000                 # an anthropic call's max_tokens unless the backend says: room for effort: high
                                    # to think and still answer, and about what 120 s can bring back
@@ -1551,7 +1553,7 @@ def parse_config(text, source="config.yaml"):
                 c.fail(path, f"backend '{name}' has no '{key}'; a {b['kind']} backend says {', '.join(needs)}")
         backend = {k: c.text(v, path + (k,), k) for k, v in b.items() if k not in ("offbox", "max_tokens")}
         if "effort" in b:
-            c.choice(b["effort"], path + ("effort",), "effort", EFFORTS)
+            c.choice(b["effort"], path + ("effort",), "effort", EFFORTS[b["kind"]])
         if b["kind"] == "anthropic":
             backend["version"] = backend.get("version", ANTHROPIC_VERSION)
             if not re.fullmatch(r"\d{4}-\d\d-\d\d", backend["version"]):
@@ -1561,6 +1563,11 @@ def parse_config(text, source="config.yaml"):
         elif b["kind"] == "openai":       # max_tokens is sent only when it says; else the server's own limit holds
             given = b.get("max_tokens")
             backend["max_tokens"] = None if given is None else c.whole(given, path + ("max_tokens",), "max_tokens")
+            api = backend["api"] = c.choice(b.get("api", "chat"), path + ("api",), "api", tuple(OPENAI_APIS))
+            other = next(a for a in OPENAI_APIS if a != api)
+            if b["url"].rstrip("/").endswith(OPENAI_APIS[other]):
+                c.fail(path + ("url",), f"'{b['url']}' is the {other} endpoint, and this backend speaks api: {api}; "
+                                        f"end the url in {OPENAI_APIS[api]} or write api: {other}")
         if "url" in b and not b["url"].startswith(("http://", "https://")):
             c.fail(path + ("url",), f"'{b['url']}' is not a URL; write http://... or https://...")
         # every anthropic and openai backend leaves the machine; a command does when it says so
@@ -5948,29 +5955,36 @@ def backend_request(backend, system, user, key):
     headers = {"content-type": "application/json"}
     if key:
         headers["authorization"] = f"Bearer {key}"
+    if backend.get("api") == "responses":     # stored nowhere by the provider; the ledger keeps what counts
+        body = {"model": backend["model"], "instructions": system, "input": user, "store": False}
+        body.update({"max_output_tokens": backend["max_tokens"]} if backend.get("max_tokens") else {},
+                    **{"reasoning": {"effort": backend["effort"]}} if backend.get("effort") else {})
+        return backend["url"], headers, body
     body = {"model": backend["model"], "messages": [{"role": "system", "content": system}, {"role": "user", "content": user}]}
-    if backend.get("max_tokens"):
-        body["max_tokens"] = backend["max_tokens"]
+    body.update({"max_tokens": backend["max_tokens"]} if backend.get("max_tokens") else {},
+                **{"reasoning_effort": backend["effort"]} if backend.get("effort") else {})
     return backend["url"], headers, body
 
 
-def read_response(backend, body):
+def read_response(backend, body, sent):
     """Return what a provider's response body says: {"text": the complete answer} or {"why": why there is
     none}, with the "stop" and "usage" it reports, and "declined" ({"text", "category"}) when the model refused.
+    `sent` is the size in bytes of the request it answers.
 
     Only a complete answer counts: stop_reason end_turn or stop_sequence (Anthropic), finish_reason stop
-    (OpenAI). Thinking, redacted-thinking and tool-use blocks, and reasoning_content, are never the answer.
+    (Chat Completions), status completed with one completed message (Responses). Thinking, redacted-thinking
+    and tool-use blocks, reasoning_content and reasoning items are never the answer.
     """
     try:
         data = json.loads(body)
     except (ValueError, RecursionError):
         return {"why": "the response body is not JSON"}
     if backend["kind"] == "anthropic":
-        return read_anthropic(data, backend["max_tokens"])
-    return read_openai(data, backend.get("max_tokens"))
+        return read_anthropic(data, backend["max_tokens"], sent)
+    return (read_responses if backend.get("api") == "responses" else read_openai)(data, backend.get("max_tokens"))
 
 
-def read_anthropic(data, max_tokens):
+def read_anthropic(data, max_tokens, sent):
     """The Messages API's answer: the text blocks, in order, of a message that ended its turn."""
     if not isinstance(data, dict) or data.get("type") != "message" or not isinstance(data.get("content"), list):
         return {"why": "the response is not an Anthropic message"}
@@ -5987,7 +6001,8 @@ def read_anthropic(data, max_tokens):
     if stop == "max_tokens":
         return dict(facts, why=f"the reply was cut off at the token limit (max_tokens {max_tokens})")
     if stop == "model_context_window_exceeded":
-        return dict(facts, why="the reply was cut off at the model's context window (stop_reason model_context_window_exceeded)")
+        return dict(facts, why=f"the packet was too long for the model: its {sent} bytes and the reply passed the "
+                               "model's context window (stop_reason model_context_window_exceeded)", packet_bytes=sent)
     if stop == "tool_use":
         return dict(facts, why="the model stopped to use a tool (stop_reason tool_use); avsm offers none, so there is no answer")
     if stop == "pause_turn":
@@ -6025,6 +6040,43 @@ def read_openai(data, max_tokens):
     if not isinstance(message.get("content"), str):
         return dict(facts, why="choices[0].message.content is not text")
     return dict(facts, text=message["content"])
+
+
+def read_responses(data, max_tokens):
+    """The Responses API's answer: the output_text parts, in order, of the one message of a completed response."""
+    if not isinstance(data, dict) or data.get("object") != "response" or not isinstance(data.get("output"), list):
+        return {"why": "the response is not a Responses API response (object response, with an output list)"}
+    status = data.get("status")
+    facts = {"stop": provider_word(status), "usage": kept_usage(data.get("usage"))}
+    error, incomplete = (data.get(k) if isinstance(data.get(k), dict) else {} for k in ("error", "incomplete_details"))
+    limit = f"max_output_tokens {max_tokens}" if max_tokens else "the server's own; max_tokens: is not set"
+    if status == "failed":
+        return dict(facts, why=f"the response failed: {provider_word(error.get('code')) or 'no code'}: "
+                               + (error["message"][:TEXT_MAX] if isinstance(error.get("message"), str) else "no message"))
+    if status == "incomplete":
+        reason = provider_word(incomplete.get("reason"))
+        return dict(facts, why=f"the reply was cut off at the token limit ({limit})" if reason == "max_output_tokens"
+                    else f"the response is incomplete (incomplete_details.reason {reason or 'not given'})")
+    if status != "completed":
+        return dict(facts, why=f"status {json.dumps(status)[:60]} is not completed: not a complete answer")
+    items = [item for item in data["output"] if not (isinstance(item, dict) and item.get("type") == "reasoning")]
+    kinds = [item.get("type") if isinstance(item, dict) else None for item in items]
+    if kinds != ["message"]:
+        named = ", ".join(json.dumps(k)[:40] for k in kinds[:4]) or "empty"
+        return dict(facts, why=f"the output is {named} (reasoning aside), not one message: avsm offers no tools "
+                               "and would not guess which counts, so there is no answer")
+    message, parts = items[0], items[0].get("content")
+    if message.get("status") not in (None, "completed"):
+        return dict(facts, why=f"the response says completed but its message is {json.dumps(message['status'])[:40]}"
+                               + (f": cut off at the token limit ({limit})" if message["status"] == "incomplete" else ""))
+    if not isinstance(parts, list):
+        return dict(facts, why="the message has no content list")
+    for part in parts:
+        if isinstance(part, dict) and part.get("type") == "refusal":
+            return dict(facts, **declined(part.get("refusal"), None, "a refusal content part"))
+    if not all(isinstance(p, dict) and p.get("type") == "output_text" and isinstance(p.get("text"), str) for p in parts):
+        return dict(facts, why="the message holds content that is not output_text, so there is no answer")
+    return dict(facts, text="".join(p["text"] for p in parts))
 
 
 def declined(text, category, where):
@@ -6096,13 +6148,14 @@ def call_http_backend(backend, system, user, key):
     import urllib.error
     import urllib.request
     url, headers, body = backend_request(backend, system, user, key)
+    body = json.dumps(body).encode()
     deadline = time.monotonic() + BACKEND_TIMEOUT
     why, call = "not tried", {"tries": 0}
     for attempt in range(BACKEND_TRIES):
         left = deadline - time.monotonic()
         if left <= 0:
             return None, f"no answer within {BACKEND_TIMEOUT} s ({why})", call
-        request = urllib.request.Request(url, data=json.dumps(body).encode(), headers=headers, method="POST")
+        request = urllib.request.Request(url, data=body, headers=headers, method="POST")
         call["tries"] = attempt + 1
         wait = 2 ** attempt
         try:
@@ -6111,8 +6164,8 @@ def call_http_backend(backend, system, user, key):
                 raw = response.read(REPLY_MAX + 1)
             if len(raw) > REPLY_MAX:
                 return None, f"the response is bigger than {REPLY_MAX // 1024} KiB", call
-            reply = read_response(backend, raw)
-            call.update((k, reply[k]) for k in ("stop", "usage", "declined") if reply.get(k))
+            reply = read_response(backend, raw, len(body))
+            call.update((k, reply[k]) for k in ("stop", "usage", "declined", "packet_bytes") if reply.get(k))
             if "text" not in reply:
                 return None, reply["why"], call
             return reply["text"].encode(), None, call
