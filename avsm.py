@@ -6325,7 +6325,8 @@ def cached_command(program, args):
     # directory, and `-c` alone would put that first: a venture's json.py would be imported in its place.
     # -S: no `site`, so no .pth file of site-packages runs its code in avsm's processes (which need nothing outside
     # the standard library) and none costs each start its imports: one that imports certifi adds some 45 ms
-    return [sys.executable, "-S", "-P", "-c", LOAD_AVSM, AVSM_PATH, program] + list(args)
+    prefix = [f"-Xpycache_prefix={sys.pycache_prefix}"] if sys.pycache_prefix else []     # started by a link
+    return [sys.executable, "-S", "-P", *prefix, "-c", LOAD_AVSM, AVSM_PATH, program] + list(args)
 
 
 def log(debug, who, message):
@@ -8982,6 +8983,8 @@ commands:
   checkpoint         print a checkpoint of the ledger's head (written by avsmd into HOME/checkpoints,
                      signed when config.yaml names a key): keep it elsewhere
   try DIR            run avsmd on a temporary home with DIR adopted, following the ledger
+  link DIR           write DIR/avsm and DIR/avsmd, which start this copied avsm.py from cached bytecode
+                     (as fast as an installed avsm; run link again after moving avsm.py)
   fleet [--fleet FILE] status|asks|summary
                      that view of every host in the fleet file (~/.config/avsm/fleet.yaml), the hosts
                      asked at once over ssh; an ask shows as HOST:SEQ (avsm --host HOST approve SEQ)
@@ -10787,6 +10790,63 @@ def client_command(home=None):
     return REMOTE.get("as") or program_command("avsm", home)
 
 
+def user_cache():
+    """The client's own cache: $XDG_CACHE_HOME/avsm, else ~/.cache/avsm (written as LINK_WRAPPER writes it)."""
+    return os.path.join(os.environ.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache"), "avsm")
+
+
+LINK_MARK = "# written by `avsm link`"
+LINK_WRAPPER = """#!{python} -SP
+{mark}: {program} from {path}, its bytecode cached under $XDG_CACHE_HOME/avsm (else ~/.cache/avsm)
+# even where that directory is read-only or PYTHONDONTWRITEBYTECODE is set; a newer copy there is compiled again
+import importlib.util as u, os, sys
+sys.pycache_prefix = os.path.join(os.environ.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache"), "avsm", "pycache")
+sys.dont_write_bytecode = False
+s = u.spec_from_file_location("avsm", {path!r}); m = u.module_from_spec(s); sys.modules["avsm"] = m
+s.loader.exec_module(m); sys.exit(m.main())
+"""
+
+
+def cmd_link(home, args):
+    """avsm link DIR: write DIR/avsm and DIR/avsmd, which start this copied file from its cached bytecode as an
+    installed avsm starts (a script is compiled afresh at every run). A file there not written by link stays."""
+    import importlib.util
+    import py_compile
+    if len(args) != 1 or args[0].startswith("-"):
+        raise Fail(EX_USAGE, "usage: avsm link DIR (such as avsm link ~/bin): it writes DIR/avsm and DIR/avsmd")
+    target = os.path.abspath(os.path.expanduser(args[0]))
+    try:
+        os.makedirs(target, exist_ok=True)
+        for program in ("avsm", "avsmd"):
+            path = os.path.join(target, program)
+            if os.path.lexists(path):
+                with open(path, "rb") as fh:
+                    if LINK_MARK.encode() not in fh.read(512):
+                        raise Fail(EX_CANTCREAT, f"{path} is there and avsm link did not write it (an installed avsm?): "
+                                                 f"remove it, or link into another directory")
+        for program in ("avsm", "avsmd"):
+            path = os.path.join(target, program)
+            with open(path + ".new", "w", encoding="utf-8") as fh:
+                fh.write(LINK_WRAPPER.format(python=sys.executable, mark=LINK_MARK, program=program, path=AVSM_PATH))
+            os.chmod(path + ".new", 0o755)
+            os.replace(path + ".new", path)
+    except OSError as err:
+        raise Fail(EX_CANTCREAT, f"{err.filename or target} cannot be written: {err.strerror}; "
+                                 f"link into a directory of yours, such as ~/bin") from None
+    saved, sys.pycache_prefix = sys.pycache_prefix, os.path.join(user_cache(), "pycache")
+    try:        # checked against the source's hash at each start, so a newer copy of the same size and time is seen
+        py_compile.compile(AVSM_PATH, cfile=importlib.util.cache_from_source(AVSM_PATH), doraise=True,
+                           invalidation_mode=py_compile.PycInvalidationMode.CHECKED_HASH)
+    except (OSError, py_compile.PyCompileError):
+        pass                          # the first start writes it
+    finally:
+        sys.pycache_prefix = saved
+    on_path = target in [os.path.abspath(os.path.expanduser(d)) for d in os.environ.get("PATH", "").split(os.pathsep) if d]
+    out(f"wrote {target}/avsm and {target}/avsmd: they run {AVSM_PATH}, started from cached bytecode"
+        + ("" if on_path else f"\n{target} is not on your PATH: add it (PATH={target}:$PATH), or run {target}/avsm"))
+    return EX_OK
+
+
 # ---- avsm doctor -------------------------------------------------------------
 
 DOCTOR_ORDER = (EX_DATAERR, EX_CONFIG, EX_NOPERM, EX_CANTCREAT, EX_NOINPUT, EX_UNAVAILABLE)   # worst first
@@ -11062,8 +11122,7 @@ def doctor_checkpoints(home, found, kept, scan, ours):
 
 def verified_path(home):
     import hashlib
-    cache = os.environ.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache")
-    return os.path.join(cache, "avsm", "verified", hashlib.sha256(os.path.realpath(home).encode()).hexdigest()[:16])
+    return os.path.join(user_cache(), "verified", hashlib.sha256(os.path.realpath(home).encode()).hexdigest()[:16])
 
 
 def remember_verified(home, checkpoint):
@@ -11217,10 +11276,12 @@ def parent_pid(pid):
 
 def is_avsmd_argv(argv):
     """Whether a command line runs the daemon: a program named avsmd, `avsm.py avsmd`, or its cached start."""
-    if LOAD_AVSM in argv[1:5]:         # python [-S] [-P] -c LOAD_AVSM PATH PROGRAM ...
+    if LOAD_AVSM in argv[1:6]:         # python [-S] [-P] [-Xpycache_prefix=DIR] -c LOAD_AVSM PATH PROGRAM ...
         i = argv.index(LOAD_AVSM)
         return argv[i - 1] == "-c" and len(argv) > i + 2 and argv[i + 2] == "avsmd"
     for i, arg in enumerate(argv[:3]):
+        if i and arg.startswith("-"):          # python -SP DIR/avsmd: a wrapper of avsm link, by its #! line
+            continue
         stem = os.path.basename(arg).split(".")[0]
         if stem == "avsmd" or (arg == "avsmd" and i > 0):
             return True
@@ -11378,7 +11439,7 @@ CLIENT_COMMANDS = {
     "decide": cmd_decide,
     "doctor": cmd_doctor,
     "chart": cmd_chart,
-    "checkpoint": cmd_checkpoint, "try": None, "fleet": None, "bridge": None,
+    "checkpoint": cmd_checkpoint, "link": cmd_link, "try": None, "fleet": None, "bridge": None,
 }
 
 
@@ -11461,7 +11522,7 @@ def command_help(verb):
     return "\n".join(lines)
 
 
-OPTIONLESS_COMMANDS = ("add", "asks", "deny", "decide", "pause", "resume", "why", "try", "checkpoint")
+OPTIONLESS_COMMANDS = ("add", "asks", "deny", "decide", "pause", "resume", "why", "try", "checkpoint", "link")
 
 
 def take_option(args, option):

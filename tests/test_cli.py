@@ -19,7 +19,7 @@ import time
 
 import pytest
 
-from conftest import ROOT, Avsm, make_venture, processes_with, write
+from conftest import ROOT, Avsm, children, cmdline, make_venture, processes_with, write
 
 import avsm
 
@@ -716,3 +716,65 @@ def test_ci_runs_exactly_the_readmes_one_line_test_command():
     with open(os.path.join(ROOT, ".ci", "run")) as fh:
         lines = [line for line in fh.read().splitlines() if line.strip()]
     assert lines[-1] == block
+
+
+def test_link_starts_a_copied_avsm_from_cached_bytecode(workdir, home):
+    """issue 25 item 4: `python3 avsm.py link DIR` writes DIR/avsm and DIR/avsmd, which run the copied file from
+    bytecode cached under $XDG_CACHE_HOME/avsm even with PYTHONDONTWRITEBYTECODE set (nothing is written beside
+    the copy); the hints they print name them; avsmd started by one is found as avsmd and its warden shares the
+    cache; a newer copy of the same size and mtime is seen at once; a file link did not write is left alone (73);
+    link without a directory is a usage error (64). DIST-01 CLI-01"""
+    src, bin_, cache = (os.path.join(workdir, d) for d in ("copy", "bin", "cache"))
+    os.makedirs(src)
+    copy = os.path.join(src, "avsm.py")
+    shutil.copy(AVSM_PY, copy)
+    env = dict(os.environ, XDG_CACHE_HOME=cache, PYTHONDONTWRITEBYTECODE="1")
+    made = run([sys.executable, copy, "link", bin_], env=env)
+    assert made.returncode == 0, made.stderr
+    assert f"wrote {bin_}/avsm and {bin_}/avsmd" in made.stdout and "is not on your PATH" in made.stdout
+    avsm_, avsmd_ = os.path.join(bin_, "avsm"), os.path.join(bin_, "avsmd")
+    assert os.access(avsm_, os.X_OK) and os.access(avsmd_, os.X_OK)
+    pyc = os.path.join(cache, "avsm", "pycache", src.lstrip("/"), f"avsm.{sys.implementation.cache_tag}.pyc")
+    assert os.path.isfile(pyc), os.listdir(cache)
+    assert run([avsm_, "--version"], env=env).stdout.strip() == f"avsm {avsm.VERSION}"
+    assert os.listdir(src) == ["avsm.py"]                 # no __pycache__ beside the copy
+    missing = run([avsm_, "--home", home, "status"], env=env)
+    assert missing.returncode == 69 and f"start one with {avsmd_} --home {home}" in missing.stderr, missing.stderr
+
+    daemon = subprocess.Popen([avsmd_, "--home", home], env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+                              start_new_session=True)
+    try:
+        deadline = time.monotonic() + 15
+        while run([avsm_, "--home", home, "status"], env=env).returncode != 0:
+            assert daemon.poll() is None and time.monotonic() < deadline, daemon.stderr.read() if daemon.poll() else "slow"
+            time.sleep(0.1)
+        assert avsm.is_avsmd_argv(cmdline(daemon.pid).decode().split("\0")), cmdline(daemon.pid)
+        wardens = [p for p in children(daemon.pid) if b"warden" in cmdline(p)]
+        assert wardens and f"-Xpycache_prefix={cache}/avsm/pycache".encode() in cmdline(wardens[0])
+        assert avsm.avsmd_processes(home) == [daemon.pid]    # as doctor and a second avsmd find it
+    finally:
+        daemon.terminate()
+        daemon.wait(15)
+    assert os.listdir(src) == ["avsm.py"]
+
+    # a newer copy, of the same size and with the old one's times, is what runs next
+    st = os.stat(copy)
+    with open(copy) as fh:
+        text = fh.read()
+    newer = text.replace(f'VERSION = "{avsm.VERSION}"', 'VERSION = "9.9.9"', 1)
+    assert len(newer) == len(text) and newer != text
+    with open(copy, "w") as fh:
+        fh.write(newer)
+    os.utime(copy, ns=(st.st_atime_ns, st.st_mtime_ns))
+    assert run([avsm_, "--version"], env=env).stdout.strip() == "avsm 9.9.9"
+
+    # link again rewrites its own wrappers; a file it did not write stays, and so does the other wrapper
+    assert run([sys.executable, copy, "link", bin_], env=env).returncode == 0
+    with open(avsm_, "w") as fh:
+        fh.write("#!/bin/sh\necho mine\n")
+    refused = run([sys.executable, copy, "link", bin_], env=env)
+    assert refused.returncode == 73 and f"{avsm_} is there and avsm link did not write it" in refused.stderr
+    assert open(avsm_).read() == "#!/bin/sh\necho mine\n"
+    for args in ([], ["a", "b"], ["--force"]):
+        bad = run([sys.executable, copy, "link", *args], env=env)
+        assert bad.returncode == 64 and "usage: avsm link DIR" in bad.stderr, (args, bad.stderr)

@@ -385,17 +385,23 @@ def install_lines(path, prefix, marker):
 
 def test_contrib_install_steps_write_the_absolute_path_and_the_unit_verifies(bindir, workdir):
     """Issue 13 item 9 (EXAMPLE-07, EXAMPLE-08): the service managers do not see a venv, pipx or ~/.local/bin, so
-    the install steps in contrib/ write avsmd's absolute path (`command -v avsmd`, or python3 and the copied
-    avsm.py's path) into the unit and the plist; the installed unit still passes systemd-analyze verify, and does
+    the install steps in contrib/ write avsmd's absolute path (`command -v avsmd`, or the ~/.local/bin/avsmd that
+    avsm link writes for a copied avsm.py, issue 25 item 4) into the unit and the plist; the installed unit still passes systemd-analyze verify, and does
     not restart on 78 (a config or Python that does not hold) or 64."""
     unit = os.path.join(ROOT, "contrib", "avsmd.service")
     steps = install_lines(unit, "#   ", "sed ")
-    assert len(steps) == 2 and "command -v avsmd" in steps[0] and "avsm.py avsmd" in steps[1], steps
+    assert len(steps) == 2 and "command -v avsmd" in steps[0] and "$HOME/.local/bin/avsmd" in steps[1], steps
     fake_home = os.path.join(workdir, "u")
     os.makedirs(os.path.join(fake_home, ".config", "systemd", "user"))
     env = dict(os.environ, HOME=fake_home, PATH=bindir + os.pathsep + os.environ.get("PATH", ""))
+    env.pop("XDG_CACHE_HOME", None)
     installed = os.path.join(fake_home, ".config", "systemd", "user", "avsmd.service")
-    for step, want in ((steps[0], os.path.join(bindir, "avsmd")), (steps[1], f" {ROOT}/avsm.py avsmd")):
+    # the copied-file path: avsm link writes ~/.local/bin/avsmd first, as the unit's comment says
+    assert "`python3 avsm.py link ~/.local/bin`" in open(unit).read()
+    linked = subprocess.run([sys.executable, "avsm.py", "link", "~/.local/bin"], cwd=ROOT, env=env,
+                            capture_output=True, text=True)
+    assert linked.returncode == 0, linked.stderr
+    for step, want in ((steps[0], os.path.join(bindir, "avsmd")), (steps[1], f"{fake_home}/.local/bin/avsmd")):
         r = subprocess.run(["sh", "-c", step], cwd=ROOT, env=env, capture_output=True, text=True)
         assert r.returncode == 0, r.stderr
         text = open(installed).read()
@@ -407,7 +413,7 @@ def test_contrib_install_steps_write_the_absolute_path_and_the_unit_verifies(bin
             assert v.returncode == 0, v.stdout + v.stderr
     plist = os.path.join(ROOT, "contrib", "io.aesv.avsmd.plist")
     steps = install_lines(plist, "    ", "plutil -replace ProgramArguments")
-    assert len(steps) == 2 and "command -v avsmd" in steps[0] and "avsm.py" in steps[1], steps
+    assert len(steps) == 2 and "command -v avsmd" in steps[0] and "$HOME/.local/bin/avsmd" in steps[1], steps
     import plistlib
     with open(plist, "rb") as fh:
         assert plistlib.load(fh)["Label"] == "io.aesv.avsmd"
