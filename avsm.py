@@ -2672,7 +2672,7 @@ class VentureState:
 
     def side(self, name):
         """A controller side: armed (deadband), its streak of crossed reports (hold), asked in this excursion."""
-        return self.sides.setdefault(name, {"armed": True, "streak": [], "asked": False, "stuck": None})
+        return self.sides.setdefault(name, {"armed": True, "streak": [], "asked": False, "stuck": None, "seen": False})
 
 
 def text_sha256(text):
@@ -2769,6 +2769,8 @@ def fold(state, seq, at, record):
             state.misses[asked.get("lever")] = 0
         elif kind == "denial" and lever and asked.get("about") != "interrupted":
             state.approvals[lever] = 0          # "it did not happen" denies no lever
+        if kind != "resolved" and asked.get("about") == "stuck" and asked.get("side"):
+            state.side(asked["side"])["seen"] = True    # a person has seen this excursion stuck: no ask again in it
         if state.implausible_ask == record.get("ask"):
             state.implausible_ask = None
             state.implausible_answered = kind != "resolved"     # asked once in this stretch, answered or not
@@ -2842,7 +2844,7 @@ def fold_report(state, seq, at, record):
         if crossed(way, bound, value):
             side["streak"].append(seq)
         else:
-            side["streak"], side["asked"], side["stuck"] = [], False, None      # back inside: the excursion is over
+            side.update(streak=[], asked=False, stuck=None, seen=False)      # back inside: the excursion is over
 
 
 def crossed(way, bound, value):
@@ -4694,7 +4696,8 @@ def basis_now(state, lever, basis, guard):
 
 def stuck_rule(state, side, lever, reports, reason, clears_at, why):
     """The controller's lever cannot run for `reason` until `clears_at` (or a person acts): once per excursion
-    and reason, a refusal saying so and the way out, and one ask so a person is told."""
+    and reason, a refusal saying so and the way out, and one ask so a person is told, unless a person has just
+    answered in this excursion (the lever's ask, reason `asked`, or a stuck ask): then the refusal is a notice."""
     if state.side(side).get("stuck") == reason:
         return                      # written once in this excursion already
     way_out = STUCK_WAY_OUT[reason].format(venture=state.name, lever=lever)
@@ -4702,10 +4705,11 @@ def stuck_rule(state, side, lever, reports, reason, clears_at, why):
     yield Write({"kind": "refusal", "claim": "measured", "venture": state.name, "lever": lever, "by": "controller",
                  "side": side, "why": why + when, "reports": reports, "stuck": reason, "clears_at": clears_at,
                  "summary": f"{lever} refused, {state.name} is stuck: {why}{when}; {way_out}"})
-    if not any(a.get("about") == "stuck" and a.get("side") == side for a in state.open_asks.values()):
+    if reason != "asked" and not state.side(side)["seen"] and \
+            not any(a.get("about") == "stuck" and a.get("side") == side for a in state.open_asks.values()):
         yield Write({"kind": "ask", "claim": "measured", "venture": state.name, "about": "stuck", "by": "self",
                      "lever": lever, "side": side, "reason": reason, "clears_at": clears_at,
-                     "question": f"{state.name} is stuck past its bound: {why}{when}. {way_out[0].upper() + way_out[1:]}. "
+                     "question": f"{state.name} is stuck past its bound: {why}{when}; the way out: {way_out}. "
                                  "Approve or deny to say you have seen it; nothing runs on the answer",
                      "summary": f"{state.name} is stuck: {lever} cannot run ({reason}){when}"})
 
@@ -5194,6 +5198,9 @@ def notice_of(seq, record):
         if record.get("lever"):
             notice["lever"] = record["lever"]
         return notice
+    if kind == "refusal" and record.get("stuck") == "asked":    # stuck after a person's answer: told, not asked
+        return {"kind": "stuck", "venture": venture, "seq": seq, "summary": record["summary"], "lever": record["lever"],
+                "answer": f"avsm propose {venture} {record['lever']}"}
     if kind == "pause" and record["claim"] == "measured":     # a guard's or the stop lever's: no person did it
         return {"kind": "pause", "venture": venture, "seq": seq, "summary": record["summary"],
                 "guard": record.get("guard"), "answer": f"avsm resume {venture}"}

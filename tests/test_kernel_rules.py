@@ -245,6 +245,34 @@ def test_stuck_at_the_cap_is_written_once_with_when_it_clears_and_one_ask():
     assert kinds(done) == [("Write", "resolved")] and not [a for a in led.state.open_asks.values() if a["about"] == "stuck"]
 
 
+def test_an_answered_stuck_ask_is_not_asked_again_in_its_excursion():
+    """Issue 22 item 3: a person who answered a stuck ask has seen it: when the reason changes within the same
+    excursion (the cap, then the budget) the refusal is written, and no new ask; back inside and out again, a
+    new excursion asks again. The question's way out reads as a command to paste, lowercase."""
+    led = Ledger(GUARDED % "pause")
+    for _ in range(2):
+        seq = led.add(report(12))
+        led.drive(avsm.settle_round(led.state, seq))
+        led.add(outcome("lower", led.seq))
+        led.add(report(5))
+    seq = led.add(report(12))
+    done = led.drive(avsm.settle_round(led.state, seq))
+    assert kinds(done) == [("Gate", "lower"), ("Write", "refusal"), ("Write", "ask")]
+    assert "; the way out: raise the cap in mandate.yaml" in done[2][1]["question"]
+    led.add(done[1][1])
+    ask = led.add(done[2][1])
+    led.add({"kind": "denial", "claim": "declared", "venture": V, "ask": ask, "summary": "seen"})
+    assert led.state.side("above")["seen"]
+    led.state.side("above")["stuck"] = "budget"               # as if the budget had held it before
+    seq = led.add(report(13))
+    done = led.drive(avsm.settle_round(led.state, seq))
+    assert kinds(done) == [("Gate", "lower"), ("Write", "refusal")], done
+    led.add(done[1][1])
+    seq = led.add(report(5))
+    led.drive(avsm.settle_round(led.state, seq))
+    assert not led.state.side("above")["seen"], "back inside: the excursion is over"
+
+
 def test_controller_asks_once_per_excursion():
     """LEVER-04, ASK-02 (one ask per excursion, DESIGN): an irreversible lever the controller wants asks once;
     further reports in the same excursion ask nothing, answered or not; back inside, the next excursion asks."""
@@ -258,12 +286,14 @@ def test_controller_asks_once_per_excursion():
     led.add({"kind": "denial", "claim": "declared", "venture": V, "ask": ask, "lever": "wipe", "summary": "no"})
     seq = led.add(report(14))
     done = led.drive(avsm.settle_round(led.state, seq))      # stuck: asked once, answered (issue 14 item 1)
-    assert kinds(done) == [("Gate", "wipe"), ("Write", "refusal"), ("Write", "ask")]
+    assert kinds(done) == [("Gate", "wipe"), ("Write", "refusal")], "a person who has just answered is not asked again"
     assert done[1][1]["stuck"] == "asked" and "avsm propose v wipe" in done[1][1]["summary"]
+    notice = avsm.notice_of(led.seq + 1, done[1][1])          # issue 22 item 3: told once, as a notice
+    assert notice["kind"] == "stuck" and notice["answer"] == "avsm propose v wipe"
     seq = led.add(report(15))
     assert kinds(led.drive(avsm.settle_round(led.state, seq))) == [("Gate", "wipe")]
     seq = led.add(report(5))
-    assert kinds(led.drive(avsm.settle_round(led.state, seq))) == [("Write", "resolved")]
+    assert kinds(led.drive(avsm.settle_round(led.state, seq))) == [], "no stuck ask was written, so none settles"
     seq = led.add(report(12))
     assert kinds(led.drive(avsm.settle_round(led.state, seq))) == [("Gate", "wipe"), ("Write", "ask")]
 

@@ -38,3 +38,36 @@ def test_a_venture_at_its_cap_is_stuck_once_and_says_so(av, workdir):
     assert "avsm propose queue flush" in status.stdout
     asks_out = av.cli("asks")
     assert f"#{asks[0][0]}" in asks_out.stdout
+
+
+IRREVERSIBLE = """\
+purpose: Keep the tank under ten.
+metric: level
+controller: {kind: threshold, above: 10, action: drain}
+cadence: 1s
+permitted:
+  - {name: drain, run: ./drain, cap: 2/hour, reversible: false}
+"""
+
+
+def test_a_denied_ask_is_not_followed_by_an_ask_about_it(av, workdir):
+    """Issue 22 item 3: after `avsm deny N` of the controller's ask, the venture is stuck (asked once, answered)
+    and says so once, as a refusal and a notice, with no new ask over the reports that follow; `avsm asks`
+    is empty; status names the way out."""
+    d = make_venture(workdir, "tank", IRREVERSIBLE, {"report": "#!/bin/sh\necho 20\n", "drain": "#!/bin/sh\nexit 0\n"})
+    av.start()
+    assert av.cli("add", d).returncode == 0
+    of = lambda rs, kind: [(s, r) for s, _, r in rs if r["kind"] == kind and r["venture"] == "tank"]
+    recs = av.wait_for(lambda rs: of(rs, "ask") and rs, timeout=20, what="the controller's ask")
+    (ask, _), = of(recs, "ask")
+    denied = av.cli("deny", str(ask))
+    assert denied.returncode == 0, denied.stderr
+    after = av.wait_for(lambda rs: len([s for s, r in of(rs, "report") if s > ask]) >= 5 and rs, timeout=30,
+                        what="five reports after the denial")
+    assert [s for s, _ in of(after, "ask")] == [ask], [r["summary"] for _, r in of(after, "ask")]
+    refusals = [r for s, r in of(after, "refusal") if s > ask]
+    assert len(refusals) == 1 and refusals[0]["stuck"] == "asked", [r["summary"] for r in refusals]
+    assert "avsm propose tank drain" in refusals[0]["summary"]
+    assert av.cli("asks").stdout.strip() == "no open asks", av.cli("asks").stdout
+    status = av.cli("status").stdout
+    assert "tank: stuck" in status and "avsm propose tank drain" in status, status
