@@ -4715,10 +4715,12 @@ def stuck_rule(state, side, lever, reports, reason, clears_at, why):
 
 
 def unstick_rule(state, side, why):
-    """The stuck ask of `side` is settled once its lever runs again or the excursion ends."""
+    """The stuck ask of `side` is settled once its lever runs again or the excursion ends, or by the mandate
+    that replaced the one it was asked under (which starts the venture's sides afresh)."""
     for seq, ask in list(state.open_asks.items()):
         if ask.get("about") == "stuck" and ask.get("side") == side:
-            yield Write(resolved_record(state, seq, why))
+            yield Write(resolved_record(state, seq, why if seq > state.mandate_seq else
+                                        f"mandate #{state.mandate_seq} replaced the one it was asked under"))
 
 
 def proposal_rule(state, seq, choice, by, backend, content_why=None, held=None):
@@ -8031,7 +8033,10 @@ class Warden:
         for state in self.ventures.values():
             if seq in state.open_asks:
                 return state, seq, state.open_asks[seq]
-        raise Fail(EX_DATAERR, f"#{seq} is not an open ask; avsm asks lists them")
+        answer = next((a for a in records_citing(self.ledger.db, "ask", seq) if a[2]["kind"] in ANSWER_WORDS), None) \
+            if type(seq) is int else None
+        raise Fail(EX_DATAERR, f"ask #{seq} is answered already: {ANSWER_WORDS[answer[2]['kind']]} "
+                               f"(#{answer[0]}: {answer[2]['summary']}); avsm asks lists the open asks" if answer else f"#{seq} is not an open ask; avsm asks lists them")
 
     def do_approve(self, args, err):
         state, seq, ask = self.find_ask(args)
@@ -9683,12 +9688,13 @@ def what_followed(db, seq, record, home):
 
     kind = record.get("kind")
     if kind == "ask":
-        answers = [a for a in records_citing(db, "ask", seq) if a[2].get("kind") in ("approval", "denial", "refusal")]
+        answers = [a for a in records_citing(db, "ask", seq) if a[2].get("kind") in ("refusal", *ANSWER_WORDS)]
         for a_seq, a_at, answer in answers:
-            lines.append("  answered by " + format_record_line(a_seq, a_at, answer))
+            lines.append(("  settled by " if answer["kind"] == "resolved" else "  answered by ")
+                         + format_record_line(a_seq, a_at, answer))
             if answer.get("kind") == "approval":
                 runs("approval", a_seq, "    ")
-        if not any(a[2].get("kind") in ("approval", "denial") for a in answers):
+        if not any(a[2].get("kind") in ANSWER_WORDS for a in answers):
             lines.append(f"  not answered yet: {client_command(home)} approve {seq} or deny {seq}")
     elif kind == "approval":
         runs("approval", seq, "  ")

@@ -433,7 +433,8 @@ def test_one_ask_per_excursion_answered_or_not(av, workdir):
     """One ask per excursion, not one per report: once the controller asked to run an irreversible lever,
     it asks no more while the metric stays past the bound, whether the ask is denied or approved (and the
     lever ran without bringing it back); a trusted report back inside ends the excursion, and the next one
-    asks again. ASK-01 ASK-02 CTRL-02 open point 25"""
+    asks again; the stuck state an answered ask leaves is a refusal, not one more ask. ASK-01 ASK-02 CTRL-02
+    open point 25"""
     d = dial(workdir, "dial", threshold(reversible="false"), value="50", lower="#!/bin/sh\necho ran >> ran\n")
     av.start()
     av.cli("add", d)
@@ -442,7 +443,7 @@ def test_one_ask_per_excursion_answered_or_not(av, workdir):
     denied = av.records()[-1][0]
     av.wait_for(lambda rs: len([s for s, r in of(rs, "report") if s > denied]) >= 2, timeout=10, what="two reports")
     asks = of(av.records(), "ask")
-    assert [r["about"] for _, r in asks] == ["lever", "stuck"], "asked again in the same excursion after a denial"
+    assert [r["about"] for _, r in asks] == ["lever"], "asked again in the same excursion after a denial"
     set_value(d, 5)
     back = av.wait_for(lambda rs: [s for s, r in of(rs, "report") if r["value"] == 5], timeout=10, what="back inside")[0]
     set_value(d, 50)
@@ -453,7 +454,9 @@ def test_one_ask_per_excursion_answered_or_not(av, workdir):
     av.wait_for(lambda rs: len([s for s, r in of(rs, "report") if s > ran]) >= 2, timeout=10, what="two reports")
     asks = [r["about"] for _, r in of(av.records(), "ask")]
     assert asks.count("lever") == 2, "asked again in the same excursion after the approved run"
-    assert asks.count("stuck") == 2, "stuck once in each excursion whose ask was answered"
+    assert "stuck" not in asks, "a person who has just answered is not asked about it (issue 22 item 3)"
+    stuck = [r for _, r in of(av.records(), "refusal") if r.get("stuck") == "asked"]
+    assert len(stuck) == 2, "stuck once in each excursion whose ask was answered, said by a refusal"
 
 
 def test_deny_and_paused_approve(av, workdir):

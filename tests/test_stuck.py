@@ -71,3 +71,31 @@ def test_a_denied_ask_is_not_followed_by_an_ask_about_it(av, workdir):
     assert av.cli("asks").stdout.strip() == "no open asks", av.cli("asks").stdout
     status = av.cli("status").stdout
     assert "tank: stuck" in status and "avsm propose tank drain" in status, status
+
+
+def test_a_stuck_ask_settled_by_a_new_mandate_names_it_and_why_and_approve_agree(av, workdir):
+    """Issue 22 item 4: a stuck ask settled because the mandate was added again (its cap raised) says so, not
+    that the metric is back inside (it is not); `avsm why` of the ask says it was settled and by what record,
+    and `avsm approve` of it is refused (65) naming that same record."""
+    d = make_venture(workdir, "queue", CAPPED, {"report": "#!/bin/sh\necho 761\n", "flush": "#!/bin/sh\nexit 0\n"})
+    av.start()
+    assert av.cli("add", d).returncode == 0
+    of = lambda rs, kind: [(s, r) for s, _, r in rs if r["kind"] == kind and r["venture"] == "queue"]
+    recs = av.wait_for(lambda rs: of(rs, "ask") and rs, timeout=30, what="the stuck ask")
+    (ask, record), = of(recs, "ask")
+    assert record["about"] == "stuck"
+    with open(os.path.join(d, "mandate.yaml"), "w") as fh:
+        fh.write(CAPPED.replace("cap: 2/hour", "cap: 20/hour"))
+    assert av.cli("add", d).returncode == 0
+    recs = av.wait_for(lambda rs: of(rs, "resolved") and rs, timeout=20, what="the ask settled")
+    (mandate, _), = of(recs, "mandate")[-1:]
+    (settled, resolved), = of(recs, "resolved")
+    assert resolved["ask"] == ask and resolved["summary"] == \
+        f"ask #{ask} settled: mandate #{mandate} replaced the one it was asked under", resolved["summary"]
+    why = av.cli("why", str(ask))
+    assert why.returncode == 0 and f"settled by #{settled}" in why.stdout and "not answered yet" not in why.stdout, why.stdout
+    approve = av.cli("approve", str(ask))
+    assert approve.returncode == 65, approve
+    assert f"ask #{ask} is answered already: settled by avsm (#{settled}: " in approve.stderr, approve.stderr
+    ran = av.wait_for(lambda rs: len(of(rs, "action")) >= 3 and rs, timeout=20, what="a run under the raised cap")
+    assert len(of(ran, "action")) >= 3
