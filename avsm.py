@@ -3857,9 +3857,10 @@ def world_step_result(mandate, oversized, ended_by, status, out, err):
 
 def world_input(state, lever, seed, now):
     """The world command's standard input (open point 38): its last state, the lever imagined, a seed, the
-    time, and the last HISTORY trusted reports as stored (never an implausible or failed one)."""
+    time, the last HISTORY trusted reports as stored (never an implausible or failed one), and what a
+    forecast's path has imagined so far (none here: this step is from the measured report)."""
     return {"state": state.world_state, "lever": lever, "seed": seed, "time": int(now),
-            "reports": [{"seq": s, "at": a, "value": v} for s, a, v in state.world_reports]}
+            "reports": [{"seq": s, "at": a, "value": v} for s, a, v in state.world_reports], "imagined": []}
 
 
 def world_rule(state, report_seq, lever, outputs, failure):
@@ -3890,7 +3891,8 @@ def forecast_world_paths(facts, step, calls=WORLD_FORECAST_CALLS):
     {"too_little": why}. `step(input)` runs one world step and returns (output, None) or (None, why).
 
     Each of `seeds` paths steps the world at the venture's cadence from its last state and the trusted
-    reports, each imagined report joining the reports of the next step; where the controller would run a
+    reports, which every step is given as stored, its own imagined values apart in `imagined` (at most
+    HISTORY, the latest last: a world tells measured history from its own simulation); where the controller would run a
     lever, within its cap, the next step is told that lever. With `facts["first"]` naming a lever, each path's
     first step is told it (one run now, as the packet shows). Seeds x steps calls are capped at `calls`: past
     it the horizon is cut, and the result says so in `cut`."""
@@ -3901,18 +3903,18 @@ def forecast_world_paths(facts, step, calls=WORLD_FORECAST_CALLS):
     steps = min(total, max(1, calls // seeds))
     ends = []
     for s in range(seeds):
-        state, reports, at = facts["world_state"], list(facts["reports"]), facts["time"]
+        state, reports, imagined, at = facts["world_state"], facts["reports"][-HISTORY:], [], facts["time"]
         value = reports[-1]["value"] if reports else 0.0
         allowance = {lever: 0.0 for _, _, lever in facts["sides"]}
         lever = facts.get("first")
         for i in range(steps):
             at += cadence
             out, why = step({"state": state, "lever": lever, "seed": s * steps + i, "time": int(at),
-                             "reports": reports[-HISTORY:]})
+                             "reports": reports, "imagined": imagined[-HISTORY:]})
             if why:
                 return {"too_little": f"the world failed a step of the forecast: {why}"}
             state, value, lever = out["state"], out["metric"], None
-            reports.append({"seq": None, "at": int(at), "value": value})
+            imagined.append({"at": int(at), "value": value})
             for way, bound, name in facts["sides"]:
                 count, period = facts["levers"][name]["cap"]
                 allowance[name] = min(count, allowance[name] + count * cadence / period)

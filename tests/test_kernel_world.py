@@ -205,14 +205,14 @@ def test_capacity_against_the_drift():
 
 def test_a_forecast_through_the_world_steps_each_seed_and_names_the_lever_the_controller_would_run():
     """Item 6, open point 39: each seed's path steps the world from its state and the reports, each imagined
-    report joining the next step's reports; past the bound (5), within lower's cap (60/minute: never short
+    value joining the next step's `imagined` (issue 22 item 8: `reports` stays the trusted reports as stored); past the bound (5), within lower's cap (60/minute: never short
     at 10 s), the next step is told lower: from 2, 3 4 5 6 | lower 3 4 5 6 | lower 3 4 5 6. With 1/hour, no run has
     accrued within two minutes, so none is imagined. 2 seeds x 12 steps (2 minutes at 10 s) fit under the cap."""
     calls = []
 
     def step(given):
         calls.append(given)
-        value = given["reports"][-1]["value"] + (-3 if given["lever"] == "lower" else 1)
+        value = (given["imagined"] or given["reports"])[-1]["value"] + (-3 if given["lever"] == "lower" else 1)
         return {"state": (given["state"] or 0) + 1, "metric": value, "guards": {}}, None
 
     facts = {"cadence": 10, "seeds": 2, "days": 120 / 86400, "sides": [["above", 5, "lower"]],
@@ -222,7 +222,10 @@ def test_a_forecast_through_the_world_steps_each_seed_and_names_the_lever_the_co
     assert len(calls) == 24 and "cut" not in result
     first = calls[:12]
     assert [c["state"] for c in first] == [None] + list(range(1, 12))
-    assert [c["reports"][-1]["seq"] for c in first[1:]] == [None] * 11 and first[0]["reports"][-1]["seq"] == 7
+    # issue 22 item 8: every step is told the trusted reports as stored, and its path's own values apart
+    assert all(c["reports"] == [{"seq": 7, "at": 990, "value": 2}] for c in calls)
+    assert [len(c["imagined"]) for c in first] == list(range(12)) and first[0]["imagined"] == []
+    assert first[3]["imagined"] == [{"at": 1010, "value": 3}, {"at": 1020, "value": 4}, {"at": 1030, "value": 5}]
     assert [c["time"] for c in first[:2]] == [1010, 1020]
     assert [i for i, c in enumerate(first) if c["lever"] == "lower"] == [4, 8]
     assert result["median"] == result["p10"] == result["p90"] == 6

@@ -86,7 +86,7 @@ def test_a_world_command_predicts_each_trusted_report(av, workdir):
         assert "unnamed" not in json.dumps(p) and "extra" not in json.dumps(p)
     with open(os.path.join(d, "inputs")) as fh:
         inputs = [json.loads(line) for line in fh]
-    assert set(inputs[0]) == {"state", "lever", "seed", "time", "reports"}
+    assert set(inputs[0]) == {"state", "lever", "seed", "time", "reports", "imagined"} and inputs[0]["imagined"] == []
     assert inputs[0]["state"] is None and inputs[0]["lever"] is None
     assert isinstance(inputs[0]["seed"], int) and abs(inputs[0]["time"] - time.time()) < 60
     assert set(inputs[0]["reports"][0]) == {"seq", "at", "value"}
@@ -304,8 +304,12 @@ def test_the_forecast_at_add_steps_the_world_with_its_calls_capped(av, workdir):
     for name in os.listdir(os.path.join(d, "in")):
         with open(os.path.join(d, "in", name)) as fh:
             steps.append(json.loads(fh.read()))
-    imagined = [s for s in steps if s["reports"] and s["reports"][-1]["seq"] is None]
+    imagined = [s for s in steps if s["imagined"]]
     assert len(imagined) >= 390 and all(s["state"] == {"k": 1} for s in imagined), len(imagined)
+    # issue 22 item 8: reports are the trusted reports as stored, every step; the path's own values apart
+    records = {seq: x for seq, _, x in av.records()}
+    assert all(r["seq"] is not None and records[r["seq"]]["status"] == "trusted" for s in steps for r in s["reports"])
+    assert all(set(v) == {"at", "value"} and v["value"] == 7 for s in imagined for v in s["imagined"])
 
 
 # A world that knows what a run of lower does: told it (or remembering it in its state), the metric is 555.
