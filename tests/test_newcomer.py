@@ -457,22 +457,31 @@ def test_purge_example_asks_before_its_irreversible_lever(bindir, home, tmpdir_e
 
 
 def test_guarded_example_pauses_on_its_guard(bindir, home, tmpdir_env):
-    """Issue 13 item 5 (EXAMPLE-01, GUARD-01): examples/guarded has a guard: errors past 3 pause the venture, and
-    status says so; ./clear sets the errors back."""
-    av = Avsm(bindir, home, env=tmpdir_env)
+    """Issue 13 item 5 and issue 22 item 6 (EXAMPLE-01, GUARD-01): examples/guarded does what the README says, in
+    its order: the queue grows and drain empties it, then errors past 6 pause the venture, and status says so;
+    its state is per home, so a second home starts it from the beginning; ./clear, given the home, sets the
+    errors back."""
     d = os.path.join(EXAMPLES, "guarded")
-    try:
-        av.start()
-        # the errors rise one a reading from 0; start them at 3 so the first reading (4) is past the bound
-        r = subprocess.run(["sh", "-c", "./clear && state=$(sed -n 's/^state=//p' errors | head -1); eval state=$state; "
-                            "echo 3 > \"$state.errors\""], cwd=d, env=dict(os.environ, **tmpdir_env), capture_output=True, text=True)
-        assert r.returncode == 0, r.stderr
-        assert av.cli("add", d).returncode == 0
-        av.wait_for(lambda rs: records_of(av, "pause", "guarded"), what="the guard's pause")
-        status = av.cli("status").stdout
-        assert "guarded: paused" in status and "guard errors: #" in status and "past its bound" in status, status
-    finally:
-        av.stop()
+    for h in (home, home + "2"):
+        av = Avsm(bindir, h, env=tmpdir_env)
+        try:
+            av.start()
+            assert av.cli("add", d).returncode == 0
+            av.wait_for(lambda rs: records_of(av, "pause", "guarded"), timeout=40, what="the guard's pause")
+            status = av.cli("status").stdout
+            assert "guarded: paused" in status and "guard errors: #" in status and "past its bound" in status, status
+            (drain, _), = records_of(av, "action", "guarded")
+            (pause, record), = records_of(av, "pause", "guarded")
+            assert drain < pause and record["guard"] == "errors", (drain, pause)
+            values = [r["value"] for _, r in records_of(av, "report", "guarded")]
+            assert values[:8] == [5, 10, 15, 20, 25, 5, 10, 15], values
+        finally:
+            av.stop()
+    r = subprocess.run(["./clear"], cwd=d, env=dict(os.environ, AVSM_HOME=home, **tmpdir_env), capture_output=True)
+    assert r.returncode == 0
+    state = [f for f in os.listdir(tmpdir_env["TMPDIR"]) if f.endswith(".errors")]
+    assert len(state) == 2, state                 # one per home
+    assert sorted(open(os.path.join(tmpdir_env["TMPDIR"], f)).read().strip() for f in state)[0] == "-1"
 
 
 def test_thermostat_example_a_model_on_a_deterministic_command_backend(bindir, home, tmpdir_env):
