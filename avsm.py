@@ -8021,14 +8021,7 @@ class Warden:
                                    bool(args.get("verbose")), bool(args.get("ascii")))
 
     def do_asks(self, args, err):
-        lines = []
-        for name in sorted(self.ventures):
-            for seq, ask in sorted(self.ventures[name].open_asks.items()):
-                lines.append(f"#{seq} {name} {ask.get('lever') or '-'} {ask.get('question', ask['summary'])}")
-                if ask.get("payload") is not None:
-                    payload = ask["payload"] if isinstance(ask["payload"], str) else json.dumps(ask["payload"], indent=2)
-                    lines += ["    " + line for line in payload.splitlines()]
-        return lines or ["no open asks"]
+        return asks_view(self.ventures)
 
     def find_ask(self, args):
         seq = args.get("ask")
@@ -8334,6 +8327,19 @@ def status_row(state, now, keep=None, cfg=None, ascii=False):
         asks += "  calibration: " + (describe_rolling(*rolling_scores(state.scores)) if state.scores else "none scored yet")
     return StatusRow(state.name, condition, last, now - state.trusted_at if last is not None else None,
                      sparkline([v for _, v in state.trusted[-SPARK_WIDTH:]], ascii), levers, asks, why)
+
+
+def asks_view(states):
+    """Return the lines of `avsm asks`: `#SEQ  VENTURE  LEVER  question` for each open ask, any proposed content
+    under it."""
+    lines = []
+    for name in sorted(states):
+        for seq, ask in sorted(states[name].open_asks.items()):
+            lines.append(f"#{seq}  {name}  {ask.get('lever') or '-'}  {ask.get('question', ask['summary'])}")
+            if ask.get("payload") is not None:
+                payload = ask["payload"] if isinstance(ask["payload"], str) else json.dumps(ask["payload"], indent=2)
+                lines += ["    " + line for line in payload.splitlines()]
+    return lines or ["no open asks"]
 
 
 def format_status_rows(rows):
@@ -9210,21 +9216,27 @@ def cmd_status(home, options, names):
     args = {"verbose": verbose, "ascii": not utf8_output()}
     if names:
         args["venture"] = names[0]
+    return cmd_offline(home, "status", args, lambda home, args: ask_daemon(home, "status", args))
+
+
+def cmd_offline(home, verb, args, ask):
+    """Run `ask(home, args)`, the request of status or asks; with no avsmd answering, print what the ledger
+    holds for it instead, and still exit 69."""
     try:
-        code = ask_daemon(home, "status", args)
+        code = ask(home, args)
     except Fail as fail:
         if fail.code != EX_UNAVAILABLE:
             raise
-        show_ledger_status(home, args)
+        show_ledger_view(home, verb, args)
         raise
     if code == EX_UNAVAILABLE:          # avsmd answered that it is stopping
-        show_ledger_status(home, args)
+        show_ledger_view(home, verb, args)
     return code
 
 
-def show_ledger_status(home, args):
-    """With no avsmd answering, print the status the ledger holds (read-only), saying so first; a home with no
-    ledger, or none with a venture, prints nothing (standard error says why no avsmd answers)."""
+def show_ledger_view(home, verb, args):
+    """With no avsmd answering, print the status or the open asks the ledger holds (read-only), saying so first;
+    a home with no ledger, or none with a venture, prints nothing (standard error says why no avsmd answers)."""
     import sqlite3
     path = os.path.join(home, "ledger.db")
     if not os.path.isfile(path):
@@ -9237,11 +9249,12 @@ def show_ledger_status(home, args):
             last = (seq, at)
         db.close()
     except (sqlite3.Error, ValueError, KeyError, TypeError, Fail) as err:    # not readable either: say so, keep the 69
-        sys.stderr.write(f"avsm: and the ledger cannot be read for its status: {shown(str(err))}; avsm doctor says more\n")
+        sys.stderr.write(f"avsm: and the ledger cannot be read for its {verb}: {shown(str(err))}; avsm doctor says more\n")
         return
     if not any(s.mandate_seq is not None for s in states.values()):
         return
-    lines = status_view(states, time.time(), None, None, args.get("venture"), args["verbose"], args["ascii"])
+    lines = asks_view(states) if verb == "asks" else \
+        status_view(states, time.time(), None, None, args.get("venture"), args["verbose"], args["ascii"])
     try:
         out(f"avsmd is not running: nothing runs; this is what the ledger holds, to #{last[0]} at {format_local_time(last[1])}")
         for line in lines:
@@ -11444,7 +11457,7 @@ CLIENT_COMMANDS = {
     "status": cmd_status,
     "summary": cmd_summary,
     "tail": cmd_tail,
-    "asks": cmd_simple("asks", "asks"),
+    "asks": lambda home, args: cmd_offline(home, "asks", args, cmd_simple("asks", "asks")),
     "approve": cmd_approve,
     "deny": cmd_simple("deny", "deny ASK", "ask"),
     "pause": cmd_simple("pause", "pause VENTURE", "venture"),

@@ -312,7 +312,8 @@ def test_counter_example_resets_with_proof(bindir, home, workdir):
     a = Avsm(bindir, home, env={"TMPDIR": tmp})
     a.start()
     try:
-        cksum = subprocess.run("pwd | cksum | cut -d' ' -f1", shell=True, cwd=d, capture_output=True, text=True).stdout.strip()
+        cksum = subprocess.run('echo "$AVSM_HOME $(pwd)" | cksum | cut -d" " -f1', shell=True, cwd=d, capture_output=True,
+                               text=True, env=dict(os.environ, AVSM_HOME=home)).stdout.strip()      # its state, per home
         write(os.path.join(tmp, f"avsm-counter-{os.getuid()}-{cksum}"), "9\n")
         assert a.cli("add", d).returncode == 0
         recs = a.wait_for(lambda rs: of(rs, "outcome") and rs, timeout=25, what="the reset's outcome")
@@ -417,7 +418,7 @@ def test_irreversible_asks_once_then_approve_runs_it(av, workdir):
     (ask_seq, ask), = of(recs, "ask")
     assert ask["lever"] == "lower" and not of(recs, "action")
     listed = av.cli("asks")
-    assert listed.stdout.startswith(f"#{ask_seq} dial lower")
+    assert listed.stdout.startswith(f"#{ask_seq}  dial  lower  ")
     run = av.cli("approve", str(ask_seq))
     assert run.returncode == 0, run.stderr
     recs = av.wait_for(lambda rs: of(rs, "outcome") and rs, timeout=10, what="the outcome")
@@ -688,3 +689,22 @@ reports fail, naming the directory that has gone. There is no
     recs = av.wait_for(lambda rs: [r for s, r in of(rs, "report", "dial") if s > mandates[-1][0] and r["value"] == 4]
                        and rs, timeout=10, what="dial reading from its new directory")
     assert [r["value"] for s, r in of(recs, "report", "dial") if s < mandates[-1][0]][0] == 3, "its old records stay"
+
+
+def test_asks_with_avsmd_stopped_reads_the_ledger_and_still_exits_69(av, workdir):
+    """Issue 22 item 9: `avsm asks` with avsmd stopped says so and lists the open asks the ledger holds, as
+    status does, in separate columns (#SEQ, venture, lever, question), and still exits 69; a home with no
+    ledger prints only why no avsmd answers. CLI-04 ASK-05"""
+    d = dial(workdir, "dial", threshold(reversible="false"), value="50", lower=LOWER)
+    av.start()
+    av.cli("add", d)
+    (ask_seq, ask), = av.wait_for(lambda rs: of(rs, "ask"), timeout=10, what="an ask")
+    live = av.cli("asks").stdout
+    av.stop()
+    offline = av.cli("asks")
+    assert offline.returncode == 69 and "no avsmd" in offline.stderr, offline
+    lines = offline.stdout.splitlines()
+    assert lines[0].startswith("avsmd is not running: nothing runs; this is what the ledger holds"), lines
+    assert lines[1:] == live.splitlines() and lines[1] == f"#{ask_seq}  dial  lower  {ask['question']}", lines
+    empty = Avsm(av.bindir, av.home + "x").cli("asks")
+    assert empty.returncode == 69 and empty.stdout == "", empty

@@ -447,7 +447,7 @@ def test_purge_example_asks_before_its_irreversible_lever(bindir, home, tmpdir_e
         av.wait_for(lambda rs: records_of(av, "ask", "purge"), what="the ask")
         assert not records_of(av, "action", "purge")
         ask = records_of(av, "ask", "purge")[0][0]
-        assert f"#{ask} purge" in av.cli("asks").stdout
+        assert f"#{ask}  purge  purge  " in av.cli("asks").stdout
         assert av.cli("approve", str(ask)).returncode == 0
         av.wait_for(lambda rs: records_of(av, "outcome", "purge"), what="the purge's outcome")
         why = av.cli("why", str(ask)).stdout

@@ -188,7 +188,7 @@ def test_a_lever_proposed_with_a_local_payload_file_and_an_ask_answered_remotely
     assert asks.returncode == 0, asks.stdout + asks.stderr
     seq = next(r for s, _, r in fleet.daemons[1].records() if r["kind"] == "ask")
     ask_seq = [s for s, _, r in fleet.daemons[1].records() if r["kind"] == "ask"][0]
-    assert re.search(rf"^tank:{ask_seq} tank drain", asks.stdout, re.M), asks.stdout
+    assert re.search(rf"^tank:{ask_seq}  tank  drain  ", asks.stdout, re.M), asks.stdout
     assert "web  no open asks" in asks.stdout or "no open asks" in asks.stdout
     approved = fleet.avsm("--host", "tank", "approve", str(ask_seq))
     assert approved.returncode == 0, approved.stderr

@@ -115,7 +115,7 @@ def test_canary_ask_checks_that_asks_are_read(av, workdir):
                        what="a canary ask")
     canary = [s for s, r in of(recs, "ask") if r.get("canary")][0]
     listed = av.cli("asks").stdout
-    assert f"#{canary} dial rm" in listed and "canary" not in listed
+    assert f"#{canary}  dial  rm  " in listed and "canary" not in listed
     run = av.cli("approve", str(canary))
     assert run.returncode == 0 and "canary" in run.stdout
     recs = av.records()
