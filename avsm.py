@@ -176,7 +176,10 @@ def parse_cap(text):
     """Return (count, period seconds) of a cap `N/period`: period minute, hour, day, week or a duration."""
     s = str(text).strip()
     count, slash, period = s.partition("/")
-    if not slash or not count.isdigit() or not count.isascii() or int(count) < 1:
+    if slash and count.isdigit() and count.isascii() and int(count) < 1:
+        raise ValueError(f"'{s}' is not a cap: its count must be at least 1 (a lever that may never run is "
+                         f"forbidden:, or not permitted at all)")
+    if not slash or not count.isdigit() or not count.isascii():
         raise ValueError(f"'{s}' is not a cap; write a count and a period, such as 60/hour or 4/day")
     if period in CAP_PERIODS:
         return int(count), CAP_PERIODS[period]
@@ -1105,7 +1108,7 @@ def command_problem(run, directory):
     first = word if word and run.lstrip()[len(word):][:1] in ("", " ", "\t", "\n", ";", "&", "|", "<", ">", ")") else ""
     if "/" not in first:
         return None                 # a name found on PATH, or a word the shell builds: the shell judges it
-    path = first if os.path.isabs(first) else os.path.join(directory, first)
+    path = os.path.normpath(first if os.path.isabs(first) else os.path.join(directory, first))
     if not os.path.exists(path):
         return f"{first} is missing in {directory}; create it or fix the path"
     if not os.path.isfile(path) or not os.access(path, os.X_OK):
@@ -8914,7 +8917,9 @@ class Daemon:
             self.reply(conn, [], ["avsmd stopped"], EX_UNAVAILABLE)
         self.notifier.finish(self.stop_deadline)      # the stop's notice told, and any failure written before `stop`
         if not getattr(self, "lost_lock", False):
-            self.append_self("stop", f"avsmd stopped (pid {os.getpid()})", pid=os.getpid())
+            last = self.append_self("stop", f"avsmd stopped (pid {os.getpid()})", pid=os.getpid())
+            sys.stderr.write(f"avsmd: stopped {self.home} (pid {os.getpid()})"
+                             + (f"; its ledger ends at #{last}\n" if last else "\n"))
             try:
                 if os.stat(self.sock_path).st_ino == self.sock_id:
                     os.unlink(self.sock_path)
@@ -9016,7 +9021,9 @@ The client talks to avsmd, the daemon, over HOME/sock: start one with `avsmd` (o
 avsmd --help lists its options, and `avsm CMD --help` says one command.
 --home DIR, else $AVSMD_HOME, else ~/.local/state/avsmd (macOS: ~/Library/Application Support/avsmd).
 --host runs the command on that host's avsm through ssh ($AVSM_SSH) and its bridge ($AVSM_BRIDGE).
-Exit codes: 64 usage, 65 refused, 66 not there, 69 no avsmd answering, 74 output not writable;
+avsm --version prints the version.
+Exit codes: 64 usage, 65 refused, 66 not there, 69 no avsmd answering, 73 a directory link cannot write,
+74 output not writable, 75 not now (the ledger cannot be written yet; doctor --cut while avsmd runs);
 over ssh also 68 a host not reached or silent past its timeout, 69 no avsm there, 77 a key refused;
 doctor also 73 a home that is no directory, 77 a permission missing, 78 a config or mandate that does not hold;
 either program exits 78 at once on a Python older than 3.11."""
@@ -9032,8 +9039,9 @@ DAEMON_USAGE = """usage: avsmd [--home DIR] [-f CONFIG] [-d] [-t [DIR...] | -T]
   -d           verbose diagnostics on standard error
 
 --home DIR, else $AVSMD_HOME, else ~/.local/state/avsmd (macOS: ~/Library/Application Support/avsmd).
-Exit codes: 64 usage, 75 another avsmd runs on the home, 78 a config or mandate that does not hold,
-or a Python older than 3.11 (one line names the version and the interpreter)."""
+Exit codes: 64 usage, 65 a venture (-t DIR) or a ledger that does not read, 66 a directory that is not there,
+73 a home that is no directory or cannot be written, 75 another avsmd runs on the home, 78 a config or mandate
+that does not hold, or a Python older than 3.11 (one line names the version and the interpreter)."""
 
 
 def flush_out():

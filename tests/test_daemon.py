@@ -61,7 +61,7 @@ LOWER = "#!/bin/sh\necho 0 > value\n"
 
 def test_start_and_clean_stop(av):
     """avsmd runs in the foreground, makes its home 0700 and socket 0600, writes self start and stop
-    records, and exits 0 within 10 s of SIGTERM. RUN-01 RUN-03 RUN-08 HOME-04 HOME-09 SELF-01"""
+    records, and exits 0 within 10 s of SIGTERM, saying so. RUN-01 RUN-03 RUN-08 HOME-04 HOME-09 SELF-01"""
     av.start()
     assert stat.S_IMODE(os.stat(av.home).st_mode) == 0o700
     sock = os.path.join(av.home, "sock")
@@ -72,6 +72,9 @@ def test_start_and_clean_stop(av):
     kinds = [(r["venture"], r["kind"], r["claim"]) for _, _, r in av.records()]
     assert kinds[0] == ("self", "start", "measured") and kinds[-1] == ("self", "stop", "measured")
     assert av.cli("status").returncode == 69
+    # issue 22 item 9: a foreground avsmd says, in one line, that it stopped, and where its ledger ends
+    last = av.records()[-1][0]
+    assert av.stderr().splitlines()[-1] == f"avsmd: stopped {av.home} (pid {av.proc.pid}); its ledger ends at #{last}"
 
 
 def test_sigint_stops_cleanly(av):

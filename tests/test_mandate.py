@@ -396,7 +396,18 @@ def test_non_executable_lever_program_is_refused(tmp_path):
     assert err.value.code == 78
     assert str(err.value).startswith(f"{path}:")
     assert "./reset is not executable" in str(err.value)
-    assert "chmod +x" in str(err.value)
+    assert f"run chmod +x {d}/reset" in str(err.value) and "/./" not in str(err.value)    # issue 22 item 9: a tidy path
+
+
+def test_a_cap_of_zero_says_its_count_must_be_at_least_one():
+    """Issue 22 item 9, LEVER-03: `0/hour` is refused saying a cap's count is at least 1, and what to write for a
+    lever that must never run; a cap that is no count and period still gets the general form."""
+    with pytest.raises(ValueError) as err:
+        avsm.parse_cap("0/hour")
+    assert str(err.value).startswith("'0/hour' is not a cap: its count must be at least 1")
+    with pytest.raises(ValueError) as err:
+        avsm.parse_cap("often")
+    assert "write a count and a period, such as 60/hour" in str(err.value)
 
 
 def test_missing_report_is_refused(tmp_path):
