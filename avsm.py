@@ -8376,39 +8376,21 @@ def status_view(states, now, keeps=None, cfg=None, venture=None, verbose=False, 
     return lines
 
 
-class Daemon:
-    """avsmd: holds the lock, serves the socket, keeps the warden, ends the groups it leaves behind."""
+class HomeLock:
+    """avsmd.lock, held for life: taken at start, checked each second, made again when deleted. `lost` once
+    another avsmd took it: from then nothing in the home is this avsmd's to write or remove."""
 
-    def __init__(self, home, cfg, cfg_path, cfg_text, debug=False):
-        self.home, self.cfg, self.cfg_path, self.cfg_text, self.debug = home, cfg, cfg_path, cfg_text, debug
-        self.lock_path = os.path.join(home, "avsmd.lock")
-        self.sock_path = os.path.join(home, "sock")
-        self.lock_fd = self.listener = self.ledger = None
-        self.warden = None            # the warden's Popen
-        self.roles_pid = self.roles_chan = self.roles_pidfd = None
-        self.roles_waiting = {}
-        self.restart_at, self.backoff = {}, {}     # warden/roles -> when to start it again; its back-off
-        self.warden_chan = None       # our end of its channel
-        self.warden_reader = LineReader()
-        self.groups = {}              # pgid -> what the warden said it started
-        self.clients = {}             # socket -> {"reader", "id"}
-        self.waiting = {}             # request id -> client socket
-        self.queue = []               # requests held while the warden restarts
-        self.next_id = 0
-        self.stopping = False
-        self.exit_code = EX_OK
-        self.signals = []
-        self.notifier = Notifier(home, cfg.get("notify"), self.append_self, debug)    # avsmd's, not the warden's
+    def __init__(self, home):
+        self.home, self.path, self.fd, self.lost = home, os.path.join(home, "avsmd.lock"), None, False
 
-    # ---- the home and its lock ----
-    def take_lock(self):
-        """Hold avsmd.lock for life; exit 75 naming the pid when another avsmd has it."""
-        fd = os.open(self.lock_path, os.O_RDWR | os.O_CREAT, 0o600)
+    def take(self):
+        """Hold avsmd.lock; exit 75 naming the pid when another avsmd has it."""
+        fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o600)
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except OSError:
             os.close(fd)
-            pid = read_lock_pid(self.lock_path)
+            pid = read_lock_pid(self.path)
             raise Fail(EX_TEMPFAIL, f"another avsmd (pid {pid if pid else 'unknown'}) is running on {self.home}; "
                                     "stop it first, or give this one another --home") from None
         try:
@@ -8417,272 +8399,92 @@ class Daemon:
             os.fsync(fd)
         except OSError as err:
             os.close(fd)
-            raise Fail(EX_CANTCREAT, f"{self.lock_path} cannot be written: {err.strerror}; free space on its "
+            raise Fail(EX_CANTCREAT, f"{self.path} cannot be written: {err.strerror}; free space on its "
                                      f"file system or fix its permissions, then start avsmd again") from None
-        if self.lock_fd is not None:
-            os.close(self.lock_fd)
-        self.lock_fd = fd
+        if self.fd is not None:
+            os.close(self.fd)
+        self.fd = fd
 
-    def lock_is_ours(self):
-        """Ours while the lock file is the one we hold, or is gone (check_home makes it again within the second)."""
+    def ours(self):
+        """Ours while the lock file is the one we hold, or is gone (check makes it again within the second)."""
+        if self.lost:
+            return False
         try:
-            st, mine = os.stat(self.lock_path), os.fstat(self.lock_fd)
+            st, mine = os.stat(self.path), os.fstat(self.fd)
         except FileNotFoundError:
             return True
         except OSError:
             return False
         if (st.st_dev, st.st_ino) == (mine.st_dev, mine.st_ino):
             return True
-        return read_lock_pid(self.lock_path) in (os.getpid(), None) and not lock_holder(self.home)
+        return read_lock_pid(self.path) in (os.getpid(), None) and not lock_holder(self.home)
+
+    def check(self, debug):
+        """Each second: make the lock file again when it was deleted or replaced by one no one holds; return the
+        pid standing in it when another avsmd took it (the lock is then lost), else None."""
+        try:
+            st, mine = os.stat(self.path), os.fstat(self.fd)
+            if (st.st_dev, st.st_ino) == (mine.st_dev, mine.st_ino):
+                return None
+        except FileNotFoundError:
+            st = None
+        try:
+            if st is not None and lock_holder(self.home):
+                raise Fail(EX_TEMPFAIL, "")
+            try:
+                self.take()               # deleted, or replaced by a file no one holds: ours again
+            except OSError as err:        # a full disk: try again next second
+                sys.stderr.write(f"avsmd: cannot make {self.path} again yet: {err.strerror}\n")
+            log(debug, "avsmd", "made the lock file again")
+            return None
+        except Fail:
+            self.lost = True
+            return read_lock_pid(self.path)
+
+
+class Clients:
+    """HOME/sock and the clients on it: each connection's one request, checked against REQUESTS and passed on
+    to the warden (held in `queue` while it restarts), and the reply owed to each (`waiting`: request id ->
+    connection). Handed its daemon, whose stopping, config and warden it asks."""
+
+    def __init__(self, daemon):
+        self.daemon, self.path = daemon, os.path.join(daemon.home, "sock")
+        self.listener = self.sock_id = None
+        self.clients, self.waiting, self.queue, self.next_id = {}, {}, [], 0
 
     def bind(self):
+        import selectors
         import socket
         if self.listener is not None:
-            self.sel.unregister(self.listener)
+            self.daemon.sel.unregister(self.listener)
             self.listener.close()
         try:
-            if os.path.exists(self.sock_path) or os.path.islink(self.sock_path):
-                os.unlink(self.sock_path)     # we hold the lock: a socket left here is a dead avsmd's
+            if os.path.exists(self.path) or os.path.islink(self.path):
+                os.unlink(self.path)      # we hold the lock: a socket left here is a dead avsmd's
         except OSError:
             pass
         listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         old = os.umask(0o177)
         try:
-            listener.bind(self.sock_path)
+            listener.bind(self.path)
         finally:
             os.umask(old)
-        os.chmod(self.sock_path, 0o600)
+        os.chmod(self.path, 0o600)
         listener.listen(64)
         listener.setblocking(False)
-        self.listener = listener
-        self.sock_id = os.stat(self.sock_path).st_ino
-        import selectors
-        self.sel.register(listener, selectors.EVENT_READ, ("listener", None))
+        self.listener, self.sock_id = listener, os.stat(self.path).st_ino
+        self.daemon.sel.register(listener, selectors.EVENT_READ, ("listener", None))
 
-    def check_home(self):
-        """Each second: the lock file and the socket must still be ours; make again one deleted or replaced."""
+    def check(self, debug):
+        """Each second: the socket must still be ours; make it again when deleted or replaced."""
         try:
-            st, mine = os.stat(self.lock_path), os.fstat(self.lock_fd)
-            replaced = (st.st_dev, st.st_ino) != (mine.st_dev, mine.st_ino)
-        except FileNotFoundError:
-            st, replaced = None, True
-        if replaced:
-            holder = lock_holder(self.home) if st is not None else None
-            try:
-                if holder:
-                    raise Fail(EX_TEMPFAIL, "")
-                try:
-                    self.take_lock()          # deleted, or replaced by a file no one holds: ours again
-                except OSError as err:        # a full disk: try again next second
-                    sys.stderr.write(f"avsmd: cannot make {self.lock_path} again yet: {err.strerror}\n")
-                if self.debug:
-                    log(self.debug, "avsmd", "made the lock file again")
-            except Fail:
-                pid = read_lock_pid(self.lock_path)
-                sys.stderr.write(f"avsmd: another avsmd (pid {pid}) took the lock of {self.home}; "
-                                 "stopping without appending anything more\n")
-                self.exit_code = EX_TEMPFAIL
-                self.lost_lock = True
-                self.begin_stop(f"another avsmd (pid {pid}) took the lock of its home")
-                return
-        try:
-            same = os.stat(self.sock_path).st_ino == self.sock_id
+            same = os.stat(self.path).st_ino == self.sock_id
         except OSError:
             same = False
         if not same:
             self.bind()
-            if self.debug:
-                log(self.debug, "avsmd", "made the socket again")
+            log(debug, "avsmd", "made the socket again")
 
-    # ---- the warden ----
-    def start_warden(self):
-        import selectors
-        import socket
-        import subprocess
-        ours, theirs = socket.socketpair()
-        args = cached_command("warden", ["--home", self.home, "--fd", str(theirs.fileno())])
-        if self.debug:
-            args.append("-d")
-        env = dict(os.environ, AVSM_CONFIG=json.dumps(self.cfg))
-        self.warden = subprocess.Popen(args, pass_fds=[theirs.fileno()], env=env, stdin=subprocess.DEVNULL)
-        self.warden_started = time.monotonic()
-        theirs.close()
-        ours.setblocking(False)
-        self.warden_chan, self.warden_reader = ours, LineReader()
-        self.sel.register(ours, selectors.EVENT_READ, ("warden", None))
-        try:
-            self.warden_pidfd = os.pidfd_open(self.warden.pid)
-            self.sel.register(self.warden_pidfd, selectors.EVENT_READ, ("warden-exit", None))
-        except (AttributeError, OSError):
-            self.warden_pidfd = None
-        if self.debug:
-            log(self.debug, "avsmd", f"started the warden, pid {self.warden.pid}")
-        for message in self.queue:
-            send_line(self.warden_chan, message)
-        self.queue = []
-
-    def warden_ended(self):
-        """The warden ended: end what it left running; start it again unless avsmd is stopping."""
-        status = self.warden.poll()
-        if status is None or self.warden_chan is None:
-            return                    # still running, or its end was already settled
-        if self.warden_pidfd is not None:
-            self.sel.unregister(self.warden_pidfd)
-            os.close(self.warden_pidfd)
-            self.warden_pidfd = None
-        self.read_warden()
-        self.sel.unregister(self.warden_chan)
-        self.warden_chan.close()
-        self.warden_chan = None
-        self.end_groups()
-        if self.stopping:
-            return
-        delay = self.child_backoff("warden", self.warden_started)
-        self.append_self("restart", f"the warden (pid {self.warden.pid}) ended ({describe_status(status)}); starting it again"
-                         + (f" in {delay} s" if delay else ""), process="warden", restart_in=delay)
-        for rid, client in list(self.waiting.items()):
-            self.waiting.pop(rid, None)
-            self.reply(client, [], ["the warden ended while answering; try again"], EX_UNAVAILABLE)
-        if delay:
-            self.restart_at["warden"] = time.monotonic() + delay
-        else:
-            self.start_warden()
-
-    def end_groups(self):
-        """End every group the warden reported and did not see end: TERM, then KILL after the grace (RUN-13)."""
-        term_then_kill([g for g, told in self.groups.items() if group_is_still(g, told.get("leader_start"))])
-        self.groups = {}
-        if not getattr(self, "lost_lock", False) and self.lock_is_ours():
-            sweep_groups(os.path.join(self.home, "groups"), self.home)  # any it journaled, or started, but had not told us of
-        self.clear_groups()
-
-    def read_warden(self):
-        if self.warden_chan is None:
-            return
-        while True:
-            data = receive(self.warden_chan)
-            if not data:
-                return
-            for message in self.warden_reader.feed(data):
-                if message.get("to") == "roles":
-                    self.send_roles(message)
-                    continue
-                if "notice" in message:
-                    self.notifier.tell(message["notice"])
-                elif "group" in message:
-                    self.groups[message["group"]] = message
-                elif "ended" in message:
-                    self.groups.pop(message["ended"], None)
-                elif "id" in message:
-                    client = self.waiting.pop(message["id"], None)
-                    if client is not None:
-                        self.reply(client, message.get("out", []), message.get("err", []), message.get("exit", EX_SOFTWARE))
-
-    def clear_groups(self):
-        """The warden's groups are all ended: its journal of them (HOME/groups) is done with."""
-        if getattr(self, "lost_lock", False) or not self.lock_is_ours():
-            return                    # the home is another avsmd's now: its groups file is not ours to touch
-        try:
-            os.unlink(os.path.join(self.home, "groups"))
-        except OSError:
-            pass
-
-
-    # ---- the roles process ----
-    def start_roles(self):
-        """Fork the roles process: it builds requests and parses replies, holds no key, and is `nobody` under root."""
-        # loaded before the fork, for nobody may not read the standard library: base64 for replies, and what the
-        # kernel imports where it is used: random (the packet's forecast)
-        import base64       # noqa: F401
-        import random       # noqa: F401
-        import selectors
-        import socket
-        self.roles_started = time.monotonic()
-        ours, theirs = socket.socketpair()
-        pid = os.fork()
-        if pid == 0:                       # the roles process
-            code = EX_SOFTWARE
-            try:
-                keep = theirs.fileno()
-                os.closerange(3, keep)
-                os.closerange(keep + 1, 65536)
-                become_nobody()
-                code = run_roles(theirs)
-            finally:
-                os._exit(code)
-        theirs.close()
-        ours.setblocking(False)
-        self.roles_pid, self.roles_chan, self.roles_reader = pid, ours, LineReader()
-        self.roles_waiting = {}
-        self.sel.register(ours, selectors.EVENT_READ, ("roles", None))
-        try:
-            self.roles_pidfd = os.pidfd_open(pid)
-            self.sel.register(self.roles_pidfd, selectors.EVENT_READ, ("roles-exit", None))
-        except (AttributeError, OSError):
-            self.roles_pidfd = None
-        if self.debug:
-            log(self.debug, "avsmd", f"started the roles process, pid {pid}")
-
-    def send_roles(self, message):
-        message.pop("to", None)
-        if self.roles_chan is None:
-            self.reply_roles_error(message.get("rid"), "the roles process is not running")
-            return
-        self.roles_waiting[message.get("rid")] = True
-        try:
-            send_line(self.roles_chan, message)
-        except OSError:
-            self.roles_waiting.pop(message.get("rid"), None)
-            self.reply_roles_error(message.get("rid"), "the roles process is not answering")
-
-    def reply_roles_error(self, rid, why):
-        if self.warden_chan is not None:
-            send_line(self.warden_chan, {"from": "roles", "rid": rid, "error": why})
-
-    def read_roles(self):
-        data = receive(self.roles_chan, 1 << 20)
-        if not data:
-            return
-        for message in self.roles_reader.feed(data):
-            self.roles_waiting.pop(message.get("rid"), None)
-            message["from"] = "roles"
-            if self.warden_chan is not None:
-                send_line(self.warden_chan, message)
-
-    def roles_ended(self):
-        """The roles process ended: answer what waited on it, say so in a self record, start it again."""
-        try:
-            pid, status = os.waitpid(self.roles_pid, os.WNOHANG)      # reaped by its own pid only
-        except ChildProcessError:
-            pid, status = self.roles_pid, 0
-        if pid == 0:
-            return
-        if self.roles_pidfd is not None:
-            self.sel.unregister(self.roles_pidfd)
-            os.close(self.roles_pidfd)
-        self.sel.unregister(self.roles_chan)
-        self.roles_chan.close()
-        self.roles_chan = None
-        for rid in list(self.roles_waiting):
-            self.reply_roles_error(rid, "the roles process ended while it worked")
-        self.roles_waiting = {}
-        if self.stopping:
-            return
-        how = f"signal {os.WTERMSIG(status)}" if os.WIFSIGNALED(status) else f"exit {os.waitstatus_to_exitcode(status)}"
-        delay = self.child_backoff("roles", self.roles_started)
-        self.append_self("restart", f"the roles process (pid {pid}) ended ({how}); starting it again"
-                         + (f" in {delay} s" if delay else ""), process="roles", restart_in=delay)
-        if delay:
-            self.restart_at["roles"] = time.monotonic() + delay
-        else:
-            self.start_roles()
-
-    def child_backoff(self, which, started):
-        """Return the wait before starting a child again: none at first, doubling while it keeps dying quickly."""
-        self.backoff[which], delay = child_restart_wait(self.backoff.get(which), time.monotonic() - started)
-        return delay
-
-    # ---- clients ----
     def accept(self):
         import selectors
         import socket
@@ -8692,17 +8494,16 @@ class Daemon:
             return
         try:
             creds = conn.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, 12)
-            uid = int.from_bytes(creds[4:8], sys.byteorder)
-            if uid not in (os.getuid(), 0):
+            if int.from_bytes(creds[4:8], sys.byteorder) not in (os.getuid(), 0):
                 conn.close()
                 return
         except (OSError, AttributeError):
             pass
         conn.setblocking(False)
         self.clients[conn] = {"reader": LineReader(1024 * 1024)}
-        self.sel.register(conn, selectors.EVENT_READ, ("client", conn))
+        self.daemon.sel.register(conn, selectors.EVENT_READ, ("client", conn))
 
-    def client_data(self, conn):
+    def data(self, conn):
         """Read what a client sent: its one request is checked against REQUESTS, and anything that is not
         one is answered 64 or 65 and the connection closed; whatever the bytes, avsmd goes on serving."""
         data = receive(conn)
@@ -8729,27 +8530,41 @@ class Daemon:
                                   "it is reported on avsmd's standard error"], EX_SOFTWARE)
 
     def request(self, conn, cmd, args):
-        """Pass a checked request to the warden (ping avsmd answers itself)."""
-        if self.stopping:
+        """Pass a checked request on to the warden (ping avsmd answers itself)."""
+        if self.daemon.stopping:
             self.reply(conn, [], ["avsmd is stopping and takes no new commands"], EX_UNAVAILABLE)
             return
         if cmd == "ping":
-            self.reply(conn, [f"avsmd {VERSION} (pid {os.getpid()}) on {self.home}"], [], EX_OK)
+            self.reply(conn, [f"avsmd {VERSION} (pid {os.getpid()}) on {self.daemon.home}"], [], EX_OK)
             return
         self.next_id += 1
-        message = {"id": self.next_id, "cmd": cmd, "args": args}
         self.waiting[self.next_id] = conn
         self.clients[conn]["cmd"] = cmd
-        if self.warden_chan is None:
-            self.queue.append(message)
-        else:
-            send_line(self.warden_chan, message)
+        self.queue.append({"id": self.next_id, "cmd": cmd, "args": args})
+        self.daemon.pass_on()
+
+    def take_queue(self):
+        """Return the requests held for the warden, and hold none."""
+        queue, self.queue = self.queue, []
+        return queue
+
+    def answer(self, message):
+        """The warden answered request `id`: reply to its client, if it is still there."""
+        client = self.waiting.pop(message["id"], None)
+        if client is not None:
+            self.reply(client, message.get("out", []), message.get("err", []), message.get("exit", EX_SOFTWARE))
+
+    def fail_waiting(self, why):
+        """Every request the warden was answering fails with `why` (69): it ended before it answered."""
+        for rid, client in list(self.waiting.items()):
+            self.waiting.pop(rid, None)
+            self.reply(client, [], [why], EX_UNAVAILABLE)
 
     def reply(self, conn, out, err, code):
         if conn not in self.clients:
             return
         lines = [{"out": line} for line in out] + [{"err": line} for line in err]
-        if self.clients[conn].get("cmd") == "add" and self.config_changed():
+        if self.clients[conn].get("cmd") == "add" and self.daemon.config_changed():
             lines.append({"err": "config.yaml changed on disk; restart avsmd to apply it"})
         lines.append({"exit": code})
         try:
@@ -8762,12 +8577,230 @@ class Daemon:
 
     def drop(self, conn):
         if conn in self.clients:
-            self.sel.unregister(conn)
+            self.daemon.sel.unregister(conn)
             del self.clients[conn]
             conn.close()
         for rid in [r for r, c in self.waiting.items() if c is conn]:
             del self.waiting[rid]
 
+    def close(self, remove):
+        """avsmd stops: tell each client still connected; remove the socket when `remove` (it is still ours)."""
+        for conn in list(self.clients):
+            self.reply(conn, [], ["avsmd stopped"], EX_UNAVAILABLE)
+        try:
+            if remove and os.stat(self.path).st_ino == self.sock_id:
+                os.unlink(self.path)
+        except OSError:
+            pass
+
+
+class Kept:
+    """One process avsmd keeps, the warden or the roles process: its channel and pidfd in the selector (as
+    NAME and NAME-exit), when it started, and the back-off of its restarts."""
+
+    def __init__(self, name, sel):
+        self.name, self.sel = name, sel
+        self.pid = self.proc = self.chan = self.pidfd = self.restart_at = self.backoff = None
+        self.reader, self.started = LineReader(), 0.0
+
+    def attach(self, pid, chan):
+        import selectors
+        chan.setblocking(False)
+        self.pid, self.chan, self.reader, self.started = pid, chan, LineReader(), time.monotonic()
+        self.sel.register(chan, selectors.EVENT_READ, (self.name, None))
+        try:
+            self.pidfd = os.pidfd_open(pid)
+            self.sel.register(self.pidfd, selectors.EVENT_READ, (self.name + "-exit", None))
+        except (AttributeError, OSError):
+            self.pidfd = None
+
+    def detach(self):
+        """It ended: its pidfd and channel leave the selector and are closed."""
+        if self.pidfd is not None:
+            self.sel.unregister(self.pidfd)
+            os.close(self.pidfd)
+        self.sel.unregister(self.chan)
+        self.chan.close()
+        self.chan = self.pidfd = None
+
+    def send(self, message):
+        send_line(self.chan, message)
+
+    def restart_wait(self):
+        """Return the wait before starting it again, none at first and doubling while it keeps dying quickly;
+        when there is one, `restart_at` says when."""
+        self.backoff, delay = child_restart_wait(self.backoff, time.monotonic() - self.started)
+        self.restart_at = time.monotonic() + delay if delay else None
+        return delay
+
+
+class Groups:
+    """The process groups the warden said it started and has not seen end; when the warden ends, each is ended,
+    TERM then KILL after the grace (RUN-13), and its journal HOME/groups removed while the home is ours."""
+
+    def __init__(self, home, lock):
+        self.home, self.lock, self.groups = home, lock, {}
+
+    def note(self, message):
+        if "group" in message:
+            self.groups[message["group"]] = message
+        else:
+            self.groups.pop(message["ended"], None)
+
+    def end_all(self):
+        term_then_kill([g for g, told in self.groups.items() if group_is_still(g, told.get("leader_start"))])
+        self.groups = {}
+        if self.lock.ours():          # another avsmd's journal, or groups, are not ours to touch
+            sweep_groups(os.path.join(self.home, "groups"), self.home)  # any it journaled, or started, but had not told us of
+            try:
+                os.unlink(os.path.join(self.home, "groups"))
+            except OSError:
+                pass
+
+
+class Daemon:
+    """avsmd: holds the home, serves its socket, keeps the warden and the roles process, ends what they leave.
+
+    Its rooms, each handed what it uses:
+      lock      HomeLock: avsmd.lock, held for life
+      clients   Clients: HOME/sock, each client's one request and the reply owed to it
+      warden    Kept: the warden (a cached start of this file), restarted with a back-off
+      roles     Kept: the roles process (a fork that holds no key), likewise; roles_waiting its requests
+      groups    Groups: the process groups the warden started, ended when it ends
+      notifier  Notifier: the notify command, avsmd's own (it runs while the warden restarts)
+    `run` is the loop; the warden's messages are routed by `from_warden`.
+    """
+
+    def __init__(self, home, cfg, cfg_path, cfg_text, debug=False):
+        import selectors
+        self.home, self.cfg, self.cfg_path, self.cfg_text, self.debug = home, cfg, cfg_path, cfg_text, debug
+        self.sel = selectors.DefaultSelector()
+        self.ledger = None
+        self.lock, self.clients = HomeLock(home), Clients(self)
+        self.warden, self.roles, self.roles_waiting = Kept("warden", self.sel), Kept("roles", self.sel), {}
+        self.groups = Groups(home, self.lock)
+        self.stopping, self.stop_deadline, self.exit_code, self.signals = False, None, EX_OK, []
+        self.notifier = Notifier(home, cfg.get("notify"), self.append_self, debug)    # avsmd's, not the warden's
+
+    # ---- the warden and the roles process ----
+    def start_warden(self):
+        import socket
+        import subprocess
+        ours, theirs = socket.socketpair()
+        args = cached_command("warden", ["--home", self.home, "--fd", str(theirs.fileno())]) + (["-d"] if self.debug else [])
+        env = dict(os.environ, AVSM_CONFIG=json.dumps(self.cfg))
+        self.warden.proc = subprocess.Popen(args, pass_fds=[theirs.fileno()], env=env, stdin=subprocess.DEVNULL)
+        theirs.close()
+        self.warden.attach(self.warden.proc.pid, ours)
+        log(self.debug, "avsmd", f"started the warden, pid {self.warden.pid}")
+        self.pass_on()
+
+    def start_roles(self):
+        """Fork the roles process: it builds requests and parses replies, holds no key, and is `nobody` under root."""
+        # loaded before the fork, for nobody may not read the standard library: base64 for replies, and what the
+        # kernel imports where it is used: random (the packet's forecast)
+        import base64       # noqa: F401
+        import random       # noqa: F401
+        import socket
+        ours, theirs = socket.socketpair()
+        pid = os.fork()
+        if pid == 0:                       # the roles process
+            code = EX_SOFTWARE
+            try:
+                keep = theirs.fileno()
+                os.closerange(3, keep)
+                os.closerange(keep + 1, 65536)
+                become_nobody()
+                code = run_roles(theirs)
+            finally:
+                os._exit(code)
+        theirs.close()
+        self.roles.attach(pid, ours)
+        self.roles_waiting = {}
+        log(self.debug, "avsmd", f"started the roles process, pid {pid}")
+
+    def pass_on(self):
+        """Send the warden the requests its clients wait on, unless it is restarting."""
+        if self.warden.chan is not None:
+            for message in self.clients.take_queue():
+                self.warden.send(message)
+
+    def from_warden(self):
+        """Route what the warden sent: to the roles process, the notifier, the groups, or a client's reply."""
+        while self.warden.chan is not None:
+            data = receive(self.warden.chan)
+            if not data:
+                return
+            for message in self.warden.reader.feed(data):
+                if message.get("to") == "roles":
+                    self.to_roles(message)
+                elif "notice" in message:
+                    self.notifier.tell(message["notice"])
+                elif "group" in message or "ended" in message:
+                    self.groups.note(message)
+                elif "id" in message:
+                    self.clients.answer(message)
+
+    def to_roles(self, message):
+        message.pop("to", None)
+        rid = message.get("rid")
+        if self.roles.chan is None:
+            return self.roles_error(rid, "the roles process is not running")
+        self.roles_waiting[rid] = True
+        try:
+            self.roles.send(message)
+        except OSError:
+            self.roles_waiting.pop(rid, None)
+            self.roles_error(rid, "the roles process is not answering")
+
+    def roles_error(self, rid, why):
+        if self.warden.chan is not None:
+            self.warden.send({"from": "roles", "rid": rid, "error": why})
+
+    def from_roles(self):
+        data = receive(self.roles.chan, 1 << 20)
+        for message in self.roles.reader.feed(data) if data else []:
+            self.roles_waiting.pop(message.get("rid"), None)
+            message["from"] = "roles"
+            if self.warden.chan is not None:
+                self.warden.send(message)
+
+    def ended(self, kept):
+        """The warden or the roles process ended: settle what it leaves (the warden's groups and the requests it
+        was answering; what waited on the roles process), say so in a self record, and start it again, at once
+        or after its back-off, unless avsmd is stopping."""
+        if kept is self.warden:
+            status = self.warden.proc.poll()
+            if status is None or self.warden.chan is None:
+                return                    # still running, or its end was already settled
+            self.from_warden()
+            self.warden.detach()
+            self.groups.end_all()
+            how = describe_status(status)
+        else:
+            try:
+                pid, status = os.waitpid(self.roles.pid, os.WNOHANG)      # reaped by its own pid only
+            except ChildProcessError:
+                pid, status = self.roles.pid, 0
+            if pid == 0 or self.roles.chan is None:
+                return
+            self.roles.detach()
+            for rid in list(self.roles_waiting):
+                self.roles_error(rid, "the roles process ended while it worked")
+            self.roles_waiting = {}
+            how = f"signal {os.WTERMSIG(status)}" if os.WIFSIGNALED(status) else f"exit {os.waitstatus_to_exitcode(status)}"
+        if self.stopping:
+            return
+        delay = kept.restart_wait()
+        what = "the warden" if kept is self.warden else "the roles process"
+        self.append_self("restart", f"{what} (pid {kept.pid}) ended ({how}); starting it again"
+                         + (f" in {delay} s" if delay else ""), process=kept.name, restart_in=delay)
+        if kept is self.warden:
+            self.clients.fail_waiting("the warden ended while answering; try again")
+        if not delay:
+            self.start_warden() if kept is self.warden else self.start_roles()
+
+    # ---- the config, records of self, stopping ----
     def config_changed(self):
         try:
             with open(self.cfg_path, encoding="utf-8") as fh:
@@ -8775,51 +8808,47 @@ class Daemon:
         except OSError:
             return self.cfg_text != ""
 
-    # ---- records of self ----
     def append_self(self, kind, summary, **fields):
-        if getattr(self, "lost_lock", False):
+        if self.lock.lost:
             return None
         try:
             return self.ledger.append(dict({"kind": kind, "claim": "measured", "venture": "self", "summary": summary}, **fields),
                                       int(time.time()))
         except LockLost:
-            self.lost_lock = True
+            self.lock.lost = True
         except Exception as err:      # a ledger that cannot be written must not take the daemon down
             sys.stderr.write(f"avsmd: could not append to the ledger: {err}\n")
             self.notifier.tell(ledger_down_notice(str(err)))
         return None
 
-    # ---- life ----
     def begin_stop(self, why="a signal"):
         if self.stopping:
             return
-        self.stopping = True
-        self.stop_deadline = time.monotonic() + WARDEN_STOP_GRACE
+        self.stopping, self.stop_deadline = True, time.monotonic() + WARDEN_STOP_GRACE
         self.notifier.stop(stopping_notice(why))
-        if self.warden_chan is not None:
+        if self.warden.chan is not None:
             try:
-                send_line(self.warden_chan, {"cmd": "stop"})
+                self.warden.send({"cmd": "stop"})
             except OSError:
                 pass
 
     def on_signal(self, signum, frame):
         self.signals.append(signum)
 
-    def run(self):
-        import selectors
-        import signal
-        import socket
+    # ---- life ----
+    def open_home(self):
+        """Make the home, take its lock, end the groups an earlier avsmd left, open the ledger (refusing one
+        that does not read), and record the start; return the groups swept."""
         problem = socket_problem(self.home)
         if problem:
             raise Fail(EX_CONFIG, problem)
         if os.path.exists(self.home) and not os.path.isdir(self.home):
             raise Fail(EX_CANTCREAT, f"{self.home} is not a directory; give --home a directory")
         os.makedirs(self.home, mode=0o700, exist_ok=True)
-        self.take_lock()
+        self.lock.take()
         swept = sweep_groups(os.path.join(self.home, "groups"), self.home)    # before anything else
-        self.sel = selectors.DefaultSelector()
         try:
-            self.ledger = Ledger(os.path.join(self.home, "ledger.db"), still_ours=self.lock_is_ours)
+            self.ledger = Ledger(os.path.join(self.home, "ledger.db"), still_ours=self.lock.ours)
             broken = ledger_problem(self.ledger.db)
         except sqlite3_errors() as err:
             raise Fail(EX_DATAERR, f"{self.home}/ledger.db is not a ledger avsmd can open: {err}; nothing was written. "
@@ -8828,6 +8857,20 @@ class Daemon:
             seq, why = broken
             raise Fail(EX_DATAERR, f"record #{seq} of {self.home}/ledger.db does not read: {why}; "
                                    f"nothing was appended. See avsm doctor, and avsm doctor --cut {seq} with avsmd stopped")
+        return swept
+
+    def run(self):
+        """avsmd's life, in steps:
+        1. open the home (open_home); take signals through a wakeup socket; bind HOME/sock;
+        2. write the start (and a sweep, and a doctor's cut) records; start the roles process and the warden;
+        3. loop: serve what the selector has ready (signals, clients, the warden, the roles process, their
+           ends); act on the signals; let the notifier run; start a child whose back-off is over; each
+           second, check the lock and the socket are still ours;
+        4. once stopping, leave the loop when the warden has ended or its grace is over; finish."""
+        import selectors
+        import signal
+        import socket
+        swept = self.open_home()                                                     # 1
         wake_r, wake_w = socket.socketpair()
         wake_r.setblocking(False)
         wake_w.setblocking(False)
@@ -8835,8 +8878,8 @@ class Daemon:
         for signum in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
             signal.signal(signum, self.on_signal)
         self.sel.register(wake_r, selectors.EVENT_READ, ("signal", None))
-        self.bind()
-        self.append_self("start", f"avsmd {VERSION} started (pid {os.getpid()}) on {self.home}", pid=os.getpid())
+        self.clients.bind()
+        self.append_self("start", f"avsmd {VERSION} started (pid {os.getpid()}) on {self.home}", pid=os.getpid())   # 2
         if swept:
             self.append_self("sweep", f"ended {swept} process group(s) an earlier avsmd left running", groups=swept)
         cut_marker = os.path.join(self.home, "cut")
@@ -8850,81 +8893,66 @@ class Daemon:
         self.start_warden()
         sys.stderr.write(f"avsmd: serving {self.home} (pid {os.getpid()})\n")
         sys.stderr.flush()
+        serve = {"listener": lambda conn: self.clients.accept(), "client": self.clients.data,
+                 "warden": lambda conn: self.from_warden(), "roles": lambda conn: self.from_roles(),
+                 "warden-exit": lambda conn: self.ended(self.warden), "roles-exit": lambda conn: self.ended(self.roles),
+                 "signal": lambda conn: receive(wake_r, 512)}
         next_check = time.monotonic() + 1
-        while True:
+        while True:                                                                  # 3
             now = time.monotonic()
-            timeout = max(0.0, next_check - now)
-            if self.stopping:
-                timeout = min(timeout, 0.1)
-            timeout = min(timeout, self.notifier.next_wakeup(now) or timeout)
-            for key, _ in self.sel.select(timeout):
+            timeout = min(max(0.0, next_check - now), 0.1 if self.stopping else 1.0)
+            for key, _ in self.sel.select(min(timeout, self.notifier.next_wakeup(now) or timeout)):
                 what, conn = key.data
-                if what == "signal":
-                    try:
-                        wake_r.recv(512)
-                    except OSError:
-                        pass
-                elif what == "listener":
-                    self.accept()
-                elif what == "client":
-                    self.client_data(conn)
-                elif what == "warden":
-                    self.read_warden()
-                elif what == "warden-exit":
-                    self.warden_ended()
-                elif what == "roles":
-                    self.read_roles()
-                elif what == "roles-exit":
-                    self.roles_ended()
+                serve[what](conn)
             for signum in self.signals:
                 if signum == signal.SIGHUP:
                     sys.stderr.write("avsmd: SIGHUP ignored: config.yaml is read once, at start; restart avsmd to apply changes\n")
                 else:
-                    if self.debug:
-                        log(self.debug, "avsmd", f"signal {signum}: stopping")
+                    log(self.debug, "avsmd", f"signal {signum}: stopping")
                     self.begin_stop(signal.Signals(signum).name)
             self.signals = []
             self.notifier.poll(time.monotonic())
-            if self.warden_pidfd is None and self.warden is not None and self.warden.poll() is not None:
-                self.warden_ended()
+            if self.warden.pidfd is None and self.warden.proc.poll() is not None:
+                self.ended(self.warden)
             now = time.monotonic()
-            for which, at in list(self.restart_at.items()):
-                if now >= at and not self.stopping:
-                    del self.restart_at[which]
-                    self.start_roles() if which == "roles" else self.start_warden()
+            for kept, start in ((self.warden, self.start_warden), (self.roles, self.start_roles)):
+                if kept.restart_at is not None and now >= kept.restart_at and not self.stopping:
+                    kept.restart_at = None
+                    start()
             if now >= next_check and not self.stopping:
-                self.check_home()
+                taken = self.lock.check(self.debug)
+                if self.lock.lost:
+                    sys.stderr.write(f"avsmd: another avsmd (pid {taken}) took the lock of {self.home}; "
+                                     "stopping without appending anything more\n")
+                    self.exit_code = EX_TEMPFAIL
+                    self.begin_stop(f"another avsmd (pid {taken}) took the lock of its home")
+                else:
+                    self.clients.check(self.debug)
                 next_check = now + 1
-            if self.stopping:
-                if self.warden.poll() is not None or now >= self.stop_deadline:
-                    break
+            if self.stopping and (self.warden.proc.poll() is not None or now >= self.stop_deadline):   # 4
+                break
         return self.finish()
 
     def finish(self):
-        if self.warden.poll() is None:
-            self.warden.kill()
-        self.warden.wait()
-        if self.roles_chan is not None:
-            self.roles_chan.close()          # the roles process ends at the end of its channel
+        if self.warden.proc.poll() is None:
+            self.warden.proc.kill()
+        self.warden.proc.wait()
+        if self.roles.chan is not None:
+            self.roles.chan.close()          # the roles process ends at the end of its channel
             try:
-                os.kill(self.roles_pid, 15)
-                os.waitpid(self.roles_pid, 0)
+                os.kill(self.roles.pid, 15)
+                os.waitpid(self.roles.pid, 0)
             except (ProcessLookupError, ChildProcessError):
                 pass
-        self.read_warden()
-        self.end_groups()
-        for conn in list(self.clients):
-            self.reply(conn, [], ["avsmd stopped"], EX_UNAVAILABLE)
+        self.from_warden()
+        self.groups.end_all()
+        self.clients.close(remove=False)
         self.notifier.finish(self.stop_deadline)      # the stop's notice told, and any failure written before `stop`
-        if not getattr(self, "lost_lock", False):
+        if not self.lock.lost:
             last = self.append_self("stop", f"avsmd stopped (pid {os.getpid()})", pid=os.getpid())
             sys.stderr.write(f"avsmd: stopped {self.home} (pid {os.getpid()})"
                              + (f"; its ledger ends at #{last}\n" if last else "\n"))
-            try:
-                if os.stat(self.sock_path).st_ino == self.sock_id:
-                    os.unlink(self.sock_path)
-            except OSError:
-                pass
+            self.clients.close(remove=True)
         self.ledger.close()
         return self.exit_code
 
