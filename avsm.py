@@ -39,6 +39,7 @@ Sections
 """
 
 import collections
+import contextlib
 import fcntl
 import functools
 import heapq
@@ -150,8 +151,7 @@ def format_duration(seconds):
 def next_nightly(hhmm, after=None):
     """Return the unix time of the next nightly decision at local HH:MM (after `after`), or None for never.
 
-    mktime with isdst=-1 follows the wall clock across a daylight-saving change (open point 47).
-    """
+    mktime with isdst=-1 follows the wall clock across a daylight-saving change (open point 47)."""
     if hhmm == "never":
         return None
     after = time.time() if after is None else after
@@ -210,8 +210,7 @@ NUMBER = r"[+-]?([0-9]+(\.[0-9]*)?|\.[0-9]+)([eE][+-]?[0-9]+)?"
 def parse_number(text):
     """Return the float a report line holds, NaN for `nan`, or None when it is not a number alone.
 
-    number ::= [+-] (digits ['.' digits*] | '.' digits) [(e|E) [+-] digits]   (open point 19)
-    """
+    number ::= [+-] (digits ['.' digits*] | '.' digits) [(e|E) [+-] digits]   (open point 19)"""
     s = text.strip()
     if s.lower() in ("nan", "+nan", "-nan"):
         return float("nan")
@@ -354,8 +353,7 @@ def parse_yaml_marked(text, source=None):
     key (for a mapping entry) or entry (its '-', or its first character inside [ ]) starts.
 
     A path holds the keys and indexes from the root; marks[()] is where the root starts,
-    (1, 1) for an empty document.
-    """
+    (1, 1) for an empty document."""
     lines, unterminated = split_yaml_lines(text, source)
     reader = YamlReader(lines, unterminated, source)
     value = reader.document()
@@ -366,8 +364,7 @@ def split_yaml_lines(text, source):
     """Return (lines, whether the last line lacks its line break) for `text`.
 
     A leading U+FEFF is dropped and \\r\\n reads as \\n; any other character
-    YAML does not allow, a bare \\r among them, is refused where it stands.
-    """
+    YAML does not allow, a bare \\r among them, is refused where it stands."""
     if isinstance(text, (bytes, bytearray)):
         try:
             text = bytes(text).decode('utf-8')
@@ -399,8 +396,7 @@ def split_yaml_lines(text, source):
 def resolve_plain(text):
     """Return the core-schema value of a plain scalar: null, bool, int, float or str.
 
-    A number beyond NUMBER_MAX is refused (ValueError), not rounded: YAML would read it, avsm takes none.
-    """
+    A number beyond NUMBER_MAX is refused (ValueError), not rounded: YAML would read it, avsm takes none."""
     if text in YAML_NULLS:
         return None
     if text in YAML_BOOLS:
@@ -482,8 +478,7 @@ def leading_spaces(line):
 def block_text(style, chomp, body):
     """Return a block scalar's value: its lines (None for empty) joined or folded, then chomped.
 
-    chomp '-' strips the final line breaks, '' keeps one, '+' keeps them all.
-    """
+    chomp '-' strips the final line breaks, '' keeps one, '+' keeps them all."""
     content = [k for k, x in enumerate(body) if x is not None]
     if not content:
         return '\n' * len(body) if chomp == '+' else ''
@@ -501,8 +496,7 @@ def fold_lines(lines):
     """Return folded text (YAML 1.2, 8.1.3): a break between two text lines becomes a space.
 
     An empty line between them becomes the break instead, and breaks next to
-    a more-indented line (one starting with a space or tab) are kept.
-    """
+    a more-indented line (one starting with a space or tab) are kept."""
     out, prev, empties = [], None, 0
     for line in lines:
         if line is None:
@@ -522,8 +516,7 @@ def fold_lines(lines):
 class YamlReader:
     """One pass over the lines of one document, recording where each node starts in `marks`.
 
-    Rows and columns are 0-based inside; errors and marks are 1-based.
-    """
+    Rows and columns are 0-based inside; errors and marks are 1-based."""
 
     def __init__(self, lines, unterminated, source):
         self.lines = lines
@@ -628,8 +621,7 @@ class YamlReader:
 
         Under a key at the same indentation (`permitted:` then `- name: x`), the
         first line at this indentation without '-' ends the sequence; the
-        mapping takes it from there.
-        """
+        mapping takes it from there."""
         items = []
         while True:
             self.mark(path + (len(items),), row, indent)
@@ -718,8 +710,7 @@ class YamlReader:
     def block_key(self, row, i, path):
         """Return (key, index of ':') when a block mapping entry starts at i, else None.
 
-        key ::= (plain | single | double) ' '* ':' (' ' | EOL)
-        """
+        key ::= (plain | single | double) ' '* ':' (' ' | EOL)"""
         line = self.lines[row]
         if line[i] in '[{':
             _, end = self.flow_node(row, i, path)
@@ -780,8 +771,7 @@ class YamlReader:
     def plain(self, row, i, flow):
         """Return (text, end) of the plain scalar at i.
 
-        plain ::= first char*, ending before ': ', ':' EOL, ' #', EOL, and in flow before ,[]{}
-        """
+        plain ::= first char*, ending before ': ', ':' EOL, ' #', EOL, and in flow before ,[]{}"""
         line = self.lines[row]
         stops = ',[]{}' if flow else ''
         j = i
@@ -879,8 +869,7 @@ class YamlReader:
         None for an empty line.
 
         The indentation is that of the first non-empty line, which must be deeper
-        than `parent`; no empty line before it may have more spaces.
-        """
+        than `parent`; no empty line before it may have more spaces."""
         lines = self.lines
         first = row
         while first < len(lines) and lines[first].strip(' ') == '':
@@ -1128,8 +1117,7 @@ def check_venture_name(name):
 def parse_mandate(text, source="mandate.yaml", directory=None):
     """Return the mandate `text` as one validated dict; Fail(78) at file:line:col when it does not hold.
 
-    `directory`, when given, is the venture directory: its programs must exist and be executable.
-    """
+    `directory`, when given, is the venture directory: its programs must exist and be executable."""
     try:
         doc, marks = parse_yaml_marked(text, source)
     except YamlError as err:
@@ -1172,8 +1160,7 @@ def parse_mandate(text, source="mandate.yaml", directory=None):
 def adapter_problem(text):
     """Return why a built-in adapter's reading does not hold, or None.
 
-    adapter ::= 'http.status' URL | ('stripe' | 'github') PATH ['#' pointer]   pointer ::= ('/' token)*
-    """
+    adapter ::= 'http.status' URL | ('stripe' | 'github') PATH ['#' pointer]   pointer ::= ('/' token)*"""
     words = text.split()
     if len(words) != 2:
         return f"'{text}' is not an adapter reading; write http.status URL, stripe PATH#/pointer or github PATH#/pointer"
@@ -1643,8 +1630,7 @@ def parse_checkpoint_config(c, value):
 def parse_notify(c, value):
     """Return the notify command as {run, timeout}, or None when there is none.
 
-    notify ::= COMMAND | {run: COMMAND, timeout: DURATION}
-    """
+    notify ::= COMMAND | {run: COMMAND, timeout: DURATION}"""
     path = ("notify",)
     if value is None:
         return None
@@ -2403,8 +2389,7 @@ CONTROL_CHARS = "[\x00-\x1f\x7f-\x9f\u2028\u2029\u202a-\u202e\u2066-\u2069\ud800
 class LockCheck:
     """Whether avsmd.lock still names the avsmd that started this warden.
 
-    lock_is_ours()  -- asked before every append and before the groups journal is replaced
-    """
+    lock_is_ours()  -- asked before every append and before the groups journal is replaced"""
 
     def __init__(self, lock_path, avsmd_pid):
         self.lock_path, self.avsmd_pid = lock_path, avsmd_pid
@@ -2415,8 +2400,7 @@ class LockCheck:
         and avsmd makes it again within the second.
 
         Asked before every append, so the file is read again only when its stat changed: a pid is
-        written only with the file truncated and its times moved, or into a new file.
-        """
+        written only with the file truncated and its times moved, or into a new file."""
         try:
             st = os.stat(self.lock_path)
         except FileNotFoundError:
@@ -2446,8 +2430,7 @@ class LedgerWriter:
 
     Handed the ledger, the venture states it folds into, count_ask (each ask counts toward a canary),
     tell_person (a notice of what a person must see: a record, or the ledger gone unwritable) and refold
-    (fold every venture again from the ledger, after a group commit was rolled back).
-    """
+    (fold every venture again from the ledger, after a group commit was rolled back)."""
 
     def __init__(self, ledger, ventures, count_ask, tell_person, refold, debug=False):
         self.ledger, self.ventures, self.count_ask, self.debug = ledger, ventures, count_ask, debug
@@ -2468,8 +2451,7 @@ class LedgerWriter:
 
         While the ledger cannot be written, the outcome of what already ran waits in order to be written;
         anything else raises LedgerDown, so the step that wanted it does not happen. `at`: an action's time is
-        the time the gate proved it at, so that its proof re-checks at its own `at`.
-        """
+        the time the gate proved it at, so that its proof re-checks at its own `at`."""
         import sqlite3
         if self.ledger_down:
             if record["kind"] in BACKLOG_KINDS:
@@ -2875,8 +2857,7 @@ def judge_report(mandate, state, value, failure=None):
     """Return (status, note) of a new metric report: trusted, unconfirmed, implausible or failed.
 
     Never acted on: a failed report, NaN, a value outside range, a step past its bound, a flap;
-    with a step bound, the report after an implausible one is unconfirmed until the next agrees.
-    """
+    with a step bound, the report after an implausible one is unconfirmed until the next agrees."""
     if failure is not None:
         return "failed", failure
     if value != value:
@@ -3077,8 +3058,7 @@ def reading_fields(text, audit_note=None):
 def held_by(state):
     """Return (what, seq, note) of the reading that holds the venture implausible, or None.
 
-    A failed or implausible metric report, guard reading or audit reading holds it until a plausible one comes.
-    """
+    A failed or implausible metric report, guard reading or audit reading holds it until a plausible one comes."""
     if state.last_report and state.last_report[2].get("status") in ("implausible", "failed"):
         seq, at, record = state.last_report
         return f"the {record.get('metric', 'metric')} report", seq, record.get("note")
@@ -3261,8 +3241,7 @@ def packet_world_lines(metric, facts):
 def parse_reply(data, packet):
     """Return {"choices": [...]} or {"look": {...}} from a reply, or {"unusable": why}.
 
-    The reply is one JSON object on one line (a classifier: one word); anything else is unusable.
-    """
+    The reply is one JSON object on one line (a classifier: one word); anything else is unusable."""
     if len(data) > REPLY_MAX:
         return {"unusable": f"the reply is bigger than {REPLY_MAX // 1024} KiB"}
     try:
@@ -3378,8 +3357,7 @@ def diff_paths(diff):
 def content_problem(takes, payload, directory):
     """Return why a diff or file payload would reach outside the venture directory, or None.
 
-    A file payload is its relative path on the first line and the content after it.
-    """
+    A file payload is its relative path on the first line and the content after it."""
     if takes == "diff":
         paths = diff_paths(payload)
         if not paths:
@@ -3433,8 +3411,7 @@ def judge_effect(expects, r0, after, steps):
     """Return (verdict, why) for a run that expected `expects` (way, size, within), open point 36.
 
     verdict: waiting, not judged, hit (writes nothing), late, miss or wrong size. r0 is the last trusted
-    reading before the run; `after` the trusted reports since its ok outcome; `steps` the lever-free history.
-    """
+    reading before the run; `after` the trusted reports since its ok outcome; `steps` the lever-free history."""
     way, size, within = expects
     if len(steps) < 3:
         return "not judged", "fewer than 3 steps of history: the metric's drift is not known"
@@ -3537,8 +3514,7 @@ def forecast_paths(facts, seed=0):
     Paths are stepped in blocks of k report steps (k = 1 up to FORECAST_BLOCKS steps in all): a block moves by
     k resampled lever-free steps (by their sum's normal approximation past 8), then each side of the
     controller past its bound runs its lever as many times as bring the metric back, at most as its cap
-    allows in the block's time, each run moving the metric by a resampled step of that lever less the drift.
-    """
+    allows in the block's time, each run moving the metric by a resampled step of that lever less the drift."""
     import random
     steps, history = facts["free_steps"], facts["history"]
     if len(steps) < 3:
@@ -4096,8 +4072,7 @@ def prove(state, lever, now, basis, trigger=None, approval=None, payload=None, c
     to the ask that is the trigger), "proposal" (a person's own proposal, which is also the approval).
     approval: the seq of an unspent declared approval (or a person's proposal) of exactly this lever and payload.
     check: the seq of the lever's passed check, cited last.
-    The same function re-checks a stored action (recheck_action): there is no second list of rules.
-    """
+    The same function re-checks a stored action (recheck_action): there is no second list of rules."""
     rule, basis_premises, basis_steps = basis
     m = state.mandate
     if m is None:
@@ -4253,8 +4228,7 @@ def write_mail(message, sender):
 
     message ::= header+ blank-line body      header ::= name ':' text (WSP text)*   lines end LF or CRLF
     Raises ValueError saying why a message cannot be sent as it stands: no header block, no blank line
-    before the body, a line that is not a header, or a bare CR (which a mail program may take as a line end).
-    """
+    before the body, a line that is not a header, or a bare CR (which a mail program may take as a line end)."""
     if "\r" in message.replace("\r\n", ""):
         raise ValueError("the message has a bare CR; end its lines with LF or CRLF")
     lines = message.split("\n")
@@ -5280,8 +5254,7 @@ def judge_notify(stretch, notice, failure, note=""):
 
     `failure` is None when it told `notice`, else how it failed. A failing command is written once per stretch
     of failures, not once per notice it could not tell, and once more when it works again, saying how many it
-    missed. No notice is tried twice: there is no loop of retries to write about.
-    """
+    missed. No notice is tried twice: there is no loop of retries to write about."""
     told = (f"#{notice['seq']} ({notice['kind']})" if notice.get("seq")
             else f"'{NOTICE_TITLES[notice['kind']].format(**notice)}'")
     if failure is None:
@@ -5570,8 +5543,7 @@ def start_program(argv, cwd, env, stdin=None):
     a second at a thousand ventures. It closes no descriptor, so this process holds none a program could keep
     (Python and SQLite open every file close-on-exec, and mark_close_on_exec covers what the process was handed),
     and it has no cwd: the process steps into `cwd` for the spawn and back, so its other threads (the warden's
-    calls over HTTP) never use a relative path. A name without a slash is looked for on `env`'s PATH, as exec does.
-    """
+    calls over HTTP) never use a relative path. A name without a slash is looked for on `env`'s PATH, as exec does."""
     import signal
     if "null" not in SPAWN_FDS:
         SPAWN_FDS["null"] = os.open(os.devnull, os.O_RDONLY | os.O_CLOEXEC)
@@ -5622,10 +5594,8 @@ def mark_close_on_exec():
         return
     for fd in fds:
         if fd > 2:
-            try:
+            with contextlib.suppress(OSError):  # the listing's own descriptor, closed by now
                 os.set_inheritable(fd, False)
-            except OSError:
-                pass                        # the listing's own descriptor, closed by now
 
 
 class Child:
@@ -5652,10 +5622,10 @@ class Child:
             if stdin is not None:
                 os.close(stdin)
         self.pgid = self.pid
-        try:                          # room for 1 MiB: a flood of output needs 16 times fewer of the warden's turns
+        # room for 1 MiB: a flood of output needs 16 times fewer of the warden's turns; not Linux, or past the
+        # user's pipe pages: the default room serves
+        with contextlib.suppress(ImportError, AttributeError, OSError):
             fcntl.fcntl(self.stdout, fcntl.F_SETPIPE_SZ, PIPE_ROOM)
-        except (ImportError, AttributeError, OSError):
-            pass                      # not Linux, or past the user's pipe pages: the default room serves
         self.open_pipes = {self.stdout, self.stderr}   # registered in the warden's selector
         for pipe in (self.stdout, self.stderr):
             os.set_blocking(pipe, False)
@@ -5668,8 +5638,7 @@ class Child:
         """Read what `pipe` holds now, keeping the last OUTPUT_KEEP bytes; return False at EOF.
 
         With `head` set (a backend's reply), keep the first `head` bytes instead and end the
-        program once it writes past them: a reply that big is unusable, and is not read further.
-        """
+        program once it writes past them: a reply that big is unusable, and is not read further."""
         buffer = self.out if pipe == self.stdout else self.err
         while True:
             try:
@@ -5881,8 +5850,7 @@ def sweep_groups(path, home=None):
     `home` the strays no record names (stray_groups); return how many.
 
     A group is ours when its leader is gone (Linux reuses no pid while its group lives) or is the very
-    process recorded, by start time; TERM, then KILL after the grace.
-    """
+    process recorded, by start time; TERM, then KILL after the grace."""
     try:
         with open(path) as fh:
             lines = [line.split() for line in fh if line.strip()]
@@ -5906,10 +5874,8 @@ def sweep_groups(path, home=None):
     if home is not None:
         ours += [g for g in stray_groups(home) if g not in ours]
     term_then_kill(ours)
-    try:
+    with contextlib.suppress(OSError):
         os.unlink(path)
-    except OSError:
-        pass
     return len(ours)
 
 
@@ -5987,8 +5953,7 @@ def read_response(backend, body, sent):
 
     Only a complete answer counts: stop_reason end_turn or stop_sequence (Anthropic), finish_reason stop
     (Chat Completions), status completed with one completed message (Responses). Thinking, redacted-thinking
-    and tool-use blocks, reasoning_content and reasoning items are never the answer.
-    """
+    and tool-use blocks, reasoning_content and reasoning items are never the answer."""
     try:
         data = json.loads(body)
     except (ValueError, RecursionError):
@@ -6156,8 +6121,7 @@ def call_http_backend(backend, system, user, key):
     """Make one decision's HTTP call, trying a busy or failing provider again within BACKEND_TIMEOUT.
 
     Return (reply bytes, None, call) or (None, why, call); call holds the provider's request id, the usage
-    and stop it reported, how many tries it took, and "declined" when the model refused.
-    """
+    and stop it reported, how many tries it took, and "declined" when the model refused."""
     import http.client
     import urllib.error
     import urllib.request
@@ -6212,8 +6176,7 @@ def adapter_get(url, key=None, limit=ADAPTER_TIMEOUT):
     TLS certificates are verified against the system's CAs, or the bundle SSL_CERT_FILE names (OpenSSL's own
     variable, read by ssl.create_default_context). With a key (stripe, github) the GET carries it as a bearer
     token and follows no redirect: a 3xx is the answer, so the key goes to the configured url alone. Without
-    one (http.status) redirects to http:// and https:// are followed, and the last status is the answer.
-    """
+    one (http.status) redirects to http:// and https:// are followed, and the last status is the answer."""
     import ssl
     import threading
     import urllib.error
@@ -6254,8 +6217,7 @@ def output_lines(data, cut):
     before it dropped, and nowhere else: a form feed or a vertical tab inside `9\\x0c1` ends no line
     (the README's "last non-empty line"). With `cut`, the start of the output was dropped (only the last
     OUTPUT_KEEP bytes are kept), so the bytes before the first \\n are the end of a line whose start is
-    gone: no line at all, and when no whole line follows them the last line itself was cut.
-    """
+    gone: no line at all, and when no whole line follows them the last line itself was cut."""
     pieces = bytes(data).split(b"\n")
     if cut:
         pieces = pieces[1:]
@@ -6294,8 +6256,7 @@ def run_world_step(command, data, mandate):
 def read_metric_output(child, status, with_output=True):
     """Return (value, failure) from a finished report: its last non-empty line must be the number alone.
 
-    A guard's failure says why without its output: a guard's record carries none of its text (GUARD-14).
-    """
+    A guard's failure says why without its output: a guard's record carries none of its text (GUARD-14)."""
     if child.ended_by:
         return None, f"ended: {child.ended_by}"
     if status != 0:
@@ -6329,12 +6290,11 @@ def cached_command(program, args):
     """Return the argv that runs `program` of this file from its cached bytecode, writing the cache if stale."""
     import importlib.util
     import py_compile
-    try:
+    # no cache to be had here: it is compiled as before
+    with contextlib.suppress(OSError, ValueError, py_compile.PyCompileError):
         cache = importlib.util.cache_from_source(AVSM_PATH)
         if not os.path.exists(cache) or os.path.getmtime(cache) < os.path.getmtime(AVSM_PATH):
             py_compile.compile(AVSM_PATH, cfile=cache, doraise=True)
-    except (OSError, ValueError, py_compile.PyCompileError):
-        pass                          # no cache to be had here: it is compiled as before
     # -P: no directory goes before the standard library on sys.path. An adapter or a forecast runs in its venture's
     # directory, and `-c` alone would put that first: a venture's json.py would be imported in its place.
     # -S: no `site`, so no .pth file of site-packages runs its code in avsm's processes (which need nothing outside
@@ -6402,8 +6362,7 @@ def read_mandate_file(path):
     """Return the text of mandate.yaml at `path`, exactly as written (its sha256 is the file's).
 
     Raises OSError when it cannot be opened, and Fail (78: a mandate that does not hold) for anything
-    but a regular file of at most MANDATE_MAX bytes in UTF-8. Never blocks: a FIFO is refused unread.
-    """
+    but a regular file of at most MANDATE_MAX bytes in UTF-8. Never blocks: a FIFO is refused unread."""
     fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
     try:
         problem = mandate_file_problem(path, os.fstat(fd))
@@ -6433,8 +6392,7 @@ class GroupsJournal:
 
     journal_group(line)  -- append "+PGID START VENTURE PURPOSE" or "-PGID"; replaced when grown past 64 KiB
 
-    Handed the home and lock_is_ours: another avsmd's journal is never replaced.
-    """
+    Handed the home and lock_is_ours: another avsmd's journal is never replaced."""
 
     def __init__(self, home, lock_is_ours):
         self.home, self.lock_is_ours = home, lock_is_ours
@@ -6447,15 +6405,14 @@ class GroupsJournal:
 
         The file stays open for appending. Grown past 64 KiB, it is replaced by one holding only what still
         runs (while the home is still ours; else what runs is appended); deleted under us, it is made again
-        with what still runs appended.
-        """
+        with what still runs appended."""
         path = os.path.join(self.home, "groups")
         pgid = line[1:].split()[0]
         if line.startswith("+"):
             self.journaled[pgid] = line
         else:
             self.journaled.pop(pgid, None)
-        try:
+        with contextlib.suppress(OSError):  # a full disk: avsmd still ends the groups it was told of
             if line.startswith("+") and self.groups_fd is not None:
                 st = os.fstat(self.groups_fd)
                 if st.st_nlink == 0 or st.st_size > 64 * 1024:
@@ -6471,8 +6428,6 @@ class GroupsJournal:
                 self.groups_fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC, 0o600)
             if line:
                 os.write(self.groups_fd, (line + "\n").encode())
-        except OSError:
-            pass                        # a full disk: avsmd still ends the groups it was told of
 
 
 class Children:
@@ -6484,8 +6439,7 @@ class Children:
     iter(children), len(children)      -- the Child objects running now
 
     Handed the home, the selector the loop waits on, the channel's tell and flush, the groups journal, and
-    settle(child), which writes what came of a program once it is gone.
-    """
+    settle(child), which writes what came of a program once it is gone."""
 
     def __init__(self, home, sel, tell, flush, journal_group, settle, debug=False):
         self.home, self.sel, self.tell, self.flush, self.debug = home, sel, tell, flush, debug
@@ -6525,8 +6479,7 @@ class Children:
         """A child's leader ended: drain its output, reap it by pid, and settle what it was for.
 
         A program avsm is ending (timeout, pause, stop) is settled only once its whole group is gone,
-        so an outcome never claims an end while a member that ignored SIGTERM still runs.
-        """
+        so an outcome never claims an end while a member that ignored SIGTERM still runs."""
         if child.status is None:
             status = child.poll()
             if status is None:
@@ -6576,8 +6529,7 @@ class Channel:
     flush(everything=False)     -- send what is queued: once per turn of the loop, or at once
     read()                      -- the messages avsmd sent, [] when none is whole yet, None once avsmd is gone
 
-    Handed the socket and commit(): nothing is told to a client before the records it answers are committed.
-    """
+    Handed the socket and commit(): nothing is told to a client before the records it answers are committed."""
 
     def __init__(self, channel, commit):
         self.channel, self.commit = channel, commit
@@ -6591,8 +6543,7 @@ class Channel:
 
         A group's end can wait (`later`) to go with the next line that cannot, when its leader's start time
         is known: avsmd checks a group is still the one it was told of before it ends it, so a late end
-        costs nothing, and saves avsmd a wake-up per report.
-        """
+        costs nothing, and saves avsmd a wake-up per report."""
         self.outbox.append(json.dumps(message, separators=(",", ":")))
         self.outbox_due = self.outbox_due or not later
         self.acks_waiting = self.acks_waiting or not ("group" in message or "ended" in message)
@@ -6605,10 +6556,8 @@ class Channel:
             self.acks_waiting = False
         self.outbox_due = False
         data, self.outbox = ("\n".join(self.outbox) + "\n").encode(), []
-        try:
+        with contextlib.suppress(OSError):
             send_bytes(self.channel, data)
-        except OSError:
-            pass
 
     def read(self):
         data = receive(self.channel)    # a reset (avsmd died with our lines unread) reads as its end
@@ -6625,8 +6574,7 @@ class RolesCalls:
     to_roles(message, callback)  -- send a request to build a model's text or parse its reply
     from_roles(message)          -- an answer came: call the callback its request left
 
-    Handed the channel's tell.
-    """
+    Handed the channel's tell."""
 
     def __init__(self, tell):
         self.tell = tell
@@ -6703,8 +6651,7 @@ class Schedule:
     enter(name, at)        -- the venture's next round is due at monotonic time `at`, replacing the time it had
     soonest(active)        -- the first due time of a venture for which active(name) holds, or None
     pop_due(now, active)   -- yield (due time, venture) of each such venture due by `now`, taking it off the queue
-    resume(now)            -- every venture due by `now` at the latest: the ledger takes writes again
-    """
+    resume(now)            -- every venture due by `now` at the latest: the ledger takes writes again"""
 
     def __init__(self):
         self.due = {}                 # venture -> monotonic time its next round is due
@@ -6744,8 +6691,7 @@ class Rounds:
     deadlines()                     -- when a round in flight settles without what it still waits for
 
     Handed the config and home, the venture states, the children table and spawn, append, carry_out (the
-    settling rules' intents) and start_prediction (the round's prediction and scores, written together).
-    """
+    settling rules' intents) and start_prediction (the round's prediction and scores, written together)."""
 
     def __init__(self, cfg, home, ventures, children, spawn, append, carry_out, start_prediction, debug=False):
         self.cfg, self.home, self.ventures, self.children, self.spawn = cfg, home, ventures, children, spawn
@@ -6757,8 +6703,7 @@ class Rounds:
         """Start the metric's report and each guard, audit and reading command, each in its own group.
 
         The controller acts once the metric is in and the guards are read, or half a second has passed:
-        a slower guard, audit or reading is written as not read, and its reading when it is done.
-        """
+        a slower guard, audit or reading is written as not read, and its reading when it is done."""
         m = state.mandate
         self.round_number += 1
         if self.debug:
@@ -6894,8 +6839,7 @@ class Keeper:
     hold(name), reset(name)          -- a pause holds the restart; a resume starts the back-off again
     keep                             -- venture -> {child, backoff, restart, next_start, restarts}, for avsm status
 
-    Handed the venture states, spawn, append and active(state): whether a venture may run now.
-    """
+    Handed the venture states, spawn, append and active(state): whether a venture may run now."""
 
     def __init__(self, ventures, spawn, append, active):
         self.ventures, self.spawn, self.append, self.active = ventures, spawn, append, active
@@ -6964,8 +6908,7 @@ class Levers:
     lever_done(state, child, status)  -- the lever ended: write its outcome
 
     Holds nothing of its own: a lever's state is its Child. Handed the config, spawn, append, pause (the stop
-    lever pauses its venture) and carry_out (the check rule's intents).
-    """
+    lever pauses its venture) and carry_out (the check rule's intents)."""
 
     def __init__(self, cfg, spawn, append, pause, carry_out):
         self.cfg, self.spawn, self.append, self.pause, self.carry_out = cfg, spawn, append, pause, carry_out
@@ -6975,8 +6918,7 @@ class Levers:
         when it ends.
 
         A lever with `check:` runs its check first (open point 27); only a check that exits 0 lets it run.
-        Returns the action's seq, or None while the check runs.
-        """
+        Returns the action's seq, or None while the check runs."""
         spec = state.mandate["levers"].get(lever)
         if spec is not None and spec["check"] and not checked:
             return self.start_check(state, lever, verdict, summary, by, side, extra)
@@ -7062,10 +7004,8 @@ class Levers:
         if lever == "research" and status == 0 and not child.ended_by and not child.oversized:
             self.research_facts(state, child, seq)
         if child.extra.get("payload_file"):
-            try:
+            with contextlib.suppress(OSError):
                 os.unlink(child.extra["payload_file"])
-            except OSError:
-                pass
         duration = round(time.monotonic() - child.started, 3)
         self.append(lever_outcome(state, lever, seq, status, child.ended_by, duration, child.extra["timeout"], child.note()))
 
@@ -7080,8 +7020,7 @@ class Worlds:
     worlds                                   -- venture -> the ensemble of world steps in flight for its last report
 
     Handed the config, spawn, append and append_together, carry_out (the world rule's intents), raise_ratchet
-    and stopping(): whether avsmd is stopping.
-    """
+    and stopping(): whether avsmd is stopping."""
 
     def __init__(self, cfg, spawn, append, append_together, carry_out, raise_ratchet, stopping):
         self.cfg, self.spawn, self.append, self.append_together = cfg, spawn, append, append_together
@@ -7189,8 +7128,7 @@ class Trust:
     count_ask(state)               -- every ask counts; after every N, a known-answer canary ask
     canary_answer(state, seq, ask, approved)  -- write how a canary ask was answered
 
-    Handed the config, append, start_forecast and adopt (a mandate in force, as avsm add puts it).
-    """
+    Handed the config, append, start_forecast and adopt (a mandate in force, as avsm add puts it)."""
 
     def __init__(self, cfg, append, start_forecast, adopt):
         self.cfg, self.append, self.start_forecast, self.adopt = cfg, append, start_forecast, adopt
@@ -7285,8 +7223,7 @@ class Decisions:
     escalations, wake_r                        -- escalations waiting for their answer; the socket threads wake the loop on
 
     Handed the home, config, ledger (read for the packet and look-ups), venture states, spawn, append, tell,
-    to_roles, carry_out (the proposal rule's intents) and stopping().
-    """
+    to_roles, carry_out (the proposal rule's intents) and stopping()."""
 
     def __init__(self, home, cfg, ledger, ventures, spawn, append, tell, to_roles, carry_out, stopping):
         import socket
@@ -7396,10 +7333,8 @@ class Decisions:
             except Exception as err:      # the call's thread is a job's boundary: the decision still ends, saying why
                 data, why, facts = None, f"the call failed: {type(err).__name__}: {err}", None
             self.results.append((d, data, why, facts))
-            try:
+            with contextlib.suppress(OSError):
                 self.wake_w.send(b"r")
-            except OSError:
-                pass
         threading.Thread(target=call, daemon=True).start()
 
     def backend_done(self, state, child, status):
@@ -7409,10 +7344,8 @@ class Decisions:
         self.got_reply(d, None if why else bytes(child.out), why)
 
     def results_ready(self, wake):
-        try:
+        with contextlib.suppress(OSError):
             wake.recv(4096)
-        except OSError:
-            pass
         while self.results:
             d, data, why, facts = self.results.pop(0)
             d.call = facts
@@ -7631,8 +7564,7 @@ class Warden:
     Its parts, each owning one kind of state and handed only what it uses: writer (LedgerWriter), lock
     (LockCheck), schedule (Schedule), children (Children), journal (GroupsJournal), avsmd (Channel), rounds
     (Rounds), keeper (Keeper), levers (Levers), worlds (Worlds), trust (Trust), roles (RolesCalls) and
-    decisions (Decisions). It keeps the venture states, the loop, the nightly time and whether it is stopping.
-    """
+    decisions (Decisions). It keeps the venture states, the loop, the nightly time and whether it is stopping."""
 
     def __init__(self, home, channel, cfg, debug=False):
         import selectors
@@ -7739,7 +7671,7 @@ class Warden:
             timeout = self.writer.group_wait(self.next_wakeup(time.monotonic()))
             for key, _ in self.sel.select(timeout):
                 what, child = key.data
-                try:
+                with contextlib.suppress(LedgerDown):  # the step that needed a record did not happen
                     if what == "channel":
                         self.read_channel()
                     elif what == "results":
@@ -7753,12 +7685,8 @@ class Warden:
                     elif not child.drain(key.fileobj):
                         self.sel.unregister(key.fileobj)    # at EOF: a pipe left registered would wake us forever
                         child.open_pipes.discard(key.fileobj)
-                except LedgerDown:
-                    pass                    # the step that needed a record did not happen
-            try:
+            with contextlib.suppress(LedgerDown):
                 self.tick(time.monotonic())
-            except LedgerDown:
-                pass
             self.writer.commit_when_due(self.stopping)     # this wake-up's records, and the next ones' for up to GROUP_WINDOW
             self.write_checkpoint(due=True)
             self.avsmd.flush()
@@ -8205,10 +8133,8 @@ class Notifier:
             for pipe in child.open_pipes:
                 child.drain(pipe)
             child.close()
-            try:
+            with contextlib.suppress(OSError):
                 os.unlink(path)
-            except OSError:
-                pass
             self.settle(notice, notify_failure(child.ended_by, status, self.spec["timeout"]), child.note())
         while self.queue and (self.stopping or not self.running):
             self.start(self.queue.pop(0))
@@ -8458,11 +8384,9 @@ class Clients:
         if self.listener is not None:
             self.daemon.sel.unregister(self.listener)
             self.listener.close()
-        try:
+        with contextlib.suppress(OSError):
             if os.path.exists(self.path) or os.path.islink(self.path):
                 os.unlink(self.path)      # we hold the lock: a socket left here is a dead avsmd's
-        except OSError:
-            pass
         listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         old = os.umask(0o177)
         try:
@@ -8492,13 +8416,11 @@ class Clients:
             conn, _ = self.listener.accept()
         except OSError:
             return
-        try:
+        with contextlib.suppress(OSError, AttributeError):
             creds = conn.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, 12)
             if int.from_bytes(creds[4:8], sys.byteorder) not in (os.getuid(), 0):
                 conn.close()
                 return
-        except (OSError, AttributeError):
-            pass
         conn.setblocking(False)
         self.clients[conn] = {"reader": LineReader(1024 * 1024)}
         self.daemon.sel.register(conn, selectors.EVENT_READ, ("client", conn))
@@ -8567,12 +8489,10 @@ class Clients:
         if self.clients[conn].get("cmd") == "add" and self.daemon.config_changed():
             lines.append({"err": "config.yaml changed on disk; restart avsmd to apply it"})
         lines.append({"exit": code})
-        try:
+        with contextlib.suppress(OSError):
             conn.setblocking(True)
             conn.settimeout(5)
             conn.sendall("".join(json.dumps(line) + "\n" for line in lines).encode())
-        except OSError:
-            pass
         self.drop(conn)
 
     def drop(self, conn):
@@ -8587,11 +8507,9 @@ class Clients:
         """avsmd stops: tell each client still connected; remove the socket when `remove` (it is still ours)."""
         for conn in list(self.clients):
             self.reply(conn, [], ["avsmd stopped"], EX_UNAVAILABLE)
-        try:
+        with contextlib.suppress(OSError):
             if remove and os.stat(self.path).st_ino == self.sock_id:
                 os.unlink(self.path)
-        except OSError:
-            pass
 
 
 class Kept:
@@ -8652,10 +8570,8 @@ class Groups:
         self.groups = {}
         if self.lock.ours():          # another avsmd's journal, or groups, are not ours to touch
             sweep_groups(os.path.join(self.home, "groups"), self.home)  # any it journaled, or started, but had not told us of
-            try:
+            with contextlib.suppress(OSError):
                 os.unlink(os.path.join(self.home, "groups"))
-            except OSError:
-                pass
 
 
 class Daemon:
@@ -8668,8 +8584,7 @@ class Daemon:
       roles     Kept: the roles process (a fork that holds no key), likewise; roles_waiting its requests
       groups    Groups: the process groups the warden started, ended when it ends
       notifier  Notifier: the notify command, avsmd's own (it runs while the warden restarts)
-    `run` is the loop; the warden's messages are routed by `from_warden`.
-    """
+    `run` is the loop; the warden's messages are routed by `from_warden`."""
 
     def __init__(self, home, cfg, cfg_path, cfg_text, debug=False):
         import selectors
@@ -8827,10 +8742,8 @@ class Daemon:
         self.stopping, self.stop_deadline = True, time.monotonic() + WARDEN_STOP_GRACE
         self.notifier.stop(stopping_notice(why))
         if self.warden.chan is not None:
-            try:
+            with contextlib.suppress(OSError):
                 self.warden.send({"cmd": "stop"})
-            except OSError:
-                pass
 
     def on_signal(self, signum, frame):
         self.signals.append(signum)
@@ -8939,11 +8852,9 @@ class Daemon:
         self.warden.proc.wait()
         if self.roles.chan is not None:
             self.roles.chan.close()          # the roles process ends at the end of its channel
-            try:
+            with contextlib.suppress(ProcessLookupError, ChildProcessError):
                 os.kill(self.roles.pid, 15)
                 os.waitpid(self.roles.pid, 0)
-            except (ProcessLookupError, ChildProcessError):
-                pass
         self.from_warden()
         self.groups.end_all()
         self.clients.close(remove=False)
@@ -9980,13 +9891,11 @@ def ssh_bridge(host, request, capture=False, timeout=None):
         readers.append(threading.Thread(target=lambda: got.append(proc.stdout.read()), daemon=True))
     for reader in readers:
         reader.start()
-    try:
+    with contextlib.suppress(BrokenPipeError):
         proc.stdin.write((json.dumps(request) + "\n").encode())
         proc.stdin.flush()
         if relay:
             proc.stdin.close()          # the bridge ends once the relayed request is answered
-    except BrokenPipeError:
-        pass
     try:
         code = proc.wait(timeout)
     except subprocess.TimeoutExpired:
@@ -10768,11 +10677,9 @@ def cmd_try(home_arg, args):
             except subprocess.TimeoutExpired:
                 daemon.kill()
         if started:
-            try:
+            with contextlib.suppress(OSError):  # the terminal has gone (SIGHUP): avsmd is stopped all the same
                 sys.stderr.write(f"\navsm: avsmd stopped (exit {daemon.wait()}); the home is kept at {home}\n"
                                  f"avsm: look again with: {client_command(home)} tail 50\n")
-            except OSError:
-                pass                    # the terminal has gone (SIGHUP): avsmd is stopped all the same
     return EX_OK
 
 
@@ -10787,14 +10694,12 @@ def when_it_acts(home, directory):
              for _, way, bound, lever in controller_sides(m)]
     last, deadline = None, time.monotonic() + 3
     while last is None and time.monotonic() < deadline:
-        try:
+        with contextlib.suppress(Fail, sqlite3_errors()):
             db = open_ledger_ro(ledger_path(home))
             row = db.execute("SELECT record FROM records WHERE record LIKE '%\"kind\":\"report\"%' AND "
                              "record LIKE ? ORDER BY seq DESC LIMIT 1", (f'%"venture":"{name}"%',)).fetchone()
             db.close()
             last = json.loads(row[0]) if row else None
-        except (Fail, sqlite3_errors()):
-            pass
         if last is None:
             time.sleep(0.1)
     now = (f"; the first report says {format_number(last['value'])}" if last and last.get("value") is not None
@@ -11193,13 +11098,11 @@ def remember_verified(home, checkpoint):
     """Note the newest checkpoint a full doctor verified, for --quick, in the client's own cache: doctor changes
     nothing in the home (DOCTOR-02)."""
     path = verified_path(home)
-    try:
+    with contextlib.suppress(OSError):  # --quick then says no full doctor verified one
         os.makedirs(os.path.dirname(path), exist_ok=True)
         with open(path + ".new", "w") as fh:
             fh.write(f"{checkpoint.seq} {checkpoint.hash}\n")
         os.replace(path + ".new", path)
-    except OSError:
-        pass                            # --quick then says no full doctor verified one
 
 
 def verified_checkpoint(home, db, found):
