@@ -1020,6 +1020,15 @@ BUILTIN_LEVERS = ("stop",)          # open point 12: always permitted, pauses th
 RESTART_POLICIES = ("always", "on-failure", "never")
 
 
+def checked_yaml(text, source):
+    """Return (the YAML document `text`, its Checker); Fail(78) at file:line:col when it does not read."""
+    try:
+        doc, marks = parse_yaml_marked(text, source)
+    except YamlError as err:
+        raise Fail(EX_CONFIG, str(err)) from None
+    return doc, Checker(source, marks)
+
+
 class Checker:
     """Checks a parsed YAML document, refusing at file:line:col with the fix."""
 
@@ -1076,6 +1085,12 @@ class Checker:
             self.fail(path, f"{what} must be one of {named}, not {shown_value(value)}")
         return value
 
+    def require(self, value, path, keys, message):
+        """Fail at `path` naming the first of `keys` that `value` lacks: `message` with {key} in it."""
+        for key in keys:
+            if key not in value:
+                self.fail(path, message.replace("{key}", key))
+
     def parsed(self, parse, value, path):
         try:
             return parse(value)
@@ -1105,6 +1120,12 @@ def command_problem(run, directory):
     return None
 
 
+def refuse(problem, code=EX_DATAERR):
+    """Raise Fail(code, problem) when there is a problem (a check's answer: why not, or None)."""
+    if problem:
+        raise Fail(code, problem)
+
+
 def check_venture_name(name):
     """Return the venture name of a directory, or raise Fail(65) for one avsm cannot name."""
     if not name or name in (".", "..") or not NAME_CHARS.issuperset(name):
@@ -1118,15 +1139,10 @@ def parse_mandate(text, source="mandate.yaml", directory=None):
     """Return the mandate `text` as one validated dict; Fail(78) at file:line:col when it does not hold.
 
     `directory`, when given, is the venture directory: its programs must exist and be executable."""
-    try:
-        doc, marks = parse_yaml_marked(text, source)
-    except YamlError as err:
-        raise Fail(EX_CONFIG, str(err)) from None
-    c = Checker(source, marks)
+    doc, c = checked_yaml(text, source)
     c.mapping(doc, (), MANDATE_KEYS, "the mandate")
-    for key in ("purpose", "metric", "controller", "cadence"):
-        if key not in doc:
-            c.fail((), f"the mandate has no '{key}'; every mandate says purpose, metric, controller and cadence")
+    c.require(doc, (), ("purpose", "metric", "controller", "cadence"),
+              "the mandate has no '{key}'; every mandate says purpose, metric, controller and cadence")
     m = {"purpose": c.text(doc["purpose"], ("purpose",), "purpose"),
          "metric": c.text(doc["metric"], ("metric",), "metric"),
          "cadence": c.parsed(parse_duration, doc["cadence"], ("cadence",))}
@@ -1198,9 +1214,8 @@ def parse_levers(c, doc, directory):
                                         " of levers, each with name, run, cap and reversible"):
         if name in BUILTIN_LEVERS:
             c.fail(path + ("name",), f"'{name}' is built in (it pauses the venture); give the lever another name")
-        for key in ("cap", "reversible") + (() if name == "research" else ("run",)):
-            if key not in item:
-                c.fail(path, f"lever '{name}' has no '{key}'; a lever says name, run, cap and reversible")
+        c.require(item, path, ("cap", "reversible") + (() if name == "research" else ("run",)),
+                  f"lever '{name}' has no '{{key}}'; a lever says name, run, cap and reversible")
         lever = {"name": name,
                  "run": c.command(item["run"], path + ("run",), f"lever '{name}'", directory) if "run" in item else None,
                  "cap": c.parsed(parse_cap, item["cap"], path + ("cap",)),
@@ -1250,9 +1265,7 @@ def parse_expects(text):
 def parse_budget(c, value, path):
     """Return a lever's budget {field, max, per} (open point 27)."""
     c.mapping(value, path, {"field", "max", "per"}, "a budget")
-    for key in ("field", "max", "per"):
-        if key not in value:
-            c.fail(path, f"a budget has no '{key}'; write {{field: qty, max: 100000, per: 1d}}")
+    c.require(value, path, ("field", "max", "per"), "a budget has no '{key}'; write {field: qty, max: 100000, per: 1d}")
     return {"field": c.text(value["field"], path + ("field",), "field"),
             "max": c.number(value["max"], path + ("max",), "max", positive=True),
             "per": c.parsed(parse_duration, value["per"], path + ("per",))}
@@ -1302,9 +1315,8 @@ def parse_threshold(c, value, levers, path, ctl):
 
 
 def parse_band(c, value, levers, path, ctl):
-    for key in ("low", "high", "below", "above"):
-        if key not in value:
-            c.fail(path, f"a band has no '{key}'; write {{kind: band, low: 19, high: 24, below: heat, above: cool}}")
+    c.require(value, path, ("low", "high", "below", "above"),
+              "a band has no '{key}'; write {kind: band, low: 19, high: 24, below: heat, above: cool}")
     ctl["low"] = c.number(value["low"], path + ("low",), "low")
     ctl["high"] = c.number(value["high"], path + ("high",), "high")
     if ctl["low"] >= ctl["high"]:
@@ -1456,9 +1468,7 @@ def parse_audits(c, doc, directory):
     audits = []
     for path, item, name in named_items(c, doc, "audits", AUDIT_KEYS, "an audit",
                                         ", such as - {name: refunds, run: ./refunds, worse: up, tolerance: 2}"):
-        for key in ("run", "worse"):
-            if key not in item:
-                c.fail(path, f"audit '{name}' has no '{key}'")
+        c.require(item, path, ("run", "worse"), f"audit '{name}' has no '{{key}}'")
         audits.append({"name": name,
                        "run": c.command(item["run"], path + ("run",), f"audit '{name}'", directory),
                        "worse": c.choice(item["worse"], path + ("worse",), "worse", ("up", "down")),
@@ -1515,11 +1525,7 @@ PACKET_FORECAST = {"days": 7, "seeds": 8}       # a decision packet's, unless th
 
 def parse_config(text, source="config.yaml"):
     """Return config.yaml as a dict with every key, defaults filled in; Fail(78) when it does not hold."""
-    try:
-        doc, marks = parse_yaml_marked(text, source)
-    except YamlError as err:
-        raise Fail(EX_CONFIG, str(err)) from None
-    c = Checker(source, marks)
+    doc, c = checked_yaml(text, source)
     doc = {} if doc is None else doc
     if isinstance(doc, dict) and "port" in doc:
         c.fail(("port",), "port: is gone: avsm opens no listener but its socket, and never will; reach this host "
@@ -1538,9 +1544,7 @@ def parse_config(text, source="config.yaml"):
             c.fail(path, f"backend '{name}' needs kind: anthropic, openai or command")
         c.mapping(b, path, BACKEND_KEYS[b["kind"]], f"a {b['kind']} backend")
         needs = {"anthropic": ("model", "key"), "openai": ("url", "model"), "command": ("run",)}[b["kind"]]
-        for key in needs:
-            if key not in b:
-                c.fail(path, f"backend '{name}' has no '{key}'; a {b['kind']} backend says {', '.join(needs)}")
+        c.require(b, path, needs, f"backend '{name}' has no '{{key}}'; a {b['kind']} backend says {', '.join(needs)}")
         backend = {k: c.text(v, path + (k,), k) for k, v in b.items() if k not in ("offbox", "max_tokens")}
         if "effort" in b:
             c.choice(b["effort"], path + ("effort",), "effort", EFFORTS[b["kind"]])
@@ -1581,9 +1585,7 @@ def parse_config(text, source="config.yaml"):
     for name, a in adapters.items():
         keys = {"command", "from"} if name == "mail" else {"url"}
         c.mapping(a, ("adapters", name), keys, f"the {name} adapter")
-        for key in sorted(keys):
-            if key not in a:
-                c.fail(("adapters", name), f"the {name} adapter has no '{key}'")
+        c.require(a, ("adapters", name), sorted(keys), f"the {name} adapter has no '{{key}}'")
         cfg["adapters"][name] = {k: c.text(a[k], ("adapters", name, k), k) for k in sorted(keys)}
         if "url" in keys and not cfg["adapters"][name]["url"].startswith(("http://", "https://")):
             c.fail(("adapters", name, "url"), f"'{cfg['adapters'][name]['url']}' is not a URL; write http://... or https://...")
@@ -1679,23 +1681,17 @@ def format_config(cfg):
         return "{" + ", ".join(f"{k}: {yaml_scalar(v)}" for k, v in d.items()) + "}"
     lines = [f"nightly: {yaml_scalar(cfg['nightly'])}",
              f"default: {yaml_scalar(cfg['default'])}"]
-    if cfg["backends"]:
-        lines.append("backends:")
-        lines += [f"  {name}: {flow({k: v for k, v in b.items() if k != 'offbox' or b['kind'] == 'command'})}"
-                  for name, b in cfg["backends"].items()]
-    else:
-        lines.append("backends: {}")
+    backends = [f"  {name}: {flow({k: v for k, v in b.items() if k != 'offbox' or b['kind'] == 'command'})}"
+                for name, b in cfg["backends"].items()]
+    lines += ["backends:"] + backends if backends else ["backends: {}"]
     lines += [f"escalate: {yaml_scalar(cfg['escalate'])}", f"ratchet: {cfg['ratchet']}"]
     if cfg["forecast"] is None:
         lines.append(f"# forecast: {flow(FORECAST_DEFAULT)}   (the default: 7 days by 8 seeds in a decision packet)")
     else:
         lines.append(f"forecast: {flow(cfg['forecast'])}")
     lines.append(f"canary_asks: {flow(cfg['canary_asks']) if cfg['canary_asks'] else 'null'}")
-    if cfg["adapters"]:
-        lines.append("adapters:")
-        lines += [f"  {name}: {flow(a)}" for name, a in cfg["adapters"].items()]
-    else:
-        lines.append("adapters: {}")
+    adapters = [f"  {name}: {flow(a)}" for name, a in cfg["adapters"].items()]
+    lines += ["adapters:"] + adapters if adapters else ["adapters: {}"]
     lines.append(f"research: {yaml_scalar(cfg['research'])}")
     notify = cfg.get("notify")
     lines.append("notify: " + (flow({"run": notify["run"], "timeout": format_duration(notify["timeout"])}) if notify else "null"))
@@ -2453,19 +2449,17 @@ class LedgerWriter:
         anything else raises LedgerDown, so the step that wanted it does not happen. `at`: an action's time is
         the time the gate proved it at, so that its proof re-checks at its own `at`."""
         import sqlite3
-        if self.ledger_down:
-            if record["kind"] in BACKLOG_KINDS:
-                self.backlog.append(record)
-                return None
-            raise LedgerDown(self.ledger_down)
-        try:
-            return self.write(record, at, hold=record["kind"].partition(".")[0] in GROUPED_KINDS)
-        except (sqlite3.Error, OSError) as err:
-            self.ledger_failed(err)
-            if record["kind"] in BACKLOG_KINDS:
-                self.backlog.append(record)
-                return None
-            raise LedgerDown(str(err)) from None
+        why = self.ledger_down
+        if not why:
+            try:
+                return self.write(record, at, hold=record["kind"].partition(".")[0] in GROUPED_KINDS)
+            except (sqlite3.Error, OSError) as err:
+                self.ledger_failed(err)
+                why = str(err)
+        if record["kind"] not in BACKLOG_KINDS:
+            raise LedgerDown(why) from None
+        self.backlog.append(record)
+        return None
 
     def append_together(self, records):
         """Append `records` in one transaction and fold each (a score and the next prediction: they join the
@@ -4278,10 +4272,7 @@ def fold_ledger(states, seq, at, record, parse=None):
     state = states.get(name) or states.setdefault(name, VentureState(name))
     fold(state, seq, at, record)
     if record.get("kind") == "mandate":
-        try:
-            state.mandate = (parse or parse_mandate)(record.get("text", ""), f"mandate #{seq}")
-        except Fail:
-            state.mandate = None
+        state.mandate = parsed_or_none(parse or parse_mandate, record, seq)
     return state
 
 
@@ -5399,7 +5390,7 @@ def summarize_report(v, seq, record):
 def parsed_or_none(parse, record, seq):
     """Return the mandate a mandate record adopts, or None when it does not hold."""
     try:
-        return parse(record.get("text", ""), f"mandate #{seq}")
+        return parse(record.get("text") or "", f"mandate #{seq}")
     except Fail:
         return None
 
@@ -6322,9 +6313,8 @@ def check_venture_dir(directory):
             raise Fail(EX_DATAERR, f"{directory} holds mandate.yml; rename it to mandate.yaml "
                                    f"(mv {os.path.join(directory, 'mandate.yml')} {os.path.join(directory, 'mandate.yaml')})")
         raise Fail(EX_DATAERR, f"{directory} holds no mandate.yaml; write one (see examples/counter)")
-    problem = mandate_file_problem(os.path.join(directory, "mandate.yaml"), os.stat(os.path.join(directory, "mandate.yaml")))
-    if problem:
-        raise Fail(EX_DATAERR, problem)
+    mandate = os.path.join(directory, "mandate.yaml")
+    refuse(mandate_file_problem(mandate, os.stat(mandate)))
 
 
 def read_venture(directory):
@@ -6365,9 +6355,7 @@ def read_mandate_file(path):
     but a regular file of at most MANDATE_MAX bytes in UTF-8. Never blocks: a FIFO is refused unread."""
     fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
     try:
-        problem = mandate_file_problem(path, os.fstat(fd))
-        if problem:
-            raise Fail(EX_CONFIG, problem)
+        refuse(mandate_file_problem(path, os.fstat(fd)), EX_CONFIG)
         chunks, size = [], 0
         while size <= MANDATE_MAX:
             chunk = os.read(fd, 65536)
@@ -7162,9 +7150,7 @@ class Trust:
         if not new:
             raise Fail(EX_DATAERR, f"ask #{seq} carries no mandate change; edit {path} by hand and run avsm add")
         mandate = parse_mandate(new, path, state.directory)
-        problem = ratchet_change_problem(state, mandate)
-        if problem:
-            raise Fail(EX_DATAERR, problem)
+        refuse(ratchet_change_problem(state, mandate))
         self.append({"kind": "approval", "claim": "declared", "venture": state.name, "ask": seq, "about": "ratchet",
                      "summary": f"a person approved delegating {ask['lever']} (ask #{seq})"})
         with open(path + ".avsm-new", "w", encoding="utf-8") as fh:
@@ -7829,9 +7815,7 @@ class Warden:
 
     def do_decide(self, args, err):
         state = self.venture(args.get("venture"))
-        problem = decide_problem(state)
-        if problem:
-            raise Fail(EX_DATAERR, problem)
+        refuse(decide_problem(state))
         self.decisions.start_decision(state, "person", reply_id=args["__id"])
         return None                 # answered when the decision is done
 
@@ -7966,9 +7950,7 @@ class Warden:
 
     def do_approve(self, args, err):
         state, seq, ask = self.find_ask(args)
-        problem = approve_problem(state, seq)
-        if problem:
-            raise Fail(EX_DATAERR, problem)
+        refuse(approve_problem(state, seq))
         if ask.get("canary"):
             return self.trust.canary_answer(state, seq, ask, approved=True)
         if ask.get("about") == "ratchet":
@@ -8752,9 +8734,7 @@ class Daemon:
     def open_home(self):
         """Make the home, take its lock, end the groups an earlier avsmd left, open the ledger (refusing one
         that does not read), and record the start; return the groups swept."""
-        problem = socket_problem(self.home)
-        if problem:
-            raise Fail(EX_CONFIG, problem)
+        refuse(socket_problem(self.home), EX_CONFIG)
         if os.path.exists(self.home) and not os.path.isdir(self.home):
             raise Fail(EX_CANTCREAT, f"{self.home} is not a directory; give --home a directory")
         os.makedirs(self.home, mode=0o700, exist_ok=True)
@@ -9000,11 +8980,11 @@ def shown(text):
     return escape_controls(LINE_CONTROL_CHARS, text)
 
 
-def out(line=""):
-    """Write one line of records to standard output."""
+def out(*lines):
+    """Write lines of records to standard output (an empty line when given none)."""
     if sys.stdout is None:
         raise OutputError(9, "standard output is closed")
-    text = shown(line) + "\n"
+    text = "".join(shown(line) + "\n" for line in lines or ("",))
     try:
         try:
             sys.stdout.write(text)
@@ -9204,8 +9184,7 @@ def show_ledger_view(home, verb, args):
         status_view(states, time.time(), None, None, args.get("venture"), args["verbose"], args["ascii"])
     try:
         out(f"avsmd is not running: nothing runs; this is what the ledger holds, to #{last[0]} at {format_local_time(last[1])}")
-        for line in lines:
-            out(line)
+        out(*lines)
         flush_out()
     except BrokenPipeError:             # the reader went away (status | head -1): the 69 still says no avsmd answers
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
@@ -9225,13 +9204,6 @@ def utf8_output():
         lc_ctype = None
     where = (lc_all or lc_ctype or lang or "C").lower().replace("-", "")
     return "utf8" in where
-
-
-def cmd_decide(home, args):
-    """decide VENTURE: run the venture's model decision now; it grants nothing, and its records say a person asked."""
-    if len(args) != 1:
-        raise Fail(EX_USAGE, "usage: avsm decide VENTURE")
-    return ask_daemon(home, "decide", {"venture": args[0]})
 
 
 def cmd_propose(home, args):
@@ -9382,17 +9354,14 @@ def cmd_tail(home, args):
         last = db.execute("SELECT coalesce(max(seq), 0) FROM records").fetchone()[0]
         since = max(0, last - count)
         follow = REMOTE.get("tty", sys.stdout is not None and sys.stdout.isatty()) if follow is None else follow
-    for seq, at, record in read_records(db, since):
-        out(format_record_line(seq, at, record))
-        since = seq
-    flush_out()
-    while follow:
-        time.sleep(0.5)
+    while True:
         for seq, at, record in read_records(db, since):
             out(format_record_line(seq, at, record))
             since = seq
         flush_out()
-    return EX_OK
+        if not follow:
+            return EX_OK
+        time.sleep(0.5)
 
 
 def cmd_summary(home, args):
@@ -9421,8 +9390,7 @@ def cmd_summary(home, args):
         raise Fail(EX_DATAERR, f"#{since} is past the last record (#{top}); avsm summary --since {top} is the empty span")
     summary = summarize(summary_rows(db, since), since)
     db.close()
-    for line in format_summary(summary, span, home):
-        out(line)
+    out(*format_summary(summary, span, home))
     return EX_OK
 
 
@@ -9577,10 +9545,8 @@ def cmd_why(home, args):
                 if isinstance(cited_record.get("call"), dict):
                     out(f"    call: {describe_call(cited_record)}")
         if record.get("kind") == "outcome":
-            for line in printed_lines(record, "  "):
-                out(line)
-        for line in what_followed(db, seq, record, home):
-            out(line)
+            out(*printed_lines(record, "  "))
+        out(*what_followed(db, seq, record, home))
         return EX_OK
     out(f"rule: {shown_text(str(proof.get('rule')))}")      # a proof that reads is an object, its premises numbers
     premises = proof.get("premises", [])
@@ -9601,8 +9567,7 @@ def cmd_why(home, args):
             out(f"  premise #{p} {r.get('claim')} {r.get('kind')} {r.get('summary')}")
         else:
             out(f"  premise #{p} is not in the ledger")
-    for line in what_followed(db, seq, record, home):
-        out(line)
+    out(*what_followed(db, seq, record, home))
     problems = check_proof(seq, at, record, records)
     if problems:
         for problem in problems:
@@ -9636,17 +9601,19 @@ def what_followed(db, seq, record, home):
     an action's outcome with what the lever printed."""
     lines = []
 
+    def ended(action_seq, indent):
+        outcomes = [o for o in records_citing(db, "action", action_seq) if o[2].get("kind") == "outcome"]
+        for o_seq, o_at, outcome in outcomes:
+            lines.append(f"{indent}ended " + format_record_line(o_seq, o_at, outcome))
+            lines.extend(printed_lines(outcome, indent + "  "))
+        if not outcomes:
+            lines.append(f"{indent}no outcome yet: the lever is running, or avsmd stopped before it ended")
+
     def runs(key, number, indent):
         for a_seq, a_at, action in records_citing(db, key, number):
-            if action.get("kind") != "action":
-                continue
-            lines.append(f"{indent}ran as " + format_record_line(a_seq, a_at, action))
-            ended = [o for o in records_citing(db, "action", a_seq) if o[2].get("kind") == "outcome"]
-            for o_seq, o_at, outcome in ended:
-                lines.append(f"{indent}ended " + format_record_line(o_seq, o_at, outcome))
-                lines.extend(printed_lines(outcome, indent + "  "))
-            if not ended:
-                lines.append(f"{indent}no outcome yet: the lever is running, or avsmd stopped before it ended")
+            if action.get("kind") == "action":
+                lines.append(f"{indent}ran as " + format_record_line(a_seq, a_at, action))
+                ended(a_seq, indent)
 
     kind = record.get("kind")
     if kind == "ask":
@@ -9661,12 +9628,7 @@ def what_followed(db, seq, record, home):
     elif kind == "approval":
         runs("approval", seq, "  ")
     elif kind == "action":
-        ended = [o for o in records_citing(db, "action", seq) if o[2].get("kind") == "outcome"]
-        for o_seq, o_at, outcome in ended:
-            lines.append("  ended " + format_record_line(o_seq, o_at, outcome))
-            lines.extend(printed_lines(outcome, "    "))
-        if not ended:
-            lines.append("  no outcome yet: the lever is running, or avsmd stopped before it ended")
+        ended(seq, "  ")
     return lines
 
 
@@ -9804,11 +9766,7 @@ def read_fleet(path, must=True):
             return []
         raise Fail(EX_NOINPUT, f"{path} cannot be read ({err.strerror}): write the hosts there, as the README's "
                                f"Many hosts shows, or name a file with --fleet FILE") from None
-    try:
-        doc, marks = parse_yaml_marked(text, path)
-    except YamlError as err:
-        raise Fail(EX_CONFIG, str(err)) from None
-    c = Checker(path, marks)
+    doc, c = checked_yaml(text, path)
     keys = {"ssh", "bridge", "timeout"}
     c.mapping(doc, (), keys | {"hosts"}, "a fleet file")
     if not isinstance(doc.get("hosts"), list) or not doc["hosts"]:
@@ -10035,8 +9993,7 @@ def test_config(home, cfg, path):
         if drift:
             out(f"venture {name} ({directory}){': paused' if paused else ''}: {mandate_path} differs from mandate #{seq} "
                 f"in force; {client_command(home)} add {directory} applies it")
-            for line in drift:
-                out(line)
+            out(*drift)
             out("  as on disk, once added, it allows:")
         else:
             out(f"venture {name} (mandate #{seq}, {directory}){': paused' if paused else ''}:")
@@ -10068,8 +10025,7 @@ def test_ventures(home, cfg, dirs):
         elif held and held[0] == directory:
             out(f"venture {name} ({directory}): holds, and differs from mandate #{held[1]} in force; "
                 f"{client_command(home)} add {directory} applies it")
-            for line in mandate_drift(held[3], text, held[1], path):
-                out(line)
+            out(*mandate_drift(held[3], text, held[1], path))
             out("  as on disk, once added, it allows:")
         else:
             out(f"venture {name} ({directory}): holds; {client_command(home)} add {directory} adopts it")
@@ -10127,8 +10083,7 @@ def backend_note(m, cfg):
 
 def print_allowed(home, cfg, name, m):
     """Print what mandate `m` of venture `name` allows, and whether its levers can hold the metric (capacity)."""
-    for line in describe_allowed(m, cfg):
-        out(line)
+    out(*describe_allowed(m, cfg))
     out("  " + describe_capacity(ledger_capacity(home, name, m, (cfg["forecast"] or FORECAST_DEFAULT)["days"])))
 
 
@@ -10273,14 +10228,7 @@ def xml_text(value):
 def chart_eras(mandates):
     """Return [(from at, mandate seq, the parsed mandate or None)] of each mandate record: the bound or band
     in force from its adoption until the next."""
-    eras = []
-    for seq, at, record in mandates:
-        try:
-            m = parse_mandate(record.get("text") or "", f"mandate #{seq}")
-        except Fail:
-            m = None                    # a mandate that no longer reads draws no bound
-        eras.append((at, seq, m))
-    return eras
+    return [(at, seq, parsed_or_none(parse_mandate, record, seq)) for seq, at, record in mandates]   # None: no bound
 
 
 def nice_step(span, most):
@@ -10861,8 +10809,7 @@ def cmd_doctor(home, args):
             if not re.fullmatch(r"#?[0-9]+:[0-9a-fA-F]{16,64}", since):
                 raise Fail(EX_USAGE, f"'{since}' is not an anchor; write SEQ:HASH with 16 to 64 hex digits of the hash, "
                                      f"as avsm doctor prints it (1234:0123456789abcdef)")
-            since = since.lstrip("#")
-            since = since.lower()
+            since = since.lstrip("#").lower()
             need_int(since.split(":")[0], "a record number")
         elif arg == "--cut" and rest:
             cut = rest.pop(0)
@@ -11403,7 +11350,7 @@ CLIENT_COMMANDS = {
     "resume": cmd_simple("resume", "resume VENTURE", "venture"),
     "why": cmd_why,
     "propose": cmd_propose,
-    "decide": cmd_decide,
+    "decide": cmd_simple("decide", "decide VENTURE", "venture"),
     "doctor": cmd_doctor,
     "chart": cmd_chart,
     "checkpoint": cmd_checkpoint, "link": cmd_link, "try": None, "fleet": None, "bridge": None,
@@ -11624,11 +11571,10 @@ def main(argv=None):
     """Run avsmd or avsm, chosen by argv[0] as a multi-call binary is; return the exit code."""
     program = os.path.basename(sys.argv[0] if sys.argv and sys.argv[0] else "avsm").split(".")[0]
     args = list(sys.argv[1:] if argv is None else argv)
-    if program not in ("avsmd", "avsm") or (args and args[0] in ("avsmd", "avsm") + INTERNAL_PROGRAMS):
-        if args and args[0] in ("avsmd", "avsm") + INTERNAL_PROGRAMS:
-            program, args = args[0], args[1:]
-        else:
-            program = "avsm"
+    if args and args[0] in ("avsmd", "avsm") + INTERNAL_PROGRAMS:
+        program, args = args[0], args[1:]
+    elif program not in ("avsmd", "avsm"):
+        program = "avsm"
     name = "avsmd" if program == "avsmd" else "avsm"
     try:
         if program == "avsmd":
