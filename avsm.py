@@ -401,18 +401,12 @@ def resolve_plain(text):
         return None
     if text in YAML_BOOLS:
         return YAML_BOOLS[text]
-    if re.fullmatch(YAML_INT, text):
-        return bounded_int(text, 10)
-    if re.fullmatch(YAML_OCT, text):
-        return bounded_int(text[2:], 8)
-    if re.fullmatch(YAML_HEX, text):
-        return bounded_int(text[2:], 16)
-    if re.fullmatch(YAML_FLOAT, text):
-        return bounded_float(text)
-    if re.fullmatch(YAML_INF, text):
-        return float('-inf') if text[0] == '-' else float('inf')
-    if re.fullmatch(YAML_NAN, text):
-        return float('nan')
+    for pattern, read in ((YAML_INT, lambda t: bounded_int(t, 10)), (YAML_OCT, lambda t: bounded_int(t[2:], 8)),
+                          (YAML_HEX, lambda t: bounded_int(t[2:], 16)), (YAML_FLOAT, bounded_float),
+                          (YAML_INF, lambda t: float('-inf') if t[0] == '-' else float('inf')),
+                          (YAML_NAN, lambda t: float('nan'))):
+        if re.fullmatch(pattern, text):
+            return read(text)
     return text
 
 
@@ -519,10 +513,7 @@ class YamlReader:
     Rows and columns are 0-based inside; errors and marks are 1-based."""
 
     def __init__(self, lines, unterminated, source):
-        self.lines = lines
-        self.unterminated = unterminated
-        self.source = source
-        self.marks = {}
+        self.lines, self.unterminated, self.source, self.marks = lines, unterminated, source, {}
 
     def error(self, row, col, reason):
         """Return the refusal at (row, col), to raise."""
@@ -1531,11 +1522,9 @@ def parse_config(text, source="config.yaml"):
         c.fail(("port",), "port: is gone: avsm opens no listener but its socket, and never will; reach this host "
                           "over ssh instead (avsm --host HOST, avsm fleet; the README's Many hosts): remove port:")
     c.mapping(doc, (), CONFIG_KEYS, "the config")
-    cfg = {"nightly": parse_nightly(c, doc.get("nightly", "03:00")),
-           "backends": {}, "default": None, "escalate": None,
+    cfg = {"nightly": parse_nightly(c, doc.get("nightly", "03:00")), "backends": {}, "default": None, "escalate": None,
            "ratchet": c.whole(doc.get("ratchet", 5), ("ratchet",), "ratchet", least=0),
-           "forecast": None, "canary_asks": None,
-           "adapters": {}, "research": None}
+           "forecast": None, "canary_asks": None, "adapters": {}, "research": None}
     backends = {} if doc.get("backends") is None else doc["backends"]
     c.mapping(backends, ("backends",), set(backends) if isinstance(backends, dict) else (), "backends")
     for name, b in backends.items():
@@ -2116,11 +2105,10 @@ class Ledger:
         """Append `records` in order at unix time `at`, as consecutive links, in one transaction; return their
         seqs. The one append function: every record of the ledger goes through here.
 
-        Group commit: with `hold`, the transaction is left open and the next records join it, until commit()
-        or an append without `hold` ends it, so a burst of records costs one sync to disk. The lock is checked
-        inside the transaction when it begins and again just before it commits: a record is committed only
-        while the home is ours. A failed append rolls back everything held with it; `lost` then holds the
-        (seq, at, record) of the held records that went with it."""
+        Group commit: with `hold`, the transaction is left open and the next records join it until commit() or
+        an append without `hold` ends it: a burst costs one sync to disk. The lock is checked when the
+        transaction begins and just before it commits: a record is committed only while the home is ours. A
+        failed append rolls back all held with it; `lost` then holds the (seq, at, record) of those held."""
         for record in records:
             if set(RECORD_FIELDS) - set(record) or record["claim"] not in CLAIMS:
                 raise ValueError(f"a record needs kind, claim, venture and summary: {record}")
@@ -2336,9 +2324,7 @@ def parse_checkpoint(data, where, signature=None):
     """Return the Checkpoint `data` holds, its signature after a blank line or in `signature` (FILE.sig's text);
     Fail(65) saying which line is not what a checkpoint says."""
     text, _, signed = data.partition("\n\n")
-    lines = text.split("\n")
-    if lines[-1] == "":
-        lines.pop()
+    lines = text.removesuffix("\n").split("\n")
     origin, seq, digest, when = (lines + [""] * 4)[:4]
     at = when.split(" ")[0]
     checks = (len(lines) == 4, origin.startswith("avsm/"), seq.isdigit() and seq.isascii(),
@@ -2392,11 +2378,9 @@ class LockCheck:
         self.lock_seen, self.lock_ours = None, False     # the lock file's stat when last read, and what it said
 
     def lock_is_ours(self):
-        """The lock is ours unless another avsmd's pid stands in it; a deleted lock file is no one else's,
-        and avsmd makes it again within the second.
-
-        Asked before every append, so the file is read again only when its stat changed: a pid is
-        written only with the file truncated and its times moved, or into a new file."""
+        """The lock is ours unless another avsmd's pid stands in it; a deleted lock file is no one else's, and
+        avsmd makes it again within the second. Asked before every append, so the file is read again only when
+        its stat changed: a pid is written only with the file truncated and its times moved, or into a new file."""
         try:
             st = os.stat(self.lock_path)
         except FileNotFoundError:
@@ -2411,18 +2395,8 @@ class LockCheck:
 
 class LedgerWriter:
     """The warden's one way to the ledger: each record appended is folded into its venture; while the ledger
-    cannot be written, what already ran waits in a backlog and everything else stops.
-
-    append(record, at=None)   -- append and fold; a reading or outcome joins the group held open (group commit),
-                                 anything else commits with it; during an outage an outcome waits, anything
-                                 else raises LedgerDown
-    append_together(records)  -- append several, in the group held open
-    write(record, at, hold)   -- append and fold, raising what SQLite raised
-    commit(turn_ends=False)   -- commit the group held open; at a turn's end, fold again after a lost group
-    commit_when_due(stopping), group_wait(timeout) -- the group's window: commit when it is over; wake for it
-    ledger_failed(err)        -- the ledger cannot be written: say so once, keep the outcomes a lost group held
-    retry_ledger(now)         -- write the backlog, then say the ledger is back; True when it is
-    ledger_down, retry_at     -- why the ledger cannot be written, and when it is tried next (None while it can)
+    cannot be written, what already ran waits in a backlog and everything else stops (ledger_down says why,
+    retry_at when it is tried next; both None while it can be written).
 
     Handed the ledger, the venture states it folds into, count_ask (each ask counts toward a canary),
     tell_person (a notice of what a person must see: a record, or the ledger gone unwritable) and refold
@@ -2440,14 +2414,11 @@ class LedgerWriter:
     def append(self, record, at=None):
         """Append `record` through the one append function and fold it into its venture.
 
-        Group commit: a reading, a report's prediction and score, an outcome (GROUPED_KINDS) joins the
-        transaction held open for this wake-up of the warden, committed at its end (commit); any other record
-        (an action before its lever starts, an ask, a pause, a mandate, what a person asked for) commits itself
-        and everything held before it, before the step that wanted it goes on.
-
-        While the ledger cannot be written, the outcome of what already ran waits in order to be written;
-        anything else raises LedgerDown, so the step that wanted it does not happen. `at`: an action's time is
-        the time the gate proved it at, so that its proof re-checks at its own `at`."""
+        Group commit: a GROUPED_KINDS record (a reading, a prediction and score, an outcome) joins the group held
+        open for this wake-up, committed at its end; any other (an action before its lever starts, an ask, a
+        pause, a mandate) commits itself and all held before it. While the ledger cannot be written, an outcome
+        of what already ran waits in order; anything else raises LedgerDown, so its step does not happen.
+        `at`: an action's time is the time the gate proved it at, so that its proof re-checks at its own `at`."""
         import sqlite3
         why = self.ledger_down
         if not why:
@@ -2543,8 +2514,7 @@ class LedgerWriter:
             self.ledger_down = str(err)
             self.retry_at = now + ledger_retry(err)
             return False
-        self.ledger_down = None
-        self.retry_at = None
+        self.ledger_down = self.retry_at = None
         return True
 
 
@@ -2608,9 +2578,7 @@ class VentureState:
         self.name = name
         self.directory = None
         self.mandate = None           # the parsed mandate in force, or None
-        self.mandate_seq = None
-        self.mandate_sha = None
-        self.mandate_text = None
+        self.mandate_seq = self.mandate_sha = self.mandate_text = None
         self.problem = None           # why the adopted mandate cannot run, or None
         self.paused = False
         self.last_report = None       # (seq, at, record)
@@ -2802,8 +2770,7 @@ def fold_report(state, seq, at, record):
             steps.append(value - state.level[1])
             del steps[:-HISTORY]
         fold_effects(state, value)
-        state.level, state.pending = (seq, value), None
-        state.ran_since = []
+        state.level, state.pending, state.ran_since = (seq, value), None, []
         state.trusted.append((seq, value))
         del state.trusted[:-HISTORY]
         state.trusted_at = at
@@ -2842,9 +2809,7 @@ def controller_sides(mandate):
 
 def step_bounds(mandate):
     """Return (bound on a rise, bound on a fall); None where that way is unbounded."""
-    up = mandate["max_rise"] if mandate["max_rise"] is not None else mandate["max_step"]
-    down = mandate["max_fall"] if mandate["max_fall"] is not None else mandate["max_step"]
-    return up, down
+    return tuple(mandate[k] if mandate[k] is not None else mandate["max_step"] for k in ("max_rise", "max_fall"))
 
 
 def judge_report(mandate, state, value, failure=None):
@@ -2881,8 +2846,7 @@ def judge_report(mandate, state, value, failure=None):
         return "implausible", f"{'rose' if step > 0 else 'fell'} by {format_number(abs(step))} from {format_number(base)}, past {key} {format_number(bound)}"
     if state.pending is None and state.last_step is not None and not state.ran_since:
         previous = state.last_step
-        half_prev = (up if previous > 0 else down)
-        half_now = (up if step > 0 else down)
+        half_prev, half_now = (up if previous > 0 else down), (up if step > 0 else down)
         if (previous * step < 0 and half_prev is not None and half_now is not None
                 and abs(previous) > half_prev / 2 and abs(step) > half_now / 2):
             return "implausible", f"a flap: moved {format_number(previous)} then {format_number(step)}, each past half its step bound"
@@ -2905,12 +2869,8 @@ def round_plan(mandate, running):
     """Return [(what, item, start)] for a round now due: each guard (but a drawdown guard, read from the metric's
     report), audit and reading, `start` False when its last read, in `running` as (what, name), is still running:
     that one is written as not read and left to run (RUN-18)."""
-    plan = []
-    for what, items in (("guard", mandate["guards"]), ("audit", mandate["audits"]), ("reading", mandate["readings"])):
-        for item in items:
-            if what != "guard" or item["drawdown"] is None:
-                plan.append((what, item, (what, item["name"]) not in running))
-    return plan
+    return [(what, item, (what, item["name"]) not in running) for what in ("guard", "audit", "reading")
+            for item in mandate[what + "s"] if what != "guard" or item["drawdown"] is None]
 
 
 def read_late(child_round, round_):
@@ -3040,13 +3000,8 @@ def reading_fields(text, audit_note=None):
     (text@text, no spaces or <>,;:, at most 254 characters), at most 50; with an audit, only those it names."""
     lines = [line.strip() for line in text.split("\n") if line.strip()]
     named = None if audit_note is None else set(re.findall(r"[^\s<>,;:]+", audit_note))
-    fields = []
-    for line in lines[:-1]:
-        if len(line) <= 254 and re.fullmatch(ADDRESS, line) and (named is None or line in named):
-            fields.append(line)
-            if len(fields) == READING_FIELDS_MAX:
-                break
-    return fields
+    return [line for line in lines[:-1] if len(line) <= 254 and re.fullmatch(ADDRESS, line)
+            and (named is None or line in named)][:READING_FIELDS_MAX]
 
 
 def held_by(state):
@@ -3177,11 +3132,9 @@ def build_request(packet):
     if not packet["levers"]:
         lines.append("  none")
     lines.append(f"forbidden levers: {', '.join(packet['forbidden']) or 'none'}")
-    if packet["children"]:
-        lines.append("children:")
-        lines += [f"  - {c['name']}: {c['state']}" + "".join(f"\n      {r}" for r in c["records"]) for c in packet["children"]]
-    else:
-        lines.append("children: none")
+    lines.append("children:" if packet["children"] else "children: none")
+    lines += [f"  - {c['name']}: {c['state']}" + "".join(f"\n      {r}" for r in c["records"])
+              for c in packet["children"]]
     lines.append("readings:" if packet["readings"] else "readings: none")
     lines += [f"  - {r['name']} = {r['value']}: {r['fields'] or '(no fields)'}" for r in packet["readings"]]
     lines.append("recent records:" if packet["records"] else "recent records: none")
@@ -3250,10 +3203,9 @@ def parse_reply(data, packet):
     lever_names = {lever["name"] for lever in packet["levers"]}
     if packet.get("classifier"):
         if text in ("nothing", "ask") or text in lever_names:
-            word = text
-            return {"choices": [{"choice": "nothing"} if word == "nothing" else
-                                {"choice": "ask", "question": "the classifier asks"} if word == "ask" else
-                                {"choice": "action", "action": word}]}
+            return {"choices": [{"choice": "nothing"} if text == "nothing" else
+                                {"choice": "ask", "question": "the classifier asks"} if text == "ask" else
+                                {"choice": "action", "action": text}]}
         return {"unusable": f"a classifier answers one word: nothing, ask or a permitted lever, not {text[:60]!r}"}
     try:
         reply = read_json(text, object_pairs_hook=unique_pairs)
@@ -3413,11 +3365,7 @@ def judge_effect(expects, r0, after, steps):
         return "not judged", "the metric has never changed: no evidence either way"
     drift, noise = drift_and_noise(steps)
     zero_share = sum(1 for s in steps if s == 0) / len(steps)
-    repeats = 0
-    for value in after:
-        if value != r0:
-            break
-        repeats += 1
+    repeats = next((i for i, value in enumerate(after) if value != r0), len(after))    # exact repeats of r0 first
     if repeats == len(after) and zero_share ** repeats >= 0.01:
         return "waiting", f"{repeats} exact repeat(s) of the reading before the run: the sensor may not have refreshed"
     sign = 1 if way == "up" else -1
@@ -3480,12 +3428,8 @@ def quantile(sorted_values, q):
 
 def decimals_of(values):
     """The decimals a person would write the readings with, at most two."""
-    most = 0
-    for v in values:
-        text = format_number(v)
-        if "e" not in text and "." in text:
-            most = max(most, len(text.split(".")[1]))
-    return min(most, 2)
+    texts = [format_number(v) for v in values]
+    return min(max((len(t.split(".")[1]) for t in texts if "e" not in t and "." in t), default=0), 2)
 
 
 def forecast(facts, seed=0):
@@ -3501,9 +3445,7 @@ def forecast(facts, seed=0):
 
 def forecast_paths(facts, seed=0):
     """Return {"median", "p10", "p90", "days", "seeds", "decimals"} at the horizon, or {"too_little": why}.
-
-    With `facts["first"]` naming a lever, each path starts with one run of it (what a decision packet
-    shows for each permitted lever).
+    With `facts["first"]` naming a lever, each path starts with one run of it (as a decision packet shows).
 
     Paths are stepped in blocks of k report steps (k = 1 up to FORECAST_BLOCKS steps in all): a block moves by
     k resampled lever-free steps (by their sum's normal approximation past 8), then each side of the
@@ -3532,10 +3474,7 @@ def forecast_paths(facts, seed=0):
         allowance = {name: 0.0 for name in effects}
         for block in range(blocks):
             n = int((block + 1) * k) - int(block * k)       # the blocks' steps add up to the horizon exactly
-            if n <= 8:
-                move = sum(rng.choice(steps) for _ in range(n))
-            else:
-                move = rng.gauss(n * drift, noise * n ** 0.5)
+            move = sum(rng.choice(steps) for _ in range(n)) if n <= 8 else rng.gauss(n * drift, noise * n ** 0.5)
             value, unheld = value + move, unheld + move
             for way, bound, lever in facts["sides"]:
                 if lever not in effects:
@@ -3593,12 +3532,11 @@ def forecast_record(state, extra, output, status, ended_by):
         result = None
     record = {"kind": "forecast", "claim": "inferred", "venture": state.name, "days": extra["days"],
               "seeds": extra["seeds"], "why": extra["why"]}
-    numbers = ("median", "p10", "p90")
-    if isinstance(result, dict) and isinstance(result.get("too_little"), str):
-        record.update(note=result["too_little"][:NOTE_MAX], summary=describe_forecast(state.mandate["metric"], result, 0, 0))
-    elif isinstance(result, dict) and result.get("decimals") in (0, 1, 2) and \
-            all(type(result.get(k)) in (int, float) and abs(result[k]) < float("inf") for k in numbers):
-        record.update({k: round(result[k], result["decimals"]) + 0.0 for k in numbers},
+    checked = checked_forecast(result)      # the same checks: too little, or finite numbers to two decimals
+    if checked is not None and "too_little" in checked:
+        record.update(note=checked["too_little"], summary=describe_forecast(state.mandate["metric"], result, 0, 0))
+    elif checked is not None:
+        record.update({k: round(result[k], result["decimals"]) + 0.0 for k in ("median", "p10", "p90")},
                       summary=describe_forecast(state.mandate["metric"], result, extra["days"], extra["seeds"]))
         if isinstance(result.get("cut"), str):      # through the world, its calls capped
             record.update(note=result["cut"][:NOTE_MAX], world=True, summary=record["summary"] + f" ({result['cut'][:200]})")
@@ -3724,8 +3662,7 @@ def baseline_members(state, lever=None):
     steps = state.free_steps
     if len(steps) < 3 or state.level is None:
         return None
-    value = state.level[1]
-    shift = 0.0
+    value, shift = state.level[1], 0.0
     if lever is not None:
         facts = forecast_facts(state, 1, 1)["levers"]
         effect = lever_effects(facts, drift_and_noise(steps)[0]).get(lever)
@@ -4043,10 +3980,8 @@ def decide(state, report_seq, value):
 
 Verdict = collections.namedtuple("Verdict", "ok proof why needs_ask asked stuck", defaults=(None, "", False, None, None))
 Verdict.__doc__ = """The gate's answer: ok with a proof, or why not (and whether a person may approve it).
-
-asked, on ok: what the gate was asked (basis, approval, check, at), which the action record keeps so that
-its proof re-checks from the ledger alone. stuck, on a refusal that will not clear within the round:
-(reason, unix time it can clear or None): the cap, the budget."""
+asked, on ok: what the gate was asked (basis, approval, check, at), kept by the action so its proof re-checks
+from the ledger alone. stuck, on a refusal not clearing within the round (the cap, the budget): (reason, when)."""
 
 
 def cap_window(state, lever, now):
@@ -4278,9 +4213,7 @@ def fold_ledger(states, seq, at, record, parse=None):
 
 def stored_basis(action, records):
     """Return (basis, approval, check, exact) of a stored action: what the gate was asked, for the re-check.
-
-    Actions keep their basis and approval; one written before they did has them read back from its proof,
-    and then only its rule and premises can be compared, not its steps (exact is False)."""
+    An action older than its stored basis has them read back from its proof, and exact is False (no steps)."""
     proof = action.get("proof") or {}
     if isinstance(action.get("basis"), dict):
         b = action["basis"]
@@ -4297,11 +4230,9 @@ def stored_basis(action, records):
 
 
 def basis_problem(state, action, basis, records):
-    """Return why the basis a stored action names does not call for its lever now, or None.
-
-    The gate takes its basis from the caller (the controller, a guard, a proposal, an answer); re-checking a
-    stored action, the function that made the basis is asked again on the state folded to the action:
-    controller_calls for a controller's, the guard's own rule for an unwind, proposal_rule for a model's."""
+    """Return why the basis a stored action names does not call for its lever now, or None: the function that
+    made the basis is asked again on the state folded to the action (controller_calls, the guard's own rule for
+    an unwind, proposal_rule for a model's)."""
     rule, premises, _ = basis
     lever, trigger, m = action.get("lever"), action.get("proof", {}).get("trigger"), state.mandate
     if m is None:
@@ -4350,11 +4281,9 @@ def basis_problem(state, action, basis, records):
 
 
 def recheck_action(state, seq, at, action, records):
-    """Return the problems found re-checking the stored action #seq; [] when it holds.
-
-    `state` is the venture folded from every record before the action, as the warden had it; the action's
-    stored basis, trigger, approval and payload go to the same `prove` at the action's `at`, and the proof it
-    gives back must be the stored one. records: {seq: (at, record)} for premises and the trigger."""
+    """Return the problems found re-checking the stored action #seq; [] when it holds. `state`: the venture folded
+    from every record before it; its stored basis, trigger, approval and payload go to the same `prove` at its
+    `at`, which must give back the stored proof. records: {seq: (at, record)} for premises and the trigger."""
     proof = action.get("proof") if isinstance(action.get("proof"), dict) else {}
     problems = []
     premises = proof.get("premises") if isinstance(proof.get("premises"), list) else []
@@ -4442,10 +4371,9 @@ def recheck_ledger(rows, parse=None):
 
 
 # ---- the rules of a settled round -----------------------------------------------
-# What a round calls for once its readings are in. Each rule is a generator of intents that reads the state
-# and yields what should happen, in order; the warden carries out each intent (appending folds its record into
-# the same state) before the rule goes on, and answers a Write with its seq and a Gate with the gate's Verdict. Tests drive the same
-# generators with records in and intents out (tests/test_kernel_rules.py).
+# Each rule is a generator yielding intents in order; the warden carries out each (folding its record into
+# the state) before the rule goes on, answering a Write with its seq and a Gate with the Verdict
+# (tests/test_kernel_rules.py drives them with records in and intents out).
 
 Write = collections.namedtuple("Write", "record")
 Write.__doc__ = "Append this record."
@@ -4758,13 +4686,9 @@ def ranked_choices(state, choices):
         ok, why = calibration_bar(state)
         held = None if ok else why        # below the bar, its top choice asks and no action runs (WORLD-08)
     top = next((c for c in choices if c["choice"] == "action"), None)
-    ranked = []
-    for choice in choices:
-        if held and choice["choice"] == "action" and choice is not top:
-            ranked.append((choice, None, f"{choice['action']} not proposed: the ranking is held back ({held})"))
-        else:
-            ranked.append((choice, held if choice is top else None, None))
-    return ranked
+    return [(choice, None, f"{choice['action']} not proposed: the ranking is held back ({held})")
+            if held and choice["choice"] == "action" and choice is not top
+            else (choice, held if choice is top else None, None) for choice in choices]
 
 
 def approval_rule(state, seq, ask, payload, edited, problem, now):
@@ -4828,9 +4752,7 @@ def person_proposal_rule(state, lever, payload, content_why):
 def check_rule(state, lever, verdict, summary, by, side, extra, ok, status, note, why):
     """A lever's check ended (open point 27): its record is written; a check that passed lets the gate prove the
     lever again with the check among its premises, and only then does it run; otherwise the lever is refused.
-
-    verdict, summary, by, side, extra: what the lever was to run on; ok: whether the check exited 0 unended;
-    status, note, why: its exit status, the tail of its output, and what ended it (or its status)."""
+    ok: whether it exited 0 unended; status, note, why: its exit status, output's tail, what ended it."""
     seq = yield Write({"kind": "check", "claim": "measured", "venture": state.name, "lever": lever, "ok": ok,
                        "status": status, "note": note,
                        "summary": f"{lever}'s check {'passed' if ok else 'refused it: ' + why}"})
@@ -5149,10 +5071,9 @@ def open_asks(records):
 
 
 # ---- telling a person: the notices the notify command runs for (issue 14) ----
-# What a person must see without asking for it: a new ask (a stuck venture's too), a venture a guard or its stop
-# lever paused, a venture that cannot run, the ledger that cannot be written (and takes writes again), avsmd
-# stopping. A notice is a plain dict: kind, venture, seq (null when no record names it), summary, and the
-# command that answers it, written `avsm ...` or `avsmd ...` and completed where it is sent (notice_message).
+# A new ask (a stuck venture's too), a pause by a guard or the stop lever, a venture that cannot run, the ledger
+# down (and up again), avsmd stopping. A notice is a dict: kind, venture, seq (null when no record names it),
+# summary, and the `avsm ...`/`avsmd ...` command that answers it, completed where it is sent (notice_message).
 
 NOTICE_TITLES = {"ask": "{venture} asks (#{seq})", "stuck": "{venture} is stuck (#{seq})",
                  "pause": "{venture} was paused (#{seq})", "cannot-run": "{venture} cannot run",
@@ -5242,10 +5163,8 @@ def notify_failure(ended_by, status, timeout):
 
 def judge_notify(stretch, notice, failure, note=""):
     """Return (the stretch of failures after one run of the notify command, the record to write or None).
-
     `failure` is None when it told `notice`, else how it failed. A failing command is written once per stretch
-    of failures, not once per notice it could not tell, and once more when it works again, saying how many it
-    missed. No notice is tried twice: there is no loop of retries to write about."""
+    of failures and once more when it works again, saying how many it missed. No notice is tried twice."""
     told = (f"#{notice['seq']} ({notice['kind']})" if notice.get("seq")
             else f"'{NOTICE_TITLES[notice['kind']].format(**notice)}'")
     if failure is None:
@@ -5263,10 +5182,9 @@ def judge_notify(stretch, notice, failure, note=""):
                    f"further failure is written until it works again"}
 
 # ---- the morning summary (issue 14 item 3) ----
-# What happened in a span of the ledger, per venture, from its records alone: `avsm summary` prints it with
-# avsmd stopped or running. Records before the span matter only for what is still open at its end (asks,
-# pauses, the mandate in force) and, for a venture whose levers expect an effect, its own history: a hit
-# writes no record, so the kernel's own judge (judge_effect) is replayed over a fold of that venture.
+# What happened in a span of the ledger, per venture, from its records alone (`avsm summary`). Records before
+# the span count for what is still open at its end and, where levers expect an effect, for the fold that
+# replays judge_effect (a hit writes no record).
 
 SUMMARY_BEFORE_KINDS = ("mandate", "ask", "approval", "denial", "resolved", "pause", "resume")
 Summary = collections.namedtuple("Summary", "since first last ventures")
@@ -5525,16 +5443,13 @@ SPAWN_FDS = {}        # "null": /dev/null and "here": the process's own director
 
 
 def start_program(argv, cwd, env, stdin=None):
-    """Start `argv` in directory `cwd` with environment `env`, the leader of a process group of its own, its
-    standard input `stdin` (a descriptor; /dev/null when None) and its output and errors on two pipes; return
-    (pid, the output's read end, the errors' read end). Raise OSError as starting it fails (not found, no
-    permission, no such directory), naming the program or the directory, as subprocess would.
+    """Start `argv` in `cwd` with `env`, leading a process group of its own, its standard input `stdin` (a
+    descriptor; /dev/null when None), its output and errors on two pipes; return (pid, output's read end,
+    errors' read end). Raise OSError naming the program or the directory as starting it fails, as subprocess would.
 
-    os.posix_spawn is a vfork and an exec: a third of subprocess.Popen's CPU, and the warden starts 500 programs
-    a second at a thousand ventures. It closes no descriptor, so this process holds none a program could keep
-    (Python and SQLite open every file close-on-exec, and mark_close_on_exec covers what the process was handed),
-    and it has no cwd: the process steps into `cwd` for the spawn and back, so its other threads (the warden's
-    calls over HTTP) never use a relative path. A name without a slash is looked for on `env`'s PATH, as exec does."""
+    os.posix_spawn (a third of Popen's CPU) closes no descriptor, so none is left inheritable (close-on-exec
+    everywhere, mark_close_on_exec), and takes no cwd: the process steps into `cwd` and back, so its other threads
+    never use a relative path. A name without a slash is looked for on `env`'s PATH, as exec does."""
     import signal
     if "null" not in SPAWN_FDS:
         SPAWN_FDS["null"] = os.open(os.devnull, os.O_RDONLY | os.O_CLOEXEC)
@@ -5577,8 +5492,8 @@ def start_program(argv, cwd, env, stdin=None):
 
 
 def mark_close_on_exec():
-    """Mark every descriptor past standard error that this process was handed close-on-exec (Linux), so no
-    program start_program starts keeps one: the warden's channel to avsmd, or what avsmd's own starter left open."""
+    """Mark every descriptor past standard error this process was handed close-on-exec (Linux), so no program
+    start_program starts keeps one (the warden's channel to avsmd, what avsmd's starter left open)."""
     try:
         fds = [int(fd) for fd in os.listdir("/proc/self/fd")]
     except OSError:
@@ -5613,8 +5528,7 @@ class Child:
             if stdin is not None:
                 os.close(stdin)
         self.pgid = self.pid
-        # room for 1 MiB: a flood of output needs 16 times fewer of the warden's turns; not Linux, or past the
-        # user's pipe pages: the default room serves
+        # room for 1 MiB: a flood needs 16 times fewer turns; not Linux, or past the user's pipe pages: the default
         with contextlib.suppress(ImportError, AttributeError, OSError):
             fcntl.fcntl(self.stdout, fcntl.F_SETPIPE_SZ, PIPE_ROOM)
         self.open_pipes = {self.stdout, self.stderr}   # registered in the warden's selector
@@ -5626,10 +5540,8 @@ class Child:
             self.pidfd = None
 
     def drain(self, pipe):
-        """Read what `pipe` holds now, keeping the last OUTPUT_KEEP bytes; return False at EOF.
-
-        With `head` set (a backend's reply), keep the first `head` bytes instead and end the
-        program once it writes past them: a reply that big is unusable, and is not read further."""
+        """Read what `pipe` holds now, keeping the last OUTPUT_KEEP bytes; return False at EOF. With `head` set (a
+        backend's reply), keep the first `head` bytes and end the program once it writes past them (unusable)."""
         buffer = self.out if pipe == self.stdout else self.err
         while True:
             try:
@@ -5808,10 +5720,9 @@ def group_is_still(pgid, leader_start):
 
 
 def stray_groups(home):
-    """Return the process groups of programs a dead warden of `home` started that no record names: orphans
-    (their parent is init or a subreaper above avsmd) whose environment says AVSM_HOME=home and names a venture,
-    as every program the warden starts does. A warden killed between starting a program and recording its
-    group leaves one (Linux; elsewhere, none are found)."""
+    """Return the process groups of programs a dead warden of `home` started that no record names (it was killed
+    before recording them): orphans (of init or a subreaper above avsmd) whose environment says AVSM_HOME=home
+    and names a venture, as every program the warden starts does (Linux; elsewhere, none are found)."""
     adopters, pid = {1, os.getpid()}, os.getpid()
     while pid > 1:
         pid = proc_stat(pid, 1) or 0            # avsmd's parent chain: where a subreaper would take orphans
@@ -5838,10 +5749,8 @@ def stray_groups(home):
 
 def sweep_groups(path, home=None):
     """End the process groups an earlier avsmd recorded and did not see end (it was SIGKILLed), and with
-    `home` the strays no record names (stray_groups); return how many.
-
-    A group is ours when its leader is gone (Linux reuses no pid while its group lives) or is the very
-    process recorded, by start time; TERM, then KILL after the grace."""
+    `home` the strays no record names (stray_groups); return how many. A group is ours as group_is_still says;
+    TERM, then KILL after the grace."""
     try:
         with open(path) as fh:
             lines = [line.split() for line in fh if line.strip()]
@@ -5853,11 +5762,10 @@ def sweep_groups(path, home=None):
             live.pop(fields[0][1:], None)
         else:
             live[fields[0].lstrip("+")] = fields
-    recorded = [[pgid] + fields[1:] for pgid, fields in live.items()]
     ours = []
-    for fields in recorded:
+    for pgid, fields in live.items():
         try:
-            pgid, start = int(fields[0]), (int(fields[1]) if fields[1] != "-" else None)
+            pgid, start = int(pgid), (int(fields[1]) if fields[1] != "-" else None)
         except (IndexError, ValueError):
             continue
         if group_is_still(pgid, start):
@@ -5940,11 +5848,8 @@ def backend_request(backend, system, user, key):
 def read_response(backend, body, sent):
     """Return what a provider's response body says: {"text": the complete answer} or {"why": why there is
     none}, with the "stop" and "usage" it reports, and "declined" ({"text", "category"}) when the model refused.
-    `sent` is the size in bytes of the request it answers.
-
-    Only a complete answer counts: stop_reason end_turn or stop_sequence (Anthropic), finish_reason stop
-    (Chat Completions), status completed with one completed message (Responses). Thinking, redacted-thinking
-    and tool-use blocks, reasoning_content and reasoning items are never the answer."""
+    `sent` is the size in bytes of the request it answers. Only a complete answer counts (read_anthropic,
+    read_openai, read_responses); thinking, tool use and reasoning are never the answer."""
     try:
         data = json.loads(body)
     except (ValueError, RecursionError):
@@ -6164,10 +6069,9 @@ def adapter_get(url, key=None, limit=ADAPTER_TIMEOUT):
     """Return (status, body) of one GET of `url` within `limit` seconds in all; raise OSError saying why not.
     The body is read up to REPLY_MAX + 1 bytes, so a caller sees an answer bigger than it reads.
 
-    TLS certificates are verified against the system's CAs, or the bundle SSL_CERT_FILE names (OpenSSL's own
-    variable, read by ssl.create_default_context). With a key (stripe, github) the GET carries it as a bearer
-    token and follows no redirect: a 3xx is the answer, so the key goes to the configured url alone. Without
-    one (http.status) redirects to http:// and https:// are followed, and the last status is the answer."""
+    TLS is verified against the system's CAs (or SSL_CERT_FILE). With a key (stripe, github), sent as a bearer
+    token, no redirect is followed: a 3xx is the answer, so the key goes to the configured url alone. Without
+    one (http.status), redirects to http:// and https:// are followed."""
     import ssl
     import threading
     import urllib.error
@@ -6204,11 +6108,9 @@ def adapter_get(url, key=None, limit=ADAPTER_TIMEOUT):
 def output_lines(data, cut):
     """Return (the non-empty lines of a program's standard output, whether its last one was cut).
 
-    The one reader of a program's last line (report, guard, audit, reading). Lines end at \\n, a \\r
-    before it dropped, and nowhere else: a form feed or a vertical tab inside `9\\x0c1` ends no line
-    (the README's "last non-empty line"). With `cut`, the start of the output was dropped (only the last
-    OUTPUT_KEEP bytes are kept), so the bytes before the first \\n are the end of a line whose start is
-    gone: no line at all, and when no whole line follows them the last line itself was cut."""
+    The one reader of a program's last line (report, guard, audit, reading). Lines end at \\n (a \\r before it
+    dropped) and nowhere else: `9\\x0c1` is one line. With `cut` (only the last OUTPUT_KEEP bytes kept), the
+    bytes before the first \\n are no line, and when no whole line follows them the last line itself was cut."""
     pieces = bytes(data).split(b"\n")
     if cut:
         pieces = pieces[1:]
@@ -6281,15 +6183,12 @@ def cached_command(program, args):
     """Return the argv that runs `program` of this file from its cached bytecode, writing the cache if stale."""
     import importlib.util
     import py_compile
-    # no cache to be had here: it is compiled as before
-    with contextlib.suppress(OSError, ValueError, py_compile.PyCompileError):
+    with contextlib.suppress(OSError, ValueError, py_compile.PyCompileError):   # no cache: compiled as before
         cache = importlib.util.cache_from_source(AVSM_PATH)
         if not os.path.exists(cache) or os.path.getmtime(cache) < os.path.getmtime(AVSM_PATH):
             py_compile.compile(AVSM_PATH, cfile=cache, doraise=True)
-    # -P: no directory goes before the standard library on sys.path. An adapter or a forecast runs in its venture's
-    # directory, and `-c` alone would put that first: a venture's json.py would be imported in its place.
-    # -S: no `site`, so no .pth file of site-packages runs its code in avsm's processes (which need nothing outside
-    # the standard library) and none costs each start its imports: one that imports certifi adds some 45 ms
+    # -P: nothing before the standard library on sys.path (`-c` alone would put the venture's directory first,
+    # and its json.py would be imported). -S: no `site`, so no .pth file runs its code or costs each start imports.
     prefix = [f"-Xpycache_prefix={sys.pycache_prefix}"] if sys.pycache_prefix else []     # started by a link
     return [sys.executable, "-S", "-P", *prefix, "-c", LOAD_AVSM, AVSM_PATH, program] + list(args)
 
@@ -6389,11 +6288,8 @@ class GroupsJournal:
 
     def journal_group(self, line):
         """Append a group's start (+PGID START) or end (-PGID) to HOME/groups before anything can orphan it:
-        the next avsmd ends what an avsmd and warden killed together left running (RUN-14, PITFALLS 2).
-
-        The file stays open for appending. Grown past 64 KiB, it is replaced by one holding only what still
-        runs (while the home is still ours; else what runs is appended); deleted under us, it is made again
-        with what still runs appended."""
+        the next avsmd ends what an avsmd and warden killed together left running (RUN-14, PITFALLS 2). Grown past
+        64 KiB it is replaced by what still runs (while the home is ours); deleted under us, it is made again."""
         path = os.path.join(self.home, "groups")
         pgid = line[1:].split()[0]
         if line.startswith("+"):
@@ -6464,10 +6360,8 @@ class Children:
         return child
 
     def child_event(self, child):
-        """A child's leader ended: drain its output, reap it by pid, and settle what it was for.
-
-        A program avsm is ending (timeout, pause, stop) is settled only once its whole group is gone,
-        so an outcome never claims an end while a member that ignored SIGTERM still runs."""
+        """A child's leader ended: drain its output, reap it by pid, and settle what it was for. A program avsm is
+        ending is settled only once its whole group is gone: no member that ignored SIGTERM still runs."""
         if child.status is None:
             status = child.poll()
             if status is None:
@@ -6528,10 +6422,8 @@ class Channel:
 
     def tell(self, message, later=False):
         """Queue one line for avsmd (a group started or ended, a reply); flush() sends them at the loop's end.
-
-        A group's end can wait (`later`) to go with the next line that cannot, when its leader's start time
-        is known: avsmd checks a group is still the one it was told of before it ends it, so a late end
-        costs nothing, and saves avsmd a wake-up per report."""
+        A group's end can wait (`later`) for the next line that cannot, when its leader's start time is known:
+        avsmd checks a group is still the one it was told of before ending it, so a late end saves a wake-up."""
         self.outbox.append(json.dumps(message, separators=(",", ":")))
         self.outbox_due = self.outbox_due or not later
         self.acks_waiting = self.acks_waiting or not ("group" in message or "ended" in message)
@@ -6628,9 +6520,8 @@ START_AHEAD = 0.01        # seconds early a round may start, with one due as the
 
 
 def start_spread(i, count, cadence):
-    """Seconds after the warden's start that the i-th of `count` ventures has its first round: spread over
-    up to a cadence, so that a thousand ventures do not all come due in the same tick for ever after (a few
-    start at once, as before)."""
+    """Seconds after the warden's start that the i-th of `count` ventures has its first round: spread over up to
+    a cadence, so that a thousand ventures do not all come due in the same tick for ever after."""
     return i / count * min(cadence, count * START_SPACING) if count else 0.0
 
 class Schedule:
@@ -6673,7 +6564,7 @@ class Rounds:
 
     start_round(state, now)         -- start the report and each guard, audit and reading, each in its own group
     report_done, reading_done       -- a report or reading program ended: write its record (settle_child calls them)
-    record_report, record_guard     -- judge a reading and append it
+    record_report                   -- judge a report and append it
     maybe_settle(state, now=None)   -- once the metric is in and the rest read or late: the settling rules run
     settle_all(now)                 -- maybe_settle every round in flight
     deadlines()                     -- when a round in flight settles without what it still waits for
@@ -6688,10 +6579,8 @@ class Rounds:
         self.round_number = 0
 
     def start_round(self, state, now):
-        """Start the metric's report and each guard, audit and reading command, each in its own group.
-
-        The controller acts once the metric is in and the guards are read, or half a second has passed:
-        a slower guard, audit or reading is written as not read, and its reading when it is done."""
+        """Start the metric's report and each guard, audit and reading command, each in its own group. The
+        round settles once all are in or half a second has passed: a slower one is written as not read, then read."""
         m = state.mandate
         self.round_number += 1
         if self.debug:
@@ -6759,7 +6648,7 @@ class Rounds:
         for guard in m["guards"]:
             if guard["drawdown"] is not None:
                 dd, why = drawdown_reading(guard, state, status, value)
-                self.record_guard(state, guard, dd, why, suffix="%")
+                self.append(guard_record(state, guard, dd, why, "%"))
         round_ = self.rounds.get(state.name)
         if round_ is not None:
             round_["metric"] = seq
@@ -6782,19 +6671,14 @@ class Rounds:
             self.carry_out(state, guard_rules(state))      # a slow guard's reading: its round settled without it
 
     def reading_done_values(self, state, what, name, value, failure, text):
-        m = state.mandate
+        items = state.mandate[{"guard": "guards", "audit": "audits"}.get(what, "readings")]
+        item = next(i for i in items if i["name"] == name)
         if what == "guard":
-            guard = next(g for g in m["guards"] if g["name"] == name)
-            self.record_guard(state, guard, value, failure)
+            self.append(guard_record(state, item, value, failure, ""))
         elif what == "audit":
-            audit = next(a for a in m["audits"] if a["name"] == name)
-            self.append(audit_record(state, audit["name"], value, failure, text))
+            self.append(audit_record(state, item["name"], value, failure, text))
         else:
-            reading = next(r for r in m["readings"] if r["name"] == name)
-            self.append(reading_record(state, reading, value, failure, text))
-
-    def record_guard(self, state, guard, value, failure, suffix=""):
-        self.append(guard_record(state, guard, value, failure, suffix))
+            self.append(reading_record(state, item, value, failure, text))
 
     def maybe_settle(self, state, now=None):
         round_ = self.rounds.get(state.name)
@@ -6892,7 +6776,7 @@ class Levers:
 
     run_lever(state, lever, verdict, summary, by, ...)  -- write the action and start the lever (or its check first)
     start_check, check_done        -- a lever with `check:` runs only once its check exits 0 and the gate agrees again
-    run_research, research_facts   -- the research lever: a question out, inferred facts back
+    run_research                   -- the research lever: a question out, inferred facts back (lever_done)
     lever_done(state, child, status)  -- the lever ended: write its outcome
 
     Holds nothing of its own: a lever's state is its Child. Handed the config, spawn, append, pause (the stop
@@ -6980,17 +6864,11 @@ class Levers:
             self.append(unstarted_outcome(state, "research", seq, str(err), f"research failed to start: {err}"))
         return seq
 
-    def research_facts(self, state, child, seq):
-        """Keep each {"fact", "source"} line the research command printed as an inferred fact record."""
-        facts = fact_records(state, seq, output_lines(child.out, child.cut)[0])
-        for record in facts:
-            self.append(record)
-        return len(facts)
-
     def lever_done(self, state, child, status):
         lever, seq = child.extra["lever"], child.extra["action"]
         if lever == "research" and status == 0 and not child.ended_by and not child.oversized:
-            self.research_facts(state, child, seq)
+            for record in fact_records(state, seq, output_lines(child.out, child.cut)[0]):
+                self.append(record)     # each {"fact", "source"} line the research command printed
         if child.extra.get("payload_file"):
             with contextlib.suppress(OSError):
                 os.unlink(child.extra["payload_file"])
