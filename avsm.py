@@ -8201,9 +8201,8 @@ class HomeLock:
             return True
         except OSError:
             return False
-        if (st.st_dev, st.st_ino) == (mine.st_dev, mine.st_ino):
-            return True
-        return read_lock_pid(self.path) in (os.getpid(), None) and not lock_holder(self.home)
+        return (st.st_dev, st.st_ino) == (mine.st_dev, mine.st_ino) or \
+            (read_lock_pid(self.path) in (os.getpid(), None) and not lock_holder(self.home))
 
     def check(self, debug):
         """Each second: make the lock file again when it was deleted or replaced by one no one holds; return the
@@ -8215,17 +8214,17 @@ class HomeLock:
         except FileNotFoundError:
             st = None
         try:
-            if st is not None and lock_holder(self.home):
-                raise Fail(EX_TEMPFAIL, "")
-            try:
+            if st is None or not lock_holder(self.home):
                 self.take()               # deleted, or replaced by a file no one holds: ours again
-            except OSError as err:        # a full disk: try again next second
-                sys.stderr.write(f"avsmd: cannot make {self.path} again yet: {err.strerror}\n")
-            log(debug, "avsmd", "made the lock file again")
+                log(debug, "avsmd", "made the lock file again")
+                return None
+        except OSError as err:            # a full disk: try again next second
+            sys.stderr.write(f"avsmd: cannot make {self.path} again yet: {err.strerror}\n")
             return None
-        except Fail:
-            self.lost = True
-            return read_lock_pid(self.path)
+        except Fail:                      # another avsmd holds it now, or it cannot be written
+            pass
+        self.lost = True
+        return read_lock_pid(self.path)
 
 
 class Clients:
@@ -8327,19 +8326,16 @@ class Clients:
 
     def take_queue(self):
         """Return the requests held for the warden, and hold none."""
-        queue, self.queue = self.queue, []
-        return queue
+        return [self.queue.pop(0) for _ in range(len(self.queue))]
 
     def answer(self, message):
-        """The warden answered request `id`: reply to its client, if it is still there."""
-        client = self.waiting.pop(message["id"], None)
-        if client is not None:
-            self.reply(client, message.get("out", []), message.get("err", []), message.get("exit", EX_SOFTWARE))
+        """The warden answered request `id`: reply to its client, if it is still there (reply skips one gone)."""
+        self.reply(self.waiting.pop(message["id"], None), message.get("out", []), message.get("err", []),
+                   message.get("exit", EX_SOFTWARE))
 
     def fail_waiting(self, why):
         """Every request the warden was answering fails with `why` (69): it ended before it answered."""
-        for rid, client in list(self.waiting.items()):
-            self.waiting.pop(rid, None)
+        for client in [self.waiting.pop(rid) for rid in list(self.waiting)]:
             self.reply(client, [], [why], EX_UNAVAILABLE)
 
     def reply(self, conn, out, err, code):
@@ -8360,8 +8356,7 @@ class Clients:
             self.daemon.sel.unregister(conn)
             del self.clients[conn]
             conn.close()
-        for rid in [r for r, c in self.waiting.items() if c is conn]:
-            del self.waiting[rid]
+        self.waiting = {rid: c for rid, c in self.waiting.items() if c is not conn}
 
     def close(self, remove):
         """avsmd stops: tell each client still connected; remove the socket when `remove` (it is still ours)."""
@@ -8373,8 +8368,7 @@ class Clients:
 
 
 class Kept:
-    """One process avsmd keeps, the warden or the roles process: its channel and pidfd in the selector (as
-    NAME and NAME-exit), when it started, and the back-off of its restarts."""
+    """One process avsmd keeps (the warden, the roles process): channel and pidfd (NAME, NAME-exit), back-off."""
 
     def __init__(self, name, sel):
         self.name, self.sel = name, sel
@@ -8401,12 +8395,8 @@ class Kept:
         self.chan.close()
         self.chan = self.pidfd = None
 
-    def send(self, message):
-        send_line(self.chan, message)
-
     def restart_wait(self):
-        """Return the wait before starting it again, none at first and doubling while it keeps dying quickly;
-        when there is one, `restart_at` says when."""
+        """Return the wait before starting it again (none at first, doubling while it dies quickly): restart_at."""
         self.backoff, delay = child_restart_wait(self.backoff, time.monotonic() - self.started)
         self.restart_at = time.monotonic() + delay if delay else None
         return delay
@@ -8449,8 +8439,7 @@ class Daemon:
     def __init__(self, home, cfg, cfg_path, cfg_text, debug=False):
         import selectors
         self.home, self.cfg, self.cfg_path, self.cfg_text, self.debug = home, cfg, cfg_path, cfg_text, debug
-        self.sel = selectors.DefaultSelector()
-        self.ledger = None
+        self.sel, self.ledger = selectors.DefaultSelector(), None
         self.lock, self.clients = HomeLock(home), Clients(self)
         self.warden, self.roles, self.roles_waiting = Kept("warden", self.sel), Kept("roles", self.sel), {}
         self.groups = Groups(home, self.lock)
@@ -8498,7 +8487,7 @@ class Daemon:
         """Send the warden the requests its clients wait on, unless it is restarting."""
         if self.warden.chan is not None:
             for message in self.clients.take_queue():
-                self.warden.send(message)
+                send_line(self.warden.chan, message)
 
     def from_warden(self):
         """Route what the warden sent: to the roles process, the notifier, the groups, or a client's reply."""
@@ -8523,14 +8512,14 @@ class Daemon:
             return self.roles_error(rid, "the roles process is not running")
         self.roles_waiting[rid] = True
         try:
-            self.roles.send(message)
+            send_line(self.roles.chan, message)
         except OSError:
             self.roles_waiting.pop(rid, None)
             self.roles_error(rid, "the roles process is not answering")
 
     def roles_error(self, rid, why):
         if self.warden.chan is not None:
-            self.warden.send({"from": "roles", "rid": rid, "error": why})
+            send_line(self.warden.chan, {"from": "roles", "rid": rid, "error": why})
 
     def from_roles(self):
         data = receive(self.roles.chan, 1 << 20)
@@ -8538,12 +8527,11 @@ class Daemon:
             self.roles_waiting.pop(message.get("rid"), None)
             message["from"] = "roles"
             if self.warden.chan is not None:
-                self.warden.send(message)
+                send_line(self.warden.chan, message)
 
     def ended(self, kept):
-        """The warden or the roles process ended: settle what it leaves (the warden's groups and the requests it
-        was answering; what waited on the roles process), say so in a self record, and start it again, at once
-        or after its back-off, unless avsmd is stopping."""
+        """The warden or the roles process ended: settle what it leaves (groups, requests in flight), say so in a
+        self record, and start it again, at once or after its back-off, unless avsmd is stopping."""
         if kept is self.warden:
             status = self.warden.proc.poll()
             if status is None or self.warden.chan is None:
@@ -8603,7 +8591,7 @@ class Daemon:
         self.notifier.stop(stopping_notice(why))
         if self.warden.chan is not None:
             with contextlib.suppress(OSError):
-                self.warden.send({"cmd": "stop"})
+                send_line(self.warden.chan, {"cmd": "stop"})
 
     def on_signal(self, signum, frame):
         self.signals.append(signum)
@@ -8643,8 +8631,8 @@ class Daemon:
         import socket
         swept = self.open_home()                                                     # 1
         wake_r, wake_w = socket.socketpair()
-        wake_r.setblocking(False)
-        wake_w.setblocking(False)
+        for end in (wake_r, wake_w):
+            end.setblocking(False)
         signal.set_wakeup_fd(wake_w.fileno(), warn_on_full_buffer=False)
         for signum in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
             signal.signal(signum, self.on_signal)
@@ -8662,8 +8650,7 @@ class Daemon:
                 os.unlink(cut_marker)
         self.start_roles()
         self.start_warden()
-        sys.stderr.write(f"avsmd: serving {self.home} (pid {os.getpid()})\n")
-        sys.stderr.flush()
+        print(f"avsmd: serving {self.home} (pid {os.getpid()})", file=sys.stderr, flush=True)
         serve = {"listener": lambda conn: self.clients.accept(), "client": self.clients.data,
                  "warden": lambda conn: self.from_warden(), "roles": lambda conn: self.from_roles(),
                  "warden-exit": lambda conn: self.ended(self.warden), "roles-exit": lambda conn: self.ended(self.roles),
