@@ -10780,8 +10780,8 @@ def doctor_ledger(home, found, since, kept=(), quick=False):
                    f"{client_command(home)} doctor --cut {seq}   (with avsmd stopped; the whole ledger is backed up first)")
     else:
         span, size = (last_at or 0) - (first_at or 0), os.path.getsize(path)
-        growth = (f"about {size / (span / 86400) / 1e6:.2f} MB a day over its {format_span(span)}" if span >= 60
-                  else "too young to say how fast it grows")          # the ledger's own time span, not at least a day
+        growth = (f"about {size / (span / 86400) / 1e6:.2f} MB a day over its {format_span(span)} (the README's "
+                  f"Sizing a host says what to expect)" if span >= 60 else "too young to say how fast it grows")
         if after:
             found.ok(f"ledger {path}: #{after[0] + 1} to #{scan.head[0]} chained and read, from checkpoint #{after[0]}, "
                      f"which a full doctor verified; the {after[0]} records before it and every proof were not re-read "
