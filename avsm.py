@@ -8791,9 +8791,9 @@ commands:
   doctor --cut SEQ   with avsmd stopped: back up the ledger, then cut it just before #SEQ
   checkpoint         print a checkpoint of the ledger's head (written by avsmd into HOME/checkpoints,
                      signed when config.yaml names a key): keep it elsewhere
-  try DIR            run avsmd on a temporary home with DIR adopted, following the ledger
-  link DIR           write DIR/avsm and DIR/avsmd, which start this copied avsm.py from cached bytecode
-                     (as fast as an installed avsm; run link again after moving avsm.py)
+  try DIR            run avsmd with DIR adopted, following the ledger until Ctrl-C, on a temporary home
+                     (or on the --home given); its first lines say how to answer its asks from elsewhere
+  link DIR           write DIR/avsm and DIR/avsmd: this avsm.py, started from cached bytecode (fast)
   fleet [--fleet FILE] status|asks|summary
                      that view of every host in the fleet file (~/.config/avsm/fleet.yaml), the hosts
                      asked at once over ssh; an ask shows as HOST:SEQ (avsm --host HOST approve SEQ)
