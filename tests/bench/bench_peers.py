@@ -14,7 +14,9 @@ files of its own under one temporary directory) and measures:
             supervisord: a [program] with autorestart=true; monit: a `check process` by pidfile, started
             by `setsid -f` (monit waits on a start program that stays in the foreground).
   rss       idle resident memory of the tool's own processes (its process group: avsmd, the warden and the
-            roles process; supervisord; monit) with the one kept program up, MiB.
+            roles process; supervisord; monit) with the one kept program up, MiB; beside it PSS (a shared page
+            divided among the processes mapping it: what they cost together) and USS (pages only that process
+            maps), all from /proc/PID/smaps_rollup, and each process's three printed as it is measured.
   status    wall time of the status command, median of 5 (ms): `avsm status`, `supervisorctl status`,
             `monit status` (avsm's through a console script as pip makes it: `from avsm import main`).
   check     CPU of the tool's own processes per check of a command-based check, over `--window` seconds
@@ -150,15 +152,26 @@ def cpu(pids):
     return own, own + kids
 
 
-def rss_mib(pids):
-    total = 0
+def memory_mib(pids):
+    """Return ({"rss", "pss", "uss"} summed over `pids`, [(pid, name, rss, pss, uss)]) in MiB, from
+    /proc/PID/smaps_rollup: RSS counts a page each process shares once per process; PSS divides a shared page
+    among the processes that map it (so the processes' PSS adds up to what they cost together); USS is the
+    pages only that process maps (Private_Clean + Private_Dirty)."""
+    total, each = {"rss": 0.0, "pss": 0.0, "uss": 0.0}, []
     for p in pids:
         try:
-            with open(f"/proc/{p}/status") as fh:
-                total += next(int(line.split()[1]) for line in fh if line.startswith("VmRSS:"))
-        except (OSError, StopIteration):
-            pass
-    return total / 1024
+            with open(f"/proc/{p}/smaps_rollup") as fh:
+                kb = {k: int(v.split()[0]) for k, v in (line.split(":", 1) for line in fh if ":" in line)
+                      if v.strip().endswith("kB")}
+            with open(f"/proc/{p}/comm") as fh:
+                name = fh.read().strip()
+        except (OSError, ValueError):
+            continue
+        row = (kb.get("Rss", 0) / 1024, kb.get("Pss", 0) / 1024, (kb.get("Private_Clean", 0) + kb.get("Private_Dirty", 0)) / 1024)
+        each.append((p, name) + row)
+        for key, value in zip(("rss", "pss", "uss"), row):
+            total[key] += value
+    return total, each
 
 
 class Tool:
@@ -279,13 +292,16 @@ def measure(tool, window):
         exit_at = float(next(r[1] for r in got if r[0] == "exit").replace(",", "."))
         restart = (float([r for r in got if r[0] == "start"][1][1].replace(",", ".")) - exit_at) * 1e3
         time.sleep(2)                               # settled: the kept program up, the first checks read
-        rss = rss_mib(tool.pids())
+        memory, each = memory_mib(tool.pids())
+        for pid, name, rss, pss, uss in each:
+            print(f"    {tool.name} pid {pid} {name}: RSS {rss:.1f}, PSS {pss:.1f}, USS {uss:.1f} MiB", flush=True)
         walls = []
         for _ in range(5):
             t0 = time.perf_counter()
             tool.status()
             walls.append((time.perf_counter() - t0) * 1e3)
-        result = {"restart": restart, "rss": rss, "status": statistics.median(walls)}
+        result = {"restart": restart, "rss": memory["rss"], "pss": memory["pss"], "uss": memory["uss"],
+                  "status": statistics.median(walls)}
         if tool.has_check:
             pids = tool.pids()
             c0, n0 = cpu(pids), tool.checks()
@@ -367,6 +383,7 @@ def main():
 
 def report(tools, results, args):
     rows = [("restart", "first restart of a crashing program (ms)"), ("rss", "idle RSS, one kept program (MiB)"),
+            ("pss", "idle PSS, one kept program (MiB)"), ("uss", "idle USS, one kept program (MiB)"),
             ("status", "status command wall time (ms)"), ("check", "CPU per command check, own (ms)"),
             ("check_all", "CPU per command check, +children (ms)")]
     med = {t.name: {k: statistics.median([x[k] for x in results[t.name]]) if k in results[t.name][0] else None
