@@ -3511,7 +3511,8 @@ def forecast_text(metric, result):
     d = result["decimals"]
     shown = [f"{round(result[k], d) + 0.0:.{d}f}" for k in ("median", "p10", "p90")]
     idle = result.get("assumes_idle")
-    return f"{metric} {shown[0]} (80%: {shown[1]} to {shown[2]})" + \
+    alike = ": every seeded path ends alike" if shown[1] == shown[2] else ""        # no spread in what it has seen yet
+    return f"{metric} {shown[0]} (80%: {shown[1]} to {shown[2]}{alike})" + \
         (f"; assumes {' and '.join(idle)} does nothing (fewer than 3 runs, and no expects: in the mandate)" if idle else "")
 
 
@@ -9943,7 +9944,8 @@ def backend_note(m, cfg):
         escalation = f", not escalating to {second} (it leaves the machine; the mandate does not say escalate: offbox)"
     else:
         escalation = f", escalating to {second}"
-    return f"backend: {name}, nightly at {cfg['nightly']}" + escalation
+    nightly = "no nightly decision" if cfg["nightly"] == "never" else f"nightly at {cfg['nightly']}"
+    return f"backend: {name}, {nightly}" + escalation
 
 
 def print_allowed(home, cfg, name, m):
@@ -9978,7 +9980,7 @@ def ledger_capacity(home, name, m, days):
 # ---- avsm chart --------------------------------------------------------------
 
 CHART_USAGE = "usage: avsm chart VENTURE [--since DURATION|SEQ]"
-CHART_KINDS = ("report", "action", "outcome", "ask", "approval", "denial", "resolved")
+CHART_KINDS = ("report", "action", "outcome", "ask", "approval", "denial", "resolved", "pause", "resume", "refusal")
 CHART_WIDTH, CHART_HEIGHT = 960, 450
 CHART_LEFT, CHART_TOP, CHART_RIGHT, CHART_BOTTOM = 76, 104, 930, 366     # the plot's edges, in pixels
 CHART_NOTE_MAX = 240          # characters of a record's summary a tooltip shows
@@ -9987,7 +9989,9 @@ CHART_TIME_STEPS = (1, 2, 5, 10, 15, 30, 60, 120, 300, 600, 900, 1800, 3600, 720
                     86400, 2 * 86400, 7 * 86400, 14 * 86400, 30 * 86400, 91 * 86400, 365 * 86400)
 CHART_COLOURS = {"trusted": "#1f5fa8", "implausible": "#c0392b", "unconfirmed": "#d35400", "failed": "#7f7f7f",
                  "band": "#2e8b57", "bound": "#444444", "ok": "#2e7d32", "not ok": "#c62828", "running": "#7f7f7f",
-                 "ask": "#7b3fa0", "grid": "#e4e4e4", "text": "#222222"}
+                 "ask": "#7b3fa0", "grid": "#e4e4e4", "text": "#222222", "paused": "#8a8a8a", "stuck": "#e0a000",
+                 "guard": "#b03060", "mandate": "#555555"}
+LEVER_COLOURS = ("#2e7d32", "#ef6c00", "#00838f", "#6d4c41", "#ad1457", "#827717")     # one a lever, in order of first run
 # XML 1.0 cannot hold these even as &#..; (control characters, lone surrogates, U+FFFE/U+FFFF), and a bidi
 # override in a tooltip would turn what a person reads around: each is written as \x.. or \u.... instead
 XML_UNSAFE_CHARS = "[\x00-\x08\x0b\x0c\x0e-\x1f\x7f-\x9f\u2028\u2029\u202a-\u202e\u2066-\u2069\ud800-\udfff\ufffe\uffff]"
@@ -10105,16 +10109,18 @@ def nice_step(span, most):
 
 
 def value_ticks(low, high):
-    """Return (bottom, top, [(value, label)]) of the value axis: round numbers holding low..high."""
+    """Return (bottom, top, [(value, label)]) of the value axis: round numbers holding low..high, never
+    padded past zero (a level that never went below 0 is not drawn down to -200)."""
     # the axis spans at most ±CHART_VALUE_MAX, whose span a float still holds; a report past it is off the scale
     low, high = (min(max(v, -CHART_VALUE_MAX), CHART_VALUE_MAX) for v in (low, high))
+    floor, ceiling = (0.0 if low >= 0 else -math.inf), (0.0 if high <= 0 > low else math.inf)
     if high - low <= 0:
         pad = max(abs(high) * 0.1, 1.0)
         low, high = low - pad, high + pad
     pad = (high - low) * 0.06
     low, high = low - pad, high + pad
     step = nice_step(high - low, 6)
-    bottom, top = math.floor(low / step) * step, math.ceil(high / step) * step
+    bottom, top = max(math.floor(low / step) * step, floor), min(math.ceil(high / step) * step, ceiling)
     decimals = max(0, -math.floor(math.log10(step))) if step < 1 else 0
     ticks, k = [], 0
     while bottom + k * step <= top + step * 1e-9:
@@ -10212,8 +10218,7 @@ def chart_svg(name, mandates, records, span="in the ledger"):
              if at <= t1 and (i + 1 == len(eras) or eras[i + 1][0] > t0)]
     values = [chart_number(r["value"]) for _, _, r in trusted] or \
         [v for v in (chart_number(r.get("value")) for _, _, r in apart) if v is not None] or [0.0]
-    for _, _, _, m in shown:
-        values += [v for v in chart_levels(m)]
+    values += [bound for _, _, _, m in shown for _, _, bound, _ in controller_sides(m)]     # not a re-arm level
     bottom, top, ticks = value_ticks(min(values), max(values))
 
     def x(at):
@@ -10226,11 +10231,15 @@ def chart_svg(name, mandates, records, span="in the ledger"):
     counts = (f"{len(trusted)} trusted report{'s' if len(trusted) != 1 else ''}, {len(apart)} marked apart, "
               f"{len(actions)} lever run{'s' if len(actions) != 1 else ''}, {len(asks)} ask{'s' if len(asks) != 1 else ''} "
               f"{span}, {chart_span_words(first, last)}")
-    parts = [f'<svg xmlns="http://www.w3.org/2000/svg" width="{CHART_WIDTH}" height="{CHART_HEIGHT}" '
-             f'viewBox="0 0 {CHART_WIDTH} {CHART_HEIGHT}" font-family="DejaVu Sans, Helvetica, Arial, sans-serif" '
+    spans, marks = chart_spans(records, mandates, eras, t0, t1), chart_marks(records, mandates, t0, t1)
+    levers = {lever: LEVER_COLOURS[i % len(LEVER_COLOURS)]
+              for i, lever in enumerate(dict.fromkeys(str(r.get("lever")) for _, _, r in actions))}
+    legend, height = chart_legend(trusted, apart, actions, asks, records, shown, bottom, top, levers, spans, marks)
+    parts = [f'<svg xmlns="http://www.w3.org/2000/svg" width="{CHART_WIDTH}" height="{height}" '
+             f'viewBox="0 0 {CHART_WIDTH} {height}" font-family="DejaVu Sans, Helvetica, Arial, sans-serif" '
              f'font-size="12" fill="{CHART_COLOURS["text"]}">',
              f"<title>{xml_text(f'{name}: {metric}, {counts}')}</title>",
-             f'<rect width="{CHART_WIDTH}" height="{CHART_HEIGHT}" fill="#ffffff"/>',
+             f'<rect width="{CHART_WIDTH}" height="{height}" fill="#ffffff"/>',
              f'<text x="{CHART_LEFT}" y="24" font-size="16" font-weight="bold">{xml_text(f"{name}: {metric}")}</text>',
              f'<text x="{CHART_LEFT}" y="44">{xml_text(counts)}</text>',
              f'<text x="{CHART_LEFT}" y="62">{xml_text(chart_controller_words(shown))}</text>',
@@ -10238,9 +10247,8 @@ def chart_svg(name, mandates, records, span="in the ledger"):
              f'height="{CHART_BOTTOM - CHART_TOP}"/></clipPath>']
     parts += chart_axes(metric, ticks, time_ticks(t0, t1), x, y, last)
     controller, labels = chart_controller(shown, x, y)
-    parts += controller + chart_reports(trusted, apart, x, y, bottom, top) + labels
-    parts += chart_markers(actions, asks, records, x)
-    parts += chart_legend(trusted, apart, actions, asks, shown, bottom, top)
+    parts += chart_stretches(spans, marks, x) + controller + chart_reports(trusted, apart, x, y, bottom, top) + labels
+    parts += chart_markers(actions, asks, records, levers, x) + legend
     parts.append("</svg>")
     return "\n".join(parts)
 
@@ -10251,19 +10259,6 @@ def chart_span_words(first, last):
     same_day = time.strftime("%Y-%m-%d", a) == time.strftime("%Y-%m-%d", b)
     return (f"from {time.strftime('%Y-%m-%d %H:%M:%S', a)} to "
             f"{time.strftime('%H:%M:%S' if same_day else '%Y-%m-%d %H:%M:%S', b)}")
-
-
-def chart_levels(m):
-    """Return the values a mandate's controller draws: its bounds, and where a deadband re-arms each side."""
-    if m is None:
-        return []
-    deadband = m["controller"].get("deadband")
-    levels = []
-    for _, way, bound, _ in controller_sides(m):
-        levels.append(bound)
-        if deadband:
-            levels.append(bound - deadband if way == "above" else bound + deadband)
-    return levels
 
 
 def chart_controller_words(shown):
@@ -10306,10 +10301,9 @@ def chart_axes(metric, ticks, times, x, y, last):
 
 def chart_controller(shown, x, y):
     """Return (the SVG of each mandate's bound (a threshold) or band over the span it was in force, the SVG
-    of their labels, drawn over the reports on a white halo so a line through them leaves them legible)."""
-    c, parts = CHART_COLOURS, ['<g class="controller">']
-    labels = [f'<g class="controller-labels" font-size="11" fill="{c["bound"]}" stroke="#ffffff" stroke-width="3" '
-              f'stroke-linejoin="round" paint-order="stroke">']
+    of their labels, drawn over the reports on a white halo (a copy of each, stroked, drawn first: no renderer
+    is relied on for paint-order) so a line through them leaves them legible)."""
+    c, parts, labels = CHART_COLOURS, ['<g class="controller" clip-path="url(#plot)">'], []
     for start, end, seq, m in shown:
         if m is None or not controller_sides(m):
             continue
@@ -10333,12 +10327,14 @@ def chart_controller(shown, x, y):
                 parts.append(f'<line x1="{x1:.1f}" x2="{x2:.1f}" y1="{y(rearm):.1f}" y2="{y(rearm):.1f}" '
                              f'stroke-dasharray="2 3" stroke-opacity="0.7"/>')
         parts.append("</g>")
-    return parts + ["</g>"], labels + ["</g>"]
+    halo = '<g class="controller-halo" font-size="11" fill="#ffffff" stroke="#ffffff" stroke-width="3" stroke-linejoin="round">'
+    return parts + ["</g>"], [halo, *labels, "</g>", f'<g class="controller-labels" font-size="11" fill="{c["bound"]}">',
+                              *labels, "</g>"]
 
 
 def chart_reports(trusted, apart, x, y, bottom, top):
     """Return the SVG of the trusted reports (a line, and a point each) and of the reports marked apart:
-    implausible (a cross), unconfirmed (a ring), failed (a triangle on the floor); a value off the scale is a
+    implausible (a cross), unconfirmed (a ring), failed (no value: a triangle on the time axis); one off the scale a
     triangle at the edge it passed."""
     c = CHART_COLOURS
     r = 3 if len(trusted) <= 300 else 2 if len(trusted) <= 1500 else 1.2
@@ -10354,7 +10350,7 @@ def chart_reports(trusted, apart, x, y, bottom, top):
         status, value, px = report_status(rec), chart_number(rec.get("value")), x(a)
         colour = c.get(status, c["implausible"])
         if value is None:
-            d, status = f"M{px - 4:.1f},{CHART_BOTTOM - 1} L{px:.1f},{CHART_BOTTOM - 8} L{px + 4:.1f},{CHART_BOTTOM - 1} Z", "failed"
+            d, status = f"M{px - 4:.1f},{CHART_BOTTOM + 8} L{px:.1f},{CHART_BOTTOM + 1} L{px + 4:.1f},{CHART_BOTTOM + 8} Z", "failed"
             colour = c["failed"]
         elif value > top or value < bottom:
             edge, tip = (CHART_TOP + 8, CHART_TOP + 1) if value > top else (CHART_BOTTOM - 8, CHART_BOTTOM - 1)
@@ -10370,9 +10366,63 @@ def chart_reports(trusted, apart, x, y, bottom, top):
     return parts
 
 
-def chart_markers(actions, asks, records, x):
-    """Return the SVG of each lever run (a triangle over the plot, a line down through it; coloured by its
-    outcome) and each ask (a diamond above them), each with its seq and what came of it in its tooltip."""
+def chart_spans(records, mandates, eras, t0, t1):
+    """Return [(from, to, what, seq, record, the seq that ended it or None)] of the stretches a chart shades, as
+    the fold ends them: each pause until its resume (or a mandate from another directory), and each stuck side
+    (its refusal saying so) until a trusted report back inside that side's bound or the next mandate; one
+    still open runs to the chart's right edge t1."""
+    spans, opened, m, directory = [], {}, None, None
+    adopted = [(seq, at, {"kind": "mandate", "m": p, "directory": r.get("directory")})
+               for (seq, at, r), (_, _, p) in zip(mandates, eras)]
+    for s, a, r in sorted(records + adopted, key=lambda e: e[0]):
+        kind, ended = r["kind"], []
+        if kind == "mandate":
+            ended = [k for k in opened if k[0] == "stuck" or r["directory"] != directory]
+            m, directory = r["m"], r["directory"]
+        elif kind == "pause" or kind == "refusal" and r.get("stuck"):
+            opened.setdefault(("paused", None) if kind == "pause" else ("stuck", r.get("side")), (a, s, r))
+        elif kind == "resume":
+            ended = [("paused", None)]
+        elif kind == "report" and report_status(r) == "trusted" and chart_number(r.get("value")) is not None:
+            ended = [("stuck", side) for side, way, bound, _ in controller_sides(m) if not crossed(way, bound, r["value"])]
+        for key in [k for k in ended if k in opened]:
+            start, seq, record = opened.pop(key)
+            spans.append((start, a, key[0], seq, record, s))
+    spans += [(start, t1, key[0], seq, record, None) for key, (start, seq, record) in opened.items()]
+    return sorted(span for span in spans if span[1] >= t0)
+
+
+def chart_marks(records, mandates, t0, t1):
+    """Return [(at, what, label, seq, record)] of the moments a chart labels: each guard trip (the pause or ask
+    of a guard past its bound) and each mandate that replaced another."""
+    marks = [(a, "guard", f"guard {r['guard']}", s, r) for s, a, r in records
+             if r["kind"] in ("pause", "ask") and r.get("guard")]
+    return sorted(marks + [(a, "mandate", f"mandate #{s}", s, r) for s, a, r in mandates[1:] if t0 <= a <= t1])
+
+
+def chart_stretches(spans, marks, x):
+    """Return the SVG of the shaded stretches (paused grey, stuck amber, each labelled where it begins) and of
+    the labelled marks (a guard trip, a new mandate: a line through the plot), drawn under the reports."""
+    c, parts = CHART_COLOURS, ['<g class="stretches" font-size="10" clip-path="url(#plot)">']
+    for start, end, what, seq, rec, until in spans:
+        x1, x2 = x(start), x(end)
+        label = "" if x2 - x1 < 40 else xml_text("paused" if what == "paused" else f"stuck ({rec.get('stuck')})")
+        parts.append(f'<g class="span {what}">{chart_tooltip(seq, start, rec, f"; until #{until}" if until else "")}'
+                     f'<rect x="{x1:.1f}" y="{CHART_TOP}" width="{max(x2 - x1, 1):.1f}" height="{CHART_BOTTOM - CHART_TOP}" '
+                     f'fill="{c[what]}" fill-opacity="0.2"/><text x="{x1 + 3:.1f}" '
+                     f'y="{CHART_BOTTOM - (5 if what == "paused" else 17)}" fill="{c[what]}">{label}</text></g>')
+    for at, what, label, seq, rec in marks:
+        px = x(at)
+        parts.append(f'<g class="mark {what}" fill="{c[what]}">{chart_tooltip(seq, at, rec)}<line x1="{px:.1f}" '
+                     f'x2="{px:.1f}" y1="{CHART_TOP}" y2="{CHART_BOTTOM}" stroke="{c[what]}" stroke-width="1.5"/>'
+                     f'<text x="{px + 3:.1f}" y="{CHART_TOP + 12}">{xml_text(label)}</text></g>')
+    return parts + ["</g>"]
+
+
+def chart_markers(actions, asks, records, levers, x):
+    """Return the SVG of each lever run (a triangle over the plot in its lever's colour, a line down through it;
+    edged red when not ok, pale while running) and each ask (a diamond above them), each with its seq and what
+    came of it in its tooltip."""
     c = CHART_COLOURS
     ended = {r.get("action"): (s, r) for s, _, r in records if r["kind"] == "outcome"}
     answered = {r.get("ask"): (s, r) for s, _, r in records if r["kind"] in ("approval", "denial", "resolved")}
@@ -10382,12 +10432,12 @@ def chart_markers(actions, asks, records, x):
         state = "running" if outcome is None else "ok" if outcome.get("ok") else "failed"
         more = (f"; no outcome in the ledger yet" if outcome is None else
                 f"; ended #{o_seq}: {'ok' if outcome.get('ok') else 'not ok'} ({outcome.get('status')})")
-        colour = c[{"running": "running", "ok": "ok", "failed": "not ok"}[state]]
-        px = x(a)
+        colour, px = levers[str(rec.get("lever"))], x(a)
+        edge = {"running": ' fill-opacity="0.4"', "ok": "", "failed": f' stroke="{c["not ok"]}" stroke-width="2.5"'}[state]
         parts.append(f'<g class="action {state}" stroke="{colour}" fill="{colour}">{chart_tooltip(s, a, rec, more)}'
                      f'<line x1="{px:.1f}" x2="{px:.1f}" y1="{CHART_TOP}" y2="{CHART_BOTTOM}" stroke-opacity="0.45" '
                      f'stroke-dasharray="3 3"/>'
-                     f'<path d="M{px - 6:.1f},{CHART_TOP - 16} L{px + 6:.1f},{CHART_TOP - 16} L{px:.1f},{CHART_TOP - 4} Z"/></g>')
+                     f'<path d="M{px - 6:.1f},{CHART_TOP - 16} L{px + 6:.1f},{CHART_TOP - 16} L{px:.1f},{CHART_TOP - 4} Z"{edge}/></g>')
     parts += ["</g>", f'<g class="asks" fill="{c["ask"]}" stroke="{c["ask"]}">']
     for s, a, rec in asks:
         a_seq, answer = answered.get(s, (None, None))
@@ -10401,8 +10451,9 @@ def chart_markers(actions, asks, records, x):
     return parts
 
 
-def chart_legend(trusted, apart, actions, asks, shown, bottom, top):
-    """Return the SVG of the legend under the time axis: one sample of each mark the chart holds."""
+def chart_legend(trusted, apart, actions, asks, records, shown, bottom, top, levers, spans, marks):
+    """Return (the SVG of the legend under the time axis: one sample of each mark the chart holds, in as many
+    rows as it needs, and the chart's height)."""
     c, items = CHART_COLOURS, []
     circle = lambda colour: f'<circle cx="6" cy="-4" r="3" fill="{colour}"/><line x1="-2" x2="14" y1="-4" y2="-4" stroke="{colour}"/>'
     cross = '<path d="M2,-8 L10,0 M2,0 L10,-8" stroke="{}" stroke-width="1.8"/>'
@@ -10425,16 +10476,28 @@ def chart_legend(trusted, apart, actions, asks, shown, bottom, top):
         items.append((f'<rect x="0" y="-9" width="12" height="10" fill="{c["band"]}" fill-opacity="0.25"/>', "band"))
     if kinds - {"band"}:
         items.append((f'<line x1="0" x2="12" y1="-4" y2="-4" stroke="{c["bound"]}" stroke-width="1.5" stroke-dasharray="4 2"/>', "bound"))
-    if actions:
-        items.append((f'<path d="M0,-9 L12,-9 L6,0 Z" fill="{c["ok"]}"/>', "lever run (red: not ok)"))
+    items += [(f'<path d="M0,-9 L12,-9 L6,0 Z" fill="{colour}"/>', f"{lever} run") for lever, colour in levers.items()]
+    ends = {r.get("action"): bool(r.get("ok")) for _, _, r in records if r["kind"] == "outcome"}
+    states = {ends.get(s) for s, _, _ in actions}         # True: ok, False: not ok, None: still running
+    if False in states:
+        items.append((f'<path d="M0,-9 L12,-9 L6,0 Z" fill="#ffffff" stroke="{c["not ok"]}" stroke-width="2"/>', "not ok"))
+    if None in states:
+        items.append(('<path d="M0,-9 L12,-9 L6,0 Z" fill="#999999" fill-opacity="0.4"/>', "running"))
     if asks:
         items.append((f'<path d="M6,-10 L12,-4 L6,2 L0,-4 Z" fill="{c["ask"]}"/>', "ask (pale: answered)"))
-    parts, at = ['<g class="legend" font-size="11">'], CHART_LEFT
+    items += [(f'<rect x="0" y="-9" width="12" height="10" fill="{c[what]}" fill-opacity="0.35"/>', what)
+              for what in ("paused", "stuck") if any(span[2] == what for span in spans)]
+    items += [(f'<line x1="6" x2="6" y1="-10" y2="2" stroke="{c[what]}" stroke-width="2"/>', words)
+              for what, words in (("guard", "guard trip"), ("mandate", "new mandate")) if any(k[1] == what for k in marks)]
+    parts, at, row = ['<g class="legend" font-size="11">'], CHART_LEFT, 0
     for glyph, words in items:
-        parts.append(f'<g transform="translate({at} {CHART_HEIGHT - 14})">{glyph}<text x="18" y="0">{xml_text(words)}</text></g>')
-        at += 36 + int(len(words) * 6.3)
-    parts.append("</g>")
-    return parts
+        width = 36 + int(len(words) * 6.3)
+        if at + width > CHART_WIDTH and at > CHART_LEFT:
+            at, row = CHART_LEFT, row + 1
+        parts.append(f'<g transform="translate({at} {CHART_HEIGHT - 14 + 18 * row})">{glyph}<text x="18" y="0">'
+                     f'{xml_text(words)}</text></g>')
+        at += width
+    return parts + ["</g>"], CHART_HEIGHT + 18 * row
 
 
 def cmd_try(home_arg, args):

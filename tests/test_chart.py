@@ -12,6 +12,7 @@ import shutil
 import subprocess
 import sys
 import tempfile
+import time
 import xml.etree.ElementTree as ET
 
 import pytest
@@ -146,6 +147,21 @@ def test_reports_not_trusted_are_marked_apart(run):
         s: "report implausible off-scale" if status == "implausible" else f"report {status}" for s, status in apart}
     assert {s for _, s in marks(root, "circle", "report trusted")}.isdisjoint(s for s, _ in apart)
     assert [status for _, status in apart] == ["implausible", "failed"]
+    plot = root.find(f"{SVG}clipPath/{SVG}rect")
+    failed = next(el for el, _ in marked if el.get("class") == "report failed")        # issue 22 item 7: on the axis
+    ys = [float(v) for v in re.findall(r",(-?[0-9.]+)", failed.get("d"))]
+    assert min(ys) >= float(plot.get("y")) + float(plot.get("height")), failed.get("d")
+
+
+def test_the_value_axis_is_not_padded_past_zero():
+    """Issue 22 item 7: the y range comes from the data and the bounds: a level that never went below 0 starts
+    at 0 (not -200), one never above 0 ends at 0, a range across 0 is padded both ways, and all zeros is a range."""
+    assert avsm.value_ticks(0, 1000)[:2] == (0, 1200) and avsm.value_ticks(3, 900)[0] == 0
+    assert avsm.value_ticks(-1000, 0)[:2] == (-1200, 0)
+    bottom, top, _ = avsm.value_ticks(-5, 10)
+    assert bottom < -5 and top > 10
+    bottom, top, ticks = avsm.value_ticks(0, 0)
+    assert bottom == 0 < top and ticks[0] == (0, "0")
 
 
 def test_each_lever_run_and_ask_is_a_marker_naming_its_seq(run):
@@ -331,3 +347,122 @@ def test_the_readme_shows_a_real_chart():
     assert os.path.getsize(path) < 40_000
     root = ET.parse(path).getroot()
     assert marks(root, "circle", "report trusted") and marks(root, "g", "action") and marks(root, "g", "ask")
+
+
+TANK = """\
+purpose: Keep the tank between 2 and 8.
+metric: level
+controller: {kind: band, low: 2, high: 8, below: fill, above: drain}
+cadence: 1s
+permitted:
+  - {name: fill, run: ./fill, cap: 5/hour, reversible: true}
+  - {name: drain, run: ./drain, cap: CAP, reversible: true}
+guards:
+  - {name: errors, run: ./errors, above: 6}
+"""
+# 5, 12 (drain runs), 1 (fill runs), 12 and 12 (drain's cap is spent: stuck), then 5 for ever (back inside)
+TANK_REPORT = """#!/bin/sh
+n=$(cat count 2>/dev/null || echo 0); n=$((n + 1)); echo $n > count
+case $n in 1) echo 5;; 2) echo 12;; 3) echo 1;; 4|5) echo 12;; *) echo 5;; esac
+"""
+# 0 until the tank is back inside, then 9 once (past 6: the guard pauses the tank), then 0
+TANK_ERRORS = """#!/bin/sh
+n=$(cat count 2>/dev/null || echo 0)
+if [ "$n" -ge 7 ] && [ ! -e tripped ]; then touch tripped; echo 9; else echo 0; fi
+"""
+
+
+def png_colours(png):
+    """Return {(r, g, b): pixels} of a PNG, read by Pillow (which cairosvg itself needs)."""
+    from PIL import Image
+    import io
+    image = Image.open(io.BytesIO(png)).convert("RGB")
+    return {rgb: n for n, rgb in image.getcolors(maxcolors=1 << 20)}, image
+
+
+def test_the_chart_shows_pauses_stuck_stretches_guard_trips_mandates_and_each_lever(bindir):
+    """Issue 22 item 7, CLI-08: a real run with two levers, a spent cap, a guard trip, a person's resume and a
+    re-added mandate. Each lever has its own colour and legend entry; the stuck stretch is shaded from the
+    refusal that said so to the first trusted report back inside; the pause from the guard's pause to the
+    resume; the guard trip and the new mandate are labelled marks naming their seqs; bound labels do not rely
+    on paint-order; and a real renderer (cairosvg) draws it, not blank, with each lever's colour in the pixels."""
+    top = tempfile.mkdtemp(prefix="avt", dir="/tmp")
+    a = Avsm(bindir, os.path.join(top, "h"))
+    tank = make_venture(top, "tank", TANK.replace("CAP", "1/hour"), {
+        "report": TANK_REPORT, "errors": TANK_ERRORS, "fill": "#!/bin/sh\nexit 0\n", "drain": "#!/bin/sh\nexit 0\n"})
+    try:
+        a.start()
+        assert a.cli("add", tank).returncode == 0
+        pause = a.wait_for(lambda rs: [s for s, _, r in rs if r["kind"] == "pause" and r.get("guard") == "errors"],
+                           timeout=40, what="the guard's pause")[0]
+        time.sleep(1.5)
+        assert a.cli("resume", "tank").returncode == 0
+        with open(os.path.join(tank, "mandate.yaml"), "w") as fh:
+            fh.write(TANK.replace("CAP", "9/hour"))
+        assert a.cli("add", tank).returncode == 0
+        a.wait_for(lambda rs: len(of(rs, "mandate", "tank")) == 2 and of(rs, "report", "tank")[-1][0] > of(rs, "mandate", "tank")[1][0],
+                   what="a report under the new mandate")
+        code, _ = a.stop()
+        assert code == 0, a.stderr()
+        records = a.records()
+        root = chart(type("R", (), {"a": a}), "tank")
+    finally:
+        if a.proc is not None and a.proc.poll() is None:
+            a.stop()
+    svg = a.cli("chart", "tank").stdout
+    shutil.rmtree(top, ignore_errors=True)
+    at = {s: t for s, t, _ in records}
+    trusted = [(s, r) for s, r in of(records, "report", "tank") if r["status"] == "trusted"]
+    xs = {s: float(el.get("cx")) for el, s in marks(root, "circle", "report trusted")}
+    (s1, _), (s2, _) = trusted[0], trusted[-1]
+    x = lambda seq: xs[s1] + (at[seq] - at[s1]) * (xs[s2] - xs[s1]) / (at[s2] - at[s1])
+
+    # each lever its own colour, named in the legend
+    runs = {r["lever"]: s for s, r in of(records, "action", "tank")}
+    assert set(runs) == {"fill", "drain"}
+    colour = {seq: el.get("fill") for el, seq in marks(root, "g", "action")}
+    assert colour[runs["fill"]] != colour[runs["drain"]]
+    legend = {t.text: t for t in root.iter(SVG + "text") if t.text in ("fill run", "drain run", "stuck", "paused",
+                                                                      "guard trip", "new mandate")}
+    assert set(legend) == {"fill run", "drain run", "stuck", "paused", "guard trip", "new mandate"}, legend
+
+    # the stuck stretch: from drain's stuck refusal to the first trusted report back inside [2, 8]
+    refusal = next(s for s, r in of(records, "refusal", "tank") if r.get("stuck") == "cap")
+    inside = next(s for s, r in trusted if s > refusal and 2 <= r["value"] <= 8)
+    (span, seq), = marks(root, "g", "span stuck")
+    rect = span.find(SVG + "rect")
+    assert seq == refusal and f"until #{inside}" in span.find(SVG + "title").text
+    assert abs(float(rect.get("x")) - x(refusal)) < 1 and abs(float(rect.get("x")) + float(rect.get("width")) - x(inside)) < 1
+
+    # the pause: from the guard's pause to the person's resume; the trip a labelled mark at the pause
+    resume = next(s for s, r in of(records, "resume", "tank"))
+    (span, seq), = marks(root, "g", "span paused")
+    assert seq == pause and f"until #{resume}" in span.find(SVG + "title").text
+    rect = span.find(SVG + "rect")
+    assert abs(float(rect.get("x")) + float(rect.get("width")) - x(resume)) < 1
+    (mark, seq), = marks(root, "g", "mark guard")
+    assert seq == pause and mark.find(SVG + "text").text == "guard errors"
+    second = of(records, "mandate", "tank")[1][0]
+    (mark, seq), = marks(root, "g", "mark mandate")
+    assert seq == second and mark.find(SVG + "text").text == f"mandate #{second}"
+    assert abs(float(mark.find(SVG + "line").get("x1")) - x(second)) < 1
+
+    # the y axis starts at 0 (the tank never went below it), the bound labels are drawn twice, no paint-order
+    assert "paint-order" not in svg
+    ticks = [t.text for t in root.find(f"{SVG}g[@class='axes']").iter(SVG + "text") if re.fullmatch(r"-?[0-9.]+", t.text or "")]
+    assert ticks[0] == "0", ticks
+    halo, shown = root.find(f"{SVG}g[@class='controller-halo']"), root.find(f"{SVG}g[@class='controller-labels']")
+    assert [t.text for t in halo] == [t.text for t in shown] and len(shown) == 4
+
+    cairosvg = pytest.importorskip("cairosvg", reason="cairosvg is not installed (.ci/run installs it from the "
+                                                      "package index): the chart is not rendered in a real renderer")
+    colours, image = png_colours(cairosvg.svg2png(bytestring=svg.encode()))
+    assert image.size == (960, int(root.get("height"))) and len(colours) > 50          # not blank
+    for lever in ("fill", "drain"):
+        rgb = tuple(int(colour[runs[lever]][i:i + 2], 16) for i in (1, 3, 5))
+        assert colours.get(rgb, 0) > 20, (lever, rgb)
+    for what, rgb in (("paused", (231, 231, 231)), ("stuck", (248, 236, 204))):      # 20% of each over white
+        rect = marks(root, "g", f"span {what}")[0][0].find(SVG + "rect")
+        middle = float(rect.get("x")) + float(rect.get("width")) / 2
+        pixels = [image.getpixel((int(middle) + dx, int(float(rect.get("y"))) + 30)) for dx in (-3, 0, 3)]
+        assert sum(all(abs(p - q) <= 2 for p, q in zip(pixel, rgb)) for pixel in pixels) >= 2, (what, pixels)

@@ -199,3 +199,13 @@ def test_format_reads_back_to_the_same_config(text):
     doc = avsm.parse_yaml(printed)
     assert set(doc) == avsm.CONFIG_KEYS - {"forecast"} | ({"forecast"} if cfg["forecast"] else set())
     assert avsm.parse_config(printed, "printed.yaml") == cfg
+
+
+def test_the_backend_line_says_when_decisions_are_made():
+    """Issue 22 item 9, CONFIG-04: `avsmd -t` and `status` name a model venture's backend and its nightly time,
+    and with `nightly: never` say there is no nightly decision (not `nightly at never`)."""
+    m = avsm.parse_mandate("purpose: p\nmetric: m\ncontroller: {kind: model, backend: mine}\ncadence: 1m\n"
+                           "permitted:\n  - {name: up, run: ./up, cap: 1/hour, reversible: true}\n", "mandate.yaml")
+    for nightly, words in (("never", "backend: mine, no nightly decision"), ('"04:30"', "backend: mine, nightly at 04:30")):
+        cfg = avsm.parse_config(f"nightly: {nightly}\nbackends:\n  mine: {{kind: command, run: /opt/mine}}\n", "c.yaml")
+        assert avsm.backend_note(m, cfg) == words

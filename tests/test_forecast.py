@@ -92,7 +92,7 @@ def test_numbers_are_shown_to_the_precision_of_the_readings_at_most_two_decimals
     line = avsm.describe_forecast("temp", {"median": 21.456, "p10": 20.0, "p90": 22.9, "decimals": 1}, 7, 8)
     assert line == "forecast 7 days x 8 seeds: temp 21.5 (80%: 20.0 to 22.9)"
     line = avsm.describe_forecast("n", {"median": -0.2, "p10": -0.4, "p90": 0.3, "decimals": 0}, 30, 16)
-    assert line == "forecast 30 days x 16 seeds: n 0 (80%: 0 to 0)", "no -0 shown"
+    assert line == "forecast 30 days x 16 seeds: n 0 (80%: 0 to 0: every seeded path ends alike)", "no -0 shown"
 
 
 def test_same_facts_same_forecast():

@@ -353,8 +353,8 @@ def test_the_packet_forecast_steps_the_world_with_its_calls_capped(av, workdir):
         user = json.load(fh)["user"]
     assert "forecast through the world command (1 days x 4 seeds, at the horizon):" in user, user
     assert "cut short at 80 world steps (80 at most)" in user, user
-    assert "doing nothing: count 777 (80%: 777 to 777)" in user, user
-    assert "lower once now: count 555 (80%: 555 to 555)" in user, user
+    assert "doing nothing: count 777 (80%: 777 to 777: every seeded path ends alike)" in user, user
+    assert "lower once now: count 555 (80%: 555 to 555: every seeded path ends alike)" in user, user
     told = []
     for name in os.listdir(os.path.join(d, "in")):
         with open(os.path.join(d, "in", name)) as fh:
