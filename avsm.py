@@ -5585,6 +5585,15 @@ class Child:
             signal_group(self.pgid, 15)
             self.kill_at = now + KILL_GRACE
 
+    def enforce(self, now):
+        """The one limit loop (the warden's tick, the notifier): KILL the group once its grace is over (and again
+        each grace while something of it lingers), TERM it once its time limit is."""
+        if self.kill_at is not None and now >= self.kill_at:
+            signal_group(self.pgid, 9)
+            self.kill_at = now + KILL_GRACE
+        elif self.kill_at is None and self.deadline is not None and now >= self.deadline:
+            self.terminate("timeout", now)
+
     def close(self):
         for pipe in (self.stdout, self.stderr):
             os.close(pipe)
@@ -7613,18 +7622,11 @@ class Warden:
             self.schedule.resume(time.monotonic())
         # 2. reap what ended, KILL what outlived its grace, TERM what is past its deadline
         for child in list(self.children):
-            if child.status is not None:
-                if not signal_group(child.pgid, 0):
-                    self.children.child_event(child)      # the dying group is gone: settle it
-                elif child.kill_at is not None and now >= child.kill_at:
-                    signal_group(child.pgid, 9)
-            elif child.pidfd is None and child.poll() is not None:
+            if (not signal_group(child.pgid, 0) if child.status is not None    # a dying group gone: settle it
+                    else child.pidfd is None and child.poll() is not None):
                 self.children.child_event(child)
-            elif child.kill_at is not None and now >= child.kill_at:
-                signal_group(child.pgid, 9)
-                child.kill_at = now + KILL_GRACE
-            elif child.deadline is not None and now >= child.deadline and child.kill_at is None:
-                child.terminate("timeout", now)
+            else:
+                child.enforce(now)
         if self.stopping or self.writer.ledger_down:
             return                      # a ledger that cannot be written stops everything that would write
         # 3. the nightly model decisions
@@ -7981,14 +7983,9 @@ class Notifier:
             # the command exited, but what it started (`sleep 300 &`) runs on in its group: within the same limit
             behind = status is not None and signal_group(child.pgid, 0)
             if status is None or behind:
-                if child.kill_at is not None and now >= child.kill_at:
-                    signal_group(child.pgid, 9)
-                    child.kill_at = now + KILL_GRACE
-                    if status is None:          # what it left behind is settled now: only a zombie outlives KILL
-                        continue
-                else:
-                    if child.deadline is not None and now >= child.deadline:
-                        child.terminate("timeout", now)     # running -> stopping: TERM now, KILL at the deadline
+                killed = child.kill_at is not None and now >= child.kill_at
+                child.enforce(now)
+                if status is None or not killed:    # what it left behind is settled once KILLed: only a zombie outlives KILL
                     continue
             self.running.remove(run)
             for pipe in child.open_pipes:
