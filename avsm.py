@@ -2120,8 +2120,7 @@ class Ledger:
                 db.execute("BEGIN IMMEDIATE")
                 if self.still_ours is not None and not self.still_ours():
                     raise LockLost("the lock of this home is another avsmd's; appending nothing more")
-                row = db.execute("SELECT seq, hash FROM records ORDER BY seq DESC LIMIT 1").fetchone()
-                self.last, self.held = ((row[0], row[1]) if row else (0, ZERO_HASH)), []
+                self.last, self.held = ledger_head(db) or (0, ZERO_HASH), []
             seq, prev = self.last
             for text in texts:
                 seq += 1
@@ -2203,6 +2202,28 @@ def read_records(db, since=0, upto=None, venture=None):
         record = load_record(text, seq)
         if venture is None or record.get("venture") == venture:
             yield seq, at, record
+
+
+def record_at(db, seq):
+    """Return (at, record dict) of record #seq, or None when the ledger has none."""
+    row = db.execute("SELECT at, record FROM records WHERE seq = ?", (seq,)).fetchone()
+    return row and (row[0], load_record(row[1], seq))
+
+
+def last_seq(db):
+    return db.execute("SELECT coalesce(max(seq), 0) FROM records").fetchone()[0]
+
+
+def ledger_head(db):
+    """Return (seq, hash) of the last record, or None for an empty ledger."""
+    return db.execute("SELECT seq, hash FROM records ORDER BY seq DESC LIMIT 1").fetchone()
+
+
+def recent_records(db, venture, count):
+    """Return the last `count` (seq, at, record dict) of `venture`, oldest first."""
+    rows = db.execute("SELECT seq, at, record FROM records WHERE json_extract(record, '$.venture') = ? ORDER BY seq DESC "
+                      "LIMIT ?", (venture, count)).fetchall()
+    return [(seq, at, load_record(text, seq)) for seq, at, text in reversed(rows)]
 
 
 def verify_chain(db, upto=None):
@@ -7110,19 +7131,14 @@ class Decisions:
 
     def packet(self, state, looks):
         """Return what a model may be shown of a venture: never an audit reading, note or ask."""
-        return model_packet(state, self.recent(state.name, 40), int(time.time()), self.packet_forecast(state), looks)
+        return model_packet(state, recent_records(self.ledger.db, state.name, 40), int(time.time()),
+                            self.packet_forecast(state), looks)
 
     def packet_forecast(self, state):
         """The facts of the packet's forecast (FORECAST-03: 7 days by 8 seeds unless `forecast:` says);
         the roles process makes it, apart from the warden, as it builds the text."""
         f = self.cfg["forecast"] or PACKET_FORECAST
         return forecast_facts(state, f["days"], f["seeds"]) if f["seeds"] else None
-
-    def recent(self, venture, count):
-        rows = self.ledger.db.execute(
-            "SELECT seq, at, record FROM records WHERE json_extract(record, '$.venture') = ? ORDER BY seq DESC LIMIT ?",
-            (venture, count)).fetchall()
-        return [(seq, at, json.loads(text)) for seq, at, text in reversed(rows)]
 
     def start_decision(self, state, by, reply_id=None):
         """Begin one model decision for a venture: it grants nothing; its records say who asked for it."""
@@ -7306,23 +7322,22 @@ class Decisions:
         if look["choice"] == "why":
             if not 1 <= look["record"] < 2 ** 63:
                 return f"#{look['record']} is not a record number"
-            row = self.ledger.db.execute("SELECT at, record FROM records WHERE seq = ?", (look["record"],)).fetchone()
-            if row is None:
+            found = record_at(self.ledger.db, look["record"])
+            if found is None:
                 return f"#{look['record']} is not in the ledger"
-            record = json.loads(row[1])
+            at, record = found
             if record.get("venture") != state.name:
                 return f"#{look['record']} is not a record of {state.name}"
             if record["kind"].startswith("audit.") or record.get("about") == "audit" or record.get("audit"):
                 return "not shown: an audit is never shown to a model"
-            lines = [format_record_line(look["record"], row[0], record)]
+            lines = [format_record_line(look["record"], at, record)]
             for p in (record.get("proof") or {}).get("premises", []):
-                prow = self.ledger.db.execute("SELECT record FROM records WHERE seq = ?", (p,)).fetchone()
-                if prow:
-                    r = json.loads(prow[0])
+                _, r = record_at(self.ledger.db, p) or (None, None)
+                if r:
                     lines.append(f"  premise #{p} {r['claim']} {r['kind']} {r['summary']}")
             return "\n".join(lines)
         topic = look["topic"].lower()
-        found = [f"#{s} {r['claim']} {r['kind']} {r['summary']}" for s, at, r in self.recent(state.name, 500)
+        found = [f"#{s} {r['claim']} {r['kind']} {r['summary']}" for s, at, r in recent_records(self.ledger.db, state.name, 500)
                  if r["claim"] == "declared" or r["kind"] == "fact"]
         found = [line for line in found if topic and topic in line.lower()][-10:]
         return "\n".join(found) or f"nothing declared about {look['topic']}"
@@ -7579,7 +7594,7 @@ class Warden:
         """Write a checkpoint of the committed head (when one is due); return its text and signature, or None."""
         if self.ledger.held is not None or self.writer.ledger_down:
             return None                 # only a head the ledger holds is written down
-        head = self.ledger.last or self.ledger.db.execute("SELECT seq, hash FROM records ORDER BY seq DESC LIMIT 1").fetchone()
+        head = self.ledger.last or ledger_head(self.ledger.db)
         if due and not self.checkpoints.due(head, time.time()):
             return None
         try:
@@ -9214,7 +9229,7 @@ def cmd_tail(home, args):
             raise Fail(EX_USAGE, f"avsm tail does not take '{arg}'; usage: avsm tail [N] [-f] | avsm tail --since SEQ")
     db = open_ledger_ro(ledger_path(home))
     if since is None:
-        last = db.execute("SELECT coalesce(max(seq), 0) FROM records").fetchone()[0]
+        last = last_seq(db)
         since = max(0, last - count)
         follow = REMOTE.get("tty", sys.stdout is not None and sys.stdout.isatty()) if follow is None else follow
     while True:
@@ -9245,7 +9260,7 @@ def cmd_summary(home, args):
     since, seconds = since_arg(since_text, "summary")    # bad usage (64) is found before the ledger (66)
     span = f"the last {since_text.strip()}" if seconds else f"the records after #{since}"
     db = open_ledger_ro(ledger_path(home))
-    top = db.execute("SELECT coalesce(max(seq), 0) FROM records").fetchone()[0]
+    top = last_seq(db)
     if seconds is not None:
         since = db.execute("SELECT coalesce(min(seq), ?) - 1 FROM records WHERE at >= ?",
                            (top + 1, time.time() - seconds)).fetchone()[0]
@@ -9385,10 +9400,7 @@ def cmd_why(home, args):
         raise Fail(EX_USAGE, "usage: avsm why SEQ")
     seq = need_int(args[0], "a record number")
     db = open_ledger_ro(ledger_path(home))
-    row = db.execute("SELECT at, record FROM records WHERE seq = ?", (seq,)).fetchone()
-    if row is None:
-        raise Fail(EX_DATAERR, f"#{seq} is not in the ledger; avsm tail shows the record numbers")
-    at, record = row[0], load_record(row[1], seq)
+    at, record = record_at(db, seq) or refuse(f"#{seq} is not in the ledger; avsm tail shows the record numbers", EX_DATAERR)
     out(format_record_line(seq, at, record))
     broken = object_problem(record)
     if broken is not None:
@@ -9401,10 +9413,9 @@ def cmd_why(home, args):
         if isinstance(record.get("call"), dict):
             out(f"  call: {describe_call(record)}")
         for c in cited:
-            r = db.execute("SELECT at, record FROM records WHERE seq = ?", (c,)).fetchone()
-            if r:
-                cited_record = load_record(r[1], c)
-                out("  cites " + format_record_line(c, r[0], cited_record))
+            cited_at, cited_record = record_at(db, c) or (None, None)
+            if cited_record is not None:
+                out("  cites " + format_record_line(c, cited_at, cited_record))
                 if isinstance(cited_record.get("call"), dict):
                     out(f"    call: {describe_call(cited_record)}")
         if record.get("kind") == "outcome":
@@ -9416,9 +9427,8 @@ def cmd_why(home, args):
     for step in proof.get("steps") if isinstance(proof.get("steps"), list) else []:
         out(f"  step: {shown_text(str(step))}")
     if isinstance(proof.get("trigger"), int):
-        r = db.execute("SELECT at, record FROM records WHERE seq = ?", (proof["trigger"],)).fetchone()
-        if r:
-            t = load_record(r[1], proof["trigger"])
+        _, t = record_at(db, proof["trigger"]) or (None, None)
+        if t is not None:
             out(f"  trigger (not a premise): #{proof['trigger']} {t.get('claim')} {t.get('kind')} {t.get('summary')}")
             if isinstance(t.get("call"), dict):
                 out(f"    call: {describe_call(t)}")
@@ -10848,7 +10858,7 @@ def doctor_ledger(home, found, since, kept=(), quick=False):
                      f"(--quick): a full {client_command(home)} doctor checks them")
         else:
             found.ok(f"ledger {path}: {count} records chained, {size / 1e6:.1f} MB, {growth}")
-        head = db.execute("SELECT seq, hash FROM records ORDER BY seq DESC LIMIT 1").fetchone()
+        head = ledger_head(db)
         if head:
             found.note(f"the ledger's head now is {head[0]}:{head[1][:16]}; keep it somewhere else (a note, another "
                        f"machine): {client_command(home)} doctor --since {head[0]}:{head[1][:16]} later shows the ledger still holds it")
@@ -11137,7 +11147,7 @@ def doctor_cut(home, seq):
     if holder:
         raise Fail(EX_TEMPFAIL, f"avsmd (pid {holder}) is running on {home}; stop it first, then cut")
     path = ledger_path(home)
-    last = open_ledger_ro(path).execute("SELECT coalesce(max(seq), 0) FROM records").fetchone()[0]
+    last = last_seq(open_ledger_ro(path))
     if seq > last:
         raise Fail(EX_DATAERR, f"#{seq} is past the last record (#{last}); nothing to cut")
     backup = os.path.join(home, f"ledger.db.before-cut-{seq}-{int(time.time())}")
