@@ -8049,132 +8049,6 @@ class Notifier:
             self.settle(notice, "avsmd stopped before it could be told", "")
         self.queue = []
 
-# ---- the metric at a glance (issue 14 item 4) ----
-# `avsm status` is one line per venture first, as `supervisorctl status` and `monit summary` are: its state,
-# the last trusted value and its age, a sparkline of the last trusted reports, lever runs against caps and the
-# open asks, and for a venture that is not simply running what holds it and the way out. The detail of
-# describe_status_lines is under `avsm status VENTURE` and `-v`. Pure: states and `now` in, lines out, so the
-# warden and a client reading the ledger with avsmd stopped print the same view.
-
-SPARK_BLOCKS = "\u2581\u2582\u2583\u2584\u2585\u2586\u2587\u2588"     # the eight block heights, lowest first
-SPARK_ASCII = "_.-~=+*#"                                              # the same heights where UTF-8 cannot go
-SPARK_WIDTH = 16                                                      # trusted reports a sparkline shows
-
-StatusRow = collections.namedtuple("StatusRow", "name state value age spark levers asks why")
-StatusRow.__doc__ = """One venture at a glance: its state (running, paused, stuck, implausible, unconfirmed, cannot run),
-the last trusted value and its age in seconds (None before the first), the sparkline, its levers' runs against
-their caps, its open asks, and what holds it and the way out ("" when it is simply running)."""
-
-
-def sparkline(values, ascii=False):
-    """Return one character a value, its height scaled between the values' least and greatest (all equal: the middle)."""
-    blocks = SPARK_ASCII if ascii else SPARK_BLOCKS
-    if not values:
-        return ""
-    low, high = min(values), max(values)
-    if high == low:
-        return blocks[len(blocks) // 2 - 1] * len(values)
-    top, span = len(blocks) - 1, high / 2 - low / 2     # halves: a report may hold up to ±1.8e308, and their span overflows
-    return "".join(blocks[min(top, int((v / 2 - low / 2) / span * top + 0.5))] for v in values)
-
-
-def format_age(seconds):
-    """Return an age as a person says it: 8s, 5m, 3h, 2d (rounded down, never negative)."""
-    seconds = max(0, int(seconds))
-    for unit, size, limit in (("s", 1, 120), ("m", 60, 120 * 60), ("h", 3600, 48 * 3600)):
-        if seconds < limit:
-            return f"{seconds // size}{unit}"
-    return f"{seconds // 86400}d"
-
-
-def status_row(state, now, keep=None, cfg=None, ascii=False):
-    """Return the StatusRow of one adopted venture, from its folded state at `now`."""
-    m, why = state.mandate, ""
-    held = held_by(state) if m is not None else None
-    stuck = [(side_name, lever, state.side(side_name)["stuck"]) for side_name, way, bound, lever in controller_sides(m)
-             if state.side(side_name).get("stuck")] if m is not None else []
-    if state.paused:
-        condition = "paused"
-        guards = [f"guard {name}: #{info['last'][0]} {format_number(info['last'][1])} past its bound since #{info['episode']}"
-                  for name, info in sorted(state.guards.items()) if info.get("past") and info.get("last")]
-        why = "; ".join(guards) + ("; " if guards else "") + f"avsm resume {state.name} starts it again"
-    elif m is None:
-        condition, why = "cannot run", str(state.problem or "its adopted mandate cannot be read")
-    elif held:
-        what, seq, note = held
-        condition, why = "implausible", f"held by {what} #{seq} ({note}); a plausible reading of it clears the hold"
-    elif state.last_report and state.last_report[2].get("status") == "unconfirmed":
-        condition, why = "unconfirmed", f"report #{state.last_report[0]} waits for the next to agree"
-    elif stuck:
-        condition = "stuck"
-        why = "; ".join(f"{lever} cannot run ({reason}): " + STUCK_WAY_OUT[reason].format(venture=state.name, lever=lever)
-                        for side_name, lever, reason in stuck)
-    else:
-        condition = "running"
-    if m is not None and decided_by_model(m) and cfg is not None:
-        note = backend_note(m, cfg)
-        if "no call is made" in note or "no decision is made" in note:      # open point 42: status says so
-            why = (why + "; " if why else "") + note
-    last = state.trusted[-1][1] if len(state.trusted) else None
-    levers = ", ".join(f"{name}: {len(cap_window(state, name, now))} of {lever['cap'][0]} per "
-                       f"{format_duration(lever['cap'][1])}" + (" (running)" if name in state.running else "")
-                       for name, lever in m["levers"].items()) if m is not None else ""
-    if m is not None and m["run"]:
-        child = (keep or {}).get("child")
-        levers += (", " if levers else "") + (f"run: pid {child.pid}" if child and not getattr(child, "ended_by", None)
-                                              else "run: not running")
-    asks = f"asks: {len(state.open_asks)}" + (f" ({', '.join('#' + str(s) for s in sorted(state.open_asks))})"
-                                              if state.open_asks else "")
-    if m is not None and predicts(m):       # issue 11 item 8: how well avsm knows this venture's world, at a glance
-        asks += "  calibration: " + (describe_rolling(*rolling_scores(state.scores)) if state.scores else "none scored yet")
-    return StatusRow(state.name, condition, last, now - state.trusted_at if last is not None else None,
-                     sparkline([v for _, v in state.trusted[-SPARK_WIDTH:]], ascii), levers, asks, why)
-
-
-def asks_view(states):
-    """Return the lines of `avsm asks`: `#SEQ  VENTURE  LEVER  question` for each open ask, any proposed content
-    under it."""
-    lines = []
-    for name in sorted(states):
-        for seq, ask in sorted(states[name].open_asks.items()):
-            lines.append(f"#{seq}  {name}  {ask.get('lever') or '-'}  {ask.get('question', ask['summary'])}")
-            if ask.get("payload") is not None:
-                payload = ask["payload"] if isinstance(ask["payload"], str) else json.dumps(ask["payload"], indent=2)
-                lines += ["    " + line for line in payload.splitlines()]
-    return lines or ["no open asks"]
-
-
-def format_status_rows(rows):
-    """Return the one-line view: `NAME: STATE` and the value, its age and the sparkline in aligned columns."""
-    head = [f"{row.name}: {row.state}" for row in rows]
-    values = [f"{format_number(row.value)} ({format_age(row.age)} ago)" if row.age is not None else "no trusted report"
-              for row in rows]
-    wide_head, wide_value = max(map(len, head), default=0), max(map(len, values), default=0)
-    lines = []
-    for row, h, v in zip(rows, head, values):
-        fields = [h.ljust(wide_head), v.ljust(wide_value), row.spark.ljust(SPARK_WIDTH)] + \
-                 [f for f in (row.levers, row.asks, row.why) if f]
-        lines.append("  ".join(fields).rstrip())
-    return lines
-
-
-def status_view(states, now, keeps=None, cfg=None, venture=None, verbose=False, ascii=False):
-    """Return the lines of `avsm status`: one line per adopted venture, then (VENTURE or -v) its detail."""
-    adopted = [states[name] for name in sorted(states) if states[name].mandate_seq is not None]
-    if venture is not None:
-        adopted = [s for s in adopted if s.name == venture]
-        if not adopted:
-            raise Fail(EX_DATAERR, f"no venture is named '{venture}'; avsm status lists them")
-    if not adopted:
-        return ["no ventures yet; adopt one with avsm add DIR"]
-    keeps = keeps or {}
-    lines = format_status_rows([status_row(s, now, keeps.get(s.name), cfg, ascii) for s in adopted])
-    if venture is not None or verbose:
-        for state in adopted:
-            lines += [""] + describe_status_lines(state, now, keeps.get(state.name), None, cfg)
-    return lines
-
-
 class HomeLock:
     """avsmd.lock, held for life: taken at start, checked each second, made again when deleted. `lost` once
     another avsmd took it: from then nothing in the home is this avsmd's to write or remove."""
@@ -9825,6 +9699,8 @@ def adopted_mandates(home):
     return [tuple(v) for v in ventures.values()]
 
 
+# ---- avsmd -t: the config and the ventures, tested ----
+
 def test_config(home, cfg, path):
     """avsmd -t: the config and every adopted mandate, re-read from its directory; 78 when one does not hold."""
     code = EX_OK
@@ -9977,6 +9853,184 @@ def ledger_capacity(home, name, m, days):
     state = states.get(name) or VentureState(name)
     state.mandate = m
     return capacity_check(state, days)
+
+
+# ---- avsm try and avsm link, and how this user runs avsm ----
+
+def cmd_try(home_arg, args):
+    """try DIR: run avsmd on a temporary home, adopt DIR, and follow the ledger until Ctrl-C, a TERM or a HUP
+    (the terminal gone): each stops the avsmd it started, says where the home is kept, and exits 128 + signal."""
+    import signal
+    import subprocess
+    import tempfile
+    if len(args) != 1:
+        raise Fail(EX_USAGE, "usage: avsm try DIR   (for example: python3 avsm.py try examples/counter)")
+    directory = os.path.realpath(args[0])
+    check_venture_dir(directory)
+    check_venture_name(os.path.basename(directory))
+    home, stopped_by = home_arg or tempfile.mkdtemp(prefix="av", dir="/tmp"), [signal.SIGINT]
+
+    def stop(signum, frame):
+        stopped_by[0] = signum
+        raise KeyboardInterrupt
+    for signum in (signal.SIGTERM, signal.SIGHUP):
+        signal.signal(signum, stop)
+    daemon = subprocess.Popen([sys.executable, AVSM_PATH, "avsmd", "--home", home], stdin=subprocess.DEVNULL,
+                              process_group=0)
+    started = False
+    try:
+        for _ in range(300):            # ours once it holds the lock and serves: never another avsmd's socket
+            if daemon.poll() is not None:
+                break
+            if os.path.exists(os.path.join(home, "sock")) and lock_holder(home) == daemon.pid:
+                started = True
+                break
+            time.sleep(0.05)
+        if not started:
+            code = daemon.poll()
+            raise Fail(code if code in (EX_TEMPFAIL, EX_CONFIG, EX_CANTCREAT, EX_NOPERM) else EX_UNAVAILABLE,
+                       f"avsmd did not start on {home} (exit {code}); try adopts nothing into another avsmd")
+        code = ask_daemon(home, "add", {"dir": directory})
+        if code != EX_OK:
+            return code
+        out(f"# {when_it_acts(home, directory)}")
+        out(f"# the home is {home}; in another terminal: {client_command(home)} asks (approve N, deny N, status)")
+        out(f"# following {home}/ledger.db; Ctrl-C stops avsmd")
+        sys.stdout.flush()
+        cmd_tail(home, ["1000000", "-f"])
+    except KeyboardInterrupt:
+        return 128 + stopped_by[0]
+    finally:
+        for signum in (signal.SIGTERM, signal.SIGHUP):
+            signal.signal(signum, signal.SIG_IGN)       # stopping: a second signal does not cut it short
+        if daemon.poll() is None:
+            daemon.send_signal(signal.SIGTERM)
+            try:
+                daemon.wait(15)
+            except subprocess.TimeoutExpired:
+                daemon.kill()
+        if started:
+            with contextlib.suppress(OSError):  # the terminal has gone (SIGHUP): avsmd is stopped all the same
+                sys.stderr.write(f"\navsm: avsmd stopped (exit {daemon.wait()}); the home is kept at {home}\n"
+                                 f"avsm: look again with: {client_command(home)} tail 50\n")
+    return EX_OK
+
+
+def when_it_acts(home, directory):
+    """Say when the venture just adopted in `directory` first acts: its controller's bound and the first report
+    (waited for up to 3 s), and how often a report comes; a model says when it is asked."""
+    name, _, _, m = read_venture(directory)
+    every = format_duration(m["cadence"])
+    if decided_by_model(m):
+        return f"{name}: a model proposes at the nightly decision, or now with avsm decide {name}; a report every {every}"
+    sides = [f"{m['metric']} {'>' if way == 'above' else '<'} {format_number(bound)} (then {lever} runs)"
+             for _, way, bound, lever in controller_sides(m)]
+    last, deadline = None, time.monotonic() + 3
+    while last is None and time.monotonic() < deadline:
+        with contextlib.suppress(Fail, sqlite3_errors()):
+            db = open_ledger_ro(ledger_path(home))
+            row = db.execute("SELECT record FROM records WHERE record LIKE '%\"kind\":\"report\"%' AND "
+                             "record LIKE ? ORDER BY seq DESC LIMIT 1", (f'%"venture":"{name}"%',)).fetchone()
+            db.close()
+            last = json.loads(row[0]) if row else None
+        if last is None:
+            time.sleep(0.1)
+    now = (f"; the first report says {format_number(last['value'])}" if last and last.get("value") is not None
+           else "; no report yet")
+    return f"{name} acts when {' or '.join(sides)}{now}, and a report comes every {every}"
+
+
+def program_command(program, home=None):
+    """`avsm` or `avsmd` the way this user runs it, judged from how this program was started, for the fix lines
+    a person copies: `avsmd` when started under a name (a console script, a symlink) and it is on the PATH; the
+    sibling `DIR/avsmd` of a symlink that is not; else `python3 PATH/avsm.py avsmd`. With `--home HOME` when
+    `home` is not the one the program finds by itself ($AVSMD_HOME, else the default)."""
+    import shutil
+    started = sys.argv[0] if sys.argv and sys.argv[0] else ""
+    name = os.path.basename(started)
+    beside = os.path.join(os.path.dirname(started), program)
+    on_path = shutil.which(program)
+    if name.split(".")[0] in ("avsm", "avsmd") and not name.endswith(".py"):
+        if on_path and (not os.path.dirname(started) or os.path.realpath(on_path) == os.path.realpath(beside)):
+            command = program
+        elif os.path.dirname(started) and os.path.exists(beside):
+            command = beside
+        else:
+            command = program if on_path else None
+    else:
+        command = None
+    if command is None:
+        python = sys.executable or "python3"
+        if shutil.which("python3") and os.path.realpath(shutil.which("python3")) == os.path.realpath(python):
+            python = "python3"
+        script = started if name.endswith(".py") and os.path.exists(started) else AVSM_PATH
+        command = f"{python} {script}" + (" avsmd" if program == "avsmd" else "")
+    if home is not None and os.path.realpath(home) != os.path.realpath(resolve_home(None)):
+        command += f" --home {home}"
+    return command
+
+
+def client_command(home=None):
+    """The client as this user runs it, with --home where it is needed (see program_command); across ssh, as
+    the person at the other end runs it (avsm --host HOST)."""
+    return REMOTE.get("as") or program_command("avsm", home)
+
+
+def user_cache():
+    """The client's own cache: $XDG_CACHE_HOME/avsm, else ~/.cache/avsm (written as LINK_WRAPPER writes it)."""
+    return os.path.join(os.environ.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache"), "avsm")
+
+
+LINK_MARK = "# written by `avsm link`"
+LINK_WRAPPER = """#!{python} -SP
+{mark}: {program} from {path}, its bytecode cached under $XDG_CACHE_HOME/avsm (else ~/.cache/avsm)
+# even where that directory is read-only or PYTHONDONTWRITEBYTECODE is set; a newer copy there is compiled again
+import importlib.util as u, os, sys
+sys.pycache_prefix = os.path.join(os.environ.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache"), "avsm", "pycache")
+sys.dont_write_bytecode = False
+s = u.spec_from_file_location("avsm", {path!r}); m = u.module_from_spec(s); sys.modules["avsm"] = m
+s.loader.exec_module(m); sys.exit(m.main())
+"""
+
+
+def cmd_link(home, args):
+    """avsm link DIR: write DIR/avsm and DIR/avsmd, which start this copied file from its cached bytecode as an
+    installed avsm starts (a script is compiled afresh at every run). A file there not written by link stays."""
+    import importlib.util
+    import py_compile
+    if len(args) != 1 or args[0].startswith("-"):
+        raise Fail(EX_USAGE, "usage: avsm link DIR (such as avsm link ~/bin): it writes DIR/avsm and DIR/avsmd")
+    target = os.path.abspath(os.path.expanduser(args[0]))
+    try:
+        os.makedirs(target, exist_ok=True)
+        for program in ("avsm", "avsmd"):
+            path = os.path.join(target, program)
+            if os.path.lexists(path):
+                with open(path, "rb") as fh:
+                    if LINK_MARK.encode() not in fh.read(512):
+                        raise Fail(EX_CANTCREAT, f"{path} is there and avsm link did not write it (an installed avsm?): "
+                                                 f"remove it, or link into another directory")
+        for program in ("avsm", "avsmd"):
+            path = os.path.join(target, program)
+            with open(path + ".new", "w", encoding="utf-8") as fh:
+                fh.write(LINK_WRAPPER.format(python=sys.executable, mark=LINK_MARK, program=program, path=AVSM_PATH))
+            os.chmod(path + ".new", 0o755)
+            os.replace(path + ".new", path)
+    except OSError as err:
+        raise Fail(EX_CANTCREAT, f"{err.filename or target} cannot be written: {err.strerror}; "
+                                 f"link into a directory of yours, such as ~/bin") from None
+    saved, sys.pycache_prefix = sys.pycache_prefix, os.path.join(user_cache(), "pycache")
+    try:        # checked against the source's hash at each start, so a newer copy of the same size and time is seen
+        py_compile.compile(AVSM_PATH, cfile=importlib.util.cache_from_source(AVSM_PATH), doraise=True,
+                           invalidation_mode=py_compile.PycInvalidationMode.CHECKED_HASH)
+    except (OSError, py_compile.PyCompileError):
+        pass                          # the first start writes it
+    finally:
+        sys.pycache_prefix = saved
+    on_path = target in [os.path.abspath(os.path.expanduser(d)) for d in os.environ.get("PATH", "").split(os.pathsep) if d]
+    out(f"wrote {target}/avsm and {target}/avsmd: they run {AVSM_PATH}, started from cached bytecode"
+        + ("" if on_path else f"\n{target} is not on your PATH: add it (PATH={target}:$PATH), or run {target}/avsm"))
+    return EX_OK
 
 
 # =============================================================================
@@ -10507,88 +10561,7 @@ def chart_legend(trusted, apart, actions, asks, records, shown, bottom, top, lev
     return parts + ["</g>"], CHART_HEIGHT + 18 * row
 
 
-def cmd_try(home_arg, args):
-    """try DIR: run avsmd on a temporary home, adopt DIR, and follow the ledger until Ctrl-C, a TERM or a HUP
-    (the terminal gone): each stops the avsmd it started, says where the home is kept, and exits 128 + signal."""
-    import signal
-    import subprocess
-    import tempfile
-    if len(args) != 1:
-        raise Fail(EX_USAGE, "usage: avsm try DIR   (for example: python3 avsm.py try examples/counter)")
-    directory = os.path.realpath(args[0])
-    check_venture_dir(directory)
-    check_venture_name(os.path.basename(directory))
-    home, stopped_by = home_arg or tempfile.mkdtemp(prefix="av", dir="/tmp"), [signal.SIGINT]
-
-    def stop(signum, frame):
-        stopped_by[0] = signum
-        raise KeyboardInterrupt
-    for signum in (signal.SIGTERM, signal.SIGHUP):
-        signal.signal(signum, stop)
-    daemon = subprocess.Popen([sys.executable, AVSM_PATH, "avsmd", "--home", home], stdin=subprocess.DEVNULL,
-                              process_group=0)
-    started = False
-    try:
-        for _ in range(300):            # ours once it holds the lock and serves: never another avsmd's socket
-            if daemon.poll() is not None:
-                break
-            if os.path.exists(os.path.join(home, "sock")) and lock_holder(home) == daemon.pid:
-                started = True
-                break
-            time.sleep(0.05)
-        if not started:
-            code = daemon.poll()
-            raise Fail(code if code in (EX_TEMPFAIL, EX_CONFIG, EX_CANTCREAT, EX_NOPERM) else EX_UNAVAILABLE,
-                       f"avsmd did not start on {home} (exit {code}); try adopts nothing into another avsmd")
-        code = ask_daemon(home, "add", {"dir": directory})
-        if code != EX_OK:
-            return code
-        out(f"# {when_it_acts(home, directory)}")
-        out(f"# the home is {home}; in another terminal: {client_command(home)} asks (approve N, deny N, status)")
-        out(f"# following {home}/ledger.db; Ctrl-C stops avsmd")
-        sys.stdout.flush()
-        cmd_tail(home, ["1000000", "-f"])
-    except KeyboardInterrupt:
-        return 128 + stopped_by[0]
-    finally:
-        for signum in (signal.SIGTERM, signal.SIGHUP):
-            signal.signal(signum, signal.SIG_IGN)       # stopping: a second signal does not cut it short
-        if daemon.poll() is None:
-            daemon.send_signal(signal.SIGTERM)
-            try:
-                daemon.wait(15)
-            except subprocess.TimeoutExpired:
-                daemon.kill()
-        if started:
-            with contextlib.suppress(OSError):  # the terminal has gone (SIGHUP): avsmd is stopped all the same
-                sys.stderr.write(f"\navsm: avsmd stopped (exit {daemon.wait()}); the home is kept at {home}\n"
-                                 f"avsm: look again with: {client_command(home)} tail 50\n")
-    return EX_OK
-
-
-def when_it_acts(home, directory):
-    """Say when the venture just adopted in `directory` first acts: its controller's bound and the first report
-    (waited for up to 3 s), and how often a report comes; a model says when it is asked."""
-    name, _, _, m = read_venture(directory)
-    every = format_duration(m["cadence"])
-    if decided_by_model(m):
-        return f"{name}: a model proposes at the nightly decision, or now with avsm decide {name}; a report every {every}"
-    sides = [f"{m['metric']} {'>' if way == 'above' else '<'} {format_number(bound)} (then {lever} runs)"
-             for _, way, bound, lever in controller_sides(m)]
-    last, deadline = None, time.monotonic() + 3
-    while last is None and time.monotonic() < deadline:
-        with contextlib.suppress(Fail, sqlite3_errors()):
-            db = open_ledger_ro(ledger_path(home))
-            row = db.execute("SELECT record FROM records WHERE record LIKE '%\"kind\":\"report\"%' AND "
-                             "record LIKE ? ORDER BY seq DESC LIMIT 1", (f'%"venture":"{name}"%',)).fetchone()
-            db.close()
-            last = json.loads(row[0]) if row else None
-        if last is None:
-            time.sleep(0.1)
-    now = (f"; the first report says {format_number(last['value'])}" if last and last.get("value") is not None
-           else "; no report yet")
-    return f"{name} acts when {' or '.join(sides)}{now}, and a report comes every {every}"
-
+# ---- avsm doctor -------------------------------------------------------------
 
 DRIFT_LINES = 12         # lines of a mandate's diff shown at most by avsmd -t and doctor
 
@@ -10605,101 +10578,6 @@ def mandate_drift(in_force, on_disk, seq, path):
         shown_lines.append(f"    ... {len(lines) - DRIFT_LINES} more lines of difference")
     return shown_lines or ["    (the two differ only in line endings or a last newline)"]
 
-
-def program_command(program, home=None):
-    """`avsm` or `avsmd` the way this user runs it, judged from how this program was started, for the fix lines
-    a person copies: `avsmd` when started under a name (a console script, a symlink) and it is on the PATH; the
-    sibling `DIR/avsmd` of a symlink that is not; else `python3 PATH/avsm.py avsmd`. With `--home HOME` when
-    `home` is not the one the program finds by itself ($AVSMD_HOME, else the default)."""
-    import shutil
-    started = sys.argv[0] if sys.argv and sys.argv[0] else ""
-    name = os.path.basename(started)
-    beside = os.path.join(os.path.dirname(started), program)
-    on_path = shutil.which(program)
-    if name.split(".")[0] in ("avsm", "avsmd") and not name.endswith(".py"):
-        if on_path and (not os.path.dirname(started) or os.path.realpath(on_path) == os.path.realpath(beside)):
-            command = program
-        elif os.path.dirname(started) and os.path.exists(beside):
-            command = beside
-        else:
-            command = program if on_path else None
-    else:
-        command = None
-    if command is None:
-        python = sys.executable or "python3"
-        if shutil.which("python3") and os.path.realpath(shutil.which("python3")) == os.path.realpath(python):
-            python = "python3"
-        script = started if name.endswith(".py") and os.path.exists(started) else AVSM_PATH
-        command = f"{python} {script}" + (" avsmd" if program == "avsmd" else "")
-    if home is not None and os.path.realpath(home) != os.path.realpath(resolve_home(None)):
-        command += f" --home {home}"
-    return command
-
-
-def client_command(home=None):
-    """The client as this user runs it, with --home where it is needed (see program_command); across ssh, as
-    the person at the other end runs it (avsm --host HOST)."""
-    return REMOTE.get("as") or program_command("avsm", home)
-
-
-def user_cache():
-    """The client's own cache: $XDG_CACHE_HOME/avsm, else ~/.cache/avsm (written as LINK_WRAPPER writes it)."""
-    return os.path.join(os.environ.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache"), "avsm")
-
-
-LINK_MARK = "# written by `avsm link`"
-LINK_WRAPPER = """#!{python} -SP
-{mark}: {program} from {path}, its bytecode cached under $XDG_CACHE_HOME/avsm (else ~/.cache/avsm)
-# even where that directory is read-only or PYTHONDONTWRITEBYTECODE is set; a newer copy there is compiled again
-import importlib.util as u, os, sys
-sys.pycache_prefix = os.path.join(os.environ.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache"), "avsm", "pycache")
-sys.dont_write_bytecode = False
-s = u.spec_from_file_location("avsm", {path!r}); m = u.module_from_spec(s); sys.modules["avsm"] = m
-s.loader.exec_module(m); sys.exit(m.main())
-"""
-
-
-def cmd_link(home, args):
-    """avsm link DIR: write DIR/avsm and DIR/avsmd, which start this copied file from its cached bytecode as an
-    installed avsm starts (a script is compiled afresh at every run). A file there not written by link stays."""
-    import importlib.util
-    import py_compile
-    if len(args) != 1 or args[0].startswith("-"):
-        raise Fail(EX_USAGE, "usage: avsm link DIR (such as avsm link ~/bin): it writes DIR/avsm and DIR/avsmd")
-    target = os.path.abspath(os.path.expanduser(args[0]))
-    try:
-        os.makedirs(target, exist_ok=True)
-        for program in ("avsm", "avsmd"):
-            path = os.path.join(target, program)
-            if os.path.lexists(path):
-                with open(path, "rb") as fh:
-                    if LINK_MARK.encode() not in fh.read(512):
-                        raise Fail(EX_CANTCREAT, f"{path} is there and avsm link did not write it (an installed avsm?): "
-                                                 f"remove it, or link into another directory")
-        for program in ("avsm", "avsmd"):
-            path = os.path.join(target, program)
-            with open(path + ".new", "w", encoding="utf-8") as fh:
-                fh.write(LINK_WRAPPER.format(python=sys.executable, mark=LINK_MARK, program=program, path=AVSM_PATH))
-            os.chmod(path + ".new", 0o755)
-            os.replace(path + ".new", path)
-    except OSError as err:
-        raise Fail(EX_CANTCREAT, f"{err.filename or target} cannot be written: {err.strerror}; "
-                                 f"link into a directory of yours, such as ~/bin") from None
-    saved, sys.pycache_prefix = sys.pycache_prefix, os.path.join(user_cache(), "pycache")
-    try:        # checked against the source's hash at each start, so a newer copy of the same size and time is seen
-        py_compile.compile(AVSM_PATH, cfile=importlib.util.cache_from_source(AVSM_PATH), doraise=True,
-                           invalidation_mode=py_compile.PycInvalidationMode.CHECKED_HASH)
-    except (OSError, py_compile.PyCompileError):
-        pass                          # the first start writes it
-    finally:
-        sys.pycache_prefix = saved
-    on_path = target in [os.path.abspath(os.path.expanduser(d)) for d in os.environ.get("PATH", "").split(os.pathsep) if d]
-    out(f"wrote {target}/avsm and {target}/avsmd: they run {AVSM_PATH}, started from cached bytecode"
-        + ("" if on_path else f"\n{target} is not on your PATH: add it (PATH={target}:$PATH), or run {target}/avsm"))
-    return EX_OK
-
-
-# ---- avsm doctor -------------------------------------------------------------
 
 DOCTOR_ORDER = (EX_DATAERR, EX_CONFIG, EX_NOPERM, EX_CANTCREAT, EX_NOINPUT, EX_UNAVAILABLE)   # worst first
 
@@ -11170,6 +11048,132 @@ def doctor_cut(home, seq):
     out(f"backed up the whole ledger to {backup}")
     out(f"cut the ledger just before #{seq}: records #{seq}..#{last} are only in the backup now")
     return EX_OK
+
+
+# ---- the metric at a glance (issue 14 item 4) ----
+# `avsm status` is one line per venture first, as `supervisorctl status` and `monit summary` are: its state,
+# the last trusted value and its age, a sparkline of the last trusted reports, lever runs against caps and the
+# open asks, and for a venture that is not simply running what holds it and the way out. The detail of
+# describe_status_lines is under `avsm status VENTURE` and `-v`. Pure: states and `now` in, lines out, so the
+# warden and a client reading the ledger with avsmd stopped print the same view.
+
+SPARK_BLOCKS = "\u2581\u2582\u2583\u2584\u2585\u2586\u2587\u2588"     # the eight block heights, lowest first
+SPARK_ASCII = "_.-~=+*#"                                              # the same heights where UTF-8 cannot go
+SPARK_WIDTH = 16                                                      # trusted reports a sparkline shows
+
+StatusRow = collections.namedtuple("StatusRow", "name state value age spark levers asks why")
+StatusRow.__doc__ = """One venture at a glance: its state (running, paused, stuck, implausible, unconfirmed, cannot run),
+the last trusted value and its age in seconds (None before the first), the sparkline, its levers' runs against
+their caps, its open asks, and what holds it and the way out ("" when it is simply running)."""
+
+
+def sparkline(values, ascii=False):
+    """Return one character a value, its height scaled between the values' least and greatest (all equal: the middle)."""
+    blocks = SPARK_ASCII if ascii else SPARK_BLOCKS
+    if not values:
+        return ""
+    low, high = min(values), max(values)
+    if high == low:
+        return blocks[len(blocks) // 2 - 1] * len(values)
+    top, span = len(blocks) - 1, high / 2 - low / 2     # halves: a report may hold up to ±1.8e308, and their span overflows
+    return "".join(blocks[min(top, int((v / 2 - low / 2) / span * top + 0.5))] for v in values)
+
+
+def format_age(seconds):
+    """Return an age as a person says it: 8s, 5m, 3h, 2d (rounded down, never negative)."""
+    seconds = max(0, int(seconds))
+    for unit, size, limit in (("s", 1, 120), ("m", 60, 120 * 60), ("h", 3600, 48 * 3600)):
+        if seconds < limit:
+            return f"{seconds // size}{unit}"
+    return f"{seconds // 86400}d"
+
+
+def status_row(state, now, keep=None, cfg=None, ascii=False):
+    """Return the StatusRow of one adopted venture, from its folded state at `now`."""
+    m, why = state.mandate, ""
+    held = held_by(state) if m is not None else None
+    stuck = [(side_name, lever, state.side(side_name)["stuck"]) for side_name, way, bound, lever in controller_sides(m)
+             if state.side(side_name).get("stuck")] if m is not None else []
+    if state.paused:
+        condition = "paused"
+        guards = [f"guard {name}: #{info['last'][0]} {format_number(info['last'][1])} past its bound since #{info['episode']}"
+                  for name, info in sorted(state.guards.items()) if info.get("past") and info.get("last")]
+        why = "; ".join(guards) + ("; " if guards else "") + f"avsm resume {state.name} starts it again"
+    elif m is None:
+        condition, why = "cannot run", str(state.problem or "its adopted mandate cannot be read")
+    elif held:
+        what, seq, note = held
+        condition, why = "implausible", f"held by {what} #{seq} ({note}); a plausible reading of it clears the hold"
+    elif state.last_report and state.last_report[2].get("status") == "unconfirmed":
+        condition, why = "unconfirmed", f"report #{state.last_report[0]} waits for the next to agree"
+    elif stuck:
+        condition = "stuck"
+        why = "; ".join(f"{lever} cannot run ({reason}): " + STUCK_WAY_OUT[reason].format(venture=state.name, lever=lever)
+                        for side_name, lever, reason in stuck)
+    else:
+        condition = "running"
+    if m is not None and decided_by_model(m) and cfg is not None:
+        note = backend_note(m, cfg)
+        if "no call is made" in note or "no decision is made" in note:      # open point 42: status says so
+            why = (why + "; " if why else "") + note
+    last = state.trusted[-1][1] if len(state.trusted) else None
+    levers = ", ".join(f"{name}: {len(cap_window(state, name, now))} of {lever['cap'][0]} per "
+                       f"{format_duration(lever['cap'][1])}" + (" (running)" if name in state.running else "")
+                       for name, lever in m["levers"].items()) if m is not None else ""
+    if m is not None and m["run"]:
+        child = (keep or {}).get("child")
+        levers += (", " if levers else "") + (f"run: pid {child.pid}" if child and not getattr(child, "ended_by", None)
+                                              else "run: not running")
+    asks = f"asks: {len(state.open_asks)}" + (f" ({', '.join('#' + str(s) for s in sorted(state.open_asks))})"
+                                              if state.open_asks else "")
+    if m is not None and predicts(m):       # issue 11 item 8: how well avsm knows this venture's world, at a glance
+        asks += "  calibration: " + (describe_rolling(*rolling_scores(state.scores)) if state.scores else "none scored yet")
+    return StatusRow(state.name, condition, last, now - state.trusted_at if last is not None else None,
+                     sparkline([v for _, v in state.trusted[-SPARK_WIDTH:]], ascii), levers, asks, why)
+
+
+def asks_view(states):
+    """Return the lines of `avsm asks`: `#SEQ  VENTURE  LEVER  question` for each open ask, any proposed content
+    under it."""
+    lines = []
+    for name in sorted(states):
+        for seq, ask in sorted(states[name].open_asks.items()):
+            lines.append(f"#{seq}  {name}  {ask.get('lever') or '-'}  {ask.get('question', ask['summary'])}")
+            if ask.get("payload") is not None:
+                payload = ask["payload"] if isinstance(ask["payload"], str) else json.dumps(ask["payload"], indent=2)
+                lines += ["    " + line for line in payload.splitlines()]
+    return lines or ["no open asks"]
+
+
+def format_status_rows(rows):
+    """Return the one-line view: `NAME: STATE` and the value, its age and the sparkline in aligned columns."""
+    head = [f"{row.name}: {row.state}" for row in rows]
+    values = [f"{format_number(row.value)} ({format_age(row.age)} ago)" if row.age is not None else "no trusted report"
+              for row in rows]
+    wide_head, wide_value = max(map(len, head), default=0), max(map(len, values), default=0)
+    lines = []
+    for row, h, v in zip(rows, head, values):
+        fields = [h.ljust(wide_head), v.ljust(wide_value), row.spark.ljust(SPARK_WIDTH)] + \
+                 [f for f in (row.levers, row.asks, row.why) if f]
+        lines.append("  ".join(fields).rstrip())
+    return lines
+
+
+def status_view(states, now, keeps=None, cfg=None, venture=None, verbose=False, ascii=False):
+    """Return the lines of `avsm status`: one line per adopted venture, then (VENTURE or -v) its detail."""
+    adopted = [states[name] for name in sorted(states) if states[name].mandate_seq is not None]
+    if venture is not None:
+        adopted = [s for s in adopted if s.name == venture]
+        if not adopted:
+            raise Fail(EX_DATAERR, f"no venture is named '{venture}'; avsm status lists them")
+    if not adopted:
+        return ["no ventures yet; adopt one with avsm add DIR"]
+    keeps = keeps or {}
+    lines = format_status_rows([status_row(s, now, keeps.get(s.name), cfg, ascii) for s in adopted])
+    if venture is not None or verbose:
+        for state in adopted:
+            lines += [""] + describe_status_lines(state, now, keeps.get(state.name), None, cfg)
+    return lines
 
 
 def describe_status_lines(state, now, keep, children, cfg=None):
