@@ -48,6 +48,7 @@ import json
 import math
 import os
 import re
+import signal
 import stat
 import sys
 import time
@@ -5472,7 +5473,6 @@ def start_program(argv, cwd, env, stdin=None):
     os.posix_spawn (a third of Popen's CPU) closes no descriptor, so none is left inheritable (close-on-exec
     everywhere, mark_close_on_exec), and takes no cwd: the process steps into `cwd` and back, so its other threads
     never use a relative path. A name without a slash is looked for on `env`'s PATH, as exec does."""
-    import signal
     if "null" not in SPAWN_FDS:
         SPAWN_FDS["null"] = os.open(os.devnull, os.O_RDONLY | os.O_CLOEXEC)
         for here in (".", "/"):         # a directory this process may not open (no O_PATH here) leaves it in /
@@ -6153,7 +6153,6 @@ def output_lines(data, cut):
 def run_world_step(command, data, mandate):
     """Run one world step in the venture directory (the current one), in a group of its own: `data` on standard
     input; return (output, None) or (None, why) as read_world_output says (open point 38)."""
-    import signal
     import subprocess
     import tempfile
     with tempfile.TemporaryFile() as stdin, tempfile.TemporaryFile() as stdout:
@@ -7761,7 +7760,6 @@ class Warden:
 
     def signalled(self, wake):
         """SIGTERM reached the warden itself: stop as avsmd would ask."""
-        import signal
         try:
             data = wake.recv(512)
         except OSError:
@@ -7919,7 +7917,6 @@ class Warden:
 def run_warden(home, fd, debug):
     """The warden's entry: take the channel avsmd handed over and run until told to stop."""
     import selectors
-    import signal
     import socket
     mark_close_on_exec()            # the channel avsmd handed over (inheritable to reach us) goes no further
     channel = socket.socket(fileno=fd)
@@ -8514,7 +8511,6 @@ class Daemon:
            second, check the lock and the socket are still ours;
         4. once stopping, leave the loop when the warden has ended or its grace is over; finish."""
         import selectors
-        import signal
         import socket
         swept = self.open_home()                                                     # 1
         wake_r, wake_w = socket.socketpair()
@@ -8614,7 +8610,6 @@ def become_nobody():
 def run_roles(channel):
     """The roles process: request texts built from packets, replies parsed into choices. Holds no key, acts on nothing."""
     import base64
-    import signal
     signal.set_wakeup_fd(-1)
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     for signum in (signal.SIGTERM, signal.SIGHUP):
@@ -9860,7 +9855,6 @@ def ledger_capacity(home, name, m, days):
 def cmd_try(home_arg, args):
     """try DIR: run avsmd on a temporary home, adopt DIR, and follow the ledger until Ctrl-C, a TERM or a HUP
     (the terminal gone): each stops the avsmd it started, says where the home is kept, and exits 128 + signal."""
-    import signal
     import subprocess
     import tempfile
     if len(args) != 1:
