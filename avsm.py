@@ -2420,12 +2420,12 @@ class LedgerWriter:
     cannot be written, what already ran waits in a backlog and everything else stops (ledger_down says why,
     retry_at when it is tried next; both None while it can be written).
 
-    Handed the ledger, the venture states it folds into, count_ask (each ask counts toward a canary),
-    tell_person (a notice of what a person must see: a record, or the ledger gone unwritable) and refold
-    (fold every venture again from the ledger, after a group commit was rolled back)."""
+    Handed the ledger, the venture states it folds into, canary_every (canary_asks: after every N asks, as
+    folded, a canary ask), tell_person (a notice of what a person must see: a record, or the ledger gone
+    unwritable) and refold (fold every venture again from the ledger, after a group commit was rolled back)."""
 
-    def __init__(self, ledger, ventures, count_ask, tell_person, refold, debug=False):
-        self.ledger, self.ventures, self.count_ask, self.debug = ledger, ventures, count_ask, debug
+    def __init__(self, ledger, ventures, canary_every, tell_person, refold, debug=False):
+        self.ledger, self.ventures, self.canary_every, self.debug = ledger, ventures, canary_every, debug
         self.tell_person, self.refold = tell_person, refold
         self.ledger_down = None       # why the ledger cannot be written, while it cannot
         self.backlog = []             # outcomes waiting for the ledger to take writes again
@@ -2469,8 +2469,10 @@ class LedgerWriter:
         if self.debug:
             log(self.debug, "warden", f"#{seq} {record['venture']} {record['kind']} {record['summary']}")
         self.tell_person(notice_of(seq, record))
-        if record["kind"] == "ask" and not record.get("canary") and state is not None:
-            self.count_ask(state)
+        if record["kind"] == "ask" and not record.get("canary") and state is not None and self.canary_every:
+            canary = canary_ask(state, sum(v.asks_made for v in self.ventures.values()), self.canary_every)
+            if canary:
+                self.append(canary)
         return seq
 
     def commit(self, turn_ends=False):
@@ -2594,7 +2596,7 @@ class VentureState:
                  "sides", "actions", "open_asks", "implausible_ask", "implausible_answered", "running", "guards",
                  "audits", "read", "peak", "unwinds", "approvals", "free_steps", "lever_steps", "ran_since", "effects",
                  "misses", "suspended", "ratchet_forecasts", "grants", "checks", "world_reports", "prediction",
-                 "scores", "scored", "world_failing", "world_state", "proposals", "__dict__")
+                 "scores", "scored", "world_failing", "world_state", "proposals", "asks_made", "__dict__")
 
     def __init__(self, name):
         self.name = name
@@ -2608,6 +2610,7 @@ class VentureState:
         self.pending = None           # (seq, value) of an unconfirmed report
         self.last_step = None         # the step between the last two trusted reports
         self.previous_implausible = False
+        self.asks_made = 0            # its asks, canaries aside: canary_asks counts them over every venture
         self.trusted = History()      # [(seq, value)] of the last HISTORY trusted reports
         self.trusted_at = None        # when the last of them was written (status shows its age)
         self.sides = {}               # controller side -> {"armed": bool, "streak": [report seqs]}
@@ -2708,6 +2711,7 @@ def fold(state, seq, at, record):
         fold_controller_intent(state, record)
     elif kind == "ask":
         state.open_asks[seq] = record
+        state.asks_made += not record.get("canary")
         state.proposals.pop(record.get("proposal"), None)
         if record.get("about") == "revoke":
             state.suspended[record.get("lever")] = seq
@@ -7021,14 +7025,12 @@ class Trust:
     ratchet(state, lever)          -- after `ratchet` approvals of a lever, ask to delegate it (once its forecast is in)
     raise_ratchet(state, lever, ...)  -- write that ask, carrying the mandate change
     approve_ratchet(state, seq, ask)  -- a person approved it: write the mandate change and adopt it
-    count_ask(state)               -- every ask counts; after every N, a known-answer canary ask
     canary_answer(state, seq, ask, approved)  -- write how a canary ask was answered
 
     Handed the config, append, start_forecast and adopt (a mandate in force, as avsm add puts it)."""
 
     def __init__(self, cfg, append, start_forecast, adopt):
         self.cfg, self.append, self.start_forecast, self.adopt = cfg, append, start_forecast, adopt
-        self.asks_seen = 0            # asks since this warden started, for canary_asks
 
     def ratchet(self, state, lever):
         """After `ratchet` approvals of one lever, self proposes delegating it: an ask carrying the mandate change,
@@ -7068,15 +7070,6 @@ class Trust:
             state.name, state.directory, new, f"adopted {state.name} with {ask['lever']} delegated, as approved in #{seq} "
                                               f"(sha256 {text_sha256(new)[:16]})", approval_of=seq))
         return [f"#{seq} approved: {ask['lever']} is delegated in {path}, adopted as mandate #{adopted}"]
-
-    def count_ask(self, state):
-        """canary_asks: {every: N}: after every N asks, one known-answer ask checks that a person really reads them."""
-        every = (self.cfg.get("canary_asks") or {}).get("every")
-        if every:
-            self.asks_seen += 1
-            canary = canary_ask(state, self.asks_seen, every)
-            if canary:
-                self.append(canary)
 
     def canary_answer(self, state, seq, ask, approved):
         record, line = canary_result(state, seq, ask, approved)
@@ -7462,7 +7455,7 @@ class Warden:
         self.ledger = Ledger(os.path.join(home, "ledger.db"), still_ours=self.lock.lock_is_ours)
         small_cache(self.ledger.db)   # it appends at the end and reads single records: a small cache holds those
         self.ventures = {}            # name -> VentureState
-        self.writer = LedgerWriter(self.ledger, self.ventures, lambda state: self.trust.count_ask(state),
+        self.writer = LedgerWriter(self.ledger, self.ventures, (cfg.get("canary_asks") or {}).get("every"),
                                    self.tell_person, self.refold, debug)
         self.append_together = self.writer.append_together
         self.checkpoints = Checkpoints(home, cfg["checkpoint"], debug)

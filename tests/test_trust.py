@@ -203,3 +203,24 @@ def test_research_without_a_command_fails_plainly(av, workdir):
     recs = av.wait_for(lambda rs: of(rs, "outcome") and rs, timeout=10, what="research's outcome")
     outcome = of(recs, "outcome")[0][1]
     assert outcome["ok"] is False and "research" in outcome["summary"] and not of(recs, "fact")
+
+
+def test_the_canary_count_is_folded_from_the_ledger_and_survives_a_warden_restart(av, workdir):
+    """SELF-04, issue 25 item 2: canary_asks counts the asks the ledger holds, not the asks one warden has seen:
+    with {every: 2}, one ask, then the warden killed (avsmd starts another), then a second ask: the canary
+    follows the second ask. Before, the new warden counted from 0 and no canary came."""
+    write(os.path.join(av.home, "config.yaml"), "canary_asks: {every: 2}\n")
+    d = dial(workdir, "dial", WIPE, value="50", wipe=WIPE_LEVER)
+    av.start()
+    av.cli("add", d)
+    first = ask_for(av, "wipe")
+    (warden,) = av.wardens()
+    os.kill(warden, 9)
+    av.wait_for(lambda rs: [r for s, r in of(rs, "restart") if s > first] and [p for p in av.wardens() if p != warden],
+                timeout=15, what="the warden started again")
+    assert not [r for _, r in of(av.records(), "ask") if r.get("canary")], "one ask is not yet every 2"
+    second = approve_and_cross_again(av, d, first)
+    recs = av.wait_for(lambda rs: [s for s, r in of(rs, "ask") if r.get("canary")] and rs, timeout=10,
+                       what="the canary after the second ask")
+    (canary,) = [s for s, r in of(recs, "ask") if r.get("canary")]
+    assert canary > second
