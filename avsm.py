@@ -6602,6 +6602,7 @@ class Rounds:
     maybe_settle(state, now=None)   -- once the metric is in and the rest read or late: the settling rules run
     settle_all(now)                 -- maybe_settle every round in flight
     deadlines()                     -- when a round in flight settles without what it still waits for
+    forget_from(seq)                -- records from seq on were rolled back: every round starts afresh
 
     Handed the config and home, the venture states, the children table and spawn, append, carry_out (the
     settling rules' intents) and start_prediction (the round's prediction and scores, written together)."""
@@ -6732,6 +6733,9 @@ class Rounds:
 
     def deadlines(self):
         return [r["deadline"] for r in self.rounds.values() if r["metric"] is not None and r["pending"]]
+
+    def forget_from(self, seq):
+        self.rounds.clear()         # a round's report may be among the lost; the next round starts afresh
 
 
 class Keeper:
@@ -6917,21 +6921,26 @@ class Worlds:
     forecast_done(state, child, status)      -- write the forecast; a ratchet ask waiting on it follows
     start_prediction(state, report_seq, scores=())  -- a trusted report's one-step prediction, written with the round's scores
     world_done, world_settle                 -- one world step ended; the whole ensemble is in
-    worlds                                   -- venture -> the ensemble of world steps in flight for its last report
+    worlds, forget_from(seq)                 -- venture -> the ensemble of world steps in flight for its last report;
+                                                forget those for a report from seq on (rolled back)
 
-    Handed the config, spawn, append and append_together, carry_out (the world rule's intents), raise_ratchet
-    and stopping(): whether avsmd is stopping."""
+    Handed its warden, for the config, spawn, append and append_together, carry_out (the world rule's intents),
+    its trust (a ratchet ask waits on its forecast) and whether it is stopping."""
 
-    def __init__(self, cfg, spawn, append, append_together, carry_out, raise_ratchet, stopping):
-        self.cfg, self.spawn, self.append, self.append_together = cfg, spawn, append, append_together
-        self.carry_out, self.raise_ratchet, self.stopping = carry_out, raise_ratchet, stopping
+    def __init__(self, warden):
+        self.warden, self.cfg, self.spawn, self.append = warden, warden.cfg, warden.spawn, warden.append
+        self.append_together, self.carry_out = warden.append_together, warden.carry_out
         self.worlds = {}              # venture -> the ensemble of world steps in flight for its last report
+
+    def forget_from(self, seq):
+        for name in [name for name, job in self.worlds.items() if job["report"] >= seq]:
+            del self.worlds[name]
 
     def start_forecast(self, state, why, lever=None):
         """Forecast the venture apart from the loop (FORECAST-06): the forecast program in a group of its own,
         its facts on standard input; the record is written when it is done. `seeds: 0` turns forecasts off."""
         f = self.cfg["forecast"] or FORECAST_DEFAULT
-        if not f["seeds"] or self.stopping():
+        if not f["seeds"] or self.warden.stopping:
             return False
         facts = world_forecast_facts(state, f["days"], f["seeds"], time.time())    # through the world, with world:
         payload = write_payload(json.dumps(facts).encode())
@@ -6950,20 +6959,20 @@ class Worlds:
         a ratchet ask waiting on it follows."""
         if child.ended_by in ("pause", "stop"):
             if child.extra["why"] == "ratchet":
-                self.raise_ratchet(state, child.extra["lever"])     # asked without the forecast cut short
+                self.warden.trust.raise_ratchet(state, child.extra["lever"])     # asked without the forecast cut short
             return
         extra = child.extra
         record = forecast_record(state, extra, bytes(child.out), status, child.ended_by)
         seq = self.append(record)
         if extra["why"] == "ratchet":
-            self.raise_ratchet(state, extra["lever"], seq, record["summary"])
+            self.warden.trust.raise_ratchet(state, extra["lever"], seq, record["summary"])
 
     def start_prediction(self, state, report_seq, scores=()):
         """A trusted report's one-step prediction (WORLD-05): the baseline's at once (a few sums), written in one
         transaction with the round's `scores`; or an ensemble of world steps, each in a group of its own with
         its seed, its record written when all are done."""
         m, records = state.mandate, list(scores)
-        if not prediction_due(state, report_seq, self.stopping()):
+        if not prediction_due(state, report_seq, self.warden.stopping):
             return self.append_together(records)
         lever = state.ran_since[0] if state.ran_since else None
         if m["world"] is None:
@@ -7099,7 +7108,7 @@ class Decisions:
     """Letting a model choose: packet -> roles -> backend -> roles -> proposals -> gate. Grants nothing.
 
     start_decision(state, by, reply_id=None)  -- begin one decision; its records say who asked for it
-    packet(state, looks), recent, look_up      -- what a model may be shown (model_packet): never an audit
+    packet(state, looks), look_up              -- what a model may be shown (model_packet): never an audit
     build, call_backend, got_reply, parsed     -- the steps of one decision, each a callback of the one before
     start_packet_forecast, packet_forecast_done -- with world:, the packet's forecast stepped through the world first
     backend_done(state, child, status)         -- a `command` backend ended
@@ -7109,13 +7118,14 @@ class Decisions:
     finish_decision(d, error=None)             -- answer the person who asked
     escalations, wake_r                        -- escalations waiting for their answer; the socket threads wake the loop on
 
-    Handed the home, config, ledger (read for the packet and look-ups), venture states, spawn, append, tell,
-    to_roles, carry_out (the proposal rule's intents) and stopping()."""
+    Handed its warden, for the home, config, ledger (read for the packet and look-ups), venture states, spawn,
+    append, the channel to avsmd and the roles process, carry_out (the proposal rule's intents), and stopping."""
 
-    def __init__(self, home, cfg, ledger, ventures, spawn, append, tell, to_roles, carry_out, stopping):
+    def __init__(self, warden):
         import socket
-        self.home, self.cfg, self.ledger, self.ventures, self.spawn = home, cfg, ledger, ventures, spawn
-        self.append, self.tell, self.to_roles, self.carry_out, self.stopping = append, tell, to_roles, carry_out, stopping
+        self.warden, self.home, self.cfg, self.ledger, self.ventures = warden, warden.home, warden.cfg, warden.ledger, warden.ventures
+        self.spawn, self.append, self.tell, self.to_roles = warden.spawn, warden.append, warden.avsmd.tell, warden.roles.to_roles
+        self.carry_out = warden.carry_out
         self.results, self.decision_count = [], 0    # HTTP replies handed back by call threads
         self.escalations = {}                        # escalation seq -> its decision, until its answer is written
         self.wake_r, self.wake_w = socket.socketpair()
@@ -7155,7 +7165,7 @@ class Decisions:
         Without it, or with forecasts off, the roles process makes the packet's forecast from the baseline."""
         f = self.cfg["forecast"] or PACKET_FORECAST
         d.world_forecast = None
-        if not state.mandate["world"] or not f["seeds"] or self.stopping():
+        if not state.mandate["world"] or not f["seeds"] or self.warden.stopping:
             return False
         facts = dict(world_forecast_facts(state, f["days"], f["seeds"], time.time()), packet=True)
         payload = write_payload(json.dumps(facts).encode())
@@ -7280,7 +7290,7 @@ class Decisions:
         if d.escalation is not None:
             self.answer_escalation(d, "unusable")
             return self.finish_decision(d)
-        second, why_not = escalation_to(state, self.cfg, d.backend, d.request is not None, self.stopping())
+        second, why_not = escalation_to(state, self.cfg, d.backend, d.request is not None, self.warden.stopping)
         if why_not:
             d.lines.append(why_not)
         if second is None:
@@ -7470,11 +7480,9 @@ class Warden:
         self.spawn = self.children.spawn
         self.levers = Levers(cfg, self.spawn, self.append, self.pause, self.carry_out)
         self.keeper = Keeper(self.ventures, self.spawn, self.append, self.active)
-        self.worlds = Worlds(cfg, self.spawn, self.append, self.append_together, self.carry_out,
-                             lambda *args: self.trust.raise_ratchet(*args), lambda: self.stopping)
+        self.worlds = Worlds(self)
         self.roles = RolesCalls(self.avsmd.tell)
-        self.decisions = Decisions(home, cfg, self.ledger, self.ventures, self.spawn, self.append, self.avsmd.tell,
-                                   self.roles.to_roles, self.carry_out, lambda: self.stopping)
+        self.decisions = Decisions(self)
         self.trust = Trust(cfg, self.append, self.worlds.start_forecast, self.adopt)
         self.rounds = Rounds(cfg, home, self.ventures, self.children, self.spawn, self.append, self.carry_out,
                              self.worlds.start_prediction, debug)
@@ -7514,10 +7522,8 @@ class Warden:
             if state is not was:        # what is not folded from the ledger stays as it was
                 state.mandate, state.problem, state.world_state = was.mandate, was.problem, was.world_state
                 state.ratchet_forecasts = was.ratchet_forecasts
-        self.rounds.rounds.clear()      # a round's report may be among the lost; the next round starts afresh
-        for name, job in list(self.worlds.worlds.items()):
-            if job["report"] >= first_lost:
-                del self.worlds.worlds[name]
+        self.rounds.forget_from(first_lost)
+        self.worlds.forget_from(first_lost)
 
     def check_runnable(self, state):
         """Parse the adopted mandate against its directory; say on stderr when it cannot run (VENTURE-14)."""
