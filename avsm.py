@@ -1911,59 +1911,69 @@ def ledger_retry(err):
     return LEDGER_BUSY_RETRY if "locked" in str(err) or "busy" in str(err) else LEDGER_RETRY
 
 
-# The ledger's vocabulary: each kind of record, the claims it may carry, and the fields it always has beside
-# kind, claim, venture and summary (DESIGN's table). A kind ending in "." is a family (guard.NAME). Records
-# of venture self are the daemon's own life (start, stop, restart, sweep, cut, ledger: measured).
-RECORD_KINDS = {
-    "mandate": ({"declared"}, {"directory", "sha256", "text"}),
-    "report": ({"measured"}, {"metric", "value", "status", "plausible", "note"}),
-    "guard.": ({"measured"}, {"value", "status", "plausible"}),
-    "audit.": ({"measured"}, {"value", "status", "plausible", "note"}),
-    "reading.": ({"inferred"}, {"value", "status", "plausible"}),
-    "proposal": ({"inferred", "declared"}, {"by", "choice"}),
-    "unusable": ({"measured"}, {"backend", "by", "why"}),
-    "look": ({"inferred"}, {"backend", "by", "look", "answer"}),
-    "fact": ({"inferred"}, {"action", "fact", "source"}),
-    "forecast": ({"inferred"}, {"days", "seeds"}),
-    "ask": ({"measured", "inferred"}, {"about", "question"}),
-    "approval": ({"declared"}, {"ask"}),
-    "denial": ({"declared"}, {"ask"}),
-    "resolved": ({"measured"}, {"ask"}),
-    "canary": ({"measured"}, {"ask", "passed"}),
-    "check": ({"measured"}, {"lever", "ok", "status", "note"}),
-    "action": ({"measured"}, {"lever", "proof", "by"}),
-    "outcome": ({"measured"}, {"lever", "action", "ok", "status", "duration", "note"}),
-    "refusal": ({"measured"}, {"lever", "why"}),
-    "effect": ({"measured"}, {"lever", "action", "verdict", "why"}),
-    "pause": ({"measured", "declared"}, set()),
-    "resume": ({"measured", "declared"}, set()),
-    "start": ({"measured"}, set()),
-    "exit": ({"measured"}, {"status"}),
-    "escalation": ({"measured"}, {"from", "to", "why"}),
-    "answer": ({"measured"}, {"escalation", "cited"}),
-    "prediction": ({"inferred"}, {"report", "median", "p10", "p90"}),
-    "calibration.": ({"measured"}, {"prediction", "report", "crps", "skill", "coverage"}),
-    "world": ({"measured"}, {"ok", "note"}),
-    "notify": ({"measured"}, {"ok", "failed"}),     # self's: the notify command failed (once a stretch), or works again
-}
+# The ledger's vocabulary (DESIGN's table): each kind of record, the claims it may carry (the first unless the
+# record says), the fields it always has beside kind, claim, venture and summary, and those it may have. A kind
+# ending in "." is a family (guard.NAME). "self." kinds are the daemon's own life (venture self, measured).
+RECORD_KINDS = {kind: (tuple(claims.split()), set(required.split()), set(optional.split()))
+                for kind, claims, required, optional in (
+    ("mandate", "declared", "directory sha256 text", "approval_of"),
+    ("report", "measured", "metric value status plausible note", ""),
+    ("guard.", "measured", "value status plausible", "past bound side note"),
+    ("audit.", "measured", "value status plausible note", ""),
+    ("reading.", "inferred measured", "value status plausible", "note fields"),
+    ("proposal", "inferred declared", "by choice", "backend reason lever payload ranking escalation call"),
+    ("unusable", "measured", "backend by why", "declined call"),
+    ("look", "inferred", "backend by look answer", "call escalation"),
+    ("fact", "inferred", "action fact source", ""),
+    ("forecast", "inferred", "days seeds", "why lever note median p10 p90 world"),
+    ("ask", "measured inferred", "about question", "action audit by canary clears_at episode forecast guard lever "
+                                                   "mandate payload proposal ranking reading reason reports side"),
+    ("approval", "declared", "ask", "about edited lever payload"),
+    ("denial", "declared", "ask", "lever"), ("resolved", "measured", "ask", "audit"),
+    ("canary", "measured", "ask passed", ""),
+    ("check", "measured", "lever ok status note", ""),
+    ("action", "measured", "lever proof by", "basis approval check side guard payload proposal"),
+    ("outcome", "measured", "lever action ok status duration note", "ended_by"),
+    ("refusal", "measured", "lever why", "ask by check clears_at guard proposal reports side stuck"),
+    ("effect", "measured", "lever action verdict why", ""),
+    ("pause", "measured declared", "", "guard episode"), ("resume", "declared measured", "", ""),
+    ("start", "measured", "", "pid command"), ("exit", "measured", "status", "pid uptime restart_in"),
+    ("escalation", "measured", "from to why", ""), ("answer", "measured", "escalation cited", "note"),
+    ("prediction", "inferred", "report median p10 p90", "value members source lever guards"),
+    ("calibration.", "measured", "prediction report crps skill coverage", "persistence brier rolling_skill rolling_coverage rolling"),
+    ("world", "measured", "ok note", "report"),
+    ("self.start", "measured", "pid", ""), ("self.stop", "measured", "pid", ""), ("self.ledger", "measured", "", ""),
+    ("self.restart", "measured", "process restart_in", ""), ("self.sweep", "measured", "groups", ""),
+    ("self.cut", "measured", "before backup", ""),
+    ("self.notify", "measured", "ok failed", "status note notice"),    # the notify command failed (once a stretch), or works again
+)}
 
 
-def shape_problem(record):
-    """Return why `record` is not one of the ledger's kinds as RECORD_KINDS has them, or None."""
-    missing = [k for k in ("kind", "claim", "venture", "summary") if k not in record]
-    if missing:
-        return f"it has no {', '.join(missing)}"
-    kind = record["kind"]
-    if record["venture"] == "self":
-        return None if record["claim"] == "measured" else "a record of self is measured"
-    shape = RECORD_KINDS.get(kind) or RECORD_KINDS.get(kind.partition(".")[0] + ".") if isinstance(kind, str) else None
+def record_shape(kind, venture):
+    """Return (claims, required, optional) of a kind of record as RECORD_KINDS has them, or None."""
+    if not isinstance(kind, str):
+        return None
+    return RECORD_KINDS.get("self." + kind if venture == "self" else kind) or RECORD_KINDS.get(kind.partition(".")[0] + ".")
+
+
+def new_record(kind, venture, claim=None, **fields):
+    """Return a record of `kind` for `venture`, the one way avsm builds one: checked against RECORD_KINDS (its claim,
+    the kind's first unless given; the fields it always has; no field the table does not name). The summary is a
+    field, which a caller may add before the record is appended. A record the table refuses is avsm's mistake."""
+    shape = record_shape(kind, venture)
     if shape is None:
-        return f"{kind!r} is not a kind of record"
-    claims, fields = shape
-    if record["claim"] not in claims:
-        return f"a {kind} record is {' or '.join(sorted(claims))}, not {record['claim']}"
-    absent = sorted(fields - set(record))
-    return f"a {kind} record has {', '.join(absent)}" if absent else None
+        raise ValueError(f"{kind!r} is not a kind of record")
+    claims, required, optional = shape
+    claim = claim or claims[0]
+    if claim not in claims or required - fields.keys() or fields.keys() - required - optional - {"summary"}:
+        raise ValueError(f"a {kind} record is {' or '.join(claims)} and has {', '.join(sorted(required)) or 'no field'} "
+                         f"(and may have {', '.join(sorted(optional)) or 'nothing more'}), not {claim} with {sorted(fields)}")
+    return dict(kind=kind, claim=claim, venture=venture, **fields)
+
+
+def some(**fields):
+    """Return the fields given a value (not None, empty or false): a record's optional fields, for new_record."""
+    return {k: v for k, v in fields.items() if v}
 
 
 def canonical(record):
@@ -2225,21 +2235,6 @@ def recent_records(db, venture, count):
     rows = db.execute("SELECT seq, at, record FROM records WHERE json_extract(record, '$.venture') = ? ORDER BY seq DESC "
                       "LIMIT ?", (venture, count)).fetchall()
     return [(seq, at, load_record(text, seq)) for seq, at, text in reversed(rows)]
-
-
-def verify_chain(db, upto=None):
-    """Return (records checked, None) for a sound chain, or (seq, why) at the first broken link."""
-    prev, expected = ZERO_HASH, 1
-    sql = "SELECT seq, at, prev, hash, record FROM records" + (" WHERE seq <= ?" if upto else "") + " ORDER BY seq"
-    for seq, at, p, h, text in db.execute(sql, (upto,) if upto else ()):
-        if seq != expected:
-            return seq, f"record #{expected} is missing"
-        if p != prev:
-            return seq, "its prev is not the hash of the record before it"
-        if chain_hash(p, seq, at, text) != h:
-            return seq, "its hash does not match its contents"
-        prev, expected = h, seq + 1
-    return expected - 1, None
 
 
 SCAN_CACHE_KIB = 128    # SQLite's page cache while the whole ledger is read once in order, and the warden's always (the
@@ -2532,8 +2527,7 @@ class LedgerWriter:
             while self.backlog:
                 self.write(self.backlog[0])
                 self.backlog.pop(0)
-            self.write({"kind": "ledger", "claim": "measured", "venture": "self",
-                        "summary": f"the ledger takes writes again (it could not: {self.ledger_down})"})
+            self.write(new_record("ledger", "self", summary=f"the ledger takes writes again (it could not: {self.ledger_down})"))
         except (sqlite3.Error, OSError) as err:
             self.ledger_down = str(err)
             self.retry_at = now + ledger_retry(err)
@@ -2655,8 +2649,7 @@ def text_sha256(text):
 
 def mandate_record(name, directory, text, summary, **fields):
     """Return the record adopting `text` as the mandate of venture `name` from `directory`."""
-    return dict({"kind": "mandate", "claim": "declared", "venture": name, "directory": directory,
-                 "sha256": text_sha256(text), "text": text, "summary": summary}, **fields)
+    return new_record("mandate", name, directory=directory, sha256=text_sha256(text), text=text, summary=summary, **fields)
 
 
 def fold(state, seq, at, record):
@@ -3050,9 +3043,8 @@ def held_by(state):
 def unread_record(state, what, name, why):
     """Return the record of guard, audit or reading `name` not read this round (`why`): a guard not read
     neither trips nor clears (past: null); a reading's record is inferred."""
-    record = {"kind": f"{what}.{name}", "claim": "inferred" if what == "reading" else "measured",
-              "venture": state.name, "value": None, "status": "not read", "plausible": False, "note": why,
-              "summary": f"{what} {name} not read: {why}"}
+    record = new_record(f"{what}.{name}", state.name, claim="inferred" if what == "reading" else "measured", value=None,
+                        status="not read", plausible=False, note=why, summary=f"{what} {name} not read: {why}")
     if what == "guard":
         record["past"] = None             # not read: it neither trips nor clears
     return record
@@ -3067,19 +3059,17 @@ def report_record(state, value, failure):
                "unconfirmed": f"{m['metric']} = {shown} unconfirmed: {note}",
                "implausible": f"{m['metric']} = {shown} implausible: {note}",
                "failed": f"{m['metric']} failed: {note}"}[status]
-    return {"kind": "report", "claim": "measured", "venture": state.name, "metric": m["metric"],
-            "value": value if value == value else None, "status": status,
-            "plausible": status in ("trusted", "unconfirmed"), "note": note, "summary": summary}
+    return new_record("report", state.name, metric=m["metric"], value=value if value == value else None, status=status,
+                      plausible=status in ("trusted", "unconfirmed"), note=note, summary=summary)
 
 
 def guard_record(state, guard, value, failure, suffix=""):
     """Return a guard's reading record for `value` (or `failure`), judged by judge_guard; `suffix` follows the
     number in the summary (% for a drawdown)."""
     status, past, note = judge_guard(guard, state, value, failure)
-    record = {"kind": f"guard.{guard['name']}", "claim": "measured", "venture": state.name,
-              "value": value if value is not None and value == value else None, "status": status,
-              "plausible": status in ("trusted", "unconfirmed"), "past": past if status != "failed" else None,
-              "bound": guard["bound"], "side": guard["side"]}
+    record = new_record(f"guard.{guard['name']}", state.name, value=value if value is not None and value == value else None,
+                        status=status, plausible=status in ("trusted", "unconfirmed"),
+                        past=past if status != "failed" else None, bound=guard["bound"], side=guard["side"])
     if status != "trusted":
         record["note"] = note or status
     way = ">" if guard["side"] == "above" else "<"
@@ -3095,20 +3085,18 @@ def audit_record(state, name, value, failure, text):
     lines = [line for line in text.split("\n") if line.strip()]
     note = "\n".join(lines[:-1])[-NOTE_MAX:] if failure is None else failure
     status = "failed" if failure else ("implausible" if value != value else "trusted")
-    return {"kind": f"audit.{name}", "claim": "measured", "venture": state.name,
-            "value": value if value == value else None, "status": status,
-            "plausible": status == "trusted", "note": note or ("" if status == "trusted" else "NaN"),
-            "summary": f"audit {name} = {format_number(value)}" if status == "trusted"
-            else f"audit {name} {status}: {note[:200]}"}
+    return new_record(f"audit.{name}", state.name, value=value if value == value else None, status=status,
+                      plausible=status == "trusted", note=note or ("" if status == "trusted" else "NaN"),
+                      summary=f"audit {name} = {format_number(value)}" if status == "trusted"
+                              else f"audit {name} {status}: {note[:200]}")
 
 
 def reading_record(state, reading, value, failure, text):
     """Return a reading's record: inferred, read or failed; a read one keeps its fields (those its audit's
     note names, with audit:), a failed one no note at all (READING-08)."""
     name = reading["name"]
-    record = {"kind": f"reading.{name}", "claim": "inferred", "venture": state.name,
-              "value": value if value == value else None, "status": "failed" if failure else "read",
-              "plausible": failure is None}
+    record = new_record(f"reading.{name}", state.name, value=value if value == value else None,
+                        status="failed" if failure else "read", plausible=failure is None)
     if failure is None:
         note = state.audits.get(reading["audit"], {}).get("note", "") if reading["audit"] else None
         fields = reading_fields(text, note)
@@ -3557,8 +3545,7 @@ def forecast_record(state, extra, output, status, ended_by):
         result = json.loads(output) if status == 0 else None
     except ValueError:
         result = None
-    record = {"kind": "forecast", "claim": "inferred", "venture": state.name, "days": extra["days"],
-              "seeds": extra["seeds"], "why": extra["why"]}
+    record = new_record("forecast", state.name, days=extra["days"], seeds=extra["seeds"], why=extra["why"], **some(lever=extra["lever"]))
     checked = checked_forecast(result)      # the same checks: too little, or finite numbers to two decimals
     if checked is not None and "too_little" in checked:
         record.update(note=checked["too_little"], summary=describe_forecast(state.mandate["metric"], result, 0, 0))
@@ -3570,8 +3557,6 @@ def forecast_record(state, extra, output, status, ended_by):
     else:
         why = "it was ended" if ended_by else f"the forecast program ended {describe_status(status)}"
         record.update(note=why, summary=f"forecast not made: {why}")
-    if extra["lever"]:
-        record["lever"] = extra["lever"]
     return record
 
 
@@ -3704,13 +3689,12 @@ def prediction_record(state, report_seq, members, lever=None, guards=None, world
     p10, median, p90 = quantile(xs, 0.1), quantile(xs, 0.5), quantile(xs, 0.9)
     d = decimals_of([v for _, v in state.trusted[-20:]])
     shown = [f"{round(v, d) + 0.0:.{d}f}" for v in (median, p10, p90)]
-    record = {"kind": "prediction", "claim": "inferred", "venture": state.name, "report": report_seq,
-              "value": state.level[1] if state.level else None, "members": xs,
-              "median": round(median, 9) + 0.0, "p10": round(p10, 9) + 0.0, "p90": round(p90, 9) + 0.0,
-              "source": "world" if world else "baseline", "lever": lever,
-              "summary": f"next {state.mandate['metric']}: {shown[0]} (80%: {shown[1]} to {shown[2]}) from report "
-                         f"#{report_seq}, by the {'world command' if world else 'baseline'}"
-                         + (f" with {lever} run" if lever else "")}
+    record = new_record("prediction", state.name, report=report_seq, value=state.level[1] if state.level else None, members=xs,
+                        median=round(median, 9) + 0.0, p10=round(p10, 9) + 0.0, p90=round(p90, 9) + 0.0,
+                        source="world" if world else "baseline", lever=lever,
+                        summary=f"next {state.mandate['metric']}: {shown[0]} (80%: {shown[1]} to {shown[2]}) from report "
+                                f"#{report_seq}, by the {'world command' if world else 'baseline'}"
+                                + (f" with {lever} run" if lever else ""))
     if guards:
         record["guards"] = guards
         record["summary"] += "; " + ", ".join(f"guard {g} past its bound {round(100 * p)}%" for g, p in sorted(guards.items()))
@@ -3741,10 +3725,9 @@ def calibration_rule(state):
     rolling = state.scores[-(ROLLING - 1):] + [(crps, base, covered)]
     r_skill, r_coverage = rolling_scores(rolling)
     r = lambda v: None if v is None else round(v, 6) + 0.0       # noqa: E731  six places: a record a person reads
-    record = {"kind": calibration_kind(state.mandate), "claim": "measured", "venture": state.name,
-              "prediction": pseq, "report": report_seq, "crps": r(crps), "persistence": r(base), "skill": r(skill),
-              "brier": r(brier), "coverage": covered, "rolling_skill": r(r_skill), "rolling_coverage": r(r_coverage),
-              "rolling": len(rolling)}
+    record = new_record(calibration_kind(state.mandate), state.name, prediction=pseq, report=report_seq, crps=r(crps),
+                        persistence=r(base), skill=r(skill), brier=r(brier), coverage=covered, rolling_skill=r(r_skill),
+                        rolling_coverage=r(r_coverage), rolling=len(rolling))
     record["summary"] = (f"prediction #{pseq} scored on report #{report_seq}: crps {format_number(r(crps))}, skill "
                          f"{'-' if skill is None else format_number(round(skill, 3))}, "
                          f"{'inside' if covered else 'outside'} its 80% interval"
@@ -3806,9 +3789,8 @@ def world_rule(state, report_seq, lever, outputs, failure):
     is no longer the last one could never be resolved, and is not written."""
     if failure is not None:
         if not state.world_failing:
-            yield Write({"kind": "world", "claim": "measured", "venture": state.name, "ok": False, "report": report_seq,
-                         "note": failure[:NOTE_MAX],
-                         "summary": f"world step failed: {failure[:200]}; no prediction (recorded once until a step succeeds)"})
+            yield Write(new_record("world", state.name, ok=False, report=report_seq, note=failure[:NOTE_MAX],
+                                   summary=f"world step failed: {failure[:200]}; no prediction (recorded once until a step succeeds)"))
         return
     if state.last_report is None or state.last_report[0] != report_seq or not outputs:
         return
@@ -4468,12 +4450,8 @@ def controller_call_problem(state, lever, premises):
 
 def resolved_record(state, ask_seq, why):
     """Return the record settling ask #ask_seq; what settles an audit's ask is no model's to see (AUDIT-05)."""
-    record = {"kind": "resolved", "claim": "measured", "venture": state.name, "ask": ask_seq,
-              "summary": f"ask #{ask_seq} settled: {why}"}
-    audit = state.open_asks.get(ask_seq, {}).get("audit")
-    if audit:
-        record["audit"] = audit
-    return record
+    return new_record("resolved", state.name, ask=ask_seq, summary=f"ask #{ask_seq} settled: {why}",
+                      **some(audit=state.open_asks.get(ask_seq, {}).get("audit")))
 
 
 def guard_rules(state):
@@ -4488,14 +4466,14 @@ def guard_rules(state):
             continue
         fresh = info.get("acted") != info["episode"] or info.get("repause")
         if fresh and guard["then"] == "pause" and not state.paused:
-            yield Pause({"kind": "pause", "claim": "measured", "venture": state.name,
-                         "summary": f"guard {guard['name']} reads past its bound (#{info['episode']}): paused {state.name}",
-                         "guard": guard["name"], "episode": info["episode"]})
+            yield Pause(new_record("pause", state.name,
+                                   summary=f"guard {guard['name']} reads past its bound (#{info['episode']}): paused {state.name}",
+                                   guard=guard["name"], episode=info["episode"]))
         if fresh and guard["then"] == "ask" and open_ask is None:
-            yield Write({"kind": "ask", "claim": "measured", "venture": state.name, "about": "guard", "guard": guard["name"],
-                         "episode": info["episode"], "question": f"guard {guard['name']} reads past its bound; no lever but stop "
-                         f"runs until it is back inside. Look at {state.name}?",
-                         "summary": f"guard {guard['name']} past its bound (#{info['episode']}); asking once for this episode"})
+            yield Write(new_record("ask", state.name, about="guard", guard=guard["name"], episode=info["episode"],
+                                   question=f"guard {guard['name']} reads past its bound; no lever but stop "
+                                            f"runs until it is back inside. Look at {state.name}?",
+                                   summary=f"guard {guard['name']} past its bound (#{info['episode']}); asking once for this episode"))
         reading = info["last"][0]
         if guard["unwind"] and not info["unwind_ok"] and guard["unwind"]["action"] not in state.running \
                 and info.get("unwind_tried") != reading:
@@ -4514,8 +4492,8 @@ def unwind_rule(state, guard, reading):
                          payload=payload, by="guard", extra={"guard": guard["name"], "payload": payload},
                          summary=f"{lever} runs: the unwind of guard {guard['name']}")
     if not verdict.ok:
-        yield Write({"kind": "refusal", "claim": "measured", "venture": state.name, "lever": lever, "by": "guard",
-                     "guard": guard["name"], "why": verdict.why, "summary": f"unwind {lever} refused: {verdict.why}"})
+        yield Write(new_record("refusal", state.name, lever=lever, by="guard", guard=guard["name"], why=verdict.why,
+                               summary=f"unwind {lever} refused: {verdict.why}"))
 
 
 def audit_rules(state):
@@ -4525,8 +4503,8 @@ def audit_rules(state):
         open_ask = next((s for s, a in state.open_asks.items()
                          if a.get("about") == "audit" and a.get("audit") == audit["name"]), None)
         if why and open_ask is None:
-            yield Write({"kind": "ask", "claim": "measured", "venture": state.name, "about": "audit",
-                         "audit": audit["name"], "question": f"{why}. Is the gain real?", "summary": f"audit {audit['name']} asks: {why}"})
+            yield Write(new_record("ask", state.name, about="audit", audit=audit["name"], question=f"{why}. Is the gain real?",
+                                   summary=f"audit {audit['name']} asks: {why}"))
         elif not why and open_ask is not None:
             yield Write(resolved_record(state, open_ask, f"audit {audit['name']} no longer worsens while the metric improves"))
 
@@ -4538,29 +4516,28 @@ def effect_rules(state):
             continue
         verdict, why = effect["verdict"]
         lever = effect["lever"]
-        yield Write({"kind": "effect", "claim": "measured", "venture": state.name, "lever": lever,
-                     "action": seq, "verdict": verdict, "why": why,
-                     "summary": f"{lever} (action #{seq}) {verdict}: {why}"})
+        yield Write(new_record("effect", state.name, lever=lever, action=seq, verdict=verdict, why=why,
+                               summary=f"{lever} (action #{seq}) {verdict}: {why}"))
         spec = state.mandate["levers"].get(lever)
         if (spec and spec["delegated"] and spec["revoke_after"] and lever not in state.suspended
                 and state.misses.get(lever, 0) >= spec["revoke_after"]):
-            yield Write({"kind": "ask", "claim": "measured", "venture": state.name, "about": "revoke", "lever": lever,
-                         "question": f"{lever} missed its expected effect {state.misses[lever]} times in a row; its delegation "
-                                     "is suspended. Approve to restore it",
-                         "summary": f"{lever}'s delegation suspended after {state.misses[lever]} misses in a row (revoke_after)"})
+            yield Write(new_record("ask", state.name, about="revoke", lever=lever,
+                                   question=f"{lever} missed its expected effect {state.misses[lever]} times in a row; its delegation "
+                                            "is suspended. Approve to restore it",
+                                   summary=f"{lever}'s delegation suspended after {state.misses[lever]} misses in a row (revoke_after)"))
 
 
 def implausible_rule(state, held, report_seq):
     """A reading that holds the venture implausible asks once until a plausible one comes; then it is settled."""
     if held and state.implausible_ask is None and not state.implausible_answered:
         what, seq, note = held
-        record = {"kind": "ask", "claim": "measured", "venture": state.name, "about": "implausible",
-                  "reading": seq, "question": f"{what} (#{seq}) is not plausible: {note}; is the sensor sound? "
-                                              f"approve (it is sound) and deny (it is not) each only record your answer: "
-                                              f"neither runs a lever nor lifts the hold, and {state.name} acts again "
-                                              f"on the first plausible reading (fix the reading, or its bounds in "
-                                              f"mandate.yaml and avsm add)",
-                  "summary": f"{what} #{seq} holds {state.name} implausible; asking once until a plausible reading comes"}
+        record = new_record("ask", state.name, about="implausible", reading=seq,
+                            question=f"{what} (#{seq}) is not plausible: {note}; is the sensor sound? "
+                                     f"approve (it is sound) and deny (it is not) each only record your answer: "
+                                     f"neither runs a lever nor lifts the hold, and {state.name} acts again "
+                                     f"on the first plausible reading (fix the reading, or its bounds in "
+                                     f"mandate.yaml and avsm add)",
+                            summary=f"{what} #{seq} holds {state.name} implausible; asking once until a plausible reading comes")
         if what.startswith("audit "):
             record["audit"] = what[len("audit "):]      # hidden from every model, as the audit is (AUDIT-05)
         yield Write(record)
@@ -4580,10 +4557,9 @@ def controller_rule(state, side, lever, reports, why):
         return
     asked_open = any(a.get("lever") == lever and a.get("about") == "lever" for a in state.open_asks.values())
     if verdict.needs_ask and not state.side(side).get("asked") and not asked_open:
-        yield Write({"kind": "ask", "claim": "measured", "venture": state.name, "about": "lever", "lever": lever,
-                     "by": "controller", "side": side, "reports": reports,
-                     "question": f"run {lever}? {why}; {lever} is irreversible",
-                     "summary": f"run {lever}? {why}; {lever} is irreversible, so a person decides"})
+        yield Write(new_record("ask", state.name, about="lever", lever=lever, by="controller", side=side, reports=reports,
+                               question=f"run {lever}? {why}; {lever} is irreversible",
+                               summary=f"run {lever}? {why}; {lever} is irreversible, so a person decides"))
     elif verdict.needs_ask and asked_open:
         return                      # the ask of this excursion still waits for its answer
     elif verdict.needs_ask:
@@ -4593,9 +4569,8 @@ def controller_rule(state, side, lever, reports, why):
     elif verdict.stuck:
         yield from stuck_rule(state, side, lever, reports, verdict.stuck[0], verdict.stuck[1], verdict.why)
     else:
-        yield Write({"kind": "refusal", "claim": "measured", "venture": state.name, "lever": lever,
-                     "by": "controller", "side": side, "why": verdict.why, "reports": reports,
-                     "summary": f"{lever} refused: {verdict.why}"})
+        yield Write(new_record("refusal", state.name, lever=lever, by="controller", side=side, why=verdict.why, reports=reports,
+                               summary=f"{lever} refused: {verdict.why}"))
 
 
 STUCK_WAY_OUT = {"cap": "raise the cap in mandate.yaml and avsm add it, or avsm propose {venture} {lever}",
@@ -4627,16 +4602,15 @@ def stuck_rule(state, side, lever, reports, reason, clears_at, why):
         return                      # written once in this excursion already
     way_out = STUCK_WAY_OUT[reason].format(venture=state.name, lever=lever)
     when = f"; the next run is possible at {format_local_time(clears_at)}" if clears_at else ""
-    yield Write({"kind": "refusal", "claim": "measured", "venture": state.name, "lever": lever, "by": "controller",
-                 "side": side, "why": why + when, "reports": reports, "stuck": reason, "clears_at": clears_at,
-                 "summary": f"{lever} refused, {state.name} is stuck: {why}{when}; {way_out}"})
+    yield Write(new_record("refusal", state.name, lever=lever, by="controller", side=side, why=why + when, reports=reports,
+                           stuck=reason, clears_at=clears_at,
+                           summary=f"{lever} refused, {state.name} is stuck: {why}{when}; {way_out}"))
     if reason != "asked" and not state.side(side)["seen"] and \
             not any(a.get("about") == "stuck" and a.get("side") == side for a in state.open_asks.values()):
-        yield Write({"kind": "ask", "claim": "measured", "venture": state.name, "about": "stuck", "by": "self",
-                     "lever": lever, "side": side, "reason": reason, "clears_at": clears_at,
-                     "question": f"{state.name} is stuck past its bound: {why}{when}; the way out: {way_out}. "
-                                 "Approve or deny to say you have seen it; nothing runs on the answer",
-                     "summary": f"{state.name} is stuck: {lever} cannot run ({reason}){when}"})
+        yield Write(new_record("ask", state.name, about="stuck", by="self", lever=lever, side=side, reason=reason, clears_at=clears_at,
+                               question=f"{state.name} is stuck past its bound: {why}{when}; the way out: {way_out}. "
+                                        "Approve or deny to say you have seen it; nothing runs on the answer",
+                               summary=f"{state.name} is stuck: {lever} cannot run ({reason}){when}"))
 
 
 def unstick_rule(state, side, why):
@@ -4658,20 +4632,19 @@ def proposal_rule(state, seq, choice, by, backend, content_why=None, held=None):
     m, lever, payload = state.mandate, choice.get("action"), choice.get("payload")
     named = lever in m["levers"] or lever == "stop"
     if choice["choice"] == "action" and held and lever not in m["forbidden"] and named:
-        yield Write({"kind": "ask", "claim": "measured", "venture": state.name, "about": "lever", "lever": lever,
-                     "payload": payload, "proposal": seq, "by": by, "ranking": True,
-                     "question": f"run {lever}? {backend} ranked it first (#{seq}), but {held}",
-                     "summary": f"{lever} waits for a person: ranked first by {backend} (#{seq}); {held}"})
+        yield Write(new_record("ask", state.name, about="lever", lever=lever, payload=payload, proposal=seq, by=by, ranking=True,
+                               question=f"run {lever}? {backend} ranked it first (#{seq}), but {held}",
+                               summary=f"{lever} waits for a person: ranked first by {backend} (#{seq}); {held}"))
         return
     if choice["choice"] == "ask":
         if lever is not None and (lever in m["forbidden"] or lever not in m["levers"]):
             why = f"{lever} is {'forbidden' if lever in m['forbidden'] else 'not permitted'} by mandate #{state.mandate_seq}"
-            yield Write({"kind": "refusal", "claim": "measured", "venture": state.name, "lever": lever, "proposal": seq,
-                         "by": "model", "why": why, "summary": f"the model's ask about {lever} refused: {why}"})
+            yield Write(new_record("refusal", state.name, lever=lever, proposal=seq, by="model", why=why,
+                                   summary=f"the model's ask about {lever} refused: {why}"))
         else:
-            yield Write({"kind": "ask", "claim": "inferred", "venture": state.name, "about": "model", "lever": lever,
-                         "proposal": seq, "question": choice["question"][:TEXT_MAX],
-                         "summary": f"the model asks: {choice['question'][:200]}"})
+            yield Write(new_record("ask", state.name, claim="inferred", about="model", lever=lever, proposal=seq,
+                                   question=choice["question"][:TEXT_MAX],
+                                   summary=f"the model asks: {choice['question'][:200]}"))
         return
     if choice["choice"] != "action":
         return
@@ -4692,16 +4665,14 @@ def proposal_rule(state, seq, choice, by, backend, content_why=None, held=None):
     if waits:
         if not any(a.get("lever") == lever and a.get("payload") == payload and a.get("about") == "lever"
                    for a in state.open_asks.values()):
-            yield Write({"kind": "ask", "claim": "measured", "venture": state.name, "about": "lever", "lever": lever,
-                         "payload": payload, "proposal": seq, "by": by,
-                         "question": f"run {lever}" + (" with the content below" if payload is not None else "")
-                                     + f"? {backend} proposed it (#{seq})",
-                         "summary": f"{lever} waits for a person: proposed by {backend} (#{seq})"
-                                    + (f"; {waits}" if isinstance(waits, str) else
-                                       " with content a model wrote" if payload is not None else ", irreversible")})
+            yield Write(new_record("ask", state.name, about="lever", lever=lever, payload=payload, proposal=seq, by=by,
+                                   question=f"run {lever}" + (" with the content below" if payload is not None else "")
+                                            + f"? {backend} proposed it (#{seq})",
+                                   summary=f"{lever} waits for a person: proposed by {backend} (#{seq})"
+                                           + (f"; {waits}" if isinstance(waits, str) else
+                                              " with content a model wrote" if payload is not None else ", irreversible")))
         return
-    yield Write({"kind": "refusal", "claim": "measured", "venture": state.name, "lever": lever,
-                 "proposal": seq, "by": "model", "why": why, "summary": f"{lever} refused: {why}"})
+    yield Write(new_record("refusal", state.name, lever=lever, proposal=seq, by="model", why=why, summary=f"{lever} refused: {why}"))
 
 
 def ranked_choices(state, choices):
@@ -4728,25 +4699,23 @@ def approval_rule(state, seq, ask, payload, edited, problem, now):
     Raises Fail (65) once the refusal is written."""
     lever = ask.get("lever")
     if lever is None or ask.get("about") not in ("lever", "model"):
-        yield Write({"kind": "approval", "claim": "declared", "venture": state.name, "ask": seq,
-                     "summary": f"a person answered ask #{seq}: yes"})
+        yield Write(new_record("approval", state.name, ask=seq, summary=f"a person answered ask #{seq}: yes"))
         return
     basis = ("approval", [], [f"ask #{seq}: {ask.get('question')}"])
     verdict = prove(state, lever, now, basis, trigger=seq, approval=APPROVAL_TO_WRITE, payload=payload)
     if problem or not verdict.ok:
         why = problem or verdict.why
-        yield Write({"kind": "refusal", "claim": "measured", "venture": state.name, "lever": lever, "ask": seq,
-                     "why": why, "summary": f"{lever} refused on approval of #{seq}: {why}"})
+        yield Write(new_record("refusal", state.name, lever=lever, ask=seq, why=why,
+                               summary=f"{lever} refused on approval of #{seq}: {why}"))
         raise Fail(EX_DATAERR, f"{lever} refused: {why}; ask #{seq} stays open")
-    approval = yield Write({"kind": "approval", "claim": "declared", "venture": state.name, "ask": seq,
-                            "lever": lever, "payload": payload, "edited": edited,
-                            "summary": f"a person approved {lever} (ask #{seq})" + (" with content they edited" if edited else "")})
+    approval = yield Write(new_record("approval", state.name, ask=seq, lever=lever, payload=payload, edited=edited,
+                                      summary=f"a person approved {lever} (ask #{seq})" + (" with content they edited" if edited else "")))
     verdict = yield Gate(lever, basis, payload=payload, trigger=seq, approval=approval, by="person",
                          summary=f"{lever} runs: approved by a person (#{approval})",
                          extra={"payload": payload} if payload is not None else None)
     if not verdict.ok:              # the approval just written is the only change since the gate said yes
-        yield Write({"kind": "refusal", "claim": "measured", "venture": state.name, "lever": lever, "ask": seq,
-                     "why": verdict.why, "summary": f"{lever} refused on approval of #{seq}: {verdict.why}"})
+        yield Write(new_record("refusal", state.name, lever=lever, ask=seq, why=verdict.why,
+                               summary=f"{lever} refused on approval of #{seq}: {verdict.why}"))
         raise Fail(EX_DATAERR, f"{lever} refused: {verdict.why}")
 
 
@@ -4758,8 +4727,8 @@ def person_proposal_rule(state, lever, payload, content_why):
     Raises Fail (65) once the refusal is written."""
     m = state.mandate
     spec = m["levers"].get(lever)
-    seq = yield Write({"kind": "proposal", "claim": "declared", "venture": state.name, "by": "person", "choice": "action",
-                       "lever": lever, "payload": payload, "summary": f"a person proposes {lever}"})
+    seq = yield Write(new_record("proposal", state.name, claim="declared", by="person", choice="action", lever=lever, payload=payload,
+                                 summary=f"a person proposes {lever}"))
     why = None
     if lever in m["forbidden"] or (spec is None and lever != "stop"):
         why = f"{lever} is {'forbidden' if lever in m['forbidden'] else 'not permitted'} by mandate #{state.mandate_seq}"
@@ -4771,8 +4740,7 @@ def person_proposal_rule(state, lever, payload, content_why):
                              extra={"payload": payload} if payload is not None else None)
         why = None if verdict.ok else verdict.why
     if why is not None:
-        yield Write({"kind": "refusal", "claim": "measured", "venture": state.name, "lever": lever, "proposal": seq,
-                     "by": "person", "why": why, "summary": f"{lever} refused: {why}"})
+        yield Write(new_record("refusal", state.name, lever=lever, proposal=seq, by="person", why=why, summary=f"{lever} refused: {why}"))
         raise Fail(EX_DATAERR, f"{lever} refused: {why}")
 
 
@@ -4780,12 +4748,11 @@ def check_rule(state, lever, verdict, summary, by, side, extra, ok, status, note
     """A lever's check ended (open point 27): its record is written; a check that passed lets the gate prove the
     lever again with the check among its premises, and only then does it run; otherwise the lever is refused.
     ok: whether it exited 0 unended; status, note, why: its exit status, output's tail, what ended it."""
-    seq = yield Write({"kind": "check", "claim": "measured", "venture": state.name, "lever": lever, "ok": ok,
-                       "status": status, "note": note,
-                       "summary": f"{lever}'s check {'passed' if ok else 'refused it: ' + why}"})
+    seq = yield Write(new_record("check", state.name, lever=lever, ok=ok, status=status, note=note,
+                                 summary=f"{lever}'s check {'passed' if ok else 'refused it: ' + why}"))
     if not ok:
-        yield Write({"kind": "refusal", "claim": "measured", "venture": state.name, "lever": lever, "by": by, "check": seq,
-                     "why": f"its check refused it (#{seq})", "summary": f"{lever} refused by its check (#{seq})"})
+        yield Write(new_record("refusal", state.name, lever=lever, by=by, check=seq, why=f"its check refused it (#{seq})",
+                               summary=f"{lever} refused by its check (#{seq})"))
         return
     basis, asked = verdict.asked["basis"], verdict.asked
     basis = (basis["rule"], basis["premises"], basis["steps"])
@@ -4793,15 +4760,15 @@ def check_rule(state, lever, verdict, summary, by, side, extra, ok, status, note
         basis = basis_now(state, lever, basis, (extra or {}).get("guard"))
         if basis is None:
             why = f"what called for it no longer does: the latest reading does not call for {lever}"
-            yield Write({"kind": "refusal", "claim": "measured", "venture": state.name, "lever": lever, "by": by,
-                         "check": seq, "why": why, "summary": f"{lever} refused after its check passed: {why}"})
+            yield Write(new_record("refusal", state.name, lever=lever, by=by, check=seq, why=why,
+                                   summary=f"{lever} refused after its check passed: {why}"))
             return
     verdict = yield Gate(lever, basis, payload=(extra or {}).get("payload"),
                          trigger=verdict.proof["trigger"], approval=asked.get("approval"), by=by, side=side,
                          extra=extra, summary=summary, check=seq)     # the gate again, now the check has passed
     if not verdict.ok:
-        yield Write({"kind": "refusal", "claim": "measured", "venture": state.name, "lever": lever, "by": by, "check": seq,
-                     "why": verdict.why, "summary": f"{lever} refused after its check passed: {verdict.why}"})
+        yield Write(new_record("refusal", state.name, lever=lever, by=by, check=seq, why=verdict.why,
+                               summary=f"{lever} refused after its check passed: {verdict.why}"))
 
 
 def ratchet_asked(state, lever):
@@ -4824,9 +4791,9 @@ def ratchet_ask(state, lever, path, new, why, forecast_seq=None, forecast_line=N
     question = (f"delegate {lever}? You approved it {state.approvals[lever]} times; approving this writes "
                 f"delegated: true on {lever} in {path} and adopts it"
                 + (f" ({forecast_line}, #{forecast_seq})" if forecast_seq else ""))
-    return {"kind": "ask", "claim": "measured", "venture": state.name, "about": "ratchet", "lever": lever,
-            "by": "self", "mandate": new, "question": question if new else f"{question} (edit it by hand: {why})",
-            "forecast": forecast_seq, "summary": f"self proposes delegating {lever} after {state.approvals[lever]} approvals"}
+    return new_record("ask", state.name, about="ratchet", lever=lever, by="self", mandate=new,
+                      question=question if new else f"{question} (edit it by hand: {why})", forecast=forecast_seq,
+                      summary=f"self proposes delegating {lever} after {state.approvals[lever]} approvals")
 
 
 def approve_problem(state, seq):
@@ -4852,20 +4819,20 @@ def canary_ask(state, asks_seen, every):
     if asks_seen % every:
         return None
     lever = (next(iter(state.mandate["forbidden"]), None) if state.mandate else None) or "delete-everything"
-    return {"kind": "ask", "claim": "measured", "venture": state.name, "about": "lever", "lever": lever,
-            "canary": True, "question": f"run {lever}? the metric asks for it; {lever} is irreversible",
-            "summary": f"run {lever}? {lever} is irreversible, so a person decides"}
+    return new_record("ask", state.name, about="lever", lever=lever, canary=True,
+                      question=f"run {lever}? the metric asks for it; {lever} is irreversible",
+                      summary=f"run {lever}? {lever} is irreversible, so a person decides")
 
 
 def canary_result(state, seq, ask, approved):
     """Return (the canary record, the line for the person) for an answer to canary ask #seq: nothing runs."""
     if approved:
-        return ({"kind": "canary", "claim": "measured", "venture": state.name, "ask": seq, "passed": False,
-                 "summary": f"ask #{seq} was a canary: {ask['lever']} is not permitted, and it was approved without reading"},
+        return (new_record("canary", state.name, ask=seq, passed=False,
+                           summary=f"ask #{seq} was a canary: {ask['lever']} is not permitted, and it was approved without reading"),
                 f"#{seq} was a canary ask: {ask['lever']} is not permitted by the mandate. Nothing ran. "
                 "Read each ask before approving it.")
-    return ({"kind": "canary", "claim": "measured", "venture": state.name, "ask": seq, "passed": True,
-             "summary": f"ask #{seq} was a canary, and it was denied: the asks are being read"},
+    return (new_record("canary", state.name, ask=seq, passed=True,
+                       summary=f"ask #{seq} was a canary, and it was denied: the asks are being read"),
             f"#{seq} denied (it was a canary ask: thank you for reading)")
 
 
@@ -4873,10 +4840,9 @@ def denial_record(state, seq, ask):
     """Return a person's denial of ask #seq: declared; a lever's names it, a canary's does not (the canary
     record says what the answer showed)."""
     if ask.get("canary"):
-        return {"kind": "denial", "claim": "declared", "venture": state.name, "ask": seq,
-                "summary": f"a person denied ask #{seq}"}
-    return {"kind": "denial", "claim": "declared", "venture": state.name, "ask": seq, "lever": ask.get("lever"),
-            "summary": f"a person denied ask #{seq}" + (f" ({ask['lever']})" if ask.get("lever") else "")}
+        return new_record("denial", state.name, ask=seq, summary=f"a person denied ask #{seq}")
+    return new_record("denial", state.name, ask=seq, lever=ask.get("lever"),
+                      summary=f"a person denied ask #{seq}" + (f" ({ask['lever']})" if ask.get("lever") else ""))
 
 
 def next_backoff(previous):
@@ -4899,13 +4865,8 @@ def action_record(state, lever, verdict, summary, by, side=None, extra=None):
     """Return the action record of a lever the gate proved (`verdict`): its proof, the basis the re-check folds
     the ledger against, the approval and check it rests on, the controller's side and the caller's `extra`."""
     asked = verdict.asked
-    record = {"kind": "action", "claim": "measured", "venture": state.name, "lever": lever,
-              "proof": verdict.proof, "by": by, "summary": summary, "basis": asked["basis"]}
-    record.update({k: asked[k] for k in ("approval", "check") if k in asked})
-    if side:
-        record["side"] = side
-    record.update(extra or {})
-    return record
+    return new_record("action", state.name, lever=lever, proof=verdict.proof, by=by, summary=summary, basis=asked["basis"],
+                      **{k: asked[k] for k in ("approval", "check") if k in asked}, **some(side=side), **(extra or {}))
 
 
 def fact_records(state, seq, lines):
@@ -4918,9 +4879,8 @@ def fact_records(state, seq, lines):
         except (ValueError, RecursionError):
             continue
         if isinstance(item, dict) and isinstance(item.get("fact"), str) and isinstance(item.get("source"), str):
-            facts.append({"kind": "fact", "claim": "inferred", "venture": state.name, "action": seq,
-                          "fact": item["fact"][:TEXT_MAX], "source": item["source"][:TEXT_MAX],
-                          "summary": f"fact from {item['source'][:80]}: {item['fact'][:160]}"})
+            facts.append(new_record("fact", state.name, action=seq, fact=item["fact"][:TEXT_MAX], source=item["source"][:TEXT_MAX],
+                                    summary=f"fact from {item['source'][:80]}: {item['fact'][:160]}"))
     return facts
 
 
@@ -4936,22 +4896,20 @@ def lever_outcome(state, lever, seq, status, ended_by, duration, timeout, note):
         summary = f"{lever} stopped: avsmd is stopping ({describe_status(status)})"
     else:
         summary = f"{lever} {'ok' if ok else 'failed: ' + describe_status(status)} in {duration:g}s"
-    return {"kind": "outcome", "claim": "measured", "venture": state.name, "lever": lever, "action": seq,
-            "ok": ok, "status": describe_status(status), "ended_by": ended_by, "duration": duration,
-            "note": note, "summary": summary}
+    return new_record("outcome", state.name, lever=lever, action=seq, ok=ok, status=describe_status(status), ended_by=ended_by,
+                      duration=duration, note=note, summary=summary)
 
 
 def unstarted_outcome(state, lever, action, note, summary):
     """Return the outcome of a lever that did not start: not ok, and no time taken."""
-    return {"kind": "outcome", "claim": "measured", "venture": state.name, "lever": lever, "action": action,
-            "ok": False, "status": "not started", "duration": 0, "note": note[:NOTE_MAX], "summary": summary}
+    return new_record("outcome", state.name, lever=lever, action=action, ok=False, status="not started", duration=0,
+                      note=note[:NOTE_MAX], summary=summary)
 
 
 def run_start_record(state, pid, restart):
     """Return the start record of the kept `run` program, pid `pid`: started, or restarted after an exit."""
     what = "restarted" if restart else "started"
-    return {"kind": "start", "claim": "measured", "venture": state.name, "pid": pid,
-            "command": state.mandate["run"], "summary": f"run {what} (pid {pid})"}
+    return new_record("start", state.name, pid=pid, command=state.mandate["run"], summary=f"run {what} (pid {pid})")
 
 
 def restart_rule(state, pid, status, ended_by, uptime, backoff, restarted, active):
@@ -4968,13 +4926,13 @@ def restart_rule(state, pid, status, ended_by, uptime, backoff, restarted, activ
             backoff = delay = next_backoff(backoff)
     why = f"stopped by {'the pause' if ended_by == 'pause' else ended_by}" if ended_by else describe_status(status)
     next_words = (f"; restarting in {delay}s" if delay else "; restarting now") if again else "; not restarted"
-    records = [{"kind": "exit", "claim": "measured", "venture": state.name, "pid": pid,
-                "status": describe_status(status), "uptime": round(uptime, 3), "restart_in": delay if again else None,
-                "summary": f"run (pid {pid}) ended: {why} after {uptime:.1f}s{next_words}"}]
+    records = [new_record("exit", state.name, pid=pid, status=describe_status(status), uptime=round(uptime, 3),
+                          restart_in=delay if again else None,
+                          summary=f"run (pid {pid}) ended: {why} after {uptime:.1f}s{next_words}")]
     if again and delay >= BACKOFF_CEILING and not any(a.get("about") == "backoff" for a in state.open_asks.values()):
-        records.append({"kind": "ask", "claim": "measured", "venture": state.name, "about": "backoff",
-                        "question": f"run keeps dying within {QUICK_DEATH}s; it now waits {delay}s between starts. Look at it?",
-                        "summary": f"run keeps dying; back-off reached its ceiling of {BACKOFF_CEILING}s"})
+        records.append(new_record("ask", state.name, about="backoff",
+                                  question=f"run keeps dying within {QUICK_DEATH}s; it now waits {delay}s between starts. Look at it?",
+                                  summary=f"run keeps dying; back-off reached its ceiling of {BACKOFF_CEILING}s"))
     return again, backoff, delay, records
 
 
@@ -4984,16 +4942,13 @@ def interrupted_rule(state, now):
     for lever, action_seq in list(state.running.items()):
         began = next((at for seq, at, _ in state.actions.get(lever, []) if seq == action_seq), None)
         at_most = max(0, round(now - began)) if began is not None else None
-        yield Write({"kind": "outcome", "claim": "measured", "venture": state.name, "lever": lever,
-                     "action": action_seq, "ok": False, "status": "unknown", "duration": at_most,
-                     "note": "the warden ended while it ran; whether it finished is not known"
-                             + (f"; it ran at most {at_most} s" if at_most is not None else ""),
-                     "summary": f"{lever} (action #{action_seq}) was cut off: the warden ended while it ran"})
-        yield Write({"kind": "ask", "claim": "measured", "venture": state.name, "about": "interrupted",
-                     "lever": lever, "action": action_seq,
-                     "question": f"did {lever} happen?",
-                     "summary": f"did {lever} happen? action #{action_seq} was running when the warden ended; "
-                                f"{lever} waits for the answer (approve: it did, deny: it did not)"})
+        yield Write(new_record("outcome", state.name, lever=lever, action=action_seq, ok=False, status="unknown", duration=at_most,
+                               note="the warden ended while it ran; whether it finished is not known"
+                                    + (f"; it ran at most {at_most} s" if at_most is not None else ""),
+                               summary=f"{lever} (action #{action_seq}) was cut off: the warden ended while it ran"))
+        yield Write(new_record("ask", state.name, about="interrupted", lever=lever, action=action_seq, question=f"did {lever} happen?",
+                               summary=f"did {lever} happen? action #{action_seq} was running when the warden ended; "
+                                       f"{lever} waits for the answer (approve: it did, deny: it did not)"))
 
 
 def decide_problem(state):
@@ -5062,14 +5017,10 @@ def reply_failure(run, oversized, ended_by, status):
 def unusable_record(state, backend, by, why, call):
     """Return the record of `backend`'s unusable reply (it changes nothing, ESC-06): why, the provider's refusal
     with its category when it declined, and what else the provider said of the call."""
-    record = {"kind": "unusable", "claim": "measured", "venture": state.name, "backend": backend,
-              "by": by, "why": why[:NOTE_MAX], "summary": f"the reply of {backend} is unusable: {why[:200]}"}
-    call = dict(call or {})
-    if "declined" in call:
-        record["declined"] = call.pop("declined")     # a refusal keeps its text and the provider's category
-    if call:
-        record["call"] = call
-    return record
+    call = dict(call or {})         # a refusal keeps its text and the provider's category: declined
+    return new_record("unusable", state.name, backend=backend, by=by, why=why[:NOTE_MAX],
+                      summary=f"the reply of {backend} is unusable: {why[:200]}",
+                      **({"declined": call.pop("declined")} if "declined" in call else {}), **some(call=call))
 
 
 def escalation_to(state, cfg, backend, asked, stopping):
@@ -5108,45 +5059,43 @@ NOTICE_TITLES = {"ask": "{venture} asks (#{seq})", "stuck": "{venture} is stuck 
                  "stop": "avsmd is stopping"}
 
 
+def new_notice(kind, venture, seq, summary, answer, **more):
+    """Return a notice: what the notify command is told (NOTICE_TITLES names its kinds). Not a record: it is not
+    written to the ledger, and `seq` is the record it tells of (None when it tells of none)."""
+    return dict(kind=kind, venture=venture, seq=seq, summary=summary, answer=answer, **more)
+
+
 def notice_of(seq, record):
     """Return the notice a person must see for record #seq, as it is appended, or None (most records)."""
     kind, venture = record["kind"], record["venture"]
     if kind == "ask":               # a canary ask reads as any other: nothing here tells it apart
-        notice = {"kind": "stuck" if record.get("about") == "stuck" else "ask", "venture": venture, "seq": seq,
-                  "summary": record["summary"], "question": str(record.get("question") or "")[:NOTE_MAX],
-                  "answer": f"avsm approve {seq}", "deny": f"avsm deny {seq}"}
-        if record.get("lever"):
-            notice["lever"] = record["lever"]
-        return notice
+        lever = {"lever": record["lever"]} if record.get("lever") else {}
+        return new_notice("stuck" if record.get("about") == "stuck" else "ask", venture, seq, record["summary"], f"avsm approve {seq}",
+                      question=str(record.get("question") or "")[:NOTE_MAX], deny=f"avsm deny {seq}", **lever)
     if kind == "refusal" and record.get("stuck") == "asked":    # stuck after a person's answer: told, not asked
-        return {"kind": "stuck", "venture": venture, "seq": seq, "summary": record["summary"], "lever": record["lever"],
-                "answer": f"avsm propose {venture} {record['lever']}"}
+        return new_notice("stuck", venture, seq, record["summary"], f"avsm propose {venture} {record['lever']}", lever=record["lever"])
     if kind == "pause" and record["claim"] == "measured":     # a guard's or the stop lever's: no person did it
-        return {"kind": "pause", "venture": venture, "seq": seq, "summary": record["summary"],
-                "guard": record.get("guard"), "answer": f"avsm resume {venture}"}
+        return new_notice("pause", venture, seq, record["summary"], f"avsm resume {venture}", guard=record.get("guard"))
     if kind == "ledger" and venture == "self":
-        return {"kind": "ledger", "venture": "self", "seq": seq, "summary": record["summary"], "answer": None}
+        return new_notice("ledger", "self", seq, record["summary"], None)
     return None
 
 
 def cannot_run_notice(venture, problem):
     """Return the notice of an adopted venture that cannot run (VENTURE-14): nothing of it runs until it is fixed."""
-    return {"kind": "cannot-run", "venture": venture, "seq": None,
-            "summary": f"{venture} cannot run: {problem}; nothing of it runs until mandate.yaml holds and is added again",
-            "answer": "avsm doctor"}
+    return new_notice("cannot-run", venture, None, f"{venture} cannot run: {problem}; nothing of it runs until mandate.yaml "
+                                               "holds and is added again", "avsm doctor")
 
 
 def ledger_down_notice(why):
     """Return the notice of a ledger that cannot be written (RUN-19): what would write waits."""
-    return {"kind": "ledger-down", "venture": "self", "seq": None,
-            "summary": f"the ledger cannot be written: {why}; nothing that would write runs, and avsmd tries again "
-                       f"every {LEDGER_RETRY} s", "answer": "avsm doctor"}
+    return new_notice("ledger-down", "self", None, f"the ledger cannot be written: {why}; nothing that would write runs, and "
+                                               f"avsmd tries again every {LEDGER_RETRY} s", "avsm doctor")
 
 
 def stopping_notice(why):
     """Return the notice of avsmd stopping: nothing runs until it is started again."""
-    return {"kind": "stop", "venture": "self", "seq": None,
-            "summary": f"avsmd is stopping ({why}); no venture runs until it is started again", "answer": "avsmd"}
+    return new_notice("stop", "self", None, f"avsmd is stopping ({why}); no venture runs until it is started again", "avsmd")
 
 
 def admit_notice(down_told, notice):
@@ -5197,16 +5146,17 @@ def judge_notify(stretch, notice, failure, note=""):
     if failure is None:
         if stretch is None:
             return None, None
-        return None, {"kind": "notify", "claim": "measured", "venture": "self", "ok": True, "failed": stretch["failed"],
-                      "summary": f"the notify command works again (it told of {told}); {stretch['failed']} notice(s) "
-                                 f"from {stretch['first']} on were not told"}
+        return None, new_record("notify", "self", ok=True, failed=stretch["failed"],
+                                summary=f"the notify command works again (it told of {told}); {stretch['failed']} notice(s) "
+                                        f"from {stretch['first']} on were not told")
     if stretch is not None:
         return dict(stretch, failed=stretch["failed"] + 1), None
-    return {"failed": 1, "first": told}, {
-        "kind": "notify", "claim": "measured", "venture": "self", "ok": False, "failed": 1, "status": failure,
-        "note": note[-NOTE_MAX:], "notice": {"kind": notice["kind"], "seq": notice.get("seq")},
-        "summary": f"the notify command failed ({failure}) telling of {told}; it is not tried again for it, and no "
-                   f"further failure is written until it works again"}
+    return {"failed": 1, "first": told}, new_record(
+        "notify", "self", ok=False, failed=1, status=failure, note=note[-NOTE_MAX:],
+        notice={"kind": notice["kind"], "seq": notice.get("seq")},      # which notice: its name, not the notice
+        summary=f"the notify command failed ({failure}) telling of {told}; it is not tried again for it, and no "
+                f"further failure is written until it works again")
+
 
 # ---- the morning summary (issue 14 item 3) ----
 # What happened in a span of the ledger, per venture, from its records alone (`avsm summary`). Records before
@@ -6769,8 +6719,7 @@ class Keeper:
             keep["child"] = self.spawn("run", state, state.mandate["run"], shell=True)
         except OSError as err:
             keep["child"] = None
-            self.append({"kind": "exit", "claim": "measured", "venture": state.name, "status": "not started",
-                         "summary": f"run could not start: {err}"})
+            self.append(new_record("exit", state.name, status="not started", summary=f"run could not start: {err}"))
             return
         keep["restarts"] = keep.get("restarts", 0) + (1 if keep["restart"] else 0)
         self.append(run_start_record(state, keep["child"].pid, keep["restart"]))
@@ -6837,9 +6786,8 @@ class Levers:
         seq = self.append(action_record(state, lever, verdict, summary, by, side, extra), at=asked["at"])
         if lever == "stop":
             self.pause(state, "measured", f"the stop lever (action #{seq}) paused {state.name}")
-            self.append({"kind": "outcome", "claim": "measured", "venture": state.name, "lever": lever,
-                         "action": seq, "ok": True, "status": "exit 0", "duration": 0, "note": "",
-                         "summary": f"stop ok: {state.name} is paused"})
+            self.append(new_record("outcome", state.name, lever=lever, action=seq, ok=True, status="exit 0", duration=0, note="",
+                                   summary=f"stop ok: {state.name} is paused"))
             return seq
         spec = state.mandate["levers"][lever]
         payload = (extra or {}).get("payload")
@@ -6872,8 +6820,8 @@ class Levers:
                                lever=lever, payload_file=path)
         except OSError as err:
             os.unlink(path)
-            self.append({"kind": "refusal", "claim": "measured", "venture": state.name, "lever": lever, "by": by,
-                         "why": f"its check could not start: {err}", "summary": f"{lever} refused: its check could not start"})
+            self.append(new_record("refusal", state.name, lever=lever, by=by, why=f"its check could not start: {err}",
+                                   summary=f"{lever} refused: its check could not start"))
             return None
         child.extra = {"lever": lever, "run": (lever, verdict, summary, by, side, extra), "payload_file": path}
         return None
@@ -7070,8 +7018,8 @@ class Trust:
             raise Fail(EX_DATAERR, f"ask #{seq} carries no mandate change; edit {path} by hand and run avsm add")
         mandate = parse_mandate(new, path, state.directory)
         refuse(ratchet_change_problem(state, mandate))
-        self.append({"kind": "approval", "claim": "declared", "venture": state.name, "ask": seq, "about": "ratchet",
-                     "summary": f"a person approved delegating {ask['lever']} (ask #{seq})"})
+        self.append(new_record("approval", state.name, ask=seq, about="ratchet",
+                               summary=f"a person approved delegating {ask['lever']} (ask #{seq})"))
         with open(path + ".avsm-new", "w", encoding="utf-8") as fh:
             fh.write(new)
         os.replace(path + ".avsm-new", path)
@@ -7259,14 +7207,9 @@ class Decisions:
         if "look" in parsed:
             look = parsed["look"]
             answer = self.look_up(state, look)
-            record = {"kind": "look", "claim": "inferred", "venture": state.name, "by": d.by, "look": look,
-                      "backend": d.backend, "answer": answer[:NOTE_MAX],
-                      "summary": f"the model looked up {json.dumps(look)[:120]}"}
-            if d.call:
-                record["call"] = d.call
-            if d.escalation is not None:
-                record["escalation"] = d.escalation      # ESC-03: what the escalation brought cites it
-            seq = self.append(record)
+            seq = self.append(new_record("look", state.name, by=d.by, look=look, backend=d.backend, answer=answer[:NOTE_MAX],
+                                         summary=f"the model looked up {json.dumps(look)[:120]}",
+                                         **some(call=d.call, escalation=d.escalation)))  # ESC-03: what an escalation brought cites it
             if d.escalation is not None:
                 d.escalation_looks.append(seq)
             d.lines.append(f"#{seq} look {json.dumps(look)}")
@@ -7295,9 +7238,8 @@ class Decisions:
             d.lines.append(why_not)
         if second is None:
             return self.finish_decision(d)
-        d.escalation = self.append({"kind": "escalation", "claim": "measured", "venture": state.name,
-                                    "from": d.backend, "to": second, "why": why[:NOTE_MAX],
-                                    "summary": f"asking {second} the same question: {d.backend}'s reply was unusable ({why[:120]})"})
+        d.escalation = self.append(new_record("escalation", state.name, **{"from": d.backend}, to=second, why=why[:NOTE_MAX],
+                                              summary=f"asking {second} the same question: {d.backend}'s reply was unusable ({why[:120]})"))
         d.lines.append(f"#{d.escalation} escalation to {second}")
         self.escalations[d.escalation] = d
         d.backend = second
@@ -7308,11 +7250,8 @@ class Decisions:
         seq = d.escalation
         self.escalations.pop(seq, None)
         shown = "unusable" if cited == "unusable" else "records " + ", ".join("#" + str(c) for c in cited)
-        record = {"kind": "answer", "claim": "measured", "venture": d.venture, "escalation": seq, "cited": cited,
-                  "summary": f"escalation #{seq} answered: {shown}" + (f" ({note})" if note else "")}
-        if note:
-            record["note"] = note
-        self.append(record)
+        self.append(new_record("answer", d.venture, escalation=seq, cited=cited, **some(note=note),
+                               summary=f"escalation #{seq} answered: {shown}" + (f" ({note})" if note else "")))
 
     def finish_decision(self, d, error=None):
         if d.reply_id is not None:
@@ -7349,21 +7288,12 @@ class Decisions:
         `held`: why a ranking's top choice asks a person instead (the calibration bar, WORLD-08); `ranking`: the
         choice is one of a ranking, which the proposal says, so the re-check holds it to the same bar."""
         lever = choice.get("action")
-        record = {"kind": "proposal", "claim": "inferred", "venture": state.name, "by": d.by, "choice": choice["choice"],
-                  "backend": d.backend, "reason": choice.get("reason", "")[:TEXT_MAX],
-                  "summary": f"{d.backend} proposes {choice['choice']}" + (f" {lever}" if lever else "")
-                             + (f": {choice.get('reason', '')[:120]}" if choice.get("reason") else "")}
-        if lever is not None:
-            record["lever"] = lever
-        if "payload" in choice:
-            record["payload"] = choice["payload"]
-        if ranking and choice["choice"] == "action":
-            record["ranking"] = True
-        if d.escalation is not None:
-            record["escalation"] = d.escalation
-        if d.call:
-            record["call"] = d.call
-        seq = self.append(record)
+        seq = self.append(new_record(
+            "proposal", state.name, by=d.by, choice=choice["choice"], backend=d.backend, reason=choice.get("reason", "")[:TEXT_MAX],
+            summary=f"{d.backend} proposes {choice['choice']}" + (f" {lever}" if lever else "")
+                    + (f": {choice.get('reason', '')[:120]}" if choice.get("reason") else ""),
+            **({"lever": lever} if lever is not None else {}), **{k: choice[k] for k in ("payload",) if k in choice},
+            **some(ranking=ranking and choice["choice"] == "action", escalation=d.escalation, call=d.call)))
         d.lines.append(f"#{seq} proposal {choice['choice']}" + (f" {lever}" if lever else ""))
         spec = state.mandate["levers"].get(lever) if choice["choice"] == "action" else None
         content_why = content_problem(spec["takes"], choice.get("payload"), state.directory) \
@@ -7715,7 +7645,7 @@ class Warden:
 
     # ---- pause ----
     def pause(self, state, claim, summary, **fields):
-        self.append(dict({"kind": "pause", "claim": claim, "venture": state.name, "summary": summary}, **fields))
+        self.append(new_record("pause", state.name, claim, summary=summary, **fields))
         now = time.monotonic()
         for child in self.children:
             if child.venture == state.name:
@@ -7902,7 +7832,7 @@ class Warden:
         state = self.venture(args.get("venture"))
         if not state.paused:
             return [f"{state.name} is not paused"]
-        self.append({"kind": "resume", "claim": "declared", "venture": state.name, "summary": f"a person resumed {state.name}"})
+        self.append(new_record("resume", state.name, summary=f"a person resumed {state.name}"))
         self.check_runnable(state)
         still = still_past_lines(state)
         if state.mandate is None:
@@ -8458,8 +8388,7 @@ class Daemon:
         if self.lock.lost:
             return None
         try:
-            return self.ledger.append(dict({"kind": kind, "claim": "measured", "venture": "self", "summary": summary}, **fields),
-                                      int(time.time()))
+            return self.ledger.append(new_record(kind, "self", summary=summary, **fields), int(time.time()))
         except LockLost:
             self.lock.lost = True
         except Exception as err:      # a ledger that cannot be written must not take the daemon down

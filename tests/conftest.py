@@ -19,6 +19,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 
 import avsm  # noqa: E402
+from ledger_checks import shape_problem, verify_chain  # noqa: E402
 
 SHARED = os.path.join(ROOT, "..", "shared")
 
@@ -223,7 +224,7 @@ def check_ledger_safety(home):
     if not os.path.exists(path):
         return
     db = avsm.open_ledger_ro(path)
-    checked, problem = avsm.verify_chain(db)
+    checked, problem = verify_chain(db)
     assert problem is None, f"chain broken at #{checked}: {problem}"
     rows = list(avsm.read_records(db))
     records = {s: (a, r) for s, a, r in rows}
@@ -231,7 +232,11 @@ def check_ledger_safety(home):
     for seq, at, r in rows:
         for key in ("kind", "claim", "venture", "summary"):
             assert key in r, f"#{seq} has no {key}"
-        assert avsm.shape_problem(r) is None, f"#{seq}: {avsm.shape_problem(r)}"     # the vocabulary (RECORD_KINDS)
+        assert shape_problem(r) is None, f"#{seq}: {shape_problem(r)}"     # the vocabulary (RECORD_KINDS)
+        _, required, optional = avsm.record_shape(r["kind"], r["venture"])      # and no field it does not name
+        assert not r.keys() - required - optional - {"kind", "claim", "venture", "summary"}, \
+            f"#{seq}: a {r['kind']} record has {sorted(r.keys() - required - optional - set(avsm.RECORD_FIELDS))}, " \
+            "which RECORD_KINDS does not name"
         assert r["claim"] in ("measured", "declared", "inferred"), f"#{seq} claim {r['claim']}"
         if r["kind"] == "ask" and r.get("about") == "interrupted":
             unknown[seq] = (r["venture"], r["lever"])

@@ -1,36 +1,19 @@
-"""List every record literal of avsm.py as (kind, claim, keys, summary's shape), one a line, sorted: a cheap proof the ledger's vocabulary
-did not move when code moved (issue 10). A record literal is a dict display with a "kind" key; an f-string kind is
-shown with {} where its values go, and so is the summary. Run: python3 tests/record_shapes.py [FILE]  (default: avsm.py beside tests/);
-compare two listings with diff, e.g. against `git show b954de0:avsm.py`."""
-import ast
+"""Print the ledger's vocabulary as RECORD_KINDS has it, one kind a line: kind, its claims (the first is the
+default), the fields it always has, those it may have. tests/record_shapes.txt is this listing, so a changed
+vocabulary is a visible diff: regenerate it with python3 tests/record_shapes.py > tests/record_shapes.txt and say so
+in the commit. Run: python3 tests/record_shapes.py  (the avsm.py beside tests/)."""
 import os
 import sys
 
-
-def kind_text(node):
-    if isinstance(node, ast.Constant):
-        return repr(node.value)
-    if isinstance(node, ast.JoinedStr):
-        return "f'" + "".join(v.value if isinstance(v, ast.Constant) else "{}" for v in node.values) + "'"
-    return "<" + type(node).__name__ + ">"
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+import avsm  # noqa: E402
 
 
-def record_shapes(source):
-    """Return the sorted (kind, claim, keys, summary) lines of every dict display with a constant "kind" key in `source`."""
-    shapes = []
-    for node in ast.walk(ast.parse(source)):
-        if not isinstance(node, ast.Dict):
-            continue
-        keys = [k.value if isinstance(k, ast.Constant) else ("**" if k is None else "<expr>") for k in node.keys]
-        if "kind" not in keys:
-            continue
-        shown = [kind_text(node.values[keys.index(k)]) if k in keys else "-" for k in ("kind", "claim", "summary")]
-        shapes.append(" ".join(shown[:2] + sorted(str(k) for k in keys if k not in ("kind", "claim", "summary")))
-                      + "  summary=" + shown[2])
-    return sorted(shapes)
+def listing():
+    """Return the lines of the listing, in the table's order."""
+    return [f"{kind:13} {'/'.join(claims):18} has: {' '.join(sorted(required)) or '-'}; may have: {' '.join(sorted(optional)) or '-'}"
+            for kind, (claims, required, optional) in avsm.RECORD_KINDS.items()]
 
 
 if __name__ == "__main__":
-    path = sys.argv[1] if len(sys.argv) > 1 else os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "avsm.py")
-    with open(path, encoding="utf-8") as fh:
-        print("\n".join(record_shapes(fh.read())))
+    print("\n".join(listing()))

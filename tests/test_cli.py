@@ -22,6 +22,7 @@ import pytest
 from conftest import ROOT, Avsm, children, cmdline, make_venture, processes_with, write
 
 import avsm
+from ledger_checks import verify_chain
 
 AVSM_PY = os.path.join(ROOT, "avsm.py")
 CONFIG_KEYS = ("nightly", "default", "backends", "escalate", "ratchet", "canary_asks", "adapters", "checkpoint",
@@ -567,7 +568,7 @@ def test_try_runs_until_interrupted_and_keeps_the_home(workdir, signum):
         assert f"avsm.py --home {home} tail 50" in err
         assert "Traceback" not in err
         db = avsm.open_ledger_ro(os.path.join(home, "ledger.db"))
-        checked, problem = avsm.verify_chain(db)
+        checked, problem = verify_chain(db)
         last = json.loads(db.execute("SELECT record FROM records ORDER BY seq DESC LIMIT 1").fetchone()[0])
         db.close()
         assert problem is None and checked >= 3

@@ -17,6 +17,7 @@ import time
 import pytest
 
 import avsm
+from ledger_checks import shape_problem
 from conftest import Avsm, check_ledger_safety, make_venture, stat_fields, write
 
 # ---- the kernel: records in, notices out -----------------------------------------------------------
@@ -60,7 +61,7 @@ def test_a_failing_notify_is_written_once_per_stretch():
     assert record["kind"] == "notify" and record["ok"] is False and record["venture"] == "self"
     assert record["status"] == "exit 1" and record["note"] == "no route to the mail host"
     assert record["notice"] == {"kind": "ask", "seq": 17} and "#17 (ask)" in record["summary"]
-    assert avsm.shape_problem(record) is None
+    assert shape_problem(record) is None
     for _ in range(3):
         stretch, record = avsm.judge_notify(stretch, other, "exit 1")
         assert record is None
