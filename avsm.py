@@ -4392,6 +4392,10 @@ Gate = collections.namedtuple("Gate", "lever basis payload trigger approval by s
                               defaults=(None, None, None, None, None, None, "", None))
 Gate.__doc__ = ("Ask the gate to prove `lever` now and run it if it can; the rule is sent back the Verdict. "
                 "`check`: the seq of the lever's passed check (it then runs without checking again).")
+Forecast = collections.namedtuple("Forecast", "lever")
+Forecast.__doc__ = "Forecast the venture before the ratchet ask for `lever`; the rule is sent whether one started."
+Ratchet = collections.namedtuple("Ratchet", "lever forecast line")
+Ratchet.__doc__ = "Write the ratchet ask for `lever`, with the mandate file changed and forecast #`forecast` cited."
 
 
 def settle_round(state, report_seq):
@@ -4771,11 +4775,6 @@ def check_rule(state, lever, verdict, summary, by, side, extra, ok, status, note
                                summary=f"{lever} refused after its check passed: {verdict.why}"))
 
 
-def ratchet_asked(state, lever):
-    """Whether a ratchet ask to delegate `lever` is open."""
-    return any(a.get("about") == "ratchet" and a.get("lever") == lever for a in state.open_asks.values())
-
-
 def ratchet_due(state, lever, n):
     """Whether self should propose delegating `lever` (SELF-02): `ratchet: n` approvals of it since the mandate
     (a denial resets the count), it waits for a person (irreversible, or it takes a model's content), it is not
@@ -4783,7 +4782,19 @@ def ratchet_due(state, lever, n):
     spec = state.mandate["levers"].get(lever) if state.mandate else None
     if not n or spec is None or spec["delegated"] or (spec["reversible"] and not spec["takes"]):
         return False
-    return state.approvals.get(lever, 0) >= n and not ratchet_asked(state, lever)
+    return state.approvals.get(lever, 0) >= n and not any(
+        a.get("about") == "ratchet" and a.get("lever") == lever for a in state.open_asks.values())
+
+
+def ratchet_rule(state, lever, n, forecast=None):
+    """Yield what an approval of `lever` (or its forecast in: `forecast` = (seq, line), (None, None) when cut
+    short) calls for: once `ratchet: n` approvals are in, the forecast first and the ask when it is written
+    (FORECAST-01), or at once when none can be made; nothing while one runs or when the count reset meanwhile."""
+    if not ratchet_due(state, lever, n) or lever in state.ratchet_forecasts:
+        return
+    if forecast is None and (yield Forecast(lever)):
+        return                                      # the ask follows the forecast
+    yield Ratchet(lever, *(forecast or (None, None)))
 
 
 def ratchet_ask(state, lever, path, new, why, forecast_seq=None, forecast_line=None):
@@ -6872,8 +6883,8 @@ class Worlds:
     worlds, forget_from(seq)                 -- venture -> the ensemble of world steps in flight for its last report;
                                                 forget those for a report from seq on (rolled back)
 
-    Handed its warden, for the config, spawn, append and append_together, carry_out (the world rule's intents),
-    its trust (a ratchet ask waits on its forecast) and whether it is stopping."""
+    Handed its warden, for the config, spawn, append and append_together, carry_out (the world and ratchet
+    rules' intents) and whether it is stopping."""
 
     def __init__(self, warden):
         self.warden, self.cfg, self.spawn, self.append = warden, warden.cfg, warden.spawn, warden.append
@@ -6895,6 +6906,8 @@ class Worlds:
         try:
             child = self.spawn("forecast", state, cached_command("forecast", []), timeout=600, payload_file=payload)
             child.extra = {"days": f["days"], "seeds": f["seeds"], "why": why, "lever": lever}
+            if why == "ratchet":
+                state.ratchet_forecasts.add(lever)
         except OSError as err:
             log(True, "warden", f"{state.name}: no forecast: {err}")
             return False
@@ -6905,15 +6918,13 @@ class Worlds:
     def forecast_done(self, state, child, status):
         """Write the forecast the program printed: an inferred record, which shows and never authorizes;
         a ratchet ask waiting on it follows."""
-        if child.ended_by in ("pause", "stop"):
-            if child.extra["why"] == "ratchet":
-                self.warden.trust.raise_ratchet(state, child.extra["lever"])     # asked without the forecast cut short
-            return
-        extra = child.extra
-        record = forecast_record(state, extra, bytes(child.out), status, child.ended_by)
-        seq = self.append(record)
+        extra, seq, line = child.extra, None, None
+        if child.ended_by not in ("pause", "stop"):         # cut short, a ratchet ask is made without it
+            record = forecast_record(state, extra, bytes(child.out), status, child.ended_by)
+            seq, line = self.append(record), record["summary"]
         if extra["why"] == "ratchet":
-            self.warden.trust.raise_ratchet(state, extra["lever"], seq, record["summary"])
+            state.ratchet_forecasts.discard(extra["lever"])
+            self.carry_out(state, ratchet_rule(state, extra["lever"], self.cfg["ratchet"], (seq, line)))
 
     def start_prediction(self, state, report_seq, scores=()):
         """A trusted report's one-step prediction (WORLD-05): the baseline's at once (a few sums), written in one
@@ -6977,38 +6988,25 @@ class Worlds:
 
 
 class Trust:
-    """Growing trust, carefully: the ratchet ask that proposes delegating a lever, and the canary asks.
+    """Growing trust, carefully: the ratchet ask (when is ratchet_rule's) and the canary asks.
 
-    ratchet(state, lever)          -- after `ratchet` approvals of a lever, ask to delegate it (once its forecast is in)
-    raise_ratchet(state, lever, ...)  -- write that ask, carrying the mandate change
+    raise_ratchet(state, lever, ...)  -- write the ask to delegate a lever, carrying the mandate change
     approve_ratchet(state, seq, ask)  -- a person approved it: write the mandate change and adopt it
     canary_answer(state, seq, ask, approved)  -- write how a canary ask was answered
 
-    Handed the config, append, start_forecast and adopt (a mandate in force, as avsm add puts it)."""
+    Handed the config, append and adopt (a mandate in force, as avsm add puts it)."""
 
-    def __init__(self, cfg, append, start_forecast, adopt):
-        self.cfg, self.append, self.start_forecast, self.adopt = cfg, append, start_forecast, adopt
+    def __init__(self, cfg, append, adopt):
+        self.cfg, self.append, self.adopt = cfg, append, adopt
 
-    def ratchet(self, state, lever):
-        """After `ratchet` approvals of one lever, self proposes delegating it: an ask carrying the mandate change,
-        made once its forecast is written (FORECAST-01)."""
-        if not ratchet_due(state, lever, self.cfg["ratchet"]) or lever in state.ratchet_forecasts:
-            return
-        if self.start_forecast(state, "ratchet", lever):
-            state.ratchet_forecasts.add(lever)      # FORECAST-01: the ask follows the forecast
-            return
-        self.raise_ratchet(state, lever)
-
-    def raise_ratchet(self, state, lever, forecast_seq=None, forecast_line=None):
-        state.ratchet_forecasts.discard(lever)
-        if not ratchet_due(state, lever, self.cfg["ratchet"]):
-            return                          # approvals reset, or asked already, while the forecast ran
+    def raise_ratchet(self, state, lever, forecast_seq, forecast_line):
+        """Write the ratchet ask, carrying the mandate file with `lever` delegated (or why it cannot)."""
         path = os.path.join(state.directory, "mandate.yaml")
         try:
             new, why = delegate_lever(read_mandate_file(path), lever, path), None
         except (OSError, Fail, ValueError) as err:
             new, why = None, str(err)
-        self.append(ratchet_ask(state, lever, path, new, why, forecast_seq, forecast_line))
+        return self.append(ratchet_ask(state, lever, path, new, why, forecast_seq, forecast_line))
 
     def approve_ratchet(self, state, seq, ask):
         """A person approved delegating a lever: write the mandate change and adopt it, as avsm add would."""
@@ -7413,7 +7411,7 @@ class Warden:
         self.worlds = Worlds(self)
         self.roles = RolesCalls(self.avsmd.tell)
         self.decisions = Decisions(self)
-        self.trust = Trust(cfg, self.append, self.worlds.start_forecast, self.adopt)
+        self.trust = Trust(cfg, self.append, self.adopt)
         self.rounds = Rounds(cfg, home, self.ventures, self.children, self.spawn, self.append, self.carry_out,
                              self.worlds.start_prediction, debug)
         channel.setblocking(False)
@@ -7627,6 +7625,10 @@ class Warden:
             elif isinstance(intent, Pause):
                 self.pause(state, intent.record["claim"], intent.record["summary"],
                            **{k: v for k, v in intent.record.items() if k not in ("kind", "claim", "venture", "summary")})
+            elif isinstance(intent, Forecast):
+                result = self.worlds.start_forecast(state, "ratchet", intent.lever)
+            elif isinstance(intent, Ratchet):
+                seq = self.trust.raise_ratchet(state, intent.lever, intent.forecast, intent.line)
             else:
                 result = prove(state, intent.lever, int(time.time()), intent.basis, trigger=intent.trigger,
                                approval=intent.approval, payload=intent.payload, check=intent.check)
@@ -7786,7 +7788,7 @@ class Warden:
         if not any(isinstance(intent, Gate) for intent, _ in done):
             return [f"#{seq} answered; nothing runs on it"]
         action = done[-1][1]
-        self.trust.ratchet(state, lever)
+        self.carry_out(state, ratchet_rule(state, lever, self.cfg["ratchet"]))
         return [f"#{seq} approved; {lever} " + (f"runs as action #{action}" if action else "runs once its check passes")]
 
     def do_ask(self, args, err):

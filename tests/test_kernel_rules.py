@@ -350,6 +350,41 @@ def test_ratchet_and_canary_rules():
     assert record["kind"] == "canary" and record["passed"] is False and "Nothing ran" in line
 
 
+def test_ratchet_rule_forecasts_first():
+    """SELF-02, FORECAST-01: n approvals of a lever call for its forecast first, and the ask only when that is in
+    (or at once when none can be made, or the forecast was cut short); nothing while it runs, nothing when a
+    denial reset the count meanwhile, nothing before n."""
+    led = Ledger(GUARDED % "pause")
+    def approve():
+        ask = led.add({"kind": "ask", "claim": "measured", "venture": V, "about": "lever", "lever": "wipe", "summary": "?"})
+        led.add({"kind": "approval", "claim": "declared", "venture": V, "ask": ask, "lever": "wipe", "summary": "yes"})
+    approve()
+    assert list(avsm.ratchet_rule(led.state, "wipe", 2)) == [], "one approval of two"
+    approve()
+    rule = avsm.ratchet_rule(led.state, "wipe", 2)
+    assert next(rule) == avsm.Forecast("wipe")
+    assert list(_rest(rule, False)) == [avsm.Ratchet("wipe", None, None)], "no forecast made: asked at once"
+    rule = avsm.ratchet_rule(led.state, "wipe", 2)
+    assert next(rule) == avsm.Forecast("wipe") and list(_rest(rule, True)) == [], "the ask waits on the forecast"
+    led.state.ratchet_forecasts.add("wipe")             # as start_forecast does when it starts one
+    assert list(avsm.ratchet_rule(led.state, "wipe", 2)) == [], "a forecast runs: not again"
+    led.state.ratchet_forecasts.discard("wipe")         # as forecast_done does
+    assert list(avsm.ratchet_rule(led.state, "wipe", 2, (40, "forecast line"))) == [avsm.Ratchet("wipe", 40, "forecast line")]
+    assert list(avsm.ratchet_rule(led.state, "wipe", 2, (None, None))) == [avsm.Ratchet("wipe", None, None)]
+    ask = led.add({"kind": "ask", "claim": "measured", "venture": V, "about": "lever", "lever": "wipe", "summary": "?"})
+    led.add({"kind": "denial", "claim": "declared", "venture": V, "ask": ask, "lever": "wipe", "summary": "no"})
+    assert list(avsm.ratchet_rule(led.state, "wipe", 2, (41, "line"))) == [], "denied while it ran: the count reset"
+
+
+def _rest(rule, answer):
+    """The intents `rule` yields after its first is answered with `answer`."""
+    try:
+        yield rule.send(answer)
+    except StopIteration:
+        return
+    yield from rule
+
+
 def test_restart_rule_backs_off_and_asks_at_the_ceiling():
     """RUN-06, open point 31: a kept program that dies quickly after a restart waits twice as long each time up
     to the ceiling, where it asks once; one that ran long starts afresh; a pause or restart: never starts nothing."""
