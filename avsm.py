@@ -8783,6 +8783,14 @@ def need_int(text, what):
 SEQ_MAX = 2 ** 63 - 1               # SQLite's largest integer: no record is numbered past it
 
 
+def since_option(arg, rest, missing):
+    """The X of `--since X` (taken from `rest`) or `--since=X` when `arg` is one, else None; Fail(64, `missing`)
+    when X is not given."""
+    if arg == "--since":
+        return rest.pop(0) if rest else refuse(missing, EX_USAGE)
+    return arg.split("=", 1)[1] if arg.startswith("--since=") else None
+
+
 def cmd_add(home, args):
     if len(args) != 1 or not args[0]:
         raise Fail(EX_USAGE, "usage: avsm add DIR")
@@ -9008,12 +9016,8 @@ def cmd_tail(home, args):
     rest = list(args)
     while rest:
         arg = rest.pop(0)
-        if arg == "--since":
-            if not rest:
-                raise Fail(EX_USAGE, "usage: avsm tail --since SEQ")
-            since = need_int(rest.pop(0), "a record number")
-        elif arg.startswith("--since="):
-            since = need_int(arg.split("=", 1)[1], "a record number")
+        if (value := since_option(arg, rest, "usage: avsm tail --since SEQ")) is not None:
+            since = need_int(value, "a record number")
         elif arg in ("-f", "--follow"):
             follow = True
         elif arg == "-n" and rest and rest[0].isdigit() and rest[0].isascii():
@@ -9047,13 +9051,9 @@ def cmd_summary(home, args):
     since_text, rest = "24h", list(args)
     while rest:
         arg = rest.pop(0)
-        if arg == "--since":
-            if not rest:
-                raise Fail(EX_USAGE, "avsm summary --since needs a duration or a record number, such as 24h, 7d or 1200")
-            since_text = rest.pop(0)
-        elif arg.startswith("--since="):
-            since_text = arg.split("=", 1)[1]
-        else:
+        since_text = since_option(arg, rest, "avsm summary --since needs a duration or a record number, such as 24h, "
+                                             "7d or 1200")
+        if since_text is None:
             raise Fail(EX_USAGE, f"avsm summary does not take '{arg}'; usage: avsm summary [--since DURATION|SEQ], "
                                  f"such as --since 24h, --since 7d or --since 1200")
     since, seconds = since_arg(since_text, "summary")    # bad usage (64) is found before the ledger (66)
@@ -9989,12 +9989,9 @@ def cmd_chart(home, args):
     name, since, rest = None, None, list(args)
     while rest:
         arg = rest.pop(0)
-        if arg == "--since":
-            if not rest:
-                raise Fail(EX_USAGE, f"--since needs a duration or a record number (--since 24h, --since 17); {CHART_USAGE}")
-            since = rest.pop(0)
-        elif arg.startswith("--since="):
-            since = arg.split("=", 1)[1]
+        if (value := since_option(arg, rest, f"--since needs a duration or a record number (--since 24h, --since 17); "
+                                             f"{CHART_USAGE}")) is not None:
+            since = value
         elif arg == "--":
             names, rest = rest, []          # what follows -- is a name, even one that begins with -
             if len(names) > 1 or (names and name is not None):
