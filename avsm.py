@@ -2735,8 +2735,8 @@ def fold(state, seq, at, record):
             state.misses[asked.get("lever")] = 0
         elif kind == "denial" and lever and asked.get("about") != "interrupted":
             state.approvals[lever] = 0          # "it did not happen" denies no lever
-        if kind != "resolved" and asked.get("about") == "stuck" and asked.get("side"):
-            state.side(asked["side"])["seen"] = True    # a person has seen this excursion stuck: no ask again in it
+        if asked.get("about") == "stuck" and asked.get("side"):     # settled (it ran), or seen: no ask again in it
+            state.side(asked["side"]).update({"stuck": None} if kind == "resolved" else {"seen": True})
         if state.implausible_ask == record.get("ask"):
             state.implausible_ask = None
             state.implausible_answered = kind != "resolved"     # asked once in this stretch, answered or not
@@ -2768,6 +2768,8 @@ def fold_controller_intent(state, record):
     side["streak"] = []
     if state.mandate["controller"].get("deadband") is not None:
         side["armed"] = False
+    if record["kind"] in ("action", "ask"):
+        side["stuck"] = None            # it ran, or a person is asked: stuck no longer
     if record["kind"] == "ask":
         side["asked"] = True            # one ask per excursion, answered or not (DESIGN)
     if record["kind"] == "refusal" and record.get("stuck"):
@@ -4721,6 +4723,7 @@ def approval_rule(state, seq, ask, payload, edited, problem, now):
         yield Write(new_record("refusal", state.name, lever=lever, ask=seq, why=verdict.why,
                                summary=f"{lever} refused on approval of #{seq}: {verdict.why}"))
         raise Fail(EX_DATAERR, f"{lever} refused: {verdict.why}")
+    yield from unstick_rule(state, ask.get("side"), f"{lever} ran again, approved in #{approval}")
 
 
 def person_proposal_rule(state, lever, payload, content_why):
@@ -7787,7 +7790,7 @@ class Warden:
         done = self.carry_out(state, approval_rule(state, seq, ask, payload, "payload" in args, problem, int(time.time())))
         if not any(isinstance(intent, Gate) for intent, _ in done):
             return [f"#{seq} answered; nothing runs on it"]
-        action = done[-1][1]
+        action = next(seq for intent, seq in reversed(done) if isinstance(intent, Gate))
         self.carry_out(state, ratchet_rule(state, lever, self.cfg["ratchet"]))
         return [f"#{seq} approved; {lever} " + (f"runs as action #{action}" if action else "runs once its check passes")]
 

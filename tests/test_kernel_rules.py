@@ -245,6 +245,32 @@ def test_stuck_at_the_cap_is_written_once_with_when_it_clears_and_one_ask():
     assert kinds(done) == [("Write", "resolved")] and not [a for a in led.state.open_asks.values() if a["about"] == "stuck"]
 
 
+def test_stuck_ends_when_the_lever_is_asked_about_or_runs_again():
+    """Stuck (the README's Stuck): an irreversible lever held at its cap is stuck; once the cap frees up and the
+    controller asks about it, the venture is no longer stuck (status says so, not the cap's way out), and when a
+    person approves that ask and the lever runs, the stuck ask of its side is settled: it ran again."""
+    led = Ledger(IRREVERSIBLE.replace("cap: 5/day", "cap: 1/hour"))
+    seq = led.add(report(12))
+    first = dict(led.drive(avsm.settle_round(led.state, seq)))["Write"]
+    ask = led.seq
+    led.drive(avsm.approval_rule(led.state, ask, first, None, False, None, led.at + 1))
+    led.add(outcome("wipe", led.seq))
+    led.add(report(5))
+    seq = led.add(report(12))
+    done = led.drive(avsm.settle_round(led.state, seq))
+    assert kinds(done) == [("Gate", "wipe"), ("Write", "refusal"), ("Write", "ask")] and done[1][1]["stuck"] == "cap"
+    stuck = led.seq
+    assert avsm.status_row(led.state, led.at).state == "stuck"
+    led.at += 3600                                       # the cap frees up
+    seq = led.add(report(13))
+    done = led.drive(avsm.settle_round(led.state, seq))
+    assert kinds(done) == [("Gate", "wipe"), ("Write", "ask")], done
+    assert led.state.side("above")["stuck"] is None and avsm.status_row(led.state, led.at).state != "stuck"
+    done = led.drive(avsm.approval_rule(led.state, led.seq, done[1][1], None, False, None, led.at + 1))
+    assert kinds(done) == [("Write", "approval"), ("Gate", "wipe"), ("Write", "resolved")] and done[1][1][2].ok
+    assert done[2][1]["ask"] == stuck and "wipe ran again" in done[2][1]["summary"] and stuck not in led.state.open_asks
+
+
 def test_an_answered_stuck_ask_is_not_asked_again_in_its_excursion():
     """Issue 22 item 3: a person who answered a stuck ask has seen it: when the reason changes within the same
     excursion (the cap, then the budget) the refusal is written, and no new ask; back inside and out again, a
