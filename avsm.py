@@ -1718,12 +1718,12 @@ REQUESTS = {
     "deny": {"ask": "seq"}, "ask": {"ask": "seq"}, "checkpoint": {},
 }
 REQUEST_KEYS = ("v", "cmd", "args")
-READ_REQUESTS = ("ping", "health", "status", "asks", "ask", "checkpoint")     # what a read-only key's bridge relays
+READ_REQUESTS = ("ping", "health", "status", "asks", "ask")     # what a read-only key's bridge relays
 
 # The bridge (avsm bridge, the forced command of an ssh key) relays the requests above, and runs these client
 # verbs for `avsm --host`: each reads the ledger or the far side's files, or asks its avsmd, exactly as there.
 BRIDGE_VERBS = {"status": "read", "summary": "read", "tail": "read", "asks": "read", "why": "read", "chart": "read",
-                "checkpoint": "read", "doctor": "read", "add": "write", "approve": "write", "deny": "write",
+                "checkpoint": "write", "doctor": "read", "add": "write", "approve": "write", "deny": "write",
                 "propose": "write", "decide": "write", "pause": "write", "resume": "write"}
 BRIDGE_KEYS = {"verb": "name", "argv": "list", "home": "path?", "stdin": "text?", "as": "text?",
                "tty": "flag?", "utf8": "flag?"}
@@ -8787,8 +8787,7 @@ SEQ_MAX = 2 ** 63 - 1               # SQLite's largest integer: no record is num
 
 
 def since_option(arg, rest, missing):
-    """The X of `--since X` (taken from `rest`) or `--since=X` when `arg` is one, else None; Fail(64, `missing`)
-    when X is not given."""
+    """The X of `--since X` (from `rest`) or `--since=X` when `arg` is one, else None; Fail(64, `missing`) without X."""
     if arg == "--since":
         return rest.pop(0) if rest else refuse(missing, EX_USAGE)
     return arg.split("=", 1)[1] if arg.startswith("--since=") else None
@@ -9015,24 +9014,22 @@ def ledger_path(home):
 
 def cmd_tail(home, args):
     """tail [N] [-f] | tail --since SEQ: records one per line, straight from the ledger."""
-    since, count, follow = None, 10, None
-    rest = list(args)
+    since, count, follow, rest = None, 10, None, list(args)
     while rest:
         arg = rest.pop(0)
-        if (value := since_option(arg, rest, "usage: avsm tail --since SEQ")) is not None:
+        value = since_option(arg, rest, "usage: avsm tail --since SEQ")
+        if value is not None:
             since = need_int(value, "a record number")
         elif arg in ("-f", "--follow"):
             follow = True
         elif arg == "-n" and rest and rest[0].isdigit() and rest[0].isascii():
             count = int(rest.pop(0))
-            if count < 1:
-                raise Fail(EX_DATAERR, f"tail -n {count}: there is no record before #1; give a count of at least 1")
         elif arg.lstrip("-").isdigit() and arg.isascii() and len(arg) - len(arg.lstrip("-")) <= 1:
             count = abs(int(arg))           # tail -5, as Unix tail: the last five
-            if count < 1:
-                raise Fail(EX_DATAERR, f"tail {arg}: there is no record before #1; give a count of at least 1")
         else:
             raise Fail(EX_USAGE, f"avsm tail does not take '{arg}'; usage: avsm tail [N] [-f] | avsm tail --since SEQ")
+    if count < 1:
+        raise Fail(EX_DATAERR, "there is no record before #1; give avsm tail a count of at least 1")
     db = open_ledger_ro(ledger_path(home))
     if since is None:
         last = last_seq(db)
@@ -9401,6 +9398,8 @@ def bridge_verb(home, message, read_only):
     if read_only and (BRIDGE_VERBS[verb] != "read" or verb == "doctor" and "--cut" in argv):
         raise Fail(EX_DATAERR, f"this key may only read (avsm bridge --read-only): {verb} is refused; "
                                f"it needs a key whose bridge may write")
+    if verb == "propose" and "--payload" in argv and argv[argv.index("--payload") + 1:][:1] != ["-"]:
+        raise Fail(EX_DATAERR, "through the bridge a payload comes as --payload -: no file of this host is read for it")
     REMOTE.update((k, m[k]) for k in ("as", "tty", "utf8") if m.get(k) is not None)
     if m.get("stdin") is not None:
         sys.stdin = io.StringIO(m["stdin"])
@@ -9471,6 +9470,8 @@ def run_remote(target, verb, argv):
     if verb == "propose" and "--payload" in argv[:-1]:
         at = argv.index("--payload")
         stdin, argv = read_payload(argv[at + 1]), argv[:at + 1] + ["-"] + argv[at + 2:]
+    elif "-" in argv:
+        stdin = sys.stdin.read()            # doctor --checkpoint -: what - reads is here, sent along
     request = {"v": 1, "verb": verb, "argv": argv, "home": host["home"], "stdin": stdin, "as": REMOTE["as"],
                "tty": bool(sys.stdout and sys.stdout.isatty()), "utf8": utf8_output()}
     return ssh_bridge(host, request)[0]
@@ -9992,8 +9993,8 @@ def cmd_chart(home, args):
     name, since, rest = None, None, list(args)
     while rest:
         arg = rest.pop(0)
-        if (value := since_option(arg, rest, f"--since needs a duration or a record number (--since 24h, --since 17); "
-                                             f"{CHART_USAGE}")) is not None:
+        value = since_option(arg, rest, f"--since needs a duration or a record number (--since 24h, --since 17); {CHART_USAGE}")
+        if value is not None:
             since = value
         elif arg == "--":
             names, rest = rest, []          # what follows -- is a name, even one that begins with -
@@ -11022,7 +11023,7 @@ def status_row(state, now, keep=None, cfg=None, ascii=False):
         condition = "paused"
         guards = [f"guard {name}: #{info['last'][0]} {format_number(info['last'][1])} past its bound since #{info['episode']}"
                   for name, info in sorted(state.guards.items()) if info.get("past") and info.get("last")]
-        why = "; ".join(guards) + ("; " if guards else "") + f"avsm resume {state.name} starts it again"
+        why = "; ".join(guards) + ("; once it reads inside, " if guards else "") + f"avsm resume {state.name} starts it again"
     elif m is None:
         condition, why = "cannot run", str(state.problem or "its adopted mandate cannot be read")
     elif held:

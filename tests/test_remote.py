@@ -222,12 +222,15 @@ def test_the_forced_command_refuses_what_is_not_a_request_and_what_a_read_only_k
     before = len(fleet.daemons[0].records())
     assert fleet.avsm("--host", "ro", "status").returncode == 0
     assert fleet.avsm("--host", "ro", "tail", "2").returncode == 0
-    for args in (["pause", "shop"], ["propose", "shop", "reset"], ["doctor", "--cut", "2"], ["add", fleet.top]):
+    for args in (["pause", "shop"], ["propose", "shop", "reset"], ["doctor", "--cut", "2"], ["add", fleet.top],
+                 ["checkpoint"]):           # a checkpoint is written when asked for: no read
         refused = fleet.avsm("--host", "ro", *args)
         assert refused.returncode == 65 and f"may only read (avsm bridge --read-only): {args[0]} is refused" in refused.stderr
         assert refused.stderr.startswith("avsm: ro: ")
-    relay = fleet.ssh("ro", input='{"v": 1, "cmd": "pause", "args": {"venture": "shop"}}\n')
-    assert '"exit": 65' in relay.stdout and "pause is refused" in relay.stdout
+    for cmd in ("pause", "checkpoint"):
+        relay = fleet.ssh("ro", input=f'{{"v": 1, "cmd": "{cmd}", "args": {{"venture": "shop"}}}}\n'.replace(
+            ', "args": {"venture": "shop"}' if cmd == "checkpoint" else "@", ', "args": {}'))
+        assert '"exit": 65' in relay.stdout and f"{cmd} is refused" in relay.stdout, relay.stdout
     other = fleet.avsm("--host", f"ro:{fleet.homes[1]}", "status")
     assert other.returncode == 65 and f"serves {home}" in other.stderr
     assert len(fleet.daemons[0].records()) == before, "nothing was written"
@@ -294,7 +297,8 @@ def test_a_fleet_file_that_does_not_hold_is_refused_where_it_is_wrong(fleet, tex
     (b'{"verb": "status", "argv": [], "home": "relative"}\n', 65, "this bridge serves"),
     (b'{"verb": "status", "argv": [], "v": 2}\n', 64, "version 1"),
     (b"a" * (17 * 1024 * 1024), 64, "a line longer than avsm reads"),
-], ids=["deep", "no-newline", "usage", "argv-text", "home-relative", "version", "huge"])
+    (b'{"verb": "propose", "argv": ["shop", "note", "--payload", "/etc/shadow"]}\n', 65, "no file of this host is read"),
+], ids=["deep", "no-newline", "usage", "argv-text", "home-relative", "version", "huge", "payload-path"])
 def test_the_bridge_refuses_what_is_no_request_with_its_code(home, data, code, words):
     """Issue 23 item 1, hostile input: the bridge run as a forced command is handed anything; each is refused
     with its code and one line, never a traceback, and a verb keeps its own code even when the other end closes
@@ -303,3 +307,19 @@ def test_the_bridge_refuses_what_is_no_request_with_its_code(home, data, code, w
                           capture_output=True, timeout=30)
     err = done.stderr.decode()
     assert done.returncode == code and words in err and "Traceback" not in err, (done.returncode, err[-400:])
+
+
+def test_a_checkpoint_kept_here_is_checked_against_the_far_ledger(fleet):
+    """Issue 24 with issue 23: `avsm --host HOST doctor --checkpoint -` reads the checkpoint kept on this side
+    from standard input and sends it along (it hung, the far doctor reading the ssh channel); it says what the
+    same doctor says there."""
+    home = fleet.homes[0]
+    kept = fleet.avsm("--home", home, "checkpoint")
+    assert kept.returncode == 0 and kept.stdout, kept.stderr
+    local = fleet.avsm("--home", home, "doctor", "--checkpoint", "-", input=kept.stdout)
+    remote = fleet.avsm("--host", f"host1:{home}", "doctor", "--checkpoint", "-", input=kept.stdout, timeout=30)
+    assert remote.returncode == local.returncode and "checkpoint" in remote.stdout, (remote.stdout, remote.stderr)
+    lines = kept.stdout.splitlines()
+    forged = "\n".join(lines[:2] + ["f" * 64] + lines[3:]) + "\n"       # the head's hash, not the ledger's
+    refused = fleet.avsm("--host", f"host1:{home}", "doctor", "--checkpoint", "-", input=forged, timeout=30)
+    assert refused.returncode == 65, (refused.stdout, refused.stderr)
