@@ -10801,11 +10801,12 @@ def verified_checkpoint(home, db, found):
         found.fail(EX_NOINPUT, "--quick: no full doctor has verified a checkpoint of this ledger yet",
                    f"{client_command(home)} doctor   (a full check; --quick then checks from its newest checkpoint on)")
         return None
-    row = db.execute("SELECT hash FROM records WHERE seq = ?", (seq,)).fetchone()
-    if row is None or row[0] != digest:
+    row = db.execute("SELECT prev, at, record FROM records WHERE seq = ?", (seq,)).fetchone()
+    now = row and chain_hash(row[0], seq, row[1], row[2])       # its contents hashed again, not its hash column
+    if now != digest:
         found.fail(EX_DATAERR, f"--quick refused: checkpoint #{seq}, which a full doctor verified, no longer matches the "
                                f"ledger (" + ("it holds no such record" if row is None else
-                                              f"#{seq} now hashes to {row[0][:16]}, not {digest[:16]}") + ")",
+                                              f"#{seq} now hashes to {now[:16]}, not {digest[:16]}") + ")",
                    f"{client_command(home)} doctor   (a full check says where the ledger changed)")
         return None
     return seq, digest

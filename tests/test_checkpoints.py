@@ -170,6 +170,15 @@ def test_quick_checks_from_the_newest_checkpoint_a_full_doctor_verified(av, work
     quick = av.cli("doctor", "--quick")
     assert quick.returncode == 0 and "which a full doctor verified" in quick.stdout and "were not re-read" in quick.stdout
     assert av.stop()[0] == 0
+    ckpt = max(int(name.split(".")[0]) for name in os.listdir(os.path.join(av.home, "checkpoints")) if name.endswith(".txt"))
+    db = sqlite3.connect(os.path.join(av.home, "ledger.db"))        # the checkpointed record's text edited, its hash
+    db.executescript("DROP TRIGGER records_no_update;")            # column left: --quick hashes it again
+    db.execute("UPDATE records SET record = record || ' ' WHERE seq = ?", (ckpt,))       # still JSON, other bytes
+    db.commit()
+    db.executescript(avsm.LEDGER_SCHEMA)
+    db.close()
+    edited = av.cli("doctor", "--quick")
+    assert edited.returncode == 65 and f"--quick refused: checkpoint #{ckpt}" in edited.stdout, edited.stdout
     rewrite(av.home, 1)
     refused = av.cli("doctor", "--quick")
     assert refused.returncode == 65 and "--quick refused" in refused.stdout, refused.stdout
