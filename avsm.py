@@ -9470,7 +9470,7 @@ def run_remote(target, verb, argv):
     if verb == "propose" and "--payload" in argv[:-1]:
         at = argv.index("--payload")
         stdin, argv = read_payload(argv[at + 1]), argv[:at + 1] + ["-"] + argv[at + 2:]
-    elif "-" in argv:
+    elif verb == "doctor" and "--checkpoint" in argv and argv[argv.index("--checkpoint") + 1:][:1] == ["-"]:
         stdin = sys.stdin.read()            # doctor --checkpoint -: what - reads is here, sent along
     request = {"v": 1, "verb": verb, "argv": argv, "home": host["home"], "stdin": stdin, "as": REMOTE["as"],
                "tty": bool(sys.stdout and sys.stdout.isatty()), "utf8": utf8_output()}
