@@ -1498,7 +1498,7 @@ def reading_timeout(c, item, path):
 # ---- the config -------------------------------------------------------------
 
 CONFIG_KEYS = {"nightly", "default", "backends", "escalate", "ratchet", "forecast", "canary_asks", "checkpoint",
-               "adapters", "research", "notify"}
+               "adapters", "research", "notify", "metrics"}
 BACKEND_KEYS = {"anthropic": {"kind", "model", "key", "url", "effort", "version", "max_tokens"},
                 "openai": {"kind", "url", "model", "key", "max_tokens", "api", "effort"},
                 "command": {"kind", "run", "offbox"}}
@@ -1512,6 +1512,8 @@ FORECAST_DEFAULT = {"days": 30, "seeds": 16}
 CONFIG_ENV_MAX = 128 * 1024 - len("AVSM_CONFIG=") - 1     # Linux's limit on one environment string, less the name
 NOTIFY_TIMEOUT = 30                # seconds a notify command may take unless `notify: {timeout: ...}` says
 NOTIFY_EXAMPLE = 'notify: "mail -s avsm you@example.com"'
+METRICS_EVERY = 15                 # seconds between two writes of the metrics textfile, or every:
+METRICS_EXAMPLE = "metrics: {textfile: /var/lib/prometheus/node-exporter/avsm.prom, every: 15s}"
 PACKET_FORECAST = {"days": 7, "seeds": 8}       # a decision packet's, unless the config says
 
 
@@ -1583,6 +1585,7 @@ def parse_config(text, source="config.yaml"):
             c.fail(("adapters", name, "from"), "from is one address on one line, as in ops@example.com")
     cfg["research"] = c.text(doc.get("research"), ("research",), "research", required=False)
     cfg["notify"] = parse_notify(c, doc.get("notify"))
+    cfg["metrics"] = parse_metrics(c, doc.get("metrics"))
     cfg["checkpoint"] = parse_checkpoint_config(c, doc.get("checkpoint"))
     size = len(json.dumps(cfg))
     if size > CONFIG_ENV_MAX:       # avsmd could not start its warden: the exec would fail (E2BIG)
@@ -1645,6 +1648,67 @@ def parse_notify(c, value):
     return {"run": run.strip(), "timeout": timeout}
 
 
+def parse_metrics(c, value):
+    """Return the Prometheus textfile's settings as {textfile, every}, or None when there is none.
+
+    metrics ::= {textfile: PATH, every: DURATION}
+    PATH is absolute and ends in .prom; every is 15s unless it says"""
+    path = ("metrics",)
+    if value is None:
+        return None
+    if not isinstance(value, dict):
+        c.fail(path, f"metrics is a mapping, as {METRICS_EXAMPLE}, not {shown_value(value)}")
+    c.mapping(value, path, {"textfile", "every"}, "metrics")
+    if "textfile" not in value:
+        c.fail(path, f"metrics has no 'textfile'; write {METRICS_EXAMPLE}")
+    textfile = c.text(value["textfile"], path + ("textfile",), "textfile")
+    if "\0" in textfile or not os.path.isabs(textfile):
+        c.fail(path + ("textfile",),
+               f"textfile is a file's absolute path in the directory node_exporter's "
+               f"--collector.textfile.directory names, as "
+               f"/var/lib/prometheus/node-exporter/avsm.prom, not {textfile!r}")
+    if not textfile.endswith(".prom") or textfile.endswith("/.prom"):
+        c.fail(path + ("textfile",),
+               f"node_exporter's textfile collector reads only files named NAME.prom; "
+               f"name the textfile so, as {os.path.join(os.path.dirname(textfile), 'avsm.prom')}")
+    every = METRICS_EVERY
+    if "every" in value:
+        every = c.parsed(parse_duration, value["every"], path + ("every",))
+    return {"textfile": os.path.normpath(textfile), "every": every}
+
+
+def metrics_problem(spec):
+    """Return why the metrics textfile cannot be written where the config says (its directory
+    missing or not writable by this user, or the file a directory), or None: avsmd -t, avsmd's
+    start and avsm doctor refuse it (78)."""
+    if spec is None:
+        return None
+    textfile = spec["textfile"]
+    directory = os.path.dirname(textfile)
+    if not os.path.isdir(directory):
+        return (f"the textfile's directory {directory} is not there; make it "
+                f"(mkdir -p {directory}) or name the directory node_exporter's "
+                f"--collector.textfile.directory reads")
+    if not os.access(directory, os.W_OK | os.X_OK):
+        return (f"the textfile's directory {directory} cannot be written by this user "
+                f"(uid {os.getuid()}); give it write access (chgrp GROUP {directory} && "
+                f"chmod g+w {directory}) or name another")
+    if os.path.isdir(textfile):
+        return f"the textfile {textfile} is a directory; name a file in it, as {textfile}/avsm.prom"
+    return None
+
+
+def describe_metrics(spec):
+    """Return the line avsmd -t says of the metrics textfile: where and how often it is written."""
+    if spec is None:
+        return (f"metrics: not set; no figures are written for Prometheus "
+                f"(set one in config.yaml, as {METRICS_EXAMPLE})")
+    return (f"metrics: the figures of every venture and of the home are written to "
+            f"{spec['textfile']} every {format_duration(spec['every'])}, in Prometheus's text "
+            f"format, mode 0644, in whole (to {spec['textfile']}.PID.tmp beside it, then renamed), "
+            f"for node_exporter's textfile collector")
+
+
 def describe_notify(notify):
     """Return the line avsmd -t says of the notify command: what runs it, or that nobody is told."""
     if notify is None:
@@ -1685,6 +1749,9 @@ def format_config(cfg):
     lines.append(f"research: {yaml_scalar(cfg['research'])}")
     notify = cfg.get("notify")
     lines.append("notify: " + (flow({"run": notify["run"], "timeout": format_duration(notify["timeout"])}) if notify else "null"))
+    metrics = cfg.get("metrics")
+    lines.append("metrics: " + (flow(dict(metrics, every=format_duration(metrics["every"])))
+                                if metrics else "null"))
     lines.append("checkpoint: " + flow(dict(cfg["checkpoint"], every=format_duration(cfg["checkpoint"]["every"]))))
     return "\n".join(lines) + "\n"
 
@@ -1946,6 +2013,7 @@ RECORD_KINDS = {kind: (tuple(claims.split()), set(required.split()), set(optiona
     ("self.restart", "measured", "process restart_in", ""), ("self.sweep", "measured", "groups", ""),
     ("self.cut", "measured", "before backup", ""),
     ("self.notify", "measured", "ok failed", "status note notice"),    # the notify command failed (once a stretch), or works again
+    ("self.metrics", "measured", "ok failed textfile", "note"),    # its textfile failed, or works
 )}
 
 
@@ -2590,7 +2658,8 @@ class VentureState:
                  "sides", "actions", "open_asks", "implausible_ask", "implausible_answered", "running", "guards",
                  "audits", "read", "peak", "unwinds", "approvals", "free_steps", "lever_steps", "ran_since", "effects",
                  "misses", "suspended", "ratchet_forecasts", "grants", "checks", "world_reports", "prediction",
-                 "scores", "scored", "world_failing", "world_state", "proposals", "asks_made", "__dict__")
+                 "scores", "scored", "world_failing", "world_state", "proposals", "asks_made",
+                 "counted", "__dict__")
 
     def __init__(self, name):
         self.name = name
@@ -2635,6 +2704,9 @@ class VentureState:
         self.world_failing = False    # the last world record is a failed step: the next failure writes nothing
         self.world_state = None       # the state the world command returned last (not folded: a restart starts from null)
         self.proposals = {}           # seq of a model's proposal of an action no action, ask or refusal answered yet -> lever
+        # the metrics' counters over every record of the venture (a _total never goes back at a
+        # restart): its reports, failed and implausible reports, refusals, and refusals by lever
+        self.counted = {"reports": 0, "failed": 0, "implausible": 0, "refusals": 0, "by_lever": {}}
 
     def side(self, name):
         """A controller side: armed (deadband), its streak of crossed reports (hold), asked in this excursion."""
@@ -2664,6 +2736,9 @@ def fold(state, seq, at, record):
         state.guards, state.audits, state.peak, state.approvals = {}, {}, None, {}
         return state
     if kind == "report":
+        state.counted["reports"] += 1
+        if record.get("status") in ("failed", "implausible"):
+            state.counted[record["status"]] += 1
         previous = state.last_report
         fold_report(state, seq, at, record)
         fold_world(state, seq, at, record, previous)
@@ -2700,6 +2775,9 @@ def fold(state, seq, at, record):
         if guard in state.guards and record.get("ok"):
             state.guards[guard]["unwind_ok"] = True
     elif kind == "refusal":
+        by_lever = state.counted["by_lever"]
+        state.counted["refusals"] += 1
+        by_lever[record.get("lever")] = by_lever.get(record.get("lever"), 0) + 1
         state.proposals.pop(record.get("proposal"), None)
         fold_controller_intent(state, record)
     elif kind == "ask":
@@ -4222,6 +4300,17 @@ def fold_ledger(states, seq, at, record, parse=None):
     return state
 
 
+def count_self(counted, record):
+    """Count one of avsmd's own records into `counted` (the metrics' counters of the home): each
+    start of avsmd, and each restart of its warden or roles process, by process; return it."""
+    if record.get("venture") == "self" and record.get("kind") == "start":
+        counted["starts"] = counted.get("starts", 0) + 1
+    elif record.get("venture") == "self" and record.get("kind") == "restart":
+        restarts = counted.setdefault("restarts", {})
+        restarts[str(record.get("process"))] = restarts.get(str(record.get("process")), 0) + 1
+    return counted
+
+
 def stored_basis(action, records):
     """Return (basis, approval, check, exact) of a stored action: what the gate was asked, for the re-check.
     An action older than its stored basis has them read back from its proof, and exact is False (no steps)."""
@@ -5141,6 +5230,27 @@ def notice_message(notice, commands, home):
     return "\n".join(shown_text(line) for line in lines) + "\n", event
 
 
+def judge_metrics(failed, spec, failure):
+    """Return (the writes of the metrics textfile that failed in a row, the record to write or None)
+    after one write: `failure` is None when it was written, else why not. A failing write is written
+    once per stretch of failures, and once more when a write works again, saying how many failed;
+    each is tried again at `every`."""
+    textfile, every = spec["textfile"], format_duration(spec["every"])
+    if failure is None:
+        return 0, None if not failed else new_record(
+            "metrics", "self", ok=True, failed=failed, textfile=textfile,
+            summary=f"the metrics textfile {textfile} is written again, "
+                    f"after {failed} write(s) that failed")
+    if failed:
+        return failed + 1, None
+    return 1, new_record(
+        "metrics", "self", ok=False, failed=1, textfile=textfile, note=failure[-NOTE_MAX:],
+        summary=f"the metrics textfile {textfile} cannot be written ({failure}); it is tried again "
+                f"every {every}, and no further failure is written until it works: make its "
+                f"directory writable by avsmd's user, or name another metrics: textfile in "
+                f"config.yaml and restart avsmd")
+
+
 def notify_failure(ended_by, status, timeout):
     """Return how one run of the notify command failed, from what ended it and its exit status, or None when it
     told its notice (it exited 0 and nothing ended it)."""
@@ -5649,6 +5759,26 @@ def write_payload(data):
     with os.fdopen(fd, "wb") as fh:
         fh.write(data)
     return path
+
+
+def write_textfile(path, text):
+    """Write `text` to `path` in whole, so that node_exporter never reads half of it: to
+    PATH.PID.tmp beside it (a rename is atomic only within a filesystem; node_exporter reads only
+    *.prom, so never this one), mode 0644 whatever the umask (node_exporter often runs as another
+    user), then renamed over `path`."""
+    temporary = f"{path}.{os.getpid()}.tmp"
+    if os.path.lexists(temporary):
+        os.unlink(temporary)              # never write through a name someone planted
+    fd = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o644)
+    try:
+        os.fchmod(fd, 0o644)
+        with os.fdopen(fd, "w", encoding="utf-8") as fh:
+            fh.write(text)
+        os.replace(temporary, path)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(temporary)
+        raise
 
 
 def write_venture_file(directory, payload):
@@ -7371,6 +7501,53 @@ def newest_checkpoint(directory):
     return None
 
 
+class Metrics:
+    """Writes the figures (metrics_text) to the config's metrics.textfile every `every`, computed
+    only then; a write that fails is written once a stretch (judge_metrics), and tried again at the
+    next `every`.
+
+    due(now)     -- whether a write is due at monotonic `now` (never with no metrics: in the config)
+    count(db)    -- count avsmd's records since the last count (count_self): its starts, restarts
+    write(states, home, now) -- write the file; return the record judge_metrics says to write
+    Holds when the next write is due, avsmd's records counted and up to which seq, and the failures
+    in a row."""
+
+    def __init__(self, home, spec, debug=False):
+        self.home, self.spec, self.debug = home, spec, debug
+        self.next_at = time.monotonic()     # the first at the warden's first turn, once folded
+        self.counted, self.seen, self.failed = {}, 0, 0
+
+    def due(self, now):
+        return self.spec is not None and now >= self.next_at
+
+    def count(self, db):
+        """Count avsmd's own starts and restarts written since the last count: avsmd writes them,
+        not the warden, and a roles process restarts while the warden runs. Only those are read."""
+        rows = db.execute("SELECT seq, record FROM records WHERE seq > ? "
+                          "AND (record LIKE ? OR record LIKE ?) ORDER BY seq",
+                          (self.seen, '{"claim":"measured","kind":"start",%',
+                           '{"claim":"measured","kind":"restart",%')).fetchall()
+        for seq, text in rows:
+            count_self(self.counted, load_record(text, seq))
+        head = ledger_head(db)
+        self.seen = head[0] if head else 0
+        return self.seen
+
+    def write(self, states, home, now):
+        self.next_at = time.monotonic() + self.spec["every"]
+        failure = None
+        try:
+            write_textfile(self.spec["textfile"], metrics_text(states, home, now))
+        except OSError as err:
+            failure = f"{err.strerror or err}" + (f": {err.filename}" if err.filename else "")
+            sys.stderr.write(f"avsmd: the metrics textfile {self.spec['textfile']} cannot be "
+                             f"written: {failure}; "
+                             f"tried again in {format_duration(self.spec['every'])}\n")
+        self.failed, record = judge_metrics(self.failed, self.spec, failure)
+        log(self.debug, "warden", f"metrics: {failure or 'written to ' + self.spec['textfile']}")
+        return record
+
+
 class Warden:
     """The only process that acts: ticks ventures, runs their programs, appends their records.
 
@@ -7400,6 +7577,7 @@ class Warden:
                                    self.tell_person, self.refold, debug)
         self.append_together = self.writer.append_together
         self.checkpoints = Checkpoints(home, cfg["checkpoint"], debug)
+        self.metrics = Metrics(home, cfg.get("metrics"), debug)
         self.schedule = Schedule()
         self.next_nightly = next_nightly(cfg["nightly"])
         self.stopping = False
@@ -7430,9 +7608,14 @@ class Warden:
 
     # ---- the ventures, replayed from the ledger ----
     def load(self):
-        """Replay the ledger into venture states; settle runs a dead warden left without an outcome."""
+        """Replay the ledger into venture states (and avsmd's own records into the metrics'
+        counters); settle runs a dead warden left without an outcome."""
+        seq = 0
         for seq, at, record in scan_records(self.ledger.db):
             fold_ledger(self.ventures, seq, at, record)
+            if record.get("venture") == "self":
+                count_self(self.metrics.counted, record)
+        self.metrics.seen = seq
         for state in self.ventures.values():
             self.check_runnable(state)
             self.carry_out(state, interrupted_rule(state, time.time()))
@@ -7507,6 +7690,7 @@ class Warden:
                 self.tick(time.monotonic())
             self.writer.commit_when_due(self.stopping)     # this wake-up's records, and the next ones' for up to GROUP_WINDOW
             self.write_checkpoint(due=True)
+            self.write_metrics()
             self.avsmd.flush()
             if self.stopping and not self.children:
                 for seq, d in list(self.decisions.escalations.items()):     # ESC-04: every escalation gets its answer
@@ -7533,6 +7717,28 @@ class Warden:
             sys.stderr.write(f"avsmd: no checkpoint could be written to {self.checkpoints.dir}: {err}\n")
             return None
 
+    def write_metrics(self):
+        """Write the figures to metrics.textfile when due and the head is committed; what it says
+        of the home beside the ventures: the head, the ledger's size, the newest checkpoint, avsmd's
+        starts and restarts."""
+        import sqlite3
+        if not self.metrics.due(time.monotonic()) or self.ledger.held is not None:
+            return
+        try:
+            head = self.metrics.count(self.ledger.db)
+        except sqlite3.Error:
+            head = (self.ledger.last or (0,))[0]      # a ledger that cannot be read: the last head
+        try:
+            size = os.stat(os.path.join(self.home, "ledger.db")).st_size
+        except OSError:
+            size = None
+        kept = (self.checkpoints.seq, self.checkpoints.at) if self.checkpoints.seq else None
+        facts = HomeFacts(self.home, head, size, kept, self.metrics.counted)
+        record = self.metrics.write(self.ventures, facts, time.time())
+        if record is not None:
+            with contextlib.suppress(LedgerDown):
+                self.append(record)
+
     def do_checkpoint(self, args, err):
         self.writer.commit()
         written = self.write_checkpoint()
@@ -7551,6 +7757,8 @@ class Warden:
                 times.append(now + 0.05)        # no pidfd here, or a dying group: look again soon
         times += self.keeper.wakeups()
         times += self.rounds.deadlines()
+        if self.metrics.spec is not None:
+            times.append(self.metrics.next_at)
         if self.writer.ledger_down:
             times.append(self.writer.retry_at)
         elif self.next_nightly is not None:
@@ -8418,6 +8626,8 @@ class Daemon:
         """Make the home, take its lock, end the groups an earlier avsmd left, open the ledger (refusing one
         that does not read), and record the start; return the groups swept."""
         refuse(socket_problem(self.home), EX_CONFIG)
+        refuse(metrics_problem(self.cfg.get("metrics")) and
+               f"{self.cfg_path}: metrics: {metrics_problem(self.cfg.get('metrics'))}", EX_CONFIG)
         if os.path.exists(self.home) and not os.path.isdir(self.home):
             raise Fail(EX_CANTCREAT, f"{self.home} is not a directory; give --home a directory")
         os.makedirs(self.home, mode=0o700, exist_ok=True)
@@ -9643,6 +9853,10 @@ def test_config(home, cfg, path):
     if notify_problem:
         sys.stderr.write(f"avsmd: {path}: notify: {notify_problem}\n")
         code = EX_CONFIG
+    out(describe_metrics(cfg["metrics"]))
+    if metrics_problem(cfg["metrics"]):
+        sys.stderr.write(f"avsmd: {path}: metrics: {metrics_problem(cfg['metrics'])}\n")
+        code = EX_CONFIG
     try:
         adopted = adopted_mandates(home)
     except (sqlite3_errors(), ValueError, Fail) as err:
@@ -10595,7 +10809,9 @@ def doctor_home(home, found):
 def doctor_config(home, found):
     path = os.path.join(home, "config.yaml")
     try:
-        read_config(home)
+        problem = metrics_problem(read_config(home)[0]["metrics"])
+        if problem:
+            raise Fail(EX_CONFIG, f"{path}: metrics: {problem}")
         found.ok(f"config {path}" + ("" if os.path.exists(path) else " (not there: every default)"))
     except Fail as fail:
         found.fail(EX_CONFIG, str(fail), f"edit {path}, then {program_command('avsmd', home)} -t")
@@ -10987,6 +11203,8 @@ SPARK_BLOCKS = "\u2581\u2582\u2583\u2584\u2585\u2586\u2587\u2588"     # the eigh
 SPARK_ASCII = "_.-~=+*#"                                              # the same heights where UTF-8 cannot go
 SPARK_WIDTH = 16                                                      # trusted reports a sparkline shows
 
+# the states status_row gives
+STATUS_STATES = ("running", "paused", "stuck", "implausible", "unconfirmed", "cannot run")
 StatusRow = collections.namedtuple("StatusRow", "name state value age spark levers asks why")
 StatusRow.__doc__ = """One venture at a glance: its state (running, paused, stuck, implausible, unconfirmed, cannot run),
 the last trusted value and its age in seconds (None before the first), the sparkline, its levers' runs against
@@ -11195,6 +11413,121 @@ def describe_calibration_lines(state):
     if state.mandate["calibration"] is None:
         return [line + "; a ranking goes to the gate (no calibration: bar)"]
     return [line + (f"; a ranking would run: {why}" if ok else f"; a ranking would ask, not run: {why}")]
+
+
+# ---- the figures for Prometheus (issue 35 item 2) ----
+# `metrics: {textfile: PATH, every: 15s}` has the warden write these every `every`, in Prometheus's
+# text exposition format, to the file node_exporter's textfile collector reads: avsm opens no
+# listener for them. Pure: the folded states, a few facts of the home and `now` in, the text out.
+# A venture's state is the one status_row decides; the counters (_total) are folded from the
+# ledger, so a restart never sets them back.
+
+HomeFacts = collections.namedtuple("HomeFacts", "home head ledger_bytes checkpoint counted")
+HomeFacts.__doc__ = """What the figures say of the home beside its ventures: its path (a label on
+every sample, so two homes' files in one directory do not collide), the ledger's head seq and its
+size in bytes (None when it cannot be read), the newest checkpoint as (seq, at) or None, and
+avsmd's own records counted by count_self."""
+
+METRIC_FAMILIES = (     # (name, type, help) in the file's order; one with no sample is left out
+    ("avsm_venture_state", "gauge",
+     "1 for the state avsm status shows the venture in, 0 for each other state"),
+    ("avsm_venture_value", "gauge", "The value of the venture's last trusted report of its metric"),
+    ("avsm_venture_bound", "gauge", "A bound of the venture's controller: past it, its lever runs"),
+    ("avsm_venture_last_trusted_report_age_seconds", "gauge",
+     "Seconds since the venture's last trusted report"),
+    ("avsm_venture_reports_total", "counter", "Reports of the venture's metric"),
+    ("avsm_venture_failed_reports_total", "counter",
+     "Reports of the venture's metric that failed: no number was read"),
+    ("avsm_venture_implausible_reports_total", "counter",
+     "Reports of the venture's metric judged implausible, never acted on"),
+    ("avsm_venture_refusals_total", "counter",
+     "Refusals of the venture, those of a lever its mandate does not name among them"),
+    ("avsm_venture_open_asks", "gauge", "Asks of the venture waiting for a person's answer"),
+    ("avsm_lever_runs_total", "counter", "Runs of a lever: actions the gate proved"),
+    ("avsm_lever_refusals_total", "counter", "Refusals of a lever the venture's mandate names"),
+    ("avsm_ledger_head_seq", "gauge", "The seq of the ledger's last record"),
+    ("avsm_ledger_bytes", "gauge", "The size of the ledger's file"),
+    ("avsm_checkpoint_seq", "gauge", "The seq of the head the newest checkpoint wrote down"),
+    ("avsm_checkpoint_age_seconds", "gauge", "Seconds since the newest checkpoint was written"),
+    ("avsm_avsmd_starts_total", "counter", "Starts of avsmd on the home"),
+    ("avsm_restarts_total", "counter", "Restarts of avsmd's warden or roles process, by process"),
+)
+VENTURE_COUNTERS = {"reports": "avsm_venture_reports_total",
+                    "failed": "avsm_venture_failed_reports_total",
+                    "implausible": "avsm_venture_implausible_reports_total",
+                    "refusals": "avsm_venture_refusals_total"}     # VentureState.counted's
+
+
+def exposition_label(value):
+    """Return a label's value as the exposition format quotes it: backslash, double quote and
+    newline escaped (a character UTF-8 cannot hold, a lone surrogate, as ?)."""
+    text = str(value).encode("utf-8", "replace").decode("utf-8")
+    return text.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n")
+
+
+def exposition_number(value):
+    """Return a sample's value as the exposition format writes it: a whole number as digits, +Inf,
+    -Inf, NaN, else the shortest text that reads back as the same float."""
+    value = float(value) if isinstance(value, float) else int(value)
+    if isinstance(value, int) or value.is_integer() and abs(value) < 2 ** 53:
+        return str(int(value))
+    if value != value:
+        return "NaN"
+    if value in (math.inf, -math.inf):
+        return "+Inf" if value > 0 else "-Inf"
+    return repr(value)
+
+
+def metrics_text(states, home, now):
+    """Return the figures of every adopted venture of `states` and of the home (HomeFacts) at
+    `now`, in Prometheus's text exposition format (0.0.4): for each family # HELP, # TYPE, then its
+    samples, with no timestamp (node_exporter's textfile collector refuses one)."""
+    samples = {name: [] for name, _, _ in METRIC_FAMILIES}
+
+    def add(family, value, **labels):
+        samples[family].append((labels, value))
+    for name in sorted(states):
+        state = states[name]
+        if state.mandate_seq is None:
+            continue                    # not adopted: status does not show it, nor do these
+        row, m, counted = status_row(state, now), state.mandate, state.counted
+        for each in STATUS_STATES:
+            add("avsm_venture_state", int(row.state == each), venture=name, state=each)
+        if row.value is not None:
+            add("avsm_venture_value", row.value, venture=name)
+            add("avsm_venture_last_trusted_report_age_seconds", round(max(0.0, row.age), 3),
+                venture=name)
+        for side_name, way, bound, lever in controller_sides(m):
+            add("avsm_venture_bound", bound, venture=name, side=way, lever=lever)
+        for key, family in VENTURE_COUNTERS.items():
+            add(family, counted[key], venture=name)
+        add("avsm_venture_open_asks", len(state.open_asks), venture=name)
+        runs = set(state.actions) | (set(m["levers"]) | set(BUILTIN_LEVERS) if m else set())
+        for lever in sorted(runs, key=str):          # a forbidden lever never runs; it is refused
+            add("avsm_lever_runs_total", len(state.actions.get(lever, ())),
+                venture=name, lever=lever)
+        for lever in sorted(runs | set(m["forbidden"] if m else ()), key=str):
+            add("avsm_lever_refusals_total", counted["by_lever"].get(lever, 0),
+                venture=name, lever=lever)
+    add("avsm_ledger_head_seq", home.head)
+    if home.ledger_bytes is not None:
+        add("avsm_ledger_bytes", home.ledger_bytes)
+    if home.checkpoint is not None:
+        add("avsm_checkpoint_seq", home.checkpoint[0])
+        add("avsm_checkpoint_age_seconds", round(max(0.0, now - home.checkpoint[1]), 3))
+    add("avsm_avsmd_starts_total", home.counted.get("starts", 0))
+    restarts = home.counted.get("restarts", {})
+    for process in sorted(set(restarts) | {"warden", "roles"}):
+        add("avsm_restarts_total", restarts.get(process, 0), process=process)
+    lines = []
+    for family, kind, text in METRIC_FAMILIES:
+        if samples[family]:
+            lines += [f"# HELP {family} {text}", f"# TYPE {family} {kind}"]
+        for labels, value in samples[family]:
+            quoted = ",".join(f'{k}="{exposition_label(v)}"' for k, v in
+                              dict(home=home.home, **labels).items())
+            lines.append(f"{family}{{{quoted}}} {exposition_number(value)}")
+    return "\n".join(lines) + "\n"
 
 
 # =============================================================================
