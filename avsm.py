@@ -11468,14 +11468,15 @@ def exposition_label(value):
 def exposition_number(value):
     """Return a sample's value as the exposition format writes it: a whole number as digits, +Inf,
     -Inf, NaN, else the shortest text that reads back as the same float."""
-    value = float(value) if isinstance(value, float) else int(value)
-    if isinstance(value, int) or value.is_integer() and abs(value) < 2 ** 53:
+    if isinstance(value, int):
+        return str(int(value))
+    if value.is_integer() and abs(value) < 2 ** 53:
         return str(int(value))
     if value != value:
         return "NaN"
     if value in (math.inf, -math.inf):
         return "+Inf" if value > 0 else "-Inf"
-    return repr(value)
+    return repr(float(value))
 
 
 def metrics_text(states, home, now):
@@ -11483,32 +11484,33 @@ def metrics_text(states, home, now):
     `now`, in Prometheus's text exposition format (0.0.4): for each family # HELP, # TYPE, then its
     samples, with no timestamp (node_exporter's textfile collector refuses one)."""
     samples = {name: [] for name, _, _ in METRIC_FAMILIES}
+    at_home = f'home="{exposition_label(home.home)}"'
 
-    def add(family, value, **labels):
-        samples[family].append((labels, value))
+    def add(family, value, labels=""):      # labels: ',NAME="VALUE"...', each value escaped
+        samples[family].append(f"{family}{{{at_home}{labels}}} {exposition_number(value)}")
     for name in sorted(states):
         state = states[name]
         if state.mandate_seq is None:
             continue                    # not adopted: status does not show it, nor do these
         row, m, counted = status_row(state, now), state.mandate, state.counted
+        of = f',venture="{exposition_label(name)}"'
         for each in STATUS_STATES:
-            add("avsm_venture_state", int(row.state == each), venture=name, state=each)
+            add("avsm_venture_state", int(row.state == each), f'{of},state="{each}"')
         if row.value is not None:
-            add("avsm_venture_value", row.value, venture=name)
-            add("avsm_venture_last_trusted_report_age_seconds", round(max(0.0, row.age), 3),
-                venture=name)
+            add("avsm_venture_value", row.value, of)
+            add("avsm_venture_last_trusted_report_age_seconds", round(max(0.0, row.age), 3), of)
         for side_name, way, bound, lever in controller_sides(m):
-            add("avsm_venture_bound", bound, venture=name, side=way, lever=lever)
+            add("avsm_venture_bound", bound, f'{of},side="{way}",lever="{exposition_label(lever)}"')
         for key, family in VENTURE_COUNTERS.items():
-            add(family, counted[key], venture=name)
-        add("avsm_venture_open_asks", len(state.open_asks), venture=name)
+            add(family, counted[key], of)
+        add("avsm_venture_open_asks", len(state.open_asks), of)
         runs = set(state.actions) | (set(m["levers"]) | set(BUILTIN_LEVERS) if m else set())
         for lever in sorted(runs, key=str):          # a forbidden lever never runs; it is refused
             add("avsm_lever_runs_total", len(state.actions.get(lever, ())),
-                venture=name, lever=lever)
+                f'{of},lever="{exposition_label(lever)}"')
         for lever in sorted(runs | set(m["forbidden"] if m else ()), key=str):
             add("avsm_lever_refusals_total", counted["by_lever"].get(lever, 0),
-                venture=name, lever=lever)
+                f'{of},lever="{exposition_label(lever)}"')
     add("avsm_ledger_head_seq", home.head)
     if home.ledger_bytes is not None:
         add("avsm_ledger_bytes", home.ledger_bytes)
@@ -11518,15 +11520,12 @@ def metrics_text(states, home, now):
     add("avsm_avsmd_starts_total", home.counted.get("starts", 0))
     restarts = home.counted.get("restarts", {})
     for process in sorted(set(restarts) | {"warden", "roles"}):
-        add("avsm_restarts_total", restarts.get(process, 0), process=process)
+        add("avsm_restarts_total", restarts.get(process, 0),
+            f',process="{exposition_label(process)}"')
     lines = []
     for family, kind, text in METRIC_FAMILIES:
         if samples[family]:
-            lines += [f"# HELP {family} {text}", f"# TYPE {family} {kind}"]
-        for labels, value in samples[family]:
-            quoted = ",".join(f'{k}="{exposition_label(v)}"' for k, v in
-                              dict(home=home.home, **labels).items())
-            lines.append(f"{family}{{{quoted}}} {exposition_number(value)}")
+            lines += [f"# HELP {family} {text}", f"# TYPE {family} {kind}"] + samples[family]
     return "\n".join(lines) + "\n"
 
 

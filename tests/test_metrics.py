@@ -392,3 +392,25 @@ def test_promtool_check_metrics_finds_nothing(stopped_file):
     with open(stopped_file, "rb") as fh:
         run = subprocess.run(["promtool", "check", "metrics"], stdin=fh, capture_output=True, timeout=30)
     assert run.returncode == 0 and not run.stdout.strip() and not run.stderr.strip(), run.stdout + run.stderr
+
+
+@pytest.mark.skipif(shutil.which("promtool") is None,
+                    reason="no promtool here: apt-get install prometheus (.ci/run tries) to check the README's rule")
+def test_the_readmes_queries_and_alerting_rule_hold(tmp_path):
+    """Issue 35 item 2: the README's two PromQL queries and its alerting rule (a venture stuck for 15 minutes)
+    are what `promtool check rules` accepts, and name only metrics avsm writes."""
+    with open(os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "README.md"),
+              encoding="utf-8") as fh:
+        section = fh.read().split("\n## Prometheus\n", 1)[1].split("\n## ", 1)[0]
+    queries = [line.split("   #")[0].strip() for line in
+               re.search(r"```promql\n(.*?)```", section, re.S)[1].splitlines() if line.strip()]
+    rule = re.search(r"```yaml\n(groups:.*?)```", section, re.S)[1]
+    assert len(queries) == 2 and 'avsm_venture_state{state="stuck"} == 1' in rule and "for: 15m" in rule
+    families = {name for name, _, _ in avsm.METRIC_FAMILIES}
+    for text in queries + [rule]:
+        assert set(re.findall(r"\bavsm_[a-z_]+", text)) <= families, text
+    rules = rule + "".join(f"      - record: avsm:readme:{i}\n        expr: '{q}'\n" for i, q in enumerate(queries))
+    path = tmp_path / "rules.yml"
+    path.write_text(rules)
+    run = subprocess.run(["promtool", "check", "rules", str(path)], capture_output=True, text=True, timeout=30)
+    assert run.returncode == 0 and "SUCCESS: 3 rules found" in run.stdout, run.stdout + run.stderr
