@@ -5771,8 +5771,8 @@ def write_textfile(path, text):
         os.unlink(temporary)              # never write through a name someone planted
     fd = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o644)
     try:
-        os.fchmod(fd, 0o644)
         with os.fdopen(fd, "w", encoding="utf-8") as fh:
+            os.fchmod(fh.fileno(), 0o644)
             fh.write(text)
         os.replace(temporary, path)
     except BaseException:
@@ -7523,15 +7523,15 @@ class Metrics:
     def count(self, db):
         """Count avsmd's own starts and restarts written since the last count: avsmd writes them,
         not the warden, and a roles process restarts while the warden runs. Only those are read."""
-        rows = db.execute("SELECT seq, record FROM records WHERE seq > ? "
+        head = (ledger_head(db) or (0,))[0]     # first: what avsmd appends after it waits its turn
+        rows = db.execute("SELECT seq, record FROM records WHERE seq > ? AND seq <= ? "
                           "AND (record LIKE ? OR record LIKE ?) ORDER BY seq",
-                          (self.seen, '{"claim":"measured","kind":"start",%',
+                          (self.seen, head, '{"claim":"measured","kind":"start",%',
                            '{"claim":"measured","kind":"restart",%')).fetchall()
         for seq, text in rows:
             count_self(self.counted, load_record(text, seq))
-        head = ledger_head(db)
-        self.seen = head[0] if head else 0
-        return self.seen
+        self.seen = max(self.seen, head)
+        return head
 
     def write(self, states, home, now):
         self.next_at = time.monotonic() + self.spec["every"]
@@ -7757,8 +7757,8 @@ class Warden:
                 times.append(now + 0.05)        # no pidfd here, or a dying group: look again soon
         times += self.keeper.wakeups()
         times += self.rounds.deadlines()
-        if self.metrics.spec is not None:
-            times.append(self.metrics.next_at)
+        if self.metrics.spec is not None and self.ledger.held is None:
+            times.append(self.metrics.next_at)        # held: written once the group commits
         if self.writer.ledger_down:
             times.append(self.writer.retry_at)
         elif self.next_nightly is not None:

@@ -14,6 +14,7 @@ import inspect
 import os
 import re
 import shutil
+import signal
 import socket
 import subprocess
 import time
@@ -22,7 +23,7 @@ import urllib.request
 import pytest
 
 import avsm
-from conftest import check_ledger_safety, make_venture, write
+from conftest import check_ledger_safety, children, make_venture, write
 from ledger_checks import shape_problem
 
 LEVER = 'say "hi" \\ now'           # a lever's name is any text: a double quote and a backslash to escape
@@ -255,7 +256,8 @@ def test_avsmd_writes_the_textfile_and_its_counters_survive_a_restart(av, workdi
     """Issue 35 item 2: a real avsmd with metrics: writes the file (mode 0644 under a umask of 077, no temporary
     file left beside it), updates it every `every`, shows the venture stuck at its cap (its lever ran once,
     then refused: RUN-05), and after a restart of avsmd the counters go on from where they were (folded from
-    the ledger), with avsmd's starts at 2."""
+    the ledger), with avsmd's starts at 2; a roles process killed while the warden runs, then the warden,
+    each count as a restart of its process."""
     textfile, d = tank(av, workdir)
     was = os.umask(0o077)
     try:
@@ -283,6 +285,16 @@ def test_avsmd_writes_the_textfile_and_its_counters_survive_a_restart(av, workdi
         assert value_of(after, name, **labels) >= value_of(stopped, name, **labels) > 0, name
     assert value_of(after, "avsm_lever_runs_total", lever=LEVER) == 1
     assert value_of(after, "avsm_checkpoint_seq") > 0
+    roles = [p for p in children(av.proc.pid) if p not in av.wardens()]      # a fork of avsmd, no program
+    assert len(roles) == 1
+    os.kill(roles[0], signal.SIGKILL)       # restarted while the warden runs: counted from the ledger
+    read_when(textfile, lambda f: value_of(f, "avsm_restarts_total", process="roles") == 1,
+              what="the roles process's restart counted")
+    os.kill(av.wardens()[0], signal.SIGKILL)
+    last = read_when(textfile, lambda f: value_of(f, "avsm_restarts_total", process="warden") == 1,
+                     what="the warden's restart counted")
+    assert value_of(last, "avsm_restarts_total", process="roles") == 1
+    assert value_of(last, "avsm_venture_reports_total") >= value_of(after, "avsm_venture_reports_total")
 
 
 def test_a_write_that_fails_is_written_once_and_tried_again(av, workdir):
