@@ -7540,10 +7540,9 @@ class Metrics:
             write_textfile(self.spec["textfile"], metrics_text(states, home, now))
         except OSError as err:
             failure = f"{err.strerror or err}" + (f": {err.filename}" if err.filename else "")
-            sys.stderr.write(f"avsmd: the metrics textfile {self.spec['textfile']} cannot be "
-                             f"written: {failure}; "
-                             f"tried again in {format_duration(self.spec['every'])}\n")
         self.failed, record = judge_metrics(self.failed, self.spec, failure)
+        if record is not None:          # once a stretch of failures, and once when it ends
+            sys.stderr.write(f"avsmd: {record['summary']}\n")
         log(self.debug, "warden", f"metrics: {failure or 'written to ' + self.spec['textfile']}")
         return record
 

@@ -298,8 +298,9 @@ def test_avsmd_writes_the_textfile_and_its_counters_survive_a_restart(av, workdi
 
 
 def test_a_write_that_fails_is_written_once_and_tried_again(av, workdir):
-    """Issue 35 item 2: the textfile's directory gone while avsmd runs: one `metrics` record of self says so,
-    avsmd keeps running, and once the directory is back the file is written again and one more record says so."""
+    """Issue 35 item 2: the textfile's directory gone while avsmd runs: one `metrics` record of self (and one
+    line on avsmd's standard error) says so, avsmd keeps running, and once the directory is back the file is
+    written again and one more record says so."""
     textfile, d = tank(av, workdir)
     av.start()
     read_when(textfile, lambda f: value_of(f, "avsm_ledger_head_seq") is not None)
@@ -308,7 +309,8 @@ def test_a_write_that_fails_is_written_once_and_tried_again(av, workdir):
                          what="a metrics record of the failure")
     assert len(failed) == 1 and failed[0]["textfile"] == textfile and "No such file" in failed[0]["note"]
     assert av.proc.poll() is None and "cannot be written" in av.stderr()
-    time.sleep(2.5)                     # failures in the same stretch write nothing more
+    time.sleep(2.5)                     # failures in the same stretch write nothing more, nor log
+    assert av.stderr().count("cannot be written") == 1, av.stderr()
     os.makedirs(os.path.dirname(textfile))
     read_when(textfile, lambda f: value_of(f, "avsm_ledger_head_seq") is not None, what="the file written again")
     again = av.wait_for(lambda rs: [r for _, _, r in rs if r["kind"] == "metrics" and r["ok"]], timeout=10)
