@@ -82,8 +82,8 @@ class Edges:
                                      ("tank", TANK, {"report": "#!/bin/sh\necho 50\n", "drain": OK}),
                                      ("edge", EDGE, {"report": HOSTILE_REPORT, "poke": OK})):
             assert self.av.cli("add", make_venture(top, name, mandate, files)).returncode == 0
-        self.av.wait_for(lambda rs: {r["venture"] for _, _, r in rs if r["kind"] == "report"} >= {"shop", "tank", "edge"},
-                         what="a report of each venture")
+        self.av.wait_for(lambda rs: {r["venture"] for _, _, r in rs if r["kind"] == "report"}
+                         >= {"shop", "tank", "edge"}, what="a report of each venture")
         self.ask = self.av.wait_for(lambda rs: [s for s, _, r in rs if r["kind"] == "ask"], what="the tank's ask")[0]
         if self.ssh_ok:
             self.start_sshd()
@@ -271,9 +271,10 @@ EDGES = {
 
 @pytest.mark.parametrize("name", list(EDGES))
 def test_a_hostile_edge_of_the_bridge_holds(edges, name):
-    """Issue 32 items 1, 2, 11, 12 and issue 37 item 7 (REQUIREMENTS: REMOTE-*, the bridge's rows): each hostile
-    edge ends in its exit code and its one message, never a hang, a traceback or a shell; what it must not
-    write or run, it did not."""
+    """Issue 32 items 1, 2, 11, 12 and issue 37 item 7: each hostile edge ends in its exit code and its one
+    message, never a hang, a traceback or a shell; what it must not write or run, it did not. DOCTOR-02 (a
+    read-only doctor writes no cache), DOCTOR-04 (a loose key line is named with its fix), open point 2 (one
+    JSON line a request, the socket 0600)."""
     edge = EDGES[name]
     if edge.via == "check":
         edge.also(edges, None)
@@ -411,4 +412,5 @@ def roles_not_dumpable(e):
         if uid == nobody and ppid == e.av.proc.pid:
             roles.append(p)
     assert roles, "no roles process of nobody's under this avsmd"
-    assert os.stat(f"/proc/{roles[0]}/environ").st_uid == 0, "the roles process is dumpable: its /proc files are nobody's"
+    assert os.stat(f"/proc/{roles[0]}/environ").st_uid == 0, \
+        "the roles process is dumpable: its files under /proc are nobody's"
