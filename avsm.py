@@ -10967,20 +10967,8 @@ def bridge_key_problems(text):
     line ::= [option (',' option)*] keytype key [comment]; option ::= name ['=' '"' text '"']"""
     problems = []
     for number, line in enumerate(text.splitlines(), 1):
-        options, quoted, i, line = [""], False, 0, line.strip()
-        while i < len(line) and (quoted or line[i] not in " \t") and not line.startswith("#"):
-            if line[i] == "\\" and quoted:
-                options[-1] += line[i:i + 2]
-                i += 2
-                continue
-            if line[i] == '"':
-                quoted = not quoted
-            elif line[i] == "," and not quoted:
-                options.append("")
-                i += 1
-                continue
-            options[-1] += line[i]
-            i += 1
+        field = re.match(r'(?:[^\s"]|"(?:[^"\\]|\\.)*")*', line.strip()).group()
+        options = re.findall(r'(?:[^,"]|"(?:[^"\\]|\\.)*")+', field)   # a comma in quotes splits none
         names = {option.split("=", 1)[0].lower() for option in options}
         command = next((o.split("=", 1)[1] for o in options
                         if o.lower().startswith("command=")), "")
