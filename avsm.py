@@ -10968,7 +10968,7 @@ def bridge_key_problems(text):
     problems = []
     for number, line in enumerate(text.splitlines(), 1):
         field = re.match(r'(?:[^\s"]|"(?:[^"\\]|\\.)*")*', line.strip()).group()
-        options = re.findall(r'(?:[^,"]|"(?:[^"\\]|\\.)*")+', field)   # a comma in quotes splits none
+        options = re.findall(r'(?:[^,"]|"(?:[^"\\]|\\.)*")+', field)     # quoted commas split none
         names = {option.split("=", 1)[0].lower() for option in options}
         command = next((o.split("=", 1)[1] for o in options
                         if o.lower().startswith("command=")), "")
