@@ -1597,6 +1597,7 @@ def parse_config(text, source="config.yaml"):
 
 
 CHECKPOINT_NAMESPACE = "avsm-checkpoint"      # ssh-keygen -Y's namespace unless the config names another
+CHECKPOINT_MAX = 64 * 1024      # bytes a kept checkpoint or its .sig may have (one is 300 or so)
 
 
 def parse_checkpoint_config(c, value):
@@ -1786,12 +1787,14 @@ REQUESTS = {
 }
 REQUEST_KEYS = ("v", "cmd", "args")
 READ_REQUESTS = ("ping", "health", "status", "asks", "ask")     # what a read-only key's bridge relays
+REQUEST_MAX = 1024 * 1024      # bytes of one request line avsmd reads; a longer one is refused (64)
 
 # The bridge (avsm bridge, the forced command of an ssh key) relays the requests above, and runs these client
 # verbs for `avsm --host`: each reads the ledger or the far side's files, or asks its avsmd, exactly as there.
 BRIDGE_VERBS = {"status": "read", "summary": "read", "tail": "read", "asks": "read", "why": "read", "chart": "read",
                 "checkpoint": "write", "doctor": "read", "add": "write", "approve": "write", "deny": "write",
                 "propose": "write", "decide": "write", "pause": "write", "resume": "write"}
+BRIDGE_PATH_OPTIONS = {"propose": ("--payload",), "doctor": ("--checkpoint",)}
 BRIDGE_KEYS = {"verb": "name", "argv": "list", "home": "path?", "stdin": "text?", "as": "text?",
                "tty": "flag?", "utf8": "flag?"}
 JSON_DEPTH = 64                 # nesting a payload may have: an edited payload is a page, not a tower
@@ -5467,6 +5470,18 @@ def send_line(sock, message):
     send_bytes(sock, (json.dumps(message, separators=(",", ":")) + "\n").encode())
 
 
+def request_line(message):
+    """Return a client's request as the line avsmd reads, or Fail(64) for one past REQUEST_MAX:
+    avsmd would refuse it while it is still being sent, and the client hear only a broken pipe."""
+    data = (json.dumps(message, separators=(",", ":")) + "\n").encode()
+    if len(data) > REQUEST_MAX:
+        cmd = message.get("cmd", "request")
+        raise Fail(EX_USAGE, f"this {cmd} request is {len(data) / 2**20:.1f} MiB, and avsmd reads "
+                             f"one JSON object a line, in UTF-8, of at most 1 MiB: send less "
+                             f"(a smaller payload, a shorter name)")
+    return data
+
+
 def send_bytes(sock, data):
     """Send all of `data`; a non-blocking socket waits for room only when it has none (rarely: one line fits)."""
     try:
@@ -5493,17 +5508,30 @@ def receive(sock, size=65536):
 
 
 class LineReader:
-    """Splits bytes from a non-blocking socket into JSON objects, one per line."""
+    """Splits bytes from a non-blocking socket into JSON objects, one per line. Linear in what it
+    is fed: a line's pieces wait unjoined until its newline comes, so a long line is not split
+    again at each read (a 16 MiB line read 64 KiB at a time took seconds)."""
 
     def __init__(self, limit=16 * 1024 * 1024):
-        self.buffer, self.limit = b"", limit
+        self.pieces, self.size, self.limit = [], 0, limit
 
     def feed(self, data):
-        self.buffer += data
-        if len(self.buffer) > self.limit:
+        if b"\n" not in data:
+            self.pieces.append(data)
+            self.size += len(data)
+            if self.size > self.limit:
+                raise ValueError("a line longer than avsm reads")
+            return []
+        first, *lines, rest = data.split(b"\n")
+        lines.insert(0, b"".join(self.pieces) + first)
+        self.pieces, self.size = [rest], len(rest)
+        if self.size > self.limit or any(len(line) > self.limit for line in lines):
             raise ValueError("a line longer than avsm reads")
-        *lines, self.buffer = self.buffer.split(b"\n")
         return [json.loads(line) for line in lines if line.strip()]
+
+    def waiting(self):
+        """Return whether part of a line (not only blanks) waits for its newline."""
+        return any(piece.strip() for piece in self.pieces)
 
 
 def read_lock_pid(path):
@@ -6326,6 +6354,29 @@ def log(debug, who, message):
     if debug:
         sys.stderr.write(f"{time.strftime('%H:%M:%S')} {who}[{os.getpid()}]: {message}\n")
         sys.stderr.flush()
+
+
+def read_small_file(path, limit):
+    """Return the bytes of the regular file at `path`, at most `limit` of them, or raise OSError
+    saying why not: a FIFO, a device or a directory (a symlink to one too) is refused before a
+    byte is read, never waited on."""
+    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_NOCTTY)     # a FIFO's open would wait
+    try:
+        mode = os.fstat(fd).st_mode
+        if not stat.S_ISREG(mode):
+            what = "a directory" if stat.S_ISDIR(mode) else "a FIFO" if stat.S_ISFIFO(mode) else \
+                "a socket" if stat.S_ISSOCK(mode) else "a device"
+            raise OSError(0, f"it is {what}, not a regular file")
+        pieces, size = [], 0
+        while size <= limit:
+            piece = os.read(fd, limit + 1 - size)
+            if not piece:
+                return b"".join(pieces)
+            pieces.append(piece)
+            size += len(piece)
+        raise OSError(0, f"it is longer than {limit // 1024} KiB")
+    finally:
+        os.close(fd)
 
 
 def check_venture_dir(directory):
@@ -8306,7 +8357,7 @@ class Clients:
                 conn.close()
                 return
         conn.setblocking(False)
-        self.clients[conn] = {"reader": LineReader(1024 * 1024)}
+        self.clients[conn] = {"reader": LineReader(REQUEST_MAX)}
         self.daemon.sel.register(conn, selectors.EVENT_READ, ("client", conn))
 
     def data(self, conn):
@@ -8898,8 +8949,10 @@ def ask_daemon(home, cmd, args=None):
     return the exit code it gives."""
     if REMOTE.get("via"):
         return ask_bridge(REMOTE["via"], {"v": 1, "cmd": cmd, "args": args or {}})
+    line = request_line({"v": 1, "cmd": cmd, "args": args or {}})
     with connect_daemon(home) as conn:
-        send_line(conn, {"v": 1, "cmd": cmd, "args": args or {}})
+        with contextlib.suppress(BrokenPipeError, ConnectionResetError):
+            send_bytes(conn, line)      # cut short: avsmd refused it half read; its answer says why
         reader = LineReader()
         # a decision may wait on a backend (120 s, escalation twice that); anything else answers at once
         conn.settimeout(3 * BACKEND_TIMEOUT if cmd == "decide" else 60)
@@ -9554,10 +9607,19 @@ def cmd_bridge(home, args, pinned):
     pinned: the home was given (--home, AVSMD_HOME), so a request may name no other."""
     if args not in ([], ["--read-only"]):
         raise Fail(EX_USAGE, "usage: avsm [--home DIR] bridge [--read-only]")
-    reader = LineReader()
+    if os.isatty(0):            # sshd gave the key a pty (its line lacks restrict): a shell's reach
+        raise Fail(EX_USAGE, "the bridge's standard input is a terminal: it reads the JSON lines "
+                             "avsm --host sends, never a person; the key's line in authorized_keys "
+                             "must begin with restrict (restrict,command=\"... bridge\" "
+                             "ssh-ed25519 ...), so that ssh gives it no pty")
+    reader, asked = LineReader(), False
     while True:
         data = os.read(0, 65536)
-        if not data and not reader.buffer.strip():
+        if not data and not reader.waiting():
+            if not asked:       # ssh HOST CMD with this key: CMD is not run, nor read
+                raise Fail(EX_USAGE, "this key runs only the avsm bridge, which reads one JSON "
+                                     "request a line on standard input: no shell, no command; "
+                                     "run avsm --host HOST VERB on your side")
             return EX_OK
         data = data or b"\n"                # a last line with no newline is a line too
         try:
@@ -9565,6 +9627,7 @@ def cmd_bridge(home, args, pinned):
         except (ValueError, RecursionError) as err:
             raise Fail(EX_USAGE, f"the bridge reads one JSON object a line: {str(err)[:200]}") from None
         for message in messages:
+            asked = True
             if not isinstance(message, dict):
                 raise Fail(EX_USAGE, f"the bridge reads one JSON object a line, not {json_kind(message)}")
             where = message.pop("home", None)
@@ -9576,8 +9639,10 @@ def cmd_bridge(home, args, pinned):
                 cmd, _ = check_request(message)
                 if args and cmd not in READ_REQUESTS:
                     raise Fail(EX_DATAERR, f"this key may only read (avsm bridge --read-only): {cmd} is refused")
+                line = request_line(message)
                 with connect_daemon(where or home) as conn:
-                    send_line(conn, message)
+                    with contextlib.suppress(BrokenPipeError, ConnectionResetError):
+                        send_bytes(conn, line)      # cut short: avsmd's answer says why
                     conn.settimeout(3 * BACKEND_TIMEOUT)
                     answer, ended = LineReader(), False
                     while not ended:
@@ -9607,15 +9672,34 @@ def bridge_verb(home, message, read_only):
     if read_only and (BRIDGE_VERBS[verb] != "read" or verb == "doctor" and "--cut" in argv):
         raise Fail(EX_DATAERR, f"this key may only read (avsm bridge --read-only): {verb} is refused; "
                                f"it needs a key whose bridge may write")
-    if verb == "propose" and "--payload" in argv and argv[argv.index("--payload") + 1:][:1] != ["-"]:
-        raise Fail(EX_DATAERR, "through the bridge a payload comes as --payload -: no file of this host is read for it")
+    problem = bridge_argv_problem(verb, argv)
+    if problem:
+        raise Fail(EX_DATAERR, problem)
     REMOTE.update((k, m[k]) for k in ("as", "tty", "utf8") if m.get(k) is not None)
-    if m.get("stdin") is not None:
-        sys.stdin = io.StringIO(m["stdin"])
+    REMOTE["read_only"] = read_only     # a read-only key writes nothing, not even doctor's cache
+    sys.stdin = io.StringIO(m.get("stdin") or "")      # - reads the request's, not the channel
     if verb == "tail":                  # the one verb that may not end by itself (tail -f)
         import threading
         threading.Thread(target=end_with_stdin, daemon=True).start()
     return run_verb(home, [verb] + argv)
+
+
+def bridge_argv_problem(verb, argv):
+    """Return why the bridge runs no `verb` with `argv`, or None. No argument names a file of this
+    host (a path option takes only -, the request's own standard input), and nothing starts a
+    program here for the caller (an editor, a pager)."""
+    for i, arg in enumerate(argv):
+        if arg == "--allowed-signers" and verb == "doctor":
+            return ("through the bridge doctor --allowed-signers names no file of this host: a "
+                    "signed checkpoint is verified with this host's own (its config's checkpoint: "
+                    "allowed_signers, else ~/.ssh/allowed_signers); leave the option out")
+        if arg in BRIDGE_PATH_OPTIONS.get(verb, ()) and argv[i + 1:i + 2] != ["-"]:
+            return (f"through the bridge {verb} {arg} takes only - (what avsm --host sends from "
+                    f"your side's standard input): no file of this host is read for it")
+    if verb == "approve" and "--edit" in argv:
+        return ("through the bridge approve --edit opens no editor on this host: avsm --host HOST "
+                "approve ASK --edit edits on your side and sends what you saved in its request")
+    return None
 
 
 def end_with_stdin():
@@ -10781,6 +10865,7 @@ def cmd_doctor(home, args):
         doctor_ledger(home, found, since, kept, given["--quick"])
         doctor_mandates(home, found)
         doctor_daemon(home, found)
+        doctor_bridge_keys(found)
     code = found.worst()
     out("all checks pass" if code == EX_OK else f"doctor exits {code}")
     return code
@@ -10922,11 +11007,13 @@ def read_kept_checkpoints(home, found, where, allowed):
     for name in names:
         try:
             if name == "-":
-                name, data, sig = "on standard input", sys.stdin.read(), None
-            else:
-                with open(name, encoding="utf-8") as fh:
-                    data = fh.read()
-                sig = open(name + ".sig").read().strip() if os.path.exists(name + ".sig") else None
+                name, data, sig = "on standard input", sys.stdin.read(CHECKPOINT_MAX + 1), None
+                if len(data) > CHECKPOINT_MAX:
+                    raise OSError(0, f"it is longer than {CHECKPOINT_MAX // 1024} KiB")
+            else:       # regular files, bounded: a FIFO or /dev/zero is one refusal, not a hang
+                data = read_small_file(name, CHECKPOINT_MAX).decode("utf-8")
+                sig = read_small_file(name + ".sig", CHECKPOINT_MAX).decode("utf-8").strip() \
+                    if os.path.lexists(name + ".sig") else None
             checkpoint = parse_checkpoint(data, name, sig)
             if checkpoint.signature is None:
                 found.note(f"checkpoint {name} is unsigned: it shows a rewrite only while it is kept where the ledger's "
@@ -10996,7 +11083,9 @@ def verified_path(home):
 
 def remember_verified(home, checkpoint):
     """Note the newest checkpoint a full doctor verified, for --quick, in the client's own cache: doctor changes
-    nothing in the home (DOCTOR-02)."""
+    nothing in the home (DOCTOR-02). Through a read-only bridge nothing: that key writes nothing."""
+    if REMOTE.get("read_only"):
+        return
     path = verified_path(home)
     with contextlib.suppress(OSError):  # --quick then says no full doctor verified one
         os.makedirs(os.path.dirname(path), exist_ok=True)
@@ -11070,6 +11159,44 @@ def doctor_mandates(home, found):
                        f"chmod u+r {path}" if denied else f"put {path} back, then {client_command(home)} add {directory}")
         except Fail as fail:
             found.fail(EX_CONFIG, f"venture {name}: {fail}", f"edit {path}, then {client_command(home)} add {directory}")
+
+
+def doctor_bridge_keys(found):
+    """This user's authorized_keys, where it can be read: a line forcing avsm's bridge without
+    restrict lets ssh give that key a pty and forwarding, a shell's reach (the bridge refuses a
+    terminal, and can do nothing of the forwarding)."""
+    path = os.path.expanduser("~/.ssh/authorized_keys")
+    try:
+        text = read_small_file(path, 1024 * 1024).decode("utf-8", "replace")
+    except OSError:
+        return
+    for number, why in bridge_key_problems(text):
+        found.note(f"{path}:{number}: this key forces avsm's bridge, and {why}; fix it: begin "
+                   f"the line with restrict, as restrict,command=\"... bridge\" ssh-ed25519 ...")
+
+
+def bridge_key_problems(text):
+    """Return [(line number, why)] of the authorized_keys lines whose forced command is avsm's
+    bridge and whose options let ssh give more than a pipe: no restrict, or restrict undone by
+    pty or a forwarding after it.
+    line ::= [option (',' option)*] keytype key [comment]; option ::= name ['=' '"' text '"']"""
+    problems = []
+    for number, line in enumerate(text.splitlines(), 1):
+        field = re.match(r'(?:[^\s"]|"(?:[^"\\]|\\.)*")*', line.strip()).group()
+        options = re.findall(r'(?:[^,"]|"(?:[^"\\]|\\.)*")+', field)     # quoted commas split none
+        names = {option.split("=", 1)[0].lower() for option in options}
+        command = next((o.split("=", 1)[1] for o in options
+                        if o.lower().startswith("command=")), "")
+        if "avsm" not in command or not re.search(r"\bbridge\b", command):
+            continue
+        undone = sorted(names & {"pty", "port-forwarding", "agent-forwarding", "x11-forwarding",
+                                 "user-rc"})
+        if "restrict" not in names:
+            problems.append((number, "its line lacks restrict, so ssh may give it a pty and "
+                                     "forwarding"))
+        elif undone:
+            problems.append((number, f"its line gives back {', '.join(undone)} after restrict"))
+    return problems
 
 
 def doctor_daemon(home, found):
