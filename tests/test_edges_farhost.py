@@ -49,8 +49,8 @@ def status_rows(*rows):
     return "".join(f"{h.ljust(head)}  {v.ljust(value)}  {rest}".rstrip() + "\n" for h, v, rest in rows)
 
 
-ROWS = [("web: running", "5 (3s ago)", "▄  reset: 0 of 2 per 1h"), ("a: paused", "no trusted report", "▄  asks: 1 (#4)"),
-        ("longername: running", "12345 (2m ago)", "▄▅")]
+ROWS = [("web: running", "5 (3s ago)", "▄  reset: 0 of 2 per 1h"),
+        ("a: paused", "no trusted report", "▄  asks: 1 (#4)"), ("longername: running", "12345 (2m ago)", "▄▅")]
 STATUS_ROWS = [status_rows(ROWS[0]), status_rows(*ROWS[1:])]
 LINED_UP = "".join(f"{n.ljust(8)}  " + status_rows(*ROWS).splitlines()[i] + "\n"
                    for i, n in enumerate(["web1", "evil-two", "evil-two"]))
@@ -126,6 +126,8 @@ CASES = [
     # issue 37 item 3: the messages point at the right place
     ("says-nothing", ["--host", "plain", "status"], {"plain": {"ping": False}}, None, 69,
      [r"avsm: plain: 'avsm bridge' ran there and said nothing"], []),
+    ("not-a-bridge", ["--host", "plain", "status"], {"plain": {"ping": False, "out": [["$ \x1b[2J\n", 1, 0]]}},
+     None, 69, [r"avsm: plain: the bridge answered with no JSON object a line; is it avsm's\?"], ["\x1b"]),
     ("fleet-says-nothing", ["fleet", "status"], {"web1": {"ping": False}, "evil": {}}, TWO, 69,
      [r"(?m)^web1  'avsm bridge' ran there and said nothing"], []),
     ("no-open-asks-named", ["fleet", "asks"],
@@ -155,9 +157,11 @@ CASES = [
 @pytest.mark.parametrize("args, hosts, fleet_text, code, must, must_not",
                          [c[1:] for c in CASES], ids=[c[0] for c in CASES])
 def test_a_far_host_is_data(far, args, hosts, fleet_text, code, must, must_not):
-    """Issue 32 items 3-5 and issue 37 item 3, CLI-01: each hostile or broken far host of the table gives its exit
-    code and one clear view: its bytes escaped, its lines under its name, its hints naming it, its silence 68
-    within its timeout (the fleet file's, here 2 s), its saying nothing no success."""
+    """Issue 32 items 3-5 and issue 37 item 3, CLI-01, CLI-12 (no colour, nor any escape sequence, from far):
+    each hostile or broken far host of the table gives its exit code and one clear view: its bytes escaped,
+    its lines under its name, its hints naming it, its silence 68 within its timeout (the fleet file's, here
+    2 s), its saying nothing no success. Rows escape-fleet, chart-to-a-file-as-sent, far-line-keeps-a-url and
+    tail-streams-past-it held before the change and keep holding."""
     fleet_file = os.path.join(far.dir, "cfg", "avsm", "fleet.yaml")
     done = far([fleet_file if a == "FLEETFILE" else a for a in args], hosts, fleet_text)
     text = (done.out + done.err).replace(far.fake, "FAKE")
@@ -243,8 +247,9 @@ def test_approve_edit_fetch_through_a_hostile_host(far, spec, code, words):
     ("hosts:\n  - {host: db1, name: web}\n  - {host: db2, name: web}\n", "3:3", "web is in hosts twice"),
 ])
 def test_a_fleet_file_points_at_where_it_is_wrong(far, text, where, words):
-    """Issue 37 item 3: a top-level value is refused where it is written, a bare number as a timeout says the
-    duration to write, and a host named twice is refused at the second (it was taken silently), each 78."""
+    """Issue 37 item 3, MANDATE-06 (a duration is a number and one unit): a top-level value is refused where
+    it is written, a bare number as a timeout says the duration to write at the value's column, and a host
+    named twice is refused at the second (it was taken silently), each 78."""
     done = far(["fleet", "status"], {}, text)
     assert done.returncode == 78 and f"fleet.yaml:{where}: {words}" in done.err, done.err
 
