@@ -2361,31 +2361,66 @@ def parse_checkpoint(data, where, signature=None):
 # --mirror a copy of its ledger; it reads the host's rows raw, in pages (records_page), and checks
 # them on its own side with the ledger's own recipe. These are records in and a verdict out; the ssh
 # session and the files are section 12's.
-#     row line ::= SEQ " " AT " " PREV " " HASH " " RECORD     (RECORD: the stored JSON text, as is)
+#     row ::= SEQ " " AT " " PREV " " HASH " " RECORD     (RECORD: the stored JSON text, as is)
+#     line ::= row ("\n" row)*                           (a line of the answer: RECORDS_LINE rows)
 
 RECORDS_PAGE = 2048             # rows of one `records` answer at most: the far side holds one page
 RECORDS_PAGE_BYTES = 2 << 20    # ... and about this many bytes of them (large records: fewer rows)
+RECORDS_LINE = 256              # rows of one line of the answer, each row ended by a newline
 Row = collections.namedtuple("Row", "seq at prev hash record")
 
 
 def records_page(db, after, limit, head_line):
     """Return the lines of a `records` answer: `head_line` first (the head and the newest checkpoint,
-    as JSON), then the raw rows after `after`, one a line, at most `limit` (RECORDS_PAGE) and about
-    RECORDS_PAGE_BYTES."""
-    lines, size = [head_line], 0
+    as JSON), then the raw rows after `after`, at most `limit` (RECORDS_PAGE) and about
+    RECORDS_PAGE_BYTES, many rows a line (a line a row would cost each hop a JSON line a row)."""
+    lines, chunk, size = [head_line], [], 0
     limit = RECORDS_PAGE if limit is None else min(limit, RECORDS_PAGE)
     rows = db.execute("SELECT seq, at, prev, hash, record FROM records WHERE seq > ? ORDER BY seq LIMIT ?",
                       (after, limit))
     for seq, at, prev, digest, text in rows:
-        lines.append(f"{seq} {at} {prev} {digest} {text}")
+        chunk.append(f"{seq} {at} {prev} {digest} {text}")
         size += len(text) + 160
+        if len(chunk) == RECORDS_LINE or size > RECORDS_PAGE_BYTES:
+            lines.append("\n".join(chunk))
+            chunk = []
         if size > RECORDS_PAGE_BYTES:
             break
-    return lines
+    return lines + (["\n".join(chunk)] if chunk else [])
+
+
+def records_answer(home, args):
+    """Return the answer to a `records` request on `home` as the socket's lines ({"out": ...}, then
+    {"exit": 0}): its head, its newest checkpoint when asked, and a page of rows (records_page), read
+    from what is committed; Fail(66) when the home holds no ledger that reads."""
+    import sqlite3
+    path = os.path.join(home, "ledger.db")
+    try:
+        if not os.path.isfile(path):
+            raise sqlite3.OperationalError("no such file")
+        db = open_ledger_ro(path)
+        try:
+            head = ledger_head(db)
+            newest = newest_signed_checkpoint(os.path.join(home, "checkpoints")) \
+                if args.get("checkpoint") else (None, None)
+            first = json.dumps({"head": head and list(head), "checkpoint": newest[0],
+                                "signature": newest[1]})
+            lines = records_page(db, args["after"], args.get("limit"), first)
+        finally:
+            db.close()
+    except sqlite3.Error as err:
+        raise Fail(EX_NOINPUT, f"{path} cannot be read ({err}): is {home} avsm's home? "
+                               f"name the home in the fleet file as HOST:HOME") from None
+    return [{"out": line} for line in lines] + [{"exit": EX_OK}]
+
+
+def parse_rows(lines):
+    """Return the Rows of a `records` answer's lines after its first; ValueError when one holds none."""
+    return [parse_row(text) for line in lines for text in line.split("\n")]
 
 
 def parse_row(line):
-    """Return the Row a `records` answer's line holds; ValueError when it holds none."""
+    """Return the Row a line of rows holds; ValueError when it holds none."""
     seq, at, prev, digest, text = line.split(" ", 4)
     if not (seq.isdigit() and seq.isascii() and at.isdigit() and at.isascii()):
         raise ValueError(f"a row begins with its seq and time, not {shown_text(line[:40])}")
@@ -7659,14 +7694,7 @@ class Warden:
     def do_records(self, args, err):
         """A witness's page (avsm fleet witness): the head and, asked, the newest checkpoint with its signature,
         then raw rows after `after`, read from what is committed (records_page); a read-only key may ask."""
-        db = open_ledger_ro(self.ledger.path)
-        try:
-            head = ledger_head(db)
-            newest = newest_signed_checkpoint(self.checkpoints.dir) if args.get("checkpoint") else (None, None)
-            first = json.dumps({"head": head and list(head), "checkpoint": newest[0], "signature": newest[1]})
-            return records_page(db, args["after"], args.get("limit"), first)
-        finally:
-            db.close()
+        return [m["out"] for m in records_answer(self.home, args)[:-1]]
 
     def next_wakeup(self, now):
         """Return seconds until the next due report, deadline or restart; None when nothing is due."""
@@ -9493,9 +9521,12 @@ def cmd_bridge(home, args, pinned):
             if "verb" in message:
                 return bridge_verb(where or home, message, bool(args))
             try:
-                cmd, _ = check_request(message)
+                cmd, asked = check_request(message)
                 if args and cmd not in READ_REQUESTS:
                     raise Fail(EX_DATAERR, f"this key may only read (avsm bridge --read-only): {cmd} is refused")
+                if cmd == "records":        # read here from the file: a witness's pages need no avsmd
+                    send_out(*records_answer(where or home, asked))
+                    continue
                 with connect_daemon(where or home) as conn:
                     send_line(conn, message)
                     conn.settimeout(3 * BACKEND_TIMEOUT)
@@ -9730,6 +9761,7 @@ WITNESS_USAGE = ("usage: avsm fleet [--fleet FILE] witness [--keep DIR] [--mirro
                  "[--allowed-signers FILE]")
 EVIDENCE_ROWS = 200     # rows of each version a witness keeps from the first seq that differs
 MIRROR_MARK = "witnessed-host"      # in DIR/HOST of a --mirror: the host it copies (doctor_mirror)
+MIRROR_COMMIT = 32768   # rows a mirror takes in one transaction: one sync to disk for each so many
 
 
 class BridgeSession:
@@ -9741,7 +9773,7 @@ class BridgeSession:
         import shlex
         import subprocess
         import threading
-        self.host, self.buffer, self.errors = host, b"", []
+        self.host, self.buffer, self.errors, self.pending = host, b"", [], 0
         argv = shlex.split(host["ssh"]) + ["-T", "-o", "BatchMode=yes", "-o", "LogLevel=ERROR", "-o",
                                            f"ConnectTimeout={max(1, round(host['timeout']))}", "--",
                                            host["dest"], host["bridge"]]
@@ -9760,6 +9792,7 @@ class BridgeSession:
             self.errors.append(line.decode("utf-8", "replace").rstrip("\r\n"))
 
     def ask(self, cmd, **args):
+        self.pending += 1
         request = {"v": 1, "cmd": cmd, "args": args}
         if self.host["home"]:
             request["home"] = self.host["home"]
@@ -9779,6 +9812,7 @@ class BridgeSession:
                 raise Fail(EX_UNAVAILABLE, f"{self.host['name']}: the bridge answered with no JSON object "
                                            f"a line; is it avsm's?")
             if "exit" in message:
+                self.pending -= 1
                 return out, err, message["exit"]
             (out if "out" in message else err).append(str(message.get("out", message.get("err"))))
 
@@ -9960,33 +9994,44 @@ def far_page(session, name):
 
 
 def copy_far_rows(session, db, held, lo, hi, want):
-    """Read the host's rows lo..hi page by page, each checked as it comes (check_far_rows) and, with `db`
-    (--mirror), those past its head appended to it, a page a transaction. Return (the last (seq, hash) read,
-    how many were read, the hash at `want`, the verdict: None, or what differs)."""
-    before = (0, ZERO_HASH) if lo == 1 else None
-    after, count, at_want = lo - 1, 0, None
+    """Read the host's rows lo..hi page by page (the next asked for before this one is checked), each
+    checked as it comes (check_far_rows) and, with `db` (--mirror), those past its head appended to it,
+    committed every MIRROR_COMMIT rows and at the end. Return (the last (seq, hash) read, how many were
+    read, the hash at `want`, the verdict: None, or what differs)."""
+    before, count, at_want, verdict = (0, ZERO_HASH) if lo == 1 else None, 0, None, None
     copy_after = (ledger_head(db) or (0,))[0] if db is not None else None
-    while after < hi:
-        session.ask("records", after=after, limit=RECORDS_PAGE)
-        try:
-            rows = [parse_row(line) for line in far_page(session, session.host["name"])[1:]]
-        except ValueError as err:
-            return before, count, at_want, ("broken", after + 1, str(err))
-        if not rows:
-            break
-        last, verdict = check_far_rows(held, before, rows)
-        if verdict is not None:
-            return before, count, at_want, verdict
-        if rows[0].seq <= want <= rows[-1].seq:
-            at_want = rows[want - rows[0].seq].hash
-        new = [row for row in rows if row.seq > copy_after] if db is not None else []
-        if new:
-            db.execute("BEGIN IMMEDIATE")
-            db.executemany("INSERT INTO records(seq, at, prev, hash, weight, record) VALUES (?, ?, ?, ?, 1, ?)",
-                           new)
-            db.execute("COMMIT")
-        before, after, count = last, last[0], count + len(rows)
-    return before, count, at_want, None
+    session.ask("records", after=lo - 1, limit=RECORDS_PAGE)
+    try:
+        while verdict is None:
+            try:
+                rows = parse_rows(far_page(session, session.host["name"])[1:])
+            except ValueError as err:
+                verdict = ("broken", (before or (lo - 1,))[0] + 1, str(err))
+                break
+            if not rows:
+                break
+            if rows[-1].seq < hi:
+                session.ask("records", after=rows[-1].seq, limit=RECORDS_PAGE)
+            last, verdict = check_far_rows(held, before, rows)
+            if verdict is not None:
+                break
+            if rows[0].seq <= want <= rows[-1].seq:
+                at_want = rows[want - rows[0].seq].hash
+            new = [row for row in rows if row.seq > copy_after] if db is not None else []
+            if new:
+                if not db.in_transaction:
+                    db.execute("BEGIN IMMEDIATE")
+                db.executemany("INSERT INTO records(seq, at, prev, hash, weight, record) "
+                               "VALUES (?, ?, ?, ?, 1, ?)", new)
+                if (new[-1].seq - copy_after) // MIRROR_COMMIT > (new[0].seq - 1 - copy_after) // MIRROR_COMMIT:
+                    db.execute("COMMIT")
+            before, count = last, count + len(rows)
+            if last[0] >= hi:
+                break
+    finally:
+        if db is not None and db.in_transaction:
+            db.execute("COMMIT")            # what was checked is kept: the next run goes on after it
+    return before, count, at_want, verdict
 
 
 def witness_fork(session, db, where, name, verdict, kept):
@@ -9994,10 +10039,12 @@ def witness_fork(session, db, where, name, verdict, kept):
     rows from the first seq that differs are in DIR/HOST/fork-SEQ-kept|far.jsonl (EVIDENCE_ROWS each):
     exactly, with the mirror's rows to compare; else the checkpoint kept, and the host's rows before it."""
     kind, seq, kept_hash, far_hash = (verdict + (None,))[:4]
+    while session.pending:
+        session.answer()                # a page asked for before the fork was seen
 
     def far_rows(after, limit):
         session.ask("records", after=after, limit=limit)
-        return [parse_row(line) for line in far_page(session, name)[1:]]
+        return parse_rows(far_page(session, name)[1:])
 
     def ours(s):
         row = db.execute("SELECT hash FROM records WHERE seq = ?", (s,)).fetchone() if db is not None else None
