@@ -2371,13 +2371,14 @@ Row = collections.namedtuple("Row", "seq at prev hash record")
 
 
 def records_page(db, after, limit, head_line):
-    """Return the lines of a `records` answer: `head_line` first (the head and the newest checkpoint,
-    as JSON), then the raw rows after `after`, at most `limit` (RECORDS_PAGE) and about
-    RECORDS_PAGE_BYTES, many rows a line (a line a row would cost each hop a JSON line a row)."""
+    """Return the lines of a `records` answer: `head_line` first (the head and the newest
+    checkpoint, as JSON), then the raw rows after `after`, at most `limit` (RECORDS_PAGE) and
+    about RECORDS_PAGE_BYTES, many rows a line (a line a row would cost each hop a JSON line a
+    row)."""
     lines, chunk, size = [head_line], [], 0
     limit = RECORDS_PAGE if limit is None else min(limit, RECORDS_PAGE)
-    rows = db.execute("SELECT seq, at, prev, hash, record FROM records WHERE seq > ? ORDER BY seq LIMIT ?",
-                      (after, limit))
+    rows = db.execute("SELECT seq, at, prev, hash, record FROM records WHERE seq > ? "
+                      "ORDER BY seq LIMIT ?", (after, limit))
     for seq, at, prev, digest, text in rows:
         chunk.append(f"{seq} {at} {prev} {digest} {text}")
         size += len(text) + 160
@@ -2391,8 +2392,8 @@ def records_page(db, after, limit, head_line):
 
 def records_answer(home, args):
     """Return the answer to a `records` request on `home` as the socket's lines ({"out": ...}, then
-    {"exit": 0}): its head, its newest checkpoint when asked, and a page of rows (records_page), read
-    from what is committed; Fail(66) when the home holds no ledger that reads."""
+    {"exit": 0}): its head, its newest checkpoint when asked, and a page of rows (records_page),
+    read from what is committed; Fail(66) when the home holds no ledger that reads."""
     import sqlite3
     path = os.path.join(home, "ledger.db")
     try:
@@ -2415,7 +2416,8 @@ def records_answer(home, args):
 
 
 def parse_rows(lines):
-    """Return the Rows of a `records` answer's lines after its first; ValueError when one holds none."""
+    """Return the Rows of a `records` answer's lines after its first; ValueError when one holds
+    none."""
     return [parse_row(text) for line in lines for text in line.split("\n")]
 
 
@@ -2441,9 +2443,9 @@ def row_problem(row, before):
 
 
 def check_far_rows(held, before, rows):
-    """Return (the last (seq, hash) checked, verdict) of far `rows` read after `before`: verdict None
-    while each row is the next link and each seq the witness holds (`held`: {seq: hash}) has the hash
-    it kept; else ("differs", SEQ, KEPT HASH, FAR HASH) or ("broken", SEQ, WHY)."""
+    """Return (the last (seq, hash) checked, verdict) of far `rows` read after `before`: verdict
+    None while each row is the next link and each seq the witness holds (`held`: {seq: hash}) has
+    the hash it kept; else ("differs", SEQ, KEPT HASH, FAR HASH) or ("broken", SEQ, WHY)."""
     for row in rows:
         why = row_problem(row, before)
         if why is not None:
@@ -2455,8 +2457,9 @@ def check_far_rows(held, before, rows):
 
 
 def first_differing(lo, hi, differs):
-    """Return the first seq of lo..hi where `differs(seq)`, given that it does at hi and at every seq
-    after one where it does (a chain: a record changed changes the hash of every record after it)."""
+    """Return the first seq of lo..hi where `differs(seq)`, given that it does at hi and at every
+    seq after one where it does (a chain: a record changed changes the hash of every record after
+    it)."""
     while lo < hi:
         mid = (lo + hi) // 2
         lo, hi = (lo, mid) if differs(mid) else (mid + 1, hi)
@@ -2464,11 +2467,11 @@ def first_differing(lo, hi, differs):
 
 
 def checkpoint_problem(kept, new, far_hash):
-    """Return why a host's newest checkpoint `new` may not be kept after `kept` (None: none kept yet),
-    `far_hash` being the hash the host's ledger has at new.seq; None when it may."""
+    """Return why a host's newest checkpoint `new` may not be kept after `kept` (None: none kept
+    yet), `far_hash` being the hash the host's ledger has at new.seq; None when it may."""
     if kept is not None and new.origin != kept.origin:
-        return (f"its origin is {shown_text(new.origin)[:120]}, not {shown_text(kept.origin)[:120]} "
-                f"as the one kept")
+        return (f"its origin is {shown_text(new.origin)[:120]}, not "
+                f"{shown_text(kept.origin)[:120]} as the one kept")
     if far_hash != new.hash:
         return (f"it says #{new.seq} hashes to {new.hash[:16]}, and the host's ledger has "
                 f"{str(far_hash)[:16]} there")
@@ -5764,8 +5767,9 @@ def verify_text(text, signature, allowed, namespace):
 
 
 def verify_signer(text, signature, allowed, principal, namespace):
-    """Check that `principal` of `allowed` (an allowed_signers file) signed `text` under `namespace`: None, or
-    Fail(65) saying it was not (another key, another namespace, a text changed since)."""
+    """Check that `principal` of `allowed` (an allowed_signers file) signed `text` under
+    `namespace`: None, or Fail(65) saying it was not (another key, another namespace, a text
+    changed since)."""
     import tempfile
     with tempfile.NamedTemporaryFile("w", prefix="avsm-sig-", suffix=".sig") as sig:
         sig.write(signature + "\n")
@@ -5773,8 +5777,9 @@ def verify_signer(text, signature, allowed, principal, namespace):
         code, _, err = ssh_keygen(["-Y", "verify", "-f", allowed, "-I", principal, "-n", namespace,
                                    "-s", sig.name], "verifying a checkpoint", text.encode())
     if code != 0:
-        raise Fail(EX_DATAERR, f"its signature is not {principal}'s in {allowed} under namespace {namespace} "
-                               f"({err}): signed by another key, for another namespace, or changed since")
+        raise Fail(EX_DATAERR, f"its signature is not {principal}'s in {allowed} under namespace "
+                               f"{namespace} ({err}): signed by another key, for another "
+                               f"namespace, or changed since")
 
 
 def write_payload(data):
@@ -7507,16 +7512,19 @@ def newest_checkpoint(directory):
 
 
 def newest_signed_checkpoint(directory):
-    """Return (text, signature or None) of the newest SEQ.txt in `directory` that reads as a checkpoint, with
-    its SEQ.txt.sig; (None, None) when there is none."""
-    for name in sorted((n for n in os.listdir(directory) if re.fullmatch(r"\d+\.txt", n)), reverse=True) \
-            if os.path.isdir(directory) else ():
+    """Return (text, signature or None) of the newest SEQ.txt in `directory` that reads as a
+    checkpoint, with its SEQ.txt.sig; (None, None) when there is none."""
+    names = [n for n in os.listdir(directory) if re.fullmatch(r"\d+\.txt", n)] \
+        if os.path.isdir(directory) else []
+    for name in sorted(names, reverse=True):
         path = os.path.join(directory, name)
         try:
             with open(path) as fh:
                 text = parse_checkpoint(fh.read(), name).text
-            with open(path + ".sig") if os.path.exists(path + ".sig") else contextlib.nullcontext() as fh:
-                return text, fh and fh.read().strip()
+            if not os.path.exists(path + ".sig"):
+                return text, None
+            with open(path + ".sig") as fh:
+                return text, fh.read().strip()
         except (OSError, UnicodeDecodeError, Fail):
             continue
     return None, None
@@ -7692,8 +7700,9 @@ class Warden:
         return written[0].rstrip("\n").split("\n") + (["", *written[1].split("\n")] if written[1] else [])
 
     def do_records(self, args, err):
-        """A witness's page (avsm fleet witness): the head and, asked, the newest checkpoint with its signature,
-        then raw rows after `after`, read from what is committed (records_page); a read-only key may ask."""
+        """A witness's page (avsm fleet witness): the head and, asked, the newest checkpoint with
+        its signature, then raw rows after `after`, read from what is committed (records_page); a
+        read-only key may ask."""
         return [m["out"] for m in records_answer(self.home, args)[:-1]]
 
     def next_wakeup(self, now):
@@ -8768,6 +8777,9 @@ commands:
   fleet [--fleet FILE] status|asks|summary
                      that view of every host in the fleet file (~/.config/avsm/fleet.yaml), the hosts
                      asked at once over ssh; an ask shows as HOST:SEQ (avsm --host HOST approve SEQ)
+  fleet [--fleet FILE] witness [--keep DIR] [--mirror] [--allowed-signers FILE]
+                     check each host's ledger here against the checkpoint kept for it in DIR/HOST
+                     (~/.local/state/avsm/witness); --mirror: and keep a copy, DIR/HOST/ledger.db
   bridge [--read-only]
                      the forced command of an ssh key, serving avsm --host from elsewhere
                      (--read-only: status, summary, tail, asks, why, chart, doctor; nothing that writes)
@@ -9493,7 +9505,8 @@ SSH_FAILURES = (("Could not resolve hostname", EX_NOHOST, "check its name, or it
                                                             "it, then ssh to it once by hand"),
                 ("", EX_NOHOST, "is it up, with sshd running? `ssh HOST true` tries by hand"))
 FLEET_VIEWS = ("status", "asks", "summary")
-WITNESS_KEYS = {"principal", "allowed_signers", "namespace"}    # a fleet file's, for fleet witness (each host's)
+# what fleet witness checks a host's checkpoints with: keys of a fleet file, or of one of its hosts
+WITNESS_KEYS = {"principal", "allowed_signers", "namespace"}
 
 
 def cmd_bridge(home, args, pinned):
@@ -9524,7 +9537,7 @@ def cmd_bridge(home, args, pinned):
                 cmd, asked = check_request(message)
                 if args and cmd not in READ_REQUESTS:
                     raise Fail(EX_DATAERR, f"this key may only read (avsm bridge --read-only): {cmd} is refused")
-                if cmd == "records":        # read here from the file: a witness's pages need no avsmd
+                if cmd == "records":        # read here, from the file: a witness needs no avsmd
                     send_out(*records_answer(where or home, asked))
                     continue
                 with connect_daemon(where or home) as conn:
@@ -9752,10 +9765,11 @@ def cmd_fleet(args, home=None):
 
 
 # ---- fleet witness: each host's ledger checked, and copied, where its writer cannot reach ----
-# A check on the host itself is the host's own avsm reading the host's own allowed_signers: whoever could rewrite
-# its ledger could change those too. The witness checks here: each host's newest checkpoint against the one kept
-# in DIR/HOST/checkpoints, every link between them recomputed (check_far_rows), its signature against this
-# machine's allowed_signers and the fleet file's principal for it; with --mirror DIR/HOST/ledger.db is a copy.
+# A check on the host itself is the host's own avsm reading the host's own allowed_signers: whoever
+# could rewrite its ledger could change those too. The witness checks here: each host's newest
+# checkpoint against the one kept in DIR/HOST/checkpoints, every link between them recomputed
+# (check_far_rows), its signature against this machine's allowed_signers and the fleet file's
+# principal for it; with --mirror DIR/HOST/ledger.db is a copy.
 
 WITNESS_USAGE = ("usage: avsm fleet [--fleet FILE] witness [--keep DIR] [--mirror] "
                  "[--allowed-signers FILE]")
@@ -9765,25 +9779,27 @@ MIRROR_COMMIT = 32768   # rows a mirror takes in one transaction: one sync to di
 
 
 class BridgeSession:
-    """One ssh session to a host's bridge, kept open for many relayed requests, each answered in turn (a
-    witness's pages). ask(cmd, **args) sends one; answer() returns its (out, err, exit); a host that cannot be
-    reached, or says nothing within its timeout, is one Fail as fleet says it (ssh_failure)."""
+    """One ssh session to a host's bridge, kept open for many relayed requests, each answered in
+    turn (a witness's pages). ask(cmd, **args) sends one; answer() returns its (out, err, exit);
+    a host that cannot be reached, or says nothing within its timeout, is one Fail as fleet says
+    it (ssh_failure)."""
 
     def __init__(self, host):
         import shlex
         import subprocess
         import threading
         self.host, self.buffer, self.errors, self.pending = host, b"", [], 0
-        argv = shlex.split(host["ssh"]) + ["-T", "-o", "BatchMode=yes", "-o", "LogLevel=ERROR", "-o",
-                                           f"ConnectTimeout={max(1, round(host['timeout']))}", "--",
-                                           host["dest"], host["bridge"]]
+        argv = shlex.split(host["ssh"]) + [
+            "-T", "-o", "BatchMode=yes", "-o", "LogLevel=ERROR",
+            "-o", f"ConnectTimeout={max(1, round(host['timeout']))}",
+            "--", host["dest"], host["bridge"]]
         try:
             self.proc = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                                          stderr=subprocess.PIPE)
         except OSError as err:
-            raise Fail(EX_UNAVAILABLE, f"{host['name']}: {argv[0]} cannot run ({err.strerror}); install "
-                                       f"OpenSSH's client, or name the ssh command in AVSM_SSH or the fleet "
-                                       f"file's ssh:") from None
+            raise Fail(EX_UNAVAILABLE, f"{host['name']}: {argv[0]} cannot run ({err.strerror}); "
+                                       f"install OpenSSH's client, or name the ssh command in "
+                                       f"AVSM_SSH or the fleet file's ssh:") from None
         self.reader = threading.Thread(target=self.read_errors, daemon=True)
         self.reader.start()
 
@@ -9809,8 +9825,8 @@ class BridgeSession:
             except ValueError:
                 message = None
             if not isinstance(message, dict):
-                raise Fail(EX_UNAVAILABLE, f"{self.host['name']}: the bridge answered with no JSON object "
-                                           f"a line; is it avsm's?")
+                raise Fail(EX_UNAVAILABLE, f"{self.host['name']}: the bridge answered with no "
+                                           f"JSON object a line; is it avsm's?")
             if "exit" in message:
                 self.pending -= 1
                 return out, err, message["exit"]
@@ -9823,8 +9839,8 @@ class BridgeSession:
             if not select.select([fd], [], [], self.host["timeout"])[0]:
                 self.close()
                 raise Fail(EX_NOHOST, f"{self.host['name']}: no answer within "
-                                      f"{format_duration(self.host['timeout'])}: the host or its sshd hangs; "
-                                      f"`ssh {self.host['dest']} true` tries by hand")
+                                      f"{format_duration(self.host['timeout'])}: the host or its "
+                                      f"sshd hangs; `ssh {self.host['dest']} true` tries by hand")
             data = os.read(fd, 1 << 20)
             if not data:
                 raise self.ended()
@@ -9853,34 +9869,36 @@ class BridgeSession:
 
 
 def ssh_failure(host, code, errors):
-    """Return the Fail of an ssh session to `host` that ended with `code` and the error lines `errors`: the
-    bridge's own word (avsm: ...), else 68, 77 or 69 as ssh_bridge says them."""
+    """Return the Fail of an ssh session to `host` that ended with `code` and the error lines
+    `errors`: the bridge's own word (avsm: ...), else 68, 77 or 69 as ssh_bridge says them."""
     name, ours = host["name"], [t[6:] for t in errors if t.startswith("avsm: ")]
     if ours:
         return Fail(code or EX_UNAVAILABLE, f"{name}: {ours[-1]}")
     if code == 127:
-        return Fail(EX_UNAVAILABLE, f"{name}: no avsm there ({host['bridge']!r} was not found); copy avsm.py to "
-                                    f"it and name the command: bridge: python3 /opt/avsm/avsm.py bridge in the "
-                                    f"fleet file, or AVSM_BRIDGE")
-    said = next((t.removeprefix("ssh: ") for t in reversed(errors) if t.strip()), "no word from ssh")
+        return Fail(EX_UNAVAILABLE, f"{name}: no avsm there ({host['bridge']!r} was not found); "
+                                    f"copy avsm.py to it and name the command: bridge: python3 "
+                                    f"/opt/avsm/avsm.py bridge in the fleet file, or AVSM_BRIDGE")
+    said = next((t.removeprefix("ssh: ") for t in reversed(errors) if t.strip()),
+                "no word from ssh")
     if code == 255:
         code, fix = next((c, f) for s, c, f in SSH_FAILURES if s in " ".join(errors))
-        return Fail(code, f"{name}: ssh could not reach avsm there ({said}); {fix.replace('HOST', host['dest'])}")
-    return Fail(EX_UNAVAILABLE, f"{name}: the bridge ended (exit {code}) before it answered ({said}); "
-                                f"see avsm --host {name} doctor")
+        return Fail(code, f"{name}: ssh could not reach avsm there ({said}); "
+                          f"{fix.replace('HOST', host['dest'])}")
+    return Fail(EX_UNAVAILABLE, f"{name}: the bridge ended (exit {code}) before it answered "
+                                f"({said}); see avsm --host {name} doctor")
 
 
 def cmd_witness(home, fleet, args):
-    """fleet witness [--keep DIR] [--mirror] [--allowed-signers FILE]: each host of the fleet file checked here
-    against what was kept for it, at once; exit 0 when every host holds, else the code of the first that did
-    not (65: a far history that no longer extends what was kept)."""
+    """fleet witness [--keep DIR] [--mirror] [--allowed-signers FILE]: each host of the fleet file
+    checked here against what was kept for it, at once; exit 0 when every host holds, else the
+    code of the first that did not (65: a far history that no longer extends what was kept)."""
     keep, args = witness_option(args, "--keep")
     allowed, args = witness_option(args, "--allowed-signers")
     if args not in ([], ["--mirror"]):
         raise Fail(EX_USAGE, WITNESS_USAGE)
     import threading
-    keep = keep or os.path.join(os.environ.get("XDG_STATE_HOME") or os.path.expanduser("~/.local/state"),
-                                "avsm", "witness")
+    state = os.environ.get("XDG_STATE_HOME") or os.path.expanduser("~/.local/state")
+    keep = keep or os.path.join(state, "avsm", "witness")
     hosts, results = read_fleet(fleet), {}
     notify = witness_notify(home)
 
@@ -9915,16 +9933,16 @@ def witness_option(args, option):
 
 
 def witness_host(host, keep, mirror, allowed):
-    """Witness one host: return the line that says what was checked and kept, or Fail (65: a history that no
-    longer extends what was kept, its evidence written to DIR/HOST/)."""
+    """Witness one host: return the line that says what was checked and kept, or Fail (65: a history
+    that no longer extends what was kept, its evidence written to DIR/HOST/)."""
     where = os.path.join(keep, re.sub(r"[^\w.@-]+", "_", host["name"]))
     os.makedirs(os.path.join(where, "checkpoints"), mode=0o700, exist_ok=True)
     with open(os.path.join(where, "witness.lock"), "w") as lock:
         try:
             fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except OSError:
-            raise Fail(EX_TEMPFAIL, f"{host['name']}: another avsm fleet witness keeps {where} now; "
-                                    f"let it finish, then run this again") from None
+            raise Fail(EX_TEMPFAIL, f"{host['name']}: another avsm fleet witness keeps {where} "
+                                    f"now; let it finish, then run this again") from None
         session = BridgeSession(host)
         try:
             return witness_session(host, where, session, mirror, allowed)
@@ -9936,20 +9954,24 @@ def witness_session(host, where, session, mirror, allowed):
     """The steps of witness_host over one ssh session, numbered; see there."""
     import sqlite3
     name, kept = host["name"], newest_checkpoint(os.path.join(where, "checkpoints"))
-    # 1. the host's newest checkpoint: a new one where the key may write (a read-only key's ask is refused)
+    # 1. the host's newest checkpoint: a new one where the key may write (a read-only key's ask is
+    # refused)
     session.ask("checkpoint")
     session.ask("records", after=0, limit=0, checkpoint=True)
     session.answer()
     first = json.loads(far_page(session, name)[0])
     if not first.get("checkpoint"):
-        raise Fail(EX_UNAVAILABLE, f"{name}: its avsmd has written no checkpoint yet, and this key may not ask "
-                                   f"for one: let avsmd run there (it writes one at its start), or use a key "
-                                   f"whose bridge may write")
-    new = parse_checkpoint(first["checkpoint"], f"{name}'s newest checkpoint", first.get("signature"))
-    db = sqlite3.connect(os.path.join(where, "ledger.db"), isolation_level=None, timeout=10) if mirror else None
+        raise Fail(EX_UNAVAILABLE, f"{name}: its avsmd has written no checkpoint yet, and this "
+                                   f"key may not ask for one: let avsmd run there (it writes one "
+                                   f"at its start), or use a key whose bridge may write")
+    new = parse_checkpoint(first["checkpoint"], f"{name}'s newest checkpoint",
+                           first.get("signature"))
+    db = sqlite3.connect(os.path.join(where, "ledger.db"), isolation_level=None, timeout=10) \
+        if mirror else None
     try:
-        # 2. what this side holds: the mirror's head, the checkpoint kept; what to read: from the first of
-        # them (again, so that it is compared) to the host's head (--mirror) or its new checkpoint
+        # 2. what this side holds: the mirror's head, the checkpoint kept; what to read: from the
+        # first of them (again, so that it is compared) to the host's head (--mirror) or its new
+        # checkpoint
         if db is not None:
             with open(os.path.join(where, MIRROR_MARK), "w") as fh:
                 fh.write(name + "\n")
@@ -9964,18 +9986,19 @@ def witness_session(host, where, session, mirror, allowed):
             lo, hi = (base[0] if base else 1), max([(first["head"] or [0])[0], *held])
         else:
             lo, hi = min([new.seq, *held]), max([new.seq, *held])
-        # 3. every row read, checked, and (--mirror) appended; a history that differs is kept as evidence
+        # 3. every row read, checked, and (--mirror) appended; a history that differs is kept as
+        # evidence
         last, count, at_new, verdict = copy_far_rows(session, db, held, lo, hi, new.seq)
         if verdict is None and (last or (0,))[0] < max(held, default=0):
-            verdict = ("differs", max(held), held[max(held)], None)      # the host's ledger ends before it
+            verdict = ("differs", max(held), held[max(held)], None)     # the host's ends before
         if verdict is not None:
             raise witness_fork(session, db, where, name, verdict, kept)
         if at_new is None and db is not None:
             row = db.execute("SELECT hash FROM records WHERE seq = ?", (new.seq,)).fetchone()
             at_new = row and row[0]
     except sqlite3.Error as err:
-        raise Fail(EX_DATAERR, f"{name}: {where}/ledger.db cannot be written: {err}; move it away, and the "
-                               f"next run copies the ledger afresh") from None
+        raise Fail(EX_DATAERR, f"{name}: {where}/ledger.db cannot be written: {err}; move it "
+                               f"away, and the next run copies the ledger afresh") from None
     finally:
         if db is not None:
             db.close()
@@ -9994,10 +10017,10 @@ def far_page(session, name):
 
 
 def copy_far_rows(session, db, held, lo, hi, want):
-    """Read the host's rows lo..hi page by page (the next asked for before this one is checked), each
-    checked as it comes (check_far_rows) and, with `db` (--mirror), those past its head appended to it,
-    committed every MIRROR_COMMIT rows and at the end. Return (the last (seq, hash) read, how many were
-    read, the hash at `want`, the verdict: None, or what differs)."""
+    """Read the host's rows lo..hi page by page (the next asked for before this one is checked),
+    each checked as it comes (check_far_rows) and, with `db` (--mirror), those past its head
+    appended to it, committed every MIRROR_COMMIT rows and at the end. Return (the last (seq,
+    hash) read, how many were read, the hash at `want`, the verdict: None, or what differs)."""
     before, count, at_want, verdict = (0, ZERO_HASH) if lo == 1 else None, 0, None, None
     copy_after = (ledger_head(db) or (0,))[0] if db is not None else None
     session.ask("records", after=lo - 1, limit=RECORDS_PAGE)
@@ -10023,21 +10046,23 @@ def copy_far_rows(session, db, held, lo, hi, want):
                     db.execute("BEGIN IMMEDIATE")
                 db.executemany("INSERT INTO records(seq, at, prev, hash, weight, record) "
                                "VALUES (?, ?, ?, ?, 1, ?)", new)
-                if (new[-1].seq - copy_after) // MIRROR_COMMIT > (new[0].seq - 1 - copy_after) // MIRROR_COMMIT:
+                since = (new[0].seq - 1 - copy_after, new[-1].seq - copy_after)
+                if since[1] // MIRROR_COMMIT > since[0] // MIRROR_COMMIT:
                     db.execute("COMMIT")
             before, count = last, count + len(rows)
             if last[0] >= hi:
                 break
     finally:
         if db is not None and db.in_transaction:
-            db.execute("COMMIT")            # what was checked is kept: the next run goes on after it
+            db.execute("COMMIT")            # what was checked is kept: the next run goes on
     return before, count, at_want, verdict
 
 
 def witness_fork(session, db, where, name, verdict, kept):
-    """Return the Fail (65) of a far history that no longer extends what was kept, once both versions of its
-    rows from the first seq that differs are in DIR/HOST/fork-SEQ-kept|far.jsonl (EVIDENCE_ROWS each):
-    exactly, with the mirror's rows to compare; else the checkpoint kept, and the host's rows before it."""
+    """Return the Fail (65) of a far history that no longer extends what was kept, once both
+    versions of its rows from the first seq that differs are in DIR/HOST/fork-SEQ-kept|far.jsonl
+    (EVIDENCE_ROWS each): exactly, with the mirror's rows to compare; else the checkpoint kept,
+    and the host's rows before it."""
     kind, seq, kept_hash, far_hash = (verdict + (None,))[:4]
     while session.pending:
         session.answer()                # a page asked for before the fork was seen
@@ -10047,23 +10072,28 @@ def witness_fork(session, db, where, name, verdict, kept):
         return parse_rows(far_page(session, name)[1:])
 
     def ours(s):
-        row = db.execute("SELECT hash FROM records WHERE seq = ?", (s,)).fetchone() if db is not None else None
+        if db is None:
+            return None
+        row = db.execute("SELECT hash FROM records WHERE seq = ?", (s,)).fetchone()
         return row and row[0]
 
     def differs(s):
         got = far_rows(s - 1, 1)
-        return not got or got[0].seq != s or row_problem(got[0], None) is not None or got[0].hash != ours(s)
+        return not got or got[0].seq != s or row_problem(got[0], None) is not None \
+            or got[0].hash != ours(s)
     exact = kind == "broken" or ours(seq) is not None
     if kind == "differs" and exact:
         seq = first_differing(1, seq, differs)
         got = far_rows(seq - 1, 1)
         kept_hash, far_hash = ours(seq), got[0].hash if got and got[0].seq == seq else None
     start = seq if exact else max(1, seq - EVIDENCE_ROWS + 1)
-    mine = [dict(zip(Row._fields, row)) for row in db.execute(
-        "SELECT seq, at, prev, hash, record FROM records WHERE seq >= ? ORDER BY seq LIMIT ?",
-        (start, EVIDENCE_ROWS))] if db is not None else [{"checkpoint": kept.text, "signature": kept.signature}]
+    mine = [{"checkpoint": kept.text, "signature": kept.signature}] if db is None else [
+        dict(zip(Row._fields, row)) for row in db.execute(
+            "SELECT seq, at, prev, hash, record FROM records WHERE seq >= ? ORDER BY seq LIMIT ?",
+            (start, EVIDENCE_ROWS))]
+    theirs = [row._asdict() for row in far_rows(start - 1, EVIDENCE_ROWS)]
     files = []
-    for side, lines in (("kept", mine), ("far", [row._asdict() for row in far_rows(start - 1, EVIDENCE_ROWS)])):
+    for side, lines in (("kept", mine), ("far", theirs)):
         files.append(os.path.join(where, f"fork-{seq}-{side}.jsonl"))
         with open(files[-1], "w") as fh:
             fh.writelines(json.dumps(line) + "\n" for line in lines)
@@ -10071,41 +10101,48 @@ def witness_fork(session, db, where, name, verdict, kept):
     if kind == "broken":
         what = f"the host's record #{seq} does not chain: {far_hash or kept_hash}"
     elif exact:
-        what = f"#{seq} is not what was kept: it hashed to {kept_hash[:16]} and the host now has {far_said}"
+        what = (f"#{seq} is not what was kept: it hashed to {kept_hash[:16]} and the host now "
+                f"has {far_said}")
     else:
-        what = (f"#{seq}, of the checkpoint kept, hashed to {kept_hash[:16]} and the host now has {far_said}: "
-                f"the ledger differs at or before it (with --mirror the witness names the first record)")
-    return Fail(EX_DATAERR, f"{name}: its ledger no longer extends what this witness kept: {what}; both "
-                            f"versions, from #{start}, are in {files[0]} and {files[-1]}: compare them, and "
-                            f"keep this side's copy (the host's ledger was rewritten, cut or forked)")
+        what = (f"#{seq}, of the checkpoint kept, hashed to {kept_hash[:16]} and the host now has "
+                f"{far_said}: the ledger differs at or before it (with --mirror the witness names "
+                f"the first record)")
+    return Fail(EX_DATAERR, f"{name}: its ledger no longer extends what this witness kept: {what}; "
+                            f"both versions, from #{start}, are in {files[0]} and {files[-1]}: "
+                            f"compare them, and keep this side's copy (the host's ledger was "
+                            f"rewritten, cut or forked)")
 
 
 def keep_checkpoint(host, where, kept, new, far_hash, allowed):
-    """Check the host's newest checkpoint (checkpoint_problem, and its signature as the fleet file's principal
-    for the host) and keep it in DIR/HOST/checkpoints when it is newer than the one kept; return what to say of
-    its signature."""
+    """Check the host's newest checkpoint (checkpoint_problem, and its signature as the fleet file's
+    principal for the host) and keep it in DIR/HOST/checkpoints when it is newer than the one
+    kept; return what to say of its signature."""
     name, principal = host["name"], host.get("principal")
     problem = checkpoint_problem(kept, new, far_hash)
     if problem:
-        raise Fail(EX_DATAERR, f"{name}: its newest checkpoint, of #{new.seq}, is refused: {problem}; compare "
-                               f"it with avsm --host {name} doctor, and keep what this witness holds")
-    said = ", unsigned" if new.signature is None else ", its signature not checked (the fleet file names " \
-        "no principal: for it)"
+        raise Fail(EX_DATAERR, f"{name}: its newest checkpoint, of #{new.seq}, is refused: "
+                               f"{problem}; compare it with avsm --host {name} doctor, and keep "
+                               f"what this witness holds")
+    said = ", unsigned" if new.signature is None else \
+        ", its signature not checked (the fleet file names no principal: for it)"
     if principal:
-        allowed = os.path.expanduser(allowed or host.get("allowed_signers") or "~/.ssh/allowed_signers")
+        allowed = os.path.expanduser(allowed or host.get("allowed_signers")
+                                     or "~/.ssh/allowed_signers")
         if new.signature is None:
-            raise Fail(EX_DATAERR, f"{name}: its newest checkpoint, of #{new.seq}, is unsigned, and the fleet "
-                                   f"file names {principal} as its signer: name a key in checkpoint: of its "
-                                   f"config.yaml (the README's Checkpoints)")
+            raise Fail(EX_DATAERR, f"{name}: its newest checkpoint, of #{new.seq}, is unsigned, "
+                                   f"and the fleet file names {principal} as its signer: name a "
+                                   f"key in checkpoint: of its config.yaml (the README's "
+                                   f"Checkpoints)")
         if not os.path.isfile(allowed):
-            raise Fail(EX_NOINPUT, f"{name}: {allowed} is not there to verify its checkpoint with: write "
-                                   f"{principal}'s key there, or name the file with --allowed-signers or the "
-                                   f"fleet file's allowed_signers:")
+            raise Fail(EX_NOINPUT, f"{name}: {allowed} is not there to verify its checkpoint with: "
+                                   f"write {principal}'s key there, or name the file with "
+                                   f"--allowed-signers or the fleet file's allowed_signers:")
         try:
             verify_signer(new.text, new.signature, allowed, principal,
                           host.get("namespace") or CHECKPOINT_NAMESPACE)
         except Fail as fail:
-            raise Fail(fail.code, f"{name}: its newest checkpoint, of #{new.seq}, is refused: {fail}") from None
+            raise Fail(fail.code, f"{name}: its newest checkpoint, of #{new.seq}, is refused: "
+                                  f"{fail}") from None
         said = f", signed by {principal}"
     if kept is not None and new.seq < kept.seq:
         return said + f" (older than #{kept.seq}, the one kept, which the host still holds)"
@@ -10119,7 +10156,8 @@ def keep_checkpoint(host, where, kept, new, far_hash, allowed):
 
 
 def witness_notify(home):
-    """Return this side's notify: (its home's config.yaml), or None when there is none or it does not hold."""
+    """Return this side's notify: (its home's config.yaml), or None when there is none or it does
+    not hold."""
     try:
         return read_config(resolve_home(home))[0].get("notify")
     except Fail:
@@ -10127,15 +10165,16 @@ def witness_notify(home):
 
 
 def tell_witness(notify, home, name, message):
-    """Run this side's notify command once with what the witness found on its standard input (no shell's
-    environment but notify_env's); a command that fails is said on standard error."""
+    """Run this side's notify command once with what the witness found on its standard input (no
+    shell's environment but notify_env's); a command that fails is said on standard error."""
     import subprocess
     home = resolve_home(home)
     event = {"kind": "witness", "host": name}
     try:
-        done = subprocess.run(notify["run"], shell=True, input=f"avsm fleet witness: {message}\n".encode(),
-                              env=notify_env(home, event), timeout=notify["timeout"], capture_output=True,
-                              start_new_session=True)
+        done = subprocess.run(notify["run"], shell=True,
+                              input=f"avsm fleet witness: {message}\n".encode(),
+                              env=notify_env(home, event), timeout=notify["timeout"],
+                              capture_output=True, start_new_session=True)
         failure = done.returncode and f"exited {done.returncode}"
     except (OSError, subprocess.TimeoutExpired) as err:
         failure = str(err)
@@ -11414,15 +11453,17 @@ def doctor_mandates(home, found):
 
 
 def doctor_mirror(home, found):
-    """A witness's copy of a host's ledger (avsm fleet witness --mirror; its MIRROR_MARK names the host):
-    say that its ventures and its avsmd are the host's, not here; return whether the home is one."""
+    """A witness's copy of a host's ledger (avsm fleet witness --mirror; its MIRROR_MARK names the
+    host): say that its ventures and its avsmd are the host's, not here; return whether the home
+    is one."""
     try:
         with open(os.path.join(home, MIRROR_MARK)) as fh:
             host = fh.read().strip()
     except (OSError, UnicodeDecodeError):
         return False
-    found.note(f"this home is a witness's copy of {shown_text(host)[:120]}'s ledger (avsm fleet witness "
-               f"--mirror): its ventures' directories and its avsmd are there, not checked here; "
+    found.note(f"this home is a witness's copy of {shown_text(host)[:120]}'s ledger (avsm fleet "
+               f"witness --mirror): its ventures' directories and its avsmd are there, not "
+               f"checked here; "
                f"avsm --host {shown_text(host)[:120]} doctor checks them")
     return True
 
