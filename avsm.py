@@ -5194,7 +5194,8 @@ def open_asks(records):
 NOTICE_TITLES = {"ask": "{venture} asks (#{seq})", "stuck": "{venture} is stuck (#{seq})",
                  "pause": "{venture} was paused (#{seq})", "cannot-run": "{venture} cannot run",
                  "ledger-down": "the ledger cannot be written", "ledger": "the ledger takes writes again (#{seq})",
-                 "stop": "avsmd is stopping"}
+                 "stop": "avsmd is stopping",
+                 "witness": "avsm fleet witness: {venture}'s ledger no longer extends what it kept"}
 
 
 def new_notice(kind, venture, seq, summary, answer, **more):
@@ -10169,10 +10170,10 @@ def tell_witness(notify, home, name, message):
     shell's environment but notify_env's); a command that fails is said on standard error."""
     import subprocess
     home = resolve_home(home)
-    event = {"kind": "witness", "host": name}
+    notice = new_notice("witness", name, None, message, f"avsm --host {name} doctor")
+    text, event = notice_message(notice, {"avsm": client_command()}, home)
     try:
-        done = subprocess.run(notify["run"], shell=True,
-                              input=f"avsm fleet witness: {message}\n".encode(),
+        done = subprocess.run(notify["run"], shell=True, input=text.encode(),
                               env=notify_env(home, event), timeout=notify["timeout"],
                               capture_output=True, start_new_session=True)
         failure = done.returncode and f"exited {done.returncode}"

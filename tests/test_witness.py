@@ -148,7 +148,9 @@ def test_a_ledger_rewritten_whole_and_resigned_is_caught_while_its_own_doctor_sa
     assert caught.stdout.startswith(f"web  its ledger no longer extends what this witness kept: #{target} is "
                                     f"not what was kept: it hashed to {before[target - 1][3][:16]} and the "
                                     f"host now has "), caught.stdout
-    assert open(told).read().startswith("avsm fleet witness: web: its ledger no longer extends")
+    said = open(told).read()
+    assert said.startswith("avsm: avsm fleet witness: web's ledger no longer extends what it kept"), said
+    assert f"#{target} is not what was kept" in said
     kept = [json.loads(line) for line in open(os.path.join(keep, "web", f"fork-{target}-kept.jsonl"))]
     far = [json.loads(line) for line in open(os.path.join(keep, "web", f"fork-{target}-far.jsonl"))]
     assert kept[0]["seq"] == far[0]["seq"] == target and kept[0]["hash"] != far[0]["hash"]
