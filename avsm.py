@@ -10012,6 +10012,9 @@ def witness_session(host, where, session, mirror, allowed):
 def far_page(session, name):
     """Return the out lines of the session's next answer, or Fail with the host's word."""
     lines, err, code = session.answer()
+    if code == EX_USAGE:            # a bridge that knows no `records`: an avsm older than this one
+        raise Fail(code, f"{name}: {err[-1] if err else 'refused'}; the host's avsm is older than "
+                         f"the witness's: copy this avsm.py there")
     if code != EX_OK:
         raise Fail(code, f"{name}: {err[-1] if err else 'the bridge refused, saying nothing'}")
     return lines
