@@ -61,9 +61,9 @@ def host(fleet, bindir):
             assert a.stop()[0] == 0
 
 
-def witness(fleet, keep, host, *args, env=None, name="web"):
+def witness(fleet, keep, host, *args, env=None, name="web", principal="web"):
     path = write(os.path.join(keep + ".yaml"), f"allowed_signers: {fleet.allowed}\n"
-                 f"hosts:\n  - {{host: '{host}', name: {name}, principal: web}}\n")
+                 f"hosts:\n  - {{host: '{host}', name: {name}, principal: {principal}}}\n")
     return fleet.avsm("fleet", "--fleet", path, "witness", "--keep", keep, *args, env=env)
 
 
@@ -77,8 +77,9 @@ def rows(path, mode="ro"):
 
 def test_a_witness_keeps_a_checkpoint_and_mirrors_the_records_with_a_read_only_key(fleet, host, tmp_path):
     """Issue 34 items 1-3: a run keeps the host's newest checkpoint, signed by the principal the fleet file
-    names, and copies every record; the next run reads only what is new (and the one it holds, again); a
-    read-only key suffices, and a write key asks for a new checkpoint of the head."""
+    names (one signed by another principal's key is refused, 65, and not kept), and copies every record; the
+    next run reads only what is new (and the one it holds, again); a read-only key suffices, and a write key
+    asks for a new checkpoint of the head."""
     keep = str(tmp_path / "w")
     for through in ("ro", f"host1:{host.home}"):
         run = witness(fleet, keep, through, "--mirror")
@@ -91,6 +92,9 @@ def test_a_witness_keeps_a_checkpoint_and_mirrors_the_records_with_a_read_only_k
     assert kept[-1].endswith(".sig") and os.path.exists(os.path.join(host.home, "checkpoints", kept[-2]))
     again = witness(fleet, keep, "ro", "--mirror")
     assert again.returncode == 0 and "1 record(s) read and checked, 0 copied" in again.stdout, again.stdout
+    other = witness(fleet, str(tmp_path / "o"), "ro", principal="ops")
+    assert other.returncode == 65 and "is refused: its signature is not ops's" in other.stdout, other.stdout
+    assert not os.listdir(tmp_path / "o" / "web" / "checkpoints"), "a checkpoint refused is not kept"
     plain = witness(fleet, str(tmp_path / "p"), "ro")
     assert plain.returncode == 0 and "1 record(s) read" in plain.stdout, plain.stdout
     assert not os.path.exists(tmp_path / "p" / "web" / "ledger.db")
