@@ -1784,9 +1784,11 @@ REQUESTS = {
     "propose": {"venture": "name", "lever": "name", "payload": "text?"},
     "approve": {"ask": "seq", "payload": "json?"},
     "deny": {"ask": "seq"}, "ask": {"ask": "seq"}, "checkpoint": {},
+    "records": {"after": "seq", "limit": "seq?", "checkpoint": "flag?"},   # a witness's page
 }
 REQUEST_KEYS = ("v", "cmd", "args")
-READ_REQUESTS = ("ping", "health", "status", "asks", "ask")     # what a read-only key's bridge relays
+# what a read-only key's bridge relays
+READ_REQUESTS = ("ping", "health", "status", "asks", "ask", "records")
 REQUEST_MAX = 1024 * 1024      # bytes of one request line avsmd reads; a longer one is refused (64)
 
 # The bridge (avsm bridge, the forced command of an ssh key) relays the requests above, and runs these client
@@ -2423,6 +2425,128 @@ def parse_checkpoint(data, where, signature=None):
     if bad or (signed and not signed.strip().startswith(SSHSIG_ARMOR[0])):
         raise Fail(EX_DATAERR, f"{where} is not an avsm checkpoint: it needs {bad or 'an SSH signature after its blank line'}")
     return Checkpoint(origin, int(seq), digest, int(at), text.rstrip("\n") + "\n", signed.strip() or signature)
+
+
+# ---- raw rows for a witness: does a far history extend what was kept? ----
+# A witness (avsm fleet witness, on another machine) keeps each host's last checkpoint, and with
+# --mirror a copy of its ledger; it reads the host's rows raw, in pages (records_page), and checks
+# them on its own side with the ledger's own recipe. These are records in and a verdict out; the ssh
+# session and the files are section 12's.
+#     row ::= SEQ " " AT " " PREV " " HASH " " RECORD     (RECORD: the stored JSON text, as is)
+#     line ::= row ("\n" row)*                           (a line of the answer: RECORDS_LINE rows)
+
+RECORDS_PAGE = 2048             # rows of one `records` answer at most: the far side holds one page
+RECORDS_PAGE_BYTES = 2 << 20    # ... and about this many bytes of them (large records: fewer rows)
+RECORDS_LINE = 256              # rows of one line of the answer, each row ended by a newline
+Row = collections.namedtuple("Row", "seq at prev hash record")
+
+
+def records_page(db, after, limit, head_line):
+    """Return the lines of a `records` answer: `head_line` first (the head and the newest
+    checkpoint, as JSON), then the raw rows after `after`, at most `limit` (RECORDS_PAGE) and
+    about RECORDS_PAGE_BYTES, many rows a line (a line a row would cost each hop a JSON line a
+    row)."""
+    lines, chunk, size = [head_line], [], 0
+    limit = RECORDS_PAGE if limit is None else min(limit, RECORDS_PAGE)
+    rows = db.execute("SELECT seq, at, prev, hash, record FROM records WHERE seq > ? "
+                      "ORDER BY seq LIMIT ?", (after, limit))
+    for seq, at, prev, digest, text in rows:
+        chunk.append(f"{seq} {at} {prev} {digest} {text}")
+        size += len(text) + 160
+        if len(chunk) == RECORDS_LINE or size > RECORDS_PAGE_BYTES:
+            lines.append("\n".join(chunk))
+            chunk = []
+        if size > RECORDS_PAGE_BYTES:
+            break
+    return lines + (["\n".join(chunk)] if chunk else [])
+
+
+def records_answer(home, args):
+    """Return the answer to a `records` request on `home` as the socket's lines ({"out": ...}, then
+    {"exit": 0}): its head, its newest checkpoint when asked, and a page of rows (records_page),
+    read from what is committed; Fail(66) when the home holds no ledger that reads."""
+    import sqlite3
+    path = os.path.join(home, "ledger.db")
+    try:
+        if not os.path.isfile(path):
+            raise sqlite3.OperationalError("no such file")
+        db = open_ledger_ro(path)
+        try:
+            head = ledger_head(db)
+            newest = newest_signed_checkpoint(os.path.join(home, "checkpoints")) \
+                if args.get("checkpoint") else (None, None)
+            first = json.dumps({"head": head and list(head), "checkpoint": newest[0],
+                                "signature": newest[1]})
+            lines = records_page(db, args["after"], args.get("limit"), first)
+        finally:
+            db.close()
+    except sqlite3.Error as err:
+        raise Fail(EX_NOINPUT, f"{path} cannot be read ({err}): is {home} avsm's home? "
+                               f"name the home in the fleet file as HOST:HOME") from None
+    return [{"out": line} for line in lines] + [{"exit": EX_OK}]
+
+
+def parse_rows(lines):
+    """Return the Rows of a `records` answer's lines after its first; ValueError when one holds
+    none."""
+    return [parse_row(text) for line in lines for text in line.split("\n")]
+
+
+def parse_row(line):
+    """Return the Row a line of rows holds; ValueError when it holds none."""
+    seq, at, prev, digest, text = line.split(" ", 4)
+    if not (seq.isdigit() and seq.isascii() and at.isdigit() and at.isascii()):
+        raise ValueError(f"a row begins with its seq and time, not {shown_text(line[:40])}")
+    return Row(int(seq), int(at), prev, digest, text)
+
+
+def row_problem(row, before):
+    """Return why raw `row` is not the link after `before` ((seq, hash) of the row before it;
+    (0, ZERO_HASH) before the first; None when the witness does not hold it), by the ledger's own
+    recipe; None when it is."""
+    if before is not None and row.seq != before[0] + 1:
+        return f"record #{before[0] + 1} is missing (the next row is #{row.seq})"
+    if before is not None and row.prev != before[1]:
+        return f"its prev is not the hash of #{before[0]}"
+    if chain_hash(row.prev, row.seq, row.at, row.record) != row.hash:
+        return "its hash does not match its contents"
+    return None
+
+
+def check_far_rows(held, before, rows):
+    """Return (the last (seq, hash) checked, verdict) of far `rows` read after `before`: verdict
+    None while each row is the next link and each seq the witness holds (`held`: {seq: hash}) has
+    the hash it kept; else ("differs", SEQ, KEPT HASH, FAR HASH) or ("broken", SEQ, WHY)."""
+    for row in rows:
+        why = row_problem(row, before)
+        if why is not None:
+            return before, ("broken", row.seq, why)
+        if row.seq in held and held[row.seq] != row.hash:
+            return before, ("differs", row.seq, held[row.seq], row.hash)
+        before = (row.seq, row.hash)
+    return before, None
+
+
+def first_differing(lo, hi, differs):
+    """Return the first seq of lo..hi where `differs(seq)`, given that it does at hi and at every
+    seq after one where it does (a chain: a record changed changes the hash of every record after
+    it)."""
+    while lo < hi:
+        mid = (lo + hi) // 2
+        lo, hi = (lo, mid) if differs(mid) else (mid + 1, hi)
+    return lo
+
+
+def checkpoint_problem(kept, new, far_hash):
+    """Return why a host's newest checkpoint `new` may not be kept after `kept` (None: none kept
+    yet), `far_hash` being the hash the host's ledger has at new.seq; None when it may."""
+    if kept is not None and new.origin != kept.origin:
+        return (f"its origin is {shown_text(new.origin)[:120]}, not "
+                f"{shown_text(kept.origin)[:120]} as the one kept")
+    if far_hash != new.hash:
+        return (f"it says #{new.seq} hashes to {new.hash[:16]}, and the host's ledger has "
+                f"{str(far_hash)[:16]} there")
+    return None
 
 
 def format_local_time(at):
@@ -5162,7 +5286,8 @@ def open_asks(records):
 NOTICE_TITLES = {"ask": "{venture} asks (#{seq})", "stuck": "{venture} is stuck (#{seq})",
                  "pause": "{venture} was paused (#{seq})", "cannot-run": "{venture} cannot run",
                  "ledger-down": "the ledger cannot be written", "ledger": "the ledger takes writes again (#{seq})",
-                 "stop": "avsmd is stopping"}
+                 "stop": "avsmd is stopping",
+                 "witness": "avsm fleet witness: {venture}'s ledger no longer extends what it kept"}
 
 
 def new_notice(kind, venture, seq, summary, answer, **more):
@@ -5778,6 +5903,22 @@ def verify_text(text, signature, allowed, namespace):
             raise Fail(EX_DATAERR, f"its signature by {principal} does not verify under namespace {namespace}: "
                                    f"its text was changed since, or it was signed for another namespace")
     return principal
+
+
+def verify_signer(text, signature, allowed, principal, namespace):
+    """Check that `principal` of `allowed` (an allowed_signers file) signed `text` under
+    `namespace`: None, or Fail(65) saying it was not (another key, another namespace, a text
+    changed since)."""
+    import tempfile
+    with tempfile.NamedTemporaryFile("w", prefix="avsm-sig-", suffix=".sig") as sig:
+        sig.write(signature + "\n")
+        sig.flush()
+        code, _, err = ssh_keygen(["-Y", "verify", "-f", allowed, "-I", principal, "-n", namespace,
+                                   "-s", sig.name], "verifying a checkpoint", text.encode())
+    if code != 0:
+        raise Fail(EX_DATAERR, f"its signature is not {principal}'s in {allowed} under namespace "
+                               f"{namespace} ({err}): signed by another key, for another "
+                               f"namespace, or changed since")
 
 
 def write_payload(data):
@@ -7598,6 +7739,25 @@ class Metrics:
         return record
 
 
+def newest_signed_checkpoint(directory):
+    """Return (text, signature or None) of the newest SEQ.txt in `directory` that reads as a
+    checkpoint, with its SEQ.txt.sig; (None, None) when there is none."""
+    names = [n for n in os.listdir(directory) if re.fullmatch(r"\d+\.txt", n)] \
+        if os.path.isdir(directory) else []
+    for name in sorted(names, reverse=True):
+        path = os.path.join(directory, name)
+        try:
+            with open(path) as fh:
+                text = parse_checkpoint(fh.read(), name).text
+            if not os.path.exists(path + ".sig"):
+                return text, None
+            with open(path + ".sig") as fh:
+                return text, fh.read().strip()
+        except (OSError, UnicodeDecodeError, Fail):
+            continue
+    return None, None
+
+
 class Warden:
     """The only process that acts: ticks ventures, runs their programs, appends their records.
 
@@ -7795,6 +7955,12 @@ class Warden:
         if written is None:
             raise Fail(EX_TEMPFAIL, "no checkpoint can be written now: the ledger holds no record yet, or cannot be written")
         return written[0].rstrip("\n").split("\n") + (["", *written[1].split("\n")] if written[1] else [])
+
+    def do_records(self, args, err):
+        """A witness's page (avsm fleet witness): the head and, asked, the newest checkpoint with
+        its signature, then raw rows after `after`, read from what is committed (records_page); a
+        read-only key may ask."""
+        return [m["out"] for m in records_answer(self.home, args)[:-1]]
 
     def next_wakeup(self, now):
         """Return seconds until the next due report, deadline or restart; None when nothing is due."""
@@ -8872,6 +9038,9 @@ commands:
   fleet [--fleet FILE] status|asks|summary
                      that view of every host in the fleet file (~/.config/avsm/fleet.yaml), the hosts
                      asked at once over ssh; an ask shows as HOST:SEQ (avsm --host HOST approve SEQ)
+  fleet [--fleet FILE] witness [--keep DIR] [--mirror] [--allowed-signers FILE]
+                     check each host's ledger here against the checkpoint kept for it in DIR/HOST
+                     (~/.local/state/avsm/witness); --mirror: and keep a copy, DIR/HOST/ledger.db
   bridge [--read-only]
                      the forced command of an ssh key, serving avsm --host from elsewhere
                      (--read-only: status, summary, tail, asks, why, chart, doctor; nothing that writes)
@@ -9599,6 +9768,8 @@ SSH_FAILURES = (("Could not resolve hostname", EX_NOHOST, "check its name, or it
                                                             "it, then ssh to it once by hand"),
                 ("", EX_NOHOST, "is it up, with sshd running? `ssh HOST true` tries by hand"))
 FLEET_VIEWS = ("status", "asks", "summary")
+# what fleet witness checks a host's checkpoints with: keys of a fleet file, or of one of its hosts
+WITNESS_KEYS = {"principal", "allowed_signers", "namespace"}
 
 
 def cmd_bridge(home, args, pinned):
@@ -9636,9 +9807,12 @@ def cmd_bridge(home, args, pinned):
             if "verb" in message:
                 return bridge_verb(where or home, message, bool(args))
             try:
-                cmd, _ = check_request(message)
+                cmd, asked = check_request(message)
                 if args and cmd not in READ_REQUESTS:
                     raise Fail(EX_DATAERR, f"this key may only read (avsm bridge --read-only): {cmd} is refused")
+                if cmd == "records":        # read here, from the file: a witness needs no avsmd
+                    send_out(*records_answer(where or home, asked))
+                    continue
                 line = request_line(message)
                 with connect_daemon(where or home) as conn:
                     with contextlib.suppress(BrokenPipeError, ConnectionResetError):
@@ -9734,7 +9908,7 @@ def read_fleet(path, must=True):
         raise Fail(EX_NOINPUT, f"{path} cannot be read ({err.strerror}): write the hosts there, as the README's "
                                f"Many hosts shows, or name a file with --fleet FILE") from None
     doc, c = checked_yaml(text, path)
-    keys = {"ssh", "bridge", "timeout"}
+    keys = {"ssh", "bridge", "timeout"} | WITNESS_KEYS
     c.mapping(doc, (), keys | {"hosts"}, "a fleet file")
     if not isinstance(doc.get("hosts"), list) or not doc["hosts"]:
         c.fail(("hosts",), "hosts: is a list of [user@]HOST[:HOME], as hosts: [web1, ops@db1:/srv/avsm]")
@@ -9748,11 +9922,12 @@ def read_fleet(path, must=True):
         entry = c.mapping({"host": item} if isinstance(item, str) else item, ("hosts", i), keys | {"host", "name"}, "a host")
         where = {k: ("hosts", i, k) if k in entry else (k,) for k in keys | {"host", "name"}}
         given = {k: c.text(entry.get(k, doc.get(k)), where[k], k, required=False)
-                 for k in ("ssh", "bridge", "host", "name")}
+                 for k in ("ssh", "bridge", "host", "name", *WITNESS_KEYS)}
         timeout = entry.get("timeout", doc.get("timeout"))
         timeout = fleet_timeout(c, timeout, where["timeout"], text) if timeout is not None else None
         try:
             hosts.append(remote_host(given["host"] or "", given["ssh"], given["bridge"], timeout, given["name"]))
+            hosts[-1].update((k, given[k]) for k in WITNESS_KEYS)
         except Fail as fail:
             c.fail(("hosts", i), str(fail))
         name = hosts[-1]["name"]
@@ -10043,10 +10218,12 @@ def ping_answered(piece, name):
     return "exit" in message
 
 
-def cmd_fleet(args, given=None):
+def cmd_fleet(args, given=None, home=None):
     """fleet [--fleet FILE] status|asks|summary [ARGS]: one view of every host in the fleet file, the hosts asked at
     once, each within its timeout; exit 0 when every host answered, else the code of the first that did not."""
     path, rest = take_option(args, "--fleet")
+    if rest and rest[0] == "witness":
+        return cmd_witness(home, fleet_path(path or given), rest[1:])
     if not rest or rest[0] not in FLEET_VIEWS:
         raise Fail(EX_USAGE, "usage: avsm fleet [--fleet FILE] status|asks|summary [ARGS]")
     import threading
@@ -10119,6 +10296,427 @@ def align_status(said):
                                f"{mine[i][2]}".rstrip() if i in mine else line
                                for i, line in enumerate(got)], errors))
     return aligned
+
+
+# ---- fleet witness: each host's ledger checked, and copied, where its writer cannot reach ----
+# A check on the host itself is the host's own avsm reading the host's own allowed_signers: whoever
+# could rewrite its ledger could change those too. The witness checks here: each host's newest
+# checkpoint against the one kept in DIR/HOST/checkpoints, every link between them recomputed
+# (check_far_rows), its signature against this machine's allowed_signers and the fleet file's
+# principal for it; with --mirror DIR/HOST/ledger.db is a copy.
+
+WITNESS_USAGE = ("usage: avsm fleet [--fleet FILE] witness [--keep DIR] [--mirror] "
+                 "[--allowed-signers FILE]")
+EVIDENCE_ROWS = 200     # rows of each version a witness keeps from the first seq that differs
+MIRROR_MARK = "witnessed-host"      # in DIR/HOST of a --mirror: the host it copies (doctor_mirror)
+MIRROR_COMMIT = 32768   # rows a mirror takes in one transaction: one sync to disk for each so many
+
+
+class BridgeSession:
+    """One ssh session to a host's bridge, kept open for many relayed requests, each answered in
+    turn (a witness's pages). ask(cmd, **args) sends one; answer() returns its (out, err, exit);
+    a host that cannot be reached, or says nothing within its timeout, is one Fail as fleet says
+    it (ssh_failure)."""
+
+    def __init__(self, host):
+        import shlex
+        import subprocess
+        import threading
+        self.host, self.buffer, self.errors, self.pending = host, b"", [], 0
+        argv = shlex.split(host["ssh"]) + [
+            "-T", "-o", "BatchMode=yes", "-o", "LogLevel=ERROR",
+            "-o", f"ConnectTimeout={max(1, round(host['timeout']))}",
+            "--", host["dest"], host["bridge"]]
+        try:
+            self.proc = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                         stderr=subprocess.PIPE)
+        except OSError as err:
+            raise Fail(EX_UNAVAILABLE, f"{host['name']}: {argv[0]} cannot run ({err.strerror}); "
+                                       f"install OpenSSH's client, or name the ssh command in "
+                                       f"AVSM_SSH or the fleet file's ssh:") from None
+        self.reader = threading.Thread(target=self.read_errors, daemon=True)
+        self.reader.start()
+
+    def read_errors(self):
+        for line in self.proc.stderr:
+            self.errors.append(line.decode("utf-8", "replace").rstrip("\r\n"))
+
+    def ask(self, cmd, **args):
+        self.pending += 1
+        request = {"v": 1, "cmd": cmd, "args": args}
+        if self.host["home"]:
+            request["home"] = self.host["home"]
+        with contextlib.suppress(BrokenPipeError):
+            self.proc.stdin.write((json.dumps(request) + "\n").encode())
+            self.proc.stdin.flush()
+
+    def answer(self):
+        """Return (out lines, err lines, exit code) of the oldest request not yet answered."""
+        out, err = [], []
+        while True:
+            try:
+                message = json.loads(self.line())
+            except ValueError:
+                message = None
+            if not isinstance(message, dict):
+                raise Fail(EX_UNAVAILABLE, f"{self.host['name']}: the bridge answered with no "
+                                           f"JSON object a line; is it avsm's?")
+            if "exit" in message:
+                self.pending -= 1
+                return out, err, message["exit"]
+            (out if "out" in message else err).append(str(message.get("out", message.get("err"))))
+
+    def line(self):
+        import select
+        fd = self.proc.stdout.fileno()
+        while b"\n" not in self.buffer:
+            if not select.select([fd], [], [], self.host["timeout"])[0]:
+                self.close()
+                raise Fail(EX_NOHOST, f"{self.host['name']}: no answer within "
+                                      f"{format_duration(self.host['timeout'])}: the host or its "
+                                      f"sshd hangs; `ssh {self.host['dest']} true` tries by hand")
+            data = os.read(fd, 1 << 20)
+            if not data:
+                raise self.ended()
+            self.buffer += data
+        line, self.buffer = self.buffer.split(b"\n", 1)
+        return line
+
+    def ended(self):
+        """The session ended before an answer: the Fail that says why, as fleet says it."""
+        try:
+            code = self.proc.wait(self.host["timeout"])
+        except Exception:
+            self.close()
+            code = None
+        self.reader.join(2)
+        return ssh_failure(self.host, code, self.errors)
+
+    def close(self):
+        with contextlib.suppress(OSError):
+            self.proc.stdin.close()
+        try:
+            self.proc.wait(2)
+        except Exception:
+            self.proc.kill()
+            self.proc.wait()
+
+
+def ssh_failure(host, code, errors):
+    """Return the Fail of an ssh session to `host` that ended with `code` and the error lines
+    `errors`: the bridge's own word (avsm: ...), else 68, 77 or 69 as ssh_bridge says them."""
+    name, ours = host["name"], [t[6:] for t in errors if t.startswith("avsm: ")]
+    if ours:
+        return Fail(code or EX_UNAVAILABLE, f"{name}: {ours[-1]}")
+    if code == 127:
+        return Fail(EX_UNAVAILABLE, f"{name}: no avsm there ({host['bridge']!r} was not found); "
+                                    f"copy avsm.py to it and name the command: bridge: python3 "
+                                    f"/opt/avsm/avsm.py bridge in the fleet file, or AVSM_BRIDGE")
+    said = next((t.removeprefix("ssh: ") for t in reversed(errors) if t.strip()),
+                "no word from ssh")
+    if code == 255:
+        code, fix = next((c, f) for s, c, f in SSH_FAILURES if s in " ".join(errors))
+        return Fail(code, f"{name}: ssh could not reach avsm there ({said}); "
+                          f"{fix.replace('HOST', host['dest'])}")
+    return Fail(EX_UNAVAILABLE, f"{name}: the bridge ended (exit {code}) before it answered "
+                                f"({said}); see avsm --host {name} doctor")
+
+
+def cmd_witness(home, fleet, args):
+    """fleet witness [--keep DIR] [--mirror] [--allowed-signers FILE]: each host of the fleet file
+    checked here against what was kept for it, at once; exit 0 when every host holds, else the
+    code of the first that did not (65: a far history that no longer extends what was kept)."""
+    keep, args = witness_option(args, "--keep")
+    allowed, args = witness_option(args, "--allowed-signers")
+    if args not in ([], ["--mirror"]):
+        raise Fail(EX_USAGE, WITNESS_USAGE)
+    import threading
+    state = os.environ.get("XDG_STATE_HOME") or os.path.expanduser("~/.local/state")
+    keep = keep or os.path.join(state, "avsm", "witness")
+    hosts, results = read_fleet(fleet), {}
+    notify = witness_notify(home)
+
+    def witness(host):
+        try:
+            results[host["name"]] = (EX_OK, witness_host(host, keep, bool(args), allowed))
+        except Fail as fail:
+            results[host["name"]] = (fail.code, str(fail).removeprefix(host["name"] + ": "))
+            if fail.code == EX_DATAERR and notify:
+                tell_witness(notify, home, host["name"], str(fail))
+    threads = [threading.Thread(target=witness, args=(host,), daemon=True) for host in hosts]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    worst = EX_OK
+    for host in hosts:
+        code, line = results[host["name"]]
+        out(f"{host['name']}  {line}")
+        worst = worst or code
+    return worst
+
+
+def witness_option(args, option):
+    """Return (the value of `option`, the other arguments) of fleet witness's arguments."""
+    if option not in args:
+        return None, args
+    at = args.index(option)
+    if at + 1 >= len(args) or not args[at + 1]:
+        raise Fail(EX_USAGE, f"{option} needs a directory or file; {WITNESS_USAGE}")
+    return os.path.abspath(os.path.expanduser(args[at + 1])), args[:at] + args[at + 2:]
+
+
+def witness_host(host, keep, mirror, allowed):
+    """Witness one host: return the line that says what was checked and kept, or Fail (65: a history
+    that no longer extends what was kept, its evidence written to DIR/HOST/)."""
+    where = os.path.join(keep, re.sub(r"[^\w.@-]+", "_", host["name"]))
+    os.makedirs(os.path.join(where, "checkpoints"), mode=0o700, exist_ok=True)
+    with open(os.path.join(where, "witness.lock"), "w") as lock:
+        try:
+            fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:
+            raise Fail(EX_TEMPFAIL, f"{host['name']}: another avsm fleet witness keeps {where} "
+                                    f"now; let it finish, then run this again") from None
+        session = BridgeSession(host)
+        try:
+            return witness_session(host, where, session, mirror, allowed)
+        finally:
+            session.close()
+
+
+def witness_session(host, where, session, mirror, allowed):
+    """The steps of witness_host over one ssh session, numbered; see there."""
+    import sqlite3
+    name, kept = host["name"], newest_checkpoint(os.path.join(where, "checkpoints"))
+    # 1. the host's newest checkpoint: a new one where the key may write (a read-only key's ask is
+    # refused)
+    session.ask("checkpoint")
+    session.ask("records", after=0, limit=0, checkpoint=True)
+    session.answer()
+    first = json.loads(far_page(session, name)[0])
+    if not first.get("checkpoint"):
+        raise Fail(EX_UNAVAILABLE, f"{name}: its avsmd has written no checkpoint yet, and this "
+                                   f"key may not ask for one: let avsmd run there (it writes one "
+                                   f"at its start), or use a key whose bridge may write")
+    new = parse_checkpoint(first["checkpoint"], f"{name}'s newest checkpoint",
+                           first.get("signature"))
+    db = sqlite3.connect(os.path.join(where, "ledger.db"), isolation_level=None, timeout=10) \
+        if mirror else None
+    try:
+        # 2. what this side holds: the mirror's head, the checkpoint kept; what to read: from the
+        # first of them (again, so that it is compared) to the host's head (--mirror) or its new
+        # checkpoint
+        if db is not None:
+            with open(os.path.join(where, MIRROR_MARK), "w") as fh:
+                fh.write(name + "\n")
+            db.execute("PRAGMA journal_mode=DELETE")
+            db.execute("PRAGMA synchronous=FULL")
+            db.executescript(LEDGER_SCHEMA)
+        base = ledger_head(db) if db is not None else None
+        held = dict([base] if base else [])
+        if kept and kept.seq > (base[0] if base else 0):
+            held[kept.seq] = kept.hash
+        if db is not None:
+            lo, hi = (base[0] if base else 1), max([(first["head"] or [0])[0], *held])
+        else:
+            lo, hi = min([new.seq, *held]), max([new.seq, *held])
+        # 3. every row read, checked, and (--mirror) appended; a history that differs is kept as
+        # evidence
+        last, count, at_new, verdict = copy_far_rows(session, db, held, lo, hi, new.seq)
+        if verdict is None and (last or (0,))[0] < max(held, default=0):
+            verdict = ("differs", max(held), held[max(held)], None)     # the host's ends before
+        if verdict is not None:
+            raise witness_fork(session, db, where, name, verdict, kept)
+        if at_new is None and db is not None:
+            row = db.execute("SELECT hash FROM records WHERE seq = ?", (new.seq,)).fetchone()
+            at_new = row and row[0]
+    except sqlite3.Error as err:
+        raise Fail(EX_DATAERR, f"{name}: {where}/ledger.db cannot be written: {err}; move it "
+                               f"away, and the next run copies the ledger afresh") from None
+    finally:
+        if db is not None:
+            db.close()
+    # 4. the new checkpoint: its record's hash, its origin, its signature; kept when it is newer
+    said = keep_checkpoint(host, where, kept, new, at_new, allowed)
+    copied = f", {count - (1 if base else 0)} copied to {where}/ledger.db" if db is not None else ""
+    return f"#{new.seq} witnessed{said}: {count} record(s) read and checked{copied}"
+
+
+def far_page(session, name):
+    """Return the out lines of the session's next answer, or Fail with the host's word."""
+    lines, err, code = session.answer()
+    if code == EX_USAGE:            # a bridge that knows no `records`: an avsm older than this one
+        raise Fail(code, f"{name}: {err[-1] if err else 'refused'}; the host's avsm is older than "
+                         f"the witness's: copy this avsm.py there")
+    if code != EX_OK:
+        raise Fail(code, f"{name}: {err[-1] if err else 'the bridge refused, saying nothing'}")
+    return lines
+
+
+def copy_far_rows(session, db, held, lo, hi, want):
+    """Read the host's rows lo..hi page by page (the next asked for before this one is checked),
+    each checked as it comes (check_far_rows) and, with `db` (--mirror), those past its head
+    appended to it, committed every MIRROR_COMMIT rows and at the end. Return (the last (seq,
+    hash) read, how many were read, the hash at `want`, the verdict: None, or what differs)."""
+    before, count, at_want, verdict = (0, ZERO_HASH) if lo == 1 else None, 0, None, None
+    copy_after = (ledger_head(db) or (0,))[0] if db is not None else None
+    session.ask("records", after=lo - 1, limit=RECORDS_PAGE)
+    try:
+        while verdict is None:
+            try:
+                rows = parse_rows(far_page(session, session.host["name"])[1:])
+            except ValueError as err:
+                verdict = ("broken", (before or (lo - 1,))[0] + 1, str(err))
+                break
+            if not rows:
+                break
+            if rows[-1].seq < hi:
+                session.ask("records", after=rows[-1].seq, limit=RECORDS_PAGE)
+            last, verdict = check_far_rows(held, before, rows)
+            if verdict is not None:
+                break
+            if rows[0].seq <= want <= rows[-1].seq:
+                at_want = rows[want - rows[0].seq].hash
+            new = [row for row in rows if row.seq > copy_after] if db is not None else []
+            if new:
+                if not db.in_transaction:
+                    db.execute("BEGIN IMMEDIATE")
+                db.executemany("INSERT INTO records(seq, at, prev, hash, weight, record) "
+                               "VALUES (?, ?, ?, ?, 1, ?)", new)
+                since = (new[0].seq - 1 - copy_after, new[-1].seq - copy_after)
+                if since[1] // MIRROR_COMMIT > since[0] // MIRROR_COMMIT:
+                    db.execute("COMMIT")
+            before, count = last, count + len(rows)
+            if last[0] >= hi:
+                break
+    finally:
+        if db is not None and db.in_transaction:
+            db.execute("COMMIT")            # what was checked is kept: the next run goes on
+    return before, count, at_want, verdict
+
+
+def witness_fork(session, db, where, name, verdict, kept):
+    """Return the Fail (65) of a far history that no longer extends what was kept, once both
+    versions of its rows from the first seq that differs are in DIR/HOST/fork-SEQ-kept|far.jsonl
+    (EVIDENCE_ROWS each): exactly, with the mirror's rows to compare; else the checkpoint kept,
+    and the host's rows before it."""
+    kind, seq, kept_hash, far_hash = (verdict + (None,))[:4]
+    while session.pending:
+        session.answer()                # a page asked for before the fork was seen
+
+    def far_rows(after, limit):
+        session.ask("records", after=after, limit=limit)
+        return parse_rows(far_page(session, name)[1:])
+
+    def ours(s):
+        if db is None:
+            return None
+        row = db.execute("SELECT hash FROM records WHERE seq = ?", (s,)).fetchone()
+        return row and row[0]
+
+    def differs(s):
+        got = far_rows(s - 1, 1)
+        return not got or got[0].seq != s or row_problem(got[0], None) is not None \
+            or got[0].hash != ours(s)
+    exact = kind == "broken" or ours(seq) is not None
+    if kind == "differs" and exact:
+        seq = first_differing(1, seq, differs)
+        got = far_rows(seq - 1, 1)
+        kept_hash, far_hash = ours(seq), got[0].hash if got and got[0].seq == seq else None
+    start = seq if exact else max(1, seq - EVIDENCE_ROWS + 1)
+    mine = [{"checkpoint": kept.text, "signature": kept.signature}] if db is None else [
+        dict(zip(Row._fields, row)) for row in db.execute(
+            "SELECT seq, at, prev, hash, record FROM records WHERE seq >= ? ORDER BY seq LIMIT ?",
+            (start, EVIDENCE_ROWS))]
+    theirs = [row._asdict() for row in far_rows(start - 1, EVIDENCE_ROWS)]
+    files = []
+    for side, lines in (("kept", mine), ("far", theirs)):
+        files.append(os.path.join(where, f"fork-{seq}-{side}.jsonl"))
+        with open(files[-1], "w") as fh:
+            fh.writelines(json.dumps(line) + "\n" for line in lines)
+    far_said = str(far_hash or "no such record")[:16]
+    if kind == "broken":
+        what = f"the host's record #{seq} does not chain: {far_hash or kept_hash}"
+    elif exact:
+        what = (f"#{seq} is not what was kept: it hashed to {kept_hash[:16]} and the host now "
+                f"has {far_said}")
+    else:
+        what = (f"#{seq}, of the checkpoint kept, hashed to {kept_hash[:16]} and the host now has "
+                f"{far_said}: the ledger differs at or before it (with --mirror the witness names "
+                f"the first record)")
+    return Fail(EX_DATAERR, f"{name}: its ledger no longer extends what this witness kept: {what}; "
+                            f"both versions, from #{start}, are in {files[0]} and {files[-1]}: "
+                            f"compare them, and keep this side's copy (the host's ledger was "
+                            f"rewritten, cut or forked)")
+
+
+def keep_checkpoint(host, where, kept, new, far_hash, allowed):
+    """Check the host's newest checkpoint (checkpoint_problem, and its signature as the fleet file's
+    principal for the host) and keep it in DIR/HOST/checkpoints when it is newer than the one
+    kept; return what to say of its signature."""
+    name, principal = host["name"], host.get("principal")
+    problem = checkpoint_problem(kept, new, far_hash)
+    if problem:
+        raise Fail(EX_DATAERR, f"{name}: its newest checkpoint, of #{new.seq}, is refused: "
+                               f"{problem}; compare it with avsm --host {name} doctor, and keep "
+                               f"what this witness holds")
+    said = ", unsigned" if new.signature is None else \
+        ", its signature not checked (the fleet file names no principal: for it)"
+    if principal:
+        allowed = os.path.expanduser(allowed or host.get("allowed_signers")
+                                     or "~/.ssh/allowed_signers")
+        if new.signature is None:
+            raise Fail(EX_DATAERR, f"{name}: its newest checkpoint, of #{new.seq}, is unsigned, "
+                                   f"and the fleet file names {principal} as its signer: name a "
+                                   f"key in checkpoint: of its config.yaml (the README's "
+                                   f"Checkpoints)")
+        if not os.path.isfile(allowed):
+            raise Fail(EX_NOINPUT, f"{name}: {allowed} is not there to verify its checkpoint with: "
+                                   f"write {principal}'s key there, or name the file with "
+                                   f"--allowed-signers or the fleet file's allowed_signers:")
+        try:
+            verify_signer(new.text, new.signature, allowed, principal,
+                          host.get("namespace") or CHECKPOINT_NAMESPACE)
+        except Fail as fail:
+            raise Fail(fail.code, f"{name}: its newest checkpoint, of #{new.seq}, is refused: "
+                                  f"{fail}") from None
+        said = f", signed by {principal}"
+    if kept is not None and new.seq < kept.seq:
+        return said + f" (older than #{kept.seq}, the one kept, which the host still holds)"
+    path = os.path.join(where, "checkpoints", f"{new.seq:012d}.txt")
+    for name_, data in ((path + ".sig", new.signature), (path, new.text)):
+        if data:
+            with open(name_ + ".new", "w") as fh:
+                fh.write(data.rstrip("\n") + "\n")
+            os.replace(name_ + ".new", name_)
+    return said
+
+
+def witness_notify(home):
+    """Return this side's notify: (its home's config.yaml), or None when there is none or it does
+    not hold."""
+    try:
+        return read_config(resolve_home(home))[0].get("notify")
+    except Fail:
+        return None
+
+
+def tell_witness(notify, home, name, message):
+    """Run this side's notify command once with what the witness found on its standard input (no
+    shell's environment but notify_env's); a command that fails is said on standard error."""
+    import subprocess
+    home = resolve_home(home)
+    notice = new_notice("witness", name, None, message, f"avsm --host {name} doctor")
+    text, event = notice_message(notice, {"avsm": client_command()}, home)
+    try:
+        done = subprocess.run(notify["run"], shell=True, input=text.encode(),
+                              env=notify_env(home, event), timeout=notify["timeout"],
+                              capture_output=True, start_new_session=True)
+        failure = done.returncode and f"exited {done.returncode}"
+    except (OSError, subprocess.TimeoutExpired) as err:
+        failure = str(err)
+    if failure:
+        sys.stderr.write(f"avsm: {name}: notify ({notify['run']}) could not tell it: {failure}\n")
 
 
 def read_config(home, path=None):
@@ -11103,8 +11701,9 @@ def cmd_doctor(home, args):
     if doctor_home(home, found):
         doctor_config(home, found)
         doctor_ledger(home, found, since, kept, given["--quick"])
-        doctor_mandates(home, found)
-        doctor_daemon(home, found)
+        if not doctor_mirror(home, found):
+            doctor_mandates(home, found)
+            doctor_daemon(home, found)
         doctor_bridge_keys(found)
     code = found.worst()
     out("all checks pass" if code == EX_OK else f"doctor exits {code}")
@@ -11437,6 +12036,22 @@ def bridge_key_problems(text):
         elif undone:
             problems.append((number, f"its line gives back {', '.join(undone)} after restrict"))
     return problems
+
+
+def doctor_mirror(home, found):
+    """A witness's copy of a host's ledger (avsm fleet witness --mirror; its MIRROR_MARK names the
+    host): say that its ventures and its avsmd are the host's, not here; return whether the home
+    is one."""
+    try:
+        with open(os.path.join(home, MIRROR_MARK)) as fh:
+            host = fh.read().strip()
+    except (OSError, UnicodeDecodeError):
+        return False
+    found.note(f"this home is a witness's copy of {shown_text(host)[:120]}'s ledger (avsm fleet "
+               f"witness --mirror): its ventures' directories and its avsmd are there, not "
+               f"checked here; "
+               f"avsm --host {shown_text(host)[:120]} doctor checks them")
+    return True
 
 
 def doctor_daemon(home, found):
@@ -11937,7 +12552,7 @@ def run_client(args):
     if rest and rest[0] == "bridge":
         return cmd_bridge(resolve_home(home), rest[1:], home is not None or bool(os.environ.get("AVSMD_HOME")))
     if rest and rest[0] == "fleet":
-        return cmd_fleet(rest[1:], fleet)
+        return cmd_fleet(rest[1:], fleet, home)
     if host is not None and rest and rest[0] not in ("-h", "--help", "help", "--version") \
             and not {"-h", "--help"} & set(rest[1:]):
         if rest[0] not in CLIENT_COMMANDS:
