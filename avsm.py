@@ -8972,6 +8972,10 @@ def cmd_approve(home, args):
             edited = read_json(edited)
         except (ValueError, RecursionError) as err:
             raise Fail(EX_DATAERR, f"what you saved is not JSON ({err}); nothing approved, ask #{ask} stays open") from None
+    if edited == payload:       # what you save runs: an editor quit without saving saved nothing
+        raise Fail(EX_DATAERR, f"the content was left as it was (the editor quit without saving?): "
+                               f"nothing approved, ask #{ask} stays open; to approve it as proposed: "
+                               f"{client_command(home)} approve {ask}")
     return ask_daemon(home, "approve", {"ask": ask, "payload": edited})
 
 
