@@ -6178,17 +6178,39 @@ LOAD_AVSM = ("import importlib.util as u, sys; s = u.spec_from_file_location('av
 
 
 def cached_command(program, args):
-    """Return the argv that runs `program` of this file from its cached bytecode, writing the cache if stale."""
+    """Return the argv that runs `program` of this file from its cached bytecode, writing the cache
+    if it is not checked against the file's hash (a stale one is compiled again at its load)."""
     import importlib.util
     import py_compile
     with contextlib.suppress(OSError, ValueError, py_compile.PyCompileError):   # no cache: compiled as before
         cache = importlib.util.cache_from_source(AVSM_PATH)
-        if not os.path.exists(cache) or os.path.getmtime(cache) < os.path.getmtime(AVSM_PATH):
-            py_compile.compile(AVSM_PATH, cfile=cache, doraise=True)
+        try:
+            with open(cache, "rb") as fh:
+                head = fh.read(16)
+        except OSError:
+            head = b""
+        if head[4:8] != PYC_CHECKED_HASH:
+            cache_bytecode(cache)
     # -P: nothing before the standard library on sys.path (`-c` alone would put the venture's directory first,
     # and its json.py would be imported). -S: no `site`, so no .pth file runs its code or costs each start imports.
     prefix = [f"-Xpycache_prefix={sys.pycache_prefix}"] if sys.pycache_prefix else []     # started by a link
     return [sys.executable, "-S", "-P", *prefix, "-c", LOAD_AVSM, AVSM_PATH, program] + list(args)
+
+
+PYC_CHECKED_HASH = b"\3\0\0\0"      # PEP 552's flags: hash-based, its source checked at each load
+
+
+def cache_bytecode(cache):
+    """Write this file's bytecode to `cache`, checked against the file's hash at each load
+    (PEP 552: a timestamp-checked one would run old code from a copy of the same size and
+    time), in directories and a file only this user can read."""
+    import py_compile
+    was = os.umask(0o077)
+    try:
+        py_compile.compile(AVSM_PATH, cfile=cache, doraise=True,
+                           invalidation_mode=py_compile.PycInvalidationMode.CHECKED_HASH)
+    finally:
+        os.umask(was)
 
 
 def log(debug, who, message):
@@ -9915,13 +9937,41 @@ def user_cache():
 
 LINK_MARK = "# written by `avsm link`"
 LINK_WRAPPER = """#!{python} -SP
-{mark}: {program} from {path}, its bytecode cached under $XDG_CACHE_HOME/avsm (else ~/.cache/avsm)
-# even where that directory is read-only or PYTHONDONTWRITEBYTECODE is set; a newer copy there is compiled again
-import importlib.util as u, os, sys
-sys.pycache_prefix = os.path.join(os.environ.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache"), "avsm", "pycache")
-sys.dont_write_bytecode = False
-s = u.spec_from_file_location("avsm", {path!r}); m = u.module_from_spec(s); sys.modules["avsm"] = m
-s.loader.exec_module(m); sys.exit(m.main())
+{mark}: {program} from {path}, its bytecode cached under $XDG_CACHE_HOME/avsm
+# (else ~/.cache/avsm), in directories only you can read, even where PYTHONDONTWRITEBYTECODE is
+# set; the bytecode runs only while it is of the file's contents now (PEP 552's source hash)
+import importlib.util as u, marshal, os, sys
+p = {path!r}
+try:
+    with open(p, "rb") as f:
+        src = f.read()
+except OSError as e:
+    sys.stderr.write(f"avsm: {{p}}, which {{sys.argv[0]}} runs, cannot be read "
+                     f"({{e.strerror}}): moved or removed? run link again from where "
+                     f"it is now: python3 NEW/avsm.py link {target}\\n")
+    sys.exit(77 if isinstance(e, PermissionError) else 66)
+cache = os.environ.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache")
+sys.pycache_prefix = os.path.join(cache, "avsm", "pycache")
+c, head = u.cache_from_source(p), u.MAGIC_NUMBER + b"\\3\\0\\0\\0" + u.source_hash(src)
+try:
+    with open(c, "rb") as f:
+        code = f.read()
+    code = marshal.loads(code[16:]) if code[:16] == head else None
+except (OSError, ValueError, EOFError, TypeError):
+    code = None
+if code is None:
+    code, was = compile(src, p, "exec"), os.umask(0o077)
+    try:
+        os.makedirs(os.path.dirname(c), exist_ok=True)
+        with open(f"{{c}}.{{os.getpid()}}", "wb") as f:
+            f.write(head + marshal.dumps(code))
+        os.replace(f"{{c}}.{{os.getpid()}}", c)
+    except OSError:
+        pass                # not cached: compiled again at the next start
+    finally:
+        os.umask(was)
+s = u.spec_from_file_location("avsm", p); m = u.module_from_spec(s); sys.modules["avsm"] = m
+exec(code, m.__dict__); sys.exit(m.main())
 """
 
 
@@ -9945,7 +9995,8 @@ def cmd_link(home, args):
         for program in ("avsm", "avsmd"):
             path = os.path.join(target, program)
             with open(path + ".new", "w", encoding="utf-8") as fh:
-                fh.write(LINK_WRAPPER.format(python=sys.executable, mark=LINK_MARK, program=program, path=AVSM_PATH))
+                fh.write(LINK_WRAPPER.format(python=sys.executable, mark=LINK_MARK, program=program,
+                                             path=AVSM_PATH, target=target))
             os.chmod(path + ".new", 0o755)
             os.replace(path + ".new", path)
     except OSError as err:
@@ -9953,8 +10004,8 @@ def cmd_link(home, args):
                                  f"link into a directory of yours, such as ~/bin") from None
     saved, sys.pycache_prefix = sys.pycache_prefix, os.path.join(user_cache(), "pycache")
     try:        # checked against the source's hash at each start, so a newer copy of the same size and time is seen
-        py_compile.compile(AVSM_PATH, cfile=importlib.util.cache_from_source(AVSM_PATH), doraise=True,
-                           invalidation_mode=py_compile.PycInvalidationMode.CHECKED_HASH)
+        cache_bytecode(importlib.util.cache_from_source(AVSM_PATH))
+        os.chmod(user_cache(), 0o700)     # made before: what is under it is this user's alone
     except (OSError, py_compile.PyCompileError):
         pass                          # the first start writes it
     finally:

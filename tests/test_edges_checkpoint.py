@@ -92,3 +92,43 @@ def test_an_editor_quit_without_saving_approves_nothing(av, workdir):
     av.wait_for(lambda rs: any(r["kind"] == "outcome" for _, _, r in rs), what="say's outcome")
     with open(os.path.join(d, "said")) as fh:
         assert fh.read() == "bye\n"
+
+
+def test_a_link_wrapper_runs_only_bytecode_of_the_files_contents_now(workdir):
+    """Issue 32 item 10, issue 37 item 4: with the cache cleared, the first start through a `link` wrapper
+    writes bytecode checked against the file's hash (PEP 552), in directories only this user can read, so a
+    newer copy of the same size and mtime runs its own code; a copy that moved away is one line naming where
+    it was and `link` again (66), not a traceback. DIST-01"""
+    src, bin_, cache = (os.path.join(workdir, d) for d in ("copy", "bin", "cache"))
+    os.makedirs(src)
+    copy = os.path.join(src, "avsm.py")
+    shutil.copy(os.path.join(ROOT, "avsm.py"), copy)
+    env = dict(os.environ, XDG_CACHE_HOME=cache, PYTHONDONTWRITEBYTECODE="1")
+    assert subprocess.run([sys.executable, copy, "link", bin_], env=env, capture_output=True).returncode == 0
+    wrapper = os.path.join(bin_, "avsm")
+    shutil.rmtree(cache)
+    version = subprocess.run([wrapper, "--version"], env=env, capture_output=True, text=True)
+    assert version.stdout.strip() == f"avsm {avsm.VERSION}", version.stderr
+    pyc = os.path.join(cache, "avsm", "pycache", src.lstrip("/"), f"avsm.{sys.implementation.cache_tag}.pyc")
+    with open(pyc, "rb") as fh:
+        assert fh.read(8)[4:] == b"\3\0\0\0"            # hash-based, its source checked at each load
+    assert stat.S_IMODE(os.stat(pyc).st_mode) & 0o077 == 0
+    d = os.path.dirname(pyc)
+    while d != cache:
+        assert stat.S_IMODE(os.stat(d).st_mode) == 0o700, d
+        d = os.path.dirname(d)
+
+    st = os.stat(copy)
+    with open(copy) as fh:
+        text = fh.read()
+    newer = text.replace(f'VERSION = "{avsm.VERSION}"', 'VERSION = "7.7.7"', 1)
+    assert len(newer) == len(text) and newer != text
+    with open(copy, "w") as fh:
+        fh.write(newer)
+    os.utime(copy, ns=(st.st_atime_ns, st.st_mtime_ns))
+    assert subprocess.run([wrapper, "--version"], env=env, capture_output=True, text=True).stdout == "avsm 7.7.7\n"
+
+    os.rename(src, src + ".moved")
+    gone = subprocess.run([wrapper, "status"], env=env, capture_output=True, text=True)
+    assert gone.returncode == 66 and "Traceback" not in gone.stderr, gone.stderr
+    assert gone.stderr.count("\n") == 1 and copy in gone.stderr and f"link {bin_}" in gone.stderr, gone.stderr
