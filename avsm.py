@@ -1599,12 +1599,14 @@ CHECKPOINT_NAMESPACE = "avsm-checkpoint"      # ssh-keygen -Y's namespace unless
 def parse_checkpoint_config(c, value):
     """Return the checkpoints' settings, every key filled in.
 
-    checkpoint ::= {key: PATH, namespace: NAME, every: DURATION, allowed_signers: PATH, principal: NAME}
-                   (each optional)
-    key signs each checkpoint (ssh-keygen -Y sign); allowed_signers is what doctor --checkpoint verifies with;
-    principal is this home's signer there (ssh-keygen -Y verify -I): a key of another principal is refused."""
+    checkpoint ::= {key: PATH, namespace: NAME, every: DURATION, allowed_signers: PATH,
+                    principal: NAME}   (each optional)
+    key signs each checkpoint (ssh-keygen -Y sign); allowed_signers is what doctor --checkpoint
+    verifies with; principal is this home's signer there (ssh-keygen -Y verify -I): a key of
+    another principal is refused."""
     path, value = ("checkpoint",), {} if value is None else value
-    c.mapping(value, path, {"key", "namespace", "every", "allowed_signers", "principal"}, "checkpoint")
+    c.mapping(value, path, {"key", "namespace", "every", "allowed_signers", "principal"},
+              "checkpoint")
     spec = {"key": None, "namespace": CHECKPOINT_NAMESPACE, "every": 86400, "allowed_signers": None,
             "principal": None}
     for key in ("key", "allowed_signers"):
@@ -1615,11 +1617,13 @@ def parse_checkpoint_config(c, value):
         spec["namespace"] = c.text(value["namespace"], path + ("namespace",), "namespace")
         if not re.fullmatch(r"[A-Za-z0-9@._-]{1,64}", spec["namespace"]):
             c.fail(path + ("namespace",), "namespace is one word of letters, digits and @._-, as avsm-checkpoint@example.com")
-    spec["principal"] = c.text(value.get("principal"), path + ("principal",), "principal", required=False)
+    spec["principal"] = c.text(value.get("principal"), path + ("principal",), "principal",
+                               required=False)
     if spec["principal"]:
         if not re.fullmatch(r"[A-Za-z0-9@._+][A-Za-z0-9@._+-]{0,127}", spec["principal"]):
-            c.fail(path + ("principal",), "principal is one name of allowed_signers, of letters, digits and "
-                                          "@._+-, as ops@web1.example.com (its lines begin with it)")
+            c.fail(path + ("principal",), "principal is one name of allowed_signers, of letters, "
+                                          "digits and @._+-, as ops@web1.example.com (its lines "
+                                          "begin with it)")
     if "every" in value:
         spec["every"] = c.parsed(parse_duration, value["every"], path + ("every",))
         if spec["every"] < 60:
@@ -1628,29 +1632,34 @@ def parse_checkpoint_config(c, value):
 
 
 def describe_checkpoint(spec):
-    """Return the line avsmd -t says of checkpoints: when they are written, and how they are signed."""
-    when = (f"checkpoint: written to HOME/checkpoints at start, after each irreversible action and every "
-            f"{format_duration(spec['every'])} the ledger moved (a start within {format_duration(spec['every'])} "
-            f"of the last writes none, unless the key changed or the last is unsigned)")
+    """Return the line avsmd -t says of checkpoints: when they are written, and how they are
+    signed."""
+    every = format_duration(spec["every"])
+    when = (f"checkpoint: written to HOME/checkpoints at start, after each irreversible action "
+            f"and every {every} the ledger moved (a start within {every} of the last writes "
+            f"none, unless the key changed or the last is unsigned)")
     if not spec["key"]:
         return when + "; unsigned: sign them with checkpoint: {key: /path/to/ssh/key}"
     who = (f", verified as {spec['principal']}" if spec["principal"] else
-           "; no principal: doctor takes any key of allowed_signers (name this home's with principal:)")
+           "; no principal: doctor takes any key of allowed_signers (name this home's "
+           "with principal:)")
     return when + f"; signed with {spec['key']} in namespace {spec['namespace']}" + who
 
 
 def checkpoint_problem(spec):
-    """Return why the checkpoint: settings cannot hold on this machine (a key or allowed_signers file that
-    is not there, or that this user cannot read), or None."""
+    """Return why the checkpoint: settings cannot hold on this machine (a key or allowed_signers
+    file that is not there, or that this user cannot read), or None."""
     for key in ("key", "allowed_signers"):
         path = spec[key] and os.path.expanduser(spec[key])
         if path and not os.path.isfile(path):
             return (f"checkpoint: {key} {path} is not there (or not a file): "
                     + ("make it with ssh-keygen -t ed25519 -f " + path if key == "key" else
-                       f"write in it a line `PRINCIPAL namespaces=\"{spec['namespace']}\" KEY` of each signing key")
+                       f"write in it a line `PRINCIPAL namespaces=\"{spec['namespace']}\" KEY` "
+                       f"of each signing key")
                     + ", or name the file that is")
         if path and not os.access(path, os.R_OK):
-            return f"checkpoint: {key} {path} cannot be read by this user: chmod 600 {path}, as its owner"
+            return (f"checkpoint: {key} {path} cannot be read by this user: chmod 600 {path}, "
+                    f"as its owner")
     return None
 
 
@@ -2390,20 +2399,24 @@ def parse_checkpoint(data, where, signature=None):
 
 
 def sshsig_public_key(armor):
-    """Return the public key an SSH signature names as its signer (base64, as a .pub file's second word), or
-    None: SSHSIG is "SSHSIG", a version, then the key as an SSH string (PROTOCOL.sshsig; read, not checked)."""
+    """Return the public key an SSH signature names as its signer (base64, as a .pub file's second
+    word), or None: SSHSIG is "SSHSIG", a version, then the key as an SSH string (PROTOCOL.sshsig;
+    read, not checked)."""
     import base64
     try:
         body = base64.b64decode("".join(armor.strip().splitlines()[1:-1]), validate=True)
         size = int.from_bytes(body[10:14], "big")
-        return base64.b64encode(body[14:14 + size]).decode() if body[:6] == b"SSHSIG" and size else None
+        if body[:6] != b"SSHSIG" or not size:
+            return None
+        return base64.b64encode(body[14:14 + size]).decode()
     except ValueError:
         return None
 
 
 def sign_again_at_start(spec, signer, ours):
-    """Whether avsmd's start writes a checkpoint though the newest is within `every`: the config names a key,
-    and the newest was not signed by it (signer: the newest's signing key, None unsigned; ours: the key's)."""
+    """Whether avsmd's start writes a checkpoint though the newest is within `every`: the config
+    names a key, and the newest was not signed by it (signer: the newest's signing key, None when
+    unsigned; ours: the named key's)."""
     return bool(spec["key"]) and (signer is None or signer != ours)
 
 
@@ -5677,9 +5690,10 @@ def sign_text(text, key, namespace):
 
 
 def verify_text(text, signature, allowed, namespace, principal=None):
-    """Return the principal of `allowed` (an allowed_signers file) whose key signed `text` under `namespace`
-    (`principal` when given: only its key will do); Fail(65) saying why not: signed by no key it names, or
-    by another principal's, or for another namespace, or a text changed since."""
+    """Return the principal of `allowed` (an allowed_signers file) whose key signed `text` under
+    `namespace` (`principal` when given: only its key will do); Fail(65) saying why not: signed by
+    no key it names, or by another principal's, or for another namespace, or a text changed
+    since."""
     import tempfile
     with tempfile.NamedTemporaryFile("w", prefix="avsm-sig-", suffix=".sig") as sig:
         sig.write(signature + "\n")
@@ -5689,9 +5703,10 @@ def verify_text(text, signature, allowed, namespace, principal=None):
             raise Fail(EX_DATAERR, f"it is signed by a key {allowed} does not name (a forged or foreign checkpoint)")
         signers = who.decode("utf-8", "replace").split()
         if principal and principal not in signers:
-            raise Fail(EX_DATAERR, f"it is signed by the key of {shown_text(signers[0])}, and this home's signer "
-                                   f"is {principal} (config.yaml's checkpoint: principal): a checkpoint of "
-                                   f"another host, or signed with another host's key")
+            raise Fail(EX_DATAERR, f"it is signed by the key of {shown_text(signers[0])}, and "
+                                   f"this home's signer is {principal} (config.yaml's checkpoint: "
+                                   f"principal): a checkpoint of another host, or signed with "
+                                   f"another host's key")
         principal = principal or signers[0]
         code, _, err = ssh_keygen(["-Y", "verify", "-f", allowed, "-I", principal, "-n", namespace, "-s", sig.name],
                                   "verifying a checkpoint", text.encode())
@@ -8691,8 +8706,10 @@ commands:
                      an SVG of the venture's metric over time, its bound or band, lever runs and asks
                      (avsm chart V > v.svg; from the ledger, so avsmd may be stopped)
   doctor [--since SEQ:HASH] [--checkpoint FILE|DIR|- [--allowed-signers FILE]] [--quick]
+         [--origin avsm/HOST:HOME]
                      check the home, config, ledger, mandates and daemon; change nothing; print the head;
                      --since, --checkpoint: it still holds those; --quick: only from a verified checkpoint on
+                     --origin: a checkpoint of that origin is this home's too (a home that moved)
   doctor --cut SEQ   with avsmd stopped: back up the ledger, then cut it just before #SEQ
   checkpoint         print a checkpoint of the ledger's head (written by avsmd into HOME/checkpoints,
                      signed when config.yaml names a key): keep it elsewhere
@@ -9063,9 +9080,9 @@ def cmd_approve(home, args):
         except (ValueError, RecursionError) as err:
             raise Fail(EX_DATAERR, f"what you saved is not JSON ({err}); nothing approved, ask #{ask} stays open") from None
     if edited == payload:       # what you save runs: an editor quit without saving saved nothing
-        raise Fail(EX_DATAERR, f"the content was left as it was (the editor quit without saving?): "
-                               f"nothing approved, ask #{ask} stays open; to approve it as proposed: "
-                               f"{client_command(home)} approve {ask}")
+        raise Fail(EX_DATAERR, f"the content was left as it was (the editor quit without "
+                               f"saving?): nothing approved, ask #{ask} stays open; to approve "
+                               f"it as proposed: {client_command(home)} approve {ask}")
     return ask_daemon(home, "approve", {"ask": ask, "payload": edited})
 
 
@@ -10667,9 +10684,10 @@ def cmd_doctor(home, args):
         if arg in ("--checkpoint", "--allowed-signers", "--origin") and rest:
             given[arg] = rest.pop(0)
             if arg == "--origin" and not re.fullmatch(r"avsm/[^\s:]+:/\S*", given[arg]):
-                raise Fail(EX_USAGE, f"--origin {shown_text(given[arg])} is not a checkpoint's origin; write "
-                                     f"avsm/HOST:HOME as line 1 of the checkpoint says it, such as "
-                                     f"avsm/web1:/srv/avsm (the home this one moved from)")
+                raise Fail(EX_USAGE, f"--origin {shown_text(given[arg])} is not a checkpoint's "
+                                     f"origin; write avsm/HOST:HOME as line 1 of the checkpoint "
+                                     f"says it, such as avsm/web1:/srv/avsm (the home this one "
+                                     f"moved from)")
             continue
         if arg == "--quick":
             given[arg] = True
@@ -10690,12 +10708,14 @@ def cmd_doctor(home, args):
             raise Fail(EX_USAGE, "avsm doctor has no --remote: avsmd opens no listener but its socket; run doctor on its machine")
         else:
             raise Fail(EX_USAGE, f"avsm doctor does not take '{arg}'; usage: avsm doctor [--since SEQ:HASH] "
-                                 f"[--checkpoint FILE|DIR|- [--allowed-signers FILE]] [--quick] | avsm doctor --cut SEQ")
+                                 f"[--checkpoint FILE|DIR|- [--allowed-signers FILE]] [--quick] "
+                                 f"[--origin avsm/HOST:HOME] | avsm doctor --cut SEQ")
     if cut is not None:
         return doctor_cut(home, cut)
     found = Findings()
     trust = checkpoint_trust(home, given["--allowed-signers"], given["--origin"])
-    kept = read_kept_checkpoints(home, found, given["--checkpoint"], trust) if given["--checkpoint"] else []
+    kept = read_kept_checkpoints(home, found, given["--checkpoint"], trust) \
+        if given["--checkpoint"] else []
     if doctor_home(home, found):
         doctor_config(home, found)
         doctor_ledger(home, found, since, kept, given["--quick"], trust)
@@ -10828,18 +10848,20 @@ def checkpoint_spec(home):
         return parse_config("")["checkpoint"]
 
 
-CheckpointTrust = collections.namedtuple("CheckpointTrust", "home origin homes allowed namespace principal key")
+CheckpointTrust = collections.namedtuple("CheckpointTrust",
+                                         "home origin homes allowed namespace principal key")
 
 
 def checkpoint_trust(home, allowed=None, origin=None):
-    """How doctor judges a checkpoint: the origin of this home and the (host, home) pairs a checkpoint may
-    name (this home's, and --origin's for a home that moved), the allowed_signers file given or in the
-    config (None: none named), the namespace, the principal of this home's signer, the signing key."""
+    """How doctor judges a checkpoint: the origin of this home and the (host, home) pairs a
+    checkpoint may name (this home's, and --origin's for a home that moved), the allowed_signers
+    file given or in the config (None: none named), the namespace, the principal of this home's
+    signer, the signing key."""
     spec, ours = checkpoint_spec(home), checkpoint_origin(home)
     homes = {origin_home(ours, True)} | ({origin_home(origin, False)} if origin else set())
     allowed = allowed or spec["allowed_signers"]
-    return CheckpointTrust(home, ours, homes, allowed and os.path.expanduser(allowed), spec["namespace"],
-                           spec["principal"], spec["key"])
+    return CheckpointTrust(home, ours, homes, allowed and os.path.expanduser(allowed),
+                           spec["namespace"], spec["principal"], spec["key"])
 
 
 def origin_home(origin, ours):
@@ -10849,47 +10871,55 @@ def origin_home(origin, ours):
 
 
 def vouch_checkpoint(found, name, c, trust, allowed):
-    """Whether checkpoint `c` may vouch for this home's ledger: it names this home as its origin, and its
-    signature, verified against `allowed` (None: not verified, said so), is by this home's signer. Each
-    refusal is a failure doctor names: 65, or 66 when `allowed` is not there, 69 with no ssh-keygen."""
+    """Whether checkpoint `c` may vouch for this home's ledger: it names this home as its origin,
+    and its signature, verified against `allowed` (None: not verified, said so), is by this home's
+    signer. Each refusal is a failure doctor names: 65, or 66 when `allowed` is not there, 69 with
+    no ssh-keygen."""
     host, where = origin_home(c.origin, False)
     mine = (host, where) in trust.homes or host == origin_home(trust.origin, False)[0] and \
         origin_home(c.origin, True) in trust.homes          # the same home by another path to it
     if not mine:
-        found.fail(EX_DATAERR, f"checkpoint {name} is of {shown_text(c.origin)}, and this home is "
-                               f"{trust.origin}: a checkpoint vouches only for the home that wrote it",
+        found.fail(EX_DATAERR, f"checkpoint {name} is of {shown_text(c.origin)}, and this home "
+                               f"is {trust.origin}: a checkpoint vouches only for the home that "
+                               f"wrote it",
                    f"check it with the home it names; if this home moved from there: "
                    f"{client_command(trust.home)} doctor --origin {shown_text(c.origin)}")
         return False
     if c.signature is None:
         return True
     if allowed is None:
-        found.note(f"checkpoint {name} is signed, and its signature is not verified: no allowed_signers file "
-                   f"is named (checkpoint: {{allowed_signers: FILE}} in config.yaml, or --allowed-signers)")
+        found.note(f"checkpoint {name} is signed, and its signature is not verified: no "
+                   f"allowed_signers file is named (checkpoint: {{allowed_signers: FILE}} in "
+                   f"config.yaml, or --allowed-signers)")
         return True
     try:
         if not os.path.isfile(allowed):
-            raise Fail(EX_NOINPUT, f"it is signed, and {allowed} is not there to verify it with; name an "
-                                   f"allowed_signers file with --allowed-signers FILE")
+            raise Fail(EX_NOINPUT, f"it is signed, and {allowed} is not there to verify it with; "
+                                   f"name an allowed_signers file with --allowed-signers FILE")
         who = verify_text(c.text, c.signature, allowed, trust.namespace, trust.principal)
     except Fail as fail:
         found.fail(fail.code, f"checkpoint {name}: {fail}",
                    "install openssh-client" if fail.code == EX_UNAVAILABLE else
-                   f"write lines `PRINCIPAL namespaces=\"{trust.namespace}\" KEY` of the hosts' signing keys in it"
-                   if fail.code == EX_NOINPUT else "trust no checkpoint but those your own hosts signed; compare with your own copy")
+                   f"write lines `PRINCIPAL namespaces=\"{trust.namespace}\" KEY` of the hosts' "
+                   f"signing keys in it" if fail.code == EX_NOINPUT else
+                   "trust no checkpoint but those your own hosts signed; compare with your own "
+                   "copy")
         return False
-    found.ok(f"checkpoint {name}: signed by {shown_text(who)} ({allowed}, namespace {trust.namespace})"
-             + ("" if trust.principal else f"; config.yaml names no principal, so any key there is taken: "
-                                           f"name this home's signer with checkpoint: {{principal: {who}}}"))
+    found.ok(f"checkpoint {name}: signed by {shown_text(who)} ({allowed}, namespace "
+             f"{trust.namespace})"
+             + ("" if trust.principal else f"; config.yaml names no principal, so any key there is "
+                                           f"taken: name this home's signer with checkpoint: "
+                                           f"{{principal: {shown_text(who)}}}"))
     return True
 
 
 def read_kept_checkpoints(home, found, where, trust):
-    """Return [(name, Checkpoint)] of the checkpoints kept in FILE, in each file of DIR, or on standard input
-    (-) that may vouch for this home (vouch_checkpoint: its origin, and its signature, after its blank line or
-    in FILE.sig, verified with ssh-keygen -Y verify against an allowed_signers file: --allowed-signers, the
-    config's, or ~/.ssh/allowed_signers). One missing is 66, one that does not read, vouch or verify 65, no
-    ssh-keygen 69: each a failure doctor names."""
+    """Return [(name, Checkpoint)] of the checkpoints kept in FILE, in each file of DIR, or on
+    standard input (-) that may vouch for this home (vouch_checkpoint: its origin, and its
+    signature, after its blank line or in FILE.sig, verified with ssh-keygen -Y verify against an
+    allowed_signers file: --allowed-signers, the config's, or ~/.ssh/allowed_signers). One missing
+    is 66, one that does not read, vouch or verify 65, no ssh-keygen 69: each a failure doctor
+    names."""
     allowed = trust.allowed or os.path.expanduser("~/.ssh/allowed_signers")
     names = ["-"] if where == "-" else [where] if not os.path.isdir(where) else \
         [os.path.join(where, n) for n in sorted(os.listdir(where)) if not n.endswith(".sig") and n[0] != "."]
@@ -10913,13 +10943,14 @@ def read_kept_checkpoints(home, found, where, trust):
                        f"read: {getattr(err, 'strerror', None) or err}", "name the file, or the directory, you kept it in")
         except Fail as fail:
             found.fail(fail.code, f"checkpoint {name}: {fail}",
-                       "trust no checkpoint but those your own hosts signed; compare with your own copy")
+                       "trust no checkpoint but those your own hosts signed; compare with your "
+                       "own copy")
     return kept
 
 
 def home_checkpoints(home, found=None):
-    """Return [(path, Checkpoint)] of every checkpoint in HOME/checkpoints, by seq (the newest with its .sig);
-    one that does not read is a note of `found`."""
+    """Return [(path, Checkpoint)] of every checkpoint in HOME/checkpoints, by seq (the newest with
+    its .sig); one that does not read is a note of `found`."""
     directory, own = os.path.join(home, "checkpoints"), []
     names = sorted(n for n in os.listdir(directory) if re.fullmatch(r"\d+\.txt", n)) \
         if os.path.isdir(directory) else []
@@ -10935,22 +10966,25 @@ def home_checkpoints(home, found=None):
     if own:
         with contextlib.suppress(OSError, UnicodeDecodeError):
             with open(own[-1][0] + ".sig", encoding="utf-8") as fh:
-                own[-1] = (own[-1][0], own[-1][1]._replace(signature=fh.read(65536).strip() or None))
+                signature = fh.read(65536).strip() or None
+            own[-1] = (own[-1][0], own[-1][1]._replace(signature=signature))
     return own
 
 
 def record_hash(db, seq):
-    """Return the hash of record #seq as its contents give it (not its hash column), or None: no such record."""
+    """Return the hash of record #seq as its contents give it (not its hash column), or None: no
+    such record."""
     row = db.execute("SELECT prev, at, record FROM records WHERE seq = ?", (seq,)).fetchone()
     return row and chain_hash(row[0], seq, row[1], row[2])
 
 
 def doctor_checkpoints(home, found, kept, own, scan, db, trust):
-    """The home's own checkpoints (the newest signed or not, as the config says; every one compared) and each
-    kept one: the ledger still holds its head (the chain from it to the head was read whole by scan; one
-    record looked up for a checkpoint before what --quick read). A rewrite is named by the first checkpoint
-    whose seq no longer has its hash, and the last before it that still holds. Return the home's newest
-    checkpoint when it held (its origin, its signature where it can be verified, its record), else None."""
+    """The home's own checkpoints (the newest signed or not, as the config says; every one
+    compared) and each kept one: the ledger still holds its head (the chain from it to the head
+    was read whole by scan; one record looked up for a checkpoint before what --quick read). A
+    rewrite is named by the first checkpoint whose seq no longer has its hash, and the last before
+    it that still holds. Return the home's newest checkpoint when it held (its origin, its
+    signature where it can be verified, its record), else None."""
     ours = own[-1][1] if own else None
     if ours is None:
         found.note(f"no checkpoint in {home}/checkpoints yet: avsmd writes one at its start, daily, and after each "
@@ -10959,18 +10993,22 @@ def doctor_checkpoints(home, found, kept, own, scan, db, trust):
         found.ok(f"checkpoints: the newest, of #{ours.seq}, is signed; keep copies elsewhere "
                  f"({client_command(home)} checkpoint)")
     elif trust.key:
-        found.fail(EX_CONFIG, f"the newest checkpoint, of #{ours.seq}, is unsigned, though config.yaml names the key {trust.key}",
-                   f"ssh-keygen -Y sign -f {trust.key} -n {trust.namespace} < /dev/null   (says why it cannot sign)")
+        found.fail(EX_CONFIG, f"the newest checkpoint, of #{ours.seq}, is unsigned, though "
+                              f"config.yaml names the key {trust.key}",
+                   f"ssh-keygen -Y sign -f {trust.key} -n {trust.namespace} < /dev/null   "
+                   f"(says why it cannot sign)")
     else:
         found.note(f"checkpoints are written unsigned: config.yaml names no key; sign them with checkpoint: "
                    f"{{key: /path/to/ssh/key}} (the README's Checkpoints)")
     if scan.broken:
         return None
-    # the home's own are checked too (a forger who rewrote the ledger must rewrite these as well): every
-    # one's origin, the newest's signature (where allowed_signers is named), every one's record
+    # the home's own are checked too (a forger who rewrote the ledger must rewrite these as well):
+    # every one's origin, the newest's signature (where allowed_signers is named), every record
     newest = own[-1] if own else None
-    vouched = [(n, c) for n, c in own if vouch_checkpoint(found, n, c, trust, trust.allowed if n == newest[0] else None)]
-    kept = list(kept) + [(n, c) for n, c in vouched if not any(k.seq == c.seq and k.hash == c.hash for _, k in kept)]
+    vouched = [(n, c) for n, c in own
+               if vouch_checkpoint(found, n, c, trust, trust.allowed if n == newest[0] else None)]
+    kept = list(kept) + [(n, c) for n, c in vouched
+                         if not any(k.seq == c.seq and k.hash == c.hash for _, k in kept)]
     hashes = dict(scan.hashes)
     for _, c in kept:
         if c.seq not in hashes and c.seq <= scan.head[0]:
@@ -10984,9 +11022,11 @@ def doctor_checkpoints(home, found, kept, own, scan, db, trust):
             found.fail(EX_DATAERR, f"checkpoint {name} is of #{c.seq}, and the ledger ends at #{scan.head[0]}: records it "
                                    f"held were cut, or the ledger was replaced", "restore the ledger from a backup that holds them")
         elif got is None:
-            found.fail(EX_DATAERR, f"checkpoint {name} is of #{c.seq}, and the ledger holds no record #{c.seq} "
-                                   f"(its first is #1): a made-up checkpoint, or a ledger replaced",
-                       "trust no checkpoint but those your own hosts signed; compare with your own copy")
+            found.fail(EX_DATAERR, f"checkpoint {name} is of #{c.seq}, and the ledger holds no "
+                                   f"record #{c.seq} (its first is #1): a made-up checkpoint, or "
+                                   f"a ledger replaced",
+                       "trust no checkpoint but those your own hosts signed; compare with your "
+                       "own copy")
         else:
             below = max((seq for seq, _ in holds if seq < c.seq), default=None)
             found.fail(EX_DATAERR, f"checkpoint {name}: #{c.seq} should hash to {c.hash[:16]}, and the ledger's #{c.seq} "
@@ -11004,9 +11044,10 @@ def verified_path(home):
 
 
 def remember_verified(home, checkpoint):
-    """Note the newest checkpoint a full doctor verified, for --quick, in the client's own cache (0600, in
-    directories only this user can read): doctor changes nothing in the home (DOCTOR-02). The note grants
-    nothing by itself: --quick checks that checkpoint again, and compares every other."""
+    """Note the newest checkpoint a full doctor verified, for --quick, in the client's own cache
+    (0600, in directories only this user can read): doctor changes nothing in the home
+    (DOCTOR-02). The note grants nothing by itself: --quick checks that checkpoint again, and
+    compares every other."""
     path = verified_path(home)
     was = os.umask(0o077)
     try:
@@ -11022,9 +11063,10 @@ def remember_verified(home, checkpoint):
 
 
 def verified_checkpoint(home, db, found, trust):
-    """Return (seq, hash) of the checkpoint a full doctor verified, checked again, or None once the failure
-    saying why --quick cannot start from it is written. The cache only names it: the checkpoint must be in
-    HOME/checkpoints with that hash, name this home, verify as this home's signer's, and its record hash to it."""
+    """Return (seq, hash) of the checkpoint a full doctor verified, checked again, or None once the
+    failure saying why --quick cannot start from it is written. The cache only names it: the
+    checkpoint must be in HOME/checkpoints with that hash, name this home, verify as this home's
+    signer's, and its record hash to it."""
     path = verified_path(home)
     try:
         st = os.stat(path)
@@ -11035,24 +11077,27 @@ def verified_checkpoint(home, db, found, trust):
         found.fail(EX_NOINPUT, "--quick: no full doctor has verified a checkpoint of this ledger yet",
                    f"{client_command(home)} doctor   (a full check; --quick then checks from its newest checkpoint on)")
         return None
-    full = f"{client_command(home)} doctor   (a full check says where the ledger changed, and notes it again)"
+    full = (f"{client_command(home)} doctor   (a full check says where the ledger changed, and "
+            f"notes it again)")
     if st.st_uid != os.getuid() or st.st_mode & 0o022:
-        found.fail(EX_DATAERR, f"--quick refused: {path} can be written by others than you, so it proves nothing",
-                   f"rm {path}; then {full}")
+        found.fail(EX_DATAERR, f"--quick refused: {path} can be written by others than you, so it "
+                               f"proves nothing", f"rm {path}; then {full}")
         return None
     c = next((c for _, c in home_checkpoints(home) if c.seq == seq), None)
     name = os.path.join(home, "checkpoints", f"{seq:012d}.txt")
     if c is None or c.hash != digest:
         found.fail(EX_DATAERR, f"--quick refused: {path} names checkpoint #{seq}, and {name} "
-                               + ("is not there" if c is None else f"holds {c.hash[:16]}, not {digest[:16]}")
-                               + ": it was not noted by a full doctor, or the home changed since", full)
+                               + ("is not there" if c is None else
+                                  f"holds {c.hash[:16]}, not {digest[:16]}")
+                               + ": it was not noted by a full doctor, or the home changed since",
+                   full)
         return None
     with contextlib.suppress(OSError, UnicodeDecodeError):
         with open(name + ".sig", encoding="utf-8") as fh:
             c = c._replace(signature=fh.read(65536).strip() or None)
     if c.signature is None and trust.key:
-        found.fail(EX_DATAERR, f"--quick refused: checkpoint #{seq} is unsigned, though config.yaml names the key "
-                               f"{trust.key}", full)
+        found.fail(EX_DATAERR, f"--quick refused: checkpoint #{seq} is unsigned, though "
+                               f"config.yaml names the key {trust.key}", full)
         return None
     if not vouch_checkpoint(found, name, c, trust, trust.allowed):
         return None

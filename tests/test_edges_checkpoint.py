@@ -132,3 +132,209 @@ def test_a_link_wrapper_runs_only_bytecode_of_the_files_contents_now(workdir):
     gone = subprocess.run([wrapper, "status"], env=env, capture_output=True, text=True)
     assert gone.returncode == 66 and "Traceback" not in gone.stderr, gone.stderr
     assert gone.stderr.count("\n") == 1 and copy in gone.stderr and f"link {bin_}" in gone.stderr, gone.stderr
+
+
+# ---- checkpoints: a checkpoint names its home and its signer; --quick's cache grants nothing alone ----
+
+needs_keygen = pytest.mark.skipif(shutil.which("ssh-keygen") is None,
+                                  reason="no ssh-keygen here: install openssh-client (.ci/run does) to sign checkpoints")
+
+
+def keygen(path, comment):
+    subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-C", comment, "-f", path], check=True)
+    with open(path + ".pub") as fh:
+        return fh.read().strip()
+
+
+def fails(run):
+    return [line for line in run.stdout.splitlines() if line.startswith("FAIL")]
+
+
+def head_of(home):
+    db = sqlite3.connect(f"file:{os.path.join(home, 'ledger.db')}?mode=ro", uri=True)
+    try:
+        return db.execute("SELECT seq, hash FROM records ORDER BY seq DESC LIMIT 1").fetchone()
+    finally:
+        db.close()
+
+
+class Signed:
+    """A home whose config names web1's key and principal, an allowed_signers naming web1 and web2 (another
+    host's key, trusted for its own home), a stranger's key it does not name, and a ledger avsmd wrote."""
+
+    def __init__(self, av, workdir):
+        self.av, self.workdir = av, workdir
+        self.keys = {who: os.path.join(workdir, who) for who in ("web1", "web2", "stranger")}
+        pubs = {who: keygen(path, who) for who, path in self.keys.items()}
+        self.allowed = write(os.path.join(workdir, "allowed_signers"), "".join(
+            f'{who} namespaces="avsm-checkpoint" {pubs[who]}\n' for who in ("web1", "web2")))
+        os.makedirs(av.home, mode=0o700)
+        write(os.path.join(av.home, "config.yaml"), f"checkpoint: {{key: {self.keys['web1']}, principal: web1, "
+                                                     f"allowed_signers: {self.allowed}}}\n")
+        av.env["XDG_CACHE_HOME"] = os.path.join(workdir, "cache")
+        av.start()
+        self.kept = av.cli("checkpoint").stdout
+        assert av.stop()[0] == 0
+        self.origin = self.kept.split("\n")[0]
+        self.seq, self.hash = int(self.kept.split("\n")[1]), self.kept.split("\n")[2]
+
+    def checkpoint(self, origin=None, seq=None, digest=None, signer="web1"):
+        """A checkpoint file of the given parts (this home's head by default), signed by `signer`'s key."""
+        text = avsm.checkpoint_text(origin or self.origin, self.seq if seq is None else seq,
+                                    digest or self.hash, 1796223600)
+        data = text + ("\n" + avsm.sign_text(text, self.keys[signer], "avsm-checkpoint") + "\n" if signer else "")
+        return write(os.path.join(self.workdir, "given.txt"), data)
+
+    def newest_own(self):
+        d = os.path.join(self.av.home, "checkpoints")
+        return os.path.join(d, max(n for n in os.listdir(d) if n.endswith(".txt")))
+
+    def cache(self):
+        d = os.path.join(self.workdir, "cache", "avsm", "verified")
+        return os.path.join(d, os.listdir(d)[0])
+
+
+def kept(**parts):
+    return lambda s: ["--checkpoint", s.checkpoint(**parts)]
+
+
+def sig_by(who):
+    """The home's newest own checkpoint's .sig replaced by one of `who`'s key."""
+    def make(s):
+        with open(s.newest_own()) as fh:
+            text = fh.read()
+        write(s.newest_own() + ".sig", avsm.sign_text(text, s.keys[who], "avsm-checkpoint") + "\n")
+        return []
+    return make
+
+
+def cached(line=None, mode=None, then=None):
+    """--quick after a full doctor noted its checkpoint, the note then rewritten as `line`, chmod `mode`."""
+    def make(s):
+        full = s.av.cli("doctor")
+        assert full.returncode == 69 and not fails(full)[1:], full.stdout       # no avsmd: all else holds
+        path = s.cache()
+        assert stat.S_IMODE(os.stat(path).st_mode) == 0o600
+        assert stat.S_IMODE(os.stat(os.path.dirname(path)).st_mode) == 0o700
+        assert stat.S_IMODE(os.stat(os.path.dirname(os.path.dirname(path))).st_mode) == 0o700
+        if line:
+            write(path, line(s) + "\n")
+        if mode:
+            os.chmod(path, mode)
+        if then:
+            then(s)
+        return ["--quick"]
+    return make
+
+
+HOSTILE = [
+    # name, what is done to the home or given to doctor, the exit code, what the failure says
+    ("foreign origin, its own host's key", kept(origin="avsm/web2:/srv/other", signer="web2"), 65,
+     "is of avsm/web2:/srv/other, and this home is avsm/"),
+    ("foreign origin, this home's key", kept(origin="avsm/web2:/srv/other"), 65,
+     "a checkpoint vouches only for the home that wrote it"),
+    ("foreign signer, in allowed_signers", kept(signer="web2"), 65,
+     "signed by the key of web2, and this home's signer is web1"),
+    ("a stranger's key", kept(signer="stranger"), 65, "does not name (a forged or foreign checkpoint)"),
+    ("seq 0 with a made-up hash, signed", kept(seq=0, digest="ab" * 32), 65, "holds no record #0"),
+    ("seq 0 with a made-up hash, unsigned", kept(seq=0, digest="ab" * 32, signer=None), 65, "holds no record #0"),
+    ("a seq past the head", kept(seq=10 ** 6), 65, "and the ledger ends at"),
+    ("a hash changed under its signature", lambda s: ["--checkpoint", write(
+        os.path.join(s.workdir, "changed.txt"), s.kept.replace(s.hash, "0" * 64))], 65, "does not verify"),
+    ("moved home, without --origin", kept(origin="avsm/old:/srv/old"), 65, "doctor --origin avsm/old:/srv/old"),
+    ("moved home, with --origin", lambda s: kept(origin="avsm/old:/srv/old")(s) + ["--origin", "avsm/old:/srv/old"],
+     69, None),
+    ("--origin that is no origin", lambda s: ["--origin", "web1"], 64, "is not a checkpoint's origin"),
+    ("the home's own .sig by another host's key", sig_by("web2"), 65, "this home's signer is web1"),
+    ("the home's own .sig by a stranger", sig_by("stranger"), 65, "does not name"),
+    ("--quick, the cache as a full doctor left it", cached(), 69, None),
+    ("--quick, a forged cache line naming no checkpoint", cached(lambda s: f"{s.seq + 9} {'cd' * 32}"), 65,
+     "is not there"),
+    ("--quick, a cache line of another hash", cached(lambda s: f"{s.seq} {'cd' * 32}"), 65,
+     f"holds "),
+    ("--quick, a cache others can write", cached(mode=0o666), 65, "can be written by others than you"),
+    ("--quick, the cached checkpoint's .sig replaced", cached(then=sig_by("web2")), 65,
+     "this home's signer is web1"),
+    ("--quick, the cached checkpoint's .sig removed", cached(then=lambda s: os.unlink(s.newest_own() + ".sig")),
+     65, "is unsigned, though config.yaml names the key"),
+]
+
+
+@needs_keygen
+@pytest.mark.parametrize("name, make, code, said", HOSTILE, ids=[row[0] for row in HOSTILE])
+def test_a_hostile_checkpoint_is_refused(av, workdir, name, make, code, said):
+    """Issue 32 items 7 and 8: a checkpoint vouches only for the home that wrote it (65 naming both origins;
+    --origin for a home that moved), only when signed by the principal config.yaml names for this home
+    (ssh-keygen -Y verify -I), and only for a record the ledger holds, seq 0 included; --quick's cache only
+    names a checkpoint, which is checked again (its hash, origin, signature and record), 0600 in a 0700
+    directory. DOCTOR-01 DOCTOR-13 LEDGER-09"""
+    s = Signed(av, workdir)
+    run = av.cli("doctor", *make(s))
+    assert run.returncode == code, (run.returncode, run.stdout, run.stderr)
+    if said is None:
+        assert not fails(run)[1:] and fails(run)[0].startswith("FAIL  no avsmd is running"), run.stdout
+    else:
+        assert said in run.stdout + run.stderr, run.stdout + run.stderr
+
+
+def test_quick_compares_every_checkpoint_in_the_home(av, workdir):
+    """Issue 32 item 8, the attack itself: a ledger rewritten whole, a checkpoint of the new head written
+    into the home and `SEQ HASH` of it into the cache, made --quick vouch for the rewrite; the home's own
+    earlier checkpoint, which proves it, was not compared. Now every checkpoint in the home is (one record
+    lookup each), and --quick refuses (65). DOCTOR-13 LEDGER-09"""
+    from test_checkpoints import rewrite
+    av.env["XDG_CACHE_HOME"] = os.path.join(workdir, "cache")
+    for _ in range(2):
+        av.start()
+        assert av.cli("checkpoint").returncode == 0
+        assert av.stop()[0] == 0
+    assert av.cli("doctor").returncode == 69
+    own = sorted(n for n in os.listdir(os.path.join(av.home, "checkpoints")) if n.endswith(".txt"))
+    assert len(own) == 2
+    rewrite(av.home, 2)                     # between the two checkpoints
+    seq, digest = head_of(av.home)
+    origin = avsm.checkpoint_origin(av.home)
+    write(os.path.join(av.home, "checkpoints", f"{seq:012d}.txt"), avsm.checkpoint_text(origin, seq, digest, 1))
+    d = os.path.join(workdir, "cache", "avsm", "verified")
+    write(os.path.join(d, os.listdir(d)[0]), f"{seq} {digest}\n")
+    quick = av.cli("doctor", "--quick")
+    assert quick.returncode == 65, quick.stdout
+    caught = next(line for line in fails(quick) if "rewritten" in line)
+    assert f"checkpoint {av.home}/checkpoints/{own[1]}" in caught and "rewritten at or before" in caught, caught
+
+
+@needs_keygen
+def test_a_start_signs_a_checkpoint_once_a_key_is_named(av, workdir):
+    """Issue 37 item 5: a checkpoint: {key: ...} added to the config makes the next start write a signed
+    checkpoint, though the last (unsigned) was written within `every`; so does a key changed since; a start
+    within `every` of one signed by the key in force writes none. avsmd -t says how checkpoints are written
+    and signed, and a key file that is not there is 78. DOCTOR-13"""
+    ckdir = os.path.join(av.home, "checkpoints")
+
+    def newest():
+        names = sorted(n for n in os.listdir(ckdir) if n.endswith(".txt"))
+        return names[-1], os.path.exists(os.path.join(ckdir, names[-1] + ".sig"))
+
+    av.start()
+    assert av.stop()[0] == 0
+    first, signed = newest()
+    assert not signed
+    said = av.daemon_cmd("-t")
+    assert said.returncode == 0 and "checkpoint: written" in said.stdout and "unsigned" in said.stdout
+    config = os.path.join(av.home, "config.yaml")
+    write(config, f"checkpoint: {{key: {os.path.join(workdir, 'none')}}}\n")
+    missing = av.daemon_cmd("-t")
+    assert missing.returncode == 78 and "key" in missing.stderr and "is not there" in missing.stderr, missing.stderr
+    for key in ("k1", "k2"):
+        keygen(os.path.join(workdir, key), "ops")
+        write(config, f"checkpoint: {{key: {os.path.join(workdir, key)}, principal: ops}}\n")
+        said = av.daemon_cmd("-t")
+        assert said.returncode == 0 and f"signed with {os.path.join(workdir, key)}" in said.stdout, said
+        av.start()
+        assert av.stop()[0] == 0
+        name, signed = newest()
+        assert signed and name != first, (key, name, first)
+        first = name
+    av.start()
+    assert av.stop()[0] == 0
+    assert newest()[0] == first             # within `every` of one the key in force signed: none written
