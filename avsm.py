@@ -10870,15 +10870,19 @@ def origin_home(origin, ours):
     return host, os.path.realpath(where) if ours else where
 
 
+def is_our_origin(origin, trust):
+    """Whether a checkpoint's origin names this home (or the one --origin names), by any path."""
+    host, where = origin_home(origin, False)
+    return (host, where) in trust.homes or host == origin_home(trust.origin, False)[0] and \
+        origin_home(origin, True) in trust.homes
+
+
 def vouch_checkpoint(found, name, c, trust, allowed):
     """Whether checkpoint `c` may vouch for this home's ledger: it names this home as its origin,
     and its signature, verified against `allowed` (None: not verified, said so), is by this home's
     signer. Each refusal is a failure doctor names: 65, or 66 when `allowed` is not there, 69 with
     no ssh-keygen."""
-    host, where = origin_home(c.origin, False)
-    mine = (host, where) in trust.homes or host == origin_home(trust.origin, False)[0] and \
-        origin_home(c.origin, True) in trust.homes          # the same home by another path to it
-    if not mine:
+    if not is_our_origin(c.origin, trust):
         found.fail(EX_DATAERR, f"checkpoint {name} is of {shown_text(c.origin)}, and this home "
                                f"is {trust.origin}: a checkpoint vouches only for the home that "
                                f"wrote it",
@@ -11004,10 +11008,18 @@ def doctor_checkpoints(home, found, kept, own, scan, db, trust):
         return None
     # the home's own are checked too (a forger who rewrote the ledger must rewrite these as well):
     # every one's origin, the newest's signature (where allowed_signers is named), every record
+    # (one of another origin is of a home moved here: compared all the same, it vouches for nothing)
     newest = own[-1] if own else None
-    vouched = [(n, c) for n, c in own
-               if vouch_checkpoint(found, n, c, trust, trust.allowed if n == newest[0] else None)]
-    kept = list(kept) + [(n, c) for n, c in vouched
+    moved = [(n, c) for n, c in own if not is_our_origin(c.origin, trust)]
+    if moved:
+        first = shown_text(moved[0][1].origin)
+        found.note(f"{len(moved)} checkpoint(s) in {home}/checkpoints, the first "
+                   f"{moved[0][0]}, are of {first}, not {trust.origin} (a home moved, or a host "
+                   f"renamed): compared all the same; {client_command(home)} doctor --origin "
+                   f"{first} takes them as this home's")
+    vouched = [(n, c) for n, c in own if (n, c) not in moved
+               and vouch_checkpoint(found, n, c, trust, trust.allowed if n == newest[0] else None)]
+    kept = list(kept) + [(n, c) for n, c in vouched + moved
                          if not any(k.seq == c.seq and k.hash == c.hash for _, k in kept)]
     hashes = dict(scan.hashes)
     for _, c in kept:

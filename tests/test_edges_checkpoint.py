@@ -208,6 +208,15 @@ def sig_by(who):
     return make
 
 
+def own(origin, seq, digest):
+    """An unsigned checkpoint of the given parts put among the home's own (sorted first: its name)."""
+    def make(s):
+        write(os.path.join(s.av.home, "checkpoints", "000000000000.txt"),
+              avsm.checkpoint_text(origin, seq, digest, 1796223600))
+        return []
+    return make
+
+
 def cached(line=None, mode=None, then=None):
     """--quick after a full doctor noted its checkpoint, the note then rewritten as `line`, chmod `mode`."""
     def make(s):
@@ -247,6 +256,8 @@ HOSTILE = [
     ("--origin that is no origin", lambda s: ["--origin", "web1"], 64, "is not a checkpoint's origin"),
     ("the home's own .sig by another host's key", sig_by("web2"), 65, "this home's signer is web1"),
     ("the home's own .sig by a stranger", sig_by("stranger"), 65, "does not name"),
+    ("the home's own of a home moved here, compared all the same", own("avsm/old:/srv/old", 1, "ab" * 32), 65,
+     "#1 should hash to abababababababab"),
     ("--quick, the cache as a full doctor left it", cached(), 69, None),
     ("--quick, a forged cache line naming no checkpoint", cached(lambda s: f"{s.seq + 9} {'cd' * 32}"), 65,
      "is not there"),
