@@ -8706,10 +8706,9 @@ commands:
                      an SVG of the venture's metric over time, its bound or band, lever runs and asks
                      (avsm chart V > v.svg; from the ledger, so avsmd may be stopped)
   doctor [--since SEQ:HASH] [--checkpoint FILE|DIR|- [--allowed-signers FILE]] [--quick]
-         [--origin avsm/HOST:HOME]
                      check the home, config, ledger, mandates and daemon; change nothing; print the head;
-                     --since, --checkpoint: it still holds those; --quick: only from a verified checkpoint on
-                     --origin: a checkpoint of that origin is this home's too (a home that moved)
+                     --since, --checkpoint: it still holds those (--origin avsm/HOST:HOME: theirs
+                     too, a home that moved); --quick: only from a verified checkpoint on
   doctor --cut SEQ   with avsmd stopped: back up the ledger, then cut it just before #SEQ
   checkpoint         print a checkpoint of the ledger's head (written by avsmd into HOME/checkpoints,
                      signed when config.yaml names a key): keep it elsewhere
