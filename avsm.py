@@ -10747,8 +10747,11 @@ def doctor_home(home, found):
 def doctor_config(home, found):
     path = os.path.join(home, "config.yaml")
     try:
-        read_config(home)
+        cfg = read_config(home)[0]
         found.ok(f"config {path}" + ("" if os.path.exists(path) else " (not there: every default)"))
+        if checkpoint_problem(cfg["checkpoint"]):
+            found.fail(EX_CONFIG, f"{path}: {checkpoint_problem(cfg['checkpoint'])}",
+                       f"edit {path}, then {program_command('avsmd', home)} -t")
     except Fail as fail:
         found.fail(EX_CONFIG, str(fail), f"edit {path}, then {program_command('avsmd', home)} -t")
     keys = os.path.join(home, "keys")

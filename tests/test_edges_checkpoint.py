@@ -336,6 +336,8 @@ def test_a_start_signs_a_checkpoint_once_a_key_is_named(av, workdir):
     write(config, f"checkpoint: {{key: {os.path.join(workdir, 'none')}}}\n")
     missing = av.daemon_cmd("-t")
     assert missing.returncode == 78 and "key" in missing.stderr and "is not there" in missing.stderr, missing.stderr
+    doctor = av.cli("doctor")
+    assert doctor.returncode == 78 and "checkpoint: key" in doctor.stdout, doctor.stdout
     for key in ("k1", "k2"):
         keygen(os.path.join(workdir, key), "ops")
         write(config, f"checkpoint: {{key: {os.path.join(workdir, key)}, principal: ops}}\n")
