@@ -11267,7 +11267,8 @@ def doctor_cut(home, seq):
     last = last_seq(open_ledger_ro(path))
     if seq > last:
         raise Fail(EX_DATAERR, f"#{seq} is past the last record (#{last}); nothing to cut")
-    backup = os.path.join(home, f"ledger.db.before-cut-{seq}-{int(time.time())}")
+    stamp = int(time.time())
+    backup = os.path.join(home, f"ledger.db.before-cut-{seq}-{stamp}")
     shutil.copy2(path, backup)
     db = sqlite3.connect(path, isolation_level=None, timeout=10)
     db.execute("BEGIN IMMEDIATE")
@@ -11286,6 +11287,16 @@ def doctor_cut(home, seq):
         fh.write(f"{seq} {backup}\n")
     out(f"backed up the whole ledger to {backup}")
     out(f"cut the ledger just before #{seq}: records #{seq}..#{last} are only in the backup now")
+    # the checkpoints of records cut name what only the backup holds: kept beside it, not compared
+    aside = os.path.join(home, "checkpoints", f"before-cut-{seq}-{stamp}")
+    cut = [name for name, c in home_checkpoints(home) if c.seq >= seq]
+    for name in cut:
+        os.makedirs(aside, mode=0o700, exist_ok=True)
+        for each in (name, name + ".sig"):
+            if os.path.exists(each):
+                os.replace(each, os.path.join(aside, os.path.basename(each)))
+    if cut:
+        out(f"moved {len(cut)} checkpoint(s) of the records cut to {aside}: they hold for the backup")
     return EX_OK
 
 

@@ -351,3 +351,21 @@ def test_a_start_signs_a_checkpoint_once_a_key_is_named(av, workdir):
     av.start()
     assert av.stop()[0] == 0
     assert newest()[0] == first             # within `every` of one the key in force signed: none written
+
+
+def test_a_cut_moves_the_checkpoints_of_the_records_it_cut_aside(av, workdir):
+    """Every checkpoint in the home is compared now (issue 32 item 8), so `doctor --cut SEQ` moves those of
+    the records it cut beside the backup, into HOME/checkpoints/before-cut-SEQ-TIME/: the doctor after the
+    cut passes, and they are kept. DOCTOR-14"""
+    for _ in range(2):
+        av.start()
+        assert av.cli("checkpoint").returncode == 0
+        assert av.stop()[0] == 0
+    ckdir = os.path.join(av.home, "checkpoints")
+    seqs = sorted(int(n[:12]) for n in os.listdir(ckdir) if n.endswith(".txt"))
+    cut = av.cli("doctor", "--cut", str(seqs[-1]))
+    assert cut.returncode == 0 and "moved 1 checkpoint(s)" in cut.stdout, cut.stdout
+    after = av.cli("doctor")
+    assert after.returncode == 69 and not fails(after)[1:], after.stdout
+    (aside,) = [n for n in os.listdir(ckdir) if n.startswith(f"before-cut-{seqs[-1]}-")]
+    assert f"{seqs[-1]:012d}.txt" in os.listdir(os.path.join(ckdir, aside))
