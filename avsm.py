@@ -11296,7 +11296,8 @@ def doctor_cut(home, seq):
             if os.path.exists(each):
                 os.replace(each, os.path.join(aside, os.path.basename(each)))
     if cut:
-        out(f"moved {len(cut)} checkpoint(s) of the records cut to {aside}: they hold for the backup")
+        out(f"moved {len(cut)} checkpoint(s) of the records cut to {aside}: they hold for "
+            f"the backup")
     return EX_OK
 
 
