@@ -2413,13 +2413,6 @@ def sshsig_public_key(armor):
         return None
 
 
-def sign_again_at_start(spec, signer, ours):
-    """Whether avsmd's start writes a checkpoint though the newest is within `every`: the config
-    names a key, and the newest was not signed by it (signer: the newest's signing key, None when
-    unsigned; ours: the named key's)."""
-    return bool(spec["key"]) and (signer is None or signer != ours)
-
-
 def format_local_time(at):
     """Return unix time `at` as local YYYY-MM-DDTHH:MM:SS+hh:mm (past what the C library can show, as @SECONDS)."""
     try:
@@ -5387,6 +5380,15 @@ def needs_person(v, name, parse=None):
         seq, status, note = v["last_report"]
         found.append((f"its last report #{seq} is {status}: {note}", "fix the report, or its bounds in mandate.yaml and avsm add"))
     return found
+
+
+# ---- checkpoints: when a start writes one ----
+
+def sign_again_at_start(spec, signer, ours):
+    """Whether avsmd's start writes a checkpoint though the newest is within `every`: the config
+    names a key, and the newest was not signed by it (signer: the newest's signing key, None when
+    unsigned; ours: the named key's)."""
+    return bool(spec["key"]) and (signer is None or signer != ours)
 
 
 # =============================================================================
