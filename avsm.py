@@ -10803,7 +10803,7 @@ def doctor_ledger(home, found, since, kept=(), quick=False, trust=None):
     if quick and after is None:
         db.close()
         return
-    scan = scan_ledger(db, wanted={c.seq for _, c in kept + own}, after=after)
+    scan = scan_ledger(db, wanted={c.seq for _, c in list(kept) + own}, after=after)
     found.scan = scan
     if scan.broken:
         seq, why = scan.broken
@@ -10965,13 +10965,15 @@ def home_checkpoints(home, found=None):
     for name in names:
         path = os.path.join(directory, name)
         try:
+            if not os.path.isfile(path):        # a FIFO's open would wait for ever
+                raise Fail(EX_DATAERR, "it is not a regular file")
             with open(path, encoding="utf-8") as fh:
                 own.append((path, parse_checkpoint(fh.read(65536), path)))
         except (OSError, UnicodeDecodeError, Fail) as err:
             if found:
                 found.note(f"checkpoint {path} does not read ({err}), so it is not compared")
     own.sort(key=lambda pair: pair[1].seq)
-    if own:
+    if own and os.path.isfile(own[-1][0] + ".sig"):
         with contextlib.suppress(OSError, UnicodeDecodeError):
             with open(own[-1][0] + ".sig", encoding="utf-8") as fh:
                 signature = fh.read(65536).strip() or None
@@ -11099,9 +11101,12 @@ def verified_checkpoint(home, db, found, trust):
         found.fail(EX_DATAERR, f"--quick refused: {path} can be written by others than you, so it "
                                f"proves nothing", f"rm {path}; then {full}")
         return None
-    c = next((c for _, c in home_checkpoints(home) if c.seq == seq), None)
-    name = os.path.join(home, "checkpoints", f"{seq:012d}.txt")
-    if c is None or c.hash != digest:
+    name, c = os.path.join(home, "checkpoints", f"{seq:012d}.txt"), None
+    with contextlib.suppress(OSError, UnicodeDecodeError, Fail):
+        if os.path.isfile(name):        # a FIFO's open would wait for ever
+            with open(name, encoding="utf-8") as fh:
+                c = parse_checkpoint(fh.read(65536), name)
+    if c is None or c.hash != digest or c.seq != seq:
         found.fail(EX_DATAERR, f"--quick refused: {path} names checkpoint #{seq}, and {name} "
                                + ("is not there" if c is None else
                                   f"holds {c.hash[:16]}, not {digest[:16]}")
@@ -11109,8 +11114,9 @@ def verified_checkpoint(home, db, found, trust):
                    full)
         return None
     with contextlib.suppress(OSError, UnicodeDecodeError):
-        with open(name + ".sig", encoding="utf-8") as fh:
-            c = c._replace(signature=fh.read(65536).strip() or None)
+        if os.path.isfile(name + ".sig"):
+            with open(name + ".sig", encoding="utf-8") as fh:
+                c = c._replace(signature=fh.read(65536).strip() or None)
     if c.signature is None and trust.key:
         found.fail(EX_DATAERR, f"--quick refused: checkpoint #{seq} is unsigned, though "
                                f"config.yaml names the key {trust.key}", full)
