@@ -1498,7 +1498,7 @@ def reading_timeout(c, item, path):
 # ---- the config -------------------------------------------------------------
 
 CONFIG_KEYS = {"nightly", "default", "backends", "escalate", "ratchet", "forecast", "canary_asks", "checkpoint",
-               "adapters", "research", "notify"}
+               "adapters", "research", "notify", "metrics"}
 BACKEND_KEYS = {"anthropic": {"kind", "model", "key", "url", "effort", "version", "max_tokens"},
                 "openai": {"kind", "url", "model", "key", "max_tokens", "api", "effort"},
                 "command": {"kind", "run", "offbox"}}
@@ -1512,6 +1512,8 @@ FORECAST_DEFAULT = {"days": 30, "seeds": 16}
 CONFIG_ENV_MAX = 128 * 1024 - len("AVSM_CONFIG=") - 1     # Linux's limit on one environment string, less the name
 NOTIFY_TIMEOUT = 30                # seconds a notify command may take unless `notify: {timeout: ...}` says
 NOTIFY_EXAMPLE = 'notify: "mail -s avsm you@example.com"'
+METRICS_EVERY = 15                 # seconds between two writes of the metrics textfile, or every:
+METRICS_EXAMPLE = "metrics: {textfile: /var/lib/prometheus/node-exporter/avsm.prom, every: 15s}"
 PACKET_FORECAST = {"days": 7, "seeds": 8}       # a decision packet's, unless the config says
 
 
@@ -1583,6 +1585,7 @@ def parse_config(text, source="config.yaml"):
             c.fail(("adapters", name, "from"), "from is one address on one line, as in ops@example.com")
     cfg["research"] = c.text(doc.get("research"), ("research",), "research", required=False)
     cfg["notify"] = parse_notify(c, doc.get("notify"))
+    cfg["metrics"] = parse_metrics(c, doc.get("metrics"))
     cfg["checkpoint"] = parse_checkpoint_config(c, doc.get("checkpoint"))
     size = len(json.dumps(cfg))
     if size > CONFIG_ENV_MAX:       # avsmd could not start its warden: the exec would fail (E2BIG)
@@ -1594,6 +1597,7 @@ def parse_config(text, source="config.yaml"):
 
 
 CHECKPOINT_NAMESPACE = "avsm-checkpoint"      # ssh-keygen -Y's namespace unless the config names another
+CHECKPOINT_MAX = 64 * 1024      # bytes a kept checkpoint or its .sig may have (one is 300 or so)
 
 
 def parse_checkpoint_config(c, value):
@@ -1689,6 +1693,67 @@ def parse_notify(c, value):
     return {"run": run.strip(), "timeout": timeout}
 
 
+def parse_metrics(c, value):
+    """Return the Prometheus textfile's settings as {textfile, every}, or None when there is none.
+
+    metrics ::= {textfile: PATH, every: DURATION}
+    PATH is absolute and ends in .prom; every is 15s unless it says"""
+    path = ("metrics",)
+    if value is None:
+        return None
+    if not isinstance(value, dict):
+        c.fail(path, f"metrics is a mapping, as {METRICS_EXAMPLE}, not {shown_value(value)}")
+    c.mapping(value, path, {"textfile", "every"}, "metrics")
+    if "textfile" not in value:
+        c.fail(path, f"metrics has no 'textfile'; write {METRICS_EXAMPLE}")
+    textfile = c.text(value["textfile"], path + ("textfile",), "textfile")
+    if "\0" in textfile or not os.path.isabs(textfile):
+        c.fail(path + ("textfile",),
+               f"textfile is a file's absolute path in the directory node_exporter's "
+               f"--collector.textfile.directory names, as "
+               f"/var/lib/prometheus/node-exporter/avsm.prom, not {textfile!r}")
+    if not textfile.endswith(".prom") or textfile.endswith("/.prom"):
+        c.fail(path + ("textfile",),
+               f"node_exporter's textfile collector reads only files named NAME.prom; "
+               f"name the textfile so, as {os.path.join(os.path.dirname(textfile), 'avsm.prom')}")
+    every = METRICS_EVERY
+    if "every" in value:
+        every = c.parsed(parse_duration, value["every"], path + ("every",))
+    return {"textfile": os.path.normpath(textfile), "every": every}
+
+
+def metrics_problem(spec):
+    """Return why the metrics textfile cannot be written where the config says (its directory
+    missing or not writable by this user, or the file a directory), or None: avsmd -t, avsmd's
+    start and avsm doctor refuse it (78)."""
+    if spec is None:
+        return None
+    textfile = spec["textfile"]
+    directory = os.path.dirname(textfile)
+    if not os.path.isdir(directory):
+        return (f"the textfile's directory {directory} is not there; make it "
+                f"(mkdir -p {directory}) or name the directory node_exporter's "
+                f"--collector.textfile.directory reads")
+    if not os.access(directory, os.W_OK | os.X_OK):
+        return (f"the textfile's directory {directory} cannot be written by this user "
+                f"(uid {os.getuid()}); give it write access (chgrp GROUP {directory} && "
+                f"chmod g+w {directory}) or name another")
+    if os.path.isdir(textfile):
+        return f"the textfile {textfile} is a directory; name a file in it, as {textfile}/avsm.prom"
+    return None
+
+
+def describe_metrics(spec):
+    """Return the line avsmd -t says of the metrics textfile: where and how often it is written."""
+    if spec is None:
+        return (f"metrics: not set; no figures are written for Prometheus "
+                f"(set one in config.yaml, as {METRICS_EXAMPLE})")
+    return (f"metrics: the figures of every venture and of the home are written to "
+            f"{spec['textfile']} every {format_duration(spec['every'])}, in Prometheus's text "
+            f"format, mode 0644, in whole (to {spec['textfile']}.PID.tmp beside it, then renamed), "
+            f"for node_exporter's textfile collector")
+
+
 def describe_notify(notify):
     """Return the line avsmd -t says of the notify command: what runs it, or that nobody is told."""
     if notify is None:
@@ -1729,6 +1794,9 @@ def format_config(cfg):
     lines.append(f"research: {yaml_scalar(cfg['research'])}")
     notify = cfg.get("notify")
     lines.append("notify: " + (flow({"run": notify["run"], "timeout": format_duration(notify["timeout"])}) if notify else "null"))
+    metrics = cfg.get("metrics")
+    lines.append("metrics: " + (flow(dict(metrics, every=format_duration(metrics["every"])))
+                                if metrics else "null"))
     lines.append("checkpoint: " + flow(dict(cfg["checkpoint"], every=format_duration(cfg["checkpoint"]["every"]))))
     return "\n".join(lines) + "\n"
 
@@ -1763,12 +1831,14 @@ REQUESTS = {
 }
 REQUEST_KEYS = ("v", "cmd", "args")
 READ_REQUESTS = ("ping", "health", "status", "asks", "ask")     # what a read-only key's bridge relays
+REQUEST_MAX = 1024 * 1024      # bytes of one request line avsmd reads; a longer one is refused (64)
 
 # The bridge (avsm bridge, the forced command of an ssh key) relays the requests above, and runs these client
 # verbs for `avsm --host`: each reads the ledger or the far side's files, or asks its avsmd, exactly as there.
 BRIDGE_VERBS = {"status": "read", "summary": "read", "tail": "read", "asks": "read", "why": "read", "chart": "read",
                 "checkpoint": "write", "doctor": "read", "add": "write", "approve": "write", "deny": "write",
                 "propose": "write", "decide": "write", "pause": "write", "resume": "write"}
+BRIDGE_PATH_OPTIONS = {"propose": ("--payload",), "doctor": ("--checkpoint",)}
 BRIDGE_KEYS = {"verb": "name", "argv": "list", "home": "path?", "stdin": "text?", "as": "text?",
                "tty": "flag?", "utf8": "flag?"}
 JSON_DEPTH = 64                 # nesting a payload may have: an edited payload is a page, not a tower
@@ -1990,6 +2060,7 @@ RECORD_KINDS = {kind: (tuple(claims.split()), set(required.split()), set(optiona
     ("self.restart", "measured", "process restart_in", ""), ("self.sweep", "measured", "groups", ""),
     ("self.cut", "measured", "before backup", ""),
     ("self.notify", "measured", "ok failed", "status note notice"),    # the notify command failed (once a stretch), or works again
+    ("self.metrics", "measured", "ok failed textfile", "note"),    # its textfile failed, or works
 )}
 
 
@@ -2649,7 +2720,8 @@ class VentureState:
                  "sides", "actions", "open_asks", "implausible_ask", "implausible_answered", "running", "guards",
                  "audits", "read", "peak", "unwinds", "approvals", "free_steps", "lever_steps", "ran_since", "effects",
                  "misses", "suspended", "ratchet_forecasts", "grants", "checks", "world_reports", "prediction",
-                 "scores", "scored", "world_failing", "world_state", "proposals", "asks_made", "__dict__")
+                 "scores", "scored", "world_failing", "world_state", "proposals", "asks_made",
+                 "counted", "__dict__")
 
     def __init__(self, name):
         self.name = name
@@ -2694,6 +2766,9 @@ class VentureState:
         self.world_failing = False    # the last world record is a failed step: the next failure writes nothing
         self.world_state = None       # the state the world command returned last (not folded: a restart starts from null)
         self.proposals = {}           # seq of a model's proposal of an action no action, ask or refusal answered yet -> lever
+        # the metrics' counters over every record of the venture (a _total never goes back at a
+        # restart): its reports, failed and implausible reports, refusals, and refusals by lever
+        self.counted = {"reports": 0, "failed": 0, "implausible": 0, "refusals": 0, "by_lever": {}}
 
     def side(self, name):
         """A controller side: armed (deadband), its streak of crossed reports (hold), asked in this excursion."""
@@ -2723,6 +2798,9 @@ def fold(state, seq, at, record):
         state.guards, state.audits, state.peak, state.approvals = {}, {}, None, {}
         return state
     if kind == "report":
+        state.counted["reports"] += 1
+        if record.get("status") in ("failed", "implausible"):
+            state.counted[record["status"]] += 1
         previous = state.last_report
         fold_report(state, seq, at, record)
         fold_world(state, seq, at, record, previous)
@@ -2759,6 +2837,9 @@ def fold(state, seq, at, record):
         if guard in state.guards and record.get("ok"):
             state.guards[guard]["unwind_ok"] = True
     elif kind == "refusal":
+        by_lever = state.counted["by_lever"]
+        state.counted["refusals"] += 1
+        by_lever[record.get("lever")] = by_lever.get(record.get("lever"), 0) + 1
         state.proposals.pop(record.get("proposal"), None)
         fold_controller_intent(state, record)
     elif kind == "ask":
@@ -4281,6 +4362,17 @@ def fold_ledger(states, seq, at, record, parse=None):
     return state
 
 
+def count_self(counted, record):
+    """Count one of avsmd's own records into `counted` (the metrics' counters of the home): each
+    start of avsmd, and each restart of its warden or roles process, by process; return it."""
+    if record.get("venture") == "self" and record.get("kind") == "start":
+        counted["starts"] = counted.get("starts", 0) + 1
+    elif record.get("venture") == "self" and record.get("kind") == "restart":
+        restarts = counted.setdefault("restarts", {})
+        restarts[str(record.get("process"))] = restarts.get(str(record.get("process")), 0) + 1
+    return counted
+
+
 def stored_basis(action, records):
     """Return (basis, approval, check, exact) of a stored action: what the gate was asked, for the re-check.
     An action older than its stored basis has them read back from its proof, and exact is False (no steps)."""
@@ -5200,6 +5292,27 @@ def notice_message(notice, commands, home):
     return "\n".join(shown_text(line) for line in lines) + "\n", event
 
 
+def judge_metrics(failed, spec, failure):
+    """Return (the writes of the metrics textfile that failed in a row, the record to write or None)
+    after one write: `failure` is None when it was written, else why not. A failing write is written
+    once per stretch of failures, and once more when a write works again, saying how many failed;
+    each is tried again at `every`."""
+    textfile, every = spec["textfile"], format_duration(spec["every"])
+    if failure is None:
+        return 0, None if not failed else new_record(
+            "metrics", "self", ok=True, failed=failed, textfile=textfile,
+            summary=f"the metrics textfile {textfile} is written again, "
+                    f"after {failed} write(s) that failed")
+    if failed:
+        return failed + 1, None
+    return 1, new_record(
+        "metrics", "self", ok=False, failed=1, textfile=textfile, note=failure[-NOTE_MAX:],
+        summary=f"the metrics textfile {textfile} cannot be written ({failure}); it is tried again "
+                f"every {every}, and no further failure is written until it works: make its "
+                f"directory writable by avsmd's user, or name another metrics: textfile in "
+                f"config.yaml and restart avsmd")
+
+
 def notify_failure(ended_by, status, timeout):
     """Return how one run of the notify command failed, from what ended it and its exit status, or None when it
     told its notice (it exited 0 and nothing ended it)."""
@@ -5425,6 +5538,18 @@ def send_line(sock, message):
     send_bytes(sock, (json.dumps(message, separators=(",", ":")) + "\n").encode())
 
 
+def request_line(message):
+    """Return a client's request as the line avsmd reads, or Fail(64) for one past REQUEST_MAX:
+    avsmd would refuse it while it is still being sent, and the client hear only a broken pipe."""
+    data = (json.dumps(message, separators=(",", ":")) + "\n").encode()
+    if len(data) > REQUEST_MAX:
+        cmd = message.get("cmd", "request")
+        raise Fail(EX_USAGE, f"this {cmd} request is {len(data) / 2**20:.1f} MiB, and avsmd reads "
+                             f"one JSON object a line, in UTF-8, of at most 1 MiB: send less "
+                             f"(a smaller payload, a shorter name)")
+    return data
+
+
 def send_bytes(sock, data):
     """Send all of `data`; a non-blocking socket waits for room only when it has none (rarely: one line fits)."""
     try:
@@ -5451,17 +5576,30 @@ def receive(sock, size=65536):
 
 
 class LineReader:
-    """Splits bytes from a non-blocking socket into JSON objects, one per line."""
+    """Splits bytes from a non-blocking socket into JSON objects, one per line. Linear in what it
+    is fed: a line's pieces wait unjoined until its newline comes, so a long line is not split
+    again at each read (a 16 MiB line read 64 KiB at a time took seconds)."""
 
     def __init__(self, limit=16 * 1024 * 1024):
-        self.buffer, self.limit = b"", limit
+        self.pieces, self.size, self.limit = [], 0, limit
 
     def feed(self, data):
-        self.buffer += data
-        if len(self.buffer) > self.limit:
+        if b"\n" not in data:
+            self.pieces.append(data)
+            self.size += len(data)
+            if self.size > self.limit:
+                raise ValueError("a line longer than avsm reads")
+            return []
+        first, *lines, rest = data.split(b"\n")
+        lines.insert(0, b"".join(self.pieces) + first)
+        self.pieces, self.size = [rest], len(rest)
+        if self.size > self.limit or any(len(line) > self.limit for line in lines):
             raise ValueError("a line longer than avsm reads")
-        *lines, self.buffer = self.buffer.split(b"\n")
         return [json.loads(line) for line in lines if line.strip()]
+
+    def waiting(self):
+        """Return whether part of a line (not only blanks) waits for its newline."""
+        return any(piece.strip() for piece in self.pieces)
 
 
 def read_lock_pid(path):
@@ -5725,6 +5863,26 @@ def write_payload(data):
     with os.fdopen(fd, "wb") as fh:
         fh.write(data)
     return path
+
+
+def write_textfile(path, text):
+    """Write `text` to `path` in whole, so that node_exporter never reads half of it: to
+    PATH.PID.tmp beside it (a rename is atomic only within a filesystem; node_exporter reads only
+    *.prom, so never this one), mode 0644 whatever the umask (node_exporter often runs as another
+    user), then renamed over `path`."""
+    temporary = f"{path}.{os.getpid()}.tmp"
+    if os.path.lexists(temporary):
+        os.unlink(temporary)              # never write through a name someone planted
+    fd = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o644)
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as fh:
+            os.fchmod(fh.fileno(), 0o644)
+            fh.write(text)
+        os.replace(temporary, path)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(temporary)
+        raise
 
 
 def write_venture_file(directory, payload):
@@ -6294,6 +6452,29 @@ def log(debug, who, message):
     if debug:
         sys.stderr.write(f"{time.strftime('%H:%M:%S')} {who}[{os.getpid()}]: {message}\n")
         sys.stderr.flush()
+
+
+def read_small_file(path, limit):
+    """Return the bytes of the regular file at `path`, at most `limit` of them, or raise OSError
+    saying why not: a FIFO, a device or a directory (a symlink to one too) is refused before a
+    byte is read, never waited on."""
+    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_NOCTTY)     # a FIFO's open would wait
+    try:
+        mode = os.fstat(fd).st_mode
+        if not stat.S_ISREG(mode):
+            what = "a directory" if stat.S_ISDIR(mode) else "a FIFO" if stat.S_ISFIFO(mode) else \
+                "a socket" if stat.S_ISSOCK(mode) else "a device"
+            raise OSError(0, f"it is {what}, not a regular file")
+        pieces, size = [], 0
+        while size <= limit:
+            piece = os.read(fd, limit + 1 - size)
+            if not piece:
+                return b"".join(pieces)
+            pieces.append(piece)
+            size += len(piece)
+        raise OSError(0, f"it is longer than {limit // 1024} KiB")
+    finally:
+        os.close(fd)
 
 
 def check_venture_dir(directory):
@@ -7429,10 +7610,10 @@ class Checkpoints:
             signer = ours = None
             with contextlib.suppress(OSError, UnicodeDecodeError):
                 with open(os.path.join(self.dir, f"{newest.seq:012d}.txt.sig")) as fh:
-                    signer = sshsig_public_key(fh.read(65536))
+                    signer = sshsig_public_key(fh.read(CHECKPOINT_MAX))
             with contextlib.suppress(OSError, UnicodeDecodeError, IndexError):
                 with open(os.path.expanduser(spec["key"]) + ".pub") as fh:
-                    ours = fh.read(65536).split()[1]
+                    ours = fh.read(CHECKPOINT_MAX).split()[1]
             self.wanted = sign_again_at_start(spec, signer, ours)
 
     def note_action(self, state, record):
@@ -7478,6 +7659,52 @@ def newest_checkpoint(directory):
     return None
 
 
+class Metrics:
+    """Writes the figures (metrics_text) to the config's metrics.textfile every `every`, computed
+    only then; a write that fails is written once a stretch (judge_metrics), and tried again at the
+    next `every`.
+
+    due(now)     -- whether a write is due at monotonic `now` (never with no metrics: in the config)
+    count(db)    -- count avsmd's records since the last count (count_self): its starts, restarts
+    write(states, home, now) -- write the file; return the record judge_metrics says to write
+    Holds when the next write is due, avsmd's records counted and up to which seq, and the failures
+    in a row."""
+
+    def __init__(self, home, spec, debug=False):
+        self.home, self.spec, self.debug = home, spec, debug
+        self.next_at = time.monotonic()     # the first at the warden's first turn, once folded
+        self.counted, self.seen, self.failed = {}, 0, 0
+
+    def due(self, now):
+        return self.spec is not None and now >= self.next_at
+
+    def count(self, db):
+        """Count avsmd's own starts and restarts written since the last count: avsmd writes them,
+        not the warden, and a roles process restarts while the warden runs. Only those are read."""
+        head = (ledger_head(db) or (0,))[0]     # first: what avsmd appends after it waits its turn
+        rows = db.execute("SELECT seq, record FROM records WHERE seq > ? AND seq <= ? "
+                          "AND (record LIKE ? OR record LIKE ?) ORDER BY seq",
+                          (self.seen, head, '{"claim":"measured","kind":"start",%',
+                           '{"claim":"measured","kind":"restart",%')).fetchall()
+        for seq, text in rows:
+            count_self(self.counted, load_record(text, seq))
+        self.seen = max(self.seen, head)
+        return head
+
+    def write(self, states, home, now):
+        self.next_at = time.monotonic() + self.spec["every"]
+        failure = None
+        try:
+            write_textfile(self.spec["textfile"], metrics_text(states, home, now))
+        except OSError as err:
+            failure = f"{err.strerror or err}" + (f": {err.filename}" if err.filename else "")
+        self.failed, record = judge_metrics(self.failed, self.spec, failure)
+        if record is not None:          # once a stretch of failures, and once when it ends
+            sys.stderr.write(f"avsmd: {record['summary']}\n")
+        log(self.debug, "warden", f"metrics: {failure or 'written to ' + self.spec['textfile']}")
+        return record
+
+
 class Warden:
     """The only process that acts: ticks ventures, runs their programs, appends their records.
 
@@ -7507,6 +7734,7 @@ class Warden:
                                    self.tell_person, self.refold, debug)
         self.append_together = self.writer.append_together
         self.checkpoints = Checkpoints(home, cfg["checkpoint"], debug)
+        self.metrics = Metrics(home, cfg.get("metrics"), debug)
         self.schedule = Schedule()
         self.next_nightly = next_nightly(cfg["nightly"])
         self.stopping = False
@@ -7537,9 +7765,14 @@ class Warden:
 
     # ---- the ventures, replayed from the ledger ----
     def load(self):
-        """Replay the ledger into venture states; settle runs a dead warden left without an outcome."""
+        """Replay the ledger into venture states (and avsmd's own records into the metrics'
+        counters); settle runs a dead warden left without an outcome."""
+        seq = 0
         for seq, at, record in scan_records(self.ledger.db):
             fold_ledger(self.ventures, seq, at, record)
+            if record.get("venture") == "self":
+                count_self(self.metrics.counted, record)
+        self.metrics.seen = seq
         for state in self.ventures.values():
             self.check_runnable(state)
             self.carry_out(state, interrupted_rule(state, time.time()))
@@ -7614,6 +7847,7 @@ class Warden:
                 self.tick(time.monotonic())
             self.writer.commit_when_due(self.stopping)     # this wake-up's records, and the next ones' for up to GROUP_WINDOW
             self.write_checkpoint(due=True)
+            self.write_metrics()
             self.avsmd.flush()
             if self.stopping and not self.children:
                 for seq, d in list(self.decisions.escalations.items()):     # ESC-04: every escalation gets its answer
@@ -7640,6 +7874,28 @@ class Warden:
             sys.stderr.write(f"avsmd: no checkpoint could be written to {self.checkpoints.dir}: {err}\n")
             return None
 
+    def write_metrics(self):
+        """Write the figures to metrics.textfile when due and the head is committed; what it says
+        of the home beside the ventures: the head, the ledger's size, the newest checkpoint, avsmd's
+        starts and restarts."""
+        import sqlite3
+        if not self.metrics.due(time.monotonic()) or self.ledger.held is not None:
+            return
+        try:
+            head = self.metrics.count(self.ledger.db)
+        except sqlite3.Error:
+            head = (self.ledger.last or (0,))[0]      # a ledger that cannot be read: the last head
+        try:
+            size = os.stat(os.path.join(self.home, "ledger.db")).st_size
+        except OSError:
+            size = None
+        kept = (self.checkpoints.seq, self.checkpoints.at) if self.checkpoints.seq else None
+        facts = HomeFacts(self.home, head, size, kept, self.metrics.counted)
+        record = self.metrics.write(self.ventures, facts, time.time())
+        if record is not None:
+            with contextlib.suppress(LedgerDown):
+                self.append(record)
+
     def do_checkpoint(self, args, err):
         self.writer.commit()
         written = self.write_checkpoint()
@@ -7658,6 +7914,8 @@ class Warden:
                 times.append(now + 0.05)        # no pidfd here, or a dying group: look again soon
         times += self.keeper.wakeups()
         times += self.rounds.deadlines()
+        if self.metrics.spec is not None and self.ledger.held is None:
+            times.append(self.metrics.next_at)        # held: written once the group commits
         if self.writer.ledger_down:
             times.append(self.writer.retry_at)
         elif self.next_nightly is not None:
@@ -8206,7 +8464,7 @@ class Clients:
                 conn.close()
                 return
         conn.setblocking(False)
-        self.clients[conn] = {"reader": LineReader(1024 * 1024)}
+        self.clients[conn] = {"reader": LineReader(REQUEST_MAX)}
         self.daemon.sel.register(conn, selectors.EVENT_READ, ("client", conn))
 
     def data(self, conn):
@@ -8525,6 +8783,8 @@ class Daemon:
         """Make the home, take its lock, end the groups an earlier avsmd left, open the ledger (refusing one
         that does not read), and record the start; return the groups swept."""
         refuse(socket_problem(self.home), EX_CONFIG)
+        refuse(metrics_problem(self.cfg.get("metrics")) and
+               f"{self.cfg_path}: metrics: {metrics_problem(self.cfg.get('metrics'))}", EX_CONFIG)
         if os.path.exists(self.home) and not os.path.isdir(self.home):
             raise Fail(EX_CANTCREAT, f"{self.home} is not a directory; give --home a directory")
         os.makedirs(self.home, mode=0o700, exist_ok=True)
@@ -8797,8 +9057,10 @@ def ask_daemon(home, cmd, args=None):
     return the exit code it gives."""
     if REMOTE.get("via"):
         return ask_bridge(REMOTE["via"], {"v": 1, "cmd": cmd, "args": args or {}})
+    line = request_line({"v": 1, "cmd": cmd, "args": args or {}})
     with connect_daemon(home) as conn:
-        send_line(conn, {"v": 1, "cmd": cmd, "args": args or {}})
+        with contextlib.suppress(BrokenPipeError, ConnectionResetError):
+            send_bytes(conn, line)      # cut short: avsmd refused it half read; its answer says why
         reader = LineReader()
         # a decision may wait on a backend (120 s, escalation twice that); anything else answers at once
         conn.settimeout(3 * BACKEND_TIMEOUT if cmd == "decide" else 60)
@@ -9457,10 +9719,19 @@ def cmd_bridge(home, args, pinned):
     pinned: the home was given (--home, AVSMD_HOME), so a request may name no other."""
     if args not in ([], ["--read-only"]):
         raise Fail(EX_USAGE, "usage: avsm [--home DIR] bridge [--read-only]")
-    reader = LineReader()
+    if os.isatty(0):            # sshd gave the key a pty (its line lacks restrict): a shell's reach
+        raise Fail(EX_USAGE, "the bridge's standard input is a terminal: it reads the JSON lines "
+                             "avsm --host sends, never a person; the key's line in authorized_keys "
+                             "must begin with restrict (restrict,command=\"... bridge\" "
+                             "ssh-ed25519 ...), so that ssh gives it no pty")
+    reader, asked = LineReader(), False
     while True:
         data = os.read(0, 65536)
-        if not data and not reader.buffer.strip():
+        if not data and not reader.waiting():
+            if not asked:       # ssh HOST CMD with this key: CMD is not run, nor read
+                raise Fail(EX_USAGE, "this key runs only the avsm bridge, which reads one JSON "
+                                     "request a line on standard input: no shell, no command; "
+                                     "run avsm --host HOST VERB on your side")
             return EX_OK
         data = data or b"\n"                # a last line with no newline is a line too
         try:
@@ -9468,6 +9739,7 @@ def cmd_bridge(home, args, pinned):
         except (ValueError, RecursionError) as err:
             raise Fail(EX_USAGE, f"the bridge reads one JSON object a line: {str(err)[:200]}") from None
         for message in messages:
+            asked = True
             if not isinstance(message, dict):
                 raise Fail(EX_USAGE, f"the bridge reads one JSON object a line, not {json_kind(message)}")
             where = message.pop("home", None)
@@ -9479,8 +9751,10 @@ def cmd_bridge(home, args, pinned):
                 cmd, _ = check_request(message)
                 if args and cmd not in READ_REQUESTS:
                     raise Fail(EX_DATAERR, f"this key may only read (avsm bridge --read-only): {cmd} is refused")
+                line = request_line(message)
                 with connect_daemon(where or home) as conn:
-                    send_line(conn, message)
+                    with contextlib.suppress(BrokenPipeError, ConnectionResetError):
+                        send_bytes(conn, line)      # cut short: avsmd's answer says why
                     conn.settimeout(3 * BACKEND_TIMEOUT)
                     answer, ended = LineReader(), False
                     while not ended:
@@ -9510,15 +9784,34 @@ def bridge_verb(home, message, read_only):
     if read_only and (BRIDGE_VERBS[verb] != "read" or verb == "doctor" and "--cut" in argv):
         raise Fail(EX_DATAERR, f"this key may only read (avsm bridge --read-only): {verb} is refused; "
                                f"it needs a key whose bridge may write")
-    if verb == "propose" and "--payload" in argv and argv[argv.index("--payload") + 1:][:1] != ["-"]:
-        raise Fail(EX_DATAERR, "through the bridge a payload comes as --payload -: no file of this host is read for it")
+    problem = bridge_argv_problem(verb, argv)
+    if problem:
+        raise Fail(EX_DATAERR, problem)
     REMOTE.update((k, m[k]) for k in ("as", "tty", "utf8") if m.get(k) is not None)
-    if m.get("stdin") is not None:
-        sys.stdin = io.StringIO(m["stdin"])
+    REMOTE["read_only"] = read_only     # a read-only key writes nothing, not even doctor's cache
+    sys.stdin = io.StringIO(m.get("stdin") or "")      # - reads the request's, not the channel
     if verb == "tail":                  # the one verb that may not end by itself (tail -f)
         import threading
         threading.Thread(target=end_with_stdin, daemon=True).start()
     return run_verb(home, [verb] + argv)
+
+
+def bridge_argv_problem(verb, argv):
+    """Return why the bridge runs no `verb` with `argv`, or None. No argument names a file of this
+    host (a path option takes only -, the request's own standard input), and nothing starts a
+    program here for the caller (an editor, a pager)."""
+    for i, arg in enumerate(argv):
+        if arg == "--allowed-signers" and verb == "doctor":
+            return ("through the bridge doctor --allowed-signers names no file of this host: a "
+                    "signed checkpoint is verified with this host's own (its config's checkpoint: "
+                    "allowed_signers, else ~/.ssh/allowed_signers); leave the option out")
+        if arg in BRIDGE_PATH_OPTIONS.get(verb, ()) and argv[i + 1:i + 2] != ["-"]:
+            return (f"through the bridge {verb} {arg} takes only - (what avsm --host sends from "
+                    f"your side's standard input): no file of this host is read for it")
+    if verb == "approve" and "--edit" in argv:
+        return ("through the bridge approve --edit opens no editor on this host: avsm --host HOST "
+                "approve ASK --edit edits on your side and sends what you saved in its request")
+    return None
 
 
 def end_with_stdin():
@@ -9758,6 +10051,10 @@ def test_config(home, cfg, path):
     notify_problem = cfg["notify"] and command_problem(cfg["notify"]["run"], home)    # it runs in the home
     if notify_problem:
         sys.stderr.write(f"avsmd: {path}: notify: {notify_problem}\n")
+        code = EX_CONFIG
+    out(describe_metrics(cfg["metrics"]))
+    if metrics_problem(cfg["metrics"]):
+        sys.stderr.write(f"avsmd: {path}: metrics: {metrics_problem(cfg['metrics'])}\n")
         code = EX_CONFIG
     try:
         adopted = adopted_mandates(home)
@@ -10722,6 +11019,7 @@ def cmd_doctor(home, args):
         doctor_ledger(home, found, since, kept, given["--quick"], trust)
         doctor_mandates(home, found)
         doctor_daemon(home, found)
+        doctor_bridge_keys(found)
     code = found.worst()
     out("all checks pass" if code == EX_OK else f"doctor exits {code}")
     return code
@@ -10750,6 +11048,9 @@ def doctor_config(home, found):
     path = os.path.join(home, "config.yaml")
     try:
         cfg = read_config(home)[0]
+        problem = metrics_problem(cfg["metrics"])
+        if problem:
+            raise Fail(EX_CONFIG, f"{path}: metrics: {problem}")
         found.ok(f"config {path}" + ("" if os.path.exists(path) else " (not there: every default)"))
         if checkpoint_problem(cfg["checkpoint"]):
             found.fail(EX_CONFIG, f"{path}: {checkpoint_problem(cfg['checkpoint'])}",
@@ -10935,11 +11236,13 @@ def read_kept_checkpoints(home, found, where, trust):
     for name in names:
         try:
             if name == "-":
-                name, data, sig = "on standard input", sys.stdin.read(), None
-            else:
-                with open(name, encoding="utf-8") as fh:
-                    data = fh.read()
-                sig = open(name + ".sig").read().strip() if os.path.exists(name + ".sig") else None
+                name, data, sig = "on standard input", sys.stdin.read(CHECKPOINT_MAX + 1), None
+                if len(data) > CHECKPOINT_MAX:
+                    raise OSError(0, f"it is longer than {CHECKPOINT_MAX // 1024} KiB")
+            else:       # regular files, bounded: a FIFO or /dev/zero is one refusal, not a hang
+                data = read_small_file(name, CHECKPOINT_MAX).decode("utf-8")
+                sig = read_small_file(name + ".sig", CHECKPOINT_MAX).decode("utf-8").strip() \
+                    if os.path.lexists(name + ".sig") else None
             checkpoint = parse_checkpoint(data, name, sig)
             if checkpoint.signature is None:
                 found.note(f"checkpoint {name} is unsigned: it shows a rewrite only while it is kept where the ledger's "
@@ -10964,20 +11267,17 @@ def home_checkpoints(home, found=None):
         if os.path.isdir(directory) else []
     for name in names:
         path = os.path.join(directory, name)
-        try:
-            if not os.path.isfile(path):        # a FIFO's open would wait for ever
-                raise Fail(EX_DATAERR, "it is not a regular file")
-            with open(path, encoding="utf-8") as fh:
-                own.append((path, parse_checkpoint(fh.read(65536), path)))
+        try:        # regular files, bounded: a FIFO is one note, not a hang
+            data = read_small_file(path, CHECKPOINT_MAX).decode()
+            own.append((path, parse_checkpoint(data, path)))
         except (OSError, UnicodeDecodeError, Fail) as err:
             if found:
                 found.note(f"checkpoint {path} does not read ({err}), so it is not compared")
     own.sort(key=lambda pair: pair[1].seq)
-    if own and os.path.isfile(own[-1][0] + ".sig"):
+    if own and os.path.lexists(own[-1][0] + ".sig"):
         with contextlib.suppress(OSError, UnicodeDecodeError):
-            with open(own[-1][0] + ".sig", encoding="utf-8") as fh:
-                signature = fh.read(65536).strip() or None
-            own[-1] = (own[-1][0], own[-1][1]._replace(signature=signature))
+            signature = read_small_file(own[-1][0] + ".sig", CHECKPOINT_MAX).decode().strip()
+            own[-1] = (own[-1][0], own[-1][1]._replace(signature=signature or None))
     return own
 
 
@@ -11065,7 +11365,9 @@ def remember_verified(home, checkpoint):
     """Note the newest checkpoint a full doctor verified, for --quick, in the client's own cache
     (0600, in directories only this user can read): doctor changes nothing in the home
     (DOCTOR-02). The note grants nothing by itself: --quick checks that checkpoint again, and
-    compares every other."""
+    compares every other. Through a read-only bridge nothing: that key writes nothing."""
+    if REMOTE.get("read_only"):
+        return
     path = verified_path(home)
     was = os.umask(0o077)
     try:
@@ -11103,9 +11405,7 @@ def verified_checkpoint(home, db, found, trust):
         return None
     name, c = os.path.join(home, "checkpoints", f"{seq:012d}.txt"), None
     with contextlib.suppress(OSError, UnicodeDecodeError, Fail):
-        if os.path.isfile(name):        # a FIFO's open would wait for ever
-            with open(name, encoding="utf-8") as fh:
-                c = parse_checkpoint(fh.read(65536), name)
+        c = parse_checkpoint(read_small_file(name, CHECKPOINT_MAX).decode(), name)
     if c is None or c.hash != digest or c.seq != seq:
         found.fail(EX_DATAERR, f"--quick refused: {path} names checkpoint #{seq}, and {name} "
                                + ("is not there" if c is None else
@@ -11114,9 +11414,9 @@ def verified_checkpoint(home, db, found, trust):
                    full)
         return None
     with contextlib.suppress(OSError, UnicodeDecodeError):
-        if os.path.isfile(name + ".sig"):
-            with open(name + ".sig", encoding="utf-8") as fh:
-                c = c._replace(signature=fh.read(65536).strip() or None)
+        if os.path.lexists(name + ".sig"):
+            signature = read_small_file(name + ".sig", CHECKPOINT_MAX).decode().strip()
+            c = c._replace(signature=signature or None)
     if c.signature is None and trust.key:
         found.fail(EX_DATAERR, f"--quick refused: checkpoint #{seq} is unsigned, though "
                                f"config.yaml names the key {trust.key}", full)
@@ -11176,6 +11476,44 @@ def doctor_mandates(home, found):
                        f"chmod u+r {path}" if denied else f"put {path} back, then {client_command(home)} add {directory}")
         except Fail as fail:
             found.fail(EX_CONFIG, f"venture {name}: {fail}", f"edit {path}, then {client_command(home)} add {directory}")
+
+
+def doctor_bridge_keys(found):
+    """This user's authorized_keys, where it can be read: a line forcing avsm's bridge without
+    restrict lets ssh give that key a pty and forwarding, a shell's reach (the bridge refuses a
+    terminal, and can do nothing of the forwarding)."""
+    path = os.path.expanduser("~/.ssh/authorized_keys")
+    try:
+        text = read_small_file(path, 1024 * 1024).decode("utf-8", "replace")
+    except OSError:
+        return
+    for number, why in bridge_key_problems(text):
+        found.note(f"{path}:{number}: this key forces avsm's bridge, and {why}; fix it: begin "
+                   f"the line with restrict, as restrict,command=\"... bridge\" ssh-ed25519 ...")
+
+
+def bridge_key_problems(text):
+    """Return [(line number, why)] of the authorized_keys lines whose forced command is avsm's
+    bridge and whose options let ssh give more than a pipe: no restrict, or restrict undone by
+    pty or a forwarding after it.
+    line ::= [option (',' option)*] keytype key [comment]; option ::= name ['=' '"' text '"']"""
+    problems = []
+    for number, line in enumerate(text.splitlines(), 1):
+        field = re.match(r'(?:[^\s"]|"(?:[^"\\]|\\.)*")*', line.strip()).group()
+        options = re.findall(r'(?:[^,"]|"(?:[^"\\]|\\.)*")+', field)     # quoted commas split none
+        names = {option.split("=", 1)[0].lower() for option in options}
+        command = next((o.split("=", 1)[1] for o in options
+                        if o.lower().startswith("command=")), "")
+        if "avsm" not in command or not re.search(r"\bbridge\b", command):
+            continue
+        undone = sorted(names & {"pty", "port-forwarding", "agent-forwarding", "x11-forwarding",
+                                 "user-rc"})
+        if "restrict" not in names:
+            problems.append((number, "its line lacks restrict, so ssh may give it a pty and "
+                                     "forwarding"))
+        elif undone:
+            problems.append((number, f"its line gives back {', '.join(undone)} after restrict"))
+    return problems
 
 
 def doctor_daemon(home, found):
@@ -11320,6 +11658,8 @@ SPARK_BLOCKS = "\u2581\u2582\u2583\u2584\u2585\u2586\u2587\u2588"     # the eigh
 SPARK_ASCII = "_.-~=+*#"                                              # the same heights where UTF-8 cannot go
 SPARK_WIDTH = 16                                                      # trusted reports a sparkline shows
 
+# the states status_row gives
+STATUS_STATES = ("running", "paused", "stuck", "implausible", "unconfirmed", "cannot run")
 StatusRow = collections.namedtuple("StatusRow", "name state value age spark levers asks why")
 StatusRow.__doc__ = """One venture at a glance: its state (running, paused, stuck, implausible, unconfirmed, cannot run),
 the last trusted value and its age in seconds (None before the first), the sparkline, its levers' runs against
@@ -11528,6 +11868,120 @@ def describe_calibration_lines(state):
     if state.mandate["calibration"] is None:
         return [line + "; a ranking goes to the gate (no calibration: bar)"]
     return [line + (f"; a ranking would run: {why}" if ok else f"; a ranking would ask, not run: {why}")]
+
+
+# ---- the figures for Prometheus (issue 35 item 2) ----
+# `metrics: {textfile: PATH, every: 15s}` has the warden write these every `every`, in Prometheus's
+# text exposition format, to the file node_exporter's textfile collector reads: avsm opens no
+# listener for them. Pure: the folded states, a few facts of the home and `now` in, the text out.
+# A venture's state is the one status_row decides; the counters (_total) are folded from the
+# ledger, so a restart never sets them back.
+
+HomeFacts = collections.namedtuple("HomeFacts", "home head ledger_bytes checkpoint counted")
+HomeFacts.__doc__ = """What the figures say of the home beside its ventures: its path (a label on
+every sample, so two homes' files in one directory do not collide), the ledger's head seq and its
+size in bytes (None when it cannot be read), the newest checkpoint as (seq, at) or None, and
+avsmd's own records counted by count_self."""
+
+METRIC_FAMILIES = (     # (name, type, help) in the file's order; one with no sample is left out
+    ("avsm_venture_state", "gauge",
+     "1 for the state avsm status shows the venture in, 0 for each other state"),
+    ("avsm_venture_value", "gauge", "The value of the venture's last trusted report of its metric"),
+    ("avsm_venture_bound", "gauge", "A bound of the venture's controller: past it, its lever runs"),
+    ("avsm_venture_last_trusted_report_age_seconds", "gauge",
+     "Seconds since the venture's last trusted report"),
+    ("avsm_venture_reports_total", "counter", "Reports of the venture's metric"),
+    ("avsm_venture_failed_reports_total", "counter",
+     "Reports of the venture's metric that failed: no number was read"),
+    ("avsm_venture_implausible_reports_total", "counter",
+     "Reports of the venture's metric judged implausible, never acted on"),
+    ("avsm_venture_refusals_total", "counter",
+     "Refusals of the venture, those of a lever its mandate does not name among them"),
+    ("avsm_venture_open_asks", "gauge", "Asks of the venture waiting for a person's answer"),
+    ("avsm_lever_runs_total", "counter", "Runs of a lever: actions the gate proved"),
+    ("avsm_lever_refusals_total", "counter", "Refusals of a lever the venture's mandate names"),
+    ("avsm_ledger_head_seq", "gauge", "The seq of the ledger's last record"),
+    ("avsm_ledger_bytes", "gauge", "The size of the ledger's file"),
+    ("avsm_checkpoint_seq", "gauge", "The seq of the head the newest checkpoint wrote down"),
+    ("avsm_checkpoint_age_seconds", "gauge", "Seconds since the newest checkpoint was written"),
+    ("avsm_avsmd_starts_total", "counter", "Starts of avsmd on the home"),
+    ("avsm_restarts_total", "counter", "Restarts of avsmd's warden or roles process, by process"),
+)
+VENTURE_COUNTERS = {"reports": "avsm_venture_reports_total",
+                    "failed": "avsm_venture_failed_reports_total",
+                    "implausible": "avsm_venture_implausible_reports_total",
+                    "refusals": "avsm_venture_refusals_total"}     # VentureState.counted's
+
+
+def exposition_label(value):
+    """Return a label's value as the exposition format quotes it: backslash, double quote and
+    newline escaped (a character UTF-8 cannot hold, a lone surrogate, as ?)."""
+    text = str(value).encode("utf-8", "replace").decode("utf-8")
+    return text.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n")
+
+
+def exposition_number(value):
+    """Return a sample's value as the exposition format writes it: a whole number as digits, +Inf,
+    -Inf, NaN, else the shortest text that reads back as the same float."""
+    if isinstance(value, int):
+        return str(int(value))
+    if value.is_integer() and abs(value) < 2 ** 53:
+        return str(int(value))
+    if value != value:
+        return "NaN"
+    if value in (math.inf, -math.inf):
+        return "+Inf" if value > 0 else "-Inf"
+    return repr(float(value))
+
+
+def metrics_text(states, home, now):
+    """Return the figures of every adopted venture of `states` and of the home (HomeFacts) at
+    `now`, in Prometheus's text exposition format (0.0.4): for each family # HELP, # TYPE, then its
+    samples, with no timestamp (node_exporter's textfile collector refuses one)."""
+    samples = {name: [] for name, _, _ in METRIC_FAMILIES}
+    at_home = f'home="{exposition_label(home.home)}"'
+
+    def add(family, value, labels=""):      # labels: ',NAME="VALUE"...', each value escaped
+        samples[family].append(f"{family}{{{at_home}{labels}}} {exposition_number(value)}")
+    for name in sorted(states):
+        state = states[name]
+        if state.mandate_seq is None:
+            continue                    # not adopted: status does not show it, nor do these
+        row, m, counted = status_row(state, now), state.mandate, state.counted
+        of = f',venture="{exposition_label(name)}"'
+        for each in STATUS_STATES:
+            add("avsm_venture_state", int(row.state == each), f'{of},state="{each}"')
+        if row.value is not None:
+            add("avsm_venture_value", row.value, of)
+            add("avsm_venture_last_trusted_report_age_seconds", round(max(0.0, row.age), 3), of)
+        for side_name, way, bound, lever in controller_sides(m):
+            add("avsm_venture_bound", bound, f'{of},side="{way}",lever="{exposition_label(lever)}"')
+        for key, family in VENTURE_COUNTERS.items():
+            add(family, counted[key], of)
+        add("avsm_venture_open_asks", len(state.open_asks), of)
+        runs = set(state.actions) | (set(m["levers"]) | set(BUILTIN_LEVERS) if m else set())
+        for lever in sorted(runs, key=str):          # a forbidden lever never runs; it is refused
+            add("avsm_lever_runs_total", len(state.actions.get(lever, ())),
+                f'{of},lever="{exposition_label(lever)}"')
+        for lever in sorted(runs | set(m["forbidden"] if m else ()), key=str):
+            add("avsm_lever_refusals_total", counted["by_lever"].get(lever, 0),
+                f'{of},lever="{exposition_label(lever)}"')
+    add("avsm_ledger_head_seq", home.head)
+    if home.ledger_bytes is not None:
+        add("avsm_ledger_bytes", home.ledger_bytes)
+    if home.checkpoint is not None:
+        add("avsm_checkpoint_seq", home.checkpoint[0])
+        add("avsm_checkpoint_age_seconds", round(max(0.0, now - home.checkpoint[1]), 3))
+    add("avsm_avsmd_starts_total", home.counted.get("starts", 0))
+    restarts = home.counted.get("restarts", {})
+    for process in sorted(set(restarts) | {"warden", "roles"}):
+        add("avsm_restarts_total", restarts.get(process, 0),
+            f',process="{exposition_label(process)}"')
+    lines = []
+    for family, kind, text in METRIC_FAMILIES:
+        if samples[family]:
+            lines += [f"# HELP {family} {text}", f"# TYPE {family} {kind}"] + samples[family]
+    return "\n".join(lines) + "\n"
 
 
 # =============================================================================

@@ -210,7 +210,8 @@ def test_the_forced_command_refuses_what_is_not_a_request_and_what_a_read_only_k
     verb named), leaving the ledger as it was."""
     home = fleet.homes[0]
     shell = fleet.ssh("host1", f"touch {fleet.top}/owned", input="")
-    assert shell.returncode == 0 and not os.path.exists(os.path.join(fleet.top, "owned"))
+    assert shell.returncode == 64 and not os.path.exists(os.path.join(fleet.top, "owned"))
+    assert "this key runs only the avsm bridge" in shell.stderr           # issue 37 item 7
     garbage = fleet.ssh("host1", input="not json\n")
     assert garbage.returncode == 64 and "one JSON object a line" in garbage.stderr
     unknown = fleet.ssh("host1", input='{"v": 1, "cmd": "stop", "args": {}}\n')
