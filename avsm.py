@@ -9850,22 +9850,71 @@ def read_fleet(path, must=True):
     c.mapping(doc, (), keys | {"hosts"}, "a fleet file")
     if not isinstance(doc.get("hosts"), list) or not doc["hosts"]:
         c.fail(("hosts",), "hosts: is a list of [user@]HOST[:HOME], as hosts: [web1, ops@db1:/srv/avsm]")
-    hosts = []
+    for k in sorted(keys & set(doc)):   # what every host takes is checked where it is written
+        if k == "timeout":
+            fleet_timeout(c, doc[k], (k,), text)
+        else:
+            c.text(doc[k], (k,), k)
+    hosts, named = [], {}
     for i, item in enumerate(doc["hosts"]):
         entry = c.mapping({"host": item} if isinstance(item, str) else item, ("hosts", i), keys | {"host", "name"}, "a host")
-        given = {k: c.text(entry.get(k, doc.get(k)), ("hosts", i, k), k, required=False) for k in keys | {"host", "name"}}
-        timeout = given["timeout"] and c.parsed(parse_duration, given["timeout"], ("hosts", i, "timeout"))
+        where = {k: ("hosts", i, k) if k in entry else (k,) for k in keys | {"host", "name"}}
+        given = {k: c.text(entry.get(k, doc.get(k)), where[k], k, required=False)
+                 for k in ("ssh", "bridge", "host", "name")}
+        timeout = entry.get("timeout", doc.get("timeout"))
+        timeout = fleet_timeout(c, timeout, where["timeout"], text) if timeout is not None else None
         try:
             hosts.append(remote_host(given["host"] or "", given["ssh"], given["bridge"], timeout, given["name"]))
         except Fail as fail:
             c.fail(("hosts", i), str(fail))
+        name = hosts[-1]["name"]
+        if name in named:
+            first = c.where(("hosts", named[name]))[0]
+            c.fail(("hosts", i), f"{name} is in hosts twice (first at line {first}): "
+                                 f"list a host once, or give each its own name:")
+        named[name] = i
     return hosts
 
 
-def run_remote(target, verb, argv):
+def fleet_timeout(c, value, path, text):
+    """Return the seconds of a fleet file's timeout: a duration (10s), never a bare number;
+    Fail(78) at the value's own line and column."""
+    try:
+        if isinstance(value, (int, float)) and not isinstance(value, bool) and value > 0:
+            raise ValueError(f"timeout is a duration, not the number {shown_value(value)}; "
+                             f"write {max(1, round(value))}s")
+        return parse_duration(value)
+    except ValueError as err:
+        line, col = c.where(path)
+        if tuple(path) in c.marks:      # the key's place: its value follows on the same line
+            key = re.match(r"timeout:[ \t]*", text.splitlines()[line - 1][col - 1:])
+            col += key.end() if key else 0
+        raise Fail(EX_CONFIG, f"{c.source}:{line}:{col}: {err}") from None
+
+
+def find_host(target, path=None):
+    """Return the host `target` names: a name in the fleet file (NAME, or NAME:HOME for another
+    home of that host), else [user@]HOST[:HOME] itself, with the fleet file's nearest name kept
+    for a host ssh cannot reach."""
+    hosts = read_fleet(fleet_path(path), must=path is not None)
+    byname = {h["name"]: h for h in hosts}
+    if target in byname:
+        return byname[target]
+    name, _, home = target.partition(":")
+    if name in byname and home:
+        if not os.path.isabs(home):
+            raise Fail(EX_USAGE, f"{shown_text(target)[:80]!r}: the home after {name}: "
+                                 f"is an absolute path, as {name}:/srv/avsm")
+        return dict(byname[name], name=target, home=home)
+    host = remote_host(target)
+    guess = nearest(target, byname) or nearest(name, byname) if byname else ""
+    return dict(host, guess=guess and f"; {target!r} is no name in {fleet_path(path)}{guess}")
+
+
+def run_remote(target, verb, argv, path=None):
     """avsm --host [user@]HOST[:HOME] VERB ...: run VERB on that host through its bridge; return its exit code.
     What needs this side, a payload file and an editor, is done here; the name of a fleet host stands for it."""
-    host = next((h for h in read_fleet(fleet_path(), must=False) if h["name"] == target), None) or remote_host(target)
+    host = find_host(target, path)
     if verb not in BRIDGE_VERBS:
         raise Fail(EX_USAGE, f"avsm {verb} runs only where you are; avsm --host runs {', '.join(BRIDGE_VERBS)}")
     REMOTE.update({"via": host, "as": f"{client_command()} --host {target}"})
@@ -9883,87 +9932,237 @@ def run_remote(target, verb, argv):
 
 
 def ask_bridge(host, request):
-    """ask_daemon through a host's bridge: the request relayed to its avsmd, the answer shown as from one here."""
+    """ask_daemon through a host's bridge: the request relayed to its avsmd, the answer shown as
+    from one here, each avsm command in it naming that host; an answer that is not avsm's is 69."""
     code, data, errors = ssh_bridge(host, dict(request, home=host["home"]), capture=True)
+    if errors and errors[-1].startswith(FAR_CUT):
+        raise Fail(EX_UNAVAILABLE, f"{host['name']}: the bridge answered with more than "
+                                   f"{FAR_KEEP // 1024 // 1024} MiB, which no answer of avsmd's "
+                                   f"is; is it avsm's?")
     try:
         messages = LineReader().feed(data + b"\n")
     except (ValueError, RecursionError):
         messages = [None]
+    if not data and code != EX_OK and errors:   # the bridge itself refused it: its own words
+        sys.stderr.writelines(f"avsm: {shown(line)}\n" for line in errors)
+        return code
+    if not any(isinstance(m, dict) and "exit" in m for m in messages):
+        messages.append(None)
+    command = far_command(host["name"])
     for message in messages:
-        if not isinstance(message, dict):
-            raise Fail(EX_UNAVAILABLE, f"{host['name']}: the bridge answered with no JSON object a line; is it avsm's?")
+        texts = isinstance(message, dict) and all(isinstance(message.get(k, ""), str)
+                                                  for k in ("out", "err"))
+        if not texts:
+            raise Fail(EX_UNAVAILABLE, f"{host['name']}: the bridge answered with no JSON object a "
+                                       f"line ending in an exit code (it exited {code}); "
+                                       f"is it avsm's?")
+        exit_code = message.get("exit")
+        if exit_code is not None and (type(exit_code) is not int or not 0 <= exit_code <= 255):
+            said = exit_code if isinstance(exit_code, str) else json.dumps(exit_code)
+            raise Fail(EX_UNAVAILABLE, f"{host['name']}: the bridge answered exit "
+                                       f"'{shown_text(said)[:80]}', which is no exit code; "
+                                       f"is it avsm's?")
+        if request["cmd"] != "ask":     # an ask's content is data, kept as sent
+            message = {k: far_text(v, command) if k in ("out", "err") else v
+                       for k, v in message.items()}
         answered = show_answer(message, request["cmd"], None)
         code = code if answered is None else answered
     return code
 
 
+FAR_KEEP = 4 * 1024 * 1024      # bytes of one host's answer kept (fleet, a relayed one), then cut
+FAR_LINE = 64 * 1024            # a longer line from another host is shown in pieces of this size
+FAR_ERRORS_KEEP = 64 * 1024     # bytes of a host's standard error kept
+FAR_CUT = "its output was cut"
+# A command of avsm in what another host says: its program as it runs there, any --home or --host,
+# then a verb (a pattern compiled at its first use, not at import).
+FAR_COMMAND = (r"(?<![\w/.-])(?:\S*python\S* (?:-\S+ )*)?(?:\S*/)?avsm(?:\.py)?"
+               r"(?: --(?:home|host)[ =]\S+)* "
+               r"(?=(?:add|status|summary|tail|asks|approve|deny|propose|decide|pause"
+               r"|resume|why|doctor|chart|checkpoint)\b)")
+
+
+def far_command(name):
+    """Return avsm --host NAME as this user runs avsm (avsm when by that name, as as_user_runs
+    judges), for a hint in what host NAME says."""
+    command = program_command("avsm")
+    return f"{'avsm' if os.path.basename(command.split()[0]) == 'avsm' else command} --host {name}"
+
+
+def far_text(text, command):
+    """Return a line another host sent with each avsm command in it written `command` (avsm
+    --host HOST, as this side runs it), so a hint pasted here answers that host, never this home
+    or another host."""
+    if command is None:
+        return text
+    return command.join(re.sub(FAR_COMMAND, lambda _: command + " ", piece)
+                        for piece in text.split(command))
+
+
 def ssh_bridge(host, request, capture=False, timeout=None):
-    """Run the bridge on `host` through ssh with `request` on its standard input (kept open while a verb runs);
-    return (exit code, its output when captured, its error lines). Its error lines are said as HOST: ...; ssh's
-    own failure is one Fail naming the host and the fix (68 not reached or no answer in time, 77 a key or host
-    key refused, 69 no avsm there)."""
-    import shlex
-    import subprocess
+    """Run the bridge on `host` through ssh with `request` on its standard input (kept open
+    while a verb runs); return (exit code, its output when captured, its error lines). A verb
+    follows a ping, whose answer is its first reply: the connection and that reply get the host's
+    timeout, the whole `timeout` when given (fleet); a verb then runs as long as it runs (tail -f).
+    What comes back is the far host's: shown escaped as ours is, each avsm command in it naming
+    the host, at most FAR_KEEP bytes kept. Its error lines are said as HOST: ...; a failure is
+    one Fail (far_failure)."""
+    import codecs
+    import select
     import threading
-    name, relay = host["name"], "verb" not in request
-    argv = shlex.split(host["ssh"]) + ["-T", "-o", "BatchMode=yes", "-o", "LogLevel=ERROR", "-o",
-                                       f"ConnectTimeout={max(1, round(host['timeout']))}", "--", host["dest"], host["bridge"]]
-    try:
-        proc = subprocess.Popen(argv, stdin=subprocess.PIPE, stderr=subprocess.PIPE,
-                                stdout=subprocess.PIPE if capture else None)
-    except OSError as err:
-        raise Fail(EX_UNAVAILABLE, f"{name}: {argv[0]} cannot run ({err.strerror}); install OpenSSH's client, or name "
-                                   f"the ssh command in AVSM_SSH or the fleet file's ssh:") from None
-    got, ours, theirs = [b""], [], []
+    name, relay, chart = host["name"], "verb" not in request, request.get("verb") == "chart"
+    command = None if chart else far_command(name)
+    raw = chart and not capture and not sys.stdout.isatty()     # an SVG for a file, as sent
+    proc = start_ssh(host)
+    got, ours, theirs, ended = [], [], [], []
+    heard, finished = threading.Event(), threading.Event()
+    ping = {"v": 1, "cmd": "ping", "args": {}, "home": request.get("home")}
+    lines = [request] if relay else [ping, request]
+
+    def send():
+        with contextlib.suppress(OSError):
+            proc.stdin.write("".join(json.dumps(line) + "\n" for line in lines).encode())
+            proc.stdin.flush()
+            if relay:
+                proc.stdin.close()      # the bridge ends once the relayed request is answered
 
     def read_errors():
-        for line in proc.stderr:
+        kept = 0
+        for line in iter(functools.partial(proc.stderr.readline, FAR_LINE), b""):
+            kept += len(line)
+            if kept > FAR_ERRORS_KEEP:
+                continue                # read on, so the far side never waits on a full pipe
             text = line.decode("utf-8", "replace").rstrip("\r\n")
             if text.startswith("avsm: "):
-                ours.append(f"{name}: {text[6:]}")
+                ours.append(f"{name}: {far_text(text[6:], command)}")
                 if not capture:
-                    sys.stderr.write(f"avsm: {ours[-1]}\n")
+                    sys.stderr.write(f"avsm: {shown(ours[-1])}\n")
+                    sys.stderr.flush()
             else:
                 theirs.append(text)
-    readers = [threading.Thread(target=read_errors, daemon=True)]
-    if capture:
-        readers.append(threading.Thread(target=lambda: got.append(proc.stdout.read()), daemon=True))
-    for reader in readers:
-        reader.start()
-    with contextlib.suppress(BrokenPipeError):
-        proc.stdin.write((json.dumps(request) + "\n").encode())
-        proc.stdin.flush()
-        if relay:
-            proc.stdin.close()          # the bridge ends once the relayed request is answered
+        if kept > FAR_ERRORS_KEEP:
+            theirs.append(f"(its standard error was cut after {FAR_ERRORS_KEEP // 1024} KiB)")
+
+    def end(seconds, silent):
+        """Past its time: ssh and all it started end (a silent host: only while it says nothing)."""
+        if not finished.is_set() and not (silent and heard.is_set()):
+            ended.append(seconds)
+            with contextlib.suppress(OSError):
+                os.killpg(proc.pid, signal.SIGKILL)
+    threads = [threading.Thread(target=send), threading.Thread(target=read_errors),
+               threading.Timer(host["timeout"], end, (host["timeout"], True))]
+    if timeout:
+        threads.append(threading.Timer(timeout, end, (timeout, False)))
+    for thread in threads:
+        thread.daemon = True
+        thread.start()
+    decoder, pinged, size = codecs.getincrementaldecoder("utf-8")("replace"), relay, 0
     try:
-        code = proc.wait(timeout)
-    except subprocess.TimeoutExpired:
-        proc.kill()
-        proc.wait()
-        raise Fail(EX_NOHOST, f"{name}: no answer within {format_duration(timeout)}: the host or its sshd hangs; "
-                              f"`ssh {host['dest']} true` tries by hand") from None
-    for reader in readers:
-        reader.join(5)
-    if code == 255 and not ours:
-        said = next((t.removeprefix("ssh: ") for t in reversed(theirs) if t.strip()), "no word from ssh")
-        code, fix = next((c, f) for s, c, f in SSH_FAILURES if s in " ".join(theirs))
-        raise Fail(code, f"{name}: ssh could not reach avsm there ({said}); {fix.replace('HOST', host['dest'])}")
-    if code == 127 and not ours:
-        raise Fail(EX_UNAVAILABLE, f"{name}: no avsm there ({host['bridge']!r} was not found); copy avsm.py to it and "
-                                   f"name the command: bridge: python3 /opt/avsm/avsm.py bridge in the fleet file, or AVSM_BRIDGE")
+        for piece in iter(functools.partial(proc.stdout.readline, FAR_LINE), b""):
+            if not pinged:              # the ping's answer: avsm's bridge is there and answering
+                pinged = ping_answered(piece, name)
+                if pinged:
+                    heard.set()
+                continue
+            heard.set()
+            size += len(piece)
+            if capture and size > FAR_KEEP:     # the rest is read and counted, never kept
+                size += sum(map(len, iter(functools.partial(proc.stdout.read1, 65536), b"")))
+                break
+            if capture:
+                got.append(piece)
+            elif raw:
+                flush_out()
+                sys.stdout.buffer.write(piece)
+                sys.stdout.buffer.flush()
+            else:
+                out(far_text(decoder.decode(piece).removesuffix("\n"), command))
+                if not select.select([proc.stdout], [], [], 0)[0]:
+                    flush_out()         # all that came is shown (tail -f); what waits comes first
+        finished.set()
+        code = proc.wait()
+    finally:
+        finished.set()
+        for thread in threads[2:]:
+            thread.cancel()
+        if proc.returncode is None:
+            with contextlib.suppress(OSError):
+                os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+        with contextlib.suppress(OSError):
+            proc.stdin.close()
+    threads[1].join(5)
+    far_failure(host, code, ours, theirs, ended, pinged)
+    if size > FAR_KEEP:
+        theirs.append(f"{FAR_CUT} after {FAR_KEEP // 1024 // 1024} MiB: "
+                      f"{size - sum(map(len, got))} bytes more were not kept")
     if not capture:
-        sys.stderr.writelines(t + "\n" for t in theirs)
+        sys.stderr.writelines(shown(f"{name}: {t}") + "\n" for t in theirs)
     return code, b"".join(got), ours + theirs
 
 
-def cmd_fleet(args):
+def start_ssh(host):
+    """Return ssh to `host` running its bridge, leading a process group of its own (so a timeout
+    ends it and anything it started), its standard files on pipes."""
+    import shlex
+    import subprocess
+    argv = shlex.split(host["ssh"]) + ["-T", "-o", "BatchMode=yes", "-o", "LogLevel=ERROR", "-o",
+                                       f"ConnectTimeout={max(1, round(host['timeout']))}", "--",
+                                       host["dest"], host["bridge"]]
+    try:
+        return subprocess.Popen(argv, stdin=subprocess.PIPE, stderr=subprocess.PIPE,
+                                stdout=subprocess.PIPE, process_group=0)
+    except OSError as err:
+        raise Fail(EX_UNAVAILABLE, f"{host['name']}: {argv[0]} cannot run ({err.strerror}); "
+                                   f"install OpenSSH's client, or name the ssh command in AVSM_SSH "
+                                   f"or the fleet file's ssh:") from None
+
+
+def far_failure(host, code, ours, theirs, ended, pinged):
+    """Fail with the one line that says why the bridge on `host` did not answer, and the fix: 68 not
+    reached or no answer in time, 77 a key or host key refused, 69 no avsm there or a bridge that
+    said nothing; return when it answered. A hint to try by hand runs what avsm ran."""
+    name, by_hand = host["name"], f"`{host['ssh']} {host['dest']} true`"
+    if ended:
+        raise Fail(EX_NOHOST, f"{name}: no answer within {format_duration(ended[0])}: the host, "
+                              f"its sshd or its bridge hangs; {by_hand} tries by hand")
+    if code == 255 and not ours:
+        said = next((t.removeprefix("ssh: ") for t in reversed(theirs) if t.strip()), "no word from ssh")
+        code, fix = next((c, f) for s, c, f in SSH_FAILURES if s in " ".join(theirs))
+        fix = fix.replace("`ssh HOST true`", by_hand).replace("HOST", host["dest"])
+        raise Fail(code, f"{name}: ssh could not reach avsm there ({said}); "
+                         f"{fix}{host.get('guess', '')}")
+    if code == 127 and not ours:
+        raise Fail(EX_UNAVAILABLE, f"{name}: no avsm there ({host['bridge']!r} was not found); copy avsm.py to it and "
+                                   f"name the command: bridge: python3 /opt/avsm/avsm.py bridge in the fleet file, or AVSM_BRIDGE")
+    if not pinged and code == EX_OK:
+        raise Fail(EX_UNAVAILABLE, f"{name}: {host['bridge']!r} ran there and said nothing, which "
+                                   f"avsm's bridge never does; name avsm's (bridge: python3 "
+                                   f"/opt/avsm/avsm.py bridge) in the fleet file, or in "
+                                   f"AVSM_BRIDGE, or check the key's forced command")
+
+
+def ping_answered(piece, name):
+    """Whether `piece` is the line ending the bridge's answer to the ping before a verb; Fail when
+    it is not avsm's (69)."""
+    try:
+        message = json.loads(piece)
+    except (ValueError, RecursionError):
+        message = None
+    if not isinstance(message, dict) or len(piece) >= FAR_LINE:
+        raise Fail(EX_UNAVAILABLE, f"{name}: the bridge answered with no JSON object a line; "
+                                   f"is it avsm's?")
+    return "exit" in message
+
+
+def cmd_fleet(args, given=None):
     """fleet [--fleet FILE] status|asks|summary [ARGS]: one view of every host in the fleet file, the hosts asked at
     once, each within its timeout; exit 0 when every host answered, else the code of the first that did not."""
     path, rest = take_option(args, "--fleet")
     if not rest or rest[0] not in FLEET_VIEWS:
         raise Fail(EX_USAGE, "usage: avsm fleet [--fleet FILE] status|asks|summary [ARGS]")
     import threading
-    view, argv, hosts = rest[0], rest[1:], read_fleet(fleet_path(path))
+    view, argv, hosts = rest[0], rest[1:], read_fleet(fleet_path(path or given))
     results = {}
 
     def ask(host):
@@ -9978,19 +10177,60 @@ def cmd_fleet(args):
         thread.start()
     for thread in threads:
         thread.join()
-    worst = EX_OK
+    said = []
     for host in hosts:
         code, data, errors = results[host["name"]]
-        lines = data.decode("utf-8", "replace").splitlines()
+        lines = [far_text(line.decode("utf-8", "replace"), far_command(host["name"]))
+                 for line in data.split(b"\n")]
+        said.append((host["name"], lines[:-1] if lines[-1:] == [""] else lines,
+                     [line.removeprefix(host["name"] + ": ") for line in errors]))
+    out(*fleet_lines(view, said))
+    return next((results[host["name"]][0] for host in hosts if results[host["name"]][0]), EX_OK)
+
+
+def fleet_lines(view, said):
+    """Return what avsm fleet prints of [(host, its lines, its error lines)]: every line under its
+    host's name, made here (NAME  LINE, an ask NAME:SEQ; a summary indented under == NAME), so no
+    line a host sends can pass for another host's. Status rows line up across hosts."""
+    wide = max((len(name) for name, _, _ in said), default=0)
+    if view == "status":
+        said = align_status(said)
+    lines = []
+    for name, got, errors in said:
         if view == "summary":
-            out(f"== {host['name']}")
-        for line in lines:
-            out(re.sub(r"^#(\d+) ", host["name"] + r":\1 ", line) if view == "asks" else
-                line if view == "summary" else f"{host['name']}  {line}")
-        for line in errors:
-            out(f"{host['name']}  {line.removeprefix(host['name'] + ': ')}")
-        worst = worst or code
-    return worst
+            lines += [f"== {name}"] + [f"  {line}" if line else "" for line in got + errors]
+            continue
+        for line, ask in [(g, view == "asks" and re.match(r"#(\d+) ", g)) for g in got] + \
+                [(e, None) for e in errors]:
+            lines.append(f"{name}:{ask[1]} {line[ask.end():]}" if ask else
+                         f"{name.ljust(wide)}  {line}".rstrip())
+    return lines
+
+
+STATUS_ROW = r"(\S+: \S(?:\S| (?! ))*)  +(\S(?:\S| (?! ))*)"     # NAME: STATE, then the value
+
+
+def align_status(said):
+    """Return the hosts' status lines with the columns of their one-line rows (NAME: STATE, the
+    value, the rest) lined up across hosts; a host whose rows are not laid out as avsm lays them
+    out is left as it is."""
+    rows = {}                           # host -> {line index: (NAME: STATE, value, the rest)}
+    for name, got, _ in said:
+        found = {i: re.match(STATUS_ROW, line) for i, line in enumerate(got)
+                 if re.match(STATUS_ROW, line)}
+        head = max((len(m[1]) for m in found.values()), default=0)
+        value = max((len(m[2]) for m in found.values()), default=0)
+        if found and all(m.start(2) == head + 2 for m in found.values()):
+            rows[name] = {i: (m[1], m[2], got[i][head + value + 4:]) for i, m in found.items()}
+    head = max((len(h) for r in rows.values() for h, _, _ in r.values()), default=0)
+    value = max((len(v) for r in rows.values() for _, v, _ in r.values()), default=0)
+    aligned = []
+    for name, got, errors in said:
+        mine = rows.get(name, {})
+        aligned.append((name, [f"{mine[i][0].ljust(head)}  {mine[i][1].ljust(value)}  "
+                               f"{mine[i][2]}".rstrip() if i in mine else line
+                               for i, line in enumerate(got)], errors))
+    return aligned
 
 
 def read_config(home, path=None):
@@ -12013,20 +12253,25 @@ def run_client(args):
     """avsm [--home DIR | --host [USER@]HOST[:HOME]] COMMAND ...: return the exit code."""
     home, rest = take_option(args, "--home")
     host, rest = take_option(rest, "--host")
+    fleet, rest = take_option(rest, "--fleet")
     if host is not None and home is not None:
         raise Fail(EX_USAGE, "--home names a home on this host; name the far one with --host HOST:HOME")
+    if fleet is not None and host is None and rest[:1] != ["fleet"]:
+        raise Fail(EX_USAGE, "--fleet FILE names the fleet file of avsm fleet and of --host NAME; "
+                             "write avsm --fleet FILE fleet status, "
+                             "or avsm --fleet FILE --host NAME CMD")
     if rest and rest[0] in ("bridge", "fleet") and {"-h", "--help"} & set(rest[1:]):
         out(command_help(rest[0]))
         return EX_OK
     if rest and rest[0] == "bridge":
         return cmd_bridge(resolve_home(home), rest[1:], home is not None or bool(os.environ.get("AVSMD_HOME")))
     if rest and rest[0] == "fleet":
-        return cmd_fleet(rest[1:])
+        return cmd_fleet(rest[1:], fleet)
     if host is not None and rest and rest[0] not in ("-h", "--help", "help", "--version") \
             and not {"-h", "--help"} & set(rest[1:]):
         if rest[0] not in CLIENT_COMMANDS:
             raise Fail(EX_USAGE, f"'{rest[0]}' is not an avsm command{nearest(rest[0], CLIENT_COMMANDS)}: avsm --help lists them")
-        return run_remote(host, rest[0], rest[1:])
+        return run_remote(host, rest[0], rest[1:], fleet)
     return run_verb(home, rest)
 
 
@@ -12042,8 +12287,9 @@ def run_verb(home, rest):
         return EX_OK
     verb, rest = rest[0], rest[1:]
     if verb.startswith("-") and verb != "-":
-        raise Fail(EX_USAGE, f"'{verb}' is not an avsm option: before the command avsm takes --home DIR, --help "
-                             f"and --version; avsm --help lists the commands")
+        raise Fail(EX_USAGE, f"'{verb}' is not an avsm option: before the command avsm takes "
+                             f"--home DIR, --host HOST, --fleet FILE, --help and --version; "
+                             f"avsm --help lists the commands")
     if verb not in CLIENT_COMMANDS:
         raise Fail(EX_USAGE, f"'{verb}' is not an avsm command{nearest(verb, CLIENT_COMMANDS)}: avsm --help lists them")
     options, names = (rest[:rest.index("--")], rest[rest.index("--") + 1:]) if "--" in rest else (rest, [])

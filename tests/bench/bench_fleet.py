@@ -1,12 +1,14 @@
 #!/usr/bin/env python3
 """`avsm fleet status` over N homes through a real sshd, against N plain `ssh HOST true` at once (the floor).
 
-    python3 tests/bench/bench_fleet.py [--sizes 1,5,20] [--runs 5]
+    python3 tests/bench/bench_fleet.py [--sizes 1,5,20] [--runs 5] [--script]
 
 A real sshd on 127.0.0.1 (tests/test_remote.py's Fleet: a host key and authorized_keys made here), and 20 avsmd
-homes on this machine standing in for hosts, each with one venture adopted; each fleet entry is `hNN:HOME`, an ssh alias of its own
-through the key whose forced command is the bridge. The floor is N `ssh pNN true` at once, through a key with
-no forced command, in the same run. Both are timed without and with OpenSSH connection sharing (ControlMaster
+homes on this machine standing in for hosts, each with one venture adopted; each fleet entry is `hNN`, an ssh alias
+of its own through a key of its own whose forced command is the README's own line (Many hosts):
+`restrict,command="DIR/avsm --home HOME bridge"`, DIR/avsm written by `avsm link DIR` (issue 37 item 1). The
+floor is N `ssh pNN true` at once, through a key with no forced command, in the same run. --script: the
+forced command runs the script instead (`python3 avsm.py --home HOME bridge`), for comparison. Both are timed without and with OpenSSH connection sharing (ControlMaster
 auto, ControlPersist; warmed by one untimed run first). Medians of --runs.
 
 Targets (issue 23 item 6): at N = 20, fleet status within 1.5x of the floor, and within 2 s wall with sharing on.
@@ -26,15 +28,15 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.dirname(HERE))
 
 from conftest import ROOT, Avsm, make_venture, write  # noqa: E402
-from test_remote import SLOW, OK, Fleet  # noqa: E402
+from test_remote import SLOW, OK, Fleet, keygen  # noqa: E402
 
 
 def timed(argv, env):
     t0 = time.perf_counter()
-    done = subprocess.run(argv, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    done = subprocess.run(argv, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     took = time.perf_counter() - t0
     if done.returncode != 0:
-        raise SystemExit(f"{' '.join(argv[:4])} … exited {done.returncode}: {done.stderr[-400:]}")
+        raise SystemExit(f"{' '.join(argv[:4])} … exited {done.returncode}: {(done.stdout + done.stderr)[-400:]}")
     return took
 
 
@@ -47,6 +49,7 @@ def main():
     parser = argparse.ArgumentParser()
     parser.add_argument("--sizes", default="1,5,20")
     parser.add_argument("--runs", type=int, default=5)
+    parser.add_argument("--script", action="store_true", help="python3 avsm.py as the forced command")
     opts = parser.parse_args()
     sizes = [int(s) for s in opts.sizes.split(",")]
     top = tempfile.mkdtemp(prefix="avf", dir="/tmp")
@@ -63,8 +66,15 @@ def main():
             av = Avsm(bindir, os.path.join(top, f"h{i:02d}")).start()
             assert av.cli("add", venture).returncode == 0
             daemons.append(av)
+        linked = os.path.join(top, "far")       # on the far host: python3 avsm.py link DIR, as the README says
+        subprocess.run([sys.executable, os.path.join(ROOT, "avsm.py"), "link", linked], check=True,
+                       capture_output=True, env=fleet.env)
+        with open(os.path.join(top, "authorized_keys"), "a") as fh:     # the README's line, one key a home
+            start = f"{sys.executable} {ROOT}/avsm.py" if opts.script else f"{linked}/avsm"
+            fh.write("".join(f'restrict,command="{start} --home {daemons[i].home} bridge" '
+                             f'{keygen(os.path.join(top, f"k{i:02d}"))}\n' for i in range(max(sizes))))
         with open(fleet.config, "a") as fh:     # each home a host of its own name (hNN), and pNN its plain key
-            fh.write("".join(fleet.entry(f"h{i:02d}", "full", fleet.port) + fleet.entry(f"p{i:02d}", "plain", fleet.port)
+            fh.write("".join(fleet.entry(f"h{i:02d}", f"k{i:02d}", fleet.port) + fleet.entry(f"p{i:02d}", "plain", fleet.port)
                              for i in range(max(sizes))))
         shared = f"-o ControlMaster=auto -o ControlPath={top}/cm-%n -o ControlPersist=120"
         rows, ok = [], True
@@ -72,8 +82,8 @@ def main():
             ssh = f"ssh -F {fleet.config}" + (f" {shared}" if sharing else "")
             env = dict(fleet.env, AVSM_SSH=ssh)
             for n in sizes:
-                path = write(os.path.join(top, f"fleet{n}.yaml"), "hosts:\n" + "".join(
-                    f"  - h{i:02d}:{daemons[i].home}\n" for i in range(n)))
+                path = write(os.path.join(top, f"fleet{n}.yaml"), "timeout: 60s\nhosts:\n" + "".join(
+                    f"  - h{i:02d}\n" for i in range(n)))
                 fleet_argv = [sys.executable, "-S", os.path.join(top, "avsm-client"), "fleet", "--fleet", path, "status"]
                 write(fleet_argv[2], f"import sys\nsys.path.insert(0, {ROOT!r})\nfrom avsm import main\nsys.exit(main())\n")
                 if sharing:                     # one untimed run opens the masters
