@@ -11146,7 +11146,8 @@ def doctor_cut(home, seq):
         db.execute("ROLLBACK")
         raise
     db.close()
-    with open(os.path.join(home, "cut"), "w") as fh:
+    marker = os.open(os.path.join(home, "cut"), os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with open(marker, "w") as fh:
         fh.write(f"{seq} {backup}\n")
     out(f"backed up the whole ledger to {backup}")
     out(f"cut the ledger just before #{seq}: records #{seq}..#{last} are only in the backup now")

@@ -194,6 +194,8 @@ def test_avsmd_start_and_doctor_refuse_a_venture_made_writable(av, workdir):
     assert doctor.returncode == 78, doctor.stdout
     assert f"FAIL  venture own: {d} can be written by its group and others (mode 0777)" in doctor.stdout
     assert f"fix: chmod go-w {d}, then" in doctor.stdout, doctor.stdout
+    tested = av.daemon_cmd("-t")
+    assert tested.returncode == 78 and f"chmod go-w {d}, then" in tested.stderr, tested.stderr
     last = av.records()[-1][0]
     reports = runs(d, "report")
     av.start()
