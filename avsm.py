@@ -6292,8 +6292,8 @@ def owner_problem(directory, commands, uid=None):
     """Return the Writable of the first path a venture's program rests on that a user but `uid`
     (avsmd's own, by default) or root could change, or None: the directory, its mandate.yaml, each
     regular file a command names (command_words), and every directory up to / from each of them.
-    One stat per component of each resolved path and nothing kept, so a mode changed since is seen
-    at the next start."""
+    Each path is resolved (realpath), then one stat per component, and nothing kept, so a mode
+    changed since is seen at the next start."""
     uid = os.geteuid() if uid is None else uid
     directory = os.path.realpath(directory)
     seen = set()

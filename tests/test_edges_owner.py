@@ -66,6 +66,37 @@ def other():
     return pwd.getpwnam(OTHER).pw_uid
 
 
+def stat_of(mode, uid):
+    return os.stat_result((mode, 1, 1, 1, uid, 0, 0, 0, 0, 0))
+
+
+NAMES = {0: "root", 1000: "me", 1001: "mallory"}.get
+
+# (mode, owner, the fix, or None: it passes) for a path judged for uid 1000
+JUDGED = [
+    (stat.S_IFREG | 0o755, 1000, None),
+    (stat.S_IFREG | 0o644, 0, None),                # root's: root may change anything anyway
+    (stat.S_IFREG | 0o755, 1001, "chown me /v/p"),
+    (stat.S_IFREG | 0o775, 1000, "chmod go-w /v/p"),
+    (stat.S_IFREG | 0o646, 0, "chmod go-w /v/p"),
+    (stat.S_IFDIR | 0o1777, 0, None),               # /tmp: sticky, root's
+    (stat.S_IFDIR | 0o1777, 1000, None),            # sticky and ours: no one replaces what is ours
+    (stat.S_IFDIR | 0o1777, 1001, "chown me /v/p"),
+    (stat.S_IFDIR | 0o777, 0, "chmod go-w /v/p"),
+    (stat.S_IFREG | 0o1666, 1000, "chmod go-w /v/p"),   # a sticky bit on a file means nothing
+]
+
+
+@pytest.mark.parametrize("mode,owner,fix", JUDGED)
+def test_who_may_change_a_path_is_judged_from_its_stat_alone(mode, owner, fix):
+    """The pure judgment: a stat result and avsmd's uid in, the problem with its fix out (or None)."""
+    import avsm
+    found = avsm.write_problem("/v/p", stat_of(mode, owner), 1000, NAMES)
+    assert (found and found.fix) == fix, found
+    if found:
+        assert found.why.startswith("/v/p ") and "change what avsmd runs" in found.why
+
+
 def runs(d, program):
     """How many times `program` of the venture in `d` has run (each appends its name to `ran`)."""
     try:
