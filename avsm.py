@@ -6311,7 +6311,7 @@ def owner_problem(directory, commands, uid=None):
             path, st = os.path.dirname(path), None
         return None
 
-    found = walk(os.path.join(directory, "mandate.yaml")) or walk(directory)
+    found = walk(os.path.realpath(os.path.join(directory, "mandate.yaml"))) or walk(directory)
     for word in (w for c in commands for w in command_words(c)):
         if found:
             break
