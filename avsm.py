@@ -2208,6 +2208,8 @@ class Ledger:
         import sqlite3
         self.path, self.still_ours = path, still_ours
         self.held, self.last, self.lost = None, None, []    # the open transaction's records (group commit)
+        if not os.path.exists(path):    # made 0600: sqlite would make it 0644, its journal alike
+            os.close(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_CLOEXEC, 0o600))
         self.db = sqlite3.connect(path, isolation_level=None, timeout=10)
         mode = self.db.execute("PRAGMA journal_mode").fetchone()[0]
         if mode.lower() == "wal":
@@ -3601,6 +3603,57 @@ def content_problem(takes, payload, directory):
         if resolved != root and not resolved.startswith(root + os.sep):
             return f"{path} leads outside the venture directory (through a symlink)"
     return None
+
+
+# ---- who may change what a venture runs (sshd's StrictModes, cron) ----
+
+Writable = collections.namedtuple("Writable", "why fix")   # who could change a path, and the fix
+
+
+def write_problem(path, st, uid, name=str):
+    """Return the Writable that says who but `uid` or root could change `path` (stat `st`), or None.
+
+    As sshd's StrictModes: owned by `uid` or root, and no group or other write bit, but for a
+    directory owned by one of them with the sticky bit (/tmp, 1777), where no one may replace what
+    another owns.
+    `name` turns a uid into the user's name for the message."""
+    if st.st_uid not in (uid, 0):
+        return Writable(f"{path} is owned by {name(st.st_uid)}, not by {name(uid)} or root, "
+                        "so that user can change what avsmd runs",
+                        f"chown {name(uid)} {path}")
+    bits = st.st_mode & (stat.S_IWGRP | stat.S_IWOTH)
+    if bits and not (stat.S_ISDIR(st.st_mode) and st.st_mode & stat.S_ISVTX):
+        who = {stat.S_IWGRP: "its group", stat.S_IWOTH: "others"}.get(bits, "its group and others")
+        return Writable(f"{path} can be written by {who} (mode {stat.S_IMODE(st.st_mode):04o}), "
+                        "so they can change what avsmd runs",
+                        f"chmod go-w {path}")
+    return None
+
+
+def venture_commands(m):
+    """Return every program mandate `m` runs, as command lines: ./report (unless an adapter reads
+    the metric), run, each lever's run and check, each guard's, audit's and reading's run, and the
+    world."""
+    commands = [] if m["adapter"] else ["./report"]
+    commands += [m["run"], m["world"]]
+    for lever in m["levers"].values():
+        commands += [lever["run"] if lever["run"] != "mail.send" else None, lever["check"]]
+    commands += [item.get("run") for key in ("guards", "audits", "readings") for item in m[key]]
+    return [c for c in commands if c]
+
+
+def command_words(command):
+    """Return the words of `command` (a shell line, or an argv list) that may name a file it runs
+    or reads: `python3 fix.py` gives python3 and fix.py. Operators and quotes are the shell's."""
+    if not isinstance(command, str):
+        return list(command)
+    import shlex
+    try:
+        lexer = shlex.shlex(command, posix=True, punctuation_chars=True)
+        lexer.whitespace_split = True
+        return list(lexer)
+    except ValueError:              # an unclosed quote: the shell refuses it when it runs
+        return command.split()
 
 
 # =============================================================================
@@ -5195,6 +5248,15 @@ def unstarted_outcome(state, lever, action, note, summary):
                       note=note[:NOTE_MAX], summary=summary)
 
 
+def unsafe_refusal(state, lever, by, side, extra, unsafe):
+    """Return the refusal of `lever`, which the gate proved but which is never started: another
+    user could change what it runs (the Writable `unsafe`). Its why ends with the fix."""
+    return new_record("refusal", state.name, lever=lever, by=by, why=f"{unsafe.why}; {unsafe.fix}",
+                      **some(side=side, proposal=(extra or {}).get("proposal")),
+                      summary=f"{lever} refused: another user could change what it runs; "
+                              f"{unsafe.fix}")
+
+
 def run_start_record(state, pid, restart):
     """Return the start record of the kept `run` program, pid `pid`: started, or restarted after an exit."""
     what = "restarted" if restart else "started"
@@ -6498,6 +6560,9 @@ def run_world_step(command, data, mandate):
     input; return (output, None) or (None, why) as read_world_output says (open point 38)."""
     import subprocess
     import tempfile
+    unsafe = owner_problem(".", [command])     # looked at again at each step, as at each start
+    if unsafe:
+        return None, f"it was not started: {unsafe.why}; {unsafe.fix}"
     with tempfile.TemporaryFile() as stdin, tempfile.TemporaryFile() as stdout:
         stdin.write(json.dumps(data).encode())
         stdin.seek(0)
@@ -6634,6 +6699,52 @@ def check_venture_dir(directory):
     refuse(mandate_file_problem(mandate, os.stat(mandate)))
 
 
+def user_name(uid):
+    """Return the name of the user `uid`, or the number when the system knows no name for it."""
+    import pwd
+    try:
+        return pwd.getpwuid(uid).pw_name
+    except KeyError:
+        return str(uid)
+
+
+def owner_problem(directory, commands, uid=None):
+    """Return the Writable of the first path a venture's program rests on that a user but `uid`
+    (avsmd's own, by default) or root could change, or None: the directory, its mandate.yaml, each
+    regular file a command names (command_words), and every directory up to / from each of them.
+    Each path is resolved (realpath), then one stat per component, and nothing kept, so a mode
+    changed since is seen at the next start."""
+    uid = os.geteuid() if uid is None else uid
+    directory = os.path.realpath(directory)
+    seen = set()
+
+    def walk(path, st=None):
+        while path not in seen:
+            seen.add(path)
+            try:
+                st = st or os.stat(path)
+            except OSError:
+                return None             # gone: what starts it says so
+            problem = write_problem(path, st, uid, user_name)
+            if problem or path == "/":
+                return problem
+            path, st = os.path.dirname(path), None
+        return None
+
+    found = walk(os.path.realpath(os.path.join(directory, "mandate.yaml"))) or walk(directory)
+    for word in (w for c in commands for w in command_words(c)):
+        if found:
+            break
+        try:
+            path = os.path.realpath(os.path.join(directory, word))
+            st = None if path in seen else os.stat(path)
+        except (OSError, ValueError):
+            continue                    # a word that names no file: an option, an operator, text
+        if st is not None and stat.S_ISREG(st.st_mode):
+            found = walk(path, st)
+    return found
+
+
 def read_venture(directory):
     """Read the venture in `directory` as `avsm add` adopts it: (name, path of mandate.yaml, its text, the mandate),
     or Fail: 66 when the directory is not there, 65 with the fix otherwise. The client's add, avsmd's add and
@@ -6648,6 +6759,10 @@ def read_venture(directory):
         raise Fail(EX_DATAERR, f"{path} cannot be read: {err.strerror}") from None
     except Fail as fail:
         raise Fail(EX_DATAERR, str(fail)) from None
+    unsafe = owner_problem(directory, venture_commands(mandate))
+    if unsafe:
+        raise Fail(EX_DATAERR, f"{name} cannot be adopted: {unsafe.why}; "
+                               f"{unsafe.fix}, then add it again")
     return name, path, text, mandate
 
 
@@ -6722,7 +6837,8 @@ class GroupsJournal:
                     self.groups_fd = None
                     line = "\n".join(self.journaled.values())
                     if st.st_nlink and self.lock_is_ours():     # never replace another avsmd's journal
-                        with open(path + ".new", "w") as fh:
+                        fd = os.open(path + ".new", os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+                        with open(fd, "w") as fh:
                             fh.write(line + "\n")
                         os.replace(path + ".new", path)
                         line = None
@@ -6755,9 +6871,18 @@ class Children:
     def __len__(self):
         return len(self.children)
 
-    def spawn(self, purpose, state, args, timeout=None, shell=False, lever=None, payload_file=None, cwd=None, head=None):
-        """Start a program of `state`'s venture in its own group; tell avsmd of the group (RUN-12)."""
+    def spawn(self, purpose, state, args, timeout=None, shell=False, lever=None, payload_file=None,
+              cwd=None, head=None, checked=False, runs=()):
+        """Start a program of `state`'s venture in its own group; tell avsmd of the group (RUN-12).
+
+        Raises PermissionError, starting nothing, when another user could change what it runs, or
+        the commands `runs` it starts in turn (owner_problem, looked at each start unless `checked`
+        says the caller just did)."""
         import selectors
+        commands = [args] + [r for r in runs if r]
+        unsafe = not checked and owner_problem(cwd or state.directory, commands)
+        if unsafe:
+            raise PermissionError(f"{unsafe.why}; {unsafe.fix}")
         env = command_env(self.home, state.name, lever)
         if payload_file:
             env["AVSM_PAYLOAD"] = payload_file
@@ -7006,10 +7131,6 @@ class Rounds:
             log(self.debug, "warden", f"{state.name}: tick {self.round_number}: the metric, {len(m['guards'])} guard(s), "
                                   f"{len(m['audits'])} audit(s), {len(m['readings'])} reading(s)")
         self.rounds[state.name] = {"deadline": now + 0.5, "metric": None, "pending": set(), "number": self.round_number}
-        if m["adapter"]:
-            self.start_adapter(state, "report", None, m["adapter"], reading_limit(m))
-        else:
-            self.start_reading(state, "report", None, ["./report"], reading_limit(m), shell=False)
         running = {(c.purpose, c.extra.get("name")) for c in self.children if c.venture == state.name}
         for what, item, start in round_plan(m, running):
             if not start:
@@ -7021,6 +7142,11 @@ class Rounds:
                 started = self.start_reading(state, what, item["name"], item["run"], reading_limit(item), True)
             if started:
                 self.rounds[state.name]["pending"].add((what, item["name"]))
+        # the report last: one that cannot start settles the round at once, the rest in it by then
+        if m["adapter"]:
+            self.start_adapter(state, "report", None, m["adapter"], reading_limit(m))
+        else:
+            self.start_reading(state, "report", None, ["./report"], reading_limit(m), shell=False)
 
     def start_adapter(self, state, what, name, adapter, timeout):
         """A built-in adapter reads apart like any command; stripe and github get their url and key in a private file."""
@@ -7216,6 +7342,11 @@ class Levers:
         if spec is not None and spec["check"] and not checked:
             return self.start_check(state, lever, verdict, summary, by, side, extra)
         asked = verdict.asked
+        own = [spec["run"]] if spec is not None and spec["run"] not in (None, "mail.send") else []
+        unsafe = lever != "stop" and owner_problem(state.directory, own)
+        if unsafe:                      # before its action: a lever others could change never runs
+            self.append(unsafe_refusal(state, lever, by, side, extra, unsafe))
+            return None
         mail, mail_problem = mail_to_send(spec, self.cfg, (extra or {}).get("payload"))
         seq = self.append(action_record(state, lever, verdict, summary, by, side, extra), at=asked["at"])
         if lever == "stop":
@@ -7239,7 +7370,7 @@ class Levers:
                 write_venture_file(state.directory, payload)
             payload_file = write_payload(data) if data is not None else None
             child = self.spawn("lever", state, run, timeout=spec["timeout"], shell=True, lever=lever,
-                               payload_file=payload_file)
+                               payload_file=payload_file, checked=own == [run])
             child.extra = {"lever": lever, "action": seq, "timeout": spec["timeout"], "payload_file": payload_file}
         except OSError as err:
             self.append(unstarted_outcome(state, lever, seq, str(err), f"{lever} failed to start: {err}"))
@@ -7327,7 +7458,8 @@ class Worlds:
         facts = world_forecast_facts(state, f["days"], f["seeds"], time.time())    # through the world, with world:
         payload = write_payload(json.dumps(facts).encode())
         try:
-            child = self.spawn("forecast", state, cached_command("forecast", []), timeout=600, payload_file=payload)
+            child = self.spawn("forecast", state, cached_command("forecast", []), timeout=600,
+                               payload_file=payload, runs=[state.mandate["world"]])     # steps it
             child.extra = {"days": f["days"], "seeds": f["seeds"], "why": why, "lever": lever}
             if why == "ratchet":
                 state.ratchet_forecasts.add(lever)
@@ -7539,7 +7671,8 @@ class Decisions:
         facts = dict(world_forecast_facts(state, f["days"], f["seeds"], time.time()), packet=True)
         payload = write_payload(json.dumps(facts).encode())
         try:
-            child = self.spawn("forecast", state, cached_command("forecast", []), timeout=600, payload_file=payload)
+            child = self.spawn("forecast", state, cached_command("forecast", []), timeout=600,
+                               payload_file=payload, runs=[state.mandate["world"]])
             child.extra = {"why": "packet", "decision": d, "days": f["days"], "seeds": f["seeds"]}
         except OSError as err:
             log(True, "warden", f"{state.name}: the packet's forecast through the world: {err}")
@@ -7778,7 +7911,8 @@ class Checkpoints:
                 sys.stderr.write(f"avsmd: checkpoint #{head[0]} is written unsigned: {fail}\n")
         for name, data in ((path + ".sig", signature), (path, text)):
             if data:
-                with open(name + ".new", "w") as fh:
+                fd = os.open(name + ".new", os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+                with open(fd, "w") as fh:
                     fh.write(data if data.endswith("\n") else data + "\n")
                 os.replace(name + ".new", name)
         syslog.openlog("avsm", 0, syslog.LOG_USER)
@@ -7965,6 +8099,10 @@ class Warden:
                 raise Fail(EX_NOINPUT, f"its directory {state.directory} is not there")
             state.mandate = parse_mandate(state.mandate_text, os.path.join(state.directory, "mandate.yaml"), state.directory)
             state.problem = None
+            unsafe = owner_problem(state.directory, venture_commands(state.mandate))
+            if unsafe:
+                raise Fail(EX_CONFIG, f"{unsafe.why}; {unsafe.fix}, "
+                                      f"then {client_command(self.home)} add {state.directory}")
         except Fail as err:
             state.mandate, state.problem = None, str(err)
             if not state.paused:
@@ -8257,6 +8395,9 @@ class Warden:
             if state.directory == directory and state.mandate_sha == sha:
                 if state.mandate is None:
                     self.check_runnable(state)
+                    if state.mandate is not None and not state.paused:     # fixed: it runs now
+                        self.schedule.enter(state.name, time.monotonic())
+                        self.keeper.start_keep(state)
                 return [f"{name}: mandate unchanged (#{state.mandate_seq}); nothing written"]
         state = self.ventures.setdefault(name, VentureState(name))
         seq = self.adopt(state, mandate, mandate_record(name, directory, text, f"adopted {name} from {directory} (sha256 {sha[:16]})"))
@@ -10907,6 +11048,10 @@ def test_config(home, cfg, path):
                 raise Fail(EX_NOINPUT, f"{directory} is not there")
             text = read_mandate_file(mandate_path)
             m = parse_mandate(text, mandate_path, directory)
+            unsafe = owner_problem(directory, venture_commands(m))
+            if unsafe:
+                raise Fail(EX_CONFIG, f"{unsafe.why}; {unsafe.fix}, "
+                                      f"then {client_command(home)} add {directory}")
         except OSError as err:
             sys.stderr.write(f"avsmd: {name}: {mandate_path} cannot be read: {err.strerror}\n")
             code = EX_CONFIG
@@ -11799,6 +11944,11 @@ class Findings:
     def note(self, text):
         out(f"note  {text}")
 
+    def warn(self, text, fix):
+        """A check that does not fail, but whose fix a person should make: the exit code stays."""
+        out(f"warn  {text}")
+        out(f"      fix: {fix}")
+
     def fail(self, code, text, fix):
         self.codes.append(code)
         out(f"FAIL  {text}")
@@ -11880,7 +12030,28 @@ def doctor_home(home, found):
         return os.access(home, os.R_OK | os.X_OK)      # what can be read is still checked (DOCTOR-01)
     if not problem:
         found.ok(f"home {home}")
+    readable = home_readable(home)
+    if readable:
+        found.warn(f"others than you can read {', '.join(readable)} "
+                   "(avsmd makes what it writes 0600 and 0700)",
+                   f"chmod go-rwx {' '.join(readable)}")
     return True
+
+
+def home_readable(home):
+    """Return the home and each entry in it avsmd writes that others than its owner may read or
+    enter (config.yaml is the person's, keys has its own check)."""
+    try:
+        names = sorted(n for n in os.listdir(home) if n not in ("config.yaml", "keys"))
+    except OSError:
+        names = []                      # not ours to list: doctor_home said so
+    readable = []
+    for path in [home] + [os.path.join(home, n) for n in names]:
+        with contextlib.suppress(OSError):      # gone since listed
+            mode = os.lstat(path).st_mode
+            if mode & 0o077 and not stat.S_ISLNK(mode):     # a symlink's own mode means nothing
+                readable.append(path)
+    return readable
 
 
 def doctor_config(home, found):
@@ -12289,6 +12460,7 @@ def doctor_mandates(home, found):
     except (sqlite3.DatabaseError, ValueError, Fail) as err:
         found.note(f"the adopted mandates cannot be listed from a ledger that does not read ({err})")
         return
+    uid = os.stat(home).st_uid          # avsmd runs as the home's owner
     for name, directory, seq, paused, in_force in adopted:
         path = os.path.join(directory or "", "mandate.yaml")
         if not os.path.isdir(directory or ""):
@@ -12300,9 +12472,14 @@ def doctor_mandates(home, found):
             continue
         try:
             text = read_mandate_file(path)
-            parse_mandate(text, path, directory)
+            m = parse_mandate(text, path, directory)
+            unsafe = owner_problem(directory, venture_commands(m), uid)
             drift = mandate_drift(in_force, text, seq, path)
-            if drift:
+            if unsafe:
+                found.fail(EX_CONFIG, f"venture {name}: {unsafe.why}; "
+                                      "avsmd starts no program of it",
+                           f"{unsafe.fix}, then {client_command(home)} add {directory}")
+            elif drift:
                 found.note(f"venture {name}: {path} holds but differs from mandate #{seq} in force; "
                            f"{client_command(home)} add {directory} applies it")
                 for line in drift:
@@ -12484,7 +12661,8 @@ def doctor_cut(home, seq):
         db.execute("ROLLBACK")
         raise
     db.close()
-    with open(os.path.join(home, "cut"), "w") as fh:
+    marker = os.open(os.path.join(home, "cut"), os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with open(marker, "w") as fh:
         fh.write(f"{seq} {backup}\n")
     out(f"backed up the whole ledger to {backup}")
     out(f"cut the ledger just before #{seq}: records #{seq}..#{last} are only in the backup now")
