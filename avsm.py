@@ -2281,6 +2281,24 @@ def scan_records(db):
         db.execute(f"PRAGMA cache_size={was}")
 
 
+SCAN_BATCH = 2000   # records a long read takes in one short read transaction
+
+
+def batched_rows(db, columns, since):
+    """Yield the rows of `columns` (seq first) of the records after `since`, in order, SCAN_BATCH
+    at a time, each batch a read transaction of its own. A rollback journal's commit waits for every
+    reader's lock to go: one read of the whole ledger (doctor's minute at a million records) would
+    hold the warden's commits until it ended, where this holds each for one batch at most. The
+    ledger only grows, so the batches read it as one read would, with what was appended since."""
+    while True:
+        rows = db.execute(f"SELECT {columns} FROM records WHERE seq > ? ORDER BY seq LIMIT ?",
+                          (since, SCAN_BATCH)).fetchall()
+        yield from rows
+        if len(rows) < SCAN_BATCH:
+            return
+        since = rows[-1][0]
+
+
 def ledger_problem(db):
     """Return (seq, why) for the first record that does not read or does not chain (open point 51), or None."""
     return scan_ledger(db, recheck=False).broken
@@ -2304,8 +2322,8 @@ def scan_ledger(db, recheck=True, wanted=(), after=None):
 
     def rows():
         expected, prev = after or (0, ZERO_HASH)
-        for seq, at, link, digest, text in db.execute("SELECT seq, at, prev, hash, record FROM records WHERE seq > ? "
-                                                      "ORDER BY seq", (expected,)):
+        for seq, at, link, digest, text in batched_rows(db, "seq, at, prev, hash, record",
+                                                        expected):
             why = (f"record #{expected + 1} is missing" if seq != expected + 1 else
                    "its prev is not the hash of the record before it" if link != prev else
                    "its hash does not match its contents" if chain_hash(link, seq, at, text) != digest else None)
@@ -4318,11 +4336,11 @@ def recheck_action(state, seq, at, action, records):
     """Return the problems found re-checking the stored action #seq; [] when it holds. `state`: the
     venture folded from every record before it; its stored basis, trigger, approval and payload go
     to the same `prove` at its `at`, which must give back the stored proof. records: {seq: (at,
-    record)} for premises and the trigger. The state is the fold of every record of the venture before it,
-    not of a window: what the gate reads can rest on a record from any time back (an ask about an
-    interrupted run not yet answered, an unspent approval, a run with no outcome, a suspended
-    delegation, an effect not yet judged, a deadband that has not re-armed since a run long ago),
-    and no mandate resets those."""
+    record)} for premises and the trigger. The state is the fold of every record of the venture
+    before it, not of a window: what the gate reads can rest on a record from any time back (an ask
+    about an interrupted run not yet answered, an unspent approval, a run with no outcome, a
+    suspended delegation, an effect not yet judged, a deadband that has not re-armed since a run
+    long ago), and no mandate resets those."""
     proof = action.get("proof") if isinstance(action.get("proof"), dict) else {}
     problems = []
     premises = proof.get("premises") if isinstance(proof.get("premises"), list) else []
@@ -11033,6 +11051,10 @@ def doctor_mandates(home, found):
             found.fail(EX_CONFIG, f"venture {name}: {fail}", f"edit {path}, then {client_command(home)} add {directory}")
 
 
+DOCTOR_PROBE = 5        # seconds within which avsmd answers doctor's health request, all being well
+DOCTOR_PROBE_MOST = 30  # ... and doctor waits this long before it calls a daemon that took it stuck
+
+
 def doctor_daemon(home, found):
     """The lock file, the socket, the daemon answering, and no second avsmd on the home."""
     import socket
@@ -11046,7 +11068,8 @@ def doctor_daemon(home, found):
                    f"kill {' '.join(map(str, daemons[1:]))}   (keep one)")
     holder = lock_holder(home) if os.path.isfile(lock) else None
     conn = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-    conn.settimeout(5)
+    conn.settimeout(DOCTOR_PROBE_MOST)
+    began = time.monotonic()
     try:
         conn.connect(sock)
         send_line(conn, {"v": 1, "cmd": "health", "args": {}})
@@ -11059,8 +11082,19 @@ def doctor_daemon(home, found):
         lines = [m["out"] for m in answer if "out" in m]
         problems = [m["err"] for m in answer if "err" in m]
         found.ok(f"avsmd answers on {sock}" + (f": {lines[0]}" if lines else ""))
+        took = time.monotonic() - began
+        if took > DOCTOR_PROBE:
+            found.note(f"avsmd took {took:.0f} s to answer doctor's health request (a busy "
+                       f"warden answers within {DOCTOR_PROBE} s): a long write, or a host short "
+                       "of CPU")
         for problem in problems:
             found.fail(EX_NOPERM, problem, f"free space or fix permissions under {home}; avsmd tries again every 30 s")
+    except TimeoutError:                # it took the request: slow or stuck, not gone
+        who = f"avsmd (pid {holder})" if holder else "avsmd"
+        found.fail(EX_UNAVAILABLE, f"{who} took doctor's health request on {sock} but gave no "
+                                   f"answer in {DOCTOR_PROBE_MOST} s: it runs, stuck or very busy",
+                   f"{client_command(home)} doctor again in a minute; if it stays silent: kill "
+                   f"{holder or 'its pid'} && {program_command('avsmd', home)}")
     except OSError:
         if holder:
             found.fail(EX_UNAVAILABLE, f"avsmd (pid {holder}) is running but its socket {sock} is missing",
