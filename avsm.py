@@ -10027,7 +10027,7 @@ CHART_KINDS = ("report", "action", "outcome", "ask", "approval", "denial", "reso
 CHART_WIDTH, CHART_HEIGHT = 960, 450
 CHART_LEFT, CHART_TOP, CHART_RIGHT, CHART_BOTTOM = 76, 104, 930, 366     # the plot's edges, in pixels
 CHART_NOTE_MAX = 240          # characters of a record's summary a tooltip shows
-CHART_SPAN = 86400      # seconds a chart shows unless told (--since): the last 24 hours, as summary
+CHART_SPAN = 86400      # seconds a chart shows unless told (--since): the last 24h, as summary
 CHART_MARKS = 120       # markers of one kind at most: more in the span are drawn as named groups
 CHART_VALUE_MAX = sys.float_info.max / 4     # the value axis ends within it: its padded span still fits a float
 CHART_TIME_STEPS = (1, 2, 5, 10, 15, 30, 60, 120, 300, 600, 900, 1800, 3600, 7200, 10800, 21600, 43200,
@@ -10069,7 +10069,7 @@ def cmd_chart(home, args):
     after, start = after or 0, time.time() - seconds if seconds else 0
     span = f"in the last {format_duration(seconds)}" if seconds else f"after #{after}" if after else "in the ledger"
     if since is None:
-        span += " (the default span; --since 0 charts the whole history)"
+        span = "in the last 24h (the default span; --since 0 charts the whole history)"
     db = open_ledger_ro(ledger_path(home))
     try:
         mandates, records, untimed = read_chart_records(db, name, after, start)
