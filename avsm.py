@@ -10398,8 +10398,8 @@ def chart_columns(trusted, x):
         while j < len(trusted) and int(x(trusted[j][1])) == column:
             j += 1
         held = trusted[i:j]
-        low = min(held, key=lambda e: chart_number(e[2]["value"]))
-        high = max(held, key=lambda e: chart_number(e[2]["value"]))
+        low = min(held, key=lambda e: e[2]["value"])       # trusted: a finite number each
+        high = max(held, key=lambda e: e[2]["value"])
         for e in sorted({e[0]: e for e in (low, high)}.values(), key=lambda e: e[0]):
             if e is not held[-1]:
                 drawn.append((*e, False))
@@ -10507,7 +10507,8 @@ def chart_spans(records, mandates, eras, t0, t1):
             opened.setdefault(("paused", None) if kind == "pause" else ("stuck", r.get("side")), (a, s, r))
         elif kind == "resume":
             ended = [("paused", None)]
-        elif kind == "report" and report_status(r) == "trusted" and chart_number(r.get("value")) is not None:
+        elif kind == "report" and opened and report_status(r) == "trusted" \
+                and chart_number(r.get("value")) is not None:      # only an open stretch can end
             ended = [("stuck", side) for side, way, bound, _ in controller_sides(m) if not crossed(way, bound, r["value"])]
         for key in [k for k in ended if k in opened]:
             start, seq, record = opened.pop(key)
