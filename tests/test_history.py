@@ -8,7 +8,9 @@ import json
 import os
 import socket
 import sqlite3
+import subprocess
 import sys
+import tempfile
 import threading
 import time
 import xml.etree.ElementTree as ET
@@ -189,6 +191,21 @@ def test_why_rechecks_each_action_as_a_fold_of_the_whole_ledger_does(bindir, hom
     assert f"premise #{other} measured report count = " in a.cli("why", str(actions[-1])).stdout
 
 
+def start_slowly(a, limit=120):
+    """Start avsmd as Avsm.start does, waiting up to `limit` s for it to answer: its first fold of a
+    large ledger on a loaded host takes longer than conftest's 15 s."""
+    a.errfile = tempfile.TemporaryFile(mode="w+")
+    a.proc = subprocess.Popen([a.python, *a.flags, os.path.join(a.bindir, "avsmd"), "--home", a.home],
+                              stdout=subprocess.DEVNULL, stderr=a.errfile, env=a.env, start_new_session=True)
+    deadline = time.monotonic() + limit
+    while time.monotonic() < deadline:
+        assert a.proc.poll() is None, a.stderr()
+        if os.path.exists(os.path.join(a.home, "sock")) and a.cli("status").returncode == 0:
+            return
+        time.sleep(0.2)
+    raise AssertionError(f"avsmd did not answer within {limit} s")
+
+
 def test_doctor_while_the_warden_writes_does_not_hold_up_its_reports(bindir, home, workdir):
     """Issue 33 item 5, DOCTOR-01, LEDGER-05: a full doctor of a 150,000-record ledger, run while avsmd
     reads a venture each second, leaves the reports committed as they come: none is held back by more
@@ -199,7 +216,7 @@ def test_doctor_while_the_warden_writes_does_not_hold_up_its_reports(bindir, hom
     quick = make_venture(workdir, "quick", TEXT.replace("up, run: ./up", "up, run: ./report"),
                          {"report": "#!/bin/sh\necho 5\n"})
     try:
-        a.start()
+        start_slowly(a)
         assert a.cli("add", quick).returncode == 0
         a.wait_for(lambda rs: [s for s, _, r in rs if r["kind"] == "report" and r["venture"] == "quick"],
                    what="quick's first report")
