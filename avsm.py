@@ -11056,10 +11056,6 @@ def doctor_mandates(home, found):
             found.fail(EX_CONFIG, f"venture {name}: {fail}", f"edit {path}, then {client_command(home)} add {directory}")
 
 
-DOCTOR_PROBE = 5        # seconds within which avsmd answers doctor's health request, all being well
-DOCTOR_PROBE_MOST = 30  # ... and doctor waits this long before it calls a daemon that took it stuck
-
-
 def doctor_daemon(home, found):
     """The lock file, the socket, the daemon answering, and no second avsmd on the home."""
     import socket
@@ -11108,6 +11104,10 @@ def doctor_daemon(home, found):
             found.fail(EX_UNAVAILABLE, f"no avsmd is running on {home}", f"{program_command('avsmd', home)}")
     finally:
         conn.close()
+
+
+DOCTOR_PROBE = 5        # seconds within which avsmd answers doctor's health request, all being well
+DOCTOR_PROBE_MOST = 30  # ... and doctor waits this long before it calls a daemon that took it stuck
 
 
 def avsmd_processes(home):
