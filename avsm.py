@@ -2002,7 +2002,17 @@ WHEN NEW.seq IS NOT COALESCE((SELECT max(seq) FROM records), 0) + 1
   OR NEW.prev IS NOT COALESCE((SELECT hash FROM records ORDER BY seq DESC LIMIT 1), '{ZERO_HASH}')
   OR NEW.weight IS NOT 1
 BEGIN SELECT RAISE(ABORT, 'only the next record, chained to the last, may be appended'); END""")
-LEDGER_SCHEMA = ";\n".join((LEDGER_TABLE,) + LEDGER_TRIGGERS) + ";\n"
+# Indexes, so a reader finds a window by time, a venture's records or a rare kind without reading
+# the whole history (issue 33): not part of the table (DESIGN's schema), made by the writer as it
+# opens a ledger, an older one too. A reader of a ledger without them gets the same answer, only
+# slower. A record whose text does not parse indexes as null (json_extract would refuse it, and the
+# ledger would not open to say which it is).
+RECORD_KIND_SQL = "(CASE WHEN json_valid(record) THEN json_extract(record, '$.kind') END)"
+RECORD_VENTURE_SQL = "(CASE WHEN json_valid(record) THEN json_extract(record, '$.venture') END)"
+LEDGER_INDEXES = ("CREATE INDEX IF NOT EXISTS records_at ON records(at)",
+                  f"CREATE INDEX IF NOT EXISTS records_kind ON records({RECORD_KIND_SQL})",
+                  f"CREATE INDEX IF NOT EXISTS records_venture ON records({RECORD_VENTURE_SQL})")
+LEDGER_SCHEMA = ";\n".join((LEDGER_TABLE,) + LEDGER_TRIGGERS + LEDGER_INDEXES) + ";\n"
 RECORD_FIELDS = ("kind", "claim", "venture", "summary")
 
 
@@ -2225,7 +2235,12 @@ class Ledger:
                         raise
                     time.sleep(0.05)
         self.db.execute("PRAGMA synchronous=FULL")
-        self.db.executescript(LEDGER_SCHEMA)
+        self.db.executescript(";\n".join((LEDGER_TABLE,) + LEDGER_TRIGGERS) + ";\n")
+        try:
+            # once, on a ledger from before them
+            self.db.executescript(";\n".join(LEDGER_INDEXES) + ";\n")
+        except sqlite3.OperationalError:
+            pass    # a ledger that cannot take them now (read-only, full) is read more slowly
 
     def append(self, record, at):
         """Append `record` at unix time `at` as the next link of the chain; return its seq."""
@@ -2334,6 +2349,14 @@ def read_records(db, since=0, upto=None, venture=None):
             yield seq, at, record
 
 
+def first_seq_at(db, at, top):
+    """Return the seq of the first record written at or after unix time `at`, or top + 1 when
+    none is: found by the index on `at` (a ledger without it is read whole), not by a scan."""
+    # min(seq + 0): SQLite answers min(seq) by walking the rowids from the first, past older records
+    return db.execute("SELECT coalesce(min(seq + 0), ?) FROM records WHERE at >= ?",
+                      (top + 1, at)).fetchone()[0]
+
+
 def record_at(db, seq):
     """Return (at, record dict) of record #seq, or None when the ledger has none."""
     row = db.execute("SELECT at, record FROM records WHERE seq = ?", (seq,)).fetchone()
@@ -2377,6 +2400,24 @@ def scan_records(db):
         db.execute(f"PRAGMA cache_size={was}")
 
 
+SCAN_BATCH = 2000   # records a long read takes in one short read transaction
+
+
+def batched_rows(db, columns, since):
+    """Yield the rows of `columns` (seq first) of the records after `since`, in order, SCAN_BATCH
+    at a time, each batch a read transaction of its own. A rollback journal's commit waits for every
+    reader's lock to go: one read of the whole ledger (doctor's minute at a million records) would
+    hold the warden's commits until it ended, where this holds each for one batch at most. The
+    ledger only grows, so the batches read it as one read would, with what was appended since."""
+    while True:
+        rows = db.execute(f"SELECT {columns} FROM records WHERE seq > ? ORDER BY seq LIMIT ?",
+                          (since, SCAN_BATCH)).fetchall()
+        yield from rows
+        if len(rows) < SCAN_BATCH:
+            return
+        since = rows[-1][0]
+
+
 def ledger_problem(db):
     """Return (seq, why) for the first record that does not read or does not chain (open point 51), or None."""
     return scan_ledger(db, recheck=False).broken
@@ -2400,8 +2441,8 @@ def scan_ledger(db, recheck=True, wanted=(), after=None):
 
     def rows():
         expected, prev = after or (0, ZERO_HASH)
-        for seq, at, link, digest, text in db.execute("SELECT seq, at, prev, hash, record FROM records WHERE seq > ? "
-                                                      "ORDER BY seq", (expected,)):
+        for seq, at, link, digest, text in batched_rows(db, "seq, at, prev, hash, record",
+                                                        expected):
             why = (f"record #{expected + 1} is missing" if seq != expected + 1 else
                    "its prev is not the hash of the record before it" if link != prev else
                    "its hash does not match its contents" if chain_hash(link, seq, at, text) != digest else None)
@@ -4620,9 +4661,14 @@ def basis_problem(state, action, basis, records):
 
 
 def recheck_action(state, seq, at, action, records):
-    """Return the problems found re-checking the stored action #seq; [] when it holds. `state`: the venture folded
-    from every record before it; its stored basis, trigger, approval and payload go to the same `prove` at its
-    `at`, which must give back the stored proof. records: {seq: (at, record)} for premises and the trigger."""
+    """Return the problems found re-checking the stored action #seq; [] when it holds. `state`: the
+    venture folded from every record before it; its stored basis, trigger, approval and payload go
+    to the same `prove` at its `at`, which must give back the stored proof. records: {seq: (at,
+    record)} for premises and the trigger. The state is the fold of every record of the venture
+    before it, not of a window: what the gate reads can rest on a record from any time back (an ask
+    about an interrupted run not yet answered, an unspent approval, a run with no outcome, a
+    suspended delegation, an effect not yet judged, a deadband that has not re-armed since a run
+    long ago), and no mandate resets those."""
     proof = action.get("proof") if isinstance(action.get("proof"), dict) else {}
     problems = []
     premises = proof.get("premises") if isinstance(proof.get("premises"), list) else []
@@ -9745,8 +9791,7 @@ def cmd_summary(home, args):
     db = open_ledger_ro(ledger_path(home))
     top = last_seq(db)
     if seconds is not None:
-        since = db.execute("SELECT coalesce(min(seq), ?) - 1 FROM records WHERE at >= ?",
-                           (top + 1, time.time() - seconds)).fetchone()[0]
+        since = first_seq_at(db, time.time() - seconds, top) - 1
     elif since > top:
         raise Fail(EX_DATAERR, f"#{since} is past the last record (#{top}); avsm summary --since {top} is the empty span")
     summary = summarize(summary_rows(db, since), since)
@@ -9757,19 +9802,20 @@ def cmd_summary(home, args):
 
 def summary_rows(db, since):
     """Yield the rows summarize needs, in order: before the span only SUMMARY_BEFORE_KINDS and the whole history of
-    a venture whose mandate expects effects; then every record of the span."""
-    like = " OR ".join(f"record LIKE '%\"kind\":\"{kind}\"%'" for kind in SUMMARY_BEFORE_KINDS)
+    a venture whose mandate expects effects; then every record of the span. The records before the
+    span are found by the ledger's indexes on kind and venture: a summary reads its window, not
+    the history."""
     folded = set()
-    for (text,) in db.execute("SELECT record FROM records WHERE record LIKE '%\"kind\":\"mandate\"%'"):
+    for (text,) in db.execute(f"SELECT record FROM records WHERE {RECORD_KIND_SQL} = 'mandate'"):
         record = load_record(text)
         if record.get("kind") == "mandate" and expects_effects(parsed_or_none(parse_mandate, record, 0)):
             folded.add(record.get("venture"))
-    clause, values = like, []
-    for name in sorted(folded):
-        clause += " OR record LIKE ?"
-        values.append(f'%"venture":{json.dumps(name)}%')
+    kinds, names = ", ".join("?" * len(SUMMARY_BEFORE_KINDS)), ", ".join("?" * len(folded))
+    clause = f"{RECORD_KIND_SQL} IN ({kinds})"
+    if folded:
+        clause += f" OR {RECORD_VENTURE_SQL} IN ({names})"
     for seq, at, text in db.execute(f"SELECT seq, at, record FROM records WHERE seq <= ? AND ({clause}) ORDER BY seq",
-                                    [since] + values):
+                                    [since, *SUMMARY_BEFORE_KINDS, *sorted(folded)]):
         yield seq, at, read_record(text, seq)
     fullmatch = re.compile(TRUSTED_REPORT).fullmatch
     for seq, at, text in db.execute("SELECT seq, at, record FROM records WHERE seq > ? ORDER BY seq", (since,)):
@@ -9915,8 +9961,16 @@ def cmd_why(home, args):
             out(f"  trigger (not a premise): #{proof['trigger']} {t.get('claim')} {t.get('kind')} {t.get('summary')}")
             if isinstance(t.get("call"), dict):
                 out(f"    call: {describe_call(t)}")
-    records = {s: (a, r) for s, a, r in read_records(db, 0, seq)
-               if r.get("venture") == record.get("venture") or s in premises}
+    # the venture's records up to the action (the fold the gate saw: recheck_action says why it
+    # needs them all), found by the index on venture, and each premise whole, its summary shown
+    fullmatch = re.compile(TRUSTED_REPORT).fullmatch
+    records = {s: (a, decode_record(t, fullmatch, s)) for s, a, t in db.execute(
+        "SELECT seq, at, record FROM records "
+        f"WHERE {RECORD_VENTURE_SQL} = ? AND seq <= ? ORDER BY seq", (record.get("venture"), seq))}
+    for p in premises:
+        whole = record_at(db, p) if 0 < p <= seq else None
+        if whole is not None:
+            records[p] = whole
     for p in premises:
         if p in records:
             r = records[p][1]
@@ -11398,6 +11452,8 @@ CHART_KINDS = ("report", "action", "outcome", "ask", "approval", "denial", "reso
 CHART_WIDTH, CHART_HEIGHT = 960, 450
 CHART_LEFT, CHART_TOP, CHART_RIGHT, CHART_BOTTOM = 76, 104, 930, 366     # the plot's edges, in pixels
 CHART_NOTE_MAX = 240          # characters of a record's summary a tooltip shows
+CHART_SPAN = 86400      # seconds a chart shows unless told (--since): the last 24h, as summary
+CHART_MARKS = 120       # markers of one kind at most: more in the span are drawn as named groups
 CHART_VALUE_MAX = sys.float_info.max / 4     # the value axis ends within it: its padded span still fits a float
 CHART_TIME_STEPS = (1, 2, 5, 10, 15, 30, 60, 120, 300, 600, 900, 1800, 3600, 7200, 10800, 21600, 43200,
                     86400, 2 * 86400, 7 * 86400, 14 * 86400, 30 * 86400, 91 * 86400, 365 * 86400)
@@ -11434,9 +11490,11 @@ def cmd_chart(home, args):
             raise Fail(EX_USAGE, f"avsm chart charts one venture at a time; {CHART_USAGE}")
     if not name:
         raise Fail(EX_USAGE, CHART_USAGE)
-    after, seconds = since_arg(since, "chart") if since is not None else (0, None)
+    after, seconds = since_arg(since, "chart") if since is not None else (0, CHART_SPAN)
     after, start = after or 0, time.time() - seconds if seconds else 0
     span = f"in the last {format_duration(seconds)}" if seconds else f"after #{after}" if after else "in the ledger"
+    if since is None:
+        span = "in the last 24h (the default span; --since 0 charts the whole history)"
     db = open_ledger_ro(ledger_path(home))
     try:
         mandates, records, untimed = read_chart_records(db, name, after, start)
@@ -11448,7 +11506,8 @@ def cmd_chart(home, args):
         raise Fail(EX_DATAERR, f"no venture is named '{name}'; {client_command(home)} status lists them")
     if not any(r["kind"] == "report" for _, _, r in records):
         raise Fail(EX_DATAERR, f"venture {name} has no reports {span}" +
-                   ("; give --since an earlier record or a longer duration, or leave it out for the whole history" if since is not None
+                   ("; give --since an earlier record or a longer duration, or --since 0 for the "
+                    "whole history" if since is not None
                     else "; its first report comes at its first cadence once avsmd runs"))
     out(chart_svg(name, mandates, records, span))
     return EX_OK
@@ -11476,21 +11535,27 @@ CLOCK_MAX = 253402300799     # 9999-12-31T23:59:59Z: a record's time past it (or
 def read_chart_records(db, name, after, start):
     """Return (every mandate record of venture `name`, its records a chart shows after seq `after` and from
     unix time `start`, each [(seq, at, record)] in order, and how many records were left out for a time no
-    clock wrote: a ledger edited by hand). Stored records are canonical JSON, so the venture's field is found
-    by its exact text before a record is parsed."""
+    clock wrote: a ledger edited by hand). The ledger's indexes find the mandates, the first record
+    of the span by its time and the venture's records in it: a chart reads its span, not all."""
     field = f'"venture":{json.dumps(name)}'
     mandates = [(s, a, json.loads(t)) for s, a, t in db.execute(
-        "SELECT seq, at, record FROM records WHERE instr(record, '\"kind\":\"mandate\"') > 0 AND instr(record, ?) > 0 "
-        "ORDER BY seq", (field,))]
-    records, untimed = [], 0
-    for s, a, t in db.execute("SELECT seq, at, record FROM records WHERE seq > ? AND at >= ? AND instr(record, ?) > 0 "
-                              "ORDER BY seq", (after, start, field)):
-        record = json.loads(t)
+        f"SELECT seq, at, record FROM records WHERE {RECORD_KIND_SQL} = 'mandate' "
+        "AND instr(record, ?) > 0 ORDER BY seq", (field,))]
+    if start > 0:
+        after = max(after, first_seq_at(db, start, last_seq(db)) - 1)
+    records, untimed, fullmatch, texts = [], 0, re.compile(TRUSTED_REPORT).fullmatch, {}
+    for s, a, t in db.execute("SELECT seq, at, record FROM records WHERE seq > ? AND at >= ? AND "
+                              f"{RECORD_VENTURE_SQL} = ? ORDER BY seq", (after, start, name)):
+        record = decode_record(t, fullmatch, s)
+        if "summary" not in record:
+            texts[s] = t                # a trusted report read fast, without its summary
         if record.get("venture") == name and record.get("kind") in CHART_KINDS:
             if 0 <= a <= CLOCK_MAX:
                 records.append((s, a, record))
             else:
                 untimed += 1
+    if len(texts) <= CHART_RIGHT - CHART_LEFT:      # drawn one by one, each tooltip its summary
+        records = [(s, a, json.loads(texts[s]) if s in texts else r) for s, a, r in records]
     return [m for m in mandates if m[2].get("venture") == name and m[2].get("kind") == "mandate"], records, untimed
 
 
@@ -11658,7 +11723,8 @@ def chart_svg(name, mandates, records, span="in the ledger"):
              f'height="{CHART_BOTTOM - CHART_TOP}"/></clipPath>']
     parts += chart_axes(metric, ticks, time_ticks(t0, t1), x, y, last)
     controller, labels = chart_controller(shown, x, y)
-    parts += chart_stretches(spans, marks, x) + controller + chart_reports(trusted, apart, x, y, bottom, top) + labels
+    parts += chart_stretches(spans, marks, x) + controller
+    parts += chart_reports(trusted, apart, x, y, bottom, top, chart_breaks(reports, eras)) + labels
     parts += chart_markers(actions, asks, records, levers, x) + legend
     parts.append("</svg>")
     return "\n".join(parts)
@@ -11743,21 +11809,91 @@ def chart_controller(shown, x, y):
                               *labels, "</g>"]
 
 
-def chart_reports(trusted, apart, x, y, bottom, top):
-    """Return the SVG of the trusted reports (a line, and a point each) and of the reports marked apart:
-    implausible (a cross), unconfirmed (a ring), failed (no value: a triangle on the time axis); one off the scale a
-    triangle at the edge it passed."""
+def chart_columns(trusted, x):
+    """Return the trusted reports a chart draws, [(seq, at, record, column)]: each one while they
+    number no more than the plot's pixel columns (column None), else in each column its lowest,
+    highest and last in the order they were read, so a spike keeps its shape; the last carries
+    column: (how many reports the column holds, its first seq, its lowest and highest (seq, value)),
+    the others False."""
+    if len(trusted) <= CHART_RIGHT - CHART_LEFT:
+        return [(s, a, rec, None) for s, a, rec in trusted]
+    drawn, i = [], 0
+    while i < len(trusted):
+        j, column = i, int(x(trusted[i][1]))
+        while j < len(trusted) and int(x(trusted[j][1])) == column:
+            j += 1
+        held = trusted[i:j]
+        low = min(held, key=lambda e: e[2]["value"])       # trusted: a finite number each
+        high = max(held, key=lambda e: e[2]["value"])
+        for e in sorted({e[0]: e for e in (low, high)}.values(), key=lambda e: e[0]):
+            if e is not held[-1]:
+                drawn.append((*e, False))
+        info = (len(held), held[0][0], (low[0], low[2]["value"]), (high[0], high[2]["value"]))
+        drawn.append((*held[-1], info))
+        i = j
+    return drawn
+
+
+def chart_breaks(reports, eras):
+    """Return the seqs of the trusted reports before which the line breaks: no report at all was
+    read for more than two cadences of the mandate then in force (a pause, avsmd stopped)."""
+    breaks, before, era = set(), None, 0
+    for s, a, rec in reports:
+        while era + 1 < len(eras) and eras[era + 1][0] <= a:
+            era += 1
+        m = eras[era][2] if eras and eras[0][0] <= a else None
+        if before is not None and m is not None and a - before[0] > 2 * m["cadence"]:
+            before = (before[0], True)
+        if report_status(rec) == "trusted" and chart_number(rec.get("value")) is not None:
+            if before is not None and before[1]:
+                breaks.add(s)
+            before = (a, False)
+        else:
+            before = (a, before is not None and before[1])
+    return breaks
+
+
+def chart_reports(trusted, apart, x, y, bottom, top, breaks=()):
+    """Return the SVG of the trusted reports (a line, broken where nothing was read for two
+    cadences, and a point each, or each pixel column's when there are more: chart_columns) and of
+    the reports marked apart: implausible (a cross), unconfirmed (a ring), failed (no value: a
+    triangle on the time axis); one off the scale a triangle at the edge it passed; too many of one
+    status to draw apart, in groups (chart_groups)."""
     c = CHART_COLOURS
-    r = 3 if len(trusted) <= 300 else 2 if len(trusted) <= 1500 else 1.2
-    xy = [(f"{x(a):.1f}", f"{y(chart_number(rec['value'])):.1f}") for _, a, rec in trusted]
-    parts = [f'<polyline class="trusted-line" points="{" ".join(f"{px},{py}" for px, py in xy)}" fill="none" '
-             f'stroke="{c["trusted"]}" stroke-width="{1.5 if len(trusted) <= 1500 else 1}" stroke-linejoin="round" '
-             f'clip-path="url(#plot)"/>',
-             f'<g class="reports trusted" fill="{c["trusted"]}">']
-    parts += [f'<circle class="report trusted" cx="{px}" cy="{py}" r="{r}">{chart_tooltip(s, a, rec)}</circle>'
-              for (s, a, rec), (px, py) in zip(trusted, xy)]
+    drawn = chart_columns(trusted, x)
+    points = [e for e in drawn if e[3] is not False]
+    r = 3 if len(points) <= 300 else 2 if len(points) <= 1500 else 1.2
+    xy = {s: (f"{x(a):.1f}", f"{y(chart_number(rec['value'])):.1f}") for s, a, rec, _ in drawn}
+    import bisect
+    lines, previous, breaks = [[]], 0, sorted(breaks)
+    for s, _, _, _ in drawn:
+        if lines[-1] and bisect.bisect_right(breaks, s) > bisect.bisect_right(breaks, previous):
+            lines.append([])
+        lines[-1].append(s)
+        previous = s
+    parts = [f'<g class="trusted-line" fill="none" stroke="{c["trusted"]}" '
+             f'stroke-width="{1.5 if len(trusted) <= 1500 else 1}" stroke-linejoin="round" '
+             'clip-path="url(#plot)">']
+    parts += [f'<polyline points="{" ".join(",".join(xy[s]) for s in line)}"/>' for line in lines]
+    parts += ["</g>", f'<g class="reports trusted" fill="{c["trusted"]}">']
+    for s, a, rec, column in points:
+        if column is None:
+            title = chart_tooltip(s, a, rec)
+        else:
+            n, first, (lo_seq, lo), (hi_seq, hi) = column
+            title = "<title>" + xml_text(
+                f"#{s} {chart_time(a)}: {format_number(rec['value'])}; {n} reports here, "
+                f"#{first} to #{s}: lowest {format_number(lo)} (#{lo_seq}), "
+                f"highest {format_number(hi)} (#{hi_seq})"
+            ) + "</title>"
+        px, py = xy[s]
+        parts.append(f'<circle class="report trusted" cx="{px}" cy="{py}" r="{r}">{title}</circle>')
     parts += ["</g>", '<g class="reports apart" stroke-width="1.8" fill="none">']
-    for s, a, rec in apart:
+    groups = sorted((g for status in sorted({report_status(e[2]) for e in apart})
+                     for g in chart_groups([e for e in apart if report_status(e[2]) == status], x)),
+                    key=lambda g: g[0][0])
+    for group in groups:
+        s, a, rec = group[-1]
         status, value, px = report_status(rec), chart_number(rec.get("value")), x(a)
         colour = c.get(status, c["implausible"])
         if value is None:
@@ -11772,7 +11908,9 @@ def chart_reports(trusted, apart, x, y, bottom, top):
         else:
             py = y(value)
             d = f"M{px - 4:.1f},{py - 4:.1f} L{px + 4:.1f},{py + 4:.1f} M{px - 4:.1f},{py + 4:.1f} L{px + 4:.1f},{py - 4:.1f}"
-        parts.append(f'<path class="report {status}" d="{d}" stroke="{colour}">{chart_tooltip(s, a, rec)}</path>')
+        title = chart_tooltip(s, a, rec) if len(group) == 1 else \
+            group_title(group, f"{status} reports")
+        parts.append(f'<path class="report {status}" d="{d}" stroke="{colour}">{title}</path>')
     parts.append("</g>")
     return parts
 
@@ -11794,7 +11932,8 @@ def chart_spans(records, mandates, eras, t0, t1):
             opened.setdefault(("paused", None) if kind == "pause" else ("stuck", r.get("side")), (a, s, r))
         elif kind == "resume":
             ended = [("paused", None)]
-        elif kind == "report" and report_status(r) == "trusted" and chart_number(r.get("value")) is not None:
+        elif kind == "report" and opened and report_status(r) == "trusted" \
+                and chart_number(r.get("value")) is not None:      # only an open stretch can end
             ended = [("stuck", side) for side, way, bound, _ in controller_sides(m) if not crossed(way, bound, r["value"])]
         for key in [k for k in ended if k in opened]:
             start, seq, record = opened.pop(key)
@@ -11811,53 +11950,113 @@ def chart_marks(records, mandates, t0, t1):
     return sorted(marks + [(a, "mandate", f"mandate #{s}", s, r) for s, a, r in mandates[1:] if t0 <= a <= t1])
 
 
+def chart_label_x(px, label, size=10):
+    """Return (x, anchor) of a label beside the line at px, kept inside the plot: to its right, or
+    to its left where it would pass the plot's right edge (a character averages 0.6 of the size)."""
+    if px + 3 + len(label) * size * 0.6 <= CHART_RIGHT:
+        return f"{px + 3:.1f}", "start"
+    return f"{px - 3:.1f}", "end"
+
+
+def chart_groups(items, x, most=CHART_MARKS):
+    """Return `items` [(seq, at, record)] as the groups a chart draws one marker each for: those in
+    one pixel column together, and while that leaves more than `most`, in one twice as wide."""
+    width = 1
+    while True:
+        groups = []
+        for item in items:
+            if groups and int(x(item[1]) / width) == int(x(groups[-1][-1][1]) / width):
+                groups[-1].append(item)
+            else:
+                groups.append([item])
+        if len(groups) <= most:
+            return groups
+        width *= 2
+
+
+def group_title(group, what):
+    """Return the tooltip of a marker drawn for several records: their seqs and times, how many."""
+    (s1, a1, _), (s2, a2, _) = group[0], group[-1]
+    return "<title>" + xml_text(f"#{s1}..#{s2}: {len(group)} {what} from {chart_time(a1)} to "
+                                f"{chart_time(a2)}; avsm tail --since {s1 - 1} lists them") \
+        + "</title>"
+
+
 def chart_stretches(spans, marks, x):
     """Return the SVG of the shaded stretches (paused grey, stuck amber, each labelled where it begins) and of
     the labelled marks (a guard trip, a new mandate: a line through the plot), drawn under the reports."""
     c, parts = CHART_COLOURS, ['<g class="stretches" font-size="10" clip-path="url(#plot)">']
     for start, end, what, seq, rec, until in spans:
         x1, x2 = x(start), x(end)
-        label = "" if x2 - x1 < 40 else xml_text("paused" if what == "paused" else f"stuck ({rec.get('stuck')})")
+        label = "paused" if what == "paused" else f"stuck ({rec.get('stuck')})"
+        label = xml_text(label) if x2 - x1 >= max(40, len(label) * 6 + 6) else ""  # inside it
         parts.append(f'<g class="span {what}">{chart_tooltip(seq, start, rec, f"; until #{until}" if until else "")}'
                      f'<rect x="{x1:.1f}" y="{CHART_TOP}" width="{max(x2 - x1, 1):.1f}" height="{CHART_BOTTOM - CHART_TOP}" '
                      f'fill="{c[what]}" fill-opacity="0.2"/><text x="{x1 + 3:.1f}" '
                      f'y="{CHART_BOTTOM - (5 if what == "paused" else 17)}" fill="{c[what]}">{label}</text></g>')
-    for at, what, label, seq, rec in marks:
+    groups = sorted((g for what in ("guard", "mandate")
+                     for g in chart_groups([(m[3], m[0], m) for m in marks if m[1] == what], x)),
+                    key=lambda g: g[0][0])
+    for group in groups:
+        at, what, label, seq, rec = group[-1][2]
         px = x(at)
-        parts.append(f'<g class="mark {what}" fill="{c[what]}">{chart_tooltip(seq, at, rec)}<line x1="{px:.1f}" '
+        title = chart_tooltip(seq, at, rec) if len(group) == 1 else \
+            group_title(group, f"{what} marks")
+        label = label if len(group) == 1 else f"{label} (+{len(group) - 1})"
+        lx, anchor = chart_label_x(px, label)
+        parts.append(f'<g class="mark {what}" fill="{c[what]}">{title}<line x1="{px:.1f}" '
                      f'x2="{px:.1f}" y1="{CHART_TOP}" y2="{CHART_BOTTOM}" stroke="{c[what]}" stroke-width="1.5"/>'
-                     f'<text x="{px + 3:.1f}" y="{CHART_TOP + 12}">{xml_text(label)}</text></g>')
+                     f'<text x="{lx}" y="{CHART_TOP + 12}"'
+                     + ("" if anchor == "start" else ' text-anchor="end"')
+                     + f'>{xml_text(label)}</text></g>')
     return parts + ["</g>"]
 
 
 def chart_markers(actions, asks, records, levers, x):
     """Return the SVG of each lever run (a triangle over the plot in its lever's colour, a line down through it;
     edged red when not ok, pale while running) and each ask (a diamond above them), each with its seq and what
-    came of it in its tooltip."""
+    came of it in its tooltip. Runs of one lever, or asks, too many to draw apart are drawn in
+    chart_groups: one marker over the stretch a group spans, naming its first and last seq and how
+    many it holds."""
     c = CHART_COLOURS
     ended = {r.get("action"): (s, r) for s, _, r in records if r["kind"] == "outcome"}
     answered = {r.get("ask"): (s, r) for s, _, r in records if r["kind"] in ("approval", "denial", "resolved")}
     parts = ['<g class="actions">']
-    for s, a, rec in actions:
-        o_seq, outcome = ended.get(s, (None, None))
-        state = "running" if outcome is None else "ok" if outcome.get("ok") else "failed"
-        more = (f"; no outcome in the ledger yet" if outcome is None else
-                f"; ended #{o_seq}: {'ok' if outcome.get('ok') else 'not ok'} ({outcome.get('status')})")
-        colour, px = levers[str(rec.get("lever"))], x(a)
+    groups = sorted((g for lever in levers for g in chart_groups(
+        [e for e in actions if str(e[2].get("lever")) == lever], x)), key=lambda g: g[0][0])
+    for group in groups:
+        states = []
+        for s, a, rec in group:
+            o_seq, outcome = ended.get(s, (None, None))
+            states.append("running" if outcome is None else "ok" if outcome.get("ok") else "failed")
+            more = (f"; no outcome in the ledger yet" if outcome is None else
+                    f"; ended #{o_seq}: {'ok' if outcome.get('ok') else 'not ok'} "
+                    f"({outcome.get('status')})")
+        state = next(k for k in ("failed", "running", "ok") if k in states)
+        colour, px, x1 = levers[str(rec.get("lever"))], x(a), x(group[0][1])
         edge = {"running": ' fill-opacity="0.4"', "ok": "", "failed": f' stroke="{c["not ok"]}" stroke-width="2.5"'}[state]
-        parts.append(f'<g class="action {state}" stroke="{colour}" fill="{colour}">{chart_tooltip(s, a, rec, more)}'
-                     f'<line x1="{px:.1f}" x2="{px:.1f}" y1="{CHART_TOP}" y2="{CHART_BOTTOM}" stroke-opacity="0.45" '
-                     f'stroke-dasharray="3 3"/>'
-                     f'<path d="M{px - 6:.1f},{CHART_TOP - 16} L{px + 6:.1f},{CHART_TOP - 16} L{px:.1f},{CHART_TOP - 4} Z"{edge}/></g>')
+        title = chart_tooltip(s, a, rec, more) if len(group) == 1 else group_title(
+            group, f"runs of {rec.get('lever')}, {states.count('failed')} not ok, "
+                   f"{states.count('running')} with no outcome yet,")
+        line = (f'<line x1="{px:.1f}" x2="{px:.1f}" y1="{CHART_TOP}" y2="{CHART_BOTTOM}" '
+                f'stroke-opacity="0.45" stroke-dasharray="3 3"/>') if px - x1 < 2 else ""
+        parts.append(f'<g class="action {state}" stroke="{colour}" fill="{colour}">{title}{line}'
+                     f'<path d="M{x1 - 6:.1f},{CHART_TOP - 16} L{px + 6:.1f},{CHART_TOP - 16} '
+                     f'L{px:.1f},{CHART_TOP - 4} L{x1:.1f},{CHART_TOP - 4} Z"{edge}/></g>')
     parts += ["</g>", f'<g class="asks" fill="{c["ask"]}" stroke="{c["ask"]}">']
-    for s, a, rec in asks:
+    for group in chart_groups(asks, x):
+        s, a, rec = group[-1]
         a_seq, answer = answered.get(s, (None, None))
         more = (f"; still open: avsm approve {s} or avsm deny {s}" if answer is None else
                 f"; answered by #{a_seq} {answer.get('kind')}")
-        px, py = x(a), CHART_TOP - 30
-        state, pale = ("open", "") if answer is None else ("answered", ' fill-opacity="0.35"')
-        parts.append(f'<g class="ask {state}">{chart_tooltip(s, a, rec, more)}'
-                     f'<path d="M{px:.1f},{py - 7} L{px + 6:.1f},{py} L{px:.1f},{py + 7} L{px - 6:.1f},{py} Z"{pale}/></g>')
+        opened = sum(answered.get(e[0]) is None for e in group)
+        px, py, x1 = x(a), CHART_TOP - 30, x(group[0][1])
+        state, pale = ("open", "") if opened else ("answered", ' fill-opacity="0.35"')
+        title = chart_tooltip(s, a, rec, more) if len(group) == 1 else group_title(
+            group, f"asks, {opened} still open (avsm asks lists them),")
+        parts.append(f'<g class="ask {state}">{title}<path d="M{x1:.1f},{py - 7} '
+                     f'L{px:.1f},{py - 7} L{px + 6:.1f},{py} L{px:.1f},{py + 7} L{x1:.1f},{py + 7} '
+                     f'L{x1 - 6:.1f},{py} Z"{pale}/></g>')
     parts.append("</g>")
     return parts
 
@@ -12561,7 +12760,8 @@ def doctor_daemon(home, found):
                    f"kill {' '.join(map(str, daemons[1:]))}   (keep one)")
     holder = lock_holder(home) if os.path.isfile(lock) else None
     conn = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-    conn.settimeout(5)
+    conn.settimeout(DOCTOR_PROBE_MOST)
+    began = time.monotonic()
     try:
         conn.connect(sock)
         send_line(conn, {"v": 1, "cmd": "health", "args": {}})
@@ -12574,8 +12774,19 @@ def doctor_daemon(home, found):
         lines = [m["out"] for m in answer if "out" in m]
         problems = [m["err"] for m in answer if "err" in m]
         found.ok(f"avsmd answers on {sock}" + (f": {lines[0]}" if lines else ""))
+        took = time.monotonic() - began
+        if took > DOCTOR_PROBE:
+            found.note(f"avsmd took {took:.0f} s to answer doctor's health request (a busy "
+                       f"warden answers within {DOCTOR_PROBE} s): a long write, or a host short "
+                       "of CPU")
         for problem in problems:
             found.fail(EX_NOPERM, problem, f"free space or fix permissions under {home}; avsmd tries again every 30 s")
+    except TimeoutError:                # it took the request: slow or stuck, not gone
+        who = f"avsmd (pid {holder})" if holder else "avsmd"
+        found.fail(EX_UNAVAILABLE, f"{who} took doctor's health request on {sock} but gave no "
+                                   f"answer in {DOCTOR_PROBE_MOST} s: it runs, stuck or very busy",
+                   f"{client_command(home)} doctor again in a minute; if it stays silent: kill "
+                   f"{holder or 'its pid'} && {program_command('avsmd', home)}")
     except OSError:
         if holder:
             found.fail(EX_UNAVAILABLE, f"avsmd (pid {holder}) is running but its socket {sock} is missing",
@@ -12584,6 +12795,10 @@ def doctor_daemon(home, found):
             found.fail(EX_UNAVAILABLE, f"no avsmd is running on {home}", f"{program_command('avsmd', home)}")
     finally:
         conn.close()
+
+
+DOCTOR_PROBE = 5        # seconds within which avsmd answers doctor's health request, all being well
+DOCTOR_PROBE_MOST = 30  # ... and doctor waits this long before it calls a daemon that took it stuck
 
 
 def avsmd_processes(home):

@@ -42,12 +42,13 @@ permitted:
 TARGET = 5.0
 
 
-def build(home, top, n, ventures):
-    """Write n records for `ventures` ventures into HOME/ledger.db; return how many are actions."""
+def build(home, top, n, ventures, start=1_700_000_000, step=1):
+    """Write n records for `ventures` ventures into HOME/ledger.db, a report every `step` seconds from unix
+    time `start`; return how many records and how many of them are actions."""
     os.makedirs(home, mode=0o700)
     ledger = avsm.Ledger(os.path.join(home, "ledger.db"))
     ledger.db.execute("BEGIN IMMEDIATE")
-    prev, seq, at, states, actions = "0" * 64, 0, 1_700_000_000, {}, 0
+    prev, seq, at, states, actions = "0" * 64, 0, start, {}, 0
 
     def put(record):
         nonlocal prev, seq
@@ -74,7 +75,7 @@ def build(home, top, n, ventures):
              "sha256": hashlib.sha256(MANDATE.encode()).hexdigest(), "summary": f"mandate adopted for {name}"})
     i = 0
     while seq < n:
-        at += 1
+        at += step
         name = names[i % ventures]
         value = 5 + (i // ventures) % 8           # 5 .. 12: crosses 10 now and then
         i += 1
