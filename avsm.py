@@ -1660,14 +1660,16 @@ def parse_metrics(c, value):
     c.mapping(value, path, {"textfile", "every"}, "metrics")
     if "textfile" not in value:
         c.fail(path, f"metrics has no 'textfile'; write {METRICS_EXAMPLE}")
-    textfile = c.text(value["textfile"], path + ("textfile",), "textfile")
+    where = path + ("textfile",)
+    textfile = c.text(value["textfile"], where, "textfile")
     if "\0" in textfile or not os.path.isabs(textfile):
-        c.fail(path + ("textfile",),
+        c.fail(where,
                f"textfile is a file's absolute path in the directory node_exporter's "
                f"--collector.textfile.directory names, as "
                f"/var/lib/prometheus/node-exporter/avsm.prom, not {textfile!r}")
     if not textfile.endswith(".prom") or textfile.endswith("/.prom"):
-        c.fail(path + ("textfile",),
+        c.fail(where,
+
                f"node_exporter's textfile collector reads only files named NAME.prom; "
                f"name the textfile so, as {os.path.join(os.path.dirname(textfile), 'avsm.prom')}")
     every = METRICS_EVERY
@@ -2436,8 +2438,8 @@ Row = collections.namedtuple("Row", "seq at prev hash record")
 
 
 def records_page(db, after, limit, head_line):
-    """Return the lines of a `records` answer: `head_line`, then the raw rows after `after`, many
-    rows a line (a line a row would cost each hop a JSON line a row)."""
+    """Return the lines of a `records` answer: `head_line`, then the rows after `after`, many a
+    line (a JSON line a row would cost each hop)."""
     lines, chunk, size = [head_line], [], 0
     limit = RECORDS_PAGE if limit is None else min(limit, RECORDS_PAGE)
     rows = db.execute("SELECT seq, at, prev, hash, record FROM records WHERE seq > ? "
@@ -2454,9 +2456,7 @@ def records_page(db, after, limit, head_line):
 
 
 def records_answer(home, args):
-    """Return the answer to a `records` request on `home` as the socket's lines: its head, its
-    newest checkpoint when asked, a page of rows; Fail(66) when the home holds no ledger that
-    reads."""
+    """Return the answer to a `records` request on `home` as the socket's lines, or Fail(66)."""
     import sqlite3
     path = os.path.join(home, "ledger.db")
     try:
@@ -2479,8 +2479,7 @@ def records_answer(home, args):
 
 
 def parse_rows(lines):
-    """Return the Rows of a `records` answer's lines after its first; ValueError when one holds
-    none."""
+    """Return the Rows of a `records` answer's lines after its first, or ValueError."""
     return [parse_row(text) for line in lines for text in line.split("\n")]
 
 
@@ -2492,8 +2491,7 @@ def parse_row(line):
 
 
 def row_problem(row, before):
-    """Return why raw `row` is not the link after `before` ((seq, hash), or None when not held),
-    or None."""
+    """Return why `row` is not the link after `before` ((seq, hash) or None), or None."""
     if before is not None and row.seq != before[0] + 1:
         return f"record #{before[0] + 1} is missing (the next row is #{row.seq})"
     if before is not None and row.prev != before[1]:
@@ -2504,9 +2502,8 @@ def row_problem(row, before):
 
 
 def check_far_rows(held, before, rows):
-    """Return (the last (seq, hash) checked, verdict) of far `rows` read after `before`, `held`
-    being {seq: hash kept}: verdict None, ("differs", SEQ, KEPT HASH, FAR HASH) or ("broken", SEQ,
-    WHY)."""
+    """Return (the last (seq, hash) checked, None or ("differs", SEQ, KEPT, FAR) or ("broken",
+    SEQ, WHY)) of far `rows` after `before`, `held` being {seq: hash kept}."""
     for row in rows:
         why = row_problem(row, before)
         if why is not None:
@@ -2527,8 +2524,7 @@ def first_differing(lo, hi, differs):
 
 
 def checkpoint_problem(kept, new, far_hash):
-    """Return why a host's newest checkpoint `new` may not be kept after `kept`, `far_hash` being
-    the host's hash at new.seq; None when it may."""
+    """Return why a host's checkpoint `new` may not be kept after `kept`, or None."""
     if kept is not None and new.origin != kept.origin:
         return (f"its origin is {shown_text(new.origin)[:120]}, not "
                 f"{shown_text(kept.origin)[:120]} as the one kept")
@@ -5583,8 +5579,7 @@ def send_line(sock, message):
 
 
 def request_line(message):
-    """Return a client's request as the line avsmd reads, or Fail(64) past REQUEST_MAX (avsmd
-    would refuse it half sent, and the client hear only a broken pipe)."""
+    """Return a request as the line avsmd reads, or Fail(64) past REQUEST_MAX, not a broken pipe."""
     data = (json.dumps(message, separators=(",", ":")) + "\n").encode()
     if len(data) > REQUEST_MAX:
         cmd = message.get("cmd", "request")
@@ -5627,15 +5622,12 @@ class LineReader:
         self.pieces, self.size, self.limit = [], 0, limit
 
     def feed(self, data):
-        if b"\n" not in data:
-            self.pieces.append(data)
-            self.size += len(data)
-            if self.size > self.limit:
-                raise ValueError("a line longer than avsm reads")
-            return []
-        first, *lines, rest = data.split(b"\n")
-        lines.insert(0, b"".join(self.pieces) + first)
-        self.pieces, self.size = [rest], len(rest)
+        *lines, rest = data.split(b"\n")
+        if lines:
+            lines[0] = b"".join(self.pieces) + lines[0]
+            self.pieces, self.size = [], 0
+        self.pieces.append(rest)
+        self.size += len(rest)
         if self.size > self.limit or any(len(line) > self.limit for line in lines):
             raise ValueError("a line longer than avsm reads")
         return [json.loads(line) for line in lines if line.strip()]
@@ -5915,9 +5907,8 @@ def write_payload(data):
 
 
 def write_textfile(path, text):
-    """Write `text` to `path` in whole, so node_exporter never reads half: to PATH.PID.tmp beside it
-    (a rename is atomic only within a filesystem; node_exporter reads only *.prom), mode 0644
-    whatever the umask (node_exporter often runs as another user), then renamed."""
+    """Write `text` to `path` whole: to PATH.PID.tmp beside it (node_exporter reads only *.prom),
+    mode 0644 whatever the umask (node_exporter often runs as another user), then renamed."""
     temporary = f"{path}.{os.getpid()}.tmp"
     if os.path.lexists(temporary):
         os.unlink(temporary)              # never write through a name someone planted
@@ -6481,14 +6472,15 @@ def log(debug, who, message):
 
 
 def read_small_file(path, limit):
-    """Return the bytes of the regular file at `path`, at most `limit`, or OSError saying why not
-    (a FIFO, a device or a directory is refused, never waited on)."""
+    """Return the bytes of the regular file at `path`, at most `limit`, or OSError (a FIFO is
+    refused, never waited on)."""
+
     fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_NOCTTY)     # a FIFO's open would wait
     try:
         mode = os.fstat(fd).st_mode
         if not stat.S_ISREG(mode):
-            what = "a directory" if stat.S_ISDIR(mode) else "a FIFO" if stat.S_ISFIFO(mode) else \
-                "a socket" if stat.S_ISSOCK(mode) else "a device"
+            what = {stat.S_IFDIR: "a directory", stat.S_IFIFO: "a FIFO",
+                    stat.S_IFSOCK: "a socket"}.get(stat.S_IFMT(mode), "a device")
             raise OSError(0, f"it is {what}, not a regular file")
         pieces, size = [], 0
         while size <= limit:
@@ -7676,9 +7668,7 @@ def newest_checkpoint(directory):
 
 
 class Metrics:
-    """Writes the figures (metrics_text) to the config's metrics.textfile every `every`. Holds when
-    the next write is due, avsmd's records counted and up to which seq, and the failures in a
-    row."""
+    """Writes the figures (metrics_text) to metrics.textfile every `every`; holds the counters."""
 
     def __init__(self, spec, debug=False):
         self.spec, self.debug = spec, debug
@@ -7689,8 +7679,8 @@ class Metrics:
         return self.spec is not None and now >= self.next_at
 
     def count(self, db):
-        """Count avsmd's starts and restarts since the last count; return the head. avsmd writes
-        them, not the warden, and a roles process restarts while the warden runs."""
+        """Count avsmd's starts and restarts since the last count (avsmd writes them, not the
+        warden); return the head."""
         head = (ledger_head(db) or (0,))[0]     # first: what avsmd appends after it waits its turn
         rows = db.execute("SELECT seq, record FROM records WHERE seq > ? AND seq <= ? "
                           "AND (record LIKE ? OR record LIKE ?) ORDER BY seq",
@@ -7716,8 +7706,7 @@ class Metrics:
 
 
 def newest_signed_checkpoint(directory):
-    """Return (text, signature or None) of the newest SEQ.txt in `directory` that reads as a
-    checkpoint, with its SEQ.txt.sig; (None, None) when there is none."""
+    """Return (text, signature or None) of the newest checkpoint in `directory`, or (None, None)."""
     names = [n for n in os.listdir(directory) if re.fullmatch(r"\d+\.txt", n)] \
         if os.path.isdir(directory) else []
     for name in sorted(names, reverse=True):
@@ -9830,8 +9819,7 @@ def bridge_verb(home, message, read_only):
 
 
 def bridge_argv_problem(verb, argv):
-    """Return why the bridge runs no `verb` with `argv`, or None: no argument names a file of this
-    host, and nothing starts a program here for the caller (an editor)."""
+    """Return why the bridge runs no `verb` with `argv` (a file of this host, an editor), or None."""
     for i, arg in enumerate(argv):
         if arg == "--allowed-signers" and verb == "doctor":
             return ("through the bridge doctor --allowed-signers names no file of this host: a "
@@ -9910,8 +9898,7 @@ def read_fleet(path, must=True):
 
 
 def fleet_timeout(c, value, path, text):
-    """Return the seconds of a fleet file's timeout (a duration, never a bare number), or Fail(78)
-    at the value's own line and column."""
+    """Return the seconds of a fleet file's timeout, or Fail(78) at the value's line and column."""
     try:
         if isinstance(value, (int, float)) and not isinstance(value, bool) and value > 0:
             raise ValueError(f"timeout is a duration, not the number {shown_value(value)}; "
@@ -9927,7 +9914,7 @@ def fleet_timeout(c, value, path, text):
 
 def find_host(target, path=None):
     """Return the host `target` names: NAME or NAME:HOME of the fleet file, else [user@]HOST[:HOME]
-    with the fleet file's nearest name, for a host ssh cannot reach."""
+    with a guess for a host ssh cannot reach."""
     hosts = read_fleet(fleet_path(path), must=path is not None)
     byname = {h["name"]: h for h in hosts}
     if target in byname:
@@ -9964,8 +9951,8 @@ def run_remote(target, verb, argv, path=None):
 
 
 def ask_bridge(host, request):
-    """ask_daemon through a host's bridge: the request relayed to its avsmd, the answer shown as
-    from one here, each avsm command in it naming that host; an answer that is not avsm's is 69."""
+    """ask_daemon through a host's bridge: return the exit code of the answer, shown as from one
+    here; an answer that is not avsm's is 69."""
     code, data, errors = ssh_bridge(host, dict(request, home=host["home"]), capture=True)
     if errors and errors[-1].startswith(FAR_CUT):
         raise Fail(EX_UNAVAILABLE, f"{host['name']}: the bridge answered with more than "
@@ -10021,8 +10008,7 @@ def far_command(name):
 
 
 def far_text(text, command):
-    """Return a line another host sent with each avsm command in it written `command`, so a hint
-    pasted here answers that host."""
+    """Return a line another host sent with each avsm command in it written `command`."""
     if command is None:
         return text
     return command.join(re.sub(FAR_COMMAND, lambda _: command + " ", piece)
@@ -10030,11 +10016,10 @@ def far_text(text, command):
 
 
 def ssh_bridge(host, request, capture=False, timeout=None):
-    """Run the bridge on `host` through ssh with `request` on its standard input (kept open
-    while a verb runs); return (exit code, its output when captured, its error lines). A verb
-    follows a ping: the connection and its answer get the host's timeout, the whole `timeout`
-    when given (fleet); a verb then runs as long as it runs (tail -f). What comes back is shown
-    escaped (far_text), at most FAR_KEEP bytes kept; a failure is one Fail (far_failure)."""
+    """Run the bridge on `host` through ssh with `request` on its standard input; return (exit
+    code, its output when captured, its error lines). The connection and the ping before a verb
+    get the host's timeout, the whole `timeout` when given (fleet); a verb then runs as long as it
+    runs (tail -f)."""
     import codecs
     import select
     import threading
@@ -10130,8 +10115,7 @@ def ssh_bridge(host, request, capture=False, timeout=None):
 
 
 def start_ssh(host):
-    """Return ssh to `host` running its bridge, in a process group of its own (a timeout ends it
-    and anything it started), its standard files on pipes."""
+    """Return ssh to `host` running its bridge, in a process group a timeout ends."""
     import shlex
     import subprocess
     argv = shlex.split(host["ssh"]) + ["-T", "-o", "BatchMode=yes", "-o", "LogLevel=ERROR", "-o",
@@ -10147,9 +10131,8 @@ def start_ssh(host):
 
 
 def far_failure(host, code, ours, theirs, ended=(), pinged=True, by_hand=None):
-    """Fail with the one line that says why the bridge on `host` did not answer, and the fix: 68 not
-    reached or no answer in time, 77 a key or host key refused, 69 no avsm there or a bridge that
-    said nothing; else return ssh's last word. A hint to try by hand runs what avsm ran."""
+    """Fail saying why the bridge on `host` did not answer (68 not reached or in time, 77 a key
+    refused, 69 no avsm there), or return ssh's last word."""
     name, by_hand = host["name"], by_hand or f"`{host['ssh']} {host['dest']} true`"
     if ended:
         raise Fail(EX_NOHOST, f"{name}: no answer within {format_duration(ended[0])}: the host, "
@@ -10173,8 +10156,7 @@ def far_failure(host, code, ours, theirs, ended=(), pinged=True, by_hand=None):
 
 
 def ping_answered(piece, name):
-    """Whether `piece` is the line ending the bridge's answer to the ping before a verb; Fail when
-    it is not avsm's (69)."""
+    """Return whether `piece` ends the bridge's answer to the ping; Fail(69) when not avsm's."""
     try:
         message = json.loads(piece)
     except (ValueError, RecursionError):
@@ -10221,8 +10203,8 @@ def cmd_fleet(args, given=None, home=None):
 
 
 def fleet_lines(view, said):
-    """Return what avsm fleet prints of [(host, its lines, its error lines)]: each line under its
-    host's name, made here, so no line a host sends can pass for another host's."""
+    """Return what avsm fleet prints of [(host, lines, error lines)], each under its host's name
+    (made here, so no host's line passes for another's)."""
     wide = max((len(name) for name, _, _ in said), default=0)
     if view == "status":
         said = align_status(said)
@@ -10242,8 +10224,7 @@ STATUS_ROW = r"(\S+: \S(?:\S| (?! ))*)  +(\S(?:\S| (?! ))*)"     # NAME: STATE, 
 
 
 def align_status(said):
-    """Return the hosts' status lines with their rows' columns lined up across hosts (a host whose
-    rows are not laid out as avsm's is left as it is)."""
+    """Return the hosts' status lines with their rows' columns lined up across hosts."""
     rows = {}                           # host -> {line index: (NAME: STATE, value, the rest)}
     for name, got, _ in said:
         found = {i: re.match(STATUS_ROW, line) for i, line in enumerate(got)
@@ -10276,8 +10257,8 @@ MIRROR_COMMIT = 32768   # rows a mirror takes in one transaction: one sync to di
 
 
 class BridgeSession:
-    """One ssh session to a host's bridge, kept open for many relayed requests, each answered in
-    turn (a witness's pages); a host that cannot be reached is one Fail, as fleet says it."""
+    """One ssh session to a host's bridge, kept open for many relayed requests (a witness's
+    pages), each answered in turn."""
 
     def __init__(self, host):
         import threading
@@ -10354,10 +10335,8 @@ class BridgeSession:
             self.proc.wait()
 
 
-
 def cmd_witness(home, fleet, args):
-    """fleet witness [--keep DIR] [--mirror] [--allowed-signers FILE]: each host checked here
-    against what was kept for it, at once; exit 0 when every host holds, else the first's code."""
+    """fleet witness: each host checked here against what was kept for it; return the exit code."""
     keep, args = witness_option(args, "--keep")
     allowed, args = witness_option(args, "--allowed-signers")
     if args not in ([], ["--mirror"]):
@@ -10399,8 +10378,7 @@ def witness_option(args, option):
 
 
 def witness_host(host, keep, mirror, allowed):
-    """Return the line that says what was checked and kept of one host, or Fail (65: a history
-    that no longer extends what was kept)."""
+    """Return the line that says what was checked and kept of one host, or Fail."""
     where = os.path.join(keep, re.sub(r"[^\w.@-]+", "_", host["name"]))
     os.makedirs(os.path.join(where, "checkpoints"), mode=0o700, exist_ok=True)
     with open(os.path.join(where, "witness.lock"), "w") as lock:
@@ -10456,9 +10434,8 @@ def witness_session(host, where, session, mirror, allowed):
             verdict = ("differs", max(held), held[max(held)], None)     # the host's ends before
         if verdict is not None:
             raise witness_fork(session, db, where, name, verdict, kept)
-        if at_new is None and db is not None:
-            row = db.execute("SELECT hash FROM records WHERE seq = ?", (new.seq,)).fetchone()
-            at_new = row and row[0]
+        if at_new is None:
+            at_new = mirror_hash(db, new.seq)
     except sqlite3.Error as err:
         raise Fail(EX_DATAERR, f"{name}: {where}/ledger.db cannot be written: {err}; move it "
                                f"away, and the next run copies the ledger afresh") from None
@@ -10469,6 +10446,12 @@ def witness_session(host, where, session, mirror, allowed):
     said = keep_checkpoint(host, where, kept, new, at_new, allowed)
     copied = f", {count - (1 if base else 0)} copied to {where}/ledger.db" if db is not None else ""
     return f"#{new.seq} witnessed{said}: {count} record(s) read and checked{copied}"
+
+
+def mirror_hash(db, seq):
+    """Return the hash the mirror `db` holds at `seq`, or None (none there, or no mirror)."""
+    row = db and db.execute("SELECT hash FROM records WHERE seq = ?", (seq,)).fetchone()
+    return row and row[0]
 
 
 def far_page(session, name):
@@ -10484,7 +10467,7 @@ def far_page(session, name):
 
 def copy_far_rows(session, db, held, lo, hi, want):
     """Return (the last (seq, hash) read, how many, the hash at `want`, the verdict) of the host's
-    rows lo..hi, read a page ahead, checked, and with `db` (--mirror) appended past its head."""
+    rows lo..hi, each checked, and appended to the mirror `db` past its head."""
     before, count, at_want, verdict = (0, ZERO_HASH) if lo == 1 else None, 0, None, None
     copy_after = (ledger_head(db) or (0,))[0] if db is not None else None
     session.ask("records", after=lo - 1, limit=RECORDS_PAGE)
@@ -10524,8 +10507,7 @@ def copy_far_rows(session, db, held, lo, hi, want):
 
 def witness_fork(session, db, where, name, verdict, kept):
     """Return the Fail (65) of a far history that no longer extends what was kept, once both
-    versions from the first seq that differs (without a mirror: before the checkpoint kept) are
-    in DIR/HOST/fork-SEQ-kept|far.jsonl."""
+    versions from where it differs are in DIR/HOST/fork-SEQ-kept|far.jsonl."""
     kind, seq, kept_hash, far_hash = (verdict + (None,))[:4]
     while session.pending:
         session.answer()                # a page asked for before the fork was seen
@@ -10534,21 +10516,16 @@ def witness_fork(session, db, where, name, verdict, kept):
         session.ask("records", after=after, limit=limit)
         return parse_rows(far_page(session, name)[1:])
 
-    def ours(s):
-        if db is None:
-            return None
-        row = db.execute("SELECT hash FROM records WHERE seq = ?", (s,)).fetchone()
-        return row and row[0]
-
     def differs(s):
         got = far_rows(s - 1, 1)
         return not got or got[0].seq != s or row_problem(got[0], None) is not None \
-            or got[0].hash != ours(s)
-    exact = kind == "broken" or ours(seq) is not None
+            or got[0].hash != mirror_hash(db, s)
+    exact = kind == "broken" or mirror_hash(db, seq) is not None
     if kind == "differs" and exact:
         seq = first_differing(1, seq, differs)
         got = far_rows(seq - 1, 1)
-        kept_hash, far_hash = ours(seq), got[0].hash if got and got[0].seq == seq else None
+        kept_hash = mirror_hash(db, seq)
+        far_hash = got[0].hash if got and got[0].seq == seq else None
     start = seq if exact else max(1, seq - EVIDENCE_ROWS + 1)
     mine = [{"checkpoint": kept.text, "signature": kept.signature}] if db is None else [
         dict(zip(Row._fields, row)) for row in db.execute(
@@ -10577,8 +10554,7 @@ def witness_fork(session, db, where, name, verdict, kept):
 
 
 def keep_checkpoint(host, where, kept, new, far_hash, allowed):
-    """Return what to say of the signature of the host's newest checkpoint, once checked and kept
-    in DIR/HOST/checkpoints when newer than the one kept."""
+    """Return what to say of the host's newest checkpoint's signature, once checked and kept."""
     name, principal = host["name"], host.get("principal")
     problem = checkpoint_problem(kept, new, far_hash)
     if problem:
@@ -11924,8 +11900,7 @@ def doctor_mandates(home, found):
 
 
 def doctor_bridge_keys(found):
-    """This user's authorized_keys: a line forcing avsm's bridge without restrict lets ssh give
-    that key a pty and forwarding, a shell's reach."""
+    """This user's authorized_keys: a key forcing avsm's bridge without restrict gets a pty."""
     path = os.path.expanduser("~/.ssh/authorized_keys")
     try:
         text = read_small_file(path, 1024 * 1024).decode("utf-8", "replace")
@@ -11937,9 +11912,8 @@ def doctor_bridge_keys(found):
 
 
 def bridge_key_problems(text):
-    """Return [(line number, why)] of the authorized_keys lines forcing avsm's bridge whose options
-    let ssh give more than a pipe.
-    line ::= [option (',' option)*] keytype key [comment]; option ::= name ['=' '"' text '"']"""
+    """Return [(line number, why)] of the authorized_keys lines forcing avsm's bridge with more
+    than a pipe.   line ::= [option (',' option)*] keytype key [comment]"""
     problems = []
     for number, line in enumerate(text.splitlines(), 1):
         field = re.match(r'(?:[^\s"]|"(?:[^"\\]|\\.)*")*', line.strip()).group()
@@ -11960,8 +11934,7 @@ def bridge_key_problems(text):
 
 
 def doctor_mirror(home, found):
-    """Return whether the home is a witness's copy of a host's ledger (its MIRROR_MARK names the
-    host), and say so."""
+    """Return whether the home is a witness's copy of a host's ledger, and say so."""
 
     try:
         with open(os.path.join(home, MIRROR_MARK)) as fh:
@@ -12374,8 +12347,8 @@ def exposition_number(value):
 
 
 def metrics_text(states, home, now):
-    """Return the figures of every adopted venture of `states` and of the home (HomeFacts) at
-    `now`, in Prometheus's text format 0.0.4, with no timestamp (node_exporter refuses one)."""
+    """Return the figures of the adopted ventures and the home (HomeFacts) at `now`, in
+    Prometheus's text format 0.0.4, with no timestamp (node_exporter refuses one)."""
 
     samples = {name: [] for name, _, _ in METRIC_FAMILIES}
     at_home = f'home="{exposition_label(home.home)}"'
@@ -12399,12 +12372,11 @@ def metrics_text(states, home, now):
             add(family, counted[key], of)
         add("avsm_venture_open_asks", len(state.open_asks), of)
         runs = set(state.actions) | (set(m["levers"]) | set(BUILTIN_LEVERS) if m else set())
-        for lever in sorted(runs, key=str):          # a forbidden lever never runs; it is refused
-            add("avsm_lever_runs_total", len(state.actions.get(lever, ())),
-                f'{of},lever="{exposition_label(lever)}"')
         for lever in sorted(runs | set(m["forbidden"] if m else ()), key=str):
-            add("avsm_lever_refusals_total", counted["by_lever"].get(lever, 0),
-                f'{of},lever="{exposition_label(lever)}"')
+            at = f'{of},lever="{exposition_label(lever)}"'
+            if lever in runs:           # a forbidden lever never runs; it is refused
+                add("avsm_lever_runs_total", len(state.actions.get(lever, ())), at)
+            add("avsm_lever_refusals_total", counted["by_lever"].get(lever, 0), at)
     add("avsm_ledger_head_seq", home.head)
     if home.ledger_bytes is not None:
         add("avsm_ledger_bytes", home.ledger_bytes)
