@@ -7675,9 +7675,6 @@ class Metrics:
         self.next_at = time.monotonic()     # the first at the warden's first turn, once folded
         self.counted, self.seen, self.failed = {}, 0, 0
 
-    def due(self, now):
-        return self.spec is not None and now >= self.next_at
-
     def count(self, db):
         """Count avsmd's starts and restarts since the last count (avsmd writes them, not the
         warden); return the head."""
@@ -7699,7 +7696,7 @@ class Metrics:
         except OSError as err:
             failure = f"{err.strerror or err}" + (f": {err.filename}" if err.filename else "")
         self.failed, record = judge_metrics(self.failed, self.spec, failure)
-        if record is not None:          # once a stretch of failures, and once when it ends
+        if record is not None:
             sys.stderr.write(f"avsmd: {record['summary']}\n")
         log(self.debug, "warden", f"metrics: {failure or 'written to ' + self.spec['textfile']}")
         return record
@@ -7894,7 +7891,8 @@ class Warden:
     def write_metrics(self):
         """Write the figures to metrics.textfile when due and the head is committed."""
         import sqlite3
-        if not self.metrics.due(time.monotonic()) or self.ledger.held is not None:
+        due = self.metrics.spec is not None and time.monotonic() >= self.metrics.next_at
+        if not due or self.ledger.held is not None:
             return
         try:
             head = self.metrics.count(self.ledger.db)
@@ -9728,7 +9726,7 @@ SSH_FAILURES = (("Could not resolve hostname", EX_NOHOST, "check its name, or it
                                                             "it, then ssh to it once by hand"),
                 ("", EX_NOHOST, "is it up, with sshd running? `ssh HOST true` tries by hand"))
 FLEET_VIEWS = ("status", "asks", "summary")
-# what fleet witness checks a host's checkpoints with: keys of a fleet file, or of one of its hosts
+# what fleet witness checks a host's checkpoints with, in the fleet file or one of its hosts
 WITNESS_KEYS = {"principal", "allowed_signers", "namespace"}
 
 
@@ -9819,7 +9817,8 @@ def bridge_verb(home, message, read_only):
 
 
 def bridge_argv_problem(verb, argv):
-    """Return why the bridge runs no `verb` with `argv` (a file of this host, an editor), or None."""
+    """Return why the bridge runs no `verb` with `argv` (a file here, an editor), or None."""
+
     for i, arg in enumerate(argv):
         if arg == "--allowed-signers" and verb == "doctor":
             return ("through the bridge doctor --allowed-signers names no file of this host: a "
@@ -9994,7 +9993,7 @@ FAR_LINE = 64 * 1024            # a longer line from another host is shown in pi
 FAR_ERRORS_KEEP = 64 * 1024     # bytes of a host's standard error kept
 FAR_CUT = "its output was cut"
 # A command of avsm in what another host says: its program as it runs there, any --home or --host,
-# then a verb (a pattern compiled at its first use, not at import).
+# then a verb.
 FAR_COMMAND = (r"(?<![\w/.-])(?:\S*python\S* (?:-\S+ )*)?(?:\S*/)?avsm(?:\.py)?"
                r"(?: --(?:home|host)[ =]\S+)* "
                r"(?=(?:add|status|summary|tail|asks|approve|deny|propose|decide|pause"
@@ -10345,7 +10344,10 @@ def cmd_witness(home, fleet, args):
     state = os.environ.get("XDG_STATE_HOME") or os.path.expanduser("~/.local/state")
     keep = keep or os.path.join(state, "avsm", "witness")
     hosts, results = read_fleet(fleet), {}
-    notify = witness_notify(home)
+    try:
+        notify = read_config(resolve_home(home))[0].get("notify")
+    except Fail:
+        notify = None
 
     def witness(host):
         try:
@@ -10359,12 +10361,8 @@ def cmd_witness(home, fleet, args):
         thread.start()
     for thread in threads:
         thread.join()
-    worst = EX_OK
-    for host in hosts:
-        code, line = results[host["name"]]
-        out(f"{host['name']}  {line}")
-        worst = worst or code
-    return worst
+    out(*(f"{host['name']}  {results[host['name']][1]}" for host in hosts))
+    return next((results[h["name"]][0] for h in hosts if results[h["name"]][0]), EX_OK)
 
 
 def witness_option(args, option):
@@ -10442,7 +10440,7 @@ def witness_session(host, where, session, mirror, allowed):
     finally:
         if db is not None:
             db.close()
-    # 4. the new checkpoint: its record's hash, its origin, its signature; kept when it is newer
+    # 4. the new checkpoint checked, and kept when newer
     said = keep_checkpoint(host, where, kept, new, at_new, allowed)
     copied = f", {count - (1 if base else 0)} copied to {where}/ledger.db" if db is not None else ""
     return f"#{new.seq} witnessed{said}: {count} record(s) read and checked{copied}"
@@ -10591,14 +10589,6 @@ def keep_checkpoint(host, where, kept, new, far_hash, allowed):
                 fh.write(data.rstrip("\n") + "\n")
             os.replace(name_ + ".new", name_)
     return said
-
-
-def witness_notify(home):
-    """Return this side's notify: of its config.yaml, or None."""
-    try:
-        return read_config(resolve_home(home))[0].get("notify")
-    except Fail:
-        return None
 
 
 def tell_witness(notify, home, name, message):
@@ -11935,7 +11925,6 @@ def bridge_key_problems(text):
 
 def doctor_mirror(home, found):
     """Return whether the home is a witness's copy of a host's ledger, and say so."""
-
     try:
         with open(os.path.join(home, MIRROR_MARK)) as fh:
             host = fh.read().strip()
@@ -12295,9 +12284,8 @@ def describe_calibration_lines(state):
 # opens no listener for them. Pure: the folded states, a few facts of the home and `now` in.
 
 HomeFacts = collections.namedtuple("HomeFacts", "home head ledger_bytes checkpoint counted")
-HomeFacts.__doc__ = """The home beside its ventures: its path (a label on every sample, so two
-homes' files in one directory do not collide), the head seq, the ledger's bytes or None, the
-newest checkpoint's (seq, at) or None, and count_self's counters."""
+HomeFacts.__doc__ = """The home beside its ventures: its path (a label, so two homes' files do not
+collide), head seq, ledger bytes, newest checkpoint (seq, at), count_self's counters."""
 
 METRIC_FAMILIES = (     # (name, type, help) in the file's order; one with no sample is left out
     ("avsm_venture_state", "gauge",
@@ -12349,7 +12337,6 @@ def exposition_number(value):
 def metrics_text(states, home, now):
     """Return the figures of the adopted ventures and the home (HomeFacts) at `now`, in
     Prometheus's text format 0.0.4, with no timestamp (node_exporter refuses one)."""
-
     samples = {name: [] for name, _, _ in METRIC_FAMILIES}
     at_home = f'home="{exposition_label(home.home)}"'
 
