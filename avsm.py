@@ -2440,19 +2440,17 @@ Row = collections.namedtuple("Row", "seq at prev hash record")
 def records_page(db, after, limit, head_line):
     """Return the lines of a `records` answer: `head_line`, then the rows after `after`, many a
     line (a JSON line a row would cost each hop)."""
-    lines, chunk, size = [head_line], [], 0
+    rows, size = [], 0
     limit = RECORDS_PAGE if limit is None else min(limit, RECORDS_PAGE)
-    rows = db.execute("SELECT seq, at, prev, hash, record FROM records WHERE seq > ? "
-                      "ORDER BY seq LIMIT ?", (after, limit))
-    for seq, at, prev, digest, text in rows:
-        chunk.append(f"{seq} {at} {prev} {digest} {text}")
+    for seq, at, prev, digest, text in db.execute(
+            "SELECT seq, at, prev, hash, record FROM records WHERE seq > ? ORDER BY seq LIMIT ?",
+            (after, limit)):
+        rows.append(f"{seq} {at} {prev} {digest} {text}")
         size += len(text) + 160
-        if len(chunk) == RECORDS_LINE or size > RECORDS_PAGE_BYTES:
-            lines.append("\n".join(chunk))
-            chunk = []
         if size > RECORDS_PAGE_BYTES:
             break
-    return lines + (["\n".join(chunk)] if chunk else [])
+    return [head_line] + ["\n".join(rows[i:i + RECORDS_LINE])
+                          for i in range(0, len(rows), RECORDS_LINE)]
 
 
 def records_answer(home, args):
@@ -5577,16 +5575,6 @@ def send_line(sock, message):
     """Write one JSON object as one line, waiting for room even on a non-blocking socket."""
     send_bytes(sock, (json.dumps(message, separators=(",", ":")) + "\n").encode())
 
-
-def request_line(message):
-    """Return a request as the line avsmd reads, or Fail(64) past REQUEST_MAX, not a broken pipe."""
-    data = (json.dumps(message, separators=(",", ":")) + "\n").encode()
-    if len(data) > REQUEST_MAX:
-        cmd = message.get("cmd", "request")
-        raise Fail(EX_USAGE, f"this {cmd} request is {len(data) / 2**20:.1f} MiB, and avsmd reads "
-                             f"one JSON object a line, in UTF-8, of at most 1 MiB: send less "
-                             f"(a smaller payload, a shorter name)")
-    return data
 
 
 def send_bytes(sock, data):
@@ -9076,10 +9064,7 @@ def ask_daemon(home, cmd, args=None):
     return the exit code it gives."""
     if REMOTE.get("via"):
         return ask_bridge(REMOTE["via"], {"v": 1, "cmd": cmd, "args": args or {}})
-    line = request_line({"v": 1, "cmd": cmd, "args": args or {}})
-    with connect_daemon(home) as conn:
-        with contextlib.suppress(BrokenPipeError, ConnectionResetError):
-            send_bytes(conn, line)      # cut short: avsmd refused it half read; its answer says why
+    with send_request(home, {"v": 1, "cmd": cmd, "args": args or {}}) as conn:
         reader = LineReader()
         # a decision may wait on a backend (120 s, escalation twice that); anything else answers at once
         conn.settimeout(3 * BACKEND_TIMEOUT if cmd == "decide" else 60)
@@ -9103,6 +9088,21 @@ def show_answer(message, cmd, home):
     elif "err" in message:
         sys.stderr.write(f"avsm: {shown(as_user_runs(str(message['err']), home))}\n")
     return message.get("exit")
+
+
+def send_request(home, message):
+    """Return a socket to the home's avsmd with `message` sent, or Fail(64) past REQUEST_MAX (avsmd
+    would refuse it half sent, and the client hear only a broken pipe)."""
+    data = (json.dumps(message, separators=(",", ":")) + "\n").encode()
+    if len(data) > REQUEST_MAX:
+        cmd = message.get("cmd", "request")
+        raise Fail(EX_USAGE, f"this {cmd} request is {len(data) / 2**20:.1f} MiB, and avsmd reads "
+                             f"one JSON object a line, in UTF-8, of at most 1 MiB: send less "
+                             f"(a smaller payload, a shorter name)")
+    conn = connect_daemon(home)
+    with contextlib.suppress(BrokenPipeError, ConnectionResetError):
+        send_bytes(conn, data)      # cut short: avsmd refused it half read; its answer says why
+    return conn
 
 
 def connect_daemon(home):
@@ -9771,10 +9771,7 @@ def cmd_bridge(home, args, pinned):
                 if cmd == "records":        # read here, from the file: a witness needs no avsmd
                     send_out(*records_answer(where or home, asked))
                     continue
-                line = request_line(message)
-                with connect_daemon(where or home) as conn:
-                    with contextlib.suppress(BrokenPipeError, ConnectionResetError):
-                        send_bytes(conn, line)      # cut short: avsmd's answer says why
+                with send_request(where or home, message) as conn:
                     conn.settimeout(3 * BACKEND_TIMEOUT)
                     answer, ended = LineReader(), False
                     while not ended:
@@ -10071,7 +10068,8 @@ def ssh_bridge(host, request, capture=False, timeout=None):
     decoder, pinged, size = codecs.getincrementaldecoder("utf-8")("replace"), relay, 0
     try:
         for piece in iter(functools.partial(proc.stdout.readline, FAR_LINE), b""):
-            if not pinged:              # the ping's answer: avsm's bridge is there and answering
+            if not pinged:              # the ping's answer: avsm's bridge is there
+
                 pinged = ping_answered(piece, name)
                 if pinged:
                     heard.set()
@@ -10226,8 +10224,7 @@ def align_status(said):
     """Return the hosts' status lines with their rows' columns lined up across hosts."""
     rows = {}                           # host -> {line index: (NAME: STATE, value, the rest)}
     for name, got, _ in said:
-        found = {i: re.match(STATUS_ROW, line) for i, line in enumerate(got)
-                 if re.match(STATUS_ROW, line)}
+        found = {i: m for i, m in enumerate(re.match(STATUS_ROW, line) for line in got) if m}
         head = max((len(m[1]) for m in found.values()), default=0)
         value = max((len(m[2]) for m in found.values()), default=0)
         if found and all(m.start(2) == head + 2 for m in found.values()):
