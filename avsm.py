@@ -1650,7 +1650,7 @@ def parse_notify(c, value):
 
 
 def parse_metrics(c, value):
-    """Return the Prometheus textfile's settings as {textfile, every}, or None when there is none.
+    """Return the metrics textfile's settings, or None.
     metrics ::= {textfile: PATH, every: DURATION}      (PATH absolute, NAME.prom)"""
     path = ("metrics",)
     if value is None:
@@ -2433,7 +2433,8 @@ def parse_checkpoint(data, where, signature=None):
 
 RECORDS_PAGE = 2048             # rows of one `records` answer at most: the far side holds one page
 RECORDS_PAGE_BYTES = 2 << 20    # ... and about this many bytes of them (large records: fewer rows)
-RECORDS_LINE = 256              # rows of one line of the answer, each row ended by a newline
+RECORDS_LINE = 256              # rows of one line of the answer
+
 Row = collections.namedtuple("Row", "seq at prev hash record")
 
 
@@ -7905,7 +7906,6 @@ class Warden:
         return written[0].rstrip("\n").split("\n") + (["", *written[1].split("\n")] if written[1] else [])
 
     def do_records(self, args, err):
-        """A witness's page (records_answer)."""
         return [m["out"] for m in records_answer(self.home, args)[:-1]]
 
     def next_wakeup(self, now):
@@ -10056,8 +10056,11 @@ def ssh_bridge(host, request, capture=False, timeout=None):
         """Past its time: ssh and all it started end (a silent host: only while it says nothing)."""
         if not finished.is_set() and not (silent and heard.is_set()):
             ended.append(seconds)
-            with contextlib.suppress(OSError):
-                os.killpg(proc.pid, signal.SIGKILL)
+            kill()
+
+    def kill():
+        with contextlib.suppress(OSError):
+            os.killpg(proc.pid, signal.SIGKILL)
     threads = [threading.Thread(target=send), threading.Thread(target=read_errors),
                threading.Timer(host["timeout"], end, (host["timeout"], True))]
     if timeout:
@@ -10096,9 +10099,9 @@ def ssh_bridge(host, request, capture=False, timeout=None):
         for thread in threads[2:]:
             thread.cancel()
         if proc.returncode is None:
-            with contextlib.suppress(OSError):
-                os.killpg(proc.pid, signal.SIGKILL)
+            kill()
             proc.wait()
+
         with contextlib.suppress(OSError):
             proc.stdin.close()
     threads[1].join(5)
@@ -10227,7 +10230,7 @@ def align_status(said):
         found = {i: m for i, m in enumerate(re.match(STATUS_ROW, line) for line in got) if m}
         head = max((len(m[1]) for m in found.values()), default=0)
         value = max((len(m[2]) for m in found.values()), default=0)
-        if found and all(m.start(2) == head + 2 for m in found.values()):
+        if all(m.start(2) == head + 2 for m in found.values()):
             rows[name] = {i: (m[1], m[2], got[i][head + value + 4:]) for i, m in found.items()}
     head = max((len(h) for r in rows.values() for h, _, _ in r.values()), default=0)
     value = max((len(v) for r in rows.values() for _, v, _ in r.values()), default=0)
@@ -11808,7 +11811,7 @@ def verified_path(home):
 
 def remember_verified(home, checkpoint):
     """Note the newest checkpoint a full doctor verified, for --quick, in the client's own cache: doctor changes
-    nothing in the home (DOCTOR-02). Through a read-only bridge nothing: that key writes nothing."""
+    nothing in the home (DOCTOR-02); through a read-only key nothing."""
     if REMOTE.get("read_only"):
         return
     path = verified_path(home)
