@@ -1603,11 +1603,16 @@ CHECKPOINT_MAX = 64 * 1024      # bytes a kept checkpoint or its .sig may have (
 def parse_checkpoint_config(c, value):
     """Return the checkpoints' settings, every key filled in.
 
-    checkpoint ::= {key: PATH, namespace: NAME, every: DURATION, allowed_signers: PATH}   (each optional)
-    key signs each checkpoint (ssh-keygen -Y sign); allowed_signers is what doctor --checkpoint verifies with."""
+    checkpoint ::= {key: PATH, namespace: NAME, every: DURATION, allowed_signers: PATH,
+                    principal: NAME}   (each optional)
+    key signs each checkpoint (ssh-keygen -Y sign); allowed_signers is what doctor --checkpoint
+    verifies with; principal is this home's signer there (ssh-keygen -Y verify -I): a key of
+    another principal is refused."""
     path, value = ("checkpoint",), {} if value is None else value
-    c.mapping(value, path, {"key", "namespace", "every", "allowed_signers"}, "checkpoint")
-    spec = {"key": None, "namespace": CHECKPOINT_NAMESPACE, "every": 86400, "allowed_signers": None}
+    c.mapping(value, path, {"key", "namespace", "every", "allowed_signers", "principal"},
+              "checkpoint")
+    spec = {"key": None, "namespace": CHECKPOINT_NAMESPACE, "every": 86400, "allowed_signers": None,
+            "principal": None}
     for key in ("key", "allowed_signers"):
         spec[key] = c.text(value.get(key), path + (key,), key, required=False)
         if spec[key] and not os.path.isabs(os.path.expanduser(spec[key])):
@@ -1616,11 +1621,50 @@ def parse_checkpoint_config(c, value):
         spec["namespace"] = c.text(value["namespace"], path + ("namespace",), "namespace")
         if not re.fullmatch(r"[A-Za-z0-9@._-]{1,64}", spec["namespace"]):
             c.fail(path + ("namespace",), "namespace is one word of letters, digits and @._-, as avsm-checkpoint@example.com")
+    spec["principal"] = c.text(value.get("principal"), path + ("principal",), "principal",
+                               required=False)
+    if spec["principal"]:
+        if not re.fullmatch(r"[A-Za-z0-9@._+][A-Za-z0-9@._+-]{0,127}", spec["principal"]):
+            c.fail(path + ("principal",), "principal is one name of allowed_signers, of letters, "
+                                          "digits and @._+-, as ops@web1.example.com (its lines "
+                                          "begin with it)")
     if "every" in value:
         spec["every"] = c.parsed(parse_duration, value["every"], path + ("every",))
         if spec["every"] < 60:
             c.fail(path + ("every",), "every is at least 1m: a checkpoint a minute is plenty")
     return spec
+
+
+def describe_checkpoint(spec):
+    """Return the line avsmd -t says of checkpoints: when they are written, and how they are
+    signed."""
+    every = format_duration(spec["every"])
+    when = (f"checkpoint: written to HOME/checkpoints at start, after each irreversible action "
+            f"and every {every} the ledger moved (a start within {every} of the last writes "
+            f"none, unless the key changed or the last is unsigned)")
+    if not spec["key"]:
+        return when + "; unsigned: sign them with checkpoint: {key: /path/to/ssh/key}"
+    who = (f", verified as {spec['principal']}" if spec["principal"] else
+           "; no principal: doctor takes any key of allowed_signers (name this home's "
+           "with principal:)")
+    return when + f"; signed with {spec['key']} in namespace {spec['namespace']}" + who
+
+
+def checkpoint_problem(spec):
+    """Return why the checkpoint: settings cannot hold on this machine (a key or allowed_signers
+    file that is not there, or that this user cannot read), or None."""
+    for key in ("key", "allowed_signers"):
+        path = spec[key] and os.path.expanduser(spec[key])
+        if path and not os.path.isfile(path):
+            return (f"checkpoint: {key} {path} is not there (or not a file): "
+                    + ("make it with ssh-keygen -t ed25519 -f " + path if key == "key" else
+                       f"write in it a line `PRINCIPAL namespaces=\"{spec['namespace']}\" KEY` "
+                       f"of each signing key")
+                    + ", or name the file that is")
+        if path and not os.access(path, os.R_OK):
+            return (f"checkpoint: {key} {path} cannot be read by this user: chmod 600 {path}, "
+                    f"as its owner")
+    return None
 
 
 def parse_notify(c, value):
@@ -2162,6 +2206,8 @@ class Ledger:
         import sqlite3
         self.path, self.still_ours = path, still_ours
         self.held, self.last, self.lost = None, None, []    # the open transaction's records (group commit)
+        if not os.path.exists(path):    # made 0600: sqlite would make it 0644, its journal alike
+            os.close(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_CLOEXEC, 0o600))
         self.db = sqlite3.connect(path, isolation_level=None, timeout=10)
         mode = self.db.execute("PRAGMA journal_mode").fetchone()[0]
         if mode.lower() == "wal":
@@ -2522,7 +2568,7 @@ def first_differing(lo, hi, differs):
     return lo
 
 
-def checkpoint_problem(kept, new, far_hash):
+def kept_checkpoint_problem(kept, new, far_hash):
     """Return why a host's checkpoint `new` may not be kept after `kept`, or None."""
     if kept is not None and new.origin != kept.origin:
         return (f"its origin is {shown_text(new.origin)[:120]}, not "
@@ -2531,6 +2577,21 @@ def checkpoint_problem(kept, new, far_hash):
         return (f"it says #{new.seq} hashes to {new.hash[:16]}, and the host's ledger has "
                 f"{str(far_hash)[:16]} there")
     return None
+
+
+def sshsig_public_key(armor):
+    """Return the public key an SSH signature names as its signer (base64, as a .pub file's second
+    word), or None: SSHSIG is "SSHSIG", a version, then the key as an SSH string (PROTOCOL.sshsig;
+    read, not checked)."""
+    import base64
+    try:
+        body = base64.b64decode("".join(armor.strip().splitlines()[1:-1]), validate=True)
+        size = int.from_bytes(body[10:14], "big")
+        if body[:6] != b"SSHSIG" or not size:
+            return None
+        return base64.b64encode(body[14:14 + size]).decode()
+    except ValueError:
+        return None
 
 
 def format_local_time(at):
@@ -3525,6 +3586,57 @@ def content_problem(takes, payload, directory):
         if resolved != root and not resolved.startswith(root + os.sep):
             return f"{path} leads outside the venture directory (through a symlink)"
     return None
+
+
+# ---- who may change what a venture runs (sshd's StrictModes, cron) ----
+
+Writable = collections.namedtuple("Writable", "why fix")   # who could change a path, and the fix
+
+
+def write_problem(path, st, uid, name=str):
+    """Return the Writable that says who but `uid` or root could change `path` (stat `st`), or None.
+
+    As sshd's StrictModes: owned by `uid` or root, and no group or other write bit, but for a
+    directory owned by one of them with the sticky bit (/tmp, 1777), where no one may replace what
+    another owns.
+    `name` turns a uid into the user's name for the message."""
+    if st.st_uid not in (uid, 0):
+        return Writable(f"{path} is owned by {name(st.st_uid)}, not by {name(uid)} or root, "
+                        "so that user can change what avsmd runs",
+                        f"chown {name(uid)} {path}")
+    bits = st.st_mode & (stat.S_IWGRP | stat.S_IWOTH)
+    if bits and not (stat.S_ISDIR(st.st_mode) and st.st_mode & stat.S_ISVTX):
+        who = {stat.S_IWGRP: "its group", stat.S_IWOTH: "others"}.get(bits, "its group and others")
+        return Writable(f"{path} can be written by {who} (mode {stat.S_IMODE(st.st_mode):04o}), "
+                        "so they can change what avsmd runs",
+                        f"chmod go-w {path}")
+    return None
+
+
+def venture_commands(m):
+    """Return every program mandate `m` runs, as command lines: ./report (unless an adapter reads
+    the metric), run, each lever's run and check, each guard's, audit's and reading's run, and the
+    world."""
+    commands = [] if m["adapter"] else ["./report"]
+    commands += [m["run"], m["world"]]
+    for lever in m["levers"].values():
+        commands += [lever["run"] if lever["run"] != "mail.send" else None, lever["check"]]
+    commands += [item.get("run") for key in ("guards", "audits", "readings") for item in m[key]]
+    return [c for c in commands if c]
+
+
+def command_words(command):
+    """Return the words of `command` (a shell line, or an argv list) that may name a file it runs
+    or reads: `python3 fix.py` gives python3 and fix.py. Operators and quotes are the shell's."""
+    if not isinstance(command, str):
+        return list(command)
+    import shlex
+    try:
+        lexer = shlex.shlex(command, posix=True, punctuation_chars=True)
+        lexer.whitespace_split = True
+        return list(lexer)
+    except ValueError:              # an unclosed quote: the shell refuses it when it runs
+        return command.split()
 
 
 # =============================================================================
@@ -5120,6 +5232,15 @@ def unstarted_outcome(state, lever, action, note, summary):
                       note=note[:NOTE_MAX], summary=summary)
 
 
+def unsafe_refusal(state, lever, by, side, extra, unsafe):
+    """Return the refusal of `lever`, which the gate proved but which is never started: another
+    user could change what it runs (the Writable `unsafe`). Its why ends with the fix."""
+    return new_record("refusal", state.name, lever=lever, by=by, why=f"{unsafe.why}; {unsafe.fix}",
+                      **some(side=side, proposal=(extra or {}).get("proposal")),
+                      summary=f"{lever} refused: another user could change what it runs; "
+                              f"{unsafe.fix}")
+
+
 def run_start_record(state, pid, restart):
     """Return the start record of the kept `run` program, pid `pid`: started, or restarted after an exit."""
     what = "restarted" if restart else "started"
@@ -5543,6 +5664,15 @@ def needs_person(v, name, parse=None):
     return found
 
 
+# ---- checkpoints: when a start writes one ----
+
+def sign_again_at_start(spec, signer, ours):
+    """Whether avsmd's start writes a checkpoint though the newest is within `every`: the config
+    names a key, and the newest was not signed by it (signer: the newest's signing key, None when
+    unsigned; ours: the named key's)."""
+    return bool(spec["key"]) and (signer is None or signer != ours)
+
+
 # =============================================================================
 # 9. Effects
 # All contact with the OS: a command in its own process group, ending a group,
@@ -5853,9 +5983,11 @@ def sign_text(text, key, namespace):
     return signature.decode().strip()
 
 
-def verify_text(text, signature, allowed, namespace):
-    """Return the principal of `allowed` (an allowed_signers file) whose key signed `text` under `namespace`;
-    Fail(65) saying why not: signed by no key it names, or for another namespace, or a text changed since."""
+def verify_text(text, signature, allowed, namespace, principal=None):
+    """Return the principal of `allowed` (an allowed_signers file) whose key signed `text` under
+    `namespace` (`principal` when given: only its key will do); Fail(65) saying why not: signed by
+    no key it names, or by another principal's, or for another namespace, or a text changed
+    since."""
     import tempfile
     with tempfile.NamedTemporaryFile("w", prefix="avsm-sig-", suffix=".sig") as sig:
         sig.write(signature + "\n")
@@ -5863,7 +5995,13 @@ def verify_text(text, signature, allowed, namespace):
         code, who, _ = ssh_keygen(["-Y", "find-principals", "-s", sig.name, "-f", allowed], "verifying a checkpoint")
         if code != 0 or not who.strip():
             raise Fail(EX_DATAERR, f"it is signed by a key {allowed} does not name (a forged or foreign checkpoint)")
-        principal = who.decode().split()[0]
+        signers = who.decode("utf-8", "replace").split()
+        if principal and principal not in signers:
+            raise Fail(EX_DATAERR, f"it is signed by the key of {shown_text(signers[0])}, and "
+                                   f"this home's signer is {principal} (config.yaml's checkpoint: "
+                                   f"principal): a checkpoint of another host, or signed with "
+                                   f"another host's key")
+        principal = principal or signers[0]
         code, _, err = ssh_keygen(["-Y", "verify", "-f", allowed, "-I", principal, "-n", namespace, "-s", sig.name],
                                   "verifying a checkpoint", text.encode())
         if code != 0:
@@ -6385,6 +6523,9 @@ def run_world_step(command, data, mandate):
     input; return (output, None) or (None, why) as read_world_output says (open point 38)."""
     import subprocess
     import tempfile
+    unsafe = owner_problem(".", [command])     # looked at again at each step, as at each start
+    if unsafe:
+        return None, f"it was not started: {unsafe.why}; {unsafe.fix}"
     with tempfile.TemporaryFile() as stdin, tempfile.TemporaryFile() as stdout:
         stdin.write(json.dumps(data).encode())
         stdin.seek(0)
@@ -6440,17 +6581,39 @@ LOAD_AVSM = ("import importlib.util as u, sys; s = u.spec_from_file_location('av
 
 
 def cached_command(program, args):
-    """Return the argv that runs `program` of this file from its cached bytecode, writing the cache if stale."""
+    """Return the argv that runs `program` of this file from its cached bytecode, writing the cache
+    if it is not checked against the file's hash (a stale one is compiled again at its load)."""
     import importlib.util
     import py_compile
     with contextlib.suppress(OSError, ValueError, py_compile.PyCompileError):   # no cache: compiled as before
         cache = importlib.util.cache_from_source(AVSM_PATH)
-        if not os.path.exists(cache) or os.path.getmtime(cache) < os.path.getmtime(AVSM_PATH):
-            py_compile.compile(AVSM_PATH, cfile=cache, doraise=True)
+        try:
+            with open(cache, "rb") as fh:
+                head = fh.read(16)
+        except OSError:
+            head = b""
+        if head[4:8] != PYC_CHECKED_HASH:
+            cache_bytecode(cache)
     # -P: nothing before the standard library on sys.path (`-c` alone would put the venture's directory first,
     # and its json.py would be imported). -S: no `site`, so no .pth file runs its code or costs each start imports.
     prefix = [f"-Xpycache_prefix={sys.pycache_prefix}"] if sys.pycache_prefix else []     # started by a link
     return [sys.executable, "-S", "-P", *prefix, "-c", LOAD_AVSM, AVSM_PATH, program] + list(args)
+
+
+PYC_CHECKED_HASH = b"\3\0\0\0"      # PEP 552's flags: hash-based, its source checked at each load
+
+
+def cache_bytecode(cache):
+    """Write this file's bytecode to `cache`, checked against the file's hash at each load
+    (PEP 552: a timestamp-checked one would run old code from a copy of the same size and
+    time), in directories and a file only this user can read."""
+    import py_compile
+    was = os.umask(0o077)
+    try:
+        py_compile.compile(AVSM_PATH, cfile=cache, doraise=True,
+                           invalidation_mode=py_compile.PycInvalidationMode.CHECKED_HASH)
+    finally:
+        os.umask(was)
 
 
 def log(debug, who, message):
@@ -6499,6 +6662,52 @@ def check_venture_dir(directory):
     refuse(mandate_file_problem(mandate, os.stat(mandate)))
 
 
+def user_name(uid):
+    """Return the name of the user `uid`, or the number when the system knows no name for it."""
+    import pwd
+    try:
+        return pwd.getpwuid(uid).pw_name
+    except KeyError:
+        return str(uid)
+
+
+def owner_problem(directory, commands, uid=None):
+    """Return the Writable of the first path a venture's program rests on that a user but `uid`
+    (avsmd's own, by default) or root could change, or None: the directory, its mandate.yaml, each
+    regular file a command names (command_words), and every directory up to / from each of them.
+    Each path is resolved (realpath), then one stat per component, and nothing kept, so a mode
+    changed since is seen at the next start."""
+    uid = os.geteuid() if uid is None else uid
+    directory = os.path.realpath(directory)
+    seen = set()
+
+    def walk(path, st=None):
+        while path not in seen:
+            seen.add(path)
+            try:
+                st = st or os.stat(path)
+            except OSError:
+                return None             # gone: what starts it says so
+            problem = write_problem(path, st, uid, user_name)
+            if problem or path == "/":
+                return problem
+            path, st = os.path.dirname(path), None
+        return None
+
+    found = walk(os.path.realpath(os.path.join(directory, "mandate.yaml"))) or walk(directory)
+    for word in (w for c in commands for w in command_words(c)):
+        if found:
+            break
+        try:
+            path = os.path.realpath(os.path.join(directory, word))
+            st = None if path in seen else os.stat(path)
+        except (OSError, ValueError):
+            continue                    # a word that names no file: an option, an operator, text
+        if st is not None and stat.S_ISREG(st.st_mode):
+            found = walk(path, st)
+    return found
+
+
 def read_venture(directory):
     """Read the venture in `directory` as `avsm add` adopts it: (name, path of mandate.yaml, its text, the mandate),
     or Fail: 66 when the directory is not there, 65 with the fix otherwise. The client's add, avsmd's add and
@@ -6513,6 +6722,10 @@ def read_venture(directory):
         raise Fail(EX_DATAERR, f"{path} cannot be read: {err.strerror}") from None
     except Fail as fail:
         raise Fail(EX_DATAERR, str(fail)) from None
+    unsafe = owner_problem(directory, venture_commands(mandate))
+    if unsafe:
+        raise Fail(EX_DATAERR, f"{name} cannot be adopted: {unsafe.why}; "
+                               f"{unsafe.fix}, then add it again")
     return name, path, text, mandate
 
 
@@ -6587,7 +6800,8 @@ class GroupsJournal:
                     self.groups_fd = None
                     line = "\n".join(self.journaled.values())
                     if st.st_nlink and self.lock_is_ours():     # never replace another avsmd's journal
-                        with open(path + ".new", "w") as fh:
+                        fd = os.open(path + ".new", os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+                        with open(fd, "w") as fh:
                             fh.write(line + "\n")
                         os.replace(path + ".new", path)
                         line = None
@@ -6620,9 +6834,18 @@ class Children:
     def __len__(self):
         return len(self.children)
 
-    def spawn(self, purpose, state, args, timeout=None, shell=False, lever=None, payload_file=None, cwd=None, head=None):
-        """Start a program of `state`'s venture in its own group; tell avsmd of the group (RUN-12)."""
+    def spawn(self, purpose, state, args, timeout=None, shell=False, lever=None, payload_file=None,
+              cwd=None, head=None, checked=False, runs=()):
+        """Start a program of `state`'s venture in its own group; tell avsmd of the group (RUN-12).
+
+        Raises PermissionError, starting nothing, when another user could change what it runs, or
+        the commands `runs` it starts in turn (owner_problem, looked at each start unless `checked`
+        says the caller just did)."""
         import selectors
+        commands = [args] + [r for r in runs if r]
+        unsafe = not checked and owner_problem(cwd or state.directory, commands)
+        if unsafe:
+            raise PermissionError(f"{unsafe.why}; {unsafe.fix}")
         env = command_env(self.home, state.name, lever)
         if payload_file:
             env["AVSM_PAYLOAD"] = payload_file
@@ -6871,10 +7094,6 @@ class Rounds:
             log(self.debug, "warden", f"{state.name}: tick {self.round_number}: the metric, {len(m['guards'])} guard(s), "
                                   f"{len(m['audits'])} audit(s), {len(m['readings'])} reading(s)")
         self.rounds[state.name] = {"deadline": now + 0.5, "metric": None, "pending": set(), "number": self.round_number}
-        if m["adapter"]:
-            self.start_adapter(state, "report", None, m["adapter"], reading_limit(m))
-        else:
-            self.start_reading(state, "report", None, ["./report"], reading_limit(m), shell=False)
         running = {(c.purpose, c.extra.get("name")) for c in self.children if c.venture == state.name}
         for what, item, start in round_plan(m, running):
             if not start:
@@ -6886,6 +7105,11 @@ class Rounds:
                 started = self.start_reading(state, what, item["name"], item["run"], reading_limit(item), True)
             if started:
                 self.rounds[state.name]["pending"].add((what, item["name"]))
+        # the report last: one that cannot start settles the round at once, the rest in it by then
+        if m["adapter"]:
+            self.start_adapter(state, "report", None, m["adapter"], reading_limit(m))
+        else:
+            self.start_reading(state, "report", None, ["./report"], reading_limit(m), shell=False)
 
     def start_adapter(self, state, what, name, adapter, timeout):
         """A built-in adapter reads apart like any command; stripe and github get their url and key in a private file."""
@@ -7081,6 +7305,11 @@ class Levers:
         if spec is not None and spec["check"] and not checked:
             return self.start_check(state, lever, verdict, summary, by, side, extra)
         asked = verdict.asked
+        own = [spec["run"]] if spec is not None and spec["run"] not in (None, "mail.send") else []
+        unsafe = lever != "stop" and owner_problem(state.directory, own)
+        if unsafe:                      # before its action: a lever others could change never runs
+            self.append(unsafe_refusal(state, lever, by, side, extra, unsafe))
+            return None
         mail, mail_problem = mail_to_send(spec, self.cfg, (extra or {}).get("payload"))
         seq = self.append(action_record(state, lever, verdict, summary, by, side, extra), at=asked["at"])
         if lever == "stop":
@@ -7104,7 +7333,7 @@ class Levers:
                 write_venture_file(state.directory, payload)
             payload_file = write_payload(data) if data is not None else None
             child = self.spawn("lever", state, run, timeout=spec["timeout"], shell=True, lever=lever,
-                               payload_file=payload_file)
+                               payload_file=payload_file, checked=own == [run])
             child.extra = {"lever": lever, "action": seq, "timeout": spec["timeout"], "payload_file": payload_file}
         except OSError as err:
             self.append(unstarted_outcome(state, lever, seq, str(err), f"{lever} failed to start: {err}"))
@@ -7192,7 +7421,8 @@ class Worlds:
         facts = world_forecast_facts(state, f["days"], f["seeds"], time.time())    # through the world, with world:
         payload = write_payload(json.dumps(facts).encode())
         try:
-            child = self.spawn("forecast", state, cached_command("forecast", []), timeout=600, payload_file=payload)
+            child = self.spawn("forecast", state, cached_command("forecast", []), timeout=600,
+                               payload_file=payload, runs=[state.mandate["world"]])     # steps it
             child.extra = {"days": f["days"], "seeds": f["seeds"], "why": why, "lever": lever}
             if why == "ratchet":
                 state.ratchet_forecasts.add(lever)
@@ -7404,7 +7634,8 @@ class Decisions:
         facts = dict(world_forecast_facts(state, f["days"], f["seeds"], time.time()), packet=True)
         payload = write_payload(json.dumps(facts).encode())
         try:
-            child = self.spawn("forecast", state, cached_command("forecast", []), timeout=600, payload_file=payload)
+            child = self.spawn("forecast", state, cached_command("forecast", []), timeout=600,
+                               payload_file=payload, runs=[state.mandate["world"]])
             child.extra = {"why": "packet", "decision": d, "days": f["days"], "seeds": f["seeds"]}
         except OSError as err:
             log(True, "warden", f"{state.name}: the packet's forecast through the world: {err}")
@@ -7612,6 +7843,15 @@ class Checkpoints:
         self.origin, self.wanted = checkpoint_origin(home), False
         newest = newest_checkpoint(self.dir)
         self.seq, self.at = (newest.seq, newest.at) if newest else (0, 0)
+        if newest and spec["key"]:      # a key named since the newest was written: sign one now
+            signer = ours = None
+            with contextlib.suppress(OSError, UnicodeDecodeError):
+                with open(os.path.join(self.dir, f"{newest.seq:012d}.txt.sig")) as fh:
+                    signer = sshsig_public_key(fh.read(CHECKPOINT_MAX))
+            with contextlib.suppress(OSError, UnicodeDecodeError, IndexError):
+                with open(os.path.expanduser(spec["key"]) + ".pub") as fh:
+                    ours = fh.read(CHECKPOINT_MAX).split()[1]
+            self.wanted = sign_again_at_start(spec, signer, ours)
 
     def note_action(self, state, record):
         spec = state.mandate["levers"].get(record["lever"]) if state and state.mandate else None
@@ -7634,7 +7874,8 @@ class Checkpoints:
                 sys.stderr.write(f"avsmd: checkpoint #{head[0]} is written unsigned: {fail}\n")
         for name, data in ((path + ".sig", signature), (path, text)):
             if data:
-                with open(name + ".new", "w") as fh:
+                fd = os.open(name + ".new", os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+                with open(fd, "w") as fh:
                     fh.write(data if data.endswith("\n") else data + "\n")
                 os.replace(name + ".new", name)
         syslog.openlog("avsm", 0, syslog.LOG_USER)
@@ -7808,6 +8049,10 @@ class Warden:
                 raise Fail(EX_NOINPUT, f"its directory {state.directory} is not there")
             state.mandate = parse_mandate(state.mandate_text, os.path.join(state.directory, "mandate.yaml"), state.directory)
             state.problem = None
+            unsafe = owner_problem(state.directory, venture_commands(state.mandate))
+            if unsafe:
+                raise Fail(EX_CONFIG, f"{unsafe.why}; {unsafe.fix}, "
+                                      f"then {client_command(self.home)} add {state.directory}")
         except Fail as err:
             state.mandate, state.problem = None, str(err)
             if not state.paused:
@@ -8096,6 +8341,9 @@ class Warden:
             if state.directory == directory and state.mandate_sha == sha:
                 if state.mandate is None:
                     self.check_runnable(state)
+                    if state.mandate is not None and not state.paused:     # fixed: it runs now
+                        self.schedule.enter(state.name, time.monotonic())
+                        self.keeper.start_keep(state)
                 return [f"{name}: mandate unchanged (#{state.mandate_seq}); nothing written"]
         state = self.ventures.setdefault(name, VentureState(name))
         seq = self.adopt(state, mandate, mandate_record(name, directory, text, f"adopted {name} from {directory} (sha256 {sha[:16]})"))
@@ -8974,7 +9222,8 @@ commands:
                      (avsm chart V > v.svg; from the ledger, so avsmd may be stopped)
   doctor [--since SEQ:HASH] [--checkpoint FILE|DIR|- [--allowed-signers FILE]] [--quick]
                      check the home, config, ledger, mandates and daemon; change nothing; print the head;
-                     --since, --checkpoint: it still holds those; --quick: only from a verified checkpoint on
+                     --since, --checkpoint: it still holds those (--origin avsm/HOST:HOME: theirs
+                     too, a home that moved); --quick: only from a verified checkpoint on
   doctor --cut SEQ   with avsmd stopped: back up the ledger, then cut it just before #SEQ
   checkpoint         print a checkpoint of the ledger's head (written by avsmd into HOME/checkpoints,
                      signed when config.yaml names a key): keep it elsewhere
@@ -9361,6 +9610,10 @@ def cmd_approve(home, args):
             edited = read_json(edited)
         except (ValueError, RecursionError) as err:
             raise Fail(EX_DATAERR, f"what you saved is not JSON ({err}); nothing approved, ask #{ask} stays open") from None
+    if edited == payload:       # what you save runs: an editor quit without saving saved nothing
+        raise Fail(EX_DATAERR, f"the content was left as it was (the editor quit without "
+                               f"saving?): nothing approved, ask #{ask} stays open; to approve "
+                               f"it as proposed: {client_command(home)} approve {ask}")
     return ask_daemon(home, "approve", {"ask": ask, "payload": edited})
 
 
@@ -10554,7 +10807,7 @@ def witness_fork(session, db, where, name, verdict, kept):
 def keep_checkpoint(host, where, kept, new, far_hash, allowed):
     """Return what to say of the host's newest checkpoint's signature, once checked and kept."""
     name, principal = host["name"], host.get("principal")
-    problem = checkpoint_problem(kept, new, far_hash)
+    problem = kept_checkpoint_problem(kept, new, far_hash)
     if problem:
         raise Fail(EX_DATAERR, f"{name}: its newest checkpoint, of #{new.seq}, is refused: "
                                f"{problem}; compare it with avsm --host {name} doctor, and keep "
@@ -10659,6 +10912,10 @@ def test_config(home, cfg, path):
         code = EX_CONFIG
     out(f"config {path}: holds" + ("" if os.path.exists(path) else " (not there: every default)"))
     out(describe_notify(cfg["notify"]))
+    out(describe_checkpoint(cfg["checkpoint"]))
+    if checkpoint_problem(cfg["checkpoint"]):
+        sys.stderr.write(f"avsmd: {path}: {checkpoint_problem(cfg['checkpoint'])}\n")
+        code = EX_CONFIG
     notify_problem = cfg["notify"] and command_problem(cfg["notify"]["run"], home)    # it runs in the home
     if notify_problem:
         sys.stderr.write(f"avsmd: {path}: notify: {notify_problem}\n")
@@ -10680,6 +10937,10 @@ def test_config(home, cfg, path):
                 raise Fail(EX_NOINPUT, f"{directory} is not there")
             text = read_mandate_file(mandate_path)
             m = parse_mandate(text, mandate_path, directory)
+            unsafe = owner_problem(directory, venture_commands(m))
+            if unsafe:
+                raise Fail(EX_CONFIG, f"{unsafe.why}; {unsafe.fix}, "
+                                      f"then {client_command(home)} add {directory}")
         except OSError as err:
             sys.stderr.write(f"avsmd: {name}: {mandate_path} cannot be read: {err.strerror}\n")
             code = EX_CONFIG
@@ -10935,13 +11196,41 @@ def user_cache():
 
 LINK_MARK = "# written by `avsm link`"
 LINK_WRAPPER = """#!{python} -SP
-{mark}: {program} from {path}, its bytecode cached under $XDG_CACHE_HOME/avsm (else ~/.cache/avsm)
-# even where that directory is read-only or PYTHONDONTWRITEBYTECODE is set; a newer copy there is compiled again
-import importlib.util as u, os, sys
-sys.pycache_prefix = os.path.join(os.environ.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache"), "avsm", "pycache")
-sys.dont_write_bytecode = False
-s = u.spec_from_file_location("avsm", {path!r}); m = u.module_from_spec(s); sys.modules["avsm"] = m
-s.loader.exec_module(m); sys.exit(m.main())
+{mark}: {program} from {path}, its bytecode cached under $XDG_CACHE_HOME/avsm
+# (else ~/.cache/avsm), in directories only you can read, even where PYTHONDONTWRITEBYTECODE is
+# set; the bytecode runs only while it is of the file's contents now (PEP 552's source hash)
+import importlib.util as u, marshal, os, sys
+p = {path!r}
+try:
+    with open(p, "rb") as f:
+        src = f.read()
+except OSError as e:
+    sys.stderr.write(f"avsm: {{p}}, which {{sys.argv[0]}} runs, cannot be read "
+                     f"({{e.strerror}}): moved or removed? run link again from where "
+                     f"it is now: python3 NEW/avsm.py link {target}\\n")
+    sys.exit(77 if isinstance(e, PermissionError) else 66)
+cache = os.environ.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache")
+sys.pycache_prefix = os.path.join(cache, "avsm", "pycache")
+c, head = u.cache_from_source(p), u.MAGIC_NUMBER + b"\\3\\0\\0\\0" + u.source_hash(src)
+try:
+    with open(c, "rb") as f:
+        code = f.read()
+    code = marshal.loads(code[16:]) if code[:16] == head else None
+except (OSError, ValueError, EOFError, TypeError):
+    code = None
+if code is None:
+    code, was = compile(src, p, "exec"), os.umask(0o077)
+    try:
+        os.makedirs(os.path.dirname(c), exist_ok=True)
+        with open(f"{{c}}.{{os.getpid()}}", "wb") as f:
+            f.write(head + marshal.dumps(code))
+        os.replace(f"{{c}}.{{os.getpid()}}", c)
+    except OSError:
+        pass                # not cached: compiled again at the next start
+    finally:
+        os.umask(was)
+s = u.spec_from_file_location("avsm", p); m = u.module_from_spec(s); sys.modules["avsm"] = m
+exec(code, m.__dict__); sys.exit(m.main())
 """
 
 
@@ -10965,7 +11254,8 @@ def cmd_link(home, args):
         for program in ("avsm", "avsmd"):
             path = os.path.join(target, program)
             with open(path + ".new", "w", encoding="utf-8") as fh:
-                fh.write(LINK_WRAPPER.format(python=sys.executable, mark=LINK_MARK, program=program, path=AVSM_PATH))
+                fh.write(LINK_WRAPPER.format(python=sys.executable, mark=LINK_MARK, program=program,
+                                             path=AVSM_PATH, target=target))
             os.chmod(path + ".new", 0o755)
             os.replace(path + ".new", path)
     except OSError as err:
@@ -10973,8 +11263,8 @@ def cmd_link(home, args):
                                  f"link into a directory of yours, such as ~/bin") from None
     saved, sys.pycache_prefix = sys.pycache_prefix, os.path.join(user_cache(), "pycache")
     try:        # checked against the source's hash at each start, so a newer copy of the same size and time is seen
-        py_compile.compile(AVSM_PATH, cfile=importlib.util.cache_from_source(AVSM_PATH), doraise=True,
-                           invalidation_mode=py_compile.PycInvalidationMode.CHECKED_HASH)
+        cache_bytecode(importlib.util.cache_from_source(AVSM_PATH))
+        os.chmod(user_cache(), 0o700)     # made before: what is under it is this user's alone
     except (OSError, py_compile.PyCompileError):
         pass                          # the first start writes it
     finally:
@@ -11543,6 +11833,11 @@ class Findings:
     def note(self, text):
         out(f"note  {text}")
 
+    def warn(self, text, fix):
+        """A check that does not fail, but whose fix a person should make: the exit code stays."""
+        out(f"warn  {text}")
+        out(f"      fix: {fix}")
+
     def fail(self, code, text, fix):
         self.codes.append(code)
         out(f"FAIL  {text}")
@@ -11557,11 +11852,17 @@ def cmd_doctor(home, args):
     check home, config, ledger, mandates and daemon; change nothing (but the note of what a full check verified,
     in the client's cache, for --quick)."""
     since = cut = None
-    rest, given = list(args), {"--checkpoint": None, "--allowed-signers": None, "--quick": False}
+    rest = list(args)
+    given = {"--checkpoint": None, "--allowed-signers": None, "--quick": False, "--origin": None}
     while rest:
         arg = rest.pop(0)
-        if arg in ("--checkpoint", "--allowed-signers") and rest:
+        if arg in ("--checkpoint", "--allowed-signers", "--origin") and rest:
             given[arg] = rest.pop(0)
+            if arg == "--origin" and not re.fullmatch(r"avsm/[^\s:]+:/\S*", given[arg]):
+                raise Fail(EX_USAGE, f"--origin {shown_text(given[arg])} is not a checkpoint's "
+                                     f"origin; write avsm/HOST:HOME as line 1 of the checkpoint "
+                                     f"says it, such as avsm/web1:/srv/avsm (the home this one "
+                                     f"moved from)")
             continue
         if arg == "--quick":
             given[arg] = True
@@ -11582,14 +11883,17 @@ def cmd_doctor(home, args):
             raise Fail(EX_USAGE, "avsm doctor has no --remote: avsmd opens no listener but its socket; run doctor on its machine")
         else:
             raise Fail(EX_USAGE, f"avsm doctor does not take '{arg}'; usage: avsm doctor [--since SEQ:HASH] "
-                                 f"[--checkpoint FILE|DIR|- [--allowed-signers FILE]] [--quick] | avsm doctor --cut SEQ")
+                                 f"[--checkpoint FILE|DIR|- [--allowed-signers FILE]] [--quick] "
+                                 f"[--origin avsm/HOST:HOME] | avsm doctor --cut SEQ")
     if cut is not None:
         return doctor_cut(home, cut)
     found = Findings()
-    kept = read_kept_checkpoints(home, found, given["--checkpoint"], given["--allowed-signers"]) if given["--checkpoint"] else []
+    trust = checkpoint_trust(home, given["--allowed-signers"], given["--origin"])
+    kept = read_kept_checkpoints(home, found, given["--checkpoint"], trust) \
+        if given["--checkpoint"] else []
     if doctor_home(home, found):
         doctor_config(home, found)
-        doctor_ledger(home, found, since, kept, given["--quick"])
+        doctor_ledger(home, found, since, kept, given["--quick"], trust)
         if not doctor_mirror(home, found):
             doctor_mandates(home, found)
             doctor_daemon(home, found)
@@ -11615,16 +11919,41 @@ def doctor_home(home, found):
         return os.access(home, os.R_OK | os.X_OK)      # what can be read is still checked (DOCTOR-01)
     if not problem:
         found.ok(f"home {home}")
+    readable = home_readable(home)
+    if readable:
+        found.warn(f"others than you can read {', '.join(readable)} "
+                   "(avsmd makes what it writes 0600 and 0700)",
+                   f"chmod go-rwx {' '.join(readable)}")
     return True
+
+
+def home_readable(home):
+    """Return the home and each entry in it avsmd writes that others than its owner may read or
+    enter (config.yaml is the person's, keys has its own check)."""
+    try:
+        names = sorted(n for n in os.listdir(home) if n not in ("config.yaml", "keys"))
+    except OSError:
+        names = []                      # not ours to list: doctor_home said so
+    readable = []
+    for path in [home] + [os.path.join(home, n) for n in names]:
+        with contextlib.suppress(OSError):      # gone since listed
+            mode = os.lstat(path).st_mode
+            if mode & 0o077 and not stat.S_ISLNK(mode):     # a symlink's own mode means nothing
+                readable.append(path)
+    return readable
 
 
 def doctor_config(home, found):
     path = os.path.join(home, "config.yaml")
     try:
-        problem = metrics_problem(read_config(home)[0]["metrics"])
+        cfg = read_config(home)[0]
+        problem = metrics_problem(cfg["metrics"])
         if problem:
             raise Fail(EX_CONFIG, f"{path}: metrics: {problem}")
         found.ok(f"config {path}" + ("" if os.path.exists(path) else " (not there: every default)"))
+        if checkpoint_problem(cfg["checkpoint"]):
+            found.fail(EX_CONFIG, f"{path}: {checkpoint_problem(cfg['checkpoint'])}",
+                       f"edit {path}, then {program_command('avsmd', home)} -t")
     except Fail as fail:
         found.fail(EX_CONFIG, str(fail), f"edit {path}, then {program_command('avsmd', home)} -t")
     keys = os.path.join(home, "keys")
@@ -11639,7 +11968,7 @@ def doctor_config(home, found):
             found.ok(f"keys {keys} readable by you alone")
 
 
-def doctor_ledger(home, found, since, kept=(), quick=False):
+def doctor_ledger(home, found, since, kept=(), quick=False, trust=None):
     """The ledger: a database, every link of the chain, the triggers, every proof; an anchor and the kept
     checkpoints (name, Checkpoint) if given. quick: only from the newest checkpoint a full doctor verified."""
     import sqlite3
@@ -11668,12 +11997,13 @@ def doctor_ledger(home, found, since, kept=(), quick=False):
     if missing:
         found.fail(EX_DATAERR, f"the ledger's triggers {', '.join(sorted(missing))} are gone: it is no longer append-only",
                    f"{program_command('avsmd', home)}   (avsmd makes the triggers again at start)")
-    ours = newest_checkpoint(os.path.join(home, "checkpoints"))
-    after = verified_checkpoint(home, db, found) if quick else None
+    trust = trust or checkpoint_trust(home)
+    own = home_checkpoints(home, found)
+    after = verified_checkpoint(home, db, found, trust) if quick else None
     if quick and after is None:
         db.close()
         return
-    scan = scan_ledger(db, wanted={c.seq for _, c in kept} | ({ours.seq} if ours else set()), after=after)
+    scan = scan_ledger(db, wanted={c.seq for _, c in list(kept) + own}, after=after)
     found.scan = scan
     if scan.broken:
         seq, why = scan.broken
@@ -11699,9 +12029,9 @@ def doctor_ledger(home, found, since, kept=(), quick=False):
             found.fail(EX_DATAERR, f"{len(problems)} proof problem(s); first: action #{seq}: {problem}", f"{client_command(home)} why {seq}")
         elif not after:
             found.ok("every proof in the ledger re-checks")
-            if ours and scan.hashes.get(ours.seq) == ours.hash:
-                remember_verified(home, ours)
-        doctor_checkpoints(home, found, kept, scan, ours)
+        held = doctor_checkpoints(home, found, kept, own, scan, db, trust)
+        if held and not after and EX_DATAERR not in found.codes:
+            remember_verified(home, held)
     if since is not None:
         seq, prefix = since.split(":")
         row = db.execute("SELECT hash FROM records WHERE seq = ?", (int(seq),)).fetchone()
@@ -11722,13 +12052,83 @@ def checkpoint_spec(home):
         return parse_config("")["checkpoint"]
 
 
-def read_kept_checkpoints(home, found, where, allowed):
-    """Return [(name, Checkpoint)] of the checkpoints kept in FILE, in each file of DIR, or on standard input
-    (-), each one's signature (after its blank line, or in FILE.sig) verified with ssh-keygen -Y verify against
-    an allowed_signers file first (--allowed-signers, the config's, or ~/.ssh/allowed_signers). One missing is
-    66, one that does not read or verify 65, no ssh-keygen 69: each a failure doctor names."""
-    spec = checkpoint_spec(home)
-    allowed = os.path.expanduser(allowed or spec["allowed_signers"] or "~/.ssh/allowed_signers")
+CheckpointTrust = collections.namedtuple("CheckpointTrust",
+                                         "home origin homes allowed namespace principal key")
+
+
+def checkpoint_trust(home, allowed=None, origin=None):
+    """How doctor judges a checkpoint: the origin of this home and the (host, home) pairs a
+    checkpoint may name (this home's, and --origin's for a home that moved), the allowed_signers
+    file given or in the config (None: none named), the namespace, the principal of this home's
+    signer, the signing key."""
+    spec, ours = checkpoint_spec(home), checkpoint_origin(home)
+    homes = {origin_home(ours, True)} | ({origin_home(origin, False)} if origin else set())
+    allowed = allowed or spec["allowed_signers"]
+    return CheckpointTrust(home, ours, homes, allowed and os.path.expanduser(allowed),
+                           spec["namespace"], spec["principal"], spec["key"])
+
+
+def origin_home(origin, ours):
+    """Return (HOST, HOME) of an origin avsm/HOST:HOME; HOME resolved when it is this host's own."""
+    host, _, where = origin.removeprefix("avsm/").partition(":")
+    return host, os.path.realpath(where) if ours else where
+
+
+def is_our_origin(origin, trust):
+    """Whether a checkpoint's origin names this home (or the one --origin names), by any path."""
+    host, where = origin_home(origin, False)
+    return (host, where) in trust.homes or host == origin_home(trust.origin, False)[0] and \
+        origin_home(origin, True) in trust.homes
+
+
+def vouch_checkpoint(found, name, c, trust, allowed):
+    """Whether checkpoint `c` may vouch for this home's ledger: it names this home as its origin,
+    and its signature, verified against `allowed` (None: not verified, said so), is by this home's
+    signer. Each refusal is a failure doctor names: 65, or 66 when `allowed` is not there, 69 with
+    no ssh-keygen."""
+    if not is_our_origin(c.origin, trust):
+        found.fail(EX_DATAERR, f"checkpoint {name} is of {shown_text(c.origin)}, and this home "
+                               f"is {trust.origin}: a checkpoint vouches only for the home that "
+                               f"wrote it",
+                   f"check it with the home it names; if this home moved from there: "
+                   f"{client_command(trust.home)} doctor --origin {shown_text(c.origin)}")
+        return False
+    if c.signature is None:
+        return True
+    if allowed is None:
+        found.note(f"checkpoint {name} is signed, and its signature is not verified: no "
+                   f"allowed_signers file is named (checkpoint: {{allowed_signers: FILE}} in "
+                   f"config.yaml, or --allowed-signers)")
+        return True
+    try:
+        if not os.path.isfile(allowed):
+            raise Fail(EX_NOINPUT, f"it is signed, and {allowed} is not there to verify it with; "
+                                   f"name an allowed_signers file with --allowed-signers FILE")
+        who = verify_text(c.text, c.signature, allowed, trust.namespace, trust.principal)
+    except Fail as fail:
+        found.fail(fail.code, f"checkpoint {name}: {fail}",
+                   "install openssh-client" if fail.code == EX_UNAVAILABLE else
+                   f"write lines `PRINCIPAL namespaces=\"{trust.namespace}\" KEY` of the hosts' "
+                   f"signing keys in it" if fail.code == EX_NOINPUT else
+                   "trust no checkpoint but those your own hosts signed; compare with your own "
+                   "copy")
+        return False
+    found.ok(f"checkpoint {name}: signed by {shown_text(who)} ({allowed}, namespace "
+             f"{trust.namespace})"
+             + ("" if trust.principal else f"; config.yaml names no principal, so any key there is "
+                                           f"taken: name this home's signer with checkpoint: "
+                                           f"{{principal: {shown_text(who)}}}"))
+    return True
+
+
+def read_kept_checkpoints(home, found, where, trust):
+    """Return [(name, Checkpoint)] of the checkpoints kept in FILE, in each file of DIR, or on
+    standard input (-) that may vouch for this home (vouch_checkpoint: its origin, and its
+    signature, after its blank line or in FILE.sig, verified with ssh-keygen -Y verify against an
+    allowed_signers file: --allowed-signers, the config's, or ~/.ssh/allowed_signers). One missing
+    is 66, one that does not read, vouch or verify 65, no ssh-keygen 69: each a failure doctor
+    names."""
+    allowed = trust.allowed or os.path.expanduser("~/.ssh/allowed_signers")
     names = ["-"] if where == "-" else [where] if not os.path.isdir(where) else \
         [os.path.join(where, n) for n in sorted(os.listdir(where)) if not n.endswith(".sig") and n[0] != "."]
     kept = []
@@ -11746,62 +12146,113 @@ def read_kept_checkpoints(home, found, where, allowed):
             if checkpoint.signature is None:
                 found.note(f"checkpoint {name} is unsigned: it shows a rewrite only while it is kept where the ledger's "
                            f"writer cannot reach it")
-            elif not os.path.isfile(allowed):
-                raise Fail(EX_NOINPUT, f"it is signed, and {allowed} is not there to verify it with; name an "
-                                       f"allowed_signers file with --allowed-signers FILE")
-            else:
-                found.ok(f"checkpoint {name}: signed by {verify_text(checkpoint.text, checkpoint.signature, allowed, spec['namespace'])} "
-                         f"({allowed}, namespace {spec['namespace']})")
-            kept.append((name, checkpoint))
+            if vouch_checkpoint(found, name, checkpoint, trust, allowed):
+                kept.append((name, checkpoint))
         except (OSError, UnicodeDecodeError) as err:
             found.fail(EX_NOINPUT if isinstance(err, FileNotFoundError) else EX_DATAERR, f"checkpoint {name} cannot be "
                        f"read: {getattr(err, 'strerror', None) or err}", "name the file, or the directory, you kept it in")
         except Fail as fail:
             found.fail(fail.code, f"checkpoint {name}: {fail}",
-                       "install openssh-client" if fail.code == EX_UNAVAILABLE else
-                       f"write lines `PRINCIPAL namespaces=\"{spec['namespace']}\" KEY` of the hosts' signing keys in it"
-                       if fail.code == EX_NOINPUT else "trust no checkpoint but those your own hosts signed; compare with your own copy")
+                       "trust no checkpoint but those your own hosts signed; compare with your "
+                       "own copy")
     return kept
 
 
-def doctor_checkpoints(home, found, kept, scan, ours):
-    """The home's own checkpoints (signed or not, as the config says), and each kept one: the ledger still holds
-    its head (the chain from it to the head was read whole by scan). A rewrite is named by the first checkpoint
-    whose seq no longer has its hash, and the last before it that still holds."""
-    spec = checkpoint_spec(home)
+def home_checkpoints(home, found=None):
+    """Return [(path, Checkpoint)] of every checkpoint in HOME/checkpoints, by seq (the newest with
+    its .sig); one that does not read is a note of `found`."""
+    directory, own = os.path.join(home, "checkpoints"), []
+    names = sorted(n for n in os.listdir(directory) if re.fullmatch(r"\d+\.txt", n)) \
+        if os.path.isdir(directory) else []
+    for name in names:
+        path = os.path.join(directory, name)
+        try:        # regular files, bounded: a FIFO is one note, not a hang
+            data = read_small_file(path, CHECKPOINT_MAX).decode()
+            own.append((path, parse_checkpoint(data, path)))
+        except (OSError, UnicodeDecodeError, Fail) as err:
+            if found:
+                found.note(f"checkpoint {path} does not read ({err}), so it is not compared")
+    own.sort(key=lambda pair: pair[1].seq)
+    if own and os.path.lexists(own[-1][0] + ".sig"):
+        with contextlib.suppress(OSError, UnicodeDecodeError):
+            signature = read_small_file(own[-1][0] + ".sig", CHECKPOINT_MAX).decode().strip()
+            own[-1] = (own[-1][0], own[-1][1]._replace(signature=signature or None))
+    return own
+
+
+def record_hash(db, seq):
+    """Return the hash of record #seq as its contents give it (not its hash column), or None: no
+    such record."""
+    row = db.execute("SELECT prev, at, record FROM records WHERE seq = ?", (seq,)).fetchone()
+    return row and chain_hash(row[0], seq, row[1], row[2])
+
+
+def doctor_checkpoints(home, found, kept, own, scan, db, trust):
+    """The home's own checkpoints (the newest signed or not, as the config says; every one
+    compared) and each kept one: the ledger still holds its head (the chain from it to the head
+    was read whole by scan; one record looked up for a checkpoint before what --quick read). A
+    rewrite is named by the first checkpoint whose seq no longer has its hash, and the last before
+    it that still holds. Return the home's newest checkpoint when it held (its origin, its
+    signature where it can be verified, its record), else None."""
+    ours = own[-1][1] if own else None
     if ours is None:
         found.note(f"no checkpoint in {home}/checkpoints yet: avsmd writes one at its start, daily, and after each "
                    "irreversible action")
-    elif os.path.exists(os.path.join(home, "checkpoints", f"{ours.seq:012d}.txt.sig")):
-        found.ok(f"checkpoints: the newest, of #{ours.seq}, is signed; keep copies elsewhere ({client_command(home)} checkpoint)")
-    elif spec["key"]:
-        found.fail(EX_CONFIG, f"the newest checkpoint, of #{ours.seq}, is unsigned, though config.yaml names the key {spec['key']}",
-                   f"ssh-keygen -Y sign -f {spec['key']} -n {spec['namespace']} < /dev/null   (says why it cannot sign)")
+    elif ours.signature:
+        found.ok(f"checkpoints: the newest, of #{ours.seq}, is signed; keep copies elsewhere "
+                 f"({client_command(home)} checkpoint)")
+    elif trust.key:
+        found.fail(EX_CONFIG, f"the newest checkpoint, of #{ours.seq}, is unsigned, though "
+                              f"config.yaml names the key {trust.key}",
+                   f"ssh-keygen -Y sign -f {trust.key} -n {trust.namespace} < /dev/null   "
+                   f"(says why it cannot sign)")
     else:
         found.note(f"checkpoints are written unsigned: config.yaml names no key; sign them with checkpoint: "
                    f"{{key: /path/to/ssh/key}} (the README's Checkpoints)")
     if scan.broken:
-        return
-    if ours and (ours.seq in scan.hashes or ours.seq > scan.head[0]) and not any(c.hash == ours.hash for _, c in kept):
-        # the home's own newest is checked too (a forger who rewrote the ledger must rewrite these as well)
-        kept = list(kept) + [(os.path.join(home, "checkpoints", f"{ours.seq:012d}.txt"), ours)]
-    holds = [(c.seq, name) for name, c in kept if scan.hashes.get(c.seq) == c.hash]
+        return None
+    # the home's own are checked too (a forger who rewrote the ledger must rewrite these as well):
+    # every one's origin, the newest's signature (where allowed_signers is named), every record
+    # (one of another origin is of a home moved here: compared all the same, it vouches for nothing)
+    newest = own[-1] if own else None
+    moved = [(n, c) for n, c in own if not is_our_origin(c.origin, trust)]
+    if moved:
+        first = shown_text(moved[0][1].origin)
+        found.note(f"{len(moved)} checkpoint(s) in {home}/checkpoints, the first "
+                   f"{moved[0][0]}, are of {first}, not {trust.origin} (a home moved, or a host "
+                   f"renamed): compared all the same; {client_command(home)} doctor --origin "
+                   f"{first} takes them as this home's")
+    vouched = [(n, c) for n, c in own if (n, c) not in moved
+               and vouch_checkpoint(found, n, c, trust, trust.allowed if n == newest[0] else None)]
+    kept = list(kept) + [(n, c) for n, c in vouched + moved
+                         if not any(k.seq == c.seq and k.hash == c.hash for _, k in kept)]
+    hashes = dict(scan.hashes)
+    for _, c in kept:
+        if c.seq not in hashes and c.seq <= scan.head[0]:
+            hashes[c.seq] = record_hash(db, c.seq)
+    holds = [(c.seq, name) for name, c in kept if hashes.get(c.seq) == c.hash]
     for name, c in sorted(kept, key=lambda k: k[1].seq):
-        got = scan.hashes.get(c.seq)
+        got = hashes.get(c.seq)
         if got == c.hash:
             found.ok(f"checkpoint {name}: the ledger still holds #{c.seq}:{c.hash[:16]}, and the chain from it to the head")
         elif c.seq > scan.head[0]:
             found.fail(EX_DATAERR, f"checkpoint {name} is of #{c.seq}, and the ledger ends at #{scan.head[0]}: records it "
                                    f"held were cut, or the ledger was replaced", "restore the ledger from a backup that holds them")
-        elif got is not None:
+        elif got is None:
+            found.fail(EX_DATAERR, f"checkpoint {name} is of #{c.seq}, and the ledger holds no "
+                                   f"record #{c.seq} (its first is #1): a made-up checkpoint, or "
+                                   f"a ledger replaced",
+                       "trust no checkpoint but those your own hosts signed; compare with your "
+                       "own copy")
+        else:
             below = max((seq for seq, _ in holds if seq < c.seq), default=None)
             found.fail(EX_DATAERR, f"checkpoint {name}: #{c.seq} should hash to {c.hash[:16]}, and the ledger's #{c.seq} "
                                    f"hashes to {got[:16]}: the ledger was rewritten at or before #{c.seq}"
                                    + (f" and after #{below}, which it still holds" if below else ""),
                        f"restore the ledger from a backup; {client_command(home)} tail --since {below or 0} shows what it holds now")
             break                       # the first that no longer matches names the rewrite; the later follow from it
-        else:
-            found.note(f"checkpoint {name}, of #{c.seq}, is before what --quick read")
+    held = newest in vouched and hashes.get(newest[1].seq) == newest[1].hash
+    return newest[1] if held else None
 
 
 def verified_path(home):
@@ -11810,34 +12261,71 @@ def verified_path(home):
 
 
 def remember_verified(home, checkpoint):
-    """Note the newest checkpoint a full doctor verified, for --quick, in the client's own cache: doctor changes
-    nothing in the home (DOCTOR-02); through a read-only key nothing."""
+    """Note the newest checkpoint a full doctor verified, for --quick, in the client's own cache
+    (0600, in directories only this user can read): doctor changes nothing in the home
+    (DOCTOR-02). The note grants nothing by itself: --quick checks that checkpoint again, and
+    compares every other. Through a read-only bridge nothing: that key writes nothing."""
     if REMOTE.get("read_only"):
         return
     path = verified_path(home)
-    with contextlib.suppress(OSError):  # --quick then says no full doctor verified one
-        os.makedirs(os.path.dirname(path), exist_ok=True)
-        with open(path + ".new", "w") as fh:
-            fh.write(f"{checkpoint.seq} {checkpoint.hash}\n")
-        os.replace(path + ".new", path)
-
-
-def verified_checkpoint(home, db, found):
-    """Return (seq, hash) of the newest checkpoint a full doctor verified, still held by the ledger, or None
-    once the failure saying why --quick cannot start from it is written."""
+    was = os.umask(0o077)
     try:
-        with open(verified_path(home)) as fh:
-            seq, digest = fh.read().split()
+        with contextlib.suppress(OSError):  # --quick then says no full doctor verified one
+            os.makedirs(os.path.dirname(path), exist_ok=True)
+            for directory in (user_cache(), os.path.dirname(path)):
+                os.chmod(directory, 0o700)
+            with open(path + ".new", "w") as fh:
+                fh.write(f"{checkpoint.seq} {checkpoint.hash}\n")
+            os.replace(path + ".new", path)
+    finally:
+        os.umask(was)
+
+
+def verified_checkpoint(home, db, found, trust):
+    """Return (seq, hash) of the checkpoint a full doctor verified, checked again, or None once the
+    failure saying why --quick cannot start from it is written. The cache only names it: the
+    checkpoint must be in HOME/checkpoints with that hash, name this home, verify as this home's
+    signer's, and its record hash to it."""
+    path = verified_path(home)
+    try:
+        st = os.stat(path)
+        with open(path) as fh:
+            seq, digest = fh.read(200).split()
         seq = int(seq)
     except (OSError, ValueError):
         found.fail(EX_NOINPUT, "--quick: no full doctor has verified a checkpoint of this ledger yet",
                    f"{client_command(home)} doctor   (a full check; --quick then checks from its newest checkpoint on)")
         return None
-    row = db.execute("SELECT prev, at, record FROM records WHERE seq = ?", (seq,)).fetchone()
-    now = row and chain_hash(row[0], seq, row[1], row[2])       # its contents hashed again, not its hash column
+    full = (f"{client_command(home)} doctor   (a full check says where the ledger changed, and "
+            f"notes it again)")
+    if st.st_uid != os.getuid() or st.st_mode & 0o022:
+        found.fail(EX_DATAERR, f"--quick refused: {path} can be written by others than you, so it "
+                               f"proves nothing", f"rm {path}; then {full}")
+        return None
+    name, c = os.path.join(home, "checkpoints", f"{seq:012d}.txt"), None
+    with contextlib.suppress(OSError, UnicodeDecodeError, Fail):
+        c = parse_checkpoint(read_small_file(name, CHECKPOINT_MAX).decode(), name)
+    if c is None or c.hash != digest or c.seq != seq:
+        found.fail(EX_DATAERR, f"--quick refused: {path} names checkpoint #{seq}, and {name} "
+                               + ("is not there" if c is None else
+                                  f"holds {c.hash[:16]}, not {digest[:16]}")
+                               + ": it was not noted by a full doctor, or the home changed since",
+                   full)
+        return None
+    with contextlib.suppress(OSError, UnicodeDecodeError):
+        if os.path.lexists(name + ".sig"):
+            signature = read_small_file(name + ".sig", CHECKPOINT_MAX).decode().strip()
+            c = c._replace(signature=signature or None)
+    if c.signature is None and trust.key:
+        found.fail(EX_DATAERR, f"--quick refused: checkpoint #{seq} is unsigned, though "
+                               f"config.yaml names the key {trust.key}", full)
+        return None
+    if not vouch_checkpoint(found, name, c, trust, trust.allowed):
+        return None
+    now = record_hash(db, seq)          # its contents hashed again, not its hash column
     if now != digest:
         found.fail(EX_DATAERR, f"--quick refused: checkpoint #{seq}, which a full doctor verified, no longer matches the "
-                               f"ledger (" + ("it holds no such record" if row is None else
+                               f"ledger (" + ("it holds no such record" if now is None else
                                               f"#{seq} now hashes to {now[:16]}, not {digest[:16]}") + ")",
                    f"{client_command(home)} doctor   (a full check says where the ledger changed)")
         return None
@@ -11861,6 +12349,7 @@ def doctor_mandates(home, found):
     except (sqlite3.DatabaseError, ValueError, Fail) as err:
         found.note(f"the adopted mandates cannot be listed from a ledger that does not read ({err})")
         return
+    uid = os.stat(home).st_uid          # avsmd runs as the home's owner
     for name, directory, seq, paused, in_force in adopted:
         path = os.path.join(directory or "", "mandate.yaml")
         if not os.path.isdir(directory or ""):
@@ -11872,9 +12361,14 @@ def doctor_mandates(home, found):
             continue
         try:
             text = read_mandate_file(path)
-            parse_mandate(text, path, directory)
+            m = parse_mandate(text, path, directory)
+            unsafe = owner_problem(directory, venture_commands(m), uid)
             drift = mandate_drift(in_force, text, seq, path)
-            if drift:
+            if unsafe:
+                found.fail(EX_CONFIG, f"venture {name}: {unsafe.why}; "
+                                      "avsmd starts no program of it",
+                           f"{unsafe.fix}, then {client_command(home)} add {directory}")
+            elif drift:
                 found.note(f"venture {name}: {path} holds but differs from mandate #{seq} in force; "
                            f"{client_command(home)} add {directory} applies it")
                 for line in drift:
@@ -12034,7 +12528,8 @@ def doctor_cut(home, seq):
     last = last_seq(open_ledger_ro(path))
     if seq > last:
         raise Fail(EX_DATAERR, f"#{seq} is past the last record (#{last}); nothing to cut")
-    backup = os.path.join(home, f"ledger.db.before-cut-{seq}-{int(time.time())}")
+    stamp = int(time.time())
+    backup = os.path.join(home, f"ledger.db.before-cut-{seq}-{stamp}")
     shutil.copy2(path, backup)
     db = sqlite3.connect(path, isolation_level=None, timeout=10)
     db.execute("BEGIN IMMEDIATE")
@@ -12049,10 +12544,22 @@ def doctor_cut(home, seq):
         db.execute("ROLLBACK")
         raise
     db.close()
-    with open(os.path.join(home, "cut"), "w") as fh:
+    marker = os.open(os.path.join(home, "cut"), os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with open(marker, "w") as fh:
         fh.write(f"{seq} {backup}\n")
     out(f"backed up the whole ledger to {backup}")
     out(f"cut the ledger just before #{seq}: records #{seq}..#{last} are only in the backup now")
+    # the checkpoints of records cut name what only the backup holds: kept beside it, not compared
+    aside = os.path.join(home, "checkpoints", f"before-cut-{seq}-{stamp}")
+    cut = [name for name, c in home_checkpoints(home) if c.seq >= seq]
+    for name in cut:
+        os.makedirs(aside, mode=0o700, exist_ok=True)
+        for each in (name, name + ".sig"):
+            if os.path.exists(each):
+                os.replace(each, os.path.join(aside, os.path.basename(each)))
+    if cut:
+        out(f"moved {len(cut)} checkpoint(s) of the records cut to {aside}: they hold for "
+            f"the backup")
     return EX_OK
 
 
