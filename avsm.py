@@ -1694,10 +1694,8 @@ def parse_notify(c, value):
 
 
 def parse_metrics(c, value):
-    """Return the Prometheus textfile's settings as {textfile, every}, or None when there is none.
-
-    metrics ::= {textfile: PATH, every: DURATION}
-    PATH is absolute and ends in .prom; every is 15s unless it says"""
+    """Return the metrics textfile's settings, or None.
+    metrics ::= {textfile: PATH, every: DURATION}      (PATH absolute, NAME.prom)"""
     path = ("metrics",)
     if value is None:
         return None
@@ -1706,14 +1704,16 @@ def parse_metrics(c, value):
     c.mapping(value, path, {"textfile", "every"}, "metrics")
     if "textfile" not in value:
         c.fail(path, f"metrics has no 'textfile'; write {METRICS_EXAMPLE}")
-    textfile = c.text(value["textfile"], path + ("textfile",), "textfile")
+    where = path + ("textfile",)
+    textfile = c.text(value["textfile"], where, "textfile")
     if "\0" in textfile or not os.path.isabs(textfile):
-        c.fail(path + ("textfile",),
+        c.fail(where,
                f"textfile is a file's absolute path in the directory node_exporter's "
                f"--collector.textfile.directory names, as "
                f"/var/lib/prometheus/node-exporter/avsm.prom, not {textfile!r}")
     if not textfile.endswith(".prom") or textfile.endswith("/.prom"):
-        c.fail(path + ("textfile",),
+        c.fail(where,
+
                f"node_exporter's textfile collector reads only files named NAME.prom; "
                f"name the textfile so, as {os.path.join(os.path.dirname(textfile), 'avsm.prom')}")
     every = METRICS_EVERY
@@ -1723,9 +1723,7 @@ def parse_metrics(c, value):
 
 
 def metrics_problem(spec):
-    """Return why the metrics textfile cannot be written where the config says (its directory
-    missing or not writable by this user, or the file a directory), or None: avsmd -t, avsmd's
-    start and avsm doctor refuse it (78)."""
+    """Return why the metrics textfile cannot be written where the config says, or None."""
     if spec is None:
         return None
     textfile = spec["textfile"]
@@ -1744,7 +1742,7 @@ def metrics_problem(spec):
 
 
 def describe_metrics(spec):
-    """Return the line avsmd -t says of the metrics textfile: where and how often it is written."""
+    """Return the line avsmd -t says of the metrics textfile."""
     if spec is None:
         return (f"metrics: not set; no figures are written for Prometheus "
                 f"(set one in config.yaml, as {METRICS_EXAMPLE})")
@@ -2515,43 +2513,36 @@ def parse_checkpoint(data, where, signature=None):
 
 
 # ---- raw rows for a witness: does a far history extend what was kept? ----
-# A witness (avsm fleet witness, on another machine) keeps each host's last checkpoint, and with
-# --mirror a copy of its ledger; it reads the host's rows raw, in pages (records_page), and checks
-# them on its own side with the ledger's own recipe. These are records in and a verdict out; the ssh
-# session and the files are section 12's.
+# A witness (avsm fleet witness) reads a host's rows raw, in pages, and checks them with the
+# ledger's own recipe: records in and a verdict out; the ssh session and the files are section 12's.
 #     row ::= SEQ " " AT " " PREV " " HASH " " RECORD     (RECORD: the stored JSON text, as is)
 #     line ::= row ("\n" row)*                           (a line of the answer: RECORDS_LINE rows)
 
 RECORDS_PAGE = 2048             # rows of one `records` answer at most: the far side holds one page
 RECORDS_PAGE_BYTES = 2 << 20    # ... and about this many bytes of them (large records: fewer rows)
-RECORDS_LINE = 256              # rows of one line of the answer, each row ended by a newline
+RECORDS_LINE = 256              # rows of one line of the answer
+
 Row = collections.namedtuple("Row", "seq at prev hash record")
 
 
 def records_page(db, after, limit, head_line):
-    """Return the lines of a `records` answer: `head_line` first (the head and the newest
-    checkpoint, as JSON), then the raw rows after `after`, at most `limit` (RECORDS_PAGE) and
-    about RECORDS_PAGE_BYTES, many rows a line (a line a row would cost each hop a JSON line a
-    row)."""
-    lines, chunk, size = [head_line], [], 0
+    """Return the lines of a `records` answer: `head_line`, then the rows after `after`, many a
+    line (a JSON line a row would cost each hop)."""
+    rows, size = [], 0
     limit = RECORDS_PAGE if limit is None else min(limit, RECORDS_PAGE)
-    rows = db.execute("SELECT seq, at, prev, hash, record FROM records WHERE seq > ? "
-                      "ORDER BY seq LIMIT ?", (after, limit))
-    for seq, at, prev, digest, text in rows:
-        chunk.append(f"{seq} {at} {prev} {digest} {text}")
+    for seq, at, prev, digest, text in db.execute(
+            "SELECT seq, at, prev, hash, record FROM records WHERE seq > ? ORDER BY seq LIMIT ?",
+            (after, limit)):
+        rows.append(f"{seq} {at} {prev} {digest} {text}")
         size += len(text) + 160
-        if len(chunk) == RECORDS_LINE or size > RECORDS_PAGE_BYTES:
-            lines.append("\n".join(chunk))
-            chunk = []
         if size > RECORDS_PAGE_BYTES:
             break
-    return lines + (["\n".join(chunk)] if chunk else [])
+    return [head_line] + ["\n".join(rows[i:i + RECORDS_LINE])
+                          for i in range(0, len(rows), RECORDS_LINE)]
 
 
 def records_answer(home, args):
-    """Return the answer to a `records` request on `home` as the socket's lines ({"out": ...}, then
-    {"exit": 0}): its head, its newest checkpoint when asked, and a page of rows (records_page),
-    read from what is committed; Fail(66) when the home holds no ledger that reads."""
+    """Return the answer to a `records` request on `home` as the socket's lines, or Fail(66)."""
     import sqlite3
     path = os.path.join(home, "ledger.db")
     try:
@@ -2574,13 +2565,11 @@ def records_answer(home, args):
 
 
 def parse_rows(lines):
-    """Return the Rows of a `records` answer's lines after its first; ValueError when one holds
-    none."""
+    """Return the Rows of a `records` answer's lines after its first, or ValueError."""
     return [parse_row(text) for line in lines for text in line.split("\n")]
 
 
 def parse_row(line):
-    """Return the Row a line of rows holds; ValueError when it holds none."""
     seq, at, prev, digest, text = line.split(" ", 4)
     if not (seq.isdigit() and seq.isascii() and at.isdigit() and at.isascii()):
         raise ValueError(f"a row begins with its seq and time, not {shown_text(line[:40])}")
@@ -2588,9 +2577,7 @@ def parse_row(line):
 
 
 def row_problem(row, before):
-    """Return why raw `row` is not the link after `before` ((seq, hash) of the row before it;
-    (0, ZERO_HASH) before the first; None when the witness does not hold it), by the ledger's own
-    recipe; None when it is."""
+    """Return why `row` is not the link after `before` ((seq, hash) or None), or None."""
     if before is not None and row.seq != before[0] + 1:
         return f"record #{before[0] + 1} is missing (the next row is #{row.seq})"
     if before is not None and row.prev != before[1]:
@@ -2601,9 +2588,8 @@ def row_problem(row, before):
 
 
 def check_far_rows(held, before, rows):
-    """Return (the last (seq, hash) checked, verdict) of far `rows` read after `before`: verdict
-    None while each row is the next link and each seq the witness holds (`held`: {seq: hash}) has
-    the hash it kept; else ("differs", SEQ, KEPT HASH, FAR HASH) or ("broken", SEQ, WHY)."""
+    """Return (the last (seq, hash) checked, None or ("differs", SEQ, KEPT, FAR) or ("broken",
+    SEQ, WHY)) of far `rows` after `before`, `held` being {seq: hash kept}."""
     for row in rows:
         why = row_problem(row, before)
         if why is not None:
@@ -2615,9 +2601,8 @@ def check_far_rows(held, before, rows):
 
 
 def first_differing(lo, hi, differs):
-    """Return the first seq of lo..hi where `differs(seq)`, given that it does at hi and at every
-    seq after one where it does (a chain: a record changed changes the hash of every record after
-    it)."""
+    """Return the first seq of lo..hi where `differs(seq)`, which holds at hi and after any seq
+    where it holds (a record changed changes every hash after it)."""
     while lo < hi:
         mid = (lo + hi) // 2
         lo, hi = (lo, mid) if differs(mid) else (mid + 1, hi)
@@ -2625,8 +2610,7 @@ def first_differing(lo, hi, differs):
 
 
 def kept_checkpoint_problem(kept, new, far_hash):
-    """Return why a host's newest checkpoint `new` may not be kept after `kept` (None: none kept
-    yet), `far_hash` being the hash the host's ledger has at new.seq; None when it may."""
+    """Return why a host's checkpoint `new` may not be kept after `kept`, or None."""
     if kept is not None and new.origin != kept.origin:
         return (f"its origin is {shown_text(new.origin)[:120]}, not "
                 f"{shown_text(kept.origin)[:120]} as the one kept")
@@ -2933,8 +2917,7 @@ class VentureState:
         self.world_failing = False    # the last world record is a failed step: the next failure writes nothing
         self.world_state = None       # the state the world command returned last (not folded: a restart starts from null)
         self.proposals = {}           # seq of a model's proposal of an action no action, ask or refusal answered yet -> lever
-        # the metrics' counters over every record of the venture (a _total never goes back at a
-        # restart): its reports, failed and implausible reports, refusals, and refusals by lever
+        # the metrics' counters, over every record (a _total never goes back at a restart)
         self.counted = {"reports": 0, "failed": 0, "implausible": 0, "refusals": 0, "by_lever": {}}
 
     def side(self, name):
@@ -4581,11 +4564,12 @@ def fold_ledger(states, seq, at, record, parse=None):
 
 
 def count_self(counted, record):
-    """Count one of avsmd's own records into `counted` (the metrics' counters of the home): each
-    start of avsmd, and each restart of its warden or roles process, by process; return it."""
-    if record.get("venture") == "self" and record.get("kind") == "start":
+    """Count avsmd's start or its warden's or roles process's restart into `counted`; return it."""
+    if record.get("venture") != "self":
+        return counted
+    if record.get("kind") == "start":
         counted["starts"] = counted.get("starts", 0) + 1
-    elif record.get("venture") == "self" and record.get("kind") == "restart":
+    elif record.get("kind") == "restart":
         restarts = counted.setdefault("restarts", {})
         restarts[str(record.get("process"))] = restarts.get(str(record.get("process")), 0) + 1
     return counted
@@ -5527,9 +5511,7 @@ def notice_message(notice, commands, home):
 
 def judge_metrics(failed, spec, failure):
     """Return (the writes of the metrics textfile that failed in a row, the record to write or None)
-    after one write: `failure` is None when it was written, else why not. A failing write is written
-    once per stretch of failures, and once more when a write works again, saying how many failed;
-    each is tried again at `every`."""
+    after one write, `failure` saying why it failed: one record a stretch, and one as it ends."""
     textfile, every = spec["textfile"], format_duration(spec["every"])
     if failure is None:
         return 0, None if not failed else new_record(
@@ -5771,17 +5753,6 @@ def send_line(sock, message):
     send_bytes(sock, (json.dumps(message, separators=(",", ":")) + "\n").encode())
 
 
-def request_line(message):
-    """Return a client's request as the line avsmd reads, or Fail(64) for one past REQUEST_MAX:
-    avsmd would refuse it while it is still being sent, and the client hear only a broken pipe."""
-    data = (json.dumps(message, separators=(",", ":")) + "\n").encode()
-    if len(data) > REQUEST_MAX:
-        cmd = message.get("cmd", "request")
-        raise Fail(EX_USAGE, f"this {cmd} request is {len(data) / 2**20:.1f} MiB, and avsmd reads "
-                             f"one JSON object a line, in UTF-8, of at most 1 MiB: send less "
-                             f"(a smaller payload, a shorter name)")
-    return data
-
 
 def send_bytes(sock, data):
     """Send all of `data`; a non-blocking socket waits for room only when it has none (rarely: one line fits)."""
@@ -5809,23 +5780,19 @@ def receive(sock, size=65536):
 
 
 class LineReader:
-    """Splits bytes from a non-blocking socket into JSON objects, one per line. Linear in what it
-    is fed: a line's pieces wait unjoined until its newline comes, so a long line is not split
-    again at each read (a 16 MiB line read 64 KiB at a time took seconds)."""
+    """Splits bytes from a non-blocking socket into JSON objects, one per line; a line's pieces
+    wait unjoined for its newline (re-splitting a 16 MiB line at each read took seconds)."""
 
     def __init__(self, limit=16 * 1024 * 1024):
         self.pieces, self.size, self.limit = [], 0, limit
 
     def feed(self, data):
-        if b"\n" not in data:
-            self.pieces.append(data)
-            self.size += len(data)
-            if self.size > self.limit:
-                raise ValueError("a line longer than avsm reads")
-            return []
-        first, *lines, rest = data.split(b"\n")
-        lines.insert(0, b"".join(self.pieces) + first)
-        self.pieces, self.size = [rest], len(rest)
+        *lines, rest = data.split(b"\n")
+        if lines:
+            lines[0] = b"".join(self.pieces) + lines[0]
+            self.pieces, self.size = [], 0
+        self.pieces.append(rest)
+        self.size += len(rest)
         if self.size > self.limit or any(len(line) > self.limit for line in lines):
             raise ValueError("a line longer than avsm reads")
         return [json.loads(line) for line in lines if line.strip()]
@@ -6090,9 +6057,7 @@ def verify_text(text, signature, allowed, namespace, principal=None):
 
 
 def verify_signer(text, signature, allowed, principal, namespace):
-    """Check that `principal` of `allowed` (an allowed_signers file) signed `text` under
-    `namespace`: None, or Fail(65) saying it was not (another key, another namespace, a text
-    changed since)."""
+    """Return None when `principal` of `allowed` signed `text` under `namespace`; else Fail(65)."""
     import tempfile
     with tempfile.NamedTemporaryFile("w", prefix="avsm-sig-", suffix=".sig") as sig:
         sig.write(signature + "\n")
@@ -6115,10 +6080,8 @@ def write_payload(data):
 
 
 def write_textfile(path, text):
-    """Write `text` to `path` in whole, so that node_exporter never reads half of it: to
-    PATH.PID.tmp beside it (a rename is atomic only within a filesystem; node_exporter reads only
-    *.prom, so never this one), mode 0644 whatever the umask (node_exporter often runs as another
-    user), then renamed over `path`."""
+    """Write `text` to `path` whole: to PATH.PID.tmp beside it (node_exporter reads only *.prom),
+    mode 0644 whatever the umask (node_exporter often runs as another user), then renamed."""
     temporary = f"{path}.{os.getpid()}.tmp"
     if os.path.lexists(temporary):
         os.unlink(temporary)              # never write through a name someone planted
@@ -6707,15 +6670,15 @@ def log(debug, who, message):
 
 
 def read_small_file(path, limit):
-    """Return the bytes of the regular file at `path`, at most `limit` of them, or raise OSError
-    saying why not: a FIFO, a device or a directory (a symlink to one too) is refused before a
-    byte is read, never waited on."""
+    """Return the bytes of the regular file at `path`, at most `limit`, or OSError (a FIFO is
+    refused, never waited on)."""
+
     fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_NOCTTY)     # a FIFO's open would wait
     try:
         mode = os.fstat(fd).st_mode
         if not stat.S_ISREG(mode):
-            what = "a directory" if stat.S_ISDIR(mode) else "a FIFO" if stat.S_ISFIFO(mode) else \
-                "a socket" if stat.S_ISSOCK(mode) else "a device"
+            what = {stat.S_IFDIR: "a directory", stat.S_IFIFO: "a FIFO",
+                    stat.S_IFSOCK: "a socket"}.get(stat.S_IFMT(mode), "a device")
             raise OSError(0, f"it is {what}, not a regular file")
         pieces, size = [], 0
         while size <= limit:
@@ -7981,27 +7944,16 @@ def newest_checkpoint(directory):
 
 
 class Metrics:
-    """Writes the figures (metrics_text) to the config's metrics.textfile every `every`, computed
-    only then; a write that fails is written once a stretch (judge_metrics), and tried again at the
-    next `every`.
+    """Writes the figures (metrics_text) to metrics.textfile every `every`; holds the counters."""
 
-    due(now)     -- whether a write is due at monotonic `now` (never with no metrics: in the config)
-    count(db)    -- count avsmd's records since the last count (count_self): its starts, restarts
-    write(states, home, now) -- write the file; return the record judge_metrics says to write
-    Holds when the next write is due, avsmd's records counted and up to which seq, and the failures
-    in a row."""
-
-    def __init__(self, home, spec, debug=False):
-        self.home, self.spec, self.debug = home, spec, debug
+    def __init__(self, spec, debug=False):
+        self.spec, self.debug = spec, debug
         self.next_at = time.monotonic()     # the first at the warden's first turn, once folded
         self.counted, self.seen, self.failed = {}, 0, 0
 
-    def due(self, now):
-        return self.spec is not None and now >= self.next_at
-
     def count(self, db):
-        """Count avsmd's own starts and restarts written since the last count: avsmd writes them,
-        not the warden, and a roles process restarts while the warden runs. Only those are read."""
+        """Count avsmd's starts and restarts since the last count (avsmd writes them, not the
+        warden); return the head."""
         head = (ledger_head(db) or (0,))[0]     # first: what avsmd appends after it waits its turn
         rows = db.execute("SELECT seq, record FROM records WHERE seq > ? AND seq <= ? "
                           "AND (record LIKE ? OR record LIKE ?) ORDER BY seq",
@@ -8020,15 +7972,14 @@ class Metrics:
         except OSError as err:
             failure = f"{err.strerror or err}" + (f": {err.filename}" if err.filename else "")
         self.failed, record = judge_metrics(self.failed, self.spec, failure)
-        if record is not None:          # once a stretch of failures, and once when it ends
+        if record is not None:
             sys.stderr.write(f"avsmd: {record['summary']}\n")
         log(self.debug, "warden", f"metrics: {failure or 'written to ' + self.spec['textfile']}")
         return record
 
 
 def newest_signed_checkpoint(directory):
-    """Return (text, signature or None) of the newest SEQ.txt in `directory` that reads as a
-    checkpoint, with its SEQ.txt.sig; (None, None) when there is none."""
+    """Return (text, signature or None) of the newest checkpoint in `directory`, or (None, None)."""
     names = [n for n in os.listdir(directory) if re.fullmatch(r"\d+\.txt", n)] \
         if os.path.isdir(directory) else []
     for name in sorted(names, reverse=True):
@@ -8074,7 +8025,7 @@ class Warden:
                                    self.tell_person, self.refold, debug)
         self.append_together = self.writer.append_together
         self.checkpoints = Checkpoints(home, cfg["checkpoint"], debug)
-        self.metrics = Metrics(home, cfg.get("metrics"), debug)
+        self.metrics = Metrics(cfg.get("metrics"), debug)
         self.schedule = Schedule()
         self.next_nightly = next_nightly(cfg["nightly"])
         self.stopping = False
@@ -8105,13 +8056,12 @@ class Warden:
 
     # ---- the ventures, replayed from the ledger ----
     def load(self):
-        """Replay the ledger into venture states (and avsmd's own records into the metrics'
-        counters); settle runs a dead warden left without an outcome."""
+        """Replay the ledger into venture states (and the metrics' counters); settle runs a dead
+        warden left without an outcome."""
         seq = 0
         for seq, at, record in scan_records(self.ledger.db):
             fold_ledger(self.ventures, seq, at, record)
-            if record.get("venture") == "self":
-                count_self(self.metrics.counted, record)
+            count_self(self.metrics.counted, record)
         self.metrics.seen = seq
         for state in self.ventures.values():
             self.check_runnable(state)
@@ -8219,11 +8169,10 @@ class Warden:
             return None
 
     def write_metrics(self):
-        """Write the figures to metrics.textfile when due and the head is committed; what it says
-        of the home beside the ventures: the head, the ledger's size, the newest checkpoint, avsmd's
-        starts and restarts."""
+        """Write the figures to metrics.textfile when due and the head is committed."""
         import sqlite3
-        if not self.metrics.due(time.monotonic()) or self.ledger.held is not None:
+        due = self.metrics.spec is not None and time.monotonic() >= self.metrics.next_at
+        if not due or self.ledger.held is not None:
             return
         try:
             head = self.metrics.count(self.ledger.db)
@@ -8248,9 +8197,6 @@ class Warden:
         return written[0].rstrip("\n").split("\n") + (["", *written[1].split("\n")] if written[1] else [])
 
     def do_records(self, args, err):
-        """A witness's page (avsm fleet witness): the head and, asked, the newest checkpoint with
-        its signature, then raw rows after `after`, read from what is committed (records_page); a
-        read-only key may ask."""
         return [m["out"] for m in records_answer(self.home, args)[:-1]]
 
     def next_wakeup(self, now):
@@ -9413,10 +9359,7 @@ def ask_daemon(home, cmd, args=None):
     return the exit code it gives."""
     if REMOTE.get("via"):
         return ask_bridge(REMOTE["via"], {"v": 1, "cmd": cmd, "args": args or {}})
-    line = request_line({"v": 1, "cmd": cmd, "args": args or {}})
-    with connect_daemon(home) as conn:
-        with contextlib.suppress(BrokenPipeError, ConnectionResetError):
-            send_bytes(conn, line)      # cut short: avsmd refused it half read; its answer says why
+    with send_request(home, {"v": 1, "cmd": cmd, "args": args or {}}) as conn:
         reader = LineReader()
         # a decision may wait on a backend (120 s, escalation twice that); anything else answers at once
         conn.settimeout(3 * BACKEND_TIMEOUT if cmd == "decide" else 60)
@@ -9440,6 +9383,21 @@ def show_answer(message, cmd, home):
     elif "err" in message:
         sys.stderr.write(f"avsm: {shown(as_user_runs(str(message['err']), home))}\n")
     return message.get("exit")
+
+
+def send_request(home, message):
+    """Return a socket to the home's avsmd with `message` sent, or Fail(64) past REQUEST_MAX (avsmd
+    would refuse it half sent, and the client hear only a broken pipe)."""
+    data = (json.dumps(message, separators=(",", ":")) + "\n").encode()
+    if len(data) > REQUEST_MAX:
+        cmd = message.get("cmd", "request")
+        raise Fail(EX_USAGE, f"this {cmd} request is {len(data) / 2**20:.1f} MiB, and avsmd reads "
+                             f"one JSON object a line, in UTF-8, of at most 1 MiB: send less "
+                             f"(a smaller payload, a shorter name)")
+    conn = connect_daemon(home)
+    with contextlib.suppress(BrokenPipeError, ConnectionResetError):
+        send_bytes(conn, data)      # cut short: avsmd refused it half read; its answer says why
+    return conn
 
 
 def connect_daemon(home):
@@ -10075,7 +10033,7 @@ SSH_FAILURES = (("Could not resolve hostname", EX_NOHOST, "check its name, or it
                                                             "it, then ssh to it once by hand"),
                 ("", EX_NOHOST, "is it up, with sshd running? `ssh HOST true` tries by hand"))
 FLEET_VIEWS = ("status", "asks", "summary")
-# what fleet witness checks a host's checkpoints with: keys of a fleet file, or of one of its hosts
+# what fleet witness checks a host's checkpoints with, in the fleet file or one of its hosts
 WITNESS_KEYS = {"principal", "allowed_signers", "namespace"}
 
 
@@ -10120,10 +10078,7 @@ def cmd_bridge(home, args, pinned):
                 if cmd == "records":        # read here, from the file: a witness needs no avsmd
                     send_out(*records_answer(where or home, asked))
                     continue
-                line = request_line(message)
-                with connect_daemon(where or home) as conn:
-                    with contextlib.suppress(BrokenPipeError, ConnectionResetError):
-                        send_bytes(conn, line)      # cut short: avsmd's answer says why
+                with send_request(where or home, message) as conn:
                     conn.settimeout(3 * BACKEND_TIMEOUT)
                     answer, ended = LineReader(), False
                     while not ended:
@@ -10166,9 +10121,8 @@ def bridge_verb(home, message, read_only):
 
 
 def bridge_argv_problem(verb, argv):
-    """Return why the bridge runs no `verb` with `argv`, or None. No argument names a file of this
-    host (a path option takes only -, the request's own standard input), and nothing starts a
-    program here for the caller (an editor, a pager)."""
+    """Return why the bridge runs no `verb` with `argv` (a file here, an editor), or None."""
+
     for i, arg in enumerate(argv):
         if arg == "--allowed-signers" and verb == "doctor":
             return ("through the bridge doctor --allowed-signers names no file of this host: a "
@@ -10247,8 +10201,7 @@ def read_fleet(path, must=True):
 
 
 def fleet_timeout(c, value, path, text):
-    """Return the seconds of a fleet file's timeout: a duration (10s), never a bare number;
-    Fail(78) at the value's own line and column."""
+    """Return the seconds of a fleet file's timeout, or Fail(78) at the value's line and column."""
     try:
         if isinstance(value, (int, float)) and not isinstance(value, bool) and value > 0:
             raise ValueError(f"timeout is a duration, not the number {shown_value(value)}; "
@@ -10263,9 +10216,8 @@ def fleet_timeout(c, value, path, text):
 
 
 def find_host(target, path=None):
-    """Return the host `target` names: a name in the fleet file (NAME, or NAME:HOME for another
-    home of that host), else [user@]HOST[:HOME] itself, with the fleet file's nearest name kept
-    for a host ssh cannot reach."""
+    """Return the host `target` names: NAME or NAME:HOME of the fleet file, else [user@]HOST[:HOME]
+    with a guess for a host ssh cannot reach."""
     hosts = read_fleet(fleet_path(path), must=path is not None)
     byname = {h["name"]: h for h in hosts}
     if target in byname:
@@ -10302,8 +10254,8 @@ def run_remote(target, verb, argv, path=None):
 
 
 def ask_bridge(host, request):
-    """ask_daemon through a host's bridge: the request relayed to its avsmd, the answer shown as
-    from one here, each avsm command in it naming that host; an answer that is not avsm's is 69."""
+    """ask_daemon through a host's bridge: return the exit code of the answer, shown as from one
+    here; an answer that is not avsm's is 69."""
     code, data, errors = ssh_bridge(host, dict(request, home=host["home"]), capture=True)
     if errors and errors[-1].startswith(FAR_CUT):
         raise Fail(EX_UNAVAILABLE, f"{host['name']}: the bridge answered with more than "
@@ -10345,7 +10297,7 @@ FAR_LINE = 64 * 1024            # a longer line from another host is shown in pi
 FAR_ERRORS_KEEP = 64 * 1024     # bytes of a host's standard error kept
 FAR_CUT = "its output was cut"
 # A command of avsm in what another host says: its program as it runs there, any --home or --host,
-# then a verb (a pattern compiled at its first use, not at import).
+# then a verb.
 FAR_COMMAND = (r"(?<![\w/.-])(?:\S*python\S* (?:-\S+ )*)?(?:\S*/)?avsm(?:\.py)?"
                r"(?: --(?:home|host)[ =]\S+)* "
                r"(?=(?:add|status|summary|tail|asks|approve|deny|propose|decide|pause"
@@ -10353,16 +10305,13 @@ FAR_COMMAND = (r"(?<![\w/.-])(?:\S*python\S* (?:-\S+ )*)?(?:\S*/)?avsm(?:\.py)?"
 
 
 def far_command(name):
-    """Return avsm --host NAME as this user runs avsm (avsm when by that name, as as_user_runs
-    judges), for a hint in what host NAME says."""
+    """Return avsm --host NAME as this user runs avsm, for a hint in what host NAME says."""
     command = program_command("avsm")
     return f"{'avsm' if os.path.basename(command.split()[0]) == 'avsm' else command} --host {name}"
 
 
 def far_text(text, command):
-    """Return a line another host sent with each avsm command in it written `command` (avsm
-    --host HOST, as this side runs it), so a hint pasted here answers that host, never this home
-    or another host."""
+    """Return a line another host sent with each avsm command in it written `command`."""
     if command is None:
         return text
     return command.join(re.sub(FAR_COMMAND, lambda _: command + " ", piece)
@@ -10370,13 +10319,10 @@ def far_text(text, command):
 
 
 def ssh_bridge(host, request, capture=False, timeout=None):
-    """Run the bridge on `host` through ssh with `request` on its standard input (kept open
-    while a verb runs); return (exit code, its output when captured, its error lines). A verb
-    follows a ping, whose answer is its first reply: the connection and that reply get the host's
-    timeout, the whole `timeout` when given (fleet); a verb then runs as long as it runs (tail -f).
-    What comes back is the far host's: shown escaped as ours is, each avsm command in it naming
-    the host, at most FAR_KEEP bytes kept. Its error lines are said as HOST: ...; a failure is
-    one Fail (far_failure)."""
+    """Run the bridge on `host` through ssh with `request` on its standard input; return (exit
+    code, its output when captured, its error lines). The connection and the ping before a verb
+    get the host's timeout, the whole `timeout` when given (fleet); a verb then runs as long as it
+    runs (tail -f)."""
     import codecs
     import select
     import threading
@@ -10417,8 +10363,11 @@ def ssh_bridge(host, request, capture=False, timeout=None):
         """Past its time: ssh and all it started end (a silent host: only while it says nothing)."""
         if not finished.is_set() and not (silent and heard.is_set()):
             ended.append(seconds)
-            with contextlib.suppress(OSError):
-                os.killpg(proc.pid, signal.SIGKILL)
+            kill()
+
+    def kill():
+        with contextlib.suppress(OSError):
+            os.killpg(proc.pid, signal.SIGKILL)
     threads = [threading.Thread(target=send), threading.Thread(target=read_errors),
                threading.Timer(host["timeout"], end, (host["timeout"], True))]
     if timeout:
@@ -10429,7 +10378,8 @@ def ssh_bridge(host, request, capture=False, timeout=None):
     decoder, pinged, size = codecs.getincrementaldecoder("utf-8")("replace"), relay, 0
     try:
         for piece in iter(functools.partial(proc.stdout.readline, FAR_LINE), b""):
-            if not pinged:              # the ping's answer: avsm's bridge is there and answering
+            if not pinged:              # the ping's answer: avsm's bridge is there
+
                 pinged = ping_answered(piece, name)
                 if pinged:
                     heard.set()
@@ -10456,9 +10406,9 @@ def ssh_bridge(host, request, capture=False, timeout=None):
         for thread in threads[2:]:
             thread.cancel()
         if proc.returncode is None:
-            with contextlib.suppress(OSError):
-                os.killpg(proc.pid, signal.SIGKILL)
+            kill()
             proc.wait()
+
         with contextlib.suppress(OSError):
             proc.stdin.close()
     threads[1].join(5)
@@ -10472,8 +10422,7 @@ def ssh_bridge(host, request, capture=False, timeout=None):
 
 
 def start_ssh(host):
-    """Return ssh to `host` running its bridge, leading a process group of its own (so a timeout
-    ends it and anything it started), its standard files on pipes."""
+    """Return ssh to `host` running its bridge, in a process group a timeout ends."""
     import shlex
     import subprocess
     argv = shlex.split(host["ssh"]) + ["-T", "-o", "BatchMode=yes", "-o", "LogLevel=ERROR", "-o",
@@ -10488,16 +10437,16 @@ def start_ssh(host):
                                    f"or the fleet file's ssh:") from None
 
 
-def far_failure(host, code, ours, theirs, ended, pinged):
-    """Fail with the one line that says why the bridge on `host` did not answer, and the fix: 68 not
-    reached or no answer in time, 77 a key or host key refused, 69 no avsm there or a bridge that
-    said nothing; return when it answered. A hint to try by hand runs what avsm ran."""
-    name, by_hand = host["name"], f"`{host['ssh']} {host['dest']} true`"
+def far_failure(host, code, ours, theirs, ended=(), pinged=True, by_hand=None):
+    """Fail saying why the bridge on `host` did not answer (68 not reached or in time, 77 a key
+    refused, 69 no avsm there), or return ssh's last word."""
+    name, by_hand = host["name"], by_hand or f"`{host['ssh']} {host['dest']} true`"
     if ended:
         raise Fail(EX_NOHOST, f"{name}: no answer within {format_duration(ended[0])}: the host, "
                               f"its sshd or its bridge hangs; {by_hand} tries by hand")
+    said = next((t.removeprefix("ssh: ") for t in reversed(theirs) if t.strip()),
+                "no word from ssh")
     if code == 255 and not ours:
-        said = next((t.removeprefix("ssh: ") for t in reversed(theirs) if t.strip()), "no word from ssh")
         code, fix = next((c, f) for s, c, f in SSH_FAILURES if s in " ".join(theirs))
         fix = fix.replace("`ssh HOST true`", by_hand).replace("HOST", host["dest"])
         raise Fail(code, f"{name}: ssh could not reach avsm there ({said}); "
@@ -10510,11 +10459,11 @@ def far_failure(host, code, ours, theirs, ended, pinged):
                                    f"avsm's bridge never does; name avsm's (bridge: python3 "
                                    f"/opt/avsm/avsm.py bridge) in the fleet file, or in "
                                    f"AVSM_BRIDGE, or check the key's forced command")
+    return said
 
 
 def ping_answered(piece, name):
-    """Whether `piece` is the line ending the bridge's answer to the ping before a verb; Fail when
-    it is not avsm's (69)."""
+    """Return whether `piece` ends the bridge's answer to the ping; Fail(69) when not avsm's."""
     try:
         message = json.loads(piece)
     except (ValueError, RecursionError):
@@ -10561,9 +10510,8 @@ def cmd_fleet(args, given=None, home=None):
 
 
 def fleet_lines(view, said):
-    """Return what avsm fleet prints of [(host, its lines, its error lines)]: every line under its
-    host's name, made here (NAME  LINE, an ask NAME:SEQ; a summary indented under == NAME), so no
-    line a host sends can pass for another host's. Status rows line up across hosts."""
+    """Return what avsm fleet prints of [(host, lines, error lines)], each under its host's name
+    (made here, so no host's line passes for another's)."""
     wide = max((len(name) for name, _, _ in said), default=0)
     if view == "status":
         said = align_status(said)
@@ -10583,16 +10531,13 @@ STATUS_ROW = r"(\S+: \S(?:\S| (?! ))*)  +(\S(?:\S| (?! ))*)"     # NAME: STATE, 
 
 
 def align_status(said):
-    """Return the hosts' status lines with the columns of their one-line rows (NAME: STATE, the
-    value, the rest) lined up across hosts; a host whose rows are not laid out as avsm lays them
-    out is left as it is."""
+    """Return the hosts' status lines with their rows' columns lined up across hosts."""
     rows = {}                           # host -> {line index: (NAME: STATE, value, the rest)}
     for name, got, _ in said:
-        found = {i: re.match(STATUS_ROW, line) for i, line in enumerate(got)
-                 if re.match(STATUS_ROW, line)}
+        found = {i: m for i, m in enumerate(re.match(STATUS_ROW, line) for line in got) if m}
         head = max((len(m[1]) for m in found.values()), default=0)
         value = max((len(m[2]) for m in found.values()), default=0)
-        if found and all(m.start(2) == head + 2 for m in found.values()):
+        if all(m.start(2) == head + 2 for m in found.values()):
             rows[name] = {i: (m[1], m[2], got[i][head + value + 4:]) for i, m in found.items()}
     head = max((len(h) for r in rows.values() for h, _, _ in r.values()), default=0)
     value = max((len(v) for r in rows.values() for _, v, _ in r.values()), default=0)
@@ -10606,11 +10551,9 @@ def align_status(said):
 
 
 # ---- fleet witness: each host's ledger checked, and copied, where its writer cannot reach ----
-# A check on the host itself is the host's own avsm reading the host's own allowed_signers: whoever
-# could rewrite its ledger could change those too. The witness checks here: each host's newest
-# checkpoint against the one kept in DIR/HOST/checkpoints, every link between them recomputed
-# (check_far_rows), its signature against this machine's allowed_signers and the fleet file's
-# principal for it; with --mirror DIR/HOST/ledger.db is a copy.
+# A host checking itself reads its own allowed_signers, which whoever rewrote its ledger could
+# change too. The witness checks each host's newest checkpoint against the one kept in
+# DIR/HOST/checkpoints, every link between them, and its signature with this machine's keys.
 
 WITNESS_USAGE = ("usage: avsm fleet [--fleet FILE] witness [--keep DIR] [--mirror] "
                  "[--allowed-signers FILE]")
@@ -10620,27 +10563,13 @@ MIRROR_COMMIT = 32768   # rows a mirror takes in one transaction: one sync to di
 
 
 class BridgeSession:
-    """One ssh session to a host's bridge, kept open for many relayed requests, each answered in
-    turn (a witness's pages). ask(cmd, **args) sends one; answer() returns its (out, err, exit);
-    a host that cannot be reached, or says nothing within its timeout, is one Fail as fleet says
-    it (ssh_failure)."""
+    """One ssh session to a host's bridge, kept open for many relayed requests (a witness's
+    pages), each answered in turn."""
 
     def __init__(self, host):
-        import shlex
-        import subprocess
         import threading
         self.host, self.buffer, self.errors, self.pending = host, b"", [], 0
-        argv = shlex.split(host["ssh"]) + [
-            "-T", "-o", "BatchMode=yes", "-o", "LogLevel=ERROR",
-            "-o", f"ConnectTimeout={max(1, round(host['timeout']))}",
-            "--", host["dest"], host["bridge"]]
-        try:
-            self.proc = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                                         stderr=subprocess.PIPE)
-        except OSError as err:
-            raise Fail(EX_UNAVAILABLE, f"{host['name']}: {argv[0]} cannot run ({err.strerror}); "
-                                       f"install OpenSSH's client, or name the ssh command in "
-                                       f"AVSM_SSH or the fleet file's ssh:") from None
+        self.proc = start_ssh(host)
         self.reader = threading.Thread(target=self.read_errors, daemon=True)
         self.reader.start()
 
@@ -10650,9 +10579,7 @@ class BridgeSession:
 
     def ask(self, cmd, **args):
         self.pending += 1
-        request = {"v": 1, "cmd": cmd, "args": args}
-        if self.host["home"]:
-            request["home"] = self.host["home"]
+        request = {"v": 1, "cmd": cmd, "args": args, "home": self.host["home"]}
         with contextlib.suppress(BrokenPipeError):
             self.proc.stdin.write((json.dumps(request) + "\n").encode())
             self.proc.stdin.flush()
@@ -10690,14 +10617,19 @@ class BridgeSession:
         return line
 
     def ended(self):
-        """The session ended before an answer: the Fail that says why, as fleet says it."""
+        """Return the Fail that says why the session ended before an answer, as fleet says it."""
         try:
             code = self.proc.wait(self.host["timeout"])
         except Exception:
             self.close()
             code = None
         self.reader.join(2)
-        return ssh_failure(self.host, code, self.errors)
+        name, ours = self.host["name"], [t[6:] for t in self.errors if t.startswith("avsm: ")]
+        if ours:
+            return Fail(code or EX_UNAVAILABLE, f"{name}: {ours[-1]}")
+        said = far_failure(self.host, code, ours, self.errors, by_hand="`ssh HOST true`")
+        return Fail(EX_UNAVAILABLE, f"{name}: the bridge ended (exit {code}) before it answered "
+                                    f"({said}); see avsm --host {name} doctor")
 
     def close(self):
         with contextlib.suppress(OSError):
@@ -10709,30 +10641,8 @@ class BridgeSession:
             self.proc.wait()
 
 
-def ssh_failure(host, code, errors):
-    """Return the Fail of an ssh session to `host` that ended with `code` and the error lines
-    `errors`: the bridge's own word (avsm: ...), else 68, 77 or 69 as ssh_bridge says them."""
-    name, ours = host["name"], [t[6:] for t in errors if t.startswith("avsm: ")]
-    if ours:
-        return Fail(code or EX_UNAVAILABLE, f"{name}: {ours[-1]}")
-    if code == 127:
-        return Fail(EX_UNAVAILABLE, f"{name}: no avsm there ({host['bridge']!r} was not found); "
-                                    f"copy avsm.py to it and name the command: bridge: python3 "
-                                    f"/opt/avsm/avsm.py bridge in the fleet file, or AVSM_BRIDGE")
-    said = next((t.removeprefix("ssh: ") for t in reversed(errors) if t.strip()),
-                "no word from ssh")
-    if code == 255:
-        code, fix = next((c, f) for s, c, f in SSH_FAILURES if s in " ".join(errors))
-        return Fail(code, f"{name}: ssh could not reach avsm there ({said}); "
-                          f"{fix.replace('HOST', host['dest'])}")
-    return Fail(EX_UNAVAILABLE, f"{name}: the bridge ended (exit {code}) before it answered "
-                                f"({said}); see avsm --host {name} doctor")
-
-
 def cmd_witness(home, fleet, args):
-    """fleet witness [--keep DIR] [--mirror] [--allowed-signers FILE]: each host of the fleet file
-    checked here against what was kept for it, at once; exit 0 when every host holds, else the
-    code of the first that did not (65: a far history that no longer extends what was kept)."""
+    """fleet witness: each host checked here against what was kept for it; return the exit code."""
     keep, args = witness_option(args, "--keep")
     allowed, args = witness_option(args, "--allowed-signers")
     if args not in ([], ["--mirror"]):
@@ -10741,7 +10651,10 @@ def cmd_witness(home, fleet, args):
     state = os.environ.get("XDG_STATE_HOME") or os.path.expanduser("~/.local/state")
     keep = keep or os.path.join(state, "avsm", "witness")
     hosts, results = read_fleet(fleet), {}
-    notify = witness_notify(home)
+    try:
+        notify = read_config(resolve_home(home))[0].get("notify")
+    except Fail:
+        notify = None
 
     def witness(host):
         try:
@@ -10755,12 +10668,8 @@ def cmd_witness(home, fleet, args):
         thread.start()
     for thread in threads:
         thread.join()
-    worst = EX_OK
-    for host in hosts:
-        code, line = results[host["name"]]
-        out(f"{host['name']}  {line}")
-        worst = worst or code
-    return worst
+    out(*(f"{host['name']}  {results[host['name']][1]}" for host in hosts))
+    return next((results[h["name"]][0] for h in hosts if results[h["name"]][0]), EX_OK)
 
 
 def witness_option(args, option):
@@ -10774,8 +10683,7 @@ def witness_option(args, option):
 
 
 def witness_host(host, keep, mirror, allowed):
-    """Witness one host: return the line that says what was checked and kept, or Fail (65: a history
-    that no longer extends what was kept, its evidence written to DIR/HOST/)."""
+    """Return the line that says what was checked and kept of one host, or Fail."""
     where = os.path.join(keep, re.sub(r"[^\w.@-]+", "_", host["name"]))
     os.makedirs(os.path.join(where, "checkpoints"), mode=0o700, exist_ok=True)
     with open(os.path.join(where, "witness.lock"), "w") as lock:
@@ -10792,11 +10700,10 @@ def witness_host(host, keep, mirror, allowed):
 
 
 def witness_session(host, where, session, mirror, allowed):
-    """The steps of witness_host over one ssh session, numbered; see there."""
+    """The steps of witness_host over one ssh session."""
     import sqlite3
     name, kept = host["name"], newest_checkpoint(os.path.join(where, "checkpoints"))
-    # 1. the host's newest checkpoint: a new one where the key may write (a read-only key's ask is
-    # refused)
+    # 1. the host's newest checkpoint: a new one where the key may write
     session.ask("checkpoint")
     session.ask("records", after=0, limit=0, checkpoint=True)
     session.answer()
@@ -10810,9 +10717,8 @@ def witness_session(host, where, session, mirror, allowed):
     db = sqlite3.connect(os.path.join(where, "ledger.db"), isolation_level=None, timeout=10) \
         if mirror else None
     try:
-        # 2. what this side holds: the mirror's head, the checkpoint kept; what to read: from the
-        # first of them (again, so that it is compared) to the host's head (--mirror) or its new
-        # checkpoint
+        # 2. what this side holds (the mirror's head, the checkpoint kept), and what to read: from
+        # the first of them (again, to compare it) to the host's head (--mirror) or checkpoint
         if db is not None:
             with open(os.path.join(where, MIRROR_MARK), "w") as fh:
                 fh.write(name + "\n")
@@ -10827,32 +10733,36 @@ def witness_session(host, where, session, mirror, allowed):
             lo, hi = (base[0] if base else 1), max([(first["head"] or [0])[0], *held])
         else:
             lo, hi = min([new.seq, *held]), max([new.seq, *held])
-        # 3. every row read, checked, and (--mirror) appended; a history that differs is kept as
-        # evidence
+        # 3. every row read, checked, and (--mirror) appended; one that differs kept as evidence
         last, count, at_new, verdict = copy_far_rows(session, db, held, lo, hi, new.seq)
         if verdict is None and (last or (0,))[0] < max(held, default=0):
             verdict = ("differs", max(held), held[max(held)], None)     # the host's ends before
         if verdict is not None:
             raise witness_fork(session, db, where, name, verdict, kept)
-        if at_new is None and db is not None:
-            row = db.execute("SELECT hash FROM records WHERE seq = ?", (new.seq,)).fetchone()
-            at_new = row and row[0]
+        if at_new is None:
+            at_new = mirror_hash(db, new.seq)
     except sqlite3.Error as err:
         raise Fail(EX_DATAERR, f"{name}: {where}/ledger.db cannot be written: {err}; move it "
                                f"away, and the next run copies the ledger afresh") from None
     finally:
         if db is not None:
             db.close()
-    # 4. the new checkpoint: its record's hash, its origin, its signature; kept when it is newer
+    # 4. the new checkpoint checked, and kept when newer
     said = keep_checkpoint(host, where, kept, new, at_new, allowed)
     copied = f", {count - (1 if base else 0)} copied to {where}/ledger.db" if db is not None else ""
     return f"#{new.seq} witnessed{said}: {count} record(s) read and checked{copied}"
 
 
+def mirror_hash(db, seq):
+    """Return the hash the mirror `db` holds at `seq`, or None (none there, or no mirror)."""
+    row = db and db.execute("SELECT hash FROM records WHERE seq = ?", (seq,)).fetchone()
+    return row and row[0]
+
+
 def far_page(session, name):
     """Return the out lines of the session's next answer, or Fail with the host's word."""
     lines, err, code = session.answer()
-    if code == EX_USAGE:            # a bridge that knows no `records`: an avsm older than this one
+    if code == EX_USAGE:            # a bridge that knows no `records`
         raise Fail(code, f"{name}: {err[-1] if err else 'refused'}; the host's avsm is older than "
                          f"the witness's: copy this avsm.py there")
     if code != EX_OK:
@@ -10861,10 +10771,8 @@ def far_page(session, name):
 
 
 def copy_far_rows(session, db, held, lo, hi, want):
-    """Read the host's rows lo..hi page by page (the next asked for before this one is checked),
-    each checked as it comes (check_far_rows) and, with `db` (--mirror), those past its head
-    appended to it, committed every MIRROR_COMMIT rows and at the end. Return (the last (seq,
-    hash) read, how many were read, the hash at `want`, the verdict: None, or what differs)."""
+    """Return (the last (seq, hash) read, how many, the hash at `want`, the verdict) of the host's
+    rows lo..hi, each checked, and appended to the mirror `db` past its head."""
     before, count, at_want, verdict = (0, ZERO_HASH) if lo == 1 else None, 0, None, None
     copy_after = (ledger_head(db) or (0,))[0] if db is not None else None
     session.ask("records", after=lo - 1, limit=RECORDS_PAGE)
@@ -10904,9 +10812,7 @@ def copy_far_rows(session, db, held, lo, hi, want):
 
 def witness_fork(session, db, where, name, verdict, kept):
     """Return the Fail (65) of a far history that no longer extends what was kept, once both
-    versions of its rows from the first seq that differs are in DIR/HOST/fork-SEQ-kept|far.jsonl
-    (EVIDENCE_ROWS each): exactly, with the mirror's rows to compare; else the checkpoint kept,
-    and the host's rows before it."""
+    versions from where it differs are in DIR/HOST/fork-SEQ-kept|far.jsonl."""
     kind, seq, kept_hash, far_hash = (verdict + (None,))[:4]
     while session.pending:
         session.answer()                # a page asked for before the fork was seen
@@ -10915,21 +10821,16 @@ def witness_fork(session, db, where, name, verdict, kept):
         session.ask("records", after=after, limit=limit)
         return parse_rows(far_page(session, name)[1:])
 
-    def ours(s):
-        if db is None:
-            return None
-        row = db.execute("SELECT hash FROM records WHERE seq = ?", (s,)).fetchone()
-        return row and row[0]
-
     def differs(s):
         got = far_rows(s - 1, 1)
         return not got or got[0].seq != s or row_problem(got[0], None) is not None \
-            or got[0].hash != ours(s)
-    exact = kind == "broken" or ours(seq) is not None
+            or got[0].hash != mirror_hash(db, s)
+    exact = kind == "broken" or mirror_hash(db, seq) is not None
     if kind == "differs" and exact:
         seq = first_differing(1, seq, differs)
         got = far_rows(seq - 1, 1)
-        kept_hash, far_hash = ours(seq), got[0].hash if got and got[0].seq == seq else None
+        kept_hash = mirror_hash(db, seq)
+        far_hash = got[0].hash if got and got[0].seq == seq else None
     start = seq if exact else max(1, seq - EVIDENCE_ROWS + 1)
     mine = [{"checkpoint": kept.text, "signature": kept.signature}] if db is None else [
         dict(zip(Row._fields, row)) for row in db.execute(
@@ -10958,9 +10859,7 @@ def witness_fork(session, db, where, name, verdict, kept):
 
 
 def keep_checkpoint(host, where, kept, new, far_hash, allowed):
-    """Check the host's newest checkpoint (kept_checkpoint_problem, and its signature as the
-    fleet file's principal for the host) and keep it in DIR/HOST/checkpoints when it is newer than the one
-    kept; return what to say of its signature."""
+    """Return what to say of the host's newest checkpoint's signature, once checked and kept."""
     name, principal = host["name"], host.get("principal")
     problem = kept_checkpoint_problem(kept, new, far_hash)
     if problem:
@@ -10999,18 +10898,8 @@ def keep_checkpoint(host, where, kept, new, far_hash, allowed):
     return said
 
 
-def witness_notify(home):
-    """Return this side's notify: (its home's config.yaml), or None when there is none or it does
-    not hold."""
-    try:
-        return read_config(resolve_home(home))[0].get("notify")
-    except Fail:
-        return None
-
-
 def tell_witness(notify, home, name, message):
-    """Run this side's notify command once with what the witness found on its standard input (no
-    shell's environment but notify_env's); a command that fails is said on standard error."""
+    """Run this side's notify command once with what the witness found on its standard input."""
     import subprocess
     home = resolve_home(home)
     notice = new_notice("witness", name, None, message, f"avsm --host {name} doctor")
@@ -12694,9 +12583,7 @@ def doctor_mandates(home, found):
 
 
 def doctor_bridge_keys(found):
-    """This user's authorized_keys, where it can be read: a line forcing avsm's bridge without
-    restrict lets ssh give that key a pty and forwarding, a shell's reach (the bridge refuses a
-    terminal, and can do nothing of the forwarding)."""
+    """This user's authorized_keys: a key forcing avsm's bridge without restrict gets a pty."""
     path = os.path.expanduser("~/.ssh/authorized_keys")
     try:
         text = read_small_file(path, 1024 * 1024).decode("utf-8", "replace")
@@ -12708,10 +12595,8 @@ def doctor_bridge_keys(found):
 
 
 def bridge_key_problems(text):
-    """Return [(line number, why)] of the authorized_keys lines whose forced command is avsm's
-    bridge and whose options let ssh give more than a pipe: no restrict, or restrict undone by
-    pty or a forwarding after it.
-    line ::= [option (',' option)*] keytype key [comment]; option ::= name ['=' '"' text '"']"""
+    """Return [(line number, why)] of the authorized_keys lines forcing avsm's bridge with more
+    than a pipe.   line ::= [option (',' option)*] keytype key [comment]"""
     problems = []
     for number, line in enumerate(text.splitlines(), 1):
         field = re.match(r'(?:[^\s"]|"(?:[^"\\]|\\.)*")*', line.strip()).group()
@@ -12732,9 +12617,7 @@ def bridge_key_problems(text):
 
 
 def doctor_mirror(home, found):
-    """A witness's copy of a host's ledger (avsm fleet witness --mirror; its MIRROR_MARK names the
-    host): say that its ventures and its avsmd are the host's, not here; return whether the home
-    is one."""
+    """Return whether the home is a witness's copy of a host's ledger, and say so."""
     try:
         with open(os.path.join(home, MIRROR_MARK)) as fh:
             host = fh.read().strip()
@@ -13119,17 +13002,12 @@ def describe_calibration_lines(state):
 
 
 # ---- the figures for Prometheus (issue 35 item 2) ----
-# `metrics: {textfile: PATH, every: 15s}` has the warden write these every `every`, in Prometheus's
-# text exposition format, to the file node_exporter's textfile collector reads: avsm opens no
-# listener for them. Pure: the folded states, a few facts of the home and `now` in, the text out.
-# A venture's state is the one status_row decides; the counters (_total) are folded from the
-# ledger, so a restart never sets them back.
+# The warden writes these every `every` to the file node_exporter's textfile collector reads: avsm
+# opens no listener for them. Pure: the folded states, a few facts of the home and `now` in.
 
 HomeFacts = collections.namedtuple("HomeFacts", "home head ledger_bytes checkpoint counted")
-HomeFacts.__doc__ = """What the figures say of the home beside its ventures: its path (a label on
-every sample, so two homes' files in one directory do not collide), the ledger's head seq and its
-size in bytes (None when it cannot be read), the newest checkpoint as (seq, at) or None, and
-avsmd's own records counted by count_self."""
+HomeFacts.__doc__ = """The home beside its ventures: its path (a label, so two homes' files do not
+collide), head seq, ledger bytes, newest checkpoint (seq, at), count_self's counters."""
 
 METRIC_FAMILIES = (     # (name, type, help) in the file's order; one with no sample is left out
     ("avsm_venture_state", "gauge",
@@ -13162,30 +13040,25 @@ VENTURE_COUNTERS = {"reports": "avsm_venture_reports_total",
 
 
 def exposition_label(value):
-    """Return a label's value as the exposition format quotes it: backslash, double quote and
-    newline escaped (a character UTF-8 cannot hold, a lone surrogate, as ?)."""
+    """Return a label's value as the exposition format quotes it (a lone surrogate as ?)."""
     text = str(value).encode("utf-8", "replace").decode("utf-8")
     return text.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n")
 
 
 def exposition_number(value):
-    """Return a sample's value as the exposition format writes it: a whole number as digits, +Inf,
-    -Inf, NaN, else the shortest text that reads back as the same float."""
-    if isinstance(value, int):
-        return str(int(value))
-    if value.is_integer() and abs(value) < 2 ** 53:
+    """Return a sample's value as the exposition format writes it."""
+    if isinstance(value, int) or value.is_integer() and abs(value) < 2 ** 53:
         return str(int(value))
     if value != value:
         return "NaN"
-    if value in (math.inf, -math.inf):
+    if math.isinf(value):
         return "+Inf" if value > 0 else "-Inf"
     return repr(float(value))
 
 
 def metrics_text(states, home, now):
-    """Return the figures of every adopted venture of `states` and of the home (HomeFacts) at
-    `now`, in Prometheus's text exposition format (0.0.4): for each family # HELP, # TYPE, then its
-    samples, with no timestamp (node_exporter's textfile collector refuses one)."""
+    """Return the figures of the adopted ventures and the home (HomeFacts) at `now`, in
+    Prometheus's text format 0.0.4, with no timestamp (node_exporter refuses one)."""
     samples = {name: [] for name, _, _ in METRIC_FAMILIES}
     at_home = f'home="{exposition_label(home.home)}"'
 
@@ -13208,12 +13081,11 @@ def metrics_text(states, home, now):
             add(family, counted[key], of)
         add("avsm_venture_open_asks", len(state.open_asks), of)
         runs = set(state.actions) | (set(m["levers"]) | set(BUILTIN_LEVERS) if m else set())
-        for lever in sorted(runs, key=str):          # a forbidden lever never runs; it is refused
-            add("avsm_lever_runs_total", len(state.actions.get(lever, ())),
-                f'{of},lever="{exposition_label(lever)}"')
         for lever in sorted(runs | set(m["forbidden"] if m else ()), key=str):
-            add("avsm_lever_refusals_total", counted["by_lever"].get(lever, 0),
-                f'{of},lever="{exposition_label(lever)}"')
+            at = f'{of},lever="{exposition_label(lever)}"'
+            if lever in runs:           # a forbidden lever never runs; it is refused
+                add("avsm_lever_runs_total", len(state.actions.get(lever, ())), at)
+            add("avsm_lever_refusals_total", counted["by_lever"].get(lever, 0), at)
     add("avsm_ledger_head_seq", home.head)
     if home.ledger_bytes is not None:
         add("avsm_ledger_bytes", home.ledger_bytes)
