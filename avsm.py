@@ -96,6 +96,8 @@ REPLY_MAX = 256 * 1024       # bytes of a model's reply read at most
 BACKOFF_FIRST, BACKOFF_CEILING, BACKOFF_RESET = 1, 300, 600   # open point 31
 QUICK_DEATH = 10             # a `run` that dies within this many seconds is restarted with back-off
 WARDEN_STOP_GRACE = 9        # seconds avsmd waits for the warden at a stop
+WARDEN_LATE = 21             # and then for one still ending its levers (KILL at KILL_GRACE, then
+                             # outcomes, RUN-07): seconds on a loaded machine; a hung one meets it
 
 
 class Fail(Exception):
@@ -8531,7 +8533,8 @@ class Daemon:
                 else:
                     self.clients.check(self.debug)
                 next_check = now + 1
-            if self.stopping and (self.warden.proc.poll() is not None or now >= self.stop_deadline):   # 4
+            if self.stopping and (self.warden.proc.poll() is not None
+                                  or now >= self.stop_deadline + WARDEN_LATE):   # 4
                 break
         return self.finish()
 
