@@ -2631,8 +2631,6 @@ class VentureState:
         self.ratchet_forecasts = set()  # levers whose ratchet ask waits on its forecast (not folded: a restart asks again)
         self.grants = {}              # seq of an unspent approval (or a person's own proposal) -> {"lever", "payload", "ask"}
         self.checks = {}              # seq of a passed lever check no action has cited yet -> lever
-        self.checking = set()         # levers whose check runs now (not folded: no record starts
-                                      # one, and avsmd ends a dead warden's groups, checks too)
         self.world_reports = []       # [(seq, at, value)] of the last HISTORY trusted reports folded under a world: its input
         self.prediction = None        # (seq, record) of the prediction the next report may resolve
         self.scores = []              # [(crps, persistence's crps, covered)] of the last ROLLING scores
@@ -2644,6 +2642,10 @@ class VentureState:
     def side(self, name):
         """A controller side: armed (deadband), its streak of crossed reports (hold), asked in this excursion."""
         return self.sides.setdefault(name, {"armed": True, "streak": [], "asked": False, "stuck": None, "seen": False})
+
+    # the levers whose check runs now: not folded (no record starts one, and avsmd ends a dead
+    # warden's groups, checks too); a class default: only a venture with a check running has its own
+    checking = frozenset()
 
 
 def text_sha256(text):
@@ -6866,14 +6868,14 @@ class Levers:
                                    summary=f"{lever} refused: its check could not start"))
             return None
         child.extra = {"lever": lever, "run": (lever, verdict, summary, by, side, extra), "payload_file": path}
-        state.checking.add(lever)       # until it ends the gate refuses the lever: no second check
+        state.checking = state.checking | {lever}   # until it ends, the gate refuses the lever
         return None
 
     def check_done(self, state, child, status):
         """A lever's check ended: 0 lets the lever run, with the check's record among its premises."""
         os.unlink(child.extra["payload_file"])
         lever, verdict, summary, by, side, extra = child.extra["run"]
-        state.checking.discard(lever)
+        state.checking = state.checking - {lever}
         ok = status == 0 and not child.ended_by
         self.carry_out(state, check_rule(state, lever, verdict, summary, by, side, extra, ok, describe_status(status),
                                          child.note()[-NOTE_MAX:] if not ok else "", child.ended_by or describe_status(status)))
@@ -7482,7 +7484,9 @@ class Warden:
             state = self.ventures.setdefault(name, was)
             if state is not was:        # what is not folded from the ledger stays as it was
                 state.mandate, state.problem, state.world_state = was.mandate, was.problem, was.world_state
-                state.ratchet_forecasts, state.checking = was.ratchet_forecasts, was.checking
+                state.ratchet_forecasts = was.ratchet_forecasts
+                if was.checking:
+                    state.checking = was.checking
         self.rounds.forget_from(first_lost)
         self.worlds.forget_from(first_lost)
 
