@@ -96,6 +96,8 @@ REPLY_MAX = 256 * 1024       # bytes of a model's reply read at most
 BACKOFF_FIRST, BACKOFF_CEILING, BACKOFF_RESET = 1, 300, 600   # open point 31
 QUICK_DEATH = 10             # a `run` that dies within this many seconds is restarted with back-off
 WARDEN_STOP_GRACE = 9        # seconds avsmd waits for the warden at a stop
+WARDEN_LATE = 21             # and then for one still ending its levers (KILL at KILL_GRACE, then
+                             # outcomes, RUN-07): seconds on a loaded machine; a hung one meets it
 
 
 class Fail(Exception):
@@ -1503,7 +1505,8 @@ BACKEND_KEYS = {"anthropic": {"kind", "model", "key", "url", "effort", "version"
                 "openai": {"kind", "url", "model", "key", "max_tokens", "api", "effort"},
                 "command": {"kind", "run", "offbox"}}
 EFFORTS = {"anthropic": ("low", "medium", "high", "xhigh", "max"),   # open point 44, with xhigh as the provider lists it
-           "openai": ("none", "minimal", "low", "medium", "high", "xhigh")}   # reasoning.effort, as OpenAI lists it
+           "openai": ("none", "minimal", "low", "medium", "high", "xhigh",
+                      "max")}   # reasoning.effort: the official SDK's ReasoningEffort (openai 3.60)
 OPENAI_APIS = {"chat": "/chat/completions", "responses": "/responses"}   # api: and the path its url ends in
 ANTHROPIC_VERSION = "2026-10-21"   # the anthropic-version header unless a backend says version:
 MAX_TOKENS = 16000                 # an anthropic call's max_tokens unless the backend says: room for effort: high
@@ -2924,6 +2927,10 @@ class VentureState:
         """A controller side: armed (deadband), its streak of crossed reports (hold), asked in this excursion."""
         return self.sides.setdefault(name, {"armed": True, "streak": [], "asked": False, "stuck": None, "seen": False})
 
+    # the levers whose check runs now: not folded (no record starts one, and avsmd ends a dead
+    # warden's groups, checks too); a class default: only a venture with a check running has its own
+    checking = frozenset()
+
 
 def text_sha256(text):
     """Return the sha256 of `text` as UTF-8, in lowercase hex: a mandate's, as `sha256sum` prints it."""
@@ -3267,13 +3274,23 @@ def guards_past(state):
 
 
 def still_past_lines(state):
-    """Return the lines `avsm resume` adds for each guard still past its bound (PAUSE-03): it pauses the venture
-    again at its next reading (then: pause), or keeps every lever but stop and its unwind from running."""
+    """Return the lines `avsm resume` adds for each guard whose last reading was past its bound
+    (PAUSE-03): if it still is at its next reading, it pauses the venture again (then: pause); until
+    one is back inside, no lever but stop and its unwind runs. Only that last reading is known: the
+    cause may have been cleared since."""
     then = {g["name"]: g["then"] for g in state.mandate["guards"]} if state.mandate else {}
-    return [f"guard {name} still reads past its bound (since #{episode}); "
-            + (f"it will pause {state.name} again at its next reading" if then.get(name, "pause") == "pause"
-               else "no lever but stop and its unwind runs until it is back inside")
+    return [f"guard {name}: its last reading was past its bound (since #{episode}); "
+            + (f"if it still is at its next reading, it pauses {state.name} again"
+               if then.get(name, "pause") == "pause"
+               else "no lever but stop and its unwind runs until a reading is back inside")
             for name, episode in guards_past(state)]
+
+
+def guard_pause_way_out(venture, guard):
+    """Return (what to clear first, the command that resumes) of a pause by guard `guard`, as
+    summary and the notify command give it: a guard is not read while its venture is paused, and
+    the first reading after resume pauses it again if it is still past its bound."""
+    return f"clear what puts guard {guard} past its bound", f"avsm resume {venture}"
 
 
 def fold_audit(state, seq, record):
@@ -4380,6 +4397,8 @@ def prove(state, lever, now, basis, trigger=None, approval=None, payload=None, c
     steps.append(f"{lever} is permitted: cap {spec['cap_text']}, {'reversible' if spec['reversible'] else 'irreversible'}")
     if lever in state.running:
         return Verdict(False, why=f"{lever} is still running (action #{state.running[lever]})")
+    if lever in state.checking:     # its check decides; no second check of one lever starts
+        return Verdict(False, why=f"{lever}'s check is still running; it runs if that check passes")
     unknown = next((s for s, a in state.open_asks.items() if a.get("about") == "interrupted" and a.get("lever") == lever), None)
     if unknown is not None:
         return Verdict(False, why=f"whether {lever}'s interrupted run (action #{state.open_asks[unknown].get('action')}) "
@@ -4914,6 +4933,8 @@ def controller_rule(state, side, lever, reports, why):
     irreversible lever), or write the refusal. A refusal that will not clear within the round (the cap, the
     budget, an ask answered in this excursion) makes the venture stuck: written once per excursion and reason,
     saying when it can clear, with one ask so a person is told."""
+    if lever in state.checking:
+        return                      # its check, still running, decides: the gate again after it
     verdict = yield Gate(lever, controller_basis(state, reports, why), by="controller", side=side,
                          summary=f"{lever} runs: {why}")
     if verdict.ok:
@@ -5457,7 +5478,10 @@ def notice_of(seq, record):
     if kind == "refusal" and record.get("stuck") == "asked":    # stuck after a person's answer: told, not asked
         return new_notice("stuck", venture, seq, record["summary"], f"avsm propose {venture} {record['lever']}", lever=record["lever"])
     if kind == "pause" and record["claim"] == "measured":     # a guard's or the stop lever's: no person did it
-        return new_notice("pause", venture, seq, record["summary"], f"avsm resume {venture}", guard=record.get("guard"))
+        guard = record.get("guard")
+        first = {"first": guard_pause_way_out(venture, guard)[0]} if guard else {}
+        return new_notice("pause", venture, seq, record["summary"], f"avsm resume {venture}",
+                          guard=guard, **first)
     if kind == "ledger" and venture == "self":
         return new_notice("ledger", "self", seq, record["summary"], None)
     return None
@@ -5499,6 +5523,8 @@ def notice_message(notice, commands, home):
         word, _, rest = line.partition(" ")
         return f"{commands.get(word, word)} {rest}".strip()
     event = dict(notice, answer=complete(notice.get("answer")), home=home)
+    if notice.get("first") and event["answer"]:     # a guard's pause: clear its cause, then resume
+        event["answer"] = f"{event.pop('first')}, then {event['answer']}"
     if notice.get("deny"):
         event["deny"] = complete(notice["deny"])
     lines = [f"avsm: {NOTICE_TITLES[notice['kind']].format(**notice)} on {home}", notice["summary"]]
@@ -5699,8 +5725,10 @@ def needs_person(v, name, parse=None):
         found.append((f"ask #{seq}: {ask.get('summary')}", f"avsm approve {seq} or avsm deny {seq}"))
     if v["paused"]:
         by = v["pauses"][-1] if v["pauses"] else None
+        way_out = ", then ".join(guard_pause_way_out(name, by[1])) if by and by[1] \
+            else f"avsm resume {name}"
         found.append((f"{name} is paused" + (f" (#{by[0]}, by guard {by[1]})" if by and by[1] else f" (#{by[0]})" if by else ""),
-                      f"avsm resume {name}"))
+                      way_out))
     if v["mandate"] is not None and parsed_or_none(parse or parse_mandate, v["mandate"][1], v["mandate"][0]) is None:
         found.append((f"{name} cannot run: its adopted mandate #{v['mandate'][0]} does not hold",
                       f"fix {v['mandate'][1].get('directory')}/mandate.yaml and avsm add it"))
@@ -6375,6 +6403,8 @@ def read_responses(data, max_tokens):
                                + (error["message"][:TEXT_MAX] if isinstance(error.get("message"), str) else "no message"))
     if status == "incomplete":
         reason = provider_word(incomplete.get("reason"))
+        if reason == "content_filter":      # declined, as Chat Completions' content_filter is
+            return dict(facts, **declined(None, None, "incomplete_details.reason content_filter"))
         return dict(facts, why=f"the reply was cut off at the token limit ({limit})" if reason == "max_output_tokens"
                     else f"the response is incomplete (incomplete_details.reason {reason or 'not given'})")
     if status != "completed":
@@ -7398,12 +7428,14 @@ class Levers:
                                    summary=f"{lever} refused: its check could not start"))
             return None
         child.extra = {"lever": lever, "run": (lever, verdict, summary, by, side, extra), "payload_file": path}
+        state.checking = state.checking | {lever}   # until it ends, the gate refuses the lever
         return None
 
     def check_done(self, state, child, status):
         """A lever's check ended: 0 lets the lever run, with the check's record among its premises."""
         os.unlink(child.extra["payload_file"])
         lever, verdict, summary, by, side, extra = child.extra["run"]
+        state.checking = state.checking - {lever}
         ok = status == 0 and not child.ended_by
         self.carry_out(state, check_rule(state, lever, verdict, summary, by, side, extra, ok, describe_status(status),
                                          child.note()[-NOTE_MAX:] if not ok else "", child.ended_by or describe_status(status)))
@@ -8083,6 +8115,8 @@ class Warden:
             if state is not was:        # what is not folded from the ledger stays as it was
                 state.mandate, state.problem, state.world_state = was.mandate, was.problem, was.world_state
                 state.ratchet_forecasts = was.ratchet_forecasts
+                if was.checking:
+                    state.checking = was.checking
         self.rounds.forget_from(first_lost)
         self.worlds.forget_from(first_lost)
 
@@ -9169,7 +9203,8 @@ class Daemon:
                 else:
                     self.clients.check(self.debug)
                 next_check = now + 1
-            if self.stopping and (self.warden.proc.poll() is not None or now >= self.stop_deadline):   # 4
+            if self.stopping and (self.warden.proc.poll() is not None
+                                  or now >= self.stop_deadline + WARDEN_LATE):   # 4
                 break
         return self.finish()
 
@@ -9552,7 +9587,8 @@ def show_ledger_view(home, verb, args):
     if not any(s.mandate_seq is not None for s in states.values()):
         return
     lines = asks_view(states) if verb == "asks" else \
-        status_view(states, time.time(), None, None, args.get("venture"), args["verbose"], args["ascii"])
+        status_view(states, time.time(), None, None, args.get("venture"), args["verbose"],
+                    args["ascii"], stopped=True)
     try:
         out(f"avsmd is not running: nothing runs; this is what the ledger holds, to #{last[0]} at {format_local_time(last[1])}")
         out(*lines)
@@ -9992,7 +10028,8 @@ def what_followed(db, seq, record, home):
             if answer.get("kind") == "approval":
                 runs("approval", a_seq, "    ")
         if not any(a[2].get("kind") in ANSWER_WORDS for a in answers):
-            lines.append(f"  not answered yet: {client_command(home)} approve {seq} or deny {seq}")
+            lines.append(f"  not answered yet: {client_command(home)} approve {seq} "
+                         f"or {client_command(home)} deny {seq}")
     elif kind == "approval":
         runs("approval", seq, "  ")
     elif kind == "action":
@@ -11135,17 +11172,17 @@ def cmd_try(home_arg, args):
     directory = os.path.realpath(args[0])
     check_venture_dir(directory)
     check_venture_name(os.path.basename(directory))
-    home, stopped_by = home_arg or tempfile.mkdtemp(prefix="av", dir="/tmp"), [signal.SIGINT]
+    home, stopped_by, daemon, started = home_arg, [], None, False
 
     def stop(signum, frame):
-        stopped_by[0] = signum
+        stopped_by.append(signum)
         raise KeyboardInterrupt
-    for signum in (signal.SIGTERM, signal.SIGHUP):
-        signal.signal(signum, stop)
-    daemon = subprocess.Popen([sys.executable, AVSM_PATH, "avsmd", "--home", home], stdin=subprocess.DEVNULL,
-                              process_group=0)
-    started = False
-    try:
+    try:        # an interrupt from here on ends as a late one does: avsmd stopped, the home named
+        for signum in (signal.SIGTERM, signal.SIGHUP):
+            signal.signal(signum, stop)
+        home = home or tempfile.mkdtemp(prefix="av", dir="/tmp")
+        daemon = subprocess.Popen([sys.executable, AVSM_PATH, "avsmd", "--home", home],
+                                  stdin=subprocess.DEVNULL, process_group=0)
         for _ in range(300):            # ours once it holds the lock and serves: never another avsmd's socket
             if daemon.poll() is not None:
                 break
@@ -11166,21 +11203,31 @@ def cmd_try(home_arg, args):
         sys.stdout.flush()
         cmd_tail(home, ["1000000", "-f"])
     except KeyboardInterrupt:
+        stopped_by.append(signal.SIGINT)
         return 128 + stopped_by[0]
     finally:
-        for signum in (signal.SIGTERM, signal.SIGHUP):
+        for signum in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
             signal.signal(signum, signal.SIG_IGN)       # stopping: a second signal does not cut it short
-        if daemon.poll() is None:
+        if daemon is not None and daemon.poll() is None:
             daemon.send_signal(signal.SIGTERM)
             try:
                 daemon.wait(15)
             except subprocess.TimeoutExpired:
                 daemon.kill()
-        if started:
+        if home and (started or stopped_by):
             with contextlib.suppress(OSError):  # the terminal has gone (SIGHUP): avsmd is stopped all the same
-                sys.stderr.write(f"\navsm: avsmd stopped (exit {daemon.wait()}); the home is kept at {home}\n"
-                                 f"avsm: look again with: {client_command(home)} tail 50\n")
+                sys.stderr.write("\n" + try_ending(home, daemon and daemon.wait(), started))
     return EX_OK
+
+
+def try_ending(home, code, started):
+    """Return what `avsm try` says as it ends: how avsmd ended (`code`: its exit, None when it was
+    not started), where the home is kept, and how to look again when its ledger holds anything."""
+    ended = (f"avsmd stopped ({describe_status(code)})" if started else "avsmd was not started"
+             if code is None else f"avsmd stopped before it served ({describe_status(code)})")
+    again = f"look again with: {client_command(home)} tail 50" \
+        if os.path.exists(os.path.join(home, "ledger.db")) else "nothing was written there"
+    return f"avsm: {ended}; the home is kept at {home}\navsm: {again}\n"
 
 
 def when_it_acts(home, directory):
@@ -11190,7 +11237,8 @@ def when_it_acts(home, directory):
     every = format_duration(m["cadence"])
     if decided_by_model(m):
         return f"{name}: a model proposes at the nightly decision, or now with avsm decide {name}; a report every {every}"
-    sides = [f"{m['metric']} {'>' if way == 'above' else '<'} {format_number(bound)} (then {lever} runs)"
+    sides = [f"{m['metric']} {'>' if way == 'above' else '<'} {format_number(bound)} (then "
+             + (f"{lever} runs)" if asks_first(m, lever) is None else asks_first(m, lever) + ")")
              for _, way, bound, lever in controller_sides(m)]
     last, deadline = None, time.monotonic() + 3
     while last is None and time.monotonic() < deadline:
@@ -11205,6 +11253,15 @@ def when_it_acts(home, directory):
     now = (f"; the first report says {format_number(last['value'])}" if last and last.get("value") is not None
            else "; no report yet")
     return f"{name} acts when {' or '.join(sides)}{now}, and a report comes every {every}"
+
+
+def asks_first(m, lever):
+    """Return what comes before the controller's `lever` runs under mandate `m` when a person is
+    asked first (it is irreversible and not delegated), or None when it runs unasked."""
+    spec = m["levers"].get(lever)
+    if spec is None or spec["reversible"] or spec["delegated"]:
+        return None
+    return f"a person is asked before {lever} runs: it is irreversible"
 
 
 def program_command(program, home=None):
@@ -12889,8 +12946,10 @@ def format_status_rows(rows):
     return lines
 
 
-def status_view(states, now, keeps=None, cfg=None, venture=None, verbose=False, ascii=False):
-    """Return the lines of `avsm status`: one line per adopted venture, then (VENTURE or -v) its detail."""
+def status_view(states, now, keeps=None, cfg=None, venture=None, verbose=False, ascii=False,
+                stopped=False):
+    """Return the lines of `avsm status`: one line per adopted venture, then (VENTURE or -v) its
+    detail. `stopped`: no avsmd runs, so a venture the ledger last knew running is `was running`."""
     adopted = [states[name] for name in sorted(states) if states[name].mandate_seq is not None]
     if venture is not None:
         adopted = [s for s in adopted if s.name == venture]
@@ -12899,10 +12958,17 @@ def status_view(states, now, keeps=None, cfg=None, venture=None, verbose=False, 
     if not adopted:
         return ["no ventures yet; adopt one with avsm add DIR"]
     keeps = keeps or {}
-    lines = format_status_rows([status_row(s, now, keeps.get(s.name), cfg, ascii) for s in adopted])
+    rows = [status_row(s, now, keeps.get(s.name), cfg, ascii) for s in adopted]
+    if stopped:                 # what the ledger last knew, not that it runs now
+        rows = [row._replace(state="was running") if row.state == "running" else row
+                for row in rows]
+    lines = format_status_rows(rows)
     if venture is not None or verbose:
         for state in adopted:
-            lines += [""] + describe_status_lines(state, now, keeps.get(state.name), None, cfg)
+            detail = describe_status_lines(state, now, keeps.get(state.name), None, cfg)
+            if stopped and detail[0] == f"{state.name}: running":
+                detail[0] = f"{state.name}: was running"
+            lines += [""] + detail
     return lines
 
 

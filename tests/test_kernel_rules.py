@@ -838,18 +838,21 @@ def test_prediction_due_on_the_last_trusted_report_only():
 
 
 def test_still_past_lines_say_what_a_guard_does_after_resume():
-    """PAUSE-03: resuming while a guard still reads past its bound goes through and says the guard pauses the
-    venture again (then: pause), or that only stop and its unwind run (then: ask)."""
+    """PAUSE-03: resuming while a guard's last reading was past its bound goes through and says the guard
+    pauses the venture again if it still is at its next reading (then: pause), or that only stop and its
+    unwind run until a reading is back inside (then: ask); it claims no more than the last reading
+    (issue 37 item 2)."""
     led = Ledger(GUARDED % "pause")
     assert avsm.still_past_lines(led.state) == []
     first = led.guard(150, True)
     assert avsm.still_past_lines(led.state) == [
-        f"guard spend still reads past its bound (since #{first}); it will pause v again at its next reading"]
+        f"guard spend: its last reading was past its bound (since #{first}); if it still is at its next "
+        "reading, it pauses v again"]
     asking = Ledger(GUARDED % "ask")
     first = asking.guard(150, True)
     assert avsm.still_past_lines(asking.state) == [
-        f"guard spend still reads past its bound (since #{first}); no lever but stop and its unwind runs until "
-        "it is back inside"]
+        f"guard spend: its last reading was past its bound (since #{first}); no lever but stop and its unwind "
+        "runs until a reading is back inside"]
 
 
 def test_decide_problem_says_why_no_decision_runs():

@@ -1324,7 +1324,7 @@ RESP_UNUSABLE = [     # (the answer, how its unusable record's why begins, the s
                incomplete_details={"reason": "max_output_tokens"}),
      "the reply was cut off at the token limit (max_output_tokens 300)", "incomplete"),
     (responded(message_item(output_text(LOWER)), status="incomplete", incomplete_details={"reason": "content_filter"}),
-     "the response is incomplete (incomplete_details.reason content_filter)", "incomplete"),
+     "the model declined: no reason given (incomplete_details.reason content_filter)", "incomplete"),
     (responded(REASONING, message_item(output_text(LOWER), status="incomplete")),
      'the response says completed but its message is "incomplete": cut off at the token limit (max_output_tokens 300)',
      "completed"),
@@ -1452,7 +1452,8 @@ def test_an_openai_backend_names_its_api_and_the_endpoint_that_speaks_it(av):
             ('{kind: openai, url: "https://api.openai.com/v1/responses", model: m}',
              "is the responses endpoint, and this backend speaks api: chat"),
             ('{kind: openai, api: completions, url: "http://h/v1/x", model: m}', "api"),
-            ('{kind: openai, api: responses, url: "http://h/v1/responses", model: m, effort: max}', "effort")):
+            ('{kind: openai, api: responses, url: "http://h/v1/responses", model: m, effort: extreme}',
+             "effort")):
         setup_home(av, f"backends:\n  b: {backend}\n")
         run = av.daemon_cmd("-t")
         assert run.returncode == 78 and words in run.stderr, (backend, run.stderr)

@@ -295,7 +295,7 @@ def test_status_with_avsmd_stopped_shows_the_ledger_and_exits_69(av, workdir):
     assert r.returncode == 69 and len(r.stderr.strip().splitlines()) == 1 and "no avsmd is running" in r.stderr, r
     lines = r.stdout.splitlines()
     assert lines[0].startswith(f"avsmd is not running: nothing runs; this is what the ledger holds, to #{last} at "), lines
-    assert lines[1].startswith("alpha: running  ") and re.search(f"[{BLOCKS}]{{3,}}", lines[1]), lines
+    assert lines[1].startswith("alpha: was running  ") and re.search(f"[{BLOCKS}]{{3,}}", lines[1]), lines
     assert lines[2].startswith("beta: paused  ") and "avsm resume beta starts it again" in lines[2] and len(lines) == 3, lines
     detail = av.cli("status", "-v")
     assert detail.returncode == 69 and "  last report #" in detail.stdout and "\nbeta: paused\n" in detail.stdout
