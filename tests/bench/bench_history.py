@@ -22,6 +22,7 @@ Prints each figure at each size, its ratio 1M/100k (1.0 flat, 10 linear) and the
 """
 
 import argparse
+import contextlib
 import json
 import os
 import shutil
@@ -46,7 +47,9 @@ REPORTS_SHARE = 0.744   # of the builder's records are reports (the rest its act
 # issue 33's targets at 1M records: (seconds, bytes or None)
 TARGETS = {"summary": (0.5, None), "summary --since 1h": (0.3, None), "tail --since (last 100)": (0.3, None),
            "why (last action)": (0.5, None), "chart (default span)": (1.0, 300_000),
-           "chart --since 0 (whole history)": (2.0, 300_000), "doctor: longest commit wait": (2.0, None)}
+           "chart --since 0 (whole history)": (2.0, 300_000), "doctor: longest commit wait": (2.0, None),
+           "avsmd start until status answers": (2.0, None)}
+RSS_RATIO = 1.5     # issue 33 item 6: avsmd + warden at 1M within 1.5x of that at 100k
 
 
 def cached(size, rebuild):
@@ -125,6 +128,54 @@ def doctor_under_writes(home, indexes):
     return max(waits), took, code
 
 
+def process_rss(pid):
+    """Return the resident MiB of `pid` and every process under it (avsmd, warden, roles)."""
+    parents = {}
+    for entry in os.listdir("/proc"):
+        try:
+            parents[int(entry)] = int(open(f"/proc/{entry}/stat").read().rsplit(") ", 1)[1].split()[1])
+        except (ValueError, OSError, IndexError):
+            continue
+    family, total = {pid}, 0
+    while True:
+        more = {p for p, parent in parents.items() if parent in family} - family
+        if not more:
+            break
+        family |= more
+    for p in family:
+        with contextlib.suppress(OSError):
+            total += next(int(line.split()[1]) for line in open(f"/proc/{p}/status")
+                          if line.startswith("VmRSS:"))
+    return total / 1024
+
+
+def start_until_status(home):
+    """Start a real avsmd on a copy of `home`; return (seconds until `avsm status` answers, the RSS of
+    avsmd and its children 5 s later in MiB). The copy is removed after."""
+    copy = home.rstrip("/") + "-start"
+    shutil.rmtree(copy, ignore_errors=True)
+    shutil.copytree(home, copy)
+    t0 = time.perf_counter()
+    daemon = subprocess.Popen([sys.executable, AVSM[0], "avsmd", "--home", copy],
+                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        while subprocess.run([sys.executable, AVSM[0], "--home", copy, "status"],
+                             capture_output=True).returncode != 0:
+            if daemon.poll() is not None:
+                raise SystemExit(f"avsmd on {copy} exited {daemon.returncode} before it answered")
+            time.sleep(0.1)
+        took = time.perf_counter() - t0
+        time.sleep(5)
+        rss = process_rss(daemon.pid)
+    finally:
+        daemon.terminate()
+        daemon.wait(60)
+        shutil.rmtree(copy, ignore_errors=True)
+    print(f"  avsmd start until status answers: {took:.1f} s; avsmd + warden + roles RSS {rss:.1f} MiB",
+          flush=True)
+    return took, rss
+
+
 def measure(size, runs, rebuild, indexes, only=()):
     home = cached(size, rebuild)
     path = os.path.join(home, "ledger.db")
@@ -153,6 +204,10 @@ def measure(size, runs, rebuild, indexes, only=()):
         figures["doctor: longest commit wait"] = (wait, None)
         print(f"{size} records: doctor took {took:.1f} s and exited {code} (69: no avsmd on the bench's "
               "home)", flush=True)
+    if wanted("start"):
+        took, rss = start_until_status(home)
+        figures["avsmd start until status answers"] = (took, None)
+        figures["rss"] = rss
     return figures
 
 
@@ -188,6 +243,13 @@ def main():
         ok &= met
         row += f"{ratio:>7.2f}  <= {seconds} s" + (f", <= {most // 1000} KB" if most else "")
         print(row + ("  met" if met else "  MISSED"))
+    if "rss" in results[large]:
+        ratio = results[large]["rss"] / results[small]["rss"]
+        met = ratio <= RSS_RATIO
+        ok &= met
+        print(f"{'RSS avsmd + warden + roles, MiB':<34}" + "".join(f"{results[size]['rss']:>10.1f}  "
+                                                                  for size in sizes)
+              + f"{ratio:>7.2f}  <= {RSS_RATIO}x of at {small}" + ("  met" if met else "  MISSED"))
     print("all targets met" if ok else "a target was MISSED")
     return 0 if ok else 1
 
