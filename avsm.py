@@ -10109,11 +10109,11 @@ def cmd_bridge(home, args, pinned):
             if "verb" in message:
                 return bridge_verb(where or home, message, bool(args))
             try:
-                cmd, asked = check_request(message)
+                cmd, request_args = check_request(message)
                 if args and cmd not in READ_REQUESTS:
                     raise Fail(EX_DATAERR, f"this key may only read (avsm bridge --read-only): {cmd} is refused")
                 if cmd == "records":        # read here, from the file: a witness needs no avsmd
-                    send_out(*records_answer(where or home, asked))
+                    send_out(*records_answer(where or home, request_args))
                     continue
                 with send_request(where or home, message) as conn:
                     conn.settimeout(3 * BACKEND_TIMEOUT)

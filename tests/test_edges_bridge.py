@@ -249,6 +249,8 @@ EDGES = {
                                                                         "payload": "y" * (2 * 1024 * 1024)}),
                                  0, '"exit": 64', None),
     "local-payload-3-mb": Edge("check", None, None, "", lambda e, _: big_local_payload(e)),
+    # a relayed request whose args are {} is a request all the same: answered, then 0 at the end
+    "relayed-request-empty-args": Edge("bridge", line(v=1, cmd="status", args={}), 0, '"exit": 0'),
     # ---- issue 32 item 12: what held, kept held
     "ro-relay-refused": Edge("ssh:ro", RO_PAUSE, 0, "pause is refused"),
     "ro-verb-refused": Edge("ssh:ro", line(verb="propose", argv=["shop", "reset"]), 65,
