@@ -114,19 +114,18 @@ class Fail(Exception):
 
 DURATION_UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400}
 CAP_PERIODS = {"minute": 60, "hour": 3600, "day": 86400, "week": 604800}
-
-
 DURATION_MAX = 36500 * 86400    # 100 years: past it a duration is a typo, and clocks overflow
 
 
 def parse_duration(text):
     """Return the seconds in a duration: one positive whole number and one unit (10s, 5m, 2h, 1d)."""
-    s = text.strip() if isinstance(text, str) else json.dumps(text)     # YAML's null is null here, not Python's None
+    s = text.strip() if isinstance(text, str) else json.dumps(text)     # YAML's null reads null
     one = re.fullmatch(r"([0-9]+)([smhd])", s)
     if one and 0 < int(one[1]) * DURATION_UNITS[one[2]] <= DURATION_MAX:
         return int(one[1]) * DURATION_UNITS[one[2]]
     if one and int(one[1]) > 0:
-        raise ValueError(f"'{s}' is more than 100 years; write a duration of at most {format_duration(DURATION_MAX)}")
+        raise ValueError(f"'{s}' is more than 100 years; "
+                         f"write a duration of at most {format_duration(DURATION_MAX)}")
     compound = re.fullmatch(r"((?:[0-9]+[dhms])+)([0-9]+)?", s)
     if compound and not one:
         parts = re.findall(r"([0-9]+)([dhms])", compound[1])
@@ -138,7 +137,8 @@ def parse_duration(text):
             raise ValueError(f"'{s}' is not a duration; write {format_duration(total)}")
     if one:
         raise ValueError(f"'{s}' is not a duration; a duration is more than zero, such as 10s")
-    raise ValueError(f"'{s}' is not a duration; write a whole number and one unit of s, m, h or d, such as 10s, 5m, 2h, 1d")
+    raise ValueError(f"'{s}' is not a duration; write a whole number and one unit of s, m, h or d, "
+                     f"such as 10s, 5m, 2h, 1d")
 
 
 def format_duration(seconds):
@@ -150,7 +150,7 @@ def format_duration(seconds):
 
 
 def next_nightly(hhmm, after=None):
-    """Return the unix time of the next nightly decision at local HH:MM (after `after`), or None for never.
+    """Return the unix time of the next nightly decision at local HH:MM after `after`, or None.
 
     mktime with isdst=-1 follows the wall clock across a daylight-saving change (open point 47)."""
     if hhmm == "never":
@@ -165,7 +165,8 @@ def next_nightly(hhmm, after=None):
             # a time the clock skipped: step back to the first minute after the gap
             while True:
                 before = time.localtime(target - 60)
-                if before.tm_mday != shown.tm_mday or before.tm_hour * 60 + before.tm_min <= hour * 60 + minute:
+                if before.tm_mday != shown.tm_mday \
+                        or before.tm_hour * 60 + before.tm_min <= hour * 60 + minute:
                     break
                 target -= 60
         if target > after:
@@ -174,20 +175,21 @@ def next_nightly(hhmm, after=None):
 
 
 def parse_cap(text):
-    """Return (count, period seconds) of a cap `N/period`: period minute, hour, day, week or a duration."""
+    """Return (count, period seconds) of a cap `N/period`: minute, hour, day, week or a duration."""
     s = str(text).strip()
     count, slash, period = s.partition("/")
-    if slash and count.isdigit() and count.isascii() and int(count) < 1:
-        raise ValueError(f"'{s}' is not a cap: its count must be at least 1 (a lever that may never run is "
-                         f"forbidden:, or not permitted at all)")
     if not slash or not count.isdigit() or not count.isascii():
         raise ValueError(f"'{s}' is not a cap; write a count and a period, such as 60/hour or 4/day")
+    if int(count) < 1:
+        raise ValueError(f"'{s}' is not a cap: its count must be at least 1 (a lever that may never run is "
+                         f"forbidden:, or not permitted at all)")
     if period in CAP_PERIODS:
         return int(count), CAP_PERIODS[period]
     try:
         return int(count), parse_duration(period)
     except ValueError:
-        raise ValueError(f"'{s}' is not a cap; the period is minute, hour, day, week or a duration such as 90m") from None
+        raise ValueError(f"'{s}' is not a cap; the period is minute, hour, day, week "
+                         f"or a duration such as 90m") from None
 
 
 def parse_percent(text):
@@ -200,11 +202,12 @@ def parse_percent(text):
             value = float("nan")
         if 0 < value <= 100:
             return value
-    raise ValueError(f"'{s}' is not a percentage; write a number above 0 and at most 100 with %, such as 15%")
+    raise ValueError(f"'{s}' is not a percentage; "
+                     f"write a number above 0 and at most 100 with %, such as 15%")
 
 
-# Regular expressions are kept as text here and compiled by `re` on first use (it caches them):
-# compiling all thirteen at import was 6 ms of every client command.
+# Regular expressions stay text, compiled by `re` on first use: compiling them at import
+# was 6 ms of every client command.
 NUMBER = r"[+-]?([0-9]+(\.[0-9]*)?|\.[0-9]+)([eE][+-]?[0-9]+)?"
 
 
@@ -218,13 +221,13 @@ def parse_number(text):
     if not re.fullmatch(NUMBER, s):
         return None
     value = float(s)
-    return value if value not in (float("inf"), float("-inf")) else None    # 1e400 overflows: no number
+    return value if abs(value) != float("inf") else None    # 1e400 overflows: no number
 
 
-# README: "A number beyond 1e300 is refused, not rounded." The one limit of every number avsm reads
-# from a mandate, a config or JSON (a reply, a payload); a report's own number is only kept finite.
+# README: "A number beyond 1e300 is refused, not rounded": in a mandate, a config or JSON.
+# A report's own number is only kept finite.
 NUMBER_MAX = 1e300
-NUMBER_DIGITS = {10: 302, 8: 335, 16: 251}     # more significant digits than these is past NUMBER_MAX
+NUMBER_DIGITS = {10: 302, 8: 335, 16: 251}     # more significant digits is past NUMBER_MAX
 
 
 class NumberError(ValueError):
@@ -232,26 +235,25 @@ class NumberError(ValueError):
 
 
 def number_refusal(text):
-    """Return why the number written `text` is refused, quoting it shortened (it may be thousands of digits)."""
+    """Return why the number written `text` is refused, quoting it shortened."""
     return f"{shorten(text)} is too large: avsm takes no number beyond 1e300; write a smaller number"
 
 
 def shorten(text, keep=24):
-    """Return `text` quoted, cut to its first `keep` characters with the length said when longer."""
+    """Return `text` quoted, cut to `keep` characters with its length said when longer."""
     return repr(text) if len(text) <= keep else f"{text[:keep]!r}... ({len(text)} characters)"
 
 
 def shown_value(value, keep=60):
-    """Return a parsed value as JSON for a refusal, cut to `keep` characters with its length said when longer."""
+    """Return a parsed value as JSON for a refusal, cut as shorten cuts."""
     text = json.dumps(value)
     return text if len(text) <= keep else f"{text[:keep]}... ({len(text)} characters)"
 
 
 def bounded_int(text, base):
-    """Return the integer `text` (digits in `base`, a sign only in base 10), or raise ValueError past NUMBER_MAX.
+    """Return the integer `text` (digits in `base`), or raise NumberError past NUMBER_MAX.
 
-    The digits are counted before int() reads them: int() refuses past 4300 decimal digits, and a
-    hex or octal one that long would be a number no str() can print."""
+    Digits are counted first: int() refuses past 4300 decimal digits."""
     digits = text.lstrip("+-").lstrip("0")
     if len(digits) > NUMBER_DIGITS[base] or abs(int(text, base)) > NUMBER_MAX:
         raise NumberError(number_refusal(text if base == 10 else ("0x" if base == 16 else "0o") + text))
@@ -259,7 +261,7 @@ def bounded_int(text, base):
 
 
 def bounded_float(text):
-    """Return the float `text`, or raise ValueError when it is beyond NUMBER_MAX (1e999 reads as infinity)."""
+    """Return the float `text`, or raise NumberError past NUMBER_MAX (1e999 reads as infinity)."""
     value = float(text)
     if abs(value) > NUMBER_MAX:
         raise NumberError(number_refusal(text))
@@ -267,10 +269,11 @@ def bounded_float(text):
 
 
 def read_json(text, object_pairs_hook=None):
-    """Return the JSON value of `text` (str or bytes) with every number within NUMBER_MAX; raise ValueError
-    otherwise. NaN and Infinity are no JSON, and 1e999, which json reads as infinity, is refused here,
-    before a record could hold what the ledger's canonical JSON cannot write."""
-    return json.loads(text, object_pairs_hook=object_pairs_hook, parse_int=lambda t: bounded_int(t, 10),
+    """Return the JSON value of `text` with every number within NUMBER_MAX; raise ValueError otherwise.
+
+    No record may hold what the ledger's canonical JSON cannot write (NaN, 1e999)."""
+    return json.loads(text, object_pairs_hook=object_pairs_hook,
+                      parse_int=lambda t: bounded_int(t, 10),
                       parse_float=bounded_float, parse_constant=refuse_constant)
 
 
@@ -287,7 +290,7 @@ def format_number(value):
     if isinstance(value, int) and abs(value) >= 1e15:
         digits = str(abs(value))         # past a float's reach: no float() of it
         return f"{'-' if value < 0 else ''}{digits[0]}.{digits[1:6]}e+{len(digits) - 1}"
-    if float(value).is_integer() and abs(value) < 1e15:
+    if abs(value) < 1e15 and float(value).is_integer():
         return str(int(value))
     return f"{value:.6g}"
 
@@ -300,10 +303,8 @@ def nearest(word, known):
 
 
 # ---- the YAML subset --------------------------------------------------------
-# Reads the text of mandate.yaml and config.yaml into plain values, as open
-# point 24 settles it (../yaml-cases/README.md): the YAML 1.2 core-schema value,
-# or a YamlError at line:col that says what to write instead; never a guess.
-# Opens no file. 
+# mandate.yaml and config.yaml as open point 24 settles it (../yaml-cases/README.md):
+# the YAML 1.2 core-schema value, or a YamlError at line:col saying what to write; never a guess.
 
 
 class YamlError(ValueError):
@@ -350,22 +351,17 @@ def parse_yaml(text, source=None):
 
 
 def parse_yaml_marked(text, source=None):
-    """Return (value, marks): marks maps a path tuple to the (line, col) where that node's
-    key (for a mapping entry) or entry (its '-', or its first character inside [ ]) starts.
-
-    A path holds the keys and indexes from the root; marks[()] is where the root starts,
-    (1, 1) for an empty document."""
-    lines, unterminated = split_yaml_lines(text, source)
-    reader = YamlReader(lines, unterminated, source)
-    value = reader.document()
-    return value, reader.marks
+    """Return (value, marks): marks maps a path of keys and indexes to the (line, col) where
+    that node's key or entry ('-', or its first character inside [ ]) starts; () the root's."""
+    reader = YamlReader(*split_yaml_lines(text, source), source)
+    return reader.document(), reader.marks
 
 
 def split_yaml_lines(text, source):
     """Return (lines, whether the last line lacks its line break) for `text`.
 
-    A leading U+FEFF is dropped and \\r\\n reads as \\n; any other character
-    YAML does not allow, a bare \\r among them, is refused where it stands."""
+    A leading U+FEFF is dropped and \\r\\n reads as \\n; any other character YAML does not allow
+    is refused where it stands."""
     if isinstance(text, (bytes, bytearray)):
         try:
             text = bytes(text).decode('utf-8')
@@ -395,14 +391,13 @@ def split_yaml_lines(text, source):
 
 
 def resolve_plain(text):
-    """Return the core-schema value of a plain scalar: null, bool, int, float or str.
-
-    A number beyond NUMBER_MAX is refused (ValueError), not rounded: YAML would read it, avsm takes none."""
+    """Return the core-schema value of a plain scalar; a number past NUMBER_MAX raises NumberError."""
     if text in YAML_NULLS:
         return None
     if text in YAML_BOOLS:
         return YAML_BOOLS[text]
-    for pattern, read in ((YAML_INT, lambda t: bounded_int(t, 10)), (YAML_OCT, lambda t: bounded_int(t[2:], 8)),
+    for pattern, read in ((YAML_INT, lambda t: bounded_int(t, 10)),
+                          (YAML_OCT, lambda t: bounded_int(t[2:], 8)),
                           (YAML_HEX, lambda t: bounded_int(t[2:], 16)), (YAML_FLOAT, bounded_float),
                           (YAML_INF, lambda t: float('-inf') if t[0] == '-' else float('inf')),
                           (YAML_NAN, lambda t: float('nan'))):
@@ -439,7 +434,9 @@ def tab_reason(line, col):
     """Return the refusal of the tab at line[col], named by where it stands."""
     before, after = line[:col], line[col:].lstrip(' \t')
     if before.strip(' ') == '':
-        return "tab on a blank line; remove it" if after == '' else "tab in indentation; indent with spaces"
+        if after == '':
+            return "tab on a blank line; remove it"
+        return "tab in indentation; indent with spaces"
     if after == '':
         return "trailing tab; remove it"
     if after.startswith('#'):
@@ -461,7 +458,7 @@ def marker_reason(line):
 
 
 def is_document_marker(line, marker):
-    """True when `line` is the document marker '---' or '...', alone or before a space."""
+    """True when `line` is the document marker, alone or before a space."""
     return line.startswith(marker) and (len(line) == 3 or line[3] in ' \t')
 
 
@@ -471,9 +468,7 @@ def leading_spaces(line):
 
 
 def block_text(style, chomp, body):
-    """Return a block scalar's value: its lines (None for empty) joined or folded, then chomped.
-
-    chomp '-' strips the final line breaks, '' keeps one, '+' keeps them all."""
+    """Return a block scalar's value: its lines (None for empty) joined or folded, then chomped."""
     content = [k for k, x in enumerate(body) if x is not None]
     if not content:
         return '\n' * len(body) if chomp == '+' else ''
@@ -488,10 +483,8 @@ def block_text(style, chomp, body):
 
 
 def fold_lines(lines):
-    """Return folded text (YAML 1.2, 8.1.3): a break between two text lines becomes a space.
-
-    An empty line between them becomes the break instead, and breaks next to
-    a more-indented line (one starting with a space or tab) are kept."""
+    """Return folded text (YAML 1.2, 8.1.3): a break between two text lines becomes a space,
+    an empty line between them the break; breaks next to a more-indented line are kept."""
     out, prev, empties = [], None, 0
     for line in lines:
         if line is None:
@@ -509,20 +502,21 @@ def fold_lines(lines):
 
 
 class YamlReader:
-    """One pass over the lines of one document, recording where each node starts in `marks`.
-
-    Rows and columns are 0-based inside; errors and marks are 1-based."""
+    """One pass over one document's lines, marking where each node starts; rows and columns
+    are 0-based inside, 1-based in errors and marks."""
 
     def __init__(self, lines, unterminated, source):
         self.lines, self.unterminated, self.source, self.marks = lines, unterminated, source, {}
 
     def error(self, row, col, reason):
-        """Return the refusal at (row, col), to raise."""
         return YamlError(row + 1, col + 1, reason, self.source)
 
     def mark(self, path, row, col):
-        """Record that the node at `path` starts at (row, col)."""
         self.marks[path] = (row + 1, col + 1)
+
+    def check_depth(self, row, i, path):
+        if len(path) > YAML_MAX_DEPTH:
+            raise self.error(row, i, f"nested deeper than {YAML_MAX_DEPTH} levels; flatten it")
 
     # --- lines ---------------------------------------------------------------
 
@@ -552,7 +546,6 @@ class YamlReader:
         return row
 
     def indent(self, row):
-        """Return the indentation of `row`, whose leading spaces skip_blank has checked."""
         return leading_spaces(self.lines[row])
 
     def finish_line(self, row, i, reason):
@@ -600,8 +593,7 @@ class YamlReader:
 
     def block_node(self, row, i, parent, path):
         """block_node ::= block_seq | block_map | inline_value, starting at column i of row"""
-        if len(path) > YAML_MAX_DEPTH:
-            raise self.error(row, i, f"nested deeper than {YAML_MAX_DEPTH} levels; flatten it")
+        self.check_depth(row, i, path)
         if self.is_dash(row, i):
             return self.block_sequence(row, i, path)
         if self.block_key(row, i, path):
@@ -611,9 +603,7 @@ class YamlReader:
     def block_sequence(self, row, indent, path, under_key=False):
         """block_seq ::= ('-' (' '+ entry | EOL next_lines_node))+, every '-' at column `indent`
 
-        Under a key at the same indentation (`permitted:` then `- name: x`), the
-        first line at this indentation without '-' ends the sequence; the
-        mapping takes it from there."""
+        Under a key at its own indentation, a line there without '-' ends the sequence."""
         items = []
         while True:
             self.mark(path + (len(items),), row, indent)
@@ -684,7 +674,7 @@ class YamlReader:
         return None, row + 1
 
     def misindented(self, row):
-        """Return the refusal of a line indented deeper than the entry before it allows."""
+        """Return the refusal of a line indented deeper than the entry before allows."""
         i = self.indent(row)
         if self.is_dash(row, i) or self.block_key(row, i, ()):
             return self.error(row, i, "bad indentation: this entry lines up with no block above it; "
@@ -701,7 +691,6 @@ class YamlReader:
 
     def block_key(self, row, i, path):
         """Return (key, index of ':') when a block mapping entry starts at i, else None.
-
         key ::= (plain | single | double) ' '* ':' (' ' | EOL)"""
         line = self.lines[row]
         if line[i] in '[{':
@@ -762,7 +751,6 @@ class YamlReader:
 
     def plain(self, row, i, flow):
         """Return (text, end) of the plain scalar at i.
-
         plain ::= first char*, ending before ': ', ':' EOL, ' #', EOL, and in flow before ,[]{}"""
         line = self.lines[row]
         stops = ',[]{}' if flow else ''
@@ -779,7 +767,7 @@ class YamlReader:
         return line[i:j].rstrip(' '), j
 
     def plain_value(self, row, i, flow):
-        """Return (value, end) of the plain scalar at i, resolved by the core schema."""
+        """Return (value, end) of the plain scalar at i."""
         text, end = self.plain(row, i, flow)
         try:
             return resolve_plain(text), end
@@ -812,7 +800,8 @@ class YamlReader:
                 out.append(ch)
                 j += 1
             elif j + 1 == len(line):
-                raise self.error(row, j, "a '\\' at the end of the line continues the scalar; " + YAML_MULTILINE)
+                raise self.error(row, j, "a '\\' at the end of the line continues the scalar; "
+                                         + YAML_MULTILINE)
             elif line[j + 1] in YAML_ESCAPES:
                 out.append(YAML_ESCAPES[line[j + 1]])
                 j += 2
@@ -825,7 +814,7 @@ class YamlReader:
         raise self.error(row, i, "the quote opened here is not closed on its line; " + YAML_MULTILINE)
 
     def hex_escape(self, row, j):
-        """Return the character of \\xHH, \\uHHHH or \\UHHHHHHHH at j."""
+        """Return the character of the hex escape at j."""
         line = self.lines[row]
         width = YAML_HEX_ESCAPES[line[j + 1]]
         digits = line[j + 2:j + 2 + width]
@@ -839,7 +828,7 @@ class YamlReader:
         return chr(code)
 
     def block_scalar(self, row, i, parent):
-        """block_scalar ::= ('|' | '>') ['-' | '+'] [' '+ comment] EOL, then lines deeper than `parent`"""
+        """block_scalar ::= ('|' | '>') ['-' | '+'] [' '+ comment] EOL, lines deeper than `parent`"""
         line = self.lines[row]
         style, j = line[i], i + 1
         chomp = line[j] if j < len(line) and line[j] in '+-' else ''
@@ -857,11 +846,8 @@ class YamlReader:
         return block_text(style, chomp, body), end
 
     def block_lines(self, row, parent):
-        """Return (lines, next row) of a block scalar's body: each line less its indentation,
-        None for an empty line.
-
-        The indentation is that of the first non-empty line, which must be deeper
-        than `parent`; no empty line before it may have more spaces."""
+        """Return (lines, next row) of a block scalar's body, each less the first non-empty line's
+        indentation (deeper than `parent`), None for an empty line."""
         lines = self.lines
         first = row
         while first < len(lines) and lines[first].strip(' ') == '':
@@ -893,8 +879,7 @@ class YamlReader:
 
     def flow_node(self, row, i, path):
         """flow_node ::= flow_seq | flow_map | single | double | plain, all on this line"""
-        if len(path) > YAML_MAX_DEPTH:
-            raise self.error(row, i, f"nested deeper than {YAML_MAX_DEPTH} levels; flatten it")
+        self.check_depth(row, i, path)
         line = self.lines[row]
         if line[i] == '[':
             return self.flow_sequence(row, i, path)
@@ -931,13 +916,17 @@ class YamlReader:
             if line[j] == ':':
                 raise self.error(row, i, "'key: value' inside [ ] is not supported; "
                                          "write it as a mapping: [{key: value}]")
-            if line[j] == ',':
-                i = self.flow_skip(row, j + 1, start)
-            elif line[j] == ']':
-                i = j
-            else:
-                raise self.error(row, j, "expected ',' or ']'")
+            i = self.flow_next(row, j, start, ']')
         return items, i + 1
+
+    def flow_next(self, row, j, start, close):
+        """Return where the next entry (after ',') or `close` is, from j after an entry."""
+        line = self.lines[row]
+        if line[j] == ',':
+            return self.flow_skip(row, j + 1, start)
+        if line[j] != close:
+            raise self.error(row, j, f"expected ',' or '{close}'")
+        return j
 
     def flow_mapping(self, row, start, path):
         """flow_map ::= '{' [pair (',' pair)* [',']] '}' ; pair ::= flow_key ':' ' '* flow_node"""
@@ -957,17 +946,11 @@ class YamlReader:
             if line[j] in ',}':
                 raise self.error(row, j, f"key {key!r} has no value; write one, or null")
             result[key], end = self.flow_node(row, j, path + (key,))
-            j = self.flow_skip(row, end, start)
-            if line[j] == ',':
-                i = self.flow_skip(row, j + 1, start)
-            elif line[j] == '}':
-                i = j
-            else:
-                raise self.error(row, j, "expected ',' or '}'")
+            i = self.flow_next(row, self.flow_skip(row, end, start), start, '}')
         return result, i + 1
 
     def flow_key(self, row, i, start):
-        """Return (key, index after ':').  flow_key ::= (single | double) ' '* ':' | plain ' '* ': '"""
+        """Return (key, index after ':'). flow_key ::= (single | double) ' '* ':' | plain ' '* ': '"""
         line = self.lines[row]
         if line[i] in '[{':
             raise self.error(row, i, "a collection cannot be a key; use a string key")
