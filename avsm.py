@@ -3533,10 +3533,8 @@ def content_problem(takes, payload, directory):
 # well avsm predicts it. Pure as section 6; the programs that step run apart.
 # =============================================================================
 
-# ---- expected effects -------------------------------------------------------------
-
 def fold_effects(state, value):
-    """A trusted report counts toward every run still waiting for its verdict; a hit settles it silently."""
+    """Count a trusted report toward every run awaiting its verdict; a hit settles silently."""
     for seq, effect in list(state.effects.items()):
         if effect["verdict"] is not None:
             continue
@@ -3560,8 +3558,7 @@ def drift_and_noise(steps):
 def judge_effect(expects, r0, after, steps):
     """Return (verdict, why) for a run that expected `expects` (way, size, within), open point 36.
 
-    verdict: waiting, not judged, hit (writes nothing), late, miss or wrong size. r0 is the last trusted
-    reading before the run; `after` the trusted reports since its ok outcome; `steps` the lever-free history."""
+    r0 is the last trusted reading before the run; `after` the trusted reports since."""
     way, size, within = expects
     if len(steps) < 3:
         return "not judged", "fewer than 3 steps of history: the metric's drift is not known"
@@ -3569,9 +3566,10 @@ def judge_effect(expects, r0, after, steps):
         return "not judged", "the metric has never changed: no evidence either way"
     drift, noise = drift_and_noise(steps)
     zero_share = sum(1 for s in steps if s == 0) / len(steps)
-    repeats = next((i for i, value in enumerate(after) if value != r0), len(after))    # exact repeats of r0 first
+    repeats = next((i for i, value in enumerate(after) if value != r0), len(after))
     if repeats == len(after) and zero_share ** repeats >= 0.01:
-        return "waiting", f"{repeats} exact repeat(s) of the reading before the run: the sensor may not have refreshed"
+        return "waiting", (f"{repeats} exact repeat(s) of the reading before the run: "
+                           f"the sensor may not have refreshed")
     sign = 1 if way == "up" else -1
 
     def outcome(n):
@@ -3589,37 +3587,40 @@ def judge_effect(expects, r0, after, steps):
     if verdict == "hit":
         return "hit", f"moved {format_number(moved)} net of drift within {within} reports"
     if verdict == "wrong size":
-        return "wrong size", f"moved {format_number(moved)} net of drift, far off the expected {format_number(size)}"
+        return "wrong size", (f"moved {format_number(moved)} net of drift, "
+                              f"far off the expected {format_number(size)}")
     for n in range(within + 1, min(len(after), 2 * within) + 1):
         if outcome(n)[0] == "hit":
             return "late", f"showed its effect after {n} reports, later than within {within}"
     if len(after) < 2 * within:
         return "waiting", f"no effect within {within} reports yet; watching until {2 * within}"
-    return "miss", f"no {way} move beyond the metric's noise in {2 * within} reports (net {format_number(moved)})"
+    return "miss", (f"no {way} move beyond the metric's noise in {2 * within} reports "
+                    f"(net {format_number(moved)})")
 
 
 # ---- forecasts --------------------------------------------------------------------
-# A forecast (open point 39) is a Monte Carlo of `seeds` paths over `days` at the venture's cadence, from the
-# built-in baseline: each report step resamples one of the lever-free steps the venture has taken, and where
-# the controller would run a lever, within its cap, the step is one that lever took (or, before it has taken
-# three, the size its `expects` says). It is inferred, like every prediction: it shows and never authorizes.
+# A forecast (open point 39): a Monte Carlo of `seeds` paths over `days`, resampling lever-free steps,
+# and a lever's own steps where the controller would run it within its cap. Inferred: it never authorizes.
 
 FORECAST_BLOCKS = 2000      # a path is stepped in at most this many blocks of report steps
 TOO_LITTLE = "too little history to forecast"
 
 
 def forecast_facts(state, days, seeds):
-    """Return what a forecast of `state`'s venture starts from, as one JSON object (the forecast program's input)."""
+    """Return what a forecast of `state`'s venture starts from: the forecast program's input."""
     m = state.mandate
     levers = {}
     for lever, spec in m["levers"].items():
         expects = spec["expects"]
-        levers[lever] = {"steps": state.lever_steps.get(lever, [])[-HISTORY:], "cap": list(spec["cap"]),
-                         "expects": [expects[0], expects[1]] if expects and expects[1] is not None else None}
+        levers[lever] = {"steps": state.lever_steps.get(lever, [])[-HISTORY:],
+                         "cap": list(spec["cap"]),
+                         "expects": [expects[0], expects[1]]
+                         if expects and expects[1] is not None else None}
     return {"cadence": m["cadence"], "range": list(m["range"]) if m["range"] else None,
-            "sides": [[way, bound, lever] for _, way, bound, lever in controller_sides(m) if lever in levers],
-            "levers": levers, "free_steps": list(state.free_steps), "history": [v for _, v in state.trusted],
-            "days": days, "seeds": seeds}
+            "sides": [[way, bound, lever] for _, way, bound, lever in controller_sides(m)
+                      if lever in levers],
+            "levers": levers, "free_steps": list(state.free_steps),
+            "history": [v for _, v in state.trusted], "days": days, "seeds": seeds}
 
 
 def quantile(sorted_values, q):
@@ -3630,6 +3631,16 @@ def quantile(sorted_values, q):
     return sorted_values[low] + (sorted_values[high] - sorted_values[low]) * (at - low)
 
 
+def spread(sorted_values):
+    """(median, p10, p90) of sorted values."""
+    return tuple(quantile(sorted_values, q) for q in (0.5, 0.1, 0.9))
+
+
+def shown_spread(values, decimals):
+    """Return values (median, p10, p90) as text to `decimals` places."""
+    return [f"{round(v, decimals) + 0.0:.{decimals}f}" for v in values]
+
+
 def decimals_of(values):
     """The decimals a person would write the readings with, at most two."""
     texts = [format_number(v) for v in values]
@@ -3637,11 +3648,10 @@ def decimals_of(values):
 
 
 def forecast(facts, seed=0):
-    """Return the forecast of `facts` (see forecast_paths), or why there is none; numbers too large to add
-    up give none rather than an error."""
+    """Return the forecast of `facts` (see forecast_paths), or why there is none."""
     try:
         result = forecast_paths(facts, seed)
-        finite = all(abs(result.get(k, 0)) < float("inf") for k in ("median", "p10", "p90"))    # NaN is not
+        finite = all(abs(result.get(k, 0)) < float("inf") for k in ("median", "p10", "p90"))
     except OverflowError:
         finite = False
     return result if finite else {"too_little": f"{TOO_LITTLE}: its numbers are too large to add up"}
@@ -3651,18 +3661,16 @@ def forecast_paths(facts, seed=0):
     """Return {"median", "p10", "p90", "days", "seeds", "decimals"} at the horizon, or {"too_little": why}.
     With `facts["first"]` naming a lever, each path starts with one run of it (as a decision packet shows).
 
-    Paths are stepped in blocks of k report steps (k = 1 up to FORECAST_BLOCKS steps in all): a block moves by
-    k resampled lever-free steps (by their sum's normal approximation past 8), then each side of the
-    controller past its bound runs its lever as many times as bring the metric back, at most as its cap
-    allows in the block's time, each run moving the metric by a resampled step of that lever less the drift."""
+    A block of k report steps moves by k resampled lever-free steps (a normal approximation past 8);
+    then each side past its bound runs its lever, as its cap allows, until the metric is back."""
     import random
     steps, history = facts["free_steps"], facts["history"]
     if len(steps) < 3:
         return {"too_little": f"{TOO_LITTLE}: {len(steps)} lever-free step(s) of history, 3 needed"}
-    if facts["seeds"] < 1 or facts["days"] <= 0:
+    total = forecast_steps(facts)
+    if not total:
         return {"too_little": "forecasts are off (seeds: 0)"}
     drift, noise = drift_and_noise(steps)
-    total = max(1, int(facts["days"] * 86400 / facts["cadence"]))
     blocks = min(total, FORECAST_BLOCKS)
     k = total / blocks
     seconds = k * facts["cadence"]
@@ -3678,14 +3686,16 @@ def forecast_paths(facts, seed=0):
         allowance = {name: 0.0 for name in effects}
         for block in range(blocks):
             n = int((block + 1) * k) - int(block * k)       # the blocks' steps add up to the horizon exactly
-            move = sum(rng.choice(steps) for _ in range(n)) if n <= 8 else rng.gauss(n * drift, noise * n ** 0.5)
+            if n <= 8:
+                move = sum(rng.choice(steps) for _ in range(n))
+            else:
+                move = rng.gauss(n * drift, noise * n ** 0.5)
             value, unheld = value + move, unheld + move
             for way, bound, lever in facts["sides"]:
                 if lever not in effects:
                     continue
-                count, period = facts["levers"][lever]["cap"]
-                allowance[lever] = min(count, allowance[lever] + count * seconds / period)
-                while allowance[lever] >= 1 and (value > bound if way == "above" else value < bound):
+                allowance[lever] = cap_allowance(facts, lever, allowance[lever], seconds)
+                while allowance[lever] >= 1 and crossed(way, bound, value):
                     effect = rng.choice(effects[lever])
                     if (effect >= 0) == (way == "above"):
                         break                   # this lever does not bring the metric back: it is not run
@@ -3697,27 +3707,47 @@ def forecast_paths(facts, seed=0):
         spreads.append(unheld)
     ends.sort()
     spreads.sort()
-    p10, median, p90 = quantile(ends, 0.1), quantile(ends, 0.5), quantile(ends, 0.9)
     width = quantile(spreads, 0.9) - quantile(spreads, 0.1)
     span = (high - low) if low is not None else 10 * (max(history) - min(history) if history else 0)
     if width > span:
-        return {"too_little": f"{TOO_LITTLE}: its 80% interval ({format_number(round(width, 2))} wide) is wider than "
-                              + ("the metric's range" if low is not None else "ten times the span of the history")}
+        return {"too_little": f"{TOO_LITTLE}: its 80% interval ({format_number(round(width, 2))} wide) "
+                              f"is wider than "
+                              + ("the metric's range" if low is not None
+                                 else "ten times the span of the history")}
     idle = sorted({lever for _, _, lever in facts["sides"] if lever not in effects})
-    return {"median": median, "p10": p10, "p90": p90, "days": facts["days"], "seeds": facts["seeds"],
-            "decimals": decimals_of(history), "assumes_idle": idle}
+    return dict(forecast_result(facts, ends, facts["days"]), assumes_idle=idle)
+
+
+def forecast_steps(facts):
+    """Return the report steps to a forecast's horizon, or 0 when forecasts are off."""
+    if facts["seeds"] < 1 or facts["days"] <= 0:
+        return 0
+    return max(1, int(facts["days"] * 86400 / facts["cadence"]))
+
+
+def cap_allowance(facts, lever, allowance, seconds):
+    """Return a lever's runs allowed after `seconds` more of its cap, at most its count."""
+    count, period = facts["levers"][lever]["cap"]
+    return min(count, allowance + count * seconds / period)
+
+
+def forecast_result(facts, ends, days):
+    """Return a forecast's figures from its paths' sorted ends."""
+    median, p10, p90 = spread(ends)
+    return {"median": median, "p10": p10, "p90": p90, "days": days, "seeds": facts["seeds"],
+            "decimals": decimals_of(facts["history"])}
 
 
 def forecast_text(metric, result):
     """`count 5 (80%: 2 to 9)`, to the readings' precision; or why there is no forecast."""
     if "too_little" in result:
         return result["too_little"]
-    d = result["decimals"]
-    shown = [f"{round(result[k], d) + 0.0:.{d}f}" for k in ("median", "p10", "p90")]
+    shown = shown_spread([result[k] for k in ("median", "p10", "p90")], result["decimals"])
     idle = result.get("assumes_idle")
-    alike = ": every seeded path ends alike" if shown[1] == shown[2] else ""        # no spread in what it has seen yet
+    alike = ": every seeded path ends alike" if shown[1] == shown[2] else ""
     return f"{metric} {shown[0]} (80%: {shown[1]} to {shown[2]}{alike})" + \
-        (f"; assumes {' and '.join(idle)} does nothing (fewer than 3 runs, and no expects: in the mandate)" if idle else "")
+        (f"; assumes {' and '.join(idle)} does nothing (fewer than 3 runs, "
+         f"and no expects: in the mandate)" if idle else "")
 
 
 def describe_forecast(metric, result, days, seeds):
@@ -3728,22 +3758,24 @@ def describe_forecast(metric, result, days, seeds):
 
 
 def forecast_record(state, extra, output, status, ended_by):
-    """Return the forecast record of what the forecast program printed (`output`, bytes): inferred, which shows
-    and never authorizes; its numbers, why there is too little to forecast, or why none was made. `extra`:
-    the days, seeds, why and lever it was asked for."""
+    """Return the forecast record of what the forecast program printed (`output`, bytes), asked
+    for with `extra` (days, seeds, why, lever): its numbers, or why there are none."""
     try:
         result = json.loads(output) if status == 0 else None
     except ValueError:
         result = None
-    record = new_record("forecast", state.name, days=extra["days"], seeds=extra["seeds"], why=extra["why"], **some(lever=extra["lever"]))
-    checked = checked_forecast(result)      # the same checks: too little, or finite numbers to two decimals
+    record = new_record("forecast", state.name, days=extra["days"], seeds=extra["seeds"],
+                        why=extra["why"], **some(lever=extra["lever"]))
+    checked = checked_forecast(result)
+    metric = state.mandate["metric"]
     if checked is not None and "too_little" in checked:
-        record.update(note=checked["too_little"], summary=describe_forecast(state.mandate["metric"], result, 0, 0))
+        record.update(note=checked["too_little"], summary=describe_forecast(metric, result, 0, 0))
     elif checked is not None:
         record.update({k: round(result[k], result["decimals"]) + 0.0 for k in ("median", "p10", "p90")},
-                      summary=describe_forecast(state.mandate["metric"], result, extra["days"], extra["seeds"]))
+                      summary=describe_forecast(metric, result, extra["days"], extra["seeds"]))
         if isinstance(result.get("cut"), str):      # through the world, its calls capped
-            record.update(note=result["cut"][:NOTE_MAX], world=True, summary=record["summary"] + f" ({result['cut'][:200]})")
+            record.update(note=result["cut"][:NOTE_MAX], world=True,
+                          summary=record["summary"] + f" ({result['cut'][:200]})")
     else:
         why = "it was ended" if ended_by else f"the forecast program ended {describe_status(status)}"
         record.update(note=why, summary=f"forecast not made: {why}")
@@ -3751,12 +3783,10 @@ def forecast_record(state, extra, output, status, ended_by):
 
 
 # ---- world models -----------------------------------------------------------------
-# With `world:` or `calibration:` (WORLD-05), each trusted report brings a one-step prediction of the next
-# report, an inferred record: from the world command's ensemble (open point 38) or from the built-in baseline,
-# which takes the metric's own lever-free steps and the measured effect of a lever run in the round (the same
-# effects the forecast and the capacity check use). The next report resolves it: a trusted one is scored in a
-# measured `calibration.<metric>` record (WORLD-06, WORLD-07); any other, or a gap, drops it unscored. A
-# prediction and a score show and never authorize (WORLD-09); the scores only hold a ranking back (WORLD-08).
+# With `world:` or `calibration:` (WORLD-05), each trusted report brings an inferred prediction of the
+# next, from the world command (open point 38) or the built-in baseline. A trusted next report scores it
+# in a measured `calibration.<metric>` record (WORLD-06, WORLD-07); any other, or a gap, drops it.
+# Predictions and scores never authorize (WORLD-09); the scores only hold a ranking back (WORLD-08).
 
 WORLD_TIMEOUT = 10              # seconds a world step may take (open point 38)
 WORLD_OUTPUT_MAX = 64 * 1024    # bytes a world step may print (WORLD-02)
@@ -3767,13 +3797,12 @@ BAR_LEAST = 5                   # scores needed before a ranking may run (WORLD-
 
 
 def predicts(mandate):
-    """Whether a venture's reports bring predictions: it names a world, or a calibration bar (WORLD-05)."""
+    """Whether a venture's reports bring predictions: a world or a calibration bar (WORLD-05)."""
     return mandate is not None and (mandate["world"] is not None or mandate["calibration"] is not None)
 
 
 def prediction_due(state, report_seq, stopping):
-    """Whether report #report_seq brings a prediction (WORLD-05): the venture predicts, is not paused, avsmd is
-    not stopping, and the report is its last and trusted."""
+    """Whether report #report_seq, the last and trusted, brings a prediction (WORLD-05)."""
     report = state.last_report
     return predicts(state.mandate) and not state.paused and not stopping and report is not None \
         and report[0] == report_seq and report[2].get("status") == "trusted"
@@ -3786,13 +3815,11 @@ def calibration_kind(mandate):
 
 
 def fold_world(state, seq, at, record, previous):
-    """A report feeds the world's input and resolves or drops the open prediction; the world's own records
-    say whether its steps fail (once per stretch) and what was predicted and scored."""
+    """Fold a report (the world's input; it resolves or drops the open prediction) or a world record."""
     kind = record["kind"]
     if kind == "report":
         if record.get("status") == "trusted" and state.mandate is not None and state.mandate["world"]:
-            # kept only while a world command is in force (its only reader): a thousand ventures without one
-            # would hold 18 MiB of them; a restart folds them as they were kept
+            # kept only under a world command, their only reader: a thousand ventures would hold 18 MiB
             state.world_reports.append((seq, at, record["value"]))
             del state.world_reports[:-HISTORY]
         p = state.prediction
@@ -3801,7 +3828,7 @@ def fold_world(state, seq, at, record, previous):
             gap = previous is None or previous[0] != p[1].get("report") or \
                 (cadence is not None and at - previous[1] > 2 * cadence + 1)
             if gap or record.get("status") != "trusted":
-                state.prediction = None         # a gap or a report not trusted resolves nothing (dropped)
+                state.prediction = None         # dropped
             else:
                 state.prediction = (p[0], dict(p[1], resolves=seq))
         elif p is not None:
@@ -3819,17 +3846,17 @@ def fold_world(state, seq, at, record, previous):
 
 
 def crps_ensemble(members, y):
-    """The ensemble CRPS: E|X - y| - E|X - X'| / 2, X and X' drawn from the members (a point: |x - y|)."""
+    """The ensemble CRPS: E|X - y| - E|X - X'| / 2, X and X' drawn from the members."""
     xs = sorted(members)
     n = len(xs)
     near = sum(abs(x - y) for x in xs) / n
-    spread = 2 * sum((2 * i - n + 1) * x for i, x in enumerate(xs)) / (n * n)     # E|X - X'| of sorted members
-    return near - spread / 2
+    apart = 2 * sum((2 * i - n + 1) * x for i, x in enumerate(xs)) / (n * n)     # E|X - X'|, sorted
+    return near - apart / 2
 
 
 def rolling_scores(scores):
-    """(skill, coverage) over `scores` [(crps, persistence crps, covered)]: skill 1 - sum CRPS / sum of
-    persistence's (None when persistence never missed), coverage the share inside the 80% interval."""
+    """(skill, coverage) over `scores` [(crps, persistence crps, covered)]: skill against
+    persistence (None when it never missed), and the share inside the 80% interval."""
     if not scores:
         return None, None
     base = sum(b for _, b, _ in scores)
@@ -3846,8 +3873,8 @@ def kept_members(members):
 
 
 def lever_effects(levers, drift):
-    """Each lever's effect per run, net of the drift: its measured steps once it has three, else its
-    `expects` size (EFFECT-17); a lever with neither has none. Forecasts, predictions and the capacity check."""
+    """Each lever's effects per run, net of the drift: its measured steps once it has three,
+    else its `expects` size (EFFECT-17)."""
     effects = {}
     for name, lever in levers.items():
         if len(lever["steps"]) >= 3:
@@ -3859,8 +3886,8 @@ def lever_effects(levers, drift):
 
 
 def baseline_members(state, lever=None):
-    """The built-in baseline's one-step ensemble from the last trusted report (WORLD-04): the report plus each
-    lever-free step, plus the effect of `lever` when one ran in the round; None with fewer than 3 steps."""
+    """The built-in baseline's one-step ensemble from the last trusted report (WORLD-04), with
+    the effect of `lever` when one ran in the round; None with fewer than 3 steps."""
     steps = state.free_steps
     if len(steps) < 3 or state.level is None:
         return None
@@ -3873,28 +3900,30 @@ def baseline_members(state, lever=None):
 
 
 def prediction_record(state, report_seq, members, lever=None, guards=None, world=False):
-    """The inferred `prediction` record of the report after #report_seq: the ensemble's median, 10th and
-    90th percentiles, and with a world's guards the chance each reads past its bound (WORLD-05)."""
+    """The inferred `prediction` record of the report after #report_seq, with a world's guards
+    the chance each reads past its bound (WORLD-05)."""
     xs = kept_members(members)
-    p10, median, p90 = quantile(xs, 0.1), quantile(xs, 0.5), quantile(xs, 0.9)
-    d = decimals_of([v for _, v in state.trusted[-20:]])
-    shown = [f"{round(v, d) + 0.0:.{d}f}" for v in (median, p10, p90)]
-    record = new_record("prediction", state.name, report=report_seq, value=state.level[1] if state.level else None, members=xs,
-                        median=round(median, 9) + 0.0, p10=round(p10, 9) + 0.0, p90=round(p90, 9) + 0.0,
-                        source="world" if world else "baseline", lever=lever,
-                        summary=f"next {state.mandate['metric']}: {shown[0]} (80%: {shown[1]} to {shown[2]}) from report "
+    median, p10, p90 = spread(xs)
+    shown = shown_spread((median, p10, p90), decimals_of([v for _, v in state.trusted[-20:]]))
+    record = new_record("prediction", state.name, report=report_seq,
+                        value=state.level[1] if state.level else None, members=xs,
+                        median=round(median, 9) + 0.0, p10=round(p10, 9) + 0.0,
+                        p90=round(p90, 9) + 0.0, source="world" if world else "baseline",
+                        lever=lever,
+                        summary=f"next {state.mandate['metric']}: {shown[0]} "
+                                f"(80%: {shown[1]} to {shown[2]}) from report "
                                 f"#{report_seq}, by the {'world command' if world else 'baseline'}"
                                 + (f" with {lever} run" if lever else ""))
     if guards:
         record["guards"] = guards
-        record["summary"] += "; " + ", ".join(f"guard {g} past its bound {round(100 * p)}%" for g, p in sorted(guards.items()))
+        record["summary"] += "; " + ", ".join(f"guard {g} past its bound {round(100 * p)}%"
+                                              for g, p in sorted(guards.items()))
     return record
 
 
 def calibration_rule(state):
-    """Yield the score of the prediction the round's trusted report resolves (WORLD-06, WORLD-07): CRPS, its
-    skill against persistence, Brier for the guards it gave chances for, and whether the report fell in the
-    80% interval, with the rolling figures over the last ROLLING scores."""
+    """Yield the score of the prediction the round's trusted report resolves (WORLD-06, WORLD-07),
+    with the rolling figures over the last ROLLING scores."""
     if state.prediction is None or not state.prediction[1].get("resolves") or state.mandate is None:
         return
     pseq, pred = state.prediction
@@ -3909,17 +3938,19 @@ def calibration_rule(state):
     events = []
     for name, chance in (pred.get("guards") or {}).items():
         info = state.guards.get(name)
-        if info and info["last"] and info["last"][0] > pred["report"] and info["last"][2] == "trusted":
+        if info and info["last"] and info["last"][0] > pred["report"] \
+                and info["last"][2] == "trusted":
             events.append((chance - (1 if info["past"] else 0)) ** 2)
     brier = sum(events) / len(events) if events else None
     rolling = state.scores[-(ROLLING - 1):] + [(crps, base, covered)]
     r_skill, r_coverage = rolling_scores(rolling)
-    r = lambda v: None if v is None else round(v, 6) + 0.0       # noqa: E731  six places: a record a person reads
-    record = new_record(calibration_kind(state.mandate), state.name, prediction=pseq, report=report_seq, crps=r(crps),
-                        persistence=r(base), skill=r(skill), brier=r(brier), coverage=covered, rolling_skill=r(r_skill),
+    r = lambda v: None if v is None else round(v, 6) + 0.0       # noqa: E731  six places: a person reads
+    record = new_record(calibration_kind(state.mandate), state.name, prediction=pseq,
+                        report=report_seq, crps=r(crps), persistence=r(base), skill=r(skill),
+                        brier=r(brier), coverage=covered, rolling_skill=r(r_skill),
                         rolling_coverage=r(r_coverage), rolling=len(rolling))
-    record["summary"] = (f"prediction #{pseq} scored on report #{report_seq}: crps {format_number(r(crps))}, skill "
-                         f"{'-' if skill is None else format_number(round(skill, 3))}, "
+    record["summary"] = (f"prediction #{pseq} scored on report #{report_seq}: "
+                         f"crps {format_number(r(crps))}, skill {shown_skill(skill)}, "
                          f"{'inside' if covered else 'outside'} its 80% interval"
                          + (f", brier {format_number(round(brier, 3))}" if brier is not None else "")
                          + f"; last {len(rolling)}: {describe_rolling(r_skill, r_coverage)}")
@@ -3928,14 +3959,17 @@ def calibration_rule(state):
 
 def describe_rolling(skill, coverage):
     """`skill 0.42, coverage 80%`."""
-    return (f"skill {'-' if skill is None else format_number(round(skill, 3))}, "
+    return (f"skill {shown_skill(skill)}, "
             f"coverage {'-' if coverage is None else format_number(round(100 * coverage))}%")
 
 
+def shown_skill(skill):
+    return "-" if skill is None else format_number(round(skill, 3))
+
+
 def read_world_output(text, mandate):
-    """Return ({"state", "metric", "guards"}, None) from a world step's standard output, or (None, why) for a
-    failed step (open point 38): one JSON object whose metric is a finite number. Every other key is dropped,
-    and so is a guard the mandate does not name or whose reading is not a finite number (WORLD-03)."""
+    """Return ({"state", "metric", "guards"}, None) from a world step's standard output, or
+    (None, why) for a failed step (open point 38); what the mandate does not name is dropped (WORLD-03)."""
     try:
         out = json.loads(text, parse_constant=refuse_constant)
     except (ValueError, RecursionError) as err:
@@ -3947,14 +3981,13 @@ def read_world_output(text, mandate):
         return None, f"its metric is not a finite number: {json.dumps(metric)[:60]}"
     named = {g["name"] for g in mandate["guards"]}
     guards = out.get("guards") if isinstance(out.get("guards"), dict) else {}
-    kept = {k: v for k, v in guards.items() if k in named and type(v) in (int, float) and abs(v) < float("inf")}
+    kept = {k: v for k, v in guards.items()
+            if k in named and type(v) in (int, float) and abs(v) < float("inf")}
     return {"state": out.get("state"), "metric": float(metric), "guards": kept}, None
 
 
 def world_step_result(mandate, oversized, ended_by, status, out, err):
-    """Return (its output, None) of one world step that ended, or (None, why it failed) (open point 38): over
-    WORLD_OUTPUT_MAX, past WORLD_TIMEOUT, ended or exiting non-zero (with the tail of its standard error), or
-    printing what does not hold. `out`, `err`: what it printed."""
+    """Return (its output, None) of one world step that ended, or (None, why it failed)."""
     if oversized:
         return None, f"it printed more than {WORLD_OUTPUT_MAX // 1024} KiB"
     if ended_by == "timeout":
@@ -3966,53 +3999,53 @@ def world_step_result(mandate, oversized, ended_by, status, out, err):
 
 
 def world_input(state, lever, seed, now):
-    """The world command's standard input (open point 38): its last state, the lever imagined, a seed, the
-    time, the last HISTORY trusted reports as stored (never an implausible or failed one), and what a
-    forecast's path has imagined so far (none here: this step is from the measured report)."""
+    """The world command's standard input (open point 38), stepping from the measured report."""
     return {"state": state.world_state, "lever": lever, "seed": seed, "time": int(now),
-            "reports": [{"seq": s, "at": a, "value": v} for s, a, v in state.world_reports], "imagined": []}
+            "reports": [{"seq": s, "at": a, "value": v} for s, a, v in state.world_reports],
+            "imagined": []}
 
 
 def world_rule(state, report_seq, lever, outputs, failure):
-    """Yield what an ensemble of world steps from report #report_seq calls for: its prediction, or a failed
-    step recorded once per stretch (none while the last world record failed too). A prediction whose report
-    is no longer the last one could never be resolved, and is not written."""
+    """Yield the prediction of world steps from report #report_seq, or a failed step recorded
+    once per stretch."""
     if failure is not None:
         if not state.world_failing:
-            yield Write(new_record("world", state.name, ok=False, report=report_seq, note=failure[:NOTE_MAX],
-                                   summary=f"world step failed: {failure[:200]}; no prediction (recorded once until a step succeeds)"))
+            yield Write(new_record("world", state.name, ok=False, report=report_seq,
+                                   note=failure[:NOTE_MAX],
+                                   summary=f"world step failed: {failure[:200]}; no prediction "
+                                           f"(recorded once until a step succeeds)"))
         return
     if state.last_report is None or state.last_report[0] != report_seq or not outputs:
-        return
+        return      # a report no longer the last could never resolve it
     chances = {}
     for guard in state.mandate["guards"]:
         seen = [o["guards"][guard["name"]] for o in outputs if guard["name"] in o["guards"]]
         if seen and guard.get("bound") is not None:
-            chances[guard["name"]] = round(sum(1 for v in seen if crossed(guard["side"], guard["bound"], v)) / len(seen), 6)
-    yield Write(prediction_record(state, report_seq, [o["metric"] for o in outputs], lever, chances, world=True))
+            past = sum(1 for v in seen if crossed(guard["side"], guard["bound"], v))
+            chances[guard["name"]] = round(past / len(seen), 6)
+    yield Write(prediction_record(state, report_seq, [o["metric"] for o in outputs], lever, chances,
+                                  world=True))
 
 
 WORLD_FORECAST_CALLS = 400      # world steps a forecast makes at most (seeds x steps); past it the horizon is cut
 
 
 def forecast_world_paths(facts, step, calls=WORLD_FORECAST_CALLS):
-    """Return the forecast of `facts` through the world command (open point 39), as forecast_paths does, or
-    {"too_little": why}. `step(input)` runs one world step and returns (output, None) or (None, why).
+    """Return the forecast of `facts` through the world command (open point 39), as forecast_paths
+    does. `step(input)` runs one world step and returns (output, None) or (None, why).
 
-    Each of `seeds` paths steps the world at the venture's cadence from its last state and the trusted
-    reports, which every step is given as stored, its own imagined values apart in `imagined` (at most
-    HISTORY, the latest last: a world tells measured history from its own simulation); where the controller would run a
-    lever, within its cap, the next step is told that lever. With `facts["first"]` naming a lever, each path's
-    first step is told it (one run now, as the packet shows). Seeds x steps calls are capped at `calls`: past
-    it the horizon is cut, and the result says so in `cut`."""
+    Each step is given the trusted reports as stored and its path's own values apart in `imagined`
+    (a world tells measured history from its own simulation), and the lever the controller would
+    run within its cap. Past `calls` steps in all the horizon is cut, and `cut` says so."""
     cadence, seeds = facts["cadence"], facts["seeds"]
-    if seeds < 1 or facts["days"] <= 0:
+    total = forecast_steps(facts)
+    if not total:
         return {"too_little": "forecasts are off (seeds: 0)"}
-    total = max(1, int(facts["days"] * 86400 / cadence))
     steps = min(total, max(1, calls // seeds))
     ends = []
     for s in range(seeds):
-        state, reports, imagined, at = facts["world_state"], facts["reports"][-HISTORY:], [], facts["time"]
+        state, reports, imagined = facts["world_state"], facts["reports"][-HISTORY:], []
+        at = facts["time"]
         value = reports[-1]["value"] if reports else 0.0
         allowance = {lever: 0.0 for _, _, lever in facts["sides"]}
         lever = facts.get("first")
@@ -4025,16 +4058,13 @@ def forecast_world_paths(facts, step, calls=WORLD_FORECAST_CALLS):
             state, value, lever = out["state"], out["metric"], None
             imagined.append({"at": int(at), "value": value})
             for way, bound, name in facts["sides"]:
-                count, period = facts["levers"][name]["cap"]
-                allowance[name] = min(count, allowance[name] + count * cadence / period)
+                allowance[name] = cap_allowance(facts, name, allowance[name], cadence)
                 if lever is None and crossed(way, bound, value) and allowance[name] >= 1:
                     lever, allowance[name] = name, allowance[name] - 1
         ends.append(value)
     ends.sort()
     days = steps * cadence / 86400
-    result = {"median": quantile(ends, 0.5), "p10": quantile(ends, 0.1), "p90": quantile(ends, 0.9),
-              "days": days if steps < total else facts["days"], "seeds": seeds,
-              "decimals": decimals_of(facts["history"])}
+    result = forecast_result(facts, ends, days if steps < total else facts["days"])
     if steps < total:
         result["cut"] = (f"cut short at {seeds * steps} world steps ({calls} at most): "
                          f"{format_number(float(f'{days:.3g}'))} of {format_number(facts['days'])} days")
@@ -4042,37 +4072,39 @@ def forecast_world_paths(facts, step, calls=WORLD_FORECAST_CALLS):
 
 
 def world_forecast_facts(state, days, seeds, now):
-    """Return forecast_facts, and with `world:` in the mandate what stepping the world starts from: its last
-    state, the trusted reports, the time and the guards it may read (open point 39)."""
+    """Return forecast_facts, with what stepping the world starts from under `world:` (open point 39)."""
     facts = forecast_facts(state, days, seeds)
     if state.mandate["world"]:
         given = world_input(state, None, 0, now)
         facts.update(reports=given["reports"], time=given["time"], world=state.mandate["world"],
-                     world_state=state.world_state, guards=[g["name"] for g in state.mandate["guards"]])
+                     world_state=state.world_state,
+                     guards=[g["name"] for g in state.mandate["guards"]])
     return facts
 
 
-PACKET_WORLD_CALLS = 160        # world steps a decision packet's forecasts make at most, all together: a decision waits on them
+PACKET_WORLD_CALLS = 160        # world steps a decision packet's forecasts make in all: a decision waits
 
 
 def packet_world_forecast(facts, step):
-    """Return the decision packet's forecasts through the world (issue 11 item 6): {"nothing": result, "levers":
-    {name: result}}, doing nothing and one run now of each permitted lever, with no controller (as the
-    baseline's packet forecast), their world steps sharing PACKET_WORLD_CALLS; a cut one says so in `cut`."""
+    """Return the decision packet's forecasts through the world (issue 11 item 6): {"nothing": result,
+    "levers": {name: result}}, one run now of each lever and no controller, sharing PACKET_WORLD_CALLS."""
     calls = max(1, PACKET_WORLD_CALLS // (1 + len(facts["levers"])))
     free = dict(facts, sides=[])
     return {"nothing": forecast_world_paths(free, step, calls),
-            "levers": {name: forecast_world_paths(dict(free, first=name), step, calls) for name in facts["levers"]}}
+            "levers": {name: forecast_world_paths(dict(free, first=name), step, calls)
+                       for name in facts["levers"]}}
 
 
 def checked_forecast(result):
-    """Return a forecast program's result when it holds (numbers, finite, at most two decimals, or why there is
-    none), else None: the warden hands on nothing it did not check."""
+    """Return a forecast program's result when it holds (finite numbers, at most two decimals, or
+    why there is none), else None: the warden hands on nothing it did not check."""
     if isinstance(result, dict) and isinstance(result.get("too_little"), str):
         return {"too_little": result["too_little"][:NOTE_MAX]}
     if isinstance(result, dict) and result.get("decimals") in (0, 1, 2) and \
-            all(type(result.get(k)) in (int, float) and abs(result[k]) < float("inf") for k in ("median", "p10", "p90")):
-        kept = {k: result[k] for k in ("median", "p10", "p90", "decimals", "days", "seeds") if k in result}
+            all(type(result.get(k)) in (int, float) and abs(result[k]) < float("inf")
+                for k in ("median", "p10", "p90")):
+        kept = {k: result[k] for k in ("median", "p10", "p90", "decimals", "days", "seeds")
+                if k in result}
         if isinstance(result.get("cut"), str):
             kept["cut"] = result["cut"][:NOTE_MAX]
         return kept
@@ -4080,32 +4112,32 @@ def checked_forecast(result):
 
 
 def packet_world_made(result, why_not):
-    """Return the packet forecast's `made` from the forecast program's output (packet_world_forecast), each
-    forecast checked; or, when there is none (`why_not`, or output that does not hold), why not."""
+    """Return the packet forecast's `made` from packet_world_forecast's output, each forecast
+    checked; or why there is none."""
     if why_not is None and isinstance(result, dict) and isinstance(result.get("levers"), dict):
         nothing = checked_forecast(result.get("nothing"))
         levers = {name: checked_forecast(r) for name, r in result["levers"].items()}
         if nothing is not None and None not in levers.values():
             return {"nothing": nothing, "levers": levers}
-        why_not = "its output does not hold"
-    return {"nothing": {"too_little": f"the forecast through the world was not made: {why_not or 'its output does not hold'}"},
+    why_not = why_not or "its output does not hold"
+    return {"nothing": {"too_little": f"the forecast through the world was not made: {why_not}"},
             "levers": {}}
 
 
 def calibration_bar(state):
-    """Return (whether a ranking may go to the gate, why) under the mandate's `calibration:` bar (WORLD-08,
-    open point 37): fewer than BAR_LEAST scores, or a rolling skill below the bar, hold it back."""
+    """Return (whether a ranking may go to the gate, why) under the `calibration:` bar (WORLD-08,
+    open point 37)."""
     bar = state.mandate["calibration"]
     if bar is None:
         return True, "the mandate sets no calibration: bar"
     skill, _ = rolling_scores(state.scores)
     n = len(state.scores)
     if n < BAR_LEAST:
-        return False, f"only {n} prediction(s) scored, {BAR_LEAST} needed (calibration: {format_number(bar)})"
-    shown = "-" if skill is None else format_number(round(skill, 3))
-    if skill is None or skill < bar:
-        return False, f"rolling skill {shown} over the last {n} is below the calibration bar {format_number(bar)}"
-    return True, f"rolling skill {shown} over the last {n} meets the calibration bar {format_number(bar)}"
+        return False, (f"only {n} prediction(s) scored, {BAR_LEAST} needed "
+                       f"(calibration: {format_number(bar)})")
+    held = skill is None or skill < bar
+    return not held, (f"rolling skill {shown_skill(skill)} over the last {n} "
+                      f"{'is below' if held else 'meets'} the calibration bar {format_number(bar)}")
 
 
 def is_ranking(choices):
@@ -4114,9 +4146,8 @@ def is_ranking(choices):
 
 
 def capacity_check(state, days):
-    """Return (verdict, short per day, why): can the permitted levers, within their caps, hold the metric inside
-    the controller's bounds over `days` against its drift (open point 9, EFFECT-17)? verdict: enough, short
-    or not known (why: no drift yet, a lever with no effect, no bound to hold)."""
+    """Return (enough, short or not known; short per day; why): can the levers, within their caps,
+    hold the metric inside the controller's bounds over `days` against its drift (open point 9)?"""
     m = state.mandate
     sides = controller_sides(m)
     if not sides:
@@ -4130,15 +4161,16 @@ def capacity_check(state, days):
     level = state.level[1] if state.level else 0.0
     short = 0.0
     for _, way, bound, lever in sides:
-        push = (drift if way == "above" else -drift) * per_day       # how fast the drift carries it toward the bound
+        push = (drift if way == "above" else -drift) * per_day       # toward the bound
         room = (bound - level) if way == "above" else (level - bound)
         if push <= 0 or push * days < room:
-            continue                        # the drift never takes it past this bound within the horizon
+            continue
         effect = effects.get(lever)
         pull = (-1 if way == "above" else 1) * sum(effect) / len(effect) if effect else 0.0
+        if not effect:
+            return "not known", None, f"{lever} has no effect yet: no three measured runs, no expects size"
         if pull <= 0:
-            return "not known", None, f"{lever} has no effect yet: no three measured runs, no expects size" \
-                if not effect else f"{lever} has no effect that brings the metric back"
+            return "not known", None, f"{lever} has no effect that brings the metric back"
         count, period = m["levers"][lever]["cap"]
         short = max(short, push - count * 86400 / period * pull)
     return ("enough", None, "") if short <= 0 else ("short", short, "")
@@ -4148,7 +4180,8 @@ def describe_capacity(result):
     """`capacity: enough`, `capacity: short by 12/day` or `capacity: not known (why)`."""
     verdict, short, why = result
     if verdict == "short":
-        return f"capacity: short by {format_number(round(short, 2) if abs(short) >= 1 else float(f'{short:.3g}'))}/day"
+        shown = round(short, 2) if abs(short) >= 1 else float(f'{short:.3g}')
+        return f"capacity: short by {format_number(shown)}/day"
     return "capacity: enough" if verdict == "enough" else f"capacity: not known ({why})"
 
 
