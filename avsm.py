@@ -1036,10 +1036,10 @@ class Checker:
         return value.strip()
 
     def number(self, value, path, what, positive=False):
-        if isinstance(value, bool) or not isinstance(value, (int, float)) or value != value or value in (float("inf"), float("-inf")):
+        # parse_yaml refuses a number past NUMBER_MAX: only NaN and the infinities are left
+        if isinstance(value, bool) or not isinstance(value, (int, float)) \
+                or not abs(value) < float("inf"):
             self.fail(path, f"{what} must be a number, not {shown_value(value)}")
-        if isinstance(value, int) and abs(value) > 1e300:
-            self.fail(path, f"{what} is too large to compare a reading with; write a number of at most 1e300")
         if positive and value <= 0:
             self.fail(path, f"{what} must be above 0")
         return value
@@ -1061,16 +1061,23 @@ class Checker:
         return value
 
     def require(self, value, path, keys, message):
-        """Fail at `path` naming the first of `keys` that `value` lacks: `message` with {key} in it."""
+        """Fail at `path` with `message`, {key} in it the first of `keys` that `value` lacks."""
         for key in keys:
             if key not in value:
                 self.fail(path, message.replace("{key}", key))
+
+    def url(self, value, path):
+        if not value.startswith(("http://", "https://")):
+            self.fail(path, f"'{value}' is not a URL; write http://... or https://...")
 
     def parsed(self, parse, value, path):
         try:
             return parse(value)
         except ValueError as err:
             self.fail(path, str(err))
+
+    def duration(self, value, path):
+        return self.parsed(parse_duration, value, path)
 
     def command(self, value, path, what, directory):
         run = self.text(value, path, what)
@@ -1083,10 +1090,11 @@ class Checker:
 
 def command_problem(run, directory):
     """Return why a command line's program is missing or not executable in `directory`, or None."""
-    word = re.match(r"[^\s;&|<>()$`\\\"'*?\[#~=]*", run.lstrip())[0]    # the program, up to the shell's first operator
-    first = word if word and run.lstrip()[len(word):][:1] in ("", " ", "\t", "\n", ";", "&", "|", "<", ">", ")") else ""
+    word = re.match(r"[^\s;&|<>()$`\\\"'*?\[#~=]*", run.lstrip())[0]    # up to the shell's first operator
+    ends = run.lstrip()[len(word):][:1] in ("", " ", "\t", "\n", ";", "&", "|", "<", ">", ")")
+    first = word if word and ends else ""
     if "/" not in first:
-        return None                 # a name found on PATH, or a word the shell builds: the shell judges it
+        return None                 # a name on PATH, or a word the shell builds: the shell judges it
     path = os.path.normpath(first if os.path.isabs(first) else os.path.join(directory, first))
     if not os.path.exists(path):
         return f"{first} is missing in {directory}; create it or fix the path"
@@ -1112,15 +1120,14 @@ def check_venture_name(name):
 
 def parse_mandate(text, source="mandate.yaml", directory=None):
     """Return the mandate `text` as one validated dict; Fail(78) at file:line:col when it does not hold.
-
-    `directory`, when given, is the venture directory: its programs must exist and be executable."""
+    In the venture `directory`, when given, its programs must exist and be executable."""
     doc, c = checked_yaml(text, source)
     c.mapping(doc, (), MANDATE_KEYS, "the mandate")
     c.require(doc, (), ("purpose", "metric", "controller", "cadence"),
               "the mandate has no '{key}'; every mandate says purpose, metric, controller and cadence")
     m = {"purpose": c.text(doc["purpose"], ("purpose",), "purpose"),
          "metric": c.text(doc["metric"], ("metric",), "metric"),
-         "cadence": c.parsed(parse_duration, doc["cadence"], ("cadence",))}
+         "cadence": c.duration(doc["cadence"], ("cadence",))}
     m["adapter"] = m["metric"] if m["metric"].split()[0] in ADAPTERS else None
     m["timeout"] = reading_timeout(c, doc, ())
     if m["adapter"] and adapter_problem(m["adapter"]):
@@ -1143,31 +1150,35 @@ def parse_mandate(text, source="mandate.yaml", directory=None):
     m["audits"] = parse_audits(c, doc, directory)
     m["readings"] = parse_readings(c, doc, m, directory)
     m["world"] = c.command(doc["world"], ("world",), "world", directory) if "world" in doc else None
-    m["calibration"] = c.number(doc["calibration"], ("calibration",), "calibration") if "calibration" in doc else None
+    m["calibration"] = None
+    if "calibration" in doc:
+        m["calibration"] = c.number(doc["calibration"], ("calibration",), "calibration")
     m["escalate"] = c.choice(doc.get("escalate"), ("escalate",), "escalate", (None, "offbox"))
     return m
 
 
 def adapter_problem(text):
     """Return why a built-in adapter's reading does not hold, or None.
-
     adapter ::= 'http.status' URL | ('stripe' | 'github') PATH ['#' pointer]   pointer ::= ('/' token)*"""
     words = text.split()
     if len(words) != 2:
-        return f"'{text}' is not an adapter reading; write http.status URL, stripe PATH#/pointer or github PATH#/pointer"
+        return (f"'{text}' is not an adapter reading; write http.status URL, "
+                f"stripe PATH#/pointer or github PATH#/pointer")
+    pointer = words[1].partition("#")[2]
     if words[0] == "http.status":
         if not words[1].startswith(("http://", "https://")):
             return f"http.status reads an http:// or https:// URL, not '{words[1]}'"
     elif "://" in words[1]:
-        return f"{words[0]} reads a path under the url of adapters: {words[0]}: in config.yaml; write {words[0]} PATH#/pointer, not a URL"
-    elif words[1].partition("#")[2][:1] not in ("", "/"):
-        return f"'{words[1].partition('#')[2]}' is not a JSON pointer; it begins with /, as in #/available/0/amount"
+        return (f"{words[0]} reads a path under the url of adapters: {words[0]}: in config.yaml; "
+                f"write {words[0]} PATH#/pointer, not a URL")
+    elif pointer[:1] not in ("", "/"):
+        return f"'{pointer}' is not a JSON pointer; it begins with /, as in #/available/0/amount"
     return None
 
 
 def named_items(c, doc, key, keys, what, listing):
-    """Yield (path, item, name) of each item of a list key (permitted, guards, audits, readings): a mapping of
-    `keys` whose name no item before it has. The key absent or empty (`permitted:` alone) is no item."""
+    """Yield (path, item, name) of each item of a list key (permitted, guards, audits, readings):
+    a mapping of `keys`, each name once; `permitted:` alone holds none."""
     items, names, noun = [] if doc.get(key) is None else doc[key], set(), what.split()[-1]
     if not isinstance(items, list):
         c.fail((key,), f"{key} must be a list{listing}")
@@ -1176,8 +1187,8 @@ def named_items(c, doc, key, keys, what, listing):
         c.mapping(item, path, keys, what)
         name = c.text(item.get("name"), path + ("name",), f"{what}'s name")
         if name in names:
-            c.fail(path + ("name",), f"{noun} '{name}' is {'permitted' if key == 'permitted' else 'named'} twice; "
-                                     f"name each {noun} once")
+            said = 'permitted' if key == 'permitted' else 'named'
+            c.fail(path + ("name",), f"{noun} '{name}' is {said} twice; name each {noun} once")
         names.add(name)
         yield path, item, name
 
@@ -1191,28 +1202,38 @@ def parse_levers(c, doc, directory):
             c.fail(path + ("name",), f"'{name}' is built in (it pauses the venture); give the lever another name")
         c.require(item, path, ("cap", "reversible") + (() if name == "research" else ("run",)),
                   f"lever '{name}' has no '{{key}}'; a lever says name, run, cap and reversible")
+        def at(key):
+            return path + (key,)
         lever = {"name": name,
-                 "run": c.command(item["run"], path + ("run",), f"lever '{name}'", directory) if "run" in item else None,
-                 "cap": c.parsed(parse_cap, item["cap"], path + ("cap",)),
+                 "run": c.command(item["run"], at("run"), f"lever '{name}'", directory)
+                 if "run" in item else None,
+                 "cap": c.parsed(parse_cap, item["cap"], at("cap")),
                  "cap_text": str(item["cap"]).strip(),
-                 "reversible": c.boolean(item["reversible"], path + ("reversible",), "reversible"),
-                 "delegated": c.boolean(item.get("delegated", False), path + ("delegated",), "delegated"),
-                 "timeout": c.parsed(parse_duration, item["timeout"], path + ("timeout",)) if "timeout" in item else LEVER_TIMEOUT,
-                 "takes": c.choice(item.get("takes"), path + ("takes",), "takes", (None,) + TAKES),
-                 "expects": c.parsed(parse_expects, item["expects"], path + ("expects",)) if "expects" in item else None,
-                 "revoke_after": c.whole(item["revoke_after"], path + ("revoke_after",), "revoke_after") if "revoke_after" in item else None,
-                 "budget": parse_budget(c, item["budget"], path + ("budget",)) if "budget" in item else None,
-                 "check": c.command(item["check"], path + ("check",), "check", directory) if "check" in item else None}
+                 "reversible": c.boolean(item["reversible"], at("reversible"), "reversible"),
+                 "delegated": c.boolean(item.get("delegated", False), at("delegated"), "delegated"),
+                 "timeout": c.duration(item["timeout"], at("timeout"))
+                 if "timeout" in item else LEVER_TIMEOUT,
+                 "takes": c.choice(item.get("takes"), at("takes"), "takes", (None,) + TAKES),
+                 "expects": c.parsed(parse_expects, item["expects"], at("expects"))
+                 if "expects" in item else None,
+                 "revoke_after": c.whole(item["revoke_after"], at("revoke_after"), "revoke_after")
+                 if "revoke_after" in item else None,
+                 "budget": parse_budget(c, item["budget"], at("budget")) if "budget" in item else None,
+                 "check": c.command(item["check"], at("check"), "check", directory)
+                 if "check" in item else None}
         if lever["run"] == "mail.send":
             if lever["takes"] not in (None, "text"):
-                c.fail(path + ("takes",), "mail.send takes text: the message, its headers, a blank line, then its body")
-            lever["takes"] = "text"     # the message, headers and body; From: is set by avsm
+                c.fail(at("takes"), "mail.send takes text: the message, its headers, "
+                                    "a blank line, then its body")
+            lever["takes"] = "text"     # From: is set by avsm
         if name == "research":
             if lever["run"] is not None:
-                c.fail(path + ("run",), "research has no run: it asks the command named under research: in config.yaml")
+                c.fail(at("run"), "research has no run: it asks the command named under research: "
+                                  "in config.yaml")
             lever["takes"] = lever["takes"] or "text"     # the question
         if lever["revoke_after"] is not None and not lever["delegated"]:
-            c.fail(path + ("revoke_after",), "revoke_after applies to a delegated lever; add delegated: true or remove it")
+            c.fail(at("revoke_after"), "revoke_after applies to a delegated lever; "
+                                       "add delegated: true or remove it")
         levers[name] = lever
     return levers
 
@@ -1243,7 +1264,7 @@ def parse_budget(c, value, path):
     c.require(value, path, ("field", "max", "per"), "a budget has no '{key}'; write {field: qty, max: 100000, per: 1d}")
     return {"field": c.text(value["field"], path + ("field",), "field"),
             "max": c.number(value["max"], path + ("max",), "max", positive=True),
-            "per": c.parsed(parse_duration, value["per"], path + ("per",))}
+            "per": c.duration(value["per"], path + ("per",))}
 
 
 def parse_forbidden(c, doc, levers):
@@ -1473,9 +1494,11 @@ def parse_readings(c, doc, m, directory):
 
 
 def reading_timeout(c, item, path):
-    """Return a reading program's own `timeout:` in seconds, or None for the 10 minutes every reading may take.
-    At the mandate's top level it is the metric's report's; in a guard, audit or reading, that one's."""
-    return c.parsed(parse_duration, item["timeout"], tuple(path) + ("timeout",)) if "timeout" in item else None
+    """Return a reading program's own `timeout:` in seconds (at the top level the report's), or
+    None for the 10 minutes every reading may take."""
+    if "timeout" in item:
+        return c.duration(item["timeout"], tuple(path) + ("timeout",))
+    return None
 
 
 # ---- the config -------------------------------------------------------------
@@ -1485,12 +1508,11 @@ CONFIG_KEYS = {"nightly", "default", "backends", "escalate", "ratchet", "forecas
 BACKEND_KEYS = {"anthropic": {"kind", "model", "key", "url", "effort", "version", "max_tokens"},
                 "openai": {"kind", "url", "model", "key", "max_tokens", "api", "effort"},
                 "command": {"kind", "run", "offbox"}}
-EFFORTS = {"anthropic": ("low", "medium", "high", "xhigh", "max"),   # open point 44, with xhigh as the provider lists it
-           "openai": ("none", "minimal", "low", "medium", "high", "xhigh")}   # reasoning.effort, as OpenAI lists it
-OPENAI_APIS = {"chat": "/chat/completions", "responses": "/responses"}   # api: and the path its url ends in
+EFFORTS = {"anthropic": ("low", "medium", "high", "xhigh", "max"),   # open point 44, as each provider lists it
+           "openai": ("none", "minimal", "low", "medium", "high", "xhigh")}
+OPENAI_APIS = {"chat": "/chat/completions", "responses": "/responses"}   # the path its url ends in
 ANTHROPIC_VERSION = "2026-10-21"   # the anthropic-version header unless a backend says version:
-MAX_TOKENS = 16000                 # an anthropic call's max_tokens unless the backend says: room for effort: high
-                                   # to think and still answer, and about what 120 s can bring back
+MAX_TOKENS = 16000                 # room for effort: high to think and still answer, about what 120 s brings
 FORECAST_DEFAULT = {"days": 30, "seeds": 16}
 CONFIG_ENV_MAX = 128 * 1024 - len("AVSM_CONFIG=") - 1     # Linux's limit on one environment string, less the name
 NOTIFY_TIMEOUT = 30                # seconds a notify command may take unless `notify: {timeout: ...}` says
@@ -1537,10 +1559,11 @@ def parse_config(text, source="config.yaml"):
             if b["url"].rstrip("/").endswith(OPENAI_APIS[other]):
                 c.fail(path + ("url",), f"'{b['url']}' is the {other} endpoint, and this backend speaks api: {api}; "
                                         f"end the url in {OPENAI_APIS[api]} or write api: {other}")
-        if "url" in b and not b["url"].startswith(("http://", "https://")):
-            c.fail(path + ("url",), f"'{b['url']}' is not a URL; write http://... or https://...")
-        # every anthropic and openai backend leaves the machine; a command does when it says so
-        backend["offbox"] = b["kind"] != "command" or c.boolean(b.get("offbox", False), path + ("offbox",), "offbox")
+        if "url" in b:
+            c.url(b["url"], path + ("url",))
+        # an anthropic or openai backend leaves the machine; a command when it says so
+        backend["offbox"] = b["kind"] != "command" or c.boolean(b.get("offbox", False),
+                                                                 path + ("offbox",), "offbox")
         cfg["backends"][name] = backend
     for key in ("default", "escalate"):
         if doc.get(key) is not None:
@@ -1562,8 +1585,8 @@ def parse_config(text, source="config.yaml"):
         c.mapping(a, ("adapters", name), keys, f"the {name} adapter")
         c.require(a, ("adapters", name), sorted(keys), f"the {name} adapter has no '{{key}}'")
         cfg["adapters"][name] = {k: c.text(a[k], ("adapters", name, k), k) for k in sorted(keys)}
-        if "url" in keys and not cfg["adapters"][name]["url"].startswith(("http://", "https://")):
-            c.fail(("adapters", name, "url"), f"'{cfg['adapters'][name]['url']}' is not a URL; write http://... or https://...")
+        if "url" in keys:
+            c.url(cfg["adapters"][name]["url"], ("adapters", name, "url"))
         if "from" in keys and re.search(r"[\r\n]", cfg["adapters"][name]["from"]):
             c.fail(("adapters", name, "from"), "from is one address on one line, as in ops@example.com")
     cfg["research"] = c.text(doc.get("research"), ("research",), "research", required=False)
@@ -1618,8 +1641,9 @@ def parse_notify(c, value):
         if "run" not in value:
             c.fail(path, f"notify has no 'run'; write notify: {{run: COMMAND, timeout: 30s}}, or just {NOTIFY_EXAMPLE}")
         run, path = value["run"], path + ("run",)
-        timeout = (c.parsed(parse_duration, value["timeout"], ("notify", "timeout")) if "timeout" in value
-                   else NOTIFY_TIMEOUT)
+        timeout = NOTIFY_TIMEOUT
+        if "timeout" in value:
+            timeout = c.duration(value["timeout"], ("notify", "timeout"))
     else:
         run, timeout = value, NOTIFY_TIMEOUT
     if not isinstance(run, str):
@@ -1752,13 +1776,10 @@ def yaml_scalar(value):
 
 
 # ---- the requests a client may send on sock ----
-# One JSON object a line: {"v": 1, "cmd": CMD, "args": {...}} (open point 2). This table is what section 12
-# sends for each verb, and all that passes the socket: avsmd checks every request against it before the
-# warden hears of it, and avsmd's own word to the warden (stop) is not in it, so no client can send that.
-# An argument's type: "name" and "path" are text from a command line (no NUL, bytes the system can take
-# back; a path is absolute, as the client resolves it); "seq" a record number; "text" a payload read as
-# UTF-8; "json" any JSON value (an edited payload); "flag" true or false; a trailing "?" makes it optional,
-# and null allowed.
+# One JSON object a line: {"v": 1, "cmd": CMD, "args": {...}} (open point 2). Only these pass the
+# socket: avsmd's own word to the warden (stop) is not here, so no client can send it.
+# Argument types: "name" and "path" are command-line text (a path absolute); "seq" a record number;
+# "text" UTF-8; "json" any JSON value; "flag" true or false; a trailing "?": optional, null allowed.
 REQUESTS = {
     "ping": {}, "health": {}, "asks": {},
     "status": {"venture": "name?", "verbose": "flag?", "ascii": "flag?"},
@@ -1786,18 +1807,20 @@ JSON_DEPTH = 64                 # nesting a payload may have: an edited payload 
 
 
 def check_request(request):
-    """Return (cmd, args) of a request a client may send, or raise Fail: 64 for one that is not a request
-    avsm knows, 65 for an argument missing, unknown or of the wrong type. Nothing else passes the socket."""
+    """Return (cmd, args) of a request a client may send, or raise Fail: 64 for one avsm does not
+    know, 65 for an argument missing, unknown or of the wrong type."""
     if not isinstance(request, dict):
         raise Fail(EX_USAGE, f"a request is one JSON object a line, not {json_kind(request)}")
     if request.get("v", 1) != 1 or isinstance(request.get("v"), bool):
         raise Fail(EX_USAGE, "this avsmd speaks version 1 of the socket's requests; use its own avsm")
     extra = sorted(set(request) - set(REQUEST_KEYS))
     if extra:
-        raise Fail(EX_USAGE, f"a request holds only {', '.join(REQUEST_KEYS)}, not {shown_text(extra[0])[:80]}")
+        raise Fail(EX_USAGE, f"a request holds only {', '.join(REQUEST_KEYS)}, "
+                             f"not {shown_text(extra[0])[:80]}")
     cmd = request.get("cmd")
     if not isinstance(cmd, str) or cmd not in REQUESTS:
-        raise Fail(EX_USAGE, f"avsmd does not know the command {shown_text(json.dumps(cmd))[:80]}; avsm --help lists them")
+        raise Fail(EX_USAGE, f"avsmd does not know the command {shown_text(json.dumps(cmd))[:80]}; "
+                             f"avsm --help lists them")
     args = request.get("args", {})
     if not isinstance(args, dict):
         raise Fail(EX_DATAERR, f"{cmd}: args is a mapping, not {json_kind(args)}")
@@ -1805,7 +1828,7 @@ def check_request(request):
 
 
 def checked_arguments(cmd, args, types):
-    """Return the arguments `args` of `cmd` as `types` (REQUESTS, BRIDGE_KEYS) has them, or Fail(65) saying which not."""
+    """Return the arguments `args` of `cmd` as `types` has them, or Fail(65) saying which not."""
     extra = sorted(set(args) - set(types))
     if extra:
         takes = ", ".join(types) or "nothing"
@@ -1813,9 +1836,9 @@ def checked_arguments(cmd, args, types):
     checked = {}
     for key, kind in types.items():
         optional, kind = kind.endswith("?"), kind.rstrip("?")
+        if key not in args and optional:
+            continue
         if key not in args:
-            if optional:
-                continue
             raise Fail(EX_DATAERR, f"{cmd} needs {key}")
         value = args[key]
         problem = None if optional and value is None else argument_problem(kind, value)
@@ -1838,7 +1861,8 @@ def argument_problem(kind, value):
     if kind == "list":          # the words of a command line
         if not isinstance(value, list) or len(value) > 64:
             return f"is a list of at most 64 words, not {json_kind(value)}"
-        return next((f"word {i + 1} {p}" for i, p in enumerate(argument_problem("name", v) for v in value) if p), None)
+        problems = (argument_problem("name", v) for v in value)
+        return next((f"word {i + 1} {p}" for i, p in enumerate(problems) if p), None)
     if not isinstance(value, str):
         return f"is text, not {json_kind(value)}"
     if kind == "text":
@@ -1855,8 +1879,7 @@ def argument_problem(kind, value):
 
 
 def json_problem(value, depth):
-    """Return why a JSON value cannot be a payload (a number that is not finite, text not UTF-8,
-    nesting past `depth`), or None."""
+    """Return why a JSON value cannot be a payload, or None."""
     if depth < 0:
         return f"is nested deeper than {JSON_DEPTH} levels"
     if isinstance(value, float) and not math.isfinite(value):
@@ -1864,7 +1887,7 @@ def json_problem(value, depth):
     if isinstance(value, str):
         return None if utf8_text(value) else "holds text that is not UTF-8"
     if isinstance(value, dict):
-        return next(filter(None, (json_problem(k, depth - 1) or json_problem(v, depth - 1) for k, v in value.items())), None)
+        value = [x for pair in value.items() for x in pair]
     if isinstance(value, list):
         return next(filter(None, (json_problem(v, depth - 1) for v in value)), None)
     return None
@@ -1880,7 +1903,7 @@ def utf8_text(text):
 
 
 def json_kind(value):
-    """Return the name a person knows for a JSON value's type."""
+    """Return a JSON value's type as a person names it."""
     for kind, name in ((bool, "a boolean"), (int, "a number"), (float, "a number"), (str, "text"),
                        (list, "a list"), (dict, "a mapping")):
         if isinstance(value, kind):
@@ -1889,7 +1912,7 @@ def json_kind(value):
 
 
 def delegate_lever(text, lever, source):
-    """Return mandate `text` with `delegated: true` on lever `lever`, checked by parsing it back (open point 41)."""
+    """Return mandate `text` with `delegated: true` on `lever`, checked by parsing it back (open point 41)."""
     doc, marks = parse_yaml_marked(text, source)
     index = next(i for i, item in enumerate(doc["permitted"]) if item.get("name") == lever)
     lines = text.split("\n")
@@ -1897,7 +1920,8 @@ def delegate_lever(text, lever, source):
         line, col = marks[("permitted", index, "delegated")]
         row = lines[line - 1]
         value_at = row.index(":", col - 1) + 1
-        end = min([p for p in (row.find(",", value_at), row.find("}", value_at)) if p >= 0] or [len(row)])
+        end = min([p for p in (row.find(",", value_at), row.find("}", value_at)) if p >= 0]
+                  or [len(row)])
         lines[line - 1] = row[:value_at] + " true" + row[end:]
     else:
         line, col = marks[("permitted", index, "name")]
