@@ -6128,8 +6128,8 @@ def describe_status(status):
 ANTHROPIC_URL = "https://api.anthropic.com/v1/messages"
 BACKEND_TIMEOUT = 120        # seconds for one decision's call, retries included (open point 44)
 BACKEND_TRIES = 4            # a busy or failing provider is tried again, after 1, 2, 4 s (or what it asks)
-RETRY_STATUSES = (408, 409, 429)   # and every 5xx, 529 (overloaded) included: the statuses the providers' SDKs retry
-USAGE_MAX = 24               # token counts of a call's usage kept at most
+RETRY_STATUSES = (408, 409, 429)  # and every 5xx: the statuses the providers' SDKs retry
+USAGE_MAX = 24  # token counts of a call's usage kept at most
 
 
 def read_keys(home):
@@ -6144,7 +6144,8 @@ def read_keys(home):
     if not stat.S_ISREG(st.st_mode):
         raise Fail(EX_CONFIG, f"{path} is not a regular file; keys is a file of NAME=value lines (mode 600)")
     if st.st_mode & 0o077:
-        raise Fail(EX_CONFIG, f"{path} may be read by others than you, so the warden will not read it; chmod 600 {path}")
+        raise Fail(EX_CONFIG, f"{path} may be read by others than you, so the warden will not read it; "
+                              f"chmod 600 {path}")
     keys = {}
     try:
         with open(path, "rb") as fh:
@@ -6162,32 +6163,34 @@ def read_keys(home):
 
 def backend_request(backend, system, user, key):
     """Return (url, headers, body) of one call in the provider's wire format."""
+    headers = {"content-type": "application/json"}
+    effort = backend.get("effort")
     if backend["kind"] == "anthropic":
-        headers = {"content-type": "application/json", "anthropic-version": backend["version"], "x-api-key": key or ""}
+        headers.update({"anthropic-version": backend["version"], "x-api-key": key or ""})
         body = {"model": backend["model"], "max_tokens": backend["max_tokens"], "system": system,
                 "messages": [{"role": "user", "content": user}]}
-        if backend.get("effort"):
-            body["output_config"] = {"effort": backend["effort"]}
+        if effort:
+            body["output_config"] = {"effort": effort}
         return backend.get("url") or ANTHROPIC_URL, headers, body
-    headers = {"content-type": "application/json"}
     if key:
         headers["authorization"] = f"Bearer {key}"
-    if backend.get("api") == "responses":     # stored nowhere by the provider; the ledger keeps what counts
+    if backend.get("api") == "responses":  # stored nowhere by the provider; the ledger keeps what counts
         body = {"model": backend["model"], "instructions": system, "input": user, "store": False}
-        body.update({"max_output_tokens": backend["max_tokens"]} if backend.get("max_tokens") else {},
-                    **{"reasoning": {"effort": backend["effort"]}} if backend.get("effort") else {})
-        return backend["url"], headers, body
-    body = {"model": backend["model"], "messages": [{"role": "system", "content": system}, {"role": "user", "content": user}]}
-    body.update({"max_tokens": backend["max_tokens"]} if backend.get("max_tokens") else {},
-                **{"reasoning_effort": backend["effort"]} if backend.get("effort") else {})
+        tokens, reasoning = "max_output_tokens", {"reasoning": {"effort": effort}}
+    else:
+        body = {"model": backend["model"], "messages": [{"role": "system", "content": system},
+                                                        {"role": "user", "content": user}]}
+        tokens, reasoning = "max_tokens", {"reasoning_effort": effort}
+    if backend.get("max_tokens"):
+        body[tokens] = backend["max_tokens"]
+    if effort:
+        body.update(reasoning)
     return backend["url"], headers, body
 
 
 def read_response(backend, body, sent):
-    """Return what a provider's response body says: {"text": the complete answer} or {"why": why there is
-    none}, with the "stop" and "usage" it reports, and "declined" ({"text", "category"}) when the model refused.
-    `sent` is the size in bytes of the request it answers. Only a complete answer counts (read_anthropic,
-    read_openai, read_responses); thinking, tool use and reasoning are never the answer."""
+    """Return {"text": the complete answer} or {"why": why none} of a provider's response body,
+    with its "stop", "usage" and "declined"; `sent`: the request's bytes."""
     try:
         data = json.loads(body)
     except (ValueError, RecursionError):
@@ -6204,33 +6207,40 @@ def read_anthropic(data, max_tokens, sent):
     stop = data.get("stop_reason")
     facts = {"stop": provider_word(stop), "usage": kept_usage(data.get("usage"))}
     text = "".join(block["text"] for block in data["content"]
-                   if isinstance(block, dict) and block.get("type") == "text" and isinstance(block.get("text"), str))
+                   if isinstance(block, dict) and block.get("type") == "text"
+                   and isinstance(block.get("text"), str))
     if stop in ("end_turn", "stop_sequence"):
         return dict(facts, text=text)
     if stop == "refusal":
         details = data.get("stop_details") if isinstance(data.get("stop_details"), dict) else {}
-        explanation = details.get("explanation") if isinstance(details.get("explanation"), str) else None
-        return dict(facts, **declined(explanation or text, details.get("category"), "stop_reason refusal"))
+        explanation = details.get("explanation")
+        explanation = explanation if isinstance(explanation, str) else None
+        return dict(facts, **declined(explanation or text, details.get("category"),
+                                      "stop_reason refusal"))
     if stop == "max_tokens":
         return dict(facts, why=f"the reply was cut off at the token limit (max_tokens {max_tokens})")
     if stop == "model_context_window_exceeded":
-        return dict(facts, why=f"the packet was too long for the model: its {sent} bytes and the reply passed the "
-                               "model's context window (stop_reason model_context_window_exceeded)", packet_bytes=sent)
+        return dict(facts, why=f"the packet was too long for the model: its {sent} bytes and the reply "
+                               "passed the model's context window "
+                               "(stop_reason model_context_window_exceeded)", packet_bytes=sent)
     if stop == "tool_use":
-        return dict(facts, why="the model stopped to use a tool (stop_reason tool_use); avsm offers none, so there is no answer")
+        return dict(facts, why="the model stopped to use a tool (stop_reason tool_use); "
+                               "avsm offers none, so there is no answer")
     if stop == "pause_turn":
         return dict(facts, why="the model paused its turn (stop_reason pause_turn) before it answered")
-    return dict(facts, why=f"stop_reason {json.dumps(stop)[:60]} is not end_turn or stop_sequence: not a complete answer")
+    return dict(facts, why=f"stop_reason {json.dumps(stop)[:60]} is not end_turn or stop_sequence: "
+                           f"not a complete answer")
 
 
 def read_openai(data, max_tokens):
-    """The chat completion's answer: the content of its one choice, finished with finish_reason stop."""
+    """The chat completion's answer: its one choice's content, with finish_reason stop."""
     choices = data.get("choices") if isinstance(data, dict) else None
     if not isinstance(choices, list) or not choices:
         return {"why": "the response has no choices[0].message"}
     facts = {"usage": kept_usage(data.get("usage"))}
     if len(choices) > 1:
-        return dict(facts, why=f"the response holds {len(choices)} choices; avsm asks for one, and would not guess which counts")
+        return dict(facts, why=f"the response holds {len(choices)} choices; avsm asks for one, "
+                               f"and would not guess which counts")
     choice = choices[0]
     if not isinstance(choice, dict) or not isinstance(choice.get("message"), dict):
         return dict(facts, why="the response has no choices[0].message")
@@ -6247,7 +6257,8 @@ def read_openai(data, max_tokens):
         limit = f"max_tokens {max_tokens}" if max_tokens else "the server's own; max_tokens: is not set"
         return dict(facts, why=f"the reply was cut off at the token limit ({limit})")
     if finish in ("tool_calls", "function_call"):
-        return dict(facts, why=f"the model stopped to call a tool (finish_reason {finish}); avsm offers none, so there is no answer")
+        return dict(facts, why=f"the model stopped to call a tool (finish_reason {finish}); "
+                               f"avsm offers none, so there is no answer")
     if finish != "stop":
         return dict(facts, why=f"finish_reason {json.dumps(finish)[:60]} is not stop: not a complete answer")
     if not isinstance(message.get("content"), str):
@@ -6256,46 +6267,59 @@ def read_openai(data, max_tokens):
 
 
 def read_responses(data, max_tokens):
-    """The Responses API's answer: the output_text parts, in order, of the one message of a completed response."""
-    if not isinstance(data, dict) or data.get("object") != "response" or not isinstance(data.get("output"), list):
-        return {"why": "the response is not a Responses API response (object response, with an output list)"}
+    """The Responses API's answer: the output_text parts, in order, of a completed response's one message."""
+    if not isinstance(data, dict) or data.get("object") != "response" \
+            or not isinstance(data.get("output"), list):
+        return {"why": "the response is not a Responses API response "
+                       "(object response, with an output list)"}
     status = data.get("status")
     facts = {"stop": provider_word(status), "usage": kept_usage(data.get("usage"))}
-    error, incomplete = (data.get(k) if isinstance(data.get(k), dict) else {} for k in ("error", "incomplete_details"))
+    error, incomplete = (data.get(k) if isinstance(data.get(k), dict) else {}
+                         for k in ("error", "incomplete_details"))
     limit = f"max_output_tokens {max_tokens}" if max_tokens else "the server's own; max_tokens: is not set"
     if status == "failed":
+        said = error["message"][:TEXT_MAX] if isinstance(error.get("message"), str) else "no message"
         return dict(facts, why=f"the response failed: {provider_word(error.get('code')) or 'no code'}: "
-                               + (error["message"][:TEXT_MAX] if isinstance(error.get("message"), str) else "no message"))
+                               + said)
     if status == "incomplete":
         reason = provider_word(incomplete.get("reason"))
-        return dict(facts, why=f"the reply was cut off at the token limit ({limit})" if reason == "max_output_tokens"
-                    else f"the response is incomplete (incomplete_details.reason {reason or 'not given'})")
+        if reason == "max_output_tokens":
+            return dict(facts, why=f"the reply was cut off at the token limit ({limit})")
+        return dict(facts, why=f"the response is incomplete "
+                               f"(incomplete_details.reason {reason or 'not given'})")
     if status != "completed":
         return dict(facts, why=f"status {json.dumps(status)[:60]} is not completed: not a complete answer")
-    items = [item for item in data["output"] if not (isinstance(item, dict) and item.get("type") == "reasoning")]
+    items = [item for item in data["output"]
+             if not (isinstance(item, dict) and item.get("type") == "reasoning")]
     kinds = [item.get("type") if isinstance(item, dict) else None for item in items]
     if kinds != ["message"]:
         named = ", ".join(json.dumps(k)[:40] for k in kinds[:4]) or "empty"
-        return dict(facts, why=f"the output is {named} (reasoning aside), not one message: avsm offers no tools "
-                               "and would not guess which counts, so there is no answer")
+        return dict(facts, why=f"the output is {named} (reasoning aside), not one message: "
+                               "avsm offers no tools and would not guess which counts, so there is no answer")
     message, parts = items[0], items[0].get("content")
     if message.get("status") not in (None, "completed"):
-        return dict(facts, why=f"the response says completed but its message is {json.dumps(message['status'])[:40]}"
-                               + (f": cut off at the token limit ({limit})" if message["status"] == "incomplete" else ""))
+        cut = f": cut off at the token limit ({limit})" if message["status"] == "incomplete" else ""
+        return dict(facts, why=f"the response says completed but its message is "
+                               f"{json.dumps(message['status'])[:40]}" + cut)
     if not isinstance(parts, list):
         return dict(facts, why="the message has no content list")
     for part in parts:
         if isinstance(part, dict) and part.get("type") == "refusal":
             return dict(facts, **declined(part.get("refusal"), None, "a refusal content part"))
-    if not all(isinstance(p, dict) and p.get("type") == "output_text" and isinstance(p.get("text"), str) for p in parts):
-        return dict(facts, why="the message holds content that is not output_text, so there is no answer")
+    if not all(isinstance(p, dict) and p.get("type") == "output_text" and isinstance(p.get("text"), str)
+               for p in parts):
+        return dict(facts, why="the message holds content that is not output_text, "
+                               "so there is no answer")
     return dict(facts, text="".join(p["text"] for p in parts))
 
 
 def declined(text, category, where):
-    """Return the facts of a model's refusal: its text and the provider's category, and the words a person reads."""
-    text = re.sub(SURROGATE, "\ufffd", text.strip())[:TEXT_MAX] if isinstance(text, str) and text.strip() else None
-    category = re.sub(SURROGATE, "\ufffd", category.strip())[:80] if isinstance(category, str) and category.strip() else None
+    """Return the facts of a model's refusal: its text and category, and the words a person reads."""
+    def kept(value, most):
+        if not isinstance(value, str) or not value.strip():
+            return None
+        return re.sub(SURROGATE, "\ufffd", value.strip())[:most]
+    text, category = kept(text, TEXT_MAX), kept(category, 80)
     if text:
         said = text + (f" (category {category})" if category else "")
     else:
@@ -6309,7 +6333,7 @@ def provider_word(value):
 
 
 def kept_usage(usage):
-    """Return the token counts a response reports (whole numbers, one level of nesting at most), or None."""
+    """Return the token counts a response reports (one level of nesting at most), or None."""
     def counts(d):
         return {k: v for k, v in list(d.items())[:USAGE_MAX]
                 if re.fullmatch(r"[a-z0-9_]{1,64}", k) and type(v) is int and 0 <= v < 2 ** 53}
@@ -6323,7 +6347,7 @@ def kept_usage(usage):
 
 
 def error_text(body):
-    """Return the message of a provider's error body ({"error": {"message": ...}} in both formats)."""
+    """Return the message of a provider's error body ({"error": {"message": ...}})."""
     try:
         error = json.loads(body).get("error", {})
         return f"{error.get('type', '')}: {error.get('message', '')}".strip(": ")
@@ -6332,8 +6356,8 @@ def error_text(body):
 
 
 def retry_wait(headers, now, default):
-    """Return the seconds a provider asks to wait before the next try: retry-after-ms, else retry-after as
-    seconds or as an HTTP date (`now` is the unix time to count from); `default` when it asks nothing."""
+    """Return the seconds a provider asks to wait before the next try (retry-after-ms, retry-after
+    as seconds or an HTTP date after `now`), or `default`."""
     import email.utils
     ms = headers.get("retry-after-ms", "").strip()
     after = headers.get("retry-after", "").strip()
@@ -6352,10 +6376,8 @@ def retry_wait(headers, now, default):
 
 
 def call_http_backend(backend, system, user, key):
-    """Make one decision's HTTP call, trying a busy or failing provider again within BACKEND_TIMEOUT.
-
-    Return (reply bytes, None, call) or (None, why, call); call holds the provider's request id, the usage
-    and stop it reported, how many tries it took, and "declined" when the model refused."""
+    """Return (reply bytes, None, call) or (None, why, call) of one decision's HTTP call, trying a
+    busy or failing provider again within BACKEND_TIMEOUT."""
     import http.client
     import urllib.error
     import urllib.request
@@ -6372,7 +6394,7 @@ def call_http_backend(backend, system, user, key):
         wait = 2 ** attempt
         try:
             with urllib.request.urlopen(request, timeout=left) as response:
-                call["request_id"] = provider_word(response.headers.get("request-id") or response.headers.get("x-request-id"))
+                call["request_id"] = request_id(response.headers)
                 raw = response.read(REPLY_MAX + 1)
             if len(raw) > REPLY_MAX:
                 return None, f"the response is bigger than {REPLY_MAX // 1024} KiB", call
@@ -6383,7 +6405,7 @@ def call_http_backend(backend, system, user, key):
             return reply["text"].encode(), None, call
         except urllib.error.HTTPError as err:
             answered = err.headers or {}
-            call["request_id"] = provider_word(answered.get("request-id") or answered.get("x-request-id"))
+            call["request_id"] = request_id(answered)
             raw = err.read(REPLY_MAX + 1)
             why = f"HTTP {err.code}: {error_text(raw)}"
             if err.code not in RETRY_STATUSES and err.code < 500:
@@ -6395,9 +6417,14 @@ def call_http_backend(backend, system, user, key):
             why = f"{getattr(err, 'reason', err)}" or type(err).__name__
         if attempt + 1 < BACKEND_TRIES:
             if wait >= deadline - time.monotonic():
-                return None, f"{why}; a wait of {wait:g} s would pass the call's {BACKEND_TIMEOUT} s limit", call
+                return None, (f"{why}; a wait of {wait:g} s would pass the call's "
+                              f"{BACKEND_TIMEOUT} s limit"), call
             time.sleep(wait)
     return None, why, call
+
+
+def request_id(headers):
+    return provider_word(headers.get("request-id") or headers.get("x-request-id"))
 
 
 ADAPTER_TIMEOUT = 30         # seconds an adapter's GET may take in all: the name, the connection, TLS, the answer
