@@ -114,12 +114,12 @@ class Fail(Exception):
 
 DURATION_UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400}
 CAP_PERIODS = {"minute": 60, "hour": 3600, "day": 86400, "week": 604800}
-DURATION_MAX = 36500 * 86400    # 100 years: past it a duration is a typo, and clocks overflow
+DURATION_MAX = 36500 * 86400  # 100 years: past it a duration is a typo, and clocks overflow
 
 
 def parse_duration(text):
     """Return the seconds in a duration: one positive whole number and one unit (10s, 5m, 2h, 1d)."""
-    s = text.strip() if isinstance(text, str) else json.dumps(text)     # YAML's null reads null
+    s = text.strip() if isinstance(text, str) else json.dumps(text)  # YAML's null reads null
     one = re.fullmatch(r"([0-9]+)([smhd])", s)
     if one and 0 < int(one[1]) * DURATION_UNITS[one[2]] <= DURATION_MAX:
         return int(one[1]) * DURATION_UNITS[one[2]]
@@ -131,7 +131,7 @@ def parse_duration(text):
         parts = re.findall(r"([0-9]+)([dhms])", compound[1])
         total = sum(int(n) * DURATION_UNITS[u] for n, u in parts)
         smaller = {"d": "h", "h": "m", "m": "s"}.get(parts[-1][1])
-        if compound[2] and smaller:      # `1h30` reads as 1h30m
+        if compound[2] and smaller:  # `1h30` reads as 1h30m
             total += int(compound[2]) * DURATION_UNITS[smaller]
         if total > 0 and (smaller or not compound[2]):
             raise ValueError(f"'{s}' is not a duration; write {format_duration(total)}")
@@ -213,7 +213,6 @@ NUMBER = r"[+-]?([0-9]+(\.[0-9]*)?|\.[0-9]+)([eE][+-]?[0-9]+)?"
 
 def parse_number(text):
     """Return the float a report line holds, NaN for `nan`, or None when it is not a number alone.
-
     number ::= [+-] (digits ['.' digits*] | '.' digits) [(e|E) [+-] digits]   (open point 19)"""
     s = text.strip()
     if s.lower() in ("nan", "+nan", "-nan"):
@@ -221,13 +220,13 @@ def parse_number(text):
     if not re.fullmatch(NUMBER, s):
         return None
     value = float(s)
-    return value if abs(value) != float("inf") else None    # 1e400 overflows: no number
+    return value if abs(value) != float("inf") else None  # 1e400 overflows: no number
 
 
 # README: "A number beyond 1e300 is refused, not rounded": in a mandate, a config or JSON.
 # A report's own number is only kept finite.
 NUMBER_MAX = 1e300
-NUMBER_DIGITS = {10: 302, 8: 335, 16: 251}     # more significant digits is past NUMBER_MAX
+NUMBER_DIGITS = {10: 302, 8: 335, 16: 251}  # more significant digits is past NUMBER_MAX
 
 
 class NumberError(ValueError):
@@ -251,9 +250,8 @@ def shown_value(value, keep=60):
 
 
 def bounded_int(text, base):
-    """Return the integer `text` (digits in `base`), or raise NumberError past NUMBER_MAX.
-
-    Digits are counted first: int() refuses past 4300 decimal digits."""
+    """Return the integer `text` in `base`, or raise NumberError past NUMBER_MAX (counted in
+    digits first: int() refuses past 4300)."""
     digits = text.lstrip("+-").lstrip("0")
     if len(digits) > NUMBER_DIGITS[base] or abs(int(text, base)) > NUMBER_MAX:
         raise NumberError(number_refusal(text if base == 10 else ("0x" if base == 16 else "0o") + text))
@@ -269,9 +267,8 @@ def bounded_float(text):
 
 
 def read_json(text, object_pairs_hook=None):
-    """Return the JSON value of `text` with every number within NUMBER_MAX; raise ValueError otherwise.
-
-    No record may hold what the ledger's canonical JSON cannot write (NaN, 1e999)."""
+    """Return the JSON value of `text`, every number within NUMBER_MAX (no NaN, no 1e999: the
+    ledger's canonical JSON cannot write them), or raise ValueError."""
     return json.loads(text, object_pairs_hook=object_pairs_hook,
                       parse_int=lambda t: bounded_int(t, 10),
                       parse_float=bounded_float, parse_constant=refuse_constant)
@@ -288,7 +285,7 @@ def format_number(value):
     if value != value:
         return "nan"
     if isinstance(value, int) and abs(value) >= 1e15:
-        digits = str(abs(value))         # past a float's reach: no float() of it
+        digits = str(abs(value))  # past a float's reach: no float() of it
         return f"{'-' if value < 0 else ''}{digits[0]}.{digits[1:6]}e+{len(digits) - 1}"
     if abs(value) < 1e15 and float(value).is_integer():
         return str(int(value))
@@ -319,7 +316,7 @@ class YamlError(ValueError):
 YAML_MULTILINE = "a scalar must fit on one line; use | or > for text over several lines"
 YAML_ANCHOR = "anchors and aliases are not supported; write the value out"
 YAML_TAG = "tags are not supported; remove the tag (quote the value to keep it a string)"
-YAML_MAX_DEPTH = 100        # far beyond any mandate; keeps recursion clear of Python's limit
+YAML_MAX_DEPTH = 100  # far beyond any mandate; keeps recursion clear of Python's limit
 
 # What YAML 1.2 may hold (c-printable), less a bare \r, U+FEFF past the start, and
 # U+0085, U+2028 and U+2029, which YAML 1.1 readers take for line breaks.
@@ -358,10 +355,8 @@ def parse_yaml_marked(text, source=None):
 
 
 def split_yaml_lines(text, source):
-    """Return (lines, whether the last line lacks its line break) for `text`.
-
-    A leading U+FEFF is dropped and \\r\\n reads as \\n; any other character YAML does not allow
-    is refused where it stands."""
+    """Return (lines, whether the last line lacks its line break) for `text`, refusing a
+    character YAML does not allow where it stands."""
     if isinstance(text, (bytes, bytearray)):
         try:
             text = bytes(text).decode('utf-8')
@@ -385,7 +380,7 @@ def split_yaml_lines(text, source):
         raise YamlError(line, col, reason, source)
     lines = text.split('\n')
     if lines[-1] == '':
-        lines.pop()     # the final \n ends the last line; it starts none
+        lines.pop()  # the final \n ends the last line; it starts none
         return lines, False
     return lines, True
 
@@ -463,7 +458,6 @@ def is_document_marker(line, marker):
 
 
 def leading_spaces(line):
-    """Return the number of spaces that start `line`."""
     return len(line) - len(line.lstrip(' '))
 
 
@@ -705,7 +699,7 @@ class YamlReader:
             if reason is not None:
                 if line[i] in '?:&*!':
                     raise self.error(row, i, reason)
-                return None     # '|', '>' or '- ' start a value, not a key
+                return None  # '|', '>' or '- ' start a value, not a key
             key, end = self.plain(row, i, flow=False)
         else:
             key, end = self.quoted(row, i)
@@ -991,7 +985,7 @@ AUDIT_KEYS = {"name", "run", "worse", "better", "tolerance", "window", "confirm"
 READING_KEYS = {"name", "run", "lines", "audit", "timeout"}
 TAKES = ("text", "json", "diff", "file")
 ADAPTERS = ("http.status", "stripe", "github")
-BUILTIN_LEVERS = ("stop",)          # open point 12: always permitted, pauses the venture
+BUILTIN_LEVERS = ("stop",)  # open point 12: always permitted, pauses the venture
 RESTART_POLICIES = ("always", "on-failure", "never")
 
 
@@ -1090,11 +1084,10 @@ class Checker:
 
 def command_problem(run, directory):
     """Return why a command line's program is missing or not executable in `directory`, or None."""
-    word = re.match(r"[^\s;&|<>()$`\\\"'*?\[#~=]*", run.lstrip())[0]    # up to the shell's first operator
-    ends = run.lstrip()[len(word):][:1] in ("", " ", "\t", "\n", ";", "&", "|", "<", ">", ")")
-    first = word if word and ends else ""
+    word = re.match(r"[^\s;&|<>()$`\\\"'*?\[#~=]*", run.lstrip())[0]    # the program, up to the shell's first operator
+    first = word if word and run.lstrip()[len(word):][:1] in ("", " ", "\t", "\n", ";", "&", "|", "<", ">", ")") else ""
     if "/" not in first:
-        return None                 # a name on PATH, or a word the shell builds: the shell judges it
+        return None                 # a name found on PATH, or a word the shell builds: the shell judges it
     path = os.path.normpath(first if os.path.isabs(first) else os.path.join(directory, first))
     if not os.path.exists(path):
         return f"{first} is missing in {directory}; create it or fix the path"
@@ -1177,8 +1170,8 @@ def adapter_problem(text):
 
 
 def named_items(c, doc, key, keys, what, listing):
-    """Yield (path, item, name) of each item of a list key (permitted, guards, audits, readings):
-    a mapping of `keys`, each name once; `permitted:` alone holds none."""
+    """Yield (path, item, name) of each item of a list key (permitted, guards, audits, readings),
+    each name once."""
     items, names, noun = [] if doc.get(key) is None else doc[key], set(), what.split()[-1]
     if not isinstance(items, list):
         c.fail((key,), f"{key} must be a list{listing}")
@@ -1225,12 +1218,12 @@ def parse_levers(c, doc, directory):
             if lever["takes"] not in (None, "text"):
                 c.fail(at("takes"), "mail.send takes text: the message, its headers, "
                                     "a blank line, then its body")
-            lever["takes"] = "text"     # From: is set by avsm
+            lever["takes"] = "text"  # From: is set by avsm
         if name == "research":
             if lever["run"] is not None:
                 c.fail(at("run"), "research has no run: it asks the command named under research: "
                                   "in config.yaml")
-            lever["takes"] = lever["takes"] or "text"     # the question
+            lever["takes"] = lever["takes"] or "text"  # the question
         if lever["revoke_after"] is not None and not lever["delegated"]:
             c.fail(at("revoke_after"), "revoke_after applies to a delegated lever; "
                                        "add delegated: true or remove it")
@@ -1284,7 +1277,7 @@ def parse_forbidden(c, doc, levers):
 
 
 def parse_controller(c, value, levers):
-    """Return the controller: its kind from CONTROLLERS (threshold, band, model or classifier), deadband, hold."""
+    """Return the controller: its kind from CONTROLLERS, deadband and hold."""
     path = ("controller",)
     if not isinstance(value, dict):
         c.fail(path, "controller must be a mapping with a kind: threshold, band, model or classifier")
@@ -1313,20 +1306,22 @@ def parse_threshold(c, value, levers, path, ctl):
 def parse_band(c, value, levers, path, ctl):
     c.require(value, path, ("low", "high", "below", "above"),
               "a band has no '{key}'; write {kind: band, low: 19, high: 24, below: heat, above: cool}")
-    ctl["low"] = c.number(value["low"], path + ("low",), "low")
-    ctl["high"] = c.number(value["high"], path + ("high",), "high")
+    for key in ("low", "high"):
+        ctl[key] = c.number(value[key], path + (key,), key)
     if ctl["low"] >= ctl["high"]:
         c.fail(path + ("high",), "a band's high must be above its low")
-    ctl["below"] = permitted_lever(c, value["below"], path + ("below",), levers)
-    ctl["above"] = permitted_lever(c, value["above"], path + ("above",), levers)
+    for side in ("below", "above"):
+        ctl[side] = permitted_lever(c, value[side], path + (side,), levers)
     width = ctl["high"] - ctl["low"]
     if ctl["deadband"] is not None and ctl["deadband"] >= width:
-        c.fail(path + ("deadband",), f"the deadband {format_number(ctl['deadband'])} is not less than the band's width {format_number(width)}; make it smaller")
-    for side, way in (("below", "up"), ("above", "down")):
+        c.fail(path + ("deadband",), f"the deadband {format_number(ctl['deadband'])} is not less than "
+                                     f"the band's width {format_number(width)}; make it smaller")
+    for side, way, end in (("below", "up", "low"), ("above", "down", "high")):
         expects = levers[ctl[side]]["expects"]
         if expects and expects[0] != way:
             lever_path = ("permitted", list(levers).index(ctl[side]), "expects")
-            c.fail(lever_path, f"lever '{ctl[side]}' corrects the {'low' if side == 'below' else 'high'} side of the band, so it may only expect {way} ... within ...")
+            c.fail(lever_path, f"lever '{ctl[side]}' corrects the {end} side of the band, "
+                               f"so it may only expect {way} ... within ...")
 
 
 def parse_backend_controller(c, value, levers, path, ctl):
@@ -1340,23 +1335,29 @@ def describe_threshold(ctl):
 
 
 def describe_band(ctl):
-    return f"band [{format_number(ctl['low'])}, {format_number(ctl['high'])}]: below runs {ctl['below']}, above runs {ctl['above']}"
+    return (f"band [{format_number(ctl['low'])}, {format_number(ctl['high'])}]: "
+            f"below runs {ctl['below']}, above runs {ctl['above']}")
+
+
+def describe_by_model(ctl):
+    return f"{ctl['kind']} (a backend proposes; the gate decides)"
 
 
 ControllerKind = collections.namedtuple("ControllerKind", "keys parse sides describe by_model")
-ControllerKind.__doc__ = """A controller kind: its mandate keys, its parser (filling the controller dict), its sides
-[(side name, way, bound, lever)] for the kernel, one line for a person, and whether a model proposes for it."""
-CONTROLLERS = {      # adding a controller kind is one entry here and its functions
+ControllerKind.__doc__ = """A controller kind: its mandate keys, its parser, its sides
+[(side name, way, bound, lever)] for the kernel, one line for a person, and whether a model proposes."""
+CONTROLLERS = {  # adding a controller kind is one entry here and its functions
     "threshold": ControllerKind({"kind", "above", "below", "action", "deadband", "hold"}, parse_threshold,
                                 lambda ctl: [(ctl["side"], ctl["side"], ctl["bound"], ctl["action"])],
                                 describe_threshold, False),
     "band": ControllerKind({"kind", "low", "high", "below", "above", "deadband", "hold"}, parse_band,
-                           lambda ctl: [("below", "below", ctl["low"], ctl["below"]), ("above", "above", ctl["high"], ctl["above"])],
+                           lambda ctl: [("below", "below", ctl["low"], ctl["below"]),
+                                        ("above", "above", ctl["high"], ctl["above"])],
                            describe_band, False),
     "model": ControllerKind({"kind", "backend"}, parse_backend_controller, lambda ctl: [],
-                            lambda ctl: "model (a backend proposes; the gate decides)", True),
+                            describe_by_model, True),
     "classifier": ControllerKind({"kind", "backend"}, parse_backend_controller, lambda ctl: [],
-                                 lambda ctl: "classifier (a backend proposes; the gate decides)", True),
+                                 describe_by_model, True),
 }
 
 
@@ -1368,7 +1369,8 @@ def decided_by_model(m):
 def permitted_lever(c, name, path, levers):
     name = c.text(name, path, "a lever")
     if name not in levers:
-        c.fail(path, f"'{name}' is not a permitted lever; permit it under permitted: or name one of {', '.join(levers) or 'none'}")
+        c.fail(path, f"'{name}' is not a permitted lever; permit it under permitted: "
+                     f"or name one of {', '.join(levers) or 'none'}")
     return name
 
 
@@ -1387,7 +1389,8 @@ def parse_plausibility(c, doc, m):
         m[key] = c.number(doc[key], (key,), key, positive=True) if key in doc else None
     for key in ("max_rise", "max_fall"):
         if m[key] is not None and m["max_step"] is not None and m[key] >= m["max_step"]:
-            c.fail((key,), f"{key} {format_number(m[key])} is not smaller than max_step {format_number(m['max_step'])}; beside max_step it must bound its way tighter")
+            c.fail((key,), f"{key} {format_number(m[key])} is not smaller than max_step "
+                           f"{format_number(m['max_step'])}; beside max_step it must bound its way tighter")
     m["confirm"] = c.boolean(doc.get("confirm", True), ("confirm",), "confirm")
 
 
@@ -1401,22 +1404,26 @@ def parse_guards(c, doc, m, directory):
              "confirm": c.boolean(item.get("confirm", m["confirm"]), path + ("confirm",), "confirm"),
              "unwind": None, "timeout": reading_timeout(c, item, path)}
         if "timeout" in item and "drawdown" in item:
-            c.fail(path + ("timeout",), "a drawdown guard is read from the metric's report and runs nothing; remove timeout:")
+            c.fail(path + ("timeout",), "a drawdown guard is read from the metric's report "
+                                        "and runs nothing; remove timeout:")
         sources = [k for k in ("run", "adapter", "drawdown") if k in item]
         if len(sources) != 1:
             c.fail(path, f"guard '{name}' reads one source: run:, adapter: or drawdown:")
         if "run" in item:
             g["run"] = c.command(item["run"], path + ("run",), f"guard '{name}'", directory)
-            if g["run"] in lever_runs or g["run"] == "./report" or g["run"] == "report":
-                c.fail(path + ("run",), f"guard '{name}' reads a lever's or the metric's command; a guard reads a reading of its own")
+            if g["run"] in lever_runs | {"./report", "report"}:
+                c.fail(path + ("run",), f"guard '{name}' reads a lever's or the metric's command; "
+                                        f"a guard reads a reading of its own")
         elif "adapter" in item:
-            g["adapter"] = c.text(item["adapter"], path + ("adapter",), "adapter")
-            if g["adapter"].split()[0] not in ADAPTERS:
-                c.fail(path + ("adapter",), f"'{g['adapter'].split()[0]}' is not a built-in adapter; use one of {', '.join(ADAPTERS)}")
-            if adapter_problem(g["adapter"]):
-                c.fail(path + ("adapter",), adapter_problem(g["adapter"]))
-            if g["adapter"] == m["adapter"]:
-                c.fail(path + ("adapter",), f"guard '{name}' reads the metric's adapter; a guard reads a reading of its own")
+            adapter = g["adapter"] = c.text(item["adapter"], path + ("adapter",), "adapter")
+            if adapter.split()[0] not in ADAPTERS:
+                c.fail(path + ("adapter",), f"'{adapter.split()[0]}' is not a built-in adapter; "
+                                            f"use one of {', '.join(ADAPTERS)}")
+            if adapter_problem(adapter):
+                c.fail(path + ("adapter",), adapter_problem(adapter))
+            if adapter == m["adapter"]:
+                c.fail(path + ("adapter",), f"guard '{name}' reads the metric's adapter; "
+                                            f"a guard reads a reading of its own")
         else:
             g["drawdown"] = c.parsed(parse_percent, item["drawdown"], path + ("drawdown",))
             if item.get("of") != m["metric"]:
@@ -1431,7 +1438,7 @@ def parse_guards(c, doc, m, directory):
         elif bounds:
             c.fail(path + (bounds[0],), "a drawdown guard's bound is its percentage; remove above:/below:")
         else:
-            g["side"], g["bound"] = "above", g["drawdown"]     # trips when the fall from the peak passes P%
+            g["side"], g["bound"] = "above", g["drawdown"]  # trips when the fall from the peak passes P%
         if "unwind" in item:
             g["unwind"] = parse_unwind(c, item["unwind"], path + ("unwind",), m["levers"])
         guards.append(g)
@@ -1508,18 +1515,18 @@ CONFIG_KEYS = {"nightly", "default", "backends", "escalate", "ratchet", "forecas
 BACKEND_KEYS = {"anthropic": {"kind", "model", "key", "url", "effort", "version", "max_tokens"},
                 "openai": {"kind", "url", "model", "key", "max_tokens", "api", "effort"},
                 "command": {"kind", "run", "offbox"}}
-EFFORTS = {"anthropic": ("low", "medium", "high", "xhigh", "max"),   # open point 44, as each provider lists it
+EFFORTS = {"anthropic": ("low", "medium", "high", "xhigh", "max"),  # open point 44, as each provider lists it
            "openai": ("none", "minimal", "low", "medium", "high", "xhigh")}
-OPENAI_APIS = {"chat": "/chat/completions", "responses": "/responses"}   # the path its url ends in
+OPENAI_APIS = {"chat": "/chat/completions", "responses": "/responses"}  # the path its url ends in
 ANTHROPIC_VERSION = "2026-10-21"   # the anthropic-version header unless a backend says version:
 MAX_TOKENS = 16000                 # room for effort: high to think and still answer, about what 120 s brings
 FORECAST_DEFAULT = {"days": 30, "seeds": 16}
-CONFIG_ENV_MAX = 128 * 1024 - len("AVSM_CONFIG=") - 1     # Linux's limit on one environment string, less the name
-NOTIFY_TIMEOUT = 30                # seconds a notify command may take unless `notify: {timeout: ...}` says
+CONFIG_ENV_MAX = 128 * 1024 - len("AVSM_CONFIG=") - 1  # Linux's limit on one environment string, less the name
+NOTIFY_TIMEOUT = 30  # seconds a notify command may take unless `notify: {timeout: ...}` says
 NOTIFY_EXAMPLE = 'notify: "mail -s avsm you@example.com"'
 METRICS_EVERY = 15                 # seconds between two writes of the metrics textfile, or every:
 METRICS_EXAMPLE = "metrics: {textfile: /var/lib/prometheus/node-exporter/avsm.prom, every: 15s}"
-PACKET_FORECAST = {"days": 7, "seeds": 8}       # a decision packet's, unless the config says
+PACKET_FORECAST = {"days": 7, "seeds": 8}  # a decision packet's, unless the config says
 
 
 def parse_config(text, source="config.yaml"):
@@ -1551,7 +1558,7 @@ def parse_config(text, source="config.yaml"):
                 c.fail(path + ("version",), f"version is the API's version date, as {ANTHROPIC_VERSION}, "
                                             f"not {json.dumps(backend['version'])}")
             backend["max_tokens"] = c.whole(b.get("max_tokens", MAX_TOKENS), path + ("max_tokens",), "max_tokens")
-        elif b["kind"] == "openai":       # max_tokens is sent only when it says; else the server's own limit holds
+        elif b["kind"] == "openai":  # max_tokens is sent only when it says; else the server's own limit holds
             given = b.get("max_tokens")
             backend["max_tokens"] = None if given is None else c.whole(given, path + ("max_tokens",), "max_tokens")
             api = backend["api"] = c.choice(b.get("api", "chat"), path + ("api",), "api", tuple(OPENAI_APIS))
@@ -1594,7 +1601,7 @@ def parse_config(text, source="config.yaml"):
     cfg["metrics"] = parse_metrics(c, doc.get("metrics"))
     cfg["checkpoint"] = parse_checkpoint_config(c, doc.get("checkpoint"))
     size = len(json.dumps(cfg))
-    if size > CONFIG_ENV_MAX:       # avsmd could not start its warden: the exec would fail (E2BIG)
+    if size > CONFIG_ENV_MAX:  # avsmd could not start its warden: the exec would fail (E2BIG)
         key = max(cfg, key=lambda k: len(json.dumps(cfg[k])))
         c.fail((key,), f"the config is {size // 1024} KiB once read, most of it in {key}; avsmd hands it to its "
                        f"warden in one environment variable, which holds at most {CONFIG_ENV_MAX // 1024} KiB: "
@@ -1793,7 +1800,7 @@ REQUESTS = {
 REQUEST_KEYS = ("v", "cmd", "args")
 # what a read-only key's bridge relays
 READ_REQUESTS = ("ping", "health", "status", "asks", "ask", "records")
-REQUEST_MAX = 1024 * 1024      # bytes of one request line avsmd reads; a longer one is refused (64)
+REQUEST_MAX = 1024 * 1024  # bytes of one request line avsmd reads; a longer one is refused (64)
 
 # The bridge (avsm bridge, the forced command of an ssh key) relays the requests above, and runs these client
 # verbs for `avsm --host`: each reads the ledger or the far side's files, or asks its avsmd, exactly as there.
@@ -1803,7 +1810,7 @@ BRIDGE_VERBS = {"status": "read", "summary": "read", "tail": "read", "asks": "re
 BRIDGE_PATH_OPTIONS = {"propose": ("--payload",), "doctor": ("--checkpoint",)}
 BRIDGE_KEYS = {"verb": "name", "argv": "list", "home": "path?", "stdin": "text?", "as": "text?",
                "tty": "flag?", "utf8": "flag?"}
-JSON_DEPTH = 64                 # nesting a payload may have: an edited payload is a page, not a tower
+JSON_DEPTH = 64  # nesting a payload may have: an edited payload is a page, not a tower
 
 
 def check_request(request):
@@ -1858,7 +1865,7 @@ def argument_problem(kind, value):
         return json_problem(value, JSON_DEPTH)
     if kind == "flag":
         return None if isinstance(value, bool) else f"is true or false, not {json_kind(value)}"
-    if kind == "list":          # the words of a command line
+    if kind == "list":  # the words of a command line
         if not isinstance(value, list) or len(value) > 64:
             return f"is a list of at most 64 words, not {json_kind(value)}"
         problems = (argument_problem("name", v) for v in value)
@@ -1927,7 +1934,7 @@ def delegate_lever(text, lever, source):
         line, col = marks[("permitted", index, "name")]
         row = lines[line - 1]
         brace = row.rfind("}")
-        if row.lstrip().startswith(("- {", "{")) and brace > 0:       # a flow mapping on one line
+        if row.lstrip().startswith(("- {", "{")) and brace > 0:  # a flow mapping on one line
             lines[line - 1] = row[:brace].rstrip() + ", delegated: true" + row[brace:]
         else:
             lines.insert(line, " " * (col - 1) + "delegated: true")
@@ -3570,7 +3577,7 @@ def fold_effects(state, value):
             if verdict == "hit":
                 state.misses[effect["lever"]] = 0
         elif verdict != "waiting":
-            effect["verdict"] = (verdict, why)       # the warden writes it as an `effect` record
+            effect["verdict"] = (verdict, why)  # the warden writes it as an `effect` record
 
 
 def drift_and_noise(steps):
@@ -3580,9 +3587,8 @@ def drift_and_noise(steps):
 
 
 def judge_effect(expects, r0, after, steps):
-    """Return (verdict, why) for a run that expected `expects` (way, size, within), open point 36.
-
-    r0 is the last trusted reading before the run; `after` the trusted reports since."""
+    """Return (verdict, why) for a run that expected `expects` (way, size, within), open point 36;
+    r0 is the last trusted reading before the run, `after` the trusted reports since."""
     way, size, within = expects
     if len(steps) < 3:
         return "not judged", "fewer than 3 steps of history: the metric's drift is not known"
@@ -3626,7 +3632,7 @@ def judge_effect(expects, r0, after, steps):
 # A forecast (open point 39): a Monte Carlo of `seeds` paths over `days`, resampling lever-free steps,
 # and a lever's own steps where the controller would run it within its cap. Inferred: it never authorizes.
 
-FORECAST_BLOCKS = 2000      # a path is stepped in at most this many blocks of report steps
+FORECAST_BLOCKS = 2000  # a path is stepped in at most this many blocks of report steps
 TOO_LITTLE = "too little history to forecast"
 
 
@@ -3682,11 +3688,10 @@ def forecast(facts, seed=0):
 
 
 def forecast_paths(facts, seed=0):
-    """Return {"median", "p10", "p90", "days", "seeds", "decimals"} at the horizon, or {"too_little": why}.
-    With `facts["first"]` naming a lever, each path starts with one run of it (as a decision packet shows).
+    """Return {"median", "p10", "p90", "days", "seeds", "decimals"} at the horizon, or {"too_little": why};
+    each path starts with one run of `facts["first"]` when it names a lever (as a decision packet shows).
 
-    A block of k report steps moves by k resampled lever-free steps (a normal approximation past 8);
-    then each side past its bound runs its lever, as its cap allows, until the metric is back."""
+    A block of k report steps moves by k resampled lever-free steps (a normal approximation past 8)."""
     import random
     steps, history = facts["free_steps"], facts["history"]
     if len(steps) < 3:
@@ -3701,7 +3706,7 @@ def forecast_paths(facts, seed=0):
     effects = lever_effects(facts["levers"], drift)
     low, high = facts["range"] or (None, None)
     rng = random.Random(seed)
-    ends, spreads = [], []          # each path's end, held to the range; and where it would be if not held
+    ends, spreads = [], []  # each path's end, held to the range; and where it would be if not held
     for _ in range(facts["seeds"]):
         value = history[-1] if history else 0.0
         if facts.get("first") in effects:
@@ -3709,7 +3714,7 @@ def forecast_paths(facts, seed=0):
         unheld = value
         allowance = {name: 0.0 for name in effects}
         for block in range(blocks):
-            n = int((block + 1) * k) - int(block * k)       # the blocks' steps add up to the horizon exactly
+            n = int((block + 1) * k) - int(block * k)  # the blocks' steps add up to the horizon exactly
             if n <= 8:
                 move = sum(rng.choice(steps) for _ in range(n))
             else:
@@ -3722,7 +3727,7 @@ def forecast_paths(facts, seed=0):
                 while allowance[lever] >= 1 and crossed(way, bound, value):
                     effect = rng.choice(effects[lever])
                     if (effect >= 0) == (way == "above"):
-                        break                   # this lever does not bring the metric back: it is not run
+                        break  # this lever does not bring the metric back: it is not run
                     value, unheld = value + effect, unheld + effect
                     allowance[lever] -= 1
             if low is not None:
@@ -3782,8 +3787,7 @@ def describe_forecast(metric, result, days, seeds):
 
 
 def forecast_record(state, extra, output, status, ended_by):
-    """Return the forecast record of what the forecast program printed (`output`, bytes), asked
-    for with `extra` (days, seeds, why, lever): its numbers, or why there are none."""
+    """Return the forecast record of what the forecast program printed, asked for with `extra`."""
     try:
         result = json.loads(output) if status == 0 else None
     except ValueError:
@@ -3797,7 +3801,7 @@ def forecast_record(state, extra, output, status, ended_by):
     elif checked is not None:
         record.update({k: round(result[k], result["decimals"]) + 0.0 for k in ("median", "p10", "p90")},
                       summary=describe_forecast(metric, result, extra["days"], extra["seeds"]))
-        if isinstance(result.get("cut"), str):      # through the world, its calls capped
+        if isinstance(result.get("cut"), str):  # through the world, its calls capped
             record.update(note=result["cut"][:NOTE_MAX], world=True,
                           summary=record["summary"] + f" ({result['cut'][:200]})")
     else:
@@ -3852,11 +3856,11 @@ def fold_world(state, seq, at, record, previous):
             gap = previous is None or previous[0] != p[1].get("report") or \
                 (cadence is not None and at - previous[1] > 2 * cadence + 1)
             if gap or record.get("status") != "trusted":
-                state.prediction = None         # dropped
+                state.prediction = None  # dropped
             else:
                 state.prediction = (p[0], dict(p[1], resolves=seq))
         elif p is not None:
-            state.prediction = None             # its resolving report came and went unscored
+            state.prediction = None  # its resolving report came and went unscored
     elif kind == "prediction":
         state.prediction = (seq, record)
         state.world_failing = False
@@ -3874,7 +3878,7 @@ def crps_ensemble(members, y):
     xs = sorted(members)
     n = len(xs)
     near = sum(abs(x - y) for x in xs) / n
-    apart = 2 * sum((2 * i - n + 1) * x for i, x in enumerate(xs)) / (n * n)     # E|X - X'|, sorted
+    apart = 2 * sum((2 * i - n + 1) * x for i, x in enumerate(xs)) / (n * n)  # E|X - X'|, sorted
     return near - apart / 2
 
 
@@ -3910,8 +3914,7 @@ def lever_effects(levers, drift):
 
 
 def baseline_members(state, lever=None):
-    """The built-in baseline's one-step ensemble from the last trusted report (WORLD-04), with
-    the effect of `lever` when one ran in the round; None with fewer than 3 steps."""
+    """The built-in baseline's one-step ensemble from the last trusted report (WORLD-04), or None."""
     steps = state.free_steps
     if len(steps) < 3 or state.level is None:
         return None
@@ -3924,8 +3927,7 @@ def baseline_members(state, lever=None):
 
 
 def prediction_record(state, report_seq, members, lever=None, guards=None, world=False):
-    """The inferred `prediction` record of the report after #report_seq, with a world's guards
-    the chance each reads past its bound (WORLD-05)."""
+    """The inferred `prediction` record of the report after #report_seq (WORLD-05)."""
     xs = kept_members(members)
     median, p10, p90 = spread(xs)
     shown = shown_spread((median, p10, p90), decimals_of([v for _, v in state.trusted[-20:]]))
@@ -3946,8 +3948,7 @@ def prediction_record(state, report_seq, members, lever=None, guards=None, world
 
 
 def calibration_rule(state):
-    """Yield the score of the prediction the round's trusted report resolves (WORLD-06, WORLD-07),
-    with the rolling figures over the last ROLLING scores."""
+    """Yield the score of the prediction the round's trusted report resolves (WORLD-06, WORLD-07)."""
     if state.prediction is None or not state.prediction[1].get("resolves") or state.mandate is None:
         return
     pseq, pred = state.prediction
@@ -3968,7 +3969,7 @@ def calibration_rule(state):
     brier = sum(events) / len(events) if events else None
     rolling = state.scores[-(ROLLING - 1):] + [(crps, base, covered)]
     r_skill, r_coverage = rolling_scores(rolling)
-    r = lambda v: None if v is None else round(v, 6) + 0.0       # noqa: E731  six places: a person reads
+    r = lambda v: None if v is None else round(v, 6) + 0.0  # noqa: E731  six places: a person reads
     record = new_record(calibration_kind(state.mandate), state.name, prediction=pseq,
                         report=report_seq, crps=r(crps), persistence=r(base), skill=r(skill),
                         brier=r(brier), coverage=covered, rolling_skill=r(r_skill),
@@ -3993,7 +3994,7 @@ def shown_skill(skill):
 
 def read_world_output(text, mandate):
     """Return ({"state", "metric", "guards"}, None) from a world step's standard output, or
-    (None, why) for a failed step (open point 38); what the mandate does not name is dropped (WORLD-03)."""
+    (None, why) (open point 38); a guard the mandate does not name is dropped (WORLD-03)."""
     try:
         out = json.loads(text, parse_constant=refuse_constant)
     except (ValueError, RecursionError) as err:
@@ -4040,7 +4041,7 @@ def world_rule(state, report_seq, lever, outputs, failure):
                                            f"(recorded once until a step succeeds)"))
         return
     if state.last_report is None or state.last_report[0] != report_seq or not outputs:
-        return      # a report no longer the last could never resolve it
+        return  # a report no longer the last could never resolve it
     chances = {}
     for guard in state.mandate["guards"]:
         seen = [o["guards"][guard["name"]] for o in outputs if guard["name"] in o["guards"]]
@@ -4051,16 +4052,15 @@ def world_rule(state, report_seq, lever, outputs, failure):
                                   world=True))
 
 
-WORLD_FORECAST_CALLS = 400      # world steps a forecast makes at most (seeds x steps); past it the horizon is cut
+WORLD_FORECAST_CALLS = 400  # world steps a forecast makes at most (seeds x steps); past it the horizon is cut
 
 
 def forecast_world_paths(facts, step, calls=WORLD_FORECAST_CALLS):
     """Return the forecast of `facts` through the world command (open point 39), as forecast_paths
-    does. `step(input)` runs one world step and returns (output, None) or (None, why).
+    does; `step(input)` returns (output, None) or (None, why).
 
-    Each step is given the trusted reports as stored and its path's own values apart in `imagined`
-    (a world tells measured history from its own simulation), and the lever the controller would
-    run within its cap. Past `calls` steps in all the horizon is cut, and `cut` says so."""
+    A path's own values stand apart in `imagined`: a world tells measured history from its own
+    simulation. Past `calls` steps in all the horizon is cut, and `cut` says so."""
     cadence, seeds = facts["cadence"], facts["seeds"]
     total = forecast_steps(facts)
     if not total:
@@ -4106,12 +4106,12 @@ def world_forecast_facts(state, days, seeds, now):
     return facts
 
 
-PACKET_WORLD_CALLS = 160        # world steps a decision packet's forecasts make in all: a decision waits
+PACKET_WORLD_CALLS = 160  # world steps a decision packet's forecasts make in all: a decision waits
 
 
 def packet_world_forecast(facts, step):
-    """Return the decision packet's forecasts through the world (issue 11 item 6): {"nothing": result,
-    "levers": {name: result}}, one run now of each lever and no controller, sharing PACKET_WORLD_CALLS."""
+    """Return the decision packet's forecasts through the world (issue 11 item 6): {"nothing",
+    "levers": {name}}, one run now of each lever and no controller."""
     calls = max(1, PACKET_WORLD_CALLS // (1 + len(facts["levers"])))
     free = dict(facts, sides=[])
     return {"nothing": forecast_world_paths(free, step, calls),
@@ -4120,8 +4120,8 @@ def packet_world_forecast(facts, step):
 
 
 def checked_forecast(result):
-    """Return a forecast program's result when it holds (finite numbers, at most two decimals, or
-    why there is none), else None: the warden hands on nothing it did not check."""
+    """Return a forecast program's result when it holds, else None: the warden hands on nothing
+    it did not check."""
     if isinstance(result, dict) and isinstance(result.get("too_little"), str):
         return {"too_little": result["too_little"][:NOTE_MAX]}
     if isinstance(result, dict) and result.get("decimals") in (0, 1, 2) and \
@@ -4171,7 +4171,7 @@ def is_ranking(choices):
 
 def capacity_check(state, days):
     """Return (enough, short or not known; short per day; why): can the levers, within their caps,
-    hold the metric inside the controller's bounds over `days` against its drift (open point 9)?"""
+    hold the metric inside its bounds over `days` against its drift (open point 9)?"""
     m = state.mandate
     sides = controller_sides(m)
     if not sides:
@@ -4185,7 +4185,7 @@ def capacity_check(state, days):
     level = state.level[1] if state.level else 0.0
     short = 0.0
     for _, way, bound, lever in sides:
-        push = (drift if way == "above" else -drift) * per_day       # toward the bound
+        push = (drift if way == "above" else -drift) * per_day  # toward the bound
         room = (bound - level) if way == "above" else (level - bound)
         if push <= 0 or push * days < room:
             continue
@@ -6427,7 +6427,7 @@ def request_id(headers):
     return provider_word(headers.get("request-id") or headers.get("x-request-id"))
 
 
-ADAPTER_TIMEOUT = 30         # seconds an adapter's GET may take in all: the name, the connection, TLS, the answer
+ADAPTER_TIMEOUT = 30  # seconds an adapter's GET may take in all: the name, the connection, TLS, the answer
 
 
 def adapter_get(url, key=None, limit=ADAPTER_TIMEOUT):
