@@ -181,8 +181,8 @@ def parse_cap(text):
     if not slash or not count.isdigit() or not count.isascii():
         raise ValueError(f"'{s}' is not a cap; write a count and a period, such as 60/hour or 4/day")
     if int(count) < 1:
-        raise ValueError(f"'{s}' is not a cap: its count must be at least 1 (a lever that may never run is "
-                         f"forbidden:, or not permitted at all)")
+        raise ValueError(f"'{s}' is not a cap: its count must be at least 1 "
+                         f"(a lever that may never run is forbidden:, or not permitted at all)")
     if period in CAP_PERIODS:
         return int(count), CAP_PERIODS[period]
     try:
@@ -386,7 +386,7 @@ def split_yaml_lines(text, source):
 
 
 def resolve_plain(text):
-    """Return the core-schema value of a plain scalar; a number past NUMBER_MAX raises NumberError."""
+    """Return the core-schema value of a plain scalar; past NUMBER_MAX raise NumberError."""
     if text in YAML_NULLS:
         return None
     if text in YAML_BOOLS:
@@ -822,7 +822,7 @@ class YamlReader:
         return chr(code)
 
     def block_scalar(self, row, i, parent):
-        """block_scalar ::= ('|' | '>') ['-' | '+'] [' '+ comment] EOL, lines deeper than `parent`"""
+        """block_scalar ::= ('|' | '>') ['-' | '+'] [' '+ comment] EOL, lines deeper than parent"""
         line = self.lines[row]
         style, j = line[i], i + 1
         chomp = line[j] if j < len(line) and line[j] in '+-' else ''
@@ -944,7 +944,8 @@ class YamlReader:
         return result, i + 1
 
     def flow_key(self, row, i, start):
-        """Return (key, index after ':'). flow_key ::= (single | double) ' '* ':' | plain ' '* ': '"""
+        """Return (key, index after ':').
+        flow_key ::= (single | double) ' '* ':' | plain ' '* ': '"""
         line = self.lines[row]
         if line[i] in '[{':
             raise self.error(row, i, "a collection cannot be a key; use a string key")
@@ -1211,7 +1212,8 @@ def parse_levers(c, doc, directory):
                  if "expects" in item else None,
                  "revoke_after": c.whole(item["revoke_after"], at("revoke_after"), "revoke_after")
                  if "revoke_after" in item else None,
-                 "budget": parse_budget(c, item["budget"], at("budget")) if "budget" in item else None,
+                 "budget": parse_budget(c, item["budget"], at("budget"))
+                 if "budget" in item else None,
                  "check": c.command(item["check"], at("check"), "check", directory)
                  if "check" in item else None}
         if lever["run"] == "mail.send":
@@ -1314,8 +1316,9 @@ def parse_band(c, value, levers, path, ctl):
         ctl[side] = permitted_lever(c, value[side], path + (side,), levers)
     width = ctl["high"] - ctl["low"]
     if ctl["deadband"] is not None and ctl["deadband"] >= width:
-        c.fail(path + ("deadband",), f"the deadband {format_number(ctl['deadband'])} is not less than "
-                                     f"the band's width {format_number(width)}; make it smaller")
+        c.fail(path + ("deadband",), f"the deadband {format_number(ctl['deadband'])} "
+                                     f"is not less than the band's width {format_number(width)}; "
+                                     f"make it smaller")
     for side, way, end in (("below", "up", "low"), ("above", "down", "high")):
         expects = levers[ctl[side]]["expects"]
         if expects and expects[0] != way:
@@ -1345,7 +1348,7 @@ def describe_by_model(ctl):
 
 ControllerKind = collections.namedtuple("ControllerKind", "keys parse sides describe by_model")
 ControllerKind.__doc__ = """A controller kind: its mandate keys, its parser, its sides
-[(side name, way, bound, lever)] for the kernel, one line for a person, and whether a model proposes."""
+[(side name, way, bound, lever)] for the kernel, one line for a person, whether a model proposes."""
 CONTROLLERS = {  # adding a controller kind is one entry here and its functions
     "threshold": ControllerKind({"kind", "above", "below", "action", "deadband", "hold"}, parse_threshold,
                                 lambda ctl: [(ctl["side"], ctl["side"], ctl["bound"], ctl["action"])],
@@ -1390,7 +1393,8 @@ def parse_plausibility(c, doc, m):
     for key in ("max_rise", "max_fall"):
         if m[key] is not None and m["max_step"] is not None and m[key] >= m["max_step"]:
             c.fail((key,), f"{key} {format_number(m[key])} is not smaller than max_step "
-                           f"{format_number(m['max_step'])}; beside max_step it must bound its way tighter")
+                           f"{format_number(m['max_step'])}; "
+                           f"beside max_step it must bound its way tighter")
     m["confirm"] = c.boolean(doc.get("confirm", True), ("confirm",), "confirm")
 
 
@@ -1438,7 +1442,8 @@ def parse_guards(c, doc, m, directory):
         elif bounds:
             c.fail(path + (bounds[0],), "a drawdown guard's bound is its percentage; remove above:/below:")
         else:
-            g["side"], g["bound"] = "above", g["drawdown"]  # trips when the fall from the peak passes P%
+            # trips when the fall from the peak passes P%
+            g["side"], g["bound"] = "above", g["drawdown"]
         if "unwind" in item:
             g["unwind"] = parse_unwind(c, item["unwind"], path + ("unwind",), m["levers"])
         guards.append(g)
@@ -1515,13 +1520,15 @@ CONFIG_KEYS = {"nightly", "default", "backends", "escalate", "ratchet", "forecas
 BACKEND_KEYS = {"anthropic": {"kind", "model", "key", "url", "effort", "version", "max_tokens"},
                 "openai": {"kind", "url", "model", "key", "max_tokens", "api", "effort"},
                 "command": {"kind", "run", "offbox"}}
-EFFORTS = {"anthropic": ("low", "medium", "high", "xhigh", "max"),  # open point 44, as each provider lists it
+# open point 44, as each provider lists them
+EFFORTS = {"anthropic": ("low", "medium", "high", "xhigh", "max"),
            "openai": ("none", "minimal", "low", "medium", "high", "xhigh")}
 OPENAI_APIS = {"chat": "/chat/completions", "responses": "/responses"}  # the path its url ends in
 ANTHROPIC_VERSION = "2026-10-21"   # the anthropic-version header unless a backend says version:
-MAX_TOKENS = 16000                 # room for effort: high to think and still answer, about what 120 s brings
+MAX_TOKENS = 16000  # room for effort: high to think and still answer, about what 120 s brings
 FORECAST_DEFAULT = {"days": 30, "seeds": 16}
-CONFIG_ENV_MAX = 128 * 1024 - len("AVSM_CONFIG=") - 1  # Linux's limit on one environment string, less the name
+# Linux's limit on one environment string, less the name
+CONFIG_ENV_MAX = 128 * 1024 - len("AVSM_CONFIG=") - 1
 NOTIFY_TIMEOUT = 30  # seconds a notify command may take unless `notify: {timeout: ...}` says
 NOTIFY_EXAMPLE = 'notify: "mail -s avsm you@example.com"'
 METRICS_EVERY = 15                 # seconds between two writes of the metrics textfile, or every:
@@ -1558,7 +1565,7 @@ def parse_config(text, source="config.yaml"):
                 c.fail(path + ("version",), f"version is the API's version date, as {ANTHROPIC_VERSION}, "
                                             f"not {json.dumps(backend['version'])}")
             backend["max_tokens"] = c.whole(b.get("max_tokens", MAX_TOKENS), path + ("max_tokens",), "max_tokens")
-        elif b["kind"] == "openai":  # max_tokens is sent only when it says; else the server's own limit holds
+        elif b["kind"] == "openai":  # max_tokens is sent only when it says
             given = b.get("max_tokens")
             backend["max_tokens"] = None if given is None else c.whole(given, path + ("max_tokens",), "max_tokens")
             api = backend["api"] = c.choice(b.get("api", "chat"), path + ("api",), "api", tuple(OPENAI_APIS))
@@ -1919,7 +1926,8 @@ def json_kind(value):
 
 
 def delegate_lever(text, lever, source):
-    """Return mandate `text` with `delegated: true` on `lever`, checked by parsing it back (open point 41)."""
+    """Return mandate `text` with `delegated: true` on `lever`, checked by parsing it back
+    (open point 41)."""
     doc, marks = parse_yaml_marked(text, source)
     index = next(i for i, item in enumerate(doc["permitted"]) if item.get("name") == lever)
     lines = text.split("\n")
@@ -3629,8 +3637,8 @@ def judge_effect(expects, r0, after, steps):
 
 
 # ---- forecasts --------------------------------------------------------------------
-# A forecast (open point 39): a Monte Carlo of `seeds` paths over `days`, resampling lever-free steps,
-# and a lever's own steps where the controller would run it within its cap. Inferred: it never authorizes.
+# A forecast (open point 39): a Monte Carlo of `seeds` paths over `days`, resampling lever-free
+# steps, and a lever's own where the controller would run it within its cap. It never authorizes.
 
 FORECAST_BLOCKS = 2000  # a path is stepped in at most this many blocks of report steps
 TOO_LITTLE = "too little history to forecast"
@@ -3688,10 +3696,10 @@ def forecast(facts, seed=0):
 
 
 def forecast_paths(facts, seed=0):
-    """Return {"median", "p10", "p90", "days", "seeds", "decimals"} at the horizon, or {"too_little": why};
-    each path starts with one run of `facts["first"]` when it names a lever (as a decision packet shows).
+    """Return {"median", "p10", "p90", "days", "seeds", "decimals"} at the horizon, or
+    {"too_little": why}; each path starts with one run of `facts["first"]` when it names a lever.
 
-    A block of k report steps moves by k resampled lever-free steps (a normal approximation past 8)."""
+    A block of k report steps moves by k resampled lever-free steps (normal past 8)."""
     import random
     steps, history = facts["free_steps"], facts["history"]
     if len(steps) < 3:
@@ -3714,7 +3722,7 @@ def forecast_paths(facts, seed=0):
         unheld = value
         allowance = {name: 0.0 for name in effects}
         for block in range(blocks):
-            n = int((block + 1) * k) - int(block * k)  # the blocks' steps add up to the horizon exactly
+            n = int((block + 1) * k) - int(block * k)  # adding up to the horizon exactly
             if n <= 8:
                 move = sum(rng.choice(steps) for _ in range(n))
             else:
@@ -3739,8 +3747,8 @@ def forecast_paths(facts, seed=0):
     width = quantile(spreads, 0.9) - quantile(spreads, 0.1)
     span = (high - low) if low is not None else 10 * (max(history) - min(history) if history else 0)
     if width > span:
-        return {"too_little": f"{TOO_LITTLE}: its 80% interval ({format_number(round(width, 2))} wide) "
-                              f"is wider than "
+        return {"too_little": f"{TOO_LITTLE}: its 80% interval "
+                              f"({format_number(round(width, 2))} wide) is wider than "
                               + ("the metric's range" if low is not None
                                  else "ten times the span of the history")}
     idle = sorted({lever for _, _, lever in facts["sides"] if lever not in effects})
@@ -3811,10 +3819,11 @@ def forecast_record(state, extra, output, status, ended_by):
 
 
 # ---- world models -----------------------------------------------------------------
-# With `world:` or `calibration:` (WORLD-05), each trusted report brings an inferred prediction of the
-# next, from the world command (open point 38) or the built-in baseline. A trusted next report scores it
-# in a measured `calibration.<metric>` record (WORLD-06, WORLD-07); any other, or a gap, drops it.
-# Predictions and scores never authorize (WORLD-09); the scores only hold a ranking back (WORLD-08).
+# With `world:` or `calibration:` (WORLD-05), each trusted report brings an inferred prediction of
+# the next, from the world command (open point 38) or the built-in baseline. A trusted next report
+# scores it in a measured `calibration.<metric>` record (WORLD-06, WORLD-07); any other, or a gap,
+# drops it. Predictions and scores never authorize (WORLD-09); the scores only hold a ranking back
+# (WORLD-08).
 
 WORLD_TIMEOUT = 10              # seconds a world step may take (open point 38)
 WORLD_OUTPUT_MAX = 64 * 1024    # bytes a world step may print (WORLD-02)
@@ -3843,11 +3852,11 @@ def calibration_kind(mandate):
 
 
 def fold_world(state, seq, at, record, previous):
-    """Fold a report (the world's input; it resolves or drops the open prediction) or a world record."""
+    """Fold a report (the world's input, resolving or dropping the prediction) or a world record."""
     kind = record["kind"]
     if kind == "report":
         if record.get("status") == "trusted" and state.mandate is not None and state.mandate["world"]:
-            # kept only under a world command, their only reader: a thousand ventures would hold 18 MiB
+            # kept only under a world command, their only reader (1,000 ventures: 18 MiB)
             state.world_reports.append((seq, at, record["value"]))
             del state.world_reports[:-HISTORY]
         p = state.prediction
@@ -3914,7 +3923,7 @@ def lever_effects(levers, drift):
 
 
 def baseline_members(state, lever=None):
-    """The built-in baseline's one-step ensemble from the last trusted report (WORLD-04), or None."""
+    """The baseline's one-step ensemble from the last trusted report (WORLD-04), or None."""
     steps = state.free_steps
     if len(steps) < 3 or state.level is None:
         return None
@@ -3948,7 +3957,7 @@ def prediction_record(state, report_seq, members, lever=None, guards=None, world
 
 
 def calibration_rule(state):
-    """Yield the score of the prediction the round's trusted report resolves (WORLD-06, WORLD-07)."""
+    """Yield the score of the prediction the round's report resolves (WORLD-06, WORLD-07)."""
     if state.prediction is None or not state.prediction[1].get("resolves") or state.mandate is None:
         return
     pseq, pred = state.prediction
@@ -4052,7 +4061,7 @@ def world_rule(state, report_seq, lever, outputs, failure):
                                   world=True))
 
 
-WORLD_FORECAST_CALLS = 400  # world steps a forecast makes at most (seeds x steps); past it the horizon is cut
+WORLD_FORECAST_CALLS = 400  # world steps (seeds x steps) a forecast makes; then the horizon is cut
 
 
 def forecast_world_paths(facts, step, calls=WORLD_FORECAST_CALLS):
@@ -4096,7 +4105,7 @@ def forecast_world_paths(facts, step, calls=WORLD_FORECAST_CALLS):
 
 
 def world_forecast_facts(state, days, seeds, now):
-    """Return forecast_facts, with what stepping the world starts from under `world:` (open point 39)."""
+    """Return forecast_facts, with what stepping the world starts from (open point 39)."""
     facts = forecast_facts(state, days, seeds)
     if state.mandate["world"]:
         given = world_input(state, None, 0, now)
@@ -4192,7 +4201,8 @@ def capacity_check(state, days):
         effect = effects.get(lever)
         pull = (-1 if way == "above" else 1) * sum(effect) / len(effect) if effect else 0.0
         if not effect:
-            return "not known", None, f"{lever} has no effect yet: no three measured runs, no expects size"
+            return "not known", None, (f"{lever} has no effect yet: "
+                                       f"no three measured runs, no expects size")
         if pull <= 0:
             return "not known", None, f"{lever} has no effect that brings the metric back"
         count, period = m["levers"][lever]["cap"]
@@ -6144,8 +6154,8 @@ def read_keys(home):
     if not stat.S_ISREG(st.st_mode):
         raise Fail(EX_CONFIG, f"{path} is not a regular file; keys is a file of NAME=value lines (mode 600)")
     if st.st_mode & 0o077:
-        raise Fail(EX_CONFIG, f"{path} may be read by others than you, so the warden will not read it; "
-                              f"chmod 600 {path}")
+        raise Fail(EX_CONFIG, f"{path} may be read by others than you, "
+                              f"so the warden will not read it; chmod 600 {path}")
     keys = {}
     try:
         with open(path, "rb") as fh:
@@ -6174,7 +6184,7 @@ def backend_request(backend, system, user, key):
         return backend.get("url") or ANTHROPIC_URL, headers, body
     if key:
         headers["authorization"] = f"Bearer {key}"
-    if backend.get("api") == "responses":  # stored nowhere by the provider; the ledger keeps what counts
+    if backend.get("api") == "responses":  # stored nowhere: the ledger keeps what counts
         body = {"model": backend["model"], "instructions": system, "input": user, "store": False}
         tokens, reasoning = "max_output_tokens", {"reasoning": {"effort": effort}}
     else:
@@ -6220,8 +6230,8 @@ def read_anthropic(data, max_tokens, sent):
     if stop == "max_tokens":
         return dict(facts, why=f"the reply was cut off at the token limit (max_tokens {max_tokens})")
     if stop == "model_context_window_exceeded":
-        return dict(facts, why=f"the packet was too long for the model: its {sent} bytes and the reply "
-                               "passed the model's context window "
+        return dict(facts, why=f"the packet was too long for the model: its {sent} bytes "
+                               "and the reply passed the model's context window "
                                "(stop_reason model_context_window_exceeded)", packet_bytes=sent)
     if stop == "tool_use":
         return dict(facts, why="the model stopped to use a tool (stop_reason tool_use); "
@@ -6267,7 +6277,7 @@ def read_openai(data, max_tokens):
 
 
 def read_responses(data, max_tokens):
-    """The Responses API's answer: the output_text parts, in order, of a completed response's one message."""
+    """The Responses API's answer: the output_text parts of a completed response's one message."""
     if not isinstance(data, dict) or data.get("object") != "response" \
             or not isinstance(data.get("output"), list):
         return {"why": "the response is not a Responses API response "
@@ -6278,7 +6288,9 @@ def read_responses(data, max_tokens):
                          for k in ("error", "incomplete_details"))
     limit = f"max_output_tokens {max_tokens}" if max_tokens else "the server's own; max_tokens: is not set"
     if status == "failed":
-        said = error["message"][:TEXT_MAX] if isinstance(error.get("message"), str) else "no message"
+        said = "no message"
+        if isinstance(error.get("message"), str):
+            said = error["message"][:TEXT_MAX]
         return dict(facts, why=f"the response failed: {provider_word(error.get('code')) or 'no code'}: "
                                + said)
     if status == "incomplete":
@@ -6295,7 +6307,8 @@ def read_responses(data, max_tokens):
     if kinds != ["message"]:
         named = ", ".join(json.dumps(k)[:40] for k in kinds[:4]) or "empty"
         return dict(facts, why=f"the output is {named} (reasoning aside), not one message: "
-                               "avsm offers no tools and would not guess which counts, so there is no answer")
+                               "avsm offers no tools and would not guess which counts, "
+                               "so there is no answer")
     message, parts = items[0], items[0].get("content")
     if message.get("status") not in (None, "completed"):
         cut = f": cut off at the token limit ({limit})" if message["status"] == "incomplete" else ""
@@ -6306,15 +6319,15 @@ def read_responses(data, max_tokens):
     for part in parts:
         if isinstance(part, dict) and part.get("type") == "refusal":
             return dict(facts, **declined(part.get("refusal"), None, "a refusal content part"))
-    if not all(isinstance(p, dict) and p.get("type") == "output_text" and isinstance(p.get("text"), str)
-               for p in parts):
+    if not all(isinstance(p, dict) and p.get("type") == "output_text"
+               and isinstance(p.get("text"), str) for p in parts):
         return dict(facts, why="the message holds content that is not output_text, "
                                "so there is no answer")
     return dict(facts, text="".join(p["text"] for p in parts))
 
 
 def declined(text, category, where):
-    """Return the facts of a model's refusal: its text and category, and the words a person reads."""
+    """Return the facts of a model's refusal: its text and category, and what a person reads."""
     def kept(value, most):
         if not isinstance(value, str) or not value.strip():
             return None
@@ -6427,7 +6440,7 @@ def request_id(headers):
     return provider_word(headers.get("request-id") or headers.get("x-request-id"))
 
 
-ADAPTER_TIMEOUT = 30  # seconds an adapter's GET may take in all: the name, the connection, TLS, the answer
+ADAPTER_TIMEOUT = 30         # seconds an adapter's GET may take in all: the name, the connection, TLS, the answer
 
 
 def adapter_get(url, key=None, limit=ADAPTER_TIMEOUT):
