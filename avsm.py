@@ -116,31 +116,31 @@ class Fail(Exception):
 
 DURATION_UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400}
 CAP_PERIODS = {"minute": 60, "hour": 3600, "day": 86400, "week": 604800}
-
-
-DURATION_MAX = 36500 * 86400    # 100 years: past it a duration is a typo, and clocks overflow
+DURATION_MAX = 36500 * 86400  # 100 years: past it a duration is a typo, and clocks overflow
 
 
 def parse_duration(text):
     """Return the seconds in a duration: one positive whole number and one unit (10s, 5m, 2h, 1d)."""
-    s = text.strip() if isinstance(text, str) else json.dumps(text)     # YAML's null is null here, not Python's None
+    s = text.strip() if isinstance(text, str) else json.dumps(text)  # YAML's null reads null
     one = re.fullmatch(r"([0-9]+)([smhd])", s)
     if one and 0 < int(one[1]) * DURATION_UNITS[one[2]] <= DURATION_MAX:
         return int(one[1]) * DURATION_UNITS[one[2]]
     if one and int(one[1]) > 0:
-        raise ValueError(f"'{s}' is more than 100 years; write a duration of at most {format_duration(DURATION_MAX)}")
+        raise ValueError(f"'{s}' is more than 100 years; "
+                         f"write a duration of at most {format_duration(DURATION_MAX)}")
     compound = re.fullmatch(r"((?:[0-9]+[dhms])+)([0-9]+)?", s)
     if compound and not one:
         parts = re.findall(r"([0-9]+)([dhms])", compound[1])
         total = sum(int(n) * DURATION_UNITS[u] for n, u in parts)
         smaller = {"d": "h", "h": "m", "m": "s"}.get(parts[-1][1])
-        if compound[2] and smaller:      # `1h30` reads as 1h30m
+        if compound[2] and smaller:  # `1h30` reads as 1h30m
             total += int(compound[2]) * DURATION_UNITS[smaller]
         if total > 0 and (smaller or not compound[2]):
             raise ValueError(f"'{s}' is not a duration; write {format_duration(total)}")
     if one:
         raise ValueError(f"'{s}' is not a duration; a duration is more than zero, such as 10s")
-    raise ValueError(f"'{s}' is not a duration; write a whole number and one unit of s, m, h or d, such as 10s, 5m, 2h, 1d")
+    raise ValueError(f"'{s}' is not a duration; write a whole number and one unit of s, m, h or d, "
+                     f"such as 10s, 5m, 2h, 1d")
 
 
 def format_duration(seconds):
@@ -152,7 +152,7 @@ def format_duration(seconds):
 
 
 def next_nightly(hhmm, after=None):
-    """Return the unix time of the next nightly decision at local HH:MM (after `after`), or None for never.
+    """Return the unix time of the next nightly decision at local HH:MM after `after`, or None.
 
     mktime with isdst=-1 follows the wall clock across a daylight-saving change (open point 47)."""
     if hhmm == "never":
@@ -167,7 +167,8 @@ def next_nightly(hhmm, after=None):
             # a time the clock skipped: step back to the first minute after the gap
             while True:
                 before = time.localtime(target - 60)
-                if before.tm_mday != shown.tm_mday or before.tm_hour * 60 + before.tm_min <= hour * 60 + minute:
+                if before.tm_mday != shown.tm_mday \
+                        or before.tm_hour * 60 + before.tm_min <= hour * 60 + minute:
                     break
                 target -= 60
         if target > after:
@@ -176,20 +177,21 @@ def next_nightly(hhmm, after=None):
 
 
 def parse_cap(text):
-    """Return (count, period seconds) of a cap `N/period`: period minute, hour, day, week or a duration."""
+    """Return (count, period seconds) of a cap `N/period`: minute, hour, day, week or a duration."""
     s = str(text).strip()
     count, slash, period = s.partition("/")
-    if slash and count.isdigit() and count.isascii() and int(count) < 1:
-        raise ValueError(f"'{s}' is not a cap: its count must be at least 1 (a lever that may never run is "
-                         f"forbidden:, or not permitted at all)")
     if not slash or not count.isdigit() or not count.isascii():
         raise ValueError(f"'{s}' is not a cap; write a count and a period, such as 60/hour or 4/day")
+    if int(count) < 1:
+        raise ValueError(f"'{s}' is not a cap: its count must be at least 1 "
+                         f"(a lever that may never run is forbidden:, or not permitted at all)")
     if period in CAP_PERIODS:
         return int(count), CAP_PERIODS[period]
     try:
         return int(count), parse_duration(period)
     except ValueError:
-        raise ValueError(f"'{s}' is not a cap; the period is minute, hour, day, week or a duration such as 90m") from None
+        raise ValueError(f"'{s}' is not a cap; the period is minute, hour, day, week "
+                         f"or a duration such as 90m") from None
 
 
 def parse_percent(text):
@@ -202,17 +204,17 @@ def parse_percent(text):
             value = float("nan")
         if 0 < value <= 100:
             return value
-    raise ValueError(f"'{s}' is not a percentage; write a number above 0 and at most 100 with %, such as 15%")
+    raise ValueError(f"'{s}' is not a percentage; "
+                     f"write a number above 0 and at most 100 with %, such as 15%")
 
 
-# Regular expressions are kept as text here and compiled by `re` on first use (it caches them):
-# compiling all thirteen at import was 6 ms of every client command.
+# Regular expressions stay text, compiled by `re` on first use: compiling them at import
+# was 6 ms of every client command.
 NUMBER = r"[+-]?([0-9]+(\.[0-9]*)?|\.[0-9]+)([eE][+-]?[0-9]+)?"
 
 
 def parse_number(text):
     """Return the float a report line holds, NaN for `nan`, or None when it is not a number alone.
-
     number ::= [+-] (digits ['.' digits*] | '.' digits) [(e|E) [+-] digits]   (open point 19)"""
     s = text.strip()
     if s.lower() in ("nan", "+nan", "-nan"):
@@ -220,13 +222,13 @@ def parse_number(text):
     if not re.fullmatch(NUMBER, s):
         return None
     value = float(s)
-    return value if value not in (float("inf"), float("-inf")) else None    # 1e400 overflows: no number
+    return value if abs(value) != float("inf") else None  # 1e400 overflows: no number
 
 
-# README: "A number beyond 1e300 is refused, not rounded." The one limit of every number avsm reads
-# from a mandate, a config or JSON (a reply, a payload); a report's own number is only kept finite.
+# README: "A number beyond 1e300 is refused, not rounded": in a mandate, a config or JSON.
+# A report's own number is only kept finite.
 NUMBER_MAX = 1e300
-NUMBER_DIGITS = {10: 302, 8: 335, 16: 251}     # more significant digits than these is past NUMBER_MAX
+NUMBER_DIGITS = {10: 302, 8: 335, 16: 251}  # more significant digits is past NUMBER_MAX
 
 
 class NumberError(ValueError):
@@ -234,26 +236,24 @@ class NumberError(ValueError):
 
 
 def number_refusal(text):
-    """Return why the number written `text` is refused, quoting it shortened (it may be thousands of digits)."""
+    """Return why the number written `text` is refused, quoting it shortened."""
     return f"{shorten(text)} is too large: avsm takes no number beyond 1e300; write a smaller number"
 
 
 def shorten(text, keep=24):
-    """Return `text` quoted, cut to its first `keep` characters with the length said when longer."""
+    """Return `text` quoted, cut to `keep` characters with its length said when longer."""
     return repr(text) if len(text) <= keep else f"{text[:keep]!r}... ({len(text)} characters)"
 
 
 def shown_value(value, keep=60):
-    """Return a parsed value as JSON for a refusal, cut to `keep` characters with its length said when longer."""
+    """Return a parsed value as JSON for a refusal, cut as shorten cuts."""
     text = json.dumps(value)
     return text if len(text) <= keep else f"{text[:keep]}... ({len(text)} characters)"
 
 
 def bounded_int(text, base):
-    """Return the integer `text` (digits in `base`, a sign only in base 10), or raise ValueError past NUMBER_MAX.
-
-    The digits are counted before int() reads them: int() refuses past 4300 decimal digits, and a
-    hex or octal one that long would be a number no str() can print."""
+    """Return the integer `text` in `base`, or raise NumberError past NUMBER_MAX (counted in
+    digits first: int() refuses past 4300)."""
     digits = text.lstrip("+-").lstrip("0")
     if len(digits) > NUMBER_DIGITS[base] or abs(int(text, base)) > NUMBER_MAX:
         raise NumberError(number_refusal(text if base == 10 else ("0x" if base == 16 else "0o") + text))
@@ -261,7 +261,7 @@ def bounded_int(text, base):
 
 
 def bounded_float(text):
-    """Return the float `text`, or raise ValueError when it is beyond NUMBER_MAX (1e999 reads as infinity)."""
+    """Return the float `text`, or raise NumberError past NUMBER_MAX (1e999 reads as infinity)."""
     value = float(text)
     if abs(value) > NUMBER_MAX:
         raise NumberError(number_refusal(text))
@@ -269,10 +269,10 @@ def bounded_float(text):
 
 
 def read_json(text, object_pairs_hook=None):
-    """Return the JSON value of `text` (str or bytes) with every number within NUMBER_MAX; raise ValueError
-    otherwise. NaN and Infinity are no JSON, and 1e999, which json reads as infinity, is refused here,
-    before a record could hold what the ledger's canonical JSON cannot write."""
-    return json.loads(text, object_pairs_hook=object_pairs_hook, parse_int=lambda t: bounded_int(t, 10),
+    """Return the JSON value of `text`, every number within NUMBER_MAX (no NaN, no 1e999: the
+    ledger's canonical JSON cannot write them), or raise ValueError."""
+    return json.loads(text, object_pairs_hook=object_pairs_hook,
+                      parse_int=lambda t: bounded_int(t, 10),
                       parse_float=bounded_float, parse_constant=refuse_constant)
 
 
@@ -287,9 +287,9 @@ def format_number(value):
     if value != value:
         return "nan"
     if isinstance(value, int) and abs(value) >= 1e15:
-        digits = str(abs(value))         # past a float's reach: no float() of it
+        digits = str(abs(value))  # past a float's reach: no float() of it
         return f"{'-' if value < 0 else ''}{digits[0]}.{digits[1:6]}e+{len(digits) - 1}"
-    if float(value).is_integer() and abs(value) < 1e15:
+    if abs(value) < 1e15 and float(value).is_integer():
         return str(int(value))
     return f"{value:.6g}"
 
@@ -302,10 +302,8 @@ def nearest(word, known):
 
 
 # ---- the YAML subset --------------------------------------------------------
-# Reads the text of mandate.yaml and config.yaml into plain values, as open
-# point 24 settles it (../yaml-cases/README.md): the YAML 1.2 core-schema value,
-# or a YamlError at line:col that says what to write instead; never a guess.
-# Opens no file. 
+# mandate.yaml and config.yaml as open point 24 settles it (../yaml-cases/README.md):
+# the YAML 1.2 core-schema value, or a YamlError at line:col saying what to write; never a guess.
 
 
 class YamlError(ValueError):
@@ -320,7 +318,7 @@ class YamlError(ValueError):
 YAML_MULTILINE = "a scalar must fit on one line; use | or > for text over several lines"
 YAML_ANCHOR = "anchors and aliases are not supported; write the value out"
 YAML_TAG = "tags are not supported; remove the tag (quote the value to keep it a string)"
-YAML_MAX_DEPTH = 100        # far beyond any mandate; keeps recursion clear of Python's limit
+YAML_MAX_DEPTH = 100  # far beyond any mandate; keeps recursion clear of Python's limit
 
 # What YAML 1.2 may hold (c-printable), less a bare \r, U+FEFF past the start, and
 # U+0085, U+2028 and U+2029, which YAML 1.1 readers take for line breaks.
@@ -352,22 +350,15 @@ def parse_yaml(text, source=None):
 
 
 def parse_yaml_marked(text, source=None):
-    """Return (value, marks): marks maps a path tuple to the (line, col) where that node's
-    key (for a mapping entry) or entry (its '-', or its first character inside [ ]) starts.
-
-    A path holds the keys and indexes from the root; marks[()] is where the root starts,
-    (1, 1) for an empty document."""
-    lines, unterminated = split_yaml_lines(text, source)
-    reader = YamlReader(lines, unterminated, source)
-    value = reader.document()
-    return value, reader.marks
+    """Return (value, marks): marks maps a path of keys and indexes to the (line, col) where
+    that node's key or entry ('-', or its first character inside [ ]) starts; () the root's."""
+    reader = YamlReader(*split_yaml_lines(text, source), source)
+    return reader.document(), reader.marks
 
 
 def split_yaml_lines(text, source):
-    """Return (lines, whether the last line lacks its line break) for `text`.
-
-    A leading U+FEFF is dropped and \\r\\n reads as \\n; any other character
-    YAML does not allow, a bare \\r among them, is refused where it stands."""
+    """Return (lines, whether the last line lacks its line break) for `text`, refusing a
+    character YAML does not allow where it stands."""
     if isinstance(text, (bytes, bytearray)):
         try:
             text = bytes(text).decode('utf-8')
@@ -391,20 +382,19 @@ def split_yaml_lines(text, source):
         raise YamlError(line, col, reason, source)
     lines = text.split('\n')
     if lines[-1] == '':
-        lines.pop()     # the final \n ends the last line; it starts none
+        lines.pop()  # the final \n ends the last line; it starts none
         return lines, False
     return lines, True
 
 
 def resolve_plain(text):
-    """Return the core-schema value of a plain scalar: null, bool, int, float or str.
-
-    A number beyond NUMBER_MAX is refused (ValueError), not rounded: YAML would read it, avsm takes none."""
+    """Return the core-schema value of a plain scalar; past NUMBER_MAX raise NumberError."""
     if text in YAML_NULLS:
         return None
     if text in YAML_BOOLS:
         return YAML_BOOLS[text]
-    for pattern, read in ((YAML_INT, lambda t: bounded_int(t, 10)), (YAML_OCT, lambda t: bounded_int(t[2:], 8)),
+    for pattern, read in ((YAML_INT, lambda t: bounded_int(t, 10)),
+                          (YAML_OCT, lambda t: bounded_int(t[2:], 8)),
                           (YAML_HEX, lambda t: bounded_int(t[2:], 16)), (YAML_FLOAT, bounded_float),
                           (YAML_INF, lambda t: float('-inf') if t[0] == '-' else float('inf')),
                           (YAML_NAN, lambda t: float('nan'))):
@@ -441,7 +431,9 @@ def tab_reason(line, col):
     """Return the refusal of the tab at line[col], named by where it stands."""
     before, after = line[:col], line[col:].lstrip(' \t')
     if before.strip(' ') == '':
-        return "tab on a blank line; remove it" if after == '' else "tab in indentation; indent with spaces"
+        if after == '':
+            return "tab on a blank line; remove it"
+        return "tab in indentation; indent with spaces"
     if after == '':
         return "trailing tab; remove it"
     if after.startswith('#'):
@@ -463,19 +455,16 @@ def marker_reason(line):
 
 
 def is_document_marker(line, marker):
-    """True when `line` is the document marker '---' or '...', alone or before a space."""
+    """True when `line` is the document marker, alone or before a space."""
     return line.startswith(marker) and (len(line) == 3 or line[3] in ' \t')
 
 
 def leading_spaces(line):
-    """Return the number of spaces that start `line`."""
     return len(line) - len(line.lstrip(' '))
 
 
 def block_text(style, chomp, body):
-    """Return a block scalar's value: its lines (None for empty) joined or folded, then chomped.
-
-    chomp '-' strips the final line breaks, '' keeps one, '+' keeps them all."""
+    """Return a block scalar's value: its lines (None for empty) joined or folded, then chomped."""
     content = [k for k, x in enumerate(body) if x is not None]
     if not content:
         return '\n' * len(body) if chomp == '+' else ''
@@ -490,10 +479,8 @@ def block_text(style, chomp, body):
 
 
 def fold_lines(lines):
-    """Return folded text (YAML 1.2, 8.1.3): a break between two text lines becomes a space.
-
-    An empty line between them becomes the break instead, and breaks next to
-    a more-indented line (one starting with a space or tab) are kept."""
+    """Return folded text (YAML 1.2, 8.1.3): a break between two text lines becomes a space,
+    an empty line between them the break; breaks next to a more-indented line are kept."""
     out, prev, empties = [], None, 0
     for line in lines:
         if line is None:
@@ -511,20 +498,21 @@ def fold_lines(lines):
 
 
 class YamlReader:
-    """One pass over the lines of one document, recording where each node starts in `marks`.
-
-    Rows and columns are 0-based inside; errors and marks are 1-based."""
+    """One pass over one document's lines, marking where each node starts; rows and columns
+    are 0-based inside, 1-based in errors and marks."""
 
     def __init__(self, lines, unterminated, source):
         self.lines, self.unterminated, self.source, self.marks = lines, unterminated, source, {}
 
     def error(self, row, col, reason):
-        """Return the refusal at (row, col), to raise."""
         return YamlError(row + 1, col + 1, reason, self.source)
 
     def mark(self, path, row, col):
-        """Record that the node at `path` starts at (row, col)."""
         self.marks[path] = (row + 1, col + 1)
+
+    def check_depth(self, row, i, path):
+        if len(path) > YAML_MAX_DEPTH:
+            raise self.error(row, i, f"nested deeper than {YAML_MAX_DEPTH} levels; flatten it")
 
     # --- lines ---------------------------------------------------------------
 
@@ -554,7 +542,6 @@ class YamlReader:
         return row
 
     def indent(self, row):
-        """Return the indentation of `row`, whose leading spaces skip_blank has checked."""
         return leading_spaces(self.lines[row])
 
     def finish_line(self, row, i, reason):
@@ -602,8 +589,7 @@ class YamlReader:
 
     def block_node(self, row, i, parent, path):
         """block_node ::= block_seq | block_map | inline_value, starting at column i of row"""
-        if len(path) > YAML_MAX_DEPTH:
-            raise self.error(row, i, f"nested deeper than {YAML_MAX_DEPTH} levels; flatten it")
+        self.check_depth(row, i, path)
         if self.is_dash(row, i):
             return self.block_sequence(row, i, path)
         if self.block_key(row, i, path):
@@ -613,9 +599,7 @@ class YamlReader:
     def block_sequence(self, row, indent, path, under_key=False):
         """block_seq ::= ('-' (' '+ entry | EOL next_lines_node))+, every '-' at column `indent`
 
-        Under a key at the same indentation (`permitted:` then `- name: x`), the
-        first line at this indentation without '-' ends the sequence; the
-        mapping takes it from there."""
+        Under a key at its own indentation, a line there without '-' ends the sequence."""
         items = []
         while True:
             self.mark(path + (len(items),), row, indent)
@@ -686,7 +670,7 @@ class YamlReader:
         return None, row + 1
 
     def misindented(self, row):
-        """Return the refusal of a line indented deeper than the entry before it allows."""
+        """Return the refusal of a line indented deeper than the entry before allows."""
         i = self.indent(row)
         if self.is_dash(row, i) or self.block_key(row, i, ()):
             return self.error(row, i, "bad indentation: this entry lines up with no block above it; "
@@ -703,7 +687,6 @@ class YamlReader:
 
     def block_key(self, row, i, path):
         """Return (key, index of ':') when a block mapping entry starts at i, else None.
-
         key ::= (plain | single | double) ' '* ':' (' ' | EOL)"""
         line = self.lines[row]
         if line[i] in '[{':
@@ -718,7 +701,7 @@ class YamlReader:
             if reason is not None:
                 if line[i] in '?:&*!':
                     raise self.error(row, i, reason)
-                return None     # '|', '>' or '- ' start a value, not a key
+                return None  # '|', '>' or '- ' start a value, not a key
             key, end = self.plain(row, i, flow=False)
         else:
             key, end = self.quoted(row, i)
@@ -764,7 +747,6 @@ class YamlReader:
 
     def plain(self, row, i, flow):
         """Return (text, end) of the plain scalar at i.
-
         plain ::= first char*, ending before ': ', ':' EOL, ' #', EOL, and in flow before ,[]{}"""
         line = self.lines[row]
         stops = ',[]{}' if flow else ''
@@ -781,7 +763,7 @@ class YamlReader:
         return line[i:j].rstrip(' '), j
 
     def plain_value(self, row, i, flow):
-        """Return (value, end) of the plain scalar at i, resolved by the core schema."""
+        """Return (value, end) of the plain scalar at i."""
         text, end = self.plain(row, i, flow)
         try:
             return resolve_plain(text), end
@@ -814,7 +796,8 @@ class YamlReader:
                 out.append(ch)
                 j += 1
             elif j + 1 == len(line):
-                raise self.error(row, j, "a '\\' at the end of the line continues the scalar; " + YAML_MULTILINE)
+                raise self.error(row, j, "a '\\' at the end of the line continues the scalar; "
+                                         + YAML_MULTILINE)
             elif line[j + 1] in YAML_ESCAPES:
                 out.append(YAML_ESCAPES[line[j + 1]])
                 j += 2
@@ -827,7 +810,7 @@ class YamlReader:
         raise self.error(row, i, "the quote opened here is not closed on its line; " + YAML_MULTILINE)
 
     def hex_escape(self, row, j):
-        """Return the character of \\xHH, \\uHHHH or \\UHHHHHHHH at j."""
+        """Return the character of the hex escape at j."""
         line = self.lines[row]
         width = YAML_HEX_ESCAPES[line[j + 1]]
         digits = line[j + 2:j + 2 + width]
@@ -841,7 +824,7 @@ class YamlReader:
         return chr(code)
 
     def block_scalar(self, row, i, parent):
-        """block_scalar ::= ('|' | '>') ['-' | '+'] [' '+ comment] EOL, then lines deeper than `parent`"""
+        """block_scalar ::= ('|' | '>') ['-' | '+'] [' '+ comment] EOL, lines deeper than parent"""
         line = self.lines[row]
         style, j = line[i], i + 1
         chomp = line[j] if j < len(line) and line[j] in '+-' else ''
@@ -859,11 +842,8 @@ class YamlReader:
         return block_text(style, chomp, body), end
 
     def block_lines(self, row, parent):
-        """Return (lines, next row) of a block scalar's body: each line less its indentation,
-        None for an empty line.
-
-        The indentation is that of the first non-empty line, which must be deeper
-        than `parent`; no empty line before it may have more spaces."""
+        """Return (lines, next row) of a block scalar's body, each less the first non-empty line's
+        indentation (deeper than `parent`), None for an empty line."""
         lines = self.lines
         first = row
         while first < len(lines) and lines[first].strip(' ') == '':
@@ -895,8 +875,7 @@ class YamlReader:
 
     def flow_node(self, row, i, path):
         """flow_node ::= flow_seq | flow_map | single | double | plain, all on this line"""
-        if len(path) > YAML_MAX_DEPTH:
-            raise self.error(row, i, f"nested deeper than {YAML_MAX_DEPTH} levels; flatten it")
+        self.check_depth(row, i, path)
         line = self.lines[row]
         if line[i] == '[':
             return self.flow_sequence(row, i, path)
@@ -933,13 +912,17 @@ class YamlReader:
             if line[j] == ':':
                 raise self.error(row, i, "'key: value' inside [ ] is not supported; "
                                          "write it as a mapping: [{key: value}]")
-            if line[j] == ',':
-                i = self.flow_skip(row, j + 1, start)
-            elif line[j] == ']':
-                i = j
-            else:
-                raise self.error(row, j, "expected ',' or ']'")
+            i = self.flow_next(row, j, start, ']')
         return items, i + 1
+
+    def flow_next(self, row, j, start, close):
+        """Return where the next entry (after ',') or `close` is, from j after an entry."""
+        line = self.lines[row]
+        if line[j] == ',':
+            return self.flow_skip(row, j + 1, start)
+        if line[j] != close:
+            raise self.error(row, j, f"expected ',' or '{close}'")
+        return j
 
     def flow_mapping(self, row, start, path):
         """flow_map ::= '{' [pair (',' pair)* [',']] '}' ; pair ::= flow_key ':' ' '* flow_node"""
@@ -959,17 +942,12 @@ class YamlReader:
             if line[j] in ',}':
                 raise self.error(row, j, f"key {key!r} has no value; write one, or null")
             result[key], end = self.flow_node(row, j, path + (key,))
-            j = self.flow_skip(row, end, start)
-            if line[j] == ',':
-                i = self.flow_skip(row, j + 1, start)
-            elif line[j] == '}':
-                i = j
-            else:
-                raise self.error(row, j, "expected ',' or '}'")
+            i = self.flow_next(row, self.flow_skip(row, end, start), start, '}')
         return result, i + 1
 
     def flow_key(self, row, i, start):
-        """Return (key, index after ':').  flow_key ::= (single | double) ' '* ':' | plain ' '* ': '"""
+        """Return (key, index after ':').
+        flow_key ::= (single | double) ' '* ':' | plain ' '* ': '"""
         line = self.lines[row]
         if line[i] in '[{':
             raise self.error(row, i, "a collection cannot be a key; use a string key")
@@ -1010,7 +988,7 @@ AUDIT_KEYS = {"name", "run", "worse", "better", "tolerance", "window", "confirm"
 READING_KEYS = {"name", "run", "lines", "audit", "timeout"}
 TAKES = ("text", "json", "diff", "file")
 ADAPTERS = ("http.status", "stripe", "github")
-BUILTIN_LEVERS = ("stop",)          # open point 12: always permitted, pauses the venture
+BUILTIN_LEVERS = ("stop",)  # open point 12: always permitted, pauses the venture
 RESTART_POLICIES = ("always", "on-failure", "never")
 
 
@@ -1055,10 +1033,10 @@ class Checker:
         return value.strip()
 
     def number(self, value, path, what, positive=False):
-        if isinstance(value, bool) or not isinstance(value, (int, float)) or value != value or value in (float("inf"), float("-inf")):
+        # parse_yaml refuses a number past NUMBER_MAX: only NaN and the infinities are left
+        if isinstance(value, bool) or not isinstance(value, (int, float)) \
+                or not abs(value) < float("inf"):
             self.fail(path, f"{what} must be a number, not {shown_value(value)}")
-        if isinstance(value, int) and abs(value) > 1e300:
-            self.fail(path, f"{what} is too large to compare a reading with; write a number of at most 1e300")
         if positive and value <= 0:
             self.fail(path, f"{what} must be above 0")
         return value
@@ -1080,16 +1058,23 @@ class Checker:
         return value
 
     def require(self, value, path, keys, message):
-        """Fail at `path` naming the first of `keys` that `value` lacks: `message` with {key} in it."""
+        """Fail at `path` with `message`, {key} in it the first of `keys` that `value` lacks."""
         for key in keys:
             if key not in value:
                 self.fail(path, message.replace("{key}", key))
+
+    def url(self, value, path):
+        if not value.startswith(("http://", "https://")):
+            self.fail(path, f"'{value}' is not a URL; write http://... or https://...")
 
     def parsed(self, parse, value, path):
         try:
             return parse(value)
         except ValueError as err:
             self.fail(path, str(err))
+
+    def duration(self, value, path):
+        return self.parsed(parse_duration, value, path)
 
     def command(self, value, path, what, directory):
         run = self.text(value, path, what)
@@ -1131,15 +1116,14 @@ def check_venture_name(name):
 
 def parse_mandate(text, source="mandate.yaml", directory=None):
     """Return the mandate `text` as one validated dict; Fail(78) at file:line:col when it does not hold.
-
-    `directory`, when given, is the venture directory: its programs must exist and be executable."""
+    In the venture `directory`, when given, its programs must exist and be executable."""
     doc, c = checked_yaml(text, source)
     c.mapping(doc, (), MANDATE_KEYS, "the mandate")
     c.require(doc, (), ("purpose", "metric", "controller", "cadence"),
               "the mandate has no '{key}'; every mandate says purpose, metric, controller and cadence")
     m = {"purpose": c.text(doc["purpose"], ("purpose",), "purpose"),
          "metric": c.text(doc["metric"], ("metric",), "metric"),
-         "cadence": c.parsed(parse_duration, doc["cadence"], ("cadence",))}
+         "cadence": c.duration(doc["cadence"], ("cadence",))}
     m["adapter"] = m["metric"] if m["metric"].split()[0] in ADAPTERS else None
     m["timeout"] = reading_timeout(c, doc, ())
     if m["adapter"] and adapter_problem(m["adapter"]):
@@ -1162,31 +1146,35 @@ def parse_mandate(text, source="mandate.yaml", directory=None):
     m["audits"] = parse_audits(c, doc, directory)
     m["readings"] = parse_readings(c, doc, m, directory)
     m["world"] = c.command(doc["world"], ("world",), "world", directory) if "world" in doc else None
-    m["calibration"] = c.number(doc["calibration"], ("calibration",), "calibration") if "calibration" in doc else None
+    m["calibration"] = None
+    if "calibration" in doc:
+        m["calibration"] = c.number(doc["calibration"], ("calibration",), "calibration")
     m["escalate"] = c.choice(doc.get("escalate"), ("escalate",), "escalate", (None, "offbox"))
     return m
 
 
 def adapter_problem(text):
     """Return why a built-in adapter's reading does not hold, or None.
-
     adapter ::= 'http.status' URL | ('stripe' | 'github') PATH ['#' pointer]   pointer ::= ('/' token)*"""
     words = text.split()
     if len(words) != 2:
-        return f"'{text}' is not an adapter reading; write http.status URL, stripe PATH#/pointer or github PATH#/pointer"
+        return (f"'{text}' is not an adapter reading; write http.status URL, "
+                f"stripe PATH#/pointer or github PATH#/pointer")
+    pointer = words[1].partition("#")[2]
     if words[0] == "http.status":
         if not words[1].startswith(("http://", "https://")):
             return f"http.status reads an http:// or https:// URL, not '{words[1]}'"
     elif "://" in words[1]:
-        return f"{words[0]} reads a path under the url of adapters: {words[0]}: in config.yaml; write {words[0]} PATH#/pointer, not a URL"
-    elif words[1].partition("#")[2][:1] not in ("", "/"):
-        return f"'{words[1].partition('#')[2]}' is not a JSON pointer; it begins with /, as in #/available/0/amount"
+        return (f"{words[0]} reads a path under the url of adapters: {words[0]}: in config.yaml; "
+                f"write {words[0]} PATH#/pointer, not a URL")
+    elif pointer[:1] not in ("", "/"):
+        return f"'{pointer}' is not a JSON pointer; it begins with /, as in #/available/0/amount"
     return None
 
 
 def named_items(c, doc, key, keys, what, listing):
-    """Yield (path, item, name) of each item of a list key (permitted, guards, audits, readings): a mapping of
-    `keys` whose name no item before it has. The key absent or empty (`permitted:` alone) is no item."""
+    """Yield (path, item, name) of each item of a list key (permitted, guards, audits, readings),
+    each name once."""
     items, names, noun = [] if doc.get(key) is None else doc[key], set(), what.split()[-1]
     if not isinstance(items, list):
         c.fail((key,), f"{key} must be a list{listing}")
@@ -1195,8 +1183,8 @@ def named_items(c, doc, key, keys, what, listing):
         c.mapping(item, path, keys, what)
         name = c.text(item.get("name"), path + ("name",), f"{what}'s name")
         if name in names:
-            c.fail(path + ("name",), f"{noun} '{name}' is {'permitted' if key == 'permitted' else 'named'} twice; "
-                                     f"name each {noun} once")
+            said = 'permitted' if key == 'permitted' else 'named'
+            c.fail(path + ("name",), f"{noun} '{name}' is {said} twice; name each {noun} once")
         names.add(name)
         yield path, item, name
 
@@ -1210,28 +1198,39 @@ def parse_levers(c, doc, directory):
             c.fail(path + ("name",), f"'{name}' is built in (it pauses the venture); give the lever another name")
         c.require(item, path, ("cap", "reversible") + (() if name == "research" else ("run",)),
                   f"lever '{name}' has no '{{key}}'; a lever says name, run, cap and reversible")
+        def at(key):
+            return path + (key,)
         lever = {"name": name,
-                 "run": c.command(item["run"], path + ("run",), f"lever '{name}'", directory) if "run" in item else None,
-                 "cap": c.parsed(parse_cap, item["cap"], path + ("cap",)),
+                 "run": c.command(item["run"], at("run"), f"lever '{name}'", directory)
+                 if "run" in item else None,
+                 "cap": c.parsed(parse_cap, item["cap"], at("cap")),
                  "cap_text": str(item["cap"]).strip(),
-                 "reversible": c.boolean(item["reversible"], path + ("reversible",), "reversible"),
-                 "delegated": c.boolean(item.get("delegated", False), path + ("delegated",), "delegated"),
-                 "timeout": c.parsed(parse_duration, item["timeout"], path + ("timeout",)) if "timeout" in item else LEVER_TIMEOUT,
-                 "takes": c.choice(item.get("takes"), path + ("takes",), "takes", (None,) + TAKES),
-                 "expects": c.parsed(parse_expects, item["expects"], path + ("expects",)) if "expects" in item else None,
-                 "revoke_after": c.whole(item["revoke_after"], path + ("revoke_after",), "revoke_after") if "revoke_after" in item else None,
-                 "budget": parse_budget(c, item["budget"], path + ("budget",)) if "budget" in item else None,
-                 "check": c.command(item["check"], path + ("check",), "check", directory) if "check" in item else None}
+                 "reversible": c.boolean(item["reversible"], at("reversible"), "reversible"),
+                 "delegated": c.boolean(item.get("delegated", False), at("delegated"), "delegated"),
+                 "timeout": c.duration(item["timeout"], at("timeout"))
+                 if "timeout" in item else LEVER_TIMEOUT,
+                 "takes": c.choice(item.get("takes"), at("takes"), "takes", (None,) + TAKES),
+                 "expects": c.parsed(parse_expects, item["expects"], at("expects"))
+                 if "expects" in item else None,
+                 "revoke_after": c.whole(item["revoke_after"], at("revoke_after"), "revoke_after")
+                 if "revoke_after" in item else None,
+                 "budget": parse_budget(c, item["budget"], at("budget"))
+                 if "budget" in item else None,
+                 "check": c.command(item["check"], at("check"), "check", directory)
+                 if "check" in item else None}
         if lever["run"] == "mail.send":
             if lever["takes"] not in (None, "text"):
-                c.fail(path + ("takes",), "mail.send takes text: the message, its headers, a blank line, then its body")
-            lever["takes"] = "text"     # the message, headers and body; From: is set by avsm
+                c.fail(at("takes"), "mail.send takes text: the message, its headers, "
+                                    "a blank line, then its body")
+            lever["takes"] = "text"  # From: is set by avsm
         if name == "research":
             if lever["run"] is not None:
-                c.fail(path + ("run",), "research has no run: it asks the command named under research: in config.yaml")
-            lever["takes"] = lever["takes"] or "text"     # the question
+                c.fail(at("run"), "research has no run: it asks the command named under research: "
+                                  "in config.yaml")
+            lever["takes"] = lever["takes"] or "text"  # the question
         if lever["revoke_after"] is not None and not lever["delegated"]:
-            c.fail(path + ("revoke_after",), "revoke_after applies to a delegated lever; add delegated: true or remove it")
+            c.fail(at("revoke_after"), "revoke_after applies to a delegated lever; "
+                                       "add delegated: true or remove it")
         levers[name] = lever
     return levers
 
@@ -1262,7 +1261,7 @@ def parse_budget(c, value, path):
     c.require(value, path, ("field", "max", "per"), "a budget has no '{key}'; write {field: qty, max: 100000, per: 1d}")
     return {"field": c.text(value["field"], path + ("field",), "field"),
             "max": c.number(value["max"], path + ("max",), "max", positive=True),
-            "per": c.parsed(parse_duration, value["per"], path + ("per",))}
+            "per": c.duration(value["per"], path + ("per",))}
 
 
 def parse_forbidden(c, doc, levers):
@@ -1282,7 +1281,7 @@ def parse_forbidden(c, doc, levers):
 
 
 def parse_controller(c, value, levers):
-    """Return the controller: its kind from CONTROLLERS (threshold, band, model or classifier), deadband, hold."""
+    """Return the controller: its kind from CONTROLLERS, deadband and hold."""
     path = ("controller",)
     if not isinstance(value, dict):
         c.fail(path, "controller must be a mapping with a kind: threshold, band, model or classifier")
@@ -1311,20 +1310,23 @@ def parse_threshold(c, value, levers, path, ctl):
 def parse_band(c, value, levers, path, ctl):
     c.require(value, path, ("low", "high", "below", "above"),
               "a band has no '{key}'; write {kind: band, low: 19, high: 24, below: heat, above: cool}")
-    ctl["low"] = c.number(value["low"], path + ("low",), "low")
-    ctl["high"] = c.number(value["high"], path + ("high",), "high")
+    for key in ("low", "high"):
+        ctl[key] = c.number(value[key], path + (key,), key)
     if ctl["low"] >= ctl["high"]:
         c.fail(path + ("high",), "a band's high must be above its low")
-    ctl["below"] = permitted_lever(c, value["below"], path + ("below",), levers)
-    ctl["above"] = permitted_lever(c, value["above"], path + ("above",), levers)
+    for side in ("below", "above"):
+        ctl[side] = permitted_lever(c, value[side], path + (side,), levers)
     width = ctl["high"] - ctl["low"]
     if ctl["deadband"] is not None and ctl["deadband"] >= width:
-        c.fail(path + ("deadband",), f"the deadband {format_number(ctl['deadband'])} is not less than the band's width {format_number(width)}; make it smaller")
-    for side, way in (("below", "up"), ("above", "down")):
+        c.fail(path + ("deadband",), f"the deadband {format_number(ctl['deadband'])} "
+                                     f"is not less than the band's width {format_number(width)}; "
+                                     f"make it smaller")
+    for side, way, end in (("below", "up", "low"), ("above", "down", "high")):
         expects = levers[ctl[side]]["expects"]
         if expects and expects[0] != way:
             lever_path = ("permitted", list(levers).index(ctl[side]), "expects")
-            c.fail(lever_path, f"lever '{ctl[side]}' corrects the {'low' if side == 'below' else 'high'} side of the band, so it may only expect {way} ... within ...")
+            c.fail(lever_path, f"lever '{ctl[side]}' corrects the {end} side of the band, "
+                               f"so it may only expect {way} ... within ...")
 
 
 def parse_backend_controller(c, value, levers, path, ctl):
@@ -1338,23 +1340,29 @@ def describe_threshold(ctl):
 
 
 def describe_band(ctl):
-    return f"band [{format_number(ctl['low'])}, {format_number(ctl['high'])}]: below runs {ctl['below']}, above runs {ctl['above']}"
+    return (f"band [{format_number(ctl['low'])}, {format_number(ctl['high'])}]: "
+            f"below runs {ctl['below']}, above runs {ctl['above']}")
+
+
+def describe_by_model(ctl):
+    return f"{ctl['kind']} (a backend proposes; the gate decides)"
 
 
 ControllerKind = collections.namedtuple("ControllerKind", "keys parse sides describe by_model")
-ControllerKind.__doc__ = """A controller kind: its mandate keys, its parser (filling the controller dict), its sides
-[(side name, way, bound, lever)] for the kernel, one line for a person, and whether a model proposes for it."""
-CONTROLLERS = {      # adding a controller kind is one entry here and its functions
+ControllerKind.__doc__ = """A controller kind: its mandate keys, its parser, its sides
+[(side name, way, bound, lever)] for the kernel, one line for a person, whether a model proposes."""
+CONTROLLERS = {  # adding a controller kind is one entry here and its functions
     "threshold": ControllerKind({"kind", "above", "below", "action", "deadband", "hold"}, parse_threshold,
                                 lambda ctl: [(ctl["side"], ctl["side"], ctl["bound"], ctl["action"])],
                                 describe_threshold, False),
     "band": ControllerKind({"kind", "low", "high", "below", "above", "deadband", "hold"}, parse_band,
-                           lambda ctl: [("below", "below", ctl["low"], ctl["below"]), ("above", "above", ctl["high"], ctl["above"])],
+                           lambda ctl: [("below", "below", ctl["low"], ctl["below"]),
+                                        ("above", "above", ctl["high"], ctl["above"])],
                            describe_band, False),
     "model": ControllerKind({"kind", "backend"}, parse_backend_controller, lambda ctl: [],
-                            lambda ctl: "model (a backend proposes; the gate decides)", True),
+                            describe_by_model, True),
     "classifier": ControllerKind({"kind", "backend"}, parse_backend_controller, lambda ctl: [],
-                                 lambda ctl: "classifier (a backend proposes; the gate decides)", True),
+                                 describe_by_model, True),
 }
 
 
@@ -1366,7 +1374,8 @@ def decided_by_model(m):
 def permitted_lever(c, name, path, levers):
     name = c.text(name, path, "a lever")
     if name not in levers:
-        c.fail(path, f"'{name}' is not a permitted lever; permit it under permitted: or name one of {', '.join(levers) or 'none'}")
+        c.fail(path, f"'{name}' is not a permitted lever; permit it under permitted: "
+                     f"or name one of {', '.join(levers) or 'none'}")
     return name
 
 
@@ -1385,7 +1394,9 @@ def parse_plausibility(c, doc, m):
         m[key] = c.number(doc[key], (key,), key, positive=True) if key in doc else None
     for key in ("max_rise", "max_fall"):
         if m[key] is not None and m["max_step"] is not None and m[key] >= m["max_step"]:
-            c.fail((key,), f"{key} {format_number(m[key])} is not smaller than max_step {format_number(m['max_step'])}; beside max_step it must bound its way tighter")
+            c.fail((key,), f"{key} {format_number(m[key])} is not smaller than max_step "
+                           f"{format_number(m['max_step'])}; "
+                           f"beside max_step it must bound its way tighter")
     m["confirm"] = c.boolean(doc.get("confirm", True), ("confirm",), "confirm")
 
 
@@ -1399,22 +1410,26 @@ def parse_guards(c, doc, m, directory):
              "confirm": c.boolean(item.get("confirm", m["confirm"]), path + ("confirm",), "confirm"),
              "unwind": None, "timeout": reading_timeout(c, item, path)}
         if "timeout" in item and "drawdown" in item:
-            c.fail(path + ("timeout",), "a drawdown guard is read from the metric's report and runs nothing; remove timeout:")
+            c.fail(path + ("timeout",), "a drawdown guard is read from the metric's report "
+                                        "and runs nothing; remove timeout:")
         sources = [k for k in ("run", "adapter", "drawdown") if k in item]
         if len(sources) != 1:
             c.fail(path, f"guard '{name}' reads one source: run:, adapter: or drawdown:")
         if "run" in item:
             g["run"] = c.command(item["run"], path + ("run",), f"guard '{name}'", directory)
-            if g["run"] in lever_runs or g["run"] == "./report" or g["run"] == "report":
-                c.fail(path + ("run",), f"guard '{name}' reads a lever's or the metric's command; a guard reads a reading of its own")
+            if g["run"] in lever_runs | {"./report", "report"}:
+                c.fail(path + ("run",), f"guard '{name}' reads a lever's or the metric's command; "
+                                        f"a guard reads a reading of its own")
         elif "adapter" in item:
-            g["adapter"] = c.text(item["adapter"], path + ("adapter",), "adapter")
-            if g["adapter"].split()[0] not in ADAPTERS:
-                c.fail(path + ("adapter",), f"'{g['adapter'].split()[0]}' is not a built-in adapter; use one of {', '.join(ADAPTERS)}")
-            if adapter_problem(g["adapter"]):
-                c.fail(path + ("adapter",), adapter_problem(g["adapter"]))
-            if g["adapter"] == m["adapter"]:
-                c.fail(path + ("adapter",), f"guard '{name}' reads the metric's adapter; a guard reads a reading of its own")
+            adapter = g["adapter"] = c.text(item["adapter"], path + ("adapter",), "adapter")
+            if adapter.split()[0] not in ADAPTERS:
+                c.fail(path + ("adapter",), f"'{adapter.split()[0]}' is not a built-in adapter; "
+                                            f"use one of {', '.join(ADAPTERS)}")
+            if adapter_problem(adapter):
+                c.fail(path + ("adapter",), adapter_problem(adapter))
+            if adapter == m["adapter"]:
+                c.fail(path + ("adapter",), f"guard '{name}' reads the metric's adapter; "
+                                            f"a guard reads a reading of its own")
         else:
             g["drawdown"] = c.parsed(parse_percent, item["drawdown"], path + ("drawdown",))
             if item.get("of") != m["metric"]:
@@ -1429,7 +1444,8 @@ def parse_guards(c, doc, m, directory):
         elif bounds:
             c.fail(path + (bounds[0],), "a drawdown guard's bound is its percentage; remove above:/below:")
         else:
-            g["side"], g["bound"] = "above", g["drawdown"]     # trips when the fall from the peak passes P%
+            # trips when the fall from the peak passes P%
+            g["side"], g["bound"] = "above", g["drawdown"]
         if "unwind" in item:
             g["unwind"] = parse_unwind(c, item["unwind"], path + ("unwind",), m["levers"])
         guards.append(g)
@@ -1492,9 +1508,11 @@ def parse_readings(c, doc, m, directory):
 
 
 def reading_timeout(c, item, path):
-    """Return a reading program's own `timeout:` in seconds, or None for the 10 minutes every reading may take.
-    At the mandate's top level it is the metric's report's; in a guard, audit or reading, that one's."""
-    return c.parsed(parse_duration, item["timeout"], tuple(path) + ("timeout",)) if "timeout" in item else None
+    """Return a reading program's own `timeout:` in seconds (at the top level the report's), or
+    None for the 10 minutes every reading may take."""
+    if "timeout" in item:
+        return c.duration(item["timeout"], tuple(path) + ("timeout",))
+    return None
 
 
 # ---- the config -------------------------------------------------------------
@@ -1504,20 +1522,20 @@ CONFIG_KEYS = {"nightly", "default", "backends", "escalate", "ratchet", "forecas
 BACKEND_KEYS = {"anthropic": {"kind", "model", "key", "url", "effort", "version", "max_tokens"},
                 "openai": {"kind", "url", "model", "key", "max_tokens", "api", "effort"},
                 "command": {"kind", "run", "offbox"}}
-EFFORTS = {"anthropic": ("low", "medium", "high", "xhigh", "max"),   # open point 44, with xhigh as the provider lists it
-           "openai": ("none", "minimal", "low", "medium", "high", "xhigh",
-                      "max")}   # reasoning.effort: the official SDK's ReasoningEffort (openai 3.60)
-OPENAI_APIS = {"chat": "/chat/completions", "responses": "/responses"}   # api: and the path its url ends in
+# open point 44, as each provider lists them (openai: the official SDK's ReasoningEffort, 3.60)
+EFFORTS = {"anthropic": ("low", "medium", "high", "xhigh", "max"),
+           "openai": ("none", "minimal", "low", "medium", "high", "xhigh", "max")}
+OPENAI_APIS = {"chat": "/chat/completions", "responses": "/responses"}  # the path its url ends in
 ANTHROPIC_VERSION = "2026-10-21"   # the anthropic-version header unless a backend says version:
-MAX_TOKENS = 16000                 # an anthropic call's max_tokens unless the backend says: room for effort: high
-                                   # to think and still answer, and about what 120 s can bring back
+MAX_TOKENS = 16000  # room for effort: high to think and still answer, about what 120 s brings
 FORECAST_DEFAULT = {"days": 30, "seeds": 16}
-CONFIG_ENV_MAX = 128 * 1024 - len("AVSM_CONFIG=") - 1     # Linux's limit on one environment string, less the name
-NOTIFY_TIMEOUT = 30                # seconds a notify command may take unless `notify: {timeout: ...}` says
+# Linux's limit on one environment string, less the name
+CONFIG_ENV_MAX = 128 * 1024 - len("AVSM_CONFIG=") - 1
+NOTIFY_TIMEOUT = 30  # seconds a notify command may take unless `notify: {timeout: ...}` says
 NOTIFY_EXAMPLE = 'notify: "mail -s avsm you@example.com"'
 METRICS_EVERY = 15                 # seconds between two writes of the metrics textfile, or every:
 METRICS_EXAMPLE = "metrics: {textfile: /var/lib/prometheus/node-exporter/avsm.prom, every: 15s}"
-PACKET_FORECAST = {"days": 7, "seeds": 8}       # a decision packet's, unless the config says
+PACKET_FORECAST = {"days": 7, "seeds": 8}  # a decision packet's, unless the config says
 
 
 def parse_config(text, source="config.yaml"):
@@ -1549,7 +1567,7 @@ def parse_config(text, source="config.yaml"):
                 c.fail(path + ("version",), f"version is the API's version date, as {ANTHROPIC_VERSION}, "
                                             f"not {json.dumps(backend['version'])}")
             backend["max_tokens"] = c.whole(b.get("max_tokens", MAX_TOKENS), path + ("max_tokens",), "max_tokens")
-        elif b["kind"] == "openai":       # max_tokens is sent only when it says; else the server's own limit holds
+        elif b["kind"] == "openai":  # max_tokens is sent only when it says
             given = b.get("max_tokens")
             backend["max_tokens"] = None if given is None else c.whole(given, path + ("max_tokens",), "max_tokens")
             api = backend["api"] = c.choice(b.get("api", "chat"), path + ("api",), "api", tuple(OPENAI_APIS))
@@ -1557,10 +1575,11 @@ def parse_config(text, source="config.yaml"):
             if b["url"].rstrip("/").endswith(OPENAI_APIS[other]):
                 c.fail(path + ("url",), f"'{b['url']}' is the {other} endpoint, and this backend speaks api: {api}; "
                                         f"end the url in {OPENAI_APIS[api]} or write api: {other}")
-        if "url" in b and not b["url"].startswith(("http://", "https://")):
-            c.fail(path + ("url",), f"'{b['url']}' is not a URL; write http://... or https://...")
-        # every anthropic and openai backend leaves the machine; a command does when it says so
-        backend["offbox"] = b["kind"] != "command" or c.boolean(b.get("offbox", False), path + ("offbox",), "offbox")
+        if "url" in b:
+            c.url(b["url"], path + ("url",))
+        # an anthropic or openai backend leaves the machine; a command when it says so
+        backend["offbox"] = b["kind"] != "command" or c.boolean(b.get("offbox", False),
+                                                                 path + ("offbox",), "offbox")
         cfg["backends"][name] = backend
     for key in ("default", "escalate"):
         if doc.get(key) is not None:
@@ -1582,8 +1601,8 @@ def parse_config(text, source="config.yaml"):
         c.mapping(a, ("adapters", name), keys, f"the {name} adapter")
         c.require(a, ("adapters", name), sorted(keys), f"the {name} adapter has no '{{key}}'")
         cfg["adapters"][name] = {k: c.text(a[k], ("adapters", name, k), k) for k in sorted(keys)}
-        if "url" in keys and not cfg["adapters"][name]["url"].startswith(("http://", "https://")):
-            c.fail(("adapters", name, "url"), f"'{cfg['adapters'][name]['url']}' is not a URL; write http://... or https://...")
+        if "url" in keys:
+            c.url(cfg["adapters"][name]["url"], ("adapters", name, "url"))
         if "from" in keys and re.search(r"[\r\n]", cfg["adapters"][name]["from"]):
             c.fail(("adapters", name, "from"), "from is one address on one line, as in ops@example.com")
     cfg["research"] = c.text(doc.get("research"), ("research",), "research", required=False)
@@ -1591,7 +1610,7 @@ def parse_config(text, source="config.yaml"):
     cfg["metrics"] = parse_metrics(c, doc.get("metrics"))
     cfg["checkpoint"] = parse_checkpoint_config(c, doc.get("checkpoint"))
     size = len(json.dumps(cfg))
-    if size > CONFIG_ENV_MAX:       # avsmd could not start its warden: the exec would fail (E2BIG)
+    if size > CONFIG_ENV_MAX:  # avsmd could not start its warden: the exec would fail (E2BIG)
         key = max(cfg, key=lambda k: len(json.dumps(cfg[k])))
         c.fail((key,), f"the config is {size // 1024} KiB once read, most of it in {key}; avsmd hands it to its "
                        f"warden in one environment variable, which holds at most {CONFIG_ENV_MAX // 1024} KiB: "
@@ -1682,8 +1701,9 @@ def parse_notify(c, value):
         if "run" not in value:
             c.fail(path, f"notify has no 'run'; write notify: {{run: COMMAND, timeout: 30s}}, or just {NOTIFY_EXAMPLE}")
         run, path = value["run"], path + ("run",)
-        timeout = (c.parsed(parse_duration, value["timeout"], ("notify", "timeout")) if "timeout" in value
-                   else NOTIFY_TIMEOUT)
+        timeout = NOTIFY_TIMEOUT
+        if "timeout" in value:
+            timeout = c.duration(value["timeout"], ("notify", "timeout"))
     else:
         run, timeout = value, NOTIFY_TIMEOUT
     if not isinstance(run, str):
@@ -1814,13 +1834,10 @@ def yaml_scalar(value):
 
 
 # ---- the requests a client may send on sock ----
-# One JSON object a line: {"v": 1, "cmd": CMD, "args": {...}} (open point 2). This table is what section 12
-# sends for each verb, and all that passes the socket: avsmd checks every request against it before the
-# warden hears of it, and avsmd's own word to the warden (stop) is not in it, so no client can send that.
-# An argument's type: "name" and "path" are text from a command line (no NUL, bytes the system can take
-# back; a path is absolute, as the client resolves it); "seq" a record number; "text" a payload read as
-# UTF-8; "json" any JSON value (an edited payload); "flag" true or false; a trailing "?" makes it optional,
-# and null allowed.
+# One JSON object a line: {"v": 1, "cmd": CMD, "args": {...}} (open point 2). Only these pass the
+# socket: avsmd's own word to the warden (stop) is not here, so no client can send it.
+# Argument types: "name" and "path" are command-line text (a path absolute); "seq" a record number;
+# "text" UTF-8; "json" any JSON value; "flag" true or false; a trailing "?": optional, null allowed.
 REQUESTS = {
     "ping": {}, "health": {}, "asks": {},
     "status": {"venture": "name?", "verbose": "flag?", "ascii": "flag?"},
@@ -1834,7 +1851,7 @@ REQUESTS = {
 REQUEST_KEYS = ("v", "cmd", "args")
 # what a read-only key's bridge relays
 READ_REQUESTS = ("ping", "health", "status", "asks", "ask", "records")
-REQUEST_MAX = 1024 * 1024      # bytes of one request line avsmd reads; a longer one is refused (64)
+REQUEST_MAX = 1024 * 1024  # bytes of one request line avsmd reads; a longer one is refused (64)
 
 # The bridge (avsm bridge, the forced command of an ssh key) relays the requests above, and runs these client
 # verbs for `avsm --host`: each reads the ledger or the far side's files, or asks its avsmd, exactly as there.
@@ -1844,22 +1861,24 @@ BRIDGE_VERBS = {"status": "read", "summary": "read", "tail": "read", "asks": "re
 BRIDGE_PATH_OPTIONS = {"propose": ("--payload",), "doctor": ("--checkpoint",)}
 BRIDGE_KEYS = {"verb": "name", "argv": "list", "home": "path?", "stdin": "text?", "as": "text?",
                "tty": "flag?", "utf8": "flag?"}
-JSON_DEPTH = 64                 # nesting a payload may have: an edited payload is a page, not a tower
+JSON_DEPTH = 64  # nesting a payload may have: an edited payload is a page, not a tower
 
 
 def check_request(request):
-    """Return (cmd, args) of a request a client may send, or raise Fail: 64 for one that is not a request
-    avsm knows, 65 for an argument missing, unknown or of the wrong type. Nothing else passes the socket."""
+    """Return (cmd, args) of a request a client may send, or raise Fail: 64 for one avsm does not
+    know, 65 for an argument missing, unknown or of the wrong type."""
     if not isinstance(request, dict):
         raise Fail(EX_USAGE, f"a request is one JSON object a line, not {json_kind(request)}")
     if request.get("v", 1) != 1 or isinstance(request.get("v"), bool):
         raise Fail(EX_USAGE, "this avsmd speaks version 1 of the socket's requests; use its own avsm")
     extra = sorted(set(request) - set(REQUEST_KEYS))
     if extra:
-        raise Fail(EX_USAGE, f"a request holds only {', '.join(REQUEST_KEYS)}, not {shown_text(extra[0])[:80]}")
+        raise Fail(EX_USAGE, f"a request holds only {', '.join(REQUEST_KEYS)}, "
+                             f"not {shown_text(extra[0])[:80]}")
     cmd = request.get("cmd")
     if not isinstance(cmd, str) or cmd not in REQUESTS:
-        raise Fail(EX_USAGE, f"avsmd does not know the command {shown_text(json.dumps(cmd))[:80]}; avsm --help lists them")
+        raise Fail(EX_USAGE, f"avsmd does not know the command {shown_text(json.dumps(cmd))[:80]}; "
+                             f"avsm --help lists them")
     args = request.get("args", {})
     if not isinstance(args, dict):
         raise Fail(EX_DATAERR, f"{cmd}: args is a mapping, not {json_kind(args)}")
@@ -1867,7 +1886,7 @@ def check_request(request):
 
 
 def checked_arguments(cmd, args, types):
-    """Return the arguments `args` of `cmd` as `types` (REQUESTS, BRIDGE_KEYS) has them, or Fail(65) saying which not."""
+    """Return the arguments `args` of `cmd` as `types` has them, or Fail(65) saying which not."""
     extra = sorted(set(args) - set(types))
     if extra:
         takes = ", ".join(types) or "nothing"
@@ -1875,9 +1894,9 @@ def checked_arguments(cmd, args, types):
     checked = {}
     for key, kind in types.items():
         optional, kind = kind.endswith("?"), kind.rstrip("?")
+        if key not in args and optional:
+            continue
         if key not in args:
-            if optional:
-                continue
             raise Fail(EX_DATAERR, f"{cmd} needs {key}")
         value = args[key]
         problem = None if optional and value is None else argument_problem(kind, value)
@@ -1897,10 +1916,11 @@ def argument_problem(kind, value):
         return json_problem(value, JSON_DEPTH)
     if kind == "flag":
         return None if isinstance(value, bool) else f"is true or false, not {json_kind(value)}"
-    if kind == "list":          # the words of a command line
+    if kind == "list":  # the words of a command line
         if not isinstance(value, list) or len(value) > 64:
             return f"is a list of at most 64 words, not {json_kind(value)}"
-        return next((f"word {i + 1} {p}" for i, p in enumerate(argument_problem("name", v) for v in value) if p), None)
+        problems = (argument_problem("name", v) for v in value)
+        return next((f"word {i + 1} {p}" for i, p in enumerate(problems) if p), None)
     if not isinstance(value, str):
         return f"is text, not {json_kind(value)}"
     if kind == "text":
@@ -1917,8 +1937,7 @@ def argument_problem(kind, value):
 
 
 def json_problem(value, depth):
-    """Return why a JSON value cannot be a payload (a number that is not finite, text not UTF-8,
-    nesting past `depth`), or None."""
+    """Return why a JSON value cannot be a payload, or None."""
     if depth < 0:
         return f"is nested deeper than {JSON_DEPTH} levels"
     if isinstance(value, float) and not math.isfinite(value):
@@ -1926,7 +1945,7 @@ def json_problem(value, depth):
     if isinstance(value, str):
         return None if utf8_text(value) else "holds text that is not UTF-8"
     if isinstance(value, dict):
-        return next(filter(None, (json_problem(k, depth - 1) or json_problem(v, depth - 1) for k, v in value.items())), None)
+        value = [x for pair in value.items() for x in pair]
     if isinstance(value, list):
         return next(filter(None, (json_problem(v, depth - 1) for v in value)), None)
     return None
@@ -1942,7 +1961,7 @@ def utf8_text(text):
 
 
 def json_kind(value):
-    """Return the name a person knows for a JSON value's type."""
+    """Return a JSON value's type as a person names it."""
     for kind, name in ((bool, "a boolean"), (int, "a number"), (float, "a number"), (str, "text"),
                        (list, "a list"), (dict, "a mapping")):
         if isinstance(value, kind):
@@ -1951,7 +1970,8 @@ def json_kind(value):
 
 
 def delegate_lever(text, lever, source):
-    """Return mandate `text` with `delegated: true` on lever `lever`, checked by parsing it back (open point 41)."""
+    """Return mandate `text` with `delegated: true` on `lever`, checked by parsing it back
+    (open point 41)."""
     doc, marks = parse_yaml_marked(text, source)
     index = next(i for i, item in enumerate(doc["permitted"]) if item.get("name") == lever)
     lines = text.split("\n")
@@ -1959,13 +1979,14 @@ def delegate_lever(text, lever, source):
         line, col = marks[("permitted", index, "delegated")]
         row = lines[line - 1]
         value_at = row.index(":", col - 1) + 1
-        end = min([p for p in (row.find(",", value_at), row.find("}", value_at)) if p >= 0] or [len(row)])
+        end = min([p for p in (row.find(",", value_at), row.find("}", value_at)) if p >= 0]
+                  or [len(row)])
         lines[line - 1] = row[:value_at] + " true" + row[end:]
     else:
         line, col = marks[("permitted", index, "name")]
         row = lines[line - 1]
         brace = row.rfind("}")
-        if row.lstrip().startswith(("- {", "{")) and brace > 0:       # a flow mapping on one line
+        if row.lstrip().startswith(("- {", "{")) and brace > 0:  # a flow mapping on one line
             lines[line - 1] = row[:brace].rstrip() + ", delegated: true" + row[brace:]
         else:
             lines.insert(line, " " * (col - 1) + "delegated: true")
@@ -3703,10 +3724,8 @@ def command_words(command):
 # well avsm predicts it. Pure as section 6; the programs that step run apart.
 # =============================================================================
 
-# ---- expected effects -------------------------------------------------------------
-
 def fold_effects(state, value):
-    """A trusted report counts toward every run still waiting for its verdict; a hit settles it silently."""
+    """Count a trusted report toward every run awaiting its verdict; a hit settles silently."""
     for seq, effect in list(state.effects.items()):
         if effect["verdict"] is not None:
             continue
@@ -3718,7 +3737,7 @@ def fold_effects(state, value):
             if verdict == "hit":
                 state.misses[effect["lever"]] = 0
         elif verdict != "waiting":
-            effect["verdict"] = (verdict, why)       # the warden writes it as an `effect` record
+            effect["verdict"] = (verdict, why)  # the warden writes it as an `effect` record
 
 
 def drift_and_noise(steps):
@@ -3728,10 +3747,8 @@ def drift_and_noise(steps):
 
 
 def judge_effect(expects, r0, after, steps):
-    """Return (verdict, why) for a run that expected `expects` (way, size, within), open point 36.
-
-    verdict: waiting, not judged, hit (writes nothing), late, miss or wrong size. r0 is the last trusted
-    reading before the run; `after` the trusted reports since its ok outcome; `steps` the lever-free history."""
+    """Return (verdict, why) for a run that expected `expects` (way, size, within), open point 36;
+    r0 is the last trusted reading before the run, `after` the trusted reports since."""
     way, size, within = expects
     if len(steps) < 3:
         return "not judged", "fewer than 3 steps of history: the metric's drift is not known"
@@ -3739,9 +3756,10 @@ def judge_effect(expects, r0, after, steps):
         return "not judged", "the metric has never changed: no evidence either way"
     drift, noise = drift_and_noise(steps)
     zero_share = sum(1 for s in steps if s == 0) / len(steps)
-    repeats = next((i for i, value in enumerate(after) if value != r0), len(after))    # exact repeats of r0 first
+    repeats = next((i for i, value in enumerate(after) if value != r0), len(after))
     if repeats == len(after) and zero_share ** repeats >= 0.01:
-        return "waiting", f"{repeats} exact repeat(s) of the reading before the run: the sensor may not have refreshed"
+        return "waiting", (f"{repeats} exact repeat(s) of the reading before the run: "
+                           f"the sensor may not have refreshed")
     sign = 1 if way == "up" else -1
 
     def outcome(n):
@@ -3759,37 +3777,40 @@ def judge_effect(expects, r0, after, steps):
     if verdict == "hit":
         return "hit", f"moved {format_number(moved)} net of drift within {within} reports"
     if verdict == "wrong size":
-        return "wrong size", f"moved {format_number(moved)} net of drift, far off the expected {format_number(size)}"
+        return "wrong size", (f"moved {format_number(moved)} net of drift, "
+                              f"far off the expected {format_number(size)}")
     for n in range(within + 1, min(len(after), 2 * within) + 1):
         if outcome(n)[0] == "hit":
             return "late", f"showed its effect after {n} reports, later than within {within}"
     if len(after) < 2 * within:
         return "waiting", f"no effect within {within} reports yet; watching until {2 * within}"
-    return "miss", f"no {way} move beyond the metric's noise in {2 * within} reports (net {format_number(moved)})"
+    return "miss", (f"no {way} move beyond the metric's noise in {2 * within} reports "
+                    f"(net {format_number(moved)})")
 
 
 # ---- forecasts --------------------------------------------------------------------
-# A forecast (open point 39) is a Monte Carlo of `seeds` paths over `days` at the venture's cadence, from the
-# built-in baseline: each report step resamples one of the lever-free steps the venture has taken, and where
-# the controller would run a lever, within its cap, the step is one that lever took (or, before it has taken
-# three, the size its `expects` says). It is inferred, like every prediction: it shows and never authorizes.
+# A forecast (open point 39): a Monte Carlo of `seeds` paths over `days`, resampling lever-free
+# steps, and a lever's own where the controller would run it within its cap. It never authorizes.
 
-FORECAST_BLOCKS = 2000      # a path is stepped in at most this many blocks of report steps
+FORECAST_BLOCKS = 2000  # a path is stepped in at most this many blocks of report steps
 TOO_LITTLE = "too little history to forecast"
 
 
 def forecast_facts(state, days, seeds):
-    """Return what a forecast of `state`'s venture starts from, as one JSON object (the forecast program's input)."""
+    """Return what a forecast of `state`'s venture starts from: the forecast program's input."""
     m = state.mandate
     levers = {}
     for lever, spec in m["levers"].items():
         expects = spec["expects"]
-        levers[lever] = {"steps": state.lever_steps.get(lever, [])[-HISTORY:], "cap": list(spec["cap"]),
-                         "expects": [expects[0], expects[1]] if expects and expects[1] is not None else None}
+        levers[lever] = {"steps": state.lever_steps.get(lever, [])[-HISTORY:],
+                         "cap": list(spec["cap"]),
+                         "expects": [expects[0], expects[1]]
+                         if expects and expects[1] is not None else None}
     return {"cadence": m["cadence"], "range": list(m["range"]) if m["range"] else None,
-            "sides": [[way, bound, lever] for _, way, bound, lever in controller_sides(m) if lever in levers],
-            "levers": levers, "free_steps": list(state.free_steps), "history": [v for _, v in state.trusted],
-            "days": days, "seeds": seeds}
+            "sides": [[way, bound, lever] for _, way, bound, lever in controller_sides(m)
+                      if lever in levers],
+            "levers": levers, "free_steps": list(state.free_steps),
+            "history": [v for _, v in state.trusted], "days": days, "seeds": seeds}
 
 
 def quantile(sorted_values, q):
@@ -3800,6 +3821,16 @@ def quantile(sorted_values, q):
     return sorted_values[low] + (sorted_values[high] - sorted_values[low]) * (at - low)
 
 
+def spread(sorted_values):
+    """(median, p10, p90) of sorted values."""
+    return tuple(quantile(sorted_values, q) for q in (0.5, 0.1, 0.9))
+
+
+def shown_spread(values, decimals):
+    """Return values (median, p10, p90) as text to `decimals` places."""
+    return [f"{round(v, decimals) + 0.0:.{decimals}f}" for v in values]
+
+
 def decimals_of(values):
     """The decimals a person would write the readings with, at most two."""
     texts = [format_number(v) for v in values]
@@ -3807,39 +3838,35 @@ def decimals_of(values):
 
 
 def forecast(facts, seed=0):
-    """Return the forecast of `facts` (see forecast_paths), or why there is none; numbers too large to add
-    up give none rather than an error."""
+    """Return the forecast of `facts` (see forecast_paths), or why there is none."""
     try:
         result = forecast_paths(facts, seed)
-        finite = all(abs(result.get(k, 0)) < float("inf") for k in ("median", "p10", "p90"))    # NaN is not
+        finite = all(abs(result.get(k, 0)) < float("inf") for k in ("median", "p10", "p90"))
     except OverflowError:
         finite = False
     return result if finite else {"too_little": f"{TOO_LITTLE}: its numbers are too large to add up"}
 
 
 def forecast_paths(facts, seed=0):
-    """Return {"median", "p10", "p90", "days", "seeds", "decimals"} at the horizon, or {"too_little": why}.
-    With `facts["first"]` naming a lever, each path starts with one run of it (as a decision packet shows).
+    """Return {"median", "p10", "p90", "days", "seeds", "decimals"} at the horizon, or
+    {"too_little": why}; each path starts with one run of `facts["first"]` when it names a lever.
 
-    Paths are stepped in blocks of k report steps (k = 1 up to FORECAST_BLOCKS steps in all): a block moves by
-    k resampled lever-free steps (by their sum's normal approximation past 8), then each side of the
-    controller past its bound runs its lever as many times as bring the metric back, at most as its cap
-    allows in the block's time, each run moving the metric by a resampled step of that lever less the drift."""
+    A block of k report steps moves by k resampled lever-free steps (normal past 8)."""
     import random
     steps, history = facts["free_steps"], facts["history"]
     if len(steps) < 3:
         return {"too_little": f"{TOO_LITTLE}: {len(steps)} lever-free step(s) of history, 3 needed"}
-    if facts["seeds"] < 1 or facts["days"] <= 0:
+    total = forecast_steps(facts)
+    if not total:
         return {"too_little": "forecasts are off (seeds: 0)"}
     drift, noise = drift_and_noise(steps)
-    total = max(1, int(facts["days"] * 86400 / facts["cadence"]))
     blocks = min(total, FORECAST_BLOCKS)
     k = total / blocks
     seconds = k * facts["cadence"]
     effects = lever_effects(facts["levers"], drift)
     low, high = facts["range"] or (None, None)
     rng = random.Random(seed)
-    ends, spreads = [], []          # each path's end, held to the range; and where it would be if not held
+    ends, spreads = [], []  # each path's end, held to the range; and where it would be if not held
     for _ in range(facts["seeds"]):
         value = history[-1] if history else 0.0
         if facts.get("first") in effects:
@@ -3847,18 +3874,20 @@ def forecast_paths(facts, seed=0):
         unheld = value
         allowance = {name: 0.0 for name in effects}
         for block in range(blocks):
-            n = int((block + 1) * k) - int(block * k)       # the blocks' steps add up to the horizon exactly
-            move = sum(rng.choice(steps) for _ in range(n)) if n <= 8 else rng.gauss(n * drift, noise * n ** 0.5)
+            n = int((block + 1) * k) - int(block * k)  # adding up to the horizon exactly
+            if n <= 8:
+                move = sum(rng.choice(steps) for _ in range(n))
+            else:
+                move = rng.gauss(n * drift, noise * n ** 0.5)
             value, unheld = value + move, unheld + move
             for way, bound, lever in facts["sides"]:
                 if lever not in effects:
                     continue
-                count, period = facts["levers"][lever]["cap"]
-                allowance[lever] = min(count, allowance[lever] + count * seconds / period)
-                while allowance[lever] >= 1 and (value > bound if way == "above" else value < bound):
+                allowance[lever] = cap_allowance(facts, lever, allowance[lever], seconds)
+                while allowance[lever] >= 1 and crossed(way, bound, value):
                     effect = rng.choice(effects[lever])
                     if (effect >= 0) == (way == "above"):
-                        break                   # this lever does not bring the metric back: it is not run
+                        break  # this lever does not bring the metric back: it is not run
                     value, unheld = value + effect, unheld + effect
                     allowance[lever] -= 1
             if low is not None:
@@ -3867,27 +3896,47 @@ def forecast_paths(facts, seed=0):
         spreads.append(unheld)
     ends.sort()
     spreads.sort()
-    p10, median, p90 = quantile(ends, 0.1), quantile(ends, 0.5), quantile(ends, 0.9)
     width = quantile(spreads, 0.9) - quantile(spreads, 0.1)
     span = (high - low) if low is not None else 10 * (max(history) - min(history) if history else 0)
     if width > span:
-        return {"too_little": f"{TOO_LITTLE}: its 80% interval ({format_number(round(width, 2))} wide) is wider than "
-                              + ("the metric's range" if low is not None else "ten times the span of the history")}
+        return {"too_little": f"{TOO_LITTLE}: its 80% interval "
+                              f"({format_number(round(width, 2))} wide) is wider than "
+                              + ("the metric's range" if low is not None
+                                 else "ten times the span of the history")}
     idle = sorted({lever for _, _, lever in facts["sides"] if lever not in effects})
-    return {"median": median, "p10": p10, "p90": p90, "days": facts["days"], "seeds": facts["seeds"],
-            "decimals": decimals_of(history), "assumes_idle": idle}
+    return dict(forecast_result(facts, ends, facts["days"]), assumes_idle=idle)
+
+
+def forecast_steps(facts):
+    """Return the report steps to a forecast's horizon, or 0 when forecasts are off."""
+    if facts["seeds"] < 1 or facts["days"] <= 0:
+        return 0
+    return max(1, int(facts["days"] * 86400 / facts["cadence"]))
+
+
+def cap_allowance(facts, lever, allowance, seconds):
+    """Return a lever's runs allowed after `seconds` more of its cap, at most its count."""
+    count, period = facts["levers"][lever]["cap"]
+    return min(count, allowance + count * seconds / period)
+
+
+def forecast_result(facts, ends, days):
+    """Return a forecast's figures from its paths' sorted ends."""
+    median, p10, p90 = spread(ends)
+    return {"median": median, "p10": p10, "p90": p90, "days": days, "seeds": facts["seeds"],
+            "decimals": decimals_of(facts["history"])}
 
 
 def forecast_text(metric, result):
     """`count 5 (80%: 2 to 9)`, to the readings' precision; or why there is no forecast."""
     if "too_little" in result:
         return result["too_little"]
-    d = result["decimals"]
-    shown = [f"{round(result[k], d) + 0.0:.{d}f}" for k in ("median", "p10", "p90")]
+    shown = shown_spread([result[k] for k in ("median", "p10", "p90")], result["decimals"])
     idle = result.get("assumes_idle")
-    alike = ": every seeded path ends alike" if shown[1] == shown[2] else ""        # no spread in what it has seen yet
+    alike = ": every seeded path ends alike" if shown[1] == shown[2] else ""
     return f"{metric} {shown[0]} (80%: {shown[1]} to {shown[2]}{alike})" + \
-        (f"; assumes {' and '.join(idle)} does nothing (fewer than 3 runs, and no expects: in the mandate)" if idle else "")
+        (f"; assumes {' and '.join(idle)} does nothing (fewer than 3 runs, "
+         f"and no expects: in the mandate)" if idle else "")
 
 
 def describe_forecast(metric, result, days, seeds):
@@ -3898,22 +3947,23 @@ def describe_forecast(metric, result, days, seeds):
 
 
 def forecast_record(state, extra, output, status, ended_by):
-    """Return the forecast record of what the forecast program printed (`output`, bytes): inferred, which shows
-    and never authorizes; its numbers, why there is too little to forecast, or why none was made. `extra`:
-    the days, seeds, why and lever it was asked for."""
+    """Return the forecast record of what the forecast program printed, asked for with `extra`."""
     try:
         result = json.loads(output) if status == 0 else None
     except ValueError:
         result = None
-    record = new_record("forecast", state.name, days=extra["days"], seeds=extra["seeds"], why=extra["why"], **some(lever=extra["lever"]))
-    checked = checked_forecast(result)      # the same checks: too little, or finite numbers to two decimals
+    record = new_record("forecast", state.name, days=extra["days"], seeds=extra["seeds"],
+                        why=extra["why"], **some(lever=extra["lever"]))
+    checked = checked_forecast(result)
+    metric = state.mandate["metric"]
     if checked is not None and "too_little" in checked:
-        record.update(note=checked["too_little"], summary=describe_forecast(state.mandate["metric"], result, 0, 0))
+        record.update(note=checked["too_little"], summary=describe_forecast(metric, result, 0, 0))
     elif checked is not None:
         record.update({k: round(result[k], result["decimals"]) + 0.0 for k in ("median", "p10", "p90")},
-                      summary=describe_forecast(state.mandate["metric"], result, extra["days"], extra["seeds"]))
-        if isinstance(result.get("cut"), str):      # through the world, its calls capped
-            record.update(note=result["cut"][:NOTE_MAX], world=True, summary=record["summary"] + f" ({result['cut'][:200]})")
+                      summary=describe_forecast(metric, result, extra["days"], extra["seeds"]))
+        if isinstance(result.get("cut"), str):  # through the world, its calls capped
+            record.update(note=result["cut"][:NOTE_MAX], world=True,
+                          summary=record["summary"] + f" ({result['cut'][:200]})")
     else:
         why = "it was ended" if ended_by else f"the forecast program ended {describe_status(status)}"
         record.update(note=why, summary=f"forecast not made: {why}")
@@ -3921,12 +3971,11 @@ def forecast_record(state, extra, output, status, ended_by):
 
 
 # ---- world models -----------------------------------------------------------------
-# With `world:` or `calibration:` (WORLD-05), each trusted report brings a one-step prediction of the next
-# report, an inferred record: from the world command's ensemble (open point 38) or from the built-in baseline,
-# which takes the metric's own lever-free steps and the measured effect of a lever run in the round (the same
-# effects the forecast and the capacity check use). The next report resolves it: a trusted one is scored in a
-# measured `calibration.<metric>` record (WORLD-06, WORLD-07); any other, or a gap, drops it unscored. A
-# prediction and a score show and never authorize (WORLD-09); the scores only hold a ranking back (WORLD-08).
+# With `world:` or `calibration:` (WORLD-05), each trusted report brings an inferred prediction of
+# the next, from the world command (open point 38) or the built-in baseline. A trusted next report
+# scores it in a measured `calibration.<metric>` record (WORLD-06, WORLD-07); any other, or a gap,
+# drops it. Predictions and scores never authorize (WORLD-09); the scores only hold a ranking back
+# (WORLD-08).
 
 WORLD_TIMEOUT = 10              # seconds a world step may take (open point 38)
 WORLD_OUTPUT_MAX = 64 * 1024    # bytes a world step may print (WORLD-02)
@@ -3937,13 +3986,12 @@ BAR_LEAST = 5                   # scores needed before a ranking may run (WORLD-
 
 
 def predicts(mandate):
-    """Whether a venture's reports bring predictions: it names a world, or a calibration bar (WORLD-05)."""
+    """Whether a venture's reports bring predictions: a world or a calibration bar (WORLD-05)."""
     return mandate is not None and (mandate["world"] is not None or mandate["calibration"] is not None)
 
 
 def prediction_due(state, report_seq, stopping):
-    """Whether report #report_seq brings a prediction (WORLD-05): the venture predicts, is not paused, avsmd is
-    not stopping, and the report is its last and trusted."""
+    """Whether report #report_seq, the last and trusted, brings a prediction (WORLD-05)."""
     report = state.last_report
     return predicts(state.mandate) and not state.paused and not stopping and report is not None \
         and report[0] == report_seq and report[2].get("status") == "trusted"
@@ -3956,13 +4004,11 @@ def calibration_kind(mandate):
 
 
 def fold_world(state, seq, at, record, previous):
-    """A report feeds the world's input and resolves or drops the open prediction; the world's own records
-    say whether its steps fail (once per stretch) and what was predicted and scored."""
+    """Fold a report (the world's input, resolving or dropping the prediction) or a world record."""
     kind = record["kind"]
     if kind == "report":
         if record.get("status") == "trusted" and state.mandate is not None and state.mandate["world"]:
-            # kept only while a world command is in force (its only reader): a thousand ventures without one
-            # would hold 18 MiB of them; a restart folds them as they were kept
+            # kept only under a world command, their only reader (1,000 ventures: 18 MiB)
             state.world_reports.append((seq, at, record["value"]))
             del state.world_reports[:-HISTORY]
         p = state.prediction
@@ -3971,11 +4017,11 @@ def fold_world(state, seq, at, record, previous):
             gap = previous is None or previous[0] != p[1].get("report") or \
                 (cadence is not None and at - previous[1] > 2 * cadence + 1)
             if gap or record.get("status") != "trusted":
-                state.prediction = None         # a gap or a report not trusted resolves nothing (dropped)
+                state.prediction = None  # dropped
             else:
                 state.prediction = (p[0], dict(p[1], resolves=seq))
         elif p is not None:
-            state.prediction = None             # its resolving report came and went unscored
+            state.prediction = None  # its resolving report came and went unscored
     elif kind == "prediction":
         state.prediction = (seq, record)
         state.world_failing = False
@@ -3989,17 +4035,17 @@ def fold_world(state, seq, at, record, previous):
 
 
 def crps_ensemble(members, y):
-    """The ensemble CRPS: E|X - y| - E|X - X'| / 2, X and X' drawn from the members (a point: |x - y|)."""
+    """The ensemble CRPS: E|X - y| - E|X - X'| / 2, X and X' drawn from the members."""
     xs = sorted(members)
     n = len(xs)
     near = sum(abs(x - y) for x in xs) / n
-    spread = 2 * sum((2 * i - n + 1) * x for i, x in enumerate(xs)) / (n * n)     # E|X - X'| of sorted members
-    return near - spread / 2
+    apart = 2 * sum((2 * i - n + 1) * x for i, x in enumerate(xs)) / (n * n)  # E|X - X'|, sorted
+    return near - apart / 2
 
 
 def rolling_scores(scores):
-    """(skill, coverage) over `scores` [(crps, persistence crps, covered)]: skill 1 - sum CRPS / sum of
-    persistence's (None when persistence never missed), coverage the share inside the 80% interval."""
+    """(skill, coverage) over `scores` [(crps, persistence crps, covered)]: skill against
+    persistence (None when it never missed), and the share inside the 80% interval."""
     if not scores:
         return None, None
     base = sum(b for _, b, _ in scores)
@@ -4016,8 +4062,8 @@ def kept_members(members):
 
 
 def lever_effects(levers, drift):
-    """Each lever's effect per run, net of the drift: its measured steps once it has three, else its
-    `expects` size (EFFECT-17); a lever with neither has none. Forecasts, predictions and the capacity check."""
+    """Each lever's effects per run, net of the drift: its measured steps once it has three,
+    else its `expects` size (EFFECT-17)."""
     effects = {}
     for name, lever in levers.items():
         if len(lever["steps"]) >= 3:
@@ -4029,8 +4075,7 @@ def lever_effects(levers, drift):
 
 
 def baseline_members(state, lever=None):
-    """The built-in baseline's one-step ensemble from the last trusted report (WORLD-04): the report plus each
-    lever-free step, plus the effect of `lever` when one ran in the round; None with fewer than 3 steps."""
+    """The baseline's one-step ensemble from the last trusted report (WORLD-04), or None."""
     steps = state.free_steps
     if len(steps) < 3 or state.level is None:
         return None
@@ -4043,28 +4088,28 @@ def baseline_members(state, lever=None):
 
 
 def prediction_record(state, report_seq, members, lever=None, guards=None, world=False):
-    """The inferred `prediction` record of the report after #report_seq: the ensemble's median, 10th and
-    90th percentiles, and with a world's guards the chance each reads past its bound (WORLD-05)."""
+    """The inferred `prediction` record of the report after #report_seq (WORLD-05)."""
     xs = kept_members(members)
-    p10, median, p90 = quantile(xs, 0.1), quantile(xs, 0.5), quantile(xs, 0.9)
-    d = decimals_of([v for _, v in state.trusted[-20:]])
-    shown = [f"{round(v, d) + 0.0:.{d}f}" for v in (median, p10, p90)]
-    record = new_record("prediction", state.name, report=report_seq, value=state.level[1] if state.level else None, members=xs,
-                        median=round(median, 9) + 0.0, p10=round(p10, 9) + 0.0, p90=round(p90, 9) + 0.0,
-                        source="world" if world else "baseline", lever=lever,
-                        summary=f"next {state.mandate['metric']}: {shown[0]} (80%: {shown[1]} to {shown[2]}) from report "
+    median, p10, p90 = spread(xs)
+    shown = shown_spread((median, p10, p90), decimals_of([v for _, v in state.trusted[-20:]]))
+    record = new_record("prediction", state.name, report=report_seq,
+                        value=state.level[1] if state.level else None, members=xs,
+                        median=round(median, 9) + 0.0, p10=round(p10, 9) + 0.0,
+                        p90=round(p90, 9) + 0.0, source="world" if world else "baseline",
+                        lever=lever,
+                        summary=f"next {state.mandate['metric']}: {shown[0]} "
+                                f"(80%: {shown[1]} to {shown[2]}) from report "
                                 f"#{report_seq}, by the {'world command' if world else 'baseline'}"
                                 + (f" with {lever} run" if lever else ""))
     if guards:
         record["guards"] = guards
-        record["summary"] += "; " + ", ".join(f"guard {g} past its bound {round(100 * p)}%" for g, p in sorted(guards.items()))
+        record["summary"] += "; " + ", ".join(f"guard {g} past its bound {round(100 * p)}%"
+                                              for g, p in sorted(guards.items()))
     return record
 
 
 def calibration_rule(state):
-    """Yield the score of the prediction the round's trusted report resolves (WORLD-06, WORLD-07): CRPS, its
-    skill against persistence, Brier for the guards it gave chances for, and whether the report fell in the
-    80% interval, with the rolling figures over the last ROLLING scores."""
+    """Yield the score of the prediction the round's report resolves (WORLD-06, WORLD-07)."""
     if state.prediction is None or not state.prediction[1].get("resolves") or state.mandate is None:
         return
     pseq, pred = state.prediction
@@ -4079,17 +4124,19 @@ def calibration_rule(state):
     events = []
     for name, chance in (pred.get("guards") or {}).items():
         info = state.guards.get(name)
-        if info and info["last"] and info["last"][0] > pred["report"] and info["last"][2] == "trusted":
+        if info and info["last"] and info["last"][0] > pred["report"] \
+                and info["last"][2] == "trusted":
             events.append((chance - (1 if info["past"] else 0)) ** 2)
     brier = sum(events) / len(events) if events else None
     rolling = state.scores[-(ROLLING - 1):] + [(crps, base, covered)]
     r_skill, r_coverage = rolling_scores(rolling)
-    r = lambda v: None if v is None else round(v, 6) + 0.0       # noqa: E731  six places: a record a person reads
-    record = new_record(calibration_kind(state.mandate), state.name, prediction=pseq, report=report_seq, crps=r(crps),
-                        persistence=r(base), skill=r(skill), brier=r(brier), coverage=covered, rolling_skill=r(r_skill),
+    r = lambda v: None if v is None else round(v, 6) + 0.0  # noqa: E731  six places: a person reads
+    record = new_record(calibration_kind(state.mandate), state.name, prediction=pseq,
+                        report=report_seq, crps=r(crps), persistence=r(base), skill=r(skill),
+                        brier=r(brier), coverage=covered, rolling_skill=r(r_skill),
                         rolling_coverage=r(r_coverage), rolling=len(rolling))
-    record["summary"] = (f"prediction #{pseq} scored on report #{report_seq}: crps {format_number(r(crps))}, skill "
-                         f"{'-' if skill is None else format_number(round(skill, 3))}, "
+    record["summary"] = (f"prediction #{pseq} scored on report #{report_seq}: "
+                         f"crps {format_number(r(crps))}, skill {shown_skill(skill)}, "
                          f"{'inside' if covered else 'outside'} its 80% interval"
                          + (f", brier {format_number(round(brier, 3))}" if brier is not None else "")
                          + f"; last {len(rolling)}: {describe_rolling(r_skill, r_coverage)}")
@@ -4098,14 +4145,17 @@ def calibration_rule(state):
 
 def describe_rolling(skill, coverage):
     """`skill 0.42, coverage 80%`."""
-    return (f"skill {'-' if skill is None else format_number(round(skill, 3))}, "
+    return (f"skill {shown_skill(skill)}, "
             f"coverage {'-' if coverage is None else format_number(round(100 * coverage))}%")
 
 
+def shown_skill(skill):
+    return "-" if skill is None else format_number(round(skill, 3))
+
+
 def read_world_output(text, mandate):
-    """Return ({"state", "metric", "guards"}, None) from a world step's standard output, or (None, why) for a
-    failed step (open point 38): one JSON object whose metric is a finite number. Every other key is dropped,
-    and so is a guard the mandate does not name or whose reading is not a finite number (WORLD-03)."""
+    """Return ({"state", "metric", "guards"}, None) from a world step's standard output, or
+    (None, why) (open point 38); a guard the mandate does not name is dropped (WORLD-03)."""
     try:
         out = json.loads(text, parse_constant=refuse_constant)
     except (ValueError, RecursionError) as err:
@@ -4117,14 +4167,13 @@ def read_world_output(text, mandate):
         return None, f"its metric is not a finite number: {json.dumps(metric)[:60]}"
     named = {g["name"] for g in mandate["guards"]}
     guards = out.get("guards") if isinstance(out.get("guards"), dict) else {}
-    kept = {k: v for k, v in guards.items() if k in named and type(v) in (int, float) and abs(v) < float("inf")}
+    kept = {k: v for k, v in guards.items()
+            if k in named and type(v) in (int, float) and abs(v) < float("inf")}
     return {"state": out.get("state"), "metric": float(metric), "guards": kept}, None
 
 
 def world_step_result(mandate, oversized, ended_by, status, out, err):
-    """Return (its output, None) of one world step that ended, or (None, why it failed) (open point 38): over
-    WORLD_OUTPUT_MAX, past WORLD_TIMEOUT, ended or exiting non-zero (with the tail of its standard error), or
-    printing what does not hold. `out`, `err`: what it printed."""
+    """Return (its output, None) of one world step that ended, or (None, why it failed)."""
     if oversized:
         return None, f"it printed more than {WORLD_OUTPUT_MAX // 1024} KiB"
     if ended_by == "timeout":
@@ -4136,53 +4185,52 @@ def world_step_result(mandate, oversized, ended_by, status, out, err):
 
 
 def world_input(state, lever, seed, now):
-    """The world command's standard input (open point 38): its last state, the lever imagined, a seed, the
-    time, the last HISTORY trusted reports as stored (never an implausible or failed one), and what a
-    forecast's path has imagined so far (none here: this step is from the measured report)."""
+    """The world command's standard input (open point 38), stepping from the measured report."""
     return {"state": state.world_state, "lever": lever, "seed": seed, "time": int(now),
-            "reports": [{"seq": s, "at": a, "value": v} for s, a, v in state.world_reports], "imagined": []}
+            "reports": [{"seq": s, "at": a, "value": v} for s, a, v in state.world_reports],
+            "imagined": []}
 
 
 def world_rule(state, report_seq, lever, outputs, failure):
-    """Yield what an ensemble of world steps from report #report_seq calls for: its prediction, or a failed
-    step recorded once per stretch (none while the last world record failed too). A prediction whose report
-    is no longer the last one could never be resolved, and is not written."""
+    """Yield the prediction of world steps from report #report_seq, or a failed step recorded
+    once per stretch."""
     if failure is not None:
         if not state.world_failing:
-            yield Write(new_record("world", state.name, ok=False, report=report_seq, note=failure[:NOTE_MAX],
-                                   summary=f"world step failed: {failure[:200]}; no prediction (recorded once until a step succeeds)"))
+            yield Write(new_record("world", state.name, ok=False, report=report_seq,
+                                   note=failure[:NOTE_MAX],
+                                   summary=f"world step failed: {failure[:200]}; no prediction "
+                                           f"(recorded once until a step succeeds)"))
         return
     if state.last_report is None or state.last_report[0] != report_seq or not outputs:
-        return
+        return  # a report no longer the last could never resolve it
     chances = {}
     for guard in state.mandate["guards"]:
         seen = [o["guards"][guard["name"]] for o in outputs if guard["name"] in o["guards"]]
         if seen and guard.get("bound") is not None:
-            chances[guard["name"]] = round(sum(1 for v in seen if crossed(guard["side"], guard["bound"], v)) / len(seen), 6)
-    yield Write(prediction_record(state, report_seq, [o["metric"] for o in outputs], lever, chances, world=True))
+            past = sum(1 for v in seen if crossed(guard["side"], guard["bound"], v))
+            chances[guard["name"]] = round(past / len(seen), 6)
+    yield Write(prediction_record(state, report_seq, [o["metric"] for o in outputs], lever, chances,
+                                  world=True))
 
 
-WORLD_FORECAST_CALLS = 400      # world steps a forecast makes at most (seeds x steps); past it the horizon is cut
+WORLD_FORECAST_CALLS = 400  # world steps (seeds x steps) a forecast makes; then the horizon is cut
 
 
 def forecast_world_paths(facts, step, calls=WORLD_FORECAST_CALLS):
-    """Return the forecast of `facts` through the world command (open point 39), as forecast_paths does, or
-    {"too_little": why}. `step(input)` runs one world step and returns (output, None) or (None, why).
+    """Return the forecast of `facts` through the world command (open point 39), as forecast_paths
+    does; `step(input)` returns (output, None) or (None, why).
 
-    Each of `seeds` paths steps the world at the venture's cadence from its last state and the trusted
-    reports, which every step is given as stored, its own imagined values apart in `imagined` (at most
-    HISTORY, the latest last: a world tells measured history from its own simulation); where the controller would run a
-    lever, within its cap, the next step is told that lever. With `facts["first"]` naming a lever, each path's
-    first step is told it (one run now, as the packet shows). Seeds x steps calls are capped at `calls`: past
-    it the horizon is cut, and the result says so in `cut`."""
+    A path's own values stand apart in `imagined`: a world tells measured history from its own
+    simulation. Past `calls` steps in all the horizon is cut, and `cut` says so."""
     cadence, seeds = facts["cadence"], facts["seeds"]
-    if seeds < 1 or facts["days"] <= 0:
+    total = forecast_steps(facts)
+    if not total:
         return {"too_little": "forecasts are off (seeds: 0)"}
-    total = max(1, int(facts["days"] * 86400 / cadence))
     steps = min(total, max(1, calls // seeds))
     ends = []
     for s in range(seeds):
-        state, reports, imagined, at = facts["world_state"], facts["reports"][-HISTORY:], [], facts["time"]
+        state, reports, imagined = facts["world_state"], facts["reports"][-HISTORY:], []
+        at = facts["time"]
         value = reports[-1]["value"] if reports else 0.0
         allowance = {lever: 0.0 for _, _, lever in facts["sides"]}
         lever = facts.get("first")
@@ -4195,16 +4243,13 @@ def forecast_world_paths(facts, step, calls=WORLD_FORECAST_CALLS):
             state, value, lever = out["state"], out["metric"], None
             imagined.append({"at": int(at), "value": value})
             for way, bound, name in facts["sides"]:
-                count, period = facts["levers"][name]["cap"]
-                allowance[name] = min(count, allowance[name] + count * cadence / period)
+                allowance[name] = cap_allowance(facts, name, allowance[name], cadence)
                 if lever is None and crossed(way, bound, value) and allowance[name] >= 1:
                     lever, allowance[name] = name, allowance[name] - 1
         ends.append(value)
     ends.sort()
     days = steps * cadence / 86400
-    result = {"median": quantile(ends, 0.5), "p10": quantile(ends, 0.1), "p90": quantile(ends, 0.9),
-              "days": days if steps < total else facts["days"], "seeds": seeds,
-              "decimals": decimals_of(facts["history"])}
+    result = forecast_result(facts, ends, days if steps < total else facts["days"])
     if steps < total:
         result["cut"] = (f"cut short at {seeds * steps} world steps ({calls} at most): "
                          f"{format_number(float(f'{days:.3g}'))} of {format_number(facts['days'])} days")
@@ -4212,37 +4257,39 @@ def forecast_world_paths(facts, step, calls=WORLD_FORECAST_CALLS):
 
 
 def world_forecast_facts(state, days, seeds, now):
-    """Return forecast_facts, and with `world:` in the mandate what stepping the world starts from: its last
-    state, the trusted reports, the time and the guards it may read (open point 39)."""
+    """Return forecast_facts, with what stepping the world starts from (open point 39)."""
     facts = forecast_facts(state, days, seeds)
     if state.mandate["world"]:
         given = world_input(state, None, 0, now)
         facts.update(reports=given["reports"], time=given["time"], world=state.mandate["world"],
-                     world_state=state.world_state, guards=[g["name"] for g in state.mandate["guards"]])
+                     world_state=state.world_state,
+                     guards=[g["name"] for g in state.mandate["guards"]])
     return facts
 
 
-PACKET_WORLD_CALLS = 160        # world steps a decision packet's forecasts make at most, all together: a decision waits on them
+PACKET_WORLD_CALLS = 160  # world steps a decision packet's forecasts make in all: a decision waits
 
 
 def packet_world_forecast(facts, step):
-    """Return the decision packet's forecasts through the world (issue 11 item 6): {"nothing": result, "levers":
-    {name: result}}, doing nothing and one run now of each permitted lever, with no controller (as the
-    baseline's packet forecast), their world steps sharing PACKET_WORLD_CALLS; a cut one says so in `cut`."""
+    """Return the decision packet's forecasts through the world (issue 11 item 6): {"nothing",
+    "levers": {name}}, one run now of each lever and no controller."""
     calls = max(1, PACKET_WORLD_CALLS // (1 + len(facts["levers"])))
     free = dict(facts, sides=[])
     return {"nothing": forecast_world_paths(free, step, calls),
-            "levers": {name: forecast_world_paths(dict(free, first=name), step, calls) for name in facts["levers"]}}
+            "levers": {name: forecast_world_paths(dict(free, first=name), step, calls)
+                       for name in facts["levers"]}}
 
 
 def checked_forecast(result):
-    """Return a forecast program's result when it holds (numbers, finite, at most two decimals, or why there is
-    none), else None: the warden hands on nothing it did not check."""
+    """Return a forecast program's result when it holds, else None: the warden hands on nothing
+    it did not check."""
     if isinstance(result, dict) and isinstance(result.get("too_little"), str):
         return {"too_little": result["too_little"][:NOTE_MAX]}
     if isinstance(result, dict) and result.get("decimals") in (0, 1, 2) and \
-            all(type(result.get(k)) in (int, float) and abs(result[k]) < float("inf") for k in ("median", "p10", "p90")):
-        kept = {k: result[k] for k in ("median", "p10", "p90", "decimals", "days", "seeds") if k in result}
+            all(type(result.get(k)) in (int, float) and abs(result[k]) < float("inf")
+                for k in ("median", "p10", "p90")):
+        kept = {k: result[k] for k in ("median", "p10", "p90", "decimals", "days", "seeds")
+                if k in result}
         if isinstance(result.get("cut"), str):
             kept["cut"] = result["cut"][:NOTE_MAX]
         return kept
@@ -4250,32 +4297,32 @@ def checked_forecast(result):
 
 
 def packet_world_made(result, why_not):
-    """Return the packet forecast's `made` from the forecast program's output (packet_world_forecast), each
-    forecast checked; or, when there is none (`why_not`, or output that does not hold), why not."""
+    """Return the packet forecast's `made` from packet_world_forecast's output, each forecast
+    checked; or why there is none."""
     if why_not is None and isinstance(result, dict) and isinstance(result.get("levers"), dict):
         nothing = checked_forecast(result.get("nothing"))
         levers = {name: checked_forecast(r) for name, r in result["levers"].items()}
         if nothing is not None and None not in levers.values():
             return {"nothing": nothing, "levers": levers}
-        why_not = "its output does not hold"
-    return {"nothing": {"too_little": f"the forecast through the world was not made: {why_not or 'its output does not hold'}"},
+    why_not = why_not or "its output does not hold"
+    return {"nothing": {"too_little": f"the forecast through the world was not made: {why_not}"},
             "levers": {}}
 
 
 def calibration_bar(state):
-    """Return (whether a ranking may go to the gate, why) under the mandate's `calibration:` bar (WORLD-08,
-    open point 37): fewer than BAR_LEAST scores, or a rolling skill below the bar, hold it back."""
+    """Return (whether a ranking may go to the gate, why) under the `calibration:` bar (WORLD-08,
+    open point 37)."""
     bar = state.mandate["calibration"]
     if bar is None:
         return True, "the mandate sets no calibration: bar"
     skill, _ = rolling_scores(state.scores)
     n = len(state.scores)
     if n < BAR_LEAST:
-        return False, f"only {n} prediction(s) scored, {BAR_LEAST} needed (calibration: {format_number(bar)})"
-    shown = "-" if skill is None else format_number(round(skill, 3))
-    if skill is None or skill < bar:
-        return False, f"rolling skill {shown} over the last {n} is below the calibration bar {format_number(bar)}"
-    return True, f"rolling skill {shown} over the last {n} meets the calibration bar {format_number(bar)}"
+        return False, (f"only {n} prediction(s) scored, {BAR_LEAST} needed "
+                       f"(calibration: {format_number(bar)})")
+    held = skill is None or skill < bar
+    return not held, (f"rolling skill {shown_skill(skill)} over the last {n} "
+                      f"{'is below' if held else 'meets'} the calibration bar {format_number(bar)}")
 
 
 def is_ranking(choices):
@@ -4284,9 +4331,8 @@ def is_ranking(choices):
 
 
 def capacity_check(state, days):
-    """Return (verdict, short per day, why): can the permitted levers, within their caps, hold the metric inside
-    the controller's bounds over `days` against its drift (open point 9, EFFECT-17)? verdict: enough, short
-    or not known (why: no drift yet, a lever with no effect, no bound to hold)."""
+    """Return (enough, short or not known; short per day; why): can the levers, within their caps,
+    hold the metric inside its bounds over `days` against its drift (open point 9)?"""
     m = state.mandate
     sides = controller_sides(m)
     if not sides:
@@ -4300,15 +4346,17 @@ def capacity_check(state, days):
     level = state.level[1] if state.level else 0.0
     short = 0.0
     for _, way, bound, lever in sides:
-        push = (drift if way == "above" else -drift) * per_day       # how fast the drift carries it toward the bound
+        push = (drift if way == "above" else -drift) * per_day  # toward the bound
         room = (bound - level) if way == "above" else (level - bound)
         if push <= 0 or push * days < room:
-            continue                        # the drift never takes it past this bound within the horizon
+            continue
         effect = effects.get(lever)
         pull = (-1 if way == "above" else 1) * sum(effect) / len(effect) if effect else 0.0
+        if not effect:
+            return "not known", None, (f"{lever} has no effect yet: "
+                                       f"no three measured runs, no expects size")
         if pull <= 0:
-            return "not known", None, f"{lever} has no effect yet: no three measured runs, no expects size" \
-                if not effect else f"{lever} has no effect that brings the metric back"
+            return "not known", None, f"{lever} has no effect that brings the metric back"
         count, period = m["levers"][lever]["cap"]
         short = max(short, push - count * 86400 / period * pull)
     return ("enough", None, "") if short <= 0 else ("short", short, "")
@@ -4318,7 +4366,8 @@ def describe_capacity(result):
     """`capacity: enough`, `capacity: short by 12/day` or `capacity: not known (why)`."""
     verdict, short, why = result
     if verdict == "short":
-        return f"capacity: short by {format_number(round(short, 2) if abs(short) >= 1 else float(f'{short:.3g}'))}/day"
+        shown = round(short, 2) if abs(short) >= 1 else float(f'{short:.3g}')
+        return f"capacity: short by {format_number(shown)}/day"
     return "capacity: enough" if verdict == "enough" else f"capacity: not known ({why})"
 
 
@@ -6263,8 +6312,8 @@ def describe_status(status):
 ANTHROPIC_URL = "https://api.anthropic.com/v1/messages"
 BACKEND_TIMEOUT = 120        # seconds for one decision's call, retries included (open point 44)
 BACKEND_TRIES = 4            # a busy or failing provider is tried again, after 1, 2, 4 s (or what it asks)
-RETRY_STATUSES = (408, 409, 429)   # and every 5xx, 529 (overloaded) included: the statuses the providers' SDKs retry
-USAGE_MAX = 24               # token counts of a call's usage kept at most
+RETRY_STATUSES = (408, 409, 429)  # and every 5xx: the statuses the providers' SDKs retry
+USAGE_MAX = 24  # token counts of a call's usage kept at most
 
 
 def read_keys(home):
@@ -6279,7 +6328,8 @@ def read_keys(home):
     if not stat.S_ISREG(st.st_mode):
         raise Fail(EX_CONFIG, f"{path} is not a regular file; keys is a file of NAME=value lines (mode 600)")
     if st.st_mode & 0o077:
-        raise Fail(EX_CONFIG, f"{path} may be read by others than you, so the warden will not read it; chmod 600 {path}")
+        raise Fail(EX_CONFIG, f"{path} may be read by others than you, "
+                              f"so the warden will not read it; chmod 600 {path}")
     keys = {}
     try:
         with open(path, "rb") as fh:
@@ -6297,32 +6347,34 @@ def read_keys(home):
 
 def backend_request(backend, system, user, key):
     """Return (url, headers, body) of one call in the provider's wire format."""
+    headers = {"content-type": "application/json"}
+    effort = backend.get("effort")
     if backend["kind"] == "anthropic":
-        headers = {"content-type": "application/json", "anthropic-version": backend["version"], "x-api-key": key or ""}
+        headers.update({"anthropic-version": backend["version"], "x-api-key": key or ""})
         body = {"model": backend["model"], "max_tokens": backend["max_tokens"], "system": system,
                 "messages": [{"role": "user", "content": user}]}
-        if backend.get("effort"):
-            body["output_config"] = {"effort": backend["effort"]}
+        if effort:
+            body["output_config"] = {"effort": effort}
         return backend.get("url") or ANTHROPIC_URL, headers, body
-    headers = {"content-type": "application/json"}
     if key:
         headers["authorization"] = f"Bearer {key}"
-    if backend.get("api") == "responses":     # stored nowhere by the provider; the ledger keeps what counts
+    if backend.get("api") == "responses":  # stored nowhere: the ledger keeps what counts
         body = {"model": backend["model"], "instructions": system, "input": user, "store": False}
-        body.update({"max_output_tokens": backend["max_tokens"]} if backend.get("max_tokens") else {},
-                    **{"reasoning": {"effort": backend["effort"]}} if backend.get("effort") else {})
-        return backend["url"], headers, body
-    body = {"model": backend["model"], "messages": [{"role": "system", "content": system}, {"role": "user", "content": user}]}
-    body.update({"max_tokens": backend["max_tokens"]} if backend.get("max_tokens") else {},
-                **{"reasoning_effort": backend["effort"]} if backend.get("effort") else {})
+        tokens, reasoning = "max_output_tokens", {"reasoning": {"effort": effort}}
+    else:
+        body = {"model": backend["model"], "messages": [{"role": "system", "content": system},
+                                                        {"role": "user", "content": user}]}
+        tokens, reasoning = "max_tokens", {"reasoning_effort": effort}
+    if backend.get("max_tokens"):
+        body[tokens] = backend["max_tokens"]
+    if effort:
+        body.update(reasoning)
     return backend["url"], headers, body
 
 
 def read_response(backend, body, sent):
-    """Return what a provider's response body says: {"text": the complete answer} or {"why": why there is
-    none}, with the "stop" and "usage" it reports, and "declined" ({"text", "category"}) when the model refused.
-    `sent` is the size in bytes of the request it answers. Only a complete answer counts (read_anthropic,
-    read_openai, read_responses); thinking, tool use and reasoning are never the answer."""
+    """Return {"text": the complete answer} or {"why": why none} of a provider's response body,
+    with its "stop", "usage" and "declined"; `sent`: the request's bytes."""
     try:
         data = json.loads(body)
     except (ValueError, RecursionError):
@@ -6339,33 +6391,40 @@ def read_anthropic(data, max_tokens, sent):
     stop = data.get("stop_reason")
     facts = {"stop": provider_word(stop), "usage": kept_usage(data.get("usage"))}
     text = "".join(block["text"] for block in data["content"]
-                   if isinstance(block, dict) and block.get("type") == "text" and isinstance(block.get("text"), str))
+                   if isinstance(block, dict) and block.get("type") == "text"
+                   and isinstance(block.get("text"), str))
     if stop in ("end_turn", "stop_sequence"):
         return dict(facts, text=text)
     if stop == "refusal":
         details = data.get("stop_details") if isinstance(data.get("stop_details"), dict) else {}
-        explanation = details.get("explanation") if isinstance(details.get("explanation"), str) else None
-        return dict(facts, **declined(explanation or text, details.get("category"), "stop_reason refusal"))
+        explanation = details.get("explanation")
+        explanation = explanation if isinstance(explanation, str) else None
+        return dict(facts, **declined(explanation or text, details.get("category"),
+                                      "stop_reason refusal"))
     if stop == "max_tokens":
         return dict(facts, why=f"the reply was cut off at the token limit (max_tokens {max_tokens})")
     if stop == "model_context_window_exceeded":
-        return dict(facts, why=f"the packet was too long for the model: its {sent} bytes and the reply passed the "
-                               "model's context window (stop_reason model_context_window_exceeded)", packet_bytes=sent)
+        return dict(facts, why=f"the packet was too long for the model: its {sent} bytes "
+                               "and the reply passed the model's context window "
+                               "(stop_reason model_context_window_exceeded)", packet_bytes=sent)
     if stop == "tool_use":
-        return dict(facts, why="the model stopped to use a tool (stop_reason tool_use); avsm offers none, so there is no answer")
+        return dict(facts, why="the model stopped to use a tool (stop_reason tool_use); "
+                               "avsm offers none, so there is no answer")
     if stop == "pause_turn":
         return dict(facts, why="the model paused its turn (stop_reason pause_turn) before it answered")
-    return dict(facts, why=f"stop_reason {json.dumps(stop)[:60]} is not end_turn or stop_sequence: not a complete answer")
+    return dict(facts, why=f"stop_reason {json.dumps(stop)[:60]} is not end_turn or stop_sequence: "
+                           f"not a complete answer")
 
 
 def read_openai(data, max_tokens):
-    """The chat completion's answer: the content of its one choice, finished with finish_reason stop."""
+    """The chat completion's answer: its one choice's content, with finish_reason stop."""
     choices = data.get("choices") if isinstance(data, dict) else None
     if not isinstance(choices, list) or not choices:
         return {"why": "the response has no choices[0].message"}
     facts = {"usage": kept_usage(data.get("usage"))}
     if len(choices) > 1:
-        return dict(facts, why=f"the response holds {len(choices)} choices; avsm asks for one, and would not guess which counts")
+        return dict(facts, why=f"the response holds {len(choices)} choices; avsm asks for one, "
+                               f"and would not guess which counts")
     choice = choices[0]
     if not isinstance(choice, dict) or not isinstance(choice.get("message"), dict):
         return dict(facts, why="the response has no choices[0].message")
@@ -6382,7 +6441,8 @@ def read_openai(data, max_tokens):
         limit = f"max_tokens {max_tokens}" if max_tokens else "the server's own; max_tokens: is not set"
         return dict(facts, why=f"the reply was cut off at the token limit ({limit})")
     if finish in ("tool_calls", "function_call"):
-        return dict(facts, why=f"the model stopped to call a tool (finish_reason {finish}); avsm offers none, so there is no answer")
+        return dict(facts, why=f"the model stopped to call a tool (finish_reason {finish}); "
+                               f"avsm offers none, so there is no answer")
     if finish != "stop":
         return dict(facts, why=f"finish_reason {json.dumps(finish)[:60]} is not stop: not a complete answer")
     if not isinstance(message.get("content"), str):
@@ -6391,48 +6451,64 @@ def read_openai(data, max_tokens):
 
 
 def read_responses(data, max_tokens):
-    """The Responses API's answer: the output_text parts, in order, of the one message of a completed response."""
-    if not isinstance(data, dict) or data.get("object") != "response" or not isinstance(data.get("output"), list):
-        return {"why": "the response is not a Responses API response (object response, with an output list)"}
+    """The Responses API's answer: the output_text parts of a completed response's one message."""
+    if not isinstance(data, dict) or data.get("object") != "response" \
+            or not isinstance(data.get("output"), list):
+        return {"why": "the response is not a Responses API response "
+                       "(object response, with an output list)"}
     status = data.get("status")
     facts = {"stop": provider_word(status), "usage": kept_usage(data.get("usage"))}
-    error, incomplete = (data.get(k) if isinstance(data.get(k), dict) else {} for k in ("error", "incomplete_details"))
+    error, incomplete = (data.get(k) if isinstance(data.get(k), dict) else {}
+                         for k in ("error", "incomplete_details"))
     limit = f"max_output_tokens {max_tokens}" if max_tokens else "the server's own; max_tokens: is not set"
     if status == "failed":
+        said = "no message"
+        if isinstance(error.get("message"), str):
+            said = error["message"][:TEXT_MAX]
         return dict(facts, why=f"the response failed: {provider_word(error.get('code')) or 'no code'}: "
-                               + (error["message"][:TEXT_MAX] if isinstance(error.get("message"), str) else "no message"))
+                               + said)
     if status == "incomplete":
         reason = provider_word(incomplete.get("reason"))
         if reason == "content_filter":      # declined, as Chat Completions' content_filter is
             return dict(facts, **declined(None, None, "incomplete_details.reason content_filter"))
-        return dict(facts, why=f"the reply was cut off at the token limit ({limit})" if reason == "max_output_tokens"
-                    else f"the response is incomplete (incomplete_details.reason {reason or 'not given'})")
+        if reason == "max_output_tokens":
+            return dict(facts, why=f"the reply was cut off at the token limit ({limit})")
+        return dict(facts, why=f"the response is incomplete "
+                               f"(incomplete_details.reason {reason or 'not given'})")
     if status != "completed":
         return dict(facts, why=f"status {json.dumps(status)[:60]} is not completed: not a complete answer")
-    items = [item for item in data["output"] if not (isinstance(item, dict) and item.get("type") == "reasoning")]
+    items = [item for item in data["output"]
+             if not (isinstance(item, dict) and item.get("type") == "reasoning")]
     kinds = [item.get("type") if isinstance(item, dict) else None for item in items]
     if kinds != ["message"]:
         named = ", ".join(json.dumps(k)[:40] for k in kinds[:4]) or "empty"
-        return dict(facts, why=f"the output is {named} (reasoning aside), not one message: avsm offers no tools "
-                               "and would not guess which counts, so there is no answer")
+        return dict(facts, why=f"the output is {named} (reasoning aside), not one message: "
+                               "avsm offers no tools and would not guess which counts, "
+                               "so there is no answer")
     message, parts = items[0], items[0].get("content")
     if message.get("status") not in (None, "completed"):
-        return dict(facts, why=f"the response says completed but its message is {json.dumps(message['status'])[:40]}"
-                               + (f": cut off at the token limit ({limit})" if message["status"] == "incomplete" else ""))
+        cut = f": cut off at the token limit ({limit})" if message["status"] == "incomplete" else ""
+        return dict(facts, why=f"the response says completed but its message is "
+                               f"{json.dumps(message['status'])[:40]}" + cut)
     if not isinstance(parts, list):
         return dict(facts, why="the message has no content list")
     for part in parts:
         if isinstance(part, dict) and part.get("type") == "refusal":
             return dict(facts, **declined(part.get("refusal"), None, "a refusal content part"))
-    if not all(isinstance(p, dict) and p.get("type") == "output_text" and isinstance(p.get("text"), str) for p in parts):
-        return dict(facts, why="the message holds content that is not output_text, so there is no answer")
+    if not all(isinstance(p, dict) and p.get("type") == "output_text"
+               and isinstance(p.get("text"), str) for p in parts):
+        return dict(facts, why="the message holds content that is not output_text, "
+                               "so there is no answer")
     return dict(facts, text="".join(p["text"] for p in parts))
 
 
 def declined(text, category, where):
-    """Return the facts of a model's refusal: its text and the provider's category, and the words a person reads."""
-    text = re.sub(SURROGATE, "\ufffd", text.strip())[:TEXT_MAX] if isinstance(text, str) and text.strip() else None
-    category = re.sub(SURROGATE, "\ufffd", category.strip())[:80] if isinstance(category, str) and category.strip() else None
+    """Return the facts of a model's refusal: its text and category, and what a person reads."""
+    def kept(value, most):
+        if not isinstance(value, str) or not value.strip():
+            return None
+        return re.sub(SURROGATE, "\ufffd", value.strip())[:most]
+    text, category = kept(text, TEXT_MAX), kept(category, 80)
     if text:
         said = text + (f" (category {category})" if category else "")
     else:
@@ -6446,7 +6522,7 @@ def provider_word(value):
 
 
 def kept_usage(usage):
-    """Return the token counts a response reports (whole numbers, one level of nesting at most), or None."""
+    """Return the token counts a response reports (one level of nesting at most), or None."""
     def counts(d):
         return {k: v for k, v in list(d.items())[:USAGE_MAX]
                 if re.fullmatch(r"[a-z0-9_]{1,64}", k) and type(v) is int and 0 <= v < 2 ** 53}
@@ -6460,7 +6536,7 @@ def kept_usage(usage):
 
 
 def error_text(body):
-    """Return the message of a provider's error body ({"error": {"message": ...}} in both formats)."""
+    """Return the message of a provider's error body ({"error": {"message": ...}})."""
     try:
         error = json.loads(body).get("error", {})
         return f"{error.get('type', '')}: {error.get('message', '')}".strip(": ")
@@ -6469,8 +6545,8 @@ def error_text(body):
 
 
 def retry_wait(headers, now, default):
-    """Return the seconds a provider asks to wait before the next try: retry-after-ms, else retry-after as
-    seconds or as an HTTP date (`now` is the unix time to count from); `default` when it asks nothing."""
+    """Return the seconds a provider asks to wait before the next try (retry-after-ms, retry-after
+    as seconds or an HTTP date after `now`), or `default`."""
     import email.utils
     ms = headers.get("retry-after-ms", "").strip()
     after = headers.get("retry-after", "").strip()
@@ -6489,10 +6565,8 @@ def retry_wait(headers, now, default):
 
 
 def call_http_backend(backend, system, user, key):
-    """Make one decision's HTTP call, trying a busy or failing provider again within BACKEND_TIMEOUT.
-
-    Return (reply bytes, None, call) or (None, why, call); call holds the provider's request id, the usage
-    and stop it reported, how many tries it took, and "declined" when the model refused."""
+    """Return (reply bytes, None, call) or (None, why, call) of one decision's HTTP call, trying a
+    busy or failing provider again within BACKEND_TIMEOUT."""
     import http.client
     import urllib.error
     import urllib.request
@@ -6509,7 +6583,7 @@ def call_http_backend(backend, system, user, key):
         wait = 2 ** attempt
         try:
             with urllib.request.urlopen(request, timeout=left) as response:
-                call["request_id"] = provider_word(response.headers.get("request-id") or response.headers.get("x-request-id"))
+                call["request_id"] = request_id(response.headers)
                 raw = response.read(REPLY_MAX + 1)
             if len(raw) > REPLY_MAX:
                 return None, f"the response is bigger than {REPLY_MAX // 1024} KiB", call
@@ -6520,7 +6594,7 @@ def call_http_backend(backend, system, user, key):
             return reply["text"].encode(), None, call
         except urllib.error.HTTPError as err:
             answered = err.headers or {}
-            call["request_id"] = provider_word(answered.get("request-id") or answered.get("x-request-id"))
+            call["request_id"] = request_id(answered)
             raw = err.read(REPLY_MAX + 1)
             why = f"HTTP {err.code}: {error_text(raw)}"
             if err.code not in RETRY_STATUSES and err.code < 500:
@@ -6532,9 +6606,14 @@ def call_http_backend(backend, system, user, key):
             why = f"{getattr(err, 'reason', err)}" or type(err).__name__
         if attempt + 1 < BACKEND_TRIES:
             if wait >= deadline - time.monotonic():
-                return None, f"{why}; a wait of {wait:g} s would pass the call's {BACKEND_TIMEOUT} s limit", call
+                return None, (f"{why}; a wait of {wait:g} s would pass the call's "
+                              f"{BACKEND_TIMEOUT} s limit"), call
             time.sleep(wait)
     return None, why, call
+
+
+def request_id(headers):
+    return provider_word(headers.get("request-id") or headers.get("x-request-id"))
 
 
 ADAPTER_TIMEOUT = 30         # seconds an adapter's GET may take in all: the name, the connection, TLS, the answer
