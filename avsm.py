@@ -4387,7 +4387,7 @@ def gate_question(basis, approval, check, now):
 
 
 def unwind_guard(state, lever, payload):
-    """Return the guard past its bound whose declared unwind is exactly `lever` with `payload`, or None."""
+    """Return the guard past its bound whose unwind is exactly `lever` with `payload`, or None."""
     for guard in state.mandate["guards"] if state.mandate else []:
         info = state.guards.get(guard["name"])
         if guard["unwind"] and info and info["past"] and guard["unwind"]["action"] == lever \
@@ -4427,12 +4427,11 @@ Mail.__doc__ = "The message mail.send pipes, and the names of the message's send
 
 
 def write_mail(message, sender):
-    """Return the Mail that mail.send pipes: `From: sender`, then the message as written but its own
-    MAIL_SENDER_HEADERS (any case, with their folded lines).
-
-    message ::= header+ blank-line body      header ::= name ':' text (WSP text)*   lines end LF or CRLF
-    Raises ValueError saying why a message cannot be sent as it stands (a bare CR: a mail program may
-    take it as a line end)."""
+    """Return the Mail that mail.send pipes: `From: sender`, then the message but its own
+    MAIL_SENDER_HEADERS; raise ValueError saying why it cannot be sent as it stands.
+    message ::= header+ blank-line body      header ::= name ':' text (WSP text)*
+    lines end LF or CRLF"""
+    # a bare CR is refused: a mail program may take it as a line end
     if "\r" in message.replace("\r\n", ""):
         raise ValueError("the message has a bare CR; end its lines with LF or CRLF")
     lines = message.split("\n")
@@ -4633,10 +4632,9 @@ PREMISE_KINDS = ("mandate", "action", "approval", "proposal", "ask", "check")   
 
 
 def recheck_ledger(rows, parse=None):
-    """Yield (seq, problems) for every action in `rows` [(seq, at, record)], folding the ledger once, in order.
-
-    Memory stays bounded as the ledger grows: a reading, outcome or other record more than RECHECK_KEPT behind is
-    kept only as its kind, claim and venture (one shared dict for each), all that a premise's check reads of it."""
+    """Yield (seq, problems) for every action in `rows` (seq, at, record), folding the ledger once.
+    Memory stays bounded: a record more than RECHECK_KEPT behind is kept only as its kind, claim and
+    venture, all that a premise's check reads of it."""
     states, records, recent, stubs = {}, {}, collections.deque(), {}
     for seq, at, record in rows:
         records[seq] = (at, record)
@@ -4672,8 +4670,7 @@ Ratchet.__doc__ = "Write the ratchet ask for `lever`, with the mandate file chan
 
 
 def settle_round(state, report_seq):
-    """Yield what a settled round calls for: guards pause, ask or unwind; audits ask; effects are judged;
-    an implausible reading asks once; else the controller acts on the round's report."""
+    """Yield what a settled round calls for, the controller's call last."""
     yield from guard_rules(state)
     yield from audit_rules(state)
     yield from effect_rules(state)
@@ -4698,7 +4695,8 @@ def controller_calls(state):
 
 
 def controller_call_problem(state, lever, premises):
-    """Return why the controller does not call for `lever` on the reports `premises` now, or None."""
+    """Return why the controller does not call for `lever` on the reports `premises`, or None."""
+
     sides = [s for s in controller_sides(state.mandate) if s[3] == lever]
     if not sides:
         return f"the controller of the mandate does not run {lever}"
@@ -4732,8 +4730,8 @@ def resolved_record(state, ask_seq, why):
 
 
 def guard_rules(state):
-    """A guard past its bound pauses or asks once per episode, and runs its unwind until it has run ok;
-    back inside, its ask is settled. After each round, and when a slow guard's reading comes in."""
+    """A guard past its bound pauses or asks once per episode, and runs its unwind until it has run
+    ok; back inside, its ask is settled."""
     for guard in state.mandate["guards"]:
         info = state.guards.get(guard["name"])
         open_ask = next((s for s, a in state.open_asks.items() if a.get("guard") == guard["name"]), None)
@@ -4774,7 +4772,7 @@ def unwind_rule(state, guard, reading):
 
 
 def audit_rules(state):
-    """An audit that worsens while the metric improves asks once; when it no longer does, its ask is settled."""
+    """An audit that worsens while the metric improves asks once, settled when it no longer does."""
     for audit in state.mandate["audits"]:
         why = audit_worsening(audit, state)
         open_ask = next((s for s, a in state.open_asks.items()
@@ -4863,8 +4861,8 @@ def controller_basis(state, reports, why):
 
 
 def basis_now(state, lever, basis, guard):
-    """Return the basis that calls for `lever` now, or None: a check ran meanwhile, and the action
-    must rest on what calls for it when it is written."""
+    """Return the basis that calls for `lever` now, or None: the action must rest on what calls for
+    it when it is written, after its check."""
     if basis[0] == "unwind":
         info = state.guards.get(guard)
         return unwind_basis(guard, info["last"][0]) if info and info["past"] else None
@@ -4873,9 +4871,9 @@ def basis_now(state, lever, basis, guard):
 
 
 def stuck_rule(state, side, lever, reports, reason, clears_at, why):
-    """The controller's lever cannot run for `reason` until `clears_at` (or a person acts): once per
-    excursion and reason, a refusal saying so and the way out, and one ask so a person is told, unless a
-    person has just answered in this excursion: then the refusal is a notice."""
+    """The controller's lever cannot run for `reason` until `clears_at`: once per excursion and
+    reason, a refusal saying so and the way out, and one ask so a person is told (none when a person
+    has just answered)."""
     if state.side(side).get("stuck") == reason:
         return
     way_out = STUCK_WAY_OUT[reason].format(venture=state.name, lever=lever)
@@ -4901,11 +4899,10 @@ def unstick_rule(state, side, why):
 
 
 def proposal_rule(state, seq, choice, by, backend, content_why=None, held=None):
-    """A model's choice, written as proposal #seq: an ask about a lever the mandate names becomes an
-    ask; an action goes to the gate with the proposal as its trigger, never a premise; a lever that
-    waits for a person is asked about once; the rest is refused.
-    content_why: what the file system said of a diff or file payload, or None.
-    held: why a ranking's top choice waits for a person (WORLD-08), or None."""
+    """A model's choice, written as proposal #seq: an action goes to the gate with the proposal as
+    its trigger, never a premise; a lever that waits for a person is asked about once.
+    content_why: what the file system said of a diff or file payload; held: why a ranking's top
+    choice waits for a person (WORLD-08)."""
     m, lever, payload = state.mandate, choice.get("action"), choice.get("payload")
     named = lever in m["levers"] or lever == "stop"
     if choice["choice"] == "action" and held and lever not in m["forbidden"] and named:
@@ -4953,9 +4950,8 @@ def proposal_rule(state, seq, choice, by, backend, content_why=None, held=None):
 
 
 def ranked_choices(state, choices):
-    """Return [(choice, held, not proposed)] for a reply's choices, in order (WORLD-08, open point 37):
-    a ranking below the calibration bar is held back, so its top action asks a person and the actions
-    ranked below it are not proposed."""
+    """Return [(choice, held, not proposed)] for a reply's choices (WORLD-08, open point 37): below
+    the calibration bar a ranking's top action asks a person and those below it are not proposed."""
     held = None
     if is_ranking(choices):
         ok, why = calibration_bar(state)
@@ -4967,11 +4963,9 @@ def ranked_choices(state, choices):
 
 
 def approval_rule(state, seq, ask, payload, edited, problem, now):
-    """A person's yes to ask #seq. For a lever, the gate first proves it as if the approval were
-    written, so a refusal leaves the ask open and no approval spent; then the approval is written and
-    the gate proves the lever again on it, the approval its premise.
-    payload: the content approved; problem: what the file system said of a diff or file payload, or None.
-    Raises Fail (65) once the refusal is written."""
+    """A person's yes to ask #seq. The gate first proves the lever as if the approval were written,
+    so a refusal leaves the ask open and no approval spent. problem: what the file system said of a
+    diff or file payload. Raises Fail (65) once the refusal is written."""
     lever = ask.get("lever")
     if lever is None or ask.get("about") not in ("lever", "model"):
         yield Write(new_record("approval", state.name, ask=seq, summary=f"a person answered ask #{seq}: yes"))
@@ -5019,9 +5013,8 @@ def person_proposal_rule(state, lever, payload, content_why):
 
 
 def check_rule(state, lever, verdict, summary, by, side, extra, ok, status, note, why):
-    """A lever's check ended (open point 27): a check that passed lets the gate prove the lever again
-    with the check among its premises, and only then does it run; otherwise the lever is refused.
-    ok: whether it exited 0 unended; status, note, why: its exit status, output's tail, what ended it."""
+    """A lever's check ended (open point 27): one that passed lets the gate prove the lever again,
+    the check among its premises, and only then does it run. why: what ended the check."""
     seq = yield Write(new_record("check", state.name, lever=lever, ok=ok, status=status, note=note,
                                  summary=f"{lever}'s check {'passed' if ok else 'refused it: ' + why}"))
     if not ok:
@@ -5045,7 +5038,7 @@ def check_rule(state, lever, verdict, summary, by, side, extra, ok, status, note
 
 def ratchet_due(state, lever, n):
     """Whether self should propose delegating `lever` (SELF-02): `ratchet: n` approvals of it since
-    the mandate (a denial resets the count), it waits for a person, and no such ask is open."""
+    the mandate (a denial resets the count)."""
     spec = state.mandate["levers"].get(lever) if state.mandate else None
     if not n or spec is None or spec["delegated"] or (spec["reversible"] and not spec["takes"]):
         return False
@@ -5054,9 +5047,8 @@ def ratchet_due(state, lever, n):
 
 
 def ratchet_rule(state, lever, n, forecast=None):
-    """Yield what an approval of `lever` (or its forecast in: `forecast` = (seq, line), (None, None)
-    when cut short) calls for: once `ratchet: n` approvals are in, the forecast first and the ask when
-    it is written (FORECAST-01), or at once when none can be made."""
+    """Yield what an approval of `lever` (or its forecast in: (seq, line), (None, None) when cut
+    short) calls for: the forecast first and the ask when it is written (FORECAST-01)."""
     if not ratchet_due(state, lever, n) or lever in state.ratchet_forecasts:
         return
     if forecast is None and (yield Forecast(lever)):
@@ -5065,7 +5057,7 @@ def ratchet_rule(state, lever, n, forecast=None):
 
 
 def ratchet_ask(state, lever, path, new, why, forecast_seq=None, forecast_line=None):
-    """Return the ratchet ask: delegate `lever`, carrying the changed mandate text `new` (None: `why` not)."""
+    """Return the ratchet ask: delegate `lever`, carrying the changed mandate text `new`."""
     question = (f"delegate {lever}? You approved it {state.approvals[lever]} times; approving this writes "
                 f"delegated: true on {lever} in {path} and adopts it"
                 + (f" ({forecast_line}, #{forecast_seq})" if forecast_seq else ""))
@@ -5130,7 +5122,7 @@ def next_backoff(previous):
 
 def child_restart_wait(previous, uptime):
     """Return (the back-off to keep, the wait before avsmd starts its warden or roles process again):
-    none at first, doubling while it keeps dying within QUICK_DEATH; one that ran longer keeps None."""
+    doubling while it keeps dying within QUICK_DEATH."""
     if uptime >= QUICK_DEATH or previous is None:
         return (None if uptime >= QUICK_DEATH else 0), 0
     backoff = next_backoff(previous)
@@ -5147,8 +5139,7 @@ def action_record(state, lever, verdict, summary, by, side=None, extra=None):
 
 
 def fact_records(state, seq, lines):
-    """Return the inferred fact records of the research lever's action #seq: one for each line of its
-    output that is a JSON {"fact", "source"} object of strings."""
+    """Return the inferred fact records of the research lever's action #seq, from its output."""
     facts = []
     for line in lines:
         try:
@@ -5191,8 +5182,7 @@ def run_start_record(state, pid, restart):
 
 def restart_rule(state, pid, status, ended_by, uptime, backoff, restarted, active):
     """Return (again, backoff, delay, records) for the kept `run` program's end (open point 31): one
-    that dies within QUICK_DEATH of a restart waits twice as long each time, and asks once when the
-    wait reaches its ceiling; one that ran BACKOFF_RESET starts afresh."""
+    that dies within QUICK_DEATH of a restart waits twice as long each time."""
     policy = state.mandate["restart"] if state.mandate else "never"
     again = ended_by is None and active and (policy == "always" or (policy == "on-failure" and status != 0))
     delay = 0
@@ -5240,8 +5230,7 @@ def decide_problem(state):
 
 
 def backend_for(state, cfg):
-    """Return (name, backend) a venture's model decisions go to; raise Fail (65) when none is named,
-    or it leaves the machine and the mandate does not say escalate: offbox."""
+    """Return (name, backend) a venture's model decisions go to, or raise Fail (65)."""
     name = state.mandate["controller"].get("backend") or cfg.get("default")
     if not name or name not in cfg["backends"]:
         raise Fail(EX_DATAERR, f"{state.name} names no backend: set default: in config.yaml or backend: in its controller")
@@ -5254,8 +5243,7 @@ def backend_for(state, cfg):
 
 def model_packet(state, recent, now, forecast, looks):
     """Return what a model may be shown of a venture (its decision packet): never an audit reading,
-    note or ask, nor a record that cites one (AUDIT-05). `recent`: its last records; `looks`: the
-    model's look-ups so far and their answers."""
+    note or ask, nor a record that cites one (AUDIT-05)."""
     m = state.mandate
     ctl = m["controller"]
     hidden = {s for s, a in state.open_asks.items() if a.get("about") == "audit" or a.get("audit")}
@@ -5275,7 +5263,7 @@ def model_packet(state, recent, now, forecast, looks):
                          for name, (seq, rec) in sorted(state.read.items()) if rec.get("status") == "read"],
             "records": records,
             "asks": [f"#{s} {a.get('lever') or '-'}: {a.get('question', a['summary'])}"
-                     for s, a in sorted(state.open_asks.items()) if a.get("about") != "audit" and not a.get("audit")],
+                     for s, a in sorted(state.open_asks.items()) if s not in hidden],
             "forecast": forecast,
             "looks": looks}
 
@@ -5298,8 +5286,8 @@ def unusable_record(state, backend, by, why, call):
 
 
 def escalation_to(state, cfg, backend, asked, stopping):
-    """Return (the backend an unusable reply of `backend` is escalated to, None) or (None, why not,
-    or None when there is nothing to say): ESC-01 once a request was built (`asked`), and ESC-08."""
+    """Return (the backend an unusable reply of `backend` is escalated to, None) or (None, why not
+    or None): ESC-01, ESC-08."""
     second = cfg.get("escalate")
     if not second or second == backend or not asked:
         return None, None
@@ -5373,7 +5361,7 @@ def stopping_notice(why):
 
 def admit_notice(down_told, notice):
     """Return (whether to tell `notice`, whether an unwritable ledger is told now): a person hears of
-    it once until it takes writes again, though the warden and avsmd may each find it."""
+    it once, though the warden and avsmd may each find it."""
     if notice["kind"] == "ledger-down":
         return not down_told, True
     if notice["kind"] == "ledger":
@@ -5432,8 +5420,7 @@ def notify_failure(ended_by, status, timeout):
 
 def judge_notify(stretch, notice, failure, note=""):
     """Return (the stretch of failures after one run of the notify command, the record to write or
-    None). A failing command is written once per stretch of failures and once more when it works
-    again, saying how many it missed. No notice is tried twice."""
+    None): written once per stretch and once more when it works again. No notice is tried twice."""
     told = (f"#{notice['seq']} ({notice['kind']})" if notice.get("seq")
             else f"'{NOTICE_TITLES[notice['kind']].format(**notice)}'")
     if failure is None:
@@ -5467,7 +5454,7 @@ def expects_effects(mandate):
 
 
 def refusal_key(record):
-    """Return what groups refusals by reason: the lever and the reason's first clause, its numbers aside."""
+    """Return what groups refusals by reason."""
     head = str(record.get("why") or record.get("summary") or "").split(";")[0]
     return record.get("lever"), re.sub(r"\d+", "N", head)
 
@@ -5479,9 +5466,8 @@ def new_venture_summary():
 
 
 def summarize(rows, since, parse=None):
-    """Return the Summary of the records after `since`.
-    rows: (seq, at, record) in order; those at or before `since` count only as SUMMARY_BEFORE_KINDS
-    say, and for a venture that expects effects, as the history its fold needs."""
+    """Return the Summary of the records after `since`; rows (seq, at, record) before it count only
+    as SUMMARY_BEFORE_KINDS say, and as the history a fold of effects needs."""
     parse = parse or parse_mandate
     ventures, folds, first, last, actions = {}, {}, None, None, {}
     for seq, at, record in rows:
@@ -8393,9 +8379,8 @@ NOTIFY_STOP_GRACE = 0.5 # at a stop, seconds between SIGTERM and SIGKILL of a no
 
 
 class Notifier:
-    """avsmd's notify command (issue 14): run once for each notice, one at a time, in a process group
-    of its own. avsmd's loop never waits for it (it is polled), but at a stop, for the time the stop
-    leaves."""
+    """avsmd's notify command (issue 14): run for each notice, one at a time, in a process group of
+    its own; avsmd's loop waits for it only at a stop."""
 
     def __init__(self, home, spec, write, debug=False):
         self.home, self.spec, self.write, self.debug = home, spec, write, debug
@@ -8429,14 +8414,14 @@ class Notifier:
         return 0.05 if self.running or self.queue else None
 
     def poll(self, now):
-        """Read what each run wrote, end one past its time limit, settle one that ended, start the next."""
+        """Drain each run, end one past its time limit, settle one that ended, start the next."""
         for run in list(self.running):
             child, notice, path = run
             for pipe in list(child.open_pipes):
                 if not child.drain(pipe):
                     child.open_pipes.discard(pipe)
             status = child.poll()
-            # what the command started (`sleep 300 &`) may run on in its group: within the same limit
+            # what it started (`sleep 300 &`) may run on in its group, within the same limit
             behind = status is not None and signal_group(child.pgid, 0)
             if status is None or behind:
                 killed = child.kill_at is not None and now >= child.kill_at
@@ -8491,8 +8476,7 @@ class Notifier:
         self.queue = []
 
 class HomeLock:
-    """avsmd.lock, held for life. `lost` once another avsmd took it: from then nothing in the home is
-    this avsmd's to write or remove."""
+    """avsmd.lock, held for life; `lost` once another avsmd took it: then nothing here is ours."""
 
     def __init__(self, home):
         self.home, self.path, self.fd, self.lost = home, os.path.join(home, "avsmd.lock"), None, False
@@ -8520,7 +8504,7 @@ class HomeLock:
         self.fd = fd
 
     def ours(self):
-        """Whether the lock is ours: the lock file is the one we hold, or is gone (check makes it again)."""
+        """Whether the lock file is the one we hold, or is gone (check makes it again)."""
         if self.lost:
             return False
         try:
@@ -8534,7 +8518,7 @@ class HomeLock:
 
     def check(self, debug):
         """Each second: make the lock file again when it was deleted or replaced by one no one holds;
-        return the pid standing in it when another avsmd took it (the lock is then lost), else None."""
+        return the pid standing in it when another avsmd took it, else None."""
         try:
             st, mine = os.stat(self.path), os.fstat(self.fd)
             if (st.st_dev, st.st_ino) == (mine.st_dev, mine.st_ino):
@@ -8556,8 +8540,8 @@ class HomeLock:
 
 
 class Clients:
-    """HOME/sock and the clients on it: each connection's one request, passed on to the warden (held in
-    `queue` while it restarts), and the reply owed to each (`waiting`: request id -> connection)."""
+    """HOME/sock and the clients on it: each connection's one request, held in `queue` while the
+    warden restarts, and the reply owed to it (`waiting`: request id -> connection)."""
 
     def __init__(self, daemon):
         self.daemon, self.path = daemon, os.path.join(daemon.home, "sock")
@@ -8612,8 +8596,7 @@ class Clients:
         self.daemon.sel.register(conn, selectors.EVENT_READ, ("client", conn))
 
     def data(self, conn):
-        """Read what a client sent: its one request, checked against REQUESTS; whatever the bytes, avsmd
-        goes on serving."""
+        """Read what a client sent: its one request; whatever the bytes, avsmd goes on serving."""
         data = receive(conn)
         if data is None:
             return
@@ -8730,8 +8713,7 @@ class Kept:
 
 
 class Groups:
-    """The process groups the warden said it started and has not seen end; each is ended when the
-    warden ends (RUN-13)."""
+    """The process groups the warden said it started and has not seen end (RUN-13)."""
 
     def __init__(self, home, lock):
         self.home, self.lock, self.groups = home, lock, {}
@@ -8753,8 +8735,7 @@ class Groups:
 
 class Daemon:
     """avsmd: holds the home, serves its socket, keeps the warden and the roles process, ends what they
-    leave. Its rooms: lock, clients, warden and roles (Kept; roles_waiting the roles' requests), groups,
-    notifier (avsmd's own: it runs while the warden restarts)."""
+    leave. Its notifier is its own: it runs while the warden restarts."""
 
     def __init__(self, home, cfg, cfg_path, cfg_text, debug=False):
         import selectors
@@ -8764,7 +8745,8 @@ class Daemon:
         self.warden, self.roles, self.roles_waiting = Kept("warden", self.sel), Kept("roles", self.sel), {}
         self.groups = Groups(home, self.lock)
         self.stopping, self.stop_deadline, self.exit_code, self.signals = False, None, EX_OK, []
-        self.notifier = Notifier(home, cfg.get("notify"), self.append_self, debug)    # avsmd's, not the warden's
+        self.notifier = Notifier(home, cfg.get("notify"), self.append_self, debug)
+
 
     # ---- the warden and the roles process ----
     def start_warden(self):
@@ -8780,8 +8762,7 @@ class Daemon:
         self.pass_on()
 
     def start_roles(self):
-        """Fork the roles process: it builds requests and parses replies, holds no key, and is `nobody`
-        under root."""
+        """Fork the roles process: it holds no key, and is `nobody` under root."""
         # loaded before the fork, for nobody may not read the standard library
         import base64       # noqa: F401
         import random       # noqa: F401
@@ -8810,7 +8791,7 @@ class Daemon:
                 send_line(self.warden.chan, message)
 
     def from_warden(self):
-        """Route what the warden sent: to the roles process, the notifier, the groups, or a client's reply."""
+        """Route what the warden sent."""
         while self.warden.chan is not None:
             data = receive(self.warden.chan)
             if not data:
@@ -8850,8 +8831,7 @@ class Daemon:
                 send_line(self.warden.chan, message)
 
     def ended(self, kept):
-        """The warden or the roles process ended: settle what it leaves, say so in a self record, and
-        start it again, at once or after its back-off, unless avsmd is stopping."""
+        """The warden or the roles process ended: settle what it leaves, say so, start it again."""
         if kept is self.warden:
             status = self.warden.proc.poll()
             if status is None or self.warden.chan is None:
@@ -8871,7 +8851,7 @@ class Daemon:
             for rid in list(self.roles_waiting):
                 self.roles_error(rid, "the roles process ended while it worked")
             self.roles_waiting = {}
-            how = f"signal {os.WTERMSIG(status)}" if os.WIFSIGNALED(status) else f"exit {os.waitstatus_to_exitcode(status)}"
+            how = describe_status(os.waitstatus_to_exitcode(status))
         if self.stopping:
             return
         delay = kept.restart_wait()
@@ -8942,10 +8922,9 @@ class Daemon:
     def run(self):
         """avsmd's life, in steps; return its exit status:
         1. open the home; take signals through a wakeup socket; bind HOME/sock;
-        2. write the start (and a sweep, and a doctor's cut) records; start the roles and the warden;
-        3. loop: serve what the selector has ready; act on the signals; let the notifier run; start a
-           child whose back-off is over; each second, check the lock and the socket are still ours;
-        4. once stopping, leave the loop when the warden has ended or its grace is over; finish."""
+        2. write the start records; start the roles and the warden;
+        3. loop: serve, act on the signals, restart a child, check the lock and socket each second;
+        4. once stopping, leave the loop when the warden has ended or its grace is over."""
         import selectors
         import socket
         swept = self.open_home()                                                     # 1
@@ -9045,7 +9024,7 @@ def become_nobody():
 
 def run_roles(channel):
     """The roles process: request texts built from packets, replies parsed into choices; return its
-    exit status. Holds no key, acts on nothing."""
+    exit status."""
 
     import base64
     signal.set_wakeup_fd(-1)
