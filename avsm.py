@@ -4687,7 +4687,6 @@ def settle_round(state, report_seq):
 def controller_calls(state):
     """Return the controller's intents (decide) on the venture's latest report, as a settled round
     acts on them; the re-check of a controller's action asks this same function."""
-
     report = state.last_report
     if held_by(state) or state.paused or not report or report[2].get("status") != "trusted":
         return []
@@ -4696,7 +4695,6 @@ def controller_calls(state):
 
 def controller_call_problem(state, lever, premises):
     """Return why the controller does not call for `lever` on the reports `premises`, or None."""
-
     sides = [s for s in controller_sides(state.mandate) if s[3] == lever]
     if not sides:
         return f"the controller of the mandate does not run {lever}"
@@ -4804,7 +4802,6 @@ def effect_rules(state):
 
 def implausible_rule(state, held, report_seq):
     """A reading that holds the venture implausible asks once, settled when a plausible one comes."""
-
     if held and state.implausible_ask is None and not state.implausible_answered:
         what, seq, note = held
         record = new_record("ask", state.name, about="implausible", reading=seq,
@@ -5154,17 +5151,17 @@ def fact_records(state, seq, lines):
 
 def lever_outcome(state, lever, seq, status, ended_by, duration, timeout, note):
     """Return the outcome of `lever` (action #seq): ok only when it exited 0 and nothing ended it."""
-    ok = status == 0 and ended_by is None
+    ok, how = status == 0 and ended_by is None, describe_status(status)
     if ended_by == "pause":
-        summary = f"{lever} stopped by the pause of {state.name} ({describe_status(status)})"
+        summary = f"{lever} stopped by the pause of {state.name} ({how})"
     elif ended_by == "timeout":
-        summary = f"{lever} failed: past its time limit {format_duration(timeout)}, ended ({describe_status(status)})"
+        summary = f"{lever} failed: past its time limit {format_duration(timeout)}, ended ({how})"
     elif ended_by == "stop":
-        summary = f"{lever} stopped: avsmd is stopping ({describe_status(status)})"
+        summary = f"{lever} stopped: avsmd is stopping ({how})"
     else:
-        summary = f"{lever} {'ok' if ok else 'failed: ' + describe_status(status)} in {duration:g}s"
-    return new_record("outcome", state.name, lever=lever, action=seq, ok=ok, status=describe_status(status), ended_by=ended_by,
-                      duration=duration, note=note, summary=summary)
+        summary = f"{lever} {'ok' if ok else 'failed: ' + how} in {duration:g}s"
+    return new_record("outcome", state.name, lever=lever, action=seq, ok=ok, status=how,
+                      ended_by=ended_by, duration=duration, note=note, summary=summary)
 
 
 def unstarted_outcome(state, lever, action, note, summary):
@@ -5175,7 +5172,6 @@ def unstarted_outcome(state, lever, action, note, summary):
 
 def run_start_record(state, pid, restart):
     """Return the start record of the kept `run` program."""
-
     what = "restarted" if restart else "started"
     return new_record("start", state.name, pid=pid, command=state.mandate["run"], summary=f"run {what} (pid {pid})")
 
@@ -5296,17 +5292,6 @@ def escalation_to(state, cfg, backend, asked, stopping):
     if cfg["backends"][second]["offbox"] and state.mandate["escalate"] != "offbox":
         return None, f"not escalated: {second} leaves the machine and the mandate does not say escalate: offbox"
     return second, None
-
-
-def open_asks(records):
-    """Return the asks no approval, denial or resolution has answered: {seq: record}."""
-    asks = {}
-    for seq, record in records:
-        if record["kind"] == "ask":
-            asks[seq] = record
-        elif record["kind"] in ("approval", "denial", "resolved"):
-            asks.pop(record.get("ask"), None)
-    return asks
 
 
 # ---- telling a person: the notices the notify command runs for (issue 14) ----
@@ -5548,7 +5533,6 @@ def summarize(rows, since, parse=None):
 
 def summarize_report(v, seq, record):
     """Count one report of the span into its venture's summary."""
-
     v["records"] += 1
     v["metric"] = record.get("metric") or v["metric"]
     v["last_report"] = (seq, record.get("status"), record.get("note"))
@@ -8634,10 +8618,6 @@ class Clients:
         self.queue.append({"id": self.next_id, "cmd": cmd, "args": args})
         self.daemon.pass_on()
 
-    def take_queue(self):
-        """Return the requests held for the warden."""
-        return [self.queue.pop(0) for _ in range(len(self.queue))]
-
     def answer(self, message):
         """The warden answered request `id`: reply to its client."""
         self.reply(self.waiting.pop(message["id"], None), message.get("out", []), message.get("err", []),
@@ -8747,7 +8727,6 @@ class Daemon:
         self.stopping, self.stop_deadline, self.exit_code, self.signals = False, None, EX_OK, []
         self.notifier = Notifier(home, cfg.get("notify"), self.append_self, debug)
 
-
     # ---- the warden and the roles process ----
     def start_warden(self):
         import socket
@@ -8787,7 +8766,8 @@ class Daemon:
     def pass_on(self):
         """Send the warden the requests its clients wait on."""
         if self.warden.chan is not None:
-            for message in self.clients.take_queue():
+            queue, self.clients.queue = self.clients.queue, []
+            for message in queue:
                 send_line(self.warden.chan, message)
 
     def from_warden(self):
@@ -9025,7 +9005,6 @@ def become_nobody():
 def run_roles(channel):
     """The roles process: request texts built from packets, replies parsed into choices; return its
     exit status."""
-
     import base64
     signal.set_wakeup_fd(-1)
     signal.signal(signal.SIGINT, signal.SIG_IGN)
