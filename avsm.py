@@ -4388,7 +4388,7 @@ def gate_question(basis, approval, check, now):
 
 def unwind_guard(state, lever, payload):
     """Return the guard past its bound whose unwind is exactly `lever` with `payload`, or None."""
-    for guard in state.mandate["guards"] if state.mandate else []:
+    for guard in state.mandate["guards"]:
         info = state.guards.get(guard["name"])
         if guard["unwind"] and info and info["past"] and guard["unwind"]["action"] == lever \
                 and guard["unwind"]["payload"] == payload:
@@ -4518,6 +4518,7 @@ def basis_problem(state, action, basis, records):
     function that made the basis is asked again, on the state folded to the action."""
     rule, premises, _ = basis
     lever, trigger, m = action.get("lever"), action.get("proof", {}).get("trigger"), state.mandate
+    payload = action.get("payload")
     if m is None:
         return None                     # the gate says so
     trig = records.get(trigger, (None, {}))[1]
@@ -4526,7 +4527,7 @@ def basis_problem(state, action, basis, records):
             return f"the mandate's controller is {m['controller']['kind']}, not {rule}"
         return controller_call_problem(state, lever, premises)
     if rule == "unwind":
-        guard = unwind_guard(state, lever, action.get("payload"))
+        guard = unwind_guard(state, lever, payload)
         if guard is None:
             return f"no guard reading past its bound has {lever} with this payload as its unwind"
         info = state.guards[guard]
@@ -4538,7 +4539,7 @@ def basis_problem(state, action, basis, records):
         return None
     if rule == "permitted":
         if trig.get("kind") != "proposal" or trig.get("claim") != "inferred" or trig.get("lever") != lever \
-                or trig.get("payload") != action.get("payload"):
+                or trig.get("payload") != payload:
             return f"its trigger #{trigger} is not a model's proposal of {lever} with this payload"
         if premises:
             return "a model's proposal is a trigger, never a premise"
@@ -4567,7 +4568,7 @@ def recheck_action(state, seq, at, action, records):
     """Return the problems found re-checking the stored action #seq; [] when it holds: the same
     `prove`, at its `at`, on `state` (folded from every record before it) must give back its proof."""
     proof = action.get("proof") if isinstance(action.get("proof"), dict) else {}
-    problems = []
+    problems, lever = [], action.get("lever")
     premises = proof.get("premises") if isinstance(proof.get("premises"), list) else []
     for p in premises:
         if p not in records:
@@ -4582,13 +4583,14 @@ def recheck_action(state, seq, at, action, records):
         return problems + ["no mandate of the venture precedes the action"]
     basis, approval, check, exact = stored_basis(action, records)
     if not exact and basis[0] in ("approval", "proposal") and approval is None:
-        problems.append(f"{action.get('lever')} ran on an approval, and no approval of exactly this lever and payload is a premise")
+        problems.append(f"{lever} ran on an approval, and no approval of exactly this lever and "
+                        f"payload is a premise")
         return problems
     why = basis_problem(state, action, basis, records)
     if why:
         problems.append(f"its basis does not hold: {why}")
     try:
-        verdict = prove(state, action.get("lever"), at, basis, trigger=proof.get("trigger"), approval=approval,
+        verdict = prove(state, lever, at, basis, trigger=proof.get("trigger"), approval=approval,
                         payload=action.get("payload"), check=check)
     except (KeyError, TypeError, ValueError) as err:
         return problems + [f"the gate cannot read it: {type(err).__name__} {err}"]
@@ -4598,8 +4600,8 @@ def recheck_action(state, seq, at, action, records):
     if gave["rule"] != proof.get("rule"):
         problems.append(f"the gate's rule is {gave['rule']}, the proof says {proof.get('rule')}")
     what = {state.mandate_seq: "the mandate in force", approval: "the approval", check: "the check"}
-    what.update({s: f"a run counted against the cap {state.mandate['levers'][action['lever']]['cap_text']}"
-                 for s, _, _ in state.actions.get(action.get("lever"), []) if action.get("lever") in state.mandate["levers"]})
+    what.update({s: f"a run counted against the cap {state.mandate['levers'][lever]['cap_text']}"
+                 for s, _, _ in state.actions.get(lever, []) if lever in state.mandate["levers"]})
     for p in gave["premises"]:
         if p not in premises:
             problems.append(f"#{p} ({what.get(p, 'a premise of the gate')}) is missing from the premises")
@@ -4627,7 +4629,7 @@ def check_proof(action_seq, action_at, action, records, parse=None):
     return recheck_action(states.get(venture), action_seq, action_at, action, records)
 
 
-RECHECK_KEPT = 1000     # records a re-check keeps whole behind the one it folds, beside every premise-like kind
+RECHECK_KEPT = 1000     # records a re-check keeps whole behind the one it folds
 PREMISE_KINDS = ("mandate", "action", "approval", "proposal", "ask", "check")    # cited by seq from any distance
 
 
@@ -4658,15 +4660,15 @@ def recheck_ledger(rows, parse=None):
 Write = collections.namedtuple("Write", "record")
 Write.__doc__ = "Append this record."
 Pause = collections.namedtuple("Pause", "record")
-Pause.__doc__ = "Append this pause record, and end what the venture runs (its programs, its keeper's next start)."
+Pause.__doc__ = "Append this pause record, and end what the venture runs."
 Gate = collections.namedtuple("Gate", "lever basis payload trigger approval by side extra summary check",
                               defaults=(None, None, None, None, None, None, "", None))
-Gate.__doc__ = ("Ask the gate to prove `lever` now and run it if it can; the rule is sent back the Verdict. "
-                "`check`: the seq of the lever's passed check (it then runs without checking again).")
+Gate.__doc__ = ("Ask the gate to prove `lever` now and run it if it can; the rule is sent back the "
+                "Verdict. `check`: the seq of the lever's passed check (it runs unchecked then).")
 Forecast = collections.namedtuple("Forecast", "lever")
-Forecast.__doc__ = "Forecast the venture before the ratchet ask for `lever`; the rule is sent whether one started."
+Forecast.__doc__ = "Forecast the venture before the ratchet ask; the rule is sent whether it began."
 Ratchet = collections.namedtuple("Ratchet", "lever forecast line")
-Ratchet.__doc__ = "Write the ratchet ask for `lever`, with the mandate file changed and forecast #`forecast` cited."
+Ratchet.__doc__ = "Write the ratchet ask for `lever`, citing forecast #`forecast`."
 
 
 def settle_round(state, report_seq):
@@ -4701,6 +4703,7 @@ def controller_call_problem(state, lever, premises):
     if any(called == lever and reports == premises for _, called, reports, _ in controller_calls(state)):
         return None
     last, held, ctl = state.last_report, held_by(state), state.mandate["controller"]
+    hold = ctl["hold"]
     if last is None or last[2].get("status") != "trusted":
         return f"the latest report (#{last[0]}) is not trusted" if last else "no report precedes it"
     if held:
@@ -4716,9 +4719,12 @@ def controller_call_problem(state, lever, premises):
         back = bound - ctl["deadband"] if way == "above" else bound + ctl["deadband"]
         return (f"the deadband has not re-armed since {lever} last ran in this excursion: no trusted report "
                 f"{'<=' if way == 'above' else '>='} {format_number(back)} since")
-    if len(side["streak"]) < ctl["hold"]:
-        return f"hold {ctl['hold']} wants {ctl['hold']} trusted reports past the bound in a row; the run is {len(side['streak'])}"
-    return f"the controller cites reports {', '.join('#' + str(r) for r in side['streak'][-ctl['hold']:])}, not these"
+    streak = side["streak"]
+    if len(streak) < hold:
+        return (f"hold {hold} wants {hold} trusted reports past the bound in a row; "
+                f"the run is {len(streak)}")
+    cited = ", ".join("#" + str(r) for r in streak[-hold:])
+    return f"the controller cites reports {cited}, not these"
 
 
 def resolved_record(state, ask_seq, why):
@@ -4731,22 +4737,27 @@ def guard_rules(state):
     """A guard past its bound pauses or asks once per episode, and runs its unwind until it has run
     ok; back inside, its ask is settled."""
     for guard in state.mandate["guards"]:
-        info = state.guards.get(guard["name"])
-        open_ask = next((s for s, a in state.open_asks.items() if a.get("guard") == guard["name"]), None)
+        name = guard["name"]
+        info = state.guards.get(name)
+        open_ask = next((s for s, a in state.open_asks.items() if a.get("guard") == name), None)
         if info is None or not info["past"]:
             if open_ask is not None:
-                yield Write(resolved_record(state, open_ask, f"guard {guard['name']} reads inside its bound again"))
+                yield Write(resolved_record(state, open_ask,
+                                            f"guard {name} reads inside its bound again"))
             continue
-        fresh = info.get("acted") != info["episode"] or info.get("repause")
+        episode = info["episode"]
+        fresh = info.get("acted") != episode or info.get("repause")
         if fresh and guard["then"] == "pause" and not state.paused:
-            yield Pause(new_record("pause", state.name,
-                                   summary=f"guard {guard['name']} reads past its bound (#{info['episode']}): paused {state.name}",
-                                   guard=guard["name"], episode=info["episode"]))
+            yield Pause(new_record(
+                "pause", state.name,
+                summary=f"guard {name} reads past its bound (#{episode}): paused {state.name}",
+                guard=name, episode=episode))
         if fresh and guard["then"] == "ask" and open_ask is None:
-            yield Write(new_record("ask", state.name, about="guard", guard=guard["name"], episode=info["episode"],
-                                   question=f"guard {guard['name']} reads past its bound; no lever but stop "
-                                            f"runs until it is back inside. Look at {state.name}?",
-                                   summary=f"guard {guard['name']} past its bound (#{info['episode']}); asking once for this episode"))
+            yield Write(new_record(
+                "ask", state.name, about="guard", guard=name, episode=episode,
+                question=f"guard {name} reads past its bound; no lever but stop "
+                         f"runs until it is back inside. Look at {state.name}?",
+                summary=f"guard {name} past its bound (#{episode}); asking once for this episode"))
         reading = info["last"][0]
         if guard["unwind"] and not info["unwind_ok"] and guard["unwind"]["action"] not in state.running \
                 and info.get("unwind_tried") != reading:
@@ -5126,7 +5137,7 @@ def child_restart_wait(previous, uptime):
     return backoff, backoff
 
 
-# ---- what came of a program: the record its end writes, judged from how it ended ----
+# ---- what came of a program: the record its end writes ----
 
 def action_record(state, lever, verdict, summary, by, side=None, extra=None):
     """Return the action record of a lever the gate proved (`verdict`)."""
@@ -5457,12 +5468,11 @@ def summarize(rows, since, parse=None):
     ventures, folds, first, last, actions = {}, {}, None, None, {}
     for seq, at, record in rows:
         name, kind, inside = record.get("venture"), record.get("kind", ""), seq > since
-        if kind == "report" and inside and name in ventures and name not in folds:
-            first, last = first or (seq, at), (seq, at)     # most of a ledger: its reports, counted at once
-            summarize_report(ventures[name], seq, record)
-            continue
         if inside:
             first, last = first or (seq, at), (seq, at)
+            if kind == "report" and name in ventures and name not in folds:
+                summarize_report(ventures[name], seq, record)   # most of a ledger: counted at once
+                continue
         if name == "self" or not isinstance(name, str):
             continue
         v = ventures.get(name) or ventures.setdefault(name, new_venture_summary())
@@ -8497,15 +8507,15 @@ class HomeLock:
             return True
         except OSError:
             return False
-        return (st.st_dev, st.st_ino) == (mine.st_dev, mine.st_ino) or \
+        return os.path.samestat(st, mine) or \
             (read_lock_pid(self.path) in (os.getpid(), None) and not lock_holder(self.home))
 
     def check(self, debug):
         """Each second: make the lock file again when it was deleted or replaced by one no one holds;
         return the pid standing in it when another avsmd took it, else None."""
         try:
-            st, mine = os.stat(self.path), os.fstat(self.fd)
-            if (st.st_dev, st.st_ino) == (mine.st_dev, mine.st_ino):
+            st = os.stat(self.path)
+            if os.path.samestat(st, os.fstat(self.fd)):
                 return None
         except FileNotFoundError:
             st = None
