@@ -4265,7 +4265,7 @@ def cap_window(state, lever, now):
     return [seq for seq, at, _ in state.actions.get(lever, []) if at > now - period]
 
 
-APPROVAL_TO_WRITE = 0   # do_approve asks the gate whether the approval it is about to write would let the lever run
+APPROVAL_TO_WRITE = 0   # do_approve asks: would the approval it is about to write let the lever run?
 
 
 def prove(state, lever, now, basis, trigger=None, approval=None, payload=None, check=None):
@@ -4423,7 +4423,7 @@ def payload_problem(spec, payload):
 MAIL_SENDER_HEADERS = ("from", "sender", "return-path")
 MAIL_HEADER_NAME = r"[!-9;-~]+"      # RFC 5322 field-name
 Mail = collections.namedtuple("Mail", "text dropped")
-Mail.__doc__ = "The message mail.send pipes, and the names of the message's sender headers it dropped."
+Mail.__doc__ = "The message mail.send pipes, and the sender headers of its own it dropped."
 
 
 def write_mail(message, sender):
@@ -4653,9 +4653,9 @@ def recheck_ledger(rows, parse=None):
 
 
 # ---- the rules of a settled round -----------------------------------------------
-# Each rule is a generator yielding intents in order; the warden carries out each (folding its record into
-# the state) before the rule goes on, answering a Write with its seq and a Gate with the Verdict
-# (tests/test_kernel_rules.py drives them with records in and intents out).
+# Each rule is a generator yielding intents in order; the warden carries out each (folding its
+# record into the state) before the rule goes on, answering a Write with its seq and a Gate with
+# the Verdict.
 
 Write = collections.namedtuple("Write", "record")
 Write.__doc__ = "Append this record."
@@ -4783,14 +4783,16 @@ def unwind_rule(state, guard, reading):
 def audit_rules(state):
     """An audit that worsens while the metric improves asks once, settled when it no longer does."""
     for audit in state.mandate["audits"]:
-        why = audit_worsening(audit, state)
+        name, why = audit["name"], audit_worsening(audit, state)
         open_ask = next((s for s, a in state.open_asks.items()
-                         if a.get("about") == "audit" and a.get("audit") == audit["name"]), None)
+                         if a.get("about") == "audit" and a.get("audit") == name), None)
         if why and open_ask is None:
-            yield Write(new_record("ask", state.name, about="audit", audit=audit["name"], question=f"{why}. Is the gain real?",
-                                   summary=f"audit {audit['name']} asks: {why}"))
+            yield Write(new_record("ask", state.name, about="audit", audit=name,
+                                   question=f"{why}. Is the gain real?",
+                                   summary=f"audit {name} asks: {why}"))
         elif not why and open_ask is not None:
-            yield Write(resolved_record(state, open_ask, f"audit {audit['name']} no longer worsens while the metric improves"))
+            yield Write(resolved_record(
+                state, open_ask, f"audit {name} no longer worsens while the metric improves"))
 
 
 def effect_rules(state):
@@ -4802,13 +4804,15 @@ def effect_rules(state):
         lever = effect["lever"]
         yield Write(new_record("effect", state.name, lever=lever, action=seq, verdict=verdict, why=why,
                                summary=f"{lever} (action #{seq}) {verdict}: {why}"))
-        spec = state.mandate["levers"].get(lever)
+        spec, misses = state.mandate["levers"].get(lever), state.misses.get(lever, 0)
         if (spec and spec["delegated"] and spec["revoke_after"] and lever not in state.suspended
-                and state.misses.get(lever, 0) >= spec["revoke_after"]):
-            yield Write(new_record("ask", state.name, about="revoke", lever=lever,
-                                   question=f"{lever} missed its expected effect {state.misses[lever]} times in a row; its delegation "
-                                            "is suspended. Approve to restore it",
-                                   summary=f"{lever}'s delegation suspended after {state.misses[lever]} misses in a row (revoke_after)"))
+                and misses >= spec["revoke_after"]):
+            yield Write(new_record(
+                "ask", state.name, about="revoke", lever=lever,
+                question=f"{lever} missed its expected effect {misses} times in a row; its "
+                         "delegation is suspended. Approve to restore it",
+                summary=f"{lever}'s delegation suspended after {misses} misses in a row "
+                        f"(revoke_after)"))
 
 
 def implausible_rule(state, held, report_seq):
@@ -4886,15 +4890,18 @@ def stuck_rule(state, side, lever, reports, reason, clears_at, why):
         return
     way_out = STUCK_WAY_OUT[reason].format(venture=state.name, lever=lever)
     when = f"; the next run is possible at {format_local_time(clears_at)}" if clears_at else ""
-    yield Write(new_record("refusal", state.name, lever=lever, by="controller", side=side, why=why + when, reports=reports,
-                           stuck=reason, clears_at=clears_at,
-                           summary=f"{lever} refused, {state.name} is stuck: {why}{when}; {way_out}"))
-    if reason != "asked" and not state.side(side)["seen"] and \
-            not any(a.get("about") == "stuck" and a.get("side") == side for a in state.open_asks.values()):
-        yield Write(new_record("ask", state.name, about="stuck", by="self", lever=lever, side=side, reason=reason, clears_at=clears_at,
-                               question=f"{state.name} is stuck past its bound: {why}{when}; the way out: {way_out}. "
-                                        "Approve or deny to say you have seen it; nothing runs on the answer",
-                               summary=f"{state.name} is stuck: {lever} cannot run ({reason}){when}"))
+    name = state.name
+    yield Write(new_record("refusal", name, lever=lever, by="controller", side=side, why=why + when,
+                           reports=reports, stuck=reason, clears_at=clears_at,
+                           summary=f"{lever} refused, {name} is stuck: {why}{when}; {way_out}"))
+    if reason != "asked" and not state.side(side)["seen"] and not any(
+            a.get("about") == "stuck" and a.get("side") == side for a in state.open_asks.values()):
+        yield Write(new_record(
+            "ask", name, about="stuck", by="self", lever=lever, side=side, reason=reason,
+            clears_at=clears_at,
+            question=f"{name} is stuck past its bound: {why}{when}; the way out: {way_out}. "
+                     "Approve or deny to say you have seen it; nothing runs on the answer",
+            summary=f"{name} is stuck: {lever} cannot run ({reason}){when}"))
 
 
 def unstick_rule(state, side, why):
@@ -4913,14 +4920,19 @@ def proposal_rule(state, seq, choice, by, backend, content_why=None, held=None):
     choice waits for a person (WORLD-08)."""
     m, lever, payload = state.mandate, choice.get("action"), choice.get("payload")
     named = lever in m["levers"] or lever == "stop"
-    if choice["choice"] == "action" and held and lever not in m["forbidden"] and named:
-        yield Write(new_record("ask", state.name, about="lever", lever=lever, payload=payload, proposal=seq, by=by, ranking=True,
+    forbidden = lever in m["forbidden"]
+    unnamed = (f"{lever} is {'forbidden' if forbidden else 'not permitted'} "
+               f"by mandate #{state.mandate_seq}")
+    if choice["choice"] == "action" and held and not forbidden and named:
+        yield Write(new_record("ask", state.name, about="lever", lever=lever, payload=payload,
+                               proposal=seq, by=by, ranking=True,
                                question=f"run {lever}? {backend} ranked it first (#{seq}), but {held}",
-                               summary=f"{lever} waits for a person: ranked first by {backend} (#{seq}); {held}"))
+                               summary=f"{lever} waits for a person: ranked first by {backend} "
+                                       f"(#{seq}); {held}"))
         return
     if choice["choice"] == "ask":
-        if lever is not None and (lever in m["forbidden"] or lever not in m["levers"]):
-            why = f"{lever} is {'forbidden' if lever in m['forbidden'] else 'not permitted'} by mandate #{state.mandate_seq}"
+        if lever is not None and (forbidden or lever not in m["levers"]):
+            why = unnamed
             yield Write(new_record("refusal", state.name, lever=lever, proposal=seq, by="model", why=why,
                                    summary=f"the model's ask about {lever} refused: {why}"))
         else:
@@ -4932,8 +4944,8 @@ def proposal_rule(state, seq, choice, by, backend, content_why=None, held=None):
         return
     spec = m["levers"].get(lever)
     why = None
-    if lever in m["forbidden"] or not named:
-        why = f"{lever} is {'forbidden' if lever in m['forbidden'] else 'not permitted'} by mandate #{state.mandate_seq}"
+    if forbidden or not named:
+        why = unnamed
     elif spec is not None:
         why = payload_problem(spec, payload) or content_why
     waits = why is None and spec is not None and not spec["delegated"] and (payload is not None or not spec["reversible"])
@@ -5198,9 +5210,10 @@ def restart_rule(state, pid, status, ended_by, uptime, backoff, restarted, activ
             backoff = 0
         elif uptime < QUICK_DEATH and restarted:
             backoff = delay = next_backoff(backoff)
-    why = f"stopped by {'the pause' if ended_by == 'pause' else ended_by}" if ended_by else describe_status(status)
+    how = describe_status(status)
+    why = f"stopped by {'the pause' if ended_by == 'pause' else ended_by}" if ended_by else how
     next_words = (f"; restarting in {delay}s" if delay else "; restarting now") if again else "; not restarted"
-    records = [new_record("exit", state.name, pid=pid, status=describe_status(status), uptime=round(uptime, 3),
+    records = [new_record("exit", state.name, pid=pid, status=how, uptime=round(uptime, 3),
                           restart_in=delay if again else None,
                           summary=f"run (pid {pid}) ended: {why} after {uptime:.1f}s{next_words}")]
     if again and delay >= BACKOFF_CEILING and not any(a.get("about") == "backoff" for a in state.open_asks.values()):
@@ -5213,16 +5226,20 @@ def restart_rule(state, pid, status, ended_by, uptime, backoff, restarted, activ
 def interrupted_rule(state, now):
     """RUN-10: a lever a dead warden left running is never run again blindly: its outcome is not
     known, and an ask holds the lever until a person says whether it happened."""
-    for lever, action_seq in list(state.running.items()):
-        began = next((at for seq, at, _ in state.actions.get(lever, []) if seq == action_seq), None)
+    for lever, seq in list(state.running.items()):
+        began = next((at for s, at, _ in state.actions.get(lever, []) if s == seq), None)
         at_most = max(0, round(now - began)) if began is not None else None
-        yield Write(new_record("outcome", state.name, lever=lever, action=action_seq, ok=False, status="unknown", duration=at_most,
-                               note="the warden ended while it ran; whether it finished is not known"
-                                    + (f"; it ran at most {at_most} s" if at_most is not None else ""),
-                               summary=f"{lever} (action #{action_seq}) was cut off: the warden ended while it ran"))
-        yield Write(new_record("ask", state.name, about="interrupted", lever=lever, action=action_seq, question=f"did {lever} happen?",
-                               summary=f"did {lever} happen? action #{action_seq} was running when the warden ended; "
-                                       f"{lever} waits for the answer (approve: it did, deny: it did not)"))
+        yield Write(new_record(
+            "outcome", state.name, lever=lever, action=seq, ok=False, status="unknown",
+            duration=at_most,
+            note="the warden ended while it ran; whether it finished is not known"
+                 + (f"; it ran at most {at_most} s" if at_most is not None else ""),
+            summary=f"{lever} (action #{seq}) was cut off: the warden ended while it ran"))
+        yield Write(new_record(
+            "ask", state.name, about="interrupted", lever=lever, action=seq,
+            question=f"did {lever} happen?",
+            summary=f"did {lever} happen? action #{seq} was running when the warden ended; "
+                    f"{lever} waits for the answer (approve: it did, deny: it did not)"))
 
 
 def decide_problem(state):
@@ -5422,9 +5439,11 @@ def judge_notify(stretch, notice, failure, note=""):
     if failure is None:
         if stretch is None:
             return None, None
-        return None, new_record("notify", "self", ok=True, failed=stretch["failed"],
-                                summary=f"the notify command works again (it told of {told}); {stretch['failed']} notice(s) "
-                                        f"from {stretch['first']} on were not told")
+        failed = stretch["failed"]
+        return None, new_record(
+            "notify", "self", ok=True, failed=failed,
+            summary=f"the notify command works again (it told of {told}); "
+                    f"{failed} notice(s) from {stretch['first']} on were not told")
     if stretch is not None:
         return dict(stretch, failed=stretch["failed"] + 1), None
     return {"failed": 1, "first": told}, new_record(
@@ -8926,7 +8945,9 @@ class Daemon:
             signal.signal(signum, self.on_signal)
         self.sel.register(wake_r, selectors.EVENT_READ, ("signal", None))
         self.clients.bind()
-        self.append_self("start", f"avsmd {VERSION} started (pid {os.getpid()}) on {self.home}", pid=os.getpid())   # 2
+        pid = os.getpid()
+        self.append_self("start", f"avsmd {VERSION} started (pid {pid}) on {self.home}",  # 2
+                         pid=pid)
         if swept:
             self.append_self("sweep", f"ended {swept} process group(s) an earlier avsmd left running", groups=swept)
         cut_marker = os.path.join(self.home, "cut")
@@ -8938,7 +8959,7 @@ class Daemon:
                 os.unlink(cut_marker)
         self.start_roles()
         self.start_warden()
-        print(f"avsmd: serving {self.home} (pid {os.getpid()})", file=sys.stderr, flush=True)
+        print(f"avsmd: serving {self.home} (pid {pid})", file=sys.stderr, flush=True)
         serve = {"listener": lambda conn: self.clients.accept(), "client": self.clients.data,
                  "warden": lambda conn: self.from_warden(), "roles": lambda conn: self.from_roles(),
                  "warden-exit": lambda conn: self.ended(self.warden), "roles-exit": lambda conn: self.ended(self.roles),
@@ -8993,8 +9014,9 @@ class Daemon:
         self.clients.close(remove=False)
         self.notifier.finish(self.stop_deadline)      # the stop's notice told, and any failure written before `stop`
         if not self.lock.lost:
-            last = self.append_self("stop", f"avsmd stopped (pid {os.getpid()})", pid=os.getpid())
-            sys.stderr.write(f"avsmd: stopped {self.home} (pid {os.getpid()})"
+            pid = os.getpid()
+            last = self.append_self("stop", f"avsmd stopped (pid {pid})", pid=pid)
+            sys.stderr.write(f"avsmd: stopped {self.home} (pid {pid})"
                              + (f"; its ledger ends at #{last}\n" if last else "\n"))
             self.clients.close(remove=True)
         self.ledger.close()
