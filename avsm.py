@@ -4265,7 +4265,7 @@ def cap_window(state, lever, now):
     return [seq for seq, at, _ in state.actions.get(lever, []) if at > now - period]
 
 
-APPROVAL_TO_WRITE = 0   # do_approve asks: would the approval it is about to write let the lever run?
+APPROVAL_TO_WRITE = 0   # do_approve asks: would the approval it is about to write let it run?
 
 
 def prove(state, lever, now, basis, trigger=None, approval=None, payload=None, check=None):
@@ -4496,8 +4496,8 @@ def count_self(counted, record):
 
 
 def stored_basis(action, records):
-    """Return (basis, approval, check, exact) of a stored action: what the gate was asked, for the re-check.
-    An action older than its stored basis has them read back from its proof, and exact is False (no steps)."""
+    """Return (basis, approval, check, exact): what the gate was asked of a stored action; an action
+    older than its stored basis has them read back from its proof, and exact is False (no steps)."""
     proof = action.get("proof") or {}
     if isinstance(action.get("basis"), dict):
         b = action["basis"]
@@ -4634,9 +4634,8 @@ PREMISE_KINDS = ("mandate", "action", "approval", "proposal", "ask", "check")   
 
 
 def recheck_ledger(rows, parse=None):
-    """Yield (seq, problems) for every action in `rows` (seq, at, record), folding the ledger once.
-    Memory stays bounded: a record more than RECHECK_KEPT behind is kept only as its kind, claim and
-    venture, all that a premise's check reads of it."""
+    """Yield (seq, problems) for every action in `rows` (seq, at, record), folding the ledger once;
+    memory stays bounded: a record RECHECK_KEPT behind keeps only what a premise's check reads."""
     states, records, recent, stubs = {}, {}, collections.deque(), {}
     for seq, at, record in rows:
         records[seq] = (at, record)
@@ -5334,8 +5333,7 @@ NOTICE_TITLES = {"ask": "{venture} asks (#{seq})", "stuck": "{venture} is stuck 
 
 
 def new_notice(kind, venture, seq, summary, answer, **more):
-    """Return a notice: what the notify command is told (NOTICE_TITLES names its kinds). Not a
-    record: `seq` is the record it tells of."""
+    """Return a notice, not a record: what the notify command is told (NOTICE_TITLES)."""
     return dict(kind=kind, venture=venture, seq=seq, summary=summary, answer=answer, **more)
 
 
