@@ -4398,17 +4398,17 @@ def decide(state, report_seq, value):
 
 Verdict = collections.namedtuple("Verdict", "ok proof why needs_ask asked stuck", defaults=(None, "", False, None, None))
 Verdict.__doc__ = """The gate's answer: ok with a proof, or why not (and whether a person may approve it).
-asked, on ok: what the gate was asked (basis, approval, check, at), kept by the action so its proof re-checks
-from the ledger alone. stuck, on a refusal not clearing within the round (the cap, the budget): (reason, when)."""
+asked: what the gate was asked, kept by the action so its proof re-checks from the ledger alone.
+stuck: (reason, when) of a refusal that will not clear within the round."""
 
 
 def cap_window(state, lever, now):
     """Return the seqs of `lever`'s runs inside its cap's sliding window at `now`."""
-    count, period = state.mandate["levers"][lever]["cap"]
-    return [seq for seq, at, payload in state.actions.get(lever, []) if at > now - period]
+    period = state.mandate["levers"][lever]["cap"][1]
+    return [seq for seq, at, _ in state.actions.get(lever, []) if at > now - period]
 
 
-APPROVAL_TO_WRITE = 0   # do_approve asks the gate whether the approval it is about to write would let the lever run
+APPROVAL_TO_WRITE = 0   # do_approve asks: would the approval it is about to write let it run?
 
 
 def prove(state, lever, now, basis, trigger=None, approval=None, payload=None, check=None):
@@ -4521,7 +4521,7 @@ def prove(state, lever, now, basis, trigger=None, approval=None, payload=None, c
 
 
 def gate_question(basis, approval, check, now):
-    """Return what an action record keeps of the gate's question: its basis, approval and check, and its time."""
+    """Return what an action record keeps of the gate's question (Verdict.asked)."""
     rule, premises, steps = basis
     asked = {"basis": {"rule": rule, "premises": list(premises), "steps": list(steps)}, "at": now}
     if approval is not None:
@@ -4532,8 +4532,8 @@ def gate_question(basis, approval, check, now):
 
 
 def unwind_guard(state, lever, payload):
-    """Return the guard past its bound whose declared unwind is exactly `lever` with `payload`, or None."""
-    for guard in state.mandate["guards"] if state.mandate else []:
+    """Return the guard past its bound whose unwind is exactly `lever` with `payload`, or None."""
+    for guard in state.mandate["guards"]:
         info = state.guards.get(guard["name"])
         if guard["unwind"] and info and info["past"] and guard["unwind"]["action"] == lever \
                 and guard["unwind"]["payload"] == payload:
@@ -4565,19 +4565,18 @@ def payload_problem(spec, payload):
 
 # ---- mail.send: the sender is avsm's to set --------------------------------
 
-MAIL_SENDER_HEADERS = ("from", "sender", "return-path")     # the message's own are dropped: avsm sets the sender
-MAIL_HEADER_NAME = r"[!-9;-~]+"      # printable ASCII but ':' (RFC 5322 field-name)
+MAIL_SENDER_HEADERS = ("from", "sender", "return-path")
+MAIL_HEADER_NAME = r"[!-9;-~]+"      # RFC 5322 field-name
 Mail = collections.namedtuple("Mail", "text dropped")
-Mail.__doc__ = "The message mail.send pipes, and the names of the message's sender headers it dropped."
+Mail.__doc__ = "The message mail.send pipes, and the sender headers of its own it dropped."
 
 
 def write_mail(message, sender):
-    """Return the Mail that mail.send pipes: `From: sender`, then the message's headers but its own From:,
-    Sender: and Return-Path: (any case, with their folded lines), then its blank line and body as written.
-
-    message ::= header+ blank-line body      header ::= name ':' text (WSP text)*   lines end LF or CRLF
-    Raises ValueError saying why a message cannot be sent as it stands: no header block, no blank line
-    before the body, a line that is not a header, or a bare CR (which a mail program may take as a line end)."""
+    """Return the Mail that mail.send pipes: `From: sender`, then the message but its own
+    MAIL_SENDER_HEADERS; raise ValueError saying why it cannot be sent as it stands.
+    message ::= header+ blank-line body      header ::= name ':' text (WSP text)*
+    lines end LF or CRLF"""
+    # a bare CR is refused: a mail program may take it as a line end
     if "\r" in message.replace("\r\n", ""):
         raise ValueError("the message has a bare CR; end its lines with LF or CRLF")
     lines = message.split("\n")
@@ -4606,9 +4605,8 @@ def write_mail(message, sender):
 
 
 def mail_to_send(spec, cfg, payload):
-    """Return (mail, why not): the Mail a mail.send lever pipes for `payload`, or None and why it cannot be sent
-    (read only then): mail.send needs adapters: mail: in config.yaml (CONFIG-07) and a text payload that
-    write_mail can send as it stands."""
+    """Return (mail, why not): the Mail a mail.send lever pipes for `payload`, or None and why it
+    cannot be sent (CONFIG-07: it needs adapters: mail: in config.yaml)."""
     mail, problem = None, "mail.send needs adapters: mail: in config.yaml and a text payload"
     sender = (cfg["adapters"].get("mail") or {}).get("from")
     if spec is not None and spec["run"] == "mail.send" and sender and isinstance(payload, str):
@@ -4620,7 +4618,7 @@ def mail_to_send(spec, cfg, payload):
 
 
 def fold_ledger(states, seq, at, record, parse=None):
-    """Fold one record into its venture's state in `states` (parsing an adopted mandate); return the state or None."""
+    """Fold one record into its venture's state in `states`; return the state or None."""
     name = record.get("venture")
     if name == "self" or not isinstance(name, str) or fold_problem(record) is not None:
         return None                     # a record that does not read counts for nothing (avsmd stops on it)
@@ -4644,8 +4642,8 @@ def count_self(counted, record):
 
 
 def stored_basis(action, records):
-    """Return (basis, approval, check, exact) of a stored action: what the gate was asked, for the re-check.
-    An action older than its stored basis has them read back from its proof, and exact is False (no steps)."""
+    """Return (basis, approval, check, exact): what the gate was asked of a stored action; an action
+    older than its stored basis has them read back from its proof, and exact is False (no steps)."""
     proof = action.get("proof") or {}
     if isinstance(action.get("basis"), dict):
         b = action["basis"]
@@ -4662,20 +4660,20 @@ def stored_basis(action, records):
 
 
 def basis_problem(state, action, basis, records):
-    """Return why the basis a stored action names does not call for its lever now, or None: the function that
-    made the basis is asked again on the state folded to the action (controller_calls, the guard's own rule for
-    an unwind, proposal_rule for a model's)."""
+    """Return why the basis a stored action names does not call for its lever now, or None: the
+    function that made the basis is asked again, on the state folded to the action."""
     rule, premises, _ = basis
     lever, trigger, m = action.get("lever"), action.get("proof", {}).get("trigger"), state.mandate
+    payload = action.get("payload")
     if m is None:
         return None                     # the gate says so
-    trig = records.get(trigger, (None, {}))[1] if trigger is not None else {}
+    trig = records.get(trigger, (None, {}))[1]
     if rule in CONTROLLERS and not CONTROLLERS[rule].by_model:
         if m["controller"]["kind"] != rule:
             return f"the mandate's controller is {m['controller']['kind']}, not {rule}"
         return controller_call_problem(state, lever, premises)
     if rule == "unwind":
-        guard = unwind_guard(state, lever, action.get("payload"))
+        guard = unwind_guard(state, lever, payload)
         if guard is None:
             return f"no guard reading past its bound has {lever} with this payload as its unwind"
         info = state.guards[guard]
@@ -4687,7 +4685,7 @@ def basis_problem(state, action, basis, records):
         return None
     if rule == "permitted":
         if trig.get("kind") != "proposal" or trig.get("claim") != "inferred" or trig.get("lever") != lever \
-                or trig.get("payload") != action.get("payload"):
+                or trig.get("payload") != payload:
             return f"its trigger #{trigger} is not a model's proposal of {lever} with this payload"
         if premises:
             return "a model's proposal is a trigger, never a premise"
@@ -4713,16 +4711,13 @@ def basis_problem(state, action, basis, records):
 
 
 def recheck_action(state, seq, at, action, records):
-    """Return the problems found re-checking the stored action #seq; [] when it holds. `state`: the
-    venture folded from every record before it; its stored basis, trigger, approval and payload go
-    to the same `prove` at its `at`, which must give back the stored proof. records: {seq: (at,
-    record)} for premises and the trigger. The state is the fold of every record of the venture
-    before it, not of a window: what the gate reads can rest on a record from any time back (an ask
-    about an interrupted run not yet answered, an unspent approval, a run with no outcome, a
-    suspended delegation, an effect not yet judged, a deadband that has not re-armed since a run
-    long ago), and no mandate resets those."""
+    """Return the problems found re-checking the stored action #seq; [] when it holds: the same
+    `prove`, at its `at`, on `state` (folded from every record of the venture before it) must give
+    back its proof. Not from a window: what the gate reads can rest on a record from any time back
+    (an unanswered ask about an interrupted run, an unspent approval, a suspended delegation, a
+    deadband not re-armed since a run long ago), and no mandate resets those."""
     proof = action.get("proof") if isinstance(action.get("proof"), dict) else {}
-    problems = []
+    problems, lever = [], action.get("lever")
     premises = proof.get("premises") if isinstance(proof.get("premises"), list) else []
     for p in premises:
         if p not in records:
@@ -4737,13 +4732,14 @@ def recheck_action(state, seq, at, action, records):
         return problems + ["no mandate of the venture precedes the action"]
     basis, approval, check, exact = stored_basis(action, records)
     if not exact and basis[0] in ("approval", "proposal") and approval is None:
-        problems.append(f"{action.get('lever')} ran on an approval, and no approval of exactly this lever and payload is a premise")
+        problems.append(f"{lever} ran on an approval, and no approval of exactly this lever and "
+                        f"payload is a premise")
         return problems
     why = basis_problem(state, action, basis, records)
     if why:
         problems.append(f"its basis does not hold: {why}")
     try:
-        verdict = prove(state, action.get("lever"), at, basis, trigger=proof.get("trigger"), approval=approval,
+        verdict = prove(state, lever, at, basis, trigger=proof.get("trigger"), approval=approval,
                         payload=action.get("payload"), check=check)
     except (KeyError, TypeError, ValueError) as err:
         return problems + [f"the gate cannot read it: {type(err).__name__} {err}"]
@@ -4753,8 +4749,8 @@ def recheck_action(state, seq, at, action, records):
     if gave["rule"] != proof.get("rule"):
         problems.append(f"the gate's rule is {gave['rule']}, the proof says {proof.get('rule')}")
     what = {state.mandate_seq: "the mandate in force", approval: "the approval", check: "the check"}
-    what.update({s: f"a run counted against the cap {state.mandate['levers'][action['lever']]['cap_text']}"
-                 for s, _, _ in state.actions.get(action.get("lever"), []) if action.get("lever") in state.mandate["levers"]})
+    what.update({s: f"a run counted against the cap {state.mandate['levers'][lever]['cap_text']}"
+                 for s, _, _ in state.actions.get(lever, []) if lever in state.mandate["levers"]})
     for p in gave["premises"]:
         if p not in premises:
             problems.append(f"#{p} ({what.get(p, 'a premise of the gate')}) is missing from the premises")
@@ -4771,7 +4767,6 @@ def recheck_action(state, seq, at, action, records):
 
 def check_proof(action_seq, action_at, action, records, parse=None):
     """Return the problems found re-checking one stored action's proof against the ledger; [] when it holds.
-
     records: {seq: (at, record)} holding at least every record of the action's venture up to it."""
     states = {}
     venture = action.get("venture")
@@ -4783,15 +4778,13 @@ def check_proof(action_seq, action_at, action, records, parse=None):
     return recheck_action(states.get(venture), action_seq, action_at, action, records)
 
 
-RECHECK_KEPT = 1000     # records a re-check keeps whole behind the one it folds, beside every premise-like kind
+RECHECK_KEPT = 1000     # records a re-check keeps whole behind the one it folds
 PREMISE_KINDS = ("mandate", "action", "approval", "proposal", "ask", "check")    # cited by seq from any distance
 
 
 def recheck_ledger(rows, parse=None):
-    """Yield (seq, problems) for every action in `rows` [(seq, at, record)], folding the ledger once, in order.
-
-    Memory stays bounded as the ledger grows: a reading, outcome or other record more than RECHECK_KEPT behind is
-    kept only as its kind, claim and venture (one shared dict for each), all that a premise's check reads of it."""
+    """Yield (seq, problems) for every action in `rows` (seq, at, record), folding the ledger once;
+    memory stays bounded: a record RECHECK_KEPT behind keeps only what a premise's check reads."""
     states, records, recent, stubs = {}, {}, collections.deque(), {}
     for seq, at, record in rows:
         records[seq] = (at, record)
@@ -4808,27 +4801,26 @@ def recheck_ledger(rows, parse=None):
 
 
 # ---- the rules of a settled round -----------------------------------------------
-# Each rule is a generator yielding intents in order; the warden carries out each (folding its record into
-# the state) before the rule goes on, answering a Write with its seq and a Gate with the Verdict
-# (tests/test_kernel_rules.py drives them with records in and intents out).
+# Each rule is a generator yielding intents in order; the warden carries out each (folding its
+# record into the state) before the rule goes on, answering a Write with its seq and a Gate with
+# the Verdict.
 
 Write = collections.namedtuple("Write", "record")
 Write.__doc__ = "Append this record."
 Pause = collections.namedtuple("Pause", "record")
-Pause.__doc__ = "Append this pause record, and end what the venture runs (its programs, its keeper's next start)."
+Pause.__doc__ = "Append this pause record, and end what the venture runs."
 Gate = collections.namedtuple("Gate", "lever basis payload trigger approval by side extra summary check",
                               defaults=(None, None, None, None, None, None, "", None))
-Gate.__doc__ = ("Ask the gate to prove `lever` now and run it if it can; the rule is sent back the Verdict. "
-                "`check`: the seq of the lever's passed check (it then runs without checking again).")
+Gate.__doc__ = ("Ask the gate to prove `lever` now and run it if it can; the rule is sent back the "
+                "Verdict. `check`: the seq of the lever's passed check (it runs unchecked then).")
 Forecast = collections.namedtuple("Forecast", "lever")
-Forecast.__doc__ = "Forecast the venture before the ratchet ask for `lever`; the rule is sent whether one started."
+Forecast.__doc__ = "Forecast the venture before the ratchet ask; the rule is sent whether it began."
 Ratchet = collections.namedtuple("Ratchet", "lever forecast line")
-Ratchet.__doc__ = "Write the ratchet ask for `lever`, with the mandate file changed and forecast #`forecast` cited."
+Ratchet.__doc__ = "Write the ratchet ask for `lever`, citing forecast #`forecast`."
 
 
 def settle_round(state, report_seq):
-    """Yield what a settled round calls for: guards pause, ask or unwind; audits ask; effects are judged;
-    an implausible reading asks once; else the controller acts on the round's report."""
+    """Yield what a settled round calls for, the controller's call last."""
     yield from guard_rules(state)
     yield from audit_rules(state)
     yield from effect_rules(state)
@@ -4843,9 +4835,8 @@ def settle_round(state, report_seq):
 
 
 def controller_calls(state):
-    """Return the controller's intents (decide) on the venture's latest report, as a settled round acts on them:
-    none while a reading holds it implausible, while it is paused, or when that report is not trusted. The
-    re-check of a controller's action asks this same function (basis_problem)."""
+    """Return the controller's intents (decide) on the venture's latest report, as a settled round
+    acts on them; the re-check of a controller's action asks this same function."""
     report = state.last_report
     if held_by(state) or state.paused or not report or report[2].get("status") != "trusted":
         return []
@@ -4853,13 +4844,14 @@ def controller_calls(state):
 
 
 def controller_call_problem(state, lever, premises):
-    """Return why the controller does not call for `lever` on the reports `premises` now, or None."""
+    """Return why the controller does not call for `lever` on the reports `premises`, or None."""
     sides = [s for s in controller_sides(state.mandate) if s[3] == lever]
     if not sides:
         return f"the controller of the mandate does not run {lever}"
     if any(called == lever and reports == premises for _, called, reports, _ in controller_calls(state)):
         return None
     last, held, ctl = state.last_report, held_by(state), state.mandate["controller"]
+    hold = ctl["hold"]
     if last is None or last[2].get("status") != "trusted":
         return f"the latest report (#{last[0]}) is not trusted" if last else "no report precedes it"
     if held:
@@ -4875,41 +4867,49 @@ def controller_call_problem(state, lever, premises):
         back = bound - ctl["deadband"] if way == "above" else bound + ctl["deadband"]
         return (f"the deadband has not re-armed since {lever} last ran in this excursion: no trusted report "
                 f"{'<=' if way == 'above' else '>='} {format_number(back)} since")
-    if len(side["streak"]) < ctl["hold"]:
-        return f"hold {ctl['hold']} wants {ctl['hold']} trusted reports past the bound in a row; the run is {len(side['streak'])}"
-    return f"the controller cites reports {', '.join('#' + str(r) for r in side['streak'][-ctl['hold']:])}, not these"
+    streak = side["streak"]
+    if len(streak) < hold:
+        return (f"hold {hold} wants {hold} trusted reports past the bound in a row; "
+                f"the run is {len(streak)}")
+    cited = ", ".join("#" + str(r) for r in streak[-hold:])
+    return f"the controller cites reports {cited}, not these"
 
 
 def resolved_record(state, ask_seq, why):
-    """Return the record settling ask #ask_seq; what settles an audit's ask is no model's to see (AUDIT-05)."""
+    """Return the record settling ask #ask_seq (an audit's is no model's to see: AUDIT-05)."""
     return new_record("resolved", state.name, ask=ask_seq, summary=f"ask #{ask_seq} settled: {why}",
                       **some(audit=state.open_asks.get(ask_seq, {}).get("audit")))
 
 
 def guard_rules(state):
-    """A guard past its bound pauses or asks once per episode, and runs its unwind until it has run ok; back
-    inside, its ask is settled. After each round, and when a slow guard's reading comes in."""
+    """A guard past its bound pauses or asks once per episode, and runs its unwind until it has run
+    ok; back inside, its ask is settled."""
     for guard in state.mandate["guards"]:
-        info = state.guards.get(guard["name"])
-        open_ask = next((s for s, a in state.open_asks.items() if a.get("guard") == guard["name"]), None)
+        name = guard["name"]
+        info = state.guards.get(name)
+        open_ask = next((s for s, a in state.open_asks.items() if a.get("guard") == name), None)
         if info is None or not info["past"]:
             if open_ask is not None:
-                yield Write(resolved_record(state, open_ask, f"guard {guard['name']} reads inside its bound again"))
+                yield Write(resolved_record(state, open_ask,
+                                            f"guard {name} reads inside its bound again"))
             continue
-        fresh = info.get("acted") != info["episode"] or info.get("repause")
+        episode = info["episode"]
+        fresh = info.get("acted") != episode or info.get("repause")
         if fresh and guard["then"] == "pause" and not state.paused:
-            yield Pause(new_record("pause", state.name,
-                                   summary=f"guard {guard['name']} reads past its bound (#{info['episode']}): paused {state.name}",
-                                   guard=guard["name"], episode=info["episode"]))
+            yield Pause(new_record(
+                "pause", state.name,
+                summary=f"guard {name} reads past its bound (#{episode}): paused {state.name}",
+                guard=name, episode=episode))
         if fresh and guard["then"] == "ask" and open_ask is None:
-            yield Write(new_record("ask", state.name, about="guard", guard=guard["name"], episode=info["episode"],
-                                   question=f"guard {guard['name']} reads past its bound; no lever but stop "
-                                            f"runs until it is back inside. Look at {state.name}?",
-                                   summary=f"guard {guard['name']} past its bound (#{info['episode']}); asking once for this episode"))
+            yield Write(new_record(
+                "ask", state.name, about="guard", guard=name, episode=episode,
+                question=f"guard {name} reads past its bound; no lever but stop "
+                         f"runs until it is back inside. Look at {state.name}?",
+                summary=f"guard {name} past its bound (#{episode}); asking once for this episode"))
         reading = info["last"][0]
         if guard["unwind"] and not info["unwind_ok"] and guard["unwind"]["action"] not in state.running \
                 and info.get("unwind_tried") != reading:
-            info["unwind_tried"] = reading          # once per reading past the bound, until it has run ok (not folded)
+            info["unwind_tried"] = reading          # once per reading past the bound (not folded)
             yield from unwind_rule(state, guard, reading)
 
 
@@ -4918,7 +4918,7 @@ def unwind_basis(guard, reading):
 
 
 def unwind_rule(state, guard, reading):
-    """Run a guard's declared unwind through the gate; a refusal is written."""
+    """Run a guard's declared unwind through the gate."""
     lever, payload = guard["unwind"]["action"], guard["unwind"]["payload"]
     verdict = yield Gate(lever, unwind_basis(guard["name"], reading),
                          payload=payload, by="guard", extra={"guard": guard["name"], "payload": payload},
@@ -4929,20 +4929,22 @@ def unwind_rule(state, guard, reading):
 
 
 def audit_rules(state):
-    """An audit that worsens while the metric improves asks once; when it no longer does, its ask is settled."""
+    """An audit that worsens while the metric improves asks once, settled when it no longer does."""
     for audit in state.mandate["audits"]:
-        why = audit_worsening(audit, state)
+        name, why = audit["name"], audit_worsening(audit, state)
         open_ask = next((s for s, a in state.open_asks.items()
-                         if a.get("about") == "audit" and a.get("audit") == audit["name"]), None)
+                         if a.get("about") == "audit" and a.get("audit") == name), None)
         if why and open_ask is None:
-            yield Write(new_record("ask", state.name, about="audit", audit=audit["name"], question=f"{why}. Is the gain real?",
-                                   summary=f"audit {audit['name']} asks: {why}"))
+            yield Write(new_record("ask", state.name, about="audit", audit=name,
+                                   question=f"{why}. Is the gain real?",
+                                   summary=f"audit {name} asks: {why}"))
         elif not why and open_ask is not None:
-            yield Write(resolved_record(state, open_ask, f"audit {audit['name']} no longer worsens while the metric improves"))
+            yield Write(resolved_record(
+                state, open_ask, f"audit {name} no longer worsens while the metric improves"))
 
 
 def effect_rules(state):
-    """Write each settled miss, late or wrong-size verdict; n misses in a row suspend a delegation (revoke_after)."""
+    """Write each settled effect verdict; n misses in a row suspend a delegation (revoke_after)."""
     for seq, effect in sorted(state.effects.items()):
         if effect["verdict"] is None:
             continue
@@ -4950,17 +4952,19 @@ def effect_rules(state):
         lever = effect["lever"]
         yield Write(new_record("effect", state.name, lever=lever, action=seq, verdict=verdict, why=why,
                                summary=f"{lever} (action #{seq}) {verdict}: {why}"))
-        spec = state.mandate["levers"].get(lever)
+        spec, misses = state.mandate["levers"].get(lever), state.misses.get(lever, 0)
         if (spec and spec["delegated"] and spec["revoke_after"] and lever not in state.suspended
-                and state.misses.get(lever, 0) >= spec["revoke_after"]):
-            yield Write(new_record("ask", state.name, about="revoke", lever=lever,
-                                   question=f"{lever} missed its expected effect {state.misses[lever]} times in a row; its delegation "
-                                            "is suspended. Approve to restore it",
-                                   summary=f"{lever}'s delegation suspended after {state.misses[lever]} misses in a row (revoke_after)"))
+                and misses >= spec["revoke_after"]):
+            yield Write(new_record(
+                "ask", state.name, about="revoke", lever=lever,
+                question=f"{lever} missed its expected effect {misses} times in a row; its "
+                         "delegation is suspended. Approve to restore it",
+                summary=f"{lever}'s delegation suspended after {misses} misses in a row "
+                        f"(revoke_after)"))
 
 
 def implausible_rule(state, held, report_seq):
-    """A reading that holds the venture implausible asks once until a plausible one comes; then it is settled."""
+    """A reading that holds the venture implausible asks once, settled when a plausible one comes."""
     if held and state.implausible_ask is None and not state.implausible_answered:
         what, seq, note = held
         record = new_record("ask", state.name, about="implausible", reading=seq,
@@ -5013,14 +5017,14 @@ STUCK_WAY_OUT = {"cap": "raise the cap in mandate.yaml and avsm add it, or avsm 
 
 
 def controller_basis(state, reports, why):
-    """Return the basis of a controller's call: its kind, the reports that crossed, and the step saying so."""
+    """Return the basis of a controller's call."""
     return (state.mandate["controller"]["kind"], reports,
             [f"report{'s' if len(reports) > 1 else ''} {', '.join('#' + str(r) for r in reports)}: {why}"])
 
 
 def basis_now(state, lever, basis, guard):
-    """Return the basis that calls for `lever` now, as the controller or guard `guard` would give it, or None:
-    a check ran meanwhile, and the action must rest on what calls for it when it is written."""
+    """Return the basis that calls for `lever` now, or None: the action must rest on what calls for
+    it when it is written, after its check."""
     if basis[0] == "unwind":
         info = state.guards.get(guard)
         return unwind_basis(guard, info["last"][0]) if info and info["past"] else None
@@ -5029,27 +5033,30 @@ def basis_now(state, lever, basis, guard):
 
 
 def stuck_rule(state, side, lever, reports, reason, clears_at, why):
-    """The controller's lever cannot run for `reason` until `clears_at` (or a person acts): once per excursion
-    and reason, a refusal saying so and the way out, and one ask so a person is told, unless a person has just
-    answered in this excursion (the lever's ask, reason `asked`, or a stuck ask): then the refusal is a notice."""
+    """The controller's lever cannot run for `reason` until `clears_at`: once per excursion and
+    reason, a refusal saying so and the way out, and one ask so a person is told (none when a person
+    has just answered)."""
     if state.side(side).get("stuck") == reason:
-        return                      # written once in this excursion already
+        return
     way_out = STUCK_WAY_OUT[reason].format(venture=state.name, lever=lever)
     when = f"; the next run is possible at {format_local_time(clears_at)}" if clears_at else ""
-    yield Write(new_record("refusal", state.name, lever=lever, by="controller", side=side, why=why + when, reports=reports,
-                           stuck=reason, clears_at=clears_at,
-                           summary=f"{lever} refused, {state.name} is stuck: {why}{when}; {way_out}"))
-    if reason != "asked" and not state.side(side)["seen"] and \
-            not any(a.get("about") == "stuck" and a.get("side") == side for a in state.open_asks.values()):
-        yield Write(new_record("ask", state.name, about="stuck", by="self", lever=lever, side=side, reason=reason, clears_at=clears_at,
-                               question=f"{state.name} is stuck past its bound: {why}{when}; the way out: {way_out}. "
-                                        "Approve or deny to say you have seen it; nothing runs on the answer",
-                               summary=f"{state.name} is stuck: {lever} cannot run ({reason}){when}"))
+    name = state.name
+    yield Write(new_record("refusal", name, lever=lever, by="controller", side=side, why=why + when,
+                           reports=reports, stuck=reason, clears_at=clears_at,
+                           summary=f"{lever} refused, {name} is stuck: {why}{when}; {way_out}"))
+    if reason != "asked" and not state.side(side)["seen"] and not any(
+            a.get("about") == "stuck" and a.get("side") == side for a in state.open_asks.values()):
+        yield Write(new_record(
+            "ask", name, about="stuck", by="self", lever=lever, side=side, reason=reason,
+            clears_at=clears_at,
+            question=f"{name} is stuck past its bound: {why}{when}; the way out: {way_out}. "
+                     "Approve or deny to say you have seen it; nothing runs on the answer",
+            summary=f"{name} is stuck: {lever} cannot run ({reason}){when}"))
 
 
 def unstick_rule(state, side, why):
-    """The stuck ask of `side` is settled once its lever runs again or the excursion ends, or by the mandate
-    that replaced the one it was asked under (which starts the venture's sides afresh)."""
+    """The stuck ask of `side` is settled: its lever ran again, the excursion ended, or a new mandate
+    started the venture's sides afresh."""
     for seq, ask in list(state.open_asks.items()):
         if ask.get("about") == "stuck" and ask.get("side") == side:
             yield Write(resolved_record(state, seq, why if seq > state.mandate_seq else
@@ -5057,22 +5064,25 @@ def unstick_rule(state, side, why):
 
 
 def proposal_rule(state, seq, choice, by, backend, content_why=None, held=None):
-    """A model's choice, written as proposal #seq: an ask about a lever the mandate names becomes an ask; an
-    action goes to the gate with the proposal as its trigger, never a premise; a lever that waits for a person
-    (irreversible, or content a model wrote, not delegated) is asked about once; the rest is refused.
-
-    content_why: what the file system said of a diff or file payload (the caller looks), or None.
-    held: why a ranking's top choice waits for a person (the calibration bar, WORLD-08), or None."""
+    """A model's choice, written as proposal #seq: an action goes to the gate with the proposal as
+    its trigger, never a premise; a lever that waits for a person is asked about once.
+    content_why: what the file system said of a diff or file payload; held: why a ranking's top
+    choice waits for a person (WORLD-08)."""
     m, lever, payload = state.mandate, choice.get("action"), choice.get("payload")
     named = lever in m["levers"] or lever == "stop"
-    if choice["choice"] == "action" and held and lever not in m["forbidden"] and named:
-        yield Write(new_record("ask", state.name, about="lever", lever=lever, payload=payload, proposal=seq, by=by, ranking=True,
+    forbidden = lever in m["forbidden"]
+    unnamed = (f"{lever} is {'forbidden' if forbidden else 'not permitted'} "
+               f"by mandate #{state.mandate_seq}")
+    if choice["choice"] == "action" and held and not forbidden and named:
+        yield Write(new_record("ask", state.name, about="lever", lever=lever, payload=payload,
+                               proposal=seq, by=by, ranking=True,
                                question=f"run {lever}? {backend} ranked it first (#{seq}), but {held}",
-                               summary=f"{lever} waits for a person: ranked first by {backend} (#{seq}); {held}"))
+                               summary=f"{lever} waits for a person: ranked first by {backend} "
+                                       f"(#{seq}); {held}"))
         return
     if choice["choice"] == "ask":
-        if lever is not None and (lever in m["forbidden"] or lever not in m["levers"]):
-            why = f"{lever} is {'forbidden' if lever in m['forbidden'] else 'not permitted'} by mandate #{state.mandate_seq}"
+        if lever is not None and (forbidden or lever not in m["levers"]):
+            why = unnamed
             yield Write(new_record("refusal", state.name, lever=lever, proposal=seq, by="model", why=why,
                                    summary=f"the model's ask about {lever} refused: {why}"))
         else:
@@ -5084,8 +5094,8 @@ def proposal_rule(state, seq, choice, by, backend, content_why=None, held=None):
         return
     spec = m["levers"].get(lever)
     why = None
-    if lever in m["forbidden"] or not named:
-        why = f"{lever} is {'forbidden' if lever in m['forbidden'] else 'not permitted'} by mandate #{state.mandate_seq}"
+    if forbidden or not named:
+        why = unnamed
     elif spec is not None:
         why = payload_problem(spec, payload) or content_why
     waits = why is None and spec is not None and not spec["delegated"] and (payload is not None or not spec["reversible"])
@@ -5110,13 +5120,12 @@ def proposal_rule(state, seq, choice, by, backend, content_why=None, held=None):
 
 
 def ranked_choices(state, choices):
-    """Return [(choice, held, not proposed)] for a reply's choices, in order (WORLD-08, open point 37): a ranking
-    below the calibration bar is held back, so its top action asks a person (`held` says why) and the actions
-    ranked below it are not proposed (the line saying so); anything else is proposed as it came."""
+    """Return [(choice, held, not proposed)] for a reply's choices (WORLD-08, open point 37): below
+    the calibration bar a ranking's top action asks a person and those below it are not proposed."""
     held = None
     if is_ranking(choices):
         ok, why = calibration_bar(state)
-        held = None if ok else why        # below the bar, its top choice asks and no action runs (WORLD-08)
+        held = None if ok else why
     top = next((c for c in choices if c["choice"] == "action"), None)
     return [(choice, None, f"{choice['action']} not proposed: the ranking is held back ({held})")
             if held and choice["choice"] == "action" and choice is not top
@@ -5124,13 +5133,9 @@ def ranked_choices(state, choices):
 
 
 def approval_rule(state, seq, ask, payload, edited, problem, now):
-    """A person's yes to ask #seq. An ask about no lever is answered and nothing runs. For a lever, the gate first
-    proves it as if the approval were written, so a refusal leaves the ask open and no approval spent; then the
-    approval is written and the gate proves the lever again on it, the approval its premise, and it runs.
-
-    payload: the content approved (the person's edit or the ask's own); edited: whether they edited it;
-    problem: what the file system said of a diff or file payload (the caller looks), or None.
-    Raises Fail (65) once the refusal is written."""
+    """A person's yes to ask #seq. The gate first proves the lever as if the approval were written,
+    so a refusal leaves the ask open and no approval spent. problem: what the file system said of a
+    diff or file payload. Raises Fail (65) once the refusal is written."""
     lever = ask.get("lever")
     if lever is None or ask.get("about") not in ("lever", "model"):
         yield Write(new_record("approval", state.name, ask=seq, summary=f"a person answered ask #{seq}: yes"))
@@ -5155,10 +5160,8 @@ def approval_rule(state, seq, ask, payload, edited, problem, now):
 
 
 def person_proposal_rule(state, lever, payload, content_why):
-    """A person's own proposal (open point 15): written as declared, so it is its own approval; a lever the mandate
-    forbids or does not permit, or content the file system refuses, is refused; the rest goes to the gate.
-
-    content_why: what the file system said of a diff or file payload (the caller looks), or None.
+    """A person's own proposal (open point 15): written as declared, so it is its own approval; what
+    the mandate or the file system (content_why) refuses is refused; the rest goes to the gate.
     Raises Fail (65) once the refusal is written."""
     m = state.mandate
     spec = m["levers"].get(lever)
@@ -5180,9 +5183,8 @@ def person_proposal_rule(state, lever, payload, content_why):
 
 
 def check_rule(state, lever, verdict, summary, by, side, extra, ok, status, note, why):
-    """A lever's check ended (open point 27): its record is written; a check that passed lets the gate prove the
-    lever again with the check among its premises, and only then does it run; otherwise the lever is refused.
-    ok: whether it exited 0 unended; status, note, why: its exit status, output's tail, what ended it."""
+    """A lever's check ended (open point 27): one that passed lets the gate prove the lever again,
+    the check among its premises, and only then does it run. why: what ended the check."""
     seq = yield Write(new_record("check", state.name, lever=lever, ok=ok, status=status, note=note,
                                  summary=f"{lever}'s check {'passed' if ok else 'refused it: ' + why}"))
     if not ok:
@@ -5191,25 +5193,22 @@ def check_rule(state, lever, verdict, summary, by, side, extra, ok, status, note
         return
     basis, asked = verdict.asked["basis"], verdict.asked
     basis = (basis["rule"], basis["premises"], basis["steps"])
-    if basis[0] in CONTROLLERS or basis[0] == "unwind":     # reports came in while it ran: what calls for it now
+    if basis[0] in CONTROLLERS or basis[0] == "unwind":     # reports came in while it ran
         basis = basis_now(state, lever, basis, (extra or {}).get("guard"))
-        if basis is None:
-            why = f"what called for it no longer does: the latest reading does not call for {lever}"
-            yield Write(new_record("refusal", state.name, lever=lever, by=by, check=seq, why=why,
-                                   summary=f"{lever} refused after its check passed: {why}"))
-            return
-    verdict = yield Gate(lever, basis, payload=(extra or {}).get("payload"),
-                         trigger=verdict.proof["trigger"], approval=asked.get("approval"), by=by, side=side,
-                         extra=extra, summary=summary, check=seq)     # the gate again, now the check has passed
-    if not verdict.ok:
-        yield Write(new_record("refusal", state.name, lever=lever, by=by, check=seq, why=verdict.why,
-                               summary=f"{lever} refused after its check passed: {verdict.why}"))
+    why = f"what called for it no longer does: the latest reading does not call for {lever}"
+    if basis is not None:
+        verdict = yield Gate(lever, basis, payload=(extra or {}).get("payload"),
+                             trigger=verdict.proof["trigger"], approval=asked.get("approval"),
+                             by=by, side=side, extra=extra, summary=summary, check=seq)
+        why = None if verdict.ok else verdict.why
+    if why is not None:
+        yield Write(new_record("refusal", state.name, lever=lever, by=by, check=seq, why=why,
+                               summary=f"{lever} refused after its check passed: {why}"))
 
 
 def ratchet_due(state, lever, n):
-    """Whether self should propose delegating `lever` (SELF-02): `ratchet: n` approvals of it since the mandate
-    (a denial resets the count), it waits for a person (irreversible, or it takes a model's content), it is not
-    delegated yet, and no such ask is open."""
+    """Whether self should propose delegating `lever` (SELF-02): `ratchet: n` approvals of it since
+    the mandate (a denial resets the count)."""
     spec = state.mandate["levers"].get(lever) if state.mandate else None
     if not n or spec is None or spec["delegated"] or (spec["reversible"] and not spec["takes"]):
         return False
@@ -5218,18 +5217,17 @@ def ratchet_due(state, lever, n):
 
 
 def ratchet_rule(state, lever, n, forecast=None):
-    """Yield what an approval of `lever` (or its forecast in: `forecast` = (seq, line), (None, None) when cut
-    short) calls for: once `ratchet: n` approvals are in, the forecast first and the ask when it is written
-    (FORECAST-01), or at once when none can be made; nothing while one runs or when the count reset meanwhile."""
+    """Yield what an approval of `lever` (or its forecast in: (seq, line), (None, None) when cut
+    short) calls for: the forecast first and the ask when it is written (FORECAST-01)."""
     if not ratchet_due(state, lever, n) or lever in state.ratchet_forecasts:
         return
     if forecast is None and (yield Forecast(lever)):
-        return                                      # the ask follows the forecast
+        return
     yield Ratchet(lever, *(forecast or (None, None)))
 
 
 def ratchet_ask(state, lever, path, new, why, forecast_seq=None, forecast_line=None):
-    """Return the ratchet ask: delegate `lever`, carrying the changed mandate text `new` (None: `why` not)."""
+    """Return the ratchet ask: delegate `lever`, carrying the changed mandate text `new`."""
     question = (f"delegate {lever}? You approved it {state.approvals[lever]} times; approving this writes "
                 f"delegated: true on {lever} in {path} and adopts it"
                 + (f" ({forecast_line}, #{forecast_seq})" if forecast_seq else ""))
@@ -5239,8 +5237,8 @@ def ratchet_ask(state, lever, path, new, why, forecast_seq=None, forecast_line=N
 
 
 def approve_problem(state, seq):
-    """Return why `avsm approve` of ask #seq is refused before anything is written (65), or None: a paused
-    venture's approval would be spent without running (ASK-09)."""
+    """Return why `avsm approve` of ask #seq is refused before anything is written (65), or None
+    (ASK-09)."""
     if state.paused:
         return (f"{state.name} is paused, so approving #{seq} would spend it without running; "
                 f"resume it first (avsm resume {state.name})")
@@ -5248,16 +5246,16 @@ def approve_problem(state, seq):
 
 
 def ratchet_change_problem(state, mandate):
-    """Return why the mandate change a ratchet ask carries may not be adopted, or None: a change proposed by self
-    may not add escalate: offbox (SELF-03, ESC-09)."""
+    """Return why the mandate change a ratchet ask carries may not be adopted, or None (SELF-03,
+    ESC-09)."""
     if mandate["escalate"] == "offbox" and state.mandate["escalate"] != "offbox":
         return "a change proposed by self may not add escalate: offbox; only you can, by editing the mandate"
     return None
 
 
 def canary_ask(state, asks_seen, every):
-    """Return the known-answer ask due after every `every` asks (canary_asks), or None: a forbidden (or made-up)
-    irreversible lever, which a person who reads the ask denies."""
+    """Return the known-answer ask due after every `every` asks (canary_asks), or None: one that a
+    person who reads it denies."""
     if asks_seen % every:
         return None
     lever = (next(iter(state.mandate["forbidden"]), None) if state.mandate else None) or "delete-everything"
@@ -5267,7 +5265,7 @@ def canary_ask(state, asks_seen, every):
 
 
 def canary_result(state, seq, ask, approved):
-    """Return (the canary record, the line for the person) for an answer to canary ask #seq: nothing runs."""
+    """Return (the canary record, the line for the person) for an answer to canary ask #seq."""
     if approved:
         return (new_record("canary", state.name, ask=seq, passed=False,
                            summary=f"ask #{seq} was a canary: {ask['lever']} is not permitted, and it was approved without reading"),
@@ -5279,8 +5277,8 @@ def canary_result(state, seq, ask, approved):
 
 
 def denial_record(state, seq, ask):
-    """Return a person's denial of ask #seq: declared; a lever's names it, a canary's does not (the canary
-    record says what the answer showed)."""
+    """Return a person's denial of ask #seq; a canary's names no lever (the canary record says what the
+    answer showed)."""
     if ask.get("canary"):
         return new_record("denial", state.name, ask=seq, summary=f"a person denied ask #{seq}")
     return new_record("denial", state.name, ask=seq, lever=ask.get("lever"),
@@ -5288,32 +5286,30 @@ def denial_record(state, seq, ask):
 
 
 def next_backoff(previous):
-    """Return the next wait of a back-off: the first, then doubling, up to the ceiling (open point 31)."""
+    """Return the next wait of a back-off (open point 31)."""
     return min(BACKOFF_CEILING, previous * 2 or BACKOFF_FIRST)
 
 
 def child_restart_wait(previous, uptime):
-    """Return (the back-off to keep, the wait before avsmd starts its warden or roles process again): none at
-    first, doubling while it keeps dying within QUICK_DEATH; one that ran longer keeps no back-off (None)."""
-    if uptime >= QUICK_DEATH or previous is None:       # None: it has not died quickly since it last ran well
+    """Return (the back-off to keep, the wait before avsmd starts its warden or roles process again):
+    doubling while it keeps dying within QUICK_DEATH."""
+    if uptime >= QUICK_DEATH or previous is None:
         return (None if uptime >= QUICK_DEATH else 0), 0
     backoff = next_backoff(previous)
     return backoff, backoff
 
 
-# ---- what came of a program: the record its end writes, judged from how it ended ----
+# ---- what came of a program: the record its end writes ----
 
 def action_record(state, lever, verdict, summary, by, side=None, extra=None):
-    """Return the action record of a lever the gate proved (`verdict`): its proof, the basis the re-check folds
-    the ledger against, the approval and check it rests on, the controller's side and the caller's `extra`."""
+    """Return the action record of a lever the gate proved (`verdict`)."""
     asked = verdict.asked
     return new_record("action", state.name, lever=lever, proof=verdict.proof, by=by, summary=summary, basis=asked["basis"],
                       **{k: asked[k] for k in ("approval", "check") if k in asked}, **some(side=side), **(extra or {}))
 
 
 def fact_records(state, seq, lines):
-    """Return the inferred fact records of the research lever's action #seq: one for each line of its output
-    that is a JSON {"fact", "source"} object of strings; anything else is dropped."""
+    """Return the inferred fact records of the research lever's action #seq, from its output."""
     facts = []
     for line in lines:
         try:
@@ -5327,19 +5323,18 @@ def fact_records(state, seq, lines):
 
 
 def lever_outcome(state, lever, seq, status, ended_by, duration, timeout, note):
-    """Return the outcome of `lever` (action #seq): ok only when it exited 0 and nothing ended it; a lever
-    stopped by a pause, its time limit or a stop is not ok, and the summary says which."""
-    ok = status == 0 and ended_by is None
+    """Return the outcome of `lever` (action #seq): ok only when it exited 0 and nothing ended it."""
+    ok, how = status == 0 and ended_by is None, describe_status(status)
     if ended_by == "pause":
-        summary = f"{lever} stopped by the pause of {state.name} ({describe_status(status)})"
+        summary = f"{lever} stopped by the pause of {state.name} ({how})"
     elif ended_by == "timeout":
-        summary = f"{lever} failed: past its time limit {format_duration(timeout)}, ended ({describe_status(status)})"
+        summary = f"{lever} failed: past its time limit {format_duration(timeout)}, ended ({how})"
     elif ended_by == "stop":
-        summary = f"{lever} stopped: avsmd is stopping ({describe_status(status)})"
+        summary = f"{lever} stopped: avsmd is stopping ({how})"
     else:
-        summary = f"{lever} {'ok' if ok else 'failed: ' + describe_status(status)} in {duration:g}s"
-    return new_record("outcome", state.name, lever=lever, action=seq, ok=ok, status=describe_status(status), ended_by=ended_by,
-                      duration=duration, note=note, summary=summary)
+        summary = f"{lever} {'ok' if ok else 'failed: ' + how} in {duration:g}s"
+    return new_record("outcome", state.name, lever=lever, action=seq, ok=ok, status=how,
+                      ended_by=ended_by, duration=duration, note=note, summary=summary)
 
 
 def unstarted_outcome(state, lever, action, note, summary):
@@ -5358,15 +5353,14 @@ def unsafe_refusal(state, lever, by, side, extra, unsafe):
 
 
 def run_start_record(state, pid, restart):
-    """Return the start record of the kept `run` program, pid `pid`: started, or restarted after an exit."""
+    """Return the start record of the kept `run` program."""
     what = "restarted" if restart else "started"
     return new_record("start", state.name, pid=pid, command=state.mandate["run"], summary=f"run {what} (pid {pid})")
 
 
 def restart_rule(state, pid, status, ended_by, uptime, backoff, restarted, active):
-    """Return (again, backoff, delay, records) for the kept `run` program's end: started again as `restart:`
-    says; a program that dies within QUICK_DEATH of a restart waits twice as long each time, and asks once when
-    the wait reaches its ceiling; one that ran BACKOFF_RESET starts afresh (open point 31)."""
+    """Return (again, backoff, delay, records) for the kept `run` program's end (open point 31): one
+    that dies within QUICK_DEATH of a restart waits twice as long each time."""
     policy = state.mandate["restart"] if state.mandate else "never"
     again = ended_by is None and active and (policy == "always" or (policy == "on-failure" and status != 0))
     delay = 0
@@ -5375,9 +5369,10 @@ def restart_rule(state, pid, status, ended_by, uptime, backoff, restarted, activ
             backoff = 0
         elif uptime < QUICK_DEATH and restarted:
             backoff = delay = next_backoff(backoff)
-    why = f"stopped by {'the pause' if ended_by == 'pause' else ended_by}" if ended_by else describe_status(status)
+    how = describe_status(status)
+    why = f"stopped by {'the pause' if ended_by == 'pause' else ended_by}" if ended_by else how
     next_words = (f"; restarting in {delay}s" if delay else "; restarting now") if again else "; not restarted"
-    records = [new_record("exit", state.name, pid=pid, status=describe_status(status), uptime=round(uptime, 3),
+    records = [new_record("exit", state.name, pid=pid, status=how, uptime=round(uptime, 3),
                           restart_in=delay if again else None,
                           summary=f"run (pid {pid}) ended: {why} after {uptime:.1f}s{next_words}")]
     if again and delay >= BACKOFF_CEILING and not any(a.get("about") == "backoff" for a in state.open_asks.values()):
@@ -5388,23 +5383,26 @@ def restart_rule(state, pid, status, ended_by, uptime, backoff, restarted, activ
 
 
 def interrupted_rule(state, now):
-    """RUN-10: a lever a dead warden left running is never run again blindly. Its outcome is written as not known
-    (how long it ran at most, by `now`), and an ask holds the lever until a person says whether it happened."""
-    for lever, action_seq in list(state.running.items()):
-        began = next((at for seq, at, _ in state.actions.get(lever, []) if seq == action_seq), None)
+    """RUN-10: a lever a dead warden left running is never run again blindly: its outcome is not
+    known, and an ask holds the lever until a person says whether it happened."""
+    for lever, seq in list(state.running.items()):
+        began = next((at for s, at, _ in state.actions.get(lever, []) if s == seq), None)
         at_most = max(0, round(now - began)) if began is not None else None
-        yield Write(new_record("outcome", state.name, lever=lever, action=action_seq, ok=False, status="unknown", duration=at_most,
-                               note="the warden ended while it ran; whether it finished is not known"
-                                    + (f"; it ran at most {at_most} s" if at_most is not None else ""),
-                               summary=f"{lever} (action #{action_seq}) was cut off: the warden ended while it ran"))
-        yield Write(new_record("ask", state.name, about="interrupted", lever=lever, action=action_seq, question=f"did {lever} happen?",
-                               summary=f"did {lever} happen? action #{action_seq} was running when the warden ended; "
-                                       f"{lever} waits for the answer (approve: it did, deny: it did not)"))
+        yield Write(new_record(
+            "outcome", state.name, lever=lever, action=seq, ok=False, status="unknown",
+            duration=at_most,
+            note="the warden ended while it ran; whether it finished is not known"
+                 + (f"; it ran at most {at_most} s" if at_most is not None else ""),
+            summary=f"{lever} (action #{seq}) was cut off: the warden ended while it ran"))
+        yield Write(new_record(
+            "ask", state.name, about="interrupted", lever=lever, action=seq,
+            question=f"did {lever} happen?",
+            summary=f"did {lever} happen? action #{seq} was running when the warden ended; "
+                    f"{lever} waits for the answer (approve: it did, deny: it did not)"))
 
 
 def decide_problem(state):
-    """Return why `avsm decide` may not run a venture's model decision now (65), or None: it cannot run, no
-    model decides for it, or it is paused."""
+    """Return why `avsm decide` may not run a venture's model decision now (65), or None."""
     if state.mandate is None:
         return f"{state.name} cannot run: {state.problem}"
     if not decided_by_model(state.mandate):
@@ -5415,9 +5413,7 @@ def decide_problem(state):
 
 
 def backend_for(state, cfg):
-    """Return (name, backend) a venture's model decisions go to: its controller's `backend:`, else the config's
-    `default:`; raise Fail (65) when none is named, or it leaves the machine and the mandate does not say
-    escalate: offbox (no call is made)."""
+    """Return (name, backend) a venture's model decisions go to, or raise Fail (65)."""
     name = state.mandate["controller"].get("backend") or cfg.get("default")
     if not name or name not in cfg["backends"]:
         raise Fail(EX_DATAERR, f"{state.name} names no backend: set default: in config.yaml or backend: in its controller")
@@ -5429,9 +5425,8 @@ def backend_for(state, cfg):
 
 
 def model_packet(state, recent, now, forecast, looks):
-    """Return what a model may be shown of a venture (its decision packet): never an audit reading, note or ask,
-    nor a record that cites one (AUDIT-05). `recent`: its last records [(seq, at, record)]; `forecast`: the
-    packet's forecast facts; `looks`: the model's look-ups so far and their answers."""
+    """Return what a model may be shown of a venture (its decision packet): never an audit reading,
+    note or ask, nor a record that cites one (AUDIT-05)."""
     m = state.mandate
     ctl = m["controller"]
     hidden = {s for s, a in state.open_asks.items() if a.get("about") == "audit" or a.get("audit")}
@@ -5451,13 +5446,13 @@ def model_packet(state, recent, now, forecast, looks):
                          for name, (seq, rec) in sorted(state.read.items()) if rec.get("status") == "read"],
             "records": records,
             "asks": [f"#{s} {a.get('lever') or '-'}: {a.get('question', a['summary'])}"
-                     for s, a in sorted(state.open_asks.items()) if a.get("about") != "audit" and not a.get("audit")],
+                     for s, a in sorted(state.open_asks.items()) if s not in hidden],
             "forecast": forecast,
             "looks": looks}
 
 
 def reply_failure(run, oversized, ended_by, status):
-    """Return why a `command` backend's reply cannot be used (over REPLY_MAX, ended, a non-zero exit), or None."""
+    """Return why a `command` backend's reply cannot be used, or None."""
     if oversized:
         return f"the reply is bigger than {REPLY_MAX // 1024} KiB"
     if ended_by or status != 0:
@@ -5466,8 +5461,7 @@ def reply_failure(run, oversized, ended_by, status):
 
 
 def unusable_record(state, backend, by, why, call):
-    """Return the record of `backend`'s unusable reply (it changes nothing, ESC-06): why, the provider's refusal
-    with its category when it declined, and what else the provider said of the call."""
+    """Return the record of `backend`'s unusable reply (it changes nothing, ESC-06)."""
     call = dict(call or {})         # a refusal keeps its text and the provider's category: declined
     return new_record("unusable", state.name, backend=backend, by=by, why=why[:NOTE_MAX],
                       summary=f"the reply of {backend} is unusable: {why[:200]}",
@@ -5475,9 +5469,8 @@ def unusable_record(state, backend, by, why, call):
 
 
 def escalation_to(state, cfg, backend, asked, stopping):
-    """Return (the backend an unusable reply of `backend` is escalated to, None) or (None, why not, or None when
-    there is nothing to say): ESC-01 the config's `escalate:`, once a request was built (`asked`), never the same
-    backend, not while avsmd is stopping, and ESC-08 off the machine only when the mandate says escalate: offbox."""
+    """Return (the backend an unusable reply of `backend` is escalated to, None) or (None, why not
+    or None): ESC-01, ESC-08."""
     second = cfg.get("escalate")
     if not second or second == backend or not asked:
         return None, None
@@ -5488,21 +5481,9 @@ def escalation_to(state, cfg, backend, asked, stopping):
     return second, None
 
 
-def open_asks(records):
-    """Return the asks no approval, denial or resolution has answered: {seq: record}."""
-    asks = {}
-    for seq, record in records:
-        if record["kind"] == "ask":
-            asks[seq] = record
-        elif record["kind"] in ("approval", "denial", "resolved"):
-            asks.pop(record.get("ask"), None)
-    return asks
-
-
 # ---- telling a person: the notices the notify command runs for (issue 14) ----
-# A new ask (a stuck venture's too), a pause by a guard or the stop lever, a venture that cannot run, the ledger
-# down (and up again), avsmd stopping. A notice is a dict: kind, venture, seq (null when no record names it),
-# summary, and the `avsm ...`/`avsmd ...` command that answers it, completed where it is sent (notice_message).
+# A notice is a dict: kind, venture, seq (null when no record names it), summary, and the command that
+# answers it, completed where it is sent (notice_message).
 
 NOTICE_TITLES = {"ask": "{venture} asks (#{seq})", "stuck": "{venture} is stuck (#{seq})",
                  "pause": "{venture} was paused (#{seq})", "cannot-run": "{venture} cannot run",
@@ -5512,8 +5493,7 @@ NOTICE_TITLES = {"ask": "{venture} asks (#{seq})", "stuck": "{venture} is stuck 
 
 
 def new_notice(kind, venture, seq, summary, answer, **more):
-    """Return a notice: what the notify command is told (NOTICE_TITLES names its kinds). Not a record: it is not
-    written to the ledger, and `seq` is the record it tells of (None when it tells of none)."""
+    """Return a notice, not a record: what the notify command is told (NOTICE_TITLES)."""
     return dict(kind=kind, venture=venture, seq=seq, summary=summary, answer=answer, **more)
 
 
@@ -5537,25 +5517,25 @@ def notice_of(seq, record):
 
 
 def cannot_run_notice(venture, problem):
-    """Return the notice of an adopted venture that cannot run (VENTURE-14): nothing of it runs until it is fixed."""
+    """Return the notice of an adopted venture that cannot run (VENTURE-14)."""
     return new_notice("cannot-run", venture, None, f"{venture} cannot run: {problem}; nothing of it runs until mandate.yaml "
                                                "holds and is added again", "avsm doctor")
 
 
 def ledger_down_notice(why):
-    """Return the notice of a ledger that cannot be written (RUN-19): what would write waits."""
+    """Return the notice of a ledger that cannot be written (RUN-19)."""
     return new_notice("ledger-down", "self", None, f"the ledger cannot be written: {why}; nothing that would write runs, and "
                                                f"avsmd tries again every {LEDGER_RETRY} s", "avsm doctor")
 
 
 def stopping_notice(why):
-    """Return the notice of avsmd stopping: nothing runs until it is started again."""
+    """Return the notice of avsmd stopping."""
     return new_notice("stop", "self", None, f"avsmd is stopping ({why}); no venture runs until it is started again", "avsmd")
 
 
 def admit_notice(down_told, notice):
-    """Return (whether to tell `notice`, whether an unwritable ledger is told now): the warden and avsmd may each
-    find the ledger unwritable, and a person hears of it once until it takes writes again."""
+    """Return (whether to tell `notice`, whether an unwritable ledger is told now): a person hears of
+    it once, though the warden and avsmd may each find it."""
     if notice["kind"] == "ledger-down":
         return not down_told, True
     if notice["kind"] == "ledger":
@@ -5604,8 +5584,7 @@ def judge_metrics(failed, spec, failure):
 
 
 def notify_failure(ended_by, status, timeout):
-    """Return how one run of the notify command failed, from what ended it and its exit status, or None when it
-    told its notice (it exited 0 and nothing ended it)."""
+    """Return how one run of the notify command failed, or None when it told its notice."""
     if ended_by == "timeout":
         return f"it took longer than its time limit of {format_duration(timeout)}"
     if ended_by == "stop":
@@ -5614,17 +5593,18 @@ def notify_failure(ended_by, status, timeout):
 
 
 def judge_notify(stretch, notice, failure, note=""):
-    """Return (the stretch of failures after one run of the notify command, the record to write or None).
-    `failure` is None when it told `notice`, else how it failed. A failing command is written once per stretch
-    of failures and once more when it works again, saying how many it missed. No notice is tried twice."""
+    """Return (the stretch of failures after one run of the notify command, the record to write or
+    None): written once per stretch and once more when it works again. No notice is tried twice."""
     told = (f"#{notice['seq']} ({notice['kind']})" if notice.get("seq")
             else f"'{NOTICE_TITLES[notice['kind']].format(**notice)}'")
     if failure is None:
         if stretch is None:
             return None, None
-        return None, new_record("notify", "self", ok=True, failed=stretch["failed"],
-                                summary=f"the notify command works again (it told of {told}); {stretch['failed']} notice(s) "
-                                        f"from {stretch['first']} on were not told")
+        failed = stretch["failed"]
+        return None, new_record(
+            "notify", "self", ok=True, failed=failed,
+            summary=f"the notify command works again (it told of {told}); "
+                    f"{failed} notice(s) from {stretch['first']} on were not told")
     if stretch is not None:
         return dict(stretch, failed=stretch["failed"] + 1), None
     return {"failed": 1, "first": told}, new_record(
@@ -5635,23 +5615,22 @@ def judge_notify(stretch, notice, failure, note=""):
 
 
 # ---- the morning summary (issue 14 item 3) ----
-# What happened in a span of the ledger, per venture, from its records alone (`avsm summary`). Records before
-# the span count for what is still open at its end and, where levers expect an effect, for the fold that
-# replays judge_effect (a hit writes no record).
+# What happened in a span of the ledger, per venture (`avsm summary`). Records before the span count for
+# what is still open at its end and for the fold that replays judge_effect (a hit writes no record).
 
 SUMMARY_BEFORE_KINDS = ("mandate", "ask", "approval", "denial", "resolved", "pause", "resume")
 Summary = collections.namedtuple("Summary", "since first last ventures")
-Summary.__doc__ = """A span's summary: `since` (the records after it), the first and last (seq, at) in the span (None
-when it holds none), and {venture: what happened} as summarize builds it."""
+Summary.__doc__ = """A span's summary: the first and last (seq, at) in the span after `since` (None
+when it holds none), and {venture: what happened}."""
 
 
 def expects_effects(mandate):
-    """Whether a mandate names a lever that expects an effect (its hits are judged by replaying the fold)."""
+    """Whether a mandate names a lever that expects an effect."""
     return mandate is not None and any(lever.get("expects") for lever in mandate["levers"].values())
 
 
 def refusal_key(record):
-    """Return what groups refusals by reason: the lever and the reason's first clause, its numbers aside."""
+    """Return what groups refusals by reason."""
     head = str(record.get("why") or record.get("summary") or "").split(";")[0]
     return record.get("lever"), re.sub(r"\d+", "N", head)
 
@@ -5663,22 +5642,17 @@ def new_venture_summary():
 
 
 def summarize(rows, since, parse=None):
-    """Return the Summary of the records after `since`: per venture, levers run (ok, failed, no outcome yet),
-    refusals grouped by reason, asks raised, answered and still open, guard episodes, effects judged (hit,
-    miss, late, wrong size), run's exits and restarts, the trusted reports' values, and its state at the end.
-
-    rows: (seq, at, record) in order; those at or before `since` count only as SUMMARY_BEFORE_KINDS say, and
-    for a venture that expects effects, as the history its fold needs."""
+    """Return the Summary of the records after `since`; rows (seq, at, record) before it count only
+    as SUMMARY_BEFORE_KINDS say, and as the history a fold of effects needs."""
     parse = parse or parse_mandate
     ventures, folds, first, last, actions = {}, {}, None, None, {}
     for seq, at, record in rows:
         name, kind, inside = record.get("venture"), record.get("kind", ""), seq > since
-        if kind == "report" and inside and name in ventures and name not in folds:
-            first, last = first or (seq, at), (seq, at)     # most of a ledger: its reports, counted at once
-            summarize_report(ventures[name], seq, record)
-            continue
         if inside:
             first, last = first or (seq, at), (seq, at)
+            if kind == "report" and name in ventures and name not in folds:
+                summarize_report(ventures[name], seq, record)   # most of a ledger: counted at once
+                continue
         if name == "self" or not isinstance(name, str):
             continue
         v = ventures.get(name) or ventures.setdefault(name, new_venture_summary())
@@ -5748,7 +5722,7 @@ def summarize(rows, since, parse=None):
 
 
 def summarize_report(v, seq, record):
-    """Count one report of the span into its venture's summary: the trusted values, the others, the last."""
+    """Count one report of the span into its venture's summary."""
     v["records"] += 1
     v["metric"] = record.get("metric") or v["metric"]
     v["last_report"] = (seq, record.get("status"), record.get("note"))
@@ -8655,26 +8629,25 @@ def run_warden(home, fd, debug):
 # roles process, and ends every group the warden reported; it never acts.
 # =============================================================================
 
-NOTIFY_QUEUE = 100      # notices waiting for the notify command at most; one past it is dropped, as a failure
-NOTIFY_STOP_GRACE = 0.5 # at a stop, seconds a notify past the stop's deadline has between SIGTERM and SIGKILL
+NOTIFY_QUEUE = 100      # notices waiting at most; one past it is dropped, as a failure
+NOTIFY_STOP_GRACE = 0.5 # at a stop, seconds between SIGTERM and SIGKILL of a notify past the deadline
 
 
 class Notifier:
-    """avsmd's notify command (issue 14): run once for each notice, one at a time, in a process group of its own
-    with its time limit, its output kept for the record of a failure. avsmd's loop never waits for it (it is
-    polled), but at a stop, for the time the stop leaves; a failing command is written once per stretch."""
+    """avsmd's notify command (issue 14): run for each notice, one at a time, in a process group of
+    its own; avsmd's loop waits for it only at a stop."""
 
     def __init__(self, home, spec, write, debug=False):
         self.home, self.spec, self.write, self.debug = home, spec, write, debug
-        self.queue = []               # notices waiting, oldest first
-        self.running = []             # (Child, notice, its standard input's file) of each run in flight
-        self.stretch = None           # the failures since the command last worked (judge_notify)
-        self.down_told = False        # an unwritable ledger was told, and the ledger has not taken writes since
-        self.commands = None          # avsm and avsmd as this person runs them, found at the first notice
+        self.queue = []
+        self.running = []             # (Child, notice, its standard input's file)
+        self.stretch = None           # judge_notify's
+        self.down_told = False        # admit_notice's
+        self.commands = None          # avsm and avsmd as this person runs them
         self.stopping = False         # at a stop every notice starts at once: there is no time to take turns
 
     def tell(self, notice):
-        """Queue a notice for the notify command (none configured: nothing)."""
+        """Queue a notice for the notify command."""
         if self.spec is None:
             return
         admit, self.down_told = admit_notice(self.down_told, notice)
@@ -8687,28 +8660,28 @@ class Notifier:
         log(self.debug, "avsmd", f"notice {notice['kind']} of {notice['venture']}: {notice['summary']}")
 
     def stop(self, notice):
-        """avsmd is stopping: tell it, and start each notice as it comes from now on."""
+        """avsmd is stopping: tell it, and start each notice as it comes."""
         self.stopping = True
         self.tell(notice)
 
     def next_wakeup(self, now):
-        """Seconds until the notifier must be looked at again: soon while a run is in flight or waits, else None."""
+        """Return the seconds until the notifier must be looked at again, or None."""
         return 0.05 if self.running or self.queue else None
 
     def poll(self, now):
-        """Read what each run wrote, end one past its time limit, settle one that ended, start the next."""
+        """Drain each run, end one past its time limit, settle one that ended, start the next."""
         for run in list(self.running):
             child, notice, path = run
             for pipe in list(child.open_pipes):
                 if not child.drain(pipe):
                     child.open_pipes.discard(pipe)
             status = child.poll()
-            # the command exited, but what it started (`sleep 300 &`) runs on in its group: within the same limit
+            # what it started (`sleep 300 &`) may run on in its group, within the same limit
             behind = status is not None and signal_group(child.pgid, 0)
             if status is None or behind:
                 killed = child.kill_at is not None and now >= child.kill_at
                 child.enforce(now)
-                if status is None or not killed:    # what it left behind is settled once KILLed: only a zombie outlives KILL
+                if status is None or not killed:    # only a zombie outlives KILL
                     continue
             self.running.remove(run)
             for pipe in child.open_pipes:
@@ -8735,14 +8708,14 @@ class Notifier:
         self.running.append((child, notice, path))
 
     def settle(self, notice, failure, note):
-        """One notice told, or not: write what judge_notify says to write (once per stretch of failures)."""
+        """One notice told, or not: write what judge_notify says to write."""
         self.stretch, record = judge_notify(self.stretch, notice, failure, note)
         log(self.debug, "avsmd", f"notify of {notice['kind']}: {failure or 'told'}" + (f": {note}" if note else ""))
         if record is not None:
             self.write(record["kind"], record["summary"], **{k: v for k, v in record.items() if k not in RECORD_FIELDS})
 
     def finish(self, deadline):
-        """At a stop: wait for the runs in flight until `deadline` (monotonic), then end what still runs."""
+        """At a stop: wait for the runs in flight until `deadline`, then end what still runs."""
         while (self.running or self.queue) and time.monotonic() < deadline:
             self.poll(time.monotonic())
             time.sleep(0.02)
@@ -8758,8 +8731,7 @@ class Notifier:
         self.queue = []
 
 class HomeLock:
-    """avsmd.lock, held for life: taken at start, checked each second, made again when deleted. `lost` once
-    another avsmd took it: from then nothing in the home is this avsmd's to write or remove."""
+    """avsmd.lock, held for life; `lost` once another avsmd took it: then nothing here is ours."""
 
     def __init__(self, home):
         self.home, self.path, self.fd, self.lost = home, os.path.join(home, "avsmd.lock"), None, False
@@ -8787,7 +8759,7 @@ class HomeLock:
         self.fd = fd
 
     def ours(self):
-        """Ours while the lock file is the one we hold, or is gone (check makes it again within the second)."""
+        """Whether the lock file is the one we hold, or is gone (check makes it again)."""
         if self.lost:
             return False
         try:
@@ -8796,36 +8768,35 @@ class HomeLock:
             return True
         except OSError:
             return False
-        return (st.st_dev, st.st_ino) == (mine.st_dev, mine.st_ino) or \
+        return os.path.samestat(st, mine) or \
             (read_lock_pid(self.path) in (os.getpid(), None) and not lock_holder(self.home))
 
     def check(self, debug):
-        """Each second: make the lock file again when it was deleted or replaced by one no one holds; return the
-        pid standing in it when another avsmd took it (the lock is then lost), else None."""
+        """Each second: make the lock file again when it was deleted or replaced by one no one holds;
+        return the pid standing in it when another avsmd took it, else None."""
         try:
-            st, mine = os.stat(self.path), os.fstat(self.fd)
-            if (st.st_dev, st.st_ino) == (mine.st_dev, mine.st_ino):
+            st = os.stat(self.path)
+            if os.path.samestat(st, os.fstat(self.fd)):
                 return None
         except FileNotFoundError:
             st = None
         try:
             if st is None or not lock_holder(self.home):
-                self.take()               # deleted, or replaced by a file no one holds: ours again
+                self.take()
                 log(debug, "avsmd", "made the lock file again")
                 return None
         except OSError as err:            # a full disk: try again next second
             sys.stderr.write(f"avsmd: cannot make {self.path} again yet: {err.strerror}\n")
             return None
-        except Fail:                      # another avsmd holds it now, or it cannot be written
+        except Fail:
             pass
         self.lost = True
         return read_lock_pid(self.path)
 
 
 class Clients:
-    """HOME/sock and the clients on it: each connection's one request, checked against REQUESTS and passed on
-    to the warden (held in `queue` while it restarts), and the reply owed to each (`waiting`: request id ->
-    connection). Handed its daemon, whose stopping, config and warden it asks."""
+    """HOME/sock and the clients on it: each connection's one request, held in `queue` while the
+    warden restarts, and the reply owed to it (`waiting`: request id -> connection)."""
 
     def __init__(self, daemon):
         self.daemon, self.path = daemon, os.path.join(daemon.home, "sock")
@@ -8880,8 +8851,7 @@ class Clients:
         self.daemon.sel.register(conn, selectors.EVENT_READ, ("client", conn))
 
     def data(self, conn):
-        """Read what a client sent: its one request is checked against REQUESTS, and anything that is not
-        one is answered 64 or 65 and the connection closed; whatever the bytes, avsmd goes on serving."""
+        """Read what a client sent: its one request; whatever the bytes, avsmd goes on serving."""
         data = receive(conn)
         if data is None:
             return
@@ -8906,7 +8876,7 @@ class Clients:
                                   "it is reported on avsmd's standard error"], EX_SOFTWARE)
 
     def request(self, conn, cmd, args):
-        """Pass a checked request on to the warden (ping avsmd answers itself)."""
+        """Pass a checked request on to the warden."""
         if self.daemon.stopping:
             self.reply(conn, [], ["avsmd is stopping and takes no new commands"], EX_UNAVAILABLE)
             return
@@ -8919,17 +8889,13 @@ class Clients:
         self.queue.append({"id": self.next_id, "cmd": cmd, "args": args})
         self.daemon.pass_on()
 
-    def take_queue(self):
-        """Return the requests held for the warden, and hold none."""
-        return [self.queue.pop(0) for _ in range(len(self.queue))]
-
     def answer(self, message):
-        """The warden answered request `id`: reply to its client, if it is still there (reply skips one gone)."""
+        """The warden answered request `id`: reply to its client."""
         self.reply(self.waiting.pop(message["id"], None), message.get("out", []), message.get("err", []),
                    message.get("exit", EX_SOFTWARE))
 
     def fail_waiting(self, why):
-        """Every request the warden was answering fails with `why` (69): it ended before it answered."""
+        """Every request the warden was answering fails with `why` (69)."""
         for client in [self.waiting.pop(rid) for rid in list(self.waiting)]:
             self.reply(client, [], [why], EX_UNAVAILABLE)
 
@@ -8954,7 +8920,7 @@ class Clients:
         self.waiting = {rid: c for rid, c in self.waiting.items() if c is not conn}
 
     def close(self, remove):
-        """avsmd stops: tell each client still connected; remove the socket when `remove` (it is still ours)."""
+        """avsmd stops: tell each client still connected; remove the socket when `remove`."""
         for conn in list(self.clients):
             self.reply(conn, [], ["avsmd stopped"], EX_UNAVAILABLE)
         with contextlib.suppress(OSError):
@@ -8963,7 +8929,7 @@ class Clients:
 
 
 class Kept:
-    """One process avsmd keeps (the warden, the roles process): channel and pidfd (NAME, NAME-exit), back-off."""
+    """One process avsmd keeps (the warden, the roles process)."""
 
     def __init__(self, name, sel):
         self.name, self.sel = name, sel
@@ -8982,7 +8948,7 @@ class Kept:
             self.pidfd = None
 
     def detach(self):
-        """It ended: its pidfd and channel leave the selector and are closed."""
+        """It ended: close its pidfd and channel."""
         if self.pidfd is not None:
             self.sel.unregister(self.pidfd)
             os.close(self.pidfd)
@@ -8991,15 +8957,14 @@ class Kept:
         self.chan = self.pidfd = None
 
     def restart_wait(self):
-        """Return the wait before starting it again (none at first, doubling while it dies quickly): restart_at."""
+        """Return the wait before starting it again."""
         self.backoff, delay = child_restart_wait(self.backoff, time.monotonic() - self.started)
         self.restart_at = time.monotonic() + delay if delay else None
         return delay
 
 
 class Groups:
-    """The process groups the warden said it started and has not seen end; when the warden ends, each is ended,
-    TERM then KILL after the grace (RUN-13), and its journal HOME/groups removed while the home is ours."""
+    """The process groups the warden said it started and has not seen end (RUN-13)."""
 
     def __init__(self, home, lock):
         self.home, self.lock, self.groups = home, lock, {}
@@ -9014,22 +8979,14 @@ class Groups:
         term_then_kill([g for g, told in self.groups.items() if group_is_still(g, told.get("leader_start"))])
         self.groups = {}
         if self.lock.ours():          # another avsmd's journal, or groups, are not ours to touch
-            sweep_groups(os.path.join(self.home, "groups"), self.home)  # any it journaled, or started, but had not told us of
+            sweep_groups(os.path.join(self.home, "groups"), self.home)  # those it had not told us of
             with contextlib.suppress(OSError):
                 os.unlink(os.path.join(self.home, "groups"))
 
 
 class Daemon:
-    """avsmd: holds the home, serves its socket, keeps the warden and the roles process, ends what they leave.
-
-    Its rooms, each handed what it uses:
-      lock      HomeLock: avsmd.lock, held for life
-      clients   Clients: HOME/sock, each client's one request and the reply owed to it
-      warden    Kept: the warden (a cached start of this file), restarted with a back-off
-      roles     Kept: the roles process (a fork that holds no key), likewise; roles_waiting its requests
-      groups    Groups: the process groups the warden started, ended when it ends
-      notifier  Notifier: the notify command, avsmd's own (it runs while the warden restarts)
-    `run` is the loop; the warden's messages are routed by `from_warden`."""
+    """avsmd: holds the home, serves its socket, keeps the warden and the roles process, ends what they
+    leave. Its notifier is its own: it runs while the warden restarts."""
 
     def __init__(self, home, cfg, cfg_path, cfg_text, debug=False):
         import selectors
@@ -9039,7 +8996,7 @@ class Daemon:
         self.warden, self.roles, self.roles_waiting = Kept("warden", self.sel), Kept("roles", self.sel), {}
         self.groups = Groups(home, self.lock)
         self.stopping, self.stop_deadline, self.exit_code, self.signals = False, None, EX_OK, []
-        self.notifier = Notifier(home, cfg.get("notify"), self.append_self, debug)    # avsmd's, not the warden's
+        self.notifier = Notifier(home, cfg.get("notify"), self.append_self, debug)
 
     # ---- the warden and the roles process ----
     def start_warden(self):
@@ -9055,9 +9012,8 @@ class Daemon:
         self.pass_on()
 
     def start_roles(self):
-        """Fork the roles process: it builds requests and parses replies, holds no key, and is `nobody` under root."""
-        # loaded before the fork, for nobody may not read the standard library: base64 for replies, and what the
-        # kernel imports where it is used: random (the packet's forecast)
+        """Fork the roles process: it holds no key, and is `nobody` under root."""
+        # loaded before the fork, for nobody may not read the standard library
         import base64       # noqa: F401
         import random       # noqa: F401
         import socket
@@ -9079,13 +9035,14 @@ class Daemon:
         log(self.debug, "avsmd", f"started the roles process, pid {pid}")
 
     def pass_on(self):
-        """Send the warden the requests its clients wait on, unless it is restarting."""
+        """Send the warden the requests its clients wait on."""
         if self.warden.chan is not None:
-            for message in self.clients.take_queue():
+            queue, self.clients.queue = self.clients.queue, []
+            for message in queue:
                 send_line(self.warden.chan, message)
 
     def from_warden(self):
-        """Route what the warden sent: to the roles process, the notifier, the groups, or a client's reply."""
+        """Route what the warden sent."""
         while self.warden.chan is not None:
             data = receive(self.warden.chan)
             if not data:
@@ -9125,8 +9082,7 @@ class Daemon:
                 send_line(self.warden.chan, message)
 
     def ended(self, kept):
-        """The warden or the roles process ended: settle what it leaves (groups, requests in flight), say so in a
-        self record, and start it again, at once or after its back-off, unless avsmd is stopping."""
+        """The warden or the roles process ended: settle what it leaves, say so, start it again."""
         if kept is self.warden:
             status = self.warden.proc.poll()
             if status is None or self.warden.chan is None:
@@ -9146,7 +9102,7 @@ class Daemon:
             for rid in list(self.roles_waiting):
                 self.roles_error(rid, "the roles process ended while it worked")
             self.roles_waiting = {}
-            how = f"signal {os.WTERMSIG(status)}" if os.WIFSIGNALED(status) else f"exit {os.waitstatus_to_exitcode(status)}"
+            how = describe_status(os.waitstatus_to_exitcode(status))
         if self.stopping:
             return
         delay = kept.restart_wait()
@@ -9215,13 +9171,11 @@ class Daemon:
         return swept
 
     def run(self):
-        """avsmd's life, in steps:
-        1. open the home (open_home); take signals through a wakeup socket; bind HOME/sock;
-        2. write the start (and a sweep, and a doctor's cut) records; start the roles process and the warden;
-        3. loop: serve what the selector has ready (signals, clients, the warden, the roles process, their
-           ends); act on the signals; let the notifier run; start a child whose back-off is over; each
-           second, check the lock and the socket are still ours;
-        4. once stopping, leave the loop when the warden has ended or its grace is over; finish."""
+        """avsmd's life, in steps; return its exit status:
+        1. open the home; take signals through a wakeup socket; bind HOME/sock;
+        2. write the start records; start the roles and the warden;
+        3. loop: serve, act on the signals, restart a child, check the lock and socket each second;
+        4. once stopping, leave the loop when the warden has ended or its grace is over."""
         import selectors
         import socket
         swept = self.open_home()                                                     # 1
@@ -9233,7 +9187,9 @@ class Daemon:
             signal.signal(signum, self.on_signal)
         self.sel.register(wake_r, selectors.EVENT_READ, ("signal", None))
         self.clients.bind()
-        self.append_self("start", f"avsmd {VERSION} started (pid {os.getpid()}) on {self.home}", pid=os.getpid())   # 2
+        pid = os.getpid()
+        self.append_self("start", f"avsmd {VERSION} started (pid {pid}) on {self.home}",  # 2
+                         pid=pid)
         if swept:
             self.append_self("sweep", f"ended {swept} process group(s) an earlier avsmd left running", groups=swept)
         cut_marker = os.path.join(self.home, "cut")
@@ -9245,7 +9201,7 @@ class Daemon:
                 os.unlink(cut_marker)
         self.start_roles()
         self.start_warden()
-        print(f"avsmd: serving {self.home} (pid {os.getpid()})", file=sys.stderr, flush=True)
+        print(f"avsmd: serving {self.home} (pid {pid})", file=sys.stderr, flush=True)
         serve = {"listener": lambda conn: self.clients.accept(), "client": self.clients.data,
                  "warden": lambda conn: self.from_warden(), "roles": lambda conn: self.from_roles(),
                  "warden-exit": lambda conn: self.ended(self.warden), "roles-exit": lambda conn: self.ended(self.roles),
@@ -9301,8 +9257,9 @@ class Daemon:
         self.clients.close(remove=False)
         self.notifier.finish(self.stop_deadline)      # the stop's notice told, and any failure written before `stop`
         if not self.lock.lost:
-            last = self.append_self("stop", f"avsmd stopped (pid {os.getpid()})", pid=os.getpid())
-            sys.stderr.write(f"avsmd: stopped {self.home} (pid {os.getpid()})"
+            pid = os.getpid()
+            last = self.append_self("stop", f"avsmd stopped (pid {pid})", pid=pid)
+            sys.stderr.write(f"avsmd: stopped {self.home} (pid {pid})"
                              + (f"; its ledger ends at #{last}\n" if last else "\n"))
             self.clients.close(remove=True)
         self.ledger.close()
@@ -9321,7 +9278,8 @@ def become_nobody():
 
 
 def run_roles(channel):
-    """The roles process: request texts built from packets, replies parsed into choices. Holds no key, acts on nothing."""
+    """The roles process: request texts built from packets, replies parsed into choices; return its
+    exit status."""
     import base64
     signal.set_wakeup_fd(-1)
     signal.signal(signal.SIGINT, signal.SIG_IGN)

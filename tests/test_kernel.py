@@ -687,16 +687,6 @@ def test_check_proof_approval_of_another_lever():
 
 # ---- open asks (ASK-01, PLAUS-07, open point 35) -----------------------------------------------------------
 
-def test_open_asks():
-    """ASK-01, ASK-03, open point 35: an ask stays open until an approval, a denial or a resolution answers it."""
-    ask = {"kind": "ask", "claim": "measured", "venture": V, "summary": "?"}
-    records = [(1, ask), (2, ask), (3, ask), (4, ask),
-               (5, {"kind": "approval", "claim": "declared", "venture": V, "ask": 1, "summary": "yes"}),
-               (6, {"kind": "denial", "claim": "declared", "venture": V, "ask": 2, "summary": "no"}),
-               (7, {"kind": "resolved", "claim": "measured", "venture": V, "ask": 3, "summary": "settled"})]
-    assert list(avsm.open_asks(records)) == [4]
-
-
 def test_fold_tracks_open_asks_and_the_implausible_ask():
     """PLAUS-07, open point 35: the implausible ask is remembered until a record resolves it."""
     state = adopt(COUNTER % "")
