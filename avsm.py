@@ -11209,17 +11209,22 @@ def cmd_try(home_arg, args):
     directory = os.path.realpath(args[0])
     check_venture_dir(directory)
     check_venture_name(os.path.basename(directory))
-    home, stopped_by, daemon, started = home_arg, [], None, False
+    home, stopped_by, daemon, started, spawning = home_arg, [], None, False, []
 
     def stop(signum, frame):
         stopped_by.append(signum)
-        raise KeyboardInterrupt
+        if not spawning:        # while avsmd is spawned only noted: it is not ours to stop until then
+            raise KeyboardInterrupt
     try:        # an interrupt from here on ends as a late one does: avsmd stopped, the home named
-        for signum in (signal.SIGTERM, signal.SIGHUP):
+        for signum in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
             signal.signal(signum, stop)
         home = home or tempfile.mkdtemp(prefix="av", dir="/tmp")
+        spawning.append(True)
         daemon = subprocess.Popen([sys.executable, AVSM_PATH, "avsmd", "--home", home],
                                   stdin=subprocess.DEVNULL, process_group=0)
+        spawning.clear()
+        if stopped_by:
+            raise KeyboardInterrupt
         for _ in range(300):            # ours once it holds the lock and serves: never another avsmd's socket
             if daemon.poll() is not None:
                 break
@@ -11240,8 +11245,7 @@ def cmd_try(home_arg, args):
         sys.stdout.flush()
         cmd_tail(home, ["1000000", "-f"])
     except KeyboardInterrupt:
-        stopped_by.append(signal.SIGINT)
-        return 128 + stopped_by[0]
+        return 128 + (stopped_by or [signal.SIGINT])[0]
     finally:
         for signum in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
             signal.signal(signum, signal.SIG_IGN)       # stopping: a second signal does not cut it short

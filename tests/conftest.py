@@ -113,6 +113,17 @@ def processes_with(marker):
     return found
 
 
+def ended_soon(marker, within=5):
+    """Whether every process whose command line holds `marker` is gone within `within` seconds: one
+    that was sent SIGKILL is gone at its next turn on a CPU, which on a loaded machine is not at once."""
+    deadline = time.monotonic() + within
+    while processes_with(marker):
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.05)
+    return True
+
+
 def cmdline(pid):
     """The command line of `pid` as bytes (NUL-separated), or b"" once it is gone."""
     try:

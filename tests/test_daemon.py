@@ -12,7 +12,7 @@ import time
 import pytest
 
 import avsm
-from conftest import ROOT, Avsm, make_venture, processes_with, write
+from conftest import ROOT, Avsm, ended_soon, make_venture, processes_with, write
 
 DIAL_REPORT = "#!/bin/sh\ncat value\n"
 
@@ -511,7 +511,7 @@ def test_pause_stops_a_running_lever_and_resume_starts_again(av, workdir):
     recs = av.wait_for(lambda rs: of(rs, "outcome") and rs, timeout=10, what="the outcome")
     outcome = of(recs, "outcome")[0][1]
     assert outcome["ok"] is False and "pause" in outcome["summary"]
-    assert not processes_with("60.101")
+    assert ended_soon("60.101"), processes_with("60.101")
     n = len(of(recs, "report"))
     time.sleep(2)
     assert len(of(av.records(), "report")) == n
@@ -534,7 +534,7 @@ def test_lever_time_limit_kills_the_group(av, workdir):
     outcome = of(recs, "outcome")[0][1]
     assert outcome["ok"] is False and "time limit" in outcome["summary"]
     assert 7 <= outcome["duration"] < 12
-    assert not processes_with("60.102")
+    assert ended_soon("60.102"), processes_with("60.102")
 
 
 def primed_client(av, *args):
@@ -586,7 +586,7 @@ def test_stop_ends_a_running_lever_and_writes_its_outcome(av, workdir):
     assert outcome["duration"] >= avsm.KILL_GRACE, outcome      # it lingered until the KILL
     assert [r["kind"] for _, _, r in recs][-1] == "stop"
     assert not [r for _, r in of(recs, "mandate") if r["venture"] == "other"]
-    assert not processes_with("60.103")
+    assert ended_soon("60.103"), processes_with("60.103")
 
 
 # ---- keeping run alive ----------------------------------------------------------
@@ -641,7 +641,7 @@ def test_grandchildren_do_not_outlive_avsmd(av, workdir):
     assert processes_with("300.104")
     code, took = av.stop()
     assert code == 0 and took < 10
-    assert not processes_with("300.104") and not processes_with("300.105")
+    assert ended_soon("300.104") and ended_soon("300.105")
 
 
 def test_warden_killed_is_restarted_and_asks_about_its_lever(av, workdir):
@@ -667,7 +667,7 @@ def test_warden_killed_is_restarted_and_asks_about_its_lever(av, workdir):
     (_, outcome), = of(recs, "outcome")
     assert outcome["action"] == action_seq and outcome["ok"] is False and outcome["status"] == "unknown"
     assert isinstance(outcome["duration"], int) and 0 <= outcome["duration"] <= 30
-    assert not processes_with("60.106")
+    assert ended_soon("60.106"), processes_with("60.106")
     recs = av.wait_for(lambda rs: len([s for s, r in of(rs, "refusal") if s > ask_seq]) >= 2 and rs, timeout=10,
                        what="the controller refused while the ask waits")
     assert len(of(recs, "action")) == 1, "the interrupted lever ran again before anyone answered"
