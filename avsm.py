@@ -3349,6 +3349,17 @@ def held_by(state):
 
 # ---- a reading's record: its status, plausible and summary as the judges above say ----
 
+def report_read(state, value, failure):
+    """Yield the records of a report read (`value`, or `failure`): the report, then each drawdown
+    guard's reading of it, from the peak the report is folded into."""
+    report = report_record(state, value, failure)
+    yield Write(report)
+    for guard in state.mandate["guards"]:
+        if guard["drawdown"] is not None:
+            dd, why = drawdown_reading(guard, state, report["status"], value)
+            yield Write(guard_record(state, guard, dd, why, "%"))
+
+
 def unread_record(state, what, name, why):
     """Return the record of guard, audit or reading `name` not read this round (`why`): a guard not read
     neither trips nor clears (past: null); a reading's record is inferred."""
@@ -7146,7 +7157,7 @@ class Rounds:
 
     start_round(state, now)         -- start the report and each guard, audit and reading, each in its own group
     report_done, reading_done       -- a report or reading program ended: write its record (settle_child calls them)
-    record_report                   -- judge a report and append it
+    record_report                   -- write what a report read calls for (report_read)
     maybe_settle(state, now=None)   -- once the metric is in and the rest read or late: the settling rules run
     settle_all(now)                 -- maybe_settle every round in flight
     deadlines()                     -- when a round in flight settles without what it still waits for
@@ -7224,15 +7235,8 @@ class Rounds:
         self.record_report(state, value, failure)
 
     def record_report(self, state, value, failure):
-        """Judge a report and append it; drawdown guards read from it; then the round may settle."""
-        m = state.mandate
-        record = report_record(state, value, failure)
-        status = record["status"]
-        seq = self.append(record)
-        for guard in m["guards"]:
-            if guard["drawdown"] is not None:
-                dd, why = drawdown_reading(guard, state, status, value)
-                self.append(guard_record(state, guard, dd, why, "%"))
+        """Write what the report read calls for (report_read); then the round may settle."""
+        seq = self.carry_out(state, report_read(state, value, failure))[0][1]
         round_ = self.rounds.get(state.name)
         if round_ is not None:
             round_["metric"] = seq
