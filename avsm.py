@@ -4774,8 +4774,8 @@ def recheck_ledger(rows, parse=None):
 # the state) before the rule goes on, answering a Write with its seq and a Gate with the Verdict
 # (tests/test_kernel_rules.py drives them with records in and intents out).
 
-Write = collections.namedtuple("Write", "record")
-Write.__doc__ = "Append this record."
+Write = collections.namedtuple("Write", "record at", defaults=(None,))
+Write.__doc__ = "Append this record (at `at`, when given)."
 Pause = collections.namedtuple("Pause", "record")
 Pause.__doc__ = "Append this pause record, and end what the venture runs (its programs, its keeper's next start)."
 Gate = collections.namedtuple("Gate", "lever basis payload trigger approval by side extra summary check",
@@ -5265,6 +5265,19 @@ def child_restart_wait(previous, uptime):
 
 # ---- what came of a program: the record its end writes, judged from how it ended ----
 
+def lever_ran(state, lever, verdict, summary, by, side=None, extra=None):
+    """Yield the action of `lever` that the gate proved; the stop lever is its meaning at once: the
+    venture paused and an ok outcome."""
+    seq = yield Write(action_record(state, lever, verdict, summary, by, side, extra),
+                      verdict.asked["at"])
+    if lever == "stop":
+        yield Pause(new_record("pause", state.name, "measured",
+                               summary=f"the stop lever (action #{seq}) paused {state.name}"))
+        yield Write(new_record("outcome", state.name, lever=lever, action=seq, ok=True,
+                               status="exit 0", duration=0, note="",
+                               summary=f"stop ok: {state.name} is paused"))
+
+
 def action_record(state, lever, verdict, summary, by, side=None, extra=None):
     """Return the action record of a lever the gate proved (`verdict`): its proof, the basis the re-check folds
     the ledger against, the approval and check it rests on, the controller's side and the caller's `extra`."""
@@ -5274,24 +5287,26 @@ def action_record(state, lever, verdict, summary, by, side=None, extra=None):
 
 
 def fact_records(state, seq, lines):
-    """Return the inferred fact records of the research lever's action #seq: one for each line of its output
+    """Yield the inferred fact records of the research lever's action #seq: one for each line of its output
     that is a JSON {"fact", "source"} object of strings; anything else is dropped."""
-    facts = []
     for line in lines:
         try:
             item = read_json(line)
         except (ValueError, RecursionError):
             continue
         if isinstance(item, dict) and isinstance(item.get("fact"), str) and isinstance(item.get("source"), str):
-            facts.append(new_record("fact", state.name, action=seq, fact=item["fact"][:TEXT_MAX], source=item["source"][:TEXT_MAX],
-                                    summary=f"fact from {item['source'][:80]}: {item['fact'][:160]}"))
-    return facts
+            yield Write(new_record("fact", state.name, action=seq, fact=item["fact"][:TEXT_MAX],
+                                   source=item["source"][:TEXT_MAX],
+                                   summary=f"fact from {item['source'][:80]}: {item['fact'][:160]}"))
 
 
-def lever_outcome(state, lever, seq, status, ended_by, duration, timeout, note):
-    """Return the outcome of `lever` (action #seq): ok only when it exited 0 and nothing ended it; a lever
+def lever_outcome(state, lever, seq, status, ended_by, duration, timeout, note, lines):
+    """Yield the outcome of `lever` (action #seq), after the facts of a research lever whose output
+    `lines` are whole (else None): ok only when it exited 0 and nothing ended it; a lever
     stopped by a pause, its time limit or a stop is not ok, and the summary says which."""
     ok = status == 0 and ended_by is None
+    if lever == "research" and status == 0 and not ended_by and lines is not None:
+        yield from fact_records(state, seq, lines)
     if ended_by == "pause":
         summary = f"{lever} stopped by the pause of {state.name} ({describe_status(status)})"
     elif ended_by == "timeout":
@@ -5300,23 +5315,35 @@ def lever_outcome(state, lever, seq, status, ended_by, duration, timeout, note):
         summary = f"{lever} stopped: avsmd is stopping ({describe_status(status)})"
     else:
         summary = f"{lever} {'ok' if ok else 'failed: ' + describe_status(status)} in {duration:g}s"
-    return new_record("outcome", state.name, lever=lever, action=seq, ok=ok, status=describe_status(status), ended_by=ended_by,
-                      duration=duration, note=note, summary=summary)
+    yield Write(new_record("outcome", state.name, lever=lever, action=seq, ok=ok,
+                           status=describe_status(status), ended_by=ended_by, duration=duration,
+                           note=note, summary=summary))
 
 
-def unstarted_outcome(state, lever, action, note, summary):
-    """Return the outcome of a lever that did not start: not ok, and no time taken."""
-    return new_record("outcome", state.name, lever=lever, action=action, ok=False, status="not started", duration=0,
-                      note=note[:NOTE_MAX], summary=summary)
+def unstarted_outcome(state, lever, action, note, why=None):
+    """Yield the outcome of a lever that did not start (`why`, or its error `note`): not ok, and no
+    time taken."""
+    yield Write(new_record("outcome", state.name, lever=lever, action=action, ok=False,
+                           status="not started", duration=0, note=note[:NOTE_MAX],
+                           summary=f"{lever} failed: {why}" if why
+                           else f"{lever} failed to start: {note}"))
+
+
+def check_unstarted(state, lever, by, err):
+    """Yield the refusal of `lever`, whose check could not start (`err`)."""
+    yield Write(new_record("refusal", state.name, lever=lever, by=by,
+                           why=f"its check could not start: {err}",
+                           summary=f"{lever} refused: its check could not start"))
 
 
 def unsafe_refusal(state, lever, by, side, extra, unsafe):
-    """Return the refusal of `lever`, which the gate proved but which is never started: another
+    """Yield the refusal of `lever`, which the gate proved but which is never started: another
     user could change what it runs (the Writable `unsafe`). Its why ends with the fix."""
-    return new_record("refusal", state.name, lever=lever, by=by, why=f"{unsafe.why}; {unsafe.fix}",
-                      **some(side=side, proposal=(extra or {}).get("proposal")),
-                      summary=f"{lever} refused: another user could change what it runs; "
-                              f"{unsafe.fix}")
+    yield Write(new_record("refusal", state.name, lever=lever, by=by,
+                           why=f"{unsafe.why}; {unsafe.fix}",
+                           **some(side=side, proposal=(extra or {}).get("proposal")),
+                           summary=f"{lever} refused: another user could change what it runs; "
+                                   f"{unsafe.fix}"))
 
 
 def run_start_record(state, pid, restart):
@@ -7369,11 +7396,11 @@ class Levers:
     run_research                   -- the research lever: a question out, inferred facts back (lever_done)
     lever_done(state, child, status)  -- the lever ended: write its outcome
 
-    Holds nothing of its own: a lever's state is its Child. Handed the config, spawn, append, pause (the stop
-    lever pauses its venture) and carry_out (the check rule's intents)."""
+    Holds nothing of its own: a lever's state is its Child. Handed the config, spawn and carry_out
+    (what the kernel's lever functions yield)."""
 
-    def __init__(self, cfg, spawn, append, pause, carry_out):
-        self.cfg, self.spawn, self.append, self.pause, self.carry_out = cfg, spawn, append, pause, carry_out
+    def __init__(self, cfg, spawn, carry_out):
+        self.cfg, self.spawn, self.carry_out = cfg, spawn, carry_out
 
     def run_lever(self, state, lever, verdict, summary, by, side=None, extra=None, checked=False):
         """Write the action with the gate's proof and question, then start the lever apart; its outcome comes
@@ -7384,18 +7411,15 @@ class Levers:
         spec = state.mandate["levers"].get(lever)
         if spec is not None and spec["check"] and not checked:
             return self.start_check(state, lever, verdict, summary, by, side, extra)
-        asked = verdict.asked
         own = [spec["run"]] if spec is not None and spec["run"] not in (None, "mail.send") else []
         unsafe = lever != "stop" and owner_problem(state.directory, own)
         if unsafe:                      # before its action: a lever others could change never runs
-            self.append(unsafe_refusal(state, lever, by, side, extra, unsafe))
+            self.carry_out(state, unsafe_refusal(state, lever, by, side, extra, unsafe))
             return None
         mail, mail_problem = mail_to_send(spec, self.cfg, (extra or {}).get("payload"))
-        seq = self.append(action_record(state, lever, verdict, summary, by, side, extra), at=asked["at"])
+        ran = lever_ran(state, lever, verdict, summary, by, side, extra)
+        seq = self.carry_out(state, ran)[0][1]
         if lever == "stop":
-            self.pause(state, "measured", f"the stop lever (action #{seq}) paused {state.name}")
-            self.append(new_record("outcome", state.name, lever=lever, action=seq, ok=True, status="exit 0", duration=0, note="",
-                                   summary=f"stop ok: {state.name} is paused"))
             return seq
         spec = state.mandate["levers"][lever]
         payload = (extra or {}).get("payload")
@@ -7405,7 +7429,7 @@ class Levers:
         run = spec["run"]
         if run == "mail.send":
             if mail is None:
-                self.append(unstarted_outcome(state, lever, seq, "", f"{lever} failed: {mail_problem}"))
+                self.carry_out(state, unstarted_outcome(state, lever, seq, "", mail_problem))
                 return seq
             run, data = self.cfg["adapters"]["mail"]["command"], mail.text.encode()
         try:
@@ -7416,7 +7440,7 @@ class Levers:
                                payload_file=payload_file, checked=own == [run])
             child.extra = {"lever": lever, "action": seq, "timeout": spec["timeout"], "payload_file": payload_file}
         except OSError as err:
-            self.append(unstarted_outcome(state, lever, seq, str(err), f"{lever} failed to start: {err}"))
+            self.carry_out(state, unstarted_outcome(state, lever, seq, str(err)))
         return seq
 
     def start_check(self, state, lever, verdict, summary, by, side, extra):
@@ -7428,8 +7452,7 @@ class Levers:
                                lever=lever, payload_file=path)
         except OSError as err:
             os.unlink(path)
-            self.append(new_record("refusal", state.name, lever=lever, by=by, why=f"its check could not start: {err}",
-                                   summary=f"{lever} refused: its check could not start"))
+            self.carry_out(state, check_unstarted(state, lever, by, err))
             return None
         child.extra = {"lever": lever, "run": (lever, verdict, summary, by, side, extra), "payload_file": path}
         state.checking = state.checking | {lever}   # until it ends, the gate refuses the lever
@@ -7448,8 +7471,9 @@ class Levers:
         """The research lever: the question goes to the config's research command; what comes back is inferred facts."""
         command = self.cfg.get("research")
         if not command:
-            self.append(unstarted_outcome(state, "research", seq, "config.yaml names no research: command",
-                                          "research failed: config.yaml names no research: command (no provider is built in)"))
+            why = "config.yaml names no research: command"
+            self.carry_out(state, unstarted_outcome(state, "research", seq, why,
+                                                    why + " (no provider is built in)"))
             return seq
         path = write_payload(json.dumps({"venture": state.name, "question": question}).encode())
         try:
@@ -7457,19 +7481,17 @@ class Levers:
                                payload_file=path, cwd=state.directory, head=REPLY_MAX)
             child.extra = {"lever": "research", "action": seq, "timeout": spec["timeout"], "payload_file": path}
         except OSError as err:
-            self.append(unstarted_outcome(state, "research", seq, str(err), f"research failed to start: {err}"))
+            self.carry_out(state, unstarted_outcome(state, "research", seq, str(err)))
         return seq
 
     def lever_done(self, state, child, status):
-        lever, seq = child.extra["lever"], child.extra["action"]
-        if lever == "research" and status == 0 and not child.ended_by and not child.oversized:
-            for record in fact_records(state, seq, output_lines(child.out, child.cut)[0]):
-                self.append(record)     # each {"fact", "source"} line the research command printed
         if child.extra.get("payload_file"):
             with contextlib.suppress(OSError):
                 os.unlink(child.extra["payload_file"])
-        duration = round(time.monotonic() - child.started, 3)
-        self.append(lever_outcome(state, lever, seq, status, child.ended_by, duration, child.extra["timeout"], child.note()))
+        lines = None if child.oversized else output_lines(child.out, child.cut)[0]
+        self.carry_out(state, lever_outcome(state, child.extra["lever"], child.extra["action"], status,
+                                            child.ended_by, round(time.monotonic() - child.started, 3),
+                                            child.extra["timeout"], child.note(), lines))
 
 
 class Worlds:
@@ -8039,7 +8061,7 @@ class Warden:
     tick(now)                   -- one turn's work, in numbered steps
     carry_out(state, intents)   -- carry out a kernel rule's Write, Pause and Gate intents, in order
     settle_child(child)         -- a program ended: the part that started it writes what came of it
-    pause(state, claim, summary, **fields)   -- write a pause and end what the venture runs
+    pause(state, record)        -- write a pause record and end what the venture runs
     adopt(state, mandate, record)            -- put a mandate in force
     read_channel()              -- a request from avsmd: do_add, do_status, do_approve, ... answer it
     begin_stop(), signalled(wake)            -- stop: no new work, every group ended
@@ -8071,7 +8093,7 @@ class Warden:
         self.children = Children(home, self.sel, self.avsmd.tell, self.avsmd.flush, self.journal.journal_group,
                                  self.settle_child, debug)
         self.spawn = self.children.spawn
-        self.levers = Levers(cfg, self.spawn, self.append, self.pause, self.carry_out)
+        self.levers = Levers(cfg, self.spawn, self.carry_out)
         self.keeper = Keeper(self.ventures, self.spawn, self.append, self.active)
         self.worlds = Worlds(self)
         self.roles = RolesCalls(self.avsmd.tell)
@@ -8323,10 +8345,9 @@ class Warden:
                 return done
             result, seq = None, None
             if isinstance(intent, Write):
-                seq = result = self.append(intent.record)
+                seq = result = self.append(intent.record, intent.at)
             elif isinstance(intent, Pause):
-                self.pause(state, intent.record["claim"], intent.record["summary"],
-                           **{k: v for k, v in intent.record.items() if k not in ("kind", "claim", "venture", "summary")})
+                self.pause(state, intent.record)
             elif isinstance(intent, Forecast):
                 result = self.worlds.start_forecast(state, "ratchet", intent.lever)
             elif isinstance(intent, Ratchet):
@@ -8348,8 +8369,8 @@ class Warden:
         return None                 # answered when the decision is done
 
     # ---- pause ----
-    def pause(self, state, claim, summary, **fields):
-        self.append(new_record("pause", state.name, claim, summary=summary, **fields))
+    def pause(self, state, record):
+        self.append(record)
         now = time.monotonic()
         for child in self.children:
             if child.venture == state.name:
@@ -8532,7 +8553,7 @@ class Warden:
         state = self.venture(args.get("venture"))
         if state.paused:
             return [f"{state.name} is already paused"]
-        self.pause(state, "declared", f"a person paused {state.name}")
+        self.pause(state, new_record("pause", state.name, "declared", summary=f"a person paused {state.name}"))
         return [f"{state.name} paused; nothing of it runs until avsm resume {state.name}"]
 
     def do_resume(self, args, err):
