@@ -3350,8 +3350,7 @@ def held_by(state):
 # ---- a reading's record: its status, plausible and summary as the judges above say ----
 
 def report_read(state, value, failure):
-    """Yield the records of a report read (`value`, or `failure`): the report, then each drawdown
-    guard's reading of it, from the peak the report is folded into."""
+    """Yield the report of `value` (or `failure`), then each drawdown guard's reading of it."""
     report = report_record(state, value, failure)
     yield Write(report)
     for guard in state.mandate["guards"]:
@@ -5266,8 +5265,7 @@ def child_restart_wait(previous, uptime):
 # ---- what came of a program: the record its end writes, judged from how it ended ----
 
 def lever_ran(state, lever, verdict, summary, by, side=None, extra=None):
-    """Yield the action of `lever` that the gate proved; the stop lever is its meaning at once: the
-    venture paused and an ok outcome."""
+    """Yield the action the gate proved; stop's meaning follows it: a pause and an ok outcome."""
     seq = yield Write(action_record(state, lever, verdict, summary, by, side, extra),
                       verdict.asked["at"])
     if lever == "stop":
@@ -5301,11 +5299,11 @@ def fact_records(state, seq, lines):
 
 
 def lever_outcome(state, lever, seq, status, ended_by, duration, timeout, note, lines):
-    """Yield the outcome of `lever` (action #seq), after the facts of a research lever whose output
-    `lines` are whole (else None): ok only when it exited 0 and nothing ended it; a lever
-    stopped by a pause, its time limit or a stop is not ok, and the summary says which."""
+    """Yield the outcome of `lever` (action #seq), after research's facts from its output `lines`:
+    ok only when it exited 0 and nothing ended it (an oversized output ends it); a lever stopped by
+    a pause, its time limit or a stop is not ok, and the summary says which."""
     ok = status == 0 and ended_by is None
-    if lever == "research" and status == 0 and not ended_by and lines is not None:
+    if ok and lever == "research":
         yield from fact_records(state, seq, lines)
     if ended_by == "pause":
         summary = f"{lever} stopped by the pause of {state.name} ({describe_status(status)})"
@@ -5321,8 +5319,7 @@ def lever_outcome(state, lever, seq, status, ended_by, duration, timeout, note, 
 
 
 def unstarted_outcome(state, lever, action, note, why=None):
-    """Yield the outcome of a lever that did not start (`why`, or its error `note`): not ok, and no
-    time taken."""
+    """Yield the outcome of a lever that did not start (`why`, or error `note`): not ok, no time."""
     yield Write(new_record("outcome", state.name, lever=lever, action=action, ok=False,
                            status="not started", duration=0, note=note[:NOTE_MAX],
                            summary=f"{lever} failed: {why}" if why
@@ -7396,8 +7393,8 @@ class Levers:
     run_research                   -- the research lever: a question out, inferred facts back (lever_done)
     lever_done(state, child, status)  -- the lever ended: write its outcome
 
-    Holds nothing of its own: a lever's state is its Child. Handed the config, spawn and carry_out
-    (what the kernel's lever functions yield)."""
+    Holds nothing of its own: a lever's state is its Child. Handed the config, spawn and
+    carry_out."""
 
     def __init__(self, cfg, spawn, carry_out):
         self.cfg, self.spawn, self.carry_out = cfg, spawn, carry_out
@@ -7488,10 +7485,10 @@ class Levers:
         if child.extra.get("payload_file"):
             with contextlib.suppress(OSError):
                 os.unlink(child.extra["payload_file"])
-        lines = None if child.oversized else output_lines(child.out, child.cut)[0]
         self.carry_out(state, lever_outcome(state, child.extra["lever"], child.extra["action"], status,
                                             child.ended_by, round(time.monotonic() - child.started, 3),
-                                            child.extra["timeout"], child.note(), lines))
+                                            child.extra["timeout"], child.note(),
+                                            output_lines(child.out, child.cut)[0]))
 
 
 class Worlds:

@@ -80,8 +80,8 @@ def test_the_stop_lever_is_its_action_then_a_pause_and_an_ok_outcome():
 
 
 def test_a_lever_that_ended_non_zero_is_a_failed_outcome_and_brings_no_facts():
-    """LEVER-10, LEVER-18: a lever's outcome is ok only on exit 0; research's facts are read only
-    then, from whole output."""
+    """LEVER-10, LEVER-18: a lever's outcome is ok only on exit 0 with nothing ending it (an
+    oversized output does); only then are research's facts read."""
     led = Ledger(GUARDED % "pause")
     fact = '{"fact": "f", "source": "s"}'
     done = led.drive(avsm.lever_outcome(led.state, "lower", 7, 3, None, 1.5, 30, "tail", [fact]))
@@ -91,8 +91,8 @@ def test_a_lever_that_ended_non_zero_is_a_failed_outcome_and_brings_no_facts():
                                "summary": "lower failed: exit 3 in 1.5s"})]
     assert kinds(led.drive(avsm.lever_outcome(led.state, "research", 7, 3, None, 1, 30, "",
                                               [fact]))) == [("Write", "outcome")]
-    assert kinds(led.drive(avsm.lever_outcome(led.state, "research", 7, 0, None, 1, 30, "",
-                                              None))) == [("Write", "outcome")]
+    assert kinds(led.drive(avsm.lever_outcome(led.state, "research", 7, -9, "oversized", 1, 30, "",
+                                              [fact]))) == [("Write", "outcome")]
     assert kinds(led.drive(avsm.lever_outcome(led.state, "research", 7, 0, None, 1, 30, "",
                                               [fact]))) == [("Write", "fact"), ("Write", "outcome")]
 

@@ -611,7 +611,7 @@ def test_lever_outcome_is_ok_only_on_exit_0_unended(status, ended_by, ok, summar
     """LEVER-10, LEVER-11, LEVER-12, open point 29 (DESIGN: a lever stopped by a pause, a timeout or a stop is not
     ok): the outcome's ok and summary are judged from how the lever ended, citing its action."""
     led = Ledger(GUARDED % "pause")
-    (write,) = avsm.lever_outcome(led.state, "lower", 7, status, ended_by, 1.5, 30, "tail", None)
+    (write,) = avsm.lever_outcome(led.state, "lower", 7, status, ended_by, 1.5, 30, "tail", [])
     record = write.record
     assert record == {"kind": "outcome", "claim": "measured", "venture": V, "lever": "lower", "action": 7, "ok": ok,
                       "status": avsm.describe_status(status), "ended_by": ended_by, "duration": 1.5, "note": "tail",
