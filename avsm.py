@@ -5300,8 +5300,7 @@ def fact_records(state, seq, lines):
 
 def lever_outcome(state, lever, seq, status, ended_by, duration, timeout, note, lines):
     """Yield the outcome of `lever` (action #seq), after research's facts from its output `lines`:
-    ok only when it exited 0 and nothing ended it (an oversized output ends it); a lever stopped by
-    a pause, its time limit or a stop is not ok, and the summary says which."""
+    ok only when it exited 0 and nothing ended it (an oversized output does)."""
     ok = status == 0 and ended_by is None
     if ok and lever == "research":
         yield from fact_records(state, seq, lines)
