@@ -3370,6 +3370,16 @@ def held_by(state):
 
 # ---- a reading's record: its status, plausible and summary as the judges above say ----
 
+def report_read(state, value, failure):
+    """Yield the report of `value` (or `failure`), then each drawdown guard's reading of it."""
+    report = report_record(state, value, failure)
+    yield Write(report)
+    for guard in state.mandate["guards"]:
+        if guard["drawdown"] is not None:
+            dd, why = drawdown_reading(guard, state, report["status"], value)
+            yield Write(guard_record(state, guard, dd, why, "%"))
+
+
 def unread_record(state, what, name, why):
     """Return the record of guard, audit or reading `name` not read this round (`why`): a guard not read
     neither trips nor clears (past: null); a reading's record is inferred."""
@@ -4805,8 +4815,8 @@ def recheck_ledger(rows, parse=None):
 # record into the state) before the rule goes on, answering a Write with its seq and a Gate with
 # the Verdict.
 
-Write = collections.namedtuple("Write", "record")
-Write.__doc__ = "Append this record."
+Write = collections.namedtuple("Write", "record at", defaults=(None,))
+Write.__doc__ = "Append this record (at `at`, when given)."
 Pause = collections.namedtuple("Pause", "record")
 Pause.__doc__ = "Append this pause record, and end what the venture runs."
 Gate = collections.namedtuple("Gate", "lever basis payload trigger approval by side extra summary check",
@@ -5301,6 +5311,18 @@ def child_restart_wait(previous, uptime):
 
 # ---- what came of a program: the record its end writes ----
 
+def lever_ran(state, lever, verdict, summary, by, side=None, extra=None):
+    """Yield the action the gate proved; stop's meaning follows it: a pause and an ok outcome."""
+    seq = yield Write(action_record(state, lever, verdict, summary, by, side, extra),
+                      verdict.asked["at"])
+    if lever == "stop":
+        yield Pause(new_record("pause", state.name, "measured",
+                               summary=f"the stop lever (action #{seq}) paused {state.name}"))
+        yield Write(new_record("outcome", state.name, lever=lever, action=seq, ok=True,
+                               status="exit 0", duration=0, note="",
+                               summary=f"stop ok: {state.name} is paused"))
+
+
 def action_record(state, lever, verdict, summary, by, side=None, extra=None):
     """Return the action record of a lever the gate proved (`verdict`)."""
     asked = verdict.asked
@@ -5309,22 +5331,24 @@ def action_record(state, lever, verdict, summary, by, side=None, extra=None):
 
 
 def fact_records(state, seq, lines):
-    """Return the inferred fact records of the research lever's action #seq, from its output."""
-    facts = []
+    """Yield the inferred fact records of the research lever's action #seq, from its output."""
     for line in lines:
         try:
             item = read_json(line)
         except (ValueError, RecursionError):
             continue
         if isinstance(item, dict) and isinstance(item.get("fact"), str) and isinstance(item.get("source"), str):
-            facts.append(new_record("fact", state.name, action=seq, fact=item["fact"][:TEXT_MAX], source=item["source"][:TEXT_MAX],
-                                    summary=f"fact from {item['source'][:80]}: {item['fact'][:160]}"))
-    return facts
+            yield Write(new_record("fact", state.name, action=seq, fact=item["fact"][:TEXT_MAX],
+                                   source=item["source"][:TEXT_MAX],
+                                   summary=f"fact from {item['source'][:80]}: {item['fact'][:160]}"))
 
 
-def lever_outcome(state, lever, seq, status, ended_by, duration, timeout, note):
-    """Return the outcome of `lever` (action #seq): ok only when it exited 0 and nothing ended it."""
+def lever_outcome(state, lever, seq, status, ended_by, duration, timeout, note, lines):
+    """Yield the outcome of `lever` (action #seq), after research's facts from its output `lines`:
+    ok only when it exited 0 and nothing ended it (an oversized output does)."""
     ok, how = status == 0 and ended_by is None, describe_status(status)
+    if ok and lever == "research":
+        yield from fact_records(state, seq, lines)
     if ended_by == "pause":
         summary = f"{lever} stopped by the pause of {state.name} ({how})"
     elif ended_by == "timeout":
@@ -5333,23 +5357,33 @@ def lever_outcome(state, lever, seq, status, ended_by, duration, timeout, note):
         summary = f"{lever} stopped: avsmd is stopping ({how})"
     else:
         summary = f"{lever} {'ok' if ok else 'failed: ' + how} in {duration:g}s"
-    return new_record("outcome", state.name, lever=lever, action=seq, ok=ok, status=how,
-                      ended_by=ended_by, duration=duration, note=note, summary=summary)
+    yield Write(new_record("outcome", state.name, lever=lever, action=seq, ok=ok, status=how,
+                           ended_by=ended_by, duration=duration, note=note, summary=summary))
 
 
-def unstarted_outcome(state, lever, action, note, summary):
-    """Return the outcome of a lever that did not start: not ok, and no time taken."""
-    return new_record("outcome", state.name, lever=lever, action=action, ok=False, status="not started", duration=0,
-                      note=note[:NOTE_MAX], summary=summary)
+def unstarted_outcome(state, lever, action, note, why=None):
+    """Yield the outcome of a lever that did not start (`why`, or error `note`): not ok, no time."""
+    yield Write(new_record("outcome", state.name, lever=lever, action=action, ok=False,
+                           status="not started", duration=0, note=note[:NOTE_MAX],
+                           summary=f"{lever} failed: {why}" if why
+                           else f"{lever} failed to start: {note}"))
+
+
+def check_unstarted(state, lever, by, err):
+    """Yield the refusal of `lever`, whose check could not start (`err`)."""
+    yield Write(new_record("refusal", state.name, lever=lever, by=by,
+                           why=f"its check could not start: {err}",
+                           summary=f"{lever} refused: its check could not start"))
 
 
 def unsafe_refusal(state, lever, by, side, extra, unsafe):
-    """Return the refusal of `lever`, which the gate proved but which is never started: another
+    """Yield the refusal of `lever`, which the gate proved but which is never started: another
     user could change what it runs (the Writable `unsafe`). Its why ends with the fix."""
-    return new_record("refusal", state.name, lever=lever, by=by, why=f"{unsafe.why}; {unsafe.fix}",
-                      **some(side=side, proposal=(extra or {}).get("proposal")),
-                      summary=f"{lever} refused: another user could change what it runs; "
-                              f"{unsafe.fix}")
+    yield Write(new_record("refusal", state.name, lever=lever, by=by,
+                           why=f"{unsafe.why}; {unsafe.fix}",
+                           **some(side=side, proposal=(extra or {}).get("proposal")),
+                           summary=f"{lever} refused: another user could change what it runs; "
+                                   f"{unsafe.fix}"))
 
 
 def run_start_record(state, pid, restart):
@@ -7199,7 +7233,7 @@ class Rounds:
 
     start_round(state, now)         -- start the report and each guard, audit and reading, each in its own group
     report_done, reading_done       -- a report or reading program ended: write its record (settle_child calls them)
-    record_report                   -- judge a report and append it
+    record_report                   -- write what a report read calls for (report_read)
     maybe_settle(state, now=None)   -- once the metric is in and the rest read or late: the settling rules run
     settle_all(now)                 -- maybe_settle every round in flight
     deadlines()                     -- when a round in flight settles without what it still waits for
@@ -7277,15 +7311,8 @@ class Rounds:
         self.record_report(state, value, failure)
 
     def record_report(self, state, value, failure):
-        """Judge a report and append it; drawdown guards read from it; then the round may settle."""
-        m = state.mandate
-        record = report_record(state, value, failure)
-        status = record["status"]
-        seq = self.append(record)
-        for guard in m["guards"]:
-            if guard["drawdown"] is not None:
-                dd, why = drawdown_reading(guard, state, status, value)
-                self.append(guard_record(state, guard, dd, why, "%"))
+        """Write what the report read calls for (report_read); then the round may settle."""
+        seq = self.carry_out(state, report_read(state, value, failure))[0][1]
         round_ = self.rounds.get(state.name)
         if round_ is not None:
             round_["metric"] = seq
@@ -7418,11 +7445,11 @@ class Levers:
     run_research                   -- the research lever: a question out, inferred facts back (lever_done)
     lever_done(state, child, status)  -- the lever ended: write its outcome
 
-    Holds nothing of its own: a lever's state is its Child. Handed the config, spawn, append, pause (the stop
-    lever pauses its venture) and carry_out (the check rule's intents)."""
+    Holds nothing of its own: a lever's state is its Child. Handed the config, spawn and
+    carry_out."""
 
-    def __init__(self, cfg, spawn, append, pause, carry_out):
-        self.cfg, self.spawn, self.append, self.pause, self.carry_out = cfg, spawn, append, pause, carry_out
+    def __init__(self, cfg, spawn, carry_out):
+        self.cfg, self.spawn, self.carry_out = cfg, spawn, carry_out
 
     def run_lever(self, state, lever, verdict, summary, by, side=None, extra=None, checked=False):
         """Write the action with the gate's proof and question, then start the lever apart; its outcome comes
@@ -7433,18 +7460,15 @@ class Levers:
         spec = state.mandate["levers"].get(lever)
         if spec is not None and spec["check"] and not checked:
             return self.start_check(state, lever, verdict, summary, by, side, extra)
-        asked = verdict.asked
         own = [spec["run"]] if spec is not None and spec["run"] not in (None, "mail.send") else []
         unsafe = lever != "stop" and owner_problem(state.directory, own)
         if unsafe:                      # before its action: a lever others could change never runs
-            self.append(unsafe_refusal(state, lever, by, side, extra, unsafe))
+            self.carry_out(state, unsafe_refusal(state, lever, by, side, extra, unsafe))
             return None
         mail, mail_problem = mail_to_send(spec, self.cfg, (extra or {}).get("payload"))
-        seq = self.append(action_record(state, lever, verdict, summary, by, side, extra), at=asked["at"])
+        ran = lever_ran(state, lever, verdict, summary, by, side, extra)
+        seq = self.carry_out(state, ran)[0][1]
         if lever == "stop":
-            self.pause(state, "measured", f"the stop lever (action #{seq}) paused {state.name}")
-            self.append(new_record("outcome", state.name, lever=lever, action=seq, ok=True, status="exit 0", duration=0, note="",
-                                   summary=f"stop ok: {state.name} is paused"))
             return seq
         spec = state.mandate["levers"][lever]
         payload = (extra or {}).get("payload")
@@ -7454,7 +7478,7 @@ class Levers:
         run = spec["run"]
         if run == "mail.send":
             if mail is None:
-                self.append(unstarted_outcome(state, lever, seq, "", f"{lever} failed: {mail_problem}"))
+                self.carry_out(state, unstarted_outcome(state, lever, seq, "", mail_problem))
                 return seq
             run, data = self.cfg["adapters"]["mail"]["command"], mail.text.encode()
         try:
@@ -7465,7 +7489,7 @@ class Levers:
                                payload_file=payload_file, checked=own == [run])
             child.extra = {"lever": lever, "action": seq, "timeout": spec["timeout"], "payload_file": payload_file}
         except OSError as err:
-            self.append(unstarted_outcome(state, lever, seq, str(err), f"{lever} failed to start: {err}"))
+            self.carry_out(state, unstarted_outcome(state, lever, seq, str(err)))
         return seq
 
     def start_check(self, state, lever, verdict, summary, by, side, extra):
@@ -7477,8 +7501,7 @@ class Levers:
                                lever=lever, payload_file=path)
         except OSError as err:
             os.unlink(path)
-            self.append(new_record("refusal", state.name, lever=lever, by=by, why=f"its check could not start: {err}",
-                                   summary=f"{lever} refused: its check could not start"))
+            self.carry_out(state, check_unstarted(state, lever, by, err))
             return None
         child.extra = {"lever": lever, "run": (lever, verdict, summary, by, side, extra), "payload_file": path}
         state.checking = state.checking | {lever}   # until it ends, the gate refuses the lever
@@ -7497,8 +7520,9 @@ class Levers:
         """The research lever: the question goes to the config's research command; what comes back is inferred facts."""
         command = self.cfg.get("research")
         if not command:
-            self.append(unstarted_outcome(state, "research", seq, "config.yaml names no research: command",
-                                          "research failed: config.yaml names no research: command (no provider is built in)"))
+            why = "config.yaml names no research: command"
+            self.carry_out(state, unstarted_outcome(state, "research", seq, why,
+                                                    why + " (no provider is built in)"))
             return seq
         path = write_payload(json.dumps({"venture": state.name, "question": question}).encode())
         try:
@@ -7506,19 +7530,17 @@ class Levers:
                                payload_file=path, cwd=state.directory, head=REPLY_MAX)
             child.extra = {"lever": "research", "action": seq, "timeout": spec["timeout"], "payload_file": path}
         except OSError as err:
-            self.append(unstarted_outcome(state, "research", seq, str(err), f"research failed to start: {err}"))
+            self.carry_out(state, unstarted_outcome(state, "research", seq, str(err)))
         return seq
 
     def lever_done(self, state, child, status):
-        lever, seq = child.extra["lever"], child.extra["action"]
-        if lever == "research" and status == 0 and not child.ended_by and not child.oversized:
-            for record in fact_records(state, seq, output_lines(child.out, child.cut)[0]):
-                self.append(record)     # each {"fact", "source"} line the research command printed
         if child.extra.get("payload_file"):
             with contextlib.suppress(OSError):
                 os.unlink(child.extra["payload_file"])
-        duration = round(time.monotonic() - child.started, 3)
-        self.append(lever_outcome(state, lever, seq, status, child.ended_by, duration, child.extra["timeout"], child.note()))
+        self.carry_out(state, lever_outcome(state, child.extra["lever"], child.extra["action"], status,
+                                            child.ended_by, round(time.monotonic() - child.started, 3),
+                                            child.extra["timeout"], child.note(),
+                                            output_lines(child.out, child.cut)[0]))
 
 
 class Worlds:
@@ -8088,7 +8110,7 @@ class Warden:
     tick(now)                   -- one turn's work, in numbered steps
     carry_out(state, intents)   -- carry out a kernel rule's Write, Pause and Gate intents, in order
     settle_child(child)         -- a program ended: the part that started it writes what came of it
-    pause(state, claim, summary, **fields)   -- write a pause and end what the venture runs
+    pause(state, record)        -- write a pause record and end what the venture runs
     adopt(state, mandate, record)            -- put a mandate in force
     read_channel()              -- a request from avsmd: do_add, do_status, do_approve, ... answer it
     begin_stop(), signalled(wake)            -- stop: no new work, every group ended
@@ -8120,7 +8142,7 @@ class Warden:
         self.children = Children(home, self.sel, self.avsmd.tell, self.avsmd.flush, self.journal.journal_group,
                                  self.settle_child, debug)
         self.spawn = self.children.spawn
-        self.levers = Levers(cfg, self.spawn, self.append, self.pause, self.carry_out)
+        self.levers = Levers(cfg, self.spawn, self.carry_out)
         self.keeper = Keeper(self.ventures, self.spawn, self.append, self.active)
         self.worlds = Worlds(self)
         self.roles = RolesCalls(self.avsmd.tell)
@@ -8372,10 +8394,9 @@ class Warden:
                 return done
             result, seq = None, None
             if isinstance(intent, Write):
-                seq = result = self.append(intent.record)
+                seq = result = self.append(intent.record, intent.at)
             elif isinstance(intent, Pause):
-                self.pause(state, intent.record["claim"], intent.record["summary"],
-                           **{k: v for k, v in intent.record.items() if k not in ("kind", "claim", "venture", "summary")})
+                self.pause(state, intent.record)
             elif isinstance(intent, Forecast):
                 result = self.worlds.start_forecast(state, "ratchet", intent.lever)
             elif isinstance(intent, Ratchet):
@@ -8397,8 +8418,8 @@ class Warden:
         return None                 # answered when the decision is done
 
     # ---- pause ----
-    def pause(self, state, claim, summary, **fields):
-        self.append(new_record("pause", state.name, claim, summary=summary, **fields))
+    def pause(self, state, record):
+        self.append(record)
         now = time.monotonic()
         for child in self.children:
             if child.venture == state.name:
@@ -8581,7 +8602,7 @@ class Warden:
         state = self.venture(args.get("venture"))
         if state.paused:
             return [f"{state.name} is already paused"]
-        self.pause(state, "declared", f"a person paused {state.name}")
+        self.pause(state, new_record("pause", state.name, "declared", summary=f"a person paused {state.name}"))
         return [f"{state.name} paused; nothing of it runs until avsm resume {state.name}"]
 
     def do_resume(self, args, err):

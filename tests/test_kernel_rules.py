@@ -611,7 +611,8 @@ def test_lever_outcome_is_ok_only_on_exit_0_unended(status, ended_by, ok, summar
     """LEVER-10, LEVER-11, LEVER-12, open point 29 (DESIGN: a lever stopped by a pause, a timeout or a stop is not
     ok): the outcome's ok and summary are judged from how the lever ended, citing its action."""
     led = Ledger(GUARDED % "pause")
-    record = avsm.lever_outcome(led.state, "lower", 7, status, ended_by, 1.5, 30, "tail")
+    (write,) = avsm.lever_outcome(led.state, "lower", 7, status, ended_by, 1.5, 30, "tail", [])
+    record = write.record
     assert record == {"kind": "outcome", "claim": "measured", "venture": V, "lever": "lower", "action": 7, "ok": ok,
                       "status": avsm.describe_status(status), "ended_by": ended_by, "duration": 1.5, "note": "tail",
                       "summary": summary}
@@ -799,7 +800,7 @@ def test_fact_records_keep_only_fact_and_source_lines():
     led = Ledger(GUARDED % "pause")
     lines = ['{"fact": "the sky is blue", "source": "https://sky.example"}', "not json", '{"fact": 1, "source": "x"}',
              '["fact"]', '{"fact": "f", "source": "s", "extra": 1}']
-    facts = avsm.fact_records(led.state, 12, lines)
+    facts = [write.record for write in avsm.fact_records(led.state, 12, lines)]
     assert [f["fact"] for f in facts] == ["the sky is blue", "f"]
     assert facts[0] == {"kind": "fact", "claim": "inferred", "venture": V, "action": 12, "fact": "the sky is blue",
                         "source": "https://sky.example", "summary": "fact from https://sky.example: the sky is blue"}
