@@ -9386,7 +9386,7 @@ that does not hold, or a Python older than 3.11 (one line names the version and 
 
 
 def flush_out():
-    """Flush standard output; OutputError when it is closed or cannot be written (BrokenPipeError passes)."""
+    """Flush standard output; OutputError when it is closed or cannot be written."""
     if sys.stdout is None:
         raise OutputError(9, "standard output is closed")
     try:
@@ -9398,7 +9398,7 @@ def flush_out():
 
 
 def shown(text):
-    """Return `text` safe for a terminal: control characters (escape sequences, bidi overrides) as \\x.. or \\u...."""
+    """Return `text` safe for a terminal: control characters as \\x.. or \\u...."""
     return escape_controls(LINE_CONTROL_CHARS, text)
 
 
@@ -9427,8 +9427,7 @@ LINE_CONTROL_CHARS = "[\x00-\x08\x0b-\x1f\x7f-\x9f\u2028\u2029\u202a-\u202e\u206
 
 
 def ask_daemon(home, cmd, args=None):
-    """Send one request to avsmd (on another host: through its bridge, REMOTE["via"]) and relay its answer;
-    return the exit code it gives."""
+    """Send one request to avsmd (or a host's bridge) and relay its answer; return its exit code."""
     if REMOTE.get("via"):
         return ask_bridge(REMOTE["via"], {"v": 1, "cmd": cmd, "args": args or {}})
     with send_request(home, {"v": 1, "cmd": cmd, "args": args or {}}) as conn:
@@ -9458,8 +9457,8 @@ def show_answer(message, cmd, home):
 
 
 def send_request(home, message):
-    """Return a socket to the home's avsmd with `message` sent, or Fail(64) past REQUEST_MAX (avsmd
-    would refuse it half sent, and the client hear only a broken pipe)."""
+    """Return a socket to avsmd with `message` sent, or Fail(64) past REQUEST_MAX (avsmd would
+    refuse it half sent, and the client hear only a broken pipe)."""
     data = (json.dumps(message, separators=(",", ":")) + "\n").encode()
     if len(data) > REQUEST_MAX:
         cmd = message.get("cmd", "request")
@@ -9473,7 +9472,7 @@ def send_request(home, message):
 
 
 def connect_daemon(home):
-    """Return a socket connected to the home's avsmd, or Fail saying why none answers and how to start one."""
+    """Return a socket connected to the home's avsmd, or Fail saying why none answers."""
     import socket
     path = os.path.join(home, "sock")
     conn = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
@@ -9504,9 +9503,7 @@ CLIENT_VERBS = r"\bavsm (?=(add|status|summary|tail|asks|approve|deny|propose|de
 
 
 def as_user_runs(line, home):
-    """Return avsmd's answer line with each `avsm VERB` fix in it named the way this user runs the client when
-    that is not by the name avsm (`python3 avsm.py --home H resume x`); status and asks lines, which quote
-    records, are left as they are."""
+    """Return avsmd's answer line with each `avsm VERB` fix named as this user runs the client."""
     command = client_command(home)
     if os.path.basename(command.split()[0]) == "avsm":
         return line                     # the user types avsm (on the PATH, or a symlink of that name)
@@ -9543,7 +9540,7 @@ SEQ_MAX = 2 ** 63 - 1               # SQLite's largest integer: no record is num
 
 
 def since_option(arg, rest, missing):
-    """The X of `--since X` (from `rest`) or `--since=X` when `arg` is one, else None; Fail(64, `missing`) without X."""
+    """The X of `--since X` (from `rest`) or `--since=X`, else None; Fail(64, `missing`)."""
     if arg == "--since":
         return rest.pop(0) if rest else refuse(missing, EX_USAGE)
     return arg.split("=", 1)[1] if arg.startswith("--since=") else None
@@ -9571,8 +9568,7 @@ def cmd_simple(verb, usage, argument=None):
 
 
 def cmd_status(home, options, names):
-    """status [-v] [VENTURE]: one line per venture, then (VENTURE or -v) the detail; with avsmd stopped, what
-    the ledger holds, and still exit 69."""
+    """status [-v] [VENTURE]: with avsmd stopped, what the ledger holds, and still exit 69."""
     verbose = False
     for arg in options:
         if arg in ("-v", "--verbose"):
@@ -9590,8 +9586,7 @@ def cmd_status(home, options, names):
 
 
 def cmd_offline(home, verb, args, ask):
-    """Run `ask(home, args)`, the request of status or asks; with no avsmd answering, print what the ledger
-    holds for it instead, and still exit 69."""
+    """Run `ask(home, args)`; with no avsmd answering, print what the ledger holds; exit 69."""
     try:
         code = ask(home, args)
     except Fail as fail:
@@ -9605,8 +9600,7 @@ def cmd_offline(home, verb, args, ask):
 
 
 def show_ledger_view(home, verb, args):
-    """With no avsmd answering, print the status or the open asks the ledger holds (read-only), saying so first;
-    a home with no ledger, or none with a venture, prints nothing (standard error says why no avsmd answers)."""
+    """With no avsmd answering, print the status or open asks the ledger holds, saying so first."""
     import sqlite3
     path = os.path.join(home, "ledger.db")
     if not os.path.isfile(path):
@@ -9635,9 +9629,9 @@ def show_ledger_view(home, verb, args):
 
 
 def utf8_output():
-    """Whether standard output takes UTF-8: its encoding, and the locale LC_ALL, LC_CTYPE or LANG names.
-    Python turns a C locale into C.UTF-8 in LC_CTYPE (PEP 538), so LC_CTYPE=C.UTF-8 beside a LANG of C, POSIX
-    or none is read as that C locale: the sparkline falls back to ASCII there, never to mojibake."""
+    """Whether standard output takes UTF-8: its encoding, and the locale LC_ALL, LC_CTYPE or LANG
+    names.
+    Python turns a C locale into C.UTF-8 in LC_CTYPE (PEP 538): that is read as the C locale."""
     if "utf8" in REMOTE:
         return REMOTE["utf8"]           # the bridge writes for a terminal at the other end of ssh
     encoding = (getattr(sys.stdout, "encoding", None) or "").lower().replace("-", "").replace("_", "")
@@ -9651,7 +9645,7 @@ def utf8_output():
 
 
 def cmd_propose(home, args):
-    """propose VENTURE LEVER [--payload FILE|-]: file a proposal of your own; the gate judges it (65 when it refuses)."""
+    """propose VENTURE LEVER [--payload FILE|-]: a proposal the gate judges (65 when it refuses)."""
     rest, payload = list(args), None
     if "--payload" in rest:
         at = rest.index("--payload")
@@ -9666,7 +9660,7 @@ def cmd_propose(home, args):
 
 
 def read_payload(source):
-    """Return the text of a payload file, or of standard input for -; Fail(66) when it cannot be read."""
+    """Return the text of a payload file, or of standard input for -; Fail(66) when unreadable."""
     try:
         if source == "-":
             return sys.stdin.read()
@@ -9679,8 +9673,7 @@ def read_payload(source):
 
 
 def cmd_checkpoint(home, args):
-    """checkpoint: print a checkpoint of the ledger's head, written now by avsmd into HOME/checkpoints (signed when
-    config.yaml names a key); with avsmd stopped, the newest it wrote."""
+    """checkpoint: print a checkpoint avsmd writes now; with avsmd stopped, the newest it wrote."""
     if args:
         raise Fail(EX_USAGE, "usage: avsm checkpoint")
     try:
@@ -9698,7 +9691,7 @@ def cmd_checkpoint(home, args):
 
 
 def cmd_approve(home, args):
-    """approve ASK [--edit]: with --edit, the proposed content opens in $VISUAL, $EDITOR or vi, and what you save runs."""
+    """approve ASK [--edit]: with --edit, what you save in the editor runs."""
     rest = [a for a in args if a != "--edit"]
     if len(rest) != 1:
         raise Fail(EX_USAGE, "usage: avsm approve ASK [--edit]")
@@ -9756,8 +9749,7 @@ def sqlite3_errors():
 
 
 def ledger_path(home):
-    """Return the ledger's path, or Fail: 73 for a home that is no directory, 66 when there is no ledger yet, 65 for a
-    directory, a FIFO or a device in its place."""
+    """Return the ledger's path, or Fail: 73 a home no directory, 66 no ledger, 65 no file."""
     if os.path.exists(home) and not os.path.isdir(home):
         raise Fail(EX_CANTCREAT, f"{home} is not a directory, so it holds no ledger; move it aside or pass another --home")
     if not os.path.isdir(home):
@@ -9807,8 +9799,7 @@ def cmd_tail(home, args):
 
 
 def cmd_summary(home, args):
-    """summary [--since DURATION|SEQ]: what happened per venture in the span (the last 24h unless told), from the
-    ledger alone, read-only: it works with avsmd stopped."""
+    """summary [--since DURATION|SEQ]: what happened per venture, from the ledger alone."""
     since_text, rest = "24h", list(args)
     while rest:
         arg = rest.pop(0)
@@ -9832,10 +9823,8 @@ def cmd_summary(home, args):
 
 
 def summary_rows(db, since):
-    """Yield the rows summarize needs, in order: before the span only SUMMARY_BEFORE_KINDS and the whole history of
-    a venture whose mandate expects effects; then every record of the span. The records before the
-    span are found by the ledger's indexes on kind and venture: a summary reads its window, not
-    the history."""
+    """Yield the rows summarize needs, in order: before the span only SUMMARY_BEFORE_KINDS and the
+    whole history of a venture whose mandate expects effects; then every record of the span."""
     folded = set()
     for (text,) in db.execute(f"SELECT record FROM records WHERE {RECORD_KIND_SQL} = 'mandate'"):
         record = load_record(text)
@@ -9863,9 +9852,8 @@ TRUSTED_REPORT = (r'\{"claim":"measured","kind":"report","metric":"([^"\\]*)","n
 
 
 def decode_record(text, fullmatch=None, seq=None, checked=False):
-    """Return the record stored as `text`: a trusted report by TRUSTED_REPORT (without its summary), else json.loads
-    (checked: refused as read_record refuses a record that does not read; a trusted report's shape always reads).
-    fullmatch: TRUSTED_REPORT's, compiled once by a caller decoding many."""
+    """Return the record stored as `text`: a trusted report by TRUSTED_REPORT, else json.loads
+    (refused as read_record refuses). fullmatch: TRUSTED_REPORT's, compiled once by the caller."""
     slow = read_record if checked else load_record
     m = (fullmatch or re.compile(TRUSTED_REPORT).fullmatch)(text)
     if m is None:
@@ -9885,7 +9873,7 @@ def seq_list(seqs, most=8):
 
 
 def format_summary(summary, span, home):
-    """Return the lines of `avsm summary`: the span, whether avsmd runs, then each venture's paragraph."""
+    """Return the lines of `avsm summary`: the span, whether avsmd runs, each venture's."""
     if summary.first is None:
         lines = [f"summary of {span}: no records"]
     else:
@@ -10019,7 +10007,7 @@ def cmd_why(home, args):
 
 
 def records_citing(db, key, seq):
-    """Yield (seq, at, record) after #seq whose field `key` is seq: what answered an ask, ran on it, or ended a run."""
+    """Yield (seq, at, record) after #seq whose field `key` is seq."""
     rows = db.execute("SELECT seq, at, record FROM records WHERE seq > ? AND record LIKE ? ORDER BY seq",
                       (seq, f'%"{key}":{seq}%'))       # canonical JSON is compact; the exact field is checked below
     for s, at, text in rows:
@@ -10029,7 +10017,7 @@ def records_citing(db, key, seq):
 
 
 def printed_lines(outcome, indent):
-    """Return the lines saying what a lever printed, as its outcome keeps it (shown escaped, like all output)."""
+    """Return the lines saying what a lever printed, as its outcome keeps it."""
     note = str(outcome.get("note") or "")
     if not note:
         return [f"{indent}printed nothing"]
@@ -10038,8 +10026,7 @@ def printed_lines(outcome, indent):
 
 
 def what_followed(db, seq, record, home):
-    """Return the lines of what came of record #seq: an ask's answer and what ran on it, an approval's run,
-    an action's outcome with what the lever printed."""
+    """Return the lines of what came of record #seq: an ask's answer, a run, an outcome."""
     lines = []
 
     def ended(action_seq, indent):
@@ -10075,8 +10062,7 @@ def what_followed(db, seq, record, home):
 
 
 def describe_call(record):
-    """Return what a record keeps of the HTTP call its reply came in: the provider's request id, the token
-    usage it reported, how the reply stopped, and the tries it took, so a person can find it in the provider's logs."""
+    """Return what a record keeps of the HTTP call its reply came in (for the provider's logs)."""
     call = record["call"]
     words = [f"{record.get('backend')}, request id {call.get('request_id') or 'not given'}"]
     usage = call.get("usage") or {}
@@ -10112,8 +10098,7 @@ WITNESS_KEYS = {"principal", "allowed_signers", "namespace"}
 
 
 def cmd_bridge(home, args, pinned):
-    """bridge [--read-only]: for a client at the other end of ssh, relay each request line on standard input to
-    the home's avsmd, or run the one client verb a line names (BRIDGE_VERBS); end when standard input ends.
+    """bridge [--read-only]: relay each request line on standard input to avsmd, or run its verb.
     pinned: the home was given (--home, AVSMD_HOME), so a request may name no other."""
     if args not in ([], ["--read-only"]):
         raise Fail(EX_USAGE, "usage: avsm [--home DIR] bridge [--read-only]")
@@ -10172,7 +10157,7 @@ def send_out(*messages):
 
 
 def bridge_verb(home, message, read_only):
-    """Run one client verb here for the person at the other end of ssh: its output and exit code are theirs."""
+    """Run one client verb here for the person at the other end of ssh; return its exit code."""
     if message.pop("v", 1) != 1:
         raise Fail(EX_USAGE, "this bridge speaks version 1 of its requests; use an avsm of the same version")
     m = checked_arguments("a bridge's verb", message, BRIDGE_KEYS)
@@ -10212,14 +10197,14 @@ def bridge_argv_problem(verb, argv):
 
 
 def end_with_stdin():
-    """The person at the other end went away (ssh closed standard input): a following tail ends here too."""
+    """The person at the other end went away (ssh closed standard input): a tail ends here too."""
     while os.read(0, 65536):
         pass
     os._exit(EX_OK)
 
 
 def remote_host(spec, ssh=None, bridge=None, timeout=None, name=None):
-    """Return the host [user@]HOST[:HOME] names, with the ssh command, the bridge asked for, and its timeout."""
+    """Return the host [user@]HOST[:HOME] names, with its ssh command, bridge and timeout."""
     dest, _, home = spec.partition(":")
     if not re.fullmatch(r"([^@\s]+@)?[\w.\[\]-]+", dest) or dest.startswith("-") or home and not os.path.isabs(home):
         raise Fail(EX_USAGE, f"{shown_text(spec)[:80]!r} is not [user@]HOST[:HOME] (HOME absolute, as web1:/srv/avsm)")
@@ -10290,8 +10275,7 @@ def fleet_timeout(c, value, path, text):
 
 
 def find_host(target, path=None):
-    """Return the host `target` names: NAME or NAME:HOME of the fleet file, else [user@]HOST[:HOME]
-    with a guess for a host ssh cannot reach."""
+    """Return the host `target` names: NAME[:HOME] of the fleet file, else [user@]HOST[:HOME]."""
     hosts = read_fleet(fleet_path(path), must=path is not None)
     byname = {h["name"]: h for h in hosts}
     if target in byname:
@@ -10308,8 +10292,7 @@ def find_host(target, path=None):
 
 
 def run_remote(target, verb, argv, path=None):
-    """avsm --host [user@]HOST[:HOME] VERB ...: run VERB on that host through its bridge; return its exit code.
-    What needs this side, a payload file and an editor, is done here; the name of a fleet host stands for it."""
+    """avsm --host [user@]HOST[:HOME] VERB ...: run VERB on that host; return its exit code."""
     host = find_host(target, path)
     if verb not in BRIDGE_VERBS:
         raise Fail(EX_USAGE, f"avsm {verb} runs only where you are; avsm --host runs {', '.join(BRIDGE_VERBS)}")
@@ -10328,8 +10311,7 @@ def run_remote(target, verb, argv, path=None):
 
 
 def ask_bridge(host, request):
-    """ask_daemon through a host's bridge: return the exit code of the answer, shown as from one
-    here; an answer that is not avsm's is 69."""
+    """ask_daemon through a host's bridge: return the exit code; an answer not avsm's is 69."""
     code, data, errors = ssh_bridge(host, dict(request, home=host["home"]), capture=True)
     if errors and errors[-1].startswith(FAR_CUT):
         raise Fail(EX_UNAVAILABLE, f"{host['name']}: the bridge answered with more than "
@@ -10394,9 +10376,7 @@ def far_text(text, command):
 
 def ssh_bridge(host, request, capture=False, timeout=None):
     """Run the bridge on `host` through ssh with `request` on its standard input; return (exit
-    code, its output when captured, its error lines). The connection and the ping before a verb
-    get the host's timeout, the whole `timeout` when given (fleet); a verb then runs as long as it
-    runs (tail -f)."""
+    code, its output when captured, its error lines). A verb runs as long as it runs (tail -f)."""
     import codecs
     import select
     import threading
@@ -10512,8 +10492,7 @@ def start_ssh(host):
 
 
 def far_failure(host, code, ours, theirs, ended=(), pinged=True, by_hand=None):
-    """Fail saying why the bridge on `host` did not answer (68 not reached or in time, 77 a key
-    refused, 69 no avsm there), or return ssh's last word."""
+    """Fail saying why the bridge on `host` did not answer, or return ssh's last word."""
     name, by_hand = host["name"], by_hand or f"`{host['ssh']} {host['dest']} true`"
     if ended:
         raise Fail(EX_NOHOST, f"{name}: no answer within {format_duration(ended[0])}: the host, "
@@ -10549,8 +10528,7 @@ def ping_answered(piece, name):
 
 
 def cmd_fleet(args, given=None, home=None):
-    """fleet [--fleet FILE] status|asks|summary [ARGS]: one view of every host in the fleet file, the hosts asked at
-    once, each within its timeout; exit 0 when every host answered, else the code of the first that did not."""
+    """fleet [--fleet FILE] status|asks|summary [ARGS]: one view of every host, asked at once."""
     path, rest = take_option(args, "--fleet")
     if rest and rest[0] == "witness":
         return cmd_witness(home, fleet_path(path or given), rest[1:])
@@ -10637,8 +10615,7 @@ MIRROR_COMMIT = 32768   # rows a mirror takes in one transaction: one sync to di
 
 
 class BridgeSession:
-    """One ssh session to a host's bridge, kept open for many relayed requests (a witness's
-    pages), each answered in turn."""
+    """One ssh session to a host's bridge, kept open for many requests (a witness's pages)."""
 
     def __init__(self, host):
         import threading
@@ -10845,8 +10822,7 @@ def far_page(session, name):
 
 
 def copy_far_rows(session, db, held, lo, hi, want):
-    """Return (the last (seq, hash) read, how many, the hash at `want`, the verdict) of the host's
-    rows lo..hi, each checked, and appended to the mirror `db` past its head."""
+    """Return (the last (seq, hash) read, how many, the hash at `want`, the verdict) of lo..hi."""
     before, count, at_want, verdict = (0, ZERO_HASH) if lo == 1 else None, 0, None, None
     copy_after = (ledger_head(db) or (0,))[0] if db is not None else None
     session.ask("records", after=lo - 1, limit=RECORDS_PAGE)
@@ -10885,8 +10861,7 @@ def copy_far_rows(session, db, held, lo, hi, want):
 
 
 def witness_fork(session, db, where, name, verdict, kept):
-    """Return the Fail (65) of a far history that no longer extends what was kept, once both
-    versions from where it differs are in DIR/HOST/fork-SEQ-kept|far.jsonl."""
+    """Return the Fail (65) of a far history that no longer extends what was kept."""
     kind, seq, kept_hash, far_hash = (verdict + (None,))[:4]
     while session.pending:
         session.answer()                # a page asked for before the fork was seen
@@ -10990,7 +10965,7 @@ def tell_witness(notify, home, name, message):
 
 
 def read_config(home, path=None):
-    """Return (config, its path, its text) from -f FILE or HOME/config.yaml; a missing home config is all defaults."""
+    """Return (config, its path, its text) from -f FILE or HOME/config.yaml (none: all defaults)."""
     given = path is not None
     path = path or os.path.join(home, "config.yaml")
     try:
@@ -11011,7 +10986,7 @@ def read_config(home, path=None):
 
 
 def adopted_mandates(home):
-    """Return [(name, directory, mandate seq, paused, mandate text)] of every adopted venture, from the ledger."""
+    """Return [(name, directory, mandate seq, paused, mandate text)] of every adopted venture."""
     path = os.path.join(home, "ledger.db")
     if not os.path.exists(path):
         return []
@@ -11032,7 +11007,7 @@ def adopted_mandates(home):
 # ---- avsmd -t: the config and the ventures, tested ----
 
 def test_config(home, cfg, path):
-    """avsmd -t: the config and every adopted mandate, re-read from its directory; 78 when one does not hold."""
+    """avsmd -t: the config and every adopted mandate, re-read; 78 when one does not hold."""
     code = EX_OK
     problem = socket_problem(home)
     if problem:
@@ -11093,8 +11068,7 @@ def test_config(home, cfg, path):
 
 
 def test_ventures(home, cfg, dirs):
-    """avsmd -t DIR...: check each venture directory exactly as `avsm add` would, with no daemon needed: the same
-    function, messages and exit codes (the first code found wins), then what adopting it would allow."""
+    """avsmd -t DIR...: check each venture directory exactly as `avsm add` would, with no daemon."""
     try:
         adopted = {name: (directory, seq, paused, text) for name, directory, seq, paused, text in adopted_mandates(home)}
     except (sqlite3_errors(), ValueError, Fail):
@@ -11154,7 +11128,7 @@ def describe_allowed(m, cfg=None):
 
 
 def backend_note(m, cfg):
-    """Say which backend a model venture's decisions go to, and whether it may be asked (open point 42)."""
+    """Say which backend a model venture's decisions go to, and whether it may be asked."""
     name = m["controller"].get("backend") or cfg.get("default")
     if name and name not in cfg["backends"]:
         return f"backend: {name} is not among config.yaml's backends: no decision is made"
@@ -11174,13 +11148,13 @@ def backend_note(m, cfg):
 
 
 def print_allowed(home, cfg, name, m):
-    """Print what mandate `m` of venture `name` allows, and whether its levers can hold the metric (capacity)."""
+    """Print what mandate `m` of venture `name` allows, and whether its levers can hold it."""
     out(*describe_allowed(m, cfg))
     out("  " + describe_capacity(ledger_capacity(home, name, m, (cfg["forecast"] or FORECAST_DEFAULT)["days"])))
 
 
 def ledger_capacity(home, name, m, days):
-    """The capacity check of venture `name` under mandate `m`, from its history in the ledger (open point 9)."""
+    """The capacity check of venture `name` under mandate `m`, from its history (open point 9)."""
     states, path = {}, os.path.join(home, "ledger.db")
     if os.path.exists(path):            # no ledger yet (avsmd -t DIR on a new home): no history to judge from
         try:
@@ -11200,8 +11174,7 @@ def ledger_capacity(home, name, m, days):
 # ---- avsm try and avsm link, and how this user runs avsm ----
 
 def cmd_try(home_arg, args):
-    """try DIR: run avsmd on a temporary home, adopt DIR, and follow the ledger until Ctrl-C, a TERM or a HUP
-    (the terminal gone): each stops the avsmd it started, says where the home is kept, and exits 128 + signal."""
+    """try DIR: run avsmd on a temporary home, adopt DIR, and follow the ledger until a signal."""
     import subprocess
     import tempfile
     if len(args) != 1:
@@ -11258,8 +11231,7 @@ def cmd_try(home_arg, args):
 
 
 def try_ending(home, code, started):
-    """Return what `avsm try` says as it ends: how avsmd ended (`code`: its exit, None when it was
-    not started), where the home is kept, and how to look again when its ledger holds anything."""
+    """Return what `avsm try` says as it ends (`code`: avsmd's exit, None when not started)."""
     ended = (f"avsmd stopped ({describe_status(code)})" if started else "avsmd was not started"
              if code is None else f"avsmd stopped before it served ({describe_status(code)})")
     again = f"look again with: {client_command(home)} tail 50" \
@@ -11268,8 +11240,7 @@ def try_ending(home, code, started):
 
 
 def when_it_acts(home, directory):
-    """Say when the venture just adopted in `directory` first acts: its controller's bound and the first report
-    (waited for up to 3 s), and how often a report comes; a model says when it is asked."""
+    """Say when the venture just adopted in `directory` first acts (the first report: up to 3 s)."""
     name, _, _, m = read_venture(directory)
     every = format_duration(m["cadence"])
     if decided_by_model(m):
@@ -11293,8 +11264,7 @@ def when_it_acts(home, directory):
 
 
 def asks_first(m, lever):
-    """Return what comes before the controller's `lever` runs under mandate `m` when a person is
-    asked first (it is irreversible and not delegated), or None when it runs unasked."""
+    """Return what comes before `lever` runs when a person is asked first, or None."""
     spec = m["levers"].get(lever)
     if spec is None or spec["reversible"] or spec["delegated"]:
         return None
@@ -11302,10 +11272,8 @@ def asks_first(m, lever):
 
 
 def program_command(program, home=None):
-    """`avsm` or `avsmd` the way this user runs it, judged from how this program was started, for the fix lines
-    a person copies: `avsmd` when started under a name (a console script, a symlink) and it is on the PATH; the
-    sibling `DIR/avsmd` of a symlink that is not; else `python3 PATH/avsm.py avsmd`. With `--home HOME` when
-    `home` is not the one the program finds by itself ($AVSMD_HOME, else the default)."""
+    """`avsm` or `avsmd` the way this user runs it, for the fix lines a person copies, with
+    `--home HOME` when `home` is not the one the program finds by itself."""
     import shutil
     started = sys.argv[0] if sys.argv and sys.argv[0] else ""
     name = os.path.basename(started)
@@ -11332,13 +11300,12 @@ def program_command(program, home=None):
 
 
 def client_command(home=None):
-    """The client as this user runs it, with --home where it is needed (see program_command); across ssh, as
-    the person at the other end runs it (avsm --host HOST)."""
+    """The client as this user runs it, with --home where needed (across ssh: avsm --host HOST)."""
     return REMOTE.get("as") or program_command("avsm", home)
 
 
 def user_cache():
-    """The client's own cache: $XDG_CACHE_HOME/avsm, else ~/.cache/avsm (written as LINK_WRAPPER writes it)."""
+    """The client's own cache: $XDG_CACHE_HOME/avsm, else ~/.cache/avsm."""
     return os.path.join(os.environ.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache"), "avsm")
 
 
@@ -11383,8 +11350,8 @@ exec(code, m.__dict__); sys.exit(m.main())
 
 
 def cmd_link(home, args):
-    """avsm link DIR: write DIR/avsm and DIR/avsmd, which start this copied file from its cached bytecode as an
-    installed avsm starts (a script is compiled afresh at every run). A file there not written by link stays."""
+    """avsm link DIR: write DIR/avsm and DIR/avsmd, which start this file from cached bytecode
+    (a script is compiled afresh at every run). A file there not written by link stays."""
     import importlib.util
     import py_compile
     if len(args) != 1 or args[0].startswith("-"):
@@ -11451,9 +11418,7 @@ XML_UNSAFE_CHARS = "[\x00-\x08\x0b\x0c\x0e-\x1f\x7f-\x9f\u2028\u2029\u202a-\u202
 
 
 def cmd_chart(home, args):
-    """chart VENTURE [--since DURATION|SEQ]: an SVG of the venture's metric over time, from the ledger alone
-    (read-only, so avsmd may be stopped): its trusted reports as a line, the others marked apart, the controller's
-    bound or band, and each lever run and ask as a marker whose tooltip names its record."""
+    """chart VENTURE [--since DURATION|SEQ]: an SVG of the metric, from the ledger alone."""
     name, since, rest = None, None, list(args)
     while rest:
         arg = rest.pop(0)
@@ -11497,8 +11462,7 @@ def cmd_chart(home, args):
 
 
 def since_arg(text, command):
-    """Return (the seq after which, or the seconds back from now) of `--since SEQ|DURATION` for summary and chart:
-    a record number (17 or #17: the records after it) or a duration (24h); the other is None. Bad usage is 64."""
+    """Return (the seq after which, or the seconds back from now) of `--since SEQ|DURATION`."""
     t = text.strip()
     if t.lstrip("#").isdigit() and t.isascii() and t.count("#") <= 1:
         return need_int(t, "a record number"), None
@@ -11516,10 +11480,8 @@ CLOCK_MAX = 253402300799     # 9999-12-31T23:59:59Z: a record's time past it (or
 
 
 def read_chart_records(db, name, after, start):
-    """Return (every mandate record of venture `name`, its records a chart shows after seq `after` and from
-    unix time `start`, each [(seq, at, record)] in order, and how many records were left out for a time no
-    clock wrote: a ledger edited by hand). The ledger's indexes find the mandates, the first record
-    of the span by its time and the venture's records in it: a chart reads its span, not all."""
+    """Return (the mandate records of venture `name`, its records after seq `after` and from
+    `start`, how many were left out for a time no clock wrote). The indexes find the span."""
     field = f'"venture":{json.dumps(name)}'
     mandates = [(s, a, json.loads(t)) for s, a, t in db.execute(
         f"SELECT seq, at, record FROM records WHERE {RECORD_KIND_SQL} = 'mandate' "
@@ -11543,9 +11505,8 @@ def read_chart_records(db, name, after, start):
 
 
 def xml_text(value):
-    """Return text from the ledger fit for SVG: what XML cannot hold written as \\x.. or \\u...., newlines as \\n,
-    markup characters as entities, and anything past ASCII as a character reference (the output's encoding is
-    then never in question)."""
+    """Return text from the ledger fit for SVG: past ASCII as a character reference (the output's
+    encoding is then never in question)."""
     text = str(value).replace("\\", "\\\\")
     if not (text.isascii() and text.isprintable()):     # the common case, plain ASCII, needs no pass of the pattern
         text = escape_controls(XML_UNSAFE_CHARS, text.replace("\n", "\\n").replace("\r", "\\r"))
@@ -11554,13 +11515,12 @@ def xml_text(value):
 
 
 def chart_eras(mandates):
-    """Return [(from at, mandate seq, the parsed mandate or None)] of each mandate record: the bound or band
-    in force from its adoption until the next."""
+    """Return [(from at, mandate seq, the parsed mandate or None)] of each mandate record."""
     return [(at, seq, parsed_or_none(parse_mandate, record, seq)) for seq, at, record in mandates]   # None: no bound
 
 
 def nice_step(span, most):
-    """Return the smallest of 1, 2, 5 times a power of ten that cuts `span` into at most `most` steps."""
+    """Return the least of 1, 2, 5 times a power of ten cutting `span` in at most `most` steps."""
     if not span > 0 or not math.isfinite(span):
         return 1.0
     base = 10.0 ** math.floor(math.log10(span / most))
@@ -11568,8 +11528,7 @@ def nice_step(span, most):
 
 
 def value_ticks(low, high):
-    """Return (bottom, top, [(value, label)]) of the value axis: round numbers holding low..high, never
-    padded past zero (a level that never went below 0 is not drawn down to -200)."""
+    """Return (bottom, top, [(value, label)]) of the value axis, never padded past zero."""
     # the axis spans at most ±CHART_VALUE_MAX, whose span a float still holds; a report past it is off the scale
     low, high = (min(max(v, -CHART_VALUE_MAX), CHART_VALUE_MAX) for v in (low, high))
     floor, ceiling = (0.0 if low >= 0 else -math.inf), (0.0 if high <= 0 > low else math.inf)
@@ -11591,8 +11550,7 @@ def value_ticks(low, high):
 
 
 def time_ticks(t0, t1, most=8):
-    """Return [(unix time, time label, date label or "")] at round local times from t0 to t1; a date is
-    given at the first tick and wherever the day changes."""
+    """Return [(unix time, time label, date label or "")] at round local times from t0 to t1."""
     step = next((s for s in CHART_TIME_STEPS if (t1 - t0) / s <= most), None)
     if step is None:
         step = 365 * 86400 * nice_step((t1 - t0) / (365 * 86400), most)
@@ -11622,7 +11580,7 @@ def zone_words(at):
 
 
 def chart_tooltip(seq, at, record, more=""):
-    """Return a marker's <title>: the record's seq and local time, its kind and summary, and what came of it."""
+    """Return a marker's <title>: the record's seq, time, kind, summary and what came of it."""
     summary = str(record.get("summary", ""))
     if len(summary) > CHART_NOTE_MAX:
         summary = summary[:CHART_NOTE_MAX] + "..."
@@ -11630,8 +11588,8 @@ def chart_tooltip(seq, at, record, more=""):
 
 
 def chart_time(at):
-    """Return unix time `at` as format_local_time does, the minute's text kept from one report to the next
-    (a zone's offset changes only on a whole minute)."""
+    """Return unix time `at` as format_local_time does, the minute's text kept from one report to
+    the next (a zone's offset changes only on a whole minute)."""
     head, tail = chart_minute(int(at) // 60)
     return f"{head}{int(at) % 60:02d}{tail}"
 
@@ -11652,15 +11610,13 @@ def chart_number(value):
 
 
 def report_status(record):
-    """Return a report's status: trusted, unconfirmed, implausible or failed (older records say only plausible)."""
+    """Return a report's status: trusted, unconfirmed, implausible or failed."""
     return record.get("status") or ("trusted" if record.get("plausible") else "implausible")
 
 
 def chart_svg(name, mandates, records, span="in the ledger"):
-    """Return the SVG text of venture `name`'s chart: its mandate records (for the bound or band in force when)
-    and its records in the span ([(seq, at, record)] in order: reports, actions and their outcomes, asks and
-    their answers). Trusted reports make the line; implausible, unconfirmed and failed ones are marked apart;
-    each action and ask is a marker whose tooltip names its seq. Pure but for local time, which labels the axis."""
+    """Return the SVG text of venture `name`'s chart from its mandate records and its records in the
+    span. Pure but for local time, which labels the axis."""
     reports = [(s, a, r) for s, a, r in records if r["kind"] == "report"]
     trusted = [(s, a, r) for s, a, r in reports if report_status(r) == "trusted" and chart_number(r.get("value")) is not None]
     on_line = {s for s, _, _ in trusted}
@@ -11714,7 +11670,7 @@ def chart_svg(name, mandates, records, span="in the ledger"):
 
 
 def chart_span_words(first, last):
-    """Return 'from 2026-12-01 22:55 to 23:10' in local time, the second date left out when it is the same day."""
+    """Return 'from 2026-12-01 22:55 to 23:10' in local time."""
     a, b = time.localtime(first), time.localtime(last)
     same_day = time.strftime("%Y-%m-%d", a) == time.strftime("%Y-%m-%d", b)
     return (f"from {time.strftime('%Y-%m-%d %H:%M:%S', a)} to "
@@ -11722,7 +11678,7 @@ def chart_span_words(first, last):
 
 
 def chart_controller_words(shown):
-    """Return the line naming the controller in force over the chart (the last mandate in the span)."""
+    """Return the line naming the controller in force over the chart."""
     if not shown:
         return "no mandate in force over this span"
     _, _, seq, m = shown[-1]
@@ -11735,7 +11691,7 @@ def chart_controller_words(shown):
 
 
 def chart_axes(metric, ticks, times, x, y, last):
-    """Return the SVG of the plot's frame, its value and time grid with labels, and the axes' captions."""
+    """Return the SVG of the plot's frame, its value and time grid with labels, and the captions."""
     c = CHART_COLOURS
     parts = [f'<g class="axes" font-size="11">']
     for value, label in ticks:
@@ -11760,9 +11716,8 @@ def chart_axes(metric, ticks, times, x, y, last):
 
 
 def chart_controller(shown, x, y):
-    """Return (the SVG of each mandate's bound (a threshold) or band over the span it was in force, the SVG
-    of their labels, drawn over the reports on a white halo (a copy of each, stroked, drawn first: no renderer
-    is relied on for paint-order) so a line through them leaves them legible)."""
+    """Return (the SVG of each mandate's bound or band, the SVG of their labels on a white halo
+    (a stroked copy drawn first: no renderer is relied on for paint-order))."""
     c, parts, labels = CHART_COLOURS, ['<g class="controller" clip-path="url(#plot)">'], []
     for start, end, seq, m in shown:
         if m is None or not controller_sides(m):
@@ -11793,11 +11748,8 @@ def chart_controller(shown, x, y):
 
 
 def chart_columns(trusted, x):
-    """Return the trusted reports a chart draws, [(seq, at, record, column)]: each one while they
-    number no more than the plot's pixel columns (column None), else in each column its lowest,
-    highest and last in the order they were read, so a spike keeps its shape; the last carries
-    column: (how many reports the column holds, its first seq, its lowest and highest (seq, value)),
-    the others False."""
+    """Return the trusted reports a chart draws, [(seq, at, record, column)]: past the plot's pixel
+    columns, in each column its lowest, highest and last, so a spike keeps its shape."""
     if len(trusted) <= CHART_RIGHT - CHART_LEFT:
         return [(s, a, rec, None) for s, a, rec in trusted]
     drawn, i = [], 0
@@ -11818,8 +11770,7 @@ def chart_columns(trusted, x):
 
 
 def chart_breaks(reports, eras):
-    """Return the seqs of the trusted reports before which the line breaks: no report at all was
-    read for more than two cadences of the mandate then in force (a pause, avsmd stopped)."""
+    """Return the seqs of the trusted reports before which the line breaks (two cadences unread)."""
     breaks, before, era = set(), None, 0
     for s, a, rec in reports:
         while era + 1 < len(eras) and eras[era + 1][0] <= a:
@@ -11837,11 +11788,7 @@ def chart_breaks(reports, eras):
 
 
 def chart_reports(trusted, apart, x, y, bottom, top, breaks=()):
-    """Return the SVG of the trusted reports (a line, broken where nothing was read for two
-    cadences, and a point each, or each pixel column's when there are more: chart_columns) and of
-    the reports marked apart: implausible (a cross), unconfirmed (a ring), failed (no value: a
-    triangle on the time axis); one off the scale a triangle at the edge it passed; too many of one
-    status to draw apart, in groups (chart_groups)."""
+    """Return the SVG of the trusted reports and of the reports marked apart."""
     c = CHART_COLOURS
     drawn = chart_columns(trusted, x)
     points = [e for e in drawn if e[3] is not False]
@@ -11899,10 +11846,8 @@ def chart_reports(trusted, apart, x, y, bottom, top, breaks=()):
 
 
 def chart_spans(records, mandates, eras, t0, t1):
-    """Return [(from, to, what, seq, record, the seq that ended it or None)] of the stretches a chart shades, as
-    the fold ends them: each pause until its resume (or a mandate from another directory), and each stuck side
-    (its refusal saying so) until a trusted report back inside that side's bound or the next mandate; one
-    still open runs to the chart's right edge t1."""
+    """Return [(from, to, what, seq, record, the seq that ended it or None)] of the stretches a
+    chart shades, as the fold ends them; one still open runs to t1."""
     spans, opened, m, directory = [], {}, None, None
     adopted = [(seq, at, {"kind": "mandate", "m": p, "directory": r.get("directory")})
                for (seq, at, r), (_, _, p) in zip(mandates, eras)]
@@ -11926,24 +11871,21 @@ def chart_spans(records, mandates, eras, t0, t1):
 
 
 def chart_marks(records, mandates, t0, t1):
-    """Return [(at, what, label, seq, record)] of the moments a chart labels: each guard trip (the pause or ask
-    of a guard past its bound) and each mandate that replaced another."""
+    """Return [(at, what, label, seq, record)] of each guard trip and each replaced mandate."""
     marks = [(a, "guard", f"guard {r['guard']}", s, r) for s, a, r in records
              if r["kind"] in ("pause", "ask") and r.get("guard")]
     return sorted(marks + [(a, "mandate", f"mandate #{s}", s, r) for s, a, r in mandates[1:] if t0 <= a <= t1])
 
 
 def chart_label_x(px, label, size=10):
-    """Return (x, anchor) of a label beside the line at px, kept inside the plot: to its right, or
-    to its left where it would pass the plot's right edge (a character averages 0.6 of the size)."""
+    """Return (x, anchor) of a label beside the line at px, kept inside the plot."""
     if px + 3 + len(label) * size * 0.6 <= CHART_RIGHT:
         return f"{px + 3:.1f}", "start"
     return f"{px - 3:.1f}", "end"
 
 
 def chart_groups(items, x, most=CHART_MARKS):
-    """Return `items` [(seq, at, record)] as the groups a chart draws one marker each for: those in
-    one pixel column together, and while that leaves more than `most`, in one twice as wide."""
+    """Return `items` [(seq, at, record)] as the groups a chart draws one marker each for."""
     width = 1
     while True:
         groups = []
@@ -11966,8 +11908,7 @@ def group_title(group, what):
 
 
 def chart_stretches(spans, marks, x):
-    """Return the SVG of the shaded stretches (paused grey, stuck amber, each labelled where it begins) and of
-    the labelled marks (a guard trip, a new mandate: a line through the plot), drawn under the reports."""
+    """Return the SVG of the shaded stretches and of the labelled marks, drawn under the reports."""
     c, parts = CHART_COLOURS, ['<g class="stretches" font-size="10" clip-path="url(#plot)">']
     for start, end, what, seq, rec, until in spans:
         x1, x2 = x(start), x(end)
@@ -11996,11 +11937,7 @@ def chart_stretches(spans, marks, x):
 
 
 def chart_markers(actions, asks, records, levers, x):
-    """Return the SVG of each lever run (a triangle over the plot in its lever's colour, a line down through it;
-    edged red when not ok, pale while running) and each ask (a diamond above them), each with its seq and what
-    came of it in its tooltip. Runs of one lever, or asks, too many to draw apart are drawn in
-    chart_groups: one marker over the stretch a group spans, naming its first and last seq and how
-    many it holds."""
+    """Return the SVG of each lever run and each ask, with its seq and what came of it."""
     c = CHART_COLOURS
     ended = {r.get("action"): (s, r) for s, _, r in records if r["kind"] == "outcome"}
     answered = {r.get("ask"): (s, r) for s, _, r in records if r["kind"] in ("approval", "denial", "resolved")}
@@ -12045,8 +11982,7 @@ def chart_markers(actions, asks, records, levers, x):
 
 
 def chart_legend(trusted, apart, actions, asks, records, shown, bottom, top, levers, spans, marks):
-    """Return (the SVG of the legend under the time axis: one sample of each mark the chart holds, in as many
-    rows as it needs, and the chart's height)."""
+    """Return (the SVG of the legend under the time axis, the chart's height)."""
     c, items = CHART_COLOURS, []
     circle = lambda colour: f'<circle cx="6" cy="-4" r="3" fill="{colour}"/><line x1="-2" x2="14" y1="-4" y2="-4" stroke="{colour}"/>'
     cross = '<path d="M2,-8 L10,0 M2,0 L10,-8" stroke="{}" stroke-width="1.8"/>'
@@ -12099,7 +12035,7 @@ DRIFT_LINES = 12         # lines of a mandate's diff shown at most by avsmd -t a
 
 
 def mandate_drift(in_force, on_disk, seq, path):
-    """Return the lines of a short unified diff from mandate #seq's text to the file at `path`, or [] when equal."""
+    """Return a short unified diff from mandate #seq's text to the file at `path`, or []."""
     if in_force == on_disk or in_force is None:
         return []
     import difflib
@@ -12141,9 +12077,8 @@ class Findings:
 
 
 def cmd_doctor(home, args):
-    """doctor [--since SEQ:HASH] [--checkpoint FILE|DIR|- [--allowed-signers FILE]] [--quick] | doctor --cut SEQ:
-    check home, config, ledger, mandates and daemon; change nothing (but the note of what a full check verified,
-    in the client's cache, for --quick)."""
+    """doctor [--since SEQ:HASH] [--checkpoint ...] [--quick] | doctor --cut SEQ: change nothing
+    (but the note of what a full check verified, in the client's cache, for --quick)."""
     since = cut = None
     rest = list(args)
     given = {"--checkpoint": None, "--allowed-signers": None, "--quick": False, "--origin": None}
@@ -12221,8 +12156,7 @@ def doctor_home(home, found):
 
 
 def home_readable(home):
-    """Return the home and each entry in it avsmd writes that others than its owner may read or
-    enter (config.yaml is the person's, keys has its own check)."""
+    """Return the home and each entry in it avsmd writes that others than its owner may read."""
     try:
         names = sorted(n for n in os.listdir(home) if n not in ("config.yaml", "keys"))
     except OSError:
@@ -12262,8 +12196,7 @@ def doctor_config(home, found):
 
 
 def doctor_ledger(home, found, since, kept=(), quick=False, trust=None):
-    """The ledger: a database, every link of the chain, the triggers, every proof; an anchor and the kept
-    checkpoints (name, Checkpoint) if given. quick: only from the newest checkpoint a full doctor verified."""
+    """The ledger: a database, every link of the chain, the triggers, every proof, checkpoints."""
     import sqlite3
     path = os.path.join(home, "ledger.db")
     if not os.path.exists(path):
@@ -12338,7 +12271,7 @@ def doctor_ledger(home, found, since, kept=(), quick=False, trust=None):
 
 
 def checkpoint_spec(home):
-    """The config's checkpoint: settings; the defaults when the config does not hold (doctor_config says why)."""
+    """The config's checkpoint: settings; the defaults when the config does not hold."""
     try:
         return read_config(home)[0]["checkpoint"]
     except Fail:
@@ -12350,10 +12283,7 @@ CheckpointTrust = collections.namedtuple("CheckpointTrust",
 
 
 def checkpoint_trust(home, allowed=None, origin=None):
-    """How doctor judges a checkpoint: the origin of this home and the (host, home) pairs a
-    checkpoint may name (this home's, and --origin's for a home that moved), the allowed_signers
-    file given or in the config (None: none named), the namespace, the principal of this home's
-    signer, the signing key."""
+    """How doctor judges a checkpoint: origins, allowed_signers, namespace, principal, key."""
     spec, ours = checkpoint_spec(home), checkpoint_origin(home)
     homes = {origin_home(ours, True)} | ({origin_home(origin, False)} if origin else set())
     allowed = allowed or spec["allowed_signers"]
@@ -12375,10 +12305,7 @@ def is_our_origin(origin, trust):
 
 
 def vouch_checkpoint(found, name, c, trust, allowed):
-    """Whether checkpoint `c` may vouch for this home's ledger: it names this home as its origin,
-    and its signature, verified against `allowed` (None: not verified, said so), is by this home's
-    signer. Each refusal is a failure doctor names: 65, or 66 when `allowed` is not there, 69 with
-    no ssh-keygen."""
+    """Whether checkpoint `c` may vouch for this home's ledger: its origin and its signer."""
     if not is_our_origin(c.origin, trust):
         found.fail(EX_DATAERR, f"checkpoint {name} is of {shown_text(c.origin)}, and this home "
                                f"is {trust.origin}: a checkpoint vouches only for the home that "
@@ -12415,12 +12342,8 @@ def vouch_checkpoint(found, name, c, trust, allowed):
 
 
 def read_kept_checkpoints(home, found, where, trust):
-    """Return [(name, Checkpoint)] of the checkpoints kept in FILE, in each file of DIR, or on
-    standard input (-) that may vouch for this home (vouch_checkpoint: its origin, and its
-    signature, after its blank line or in FILE.sig, verified with ssh-keygen -Y verify against an
-    allowed_signers file: --allowed-signers, the config's, or ~/.ssh/allowed_signers). One missing
-    is 66, one that does not read, vouch or verify 65, no ssh-keygen 69: each a failure doctor
-    names."""
+    """Return [(name, Checkpoint)] of the checkpoints kept in FILE, DIR or - that may vouch for
+    this home. One missing is 66, one that does not read, vouch or verify 65, no ssh-keygen 69."""
     allowed = trust.allowed or os.path.expanduser("~/.ssh/allowed_signers")
     names = ["-"] if where == "-" else [where] if not os.path.isdir(where) else \
         [os.path.join(where, n) for n in sorted(os.listdir(where)) if not n.endswith(".sig") and n[0] != "."]
@@ -12452,8 +12375,7 @@ def read_kept_checkpoints(home, found, where, trust):
 
 
 def home_checkpoints(home, found=None):
-    """Return [(path, Checkpoint)] of every checkpoint in HOME/checkpoints, by seq (the newest with
-    its .sig); one that does not read is a note of `found`."""
+    """Return [(path, Checkpoint)] of every checkpoint in HOME/checkpoints, by seq."""
     directory, own = os.path.join(home, "checkpoints"), []
     names = sorted(n for n in os.listdir(directory) if re.fullmatch(r"\d+\.txt", n)) \
         if os.path.isdir(directory) else []
@@ -12474,19 +12396,14 @@ def home_checkpoints(home, found=None):
 
 
 def record_hash(db, seq):
-    """Return the hash of record #seq as its contents give it (not its hash column), or None: no
-    such record."""
+    """Return the hash of record #seq from its contents (not its hash column), or None."""
     row = db.execute("SELECT prev, at, record FROM records WHERE seq = ?", (seq,)).fetchone()
     return row and chain_hash(row[0], seq, row[1], row[2])
 
 
 def doctor_checkpoints(home, found, kept, own, scan, db, trust):
-    """The home's own checkpoints (the newest signed or not, as the config says; every one
-    compared) and each kept one: the ledger still holds its head (the chain from it to the head
-    was read whole by scan; one record looked up for a checkpoint before what --quick read). A
-    rewrite is named by the first checkpoint whose seq no longer has its hash, and the last before
-    it that still holds. Return the home's newest checkpoint when it held (its origin, its
-    signature where it can be verified, its record), else None."""
+    """Check the home's own checkpoints and each kept one against the chain scan read; return the
+    home's newest checkpoint when it held, else None. A rewrite is named by the first that fails."""
     ours = own[-1][1] if own else None
     if ours is None:
         found.note(f"no checkpoint in {home}/checkpoints yet: avsmd writes one at its start, daily, and after each "
@@ -12554,10 +12471,8 @@ def verified_path(home):
 
 
 def remember_verified(home, checkpoint):
-    """Note the newest checkpoint a full doctor verified, for --quick, in the client's own cache
-    (0600, in directories only this user can read): doctor changes nothing in the home
-    (DOCTOR-02). The note grants nothing by itself: --quick checks that checkpoint again, and
-    compares every other. Through a read-only bridge nothing: that key writes nothing."""
+    """Note the newest checkpoint a full doctor verified, for --quick, in the client's own cache:
+    doctor changes nothing in the home (DOCTOR-02). The note grants nothing by itself."""
     if REMOTE.get("read_only"):
         return
     path = verified_path(home)
@@ -12575,10 +12490,8 @@ def remember_verified(home, checkpoint):
 
 
 def verified_checkpoint(home, db, found, trust):
-    """Return (seq, hash) of the checkpoint a full doctor verified, checked again, or None once the
-    failure saying why --quick cannot start from it is written. The cache only names it: the
-    checkpoint must be in HOME/checkpoints with that hash, name this home, verify as this home's
-    signer's, and its record hash to it."""
+    """Return (seq, hash) of the checkpoint a full doctor verified, checked again, or None once
+    the failure saying why --quick cannot start from it is written."""
     path = verified_path(home)
     try:
         st = os.stat(path)
@@ -12626,7 +12539,7 @@ def verified_checkpoint(home, db, found, trust):
 
 
 def format_span(seconds):
-    """Return a span of time in its largest whole unit, for a person: 3 days, 5 hours, 12 minutes, 40 seconds."""
+    """Return a span of time in its largest whole unit, for a person: 3 days, 5 hours."""
     for unit, size in (("day", 86400), ("hour", 3600), ("minute", 60)):
         if seconds >= size:
             n = int(seconds // size)
@@ -12779,7 +12692,7 @@ DOCTOR_PROBE_MOST = 30  # ... and doctor waits this long before it calls a daemo
 
 
 def avsmd_processes(home):
-    """Return the pids of avsmd processes (not wardens) whose home is `home`, from /proc (Linux) or ps."""
+    """Return the pids of avsmd processes (not wardens) whose home is `home`."""
     target = os.path.realpath(home)
     pids = []
     if os.path.isdir("/proc"):
@@ -12811,7 +12724,7 @@ def parent_pid(pid):
 
 
 def is_avsmd_argv(argv):
-    """Whether a command line runs the daemon: a program named avsmd, `avsm.py avsmd`, or its cached start."""
+    """Whether a command line runs the daemon: avsmd, `avsm.py avsmd`, or its cached start."""
     if LOAD_AVSM in argv[1:6]:         # python [-S] [-P] [-Xpycache_prefix=DIR] -c LOAD_AVSM PATH PROGRAM ...
         i = argv.index(LOAD_AVSM)
         return argv[i - 1] == "-c" and len(argv) > i + 2 and argv[i + 2] == "avsmd"
@@ -12827,7 +12740,7 @@ def is_avsmd_argv(argv):
 
 
 def doctor_cut(home, seq):
-    """--cut SEQ, with avsmd stopped: back the ledger up whole, then cut it just before SEQ (open point 11)."""
+    """--cut SEQ, with avsmd stopped: back the ledger up, then cut it before SEQ (open point 11)."""
     import shutil
     import sqlite3
     holder = lock_holder(home) if os.path.isdir(home) else None
@@ -12892,7 +12805,7 @@ their caps, its open asks, and what holds it and the way out ("" when it is simp
 
 
 def sparkline(values, ascii=False):
-    """Return one character a value, its height scaled between the values' least and greatest (all equal: the middle)."""
+    """Return one character a value, its height scaled between the values' least and greatest."""
     blocks = SPARK_ASCII if ascii else SPARK_BLOCKS
     if not values:
         return ""
@@ -12957,8 +12870,7 @@ def status_row(state, now, keep=None, cfg=None, ascii=False):
 
 
 def asks_view(states):
-    """Return the lines of `avsm asks`: `#SEQ  VENTURE  LEVER  question` for each open ask, any proposed content
-    under it."""
+    """Return the lines of `avsm asks`: one for each open ask, any proposed content under it."""
     lines = []
     for name in sorted(states):
         for seq, ask in sorted(states[name].open_asks.items()):
@@ -12970,7 +12882,7 @@ def asks_view(states):
 
 
 def format_status_rows(rows):
-    """Return the one-line view: `NAME: STATE` and the value, its age and the sparkline in aligned columns."""
+    """Return the one-line view: `NAME: STATE` and the value, its age and the sparkline."""
     head = [f"{row.name}: {row.state}" for row in rows]
     values = [f"{format_number(row.value)} ({format_age(row.age)} ago)" if row.age is not None else "no trusted report"
               for row in rows]
@@ -12985,8 +12897,7 @@ def format_status_rows(rows):
 
 def status_view(states, now, keeps=None, cfg=None, venture=None, verbose=False, ascii=False,
                 stopped=False):
-    """Return the lines of `avsm status`: one line per adopted venture, then (VENTURE or -v) its
-    detail. `stopped`: no avsmd runs, so a venture the ledger last knew running is `was running`."""
+    """Return the lines of `avsm status`. `stopped`: no avsmd runs (`was running`)."""
     adopted = [states[name] for name in sorted(states) if states[name].mandate_seq is not None]
     if venture is not None:
         adopted = [s for s in adopted if s.name == venture]
@@ -13010,7 +12921,7 @@ def status_view(states, now, keeps=None, cfg=None, venture=None, verbose=False, 
 
 
 def describe_status_lines(state, now, keep, children, cfg=None):
-    """Return the status lines of one venture: state, last report, controller position, levers, asks, run."""
+    """Return the status lines of one venture."""
     held = held_by(state) if state.mandate is not None else None
     if state.paused:
         condition = "paused"
@@ -13092,7 +13003,7 @@ def describe_status_lines(state, now, keep, children, cfg=None):
 
 
 def describe_calibration_lines(state):
-    """A venture with predictions: its rolling skill and coverage, and whether a ranking would run (WORLD-08)."""
+    """A venture with predictions: its skill and coverage, and whether a ranking would run."""
     if not predicts(state.mandate):
         return []
     skill, coverage = rolling_scores(state.scores)
@@ -13160,8 +13071,8 @@ def exposition_number(value):
 
 
 def metrics_text(states, home, now):
-    """Return the figures of the adopted ventures and the home (HomeFacts) at `now`, in
-    Prometheus's text format 0.0.4, with no timestamp (node_exporter refuses one)."""
+    """Return the figures of the ventures and the home in Prometheus's text format 0.0.4, with no
+    timestamp (node_exporter refuses one)."""
     samples = {name: [] for name, _, _ in METRIC_FAMILIES}
     at_home = f'home="{exposition_label(home.home)}"'
 
@@ -13302,7 +13213,7 @@ def run_verb(home, rest):
 
 
 def command_help(verb):
-    """Return one command's help, from its entries in CLIENT_USAGE: each synopsis, then what it does."""
+    """Return one command's help, from its entries in CLIENT_USAGE."""
     lines, taking = [], False
     for line in CLIENT_USAGE.split("\n\n")[1].splitlines()[1:]:
         if line.startswith("  ") and not line.startswith("   "):
@@ -13321,8 +13232,7 @@ OPTIONLESS_COMMANDS = ("add", "asks", "deny", "decide", "pause", "resume", "why"
 
 
 def take_option(args, option):
-    """Return (the value of `option` (--home, --host, --fleet) or None, the other arguments): it may stand before
-    or after the command."""
+    """Return (the value of `option` or None, the other arguments), before or after the command."""
     home, rest, i = None, [], 0
     needs = {"--home": "a directory", "--host": "a host, as [user@]HOST[:HOME]", "--fleet": "a file"}[option]
     while i < len(args):
@@ -13409,7 +13319,7 @@ def run_internal(program, args):
 
 
 def run_forecast(args):
-    """The forecast program: the facts (forecast_facts) as JSON on standard input, the forecast as JSON out."""
+    """The forecast program: the facts as JSON on standard input, the forecast as JSON out."""
     if args or sys.stdin is None or sys.stdin.isatty():
         raise Fail(EX_USAGE, "the forecast program is started by the warden with its facts on standard input; run avsmd")
     try:
@@ -13427,9 +13337,7 @@ def run_forecast(args):
 
 
 def run_adapter(args):
-    """The built-in adapters (open point 5): `http.status URL` prints the status code of a GET;
-    `stripe PATH[#/pointer]` and `github PATH[#/pointer]` print the number a GET of the configured url/PATH
-    holds at that JSON pointer, with the key of the same name as a bearer token (both given on stdin)."""
+    """The built-in adapters (open point 5): `http.status URL`, `stripe PATH[#/ptr]`, `github`."""
     if len(args) != 2 or args[0] not in ADAPTERS:
         raise Fail(EX_USAGE, f"no built-in adapter reads {' '.join(args)!r}; use http.status URL, stripe PATH or github PATH")
     if args[0] == "http.status":
@@ -13488,7 +13396,7 @@ def main(argv=None):
 
 
 def keep_standard_files_open():
-    """A daemon started with standard files closed gets /dev/null there, so no later write or open lands on fd 0-2."""
+    """A daemon started with standard files closed gets /dev/null there, on fd 0-2."""
     for fd, mode in ((0, os.O_RDONLY), (1, os.O_WRONLY), (2, os.O_WRONLY)):
         try:
             os.fstat(fd)
@@ -13504,7 +13412,7 @@ def keep_standard_files_open():
 
 
 def report_bug(name):
-    """An unexpected error: the whole traceback on standard error, with the version and how to report it."""
+    """An unexpected error: the whole traceback on standard error, with how to report it."""
     import traceback
     traceback.print_exc()
     sys.stderr.write(f"{name} {VERSION}: this is a bug in avsm, not something you did. Please report it with the lines above, "
