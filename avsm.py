@@ -10534,7 +10534,6 @@ def cmd_fleet(args, given=None, home=None):
         return cmd_witness(home, fleet_path(path or given), rest[1:])
     if not rest or rest[0] not in FLEET_VIEWS:
         raise Fail(EX_USAGE, "usage: avsm fleet [--fleet FILE] status|asks|summary [ARGS]")
-    import threading
     view, argv, hosts = rest[0], rest[1:], read_fleet(fleet_path(path or given))
     results = {}
 
@@ -10545,11 +10544,7 @@ def cmd_fleet(args, given=None, home=None):
             results[host["name"]] = ssh_bridge(host, request, capture=True, timeout=host["timeout"])
         except Fail as fail:
             results[host["name"]] = (fail.code, b"", [str(fail)])
-    threads = [threading.Thread(target=ask, args=(host,), daemon=True) for host in hosts]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join()
+    on_each_host(hosts, ask)
     said = []
     for host in hosts:
         code, data, errors = results[host["name"]]
@@ -10559,6 +10554,16 @@ def cmd_fleet(args, given=None, home=None):
                      [line.removeprefix(host["name"] + ": ") for line in errors]))
     out(*fleet_lines(view, said))
     return next((results[host["name"]][0] for host in hosts if results[host["name"]][0]), EX_OK)
+
+
+def on_each_host(hosts, work):
+    """Run `work(host)` for every host at once, in threads; return when all have ended."""
+    import threading
+    threads = [threading.Thread(target=work, args=(host,), daemon=True) for host in hosts]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
 
 
 def fleet_lines(view, said):
@@ -10698,7 +10703,6 @@ def cmd_witness(home, fleet, args):
     allowed, args = witness_option(args, "--allowed-signers")
     if args not in ([], ["--mirror"]):
         raise Fail(EX_USAGE, WITNESS_USAGE)
-    import threading
     state = os.environ.get("XDG_STATE_HOME") or os.path.expanduser("~/.local/state")
     keep = keep or os.path.join(state, "avsm", "witness")
     hosts, results = read_fleet(fleet), {}
@@ -10714,11 +10718,7 @@ def cmd_witness(home, fleet, args):
             results[host["name"]] = (fail.code, str(fail).removeprefix(host["name"] + ": "))
             if fail.code == EX_DATAERR and notify:
                 tell_witness(notify, home, host["name"], str(fail))
-    threads = [threading.Thread(target=witness, args=(host,), daemon=True) for host in hosts]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join()
+    on_each_host(hosts, witness)
     out(*(f"{host['name']}  {results[host['name']][1]}" for host in hosts))
     return next((results[h["name"]][0] for h in hosts if results[h["name"]][0]), EX_OK)
 
