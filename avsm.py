@@ -9410,7 +9410,8 @@ def out(*lines):
     try:
         try:
             sys.stdout.write(text)
-        except UnicodeEncodeError:      # an ASCII or Latin-1 terminal: what it cannot show is written as \u escapes
+        except UnicodeEncodeError:
+            # an ASCII or Latin-1 terminal: what it cannot show is written as \u escapes
             encoding = sys.stdout.encoding or "ascii"
             sys.stdout.write(text.encode(encoding, "backslashreplace").decode(encoding))
     except BrokenPipeError:
@@ -9506,7 +9507,8 @@ def as_user_runs(line, home):
     """Return avsmd's answer line with each `avsm VERB` fix named as this user runs the client."""
     command = client_command(home)
     if os.path.basename(command.split()[0]) == "avsm":
-        return line                     # the user types avsm (on the PATH, or a symlink of that name)
+        # the user types avsm (on the PATH, or a symlink of that name)
+        return line
     return re.sub(CLIENT_VERBS, lambda _: command + " ", line)
 
 
@@ -9550,7 +9552,8 @@ def cmd_add(home, args):
     if len(args) != 1 or not args[0]:
         raise Fail(EX_USAGE, "usage: avsm add DIR")
     directory = os.path.realpath(args[0])
-    read_venture(directory)             # what the client can check itself comes first (65, 66), then the daemon (69)
+    # what the client can check itself comes first (65, 66), then the daemon (69)
+    read_venture(directory)
     return ask_daemon(home, "add", {"dir": directory})
 
 
@@ -9612,7 +9615,8 @@ def show_ledger_view(home, verb, args):
             fold_ledger(states, seq, at, record)
             last = (seq, at)
         db.close()
-    except (sqlite3.Error, ValueError, KeyError, TypeError, Fail) as err:    # not readable either: say so, keep the 69
+    except (sqlite3.Error, ValueError, KeyError, TypeError, Fail) as err:
+        # not readable either: say so, keep the 69
         sys.stderr.write(f"avsm: and the ledger cannot be read for its {verb}: {shown(str(err))}; avsm doctor says more\n")
         return
     if not any(s.mandate_seq is not None for s in states.values()):
@@ -9624,7 +9628,8 @@ def show_ledger_view(home, verb, args):
         out(f"avsmd is not running: nothing runs; this is what the ledger holds, to #{last[0]} at {format_local_time(last[1])}")
         out(*lines)
         flush_out()
-    except BrokenPipeError:             # the reader went away (status | head -1): the 69 still says no avsmd answers
+    except BrokenPipeError:
+        # the reader went away (status | head -1): the 69 still says no avsmd answers
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
 
 
@@ -9757,7 +9762,8 @@ def ledger_path(home):
     path = os.path.join(home, "ledger.db")
     if not os.path.exists(path):
         raise Fail(EX_NOINPUT, f"{home} has no ledger yet; start {program_command('avsmd', home)} to make it")
-    if not os.path.isfile(path):         # a directory, a FIFO (whose open would wait for ever) or a device
+    # a directory, a FIFO (whose open would wait for ever) or a device
+    if not os.path.isfile(path):
         mode = os.stat(path).st_mode
         what = "a directory" if stat.S_ISDIR(mode) else "a FIFO" if stat.S_ISFIFO(mode) else "a socket" if stat.S_ISSOCK(mode) else "a device"
         raise Fail(EX_DATAERR, f"{path} is {what}, not a ledger; move it aside (avsmd then starts a new ledger), "
@@ -9808,7 +9814,8 @@ def cmd_summary(home, args):
         if since_text is None:
             raise Fail(EX_USAGE, f"avsm summary does not take '{arg}'; usage: avsm summary [--since DURATION|SEQ], "
                                  f"such as --since 24h, --since 7d or --since 1200")
-    since, seconds = since_arg(since_text, "summary")    # bad usage (64) is found before the ledger (66)
+    # bad usage (64) is found before the ledger (66)
+    since, seconds = since_arg(since_text, "summary")
     span = f"the last {since_text.strip()}" if seconds else f"the records after #{since}"
     db = open_ledger_ro(ledger_path(home))
     top = last_seq(db)
@@ -9842,11 +9849,9 @@ def summary_rows(db, since):
         yield seq, at, decode_record(text, fullmatch, seq, checked=True)
 
 
-# A trusted report as the warden writes it, in canonical JSON (keys sorted, compact, ASCII): most of a ledger,
-# and decoded here several times faster than by json.loads, so a summary of 100,000 records takes under a
-# second. Only that exact whole shape with no escape in its strings matches; any other record text (an escaped
-# summary too) goes to json.loads. summary is left out: nothing that summarizes reads it.
-# (A pattern, compiled on first use as every one of avsm's is: import avsm compiles none.)
+# A trusted report as the warden writes it, in canonical JSON: most of a ledger, decoded here
+# several times faster than by json.loads. Only that whole shape with no escape in its strings
+# matches; any other text goes to json.loads. summary is left out: nothing that summarizes reads it.
 TRUSTED_REPORT = (r'\{"claim":"measured","kind":"report","metric":"([^"\\]*)","note":"","plausible":true,'
                   r'"status":"trusted","summary":"[^"\\]*","value":(-?[0-9][0-9.eE+-]*),"venture":"([A-Za-z0-9_.-]+)"\}')
 
@@ -9861,7 +9866,8 @@ def decode_record(text, fullmatch=None, seq=None, checked=False):
     try:
         value = float(m[2]) if "." in m[2] or "e" in m[2] or "E" in m[2] else int(m[2])
     except ValueError:
-        return slow(text, seq)          # no number JSON reads (a hand-edited `"value":1-2`): say so as json would
+        # no number JSON reads (a hand-edited `"value":1-2`): say so as json would
+        return slow(text, seq)
     return {"kind": "report", "claim": "measured", "venture": m[3], "metric": m[1],
             "note": "", "plausible": True, "status": "trusted", "value": value}
 
@@ -9885,7 +9891,8 @@ def format_summary(summary, span, home):
     for name in sorted(summary.ventures):
         v = summary.ventures[name]
         if v["mandate"] is None:
-            continue                    # records of a venture never adopted (a refused add) make no paragraph
+            # records of a venture never adopted (a refused add) make no paragraph
+            continue
         lines += [""] + venture_summary_lines(name, v, home)
     if len(lines) == 2:
         lines.append("no ventures yet; adopt one with avsm add DIR")
@@ -9970,7 +9977,8 @@ def cmd_why(home, args):
             out(*printed_lines(record, "  "))
         out(*what_followed(db, seq, record, home))
         return EX_OK
-    out(f"rule: {shown_text(str(proof.get('rule')))}")      # a proof that reads is an object, its premises numbers
+    # a proof that reads is an object, its premises numbers
+    out(f"rule: {shown_text(str(proof.get('rule')))}")
     premises = proof.get("premises", [])
     for step in proof.get("steps") if isinstance(proof.get("steps"), list) else []:
         out(f"  step: {shown_text(str(step))}")
@@ -9980,8 +9988,8 @@ def cmd_why(home, args):
             out(f"  trigger (not a premise): #{proof['trigger']} {t.get('claim')} {t.get('kind')} {t.get('summary')}")
             if isinstance(t.get("call"), dict):
                 out(f"    call: {describe_call(t)}")
-    # the venture's records up to the action (the fold the gate saw: recheck_action says why it
-    # needs them all), found by the index on venture, and each premise whole, its summary shown
+    # the venture's records up to the action (the fold the gate saw: recheck_action), and each
+    # premise whole, its summary shown
     fullmatch = re.compile(TRUSTED_REPORT).fullmatch
     records = {s: (a, decode_record(t, fullmatch, s)) for s, a, t in db.execute(
         "SELECT seq, at, record FROM records "
@@ -10008,8 +10016,9 @@ def cmd_why(home, args):
 
 def records_citing(db, key, seq):
     """Yield (seq, at, record) after #seq whose field `key` is seq."""
+    # canonical JSON is compact; the exact field is checked below
     rows = db.execute("SELECT seq, at, record FROM records WHERE seq > ? AND record LIKE ? ORDER BY seq",
-                      (seq, f'%"{key}":{seq}%'))       # canonical JSON is compact; the exact field is checked below
+                      (seq, f'%"{key}":{seq}%'))
     for s, at, text in rows:
         record = load_record(text, s)
         if record.get(key) == seq:
@@ -10079,11 +10088,11 @@ def describe_call(record):
 
 
 # ---- other hosts, over OpenSSH: the bridge, avsm --host, avsm fleet ---------------
-# avsm listens on nothing but its socket (DESIGN: no listener). `avsm --host H VERB` runs VERB on host H through
-# ssh and the bridge there, which an ssh key names as its forced command; ssh carries the verb's output and exit
-# code back. A fleet file names the hosts `avsm fleet` asks at once, each within its timeout.
+# avsm listens on nothing but its socket (DESIGN: no listener): `avsm --host H VERB` runs VERB
+# through ssh and the bridge there, which an ssh key names as its forced command.
 
-REMOTE = {}     # near side: "via", the host ask_daemon goes through; both sides: "as", how the person runs avsm
+# near side: "via", the host ask_daemon goes through; both sides: "as", how the person runs avsm
+REMOTE = {}
 SSH_FAILURES = (("Could not resolve hostname", EX_NOHOST, "check its name, or its Host entry in ~/.ssh/config"),
                 ("Permission denied", EX_NOPERM, "the key was refused: put your public key in the host's "
                                                  "authorized_keys, as the README's Many hosts shows"),
@@ -10298,13 +10307,15 @@ def run_remote(target, verb, argv, path=None):
         raise Fail(EX_USAGE, f"avsm {verb} runs only where you are; avsm --host runs {', '.join(BRIDGE_VERBS)}")
     REMOTE.update({"via": host, "as": f"{client_command()} --host {target}"})
     if verb == "approve" and "--edit" in argv:
-        return cmd_approve(None, argv)          # the editor is here; the ask and the answer go through the bridge
+        # the editor is here; the ask and the answer go through the bridge
+        return cmd_approve(None, argv)
     stdin = None
     if verb == "propose" and "--payload" in argv[:-1]:
         at = argv.index("--payload")
         stdin, argv = read_payload(argv[at + 1]), argv[:at + 1] + ["-"] + argv[at + 2:]
     elif verb == "doctor" and "--checkpoint" in argv and argv[argv.index("--checkpoint") + 1:][:1] == ["-"]:
-        stdin = sys.stdin.read()            # doctor --checkpoint -: what - reads is here, sent along
+        # doctor --checkpoint -: what - reads is here, sent along
+        stdin = sys.stdin.read()
     request = {"v": 1, "verb": verb, "argv": argv, "home": host["home"], "stdin": stdin, "as": REMOTE["as"],
                "tty": bool(sys.stdout and sys.stdout.isatty()), "utf8": utf8_output()}
     return ssh_bridge(host, request)[0]
@@ -11019,7 +11030,8 @@ def test_config(home, cfg, path):
     if checkpoint_problem(cfg["checkpoint"]):
         sys.stderr.write(f"avsmd: {path}: {checkpoint_problem(cfg['checkpoint'])}\n")
         code = EX_CONFIG
-    notify_problem = cfg["notify"] and command_problem(cfg["notify"]["run"], home)    # it runs in the home
+    # it runs in the home
+    notify_problem = cfg["notify"] and command_problem(cfg["notify"]["run"], home)
     if notify_problem:
         sys.stderr.write(f"avsmd: {path}: notify: {notify_problem}\n")
         code = EX_CONFIG
@@ -11072,7 +11084,8 @@ def test_ventures(home, cfg, dirs):
     try:
         adopted = {name: (directory, seq, paused, text) for name, directory, seq, paused, text in adopted_mandates(home)}
     except (sqlite3_errors(), ValueError, Fail):
-        adopted = {}                    # a ledger that does not read: avsmd -t alone says so; each directory is still checked
+        # a ledger that does not read: avsmd -t alone says so; each directory is still checked
+        adopted = {}
     code = EX_OK
     for given in dirs:
         directory = os.path.realpath(given)
@@ -11156,7 +11169,8 @@ def print_allowed(home, cfg, name, m):
 def ledger_capacity(home, name, m, days):
     """The capacity check of venture `name` under mandate `m`, from its history (open point 9)."""
     states, path = {}, os.path.join(home, "ledger.db")
-    if os.path.exists(path):            # no ledger yet (avsmd -t DIR on a new home): no history to judge from
+    # no ledger yet (avsmd -t DIR on a new home): no history to judge from
+    if os.path.exists(path):
         try:
             db = open_ledger_ro(path)
             try:
@@ -11165,7 +11179,8 @@ def ledger_capacity(home, name, m, days):
             finally:
                 db.close()
         except (sqlite3_errors(), ValueError):
-            states = {}                 # a ledger that does not read: avsmd -t says so; capacity from no history
+            # a ledger that does not read: avsmd -t says so; capacity from no history
+            states = {}
     state = states.get(name) or VentureState(name)
     state.mandate = m
     return capacity_check(state, days)
@@ -11193,7 +11208,8 @@ def cmd_try(home_arg, args):
         home = home or tempfile.mkdtemp(prefix="av", dir="/tmp")
         daemon = subprocess.Popen([sys.executable, AVSM_PATH, "avsmd", "--home", home],
                                   stdin=subprocess.DEVNULL, process_group=0)
-        for _ in range(300):            # ours once it holds the lock and serves: never another avsmd's socket
+        # ours once it holds the lock and serves: never another avsmd's socket
+        for _ in range(300):
             if daemon.poll() is not None:
                 break
             if os.path.exists(os.path.join(home, "sock")) and lock_holder(home) == daemon.pid:
@@ -11217,7 +11233,8 @@ def cmd_try(home_arg, args):
         return 128 + stopped_by[0]
     finally:
         for signum in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
-            signal.signal(signum, signal.SIG_IGN)       # stopping: a second signal does not cut it short
+            # stopping: a second signal does not cut it short
+            signal.signal(signum, signal.SIG_IGN)
         if daemon is not None and daemon.poll() is None:
             daemon.send_signal(signal.SIGTERM)
             try:
@@ -11225,7 +11242,8 @@ def cmd_try(home_arg, args):
             except subprocess.TimeoutExpired:
                 daemon.kill()
         if home and (started or stopped_by):
-            with contextlib.suppress(OSError):  # the terminal has gone (SIGHUP): avsmd is stopped all the same
+            # the terminal has gone (SIGHUP): avsmd is stopped all the same
+            with contextlib.suppress(OSError):
                 sys.stderr.write("\n" + try_ending(home, daemon and daemon.wait(), started))
     return EX_OK
 
@@ -11377,7 +11395,8 @@ def cmd_link(home, args):
         raise Fail(EX_CANTCREAT, f"{err.filename or target} cannot be written: {err.strerror}; "
                                  f"link into a directory of yours, such as ~/bin") from None
     saved, sys.pycache_prefix = sys.pycache_prefix, os.path.join(user_cache(), "pycache")
-    try:        # checked against the source's hash at each start, so a newer copy of the same size and time is seen
+    try:
+        # the source's hash is checked at each start: a newer copy of like size and time is seen
         cache_bytecode(importlib.util.cache_from_source(AVSM_PATH))
         os.chmod(user_cache(), 0o700)     # made before: what is under it is this user's alone
     except (OSError, py_compile.PyCompileError):
@@ -11400,18 +11419,21 @@ def cmd_link(home, args):
 CHART_USAGE = "usage: avsm chart VENTURE [--since DURATION|SEQ]"
 CHART_KINDS = ("report", "action", "outcome", "ask", "approval", "denial", "resolved", "pause", "resume", "refusal")
 CHART_WIDTH, CHART_HEIGHT = 960, 450
-CHART_LEFT, CHART_TOP, CHART_RIGHT, CHART_BOTTOM = 76, 104, 930, 366     # the plot's edges, in pixels
+# the plot's edges, in pixels
+CHART_LEFT, CHART_TOP, CHART_RIGHT, CHART_BOTTOM = 76, 104, 930, 366
 CHART_NOTE_MAX = 240          # characters of a record's summary a tooltip shows
 CHART_SPAN = 86400      # seconds a chart shows unless told (--since): the last 24h, as summary
 CHART_MARKS = 120       # markers of one kind at most: more in the span are drawn as named groups
-CHART_VALUE_MAX = sys.float_info.max / 4     # the value axis ends within it: its padded span still fits a float
+# the value axis ends within it: its padded span still fits a float
+CHART_VALUE_MAX = sys.float_info.max / 4
 CHART_TIME_STEPS = (1, 2, 5, 10, 15, 30, 60, 120, 300, 600, 900, 1800, 3600, 7200, 10800, 21600, 43200,
                     86400, 2 * 86400, 7 * 86400, 14 * 86400, 30 * 86400, 91 * 86400, 365 * 86400)
 CHART_COLOURS = {"trusted": "#1f5fa8", "implausible": "#c0392b", "unconfirmed": "#d35400", "failed": "#7f7f7f",
                  "band": "#2e8b57", "bound": "#444444", "ok": "#2e7d32", "not ok": "#c62828", "running": "#7f7f7f",
                  "ask": "#7b3fa0", "grid": "#e4e4e4", "text": "#222222", "paused": "#8a8a8a", "stuck": "#e0a000",
                  "guard": "#b03060", "mandate": "#555555"}
-LEVER_COLOURS = ("#2e7d32", "#ef6c00", "#00838f", "#6d4c41", "#ad1457", "#827717")     # one a lever, in order of first run
+# one a lever, in order of first run
+LEVER_COLOURS = ("#2e7d32", "#ef6c00", "#00838f", "#6d4c41", "#ad1457", "#827717")
 # XML 1.0 cannot hold these even as &#..; (control characters, lone surrogates, U+FFFE/U+FFFF), and a bidi
 # override in a tooltip would turn what a person reads around: each is written as \x.. or \u.... instead
 XML_UNSAFE_CHARS = "[\x00-\x08\x0b\x0c\x0e-\x1f\x7f-\x9f\u2028\u2029\u202a-\u202e\u2066-\u2069\ud800-\udfff\ufffe\uffff]"
@@ -11476,7 +11498,8 @@ def since_arg(text, command):
                              f"after #17") from None
 
 
-CLOCK_MAX = 253402300799     # 9999-12-31T23:59:59Z: a record's time past it (or before 1970) no clock wrote
+# 9999-12-31T23:59:59Z: a record's time past it (or before 1970) no clock wrote
+CLOCK_MAX = 253402300799
 
 
 def read_chart_records(db, name, after, start):
@@ -11508,7 +11531,8 @@ def xml_text(value):
     """Return text from the ledger fit for SVG: past ASCII as a character reference (the output's
     encoding is then never in question)."""
     text = str(value).replace("\\", "\\\\")
-    if not (text.isascii() and text.isprintable()):     # the common case, plain ASCII, needs no pass of the pattern
+    # the common case, plain ASCII, needs no pass of the pattern
+    if not (text.isascii() and text.isprintable()):
         text = escape_controls(XML_UNSAFE_CHARS, text.replace("\n", "\\n").replace("\r", "\\r"))
     text = text.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;").replace('"', "&quot;").replace("'", "&#39;")
     return text.encode("ascii", "xmlcharrefreplace").decode("ascii")
@@ -11516,7 +11540,8 @@ def xml_text(value):
 
 def chart_eras(mandates):
     """Return [(from at, mandate seq, the parsed mandate or None)] of each mandate record."""
-    return [(at, seq, parsed_or_none(parse_mandate, record, seq)) for seq, at, record in mandates]   # None: no bound
+    # None: no bound
+    return [(at, seq, parsed_or_none(parse_mandate, record, seq)) for seq, at, record in mandates]
 
 
 def nice_step(span, most):
@@ -11556,7 +11581,8 @@ def time_ticks(t0, t1, most=8):
         step = 365 * 86400 * nice_step((t1 - t0) / (365 * 86400), most)
     ticks, t, day = [], t0, None
     while t <= t1 and len(ticks) <= most + 2:
-        off = time.localtime(t).tm_gmtoff or 0          # local time, so 12:00 is noon where the chart is read
+        # local time, so 12:00 is noon where the chart is read
+        off = time.localtime(t).tm_gmtoff or 0
         at = math.ceil((t + off) / step) * step - off
         if at > t1:
             break
@@ -11625,7 +11651,8 @@ def chart_svg(name, mandates, records, span="in the ledger"):
     asks = [(s, a, r) for s, a, r in records if r["kind"] == "ask"]
     times = [a for _, a, _ in reports + actions + asks]
     first, last = min(times), max(times)
-    middle, half = (first + last) / 2, max((last - first) / 2, 5) * 1.03     # ten seconds at least: one report sits mid-chart
+    # ten seconds at least: one report sits mid-chart
+    middle, half = (first + last) / 2, max((last - first) / 2, 5) * 1.03
     t0, t1 = middle - half, middle + half
     eras = chart_eras(mandates)
     shown = [(max(at, t0), min(eras[i + 1][0] if i + 1 < len(eras) else t1, t1), seq, m)
@@ -11633,13 +11660,15 @@ def chart_svg(name, mandates, records, span="in the ledger"):
              if at <= t1 and (i + 1 == len(eras) or eras[i + 1][0] > t0)]
     values = [chart_number(r["value"]) for _, _, r in trusted] or \
         [v for v in (chart_number(r.get("value")) for _, _, r in apart) if v is not None] or [0.0]
-    values += [bound for _, _, _, m in shown for _, _, bound, _ in controller_sides(m)]     # not a re-arm level
+    # not a re-arm level
+    values += [bound for _, _, _, m in shown for _, _, bound, _ in controller_sides(m)]
     bottom, top, ticks = value_ticks(min(values), max(values))
 
     def x(at):
         return CHART_LEFT + (at - t0) / (t1 - t0) * (CHART_RIGHT - CHART_LEFT)
 
-    def y(value):       # in halves: a report may hold up to ±1.8e308, and its distance to the axis overflows
+    # in halves: a report may hold up to ±1.8e308, and its distance to the axis overflows
+    def y(value):
         return CHART_BOTTOM - (value / 2 - bottom / 2) / (top / 2 - bottom / 2) * (CHART_BOTTOM - CHART_TOP)
 
     metric = next((m["metric"] for _, _, _, m in reversed(shown) if m), None) or reports[-1][2].get("metric") or "metric"
@@ -12007,7 +12036,8 @@ def chart_legend(trusted, apart, actions, asks, records, shown, bottom, top, lev
         items.append((f'<line x1="0" x2="12" y1="-4" y2="-4" stroke="{c["bound"]}" stroke-width="1.5" stroke-dasharray="4 2"/>', "bound"))
     items += [(f'<path d="M0,-9 L12,-9 L6,0 Z" fill="{colour}"/>', f"{lever} run") for lever, colour in levers.items()]
     ends = {r.get("action"): bool(r.get("ok")) for _, _, r in records if r["kind"] == "outcome"}
-    states = {ends.get(s) for s, _, _ in actions}         # True: ok, False: not ok, None: still running
+    # True: ok, False: not ok, None: still running
+    states = {ends.get(s) for s, _, _ in actions}
     if False in states:
         items.append((f'<path d="M0,-9 L12,-9 L6,0 Z" fill="#ffffff" stroke="{c["not ok"]}" stroke-width="2"/>', "not ok"))
     if None in states:
@@ -12047,14 +12077,16 @@ def mandate_drift(in_force, on_disk, seq, path):
     return shown_lines or ["    (the two differ only in line endings or a last newline)"]
 
 
-DOCTOR_ORDER = (EX_DATAERR, EX_CONFIG, EX_NOPERM, EX_CANTCREAT, EX_NOINPUT, EX_UNAVAILABLE)   # worst first
+# worst first
+DOCTOR_ORDER = (EX_DATAERR, EX_CONFIG, EX_NOPERM, EX_CANTCREAT, EX_NOINPUT, EX_UNAVAILABLE)
 
 
 class Findings:
     """What doctor found: each failed check with its code and the command that fixes it."""
 
     def __init__(self):
-        self.codes, self.scan = [], None      # scan: doctor_ledger's one read of the ledger (LedgerScan)
+        # scan: doctor_ledger's one read of the ledger (LedgerScan)
+        self.codes, self.scan = [], None
 
     def ok(self, text):
         out(f"ok    {text}")
@@ -12144,7 +12176,8 @@ def doctor_home(home, found):
         return False
     if not os.access(home, os.R_OK | os.W_OK | os.X_OK):
         found.fail(EX_NOPERM, f"the home {home} is not readable and writable by you", f"chmod 700 {home}")
-        return os.access(home, os.R_OK | os.X_OK)      # what can be read is still checked (DOCTOR-01)
+        # what can be read is still checked (DOCTOR-01)
+        return os.access(home, os.R_OK | os.X_OK)
     if not problem:
         found.ok(f"home {home}")
     readable = home_readable(home)
@@ -12184,7 +12217,8 @@ def doctor_config(home, found):
     except Fail as fail:
         found.fail(EX_CONFIG, str(fail), f"edit {path}, then {program_command('avsmd', home)} -t")
     keys = os.path.join(home, "keys")
-    if os.path.exists(keys):            # looked at, never read: only the warden reads keys (KEYS-04)
+    # looked at, never read: only the warden reads keys (KEYS-04)
+    if os.path.exists(keys):
         st = os.stat(keys)
         if not stat.S_ISREG(st.st_mode):
             found.fail(EX_CONFIG, f"{keys} is not a regular file; the warden cannot read keys from it",
@@ -12212,7 +12246,8 @@ def doctor_ledger(home, found, since, kept=(), quick=False, trust=None):
         db = open_ledger_ro(path)
         triggers = {row[0] for row in db.execute("SELECT name FROM sqlite_master WHERE type = 'trigger'")}
         count, first_at, last_at = db.execute("SELECT count(*), min(at), max(at) FROM records").fetchone()
-    except Fail as fail:                # a transaction its writer was killed in: avsmd rolls it back
+    except Fail as fail:
+        # a transaction its writer was killed in: avsmd rolls it back
         found.fail(EX_DATAERR, str(fail), f"{program_command('avsmd', home)}   (its warden rolls the transaction back)")
         return
     except sqlite3.DatabaseError as err:
@@ -12421,9 +12456,8 @@ def doctor_checkpoints(home, found, kept, own, scan, db, trust):
                    f"{{key: /path/to/ssh/key}} (the README's Checkpoints)")
     if scan.broken:
         return None
-    # the home's own are checked too (a forger who rewrote the ledger must rewrite these as well):
-    # every one's origin, the newest's signature (where allowed_signers is named), every record
-    # (one of another origin is of a home moved here: compared all the same, it vouches for nothing)
+    # the home's own are checked too (a forger who rewrote the ledger must rewrite these as well);
+    # one of another origin is of a home moved here: compared all the same, it vouches for nothing
     newest = own[-1] if own else None
     moved = [(n, c) for n, c in own if not is_our_origin(c.origin, trust)]
     if moved:
@@ -12460,7 +12494,8 @@ def doctor_checkpoints(home, found, kept, own, scan, db, trust):
                                    f"hashes to {got[:16]}: the ledger was rewritten at or before #{c.seq}"
                                    + (f" and after #{below}, which it still holds" if below else ""),
                        f"restore the ledger from a backup; {client_command(home)} tail --since {below or 0} shows what it holds now")
-            break                       # the first that no longer matches names the rewrite; the later follow from it
+            # the first that no longer matches names the rewrite; the later follow from it
+            break
     held = newest in vouched and hashes.get(newest[1].seq) == newest[1].hash
     return newest[1] if held else None
 
@@ -12716,7 +12751,8 @@ def avsmd_processes(home):
                     pids.append(int(entry))
             except OSError:
                 continue
-    return sorted(p for p in pids if parent_pid(p) not in pids)    # the roles process is avsmd's fork, not a second avsmd
+    # the roles process is avsmd's fork, not a second avsmd
+    return sorted(p for p in pids if parent_pid(p) not in pids)
 
 
 def parent_pid(pid):
@@ -12725,11 +12761,13 @@ def parent_pid(pid):
 
 def is_avsmd_argv(argv):
     """Whether a command line runs the daemon: avsmd, `avsm.py avsmd`, or its cached start."""
-    if LOAD_AVSM in argv[1:6]:         # python [-S] [-P] [-Xpycache_prefix=DIR] -c LOAD_AVSM PATH PROGRAM ...
+    # python [-S] [-P] [-Xpycache_prefix=DIR] -c LOAD_AVSM PATH PROGRAM ...
+    if LOAD_AVSM in argv[1:6]:
         i = argv.index(LOAD_AVSM)
         return argv[i - 1] == "-c" and len(argv) > i + 2 and argv[i + 2] == "avsmd"
     for i, arg in enumerate(argv[:3]):
-        if i and arg.startswith("-"):          # python -SP DIR/avsmd: a wrapper of avsm link, by its #! line
+        # python -SP DIR/avsmd: a wrapper of avsm link, by its #! line
+        if i and arg.startswith("-"):
             continue
         stem = os.path.basename(arg).split(".")[0]
         if stem == "avsmd" or (arg == "avsmd" and i > 0):
@@ -12786,17 +12824,17 @@ def doctor_cut(home, seq):
 
 
 # ---- the metric at a glance (issue 14 item 4) ----
-# `avsm status` is one line per venture first, as `supervisorctl status` and `monit summary` are: its state,
-# the last trusted value and its age, a sparkline of the last trusted reports, lever runs against caps and the
-# open asks, and for a venture that is not simply running what holds it and the way out. The detail of
-# describe_status_lines is under `avsm status VENTURE` and `-v`. Pure: states and `now` in, lines out, so the
-# warden and a client reading the ledger with avsmd stopped print the same view.
+# `avsm status` is one line per venture first, as `supervisorctl status` and `monit summary` are.
+# Pure: states and `now` in, lines out, so the warden and a client reading the ledger with avsmd
+# stopped print the same view.
 
-SPARK_BLOCKS = "\u2581\u2582\u2583\u2584\u2585\u2586\u2587\u2588"     # the eight block heights, lowest first
-SPARK_ASCII = "_.-~=+*#"                                              # the same heights where UTF-8 cannot go
-SPARK_WIDTH = 16                                                      # trusted reports a sparkline shows
+# the eight block heights, lowest first
+SPARK_BLOCKS = "\u2581\u2582\u2583\u2584\u2585\u2586\u2587\u2588"
+# the same heights where UTF-8 cannot go
+SPARK_ASCII = "_.-~=+*#"
+# trusted reports a sparkline shows
+SPARK_WIDTH = 16
 
-# the states status_row gives
 STATUS_STATES = ("running", "paused", "stuck", "implausible", "unconfirmed", "cannot run")
 StatusRow = collections.namedtuple("StatusRow", "name state value age spark levers asks why")
 StatusRow.__doc__ = """One venture at a glance: its state (running, paused, stuck, implausible, unconfirmed, cannot run),
@@ -12812,7 +12850,8 @@ def sparkline(values, ascii=False):
     low, high = min(values), max(values)
     if high == low:
         return blocks[len(blocks) // 2 - 1] * len(values)
-    top, span = len(blocks) - 1, high / 2 - low / 2     # halves: a report may hold up to ±1.8e308, and their span overflows
+    # halves: a report may hold up to ±1.8e308, and their span overflows
+    top, span = len(blocks) - 1, high / 2 - low / 2
     return "".join(blocks[min(top, int((v / 2 - low / 2) / span * top + 0.5))] for v in values)
 
 
@@ -12851,7 +12890,8 @@ def status_row(state, now, keep=None, cfg=None, ascii=False):
         condition = "running"
     if m is not None and decided_by_model(m) and cfg is not None:
         note = backend_note(m, cfg)
-        if "no call is made" in note or "no decision is made" in note:      # open point 42: status says so
+        # open point 42: status says so
+        if "no call is made" in note or "no decision is made" in note:
             why = (why + "; " if why else "") + note
     last = state.trusted[-1][1] if len(state.trusted) else None
     levers = ", ".join(f"{name}: {len(cap_window(state, name, now))} of {lever['cap'][0]} per "
@@ -12863,7 +12903,8 @@ def status_row(state, now, keep=None, cfg=None, ascii=False):
                                               else "run: not running")
     asks = f"asks: {len(state.open_asks)}" + (f" ({', '.join('#' + str(s) for s in sorted(state.open_asks))})"
                                               if state.open_asks else "")
-    if m is not None and predicts(m):       # issue 11 item 8: how well avsm knows this venture's world, at a glance
+    # issue 11 item 8: how well avsm knows this venture's world, at a glance
+    if m is not None and predicts(m):
         asks += "  calibration: " + (describe_rolling(*rolling_scores(state.scores)) if state.scores else "none scored yet")
     return StatusRow(state.name, condition, last, now - state.trusted_at if last is not None else None,
                      sparkline([v for _, v in state.trusted[-SPARK_WIDTH:]], ascii), levers, asks, why)
@@ -12951,7 +12992,8 @@ def describe_status_lines(state, now, keep, children, cfg=None):
     if m is not None:
         for side_name, way, bound, lever in controller_sides(m):
             side, hold = state.side(side_name), m["controller"].get("hold") or 1
-            if state.level is not None and crossed(way, bound, state.level[1]):     # the last trusted report
+            # the last trusted report
+            if state.level is not None and crossed(way, bound, state.level[1]):
                 position = "past the bound"
                 if side["streak"] and len(side["streak"]) < hold:
                     position += f", waiting on hold ({len(side['streak'])} of {hold})"
@@ -12992,7 +13034,8 @@ def describe_status_lines(state, now, keep, children, cfg=None):
     if m is not None and m["run"]:
         child, restarts = (keep or {}).get("child"), (keep or {}).get("restarts", 0)
         ending = getattr(child, "ended_by", None)
-        if child and ending:            # a program being ended is not shown as running (a pause ends it within seconds)
+        # a program being ended is not shown as running (a pause ends it within seconds)
+        if child and ending:
             where = f"pid {child.pid} is being stopped ({'by the pause' if ending == 'pause' else ending})"
         elif child:
             where = f"pid {child.pid}"
@@ -13194,19 +13237,22 @@ def run_verb(home, rest):
         for arg in options:
             if arg.startswith("-") and arg != "-":
                 usage = command_help(verb).splitlines()[0].replace(" [--home DIR]", "")
-                if verb not in ("add", "pause", "resume", "decide", "try"):     # no name to take: only the usage helps
+                # no name to take: only the usage helps
+                if verb not in ("add", "pause", "resume", "decide", "try"):
                     raise Fail(EX_USAGE, f"avsm {verb} takes no option '{arg}'; {usage}")
                 raise Fail(EX_USAGE, f"avsm {verb} takes no option '{arg}'; {usage} (for a name that begins with -, "
                                      f"write avsm {verb} -- {arg})")
     if verb == "try":
         return cmd_try(home, options + names)
-    if verb == "status":                # a venture named after -- is a name, even one that begins with -
+    # a venture named after -- is a name, even one that begins with -
+    if verb == "status":
         return cmd_status(resolve_home(home), options, names)
     try:
         # chart reads its own options, so it is handed the -- that ends them (a venture named -h is chart -- -h)
         return CLIENT_COMMANDS[verb](resolve_home(home), rest if verb == "chart" else options + names)
     except Exception as err:
-        if type(err).__module__ == "sqlite3" or isinstance(err, json.JSONDecodeError):     # not a ledger, or a record not JSON
+        # not a ledger, or a record not JSON
+        if type(err).__module__ == "sqlite3" or isinstance(err, json.JSONDecodeError):
             raise Fail(EX_DATAERR, f"{ledger_path(resolve_home(home))} cannot be read: {err}; "
                                    f"{client_command(resolve_home(home))} doctor says more") from None
         raise
@@ -13301,7 +13347,8 @@ def run_daemon(args):
     return Daemon(home, cfg, path, text, debug).run()
 
 
-INTERNAL_PROGRAMS = ("warden", "adapter", "forecast")     # started by avsmd and its warden, not by hand
+# started by avsmd and its warden, not by hand
+INTERNAL_PROGRAMS = ("warden", "adapter", "forecast")
 
 
 def run_internal(program, args):
@@ -13345,7 +13392,8 @@ def run_adapter(args):
             status, _ = adapter_get(args[1])
         except OSError as err:
             raise Fail(EX_UNAVAILABLE, f"http.status {args[1]}: {err}") from None
-        out(str(status))                # any status is the reading: 404 and 503 are numbers a guard bounds
+        # any status is the reading: 404 and 503 are numbers a guard bounds
+        out(str(status))
         return EX_OK
     given = json.loads(sys.stdin.read() or "{}")
     if given.get("problem"):
