@@ -9407,7 +9407,7 @@ that does not hold, or a Python older than 3.11 (one line names the version and 
 
 
 def flush_out():
-    """Flush standard output; OutputError when it is closed or cannot be written (BrokenPipeError passes)."""
+    """Flush standard output; OutputError when it is closed or cannot be written."""
     if sys.stdout is None:
         raise OutputError(9, "standard output is closed")
     try:
@@ -9419,7 +9419,7 @@ def flush_out():
 
 
 def shown(text):
-    """Return `text` safe for a terminal: control characters (escape sequences, bidi overrides) as \\x.. or \\u...."""
+    """Return `text` safe for a terminal: control characters as \\x.. or \\u...."""
     return escape_controls(LINE_CONTROL_CHARS, text)
 
 
@@ -9431,7 +9431,8 @@ def out(*lines):
     try:
         try:
             sys.stdout.write(text)
-        except UnicodeEncodeError:      # an ASCII or Latin-1 terminal: what it cannot show is written as \u escapes
+        except UnicodeEncodeError:
+            # an ASCII or Latin-1 terminal: what it cannot show is written as \u escapes
             encoding = sys.stdout.encoding or "ascii"
             sys.stdout.write(text.encode(encoding, "backslashreplace").decode(encoding))
     except BrokenPipeError:
@@ -9448,8 +9449,7 @@ LINE_CONTROL_CHARS = "[\x00-\x08\x0b-\x1f\x7f-\x9f\u2028\u2029\u202a-\u202e\u206
 
 
 def ask_daemon(home, cmd, args=None):
-    """Send one request to avsmd (on another host: through its bridge, REMOTE["via"]) and relay its answer;
-    return the exit code it gives."""
+    """Send one request to avsmd (or a host's bridge) and relay its answer; return its exit code."""
     if REMOTE.get("via"):
         return ask_bridge(REMOTE["via"], {"v": 1, "cmd": cmd, "args": args or {}})
     with send_request(home, {"v": 1, "cmd": cmd, "args": args or {}}) as conn:
@@ -9479,8 +9479,8 @@ def show_answer(message, cmd, home):
 
 
 def send_request(home, message):
-    """Return a socket to the home's avsmd with `message` sent, or Fail(64) past REQUEST_MAX (avsmd
-    would refuse it half sent, and the client hear only a broken pipe)."""
+    """Return a socket to avsmd with `message` sent, or Fail(64) past REQUEST_MAX (avsmd would
+    refuse it half sent, and the client hear only a broken pipe)."""
     data = (json.dumps(message, separators=(",", ":")) + "\n").encode()
     if len(data) > REQUEST_MAX:
         cmd = message.get("cmd", "request")
@@ -9494,7 +9494,7 @@ def send_request(home, message):
 
 
 def connect_daemon(home):
-    """Return a socket connected to the home's avsmd, or Fail saying why none answers and how to start one."""
+    """Return a socket connected to the home's avsmd, or Fail saying why none answers."""
     import socket
     path = os.path.join(home, "sock")
     conn = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
@@ -9525,12 +9525,11 @@ CLIENT_VERBS = r"\bavsm (?=(add|status|summary|tail|asks|approve|deny|propose|de
 
 
 def as_user_runs(line, home):
-    """Return avsmd's answer line with each `avsm VERB` fix in it named the way this user runs the client when
-    that is not by the name avsm (`python3 avsm.py --home H resume x`); status and asks lines, which quote
-    records, are left as they are."""
+    """Return avsmd's answer line with each `avsm VERB` fix named as this user runs the client."""
     command = client_command(home)
     if os.path.basename(command.split()[0]) == "avsm":
-        return line                     # the user types avsm (on the PATH, or a symlink of that name)
+        # the user types avsm (on the PATH, or a symlink of that name)
+        return line
     return re.sub(CLIENT_VERBS, lambda _: command + " ", line)
 
 
@@ -9564,7 +9563,7 @@ SEQ_MAX = 2 ** 63 - 1               # SQLite's largest integer: no record is num
 
 
 def since_option(arg, rest, missing):
-    """The X of `--since X` (from `rest`) or `--since=X` when `arg` is one, else None; Fail(64, `missing`) without X."""
+    """The X of `--since X` (from `rest`) or `--since=X`, else None; Fail(64, `missing`)."""
     if arg == "--since":
         return rest.pop(0) if rest else refuse(missing, EX_USAGE)
     return arg.split("=", 1)[1] if arg.startswith("--since=") else None
@@ -9574,7 +9573,8 @@ def cmd_add(home, args):
     if len(args) != 1 or not args[0]:
         raise Fail(EX_USAGE, "usage: avsm add DIR")
     directory = os.path.realpath(args[0])
-    read_venture(directory)             # what the client can check itself comes first (65, 66), then the daemon (69)
+    # what the client can check itself comes first (65, 66), then the daemon (69)
+    read_venture(directory)
     return ask_daemon(home, "add", {"dir": directory})
 
 
@@ -9592,8 +9592,7 @@ def cmd_simple(verb, usage, argument=None):
 
 
 def cmd_status(home, options, names):
-    """status [-v] [VENTURE]: one line per venture, then (VENTURE or -v) the detail; with avsmd stopped, what
-    the ledger holds, and still exit 69."""
+    """status [-v] [VENTURE]: with avsmd stopped, what the ledger holds, and still exit 69."""
     verbose = False
     for arg in options:
         if arg in ("-v", "--verbose"):
@@ -9611,8 +9610,7 @@ def cmd_status(home, options, names):
 
 
 def cmd_offline(home, verb, args, ask):
-    """Run `ask(home, args)`, the request of status or asks; with no avsmd answering, print what the ledger
-    holds for it instead, and still exit 69."""
+    """Run `ask(home, args)`; with no avsmd answering, print what the ledger holds; exit 69."""
     try:
         code = ask(home, args)
     except Fail as fail:
@@ -9626,8 +9624,7 @@ def cmd_offline(home, verb, args, ask):
 
 
 def show_ledger_view(home, verb, args):
-    """With no avsmd answering, print the status or the open asks the ledger holds (read-only), saying so first;
-    a home with no ledger, or none with a venture, prints nothing (standard error says why no avsmd answers)."""
+    """With no avsmd answering, print the status or open asks the ledger holds, saying so first."""
     import sqlite3
     path = os.path.join(home, "ledger.db")
     if not os.path.isfile(path):
@@ -9639,7 +9636,8 @@ def show_ledger_view(home, verb, args):
             fold_ledger(states, seq, at, record)
             last = (seq, at)
         db.close()
-    except (sqlite3.Error, ValueError, KeyError, TypeError, Fail) as err:    # not readable either: say so, keep the 69
+    except (sqlite3.Error, ValueError, KeyError, TypeError, Fail) as err:
+        # not readable either: say so, keep the 69
         sys.stderr.write(f"avsm: and the ledger cannot be read for its {verb}: {shown(str(err))}; avsm doctor says more\n")
         return
     if not any(s.mandate_seq is not None for s in states.values()):
@@ -9651,14 +9649,15 @@ def show_ledger_view(home, verb, args):
         out(f"avsmd is not running: nothing runs; this is what the ledger holds, to #{last[0]} at {format_local_time(last[1])}")
         out(*lines)
         flush_out()
-    except BrokenPipeError:             # the reader went away (status | head -1): the 69 still says no avsmd answers
+    except BrokenPipeError:
+        # the reader went away (status | head -1): the 69 still says no avsmd answers
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
 
 
 def utf8_output():
-    """Whether standard output takes UTF-8: its encoding, and the locale LC_ALL, LC_CTYPE or LANG names.
-    Python turns a C locale into C.UTF-8 in LC_CTYPE (PEP 538), so LC_CTYPE=C.UTF-8 beside a LANG of C, POSIX
-    or none is read as that C locale: the sparkline falls back to ASCII there, never to mojibake."""
+    """Whether standard output takes UTF-8: its encoding, and the locale LC_ALL, LC_CTYPE or LANG
+    names.
+    Python turns a C locale into C.UTF-8 in LC_CTYPE (PEP 538): that is read as the C locale."""
     if "utf8" in REMOTE:
         return REMOTE["utf8"]           # the bridge writes for a terminal at the other end of ssh
     encoding = (getattr(sys.stdout, "encoding", None) or "").lower().replace("-", "").replace("_", "")
@@ -9672,7 +9671,7 @@ def utf8_output():
 
 
 def cmd_propose(home, args):
-    """propose VENTURE LEVER [--payload FILE|-]: file a proposal of your own; the gate judges it (65 when it refuses)."""
+    """propose VENTURE LEVER [--payload FILE|-]: a proposal the gate judges (65 when it refuses)."""
     rest, payload = list(args), None
     if "--payload" in rest:
         at = rest.index("--payload")
@@ -9687,7 +9686,7 @@ def cmd_propose(home, args):
 
 
 def read_payload(source):
-    """Return the text of a payload file, or of standard input for -; Fail(66) when it cannot be read."""
+    """Return the text of a payload file, or of standard input for -; Fail(66) when unreadable."""
     try:
         if source == "-":
             return sys.stdin.read()
@@ -9700,8 +9699,7 @@ def read_payload(source):
 
 
 def cmd_checkpoint(home, args):
-    """checkpoint: print a checkpoint of the ledger's head, written now by avsmd into HOME/checkpoints (signed when
-    config.yaml names a key); with avsmd stopped, the newest it wrote."""
+    """checkpoint: print a checkpoint avsmd writes now; with avsmd stopped, the newest it wrote."""
     if args:
         raise Fail(EX_USAGE, "usage: avsm checkpoint")
     try:
@@ -9719,7 +9717,7 @@ def cmd_checkpoint(home, args):
 
 
 def cmd_approve(home, args):
-    """approve ASK [--edit]: with --edit, the proposed content opens in $VISUAL, $EDITOR or vi, and what you save runs."""
+    """approve ASK [--edit]: with --edit, what you save in the editor runs."""
     rest = [a for a in args if a != "--edit"]
     if len(rest) != 1:
         raise Fail(EX_USAGE, "usage: avsm approve ASK [--edit]")
@@ -9777,8 +9775,7 @@ def sqlite3_errors():
 
 
 def ledger_path(home):
-    """Return the ledger's path, or Fail: 73 for a home that is no directory, 66 when there is no ledger yet, 65 for a
-    directory, a FIFO or a device in its place."""
+    """Return the ledger's path, or Fail: 73 a home no directory, 66 no ledger, 65 no file."""
     if os.path.exists(home) and not os.path.isdir(home):
         raise Fail(EX_CANTCREAT, f"{home} is not a directory, so it holds no ledger; move it aside or pass another --home")
     if not os.path.isdir(home):
@@ -9786,7 +9783,8 @@ def ledger_path(home):
     path = os.path.join(home, "ledger.db")
     if not os.path.exists(path):
         raise Fail(EX_NOINPUT, f"{home} has no ledger yet; start {program_command('avsmd', home)} to make it")
-    if not os.path.isfile(path):         # a directory, a FIFO (whose open would wait for ever) or a device
+    # a directory, a FIFO (whose open would wait for ever) or a device
+    if not os.path.isfile(path):
         mode = os.stat(path).st_mode
         what = "a directory" if stat.S_ISDIR(mode) else "a FIFO" if stat.S_ISFIFO(mode) else "a socket" if stat.S_ISSOCK(mode) else "a device"
         raise Fail(EX_DATAERR, f"{path} is {what}, not a ledger; move it aside (avsmd then starts a new ledger), "
@@ -9828,8 +9826,7 @@ def cmd_tail(home, args):
 
 
 def cmd_summary(home, args):
-    """summary [--since DURATION|SEQ]: what happened per venture in the span (the last 24h unless told), from the
-    ledger alone, read-only: it works with avsmd stopped."""
+    """summary [--since DURATION|SEQ]: what happened per venture, from the ledger alone."""
     since_text, rest = "24h", list(args)
     while rest:
         arg = rest.pop(0)
@@ -9838,7 +9835,8 @@ def cmd_summary(home, args):
         if since_text is None:
             raise Fail(EX_USAGE, f"avsm summary does not take '{arg}'; usage: avsm summary [--since DURATION|SEQ], "
                                  f"such as --since 24h, --since 7d or --since 1200")
-    since, seconds = since_arg(since_text, "summary")    # bad usage (64) is found before the ledger (66)
+    # bad usage (64) is found before the ledger (66)
+    since, seconds = since_arg(since_text, "summary")
     span = f"the last {since_text.strip()}" if seconds else f"the records after #{since}"
     db = open_ledger_ro(ledger_path(home))
     top = last_seq(db)
@@ -9853,10 +9851,8 @@ def cmd_summary(home, args):
 
 
 def summary_rows(db, since):
-    """Yield the rows summarize needs, in order: before the span only SUMMARY_BEFORE_KINDS and the whole history of
-    a venture whose mandate expects effects; then every record of the span. The records before the
-    span are found by the ledger's indexes on kind and venture: a summary reads its window, not
-    the history."""
+    """Yield the rows summarize needs, in order: before the span only SUMMARY_BEFORE_KINDS and the
+    whole history of a venture whose mandate expects effects; then every record of the span."""
     folded = set()
     for (text,) in db.execute(f"SELECT record FROM records WHERE {RECORD_KIND_SQL} = 'mandate'"):
         record = load_record(text)
@@ -9874,19 +9870,16 @@ def summary_rows(db, since):
         yield seq, at, decode_record(text, fullmatch, seq, checked=True)
 
 
-# A trusted report as the warden writes it, in canonical JSON (keys sorted, compact, ASCII): most of a ledger,
-# and decoded here several times faster than by json.loads, so a summary of 100,000 records takes under a
-# second. Only that exact whole shape with no escape in its strings matches; any other record text (an escaped
-# summary too) goes to json.loads. summary is left out: nothing that summarizes reads it.
-# (A pattern, compiled on first use as every one of avsm's is: import avsm compiles none.)
+# A trusted report as the warden writes it, in canonical JSON: most of a ledger, decoded here
+# several times faster than by json.loads. Only that whole shape with no escape in its strings
+# matches; any other text goes to json.loads. summary is left out: nothing that summarizes reads it.
 TRUSTED_REPORT = (r'\{"claim":"measured","kind":"report","metric":"([^"\\]*)","note":"","plausible":true,'
                   r'"status":"trusted","summary":"[^"\\]*","value":(-?[0-9][0-9.eE+-]*),"venture":"([A-Za-z0-9_.-]+)"\}')
 
 
 def decode_record(text, fullmatch=None, seq=None, checked=False):
-    """Return the record stored as `text`: a trusted report by TRUSTED_REPORT (without its summary), else json.loads
-    (checked: refused as read_record refuses a record that does not read; a trusted report's shape always reads).
-    fullmatch: TRUSTED_REPORT's, compiled once by a caller decoding many."""
+    """Return the record stored as `text`: a trusted report by TRUSTED_REPORT, else json.loads
+    (refused as read_record refuses). fullmatch: TRUSTED_REPORT's, compiled once by the caller."""
     slow = read_record if checked else load_record
     m = (fullmatch or re.compile(TRUSTED_REPORT).fullmatch)(text)
     if m is None:
@@ -9894,7 +9887,8 @@ def decode_record(text, fullmatch=None, seq=None, checked=False):
     try:
         value = float(m[2]) if "." in m[2] or "e" in m[2] or "E" in m[2] else int(m[2])
     except ValueError:
-        return slow(text, seq)          # no number JSON reads (a hand-edited `"value":1-2`): say so as json would
+        # no number JSON reads (a hand-edited `"value":1-2`): say so as json would
+        return slow(text, seq)
     return {"kind": "report", "claim": "measured", "venture": m[3], "metric": m[1],
             "note": "", "plausible": True, "status": "trusted", "value": value}
 
@@ -9906,7 +9900,7 @@ def seq_list(seqs, most=8):
 
 
 def format_summary(summary, span, home):
-    """Return the lines of `avsm summary`: the span, whether avsmd runs, then each venture's paragraph."""
+    """Return the lines of `avsm summary`: the span, whether avsmd runs, each venture's."""
     if summary.first is None:
         lines = [f"summary of {span}: no records"]
     else:
@@ -9918,7 +9912,8 @@ def format_summary(summary, span, home):
     for name in sorted(summary.ventures):
         v = summary.ventures[name]
         if v["mandate"] is None:
-            continue                    # records of a venture never adopted (a refused add) make no paragraph
+            # records of a venture never adopted (a refused add) make no paragraph
+            continue
         lines += [""] + venture_summary_lines(name, v, home)
     if len(lines) == 2:
         lines.append("no ventures yet; adopt one with avsm add DIR")
@@ -10003,7 +9998,8 @@ def cmd_why(home, args):
             out(*printed_lines(record, "  "))
         out(*what_followed(db, seq, record, home))
         return EX_OK
-    out(f"rule: {shown_text(str(proof.get('rule')))}")      # a proof that reads is an object, its premises numbers
+    # a proof that reads is an object, its premises numbers
+    out(f"rule: {shown_text(str(proof.get('rule')))}")
     premises = proof.get("premises", [])
     for step in proof.get("steps") if isinstance(proof.get("steps"), list) else []:
         out(f"  step: {shown_text(str(step))}")
@@ -10013,8 +10009,8 @@ def cmd_why(home, args):
             out(f"  trigger (not a premise): #{proof['trigger']} {t.get('claim')} {t.get('kind')} {t.get('summary')}")
             if isinstance(t.get("call"), dict):
                 out(f"    call: {describe_call(t)}")
-    # the venture's records up to the action (the fold the gate saw: recheck_action says why it
-    # needs them all), found by the index on venture, and each premise whole, its summary shown
+    # the venture's records up to the action (the fold the gate saw: recheck_action), and each
+    # premise whole, its summary shown
     fullmatch = re.compile(TRUSTED_REPORT).fullmatch
     records = {s: (a, decode_record(t, fullmatch, s)) for s, a, t in db.execute(
         "SELECT seq, at, record FROM records "
@@ -10040,9 +10036,10 @@ def cmd_why(home, args):
 
 
 def records_citing(db, key, seq):
-    """Yield (seq, at, record) after #seq whose field `key` is seq: what answered an ask, ran on it, or ended a run."""
+    """Yield (seq, at, record) after #seq whose field `key` is seq."""
+    # canonical JSON is compact; the exact field is checked below
     rows = db.execute("SELECT seq, at, record FROM records WHERE seq > ? AND record LIKE ? ORDER BY seq",
-                      (seq, f'%"{key}":{seq}%'))       # canonical JSON is compact; the exact field is checked below
+                      (seq, f'%"{key}":{seq}%'))
     for s, at, text in rows:
         record = load_record(text, s)
         if record.get(key) == seq:
@@ -10050,7 +10047,7 @@ def records_citing(db, key, seq):
 
 
 def printed_lines(outcome, indent):
-    """Return the lines saying what a lever printed, as its outcome keeps it (shown escaped, like all output)."""
+    """Return the lines saying what a lever printed, as its outcome keeps it."""
     note = str(outcome.get("note") or "")
     if not note:
         return [f"{indent}printed nothing"]
@@ -10059,8 +10056,7 @@ def printed_lines(outcome, indent):
 
 
 def what_followed(db, seq, record, home):
-    """Return the lines of what came of record #seq: an ask's answer and what ran on it, an approval's run,
-    an action's outcome with what the lever printed."""
+    """Return the lines of what came of record #seq: an ask's answer, a run, an outcome."""
     lines = []
 
     def ended(action_seq, indent):
@@ -10096,8 +10092,7 @@ def what_followed(db, seq, record, home):
 
 
 def describe_call(record):
-    """Return what a record keeps of the HTTP call its reply came in: the provider's request id, the token
-    usage it reported, how the reply stopped, and the tries it took, so a person can find it in the provider's logs."""
+    """Return what a record keeps of the HTTP call its reply came in (for the provider's logs)."""
     call = record["call"]
     words = [f"{record.get('backend')}, request id {call.get('request_id') or 'not given'}"]
     usage = call.get("usage") or {}
@@ -10114,11 +10109,11 @@ def describe_call(record):
 
 
 # ---- other hosts, over OpenSSH: the bridge, avsm --host, avsm fleet ---------------
-# avsm listens on nothing but its socket (DESIGN: no listener). `avsm --host H VERB` runs VERB on host H through
-# ssh and the bridge there, which an ssh key names as its forced command; ssh carries the verb's output and exit
-# code back. A fleet file names the hosts `avsm fleet` asks at once, each within its timeout.
+# avsm listens on nothing but its socket (DESIGN: no listener): `avsm --host H VERB` runs VERB
+# through ssh and the bridge there, which an ssh key names as its forced command.
 
-REMOTE = {}     # near side: "via", the host ask_daemon goes through; both sides: "as", how the person runs avsm
+# near side: "via", the host ask_daemon goes through; both sides: "as", how the person runs avsm
+REMOTE = {}
 SSH_FAILURES = (("Could not resolve hostname", EX_NOHOST, "check its name, or its Host entry in ~/.ssh/config"),
                 ("Permission denied", EX_NOPERM, "the key was refused: put your public key in the host's "
                                                  "authorized_keys, as the README's Many hosts shows"),
@@ -10133,8 +10128,7 @@ WITNESS_KEYS = {"principal", "allowed_signers", "namespace"}
 
 
 def cmd_bridge(home, args, pinned):
-    """bridge [--read-only]: for a client at the other end of ssh, relay each request line on standard input to
-    the home's avsmd, or run the one client verb a line names (BRIDGE_VERBS); end when standard input ends.
+    """bridge [--read-only]: relay each request line on standard input to avsmd, or run its verb.
     pinned: the home was given (--home, AVSMD_HOME), so a request may name no other."""
     if args not in ([], ["--read-only"]):
         raise Fail(EX_USAGE, "usage: avsm [--home DIR] bridge [--read-only]")
@@ -10193,7 +10187,7 @@ def send_out(*messages):
 
 
 def bridge_verb(home, message, read_only):
-    """Run one client verb here for the person at the other end of ssh: its output and exit code are theirs."""
+    """Run one client verb here for the person at the other end of ssh; return its exit code."""
     if message.pop("v", 1) != 1:
         raise Fail(EX_USAGE, "this bridge speaks version 1 of its requests; use an avsm of the same version")
     m = checked_arguments("a bridge's verb", message, BRIDGE_KEYS)
@@ -10233,14 +10227,14 @@ def bridge_argv_problem(verb, argv):
 
 
 def end_with_stdin():
-    """The person at the other end went away (ssh closed standard input): a following tail ends here too."""
+    """The person at the other end went away (ssh closed standard input): a tail ends here too."""
     while os.read(0, 65536):
         pass
     os._exit(EX_OK)
 
 
 def remote_host(spec, ssh=None, bridge=None, timeout=None, name=None):
-    """Return the host [user@]HOST[:HOME] names, with the ssh command, the bridge asked for, and its timeout."""
+    """Return the host [user@]HOST[:HOME] names, with its ssh command, bridge and timeout."""
     dest, _, home = spec.partition(":")
     if not re.fullmatch(r"([^@\s]+@)?[\w.\[\]-]+", dest) or dest.startswith("-") or home and not os.path.isabs(home):
         raise Fail(EX_USAGE, f"{shown_text(spec)[:80]!r} is not [user@]HOST[:HOME] (HOME absolute, as web1:/srv/avsm)")
@@ -10311,8 +10305,7 @@ def fleet_timeout(c, value, path, text):
 
 
 def find_host(target, path=None):
-    """Return the host `target` names: NAME or NAME:HOME of the fleet file, else [user@]HOST[:HOME]
-    with a guess for a host ssh cannot reach."""
+    """Return the host `target` names: NAME[:HOME] of the fleet file, else [user@]HOST[:HOME]."""
     hosts = read_fleet(fleet_path(path), must=path is not None)
     byname = {h["name"]: h for h in hosts}
     if target in byname:
@@ -10329,28 +10322,28 @@ def find_host(target, path=None):
 
 
 def run_remote(target, verb, argv, path=None):
-    """avsm --host [user@]HOST[:HOME] VERB ...: run VERB on that host through its bridge; return its exit code.
-    What needs this side, a payload file and an editor, is done here; the name of a fleet host stands for it."""
+    """avsm --host [user@]HOST[:HOME] VERB ...: run VERB on that host; return its exit code."""
     host = find_host(target, path)
     if verb not in BRIDGE_VERBS:
         raise Fail(EX_USAGE, f"avsm {verb} runs only where you are; avsm --host runs {', '.join(BRIDGE_VERBS)}")
     REMOTE.update({"via": host, "as": f"{client_command()} --host {target}"})
     if verb == "approve" and "--edit" in argv:
-        return cmd_approve(None, argv)          # the editor is here; the ask and the answer go through the bridge
+        # the editor is here; the ask and the answer go through the bridge
+        return cmd_approve(None, argv)
     stdin = None
     if verb == "propose" and "--payload" in argv[:-1]:
         at = argv.index("--payload")
         stdin, argv = read_payload(argv[at + 1]), argv[:at + 1] + ["-"] + argv[at + 2:]
     elif verb == "doctor" and "--checkpoint" in argv and argv[argv.index("--checkpoint") + 1:][:1] == ["-"]:
-        stdin = sys.stdin.read()            # doctor --checkpoint -: what - reads is here, sent along
+        # doctor --checkpoint -: what - reads is here, sent along
+        stdin = sys.stdin.read()
     request = {"v": 1, "verb": verb, "argv": argv, "home": host["home"], "stdin": stdin, "as": REMOTE["as"],
                "tty": bool(sys.stdout and sys.stdout.isatty()), "utf8": utf8_output()}
     return ssh_bridge(host, request)[0]
 
 
 def ask_bridge(host, request):
-    """ask_daemon through a host's bridge: return the exit code of the answer, shown as from one
-    here; an answer that is not avsm's is 69."""
+    """ask_daemon through a host's bridge: return the exit code; an answer not avsm's is 69."""
     code, data, errors = ssh_bridge(host, dict(request, home=host["home"]), capture=True)
     if errors and errors[-1].startswith(FAR_CUT):
         raise Fail(EX_UNAVAILABLE, f"{host['name']}: the bridge answered with more than "
@@ -10415,9 +10408,7 @@ def far_text(text, command):
 
 def ssh_bridge(host, request, capture=False, timeout=None):
     """Run the bridge on `host` through ssh with `request` on its standard input; return (exit
-    code, its output when captured, its error lines). The connection and the ping before a verb
-    get the host's timeout, the whole `timeout` when given (fleet); a verb then runs as long as it
-    runs (tail -f)."""
+    code, its output when captured, its error lines). A verb runs as long as it runs (tail -f)."""
     import codecs
     import select
     import threading
@@ -10533,8 +10524,7 @@ def start_ssh(host):
 
 
 def far_failure(host, code, ours, theirs, ended=(), pinged=True, by_hand=None):
-    """Fail saying why the bridge on `host` did not answer (68 not reached or in time, 77 a key
-    refused, 69 no avsm there), or return ssh's last word."""
+    """Fail saying why the bridge on `host` did not answer, or return ssh's last word."""
     name, by_hand = host["name"], by_hand or f"`{host['ssh']} {host['dest']} true`"
     if ended:
         raise Fail(EX_NOHOST, f"{name}: no answer within {format_duration(ended[0])}: the host, "
@@ -10570,14 +10560,12 @@ def ping_answered(piece, name):
 
 
 def cmd_fleet(args, given=None, home=None):
-    """fleet [--fleet FILE] status|asks|summary [ARGS]: one view of every host in the fleet file, the hosts asked at
-    once, each within its timeout; exit 0 when every host answered, else the code of the first that did not."""
+    """fleet [--fleet FILE] status|asks|summary [ARGS]: one view of every host, asked at once."""
     path, rest = take_option(args, "--fleet")
     if rest and rest[0] == "witness":
         return cmd_witness(home, fleet_path(path or given), rest[1:])
     if not rest or rest[0] not in FLEET_VIEWS:
         raise Fail(EX_USAGE, "usage: avsm fleet [--fleet FILE] status|asks|summary [ARGS]")
-    import threading
     view, argv, hosts = rest[0], rest[1:], read_fleet(fleet_path(path or given))
     results = {}
 
@@ -10588,11 +10576,7 @@ def cmd_fleet(args, given=None, home=None):
             results[host["name"]] = ssh_bridge(host, request, capture=True, timeout=host["timeout"])
         except Fail as fail:
             results[host["name"]] = (fail.code, b"", [str(fail)])
-    threads = [threading.Thread(target=ask, args=(host,), daemon=True) for host in hosts]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join()
+    on_each_host(hosts, ask)
     said = []
     for host in hosts:
         code, data, errors = results[host["name"]]
@@ -10602,6 +10586,16 @@ def cmd_fleet(args, given=None, home=None):
                      [line.removeprefix(host["name"] + ": ") for line in errors]))
     out(*fleet_lines(view, said))
     return next((results[host["name"]][0] for host in hosts if results[host["name"]][0]), EX_OK)
+
+
+def on_each_host(hosts, work):
+    """Run `work(host)` for every host at once, in threads; return when all have ended."""
+    import threading
+    threads = [threading.Thread(target=work, args=(host,), daemon=True) for host in hosts]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
 
 
 def fleet_lines(view, said):
@@ -10658,8 +10652,7 @@ MIRROR_COMMIT = 32768   # rows a mirror takes in one transaction: one sync to di
 
 
 class BridgeSession:
-    """One ssh session to a host's bridge, kept open for many relayed requests (a witness's
-    pages), each answered in turn."""
+    """One ssh session to a host's bridge, kept open for many requests (a witness's pages)."""
 
     def __init__(self, host):
         import threading
@@ -10742,7 +10735,6 @@ def cmd_witness(home, fleet, args):
     allowed, args = witness_option(args, "--allowed-signers")
     if args not in ([], ["--mirror"]):
         raise Fail(EX_USAGE, WITNESS_USAGE)
-    import threading
     state = os.environ.get("XDG_STATE_HOME") or os.path.expanduser("~/.local/state")
     keep = keep or os.path.join(state, "avsm", "witness")
     hosts, results = read_fleet(fleet), {}
@@ -10758,11 +10750,7 @@ def cmd_witness(home, fleet, args):
             results[host["name"]] = (fail.code, str(fail).removeprefix(host["name"] + ": "))
             if fail.code == EX_DATAERR and notify:
                 tell_witness(notify, home, host["name"], str(fail))
-    threads = [threading.Thread(target=witness, args=(host,), daemon=True) for host in hosts]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join()
+    on_each_host(hosts, witness)
     out(*(f"{host['name']}  {results[host['name']][1]}" for host in hosts))
     return next((results[h["name"]][0] for h in hosts if results[h["name"]][0]), EX_OK)
 
@@ -10866,8 +10854,7 @@ def far_page(session, name):
 
 
 def copy_far_rows(session, db, held, lo, hi, want):
-    """Return (the last (seq, hash) read, how many, the hash at `want`, the verdict) of the host's
-    rows lo..hi, each checked, and appended to the mirror `db` past its head."""
+    """Return (the last (seq, hash) read, how many, the hash at `want`, the verdict) of lo..hi."""
     before, count, at_want, verdict = (0, ZERO_HASH) if lo == 1 else None, 0, None, None
     copy_after = (ledger_head(db) or (0,))[0] if db is not None else None
     session.ask("records", after=lo - 1, limit=RECORDS_PAGE)
@@ -10906,8 +10893,7 @@ def copy_far_rows(session, db, held, lo, hi, want):
 
 
 def witness_fork(session, db, where, name, verdict, kept):
-    """Return the Fail (65) of a far history that no longer extends what was kept, once both
-    versions from where it differs are in DIR/HOST/fork-SEQ-kept|far.jsonl."""
+    """Return the Fail (65) of a far history that no longer extends what was kept."""
     kind, seq, kept_hash, far_hash = (verdict + (None,))[:4]
     while session.pending:
         session.answer()                # a page asked for before the fork was seen
@@ -11011,7 +10997,7 @@ def tell_witness(notify, home, name, message):
 
 
 def read_config(home, path=None):
-    """Return (config, its path, its text) from -f FILE or HOME/config.yaml; a missing home config is all defaults."""
+    """Return (config, its path, its text) from -f FILE or HOME/config.yaml (none: all defaults)."""
     given = path is not None
     path = path or os.path.join(home, "config.yaml")
     try:
@@ -11032,7 +11018,7 @@ def read_config(home, path=None):
 
 
 def adopted_mandates(home):
-    """Return [(name, directory, mandate seq, paused, mandate text)] of every adopted venture, from the ledger."""
+    """Return [(name, directory, mandate seq, paused, mandate text)] of every adopted venture."""
     path = os.path.join(home, "ledger.db")
     if not os.path.exists(path):
         return []
@@ -11053,7 +11039,7 @@ def adopted_mandates(home):
 # ---- avsmd -t: the config and the ventures, tested ----
 
 def test_config(home, cfg, path):
-    """avsmd -t: the config and every adopted mandate, re-read from its directory; 78 when one does not hold."""
+    """avsmd -t: the config and every adopted mandate, re-read; 78 when one does not hold."""
     code = EX_OK
     problem = socket_problem(home)
     if problem:
@@ -11065,7 +11051,8 @@ def test_config(home, cfg, path):
     if checkpoint_problem(cfg["checkpoint"]):
         sys.stderr.write(f"avsmd: {path}: {checkpoint_problem(cfg['checkpoint'])}\n")
         code = EX_CONFIG
-    notify_problem = cfg["notify"] and command_problem(cfg["notify"]["run"], home)    # it runs in the home
+    # it runs in the home
+    notify_problem = cfg["notify"] and command_problem(cfg["notify"]["run"], home)
     if notify_problem:
         sys.stderr.write(f"avsmd: {path}: notify: {notify_problem}\n")
         code = EX_CONFIG
@@ -11114,12 +11101,12 @@ def test_config(home, cfg, path):
 
 
 def test_ventures(home, cfg, dirs):
-    """avsmd -t DIR...: check each venture directory exactly as `avsm add` would, with no daemon needed: the same
-    function, messages and exit codes (the first code found wins), then what adopting it would allow."""
+    """avsmd -t DIR...: check each venture directory exactly as `avsm add` would, with no daemon."""
     try:
         adopted = {name: (directory, seq, paused, text) for name, directory, seq, paused, text in adopted_mandates(home)}
     except (sqlite3_errors(), ValueError, Fail):
-        adopted = {}                    # a ledger that does not read: avsmd -t alone says so; each directory is still checked
+        # a ledger that does not read: avsmd -t alone says so; each directory is still checked
+        adopted = {}
     code = EX_OK
     for given in dirs:
         directory = os.path.realpath(given)
@@ -11175,7 +11162,7 @@ def describe_allowed(m, cfg=None):
 
 
 def backend_note(m, cfg):
-    """Say which backend a model venture's decisions go to, and whether it may be asked (open point 42)."""
+    """Say which backend a model venture's decisions go to, and whether it may be asked."""
     name = m["controller"].get("backend") or cfg.get("default")
     if name and name not in cfg["backends"]:
         return f"backend: {name} is not among config.yaml's backends: no decision is made"
@@ -11195,15 +11182,16 @@ def backend_note(m, cfg):
 
 
 def print_allowed(home, cfg, name, m):
-    """Print what mandate `m` of venture `name` allows, and whether its levers can hold the metric (capacity)."""
+    """Print what mandate `m` of venture `name` allows, and whether its levers can hold it."""
     out(*describe_allowed(m, cfg))
     out("  " + describe_capacity(ledger_capacity(home, name, m, (cfg["forecast"] or FORECAST_DEFAULT)["days"])))
 
 
 def ledger_capacity(home, name, m, days):
-    """The capacity check of venture `name` under mandate `m`, from its history in the ledger (open point 9)."""
+    """The capacity check of venture `name` under mandate `m`, from its history (open point 9)."""
     states, path = {}, os.path.join(home, "ledger.db")
-    if os.path.exists(path):            # no ledger yet (avsmd -t DIR on a new home): no history to judge from
+    # no ledger yet (avsmd -t DIR on a new home): no history to judge from
+    if os.path.exists(path):
         try:
             db = open_ledger_ro(path)
             try:
@@ -11212,7 +11200,8 @@ def ledger_capacity(home, name, m, days):
             finally:
                 db.close()
         except (sqlite3_errors(), ValueError):
-            states = {}                 # a ledger that does not read: avsmd -t says so; capacity from no history
+            # a ledger that does not read: avsmd -t says so; capacity from no history
+            states = {}
     state = states.get(name) or VentureState(name)
     state.mandate = m
     return capacity_check(state, days)
@@ -11221,8 +11210,7 @@ def ledger_capacity(home, name, m, days):
 # ---- avsm try and avsm link, and how this user runs avsm ----
 
 def cmd_try(home_arg, args):
-    """try DIR: run avsmd on a temporary home, adopt DIR, and follow the ledger until Ctrl-C, a TERM or a HUP
-    (the terminal gone): each stops the avsmd it started, says where the home is kept, and exits 128 + signal."""
+    """try DIR: run avsmd on a temporary home, adopt DIR, and follow the ledger until a signal."""
     import subprocess
     import tempfile
     if len(args) != 1:
@@ -11246,7 +11234,8 @@ def cmd_try(home_arg, args):
         spawning.clear()
         if stopped_by:
             raise KeyboardInterrupt
-        for _ in range(300):            # ours once it holds the lock and serves: never another avsmd's socket
+        # ours once it holds the lock and serves: never another avsmd's socket
+        for _ in range(300):
             if daemon.poll() is not None:
                 break
             if os.path.exists(os.path.join(home, "sock")) and lock_holder(home) == daemon.pid:
@@ -11269,7 +11258,8 @@ def cmd_try(home_arg, args):
         return 128 + (stopped_by or [signal.SIGINT])[0]
     finally:
         for signum in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
-            signal.signal(signum, signal.SIG_IGN)       # stopping: a second signal does not cut it short
+            # stopping: a second signal does not cut it short
+            signal.signal(signum, signal.SIG_IGN)
         if daemon is not None and daemon.poll() is None:
             daemon.send_signal(signal.SIGTERM)
             try:
@@ -11277,14 +11267,14 @@ def cmd_try(home_arg, args):
             except subprocess.TimeoutExpired:
                 daemon.kill()
         if home and (started or stopped_by):
-            with contextlib.suppress(OSError):  # the terminal has gone (SIGHUP): avsmd is stopped all the same
+            # the terminal has gone (SIGHUP): avsmd is stopped all the same
+            with contextlib.suppress(OSError):
                 sys.stderr.write("\n" + try_ending(home, daemon and daemon.wait(), started))
     return EX_OK
 
 
 def try_ending(home, code, started):
-    """Return what `avsm try` says as it ends: how avsmd ended (`code`: its exit, None when it was
-    not started), where the home is kept, and how to look again when its ledger holds anything."""
+    """Return what `avsm try` says as it ends (`code`: avsmd's exit, None when not started)."""
     ended = (f"avsmd stopped ({describe_status(code)})" if started else "avsmd was not started"
              if code is None else f"avsmd stopped before it served ({describe_status(code)})")
     again = f"look again with: {client_command(home)} tail 50" \
@@ -11293,8 +11283,7 @@ def try_ending(home, code, started):
 
 
 def when_it_acts(home, directory):
-    """Say when the venture just adopted in `directory` first acts: its controller's bound and the first report
-    (waited for up to 3 s), and how often a report comes; a model says when it is asked."""
+    """Say when the venture just adopted in `directory` first acts (the first report: up to 3 s)."""
     name, _, _, m = read_venture(directory)
     every = format_duration(m["cadence"])
     if decided_by_model(m):
@@ -11318,8 +11307,7 @@ def when_it_acts(home, directory):
 
 
 def asks_first(m, lever):
-    """Return what comes before the controller's `lever` runs under mandate `m` when a person is
-    asked first (it is irreversible and not delegated), or None when it runs unasked."""
+    """Return what comes before `lever` runs when a person is asked first, or None."""
     spec = m["levers"].get(lever)
     if spec is None or spec["reversible"] or spec["delegated"]:
         return None
@@ -11327,10 +11315,8 @@ def asks_first(m, lever):
 
 
 def program_command(program, home=None):
-    """`avsm` or `avsmd` the way this user runs it, judged from how this program was started, for the fix lines
-    a person copies: `avsmd` when started under a name (a console script, a symlink) and it is on the PATH; the
-    sibling `DIR/avsmd` of a symlink that is not; else `python3 PATH/avsm.py avsmd`. With `--home HOME` when
-    `home` is not the one the program finds by itself ($AVSMD_HOME, else the default)."""
+    """`avsm` or `avsmd` the way this user runs it, for the fix lines a person copies, with
+    `--home HOME` when `home` is not the one the program finds by itself."""
     import shutil
     started = sys.argv[0] if sys.argv and sys.argv[0] else ""
     name = os.path.basename(started)
@@ -11357,13 +11343,12 @@ def program_command(program, home=None):
 
 
 def client_command(home=None):
-    """The client as this user runs it, with --home where it is needed (see program_command); across ssh, as
-    the person at the other end runs it (avsm --host HOST)."""
+    """The client as this user runs it, with --home where needed (across ssh: avsm --host HOST)."""
     return REMOTE.get("as") or program_command("avsm", home)
 
 
 def user_cache():
-    """The client's own cache: $XDG_CACHE_HOME/avsm, else ~/.cache/avsm (written as LINK_WRAPPER writes it)."""
+    """The client's own cache: $XDG_CACHE_HOME/avsm, else ~/.cache/avsm."""
     return os.path.join(os.environ.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache"), "avsm")
 
 
@@ -11408,8 +11393,8 @@ exec(code, m.__dict__); sys.exit(m.main())
 
 
 def cmd_link(home, args):
-    """avsm link DIR: write DIR/avsm and DIR/avsmd, which start this copied file from its cached bytecode as an
-    installed avsm starts (a script is compiled afresh at every run). A file there not written by link stays."""
+    """avsm link DIR: write DIR/avsm and DIR/avsmd, which start this file from cached bytecode
+    (a script is compiled afresh at every run). A file there not written by link stays."""
     import importlib.util
     import py_compile
     if len(args) != 1 or args[0].startswith("-"):
@@ -11435,7 +11420,8 @@ def cmd_link(home, args):
         raise Fail(EX_CANTCREAT, f"{err.filename or target} cannot be written: {err.strerror}; "
                                  f"link into a directory of yours, such as ~/bin") from None
     saved, sys.pycache_prefix = sys.pycache_prefix, os.path.join(user_cache(), "pycache")
-    try:        # checked against the source's hash at each start, so a newer copy of the same size and time is seen
+    try:
+        # the source's hash is checked at each start: a newer copy of like size and time is seen
         cache_bytecode(importlib.util.cache_from_source(AVSM_PATH))
         os.chmod(user_cache(), 0o700)     # made before: what is under it is this user's alone
     except (OSError, py_compile.PyCompileError):
@@ -11458,27 +11444,28 @@ def cmd_link(home, args):
 CHART_USAGE = "usage: avsm chart VENTURE [--since DURATION|SEQ]"
 CHART_KINDS = ("report", "action", "outcome", "ask", "approval", "denial", "resolved", "pause", "resume", "refusal")
 CHART_WIDTH, CHART_HEIGHT = 960, 450
-CHART_LEFT, CHART_TOP, CHART_RIGHT, CHART_BOTTOM = 76, 104, 930, 366     # the plot's edges, in pixels
+# the plot's edges, in pixels
+CHART_LEFT, CHART_TOP, CHART_RIGHT, CHART_BOTTOM = 76, 104, 930, 366
 CHART_NOTE_MAX = 240          # characters of a record's summary a tooltip shows
 CHART_SPAN = 86400      # seconds a chart shows unless told (--since): the last 24h, as summary
 CHART_MARKS = 120       # markers of one kind at most: more in the span are drawn as named groups
-CHART_VALUE_MAX = sys.float_info.max / 4     # the value axis ends within it: its padded span still fits a float
+# the value axis ends within it: its padded span still fits a float
+CHART_VALUE_MAX = sys.float_info.max / 4
 CHART_TIME_STEPS = (1, 2, 5, 10, 15, 30, 60, 120, 300, 600, 900, 1800, 3600, 7200, 10800, 21600, 43200,
                     86400, 2 * 86400, 7 * 86400, 14 * 86400, 30 * 86400, 91 * 86400, 365 * 86400)
 CHART_COLOURS = {"trusted": "#1f5fa8", "implausible": "#c0392b", "unconfirmed": "#d35400", "failed": "#7f7f7f",
                  "band": "#2e8b57", "bound": "#444444", "ok": "#2e7d32", "not ok": "#c62828", "running": "#7f7f7f",
                  "ask": "#7b3fa0", "grid": "#e4e4e4", "text": "#222222", "paused": "#8a8a8a", "stuck": "#e0a000",
                  "guard": "#b03060", "mandate": "#555555"}
-LEVER_COLOURS = ("#2e7d32", "#ef6c00", "#00838f", "#6d4c41", "#ad1457", "#827717")     # one a lever, in order of first run
+# one a lever, in order of first run
+LEVER_COLOURS = ("#2e7d32", "#ef6c00", "#00838f", "#6d4c41", "#ad1457", "#827717")
 # XML 1.0 cannot hold these even as &#..; (control characters, lone surrogates, U+FFFE/U+FFFF), and a bidi
 # override in a tooltip would turn what a person reads around: each is written as \x.. or \u.... instead
 XML_UNSAFE_CHARS = "[\x00-\x08\x0b\x0c\x0e-\x1f\x7f-\x9f\u2028\u2029\u202a-\u202e\u2066-\u2069\ud800-\udfff\ufffe\uffff]"
 
 
 def cmd_chart(home, args):
-    """chart VENTURE [--since DURATION|SEQ]: an SVG of the venture's metric over time, from the ledger alone
-    (read-only, so avsmd may be stopped): its trusted reports as a line, the others marked apart, the controller's
-    bound or band, and each lever run and ask as a marker whose tooltip names its record."""
+    """chart VENTURE [--since DURATION|SEQ]: an SVG of the metric, from the ledger alone."""
     name, since, rest = None, None, list(args)
     while rest:
         arg = rest.pop(0)
@@ -11522,8 +11509,7 @@ def cmd_chart(home, args):
 
 
 def since_arg(text, command):
-    """Return (the seq after which, or the seconds back from now) of `--since SEQ|DURATION` for summary and chart:
-    a record number (17 or #17: the records after it) or a duration (24h); the other is None. Bad usage is 64."""
+    """Return (the seq after which, or the seconds back from now) of `--since SEQ|DURATION`."""
     t = text.strip()
     if t.lstrip("#").isdigit() and t.isascii() and t.count("#") <= 1:
         return need_int(t, "a record number"), None
@@ -11537,14 +11523,13 @@ def since_arg(text, command):
                              f"after #17") from None
 
 
-CLOCK_MAX = 253402300799     # 9999-12-31T23:59:59Z: a record's time past it (or before 1970) no clock wrote
+# 9999-12-31T23:59:59Z: a record's time past it (or before 1970) no clock wrote
+CLOCK_MAX = 253402300799
 
 
 def read_chart_records(db, name, after, start):
-    """Return (every mandate record of venture `name`, its records a chart shows after seq `after` and from
-    unix time `start`, each [(seq, at, record)] in order, and how many records were left out for a time no
-    clock wrote: a ledger edited by hand). The ledger's indexes find the mandates, the first record
-    of the span by its time and the venture's records in it: a chart reads its span, not all."""
+    """Return (the mandate records of venture `name`, its records after seq `after` and from
+    `start`, how many were left out for a time no clock wrote). The indexes find the span."""
     field = f'"venture":{json.dumps(name)}'
     mandates = [(s, a, json.loads(t)) for s, a, t in db.execute(
         f"SELECT seq, at, record FROM records WHERE {RECORD_KIND_SQL} = 'mandate' "
@@ -11568,24 +11553,24 @@ def read_chart_records(db, name, after, start):
 
 
 def xml_text(value):
-    """Return text from the ledger fit for SVG: what XML cannot hold written as \\x.. or \\u...., newlines as \\n,
-    markup characters as entities, and anything past ASCII as a character reference (the output's encoding is
-    then never in question)."""
+    """Return text from the ledger fit for SVG: past ASCII as a character reference (the output's
+    encoding is then never in question)."""
     text = str(value).replace("\\", "\\\\")
-    if not (text.isascii() and text.isprintable()):     # the common case, plain ASCII, needs no pass of the pattern
+    # the common case, plain ASCII, needs no pass of the pattern
+    if not (text.isascii() and text.isprintable()):
         text = escape_controls(XML_UNSAFE_CHARS, text.replace("\n", "\\n").replace("\r", "\\r"))
     text = text.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;").replace('"', "&quot;").replace("'", "&#39;")
     return text.encode("ascii", "xmlcharrefreplace").decode("ascii")
 
 
 def chart_eras(mandates):
-    """Return [(from at, mandate seq, the parsed mandate or None)] of each mandate record: the bound or band
-    in force from its adoption until the next."""
-    return [(at, seq, parsed_or_none(parse_mandate, record, seq)) for seq, at, record in mandates]   # None: no bound
+    """Return [(from at, mandate seq, the parsed mandate or None)] of each mandate record."""
+    # None: no bound
+    return [(at, seq, parsed_or_none(parse_mandate, record, seq)) for seq, at, record in mandates]
 
 
 def nice_step(span, most):
-    """Return the smallest of 1, 2, 5 times a power of ten that cuts `span` into at most `most` steps."""
+    """Return the least of 1, 2, 5 times a power of ten cutting `span` in at most `most` steps."""
     if not span > 0 or not math.isfinite(span):
         return 1.0
     base = 10.0 ** math.floor(math.log10(span / most))
@@ -11593,8 +11578,7 @@ def nice_step(span, most):
 
 
 def value_ticks(low, high):
-    """Return (bottom, top, [(value, label)]) of the value axis: round numbers holding low..high, never
-    padded past zero (a level that never went below 0 is not drawn down to -200)."""
+    """Return (bottom, top, [(value, label)]) of the value axis, never padded past zero."""
     # the axis spans at most ±CHART_VALUE_MAX, whose span a float still holds; a report past it is off the scale
     low, high = (min(max(v, -CHART_VALUE_MAX), CHART_VALUE_MAX) for v in (low, high))
     floor, ceiling = (0.0 if low >= 0 else -math.inf), (0.0 if high <= 0 > low else math.inf)
@@ -11616,14 +11600,14 @@ def value_ticks(low, high):
 
 
 def time_ticks(t0, t1, most=8):
-    """Return [(unix time, time label, date label or "")] at round local times from t0 to t1; a date is
-    given at the first tick and wherever the day changes."""
+    """Return [(unix time, time label, date label or "")] at round local times from t0 to t1."""
     step = next((s for s in CHART_TIME_STEPS if (t1 - t0) / s <= most), None)
     if step is None:
         step = 365 * 86400 * nice_step((t1 - t0) / (365 * 86400), most)
     ticks, t, day = [], t0, None
     while t <= t1 and len(ticks) <= most + 2:
-        off = time.localtime(t).tm_gmtoff or 0          # local time, so 12:00 is noon where the chart is read
+        # local time, so 12:00 is noon where the chart is read
+        off = time.localtime(t).tm_gmtoff or 0
         at = math.ceil((t + off) / step) * step - off
         if at > t1:
             break
@@ -11647,7 +11631,7 @@ def zone_words(at):
 
 
 def chart_tooltip(seq, at, record, more=""):
-    """Return a marker's <title>: the record's seq and local time, its kind and summary, and what came of it."""
+    """Return a marker's <title>: the record's seq, time, kind, summary and what came of it."""
     summary = str(record.get("summary", ""))
     if len(summary) > CHART_NOTE_MAX:
         summary = summary[:CHART_NOTE_MAX] + "..."
@@ -11655,8 +11639,8 @@ def chart_tooltip(seq, at, record, more=""):
 
 
 def chart_time(at):
-    """Return unix time `at` as format_local_time does, the minute's text kept from one report to the next
-    (a zone's offset changes only on a whole minute)."""
+    """Return unix time `at` as format_local_time does, the minute's text kept from one report to
+    the next (a zone's offset changes only on a whole minute)."""
     head, tail = chart_minute(int(at) // 60)
     return f"{head}{int(at) % 60:02d}{tail}"
 
@@ -11677,15 +11661,13 @@ def chart_number(value):
 
 
 def report_status(record):
-    """Return a report's status: trusted, unconfirmed, implausible or failed (older records say only plausible)."""
+    """Return a report's status: trusted, unconfirmed, implausible or failed."""
     return record.get("status") or ("trusted" if record.get("plausible") else "implausible")
 
 
 def chart_svg(name, mandates, records, span="in the ledger"):
-    """Return the SVG text of venture `name`'s chart: its mandate records (for the bound or band in force when)
-    and its records in the span ([(seq, at, record)] in order: reports, actions and their outcomes, asks and
-    their answers). Trusted reports make the line; implausible, unconfirmed and failed ones are marked apart;
-    each action and ask is a marker whose tooltip names its seq. Pure but for local time, which labels the axis."""
+    """Return the SVG text of venture `name`'s chart from its mandate records and its records in the
+    span. Pure but for local time, which labels the axis."""
     reports = [(s, a, r) for s, a, r in records if r["kind"] == "report"]
     trusted = [(s, a, r) for s, a, r in reports if report_status(r) == "trusted" and chart_number(r.get("value")) is not None]
     on_line = {s for s, _, _ in trusted}
@@ -11694,7 +11676,8 @@ def chart_svg(name, mandates, records, span="in the ledger"):
     asks = [(s, a, r) for s, a, r in records if r["kind"] == "ask"]
     times = [a for _, a, _ in reports + actions + asks]
     first, last = min(times), max(times)
-    middle, half = (first + last) / 2, max((last - first) / 2, 5) * 1.03     # ten seconds at least: one report sits mid-chart
+    # ten seconds at least: one report sits mid-chart
+    middle, half = (first + last) / 2, max((last - first) / 2, 5) * 1.03
     t0, t1 = middle - half, middle + half
     eras = chart_eras(mandates)
     shown = [(max(at, t0), min(eras[i + 1][0] if i + 1 < len(eras) else t1, t1), seq, m)
@@ -11702,13 +11685,15 @@ def chart_svg(name, mandates, records, span="in the ledger"):
              if at <= t1 and (i + 1 == len(eras) or eras[i + 1][0] > t0)]
     values = [chart_number(r["value"]) for _, _, r in trusted] or \
         [v for v in (chart_number(r.get("value")) for _, _, r in apart) if v is not None] or [0.0]
-    values += [bound for _, _, _, m in shown for _, _, bound, _ in controller_sides(m)]     # not a re-arm level
+    # not a re-arm level
+    values += [bound for _, _, _, m in shown for _, _, bound, _ in controller_sides(m)]
     bottom, top, ticks = value_ticks(min(values), max(values))
 
     def x(at):
         return CHART_LEFT + (at - t0) / (t1 - t0) * (CHART_RIGHT - CHART_LEFT)
 
-    def y(value):       # in halves: a report may hold up to ±1.8e308, and its distance to the axis overflows
+    # in halves: a report may hold up to ±1.8e308, and its distance to the axis overflows
+    def y(value):
         return CHART_BOTTOM - (value / 2 - bottom / 2) / (top / 2 - bottom / 2) * (CHART_BOTTOM - CHART_TOP)
 
     metric = next((m["metric"] for _, _, _, m in reversed(shown) if m), None) or reports[-1][2].get("metric") or "metric"
@@ -11739,7 +11724,7 @@ def chart_svg(name, mandates, records, span="in the ledger"):
 
 
 def chart_span_words(first, last):
-    """Return 'from 2026-12-01 22:55 to 23:10' in local time, the second date left out when it is the same day."""
+    """Return 'from 2026-12-01 22:55 to 23:10' in local time."""
     a, b = time.localtime(first), time.localtime(last)
     same_day = time.strftime("%Y-%m-%d", a) == time.strftime("%Y-%m-%d", b)
     return (f"from {time.strftime('%Y-%m-%d %H:%M:%S', a)} to "
@@ -11747,7 +11732,7 @@ def chart_span_words(first, last):
 
 
 def chart_controller_words(shown):
-    """Return the line naming the controller in force over the chart (the last mandate in the span)."""
+    """Return the line naming the controller in force over the chart."""
     if not shown:
         return "no mandate in force over this span"
     _, _, seq, m = shown[-1]
@@ -11760,7 +11745,7 @@ def chart_controller_words(shown):
 
 
 def chart_axes(metric, ticks, times, x, y, last):
-    """Return the SVG of the plot's frame, its value and time grid with labels, and the axes' captions."""
+    """Return the SVG of the plot's frame, its value and time grid with labels, and the captions."""
     c = CHART_COLOURS
     parts = [f'<g class="axes" font-size="11">']
     for value, label in ticks:
@@ -11785,9 +11770,8 @@ def chart_axes(metric, ticks, times, x, y, last):
 
 
 def chart_controller(shown, x, y):
-    """Return (the SVG of each mandate's bound (a threshold) or band over the span it was in force, the SVG
-    of their labels, drawn over the reports on a white halo (a copy of each, stroked, drawn first: no renderer
-    is relied on for paint-order) so a line through them leaves them legible)."""
+    """Return (the SVG of each mandate's bound or band, the SVG of their labels on a white halo
+    (a stroked copy drawn first: no renderer is relied on for paint-order))."""
     c, parts, labels = CHART_COLOURS, ['<g class="controller" clip-path="url(#plot)">'], []
     for start, end, seq, m in shown:
         if m is None or not controller_sides(m):
@@ -11818,11 +11802,8 @@ def chart_controller(shown, x, y):
 
 
 def chart_columns(trusted, x):
-    """Return the trusted reports a chart draws, [(seq, at, record, column)]: each one while they
-    number no more than the plot's pixel columns (column None), else in each column its lowest,
-    highest and last in the order they were read, so a spike keeps its shape; the last carries
-    column: (how many reports the column holds, its first seq, its lowest and highest (seq, value)),
-    the others False."""
+    """Return the trusted reports a chart draws, [(seq, at, record, column)]: past the plot's pixel
+    columns, in each column its lowest, highest and last, so a spike keeps its shape."""
     if len(trusted) <= CHART_RIGHT - CHART_LEFT:
         return [(s, a, rec, None) for s, a, rec in trusted]
     drawn, i = [], 0
@@ -11843,8 +11824,7 @@ def chart_columns(trusted, x):
 
 
 def chart_breaks(reports, eras):
-    """Return the seqs of the trusted reports before which the line breaks: no report at all was
-    read for more than two cadences of the mandate then in force (a pause, avsmd stopped)."""
+    """Return the seqs of the trusted reports before which the line breaks (two cadences unread)."""
     breaks, before, era = set(), None, 0
     for s, a, rec in reports:
         while era + 1 < len(eras) and eras[era + 1][0] <= a:
@@ -11862,11 +11842,7 @@ def chart_breaks(reports, eras):
 
 
 def chart_reports(trusted, apart, x, y, bottom, top, breaks=()):
-    """Return the SVG of the trusted reports (a line, broken where nothing was read for two
-    cadences, and a point each, or each pixel column's when there are more: chart_columns) and of
-    the reports marked apart: implausible (a cross), unconfirmed (a ring), failed (no value: a
-    triangle on the time axis); one off the scale a triangle at the edge it passed; too many of one
-    status to draw apart, in groups (chart_groups)."""
+    """Return the SVG of the trusted reports and of the reports marked apart."""
     c = CHART_COLOURS
     drawn = chart_columns(trusted, x)
     points = [e for e in drawn if e[3] is not False]
@@ -11924,10 +11900,8 @@ def chart_reports(trusted, apart, x, y, bottom, top, breaks=()):
 
 
 def chart_spans(records, mandates, eras, t0, t1):
-    """Return [(from, to, what, seq, record, the seq that ended it or None)] of the stretches a chart shades, as
-    the fold ends them: each pause until its resume (or a mandate from another directory), and each stuck side
-    (its refusal saying so) until a trusted report back inside that side's bound or the next mandate; one
-    still open runs to the chart's right edge t1."""
+    """Return [(from, to, what, seq, record, the seq that ended it or None)] of the stretches a
+    chart shades, as the fold ends them; one still open runs to t1."""
     spans, opened, m, directory = [], {}, None, None
     adopted = [(seq, at, {"kind": "mandate", "m": p, "directory": r.get("directory")})
                for (seq, at, r), (_, _, p) in zip(mandates, eras)]
@@ -11951,24 +11925,21 @@ def chart_spans(records, mandates, eras, t0, t1):
 
 
 def chart_marks(records, mandates, t0, t1):
-    """Return [(at, what, label, seq, record)] of the moments a chart labels: each guard trip (the pause or ask
-    of a guard past its bound) and each mandate that replaced another."""
+    """Return [(at, what, label, seq, record)] of each guard trip and each replaced mandate."""
     marks = [(a, "guard", f"guard {r['guard']}", s, r) for s, a, r in records
              if r["kind"] in ("pause", "ask") and r.get("guard")]
     return sorted(marks + [(a, "mandate", f"mandate #{s}", s, r) for s, a, r in mandates[1:] if t0 <= a <= t1])
 
 
 def chart_label_x(px, label, size=10):
-    """Return (x, anchor) of a label beside the line at px, kept inside the plot: to its right, or
-    to its left where it would pass the plot's right edge (a character averages 0.6 of the size)."""
+    """Return (x, anchor) of a label beside the line at px, kept inside the plot."""
     if px + 3 + len(label) * size * 0.6 <= CHART_RIGHT:
         return f"{px + 3:.1f}", "start"
     return f"{px - 3:.1f}", "end"
 
 
 def chart_groups(items, x, most=CHART_MARKS):
-    """Return `items` [(seq, at, record)] as the groups a chart draws one marker each for: those in
-    one pixel column together, and while that leaves more than `most`, in one twice as wide."""
+    """Return `items` [(seq, at, record)] as the groups a chart draws one marker each for."""
     width = 1
     while True:
         groups = []
@@ -11991,8 +11962,7 @@ def group_title(group, what):
 
 
 def chart_stretches(spans, marks, x):
-    """Return the SVG of the shaded stretches (paused grey, stuck amber, each labelled where it begins) and of
-    the labelled marks (a guard trip, a new mandate: a line through the plot), drawn under the reports."""
+    """Return the SVG of the shaded stretches and of the labelled marks, drawn under the reports."""
     c, parts = CHART_COLOURS, ['<g class="stretches" font-size="10" clip-path="url(#plot)">']
     for start, end, what, seq, rec, until in spans:
         x1, x2 = x(start), x(end)
@@ -12021,11 +11991,7 @@ def chart_stretches(spans, marks, x):
 
 
 def chart_markers(actions, asks, records, levers, x):
-    """Return the SVG of each lever run (a triangle over the plot in its lever's colour, a line down through it;
-    edged red when not ok, pale while running) and each ask (a diamond above them), each with its seq and what
-    came of it in its tooltip. Runs of one lever, or asks, too many to draw apart are drawn in
-    chart_groups: one marker over the stretch a group spans, naming its first and last seq and how
-    many it holds."""
+    """Return the SVG of each lever run and each ask, with its seq and what came of it."""
     c = CHART_COLOURS
     ended = {r.get("action"): (s, r) for s, _, r in records if r["kind"] == "outcome"}
     answered = {r.get("ask"): (s, r) for s, _, r in records if r["kind"] in ("approval", "denial", "resolved")}
@@ -12070,8 +12036,7 @@ def chart_markers(actions, asks, records, levers, x):
 
 
 def chart_legend(trusted, apart, actions, asks, records, shown, bottom, top, levers, spans, marks):
-    """Return (the SVG of the legend under the time axis: one sample of each mark the chart holds, in as many
-    rows as it needs, and the chart's height)."""
+    """Return (the SVG of the legend under the time axis, the chart's height)."""
     c, items = CHART_COLOURS, []
     circle = lambda colour: f'<circle cx="6" cy="-4" r="3" fill="{colour}"/><line x1="-2" x2="14" y1="-4" y2="-4" stroke="{colour}"/>'
     cross = '<path d="M2,-8 L10,0 M2,0 L10,-8" stroke="{}" stroke-width="1.8"/>'
@@ -12096,7 +12061,8 @@ def chart_legend(trusted, apart, actions, asks, records, shown, bottom, top, lev
         items.append((f'<line x1="0" x2="12" y1="-4" y2="-4" stroke="{c["bound"]}" stroke-width="1.5" stroke-dasharray="4 2"/>', "bound"))
     items += [(f'<path d="M0,-9 L12,-9 L6,0 Z" fill="{colour}"/>', f"{lever} run") for lever, colour in levers.items()]
     ends = {r.get("action"): bool(r.get("ok")) for _, _, r in records if r["kind"] == "outcome"}
-    states = {ends.get(s) for s, _, _ in actions}         # True: ok, False: not ok, None: still running
+    # True: ok, False: not ok, None: still running
+    states = {ends.get(s) for s, _, _ in actions}
     if False in states:
         items.append((f'<path d="M0,-9 L12,-9 L6,0 Z" fill="#ffffff" stroke="{c["not ok"]}" stroke-width="2"/>', "not ok"))
     if None in states:
@@ -12124,7 +12090,7 @@ DRIFT_LINES = 12         # lines of a mandate's diff shown at most by avsmd -t a
 
 
 def mandate_drift(in_force, on_disk, seq, path):
-    """Return the lines of a short unified diff from mandate #seq's text to the file at `path`, or [] when equal."""
+    """Return a short unified diff from mandate #seq's text to the file at `path`, or []."""
     if in_force == on_disk or in_force is None:
         return []
     import difflib
@@ -12136,14 +12102,16 @@ def mandate_drift(in_force, on_disk, seq, path):
     return shown_lines or ["    (the two differ only in line endings or a last newline)"]
 
 
-DOCTOR_ORDER = (EX_DATAERR, EX_CONFIG, EX_NOPERM, EX_CANTCREAT, EX_NOINPUT, EX_UNAVAILABLE)   # worst first
+# worst first
+DOCTOR_ORDER = (EX_DATAERR, EX_CONFIG, EX_NOPERM, EX_CANTCREAT, EX_NOINPUT, EX_UNAVAILABLE)
 
 
 class Findings:
     """What doctor found: each failed check with its code and the command that fixes it."""
 
     def __init__(self):
-        self.codes, self.scan = [], None      # scan: doctor_ledger's one read of the ledger (LedgerScan)
+        # scan: doctor_ledger's one read of the ledger (LedgerScan)
+        self.codes, self.scan = [], None
 
     def ok(self, text):
         out(f"ok    {text}")
@@ -12166,9 +12134,8 @@ class Findings:
 
 
 def cmd_doctor(home, args):
-    """doctor [--since SEQ:HASH] [--checkpoint FILE|DIR|- [--allowed-signers FILE]] [--quick] | doctor --cut SEQ:
-    check home, config, ledger, mandates and daemon; change nothing (but the note of what a full check verified,
-    in the client's cache, for --quick)."""
+    """doctor [--since SEQ:HASH] [--checkpoint ...] [--quick] | doctor --cut SEQ: change nothing
+    (but the note of what a full check verified, in the client's cache, for --quick)."""
     since = cut = None
     rest = list(args)
     given = {"--checkpoint": None, "--allowed-signers": None, "--quick": False, "--origin": None}
@@ -12234,7 +12201,8 @@ def doctor_home(home, found):
         return False
     if not os.access(home, os.R_OK | os.W_OK | os.X_OK):
         found.fail(EX_NOPERM, f"the home {home} is not readable and writable by you", f"chmod 700 {home}")
-        return os.access(home, os.R_OK | os.X_OK)      # what can be read is still checked (DOCTOR-01)
+        # what can be read is still checked (DOCTOR-01)
+        return os.access(home, os.R_OK | os.X_OK)
     if not problem:
         found.ok(f"home {home}")
     readable = home_readable(home)
@@ -12246,8 +12214,7 @@ def doctor_home(home, found):
 
 
 def home_readable(home):
-    """Return the home and each entry in it avsmd writes that others than its owner may read or
-    enter (config.yaml is the person's, keys has its own check)."""
+    """Return the home and each entry in it avsmd writes that others than its owner may read."""
     try:
         names = sorted(n for n in os.listdir(home) if n not in ("config.yaml", "keys"))
     except OSError:
@@ -12275,7 +12242,8 @@ def doctor_config(home, found):
     except Fail as fail:
         found.fail(EX_CONFIG, str(fail), f"edit {path}, then {program_command('avsmd', home)} -t")
     keys = os.path.join(home, "keys")
-    if os.path.exists(keys):            # looked at, never read: only the warden reads keys (KEYS-04)
+    # looked at, never read: only the warden reads keys (KEYS-04)
+    if os.path.exists(keys):
         st = os.stat(keys)
         if not stat.S_ISREG(st.st_mode):
             found.fail(EX_CONFIG, f"{keys} is not a regular file; the warden cannot read keys from it",
@@ -12287,8 +12255,7 @@ def doctor_config(home, found):
 
 
 def doctor_ledger(home, found, since, kept=(), quick=False, trust=None):
-    """The ledger: a database, every link of the chain, the triggers, every proof; an anchor and the kept
-    checkpoints (name, Checkpoint) if given. quick: only from the newest checkpoint a full doctor verified."""
+    """The ledger: a database, every link of the chain, the triggers, every proof, checkpoints."""
     import sqlite3
     path = os.path.join(home, "ledger.db")
     if not os.path.exists(path):
@@ -12304,7 +12271,8 @@ def doctor_ledger(home, found, since, kept=(), quick=False, trust=None):
         db = open_ledger_ro(path)
         triggers = {row[0] for row in db.execute("SELECT name FROM sqlite_master WHERE type = 'trigger'")}
         count, first_at, last_at = db.execute("SELECT count(*), min(at), max(at) FROM records").fetchone()
-    except Fail as fail:                # a transaction its writer was killed in: avsmd rolls it back
+    except Fail as fail:
+        # a transaction its writer was killed in: avsmd rolls it back
         found.fail(EX_DATAERR, str(fail), f"{program_command('avsmd', home)}   (its warden rolls the transaction back)")
         return
     except sqlite3.DatabaseError as err:
@@ -12363,7 +12331,7 @@ def doctor_ledger(home, found, since, kept=(), quick=False, trust=None):
 
 
 def checkpoint_spec(home):
-    """The config's checkpoint: settings; the defaults when the config does not hold (doctor_config says why)."""
+    """The config's checkpoint: settings; the defaults when the config does not hold."""
     try:
         return read_config(home)[0]["checkpoint"]
     except Fail:
@@ -12375,10 +12343,7 @@ CheckpointTrust = collections.namedtuple("CheckpointTrust",
 
 
 def checkpoint_trust(home, allowed=None, origin=None):
-    """How doctor judges a checkpoint: the origin of this home and the (host, home) pairs a
-    checkpoint may name (this home's, and --origin's for a home that moved), the allowed_signers
-    file given or in the config (None: none named), the namespace, the principal of this home's
-    signer, the signing key."""
+    """How doctor judges a checkpoint: origins, allowed_signers, namespace, principal, key."""
     spec, ours = checkpoint_spec(home), checkpoint_origin(home)
     homes = {origin_home(ours, True)} | ({origin_home(origin, False)} if origin else set())
     allowed = allowed or spec["allowed_signers"]
@@ -12400,10 +12365,7 @@ def is_our_origin(origin, trust):
 
 
 def vouch_checkpoint(found, name, c, trust, allowed):
-    """Whether checkpoint `c` may vouch for this home's ledger: it names this home as its origin,
-    and its signature, verified against `allowed` (None: not verified, said so), is by this home's
-    signer. Each refusal is a failure doctor names: 65, or 66 when `allowed` is not there, 69 with
-    no ssh-keygen."""
+    """Whether checkpoint `c` may vouch for this home's ledger: its origin and its signer."""
     if not is_our_origin(c.origin, trust):
         found.fail(EX_DATAERR, f"checkpoint {name} is of {shown_text(c.origin)}, and this home "
                                f"is {trust.origin}: a checkpoint vouches only for the home that "
@@ -12440,12 +12402,8 @@ def vouch_checkpoint(found, name, c, trust, allowed):
 
 
 def read_kept_checkpoints(home, found, where, trust):
-    """Return [(name, Checkpoint)] of the checkpoints kept in FILE, in each file of DIR, or on
-    standard input (-) that may vouch for this home (vouch_checkpoint: its origin, and its
-    signature, after its blank line or in FILE.sig, verified with ssh-keygen -Y verify against an
-    allowed_signers file: --allowed-signers, the config's, or ~/.ssh/allowed_signers). One missing
-    is 66, one that does not read, vouch or verify 65, no ssh-keygen 69: each a failure doctor
-    names."""
+    """Return [(name, Checkpoint)] of the checkpoints kept in FILE, DIR or - that may vouch for
+    this home. One missing is 66, one that does not read, vouch or verify 65, no ssh-keygen 69."""
     allowed = trust.allowed or os.path.expanduser("~/.ssh/allowed_signers")
     names = ["-"] if where == "-" else [where] if not os.path.isdir(where) else \
         [os.path.join(where, n) for n in sorted(os.listdir(where)) if not n.endswith(".sig") and n[0] != "."]
@@ -12477,8 +12435,7 @@ def read_kept_checkpoints(home, found, where, trust):
 
 
 def home_checkpoints(home, found=None):
-    """Return [(path, Checkpoint)] of every checkpoint in HOME/checkpoints, by seq (the newest with
-    its .sig); one that does not read is a note of `found`."""
+    """Return [(path, Checkpoint)] of every checkpoint in HOME/checkpoints, by seq."""
     directory, own = os.path.join(home, "checkpoints"), []
     names = sorted(n for n in os.listdir(directory) if re.fullmatch(r"\d+\.txt", n)) \
         if os.path.isdir(directory) else []
@@ -12499,19 +12456,14 @@ def home_checkpoints(home, found=None):
 
 
 def record_hash(db, seq):
-    """Return the hash of record #seq as its contents give it (not its hash column), or None: no
-    such record."""
+    """Return the hash of record #seq from its contents (not its hash column), or None."""
     row = db.execute("SELECT prev, at, record FROM records WHERE seq = ?", (seq,)).fetchone()
     return row and chain_hash(row[0], seq, row[1], row[2])
 
 
 def doctor_checkpoints(home, found, kept, own, scan, db, trust):
-    """The home's own checkpoints (the newest signed or not, as the config says; every one
-    compared) and each kept one: the ledger still holds its head (the chain from it to the head
-    was read whole by scan; one record looked up for a checkpoint before what --quick read). A
-    rewrite is named by the first checkpoint whose seq no longer has its hash, and the last before
-    it that still holds. Return the home's newest checkpoint when it held (its origin, its
-    signature where it can be verified, its record), else None."""
+    """Check the home's own checkpoints and each kept one against the chain scan read; return the
+    home's newest checkpoint when it held, else None. A rewrite is named by the first that fails."""
     ours = own[-1][1] if own else None
     if ours is None:
         found.note(f"no checkpoint in {home}/checkpoints yet: avsmd writes one at its start, daily, and after each "
@@ -12529,9 +12481,8 @@ def doctor_checkpoints(home, found, kept, own, scan, db, trust):
                    f"{{key: /path/to/ssh/key}} (the README's Checkpoints)")
     if scan.broken:
         return None
-    # the home's own are checked too (a forger who rewrote the ledger must rewrite these as well):
-    # every one's origin, the newest's signature (where allowed_signers is named), every record
-    # (one of another origin is of a home moved here: compared all the same, it vouches for nothing)
+    # the home's own are checked too (a forger who rewrote the ledger must rewrite these as well);
+    # one of another origin is of a home moved here: compared all the same, it vouches for nothing
     newest = own[-1] if own else None
     moved = [(n, c) for n, c in own if not is_our_origin(c.origin, trust)]
     if moved:
@@ -12568,7 +12519,8 @@ def doctor_checkpoints(home, found, kept, own, scan, db, trust):
                                    f"hashes to {got[:16]}: the ledger was rewritten at or before #{c.seq}"
                                    + (f" and after #{below}, which it still holds" if below else ""),
                        f"restore the ledger from a backup; {client_command(home)} tail --since {below or 0} shows what it holds now")
-            break                       # the first that no longer matches names the rewrite; the later follow from it
+            # the first that no longer matches names the rewrite; the later follow from it
+            break
     held = newest in vouched and hashes.get(newest[1].seq) == newest[1].hash
     return newest[1] if held else None
 
@@ -12579,10 +12531,8 @@ def verified_path(home):
 
 
 def remember_verified(home, checkpoint):
-    """Note the newest checkpoint a full doctor verified, for --quick, in the client's own cache
-    (0600, in directories only this user can read): doctor changes nothing in the home
-    (DOCTOR-02). The note grants nothing by itself: --quick checks that checkpoint again, and
-    compares every other. Through a read-only bridge nothing: that key writes nothing."""
+    """Note the newest checkpoint a full doctor verified, for --quick, in the client's own cache:
+    doctor changes nothing in the home (DOCTOR-02). The note grants nothing by itself."""
     if REMOTE.get("read_only"):
         return
     path = verified_path(home)
@@ -12600,10 +12550,8 @@ def remember_verified(home, checkpoint):
 
 
 def verified_checkpoint(home, db, found, trust):
-    """Return (seq, hash) of the checkpoint a full doctor verified, checked again, or None once the
-    failure saying why --quick cannot start from it is written. The cache only names it: the
-    checkpoint must be in HOME/checkpoints with that hash, name this home, verify as this home's
-    signer's, and its record hash to it."""
+    """Return (seq, hash) of the checkpoint a full doctor verified, checked again, or None once
+    the failure saying why --quick cannot start from it is written."""
     path = verified_path(home)
     try:
         st = os.stat(path)
@@ -12651,7 +12599,7 @@ def verified_checkpoint(home, db, found, trust):
 
 
 def format_span(seconds):
-    """Return a span of time in its largest whole unit, for a person: 3 days, 5 hours, 12 minutes, 40 seconds."""
+    """Return a span of time in its largest whole unit, for a person: 3 days, 5 hours."""
     for unit, size in (("day", 86400), ("hour", 3600), ("minute", 60)):
         if seconds >= size:
             n = int(seconds // size)
@@ -12804,7 +12752,7 @@ DOCTOR_PROBE_MOST = 30  # ... and doctor waits this long before it calls a daemo
 
 
 def avsmd_processes(home):
-    """Return the pids of avsmd processes (not wardens) whose home is `home`, from /proc (Linux) or ps."""
+    """Return the pids of avsmd processes (not wardens) whose home is `home`."""
     target = os.path.realpath(home)
     pids = []
     if os.path.isdir("/proc"):
@@ -12828,7 +12776,8 @@ def avsmd_processes(home):
                     pids.append(int(entry))
             except OSError:
                 continue
-    return sorted(p for p in pids if parent_pid(p) not in pids)    # the roles process is avsmd's fork, not a second avsmd
+    # the roles process is avsmd's fork, not a second avsmd
+    return sorted(p for p in pids if parent_pid(p) not in pids)
 
 
 def parent_pid(pid):
@@ -12836,12 +12785,14 @@ def parent_pid(pid):
 
 
 def is_avsmd_argv(argv):
-    """Whether a command line runs the daemon: a program named avsmd, `avsm.py avsmd`, or its cached start."""
-    if LOAD_AVSM in argv[1:6]:         # python [-S] [-P] [-Xpycache_prefix=DIR] -c LOAD_AVSM PATH PROGRAM ...
+    """Whether a command line runs the daemon: avsmd, `avsm.py avsmd`, or its cached start."""
+    # python [-S] [-P] [-Xpycache_prefix=DIR] -c LOAD_AVSM PATH PROGRAM ...
+    if LOAD_AVSM in argv[1:6]:
         i = argv.index(LOAD_AVSM)
         return argv[i - 1] == "-c" and len(argv) > i + 2 and argv[i + 2] == "avsmd"
     for i, arg in enumerate(argv[:3]):
-        if i and arg.startswith("-"):          # python -SP DIR/avsmd: a wrapper of avsm link, by its #! line
+        # python -SP DIR/avsmd: a wrapper of avsm link, by its #! line
+        if i and arg.startswith("-"):
             continue
         stem = os.path.basename(arg).split(".")[0]
         if stem == "avsmd" or (arg == "avsmd" and i > 0):
@@ -12852,7 +12803,7 @@ def is_avsmd_argv(argv):
 
 
 def doctor_cut(home, seq):
-    """--cut SEQ, with avsmd stopped: back the ledger up whole, then cut it just before SEQ (open point 11)."""
+    """--cut SEQ, with avsmd stopped: back the ledger up, then cut it before SEQ (open point 11)."""
     import shutil
     import sqlite3
     holder = lock_holder(home) if os.path.isdir(home) else None
@@ -12898,17 +12849,17 @@ def doctor_cut(home, seq):
 
 
 # ---- the metric at a glance (issue 14 item 4) ----
-# `avsm status` is one line per venture first, as `supervisorctl status` and `monit summary` are: its state,
-# the last trusted value and its age, a sparkline of the last trusted reports, lever runs against caps and the
-# open asks, and for a venture that is not simply running what holds it and the way out. The detail of
-# describe_status_lines is under `avsm status VENTURE` and `-v`. Pure: states and `now` in, lines out, so the
-# warden and a client reading the ledger with avsmd stopped print the same view.
+# `avsm status` is one line per venture first, as `supervisorctl status` and `monit summary` are.
+# Pure: states and `now` in, lines out, so the warden and a client reading the ledger with avsmd
+# stopped print the same view.
 
-SPARK_BLOCKS = "\u2581\u2582\u2583\u2584\u2585\u2586\u2587\u2588"     # the eight block heights, lowest first
-SPARK_ASCII = "_.-~=+*#"                                              # the same heights where UTF-8 cannot go
-SPARK_WIDTH = 16                                                      # trusted reports a sparkline shows
+# the eight block heights, lowest first
+SPARK_BLOCKS = "\u2581\u2582\u2583\u2584\u2585\u2586\u2587\u2588"
+# the same heights where UTF-8 cannot go
+SPARK_ASCII = "_.-~=+*#"
+# trusted reports a sparkline shows
+SPARK_WIDTH = 16
 
-# the states status_row gives
 STATUS_STATES = ("running", "paused", "stuck", "implausible", "unconfirmed", "cannot run")
 StatusRow = collections.namedtuple("StatusRow", "name state value age spark levers asks why")
 StatusRow.__doc__ = """One venture at a glance: its state (running, paused, stuck, implausible, unconfirmed, cannot run),
@@ -12917,14 +12868,15 @@ their caps, its open asks, and what holds it and the way out ("" when it is simp
 
 
 def sparkline(values, ascii=False):
-    """Return one character a value, its height scaled between the values' least and greatest (all equal: the middle)."""
+    """Return one character a value, its height scaled between the values' least and greatest."""
     blocks = SPARK_ASCII if ascii else SPARK_BLOCKS
     if not values:
         return ""
     low, high = min(values), max(values)
     if high == low:
         return blocks[len(blocks) // 2 - 1] * len(values)
-    top, span = len(blocks) - 1, high / 2 - low / 2     # halves: a report may hold up to ±1.8e308, and their span overflows
+    # halves: a report may hold up to ±1.8e308, and their span overflows
+    top, span = len(blocks) - 1, high / 2 - low / 2
     return "".join(blocks[min(top, int((v / 2 - low / 2) / span * top + 0.5))] for v in values)
 
 
@@ -12963,7 +12915,8 @@ def status_row(state, now, keep=None, cfg=None, ascii=False):
         condition = "running"
     if m is not None and decided_by_model(m) and cfg is not None:
         note = backend_note(m, cfg)
-        if "no call is made" in note or "no decision is made" in note:      # open point 42: status says so
+        # open point 42: status says so
+        if "no call is made" in note or "no decision is made" in note:
             why = (why + "; " if why else "") + note
     last = state.trusted[-1][1] if len(state.trusted) else None
     levers = ", ".join(f"{name}: {len(cap_window(state, name, now))} of {lever['cap'][0]} per "
@@ -12975,15 +12928,15 @@ def status_row(state, now, keep=None, cfg=None, ascii=False):
                                               else "run: not running")
     asks = f"asks: {len(state.open_asks)}" + (f" ({', '.join('#' + str(s) for s in sorted(state.open_asks))})"
                                               if state.open_asks else "")
-    if m is not None and predicts(m):       # issue 11 item 8: how well avsm knows this venture's world, at a glance
+    # issue 11 item 8: how well avsm knows this venture's world, at a glance
+    if m is not None and predicts(m):
         asks += "  calibration: " + (describe_rolling(*rolling_scores(state.scores)) if state.scores else "none scored yet")
     return StatusRow(state.name, condition, last, now - state.trusted_at if last is not None else None,
                      sparkline([v for _, v in state.trusted[-SPARK_WIDTH:]], ascii), levers, asks, why)
 
 
 def asks_view(states):
-    """Return the lines of `avsm asks`: `#SEQ  VENTURE  LEVER  question` for each open ask, any proposed content
-    under it."""
+    """Return the lines of `avsm asks`: one for each open ask, any proposed content under it."""
     lines = []
     for name in sorted(states):
         for seq, ask in sorted(states[name].open_asks.items()):
@@ -12995,7 +12948,7 @@ def asks_view(states):
 
 
 def format_status_rows(rows):
-    """Return the one-line view: `NAME: STATE` and the value, its age and the sparkline in aligned columns."""
+    """Return the one-line view: `NAME: STATE` and the value, its age and the sparkline."""
     head = [f"{row.name}: {row.state}" for row in rows]
     values = [f"{format_number(row.value)} ({format_age(row.age)} ago)" if row.age is not None else "no trusted report"
               for row in rows]
@@ -13010,8 +12963,7 @@ def format_status_rows(rows):
 
 def status_view(states, now, keeps=None, cfg=None, venture=None, verbose=False, ascii=False,
                 stopped=False):
-    """Return the lines of `avsm status`: one line per adopted venture, then (VENTURE or -v) its
-    detail. `stopped`: no avsmd runs, so a venture the ledger last knew running is `was running`."""
+    """Return the lines of `avsm status`. `stopped`: no avsmd runs (`was running`)."""
     adopted = [states[name] for name in sorted(states) if states[name].mandate_seq is not None]
     if venture is not None:
         adopted = [s for s in adopted if s.name == venture]
@@ -13035,7 +12987,7 @@ def status_view(states, now, keeps=None, cfg=None, venture=None, verbose=False, 
 
 
 def describe_status_lines(state, now, keep, children, cfg=None):
-    """Return the status lines of one venture: state, last report, controller position, levers, asks, run."""
+    """Return the status lines of one venture."""
     held = held_by(state) if state.mandate is not None else None
     if state.paused:
         condition = "paused"
@@ -13065,7 +13017,8 @@ def describe_status_lines(state, now, keep, children, cfg=None):
     if m is not None:
         for side_name, way, bound, lever in controller_sides(m):
             side, hold = state.side(side_name), m["controller"].get("hold") or 1
-            if state.level is not None and crossed(way, bound, state.level[1]):     # the last trusted report
+            # the last trusted report
+            if state.level is not None and crossed(way, bound, state.level[1]):
                 position = "past the bound"
                 if side["streak"] and len(side["streak"]) < hold:
                     position += f", waiting on hold ({len(side['streak'])} of {hold})"
@@ -13106,7 +13059,8 @@ def describe_status_lines(state, now, keep, children, cfg=None):
     if m is not None and m["run"]:
         child, restarts = (keep or {}).get("child"), (keep or {}).get("restarts", 0)
         ending = getattr(child, "ended_by", None)
-        if child and ending:            # a program being ended is not shown as running (a pause ends it within seconds)
+        # a program being ended is not shown as running (a pause ends it within seconds)
+        if child and ending:
             where = f"pid {child.pid} is being stopped ({'by the pause' if ending == 'pause' else ending})"
         elif child:
             where = f"pid {child.pid}"
@@ -13117,7 +13071,7 @@ def describe_status_lines(state, now, keep, children, cfg=None):
 
 
 def describe_calibration_lines(state):
-    """A venture with predictions: its rolling skill and coverage, and whether a ranking would run (WORLD-08)."""
+    """A venture with predictions: its skill and coverage, and whether a ranking would run."""
     if not predicts(state.mandate):
         return []
     skill, coverage = rolling_scores(state.scores)
@@ -13185,8 +13139,8 @@ def exposition_number(value):
 
 
 def metrics_text(states, home, now):
-    """Return the figures of the adopted ventures and the home (HomeFacts) at `now`, in
-    Prometheus's text format 0.0.4, with no timestamp (node_exporter refuses one)."""
+    """Return the figures of the ventures and the home in Prometheus's text format 0.0.4, with no
+    timestamp (node_exporter refuses one)."""
     samples = {name: [] for name, _, _ in METRIC_FAMILIES}
     at_home = f'home="{exposition_label(home.home)}"'
 
@@ -13308,26 +13262,29 @@ def run_verb(home, rest):
         for arg in options:
             if arg.startswith("-") and arg != "-":
                 usage = command_help(verb).splitlines()[0].replace(" [--home DIR]", "")
-                if verb not in ("add", "pause", "resume", "decide", "try"):     # no name to take: only the usage helps
+                # no name to take: only the usage helps
+                if verb not in ("add", "pause", "resume", "decide", "try"):
                     raise Fail(EX_USAGE, f"avsm {verb} takes no option '{arg}'; {usage}")
                 raise Fail(EX_USAGE, f"avsm {verb} takes no option '{arg}'; {usage} (for a name that begins with -, "
                                      f"write avsm {verb} -- {arg})")
     if verb == "try":
         return cmd_try(home, options + names)
-    if verb == "status":                # a venture named after -- is a name, even one that begins with -
+    # a venture named after -- is a name, even one that begins with -
+    if verb == "status":
         return cmd_status(resolve_home(home), options, names)
     try:
         # chart reads its own options, so it is handed the -- that ends them (a venture named -h is chart -- -h)
         return CLIENT_COMMANDS[verb](resolve_home(home), rest if verb == "chart" else options + names)
     except Exception as err:
-        if type(err).__module__ == "sqlite3" or isinstance(err, json.JSONDecodeError):     # not a ledger, or a record not JSON
+        # not a ledger, or a record not JSON
+        if type(err).__module__ == "sqlite3" or isinstance(err, json.JSONDecodeError):
             raise Fail(EX_DATAERR, f"{ledger_path(resolve_home(home))} cannot be read: {err}; "
                                    f"{client_command(resolve_home(home))} doctor says more") from None
         raise
 
 
 def command_help(verb):
-    """Return one command's help, from its entries in CLIENT_USAGE: each synopsis, then what it does."""
+    """Return one command's help, from its entries in CLIENT_USAGE."""
     lines, taking = [], False
     for line in CLIENT_USAGE.split("\n\n")[1].splitlines()[1:]:
         if line.startswith("  ") and not line.startswith("   "):
@@ -13346,8 +13303,7 @@ OPTIONLESS_COMMANDS = ("add", "asks", "deny", "decide", "pause", "resume", "why"
 
 
 def take_option(args, option):
-    """Return (the value of `option` (--home, --host, --fleet) or None, the other arguments): it may stand before
-    or after the command."""
+    """Return (the value of `option` or None, the other arguments), before or after the command."""
     home, rest, i = None, [], 0
     needs = {"--home": "a directory", "--host": "a host, as [user@]HOST[:HOME]", "--fleet": "a file"}[option]
     while i < len(args):
@@ -13416,7 +13372,8 @@ def run_daemon(args):
     return Daemon(home, cfg, path, text, debug).run()
 
 
-INTERNAL_PROGRAMS = ("warden", "adapter", "forecast")     # started by avsmd and its warden, not by hand
+# started by avsmd and its warden, not by hand
+INTERNAL_PROGRAMS = ("warden", "adapter", "forecast")
 
 
 def run_internal(program, args):
@@ -13434,7 +13391,7 @@ def run_internal(program, args):
 
 
 def run_forecast(args):
-    """The forecast program: the facts (forecast_facts) as JSON on standard input, the forecast as JSON out."""
+    """The forecast program: the facts as JSON on standard input, the forecast as JSON out."""
     if args or sys.stdin is None or sys.stdin.isatty():
         raise Fail(EX_USAGE, "the forecast program is started by the warden with its facts on standard input; run avsmd")
     try:
@@ -13452,9 +13409,7 @@ def run_forecast(args):
 
 
 def run_adapter(args):
-    """The built-in adapters (open point 5): `http.status URL` prints the status code of a GET;
-    `stripe PATH[#/pointer]` and `github PATH[#/pointer]` print the number a GET of the configured url/PATH
-    holds at that JSON pointer, with the key of the same name as a bearer token (both given on stdin)."""
+    """The built-in adapters (open point 5): `http.status URL`, `stripe PATH[#/ptr]`, `github`."""
     if len(args) != 2 or args[0] not in ADAPTERS:
         raise Fail(EX_USAGE, f"no built-in adapter reads {' '.join(args)!r}; use http.status URL, stripe PATH or github PATH")
     if args[0] == "http.status":
@@ -13462,7 +13417,8 @@ def run_adapter(args):
             status, _ = adapter_get(args[1])
         except OSError as err:
             raise Fail(EX_UNAVAILABLE, f"http.status {args[1]}: {err}") from None
-        out(str(status))                # any status is the reading: 404 and 503 are numbers a guard bounds
+        # any status is the reading: 404 and 503 are numbers a guard bounds
+        out(str(status))
         return EX_OK
     given = json.loads(sys.stdin.read() or "{}")
     if given.get("problem"):
@@ -13513,7 +13469,7 @@ def main(argv=None):
 
 
 def keep_standard_files_open():
-    """A daemon started with standard files closed gets /dev/null there, so no later write or open lands on fd 0-2."""
+    """A daemon started with standard files closed gets /dev/null there, on fd 0-2."""
     for fd, mode in ((0, os.O_RDONLY), (1, os.O_WRONLY), (2, os.O_WRONLY)):
         try:
             os.fstat(fd)
@@ -13529,7 +13485,7 @@ def keep_standard_files_open():
 
 
 def report_bug(name):
-    """An unexpected error: the whole traceback on standard error, with the version and how to report it."""
+    """An unexpected error: the whole traceback on standard error, with how to report it."""
     import traceback
     traceback.print_exc()
     sys.stderr.write(f"{name} {VERSION}: this is a bug in avsm, not something you did. Please report it with the lines above, "
