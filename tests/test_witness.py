@@ -203,7 +203,7 @@ def test_an_interrupted_copy_resumes_exactly(fleet, host, tmp_path):
     assert host.stop()[0] == 0
     last = rows(os.path.join(host.home, "ledger.db"))[-1]
     bulk = [(seq, last[1], {"kind": "ledger", "claim": "measured", "venture": "self", "summary": f"filler {seq}"})
-            for seq in range(last[0] + 1, last[0] + 60001)]
+            for seq in range(last[0] + 1, last[0] + 200001)]    # seconds of copying: the kill is mid-way
     write_ledger(host.home, bulk)
     host.start()
     keep = str(tmp_path / "w")
