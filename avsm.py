@@ -6093,8 +6093,9 @@ def verify_signer(text, signature, allowed, principal, namespace):
         code, _, err = ssh_keygen(["-Y", "verify", "-f", allowed, "-I", principal, "-n", namespace,
                                    "-s", sig.name], "verifying a checkpoint", text.encode())
     if code != 0:
+        said = f" ({err})" if str(err).strip() else ""     # ssh-keygen may say nothing
         raise Fail(EX_DATAERR, f"its signature is not {principal}'s in {allowed} under namespace "
-                               f"{namespace} ({err}): signed by another key, for another "
+                               f"{namespace}{said}: signed by another key, for another "
                                f"namespace, or changed since")
 
 

@@ -78,3 +78,21 @@ def test_a_host_listed_twice_is_refused_with_a_whole_example(workdir):
     line = run.stderr.strip()
     assert ":3:3: web1 is in hosts twice (first at line 2)" in line, line
     assert not line.endswith(":") and "{host: db1, name: web1-2}" in line, line
+
+
+def test_a_checkpoint_signed_by_another_principal_is_refused_without_an_empty_aside(av, workdir):
+    """The witness's refusal of a checkpoint whose signature is not the principal's (65) names the
+    principal and the file, with no empty '()' where ssh-keygen said nothing."""
+    key = os.path.join(workdir, "ck")
+    subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", key], check=True)
+    with open(key + ".pub") as fh:
+        pub = fh.read().strip()
+    allowed = write(os.path.join(workdir, "allowed"), f'web namespaces="avsm-checkpoint" {pub}\n')
+    write(os.path.join(av.home, "config.yaml"), f"checkpoint: {{key: {key}, principal: web}}\n")
+    av.start()
+    path = fleet_file(workdir, av.home)
+    write(path, open(path).read().replace("bridge --read-only}", "bridge --read-only, principal: ops}")
+          + f"allowed_signers: {allowed}\n")
+    run = client("fleet", "--fleet", path, "witness", "--keep", os.path.join(workdir, "keep"))
+    assert run.returncode == 65, run.stdout + run.stderr
+    assert "is refused: its signature is not ops's" in run.stdout and "()" not in run.stdout, run.stdout
