@@ -6150,8 +6150,9 @@ def verify_signer(text, signature, allowed, principal, namespace):
         code, _, err = ssh_keygen(["-Y", "verify", "-f", allowed, "-I", principal, "-n", namespace,
                                    "-s", sig.name], "verifying a checkpoint", text.encode())
     if code != 0:
+        said = f" ({err})" if str(err).strip() else ""     # ssh-keygen may say nothing
         raise Fail(EX_DATAERR, f"its signature is not {principal}'s in {allowed} under namespace "
-                               f"{namespace} ({err}): signed by another key, for another "
+                               f"{namespace}{said}: signed by another key, for another "
                                f"namespace, or changed since")
 
 
@@ -9176,6 +9177,12 @@ class Daemon:
                f"{self.cfg_path}: metrics: {metrics_problem(self.cfg.get('metrics'))}", EX_CONFIG)
         if os.path.exists(self.home) and not os.path.isdir(self.home):
             raise Fail(EX_CANTCREAT, f"{self.home} is not a directory; give --home a directory")
+        if os.path.lexists(os.path.join(self.home, MIRROR_MARK)):
+            raise Fail(EX_CANTCREAT, f"{self.home} is a witness's copy of another host's ledger "
+                                     f"(avsm fleet witness --mirror): avsmd runs nothing of it and "
+                                     f"writes nothing to it, or the next witness run would find it "
+                                     f"forked; read it with avsm --home {self.home} doctor, summary, "
+                                     f"why or chart, or give --home another directory")
         os.makedirs(self.home, mode=0o700, exist_ok=True)
         self.lock.take()
         swept = sweep_groups(os.path.join(self.home, "groups"), self.home)    # before anything else
@@ -10284,7 +10291,8 @@ def read_fleet(path, must=True):
         if name in named:
             first = c.where(("hosts", named[name]))[0]
             c.fail(("hosts", i), f"{name} is in hosts twice (first at line {first}): "
-                                 f"list a host once, or give each its own name:")
+                                 f"list a host once, or give each its own name, as "
+                                 f"{{host: {given['host']}, name: {name}-2}}")
         named[name] = i
     return hosts
 
@@ -10750,7 +10758,11 @@ def cmd_witness(home, fleet, args):
             results[host["name"]] = (fail.code, str(fail).removeprefix(host["name"] + ": "))
             if fail.code == EX_DATAERR and notify:
                 tell_witness(notify, home, host["name"], str(fail))
-    on_each_host(hosts, witness)
+    umask = os.umask(0o077)     # what is kept (a mirror is a home) is this user's alone, as avsmd's
+    try:
+        on_each_host(hosts, witness)
+    finally:
+        os.umask(umask)
     out(*(f"{host['name']}  {results[host['name']][1]}" for host in hosts))
     return next((results[h["name"]][0] for h in hosts if results[h["name"]][0]), EX_OK)
 
