@@ -73,10 +73,12 @@ EX_TEMPFAIL = 75     # another avsmd holds the home, or avsmd must be stopped fi
 EX_NOPERM = 77       # a permission missing
 EX_CONFIG = 78       # a config or mandate that does not hold, or a Python older than 3.11
 
-# The first thing either program does, at import, before anything 3.11-only runs, so an older interpreter gets
-# one line and EX_CONFIG (the installation does not hold; it is no bug in avsm, and a service manager can be told
-# not to restart on 78) rather than a traceback. For that the whole file must still parse on Python 3.6 and later:
-# no `match`, no `except*`, no parenthesized context managers (tests/test_newcomer.py checks it on 3.8 to 3.10).
+# The first thing either program does, at import, before anything 3.11-only runs, so an older
+# interpreter gets one line and EX_CONFIG (the installation does not hold; it is no bug in avsm, and
+# a service manager can be told not to restart on 78) rather than a traceback. For that the whole
+# file must still parse on Python 3.6 and later:
+# no `match`, no `except*`, no parenthesized context managers (tests/test_newcomer.py checks it on
+# 3.8 to 3.10).
 if sys.version_info < (3, 11):
     sys.stderr.write("avsm needs Python 3.11 or later; this is %d.%d.%d at %s\n"
                      % (sys.version_info[:3] + (sys.executable or "an unknown path",)))
@@ -87,11 +89,13 @@ ZERO_HASH = "0" * 64
 SOCKET_LIMIT = 103 if sys.platform == "darwin" else 107
 NAME_CHARS = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_-.")
 LEVER_TIMEOUT = 600          # a lever run's time limit unless `timeout:` says otherwise
-READING_TIMEOUT = 600        # a report's, guard's, audit's or reading's time limit unless its `timeout:` says otherwise
+# a report's, guard's, audit's or reading's time limit unless its `timeout:` says otherwise
+READING_TIMEOUT = 600
 KILL_GRACE = 7               # SIGTERM, then SIGKILL this many seconds later
 NOTE_MAX = 2000              # characters of a note kept in a record
 OUTPUT_KEEP = 64 * 1024      # bytes of a command's output kept while it runs
-PIPE_ROOM = 1024 * 1024       # bytes a command's output pipe holds before the command waits for the warden
+# bytes a command's output pipe holds before the command waits for the warden
+PIPE_ROOM = 1024 * 1024
 REPLY_MAX = 256 * 1024       # bytes of a model's reply read at most
 BACKOFF_FIRST, BACKOFF_CEILING, BACKOFF_RESET = 1, 300, 600   # open point 31
 QUICK_DEATH = 10             # a `run` that dies within this many seconds is restarted with back-off
@@ -120,7 +124,8 @@ DURATION_MAX = 36500 * 86400  # 100 years: past it a duration is a typo, and clo
 
 
 def parse_duration(text):
-    """Return the seconds in a duration: one positive whole number and one unit (10s, 5m, 2h, 1d)."""
+    """Return the seconds in a duration: one positive whole number and one unit (10s, 5m, 2h,
+    1d)."""
     s = text.strip() if isinstance(text, str) else json.dumps(text)  # YAML's null reads null
     one = re.fullmatch(r"([0-9]+)([smhd])", s)
     if one and 0 < int(one[1]) * DURATION_UNITS[one[2]] <= DURATION_MAX:
@@ -181,7 +186,9 @@ def parse_cap(text):
     s = str(text).strip()
     count, slash, period = s.partition("/")
     if not slash or not count.isdigit() or not count.isascii():
-        raise ValueError(f"'{s}' is not a cap; write a count and a period, such as 60/hour or 4/day")
+        raise ValueError(
+            f"'{s}' is not a cap; write a count and a period, such as 60/hour or 4/day"
+        )
     if int(count) < 1:
         raise ValueError(f"'{s}' is not a cap: its count must be at least 1 "
                          f"(a lever that may never run is forbidden:, or not permitted at all)")
@@ -237,7 +244,9 @@ class NumberError(ValueError):
 
 def number_refusal(text):
     """Return why the number written `text` is refused, quoting it shortened."""
-    return f"{shorten(text)} is too large: avsm takes no number beyond 1e300; write a smaller number"
+    return (
+        f"{shorten(text)} is too large: avsm takes no number beyond 1e300; write a smaller number"
+    )
 
 
 def shorten(text, keep=24):
@@ -256,7 +265,9 @@ def bounded_int(text, base):
     digits first: int() refuses past 4300)."""
     digits = text.lstrip("+-").lstrip("0")
     if len(digits) > NUMBER_DIGITS[base] or abs(int(text, base)) > NUMBER_MAX:
-        raise NumberError(number_refusal(text if base == 10 else ("0x" if base == 16 else "0o") + text))
+        raise NumberError(
+            number_refusal(text if base == 10 else ("0x" if base == 16 else "0o") + text)
+        )
     return int(text, base)
 
 
@@ -567,7 +578,9 @@ class YamlReader:
         """document ::= comment* ['---' comment?] comment* [block_node] comment*"""
         row = self.skip_blank(0)
         if row < len(self.lines) and is_document_marker(self.lines[row], '---'):
-            self.finish_line(row, 3, "content on the '---' line; start the document on the next line")
+            self.finish_line(
+                row, 3, "content on the '---' line; start the document on the next line"
+            )
             row += 1
         row = self.next_content(row)
         if row == len(self.lines):
@@ -613,10 +626,13 @@ class YamlReader:
             if not self.is_dash(row, indent):
                 if under_key:
                     return items, row
-                raise self.error(row, indent, "expected '- ' here, where the sequence above continues")
+                raise self.error(
+                    row, indent, "expected '- ' here, where the sequence above continues"
+                )
 
     def seq_entry(self, row, indent, path):
-        """entry ::= '-' EOL next_lines_node | '-' ' '+ (compact_seq | compact_map | inline_value)"""
+        """entry ::= '-' EOL next_lines_node | '-' ' '+ (compact_seq | compact_map |
+        inline_value)"""
         line = self.lines[row]
         i = self.skip_spaces(row, indent + 1)
         if i == len(line) or line[i] == '#':
@@ -624,7 +640,8 @@ class YamlReader:
         return self.block_node(row, i, indent, path)
 
     def block_mapping(self, row, indent, path):
-        """block_map ::= (key ' '* ':' (' '+ value | EOL next_lines_node))+, every key at `indent`"""
+        """block_map ::= (key ' '* ':' (' '+ value | EOL next_lines_node))+, every key at
+        `indent`"""
         result, first_row = {}, {}
         while True:
             entry = self.block_key(row, indent, path)
@@ -644,7 +661,8 @@ class YamlReader:
                 raise self.misindented(row)
 
     def map_value(self, row, i, indent, path):
-        """value ::= EOL next_lines_node | ' '+ inline_value ; no block collection on the key's line"""
+        """value ::= EOL next_lines_node | ' '+ inline_value ; no block collection on the key's
+        line"""
         line = self.lines[row]
         j = self.skip_spaces(row, i)
         if j == len(line) or line[j] == '#':
@@ -673,14 +691,20 @@ class YamlReader:
         """Return the refusal of a line indented deeper than the entry before allows."""
         i = self.indent(row)
         if self.is_dash(row, i) or self.block_key(row, i, ()):
-            return self.error(row, i, "bad indentation: this entry lines up with no block above it; "
-                                      "align it with its siblings")
+            return self.error(
+                row,
+                i,
+                "bad indentation: this entry lines up with no block above it; "
+                "align it with its siblings",
+            )
         return self.error(row, i, YAML_MULTILINE)
 
     def not_a_key_reason(self, row, i):
         """Return why the line at a mapping's indentation is refused."""
         if self.is_dash(row, i):
-            return "a '- ' entry cannot follow keys at the same indentation; indent it under its key"
+            return (
+                "a '- ' entry cannot follow keys at the same indentation; indent it under its key"
+            )
         return "expected 'key: value' here (is a ':' missing, or a scalar continued from above?)"
 
     # --- keys and one-line values ---------------------------------------------
@@ -723,7 +747,8 @@ class YamlReader:
         return text
 
     def inline_value(self, row, i, parent, path):
-        """inline_value ::= block_scalar | (flow_seq | flow_map | single | double | plain) comment? EOL"""
+        """inline_value ::= block_scalar | (flow_seq | flow_map | single | double | plain) comment?
+        EOL"""
         line = self.lines[row]
         if line[i] in '|>':
             return self.block_scalar(row, i, parent)
@@ -740,7 +765,9 @@ class YamlReader:
             raise self.error(row, i, reason)
         value, end = self.plain_value(row, i, flow=False)
         if end < len(line) and line[end] == ':':
-            raise self.error(row, end, "a mapping cannot start here; put it on the next lines, indented")
+            raise self.error(
+                row, end, "a mapping cannot start here; put it on the next lines, indented"
+            )
         return value, row + 1
 
     # --- scalars --------------------------------------------------------------
@@ -779,7 +806,9 @@ class YamlReader:
         while True:
             j = line.find("'", j)
             if j < 0:
-                raise self.error(row, i, "the quote opened here is not closed on its line; " + YAML_MULTILINE)
+                raise self.error(
+                    row, i, "the quote opened here is not closed on its line; " + YAML_MULTILINE
+                )
             if not line.startswith("''", j):
                 return line[i + 1:j].replace("''", "'"), j + 1
             j += 2
@@ -807,7 +836,9 @@ class YamlReader:
             else:
                 raise self.error(row, j, f"unknown escape '\\{line[j + 1]}'; write '\\\\' for a "
                                          f"backslash, or use single quotes")
-        raise self.error(row, i, "the quote opened here is not closed on its line; " + YAML_MULTILINE)
+        raise self.error(
+            row, i, "the quote opened here is not closed on its line; " + YAML_MULTILINE
+        )
 
     def hex_escape(self, row, j):
         """Return the character of the hex escape at j."""
@@ -832,7 +863,9 @@ class YamlReader:
         if j < len(line) and line[j] in '0123456789':
             raise self.error(row, j, "indentation indicators (|2) are not supported; "
                                      "remove the digit and indent the text")
-        self.finish_line(row, j, f"text after '{line[i:j]}'; put the text on the next lines, indented")
+        self.finish_line(
+            row, j, f"text after '{line[i:j]}'; put the text on the next lines, indented"
+        )
         body, end = self.block_lines(row + 1, parent)
         if body and end == len(self.lines) and self.unterminated and chomp != '-' \
                 and self.lines[-1].strip(' '):
@@ -978,12 +1011,54 @@ class YamlReader:
 
 # ---- the mandate ------------------------------------------------------------
 
-MANDATE_KEYS = {"purpose", "metric", "controller", "cadence", "permitted", "forbidden", "restart", "run",
-                "guards", "audits", "readings", "range", "max_step", "max_rise", "max_fall", "confirm",
-                "world", "calibration", "escalate", "timeout"}
-LEVER_KEYS = {"name", "run", "cap", "reversible", "delegated", "timeout", "takes", "expects", "revoke_after",
-              "budget", "check"}
-GUARD_KEYS = {"name", "run", "adapter", "drawdown", "of", "above", "below", "then", "unwind", "confirm", "timeout"}
+MANDATE_KEYS = {
+    "purpose",
+    "metric",
+    "controller",
+    "cadence",
+    "permitted",
+    "forbidden",
+    "restart",
+    "run",
+    "guards",
+    "audits",
+    "readings",
+    "range",
+    "max_step",
+    "max_rise",
+    "max_fall",
+    "confirm",
+    "world",
+    "calibration",
+    "escalate",
+    "timeout",
+}
+LEVER_KEYS = {
+    "name",
+    "run",
+    "cap",
+    "reversible",
+    "delegated",
+    "timeout",
+    "takes",
+    "expects",
+    "revoke_after",
+    "budget",
+    "check",
+}
+GUARD_KEYS = {
+    "name",
+    "run",
+    "adapter",
+    "drawdown",
+    "of",
+    "above",
+    "below",
+    "then",
+    "unwind",
+    "confirm",
+    "timeout",
+}
 AUDIT_KEYS = {"name", "run", "worse", "better", "tolerance", "window", "confirm", "timeout"}
 READING_KEYS = {"name", "run", "lines", "audit", "timeout"}
 TAKES = ("text", "json", "diff", "file")
@@ -993,7 +1068,8 @@ RESTART_POLICIES = ("always", "on-failure", "never")
 
 
 def checked_yaml(text, source):
-    """Return (the YAML document `text`, its Checker); Fail(78) at file:line:col when it does not read."""
+    """Return (the YAML document `text`, its Checker); Fail(78) at file:line:col when it does not
+    read."""
     try:
         doc, marks = parse_yaml_marked(text, source)
     except YamlError as err:
@@ -1022,7 +1098,9 @@ class Checker:
             self.fail(path, f"{what} must be a mapping of keys to values")
         for key in value:
             if key not in known:
-                self.fail(tuple(path) + (key,), f"unknown key '{key}' in {what}{nearest(key, known)}")
+                self.fail(
+                    tuple(path) + (key,), f"unknown key '{key}' in {what}{nearest(key, known)}"
+                )
         return value
 
     def text(self, value, path, what, required=True):
@@ -1087,10 +1165,17 @@ class Checker:
 
 def command_problem(run, directory):
     """Return why a command line's program is missing or not executable in `directory`, or None."""
-    word = re.match(r"[^\s;&|<>()$`\\\"'*?\[#~=]*", run.lstrip())[0]    # the program, up to the shell's first operator
-    first = word if word and run.lstrip()[len(word):][:1] in ("", " ", "\t", "\n", ";", "&", "|", "<", ">", ")") else ""
+    # the program, up to the shell's first operator
+    word = re.match(r"[^\s;&|<>()$`\\\"'*?\[#~=]*", run.lstrip())[0]
+    first = (
+        word
+        if word
+        and run.lstrip()[len(word) :][:1] in ("", " ", "\t", "\n", ";", "&", "|", "<", ">", ")")
+        else ""
+    )
     if "/" not in first:
-        return None                 # a name found on PATH, or a word the shell builds: the shell judges it
+        # a name found on PATH, or a word the shell builds: the shell judges it
+        return None
     path = os.path.normpath(first if os.path.isabs(first) else os.path.join(directory, first))
     if not os.path.exists(path):
         return f"{first} is missing in {directory}; create it or fix the path"
@@ -1108,19 +1193,27 @@ def refuse(problem, code=EX_DATAERR):
 def check_venture_name(name):
     """Return the venture name of a directory, or raise Fail(65) for one avsm cannot name."""
     if not name or name in (".", "..") or not NAME_CHARS.issuperset(name):
-        raise Fail(EX_DATAERR, f"'{name}' is not a venture name: a directory name is one word of letters, digits, _, - and .; rename the directory")
+        raise Fail(
+            EX_DATAERR,
+            f"'{name}' is not a venture name: a directory name is one word of letters, digits, _, -"
+            " and .; rename the directory",
+        )
     if name == "self":
         raise Fail(EX_DATAERR, "'self' is avsm's own venture; rename the directory")
     return name
 
 
 def parse_mandate(text, source="mandate.yaml", directory=None):
-    """Return the mandate `text` as one validated dict; Fail(78) at file:line:col when it does not hold.
-    In the venture `directory`, when given, its programs must exist and be executable."""
+    """Return the mandate `text` as one validated dict; Fail(78) at file:line:col when it does not
+    hold. In the venture `directory`, when given, its programs must exist and be executable."""
     doc, c = checked_yaml(text, source)
     c.mapping(doc, (), MANDATE_KEYS, "the mandate")
-    c.require(doc, (), ("purpose", "metric", "controller", "cadence"),
-              "the mandate has no '{key}'; every mandate says purpose, metric, controller and cadence")
+    c.require(
+        doc,
+        (),
+        ("purpose", "metric", "controller", "cadence"),
+        "the mandate has no '{key}'; every mandate says purpose, metric, controller and cadence",
+    )
     m = {"purpose": c.text(doc["purpose"], ("purpose",), "purpose"),
          "metric": c.text(doc["metric"], ("metric",), "metric"),
          "cadence": c.duration(doc["cadence"], ("cadence",))}
@@ -1154,8 +1247,8 @@ def parse_mandate(text, source="mandate.yaml", directory=None):
 
 
 def adapter_problem(text):
-    """Return why a built-in adapter's reading does not hold, or None.
-    adapter ::= 'http.status' URL | ('stripe' | 'github') PATH ['#' pointer]   pointer ::= ('/' token)*"""
+    """Return why a built-in adapter's reading does not hold, or None. adapter ::= 'http.status' URL
+    | ('stripe' | 'github') PATH ['#' pointer]   pointer ::= ('/' token)* """
     words = text.split()
     if len(words) != 2:
         return (f"'{text}' is not an adapter reading; write http.status URL, "
@@ -1195,7 +1288,10 @@ def parse_levers(c, doc, directory):
     for path, item, name in named_items(c, doc, "permitted", LEVER_KEYS, "a lever",
                                         " of levers, each with name, run, cap and reversible"):
         if name in BUILTIN_LEVERS:
-            c.fail(path + ("name",), f"'{name}' is built in (it pauses the venture); give the lever another name")
+            c.fail(
+                path + ("name",),
+                f"'{name}' is built in (it pauses the venture); give the lever another name",
+            )
         c.require(item, path, ("cap", "reversible") + (() if name == "research" else ("run",)),
                   f"lever '{name}' has no '{{key}}'; a lever says name, run, cap and reversible")
         def at(key):
@@ -1239,17 +1335,28 @@ def parse_expects(text):
     """Return (way, size or None, within) of `up|down [size] within N`."""
     words = str(text).split()
     if not words or words[0] not in ("up", "down"):
-        raise ValueError(f"'{text}' is not an expectation; write up or down, an optional size, then within and a count: up 5 within 3")
+        raise ValueError(
+            f"'{text}' is not an expectation; write up or down, an optional size, then within and a"
+            " count: up 5 within 3"
+        )
     if "within" not in words:
-        raise ValueError(f"'{text}' says no 'within'; write {words[0]} within 3, counting the reports that follow a run")
+        raise ValueError(
+            f"'{text}' says no 'within'; write {words[0]} within 3, counting the reports that"
+            " follow a run"
+        )
     at = words.index("within")
     size = None
     if at == 2:
         size = parse_number(words[1])
         if size is None or not size > 0 or size == float("inf"):
-            raise ValueError(f"'{words[1]}' is not a size; write a number above 0, as in up 5 within 3")
+            raise ValueError(
+                f"'{words[1]}' is not a size; write a number above 0, as in up 5 within 3"
+            )
     elif at != 1:
-        raise ValueError(f"'{text}' is not an expectation; write up or down, an optional size, then within and a count")
+        raise ValueError(
+            f"'{text}' is not an expectation; write up or down, an optional size, then within and a"
+            " count"
+        )
     if len(words) != at + 2 or not words[at + 1].isdigit() or int(words[at + 1]) < 1:
         raise ValueError(f"'{text}' needs a count of reports after within, such as within 3")
     return (words[0], size, int(words[at + 1]))
@@ -1258,7 +1365,12 @@ def parse_expects(text):
 def parse_budget(c, value, path):
     """Return a lever's budget {field, max, per} (open point 27)."""
     c.mapping(value, path, {"field", "max", "per"}, "a budget")
-    c.require(value, path, ("field", "max", "per"), "a budget has no '{key}'; write {field: qty, max: 100000, per: 1d}")
+    c.require(
+        value,
+        path,
+        ("field", "max", "per"),
+        "a budget has no '{key}'; write {field: qty, max: 100000, per: 1d}",
+    )
     return {"field": c.text(value["field"], path + ("field",), "field"),
             "max": c.number(value["max"], path + ("max",), "max", positive=True),
             "per": c.duration(value["per"], path + ("per",))}
@@ -1273,9 +1385,16 @@ def parse_forbidden(c, doc, levers):
     for i, name in enumerate(items):
         name = c.text(name, ("forbidden", i), "a forbidden lever")
         if name in levers:
-            c.fail(("forbidden", i), f"lever '{name}' is both permitted and forbidden; keep it in one list")
+            c.fail(
+                ("forbidden", i),
+                f"lever '{name}' is both permitted and forbidden; keep it in one list",
+            )
         if name == "stop":
-            c.fail(("forbidden", i), "stop is built in and always permitted (it pauses the venture); take it out of forbidden")
+            c.fail(
+                ("forbidden", i),
+                "stop is built in and always permitted (it pauses the venture); take it out of"
+                " forbidden",
+            )
         names.append(name)
     return names
 
@@ -1284,12 +1403,16 @@ def parse_controller(c, value, levers):
     """Return the controller: its kind from CONTROLLERS, deadband and hold."""
     path = ("controller",)
     if not isinstance(value, dict):
-        c.fail(path, "controller must be a mapping with a kind: threshold, band, model or classifier")
+        c.fail(
+            path, "controller must be a mapping with a kind: threshold, band, model or classifier"
+        )
     kind = c.choice(value.get("kind"), path + ("kind",), "controller kind", tuple(CONTROLLERS))
     c.mapping(value, path, CONTROLLERS[kind].keys, f"a {kind} controller")
     ctl = {"kind": kind, "deadband": None, "hold": 1}
     if "deadband" in value:
-        ctl["deadband"] = c.number(value["deadband"], path + ("deadband",), "deadband", positive=True)
+        ctl["deadband"] = c.number(
+            value["deadband"], path + ("deadband",), "deadband", positive=True
+        )
     if "hold" in value:
         ctl["hold"] = c.whole(value["hold"], path + ("hold",), "hold")
     CONTROLLERS[kind].parse(c, value, levers, path, ctl)
@@ -1308,8 +1431,12 @@ def parse_threshold(c, value, levers, path, ctl):
 
 
 def parse_band(c, value, levers, path, ctl):
-    c.require(value, path, ("low", "high", "below", "above"),
-              "a band has no '{key}'; write {kind: band, low: 19, high: 24, below: heat, above: cool}")
+    c.require(
+        value,
+        path,
+        ("low", "high", "below", "above"),
+        "a band has no '{key}'; write {kind: band, low: 19, high: 24, below: heat, above: cool}",
+    )
     for key in ("low", "high"):
         ctl[key] = c.number(value[key], path + (key,), key)
     if ctl["low"] >= ctl["high"]:
@@ -1352,17 +1479,29 @@ ControllerKind = collections.namedtuple("ControllerKind", "keys parse sides desc
 ControllerKind.__doc__ = """A controller kind: its mandate keys, its parser, its sides
 [(side name, way, bound, lever)] for the kernel, one line for a person, whether a model proposes."""
 CONTROLLERS = {  # adding a controller kind is one entry here and its functions
-    "threshold": ControllerKind({"kind", "above", "below", "action", "deadband", "hold"}, parse_threshold,
-                                lambda ctl: [(ctl["side"], ctl["side"], ctl["bound"], ctl["action"])],
-                                describe_threshold, False),
-    "band": ControllerKind({"kind", "low", "high", "below", "above", "deadband", "hold"}, parse_band,
-                           lambda ctl: [("below", "below", ctl["low"], ctl["below"]),
-                                        ("above", "above", ctl["high"], ctl["above"])],
-                           describe_band, False),
-    "model": ControllerKind({"kind", "backend"}, parse_backend_controller, lambda ctl: [],
-                            describe_by_model, True),
-    "classifier": ControllerKind({"kind", "backend"}, parse_backend_controller, lambda ctl: [],
-                                 describe_by_model, True),
+    "threshold": ControllerKind(
+        {"kind", "above", "below", "action", "deadband", "hold"},
+        parse_threshold,
+        lambda ctl: [(ctl["side"], ctl["side"], ctl["bound"], ctl["action"])],
+        describe_threshold,
+        False,
+    ),
+    "band": ControllerKind(
+        {"kind", "low", "high", "below", "above", "deadband", "hold"},
+        parse_band,
+        lambda ctl: [
+            ("below", "below", ctl["low"], ctl["below"]),
+            ("above", "above", ctl["high"], ctl["above"]),
+        ],
+        describe_band,
+        False,
+    ),
+    "model": ControllerKind(
+        {"kind", "backend"}, parse_backend_controller, lambda ctl: [], describe_by_model, True
+    ),
+    "classifier": ControllerKind(
+        {"kind", "backend"}, parse_backend_controller, lambda ctl: [], describe_by_model, True
+    ),
 }
 
 
@@ -1405,10 +1544,16 @@ def parse_guards(c, doc, m, directory):
     guards, lever_runs = [], {lever["run"] for lever in m["levers"].values() if lever["run"]}
     for path, item, name in named_items(c, doc, "guards", GUARD_KEYS, "a guard",
                                         ", such as - {name: spend, run: ./spend, above: 100}"):
-        g = {"name": name, "run": None, "adapter": None, "drawdown": None,
-             "then": c.choice(item.get("then", "pause"), path + ("then",), "then", ("pause", "ask")),
-             "confirm": c.boolean(item.get("confirm", m["confirm"]), path + ("confirm",), "confirm"),
-             "unwind": None, "timeout": reading_timeout(c, item, path)}
+        g = {
+            "name": name,
+            "run": None,
+            "adapter": None,
+            "drawdown": None,
+            "then": c.choice(item.get("then", "pause"), path + ("then",), "then", ("pause", "ask")),
+            "confirm": c.boolean(item.get("confirm", m["confirm"]), path + ("confirm",), "confirm"),
+            "unwind": None,
+            "timeout": reading_timeout(c, item, path),
+        }
         if "timeout" in item and "drawdown" in item:
             c.fail(path + ("timeout",), "a drawdown guard is read from the metric's report "
                                         "and runs nothing; remove timeout:")
@@ -1433,16 +1578,23 @@ def parse_guards(c, doc, m, directory):
         else:
             g["drawdown"] = c.parsed(parse_percent, item["drawdown"], path + ("drawdown",))
             if item.get("of") != m["metric"]:
-                c.fail(path + ("of",), f"a drawdown guard says of: {m['metric']}, the venture's metric")
+                c.fail(
+                    path + ("of",), f"a drawdown guard says of: {m['metric']}, the venture's metric"
+                )
         if "of" in item and "drawdown" not in item:
             c.fail(path + ("of",), "of: belongs to a drawdown guard")
         bounds = [k for k in ("above", "below") if k in item]
         if g["drawdown"] is None:
             if len(bounds) != 1:
                 c.fail(path, f"guard '{name}' takes exactly one bound: above: or below:")
-            g["side"], g["bound"] = bounds[0], c.number(item[bounds[0]], path + (bounds[0],), bounds[0])
+            g["side"], g["bound"] = bounds[0], c.number(
+                item[bounds[0]], path + (bounds[0],), bounds[0]
+            )
         elif bounds:
-            c.fail(path + (bounds[0],), "a drawdown guard's bound is its percentage; remove above:/below:")
+            c.fail(
+                path + (bounds[0],),
+                "a drawdown guard's bound is its percentage; remove above:/below:",
+            )
         else:
             # trips when the fall from the peak passes P%
             g["side"], g["bound"] = "above", g["drawdown"]
@@ -1453,18 +1605,27 @@ def parse_guards(c, doc, m, directory):
 
 
 def parse_unwind(c, value, path, levers):
-    """Return a guard's unwind {action, payload}: one permitted lever and the exact payload it takes."""
+    """Return a guard's unwind {action, payload}: one permitted lever and the exact payload it
+    takes."""
     c.mapping(value, path, {"action", "payload"}, "an unwind")
     if "action" not in value:
         c.fail(path, "an unwind names its lever with action:")
     action = permitted_lever(c, value["action"], path + ("action",), levers)
     payload, takes = value.get("payload"), levers[action]["takes"]
     if takes == "json" and not isinstance(payload, dict):
-        c.fail(path + ("payload",), f"lever '{action}' takes json, so the unwind's payload is a mapping")
+        c.fail(
+            path + ("payload",),
+            f"lever '{action}' takes json, so the unwind's payload is a mapping",
+        )
     if takes in ("text", "diff", "file") and not isinstance(payload, str):
-        c.fail(path + ("payload",), f"lever '{action}' takes {takes}, so the unwind's payload is text")
+        c.fail(
+            path + ("payload",), f"lever '{action}' takes {takes}, so the unwind's payload is text"
+        )
     if takes is None and payload is not None:
-        c.fail(path + ("payload",), f"lever '{action}' takes no content; remove the payload or add takes: to the lever")
+        c.fail(
+            path + ("payload",),
+            f"lever '{action}' takes no content; remove the payload or add takes: to the lever",
+        )
     if levers[action]["run"] == "mail.send":
         try:
             write_mail(payload, "avsm")
@@ -1476,34 +1637,60 @@ def parse_unwind(c, value, path, levers):
 def parse_audits(c, doc, directory):
     """Return the audits: a command, which way is worse, and a tolerance."""
     audits = []
-    for path, item, name in named_items(c, doc, "audits", AUDIT_KEYS, "an audit",
-                                        ", such as - {name: refunds, run: ./refunds, worse: up, tolerance: 2}"):
+    for path, item, name in named_items(
+        c,
+        doc,
+        "audits",
+        AUDIT_KEYS,
+        "an audit",
+        ", such as - {name: refunds, run: ./refunds, worse: up, tolerance: 2}",
+    ):
         c.require(item, path, ("run", "worse"), f"audit '{name}' has no '{{key}}'")
-        audits.append({"name": name,
-                       "run": c.command(item["run"], path + ("run",), f"audit '{name}'", directory),
-                       "worse": c.choice(item["worse"], path + ("worse",), "worse", ("up", "down")),
-                       "better": c.choice(item.get("better", "up"), path + ("better",), "better", ("up", "down")),
-                       "tolerance": c.number(item.get("tolerance", 0), path + ("tolerance",), "tolerance"),
-                       "window": c.whole(item.get("window", 5), path + ("window",), "window", least=2),
-                       "confirm": c.boolean(item.get("confirm", True), path + ("confirm",), "confirm"),
-                       "timeout": reading_timeout(c, item, path)})
+        audits.append(
+            {
+                "name": name,
+                "run": c.command(item["run"], path + ("run",), f"audit '{name}'", directory),
+                "worse": c.choice(item["worse"], path + ("worse",), "worse", ("up", "down")),
+                "better": c.choice(
+                    item.get("better", "up"), path + ("better",), "better", ("up", "down")
+                ),
+                "tolerance": c.number(item.get("tolerance", 0), path + ("tolerance",), "tolerance"),
+                "window": c.whole(item.get("window", 5), path + ("window",), "window", least=2),
+                "confirm": c.boolean(item.get("confirm", True), path + ("confirm",), "confirm"),
+                "timeout": reading_timeout(c, item, path),
+            }
+        )
     return audits
 
 
 def parse_readings(c, doc, m, directory):
     """Return the readings: commands whose address fields a model may see."""
     readings = []
-    for path, item, name in named_items(c, doc, "readings", READING_KEYS, "a reading",
-                                        ", such as - {name: waiting, run: ./waiting, lines: address}"):
+    for path, item, name in named_items(
+        c,
+        doc,
+        "readings",
+        READING_KEYS,
+        "a reading",
+        ", such as - {name: waiting, run: ./waiting, lines: address}",
+    ):
         if "run" not in item:
             c.fail(path, f"reading '{name}' has no 'run'")
         audit = item.get("audit")
         if audit is not None and not any(a["name"] == audit for a in m["audits"]):
-            c.fail(path + ("audit",), f"reading '{name}' names audit '{audit}', which the mandate does not have")
-        readings.append({"name": name,
-                         "run": c.command(item["run"], path + ("run",), f"reading '{name}'", directory),
-                         "lines": c.choice(item.get("lines"), path + ("lines",), "lines", ("address",)),
-                         "audit": audit, "timeout": reading_timeout(c, item, path)})
+            c.fail(
+                path + ("audit",),
+                f"reading '{name}' names audit '{audit}', which the mandate does not have",
+            )
+        readings.append(
+            {
+                "name": name,
+                "run": c.command(item["run"], path + ("run",), f"reading '{name}'", directory),
+                "lines": c.choice(item.get("lines"), path + ("lines",), "lines", ("address",)),
+                "audit": audit,
+                "timeout": reading_timeout(c, item, path),
+            }
+        )
     return readings
 
 
@@ -1517,8 +1704,20 @@ def reading_timeout(c, item, path):
 
 # ---- the config -------------------------------------------------------------
 
-CONFIG_KEYS = {"nightly", "default", "backends", "escalate", "ratchet", "forecast", "canary_asks", "checkpoint",
-               "adapters", "research", "notify", "metrics"}
+CONFIG_KEYS = {
+    "nightly",
+    "default",
+    "backends",
+    "escalate",
+    "ratchet",
+    "forecast",
+    "canary_asks",
+    "checkpoint",
+    "adapters",
+    "research",
+    "notify",
+    "metrics",
+}
 BACKEND_KEYS = {"anthropic": {"kind", "model", "key", "url", "effort", "version", "max_tokens"},
                 "openai": {"kind", "url", "model", "key", "max_tokens", "api", "effort"},
                 "command": {"kind", "run", "offbox"}}
@@ -1539,42 +1738,82 @@ PACKET_FORECAST = {"days": 7, "seeds": 8}  # a decision packet's, unless the con
 
 
 def parse_config(text, source="config.yaml"):
-    """Return config.yaml as a dict with every key, defaults filled in; Fail(78) when it does not hold."""
+    """Return config.yaml as a dict with every key, defaults filled in; Fail(78) when it does not
+    hold."""
     doc, c = checked_yaml(text, source)
     doc = {} if doc is None else doc
     if isinstance(doc, dict) and "port" in doc:
-        c.fail(("port",), "port: is gone: avsm opens no listener but its socket, and never will; reach this host "
-                          "over ssh instead (avsm --host HOST, avsm fleet; the README's Many hosts): remove port:")
+        c.fail(
+            ("port",),
+            "port: is gone: avsm opens no listener but its socket, and never will; reach this host "
+            "over ssh instead (avsm --host HOST, avsm fleet; the README's Many hosts): remove"
+            " port:",
+        )
     c.mapping(doc, (), CONFIG_KEYS, "the config")
-    cfg = {"nightly": parse_nightly(c, doc.get("nightly", "03:00")), "backends": {}, "default": None, "escalate": None,
-           "ratchet": c.whole(doc.get("ratchet", 5), ("ratchet",), "ratchet", least=0),
-           "forecast": None, "canary_asks": None, "adapters": {}, "research": None}
+    cfg = {
+        "nightly": parse_nightly(c, doc.get("nightly", "03:00")),
+        "backends": {},
+        "default": None,
+        "escalate": None,
+        "ratchet": c.whole(doc.get("ratchet", 5), ("ratchet",), "ratchet", least=0),
+        "forecast": None,
+        "canary_asks": None,
+        "adapters": {},
+        "research": None,
+    }
     backends = {} if doc.get("backends") is None else doc["backends"]
-    c.mapping(backends, ("backends",), set(backends) if isinstance(backends, dict) else (), "backends")
+    c.mapping(
+        backends, ("backends",), set(backends) if isinstance(backends, dict) else (), "backends"
+    )
     for name, b in backends.items():
         path = ("backends", name)
-        if not isinstance(b, dict) or not isinstance(b.get("kind"), str) or b["kind"] not in BACKEND_KEYS:
+        if (
+            not isinstance(b, dict)
+            or not isinstance(b.get("kind"), str)
+            or b["kind"] not in BACKEND_KEYS
+        ):
             c.fail(path, f"backend '{name}' needs kind: anthropic, openai or command")
         c.mapping(b, path, BACKEND_KEYS[b["kind"]], f"a {b['kind']} backend")
-        needs = {"anthropic": ("model", "key"), "openai": ("url", "model"), "command": ("run",)}[b["kind"]]
-        c.require(b, path, needs, f"backend '{name}' has no '{{key}}'; a {b['kind']} backend says {', '.join(needs)}")
-        backend = {k: c.text(v, path + (k,), k) for k, v in b.items() if k not in ("offbox", "max_tokens")}
+        needs = {"anthropic": ("model", "key"), "openai": ("url", "model"), "command": ("run",)}[
+            b["kind"]
+        ]
+        c.require(
+            b,
+            path,
+            needs,
+            f"backend '{name}' has no '{{key}}'; a {b['kind']} backend says {', '.join(needs)}",
+        )
+        backend = {
+            k: c.text(v, path + (k,), k) for k, v in b.items() if k not in ("offbox", "max_tokens")
+        }
         if "effort" in b:
             c.choice(b["effort"], path + ("effort",), "effort", EFFORTS[b["kind"]])
         if b["kind"] == "anthropic":
             backend["version"] = backend.get("version", ANTHROPIC_VERSION)
             if not re.fullmatch(r"\d{4}-\d\d-\d\d", backend["version"]):
-                c.fail(path + ("version",), f"version is the API's version date, as {ANTHROPIC_VERSION}, "
-                                            f"not {json.dumps(backend['version'])}")
-            backend["max_tokens"] = c.whole(b.get("max_tokens", MAX_TOKENS), path + ("max_tokens",), "max_tokens")
+                c.fail(
+                    path + ("version",),
+                    f"version is the API's version date, as {ANTHROPIC_VERSION}, "
+                    f"not {json.dumps(backend['version'])}",
+                )
+            backend["max_tokens"] = c.whole(
+                b.get("max_tokens", MAX_TOKENS), path + ("max_tokens",), "max_tokens"
+            )
         elif b["kind"] == "openai":  # max_tokens is sent only when it says
             given = b.get("max_tokens")
-            backend["max_tokens"] = None if given is None else c.whole(given, path + ("max_tokens",), "max_tokens")
-            api = backend["api"] = c.choice(b.get("api", "chat"), path + ("api",), "api", tuple(OPENAI_APIS))
+            backend["max_tokens"] = (
+                None if given is None else c.whole(given, path + ("max_tokens",), "max_tokens")
+            )
+            api = backend["api"] = c.choice(
+                b.get("api", "chat"), path + ("api",), "api", tuple(OPENAI_APIS)
+            )
             other = next(a for a in OPENAI_APIS if a != api)
             if b["url"].rstrip("/").endswith(OPENAI_APIS[other]):
-                c.fail(path + ("url",), f"'{b['url']}' is the {other} endpoint, and this backend speaks api: {api}; "
-                                        f"end the url in {OPENAI_APIS[api]} or write api: {other}")
+                c.fail(
+                    path + ("url",),
+                    f"'{b['url']}' is the {other} endpoint, and this backend speaks api: {api}; "
+                    f"end the url in {OPENAI_APIS[api]} or write api: {other}",
+                )
         if "url" in b:
             c.url(b["url"], path + ("url",))
         # an anthropic or openai backend leaves the machine; a command when it says so
@@ -1585,12 +1824,18 @@ def parse_config(text, source="config.yaml"):
         if doc.get(key) is not None:
             name = c.text(doc[key], (key,), key)
             if name not in cfg["backends"]:
-                c.fail((key,), f"{key}: '{name}' names no backend; name one under backends:{nearest(name, cfg['backends'])}")
+                c.fail(
+                    (key,),
+                    f"{key}: '{name}' names no backend; name one under"
+                    f" backends:{nearest(name, cfg['backends'])}",
+                )
             cfg[key] = name
     if doc.get("forecast") is not None:
         f = c.mapping(doc["forecast"], ("forecast",), {"days", "seeds"}, "forecast")
-        cfg["forecast"] = {"days": c.whole(f.get("days", 30), ("forecast", "days"), "days"),
-                           "seeds": c.whole(f.get("seeds", 16), ("forecast", "seeds"), "seeds", least=0)}
+        cfg["forecast"] = {
+            "days": c.whole(f.get("days", 30), ("forecast", "days"), "days"),
+            "seeds": c.whole(f.get("seeds", 16), ("forecast", "seeds"), "seeds", least=0),
+        }
     if doc.get("canary_asks") is not None:
         ca = c.mapping(doc["canary_asks"], ("canary_asks",), {"every"}, "canary_asks")
         cfg["canary_asks"] = {"every": c.whole(ca.get("every"), ("canary_asks", "every"), "every")}
@@ -1604,7 +1849,9 @@ def parse_config(text, source="config.yaml"):
         if "url" in keys:
             c.url(cfg["adapters"][name]["url"], ("adapters", name, "url"))
         if "from" in keys and re.search(r"[\r\n]", cfg["adapters"][name]["from"]):
-            c.fail(("adapters", name, "from"), "from is one address on one line, as in ops@example.com")
+            c.fail(
+                ("adapters", name, "from"), "from is one address on one line, as in ops@example.com"
+            )
     cfg["research"] = c.text(doc.get("research"), ("research",), "research", required=False)
     cfg["notify"] = parse_notify(c, doc.get("notify"))
     cfg["metrics"] = parse_metrics(c, doc.get("metrics"))
@@ -1612,13 +1859,17 @@ def parse_config(text, source="config.yaml"):
     size = len(json.dumps(cfg))
     if size > CONFIG_ENV_MAX:  # avsmd could not start its warden: the exec would fail (E2BIG)
         key = max(cfg, key=lambda k: len(json.dumps(cfg[k])))
-        c.fail((key,), f"the config is {size // 1024} KiB once read, most of it in {key}; avsmd hands it to its "
-                       f"warden in one environment variable, which holds at most {CONFIG_ENV_MAX // 1024} KiB: "
-                       f"shorten {key} (a long command goes in a script of its own)")
+        c.fail(
+            (key,),
+            f"the config is {size // 1024} KiB once read, most of it in {key}; avsmd hands it to"
+            f" its warden in one environment variable, which holds at most {CONFIG_ENV_MAX // 1024}"
+            f" KiB: shorten {key} (a long command goes in a script of its own)",
+        )
     return cfg
 
 
-CHECKPOINT_NAMESPACE = "avsm-checkpoint"      # ssh-keygen -Y's namespace unless the config names another
+# ssh-keygen -Y's namespace unless the config names another
+CHECKPOINT_NAMESPACE = "avsm-checkpoint"
 CHECKPOINT_MAX = 64 * 1024      # bytes a kept checkpoint or its .sig may have (one is 300 or so)
 
 
@@ -1638,11 +1889,18 @@ def parse_checkpoint_config(c, value):
     for key in ("key", "allowed_signers"):
         spec[key] = c.text(value.get(key), path + (key,), key, required=False)
         if spec[key] and not os.path.isabs(os.path.expanduser(spec[key])):
-            c.fail(path + (key,), f"{key} is a file's absolute path, as /home/ops/.ssh/avsm_checkpoint, not {spec[key]!r}")
+            c.fail(
+                path + (key,),
+                f"{key} is a file's absolute path, as /home/ops/.ssh/avsm_checkpoint, not"
+                f" {spec[key]!r}",
+            )
     if "namespace" in value:
         spec["namespace"] = c.text(value["namespace"], path + ("namespace",), "namespace")
         if not re.fullmatch(r"[A-Za-z0-9@._-]{1,64}", spec["namespace"]):
-            c.fail(path + ("namespace",), "namespace is one word of letters, digits and @._-, as avsm-checkpoint@example.com")
+            c.fail(
+                path + ("namespace",),
+                "namespace is one word of letters, digits and @._-, as avsm-checkpoint@example.com",
+            )
     spec["principal"] = c.text(value.get("principal"), path + ("principal",), "principal",
                                required=False)
     if spec["principal"]:
@@ -1699,7 +1957,11 @@ def parse_notify(c, value):
     if isinstance(value, dict):
         c.mapping(value, path, {"run", "timeout"}, "notify")
         if "run" not in value:
-            c.fail(path, f"notify has no 'run'; write notify: {{run: COMMAND, timeout: 30s}}, or just {NOTIFY_EXAMPLE}")
+            c.fail(
+                path,
+                "notify has no 'run'; write notify: {run: COMMAND, timeout: 30s}, or just"
+                f" {NOTIFY_EXAMPLE}",
+            )
         run, path = value["run"], path + ("run",)
         timeout = NOTIFY_TIMEOUT
         if "timeout" in value:
@@ -1707,8 +1969,11 @@ def parse_notify(c, value):
     else:
         run, timeout = value, NOTIFY_TIMEOUT
     if not isinstance(run, str):
-        c.fail(path, f"notify must be a command avsm runs for each thing a person must see, as {NOTIFY_EXAMPLE} "
-                     f"(or {{run: COMMAND, timeout: 30s}}), not {shown_value(run)}")
+        c.fail(
+            path,
+            "notify must be a command avsm runs for each thing a person must see, as"
+            f" {NOTIFY_EXAMPLE} (or {{run: COMMAND, timeout: 30s}}), not {shown_value(run)}",
+        )
     if not run.strip():
         c.fail(path, f"notify is empty; name a command, as {NOTIFY_EXAMPLE}, or remove the key")
     if "\0" in run:
@@ -1778,10 +2043,15 @@ def describe_metrics(spec):
 def describe_notify(notify):
     """Return the line avsmd -t says of the notify command: what runs it, or that nobody is told."""
     if notify is None:
-        return (f"notify: not set; a person learns of an ask, a pause or a stop only from avsm asks and status "
-                f"(set one in config.yaml, as {NOTIFY_EXAMPLE})")
-    return (f"notify: {notify['run']} runs for each new ask, guard pause, stuck or unrunnable venture, unwritable "
-            f"ledger and stop of avsmd (time limit {format_duration(notify['timeout'])}, no key in its environment)")
+        return (
+            "notify: not set; a person learns of an ask, a pause or a stop only from avsm asks and"
+            f" status (set one in config.yaml, as {NOTIFY_EXAMPLE})"
+        )
+    return (
+        f"notify: {notify['run']} runs for each new ask, guard pause, stuck or unrunnable venture,"
+        f" unwritable ledger and stop of avsmd (time limit {format_duration(notify['timeout'])}, no"
+        " key in its environment)"
+    )
 
 
 def parse_nightly(c, value):
@@ -1790,9 +2060,21 @@ def parse_nightly(c, value):
     if text == "never":
         return text
     hh, colon, mm = text.partition(":")
-    if colon and len(hh) == 2 and len(mm) == 2 and hh.isdigit() and mm.isdigit() and int(hh) < 24 and int(mm) < 60:
+    if (
+        colon
+        and len(hh) == 2
+        and len(mm) == 2
+        and hh.isdigit()
+        and mm.isdigit()
+        and int(hh) < 24
+        and int(mm) < 60
+    ):
         return text
-    c.fail(("nightly",), f"nightly: {shown_value(value)} is not a time; write \"HH:MM\" in local time, such as \"03:00\", or never")
+    c.fail(
+        ("nightly",),
+        f"nightly: {shown_value(value)} is not a time; write \"HH:MM\" in local time, such as"
+        " \"03:00\", or never",
+    )
 
 
 def format_config(cfg):
@@ -1801,12 +2083,17 @@ def format_config(cfg):
         return "{" + ", ".join(f"{k}: {yaml_scalar(v)}" for k, v in d.items()) + "}"
     lines = [f"nightly: {yaml_scalar(cfg['nightly'])}",
              f"default: {yaml_scalar(cfg['default'])}"]
-    backends = [f"  {name}: {flow({k: v for k, v in b.items() if k != 'offbox' or b['kind'] == 'command'})}"
-                for name, b in cfg["backends"].items()]
+    backends = [
+        f"  {name}: {flow({k: v for k, v in b.items() if k != 'offbox' or b['kind'] == 'command'})}"
+        for name, b in cfg["backends"].items()
+    ]
     lines += ["backends:"] + backends if backends else ["backends: {}"]
     lines += [f"escalate: {yaml_scalar(cfg['escalate'])}", f"ratchet: {cfg['ratchet']}"]
     if cfg["forecast"] is None:
-        lines.append(f"# forecast: {flow(FORECAST_DEFAULT)}   (the default: 7 days by 8 seeds in a decision packet)")
+        lines.append(
+            f"# forecast: {flow(FORECAST_DEFAULT)}   (the default: 7 days by 8 seeds in a decision"
+            " packet)"
+        )
     else:
         lines.append(f"forecast: {flow(cfg['forecast'])}")
     lines.append(f"canary_asks: {flow(cfg['canary_asks']) if cfg['canary_asks'] else 'null'}")
@@ -1814,11 +2101,21 @@ def format_config(cfg):
     lines += ["adapters:"] + adapters if adapters else ["adapters: {}"]
     lines.append(f"research: {yaml_scalar(cfg['research'])}")
     notify = cfg.get("notify")
-    lines.append("notify: " + (flow({"run": notify["run"], "timeout": format_duration(notify["timeout"])}) if notify else "null"))
+    lines.append(
+        "notify: "
+        + (
+            flow({"run": notify["run"], "timeout": format_duration(notify["timeout"])})
+            if notify
+            else "null"
+        )
+    )
     metrics = cfg.get("metrics")
     lines.append("metrics: " + (flow(dict(metrics, every=format_duration(metrics["every"])))
                                 if metrics else "null"))
-    lines.append("checkpoint: " + flow(dict(cfg["checkpoint"], every=format_duration(cfg["checkpoint"]["every"]))))
+    lines.append(
+        "checkpoint: "
+        + flow(dict(cfg["checkpoint"], every=format_duration(cfg["checkpoint"]["every"])))
+    )
     return "\n".join(lines) + "\n"
 
 
@@ -1853,11 +2150,26 @@ REQUEST_KEYS = ("v", "cmd", "args")
 READ_REQUESTS = ("ping", "health", "status", "asks", "ask", "records")
 REQUEST_MAX = 1024 * 1024  # bytes of one request line avsmd reads; a longer one is refused (64)
 
-# The bridge (avsm bridge, the forced command of an ssh key) relays the requests above, and runs these client
-# verbs for `avsm --host`: each reads the ledger or the far side's files, or asks its avsmd, exactly as there.
-BRIDGE_VERBS = {"status": "read", "summary": "read", "tail": "read", "asks": "read", "why": "read", "chart": "read",
-                "checkpoint": "write", "doctor": "read", "add": "write", "approve": "write", "deny": "write",
-                "propose": "write", "decide": "write", "pause": "write", "resume": "write"}
+# The bridge (avsm bridge, the forced command of an ssh key) relays the requests above, and runs
+# these client verbs for `avsm --host`: each reads the ledger or the far side's files, or asks its
+# avsmd, exactly as there.
+BRIDGE_VERBS = {
+    "status": "read",
+    "summary": "read",
+    "tail": "read",
+    "asks": "read",
+    "why": "read",
+    "chart": "read",
+    "checkpoint": "write",
+    "doctor": "read",
+    "add": "write",
+    "approve": "write",
+    "deny": "write",
+    "propose": "write",
+    "decide": "write",
+    "pause": "write",
+    "resume": "write",
+}
 BRIDGE_PATH_OPTIONS = {"propose": ("--payload",), "doctor": ("--checkpoint",)}
 BRIDGE_KEYS = {"verb": "name", "argv": "list", "home": "path?", "stdin": "text?", "as": "text?",
                "tty": "flag?", "utf8": "flag?"}
@@ -1870,7 +2182,9 @@ def check_request(request):
     if not isinstance(request, dict):
         raise Fail(EX_USAGE, f"a request is one JSON object a line, not {json_kind(request)}")
     if request.get("v", 1) != 1 or isinstance(request.get("v"), bool):
-        raise Fail(EX_USAGE, "this avsmd speaks version 1 of the socket's requests; use its own avsm")
+        raise Fail(
+            EX_USAGE, "this avsmd speaks version 1 of the socket's requests; use its own avsm"
+        )
     extra = sorted(set(request) - set(REQUEST_KEYS))
     if extra:
         raise Fail(EX_USAGE, f"a request holds only {', '.join(REQUEST_KEYS)}, "
@@ -2000,7 +2314,8 @@ def delegate_lever(text, lever, source):
 
 
 def check_not_adopted_elsewhere(name, directory, adopted_from, paused):
-    """Refuse (65) adopting `directory` as venture `name` while a running venture of that name comes from elsewhere."""
+    """Refuse (65) adopting `directory` as venture `name` while a running venture of that name comes
+    from elsewhere."""
     if adopted_from != directory and not paused:
         raise Fail(EX_DATAERR, f"venture '{name}' is already adopted from {adopted_from}; "
                                f"pause it first (avsm pause {name}) or rename this directory")
@@ -2012,8 +2327,10 @@ def check_not_adopted_elsewhere(name, directory, adopted_from, paused):
 # (the only writer), a read-only opener serves readers, a verifier re-walks it.
 # =============================================================================
 
-LEDGER_TABLE = """CREATE TABLE IF NOT EXISTS records(seq INTEGER PRIMARY KEY, at INTEGER NOT NULL, prev TEXT NOT NULL,
-                                   hash TEXT NOT NULL, weight INTEGER NOT NULL DEFAULT 1, record TEXT NOT NULL)"""
+LEDGER_TABLE = """CREATE TABLE IF NOT EXISTS records(seq INTEGER PRIMARY KEY, at INTEGER NOT NULL, \
+prev TEXT NOT NULL,
+                                   hash TEXT NOT NULL, weight INTEGER NOT NULL DEFAULT 1, record \
+TEXT NOT NULL)"""
 LEDGER_TRIGGERS = (
     """CREATE TRIGGER IF NOT EXISTS records_no_update BEFORE UPDATE ON records
 BEGIN SELECT RAISE(ABORT, 'the ledger is append-only: no record is ever updated'); END""",
@@ -2043,15 +2360,30 @@ class LockLost(Exception):
 
 
 class LedgerDown(Exception):
-    """The ledger cannot be written (disk full, read-only, permissions): what would write must not run."""
+    """The ledger cannot be written (disk full, read-only, permissions): what would write must not
+    run."""
 
 
 LEDGER_RETRY = 30       # seconds between tries to write a ledger that could not be written
-LEDGER_BUSY_RETRY = 1   # ... and a ledger a reader held locked past the busy timeout: it is soon free again
-BACKLOG_KINDS = ("outcome", "exit")     # what already happened is written once the ledger takes writes again
-# Kinds (before any ".") that join the warden's group commit: readings and what follows from them, and what
-# already happened. Any other record commits at once, with what is held before it (an action before its lever).
-GROUPED_KINDS = ("report", "guard", "audit", "reading", "prediction", "calibration", "world", "outcome", "exit", "start")
+# ... and a ledger a reader held locked past the busy timeout: it is soon free again
+LEDGER_BUSY_RETRY = 1
+# what already happened is written once the ledger takes writes again
+BACKLOG_KINDS = ("outcome", "exit")
+# Kinds (before any ".") that join the warden's group commit: readings and what follows from them,
+# and what already happened. Any other record commits at once, with what is held before it (an
+# action before its lever).
+GROUPED_KINDS = (
+    "report",
+    "guard",
+    "audit",
+    "reading",
+    "prediction",
+    "calibration",
+    "world",
+    "outcome",
+    "exit",
+    "start",
+)
 
 
 def ledger_retry(err):
@@ -2059,75 +2391,126 @@ def ledger_retry(err):
     return LEDGER_BUSY_RETRY if "locked" in str(err) or "busy" in str(err) else LEDGER_RETRY
 
 
-# The ledger's vocabulary (DESIGN's table): each kind of record, the claims it may carry (the first unless the
-# record says), the fields it always has beside kind, claim, venture and summary, and those it may have. A kind
-# ending in "." is a family (guard.NAME). "self." kinds are the daemon's own life (venture self, measured).
-RECORD_KINDS = {kind: (tuple(claims.split()), set(required.split()), set(optional.split()))
-                for kind, claims, required, optional in (
-    ("mandate", "declared", "directory sha256 text", "approval_of"),
-    ("report", "measured", "metric value status plausible note", ""),
-    ("guard.", "measured", "value status plausible", "past bound side note"),
-    ("audit.", "measured", "value status plausible note", ""),
-    ("reading.", "inferred measured", "value status plausible", "note fields"),
-    ("proposal", "inferred declared", "by choice", "backend reason lever payload ranking escalation call"),
-    ("unusable", "measured", "backend by why", "declined call"),
-    ("look", "inferred", "backend by look answer", "call escalation"),
-    ("fact", "inferred", "action fact source", ""),
-    ("forecast", "inferred", "days seeds", "why lever note median p10 p90 world"),
-    ("ask", "measured inferred", "about question", "action audit by canary clears_at episode forecast guard lever "
-                                                   "mandate payload proposal ranking reading reason reports side"),
-    ("approval", "declared", "ask", "about edited lever payload"),
-    ("denial", "declared", "ask", "lever"), ("resolved", "measured", "ask", "audit"),
-    ("canary", "measured", "ask passed", ""),
-    ("check", "measured", "lever ok status note", ""),
-    ("action", "measured", "lever proof by", "basis approval check side guard payload proposal"),
-    ("outcome", "measured", "lever action ok status duration note", "ended_by"),
-    ("refusal", "measured", "lever why", "ask by check clears_at guard proposal reports side stuck"),
-    ("effect", "measured", "lever action verdict why", ""),
-    ("pause", "measured declared", "", "guard episode"), ("resume", "declared measured", "", ""),
-    ("start", "measured", "", "pid command"), ("exit", "measured", "status", "pid uptime restart_in"),
-    ("escalation", "measured", "from to why", ""), ("answer", "measured", "escalation cited", "note"),
-    ("prediction", "inferred", "report median p10 p90", "value members source lever guards"),
-    ("calibration.", "measured", "prediction report crps skill coverage", "persistence brier rolling_skill rolling_coverage rolling"),
-    ("world", "measured", "ok note", "report"),
-    ("self.start", "measured", "pid", ""), ("self.stop", "measured", "pid", ""), ("self.ledger", "measured", "", ""),
-    ("self.restart", "measured", "process restart_in", ""), ("self.sweep", "measured", "groups", ""),
-    ("self.cut", "measured", "before backup", ""),
-    ("self.notify", "measured", "ok failed", "status note notice"),    # the notify command failed (once a stretch), or works again
-    ("self.metrics", "measured", "ok failed textfile", "note"),    # its textfile failed, or works
-)}
+# The ledger's vocabulary (DESIGN's table): each kind of record, the claims it may carry (the first
+# unless the record says), the fields it always has beside kind, claim, venture and summary, and
+# those it may have. A kind ending in "." is a family (guard.NAME). "self." kinds are the daemon's
+# own life (venture self, measured).
+RECORD_KINDS = {
+    kind: (tuple(claims.split()), set(required.split()), set(optional.split()))
+    for kind, claims, required, optional in (
+        ("mandate", "declared", "directory sha256 text", "approval_of"),
+        ("report", "measured", "metric value status plausible note", ""),
+        ("guard.", "measured", "value status plausible", "past bound side note"),
+        ("audit.", "measured", "value status plausible note", ""),
+        ("reading.", "inferred measured", "value status plausible", "note fields"),
+        (
+            "proposal",
+            "inferred declared",
+            "by choice",
+            "backend reason lever payload ranking escalation call",
+        ),
+        ("unusable", "measured", "backend by why", "declined call"),
+        ("look", "inferred", "backend by look answer", "call escalation"),
+        ("fact", "inferred", "action fact source", ""),
+        ("forecast", "inferred", "days seeds", "why lever note median p10 p90 world"),
+        (
+            "ask",
+            "measured inferred",
+            "about question",
+            (
+                "action audit by canary clears_at episode forecast guard lever "
+                "mandate payload proposal ranking reading reason reports side"
+            ),
+        ),
+        ("approval", "declared", "ask", "about edited lever payload"),
+        ("denial", "declared", "ask", "lever"),
+        ("resolved", "measured", "ask", "audit"),
+        ("canary", "measured", "ask passed", ""),
+        ("check", "measured", "lever ok status note", ""),
+        (
+            "action",
+            "measured",
+            "lever proof by",
+            "basis approval check side guard payload proposal",
+        ),
+        ("outcome", "measured", "lever action ok status duration note", "ended_by"),
+        (
+            "refusal",
+            "measured",
+            "lever why",
+            "ask by check clears_at guard proposal reports side stuck",
+        ),
+        ("effect", "measured", "lever action verdict why", ""),
+        ("pause", "measured declared", "", "guard episode"),
+        ("resume", "declared measured", "", ""),
+        ("start", "measured", "", "pid command"),
+        ("exit", "measured", "status", "pid uptime restart_in"),
+        ("escalation", "measured", "from to why", ""),
+        ("answer", "measured", "escalation cited", "note"),
+        ("prediction", "inferred", "report median p10 p90", "value members source lever guards"),
+        (
+            "calibration.",
+            "measured",
+            "prediction report crps skill coverage",
+            "persistence brier rolling_skill rolling_coverage rolling",
+        ),
+        ("world", "measured", "ok note", "report"),
+        ("self.start", "measured", "pid", ""),
+        ("self.stop", "measured", "pid", ""),
+        ("self.ledger", "measured", "", ""),
+        ("self.restart", "measured", "process restart_in", ""),
+        ("self.sweep", "measured", "groups", ""),
+        ("self.cut", "measured", "before backup", ""),
+        # the notify command failed (once a stretch), or works again
+        ("self.notify", "measured", "ok failed", "status note notice"),
+        ("self.metrics", "measured", "ok failed textfile", "note"),  # its textfile failed, or works
+    )
+}
 
 
 def record_shape(kind, venture):
     """Return (claims, required, optional) of a kind of record as RECORD_KINDS has them, or None."""
     if not isinstance(kind, str):
         return None
-    return RECORD_KINDS.get("self." + kind if venture == "self" else kind) or RECORD_KINDS.get(kind.partition(".")[0] + ".")
+    return RECORD_KINDS.get("self." + kind if venture == "self" else kind) or RECORD_KINDS.get(
+        kind.partition(".")[0] + "."
+    )
 
 
 def new_record(kind, venture, claim=None, **fields):
-    """Return a record of `kind` for `venture`, the one way avsm builds one: checked against RECORD_KINDS (its claim,
-    the kind's first unless given; the fields it always has; no field the table does not name). The summary is a
-    field, which a caller may add before the record is appended. A record the table refuses is avsm's mistake."""
+    """Return a record of `kind` for `venture`, the one way avsm builds one: checked against
+    RECORD_KINDS (its claim, the kind's first unless given; the fields it always has; no field the
+    table does not name). The summary is a field, which a caller may add before the record is
+    appended. A record the table refuses is avsm's mistake. """
     shape = record_shape(kind, venture)
     if shape is None:
         raise ValueError(f"{kind!r} is not a kind of record")
     claims, required, optional = shape
     claim = claim or claims[0]
-    if claim not in claims or required - fields.keys() or fields.keys() - required - optional - {"summary"}:
-        raise ValueError(f"a {kind} record is {' or '.join(claims)} and has {', '.join(sorted(required)) or 'no field'} "
-                         f"(and may have {', '.join(sorted(optional)) or 'nothing more'}), not {claim} with {sorted(fields)}")
+    if (
+        claim not in claims
+        or required - fields.keys()
+        or fields.keys() - required - optional - {"summary"}
+    ):
+        raise ValueError(
+            f"a {kind} record is {' or '.join(claims)} and has"
+            f" {', '.join(sorted(required)) or 'no field'} (and may have"
+            f" {', '.join(sorted(optional)) or 'nothing more'}), not {claim} with {sorted(fields)}"
+        )
     return dict(kind=kind, claim=claim, venture=venture, **fields)
 
 
 def some(**fields):
-    """Return the fields given a value (not None, empty or false): a record's optional fields, for new_record."""
+    """Return the fields given a value (not None, empty or false): a record's optional fields, for
+    new_record."""
     return {k: v for k, v in fields.items() if v}
 
 
 def canonical(record):
     """Return a record's stored text: compact JSON with keys sorted."""
-    return json.dumps(record, sort_keys=True, separators=(",", ":"), ensure_ascii=True, allow_nan=False)
+    return json.dumps(
+        record, sort_keys=True, separators=(",", ":"), ensure_ascii=True, allow_nan=False
+    )
 
 
 def chain_hash(prev, seq, at, text):
@@ -2137,22 +2520,30 @@ def chain_hash(prev, seq, at, text):
 
 
 def load_record(text, seq=None):
-    """Return the record stored as `text`, or raise json.JSONDecodeError (as for text that does not parse) when it
-    is JSON but no object: a ledger written by hand, which readers refuse as unreadable, not as a bug in avsm."""
+    """Return the record stored as `text`, or raise json.JSONDecodeError (as for text that does not
+    parse) when it is JSON but no object: a ledger written by hand, which readers refuse as
+    unreadable, not as a bug in avsm. """
     record = json.loads(text)
     if not isinstance(record, dict):
-        raise json.JSONDecodeError(f"record {'#' + str(seq) + ' ' if seq else ''}is {shown_value(record, 40)}, "
-                                   f"not a JSON object", text, 0)
+        raise json.JSONDecodeError(
+            f"record {'#' + str(seq) + ' ' if seq else ''}is {shown_value(record, 40)}, "
+            "not a JSON object",
+            text,
+            0,
+        )
     return record
 
 
 def read_record(text, seq=None):
-    """Return the record stored as `text`, or raise json.JSONDecodeError when it does not read (record_problem):
+    """Return the record stored as `text`, or raise json.JSONDecodeError when it does not read
+    (record_problem):
     for a reader that folds what it reads, as summary does."""
     record = load_record(text, seq)
     why = object_problem(record)
     if why is not None:
-        raise json.JSONDecodeError(f"record {'#' + str(seq) + ' ' if seq else ''}does not read: {why}", text, 0)
+        raise json.JSONDecodeError(
+            f"record {'#' + str(seq) + ' ' if seq else ''}does not read: {why}", text, 0
+        )
     return record
 
 
@@ -2189,14 +2580,27 @@ def is_name(value):
     return value is None or isinstance(value, str)
 
 
-FOLD_FIELDS = {       # kind -> (field, test, what it must be): the fields the fold reads and what it does with them
-    "mandate": (("directory", is_name, "text"), ("text", lambda v: isinstance(v, str), "text"), ("sha256", is_name, "text")),
-    "action": (("lever", lambda v: isinstance(v, str), "a lever's name"), ("guard", is_name, "a guard's name"),
-               ("side", is_name, "a side's name"), ("proof", lambda v: v is None or isinstance(v, dict), "an object")),
+# kind -> (field, test, what it must be): the fields the fold reads and what it does with them
+FOLD_FIELDS = {
+    "mandate": (
+        ("directory", is_name, "text"),
+        ("text", lambda v: isinstance(v, str), "text"),
+        ("sha256", is_name, "text"),
+    ),
+    "action": (
+        ("lever", lambda v: isinstance(v, str), "a lever's name"),
+        ("guard", is_name, "a guard's name"),
+        ("side", is_name, "a side's name"),
+        ("proof", lambda v: v is None or isinstance(v, dict), "an object"),
+    ),
     "outcome": (("lever", is_name, "a lever's name"), ("action", is_seq, "a record number")),
     "refusal": (("side", is_name, "a side's name"),),
-    "ask": (("about", is_name, "text"), ("lever", is_name, "a lever's name"), ("guard", is_name, "a guard's name"),
-            ("side", is_name, "a side's name")),
+    "ask": (
+        ("about", is_name, "text"),
+        ("lever", is_name, "a lever's name"),
+        ("guard", is_name, "a guard's name"),
+        ("side", is_name, "a side's name"),
+    ),
     "proposal": (("lever", is_name, "a lever's name"),),
     "check": (("lever", is_name, "a lever's name"),),
     "approval": (("lever", is_name, "a lever's name"), ("ask", is_seq, "a record number")),
@@ -2213,9 +2617,9 @@ FOLD_FIELDS = {       # kind -> (field, test, what it must be): the fields the f
 
 
 def fold_problem(record):
-    """Return why a record's fields are not what the fold reads them as (a ledger edited by hand: a report's
-    value as text, a lever's name as a list), or None. Such a record does not read: avsmd stops naming it,
-    and no fold counts it, so no reader of the ledger trips over it."""
+    """Return why a record's fields are not what the fold reads them as (a ledger edited by hand: a
+    report's value as text, a lever's name as a list), or None. Such a record does not read: avsmd
+    stops naming it, and no fold counts it, so no reader of the ledger trips over it."""
     kind, venture = record["kind"], record["venture"]
     if not isinstance(kind, str) or not isinstance(venture, str):
         return "its kind or venture is not text"
@@ -2226,10 +2630,19 @@ def fold_problem(record):
     if kind == "action" and isinstance(record.get("proof"), dict):
         premises = record["proof"].get("premises", [])
         if not isinstance(premises, list) or not all(is_seq(p) and p is not None for p in premises):
-            return f"its proof's premises are {shown_value(premises, 40)}, not a list of record numbers"
-    if (kind == "report" or kind.startswith("audit.")) and record.get("status") in ("trusted", "unconfirmed") \
-            and not is_number(record.get("value")):
-        return f"it is {record['status']} and its value is {shown_value(record.get('value'), 40)}, not a number"
+            return (
+                f"its proof's premises are {shown_value(premises, 40)}, not a list of record"
+                " numbers"
+            )
+    if (
+        (kind == "report" or kind.startswith("audit."))
+        and record.get("status") in ("trusted", "unconfirmed")
+        and not is_number(record.get("value"))
+    ):
+        return (
+            f"it is {record['status']} and its value is {shown_value(record.get('value'), 40)}, not"
+            " a number"
+        )
     return None
 
 
@@ -2239,14 +2652,15 @@ class Ledger:
     def __init__(self, path, still_ours=None):
         import sqlite3
         self.path, self.still_ours = path, still_ours
-        self.held, self.last, self.lost = None, None, []    # the open transaction's records (group commit)
+        # the open transaction's records (group commit)
+        self.held, self.last, self.lost = None, None, []
         if not os.path.exists(path):    # made 0600: sqlite would make it 0644, its journal alike
             os.close(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_CLOEXEC, 0o600))
         self.db = sqlite3.connect(path, isolation_level=None, timeout=10)
         mode = self.db.execute("PRAGMA journal_mode").fetchone()[0]
         if mode.lower() == "wal":
-            # a ledger from an earlier avsmd: checkpoint into the main file, keep every record as written;
-            # the switch does not wait on the busy timeout, so wait for readers here
+            # a ledger from an earlier avsmd: checkpoint into the main file, keep every record as
+            # written; the switch does not wait on the busy timeout, so wait for readers here
             deadline = time.monotonic() + 10
             while True:
                 try:
@@ -2269,13 +2683,14 @@ class Ledger:
         return self.append_many([record], at)[0]
 
     def append_many(self, records, at, hold=False):
-        """Append `records` in order at unix time `at`, as consecutive links, in one transaction; return their
-        seqs. The one append function: every record of the ledger goes through here.
+        """Append `records` in order at unix time `at`, as consecutive links, in one transaction;
+        return their seqs. The one append function: every record of the ledger goes through here.
 
-        Group commit: with `hold`, the transaction is left open and the next records join it until commit() or
-        an append without `hold` ends it: a burst costs one sync to disk. The lock is checked when the
-        transaction begins and just before it commits: a record is committed only while the home is ours. A
-        failed append rolls back all held with it; `lost` then holds the (seq, at, record) of those held."""
+        Group commit: with `hold`, the transaction is left open and the next records join it until
+        commit() or an append without `hold` ends it: a burst costs one sync to disk. The lock is
+        checked when the transaction begins and just before it commits: a record is committed only
+        while the home is ours. A failed append rolls back all held with it; `lost` then holds the
+        (seq, at, record) of those held. """
         for record in records:
             if set(RECORD_FIELDS) - set(record) or record["claim"] not in CLAIMS:
                 raise ValueError(f"a record needs kind, claim, venture and summary: {record}")
@@ -2286,28 +2701,35 @@ class Ledger:
             if began:
                 db.execute("BEGIN IMMEDIATE")
                 if self.still_ours is not None and not self.still_ours():
-                    raise LockLost("the lock of this home is another avsmd's; appending nothing more")
+                    raise LockLost(
+                        "the lock of this home is another avsmd's; appending nothing more"
+                    )
                 self.last, self.held = ledger_head(db) or (0, ZERO_HASH), []
             seq, prev = self.last
             for text in texts:
                 seq += 1
                 link = chain_hash(prev, seq, at, text)
-                db.execute("INSERT INTO records(seq, at, prev, hash, weight, record) VALUES (?, ?, ?, ?, 1, ?)",
-                           (seq, at, prev, link, text))
+                db.execute(
+                    "INSERT INTO records(seq, at, prev, hash, weight, record) VALUES (?, ?, ?, ?,"
+                    " 1, ?)",
+                    (seq, at, prev, link, text),
+                )
                 seqs.append(seq)
                 prev = link
             self.last = (seq, prev)
             if hold:
                 self.held += [(s, at, r) for s, r in zip(seqs, records)]
             else:
-                self.commit(check=not began)      # just checked, when this append began the transaction
+                # just checked, when this append began the transaction
+                self.commit(check=not began)
         except BaseException:
             self.rollback()
             raise
         return seqs
 
     def commit(self, check=True):
-        """Commit the records held open (group commit); nothing to do when none are. Return how many."""
+        """Commit the records held open (group commit); nothing to do when none are. Return how
+        many."""
         if self.held is None:
             return 0
         try:
@@ -2321,7 +2743,8 @@ class Ledger:
         return count
 
     def rollback(self):
-        """Roll back the open transaction; the held records it took are kept in `lost` for the caller."""
+        """Roll back the open transaction; the held records it took are kept in `lost` for the
+        caller."""
         if self.held is not None:
             self.lost, self.held = self.held, None
         if self.db.in_transaction:
@@ -2331,15 +2754,17 @@ class Ledger:
         self.db.close()
 
 
-ROLLBACK_WAIT = 3.0         # seconds a reader waits for a writer's interrupted transaction to be rolled back
+# seconds a reader waits for a writer's interrupted transaction to be rolled back
+ROLLBACK_WAIT = 3.0
 
 
 def open_ledger_ro(path):
     """Return a read-only connection to the ledger at `path` (file:...?mode=ro).
 
-    A writer killed in a transaction leaves its journal hot beside the ledger, and a read-only connection cannot
-    roll it back (SQLITE_READONLY_ROLLBACK): the next warden does as it opens the ledger, so this waits up to
-    ROLLBACK_WAIT for it, then says what to do (65). Any other trouble is left to the caller's first read."""
+    A writer killed in a transaction leaves its journal hot beside the ledger, and a read-only
+    connection cannot roll it back (SQLITE_READONLY_ROLLBACK): the next warden does as it opens the
+    ledger, so this waits up to ROLLBACK_WAIT for it, then says what to do (65). Any other trouble
+    is left to the caller's first read. """
     import sqlite3
     quoted = path.replace("%", "%25").replace("?", "%3f").replace("#", "%23")
     db = sqlite3.connect(f"file:{quoted}?mode=ro", uri=True, isolation_level=None, timeout=10)
@@ -2354,9 +2779,12 @@ def open_ledger_ro(path):
                 return db
         if time.monotonic() > deadline:
             db.close()
-            raise Fail(EX_DATAERR, f"{path} holds a transaction its writer was killed in (its journal is beside it), which "
-                                   "only a writer can roll back; avsmd's warden does as it opens the ledger: start avsmd, "
-                                   "or if it runs, try again in a moment")
+            raise Fail(
+                EX_DATAERR,
+                f"{path} holds a transaction its writer was killed in (its journal is beside it),"
+                " which only a writer can roll back; avsmd's warden does as it opens the ledger:"
+                " start avsmd, or if it runs, try again in a moment",
+            )
         time.sleep(0.1)
 
 
@@ -2396,25 +2824,31 @@ def ledger_head(db):
 
 def recent_records(db, venture, count):
     """Return the last `count` (seq, at, record dict) of `venture`, oldest first."""
-    rows = db.execute("SELECT seq, at, record FROM records WHERE json_extract(record, '$.venture') = ? ORDER BY seq DESC "
-                      "LIMIT ?", (venture, count)).fetchall()
+    rows = db.execute(
+        "SELECT seq, at, record FROM records WHERE json_extract(record, '$.venture') = ? ORDER BY"
+        " seq DESC LIMIT ?",
+        (venture, count),
+    ).fetchall()
     return [(seq, at, load_record(text, seq)) for seq, at, text in reversed(rows)]
 
 
-SCAN_CACHE_KIB = 128    # SQLite's page cache while the whole ledger is read once in order, and the warden's always (the
-                        # default, 2 MiB, buys a scan, an append at the end or a look-up by seq nothing, and would stay
+# SQLite's page cache while the whole ledger is read once in order, and the warden's always (the
+SCAN_CACHE_KIB = 128
+# default, 2 MiB, buys a scan, an append at the end or a look-up by seq nothing, and would stay
                         # in avsmd's and the warden's peak memory: issue 15)
 
 
 def small_cache(db):
-    """Shrink `db`'s page cache for a scan of the whole ledger; return the PRAGMA cache_size to restore after it."""
+    """Shrink `db`'s page cache for a scan of the whole ledger; return the PRAGMA cache_size to
+    restore after it."""
     was = db.execute("PRAGMA cache_size").fetchone()[0]
     db.execute(f"PRAGMA cache_size=-{SCAN_CACHE_KIB}")
     return was
 
 
 def scan_records(db):
-    """Yield (seq, at, record dict) of the whole ledger, in order, as read_records does, with a small page cache."""
+    """Yield (seq, at, record dict) of the whole ledger, in order, as read_records does, with a
+    small page cache."""
     was = small_cache(db)
     try:
         yield from read_records(db)
@@ -2441,38 +2875,60 @@ def batched_rows(db, columns, since):
 
 
 def ledger_problem(db):
-    """Return (seq, why) for the first record that does not read or does not chain (open point 51), or None."""
+    """Return (seq, why) for the first record that does not read or does not chain (open point 51),
+    or None."""
     return scan_ledger(db, recheck=False).broken
 
 
 LedgerScan = collections.namedtuple("LedgerScan", "count head broken problems adopted hashes")
-LedgerScan.__doc__ = """What one read of the ledger found: records checked, the head (seq, hash), the first record that
-does not chain or read as (seq, why) or None, the proof problems [(action seq, why)], the adopted ventures
-{name: [name, directory, mandate seq, paused, text]} (None once a record does not read), and {seq: hash} of
-the seqs asked for."""
+LedgerScan.__doc__ = """What one read of the ledger found: records checked, the head (seq, hash),
+the first record that does not chain or read as (seq, why) or None, the proof problems [(action seq,
+why)], the adopted ventures {name: [name, directory, mandate seq, paused, text]} (None once a record
+does not read), and {seq: hash} of the seqs asked for."""
 
 
 def scan_ledger(db, recheck=True, wanted=(), after=None):
-    """Read the ledger once, in order (doctor: a second read is a second pass over a year of records): every
-    link of the chain and every record's reading checked; with `recheck`, every action's proof re-checked by the
-    gate as the ledger folds; the adopted ventures listed; the hashes of the seqs `wanted` kept.
-    after: (seq, hash) of a checkpoint verified before: the chain is checked from it on, and neither the records
-    before it nor any proof is read (doctor --quick)."""
-    found = {"count": 0, "head": after or (0, ZERO_HASH), "broken": None, "adopted": {}, "hashes": {}}
+    """Read the ledger once, in order (doctor: a second read is a second pass over a year of
+    records): every link of the chain and every record's reading checked; with `recheck`, every
+    action's proof re-checked by the gate as the ledger folds; the adopted ventures listed; the
+    hashes of the seqs `wanted` kept. after: (seq, hash) of a checkpoint verified before: the chain
+    is checked from it on, and neither the records before it nor any proof is read (doctor
+    --quick)."""
+    found = {
+        "count": 0,
+        "head": after or (0, ZERO_HASH),
+        "broken": None,
+        "adopted": {},
+        "hashes": {},
+    }
     was = small_cache(db)
 
     def rows():
         expected, prev = after or (0, ZERO_HASH)
         for seq, at, link, digest, text in batched_rows(db, "seq, at, prev, hash, record",
                                                         expected):
-            why = (f"record #{expected + 1} is missing" if seq != expected + 1 else
-                   "its prev is not the hash of the record before it" if link != prev else
-                   "its hash does not match its contents" if chain_hash(link, seq, at, text) != digest else None)
+            why = (
+                f"record #{expected + 1} is missing"
+                if seq != expected + 1
+                else (
+                    "its prev is not the hash of the record before it"
+                    if link != prev
+                    else (
+                        "its hash does not match its contents"
+                        if chain_hash(link, seq, at, text) != digest
+                        else None
+                    )
+                )
+            )
             record = None
             if why is None:
                 try:
                     record = json.loads(text)
-                    why = object_problem(record) if isinstance(record, dict) else "it is not a JSON object"
+                    why = (
+                        object_problem(record)
+                        if isinstance(record, dict)
+                        else "it is not a JSON object"
+                    )
                 except ValueError:
                     why = "its JSON does not parse"
             if why is None and not (is_seq(at) and at is not None):
@@ -2498,11 +2954,12 @@ def scan_ledger(db, recheck=True, wanted=(), after=None):
     return LedgerScan(problems=[] if found["broken"] else problems, **found)
 
 
-# ---- checkpoints: the head kept outside the file ----
-# The chain shows an edit, not a rewrite: whoever can write ledger.db can recompute every hash after a changed
-# record. A checkpoint is the head written down at a time, kept elsewhere (and signed with ssh-keygen -Y sign),
-# so that a ledger rewritten since no longer holds it. Its layout is C2SP's checkpoint's: an origin, then the head.
-#     checkpoint ::= "avsm/" HOST ":" HOME LF SEQ LF HASH LF UNIXTIME " " UTC-TIME LF [LF SSH-SIGNATURE-ARMOR]
+# ---- checkpoints: the head kept outside the file ---- The chain shows an edit, not a rewrite:
+# whoever can write ledger.db can recompute every hash after a changed record. A checkpoint is the
+# head written down at a time, kept elsewhere (and signed with ssh-keygen -Y sign), so that a ledger
+# rewritten since no longer holds it. Its layout is C2SP's checkpoint's: an origin, then the head.
+# checkpoint ::= "avsm/" HOST ":" HOME LF SEQ LF HASH LF UNIXTIME " " UTC-TIME LF [LF
+# SSH-SIGNATURE-ARMOR]
 
 Checkpoint = collections.namedtuple("Checkpoint", "origin seq hash at text signature")
 SSHSIG_ARMOR = ("-----BEGIN SSH SIGNATURE-----", "-----END SSH SIGNATURE-----")
@@ -2516,24 +2973,37 @@ def checkpoint_origin(home):
 
 def checkpoint_text(origin, seq, digest, at):
     """Return the text of a checkpoint of head (seq, digest) at unix time `at` (what is signed)."""
-    return f"{origin}\n{seq}\n{digest}\n{at} {time.strftime('%Y-%m-%dT%H:%M:%SZ', time.gmtime(at))}\n"
+    return (
+        f"{origin}\n{seq}\n{digest}\n{at} {time.strftime('%Y-%m-%dT%H:%M:%SZ', time.gmtime(at))}\n"
+    )
 
 
 def parse_checkpoint(data, where, signature=None):
-    """Return the Checkpoint `data` holds, its signature after a blank line or in `signature` (FILE.sig's text);
-    Fail(65) saying which line is not what a checkpoint says."""
+    """Return the Checkpoint `data` holds, its signature after a blank line or in `signature`
+    (FILE.sig's text); Fail(65) saying which line is not what a checkpoint says."""
     text, _, signed = data.partition("\n\n")
     lines = text.removesuffix("\n").split("\n")
     origin, seq, digest, when = (lines + [""] * 4)[:4]
     at = when.split(" ")[0]
     checks = (len(lines) == 4, origin.startswith("avsm/"), seq.isdigit() and seq.isascii(),
               re.fullmatch(r"[0-9a-f]{64}", digest), at.isdigit() and at.isascii())
-    words = ("four lines: origin, seq, hash, time", "an origin avsm/HOST:HOME on line 1", "a record number on line 2",
-             "64 hex digits of a hash on line 3", "a unix time on line 4")
+    words = (
+        "four lines: origin, seq, hash, time",
+        "an origin avsm/HOST:HOME on line 1",
+        "a record number on line 2",
+        "64 hex digits of a hash on line 3",
+        "a unix time on line 4",
+    )
     bad = next((w for ok, w in zip(checks, words) if not ok), None)
     if bad or (signed and not signed.strip().startswith(SSHSIG_ARMOR[0])):
-        raise Fail(EX_DATAERR, f"{where} is not an avsm checkpoint: it needs {bad or 'an SSH signature after its blank line'}")
-    return Checkpoint(origin, int(seq), digest, int(at), text.rstrip("\n") + "\n", signed.strip() or signature)
+        raise Fail(
+            EX_DATAERR,
+            f"{where} is not an avsm checkpoint: it needs"
+            f" {bad or 'an SSH signature after its blank line'}",
+        )
+    return Checkpoint(
+        origin, int(seq), digest, int(at), text.rstrip("\n") + "\n", signed.strip() or signature
+    )
 
 
 # ---- raw rows for a witness: does a far history extend what was kept? ----
@@ -2660,14 +3130,19 @@ def sshsig_public_key(armor):
 
 
 def format_local_time(at):
-    """Return unix time `at` as local YYYY-MM-DDTHH:MM:SS+hh:mm (past what the C library can show, as @SECONDS)."""
+    """Return unix time `at` as local YYYY-MM-DDTHH:MM:SS+hh:mm (past what the C library can show,
+    as @SECONDS)."""
     try:
         t = time.localtime(at)
-    except (OverflowError, OSError, ValueError):     # a time no clock wrote: a ledger edited by hand
+    # a time no clock wrote: a ledger edited by hand
+    except (OverflowError, OSError, ValueError):
         return f"@{at}"
     off = t.tm_gmtoff or 0
     sign = "-" if off < 0 else "+"
-    return time.strftime("%Y-%m-%dT%H:%M:%S", t) + f"{sign}{abs(off) // 3600:02d}:{abs(off) % 3600 // 60:02d}"
+    return (
+        time.strftime("%Y-%m-%dT%H:%M:%S", t)
+        + f"{sign}{abs(off) // 3600:02d}:{abs(off) % 3600 // 60:02d}"
+    )
 
 
 def format_record_line(seq, at, record):
@@ -2677,14 +3152,23 @@ def format_record_line(seq, at, record):
 
 
 def shown_text(text):
-    """Return text safe for a terminal: newlines as \\n, and no control character from outside reaches it raw."""
-    return escape_controls(CONTROL_CHARS, text.replace("\\", "\\\\").replace("\n", "\\n").replace("\r", "\\r"))
+    """Return text safe for a terminal: newlines as \\n, and no control character from outside
+    reaches it raw."""
+    return escape_controls(
+        CONTROL_CHARS, text.replace("\\", "\\\\").replace("\n", "\\n").replace("\r", "\\r")
+    )
 
 
 def escape_controls(pattern, text):
-    """Return `text` with each character `pattern` matches written as \\x.. or \\u.... (escape sequences, bidi
-    overrides, lone surrogates), so nothing from outside reaches a terminal raw."""
-    return re.sub(pattern, lambda m: f"\\x{ord(m.group()):02x}" if ord(m.group()) < 256 else f"\\u{ord(m.group()):04x}", text)
+    """Return `text` with each character `pattern` matches written as \\x.. or \\u.... (escape
+    sequences, bidi overrides, lone surrogates), so nothing from outside reaches a terminal raw."""
+    return re.sub(
+        pattern,
+        lambda m: (
+            f"\\x{ord(m.group()):02x}" if ord(m.group()) < 256 else f"\\u{ord(m.group()):04x}"
+        ),
+        text,
+    )
 
 
 CONTROL_CHARS = "[\x00-\x1f\x7f-\x9f\u2028\u2029\u202a-\u202e\u2066-\u2069\ud800-\udfff]"
@@ -2697,12 +3181,14 @@ class LockCheck:
 
     def __init__(self, lock_path, avsmd_pid):
         self.lock_path, self.avsmd_pid = lock_path, avsmd_pid
-        self.lock_seen, self.lock_ours = None, False     # the lock file's stat when last read, and what it said
+        # the lock file's stat when last read, and what it said
+        self.lock_seen, self.lock_ours = None, False
 
     def lock_is_ours(self):
-        """The lock is ours unless another avsmd's pid stands in it; a deleted lock file is no one else's, and
-        avsmd makes it again within the second. Asked before every append, so the file is read again only when
-        its stat changed: a pid is written only with the file truncated and its times moved, or into a new file."""
+        """The lock is ours unless another avsmd's pid stands in it; a deleted lock file is no one
+        else's, and avsmd makes it again within the second. Asked before every append, so the file
+        is read again only when its stat changed: a pid is written only with the file truncated and
+        its times moved, or into a new file. """
         try:
             st = os.stat(self.lock_path)
         except FileNotFoundError:
@@ -2711,41 +3197,55 @@ class LockCheck:
             return read_lock_pid(self.lock_path) in (self.avsmd_pid, None)
         seen = (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
         if seen != self.lock_seen:
-            self.lock_seen, self.lock_ours = seen, read_lock_pid(self.lock_path) in (self.avsmd_pid, None)
+            self.lock_seen, self.lock_ours = seen, read_lock_pid(self.lock_path) in (
+                self.avsmd_pid,
+                None,
+            )
         return self.lock_ours
 
 
 class LedgerWriter:
-    """The warden's one way to the ledger: each record appended is folded into its venture; while the ledger
-    cannot be written, what already ran waits in a backlog and everything else stops (ledger_down says why,
-    retry_at when it is tried next; both None while it can be written).
+    """The warden's one way to the ledger: each record appended is folded into its venture; while
+    the ledger cannot be written, what already ran waits in a backlog and everything else stops
+    (ledger_down says why, retry_at when it is tried next; both None while it can be written).
 
-    Handed the ledger, the venture states it folds into, canary_every (canary_asks: after every N asks, as
-    folded, a canary ask), tell_person (a notice of what a person must see: a record, or the ledger gone
-    unwritable) and refold (fold every venture again from the ledger, after a group commit was rolled back)."""
+    Handed the ledger, the venture states it folds into, canary_every (canary_asks: after every N
+    asks, as folded, a canary ask), tell_person (a notice of what a person must see: a record, or
+    the ledger gone unwritable) and refold (fold every venture again from the ledger, after a group
+    commit was rolled back). """
 
     def __init__(self, ledger, ventures, canary_every, tell_person, refold, debug=False):
-        self.ledger, self.ventures, self.canary_every, self.debug = ledger, ventures, canary_every, debug
+        self.ledger, self.ventures, self.canary_every, self.debug = (
+            ledger,
+            ventures,
+            canary_every,
+            debug,
+        )
         self.tell_person, self.refold = tell_person, refold
         self.ledger_down = None       # why the ledger cannot be written, while it cannot
         self.backlog = []             # outcomes waiting for the ledger to take writes again
         self.retry_at = None
-        self.refold_from = None       # the first seq of a rolled-back group commit, until the ventures are folded again
-        self.group_began = None       # when the records held open were first seen at the end of a turn
+        # the first seq of a rolled-back group commit, until the ventures are folded again
+        self.refold_from = None
+        # when the records held open were first seen at the end of a turn
+        self.group_began = None
 
     def append(self, record, at=None):
         """Append `record` through the one append function and fold it into its venture.
 
-        Group commit: a GROUPED_KINDS record (a reading, a prediction and score, an outcome) joins the group held
-        open for this wake-up, committed at its end; any other (an action before its lever starts, an ask, a
-        pause, a mandate) commits itself and all held before it. While the ledger cannot be written, an outcome
-        of what already ran waits in order; anything else raises LedgerDown, so its step does not happen.
-        `at`: an action's time is the time the gate proved it at, so that its proof re-checks at its own `at`."""
+        Group commit: a GROUPED_KINDS record (a reading, a prediction and score, an outcome) joins
+        the group held open for this wake-up, committed at its end; any other (an action before its
+        lever starts, an ask, a pause, a mandate) commits itself and all held before it. While the
+        ledger cannot be written, an outcome of what already ran waits in order; anything else
+        raises LedgerDown, so its step does not happen. `at`: an action's time is the time the gate
+        proved it at, so that its proof re-checks at its own `at`. """
         import sqlite3
         why = self.ledger_down
         if not why:
             try:
-                return self.write(record, at, hold=record["kind"].partition(".")[0] in GROUPED_KINDS)
+                return self.write(
+                    record, at, hold=record["kind"].partition(".")[0] in GROUPED_KINDS
+                )
             except (sqlite3.Error, OSError) as err:
                 self.ledger_failed(err)
                 why = str(err)
@@ -2755,8 +3255,9 @@ class LedgerWriter:
         return None
 
     def append_together(self, records):
-        """Append `records` in one transaction and fold each (a score and the next prediction: they join the
-        wake-up's group commit); while the ledger cannot be written, raise LedgerDown as append does."""
+        """Append `records` in one transaction and fold each (a score and the next prediction: they
+        join the wake-up's group commit); while the ledger cannot be written, raise LedgerDown as
+        append does. """
         return [self.append(record) for record in records]
 
     def write(self, record, at=None, hold=False):
@@ -2767,19 +3268,30 @@ class LedgerWriter:
         if state is not None:
             fold(state, seq, at, record)
         if self.debug:
-            log(self.debug, "warden", f"#{seq} {record['venture']} {record['kind']} {record['summary']}")
+            log(
+                self.debug,
+                "warden",
+                f"#{seq} {record['venture']} {record['kind']} {record['summary']}",
+            )
         self.tell_person(notice_of(seq, record))
-        if record["kind"] == "ask" and not record.get("canary") and state is not None and self.canary_every:
-            canary = canary_ask(state, sum(v.asks_made for v in self.ventures.values()), self.canary_every)
+        if (
+            record["kind"] == "ask"
+            and not record.get("canary")
+            and state is not None
+            and self.canary_every
+        ):
+            canary = canary_ask(
+                state, sum(v.asks_made for v in self.ventures.values()), self.canary_every
+            )
             if canary:
                 self.append(canary)
         return seq
 
     def commit(self, turn_ends=False):
-        """Commit the records held open in one transaction (group commit): at the end of each wake-up
-        (`turn_ends`), and before anything is told to a client. A commit that fails leaves the ledger down
-        (as a failed append does); the ventures are folded again once the turn ends, when no step of it is
-        still under way."""
+        """Commit the records held open in one transaction (group commit): at the end of each
+        wake-up (`turn_ends`), and before anything is told to a client. A commit that fails leaves
+        the ledger down (as a failed append does); the ventures are folded again once the turn ends,
+        when no step of it is still under way."""
         import sqlite3
         try:
             self.ledger.commit()
@@ -2790,8 +3302,9 @@ class LedgerWriter:
             self.refold_from = None
 
     def commit_when_due(self, stopping):
-        """At the end of a turn: commit the records held once the group has been open GROUP_WINDOW (at once
-        when stopping), so a burst spread over several wake-ups still costs one sync to disk."""
+        """At the end of a turn: commit the records held once the group has been open GROUP_WINDOW
+        (at once when stopping), so a burst spread over several wake-ups still costs one sync to
+        disk."""
         if self.ledger.held is not None:
             now = time.monotonic()
             self.group_began = now if self.group_began is None else self.group_began
@@ -2803,36 +3316,50 @@ class LedgerWriter:
             self.group_began = None
 
     def group_wait(self, timeout):
-        """`timeout` for select, shortened so that a group held open is committed when its window ends."""
+        """`timeout` for select, shortened so that a group held open is committed when its window
+        ends."""
         if self.group_began is None:
             return timeout
         left = max(0.0, self.group_began + GROUP_WINDOW - time.monotonic())
         return left if timeout is None else min(timeout, left)
 
     def ledger_failed(self, err):
-        """The ledger could not be written: stop what would write, try again later. Records held open that
-        were rolled back with it were folded already: what already happened among them (an outcome) waits
-        to be written, the rest is gone, and the ventures are folded again from the ledger as it is."""
+        """The ledger could not be written: stop what would write, try again later. Records held
+        open that were rolled back with it were folded already: what already happened among them (an
+        outcome) waits to be written, the rest is gone, and the ventures are folded again from the
+        ledger as it is. """
         self.ledger_down = str(err)
         self.retry_at = time.monotonic() + ledger_retry(err)
-        sys.stderr.write(f"avsm warden: the ledger cannot be written: {err}; stopping what would write, "
-                         f"trying again in {ledger_retry(err)} s\n")
+        sys.stderr.write(
+            f"avsm warden: the ledger cannot be written: {err}; stopping what would write, "
+            f"trying again in {ledger_retry(err)} s\n"
+        )
         self.tell_person(ledger_down_notice(str(err)))
         lost, self.ledger.lost = self.ledger.lost, []
         if lost:
             self.backlog[:0] = [record for _, _, record in lost if record["kind"] in BACKLOG_KINDS]
-            # folded again at the end of this turn: till then nothing can be written, so no seq is reused
-            self.refold_from = lost[0][0] if self.refold_from is None else min(self.refold_from, lost[0][0])
+            # folded again at the end of this turn: till then nothing can be written, so no seq is
+            # reused
+            self.refold_from = (
+                lost[0][0] if self.refold_from is None else min(self.refold_from, lost[0][0])
+            )
 
     def retry_ledger(self, now):
-        """Try the ledger again: write what waited, in order; True when it takes writes, and work resumes."""
+        """Try the ledger again: write what waited, in order; True when it takes writes, and work
+        resumes."""
         import sqlite3
         self.retry_at = now + LEDGER_RETRY
         try:
             while self.backlog:
                 self.write(self.backlog[0])
                 self.backlog.pop(0)
-            self.write(new_record("ledger", "self", summary=f"the ledger takes writes again (it could not: {self.ledger_down})"))
+            self.write(
+                new_record(
+                    "ledger",
+                    "self",
+                    summary=f"the ledger takes writes again (it could not: {self.ledger_down})",
+                )
+            )
         except (sqlite3.Error, OSError) as err:
             self.ledger_down = str(err)
             self.retry_at = now + ledger_retry(err)
@@ -2851,8 +3378,9 @@ HISTORY = 200      # trusted reports a venture keeps in memory (drift, noise, pe
 
 
 class History:
-    """A list of (seq, value) pairs, kept compact: the seqs in an array of machine integers (8 bytes each,
-    not a tuple and an int object: 96), so a thousand ventures' HISTORY reports take 3 MiB, not 19."""
+    """A list of (seq, value) pairs, kept compact: the seqs in an array of machine integers (8 bytes
+    each, not a tuple and an int object: 96), so a thousand ventures' HISTORY reports take 3 MiB,
+    not 19. """
 
     __slots__ = ("seqs", "values")
 
@@ -2886,17 +3414,60 @@ class History:
 
 
 class VentureState:
-    """What the ledger says of one venture, folded record by record (so a restart forgets nothing)."""
+    """What the ledger says of one venture, folded record by record (so a restart forgets
+    nothing)."""
 
-    # Slots for the fields below: over 30 of them, an instance's __dict__ would not share its keys (1.6 KiB a venture,
-    # not 0.4; issue 15). "__dict__" last: a field added without its slot still works, in a dict of its own.
-    __slots__ = ("name", "directory", "mandate", "mandate_seq", "mandate_sha", "mandate_text", "problem", "paused",
-                 "last_report", "level", "pending", "last_step", "previous_implausible", "trusted", "trusted_at",
-                 "sides", "actions", "open_asks", "implausible_ask", "implausible_answered", "running", "guards",
-                 "audits", "read", "peak", "unwinds", "approvals", "free_steps", "lever_steps", "ran_since", "effects",
-                 "misses", "suspended", "ratchet_forecasts", "grants", "checks", "world_reports", "prediction",
-                 "scores", "scored", "world_failing", "world_state", "proposals", "asks_made",
-                 "counted", "__dict__")
+    # Slots for the fields below: over 30 of them, an instance's __dict__ would not share its keys
+    # (1.6 KiB a venture, not 0.4; issue 15). "__dict__" last: a field added without its slot still
+    # works, in a dict of its own.
+    __slots__ = (
+        "name",
+        "directory",
+        "mandate",
+        "mandate_seq",
+        "mandate_sha",
+        "mandate_text",
+        "problem",
+        "paused",
+        "last_report",
+        "level",
+        "pending",
+        "last_step",
+        "previous_implausible",
+        "trusted",
+        "trusted_at",
+        "sides",
+        "actions",
+        "open_asks",
+        "implausible_ask",
+        "implausible_answered",
+        "running",
+        "guards",
+        "audits",
+        "read",
+        "peak",
+        "unwinds",
+        "approvals",
+        "free_steps",
+        "lever_steps",
+        "ran_since",
+        "effects",
+        "misses",
+        "suspended",
+        "ratchet_forecasts",
+        "grants",
+        "checks",
+        "world_reports",
+        "prediction",
+        "scores",
+        "scored",
+        "world_failing",
+        "world_state",
+        "proposals",
+        "asks_made",
+        "counted",
+        "__dict__",
+    )
 
     def __init__(self, name):
         self.name = name
@@ -2910,43 +3481,62 @@ class VentureState:
         self.pending = None           # (seq, value) of an unconfirmed report
         self.last_step = None         # the step between the last two trusted reports
         self.previous_implausible = False
-        self.asks_made = 0            # its asks, canaries aside: canary_asks counts them over every venture
+        # its asks, canaries aside: canary_asks counts them over every venture
+        self.asks_made = 0
         self.trusted = History()      # [(seq, value)] of the last HISTORY trusted reports
         self.trusted_at = None        # when the last of them was written (status shows its age)
         self.sides = {}               # controller side -> {"armed": bool, "streak": [report seqs]}
         self.actions = {}             # lever -> [(seq, at)] of its runs, for caps
         self.open_asks = {}           # ask seq -> ask record
         self.implausible_ask = None   # seq of the open ask raised for an implausible stretch
-        self.implausible_answered = False   # its ask was answered: no new one until a plausible reading comes
+        # its ask was answered: no new one until a plausible reading comes
+        self.implausible_answered = False
         self.running = {}             # lever -> action seq of a run in flight (from action/outcome)
-        self.guards = {}              # guard name -> {"last": (seq, value, status), "past", "episode", "unwind_ok"}
-        self.audits = {}              # audit name -> {"values": [(seq, value)], "last": (seq, status), "note"}
+        # guard name -> {"last": (seq, value, status), "past", "episode", "unwind_ok"}
+        self.guards = {}
+        # audit name -> {"values": [(seq, value)], "last": (seq, status), "note"}
+        self.audits = {}
         self.read = {}                # reading name -> (seq, record)
-        self.peak = None              # the highest trusted report since the mandate: a drawdown's peak
+        # the highest trusted report since the mandate: a drawdown's peak
+        self.peak = None
         self.unwinds = {}             # action seq -> the guard whose unwind it runs
-        self.approvals = {}           # lever -> approvals since the mandate (a denial resets it): the ratchet
-        self.free_steps = []          # one-step changes between trusted reports with no lever run between
-        self.lever_steps = {}         # lever -> steps between trusted reports across which it alone ran
-        self.ran_since = []           # levers run since the last trusted report (none: the next step is lever-free)
+        # lever -> approvals since the mandate (a denial resets it): the ratchet
+        self.approvals = {}
+        # one-step changes between trusted reports with no lever run between
+        self.free_steps = []
+        # lever -> steps between trusted reports across which it alone ran
+        self.lever_steps = {}
+        # levers run since the last trusted report (none: the next step is lever-free)
+        self.ran_since = []
         self.effects = {}             # action seq -> a run whose expected effect is not yet judged
         self.misses = {}              # lever -> misses in a row (revoke_after)
         self.suspended = {}           # lever -> the ask whose approval restores its delegation
-        self.ratchet_forecasts = set()  # levers whose ratchet ask waits on its forecast (not folded: a restart asks again)
-        self.grants = {}              # seq of an unspent approval (or a person's own proposal) -> {"lever", "payload", "ask"}
+        # levers whose ratchet ask waits on its forecast (not folded: a restart asks again)
+        self.ratchet_forecasts = set()
+        # seq of an unspent approval (or a person's own proposal) -> {"lever", "payload", "ask"}
+        self.grants = {}
         self.checks = {}              # seq of a passed lever check no action has cited yet -> lever
-        self.world_reports = []       # [(seq, at, value)] of the last HISTORY trusted reports folded under a world: its input
+        # [(seq, at, value)] of the last HISTORY trusted reports folded under a world: its input
+        self.world_reports = []
         self.prediction = None        # (seq, record) of the prediction the next report may resolve
-        self.scores = []              # [(crps, persistence's crps, covered)] of the last ROLLING scores
+        # [(crps, persistence's crps, covered)] of the last ROLLING scores
+        self.scores = []
         self.scored = 0               # calibration scores in the ledger
-        self.world_failing = False    # the last world record is a failed step: the next failure writes nothing
-        self.world_state = None       # the state the world command returned last (not folded: a restart starts from null)
-        self.proposals = {}           # seq of a model's proposal of an action no action, ask or refusal answered yet -> lever
+        # the last world record is a failed step: the next failure writes nothing
+        self.world_failing = False
+        # the state the world command returned last (not folded: a restart starts from null)
+        self.world_state = None
+        # seq of a model's proposal of an action no action, ask or refusal answered yet -> lever
+        self.proposals = {}
         # the metrics' counters, over every record (a _total never goes back at a restart)
         self.counted = {"reports": 0, "failed": 0, "implausible": 0, "refusals": 0, "by_lever": {}}
 
     def side(self, name):
-        """A controller side: armed (deadband), its streak of crossed reports (hold), asked in this excursion."""
-        return self.sides.setdefault(name, {"armed": True, "streak": [], "asked": False, "stuck": None, "seen": False})
+        """A controller side: armed (deadband), its streak of crossed reports (hold), asked in this
+        excursion."""
+        return self.sides.setdefault(
+            name, {"armed": True, "streak": [], "asked": False, "stuck": None, "seen": False}
+        )
 
     # the levers whose check runs now: not folded (no record starts one, and avsmd ends a dead
     # warden's groups, checks too); a class default: only a venture with a check running has its own
@@ -2954,14 +3544,23 @@ class VentureState:
 
 
 def text_sha256(text):
-    """Return the sha256 of `text` as UTF-8, in lowercase hex: a mandate's, as `sha256sum` prints it."""
+    """Return the sha256 of `text` as UTF-8, in lowercase hex: a mandate's, as `sha256sum` prints
+    it."""
     import hashlib
     return hashlib.sha256(text.encode()).hexdigest()
 
 
 def mandate_record(name, directory, text, summary, **fields):
     """Return the record adopting `text` as the mandate of venture `name` from `directory`."""
-    return new_record("mandate", name, directory=directory, sha256=text_sha256(text), text=text, summary=summary, **fields)
+    return new_record(
+        "mandate",
+        name,
+        directory=directory,
+        sha256=text_sha256(text),
+        text=text,
+        summary=summary,
+        **fields,
+    )
 
 
 def fold(state, seq, at, record):
@@ -2971,7 +3570,11 @@ def fold(state, seq, at, record):
         if record.get("directory") != state.directory:
             state.paused = False      # a moved directory is a new venture (VENTURE-04)
         state.directory = record.get("directory")
-        state.mandate_seq, state.mandate_sha, state.mandate_text = seq, record.get("sha256"), record.get("text")
+        state.mandate_seq, state.mandate_sha, state.mandate_text = (
+            seq,
+            record.get("sha256"),
+            record.get("text"),
+        )
         state.sides = {}              # the old permissions end with the old mandate
         state.guards, state.audits, state.peak, state.approvals = {}, {}, None, {}
         return state
@@ -2992,7 +3595,8 @@ def fold(state, seq, at, record):
         state.read[kind[len("reading."):]] = (seq, record)
     elif kind == "action":
         for premise in record.get("proof", {}).get("premises", []):
-            state.grants.pop(premise, None)     # an approval lets one run (PROOF-02), a check one start
+            # an approval lets one run (PROOF-02), a check one start
+            state.grants.pop(premise, None)
             state.checks.pop(premise, None)
         state.actions.setdefault(record["lever"], []).append((seq, at, record.get("payload")))
         state.running[record["lever"]] = seq
@@ -3000,17 +3604,27 @@ def fold(state, seq, at, record):
             state.ran_since.append(record["lever"])
         if record.get("proof", {}).get("rule") == "unwind":
             state.unwinds[seq] = record.get("guard")
-            if record.get("guard") in state.guards:      # one unwind per reading past the bound (guard_rules)
-                state.guards[record["guard"]]["unwound"] = ((record.get("basis") or {}).get("premises") or [None])[0]
-        state.proposals.pop(record.get("proof", {}).get("trigger"), None)     # a proposal is gated once
+            # one unwind per reading past the bound (guard_rules)
+            if record.get("guard") in state.guards:
+                state.guards[record["guard"]]["unwound"] = (
+                    (record.get("basis") or {}).get("premises") or [None]
+                )[0]
+        # a proposal is gated once
+        state.proposals.pop(record.get("proof", {}).get("trigger"), None)
         fold_controller_intent(state, record)
     elif kind == "outcome":
         if state.running.get(record.get("lever")) == record.get("action"):
             del state.running[record["lever"]]
         spec = state.mandate["levers"].get(record.get("lever")) if state.mandate else None
         if record.get("ok") and spec and spec["expects"] and state.level is not None:
-            state.effects[record["action"]] = {"lever": record["lever"], "expects": spec["expects"], "r0": state.level[1],
-                                               "after": [], "steps": list(state.free_steps), "verdict": None}
+            state.effects[record["action"]] = {
+                "lever": record["lever"],
+                "expects": spec["expects"],
+                "r0": state.level[1],
+                "after": [],
+                "steps": list(state.free_steps),
+                "verdict": None,
+            }
         guard = state.unwinds.pop(record.get("action"), None)
         if guard in state.guards and record.get("ok"):
             state.guards[guard]["unwind_ok"] = True
@@ -3032,36 +3646,56 @@ def fold(state, seq, at, record):
             state.implausible_ask = seq
         fold_controller_intent(state, record)
     elif kind == "proposal":
-        if record.get("claim") == "declared" and record.get("by") == "person" and record.get("choice") == "action":
-            state.grants[seq] = {"lever": record.get("lever"), "payload": record.get("payload"), "ask": None}
+        if (
+            record.get("claim") == "declared"
+            and record.get("by") == "person"
+            and record.get("choice") == "action"
+        ):
+            state.grants[seq] = {
+                "lever": record.get("lever"),
+                "payload": record.get("payload"),
+                "ask": None,
+            }
         elif record.get("claim") == "inferred" and record.get("choice") == "action":
             state.proposals[seq] = record.get("lever")
-            if len(state.proposals) > HISTORY:          # one a check still holds may wait; no more are kept
+            # one a check still holds may wait; no more are kept
+            if len(state.proposals) > HISTORY:
                 del state.proposals[next(iter(state.proposals))]
     elif kind == "check":
         if record.get("ok"):
             state.checks[seq] = record.get("lever")
     elif kind in ("approval", "denial", "resolved"):
         if kind == "approval" and "lever" in record:
-            state.grants[seq] = {"lever": record["lever"], "payload": record.get("payload"), "ask": record.get("ask")}
+            state.grants[seq] = {
+                "lever": record["lever"],
+                "payload": record.get("payload"),
+                "ask": record.get("ask"),
+            }
         asked = state.open_asks.pop(record.get("ask"), None) or {}
         lever = record.get("lever") or asked.get("lever")
         if kind == "approval" and lever and asked.get("about") in ("lever", "model"):
-            state.approvals[lever] = state.approvals.get(lever, 0) + 1     # the ratchet counts these
+            # the ratchet counts these
+            state.approvals[lever] = state.approvals.get(lever, 0) + 1
         if kind == "approval" and asked.get("about") == "revoke":
             state.suspended.pop(asked.get("lever"), None)
             state.misses[asked.get("lever")] = 0
         elif kind == "denial" and lever and asked.get("about") != "interrupted":
             state.approvals[lever] = 0          # "it did not happen" denies no lever
-        if asked.get("about") == "stuck" and asked.get("side"):     # settled (it ran), or seen: no ask again in it
-            state.side(asked["side"]).update({"stuck": None} if kind == "resolved" else {"seen": True})
+        # settled (it ran), or seen: no ask again in it
+        if asked.get("about") == "stuck" and asked.get("side"):
+            state.side(asked["side"]).update(
+                {"stuck": None} if kind == "resolved" else {"seen": True}
+            )
         if state.implausible_ask == record.get("ask"):
             state.implausible_ask = None
-            state.implausible_answered = kind != "resolved"     # asked once in this stretch, answered or not
+            # asked once in this stretch, answered or not
+            state.implausible_answered = kind != "resolved"
     elif kind == "effect":
         state.effects.pop(record.get("action"), None)
         lever = record.get("lever")
-        state.misses[lever] = state.misses.get(lever, 0) + 1 if record.get("verdict") == "miss" else 0
+        state.misses[lever] = (
+            state.misses.get(lever, 0) + 1 if record.get("verdict") == "miss" else 0
+        )
     elif kind == "pause":
         state.paused = True
         for info in state.guards.values():
@@ -3071,15 +3705,18 @@ def fold(state, seq, at, record):
     elif kind == "resume":
         state.paused = False
         for info in state.guards.values():
-            info["repause"] = info["past"]    # a guard still past its bound pauses it again at its next reading
+            # a guard still past its bound pauses it again at its next reading
+            info["repause"] = info["past"]
     if state.implausible_answered and (kind == "report" or kind.startswith(("guard.", "audit."))) \
             and held_by(state) is None:
-        state.implausible_answered = False      # a plausible reading ends the stretch: the next one may ask
+        # a plausible reading ends the stretch: the next one may ask
+        state.implausible_answered = False
     return state
 
 
 def fold_controller_intent(state, record):
-    """A controller's decision spends its excursion: deadband disarms, hold starts counting again."""
+    """A controller's decision spends its excursion: deadband disarms, hold starts counting
+    again."""
     if record.get("by") != "controller" or "side" not in record or state.mandate is None:
         return
     side = state.side(record["side"])
@@ -3116,7 +3753,8 @@ def fold_report(state, seq, at, record):
     elif status == "unconfirmed":
         state.pending = (seq, value)
     else:
-        state.pending = None            # only the very next report can confirm an unconfirmed one (PLAUS-10)
+        # only the very next report can confirm an unconfirmed one (PLAUS-10)
+        state.pending = None
     state.previous_implausible = status in ("implausible", "failed")
     for side_name, way, bound, lever in controller_sides(state.mandate):
         side = state.side(side_name)
@@ -3124,12 +3762,17 @@ def fold_report(state, seq, at, record):
             side["streak"] = []          # a report not trusted breaks "in a row"
             continue
         deadband = state.mandate["controller"].get("deadband")
-        if not side["armed"] and (deadband is None or (value <= bound - deadband if way == "above" else value >= bound + deadband)):
-            side["armed"] = True         # back past the bound by the deadband: the next excursion may act
+        if not side["armed"] and (
+            deadband is None
+            or (value <= bound - deadband if way == "above" else value >= bound + deadband)
+        ):
+            # back past the bound by the deadband: the next excursion may act
+            side["armed"] = True
         if crossed(way, bound, value):
             side["streak"].append(seq)
         else:
-            side.update(streak=[], asked=False, stuck=None, seen=False)      # back inside: the excursion is over
+            # back inside: the excursion is over
+            side.update(streak=[], asked=False, stuck=None, seen=False)
 
 
 def crossed(way, bound, value):
@@ -3148,7 +3791,10 @@ def controller_sides(mandate):
 
 def step_bounds(mandate):
     """Return (bound on a rise, bound on a fall); None where that way is unbounded."""
-    return tuple(mandate[k] if mandate[k] is not None else mandate["max_step"] for k in ("max_rise", "max_fall"))
+    return tuple(
+        mandate[k] if mandate[k] is not None else mandate["max_step"]
+        for k in ("max_rise", "max_fall")
+    )
 
 
 def judge_report(mandate, state, value, failure=None):
@@ -3162,7 +3808,13 @@ def judge_report(mandate, state, value, failure=None):
         return "implausible", "the report is NaN"
     low_high = mandate["range"]
     if low_high and not low_high[0] <= value <= low_high[1]:
-        return "implausible", f"{format_number(value)} is outside range [{format_number(low_high[0])}, {format_number(low_high[1])}]"
+        return (
+            "implausible",
+            (
+                f"{format_number(value)} is outside range [{format_number(low_high[0])},"
+                f" {format_number(low_high[1])}]"
+            ),
+        )
     up, down = step_bounds(mandate)
     if up is None and down is None:
         return "trusted", ""
@@ -3173,22 +3825,48 @@ def judge_report(mandate, state, value, failure=None):
             return "trusted", ""        # the first report has nothing to step from
         if not mandate["confirm"]:
             return "trusted", "confirm: false acts on the report after an implausible one"
-        return "unconfirmed", "follows an implausible report; waits for the next to agree within the step bound"
+        return (
+            "unconfirmed",
+            "follows an implausible report; waits for the next to agree within the step bound",
+        )
     else:
         base, what = state.level[1], "the last plausible report"
     step = value - base
-    if (step > 0 and up is not None and step > up) or (step < 0 and down is not None and -step > down):
-        bound, key = (up, "max_rise" if mandate["max_rise"] is not None else "max_step") if step > 0 else \
-                     (down, "max_fall" if mandate["max_fall"] is not None else "max_step")
+    if (step > 0 and up is not None and step > up) or (
+        step < 0 and down is not None and -step > down
+    ):
+        bound, key = (
+            (up, "max_rise" if mandate["max_rise"] is not None else "max_step")
+            if step > 0
+            else (down, "max_fall" if mandate["max_fall"] is not None else "max_step")
+        )
         if state.pending is not None:
-            return "unconfirmed", f"moved {format_number(step)} from {what}, past {key} {format_number(bound)}; waits for the next to agree"
-        return "implausible", f"{'rose' if step > 0 else 'fell'} by {format_number(abs(step))} from {format_number(base)}, past {key} {format_number(bound)}"
+            return (
+                "unconfirmed",
+                (
+                    f"moved {format_number(step)} from {what}, past {key} {format_number(bound)};"
+                    " waits for the next to agree"
+                ),
+            )
+        return (
+            "implausible",
+            (
+                f"{'rose' if step > 0 else 'fell'} by {format_number(abs(step))} from"
+                f" {format_number(base)}, past {key} {format_number(bound)}"
+            ),
+        )
     if state.pending is None and state.last_step is not None and not state.ran_since:
         previous = state.last_step
         half_prev, half_now = (up if previous > 0 else down), (up if step > 0 else down)
         if (previous * step < 0 and half_prev is not None and half_now is not None
                 and abs(previous) > half_prev / 2 and abs(step) > half_now / 2):
-            return "implausible", f"a flap: moved {format_number(previous)} then {format_number(step)}, each past half its step bound"
+            return (
+                "implausible",
+                (
+                    f"a flap: moved {format_number(previous)} then {format_number(step)}, each past"
+                    " half its step bound"
+                ),
+            )
     return "trusted", ""
 
 
@@ -3199,29 +3877,37 @@ READING_FIELDS_MAX = 50
 
 
 def reading_limit(item):
-    """Return the seconds a reading program may run: its own `timeout:`, else 10 minutes. A reading still running
-    at its next due time is not ended there: it runs until done or this limit, and its value is the reading (DESIGN)."""
+    """Return the seconds a reading program may run: its own `timeout:`, else 10 minutes. A reading
+    still running at its next due time is not ended there: it runs until done or this limit, and its
+    value is the reading (DESIGN). """
     return item.get("timeout") or READING_TIMEOUT
 
 
 def round_plan(mandate, running):
-    """Return [(what, item, start)] for a round now due: each guard (but a drawdown guard, read from the metric's
-    report), audit and reading, `start` False when its last read, in `running` as (what, name), is still running:
+    """Return [(what, item, start)] for a round now due: each guard (but a drawdown guard, read from
+    the metric's report), audit and reading, `start` False when its last read, in `running` as
+    (what, name), is still running:
     that one is written as not read and left to run (RUN-18)."""
-    return [(what, item, (what, item["name"]) not in running) for what in ("guard", "audit", "reading")
-            for item in mandate[what + "s"] if what != "guard" or item["drawdown"] is None]
+    return [
+        (what, item, (what, item["name"]) not in running)
+        for what in ("guard", "audit", "reading")
+        for item in mandate[what + "s"]
+        if what != "guard" or item["drawdown"] is None
+    ]
 
 
 def read_late(child_round, round_):
-    """Whether a reading that just ended comes after its round settled without it (`round_` is the round in
-    flight, or None): its record is written all the same, and a guard's rules run on it alone."""
+    """Whether a reading that just ended comes after its round settled without it (`round_` is the
+    round in flight, or None): its record is written all the same, and a guard's rules run on it
+    alone."""
     return round_ is None or child_round != round_["number"]
 
 
 def round_unread(round_, now):
-    """Return what a round in flight settles without, sorted [(what, name)], once it settles at `now`
-    (monotonic): its metric is in and every guard, audit and reading is read, or its deadline has passed;
-    None while it still waits. Each one it settles without is written as not read, and its reading when done."""
+    """Return what a round in flight settles without, sorted [(what, name)], once it settles at
+    `now` (monotonic): its metric is in and every guard, audit and reading is read, or its deadline
+    has passed; None while it still waits. Each one it settles without is written as not read, and
+    its reading when done. """
     if round_ is None or round_["metric"] is None:
         return None
     if round_["pending"] and now < round_["deadline"]:
@@ -3235,15 +3921,25 @@ def timed_out_note(limit):
 
 
 def fold_guard(state, seq, record):
-    """A guard's reading: a trusted one past its bound starts (or goes on with) an episode; the first plausible
-    one back inside ends it (open point 32). A failed, implausible or unread reading neither trips nor clears it
-    (GUARD-06), nor does an unconfirmed one past the bound."""
+    """A guard's reading: a trusted one past its bound starts (or goes on with) an episode; the
+    first plausible one back inside ends it (open point 32). A failed, implausible or unread reading
+    neither trips nor clears it (GUARD-06), nor does an unconfirmed one past the bound."""
     name = record["kind"][len("guard."):]
-    info = state.guards.setdefault(name, {"last": None, "past": False, "episode": None, "unwind_ok": False,
-                                          "previous_bad": False, "pending": None})
+    info = state.guards.setdefault(
+        name,
+        {
+            "last": None,
+            "past": False,
+            "episode": None,
+            "unwind_ok": False,
+            "previous_bad": False,
+            "pending": None,
+        },
+    )
     status = record.get("status")
     if status == "not read":
-        return                  # a reading still running hides neither a failed one before it nor its own end
+        # a reading still running hides neither a failed one before it nor its own end
+        return
     info["last"] = (seq, record.get("value"), status)
     if settles_guard(record):
         past = bool(record.get("past"))
@@ -3257,13 +3953,17 @@ def fold_guard(state, seq, record):
 
 
 def settles_guard(record):
-    """Whether a guard reading trips or clears its guard: a trusted one, or a plausible one back inside
-    (open point 32). The gate's fold and the proof's re-check both ask this, so they agree."""
-    return record.get("status") == "trusted" or (record.get("status") == "unconfirmed" and not record.get("past"))
+    """Whether a guard reading trips or clears its guard: a trusted one, or a plausible one back
+    inside (open point 32). The gate's fold and the proof's re-check both ask this, so they
+    agree."""
+    return record.get("status") == "trusted" or (
+        record.get("status") == "unconfirmed" and not record.get("past")
+    )
 
 
 def judge_guard(guard, state, value, failure):
-    """Return (status, past, note) of a guard's new reading; past only means something when trusted."""
+    """Return (status, past, note) of a guard's new reading; past only means something when
+    trusted."""
     if failure is not None:
         return "failed", False, failure
     if value != value:
@@ -3273,9 +3973,17 @@ def judge_guard(guard, state, value, failure):
     if info and info["pending"] is not None:
         if info["pending"] == past:
             return "trusted", past, "agrees with the unconfirmed reading before it"
-        return "unconfirmed", past, "disagrees with the unconfirmed reading before it; waits for the next"
+        return (
+            "unconfirmed",
+            past,
+            "disagrees with the unconfirmed reading before it; waits for the next",
+        )
     if info and info["previous_bad"] and guard["confirm"]:
-        return "unconfirmed", past, "follows a failed or implausible reading; waits for the next to agree"
+        return (
+            "unconfirmed",
+            past,
+            "follows a failed or implausible reading; waits for the next to agree",
+        )
     return "trusted", past, ""
 
 
@@ -3290,7 +3998,8 @@ def drawdown_reading(guard, state, report_status, value):
 
 
 def guards_past(state):
-    """Return [(guard name, seq of its episode's first reading)] for guards reading past their bound."""
+    """Return [(guard name, seq of its episode's first reading)] for guards reading past their
+    bound."""
     return [(name, info["episode"]) for name, info in state.guards.items() if info["past"]]
 
 
@@ -3328,7 +4037,8 @@ def fold_audit(state, seq, record):
 
 def audit_worsening(audit, state):
     """Return why the audit asks (the metric improved over its window while the audit got worse past
-    its tolerance), or None. Compares the latest with the value `window` readings earlier (open point 33)."""
+    its tolerance), or None. Compares the latest with the value `window` readings earlier (open
+    point 33). """
     w = audit["window"]
     values = state.audits.get(audit["name"], {}).get("values", [])
     if len(values) <= w or len(state.trusted) <= w:
@@ -3338,15 +4048,19 @@ def audit_worsening(audit, state):
     improved = metric_now > metric_then if audit["better"] == "up" else metric_now < metric_then
     worse = (audit_now - audit_then) if audit["worse"] == "up" else (audit_then - audit_now)
     if improved and worse > audit["tolerance"]:
-        return (f"{state.mandate['metric'] if state.mandate else 'the metric'} improved from {format_number(metric_then)} to "
-                f"{format_number(metric_now)} over {w} readings while audit {audit['name']} got worse by "
-                f"{format_number(worse)}, past its tolerance {format_number(audit['tolerance'])}")
+        return (
+            f"{state.mandate['metric'] if state.mandate else 'the metric'} improved from"
+            f" {format_number(metric_then)} to {format_number(metric_now)} over {w} readings while"
+            f" audit {audit['name']} got worse by {format_number(worse)}, past its tolerance"
+            f" {format_number(audit['tolerance'])}"
+        )
     return None
 
 
 def reading_fields(text, audit_note=None):
     """Return the kept fields of a reading's output: lines above the number that are addresses
-    (text@text, no spaces or <>,;:, at most 254 characters), at most 50; with an audit, only those it names."""
+    (text@text, no spaces or <>,;:, at most 254 characters), at most 50; with an audit, only those
+    it names. """
     lines = [line.strip() for line in text.split("\n") if line.strip()]
     named = None if audit_note is None else set(re.findall(r"[^\s<>,;:]+", audit_note))
     return [line for line in lines[:-1] if len(line) <= 254 and re.fullmatch(ADDRESS, line)
@@ -3356,7 +4070,8 @@ def reading_fields(text, audit_note=None):
 def held_by(state):
     """Return (what, seq, note) of the reading that holds the venture implausible, or None.
 
-    A failed or implausible metric report, guard reading or audit reading holds it until a plausible one comes."""
+    A failed or implausible metric report, guard reading or audit reading holds it until a plausible
+    one comes. """
     if state.last_report and state.last_report[2].get("status") in ("implausible", "failed"):
         seq, at, record = state.last_report
         return f"the {record.get('metric', 'metric')} report", seq, record.get("note")
@@ -3381,10 +4096,18 @@ def report_read(state, value, failure):
 
 
 def unread_record(state, what, name, why):
-    """Return the record of guard, audit or reading `name` not read this round (`why`): a guard not read
-    neither trips nor clears (past: null); a reading's record is inferred."""
-    record = new_record(f"{what}.{name}", state.name, claim="inferred" if what == "reading" else "measured", value=None,
-                        status="not read", plausible=False, note=why, summary=f"{what} {name} not read: {why}")
+    """Return the record of guard, audit or reading `name` not read this round (`why`): a guard not
+    read neither trips nor clears (past: null); a reading's record is inferred."""
+    record = new_record(
+        f"{what}.{name}",
+        state.name,
+        claim="inferred" if what == "reading" else "measured",
+        value=None,
+        status="not read",
+        plausible=False,
+        note=why,
+        summary=f"{what} {name} not read: {why}",
+    )
     if what == "guard":
         record["past"] = None             # not read: it neither trips nor clears
     return record
@@ -3399,41 +4122,69 @@ def report_record(state, value, failure):
                "unconfirmed": f"{m['metric']} = {shown} unconfirmed: {note}",
                "implausible": f"{m['metric']} = {shown} implausible: {note}",
                "failed": f"{m['metric']} failed: {note}"}[status]
-    return new_record("report", state.name, metric=m["metric"], value=value if value == value else None, status=status,
-                      plausible=status in ("trusted", "unconfirmed"), note=note, summary=summary)
+    return new_record(
+        "report",
+        state.name,
+        metric=m["metric"],
+        value=value if value == value else None,
+        status=status,
+        plausible=status in ("trusted", "unconfirmed"),
+        note=note,
+        summary=summary,
+    )
 
 
 def guard_record(state, guard, value, failure, suffix=""):
-    """Return a guard's reading record for `value` (or `failure`), judged by judge_guard; `suffix` follows the
-    number in the summary (% for a drawdown)."""
+    """Return a guard's reading record for `value` (or `failure`), judged by judge_guard; `suffix`
+    follows the number in the summary (% for a drawdown)."""
     status, past, note = judge_guard(guard, state, value, failure)
-    record = new_record(f"guard.{guard['name']}", state.name, value=value if value is not None and value == value else None,
-                        status=status, plausible=status in ("trusted", "unconfirmed"),
-                        past=past if status != "failed" else None, bound=guard["bound"], side=guard["side"])
+    record = new_record(
+        f"guard.{guard['name']}",
+        state.name,
+        value=value if value is not None and value == value else None,
+        status=status,
+        plausible=status in ("trusted", "unconfirmed"),
+        past=past if status != "failed" else None,
+        bound=guard["bound"],
+        side=guard["side"],
+    )
     if status != "trusted":
         record["note"] = note or status
     way = ">" if guard["side"] == "above" else "<"
     shown = f"{format_number(value)}{suffix}"
-    record["summary"] = (f"guard {guard['name']} = {shown}" + (f" past its bound ({way} {format_number(guard['bound'])}{suffix})" if past else "")
-                         if status == "trusted" else f"guard {guard['name']} {status}: {note}")
+    record["summary"] = (
+        f"guard {guard['name']} = {shown}"
+        + (f" past its bound ({way} {format_number(guard['bound'])}{suffix})" if past else "")
+        if status == "trusted"
+        else f"guard {guard['name']} {status}: {note}"
+    )
     return record
 
 
 def audit_record(state, name, value, failure, text):
-    """Return audit `name`'s reading record: failed (`failure`), implausible (NaN) or trusted, its note the
-    lines its program printed above the number (AUDIT-05: never shown to a model)."""
+    """Return audit `name`'s reading record: failed (`failure`), implausible (NaN) or trusted, its
+    note the lines its program printed above the number (AUDIT-05: never shown to a model)."""
     lines = [line for line in text.split("\n") if line.strip()]
     note = "\n".join(lines[:-1])[-NOTE_MAX:] if failure is None else failure
     status = "failed" if failure else ("implausible" if value != value else "trusted")
-    return new_record(f"audit.{name}", state.name, value=value if value == value else None, status=status,
-                      plausible=status == "trusted", note=note or ("" if status == "trusted" else "NaN"),
-                      summary=f"audit {name} = {format_number(value)}" if status == "trusted"
-                              else f"audit {name} {status}: {note[:200]}")
+    return new_record(
+        f"audit.{name}",
+        state.name,
+        value=value if value == value else None,
+        status=status,
+        plausible=status == "trusted",
+        note=note or ("" if status == "trusted" else "NaN"),
+        summary=(
+            f"audit {name} = {format_number(value)}"
+            if status == "trusted"
+            else f"audit {name} {status}: {note[:200]}"
+        ),
+    )
 
 
 def reading_record(state, reading, value, failure, text):
-    """Return a reading's record: inferred, read or failed; a read one keeps its fields (those its audit's
-    note names, with audit:), a failed one no note at all (READING-08)."""
+    """Return a reading's record: inferred, read or failed; a read one keeps its fields (those its
+    audit's note names, with audit:), a failed one no note at all (READING-08)."""
     name = reading["name"]
     record = new_record(f"reading.{name}", state.name, value=value if value == value else None,
                         status="failed" if failure else "read", plausible=failure is None)
@@ -3443,7 +4194,8 @@ def reading_record(state, reading, value, failure, text):
         record.update(fields=" ".join(fields),
                       summary=f"reading {name} = {format_number(value)}: {len(fields)} field(s)")
     else:
-        record.update(summary=f"reading {name} failed")   # a failed reading keeps no note at all (READING-08)
+        # a failed reading keeps no note at all (READING-08)
+        record.update(summary=f"reading {name} failed")
     return record
 
 
@@ -3453,16 +4205,19 @@ def reading_record(state, reading, value, failure, text):
 
 MODEL_SYSTEM = """You advise avsm, a supervisor that acts only within a mandate a person wrote.
 You choose between doing nothing, taking one action the mandate permits, and asking the person.
-Code, not you, decides whether anything runs: a proposal that breaks the mandate is refused and recorded.
+Code, not you, decides whether anything runs: a proposal that breaks the mandate is refused and \
+recorded.
 Reply with exactly one JSON object on one line and nothing else, one of:
 {"choice": "nothing", "reason": "..."}
-{"choice": "action", "action": "LEVER", "reason": "..."}   (add "payload" for a lever that takes content:
+{"choice": "action", "action": "LEVER", "reason": "..."}   (add "payload" for a lever that takes \
+content:
     a string for text, diff or file; an object for json)
 {"choice": "ask", "question": "...", "action": "LEVER"}
 {"choices": [ ...up to five of the above, each judged alone... ]}
 Before choosing you may look things up, three times at most, one per reply:
 {"choice": "know", "topic": "..."}  or  {"choice": "why", "record": SEQ}"""
-CLASSIFIER_SYSTEM = """You classify for avsm, a supervisor that acts only within a mandate a person wrote.
+CLASSIFIER_SYSTEM = """You classify for avsm, a supervisor that acts only within a mandate a \
+person wrote.
 Answer with one word alone: nothing, ask, or the name of one permitted lever."""
 CHOICE_KEYS = {"nothing": {"choice", "reason"},
                "action": {"choice", "action", "reason", "payload"},
@@ -3476,13 +4231,20 @@ TEXT_MAX = 2000
 
 def build_request(packet):
     """Return (system, user): the texts a backend is shown for one decision packet."""
-    lines = [f"venture: {packet['venture']}", f"purpose: {packet['purpose']}",
-             f"metric: {packet['metric']}", f"controller: {packet['controller']}", "permitted levers:"]
+    lines = [
+        f"venture: {packet['venture']}",
+        f"purpose: {packet['purpose']}",
+        f"metric: {packet['metric']}",
+        f"controller: {packet['controller']}",
+        "permitted levers:",
+    ]
     for lever in packet["levers"]:
-        lines.append(f"  - {lever['name']}: cap {lever['cap']} ({lever['used']} used), "
-                     f"{'reversible' if lever['reversible'] else 'irreversible: a person approves it'}"
-                     + (", delegated" if lever.get("delegated") else "")
-                     + (f", takes {lever['takes']}" if lever.get("takes") else ""))
+        lines.append(
+            f"  - {lever['name']}: cap {lever['cap']} ({lever['used']} used), "
+            f"{'reversible' if lever['reversible'] else 'irreversible: a person approves it'}"
+            + (", delegated" if lever.get("delegated") else "")
+            + (f", takes {lever['takes']}" if lever.get("takes") else "")
+        )
     if not packet["levers"]:
         lines.append("  none")
     lines.append(f"forbidden levers: {', '.join(packet['forbidden']) or 'none'}")
@@ -3490,7 +4252,10 @@ def build_request(packet):
     lines += [f"  - {c['name']}: {c['state']}" + "".join(f"\n      {r}" for r in c["records"])
               for c in packet["children"]]
     lines.append("readings:" if packet["readings"] else "readings: none")
-    lines += [f"  - {r['name']} = {r['value']}: {r['fields'] or '(no fields)'}" for r in packet["readings"]]
+    lines += [
+        f"  - {r['name']} = {r['value']}: {r['fields'] or '(no fields)'}"
+        for r in packet["readings"]
+    ]
     lines.append("recent records:" if packet["records"] else "recent records: none")
     lines += [f"  {r}" for r in packet["records"]]
     lines.append("open asks:" if packet["asks"] else "open asks: none")
@@ -3501,34 +4266,48 @@ def build_request(packet):
         lines += [f"  {line}" for line in look["answer"].splitlines()]
     if packet.get("looks"):
         lines.append(f"looks left: {LOOKS_MAX - len(packet['looks'])}")
-    return (CLASSIFIER_SYSTEM if packet.get("classifier") else MODEL_SYSTEM), "\n".join(lines) + "\n"
+    return (CLASSIFIER_SYSTEM if packet.get("classifier") else MODEL_SYSTEM), "\n".join(
+        lines
+    ) + "\n"
 
 
 def packet_forecast_lines(packet):
-    """The packet's forecast for doing nothing and for one run now of each permitted lever (open point 40)."""
+    """The packet's forecast for doing nothing and for one run now of each permitted lever (open
+    point 40)."""
     facts = packet.get("forecast")
     if not facts:
         return []
     if "made" in facts:
         return packet_world_lines(packet["metric"], facts)
-    lines = [f"forecast ({format_number(facts['days'])} days x {facts['seeds']} seeds, at the horizon):"]
+    lines = [
+        f"forecast ({format_number(facts['days'])} days x {facts['seeds']} seeds, at the horizon):"
+    ]
     nothing = forecast(dict(facts, sides=[]))
     if "too_little" in nothing:
         return lines + [f"  {nothing['too_little']}"]
     lines.append(f"  doing nothing: {forecast_text(packet['metric'], nothing)}")
     for name, lever in facts["levers"].items():
         known = len(lever["steps"]) >= 3 or lever["expects"]
-        lines.append(f"  {name} once now: " + (forecast_text(packet["metric"], forecast(dict(facts, sides=[], first=name)))
-                                               if known else "its effect is not measured yet"))
+        lines.append(
+            f"  {name} once now: "
+            + (
+                forecast_text(packet["metric"], forecast(dict(facts, sides=[], first=name)))
+                if known
+                else "its effect is not measured yet"
+            )
+        )
     return lines
 
 
 def packet_world_lines(metric, facts):
-    """The packet's forecast made through the world command (issue 11 item 6): doing nothing and one run now
-    of each lever, and where its calls were capped, the horizon it was cut short at."""
+    """The packet's forecast made through the world command (issue 11 item 6): doing nothing and one
+    run now of each lever, and where its calls were capped, the horizon it was cut short at."""
     made = facts["made"]
     nothing = made["nothing"]
-    lines = [f"forecast through the world command ({format_number(facts['days'])} days x {facts['seeds']} seeds, at the horizon):"]
+    lines = [
+        f"forecast through the world command ({format_number(facts['days'])} days x"
+        f" {facts['seeds']} seeds, at the horizon):"
+    ]
     if "too_little" in nothing:
         return lines + [f"  {nothing['too_little']}"]
     if nothing.get("cut"):
@@ -3557,10 +4336,25 @@ def parse_reply(data, packet):
     lever_names = {lever["name"] for lever in packet["levers"]}
     if packet.get("classifier"):
         if text in ("nothing", "ask") or text in lever_names:
-            return {"choices": [{"choice": "nothing"} if text == "nothing" else
-                                {"choice": "ask", "question": "the classifier asks"} if text == "ask" else
-                                {"choice": "action", "action": text}]}
-        return {"unusable": f"a classifier answers one word: nothing, ask or a permitted lever, not {text[:60]!r}"}
+            return {
+                "choices": [
+                    (
+                        {"choice": "nothing"}
+                        if text == "nothing"
+                        else (
+                            {"choice": "ask", "question": "the classifier asks"}
+                            if text == "ask"
+                            else {"choice": "action", "action": text}
+                        )
+                    )
+                ]
+            }
+        return {
+            "unusable": (
+                "a classifier answers one word: nothing, ask or a permitted lever, not"
+                f" {text[:60]!r}"
+            )
+        }
     try:
         reply = read_json(text, object_pairs_hook=unique_pairs)
     except NumberError as err:
@@ -3610,12 +4404,17 @@ def check_choice(choice):
             return None, f"{key} must be text of at most {TEXT_MAX} characters"
     if kind == "action" and not isinstance(choice.get("action"), str):
         return None, "an action choice names its lever in action"
-    if kind == "ask" and ("question" not in choice or ("action" in choice and not isinstance(choice["action"], str))):
+    if kind == "ask" and (
+        "question" not in choice or ("action" in choice and not isinstance(choice["action"], str))
+    ):
         return None, "an ask choice carries a question (and may name a lever)"
     if kind == "know" and not isinstance(choice.get("topic"), str):
         return None, "a know choice carries a topic"
-    if kind == "why" and (isinstance(choice.get("record"), bool) or not isinstance(choice.get("record"), int)
-                          or not 1 <= choice["record"] < 2 ** 63):
+    if kind == "why" and (
+        isinstance(choice.get("record"), bool)
+        or not isinstance(choice.get("record"), int)
+        or not 1 <= choice["record"] < 2**63
+    ):
         return None, "a why choice carries a record number"
     if "payload" in choice and not isinstance(choice["payload"], (str, dict)):
         return None, "a payload is a string or an object"
@@ -3639,8 +4438,8 @@ def depth(value, level=0):
 
 
 def diff_paths(diff):
-    """Return every path a diff names for patch to touch: unified (---/+++) and context (***) headers,
-    git's rename and copy lines, and Index: lines; never a hunk's line range."""
+    """Return every path a diff names for patch to touch: unified (---/+++) and context (***)
+    headers, git's rename and copy lines, and Index: lines; never a hunk's line range."""
     paths = []
     for line in diff.splitlines():
         if re.fullmatch(r"(\*\*\* \d+(,\d+)? \*\*\*\*|--- \d+(,\d+)? ----)\s*", line):
@@ -3670,7 +4469,10 @@ def content_problem(takes, payload, directory):
     root = os.path.realpath(directory)
     for path in paths:
         if not path or os.path.isabs(path) or ".." in path.replace("\\", "/").split("/"):
-            return f"{path or 'an empty path'} is not a path inside the venture; use a relative path without .."
+            return (
+                f"{path or 'an empty path'} is not a path inside the venture; use a relative path"
+                " without .."
+            )
         resolved = os.path.realpath(os.path.join(root, path))
         if resolved != root and not resolved.startswith(root + os.sep):
             return f"{path} leads outside the venture directory (through a symlink)"
@@ -3740,7 +4542,9 @@ def fold_effects(state, value):
         if effect["verdict"] is not None:
             continue
         effect["after"].append(value)
-        verdict, why = judge_effect(effect["expects"], effect["r0"], effect["after"], effect["steps"])
+        verdict, why = judge_effect(
+            effect["expects"], effect["r0"], effect["after"], effect["steps"]
+        )
         effect["stale"] = verdict == "waiting" and "refreshed" in why
         if verdict in ("hit", "not judged"):
             del state.effects[seq]
@@ -3844,7 +4648,9 @@ def shown_spread(values, decimals):
 def decimals_of(values):
     """The decimals a person would write the readings with, at most two."""
     texts = [format_number(v) for v in values]
-    return min(max((len(t.split(".")[1]) for t in texts if "e" not in t and "." in t), default=0), 2)
+    return min(
+        max((len(t.split(".")[1]) for t in texts if "e" not in t and "." in t), default=0), 2
+    )
 
 
 def forecast(facts, seed=0):
@@ -3854,7 +4660,9 @@ def forecast(facts, seed=0):
         finite = all(abs(result.get(k, 0)) < float("inf") for k in ("median", "p10", "p90"))
     except OverflowError:
         finite = False
-    return result if finite else {"too_little": f"{TOO_LITTLE}: its numbers are too large to add up"}
+    return (
+        result if finite else {"too_little": f"{TOO_LITTLE}: its numbers are too large to add up"}
+    )
 
 
 def forecast_paths(facts, seed=0):
@@ -3950,7 +4758,8 @@ def forecast_text(metric, result):
 
 
 def describe_forecast(metric, result, days, seeds):
-    """One line for a person: `forecast 30 days x 16 seeds: count 5 (80%: 2 to 9)`, or why there is none."""
+    """One line for a person: `forecast 30 days x 16 seeds: count 5 (80%: 2 to 9)`, or why there is
+    none."""
     if "too_little" in result:
         return f"forecast: {result['too_little']}"
     return f"forecast {format_number(days)} days x {seeds} seeds: {forecast_text(metric, result)}"
@@ -3969,13 +4778,17 @@ def forecast_record(state, extra, output, status, ended_by):
     if checked is not None and "too_little" in checked:
         record.update(note=checked["too_little"], summary=describe_forecast(metric, result, 0, 0))
     elif checked is not None:
-        record.update({k: round(result[k], result["decimals"]) + 0.0 for k in ("median", "p10", "p90")},
-                      summary=describe_forecast(metric, result, extra["days"], extra["seeds"]))
+        record.update(
+            {k: round(result[k], result["decimals"]) + 0.0 for k in ("median", "p10", "p90")},
+            summary=describe_forecast(metric, result, extra["days"], extra["seeds"]),
+        )
         if isinstance(result.get("cut"), str):  # through the world, its calls capped
             record.update(note=result["cut"][:NOTE_MAX], world=True,
                           summary=record["summary"] + f" ({result['cut'][:200]})")
     else:
-        why = "it was ended" if ended_by else f"the forecast program ended {describe_status(status)}"
+        why = (
+            "it was ended" if ended_by else f"the forecast program ended {describe_status(status)}"
+        )
         record.update(note=why, summary=f"forecast not made: {why}")
     return record
 
@@ -3990,14 +4803,18 @@ def forecast_record(state, extra, output, status, ended_by):
 WORLD_TIMEOUT = 10              # seconds a world step may take (open point 38)
 WORLD_OUTPUT_MAX = 64 * 1024    # bytes a world step may print (WORLD-02)
 WORLD_SEEDS = 8                 # world steps, each with its own seed, in one prediction's ensemble
-PREDICTION_MEMBERS = 20         # ensemble members a prediction record keeps (quantiles of a larger ensemble)
-ROLLING = 20                    # scores the rolling skill and coverage are taken over (open point 37)
+# ensemble members a prediction record keeps (quantiles of a larger ensemble)
+PREDICTION_MEMBERS = 20
+# scores the rolling skill and coverage are taken over (open point 37)
+ROLLING = 20
 BAR_LEAST = 5                   # scores needed before a ranking may run (WORLD-08)
 
 
 def predicts(mandate):
     """Whether a venture's reports bring predictions: a world or a calibration bar (WORLD-05)."""
-    return mandate is not None and (mandate["world"] is not None or mandate["calibration"] is not None)
+    return mandate is not None and (
+        mandate["world"] is not None or mandate["calibration"] is not None
+    )
 
 
 def prediction_due(state, report_seq, stopping):
@@ -4017,7 +4834,11 @@ def fold_world(state, seq, at, record, previous):
     """Fold a report (the world's input, resolving or dropping the prediction) or a world record."""
     kind = record["kind"]
     if kind == "report":
-        if record.get("status") == "trusted" and state.mandate is not None and state.mandate["world"]:
+        if (
+            record.get("status") == "trusted"
+            and state.mandate is not None
+            and state.mandate["world"]
+        ):
             # kept only under a world command, their only reader (1,000 ventures: 18 MiB)
             state.world_reports.append((seq, at, record["value"]))
             del state.world_reports[:-HISTORY]
@@ -4145,11 +4966,13 @@ def calibration_rule(state):
                         report=report_seq, crps=r(crps), persistence=r(base), skill=r(skill),
                         brier=r(brier), coverage=covered, rolling_skill=r(r_skill),
                         rolling_coverage=r(r_coverage), rolling=len(rolling))
-    record["summary"] = (f"prediction #{pseq} scored on report #{report_seq}: "
-                         f"crps {format_number(r(crps))}, skill {shown_skill(skill)}, "
-                         f"{'inside' if covered else 'outside'} its 80% interval"
-                         + (f", brier {format_number(round(brier, 3))}" if brier is not None else "")
-                         + f"; last {len(rolling)}: {describe_rolling(r_skill, r_coverage)}")
+    record["summary"] = (
+        f"prediction #{pseq} scored on report #{report_seq}: "
+        f"crps {format_number(r(crps))}, skill {shown_skill(skill)}, "
+        f"{'inside' if covered else 'outside'} its 80% interval"
+        + (f", brier {format_number(round(brier, 3))}" if brier is not None else "")
+        + f"; last {len(rolling)}: {describe_rolling(r_skill, r_coverage)}"
+    )
     yield Write(record)
 
 
@@ -4190,7 +5013,9 @@ def world_step_result(mandate, oversized, ended_by, status, out, err):
         return None, f"it took longer than {WORLD_TIMEOUT} s and was ended"
     if ended_by or status != 0:
         tail = err.decode("utf-8", "replace").strip()[-200:]
-        return None, f"it ended {ended_by or describe_status(status)}" + (f": {tail}" if tail else "")
+        return None, f"it ended {ended_by or describe_status(status)}" + (
+            f": {tail}" if tail else ""
+        )
     return read_world_output(out.decode("utf-8", "replace"), mandate)
 
 
@@ -4261,8 +5086,10 @@ def forecast_world_paths(facts, step, calls=WORLD_FORECAST_CALLS):
     days = steps * cadence / 86400
     result = forecast_result(facts, ends, days if steps < total else facts["days"])
     if steps < total:
-        result["cut"] = (f"cut short at {seeds * steps} world steps ({calls} at most): "
-                         f"{format_number(float(f'{days:.3g}'))} of {format_number(facts['days'])} days")
+        result["cut"] = (
+            f"cut short at {seeds * steps} world steps ({calls} at most): "
+            f"{format_number(float(f'{days:.3g}'))} of {format_number(facts['days'])} days"
+        )
     return result
 
 
@@ -4349,7 +5176,11 @@ def capacity_check(state, days):
         return "not known", None, "the controller holds no bound: a model chooses"
     steps = state.free_steps
     if len(steps) < 3:
-        return "not known", None, f"no drift yet: {len(steps)} lever-free step(s) of history, 3 needed"
+        return (
+            "not known",
+            None,
+            f"no drift yet: {len(steps)} lever-free step(s) of history, 3 needed",
+        )
     drift = drift_and_noise(steps)[0]
     per_day = 86400 / m["cadence"]
     effects = lever_effects(forecast_facts(state, days, 1)["levers"], drift)
@@ -4395,9 +5226,17 @@ def decide(state, report_seq, value):
     hold = state.mandate["controller"]["hold"] if state.mandate else 1
     for side_name, way, bound, lever in controller_sides(state.mandate):
         side = state.side(side_name)
-        if side["armed"] and side["streak"] and side["streak"][-1] == report_seq and len(side["streak"]) >= hold:
+        if (
+            side["armed"]
+            and side["streak"]
+            and side["streak"][-1] == report_seq
+            and len(side["streak"]) >= hold
+        ):
             crossed_by = side["streak"][-hold:]
-            why = f"{state.mandate['metric']} {format_number(value)} {'>' if way == 'above' else '<'} {format_number(bound)}"
+            why = (
+                f"{state.mandate['metric']} {format_number(value)} {'>' if way == 'above' else '<'}"
+                f" {format_number(bound)}"
+            )
             if hold > 1:
                 why += f" for {hold} reports in a row"
             intents.append((side_name, lever, crossed_by, why))
@@ -4406,10 +5245,12 @@ def decide(state, report_seq, value):
 
 # ---- the gate ---------------------------------------------------------------
 
-Verdict = collections.namedtuple("Verdict", "ok proof why needs_ask asked stuck", defaults=(None, "", False, None, None))
-Verdict.__doc__ = """The gate's answer: ok with a proof, or why not (and whether a person may approve it).
-asked: what the gate was asked, kept by the action so its proof re-checks from the ledger alone.
-stuck: (reason, when) of a refusal that will not clear within the round."""
+Verdict = collections.namedtuple(
+    "Verdict", "ok proof why needs_ask asked stuck", defaults=(None, "", False, None, None)
+)
+Verdict.__doc__ = """The gate's answer: ok with a proof, or why not (and whether a person may
+approve it). asked: what the gate was asked, kept by the action so its proof re-checks from the
+ledger alone. stuck: (reason, when) of a refusal that will not clear within the round."""
 
 
 def cap_window(state, lever, now):
@@ -4422,14 +5263,16 @@ APPROVAL_TO_WRITE = 0   # do_approve asks: would the approval it is about to wri
 
 
 def prove(state, lever, now, basis, trigger=None, approval=None, payload=None, check=None):
-    """Return the Verdict on running `lever` now: a proof from measured and declared premises, or why not.
+    """Return the Verdict on running `lever` now: a proof from measured and declared premises, or
+    why not.
 
-    basis: (rule, premise seqs, steps) saying what calls for the run: "threshold"/"band" (crossed reports),
-    "unwind" (a guard's reading), "permitted" (a model's proposal, the trigger), "approval" (a person's answer
-    to the ask that is the trigger), "proposal" (a person's own proposal, which is also the approval).
-    approval: the seq of an unspent declared approval (or a person's proposal) of exactly this lever and payload.
-    check: the seq of the lever's passed check, cited last.
-    The same function re-checks a stored action (recheck_action): there is no second list of rules."""
+    basis: (rule, premise seqs, steps) saying what calls for the run: "threshold"/"band" (crossed
+    reports), "unwind" (a guard's reading), "permitted" (a model's proposal, the trigger),
+    "approval" (a person's answer to the ask that is the trigger), "proposal" (a person's own
+    proposal, which is also the approval). approval: the seq of an unspent declared approval (or a
+    person's proposal) of exactly this lever and payload. check: the seq of the lever's passed
+    check, cited last. The same function re-checks a stored action (recheck_action): there is no
+    second list of rules. """
     rule, basis_premises, basis_steps = basis
     m = state.mandate
     if m is None:
@@ -4440,90 +5283,187 @@ def prove(state, lever, now, basis, trigger=None, approval=None, payload=None, c
         return Verdict(False, why=f"{state.name} is paused; resume it first")
     if lever in m["forbidden"]:
         return Verdict(False, why=f"{lever} is forbidden by mandate #{state.mandate_seq}")
-    if lever == "stop" and payload is not None:     # built in, it takes no content: refused as any such lever is
+    # built in, it takes no content: refused as any such lever is
+    if lever == "stop" and payload is not None:
         return Verdict(False, why=payload_problem({"name": "stop", "takes": None}, payload))
     if lever == "stop":
-        return Verdict(True, {"rule": "proposal" if rule == "proposal" else "stop", "premises": [state.mandate_seq] + basis_premises,
-                              "steps": steps + basis_steps + ["stop is built in: it pauses the venture"], "trigger": trigger},
-                       asked=gate_question(basis, None, None, now))
+        return Verdict(
+            True,
+            {
+                "rule": "proposal" if rule == "proposal" else "stop",
+                "premises": [state.mandate_seq] + basis_premises,
+                "steps": steps + basis_steps + ["stop is built in: it pauses the venture"],
+                "trigger": trigger,
+            },
+            asked=gate_question(basis, None, None, now),
+        )
     if lever not in m["levers"]:
         return Verdict(False, why=f"{lever} is not permitted by mandate #{state.mandate_seq}")
     blocking = guards_past(state)
     if blocking and unwind is None:
         name, episode = blocking[0]
-        return Verdict(False, why=f"guard {name} reads past its bound (since #{episode}); only stop and its unwind run")
+        return Verdict(
+            False,
+            why=(
+                f"guard {name} reads past its bound (since #{episode}); only stop and its"
+                " unwind run"
+            ),
+        )
     spec = m["levers"][lever]
-    steps.append(f"{lever} is permitted: cap {spec['cap_text']}, {'reversible' if spec['reversible'] else 'irreversible'}")
+    steps.append(
+        f"{lever} is permitted: cap {spec['cap_text']},"
+        f" {'reversible' if spec['reversible'] else 'irreversible'}"
+    )
     if lever in state.running:
         return Verdict(False, why=f"{lever} is still running (action #{state.running[lever]})")
     if lever in state.checking:     # its check decides; no second check of one lever starts
         return Verdict(False, why=f"{lever}'s check is still running; it runs if that check passes")
-    unknown = next((s for s, a in state.open_asks.items() if a.get("about") == "interrupted" and a.get("lever") == lever), None)
+    unknown = next(
+        (
+            s
+            for s, a in state.open_asks.items()
+            if a.get("about") == "interrupted" and a.get("lever") == lever
+        ),
+        None,
+    )
     if unknown is not None:
-        return Verdict(False, why=f"whether {lever}'s interrupted run (action #{state.open_asks[unknown].get('action')}) "
-                                  f"happened is not known; answer ask #{unknown} first (avsm approve or deny {unknown})")
+        return Verdict(
+            False,
+            why=(
+                f"whether {lever}'s interrupted run (action"
+                f" #{state.open_asks[unknown].get('action')}) happened is not known; answer ask"
+                f" #{unknown} first (avsm approve or deny {unknown})"
+            ),
+        )
     stale = [s for s, e in state.effects.items() if e["lever"] == lever and e.get("stale")]
     if stale:
-        return Verdict(False, why=f"the effect of action #{stale[0]} waits on a sensor that may not have refreshed; {lever} waits with it")
+        return Verdict(
+            False,
+            why=(
+                f"the effect of action #{stale[0]} waits on a sensor that may not have refreshed;"
+                f" {lever} waits with it"
+            ),
+        )
     used = cap_window(state, lever, now)
     if len(used) >= spec["cap"][0]:
         frees = min(at for seq, at, _ in state.actions[lever] if seq in used) + spec["cap"][1]
-        return Verdict(False, why=f"{lever} reached its cap {spec['cap_text']}: {len(used)} runs in the window",
-                       stuck=("cap", frees))
-    steps.append(f"{len(used)} of {spec['cap'][0]} runs used in the last {format_duration(spec['cap'][1])}")
+        return Verdict(
+            False,
+            why=f"{lever} reached its cap {spec['cap_text']}: {len(used)} runs in the window",
+            stuck=("cap", frees),
+        )
+    steps.append(
+        f"{len(used)} of {spec['cap'][0]} runs used in the last {format_duration(spec['cap'][1])}"
+    )
     problem = payload_problem(spec, payload)
     if problem:
         return Verdict(False, why=problem)
     budget, spent = spec["budget"], []
     if budget:
-        spent = [(seq, p) for seq, at, p in state.actions.get(lever, []) if at > now - budget["per"]]
+        spent = [
+            (seq, p) for seq, at, p in state.actions.get(lever, []) if at > now - budget["per"]
+        ]
         total = sum(p[budget["field"]] for _, p in spent) + payload[budget["field"]]
         if total > budget["max"]:
             frees, left = None, total
-            for seq, at, p in sorted((s, a, p) for s, a, p in state.actions.get(lever, []) if a > now - budget["per"]):
+            for seq, at, p in sorted(
+                (s, a, p) for s, a, p in state.actions.get(lever, []) if a > now - budget["per"]
+            ):
                 left -= p[budget["field"]]
                 if left <= budget["max"]:
-                    frees = at + budget["per"]      # the spend that slides out of the window then makes room
+                    # the spend that slides out of the window then makes room
+                    frees = at + budget["per"]
                     break
-            return Verdict(False, why=f"{lever} would spend {format_number(total)} {budget['field']} in "
-                                      f"{format_duration(budget['per'])}, past its budget {format_number(budget['max'])}",
-                           stuck=("budget", frees))
-        steps.append(f"{format_number(total)} of {format_number(budget['max'])} {budget['field']} spent in the last {format_duration(budget['per'])}")
+            return Verdict(
+                False,
+                why=(
+                    f"{lever} would spend {format_number(total)} {budget['field']} in"
+                    f" {format_duration(budget['per'])}, past its budget"
+                    f" {format_number(budget['max'])}"
+                ),
+                stuck=("budget", frees),
+            )
+        steps.append(
+            f"{format_number(total)} of {format_number(budget['max'])} {budget['field']} spent in"
+            f" the last {format_duration(budget['per'])}"
+        )
     if spec["run"] == "mail.send":
         dropped = write_mail(payload, "avsm").dropped
-        steps.append("From: is set by avsm (adapters.mail.from in config.yaml)"
-                     + (f"; the message's own {', '.join(h + ':' for h in dropped)} dropped" if dropped else ""))
+        steps.append(
+            "From: is set by avsm (adapters.mail.from in config.yaml)"
+            + (
+                f"; the message's own {', '.join(h + ':' for h in dropped)} dropped"
+                if dropped
+                else ""
+            )
+        )
     if spec["takes"] in ("diff", "file"):
-        steps.append(f"its {spec['takes']} stays inside the venture directory: checked on the file system when it was "
-                     f"proposed, which the ledger alone cannot re-check")
+        steps.append(
+            f"its {spec['takes']} stays inside the venture directory: checked on the file system"
+            " when it was proposed, which the ledger alone cannot re-check"
+        )
     premises = [state.mandate_seq] + basis_premises
     if unwind is not None:
-        steps.append(f"guard {unwind} reads past its bound, and this is its declared unwind with its exact payload")
+        steps.append(
+            f"guard {unwind} reads past its bound, and this is its declared unwind with its exact"
+            " payload"
+        )
     elif approval is not None:
-        grant = {"lever": lever, "payload": payload, "ask": trigger} if approval == APPROVAL_TO_WRITE else state.grants.get(approval)
+        grant = (
+            {"lever": lever, "payload": payload, "ask": trigger}
+            if approval == APPROVAL_TO_WRITE
+            else state.grants.get(approval)
+        )
         if grant is None:
-            return Verdict(False, why=f"#{approval} is no unspent approval: a person's approval lets exactly one run")
+            return Verdict(
+                False,
+                why=f"#{approval} is no unspent approval: a person's approval lets exactly one run",
+            )
         if grant["lever"] != lever or grant["payload"] != payload:
-            return Verdict(False, why=f"approval #{approval} is for {grant['lever']}"
-                                      + (" with other content" if grant["lever"] == lever else "") + f", not this {lever}")
+            return Verdict(
+                False,
+                why=f"approval #{approval} is for {grant['lever']}"
+                + (" with other content" if grant["lever"] == lever else "")
+                + f", not this {lever}",
+            )
         if rule != "proposal":
             rule = "approval"
         premises.append(approval)
-        steps.append(f"approval #{approval} is a person's answer for exactly this lever and payload")
+        steps.append(
+            f"approval #{approval} is a person's answer for exactly this lever and payload"
+        )
     elif rule == "permitted" and payload is not None and not spec["delegated"]:
-        return Verdict(False, why=f"{lever} would run content a model wrote and is not delegated; a person must approve it",
-                       needs_ask=True)
+        return Verdict(
+            False,
+            why=(
+                f"{lever} would run content a model wrote and is not delegated; a person must"
+                " approve it"
+            ),
+            needs_ask=True,
+        )
     elif not spec["reversible"] and (not spec["delegated"] or lever in state.suspended):
-        suspended = f" (its delegation is suspended until ask #{state.suspended[lever]} is approved)" if lever in state.suspended else ""
-        return Verdict(False, why=f"{lever} is irreversible and not delegated{suspended}; a person must approve it", needs_ask=True)
+        suspended = (
+            f" (its delegation is suspended until ask #{state.suspended[lever]} is approved)"
+            if lever in state.suspended
+            else ""
+        )
+        return Verdict(
+            False,
+            why=f"{lever} is irreversible and not delegated{suspended}; a person must approve it",
+            needs_ask=True,
+        )
     elif not spec["reversible"]:
-        steps.append(f"{lever} is delegated by the mandate: it runs unasked, intent before, outcome after")
+        steps.append(
+            f"{lever} is delegated by the mandate: it runs unasked, intent before, outcome after"
+        )
     steps = steps[:1] + basis_steps + steps[1:]
     cited = sorted(set(used) | {seq for seq, _ in spent})
     premises += cited
     if check is not None:
         if state.checks.get(check) != lever:
-            return Verdict(False, why=f"#{check} is no passed check of {lever} that is not yet spent")
+            return Verdict(
+                False, why=f"#{check} is no passed check of {lever} that is not yet spent"
+            )
         premises.append(check)
         steps.append(f"check #{check} passed")
     return Verdict(True, {"rule": rule, "premises": premises, "steps": steps, "trigger": trigger},
@@ -4569,7 +5509,9 @@ def payload_problem(spec, payload):
     if budget:
         value = payload.get(budget["field"]) if isinstance(payload, dict) else None
         if isinstance(value, bool) or not isinstance(value, (int, float)):
-            return f"{name} has a budget on {budget['field']}, and the payload gives no number for it"
+            return (
+                f"{name} has a budget on {budget['field']}, and the payload gives no number for it"
+            )
     return None
 
 
@@ -4592,18 +5534,29 @@ def write_mail(message, sender):
     lines = message.split("\n")
     blank = next((i for i, line in enumerate(lines[:-1]) if line in ("", "\r")), None)
     if blank is None:
-        raise ValueError("the message has no blank line; write its headers (To:, Subject:), a blank line, then the body")
+        raise ValueError(
+            "the message has no blank line; write its headers (To:, Subject:), a blank line, then"
+            " the body"
+        )
     if blank == 0:
-        raise ValueError("the message has no headers before its blank line; write To: and Subject: first")
+        raise ValueError(
+            "the message has no headers before its blank line; write To: and Subject: first"
+        )
     kept, dropped, dropping = [], [], False
     for number, line in enumerate(lines[:blank], 1):
         if line[:1] in (" ", "\t"):
             if number == 1:
-                raise ValueError("the message begins with a folded line; its first line must be a header (Name: value)")
+                raise ValueError(
+                    "the message begins with a folded line; its first line must be a header (Name:"
+                    " value)"
+                )
         else:
             name, colon, _ = line.partition(":")
             if not colon or not re.fullmatch(MAIL_HEADER_NAME, name):
-                raise ValueError(f"line {number} of the message is not a header (Name: value): {json.dumps(line[:60])}")
+                raise ValueError(
+                    f"line {number} of the message is not a header (Name: value):"
+                    f" {json.dumps(line[:60])}"
+                )
             dropping = name.lower() in MAIL_SENDER_HEADERS
             if dropping:
                 dropped.append(name)
@@ -4631,7 +5584,8 @@ def fold_ledger(states, seq, at, record, parse=None):
     """Fold one record into its venture's state in `states`; return the state or None."""
     name = record.get("venture")
     if name == "self" or not isinstance(name, str) or fold_problem(record) is not None:
-        return None                     # a record that does not read counts for nothing (avsmd stops on it)
+        # a record that does not read counts for nothing (avsmd stops on it)
+        return None
     state = states.get(name) or states.setdefault(name, VentureState(name))
     fold(state, seq, at, record)
     if record.get("kind") == "mandate":
@@ -4657,15 +5611,20 @@ def stored_basis(action, records):
     proof = action.get("proof") or {}
     if isinstance(action.get("basis"), dict):
         b = action["basis"]
-        return (b.get("rule"), list(b.get("premises") or []), list(b.get("steps") or [])), action.get("approval"), \
-            action.get("check"), True
+        return (
+            (b.get("rule"), list(b.get("premises") or []), list(b.get("steps") or [])),
+            action.get("approval"),
+            action.get("check"),
+            True,
+        )
     kinds = {p: records[p][1].get("kind") for p in proof.get("premises") or [] if p in records}
     reports = [p for p, k in kinds.items() if k == "report" or str(k).startswith("guard.")]
     approval = next((p for p, k in kinds.items() if k in ("approval", "proposal")), None)
     check = next((p for p, k in kinds.items() if k == "check"), None)
     rule = proof.get("rule")
     if rule == "stop":
-        rule = "permitted"              # the built-in stop, proposed by a model (a person's stop says proposal)
+        # the built-in stop, proposed by a model (a person's stop says proposal)
+        rule = "permitted"
     return (rule, reports, []), approval, check, False
 
 
@@ -4690,12 +5649,17 @@ def basis_problem(state, action, basis, records):
         if premises != [info["last"][0]]:
             return f"an unwind rests on guard {guard}'s last reading, #{info['last'][0]}"
         if info["unwind_ok"] or info.get("unwound") == premises[0]:
-            return (f"guard {guard}'s unwind already ran " + ("ok in this episode" if info["unwind_ok"]
-                                                              else f"on reading #{premises[0]}"))
+            return f"guard {guard}'s unwind already ran " + (
+                "ok in this episode" if info["unwind_ok"] else f"on reading #{premises[0]}"
+            )
         return None
     if rule == "permitted":
-        if trig.get("kind") != "proposal" or trig.get("claim") != "inferred" or trig.get("lever") != lever \
-                or trig.get("payload") != payload:
+        if (
+            trig.get("kind") != "proposal"
+            or trig.get("claim") != "inferred"
+            or trig.get("lever") != lever
+            or trig.get("payload") != payload
+        ):
             return f"its trigger #{trigger} is not a model's proposal of {lever} with this payload"
         if premises:
             return "a model's proposal is a trigger, never a premise"
@@ -4707,8 +5671,9 @@ def basis_problem(state, action, basis, records):
                                     held=None if bar_ok else bar_why), None)
         if isinstance(called, Gate):
             return None
-        return f"proposal #{trigger} calls for no run: " + (called.record.get("why") or called.record["summary"]
-                                                             if called else "it is no action")
+        return f"proposal #{trigger} calls for no run: " + (
+            called.record.get("why") or called.record["summary"] if called else "it is no action"
+        )
     if rule == "approval":
         if trig.get("kind") != "ask" or trig.get("lever") != lever:
             return f"its trigger #{trigger} is not an ask about {lever} that a person answered"
@@ -4716,7 +5681,11 @@ def basis_problem(state, action, basis, records):
         return None if grant is None or grant.get("ask") == trigger else \
             f"approval #{action.get('approval')} answers ask #{grant.get('ask')}, not #{trigger}"
     if rule == "proposal":
-        return None if trigger is None and not premises else "a person's own proposal is its own approval, with no trigger"
+        return (
+            None
+            if trigger is None and not premises
+            else "a person's own proposal is its own approval, with no trigger"
+        )
     return f"{rule!r} is not a rule the gate knows"
 
 
@@ -4733,7 +5702,10 @@ def recheck_action(state, seq, at, action, records):
         if p not in records:
             problems.append(f"premise #{p} is not in the ledger")
         elif records[p][1].get("claim") not in ("measured", "declared"):
-            problems.append(f"premise #{p} is {records[p][1].get('claim')}: only measured and declared records may be premises")
+            problems.append(
+                f"premise #{p} is {records[p][1].get('claim')}: only measured and declared records"
+                " may be premises"
+            )
         elif p >= seq:
             problems.append(f"premise #{p} comes after the action")
     if proof.get("trigger") is not None and proof.get("trigger") in premises:
@@ -4763,7 +5735,9 @@ def recheck_action(state, seq, at, action, records):
                  for s, _, _ in state.actions.get(lever, []) if lever in state.mandate["levers"]})
     for p in gave["premises"]:
         if p not in premises:
-            problems.append(f"#{p} ({what.get(p, 'a premise of the gate')}) is missing from the premises")
+            problems.append(
+                f"#{p} ({what.get(p, 'a premise of the gate')}) is missing from the premises"
+            )
     for p in premises:
         if p not in gave["premises"] and p in records:
             problems.append(f"#{p} is cited, but the gate does not rest on it")
@@ -4771,13 +5745,16 @@ def recheck_action(state, seq, at, action, records):
         problems.append("the premises are not in the gate's order")
     if exact and gave["steps"] != proof.get("steps"):
         differ = next((s for s in gave["steps"] if s not in (proof.get("steps") or [])), None)
-        problems.append(f"the steps are not the gate's" + (f": it says {differ!r}" if differ else ""))
+        problems.append(
+            f"the steps are not the gate's" + (f": it says {differ!r}" if differ else "")
+        )
     return problems
 
 
 def check_proof(action_seq, action_at, action, records, parse=None):
-    """Return the problems found re-checking one stored action's proof against the ledger; [] when it holds.
-    records: {seq: (at, record)} holding at least every record of the action's venture up to it."""
+    """Return the problems found re-checking one stored action's proof against the ledger; [] when
+    it holds. records: {seq: (at, record)} holding at least every record of the action's venture up
+    to it."""
     states = {}
     venture = action.get("venture")
     for s in sorted(records):
@@ -4789,7 +5766,8 @@ def check_proof(action_seq, action_at, action, records, parse=None):
 
 
 RECHECK_KEPT = 1000     # records a re-check keeps whole behind the one it folds
-PREMISE_KINDS = ("mandate", "action", "approval", "proposal", "ask", "check")    # cited by seq from any distance
+# cited by seq from any distance
+PREMISE_KINDS = ("mandate", "action", "approval", "proposal", "ask", "check")
 
 
 def recheck_ledger(rows, parse=None):
@@ -4804,7 +5782,11 @@ def recheck_ledger(rows, parse=None):
                 old = recent.popleft()
                 at_old, r = records[old]
                 key = (r.get("kind"), r.get("claim"), r.get("venture"))
-                records[old] = (at_old, stubs.get(key) or stubs.setdefault(key, dict(zip(("kind", "claim", "venture"), key))))
+                records[old] = (
+                    at_old,
+                    stubs.get(key)
+                    or stubs.setdefault(key, dict(zip(("kind", "claim", "venture"), key))),
+                )
         if record.get("kind") == "action" and record.get("venture") != "self":
             yield seq, recheck_action(states.get(record.get("venture")), seq, at, record, records)
         fold_ledger(states, seq, at, record, parse)
@@ -4819,8 +5801,11 @@ Write = collections.namedtuple("Write", "record at", defaults=(None,))
 Write.__doc__ = "Append this record (at `at`, when given)."
 Pause = collections.namedtuple("Pause", "record")
 Pause.__doc__ = "Append this pause record, and end what the venture runs."
-Gate = collections.namedtuple("Gate", "lever basis payload trigger approval by side extra summary check",
-                              defaults=(None, None, None, None, None, None, "", None))
+Gate = collections.namedtuple(
+    "Gate",
+    "lever basis payload trigger approval by side extra summary check",
+    defaults=(None, None, None, None, None, None, "", None),
+)
 Gate.__doc__ = ("Ask the gate to prove `lever` now and run it if it can; the rule is sent back the "
                 "Verdict. `check`: the seq of the lever's passed check (it runs unchecked then).")
 Forecast = collections.namedtuple("Forecast", "lever")
@@ -4858,7 +5843,9 @@ def controller_call_problem(state, lever, premises):
     sides = [s for s in controller_sides(state.mandate) if s[3] == lever]
     if not sides:
         return f"the controller of the mandate does not run {lever}"
-    if any(called == lever and reports == premises for _, called, reports, _ in controller_calls(state)):
+    if any(
+        called == lever and reports == premises for _, called, reports, _ in controller_calls(state)
+    ):
         return None
     last, held, ctl = state.last_report, held_by(state), state.mandate["controller"]
     hold = ctl["hold"]
@@ -4867,16 +5854,24 @@ def controller_call_problem(state, lever, premises):
     if held:
         return f"{held[0]} (#{held[1]}) holds the venture implausible"
     if premises[-1:] != [last[0]]:
-        return f"the latest report is #{last[0]}, not #{premises[-1] if premises else '-'}: the controller acts on the latest report"
+        return (
+            f"the latest report is #{last[0]}, not #{premises[-1] if premises else '-'}: the"
+            " controller acts on the latest report"
+        )
     value = last[2]["value"]
     name, way, bound, _ = next((s for s in sides if crossed(s[1], s[2], value)), sides[0])
     side = state.side(name)
     if not crossed(way, bound, value):
-        return f"report #{last[0]} reads {format_number(value)}, not past {lever}'s bound {format_number(bound)}"
+        return (
+            f"report #{last[0]} reads {format_number(value)}, not past {lever}'s bound"
+            f" {format_number(bound)}"
+        )
     if not side["armed"]:
         back = bound - ctl["deadband"] if way == "above" else bound + ctl["deadband"]
-        return (f"the deadband has not re-armed since {lever} last ran in this excursion: no trusted report "
-                f"{'<=' if way == 'above' else '>='} {format_number(back)} since")
+        return (
+            f"the deadband has not re-armed since {lever} last ran in this excursion: no trusted"
+            f" report {'<=' if way == 'above' else '>='} {format_number(back)} since"
+        )
     streak = side["streak"]
     if len(streak) < hold:
         return (f"hold {hold} wants {hold} trusted reports past the bound in a row; "
@@ -4917,8 +5912,12 @@ def guard_rules(state):
                          f"runs until it is back inside. Look at {state.name}?",
                 summary=f"guard {name} past its bound (#{episode}); asking once for this episode"))
         reading = info["last"][0]
-        if guard["unwind"] and not info["unwind_ok"] and guard["unwind"]["action"] not in state.running \
-                and info.get("unwind_tried") != reading:
+        if (
+            guard["unwind"]
+            and not info["unwind_ok"]
+            and guard["unwind"]["action"] not in state.running
+            and info.get("unwind_tried") != reading
+        ):
             info["unwind_tried"] = reading          # once per reading past the bound (not folded)
             yield from unwind_rule(state, guard, reading)
 
@@ -4930,12 +5929,26 @@ def unwind_basis(guard, reading):
 def unwind_rule(state, guard, reading):
     """Run a guard's declared unwind through the gate."""
     lever, payload = guard["unwind"]["action"], guard["unwind"]["payload"]
-    verdict = yield Gate(lever, unwind_basis(guard["name"], reading),
-                         payload=payload, by="guard", extra={"guard": guard["name"], "payload": payload},
-                         summary=f"{lever} runs: the unwind of guard {guard['name']}")
+    verdict = yield Gate(
+        lever,
+        unwind_basis(guard["name"], reading),
+        payload=payload,
+        by="guard",
+        extra={"guard": guard["name"], "payload": payload},
+        summary=f"{lever} runs: the unwind of guard {guard['name']}",
+    )
     if not verdict.ok:
-        yield Write(new_record("refusal", state.name, lever=lever, by="guard", guard=guard["name"], why=verdict.why,
-                               summary=f"unwind {lever} refused: {verdict.why}"))
+        yield Write(
+            new_record(
+                "refusal",
+                state.name,
+                lever=lever,
+                by="guard",
+                guard=guard["name"],
+                why=verdict.why,
+                summary=f"unwind {lever} refused: {verdict.why}",
+            )
+        )
 
 
 def audit_rules(state):
@@ -4960,8 +5973,17 @@ def effect_rules(state):
             continue
         verdict, why = effect["verdict"]
         lever = effect["lever"]
-        yield Write(new_record("effect", state.name, lever=lever, action=seq, verdict=verdict, why=why,
-                               summary=f"{lever} (action #{seq}) {verdict}: {why}"))
+        yield Write(
+            new_record(
+                "effect",
+                state.name,
+                lever=lever,
+                action=seq,
+                verdict=verdict,
+                why=why,
+                summary=f"{lever} (action #{seq}) {verdict}: {why}",
+            )
+        )
         spec, misses = state.mandate["levers"].get(lever), state.misses.get(lever, 0)
         if (spec and spec["delegated"] and spec["revoke_after"] and lever not in state.suspended
                 and misses >= spec["revoke_after"]):
@@ -4974,28 +5996,45 @@ def effect_rules(state):
 
 
 def implausible_rule(state, held, report_seq):
-    """A reading that holds the venture implausible asks once, settled when a plausible one comes."""
+    """A reading that holds the venture implausible asks once, settled when a plausible one
+    comes."""
     if held and state.implausible_ask is None and not state.implausible_answered:
         what, seq, note = held
-        record = new_record("ask", state.name, about="implausible", reading=seq,
-                            question=f"{what} (#{seq}) is not plausible: {note}; is the sensor sound? "
-                                     f"approve (it is sound) and deny (it is not) each only record your answer: "
-                                     f"neither runs a lever nor lifts the hold, and {state.name} acts again "
-                                     f"on the first plausible reading (fix the reading, or its bounds in "
-                                     f"mandate.yaml and avsm add)",
-                            summary=f"{what} #{seq} holds {state.name} implausible; asking once until a plausible reading comes")
+        record = new_record(
+            "ask",
+            state.name,
+            about="implausible",
+            reading=seq,
+            question=(
+                f"{what} (#{seq}) is not plausible: {note}; is the sensor sound? "
+                "approve (it is sound) and deny (it is not) each only record your answer: "
+                f"neither runs a lever nor lifts the hold, and {state.name} acts again "
+                "on the first plausible reading (fix the reading, or its bounds in "
+                "mandate.yaml and avsm add)"
+            ),
+            summary=(
+                f"{what} #{seq} holds {state.name} implausible; asking once until a plausible"
+                " reading comes"
+            ),
+        )
         if what.startswith("audit "):
-            record["audit"] = what[len("audit "):]      # hidden from every model, as the audit is (AUDIT-05)
+            # hidden from every model, as the audit is (AUDIT-05)
+            record["audit"] = what[len("audit "):]
         yield Write(record)
     elif not held and state.implausible_ask is not None:
-        yield Write(resolved_record(state, state.implausible_ask, f"readings are plausible again (#{report_seq})"))
+        yield Write(
+            resolved_record(
+                state, state.implausible_ask, f"readings are plausible again (#{report_seq})"
+            )
+        )
 
 
 def controller_rule(state, side, lever, reports, why):
-    """The controller wants `lever`: the gate runs it if it can prove it; else ask once in the excursion (an
-    irreversible lever), or write the refusal. A refusal that will not clear within the round (the cap, the
-    budget, an ask answered in this excursion) makes the venture stuck: written once per excursion and reason,
-    saying when it can clear, with one ask so a person is told."""
+    """The controller wants `lever`: the gate runs it if it can prove it; else ask once in the
+    excursion (an irreversible lever), or write the refusal. A refusal that will not clear within
+    the round (the cap, the budget, an ask answered in this excursion) makes the venture stuck:
+    written once per excursion and reason, saying when it can clear, with one ask so a person is
+    told."""
     if lever in state.checking:
         return                      # its check, still running, decides: the gate again after it
     verdict = yield Gate(lever, controller_basis(state, reports, why), by="controller", side=side,
@@ -5003,33 +6042,72 @@ def controller_rule(state, side, lever, reports, why):
     if verdict.ok:
         yield from unstick_rule(state, side, f"{lever} ran again")
         return
-    asked_open = any(a.get("lever") == lever and a.get("about") == "lever" for a in state.open_asks.values())
+    asked_open = any(
+        a.get("lever") == lever and a.get("about") == "lever" for a in state.open_asks.values()
+    )
     if verdict.needs_ask and not state.side(side).get("asked") and not asked_open:
-        yield Write(new_record("ask", state.name, about="lever", lever=lever, by="controller", side=side, reports=reports,
-                               question=f"run {lever}? {why}; {lever} is irreversible",
-                               summary=f"run {lever}? {why}; {lever} is irreversible, so a person decides"))
+        yield Write(
+            new_record(
+                "ask",
+                state.name,
+                about="lever",
+                lever=lever,
+                by="controller",
+                side=side,
+                reports=reports,
+                question=f"run {lever}? {why}; {lever} is irreversible",
+                summary=f"run {lever}? {why}; {lever} is irreversible, so a person decides",
+            )
+        )
     elif verdict.needs_ask and asked_open:
         return                      # the ask of this excursion still waits for its answer
     elif verdict.needs_ask:
-        yield from stuck_rule(state, side, lever, reports, "asked", None,
-                              f"{lever} was asked about once in this excursion and the answer is in; the controller "
-                              f"asks again after a report back inside")
+        yield from stuck_rule(
+            state,
+            side,
+            lever,
+            reports,
+            "asked",
+            None,
+            f"{lever} was asked about once in this excursion and the answer is in; the controller "
+            "asks again after a report back inside",
+        )
     elif verdict.stuck:
-        yield from stuck_rule(state, side, lever, reports, verdict.stuck[0], verdict.stuck[1], verdict.why)
+        yield from stuck_rule(
+            state, side, lever, reports, verdict.stuck[0], verdict.stuck[1], verdict.why
+        )
     else:
-        yield Write(new_record("refusal", state.name, lever=lever, by="controller", side=side, why=verdict.why, reports=reports,
-                               summary=f"{lever} refused: {verdict.why}"))
+        yield Write(
+            new_record(
+                "refusal",
+                state.name,
+                lever=lever,
+                by="controller",
+                side=side,
+                why=verdict.why,
+                reports=reports,
+                summary=f"{lever} refused: {verdict.why}",
+            )
+        )
 
 
-STUCK_WAY_OUT = {"cap": "raise the cap in mandate.yaml and avsm add it, or avsm propose {venture} {lever}",
-                 "budget": "raise the budget in mandate.yaml and avsm add it, or wait",
-                 "asked": "avsm propose {venture} {lever} runs it now, through the gate"}
+STUCK_WAY_OUT = {
+    "cap": "raise the cap in mandate.yaml and avsm add it, or avsm propose {venture} {lever}",
+    "budget": "raise the budget in mandate.yaml and avsm add it, or wait",
+    "asked": "avsm propose {venture} {lever} runs it now, through the gate",
+}
 
 
 def controller_basis(state, reports, why):
     """Return the basis of a controller's call."""
-    return (state.mandate["controller"]["kind"], reports,
-            [f"report{'s' if len(reports) > 1 else ''} {', '.join('#' + str(r) for r in reports)}: {why}"])
+    return (
+        state.mandate["controller"]["kind"],
+        reports,
+        [
+            f"report{'s' if len(reports) > 1 else ''} {', '.join('#' + str(r) for r in reports)}:"
+            f" {why}"
+        ],
+    )
 
 
 def basis_now(state, lever, basis, guard):
@@ -5038,7 +6116,10 @@ def basis_now(state, lever, basis, guard):
     if basis[0] == "unwind":
         info = state.guards.get(guard)
         return unwind_basis(guard, info["last"][0]) if info and info["past"] else None
-    call = next(((reports, why) for _, called, reports, why in controller_calls(state) if called == lever), None)
+    call = next(
+        ((reports, why) for _, called, reports, why in controller_calls(state) if called == lever),
+        None,
+    )
     return controller_basis(state, *call) if call else None
 
 
@@ -5065,12 +6146,21 @@ def stuck_rule(state, side, lever, reports, reason, clears_at, why):
 
 
 def unstick_rule(state, side, why):
-    """The stuck ask of `side` is settled: its lever ran again, the excursion ended, or a new mandate
-    started the venture's sides afresh."""
+    """The stuck ask of `side` is settled: its lever ran again, the excursion ended, or a new
+    mandate started the venture's sides afresh."""
     for seq, ask in list(state.open_asks.items()):
         if ask.get("about") == "stuck" and ask.get("side") == side:
-            yield Write(resolved_record(state, seq, why if seq > state.mandate_seq else
-                                        f"mandate #{state.mandate_seq} replaced the one it was asked under"))
+            yield Write(
+                resolved_record(
+                    state,
+                    seq,
+                    (
+                        why
+                        if seq > state.mandate_seq
+                        else f"mandate #{state.mandate_seq} replaced the one it was asked under"
+                    ),
+                )
+            )
 
 
 def proposal_rule(state, seq, choice, by, backend, content_why=None, held=None):
@@ -5084,21 +6174,48 @@ def proposal_rule(state, seq, choice, by, backend, content_why=None, held=None):
     unnamed = (f"{lever} is {'forbidden' if forbidden else 'not permitted'} "
                f"by mandate #{state.mandate_seq}")
     if choice["choice"] == "action" and held and not forbidden and named:
-        yield Write(new_record("ask", state.name, about="lever", lever=lever, payload=payload,
-                               proposal=seq, by=by, ranking=True,
-                               question=f"run {lever}? {backend} ranked it first (#{seq}), but {held}",
-                               summary=f"{lever} waits for a person: ranked first by {backend} "
-                                       f"(#{seq}); {held}"))
+        yield Write(
+            new_record(
+                "ask",
+                state.name,
+                about="lever",
+                lever=lever,
+                payload=payload,
+                proposal=seq,
+                by=by,
+                ranking=True,
+                question=f"run {lever}? {backend} ranked it first (#{seq}), but {held}",
+                summary=f"{lever} waits for a person: ranked first by {backend} (#{seq}); {held}",
+            )
+        )
         return
     if choice["choice"] == "ask":
         if lever is not None and (forbidden or lever not in m["levers"]):
             why = unnamed
-            yield Write(new_record("refusal", state.name, lever=lever, proposal=seq, by="model", why=why,
-                                   summary=f"the model's ask about {lever} refused: {why}"))
+            yield Write(
+                new_record(
+                    "refusal",
+                    state.name,
+                    lever=lever,
+                    proposal=seq,
+                    by="model",
+                    why=why,
+                    summary=f"the model's ask about {lever} refused: {why}",
+                )
+            )
         else:
-            yield Write(new_record("ask", state.name, claim="inferred", about="model", lever=lever, proposal=seq,
-                                   question=choice["question"][:TEXT_MAX],
-                                   summary=f"the model asks: {choice['question'][:200]}"))
+            yield Write(
+                new_record(
+                    "ask",
+                    state.name,
+                    claim="inferred",
+                    about="model",
+                    lever=lever,
+                    proposal=seq,
+                    question=choice["question"][:TEXT_MAX],
+                    summary=f"the model asks: {choice['question'][:200]}",
+                )
+            )
         return
     if choice["choice"] != "action":
         return
@@ -5108,25 +6225,69 @@ def proposal_rule(state, seq, choice, by, backend, content_why=None, held=None):
         why = unnamed
     elif spec is not None:
         why = payload_problem(spec, payload) or content_why
-    waits = why is None and spec is not None and not spec["delegated"] and (payload is not None or not spec["reversible"])
+    waits = (
+        why is None
+        and spec is not None
+        and not spec["delegated"]
+        and (payload is not None or not spec["reversible"])
+    )
     if why is None and not waits:
-        verdict = yield Gate(lever, ("permitted", [], [f"proposal #{seq} (inferred) prompted this"]), payload=payload,
-                             trigger=seq, by="model", summary=f"{lever} runs: proposed by {backend} (#{seq})",
-                             extra={"payload": payload, "proposal": seq} if payload is not None else {"proposal": seq})
+        verdict = yield Gate(
+            lever,
+            ("permitted", [], [f"proposal #{seq} (inferred) prompted this"]),
+            payload=payload,
+            trigger=seq,
+            by="model",
+            summary=f"{lever} runs: proposed by {backend} (#{seq})",
+            extra=(
+                {"payload": payload, "proposal": seq} if payload is not None else {"proposal": seq}
+            ),
+        )
         if verdict.ok:
             return
-        why, waits = (None, verdict.why) if verdict.needs_ask else (verdict.why, False)     # asks, as the controller does
+        # asks, as the controller does
+        why, waits = (None, verdict.why) if verdict.needs_ask else (verdict.why, False)
     if waits:
-        if not any(a.get("lever") == lever and a.get("payload") == payload and a.get("about") == "lever"
-                   for a in state.open_asks.values()):
-            yield Write(new_record("ask", state.name, about="lever", lever=lever, payload=payload, proposal=seq, by=by,
-                                   question=f"run {lever}" + (" with the content below" if payload is not None else "")
-                                            + f"? {backend} proposed it (#{seq})",
-                                   summary=f"{lever} waits for a person: proposed by {backend} (#{seq})"
-                                           + (f"; {waits}" if isinstance(waits, str) else
-                                              " with content a model wrote" if payload is not None else ", irreversible")))
+        if not any(
+            a.get("lever") == lever and a.get("payload") == payload and a.get("about") == "lever"
+            for a in state.open_asks.values()
+        ):
+            yield Write(
+                new_record(
+                    "ask",
+                    state.name,
+                    about="lever",
+                    lever=lever,
+                    payload=payload,
+                    proposal=seq,
+                    by=by,
+                    question=f"run {lever}"
+                    + (" with the content below" if payload is not None else "")
+                    + f"? {backend} proposed it (#{seq})",
+                    summary=f"{lever} waits for a person: proposed by {backend} (#{seq})"
+                    + (
+                        f"; {waits}"
+                        if isinstance(waits, str)
+                        else (
+                            " with content a model wrote"
+                            if payload is not None
+                            else ", irreversible"
+                        )
+                    ),
+                )
+            )
         return
-    yield Write(new_record("refusal", state.name, lever=lever, proposal=seq, by="model", why=why, summary=f"{lever} refused: {why}"))
+    yield Write(
+        new_record(
+            "refusal",
+            state.name,
+            lever=lever,
+            proposal=seq,
+            by="model",
+            why=why,
+            summary=f"{lever} refused: {why}",
+        )
+    )
 
 
 def ranked_choices(state, choices):
@@ -5148,21 +6309,38 @@ def approval_rule(state, seq, ask, payload, edited, problem, now):
     diff or file payload. Raises Fail (65) once the refusal is written."""
     lever = ask.get("lever")
     if lever is None or ask.get("about") not in ("lever", "model"):
-        yield Write(new_record("approval", state.name, ask=seq, summary=f"a person answered ask #{seq}: yes"))
+        yield Write(
+            new_record(
+                "approval", state.name, ask=seq, summary=f"a person answered ask #{seq}: yes"
+            )
+        )
         return
     basis = ("approval", [], [f"ask #{seq}: {ask.get('question')}"])
-    verdict = prove(state, lever, now, basis, trigger=seq, approval=APPROVAL_TO_WRITE, payload=payload)
+    verdict = prove(
+        state, lever, now, basis, trigger=seq, approval=APPROVAL_TO_WRITE, payload=payload
+    )
     if problem or not verdict.ok:
         why = problem or verdict.why
         yield Write(new_record("refusal", state.name, lever=lever, ask=seq, why=why,
                                summary=f"{lever} refused on approval of #{seq}: {why}"))
         raise Fail(EX_DATAERR, f"{lever} refused: {why}; ask #{seq} stays open")
-    approval = yield Write(new_record("approval", state.name, ask=seq, lever=lever, payload=payload, edited=edited,
-                                      summary=f"a person approved {lever} (ask #{seq})" + (" with content they edited" if edited else "")))
+    approval = yield Write(
+        new_record(
+            "approval",
+            state.name,
+            ask=seq,
+            lever=lever,
+            payload=payload,
+            edited=edited,
+            summary=f"a person approved {lever} (ask #{seq})"
+            + (" with content they edited" if edited else ""),
+        )
+    )
     verdict = yield Gate(lever, basis, payload=payload, trigger=seq, approval=approval, by="person",
                          summary=f"{lever} runs: approved by a person (#{approval})",
                          extra={"payload": payload} if payload is not None else None)
-    if not verdict.ok:              # the approval just written is the only change since the gate said yes
+    # the approval just written is the only change since the gate said yes
+    if not verdict.ok:
         yield Write(new_record("refusal", state.name, lever=lever, ask=seq, why=verdict.why,
                                summary=f"{lever} refused on approval of #{seq}: {verdict.why}"))
         raise Fail(EX_DATAERR, f"{lever} refused: {verdict.why}")
@@ -5175,31 +6353,78 @@ def person_proposal_rule(state, lever, payload, content_why):
     Raises Fail (65) once the refusal is written."""
     m = state.mandate
     spec = m["levers"].get(lever)
-    seq = yield Write(new_record("proposal", state.name, claim="declared", by="person", choice="action", lever=lever, payload=payload,
-                                 summary=f"a person proposes {lever}"))
+    seq = yield Write(
+        new_record(
+            "proposal",
+            state.name,
+            claim="declared",
+            by="person",
+            choice="action",
+            lever=lever,
+            payload=payload,
+            summary=f"a person proposes {lever}",
+        )
+    )
     why = None
     if lever in m["forbidden"] or (spec is None and lever != "stop"):
-        why = f"{lever} is {'forbidden' if lever in m['forbidden'] else 'not permitted'} by mandate #{state.mandate_seq}"
+        why = (
+            f"{lever} is {'forbidden' if lever in m['forbidden'] else 'not permitted'} by mandate"
+            f" #{state.mandate_seq}"
+        )
     elif spec is not None and spec["takes"] in ("diff", "file"):
         why = content_why
     if why is None:
-        verdict = yield Gate(lever, ("proposal", [], [f"proposal #{seq} is a person's own"]), payload=payload,
-                             approval=seq, by="person", summary=f"{lever} runs: a person's proposal (#{seq})",
-                             extra={"payload": payload} if payload is not None else None)
+        verdict = yield Gate(
+            lever,
+            ("proposal", [], [f"proposal #{seq} is a person's own"]),
+            payload=payload,
+            approval=seq,
+            by="person",
+            summary=f"{lever} runs: a person's proposal (#{seq})",
+            extra={"payload": payload} if payload is not None else None,
+        )
         why = None if verdict.ok else verdict.why
     if why is not None:
-        yield Write(new_record("refusal", state.name, lever=lever, proposal=seq, by="person", why=why, summary=f"{lever} refused: {why}"))
+        yield Write(
+            new_record(
+                "refusal",
+                state.name,
+                lever=lever,
+                proposal=seq,
+                by="person",
+                why=why,
+                summary=f"{lever} refused: {why}",
+            )
+        )
         raise Fail(EX_DATAERR, f"{lever} refused: {why}")
 
 
 def check_rule(state, lever, verdict, summary, by, side, extra, ok, status, note, why):
     """A lever's check ended (open point 27): one that passed lets the gate prove the lever again,
     the check among its premises, and only then does it run. why: what ended the check."""
-    seq = yield Write(new_record("check", state.name, lever=lever, ok=ok, status=status, note=note,
-                                 summary=f"{lever}'s check {'passed' if ok else 'refused it: ' + why}"))
+    seq = yield Write(
+        new_record(
+            "check",
+            state.name,
+            lever=lever,
+            ok=ok,
+            status=status,
+            note=note,
+            summary=f"{lever}'s check {'passed' if ok else 'refused it: ' + why}",
+        )
+    )
     if not ok:
-        yield Write(new_record("refusal", state.name, lever=lever, by=by, check=seq, why=f"its check refused it (#{seq})",
-                               summary=f"{lever} refused by its check (#{seq})"))
+        yield Write(
+            new_record(
+                "refusal",
+                state.name,
+                lever=lever,
+                by=by,
+                check=seq,
+                why=f"its check refused it (#{seq})",
+                summary=f"{lever} refused by its check (#{seq})",
+            )
+        )
         return
     basis, asked = verdict.asked["basis"], verdict.asked
     basis = (basis["rule"], basis["premises"], basis["steps"])
@@ -5238,12 +6463,22 @@ def ratchet_rule(state, lever, n, forecast=None):
 
 def ratchet_ask(state, lever, path, new, why, forecast_seq=None, forecast_line=None):
     """Return the ratchet ask: delegate `lever`, carrying the changed mandate text `new`."""
-    question = (f"delegate {lever}? You approved it {state.approvals[lever]} times; approving this writes "
-                f"delegated: true on {lever} in {path} and adopts it"
-                + (f" ({forecast_line}, #{forecast_seq})" if forecast_seq else ""))
-    return new_record("ask", state.name, about="ratchet", lever=lever, by="self", mandate=new,
-                      question=question if new else f"{question} (edit it by hand: {why})", forecast=forecast_seq,
-                      summary=f"self proposes delegating {lever} after {state.approvals[lever]} approvals")
+    question = (
+        f"delegate {lever}? You approved it {state.approvals[lever]} times; approving this writes "
+        f"delegated: true on {lever} in {path} and adopts it"
+        + (f" ({forecast_line}, #{forecast_seq})" if forecast_seq else "")
+    )
+    return new_record(
+        "ask",
+        state.name,
+        about="ratchet",
+        lever=lever,
+        by="self",
+        mandate=new,
+        question=question if new else f"{question} (edit it by hand: {why})",
+        forecast=forecast_seq,
+        summary=f"self proposes delegating {lever} after {state.approvals[lever]} approvals",
+    )
 
 
 def approve_problem(state, seq):
@@ -5259,7 +6494,10 @@ def ratchet_change_problem(state, mandate):
     """Return why the mandate change a ratchet ask carries may not be adopted, or None (SELF-03,
     ESC-09)."""
     if mandate["escalate"] == "offbox" and state.mandate["escalate"] != "offbox":
-        return "a change proposed by self may not add escalate: offbox; only you can, by editing the mandate"
+        return (
+            "a change proposed by self may not add escalate: offbox; only you can, by editing the"
+            " mandate"
+        )
     return None
 
 
@@ -5268,7 +6506,9 @@ def canary_ask(state, asks_seen, every):
     person who reads it denies."""
     if asks_seen % every:
         return None
-    lever = (next(iter(state.mandate["forbidden"]), None) if state.mandate else None) or "delete-everything"
+    lever = (
+        next(iter(state.mandate["forbidden"]), None) if state.mandate else None
+    ) or "delete-everything"
     return new_record("ask", state.name, about="lever", lever=lever, canary=True,
                       question=f"run {lever}? the metric asks for it; {lever} is irreversible",
                       summary=f"run {lever}? {lever} is irreversible, so a person decides")
@@ -5277,22 +6517,46 @@ def canary_ask(state, asks_seen, every):
 def canary_result(state, seq, ask, approved):
     """Return (the canary record, the line for the person) for an answer to canary ask #seq."""
     if approved:
-        return (new_record("canary", state.name, ask=seq, passed=False,
-                           summary=f"ask #{seq} was a canary: {ask['lever']} is not permitted, and it was approved without reading"),
-                f"#{seq} was a canary ask: {ask['lever']} is not permitted by the mandate. Nothing ran. "
-                "Read each ask before approving it.")
-    return (new_record("canary", state.name, ask=seq, passed=True,
-                       summary=f"ask #{seq} was a canary, and it was denied: the asks are being read"),
-            f"#{seq} denied (it was a canary ask: thank you for reading)")
+        return (
+            new_record(
+                "canary",
+                state.name,
+                ask=seq,
+                passed=False,
+                summary=(
+                    f"ask #{seq} was a canary: {ask['lever']} is not permitted, and it was approved"
+                    " without reading"
+                ),
+            ),
+            (
+                f"#{seq} was a canary ask: {ask['lever']} is not permitted by the mandate. Nothing"
+                " ran. Read each ask before approving it."
+            ),
+        )
+    return (
+        new_record(
+            "canary",
+            state.name,
+            ask=seq,
+            passed=True,
+            summary=f"ask #{seq} was a canary, and it was denied: the asks are being read",
+        ),
+        f"#{seq} denied (it was a canary ask: thank you for reading)",
+    )
 
 
 def denial_record(state, seq, ask):
-    """Return a person's denial of ask #seq; a canary's names no lever (the canary record says what the
-    answer showed)."""
+    """Return a person's denial of ask #seq; a canary's names no lever (the canary record says what
+    the answer showed)."""
     if ask.get("canary"):
         return new_record("denial", state.name, ask=seq, summary=f"a person denied ask #{seq}")
-    return new_record("denial", state.name, ask=seq, lever=ask.get("lever"),
-                      summary=f"a person denied ask #{seq}" + (f" ({ask['lever']})" if ask.get("lever") else ""))
+    return new_record(
+        "denial",
+        state.name,
+        ask=seq,
+        lever=ask.get("lever"),
+        summary=f"a person denied ask #{seq}" + (f" ({ask['lever']})" if ask.get("lever") else ""),
+    )
 
 
 def next_backoff(previous):
@@ -5301,7 +6565,8 @@ def next_backoff(previous):
 
 
 def child_restart_wait(previous, uptime):
-    """Return (the back-off to keep, the wait before avsmd starts its warden or roles process again):
+    """Return (the back-off to keep, the wait before avsmd starts its warden or roles process
+    again):
     doubling while it keeps dying within QUICK_DEATH."""
     if uptime >= QUICK_DEATH or previous is None:
         return (None if uptime >= QUICK_DEATH else 0), 0
@@ -5326,8 +6591,18 @@ def lever_ran(state, lever, verdict, summary, by, side=None, extra=None):
 def action_record(state, lever, verdict, summary, by, side=None, extra=None):
     """Return the action record of a lever the gate proved (`verdict`)."""
     asked = verdict.asked
-    return new_record("action", state.name, lever=lever, proof=verdict.proof, by=by, summary=summary, basis=asked["basis"],
-                      **{k: asked[k] for k in ("approval", "check") if k in asked}, **some(side=side), **(extra or {}))
+    return new_record(
+        "action",
+        state.name,
+        lever=lever,
+        proof=verdict.proof,
+        by=by,
+        summary=summary,
+        basis=asked["basis"],
+        **{k: asked[k] for k in ("approval", "check") if k in asked},
+        **some(side=side),
+        **(extra or {}),
+    )
 
 
 def fact_records(state, seq, lines):
@@ -5337,10 +6612,21 @@ def fact_records(state, seq, lines):
             item = read_json(line)
         except (ValueError, RecursionError):
             continue
-        if isinstance(item, dict) and isinstance(item.get("fact"), str) and isinstance(item.get("source"), str):
-            yield Write(new_record("fact", state.name, action=seq, fact=item["fact"][:TEXT_MAX],
-                                   source=item["source"][:TEXT_MAX],
-                                   summary=f"fact from {item['source'][:80]}: {item['fact'][:160]}"))
+        if (
+            isinstance(item, dict)
+            and isinstance(item.get("fact"), str)
+            and isinstance(item.get("source"), str)
+        ):
+            yield Write(
+                new_record(
+                    "fact",
+                    state.name,
+                    action=seq,
+                    fact=item["fact"][:TEXT_MAX],
+                    source=item["source"][:TEXT_MAX],
+                    summary=f"fact from {item['source'][:80]}: {item['fact'][:160]}",
+                )
+            )
 
 
 def lever_outcome(state, lever, seq, status, ended_by, duration, timeout, note, lines):
@@ -5389,14 +6675,24 @@ def unsafe_refusal(state, lever, by, side, extra, unsafe):
 def run_start_record(state, pid, restart):
     """Return the start record of the kept `run` program."""
     what = "restarted" if restart else "started"
-    return new_record("start", state.name, pid=pid, command=state.mandate["run"], summary=f"run {what} (pid {pid})")
+    return new_record(
+        "start",
+        state.name,
+        pid=pid,
+        command=state.mandate["run"],
+        summary=f"run {what} (pid {pid})",
+    )
 
 
 def restart_rule(state, pid, status, ended_by, uptime, backoff, restarted, active):
     """Return (again, backoff, delay, records) for the kept `run` program's end (open point 31): one
     that dies within QUICK_DEATH of a restart waits twice as long each time."""
     policy = state.mandate["restart"] if state.mandate else "never"
-    again = ended_by is None and active and (policy == "always" or (policy == "on-failure" and status != 0))
+    again = (
+        ended_by is None
+        and active
+        and (policy == "always" or (policy == "on-failure" and status != 0))
+    )
     delay = 0
     if again:
         if uptime >= BACKOFF_RESET:
@@ -5405,14 +6701,31 @@ def restart_rule(state, pid, status, ended_by, uptime, backoff, restarted, activ
             backoff = delay = next_backoff(backoff)
     how = describe_status(status)
     why = f"stopped by {'the pause' if ended_by == 'pause' else ended_by}" if ended_by else how
-    next_words = (f"; restarting in {delay}s" if delay else "; restarting now") if again else "; not restarted"
+    next_words = (
+        (f"; restarting in {delay}s" if delay else "; restarting now")
+        if again
+        else "; not restarted"
+    )
     records = [new_record("exit", state.name, pid=pid, status=how, uptime=round(uptime, 3),
                           restart_in=delay if again else None,
                           summary=f"run (pid {pid}) ended: {why} after {uptime:.1f}s{next_words}")]
-    if again and delay >= BACKOFF_CEILING and not any(a.get("about") == "backoff" for a in state.open_asks.values()):
-        records.append(new_record("ask", state.name, about="backoff",
-                                  question=f"run keeps dying within {QUICK_DEATH}s; it now waits {delay}s between starts. Look at it?",
-                                  summary=f"run keeps dying; back-off reached its ceiling of {BACKOFF_CEILING}s"))
+    if (
+        again
+        and delay >= BACKOFF_CEILING
+        and not any(a.get("about") == "backoff" for a in state.open_asks.values())
+    ):
+        records.append(
+            new_record(
+                "ask",
+                state.name,
+                about="backoff",
+                question=(
+                    f"run keeps dying within {QUICK_DEATH}s; it now waits {delay}s between starts."
+                    " Look at it?"
+                ),
+                summary=f"run keeps dying; back-off reached its ceiling of {BACKOFF_CEILING}s",
+            )
+        )
     return again, backoff, delay, records
 
 
@@ -5440,7 +6753,10 @@ def decide_problem(state):
     if state.mandate is None:
         return f"{state.name} cannot run: {state.problem}"
     if not decided_by_model(state.mandate):
-        return f"{state.name}'s controller is {state.mandate['controller']['kind']}: no model decides for it"
+        return (
+            f"{state.name}'s controller is {state.mandate['controller']['kind']}: no model decides"
+            " for it"
+        )
     if state.paused:
         return f"{state.name} is paused; resume it first"
     return None
@@ -5450,11 +6766,18 @@ def backend_for(state, cfg):
     """Return (name, backend) a venture's model decisions go to, or raise Fail (65)."""
     name = state.mandate["controller"].get("backend") or cfg.get("default")
     if not name or name not in cfg["backends"]:
-        raise Fail(EX_DATAERR, f"{state.name} names no backend: set default: in config.yaml or backend: in its controller")
+        raise Fail(
+            EX_DATAERR,
+            f"{state.name} names no backend: set default: in config.yaml or backend: in its"
+            " controller",
+        )
     backend = cfg["backends"][name]
     if backend["offbox"] and state.mandate["escalate"] != "offbox":
-        raise Fail(EX_DATAERR, f"backend {name} leaves the machine, and {state.name}'s mandate does not say escalate: offbox; "
-                               "no call is made")
+        raise Fail(
+            EX_DATAERR,
+            f"backend {name} leaves the machine, and {state.name}'s mandate does not say escalate:"
+            " offbox; no call is made",
+        )
     return name, backend
 
 
@@ -5466,23 +6789,53 @@ def model_packet(state, recent, now, forecast, looks):
     hidden = {s for s, a in state.open_asks.items() if a.get("about") == "audit" or a.get("audit")}
     records = []
     for seq, at, record in recent:
-        if record["kind"].startswith("audit.") or record.get("about") == "audit" or record.get("ask") in hidden \
-                or record.get("audit"):
+        if (
+            record["kind"].startswith("audit.")
+            or record.get("about") == "audit"
+            or record.get("ask") in hidden
+            or record.get("audit")
+        ):
             continue
-        records.append(f"#{seq} {format_local_time(at)} {record['claim']} {record['kind']} {record['summary']}")
-    return {"venture": state.name, "purpose": m["purpose"], "metric": m["metric"],
-            "controller": ctl["kind"], "classifier": ctl["kind"] == "classifier",
-            "levers": [{"name": n, "cap": l["cap_text"], "used": len(cap_window(state, n, now)),
-                        "reversible": l["reversible"], "delegated": l["delegated"], "takes": l["takes"]}
-                       for n, l in m["levers"].items()],
-            "forbidden": m["forbidden"], "children": [],
-            "readings": [{"name": name, "value": format_number(rec.get("value")), "fields": rec.get("fields", "")}
-                         for name, (seq, rec) in sorted(state.read.items()) if rec.get("status") == "read"],
-            "records": records,
-            "asks": [f"#{s} {a.get('lever') or '-'}: {a.get('question', a['summary'])}"
-                     for s, a in sorted(state.open_asks.items()) if s not in hidden],
-            "forecast": forecast,
-            "looks": looks}
+        records.append(
+            f"#{seq} {format_local_time(at)} {record['claim']} {record['kind']} {record['summary']}"
+        )
+    return {
+        "venture": state.name,
+        "purpose": m["purpose"],
+        "metric": m["metric"],
+        "controller": ctl["kind"],
+        "classifier": ctl["kind"] == "classifier",
+        "levers": [
+            {
+                "name": n,
+                "cap": l["cap_text"],
+                "used": len(cap_window(state, n, now)),
+                "reversible": l["reversible"],
+                "delegated": l["delegated"],
+                "takes": l["takes"],
+            }
+            for n, l in m["levers"].items()
+        ],
+        "forbidden": m["forbidden"],
+        "children": [],
+        "readings": [
+            {
+                "name": name,
+                "value": format_number(rec.get("value")),
+                "fields": rec.get("fields", ""),
+            }
+            for name, (seq, rec) in sorted(state.read.items())
+            if rec.get("status") == "read"
+        ],
+        "records": records,
+        "asks": [
+            f"#{s} {a.get('lever') or '-'}: {a.get('question', a['summary'])}"
+            for s, a in sorted(state.open_asks.items())
+            if s not in hidden
+        ],
+        "forecast": forecast,
+        "looks": looks,
+    }
 
 
 def reply_failure(run, oversized, ended_by, status):
@@ -5497,9 +6850,16 @@ def reply_failure(run, oversized, ended_by, status):
 def unusable_record(state, backend, by, why, call):
     """Return the record of `backend`'s unusable reply (it changes nothing, ESC-06)."""
     call = dict(call or {})         # a refusal keeps its text and the provider's category: declined
-    return new_record("unusable", state.name, backend=backend, by=by, why=why[:NOTE_MAX],
-                      summary=f"the reply of {backend} is unusable: {why[:200]}",
-                      **({"declined": call.pop("declined")} if "declined" in call else {}), **some(call=call))
+    return new_record(
+        "unusable",
+        state.name,
+        backend=backend,
+        by=by,
+        why=why[:NOTE_MAX],
+        summary=f"the reply of {backend} is unusable: {why[:200]}",
+        **({"declined": call.pop("declined")} if "declined" in call else {}),
+        **some(call=call),
+    )
 
 
 def escalation_to(state, cfg, backend, asked, stopping):
@@ -5511,19 +6871,30 @@ def escalation_to(state, cfg, backend, asked, stopping):
     if stopping:
         return None, "not escalated: avsmd is stopping"
     if cfg["backends"][second]["offbox"] and state.mandate["escalate"] != "offbox":
-        return None, f"not escalated: {second} leaves the machine and the mandate does not say escalate: offbox"
+        return (
+            None,
+            (
+                f"not escalated: {second} leaves the machine and the mandate does not say escalate:"
+                " offbox"
+            ),
+        )
     return second, None
 
 
-# ---- telling a person: the notices the notify command runs for (issue 14) ----
-# A notice is a dict: kind, venture, seq (null when no record names it), summary, and the command that
-# answers it, completed where it is sent (notice_message).
+# ---- telling a person: the notices the notify command runs for (issue 14) ---- A notice is a dict:
+# kind, venture, seq (null when no record names it), summary, and the command that answers it,
+# completed where it is sent (notice_message).
 
-NOTICE_TITLES = {"ask": "{venture} asks (#{seq})", "stuck": "{venture} is stuck (#{seq})",
-                 "pause": "{venture} was paused (#{seq})", "cannot-run": "{venture} cannot run",
-                 "ledger-down": "the ledger cannot be written", "ledger": "the ledger takes writes again (#{seq})",
-                 "stop": "avsmd is stopping",
-                 "witness": "avsm fleet witness: {venture}'s ledger no longer extends what it kept"}
+NOTICE_TITLES = {
+    "ask": "{venture} asks (#{seq})",
+    "stuck": "{venture} is stuck (#{seq})",
+    "pause": "{venture} was paused (#{seq})",
+    "cannot-run": "{venture} cannot run",
+    "ledger-down": "the ledger cannot be written",
+    "ledger": "the ledger takes writes again (#{seq})",
+    "stop": "avsmd is stopping",
+    "witness": "avsm fleet witness: {venture}'s ledger no longer extends what it kept",
+}
 
 
 def new_notice(kind, venture, seq, summary, answer, **more):
@@ -5532,15 +6903,33 @@ def new_notice(kind, venture, seq, summary, answer, **more):
 
 
 def notice_of(seq, record):
-    """Return the notice a person must see for record #seq, as it is appended, or None (most records)."""
+    """Return the notice a person must see for record #seq, as it is appended, or None (most
+    records)."""
     kind, venture = record["kind"], record["venture"]
     if kind == "ask":               # a canary ask reads as any other: nothing here tells it apart
         lever = {"lever": record["lever"]} if record.get("lever") else {}
-        return new_notice("stuck" if record.get("about") == "stuck" else "ask", venture, seq, record["summary"], f"avsm approve {seq}",
-                      question=str(record.get("question") or "")[:NOTE_MAX], deny=f"avsm deny {seq}", **lever)
-    if kind == "refusal" and record.get("stuck") == "asked":    # stuck after a person's answer: told, not asked
-        return new_notice("stuck", venture, seq, record["summary"], f"avsm propose {venture} {record['lever']}", lever=record["lever"])
-    if kind == "pause" and record["claim"] == "measured":     # a guard's or the stop lever's: no person did it
+        return new_notice(
+            "stuck" if record.get("about") == "stuck" else "ask",
+            venture,
+            seq,
+            record["summary"],
+            f"avsm approve {seq}",
+            question=str(record.get("question") or "")[:NOTE_MAX],
+            deny=f"avsm deny {seq}",
+            **lever,
+        )
+    # stuck after a person's answer: told, not asked
+    if kind == "refusal" and record.get("stuck") == "asked":
+        return new_notice(
+            "stuck",
+            venture,
+            seq,
+            record["summary"],
+            f"avsm propose {venture} {record['lever']}",
+            lever=record["lever"],
+        )
+    # a guard's or the stop lever's: no person did it
+    if kind == "pause" and record["claim"] == "measured":
         guard = record.get("guard")
         first = {"first": guard_pause_way_out(venture, guard)[0]} if guard else {}
         return new_notice("pause", venture, seq, record["summary"], f"avsm resume {venture}",
@@ -5552,24 +6941,42 @@ def notice_of(seq, record):
 
 def cannot_run_notice(venture, problem):
     """Return the notice of an adopted venture that cannot run (VENTURE-14)."""
-    return new_notice("cannot-run", venture, None, f"{venture} cannot run: {problem}; nothing of it runs until mandate.yaml "
-                                               "holds and is added again", "avsm doctor")
+    return new_notice(
+        "cannot-run",
+        venture,
+        None,
+        f"{venture} cannot run: {problem}; nothing of it runs until mandate.yaml "
+        "holds and is added again",
+        "avsm doctor",
+    )
 
 
 def ledger_down_notice(why):
     """Return the notice of a ledger that cannot be written (RUN-19)."""
-    return new_notice("ledger-down", "self", None, f"the ledger cannot be written: {why}; nothing that would write runs, and "
-                                               f"avsmd tries again every {LEDGER_RETRY} s", "avsm doctor")
+    return new_notice(
+        "ledger-down",
+        "self",
+        None,
+        f"the ledger cannot be written: {why}; nothing that would write runs, and "
+        f"avsmd tries again every {LEDGER_RETRY} s",
+        "avsm doctor",
+    )
 
 
 def stopping_notice(why):
     """Return the notice of avsmd stopping."""
-    return new_notice("stop", "self", None, f"avsmd is stopping ({why}); no venture runs until it is started again", "avsmd")
+    return new_notice(
+        "stop",
+        "self",
+        None,
+        f"avsmd is stopping ({why}); no venture runs until it is started again",
+        "avsmd",
+    )
 
 
 def admit_notice(down_told, notice):
-    """Return (whether to tell `notice`, whether an unwritable ledger is told now): a person hears of
-    it once, though the warden and avsmd may each find it."""
+    """Return (whether to tell `notice`, whether an unwritable ledger is told now): a person hears
+    of it once, though the warden and avsmd may each find it."""
     if notice["kind"] == "ledger-down":
         return not down_told, True
     if notice["kind"] == "ledger":
@@ -5578,8 +6985,9 @@ def admit_notice(down_told, notice):
 
 
 def notice_message(notice, commands, home):
-    """Return (the short text for the notify command's standard input, the $AVSM_EVENT object) of a notice;
-    `commands` maps avsm and avsmd to the command lines this person runs them by (with --home when needed)."""
+    """Return (the short text for the notify command's standard input, the $AVSM_EVENT object) of a
+    notice; `commands` maps avsm and avsmd to the command lines this person runs them by (with
+    --home when needed). """
     def complete(line):
         if not line:
             return None
@@ -5594,7 +7002,9 @@ def notice_message(notice, commands, home):
     if notice.get("question") and notice["question"] != notice["summary"]:
         lines.append(notice["question"])
     if event["answer"]:
-        lines.append(f"answer: {event['answer']}" + (f", or {event['deny']}" if event.get("deny") else ""))
+        lines.append(
+            f"answer: {event['answer']}" + (f", or {event['deny']}" if event.get("deny") else "")
+        )
     return "\n".join(shown_text(line) for line in lines) + "\n", event
 
 
@@ -5642,15 +7052,24 @@ def judge_notify(stretch, notice, failure, note=""):
     if stretch is not None:
         return dict(stretch, failed=stretch["failed"] + 1), None
     return {"failed": 1, "first": told}, new_record(
-        "notify", "self", ok=False, failed=1, status=failure, note=note[-NOTE_MAX:],
-        notice={"kind": notice["kind"], "seq": notice.get("seq")},      # which notice: its name, not the notice
-        summary=f"the notify command failed ({failure}) telling of {told}; it is not tried again for it, and no "
-                f"further failure is written until it works again")
+        "notify",
+        "self",
+        ok=False,
+        failed=1,
+        status=failure,
+        note=note[-NOTE_MAX:],
+        # which notice: its name, not the notice
+        notice={"kind": notice["kind"], "seq": notice.get("seq")},
+        summary=(
+            f"the notify command failed ({failure}) telling of {told}; it is not tried again for"
+            " it, and no further failure is written until it works again"
+        ),
+    )
 
 
-# ---- the morning summary (issue 14 item 3) ----
-# What happened in a span of the ledger, per venture (`avsm summary`). Records before the span count for
-# what is still open at its end and for the fold that replays judge_effect (a hit writes no record).
+# ---- the morning summary (issue 14 item 3) ---- What happened in a span of the ledger, per venture
+# (`avsm summary`). Records before the span count for what is still open at its end and for the fold
+# that replays judge_effect (a hit writes no record).
 
 SUMMARY_BEFORE_KINDS = ("mandate", "ask", "approval", "denial", "resolved", "pause", "resume")
 Summary = collections.namedtuple("Summary", "since first last ventures")
@@ -5670,9 +7089,26 @@ def refusal_key(record):
 
 
 def new_venture_summary():
-    return {"records": 0, "levers": {}, "refusals": {}, "raised": [], "answered": [], "open": {}, "guards": {},
-            "pauses": [], "resumes": [], "effects": {}, "exits": [], "starts": 0, "metric": None, "trusted": [],
-            "untrusted": 0, "last_report": None, "paused": False, "mandate": None}
+    return {
+        "records": 0,
+        "levers": {},
+        "refusals": {},
+        "raised": [],
+        "answered": [],
+        "open": {},
+        "guards": {},
+        "pauses": [],
+        "resumes": [],
+        "effects": {},
+        "exits": [],
+        "starts": 0,
+        "metric": None,
+        "trusted": [],
+        "untrusted": 0,
+        "last_report": None,
+        "paused": False,
+        "mandate": None,
+    }
 
 
 def summarize(rows, since, parse=None):
@@ -5690,12 +7126,22 @@ def summarize(rows, since, parse=None):
         if name == "self" or not isinstance(name, str):
             continue
         v = ventures.get(name) or ventures.setdefault(name, new_venture_summary())
-        if name in folds or (kind == "mandate" and expects_effects(parsed_or_none(parse, record, seq))):
+        if name in folds or (
+            kind == "mandate" and expects_effects(parsed_or_none(parse, record, seq))
+        ):
             state = folds.setdefault(name, VentureState(name))
             if inside and kind == "report" and record.get("status") == "trusted":
                 for action_seq, effect in state.effects.items():
-                    if effect["verdict"] is None and judge_effect(effect["expects"], effect["r0"], effect["after"] + [record.get("value")],
-                                                                  effect["steps"])[0] == "hit":
+                    if (
+                        effect["verdict"] is None
+                        and judge_effect(
+                            effect["expects"],
+                            effect["r0"],
+                            effect["after"] + [record.get("value")],
+                            effect["steps"],
+                        )[0]
+                        == "hit"
+                    ):
                         v["effects"].setdefault("hit", []).append(action_seq)
             fold_ledger(folds, seq, at, record, parse)
         if kind == "mandate":
@@ -5718,13 +7164,19 @@ def summarize(rows, since, parse=None):
             continue
         v["records"] += 1
         if kind == "action":
-            lever = v["levers"].setdefault(record.get("lever"), {"runs": [], "ok": [], "failed": []})
+            lever = v["levers"].setdefault(
+                record.get("lever"), {"runs": [], "ok": [], "failed": []}
+            )
             lever["runs"].append(seq)
             actions[seq] = lever
         elif kind == "outcome" and record.get("action") in actions:
-            actions[record["action"]]["ok" if record.get("ok") else "failed"].append(record["action"])
+            actions[record["action"]]["ok" if record.get("ok") else "failed"].append(
+                record["action"]
+            )
         elif kind == "refusal":
-            group = v["refusals"].setdefault(refusal_key(record), {"count": 0, "seqs": [], "lever": record.get("lever")})
+            group = v["refusals"].setdefault(
+                refusal_key(record), {"count": 0, "seqs": [], "lever": record.get("lever")}
+            )
             group["count"] += 1
             group["seqs"].append(seq)
             group["why"] = record.get("why") or record.get("summary")
@@ -5733,7 +7185,9 @@ def summarize(rows, since, parse=None):
         elif kind in ("approval", "denial", "resolved"):
             v["answered"].append((record.get("ask"), kind, seq))
         elif kind.startswith("guard."):
-            guard = v["guards"].setdefault(kind[len("guard."):], {"episodes": [], "readings": 0, "past": None, "paused": []})
+            guard = v["guards"].setdefault(
+                kind[len("guard.") :], {"episodes": [], "readings": 0, "past": None, "paused": []}
+            )
             guard["readings"] += 1
             if settles_guard(record):
                 past = bool(record.get("past"))
@@ -5743,7 +7197,9 @@ def summarize(rows, since, parse=None):
         elif kind == "pause":
             v["pauses"].append((seq, record.get("guard")))
             if record.get("guard"):
-                v["guards"].setdefault(record["guard"], {"episodes": [], "readings": 0, "past": None, "paused": []})["paused"].append(seq)
+                v["guards"].setdefault(
+                    record["guard"], {"episodes": [], "readings": 0, "past": None, "paused": []}
+                )["paused"].append(seq)
         elif kind == "resume":
             v["resumes"].append(seq)
         elif kind == "effect":
@@ -5776,22 +7232,42 @@ def parsed_or_none(parse, record, seq):
 
 def needs_person(v, name, parse=None):
     """Return what in a venture's summary needs a person now, each with the command that answers it:
-    [(what, command)]: open asks, a pause, a mandate that cannot run, a last report that is not trusted."""
+    [(what, command)]: open asks, a pause, a mandate that cannot run, a last report that is not
+    trusted. """
     found = []
     for seq, ask in sorted(v["open"].items()):
-        found.append((f"ask #{seq}: {ask.get('summary')}", f"avsm approve {seq} or avsm deny {seq}"))
+        found.append(
+            (f"ask #{seq}: {ask.get('summary')}", f"avsm approve {seq} or avsm deny {seq}")
+        )
     if v["paused"]:
         by = v["pauses"][-1] if v["pauses"] else None
         way_out = ", then ".join(guard_pause_way_out(name, by[1])) if by and by[1] \
             else f"avsm resume {name}"
-        found.append((f"{name} is paused" + (f" (#{by[0]}, by guard {by[1]})" if by and by[1] else f" (#{by[0]})" if by else ""),
-                      way_out))
-    if v["mandate"] is not None and parsed_or_none(parse or parse_mandate, v["mandate"][1], v["mandate"][0]) is None:
+        found.append(
+            (
+                f"{name} is paused"
+                + (
+                    f" (#{by[0]}, by guard {by[1]})"
+                    if by and by[1]
+                    else f" (#{by[0]})" if by else ""
+                ),
+                way_out,
+            )
+        )
+    if (
+        v["mandate"] is not None
+        and parsed_or_none(parse or parse_mandate, v["mandate"][1], v["mandate"][0]) is None
+    ):
         found.append((f"{name} cannot run: its adopted mandate #{v['mandate'][0]} does not hold",
                       f"fix {v['mandate'][1].get('directory')}/mandate.yaml and avsm add it"))
     if v["last_report"] is not None and v["last_report"][1] in ("failed", "implausible"):
         seq, status, note = v["last_report"]
-        found.append((f"its last report #{seq} is {status}: {note}", "fix the report, or its bounds in mandate.yaml and avsm add"))
+        found.append(
+            (
+                f"its last report #{seq} is {status}: {note}",
+                "fix the report, or its bounds in mandate.yaml and avsm add",
+            )
+        )
     return found
 
 
@@ -5811,7 +7287,8 @@ def sign_again_at_start(spec, signer, ours):
 # =============================================================================
 
 def default_home():
-    """Return the platform's default home: XDG_STATE_HOME/avsmd, ~/.local/state/avsmd, or macOS's."""
+    """Return the platform's default home: XDG_STATE_HOME/avsmd, ~/.local/state/avsmd, or
+    macOS's."""
     if sys.platform == "darwin":
         return os.path.expanduser("~/Library/Application Support/avsmd")
     state = os.environ.get("XDG_STATE_HOME") or os.path.expanduser("~/.local/state")
@@ -5828,8 +7305,10 @@ def socket_problem(home):
     """Return why `home`/sock cannot be a Unix socket path here, or None."""
     path = os.path.join(home, "sock")
     if len(os.fsencode(path)) > SOCKET_LIMIT:
-        return (f"the socket path {path} is {len(os.fsencode(path))} bytes, past this system's {SOCKET_LIMIT}; "
-                "use a shorter --home or AVSMD_HOME")
+        return (
+            f"the socket path {path} is {len(os.fsencode(path))} bytes, past this system's"
+            f" {SOCKET_LIMIT}; use a shorter --home or AVSMD_HOME"
+        )
     return None
 
 
@@ -5840,7 +7319,8 @@ def send_line(sock, message):
 
 
 def send_bytes(sock, data):
-    """Send all of `data`; a non-blocking socket waits for room only when it has none (rarely: one line fits)."""
+    """Send all of `data`; a non-blocking socket waits for room only when it has none (rarely: one
+    line fits)."""
     try:
         sent = sock.send(data)
     except (BlockingIOError, InterruptedError):
@@ -5855,7 +7335,8 @@ def send_bytes(sock, data):
 
 
 def receive(sock, size=65536):
-    """Return what a non-blocking socket holds now: None when nothing yet, b"" at its end (or a reset)."""
+    """Return what a non-blocking socket holds now: None when nothing yet, b"" at its end (or a
+    reset)."""
     try:
         return sock.recv(size)
     except (BlockingIOError, InterruptedError):
@@ -5901,7 +7382,8 @@ BASE_ENV = {}      # the warden's environment, copied once
 
 
 def command_env(home, venture, lever=None):
-    """Return the environment a venture's program runs with: avsmd's own, plus AVSM_HOME and AVSM_VENTURE."""
+    """Return the environment a venture's program runs with: avsmd's own, plus AVSM_HOME and
+    AVSM_VENTURE."""
     env = dict(BASE_ENV or os.environ)
     env.update(AVSM_HOME=home, AVSM_VENTURE=venture)
     if lever:
@@ -5913,9 +7395,10 @@ NOTIFY_ENV = ("PATH", "HOME", "USER", "LOGNAME", "SHELL", "LANG", "LANGUAGE", "T
 
 
 def notify_env(home, event):
-    """Return the notify command's environment: only PATH, HOME, USER, the locale and TZ of avsmd's own, AVSM_HOME
-    and AVSM_EVENT. Nothing else passes, so no key does, whatever avsmd's environment holds (an ANTHROPIC_API_KEY
-    exported in the shell that started it): a script that posts to a chat keeps its own token."""
+    """Return the notify command's environment: only PATH, HOME, USER, the locale and TZ of avsmd's
+    own, AVSM_HOME and AVSM_EVENT. Nothing else passes, so no key does, whatever avsmd's environment
+    holds (an ANTHROPIC_API_KEY exported in the shell that started it): a script that posts to a
+    chat keeps its own token."""
     env = {k: v for k, v in os.environ.items() if k in NOTIFY_ENV or k.startswith("LC_")}
     env.update(AVSM_HOME=home, AVSM_EVENT=json.dumps(event, sort_keys=True, separators=(",", ":")))
     return env
@@ -5925,18 +7408,23 @@ SPAWN_FDS = {}        # "null": /dev/null and "here": the process's own director
 
 
 def start_program(argv, cwd, env, stdin=None):
-    """Start `argv` in `cwd` with `env`, leading a process group of its own, its standard input `stdin` (a
-    descriptor; /dev/null when None), its output and errors on two pipes; return (pid, output's read end,
-    errors' read end). Raise OSError naming the program or the directory as starting it fails, as subprocess would.
+    """Start `argv` in `cwd` with `env`, leading a process group of its own, its standard input
+    `stdin` (a descriptor; /dev/null when None), its output and errors on two pipes; return (pid,
+    output's read end, errors' read end). Raise OSError naming the program or the directory as
+    starting it fails, as subprocess would.
 
-    os.posix_spawn (a third of Popen's CPU) closes no descriptor, so none is left inheritable (close-on-exec
-    everywhere, mark_close_on_exec), and takes no cwd: the process steps into `cwd` and back, so its other threads
-    never use a relative path. A name without a slash is looked for on `env`'s PATH, as exec does."""
+    os.posix_spawn (a third of Popen's CPU) closes no descriptor, so none is left inheritable
+    (close-on-exec everywhere, mark_close_on_exec), and takes no cwd: the process steps into `cwd`
+    and back, so its other threads never use a relative path. A name without a slash is looked for
+    on `env`'s PATH, as exec does. """
     if "null" not in SPAWN_FDS:
         SPAWN_FDS["null"] = os.open(os.devnull, os.O_RDONLY | os.O_CLOEXEC)
-        for here in (".", "/"):         # a directory this process may not open (no O_PATH here) leaves it in /
+        # a directory this process may not open (no O_PATH here) leaves it in /
+        for here in (".", "/"):
             try:
-                SPAWN_FDS["here"] = os.open(here, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC | getattr(os, "O_PATH", 0))
+                SPAWN_FDS["here"] = os.open(
+                    here, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC | getattr(os, "O_PATH", 0)
+                )
                 break
             except OSError:
                 continue
@@ -5953,11 +7441,13 @@ def start_program(argv, cwd, env, stdin=None):
             for path in paths:
                 try:
                     pid = os.posix_spawn(path, argv, env, file_actions=actions, setpgroup=0,
-                                         setsigdef=(signal.SIGPIPE, signal.SIGXFSZ))   # as Python found them
+                                         # as Python found them
+                                         setsigdef=(signal.SIGPIPE, signal.SIGXFSZ))
                     return pid, out_r, err_r
                 except (FileNotFoundError, NotADirectoryError) as err:
                     missing = err
-                except OSError as err:          # as exec's own search: the first other failure is the one told,
+                # as exec's own search: the first other failure is the one told,
+                except OSError as err:
                     failed = failed or err      # and a later directory may still hold it
             err = failed or missing or FileNotFoundError(2, "No such file or directory")
             raise OSError(err.errno, err.strerror, name)
@@ -5973,8 +7463,9 @@ def start_program(argv, cwd, env, stdin=None):
 
 
 def mark_close_on_exec():
-    """Mark every descriptor past standard error this process was handed close-on-exec (Linux), so no program
-    start_program starts keeps one (the warden's channel to avsmd, what avsmd's starter left open)."""
+    """Mark every descriptor past standard error this process was handed close-on-exec (Linux), so
+    no program start_program starts keeps one (the warden's channel to avsmd, what avsmd's starter
+    left open). """
     try:
         fds = [int(fd) for fd in os.listdir("/proc/self/fd")]
     except OSError:
@@ -5988,7 +7479,9 @@ def mark_close_on_exec():
 class Child:
     """A program running in a process group of its own, with its output drained as it comes."""
 
-    def __init__(self, purpose, venture, args, cwd, env, timeout=None, shell=False, stdin_path=None):
+    def __init__(
+        self, purpose, venture, args, cwd, env, timeout=None, shell=False, stdin_path=None
+    ):
         self.purpose, self.venture = purpose, venture
         self.started, self.started_at = time.monotonic(), time.time()
         self.deadline = self.started + timeout if timeout else None
@@ -6000,8 +7493,10 @@ class Child:
         self.head, self.oversized = None, False
         self.cut = False              # the start of its standard output was dropped (OUTPUT_KEEP)
         self.leader_start = None      # its leader's start (clock ticks since boot), once read
-        self.returncode = None        # the leader's exit code once reaped (negative: the signal that ended it)
-        stdin = os.open(stdin_path, os.O_RDONLY | os.O_CLOEXEC) if stdin_path else None   # a file never blocks the warden
+        # the leader's exit code once reaped (negative: the signal that ended it)
+        self.returncode = None
+        # a file never blocks the warden
+        stdin = os.open(stdin_path, os.O_RDONLY | os.O_CLOEXEC) if stdin_path else None
         try:
             argv = ["/bin/sh", "-c", args] if shell else list(args)
             self.pid, self.stdout, self.stderr = start_program(argv, cwd, env, stdin)
@@ -6009,7 +7504,8 @@ class Child:
             if stdin is not None:
                 os.close(stdin)
         self.pgid = self.pid
-        # room for 1 MiB: a flood needs 16 times fewer turns; not Linux, or past the user's pipe pages: the default
+        # room for 1 MiB: a flood needs 16 times fewer turns; not Linux, or past the user's pipe
+        # pages: the default
         with contextlib.suppress(ImportError, AttributeError, OSError):
             fcntl.fcntl(self.stdout, fcntl.F_SETPIPE_SZ, PIPE_ROOM)
         self.open_pipes = {self.stdout, self.stderr}   # registered in the warden's selector
@@ -6021,8 +7517,9 @@ class Child:
             self.pidfd = None
 
     def drain(self, pipe):
-        """Read what `pipe` holds now, keeping the last OUTPUT_KEEP bytes; return False at EOF. With `head` set (a
-        backend's reply), keep the first `head` bytes and end the program once it writes past them (unusable)."""
+        """Read what `pipe` holds now, keeping the last OUTPUT_KEEP bytes; return False at EOF. With
+        `head` set (a backend's reply), keep the first `head` bytes and end the program once it
+        writes past them (unusable). """
         buffer = self.out if pipe == self.stdout else self.err
         while True:
             try:
@@ -6047,12 +7544,14 @@ class Child:
                     self.cut = True
 
     def poll(self):
-        """Return the exit status once the program has ended (reaped by its own pid, never its group's), else None."""
+        """Return the exit status once the program has ended (reaped by its own pid, never its
+        group's), else None."""
         if self.returncode is None:
             try:
                 pid, status = os.waitpid(self.pid, os.WNOHANG)
             except ChildProcessError:
-                pid, status = self.pid, 0         # reaped already (as subprocess counts it): gone, status unknown
+                # reaped already (as subprocess counts it): gone, status unknown
+                pid, status = self.pid, 0
             if pid == self.pid:
                 self.returncode = os.waitstatus_to_exitcode(status)
         return self.returncode
@@ -6066,8 +7565,9 @@ class Child:
             self.kill_at = now + KILL_GRACE
 
     def enforce(self, now):
-        """The one limit loop (the warden's tick, the notifier): KILL the group once its grace is over (and again
-        each grace while something of it lingers), TERM it once its time limit is."""
+        """The one limit loop (the warden's tick, the notifier): KILL the group once its grace is
+        over (and again each grace while something of it lingers), TERM it once its time limit
+        is."""
         if self.kill_at is not None and now >= self.kill_at:
             signal_group(self.pgid, 9)
             self.kill_at = now + KILL_GRACE
@@ -6082,32 +7582,45 @@ class Child:
             self.pidfd = None
 
     def note(self):
-        """Return the last NOTE_MAX characters of what the program wrote to standard error and output."""
+        """Return the last NOTE_MAX characters of what the program wrote to standard error and
+        output."""
         text = (self.err.decode("utf-8", "replace") + self.out.decode("utf-8", "replace")).strip()
         return text[-NOTE_MAX:]
 
 
-# ---- ssh-keygen -Y: checkpoints signed and verified by the host's own OpenSSH (SSHSIG; no crypto in avsm) ----
+# ---- ssh-keygen -Y: checkpoints signed and verified by the host's own OpenSSH (SSHSIG; no crypto
+# in avsm) ----
 
 def ssh_keygen(args, what, stdin=None, timeout=20):
-    """Run ssh-keygen with `args`; return (exit status, output, error text). Fail(69) when there is none,
-    naming where it was looked for: `what` says what needed it."""
+    """Run ssh-keygen with `args`; return (exit status, output, error text). Fail(69) when there is
+    none, naming where it was looked for: `what` says what needed it."""
     import shutil
     import subprocess
     found = shutil.which("ssh-keygen")
     if found is None:
-        raise Fail(EX_UNAVAILABLE, f"{what} needs OpenSSH's ssh-keygen (8.0 or later) and none is on PATH "
-                                   f"({os.environ.get('PATH', '')}); install openssh-client")
+        raise Fail(
+            EX_UNAVAILABLE,
+            f"{what} needs OpenSSH's ssh-keygen (8.0 or later) and none is on PATH "
+            f"({os.environ.get('PATH', '')}); install openssh-client",
+        )
     try:
         done = subprocess.run([found, *args], input=stdin, capture_output=True, timeout=timeout)
-    except subprocess.TimeoutExpired:       # a key with a passphrase asks for it, and no one answers
+    # a key with a passphrase asks for it, and no one answers
+    except subprocess.TimeoutExpired:
         return 1, b"", f"{found} did not finish within {timeout} s (a key with a passphrase?)"
-    return done.returncode, done.stdout, (done.stderr.decode("utf-8", "replace").strip().splitlines() or [""])[-1]
+    return (
+        done.returncode,
+        done.stdout,
+        (done.stderr.decode("utf-8", "replace").strip().splitlines() or [""])[-1],
+    )
 
 
 def sign_text(text, key, namespace):
-    """Return the SSH signature (armored) of `text` under `key` and `namespace`, or Fail saying why not."""
-    code, signature, err = ssh_keygen(["-Y", "sign", "-q", "-f", key, "-n", namespace], "signing a checkpoint", text.encode())
+    """Return the SSH signature (armored) of `text` under `key` and `namespace`, or Fail saying why
+    not."""
+    code, signature, err = ssh_keygen(
+        ["-Y", "sign", "-q", "-f", key, "-n", namespace], "signing a checkpoint", text.encode()
+    )
     if code != 0 or not signature.startswith(SSHSIG_ARMOR[0].encode()):
         raise Fail(EX_NOPERM if os.path.exists(key) else EX_NOINPUT,
                    f"ssh-keygen could not sign with {key}: {err}")
@@ -6123,9 +7636,14 @@ def verify_text(text, signature, allowed, namespace, principal=None):
     with tempfile.NamedTemporaryFile("w", prefix="avsm-sig-", suffix=".sig") as sig:
         sig.write(signature + "\n")
         sig.flush()
-        code, who, _ = ssh_keygen(["-Y", "find-principals", "-s", sig.name, "-f", allowed], "verifying a checkpoint")
+        code, who, _ = ssh_keygen(
+            ["-Y", "find-principals", "-s", sig.name, "-f", allowed], "verifying a checkpoint"
+        )
         if code != 0 or not who.strip():
-            raise Fail(EX_DATAERR, f"it is signed by a key {allowed} does not name (a forged or foreign checkpoint)")
+            raise Fail(
+                EX_DATAERR,
+                f"it is signed by a key {allowed} does not name (a forged or foreign checkpoint)",
+            )
         signers = who.decode("utf-8", "replace").split()
         if principal and principal not in signers:
             raise Fail(EX_DATAERR, f"it is signed by the key of {shown_text(signers[0])}, and "
@@ -6133,11 +7651,17 @@ def verify_text(text, signature, allowed, namespace, principal=None):
                                    f"principal): a checkpoint of another host, or signed with "
                                    f"another host's key")
         principal = principal or signers[0]
-        code, _, err = ssh_keygen(["-Y", "verify", "-f", allowed, "-I", principal, "-n", namespace, "-s", sig.name],
-                                  "verifying a checkpoint", text.encode())
+        code, _, err = ssh_keygen(
+            ["-Y", "verify", "-f", allowed, "-I", principal, "-n", namespace, "-s", sig.name],
+            "verifying a checkpoint",
+            text.encode(),
+        )
         if code != 0:
-            raise Fail(EX_DATAERR, f"its signature by {principal} does not verify under namespace {namespace}: "
-                                   f"its text was changed since, or it was signed for another namespace")
+            raise Fail(
+                EX_DATAERR,
+                f"its signature by {principal} does not verify under namespace {namespace}: "
+                "its text was changed since, or it was signed for another namespace",
+            )
     return principal
 
 
@@ -6184,7 +7708,8 @@ def write_textfile(path, text):
 
 
 def write_venture_file(directory, payload):
-    """Write a `file` payload (its relative path on the first line, the content after) inside the venture."""
+    """Write a `file` payload (its relative path on the first line, the content after) inside the
+    venture."""
     problem = content_problem("file", payload, directory)
     if problem:
         raise OSError(problem)
@@ -6212,7 +7737,8 @@ def signal_group(pgid, signum):
 
 
 def term_then_kill(groups):
-    """End process groups `groups`: TERM each now, then KILL what is left once KILL_GRACE has passed."""
+    """End process groups `groups`: TERM each now, then KILL what is left once KILL_GRACE has
+    passed."""
     groups = [g for g in groups if signal_group(g, 15)]
     deadline = time.monotonic() + KILL_GRACE
     while groups and time.monotonic() < deadline:
@@ -6223,9 +7749,11 @@ def term_then_kill(groups):
 
 
 def proc_stat(pid, field):
-    """Return one numeric field of /proc/PID/stat, counted after the command name (Linux), or None."""
+    """Return one numeric field of /proc/PID/stat, counted after the command name (Linux), or
+    None."""
     try:
-        fd = os.open(f"/proc/{pid}/stat", os.O_RDONLY)      # read at every start of a group: no buffered file
+        # read at every start of a group: no buffered file
+        fd = os.open(f"/proc/{pid}/stat", os.O_RDONLY)
         try:
             data = os.read(fd, 4096)
         finally:
@@ -6236,14 +7764,15 @@ def proc_stat(pid, field):
 
 
 def process_start(pid):
-    """Return a process's start time in clock ticks since boot, or None: guards against pid reuse."""
+    """Return a process's start time in clock ticks since boot, or None: guards against pid
+    reuse."""
     return proc_stat(pid, 19)
 
 
 def group_is_still(pgid, leader_start):
-    """Whether process group `pgid` is still the one started with a leader that started at `leader_start`
-    (clock ticks since boot, or None when unknown): it lives, and its leader is gone (Linux reuses no pid
-    that still names a group) or is that very process."""
+    """Whether process group `pgid` is still the one started with a leader that started at
+    `leader_start` (clock ticks since boot, or None when unknown): it lives, and its leader is gone
+    (Linux reuses no pid that still names a group) or is that very process."""
     if not signal_group(pgid, 0):
         return False
     now_start = process_start(pgid)
@@ -6251,12 +7780,14 @@ def group_is_still(pgid, leader_start):
 
 
 def stray_groups(home):
-    """Return the process groups of programs a dead warden of `home` started that no record names (it was killed
-    before recording them): orphans (of init or a subreaper above avsmd) whose environment says AVSM_HOME=home
-    and names a venture, as every program the warden starts does (Linux; elsewhere, none are found)."""
+    """Return the process groups of programs a dead warden of `home` started that no record names
+    (it was killed before recording them): orphans (of init or a subreaper above avsmd) whose
+    environment says AVSM_HOME=home and names a venture, as every program the warden starts does
+    (Linux; elsewhere, none are found). """
     adopters, pid = {1, os.getpid()}, os.getpid()
     while pid > 1:
-        pid = proc_stat(pid, 1) or 0            # avsmd's parent chain: where a subreaper would take orphans
+        # avsmd's parent chain: where a subreaper would take orphans
+        pid = proc_stat(pid, 1) or 0
         adopters.add(pid)
     mark, own = f"AVSM_HOME={home}".encode(), os.getpgid(0)
     found = set()
@@ -6273,21 +7804,27 @@ def stray_groups(home):
         except OSError:
             continue
         pgid = proc_stat(pid, 2)
-        if mark in env and any(v.startswith(b"AVSM_VENTURE=") for v in env) and pgid and pgid != own:
+        if (
+            mark in env
+            and any(v.startswith(b"AVSM_VENTURE=") for v in env)
+            and pgid
+            and pgid != own
+        ):
             found.add(pgid)
     return found
 
 
 def sweep_groups(path, home=None):
-    """End the process groups an earlier avsmd recorded and did not see end (it was SIGKILLed), and with
-    `home` the strays no record names (stray_groups); return how many. A group is ours as group_is_still says;
-    TERM, then KILL after the grace."""
+    """End the process groups an earlier avsmd recorded and did not see end (it was SIGKILLed), and
+    with `home` the strays no record names (stray_groups); return how many. A group is ours as
+    group_is_still says; TERM, then KILL after the grace."""
     try:
         with open(path) as fh:
             lines = [line.split() for line in fh if line.strip()]
     except OSError:
         lines = []
-    live = {}                           # the file is a journal: "+PGID START" when started, "-PGID" when gone
+    # the file is a journal: "+PGID START" when started, "-PGID" when gone
+    live = {}
     for fields in lines:
         if fields[0].startswith("-"):
             live.pop(fields[0][1:], None)
@@ -6320,13 +7857,15 @@ def describe_status(status):
 
 ANTHROPIC_URL = "https://api.anthropic.com/v1/messages"
 BACKEND_TIMEOUT = 120        # seconds for one decision's call, retries included (open point 44)
-BACKEND_TRIES = 4            # a busy or failing provider is tried again, after 1, 2, 4 s (or what it asks)
+# a busy or failing provider is tried again, after 1, 2, 4 s (or what it asks)
+BACKEND_TRIES = 4
 RETRY_STATUSES = (408, 409, 429)  # and every 5xx: the statuses the providers' SDKs retry
 USAGE_MAX = 24  # token counts of a call's usage kept at most
 
 
 def read_keys(home):
-    """Return {name: value} from HOME/keys; Fail(78) when others than its owner may read it (open point 43)."""
+    """Return {name: value} from HOME/keys; Fail(78) when others than its owner may read it (open
+    point 43)."""
     path = os.path.join(home, "keys")
     try:
         st = os.stat(path)
@@ -6335,7 +7874,10 @@ def read_keys(home):
     except OSError as err:
         raise Fail(EX_CONFIG, f"{path} cannot be read: {err.strerror}") from None
     if not stat.S_ISREG(st.st_mode):
-        raise Fail(EX_CONFIG, f"{path} is not a regular file; keys is a file of NAME=value lines (mode 600)")
+        raise Fail(
+            EX_CONFIG,
+            f"{path} is not a regular file; keys is a file of NAME=value lines (mode 600)",
+        )
     if st.st_mode & 0o077:
         raise Fail(EX_CONFIG, f"{path} may be read by others than you, "
                               f"so the warden will not read it; chmod 600 {path}")
@@ -6346,7 +7888,9 @@ def read_keys(home):
     except OSError as err:
         raise Fail(EX_CONFIG, f"{path} cannot be read: {err.strerror}") from None
     except UnicodeDecodeError:
-        raise Fail(EX_CONFIG, f"{path} is not UTF-8; write it as NAME=value lines in UTF-8") from None
+        raise Fail(
+            EX_CONFIG, f"{path} is not UTF-8; write it as NAME=value lines in UTF-8"
+        ) from None
     for line in text.splitlines():
         name, eq, value = line.strip().partition("=")
         if eq and name.strip() and not name.startswith("#"):
@@ -6390,12 +7934,18 @@ def read_response(backend, body, sent):
         return {"why": "the response body is not JSON"}
     if backend["kind"] == "anthropic":
         return read_anthropic(data, backend["max_tokens"], sent)
-    return (read_responses if backend.get("api") == "responses" else read_openai)(data, backend.get("max_tokens"))
+    return (read_responses if backend.get("api") == "responses" else read_openai)(
+        data, backend.get("max_tokens")
+    )
 
 
 def read_anthropic(data, max_tokens, sent):
     """The Messages API's answer: the text blocks, in order, of a message that ended its turn."""
-    if not isinstance(data, dict) or data.get("type") != "message" or not isinstance(data.get("content"), list):
+    if (
+        not isinstance(data, dict)
+        or data.get("type") != "message"
+        or not isinstance(data.get("content"), list)
+    ):
         return {"why": "the response is not an Anthropic message"}
     stop = data.get("stop_reason")
     facts = {"stop": provider_word(stop), "usage": kept_usage(data.get("usage"))}
@@ -6411,7 +7961,9 @@ def read_anthropic(data, max_tokens, sent):
         return dict(facts, **declined(explanation or text, details.get("category"),
                                       "stop_reason refusal"))
     if stop == "max_tokens":
-        return dict(facts, why=f"the reply was cut off at the token limit (max_tokens {max_tokens})")
+        return dict(
+            facts, why=f"the reply was cut off at the token limit (max_tokens {max_tokens})"
+        )
     if stop == "model_context_window_exceeded":
         return dict(facts, why=f"the packet was too long for the model: its {sent} bytes "
                                "and the reply passed the model's context window "
@@ -6420,7 +7972,9 @@ def read_anthropic(data, max_tokens, sent):
         return dict(facts, why="the model stopped to use a tool (stop_reason tool_use); "
                                "avsm offers none, so there is no answer")
     if stop == "pause_turn":
-        return dict(facts, why="the model paused its turn (stop_reason pause_turn) before it answered")
+        return dict(
+            facts, why="the model paused its turn (stop_reason pause_turn) before it answered"
+        )
     return dict(facts, why=f"stop_reason {json.dumps(stop)[:60]} is not end_turn or stop_sequence: "
                            f"not a complete answer")
 
@@ -6443,17 +7997,26 @@ def read_openai(data, max_tokens):
         return dict(facts, **declined(message["refusal"], None, "message.refusal"))
     if finish == "content_filter":
         results = choice.get("content_filter_results")
-        hit = sorted(k for k, v in results.items() if isinstance(v, dict) and v.get("filtered") is True) \
-            if isinstance(results, dict) else []
+        hit = (
+            sorted(
+                k for k, v in results.items() if isinstance(v, dict) and v.get("filtered") is True
+            )
+            if isinstance(results, dict)
+            else []
+        )
         return dict(facts, **declined(None, ", ".join(hit[:8]), "finish_reason content_filter"))
     if finish == "length":
-        limit = f"max_tokens {max_tokens}" if max_tokens else "the server's own; max_tokens: is not set"
+        limit = (
+            f"max_tokens {max_tokens}" if max_tokens else "the server's own; max_tokens: is not set"
+        )
         return dict(facts, why=f"the reply was cut off at the token limit ({limit})")
     if finish in ("tool_calls", "function_call"):
         return dict(facts, why=f"the model stopped to call a tool (finish_reason {finish}); "
                                f"avsm offers none, so there is no answer")
     if finish != "stop":
-        return dict(facts, why=f"finish_reason {json.dumps(finish)[:60]} is not stop: not a complete answer")
+        return dict(
+            facts, why=f"finish_reason {json.dumps(finish)[:60]} is not stop: not a complete answer"
+        )
     if not isinstance(message.get("content"), str):
         return dict(facts, why="choices[0].message.content is not text")
     return dict(facts, text=message["content"])
@@ -6469,13 +8032,19 @@ def read_responses(data, max_tokens):
     facts = {"stop": provider_word(status), "usage": kept_usage(data.get("usage"))}
     error, incomplete = (data.get(k) if isinstance(data.get(k), dict) else {}
                          for k in ("error", "incomplete_details"))
-    limit = f"max_output_tokens {max_tokens}" if max_tokens else "the server's own; max_tokens: is not set"
+    limit = (
+        f"max_output_tokens {max_tokens}"
+        if max_tokens
+        else "the server's own; max_tokens: is not set"
+    )
     if status == "failed":
         said = "no message"
         if isinstance(error.get("message"), str):
             said = error["message"][:TEXT_MAX]
-        return dict(facts, why=f"the response failed: {provider_word(error.get('code')) or 'no code'}: "
-                               + said)
+        return dict(
+            facts,
+            why=f"the response failed: {provider_word(error.get('code')) or 'no code'}: " + said,
+        )
     if status == "incomplete":
         reason = provider_word(incomplete.get("reason"))
         if reason == "content_filter":      # declined, as Chat Completions' content_filter is
@@ -6485,7 +8054,9 @@ def read_responses(data, max_tokens):
         return dict(facts, why=f"the response is incomplete "
                                f"(incomplete_details.reason {reason or 'not given'})")
     if status != "completed":
-        return dict(facts, why=f"status {json.dumps(status)[:60]} is not completed: not a complete answer")
+        return dict(
+            facts, why=f"status {json.dumps(status)[:60]} is not completed: not a complete answer"
+        )
     items = [item for item in data["output"]
              if not (isinstance(item, dict) and item.get("type") == "reasoning")]
     kinds = [item.get("type") if isinstance(item, dict) else None for item in items]
@@ -6526,7 +8097,8 @@ def declined(text, category, where):
 
 
 def provider_word(value):
-    """Return a provider's short code word (a stop reason, a request id) as kept in a record, or None."""
+    """Return a provider's short code word (a stop reason, a request id) as kept in a record, or
+    None."""
     return value if isinstance(value, str) and re.fullmatch(r"[\x21-\x7e]{1,200}", value) else None
 
 
@@ -6597,7 +8169,9 @@ def call_http_backend(backend, system, user, key):
             if len(raw) > REPLY_MAX:
                 return None, f"the response is bigger than {REPLY_MAX // 1024} KiB", call
             reply = read_response(backend, raw, len(body))
-            call.update((k, reply[k]) for k in ("stop", "usage", "declined", "packet_bytes") if reply.get(k))
+            call.update(
+                (k, reply[k]) for k in ("stop", "usage", "declined", "packet_bytes") if reply.get(k)
+            )
             if "text" not in reply:
                 return None, reply["why"], call
             return reply["text"].encode(), None, call
@@ -6625,16 +8199,19 @@ def request_id(headers):
     return provider_word(headers.get("request-id") or headers.get("x-request-id"))
 
 
-ADAPTER_TIMEOUT = 30         # seconds an adapter's GET may take in all: the name, the connection, TLS, the answer
+# seconds an adapter's GET may take in all: the name, the connection, TLS, the answer
+ADAPTER_TIMEOUT = 30
 
 
 def adapter_get(url, key=None, limit=ADAPTER_TIMEOUT):
-    """Return (status, body) of one GET of `url` within `limit` seconds in all; raise OSError saying why not.
-    The body is read up to REPLY_MAX + 1 bytes, so a caller sees an answer bigger than it reads.
+    """Return (status, body) of one GET of `url` within `limit` seconds in all; raise OSError saying
+    why not. The body is read up to REPLY_MAX + 1 bytes, so a caller sees an answer bigger than it
+    reads.
 
-    TLS is verified against the system's CAs (or SSL_CERT_FILE). With a key (stripe, github), sent as a bearer
-    token, no redirect is followed: a 3xx is the answer, so the key goes to the configured url alone. Without
-    one (http.status), redirects to http:// and https:// are followed."""
+    TLS is verified against the system's CAs (or SSL_CERT_FILE). With a key (stripe, github), sent
+    as a bearer token, no redirect is followed: a 3xx is the answer, so the key goes to the
+    configured url alone. Without one (http.status), redirects to http:// and https:// are
+    followed."""
     import ssl
     import threading
     import urllib.error
@@ -6643,9 +8220,14 @@ def adapter_get(url, key=None, limit=ADAPTER_TIMEOUT):
         raise OSError(f"'{url}' is not an http:// or https:// URL")
     redirects = urllib.request.HTTPRedirectHandler()
     follow = redirects.redirect_request
-    redirects.redirect_request = lambda req, fp, code, msg, headers, newurl: \
-        None if key or not newurl.startswith(("http://", "https://")) else follow(req, fp, code, msg, headers, newurl)
-    opener = urllib.request.build_opener(redirects, urllib.request.HTTPSHandler(context=ssl.create_default_context()))
+    redirects.redirect_request = lambda req, fp, code, msg, headers, newurl: (
+        None
+        if key or not newurl.startswith(("http://", "https://"))
+        else follow(req, fp, code, msg, headers, newurl)
+    )
+    opener = urllib.request.build_opener(
+        redirects, urllib.request.HTTPSHandler(context=ssl.create_default_context())
+    )
     request = urllib.request.Request(url, method="GET")
     if key:
         request.add_unredirected_header("Authorization", f"Bearer {key}")
@@ -6659,7 +8241,9 @@ def adapter_get(url, key=None, limit=ADAPTER_TIMEOUT):
             answer["got"] = err.code, err.read(REPLY_MAX + 1)
         except (urllib.error.URLError, OSError, ValueError) as err:
             reason = getattr(err, "reason", err)
-            answer["error"] = OSError(f"no answer within {limit} s" if isinstance(reason, TimeoutError) else str(reason))
+            answer["error"] = OSError(
+                f"no answer within {limit} s" if isinstance(reason, TimeoutError) else str(reason)
+            )
     worker = threading.Thread(target=get, daemon=True)      # the name lookup too keeps to the limit
     worker.start()
     worker.join(limit)
@@ -6671,9 +8255,10 @@ def adapter_get(url, key=None, limit=ADAPTER_TIMEOUT):
 def output_lines(data, cut):
     """Return (the non-empty lines of a program's standard output, whether its last one was cut).
 
-    The one reader of a program's last line (report, guard, audit, reading). Lines end at \\n (a \\r before it
-    dropped) and nowhere else: `9\\x0c1` is one line. With `cut` (only the last OUTPUT_KEEP bytes kept), the
-    bytes before the first \\n are no line, and when no whole line follows them the last line itself was cut."""
+    The one reader of a program's last line (report, guard, audit, reading). Lines end at \\n (a \\r
+    before it dropped) and nowhere else: `9\\x0c1` is one line. With `cut` (only the last
+    OUTPUT_KEEP bytes kept), the bytes before the first \\n are no line, and when no whole line
+    follows them the last line itself was cut. """
     pieces = bytes(data).split(b"\n")
     if cut:
         pieces = pieces[1:]
@@ -6683,8 +8268,9 @@ def output_lines(data, cut):
 
 
 def run_world_step(command, data, mandate):
-    """Run one world step in the venture directory (the current one), in a group of its own: `data` on standard
-    input; return (output, None) or (None, why) as read_world_output says (open point 38)."""
+    """Run one world step in the venture directory (the current one), in a group of its own: `data`
+    on standard input; return (output, None) or (None, why) as read_world_output says (open point
+    38)."""
     import subprocess
     import tempfile
     unsafe = owner_problem(".", [command])     # looked at again at each step, as at each start
@@ -6702,7 +8288,8 @@ def run_world_step(command, data, mandate):
             proc.wait()
             return None, f"it took longer than {WORLD_TIMEOUT} s and was ended"
         finally:
-            signal_group(proc.pid, signal.SIGKILL)      # what it left behind in its group goes with it
+            # what it left behind in its group goes with it
+            signal_group(proc.pid, signal.SIGKILL)
         if status != 0:
             return None, f"it ended {describe_status(status)}"
         if stdout.tell() > WORLD_OUTPUT_MAX:
@@ -6712,9 +8299,11 @@ def run_world_step(command, data, mandate):
 
 
 def read_metric_output(child, status, with_output=True):
-    """Return (value, failure) from a finished report: its last non-empty line must be the number alone.
+    """Return (value, failure) from a finished report: its last non-empty line must be the number
+    alone.
 
-    A guard's failure says why without its output: a guard's record carries none of its text (GUARD-14)."""
+    A guard's failure says why without its output: a guard's record carries none of its text
+    (GUARD-14). """
     if child.ended_by:
         return None, f"ended: {child.ended_by}"
     if status != 0:
@@ -6722,7 +8311,13 @@ def read_metric_output(child, status, with_output=True):
         return None, f"{describe_status(status)}" + (f": {tail}" if tail else "")
     lines, cut = output_lines(child.out, child.cut)
     if cut:
-        return None, f"the last line is longer than {OUTPUT_KEEP // 1024} KiB and was cut: not a number read whole"
+        return (
+            None,
+            (
+                f"the last line is longer than {OUTPUT_KEEP // 1024} KiB and was cut: not a number"
+                " read whole"
+            ),
+        )
     if not lines:
         return None, "printed no number"
     last = lines[-1]
@@ -6739,9 +8334,13 @@ AVSM_PATH = os.path.realpath(__file__)
 
 
 # How avsmd starts itself and its warden: loading this file through the import system, so its cached
-# bytecode serves (a script is compiled afresh at every start, and the compiler's memory stays with it).
-LOAD_AVSM = ("import importlib.util as u, sys; s = u.spec_from_file_location('avsm', sys.argv[1]); "
-             "m = u.module_from_spec(s); sys.modules['avsm'] = m; s.loader.exec_module(m); sys.exit(m.main(sys.argv[2:]))")
+# bytecode serves (a script is compiled afresh at every start, and the compiler's memory stays with
+# it).
+LOAD_AVSM = (
+    "import importlib.util as u, sys; s = u.spec_from_file_location('avsm', sys.argv[1]); m ="
+    " u.module_from_spec(s); sys.modules['avsm'] = m; s.loader.exec_module(m);"
+    " sys.exit(m.main(sys.argv[2:]))"
+)
 
 
 def cached_command(program, args):
@@ -6749,7 +8348,8 @@ def cached_command(program, args):
     if it is not checked against the file's hash (a stale one is compiled again at its load)."""
     import importlib.util
     import py_compile
-    with contextlib.suppress(OSError, ValueError, py_compile.PyCompileError):   # no cache: compiled as before
+    # no cache: compiled as before
+    with contextlib.suppress(OSError, ValueError, py_compile.PyCompileError):
         cache = importlib.util.cache_from_source(AVSM_PATH)
         try:
             with open(cache, "rb") as fh:
@@ -6758,9 +8358,10 @@ def cached_command(program, args):
             head = b""
         if head[4:8] != PYC_CHECKED_HASH:
             cache_bytecode(cache)
-    # -P: nothing before the standard library on sys.path (`-c` alone would put the venture's directory first,
-    # and its json.py would be imported). -S: no `site`, so no .pth file runs its code or costs each start imports.
-    prefix = [f"-Xpycache_prefix={sys.pycache_prefix}"] if sys.pycache_prefix else []     # started by a link
+    # -P: nothing before the standard library on sys.path (`-c` alone would put the venture's
+    # directory first, and its json.py would be imported). -S: no `site`, so no .pth file runs its
+    # code or costs each start imports. started by a link
+    prefix = [f"-Xpycache_prefix={sys.pycache_prefix}"] if sys.pycache_prefix else []
     return [sys.executable, "-S", "-P", *prefix, "-c", LOAD_AVSM, AVSM_PATH, program] + list(args)
 
 
@@ -6819,9 +8420,15 @@ def check_venture_dir(directory):
                                f"(avsm add {os.path.dirname(directory) or '.'})")
     if not os.path.exists(os.path.join(directory, "mandate.yaml")):
         if os.path.exists(os.path.join(directory, "mandate.yml")):
-            raise Fail(EX_DATAERR, f"{directory} holds mandate.yml; rename it to mandate.yaml "
-                                   f"(mv {os.path.join(directory, 'mandate.yml')} {os.path.join(directory, 'mandate.yaml')})")
-        raise Fail(EX_DATAERR, f"{directory} holds no mandate.yaml; write one (see examples/counter)")
+            raise Fail(
+                EX_DATAERR,
+                f"{directory} holds mandate.yml; rename it to mandate.yaml (mv"
+                f" {os.path.join(directory, 'mandate.yml')}"
+                f" {os.path.join(directory, 'mandate.yaml')})",
+            )
+        raise Fail(
+            EX_DATAERR, f"{directory} holds no mandate.yaml; write one (see examples/counter)"
+        )
     mandate = os.path.join(directory, "mandate.yaml")
     refuse(mandate_file_problem(mandate, os.stat(mandate)))
 
@@ -6873,9 +8480,10 @@ def owner_problem(directory, commands, uid=None):
 
 
 def read_venture(directory):
-    """Read the venture in `directory` as `avsm add` adopts it: (name, path of mandate.yaml, its text, the mandate),
-    or Fail: 66 when the directory is not there, 65 with the fix otherwise. The client's add, avsmd's add and
-    `avsmd -t DIR` all call this one function, so a check says exactly what adopting would."""
+    """Read the venture in `directory` as `avsm add` adopts it: (name, path of mandate.yaml, its
+    text, the mandate), or Fail: 66 when the directory is not there, 65 with the fix otherwise. The
+    client's add, avsmd's add and `avsmd -t DIR` all call this one function, so a check says exactly
+    what adopting would."""
     check_venture_dir(directory)
     name = check_venture_name(os.path.basename(directory))
     path = os.path.join(directory, "mandate.yaml")
@@ -6893,15 +8501,21 @@ def read_venture(directory):
     return name, path, text, mandate
 
 
-MANDATE_MAX = 256 * 1024        # bytes: a mandate is a page of text; past this it is a mistake, and parsing stalls
+# bytes: a mandate is a page of text; past this it is a mistake, and parsing stalls
+MANDATE_MAX = 256 * 1024
 
 
 def mandate_file_problem(path, st):
     """Return why the file at `path` with stat `st` cannot be a mandate, or None."""
     if stat.S_ISDIR(st.st_mode):
-        return f"{path} is a directory; a mandate is a file of text (move the directory away and write mandate.yaml)"
+        return (
+            f"{path} is a directory; a mandate is a file of text (move the directory away and write"
+            " mandate.yaml)"
+        )
     if not stat.S_ISREG(st.st_mode):
-        return f"{path} is not a regular file (a FIFO, device or socket); a mandate is a file of text"
+        return (
+            f"{path} is not a regular file (a FIFO, device or socket); a mandate is a file of text"
+        )
     if st.st_size > MANDATE_MAX:
         return f"{path} is {st.st_size} bytes; a mandate may be at most {MANDATE_MAX // 1024} KiB"
     return None
@@ -6910,8 +8524,9 @@ def mandate_file_problem(path, st):
 def read_mandate_file(path):
     """Return the text of mandate.yaml at `path`, exactly as written (its sha256 is the file's).
 
-    Raises OSError when it cannot be opened, and Fail (78: a mandate that does not hold) for anything
-    but a regular file of at most MANDATE_MAX bytes in UTF-8. Never blocks: a FIFO is refused unread."""
+    Raises OSError when it cannot be opened, and Fail (78: a mandate that does not hold) for
+    anything but a regular file of at most MANDATE_MAX bytes in UTF-8. Never blocks: a FIFO is
+    refused unread. """
     fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
     try:
         refuse(mandate_file_problem(path, os.fstat(fd)), EX_CONFIG)
@@ -6926,71 +8541,88 @@ def read_mandate_file(path):
         os.close(fd)
     data = b"".join(chunks)
     if len(data) > MANDATE_MAX:
-        raise Fail(EX_CONFIG, f"{path} is over {MANDATE_MAX // 1024} KiB; a mandate may be at most that")
+        raise Fail(
+            EX_CONFIG, f"{path} is over {MANDATE_MAX // 1024} KiB; a mandate may be at most that"
+        )
     try:
         return data.decode("utf-8")
     except UnicodeDecodeError as err:
         line = data[:err.start].count(b"\n") + 1
-        raise Fail(EX_CONFIG, f"{path}:{line}: byte 0x{data[err.start]:02x} is not UTF-8; save the mandate as UTF-8") from None
+        raise Fail(
+            EX_CONFIG,
+            f"{path}:{line}: byte 0x{data[err.start]:02x} is not UTF-8; save the mandate as UTF-8",
+        ) from None
 
 
 class GroupsJournal:
-    """HOME/groups: every process group the warden started and has not seen end, for the next avsmd to end.
+    """HOME/groups: every process group the warden started and has not seen end, for the next avsmd
+    to end.
 
-    journal_group(line)  -- append "+PGID START VENTURE PURPOSE" or "-PGID"; replaced when grown past 64 KiB
+    journal_group(line)  -- append "+PGID START VENTURE PURPOSE" or "-PGID"; replaced when grown
+    past 64 KiB
 
     Handed the home and lock_is_ours: another avsmd's journal is never replaced."""
 
     def __init__(self, home, lock_is_ours):
         self.home, self.lock_is_ours = home, lock_is_ours
-        self.groups_fd = None         # HOME/groups, open for appending while it stays the file at that name
+        # HOME/groups, open for appending while it stays the file at that name
+        self.groups_fd = None
         self.journaled = {}           # pgid -> its line in HOME/groups, while the group runs
 
     def journal_group(self, line):
-        """Append a group's start (+PGID START) or end (-PGID) to HOME/groups before anything can orphan it:
-        the next avsmd ends what an avsmd and warden killed together left running (RUN-14, PITFALLS 2). Grown past
-        64 KiB it is replaced by what still runs (while the home is ours); deleted under us, it is made again."""
+        """Append a group's start (+PGID START) or end (-PGID) to HOME/groups before anything can
+        orphan it:
+        the next avsmd ends what an avsmd and warden killed together left running (RUN-14, PITFALLS
+        2). Grown past 64 KiB it is replaced by what still runs (while the home is ours); deleted
+        under us, it is made again. """
         path = os.path.join(self.home, "groups")
         pgid = line[1:].split()[0]
         if line.startswith("+"):
             self.journaled[pgid] = line
         else:
             self.journaled.pop(pgid, None)
-        with contextlib.suppress(OSError):  # a full disk: avsmd still ends the groups it was told of
+        # a full disk: avsmd still ends the groups it was told of
+        with contextlib.suppress(OSError):
             if line.startswith("+") and self.groups_fd is not None:
                 st = os.fstat(self.groups_fd)
                 if st.st_nlink == 0 or st.st_size > 64 * 1024:
                     os.close(self.groups_fd)
                     self.groups_fd = None
                     line = "\n".join(self.journaled.values())
-                    if st.st_nlink and self.lock_is_ours():     # never replace another avsmd's journal
+                    # never replace another avsmd's journal
+                    if st.st_nlink and self.lock_is_ours():
                         fd = os.open(path + ".new", os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
                         with open(fd, "w") as fh:
                             fh.write(line + "\n")
                         os.replace(path + ".new", path)
                         line = None
             if self.groups_fd is None:
-                self.groups_fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC, 0o600)
+                self.groups_fd = os.open(
+                    path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC, 0o600
+                )
             if line:
                 os.write(self.groups_fd, (line + "\n").encode())
 
 
 class Children:
-    """The programs the warden runs now, each in a process group of its own, and the groups left behind.
+    """The programs the warden runs now, each in a process group of its own, and the groups left
+    behind.
 
-    spawn(purpose, state, args, ...)   -- start a program of a venture apart; avsmd and HOME/groups hear of its group
-    child_event(child)                 -- its leader ended: reap it, and settle it once its whole group is gone
-    end_lingering(venture=None, final=False)  -- end the groups whose leader exited while members stay
-    iter(children), len(children)      -- the Child objects running now
+    spawn(purpose, state, args, ...)   -- start a program of a venture apart; avsmd and HOME/groups
+    hear of its group child_event(child)                 -- its leader ended: reap it, and settle it
+    once its whole group is gone end_lingering(venture=None, final=False)  -- end the groups whose
+    leader exited while members stay iter(children), len(children)      -- the Child objects running
+    now
 
-    Handed the home, the selector the loop waits on, the channel's tell and flush, the groups journal, and
-    settle(child), which writes what came of a program once it is gone."""
+    Handed the home, the selector the loop waits on, the channel's tell and flush, the groups
+    journal, and settle(child), which writes what came of a program once it is gone."""
 
     def __init__(self, home, sel, tell, flush, journal_group, settle, debug=False):
         self.home, self.sel, self.tell, self.flush, self.debug = home, sel, tell, flush, debug
         self.journal_group, self.settle = journal_group, settle
         self.children = []            # Child objects running now
-        self.lingering = {}           # pgid -> venture: groups whose leader exited while members stay
+        # pgid -> venture: groups whose leader exited while members stay
+        self.lingering = {}
 
     def __iter__(self):
         return iter(self.children)
@@ -7013,7 +8645,16 @@ class Children:
         env = command_env(self.home, state.name, lever)
         if payload_file:
             env["AVSM_PAYLOAD"] = payload_file
-        child = Child(purpose, state.name, args, cwd or state.directory, env, timeout=timeout, shell=shell, stdin_path=payload_file)
+        child = Child(
+            purpose,
+            state.name,
+            args,
+            cwd or state.directory,
+            env,
+            timeout=timeout,
+            shell=shell,
+            stdin_path=payload_file,
+        )
         child.head = head
         self.children.append(child)
         child.leader_start = process_start(child.pgid)
@@ -7024,14 +8665,20 @@ class Children:
         self.sel.register(child.stderr, selectors.EVENT_READ, ("pipe", child))
         if child.pidfd is not None:
             self.sel.register(child.pidfd, selectors.EVENT_READ, ("pidfd", child))
-        self.flush()                    # avsmd hears of a group at once: a warden killed next leaves no stranger behind
+        # avsmd hears of a group at once: a warden killed next leaves no stranger behind
+        self.flush()
         if self.debug:
-            log(self.debug, "warden", f"{state.name}: started {purpose} {args!r} pid {child.pid} group {child.pgid}")
+            log(
+                self.debug,
+                "warden",
+                f"{state.name}: started {purpose} {args!r} pid {child.pid} group {child.pgid}",
+            )
         return child
 
     def child_event(self, child):
-        """A child's leader ended: drain its output, reap it by pid, and settle what it was for. A program avsm is
-        ending is settled only once its whole group is gone: no member that ignored SIGTERM still runs."""
+        """A child's leader ended: drain its output, reap it by pid, and settle what it was for. A
+        program avsm is ending is settled only once its whole group is gone: no member that ignored
+        SIGTERM still runs. """
         if child.status is None:
             status = child.poll()
             if status is None:
@@ -7051,12 +8698,18 @@ class Children:
         if signal_group(child.pgid, 0):
             self.lingering[child.pgid] = child.venture
             if child.purpose == "run":
-                signal_group(child.pgid, 15)     # the old run's stragglers must not meet the new one
+                # the old run's stragglers must not meet the new one
+                signal_group(child.pgid, 15)
         else:
             self.tell({"ended": child.pgid}, later=child.leader_start is not None)
             self.journal_group(f"-{child.pgid}")
         if self.debug:
-            log(self.debug, "warden", f"{child.venture}: {child.purpose} pid {child.pid} ended: {describe_status(child.status)}")
+            log(
+                self.debug,
+                "warden",
+                f"{child.venture}: {child.purpose} pid {child.pid} ended:"
+                f" {describe_status(child.status)}",
+            )
         self.settle(child)
 
     def end_lingering(self, venture=None, final=False):
@@ -7078,22 +8731,26 @@ class Channel:
     """The warden's end of its socketpair with avsmd: JSON lines both ways.
 
     tell(message, later=False)  -- queue a line for avsmd (a group started or ended, a reply)
-    flush(everything=False)     -- send what is queued: once per turn of the loop, or at once
-    read()                      -- the messages avsmd sent, [] when none is whole yet, None once avsmd is gone
+    flush(everything=False)     -- send what is queued: once per turn of the loop, or at once read()
+    -- the messages avsmd sent, [] when none is whole yet, None once avsmd is gone
 
-    Handed the socket and commit(): nothing is told to a client before the records it answers are committed."""
+    Handed the socket and commit(): nothing is told to a client before the records it answers are
+    committed. """
 
     def __init__(self, channel, commit):
         self.channel, self.commit = channel, commit
         self.reader = LineReader()
         self.outbox = []              # lines for avsmd, sent once per turn of the loop
         self.outbox_due = False       # whether a line in it must go this turn
-        self.acks_waiting = False     # whether a line in it is more than a group's start or end (commit first)
+        # whether a line in it is more than a group's start or end (commit first)
+        self.acks_waiting = False
 
     def tell(self, message, later=False):
-        """Queue one line for avsmd (a group started or ended, a reply); flush() sends them at the loop's end.
-        A group's end can wait (`later`) for the next line that cannot, when its leader's start time is known:
-        avsmd checks a group is still the one it was told of before ending it, so a late end saves a wake-up."""
+        """Queue one line for avsmd (a group started or ended, a reply); flush() sends them at the
+        loop's end. A group's end can wait (`later`) for the next line that cannot, when its
+        leader's start time is known:
+        avsmd checks a group is still the one it was told of before ending it, so a late end saves a
+        wake-up. """
         self.outbox.append(json.dumps(message, separators=(",", ":")))
         self.outbox_due = self.outbox_due or not later
         self.acks_waiting = self.acks_waiting or not ("group" in message or "ended" in message)
@@ -7110,7 +8767,8 @@ class Channel:
             send_bytes(self.channel, data)
 
     def read(self):
-        data = receive(self.channel)    # a reset (avsmd died with our lines unread) reads as its end
+        # a reset (avsmd died with our lines unread) reads as its end
+        data = receive(self.channel)
         if data is None:
             return []
         if not data:
@@ -7119,7 +8777,8 @@ class Channel:
 
 
 class RolesCalls:
-    """The requests the warden made of the roles process (through avsmd), each waiting for its answer.
+    """The requests the warden made of the roles process (through avsmd), each waiting for its
+    answer.
 
     to_roles(message, callback)  -- send a request to build a model's text or parse its reply
     from_roles(message)          -- an answer came: call the callback its request left
@@ -7143,7 +8802,8 @@ class RolesCalls:
 
 
 def read_json_adapter(name, reading, url, key):
-    """Return the number (as text) that a GET of url/PATH holds at the reading's JSON pointer; Fail saying why not."""
+    """Return the number (as text) that a GET of url/PATH holds at the reading's JSON pointer; Fail
+    saying why not."""
     path, _, pointer = reading.partition("#")
     try:
         status, body = adapter_get(url.rstrip("/") + "/" + path.lstrip("/"), key=key)
@@ -7155,25 +8815,45 @@ def read_json_adapter(name, reading, url, key):
         try:
             said = json.loads(body)
             said = said.get("error", said) if isinstance(said, dict) else {}
-            said = said.get("message", "") if isinstance(said, dict) else str(said)   # stripe's and github's error bodies
+            # stripe's and github's error bodies
+            said = said.get("message", "") if isinstance(said, dict) else str(said)
         except (ValueError, RecursionError):
             said = ""
-        said = str(said).replace(key, "[key]")[:200] if key else str(said)[:200]     # an echoed key stays out of the record
+        # an echoed key stays out of the record
+        said = str(said).replace(key, "[key]")[:200] if key else str(said)[:200]
         if 300 <= status < 400:
-            said = "a redirect, which a GET with a key does not follow: name the final url in config.yaml"
+            said = (
+                "a redirect, which a GET with a key does not follow: name the final url in"
+                " config.yaml"
+            )
         raise Fail(EX_UNAVAILABLE, f"{name} {path}: HTTP {status}" + (f": {said}" if said else ""))
     try:
-        value = json.loads(body, parse_constant=lambda word: None)     # NaN and Infinity are no reading
+        # NaN and Infinity are no reading
+        value = json.loads(body, parse_constant=lambda word: None)
     except (ValueError, RecursionError):
         raise Fail(EX_DATAERR, f"{name} {path}: the answer is not JSON") from None
     for part in pointer.split("/")[1:]:
         part = part.replace("~1", "/").replace("~0", "~")
-        value = value[int(part)] if isinstance(value, list) and part.isdigit() and int(part) < len(value) else \
-            value.get(part) if isinstance(value, dict) else None
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or value in (float("inf"), float("-inf")):
-        found = {bool: "true or false", str: "text", dict: "an object", list: "a list", type(None): "nothing"}.get(type(value), "no finite number")
+        value = (
+            value[int(part)]
+            if isinstance(value, list) and part.isdigit() and int(part) < len(value)
+            else value.get(part) if isinstance(value, dict) else None
+        )
+    if (
+        isinstance(value, bool)
+        or not isinstance(value, (int, float))
+        or value in (float("inf"), float("-inf"))
+    ):
+        found = {
+            bool: "true or false",
+            str: "text",
+            dict: "an object",
+            list: "a list",
+            type(None): "nothing",
+        }.get(type(value), "no finite number")
         raise Fail(EX_DATAERR, f"{name} {reading}: no number at that pointer; it holds {found}")
-    return str(value) if isinstance(value, int) else repr(value)     # exactly the number the answer holds
+    # exactly the number the answer holds
+    return str(value) if isinstance(value, int) else repr(value)
 
 
 # =============================================================================
@@ -7183,28 +8863,36 @@ def read_json_adapter(name, reading, url, key):
 # answers requests; the kernel's rules decide, the warden carries them out.
 # =============================================================================
 
-GROUP_WINDOW = 0.05       # seconds a group commit stays open across wake-ups: at 500 reports a second, 25 a sync
-TICK_BUDGET = 0.05        # seconds of starting rounds in one tick before the warden looks at its clients again
-START_SPACING = 0.002     # seconds between the first rounds of ventures when a warden starts with many
-START_AHEAD = 0.01        # seconds early a round may start, with one due as the warden wakes: fewer wake-ups
+# seconds a group commit stays open across wake-ups: at 500 reports a second, 25 a sync
+GROUP_WINDOW = 0.05
+# seconds of starting rounds in one tick before the warden looks at its clients again
+TICK_BUDGET = 0.05
+# seconds between the first rounds of ventures when a warden starts with many
+START_SPACING = 0.002
+# seconds early a round may start, with one due as the warden wakes: fewer wake-ups
+START_AHEAD = 0.01
 
 
 def start_spread(i, count, cadence):
-    """Seconds after the warden's start that the i-th of `count` ventures has its first round: spread over up to
-    a cadence, so that a thousand ventures do not all come due in the same tick for ever after."""
+    """Seconds after the warden's start that the i-th of `count` ventures has its first round:
+    spread over up to a cadence, so that a thousand ventures do not all come due in the same tick
+    for ever after."""
     return i / count * min(cadence, count * START_SPACING) if count else 0.0
 
 class Schedule:
-    """When each venture's next round is due, soonest first (a heap, as sched.scheduler keeps its queue).
+    """When each venture's next round is due, soonest first (a heap, as sched.scheduler keeps its
+    queue).
 
-    enter(name, at)        -- the venture's next round is due at monotonic time `at`, replacing the time it had
-    soonest(active)        -- the first due time of a venture for which active(name) holds, or None
-    pop_due(now, active)   -- yield (due time, venture) of each such venture due by `now`, taking it off the queue
-    resume(now)            -- every venture due by `now` at the latest: the ledger takes writes again"""
+    enter(name, at)        -- the venture's next round is due at monotonic time `at`, replacing the
+    time it had soonest(active)        -- the first due time of a venture for which active(name)
+    holds, or None pop_due(now, active)   -- yield (due time, venture) of each such venture due by
+    `now`, taking it off the queue resume(now)            -- every venture due by `now` at the
+    latest: the ledger takes writes again """
 
     def __init__(self):
         self.due = {}                 # venture -> monotonic time its next round is due
-        self.due_heap = []            # (time, venture), soonest first; entries the dict no longer holds are stale
+        # (time, venture), soonest first; entries the dict no longer holds are stale
+        self.due_heap = []
 
     def enter(self, name, at):
         self.due[name] = at
@@ -7213,7 +8901,8 @@ class Schedule:
     def soonest(self, active):
         heap = self.due_heap
         while heap and (self.due.get(heap[0][1]) != heap[0][0] or not active(heap[0][1])):
-            heapq.heappop(heap)         # superseded, or its venture no longer runs: resume and add schedule again
+            # superseded, or its venture no longer runs: resume and add schedule again
+            heapq.heappop(heap)
         return heap[0][0] if heap else None
 
     def pop_due(self, now, active):
@@ -7232,41 +8921,75 @@ class Schedule:
 class Rounds:
     """The rounds in flight: a venture's metric, with every guard, audit and reading read beside it.
 
-    start_round(state, now)         -- start the report and each guard, audit and reading, each in its own group
-    report_done, reading_done       -- a report or reading program ended: write its record (settle_child calls them)
-    record_report                   -- write what a report read calls for (report_read)
-    maybe_settle(state, now=None)   -- once the metric is in and the rest read or late: the settling rules run
-    settle_all(now)                 -- maybe_settle every round in flight
-    deadlines()                     -- when a round in flight settles without what it still waits for
-    forget_from(seq)                -- records from seq on were rolled back: every round starts afresh
+    start_round(state, now)         -- start the report and each guard, audit and reading, each in
+    its own group report_done, reading_done       -- a report or reading program ended: write its
+    record (settle_child calls them) record_report                   -- write what a report read
+    calls for (report_read) maybe_settle(state, now=None)   -- once the metric is in and the rest
+    read or late: the settling rules run settle_all(now)                 -- maybe_settle every round
+    in flight deadlines()                     -- when a round in flight settles without what it
+    still waits for forget_from(seq)                -- records from seq on were rolled back: every
+    round starts afresh
 
-    Handed the config and home, the venture states, the children table and spawn, append, carry_out (the
-    settling rules' intents) and start_prediction (the round's prediction and scores, written together)."""
+    Handed the config and home, the venture states, the children table and spawn, append, carry_out
+    (the settling rules' intents) and start_prediction (the round's prediction and scores, written
+    together). """
 
-    def __init__(self, cfg, home, ventures, children, spawn, append, carry_out, start_prediction, debug=False):
-        self.cfg, self.home, self.ventures, self.children, self.spawn = cfg, home, ventures, children, spawn
-        self.append, self.carry_out, self.start_prediction, self.debug = append, carry_out, start_prediction, debug
-        self.rounds = {}              # venture -> the round in flight: metric seq, guards pending, deadline
+    def __init__(
+        self, cfg, home, ventures, children, spawn, append, carry_out, start_prediction, debug=False
+    ):
+        self.cfg, self.home, self.ventures, self.children, self.spawn = (
+            cfg,
+            home,
+            ventures,
+            children,
+            spawn,
+        )
+        self.append, self.carry_out, self.start_prediction, self.debug = (
+            append,
+            carry_out,
+            start_prediction,
+            debug,
+        )
+        # venture -> the round in flight: metric seq, guards pending, deadline
+        self.rounds = {}
         self.round_number = 0
 
     def start_round(self, state, now):
-        """Start the metric's report and each guard, audit and reading command, each in its own group. The
-        round settles once all are in or half a second has passed: a slower one is written as not read, then read."""
+        """Start the metric's report and each guard, audit and reading command, each in its own
+        group. The round settles once all are in or half a second has passed: a slower one is
+        written as not read, then read. """
         m = state.mandate
         self.round_number += 1
         if self.debug:
-            log(self.debug, "warden", f"{state.name}: tick {self.round_number}: the metric, {len(m['guards'])} guard(s), "
-                                  f"{len(m['audits'])} audit(s), {len(m['readings'])} reading(s)")
-        self.rounds[state.name] = {"deadline": now + 0.5, "metric": None, "pending": set(), "number": self.round_number}
-        running = {(c.purpose, c.extra.get("name")) for c in self.children if c.venture == state.name}
+            log(
+                self.debug,
+                "warden",
+                f"{state.name}: tick {self.round_number}: the metric, {len(m['guards'])} guard(s), "
+                f"{len(m['audits'])} audit(s), {len(m['readings'])} reading(s)",
+            )
+        self.rounds[state.name] = {
+            "deadline": now + 0.5,
+            "metric": None,
+            "pending": set(),
+            "number": self.round_number,
+        }
+        running = {
+            (c.purpose, c.extra.get("name")) for c in self.children if c.venture == state.name
+        }
         for what, item, start in round_plan(m, running):
             if not start:
-                self.append(unread_record(state, what, item["name"], "its last read is still running"))
+                self.append(
+                    unread_record(state, what, item["name"], "its last read is still running")
+                )
                 continue
             if item.get("adapter"):
-                started = self.start_adapter(state, what, item["name"], item["adapter"], reading_limit(item))
+                started = self.start_adapter(
+                    state, what, item["name"], item["adapter"], reading_limit(item)
+                )
             else:
-                started = self.start_reading(state, what, item["name"], item["run"], reading_limit(item), True)
+                started = self.start_reading(
+                    state, what, item["name"], item["run"], reading_limit(item), True
+                )
             if started:
                 self.rounds[state.name]["pending"].add((what, item["name"]))
         # the report last: one that cannot start settles the round at once, the rest in it by then
@@ -7276,7 +8999,8 @@ class Rounds:
             self.start_reading(state, "report", None, ["./report"], reading_limit(m), shell=False)
 
     def start_adapter(self, state, what, name, adapter, timeout):
-        """A built-in adapter reads apart like any command; stripe and github get their url and key in a private file."""
+        """A built-in adapter reads apart like any command; stripe and github get their url and key
+        in a private file."""
         words = adapter.split()
         secret = None
         if words[0] in ("stripe", "github"):
@@ -7284,17 +9008,30 @@ class Rounds:
             try:
                 key = read_keys(self.home).get(words[0])
             except Fail as fail:
-                key, problem = None, str(fail)      # the adapter fails saying so: no call without its key
-            secret = write_payload(json.dumps({"url": (where or {}).get("url"), "key": key, "problem": problem}).encode())
-        started = self.start_reading(state, what, name, cached_command("adapter", words), timeout, False, stdin_path=secret)
+                # the adapter fails saying so: no call without its key
+                key, problem = None, str(fail)
+            secret = write_payload(
+                json.dumps(
+                    {"url": (where or {}).get("url"), "key": key, "problem": problem}
+                ).encode()
+            )
+        started = self.start_reading(
+            state, what, name, cached_command("adapter", words), timeout, False, stdin_path=secret
+        )
         if secret:
             os.unlink(secret)                   # the child holds it open; the name goes now
         return started
 
     def start_reading(self, state, what, name, args, timeout, shell, stdin_path=None):
         try:
-            child = self.spawn(what, state, args, timeout=timeout, shell=shell, payload_file=stdin_path)
-            child.extra = {"name": name, "round": self.rounds[state.name]["number"], "limit": timeout}
+            child = self.spawn(
+                what, state, args, timeout=timeout, shell=shell, payload_file=stdin_path
+            )
+            child.extra = {
+                "name": name,
+                "round": self.rounds[state.name]["number"],
+                "limit": timeout,
+            }
             return True
         except OSError as err:
             if what == "report":
@@ -7327,13 +9064,16 @@ class Rounds:
         value, failure = read_metric_output(child, status, with_output=what != "guard")
         if child.ended_by == "timeout":
             failure = timed_out_note(child.extra["limit"])
-        self.reading_done_values(state, what, name, value, failure, "\n".join(output_lines(child.out, child.cut)[0]))
+        self.reading_done_values(
+            state, what, name, value, failure, "\n".join(output_lines(child.out, child.cut)[0])
+        )
         round_ = self.rounds.get(state.name)
         if not read_late(child.extra.get("round"), round_):
             round_["pending"].discard((what, name))
             self.maybe_settle(state)
         elif what == "guard" and state.mandate is not None:
-            self.carry_out(state, guard_rules(state))      # a slow guard's reading: its round settled without it
+            # a slow guard's reading: its round settled without it
+            self.carry_out(state, guard_rules(state))
 
     def reading_done_values(self, state, what, name, value, failure, text):
         items = state.mandate[{"guard": "guards", "audit": "audits"}.get(what, "readings")]
@@ -7351,9 +9091,14 @@ class Rounds:
         if unread is None:
             return
         for what, name in unread:
-            self.append(unread_record(state, what, name, "slower than half a second; written when it is done"))
+            self.append(
+                unread_record(
+                    state, what, name, "slower than half a second; written when it is done"
+                )
+            )
         del self.rounds[state.name]
-        scores = [intent.record for intent in calibration_rule(state)]      # written with the next prediction
+        # written with the next prediction
+        scores = [intent.record for intent in calibration_rule(state)]
         self.carry_out(state, settle_round(state, round_["metric"]))
         self.start_prediction(state, round_["metric"], scores)
 
@@ -7362,22 +9107,25 @@ class Rounds:
             self.maybe_settle(self.ventures[name], now)
 
     def deadlines(self):
-        return [r["deadline"] for r in self.rounds.values() if r["metric"] is not None and r["pending"]]
+        return [
+            r["deadline"] for r in self.rounds.values() if r["metric"] is not None and r["pending"]
+        ]
 
     def forget_from(self, seq):
-        self.rounds.clear()         # a round's report may be among the lost; the next round starts afresh
+        # a round's report may be among the lost; the next round starts afresh
+        self.rounds.clear()
 
 
 class Keeper:
     """Keeps each venture's `run` program alive, restarting it as `restart:` says, with back-off.
 
     start_keep(state)                -- start the program unless it runs or waits for its restart
-    start_run(state)                 -- start it now (a start, or a restart)
-    run_done(state, child, status)   -- it ended: write its exit; restart now, later, or not
-    start_due(now)                   -- start what waited out its back-off
-    wakeups()                        -- when a restart is due
-    hold(name), reset(name)          -- a pause holds the restart; a resume starts the back-off again
-    keep                             -- venture -> {child, backoff, restart, next_start, restarts}, for avsm status
+    start_run(state)                 -- start it now (a start, or a restart) run_done(state, child,
+    status)   -- it ended: write its exit; restart now, later, or not start_due(now)
+    -- start what waited out its back-off wakeups()                        -- when a restart is due
+    hold(name), reset(name)          -- a pause holds the restart; a resume starts the back-off
+    again keep                             -- venture -> {child, backoff, restart, next_start,
+    restarts}, for avsm status
 
     Handed the venture states, spawn, append and active(state): whether a venture may run now."""
 
@@ -7387,7 +9135,9 @@ class Keeper:
 
     def start_keep(self, state):
         if state.mandate and state.mandate["run"] and not state.paused:
-            keep = self.keep.setdefault(state.name, {"child": None, "backoff": 0, "restart": False, "next_start": None})
+            keep = self.keep.setdefault(
+                state.name, {"child": None, "backoff": 0, "restart": False, "next_start": None}
+            )
             if keep["child"] is None and keep["next_start"] is None:
                 self.start_run(state)
 
@@ -7399,18 +9149,30 @@ class Keeper:
             keep["child"] = self.spawn("run", state, state.mandate["run"], shell=True)
         except OSError as err:
             keep["child"] = None
-            self.append(new_record("exit", state.name, status="not started", summary=f"run could not start: {err}"))
+            self.append(
+                new_record(
+                    "exit", state.name, status="not started", summary=f"run could not start: {err}"
+                )
+            )
             return
         keep["restarts"] = keep.get("restarts", 0) + (1 if keep["restart"] else 0)
         self.append(run_start_record(state, keep["child"].pid, keep["restart"]))
 
     def run_done(self, state, child, status):
-        """The kept program ended: record it, then restart as `restart:` says, with back-off (open point 31)."""
+        """The kept program ended: record it, then restart as `restart:` says, with back-off (open
+        point 31)."""
         keep = self.keep[state.name]
         keep["child"] = None
         again, keep["backoff"], delay, records = restart_rule(
-            state, child.pid, status, child.ended_by, time.monotonic() - child.started, keep["backoff"],
-            keep["restart"], self.active(state))
+            state,
+            child.pid,
+            status,
+            child.ended_by,
+            time.monotonic() - child.started,
+            keep["backoff"],
+            keep["restart"],
+            self.active(state),
+        )
         for record in records:
             self.append(record)
         if again:
@@ -7439,12 +9201,14 @@ class Keeper:
 
 
 class Levers:
-    """Runs the levers the gate proved: writes each action, starts the lever apart, writes its outcome.
+    """Runs the levers the gate proved: writes each action, starts the lever apart, writes its
+    outcome.
 
-    run_lever(state, lever, verdict, summary, by, ...)  -- write the action and start the lever (or its check first)
-    start_check, check_done        -- a lever with `check:` runs only once its check exits 0 and the gate agrees again
-    run_research                   -- the research lever: a question out, inferred facts back (lever_done)
-    lever_done(state, child, status)  -- the lever ended: write its outcome
+    run_lever(state, lever, verdict, summary, by, ...)  -- write the action and start the lever (or
+    its check first) start_check, check_done        -- a lever with `check:` runs only once its
+    check exits 0 and the gate agrees again run_research                   -- the research lever: a
+    question out, inferred facts back (lever_done) lever_done(state, child, status)  -- the lever
+    ended: write its outcome
 
     Holds nothing of its own: a lever's state is its Child. Handed the config, spawn and
     carry_out."""
@@ -7453,11 +9217,11 @@ class Levers:
         self.cfg, self.spawn, self.carry_out = cfg, spawn, carry_out
 
     def run_lever(self, state, lever, verdict, summary, by, side=None, extra=None, checked=False):
-        """Write the action with the gate's proof and question, then start the lever apart; its outcome comes
-        when it ends.
+        """Write the action with the gate's proof and question, then start the lever apart; its
+        outcome comes when it ends.
 
-        A lever with `check:` runs its check first (open point 27); only a check that exits 0 lets it run.
-        Returns the action's seq, or None while the check runs."""
+        A lever with `check:` runs its check first (open point 27); only a check that exits 0 lets
+        it run. Returns the action's seq, or None while the check runs."""
         spec = state.mandate["levers"].get(lever)
         if spec is not None and spec["check"] and not checked:
             return self.start_check(state, lever, verdict, summary, by, side, extra)
@@ -7473,7 +9237,11 @@ class Levers:
             return seq
         spec = state.mandate["levers"][lever]
         payload = (extra or {}).get("payload")
-        data = None if payload is None else (payload if isinstance(payload, str) else json.dumps(payload)).encode()
+        data = (
+            None
+            if payload is None
+            else (payload if isinstance(payload, str) else json.dumps(payload)).encode()
+        )
         if lever == "research":
             return self.run_research(state, seq, payload, spec)
         run = spec["run"]
@@ -7486,9 +9254,22 @@ class Levers:
             if spec["takes"] == "file" and isinstance(payload, str):
                 write_venture_file(state.directory, payload)
             payload_file = write_payload(data) if data is not None else None
-            child = self.spawn("lever", state, run, timeout=spec["timeout"], shell=True, lever=lever,
-                               payload_file=payload_file, checked=own == [run])
-            child.extra = {"lever": lever, "action": seq, "timeout": spec["timeout"], "payload_file": payload_file}
+            child = self.spawn(
+                "lever",
+                state,
+                run,
+                timeout=spec["timeout"],
+                shell=True,
+                lever=lever,
+                payload_file=payload_file,
+                checked=own == [run],
+            )
+            child.extra = {
+                "lever": lever,
+                "action": seq,
+                "timeout": spec["timeout"],
+                "payload_file": payload_file,
+            }
         except OSError as err:
             self.carry_out(state, unstarted_outcome(state, lever, seq, str(err)))
         return seq
@@ -7496,29 +9277,60 @@ class Levers:
     def start_check(self, state, lever, verdict, summary, by, side, extra):
         payload = (extra or {}).get("payload")
         audits = {name: info.get("note", "") for name, info in state.audits.items()}
-        path = write_payload(json.dumps({"venture": state.name, "lever": lever, "payload": payload, "audits": audits}).encode())
+        path = write_payload(
+            json.dumps(
+                {"venture": state.name, "lever": lever, "payload": payload, "audits": audits}
+            ).encode()
+        )
         try:
-            child = self.spawn("check", state, state.mandate["levers"][lever]["check"], timeout=60, shell=True,
-                               lever=lever, payload_file=path)
+            child = self.spawn(
+                "check",
+                state,
+                state.mandate["levers"][lever]["check"],
+                timeout=60,
+                shell=True,
+                lever=lever,
+                payload_file=path,
+            )
         except OSError as err:
             os.unlink(path)
             self.carry_out(state, check_unstarted(state, lever, by, err))
             return None
-        child.extra = {"lever": lever, "run": (lever, verdict, summary, by, side, extra), "payload_file": path}
+        child.extra = {
+            "lever": lever,
+            "run": (lever, verdict, summary, by, side, extra),
+            "payload_file": path,
+        }
         state.checking = state.checking | {lever}   # until it ends, the gate refuses the lever
         return None
 
     def check_done(self, state, child, status):
-        """A lever's check ended: 0 lets the lever run, with the check's record among its premises."""
+        """A lever's check ended: 0 lets the lever run, with the check's record among its
+        premises."""
         os.unlink(child.extra["payload_file"])
         lever, verdict, summary, by, side, extra = child.extra["run"]
         state.checking = state.checking - {lever}
         ok = status == 0 and not child.ended_by
-        self.carry_out(state, check_rule(state, lever, verdict, summary, by, side, extra, ok, describe_status(status),
-                                         child.note()[-NOTE_MAX:] if not ok else "", child.ended_by or describe_status(status)))
+        self.carry_out(
+            state,
+            check_rule(
+                state,
+                lever,
+                verdict,
+                summary,
+                by,
+                side,
+                extra,
+                ok,
+                describe_status(status),
+                child.note()[-NOTE_MAX:] if not ok else "",
+                child.ended_by or describe_status(status),
+            ),
+        )
 
     def run_research(self, state, seq, question, spec):
-        """The research lever: the question goes to the config's research command; what comes back is inferred facts."""
+        """The research lever: the question goes to the config's research command; what comes back
+        is inferred facts."""
         command = self.cfg.get("research")
         if not command:
             why = "config.yaml names no research: command"
@@ -7527,9 +9339,23 @@ class Levers:
             return seq
         path = write_payload(json.dumps({"venture": state.name, "question": question}).encode())
         try:
-            child = self.spawn("lever", state, command, timeout=spec["timeout"], shell=True, lever="research",
-                               payload_file=path, cwd=state.directory, head=REPLY_MAX)
-            child.extra = {"lever": "research", "action": seq, "timeout": spec["timeout"], "payload_file": path}
+            child = self.spawn(
+                "lever",
+                state,
+                command,
+                timeout=spec["timeout"],
+                shell=True,
+                lever="research",
+                payload_file=path,
+                cwd=state.directory,
+                head=REPLY_MAX,
+            )
+            child.extra = {
+                "lever": "research",
+                "action": seq,
+                "timeout": spec["timeout"],
+                "payload_file": path,
+            }
         except OSError as err:
             self.carry_out(state, unstarted_outcome(state, "research", seq, str(err)))
         return seq
@@ -7538,41 +9364,60 @@ class Levers:
         if child.extra.get("payload_file"):
             with contextlib.suppress(OSError):
                 os.unlink(child.extra["payload_file"])
-        self.carry_out(state, lever_outcome(state, child.extra["lever"], child.extra["action"], status,
-                                            child.ended_by, round(time.monotonic() - child.started, 3),
-                                            child.extra["timeout"], child.note(),
-                                            output_lines(child.out, child.cut)[0]))
+        self.carry_out(
+            state,
+            lever_outcome(
+                state,
+                child.extra["lever"],
+                child.extra["action"],
+                status,
+                child.ended_by,
+                round(time.monotonic() - child.started, 3),
+                child.extra["timeout"],
+                child.note(),
+                output_lines(child.out, child.cut)[0],
+            ),
+        )
 
 
 class Worlds:
     """Forecasts and world-model predictions, each made apart from the loop in groups of their own.
 
-    start_forecast(state, why, lever=None)   -- forecast a venture (at avsm add, before a ratchet ask); False when none is made
-    forecast_done(state, child, status)      -- write the forecast; a ratchet ask waiting on it follows
-    start_prediction(state, report_seq, scores=())  -- a trusted report's one-step prediction, written with the round's scores
-    world_done, world_settle                 -- one world step ended; the whole ensemble is in
-    worlds, forget_from(seq)                 -- venture -> the ensemble of world steps in flight for its last report;
+    start_forecast(state, why, lever=None)   -- forecast a venture (at avsm add, before a ratchet
+    ask); False when none is made forecast_done(state, child, status)      -- write the forecast; a
+    ratchet ask waiting on it follows start_prediction(state, report_seq, scores=())  -- a trusted
+    report's one-step prediction, written with the round's scores world_done, world_settle
+    -- one world step ended; the whole ensemble is in worlds, forget_from(seq)                 --
+    venture -> the ensemble of world steps in flight for its last report;
                                                 forget those for a report from seq on (rolled back)
 
-    Handed its warden, for the config, spawn, append and append_together, carry_out (the world and ratchet
-    rules' intents) and whether it is stopping."""
+    Handed its warden, for the config, spawn, append and append_together, carry_out (the world and
+    ratchet rules' intents) and whether it is stopping."""
 
     def __init__(self, warden):
-        self.warden, self.cfg, self.spawn, self.append = warden, warden.cfg, warden.spawn, warden.append
+        self.warden, self.cfg, self.spawn, self.append = (
+            warden,
+            warden.cfg,
+            warden.spawn,
+            warden.append,
+        )
         self.append_together, self.carry_out = warden.append_together, warden.carry_out
-        self.worlds = {}              # venture -> the ensemble of world steps in flight for its last report
+        # venture -> the ensemble of world steps in flight for its last report
+        self.worlds = {}
 
     def forget_from(self, seq):
         for name in [name for name, job in self.worlds.items() if job["report"] >= seq]:
             del self.worlds[name]
 
     def start_forecast(self, state, why, lever=None):
-        """Forecast the venture apart from the loop (FORECAST-06): the forecast program in a group of its own,
-        its facts on standard input; the record is written when it is done. `seeds: 0` turns forecasts off."""
+        """Forecast the venture apart from the loop (FORECAST-06): the forecast program in a group
+        of its own, its facts on standard input; the record is written when it is done. `seeds: 0`
+        turns forecasts off. """
         f = self.cfg["forecast"] or FORECAST_DEFAULT
         if not f["seeds"] or self.warden.stopping:
             return False
-        facts = world_forecast_facts(state, f["days"], f["seeds"], time.time())    # through the world, with world:
+        # through the world, with world:
+        facts = world_forecast_facts(state, f["days"], f["seeds"], time.time())
         payload = write_payload(json.dumps(facts).encode())
         try:
             child = self.spawn("forecast", state, cached_command("forecast", []), timeout=600,
@@ -7588,20 +9433,23 @@ class Worlds:
         return True
 
     def forecast_done(self, state, child, status):
-        """Write the forecast the program printed: an inferred record, which shows and never authorizes;
-        a ratchet ask waiting on it follows."""
+        """Write the forecast the program printed: an inferred record, which shows and never
+        authorizes; a ratchet ask waiting on it follows."""
         extra, seq, line = child.extra, None, None
-        if child.ended_by not in ("pause", "stop"):         # cut short, a ratchet ask is made without it
+        # cut short, a ratchet ask is made without it
+        if child.ended_by not in ("pause", "stop"):
             record = forecast_record(state, extra, bytes(child.out), status, child.ended_by)
             seq, line = self.append(record), record["summary"]
         if extra["why"] == "ratchet":
             state.ratchet_forecasts.discard(extra["lever"])
-            self.carry_out(state, ratchet_rule(state, extra["lever"], self.cfg["ratchet"], (seq, line)))
+            self.carry_out(
+                state, ratchet_rule(state, extra["lever"], self.cfg["ratchet"], (seq, line))
+            )
 
     def start_prediction(self, state, report_seq, scores=()):
-        """A trusted report's one-step prediction (WORLD-05): the baseline's at once (a few sums), written in one
-        transaction with the round's `scores`; or an ensemble of world steps, each in a group of its own with
-        its seed, its record written when all are done."""
+        """A trusted report's one-step prediction (WORLD-05): the baseline's at once (a few sums),
+        written in one transaction with the round's `scores`; or an ensemble of world steps, each in
+        a group of its own with its seed, its record written when all are done."""
         m, records = state.mandate, list(scores)
         if not prediction_due(state, report_seq, self.warden.stopping):
             return self.append_together(records)
@@ -7613,14 +9461,32 @@ class Worlds:
             return self.append_together(records)
         self.append_together(records)
         if self.worlds.get(state.name):
-            return                      # still stepping from an earlier report: this one brings no prediction
-        job = {"report": report_seq, "lever": lever, "left": WORLD_SEEDS, "outputs": {}, "failure": None}
+            # still stepping from an earlier report: this one brings no prediction
+            return
+        job = {
+            "report": report_seq,
+            "lever": lever,
+            "left": WORLD_SEEDS,
+            "outputs": {},
+            "failure": None,
+        }
         self.worlds[state.name] = job
         for i in range(WORLD_SEEDS):
-            path = write_payload(json.dumps(world_input(state, lever, report_seq * WORLD_SEEDS + i, time.time())).encode())
+            path = write_payload(
+                json.dumps(
+                    world_input(state, lever, report_seq * WORLD_SEEDS + i, time.time())
+                ).encode()
+            )
             try:
-                child = self.spawn("world", state, m["world"], timeout=WORLD_TIMEOUT, shell=True, payload_file=path,
-                                   head=WORLD_OUTPUT_MAX)
+                child = self.spawn(
+                    "world",
+                    state,
+                    m["world"],
+                    timeout=WORLD_TIMEOUT,
+                    shell=True,
+                    payload_file=path,
+                    head=WORLD_OUTPUT_MAX,
+                )
                 child.extra = {"job": job, "index": i}
             except OSError as err:
                 job["left"] -= 1
@@ -7631,16 +9497,22 @@ class Worlds:
             self.world_settle(state, job)
 
     def world_done(self, state, child, status):
-        """One world step ended: over its time, over 64 KiB, a non-zero exit or output that does not hold is a
-        failed step (open point 38); the ensemble is settled when its last step is in."""
+        """One world step ended: over its time, over 64 KiB, a non-zero exit or output that does not
+        hold is a failed step (open point 38); the ensemble is settled when its last step is in."""
         job = child.extra.get("job")
         if job is None or self.worlds.get(state.name) is not job:
             return
         if child.ended_by in ("pause", "stop", "a new mandate"):
             del self.worlds[state.name]
             return
-        out, failure = world_step_result(state.mandate, child.oversized, child.ended_by, status, bytes(child.out),
-                                         bytes(child.err))
+        out, failure = world_step_result(
+            state.mandate,
+            child.oversized,
+            child.ended_by,
+            status,
+            bytes(child.out),
+            bytes(child.err),
+        )
         if failure:
             job["failure"] = job["failure"] or failure
         else:
@@ -7650,21 +9522,24 @@ class Worlds:
             self.world_settle(state, job)
 
     def world_settle(self, state, job):
-        """All steps of an ensemble are in: the first seed's state is the world's next input; the kernel says what to write."""
+        """All steps of an ensemble are in: the first seed's state is the world's next input; the
+        kernel says what to write."""
         self.worlds.pop(state.name, None)
         outputs = [job["outputs"][i] for i in sorted(job["outputs"])]
         if job["failure"] is None and outputs:
             state.world_state = outputs[0]["state"]
         if state.mandate is not None:
-            self.carry_out(state, world_rule(state, job["report"], job["lever"], outputs, job["failure"]))
+            self.carry_out(
+                state, world_rule(state, job["report"], job["lever"], outputs, job["failure"])
+            )
 
 
 class Trust:
     """Growing trust, carefully: the ratchet ask (when is ratchet_rule's) and the canary asks.
 
-    raise_ratchet(state, lever, ...)  -- write the ask to delegate a lever, carrying the mandate change
-    approve_ratchet(state, seq, ask)  -- a person approved it: write the mandate change and adopt it
-    canary_answer(state, seq, ask, approved)  -- write how a canary ask was answered
+    raise_ratchet(state, lever, ...)  -- write the ask to delegate a lever, carrying the mandate
+    change approve_ratchet(state, seq, ask)  -- a person approved it: write the mandate change and
+    adopt it canary_answer(state, seq, ask, approved)  -- write how a canary ask was answered
 
     Handed the config, append and adopt (a mandate in force, as avsm add puts it)."""
 
@@ -7672,7 +9547,8 @@ class Trust:
         self.cfg, self.append, self.adopt = cfg, append, adopt
 
     def raise_ratchet(self, state, lever, forecast_seq, forecast_line):
-        """Write the ratchet ask, carrying the mandate file with `lever` delegated (or why it cannot)."""
+        """Write the ratchet ask, carrying the mandate file with `lever` delegated (or why it
+        cannot)."""
         path = os.path.join(state.directory, "mandate.yaml")
         try:
             new, why = delegate_lever(read_mandate_file(path), lever, path), None
@@ -7681,11 +9557,15 @@ class Trust:
         return self.append(ratchet_ask(state, lever, path, new, why, forecast_seq, forecast_line))
 
     def approve_ratchet(self, state, seq, ask):
-        """A person approved delegating a lever: write the mandate change and adopt it, as avsm add would."""
+        """A person approved delegating a lever: write the mandate change and adopt it, as avsm add
+        would."""
         path = os.path.join(state.directory, "mandate.yaml")
         new = ask.get("mandate")
         if not new:
-            raise Fail(EX_DATAERR, f"ask #{seq} carries no mandate change; edit {path} by hand and run avsm add")
+            raise Fail(
+                EX_DATAERR,
+                f"ask #{seq} carries no mandate change; edit {path} by hand and run avsm add",
+            )
         mandate = parse_mandate(new, path, state.directory)
         refuse(ratchet_change_problem(state, mandate))
         self.append(new_record("approval", state.name, ask=seq, about="ratchet",
@@ -7693,10 +9573,21 @@ class Trust:
         with open(path + ".avsm-new", "w", encoding="utf-8") as fh:
             fh.write(new)
         os.replace(path + ".avsm-new", path)
-        adopted = self.adopt(state, mandate, mandate_record(
-            state.name, state.directory, new, f"adopted {state.name} with {ask['lever']} delegated, as approved in #{seq} "
-                                              f"(sha256 {text_sha256(new)[:16]})", approval_of=seq))
-        return [f"#{seq} approved: {ask['lever']} is delegated in {path}, adopted as mandate #{adopted}"]
+        adopted = self.adopt(
+            state,
+            mandate,
+            mandate_record(
+                state.name,
+                state.directory,
+                new,
+                f"adopted {state.name} with {ask['lever']} delegated, as approved in #{seq} "
+                f"(sha256 {text_sha256(new)[:16]})",
+                approval_of=seq,
+            ),
+        )
+        return [
+            f"#{seq} approved: {ask['lever']} is delegated in {path}, adopted as mandate #{adopted}"
+        ]
 
     def canary_answer(self, state, seq, ask, approved):
         record, line = canary_result(state, seq, ask, approved)
@@ -7707,45 +9598,83 @@ class Trust:
 class Decision:
     """One model decision in flight, from its packet to the lines its asker is shown."""
 
-    __slots__ = ("venture", "by", "backend", "reply_id", "id", "looks", "lines", "escalation", "escalation_looks",
-                 "packet", "request", "call", "world_forecast")
+    __slots__ = (
+        "venture",
+        "by",
+        "backend",
+        "reply_id",
+        "id",
+        "looks",
+        "lines",
+        "escalation",
+        "escalation_looks",
+        "packet",
+        "request",
+        "call",
+        "world_forecast",
+    )
 
     def __init__(self, venture, by, backend, reply_id, id):
-        self.venture, self.by, self.backend, self.reply_id, self.id = venture, by, backend, reply_id, id
-        self.looks = []               # the model's look-ups and their answers, shown in the next packet
+        self.venture, self.by, self.backend, self.reply_id, self.id = (
+            venture,
+            by,
+            backend,
+            reply_id,
+            id,
+        )
+        # the model's look-ups and their answers, shown in the next packet
+        self.looks = []
         self.lines = []               # what `avsm decide` prints when the decision is done
-        self.escalation = None        # the escalation's seq, once an unusable reply sent it to the second backend
+        # the escalation's seq, once an unusable reply sent it to the second backend
+        self.escalation = None
         self.escalation_looks = []    # the look records written since, which its answer cites
         self.packet = None            # what the model is shown
         self.request = None           # (system, user), as the roles process built them
-        self.call = None              # what the provider said of this call, for the records its reply writes
-        self.world_forecast = False   # the packet's forecast through the world: False until asked, None if none
+        # what the provider said of this call, for the records its reply writes
+        self.call = None
+        # the packet's forecast through the world: False until asked, None if none
+        self.world_forecast = False
 
 
 class Decisions:
-    """Letting a model choose: packet -> roles -> backend -> roles -> proposals -> gate. Grants nothing.
+    """Letting a model choose: packet -> roles -> backend -> roles -> proposals -> gate. Grants
+    nothing.
 
-    start_decision(state, by, reply_id=None)  -- begin one decision; its records say who asked for it
-    packet(state, looks), look_up              -- what a model may be shown (model_packet): never an audit
-    build, call_backend, got_reply, parsed     -- the steps of one decision, each a callback of the one before
-    start_packet_forecast, packet_forecast_done -- with world:, the packet's forecast stepped through the world first
-    backend_done(state, child, status)         -- a `command` backend ended
-    results_ready(wake)                        -- an HTTP call's thread handed back its reply
-    unusable, answer_escalation                -- an unusable reply; the second backend's answer (ESC-04)
-    propose(state, choice, d, held=None)       -- one choice as an inferred proposal, judged by the gate
-    finish_decision(d, error=None)             -- answer the person who asked
-    escalations, wake_r                        -- escalations waiting for their answer; the socket threads wake the loop on
+    start_decision(state, by, reply_id=None)  -- begin one decision; its records say who asked for
+    it packet(state, looks), look_up              -- what a model may be shown (model_packet): never
+    an audit build, call_backend, got_reply, parsed     -- the steps of one decision, each a
+    callback of the one before start_packet_forecast, packet_forecast_done -- with world:, the
+    packet's forecast stepped through the world first backend_done(state, child, status)         --
+    a `command` backend ended results_ready(wake)                        -- an HTTP call's thread
+    handed back its reply unusable, answer_escalation                -- an unusable reply; the
+    second backend's answer (ESC-04) propose(state, choice, d, held=None)       -- one choice as an
+    inferred proposal, judged by the gate finish_decision(d, error=None)             -- answer the
+    person who asked escalations, wake_r                        -- escalations waiting for their
+    answer; the socket threads wake the loop on
 
-    Handed its warden, for the home, config, ledger (read for the packet and look-ups), venture states, spawn,
-    append, the channel to avsmd and the roles process, carry_out (the proposal rule's intents), and stopping."""
+    Handed its warden, for the home, config, ledger (read for the packet and look-ups), venture
+    states, spawn, append, the channel to avsmd and the roles process, carry_out (the proposal
+    rule's intents), and stopping. """
 
     def __init__(self, warden):
         import socket
-        self.warden, self.home, self.cfg, self.ledger, self.ventures = warden, warden.home, warden.cfg, warden.ledger, warden.ventures
-        self.spawn, self.append, self.tell, self.to_roles = warden.spawn, warden.append, warden.avsmd.tell, warden.roles.to_roles
+        self.warden, self.home, self.cfg, self.ledger, self.ventures = (
+            warden,
+            warden.home,
+            warden.cfg,
+            warden.ledger,
+            warden.ventures,
+        )
+        self.spawn, self.append, self.tell, self.to_roles = (
+            warden.spawn,
+            warden.append,
+            warden.avsmd.tell,
+            warden.roles.to_roles,
+        )
         self.carry_out = warden.carry_out
         self.results, self.decision_count = [], 0    # HTTP replies handed back by call threads
-        self.escalations = {}                        # escalation seq -> its decision, until its answer is written
+        # escalation seq -> its decision, until its answer is written
+        self.escalations = {}
         self.wake_r, self.wake_w = socket.socketpair()
         self.wake_r.setblocking(False)
 
@@ -7755,13 +9684,14 @@ class Decisions:
                             self.packet_forecast(state), looks)
 
     def packet_forecast(self, state):
-        """The facts of the packet's forecast (FORECAST-03: 7 days by 8 seeds unless `forecast:` says);
-        the roles process makes it, apart from the warden, as it builds the text."""
+        """The facts of the packet's forecast (FORECAST-03: 7 days by 8 seeds unless `forecast:`
+        says); the roles process makes it, apart from the warden, as it builds the text."""
         f = self.cfg["forecast"] or PACKET_FORECAST
         return forecast_facts(state, f["days"], f["seeds"]) if f["seeds"] else None
 
     def start_decision(self, state, by, reply_id=None):
-        """Begin one model decision for a venture: it grants nothing; its records say who asked for it."""
+        """Begin one model decision for a venture: it grants nothing; its records say who asked for
+        it."""
         name, backend = backend_for(state, self.cfg)
         self.decision_count += 1
         d = Decision(state.name, by, name, reply_id, self.decision_count)
@@ -7771,16 +9701,20 @@ class Decisions:
     def build(self, d):
         state = self.ventures[d.venture]
         if d.world_forecast is False and self.start_packet_forecast(state, d):
-            return                          # built again when the world's forecast is in (packet_forecast_done)
+            # built again when the world's forecast is in (packet_forecast_done)
+            return
         d.packet = self.packet(state, d.looks)
         if d.world_forecast:
             d.packet["forecast"] = d.world_forecast
-        self.to_roles({"op": "build", "packet": d.packet}, lambda answer: self.call_backend(d, answer))
+        self.to_roles(
+            {"op": "build", "packet": d.packet}, lambda answer: self.call_backend(d, answer)
+        )
 
     def start_packet_forecast(self, state, d):
-        """With `world:`, start the packet's forecast through the world command (issue 11 item 6): the forecast
-        program in a group of its own, so the world's steps never hold up the loop; return whether it started.
-        Without it, or with forecasts off, the roles process makes the packet's forecast from the baseline."""
+        """With `world:`, start the packet's forecast through the world command (issue 11 item 6):
+        the forecast program in a group of its own, so the world's steps never hold up the loop;
+        return whether it started. Without it, or with forecasts off, the roles process makes the
+        packet's forecast from the baseline. """
         f = self.cfg["forecast"] or PACKET_FORECAST
         d.world_forecast = None
         if not state.mandate["world"] or not f["seeds"] or self.warden.stopping:
@@ -7802,30 +9736,51 @@ class Decisions:
         """The packet's forecast through the world is in, or why not: build the packet with it."""
         d, result, why = child.extra["decision"], None, None
         if child.ended_by or status != 0:
-            why = f"it was ended ({child.ended_by})" if child.ended_by else f"the forecast program ended {describe_status(status)}"
+            why = (
+                f"it was ended ({child.ended_by})"
+                if child.ended_by
+                else f"the forecast program ended {describe_status(status)}"
+            )
         else:
             try:
                 result = json.loads(bytes(child.out))
             except ValueError:
                 why = "its output is not JSON"
-        d.world_forecast = {"days": child.extra["days"], "seeds": child.extra["seeds"], "made": packet_world_made(result, why)}
+        d.world_forecast = {
+            "days": child.extra["days"],
+            "seeds": child.extra["seeds"],
+            "made": packet_world_made(result, why),
+        }
         self.build(d)
 
     def call_backend(self, d, answer):
         import threading
         if "error" in answer:
-            return self.finish_decision(d, f"the roles process could not build the request: {answer['error']}")
+            return self.finish_decision(
+                d, f"the roles process could not build the request: {answer['error']}"
+            )
         state, backend = self.ventures[d.venture], self.cfg["backends"][d.backend]
         d.request = (answer["system"], answer["user"])
-        d.call = None              # what the provider said of this call, for the records its reply writes
+        # what the provider said of this call, for the records its reply writes
+        d.call = None
         if backend["kind"] == "command":
             import tempfile
             fd, path = tempfile.mkstemp(prefix="avsm-request-")
             with os.fdopen(fd, "w") as fh:
-                json.dump({"backend": d.backend, "system": answer["system"], "user": answer["user"]}, fh)
+                json.dump(
+                    {"backend": d.backend, "system": answer["system"], "user": answer["user"]}, fh
+                )
             try:
-                child = self.spawn("backend", state, backend["run"], timeout=BACKEND_TIMEOUT, shell=True,
-                                   payload_file=path, cwd=self.home, head=REPLY_MAX)
+                child = self.spawn(
+                    "backend",
+                    state,
+                    backend["run"],
+                    timeout=BACKEND_TIMEOUT,
+                    shell=True,
+                    payload_file=path,
+                    cwd=self.home,
+                    head=REPLY_MAX,
+                )
                 child.extra = {"decision": d, "request_file": path}
             except OSError as err:
                 os.unlink(path)
@@ -7836,12 +9791,15 @@ class Decisions:
         except Fail as fail:
             return self.got_reply(d, None, str(fail))
         if backend.get("key") and key is None:
-            return self.got_reply(d, None, f"HOME/keys has no {backend['key']}=...; add it (chmod 600)")
+            return self.got_reply(
+                d, None, f"HOME/keys has no {backend['key']}=...; add it (chmod 600)"
+            )
 
         def call():
             try:
                 data, why, facts = call_http_backend(backend, answer["system"], answer["user"], key)
-            except Exception as err:      # the call's thread is a job's boundary: the decision still ends, saying why
+            # the call's thread is a job's boundary: the decision still ends, saying why
+            except Exception as err:
                 data, why, facts = None, f"the call failed: {type(err).__name__}: {err}", None
             self.results.append((d, data, why, facts))
             with contextlib.suppress(OSError):
@@ -7851,7 +9809,9 @@ class Decisions:
     def backend_done(self, state, child, status):
         d = child.extra["decision"]
         os.unlink(child.extra["request_file"])
-        why = reply_failure(self.cfg["backends"][d.backend]["run"], child.oversized, child.ended_by, status)
+        why = reply_failure(
+            self.cfg["backends"][d.backend]["run"], child.oversized, child.ended_by, status
+        )
         self.got_reply(d, None if why else bytes(child.out), why)
 
     def results_ready(self, wake):
@@ -7872,15 +9832,27 @@ class Decisions:
     def parsed(self, d, parsed):
         state = self.ventures[d.venture]
         if "error" in parsed:
-            return self.unusable(d, f"the roles process could not parse the reply: {parsed['error']}")
+            return self.unusable(
+                d, f"the roles process could not parse the reply: {parsed['error']}"
+            )
         if "unusable" in parsed:
             return self.unusable(d, parsed["unusable"])
         if "look" in parsed:
             look = parsed["look"]
             answer = self.look_up(state, look)
-            seq = self.append(new_record("look", state.name, by=d.by, look=look, backend=d.backend, answer=answer[:NOTE_MAX],
-                                         summary=f"the model looked up {json.dumps(look)[:120]}",
-                                         **some(call=d.call, escalation=d.escalation)))  # ESC-03: what an escalation brought cites it
+            seq = self.append(
+                new_record(
+                    "look",
+                    state.name,
+                    by=d.by,
+                    look=look,
+                    backend=d.backend,
+                    answer=answer[:NOTE_MAX],
+                    summary=f"the model looked up {json.dumps(look)[:120]}",
+                    # ESC-03: what an escalation brought cites it
+                    **some(call=d.call, escalation=d.escalation),
+                )
+            )
             if d.escalation is not None:
                 d.escalation_looks.append(seq)
             d.lines.append(f"#{seq} look {json.dumps(look)}")
@@ -7897,32 +9869,59 @@ class Decisions:
         self.finish_decision(d)
 
     def unusable(self, d, why):
-        """An unusable reply changes nothing; with escalate: in the config, the second backend is asked the same question."""
+        """An unusable reply changes nothing; with escalate: in the config, the second backend is
+        asked the same question."""
         state = self.ventures[d.venture]
         seq = self.append(unusable_record(state, d.backend, d.by, why, d.call))
         d.lines.append(f"#{seq} unusable: {why[:200]}")
         if d.escalation is not None:
             self.answer_escalation(d, "unusable")
             return self.finish_decision(d)
-        second, why_not = escalation_to(state, self.cfg, d.backend, d.request is not None, self.warden.stopping)
+        second, why_not = escalation_to(
+            state, self.cfg, d.backend, d.request is not None, self.warden.stopping
+        )
         if why_not:
             d.lines.append(why_not)
         if second is None:
             return self.finish_decision(d)
-        d.escalation = self.append(new_record("escalation", state.name, **{"from": d.backend}, to=second, why=why[:NOTE_MAX],
-                                              summary=f"asking {second} the same question: {d.backend}'s reply was unusable ({why[:120]})"))
+        d.escalation = self.append(
+            new_record(
+                "escalation",
+                state.name,
+                **{"from": d.backend},
+                to=second,
+                why=why[:NOTE_MAX],
+                summary=(
+                    f"asking {second} the same question: {d.backend}'s reply was unusable"
+                    f" ({why[:120]})"
+                ),
+            )
+        )
         d.lines.append(f"#{d.escalation} escalation to {second}")
         self.escalations[d.escalation] = d
         d.backend = second
         self.call_backend(d, {"system": d.request[0], "user": d.request[1]})
 
     def answer_escalation(self, d, cited, note=None):
-        """Write the measured answer of escalation d.escalation: the records it cited, or unusable (ESC-04)."""
+        """Write the measured answer of escalation d.escalation: the records it cited, or unusable
+        (ESC-04)."""
         seq = d.escalation
         self.escalations.pop(seq, None)
-        shown = "unusable" if cited == "unusable" else "records " + ", ".join("#" + str(c) for c in cited)
-        self.append(new_record("answer", d.venture, escalation=seq, cited=cited, **some(note=note),
-                               summary=f"escalation #{seq} answered: {shown}" + (f" ({note})" if note else "")))
+        shown = (
+            "unusable"
+            if cited == "unusable"
+            else "records " + ", ".join("#" + str(c) for c in cited)
+        )
+        self.append(
+            new_record(
+                "answer",
+                d.venture,
+                escalation=seq,
+                cited=cited,
+                **some(note=note),
+                summary=f"escalation #{seq} answered: {shown}" + (f" ({note})" if note else ""),
+            )
+        )
 
     def finish_decision(self, d, error=None):
         if d.reply_id is not None:
@@ -7940,7 +9939,11 @@ class Decisions:
             at, record = found
             if record.get("venture") != state.name:
                 return f"#{look['record']} is not a record of {state.name}"
-            if record["kind"].startswith("audit.") or record.get("about") == "audit" or record.get("audit"):
+            if (
+                record["kind"].startswith("audit.")
+                or record.get("about") == "audit"
+                or record.get("audit")
+            ):
                 return "not shown: an audit is never shown to a model"
             lines = [format_record_line(look["record"], at, record)]
             for p in (record.get("proof") or {}).get("premises", []):
@@ -7949,33 +9952,61 @@ class Decisions:
                     lines.append(f"  premise #{p} {r['claim']} {r['kind']} {r['summary']}")
             return "\n".join(lines)
         topic = look["topic"].lower()
-        found = [f"#{s} {r['claim']} {r['kind']} {r['summary']}" for s, at, r in recent_records(self.ledger.db, state.name, 500)
-                 if r["claim"] == "declared" or r["kind"] == "fact"]
+        found = [
+            f"#{s} {r['claim']} {r['kind']} {r['summary']}"
+            for s, at, r in recent_records(self.ledger.db, state.name, 500)
+            if r["claim"] == "declared" or r["kind"] == "fact"
+        ]
         found = [line for line in found if topic and topic in line.lower()][-10:]
         return "\n".join(found) or f"nothing declared about {look['topic']}"
 
     def propose(self, state, choice, d, held=None, ranking=False):
-        """Write one choice as an inferred proposal, then let the gate judge it; return the records written.
-        `held`: why a ranking's top choice asks a person instead (the calibration bar, WORLD-08); `ranking`: the
-        choice is one of a ranking, which the proposal says, so the re-check holds it to the same bar."""
+        """Write one choice as an inferred proposal, then let the gate judge it; return the records
+        written. `held`: why a ranking's top choice asks a person instead (the calibration bar,
+        WORLD-08); `ranking`: the choice is one of a ranking, which the proposal says, so the
+        re-check holds it to the same bar. """
         lever = choice.get("action")
-        seq = self.append(new_record(
-            "proposal", state.name, by=d.by, choice=choice["choice"], backend=d.backend, reason=choice.get("reason", "")[:TEXT_MAX],
-            summary=f"{d.backend} proposes {choice['choice']}" + (f" {lever}" if lever else "")
-                    + (f": {choice.get('reason', '')[:120]}" if choice.get("reason") else ""),
-            **({"lever": lever} if lever is not None else {}), **{k: choice[k] for k in ("payload",) if k in choice},
-            **some(ranking=ranking and choice["choice"] == "action", escalation=d.escalation, call=d.call)))
+        seq = self.append(
+            new_record(
+                "proposal",
+                state.name,
+                by=d.by,
+                choice=choice["choice"],
+                backend=d.backend,
+                reason=choice.get("reason", "")[:TEXT_MAX],
+                summary=f"{d.backend} proposes {choice['choice']}"
+                + (f" {lever}" if lever else "")
+                + (f": {choice.get('reason', '')[:120]}" if choice.get("reason") else ""),
+                **({"lever": lever} if lever is not None else {}),
+                **{k: choice[k] for k in ("payload",) if k in choice},
+                **some(
+                    ranking=ranking and choice["choice"] == "action",
+                    escalation=d.escalation,
+                    call=d.call,
+                ),
+            )
+        )
         d.lines.append(f"#{seq} proposal {choice['choice']}" + (f" {lever}" if lever else ""))
         spec = state.mandate["levers"].get(lever) if choice["choice"] == "action" else None
-        content_why = content_problem(spec["takes"], choice.get("payload"), state.directory) \
-            if spec and spec["takes"] in ("diff", "file") and isinstance(choice.get("payload"), str) else None
+        content_why = (
+            content_problem(spec["takes"], choice.get("payload"), state.directory)
+            if spec and spec["takes"] in ("diff", "file") and isinstance(choice.get("payload"), str)
+            else None
+        )
         written = [seq]
-        for intent, done in self.carry_out(state, proposal_rule(state, seq, choice, d.by, d.backend, content_why, held)):
+        for intent, done in self.carry_out(
+            state, proposal_rule(state, seq, choice, d.by, d.backend, content_why, held)
+        ):
             if isinstance(intent, Gate):
-                d.lines.append(f"#{done} action {lever}" if done else f"{lever} waits for its check")
+                d.lines.append(
+                    f"#{done} action {lever}" if done else f"{lever} waits for its check"
+                )
             elif intent.record["kind"] == "ask":
-                d.lines.append(f"#{done} ask" + (f" for {lever}" if intent.record["about"] == "lever" else "")
-                                  + (f": {held}" if intent.record.get("ranking") else ""))
+                d.lines.append(
+                    f"#{done} ask"
+                    + (f" for {lever}" if intent.record["about"] == "lever" else "")
+                    + (f": {held}" if intent.record.get("ranking") else "")
+                )
             else:
                 d.lines.append(f"#{done} refusal: {intent.record['why']}")
             if done:
@@ -7984,13 +10015,15 @@ class Decisions:
 
 
 class Checkpoints:
-    """Writes a checkpoint of the ledger's committed head to HOME/checkpoints/SEQ.txt (signed beside it in
-    SEQ.txt.sig when the config names a key) and to syslog (journalctl -t avsm): at the warden's start, every
-    `every` (a day) once the head has moved, after each irreversible action, and when a client asks.
+    """Writes a checkpoint of the ledger's committed head to HOME/checkpoints/SEQ.txt (signed beside
+    it in SEQ.txt.sig when the config names a key) and to syslog (journalctl -t avsm): at the
+    warden's start, every `every` (a day) once the head has moved, after each irreversible action,
+    and when a client asks.
 
-    note_action(state, record)    -- an action was written: an irreversible lever's asks for a checkpoint
-    due(head, now), write(head, now) -- whether one is due of head (seq, hash), and write it; its text and signature
-    Holds what it last wrote and whether one is wanted; handed the home, the config's checkpoint: and debug."""
+    note_action(state, record)    -- an action was written: an irreversible lever's asks for a
+    checkpoint due(head, now), write(head, now) -- whether one is due of head (seq, hash), and write
+    it; its text and signature Holds what it last wrote and whether one is wanted; handed the home,
+    the config's checkpoint: and debug. """
 
     def __init__(self, home, spec, debug=False):
         self.dir, self.spec, self.debug = os.path.join(home, "checkpoints"), spec, debug
@@ -8012,10 +10045,15 @@ class Checkpoints:
         self.wanted = self.wanted or bool(spec and not spec["reversible"])
 
     def due(self, head, now):
-        return head is not None and head[0] > self.seq and (self.wanted or now >= self.at + self.spec["every"])
+        return (
+            head is not None
+            and head[0] > self.seq
+            and (self.wanted or now >= self.at + self.spec["every"])
+        )
 
     def write(self, head, now):
-        """Write the checkpoint of `head` at `now` (each file in whole, by rename); return (text, signature or None)."""
+        """Write the checkpoint of `head` at `now` (each file in whole, by rename); return (text,
+        signature or None)."""
         import syslog
         at, signature = int(now), None
         text = checkpoint_text(self.origin, head[0], head[1], at)
@@ -8023,7 +10061,9 @@ class Checkpoints:
         path = os.path.join(self.dir, f"{head[0]:012d}.txt")
         if self.spec["key"]:
             try:
-                signature = sign_text(text, os.path.expanduser(self.spec["key"]), self.spec["namespace"])
+                signature = sign_text(
+                    text, os.path.expanduser(self.spec["key"]), self.spec["namespace"]
+                )
             except Fail as fail:
                 sys.stderr.write(f"avsmd: checkpoint #{head[0]} is written unsigned: {fail}\n")
         for name, data in ((path + ".sig", signature), (path, text)):
@@ -8033,7 +10073,10 @@ class Checkpoints:
                     fh.write(data if data.endswith("\n") else data + "\n")
                 os.replace(name + ".new", name)
         syslog.openlog("avsm", 0, syslog.LOG_USER)
-        syslog.syslog(syslog.LOG_NOTICE, f"checkpoint {self.origin} {head[0]} {head[1]}" + (" signed" if signature else ""))
+        syslog.syslog(
+            syslog.LOG_NOTICE,
+            f"checkpoint {self.origin} {head[0]} {head[1]}" + (" signed" if signature else ""),
+        )
         log(self.debug, "warden", f"checkpoint #{head[0]} written to {path}")
         self.seq, self.at, self.wanted = head[0], at, False
         return text, signature
@@ -8041,8 +10084,11 @@ class Checkpoints:
 
 def newest_checkpoint(directory):
     """Return the Checkpoint of the newest SEQ.txt in `directory` that reads as one, or None."""
-    for name in sorted((n for n in os.listdir(directory) if re.fullmatch(r"\d+\.txt", n)), reverse=True) \
-            if os.path.isdir(directory) else ():
+    for name in (
+        sorted((n for n in os.listdir(directory) if re.fullmatch(r"\d+\.txt", n)), reverse=True)
+        if os.path.isdir(directory)
+        else ()
+    ):
         try:
             with open(os.path.join(directory, name)) as fh:
                 return parse_checkpoint(fh.read(), name)
@@ -8107,19 +10153,20 @@ def newest_signed_checkpoint(directory):
 class Warden:
     """The only process that acts: ticks ventures, runs their programs, appends their records.
 
-    run()                       -- replay the ledger, then loop: wait on the selector, tick, flush to avsmd
-    tick(now)                   -- one turn's work, in numbered steps
-    carry_out(state, intents)   -- carry out a kernel rule's Write, Pause and Gate intents, in order
+    run()                       -- replay the ledger, then loop: wait on the selector, tick, flush
+    to avsmd tick(now)                   -- one turn's work, in numbered steps carry_out(state,
+    intents)   -- carry out a kernel rule's Write, Pause and Gate intents, in order
     settle_child(child)         -- a program ended: the part that started it writes what came of it
-    pause(state, record)        -- write a pause record and end what the venture runs
-    adopt(state, mandate, record)            -- put a mandate in force
-    read_channel()              -- a request from avsmd: do_add, do_status, do_approve, ... answer it
-    begin_stop(), signalled(wake)            -- stop: no new work, every group ended
+    pause(state, record)        -- write a pause record and end what the venture runs adopt(state,
+    mandate, record)            -- put a mandate in force read_channel()              -- a request
+    from avsmd: do_add, do_status, do_approve, ... answer it begin_stop(), signalled(wake)
+    -- stop: no new work, every group ended
 
-    Its parts, each owning one kind of state and handed only what it uses: writer (LedgerWriter), lock
-    (LockCheck), schedule (Schedule), children (Children), journal (GroupsJournal), avsmd (Channel), rounds
-    (Rounds), keeper (Keeper), levers (Levers), worlds (Worlds), trust (Trust), roles (RolesCalls) and
-    decisions (Decisions). It keeps the venture states, the loop, the nightly time and whether it is stopping."""
+    Its parts, each owning one kind of state and handed only what it uses: writer (LedgerWriter),
+    lock (LockCheck), schedule (Schedule), children (Children), journal (GroupsJournal), avsmd
+    (Channel), rounds (Rounds), keeper (Keeper), levers (Levers), worlds (Worlds), trust (Trust),
+    roles (RolesCalls) and decisions (Decisions). It keeps the venture states, the loop, the nightly
+    time and whether it is stopping. """
 
     def __init__(self, home, channel, cfg, debug=False):
         import selectors
@@ -8127,10 +10174,17 @@ class Warden:
         self.home, self.cfg, self.debug = home, cfg, debug
         self.lock = LockCheck(os.path.join(home, "avsmd.lock"), os.getppid())
         self.ledger = Ledger(os.path.join(home, "ledger.db"), still_ours=self.lock.lock_is_ours)
-        small_cache(self.ledger.db)   # it appends at the end and reads single records: a small cache holds those
+        # it appends at the end and reads single records: a small cache holds those
+        small_cache(self.ledger.db)
         self.ventures = {}            # name -> VentureState
-        self.writer = LedgerWriter(self.ledger, self.ventures, (cfg.get("canary_asks") or {}).get("every"),
-                                   self.tell_person, self.refold, debug)
+        self.writer = LedgerWriter(
+            self.ledger,
+            self.ventures,
+            (cfg.get("canary_asks") or {}).get("every"),
+            self.tell_person,
+            self.refold,
+            debug,
+        )
         self.append_together = self.writer.append_together
         self.checkpoints = Checkpoints(home, cfg["checkpoint"], debug)
         self.metrics = Metrics(cfg.get("metrics"), debug)
@@ -8140,8 +10194,15 @@ class Warden:
         self.sel = selectors.DefaultSelector()
         self.avsmd = Channel(channel, self.writer.commit)
         self.journal = GroupsJournal(home, self.lock.lock_is_ours)
-        self.children = Children(home, self.sel, self.avsmd.tell, self.avsmd.flush, self.journal.journal_group,
-                                 self.settle_child, debug)
+        self.children = Children(
+            home,
+            self.sel,
+            self.avsmd.tell,
+            self.avsmd.flush,
+            self.journal.journal_group,
+            self.settle_child,
+            debug,
+        )
         self.spawn = self.children.spawn
         self.levers = Levers(cfg, self.spawn, self.carry_out)
         self.keeper = Keeper(self.ventures, self.spawn, self.append, self.active)
@@ -8149,14 +10210,26 @@ class Warden:
         self.roles = RolesCalls(self.avsmd.tell)
         self.decisions = Decisions(self)
         self.trust = Trust(cfg, self.append, self.adopt)
-        self.rounds = Rounds(cfg, home, self.ventures, self.children, self.spawn, self.append, self.carry_out,
-                             self.worlds.start_prediction, debug)
+        self.rounds = Rounds(
+            cfg,
+            home,
+            self.ventures,
+            self.children,
+            self.spawn,
+            self.append,
+            self.carry_out,
+            self.worlds.start_prediction,
+            debug,
+        )
         channel.setblocking(False)
         self.sel.register(channel, selectors.EVENT_READ, ("channel", None))
-        self.sel.register(self.decisions.wake_r, selectors.EVENT_READ, ("results", self.decisions.wake_r))
+        self.sel.register(
+            self.decisions.wake_r, selectors.EVENT_READ, ("results", self.decisions.wake_r)
+        )
 
     def append(self, record, at=None):
-        """Append `record` (LedgerWriter.append); an irreversible action asks for a checkpoint after it."""
+        """Append `record` (LedgerWriter.append); an irreversible action asks for a checkpoint after
+        it."""
         seq = self.writer.append(record, at)
         if record["kind"] == "action" and seq is not None:
             self.checkpoints.note_action(self.ventures.get(record["venture"]), record)
@@ -8176,20 +10249,25 @@ class Warden:
             self.carry_out(state, interrupted_rule(state, time.time()))
 
     def refold(self, first_lost):
-        """Fold every venture again from the ledger, forgetting records from seq `first_lost` on that a
-        rolled-back group commit held: nothing in memory may rest on a record the ledger does not hold.
-        The states are replaced in the one dict every room shares."""
+        """Fold every venture again from the ledger, forgetting records from seq `first_lost` on
+        that a rolled-back group commit held: nothing in memory may rest on a record the ledger does
+        not hold. The states are replaced in the one dict every room shares."""
         old = dict(self.ventures)
         self.ventures.clear()
         known = {was.mandate_text: was.mandate for was in old.values() if was.mandate is not None}
-        def parse(text, where):                 # a mandate in force keeps its parse (against its directory)
+        # a mandate in force keeps its parse (against its directory)
+        def parse(text, where):
             return known[text] if text in known else parse_mandate(text, where)
         for seq, at, record in scan_records(self.ledger.db):
             fold_ledger(self.ventures, seq, at, record, parse)
         for name, was in old.items():
             state = self.ventures.setdefault(name, was)
             if state is not was:        # what is not folded from the ledger stays as it was
-                state.mandate, state.problem, state.world_state = was.mandate, was.problem, was.world_state
+                state.mandate, state.problem, state.world_state = (
+                    was.mandate,
+                    was.problem,
+                    was.world_state,
+                )
                 state.ratchet_forecasts = was.ratchet_forecasts
                 if was.checking:
                     state.checking = was.checking
@@ -8197,13 +10275,16 @@ class Warden:
         self.worlds.forget_from(first_lost)
 
     def check_runnable(self, state):
-        """Parse the adopted mandate against its directory; say on stderr when it cannot run (VENTURE-14)."""
+        """Parse the adopted mandate against its directory; say on stderr when it cannot run
+        (VENTURE-14)."""
         if state.mandate_text is None:
             return
         try:
             if not os.path.isdir(state.directory or ""):
                 raise Fail(EX_NOINPUT, f"its directory {state.directory} is not there")
-            state.mandate = parse_mandate(state.mandate_text, os.path.join(state.directory, "mandate.yaml"), state.directory)
+            state.mandate = parse_mandate(
+                state.mandate_text, os.path.join(state.directory, "mandate.yaml"), state.directory
+            )
             state.problem = None
             unsafe = owner_problem(state.directory, venture_commands(state.mandate))
             if unsafe:
@@ -8216,8 +10297,8 @@ class Warden:
                 self.tell_person(cannot_run_notice(state.name, str(err)))
 
     def tell_person(self, notice):
-        """Hand a notice to avsmd, which runs the notify command for it: avsmd outlives this warden, and tells of
-        its own stop and of a ledger it cannot write even when no warden runs."""
+        """Hand a notice to avsmd, which runs the notify command for it: avsmd outlives this warden,
+        and tells of its own stop and of a ledger it cannot write even when no warden runs."""
         if notice is not None and self.cfg.get("notify"):
             self.avsmd.tell({"notice": notice})
 
@@ -8227,13 +10308,16 @@ class Warden:
         now = time.monotonic()
         for i, state in enumerate(self.ventures.values()):
             if self.active(state):
-                self.schedule.enter(state.name, now + start_spread(i, len(self.ventures), state.mandate["cadence"]))
+                self.schedule.enter(
+                    state.name, now + start_spread(i, len(self.ventures), state.mandate["cadence"])
+                )
                 self.keeper.start_keep(state)
         while True:
             timeout = self.writer.group_wait(self.next_wakeup(time.monotonic()))
             for key, _ in self.sel.select(timeout):
                 what, child = key.data
-                with contextlib.suppress(LedgerDown):  # the step that needed a record did not happen
+                # the step that needed a record did not happen
+                with contextlib.suppress(LedgerDown):
                     if what == "channel":
                         self.read_channel()
                     elif what == "results":
@@ -8245,17 +10329,22 @@ class Warden:
                     elif what == "pidfd":
                         self.children.child_event(child)
                     elif not child.drain(key.fileobj):
-                        self.sel.unregister(key.fileobj)    # at EOF: a pipe left registered would wake us forever
+                        # at EOF: a pipe left registered would wake us forever
+                        self.sel.unregister(key.fileobj)
                         child.open_pipes.discard(key.fileobj)
             with contextlib.suppress(LedgerDown):
                 self.tick(time.monotonic())
-            self.writer.commit_when_due(self.stopping)     # this wake-up's records, and the next ones' for up to GROUP_WINDOW
+            # this wake-up's records, and the next ones' for up to GROUP_WINDOW
+            self.writer.commit_when_due(self.stopping)
             self.write_checkpoint(due=True)
             self.write_metrics()
             self.avsmd.flush()
             if self.stopping and not self.children:
-                for seq, d in list(self.decisions.escalations.items()):     # ESC-04: every escalation gets its answer
-                    self.decisions.answer_escalation(d, "unusable", "avsmd stopped before the answer came")
+                # ESC-04: every escalation gets its answer
+                for seq, d in list(self.decisions.escalations.items()):
+                    self.decisions.answer_escalation(
+                        d, "unusable", "avsmd stopped before the answer came"
+                    )
                 self.children.end_lingering(final=True)
                 self.writer.commit(turn_ends=True)
                 self.avsmd.flush(everything=True)
@@ -8265,7 +10354,8 @@ class Warden:
         return state.mandate is not None and not state.paused and not self.stopping
 
     def write_checkpoint(self, due=False):
-        """Write a checkpoint of the committed head (when one is due); return its text and signature, or None."""
+        """Write a checkpoint of the committed head (when one is due); return its text and
+        signature, or None."""
         if self.ledger.held is not None or self.writer.ledger_down:
             return None                 # only a head the ledger holds is written down
         head = self.ledger.last or ledger_head(self.ledger.db)
@@ -8274,8 +10364,11 @@ class Warden:
         try:
             return self.checkpoints.write(head, time.time()) if head else None
         except OSError as err:
-            self.checkpoints.at = time.time()       # tried again after `every`, or the next irreversible action
-            sys.stderr.write(f"avsmd: no checkpoint could be written to {self.checkpoints.dir}: {err}\n")
+            # tried again after `every`, or the next irreversible action
+            self.checkpoints.at = time.time()
+            sys.stderr.write(
+                f"avsmd: no checkpoint could be written to {self.checkpoints.dir}: {err}\n"
+            )
             return None
 
     def write_metrics(self):
@@ -8303,14 +10396,21 @@ class Warden:
         self.writer.commit()
         written = self.write_checkpoint()
         if written is None:
-            raise Fail(EX_TEMPFAIL, "no checkpoint can be written now: the ledger holds no record yet, or cannot be written")
-        return written[0].rstrip("\n").split("\n") + (["", *written[1].split("\n")] if written[1] else [])
+            raise Fail(
+                EX_TEMPFAIL,
+                "no checkpoint can be written now: the ledger holds no record yet, or cannot be"
+                " written",
+            )
+        return written[0].rstrip("\n").split("\n") + (
+            ["", *written[1].split("\n")] if written[1] else []
+        )
 
     def do_records(self, args, err):
         return [m["out"] for m in records_answer(self.home, args)[:-1]]
 
     def next_wakeup(self, now):
-        """Return seconds until the next due report, deadline or restart; None when nothing is due."""
+        """Return seconds until the next due report, deadline or restart; None when nothing is
+        due."""
         times, soonest = [], self.schedule.soonest(lambda name: self.active(self.ventures[name]))
         if soonest is not None and not self.writer.ledger_down:
             times.append(soonest)
@@ -8332,18 +10432,25 @@ class Warden:
 
     def tick(self, now):
         """Start what is due, end what is past its deadline, reap what has ended."""
-        # 1. a ledger that could not be written is tried again; once it takes writes, every round is due
-        if self.writer.ledger_down and now >= self.writer.retry_at and self.writer.retry_ledger(now):
+        # 1. a ledger that could not be written is tried again; once it takes writes, every round is
+        # due
+        if (
+            self.writer.ledger_down
+            and now >= self.writer.retry_at
+            and self.writer.retry_ledger(now)
+        ):
             self.schedule.resume(time.monotonic())
         # 2. reap what ended, KILL what outlived its grace, TERM what is past its deadline
         for child in list(self.children):
-            if (not signal_group(child.pgid, 0) if child.status is not None    # a dying group gone: settle it
+            # a dying group gone: settle it
+            if (not signal_group(child.pgid, 0) if child.status is not None
                     else child.pidfd is None and child.poll() is not None):
                 self.children.child_event(child)
             else:
                 child.enforce(now)
         if self.stopping or self.writer.ledger_down:
-            return                      # a ledger that cannot be written stops everything that would write
+            # a ledger that cannot be written stops everything that would write
+            return
         # 3. the nightly model decisions
         if self.next_nightly is not None and time.time() >= self.next_nightly:
             self.next_nightly = next_nightly(self.cfg["nightly"], time.time() + 1)
@@ -8353,21 +10460,27 @@ class Warden:
                         self.decisions.start_decision(state, "nightly")
                     except Fail as fail:
                         log(True, "warden", f"{state.name}: no nightly decision: {fail}")
-        # 4. the rounds that are due start, each on its venture's own cadence grid (a round missed whole is not
-        #    made up in a burst), for at most TICK_BUDGET; those in flight settle once read or late. A round due
-        #    within START_AHEAD starts now too: at a thousand ventures the warden wakes a quarter as often
+        # 4. the rounds that are due start, each on its venture's own cadence grid (a round missed
+        # whole is not made up in a burst), for at most TICK_BUDGET; those in flight settle once
+        # read or late. A round due within START_AHEAD starts now too: at a thousand ventures the
+        # warden wakes a quarter as often
         reporting, began = None, time.monotonic()
-        for at, name in self.schedule.pop_due(now + START_AHEAD, lambda name: self.active(self.ventures[name])):
+        for at, name in self.schedule.pop_due(
+            now + START_AHEAD, lambda name: self.active(self.ventures[name])
+        ):
             if time.monotonic() - began > TICK_BUDGET:
-                self.schedule.enter(name, at)      # behind: due next turn, once a waiting client is served
+                # behind: due next turn, once a waiting client is served
+                self.schedule.enter(name, at)
                 break
-            if reporting is None:       # once per tick, not once per venture due: a thousand children run
+            # once per tick, not once per venture due: a thousand children run
+            if reporting is None:
                 reporting = {c.venture for c in self.children if c.purpose == "report"}
             state = self.ventures[name]
             cadence = state.mandate["cadence"]
             self.schedule.enter(name, at + cadence if at + cadence > now else now + cadence)
             if name not in reporting:
-                self.rounds.start_round(state, now)    # else the report still running goes on to its time limit
+                # else the report still running goes on to its time limit
+                self.rounds.start_round(state, now)
                 reporting.add(name)
         self.rounds.settle_all(now)
         # 5. a `run` program whose back-off is over starts again
@@ -8376,17 +10489,25 @@ class Warden:
     def settle_child(self, child):
         """A child ended and its group is gone: the part that started it writes what came of it."""
         state = self.ventures[child.venture]
-        handler = {"report": self.rounds.report_done, "lever": self.levers.lever_done, "run": self.keeper.run_done,
-                   "backend": self.decisions.backend_done, "check": self.levers.check_done,
-                   "forecast": self.worlds.forecast_done, "world": self.worlds.world_done}.get(
-                       child.purpose, self.rounds.reading_done)   # a guard, audit or reading
+        handler = {
+            "report": self.rounds.report_done,
+            "lever": self.levers.lever_done,
+            "run": self.keeper.run_done,
+            "backend": self.decisions.backend_done,
+            "check": self.levers.check_done,
+            "forecast": self.worlds.forecast_done,
+            "world": self.worlds.world_done,
+        }.get(
+            child.purpose, self.rounds.reading_done
+        )  # a guard, audit or reading
         if child.purpose == "forecast" and child.extra.get("why") == "packet":
             handler = self.decisions.packet_forecast_done         # a decision's packet waits on it
         handler(state, child, child.status)
 
     def carry_out(self, state, intents):
-        """Carry out a rule's intents in order: append, pause, or ask the gate and run what it proves.
-        Return [(intent, seq written)]: a Gate's seq is its action's (None when refused or waiting on its check)."""
+        """Carry out a rule's intents in order: append, pause, or ask the gate and run what it
+        proves. Return [(intent, seq written)]: a Gate's seq is its action's (None when refused or
+        waiting on its check). """
         result, done = None, []
         while True:
             try:
@@ -8403,11 +10524,27 @@ class Warden:
             elif isinstance(intent, Ratchet):
                 seq = self.trust.raise_ratchet(state, intent.lever, intent.forecast, intent.line)
             else:
-                result = prove(state, intent.lever, int(time.time()), intent.basis, trigger=intent.trigger,
-                               approval=intent.approval, payload=intent.payload, check=intent.check)
+                result = prove(
+                    state,
+                    intent.lever,
+                    int(time.time()),
+                    intent.basis,
+                    trigger=intent.trigger,
+                    approval=intent.approval,
+                    payload=intent.payload,
+                    check=intent.check,
+                )
                 if result.ok:
-                    seq = self.levers.run_lever(state, intent.lever, result, intent.summary, by=intent.by,
-                                                side=intent.side, extra=intent.extra, checked=intent.check is not None)
+                    seq = self.levers.run_lever(
+                        state,
+                        intent.lever,
+                        result,
+                        intent.summary,
+                        by=intent.by,
+                        side=intent.side,
+                        extra=intent.extra,
+                        checked=intent.check is not None,
+                    )
                 else:
                     continue            # the rule writes what a refusal calls for
             done.append((intent, seq))
@@ -8444,7 +10581,9 @@ class Warden:
             out, err, code = [], [], EX_OK
             try:
                 # checked by avsmd already; checked again here, where a request is acted on
-                cmd, args = check_request({"cmd": message.get("cmd"), "args": message.get("args", {})})
+                cmd, args = check_request(
+                    {"cmd": message.get("cmd"), "args": message.get("args", {})}
+                )
                 out = getattr(self, "do_" + cmd)(dict(args, __id=message.get("id")), err)
                 if out is None:
                     continue            # answered later (a decision in flight)
@@ -8452,13 +10591,23 @@ class Warden:
                 err.append(str(fail))
                 code = fail.code
             except (LockLost, LedgerDown) as lost:
-                err.append(f"the ledger cannot be written: {lost}; nothing was done, try again later" if isinstance(lost, LedgerDown) else str(lost))
+                err.append(
+                    f"the ledger cannot be written: {lost}; nothing was done, try again later"
+                    if isinstance(lost, LedgerDown)
+                    else str(lost)
+                )
                 code = EX_TEMPFAIL
-            except Exception as bug:    # a bug: reported once, this request refused, the warden keeps serving
+            # a bug: reported once, this request refused, the warden keeps serving
+            except Exception as bug:
                 import traceback
-                sys.stderr.write(f"avsm warden: a bug in avsm, doing {message.get('cmd')} (the warden goes on):\n"
-                                 f"{traceback.format_exc()}")
-                err.append(f"a bug in avsm refused this request ({type(bug).__name__}); it is reported on avsmd's standard error")
+                sys.stderr.write(
+                    f"avsm warden: a bug in avsm, doing {message.get('cmd')} (the warden goes"
+                    f" on):\n{traceback.format_exc()}"
+                )
+                err.append(
+                    f"a bug in avsm refused this request ({type(bug).__name__}); it is reported on"
+                    " avsmd's standard error"
+                )
                 code = EX_SOFTWARE
             self.avsmd.tell({"id": message.get("id"), "out": out, "err": err, "exit": code})
 
@@ -8472,7 +10621,8 @@ class Warden:
             self.begin_stop()
 
     def begin_stop(self):
-        """Stop: no new work; TERM every group now, KILL after the grace; outcomes are written as they end."""
+        """Stop: no new work; TERM every group now, KILL after the grace; outcomes are written as
+        they end."""
         if self.stopping:
             return
         self.stopping = True
@@ -8501,16 +10651,33 @@ class Warden:
                         self.keeper.start_keep(state)
                 return [f"{name}: mandate unchanged (#{state.mandate_seq}); nothing written"]
         state = self.ventures.setdefault(name, VentureState(name))
-        seq = self.adopt(state, mandate, mandate_record(name, directory, text, f"adopted {name} from {directory} (sha256 {sha[:16]})"))
+        seq = self.adopt(
+            state,
+            mandate,
+            mandate_record(
+                name, directory, text, f"adopted {name} from {directory} (sha256 {sha[:16]})"
+            ),
+        )
         forecasting = self.worlds.start_forecast(state, "add")
-        capacity = "  " + describe_capacity(capacity_check(state, (self.cfg["forecast"] or FORECAST_DEFAULT)["days"]))
-        return [f"{name}: adopted as mandate #{seq}"] + describe_allowed(mandate, self.cfg) + [capacity] + \
-               ([f"{name} is paused; avsm resume {name} starts it"] if state.paused else []) + \
-               ([f"{name}: a forecast is being made; it is written to the ledger when done"] if forecasting else [])
+        capacity = "  " + describe_capacity(
+            capacity_check(state, (self.cfg["forecast"] or FORECAST_DEFAULT)["days"])
+        )
+        return (
+            [f"{name}: adopted as mandate #{seq}"]
+            + describe_allowed(mandate, self.cfg)
+            + [capacity]
+            + ([f"{name} is paused; avsm resume {name} starts it"] if state.paused else [])
+            + (
+                [f"{name}: a forecast is being made; it is written to the ledger when done"]
+                if forecasting
+                else []
+            )
+        )
 
     def adopt(self, state, mandate, record):
-        """Append a mandate record and put `mandate` in force: a changed `run` program is ended (the keeper starts
-        the new one), and the venture's next round is due now. Return the record's seq."""
+        """Append a mandate record and put `mandate` in force: a changed `run` program is ended (the
+        keeper starts the new one), and the venture's next round is due now. Return the record's
+        seq."""
         old_run = state.mandate["run"] if state.mandate else None
         seq = self.append(record)
         state.mandate, state.problem = mandate, None
@@ -8524,17 +10691,33 @@ class Warden:
         return seq
 
     def do_health(self, args, err):
-        """What avsm doctor asks the running daemon: how many ventures, and whether the ledger can be written."""
+        """What avsm doctor asks the running daemon: how many ventures, and whether the ledger can
+        be written."""
         if self.writer.ledger_down:
-            err.append(f"the ledger cannot be written: {self.writer.ledger_down}; nothing that would write runs, and avsmd tries again every 30 s")
-        return [f"avsmd {VERSION}, {sum(1 for s in self.ventures.values() if s.mandate_seq)} venture(s)"]
+            err.append(
+                f"the ledger cannot be written: {self.writer.ledger_down}; nothing that would write"
+                " runs, and avsmd tries again every 30 s"
+            )
+        return [
+            f"avsmd {VERSION}, {sum(1 for s in self.ventures.values() if s.mandate_seq)} venture(s)"
+        ]
 
     def do_status(self, args, err):
         lines = []
         if self.writer.ledger_down:
-            lines.append(f"ledger: cannot be written ({self.writer.ledger_down}); nothing that would write runs; trying again every 30 s")
-        return lines + status_view(self.ventures, time.time(), self.keeper.keep, self.cfg, args.get("venture"),
-                                   bool(args.get("verbose")), bool(args.get("ascii")))
+            lines.append(
+                f"ledger: cannot be written ({self.writer.ledger_down}); nothing that would write"
+                " runs; trying again every 30 s"
+            )
+        return lines + status_view(
+            self.ventures,
+            time.time(),
+            self.keeper.keep,
+            self.cfg,
+            args.get("venture"),
+            bool(args.get("verbose")),
+            bool(args.get("ascii")),
+        )
 
     def do_asks(self, args, err):
         return asks_view(self.ventures)
@@ -8544,10 +10727,27 @@ class Warden:
         for state in self.ventures.values():
             if seq in state.open_asks:
                 return state, seq, state.open_asks[seq]
-        answer = next((a for a in records_citing(self.ledger.db, "ask", seq) if a[2]["kind"] in ANSWER_WORDS), None) \
-            if type(seq) is int else None
-        raise Fail(EX_DATAERR, f"ask #{seq} is answered already: {ANSWER_WORDS[answer[2]['kind']]} "
-                               f"(#{answer[0]}: {answer[2]['summary']}); avsm asks lists the open asks" if answer else f"#{seq} is not an open ask; avsm asks lists them")
+        answer = (
+            next(
+                (
+                    a
+                    for a in records_citing(self.ledger.db, "ask", seq)
+                    if a[2]["kind"] in ANSWER_WORDS
+                ),
+                None,
+            )
+            if type(seq) is int
+            else None
+        )
+        raise Fail(
+            EX_DATAERR,
+            (
+                f"ask #{seq} is answered already: {ANSWER_WORDS[answer[2]['kind']]} "
+                f"(#{answer[0]}: {answer[2]['summary']}); avsm asks lists the open asks"
+                if answer
+                else f"#{seq} is not an open ask; avsm asks lists them"
+            ),
+        )
 
     def do_approve(self, args, err):
         state, seq, ask = self.find_ask(args)
@@ -8558,24 +10758,41 @@ class Warden:
             return self.trust.approve_ratchet(state, seq, ask)
         lever = ask.get("lever")
         payload = args["payload"] if "payload" in args else ask.get("payload")
-        spec = state.mandate["levers"].get(lever) if state.mandate and ask.get("about") in ("lever", "model") else None
-        problem = spec and spec["takes"] in ("diff", "file") and content_problem(spec["takes"], payload, state.directory)
-        done = self.carry_out(state, approval_rule(state, seq, ask, payload, "payload" in args, problem, int(time.time())))
+        spec = (
+            state.mandate["levers"].get(lever)
+            if state.mandate and ask.get("about") in ("lever", "model")
+            else None
+        )
+        problem = (
+            spec
+            and spec["takes"] in ("diff", "file")
+            and content_problem(spec["takes"], payload, state.directory)
+        )
+        done = self.carry_out(
+            state,
+            approval_rule(state, seq, ask, payload, "payload" in args, problem, int(time.time())),
+        )
         if not any(isinstance(intent, Gate) for intent, _ in done):
             return [f"#{seq} answered; nothing runs on it"]
         action = next(seq for intent, seq in reversed(done) if isinstance(intent, Gate))
         self.carry_out(state, ratchet_rule(state, lever, self.cfg["ratchet"]))
-        return [f"#{seq} approved; {lever} " + (f"runs as action #{action}" if action else "runs once its check passes")]
+        return [
+            f"#{seq} approved; {lever} "
+            + (f"runs as action #{action}" if action else "runs once its check passes")
+        ]
 
     def do_ask(self, args, err):
         """The content an open ask carries, as JSON (for approve --edit)."""
         state, seq, ask = self.find_ask(args)
         if ask.get("payload") is None:
-            raise Fail(EX_DATAERR, f"ask #{seq} carries no content to edit; approve it without --edit")
+            raise Fail(
+                EX_DATAERR, f"ask #{seq} carries no content to edit; approve it without --edit"
+            )
         return [json.dumps(ask["payload"])]
 
     def do_propose(self, args, err):
-        """A person's own proposal: declared, so it counts as approved; the gate still judges it (open point 15)."""
+        """A person's own proposal: declared, so it counts as approved; the gate still judges it
+        (open point 15)."""
         state = self.venture(args.get("venture"))
         if state.mandate is None:
             raise Fail(EX_DATAERR, f"{state.name} cannot run: {state.problem}")
@@ -8585,12 +10802,20 @@ class Warden:
             try:
                 payload = read_json(payload)
             except (ValueError, RecursionError) as bad:
-                raise Fail(EX_DATAERR, f"{lever} takes json, and the payload is not JSON: {bad}") from None
-        content_why = content_problem(spec["takes"], payload, state.directory) \
-            if spec is not None and spec["takes"] in ("diff", "file") and isinstance(payload, str) else None
+                raise Fail(
+                    EX_DATAERR, f"{lever} takes json, and the payload is not JSON: {bad}"
+                ) from None
+        content_why = (
+            content_problem(spec["takes"], payload, state.directory)
+            if spec is not None and spec["takes"] in ("diff", "file") and isinstance(payload, str)
+            else None
+        )
         done = self.carry_out(state, person_proposal_rule(state, lever, payload, content_why))
         seq, action = done[0][1], done[-1][1]
-        return [f"proposal #{seq} accepted; {lever} " + (f"runs as action #{action}" if action else "runs once its check passes")]
+        return [
+            f"proposal #{seq} accepted; {lever} "
+            + (f"runs as action #{action}" if action else "runs once its check passes")
+        ]
 
     def do_deny(self, args, err):
         state, seq, ask = self.find_ask(args)
@@ -8603,7 +10828,10 @@ class Warden:
         state = self.venture(args.get("venture"))
         if state.paused:
             return [f"{state.name} is already paused"]
-        self.pause(state, new_record("pause", state.name, "declared", summary=f"a person paused {state.name}"))
+        self.pause(
+            state,
+            new_record("pause", state.name, "declared", summary=f"a person paused {state.name}"),
+        )
         return [f"{state.name} paused; nothing of it runs until avsm resume {state.name}"]
 
     def do_resume(self, args, err):
@@ -8625,7 +10853,8 @@ def run_warden(home, fd, debug):
     """The warden's entry: take the channel avsmd handed over and run until told to stop."""
     import selectors
     import socket
-    mark_close_on_exec()            # the channel avsmd handed over (inheritable to reach us) goes no further
+    # the channel avsmd handed over (inheritable to reach us) goes no further
+    mark_close_on_exec()
     channel = socket.socket(fileno=fd)
     cfg = json.loads(os.environ.pop("AVSM_CONFIG", "null")) or parse_config("")
     warden = Warden(home, channel, cfg, debug)
@@ -8633,7 +10862,8 @@ def run_warden(home, fd, debug):
     for end in (wake_r, wake_w):
         end.setblocking(False)
     signal.set_wakeup_fd(wake_w.fileno(), warn_on_full_buffer=False)
-    signal.signal(signal.SIGINT, lambda signum, frame: None)    # a terminal's Ctrl-C is avsmd's to handle
+    # a terminal's Ctrl-C is avsmd's to handle
+    signal.signal(signal.SIGINT, lambda signum, frame: None)
     signal.signal(signal.SIGTERM, lambda signum, frame: None)   # seen through the wake-up fd
     warden.sel.register(wake_r, selectors.EVENT_READ, ("signal", wake_r))
     try:
@@ -8652,7 +10882,8 @@ def run_warden(home, fd, debug):
 # =============================================================================
 
 NOTIFY_QUEUE = 100      # notices waiting at most; one past it is dropped, as a failure
-NOTIFY_STOP_GRACE = 0.5 # at a stop, seconds between SIGTERM and SIGKILL of a notify past the deadline
+# at a stop, seconds between SIGTERM and SIGKILL of a notify past the deadline
+NOTIFY_STOP_GRACE = 0.5
 
 
 class Notifier:
@@ -8666,7 +10897,8 @@ class Notifier:
         self.stretch = None           # judge_notify's
         self.down_told = False        # admit_notice's
         self.commands = None          # avsm and avsmd as this person runs them
-        self.stopping = False         # at a stop every notice starts at once: there is no time to take turns
+        # at a stop every notice starts at once: there is no time to take turns
+        self.stopping = False
 
     def tell(self, notice):
         """Queue a notice for the notify command."""
@@ -8679,7 +10911,11 @@ class Notifier:
             self.settle(notice, f"dropped: {NOTIFY_QUEUE} notices were waiting for the command", "")
             return
         self.queue.append(notice)
-        log(self.debug, "avsmd", f"notice {notice['kind']} of {notice['venture']}: {notice['summary']}")
+        log(
+            self.debug,
+            "avsmd",
+            f"notice {notice['kind']} of {notice['venture']}: {notice['summary']}",
+        )
 
     def stop(self, notice):
         """avsmd is stopping: tell it, and start each notice as it comes."""
@@ -8711,18 +10947,31 @@ class Notifier:
             child.close()
             with contextlib.suppress(OSError):
                 os.unlink(path)
-            self.settle(notice, notify_failure(child.ended_by, status, self.spec["timeout"]), child.note())
+            self.settle(
+                notice, notify_failure(child.ended_by, status, self.spec["timeout"]), child.note()
+            )
         while self.queue and (self.stopping or not self.running):
             self.start(self.queue.pop(0))
 
     def start(self, notice):
         if self.commands is None:
-            self.commands = {"avsm": client_command(self.home), "avsmd": program_command("avsmd", self.home)}
+            self.commands = {
+                "avsm": client_command(self.home),
+                "avsmd": program_command("avsmd", self.home),
+            }
         text, event = notice_message(notice, self.commands, self.home)
         path = write_payload(text.encode("utf-8", "replace"))
         try:
-            child = Child("notify", notice["venture"], self.spec["run"], self.home, notify_env(self.home, event),
-                          timeout=self.spec["timeout"], shell=True, stdin_path=path)
+            child = Child(
+                "notify",
+                notice["venture"],
+                self.spec["run"],
+                self.home,
+                notify_env(self.home, event),
+                timeout=self.spec["timeout"],
+                shell=True,
+                stdin_path=path,
+            )
         except (OSError, ValueError) as err:
             os.unlink(path)
             self.settle(notice, f"it could not start: {getattr(err, 'strerror', None) or err}", "")
@@ -8732,9 +10981,17 @@ class Notifier:
     def settle(self, notice, failure, note):
         """One notice told, or not: write what judge_notify says to write."""
         self.stretch, record = judge_notify(self.stretch, notice, failure, note)
-        log(self.debug, "avsmd", f"notify of {notice['kind']}: {failure or 'told'}" + (f": {note}" if note else ""))
+        log(
+            self.debug,
+            "avsmd",
+            f"notify of {notice['kind']}: {failure or 'told'}" + (f": {note}" if note else ""),
+        )
         if record is not None:
-            self.write(record["kind"], record["summary"], **{k: v for k, v in record.items() if k not in RECORD_FIELDS})
+            self.write(
+                record["kind"],
+                record["summary"],
+                **{k: v for k, v in record.items() if k not in RECORD_FIELDS},
+            )
 
     def finish(self, deadline):
         """At a stop: wait for the runs in flight until `deadline`, then end what still runs."""
@@ -8756,7 +11013,12 @@ class HomeLock:
     """avsmd.lock, held for life; `lost` once another avsmd took it: then nothing here is ours."""
 
     def __init__(self, home):
-        self.home, self.path, self.fd, self.lost = home, os.path.join(home, "avsmd.lock"), None, False
+        self.home, self.path, self.fd, self.lost = (
+            home,
+            os.path.join(home, "avsmd.lock"),
+            None,
+            False,
+        )
 
     def take(self):
         """Hold avsmd.lock; exit 75 naming the pid when another avsmd has it."""
@@ -8766,16 +11028,22 @@ class HomeLock:
         except OSError:
             os.close(fd)
             pid = read_lock_pid(self.path)
-            raise Fail(EX_TEMPFAIL, f"another avsmd (pid {pid if pid else 'unknown'}) is running on {self.home}; "
-                                    "stop it first, or give this one another --home") from None
+            raise Fail(
+                EX_TEMPFAIL,
+                f"another avsmd (pid {pid if pid else 'unknown'}) is running on {self.home}; "
+                "stop it first, or give this one another --home",
+            ) from None
         try:
             os.ftruncate(fd, 0)
             os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
             os.fsync(fd)
         except OSError as err:
             os.close(fd)
-            raise Fail(EX_CANTCREAT, f"{self.path} cannot be written: {err.strerror}; free space on its "
-                                     f"file system or fix its permissions, then start avsmd again") from None
+            raise Fail(
+                EX_CANTCREAT,
+                f"{self.path} cannot be written: {err.strerror}; free space on its "
+                "file system or fix its permissions, then start avsmd again",
+            ) from None
         if self.fd is not None:
             os.close(self.fd)
         self.fd = fd
@@ -8794,8 +11062,8 @@ class HomeLock:
             (read_lock_pid(self.path) in (os.getpid(), None) and not lock_holder(self.home))
 
     def check(self, debug):
-        """Each second: make the lock file again when it was deleted or replaced by one no one holds;
-        return the pid standing in it when another avsmd took it, else None."""
+        """Each second: make the lock file again when it was deleted or replaced by one no one
+        holds; return the pid standing in it when another avsmd took it, else None."""
         try:
             st = os.stat(self.path)
             if os.path.samestat(st, os.fstat(self.fd)):
@@ -8888,12 +11156,21 @@ class Clients:
                 self.request(conn, *check_request(messages[0]))
         except Fail as fail:
             self.reply(conn, [], [str(fail)], fail.code)
-        except (ValueError, RecursionError):      # not JSON, not UTF-8, nested past the parser, too long
-            self.reply(conn, [], ["a request avsmd cannot read: one JSON object a line, in UTF-8, of at most 1 MiB"],
-                       EX_USAGE)
-        except Exception as err:        # a bug: reported once, this request refused, avsmd keeps serving
+        # not JSON, not UTF-8, nested past the parser, too long
+        except (ValueError, RecursionError):
+            self.reply(
+                conn,
+                [],
+                ["a request avsmd cannot read: one JSON object a line, in UTF-8, of at most 1 MiB"],
+                EX_USAGE,
+            )
+        # a bug: reported once, this request refused, avsmd keeps serving
+        except Exception as err:
             import traceback
-            sys.stderr.write(f"avsmd: a bug in avsm, reading a request (avsmd goes on serving):\n{traceback.format_exc()}")
+            sys.stderr.write(
+                "avsmd: a bug in avsm, reading a request (avsmd goes on"
+                f" serving):\n{traceback.format_exc()}"
+            )
             self.reply(conn, [], [f"a bug in avsm refused this request ({type(err).__name__}); "
                                   "it is reported on avsmd's standard error"], EX_SOFTWARE)
 
@@ -8903,7 +11180,9 @@ class Clients:
             self.reply(conn, [], ["avsmd is stopping and takes no new commands"], EX_UNAVAILABLE)
             return
         if cmd == "ping":
-            self.reply(conn, [f"avsmd {VERSION} (pid {os.getpid()}) on {self.daemon.home}"], [], EX_OK)
+            self.reply(
+                conn, [f"avsmd {VERSION} (pid {os.getpid()}) on {self.daemon.home}"], [], EX_OK
+            )
             return
         self.next_id += 1
         self.waiting[self.next_id] = conn
@@ -8913,8 +11192,12 @@ class Clients:
 
     def answer(self, message):
         """The warden answered request `id`: reply to its client."""
-        self.reply(self.waiting.pop(message["id"], None), message.get("out", []), message.get("err", []),
-                   message.get("exit", EX_SOFTWARE))
+        self.reply(
+            self.waiting.pop(message["id"], None),
+            message.get("out", []),
+            message.get("err", []),
+            message.get("exit", EX_SOFTWARE),
+        )
 
     def fail_waiting(self, why):
         """Every request the warden was answering fails with `why` (69)."""
@@ -8998,24 +11281,37 @@ class Groups:
             self.groups.pop(message["ended"], None)
 
     def end_all(self):
-        term_then_kill([g for g, told in self.groups.items() if group_is_still(g, told.get("leader_start"))])
+        term_then_kill(
+            [g for g, told in self.groups.items() if group_is_still(g, told.get("leader_start"))]
+        )
         self.groups = {}
         if self.lock.ours():          # another avsmd's journal, or groups, are not ours to touch
-            sweep_groups(os.path.join(self.home, "groups"), self.home)  # those it had not told us of
+            # those it had not told us of
+            sweep_groups(os.path.join(self.home, "groups"), self.home)
             with contextlib.suppress(OSError):
                 os.unlink(os.path.join(self.home, "groups"))
 
 
 class Daemon:
-    """avsmd: holds the home, serves its socket, keeps the warden and the roles process, ends what they
-    leave. Its notifier is its own: it runs while the warden restarts."""
+    """avsmd: holds the home, serves its socket, keeps the warden and the roles process, ends what
+    they leave. Its notifier is its own: it runs while the warden restarts."""
 
     def __init__(self, home, cfg, cfg_path, cfg_text, debug=False):
         import selectors
-        self.home, self.cfg, self.cfg_path, self.cfg_text, self.debug = home, cfg, cfg_path, cfg_text, debug
+        self.home, self.cfg, self.cfg_path, self.cfg_text, self.debug = (
+            home,
+            cfg,
+            cfg_path,
+            cfg_text,
+            debug,
+        )
         self.sel, self.ledger = selectors.DefaultSelector(), None
         self.lock, self.clients = HomeLock(home), Clients(self)
-        self.warden, self.roles, self.roles_waiting = Kept("warden", self.sel), Kept("roles", self.sel), {}
+        self.warden, self.roles, self.roles_waiting = (
+            Kept("warden", self.sel),
+            Kept("roles", self.sel),
+            {},
+        )
         self.groups = Groups(home, self.lock)
         self.stopping, self.stop_deadline, self.exit_code, self.signals = False, None, EX_OK, []
         self.notifier = Notifier(home, cfg.get("notify"), self.append_self, debug)
@@ -9025,9 +11321,13 @@ class Daemon:
         import socket
         import subprocess
         ours, theirs = socket.socketpair()
-        args = cached_command("warden", ["--home", self.home, "--fd", str(theirs.fileno())]) + (["-d"] if self.debug else [])
+        args = cached_command("warden", ["--home", self.home, "--fd", str(theirs.fileno())]) + (
+            ["-d"] if self.debug else []
+        )
         env = dict(os.environ, AVSM_CONFIG=json.dumps(self.cfg))
-        self.warden.proc = subprocess.Popen(args, pass_fds=[theirs.fileno()], env=env, stdin=subprocess.DEVNULL)
+        self.warden.proc = subprocess.Popen(
+            args, pass_fds=[theirs.fileno()], env=env, stdin=subprocess.DEVNULL
+        )
         theirs.close()
         self.warden.attach(self.warden.proc.pid, ours)
         log(self.debug, "avsmd", f"started the warden, pid {self.warden.pid}")
@@ -9115,7 +11415,8 @@ class Daemon:
             how = describe_status(status)
         else:
             try:
-                pid, status = os.waitpid(self.roles.pid, os.WNOHANG)      # reaped by its own pid only
+                # reaped by its own pid only
+                pid, status = os.waitpid(self.roles.pid, os.WNOHANG)
             except ChildProcessError:
                 pid, status = self.roles.pid, 0
             if pid == 0 or self.roles.chan is None:
@@ -9148,10 +11449,13 @@ class Daemon:
         if self.lock.lost:
             return None
         try:
-            return self.ledger.append(new_record(kind, "self", summary=summary, **fields), int(time.time()))
+            return self.ledger.append(
+                new_record(kind, "self", summary=summary, **fields), int(time.time())
+            )
         except LockLost:
             self.lock.lost = True
-        except Exception as err:      # a ledger that cannot be written must not take the daemon down
+        # a ledger that cannot be written must not take the daemon down
+        except Exception as err:
             sys.stderr.write(f"avsmd: could not append to the ledger: {err}\n")
             self.notifier.tell(ledger_down_notice(str(err)))
         return None
@@ -9170,19 +11474,22 @@ class Daemon:
 
     # ---- life ----
     def open_home(self):
-        """Make the home, take its lock, end the groups an earlier avsmd left, open the ledger (refusing one
-        that does not read), and record the start; return the groups swept."""
+        """Make the home, take its lock, end the groups an earlier avsmd left, open the ledger
+        (refusing one that does not read), and record the start; return the groups swept."""
         refuse(socket_problem(self.home), EX_CONFIG)
         refuse(metrics_problem(self.cfg.get("metrics")) and
                f"{self.cfg_path}: metrics: {metrics_problem(self.cfg.get('metrics'))}", EX_CONFIG)
         if os.path.exists(self.home) and not os.path.isdir(self.home):
             raise Fail(EX_CANTCREAT, f"{self.home} is not a directory; give --home a directory")
         if os.path.lexists(os.path.join(self.home, MIRROR_MARK)):
-            raise Fail(EX_CANTCREAT, f"{self.home} is a witness's copy of another host's ledger "
-                                     f"(avsm fleet witness --mirror): avsmd runs nothing of it and "
-                                     f"writes nothing to it, or the next witness run would find it "
-                                     f"forked; read it with avsm --home {self.home} doctor, summary, "
-                                     f"why or chart, or give --home another directory")
+            raise Fail(
+                EX_CANTCREAT,
+                f"{self.home} is a witness's copy of another host's ledger "
+                "(avsm fleet witness --mirror): avsmd runs nothing of it and "
+                "writes nothing to it, or the next witness run would find it "
+                f"forked; read it with avsm --home {self.home} doctor, summary, "
+                "why or chart, or give --home another directory",
+            )
         os.makedirs(self.home, mode=0o700, exist_ok=True)
         self.lock.take()
         swept = sweep_groups(os.path.join(self.home, "groups"), self.home)    # before anything else
@@ -9190,12 +11497,18 @@ class Daemon:
             self.ledger = Ledger(os.path.join(self.home, "ledger.db"), still_ours=self.lock.ours)
             broken = ledger_problem(self.ledger.db)
         except sqlite3_errors() as err:
-            raise Fail(EX_DATAERR, f"{self.home}/ledger.db is not a ledger avsmd can open: {err}; nothing was written. "
-                                   f"See avsm --home {self.home} doctor") from None
+            raise Fail(
+                EX_DATAERR,
+                f"{self.home}/ledger.db is not a ledger avsmd can open: {err}; nothing was written."
+                f" See avsm --home {self.home} doctor",
+            ) from None
         if broken is not None:
             seq, why = broken
-            raise Fail(EX_DATAERR, f"record #{seq} of {self.home}/ledger.db does not read: {why}; "
-                                   f"nothing was appended. See avsm doctor, and avsm doctor --cut {seq} with avsmd stopped")
+            raise Fail(
+                EX_DATAERR,
+                f"record #{seq} of {self.home}/ledger.db does not read: {why}; nothing was"
+                f" appended. See avsm doctor, and avsm doctor --cut {seq} with avsmd stopped",
+            )
         return swept
 
     def run(self):
@@ -9219,21 +11532,35 @@ class Daemon:
         self.append_self("start", f"avsmd {VERSION} started (pid {pid}) on {self.home}",  # 2
                          pid=pid)
         if swept:
-            self.append_self("sweep", f"ended {swept} process group(s) an earlier avsmd left running", groups=swept)
+            self.append_self(
+                "sweep",
+                f"ended {swept} process group(s) an earlier avsmd left running",
+                groups=swept,
+            )
         cut_marker = os.path.join(self.home, "cut")
         if os.path.exists(cut_marker):
             with open(cut_marker) as fh:
                 seq, _, backup = fh.read().strip().partition(" ")
-            if self.append_self("cut", f"the ledger was cut just before #{seq} by avsm doctor; the whole ledger before it is {backup}",
-                                before=int(seq) if seq.isdigit() else None, backup=backup):
+            if self.append_self(
+                "cut",
+                f"the ledger was cut just before #{seq} by avsm doctor; the whole ledger before it"
+                f" is {backup}",
+                before=int(seq) if seq.isdigit() else None,
+                backup=backup,
+            ):
                 os.unlink(cut_marker)
         self.start_roles()
         self.start_warden()
         print(f"avsmd: serving {self.home} (pid {pid})", file=sys.stderr, flush=True)
-        serve = {"listener": lambda conn: self.clients.accept(), "client": self.clients.data,
-                 "warden": lambda conn: self.from_warden(), "roles": lambda conn: self.from_roles(),
-                 "warden-exit": lambda conn: self.ended(self.warden), "roles-exit": lambda conn: self.ended(self.roles),
-                 "signal": lambda conn: receive(wake_r, 512)}
+        serve = {
+            "listener": lambda conn: self.clients.accept(),
+            "client": self.clients.data,
+            "warden": lambda conn: self.from_warden(),
+            "roles": lambda conn: self.from_roles(),
+            "warden-exit": lambda conn: self.ended(self.warden),
+            "roles-exit": lambda conn: self.ended(self.roles),
+            "signal": lambda conn: receive(wake_r, 512),
+        }
         next_check = time.monotonic() + 1
         while True:                                                                  # 3
             now = time.monotonic()
@@ -9243,7 +11570,10 @@ class Daemon:
                 serve[what](conn)
             for signum in self.signals:
                 if signum == signal.SIGHUP:
-                    sys.stderr.write("avsmd: SIGHUP ignored: config.yaml is read once, at start; restart avsmd to apply changes\n")
+                    sys.stderr.write(
+                        "avsmd: SIGHUP ignored: config.yaml is read once, at start; restart avsmd"
+                        " to apply changes\n"
+                    )
                 else:
                     log(self.debug, "avsmd", f"signal {signum}: stopping")
                     self.begin_stop(signal.Signals(signum).name)
@@ -9259,8 +11589,10 @@ class Daemon:
             if now >= next_check and not self.stopping:
                 taken = self.lock.check(self.debug)
                 if self.lock.lost:
-                    sys.stderr.write(f"avsmd: another avsmd (pid {taken}) took the lock of {self.home}; "
-                                     "stopping without appending anything more\n")
+                    sys.stderr.write(
+                        f"avsmd: another avsmd (pid {taken}) took the lock of {self.home}; "
+                        "stopping without appending anything more\n"
+                    )
                     self.exit_code = EX_TEMPFAIL
                     self.begin_stop(f"another avsmd (pid {taken}) took the lock of its home")
                 else:
@@ -9283,7 +11615,8 @@ class Daemon:
         self.from_warden()
         self.groups.end_all()
         self.clients.close(remove=False)
-        self.notifier.finish(self.stop_deadline)      # the stop's notice told, and any failure written before `stop`
+        # the stop's notice told, and any failure written before `stop`
+        self.notifier.finish(self.stop_deadline)
         if not self.lock.lost:
             pid = os.getpid()
             last = self.append_self("stop", f"avsmd stopped (pid {pid})", pid=pid)
@@ -9325,8 +11658,11 @@ def run_roles(channel):
                     system, user = build_request(message["packet"])
                     answer = {"system": system, "user": user}
                 else:
-                    answer = parse_reply(base64.b64decode(message.get("data", "")), message["packet"])
-            except Exception as err:     # a process boundary: the warden hears of it, nothing acts on it
+                    answer = parse_reply(
+                        base64.b64decode(message.get("data", "")), message["packet"]
+                    )
+            # a process boundary: the warden hears of it, nothing acts on it
+            except Exception as err:
                 answer = {"error": f"{type(err).__name__}: {str(err)[:200]}"}
             answer["rid"] = message.get("rid")
             send_line(channel, answer)
@@ -9348,7 +11684,8 @@ commands:
                      VENTURE or -v: the detail (last report, controller, guards, levers, asks, run)
   summary [--since DURATION|SEQ]
                      what happened, per venture, in the last 24h (or DURATION, such as 7d, or after
-                     record SEQ), from the ledger alone: levers run, refusals, asks, guards, effects,
+                     record SEQ), from the ledger alone: levers run, refusals, asks, guards, \
+effects,
                      restarts, the metric, and what needs a person now
   tail [N|-N] [-f]   the last N records (10), following while output is a terminal or with -f
   tail --since SEQ   every record after SEQ, then exit (for scripts)
@@ -9364,37 +11701,49 @@ commands:
   resume VENTURE     start a paused venture again
   why SEQ            print record SEQ and, for an action, its proof and whether it re-checks
   chart VENTURE [--since DURATION|SEQ]
-                     an SVG of the venture's metric over time, its bound or band, lever runs and asks
+                     an SVG of the venture's metric over time, its bound or band, lever runs and \
+asks
                      (avsm chart V > v.svg; from the ledger, so avsmd may be stopped)
   doctor [--since SEQ:HASH] [--checkpoint FILE|DIR|- [--allowed-signers FILE]] [--quick]
-                     check the home, config, ledger, mandates and daemon; change nothing; print the head;
+                     check the home, config, ledger, mandates and daemon; change nothing; print \
+the head;
                      --since, --checkpoint: it still holds those (--origin avsm/HOST:HOME: theirs
                      too, a home that moved); --quick: only from a verified checkpoint on
   doctor --cut SEQ   with avsmd stopped: back up the ledger, then cut it just before #SEQ
-  checkpoint         print a checkpoint of the ledger's head (written by avsmd into HOME/checkpoints,
+  checkpoint         print a checkpoint of the ledger's head (written by avsmd into \
+HOME/checkpoints,
                      signed when config.yaml names a key): keep it elsewhere
-  try DIR            run avsmd with DIR adopted, following the ledger until Ctrl-C, on a temporary home
-                     (or on the --home given); its first lines say how to answer its asks from elsewhere
+  try DIR            run avsmd with DIR adopted, following the ledger until Ctrl-C, on a temporary \
+home
+                     (or on the --home given); its first lines say how to answer its asks from \
+elsewhere
   link DIR           write DIR/avsm and DIR/avsmd: this avsm.py, started from cached bytecode (fast)
   fleet [--fleet FILE] status|asks|summary
-                     that view of every host in the fleet file (~/.config/avsm/fleet.yaml), the hosts
+                     that view of every host in the fleet file (~/.config/avsm/fleet.yaml), the \
+hosts
                      asked at once over ssh; an ask shows as HOST:SEQ (avsm --host HOST approve SEQ)
   fleet [--fleet FILE] witness [--keep DIR] [--mirror] [--allowed-signers FILE]
                      check each host's ledger here against the checkpoint kept for it in DIR/HOST
                      (~/.local/state/avsm/witness); --mirror: and keep a copy, DIR/HOST/ledger.db
   bridge [--read-only]
                      the forced command of an ssh key, serving avsm --host from elsewhere
-                     (--read-only: status, summary, tail, asks, why, chart, doctor; nothing that writes)
+                     (--read-only: status, summary, tail, asks, why, chart, doctor; nothing that \
+writes)
 
-The client talks to avsmd, the daemon, over HOME/sock: start one with `avsmd` (or `python3 avsm.py avsmd`);
+The client talks to avsmd, the daemon, over HOME/sock: start one with `avsmd` (or `python3 avsm.py \
+avsmd`);
 avsmd --help lists its options, and `avsm CMD --help` says one command.
---home DIR, else $AVSMD_HOME, else ~/.local/state/avsmd (macOS: ~/Library/Application Support/avsmd).
+--home DIR, else $AVSMD_HOME, else ~/.local/state/avsmd (macOS: ~/Library/Application \
+Support/avsmd).
 --host runs the command on that host's avsm through ssh ($AVSM_SSH) and its bridge ($AVSM_BRIDGE).
 avsm --version prints the version.
-Exit codes: 64 usage, 65 refused, 66 not there, 69 no avsmd answering, 73 a directory link cannot write,
-74 output not writable, 75 not now (the ledger cannot be written yet; doctor --cut while avsmd runs);
+Exit codes: 64 usage, 65 refused, 66 not there, 69 no avsmd answering, 73 a directory link cannot \
+write,
+74 output not writable, 75 not now (the ledger cannot be written yet; doctor --cut while avsmd \
+runs);
 over ssh also 68 a host not reached or silent past its timeout, 69 no avsm there, 77 a key refused;
-doctor also 73 a home that is no directory, 77 a permission missing, 78 a config or mandate that does not hold;
+doctor also 73 a home that is no directory, 77 a permission missing, 78 a config or mandate that \
+does not hold;
 either program exits 78 at once on a Python older than 3.11."""
 
 DAEMON_USAGE = """usage: avsmd [--home DIR] [-f CONFIG] [-d] [-t [DIR...] | -T]
@@ -9407,9 +11756,12 @@ DAEMON_USAGE = """usage: avsmd [--home DIR] [-f CONFIG] [-d] [-t [DIR...] | -T]
   -f FILE      read FILE as the config in place of HOME/config.yaml
   -d           verbose diagnostics on standard error
 
---home DIR, else $AVSMD_HOME, else ~/.local/state/avsmd (macOS: ~/Library/Application Support/avsmd).
-Exit codes: 64 usage, 65 a venture (-t DIR) or a ledger that does not read, 66 a directory that is not there,
-73 a home that is no directory or cannot be written, 75 another avsmd runs on the home, 78 a config or mandate
+--home DIR, else $AVSMD_HOME, else ~/.local/state/avsmd (macOS: ~/Library/Application \
+Support/avsmd).
+Exit codes: 64 usage, 65 a venture (-t DIR) or a ledger that does not read, 66 a directory that is \
+not there,
+73 a home that is no directory or cannot be written, 75 another avsmd runs on the home, 78 a \
+config or mandate
 that does not hold, or a Python older than 3.11 (one line names the version and the interpreter)."""
 
 
@@ -9422,7 +11774,9 @@ def flush_out():
     except BrokenPipeError:
         raise
     except OSError as err:
-        raise OutputError(err.errno or 9, err.strerror or "standard output cannot be written") from None
+        raise OutputError(
+            err.errno or 9, err.strerror or "standard output cannot be written"
+        ) from None
 
 
 def shown(text):
@@ -9452,7 +11806,9 @@ class OutputError(OSError):
     """Standard output cannot be written (closed, a full device): exit 74."""
 
 
-LINE_CONTROL_CHARS = "[\x00-\x08\x0b-\x1f\x7f-\x9f\u2028\u2029\u202a-\u202e\u2066-\u2069\ud800-\udfff]"
+LINE_CONTROL_CHARS = (
+    "[\x00-\x08\x0b-\x1f\x7f-\x9f\u2028\u2029\u202a-\u202e\u2066-\u2069\ud800-\udfff]"
+)
 
 
 def ask_daemon(home, cmd, args=None):
@@ -9461,15 +11817,21 @@ def ask_daemon(home, cmd, args=None):
         return ask_bridge(REMOTE["via"], {"v": 1, "cmd": cmd, "args": args or {}})
     with send_request(home, {"v": 1, "cmd": cmd, "args": args or {}}) as conn:
         reader = LineReader()
-        # a decision may wait on a backend (120 s, escalation twice that); anything else answers at once
+        # a decision may wait on a backend (120 s, escalation twice that); anything else answers at
+        # once
         conn.settimeout(3 * BACKEND_TIMEOUT if cmd == "decide" else 60)
         while True:
             try:
                 data = conn.recv(65536)
             except TimeoutError:
-                raise Fail(EX_UNAVAILABLE, "avsmd took the request but gave no answer in time; see avsm doctor") from None
+                raise Fail(
+                    EX_UNAVAILABLE,
+                    "avsmd took the request but gave no answer in time; see avsm doctor",
+                ) from None
             if not data:
-                raise Fail(EX_UNAVAILABLE, "avsmd ended the connection before answering; see avsm doctor")
+                raise Fail(
+                    EX_UNAVAILABLE, "avsmd ended the connection before answering; see avsm doctor"
+                )
             for message in reader.feed(data):
                 code = show_answer(message, cmd, home)
                 if code is not None:
@@ -9510,16 +11872,32 @@ def connect_daemon(home):
     except FileNotFoundError:
         conn.close()
         if os.path.exists(home) and not os.path.isdir(home):
-            raise Fail(EX_UNAVAILABLE, f"no avsmd is answering: {home} is a file, not a home directory") from None
+            raise Fail(
+                EX_UNAVAILABLE, f"no avsmd is answering: {home} is a file, not a home directory"
+            ) from None
         if not os.path.isdir(home):
-            raise Fail(EX_UNAVAILABLE, f"no avsmd is answering: {home} does not exist; start one with {program_command('avsmd', home)}") from None
+            raise Fail(
+                EX_UNAVAILABLE,
+                f"no avsmd is answering: {home} does not exist; start one with"
+                f" {program_command('avsmd', home)}",
+            ) from None
         if lock_holder(home):
-            raise Fail(EX_UNAVAILABLE, f"avsmd (pid {lock_holder(home)}) is running on {home} but its socket is missing; "
-                                       "it makes it again within a second: try again, or run avsm doctor") from None
-        raise Fail(EX_UNAVAILABLE, f"no avsmd is running on {home}; start it with {program_command('avsmd', home)}") from None
+            raise Fail(
+                EX_UNAVAILABLE,
+                f"avsmd (pid {lock_holder(home)}) is running on {home} but its socket is missing; "
+                "it makes it again within a second: try again, or run avsm doctor",
+            ) from None
+        raise Fail(
+            EX_UNAVAILABLE,
+            f"no avsmd is running on {home}; start it with {program_command('avsmd', home)}",
+        ) from None
     except ConnectionRefusedError:
         conn.close()
-        raise Fail(EX_UNAVAILABLE, f"no avsmd is running on {home} (its socket was left behind); start it with {program_command('avsmd', home)}") from None
+        raise Fail(
+            EX_UNAVAILABLE,
+            f"no avsmd is running on {home} (its socket was left behind); start it with"
+            f" {program_command('avsmd', home)}",
+        ) from None
     except OSError as err:
         conn.close()
         if socket_problem(home):
@@ -9528,7 +11906,10 @@ def connect_daemon(home):
     return conn
 
 
-CLIENT_VERBS = r"\bavsm (?=(add|status|summary|tail|asks|approve|deny|propose|decide|pause|resume|why|doctor|try)\b)"
+CLIENT_VERBS = (
+    r"\bavsm"
+    r" (?=(add|status|summary|tail|asks|approve|deny|propose|decide|pause|resume|why|doctor|try)\b)"
+)
 
 
 def as_user_runs(line, home):
@@ -9562,7 +11943,9 @@ def need_int(text, what):
     if not t.isdigit() or not t.isascii():
         raise Fail(EX_USAGE, f"'{text}' is not {what}; write a record number such as 17")
     if int(t) > SEQ_MAX:
-        raise Fail(EX_DATAERR, f"#{t} is past any record the ledger can hold; avsm tail shows the last")
+        raise Fail(
+            EX_DATAERR, f"#{t} is past any record the ledger can hold; avsm tail shows the last"
+        )
     return int(t)
 
 
@@ -9605,11 +11988,16 @@ def cmd_status(home, options, names):
         if arg in ("-v", "--verbose"):
             verbose = True
         elif arg.startswith("-") and arg != "-":
-            raise Fail(EX_USAGE, f"avsm status takes no option '{arg}'; usage: avsm status [-v] [VENTURE]")
+            raise Fail(
+                EX_USAGE, f"avsm status takes no option '{arg}'; usage: avsm status [-v] [VENTURE]"
+            )
         else:
             names = [arg] + names
     if len(names) > 1:
-        raise Fail(EX_USAGE, "usage: avsm status [-v] [VENTURE]: one venture at a time, or -v for every one")
+        raise Fail(
+            EX_USAGE,
+            "usage: avsm status [-v] [VENTURE]: one venture at a time, or -v for every one",
+        )
     args = {"verbose": verbose, "ascii": not utf8_output()}
     if names:
         args["venture"] = names[0]
@@ -9645,7 +12033,10 @@ def show_ledger_view(home, verb, args):
         db.close()
     except (sqlite3.Error, ValueError, KeyError, TypeError, Fail) as err:
         # not readable either: say so, keep the 69
-        sys.stderr.write(f"avsm: and the ledger cannot be read for its {verb}: {shown(str(err))}; avsm doctor says more\n")
+        sys.stderr.write(
+            f"avsm: and the ledger cannot be read for its {verb}: {shown(str(err))}; avsm doctor"
+            " says more\n"
+        )
         return
     if not any(s.mandate_seq is not None for s in states.values()):
         return
@@ -9653,7 +12044,10 @@ def show_ledger_view(home, verb, args):
         status_view(states, time.time(), None, None, args.get("venture"), args["verbose"],
                     args["ascii"], stopped=True)
     try:
-        out(f"avsmd is not running: nothing runs; this is what the ledger holds, to #{last[0]} at {format_local_time(last[1])}")
+        out(
+            f"avsmd is not running: nothing runs; this is what the ledger holds, to #{last[0]} at"
+            f" {format_local_time(last[1])}"
+        )
         out(*lines)
         flush_out()
     except BrokenPipeError:
@@ -9667,7 +12061,9 @@ def utf8_output():
     Python turns a C locale into C.UTF-8 in LC_CTYPE (PEP 538): that is read as the C locale."""
     if "utf8" in REMOTE:
         return REMOTE["utf8"]           # the bridge writes for a terminal at the other end of ssh
-    encoding = (getattr(sys.stdout, "encoding", None) or "").lower().replace("-", "").replace("_", "")
+    encoding = (
+        (getattr(sys.stdout, "encoding", None) or "").lower().replace("-", "").replace("_", "")
+    )
     if encoding != "utf8":
         return False
     lc_all, lc_ctype, lang = (os.environ.get(k) or None for k in ("LC_ALL", "LC_CTYPE", "LANG"))
@@ -9718,7 +12114,9 @@ def cmd_checkpoint(home, args):
     path = os.path.join(home, "checkpoints", f"{newest.seq:012d}.txt.sig")
     signature = open(path).read().strip() if os.path.exists(path) else None
     sys.stderr.write(f"avsm: {why}; this is the newest checkpoint it wrote\n")
-    for line in newest.text.rstrip("\n").split("\n") + (["", *signature.split("\n")] if signature else []):
+    for line in newest.text.rstrip("\n").split("\n") + (
+        ["", *signature.split("\n")] if signature else []
+    ):
         out(line)
     return EX_OK
 
@@ -9732,7 +12130,11 @@ def cmd_approve(home, args):
     if "--edit" not in args:
         return ask_daemon(home, "approve", {"ask": ask})
     if not (sys.stdin.isatty() and sys.stdout.isatty()):
-        raise Fail(EX_USAGE, "approve --edit opens an editor and needs a terminal; run it in one, or approve without --edit")
+        raise Fail(
+            EX_USAGE,
+            "approve --edit opens an editor and needs a terminal; run it in one, or approve without"
+            " --edit",
+        )
     import subprocess
     import tempfile
     payload = fetch_ask_payload(home, ask)
@@ -9743,7 +12145,9 @@ def cmd_approve(home, args):
     editor = os.environ.get("VISUAL") or os.environ.get("EDITOR") or "vi"
     try:
         if subprocess.call(["/bin/sh", "-c", f'{editor} "$1"', "editor", path]) != 0:
-            raise Fail(EX_DATAERR, f"the editor ({editor}) failed; nothing approved, ask #{ask} stays open")
+            raise Fail(
+                EX_DATAERR, f"the editor ({editor}) failed; nothing approved, ask #{ask} stays open"
+            )
         with open(path, encoding="utf-8") as fh:
             edited = fh.read()
     finally:
@@ -9754,7 +12158,10 @@ def cmd_approve(home, args):
         try:
             edited = read_json(edited)
         except (ValueError, RecursionError) as err:
-            raise Fail(EX_DATAERR, f"what you saved is not JSON ({err}); nothing approved, ask #{ask} stays open") from None
+            raise Fail(
+                EX_DATAERR,
+                f"what you saved is not JSON ({err}); nothing approved, ask #{ask} stays open",
+            ) from None
     if edited == payload:       # what you save runs: an editor quit without saving saved nothing
         raise Fail(EX_DATAERR, f"the content was left as it was (the editor quit without "
                                f"saving?): nothing approved, ask #{ask} stays open; to approve "
@@ -9784,18 +12191,38 @@ def sqlite3_errors():
 def ledger_path(home):
     """Return the ledger's path, or Fail: 73 a home no directory, 66 no ledger, 65 no file."""
     if os.path.exists(home) and not os.path.isdir(home):
-        raise Fail(EX_CANTCREAT, f"{home} is not a directory, so it holds no ledger; move it aside or pass another --home")
+        raise Fail(
+            EX_CANTCREAT,
+            f"{home} is not a directory, so it holds no ledger; move it aside or pass another"
+            " --home",
+        )
     if not os.path.isdir(home):
-        raise Fail(EX_NOINPUT, f"{home} does not exist; start {program_command('avsmd', home)} to make it")
+        raise Fail(
+            EX_NOINPUT, f"{home} does not exist; start {program_command('avsmd', home)} to make it"
+        )
     path = os.path.join(home, "ledger.db")
     if not os.path.exists(path):
-        raise Fail(EX_NOINPUT, f"{home} has no ledger yet; start {program_command('avsmd', home)} to make it")
+        raise Fail(
+            EX_NOINPUT,
+            f"{home} has no ledger yet; start {program_command('avsmd', home)} to make it",
+        )
     # a directory, a FIFO (whose open would wait for ever) or a device
     if not os.path.isfile(path):
         mode = os.stat(path).st_mode
-        what = "a directory" if stat.S_ISDIR(mode) else "a FIFO" if stat.S_ISFIFO(mode) else "a socket" if stat.S_ISSOCK(mode) else "a device"
-        raise Fail(EX_DATAERR, f"{path} is {what}, not a ledger; move it aside (avsmd then starts a new ledger), "
-                               f"and {client_command(home)} doctor says more")
+        what = (
+            "a directory"
+            if stat.S_ISDIR(mode)
+            else (
+                "a FIFO"
+                if stat.S_ISFIFO(mode)
+                else "a socket" if stat.S_ISSOCK(mode) else "a device"
+            )
+        )
+        raise Fail(
+            EX_DATAERR,
+            f"{path} is {what}, not a ledger; move it aside (avsmd then starts a new ledger), "
+            f"and {client_command(home)} doctor says more",
+        )
     return path
 
 
@@ -9814,14 +12241,22 @@ def cmd_tail(home, args):
         elif arg.lstrip("-").isdigit() and arg.isascii() and len(arg) - len(arg.lstrip("-")) <= 1:
             count = abs(int(arg))           # tail -5, as Unix tail: the last five
         else:
-            raise Fail(EX_USAGE, f"avsm tail does not take '{arg}'; usage: avsm tail [N] [-f] | avsm tail --since SEQ")
+            raise Fail(
+                EX_USAGE,
+                f"avsm tail does not take '{arg}'; usage: avsm tail [N] [-f] | avsm tail"
+                " --since SEQ",
+            )
     if count < 1:
         raise Fail(EX_DATAERR, "there is no record before #1; give avsm tail a count of at least 1")
     db = open_ledger_ro(ledger_path(home))
     if since is None:
         last = last_seq(db)
         since = max(0, last - count)
-        follow = REMOTE.get("tty", sys.stdout is not None and sys.stdout.isatty()) if follow is None else follow
+        follow = (
+            REMOTE.get("tty", sys.stdout is not None and sys.stdout.isatty())
+            if follow is None
+            else follow
+        )
     while True:
         for seq, at, record in read_records(db, since):
             out(format_record_line(seq, at, record))
@@ -9837,11 +12272,17 @@ def cmd_summary(home, args):
     since_text, rest = "24h", list(args)
     while rest:
         arg = rest.pop(0)
-        since_text = since_option(arg, rest, "avsm summary --since needs a duration or a record number, such as 24h, "
-                                             "7d or 1200")
+        since_text = since_option(
+            arg,
+            rest,
+            "avsm summary --since needs a duration or a record number, such as 24h, 7d or 1200",
+        )
         if since_text is None:
-            raise Fail(EX_USAGE, f"avsm summary does not take '{arg}'; usage: avsm summary [--since DURATION|SEQ], "
-                                 f"such as --since 24h, --since 7d or --since 1200")
+            raise Fail(
+                EX_USAGE,
+                f"avsm summary does not take '{arg}'; usage: avsm summary [--since DURATION|SEQ], "
+                "such as --since 24h, --since 7d or --since 1200",
+            )
     # bad usage (64) is found before the ledger (66)
     since, seconds = since_arg(since_text, "summary")
     span = f"the last {since_text.strip()}" if seconds else f"the records after #{since}"
@@ -9850,7 +12291,11 @@ def cmd_summary(home, args):
     if seconds is not None:
         since = first_seq_at(db, time.time() - seconds, top) - 1
     elif since > top:
-        raise Fail(EX_DATAERR, f"#{since} is past the last record (#{top}); avsm summary --since {top} is the empty span")
+        raise Fail(
+            EX_DATAERR,
+            f"#{since} is past the last record (#{top}); avsm summary --since {top} is the empty"
+            " span",
+        )
     summary = summarize(summary_rows(db, since), since)
     db.close()
     out(*format_summary(summary, span, home))
@@ -9863,25 +12308,34 @@ def summary_rows(db, since):
     folded = set()
     for (text,) in db.execute(f"SELECT record FROM records WHERE {RECORD_KIND_SQL} = 'mandate'"):
         record = load_record(text)
-        if record.get("kind") == "mandate" and expects_effects(parsed_or_none(parse_mandate, record, 0)):
+        if record.get("kind") == "mandate" and expects_effects(
+            parsed_or_none(parse_mandate, record, 0)
+        ):
             folded.add(record.get("venture"))
     kinds, names = ", ".join("?" * len(SUMMARY_BEFORE_KINDS)), ", ".join("?" * len(folded))
     clause = f"{RECORD_KIND_SQL} IN ({kinds})"
     if folded:
         clause += f" OR {RECORD_VENTURE_SQL} IN ({names})"
-    for seq, at, text in db.execute(f"SELECT seq, at, record FROM records WHERE seq <= ? AND ({clause}) ORDER BY seq",
-                                    [since, *SUMMARY_BEFORE_KINDS, *sorted(folded)]):
+    for seq, at, text in db.execute(
+        f"SELECT seq, at, record FROM records WHERE seq <= ? AND ({clause}) ORDER BY seq",
+        [since, *SUMMARY_BEFORE_KINDS, *sorted(folded)],
+    ):
         yield seq, at, read_record(text, seq)
     fullmatch = re.compile(TRUSTED_REPORT).fullmatch
-    for seq, at, text in db.execute("SELECT seq, at, record FROM records WHERE seq > ? ORDER BY seq", (since,)):
+    for seq, at, text in db.execute(
+        "SELECT seq, at, record FROM records WHERE seq > ? ORDER BY seq", (since,)
+    ):
         yield seq, at, decode_record(text, fullmatch, seq, checked=True)
 
 
 # A trusted report as the warden writes it, in canonical JSON: most of a ledger, decoded here
 # several times faster than by json.loads. Only that whole shape with no escape in its strings
 # matches; any other text goes to json.loads. summary is left out: nothing that summarizes reads it.
-TRUSTED_REPORT = (r'\{"claim":"measured","kind":"report","metric":"([^"\\]*)","note":"","plausible":true,'
-                  r'"status":"trusted","summary":"[^"\\]*","value":(-?[0-9][0-9.eE+-]*),"venture":"([A-Za-z0-9_.-]+)"\}')
+TRUSTED_REPORT = (
+    r'\{"claim":"measured","kind":"report","metric":"([^"\\]*)","note":"","plausible":true,'
+    r'"status":"trusted","summary":"[^"\\]*","value":(-?[0-9][0-9.eE+-]*),'
+    r'"venture":"([A-Za-z0-9_.-]+)"\}'
+)
 
 
 def decode_record(text, fullmatch=None, seq=None, checked=False):
@@ -9912,10 +12366,21 @@ def format_summary(summary, span, home):
         lines = [f"summary of {span}: no records"]
     else:
         (s0, a0), (s1, a1) = summary.first, summary.last
-        lines = [f"summary of {span}: #{s0}..#{s1}, {format_local_time(a0)} to {format_local_time(a1)}"]
+        lines = [
+            f"summary of {span}: #{s0}..#{s1}, {format_local_time(a0)} to {format_local_time(a1)}"
+        ]
     holder = lock_holder(home)
-    lines.append(f"avsmd: running (pid {holder})" if holder and holder > 0 else "avsmd: running" if holder
-                 else f"avsmd: not running; nothing runs until {program_command('avsmd', home)} starts it")
+    lines.append(
+        f"avsmd: running (pid {holder})"
+        if holder and holder > 0
+        else (
+            "avsmd: running"
+            if holder
+            else (
+                f"avsmd: not running; nothing runs until {program_command('avsmd', home)} starts it"
+            )
+        )
+    )
     for name in sorted(summary.ventures):
         v = summary.ventures[name]
         if v["mandate"] is None:
@@ -9932,40 +12397,73 @@ def venture_summary_lines(name, v, home):
     lines = [name + ("" if v["records"] else ": nothing recorded in this span")]
     if v["trusted"]:
         t = v["trusted"]
-        lines.append(f"  metric {v['metric']}: {len(t)} trusted report(s): first {format_number(t[0])}, last "
-                     f"{format_number(t[-1])}, min {format_number(min(t))}, max {format_number(max(t))}"
-                     + (f"; {v['untrusted']} not trusted" if v["untrusted"] else ""))
+        lines.append(
+            f"  metric {v['metric']}: {len(t)} trusted report(s): first {format_number(t[0])}, last"
+            f" {format_number(t[-1])}, min {format_number(min(t))}, max {format_number(max(t))}"
+            + (f"; {v['untrusted']} not trusted" if v["untrusted"] else "")
+        )
     elif v["untrusted"]:
         lines.append(f"  metric {v['metric']}: no trusted report; {v['untrusted']} not trusted")
     for lever, runs in sorted(v["levers"].items()):
         pending = [s for s in runs["runs"] if s not in runs["ok"] and s not in runs["failed"]]
-        words = [f"{len(runs['ok'])} ok"] + ([f"{len(runs['failed'])} failed ({seq_list(runs['failed'])})"] if runs["failed"] else []) \
+        words = (
+            [f"{len(runs['ok'])} ok"]
+            + (
+                [f"{len(runs['failed'])} failed ({seq_list(runs['failed'])})"]
+                if runs["failed"]
+                else []
+            )
             + ([f"{len(pending)} with no outcome yet ({seq_list(pending)})"] if pending else [])
-        lines.append(f"  lever {lever}: ran {len(runs['runs'])} time(s), {', '.join(words)}: {seq_list(runs['runs'])}")
+        )
+        lines.append(
+            f"  lever {lever}: ran {len(runs['runs'])} time(s), {', '.join(words)}:"
+            f" {seq_list(runs['runs'])}"
+        )
     if v["refusals"]:
         lines.append(f"  refusals: {sum(g['count'] for g in v['refusals'].values())}, by reason:")
         for group in sorted(v["refusals"].values(), key=lambda g: -g["count"]):
-            lines.append(f"    {group['count']} x {group['lever']}: {group['why']} ({seq_list(group['seqs'], 4)})")
+            lines.append(
+                f"    {group['count']} x {group['lever']}: {group['why']}"
+                f" ({seq_list(group['seqs'], 4)})"
+            )
     if v["raised"] or v["answered"] or v["open"]:
         answered = [f"{len(asks)} {ANSWER_WORDS[kind]} ({seq_list(asks)})" for kind in ANSWER_WORDS
                     for asks in [[ask for ask, k, _ in v["answered"] if k == kind]] if asks]
-        lines.append(f"  asks: {len(v['raised'])} raised" + (f" ({seq_list(v['raised'])})" if v["raised"] else "")
-                     + f", {len(v['answered'])} answered" + (f": {', '.join(answered)}" if answered else "")
-                     + f", {len(v['open'])} still open")
+        lines.append(
+            f"  asks: {len(v['raised'])} raised"
+            + (f" ({seq_list(v['raised'])})" if v["raised"] else "")
+            + f", {len(v['answered'])} answered"
+            + (f": {', '.join(answered)}" if answered else "")
+            + f", {len(v['open'])} still open"
+        )
     for guard, g in sorted(v["guards"].items()):
-        lines.append(f"  guard {guard}: {g['readings']} reading(s), {len(g['episodes'])} episode(s) past its bound"
-                     + (f" ({seq_list(g['episodes'])})" if g["episodes"] else "")
-                     + (f", paused it ({seq_list(g['paused'])})" if g["paused"] else ""))
+        lines.append(
+            f"  guard {guard}: {g['readings']} reading(s), {len(g['episodes'])} episode(s) past its"
+            " bound"
+            + (f" ({seq_list(g['episodes'])})" if g["episodes"] else "")
+            + (f", paused it ({seq_list(g['paused'])})" if g["paused"] else "")
+        )
     person_pauses = [s for s, guard in v["pauses"] if not guard]
     if person_pauses or v["resumes"]:
-        lines.append(f"  paused by a person {len(person_pauses)} time(s), resumed {len(v['resumes'])} time(s)")
+        lines.append(
+            f"  paused by a person {len(person_pauses)} time(s), resumed {len(v['resumes'])}"
+            " time(s)"
+        )
     if v["effects"]:
-        lines.append("  effects judged: " + ", ".join(f"{len(seqs)} {verdict} ({seq_list(seqs, 4)})"
-                                                      for verdict, seqs in sorted(v["effects"].items())))
+        lines.append(
+            "  effects judged: "
+            + ", ".join(
+                f"{len(seqs)} {verdict} ({seq_list(seqs, 4)})"
+                for verdict, seqs in sorted(v["effects"].items())
+            )
+        )
     if v["exits"]:
         restarts = [s for s, again, _ in v["exits"] if again]
-        lines.append(f"  run: ended {len(v['exits'])} time(s), restarted {len(restarts)}"
-                     + (f" ({seq_list(restarts)})" if restarts else "") + f"; last ended {v['exits'][-1][2]}")
+        lines.append(
+            f"  run: ended {len(v['exits'])} time(s), restarted {len(restarts)}"
+            + (f" ({seq_list(restarts)})" if restarts else "")
+            + f"; last ended {v['exits'][-1][2]}"
+        )
     needs = needs_person(v, name)
     for what, command in needs:
         lines.append(f"  needs a person: {what} -> {as_user_runs(command, home)}")
@@ -9983,16 +12481,28 @@ def cmd_why(home, args):
         raise Fail(EX_USAGE, "usage: avsm why SEQ")
     seq = need_int(args[0], "a record number")
     db = open_ledger_ro(ledger_path(home))
-    at, record = record_at(db, seq) or refuse(f"#{seq} is not in the ledger; avsm tail shows the record numbers", EX_DATAERR)
+    at, record = record_at(db, seq) or refuse(
+        f"#{seq} is not in the ledger; avsm tail shows the record numbers", EX_DATAERR
+    )
     out(format_record_line(seq, at, record))
     broken = object_problem(record)
     if broken is not None:
-        raise Fail(EX_DATAERR, f"record #{seq} does not read: {broken}; avsm doctor says more, and avsm doctor --cut {seq} "
-                               "with avsmd stopped cuts the ledger just before it")
+        raise Fail(
+            EX_DATAERR,
+            f"record #{seq} does not read: {broken}; avsm doctor says more, and avsm doctor --cut"
+            f" {seq} with avsmd stopped cuts the ledger just before it",
+        )
     proof = record.get("proof")
     if record.get("kind") != "action" or not proof:
-        cited = [record[k] for k in ("action", "ask", "report", "proposal", "prediction") if isinstance(record.get(k), int)]
-        out(f"a {record.get('claim')} {record.get('kind')} record: it authorizes nothing and carries no proof")
+        cited = [
+            record[k]
+            for k in ("action", "ask", "report", "proposal", "prediction")
+            if isinstance(record.get(k), int)
+        ]
+        out(
+            f"a {record.get('claim')} {record.get('kind')} record: it authorizes nothing and"
+            " carries no proof"
+        )
         if isinstance(record.get("call"), dict):
             out(f"  call: {describe_call(record)}")
         for c in cited:
@@ -10013,7 +12523,10 @@ def cmd_why(home, args):
     if isinstance(proof.get("trigger"), int):
         _, t = record_at(db, proof["trigger"]) or (None, None)
         if t is not None:
-            out(f"  trigger (not a premise): #{proof['trigger']} {t.get('claim')} {t.get('kind')} {t.get('summary')}")
+            out(
+                f"  trigger (not a premise): #{proof['trigger']} {t.get('claim')} {t.get('kind')}"
+                f" {t.get('summary')}"
+            )
             if isinstance(t.get("call"), dict):
                 out(f"    call: {describe_call(t)}")
     # the venture's records up to the action (the fold the gate saw: recheck_action), and each
@@ -10045,8 +12558,10 @@ def cmd_why(home, args):
 def records_citing(db, key, seq):
     """Yield (seq, at, record) after #seq whose field `key` is seq."""
     # canonical JSON is compact; the exact field is checked below
-    rows = db.execute("SELECT seq, at, record FROM records WHERE seq > ? AND record LIKE ? ORDER BY seq",
-                      (seq, f'%"{key}":{seq}%'))
+    rows = db.execute(
+        "SELECT seq, at, record FROM records WHERE seq > ? AND record LIKE ? ORDER BY seq",
+        (seq, f'%"{key}":{seq}%'),
+    )
     for s, at, text in rows:
         record = load_record(text, s)
         if record.get(key) == seq:
@@ -10058,7 +12573,9 @@ def printed_lines(outcome, indent):
     note = str(outcome.get("note") or "")
     if not note:
         return [f"{indent}printed nothing"]
-    head = f"{indent}printed" + (f" (the last {NOTE_MAX} characters):" if len(note) >= NOTE_MAX else ":")
+    head = f"{indent}printed" + (
+        f" (the last {NOTE_MAX} characters):" if len(note) >= NOTE_MAX else ":"
+    )
     return [head] + [f"{indent}  {line}" for line in note.splitlines()]
 
 
@@ -10067,12 +12584,16 @@ def what_followed(db, seq, record, home):
     lines = []
 
     def ended(action_seq, indent):
-        outcomes = [o for o in records_citing(db, "action", action_seq) if o[2].get("kind") == "outcome"]
+        outcomes = [
+            o for o in records_citing(db, "action", action_seq) if o[2].get("kind") == "outcome"
+        ]
         for o_seq, o_at, outcome in outcomes:
             lines.append(f"{indent}ended " + format_record_line(o_seq, o_at, outcome))
             lines.extend(printed_lines(outcome, indent + "  "))
         if not outcomes:
-            lines.append(f"{indent}no outcome yet: the lever is running, or avsmd stopped before it ended")
+            lines.append(
+                f"{indent}no outcome yet: the lever is running, or avsmd stopped before it ended"
+            )
 
     def runs(key, number, indent):
         for a_seq, a_at, action in records_citing(db, key, number):
@@ -10082,7 +12603,11 @@ def what_followed(db, seq, record, home):
 
     kind = record.get("kind")
     if kind == "ask":
-        answers = [a for a in records_citing(db, "ask", seq) if a[2].get("kind") in ("refusal", *ANSWER_WORDS)]
+        answers = [
+            a
+            for a in records_citing(db, "ask", seq)
+            if a[2].get("kind") in ("refusal", *ANSWER_WORDS)
+        ]
         for a_seq, a_at, answer in answers:
             lines.append(("  settled by " if answer["kind"] == "resolved" else "  answered by ")
                          + format_record_line(a_seq, a_at, answer))
@@ -10104,9 +12629,15 @@ def describe_call(record):
     words = [f"{record.get('backend')}, request id {call.get('request_id') or 'not given'}"]
     usage = call.get("usage") or {}
     first = ("input_tokens", "output_tokens", "prompt_tokens", "completion_tokens", "total_tokens")
-    flat = sorted(((k, v) for k, v in usage.items() if not isinstance(v, dict)),
-                  key=lambda kv: (first.index(kv[0]) if kv[0] in first else len(first), kv[0])) + \
-           [(f"{k}.{k2}", v2) for k, v in sorted(usage.items()) if isinstance(v, dict) for k2, v2 in sorted(v.items())]
+    flat = sorted(
+        ((k, v) for k, v in usage.items() if not isinstance(v, dict)),
+        key=lambda kv: (first.index(kv[0]) if kv[0] in first else len(first), kv[0]),
+    ) + [
+        (f"{k}.{k2}", v2)
+        for k, v in sorted(usage.items())
+        if isinstance(v, dict)
+        for k2, v2 in sorted(v.items())
+    ]
     words.append("usage " + ", ".join(f"{k} {v}" for k, v in flat) if flat else "no usage reported")
     if call.get("stop"):
         words.append(f"stop {call['stop']}")
@@ -10121,14 +12652,31 @@ def describe_call(record):
 
 # near side: "via", the host ask_daemon goes through; both sides: "as", how the person runs avsm
 REMOTE = {}
-SSH_FAILURES = (("Could not resolve hostname", EX_NOHOST, "check its name, or its Host entry in ~/.ssh/config"),
-                ("Permission denied", EX_NOPERM, "the key was refused: put your public key in the host's "
-                                                 "authorized_keys, as the README's Many hosts shows"),
-                ("timed out", EX_NOHOST, "it said nothing within its timeout: the host or its sshd hangs; "
-                                         "`ssh HOST true` tries by hand"),
-                ("Host key verification failed", EX_NOPERM, "its host key is not the one known_hosts holds: check "
-                                                            "it, then ssh to it once by hand"),
-                ("", EX_NOHOST, "is it up, with sshd running? `ssh HOST true` tries by hand"))
+SSH_FAILURES = (
+    ("Could not resolve hostname", EX_NOHOST, "check its name, or its Host entry in ~/.ssh/config"),
+    (
+        "Permission denied",
+        EX_NOPERM,
+        (
+            "the key was refused: put your public key in the host's "
+            "authorized_keys, as the README's Many hosts shows"
+        ),
+    ),
+    (
+        "timed out",
+        EX_NOHOST,
+        (
+            "it said nothing within its timeout: the host or its sshd hangs; "
+            "`ssh HOST true` tries by hand"
+        ),
+    ),
+    (
+        "Host key verification failed",
+        EX_NOPERM,
+        "its host key is not the one known_hosts holds: check it, then ssh to it once by hand",
+    ),
+    ("", EX_NOHOST, "is it up, with sshd running? `ssh HOST true` tries by hand"),
+)
 FLEET_VIEWS = ("status", "asks", "summary")
 # what fleet witness checks a host's checkpoints with, in the fleet file or one of its hosts
 WITNESS_KEYS = {"principal", "allowed_signers", "namespace"}
@@ -10157,20 +12705,34 @@ def cmd_bridge(home, args, pinned):
         try:
             messages = reader.feed(data)
         except (ValueError, RecursionError) as err:
-            raise Fail(EX_USAGE, f"the bridge reads one JSON object a line: {str(err)[:200]}") from None
+            raise Fail(
+                EX_USAGE, f"the bridge reads one JSON object a line: {str(err)[:200]}"
+            ) from None
         for message in messages:
             asked = True
             if not isinstance(message, dict):
-                raise Fail(EX_USAGE, f"the bridge reads one JSON object a line, not {json_kind(message)}")
+                raise Fail(
+                    EX_USAGE, f"the bridge reads one JSON object a line, not {json_kind(message)}"
+                )
             where = message.pop("home", None)
-            if where is not None and (argument_problem("path", where) or pinned and os.path.realpath(where) != os.path.realpath(home)):
-                raise Fail(EX_DATAERR, f"this bridge serves {home}, not {shown_text(json.dumps(where))[:120]}")
+            if where is not None and (
+                argument_problem("path", where)
+                or pinned
+                and os.path.realpath(where) != os.path.realpath(home)
+            ):
+                raise Fail(
+                    EX_DATAERR,
+                    f"this bridge serves {home}, not {shown_text(json.dumps(where))[:120]}",
+                )
             if "verb" in message:
                 return bridge_verb(where or home, message, bool(args))
             try:
                 cmd, request_args = check_request(message)
                 if args and cmd not in READ_REQUESTS:
-                    raise Fail(EX_DATAERR, f"this key may only read (avsm bridge --read-only): {cmd} is refused")
+                    raise Fail(
+                        EX_DATAERR,
+                        f"this key may only read (avsm bridge --read-only): {cmd} is refused",
+                    )
                 if cmd == "records":        # read here, from the file: a witness needs no avsmd
                     send_out(*records_answer(where or home, request_args))
                     continue
@@ -10180,7 +12742,10 @@ def cmd_bridge(home, args, pinned):
                     while not ended:
                         data = conn.recv(65536)
                         if not data:
-                            raise Fail(EX_UNAVAILABLE, "avsmd ended the connection before answering; see avsm doctor")
+                            raise Fail(
+                                EX_UNAVAILABLE,
+                                "avsmd ended the connection before answering; see avsm doctor",
+                            )
                         ended = any("exit" in send_out(line) for line in answer.feed(data))
             except (Fail, ValueError, OSError) as err:
                 send_out({"err": str(err)}, {"exit": getattr(err, "code", EX_UNAVAILABLE)})
@@ -10196,14 +12761,22 @@ def send_out(*messages):
 def bridge_verb(home, message, read_only):
     """Run one client verb here for the person at the other end of ssh; return its exit code."""
     if message.pop("v", 1) != 1:
-        raise Fail(EX_USAGE, "this bridge speaks version 1 of its requests; use an avsm of the same version")
+        raise Fail(
+            EX_USAGE,
+            "this bridge speaks version 1 of its requests; use an avsm of the same version",
+        )
     m = checked_arguments("a bridge's verb", message, BRIDGE_KEYS)
     verb, argv = m["verb"], m["argv"]
     if verb not in BRIDGE_VERBS:
-        raise Fail(EX_USAGE, f"the bridge runs {', '.join(BRIDGE_VERBS)}, not {shown_text(verb)[:80]}")
+        raise Fail(
+            EX_USAGE, f"the bridge runs {', '.join(BRIDGE_VERBS)}, not {shown_text(verb)[:80]}"
+        )
     if read_only and (BRIDGE_VERBS[verb] != "read" or verb == "doctor" and "--cut" in argv):
-        raise Fail(EX_DATAERR, f"this key may only read (avsm bridge --read-only): {verb} is refused; "
-                               f"it needs a key whose bridge may write")
+        raise Fail(
+            EX_DATAERR,
+            f"this key may only read (avsm bridge --read-only): {verb} is refused; "
+            "it needs a key whose bridge may write",
+        )
     problem = bridge_argv_problem(verb, argv)
     if problem:
         raise Fail(EX_DATAERR, problem)
@@ -10243,32 +12816,56 @@ def end_with_stdin():
 def remote_host(spec, ssh=None, bridge=None, timeout=None, name=None):
     """Return the host [user@]HOST[:HOME] names, with its ssh command, bridge and timeout."""
     dest, _, home = spec.partition(":")
-    if not re.fullmatch(r"([^@\s]+@)?[\w.\[\]-]+", dest) or dest.startswith("-") or home and not os.path.isabs(home):
-        raise Fail(EX_USAGE, f"{shown_text(spec)[:80]!r} is not [user@]HOST[:HOME] (HOME absolute, as web1:/srv/avsm)")
-    return {"name": name or spec, "dest": dest, "home": home or None, "timeout": timeout or 10,
-            "ssh": ssh or os.environ.get("AVSM_SSH") or "ssh", "bridge": bridge or os.environ.get("AVSM_BRIDGE") or "avsm bridge"}
+    if (
+        not re.fullmatch(r"([^@\s]+@)?[\w.\[\]-]+", dest)
+        or dest.startswith("-")
+        or home
+        and not os.path.isabs(home)
+    ):
+        raise Fail(
+            EX_USAGE,
+            f"{shown_text(spec)[:80]!r} is not [user@]HOST[:HOME] (HOME absolute, as"
+            " web1:/srv/avsm)",
+        )
+    return {
+        "name": name or spec,
+        "dest": dest,
+        "home": home or None,
+        "timeout": timeout or 10,
+        "ssh": ssh or os.environ.get("AVSM_SSH") or "ssh",
+        "bridge": bridge or os.environ.get("AVSM_BRIDGE") or "avsm bridge",
+    }
 
 
 def fleet_path(given=None):
-    return given or os.path.join(os.environ.get("XDG_CONFIG_HOME") or os.path.expanduser("~/.config"), "avsm", "fleet.yaml")
+    return given or os.path.join(
+        os.environ.get("XDG_CONFIG_HOME") or os.path.expanduser("~/.config"), "avsm", "fleet.yaml"
+    )
 
 
 def read_fleet(path, must=True):
-    """Return the hosts of a fleet file (none when there is none and `must` is False), or Fail: 66 none, 78 a file
-    that does not hold.   fleet ::= {hosts: [SPEC | {host: SPEC, name, ssh, bridge, timeout}], ssh, bridge, timeout}"""
+    """Return the hosts of a fleet file (none when there is none and `must` is False), or Fail: 66
+    none, 78 a file that does not hold.   fleet ::= {hosts: [SPEC | {host: SPEC, name, ssh, bridge,
+    timeout}], ssh, bridge, timeout} """
     try:
         with open(path, encoding="utf-8") as fh:
             text = fh.read()
     except OSError as err:
         if not must:
             return []
-        raise Fail(EX_NOINPUT, f"{path} cannot be read ({err.strerror}): write the hosts there, as the README's "
-                               f"Many hosts shows, or name a file with --fleet FILE") from None
+        raise Fail(
+            EX_NOINPUT,
+            f"{path} cannot be read ({err.strerror}): write the hosts there, as the README's "
+            "Many hosts shows, or name a file with --fleet FILE",
+        ) from None
     doc, c = checked_yaml(text, path)
     keys = {"ssh", "bridge", "timeout"} | WITNESS_KEYS
     c.mapping(doc, (), keys | {"hosts"}, "a fleet file")
     if not isinstance(doc.get("hosts"), list) or not doc["hosts"]:
-        c.fail(("hosts",), "hosts: is a list of [user@]HOST[:HOME], as hosts: [web1, ops@db1:/srv/avsm]")
+        c.fail(
+            ("hosts",),
+            "hosts: is a list of [user@]HOST[:HOME], as hosts: [web1, ops@db1:/srv/avsm]",
+        )
     for k in sorted(keys & set(doc)):   # what every host takes is checked where it is written
         if k == "timeout":
             fleet_timeout(c, doc[k], (k,), text)
@@ -10276,14 +12873,23 @@ def read_fleet(path, must=True):
             c.text(doc[k], (k,), k)
     hosts, named = [], {}
     for i, item in enumerate(doc["hosts"]):
-        entry = c.mapping({"host": item} if isinstance(item, str) else item, ("hosts", i), keys | {"host", "name"}, "a host")
+        entry = c.mapping(
+            {"host": item} if isinstance(item, str) else item,
+            ("hosts", i),
+            keys | {"host", "name"},
+            "a host",
+        )
         where = {k: ("hosts", i, k) if k in entry else (k,) for k in keys | {"host", "name"}}
         given = {k: c.text(entry.get(k, doc.get(k)), where[k], k, required=False)
                  for k in ("ssh", "bridge", "host", "name", *WITNESS_KEYS)}
         timeout = entry.get("timeout", doc.get("timeout"))
         timeout = fleet_timeout(c, timeout, where["timeout"], text) if timeout is not None else None
         try:
-            hosts.append(remote_host(given["host"] or "", given["ssh"], given["bridge"], timeout, given["name"]))
+            hosts.append(
+                remote_host(
+                    given["host"] or "", given["ssh"], given["bridge"], timeout, given["name"]
+                )
+            )
             hosts[-1].update((k, given[k]) for k in WITNESS_KEYS)
         except Fail as fail:
             c.fail(("hosts", i), str(fail))
@@ -10333,7 +12939,10 @@ def run_remote(target, verb, argv, path=None):
     """avsm --host [user@]HOST[:HOME] VERB ...: run VERB on that host; return its exit code."""
     host = find_host(target, path)
     if verb not in BRIDGE_VERBS:
-        raise Fail(EX_USAGE, f"avsm {verb} runs only where you are; avsm --host runs {', '.join(BRIDGE_VERBS)}")
+        raise Fail(
+            EX_USAGE,
+            f"avsm {verb} runs only where you are; avsm --host runs {', '.join(BRIDGE_VERBS)}",
+        )
     REMOTE.update({"via": host, "as": f"{client_command()} --host {target}"})
     if verb == "approve" and "--edit" in argv:
         # the editor is here; the ask and the answer go through the bridge
@@ -10342,11 +12951,23 @@ def run_remote(target, verb, argv, path=None):
     if verb == "propose" and "--payload" in argv[:-1]:
         at = argv.index("--payload")
         stdin, argv = read_payload(argv[at + 1]), argv[:at + 1] + ["-"] + argv[at + 2:]
-    elif verb == "doctor" and "--checkpoint" in argv and argv[argv.index("--checkpoint") + 1:][:1] == ["-"]:
+    elif (
+        verb == "doctor"
+        and "--checkpoint" in argv
+        and argv[argv.index("--checkpoint") + 1 :][:1] == ["-"]
+    ):
         # doctor --checkpoint -: what - reads is here, sent along
         stdin = sys.stdin.read()
-    request = {"v": 1, "verb": verb, "argv": argv, "home": host["home"], "stdin": stdin, "as": REMOTE["as"],
-               "tty": bool(sys.stdout and sys.stdout.isatty()), "utf8": utf8_output()}
+    request = {
+        "v": 1,
+        "verb": verb,
+        "argv": argv,
+        "home": host["home"],
+        "stdin": stdin,
+        "as": REMOTE["as"],
+        "tty": bool(sys.stdout and sys.stdout.isatty()),
+        "utf8": utf8_output(),
+    }
     return ssh_bridge(host, request)[0]
 
 
@@ -10545,8 +13166,12 @@ def far_failure(host, code, ours, theirs, ended=(), pinged=True, by_hand=None):
         raise Fail(code, f"{name}: ssh could not reach avsm there ({said}); "
                          f"{fix}{host.get('guess', '')}")
     if code == 127 and not ours:
-        raise Fail(EX_UNAVAILABLE, f"{name}: no avsm there ({host['bridge']!r} was not found); copy avsm.py to it and "
-                                   f"name the command: bridge: python3 /opt/avsm/avsm.py bridge in the fleet file, or AVSM_BRIDGE")
+        raise Fail(
+            EX_UNAVAILABLE,
+            f"{name}: no avsm there ({host['bridge']!r} was not found); copy avsm.py to it and name"
+            " the command: bridge: python3 /opt/avsm/avsm.py bridge in the fleet file, or"
+            " AVSM_BRIDGE",
+        )
     if not pinged and code == EX_OK:
         raise Fail(EX_UNAVAILABLE, f"{name}: {host['bridge']!r} ran there and said nothing, which "
                                    f"avsm's bridge never does; name avsm's (bridge: python3 "
@@ -11019,10 +13644,16 @@ def read_config(home, path=None):
     except UnicodeDecodeError as err:
         line = data.count(b"\n", 0, err.start) + 1
         col = err.start - (data.rfind(b"\n", 0, err.start) + 1) + 1
-        raise Fail(EX_CONFIG, f"{path}:{line}:{col}: byte 0x{data[err.start]:02x} is not UTF-8; save the config as UTF-8") from None
+        raise Fail(
+            EX_CONFIG,
+            f"{path}:{line}:{col}: byte 0x{data[err.start]:02x} is not UTF-8; save the config as"
+            " UTF-8",
+        ) from None
     except FileNotFoundError:
         if given:
-            raise Fail(EX_CONFIG, f"{path} is not there; pass an existing config file to -f") from None
+            raise Fail(
+                EX_CONFIG, f"{path} is not there; pass an existing config file to -f"
+            ) from None
         text = ""
     except OSError as err:
         raise Fail(EX_CONFIG, f"{path} cannot be read: {err.strerror}") from None
@@ -11075,8 +13706,10 @@ def test_config(home, cfg, path):
     try:
         adopted = adopted_mandates(home)
     except (sqlite3_errors(), ValueError, Fail) as err:
-        sys.stderr.write(f"avsmd: {home}/ledger.db does not read ({err}), so no adopted mandate can be listed; "
-                         f"see {client_command(home)} doctor\n")
+        sys.stderr.write(
+            f"avsmd: {home}/ledger.db does not read ({err}), so no adopted mandate can be listed; "
+            f"see {client_command(home)} doctor\n"
+        )
         return EX_DATAERR
     for name, directory, seq, paused, in_force in adopted:
         mandate_path = os.path.join(directory or "", "mandate.yaml")
@@ -11097,13 +13730,19 @@ def test_config(home, cfg, path):
             if fail.code == EX_NOINPUT and paused:
                 out(f"venture {name} (mandate #{seq}): paused, and its directory has gone")
                 continue
-            sys.stderr.write(f"avsmd: {name}: {fail}" + (f" (mandate #{seq} stays in force)\n" if fail.code != EX_NOINPUT else "\n"))
+            sys.stderr.write(
+                f"avsmd: {name}: {fail}"
+                + (f" (mandate #{seq} stays in force)\n" if fail.code != EX_NOINPUT else "\n")
+            )
             code = EX_CONFIG
             continue
         drift = mandate_drift(in_force, text, seq, mandate_path)
         if drift:
-            out(f"venture {name} ({directory}){': paused' if paused else ''}: {mandate_path} differs from mandate #{seq} "
-                f"in force; {client_command(home)} add {directory} applies it")
+            out(
+                f"venture {name} ({directory}){': paused' if paused else ''}: {mandate_path}"
+                f" differs from mandate #{seq} in force; {client_command(home)} add {directory}"
+                " applies it"
+            )
             out(*drift)
             out("  as on disk, once added, it allows:")
         else:
@@ -11115,7 +13754,10 @@ def test_config(home, cfg, path):
 def test_ventures(home, cfg, dirs):
     """avsmd -t DIR...: check each venture directory exactly as `avsm add` would, with no daemon."""
     try:
-        adopted = {name: (directory, seq, paused, text) for name, directory, seq, paused, text in adopted_mandates(home)}
+        adopted = {
+            name: (directory, seq, paused, text)
+            for name, directory, seq, paused, text in adopted_mandates(home)
+        }
     except (sqlite3_errors(), ValueError, Fail):
         # a ledger that does not read: avsmd -t alone says so; each directory is still checked
         adopted = {}
@@ -11132,14 +13774,22 @@ def test_ventures(home, cfg, dirs):
             continue
         held = adopted.get(name)
         if held and held[0] == directory and held[3] == text:
-            out(f"venture {name} ({directory}): holds, the same as mandate #{held[1]} in force (avsm add writes nothing)")
+            out(
+                f"venture {name} ({directory}): holds, the same as mandate #{held[1]} in force"
+                " (avsm add writes nothing)"
+            )
         elif held and held[0] == directory:
-            out(f"venture {name} ({directory}): holds, and differs from mandate #{held[1]} in force; "
-                f"{client_command(home)} add {directory} applies it")
+            out(
+                f"venture {name} ({directory}): holds, and differs from mandate #{held[1]} in"
+                f" force; {client_command(home)} add {directory} applies it"
+            )
             out(*mandate_drift(held[3], text, held[1], path))
             out("  as on disk, once added, it allows:")
         else:
-            out(f"venture {name} ({directory}): holds; {client_command(home)} add {directory} adopts it")
+            out(
+                f"venture {name} ({directory}): holds; {client_command(home)} add {directory}"
+                " adopts it"
+            )
         print_allowed(home, cfg, name, m)
     return code
 
@@ -11152,11 +13802,28 @@ def describe_allowed(m, cfg=None):
         lines.append("  " + backend_note(m, cfg))
     lines.append(f"  controller: {CONTROLLERS[ctl['kind']].describe(ctl)}")
     for lever in m["levers"].values():
-        how = "runs unasked" if lever["reversible"] else ("delegated: runs unasked, intent before and outcome after"
-                                                            if lever["delegated"] else "irreversible: asks a person first")
-        lines.append(f"  may run {lever['name']}: cap {lever['cap_text']}, {how}"
-                     + (f", takes {lever['takes']}" + (" (a model's content runs unasked: delegated)" if lever["delegated"]
-                                                       else " (model content waits for a person)") if lever["takes"] else ""))
+        how = (
+            "runs unasked"
+            if lever["reversible"]
+            else (
+                "delegated: runs unasked, intent before and outcome after"
+                if lever["delegated"]
+                else "irreversible: asks a person first"
+            )
+        )
+        lines.append(
+            f"  may run {lever['name']}: cap {lever['cap_text']}, {how}"
+            + (
+                f", takes {lever['takes']}"
+                + (
+                    " (a model's content runs unasked: delegated)"
+                    if lever["delegated"]
+                    else " (model content waits for a person)"
+                )
+                if lever["takes"]
+                else ""
+            )
+        )
     if not m["levers"]:
         lines.append("  may run no lever")
     if m["forbidden"]:
@@ -11165,11 +13832,22 @@ def describe_allowed(m, cfg=None):
         lines.append(f"  keeps {m['run']} running (restart: {m['restart']})")
     for g in m["guards"]:
         source = g["run"] or g["adapter"] or f"drawdown of {g['drawdown']:g}% from the peak"
-        bound = f"past {g['drawdown']:g}%" if g["drawdown"] is not None else f"{g['side']} {format_number(g['bound'])}"
-        lines.append(f"  guard {g['name']} ({source}): {bound} {'pauses' if g['then'] == 'pause' else 'asks'}; then only stop"
-                     + (f" and unwind {g['unwind']['action']}" if g["unwind"] else "") + " run")
+        bound = (
+            f"past {g['drawdown']:g}%"
+            if g["drawdown"] is not None
+            else f"{g['side']} {format_number(g['bound'])}"
+        )
+        lines.append(
+            f"  guard {g['name']} ({source}): {bound}"
+            f" {'pauses' if g['then'] == 'pause' else 'asks'}; then only stop"
+            + (f" and unwind {g['unwind']['action']}" if g["unwind"] else "")
+            + " run"
+        )
     for a in m["audits"]:
-        lines.append(f"  audit {a['name']} ({a['run']}): asks when the metric improves while it worsens ({a['worse']}) past {format_number(a['tolerance'])}")
+        lines.append(
+            f"  audit {a['name']} ({a['run']}): asks when the metric improves while it worsens"
+            f" ({a['worse']}) past {format_number(a['tolerance'])}"
+        )
     return lines
 
 
@@ -11181,12 +13859,18 @@ def backend_note(m, cfg):
     if not name:
         return "backend: none named (set default: in config.yaml): no decision is made"
     if cfg["backends"][name]["offbox"] and m["escalate"] != "offbox":
-        return f"backend: {name} leaves the machine, and the mandate does not say escalate: offbox: no call is made"
+        return (
+            f"backend: {name} leaves the machine, and the mandate does not say escalate: offbox: no"
+            " call is made"
+        )
     second = cfg.get("escalate")
     if not second or second == name:
         escalation = ""
     elif cfg["backends"][second]["offbox"] and m["escalate"] != "offbox":
-        escalation = f", not escalating to {second} (it leaves the machine; the mandate does not say escalate: offbox)"
+        escalation = (
+            f", not escalating to {second} (it leaves the machine; the mandate does not say"
+            " escalate: offbox)"
+        )
     else:
         escalation = f", escalating to {second}"
     nightly = "no nightly decision" if cfg["nightly"] == "never" else f"nightly at {cfg['nightly']}"
@@ -11196,7 +13880,12 @@ def backend_note(m, cfg):
 def print_allowed(home, cfg, name, m):
     """Print what mandate `m` of venture `name` allows, and whether its levers can hold it."""
     out(*describe_allowed(m, cfg))
-    out("  " + describe_capacity(ledger_capacity(home, name, m, (cfg["forecast"] or FORECAST_DEFAULT)["days"])))
+    out(
+        "  "
+        + describe_capacity(
+            ledger_capacity(home, name, m, (cfg["forecast"] or FORECAST_DEFAULT)["days"])
+        )
+    )
 
 
 def ledger_capacity(home, name, m, days):
@@ -11226,7 +13915,9 @@ def cmd_try(home_arg, args):
     import subprocess
     import tempfile
     if len(args) != 1:
-        raise Fail(EX_USAGE, "usage: avsm try DIR   (for example: python3 avsm.py try examples/counter)")
+        raise Fail(
+            EX_USAGE, "usage: avsm try DIR   (for example: python3 avsm.py try examples/counter)"
+        )
     directory = os.path.realpath(args[0])
     check_venture_dir(directory)
     check_venture_name(os.path.basename(directory))
@@ -11234,7 +13925,8 @@ def cmd_try(home_arg, args):
 
     def stop(signum, frame):
         stopped_by.append(signum)
-        if not spawning:        # while avsmd is spawned only noted: it is not ours to stop until then
+        # while avsmd is spawned only noted: it is not ours to stop until then
+        if not spawning:
             raise KeyboardInterrupt
     try:        # an interrupt from here on ends as a late one does: avsmd stopped, the home named
         for signum in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
@@ -11256,13 +13948,23 @@ def cmd_try(home_arg, args):
             time.sleep(0.05)
         if not started:
             code = daemon.poll()
-            raise Fail(code if code in (EX_TEMPFAIL, EX_CONFIG, EX_CANTCREAT, EX_NOPERM) else EX_UNAVAILABLE,
-                       f"avsmd did not start on {home} (exit {code}); try adopts nothing into another avsmd")
+            raise Fail(
+                (
+                    code
+                    if code in (EX_TEMPFAIL, EX_CONFIG, EX_CANTCREAT, EX_NOPERM)
+                    else EX_UNAVAILABLE
+                ),
+                f"avsmd did not start on {home} (exit {code}); try adopts nothing into another"
+                " avsmd",
+            )
         code = ask_daemon(home, "add", {"dir": directory})
         if code != EX_OK:
             return code
         out(f"# {when_it_acts(home, directory)}")
-        out(f"# the home is {home}; in another terminal: {client_command(home)} asks (approve N, deny N, status)")
+        out(
+            f"# the home is {home}; in another terminal: {client_command(home)} asks (approve N,"
+            " deny N, status)"
+        )
         out(f"# following {home}/ledger.db; Ctrl-C stops avsmd")
         sys.stdout.flush()
         cmd_tail(home, ["1000000", "-f"])
@@ -11299,7 +14001,10 @@ def when_it_acts(home, directory):
     name, _, _, m = read_venture(directory)
     every = format_duration(m["cadence"])
     if decided_by_model(m):
-        return f"{name}: a model proposes at the nightly decision, or now with avsm decide {name}; a report every {every}"
+        return (
+            f"{name}: a model proposes at the nightly decision, or now with avsm decide {name}; a"
+            f" report every {every}"
+        )
     sides = [f"{m['metric']} {'>' if way == 'above' else '<'} {format_number(bound)} (then "
              + (f"{lever} runs)" if asks_first(m, lever) is None else asks_first(m, lever) + ")")
              for _, way, bound, lever in controller_sides(m)]
@@ -11307,14 +14012,20 @@ def when_it_acts(home, directory):
     while last is None and time.monotonic() < deadline:
         with contextlib.suppress(Fail, sqlite3_errors()):
             db = open_ledger_ro(ledger_path(home))
-            row = db.execute("SELECT record FROM records WHERE record LIKE '%\"kind\":\"report\"%' AND "
-                             "record LIKE ? ORDER BY seq DESC LIMIT 1", (f'%"venture":"{name}"%',)).fetchone()
+            row = db.execute(
+                "SELECT record FROM records WHERE record LIKE '%\"kind\":\"report\"%' AND "
+                "record LIKE ? ORDER BY seq DESC LIMIT 1",
+                (f'%"venture":"{name}"%',),
+            ).fetchone()
             db.close()
             last = json.loads(row[0]) if row else None
         if last is None:
             time.sleep(0.1)
-    now = (f"; the first report says {format_number(last['value'])}" if last and last.get("value") is not None
-           else "; no report yet")
+    now = (
+        f"; the first report says {format_number(last['value'])}"
+        if last and last.get("value") is not None
+        else "; no report yet"
+    )
     return f"{name} acts when {' or '.join(sides)}{now}, and a report comes every {every}"
 
 
@@ -11335,7 +14046,9 @@ def program_command(program, home=None):
     beside = os.path.join(os.path.dirname(started), program)
     on_path = shutil.which(program)
     if name.split(".")[0] in ("avsm", "avsmd") and not name.endswith(".py"):
-        if on_path and (not os.path.dirname(started) or os.path.realpath(on_path) == os.path.realpath(beside)):
+        if on_path and (
+            not os.path.dirname(started) or os.path.realpath(on_path) == os.path.realpath(beside)
+        ):
             command = program
         elif os.path.dirname(started) and os.path.exists(beside):
             command = beside
@@ -11345,7 +14058,9 @@ def program_command(program, home=None):
         command = None
     if command is None:
         python = sys.executable or "python3"
-        if shutil.which("python3") and os.path.realpath(shutil.which("python3")) == os.path.realpath(python):
+        if shutil.which("python3") and os.path.realpath(
+            shutil.which("python3")
+        ) == os.path.realpath(python):
             python = "python3"
         script = started if name.endswith(".py") and os.path.exists(started) else AVSM_PATH
         command = f"{python} {script}" + (" avsmd" if program == "avsmd" else "")
@@ -11410,7 +14125,10 @@ def cmd_link(home, args):
     import importlib.util
     import py_compile
     if len(args) != 1 or args[0].startswith("-"):
-        raise Fail(EX_USAGE, "usage: avsm link DIR (such as avsm link ~/bin): it writes DIR/avsm and DIR/avsmd")
+        raise Fail(
+            EX_USAGE,
+            "usage: avsm link DIR (such as avsm link ~/bin): it writes DIR/avsm and DIR/avsmd",
+        )
     target = os.path.abspath(os.path.expanduser(args[0]))
     try:
         os.makedirs(target, exist_ok=True)
@@ -11419,8 +14137,11 @@ def cmd_link(home, args):
             if os.path.lexists(path):
                 with open(path, "rb") as fh:
                     if LINK_MARK.encode() not in fh.read(512):
-                        raise Fail(EX_CANTCREAT, f"{path} is there and avsm link did not write it (an installed avsm?): "
-                                                 f"remove it, or link into another directory")
+                        raise Fail(
+                            EX_CANTCREAT,
+                            f"{path} is there and avsm link did not write it (an installed avsm?): "
+                            "remove it, or link into another directory",
+                        )
         for program in ("avsm", "avsmd"):
             path = os.path.join(target, program)
             with open(path + ".new", "w", encoding="utf-8") as fh:
@@ -11440,9 +14161,23 @@ def cmd_link(home, args):
         pass                          # the first start writes it
     finally:
         sys.pycache_prefix = saved
-    on_path = target in [os.path.abspath(os.path.expanduser(d)) for d in os.environ.get("PATH", "").split(os.pathsep) if d]
-    out(f"wrote {target}/avsm and {target}/avsmd: they run {AVSM_PATH}, started from cached bytecode"
-        + ("" if on_path else f"\n{target} is not on your PATH: add it (PATH={target}:$PATH), or run {target}/avsm"))
+    on_path = target in [
+        os.path.abspath(os.path.expanduser(d))
+        for d in os.environ.get("PATH", "").split(os.pathsep)
+        if d
+    ]
+    out(
+        f"wrote {target}/avsm and {target}/avsmd: they run {AVSM_PATH}, started from cached"
+        " bytecode"
+        + (
+            ""
+            if on_path
+            else (
+                f"\n{target} is not on your PATH: add it (PATH={target}:$PATH), or run"
+                f" {target}/avsm"
+            )
+        )
+    )
     return EX_OK
 
 
@@ -11454,7 +14189,18 @@ def cmd_link(home, args):
 # ---- avsm chart --------------------------------------------------------------
 
 CHART_USAGE = "usage: avsm chart VENTURE [--since DURATION|SEQ]"
-CHART_KINDS = ("report", "action", "outcome", "ask", "approval", "denial", "resolved", "pause", "resume", "refusal")
+CHART_KINDS = (
+    "report",
+    "action",
+    "outcome",
+    "ask",
+    "approval",
+    "denial",
+    "resolved",
+    "pause",
+    "resume",
+    "refusal",
+)
 CHART_WIDTH, CHART_HEIGHT = 960, 450
 # the plot's edges, in pixels
 CHART_LEFT, CHART_TOP, CHART_RIGHT, CHART_BOTTOM = 76, 104, 930, 366
@@ -11463,17 +14209,57 @@ CHART_SPAN = 86400      # seconds a chart shows unless told (--since): the last 
 CHART_MARKS = 120       # markers of one kind at most: more in the span are drawn as named groups
 # the value axis ends within it: its padded span still fits a float
 CHART_VALUE_MAX = sys.float_info.max / 4
-CHART_TIME_STEPS = (1, 2, 5, 10, 15, 30, 60, 120, 300, 600, 900, 1800, 3600, 7200, 10800, 21600, 43200,
-                    86400, 2 * 86400, 7 * 86400, 14 * 86400, 30 * 86400, 91 * 86400, 365 * 86400)
-CHART_COLOURS = {"trusted": "#1f5fa8", "implausible": "#c0392b", "unconfirmed": "#d35400", "failed": "#7f7f7f",
-                 "band": "#2e8b57", "bound": "#444444", "ok": "#2e7d32", "not ok": "#c62828", "running": "#7f7f7f",
-                 "ask": "#7b3fa0", "grid": "#e4e4e4", "text": "#222222", "paused": "#8a8a8a", "stuck": "#e0a000",
-                 "guard": "#b03060", "mandate": "#555555"}
+CHART_TIME_STEPS = (
+    1,
+    2,
+    5,
+    10,
+    15,
+    30,
+    60,
+    120,
+    300,
+    600,
+    900,
+    1800,
+    3600,
+    7200,
+    10800,
+    21600,
+    43200,
+    86400,
+    2 * 86400,
+    7 * 86400,
+    14 * 86400,
+    30 * 86400,
+    91 * 86400,
+    365 * 86400,
+)
+CHART_COLOURS = {
+    "trusted": "#1f5fa8",
+    "implausible": "#c0392b",
+    "unconfirmed": "#d35400",
+    "failed": "#7f7f7f",
+    "band": "#2e8b57",
+    "bound": "#444444",
+    "ok": "#2e7d32",
+    "not ok": "#c62828",
+    "running": "#7f7f7f",
+    "ask": "#7b3fa0",
+    "grid": "#e4e4e4",
+    "text": "#222222",
+    "paused": "#8a8a8a",
+    "stuck": "#e0a000",
+    "guard": "#b03060",
+    "mandate": "#555555",
+}
 # one a lever, in order of first run
 LEVER_COLOURS = ("#2e7d32", "#ef6c00", "#00838f", "#6d4c41", "#ad1457", "#827717")
-# XML 1.0 cannot hold these even as &#..; (control characters, lone surrogates, U+FFFE/U+FFFF), and a bidi
-# override in a tooltip would turn what a person reads around: each is written as \x.. or \u.... instead
-XML_UNSAFE_CHARS = "[\x00-\x08\x0b\x0c\x0e-\x1f\x7f-\x9f\u2028\u2029\u202a-\u202e\u2066-\u2069\ud800-\udfff\ufffe\uffff]"
+# XML 1.0 cannot hold these even as &#..; (control characters, lone surrogates, U+FFFE/U+FFFF), and
+# a bidi override in a tooltip would turn what a person reads around: each is written as \x.. or
+# \u.... instead
+XML_UNSAFE_CHARS = ("[\x00-\x08\x0b\x0c\x0e-\x1f\x7f-\x9f\u2028\u2029\u202a-\u202e"
+                    "\u2066-\u2069\ud800-\udfff\ufffe\uffff]")
 
 
 def cmd_chart(home, args):
@@ -11481,7 +14267,11 @@ def cmd_chart(home, args):
     name, since, rest = None, None, list(args)
     while rest:
         arg = rest.pop(0)
-        value = since_option(arg, rest, f"--since needs a duration or a record number (--since 24h, --since 17); {CHART_USAGE}")
+        value = since_option(
+            arg,
+            rest,
+            f"--since needs a duration or a record number (--since 24h, --since 17); {CHART_USAGE}",
+        )
         if value is not None:
             since = value
         elif arg == "--":
@@ -11499,7 +14289,11 @@ def cmd_chart(home, args):
         raise Fail(EX_USAGE, CHART_USAGE)
     after, seconds = since_arg(since, "chart") if since is not None else (0, CHART_SPAN)
     after, start = after or 0, time.time() - seconds if seconds else 0
-    span = f"in the last {format_duration(seconds)}" if seconds else f"after #{after}" if after else "in the ledger"
+    span = (
+        f"in the last {format_duration(seconds)}"
+        if seconds
+        else f"after #{after}" if after else "in the ledger"
+    )
     if since is None:
         span = "in the last 24h (the default span; --since 0 charts the whole history)"
     db = open_ledger_ro(ledger_path(home))
@@ -11508,9 +14302,13 @@ def cmd_chart(home, args):
     finally:
         db.close()
     if untimed:
-        span += f" ({untimed} record{'s' if untimed != 1 else ''} at a time no clock wrote left out)"
+        span += (
+            f" ({untimed} record{'s' if untimed != 1 else ''} at a time no clock wrote left out)"
+        )
     if not mandates:
-        raise Fail(EX_DATAERR, f"no venture is named '{name}'; {client_command(home)} status lists them")
+        raise Fail(
+            EX_DATAERR, f"no venture is named '{name}'; {client_command(home)} status lists them"
+        )
     if not any(r["kind"] == "report" for _, _, r in records):
         raise Fail(EX_DATAERR, f"venture {name} has no reports {span}" +
                    ("; give --since an earlier record or a longer duration, or --since 0 for the "
@@ -11530,9 +14328,12 @@ def since_arg(text, command):
     except ValueError as err:
         if re.fullmatch(r"[0-9]+[a-zA-Z0-9]*", t):
             raise Fail(EX_USAGE, f"avsm {command} --since {err}") from None
-        raise Fail(EX_USAGE, f"avsm {command} --since takes a duration such as 10s, 24h or 7d, or a record number "
-                             f"such as 17, not '{text}': --since 24h is the last 24 hours, --since 17 the records "
-                             f"after #17") from None
+        raise Fail(
+            EX_USAGE,
+            f"avsm {command} --since takes a duration such as 10s, 24h or 7d, or a record number "
+            f"such as 17, not '{text}': --since 24h is the last 24 hours, --since 17 the records "
+            "after #17",
+        ) from None
 
 
 # 9999-12-31T23:59:59Z: a record's time past it (or before 1970) no clock wrote
@@ -11561,7 +14362,11 @@ def read_chart_records(db, name, after, start):
                 untimed += 1
     if len(texts) <= CHART_RIGHT - CHART_LEFT:      # drawn one by one, each tooltip its summary
         records = [(s, a, json.loads(texts[s]) if s in texts else r) for s, a, r in records]
-    return [m for m in mandates if m[2].get("venture") == name and m[2].get("kind") == "mandate"], records, untimed
+    return (
+        [m for m in mandates if m[2].get("venture") == name and m[2].get("kind") == "mandate"],
+        records,
+        untimed,
+    )
 
 
 def xml_text(value):
@@ -11571,7 +14376,13 @@ def xml_text(value):
     # the common case, plain ASCII, needs no pass of the pattern
     if not (text.isascii() and text.isprintable()):
         text = escape_controls(XML_UNSAFE_CHARS, text.replace("\n", "\\n").replace("\r", "\\r"))
-    text = text.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;").replace('"', "&quot;").replace("'", "&#39;")
+    text = (
+        text.replace("&", "&amp;")
+        .replace("<", "&lt;")
+        .replace(">", "&gt;")
+        .replace('"', "&quot;")
+        .replace("'", "&#39;")
+    )
     return text.encode("ascii", "xmlcharrefreplace").decode("ascii")
 
 
@@ -11591,7 +14402,8 @@ def nice_step(span, most):
 
 def value_ticks(low, high):
     """Return (bottom, top, [(value, label)]) of the value axis, never padded past zero."""
-    # the axis spans at most ±CHART_VALUE_MAX, whose span a float still holds; a report past it is off the scale
+    # the axis spans at most ±CHART_VALUE_MAX, whose span a float still holds; a report past it is
+    # off the scale
     low, high = (min(max(v, -CHART_VALUE_MAX), CHART_VALUE_MAX) for v in (low, high))
     floor, ceiling = (0.0 if low >= 0 else -math.inf), (0.0 if high <= 0 > low else math.inf)
     if high - low <= 0:
@@ -11600,7 +14412,9 @@ def value_ticks(low, high):
     pad = (high - low) * 0.06
     low, high = low - pad, high + pad
     step = nice_step(high - low, 6)
-    bottom, top = max(math.floor(low / step) * step, floor), min(math.ceil(high / step) * step, ceiling)
+    bottom, top = max(math.floor(low / step) * step, floor), min(
+        math.ceil(high / step) * step, ceiling
+    )
     decimals = max(0, -math.floor(math.log10(step))) if step < 1 else 0
     ticks, k = [], 0
     while bottom + k * step <= top + step * 1e-9:
@@ -11628,7 +14442,13 @@ def time_ticks(t0, t1, most=8):
             ticks.append((at, time.strftime("%Y-%m-%d", local), ""))
         else:
             date = time.strftime("%Y-%m-%d", local)
-            ticks.append((at, time.strftime("%H:%M:%S" if step < 60 else "%H:%M", local), date if date != day else ""))
+            ticks.append(
+                (
+                    at,
+                    time.strftime("%H:%M:%S" if step < 60 else "%H:%M", local),
+                    date if date != day else "",
+                )
+            )
             day = date
         t = at + step
     return ticks
@@ -11639,7 +14459,9 @@ def zone_words(at):
     t = time.localtime(at)
     off = t.tm_gmtoff or 0
     sign = "-" if off < 0 else "+"
-    return f"UTC{sign}{abs(off) // 3600:02d}:{abs(off) % 3600 // 60:02d}" + (f", {t.tm_zone}" if t.tm_zone else "")
+    return f"UTC{sign}{abs(off) // 3600:02d}:{abs(off) % 3600 // 60:02d}" + (
+        f", {t.tm_zone}" if t.tm_zone else ""
+    )
 
 
 def chart_tooltip(seq, at, record, more=""):
@@ -11647,7 +14469,11 @@ def chart_tooltip(seq, at, record, more=""):
     summary = str(record.get("summary", ""))
     if len(summary) > CHART_NOTE_MAX:
         summary = summary[:CHART_NOTE_MAX] + "..."
-    return "<title>" + xml_text(f"#{seq} {chart_time(at)} {record.get('kind')}: {summary}{more}") + "</title>"
+    return (
+        "<title>"
+        + xml_text(f"#{seq} {chart_time(at)} {record.get('kind')}: {summary}{more}")
+        + "</title>"
+    )
 
 
 def chart_time(at):
@@ -11681,7 +14507,11 @@ def chart_svg(name, mandates, records, span="in the ledger"):
     """Return the SVG text of venture `name`'s chart from its mandate records and its records in the
     span. Pure but for local time, which labels the axis."""
     reports = [(s, a, r) for s, a, r in records if r["kind"] == "report"]
-    trusted = [(s, a, r) for s, a, r in reports if report_status(r) == "trusted" and chart_number(r.get("value")) is not None]
+    trusted = [
+        (s, a, r)
+        for s, a, r in reports
+        if report_status(r) == "trusted" and chart_number(r.get("value")) is not None
+    ]
     on_line = {s for s, _, _ in trusted}
     apart = [(s, a, r) for s, a, r in reports if s not in on_line]
     actions = [(s, a, r) for s, a, r in records if r["kind"] == "action"]
@@ -11706,26 +14536,47 @@ def chart_svg(name, mandates, records, span="in the ledger"):
 
     # in halves: a report may hold up to ±1.8e308, and its distance to the axis overflows
     def y(value):
-        return CHART_BOTTOM - (value / 2 - bottom / 2) / (top / 2 - bottom / 2) * (CHART_BOTTOM - CHART_TOP)
+        return CHART_BOTTOM - (value / 2 - bottom / 2) / (top / 2 - bottom / 2) * (
+            CHART_BOTTOM - CHART_TOP
+        )
 
-    metric = next((m["metric"] for _, _, _, m in reversed(shown) if m), None) or reports[-1][2].get("metric") or "metric"
-    counts = (f"{len(trusted)} trusted report{'s' if len(trusted) != 1 else ''}, {len(apart)} marked apart, "
-              f"{len(actions)} lever run{'s' if len(actions) != 1 else ''}, {len(asks)} ask{'s' if len(asks) != 1 else ''} "
-              f"{span}, {chart_span_words(first, last)}")
-    spans, marks = chart_spans(records, mandates, eras, t0, t1), chart_marks(records, mandates, t0, t1)
+    metric = (
+        next((m["metric"] for _, _, _, m in reversed(shown) if m), None)
+        or reports[-1][2].get("metric")
+        or "metric"
+    )
+    counts = (
+        f"{len(trusted)} trusted report{'s' if len(trusted) != 1 else ''}, {len(apart)} marked"
+        f" apart, {len(actions)} lever run{'s' if len(actions) != 1 else ''}, {len(asks)}"
+        f" ask{'s' if len(asks) != 1 else ''} {span}, {chart_span_words(first, last)}"
+    )
+    spans, marks = chart_spans(records, mandates, eras, t0, t1), chart_marks(
+        records, mandates, t0, t1
+    )
     levers = {lever: LEVER_COLOURS[i % len(LEVER_COLOURS)]
               for i, lever in enumerate(dict.fromkeys(str(r.get("lever")) for _, _, r in actions))}
-    legend, height = chart_legend(trusted, apart, actions, asks, records, shown, bottom, top, levers, spans, marks)
-    parts = [f'<svg xmlns="http://www.w3.org/2000/svg" width="{CHART_WIDTH}" height="{height}" '
-             f'viewBox="0 0 {CHART_WIDTH} {height}" font-family="DejaVu Sans, Helvetica, Arial, sans-serif" '
-             f'font-size="12" fill="{CHART_COLOURS["text"]}">',
-             f"<title>{xml_text(f'{name}: {metric}, {counts}')}</title>",
-             f'<rect width="{CHART_WIDTH}" height="{height}" fill="#ffffff"/>',
-             f'<text x="{CHART_LEFT}" y="24" font-size="16" font-weight="bold">{xml_text(f"{name}: {metric}")}</text>',
-             f'<text x="{CHART_LEFT}" y="44">{xml_text(counts)}</text>',
-             f'<text x="{CHART_LEFT}" y="62">{xml_text(chart_controller_words(shown))}</text>',
-             f'<clipPath id="plot"><rect x="{CHART_LEFT}" y="{CHART_TOP}" width="{CHART_RIGHT - CHART_LEFT}" '
-             f'height="{CHART_BOTTOM - CHART_TOP}"/></clipPath>']
+    legend, height = chart_legend(
+        trusted, apart, actions, asks, records, shown, bottom, top, levers, spans, marks
+    )
+    parts = [
+        (
+            f'<svg xmlns="http://www.w3.org/2000/svg" width="{CHART_WIDTH}" height="{height}"'
+            f' viewBox="0 0 {CHART_WIDTH} {height}" font-family="DejaVu Sans, Helvetica, Arial,'
+            f' sans-serif" font-size="12" fill="{CHART_COLOURS["text"]}">'
+        ),
+        f"<title>{xml_text(f'{name}: {metric}, {counts}')}</title>",
+        f'<rect width="{CHART_WIDTH}" height="{height}" fill="#ffffff"/>',
+        (
+            f'<text x="{CHART_LEFT}" y="24" font-size="16"'
+            f' font-weight="bold">{xml_text(f"{name}: {metric}")}</text>'
+        ),
+        f'<text x="{CHART_LEFT}" y="44">{xml_text(counts)}</text>',
+        f'<text x="{CHART_LEFT}" y="62">{xml_text(chart_controller_words(shown))}</text>',
+        (
+            f'<clipPath id="plot"><rect x="{CHART_LEFT}" y="{CHART_TOP}"'
+            f' width="{CHART_RIGHT - CHART_LEFT}" height="{CHART_BOTTOM - CHART_TOP}"/></clipPath>'
+        ),
+    ]
     parts += chart_axes(metric, ticks, time_ticks(t0, t1), x, y, last)
     controller, labels = chart_controller(shown, x, y)
     parts += chart_stretches(spans, marks, x) + controller
@@ -11748,7 +14599,11 @@ def chart_controller_words(shown):
     if not shown:
         return "no mandate in force over this span"
     _, _, seq, m = shown[-1]
-    earlier = f" ({len(shown) - 1} earlier mandate{'s' if len(shown) > 2 else ''} in the span)" if len(shown) > 1 else ""
+    earlier = (
+        f" ({len(shown) - 1} earlier mandate{'s' if len(shown) > 2 else ''} in the span)"
+        if len(shown) > 1
+        else ""
+    )
     if m is None:
         return f"mandate #{seq} does not read, so no bound is drawn{earlier}"
     ctl = m["controller"]
@@ -11761,23 +14616,47 @@ def chart_axes(metric, ticks, times, x, y, last):
     c = CHART_COLOURS
     parts = [f'<g class="axes" font-size="11">']
     for value, label in ticks:
-        parts.append(f'<line x1="{CHART_LEFT}" x2="{CHART_RIGHT}" y1="{y(value):.1f}" y2="{y(value):.1f}" stroke="{c["grid"]}"/>')
-        parts.append(f'<text x="{CHART_LEFT - 6}" y="{y(value) + 4:.1f}" text-anchor="end">{xml_text(label)}</text>')
+        parts.append(
+            f'<line x1="{CHART_LEFT}" x2="{CHART_RIGHT}" y1="{y(value):.1f}" y2="{y(value):.1f}"'
+            f' stroke="{c["grid"]}"/>'
+        )
+        parts.append(
+            f'<text x="{CHART_LEFT - 6}" y="{y(value) + 4:.1f}"'
+            f' text-anchor="end">{xml_text(label)}</text>'
+        )
     for at, label, date in times:
-        parts.append(f'<line x1="{x(at):.1f}" x2="{x(at):.1f}" y1="{CHART_TOP}" y2="{CHART_BOTTOM}" stroke="{c["grid"]}"/>')
-        parts.append(f'<text x="{x(at):.1f}" y="{CHART_BOTTOM + 16}" text-anchor="middle">{xml_text(label)}</text>')
+        parts.append(
+            f'<line x1="{x(at):.1f}" x2="{x(at):.1f}" y1="{CHART_TOP}" y2="{CHART_BOTTOM}"'
+            f' stroke="{c["grid"]}"/>'
+        )
+        parts.append(
+            f'<text x="{x(at):.1f}" y="{CHART_BOTTOM + 16}"'
+            f' text-anchor="middle">{xml_text(label)}</text>'
+        )
         if date:
-            parts.append(f'<text x="{x(at):.1f}" y="{CHART_BOTTOM + 30}" text-anchor="middle">{xml_text(date)}</text>')
+            parts.append(
+                f'<text x="{x(at):.1f}" y="{CHART_BOTTOM + 30}"'
+                f' text-anchor="middle">{xml_text(date)}</text>'
+            )
     middle = (CHART_TOP + CHART_BOTTOM) / 2
-    parts += [f'<rect x="{CHART_LEFT}" y="{CHART_TOP}" width="{CHART_RIGHT - CHART_LEFT}" height="{CHART_BOTTOM - CHART_TOP}" '
-              f'fill="none" stroke="#999999"/>',
-              f'<text x="18" y="{middle:.0f}" text-anchor="middle" transform="rotate(-90 18 {middle:.0f})" font-size="12">'
-              f'{xml_text(metric)}</text>',
-              f'<text x="{(CHART_LEFT + CHART_RIGHT) / 2:.0f}" y="{CHART_BOTTOM + 48}" text-anchor="middle" font-size="12">'
-              f'{xml_text(f"local time ({zone_words(last)})")}</text>',
-              f'<text x="{CHART_LEFT - 6}" y="{CHART_TOP - 26}" text-anchor="end">asks</text>',
-              f'<text x="{CHART_LEFT - 6}" y="{CHART_TOP - 8}" text-anchor="end">lever runs</text>',
-              "</g>"]
+    parts += [
+        (
+            f'<rect x="{CHART_LEFT}" y="{CHART_TOP}" width="{CHART_RIGHT - CHART_LEFT}"'
+            f' height="{CHART_BOTTOM - CHART_TOP}" fill="none" stroke="#999999"/>'
+        ),
+        (
+            f'<text x="18" y="{middle:.0f}" text-anchor="middle" transform="rotate(-90 18'
+            f' {middle:.0f})" font-size="12">{xml_text(metric)}</text>'
+        ),
+        (
+            f'<text x="{(CHART_LEFT + CHART_RIGHT) / 2:.0f}" y="{CHART_BOTTOM + 48}"'
+            ' text-anchor="middle"'
+            f' font-size="12">{xml_text(f"local time ({zone_words(last)})")}</text>'
+        ),
+        f'<text x="{CHART_LEFT - 6}" y="{CHART_TOP - 26}" text-anchor="end">asks</text>',
+        f'<text x="{CHART_LEFT - 6}" y="{CHART_TOP - 8}" text-anchor="end">lever runs</text>',
+        "</g>",
+    ]
     return parts
 
 
@@ -11790,27 +14669,50 @@ def chart_controller(shown, x, y):
             continue
         ctl = m["controller"]
         x1, x2 = x(start), x(end)
-        title = f"<title>{xml_text(f'mandate #{seq}: ' + CONTROLLERS[ctl['kind']].describe(ctl))}</title>"
+        title = (
+            f"<title>{xml_text(f'mandate #{seq}: ' + CONTROLLERS[ctl['kind']].describe(ctl))}"
+            "</title>"
+        )
         if ctl["kind"] == "band":
-            parts += [f'<g class="band" stroke="{c["band"]}">{title}',
-                      f'<rect x="{x1:.1f}" y="{y(ctl["high"]):.1f}" width="{x2 - x1:.1f}" '
-                      f'height="{y(ctl["low"]) - y(ctl["high"]):.1f}" fill="{c["band"]}" fill-opacity="0.12" stroke="none"/>']
+            parts += [
+                f'<g class="band" stroke="{c["band"]}">{title}',
+                (
+                    f'<rect x="{x1:.1f}" y="{y(ctl["high"]):.1f}" width="{x2 - x1:.1f}"'
+                    f' height="{y(ctl["low"]) - y(ctl["high"]):.1f}" fill="{c["band"]}"'
+                    ' fill-opacity="0.12" stroke="none"/>'
+                ),
+            ]
         else:
             parts.append(f'<g class="bound" stroke="{c["bound"]}">{title}')
         for _, way, bound, lever in controller_sides(m):
-            parts.append(f'<line x1="{x1:.1f}" x2="{x2:.1f}" y1="{y(bound):.1f}" y2="{y(bound):.1f}" stroke-width="1.5" '
-                         f'stroke-dasharray="6 4"/>')
+            parts.append(
+                f'<line x1="{x1:.1f}" x2="{x2:.1f}" y1="{y(bound):.1f}" y2="{y(bound):.1f}"'
+                ' stroke-width="1.5" stroke-dasharray="6 4"/>'
+            )
             label = f"{way} {format_number(bound)}: {lever}"
             ly = y(bound) - 5 if way == "above" else y(bound) + 14
-            labels.append(f'<text x="{x2 - 4:.1f}" y="{ly:.1f}" text-anchor="end">{xml_text(label)}</text>')
+            labels.append(
+                f'<text x="{x2 - 4:.1f}" y="{ly:.1f}" text-anchor="end">{xml_text(label)}</text>'
+            )
             if ctl.get("deadband"):
                 rearm = bound - ctl["deadband"] if way == "above" else bound + ctl["deadband"]
-                parts.append(f'<line x1="{x1:.1f}" x2="{x2:.1f}" y1="{y(rearm):.1f}" y2="{y(rearm):.1f}" '
-                             f'stroke-dasharray="2 3" stroke-opacity="0.7"/>')
+                parts.append(
+                    f'<line x1="{x1:.1f}" x2="{x2:.1f}" y1="{y(rearm):.1f}" y2="{y(rearm):.1f}" '
+                    'stroke-dasharray="2 3" stroke-opacity="0.7"/>'
+                )
         parts.append("</g>")
-    halo = '<g class="controller-halo" font-size="11" fill="#ffffff" stroke="#ffffff" stroke-width="3" stroke-linejoin="round">'
-    return parts + ["</g>"], [halo, *labels, "</g>", f'<g class="controller-labels" font-size="11" fill="{c["bound"]}">',
-                              *labels, "</g>"]
+    halo = (
+        '<g class="controller-halo" font-size="11" fill="#ffffff" stroke="#ffffff" stroke-width="3"'
+        ' stroke-linejoin="round">'
+    )
+    return parts + ["</g>"], [
+        halo,
+        *labels,
+        "</g>",
+        f'<g class="controller-labels" font-size="11" fill="{c["bound"]}">',
+        *labels,
+        "</g>",
+    ]
 
 
 def chart_columns(trusted, x):
@@ -11893,17 +14795,33 @@ def chart_reports(trusted, apart, x, y, bottom, top, breaks=()):
         status, value, px = report_status(rec), chart_number(rec.get("value")), x(a)
         colour = c.get(status, c["implausible"])
         if value is None:
-            d, status = f"M{px - 4:.1f},{CHART_BOTTOM + 8} L{px:.1f},{CHART_BOTTOM + 1} L{px + 4:.1f},{CHART_BOTTOM + 8} Z", "failed"
+            d, status = (
+                (
+                    f"M{px - 4:.1f},{CHART_BOTTOM + 8} L{px:.1f},{CHART_BOTTOM + 1}"
+                    f" L{px + 4:.1f},{CHART_BOTTOM + 8} Z"
+                ),
+                "failed",
+            )
             colour = c["failed"]
         elif value > top or value < bottom:
-            edge, tip = (CHART_TOP + 8, CHART_TOP + 1) if value > top else (CHART_BOTTOM - 8, CHART_BOTTOM - 1)
-            d, status = f"M{px - 5:.1f},{edge} L{px:.1f},{tip} L{px + 5:.1f},{edge} Z", f"{status} off-scale"
+            edge, tip = (
+                (CHART_TOP + 8, CHART_TOP + 1)
+                if value > top
+                else (CHART_BOTTOM - 8, CHART_BOTTOM - 1)
+            )
+            d, status = (
+                f"M{px - 5:.1f},{edge} L{px:.1f},{tip} L{px + 5:.1f},{edge} Z",
+                f"{status} off-scale",
+            )
         elif status == "unconfirmed":
             py = y(value)
             d = f"M{px - 4:.1f},{py:.1f} a4,4 0 1,0 8,0 a4,4 0 1,0 -8,0"
         else:
             py = y(value)
-            d = f"M{px - 4:.1f},{py - 4:.1f} L{px + 4:.1f},{py + 4:.1f} M{px - 4:.1f},{py + 4:.1f} L{px + 4:.1f},{py - 4:.1f}"
+            d = (
+                f"M{px - 4:.1f},{py - 4:.1f} L{px + 4:.1f},{py + 4:.1f} M{px - 4:.1f},{py + 4:.1f}"
+                f" L{px + 4:.1f},{py - 4:.1f}"
+            )
         title = chart_tooltip(s, a, rec) if len(group) == 1 else \
             group_title(group, f"{status} reports")
         parts.append(f'<path class="report {status}" d="{d}" stroke="{colour}">{title}</path>')
@@ -11923,16 +14841,24 @@ def chart_spans(records, mandates, eras, t0, t1):
             ended = [k for k in opened if k[0] == "stuck" or r["directory"] != directory]
             m, directory = r["m"], r["directory"]
         elif kind == "pause" or kind == "refusal" and r.get("stuck"):
-            opened.setdefault(("paused", None) if kind == "pause" else ("stuck", r.get("side")), (a, s, r))
+            opened.setdefault(
+                ("paused", None) if kind == "pause" else ("stuck", r.get("side")), (a, s, r)
+            )
         elif kind == "resume":
             ended = [("paused", None)]
         elif kind == "report" and opened and report_status(r) == "trusted" \
                 and chart_number(r.get("value")) is not None:      # only an open stretch can end
-            ended = [("stuck", side) for side, way, bound, _ in controller_sides(m) if not crossed(way, bound, r["value"])]
+            ended = [
+                ("stuck", side)
+                for side, way, bound, _ in controller_sides(m)
+                if not crossed(way, bound, r["value"])
+            ]
         for key in [k for k in ended if k in opened]:
             start, seq, record = opened.pop(key)
             spans.append((start, a, key[0], seq, record, s))
-    spans += [(start, t1, key[0], seq, record, None) for key, (start, seq, record) in opened.items()]
+    spans += [
+        (start, t1, key[0], seq, record, None) for key, (start, seq, record) in opened.items()
+    ]
     return sorted(span for span in spans if span[1] >= t0)
 
 
@@ -11940,7 +14866,9 @@ def chart_marks(records, mandates, t0, t1):
     """Return [(at, what, label, seq, record)] of each guard trip and each replaced mandate."""
     marks = [(a, "guard", f"guard {r['guard']}", s, r) for s, a, r in records
              if r["kind"] in ("pause", "ask") and r.get("guard")]
-    return sorted(marks + [(a, "mandate", f"mandate #{s}", s, r) for s, a, r in mandates[1:] if t0 <= a <= t1])
+    return sorted(
+        marks + [(a, "mandate", f"mandate #{s}", s, r) for s, a, r in mandates[1:] if t0 <= a <= t1]
+    )
 
 
 def chart_label_x(px, label, size=10):
@@ -11980,10 +14908,14 @@ def chart_stretches(spans, marks, x):
         x1, x2 = x(start), x(end)
         label = "paused" if what == "paused" else f"stuck ({rec.get('stuck')})"
         label = xml_text(label) if x2 - x1 >= max(40, len(label) * 6 + 6) else ""  # inside it
-        parts.append(f'<g class="span {what}">{chart_tooltip(seq, start, rec, f"; until #{until}" if until else "")}'
-                     f'<rect x="{x1:.1f}" y="{CHART_TOP}" width="{max(x2 - x1, 1):.1f}" height="{CHART_BOTTOM - CHART_TOP}" '
-                     f'fill="{c[what]}" fill-opacity="0.2"/><text x="{x1 + 3:.1f}" '
-                     f'y="{CHART_BOTTOM - (5 if what == "paused" else 17)}" fill="{c[what]}">{label}</text></g>')
+        parts.append(
+            '<g class="span'
+            f' {what}">{chart_tooltip(seq, start, rec, f"; until #{until}" if until else "")}<rect'
+            f' x="{x1:.1f}" y="{CHART_TOP}" width="{max(x2 - x1, 1):.1f}"'
+            f' height="{CHART_BOTTOM - CHART_TOP}" fill="{c[what]}" fill-opacity="0.2"/><text'
+            f' x="{x1 + 3:.1f}" y="{CHART_BOTTOM - (5 if what == "paused" else 17)}"'
+            f' fill="{c[what]}">{label}</text></g>'
+        )
     groups = sorted((g for what in ("guard", "mandate")
                      for g in chart_groups([(m[3], m[0], m) for m in marks if m[1] == what], x)),
                     key=lambda g: g[0][0])
@@ -11994,11 +14926,13 @@ def chart_stretches(spans, marks, x):
             group_title(group, f"{what} marks")
         label = label if len(group) == 1 else f"{label} (+{len(group) - 1})"
         lx, anchor = chart_label_x(px, label)
-        parts.append(f'<g class="mark {what}" fill="{c[what]}">{title}<line x1="{px:.1f}" '
-                     f'x2="{px:.1f}" y1="{CHART_TOP}" y2="{CHART_BOTTOM}" stroke="{c[what]}" stroke-width="1.5"/>'
-                     f'<text x="{lx}" y="{CHART_TOP + 12}"'
-                     + ("" if anchor == "start" else ' text-anchor="end"')
-                     + f'>{xml_text(label)}</text></g>')
+        parts.append(
+            f'<g class="mark {what}" fill="{c[what]}">{title}<line x1="{px:.1f}" x2="{px:.1f}"'
+            f' y1="{CHART_TOP}" y2="{CHART_BOTTOM}" stroke="{c[what]}" stroke-width="1.5"/><text'
+            f' x="{lx}" y="{CHART_TOP + 12}"'
+            + ("" if anchor == "start" else ' text-anchor="end"')
+            + f'>{xml_text(label)}</text></g>'
+        )
     return parts + ["</g>"]
 
 
@@ -12006,7 +14940,11 @@ def chart_markers(actions, asks, records, levers, x):
     """Return the SVG of each lever run and each ask, with its seq and what came of it."""
     c = CHART_COLOURS
     ended = {r.get("action"): (s, r) for s, _, r in records if r["kind"] == "outcome"}
-    answered = {r.get("ask"): (s, r) for s, _, r in records if r["kind"] in ("approval", "denial", "resolved")}
+    answered = {
+        r.get("ask"): (s, r)
+        for s, _, r in records
+        if r["kind"] in ("approval", "denial", "resolved")
+    }
     parts = ['<g class="actions">']
     groups = sorted((g for lever in levers for g in chart_groups(
         [e for e in actions if str(e[2].get("lever")) == lever], x)), key=lambda g: g[0][0])
@@ -12020,7 +14958,11 @@ def chart_markers(actions, asks, records, levers, x):
                     f"({outcome.get('status')})")
         state = next(k for k in ("failed", "running", "ok") if k in states)
         colour, px, x1 = levers[str(rec.get("lever"))], x(a), x(group[0][1])
-        edge = {"running": ' fill-opacity="0.4"', "ok": "", "failed": f' stroke="{c["not ok"]}" stroke-width="2.5"'}[state]
+        edge = {
+            "running": ' fill-opacity="0.4"',
+            "ok": "",
+            "failed": f' stroke="{c["not ok"]}" stroke-width="2.5"',
+        }[state]
         title = chart_tooltip(s, a, rec, more) if len(group) == 1 else group_title(
             group, f"runs of {rec.get('lever')}, {states.count('failed')} not ok, "
                    f"{states.count('running')} with no outcome yet,")
@@ -12050,48 +14992,118 @@ def chart_markers(actions, asks, records, levers, x):
 def chart_legend(trusted, apart, actions, asks, records, shown, bottom, top, levers, spans, marks):
     """Return (the SVG of the legend under the time axis, the chart's height)."""
     c, items = CHART_COLOURS, []
-    circle = lambda colour: f'<circle cx="6" cy="-4" r="3" fill="{colour}"/><line x1="-2" x2="14" y1="-4" y2="-4" stroke="{colour}"/>'
+    circle = lambda colour: (
+        f'<circle cx="6" cy="-4" r="3" fill="{colour}"/><line x1="-2" x2="14" y1="-4" y2="-4"'
+        f' stroke="{colour}"/>'
+    )
     cross = '<path d="M2,-8 L10,0 M2,0 L10,-8" stroke="{}" stroke-width="1.8"/>'
     if trusted:
         items.append((circle(c["trusted"]), "trusted report"))
     statuses = set()
     for _, _, r in apart:
         value = chart_number(r.get("value"))
-        statuses.add("failed" if value is None else "off the scale" if not bottom <= value <= top else report_status(r))
+        statuses.add(
+            "failed"
+            if value is None
+            else "off the scale" if not bottom <= value <= top else report_status(r)
+        )
     if "implausible" in statuses:
         items.append((cross.format(c["implausible"]), "implausible"))
     if "unconfirmed" in statuses:
-        items.append((f'<circle cx="6" cy="-4" r="4" fill="none" stroke="{c["unconfirmed"]}" stroke-width="1.8"/>', "unconfirmed"))
+        items.append(
+            (
+                (
+                    f'<circle cx="6" cy="-4" r="4" fill="none" stroke="{c["unconfirmed"]}"'
+                    ' stroke-width="1.8"/>'
+                ),
+                "unconfirmed",
+            )
+        )
     if "failed" in statuses:
-        items.append((f'<path d="M2,0 L6,-7 L10,0 Z" fill="none" stroke="{c["failed"]}" stroke-width="1.8"/>', "failed (no value)"))
+        items.append(
+            (
+                (
+                    f'<path d="M2,0 L6,-7 L10,0 Z" fill="none" stroke="{c["failed"]}"'
+                    ' stroke-width="1.8"/>'
+                ),
+                "failed (no value)",
+            )
+        )
     if "off the scale" in statuses:
-        items.append((f'<path d="M1,-1 L6,-8 L11,-1 Z" fill="none" stroke="{c["implausible"]}" stroke-width="1.8"/>', "off the scale"))
+        items.append(
+            (
+                (
+                    f'<path d="M1,-1 L6,-8 L11,-1 Z" fill="none" stroke="{c["implausible"]}"'
+                    ' stroke-width="1.8"/>'
+                ),
+                "off the scale",
+            )
+        )
     kinds = {m["controller"]["kind"] for _, _, _, m in shown if m and controller_sides(m)}
     if "band" in kinds:
-        items.append((f'<rect x="0" y="-9" width="12" height="10" fill="{c["band"]}" fill-opacity="0.25"/>', "band"))
+        items.append(
+            (
+                (
+                    f'<rect x="0" y="-9" width="12" height="10" fill="{c["band"]}"'
+                    ' fill-opacity="0.25"/>'
+                ),
+                "band",
+            )
+        )
     if kinds - {"band"}:
-        items.append((f'<line x1="0" x2="12" y1="-4" y2="-4" stroke="{c["bound"]}" stroke-width="1.5" stroke-dasharray="4 2"/>', "bound"))
-    items += [(f'<path d="M0,-9 L12,-9 L6,0 Z" fill="{colour}"/>', f"{lever} run") for lever, colour in levers.items()]
+        items.append(
+            (
+                (
+                    f'<line x1="0" x2="12" y1="-4" y2="-4" stroke="{c["bound"]}" stroke-width="1.5"'
+                    ' stroke-dasharray="4 2"/>'
+                ),
+                "bound",
+            )
+        )
+    items += [
+        (f'<path d="M0,-9 L12,-9 L6,0 Z" fill="{colour}"/>', f"{lever} run")
+        for lever, colour in levers.items()
+    ]
     ends = {r.get("action"): bool(r.get("ok")) for _, _, r in records if r["kind"] == "outcome"}
     # True: ok, False: not ok, None: still running
     states = {ends.get(s) for s, _, _ in actions}
     if False in states:
-        items.append((f'<path d="M0,-9 L12,-9 L6,0 Z" fill="#ffffff" stroke="{c["not ok"]}" stroke-width="2"/>', "not ok"))
+        items.append(
+            (
+                (
+                    f'<path d="M0,-9 L12,-9 L6,0 Z" fill="#ffffff" stroke="{c["not ok"]}"'
+                    ' stroke-width="2"/>'
+                ),
+                "not ok",
+            )
+        )
     if None in states:
-        items.append(('<path d="M0,-9 L12,-9 L6,0 Z" fill="#999999" fill-opacity="0.4"/>', "running"))
+        items.append(
+            ('<path d="M0,-9 L12,-9 L6,0 Z" fill="#999999" fill-opacity="0.4"/>', "running")
+        )
     if asks:
-        items.append((f'<path d="M6,-10 L12,-4 L6,2 L0,-4 Z" fill="{c["ask"]}"/>', "ask (pale: answered)"))
-    items += [(f'<rect x="0" y="-9" width="12" height="10" fill="{c[what]}" fill-opacity="0.35"/>', what)
-              for what in ("paused", "stuck") if any(span[2] == what for span in spans)]
-    items += [(f'<line x1="6" x2="6" y1="-10" y2="2" stroke="{c[what]}" stroke-width="2"/>', words)
-              for what, words in (("guard", "guard trip"), ("mandate", "new mandate")) if any(k[1] == what for k in marks)]
+        items.append(
+            (f'<path d="M6,-10 L12,-4 L6,2 L0,-4 Z" fill="{c["ask"]}"/>', "ask (pale: answered)")
+        )
+    items += [
+        (f'<rect x="0" y="-9" width="12" height="10" fill="{c[what]}" fill-opacity="0.35"/>', what)
+        for what in ("paused", "stuck")
+        if any(span[2] == what for span in spans)
+    ]
+    items += [
+        (f'<line x1="6" x2="6" y1="-10" y2="2" stroke="{c[what]}" stroke-width="2"/>', words)
+        for what, words in (("guard", "guard trip"), ("mandate", "new mandate"))
+        if any(k[1] == what for k in marks)
+    ]
     parts, at, row = ['<g class="legend" font-size="11">'], CHART_LEFT, 0
     for glyph, words in items:
         width = 36 + int(len(words) * 6.3)
         if at + width > CHART_WIDTH and at > CHART_LEFT:
             at, row = CHART_LEFT, row + 1
-        parts.append(f'<g transform="translate({at} {CHART_HEIGHT - 14 + 18 * row})">{glyph}<text x="18" y="0">'
-                     f'{xml_text(words)}</text></g>')
+        parts.append(
+            f'<g transform="translate({at} {CHART_HEIGHT - 14 + 18 * row})">{glyph}<text x="18"'
+            f' y="0">{xml_text(words)}</text></g>'
+        )
         at += width
     return parts + ["</g>"], CHART_HEIGHT + 18 * row
 
@@ -12106,8 +15118,16 @@ def mandate_drift(in_force, on_disk, seq, path):
     if in_force == on_disk or in_force is None:
         return []
     import difflib
-    lines = list(difflib.unified_diff(in_force.splitlines(), on_disk.splitlines(), f"mandate #{seq} (in force)",
-                                      path, n=0, lineterm=""))
+    lines = list(
+        difflib.unified_diff(
+            in_force.splitlines(),
+            on_disk.splitlines(),
+            f"mandate #{seq} (in force)",
+            path,
+            n=0,
+            lineterm="",
+        )
+    )
     shown_lines = [f"    {line}" for line in lines[:DRIFT_LINES]]
     if len(lines) > DRIFT_LINES:
         shown_lines.append(f"    ... {len(lines) - DRIFT_LINES} more lines of difference")
@@ -12167,21 +15187,33 @@ def cmd_doctor(home, args):
         if arg == "--since" and rest:
             since = rest.pop(0)
             if not re.fullmatch(r"#?[0-9]+:[0-9a-fA-F]{16,64}", since):
-                raise Fail(EX_USAGE, f"'{since}' is not an anchor; write SEQ:HASH with 16 to 64 hex digits of the hash, "
-                                     f"as avsm doctor prints it (1234:0123456789abcdef)")
+                raise Fail(
+                    EX_USAGE,
+                    f"'{since}' is not an anchor; write SEQ:HASH with 16 to 64 hex digits of the"
+                    " hash, as avsm doctor prints it (1234:0123456789abcdef)",
+                )
             since = since.lstrip("#").lower()
             need_int(since.split(":")[0], "a record number")
         elif arg == "--cut" and rest:
             cut = rest.pop(0)
             if not cut.isdigit() or not cut.isascii() or int(cut) < 1:
-                raise Fail(EX_USAGE, f"'{cut}' is not a record number; write avsm doctor --cut 1234")
+                raise Fail(
+                    EX_USAGE, f"'{cut}' is not a record number; write avsm doctor --cut 1234"
+                )
             cut = need_int(cut, "a record number")
         elif arg == "--remote" or arg.startswith("--remote="):
-            raise Fail(EX_USAGE, "avsm doctor has no --remote: avsmd opens no listener but its socket; run doctor on its machine")
+            raise Fail(
+                EX_USAGE,
+                "avsm doctor has no --remote: avsmd opens no listener but its socket; run doctor on"
+                " its machine",
+            )
         else:
-            raise Fail(EX_USAGE, f"avsm doctor does not take '{arg}'; usage: avsm doctor [--since SEQ:HASH] "
-                                 f"[--checkpoint FILE|DIR|- [--allowed-signers FILE]] [--quick] "
-                                 f"[--origin avsm/HOST:HOME] | avsm doctor --cut SEQ")
+            raise Fail(
+                EX_USAGE,
+                f"avsm doctor does not take '{arg}'; usage: avsm doctor [--since SEQ:HASH] "
+                "[--checkpoint FILE|DIR|- [--allowed-signers FILE]] [--quick] "
+                "[--origin avsm/HOST:HOME] | avsm doctor --cut SEQ",
+            )
     if cut is not None:
         return doctor_cut(home, cut)
     found = Findings()
@@ -12206,13 +15238,23 @@ def doctor_home(home, found):
     if problem:
         found.fail(EX_CONFIG, problem, "avsmd --home /a/shorter/path   (or set AVSMD_HOME)")
     if not os.path.lexists(home):
-        found.fail(EX_NOINPUT, f"the home {home} is not there", f"{program_command('avsmd', home)}   (avsmd makes it)")
+        found.fail(
+            EX_NOINPUT,
+            f"the home {home} is not there",
+            f"{program_command('avsmd', home)}   (avsmd makes it)",
+        )
         return False
     if not os.path.isdir(home):
-        found.fail(EX_CANTCREAT, f"the home {home} is not a directory", f"mv {home} {home}.old && {program_command('avsmd', home)}")
+        found.fail(
+            EX_CANTCREAT,
+            f"the home {home} is not a directory",
+            f"mv {home} {home}.old && {program_command('avsmd', home)}",
+        )
         return False
     if not os.access(home, os.R_OK | os.W_OK | os.X_OK):
-        found.fail(EX_NOPERM, f"the home {home} is not readable and writable by you", f"chmod 700 {home}")
+        found.fail(
+            EX_NOPERM, f"the home {home} is not readable and writable by you", f"chmod 700 {home}"
+        )
         # what can be read is still checked (DOCTOR-01)
         return os.access(home, os.R_OK | os.X_OK)
     if not problem:
@@ -12258,10 +15300,17 @@ def doctor_config(home, found):
     if os.path.exists(keys):
         st = os.stat(keys)
         if not stat.S_ISREG(st.st_mode):
-            found.fail(EX_CONFIG, f"{keys} is not a regular file; the warden cannot read keys from it",
-                       f"rm -r {keys}, then write it again as NAME=value lines, mode 600")
+            found.fail(
+                EX_CONFIG,
+                f"{keys} is not a regular file; the warden cannot read keys from it",
+                f"rm -r {keys}, then write it again as NAME=value lines, mode 600",
+            )
         elif st.st_mode & 0o077:
-            found.fail(EX_CONFIG, f"{keys} is readable by others than you; the warden refuses to read it", f"chmod 600 {keys}")
+            found.fail(
+                EX_CONFIG,
+                f"{keys} is readable by others than you; the warden refuses to read it",
+                f"chmod 600 {keys}",
+            )
         else:
             found.ok(f"keys {keys} readable by you alone")
 
@@ -12274,27 +15323,46 @@ def doctor_ledger(home, found, since, kept=(), quick=False, trust=None):
         found.note(f"no ledger yet at {path}; avsmd makes it at its first start")
         return
     if not os.path.isfile(path):         # a FIFO's open would wait for ever
-        found.fail(EX_DATAERR, f"{path} is not a regular file (a directory, a FIFO or a device), so not a ledger",
-                   f"mv {path} {path}.broken   (avsmd then starts a new ledger)")
+        found.fail(
+            EX_DATAERR,
+            f"{path} is not a regular file (a directory, a FIFO or a device), so not a ledger",
+            f"mv {path} {path}.broken   (avsmd then starts a new ledger)",
+        )
         return
     if not os.access(path, os.R_OK | os.W_OK):
         found.fail(EX_NOPERM, f"{path} is not readable and writable by you", f"chmod 600 {path}")
     try:
         db = open_ledger_ro(path)
-        triggers = {row[0] for row in db.execute("SELECT name FROM sqlite_master WHERE type = 'trigger'")}
-        count, first_at, last_at = db.execute("SELECT count(*), min(at), max(at) FROM records").fetchone()
+        triggers = {
+            row[0] for row in db.execute("SELECT name FROM sqlite_master WHERE type = 'trigger'")
+        }
+        count, first_at, last_at = db.execute(
+            "SELECT count(*), min(at), max(at) FROM records"
+        ).fetchone()
     except Fail as fail:
         # a transaction its writer was killed in: avsmd rolls it back
-        found.fail(EX_DATAERR, str(fail), f"{program_command('avsmd', home)}   (its warden rolls the transaction back)")
+        found.fail(
+            EX_DATAERR,
+            str(fail),
+            f"{program_command('avsmd', home)}   (its warden rolls the transaction back)",
+        )
         return
     except sqlite3.DatabaseError as err:
-        found.fail(EX_DATAERR, f"{path} is not a ledger avsm can read: {err}",
-                   f"mv {path} {path}.broken   (avsmd then starts a new ledger; keep the old one for the record)")
+        found.fail(
+            EX_DATAERR,
+            f"{path} is not a ledger avsm can read: {err}",
+            f"mv {path} {path}.broken   (avsmd then starts a new ledger; keep the old one for the"
+            " record)",
+        )
         return
     missing = {"records_no_update", "records_no_delete", "records_chain"} - triggers
     if missing:
-        found.fail(EX_DATAERR, f"the ledger's triggers {', '.join(sorted(missing))} are gone: it is no longer append-only",
-                   f"{program_command('avsmd', home)}   (avsmd makes the triggers again at start)")
+        found.fail(
+            EX_DATAERR,
+            f"the ledger's triggers {', '.join(sorted(missing))} are gone: it is no longer"
+            " append-only",
+            f"{program_command('avsmd', home)}   (avsmd makes the triggers again at start)",
+        )
     trust = trust or checkpoint_trust(home)
     own = home_checkpoints(home, found)
     after = verified_checkpoint(home, db, found, trust) if quick else None
@@ -12305,26 +15373,44 @@ def doctor_ledger(home, found, since, kept=(), quick=False, trust=None):
     found.scan = scan
     if scan.broken:
         seq, why = scan.broken
-        found.fail(EX_DATAERR, f"record #{seq} does not read: {why}",
-                   f"{client_command(home)} doctor --cut {seq}   (with avsmd stopped; the whole ledger is backed up first)")
+        found.fail(
+            EX_DATAERR,
+            f"record #{seq} does not read: {why}",
+            f"{client_command(home)} doctor --cut {seq}   (with avsmd stopped; the whole ledger is"
+            " backed up first)",
+        )
     else:
         span, size = (last_at or 0) - (first_at or 0), os.path.getsize(path)
-        growth = (f"about {size / (span / 86400) / 1e6:.2f} MB a day over its {format_span(span)} (the README's "
-                  f"Sizing a host says what to expect)" if span >= 60 else "too young to say how fast it grows")
+        growth = (
+            f"about {size / (span / 86400) / 1e6:.2f} MB a day over its {format_span(span)} (the"
+            " README's Sizing a host says what to expect)"
+            if span >= 60
+            else "too young to say how fast it grows"
+        )
         if after:
-            found.ok(f"ledger {path}: #{after[0] + 1} to #{scan.head[0]} chained and read, from checkpoint #{after[0]}, "
-                     f"which a full doctor verified; the {after[0]} records before it and every proof were not re-read "
-                     f"(--quick): a full {client_command(home)} doctor checks them")
+            found.ok(
+                f"ledger {path}: #{after[0] + 1} to #{scan.head[0]} chained and read, from"
+                f" checkpoint #{after[0]}, which a full doctor verified; the {after[0]} records"
+                " before it and every proof were not re-read (--quick): a full"
+                f" {client_command(home)} doctor checks them"
+            )
         else:
             found.ok(f"ledger {path}: {count} records chained, {size / 1e6:.1f} MB, {growth}")
         head = ledger_head(db)
         if head:
-            found.note(f"the ledger's head now is {head[0]}:{head[1][:16]}; keep it somewhere else (a note, another "
-                       f"machine): {client_command(home)} doctor --since {head[0]}:{head[1][:16]} later shows the ledger still holds it")
+            found.note(
+                f"the ledger's head now is {head[0]}:{head[1][:16]}; keep it somewhere else (a"
+                f" note, another machine): {client_command(home)} doctor --since"
+                f" {head[0]}:{head[1][:16]} later shows the ledger still holds it"
+            )
         problems = scan.problems
         if problems:
             seq, problem = problems[0]
-            found.fail(EX_DATAERR, f"{len(problems)} proof problem(s); first: action #{seq}: {problem}", f"{client_command(home)} why {seq}")
+            found.fail(
+                EX_DATAERR,
+                f"{len(problems)} proof problem(s); first: action #{seq}: {problem}",
+                f"{client_command(home)} why {seq}",
+            )
         elif not after:
             found.ok("every proof in the ledger re-checks")
         held = doctor_checkpoints(home, found, kept, own, scan, db, trust)
@@ -12334,9 +15420,17 @@ def doctor_ledger(home, found, since, kept=(), quick=False, trust=None):
         seq, prefix = since.split(":")
         row = db.execute("SELECT hash FROM records WHERE seq = ?", (int(seq),)).fetchone()
         if row is None or not row[0].startswith(prefix):
-            found.fail(EX_DATAERR, f"the ledger no longer holds the head {since}: "
-                                   + ("there is no such record" if row is None else f"#{seq} now hashes to {row[0][:16]}"),
-                       f"compare with the backup you took the anchor from; {client_command(home)} tail --since {max(0, int(seq) - 1)}")
+            found.fail(
+                EX_DATAERR,
+                f"the ledger no longer holds the head {since}: "
+                + (
+                    "there is no such record"
+                    if row is None
+                    else f"#{seq} now hashes to {row[0][:16]}"
+                ),
+                f"compare with the backup you took the anchor from; {client_command(home)} tail"
+                f" --since {max(0, int(seq) - 1)}",
+            )
         else:
             found.ok(f"the ledger still holds {since}")
     db.close()
@@ -12417,8 +15511,19 @@ def read_kept_checkpoints(home, found, where, trust):
     """Return [(name, Checkpoint)] of the checkpoints kept in FILE, DIR or - that may vouch for
     this home. One missing is 66, one that does not read, vouch or verify 65, no ssh-keygen 69."""
     allowed = trust.allowed or os.path.expanduser("~/.ssh/allowed_signers")
-    names = ["-"] if where == "-" else [where] if not os.path.isdir(where) else \
-        [os.path.join(where, n) for n in sorted(os.listdir(where)) if not n.endswith(".sig") and n[0] != "."]
+    names = (
+        ["-"]
+        if where == "-"
+        else (
+            [where]
+            if not os.path.isdir(where)
+            else [
+                os.path.join(where, n)
+                for n in sorted(os.listdir(where))
+                if not n.endswith(".sig") and n[0] != "."
+            ]
+        )
+    )
     kept = []
     for name in names:
         try:
@@ -12432,13 +15537,18 @@ def read_kept_checkpoints(home, found, where, trust):
                     if os.path.lexists(name + ".sig") else None
             checkpoint = parse_checkpoint(data, name, sig)
             if checkpoint.signature is None:
-                found.note(f"checkpoint {name} is unsigned: it shows a rewrite only while it is kept where the ledger's "
-                           f"writer cannot reach it")
+                found.note(
+                    f"checkpoint {name} is unsigned: it shows a rewrite only while it is kept where"
+                    " the ledger's writer cannot reach it"
+                )
             if vouch_checkpoint(found, name, checkpoint, trust, allowed):
                 kept.append((name, checkpoint))
         except (OSError, UnicodeDecodeError) as err:
-            found.fail(EX_NOINPUT if isinstance(err, FileNotFoundError) else EX_DATAERR, f"checkpoint {name} cannot be "
-                       f"read: {getattr(err, 'strerror', None) or err}", "name the file, or the directory, you kept it in")
+            found.fail(
+                EX_NOINPUT if isinstance(err, FileNotFoundError) else EX_DATAERR,
+                f"checkpoint {name} cannot be read: {getattr(err, 'strerror', None) or err}",
+                "name the file, or the directory, you kept it in",
+            )
         except Fail as fail:
             found.fail(fail.code, f"checkpoint {name}: {fail}",
                        "trust no checkpoint but those your own hosts signed; compare with your "
@@ -12478,8 +15588,10 @@ def doctor_checkpoints(home, found, kept, own, scan, db, trust):
     home's newest checkpoint when it held, else None. A rewrite is named by the first that fails."""
     ours = own[-1][1] if own else None
     if ours is None:
-        found.note(f"no checkpoint in {home}/checkpoints yet: avsmd writes one at its start, daily, and after each "
-                   "irreversible action")
+        found.note(
+            f"no checkpoint in {home}/checkpoints yet: avsmd writes one at its start, daily, and"
+            " after each irreversible action"
+        )
     elif ours.signature:
         found.ok(f"checkpoints: the newest, of #{ours.seq}, is signed; keep copies elsewhere "
                  f"({client_command(home)} checkpoint)")
@@ -12489,8 +15601,10 @@ def doctor_checkpoints(home, found, kept, own, scan, db, trust):
                    f"ssh-keygen -Y sign -f {trust.key} -n {trust.namespace} < /dev/null   "
                    f"(says why it cannot sign)")
     else:
-        found.note(f"checkpoints are written unsigned: config.yaml names no key; sign them with checkpoint: "
-                   f"{{key: /path/to/ssh/key}} (the README's Checkpoints)")
+        found.note(
+            f"checkpoints are written unsigned: config.yaml names no key; sign them with"
+            f" checkpoint: {{key: /path/to/ssh/key}} (the README's Checkpoints)"
+        )
     if scan.broken:
         return None
     # the home's own are checked too (a forger who rewrote the ledger must rewrite these as well);
@@ -12515,10 +15629,17 @@ def doctor_checkpoints(home, found, kept, own, scan, db, trust):
     for name, c in sorted(kept, key=lambda k: k[1].seq):
         got = hashes.get(c.seq)
         if got == c.hash:
-            found.ok(f"checkpoint {name}: the ledger still holds #{c.seq}:{c.hash[:16]}, and the chain from it to the head")
+            found.ok(
+                f"checkpoint {name}: the ledger still holds #{c.seq}:{c.hash[:16]}, and the chain"
+                " from it to the head"
+            )
         elif c.seq > scan.head[0]:
-            found.fail(EX_DATAERR, f"checkpoint {name} is of #{c.seq}, and the ledger ends at #{scan.head[0]}: records it "
-                                   f"held were cut, or the ledger was replaced", "restore the ledger from a backup that holds them")
+            found.fail(
+                EX_DATAERR,
+                f"checkpoint {name} is of #{c.seq}, and the ledger ends at #{scan.head[0]}: records"
+                " it held were cut, or the ledger was replaced",
+                "restore the ledger from a backup that holds them",
+            )
         elif got is None:
             found.fail(EX_DATAERR, f"checkpoint {name} is of #{c.seq}, and the ledger holds no "
                                    f"record #{c.seq} (its first is #1): a made-up checkpoint, or "
@@ -12527,10 +15648,14 @@ def doctor_checkpoints(home, found, kept, own, scan, db, trust):
                        "own copy")
         else:
             below = max((seq for seq, _ in holds if seq < c.seq), default=None)
-            found.fail(EX_DATAERR, f"checkpoint {name}: #{c.seq} should hash to {c.hash[:16]}, and the ledger's #{c.seq} "
-                                   f"hashes to {got[:16]}: the ledger was rewritten at or before #{c.seq}"
-                                   + (f" and after #{below}, which it still holds" if below else ""),
-                       f"restore the ledger from a backup; {client_command(home)} tail --since {below or 0} shows what it holds now")
+            found.fail(
+                EX_DATAERR,
+                f"checkpoint {name}: #{c.seq} should hash to {c.hash[:16]}, and the ledger's"
+                f" #{c.seq} hashes to {got[:16]}: the ledger was rewritten at or before #{c.seq}"
+                + (f" and after #{below}, which it still holds" if below else ""),
+                f"restore the ledger from a backup; {client_command(home)} tail --since"
+                f" {below or 0} shows what it holds now",
+            )
             # the first that no longer matches names the rewrite; the later follow from it
             break
     held = newest in vouched and hashes.get(newest[1].seq) == newest[1].hash
@@ -12539,7 +15664,9 @@ def doctor_checkpoints(home, found, kept, own, scan, db, trust):
 
 def verified_path(home):
     import hashlib
-    return os.path.join(user_cache(), "verified", hashlib.sha256(os.path.realpath(home).encode()).hexdigest()[:16])
+    return os.path.join(
+        user_cache(), "verified", hashlib.sha256(os.path.realpath(home).encode()).hexdigest()[:16]
+    )
 
 
 def remember_verified(home, checkpoint):
@@ -12571,8 +15698,12 @@ def verified_checkpoint(home, db, found, trust):
             seq, digest = fh.read(200).split()
         seq = int(seq)
     except (OSError, ValueError):
-        found.fail(EX_NOINPUT, "--quick: no full doctor has verified a checkpoint of this ledger yet",
-                   f"{client_command(home)} doctor   (a full check; --quick then checks from its newest checkpoint on)")
+        found.fail(
+            EX_NOINPUT,
+            "--quick: no full doctor has verified a checkpoint of this ledger yet",
+            f"{client_command(home)} doctor   (a full check; --quick then checks from its newest"
+            " checkpoint on)",
+        )
         return None
     full = (f"{client_command(home)} doctor   (a full check says where the ledger changed, and "
             f"notes it again)")
@@ -12602,10 +15733,18 @@ def verified_checkpoint(home, db, found, trust):
         return None
     now = record_hash(db, seq)          # its contents hashed again, not its hash column
     if now != digest:
-        found.fail(EX_DATAERR, f"--quick refused: checkpoint #{seq}, which a full doctor verified, no longer matches the "
-                               f"ledger (" + ("it holds no such record" if now is None else
-                                              f"#{seq} now hashes to {now[:16]}, not {digest[:16]}") + ")",
-                   f"{client_command(home)} doctor   (a full check says where the ledger changed)")
+        found.fail(
+            EX_DATAERR,
+            f"--quick refused: checkpoint #{seq}, which a full doctor verified, no longer matches"
+            " the ledger ("
+            + (
+                "it holds no such record"
+                if now is None
+                else f"#{seq} now hashes to {now[:16]}, not {digest[:16]}"
+            )
+            + ")",
+            f"{client_command(home)} doctor   (a full check says where the ledger changed)",
+        )
         return None
     return seq, digest
 
@@ -12623,9 +15762,15 @@ def doctor_mandates(home, found):
     import sqlite3
     try:
         scan = found.scan               # doctor_ledger's one read of the ledger listed them
-        adopted = [tuple(v) for v in scan.adopted.values()] if scan and scan.adopted is not None else adopted_mandates(home)
+        adopted = (
+            [tuple(v) for v in scan.adopted.values()]
+            if scan and scan.adopted is not None
+            else adopted_mandates(home)
+        )
     except (sqlite3.DatabaseError, ValueError, Fail) as err:
-        found.note(f"the adopted mandates cannot be listed from a ledger that does not read ({err})")
+        found.note(
+            f"the adopted mandates cannot be listed from a ledger that does not read ({err})"
+        )
         return
     uid = os.stat(home).st_uid          # avsmd runs as the home's owner
     for name, directory, seq, paused, in_force in adopted:
@@ -12647,18 +15792,31 @@ def doctor_mandates(home, found):
                                       "avsmd starts no program of it",
                            f"{unsafe.fix}, then {client_command(home)} add {directory}")
             elif drift:
-                found.note(f"venture {name}: {path} holds but differs from mandate #{seq} in force; "
-                           f"{client_command(home)} add {directory} applies it")
+                found.note(
+                    f"venture {name}: {path} holds but differs from mandate #{seq} in force; "
+                    f"{client_command(home)} add {directory} applies it"
+                )
                 for line in drift:
                     out(f"  {line}")
             else:
                 found.ok(f"venture {name}: {path} holds, the same as mandate #{seq} in force")
         except OSError as err:
             denied = isinstance(err, PermissionError)
-            found.fail(EX_NOPERM if denied else EX_NOINPUT, f"venture {name}: {path} cannot be read: {err.strerror}",
-                       f"chmod u+r {path}" if denied else f"put {path} back, then {client_command(home)} add {directory}")
+            found.fail(
+                EX_NOPERM if denied else EX_NOINPUT,
+                f"venture {name}: {path} cannot be read: {err.strerror}",
+                (
+                    f"chmod u+r {path}"
+                    if denied
+                    else f"put {path} back, then {client_command(home)} add {directory}"
+                ),
+            )
         except Fail as fail:
-            found.fail(EX_CONFIG, f"venture {name}: {fail}", f"edit {path}, then {client_command(home)} add {directory}")
+            found.fail(
+                EX_CONFIG,
+                f"venture {name}: {fail}",
+                f"edit {path}, then {client_command(home)} add {directory}",
+            )
 
 
 def doctor_bridge_keys(found):
@@ -12715,11 +15873,16 @@ def doctor_daemon(home, found):
     lock = os.path.join(home, "avsmd.lock")
     sock = os.path.join(home, "sock")
     if os.path.lexists(lock) and not os.path.isfile(lock):
-        found.fail(EX_CANTCREAT, f"{lock} is not a regular file", f"rm -r {lock}   (avsmd makes it again)")
+        found.fail(
+            EX_CANTCREAT, f"{lock} is not a regular file", f"rm -r {lock}   (avsmd makes it again)"
+        )
     daemons = avsmd_processes(home)
     if len(daemons) > 1:
-        found.fail(EX_UNAVAILABLE, f"{len(daemons)} avsmd processes run on {home}: pids {', '.join(map(str, daemons))}",
-                   f"kill {' '.join(map(str, daemons[1:]))}   (keep one)")
+        found.fail(
+            EX_UNAVAILABLE,
+            f"{len(daemons)} avsmd processes run on {home}: pids {', '.join(map(str, daemons))}",
+            f"kill {' '.join(map(str, daemons[1:]))}   (keep one)",
+        )
     holder = lock_holder(home) if os.path.isfile(lock) else None
     conn = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     conn.settimeout(DOCTOR_PROBE_MOST)
@@ -12742,7 +15905,11 @@ def doctor_daemon(home, found):
                        f"warden answers within {DOCTOR_PROBE} s): a long write, or a host short "
                        "of CPU")
         for problem in problems:
-            found.fail(EX_NOPERM, problem, f"free space or fix permissions under {home}; avsmd tries again every 30 s")
+            found.fail(
+                EX_NOPERM,
+                problem,
+                f"free space or fix permissions under {home}; avsmd tries again every 30 s",
+            )
     except TimeoutError:                # it took the request: slow or stuck, not gone
         who = f"avsmd (pid {holder})" if holder else "avsmd"
         found.fail(EX_UNAVAILABLE, f"{who} took doctor's health request on {sock} but gave no "
@@ -12751,10 +15918,18 @@ def doctor_daemon(home, found):
                    f"{holder or 'its pid'} && {program_command('avsmd', home)}")
     except OSError:
         if holder:
-            found.fail(EX_UNAVAILABLE, f"avsmd (pid {holder}) is running but its socket {sock} is missing",
-                       f"wait a second (it makes the socket again); if it stays missing: kill {holder} && {program_command('avsmd', home)}")
+            found.fail(
+                EX_UNAVAILABLE,
+                f"avsmd (pid {holder}) is running but its socket {sock} is missing",
+                f"wait a second (it makes the socket again); if it stays missing: kill {holder} &&"
+                f" {program_command('avsmd', home)}",
+            )
         else:
-            found.fail(EX_UNAVAILABLE, f"no avsmd is running on {home}", f"{program_command('avsmd', home)}")
+            found.fail(
+                EX_UNAVAILABLE,
+                f"no avsmd is running on {home}",
+                f"{program_command('avsmd', home)}",
+            )
     finally:
         conn.close()
 
@@ -12777,7 +15952,9 @@ def avsmd_processes(home):
                 if not is_avsmd_argv(argv):
                     continue
                 given = next((argv[i + 1] for i, a in enumerate(argv[:-1]) if a == "--home"), None)
-                given = given or next((a.split("=", 1)[1] for a in argv if a.startswith("--home=")), None)
+                given = given or next(
+                    (a.split("=", 1)[1] for a in argv if a.startswith("--home=")), None
+                )
                 if given is None:
                     with open(f"/proc/{entry}/environ", "rb") as fh:
                         env = dict(v.split(b"=", 1) for v in fh.read().split(b"\0") if b"=" in v)
@@ -12820,7 +15997,9 @@ def doctor_cut(home, seq):
     import sqlite3
     holder = lock_holder(home) if os.path.isdir(home) else None
     if holder:
-        raise Fail(EX_TEMPFAIL, f"avsmd (pid {holder}) is running on {home}; stop it first, then cut")
+        raise Fail(
+            EX_TEMPFAIL, f"avsmd (pid {holder}) is running on {home}; stop it first, then cut"
+        )
     path = ledger_path(home)
     last = last_seq(open_ledger_ro(path))
     if seq > last:
@@ -12874,9 +16053,10 @@ SPARK_WIDTH = 16
 
 STATUS_STATES = ("running", "paused", "stuck", "implausible", "unconfirmed", "cannot run")
 StatusRow = collections.namedtuple("StatusRow", "name state value age spark levers asks why")
-StatusRow.__doc__ = """One venture at a glance: its state (running, paused, stuck, implausible, unconfirmed, cannot run),
-the last trusted value and its age in seconds (None before the first), the sparkline, its levers' runs against
-their caps, its open asks, and what holds it and the way out ("" when it is simply running)."""
+StatusRow.__doc__ = """One venture at a glance: its state (running, paused, stuck, implausible,
+unconfirmed, cannot run), the last trusted value and its age in seconds (None before the first), the
+sparkline, its levers' runs against their caps, its open asks, and what holds it and the way out (""
+when it is simply running)."""
 
 
 def sparkline(values, ascii=False):
@@ -12905,24 +16085,48 @@ def status_row(state, now, keep=None, cfg=None, ascii=False):
     """Return the StatusRow of one adopted venture, from its folded state at `now`."""
     m, why = state.mandate, ""
     held = held_by(state) if m is not None else None
-    stuck = [(side_name, lever, state.side(side_name)["stuck"]) for side_name, way, bound, lever in controller_sides(m)
-             if state.side(side_name).get("stuck")] if m is not None else []
+    stuck = (
+        [
+            (side_name, lever, state.side(side_name)["stuck"])
+            for side_name, way, bound, lever in controller_sides(m)
+            if state.side(side_name).get("stuck")
+        ]
+        if m is not None
+        else []
+    )
     if state.paused:
         condition = "paused"
-        guards = [f"guard {name}: #{info['last'][0]} {format_number(info['last'][1])} past its bound since #{info['episode']}"
-                  for name, info in sorted(state.guards.items()) if info.get("past") and info.get("last")]
-        why = "; ".join(guards) + ("; once it reads inside, " if guards else "") + f"avsm resume {state.name} starts it again"
+        guards = [
+            f"guard {name}: #{info['last'][0]} {format_number(info['last'][1])} past its bound"
+            f" since #{info['episode']}"
+            for name, info in sorted(state.guards.items())
+            if info.get("past") and info.get("last")
+        ]
+        why = (
+            "; ".join(guards)
+            + ("; once it reads inside, " if guards else "")
+            + f"avsm resume {state.name} starts it again"
+        )
     elif m is None:
         condition, why = "cannot run", str(state.problem or "its adopted mandate cannot be read")
     elif held:
         what, seq, note = held
-        condition, why = "implausible", f"held by {what} #{seq} ({note}); a plausible reading of it clears the hold"
+        condition, why = (
+            "implausible",
+            f"held by {what} #{seq} ({note}); a plausible reading of it clears the hold",
+        )
     elif state.last_report and state.last_report[2].get("status") == "unconfirmed":
-        condition, why = "unconfirmed", f"report #{state.last_report[0]} waits for the next to agree"
+        condition, why = (
+            "unconfirmed",
+            f"report #{state.last_report[0]} waits for the next to agree",
+        )
     elif stuck:
         condition = "stuck"
-        why = "; ".join(f"{lever} cannot run ({reason}): " + STUCK_WAY_OUT[reason].format(venture=state.name, lever=lever)
-                        for side_name, lever, reason in stuck)
+        why = "; ".join(
+            f"{lever} cannot run ({reason}): "
+            + STUCK_WAY_OUT[reason].format(venture=state.name, lever=lever)
+            for side_name, lever, reason in stuck
+        )
     else:
         condition = "running"
     if m is not None and decided_by_model(m) and cfg is not None:
@@ -12931,20 +16135,41 @@ def status_row(state, now, keep=None, cfg=None, ascii=False):
         if "no call is made" in note or "no decision is made" in note:
             why = (why + "; " if why else "") + note
     last = state.trusted[-1][1] if len(state.trusted) else None
-    levers = ", ".join(f"{name}: {len(cap_window(state, name, now))} of {lever['cap'][0]} per "
-                       f"{format_duration(lever['cap'][1])}" + (" (running)" if name in state.running else "")
-                       for name, lever in m["levers"].items()) if m is not None else ""
+    levers = (
+        ", ".join(
+            f"{name}: {len(cap_window(state, name, now))} of {lever['cap'][0]} per "
+            f"{format_duration(lever['cap'][1])}"
+            + (" (running)" if name in state.running else "")
+            for name, lever in m["levers"].items()
+        )
+        if m is not None
+        else ""
+    )
     if m is not None and m["run"]:
         child = (keep or {}).get("child")
-        levers += (", " if levers else "") + (f"run: pid {child.pid}" if child and not getattr(child, "ended_by", None)
-                                              else "run: not running")
-    asks = f"asks: {len(state.open_asks)}" + (f" ({', '.join('#' + str(s) for s in sorted(state.open_asks))})"
-                                              if state.open_asks else "")
+        levers += (", " if levers else "") + (
+            f"run: pid {child.pid}"
+            if child and not getattr(child, "ended_by", None)
+            else "run: not running"
+        )
+    asks = f"asks: {len(state.open_asks)}" + (
+        f" ({', '.join('#' + str(s) for s in sorted(state.open_asks))})" if state.open_asks else ""
+    )
     # issue 11 item 8: how well avsm knows this venture's world, at a glance
     if m is not None and predicts(m):
-        asks += "  calibration: " + (describe_rolling(*rolling_scores(state.scores)) if state.scores else "none scored yet")
-    return StatusRow(state.name, condition, last, now - state.trusted_at if last is not None else None,
-                     sparkline([v for _, v in state.trusted[-SPARK_WIDTH:]], ascii), levers, asks, why)
+        asks += "  calibration: " + (
+            describe_rolling(*rolling_scores(state.scores)) if state.scores else "none scored yet"
+        )
+    return StatusRow(
+        state.name,
+        condition,
+        last,
+        now - state.trusted_at if last is not None else None,
+        sparkline([v for _, v in state.trusted[-SPARK_WIDTH:]], ascii),
+        levers,
+        asks,
+        why,
+    )
 
 
 def asks_view(states):
@@ -12952,9 +16177,15 @@ def asks_view(states):
     lines = []
     for name in sorted(states):
         for seq, ask in sorted(states[name].open_asks.items()):
-            lines.append(f"#{seq}  {name}  {ask.get('lever') or '-'}  {ask.get('question', ask['summary'])}")
+            lines.append(
+                f"#{seq}  {name}  {ask.get('lever') or '-'}  {ask.get('question', ask['summary'])}"
+            )
             if ask.get("payload") is not None:
-                payload = ask["payload"] if isinstance(ask["payload"], str) else json.dumps(ask["payload"], indent=2)
+                payload = (
+                    ask["payload"]
+                    if isinstance(ask["payload"], str)
+                    else json.dumps(ask["payload"], indent=2)
+                )
                 lines += ["    " + line for line in payload.splitlines()]
     return lines or ["no open asks"]
 
@@ -12962,8 +16193,14 @@ def asks_view(states):
 def format_status_rows(rows):
     """Return the one-line view: `NAME: STATE` and the value, its age and the sparkline."""
     head = [f"{row.name}: {row.state}" for row in rows]
-    values = [f"{format_number(row.value)} ({format_age(row.age)} ago)" if row.age is not None else "no trusted report"
-              for row in rows]
+    values = [
+        (
+            f"{format_number(row.value)} ({format_age(row.age)} ago)"
+            if row.age is not None
+            else "no trusted report"
+        )
+        for row in rows
+    ]
     wide_head, wide_value = max(map(len, head), default=0), max(map(len, values), default=0)
     lines = []
     for row, h, v in zip(rows, head, values):
@@ -13007,7 +16244,10 @@ def describe_status_lines(state, now, keep, children, cfg=None):
         condition = f"cannot run: {state.problem}"
     elif held:
         what, seq, note = held
-        condition = f"implausible: held by {what} #{seq} ({note}); a plausible reading of it clears the hold"
+        condition = (
+            f"implausible: held by {what} #{seq} ({note}); a plausible reading of it clears the"
+            " hold"
+        )
     elif state.last_report and state.last_report[2].get("status") == "unconfirmed":
         condition = f"unconfirmed: report #{state.last_report[0]} waits for the next to agree"
     elif any(side.get("stuck") for side in state.sides.values()):
@@ -13046,10 +16286,18 @@ def describe_status_lines(state, now, keep, children, cfg=None):
             else:
                 position = "inside"
             if state.last_report and state.last_report[2].get("status") != "trusted":
-                # the controller sees only trusted reports: say which one it stands on, and name the one it does not
-                position += (f", from the last trusted report #{state.level[0]} ({format_number(state.level[1])})"
-                             if state.level is not None else ", no trusted report yet")
-                position += f"; #{state.last_report[0]} is {state.last_report[2].get('status')} and not acted on"
+                # the controller sees only trusted reports: say which one it stands on, and name the
+                # one it does not
+                position += (
+                    f", from the last trusted report #{state.level[0]}"
+                    f" ({format_number(state.level[1])})"
+                    if state.level is not None
+                    else ", no trusted report yet"
+                )
+                position += (
+                    f"; #{state.last_report[0]} is {state.last_report[2].get('status')} and not"
+                    " acted on"
+                )
             lines.append(f"  controller: {way} {format_number(bound)} ({lever}): {position}")
         for guard in m["guards"]:
             info = state.guards.get(guard["name"])
@@ -13057,23 +16305,45 @@ def describe_status_lines(state, now, keep, children, cfg=None):
                 lines.append(f"  guard {guard['name']}: not read yet")
                 continue
             seq, value, status = info["last"]
-            where = (f"past its bound since #{info['episode']}: no lever but stop"
-                     + (f" and the unwind {guard['unwind']['action']}" if guard["unwind"] else "") + " runs until it is back inside"
-                     if info["past"] else "inside its bound" if status == "trusted"
-                     else "not judged (it neither trips nor clears a guard); inside its bound before")
-            lines.append(f"  guard {guard['name']}: #{seq} {format_number(value)} ({status}), {where}")
+            where = (
+                f"past its bound since #{info['episode']}: no lever but stop"
+                + (f" and the unwind {guard['unwind']['action']}" if guard["unwind"] else "")
+                + " runs until it is back inside"
+                if info["past"]
+                else (
+                    "inside its bound"
+                    if status == "trusted"
+                    else "not judged (it neither trips nor clears a guard); inside its bound before"
+                )
+            )
+            lines.append(
+                f"  guard {guard['name']}: #{seq} {format_number(value)} ({status}), {where}"
+            )
         for name, lever in m["levers"].items():
             used = len(cap_window(state, name, now))
             running = " (running)" if name in state.running else ""
-            lines.append(f"  lever {name}: {used} of {lever['cap'][0]} per {format_duration(lever['cap'][1])}{running}")
+            lines.append(
+                f"  lever {name}: {used} of {lever['cap'][0]} per"
+                f" {format_duration(lever['cap'][1])}{running}"
+            )
     lines += describe_calibration_lines(state)
-    lines.append(f"  open asks: {len(state.open_asks)}" + (f" ({', '.join('#' + str(s) for s in sorted(state.open_asks))})" if state.open_asks else ""))
+    lines.append(
+        f"  open asks: {len(state.open_asks)}"
+        + (
+            f" ({', '.join('#' + str(s) for s in sorted(state.open_asks))})"
+            if state.open_asks
+            else ""
+        )
+    )
     if m is not None and m["run"]:
         child, restarts = (keep or {}).get("child"), (keep or {}).get("restarts", 0)
         ending = getattr(child, "ended_by", None)
         # a program being ended is not shown as running (a pause ends it within seconds)
         if child and ending:
-            where = f"pid {child.pid} is being stopped ({'by the pause' if ending == 'pause' else ending})"
+            where = (
+                f"pid {child.pid} is being stopped"
+                f" ({'by the pause' if ending == 'pause' else ending})"
+            )
         elif child:
             where = f"pid {child.pid}"
         else:
@@ -13087,12 +16357,18 @@ def describe_calibration_lines(state):
     if not predicts(state.mandate):
         return []
     skill, coverage = rolling_scores(state.scores)
-    line = (f"  calibration: {state.scored} prediction(s) scored; last {len(state.scores)}: {describe_rolling(skill, coverage)}"
-            if state.scores else "  calibration: no prediction scored yet")
+    line = (
+        f"  calibration: {state.scored} prediction(s) scored; last {len(state.scores)}:"
+        f" {describe_rolling(skill, coverage)}"
+        if state.scores
+        else "  calibration: no prediction scored yet"
+    )
     ok, why = calibration_bar(state)
     if state.mandate["calibration"] is None:
         return [line + "; a ranking goes to the gate (no calibration: bar)"]
-    return [line + (f"; a ranking would run: {why}" if ok else f"; a ranking would ask, not run: {why}")]
+    return [
+        line + (f"; a ranking would run: {why}" if ok else f"; a ranking would ask, not run: {why}")
+    ]
 
 
 # ---- the figures for Prometheus (issue 35 item 2) ----
@@ -13229,7 +16505,9 @@ def run_client(args):
     host, rest = take_option(rest, "--host")
     fleet, rest = take_option(rest, "--fleet")
     if host is not None and home is not None:
-        raise Fail(EX_USAGE, "--home names a home on this host; name the far one with --host HOST:HOME")
+        raise Fail(
+            EX_USAGE, "--home names a home on this host; name the far one with --host HOST:HOME"
+        )
     if fleet is not None and host is None and rest[:1] != ["fleet"]:
         raise Fail(EX_USAGE, "--fleet FILE names the fleet file of avsm fleet and of --host NAME; "
                              "write avsm --fleet FILE fleet status, "
@@ -13238,13 +16516,19 @@ def run_client(args):
         out(command_help(rest[0]))
         return EX_OK
     if rest and rest[0] == "bridge":
-        return cmd_bridge(resolve_home(home), rest[1:], home is not None or bool(os.environ.get("AVSMD_HOME")))
+        return cmd_bridge(
+            resolve_home(home), rest[1:], home is not None or bool(os.environ.get("AVSMD_HOME"))
+        )
     if rest and rest[0] == "fleet":
         return cmd_fleet(rest[1:], fleet, home)
     if host is not None and rest and rest[0] not in ("-h", "--help", "help", "--version") \
             and not {"-h", "--help"} & set(rest[1:]):
         if rest[0] not in CLIENT_COMMANDS:
-            raise Fail(EX_USAGE, f"'{rest[0]}' is not an avsm command{nearest(rest[0], CLIENT_COMMANDS)}: avsm --help lists them")
+            raise Fail(
+                EX_USAGE,
+                f"'{rest[0]}' is not an avsm command{nearest(rest[0], CLIENT_COMMANDS)}: avsm"
+                " --help lists them",
+            )
         return run_remote(host, rest[0], rest[1:], fleet)
     return run_verb(home, rest)
 
@@ -13265,8 +16549,14 @@ def run_verb(home, rest):
                              f"--home DIR, --host HOST, --fleet FILE, --help and --version; "
                              f"avsm --help lists the commands")
     if verb not in CLIENT_COMMANDS:
-        raise Fail(EX_USAGE, f"'{verb}' is not an avsm command{nearest(verb, CLIENT_COMMANDS)}: avsm --help lists them")
-    options, names = (rest[:rest.index("--")], rest[rest.index("--") + 1:]) if "--" in rest else (rest, [])
+        raise Fail(
+            EX_USAGE,
+            f"'{verb}' is not an avsm command{nearest(verb, CLIENT_COMMANDS)}: avsm --help lists"
+            " them",
+        )
+    options, names = (
+        (rest[: rest.index("--")], rest[rest.index("--") + 1 :]) if "--" in rest else (rest, [])
+    )
     if "-h" in options or "--help" in options:
         out(command_help(verb))
         return EX_OK
@@ -13277,21 +16567,30 @@ def run_verb(home, rest):
                 # no name to take: only the usage helps
                 if verb not in ("add", "pause", "resume", "decide", "try"):
                     raise Fail(EX_USAGE, f"avsm {verb} takes no option '{arg}'; {usage}")
-                raise Fail(EX_USAGE, f"avsm {verb} takes no option '{arg}'; {usage} (for a name that begins with -, "
-                                     f"write avsm {verb} -- {arg})")
+                raise Fail(
+                    EX_USAGE,
+                    f"avsm {verb} takes no option '{arg}'; {usage} (for a name that begins with -, "
+                    f"write avsm {verb} -- {arg})",
+                )
     if verb == "try":
         return cmd_try(home, options + names)
     # a venture named after -- is a name, even one that begins with -
     if verb == "status":
         return cmd_status(resolve_home(home), options, names)
     try:
-        # chart reads its own options, so it is handed the -- that ends them (a venture named -h is chart -- -h)
-        return CLIENT_COMMANDS[verb](resolve_home(home), rest if verb == "chart" else options + names)
+        # chart reads its own options, so it is handed the -- that ends them (a venture named -h is
+        # chart -- -h)
+        return CLIENT_COMMANDS[verb](
+            resolve_home(home), rest if verb == "chart" else options + names
+        )
     except Exception as err:
         # not a ledger, or a record not JSON
         if type(err).__module__ == "sqlite3" or isinstance(err, json.JSONDecodeError):
-            raise Fail(EX_DATAERR, f"{ledger_path(resolve_home(home))} cannot be read: {err}; "
-                                   f"{client_command(resolve_home(home))} doctor says more") from None
+            raise Fail(
+                EX_DATAERR,
+                f"{ledger_path(resolve_home(home))} cannot be read: {err}; "
+                f"{client_command(resolve_home(home))} doctor says more",
+            ) from None
         raise
 
 
@@ -13311,13 +16610,28 @@ def command_help(verb):
     return "\n".join(lines)
 
 
-OPTIONLESS_COMMANDS = ("add", "asks", "deny", "decide", "pause", "resume", "why", "try", "checkpoint", "link")
+OPTIONLESS_COMMANDS = (
+    "add",
+    "asks",
+    "deny",
+    "decide",
+    "pause",
+    "resume",
+    "why",
+    "try",
+    "checkpoint",
+    "link",
+)
 
 
 def take_option(args, option):
     """Return (the value of `option` or None, the other arguments), before or after the command."""
     home, rest, i = None, [], 0
-    needs = {"--home": "a directory", "--host": "a host, as [user@]HOST[:HOME]", "--fleet": "a file"}[option]
+    needs = {
+        "--home": "a directory",
+        "--host": "a host, as [user@]HOST[:HOME]",
+        "--fleet": "a file",
+    }[option]
     while i < len(args):
         if args[i] == "--":
             rest += args[i:]                # what follows -- is names, never an option
@@ -13366,7 +16680,11 @@ def run_daemon(args):
         else:
             raise Fail(EX_USAGE, f"avsmd does not take '{arg}'; avsmd --help lists its options")
     if dirs and mode != "-t":
-        raise Fail(EX_USAGE, f"avsmd takes a directory only after -t (avsmd -t {dirs[0]} checks it); avsmd --help lists its options")
+        raise Fail(
+            EX_USAGE,
+            f"avsmd takes a directory only after -t (avsmd -t {dirs[0]} checks it); avsmd --help"
+            " lists its options",
+        )
     home = resolve_home(home)
     if os.path.exists(home) and not os.path.isdir(home):
         raise Fail(EX_CANTCREAT, f"{home} is not a directory; move it aside or pass another --home")
@@ -13378,7 +16696,8 @@ def run_daemon(args):
         return test_ventures(home, cfg, dirs) if dirs else test_config(home, cfg, path)
     keep_standard_files_open()
     if __name__ == "__main__":
-        # run as a script, this file was compiled afresh: start again from its cached bytecode, same pid
+        # run as a script, this file was compiled afresh: start again from its cached bytecode, same
+        # pid
         os.execv(sys.executable, cached_command("avsmd", given))
     mark_close_on_exec()            # what avsmd's starter left open reaches no notify command
     return Daemon(home, cfg, path, text, debug).run()
@@ -13394,7 +16713,11 @@ def run_internal(program, args):
         return run_forecast(args)
     if program == "warden":
         home, rest = take_option(args, "--home")
-        if "--fd" not in rest or rest.index("--fd") + 1 >= len(rest) or not rest[rest.index("--fd") + 1].isdigit():
+        if (
+            "--fd" not in rest
+            or rest.index("--fd") + 1 >= len(rest)
+            or not rest[rest.index("--fd") + 1].isdigit()
+        ):
             raise Fail(EX_USAGE, "the warden is started by avsmd, not by hand; run avsmd")
         fd = int(rest[rest.index("--fd") + 1])
         keep_standard_files_open()
@@ -13405,13 +16728,21 @@ def run_internal(program, args):
 def run_forecast(args):
     """The forecast program: the facts as JSON on standard input, the forecast as JSON out."""
     if args or sys.stdin is None or sys.stdin.isatty():
-        raise Fail(EX_USAGE, "the forecast program is started by the warden with its facts on standard input; run avsmd")
+        raise Fail(
+            EX_USAGE,
+            "the forecast program is started by the warden with its facts on standard input; run"
+            " avsmd",
+        )
     try:
         facts = json.loads(sys.stdin.read())
         if facts.get("world"):
             guards = {"guards": [{"name": g} for g in facts.get("guards", [])]}
             step = lambda data: run_world_step(facts["world"], data, guards)     # noqa: E731
-            result = packet_world_forecast(facts, step) if facts.get("packet") else forecast_world_paths(facts, step)
+            result = (
+                packet_world_forecast(facts, step)
+                if facts.get("packet")
+                else forecast_world_paths(facts, step)
+            )
         else:
             result = forecast(facts, seed=facts.get("seed", 0))
     except (ValueError, KeyError, TypeError) as err:
@@ -13423,7 +16754,11 @@ def run_forecast(args):
 def run_adapter(args):
     """The built-in adapters (open point 5): `http.status URL`, `stripe PATH[#/ptr]`, `github`."""
     if len(args) != 2 or args[0] not in ADAPTERS:
-        raise Fail(EX_USAGE, f"no built-in adapter reads {' '.join(args)!r}; use http.status URL, stripe PATH or github PATH")
+        raise Fail(
+            EX_USAGE,
+            f"no built-in adapter reads {' '.join(args)!r}; use http.status URL, stripe PATH or"
+            " github PATH",
+        )
     if args[0] == "http.status":
         try:
             status, _ = adapter_get(args[1])
@@ -13500,8 +16835,10 @@ def report_bug(name):
     """An unexpected error: the whole traceback on standard error, with how to report it."""
     import traceback
     traceback.print_exc()
-    sys.stderr.write(f"{name} {VERSION}: this is a bug in avsm, not something you did. Please report it with the lines above, "
-                     f"the command you ran and `python3 --version`.\n")
+    sys.stderr.write(
+        f"{name} {VERSION}: this is a bug in avsm, not something you did. Please report it with the"
+        " lines above, the command you ran and `python3 --version`.\n"
+    )
     return EX_SOFTWARE
 
 
