@@ -10,6 +10,7 @@ The text is tested as a pure function of folded records; the file against a real
 node_exporter serves it (Debian's prometheus-node-exporter, which .ci/run installs) and as `promtool check
 metrics` judges it (Debian's prometheus); each of those two skips with one line when its program is missing."""
 
+import ast
 import inspect
 import os
 import re
@@ -17,6 +18,7 @@ import shutil
 import signal
 import socket
 import subprocess
+import textwrap
 import time
 import urllib.request
 
@@ -164,7 +166,9 @@ def test_every_family_has_help_and_type_once_and_counters_end_in_total():
 def test_the_state_series_are_status_states_one_at_1():
     """Issue 35 item 2: avsm_venture_state has a series for each state `avsm status` shows, its own function's
     (status_row) states every one, and exactly the current one is 1: a paused venture, a stuck one."""
-    conditions = set(re.findall(r'condition(?:, why)? = "([^"]+)"', inspect.getsource(avsm.status_row)))
+    conditions = {node.value.value if isinstance(node.value, ast.Constant) else node.value.elts[0].value
+                  for node in ast.walk(ast.parse(textwrap.dedent(inspect.getsource(avsm.status_row))))
+                  if isinstance(node, ast.Assign) and "condition" in ast.unparse(node.targets[0])}
     assert conditions == set(avsm.STATUS_STATES)
     pause = {"kind": "pause", "claim": "declared", "venture": "tank", "summary": "a person paused tank"}
     stuck = {"kind": "refusal", "claim": "measured", "venture": "tank", "lever": LEVER, "why": "cap", "by": "controller",
