@@ -2014,16 +2014,18 @@ def metrics_problem(spec):
     """Return why the metrics textfile cannot be written where the config says, or None."""
     if spec is None:
         return None
+    import shlex
     textfile = spec["textfile"]
     directory = os.path.dirname(textfile)
+    quoted = shlex.quote(directory)     # the fix pastes as a command, spaces and quotes too
     if not os.path.isdir(directory):
         return (f"the textfile's directory {directory} is not there; make it "
-                f"(mkdir -p {directory}) or name the directory node_exporter's "
+                f"(mkdir -p {quoted}) or name the directory node_exporter's "
                 f"--collector.textfile.directory reads")
     if not os.access(directory, os.W_OK | os.X_OK):
         return (f"the textfile's directory {directory} cannot be written by this user "
-                f"(uid {os.getuid()}); give it write access (chgrp GROUP {directory} && "
-                f"chmod g+w {directory}) or name another")
+                f"(uid {os.getuid()}); give it write access (chgrp GROUP {quoted} && "
+                f"chmod g+w {quoted}) or name another")
     if os.path.isdir(textfile):
         return f"the textfile {textfile} is a directory; name a file in it, as {textfile}/avsm.prom"
     return None

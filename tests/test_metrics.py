@@ -432,3 +432,10 @@ def test_the_readmes_queries_and_alerting_rule_hold(tmp_path):
     path.write_text(rules)
     run = subprocess.run(["promtool", "check", "rules", str(path)], capture_output=True, text=True, timeout=30)
     assert run.returncode == 0 and "SUCCESS: 3 rules found" in run.stdout, run.stdout + run.stderr
+
+
+def test_the_fix_for_a_missing_directory_pastes_as_a_command():
+    """Issue 35 item 2 (found by the session's audit): the mkdir the message gives quotes a directory
+    with a space or a quote, so it pastes into a shell as it reads."""
+    problem = avsm.metrics_problem({"textfile": '/tmp/no such/a"b/avsm.prom', "every": 15})
+    assert """(mkdir -p '/tmp/no such/a"b')""" in problem, problem
