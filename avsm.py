@@ -7629,17 +7629,24 @@ def sign_text(text, key, namespace):
     return signature.decode().strip()
 
 
+@contextlib.contextmanager
+def signature_file(signature):
+    """Yield the path of a private temporary file holding `signature`, for ssh-keygen -s."""
+    import tempfile
+    with tempfile.NamedTemporaryFile("w", prefix="avsm-sig-", suffix=".sig") as sig:
+        sig.write(signature + "\n")
+        sig.flush()
+        yield sig.name
+
+
 def verify_text(text, signature, allowed, namespace, principal=None):
     """Return the principal of `allowed` (an allowed_signers file) whose key signed `text` under
     `namespace` (`principal` when given: only its key will do); Fail(65) saying why not: signed by
     no key it names, or by another principal's, or for another namespace, or a text changed
     since."""
-    import tempfile
-    with tempfile.NamedTemporaryFile("w", prefix="avsm-sig-", suffix=".sig") as sig:
-        sig.write(signature + "\n")
-        sig.flush()
+    with signature_file(signature) as sig:
         code, who, _ = ssh_keygen(
-            ["-Y", "find-principals", "-s", sig.name, "-f", allowed], "verifying a checkpoint"
+            ["-Y", "find-principals", "-s", sig, "-f", allowed], "verifying a checkpoint"
         )
         if code != 0 or not who.strip():
             raise Fail(
@@ -7654,7 +7661,7 @@ def verify_text(text, signature, allowed, namespace, principal=None):
                                    f"another host's key")
         principal = principal or signers[0]
         code, _, err = ssh_keygen(
-            ["-Y", "verify", "-f", allowed, "-I", principal, "-n", namespace, "-s", sig.name],
+            ["-Y", "verify", "-f", allowed, "-I", principal, "-n", namespace, "-s", sig],
             "verifying a checkpoint",
             text.encode(),
         )
@@ -7669,12 +7676,9 @@ def verify_text(text, signature, allowed, namespace, principal=None):
 
 def verify_signer(text, signature, allowed, principal, namespace):
     """Return None when `principal` of `allowed` signed `text` under `namespace`; else Fail(65)."""
-    import tempfile
-    with tempfile.NamedTemporaryFile("w", prefix="avsm-sig-", suffix=".sig") as sig:
-        sig.write(signature + "\n")
-        sig.flush()
+    with signature_file(signature) as sig:
         code, _, err = ssh_keygen(["-Y", "verify", "-f", allowed, "-I", principal, "-n", namespace,
-                                   "-s", sig.name], "verifying a checkpoint", text.encode())
+                                   "-s", sig], "verifying a checkpoint", text.encode())
     if code != 0:
         said = f" ({err})" if str(err).strip() else ""     # ssh-keygen may say nothing
         raise Fail(EX_DATAERR, f"its signature is not {principal}'s in {allowed} under namespace "
