@@ -1717,6 +1717,7 @@ CONFIG_KEYS = {
     "research",
     "notify",
     "metrics",
+    "page",
 }
 BACKEND_KEYS = {"anthropic": {"kind", "model", "key", "url", "effort", "version", "max_tokens"},
                 "openai": {"kind", "url", "model", "key", "max_tokens", "api", "effort"},
@@ -1734,6 +1735,8 @@ NOTIFY_TIMEOUT = 30  # seconds a notify command may take unless `notify: {timeou
 NOTIFY_EXAMPLE = 'notify: "mail -s avsm you@example.com"'
 METRICS_EVERY = 15                 # seconds between two writes of the metrics textfile, or every:
 METRICS_EXAMPLE = "metrics: {textfile: /var/lib/prometheus/node-exporter/avsm.prom, every: 15s}"
+PAGE_EVERY = 60                    # seconds between two writes of the page, or every:
+PAGE_EXAMPLE = "page: {path: /var/www/html/avsm.html, every: 1m}"
 PACKET_FORECAST = {"days": 7, "seeds": 8}  # a decision packet's, unless the config says
 
 
@@ -1855,6 +1858,7 @@ def parse_config(text, source="config.yaml"):
     cfg["research"] = c.text(doc.get("research"), ("research",), "research", required=False)
     cfg["notify"] = parse_notify(c, doc.get("notify"))
     cfg["metrics"] = parse_metrics(c, doc.get("metrics"))
+    cfg["page"] = parse_page(c, doc.get("page"))
     cfg["checkpoint"] = parse_checkpoint_config(c, doc.get("checkpoint"))
     size = len(json.dumps(cfg))
     if size > CONFIG_ENV_MAX:  # avsmd could not start its warden: the exec would fail (E2BIG)
@@ -1982,64 +1986,85 @@ def parse_notify(c, value):
 
 
 def parse_metrics(c, value):
-    """Return the metrics textfile's settings, or None.
-    metrics ::= {textfile: PATH, every: DURATION}      (PATH absolute, NAME.prom)"""
-    path = ("metrics",)
+    """metrics ::= {textfile: PATH, every: DURATION}      (PATH absolute, NAME.prom)"""
+    spec = parse_written(c, value, "metrics", "textfile", METRICS_EXAMPLE, METRICS_EVERY,
+                         "in the directory node_exporter's --collector.textfile.directory names, "
+                         "as /var/lib/prometheus/node-exporter/avsm.prom")
+    textfile = spec and spec["textfile"]
+    if spec and (not textfile.endswith(".prom") or textfile.endswith("/.prom")):
+        c.fail(("metrics", "textfile"),
+               f"node_exporter's textfile collector reads only files named NAME.prom; "
+               f"name the textfile so, as {os.path.join(os.path.dirname(textfile), 'avsm.prom')}")
+    return spec
+
+
+def parse_page(c, value):
+    """page ::= {path: PATH, every: DURATION}      (PATH absolute)"""
+    return parse_written(c, value, "page", "path", PAGE_EXAMPLE, PAGE_EVERY,
+                         "a web server serves or a browser opens, as /var/www/html/avsm.html")
+
+
+def parse_written(c, value, key, name, example, every, where_to):
+    """Return {NAME: PATH, every: SECONDS} of a file avsmd writes (metrics:, page:), or None."""
+    path = (key,)
     if value is None:
         return None
     if not isinstance(value, dict):
-        c.fail(path, f"metrics is a mapping, as {METRICS_EXAMPLE}, not {shown_value(value)}")
-    c.mapping(value, path, {"textfile", "every"}, "metrics")
-    if "textfile" not in value:
-        c.fail(path, f"metrics has no 'textfile'; write {METRICS_EXAMPLE}")
-    where = path + ("textfile",)
-    textfile = c.text(value["textfile"], where, "textfile")
-    if "\0" in textfile or not os.path.isabs(textfile):
-        c.fail(where,
-               f"textfile is a file's absolute path in the directory node_exporter's "
-               f"--collector.textfile.directory names, as "
-               f"/var/lib/prometheus/node-exporter/avsm.prom, not {textfile!r}")
-    if not textfile.endswith(".prom") or textfile.endswith("/.prom"):
-        c.fail(where,
-
-               f"node_exporter's textfile collector reads only files named NAME.prom; "
-               f"name the textfile so, as {os.path.join(os.path.dirname(textfile), 'avsm.prom')}")
-    every = METRICS_EVERY
+        c.fail(path, f"{key} is a mapping, as {example}, not {shown_value(value)}")
+    c.mapping(value, path, {name, "every"}, key)
+    if name not in value:
+        c.fail(path, f"{key} has no '{name}'; write {example}")
+    where = path + (name,)
+    text = c.text(value[name], where, name)
+    if "\0" in text or not os.path.isabs(text):
+        c.fail(where, f"{name} is a file's absolute path {where_to}, not {text!r}")
     if "every" in value:
         every = c.parsed(parse_duration, value["every"], path + ("every",))
-    return {"textfile": os.path.normpath(textfile), "every": every}
+    return {name: os.path.normpath(text), "every": every}
 
 
 def metrics_problem(spec):
-    """Return why the metrics textfile cannot be written where the config says, or None."""
+    """Return why the file metrics: (or page:) names cannot be written, or None."""
     if spec is None:
         return None
     import shlex
-    textfile = spec["textfile"]
+    name = "textfile" if "textfile" in spec else "page"
+    textfile = spec.get("textfile") or spec["path"]
     directory = os.path.dirname(textfile)
     quoted = shlex.quote(directory)     # the fix pastes as a command, spaces and quotes too
     if not os.path.isdir(directory):
-        return (f"the textfile's directory {directory} is not there; make it "
-                f"(mkdir -p {quoted}) or name the directory node_exporter's "
-                f"--collector.textfile.directory reads")
+        return (f"the {name}'s directory {directory} is not there; make it "
+                f"(mkdir -p {quoted}) or name " + ("another" if name == "page" else
+                                                   "the directory node_exporter's "
+                                                   "--collector.textfile.directory reads"))
     if not os.access(directory, os.W_OK | os.X_OK):
-        return (f"the textfile's directory {directory} cannot be written by this user "
+        return (f"the {name}'s directory {directory} cannot be written by this user "
                 f"(uid {os.getuid()}); give it write access (chgrp GROUP {quoted} && "
                 f"chmod g+w {quoted}) or name another")
     if os.path.isdir(textfile):
-        return f"the textfile {textfile} is a directory; name a file in it, as {textfile}/avsm.prom"
+        return (f"the {name} {textfile} is a directory; name a file in it, as "
+                f"{textfile}/avsm.{'html' if name == 'page' else 'prom'}")
     return None
 
 
-def describe_metrics(spec):
-    """Return the line avsmd -t says of the metrics textfile."""
-    if spec is None:
-        return (f"metrics: not set; no figures are written for Prometheus "
-                f"(set one in config.yaml, as {METRICS_EXAMPLE})")
-    return (f"metrics: the figures of every venture and of the home are written to "
-            f"{spec['textfile']} every {format_duration(spec['every'])}, in Prometheus's text "
-            f"format, mode 0644, in whole (to {spec['textfile']}.PID.tmp beside it, then renamed), "
-            f"for node_exporter's textfile collector")
+def written_problem(cfg):
+    """Return `KEY: why` the file metrics: or page: names cannot be written, or None."""
+    return next((f"{key}: {metrics_problem(cfg.get(key))}" for key in ("metrics", "page")
+                 if metrics_problem(cfg.get(key))), None)
+
+
+def describe_metrics(spec, page=None):
+    """Return the lines avsmd -t says of the metrics textfile and of the page."""
+    lines = [f"metrics: not set; no figures are written for Prometheus (set one in config.yaml, "
+             f"as {METRICS_EXAMPLE})" if spec is None else
+             f"metrics: the figures of every venture and of the home are written to "
+             f"{spec['textfile']} every {format_duration(spec['every'])}, in Prometheus's text "
+             f"format, mode 0644, in whole (to {spec['textfile']}.PID.tmp beside it, then renamed), "
+             f"for node_exporter's textfile collector"]
+    return lines + [f"page: not set; no page is written (set one in config.yaml, as "
+                    f"{PAGE_EXAMPLE}, or run avsm page -o FILE)" if page is None else
+                    f"page: what needs a person, then every venture, is written to {page['path']} "
+                    f"every {format_duration(page['every'])}, as one HTML file, in whole"]
 
 
 def describe_notify(notify):
@@ -2111,9 +2136,10 @@ def format_config(cfg):
             else "null"
         )
     )
-    metrics = cfg.get("metrics")
-    lines.append("metrics: " + (flow(dict(metrics, every=format_duration(metrics["every"])))
-                                if metrics else "null"))
+    for key in ("metrics", "page"):
+        spec = cfg.get(key)
+        lines.append(f"{key}: " + (flow(dict(spec, every=format_duration(spec["every"])))
+                                   if spec else "null"))
     lines.append(
         "checkpoint: "
         + flow(dict(cfg["checkpoint"], every=format_duration(cfg["checkpoint"]["every"])))
@@ -2138,7 +2164,7 @@ def yaml_scalar(value):
 # Argument types: "name" and "path" are command-line text (a path absolute); "seq" a record number;
 # "text" UTF-8; "json" any JSON value; "flag" true or false; a trailing "?": optional, null allowed.
 REQUESTS = {
-    "ping": {}, "health": {}, "asks": {},
+    "ping": {}, "health": {}, "asks": {}, "page": {},     # page: its facts, one JSON line
     "status": {"venture": "name?", "verbose": "flag?", "ascii": "flag?"},
     "add": {"dir": "path"},
     "decide": {"venture": "name"}, "pause": {"venture": "name"}, "resume": {"venture": "name"},
@@ -2149,7 +2175,7 @@ REQUESTS = {
 }
 REQUEST_KEYS = ("v", "cmd", "args")
 # what a read-only key's bridge relays
-READ_REQUESTS = ("ping", "health", "status", "asks", "ask", "records")
+READ_REQUESTS = ("ping", "health", "status", "asks", "ask", "records", "page")
 REQUEST_MAX = 1024 * 1024  # bytes of one request line avsmd reads; a longer one is refused (64)
 
 # The bridge (avsm bridge, the forced command of an ssh key) relays the requests above, and runs
@@ -10194,6 +10220,7 @@ class Warden:
         self.append_together = self.writer.append_together
         self.checkpoints = Checkpoints(home, cfg["checkpoint"], debug)
         self.metrics = Metrics(cfg.get("metrics"), debug)
+        self.page_at, self.page_failed = time.monotonic(), None
         self.schedule = Schedule()
         self.next_nightly = next_nightly(cfg["nightly"])
         self.stopping = False
@@ -10344,6 +10371,7 @@ class Warden:
             self.writer.commit_when_due(self.stopping)
             self.write_checkpoint(due=True)
             self.write_metrics()
+            self.write_page()
             self.avsmd.flush()
             if self.stopping and not self.children:
                 # ESC-04: every escalation gets its answer
@@ -10428,6 +10456,8 @@ class Warden:
         times += self.rounds.deadlines()
         if self.metrics.spec is not None and self.ledger.held is None:
             times.append(self.metrics.next_at)        # held: written once the group commits
+        if self.cfg.get("page") and self.ledger.held is None:
+            times.append(self.page_at)
         if self.writer.ledger_down:
             times.append(self.writer.retry_at)
         elif self.next_nightly is not None:
@@ -10727,6 +10757,32 @@ class Warden:
 
     def do_asks(self, args, err):
         return asks_view(self.ventures)
+
+    def do_page(self, args, err):
+        return [json.dumps(self.page_facts(time.time()), separators=(",", ":"))]
+
+    def page_facts(self, now):
+        return page_facts(self.home, self.ventures, now, self.ledger.db, self.keeper.keep, self.cfg)
+
+    def write_page(self):
+        """Write the page to page.path when due, in whole: what the web server serves changes at
+        once."""
+        import sqlite3
+        spec, now = self.cfg.get("page"), time.monotonic()
+        if spec is None or now < self.page_at or self.ledger.held is not None:
+            return
+        self.page_at, failure = now + spec["every"], None
+        try:
+            page = page_html([(None, self.page_facts(time.time()), None,
+                               program_command("avsm", self.home))], time.time())
+            write_textfile(spec["path"], page)
+        except (OSError, sqlite3.Error) as err:
+            failure = f"{getattr(err, 'strerror', None) or err}"
+        if failure != self.page_failed:     # said once when it fails, once when it works again
+            sys.stderr.write(f"avsmd: the page {spec['path']} " + (
+                f"cannot be written ({failure}); tried again every {format_duration(spec['every'])}"
+                if failure else "is written again") + "\n")
+        self.page_failed = failure
 
     def find_ask(self, args):
         seq = args.get("ask")
@@ -11483,8 +11539,8 @@ class Daemon:
         """Make the home, take its lock, end the groups an earlier avsmd left, open the ledger
         (refusing one that does not read), and record the start; return the groups swept."""
         refuse(socket_problem(self.home), EX_CONFIG)
-        refuse(metrics_problem(self.cfg.get("metrics")) and
-               f"{self.cfg_path}: metrics: {metrics_problem(self.cfg.get('metrics'))}", EX_CONFIG)
+        refuse(written_problem(self.cfg) and f"{self.cfg_path}: {written_problem(self.cfg)}",
+               EX_CONFIG)
         if os.path.exists(self.home) and not os.path.isdir(self.home):
             raise Fail(EX_CANTCREAT, f"{self.home} is not a directory; give --home a directory")
         if os.path.lexists(os.path.join(self.home, MIRROR_MARK)):
@@ -11723,11 +11779,15 @@ HOME/checkpoints,
 home
                      (or on the --home given); its first lines say how to answer its asks from \
 elsewhere
+  page -o FILE       write this home's page, one HTML file (no script, nothing fetched) of what
+                     needs a person, then every venture, in whole; for a browser or a web server
   link DIR           write DIR/avsm and DIR/avsmd: this avsm.py, started from cached bytecode (fast)
   fleet [--fleet FILE] status|asks|summary
                      that view of every host in the fleet file (~/.config/avsm/fleet.yaml), the \
 hosts
                      asked at once over ssh; an ask shows as HOST:SEQ (avsm --host HOST approve SEQ)
+  fleet [--fleet FILE] page -o FILE
+                     one HTML file of every host: what needs a person, then every venture
   fleet [--fleet FILE] witness [--keep DIR] [--mirror] [--allowed-signers FILE]
                      check each host's ledger here against the checkpoint kept for it in DIR/HOST
                      (~/.local/state/avsm/witness); --mirror: and keep a copy, DIR/HOST/ledger.db
@@ -12026,24 +12086,9 @@ def cmd_offline(home, verb, args, ask):
 
 def show_ledger_view(home, verb, args):
     """With no avsmd answering, print the status or open asks the ledger holds, saying so first."""
-    import sqlite3
-    path = os.path.join(home, "ledger.db")
-    if not os.path.isfile(path):
-        return
-    try:
-        db = open_ledger_ro(path)
-        states, last = {}, None
-        for seq, at, record in read_records(db):
-            fold_ledger(states, seq, at, record)
-            last = (seq, at)
+    states, last, db = ledger_states(home, f"for its {verb}")
+    if db is not None:
         db.close()
-    except (sqlite3.Error, ValueError, KeyError, TypeError, Fail) as err:
-        # not readable either: say so, keep the 69
-        sys.stderr.write(
-            f"avsm: and the ledger cannot be read for its {verb}: {shown(str(err))}; avsm doctor"
-            " says more\n"
-        )
-        return
     if not any(s.mandate_seq is not None for s in states.values()):
         return
     lines = asks_view(states) if verb == "asks" else \
@@ -12059,6 +12104,29 @@ def show_ledger_view(home, verb, args):
     except BrokenPipeError:
         # the reader went away (status | head -1): the 69 still says no avsmd answers
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+
+
+def ledger_states(home, purpose):
+    """Return (the venture states folded from the home's ledger, the last (seq, at), the ledger
+    open to read, for the caller to close); ({}, None, None) when it cannot be read, saying so."""
+    import sqlite3
+    path, db = os.path.join(home, "ledger.db"), None
+    if not os.path.isfile(path):
+        return {}, None, None
+    try:
+        db = open_ledger_ro(path)
+        states, last = {}, None
+        for seq, at, record in read_records(db):
+            fold_ledger(states, seq, at, record)
+            last = (seq, at)
+        return states, last, db
+    except (sqlite3.Error, ValueError, KeyError, TypeError, Fail) as err:
+        # not readable either: say so, keep the 69
+        sys.stderr.write(f"avsm: and the ledger cannot be read {purpose}: {shown(str(err))}; "
+                         f"avsm doctor says more\n")
+        if db is not None:
+            db.close()
+        return {}, None, None
 
 
 def utf8_output():
@@ -13203,8 +13271,10 @@ def cmd_fleet(args, given=None, home=None):
     path, rest = take_option(args, "--fleet")
     if rest and rest[0] == "witness":
         return cmd_witness(home, fleet_path(path or given), rest[1:])
+    if rest and rest[0] == "page":
+        return cmd_fleet_page(read_fleet(fleet_path(path or given)), rest[1:])
     if not rest or rest[0] not in FLEET_VIEWS:
-        raise Fail(EX_USAGE, "usage: avsm fleet [--fleet FILE] status|asks|summary [ARGS]")
+        raise Fail(EX_USAGE, "usage: avsm fleet [--fleet FILE] status|asks|summary|page [ARGS]")
     view, argv, hosts = rest[0], rest[1:], read_fleet(fleet_path(path or given))
     results = {}
 
@@ -13225,6 +13295,72 @@ def cmd_fleet(args, given=None, home=None):
                      [line.removeprefix(host["name"] + ": ") for line in errors]))
     out(*fleet_lines(view, said))
     return next((results[host["name"]][0] for host in hosts if results[host["name"]][0]), EX_OK)
+
+
+def cmd_page(home, args):
+    """page -o FILE: this home's page; with no avsmd answering, what its ledger holds, and 69."""
+    target = page_target(args, "avsm page -o FILE")
+    try:
+        with send_request(home, {"v": 1, "cmd": "page", "args": {}}) as conn:
+            conn.settimeout(60)
+            reader, messages = LineReader(), []
+            while not any("exit" in m for m in messages):
+                data = conn.recv(65536)
+                if not data:
+                    break
+                messages += reader.feed(data)
+        facts, problem, code = page_answer(messages)
+    except (Fail, OSError) as err:
+        facts, problem, code = None, str(err), getattr(err, "code", EX_UNAVAILABLE)
+    if code == EX_UNAVAILABLE and facts is None:
+        states, last, db = ledger_states(home, "for its page")
+        if db is not None:
+            with contextlib.closing(db):
+                facts = page_facts(home, states, time.time(), db, stopped=True)
+    write_page(target, [(None, facts, problem, client_command(home))])
+    return code
+
+
+def cmd_fleet_page(hosts, args):
+    """fleet page -o FILE: every host's page facts, asked at once over ssh; the page made here."""
+    target, results = page_target(args, "avsm fleet [--fleet FILE] page -o FILE"), {}
+
+    def ask(host):
+        try:
+            code, data, errors = ssh_bridge(host, {"v": 1, "cmd": "page", "args": {},
+                                                   "home": host["home"]},
+                                            capture=True, timeout=host["timeout"])
+            try:
+                messages = LineReader().feed(data + b"\n")
+            except (ValueError, RecursionError):
+                messages = []
+            found = page_answer(messages) if messages or not errors else \
+                (None, errors[-1], code or EX_UNAVAILABLE)
+        except Fail as fail:
+            found = (None, str(fail), fail.code)
+        results[host["name"]] = (found[0], found[1] and found[1].removeprefix(host["name"] + ": "),
+                                 found[2])
+    on_each_host(hosts, ask)
+    write_page(target, [(h["name"],) + results[h["name"]][:2] + (far_command(h["name"]),)
+                        for h in hosts])
+    return next((results[h["name"]][2] for h in hosts if results[h["name"]][2]), EX_OK)
+
+
+def page_target(args, usage):
+    """Return the absolute FILE of `-o FILE`, whose directory can be written, or Fail."""
+    if len(args) != 2 or args[0] not in ("-o", "--output") or not args[1]:
+        raise Fail(EX_USAGE, f"usage: {usage}")
+    target = os.path.abspath(args[1])
+    refuse(metrics_problem({"path": target}), EX_CANTCREAT)
+    return target
+
+
+def write_page(target, hosts):
+    try:
+        write_textfile(target, page_html(hosts, time.time()))
+    except OSError as err:
+        raise Fail(EX_CANTCREAT, f"{target} cannot be written ({err.strerror or err}); name a "
+                                 f"file in a directory you may write") from None
 
 
 def on_each_host(hosts, work):
@@ -13705,9 +13841,9 @@ def test_config(home, cfg, path):
     if notify_problem:
         sys.stderr.write(f"avsmd: {path}: notify: {notify_problem}\n")
         code = EX_CONFIG
-    out(describe_metrics(cfg["metrics"]))
-    if metrics_problem(cfg["metrics"]):
-        sys.stderr.write(f"avsmd: {path}: metrics: {metrics_problem(cfg['metrics'])}\n")
+    out(*describe_metrics(cfg["metrics"], cfg["page"]))
+    if written_problem(cfg):
+        sys.stderr.write(f"avsmd: {path}: {written_problem(cfg)}\n")
         code = EX_CONFIG
     try:
         adopted = adopted_mandates(home)
@@ -15292,9 +15428,8 @@ def doctor_config(home, found):
     path = os.path.join(home, "config.yaml")
     try:
         cfg = read_config(home)[0]
-        problem = metrics_problem(cfg["metrics"])
-        if problem:
-            raise Fail(EX_CONFIG, f"{path}: metrics: {problem}")
+        if written_problem(cfg):
+            raise Fail(EX_CONFIG, f"{path}: {written_problem(cfg)}")
         found.ok(f"config {path}" + ("" if os.path.exists(path) else " (not there: every default)"))
         if checkpoint_problem(cfg["checkpoint"]):
             found.fail(EX_CONFIG, f"{path}: {checkpoint_problem(cfg['checkpoint'])}",
@@ -16480,6 +16615,188 @@ def metrics_text(states, home, now):
     return "\n".join(lines) + "\n"
 
 
+# ---- the page (issue 35 item 3) ----
+# One HTML file of a home, or of a fleet: what needs a person first, then every venture. Its facts
+# are JSON (PAGE_SHAPE), gathered where the ledger is (page_facts) and checked when they come from
+# another host; the page is made from them here (page_html), every text in it escaped.
+
+PAGE_ACTIONS = 5        # a venture's last actions a page shows, each with its proof
+PAGE_VALUES = 60        # its last trusted reports the page's line draws
+# the shape a page's facts hold: a type, [each item's shape], {key: shape}, or (shape,) for null too
+PAGE_SHAPE = {
+    "schema": int, "home": str, "at": float, "stopped": bool,
+    "checkpoint": ({"seq": int, "at": float, "signed": bool},),
+    "ventures": [{
+        "name": str, "state": str, "why": str, "value": (float,), "age": (float,), "levers": str,
+        "report": str,
+        "bounds": [{"way": str, "bound": float}], "values": [float],
+        "asks": [{"seq": int, "lever": str, "question": str, "payload": (str,)}],
+        "actions": [{"seq": int, "at": float, "lever": str, "summary": str, "proof": "json"}]}]}
+PAGE_MARKS = {"running": "\u25cf", "was running": "\u25cb", "paused": "\u2016", "stuck": "\u25b2",
+              "implausible": "\u25c6", "unconfirmed": "\u25c7", "cannot run": "\u2716",
+              "unreachable": "\u2716", "ask": "?"}
+PAGE_CSS = """:root{color-scheme:light dark;--ok:#1a7f37;--warn:#9a6700;--bad:#cf222e;--dim:#777}
+@media(prefers-color-scheme:dark){:root{--ok:#3fb950;--warn:#d29922;--bad:#f85149}
+body{background:#111;color:#ddd}}
+body{font:15px/1.45 system-ui,sans-serif;max-width:62em;margin:1em auto;padding:0 1em}
+article,li.n{border-left:5px solid var(--c,var(--dim));padding:.1em .8em;margin:.5em 0;
+list-style:none;break-inside:avoid}
+.running,.was-running{--c:var(--ok)}.paused,.unconfirmed,.ask{--c:var(--warn)}
+.stuck,.implausible,.cannot-run,.unreachable{--c:var(--bad)}.m{color:var(--c);font-weight:bold}
+h3{margin:.2em 0}code,pre{background:#8882;padding:0 .3em;white-space:pre-wrap}
+svg{stroke:currentColor;fill:none;display:block}.b{stroke:var(--bad);stroke-dasharray:4}
+small{color:var(--dim)}@media print{body{max-width:none}a{color:inherit}}"""
+
+
+def page_facts(home, states, now, db, keeps=None, cfg=None, stopped=False):
+    """Return a home's page facts (PAGE_SHAPE) from its folded states, the actions' proofs read from
+    `db` and its newest checkpoint: the one place they are gathered."""
+    ventures = []
+    for name in sorted(states):
+        state = states[name]
+        if state.mandate_seq is None:
+            continue
+        row = status_row(state, now, (keeps or {}).get(name), cfg)
+        runs = sorted(s for runs in state.actions.values() for s, _, _ in runs)[-PAGE_ACTIONS:]
+        actions = []
+        for seq in runs:
+            at, record = record_at(db, seq) or (0, {})
+            actions.append({"seq": seq, "at": at, "lever": str(record.get("lever")),
+                            "summary": str(record.get("summary")), "proof": record.get("proof")})
+        ventures.append({
+            "name": name, "why": row.why, "value": row.value, "age": row.age, "levers": row.levers,
+            "report": str(state.last_report[2].get("summary")) if state.last_report else "",
+            "state": "was running" if stopped and row.state == "running" else row.state,
+            "bounds": [{"way": w, "bound": b} for _, w, b, _ in controller_sides(state.mandate)],
+            "values": [v for _, v in state.trusted[-PAGE_VALUES:]], "actions": actions,
+            "asks": [{"seq": seq, "lever": ask.get("lever") or "-",
+                      "question": str(ask.get("question", ask["summary"])),
+                      "payload": None if ask.get("payload") is None else
+                      ask["payload"] if isinstance(ask["payload"], str) else
+                      json.dumps(ask["payload"], indent=2)}
+                     for seq, ask in sorted(state.open_asks.items())]})
+    kept = newest_checkpoint(os.path.join(home, "checkpoints"))
+    signed = kept and os.path.exists(os.path.join(home, "checkpoints", f"{kept.seq:012d}.txt.sig"))
+    return {"schema": 1, "home": home, "at": now, "stopped": stopped, "ventures": ventures,
+            "checkpoint": kept and {"seq": kept.seq, "at": kept.at, "signed": signed}}
+
+
+def shape_problem(value, shape, where="facts"):
+    """Return where `value` does not hold `shape` (as PAGE_SHAPE writes it), or None."""
+    if isinstance(shape, tuple):
+        return None if value is None else shape_problem(value, shape[0], where)
+    if isinstance(shape, list):
+        if not isinstance(value, list):
+            return f"{where} is {json_kind(value)}, not a list"
+        return next(filter(None, (shape_problem(v, shape[0], f"{where}[{i}]")
+                                  for i, v in enumerate(value))), None)
+    if isinstance(shape, dict):
+        if not isinstance(value, dict) or set(value) != set(shape):
+            return f"{where} holds no {', '.join(shape)}"
+        return next(filter(None, (shape_problem(value[k], s, f"{where}.{k}")
+                                  for k, s in shape.items())), None)
+    if shape == "json":
+        problem = json_problem(value, JSON_DEPTH)
+    elif shape is float:        # nor past a float's reach: the page's line halves it
+        finite = isinstance(value, (int, float)) and -1.7e308 < value < 1.7e308
+        problem = None if finite and not isinstance(value, bool) else "is no finite number"
+    else:
+        problem = None if type(value) is shape and (shape is not str or utf8_text(value)) else \
+            f"is {json_kind(value)}"
+    return problem and f"{where} {problem}"
+
+
+def page_answer(messages):
+    """Return (facts, None, 0) of an answer to the page request, or (None, why not, exit code)."""
+    try:
+        said = next(m for m in messages if "out" in m or "err" in m)
+        if "err" in said:
+            return None, str(said["err"]), said.get("exit") or EX_UNAVAILABLE
+        facts = json.loads(said["out"])
+        problem = shape_problem(facts, PAGE_SHAPE) or facts["schema"] != 1 and "schema is not 1"
+    except (ValueError, TypeError, StopIteration, RecursionError) as err:
+        problem = str(err) or "no answer"
+    if problem:
+        return None, f"it answered with no page's facts of this avsm ({problem[:200]}); " \
+                     f"is it avsm's, of this version?", EX_UNAVAILABLE
+    return facts, None, EX_OK
+
+
+def page_line(values, bounds):
+    """Return the SVG of `values` as a line, the bounds dashed, scaled between their extremes."""
+    if not values:
+        return "<small>no trusted report yet</small>"
+    low, high = min(values + bounds), max(values + bounds)
+    span, step = (high / 2 - low / 2) or 1, 300 / max(1, len(values) - 1)
+
+    def y(v):                           # halves: a report may hold up to 1.8e308
+        return f"{36 - (v / 2 - low / 2) / span * 32:.1f}"
+    line = " ".join(f"{i * step:.1f},{y(v)}" for i, v in enumerate(values))
+    marks = "".join(f'<path class="b" d="M0 {y(b)}H300"/>' for b in bounds)
+    return (f'<svg width="300" height="40" viewBox="0 0 300 40" role="img" aria-label="the last '
+            f'{len(values)} trusted values">{marks}<polyline points="{line}"/></svg>')
+
+
+def page_html(hosts, now):
+    """Return the page of [(host or None, facts or None, why it is not reached or None, the avsm
+    command that answers there)]: one HTML file, CSS inline, no script, every text escaped."""
+    import html
+    needs, parts, count = [], [], 0
+
+    def mark(state, text):
+        c = state if state in PAGE_MARKS else "stuck"
+        return (f'<span class="m">{PAGE_MARKS.get(state, "!")} {html.escape(state)}</span> '
+                f'{html.escape(text)}', c.replace(" ", "-"))
+    for host, facts, problem, command in hosts:
+        at = f"{host}: " if host else ""
+        if problem:
+            needs.append(mark("unreachable", at + problem))
+        if facts is None:
+            continue
+        kept = facts["checkpoint"]
+        parts.append(f"<h2>{html.escape(host or facts['home'])}</h2><p><small>" + (
+            f"checkpoint #{kept['seq']} at {format_local_time(kept['at'])}, "
+            f"{'signed' if kept['signed'] else 'not signed'}" if kept else "no checkpoint yet")
+            + "</small></p>")
+        for v in facts["ventures"]:
+            count += 1
+            name, why = v["name"], far_text(v["why"], command)
+            for ask in v["asks"]:
+                answer = " ".join(f"<code>{html.escape(command)} {w} {ask['seq']}</code>"
+                                  for w in ("approve", "deny"))
+                payload = ask["payload"] and f"<details><summary>payload</summary><pre>" \
+                    f"{html.escape(ask['payload'])}</pre></details>"
+                needs.append((mark("ask", f"{at}{name} #{ask['seq']} {ask['lever']}: "
+                                          f"{ask['question']}")[0] + f"<br>{answer}"
+                              + (payload or ""), "ask"))
+            if v["state"] not in ("running", "was running"):
+                needs.append(mark(v["state"], f"{at}{name}: {why}"))
+            value = "no trusted report" if v["value"] is None else \
+                f"{format_number(v['value'])} ({format_age(v['age'])} ago)"
+            bounds = ", ".join(f"{b['way']} {format_number(b['bound'])}" for b in v["bounds"])
+            actions = "".join(
+                f"<li>#{a['seq']} {format_local_time(a['at'])} {html.escape(a['lever'])}: "
+                f"{html.escape(a['summary'])}<details><summary>proof</summary><pre>"
+                f"{html.escape(json.dumps(a['proof'], indent=1, ensure_ascii=False))}</pre>"
+                f"</details></li>" for a in v["actions"])
+            text, c = mark(v["state"], "")
+            parts.append(
+                f'<article class="{c}"><h3>{text}{html.escape(name)}</h3><p>{value}'
+                f"{'; bounds: ' + html.escape(bounds) if bounds else ''}<br><small>"
+                f"{html.escape(v['levers'])}<br>{html.escape(v['report'])}</small>"
+                f"{'<br>' + html.escape(why) if why else ''}"
+                f"</p>{page_line(v['values'], [b['bound'] for b in v['bounds']])}"
+                + (f"<details><summary>last actions ({len(v['actions'])})</summary><ol>"
+                   f"{actions}</ol></details>" if actions else "") + "</article>")
+    items = "".join(f'<li class="n {c}">{text}</li>' for text, c in needs)
+    return (f'<!DOCTYPE html>\n<html lang="en"><head><meta charset="utf-8"><meta name="viewport" '
+            f'content="width=device-width"><title>avsm: {len(needs)} need a person</title>'
+            f"<style>{PAGE_CSS}</style></head><body><h1>avsm</h1><p><small>{count} ventures on "
+            f"{len(hosts)} host(s), written {format_local_time(now)} by avsm {VERSION}</small></p>"
+            f"<h2>Needs a person</h2>" + (f"<ul>{items}</ul>" if items else "<p>nothing</p>")
+            + "".join(parts) + "</body></html>\n")
+
+
 # =============================================================================
 # 14. main and the argv[0] dispatch
 # Which program and verb runs: the client's verbs, avsmd's options, the programs
@@ -16502,6 +16819,7 @@ CLIENT_COMMANDS = {
     "doctor": cmd_doctor,
     "chart": cmd_chart,
     "checkpoint": cmd_checkpoint, "link": cmd_link, "try": None, "fleet": None, "bridge": None,
+    "page": cmd_page,
 }
 
 
