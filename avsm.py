@@ -2061,10 +2061,8 @@ def describe_metrics(spec, page=None):
              f"{spec['textfile']} every {format_duration(spec['every'])}, in Prometheus's text "
              f"format, mode 0644, in whole (to {spec['textfile']}.PID.tmp beside it, then renamed), "
              f"for node_exporter's textfile collector"]
-    return lines + [f"page: not set; no page is written (set one in config.yaml, as "
-                    f"{PAGE_EXAMPLE}, or run avsm page -o FILE)" if page is None else
-                    f"page: what needs a person, then every venture, is written to {page['path']} "
-                    f"every {format_duration(page['every'])}, as one HTML file, in whole"]
+    return lines + [f"page: not set (as {PAGE_EXAMPLE} would)" if page is None else
+                    f"page: written to {page['path']} every {format_duration(page['every'])}, whole"]
 
 
 def describe_notify(notify):
@@ -10759,29 +10757,24 @@ class Warden:
         return asks_view(self.ventures)
 
     def do_page(self, args, err):
-        return [json.dumps(self.page_facts(time.time()), separators=(",", ":"))]
-
-    def page_facts(self, now):
-        return page_facts(self.home, self.ventures, now, self.ledger.db, self.keeper.keep, self.cfg)
+        return [json.dumps(page_facts(self.home, self.ventures, time.time(), self.ledger.db,
+                                      self.keeper.keep, self.cfg))]
 
     def write_page(self):
-        """Write the page to page.path when due, in whole: what the web server serves changes at
-        once."""
+        """Write the page to page.path when due, in whole (a web server serves it at once)."""
         import sqlite3
         spec, now = self.cfg.get("page"), time.monotonic()
         if spec is None or now < self.page_at or self.ledger.held is not None:
             return
         self.page_at, failure = now + spec["every"], None
         try:
-            page = page_html([(None, self.page_facts(time.time()), None,
-                               program_command("avsm", self.home))], time.time())
-            write_textfile(spec["path"], page)
+            facts = json.loads(self.do_page({}, [])[0])
+            write_textfile(spec["path"], page_html(
+                [(None, facts, None, program_command("avsm", self.home))], time.time()))
         except (OSError, sqlite3.Error) as err:
-            failure = f"{getattr(err, 'strerror', None) or err}"
-        if failure != self.page_failed:     # said once when it fails, once when it works again
-            sys.stderr.write(f"avsmd: the page {spec['path']} " + (
-                f"cannot be written ({failure}); tried again every {format_duration(spec['every'])}"
-                if failure else "is written again") + "\n")
+            failure = f"cannot be written ({err}); tried again every {spec['every']} s"
+        if failure != self.page_failed:     # once when it fails, once when it works again
+            sys.stderr.write(f"avsmd: the page {spec['path']} {failure or 'is written again'}\n")
         self.page_failed = failure
 
     def find_ask(self, args):
@@ -11779,15 +11772,14 @@ HOME/checkpoints,
 home
                      (or on the --home given); its first lines say how to answer its asks from \
 elsewhere
-  page -o FILE       write this home's page, one HTML file (no script, nothing fetched) of what
-                     needs a person, then every venture, in whole; for a browser or a web server
+  page -o FILE       write this home's page: one HTML file of what needs a person, then each venture
   link DIR           write DIR/avsm and DIR/avsmd: this avsm.py, started from cached bytecode (fast)
   fleet [--fleet FILE] status|asks|summary
                      that view of every host in the fleet file (~/.config/avsm/fleet.yaml), the \
 hosts
                      asked at once over ssh; an ask shows as HOST:SEQ (avsm --host HOST approve SEQ)
   fleet [--fleet FILE] page -o FILE
-                     one HTML file of every host: what needs a person, then every venture
+                     the page of every host in the fleet file
   fleet [--fleet FILE] witness [--keep DIR] [--mirror] [--allowed-signers FILE]
                      check each host's ledger here against the checkpoint kept for it in DIR/HOST
                      (~/.local/state/avsm/witness); --mirror: and keep a copy, DIR/HOST/ledger.db
@@ -12085,12 +12077,29 @@ def cmd_offline(home, verb, args, ask):
 
 
 def show_ledger_view(home, verb, args):
-    """With no avsmd answering, print the status or open asks the ledger holds, saying so first."""
-    states, last, db = ledger_states(home, f"for its {verb}")
-    if db is not None:
-        db.close()
+    """With no avsmd answering, print the status or open asks the ledger holds, saying so first;
+    return the page's facts it holds."""
+    import sqlite3
+    path = os.path.join(home, "ledger.db")
+    if not os.path.isfile(path):
+        return None
+    try:
+        with contextlib.closing(open_ledger_ro(path)) as db:
+            states, last = {}, None
+            for seq, at, record in read_records(db):
+                fold_ledger(states, seq, at, record)
+                last = (seq, at)
+            if verb == "page":
+                return page_facts(home, states, time.time(), db, stopped=True)
+    except (sqlite3.Error, ValueError, KeyError, TypeError, Fail) as err:
+        # not readable either: say so, keep the 69
+        sys.stderr.write(
+            f"avsm: and the ledger cannot be read for its {verb}: {shown(str(err))}; avsm doctor"
+            " says more\n"
+        )
+        return None
     if not any(s.mandate_seq is not None for s in states.values()):
-        return
+        return None
     lines = asks_view(states) if verb == "asks" else \
         status_view(states, time.time(), None, None, args.get("venture"), args["verbose"],
                     args["ascii"], stopped=True)
@@ -12104,29 +12113,7 @@ def show_ledger_view(home, verb, args):
     except BrokenPipeError:
         # the reader went away (status | head -1): the 69 still says no avsmd answers
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
-
-
-def ledger_states(home, purpose):
-    """Return (the venture states folded from the home's ledger, the last (seq, at), the ledger
-    open to read, for the caller to close); ({}, None, None) when it cannot be read, saying so."""
-    import sqlite3
-    path, db = os.path.join(home, "ledger.db"), None
-    if not os.path.isfile(path):
-        return {}, None, None
-    try:
-        db = open_ledger_ro(path)
-        states, last = {}, None
-        for seq, at, record in read_records(db):
-            fold_ledger(states, seq, at, record)
-            last = (seq, at)
-        return states, last, db
-    except (sqlite3.Error, ValueError, KeyError, TypeError, Fail) as err:
-        # not readable either: say so, keep the 69
-        sys.stderr.write(f"avsm: and the ledger cannot be read {purpose}: {shown(str(err))}; "
-                         f"avsm doctor says more\n")
-        if db is not None:
-            db.close()
-        return {}, None, None
+    return None
 
 
 def utf8_output():
@@ -12751,7 +12738,7 @@ SSH_FAILURES = (
     ),
     ("", EX_NOHOST, "is it up, with sshd running? `ssh HOST true` tries by hand"),
 )
-FLEET_VIEWS = ("status", "asks", "summary")
+FLEET_VIEWS = ("status", "asks", "summary", "page")
 # what fleet witness checks a host's checkpoints with, in the fleet file or one of its hosts
 WITNESS_KEYS = {"principal", "allowed_signers", "namespace"}
 
@@ -13267,25 +13254,33 @@ def ping_answered(piece, name):
 
 
 def cmd_fleet(args, given=None, home=None):
-    """fleet [--fleet FILE] status|asks|summary [ARGS]: one view of every host, asked at once."""
+    """fleet [--fleet FILE] status|asks|summary|page [ARGS]: one view of every host, asked at once."""
     path, rest = take_option(args, "--fleet")
     if rest and rest[0] == "witness":
         return cmd_witness(home, fleet_path(path or given), rest[1:])
-    if rest and rest[0] == "page":
-        return cmd_fleet_page(read_fleet(fleet_path(path or given)), rest[1:])
     if not rest or rest[0] not in FLEET_VIEWS:
         raise Fail(EX_USAGE, "usage: avsm fleet [--fleet FILE] status|asks|summary|page [ARGS]")
     view, argv, hosts = rest[0], rest[1:], read_fleet(fleet_path(path or given))
-    results = {}
+    target, results = view == "page" and page_target(argv, "fleet [--fleet FILE] page -o FILE"), {}
 
     def ask(host):
         request = {"v": 1, "verb": view, "argv": argv, "home": host["home"], "utf8": utf8_output(),
                    "as": f"{client_command()} --host {host['name']}"}
+        if target:                      # its facts, made into the page here
+            request = {"v": 1, "cmd": "page", "args": {}, "home": host["home"]}
         try:
             results[host["name"]] = ssh_bridge(host, request, capture=True, timeout=host["timeout"])
         except Fail as fail:
             results[host["name"]] = (fail.code, b"", [str(fail)])
+        if target:
+            facts, problem, code = page_answer(*results[host["name"]])
+            results[host["name"]] = (code, facts, problem and problem.removeprefix(
+                host["name"] + ": "))
     on_each_host(hosts, ask)
+    if target:
+        write_page(target, [(h["name"], *results[h["name"]][1:], far_command(h["name"]))
+                            for h in hosts])
+        return next((results[h["name"]][0] for h in hosts if results[h["name"]][0]), EX_OK)
     said = []
     for host in hosts:
         code, data, errors = results[host["name"]]
@@ -13299,57 +13294,23 @@ def cmd_fleet(args, given=None, home=None):
 
 def cmd_page(home, args):
     """page -o FILE: this home's page; with no avsmd answering, what its ledger holds, and 69."""
-    target = page_target(args, "avsm page -o FILE")
+    target = page_target(args, "page -o FILE")
     try:
         with send_request(home, {"v": 1, "cmd": "page", "args": {}}) as conn:
             conn.settimeout(60)
-            reader, messages = LineReader(), []
-            while not any("exit" in m for m in messages):
-                data = conn.recv(65536)
-                if not data:
-                    break
-                messages += reader.feed(data)
-        facts, problem, code = page_answer(messages)
+            facts, problem, code = page_answer(0, b"".join(iter(lambda: conn.recv(65536), b"")))
     except (Fail, OSError) as err:
         facts, problem, code = None, str(err), getattr(err, "code", EX_UNAVAILABLE)
     if code == EX_UNAVAILABLE and facts is None:
-        states, last, db = ledger_states(home, "for its page")
-        if db is not None:
-            with contextlib.closing(db):
-                facts = page_facts(home, states, time.time(), db, stopped=True)
+        facts = show_ledger_view(home, "page", None)
     write_page(target, [(None, facts, problem, client_command(home))])
     return code
 
 
-def cmd_fleet_page(hosts, args):
-    """fleet page -o FILE: every host's page facts, asked at once over ssh; the page made here."""
-    target, results = page_target(args, "avsm fleet [--fleet FILE] page -o FILE"), {}
-
-    def ask(host):
-        try:
-            code, data, errors = ssh_bridge(host, {"v": 1, "cmd": "page", "args": {},
-                                                   "home": host["home"]},
-                                            capture=True, timeout=host["timeout"])
-            try:
-                messages = LineReader().feed(data + b"\n")
-            except (ValueError, RecursionError):
-                messages = []
-            found = page_answer(messages) if messages or not errors else \
-                (None, errors[-1], code or EX_UNAVAILABLE)
-        except Fail as fail:
-            found = (None, str(fail), fail.code)
-        results[host["name"]] = (found[0], found[1] and found[1].removeprefix(host["name"] + ": "),
-                                 found[2])
-    on_each_host(hosts, ask)
-    write_page(target, [(h["name"],) + results[h["name"]][:2] + (far_command(h["name"]),)
-                        for h in hosts])
-    return next((results[h["name"]][2] for h in hosts if results[h["name"]][2]), EX_OK)
-
-
 def page_target(args, usage):
     """Return the absolute FILE of `-o FILE`, whose directory can be written, or Fail."""
-    if len(args) != 2 or args[0] not in ("-o", "--output") or not args[1]:
-        raise Fail(EX_USAGE, f"usage: {usage}")
+    if len(args) != 2 or args[0] != "-o" or not args[1]:
+        raise Fail(EX_USAGE, f"usage: avsm {usage}")
     target = os.path.abspath(args[1])
     refuse(metrics_problem({"path": target}), EX_CANTCREAT)
     return target
@@ -16616,50 +16577,40 @@ def metrics_text(states, home, now):
 
 
 # ---- the page (issue 35 item 3) ----
-# One HTML file of a home, or of a fleet: what needs a person first, then every venture. Its facts
-# are JSON (PAGE_SHAPE), gathered where the ledger is (page_facts) and checked when they come from
-# another host; the page is made from them here (page_html), every text in it escaped.
+# What needs a person, then every venture, of a home or a fleet: facts (JSON, PAGE_SHAPE) gathered
+# where the ledger is, checked when another host sent them, made into HTML here, every text escaped.
 
-PAGE_ACTIONS = 5        # a venture's last actions a page shows, each with its proof
-PAGE_VALUES = 60        # its last trusted reports the page's line draws
-# the shape a page's facts hold: a type, [each item's shape], {key: shape}, or (shape,) for null too
+PAGE_ACTIONS, PAGE_VALUES = 5, 60   # a venture's last actions a page shows, and trusted values
+# a type, [each item's shape], {key: shape}, or (shape,): null too
 PAGE_SHAPE = {
     "schema": int, "home": str, "at": float, "stopped": bool,
     "checkpoint": ({"seq": int, "at": float, "signed": bool},),
     "ventures": [{
         "name": str, "state": str, "why": str, "value": (float,), "age": (float,), "levers": str,
-        "report": str,
-        "bounds": [{"way": str, "bound": float}], "values": [float],
-        "asks": [{"seq": int, "lever": str, "question": str, "payload": (str,)}],
+        "report": str, "bounds": [{"way": str, "bound": float}], "values": [float],
+        "asks": [{"seq": int, "lever": str, "question": str}],
         "actions": [{"seq": int, "at": float, "lever": str, "summary": str, "proof": "json"}]}]}
-PAGE_MARKS = {"running": "\u25cf", "was running": "\u25cb", "paused": "\u2016", "stuck": "\u25b2",
-              "implausible": "\u25c6", "unconfirmed": "\u25c7", "cannot run": "\u2716",
-              "unreachable": "\u2716", "ask": "?"}
-PAGE_CSS = """:root{color-scheme:light dark;--ok:#1a7f37;--warn:#9a6700;--bad:#cf222e;--dim:#777}
+PAGE_MARKS = {"running": "●", "was running": "○", "paused": "‖", "stuck": "▲", "implausible": "◆",
+              "unconfirmed": "◇", "cannot run": "✖", "unreachable": "✖", "ask": "?"}
+PAGE_CSS = """:root{color-scheme:light dark;--ok:#1a7f37;--warn:#9a6700;--bad:#cf222e}
 @media(prefers-color-scheme:dark){:root{--ok:#3fb950;--warn:#d29922;--bad:#f85149}
-body{background:#111;color:#ddd}}
-body{font:15px/1.45 system-ui,sans-serif;max-width:62em;margin:1em auto;padding:0 1em}
-article,li.n{border-left:5px solid var(--c,var(--dim));padding:.1em .8em;margin:.5em 0;
-list-style:none;break-inside:avoid}
-.running,.was-running{--c:var(--ok)}.paused,.unconfirmed,.ask{--c:var(--warn)}
-.stuck,.implausible,.cannot-run,.unreachable{--c:var(--bad)}.m{color:var(--c);font-weight:bold}
-h3{margin:.2em 0}code,pre{background:#8882;padding:0 .3em;white-space:pre-wrap}
-svg{stroke:currentColor;fill:none;display:block}.b{stroke:var(--bad);stroke-dasharray:4}
-small{color:var(--dim)}@media print{body{max-width:none}a{color:inherit}}"""
+body{background:#111;color:#ddd}}body{font:15px system-ui;max-width:60em;margin:auto}
+article,li{border-left:5px solid var(--c,gray);padding:0 .8em;margin:.5em 0;list-style:none;
+break-inside:avoid}.running,.was-running{--c:var(--ok)}.paused,.unconfirmed,.ask{--c:var(--warn)}
+.stuck,.implausible,.cannot-run,.unreachable{--c:var(--bad)}b{color:var(--c)}small{color:gray}
+code,pre{background:#8882;white-space:pre-wrap}svg{stroke:currentColor;fill:none}
+path{stroke:var(--bad);stroke-dasharray:4}"""
 
 
 def page_facts(home, states, now, db, keeps=None, cfg=None, stopped=False):
-    """Return a home's page facts (PAGE_SHAPE) from its folded states, the actions' proofs read from
-    `db` and its newest checkpoint: the one place they are gathered."""
+    """Return a home's page facts (PAGE_SHAPE): the one place they are gathered."""
     ventures = []
-    for name in sorted(states):
-        state = states[name]
+    for name, state in sorted(states.items()):
         if state.mandate_seq is None:
             continue
         row = status_row(state, now, (keeps or {}).get(name), cfg)
-        runs = sorted(s for runs in state.actions.values() for s, _, _ in runs)[-PAGE_ACTIONS:]
         actions = []
-        for seq in runs:
+        for seq in sorted(s for runs in state.actions.values() for s, _, _ in runs)[-PAGE_ACTIONS:]:
             at, record = record_at(db, seq) or (0, {})
             actions.append({"seq": seq, "at": at, "lever": str(record.get("lever")),
                             "summary": str(record.get("summary")), "proof": record.get("proof")})
@@ -16670,15 +16621,12 @@ def page_facts(home, states, now, db, keeps=None, cfg=None, stopped=False):
             "bounds": [{"way": w, "bound": b} for _, w, b, _ in controller_sides(state.mandate)],
             "values": [v for _, v in state.trusted[-PAGE_VALUES:]], "actions": actions,
             "asks": [{"seq": seq, "lever": ask.get("lever") or "-",
-                      "question": str(ask.get("question", ask["summary"])),
-                      "payload": None if ask.get("payload") is None else
-                      ask["payload"] if isinstance(ask["payload"], str) else
-                      json.dumps(ask["payload"], indent=2)}
+                      "question": str(ask.get("question", ask["summary"]))}
                      for seq, ask in sorted(state.open_asks.items())]})
-    kept = newest_checkpoint(os.path.join(home, "checkpoints"))
-    signed = kept and os.path.exists(os.path.join(home, "checkpoints", f"{kept.seq:012d}.txt.sig"))
+    kept, where = newest_checkpoint(os.path.join(home, "checkpoints")), f"{home}/checkpoints"
     return {"schema": 1, "home": home, "at": now, "stopped": stopped, "ventures": ventures,
-            "checkpoint": kept and {"seq": kept.seq, "at": kept.at, "signed": signed}}
+            "checkpoint": kept and {"seq": kept.seq, "at": kept.at, "signed": os.path.exists(
+                f"{where}/{kept.seq:012d}.txt.sig")}}
 
 
 def shape_problem(value, shape, where="facts"):
@@ -16688,113 +16636,101 @@ def shape_problem(value, shape, where="facts"):
     if isinstance(shape, list):
         if not isinstance(value, list):
             return f"{where} is {json_kind(value)}, not a list"
-        return next(filter(None, (shape_problem(v, shape[0], f"{where}[{i}]")
-                                  for i, v in enumerate(value))), None)
-    if isinstance(shape, dict):
+        found = (shape_problem(v, shape[0], f"{where}[{i}]") for i, v in enumerate(value))
+    elif isinstance(shape, dict):
         if not isinstance(value, dict) or set(value) != set(shape):
             return f"{where} holds no {', '.join(shape)}"
-        return next(filter(None, (shape_problem(value[k], s, f"{where}.{k}")
-                                  for k, s in shape.items())), None)
-    if shape == "json":
-        problem = json_problem(value, JSON_DEPTH)
+        found = (shape_problem(value[k], s, f"{where}.{k}") for k, s in shape.items())
+    elif shape == "json":
+        found = [json_problem(value, JSON_DEPTH)]
     elif shape is float:        # nor past a float's reach: the page's line halves it
-        finite = isinstance(value, (int, float)) and -1.7e308 < value < 1.7e308
-        problem = None if finite and not isinstance(value, bool) else "is no finite number"
+        found = [None if type(value) in (int, float) and -1.7e308 < value < 1.7e308 else
+                 "is no finite number"]
     else:
-        problem = None if type(value) is shape and (shape is not str or utf8_text(value)) else \
-            f"is {json_kind(value)}"
-    return problem and f"{where} {problem}"
+        found = [None if type(value) is shape and (shape is not str or utf8_text(value)) else
+                 f"is {json_kind(value)}"]
+    problem = next(filter(None, found), None)
+    return problem if problem is None or problem.startswith(where) else f"{where} {problem}"
 
 
-def page_answer(messages):
-    """Return (facts, None, 0) of an answer to the page request, or (None, why not, exit code)."""
+def page_answer(code, data, errors=()):
+    """Return (facts, None, 0) of avsmd's answer to `page`, or (None, why not, its exit code)."""
     try:
-        said = next(m for m in messages if "out" in m or "err" in m)
+        said = next(m for m in LineReader().feed(data + b"\n") if "out" in m or "err" in m)
         if "err" in said:
             return None, str(said["err"]), said.get("exit") or EX_UNAVAILABLE
         facts = json.loads(said["out"])
         problem = shape_problem(facts, PAGE_SHAPE) or facts["schema"] != 1 and "schema is not 1"
-    except (ValueError, TypeError, StopIteration, RecursionError) as err:
-        problem = str(err) or "no answer"
+    except StopIteration:
+        return None, errors[-1] if errors else "no answer", code or EX_UNAVAILABLE
+    except (ValueError, TypeError, RecursionError) as err:
+        problem = str(err)
     if problem:
-        return None, f"it answered with no page's facts of this avsm ({problem[:200]}); " \
-                     f"is it avsm's, of this version?", EX_UNAVAILABLE
+        return None, f"it answered with no page's facts of this avsm ({problem[:200]})", EX_UNAVAILABLE
     return facts, None, EX_OK
 
 
 def page_line(values, bounds):
     """Return the SVG of `values` as a line, the bounds dashed, scaled between their extremes."""
     if not values:
-        return "<small>no trusted report yet</small>"
+        return ""
     low, high = min(values + bounds), max(values + bounds)
     span, step = (high / 2 - low / 2) or 1, 300 / max(1, len(values) - 1)
 
-    def y(v):                           # halves: a report may hold up to 1.8e308
+    def y(v):
         return f"{36 - (v / 2 - low / 2) / span * 32:.1f}"
     line = " ".join(f"{i * step:.1f},{y(v)}" for i, v in enumerate(values))
-    marks = "".join(f'<path class="b" d="M0 {y(b)}H300"/>' for b in bounds)
-    return (f'<svg width="300" height="40" viewBox="0 0 300 40" role="img" aria-label="the last '
-            f'{len(values)} trusted values">{marks}<polyline points="{line}"/></svg>')
+    return (f'<svg width="300" height="40" role="img" aria-label="the last trusted values">'
+            + "".join(f'<path d="M0 {y(b)}H300"/>' for b in bounds)
+            + f'<polyline points="{line}"/></svg>')
 
 
 def page_html(hosts, now):
-    """Return the page of [(host or None, facts or None, why it is not reached or None, the avsm
-    command that answers there)]: one HTML file, CSS inline, no script, every text escaped."""
+    """Return the page of [(host or None, facts or None, why not reached or None, the avsm command
+    that answers there)]: one HTML file, CSS inline, no script, every text escaped."""
     import html
     needs, parts, count = [], [], 0
 
-    def mark(state, text):
-        c = state if state in PAGE_MARKS else "stuck"
-        return (f'<span class="m">{PAGE_MARKS.get(state, "!")} {html.escape(state)}</span> '
-                f'{html.escape(text)}', c.replace(" ", "-"))
+    def mark(state, text, then=""):
+        c = state.replace(" ", "-") if state in PAGE_MARKS else "stuck"
+        return f'<b class="{c}">{PAGE_MARKS.get(state, "!")} {html.escape(state)}</b> ' \
+               f"{html.escape(text)}{then}", c
     for host, facts, problem, command in hosts:
         at = f"{host}: " if host else ""
         if problem:
             needs.append(mark("unreachable", at + problem))
-        if facts is None:
-            continue
-        kept = facts["checkpoint"]
-        parts.append(f"<h2>{html.escape(host or facts['home'])}</h2><p><small>" + (
-            f"checkpoint #{kept['seq']} at {format_local_time(kept['at'])}, "
-            f"{'signed' if kept['signed'] else 'not signed'}" if kept else "no checkpoint yet")
-            + "</small></p>")
-        for v in facts["ventures"]:
-            count += 1
-            name, why = v["name"], far_text(v["why"], command)
-            for ask in v["asks"]:
-                answer = " ".join(f"<code>{html.escape(command)} {w} {ask['seq']}</code>"
-                                  for w in ("approve", "deny"))
-                payload = ask["payload"] and f"<details><summary>payload</summary><pre>" \
-                    f"{html.escape(ask['payload'])}</pre></details>"
-                needs.append((mark("ask", f"{at}{name} #{ask['seq']} {ask['lever']}: "
-                                          f"{ask['question']}")[0] + f"<br>{answer}"
-                              + (payload or ""), "ask"))
+        kept = facts and facts["checkpoint"]
+        parts += [] if facts is None else [
+            f"<h2>{html.escape(host or facts['home'])}</h2><small>" + (
+                f"checkpoint #{kept['seq']} at {format_local_time(kept['at'])}, "
+                f"{'signed' if kept['signed'] else 'not signed'}" if kept else "no checkpoint")
+            + "</small>"]
+        for v in facts["ventures"] if facts else ():
+            count, name, why = count + 1, v["name"], far_text(v["why"], command)
+            needs += [mark("ask", f"{at}{name} #{a['seq']} {a['lever']}: {a['question']}", "<br>"
+                           + " ".join(f"<code>{html.escape(command)} {w} {a['seq']}</code>"
+                                      for w in ("approve", "deny"))) for a in v["asks"]]
             if v["state"] not in ("running", "was running"):
                 needs.append(mark(v["state"], f"{at}{name}: {why}"))
             value = "no trusted report" if v["value"] is None else \
                 f"{format_number(v['value'])} ({format_age(v['age'])} ago)"
-            bounds = ", ".join(f"{b['way']} {format_number(b['bound'])}" for b in v["bounds"])
+            bounds = "".join(f", {b['way']} {format_number(b['bound'])}" for b in v["bounds"])
             actions = "".join(
                 f"<li>#{a['seq']} {format_local_time(a['at'])} {html.escape(a['lever'])}: "
                 f"{html.escape(a['summary'])}<details><summary>proof</summary><pre>"
-                f"{html.escape(json.dumps(a['proof'], indent=1, ensure_ascii=False))}</pre>"
-                f"</details></li>" for a in v["actions"])
-            text, c = mark(v["state"], "")
+                f"{html.escape(json.dumps(a['proof'], indent=1))}</pre></details>"
+                for a in v["actions"])
+            text, c = mark(v["state"], name)
             parts.append(
-                f'<article class="{c}"><h3>{text}{html.escape(name)}</h3><p>{value}'
-                f"{'; bounds: ' + html.escape(bounds) if bounds else ''}<br><small>"
-                f"{html.escape(v['levers'])}<br>{html.escape(v['report'])}</small>"
-                f"{'<br>' + html.escape(why) if why else ''}"
-                f"</p>{page_line(v['values'], [b['bound'] for b in v['bounds']])}"
-                + (f"<details><summary>last actions ({len(v['actions'])})</summary><ol>"
-                   f"{actions}</ol></details>" if actions else "") + "</article>")
-    items = "".join(f'<li class="n {c}">{text}</li>' for text, c in needs)
-    return (f'<!DOCTYPE html>\n<html lang="en"><head><meta charset="utf-8"><meta name="viewport" '
-            f'content="width=device-width"><title>avsm: {len(needs)} need a person</title>'
-            f"<style>{PAGE_CSS}</style></head><body><h1>avsm</h1><p><small>{count} ventures on "
-            f"{len(hosts)} host(s), written {format_local_time(now)} by avsm {VERSION}</small></p>"
-            f"<h2>Needs a person</h2>" + (f"<ul>{items}</ul>" if items else "<p>nothing</p>")
-            + "".join(parts) + "</body></html>\n")
+                f'<article class="{c}"><h3>{text}</h3>{value}{html.escape(bounds)}<br><small>'
+                f"{html.escape(v['levers'])}<br>{html.escape(v['report'])}</small><br>"
+                f"{html.escape(why)}{page_line(v['values'], [b['bound'] for b in v['bounds']])}"
+                + (actions and f"<details><summary>last actions</summary><ol>{actions}</ol>"
+                               f"</details>") + "</article>")
+    return (f'<!DOCTYPE html>\n<html lang="en"><meta charset="utf-8"><title>avsm: {len(needs)} '
+            f"need a person</title><style>{PAGE_CSS}</style><h1>avsm</h1><small>{count} ventures,"
+            f" {len(hosts)} host(s), {format_local_time(now)}</small><h2>Needs a person</h2><ul>"
+            + "".join(f'<li class="{c}">{text}' for text, c in needs) + "</ul>" + "".join(parts))
 
 
 # =============================================================================
