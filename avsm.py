@@ -2053,16 +2053,15 @@ def written_problem(cfg):
                  if metrics_problem(cfg.get(key))), None)
 
 
-def describe_metrics(spec, page=None):
-    """Return the lines avsmd -t says of the metrics textfile and of the page."""
-    lines = [f"metrics: not set; no figures are written for Prometheus (set one in config.yaml, "
-             f"as {METRICS_EXAMPLE})" if spec is None else
-             f"metrics: the figures of every venture and of the home are written to "
-             f"{spec['textfile']} every {format_duration(spec['every'])}, in Prometheus's text "
-             f"format, mode 0644, in whole (to {spec['textfile']}.PID.tmp beside it, then renamed), "
-             f"for node_exporter's textfile collector"]
-    return lines + [f"page: not set (as {PAGE_EXAMPLE} would)" if page is None else
-                    f"page: written to {page['path']} every {format_duration(page['every'])}, whole"]
+def describe_metrics(spec):
+    """Return the line avsmd -t says of the metrics textfile."""
+    if spec is None:
+        return (f"metrics: not set; no figures are written for Prometheus "
+                f"(set one in config.yaml, as {METRICS_EXAMPLE})")
+    return (f"metrics: the figures of every venture and of the home are written to "
+            f"{spec['textfile']} every {format_duration(spec['every'])}, in Prometheus's text "
+            f"format, mode 0644, in whole (to {spec['textfile']}.PID.tmp beside it, then renamed), "
+            f"for node_exporter's textfile collector")
 
 
 def describe_notify(notify):
@@ -13254,7 +13253,7 @@ def ping_answered(piece, name):
 
 
 def cmd_fleet(args, given=None, home=None):
-    """fleet [--fleet FILE] status|asks|summary|page [ARGS]: one view of every host, asked at once."""
+    """fleet [--fleet FILE] status|asks|summary|page [ARGS]: every host's view, asked at once."""
     path, rest = take_option(args, "--fleet")
     if rest and rest[0] == "witness":
         return cmd_witness(home, fleet_path(path or given), rest[1:])
@@ -13802,7 +13801,9 @@ def test_config(home, cfg, path):
     if notify_problem:
         sys.stderr.write(f"avsmd: {path}: notify: {notify_problem}\n")
         code = EX_CONFIG
-    out(*describe_metrics(cfg["metrics"], cfg["page"]))
+    page = cfg["page"] or {"path": f"nowhere (as {PAGE_EXAMPLE} would)", "every": 0}
+    out(describe_metrics(cfg["metrics"]),
+        f"page: written to {page['path']} every {format_duration(page['every'])}, whole")
     if written_problem(cfg):
         sys.stderr.write(f"avsmd: {path}: {written_problem(cfg)}\n")
         code = EX_CONFIG
@@ -16586,20 +16587,17 @@ PAGE_SHAPE = {
     "schema": int, "home": str, "at": float, "stopped": bool,
     "checkpoint": ({"seq": int, "at": float, "signed": bool},),
     "ventures": [{
-        "name": str, "state": str, "why": str, "value": (float,), "age": (float,), "levers": str,
-        "report": str, "bounds": [{"way": str, "bound": float}], "values": [float],
-        "asks": [{"seq": int, "lever": str, "question": str}],
-        "actions": [{"seq": int, "at": float, "lever": str, "summary": str, "proof": "json"}]}]}
-PAGE_MARKS = {"running": "●", "was running": "○", "paused": "‖", "stuck": "▲", "implausible": "◆",
-              "unconfirmed": "◇", "cannot run": "✖", "unreachable": "✖", "ask": "?"}
-PAGE_CSS = """:root{color-scheme:light dark;--ok:#1a7f37;--warn:#9a6700;--bad:#cf222e}
-@media(prefers-color-scheme:dark){:root{--ok:#3fb950;--warn:#d29922;--bad:#f85149}
-body{background:#111;color:#ddd}}body{font:15px system-ui;max-width:60em;margin:auto}
-article,li{border-left:5px solid var(--c,gray);padding:0 .8em;margin:.5em 0;list-style:none;
-break-inside:avoid}.running,.was-running{--c:var(--ok)}.paused,.unconfirmed,.ask{--c:var(--warn)}
-.stuck,.implausible,.cannot-run,.unreachable{--c:var(--bad)}b{color:var(--c)}small{color:gray}
-code,pre{background:#8882;white-space:pre-wrap}svg{stroke:currentColor;fill:none}
-path{stroke:var(--bad);stroke-dasharray:4}"""
+        "name": str, "state": str, "why": str, "value": (float,), "age": (float,), "report": str,
+        "bounds": [float], "values": [float], "asks": [{"seq": int, "question": str}],
+        "actions": [{"seq": int, "at": float, "summary": str, "proof": "json"}]}]}
+PAGE_MARKS = {"running": "●", "was running": "○", "paused": "‖", "stuck": "▲",
+              "implausible": "◆", "unconfirmed": "◇", "cannot run": "✖", "unreachable": "✖", "ask": "?"}
+PAGE_CSS = """:root{color-scheme:light dark}@media(prefers-color-scheme:dark){body{background:#111}}
+body{font:15px system-ui;max-width:60em;margin:auto}ul{padding:0}li{list-style:none;margin:.5em 0;
+border-left:5px solid var(--c,gray);padding:0 .8em;break-inside:avoid}b{color:var(--c)}
+.running,.was-running{--c:#2a3}.paused,.unconfirmed,.ask{--c:#c80}small{color:gray}
+.stuck,.implausible,.cannot-run,.unreachable{--c:#e33}code,pre{background:#8883;white-space:pre-wrap}
+svg{stroke:currentColor;fill:none}path{stroke:#e33;stroke-dasharray:4}"""
 
 
 def page_facts(home, states, now, db, keeps=None, cfg=None, stopped=False):
@@ -16608,22 +16606,20 @@ def page_facts(home, states, now, db, keeps=None, cfg=None, stopped=False):
     for name, state in sorted(states.items()):
         if state.mandate_seq is None:
             continue
-        row = status_row(state, now, (keeps or {}).get(name), cfg)
-        actions = []
+        row, actions = status_row(state, now, (keeps or {}).get(name), cfg), []
         for seq in sorted(s for runs in state.actions.values() for s, _, _ in runs)[-PAGE_ACTIONS:]:
             at, record = record_at(db, seq) or (0, {})
-            actions.append({"seq": seq, "at": at, "lever": str(record.get("lever")),
-                            "summary": str(record.get("summary")), "proof": record.get("proof")})
+            actions.append({"seq": seq, "at": at, "summary": str(record.get("summary")),
+                            "proof": record.get("proof")})
         ventures.append({
-            "name": name, "why": row.why, "value": row.value, "age": row.age, "levers": row.levers,
+            "name": name, "why": row.why, "value": row.value, "age": row.age, "actions": actions,
             "report": str(state.last_report[2].get("summary")) if state.last_report else "",
             "state": "was running" if stopped and row.state == "running" else row.state,
-            "bounds": [{"way": w, "bound": b} for _, w, b, _ in controller_sides(state.mandate)],
-            "values": [v for _, v in state.trusted[-PAGE_VALUES:]], "actions": actions,
-            "asks": [{"seq": seq, "lever": ask.get("lever") or "-",
-                      "question": str(ask.get("question", ask["summary"]))}
+            "bounds": [b for _, _, b, _ in controller_sides(state.mandate)],
+            "values": [v for _, v in state.trusted[-PAGE_VALUES:]],
+            "asks": [{"seq": seq, "question": str(ask.get("question", ask["summary"]))}
                      for seq, ask in sorted(state.open_asks.items())]})
-    kept, where = newest_checkpoint(os.path.join(home, "checkpoints")), f"{home}/checkpoints"
+    kept, where = newest_checkpoint(f"{home}/checkpoints"), f"{home}/checkpoints"
     return {"schema": 1, "home": home, "at": now, "stopped": stopped, "ventures": ventures,
             "checkpoint": kept and {"seq": kept.seq, "at": kept.at, "signed": os.path.exists(
                 f"{where}/{kept.seq:012d}.txt.sig")}}
@@ -16633,24 +16629,19 @@ def shape_problem(value, shape, where="facts"):
     """Return where `value` does not hold `shape` (as PAGE_SHAPE writes it), or None."""
     if isinstance(shape, tuple):
         return None if value is None else shape_problem(value, shape[0], where)
-    if isinstance(shape, list):
-        if not isinstance(value, list):
-            return f"{where} is {json_kind(value)}, not a list"
-        found = (shape_problem(v, shape[0], f"{where}[{i}]") for i, v in enumerate(value))
-    elif isinstance(shape, dict):
-        if not isinstance(value, dict) or set(value) != set(shape):
-            return f"{where} holds no {', '.join(shape)}"
-        found = (shape_problem(value[k], s, f"{where}.{k}") for k, s in shape.items())
-    elif shape == "json":
-        found = [json_problem(value, JSON_DEPTH)]
+    if isinstance(shape, (list, dict)):
+        if type(value) is not type(shape) or isinstance(shape, dict) and set(value) != set(shape):
+            return f"{where} is {json_kind(value)}, not as {json.dumps(shape, default=str)[:80]}"
+        items = shape.items() if isinstance(shape, dict) else enumerate([shape[0]] * len(value))
+        return next(filter(None, (shape_problem(value[k], s, f"{where}[{k!r}]") for k, s in items)),
+                    None)
+    if shape == "json":
+        problem = json_problem(value, JSON_DEPTH)
     elif shape is float:        # nor past a float's reach: the page's line halves it
-        found = [None if type(value) in (int, float) and -1.7e308 < value < 1.7e308 else
-                 "is no finite number"]
+        problem = None if type(value) in (int, float) and -1.7e308 < value < 1.7e308 else "no"
     else:
-        found = [None if type(value) is shape and (shape is not str or utf8_text(value)) else
-                 f"is {json_kind(value)}"]
-    problem = next(filter(None, found), None)
-    return problem if problem is None or problem.startswith(where) else f"{where} {problem}"
+        problem = None if type(value) is shape and (shape is not str or utf8_text(value)) else "no"
+    return problem and f"{where} {'is no ' + shape.__name__ if problem == 'no' else problem}"
 
 
 def page_answer(code, data, errors=()):
@@ -16666,71 +16657,64 @@ def page_answer(code, data, errors=()):
     except (ValueError, TypeError, RecursionError) as err:
         problem = str(err)
     if problem:
-        return None, f"it answered with no page's facts of this avsm ({problem[:200]})", EX_UNAVAILABLE
+        return None, f"it sent no page's facts of this avsm ({problem[:200]})", EX_UNAVAILABLE
     return facts, None, EX_OK
 
 
 def page_line(values, bounds):
     """Return the SVG of `values` as a line, the bounds dashed, scaled between their extremes."""
-    if not values:
-        return ""
     low, high = min(values + bounds), max(values + bounds)
-    span, step = (high / 2 - low / 2) or 1, 300 / max(1, len(values) - 1)
 
     def y(v):
-        return f"{36 - (v / 2 - low / 2) / span * 32:.1f}"
-    line = " ".join(f"{i * step:.1f},{y(v)}" for i, v in enumerate(values))
-    return (f'<svg width="300" height="40" role="img" aria-label="the last trusted values">'
-            + "".join(f'<path d="M0 {y(b)}H300"/>' for b in bounds)
+        return f"{36 - (v / 2 - low / 2) / ((high / 2 - low / 2) or 1) * 32:.1f}"
+    line = " ".join(f"{i * 300 / max(1, len(values) - 1):.1f},{y(v)}" for i, v in enumerate(values))
+    return ('<svg width="300" height="40">' + "".join(f'<path d="M0 {y(b)}H300"/>' for b in bounds)
             + f'<polyline points="{line}"/></svg>')
 
 
 def page_html(hosts, now):
     """Return the page of [(host or None, facts or None, why not reached or None, the avsm command
     that answers there)]: one HTML file, CSS inline, no script, every text escaped."""
-    import html
-    needs, parts, count = [], [], 0
+    from html import escape
+    needs, parts = [], []
 
-    def mark(state, text, then=""):
+    def mark(state, text, then=""):     # the state in a word and a shape, and a colour
         c = state.replace(" ", "-") if state in PAGE_MARKS else "stuck"
-        return f'<b class="{c}">{PAGE_MARKS.get(state, "!")} {html.escape(state)}</b> ' \
-               f"{html.escape(text)}{then}", c
+        return f'<li class="{c}"><b>{PAGE_MARKS.get(state, "!")} {escape(state)}</b> ' \
+               f"{escape(text)}{then}"
     for host, facts, problem, command in hosts:
         at = f"{host}: " if host else ""
-        if problem:
-            needs.append(mark("unreachable", at + problem))
-        kept = facts and facts["checkpoint"]
-        parts += [] if facts is None else [
-            f"<h2>{html.escape(host or facts['home'])}</h2><small>" + (
-                f"checkpoint #{kept['seq']} at {format_local_time(kept['at'])}, "
-                f"{'signed' if kept['signed'] else 'not signed'}" if kept else "no checkpoint")
-            + "</small>"]
-        for v in facts["ventures"] if facts else ():
-            count, name, why = count + 1, v["name"], far_text(v["why"], command)
-            needs += [mark("ask", f"{at}{name} #{a['seq']} {a['lever']}: {a['question']}", "<br>"
-                           + " ".join(f"<code>{html.escape(command)} {w} {a['seq']}</code>"
-                                      for w in ("approve", "deny"))) for a in v["asks"]]
-            if v["state"] not in ("running", "was running"):
-                needs.append(mark(v["state"], f"{at}{name}: {why}"))
-            value = "no trusted report" if v["value"] is None else \
-                f"{format_number(v['value'])} ({format_age(v['age'])} ago)"
-            bounds = "".join(f", {b['way']} {format_number(b['bound'])}" for b in v["bounds"])
+        needs += [mark("unreachable", at + problem)] if problem else []
+        if facts is None:
+            continue
+        kept = facts["checkpoint"]
+        parts.append(f"</ul><h2>{escape(host or facts['home'])}</h2><small>" + (
+            f"checkpoint #{kept['seq']} at {format_local_time(kept['at'])}, "
+            f"{'signed' if kept['signed'] else 'not signed'}" if kept else "no checkpoint")
+            + "</small><ul>")
+        for v in facts["ventures"]:
+            name, why = v["name"], far_text(v["why"], command)
+            needs += [mark("ask", f"{at}{name} #{a['seq']}: {a['question']}", "<br>" + " ".join(
+                f"<code>{escape(command)} {w} {a['seq']}</code>" for w in ("approve", "deny")))
+                for a in v["asks"]]
+            needs += [] if v["state"] in ("running", "was running") else \
+                [mark(v["state"], f"{at}{name}: {why}")]
             actions = "".join(
-                f"<li>#{a['seq']} {format_local_time(a['at'])} {html.escape(a['lever'])}: "
-                f"{html.escape(a['summary'])}<details><summary>proof</summary><pre>"
-                f"{html.escape(json.dumps(a['proof'], indent=1))}</pre></details>"
-                for a in v["actions"])
-            text, c = mark(v["state"], name)
-            parts.append(
-                f'<article class="{c}"><h3>{text}</h3>{value}{html.escape(bounds)}<br><small>'
-                f"{html.escape(v['levers'])}<br>{html.escape(v['report'])}</small><br>"
-                f"{html.escape(why)}{page_line(v['values'], [b['bound'] for b in v['bounds']])}"
+                f"<li>#{a['seq']} {format_local_time(a['at'])} {escape(a['summary'])}<details>"
+                f"<summary>proof</summary><pre>{escape(json.dumps(a['proof'], indent=1))}</pre>"
+                f"</details>" for a in v["actions"])
+            parts.append(mark(v["state"], name, "<br>" + (
+                "no trusted report" if v["value"] is None else
+                f"{format_number(v['value'])} ({format_age(v['age'])} ago)")
+                + "".join(f", bound {format_number(b)}" for b in v["bounds"])
+                + f"<br><small>{escape(v['report'])}</small><br>{escape(why)}"
+                + (page_line(v["values"], v["bounds"]) if v["values"] else "")
                 + (actions and f"<details><summary>last actions</summary><ol>{actions}</ol>"
-                               f"</details>") + "</article>")
+                               f"</details>")))
     return (f'<!DOCTYPE html>\n<html lang="en"><meta charset="utf-8"><title>avsm: {len(needs)} '
-            f"need a person</title><style>{PAGE_CSS}</style><h1>avsm</h1><small>{count} ventures,"
-            f" {len(hosts)} host(s), {format_local_time(now)}</small><h2>Needs a person</h2><ul>"
-            + "".join(f'<li class="{c}">{text}' for text, c in needs) + "</ul>" + "".join(parts))
+            f"need a person</title><style>{PAGE_CSS}</style><h1>avsm</h1><small>"
+            f"{len(hosts)} host(s), {format_local_time(now)}</small><h2>Needs a person</h2><ul>"
+            + "".join(needs + parts) + "</ul>")
 
 
 # =============================================================================
