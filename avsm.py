@@ -8949,19 +8949,9 @@ class Schedule:
 
 class Rounds:
     """The rounds in flight: a venture's metric, with every guard, audit and reading read beside it.
-
-    start_round(state, now)         -- start the report and each guard, audit and reading, each in
-    its own group report_done, reading_done       -- a report or reading program ended: write its
-    record (settle_child calls them) record_report                   -- write what a report read
-    calls for (report_read) maybe_settle(state, now=None)   -- once the metric is in and the rest
-    read or late: the settling rules run settle_all(now)                 -- maybe_settle every round
-    in flight deadlines()                     -- when a round in flight settles without what it
-    still waits for forget_from(seq)                -- records from seq on were rolled back: every
-    round starts afresh
-
     Handed the config and home, the venture states, the children table and spawn, append, carry_out
     (the settling rules' intents) and start_prediction (the round's prediction and scores, written
-    together). """
+    together)."""
 
     def __init__(
         self, cfg, home, ventures, children, spawn, append, carry_out, start_prediction, debug=False
@@ -9146,17 +9136,9 @@ class Rounds:
 
 
 class Keeper:
-    """Keeps each venture's `run` program alive, restarting it as `restart:` says, with back-off.
-
-    start_keep(state)                -- start the program unless it runs or waits for its restart
-    start_run(state)                 -- start it now (a start, or a restart) run_done(state, child,
-    status)   -- it ended: write its exit; restart now, later, or not start_due(now)
-    -- start what waited out its back-off wakeups()                        -- when a restart is due
-    hold(name), reset(name)          -- a pause holds the restart; a resume starts the back-off
-    again keep                             -- venture -> {child, backoff, restart, next_start,
-    restarts}, for avsm status
-
-    Handed the venture states, spawn, append and active(state): whether a venture may run now."""
+    """Keeps each venture's `run` program alive, restarting it as `restart:` says, with back-off;
+    keep: venture -> {child, backoff, restart, next_start, restarts}, for avsm status and the page.
+    """
 
     def __init__(self, ventures, spawn, append, active):
         self.ventures, self.spawn, self.append, self.active = ventures, spawn, append, active
@@ -9411,15 +9393,6 @@ class Levers:
 
 class Worlds:
     """Forecasts and world-model predictions, each made apart from the loop in groups of their own.
-
-    start_forecast(state, why, lever=None)   -- forecast a venture (at avsm add, before a ratchet
-    ask); False when none is made forecast_done(state, child, status)      -- write the forecast; a
-    ratchet ask waiting on it follows start_prediction(state, report_seq, scores=())  -- a trusted
-    report's one-step prediction, written with the round's scores world_done, world_settle
-    -- one world step ended; the whole ensemble is in worlds, forget_from(seq)                 --
-    venture -> the ensemble of world steps in flight for its last report;
-                                                forget those for a report from seq on (rolled back)
-
     Handed its warden, for the config, spawn, append and append_together, carry_out (the world and
     ratchet rules' intents) and whether it is stopping."""
 
@@ -9667,23 +9640,9 @@ class Decision:
 
 class Decisions:
     """Letting a model choose: packet -> roles -> backend -> roles -> proposals -> gate. Grants
-    nothing.
-
-    start_decision(state, by, reply_id=None)  -- begin one decision; its records say who asked for
-    it packet(state, looks), look_up              -- what a model may be shown (model_packet): never
-    an audit build, call_backend, got_reply, parsed     -- the steps of one decision, each a
-    callback of the one before start_packet_forecast, packet_forecast_done -- with world:, the
-    packet's forecast stepped through the world first backend_done(state, child, status)         --
-    a `command` backend ended results_ready(wake)                        -- an HTTP call's thread
-    handed back its reply unusable, answer_escalation                -- an unusable reply; the
-    second backend's answer (ESC-04) propose(state, choice, d, held=None)       -- one choice as an
-    inferred proposal, judged by the gate finish_decision(d, error=None)             -- answer the
-    person who asked escalations, wake_r                        -- escalations waiting for their
-    answer; the socket threads wake the loop on
-
-    Handed its warden, for the home, config, ledger (read for the packet and look-ups), venture
-    states, spawn, append, the channel to avsmd and the roles process, carry_out (the proposal
-    rule's intents), and stopping. """
+    nothing. Handed its warden, for the home, config, ledger (read for the packet and look-ups),
+    venture states, spawn, append, the channel to avsmd and the roles process, carry_out (the
+    proposal rule's intents), and stopping."""
 
     def __init__(self, warden):
         import socket
@@ -10047,12 +10006,7 @@ class Checkpoints:
     """Writes a checkpoint of the ledger's committed head to HOME/checkpoints/SEQ.txt (signed beside
     it in SEQ.txt.sig when the config names a key) and to syslog (journalctl -t avsm): at the
     warden's start, every `every` (a day) once the head has moved, after each irreversible action,
-    and when a client asks.
-
-    note_action(state, record)    -- an action was written: an irreversible lever's asks for a
-    checkpoint due(head, now), write(head, now) -- whether one is due of head (seq, hash), and write
-    it; its text and signature Holds what it last wrote and whether one is wanted; handed the home,
-    the config's checkpoint: and debug. """
+    and when a client asks."""
 
     def __init__(self, home, spec, debug=False):
         self.dir, self.spec, self.debug = os.path.join(home, "checkpoints"), spec, debug
@@ -10182,20 +10136,9 @@ def newest_signed_checkpoint(directory):
 class Warden:
     """The only process that acts: ticks ventures, runs their programs, appends their records.
 
-    run()                       -- replay the ledger, then loop: wait on the selector, tick, flush
-    to avsmd tick(now)                   -- one turn's work, in numbered steps carry_out(state,
-    intents)   -- carry out a kernel rule's Write, Pause and Gate intents, in order
-    settle_child(child)         -- a program ended: the part that started it writes what came of it
-    pause(state, record)        -- write a pause record and end what the venture runs adopt(state,
-    mandate, record)            -- put a mandate in force read_channel()              -- a request
-    from avsmd: do_add, do_status, do_approve, ... answer it begin_stop(), signalled(wake)
-    -- stop: no new work, every group ended
-
-    Its parts, each owning one kind of state and handed only what it uses: writer (LedgerWriter),
-    lock (LockCheck), schedule (Schedule), children (Children), journal (GroupsJournal), avsmd
-    (Channel), rounds (Rounds), keeper (Keeper), levers (Levers), worlds (Worlds), trust (Trust),
-    roles (RolesCalls) and decisions (Decisions). It keeps the venture states, the loop, the nightly
-    time and whether it is stopping. """
+    Its parts each own one kind of state and are handed only what they use: writer, lock,
+    schedule, children, journal, avsmd (the channel), rounds, keeper, levers, worlds, trust, roles
+    and decisions. It keeps the venture states, the loop, the nightly time and whether it stops."""
 
     def __init__(self, home, channel, cfg, debug=False):
         import selectors
@@ -16590,13 +16533,14 @@ PAGE_SHAPE = {
         "name": str, "state": str, "why": str, "value": (float,), "age": (float,), "report": str,
         "bounds": [float], "values": [float], "asks": [{"seq": int, "question": str}],
         "actions": [{"seq": int, "at": float, "summary": str, "proof": "json"}]}]}
-PAGE_MARKS = {"running": "●", "was running": "○", "paused": "‖", "stuck": "▲",
-              "implausible": "◆", "unconfirmed": "◇", "cannot run": "✖", "unreachable": "✖", "ask": "?"}
+PAGE_MARKS = {"running": "●", "was running": "○", "paused": "‖", "stuck": "▲", "implausible": "◆",
+              "unconfirmed": "◇", "cannot run": "✖", "unreachable": "✖", "ask": "?"}
 PAGE_CSS = """:root{color-scheme:light dark}@media(prefers-color-scheme:dark){body{background:#111}}
 body{font:15px system-ui;max-width:60em;margin:auto}ul{padding:0}li{list-style:none;margin:.5em 0;
 border-left:5px solid var(--c,gray);padding:0 .8em;break-inside:avoid}b{color:var(--c)}
 .running,.was-running{--c:#2a3}.paused,.unconfirmed,.ask{--c:#c80}small{color:gray}
-.stuck,.implausible,.cannot-run,.unreachable{--c:#e33}code,pre{background:#8883;white-space:pre-wrap}
+.stuck,.implausible,.cannot-run,.unreachable{--c:#e33}code,pre{background:#8883;
+white-space:pre-wrap}
 svg{stroke:currentColor;fill:none}path{stroke:#e33;stroke-dasharray:4}"""
 
 
