@@ -11,6 +11,8 @@ installs; each browser test skips with one line where it is missing."""
 
 import json
 import os
+import plistlib
+import re
 import shutil
 import struct
 import subprocess
@@ -261,3 +263,24 @@ def test_a_far_host_sends_facts_never_html(tmp_path):
     assert "<script" not in text and "<svg onload" not in text and "&lt;script&gt;alert(1)" in text
     assert "odd: it sent no page&#x27;s facts of this avsm" in text, text
     assert "avsm --host evil approve 4" in text or "--host evil approve 4" in text
+
+
+def test_contrib_runs_fleet_page_from_a_timer_and_the_readme_shows_one():
+    """Issue 35 item 3: contrib/ holds a systemd service and timer (systemd-analyze verify passes where installed)
+    and a launchd agent that run `avsm fleet page -o FILE`, each saying inside how to install it; the README
+    shows a screenshot of a fleet's page, a PNG in contrib/."""
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    service, timer = (os.path.join(root, "contrib", f"avsm-page.{k}") for k in ("service", "timer"))
+    assert re.search(r"^ExecStart=\S*avsm fleet page -o \S+$", open(service).read(), re.M)
+    assert re.search(r"^OnUnitActiveSec=", open(timer).read(), re.M) and "install" in open(service).read().lower()
+    if shutil.which("systemd-analyze"):
+        done = subprocess.run(["systemd-analyze", "verify", service, timer], capture_output=True, text=True, timeout=60)
+        assert done.returncode == 0, done.stdout + done.stderr
+    path = os.path.join(root, "contrib", "io.aesv.avsm-page.plist")
+    with open(path, "rb") as fh:
+        plist = plistlib.load(fh)
+    assert plist["ProgramArguments"][-4:-1] == ["fleet", "page", "-o"] and plist["StartInterval"] > 0
+    assert "install" in open(path).read().lower()
+    with open(os.path.join(root, "README.md")) as fh:
+        assert "](contrib/fleet-page.png)" in fh.read()
+    assert len(png_colours(os.path.join(root, "contrib", "fleet-page.png"))) > 20
