@@ -16541,7 +16541,7 @@ border-left:5px solid var(--c,gray);padding:0 .8em;break-inside:avoid}b{color:va
 .running,.was-running{--c:#2a3}.paused,.unconfirmed,.ask{--c:#c80}small{color:gray}
 .stuck,.implausible,.cannot-run,.unreachable{--c:#e33}code,pre{background:#8883;
 white-space:pre-wrap}
-svg{stroke:currentColor;fill:none}path{stroke:#e33;stroke-dasharray:4}"""
+svg{stroke:currentColor;fill:none;display:block}path{stroke:#e33;stroke-dasharray:4}"""
 
 
 def page_facts(home, states, now, db, keeps=None, cfg=None, stopped=False):
@@ -16607,7 +16607,7 @@ def page_answer(code, data, errors=()):
 
 def page_line(values, bounds):
     """Return the SVG of `values` as a line, the bounds dashed, scaled between their extremes."""
-    low, high = min(values + bounds), max(values + bounds)
+    low, high, values = min(values + bounds), max(values + bounds), values * (3 - len(values[1:2]))
 
     def y(v):
         return f"{36 - (v / 2 - low / 2) / ((high / 2 - low / 2) or 1) * 32:.1f}"
@@ -16638,9 +16638,9 @@ def page_html(hosts, now):
             + "</small><ul>")
         for v in facts["ventures"]:
             name, why = v["name"], far_text(v["why"], command)
-            needs += [mark("ask", f"{at}{name} #{a['seq']}: {a['question']}", "<br>" + " ".join(
-                f"<code>{escape(command)} {w} {a['seq']}</code>" for w in ("approve", "deny")))
-                for a in v["asks"]]
+            needs += [mark("ask", f"{at}{name} #{a['seq']}: " + far_text(a["question"], command),
+                           "<br>" + " ".join(f"<code>{escape(command)} {w} {a['seq']}</code>"
+                                             for w in ("approve", "deny"))) for a in v["asks"]]
             needs += [] if v["state"] in ("running", "was running") else \
                 [mark(v["state"], f"{at}{name}: {why}")]
             actions = "".join(

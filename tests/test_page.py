@@ -24,7 +24,7 @@ import zlib
 import pytest
 
 import avsm
-from conftest import make_venture, write
+from conftest import Avsm, make_venture, write
 from test_edges_farhost import FAKE
 from test_remote import fleet  # noqa: F401  (a real sshd and its two homes: shop on the first, tank on the second)
 
@@ -226,23 +226,41 @@ def test_the_warden_writes_the_page_when_due_and_a_missing_directory_is_78(av, w
 
 
 @needs_chromium
-def test_the_fleet_page_through_a_real_sshd_in_a_real_browser(fleet, tmp_path):  # noqa: F811
+def test_the_fleet_page_through_a_real_sshd_in_a_real_browser(fleet, bindir, tmp_path):  # noqa: F811
     """Issue 35 item 3: `fleet page` asks every host at once for its facts (a read-only key may), makes one page
-    here: every host, each venture, the tank's ask with `avsm --host tank approve N`, and a dead host with why it
-    was not reached; the exit code says a host was not reached."""
+    here: every host, each venture, the tank's ask with `avsm --host tank approve N`, a stuck venture and a
+    paused one with their way out (naming their host), the stuck one's action with its proof, and a dead host
+    with why it was not reached; the exit code says a host was not reached."""
     home, tank_home = fleet.homes
-    path = write(str(tmp_path / "fleet.yaml"), f"timeout: 10s\nhosts:\n  - ro\n  - dead\n"
-                                                f"  - {{host: 'host2:{tank_home}', name: tank}}\n")
-    ask = next(s for s, _, r in fleet.daemons[1].records() if r["kind"] == "ask")
-    page = str(tmp_path / "fleet.html")
-    done = fleet.avsm("fleet", "--fleet", path, "page", "-o", page)
-    assert done.returncode == 68, done.stderr
-    tree = dom(page)
-    assert "<h2>ro</h2>" in tree and "<h2>tank</h2>" in tree and "</b> shop<br>" in tree and "</b> tank<br>" in tree, tree
-    assert f"avsm --host tank approve {ask}</code>" in tree and f"avsm --host tank deny {ask}</code>" in tree
-    assert "dead: ssh could not reach avsm there" in tree
-    if os.environ.get("AVSM_SCREENSHOT"):       # the README's picture: AVSM_SCREENSHOT=contrib/fleet-page.png
-        browser(page, f"--screenshot={os.environ['AVSM_SCREENSHOT']}", "--window-size=1000,1100")
+    av = Avsm(bindir, str(tmp_path / "h3")).start()
+    try:
+        for name in ("pump", "fan"):
+            d = make_venture(str(tmp_path), name, EVIL.replace("cadence: 1s", "cadence: 2s"),
+                             {"report": "#!/bin/sh\necho 20\n", "lower": "#!/bin/sh\nexit 0\n"})
+            assert av.cli("add", d).returncode == 0
+        assert av.cli("pause", "fan").returncode == 0
+        av.wait_for(lambda rs: [r for _, _, r in rs if r["kind"] == "refusal" and r["venture"] == "pump"])
+        path = write(str(tmp_path / "fleet.yaml"), f"timeout: 10s\nhosts:\n  - ro\n  - dead\n"
+                                                    f"  - {{host: 'host2:{tank_home}', name: tank}}\n"
+                                                    f"  - {{host: 'host1:{av.home}', name: web1}}\n")
+        ask = next(s for s, _, r in fleet.daemons[1].records() if r["kind"] == "ask")
+        page = str(tmp_path / "fleet.html")
+        done = fleet.avsm("fleet", "--fleet", path, "page", "-o", page)
+        assert done.returncode == 68, done.stderr
+        tree = dom(page)
+        for host in ("ro", "tank", "web1"):
+            assert f"<h2>{host}</h2>" in tree, tree
+        for venture in ("shop", "tank", "pump", "fan"):
+            assert f"</b> {venture}<br>" in tree, tree
+        assert f"avsm --host tank approve {ask}</code>" in tree and f"avsm --host tank deny {ask}</code>" in tree
+        assert "dead: ssh could not reach avsm there" in tree
+        assert "web1: pump: lower cannot run" in tree and "avsm --host web1 " in tree.split("web1: pump: ")[1]
+        assert "web1: fan: avsm --host web1 resume fan starts it again" in tree
+        assert "<summary>proof</summary>" in tree and '"trigger":' in tree.split("web1</h2>")[1]
+        if os.environ.get("AVSM_SCREENSHOT"):       # the README's picture: AVSM_SCREENSHOT=contrib/fleet-page.png
+            browser(page, f"--screenshot={os.environ['AVSM_SCREENSHOT']}", "--window-size=1000,1300")
+    finally:
+        assert av.stop()[0] == 0
 
 
 def test_a_far_host_sends_facts_never_html(tmp_path):
@@ -271,7 +289,7 @@ def test_contrib_runs_fleet_page_from_a_timer_and_the_readme_shows_one():
     shows a screenshot of a fleet's page, a PNG in contrib/."""
     root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
     service, timer = (os.path.join(root, "contrib", f"avsm-page.{k}") for k in ("service", "timer"))
-    assert re.search(r"^ExecStart=\S*avsm fleet page -o \S+$", open(service).read(), re.M)
+    assert re.search(r"^ExecStart=.*avsm fleet page -o \S+$", open(service).read(), re.M)
     assert re.search(r"^OnUnitActiveSec=", open(timer).read(), re.M) and "install" in open(service).read().lower()
     if shutil.which("systemd-analyze"):
         done = subprocess.run(["systemd-analyze", "verify", service, timer], capture_output=True, text=True, timeout=60)
