@@ -11727,7 +11727,7 @@ hosts
                      (~/.local/state/avsm/witness); --mirror: and keep a copy, DIR/HOST/ledger.db
   bridge [--read-only]
                      the forced command of an ssh key, serving avsm --host from elsewhere
-                     (--read-only: status, summary, tail, asks, why, chart, doctor; nothing that \
+                     (--read-only: status, summary, tail, asks, why, chart, doctor, page; nothing that \
 writes)
 
 The client talks to avsmd, the daemon, over HOME/sock: start one with `avsmd` (or `python3 avsm.py \

@@ -200,7 +200,8 @@ def test_page_refuses_what_it_cannot_write_and_a_usage(av, workdir):
 
 
 def test_the_warden_writes_the_page_when_due_and_a_missing_directory_is_78(av, workdir):
-    """Issue 35 item 3, CONFIG-10: page: {path, every} has the warden write the page every `every`; a path whose
+    """Issue 35 item 3, CONFIG-10: page: {path, every} has the warden write the page every `every`; a write that
+    fails while avsmd runs is one line on its standard error, and one more once it works again; a path whose
     directory is not there is 78, with the fix, at avsmd -t, at avsmd's start and in avsm doctor."""
     path = os.path.join(workdir, "www", "avsm.html")
     os.makedirs(os.path.dirname(path))
@@ -216,6 +217,14 @@ def test_the_warden_writes_the_page_when_due_and_a_missing_directory_is_78(av, w
     while time.monotonic() < deadline and not (os.path.exists(path) and "</b> tank<br>" in open(path).read()):
         time.sleep(0.1)
     assert "</b> tank<br>" in open(path).read()
+    shutil.rmtree(os.path.dirname(path))        # while it runs: one line says so, and avsmd keeps running
+    time.sleep(3)
+    assert av.stderr().count(f"the page {path} cannot be written") == 1 and av.proc.poll() is None, av.stderr()
+    os.makedirs(os.path.dirname(path))
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline and not os.path.exists(path):
+        time.sleep(0.1)
+    assert os.path.exists(path) and f"the page {path} is written again" in av.stderr()
     assert av.stop()[0] == 0
     shutil.rmtree(os.path.dirname(path))
     for done in (av.daemon_cmd("-t"), av.cli("doctor"),
