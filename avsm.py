@@ -1717,6 +1717,7 @@ CONFIG_KEYS = {
     "research",
     "notify",
     "metrics",
+    "page",
 }
 BACKEND_KEYS = {"anthropic": {"kind", "model", "key", "url", "effort", "version", "max_tokens"},
                 "openai": {"kind", "url", "model", "key", "max_tokens", "api", "effort"},
@@ -1734,6 +1735,8 @@ NOTIFY_TIMEOUT = 30  # seconds a notify command may take unless `notify: {timeou
 NOTIFY_EXAMPLE = 'notify: "mail -s avsm you@example.com"'
 METRICS_EVERY = 15                 # seconds between two writes of the metrics textfile, or every:
 METRICS_EXAMPLE = "metrics: {textfile: /var/lib/prometheus/node-exporter/avsm.prom, every: 15s}"
+PAGE_EVERY = 60                    # seconds between two writes of the page, or every:
+PAGE_EXAMPLE = "page: {path: /var/www/html/avsm.html, every: 1m}"
 PACKET_FORECAST = {"days": 7, "seeds": 8}  # a decision packet's, unless the config says
 
 
@@ -1855,6 +1858,7 @@ def parse_config(text, source="config.yaml"):
     cfg["research"] = c.text(doc.get("research"), ("research",), "research", required=False)
     cfg["notify"] = parse_notify(c, doc.get("notify"))
     cfg["metrics"] = parse_metrics(c, doc.get("metrics"))
+    cfg["page"] = parse_page(c, doc.get("page"))
     cfg["checkpoint"] = parse_checkpoint_config(c, doc.get("checkpoint"))
     size = len(json.dumps(cfg))
     if size > CONFIG_ENV_MAX:  # avsmd could not start its warden: the exec would fail (E2BIG)
@@ -1982,53 +1986,71 @@ def parse_notify(c, value):
 
 
 def parse_metrics(c, value):
-    """Return the metrics textfile's settings, or None.
-    metrics ::= {textfile: PATH, every: DURATION}      (PATH absolute, NAME.prom)"""
-    path = ("metrics",)
+    """metrics ::= {textfile: PATH, every: DURATION}      (PATH absolute, NAME.prom)"""
+    spec = parse_written(c, value, "metrics", "textfile", METRICS_EXAMPLE, METRICS_EVERY,
+                         "in the directory node_exporter's --collector.textfile.directory names, "
+                         "as /var/lib/prometheus/node-exporter/avsm.prom")
+    textfile = spec and spec["textfile"]
+    if spec and (not textfile.endswith(".prom") or textfile.endswith("/.prom")):
+        c.fail(("metrics", "textfile"),
+               f"node_exporter's textfile collector reads only files named NAME.prom; "
+               f"name the textfile so, as {os.path.join(os.path.dirname(textfile), 'avsm.prom')}")
+    return spec
+
+
+def parse_page(c, value):
+    """page ::= {path: PATH, every: DURATION}      (PATH absolute)"""
+    return parse_written(c, value, "page", "path", PAGE_EXAMPLE, PAGE_EVERY,
+                         "a web server serves or a browser opens, as /var/www/html/avsm.html")
+
+
+def parse_written(c, value, key, name, example, every, where_to):
+    """Return {NAME: PATH, every: SECONDS} of a file avsmd writes (metrics:, page:), or None."""
+    path = (key,)
     if value is None:
         return None
     if not isinstance(value, dict):
-        c.fail(path, f"metrics is a mapping, as {METRICS_EXAMPLE}, not {shown_value(value)}")
-    c.mapping(value, path, {"textfile", "every"}, "metrics")
-    if "textfile" not in value:
-        c.fail(path, f"metrics has no 'textfile'; write {METRICS_EXAMPLE}")
-    where = path + ("textfile",)
-    textfile = c.text(value["textfile"], where, "textfile")
-    if "\0" in textfile or not os.path.isabs(textfile):
-        c.fail(where,
-               f"textfile is a file's absolute path in the directory node_exporter's "
-               f"--collector.textfile.directory names, as "
-               f"/var/lib/prometheus/node-exporter/avsm.prom, not {textfile!r}")
-    if not textfile.endswith(".prom") or textfile.endswith("/.prom"):
-        c.fail(where,
-
-               f"node_exporter's textfile collector reads only files named NAME.prom; "
-               f"name the textfile so, as {os.path.join(os.path.dirname(textfile), 'avsm.prom')}")
-    every = METRICS_EVERY
+        c.fail(path, f"{key} is a mapping, as {example}, not {shown_value(value)}")
+    c.mapping(value, path, {name, "every"}, key)
+    if name not in value:
+        c.fail(path, f"{key} has no '{name}'; write {example}")
+    where = path + (name,)
+    text = c.text(value[name], where, name)
+    if "\0" in text or not os.path.isabs(text):
+        c.fail(where, f"{name} is a file's absolute path {where_to}, not {text!r}")
     if "every" in value:
         every = c.parsed(parse_duration, value["every"], path + ("every",))
-    return {"textfile": os.path.normpath(textfile), "every": every}
+    return {name: os.path.normpath(text), "every": every}
 
 
 def metrics_problem(spec):
-    """Return why the metrics textfile cannot be written where the config says, or None."""
+    """Return why the file metrics: (or page:) names cannot be written, or None."""
     if spec is None:
         return None
     import shlex
-    textfile = spec["textfile"]
+    name = "textfile" if "textfile" in spec else "page"
+    textfile = spec.get("textfile") or spec["path"]
     directory = os.path.dirname(textfile)
     quoted = shlex.quote(directory)     # the fix pastes as a command, spaces and quotes too
     if not os.path.isdir(directory):
-        return (f"the textfile's directory {directory} is not there; make it "
-                f"(mkdir -p {quoted}) or name the directory node_exporter's "
-                f"--collector.textfile.directory reads")
+        return (f"the {name}'s directory {directory} is not there; make it "
+                f"(mkdir -p {quoted}) or name " + ("another" if name == "page" else
+                                                   "the directory node_exporter's "
+                                                   "--collector.textfile.directory reads"))
     if not os.access(directory, os.W_OK | os.X_OK):
-        return (f"the textfile's directory {directory} cannot be written by this user "
+        return (f"the {name}'s directory {directory} cannot be written by this user "
                 f"(uid {os.getuid()}); give it write access (chgrp GROUP {quoted} && "
                 f"chmod g+w {quoted}) or name another")
     if os.path.isdir(textfile):
-        return f"the textfile {textfile} is a directory; name a file in it, as {textfile}/avsm.prom"
+        return (f"the {name} {textfile} is a directory; name a file in it, as "
+                f"{textfile}/avsm.{'html' if name == 'page' else 'prom'}")
     return None
+
+
+def written_problem(cfg):
+    """Return `KEY: why` the file metrics: or page: names cannot be written, or None."""
+    return next((f"{key}: {metrics_problem(cfg.get(key))}" for key in ("metrics", "page")
+                 if metrics_problem(cfg.get(key))), None)
 
 
 def describe_metrics(spec):
@@ -2111,9 +2133,10 @@ def format_config(cfg):
             else "null"
         )
     )
-    metrics = cfg.get("metrics")
-    lines.append("metrics: " + (flow(dict(metrics, every=format_duration(metrics["every"])))
-                                if metrics else "null"))
+    for key in ("metrics", "page"):
+        spec = cfg.get(key)
+        lines.append(f"{key}: " + (flow(dict(spec, every=format_duration(spec["every"])))
+                                   if spec else "null"))
     lines.append(
         "checkpoint: "
         + flow(dict(cfg["checkpoint"], every=format_duration(cfg["checkpoint"]["every"])))
@@ -2138,7 +2161,7 @@ def yaml_scalar(value):
 # Argument types: "name" and "path" are command-line text (a path absolute); "seq" a record number;
 # "text" UTF-8; "json" any JSON value; "flag" true or false; a trailing "?": optional, null allowed.
 REQUESTS = {
-    "ping": {}, "health": {}, "asks": {},
+    "ping": {}, "health": {}, "asks": {}, "page": {},     # page: its facts, one JSON line
     "status": {"venture": "name?", "verbose": "flag?", "ascii": "flag?"},
     "add": {"dir": "path"},
     "decide": {"venture": "name"}, "pause": {"venture": "name"}, "resume": {"venture": "name"},
@@ -2149,7 +2172,7 @@ REQUESTS = {
 }
 REQUEST_KEYS = ("v", "cmd", "args")
 # what a read-only key's bridge relays
-READ_REQUESTS = ("ping", "health", "status", "asks", "ask", "records")
+READ_REQUESTS = ("ping", "health", "status", "asks", "ask", "records", "page")
 REQUEST_MAX = 1024 * 1024  # bytes of one request line avsmd reads; a longer one is refused (64)
 
 # The bridge (avsm bridge, the forced command of an ssh key) relays the requests above, and runs
@@ -8926,19 +8949,9 @@ class Schedule:
 
 class Rounds:
     """The rounds in flight: a venture's metric, with every guard, audit and reading read beside it.
-
-    start_round(state, now)         -- start the report and each guard, audit and reading, each in
-    its own group report_done, reading_done       -- a report or reading program ended: write its
-    record (settle_child calls them) record_report                   -- write what a report read
-    calls for (report_read) maybe_settle(state, now=None)   -- once the metric is in and the rest
-    read or late: the settling rules run settle_all(now)                 -- maybe_settle every round
-    in flight deadlines()                     -- when a round in flight settles without what it
-    still waits for forget_from(seq)                -- records from seq on were rolled back: every
-    round starts afresh
-
     Handed the config and home, the venture states, the children table and spawn, append, carry_out
     (the settling rules' intents) and start_prediction (the round's prediction and scores, written
-    together). """
+    together)."""
 
     def __init__(
         self, cfg, home, ventures, children, spawn, append, carry_out, start_prediction, debug=False
@@ -9123,17 +9136,9 @@ class Rounds:
 
 
 class Keeper:
-    """Keeps each venture's `run` program alive, restarting it as `restart:` says, with back-off.
-
-    start_keep(state)                -- start the program unless it runs or waits for its restart
-    start_run(state)                 -- start it now (a start, or a restart) run_done(state, child,
-    status)   -- it ended: write its exit; restart now, later, or not start_due(now)
-    -- start what waited out its back-off wakeups()                        -- when a restart is due
-    hold(name), reset(name)          -- a pause holds the restart; a resume starts the back-off
-    again keep                             -- venture -> {child, backoff, restart, next_start,
-    restarts}, for avsm status
-
-    Handed the venture states, spawn, append and active(state): whether a venture may run now."""
+    """Keeps each venture's `run` program alive, restarting it as `restart:` says, with back-off;
+    keep: venture -> {child, backoff, restart, next_start, restarts}, for avsm status and the page.
+    """
 
     def __init__(self, ventures, spawn, append, active):
         self.ventures, self.spawn, self.append, self.active = ventures, spawn, append, active
@@ -9388,15 +9393,6 @@ class Levers:
 
 class Worlds:
     """Forecasts and world-model predictions, each made apart from the loop in groups of their own.
-
-    start_forecast(state, why, lever=None)   -- forecast a venture (at avsm add, before a ratchet
-    ask); False when none is made forecast_done(state, child, status)      -- write the forecast; a
-    ratchet ask waiting on it follows start_prediction(state, report_seq, scores=())  -- a trusted
-    report's one-step prediction, written with the round's scores world_done, world_settle
-    -- one world step ended; the whole ensemble is in worlds, forget_from(seq)                 --
-    venture -> the ensemble of world steps in flight for its last report;
-                                                forget those for a report from seq on (rolled back)
-
     Handed its warden, for the config, spawn, append and append_together, carry_out (the world and
     ratchet rules' intents) and whether it is stopping."""
 
@@ -9644,23 +9640,9 @@ class Decision:
 
 class Decisions:
     """Letting a model choose: packet -> roles -> backend -> roles -> proposals -> gate. Grants
-    nothing.
-
-    start_decision(state, by, reply_id=None)  -- begin one decision; its records say who asked for
-    it packet(state, looks), look_up              -- what a model may be shown (model_packet): never
-    an audit build, call_backend, got_reply, parsed     -- the steps of one decision, each a
-    callback of the one before start_packet_forecast, packet_forecast_done -- with world:, the
-    packet's forecast stepped through the world first backend_done(state, child, status)         --
-    a `command` backend ended results_ready(wake)                        -- an HTTP call's thread
-    handed back its reply unusable, answer_escalation                -- an unusable reply; the
-    second backend's answer (ESC-04) propose(state, choice, d, held=None)       -- one choice as an
-    inferred proposal, judged by the gate finish_decision(d, error=None)             -- answer the
-    person who asked escalations, wake_r                        -- escalations waiting for their
-    answer; the socket threads wake the loop on
-
-    Handed its warden, for the home, config, ledger (read for the packet and look-ups), venture
-    states, spawn, append, the channel to avsmd and the roles process, carry_out (the proposal
-    rule's intents), and stopping. """
+    nothing. Handed its warden, for the home, config, ledger (read for the packet and look-ups),
+    venture states, spawn, append, the channel to avsmd and the roles process, carry_out (the
+    proposal rule's intents), and stopping."""
 
     def __init__(self, warden):
         import socket
@@ -10024,12 +10006,7 @@ class Checkpoints:
     """Writes a checkpoint of the ledger's committed head to HOME/checkpoints/SEQ.txt (signed beside
     it in SEQ.txt.sig when the config names a key) and to syslog (journalctl -t avsm): at the
     warden's start, every `every` (a day) once the head has moved, after each irreversible action,
-    and when a client asks.
-
-    note_action(state, record)    -- an action was written: an irreversible lever's asks for a
-    checkpoint due(head, now), write(head, now) -- whether one is due of head (seq, hash), and write
-    it; its text and signature Holds what it last wrote and whether one is wanted; handed the home,
-    the config's checkpoint: and debug. """
+    and when a client asks."""
 
     def __init__(self, home, spec, debug=False):
         self.dir, self.spec, self.debug = os.path.join(home, "checkpoints"), spec, debug
@@ -10159,20 +10136,9 @@ def newest_signed_checkpoint(directory):
 class Warden:
     """The only process that acts: ticks ventures, runs their programs, appends their records.
 
-    run()                       -- replay the ledger, then loop: wait on the selector, tick, flush
-    to avsmd tick(now)                   -- one turn's work, in numbered steps carry_out(state,
-    intents)   -- carry out a kernel rule's Write, Pause and Gate intents, in order
-    settle_child(child)         -- a program ended: the part that started it writes what came of it
-    pause(state, record)        -- write a pause record and end what the venture runs adopt(state,
-    mandate, record)            -- put a mandate in force read_channel()              -- a request
-    from avsmd: do_add, do_status, do_approve, ... answer it begin_stop(), signalled(wake)
-    -- stop: no new work, every group ended
-
-    Its parts, each owning one kind of state and handed only what it uses: writer (LedgerWriter),
-    lock (LockCheck), schedule (Schedule), children (Children), journal (GroupsJournal), avsmd
-    (Channel), rounds (Rounds), keeper (Keeper), levers (Levers), worlds (Worlds), trust (Trust),
-    roles (RolesCalls) and decisions (Decisions). It keeps the venture states, the loop, the nightly
-    time and whether it is stopping. """
+    Its parts each own one kind of state and are handed only what they use: writer, lock,
+    schedule, children, journal, avsmd (the channel), rounds, keeper, levers, worlds, trust, roles
+    and decisions. It keeps the venture states, the loop, the nightly time and whether it stops."""
 
     def __init__(self, home, channel, cfg, debug=False):
         import selectors
@@ -10194,6 +10160,7 @@ class Warden:
         self.append_together = self.writer.append_together
         self.checkpoints = Checkpoints(home, cfg["checkpoint"], debug)
         self.metrics = Metrics(cfg.get("metrics"), debug)
+        self.page_at, self.page_failed = time.monotonic(), None
         self.schedule = Schedule()
         self.next_nightly = next_nightly(cfg["nightly"])
         self.stopping = False
@@ -10344,6 +10311,7 @@ class Warden:
             self.writer.commit_when_due(self.stopping)
             self.write_checkpoint(due=True)
             self.write_metrics()
+            self.write_page()
             self.avsmd.flush()
             if self.stopping and not self.children:
                 # ESC-04: every escalation gets its answer
@@ -10428,6 +10396,8 @@ class Warden:
         times += self.rounds.deadlines()
         if self.metrics.spec is not None and self.ledger.held is None:
             times.append(self.metrics.next_at)        # held: written once the group commits
+        if self.cfg.get("page") and self.ledger.held is None:
+            times.append(self.page_at)
         if self.writer.ledger_down:
             times.append(self.writer.retry_at)
         elif self.next_nightly is not None:
@@ -10727,6 +10697,27 @@ class Warden:
 
     def do_asks(self, args, err):
         return asks_view(self.ventures)
+
+    def do_page(self, args, err):
+        return [json.dumps(page_facts(self.home, self.ventures, time.time(), self.ledger.db,
+                                      self.keeper.keep, self.cfg))]
+
+    def write_page(self):
+        """Write the page to page.path when due, in whole (a web server serves it at once)."""
+        import sqlite3
+        spec, now = self.cfg.get("page"), time.monotonic()
+        if spec is None or now < self.page_at or self.ledger.held is not None:
+            return
+        self.page_at, failure = now + spec["every"], None
+        try:
+            facts = json.loads(self.do_page({}, [])[0])
+            write_textfile(spec["path"], page_html(
+                [(None, facts, None, program_command("avsm", self.home))], time.time()))
+        except (OSError, sqlite3.Error) as err:
+            failure = f"cannot be written ({err}); tried again every {spec['every']} s"
+        if failure != self.page_failed:     # once when it fails, once when it works again
+            sys.stderr.write(f"avsmd: the page {spec['path']} {failure or 'is written again'}\n")
+        self.page_failed = failure
 
     def find_ask(self, args):
         seq = args.get("ask")
@@ -11483,8 +11474,8 @@ class Daemon:
         """Make the home, take its lock, end the groups an earlier avsmd left, open the ledger
         (refusing one that does not read), and record the start; return the groups swept."""
         refuse(socket_problem(self.home), EX_CONFIG)
-        refuse(metrics_problem(self.cfg.get("metrics")) and
-               f"{self.cfg_path}: metrics: {metrics_problem(self.cfg.get('metrics'))}", EX_CONFIG)
+        refuse(written_problem(self.cfg) and f"{self.cfg_path}: {written_problem(self.cfg)}",
+               EX_CONFIG)
         if os.path.exists(self.home) and not os.path.isdir(self.home):
             raise Fail(EX_CANTCREAT, f"{self.home} is not a directory; give --home a directory")
         if os.path.lexists(os.path.join(self.home, MIRROR_MARK)):
@@ -11723,17 +11714,20 @@ HOME/checkpoints,
 home
                      (or on the --home given); its first lines say how to answer its asks from \
 elsewhere
+  page -o FILE       write this home's page: one HTML file of what needs a person, then each venture
   link DIR           write DIR/avsm and DIR/avsmd: this avsm.py, started from cached bytecode (fast)
   fleet [--fleet FILE] status|asks|summary
                      that view of every host in the fleet file (~/.config/avsm/fleet.yaml), the \
 hosts
                      asked at once over ssh; an ask shows as HOST:SEQ (avsm --host HOST approve SEQ)
+  fleet [--fleet FILE] page -o FILE
+                     the page of every host in the fleet file
   fleet [--fleet FILE] witness [--keep DIR] [--mirror] [--allowed-signers FILE]
                      check each host's ledger here against the checkpoint kept for it in DIR/HOST
                      (~/.local/state/avsm/witness); --mirror: and keep a copy, DIR/HOST/ledger.db
   bridge [--read-only]
                      the forced command of an ssh key, serving avsm --host from elsewhere
-                     (--read-only: status, summary, tail, asks, why, chart, doctor; nothing that \
+                     (--read-only: status, summary, tail, asks, why, chart, doctor, page; nothing that \
 writes)
 
 The client talks to avsmd, the daemon, over HOME/sock: start one with `avsmd` (or `python3 avsm.py \
@@ -12025,27 +12019,29 @@ def cmd_offline(home, verb, args, ask):
 
 
 def show_ledger_view(home, verb, args):
-    """With no avsmd answering, print the status or open asks the ledger holds, saying so first."""
+    """With no avsmd answering, print the status or open asks the ledger holds, saying so first;
+    return the page's facts it holds."""
     import sqlite3
     path = os.path.join(home, "ledger.db")
     if not os.path.isfile(path):
-        return
+        return None
     try:
-        db = open_ledger_ro(path)
-        states, last = {}, None
-        for seq, at, record in read_records(db):
-            fold_ledger(states, seq, at, record)
-            last = (seq, at)
-        db.close()
+        with contextlib.closing(open_ledger_ro(path)) as db:
+            states, last = {}, None
+            for seq, at, record in read_records(db):
+                fold_ledger(states, seq, at, record)
+                last = (seq, at)
+            if verb == "page":
+                return page_facts(home, states, time.time(), db, stopped=True)
     except (sqlite3.Error, ValueError, KeyError, TypeError, Fail) as err:
         # not readable either: say so, keep the 69
         sys.stderr.write(
             f"avsm: and the ledger cannot be read for its {verb}: {shown(str(err))}; avsm doctor"
             " says more\n"
         )
-        return
+        return None
     if not any(s.mandate_seq is not None for s in states.values()):
-        return
+        return None
     lines = asks_view(states) if verb == "asks" else \
         status_view(states, time.time(), None, None, args.get("venture"), args["verbose"],
                     args["ascii"], stopped=True)
@@ -12059,6 +12055,7 @@ def show_ledger_view(home, verb, args):
     except BrokenPipeError:
         # the reader went away (status | head -1): the 69 still says no avsmd answers
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+    return None
 
 
 def utf8_output():
@@ -12683,7 +12680,7 @@ SSH_FAILURES = (
     ),
     ("", EX_NOHOST, "is it up, with sshd running? `ssh HOST true` tries by hand"),
 )
-FLEET_VIEWS = ("status", "asks", "summary")
+FLEET_VIEWS = ("status", "asks", "summary", "page")
 # what fleet witness checks a host's checkpoints with, in the fleet file or one of its hosts
 WITNESS_KEYS = {"principal", "allowed_signers", "namespace"}
 
@@ -13199,23 +13196,33 @@ def ping_answered(piece, name):
 
 
 def cmd_fleet(args, given=None, home=None):
-    """fleet [--fleet FILE] status|asks|summary [ARGS]: one view of every host, asked at once."""
+    """fleet [--fleet FILE] status|asks|summary|page [ARGS]: every host's view, asked at once."""
     path, rest = take_option(args, "--fleet")
     if rest and rest[0] == "witness":
         return cmd_witness(home, fleet_path(path or given), rest[1:])
     if not rest or rest[0] not in FLEET_VIEWS:
-        raise Fail(EX_USAGE, "usage: avsm fleet [--fleet FILE] status|asks|summary [ARGS]")
+        raise Fail(EX_USAGE, "usage: avsm fleet [--fleet FILE] status|asks|summary|page [ARGS]")
     view, argv, hosts = rest[0], rest[1:], read_fleet(fleet_path(path or given))
-    results = {}
+    target, results = view == "page" and page_target(argv, "fleet [--fleet FILE] page -o FILE"), {}
 
     def ask(host):
         request = {"v": 1, "verb": view, "argv": argv, "home": host["home"], "utf8": utf8_output(),
                    "as": f"{client_command()} --host {host['name']}"}
+        if target:                      # its facts, made into the page here
+            request = {"v": 1, "cmd": "page", "args": {}, "home": host["home"]}
         try:
             results[host["name"]] = ssh_bridge(host, request, capture=True, timeout=host["timeout"])
         except Fail as fail:
             results[host["name"]] = (fail.code, b"", [str(fail)])
+        if target:
+            facts, problem, code = page_answer(*results[host["name"]])
+            results[host["name"]] = (code, facts, problem and problem.removeprefix(
+                host["name"] + ": "))
     on_each_host(hosts, ask)
+    if target:
+        write_page(target, [(h["name"], *results[h["name"]][1:], far_command(h["name"]))
+                            for h in hosts])
+        return next((results[h["name"]][0] for h in hosts if results[h["name"]][0]), EX_OK)
     said = []
     for host in hosts:
         code, data, errors = results[host["name"]]
@@ -13225,6 +13232,38 @@ def cmd_fleet(args, given=None, home=None):
                      [line.removeprefix(host["name"] + ": ") for line in errors]))
     out(*fleet_lines(view, said))
     return next((results[host["name"]][0] for host in hosts if results[host["name"]][0]), EX_OK)
+
+
+def cmd_page(home, args):
+    """page -o FILE: this home's page; with no avsmd answering, what its ledger holds, and 69."""
+    target = page_target(args, "page -o FILE")
+    try:
+        with send_request(home, {"v": 1, "cmd": "page", "args": {}}) as conn:
+            conn.settimeout(60)
+            facts, problem, code = page_answer(0, b"".join(iter(lambda: conn.recv(65536), b"")))
+    except (Fail, OSError) as err:
+        facts, problem, code = None, str(err), getattr(err, "code", EX_UNAVAILABLE)
+    if code == EX_UNAVAILABLE and facts is None:
+        facts = show_ledger_view(home, "page", None)
+    write_page(target, [(None, facts, problem, client_command(home))])
+    return code
+
+
+def page_target(args, usage):
+    """Return the absolute FILE of `-o FILE`, whose directory can be written, or Fail."""
+    if len(args) != 2 or args[0] != "-o" or not args[1]:
+        raise Fail(EX_USAGE, f"usage: avsm {usage}")
+    target = os.path.abspath(args[1])
+    refuse(metrics_problem({"path": target}), EX_CANTCREAT)
+    return target
+
+
+def write_page(target, hosts):
+    try:
+        write_textfile(target, page_html(hosts, time.time()))
+    except OSError as err:
+        raise Fail(EX_CANTCREAT, f"{target} cannot be written ({err.strerror or err}); name a "
+                                 f"file in a directory you may write") from None
 
 
 def on_each_host(hosts, work):
@@ -13705,9 +13744,11 @@ def test_config(home, cfg, path):
     if notify_problem:
         sys.stderr.write(f"avsmd: {path}: notify: {notify_problem}\n")
         code = EX_CONFIG
-    out(describe_metrics(cfg["metrics"]))
-    if metrics_problem(cfg["metrics"]):
-        sys.stderr.write(f"avsmd: {path}: metrics: {metrics_problem(cfg['metrics'])}\n")
+    page = cfg["page"] or {"path": f"nowhere (as {PAGE_EXAMPLE} would)", "every": 0}
+    out(describe_metrics(cfg["metrics"]),
+        f"page: written to {page['path']} every {format_duration(page['every'])}, whole")
+    if written_problem(cfg):
+        sys.stderr.write(f"avsmd: {path}: {written_problem(cfg)}\n")
         code = EX_CONFIG
     try:
         adopted = adopted_mandates(home)
@@ -15292,9 +15333,8 @@ def doctor_config(home, found):
     path = os.path.join(home, "config.yaml")
     try:
         cfg = read_config(home)[0]
-        problem = metrics_problem(cfg["metrics"])
-        if problem:
-            raise Fail(EX_CONFIG, f"{path}: metrics: {problem}")
+        if written_problem(cfg):
+            raise Fail(EX_CONFIG, f"{path}: {written_problem(cfg)}")
         found.ok(f"config {path}" + ("" if os.path.exists(path) else " (not there: every default)"))
         if checkpoint_problem(cfg["checkpoint"]):
             found.fail(EX_CONFIG, f"{path}: {checkpoint_problem(cfg['checkpoint'])}",
@@ -16480,6 +16520,147 @@ def metrics_text(states, home, now):
     return "\n".join(lines) + "\n"
 
 
+# ---- the page (issue 35 item 3) ----
+# What needs a person, then every venture, of a home or a fleet: facts (JSON, PAGE_SHAPE) gathered
+# where the ledger is, checked when another host sent them, made into HTML here, every text escaped.
+
+PAGE_ACTIONS, PAGE_VALUES = 5, 60   # a venture's last actions a page shows, and trusted values
+# a type, [each item's shape], {key: shape}, or (shape,): null too
+PAGE_SHAPE = {
+    "schema": int, "home": str, "at": float, "stopped": bool,
+    "checkpoint": ({"seq": int, "at": float, "signed": bool},),
+    "ventures": [{
+        "name": str, "state": str, "why": str, "value": (float,), "age": (float,), "report": str,
+        "bounds": [float], "values": [float], "asks": [{"seq": int, "question": str}],
+        "actions": [{"seq": int, "at": float, "summary": str, "proof": "json"}]}]}
+PAGE_MARKS = {"running": "●", "was running": "○", "paused": "‖", "stuck": "▲", "implausible": "◆",
+              "unconfirmed": "◇", "cannot run": "✖", "unreachable": "✖", "ask": "?"}
+PAGE_CSS = """:root{color-scheme:light dark}@media(prefers-color-scheme:dark){body{background:#111}}
+body{font:15px system-ui;max-width:60em;margin:auto}ul{padding:0}li{list-style:none;margin:.5em 0;
+border-left:5px solid var(--c,gray);padding:0 .8em;break-inside:avoid}b{color:var(--c)}
+.running,.was-running{--c:#2a3}.paused,.unconfirmed,.ask{--c:#c80}small{color:gray}
+.stuck,.implausible,.cannot-run,.unreachable{--c:#e33}code,pre{background:#8883;
+white-space:pre-wrap}
+svg{stroke:currentColor;fill:none;display:block}path{stroke:#e33;stroke-dasharray:4}"""
+
+
+def page_facts(home, states, now, db, keeps=None, cfg=None, stopped=False):
+    """Return a home's page facts (PAGE_SHAPE): the one place they are gathered."""
+    ventures = []
+    for name, state in sorted(states.items()):
+        if state.mandate_seq is None:
+            continue
+        row, actions = status_row(state, now, (keeps or {}).get(name), cfg), []
+        for seq in sorted(s for runs in state.actions.values() for s, _, _ in runs)[-PAGE_ACTIONS:]:
+            at, record = record_at(db, seq) or (0, {})
+            actions.append({"seq": seq, "at": at, "summary": str(record.get("summary")),
+                            "proof": record.get("proof")})
+        ventures.append({
+            "name": name, "why": row.why, "value": row.value, "age": row.age, "actions": actions,
+            "report": str(state.last_report[2].get("summary")) if state.last_report else "",
+            "state": "was running" if stopped and row.state == "running" else row.state,
+            "bounds": [b for _, _, b, _ in controller_sides(state.mandate)],
+            "values": [v for _, v in state.trusted[-PAGE_VALUES:]],
+            "asks": [{"seq": seq, "question": str(ask.get("question", ask["summary"]))}
+                     for seq, ask in sorted(state.open_asks.items())]})
+    kept, where = newest_checkpoint(f"{home}/checkpoints"), f"{home}/checkpoints"
+    return {"schema": 1, "home": home, "at": now, "stopped": stopped, "ventures": ventures,
+            "checkpoint": kept and {"seq": kept.seq, "at": kept.at, "signed": os.path.exists(
+                f"{where}/{kept.seq:012d}.txt.sig")}}
+
+
+def shape_problem(value, shape, where="facts"):
+    """Return where `value` does not hold `shape` (as PAGE_SHAPE writes it), or None."""
+    if isinstance(shape, tuple):
+        return None if value is None else shape_problem(value, shape[0], where)
+    if isinstance(shape, (list, dict)):
+        if type(value) is not type(shape) or isinstance(shape, dict) and set(value) != set(shape):
+            return f"{where} is {json_kind(value)}, not as {json.dumps(shape, default=str)[:80]}"
+        items = shape.items() if isinstance(shape, dict) else enumerate([shape[0]] * len(value))
+        return next(filter(None, (shape_problem(value[k], s, f"{where}[{k!r}]") for k, s in items)),
+                    None)
+    if shape == "json":
+        problem = json_problem(value, JSON_DEPTH)
+    elif shape is float:        # nor past a float's reach: the page's line halves it
+        problem = None if type(value) in (int, float) and -1.7e308 < value < 1.7e308 else "no"
+    else:
+        problem = None if type(value) is shape and (shape is not str or utf8_text(value)) else "no"
+    return problem and f"{where} {'is no ' + shape.__name__ if problem == 'no' else problem}"
+
+
+def page_answer(code, data, errors=()):
+    """Return (facts, None, 0) of avsmd's answer to `page`, or (None, why not, its exit code)."""
+    try:
+        said = next(m for m in LineReader().feed(data + b"\n") if "out" in m or "err" in m)
+        if "err" in said:
+            return None, str(said["err"]), said.get("exit") or EX_UNAVAILABLE
+        facts = json.loads(said["out"])
+        problem = shape_problem(facts, PAGE_SHAPE) or facts["schema"] != 1 and "schema is not 1"
+    except StopIteration:
+        return None, errors[-1] if errors else "no answer", code or EX_UNAVAILABLE
+    except (ValueError, TypeError, RecursionError) as err:
+        problem = str(err)
+    if problem:
+        return None, f"it sent no page's facts of this avsm ({problem[:200]})", EX_UNAVAILABLE
+    return facts, None, EX_OK
+
+
+def page_line(values, bounds):
+    """Return the SVG of `values` as a line, the bounds dashed, scaled between their extremes."""
+    low, high, values = min(values + bounds), max(values + bounds), values * (3 - len(values[1:2]))
+
+    def y(v):
+        return f"{36 - (v / 2 - low / 2) / ((high / 2 - low / 2) or 1) * 32:.1f}"
+    line = " ".join(f"{i * 300 / max(1, len(values) - 1):.1f},{y(v)}" for i, v in enumerate(values))
+    return ('<svg width="300" height="40">' + "".join(f'<path d="M0 {y(b)}H300"/>' for b in bounds)
+            + f'<polyline points="{line}"/></svg>')
+
+
+def page_html(hosts, now):
+    """Return the page of [(host or None, facts or None, why not reached or None, the avsm command
+    that answers there)]: one HTML file, CSS inline, no script, every text escaped."""
+    from html import escape
+    needs, parts = [], []
+
+    def mark(state, text, then=""):     # the state in a word and a shape, and a colour
+        c = state.replace(" ", "-") if state in PAGE_MARKS else "stuck"
+        return f'<li class="{c}"><b>{PAGE_MARKS.get(state, "!")} {escape(state)}</b> ' \
+               f"{escape(text)}{then}"
+    for host, facts, problem, command in hosts:
+        at = f"{host}: " if host else ""
+        needs += [mark("unreachable", at + problem)] if problem else []
+        if facts is None:
+            continue
+        kept = facts["checkpoint"]
+        parts.append(f"</ul><h2>{escape(host or facts['home'])}</h2><small>" + (
+            f"checkpoint #{kept['seq']} at {format_local_time(kept['at'])}, "
+            f"{'signed' if kept['signed'] else 'not signed'}" if kept else "no checkpoint")
+            + "</small><ul>")
+        for v in facts["ventures"]:
+            name, why = v["name"], far_text(v["why"], command)
+            needs += [mark("ask", f"{at}{name} #{a['seq']}: " + far_text(a["question"], command),
+                           "<br>" + " ".join(f"<code>{escape(command)} {w} {a['seq']}</code>"
+                                             for w in ("approve", "deny"))) for a in v["asks"]]
+            needs += [] if v["state"] in ("running", "was running") else \
+                [mark(v["state"], f"{at}{name}: {why}")]
+            actions = "".join(
+                f"<li>#{a['seq']} {format_local_time(a['at'])} {escape(a['summary'])}<details>"
+                f"<summary>proof</summary><pre>{escape(json.dumps(a['proof'], indent=1))}</pre>"
+                f"</details>" for a in v["actions"])
+            parts.append(mark(v["state"], name, "<br>" + (
+                "no trusted report" if v["value"] is None else
+                f"{format_number(v['value'])} ({format_age(v['age'])} ago)")
+                + "".join(f", bound {format_number(b)}" for b in v["bounds"])
+                + f"<br><small>{escape(v['report'])}</small><br>{escape(why)}"
+                + (page_line(v["values"], v["bounds"]) if v["values"] else "")
+                + (actions and f"<details><summary>last actions</summary><ol>{actions}</ol>"
+                               f"</details>")))
+    return (f'<!DOCTYPE html>\n<html lang="en"><meta charset="utf-8"><title>avsm: {len(needs)} '
+            f"need a person</title><style>{PAGE_CSS}</style><h1>avsm</h1><small>"
+            f"{len(hosts)} host(s), {format_local_time(now)}</small><h2>Needs a person</h2><ul>"
+            + "".join(needs + parts) + "</ul>")
+
+
 # =============================================================================
 # 14. main and the argv[0] dispatch
 # Which program and verb runs: the client's verbs, avsmd's options, the programs
@@ -16502,6 +16683,7 @@ CLIENT_COMMANDS = {
     "doctor": cmd_doctor,
     "chart": cmd_chart,
     "checkpoint": cmd_checkpoint, "link": cmd_link, "try": None, "fleet": None, "bridge": None,
+    "page": cmd_page,
 }
 
 
