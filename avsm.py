@@ -2343,11 +2343,9 @@ WHEN NEW.seq IS NOT COALESCE((SELECT max(seq) FROM records), 0) + 1
   OR NEW.prev IS NOT COALESCE((SELECT hash FROM records ORDER BY seq DESC LIMIT 1), '{ZERO_HASH}')
   OR NEW.weight IS NOT 1
 BEGIN SELECT RAISE(ABORT, 'only the next record, chained to the last, may be appended'); END""")
-# Indexes, so a reader finds a window by time, a venture's records or a rare kind without reading
-# the whole history (issue 33): not part of the table (DESIGN's schema), made by the writer as it
-# opens a ledger, an older one too. A reader of a ledger without them gets the same answer, only
-# slower. A record whose text does not parse indexes as null (json_extract would refuse it, and the
-# ledger would not open to say which it is).
+# Indexes find a window by time, a venture or a rare kind without reading the whole history
+# (issue 33); the writer makes them as it opens a ledger. A record that does not parse indexes as
+# null: json_extract would refuse it, and the ledger would not open to say which it is.
 RECORD_KIND_SQL = "(CASE WHEN json_valid(record) THEN json_extract(record, '$.kind') END)"
 RECORD_VENTURE_SQL = "(CASE WHEN json_valid(record) THEN json_extract(record, '$.venture') END)"
 LEDGER_INDEXES = ("CREATE INDEX IF NOT EXISTS records_at ON records(at)",
@@ -2372,20 +2370,9 @@ LEDGER_BUSY_RETRY = 1
 # what already happened is written once the ledger takes writes again
 BACKLOG_KINDS = ("outcome", "exit")
 # Kinds (before any ".") that join the warden's group commit: readings and what follows from them,
-# and what already happened. Any other record commits at once, with what is held before it (an
-# action before its lever).
-GROUPED_KINDS = (
-    "report",
-    "guard",
-    "audit",
-    "reading",
-    "prediction",
-    "calibration",
-    "world",
-    "outcome",
-    "exit",
-    "start",
-)
+# and what already happened. Any other record commits at once (an action before its lever).
+GROUPED_KINDS = ("report", "guard", "audit", "reading", "prediction", "calibration", "world",
+                 "outcome", "exit", "start")
 
 
 def ledger_retry(err):
@@ -2405,43 +2392,25 @@ RECORD_KINDS = {
         ("guard.", "measured", "value status plausible", "past bound side note"),
         ("audit.", "measured", "value status plausible note", ""),
         ("reading.", "inferred measured", "value status plausible", "note fields"),
-        (
-            "proposal",
-            "inferred declared",
-            "by choice",
-            "backend reason lever payload ranking escalation call",
-        ),
+        ("proposal", "inferred declared", "by choice",
+         "backend reason lever payload ranking escalation call"),
         ("unusable", "measured", "backend by why", "declined call"),
         ("look", "inferred", "backend by look answer", "call escalation"),
         ("fact", "inferred", "action fact source", ""),
         ("forecast", "inferred", "days seeds", "why lever note median p10 p90 world"),
-        (
-            "ask",
-            "measured inferred",
-            "about question",
-            (
-                "action audit by canary clears_at episode forecast guard lever "
-                "mandate payload proposal ranking reading reason reports side"
-            ),
-        ),
+        ("ask", "measured inferred", "about question",
+         "action audit by canary clears_at episode forecast guard lever "
+         "mandate payload proposal ranking reading reason reports side"),
         ("approval", "declared", "ask", "about edited lever payload"),
         ("denial", "declared", "ask", "lever"),
         ("resolved", "measured", "ask", "audit"),
         ("canary", "measured", "ask passed", ""),
         ("check", "measured", "lever ok status note", ""),
-        (
-            "action",
-            "measured",
-            "lever proof by",
-            "basis approval check side guard payload proposal",
-        ),
+        ("action", "measured", "lever proof by",
+         "basis approval check side guard payload proposal"),
         ("outcome", "measured", "lever action ok status duration note", "ended_by"),
-        (
-            "refusal",
-            "measured",
-            "lever why",
-            "ask by check clears_at guard proposal reports side stuck",
-        ),
+        ("refusal", "measured", "lever why",
+         "ask by check clears_at guard proposal reports side stuck"),
         ("effect", "measured", "lever action verdict why", ""),
         ("pause", "measured declared", "", "guard episode"),
         ("resume", "declared measured", "", ""),
@@ -2450,12 +2419,8 @@ RECORD_KINDS = {
         ("escalation", "measured", "from to why", ""),
         ("answer", "measured", "escalation cited", "note"),
         ("prediction", "inferred", "report median p10 p90", "value members source lever guards"),
-        (
-            "calibration.",
-            "measured",
-            "prediction report crps skill coverage",
-            "persistence brier rolling_skill rolling_coverage rolling",
-        ),
+        ("calibration.", "measured", "prediction report crps skill coverage",
+         "persistence brier rolling_skill rolling_coverage rolling"),
         ("world", "measured", "ok note", "report"),
         ("self.start", "measured", "pid", ""),
         ("self.stop", "measured", "pid", ""),
@@ -2474,26 +2439,20 @@ def record_shape(kind, venture):
     """Return (claims, required, optional) of a kind of record as RECORD_KINDS has them, or None."""
     if not isinstance(kind, str):
         return None
-    return RECORD_KINDS.get("self." + kind if venture == "self" else kind) or RECORD_KINDS.get(
-        kind.partition(".")[0] + "."
-    )
+    return (RECORD_KINDS.get("self." + kind if venture == "self" else kind)
+            or RECORD_KINDS.get(kind.partition(".")[0] + "."))
 
 
 def new_record(kind, venture, claim=None, **fields):
-    """Return a record of `kind` for `venture`, the one way avsm builds one: checked against
-    RECORD_KINDS (its claim, the kind's first unless given; the fields it always has; no field the
-    table does not name). The summary is a field, which a caller may add before the record is
-    appended. A record the table refuses is avsm's mistake. """
+    """Return a record of `kind` for `venture`, the one way avsm builds one, checked against
+    RECORD_KINDS (the claim is the kind's first unless given); one it refuses is avsm's mistake."""
     shape = record_shape(kind, venture)
     if shape is None:
         raise ValueError(f"{kind!r} is not a kind of record")
     claims, required, optional = shape
     claim = claim or claims[0]
-    if (
-        claim not in claims
-        or required - fields.keys()
-        or fields.keys() - required - optional - {"summary"}
-    ):
+    if claim not in claims or required - fields.keys() \
+            or fields.keys() - required - optional - {"summary"}:
         raise ValueError(
             f"a {kind} record is {' or '.join(claims)} and has"
             f" {', '.join(sorted(required)) or 'no field'} (and may have"
@@ -2510,9 +2469,8 @@ def some(**fields):
 
 def canonical(record):
     """Return a record's stored text: compact JSON with keys sorted."""
-    return json.dumps(
-        record, sort_keys=True, separators=(",", ":"), ensure_ascii=True, allow_nan=False
-    )
+    return json.dumps(record, sort_keys=True, separators=(",", ":"), ensure_ascii=True,
+                      allow_nan=False)
 
 
 def chain_hash(prev, seq, at, text):
@@ -2522,30 +2480,24 @@ def chain_hash(prev, seq, at, text):
 
 
 def load_record(text, seq=None):
-    """Return the record stored as `text`, or raise json.JSONDecodeError (as for text that does not
-    parse) when it is JSON but no object: a ledger written by hand, which readers refuse as
-    unreadable, not as a bug in avsm. """
+    """Return the record stored as `text`, or raise json.JSONDecodeError when it is no JSON object:
+    a ledger written by hand is unreadable, not a bug in avsm."""
     record = json.loads(text)
     if not isinstance(record, dict):
         raise json.JSONDecodeError(
             f"record {'#' + str(seq) + ' ' if seq else ''}is {shown_value(record, 40)}, "
-            "not a JSON object",
-            text,
-            0,
-        )
+            "not a JSON object", text, 0)
     return record
 
 
 def read_record(text, seq=None):
     """Return the record stored as `text`, or raise json.JSONDecodeError when it does not read
-    (record_problem):
-    for a reader that folds what it reads, as summary does."""
+    (record_problem), for a reader that folds what it reads."""
     record = load_record(text, seq)
     why = object_problem(record)
     if why is not None:
         raise json.JSONDecodeError(
-            f"record {'#' + str(seq) + ' ' if seq else ''}does not read: {why}", text, 0
-        )
+            f"record {'#' + str(seq) + ' ' if seq else ''}does not read: {why}", text, 0)
     return record
 
 
@@ -2582,27 +2534,17 @@ def is_name(value):
     return value is None or isinstance(value, str)
 
 
-# kind -> (field, test, what it must be): the fields the fold reads and what it does with them
+# kind -> (field, test, what it must be): the fields the fold reads
 FOLD_FIELDS = {
-    "mandate": (
-        ("directory", is_name, "text"),
-        ("text", lambda v: isinstance(v, str), "text"),
-        ("sha256", is_name, "text"),
-    ),
-    "action": (
-        ("lever", lambda v: isinstance(v, str), "a lever's name"),
-        ("guard", is_name, "a guard's name"),
-        ("side", is_name, "a side's name"),
-        ("proof", lambda v: v is None or isinstance(v, dict), "an object"),
-    ),
+    "mandate": (("directory", is_name, "text"), ("text", lambda v: isinstance(v, str), "text"),
+                ("sha256", is_name, "text")),
+    "action": (("lever", lambda v: isinstance(v, str), "a lever's name"),
+               ("guard", is_name, "a guard's name"), ("side", is_name, "a side's name"),
+               ("proof", lambda v: v is None or isinstance(v, dict), "an object")),
     "outcome": (("lever", is_name, "a lever's name"), ("action", is_seq, "a record number")),
     "refusal": (("side", is_name, "a side's name"),),
-    "ask": (
-        ("about", is_name, "text"),
-        ("lever", is_name, "a lever's name"),
-        ("guard", is_name, "a guard's name"),
-        ("side", is_name, "a side's name"),
-    ),
+    "ask": (("about", is_name, "text"), ("lever", is_name, "a lever's name"),
+            ("guard", is_name, "a guard's name"), ("side", is_name, "a side's name")),
     "proposal": (("lever", is_name, "a lever's name"),),
     "check": (("lever", is_name, "a lever's name"),),
     "approval": (("lever", is_name, "a lever's name"), ("ask", is_seq, "a record number")),
@@ -2620,8 +2562,7 @@ FOLD_FIELDS = {
 
 def fold_problem(record):
     """Return why a record's fields are not what the fold reads them as (a ledger edited by hand: a
-    report's value as text, a lever's name as a list), or None. Such a record does not read: avsmd
-    stops naming it, and no fold counts it, so no reader of the ledger trips over it."""
+    report's value as text), or None. Such a record does not read, so no reader trips over it."""
     kind, venture = record["kind"], record["venture"]
     if not isinstance(kind, str) or not isinstance(venture, str):
         return "its kind or venture is not text"
@@ -2632,19 +2573,13 @@ def fold_problem(record):
     if kind == "action" and isinstance(record.get("proof"), dict):
         premises = record["proof"].get("premises", [])
         if not isinstance(premises, list) or not all(is_seq(p) and p is not None for p in premises):
-            return (
-                f"its proof's premises are {shown_value(premises, 40)}, not a list of record"
-                " numbers"
-            )
-    if (
-        (kind == "report" or kind.startswith("audit."))
-        and record.get("status") in ("trusted", "unconfirmed")
-        and not is_number(record.get("value"))
-    ):
-        return (
-            f"it is {record['status']} and its value is {shown_value(record.get('value'), 40)}, not"
-            " a number"
-        )
+            return (f"its proof's premises are {shown_value(premises, 40)}, not a list of record"
+                    " numbers")
+    if (kind == "report" or kind.startswith("audit.")) \
+            and record.get("status") in ("trusted", "unconfirmed") \
+            and not is_number(record.get("value")):
+        return (f"it is {record['status']} and its value is {shown_value(record.get('value'), 40)},"
+                " not a number")
     return None
 
 
@@ -2654,15 +2589,13 @@ class Ledger:
     def __init__(self, path, still_ours=None):
         import sqlite3
         self.path, self.still_ours = path, still_ours
-        # the open transaction's records (group commit)
-        self.held, self.last, self.lost = None, None, []
+        self.held, self.last, self.lost = None, None, []  # held: the open transaction's records
         if not os.path.exists(path):    # made 0600: sqlite would make it 0644, its journal alike
             os.close(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_CLOEXEC, 0o600))
         self.db = sqlite3.connect(path, isolation_level=None, timeout=10)
         mode = self.db.execute("PRAGMA journal_mode").fetchone()[0]
         if mode.lower() == "wal":
-            # a ledger from an earlier avsmd: checkpoint into the main file, keep every record as
-            # written; the switch does not wait on the busy timeout, so wait for readers here
+            # a ledger from an earlier avsmd; the switch does not wait on the busy timeout
             deadline = time.monotonic() + 10
             while True:
                 try:
@@ -2675,7 +2608,6 @@ class Ledger:
         self.db.execute("PRAGMA synchronous=FULL")
         self.db.executescript(";\n".join((LEDGER_TABLE,) + LEDGER_TRIGGERS) + ";\n")
         try:
-            # once, on a ledger from before them
             self.db.executescript(";\n".join(LEDGER_INDEXES) + ";\n")
         except sqlite3.OperationalError:
             pass    # a ledger that cannot take them now (read-only, full) is read more slowly
@@ -2685,14 +2617,13 @@ class Ledger:
         return self.append_many([record], at)[0]
 
     def append_many(self, records, at, hold=False):
-        """Append `records` in order at unix time `at`, as consecutive links, in one transaction;
-        return their seqs. The one append function: every record of the ledger goes through here.
+        """Append `records` at unix time `at` in one transaction; return their seqs. Every record
+        of the ledger goes through here.
 
-        Group commit: with `hold`, the transaction is left open and the next records join it until
-        commit() or an append without `hold` ends it: a burst costs one sync to disk. The lock is
-        checked when the transaction begins and just before it commits: a record is committed only
-        while the home is ours. A failed append rolls back all held with it; `lost` then holds the
-        (seq, at, record) of those held. """
+        Group commit: with `hold`, the transaction stays open for the next records until commit()
+        or an append without `hold`: a burst costs one sync to disk. The lock is checked as the
+        transaction begins and before it commits. A failed append rolls back all held with it
+        into `lost`. """
         for record in records:
             if set(RECORD_FIELDS) - set(record) or record["claim"] not in CLAIMS:
                 raise ValueError(f"a record needs kind, claim, venture and summary: {record}")
@@ -2704,34 +2635,28 @@ class Ledger:
                 db.execute("BEGIN IMMEDIATE")
                 if self.still_ours is not None and not self.still_ours():
                     raise LockLost(
-                        "the lock of this home is another avsmd's; appending nothing more"
-                    )
+                        "the lock of this home is another avsmd's; appending nothing more")
                 self.last, self.held = ledger_head(db) or (0, ZERO_HASH), []
             seq, prev = self.last
             for text in texts:
                 seq += 1
                 link = chain_hash(prev, seq, at, text)
-                db.execute(
-                    "INSERT INTO records(seq, at, prev, hash, weight, record) VALUES (?, ?, ?, ?,"
-                    " 1, ?)",
-                    (seq, at, prev, link, text),
-                )
+                db.execute("INSERT INTO records(seq, at, prev, hash, weight, record) VALUES"
+                           " (?, ?, ?, ?, 1, ?)", (seq, at, prev, link, text))
                 seqs.append(seq)
                 prev = link
             self.last = (seq, prev)
             if hold:
                 self.held += [(s, at, r) for s, r in zip(seqs, records)]
             else:
-                # just checked, when this append began the transaction
-                self.commit(check=not began)
+                self.commit(check=not began)  # just checked, when this append began it
         except BaseException:
             self.rollback()
             raise
         return seqs
 
     def commit(self, check=True):
-        """Commit the records held open (group commit); nothing to do when none are. Return how
-        many."""
+        """Commit the records held open (group commit); return how many."""
         if self.held is None:
             return 0
         try:
@@ -2745,8 +2670,7 @@ class Ledger:
         return count
 
     def rollback(self):
-        """Roll back the open transaction; the held records it took are kept in `lost` for the
-        caller."""
+        """Roll back the open transaction, keeping its held records in `lost` for the caller."""
         if self.held is not None:
             self.lost, self.held = self.held, None
         if self.db.in_transaction:
@@ -2763,10 +2687,8 @@ ROLLBACK_WAIT = 3.0
 def open_ledger_ro(path):
     """Return a read-only connection to the ledger at `path` (file:...?mode=ro).
 
-    A writer killed in a transaction leaves its journal hot beside the ledger, and a read-only
-    connection cannot roll it back (SQLITE_READONLY_ROLLBACK): the next warden does as it opens the
-    ledger, so this waits up to ROLLBACK_WAIT for it, then says what to do (65). Any other trouble
-    is left to the caller's first read. """
+    A writer killed in a transaction leaves a hot journal a read-only connection cannot roll back
+    (SQLITE_READONLY_ROLLBACK): the next warden does, so this waits ROLLBACK_WAIT for it. """
     import sqlite3
     quoted = path.replace("%", "%25").replace("?", "%3f").replace("#", "%23")
     db = sqlite3.connect(f"file:{quoted}?mode=ro", uri=True, isolation_level=None, timeout=10)
@@ -2781,12 +2703,10 @@ def open_ledger_ro(path):
                 return db
         if time.monotonic() > deadline:
             db.close()
-            raise Fail(
-                EX_DATAERR,
-                f"{path} holds a transaction its writer was killed in (its journal is beside it),"
-                " which only a writer can roll back; avsmd's warden does as it opens the ledger:"
-                " start avsmd, or if it runs, try again in a moment",
-            )
+            raise Fail(EX_DATAERR,
+                       f"{path} holds a transaction its writer was killed in (its journal is beside"
+                       " it), which only a writer can roll back; avsmd's warden does as it opens"
+                       " the ledger: start avsmd, or if it runs, try again in a moment")
         time.sleep(0.1)
 
 
@@ -2802,8 +2722,7 @@ def read_records(db, since=0, upto=None, venture=None):
 
 
 def first_seq_at(db, at, top):
-    """Return the seq of the first record written at or after unix time `at`, or top + 1 when
-    none is: found by the index on `at` (a ledger without it is read whole), not by a scan."""
+    """Return the seq of the first record written at or after unix time `at`, or top + 1."""
     # min(seq + 0): SQLite answers min(seq) by walking the rowids from the first, past older records
     return db.execute("SELECT coalesce(min(seq + 0), ?) FROM records WHERE at >= ?",
                       (top + 1, at)).fetchone()[0]
@@ -2826,31 +2745,25 @@ def ledger_head(db):
 
 def recent_records(db, venture, count):
     """Return the last `count` (seq, at, record dict) of `venture`, oldest first."""
-    rows = db.execute(
-        "SELECT seq, at, record FROM records WHERE json_extract(record, '$.venture') = ? ORDER BY"
-        " seq DESC LIMIT ?",
-        (venture, count),
-    ).fetchall()
+    rows = db.execute("SELECT seq, at, record FROM records WHERE json_extract(record, '$.venture')"
+                      " = ? ORDER BY seq DESC LIMIT ?", (venture, count)).fetchall()
     return [(seq, at, load_record(text, seq)) for seq, at, text in reversed(rows)]
 
 
-# SQLite's page cache while the whole ledger is read once in order, and the warden's always (the
+# SQLite's page cache for a scan, and the warden's always: the default 2 MiB buys a scan, an
+# append or a look-up by seq nothing, and would stay in peak memory (issue 15)
 SCAN_CACHE_KIB = 128
-# default, 2 MiB, buys a scan, an append at the end or a look-up by seq nothing, and would stay
-                        # in avsmd's and the warden's peak memory: issue 15)
 
 
 def small_cache(db):
-    """Shrink `db`'s page cache for a scan of the whole ledger; return the PRAGMA cache_size to
-    restore after it."""
+    """Shrink `db`'s page cache for a scan; return the cache_size to restore after it."""
     was = db.execute("PRAGMA cache_size").fetchone()[0]
     db.execute(f"PRAGMA cache_size=-{SCAN_CACHE_KIB}")
     return was
 
 
 def scan_records(db):
-    """Yield (seq, at, record dict) of the whole ledger, in order, as read_records does, with a
-    small page cache."""
+    """Yield (seq, at, record dict) of the whole ledger, in order, with a small page cache."""
     was = small_cache(db)
     try:
         yield from read_records(db)
@@ -2862,11 +2775,9 @@ SCAN_BATCH = 2000   # records a long read takes in one short read transaction
 
 
 def batched_rows(db, columns, since):
-    """Yield the rows of `columns` (seq first) of the records after `since`, in order, SCAN_BATCH
-    at a time, each batch a read transaction of its own. A rollback journal's commit waits for every
-    reader's lock to go: one read of the whole ledger (doctor's minute at a million records) would
-    hold the warden's commits until it ended, where this holds each for one batch at most. The
-    ledger only grows, so the batches read it as one read would, with what was appended since."""
+    """Yield the rows of `columns` (seq first) of the records after `since`, SCAN_BATCH at a time,
+    each batch its own read transaction: a commit waits for every reader's lock, and one read of a
+    million records would hold the warden's commits for a minute."""
     while True:
         rows = db.execute(f"SELECT {columns} FROM records WHERE seq > ? ORDER BY seq LIMIT ?",
                           (since, SCAN_BATCH)).fetchall()
@@ -2884,53 +2795,35 @@ def ledger_problem(db):
 
 LedgerScan = collections.namedtuple("LedgerScan", "count head broken problems adopted hashes")
 LedgerScan.__doc__ = """What one read of the ledger found: records checked, the head (seq, hash),
-the first record that does not chain or read as (seq, why) or None, the proof problems [(action seq,
-why)], the adopted ventures {name: [name, directory, mandate seq, paused, text]} (None once a record
-does not read), and {seq: hash} of the seqs asked for."""
+the first broken record (seq, why) or None, the proof problems [(action seq, why)], the adopted
+ventures {name: [name, directory, mandate seq, paused, text]} (None once one does not read), and
+{seq: hash} of the seqs asked for."""
 
 
 def scan_ledger(db, recheck=True, wanted=(), after=None):
-    """Read the ledger once, in order (doctor: a second read is a second pass over a year of
-    records): every link of the chain and every record's reading checked; with `recheck`, every
-    action's proof re-checked by the gate as the ledger folds; the adopted ventures listed; the
-    hashes of the seqs `wanted` kept. after: (seq, hash) of a checkpoint verified before: the chain
-    is checked from it on, and neither the records before it nor any proof is read (doctor
-    --quick)."""
-    found = {
-        "count": 0,
-        "head": after or (0, ZERO_HASH),
-        "broken": None,
-        "adopted": {},
-        "hashes": {},
-    }
+    """Read the ledger once, in order, checking every link and record; with `recheck`, every
+    action's proof re-checked by the gate as the ledger folds. after: (seq, hash) of a checkpoint
+    verified before: only the chain from it on is checked (doctor --quick)."""
+    found = {"count": 0, "head": after or (0, ZERO_HASH), "broken": None, "adopted": {},
+             "hashes": {}}
     was = small_cache(db)
 
     def rows():
         expected, prev = after or (0, ZERO_HASH)
         for seq, at, link, digest, text in batched_rows(db, "seq, at, prev, hash, record",
                                                         expected):
-            why = (
-                f"record #{expected + 1} is missing"
-                if seq != expected + 1
-                else (
-                    "its prev is not the hash of the record before it"
-                    if link != prev
-                    else (
-                        "its hash does not match its contents"
-                        if chain_hash(link, seq, at, text) != digest
-                        else None
-                    )
-                )
-            )
-            record = None
-            if why is None:
+            why = record = None
+            if seq != expected + 1:
+                why = f"record #{expected + 1} is missing"
+            elif link != prev:
+                why = "its prev is not the hash of the record before it"
+            elif chain_hash(link, seq, at, text) != digest:
+                why = "its hash does not match its contents"
+            else:
                 try:
                     record = json.loads(text)
-                    why = (
-                        object_problem(record)
-                        if isinstance(record, dict)
+                    why = object_problem(record) if isinstance(record, dict) \
                         else "it is not a JSON object"
-                    )
                 except ValueError:
                     why = "its JSON does not parse"
             if why is None and not (is_seq(at) and at is not None):
@@ -2956,12 +2849,10 @@ def scan_ledger(db, recheck=True, wanted=(), after=None):
     return LedgerScan(problems=[] if found["broken"] else problems, **found)
 
 
-# ---- checkpoints: the head kept outside the file ---- The chain shows an edit, not a rewrite:
-# whoever can write ledger.db can recompute every hash after a changed record. A checkpoint is the
-# head written down at a time, kept elsewhere (and signed with ssh-keygen -Y sign), so that a ledger
-# rewritten since no longer holds it. Its layout is C2SP's checkpoint's: an origin, then the head.
-# checkpoint ::= "avsm/" HOST ":" HOME LF SEQ LF HASH LF UNIXTIME " " UTC-TIME LF [LF
-# SSH-SIGNATURE-ARMOR]
+# ---- checkpoints: the head kept outside the file ----
+# The chain shows an edit, not a rewrite: a checkpoint is the head written down, kept elsewhere
+# (signed with ssh-keygen -Y sign), which a ledger rewritten since no longer holds. C2SP's layout:
+# checkpoint ::= "avsm/" HOST ":" HOME LF SEQ LF HASH LF UNIXTIME " " UTC-TIME LF [LF ARMOR]
 
 Checkpoint = collections.namedtuple("Checkpoint", "origin seq hash at text signature")
 SSHSIG_ARMOR = ("-----BEGIN SSH SIGNATURE-----", "-----END SSH SIGNATURE-----")
@@ -2989,28 +2880,19 @@ def parse_checkpoint(data, where, signature=None):
     at = when.split(" ")[0]
     checks = (len(lines) == 4, origin.startswith("avsm/"), seq.isdigit() and seq.isascii(),
               re.fullmatch(r"[0-9a-f]{64}", digest), at.isdigit() and at.isascii())
-    words = (
-        "four lines: origin, seq, hash, time",
-        "an origin avsm/HOST:HOME on line 1",
-        "a record number on line 2",
-        "64 hex digits of a hash on line 3",
-        "a unix time on line 4",
-    )
+    words = ("four lines: origin, seq, hash, time", "an origin avsm/HOST:HOME on line 1",
+             "a record number on line 2", "64 hex digits of a hash on line 3",
+             "a unix time on line 4")
     bad = next((w for ok, w in zip(checks, words) if not ok), None)
     if bad or (signed and not signed.strip().startswith(SSHSIG_ARMOR[0])):
-        raise Fail(
-            EX_DATAERR,
-            f"{where} is not an avsm checkpoint: it needs"
-            f" {bad or 'an SSH signature after its blank line'}",
-        )
-    return Checkpoint(
-        origin, int(seq), digest, int(at), text.rstrip("\n") + "\n", signed.strip() or signature
-    )
+        raise Fail(EX_DATAERR, f"{where} is not an avsm checkpoint: it needs"
+                               f" {bad or 'an SSH signature after its blank line'}")
+    return Checkpoint(origin, int(seq), digest, int(at), text.rstrip("\n") + "\n",
+                      signed.strip() or signature)
 
 
 # ---- raw rows for a witness: does a far history extend what was kept? ----
-# A witness (avsm fleet witness) reads a host's rows raw, in pages, and checks them with the
-# ledger's own recipe: records in and a verdict out; the ssh session and the files are section 12's.
+# avsm fleet witness reads a host's rows raw, in pages, and checks them with the chain's recipe.
 #     row ::= SEQ " " AT " " PREV " " HASH " " RECORD     (RECORD: the stored JSON text, as is)
 #     line ::= row ("\n" row)*                           (a line of the answer: RECORDS_LINE rows)
 
@@ -3023,7 +2905,7 @@ Row = collections.namedtuple("Row", "seq at prev hash record")
 
 def records_page(db, after, limit, head_line):
     """Return the lines of a `records` answer: `head_line`, then the rows after `after`, many a
-    line (a JSON line a row would cost each hop)."""
+    line."""
     rows, size = [], 0
     limit = RECORDS_PAGE if limit is None else min(limit, RECORDS_PAGE)
     for seq, at, prev, digest, text in db.execute(
@@ -3085,7 +2967,7 @@ def row_problem(row, before):
 
 def check_far_rows(held, before, rows):
     """Return (the last (seq, hash) checked, None or ("differs", SEQ, KEPT, FAR) or ("broken",
-    SEQ, WHY)) of far `rows` after `before`, `held` being {seq: hash kept}."""
+    SEQ, WHY)) of far `rows` after `before`; `held` is {seq: hash kept}."""
     for row in rows:
         why = row_problem(row, before)
         if why is not None:
@@ -3117,9 +2999,8 @@ def kept_checkpoint_problem(kept, new, far_hash):
 
 
 def sshsig_public_key(armor):
-    """Return the public key an SSH signature names as its signer (base64, as a .pub file's second
-    word), or None: SSHSIG is "SSHSIG", a version, then the key as an SSH string (PROTOCOL.sshsig;
-    read, not checked)."""
+    """Return the public key (base64) an SSH signature names as its signer, or None: "SSHSIG", a
+    version, then the key as an SSH string (PROTOCOL.sshsig; read, not checked)."""
     import base64
     try:
         body = base64.b64decode("".join(armor.strip().splitlines()[1:-1]), validate=True)
@@ -3136,15 +3017,12 @@ def format_local_time(at):
     as @SECONDS)."""
     try:
         t = time.localtime(at)
-    # a time no clock wrote: a ledger edited by hand
     except (OverflowError, OSError, ValueError):
         return f"@{at}"
     off = t.tm_gmtoff or 0
     sign = "-" if off < 0 else "+"
-    return (
-        time.strftime("%Y-%m-%dT%H:%M:%S", t)
+    return time.strftime("%Y-%m-%dT%H:%M:%S", t) \
         + f"{sign}{abs(off) // 3600:02d}:{abs(off) % 3600 // 60:02d}"
-    )
 
 
 def format_record_line(seq, at, record):
@@ -3154,32 +3032,23 @@ def format_record_line(seq, at, record):
 
 
 def shown_text(text):
-    """Return text safe for a terminal: newlines as \\n, and no control character from outside
-    reaches it raw."""
+    """Return text safe for a terminal: newlines as \\n, no control character raw."""
     return escape_controls(
-        CONTROL_CHARS, text.replace("\\", "\\\\").replace("\n", "\\n").replace("\r", "\\r")
-    )
+        CONTROL_CHARS, text.replace("\\", "\\\\").replace("\n", "\\n").replace("\r", "\\r"))
 
 
 def escape_controls(pattern, text):
     """Return `text` with each character `pattern` matches written as \\x.. or \\u.... (escape
     sequences, bidi overrides, lone surrogates), so nothing from outside reaches a terminal raw."""
-    return re.sub(
-        pattern,
-        lambda m: (
-            f"\\x{ord(m.group()):02x}" if ord(m.group()) < 256 else f"\\u{ord(m.group()):04x}"
-        ),
-        text,
-    )
+    return re.sub(pattern, lambda m: f"\\x{ord(m.group()):02x}" if ord(m.group()) < 256
+                  else f"\\u{ord(m.group()):04x}", text)
 
 
 CONTROL_CHARS = "[\x00-\x1f\x7f-\x9f\u2028\u2029\u202a-\u202e\u2066-\u2069\ud800-\udfff]"
 
 
 class LockCheck:
-    """Whether avsmd.lock still names the avsmd that started this warden.
-
-    lock_is_ours()  -- asked before every append and before the groups journal is replaced"""
+    """Whether avsmd.lock still names the avsmd that started this warden."""
 
     def __init__(self, lock_path, avsmd_pid):
         self.lock_path, self.avsmd_pid = lock_path, avsmd_pid
@@ -3187,10 +3056,8 @@ class LockCheck:
         self.lock_seen, self.lock_ours = None, False
 
     def lock_is_ours(self):
-        """The lock is ours unless another avsmd's pid stands in it; a deleted lock file is no one
-        else's, and avsmd makes it again within the second. Asked before every append, so the file
-        is read again only when its stat changed: a pid is written only with the file truncated and
-        its times moved, or into a new file. """
+        """The lock is ours unless another avsmd's pid stands in it (a deleted one avsmd makes
+        again). Asked before every append, so the file is read again only when its stat changed."""
         try:
             st = os.stat(self.lock_path)
         except FileNotFoundError:
@@ -3199,55 +3066,38 @@ class LockCheck:
             return read_lock_pid(self.lock_path) in (self.avsmd_pid, None)
         seen = (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
         if seen != self.lock_seen:
-            self.lock_seen, self.lock_ours = seen, read_lock_pid(self.lock_path) in (
-                self.avsmd_pid,
-                None,
-            )
+            self.lock_ours = read_lock_pid(self.lock_path) in (self.avsmd_pid, None)
+            self.lock_seen = seen
         return self.lock_ours
 
 
 class LedgerWriter:
     """The warden's one way to the ledger: each record appended is folded into its venture; while
-    the ledger cannot be written, what already ran waits in a backlog and everything else stops
-    (ledger_down says why, retry_at when it is tried next; both None while it can be written).
-
-    Handed the ledger, the venture states it folds into, canary_every (canary_asks: after every N
-    asks, as folded, a canary ask), tell_person (a notice of what a person must see: a record, or
-    the ledger gone unwritable) and refold (fold every venture again from the ledger, after a group
-    commit was rolled back). """
+    the ledger cannot be written, what already ran waits in a backlog and everything else stops.
+    refold folds every venture again after a group commit was rolled back. """
 
     def __init__(self, ledger, ventures, canary_every, tell_person, refold, debug=False):
-        self.ledger, self.ventures, self.canary_every, self.debug = (
-            ledger,
-            ventures,
-            canary_every,
-            debug,
-        )
+        self.ledger, self.ventures, self.canary_every = ledger, ventures, canary_every
+        self.debug = debug
         self.tell_person, self.refold = tell_person, refold
         self.ledger_down = None       # why the ledger cannot be written, while it cannot
         self.backlog = []             # outcomes waiting for the ledger to take writes again
         self.retry_at = None
-        # the first seq of a rolled-back group commit, until the ventures are folded again
-        self.refold_from = None
-        # when the records held open were first seen at the end of a turn
-        self.group_began = None
+        self.refold_from = None       # the first seq of a rolled-back group commit
+        self.group_began = None       # when the records held open were first seen
 
     def append(self, record, at=None):
-        """Append `record` through the one append function and fold it into its venture.
+        """Append `record` and fold it into its venture.
 
-        Group commit: a GROUPED_KINDS record (a reading, a prediction and score, an outcome) joins
-        the group held open for this wake-up, committed at its end; any other (an action before its
-        lever starts, an ask, a pause, a mandate) commits itself and all held before it. While the
-        ledger cannot be written, an outcome of what already ran waits in order; anything else
-        raises LedgerDown, so its step does not happen. `at`: an action's time is the time the gate
-        proved it at, so that its proof re-checks at its own `at`. """
+        A GROUPED_KINDS record joins the group held open for this wake-up; any other commits itself
+        and all held before it. While the ledger cannot be written, an outcome waits in order and
+        anything else raises LedgerDown. `at`: an action's is the time the gate proved it at. """
         import sqlite3
         why = self.ledger_down
         if not why:
             try:
-                return self.write(
-                    record, at, hold=record["kind"].partition(".")[0] in GROUPED_KINDS
-                )
+                return self.write(record, at,
+                                  hold=record["kind"].partition(".")[0] in GROUPED_KINDS)
             except (sqlite3.Error, OSError) as err:
                 self.ledger_failed(err)
                 why = str(err)
@@ -3257,9 +3107,8 @@ class LedgerWriter:
         return None
 
     def append_together(self, records):
-        """Append `records` in one transaction and fold each (a score and the next prediction: they
-        join the wake-up's group commit); while the ledger cannot be written, raise LedgerDown as
-        append does. """
+        """Append `records` in one transaction and fold each, or raise LedgerDown as append
+        does."""
         return [self.append(record) for record in records]
 
     def write(self, record, at=None, hold=False):
@@ -3270,30 +3119,21 @@ class LedgerWriter:
         if state is not None:
             fold(state, seq, at, record)
         if self.debug:
-            log(
-                self.debug,
-                "warden",
-                f"#{seq} {record['venture']} {record['kind']} {record['summary']}",
-            )
+            log(self.debug, "warden",
+                f"#{seq} {record['venture']} {record['kind']} {record['summary']}")
         self.tell_person(notice_of(seq, record))
-        if (
-            record["kind"] == "ask"
-            and not record.get("canary")
-            and state is not None
-            and self.canary_every
-        ):
-            canary = canary_ask(
-                state, sum(v.asks_made for v in self.ventures.values()), self.canary_every
-            )
+        if record["kind"] == "ask" and not record.get("canary") and state is not None \
+                and self.canary_every:
+            canary = canary_ask(state, sum(v.asks_made for v in self.ventures.values()),
+                                self.canary_every)
             if canary:
                 self.append(canary)
         return seq
 
     def commit(self, turn_ends=False):
-        """Commit the records held open in one transaction (group commit): at the end of each
-        wake-up (`turn_ends`), and before anything is told to a client. A commit that fails leaves
-        the ledger down (as a failed append does); the ventures are folded again once the turn ends,
-        when no step of it is still under way."""
+        """Commit the records held open: at the end of each wake-up (`turn_ends`), and before
+        anything is told to a client. A failed commit leaves the ledger down; the ventures are
+        folded again once the turn ends, when no step of it is under way."""
         import sqlite3
         try:
             self.ledger.commit()
@@ -3305,8 +3145,7 @@ class LedgerWriter:
 
     def commit_when_due(self, stopping):
         """At the end of a turn: commit the records held once the group has been open GROUP_WINDOW
-        (at once when stopping), so a burst spread over several wake-ups still costs one sync to
-        disk."""
+        (at once when stopping)."""
         if self.ledger.held is not None:
             now = time.monotonic()
             self.group_began = now if self.group_began is None else self.group_began
@@ -3318,50 +3157,38 @@ class LedgerWriter:
             self.group_began = None
 
     def group_wait(self, timeout):
-        """`timeout` for select, shortened so that a group held open is committed when its window
-        ends."""
+        """`timeout` for select, shortened to the end of the open group's window."""
         if self.group_began is None:
             return timeout
         left = max(0.0, self.group_began + GROUP_WINDOW - time.monotonic())
         return left if timeout is None else min(timeout, left)
 
     def ledger_failed(self, err):
-        """The ledger could not be written: stop what would write, try again later. Records held
-        open that were rolled back with it were folded already: what already happened among them (an
-        outcome) waits to be written, the rest is gone, and the ventures are folded again from the
-        ledger as it is. """
+        """The ledger could not be written: stop what would write, try again later. Of the held
+        records rolled back with it, outcomes wait to be written, the rest is gone, and the ventures
+        are folded again from the ledger. """
         self.ledger_down = str(err)
         self.retry_at = time.monotonic() + ledger_retry(err)
-        sys.stderr.write(
-            f"avsm warden: the ledger cannot be written: {err}; stopping what would write, "
-            f"trying again in {ledger_retry(err)} s\n"
-        )
+        sys.stderr.write(f"avsm warden: the ledger cannot be written: {err}; stopping what would"
+                         f" write, trying again in {ledger_retry(err)} s\n")
         self.tell_person(ledger_down_notice(str(err)))
         lost, self.ledger.lost = self.ledger.lost, []
         if lost:
             self.backlog[:0] = [record for _, _, record in lost if record["kind"] in BACKLOG_KINDS]
-            # folded again at the end of this turn: till then nothing can be written, so no seq is
-            # reused
-            self.refold_from = (
-                lost[0][0] if self.refold_from is None else min(self.refold_from, lost[0][0])
-            )
+            # folded again at the end of this turn: till then nothing is written, no seq reused
+            self.refold_from = lost[0][0] if self.refold_from is None \
+                else min(self.refold_from, lost[0][0])
 
     def retry_ledger(self, now):
-        """Try the ledger again: write what waited, in order; True when it takes writes, and work
-        resumes."""
+        """Try the ledger again: write what waited, in order; True when it takes writes."""
         import sqlite3
         self.retry_at = now + LEDGER_RETRY
         try:
             while self.backlog:
                 self.write(self.backlog[0])
                 self.backlog.pop(0)
-            self.write(
-                new_record(
-                    "ledger",
-                    "self",
-                    summary=f"the ledger takes writes again (it could not: {self.ledger_down})",
-                )
-            )
+            self.write(new_record("ledger", "self", summary=f"the ledger takes writes again (it"
+                                  f" could not: {self.ledger_down})"))
         except (sqlite3.Error, OSError) as err:
             self.ledger_down = str(err)
             self.retry_at = now + ledger_retry(err)
