@@ -7146,10 +7146,8 @@ def send_line(sock, message):
     send_bytes(sock, (json.dumps(message, separators=(",", ":")) + "\n").encode())
 
 
-
 def send_bytes(sock, data):
-    """Send all of `data`; a non-blocking socket waits for room only when it has none (rarely: one
-    line fits)."""
+    """Send all of `data`; a non-blocking socket waits for room only when it has none."""
     try:
         sent = sock.send(data)
     except (BlockingIOError, InterruptedError):
@@ -7211,8 +7209,7 @@ BASE_ENV = {}      # the warden's environment, copied once
 
 
 def command_env(home, venture, lever=None):
-    """Return the environment a venture's program runs with: avsmd's own, plus AVSM_HOME and
-    AVSM_VENTURE."""
+    """Return a venture's program's environment: avsmd's own, plus AVSM_HOME and AVSM_VENTURE."""
     env = dict(BASE_ENV or os.environ)
     env.update(AVSM_HOME=home, AVSM_VENTURE=venture)
     if lever:
@@ -7224,10 +7221,8 @@ NOTIFY_ENV = ("PATH", "HOME", "USER", "LOGNAME", "SHELL", "LANG", "LANGUAGE", "T
 
 
 def notify_env(home, event):
-    """Return the notify command's environment: only PATH, HOME, USER, the locale and TZ of avsmd's
-    own, AVSM_HOME and AVSM_EVENT. Nothing else passes, so no key does, whatever avsmd's environment
-    holds (an ANTHROPIC_API_KEY exported in the shell that started it): a script that posts to a
-    chat keeps its own token."""
+    """Return the notify command's environment: NOTIFY_ENV and the locale of avsmd's own,
+    AVSM_HOME and AVSM_EVENT. No key passes, whatever avsmd's environment holds."""
     env = {k: v for k, v in os.environ.items() if k in NOTIFY_ENV or k.startswith("LC_")}
     env.update(AVSM_HOME=home, AVSM_EVENT=json.dumps(event, sort_keys=True, separators=(",", ":")))
     return env
@@ -7237,23 +7232,20 @@ SPAWN_FDS = {}        # "null": /dev/null and "here": the process's own director
 
 
 def start_program(argv, cwd, env, stdin=None):
-    """Start `argv` in `cwd` with `env`, leading a process group of its own, its standard input
-    `stdin` (a descriptor; /dev/null when None), its output and errors on two pipes; return (pid,
-    output's read end, errors' read end). Raise OSError naming the program or the directory as
-    starting it fails, as subprocess would.
+    """Start `argv` in `cwd` with `env`, leading a process group of its own, `stdin` a descriptor
+    (/dev/null when None); return (pid, output's read end, errors' read end), or raise OSError as
+    subprocess would.
 
     os.posix_spawn (a third of Popen's CPU) closes no descriptor, so none is left inheritable
-    (close-on-exec everywhere, mark_close_on_exec), and takes no cwd: the process steps into `cwd`
-    and back, so its other threads never use a relative path. A name without a slash is looked for
-    on `env`'s PATH, as exec does. """
+    (mark_close_on_exec), and takes no cwd: the process steps into `cwd` and back, so its other
+    threads never use a relative path. """
     if "null" not in SPAWN_FDS:
         SPAWN_FDS["null"] = os.open(os.devnull, os.O_RDONLY | os.O_CLOEXEC)
         # a directory this process may not open (no O_PATH here) leaves it in /
         for here in (".", "/"):
             try:
-                SPAWN_FDS["here"] = os.open(
-                    here, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC | getattr(os, "O_PATH", 0)
-                )
+                SPAWN_FDS["here"] = os.open(here, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC
+                                            | getattr(os, "O_PATH", 0))
                 break
             except OSError:
                 continue
@@ -7292,9 +7284,8 @@ def start_program(argv, cwd, env, stdin=None):
 
 
 def mark_close_on_exec():
-    """Mark every descriptor past standard error this process was handed close-on-exec (Linux), so
-    no program start_program starts keeps one (the warden's channel to avsmd, what avsmd's starter
-    left open). """
+    """Mark every descriptor past standard error close-on-exec (Linux), so no program
+    start_program starts keeps one (the warden's channel to avsmd)."""
     try:
         fds = [int(fd) for fd in os.listdir("/proc/self/fd")]
     except OSError:
@@ -7308,9 +7299,8 @@ def mark_close_on_exec():
 class Child:
     """A program running in a process group of its own, with its output drained as it comes."""
 
-    def __init__(
-        self, purpose, venture, args, cwd, env, timeout=None, shell=False, stdin_path=None
-    ):
+    def __init__(self, purpose, venture, args, cwd, env, timeout=None, shell=False,
+                 stdin_path=None):
         self.purpose, self.venture = purpose, venture
         self.started, self.started_at = time.monotonic(), time.time()
         self.deadline = self.started + timeout if timeout else None
@@ -7322,9 +7312,7 @@ class Child:
         self.head, self.oversized = None, False
         self.cut = False              # the start of its standard output was dropped (OUTPUT_KEEP)
         self.leader_start = None      # its leader's start (clock ticks since boot), once read
-        # the leader's exit code once reaped (negative: the signal that ended it)
-        self.returncode = None
-        # a file never blocks the warden
+        self.returncode = None        # once reaped (negative: the signal that ended it)
         stdin = os.open(stdin_path, os.O_RDONLY | os.O_CLOEXEC) if stdin_path else None
         try:
             argv = ["/bin/sh", "-c", args] if shell else list(args)
@@ -7333,8 +7321,7 @@ class Child:
             if stdin is not None:
                 os.close(stdin)
         self.pgid = self.pid
-        # room for 1 MiB: a flood needs 16 times fewer turns; not Linux, or past the user's pipe
-        # pages: the default
+        # room for 1 MiB: a flood needs 16 times fewer turns (not Linux: the default)
         with contextlib.suppress(ImportError, AttributeError, OSError):
             fcntl.fcntl(self.stdout, fcntl.F_SETPIPE_SZ, PIPE_ROOM)
         self.open_pipes = {self.stdout, self.stderr}   # registered in the warden's selector
@@ -7347,8 +7334,7 @@ class Child:
 
     def drain(self, pipe):
         """Read what `pipe` holds now, keeping the last OUTPUT_KEEP bytes; return False at EOF. With
-        `head` set (a backend's reply), keep the first `head` bytes and end the program once it
-        writes past them (unusable). """
+        `head` (a backend's reply), keep the first `head` bytes and end the program past them. """
         buffer = self.out if pipe == self.stdout else self.err
         while True:
             try:
@@ -7373,8 +7359,7 @@ class Child:
                     self.cut = True
 
     def poll(self):
-        """Return the exit status once the program has ended (reaped by its own pid, never its
-        group's), else None."""
+        """Return the exit status once the program has ended (reaped by its own pid), else None."""
         if self.returncode is None:
             try:
                 pid, status = os.waitpid(self.pid, os.WNOHANG)
@@ -7394,9 +7379,8 @@ class Child:
             self.kill_at = now + KILL_GRACE
 
     def enforce(self, now):
-        """The one limit loop (the warden's tick, the notifier): KILL the group once its grace is
-        over (and again each grace while something of it lingers), TERM it once its time limit
-        is."""
+        """KILL the group once its grace is over (again each grace while it lingers), TERM it once
+        its time limit is."""
         if self.kill_at is not None and now >= self.kill_at:
             signal_group(self.pgid, 9)
             self.kill_at = now + KILL_GRACE
@@ -7411,45 +7395,35 @@ class Child:
             self.pidfd = None
 
     def note(self):
-        """Return the last NOTE_MAX characters of what the program wrote to standard error and
-        output."""
+        """Return the last NOTE_MAX characters of what the program wrote."""
         text = (self.err.decode("utf-8", "replace") + self.out.decode("utf-8", "replace")).strip()
         return text[-NOTE_MAX:]
 
 
-# ---- ssh-keygen -Y: checkpoints signed and verified by the host's own OpenSSH (SSHSIG; no crypto
-# in avsm) ----
+# ---- ssh-keygen -Y: checkpoints signed and verified by the host's own OpenSSH (no crypto here)
 
 def ssh_keygen(args, what, stdin=None, timeout=20):
     """Run ssh-keygen with `args`; return (exit status, output, error text). Fail(69) when there is
-    none, naming where it was looked for: `what` says what needed it."""
+    none; `what` says what needed it."""
     import shutil
     import subprocess
     found = shutil.which("ssh-keygen")
     if found is None:
-        raise Fail(
-            EX_UNAVAILABLE,
-            f"{what} needs OpenSSH's ssh-keygen (8.0 or later) and none is on PATH "
-            f"({os.environ.get('PATH', '')}); install openssh-client",
-        )
+        raise Fail(EX_UNAVAILABLE,
+                   f"{what} needs OpenSSH's ssh-keygen (8.0 or later) and none is on PATH "
+                   f"({os.environ.get('PATH', '')}); install openssh-client")
     try:
         done = subprocess.run([found, *args], input=stdin, capture_output=True, timeout=timeout)
-    # a key with a passphrase asks for it, and no one answers
     except subprocess.TimeoutExpired:
         return 1, b"", f"{found} did not finish within {timeout} s (a key with a passphrase?)"
-    return (
-        done.returncode,
-        done.stdout,
-        (done.stderr.decode("utf-8", "replace").strip().splitlines() or [""])[-1],
-    )
+    return (done.returncode, done.stdout,
+            (done.stderr.decode("utf-8", "replace").strip().splitlines() or [""])[-1])
 
 
 def sign_text(text, key, namespace):
-    """Return the SSH signature (armored) of `text` under `key` and `namespace`, or Fail saying why
-    not."""
-    code, signature, err = ssh_keygen(
-        ["-Y", "sign", "-q", "-f", key, "-n", namespace], "signing a checkpoint", text.encode()
-    )
+    """Return the SSH signature (armored) of `text` under `key` and `namespace`, or Fail."""
+    code, signature, err = ssh_keygen(["-Y", "sign", "-q", "-f", key, "-n", namespace],
+                                      "signing a checkpoint", text.encode())
     if code != 0 or not signature.startswith(SSHSIG_ARMOR[0].encode()):
         raise Fail(EX_NOPERM if os.path.exists(key) else EX_NOINPUT,
                    f"ssh-keygen could not sign with {key}: {err}")
@@ -7468,18 +7442,13 @@ def signature_file(signature):
 
 def verify_text(text, signature, allowed, namespace, principal=None):
     """Return the principal of `allowed` (an allowed_signers file) whose key signed `text` under
-    `namespace` (`principal` when given: only its key will do); Fail(65) saying why not: signed by
-    no key it names, or by another principal's, or for another namespace, or a text changed
-    since."""
+    `namespace` (only `principal`'s key, when given); Fail(65) saying why not."""
     with signature_file(signature) as sig:
-        code, who, _ = ssh_keygen(
-            ["-Y", "find-principals", "-s", sig, "-f", allowed], "verifying a checkpoint"
-        )
+        code, who, _ = ssh_keygen(["-Y", "find-principals", "-s", sig, "-f", allowed],
+                                  "verifying a checkpoint")
         if code != 0 or not who.strip():
-            raise Fail(
-                EX_DATAERR,
-                f"it is signed by a key {allowed} does not name (a forged or foreign checkpoint)",
-            )
+            raise Fail(EX_DATAERR, f"it is signed by a key {allowed} does not name (a forged or"
+                                   f" foreign checkpoint)")
         signers = who.decode("utf-8", "replace").split()
         if principal and principal not in signers:
             raise Fail(EX_DATAERR, f"it is signed by the key of {shown_text(signers[0])}, and "
@@ -7487,17 +7456,12 @@ def verify_text(text, signature, allowed, namespace, principal=None):
                                    f"principal): a checkpoint of another host, or signed with "
                                    f"another host's key")
         principal = principal or signers[0]
-        code, _, err = ssh_keygen(
-            ["-Y", "verify", "-f", allowed, "-I", principal, "-n", namespace, "-s", sig],
-            "verifying a checkpoint",
-            text.encode(),
-        )
+        code, _, err = ssh_keygen(["-Y", "verify", "-f", allowed, "-I", principal, "-n",
+                                   namespace, "-s", sig], "verifying a checkpoint", text.encode())
         if code != 0:
-            raise Fail(
-                EX_DATAERR,
-                f"its signature by {principal} does not verify under namespace {namespace}: "
-                "its text was changed since, or it was signed for another namespace",
-            )
+            raise Fail(EX_DATAERR,
+                       f"its signature by {principal} does not verify under namespace {namespace}: "
+                       "its text was changed since, or it was signed for another namespace")
     return principal
 
 
@@ -7541,7 +7505,7 @@ def write_textfile(path, text):
 
 
 def write_venture_file(directory, payload):
-    """Write a `file` payload (its relative path on the first line, the content after) inside the
+    """Write a `file` payload (its relative path on the first line, then the content) inside the
     venture."""
     problem = content_problem("file", payload, directory)
     if problem:
@@ -7570,8 +7534,7 @@ def signal_group(pgid, signum):
 
 
 def term_then_kill(groups):
-    """End process groups `groups`: TERM each now, then KILL what is left once KILL_GRACE has
-    passed."""
+    """End process groups `groups`: TERM each now, KILL what is left after KILL_GRACE."""
     groups = [g for g in groups if signal_group(g, 15)]
     deadline = time.monotonic() + KILL_GRACE
     while groups and time.monotonic() < deadline:
@@ -7585,7 +7548,6 @@ def proc_stat(pid, field):
     """Return one numeric field of /proc/PID/stat, counted after the command name (Linux), or
     None."""
     try:
-        # read at every start of a group: no buffered file
         fd = os.open(f"/proc/{pid}/stat", os.O_RDONLY)
         try:
             data = os.read(fd, 4096)
@@ -7603,9 +7565,9 @@ def process_start(pid):
 
 
 def group_is_still(pgid, leader_start):
-    """Whether process group `pgid` is still the one started with a leader that started at
-    `leader_start` (clock ticks since boot, or None when unknown): it lives, and its leader is gone
-    (Linux reuses no pid that still names a group) or is that very process."""
+    """Whether process group `pgid` is still the one whose leader started at `leader_start` (clock
+    ticks since boot, or None): it lives, and its leader is gone (Linux reuses no pid that still
+    names a group) or is that very process."""
     if not signal_group(pgid, 0):
         return False
     now_start = process_start(pgid)
@@ -7613,10 +7575,8 @@ def group_is_still(pgid, leader_start):
 
 
 def stray_groups(home):
-    """Return the process groups of programs a dead warden of `home` started that no record names
-    (it was killed before recording them): orphans (of init or a subreaper above avsmd) whose
-    environment says AVSM_HOME=home and names a venture, as every program the warden starts does
-    (Linux; elsewhere, none are found). """
+    """Return the process groups of programs a dead warden of `home` started and never recorded:
+    orphans whose environment says AVSM_HOME=home and AVSM_VENTURE (Linux; elsewhere, none). """
     adopters, pid = {1, os.getpid()}, os.getpid()
     while pid > 1:
         # avsmd's parent chain: where a subreaper would take orphans
@@ -7637,20 +7597,15 @@ def stray_groups(home):
         except OSError:
             continue
         pgid = proc_stat(pid, 2)
-        if (
-            mark in env
-            and any(v.startswith(b"AVSM_VENTURE=") for v in env)
-            and pgid
-            and pgid != own
-        ):
+        if mark in env and any(v.startswith(b"AVSM_VENTURE=") for v in env) and pgid \
+                and pgid != own:
             found.add(pgid)
     return found
 
 
 def sweep_groups(path, home=None):
-    """End the process groups an earlier avsmd recorded and did not see end (it was SIGKILLed), and
-    with `home` the strays no record names (stray_groups); return how many. A group is ours as
-    group_is_still says; TERM, then KILL after the grace."""
+    """End the process groups an earlier avsmd recorded and did not see end, and with `home` the
+    strays (stray_groups); return how many."""
     try:
         with open(path) as fh:
             lines = [line.split() for line in fh if line.strip()]
@@ -7690,15 +7645,13 @@ def describe_status(status):
 
 ANTHROPIC_URL = "https://api.anthropic.com/v1/messages"
 BACKEND_TIMEOUT = 120        # seconds for one decision's call, retries included (open point 44)
-# a busy or failing provider is tried again, after 1, 2, 4 s (or what it asks)
-BACKEND_TRIES = 4
+BACKEND_TRIES = 4  # a busy or failing provider is tried again after 1, 2, 4 s (or as it asks)
 RETRY_STATUSES = (408, 409, 429)  # and every 5xx: the statuses the providers' SDKs retry
 USAGE_MAX = 24  # token counts of a call's usage kept at most
 
 
 def read_keys(home):
-    """Return {name: value} from HOME/keys; Fail(78) when others than its owner may read it (open
-    point 43)."""
+    """Return {name: value} from HOME/keys; Fail(78) when others may read it (open point 43)."""
     path = os.path.join(home, "keys")
     try:
         st = os.stat(path)
@@ -7707,10 +7660,8 @@ def read_keys(home):
     except OSError as err:
         raise Fail(EX_CONFIG, f"{path} cannot be read: {err.strerror}") from None
     if not stat.S_ISREG(st.st_mode):
-        raise Fail(
-            EX_CONFIG,
-            f"{path} is not a regular file; keys is a file of NAME=value lines (mode 600)",
-        )
+        raise Fail(EX_CONFIG,
+                   f"{path} is not a regular file; keys is a file of NAME=value lines (mode 600)")
     if st.st_mode & 0o077:
         raise Fail(EX_CONFIG, f"{path} may be read by others than you, "
                               f"so the warden will not read it; chmod 600 {path}")
@@ -7721,9 +7672,8 @@ def read_keys(home):
     except OSError as err:
         raise Fail(EX_CONFIG, f"{path} cannot be read: {err.strerror}") from None
     except UnicodeDecodeError:
-        raise Fail(
-            EX_CONFIG, f"{path} is not UTF-8; write it as NAME=value lines in UTF-8"
-        ) from None
+        raise Fail(EX_CONFIG, f"{path} is not UTF-8; write it as NAME=value lines in UTF-8") \
+            from None
     for line in text.splitlines():
         name, eq, value = line.strip().partition("=")
         if eq and name.strip() and not name.startswith("#"):
@@ -7768,17 +7718,13 @@ def read_response(backend, body, sent):
     if backend["kind"] == "anthropic":
         return read_anthropic(data, backend["max_tokens"], sent)
     return (read_responses if backend.get("api") == "responses" else read_openai)(
-        data, backend.get("max_tokens")
-    )
+        data, backend.get("max_tokens"))
 
 
 def read_anthropic(data, max_tokens, sent):
     """The Messages API's answer: the text blocks, in order, of a message that ended its turn."""
-    if (
-        not isinstance(data, dict)
-        or data.get("type") != "message"
-        or not isinstance(data.get("content"), list)
-    ):
+    if not isinstance(data, dict) or data.get("type") != "message" \
+            or not isinstance(data.get("content"), list):
         return {"why": "the response is not an Anthropic message"}
     stop = data.get("stop_reason")
     facts = {"stop": provider_word(stop), "usage": kept_usage(data.get("usage"))}
@@ -7794,9 +7740,8 @@ def read_anthropic(data, max_tokens, sent):
         return dict(facts, **declined(explanation or text, details.get("category"),
                                       "stop_reason refusal"))
     if stop == "max_tokens":
-        return dict(
-            facts, why=f"the reply was cut off at the token limit (max_tokens {max_tokens})"
-        )
+        return dict(facts,
+                    why=f"the reply was cut off at the token limit (max_tokens {max_tokens})")
     if stop == "model_context_window_exceeded":
         return dict(facts, why=f"the packet was too long for the model: its {sent} bytes "
                                "and the reply passed the model's context window "
@@ -7805,9 +7750,8 @@ def read_anthropic(data, max_tokens, sent):
         return dict(facts, why="the model stopped to use a tool (stop_reason tool_use); "
                                "avsm offers none, so there is no answer")
     if stop == "pause_turn":
-        return dict(
-            facts, why="the model paused its turn (stop_reason pause_turn) before it answered"
-        )
+        return dict(facts,
+                    why="the model paused its turn (stop_reason pause_turn) before it answered")
     return dict(facts, why=f"stop_reason {json.dumps(stop)[:60]} is not end_turn or stop_sequence: "
                            f"not a complete answer")
 
@@ -7830,18 +7774,12 @@ def read_openai(data, max_tokens):
         return dict(facts, **declined(message["refusal"], None, "message.refusal"))
     if finish == "content_filter":
         results = choice.get("content_filter_results")
-        hit = (
-            sorted(
-                k for k, v in results.items() if isinstance(v, dict) and v.get("filtered") is True
-            )
-            if isinstance(results, dict)
-            else []
-        )
+        hit = sorted(k for k, v in results.items() if isinstance(v, dict)
+                     and v.get("filtered") is True) if isinstance(results, dict) else []
         return dict(facts, **declined(None, ", ".join(hit[:8]), "finish_reason content_filter"))
     if finish == "length":
-        limit = (
-            f"max_tokens {max_tokens}" if max_tokens else "the server's own; max_tokens: is not set"
-        )
+        limit = f"max_tokens {max_tokens}" if max_tokens \
+            else "the server's own; max_tokens: is not set"
         return dict(facts, why=f"the reply was cut off at the token limit ({limit})")
     if finish in ("tool_calls", "function_call"):
         return dict(facts, why=f"the model stopped to call a tool (finish_reason {finish}); "
@@ -7865,19 +7803,14 @@ def read_responses(data, max_tokens):
     facts = {"stop": provider_word(status), "usage": kept_usage(data.get("usage"))}
     error, incomplete = (data.get(k) if isinstance(data.get(k), dict) else {}
                          for k in ("error", "incomplete_details"))
-    limit = (
-        f"max_output_tokens {max_tokens}"
-        if max_tokens
+    limit = f"max_output_tokens {max_tokens}" if max_tokens \
         else "the server's own; max_tokens: is not set"
-    )
     if status == "failed":
         said = "no message"
         if isinstance(error.get("message"), str):
             said = error["message"][:TEXT_MAX]
-        return dict(
-            facts,
-            why=f"the response failed: {provider_word(error.get('code')) or 'no code'}: " + said,
-        )
+        return dict(facts, why=f"the response failed: "
+                               f"{provider_word(error.get('code')) or 'no code'}: " + said)
     if status == "incomplete":
         reason = provider_word(incomplete.get("reason"))
         if reason == "content_filter":      # declined, as Chat Completions' content_filter is
@@ -7887,9 +7820,8 @@ def read_responses(data, max_tokens):
         return dict(facts, why=f"the response is incomplete "
                                f"(incomplete_details.reason {reason or 'not given'})")
     if status != "completed":
-        return dict(
-            facts, why=f"status {json.dumps(status)[:60]} is not completed: not a complete answer"
-        )
+        return dict(facts,
+                    why=f"status {json.dumps(status)[:60]} is not completed: not a complete answer")
     items = [item for item in data["output"]
              if not (isinstance(item, dict) and item.get("type") == "reasoning")]
     kinds = [item.get("type") if isinstance(item, dict) else None for item in items]
@@ -7930,8 +7862,7 @@ def declined(text, category, where):
 
 
 def provider_word(value):
-    """Return a provider's short code word (a stop reason, a request id) as kept in a record, or
-    None."""
+    """Return a provider's short code word (a stop reason, a request id) as kept, or None."""
     return value if isinstance(value, str) and re.fullmatch(r"[\x21-\x7e]{1,200}", value) else None
 
 
@@ -8002,9 +7933,8 @@ def call_http_backend(backend, system, user, key):
             if len(raw) > REPLY_MAX:
                 return None, f"the response is bigger than {REPLY_MAX // 1024} KiB", call
             reply = read_response(backend, raw, len(body))
-            call.update(
-                (k, reply[k]) for k in ("stop", "usage", "declined", "packet_bytes") if reply.get(k)
-            )
+            call.update((k, reply[k]) for k in ("stop", "usage", "declined", "packet_bytes")
+                        if reply.get(k))
             if "text" not in reply:
                 return None, reply["why"], call
             return reply["text"].encode(), None, call
@@ -8032,19 +7962,15 @@ def request_id(headers):
     return provider_word(headers.get("request-id") or headers.get("x-request-id"))
 
 
-# seconds an adapter's GET may take in all: the name, the connection, TLS, the answer
-ADAPTER_TIMEOUT = 30
+ADAPTER_TIMEOUT = 30  # seconds an adapter's GET may take in all: the name, the connection, TLS
 
 
 def adapter_get(url, key=None, limit=ADAPTER_TIMEOUT):
     """Return (status, body) of one GET of `url` within `limit` seconds in all; raise OSError saying
-    why not. The body is read up to REPLY_MAX + 1 bytes, so a caller sees an answer bigger than it
-    reads.
+    why not. The body is read up to REPLY_MAX + 1 bytes, so a caller sees one bigger than it reads.
 
-    TLS is verified against the system's CAs (or SSL_CERT_FILE). With a key (stripe, github), sent
-    as a bearer token, no redirect is followed: a 3xx is the answer, so the key goes to the
-    configured url alone. Without one (http.status), redirects to http:// and https:// are
-    followed."""
+    With a key (a bearer token) no redirect is followed, so the key goes to the configured url
+    alone; without one (http.status), redirects to http:// and https:// are. """
     import ssl
     import threading
     import urllib.error
@@ -8054,13 +7980,10 @@ def adapter_get(url, key=None, limit=ADAPTER_TIMEOUT):
     redirects = urllib.request.HTTPRedirectHandler()
     follow = redirects.redirect_request
     redirects.redirect_request = lambda req, fp, code, msg, headers, newurl: (
-        None
-        if key or not newurl.startswith(("http://", "https://"))
-        else follow(req, fp, code, msg, headers, newurl)
-    )
+        None if key or not newurl.startswith(("http://", "https://"))
+        else follow(req, fp, code, msg, headers, newurl))
     opener = urllib.request.build_opener(
-        redirects, urllib.request.HTTPSHandler(context=ssl.create_default_context())
-    )
+        redirects, urllib.request.HTTPSHandler(context=ssl.create_default_context()))
     request = urllib.request.Request(url, method="GET")
     if key:
         request.add_unredirected_header("Authorization", f"Bearer {key}")
@@ -8074,9 +7997,8 @@ def adapter_get(url, key=None, limit=ADAPTER_TIMEOUT):
             answer["got"] = err.code, err.read(REPLY_MAX + 1)
         except (urllib.error.URLError, OSError, ValueError) as err:
             reason = getattr(err, "reason", err)
-            answer["error"] = OSError(
-                f"no answer within {limit} s" if isinstance(reason, TimeoutError) else str(reason)
-            )
+            answer["error"] = OSError(f"no answer within {limit} s"
+                                      if isinstance(reason, TimeoutError) else str(reason))
     worker = threading.Thread(target=get, daemon=True)      # the name lookup too keeps to the limit
     worker.start()
     worker.join(limit)
@@ -8088,10 +8010,8 @@ def adapter_get(url, key=None, limit=ADAPTER_TIMEOUT):
 def output_lines(data, cut):
     """Return (the non-empty lines of a program's standard output, whether its last one was cut).
 
-    The one reader of a program's last line (report, guard, audit, reading). Lines end at \\n (a \\r
-    before it dropped) and nowhere else: `9\\x0c1` is one line. With `cut` (only the last
-    OUTPUT_KEEP bytes kept), the bytes before the first \\n are no line, and when no whole line
-    follows them the last line itself was cut. """
+    Lines end at \\n (a \\r before it dropped) and nowhere else: `9\\x0c1` is one line. With `cut`
+    (only the last OUTPUT_KEEP bytes kept), the bytes before the first \\n are no line. """
     pieces = bytes(data).split(b"\n")
     if cut:
         pieces = pieces[1:]
@@ -8101,9 +8021,8 @@ def output_lines(data, cut):
 
 
 def run_world_step(command, data, mandate):
-    """Run one world step in the venture directory (the current one), in a group of its own: `data`
-    on standard input; return (output, None) or (None, why) as read_world_output says (open point
-    38)."""
+    """Run one world step in the venture directory (the current one), in a group of its own, `data`
+    on standard input; return (output, None) or (None, why) (open point 38)."""
     import subprocess
     import tempfile
     unsafe = owner_problem(".", [command])     # looked at again at each step, as at each start
@@ -8121,8 +8040,7 @@ def run_world_step(command, data, mandate):
             proc.wait()
             return None, f"it took longer than {WORLD_TIMEOUT} s and was ended"
         finally:
-            # what it left behind in its group goes with it
-            signal_group(proc.pid, signal.SIGKILL)
+            signal_group(proc.pid, signal.SIGKILL)  # what it left in its group goes with it
         if status != 0:
             return None, f"it ended {describe_status(status)}"
         if stdout.tell() > WORLD_OUTPUT_MAX:
@@ -8133,10 +8051,7 @@ def run_world_step(command, data, mandate):
 
 def read_metric_output(child, status, with_output=True):
     """Return (value, failure) from a finished report: its last non-empty line must be the number
-    alone.
-
-    A guard's failure says why without its output: a guard's record carries none of its text
-    (GUARD-14). """
+    alone. A guard's failure says why without its output (GUARD-14). """
     if child.ended_by:
         return None, f"ended: {child.ended_by}"
     if status != 0:
@@ -8144,13 +8059,8 @@ def read_metric_output(child, status, with_output=True):
         return None, f"{describe_status(status)}" + (f": {tail}" if tail else "")
     lines, cut = output_lines(child.out, child.cut)
     if cut:
-        return (
-            None,
-            (
-                f"the last line is longer than {OUTPUT_KEEP // 1024} KiB and was cut: not a number"
-                " read whole"
-            ),
-        )
+        return None, (f"the last line is longer than {OUTPUT_KEEP // 1024} KiB and was cut: not a"
+                      " number read whole")
     if not lines:
         return None, "printed no number"
     last = lines[-1]
@@ -8166,22 +8076,19 @@ def read_metric_output(child, status, with_output=True):
 AVSM_PATH = os.path.realpath(__file__)
 
 
-# How avsmd starts itself and its warden: loading this file through the import system, so its cached
-# bytecode serves (a script is compiled afresh at every start, and the compiler's memory stays with
-# it).
+# How avsmd starts itself and its warden: through the import system, so its cached bytecode serves
+# (a script is compiled afresh at every start, and the compiler's memory stays with it).
 LOAD_AVSM = (
     "import importlib.util as u, sys; s = u.spec_from_file_location('avsm', sys.argv[1]); m ="
     " u.module_from_spec(s); sys.modules['avsm'] = m; s.loader.exec_module(m);"
-    " sys.exit(m.main(sys.argv[2:]))"
-)
+    " sys.exit(m.main(sys.argv[2:]))")
 
 
 def cached_command(program, args):
     """Return the argv that runs `program` of this file from its cached bytecode, writing the cache
-    if it is not checked against the file's hash (a stale one is compiled again at its load)."""
+    if it is not checked against the file's hash."""
     import importlib.util
     import py_compile
-    # no cache: compiled as before
     with contextlib.suppress(OSError, ValueError, py_compile.PyCompileError):
         cache = importlib.util.cache_from_source(AVSM_PATH)
         try:
@@ -8192,8 +8099,7 @@ def cached_command(program, args):
         if head[4:8] != PYC_CHECKED_HASH:
             cache_bytecode(cache)
     # -P: nothing before the standard library on sys.path (`-c` alone would put the venture's
-    # directory first, and its json.py would be imported). -S: no `site`, so no .pth file runs its
-    # code or costs each start imports. started by a link
+    # directory first, and its json.py would be imported). -S: no `site`, so no .pth file runs.
     prefix = [f"-Xpycache_prefix={sys.pycache_prefix}"] if sys.pycache_prefix else []
     return [sys.executable, "-S", "-P", *prefix, "-c", LOAD_AVSM, AVSM_PATH, program] + list(args)
 
@@ -8202,9 +8108,9 @@ PYC_CHECKED_HASH = b"\3\0\0\0"      # PEP 552's flags: hash-based, its source ch
 
 
 def cache_bytecode(cache):
-    """Write this file's bytecode to `cache`, checked against the file's hash at each load
-    (PEP 552: a timestamp-checked one would run old code from a copy of the same size and
-    time), in directories and a file only this user can read."""
+    """Write this file's bytecode to `cache`, checked against the file's hash at each load (a
+    timestamp-checked one would run old code from a copy of the same size and time), readable
+    only by this user."""
     import py_compile
     was = os.umask(0o077)
     try:
@@ -8224,7 +8130,6 @@ def log(debug, who, message):
 def read_small_file(path, limit):
     """Return the bytes of the regular file at `path`, at most `limit`, or OSError (a FIFO is
     refused, never waited on)."""
-
     fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_NOCTTY)     # a FIFO's open would wait
     try:
         mode = os.fstat(fd).st_mode
@@ -8253,15 +8158,11 @@ def check_venture_dir(directory):
                                f"(avsm add {os.path.dirname(directory) or '.'})")
     if not os.path.exists(os.path.join(directory, "mandate.yaml")):
         if os.path.exists(os.path.join(directory, "mandate.yml")):
-            raise Fail(
-                EX_DATAERR,
-                f"{directory} holds mandate.yml; rename it to mandate.yaml (mv"
-                f" {os.path.join(directory, 'mandate.yml')}"
-                f" {os.path.join(directory, 'mandate.yaml')})",
-            )
-        raise Fail(
-            EX_DATAERR, f"{directory} holds no mandate.yaml; write one (see examples/counter)"
-        )
+            raise Fail(EX_DATAERR, f"{directory} holds mandate.yml; rename it to mandate.yaml (mv"
+                                   f" {os.path.join(directory, 'mandate.yml')}"
+                                   f" {os.path.join(directory, 'mandate.yaml')})")
+        raise Fail(EX_DATAERR,
+                   f"{directory} holds no mandate.yaml; write one (see examples/counter)")
     mandate = os.path.join(directory, "mandate.yaml")
     refuse(mandate_file_problem(mandate, os.stat(mandate)))
 
@@ -8277,10 +8178,9 @@ def user_name(uid):
 
 def owner_problem(directory, commands, uid=None):
     """Return the Writable of the first path a venture's program rests on that a user but `uid`
-    (avsmd's own, by default) or root could change, or None: the directory, its mandate.yaml, each
-    regular file a command names (command_words), and every directory up to / from each of them.
-    Each path is resolved (realpath), then one stat per component, and nothing kept, so a mode
-    changed since is seen at the next start."""
+    (avsmd's own) or root could change, or None: the directory, its mandate.yaml, each regular file
+    a command names, and every directory up to / from each. Nothing is kept, so a mode changed
+    since is seen at the next start."""
     uid = os.geteuid() if uid is None else uid
     directory = os.path.realpath(directory)
     seen = set()
@@ -8314,9 +8214,8 @@ def owner_problem(directory, commands, uid=None):
 
 def read_venture(directory):
     """Read the venture in `directory` as `avsm add` adopts it: (name, path of mandate.yaml, its
-    text, the mandate), or Fail: 66 when the directory is not there, 65 with the fix otherwise. The
-    client's add, avsmd's add and `avsmd -t DIR` all call this one function, so a check says exactly
-    what adopting would."""
+    text, the mandate), or Fail: 66 when the directory is not there, 65 with the fix otherwise.
+    `avsmd -t DIR` calls it too, so a check says exactly what adopting would."""
     check_venture_dir(directory)
     name = check_venture_name(os.path.basename(directory))
     path = os.path.join(directory, "mandate.yaml")
@@ -8334,32 +8233,26 @@ def read_venture(directory):
     return name, path, text, mandate
 
 
-# bytes: a mandate is a page of text; past this it is a mistake, and parsing stalls
-MANDATE_MAX = 256 * 1024
+MANDATE_MAX = 256 * 1024  # bytes: a mandate is a page of text; past this it is a mistake
 
 
 def mandate_file_problem(path, st):
     """Return why the file at `path` with stat `st` cannot be a mandate, or None."""
     if stat.S_ISDIR(st.st_mode):
-        return (
-            f"{path} is a directory; a mandate is a file of text (move the directory away and write"
-            " mandate.yaml)"
-        )
+        return (f"{path} is a directory; a mandate is a file of text (move the directory away and"
+                " write mandate.yaml)")
     if not stat.S_ISREG(st.st_mode):
         return (
-            f"{path} is not a regular file (a FIFO, device or socket); a mandate is a file of text"
-        )
+            f"{path} is not a regular file (a FIFO, device or socket); a mandate is a file of text")
     if st.st_size > MANDATE_MAX:
         return f"{path} is {st.st_size} bytes; a mandate may be at most {MANDATE_MAX // 1024} KiB"
     return None
 
 
 def read_mandate_file(path):
-    """Return the text of mandate.yaml at `path`, exactly as written (its sha256 is the file's).
-
-    Raises OSError when it cannot be opened, and Fail (78: a mandate that does not hold) for
-    anything but a regular file of at most MANDATE_MAX bytes in UTF-8. Never blocks: a FIFO is
-    refused unread. """
+    """Return the text of mandate.yaml at `path`, exactly as written (its sha256 is the file's);
+    OSError when it cannot be opened, Fail(78) for anything but a regular file of at most
+    MANDATE_MAX bytes in UTF-8. A FIFO is refused unread. """
     fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
     try:
         refuse(mandate_file_problem(path, os.fstat(fd)), EX_CONFIG)
@@ -8374,40 +8267,29 @@ def read_mandate_file(path):
         os.close(fd)
     data = b"".join(chunks)
     if len(data) > MANDATE_MAX:
-        raise Fail(
-            EX_CONFIG, f"{path} is over {MANDATE_MAX // 1024} KiB; a mandate may be at most that"
-        )
+        raise Fail(EX_CONFIG,
+                   f"{path} is over {MANDATE_MAX // 1024} KiB; a mandate may be at most that")
     try:
         return data.decode("utf-8")
     except UnicodeDecodeError as err:
         line = data[:err.start].count(b"\n") + 1
-        raise Fail(
-            EX_CONFIG,
-            f"{path}:{line}: byte 0x{data[err.start]:02x} is not UTF-8; save the mandate as UTF-8",
-        ) from None
+        raise Fail(EX_CONFIG, f"{path}:{line}: byte 0x{data[err.start]:02x} is not UTF-8; save the"
+                              f" mandate as UTF-8") from None
 
 
 class GroupsJournal:
     """HOME/groups: every process group the warden started and has not seen end, for the next avsmd
-    to end.
-
-    journal_group(line)  -- append "+PGID START VENTURE PURPOSE" or "-PGID"; replaced when grown
-    past 64 KiB
-
-    Handed the home and lock_is_ours: another avsmd's journal is never replaced."""
+    to end."""
 
     def __init__(self, home, lock_is_ours):
         self.home, self.lock_is_ours = home, lock_is_ours
-        # HOME/groups, open for appending while it stays the file at that name
-        self.groups_fd = None
+        self.groups_fd = None         # HOME/groups, open for appending while it is that file
         self.journaled = {}           # pgid -> its line in HOME/groups, while the group runs
 
     def journal_group(self, line):
-        """Append a group's start (+PGID START) or end (-PGID) to HOME/groups before anything can
-        orphan it:
-        the next avsmd ends what an avsmd and warden killed together left running (RUN-14, PITFALLS
-        2). Grown past 64 KiB it is replaced by what still runs (while the home is ours); deleted
-        under us, it is made again. """
+        """Append a group's start (+PGID START VENTURE PURPOSE) or end (-PGID) to HOME/groups before
+        anything can orphan it (RUN-14). Grown past 64 KiB it is replaced by what still runs (while
+        the home is ours); deleted under us, it is made again. """
         path = os.path.join(self.home, "groups")
         pgid = line[1:].split()[0]
         if line.startswith("+"):
@@ -8431,31 +8313,20 @@ class GroupsJournal:
                         line = None
             if self.groups_fd is None:
                 self.groups_fd = os.open(
-                    path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC, 0o600
-                )
+                    path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC, 0o600)
             if line:
                 os.write(self.groups_fd, (line + "\n").encode())
 
 
 class Children:
     """The programs the warden runs now, each in a process group of its own, and the groups left
-    behind.
-
-    spawn(purpose, state, args, ...)   -- start a program of a venture apart; avsmd and HOME/groups
-    hear of its group child_event(child)                 -- its leader ended: reap it, and settle it
-    once its whole group is gone end_lingering(venture=None, final=False)  -- end the groups whose
-    leader exited while members stay iter(children), len(children)      -- the Child objects running
-    now
-
-    Handed the home, the selector the loop waits on, the channel's tell and flush, the groups
-    journal, and settle(child), which writes what came of a program once it is gone."""
+    behind; settle(child) writes what came of a program once it is gone."""
 
     def __init__(self, home, sel, tell, flush, journal_group, settle, debug=False):
         self.home, self.sel, self.tell, self.flush, self.debug = home, sel, tell, flush, debug
         self.journal_group, self.settle = journal_group, settle
         self.children = []            # Child objects running now
-        # pgid -> venture: groups whose leader exited while members stay
-        self.lingering = {}
+        self.lingering = {}           # pgid -> venture: groups whose leader exited, members not
 
     def __iter__(self):
         return iter(self.children)
@@ -8466,10 +8337,8 @@ class Children:
     def spawn(self, purpose, state, args, timeout=None, shell=False, lever=None, payload_file=None,
               cwd=None, head=None, checked=False, runs=()):
         """Start a program of `state`'s venture in its own group; tell avsmd of the group (RUN-12).
-
-        Raises PermissionError, starting nothing, when another user could change what it runs, or
-        the commands `runs` it starts in turn (owner_problem, looked at each start unless `checked`
-        says the caller just did)."""
+        Raise PermissionError, starting nothing, when another user could change what it or the
+        commands `runs` run (owner_problem, unless `checked` says the caller just looked)."""
         import selectors
         commands = [args] + [r for r in runs if r]
         unsafe = not checked and owner_problem(cwd or state.directory, commands)
@@ -8478,16 +8347,8 @@ class Children:
         env = command_env(self.home, state.name, lever)
         if payload_file:
             env["AVSM_PAYLOAD"] = payload_file
-        child = Child(
-            purpose,
-            state.name,
-            args,
-            cwd or state.directory,
-            env,
-            timeout=timeout,
-            shell=shell,
-            stdin_path=payload_file,
-        )
+        child = Child(purpose, state.name, args, cwd or state.directory, env, timeout=timeout,
+                      shell=shell, stdin_path=payload_file)
         child.head = head
         self.children.append(child)
         child.leader_start = process_start(child.pgid)
@@ -8501,17 +8362,13 @@ class Children:
         # avsmd hears of a group at once: a warden killed next leaves no stranger behind
         self.flush()
         if self.debug:
-            log(
-                self.debug,
-                "warden",
-                f"{state.name}: started {purpose} {args!r} pid {child.pid} group {child.pgid}",
-            )
+            log(self.debug, "warden",
+                f"{state.name}: started {purpose} {args!r} pid {child.pid} group {child.pgid}")
         return child
 
     def child_event(self, child):
         """A child's leader ended: drain its output, reap it by pid, and settle what it was for. A
-        program avsm is ending is settled only once its whole group is gone: no member that ignored
-        SIGTERM still runs. """
+        program avsm is ending is settled only once its whole group is gone. """
         if child.status is None:
             status = child.poll()
             if status is None:
@@ -8537,12 +8394,8 @@ class Children:
             self.tell({"ended": child.pgid}, later=child.leader_start is not None)
             self.journal_group(f"-{child.pgid}")
         if self.debug:
-            log(
-                self.debug,
-                "warden",
-                f"{child.venture}: {child.purpose} pid {child.pid} ended:"
-                f" {describe_status(child.status)}",
-            )
+            log(self.debug, "warden", f"{child.venture}: {child.purpose} pid {child.pid} ended:"
+                                      f" {describe_status(child.status)}")
         self.settle(child)
 
     def end_lingering(self, venture=None, final=False):
@@ -8561,29 +8414,20 @@ class Children:
 
 
 class Channel:
-    """The warden's end of its socketpair with avsmd: JSON lines both ways.
-
-    tell(message, later=False)  -- queue a line for avsmd (a group started or ended, a reply)
-    flush(everything=False)     -- send what is queued: once per turn of the loop, or at once read()
-    -- the messages avsmd sent, [] when none is whole yet, None once avsmd is gone
-
-    Handed the socket and commit(): nothing is told to a client before the records it answers are
-    committed. """
+    """The warden's end of its socketpair with avsmd: JSON lines both ways. commit() is called
+    first: nothing is told to a client before the records it answers are committed."""
 
     def __init__(self, channel, commit):
         self.channel, self.commit = channel, commit
         self.reader = LineReader()
         self.outbox = []              # lines for avsmd, sent once per turn of the loop
         self.outbox_due = False       # whether a line in it must go this turn
-        # whether a line in it is more than a group's start or end (commit first)
-        self.acks_waiting = False
+        self.acks_waiting = False     # whether one is more than a group's start or end
 
     def tell(self, message, later=False):
-        """Queue one line for avsmd (a group started or ended, a reply); flush() sends them at the
-        loop's end. A group's end can wait (`later`) for the next line that cannot, when its
-        leader's start time is known:
-        avsmd checks a group is still the one it was told of before ending it, so a late end saves a
-        wake-up. """
+        """Queue one line for avsmd; flush() sends them at the loop's end. A group's end can wait
+        (`later`) for the next line that cannot, when its leader's start time is known: avsmd
+        checks a group is still the one it was told of before ending it. """
         self.outbox.append(json.dumps(message, separators=(",", ":")))
         self.outbox_due = self.outbox_due or not later
         self.acks_waiting = self.acks_waiting or not ("group" in message or "ended" in message)
@@ -8600,8 +8444,7 @@ class Channel:
             send_bytes(self.channel, data)
 
     def read(self):
-        # a reset (avsmd died with our lines unread) reads as its end
-        data = receive(self.channel)
+        data = receive(self.channel)  # a reset (avsmd died, our lines unread) reads as its end
         if data is None:
             return []
         if not data:
@@ -8611,12 +8454,7 @@ class Channel:
 
 class RolesCalls:
     """The requests the warden made of the roles process (through avsmd), each waiting for its
-    answer.
-
-    to_roles(message, callback)  -- send a request to build a model's text or parse its reply
-    from_roles(message)          -- an answer came: call the callback its request left
-
-    Handed the channel's tell."""
+    answer."""
 
     def __init__(self, tell):
         self.tell = tell
@@ -8635,8 +8473,8 @@ class RolesCalls:
 
 
 def read_json_adapter(name, reading, url, key):
-    """Return the number (as text) that a GET of url/PATH holds at the reading's JSON pointer; Fail
-    saying why not."""
+    """Return the number (as text) that a GET of url/PATH holds at the reading's JSON pointer, or
+    Fail."""
     path, _, pointer = reading.partition("#")
     try:
         status, body = adapter_get(url.rstrip("/") + "/" + path.lstrip("/"), key=key)
@@ -8646,47 +8484,32 @@ def read_json_adapter(name, reading, url, key):
         raise Fail(EX_DATAERR, f"{name} {path}: the answer is bigger than {REPLY_MAX // 1024} KiB")
     if not 200 <= status < 300:
         try:
-            said = json.loads(body)
+            said = json.loads(body)     # stripe's and github's error bodies
             said = said.get("error", said) if isinstance(said, dict) else {}
-            # stripe's and github's error bodies
             said = said.get("message", "") if isinstance(said, dict) else str(said)
         except (ValueError, RecursionError):
             said = ""
         # an echoed key stays out of the record
         said = str(said).replace(key, "[key]")[:200] if key else str(said)[:200]
         if 300 <= status < 400:
-            said = (
-                "a redirect, which a GET with a key does not follow: name the final url in"
-                " config.yaml"
-            )
+            said = ("a redirect, which a GET with a key does not follow: name the final url in"
+                    " config.yaml")
         raise Fail(EX_UNAVAILABLE, f"{name} {path}: HTTP {status}" + (f": {said}" if said else ""))
     try:
-        # NaN and Infinity are no reading
-        value = json.loads(body, parse_constant=lambda word: None)
+        value = json.loads(body, parse_constant=lambda word: None)  # NaN and Infinity: no reading
     except (ValueError, RecursionError):
         raise Fail(EX_DATAERR, f"{name} {path}: the answer is not JSON") from None
     for part in pointer.split("/")[1:]:
         part = part.replace("~1", "/").replace("~0", "~")
-        value = (
-            value[int(part)]
-            if isinstance(value, list) and part.isdigit() and int(part) < len(value)
+        value = value[int(part)] \
+            if isinstance(value, list) and part.isdigit() and int(part) < len(value) \
             else value.get(part) if isinstance(value, dict) else None
-        )
-    if (
-        isinstance(value, bool)
-        or not isinstance(value, (int, float))
-        or value in (float("inf"), float("-inf"))
-    ):
-        found = {
-            bool: "true or false",
-            str: "text",
-            dict: "an object",
-            list: "a list",
-            type(None): "nothing",
-        }.get(type(value), "no finite number")
+    if isinstance(value, bool) or not isinstance(value, (int, float)) \
+            or value in (float("inf"), float("-inf")):
+        found = {bool: "true or false", str: "text", dict: "an object", list: "a list",
+                 type(None): "nothing"}.get(type(value), "no finite number")
         raise Fail(EX_DATAERR, f"{name} {reading}: no number at that pointer; it holds {found}")
-    # exactly the number the answer holds
-    return str(value) if isinstance(value, int) else repr(value)
+    return str(value) if isinstance(value, int) else repr(value)  # exactly the number it holds
 
 
 # =============================================================================
