@@ -10538,8 +10538,7 @@ def run_warden(home, fd, debug):
 # =============================================================================
 
 NOTIFY_QUEUE = 100      # notices waiting at most; one past it is dropped, as a failure
-# at a stop, seconds between SIGTERM and SIGKILL of a notify past the deadline
-NOTIFY_STOP_GRACE = 0.5
+NOTIFY_STOP_GRACE = 0.5  # at a stop, seconds between TERM and KILL of a notify past the deadline
 
 
 class Notifier:
@@ -10553,8 +10552,7 @@ class Notifier:
         self.stretch = None           # judge_notify's
         self.down_told = False        # admit_notice's
         self.commands = None          # avsm and avsmd as this person runs them
-        # at a stop every notice starts at once: there is no time to take turns
-        self.stopping = False
+        self.stopping = False         # then every notice starts at once: no time to take turns
 
     def tell(self, notice):
         """Queue a notice for the notify command."""
@@ -10567,11 +10565,8 @@ class Notifier:
             self.settle(notice, f"dropped: {NOTIFY_QUEUE} notices were waiting for the command", "")
             return
         self.queue.append(notice)
-        log(
-            self.debug,
-            "avsmd",
-            f"notice {notice['kind']} of {notice['venture']}: {notice['summary']}",
-        )
+        log(self.debug, "avsmd",
+            f"notice {notice['kind']} of {notice['venture']}: {notice['summary']}")
 
     def stop(self, notice):
         """avsmd is stopping: tell it, and start each notice as it comes."""
@@ -10603,31 +10598,21 @@ class Notifier:
             child.close()
             with contextlib.suppress(OSError):
                 os.unlink(path)
-            self.settle(
-                notice, notify_failure(child.ended_by, status, self.spec["timeout"]), child.note()
-            )
+            self.settle(notice, notify_failure(child.ended_by, status, self.spec["timeout"]),
+                        child.note())
         while self.queue and (self.stopping or not self.running):
             self.start(self.queue.pop(0))
 
     def start(self, notice):
         if self.commands is None:
-            self.commands = {
-                "avsm": client_command(self.home),
-                "avsmd": program_command("avsmd", self.home),
-            }
+            self.commands = {"avsm": client_command(self.home),
+                             "avsmd": program_command("avsmd", self.home)}
         text, event = notice_message(notice, self.commands, self.home)
         path = write_payload(text.encode("utf-8", "replace"))
         try:
-            child = Child(
-                "notify",
-                notice["venture"],
-                self.spec["run"],
-                self.home,
-                notify_env(self.home, event),
-                timeout=self.spec["timeout"],
-                shell=True,
-                stdin_path=path,
-            )
+            child = Child("notify", notice["venture"], self.spec["run"], self.home,
+                          notify_env(self.home, event), timeout=self.spec["timeout"], shell=True,
+                          stdin_path=path)
         except (OSError, ValueError) as err:
             os.unlink(path)
             self.settle(notice, f"it could not start: {getattr(err, 'strerror', None) or err}", "")
@@ -10637,17 +10622,11 @@ class Notifier:
     def settle(self, notice, failure, note):
         """One notice told, or not: write what judge_notify says to write."""
         self.stretch, record = judge_notify(self.stretch, notice, failure, note)
-        log(
-            self.debug,
-            "avsmd",
-            f"notify of {notice['kind']}: {failure or 'told'}" + (f": {note}" if note else ""),
-        )
+        log(self.debug, "avsmd",
+            f"notify of {notice['kind']}: {failure or 'told'}" + (f": {note}" if note else ""))
         if record is not None:
-            self.write(
-                record["kind"],
-                record["summary"],
-                **{k: v for k, v in record.items() if k not in RECORD_FIELDS},
-            )
+            self.write(record["kind"], record["summary"],
+                       **{k: v for k, v in record.items() if k not in RECORD_FIELDS})
 
     def finish(self, deadline):
         """At a stop: wait for the runs in flight until `deadline`, then end what still runs."""
@@ -10665,16 +10644,13 @@ class Notifier:
             self.settle(notice, "avsmd stopped before it could be told", "")
         self.queue = []
 
+
 class HomeLock:
     """avsmd.lock, held for life; `lost` once another avsmd took it: then nothing here is ours."""
 
     def __init__(self, home):
-        self.home, self.path, self.fd, self.lost = (
-            home,
-            os.path.join(home, "avsmd.lock"),
-            None,
-            False,
-        )
+        self.home, self.path, self.fd, self.lost = (home, os.path.join(home, "avsmd.lock"), None,
+                                                    False)
 
     def take(self):
         """Hold avsmd.lock; exit 75 naming the pid when another avsmd has it."""
@@ -10684,22 +10660,18 @@ class HomeLock:
         except OSError:
             os.close(fd)
             pid = read_lock_pid(self.path)
-            raise Fail(
-                EX_TEMPFAIL,
-                f"another avsmd (pid {pid if pid else 'unknown'}) is running on {self.home}; "
-                "stop it first, or give this one another --home",
-            ) from None
+            raise Fail(EX_TEMPFAIL, f"another avsmd (pid {pid if pid else 'unknown'}) is running"
+                                    f" on {self.home}; stop it first, or give this one another"
+                                    " --home") from None
         try:
             os.ftruncate(fd, 0)
             os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
             os.fsync(fd)
         except OSError as err:
             os.close(fd)
-            raise Fail(
-                EX_CANTCREAT,
-                f"{self.path} cannot be written: {err.strerror}; free space on its "
-                "file system or fix its permissions, then start avsmd again",
-            ) from None
+            raise Fail(EX_CANTCREAT, f"{self.path} cannot be written: {err.strerror}; free space on"
+                                     " its file system or fix its permissions, then start avsmd"
+                                     " again") from None
         if self.fd is not None:
             os.close(self.fd)
         self.fd = fd
@@ -10812,21 +10784,13 @@ class Clients:
                 self.request(conn, *check_request(messages[0]))
         except Fail as fail:
             self.reply(conn, [], [str(fail)], fail.code)
-        # not JSON, not UTF-8, nested past the parser, too long
-        except (ValueError, RecursionError):
-            self.reply(
-                conn,
-                [],
-                ["a request avsmd cannot read: one JSON object a line, in UTF-8, of at most 1 MiB"],
-                EX_USAGE,
-            )
-        # a bug: reported once, this request refused, avsmd keeps serving
-        except Exception as err:
+        except (ValueError, RecursionError):    # not JSON, not UTF-8, too deep, too long
+            self.reply(conn, [], ["a request avsmd cannot read: one JSON object a line, in UTF-8,"
+                                  " of at most 1 MiB"], EX_USAGE)
+        except Exception as err:                # a bug: this request refused, avsmd serves on
             import traceback
-            sys.stderr.write(
-                "avsmd: a bug in avsm, reading a request (avsmd goes on"
-                f" serving):\n{traceback.format_exc()}"
-            )
+            sys.stderr.write("avsmd: a bug in avsm, reading a request (avsmd goes on"
+                             f" serving):\n{traceback.format_exc()}")
             self.reply(conn, [], [f"a bug in avsm refused this request ({type(err).__name__}); "
                                   "it is reported on avsmd's standard error"], EX_SOFTWARE)
 
@@ -10836,9 +10800,8 @@ class Clients:
             self.reply(conn, [], ["avsmd is stopping and takes no new commands"], EX_UNAVAILABLE)
             return
         if cmd == "ping":
-            self.reply(
-                conn, [f"avsmd {VERSION} (pid {os.getpid()}) on {self.daemon.home}"], [], EX_OK
-            )
+            self.reply(conn, [f"avsmd {VERSION} (pid {os.getpid()}) on {self.daemon.home}"], [],
+                       EX_OK)
             return
         self.next_id += 1
         self.waiting[self.next_id] = conn
@@ -10848,12 +10811,8 @@ class Clients:
 
     def answer(self, message):
         """The warden answered request `id`: reply to its client."""
-        self.reply(
-            self.waiting.pop(message["id"], None),
-            message.get("out", []),
-            message.get("err", []),
-            message.get("exit", EX_SOFTWARE),
-        )
+        self.reply(self.waiting.pop(message["id"], None), message.get("out", []),
+                   message.get("err", []), message.get("exit", EX_SOFTWARE))
 
     def fail_waiting(self, why):
         """Every request the warden was answering fails with `why` (69)."""
@@ -10937,12 +10896,10 @@ class Groups:
             self.groups.pop(message["ended"], None)
 
     def end_all(self):
-        term_then_kill(
-            [g for g, told in self.groups.items() if group_is_still(g, told.get("leader_start"))]
-        )
+        term_then_kill([g for g, told in self.groups.items()
+                        if group_is_still(g, told.get("leader_start"))])
         self.groups = {}
         if self.lock.ours():          # another avsmd's journal, or groups, are not ours to touch
-            # those it had not told us of
             sweep_groups(os.path.join(self.home, "groups"), self.home)
             with contextlib.suppress(OSError):
                 os.unlink(os.path.join(self.home, "groups"))
@@ -10954,20 +10911,12 @@ class Daemon:
 
     def __init__(self, home, cfg, cfg_path, cfg_text, debug=False):
         import selectors
-        self.home, self.cfg, self.cfg_path, self.cfg_text, self.debug = (
-            home,
-            cfg,
-            cfg_path,
-            cfg_text,
-            debug,
-        )
+        self.home, self.cfg, self.cfg_path, self.cfg_text, self.debug = (home, cfg, cfg_path,
+                                                                         cfg_text, debug)
         self.sel, self.ledger = selectors.DefaultSelector(), None
         self.lock, self.clients = HomeLock(home), Clients(self)
-        self.warden, self.roles, self.roles_waiting = (
-            Kept("warden", self.sel),
-            Kept("roles", self.sel),
-            {},
-        )
+        self.warden, self.roles, self.roles_waiting = (Kept("warden", self.sel),
+                                                       Kept("roles", self.sel), {})
         self.groups = Groups(home, self.lock)
         self.stopping, self.stop_deadline, self.exit_code, self.signals = False, None, EX_OK, []
         self.notifier = Notifier(home, cfg.get("notify"), self.append_self, debug)
@@ -10977,13 +10926,11 @@ class Daemon:
         import socket
         import subprocess
         ours, theirs = socket.socketpair()
-        args = cached_command("warden", ["--home", self.home, "--fd", str(theirs.fileno())]) + (
-            ["-d"] if self.debug else []
-        )
+        args = cached_command("warden", ["--home", self.home, "--fd", str(theirs.fileno())]) \
+            + (["-d"] if self.debug else [])
         env = dict(os.environ, AVSM_CONFIG=json.dumps(self.cfg))
-        self.warden.proc = subprocess.Popen(
-            args, pass_fds=[theirs.fileno()], env=env, stdin=subprocess.DEVNULL
-        )
+        self.warden.proc = subprocess.Popen(args, pass_fds=[theirs.fileno()], env=env,
+                                            stdin=subprocess.DEVNULL)
         theirs.close()
         self.warden.attach(self.warden.proc.pid, ours)
         log(self.debug, "avsmd", f"started the warden, pid {self.warden.pid}")
@@ -11071,8 +11018,7 @@ class Daemon:
             how = describe_status(status)
         else:
             try:
-                # reaped by its own pid only
-                pid, status = os.waitpid(self.roles.pid, os.WNOHANG)
+                pid, status = os.waitpid(self.roles.pid, os.WNOHANG)    # by its own pid only
             except ChildProcessError:
                 pid, status = self.roles.pid, 0
             if pid == 0 or self.roles.chan is None:
@@ -11105,13 +11051,11 @@ class Daemon:
         if self.lock.lost:
             return None
         try:
-            return self.ledger.append(
-                new_record(kind, "self", summary=summary, **fields), int(time.time())
-            )
+            return self.ledger.append(new_record(kind, "self", summary=summary, **fields),
+                                      int(time.time()))
         except LockLost:
             self.lock.lost = True
-        # a ledger that cannot be written must not take the daemon down
-        except Exception as err:
+        except Exception as err:          # an unwritable ledger must not take avsmd down
             sys.stderr.write(f"avsmd: could not append to the ledger: {err}\n")
             self.notifier.tell(ledger_down_notice(str(err)))
         return None
@@ -11138,14 +11082,11 @@ class Daemon:
         if os.path.exists(self.home) and not os.path.isdir(self.home):
             raise Fail(EX_CANTCREAT, f"{self.home} is not a directory; give --home a directory")
         if os.path.lexists(os.path.join(self.home, MIRROR_MARK)):
-            raise Fail(
-                EX_CANTCREAT,
-                f"{self.home} is a witness's copy of another host's ledger "
-                "(avsm fleet witness --mirror): avsmd runs nothing of it and "
-                "writes nothing to it, or the next witness run would find it "
-                f"forked; read it with avsm --home {self.home} doctor, summary, "
-                "why or chart, or give --home another directory",
-            )
+            raise Fail(EX_CANTCREAT, f"{self.home} is a witness's copy of another host's ledger "
+                                     "(avsm fleet witness --mirror): avsmd runs nothing of it and "
+                                     "writes nothing to it, or the next witness run would find it "
+                                     f"forked; read it with avsm --home {self.home} doctor, "
+                                     "summary, why or chart, or give --home another directory")
         os.makedirs(self.home, mode=0o700, exist_ok=True)
         self.lock.take()
         swept = sweep_groups(os.path.join(self.home, "groups"), self.home)    # before anything else
@@ -11153,18 +11094,14 @@ class Daemon:
             self.ledger = Ledger(os.path.join(self.home, "ledger.db"), still_ours=self.lock.ours)
             broken = ledger_problem(self.ledger.db)
         except sqlite3_errors() as err:
-            raise Fail(
-                EX_DATAERR,
-                f"{self.home}/ledger.db is not a ledger avsmd can open: {err}; nothing was written."
-                f" See avsm --home {self.home} doctor",
-            ) from None
+            raise Fail(EX_DATAERR, f"{self.home}/ledger.db is not a ledger avsmd can open: {err};"
+                                   f" nothing was written. See avsm --home {self.home} doctor") \
+                from None
         if broken is not None:
             seq, why = broken
-            raise Fail(
-                EX_DATAERR,
-                f"record #{seq} of {self.home}/ledger.db does not read: {why}; nothing was"
-                f" appended. See avsm doctor, and avsm doctor --cut {seq} with avsmd stopped",
-            )
+            raise Fail(EX_DATAERR, f"record #{seq} of {self.home}/ledger.db does not read: {why};"
+                                   f" nothing was appended. See avsm doctor, and avsm doctor --cut"
+                                   f" {seq} with avsmd stopped")
         return swept
 
     def run(self):
@@ -11188,35 +11125,25 @@ class Daemon:
         self.append_self("start", f"avsmd {VERSION} started (pid {pid}) on {self.home}",  # 2
                          pid=pid)
         if swept:
-            self.append_self(
-                "sweep",
-                f"ended {swept} process group(s) an earlier avsmd left running",
-                groups=swept,
-            )
+            self.append_self("sweep",
+                             f"ended {swept} process group(s) an earlier avsmd left running",
+                             groups=swept)
         cut_marker = os.path.join(self.home, "cut")
         if os.path.exists(cut_marker):
             with open(cut_marker) as fh:
                 seq, _, backup = fh.read().strip().partition(" ")
-            if self.append_self(
-                "cut",
-                f"the ledger was cut just before #{seq} by avsm doctor; the whole ledger before it"
-                f" is {backup}",
-                before=int(seq) if seq.isdigit() else None,
-                backup=backup,
-            ):
+            if self.append_self("cut", f"the ledger was cut just before #{seq} by avsm doctor; the"
+                                       f" whole ledger before it is {backup}",
+                                before=int(seq) if seq.isdigit() else None, backup=backup):
                 os.unlink(cut_marker)
         self.start_roles()
         self.start_warden()
         print(f"avsmd: serving {self.home} (pid {pid})", file=sys.stderr, flush=True)
-        serve = {
-            "listener": lambda conn: self.clients.accept(),
-            "client": self.clients.data,
-            "warden": lambda conn: self.from_warden(),
-            "roles": lambda conn: self.from_roles(),
-            "warden-exit": lambda conn: self.ended(self.warden),
-            "roles-exit": lambda conn: self.ended(self.roles),
-            "signal": lambda conn: receive(wake_r, 512),
-        }
+        serve = {"listener": lambda conn: self.clients.accept(), "client": self.clients.data,
+                 "warden": lambda conn: self.from_warden(), "roles": lambda conn: self.from_roles(),
+                 "warden-exit": lambda conn: self.ended(self.warden),
+                 "roles-exit": lambda conn: self.ended(self.roles),
+                 "signal": lambda conn: receive(wake_r, 512)}
         next_check = time.monotonic() + 1
         while True:                                                                  # 3
             now = time.monotonic()
@@ -11226,10 +11153,8 @@ class Daemon:
                 serve[what](conn)
             for signum in self.signals:
                 if signum == signal.SIGHUP:
-                    sys.stderr.write(
-                        "avsmd: SIGHUP ignored: config.yaml is read once, at start; restart avsmd"
-                        " to apply changes\n"
-                    )
+                    sys.stderr.write("avsmd: SIGHUP ignored: config.yaml is read once, at start;"
+                                     " restart avsmd to apply changes\n")
                 else:
                     log(self.debug, "avsmd", f"signal {signum}: stopping")
                     self.begin_stop(signal.Signals(signum).name)
@@ -11245,10 +11170,8 @@ class Daemon:
             if now >= next_check and not self.stopping:
                 taken = self.lock.check(self.debug)
                 if self.lock.lost:
-                    sys.stderr.write(
-                        f"avsmd: another avsmd (pid {taken}) took the lock of {self.home}; "
-                        "stopping without appending anything more\n"
-                    )
+                    sys.stderr.write(f"avsmd: another avsmd (pid {taken}) took the lock of"
+                                     f" {self.home}; stopping without appending anything more\n")
                     self.exit_code = EX_TEMPFAIL
                     self.begin_stop(f"another avsmd (pid {taken}) took the lock of its home")
                 else:
@@ -11271,7 +11194,7 @@ class Daemon:
         self.from_warden()
         self.groups.end_all()
         self.clients.close(remove=False)
-        # the stop's notice told, and any failure written before `stop`
+        # the stop's notice told, and any failure written, before `stop`
         self.notifier.finish(self.stop_deadline)
         if not self.lock.lost:
             pid = os.getpid()
@@ -11314,11 +11237,9 @@ def run_roles(channel):
                     system, user = build_request(message["packet"])
                     answer = {"system": system, "user": user}
                 else:
-                    answer = parse_reply(
-                        base64.b64decode(message.get("data", "")), message["packet"]
-                    )
-            # a process boundary: the warden hears of it, nothing acts on it
-            except Exception as err:
+                    answer = parse_reply(base64.b64decode(message.get("data", "")),
+                                         message["packet"])
+            except Exception as err:    # a process boundary: the warden hears of it
                 answer = {"error": f"{type(err).__name__}: {str(err)[:200]}"}
             answer["rid"] = message.get("rid")
             send_line(channel, answer)
