@@ -16058,22 +16058,14 @@ def metrics_text(states, home, now):
 # =============================================================================
 
 CLIENT_COMMANDS = {
-    "add": cmd_add,
-    "status": cmd_status,
-    "summary": cmd_summary,
-    "tail": cmd_tail,
+    "add": cmd_add, "status": cmd_status, "summary": cmd_summary, "tail": cmd_tail,
     "asks": lambda home, args: cmd_offline(home, "asks", args, cmd_simple("asks", "asks")),
-    "approve": cmd_approve,
-    "deny": cmd_simple("deny", "deny ASK", "ask"),
+    "approve": cmd_approve, "deny": cmd_simple("deny", "deny ASK", "ask"),
     "pause": cmd_simple("pause", "pause VENTURE", "venture"),
-    "resume": cmd_simple("resume", "resume VENTURE", "venture"),
-    "why": cmd_why,
-    "propose": cmd_propose,
-    "decide": cmd_simple("decide", "decide VENTURE", "venture"),
-    "doctor": cmd_doctor,
-    "chart": cmd_chart,
-    "checkpoint": cmd_checkpoint, "link": cmd_link, "try": None, "fleet": None, "bridge": None,
-}
+    "resume": cmd_simple("resume", "resume VENTURE", "venture"), "why": cmd_why,
+    "propose": cmd_propose, "decide": cmd_simple("decide", "decide VENTURE", "venture"),
+    "doctor": cmd_doctor, "chart": cmd_chart, "checkpoint": cmd_checkpoint, "link": cmd_link,
+    "try": None, "fleet": None, "bridge": None}
 
 
 def run_client(args):
@@ -16082,9 +16074,8 @@ def run_client(args):
     host, rest = take_option(rest, "--host")
     fleet, rest = take_option(rest, "--fleet")
     if host is not None and home is not None:
-        raise Fail(
-            EX_USAGE, "--home names a home on this host; name the far one with --host HOST:HOME"
-        )
+        raise Fail(EX_USAGE,
+                   "--home names a home on this host; name the far one with --host HOST:HOME")
     if fleet is not None and host is None and rest[:1] != ["fleet"]:
         raise Fail(EX_USAGE, "--fleet FILE names the fleet file of avsm fleet and of --host NAME; "
                              "write avsm --fleet FILE fleet status, "
@@ -16093,19 +16084,15 @@ def run_client(args):
         out(command_help(rest[0]))
         return EX_OK
     if rest and rest[0] == "bridge":
-        return cmd_bridge(
-            resolve_home(home), rest[1:], home is not None or bool(os.environ.get("AVSMD_HOME"))
-        )
+        return cmd_bridge(resolve_home(home), rest[1:],
+                          home is not None or bool(os.environ.get("AVSMD_HOME")))
     if rest and rest[0] == "fleet":
         return cmd_fleet(rest[1:], fleet, home)
     if host is not None and rest and rest[0] not in ("-h", "--help", "help", "--version") \
             and not {"-h", "--help"} & set(rest[1:]):
         if rest[0] not in CLIENT_COMMANDS:
-            raise Fail(
-                EX_USAGE,
-                f"'{rest[0]}' is not an avsm command{nearest(rest[0], CLIENT_COMMANDS)}: avsm"
-                " --help lists them",
-            )
+            raise Fail(EX_USAGE, f"'{rest[0]}' is not an avsm command"
+                                 f"{nearest(rest[0], CLIENT_COMMANDS)}: avsm --help lists them")
         return run_remote(host, rest[0], rest[1:], fleet)
     return run_verb(home, rest)
 
@@ -16126,14 +16113,10 @@ def run_verb(home, rest):
                              f"--home DIR, --host HOST, --fleet FILE, --help and --version; "
                              f"avsm --help lists the commands")
     if verb not in CLIENT_COMMANDS:
-        raise Fail(
-            EX_USAGE,
-            f"'{verb}' is not an avsm command{nearest(verb, CLIENT_COMMANDS)}: avsm --help lists"
-            " them",
-        )
-    options, names = (
-        (rest[: rest.index("--")], rest[rest.index("--") + 1 :]) if "--" in rest else (rest, [])
-    )
+        raise Fail(EX_USAGE, f"'{verb}' is not an avsm command{nearest(verb, CLIENT_COMMANDS)}:"
+                             f" avsm --help lists them")
+    options, names = (rest[:rest.index("--")], rest[rest.index("--") + 1:]) if "--" in rest \
+        else (rest, [])
     if "-h" in options or "--help" in options:
         out(command_help(verb))
         return EX_OK
@@ -16144,30 +16127,23 @@ def run_verb(home, rest):
                 # no name to take: only the usage helps
                 if verb not in ("add", "pause", "resume", "decide", "try"):
                     raise Fail(EX_USAGE, f"avsm {verb} takes no option '{arg}'; {usage}")
-                raise Fail(
-                    EX_USAGE,
-                    f"avsm {verb} takes no option '{arg}'; {usage} (for a name that begins with -, "
-                    f"write avsm {verb} -- {arg})",
-                )
+                raise Fail(EX_USAGE, f"avsm {verb} takes no option '{arg}'; {usage} (for a name"
+                                     f" that begins with -, write avsm {verb} -- {arg})")
     if verb == "try":
         return cmd_try(home, options + names)
     # a venture named after -- is a name, even one that begins with -
     if verb == "status":
         return cmd_status(resolve_home(home), options, names)
     try:
-        # chart reads its own options, so it is handed the -- that ends them (a venture named -h is
-        # chart -- -h)
-        return CLIENT_COMMANDS[verb](
-            resolve_home(home), rest if verb == "chart" else options + names
-        )
+        # chart reads its own options, so it is handed the -- that ends them
+        return CLIENT_COMMANDS[verb](resolve_home(home),
+                                     rest if verb == "chart" else options + names)
     except Exception as err:
         # not a ledger, or a record not JSON
         if type(err).__module__ == "sqlite3" or isinstance(err, json.JSONDecodeError):
-            raise Fail(
-                EX_DATAERR,
-                f"{ledger_path(resolve_home(home))} cannot be read: {err}; "
-                f"{client_command(resolve_home(home))} doctor says more",
-            ) from None
+            raise Fail(EX_DATAERR, f"{ledger_path(resolve_home(home))} cannot be read: {err}; "
+                                   f"{client_command(resolve_home(home))} doctor says more") \
+                from None
         raise
 
 
@@ -16187,28 +16163,15 @@ def command_help(verb):
     return "\n".join(lines)
 
 
-OPTIONLESS_COMMANDS = (
-    "add",
-    "asks",
-    "deny",
-    "decide",
-    "pause",
-    "resume",
-    "why",
-    "try",
-    "checkpoint",
-    "link",
-)
+OPTIONLESS_COMMANDS = ("add", "asks", "deny", "decide", "pause", "resume", "why", "try",
+                       "checkpoint", "link")
 
 
 def take_option(args, option):
     """Return (the value of `option` or None, the other arguments), before or after the command."""
     home, rest, i = None, [], 0
-    needs = {
-        "--home": "a directory",
-        "--host": "a host, as [user@]HOST[:HOME]",
-        "--fleet": "a file",
-    }[option]
+    needs = {"--home": "a directory", "--host": "a host, as [user@]HOST[:HOME]",
+             "--fleet": "a file"}[option]
     while i < len(args):
         if args[i] == "--":
             rest += args[i:]                # what follows -- is names, never an option
@@ -16257,11 +16220,8 @@ def run_daemon(args):
         else:
             raise Fail(EX_USAGE, f"avsmd does not take '{arg}'; avsmd --help lists its options")
     if dirs and mode != "-t":
-        raise Fail(
-            EX_USAGE,
-            f"avsmd takes a directory only after -t (avsmd -t {dirs[0]} checks it); avsmd --help"
-            " lists its options",
-        )
+        raise Fail(EX_USAGE, f"avsmd takes a directory only after -t (avsmd -t {dirs[0]} checks"
+                             f" it); avsmd --help lists its options")
     home = resolve_home(home)
     if os.path.exists(home) and not os.path.isdir(home):
         raise Fail(EX_CANTCREAT, f"{home} is not a directory; move it aside or pass another --home")
@@ -16272,16 +16232,13 @@ def run_daemon(args):
     if mode == "-t":
         return test_ventures(home, cfg, dirs) if dirs else test_config(home, cfg, path)
     keep_standard_files_open()
-    if __name__ == "__main__":
-        # run as a script, this file was compiled afresh: start again from its cached bytecode, same
-        # pid
+    if __name__ == "__main__":  # compiled afresh: start again from the cached bytecode, same pid
         os.execv(sys.executable, cached_command("avsmd", given))
     mark_close_on_exec()            # what avsmd's starter left open reaches no notify command
     return Daemon(home, cfg, path, text, debug).run()
 
 
-# started by avsmd and its warden, not by hand
-INTERNAL_PROGRAMS = ("warden", "adapter", "forecast")
+INTERNAL_PROGRAMS = ("warden", "adapter", "forecast")  # started by avsmd and its warden
 
 
 def run_internal(program, args):
@@ -16290,11 +16247,8 @@ def run_internal(program, args):
         return run_forecast(args)
     if program == "warden":
         home, rest = take_option(args, "--home")
-        if (
-            "--fd" not in rest
-            or rest.index("--fd") + 1 >= len(rest)
-            or not rest[rest.index("--fd") + 1].isdigit()
-        ):
+        if "--fd" not in rest or rest.index("--fd") + 1 >= len(rest) \
+                or not rest[rest.index("--fd") + 1].isdigit():
             raise Fail(EX_USAGE, "the warden is started by avsmd, not by hand; run avsmd")
         fd = int(rest[rest.index("--fd") + 1])
         keep_standard_files_open()
@@ -16305,21 +16259,15 @@ def run_internal(program, args):
 def run_forecast(args):
     """The forecast program: the facts as JSON on standard input, the forecast as JSON out."""
     if args or sys.stdin is None or sys.stdin.isatty():
-        raise Fail(
-            EX_USAGE,
-            "the forecast program is started by the warden with its facts on standard input; run"
-            " avsmd",
-        )
+        raise Fail(EX_USAGE, "the forecast program is started by the warden with its facts on"
+                             " standard input; run avsmd")
     try:
         facts = json.loads(sys.stdin.read())
         if facts.get("world"):
             guards = {"guards": [{"name": g} for g in facts.get("guards", [])]}
             step = lambda data: run_world_step(facts["world"], data, guards)     # noqa: E731
-            result = (
-                packet_world_forecast(facts, step)
-                if facts.get("packet")
+            result = packet_world_forecast(facts, step) if facts.get("packet") \
                 else forecast_world_paths(facts, step)
-            )
         else:
             result = forecast(facts, seed=facts.get("seed", 0))
     except (ValueError, KeyError, TypeError) as err:
@@ -16331,18 +16279,14 @@ def run_forecast(args):
 def run_adapter(args):
     """The built-in adapters (open point 5): `http.status URL`, `stripe PATH[#/ptr]`, `github`."""
     if len(args) != 2 or args[0] not in ADAPTERS:
-        raise Fail(
-            EX_USAGE,
-            f"no built-in adapter reads {' '.join(args)!r}; use http.status URL, stripe PATH or"
-            " github PATH",
-        )
+        raise Fail(EX_USAGE, f"no built-in adapter reads {' '.join(args)!r}; use http.status URL,"
+                             f" stripe PATH or github PATH")
     if args[0] == "http.status":
         try:
             status, _ = adapter_get(args[1])
         except OSError as err:
             raise Fail(EX_UNAVAILABLE, f"http.status {args[1]}: {err}") from None
-        # any status is the reading: 404 and 503 are numbers a guard bounds
-        out(str(status))
+        out(str(status))    # any status is the reading: 404 and 503 are numbers a guard bounds
         return EX_OK
     given = json.loads(sys.stdin.read() or "{}")
     if given.get("problem"):
@@ -16378,8 +16322,7 @@ def main(argv=None):
     except Fail as fail:
         sys.stderr.write(f"{name}: {shown(str(fail))}\n")
         return fail.code
-    except BrokenPipeError:
-        # the reader went away (avsm tail | head -1): end quietly
+    except BrokenPipeError:         # the reader went away (avsm tail | head -1)
         devnull = os.open(os.devnull, os.O_WRONLY)
         os.dup2(devnull, sys.stdout.fileno())
         return EX_OK
@@ -16412,10 +16355,9 @@ def report_bug(name):
     """An unexpected error: the whole traceback on standard error, with how to report it."""
     import traceback
     traceback.print_exc()
-    sys.stderr.write(
-        f"{name} {VERSION}: this is a bug in avsm, not something you did. Please report it with the"
-        " lines above, the command you ran and `python3 --version`.\n"
-    )
+    sys.stderr.write(f"{name} {VERSION}: this is a bug in avsm, not something you did. Please"
+                     " report it with the lines above, the command you ran and"
+                     " `python3 --version`.\n")
     return EX_SOFTWARE
 
 
