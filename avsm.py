@@ -73,12 +73,9 @@ EX_TEMPFAIL = 75     # another avsmd holds the home, or avsmd must be stopped fi
 EX_NOPERM = 77       # a permission missing
 EX_CONFIG = 78       # a config or mandate that does not hold, or a Python older than 3.11
 
-# The first thing either program does, at import, before anything 3.11-only runs, so an older
-# interpreter gets one line and EX_CONFIG (the installation does not hold; it is no bug in avsm, and
-# a service manager can be told not to restart on 78) rather than a traceback. For that the whole
-# file must still parse on Python 3.6 and later:
-# no `match`, no `except*`, no parenthesized context managers (tests/test_newcomer.py checks it on
-# 3.8 to 3.10).
+# At import, before anything 3.11-only runs, an older interpreter gets one line and EX_CONFIG (no
+# bug in avsm; a service manager can be told not to restart on 78), not a traceback. So the file
+# must parse on 3.6: no `match`, no `except*`, no parenthesized context managers (test_newcomer).
 if sys.version_info < (3, 11):
     sys.stderr.write("avsm needs Python 3.11 or later; this is %d.%d.%d at %s\n"
                      % (sys.version_info[:3] + (sys.executable or "an unknown path",)))
@@ -89,8 +86,7 @@ ZERO_HASH = "0" * 64
 SOCKET_LIMIT = 103 if sys.platform == "darwin" else 107
 NAME_CHARS = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_-.")
 LEVER_TIMEOUT = 600          # a lever run's time limit unless `timeout:` says otherwise
-# a report's, guard's, audit's or reading's time limit unless its `timeout:` says otherwise
-READING_TIMEOUT = 600
+READING_TIMEOUT = 600        # a report's, guard's, audit's or reading's, likewise
 KILL_GRACE = 7               # SIGTERM, then SIGKILL this many seconds later
 NOTE_MAX = 2000              # characters of a note kept in a record
 OUTPUT_KEEP = 64 * 1024      # bytes of a command's output kept while it runs
@@ -100,8 +96,7 @@ REPLY_MAX = 256 * 1024       # bytes of a model's reply read at most
 BACKOFF_FIRST, BACKOFF_CEILING, BACKOFF_RESET = 1, 300, 600   # open point 31
 QUICK_DEATH = 10             # a `run` that dies within this many seconds is restarted with back-off
 WARDEN_STOP_GRACE = 9        # seconds avsmd waits for the warden at a stop
-WARDEN_LATE = 21             # and then for one still ending its levers (KILL at KILL_GRACE, then
-                             # outcomes, RUN-07): seconds on a loaded machine; a hung one meets it
+WARDEN_LATE = 21             # then for one still ending its levers (RUN-07); a hung one meets it
 
 
 class Fail(Exception):
