@@ -119,8 +119,7 @@ DURATION_MAX = 36500 * 86400  # 100 years: past it a duration is a typo, and clo
 
 
 def parse_duration(text):
-    """Return the seconds in a duration: one positive whole number and one unit (10s, 5m, 2h,
-    1d)."""
+    """Return the seconds in a duration: a positive whole number and a unit (10s, 5m, 2h, 1d)."""
     s = text.strip() if isinstance(text, str) else json.dumps(text)  # YAML's null reads null
     one = re.fullmatch(r"([0-9]+)([smhd])", s)
     if one and 0 < int(one[1]) * DURATION_UNITS[one[2]] <= DURATION_MAX:
@@ -182,8 +181,7 @@ def parse_cap(text):
     count, slash, period = s.partition("/")
     if not slash or not count.isdigit() or not count.isascii():
         raise ValueError(
-            f"'{s}' is not a cap; write a count and a period, such as 60/hour or 4/day"
-        )
+            f"'{s}' is not a cap; write a count and a period, such as 60/hour or 4/day")
     if int(count) < 1:
         raise ValueError(f"'{s}' is not a cap: its count must be at least 1 "
                          f"(a lever that may never run is forbidden:, or not permitted at all)")
@@ -227,8 +225,7 @@ def parse_number(text):
     return value if abs(value) != float("inf") else None  # 1e400 overflows: no number
 
 
-# README: "A number beyond 1e300 is refused, not rounded": in a mandate, a config or JSON.
-# A report's own number is only kept finite.
+# README: "A number beyond 1e300 is refused, not rounded" (a report's is only kept finite)
 NUMBER_MAX = 1e300
 NUMBER_DIGITS = {10: 302, 8: 335, 16: 251}  # more significant digits is past NUMBER_MAX
 
@@ -240,8 +237,7 @@ class NumberError(ValueError):
 def number_refusal(text):
     """Return why the number written `text` is refused, quoting it shortened."""
     return (
-        f"{shorten(text)} is too large: avsm takes no number beyond 1e300; write a smaller number"
-    )
+        f"{shorten(text)} is too large: avsm takes no number beyond 1e300; write a smaller number")
 
 
 def shorten(text, keep=24):
@@ -256,13 +252,12 @@ def shown_value(value, keep=60):
 
 
 def bounded_int(text, base):
-    """Return the integer `text` in `base`, or raise NumberError past NUMBER_MAX (counted in
-    digits first: int() refuses past 4300)."""
+    """Return the integer `text` in `base`, or raise NumberError past NUMBER_MAX (digits counted
+    first: int() refuses past 4300)."""
     digits = text.lstrip("+-").lstrip("0")
     if len(digits) > NUMBER_DIGITS[base] or abs(int(text, base)) > NUMBER_MAX:
         raise NumberError(
-            number_refusal(text if base == 10 else ("0x" if base == 16 else "0o") + text)
-        )
+            number_refusal(text if base == 10 else ("0x" if base == 16 else "0o") + text))
     return int(text, base)
 
 
@@ -307,7 +302,7 @@ def nearest(word, known):
     return f" (did you mean '{close[0]}'?)" if close else ""
 
 
-# ---- the YAML subset --------------------------------------------------------
+# ---- the YAML subset ----
 # mandate.yaml and config.yaml as open point 24 settles it (../yaml-cases/README.md):
 # the YAML 1.2 core-schema value, or a YamlError at line:col saying what to write; never a guess.
 
@@ -322,6 +317,7 @@ class YamlError(ValueError):
 
 
 YAML_MULTILINE = "a scalar must fit on one line; use | or > for text over several lines"
+YAML_UNCLOSED = "the quote opened here is not closed on its line; " + YAML_MULTILINE
 YAML_ANCHOR = "anchors and aliases are not supported; write the value out"
 YAML_TAG = "tags are not supported; remove the tag (quote the value to keep it a string)"
 YAML_MAX_DEPTH = 100  # far beyond any mandate; keeps recursion clear of Python's limit
@@ -342,10 +338,9 @@ YAML_FLOAT = r'[-+]?(\.[0-9]+|[0-9]+(\.[0-9]*)?)([eE][-+]?[0-9]+)?'
 YAML_INF = r'[-+]?\.(inf|Inf|INF)'
 YAML_NAN = r'\.(nan|NaN|NAN)'
 
-YAML_ESCAPES = {
-    '0': '\0', 'a': '\a', 'b': '\b', 't': '\t', '\t': '\t', 'n': '\n', 'v': '\v',
-    'f': '\f', 'r': '\r', 'e': '\x1b', ' ': ' ', '"': '"', '/': '/', '\\': '\\',
-    'N': '\x85', '_': '\xa0', 'L': '\u2028', 'P': '\u2029'}
+YAML_ESCAPES = {'0': '\0', 'a': '\a', 'b': '\b', 't': '\t', '\t': '\t', 'n': '\n', 'v': '\v',
+                'f': '\f', 'r': '\r', 'e': '\x1b', ' ': ' ', '"': '"', '/': '/', '\\': '\\',
+                'N': '\x85', '_': '\xa0', 'L': '\u2028', 'P': '\u2029'}
 YAML_HEX_ESCAPES = {'x': 2, 'u': 4, 'U': 8}
 YAML_HEX_DIGITS = r'[0-9a-fA-F]+'
 
@@ -363,8 +358,8 @@ def parse_yaml_marked(text, source=None):
 
 
 def split_yaml_lines(text, source):
-    """Return (lines, whether the last line lacks its line break) for `text`, refusing a
-    character YAML does not allow where it stands."""
+    """Return (lines, whether the last line lacks its line break), refusing a character YAML
+    does not allow."""
     if isinstance(text, (bytes, bytearray)):
         try:
             text = bytes(text).decode('utf-8')
@@ -520,7 +515,7 @@ class YamlReader:
         if len(path) > YAML_MAX_DEPTH:
             raise self.error(row, i, f"nested deeper than {YAML_MAX_DEPTH} levels; flatten it")
 
-    # --- lines ---------------------------------------------------------------
+    # --- lines ---
 
     def skip_spaces(self, row, i):
         """Return the index of the first non-space at or after i; a tab there is refused."""
@@ -567,15 +562,14 @@ class YamlReader:
         line = self.lines[row]
         return line.startswith('-', i) and (i + 1 == len(line) or line[i + 1] in ' \t')
 
-    # --- document and block collections ----------------------------------------
+    # --- document and block collections ---
 
     def document(self):
         """document ::= comment* ['---' comment?] comment* [block_node] comment*"""
         row = self.skip_blank(0)
         if row < len(self.lines) and is_document_marker(self.lines[row], '---'):
-            self.finish_line(
-                row, 3, "content on the '---' line; start the document on the next line"
-            )
+            self.finish_line(row, 3,
+                             "content on the '---' line; start the document on the next line")
             row += 1
         row = self.next_content(row)
         if row == len(self.lines):
@@ -621,9 +615,8 @@ class YamlReader:
             if not self.is_dash(row, indent):
                 if under_key:
                     return items, row
-                raise self.error(
-                    row, indent, "expected '- ' here, where the sequence above continues"
-                )
+                raise self.error(row, indent,
+                                 "expected '- ' here, where the sequence above continues")
 
     def seq_entry(self, row, indent, path):
         """entry ::= '-' EOL next_lines_node | '-' ' '+ (compact_seq | compact_map |
@@ -686,23 +679,19 @@ class YamlReader:
         """Return the refusal of a line indented deeper than the entry before allows."""
         i = self.indent(row)
         if self.is_dash(row, i) or self.block_key(row, i, ()):
-            return self.error(
-                row,
-                i,
-                "bad indentation: this entry lines up with no block above it; "
-                "align it with its siblings",
-            )
+            return self.error(row, i,
+                              "bad indentation: this entry lines up with no block above it; "
+                              "align it with its siblings")
         return self.error(row, i, YAML_MULTILINE)
 
     def not_a_key_reason(self, row, i):
         """Return why the line at a mapping's indentation is refused."""
         if self.is_dash(row, i):
             return (
-                "a '- ' entry cannot follow keys at the same indentation; indent it under its key"
-            )
+                "a '- ' entry cannot follow keys at the same indentation; indent it under its key")
         return "expected 'key: value' here (is a ':' missing, or a scalar continued from above?)"
 
-    # --- keys and one-line values ---------------------------------------------
+    # --- keys and one-line values ---
 
     def block_key(self, row, i, path):
         """Return (key, index of ':') when a block mapping entry starts at i, else None.
@@ -760,12 +749,11 @@ class YamlReader:
             raise self.error(row, i, reason)
         value, end = self.plain_value(row, i, flow=False)
         if end < len(line) and line[end] == ':':
-            raise self.error(
-                row, end, "a mapping cannot start here; put it on the next lines, indented"
-            )
+            raise self.error(row, end,
+                             "a mapping cannot start here; put it on the next lines, indented")
         return value, row + 1
 
-    # --- scalars --------------------------------------------------------------
+    # --- scalars ---
 
     def plain(self, row, i, flow):
         """Return (text, end) of the plain scalar at i.
@@ -801,9 +789,7 @@ class YamlReader:
         while True:
             j = line.find("'", j)
             if j < 0:
-                raise self.error(
-                    row, i, "the quote opened here is not closed on its line; " + YAML_MULTILINE
-                )
+                raise self.error(row, i, YAML_UNCLOSED)
             if not line.startswith("''", j):
                 return line[i + 1:j].replace("''", "'"), j + 1
             j += 2
@@ -831,9 +817,7 @@ class YamlReader:
             else:
                 raise self.error(row, j, f"unknown escape '\\{line[j + 1]}'; write '\\\\' for a "
                                          f"backslash, or use single quotes")
-        raise self.error(
-            row, i, "the quote opened here is not closed on its line; " + YAML_MULTILINE
-        )
+        raise self.error(row, i, YAML_UNCLOSED)
 
     def hex_escape(self, row, j):
         """Return the character of the hex escape at j."""
@@ -858,9 +842,8 @@ class YamlReader:
         if j < len(line) and line[j] in '0123456789':
             raise self.error(row, j, "indentation indicators (|2) are not supported; "
                                      "remove the digit and indent the text")
-        self.finish_line(
-            row, j, f"text after '{line[i:j]}'; put the text on the next lines, indented"
-        )
+        self.finish_line(row, j,
+                         f"text after '{line[i:j]}'; put the text on the next lines, indented")
         body, end = self.block_lines(row + 1, parent)
         if body and end == len(self.lines) and self.unterminated and chomp != '-' \
                 and self.lines[-1].strip(' '):
@@ -899,7 +882,7 @@ class YamlReader:
             r += 1
         return body, r
 
-    # --- flow collections -----------------------------------------------------
+    # --- flow collections ---
 
     def flow_node(self, row, i, path):
         """flow_node ::= flow_seq | flow_map | single | double | plain, all on this line"""
