@@ -987,56 +987,15 @@ class YamlReader:
 # each read into plain values or refused at file:line:col. Pure, as section 3.
 # =============================================================================
 
-# ---- the mandate ------------------------------------------------------------
+# ---- the mandate ----
 
-MANDATE_KEYS = {
-    "purpose",
-    "metric",
-    "controller",
-    "cadence",
-    "permitted",
-    "forbidden",
-    "restart",
-    "run",
-    "guards",
-    "audits",
-    "readings",
-    "range",
-    "max_step",
-    "max_rise",
-    "max_fall",
-    "confirm",
-    "world",
-    "calibration",
-    "escalate",
-    "timeout",
-}
-LEVER_KEYS = {
-    "name",
-    "run",
-    "cap",
-    "reversible",
-    "delegated",
-    "timeout",
-    "takes",
-    "expects",
-    "revoke_after",
-    "budget",
-    "check",
-}
-GUARD_KEYS = {
-    "name",
-    "run",
-    "adapter",
-    "drawdown",
-    "of",
-    "above",
-    "below",
-    "then",
-    "unwind",
-    "confirm",
-    "timeout",
-}
+MANDATE_KEYS = {"purpose", "metric", "controller", "cadence", "permitted", "forbidden", "restart",
+                "run", "guards", "audits", "readings", "range", "max_step", "max_rise", "max_fall",
+                "confirm", "world", "calibration", "escalate", "timeout"}
+LEVER_KEYS = {"name", "run", "cap", "reversible", "delegated", "timeout", "takes", "expects",
+              "revoke_after", "budget", "check"}
+GUARD_KEYS = {"name", "run", "adapter", "drawdown", "of", "above", "below", "then", "unwind",
+              "confirm", "timeout"}
 AUDIT_KEYS = {"name", "run", "worse", "better", "tolerance", "window", "confirm", "timeout"}
 READING_KEYS = {"name", "run", "lines", "audit", "timeout"}
 TAKES = ("text", "json", "diff", "file")
@@ -1046,8 +1005,7 @@ RESTART_POLICIES = ("always", "on-failure", "never")
 
 
 def checked_yaml(text, source):
-    """Return (the YAML document `text`, its Checker); Fail(78) at file:line:col when it does not
-    read."""
+    """Return (the YAML document `text`, its Checker); Fail(78) at file:line:col."""
     try:
         doc, marks = parse_yaml_marked(text, source)
     except YamlError as err:
@@ -1076,9 +1034,8 @@ class Checker:
             self.fail(path, f"{what} must be a mapping of keys to values")
         for key in value:
             if key not in known:
-                self.fail(
-                    tuple(path) + (key,), f"unknown key '{key}' in {what}{nearest(key, known)}"
-                )
+                self.fail(tuple(path) + (key,),
+                          f"unknown key '{key}' in {what}{nearest(key, known)}")
         return value
 
     def text(self, value, path, what, required=True):
@@ -1089,7 +1046,7 @@ class Checker:
         return value.strip()
 
     def number(self, value, path, what, positive=False):
-        # parse_yaml refuses a number past NUMBER_MAX: only NaN and the infinities are left
+        # past NUMBER_MAX parse_yaml refused it: only NaN and the infinities are left
         if isinstance(value, bool) or not isinstance(value, (int, float)) \
                 or not abs(value) < float("inf"):
             self.fail(path, f"{what} must be a number, not {shown_value(value)}")
@@ -1145,14 +1102,9 @@ def command_problem(run, directory):
     """Return why a command line's program is missing or not executable in `directory`, or None."""
     # the program, up to the shell's first operator
     word = re.match(r"[^\s;&|<>()$`\\\"'*?\[#~=]*", run.lstrip())[0]
-    first = (
-        word
-        if word
-        and run.lstrip()[len(word) :][:1] in ("", " ", "\t", "\n", ";", "&", "|", "<", ">", ")")
-        else ""
-    )
-    if "/" not in first:
-        # a name found on PATH, or a word the shell builds: the shell judges it
+    first = word if word and run.lstrip()[len(word):][:1] in ("", " ", "\t", "\n", ";", "&", "|",
+                                                               "<", ">", ")") else ""
+    if "/" not in first:    # a name found on PATH, or a word the shell builds: the shell judges it
         return None
     path = os.path.normpath(first if os.path.isabs(first) else os.path.join(directory, first))
     if not os.path.exists(path):
@@ -1174,8 +1126,7 @@ def check_venture_name(name):
         raise Fail(
             EX_DATAERR,
             f"'{name}' is not a venture name: a directory name is one word of letters, digits, _, -"
-            " and .; rename the directory",
-        )
+            " and .; rename the directory")
     if name == "self":
         raise Fail(EX_DATAERR, "'self' is avsm's own venture; rename the directory")
     return name
@@ -1183,15 +1134,12 @@ def check_venture_name(name):
 
 def parse_mandate(text, source="mandate.yaml", directory=None):
     """Return the mandate `text` as one validated dict; Fail(78) at file:line:col when it does not
-    hold. In the venture `directory`, when given, its programs must exist and be executable."""
+    hold. In `directory`, when given, its programs must exist and be executable."""
     doc, c = checked_yaml(text, source)
     c.mapping(doc, (), MANDATE_KEYS, "the mandate")
     c.require(
-        doc,
-        (),
-        ("purpose", "metric", "controller", "cadence"),
-        "the mandate has no '{key}'; every mandate says purpose, metric, controller and cadence",
-    )
+        doc, (), ("purpose", "metric", "controller", "cadence"),
+        "the mandate has no '{key}'; every mandate says purpose, metric, controller and cadence")
     m = {"purpose": c.text(doc["purpose"], ("purpose",), "purpose"),
          "metric": c.text(doc["metric"], ("metric",), "metric"),
          "cadence": c.duration(doc["cadence"], ("cadence",))}
@@ -1244,8 +1192,8 @@ def adapter_problem(text):
 
 
 def named_items(c, doc, key, keys, what, listing):
-    """Yield (path, item, name) of each item of a list key (permitted, guards, audits, readings),
-    each name once."""
+    """Yield (path, item, name) of each item of a list key (permitted, guards, ...), each name
+    once."""
     items, names, noun = [] if doc.get(key) is None else doc[key], set(), what.split()[-1]
     if not isinstance(items, list):
         c.fail((key,), f"{key} must be a list{listing}")
@@ -1266,10 +1214,8 @@ def parse_levers(c, doc, directory):
     for path, item, name in named_items(c, doc, "permitted", LEVER_KEYS, "a lever",
                                         " of levers, each with name, run, cap and reversible"):
         if name in BUILTIN_LEVERS:
-            c.fail(
-                path + ("name",),
-                f"'{name}' is built in (it pauses the venture); give the lever another name",
-            )
+            c.fail(path + ("name",),
+                   f"'{name}' is built in (it pauses the venture); give the lever another name")
         c.require(item, path, ("cap", "reversible") + (() if name == "research" else ("run",)),
                   f"lever '{name}' has no '{{key}}'; a lever says name, run, cap and reversible")
         def at(key):
@@ -1315,26 +1261,22 @@ def parse_expects(text):
     if not words or words[0] not in ("up", "down"):
         raise ValueError(
             f"'{text}' is not an expectation; write up or down, an optional size, then within and a"
-            " count: up 5 within 3"
-        )
+            " count: up 5 within 3")
     if "within" not in words:
         raise ValueError(
             f"'{text}' says no 'within'; write {words[0]} within 3, counting the reports that"
-            " follow a run"
-        )
+            " follow a run")
     at = words.index("within")
     size = None
     if at == 2:
         size = parse_number(words[1])
         if size is None or not size > 0 or size == float("inf"):
             raise ValueError(
-                f"'{words[1]}' is not a size; write a number above 0, as in up 5 within 3"
-            )
+                f"'{words[1]}' is not a size; write a number above 0, as in up 5 within 3")
     elif at != 1:
         raise ValueError(
             f"'{text}' is not an expectation; write up or down, an optional size, then within and a"
-            " count"
-        )
+            " count")
     if len(words) != at + 2 or not words[at + 1].isdigit() or int(words[at + 1]) < 1:
         raise ValueError(f"'{text}' needs a count of reports after within, such as within 3")
     return (words[0], size, int(words[at + 1]))
@@ -1343,12 +1285,8 @@ def parse_expects(text):
 def parse_budget(c, value, path):
     """Return a lever's budget {field, max, per} (open point 27)."""
     c.mapping(value, path, {"field", "max", "per"}, "a budget")
-    c.require(
-        value,
-        path,
-        ("field", "max", "per"),
-        "a budget has no '{key}'; write {field: qty, max: 100000, per: 1d}",
-    )
+    c.require(value, path, ("field", "max", "per"),
+              "a budget has no '{key}'; write {field: qty, max: 100000, per: 1d}")
     return {"field": c.text(value["field"], path + ("field",), "field"),
             "max": c.number(value["max"], path + ("max",), "max", positive=True),
             "per": c.duration(value["per"], path + ("per",))}
@@ -1363,16 +1301,12 @@ def parse_forbidden(c, doc, levers):
     for i, name in enumerate(items):
         name = c.text(name, ("forbidden", i), "a forbidden lever")
         if name in levers:
-            c.fail(
-                ("forbidden", i),
-                f"lever '{name}' is both permitted and forbidden; keep it in one list",
-            )
+            c.fail(("forbidden", i),
+                   f"lever '{name}' is both permitted and forbidden; keep it in one list")
         if name == "stop":
-            c.fail(
-                ("forbidden", i),
-                "stop is built in and always permitted (it pauses the venture); take it out of"
-                " forbidden",
-            )
+            c.fail(("forbidden", i),
+                   "stop is built in and always permitted (it pauses the venture); take it out of"
+                   " forbidden")
         names.append(name)
     return names
 
@@ -1381,16 +1315,14 @@ def parse_controller(c, value, levers):
     """Return the controller: its kind from CONTROLLERS, deadband and hold."""
     path = ("controller",)
     if not isinstance(value, dict):
-        c.fail(
-            path, "controller must be a mapping with a kind: threshold, band, model or classifier"
-        )
+        c.fail(path,
+               "controller must be a mapping with a kind: threshold, band, model or classifier")
     kind = c.choice(value.get("kind"), path + ("kind",), "controller kind", tuple(CONTROLLERS))
     c.mapping(value, path, CONTROLLERS[kind].keys, f"a {kind} controller")
     ctl = {"kind": kind, "deadband": None, "hold": 1}
     if "deadband" in value:
-        ctl["deadband"] = c.number(
-            value["deadband"], path + ("deadband",), "deadband", positive=True
-        )
+        ctl["deadband"] = c.number(value["deadband"], path + ("deadband",), "deadband",
+                                   positive=True)
     if "hold" in value:
         ctl["hold"] = c.whole(value["hold"], path + ("hold",), "hold")
     CONTROLLERS[kind].parse(c, value, levers, path, ctl)
@@ -1410,11 +1342,8 @@ def parse_threshold(c, value, levers, path, ctl):
 
 def parse_band(c, value, levers, path, ctl):
     c.require(
-        value,
-        path,
-        ("low", "high", "below", "above"),
-        "a band has no '{key}'; write {kind: band, low: 19, high: 24, below: heat, above: cool}",
-    )
+        value, path, ("low", "high", "below", "above"),
+        "a band has no '{key}'; write {kind: band, low: 19, high: 24, below: heat, above: cool}")
     for key in ("low", "high"):
         ctl[key] = c.number(value[key], path + (key,), key)
     if ctl["low"] >= ctl["high"]:
@@ -1467,10 +1396,8 @@ CONTROLLERS = {  # adding a controller kind is one entry here and its functions
     "band": ControllerKind(
         {"kind", "low", "high", "below", "above", "deadband", "hold"},
         parse_band,
-        lambda ctl: [
-            ("below", "below", ctl["low"], ctl["below"]),
-            ("above", "above", ctl["high"], ctl["above"]),
-        ],
+        lambda ctl: [("below", "below", ctl["low"], ctl["below"]),
+                     ("above", "above", ctl["high"], ctl["above"])],
         describe_band,
         False,
     ),
@@ -1523,15 +1450,10 @@ def parse_guards(c, doc, m, directory):
     for path, item, name in named_items(c, doc, "guards", GUARD_KEYS, "a guard",
                                         ", such as - {name: spend, run: ./spend, above: 100}"):
         g = {
-            "name": name,
-            "run": None,
-            "adapter": None,
-            "drawdown": None,
+            "name": name, "run": None, "adapter": None, "drawdown": None,
             "then": c.choice(item.get("then", "pause"), path + ("then",), "then", ("pause", "ask")),
             "confirm": c.boolean(item.get("confirm", m["confirm"]), path + ("confirm",), "confirm"),
-            "unwind": None,
-            "timeout": reading_timeout(c, item, path),
-        }
+            "unwind": None, "timeout": reading_timeout(c, item, path)}
         if "timeout" in item and "drawdown" in item:
             c.fail(path + ("timeout",), "a drawdown guard is read from the metric's report "
                                         "and runs nothing; remove timeout:")
@@ -1556,25 +1478,20 @@ def parse_guards(c, doc, m, directory):
         else:
             g["drawdown"] = c.parsed(parse_percent, item["drawdown"], path + ("drawdown",))
             if item.get("of") != m["metric"]:
-                c.fail(
-                    path + ("of",), f"a drawdown guard says of: {m['metric']}, the venture's metric"
-                )
+                c.fail(path + ("of",),
+                       f"a drawdown guard says of: {m['metric']}, the venture's metric")
         if "of" in item and "drawdown" not in item:
             c.fail(path + ("of",), "of: belongs to a drawdown guard")
         bounds = [k for k in ("above", "below") if k in item]
         if g["drawdown"] is None:
             if len(bounds) != 1:
                 c.fail(path, f"guard '{name}' takes exactly one bound: above: or below:")
-            g["side"], g["bound"] = bounds[0], c.number(
-                item[bounds[0]], path + (bounds[0],), bounds[0]
-            )
+            g["side"], g["bound"] = bounds[0], c.number(item[bounds[0]], path + (bounds[0],),
+                                                        bounds[0])
         elif bounds:
-            c.fail(
-                path + (bounds[0],),
-                "a drawdown guard's bound is its percentage; remove above:/below:",
-            )
-        else:
-            # trips when the fall from the peak passes P%
+            c.fail(path + (bounds[0],),
+                   "a drawdown guard's bound is its percentage; remove above:/below:")
+        else:   # trips when the fall from the peak passes P%
             g["side"], g["bound"] = "above", g["drawdown"]
         if "unwind" in item:
             g["unwind"] = parse_unwind(c, item["unwind"], path + ("unwind",), m["levers"])
@@ -1583,27 +1500,21 @@ def parse_guards(c, doc, m, directory):
 
 
 def parse_unwind(c, value, path, levers):
-    """Return a guard's unwind {action, payload}: one permitted lever and the exact payload it
-    takes."""
+    """Return a guard's unwind {action, payload}: a permitted lever and the payload it takes."""
     c.mapping(value, path, {"action", "payload"}, "an unwind")
     if "action" not in value:
         c.fail(path, "an unwind names its lever with action:")
     action = permitted_lever(c, value["action"], path + ("action",), levers)
     payload, takes = value.get("payload"), levers[action]["takes"]
     if takes == "json" and not isinstance(payload, dict):
-        c.fail(
-            path + ("payload",),
-            f"lever '{action}' takes json, so the unwind's payload is a mapping",
-        )
+        c.fail(path + ("payload",),
+               f"lever '{action}' takes json, so the unwind's payload is a mapping")
     if takes in ("text", "diff", "file") and not isinstance(payload, str):
-        c.fail(
-            path + ("payload",), f"lever '{action}' takes {takes}, so the unwind's payload is text"
-        )
+        c.fail(path + ("payload",),
+               f"lever '{action}' takes {takes}, so the unwind's payload is text")
     if takes is None and payload is not None:
-        c.fail(
-            path + ("payload",),
-            f"lever '{action}' takes no content; remove the payload or add takes: to the lever",
-        )
+        c.fail(path + ("payload",),
+               f"lever '{action}' takes no content; remove the payload or add takes: to the lever")
     if levers[action]["run"] == "mail.send":
         try:
             write_mail(payload, "avsm")
@@ -1615,87 +1526,53 @@ def parse_unwind(c, value, path, levers):
 def parse_audits(c, doc, directory):
     """Return the audits: a command, which way is worse, and a tolerance."""
     audits = []
-    for path, item, name in named_items(
-        c,
-        doc,
-        "audits",
-        AUDIT_KEYS,
-        "an audit",
-        ", such as - {name: refunds, run: ./refunds, worse: up, tolerance: 2}",
-    ):
+    for path, item, name in named_items(c, doc, "audits", AUDIT_KEYS, "an audit", ", such as - "
+                                        "{name: refunds, run: ./refunds, worse: up, tolerance: 2}"):
         c.require(item, path, ("run", "worse"), f"audit '{name}' has no '{{key}}'")
-        audits.append(
-            {
-                "name": name,
-                "run": c.command(item["run"], path + ("run",), f"audit '{name}'", directory),
-                "worse": c.choice(item["worse"], path + ("worse",), "worse", ("up", "down")),
-                "better": c.choice(
-                    item.get("better", "up"), path + ("better",), "better", ("up", "down")
-                ),
-                "tolerance": c.number(item.get("tolerance", 0), path + ("tolerance",), "tolerance"),
-                "window": c.whole(item.get("window", 5), path + ("window",), "window", least=2),
-                "confirm": c.boolean(item.get("confirm", True), path + ("confirm",), "confirm"),
-                "timeout": reading_timeout(c, item, path),
-            }
-        )
+        audits.append({
+            "name": name,
+            "run": c.command(item["run"], path + ("run",), f"audit '{name}'", directory),
+            "worse": c.choice(item["worse"], path + ("worse",), "worse", ("up", "down")),
+            "better": c.choice(item.get("better", "up"), path + ("better",), "better",
+                               ("up", "down")),
+            "tolerance": c.number(item.get("tolerance", 0), path + ("tolerance",), "tolerance"),
+            "window": c.whole(item.get("window", 5), path + ("window",), "window", least=2),
+            "confirm": c.boolean(item.get("confirm", True), path + ("confirm",), "confirm"),
+            "timeout": reading_timeout(c, item, path)})
     return audits
 
 
 def parse_readings(c, doc, m, directory):
     """Return the readings: commands whose address fields a model may see."""
     readings = []
-    for path, item, name in named_items(
-        c,
-        doc,
-        "readings",
-        READING_KEYS,
-        "a reading",
-        ", such as - {name: waiting, run: ./waiting, lines: address}",
-    ):
+    for path, item, name in named_items(c, doc, "readings", READING_KEYS, "a reading", ", such as"
+                                        " - {name: waiting, run: ./waiting, lines: address}"):
         if "run" not in item:
             c.fail(path, f"reading '{name}' has no 'run'")
         audit = item.get("audit")
         if audit is not None and not any(a["name"] == audit for a in m["audits"]):
-            c.fail(
-                path + ("audit",),
-                f"reading '{name}' names audit '{audit}', which the mandate does not have",
-            )
-        readings.append(
-            {
-                "name": name,
-                "run": c.command(item["run"], path + ("run",), f"reading '{name}'", directory),
-                "lines": c.choice(item.get("lines"), path + ("lines",), "lines", ("address",)),
-                "audit": audit,
-                "timeout": reading_timeout(c, item, path),
-            }
-        )
+            c.fail(path + ("audit",),
+                   f"reading '{name}' names audit '{audit}', which the mandate does not have")
+        readings.append({
+            "name": name,
+            "run": c.command(item["run"], path + ("run",), f"reading '{name}'", directory),
+            "lines": c.choice(item.get("lines"), path + ("lines",), "lines", ("address",)),
+            "audit": audit, "timeout": reading_timeout(c, item, path)})
     return readings
 
 
 def reading_timeout(c, item, path):
     """Return a reading program's own `timeout:` in seconds (at the top level the report's), or
-    None for the 10 minutes every reading may take."""
+    None."""
     if "timeout" in item:
         return c.duration(item["timeout"], tuple(path) + ("timeout",))
     return None
 
 
-# ---- the config -------------------------------------------------------------
+# ---- the config ----
 
-CONFIG_KEYS = {
-    "nightly",
-    "default",
-    "backends",
-    "escalate",
-    "ratchet",
-    "forecast",
-    "canary_asks",
-    "checkpoint",
-    "adapters",
-    "research",
-    "notify",
-    "metrics",
-}
+CONFIG_KEYS = {"nightly", "default", "backends", "escalate", "ratchet", "forecast", "canary_asks",
+               "checkpoint", "adapters", "research", "notify", "metrics"}
 BACKEND_KEYS = {"anthropic": {"kind", "model", "key", "url", "effort", "version", "max_tokens"},
                 "openai": {"kind", "url", "model", "key", "max_tokens", "api", "effort"},
                 "command": {"kind", "run", "offbox"}}
@@ -1716,8 +1593,7 @@ PACKET_FORECAST = {"days": 7, "seeds": 8}  # a decision packet's, unless the con
 
 
 def parse_config(text, source="config.yaml"):
-    """Return config.yaml as a dict with every key, defaults filled in; Fail(78) when it does not
-    hold."""
+    """Return config.yaml as a dict with every key, defaults filled in; Fail(78) when it fails."""
     doc, c = checked_yaml(text, source)
     doc = {} if doc is None else doc
     if isinstance(doc, dict) and "port" in doc:
@@ -1725,24 +1601,15 @@ def parse_config(text, source="config.yaml"):
             ("port",),
             "port: is gone: avsm opens no listener but its socket, and never will; reach this host "
             "over ssh instead (avsm --host HOST, avsm fleet; the README's Many hosts): remove"
-            " port:",
-        )
+            " port:")
     c.mapping(doc, (), CONFIG_KEYS, "the config")
-    cfg = {
-        "nightly": parse_nightly(c, doc.get("nightly", "03:00")),
-        "backends": {},
-        "default": None,
-        "escalate": None,
-        "ratchet": c.whole(doc.get("ratchet", 5), ("ratchet",), "ratchet", least=0),
-        "forecast": None,
-        "canary_asks": None,
-        "adapters": {},
-        "research": None,
-    }
+    cfg = {"nightly": parse_nightly(c, doc.get("nightly", "03:00")), "backends": {},
+           "default": None, "escalate": None,
+           "ratchet": c.whole(doc.get("ratchet", 5), ("ratchet",), "ratchet", least=0),
+           "forecast": None, "canary_asks": None, "adapters": {}, "research": None}
     backends = {} if doc.get("backends") is None else doc["backends"]
-    c.mapping(
-        backends, ("backends",), set(backends) if isinstance(backends, dict) else (), "backends"
-    )
+    c.mapping(backends, ("backends",), set(backends) if isinstance(backends, dict) else (),
+              "backends")
     for name, b in backends.items():
         path = ("backends", name)
         if (
@@ -1753,14 +1620,10 @@ def parse_config(text, source="config.yaml"):
             c.fail(path, f"backend '{name}' needs kind: anthropic, openai or command")
         c.mapping(b, path, BACKEND_KEYS[b["kind"]], f"a {b['kind']} backend")
         needs = {"anthropic": ("model", "key"), "openai": ("url", "model"), "command": ("run",)}[
-            b["kind"]
-        ]
+            b["kind"]]
         c.require(
-            b,
-            path,
-            needs,
-            f"backend '{name}' has no '{{key}}'; a {b['kind']} backend says {', '.join(needs)}",
-        )
+            b, path, needs,
+            f"backend '{name}' has no '{{key}}'; a {b['kind']} backend says {', '.join(needs)}")
         backend = {
             k: c.text(v, path + (k,), k) for k, v in b.items() if k not in ("offbox", "max_tokens")
         }
@@ -1769,29 +1632,22 @@ def parse_config(text, source="config.yaml"):
         if b["kind"] == "anthropic":
             backend["version"] = backend.get("version", ANTHROPIC_VERSION)
             if not re.fullmatch(r"\d{4}-\d\d-\d\d", backend["version"]):
-                c.fail(
-                    path + ("version",),
-                    f"version is the API's version date, as {ANTHROPIC_VERSION}, "
-                    f"not {json.dumps(backend['version'])}",
-                )
-            backend["max_tokens"] = c.whole(
-                b.get("max_tokens", MAX_TOKENS), path + ("max_tokens",), "max_tokens"
-            )
+                c.fail(path + ("version",),
+                       f"version is the API's version date, as {ANTHROPIC_VERSION}, "
+                       f"not {json.dumps(backend['version'])}")
+            backend["max_tokens"] = c.whole(b.get("max_tokens", MAX_TOKENS), path + ("max_tokens",),
+                                            "max_tokens")
         elif b["kind"] == "openai":  # max_tokens is sent only when it says
             given = b.get("max_tokens")
             backend["max_tokens"] = (
-                None if given is None else c.whole(given, path + ("max_tokens",), "max_tokens")
-            )
-            api = backend["api"] = c.choice(
-                b.get("api", "chat"), path + ("api",), "api", tuple(OPENAI_APIS)
-            )
+                None if given is None else c.whole(given, path + ("max_tokens",), "max_tokens"))
+            api = backend["api"] = c.choice(b.get("api", "chat"), path + ("api",), "api",
+                                            tuple(OPENAI_APIS))
             other = next(a for a in OPENAI_APIS if a != api)
             if b["url"].rstrip("/").endswith(OPENAI_APIS[other]):
-                c.fail(
-                    path + ("url",),
-                    f"'{b['url']}' is the {other} endpoint, and this backend speaks api: {api}; "
-                    f"end the url in {OPENAI_APIS[api]} or write api: {other}",
-                )
+                c.fail(path + ("url",),
+                       f"'{b['url']}' is the {other} endpoint, and this backend speaks api: {api}; "
+                       f"end the url in {OPENAI_APIS[api]} or write api: {other}")
         if "url" in b:
             c.url(b["url"], path + ("url",))
         # an anthropic or openai backend leaves the machine; a command when it says so
@@ -1802,18 +1658,14 @@ def parse_config(text, source="config.yaml"):
         if doc.get(key) is not None:
             name = c.text(doc[key], (key,), key)
             if name not in cfg["backends"]:
-                c.fail(
-                    (key,),
-                    f"{key}: '{name}' names no backend; name one under"
-                    f" backends:{nearest(name, cfg['backends'])}",
-                )
+                c.fail((key,), f"{key}: '{name}' names no backend; name one under"
+                               f" backends:{nearest(name, cfg['backends'])}")
             cfg[key] = name
     if doc.get("forecast") is not None:
         f = c.mapping(doc["forecast"], ("forecast",), {"days", "seeds"}, "forecast")
         cfg["forecast"] = {
             "days": c.whole(f.get("days", 30), ("forecast", "days"), "days"),
-            "seeds": c.whole(f.get("seeds", 16), ("forecast", "seeds"), "seeds", least=0),
-        }
+            "seeds": c.whole(f.get("seeds", 16), ("forecast", "seeds"), "seeds", least=0)}
     if doc.get("canary_asks") is not None:
         ca = c.mapping(doc["canary_asks"], ("canary_asks",), {"every"}, "canary_asks")
         cfg["canary_asks"] = {"every": c.whole(ca.get("every"), ("canary_asks", "every"), "every")}
@@ -1827,9 +1679,8 @@ def parse_config(text, source="config.yaml"):
         if "url" in keys:
             c.url(cfg["adapters"][name]["url"], ("adapters", name, "url"))
         if "from" in keys and re.search(r"[\r\n]", cfg["adapters"][name]["from"]):
-            c.fail(
-                ("adapters", name, "from"), "from is one address on one line, as in ops@example.com"
-            )
+            c.fail(("adapters", name, "from"),
+                   "from is one address on one line, as in ops@example.com")
     cfg["research"] = c.text(doc.get("research"), ("research",), "research", required=False)
     cfg["notify"] = parse_notify(c, doc.get("notify"))
     cfg["metrics"] = parse_metrics(c, doc.get("metrics"))
@@ -1841,13 +1692,11 @@ def parse_config(text, source="config.yaml"):
             (key,),
             f"the config is {size // 1024} KiB once read, most of it in {key}; avsmd hands it to"
             f" its warden in one environment variable, which holds at most {CONFIG_ENV_MAX // 1024}"
-            f" KiB: shorten {key} (a long command goes in a script of its own)",
-        )
+            f" KiB: shorten {key} (a long command goes in a script of its own)")
     return cfg
 
 
-# ssh-keygen -Y's namespace unless the config names another
-CHECKPOINT_NAMESPACE = "avsm-checkpoint"
+CHECKPOINT_NAMESPACE = "avsm-checkpoint"  # ssh-keygen -Y's, unless the config names another
 CHECKPOINT_MAX = 64 * 1024      # bytes a kept checkpoint or its .sig may have (one is 300 or so)
 
 
@@ -1856,9 +1705,7 @@ def parse_checkpoint_config(c, value):
 
     checkpoint ::= {key: PATH, namespace: NAME, every: DURATION, allowed_signers: PATH,
                     principal: NAME}   (each optional)
-    key signs each checkpoint (ssh-keygen -Y sign); allowed_signers is what doctor --checkpoint
-    verifies with; principal is this home's signer there (ssh-keygen -Y verify -I): a key of
-    another principal is refused."""
+    principal is this home's signer in allowed_signers: a key of another principal is refused."""
     path, value = ("checkpoint",), {} if value is None else value
     c.mapping(value, path, {"key", "namespace", "every", "allowed_signers", "principal"},
               "checkpoint")
@@ -1867,18 +1714,15 @@ def parse_checkpoint_config(c, value):
     for key in ("key", "allowed_signers"):
         spec[key] = c.text(value.get(key), path + (key,), key, required=False)
         if spec[key] and not os.path.isabs(os.path.expanduser(spec[key])):
-            c.fail(
-                path + (key,),
-                f"{key} is a file's absolute path, as /home/ops/.ssh/avsm_checkpoint, not"
-                f" {spec[key]!r}",
-            )
+            c.fail(path + (key,),
+                   f"{key} is a file's absolute path, as /home/ops/.ssh/avsm_checkpoint, not"
+                   f" {spec[key]!r}")
     if "namespace" in value:
         spec["namespace"] = c.text(value["namespace"], path + ("namespace",), "namespace")
         if not re.fullmatch(r"[A-Za-z0-9@._-]{1,64}", spec["namespace"]):
             c.fail(
                 path + ("namespace",),
-                "namespace is one word of letters, digits and @._-, as avsm-checkpoint@example.com",
-            )
+                "namespace is one word of letters, digits and @._-, as avsm-checkpoint@example.com")
     spec["principal"] = c.text(value.get("principal"), path + ("principal",), "principal",
                                required=False)
     if spec["principal"]:
@@ -1894,8 +1738,7 @@ def parse_checkpoint_config(c, value):
 
 
 def describe_checkpoint(spec):
-    """Return the line avsmd -t says of checkpoints: when they are written, and how they are
-    signed."""
+    """Return the line avsmd -t says of checkpoints: when they are written, how they are signed."""
     every = format_duration(spec["every"])
     when = (f"checkpoint: written to HOME/checkpoints at start, after each irreversible action "
             f"and every {every} the ledger moved (a start within {every} of the last writes "
@@ -1909,8 +1752,7 @@ def describe_checkpoint(spec):
 
 
 def checkpoint_problem(spec):
-    """Return why the checkpoint: settings cannot hold on this machine (a key or allowed_signers
-    file that is not there, or that this user cannot read), or None."""
+    """Return why the checkpoint: settings cannot hold on this machine, or None."""
     for key in ("key", "allowed_signers"):
         path = spec[key] and os.path.expanduser(spec[key])
         if path and not os.path.isfile(path):
@@ -1935,11 +1777,8 @@ def parse_notify(c, value):
     if isinstance(value, dict):
         c.mapping(value, path, {"run", "timeout"}, "notify")
         if "run" not in value:
-            c.fail(
-                path,
-                "notify has no 'run'; write notify: {run: COMMAND, timeout: 30s}, or just"
-                f" {NOTIFY_EXAMPLE}",
-            )
+            c.fail(path, "notify has no 'run'; write notify: {run: COMMAND, timeout: 30s}, or just"
+                         f" {NOTIFY_EXAMPLE}")
         run, path = value["run"], path + ("run",)
         timeout = NOTIFY_TIMEOUT
         if "timeout" in value:
@@ -1948,10 +1787,8 @@ def parse_notify(c, value):
         run, timeout = value, NOTIFY_TIMEOUT
     if not isinstance(run, str):
         c.fail(
-            path,
-            "notify must be a command avsm runs for each thing a person must see, as"
-            f" {NOTIFY_EXAMPLE} (or {{run: COMMAND, timeout: 30s}}), not {shown_value(run)}",
-        )
+            path, "notify must be a command avsm runs for each thing a person must see, as"
+                  f" {NOTIFY_EXAMPLE} (or {{run: COMMAND, timeout: 30s}}), not {shown_value(run)}")
     if not run.strip():
         c.fail(path, f"notify is empty; name a command, as {NOTIFY_EXAMPLE}, or remove the key")
     if "\0" in run:
@@ -1973,13 +1810,11 @@ def parse_metrics(c, value):
     where = path + ("textfile",)
     textfile = c.text(value["textfile"], where, "textfile")
     if "\0" in textfile or not os.path.isabs(textfile):
-        c.fail(where,
-               f"textfile is a file's absolute path in the directory node_exporter's "
-               f"--collector.textfile.directory names, as "
-               f"/var/lib/prometheus/node-exporter/avsm.prom, not {textfile!r}")
+        c.fail(where, f"textfile is a file's absolute path in the directory node_exporter's "
+                      f"--collector.textfile.directory names, as "
+                      f"/var/lib/prometheus/node-exporter/avsm.prom, not {textfile!r}")
     if not textfile.endswith(".prom") or textfile.endswith("/.prom"):
         c.fail(where,
-
                f"node_exporter's textfile collector reads only files named NAME.prom; "
                f"name the textfile so, as {os.path.join(os.path.dirname(textfile), 'avsm.prom')}")
     every = METRICS_EVERY
@@ -2025,13 +1860,11 @@ def describe_notify(notify):
     if notify is None:
         return (
             "notify: not set; a person learns of an ask, a pause or a stop only from avsm asks and"
-            f" status (set one in config.yaml, as {NOTIFY_EXAMPLE})"
-        )
+            f" status (set one in config.yaml, as {NOTIFY_EXAMPLE})")
     return (
         f"notify: {notify['run']} runs for each new ask, guard pause, stuck or unrunnable venture,"
         f" unwritable ledger and stop of avsmd (time limit {format_duration(notify['timeout'])}, no"
-        " key in its environment)"
-    )
+        " key in its environment)")
 
 
 def parse_nightly(c, value):
@@ -2040,29 +1873,19 @@ def parse_nightly(c, value):
     if text == "never":
         return text
     hh, colon, mm = text.partition(":")
-    if (
-        colon
-        and len(hh) == 2
-        and len(mm) == 2
-        and hh.isdigit()
-        and mm.isdigit()
-        and int(hh) < 24
-        and int(mm) < 60
-    ):
+    if colon and len(hh) == 2 and len(mm) == 2 and hh.isdigit() and mm.isdigit() \
+            and int(hh) < 24 and int(mm) < 60:
         return text
-    c.fail(
-        ("nightly",),
-        f"nightly: {shown_value(value)} is not a time; write \"HH:MM\" in local time, such as"
-        " \"03:00\", or never",
-    )
+    c.fail(("nightly",),
+           f"nightly: {shown_value(value)} is not a time; write \"HH:MM\" in local time, such as"
+           " \"03:00\", or never")
 
 
 def format_config(cfg):
     """Return the config in force as YAML, every key shown, the forecast default as a comment."""
     def flow(d):
         return "{" + ", ".join(f"{k}: {yaml_scalar(v)}" for k, v in d.items()) + "}"
-    lines = [f"nightly: {yaml_scalar(cfg['nightly'])}",
-             f"default: {yaml_scalar(cfg['default'])}"]
+    lines = [f"nightly: {yaml_scalar(cfg['nightly'])}", f"default: {yaml_scalar(cfg['default'])}"]
     backends = [
         f"  {name}: {flow({k: v for k, v in b.items() if k != 'offbox' or b['kind'] == 'command'})}"
         for name, b in cfg["backends"].items()
@@ -2072,8 +1895,7 @@ def format_config(cfg):
     if cfg["forecast"] is None:
         lines.append(
             f"# forecast: {flow(FORECAST_DEFAULT)}   (the default: 7 days by 8 seeds in a decision"
-            " packet)"
-        )
+            " packet)")
     else:
         lines.append(f"forecast: {flow(cfg['forecast'])}")
     lines.append(f"canary_asks: {flow(cfg['canary_asks']) if cfg['canary_asks'] else 'null'}")
@@ -2081,21 +1903,14 @@ def format_config(cfg):
     lines += ["adapters:"] + adapters if adapters else ["adapters: {}"]
     lines.append(f"research: {yaml_scalar(cfg['research'])}")
     notify = cfg.get("notify")
-    lines.append(
-        "notify: "
-        + (
-            flow({"run": notify["run"], "timeout": format_duration(notify["timeout"])})
-            if notify
-            else "null"
-        )
-    )
+    lines.append("notify: " + (flow({"run": notify["run"],
+                                     "timeout": format_duration(notify["timeout"])})
+                               if notify else "null"))
     metrics = cfg.get("metrics")
     lines.append("metrics: " + (flow(dict(metrics, every=format_duration(metrics["every"])))
                                 if metrics else "null"))
-    lines.append(
-        "checkpoint: "
-        + flow(dict(cfg["checkpoint"], every=format_duration(cfg["checkpoint"]["every"])))
-    )
+    lines.append("checkpoint: "
+                 + flow(dict(cfg["checkpoint"], every=format_duration(cfg["checkpoint"]["every"]))))
     return "\n".join(lines) + "\n"
 
 
@@ -2126,30 +1941,15 @@ REQUESTS = {
     "records": {"after": "seq", "limit": "seq?", "checkpoint": "flag?"},   # a witness's page
 }
 REQUEST_KEYS = ("v", "cmd", "args")
-# what a read-only key's bridge relays
-READ_REQUESTS = ("ping", "health", "status", "asks", "ask", "records")
+READ_REQUESTS = ("ping", "health", "status", "asks", "ask", "records")  # a read-only key's bridge's
 REQUEST_MAX = 1024 * 1024  # bytes of one request line avsmd reads; a longer one is refused (64)
 
 # The bridge (avsm bridge, the forced command of an ssh key) relays the requests above, and runs
-# these client verbs for `avsm --host`: each reads the ledger or the far side's files, or asks its
-# avsmd, exactly as there.
-BRIDGE_VERBS = {
-    "status": "read",
-    "summary": "read",
-    "tail": "read",
-    "asks": "read",
-    "why": "read",
-    "chart": "read",
-    "checkpoint": "write",
-    "doctor": "read",
-    "add": "write",
-    "approve": "write",
-    "deny": "write",
-    "propose": "write",
-    "decide": "write",
-    "pause": "write",
-    "resume": "write",
-}
+# these client verbs for `avsm --host`, exactly as there.
+BRIDGE_VERBS = {"status": "read", "summary": "read", "tail": "read", "asks": "read", "why": "read",
+                "chart": "read", "checkpoint": "write", "doctor": "read", "add": "write",
+                "approve": "write", "deny": "write", "propose": "write", "decide": "write",
+                "pause": "write", "resume": "write"}
 BRIDGE_PATH_OPTIONS = {"propose": ("--payload",), "doctor": ("--checkpoint",)}
 BRIDGE_KEYS = {"verb": "name", "argv": "list", "home": "path?", "stdin": "text?", "as": "text?",
                "tty": "flag?", "utf8": "flag?"}
@@ -2158,13 +1958,12 @@ JSON_DEPTH = 64  # nesting a payload may have: an edited payload is a page, not 
 
 def check_request(request):
     """Return (cmd, args) of a request a client may send, or raise Fail: 64 for one avsm does not
-    know, 65 for an argument missing, unknown or of the wrong type."""
+    know, 65 for a wrong argument."""
     if not isinstance(request, dict):
         raise Fail(EX_USAGE, f"a request is one JSON object a line, not {json_kind(request)}")
     if request.get("v", 1) != 1 or isinstance(request.get("v"), bool):
-        raise Fail(
-            EX_USAGE, "this avsmd speaks version 1 of the socket's requests; use its own avsm"
-        )
+        raise Fail(EX_USAGE,
+                   "this avsmd speaks version 1 of the socket's requests; use its own avsm")
     extra = sorted(set(request) - set(REQUEST_KEYS))
     if extra:
         raise Fail(EX_USAGE, f"a request holds only {', '.join(REQUEST_KEYS)}, "
@@ -2294,8 +2093,7 @@ def delegate_lever(text, lever, source):
 
 
 def check_not_adopted_elsewhere(name, directory, adopted_from, paused):
-    """Refuse (65) adopting `directory` as venture `name` while a running venture of that name comes
-    from elsewhere."""
+    """Refuse (65) adopting `directory` as `name` while a running `name` comes from elsewhere."""
     if adopted_from != directory and not paused:
         raise Fail(EX_DATAERR, f"venture '{name}' is already adopted from {adopted_from}; "
                                f"pause it first (avsm pause {name}) or rename this directory")
