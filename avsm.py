@@ -1387,27 +1387,17 @@ ControllerKind.__doc__ = """A controller kind: its mandate keys, its parser, its
 [(side name, way, bound, lever)] for the kernel, one line for a person, whether a model proposes."""
 CONTROLLERS = {  # adding a controller kind is one entry here and its functions
     "threshold": ControllerKind(
-        {"kind", "above", "below", "action", "deadband", "hold"},
-        parse_threshold,
+        {"kind", "above", "below", "action", "deadband", "hold"}, parse_threshold,
         lambda ctl: [(ctl["side"], ctl["side"], ctl["bound"], ctl["action"])],
-        describe_threshold,
-        False,
-    ),
+        describe_threshold, False),
     "band": ControllerKind(
-        {"kind", "low", "high", "below", "above", "deadband", "hold"},
-        parse_band,
+        {"kind", "low", "high", "below", "above", "deadband", "hold"}, parse_band,
         lambda ctl: [("below", "below", ctl["low"], ctl["below"]),
                      ("above", "above", ctl["high"], ctl["above"])],
-        describe_band,
-        False,
-    ),
-    "model": ControllerKind(
-        {"kind", "backend"}, parse_backend_controller, lambda ctl: [], describe_by_model, True
-    ),
-    "classifier": ControllerKind(
-        {"kind", "backend"}, parse_backend_controller, lambda ctl: [], describe_by_model, True
-    ),
-}
+        describe_band, False),
+    "model": ControllerKind({"kind", "backend"}, parse_backend_controller, lambda ctl: [],
+                            describe_by_model, True)}
+CONTROLLERS["classifier"] = CONTROLLERS["model"]    # the same kind to the gate: a model proposes
 
 
 def decided_by_model(m):
@@ -1612,21 +1602,17 @@ def parse_config(text, source="config.yaml"):
               "backends")
     for name, b in backends.items():
         path = ("backends", name)
-        if (
-            not isinstance(b, dict)
-            or not isinstance(b.get("kind"), str)
-            or b["kind"] not in BACKEND_KEYS
-        ):
+        if not isinstance(b, dict) or not isinstance(b.get("kind"), str) \
+                or b["kind"] not in BACKEND_KEYS:
             c.fail(path, f"backend '{name}' needs kind: anthropic, openai or command")
         c.mapping(b, path, BACKEND_KEYS[b["kind"]], f"a {b['kind']} backend")
-        needs = {"anthropic": ("model", "key"), "openai": ("url", "model"), "command": ("run",)}[
-            b["kind"]]
+        needs = {"anthropic": ("model", "key"), "openai": ("url", "model"),
+                 "command": ("run",)}[b["kind"]]
         c.require(
             b, path, needs,
             f"backend '{name}' has no '{{key}}'; a {b['kind']} backend says {', '.join(needs)}")
-        backend = {
-            k: c.text(v, path + (k,), k) for k, v in b.items() if k not in ("offbox", "max_tokens")
-        }
+        backend = {k: c.text(v, path + (k,), k) for k, v in b.items()
+                   if k not in ("offbox", "max_tokens")}
         if "effort" in b:
             c.choice(b["effort"], path + ("effort",), "effort", EFFORTS[b["kind"]])
         if b["kind"] == "anthropic":
@@ -1888,8 +1874,7 @@ def format_config(cfg):
     lines = [f"nightly: {yaml_scalar(cfg['nightly'])}", f"default: {yaml_scalar(cfg['default'])}"]
     backends = [
         f"  {name}: {flow({k: v for k, v in b.items() if k != 'offbox' or b['kind'] == 'command'})}"
-        for name, b in cfg["backends"].items()
-    ]
+        for name, b in cfg["backends"].items()]
     lines += ["backends:"] + backends if backends else ["backends: {}"]
     lines += [f"escalate: {yaml_scalar(cfg['escalate'])}", f"ratchet: {cfg['ratchet']}"]
     if cfg["forecast"] is None:
