@@ -2121,8 +2121,7 @@ class LockLost(Exception):
 
 
 class LedgerDown(Exception):
-    """The ledger cannot be written (disk full, read-only, permissions): what would write must not
-    run."""
+    """The ledger cannot be written (disk full, read-only): what would write must not run."""
 
 
 LEDGER_RETRY = 30       # seconds between tries to write a ledger that could not be written
@@ -2217,14 +2216,12 @@ def new_record(kind, venture, claim=None, **fields):
         raise ValueError(
             f"a {kind} record is {' or '.join(claims)} and has"
             f" {', '.join(sorted(required)) or 'no field'} (and may have"
-            f" {', '.join(sorted(optional)) or 'nothing more'}), not {claim} with {sorted(fields)}"
-        )
+            f" {', '.join(sorted(optional)) or 'nothing more'}), not {claim} with {sorted(fields)}")
     return dict(kind=kind, claim=claim, venture=venture, **fields)
 
 
 def some(**fields):
-    """Return the fields given a value (not None, empty or false): a record's optional fields, for
-    new_record."""
+    """Return the fields given a value (not None, empty or false): a record's optional fields."""
     return {k: v for k, v in fields.items() if v}
 
 
@@ -2264,13 +2261,18 @@ def read_record(text, seq=None):
 
 def record_problem(text):
     """Return why a stored record does not read (open point 51), or None."""
+    return stored_record(text)[1]
+
+
+def stored_record(text):
+    """Return (the record stored as `text`, why it does not read or None)."""
     try:
         record = json.loads(text)
     except ValueError:
-        return "its JSON does not parse"
+        return None, "its JSON does not parse"
     if not isinstance(record, dict):
-        return "it is not a JSON object"
-    return object_problem(record)
+        return record, "it is not a JSON object"
+    return record, object_problem(record)
 
 
 def object_problem(record):
@@ -2549,8 +2551,7 @@ def batched_rows(db, columns, since):
 
 
 def ledger_problem(db):
-    """Return (seq, why) for the first record that does not read or does not chain (open point 51),
-    or None."""
+    """Return (seq, why) of the first record that does not read or chain (point 51), or None."""
     return scan_ledger(db, recheck=False).broken
 
 
@@ -2573,7 +2574,6 @@ def scan_ledger(db, recheck=True, wanted=(), after=None):
         expected, prev = after or (0, ZERO_HASH)
         for seq, at, link, digest, text in batched_rows(db, "seq, at, prev, hash, record",
                                                         expected):
-            why = record = None
             if seq != expected + 1:
                 why = f"record #{expected + 1} is missing"
             elif link != prev:
@@ -2581,12 +2581,7 @@ def scan_ledger(db, recheck=True, wanted=(), after=None):
             elif chain_hash(link, seq, at, text) != digest:
                 why = "its hash does not match its contents"
             else:
-                try:
-                    record = json.loads(text)
-                    why = object_problem(record) if isinstance(record, dict) \
-                        else "it is not a JSON object"
-                except ValueError:
-                    why = "its JSON does not parse"
+                record, why = stored_record(text)
             if why is None and not (is_seq(at) and at is not None):
                 why = f"its time is {shown_value(at, 40)}, not a whole number of seconds"
             if why is not None:
@@ -2628,8 +2623,7 @@ def checkpoint_origin(home):
 def checkpoint_text(origin, seq, digest, at):
     """Return the text of a checkpoint of head (seq, digest) at unix time `at` (what is signed)."""
     return (
-        f"{origin}\n{seq}\n{digest}\n{at} {time.strftime('%Y-%m-%dT%H:%M:%SZ', time.gmtime(at))}\n"
-    )
+        f"{origin}\n{seq}\n{digest}\n{at} {time.strftime('%Y-%m-%dT%H:%M:%SZ', time.gmtime(at))}\n")
 
 
 def parse_checkpoint(data, where, signature=None):
@@ -2665,8 +2659,7 @@ Row = collections.namedtuple("Row", "seq at prev hash record")
 
 
 def records_page(db, after, limit, head_line):
-    """Return the lines of a `records` answer: `head_line`, then the rows after `after`, many a
-    line."""
+    """Return the lines of a `records` answer: `head_line`, then the rows after `after`."""
     rows, size = [], 0
     limit = RECORDS_PAGE if limit is None else min(limit, RECORDS_PAGE)
     for seq, at, prev, digest, text in db.execute(
@@ -2774,8 +2767,7 @@ def sshsig_public_key(armor):
 
 
 def format_local_time(at):
-    """Return unix time `at` as local YYYY-MM-DDTHH:MM:SS+hh:mm (past what the C library can show,
-    as @SECONDS)."""
+    """Return unix time `at` as local YYYY-MM-DDTHH:MM:SS+hh:mm (or @SECONDS past the C library)."""
     try:
         t = time.localtime(at)
     except (OverflowError, OSError, ValueError):
@@ -2868,8 +2860,7 @@ class LedgerWriter:
         return None
 
     def append_together(self, records):
-        """Append `records` in one transaction and fold each, or raise LedgerDown as append
-        does."""
+        """Append `records` in one transaction and fold each, or raise LedgerDown."""
         return [self.append(record) for record in records]
 
     def write(self, record, at=None, hold=False):
@@ -2893,8 +2884,8 @@ class LedgerWriter:
 
     def commit(self, turn_ends=False):
         """Commit the records held open: at the end of each wake-up (`turn_ends`), and before
-        anything is told to a client. A failed commit leaves the ledger down; the ventures are
-        folded again once the turn ends, when no step of it is under way."""
+        anything is told to a client. After a failed one the ventures are folded again once the
+        turn ends."""
         import sqlite3
         try:
             self.ledger.commit()
@@ -2905,8 +2896,7 @@ class LedgerWriter:
             self.refold_from = None
 
     def commit_when_due(self, stopping):
-        """At the end of a turn: commit the records held once the group has been open GROUP_WINDOW
-        (at once when stopping)."""
+        """At a turn's end: commit what is held once its group is GROUP_WINDOW old, or stopping."""
         if self.ledger.held is not None:
             now = time.monotonic()
             self.group_began = now if self.group_began is None else self.group_began
