@@ -6867,8 +6867,7 @@ def sign_again_at_start(spec, signer, ours):
 # =============================================================================
 
 def default_home():
-    """Return the platform's default home: XDG_STATE_HOME/avsmd, ~/.local/state/avsmd, or
-    macOS's."""
+    """Return the platform's default home: XDG_STATE_HOME/avsmd, ~/.local/state/avsmd or macOS's."""
     if sys.platform == "darwin":
         return os.path.expanduser("~/Library/Application Support/avsmd")
     state = os.environ.get("XDG_STATE_HOME") or os.path.expanduser("~/.local/state")
@@ -6885,10 +6884,8 @@ def socket_problem(home):
     """Return why `home`/sock cannot be a Unix socket path here, or None."""
     path = os.path.join(home, "sock")
     if len(os.fsencode(path)) > SOCKET_LIMIT:
-        return (
-            f"the socket path {path} is {len(os.fsencode(path))} bytes, past this system's"
-            f" {SOCKET_LIMIT}; use a shorter --home or AVSMD_HOME"
-        )
+        return (f"the socket path {path} is {len(os.fsencode(path))} bytes, past this system's"
+                f" {SOCKET_LIMIT}; use a shorter --home or AVSMD_HOME")
     return None
 
 
@@ -6913,8 +6910,7 @@ def send_bytes(sock, data):
 
 
 def receive(sock, size=65536):
-    """Return what a non-blocking socket holds now: None when nothing yet, b"" at its end (or a
-    reset)."""
+    """Return what a non-blocking socket holds now: None when nothing yet, b"" at its end."""
     try:
         return sock.recv(size)
     except (BlockingIOError, InterruptedError):
@@ -7130,8 +7126,7 @@ class Child:
             self.kill_at = now + KILL_GRACE
 
     def enforce(self, now):
-        """KILL the group once its grace is over (again each grace while it lingers), TERM it once
-        its time limit is."""
+        """KILL the group once its grace is over (again while it lingers), TERM it at its limit."""
         if self.kill_at is not None and now >= self.kill_at:
             signal_group(self.pgid, 9)
             self.kill_at = now + KILL_GRACE
@@ -7154,8 +7149,7 @@ class Child:
 # ---- ssh-keygen -Y: checkpoints signed and verified by the host's own OpenSSH (no crypto here)
 
 def ssh_keygen(args, what, stdin=None, timeout=20):
-    """Run ssh-keygen with `args`; return (exit status, output, error text). Fail(69) when there is
-    none; `what` says what needed it."""
+    """Run ssh-keygen with `args`; return (exit status, output, error text), or Fail(69)."""
     import shutil
     import subprocess
     found = shutil.which("ssh-keygen")
@@ -7256,8 +7250,7 @@ def write_textfile(path, text):
 
 
 def write_venture_file(directory, payload):
-    """Write a `file` payload (its relative path on the first line, then the content) inside the
-    venture."""
+    """Write a `file` payload (its relative path, a line break, its content) inside the venture."""
     problem = content_problem("file", payload, directory)
     if problem:
         raise OSError(problem)
@@ -7296,8 +7289,7 @@ def term_then_kill(groups):
 
 
 def proc_stat(pid, field):
-    """Return one numeric field of /proc/PID/stat, counted after the command name (Linux), or
-    None."""
+    """Return a numeric field of /proc/PID/stat, counted after the command name (Linux), or None."""
     try:
         fd = os.open(f"/proc/{pid}/stat", os.O_RDONLY)
         try:
@@ -7310,8 +7302,7 @@ def proc_stat(pid, field):
 
 
 def process_start(pid):
-    """Return a process's start time in clock ticks since boot, or None: guards against pid
-    reuse."""
+    """Return a process's start time in clock ticks since boot, or None: against pid reuse."""
     return proc_stat(pid, 19)
 
 
@@ -7392,7 +7383,7 @@ def describe_status(status):
     return f"exit {status}" if status >= 0 else f"signal {-status}"
 
 
-# ---- model backends -------------------------------------------------------------
+# ---- model backends ----
 
 ANTHROPIC_URL = "https://api.anthropic.com/v1/messages"
 BACKEND_TIMEOUT = 120        # seconds for one decision's call, retries included (open point 44)
@@ -7642,7 +7633,7 @@ def error_text(body):
 
 def retry_wait(headers, now, default):
     """Return the seconds a provider asks to wait before the next try (retry-after-ms, retry-after
-    as seconds or an HTTP date after `now`), or `default`."""
+    as seconds or an HTTP date), or `default`."""
     import email.utils
     ms = headers.get("retry-after-ms", "").strip()
     after = headers.get("retry-after", "").strip()
@@ -7836,8 +7827,7 @@ LOAD_AVSM = (
 
 
 def cached_command(program, args):
-    """Return the argv that runs `program` of this file from its cached bytecode, writing the cache
-    if it is not checked against the file's hash."""
+    """Return the argv that runs `program` of this file from its cached, hash-checked bytecode."""
     import importlib.util
     import py_compile
     with contextlib.suppress(OSError, ValueError, py_compile.PyCompileError):
@@ -7879,8 +7869,7 @@ def log(debug, who, message):
 
 
 def read_small_file(path, limit):
-    """Return the bytes of the regular file at `path`, at most `limit`, or OSError (a FIFO is
-    refused, never waited on)."""
+    """Return the bytes of the regular file at `path`, at most `limit`, or OSError (a FIFO too)."""
     fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_NOCTTY)     # a FIFO's open would wait
     try:
         mode = os.fstat(fd).st_mode
@@ -8029,8 +8018,7 @@ def read_mandate_file(path):
 
 
 class GroupsJournal:
-    """HOME/groups: every process group the warden started and has not seen end, for the next avsmd
-    to end."""
+    """HOME/groups: each process group the warden started and did not see end, for avsmd."""
 
     def __init__(self, home, lock_is_ours):
         self.home, self.lock_is_ours = home, lock_is_ours
@@ -8118,8 +8106,8 @@ class Children:
         return child
 
     def child_event(self, child):
-        """A child's leader ended: drain its output, reap it by pid, and settle what it was for. A
-        program avsm is ending is settled only once its whole group is gone. """
+        """A child's leader ended: drain its output, reap it by pid, and settle what it was for
+        (one avsm is ending, once its whole group is gone). """
         if child.status is None:
             status = child.poll()
             if status is None:
@@ -8204,8 +8192,7 @@ class Channel:
 
 
 class RolesCalls:
-    """The requests the warden made of the roles process (through avsmd), each waiting for its
-    answer."""
+    """The requests the warden made of the roles process (through avsmd), awaiting answers."""
 
     def __init__(self, tell):
         self.tell = tell
@@ -8224,8 +8211,7 @@ class RolesCalls:
 
 
 def read_json_adapter(name, reading, url, key):
-    """Return the number (as text) that a GET of url/PATH holds at the reading's JSON pointer, or
-    Fail."""
+    """Return the number (as text) a GET of url/PATH holds at the JSON pointer, or Fail."""
     path, _, pointer = reading.partition("#")
     try:
         status, body = adapter_get(url.rstrip("/") + "/" + path.lstrip("/"), key=key)
