@@ -10386,8 +10386,8 @@ class HomeLock:
     """avsmd.lock, held for life; `lost` once another avsmd took it: then nothing here is ours."""
 
     def __init__(self, home):
-        self.home, self.path, self.fd, self.lost = (home, os.path.join(home, "avsmd.lock"), None,
-                                                    False)
+        self.home, self.path = home, os.path.join(home, "avsmd.lock")
+        self.fd, self.lost = None, False
 
     def take(self):
         """Hold avsmd.lock; exit 75 naming the pid when another avsmd has it."""
@@ -10648,12 +10648,12 @@ class Daemon:
 
     def __init__(self, home, cfg, cfg_path, cfg_text, debug=False):
         import selectors
-        self.home, self.cfg, self.cfg_path, self.cfg_text, self.debug = (home, cfg, cfg_path,
-                                                                         cfg_text, debug)
+        self.home, self.cfg, self.cfg_path, self.cfg_text = home, cfg, cfg_path, cfg_text
+        self.debug = debug
         self.sel, self.ledger = selectors.DefaultSelector(), None
         self.lock, self.clients = HomeLock(home), Clients(self)
-        self.warden, self.roles, self.roles_waiting = (Kept("warden", self.sel),
-                                                       Kept("roles", self.sel), {})
+        self.warden, self.roles = Kept("warden", self.sel), Kept("roles", self.sel)
+        self.roles_waiting = {}
         self.groups = Groups(home, self.lock)
         self.stopping, self.stop_deadline, self.exit_code, self.signals = False, None, EX_OK, []
         self.notifier = Notifier(home, cfg.get("notify"), self.append_self, debug)
@@ -10812,7 +10812,7 @@ class Daemon:
     # ---- life ----
     def open_home(self):
         """Make the home, take its lock, end the groups an earlier avsmd left, open the ledger
-        (refusing one that does not read), and record the start; return the groups swept."""
+        (refusing one that does not read); return the groups swept."""
         refuse(socket_problem(self.home), EX_CONFIG)
         refuse(metrics_problem(self.cfg.get("metrics")) and
                f"{self.cfg_path}: metrics: {metrics_problem(self.cfg.get('metrics'))}", EX_CONFIG)
@@ -10955,8 +10955,7 @@ def become_nobody():
 
 
 def run_roles(channel):
-    """The roles process: request texts built from packets, replies parsed into choices; return its
-    exit status."""
+    """The roles process: request texts built from packets, replies parsed into choices."""
     import base64
     signal.set_wakeup_fd(-1)
     signal.signal(signal.SIGINT, signal.SIG_IGN)
