@@ -73,12 +73,9 @@ EX_TEMPFAIL = 75     # another avsmd holds the home, or avsmd must be stopped fi
 EX_NOPERM = 77       # a permission missing
 EX_CONFIG = 78       # a config or mandate that does not hold, or a Python older than 3.11
 
-# The first thing either program does, at import, before anything 3.11-only runs, so an older
-# interpreter gets one line and EX_CONFIG (the installation does not hold; it is no bug in avsm, and
-# a service manager can be told not to restart on 78) rather than a traceback. For that the whole
-# file must still parse on Python 3.6 and later:
-# no `match`, no `except*`, no parenthesized context managers (tests/test_newcomer.py checks it on
-# 3.8 to 3.10).
+# At import, before anything 3.11-only runs, an older interpreter gets one line and EX_CONFIG (no
+# bug in avsm; a service manager can be told not to restart on 78), not a traceback. So the file
+# must parse on 3.6: no `match`, no `except*`, no parenthesized context managers (test_newcomer).
 if sys.version_info < (3, 11):
     sys.stderr.write("avsm needs Python 3.11 or later; this is %d.%d.%d at %s\n"
                      % (sys.version_info[:3] + (sys.executable or "an unknown path",)))
@@ -89,8 +86,7 @@ ZERO_HASH = "0" * 64
 SOCKET_LIMIT = 103 if sys.platform == "darwin" else 107
 NAME_CHARS = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_-.")
 LEVER_TIMEOUT = 600          # a lever run's time limit unless `timeout:` says otherwise
-# a report's, guard's, audit's or reading's time limit unless its `timeout:` says otherwise
-READING_TIMEOUT = 600
+READING_TIMEOUT = 600        # a report's, guard's, audit's or reading's, likewise
 KILL_GRACE = 7               # SIGTERM, then SIGKILL this many seconds later
 NOTE_MAX = 2000              # characters of a note kept in a record
 OUTPUT_KEEP = 64 * 1024      # bytes of a command's output kept while it runs
@@ -100,8 +96,7 @@ REPLY_MAX = 256 * 1024       # bytes of a model's reply read at most
 BACKOFF_FIRST, BACKOFF_CEILING, BACKOFF_RESET = 1, 300, 600   # open point 31
 QUICK_DEATH = 10             # a `run` that dies within this many seconds is restarted with back-off
 WARDEN_STOP_GRACE = 9        # seconds avsmd waits for the warden at a stop
-WARDEN_LATE = 21             # and then for one still ending its levers (KILL at KILL_GRACE, then
-                             # outcomes, RUN-07): seconds on a loaded machine; a hung one meets it
+WARDEN_LATE = 21             # then for one still ending its levers (RUN-07); a hung one meets it
 
 
 class Fail(Exception):
@@ -124,8 +119,7 @@ DURATION_MAX = 36500 * 86400  # 100 years: past it a duration is a typo, and clo
 
 
 def parse_duration(text):
-    """Return the seconds in a duration: one positive whole number and one unit (10s, 5m, 2h,
-    1d)."""
+    """Return the seconds in a duration: a positive whole number and a unit (10s, 5m, 2h, 1d)."""
     s = text.strip() if isinstance(text, str) else json.dumps(text)  # YAML's null reads null
     one = re.fullmatch(r"([0-9]+)([smhd])", s)
     if one and 0 < int(one[1]) * DURATION_UNITS[one[2]] <= DURATION_MAX:
@@ -187,8 +181,7 @@ def parse_cap(text):
     count, slash, period = s.partition("/")
     if not slash or not count.isdigit() or not count.isascii():
         raise ValueError(
-            f"'{s}' is not a cap; write a count and a period, such as 60/hour or 4/day"
-        )
+            f"'{s}' is not a cap; write a count and a period, such as 60/hour or 4/day")
     if int(count) < 1:
         raise ValueError(f"'{s}' is not a cap: its count must be at least 1 "
                          f"(a lever that may never run is forbidden:, or not permitted at all)")
@@ -232,8 +225,7 @@ def parse_number(text):
     return value if abs(value) != float("inf") else None  # 1e400 overflows: no number
 
 
-# README: "A number beyond 1e300 is refused, not rounded": in a mandate, a config or JSON.
-# A report's own number is only kept finite.
+# README: "A number beyond 1e300 is refused, not rounded" (a report's is only kept finite)
 NUMBER_MAX = 1e300
 NUMBER_DIGITS = {10: 302, 8: 335, 16: 251}  # more significant digits is past NUMBER_MAX
 
@@ -245,8 +237,7 @@ class NumberError(ValueError):
 def number_refusal(text):
     """Return why the number written `text` is refused, quoting it shortened."""
     return (
-        f"{shorten(text)} is too large: avsm takes no number beyond 1e300; write a smaller number"
-    )
+        f"{shorten(text)} is too large: avsm takes no number beyond 1e300; write a smaller number")
 
 
 def shorten(text, keep=24):
@@ -261,13 +252,12 @@ def shown_value(value, keep=60):
 
 
 def bounded_int(text, base):
-    """Return the integer `text` in `base`, or raise NumberError past NUMBER_MAX (counted in
-    digits first: int() refuses past 4300)."""
+    """Return the integer `text` in `base`, or raise NumberError past NUMBER_MAX (digits counted
+    first: int() refuses past 4300)."""
     digits = text.lstrip("+-").lstrip("0")
     if len(digits) > NUMBER_DIGITS[base] or abs(int(text, base)) > NUMBER_MAX:
         raise NumberError(
-            number_refusal(text if base == 10 else ("0x" if base == 16 else "0o") + text)
-        )
+            number_refusal(text if base == 10 else ("0x" if base == 16 else "0o") + text))
     return int(text, base)
 
 
@@ -312,7 +302,7 @@ def nearest(word, known):
     return f" (did you mean '{close[0]}'?)" if close else ""
 
 
-# ---- the YAML subset --------------------------------------------------------
+# ---- the YAML subset ----
 # mandate.yaml and config.yaml as open point 24 settles it (../yaml-cases/README.md):
 # the YAML 1.2 core-schema value, or a YamlError at line:col saying what to write; never a guess.
 
@@ -327,6 +317,7 @@ class YamlError(ValueError):
 
 
 YAML_MULTILINE = "a scalar must fit on one line; use | or > for text over several lines"
+YAML_UNCLOSED = "the quote opened here is not closed on its line; " + YAML_MULTILINE
 YAML_ANCHOR = "anchors and aliases are not supported; write the value out"
 YAML_TAG = "tags are not supported; remove the tag (quote the value to keep it a string)"
 YAML_MAX_DEPTH = 100  # far beyond any mandate; keeps recursion clear of Python's limit
@@ -347,10 +338,9 @@ YAML_FLOAT = r'[-+]?(\.[0-9]+|[0-9]+(\.[0-9]*)?)([eE][-+]?[0-9]+)?'
 YAML_INF = r'[-+]?\.(inf|Inf|INF)'
 YAML_NAN = r'\.(nan|NaN|NAN)'
 
-YAML_ESCAPES = {
-    '0': '\0', 'a': '\a', 'b': '\b', 't': '\t', '\t': '\t', 'n': '\n', 'v': '\v',
-    'f': '\f', 'r': '\r', 'e': '\x1b', ' ': ' ', '"': '"', '/': '/', '\\': '\\',
-    'N': '\x85', '_': '\xa0', 'L': '\u2028', 'P': '\u2029'}
+YAML_ESCAPES = {'0': '\0', 'a': '\a', 'b': '\b', 't': '\t', '\t': '\t', 'n': '\n', 'v': '\v',
+                'f': '\f', 'r': '\r', 'e': '\x1b', ' ': ' ', '"': '"', '/': '/', '\\': '\\',
+                'N': '\x85', '_': '\xa0', 'L': '\u2028', 'P': '\u2029'}
 YAML_HEX_ESCAPES = {'x': 2, 'u': 4, 'U': 8}
 YAML_HEX_DIGITS = r'[0-9a-fA-F]+'
 
@@ -368,8 +358,8 @@ def parse_yaml_marked(text, source=None):
 
 
 def split_yaml_lines(text, source):
-    """Return (lines, whether the last line lacks its line break) for `text`, refusing a
-    character YAML does not allow where it stands."""
+    """Return (lines, whether the last line lacks its line break), refusing a character YAML
+    does not allow."""
     if isinstance(text, (bytes, bytearray)):
         try:
             text = bytes(text).decode('utf-8')
@@ -525,7 +515,7 @@ class YamlReader:
         if len(path) > YAML_MAX_DEPTH:
             raise self.error(row, i, f"nested deeper than {YAML_MAX_DEPTH} levels; flatten it")
 
-    # --- lines ---------------------------------------------------------------
+    # --- lines ---
 
     def skip_spaces(self, row, i):
         """Return the index of the first non-space at or after i; a tab there is refused."""
@@ -572,15 +562,14 @@ class YamlReader:
         line = self.lines[row]
         return line.startswith('-', i) and (i + 1 == len(line) or line[i + 1] in ' \t')
 
-    # --- document and block collections ----------------------------------------
+    # --- document and block collections ---
 
     def document(self):
         """document ::= comment* ['---' comment?] comment* [block_node] comment*"""
         row = self.skip_blank(0)
         if row < len(self.lines) and is_document_marker(self.lines[row], '---'):
-            self.finish_line(
-                row, 3, "content on the '---' line; start the document on the next line"
-            )
+            self.finish_line(row, 3,
+                             "content on the '---' line; start the document on the next line")
             row += 1
         row = self.next_content(row)
         if row == len(self.lines):
@@ -626,9 +615,8 @@ class YamlReader:
             if not self.is_dash(row, indent):
                 if under_key:
                     return items, row
-                raise self.error(
-                    row, indent, "expected '- ' here, where the sequence above continues"
-                )
+                raise self.error(row, indent,
+                                 "expected '- ' here, where the sequence above continues")
 
     def seq_entry(self, row, indent, path):
         """entry ::= '-' EOL next_lines_node | '-' ' '+ (compact_seq | compact_map |
@@ -691,23 +679,19 @@ class YamlReader:
         """Return the refusal of a line indented deeper than the entry before allows."""
         i = self.indent(row)
         if self.is_dash(row, i) or self.block_key(row, i, ()):
-            return self.error(
-                row,
-                i,
-                "bad indentation: this entry lines up with no block above it; "
-                "align it with its siblings",
-            )
+            return self.error(row, i,
+                              "bad indentation: this entry lines up with no block above it; "
+                              "align it with its siblings")
         return self.error(row, i, YAML_MULTILINE)
 
     def not_a_key_reason(self, row, i):
         """Return why the line at a mapping's indentation is refused."""
         if self.is_dash(row, i):
             return (
-                "a '- ' entry cannot follow keys at the same indentation; indent it under its key"
-            )
+                "a '- ' entry cannot follow keys at the same indentation; indent it under its key")
         return "expected 'key: value' here (is a ':' missing, or a scalar continued from above?)"
 
-    # --- keys and one-line values ---------------------------------------------
+    # --- keys and one-line values ---
 
     def block_key(self, row, i, path):
         """Return (key, index of ':') when a block mapping entry starts at i, else None.
@@ -765,12 +749,11 @@ class YamlReader:
             raise self.error(row, i, reason)
         value, end = self.plain_value(row, i, flow=False)
         if end < len(line) and line[end] == ':':
-            raise self.error(
-                row, end, "a mapping cannot start here; put it on the next lines, indented"
-            )
+            raise self.error(row, end,
+                             "a mapping cannot start here; put it on the next lines, indented")
         return value, row + 1
 
-    # --- scalars --------------------------------------------------------------
+    # --- scalars ---
 
     def plain(self, row, i, flow):
         """Return (text, end) of the plain scalar at i.
@@ -806,9 +789,7 @@ class YamlReader:
         while True:
             j = line.find("'", j)
             if j < 0:
-                raise self.error(
-                    row, i, "the quote opened here is not closed on its line; " + YAML_MULTILINE
-                )
+                raise self.error(row, i, YAML_UNCLOSED)
             if not line.startswith("''", j):
                 return line[i + 1:j].replace("''", "'"), j + 1
             j += 2
@@ -836,9 +817,7 @@ class YamlReader:
             else:
                 raise self.error(row, j, f"unknown escape '\\{line[j + 1]}'; write '\\\\' for a "
                                          f"backslash, or use single quotes")
-        raise self.error(
-            row, i, "the quote opened here is not closed on its line; " + YAML_MULTILINE
-        )
+        raise self.error(row, i, YAML_UNCLOSED)
 
     def hex_escape(self, row, j):
         """Return the character of the hex escape at j."""
@@ -863,9 +842,8 @@ class YamlReader:
         if j < len(line) and line[j] in '0123456789':
             raise self.error(row, j, "indentation indicators (|2) are not supported; "
                                      "remove the digit and indent the text")
-        self.finish_line(
-            row, j, f"text after '{line[i:j]}'; put the text on the next lines, indented"
-        )
+        self.finish_line(row, j,
+                         f"text after '{line[i:j]}'; put the text on the next lines, indented")
         body, end = self.block_lines(row + 1, parent)
         if body and end == len(self.lines) and self.unterminated and chomp != '-' \
                 and self.lines[-1].strip(' '):
@@ -904,7 +882,7 @@ class YamlReader:
             r += 1
         return body, r
 
-    # --- flow collections -----------------------------------------------------
+    # --- flow collections ---
 
     def flow_node(self, row, i, path):
         """flow_node ::= flow_seq | flow_map | single | double | plain, all on this line"""
@@ -1009,56 +987,15 @@ class YamlReader:
 # each read into plain values or refused at file:line:col. Pure, as section 3.
 # =============================================================================
 
-# ---- the mandate ------------------------------------------------------------
+# ---- the mandate ----
 
-MANDATE_KEYS = {
-    "purpose",
-    "metric",
-    "controller",
-    "cadence",
-    "permitted",
-    "forbidden",
-    "restart",
-    "run",
-    "guards",
-    "audits",
-    "readings",
-    "range",
-    "max_step",
-    "max_rise",
-    "max_fall",
-    "confirm",
-    "world",
-    "calibration",
-    "escalate",
-    "timeout",
-}
-LEVER_KEYS = {
-    "name",
-    "run",
-    "cap",
-    "reversible",
-    "delegated",
-    "timeout",
-    "takes",
-    "expects",
-    "revoke_after",
-    "budget",
-    "check",
-}
-GUARD_KEYS = {
-    "name",
-    "run",
-    "adapter",
-    "drawdown",
-    "of",
-    "above",
-    "below",
-    "then",
-    "unwind",
-    "confirm",
-    "timeout",
-}
+MANDATE_KEYS = {"purpose", "metric", "controller", "cadence", "permitted", "forbidden", "restart",
+                "run", "guards", "audits", "readings", "range", "max_step", "max_rise", "max_fall",
+                "confirm", "world", "calibration", "escalate", "timeout"}
+LEVER_KEYS = {"name", "run", "cap", "reversible", "delegated", "timeout", "takes", "expects",
+              "revoke_after", "budget", "check"}
+GUARD_KEYS = {"name", "run", "adapter", "drawdown", "of", "above", "below", "then", "unwind",
+              "confirm", "timeout"}
 AUDIT_KEYS = {"name", "run", "worse", "better", "tolerance", "window", "confirm", "timeout"}
 READING_KEYS = {"name", "run", "lines", "audit", "timeout"}
 TAKES = ("text", "json", "diff", "file")
@@ -1068,8 +1005,7 @@ RESTART_POLICIES = ("always", "on-failure", "never")
 
 
 def checked_yaml(text, source):
-    """Return (the YAML document `text`, its Checker); Fail(78) at file:line:col when it does not
-    read."""
+    """Return (the YAML document `text`, its Checker); Fail(78) at file:line:col."""
     try:
         doc, marks = parse_yaml_marked(text, source)
     except YamlError as err:
@@ -1098,9 +1034,8 @@ class Checker:
             self.fail(path, f"{what} must be a mapping of keys to values")
         for key in value:
             if key not in known:
-                self.fail(
-                    tuple(path) + (key,), f"unknown key '{key}' in {what}{nearest(key, known)}"
-                )
+                self.fail(tuple(path) + (key,),
+                          f"unknown key '{key}' in {what}{nearest(key, known)}")
         return value
 
     def text(self, value, path, what, required=True):
@@ -1111,7 +1046,7 @@ class Checker:
         return value.strip()
 
     def number(self, value, path, what, positive=False):
-        # parse_yaml refuses a number past NUMBER_MAX: only NaN and the infinities are left
+        # past NUMBER_MAX parse_yaml refused it: only NaN and the infinities are left
         if isinstance(value, bool) or not isinstance(value, (int, float)) \
                 or not abs(value) < float("inf"):
             self.fail(path, f"{what} must be a number, not {shown_value(value)}")
@@ -1167,14 +1102,9 @@ def command_problem(run, directory):
     """Return why a command line's program is missing or not executable in `directory`, or None."""
     # the program, up to the shell's first operator
     word = re.match(r"[^\s;&|<>()$`\\\"'*?\[#~=]*", run.lstrip())[0]
-    first = (
-        word
-        if word
-        and run.lstrip()[len(word) :][:1] in ("", " ", "\t", "\n", ";", "&", "|", "<", ">", ")")
-        else ""
-    )
-    if "/" not in first:
-        # a name found on PATH, or a word the shell builds: the shell judges it
+    first = word if word and run.lstrip()[len(word):][:1] in ("", " ", "\t", "\n", ";", "&", "|",
+                                                               "<", ">", ")") else ""
+    if "/" not in first:    # a name found on PATH, or a word the shell builds: the shell judges it
         return None
     path = os.path.normpath(first if os.path.isabs(first) else os.path.join(directory, first))
     if not os.path.exists(path):
@@ -1196,8 +1126,7 @@ def check_venture_name(name):
         raise Fail(
             EX_DATAERR,
             f"'{name}' is not a venture name: a directory name is one word of letters, digits, _, -"
-            " and .; rename the directory",
-        )
+            " and .; rename the directory")
     if name == "self":
         raise Fail(EX_DATAERR, "'self' is avsm's own venture; rename the directory")
     return name
@@ -1205,15 +1134,12 @@ def check_venture_name(name):
 
 def parse_mandate(text, source="mandate.yaml", directory=None):
     """Return the mandate `text` as one validated dict; Fail(78) at file:line:col when it does not
-    hold. In the venture `directory`, when given, its programs must exist and be executable."""
+    hold. In `directory`, when given, its programs must exist and be executable."""
     doc, c = checked_yaml(text, source)
     c.mapping(doc, (), MANDATE_KEYS, "the mandate")
     c.require(
-        doc,
-        (),
-        ("purpose", "metric", "controller", "cadence"),
-        "the mandate has no '{key}'; every mandate says purpose, metric, controller and cadence",
-    )
+        doc, (), ("purpose", "metric", "controller", "cadence"),
+        "the mandate has no '{key}'; every mandate says purpose, metric, controller and cadence")
     m = {"purpose": c.text(doc["purpose"], ("purpose",), "purpose"),
          "metric": c.text(doc["metric"], ("metric",), "metric"),
          "cadence": c.duration(doc["cadence"], ("cadence",))}
@@ -1266,8 +1192,8 @@ def adapter_problem(text):
 
 
 def named_items(c, doc, key, keys, what, listing):
-    """Yield (path, item, name) of each item of a list key (permitted, guards, audits, readings),
-    each name once."""
+    """Yield (path, item, name) of each item of a list key (permitted, guards, ...), each name
+    once."""
     items, names, noun = [] if doc.get(key) is None else doc[key], set(), what.split()[-1]
     if not isinstance(items, list):
         c.fail((key,), f"{key} must be a list{listing}")
@@ -1288,10 +1214,8 @@ def parse_levers(c, doc, directory):
     for path, item, name in named_items(c, doc, "permitted", LEVER_KEYS, "a lever",
                                         " of levers, each with name, run, cap and reversible"):
         if name in BUILTIN_LEVERS:
-            c.fail(
-                path + ("name",),
-                f"'{name}' is built in (it pauses the venture); give the lever another name",
-            )
+            c.fail(path + ("name",),
+                   f"'{name}' is built in (it pauses the venture); give the lever another name")
         c.require(item, path, ("cap", "reversible") + (() if name == "research" else ("run",)),
                   f"lever '{name}' has no '{{key}}'; a lever says name, run, cap and reversible")
         def at(key):
@@ -1337,26 +1261,22 @@ def parse_expects(text):
     if not words or words[0] not in ("up", "down"):
         raise ValueError(
             f"'{text}' is not an expectation; write up or down, an optional size, then within and a"
-            " count: up 5 within 3"
-        )
+            " count: up 5 within 3")
     if "within" not in words:
         raise ValueError(
             f"'{text}' says no 'within'; write {words[0]} within 3, counting the reports that"
-            " follow a run"
-        )
+            " follow a run")
     at = words.index("within")
     size = None
     if at == 2:
         size = parse_number(words[1])
         if size is None or not size > 0 or size == float("inf"):
             raise ValueError(
-                f"'{words[1]}' is not a size; write a number above 0, as in up 5 within 3"
-            )
+                f"'{words[1]}' is not a size; write a number above 0, as in up 5 within 3")
     elif at != 1:
         raise ValueError(
             f"'{text}' is not an expectation; write up or down, an optional size, then within and a"
-            " count"
-        )
+            " count")
     if len(words) != at + 2 or not words[at + 1].isdigit() or int(words[at + 1]) < 1:
         raise ValueError(f"'{text}' needs a count of reports after within, such as within 3")
     return (words[0], size, int(words[at + 1]))
@@ -1365,12 +1285,8 @@ def parse_expects(text):
 def parse_budget(c, value, path):
     """Return a lever's budget {field, max, per} (open point 27)."""
     c.mapping(value, path, {"field", "max", "per"}, "a budget")
-    c.require(
-        value,
-        path,
-        ("field", "max", "per"),
-        "a budget has no '{key}'; write {field: qty, max: 100000, per: 1d}",
-    )
+    c.require(value, path, ("field", "max", "per"),
+              "a budget has no '{key}'; write {field: qty, max: 100000, per: 1d}")
     return {"field": c.text(value["field"], path + ("field",), "field"),
             "max": c.number(value["max"], path + ("max",), "max", positive=True),
             "per": c.duration(value["per"], path + ("per",))}
@@ -1385,16 +1301,12 @@ def parse_forbidden(c, doc, levers):
     for i, name in enumerate(items):
         name = c.text(name, ("forbidden", i), "a forbidden lever")
         if name in levers:
-            c.fail(
-                ("forbidden", i),
-                f"lever '{name}' is both permitted and forbidden; keep it in one list",
-            )
+            c.fail(("forbidden", i),
+                   f"lever '{name}' is both permitted and forbidden; keep it in one list")
         if name == "stop":
-            c.fail(
-                ("forbidden", i),
-                "stop is built in and always permitted (it pauses the venture); take it out of"
-                " forbidden",
-            )
+            c.fail(("forbidden", i),
+                   "stop is built in and always permitted (it pauses the venture); take it out of"
+                   " forbidden")
         names.append(name)
     return names
 
@@ -1403,16 +1315,14 @@ def parse_controller(c, value, levers):
     """Return the controller: its kind from CONTROLLERS, deadband and hold."""
     path = ("controller",)
     if not isinstance(value, dict):
-        c.fail(
-            path, "controller must be a mapping with a kind: threshold, band, model or classifier"
-        )
+        c.fail(path,
+               "controller must be a mapping with a kind: threshold, band, model or classifier")
     kind = c.choice(value.get("kind"), path + ("kind",), "controller kind", tuple(CONTROLLERS))
     c.mapping(value, path, CONTROLLERS[kind].keys, f"a {kind} controller")
     ctl = {"kind": kind, "deadband": None, "hold": 1}
     if "deadband" in value:
-        ctl["deadband"] = c.number(
-            value["deadband"], path + ("deadband",), "deadband", positive=True
-        )
+        ctl["deadband"] = c.number(value["deadband"], path + ("deadband",), "deadband",
+                                   positive=True)
     if "hold" in value:
         ctl["hold"] = c.whole(value["hold"], path + ("hold",), "hold")
     CONTROLLERS[kind].parse(c, value, levers, path, ctl)
@@ -1432,11 +1342,8 @@ def parse_threshold(c, value, levers, path, ctl):
 
 def parse_band(c, value, levers, path, ctl):
     c.require(
-        value,
-        path,
-        ("low", "high", "below", "above"),
-        "a band has no '{key}'; write {kind: band, low: 19, high: 24, below: heat, above: cool}",
-    )
+        value, path, ("low", "high", "below", "above"),
+        "a band has no '{key}'; write {kind: band, low: 19, high: 24, below: heat, above: cool}")
     for key in ("low", "high"):
         ctl[key] = c.number(value[key], path + (key,), key)
     if ctl["low"] >= ctl["high"]:
@@ -1480,29 +1387,17 @@ ControllerKind.__doc__ = """A controller kind: its mandate keys, its parser, its
 [(side name, way, bound, lever)] for the kernel, one line for a person, whether a model proposes."""
 CONTROLLERS = {  # adding a controller kind is one entry here and its functions
     "threshold": ControllerKind(
-        {"kind", "above", "below", "action", "deadband", "hold"},
-        parse_threshold,
+        {"kind", "above", "below", "action", "deadband", "hold"}, parse_threshold,
         lambda ctl: [(ctl["side"], ctl["side"], ctl["bound"], ctl["action"])],
-        describe_threshold,
-        False,
-    ),
+        describe_threshold, False),
     "band": ControllerKind(
-        {"kind", "low", "high", "below", "above", "deadband", "hold"},
-        parse_band,
-        lambda ctl: [
-            ("below", "below", ctl["low"], ctl["below"]),
-            ("above", "above", ctl["high"], ctl["above"]),
-        ],
-        describe_band,
-        False,
-    ),
-    "model": ControllerKind(
-        {"kind", "backend"}, parse_backend_controller, lambda ctl: [], describe_by_model, True
-    ),
-    "classifier": ControllerKind(
-        {"kind", "backend"}, parse_backend_controller, lambda ctl: [], describe_by_model, True
-    ),
-}
+        {"kind", "low", "high", "below", "above", "deadband", "hold"}, parse_band,
+        lambda ctl: [("below", "below", ctl["low"], ctl["below"]),
+                     ("above", "above", ctl["high"], ctl["above"])],
+        describe_band, False),
+    "model": ControllerKind({"kind", "backend"}, parse_backend_controller, lambda ctl: [],
+                            describe_by_model, True)}
+CONTROLLERS["classifier"] = CONTROLLERS["model"]    # the same kind to the gate: a model proposes
 
 
 def decided_by_model(m):
@@ -1545,15 +1440,10 @@ def parse_guards(c, doc, m, directory):
     for path, item, name in named_items(c, doc, "guards", GUARD_KEYS, "a guard",
                                         ", such as - {name: spend, run: ./spend, above: 100}"):
         g = {
-            "name": name,
-            "run": None,
-            "adapter": None,
-            "drawdown": None,
+            "name": name, "run": None, "adapter": None, "drawdown": None,
             "then": c.choice(item.get("then", "pause"), path + ("then",), "then", ("pause", "ask")),
             "confirm": c.boolean(item.get("confirm", m["confirm"]), path + ("confirm",), "confirm"),
-            "unwind": None,
-            "timeout": reading_timeout(c, item, path),
-        }
+            "unwind": None, "timeout": reading_timeout(c, item, path)}
         if "timeout" in item and "drawdown" in item:
             c.fail(path + ("timeout",), "a drawdown guard is read from the metric's report "
                                         "and runs nothing; remove timeout:")
@@ -1578,25 +1468,20 @@ def parse_guards(c, doc, m, directory):
         else:
             g["drawdown"] = c.parsed(parse_percent, item["drawdown"], path + ("drawdown",))
             if item.get("of") != m["metric"]:
-                c.fail(
-                    path + ("of",), f"a drawdown guard says of: {m['metric']}, the venture's metric"
-                )
+                c.fail(path + ("of",),
+                       f"a drawdown guard says of: {m['metric']}, the venture's metric")
         if "of" in item and "drawdown" not in item:
             c.fail(path + ("of",), "of: belongs to a drawdown guard")
         bounds = [k for k in ("above", "below") if k in item]
         if g["drawdown"] is None:
             if len(bounds) != 1:
                 c.fail(path, f"guard '{name}' takes exactly one bound: above: or below:")
-            g["side"], g["bound"] = bounds[0], c.number(
-                item[bounds[0]], path + (bounds[0],), bounds[0]
-            )
+            g["side"], g["bound"] = bounds[0], c.number(item[bounds[0]], path + (bounds[0],),
+                                                        bounds[0])
         elif bounds:
-            c.fail(
-                path + (bounds[0],),
-                "a drawdown guard's bound is its percentage; remove above:/below:",
-            )
-        else:
-            # trips when the fall from the peak passes P%
+            c.fail(path + (bounds[0],),
+                   "a drawdown guard's bound is its percentage; remove above:/below:")
+        else:   # trips when the fall from the peak passes P%
             g["side"], g["bound"] = "above", g["drawdown"]
         if "unwind" in item:
             g["unwind"] = parse_unwind(c, item["unwind"], path + ("unwind",), m["levers"])
@@ -1605,27 +1490,21 @@ def parse_guards(c, doc, m, directory):
 
 
 def parse_unwind(c, value, path, levers):
-    """Return a guard's unwind {action, payload}: one permitted lever and the exact payload it
-    takes."""
+    """Return a guard's unwind {action, payload}: a permitted lever and the payload it takes."""
     c.mapping(value, path, {"action", "payload"}, "an unwind")
     if "action" not in value:
         c.fail(path, "an unwind names its lever with action:")
     action = permitted_lever(c, value["action"], path + ("action",), levers)
     payload, takes = value.get("payload"), levers[action]["takes"]
     if takes == "json" and not isinstance(payload, dict):
-        c.fail(
-            path + ("payload",),
-            f"lever '{action}' takes json, so the unwind's payload is a mapping",
-        )
+        c.fail(path + ("payload",),
+               f"lever '{action}' takes json, so the unwind's payload is a mapping")
     if takes in ("text", "diff", "file") and not isinstance(payload, str):
-        c.fail(
-            path + ("payload",), f"lever '{action}' takes {takes}, so the unwind's payload is text"
-        )
+        c.fail(path + ("payload",),
+               f"lever '{action}' takes {takes}, so the unwind's payload is text")
     if takes is None and payload is not None:
-        c.fail(
-            path + ("payload",),
-            f"lever '{action}' takes no content; remove the payload or add takes: to the lever",
-        )
+        c.fail(path + ("payload",),
+               f"lever '{action}' takes no content; remove the payload or add takes: to the lever")
     if levers[action]["run"] == "mail.send":
         try:
             write_mail(payload, "avsm")
@@ -1637,88 +1516,53 @@ def parse_unwind(c, value, path, levers):
 def parse_audits(c, doc, directory):
     """Return the audits: a command, which way is worse, and a tolerance."""
     audits = []
-    for path, item, name in named_items(
-        c,
-        doc,
-        "audits",
-        AUDIT_KEYS,
-        "an audit",
-        ", such as - {name: refunds, run: ./refunds, worse: up, tolerance: 2}",
-    ):
+    for path, item, name in named_items(c, doc, "audits", AUDIT_KEYS, "an audit", ", such as - "
+                                        "{name: refunds, run: ./refunds, worse: up, tolerance: 2}"):
         c.require(item, path, ("run", "worse"), f"audit '{name}' has no '{{key}}'")
-        audits.append(
-            {
-                "name": name,
-                "run": c.command(item["run"], path + ("run",), f"audit '{name}'", directory),
-                "worse": c.choice(item["worse"], path + ("worse",), "worse", ("up", "down")),
-                "better": c.choice(
-                    item.get("better", "up"), path + ("better",), "better", ("up", "down")
-                ),
-                "tolerance": c.number(item.get("tolerance", 0), path + ("tolerance",), "tolerance"),
-                "window": c.whole(item.get("window", 5), path + ("window",), "window", least=2),
-                "confirm": c.boolean(item.get("confirm", True), path + ("confirm",), "confirm"),
-                "timeout": reading_timeout(c, item, path),
-            }
-        )
+        audits.append({
+            "name": name,
+            "run": c.command(item["run"], path + ("run",), f"audit '{name}'", directory),
+            "worse": c.choice(item["worse"], path + ("worse",), "worse", ("up", "down")),
+            "better": c.choice(item.get("better", "up"), path + ("better",), "better",
+                               ("up", "down")),
+            "tolerance": c.number(item.get("tolerance", 0), path + ("tolerance",), "tolerance"),
+            "window": c.whole(item.get("window", 5), path + ("window",), "window", least=2),
+            "confirm": c.boolean(item.get("confirm", True), path + ("confirm",), "confirm"),
+            "timeout": reading_timeout(c, item, path)})
     return audits
 
 
 def parse_readings(c, doc, m, directory):
     """Return the readings: commands whose address fields a model may see."""
     readings = []
-    for path, item, name in named_items(
-        c,
-        doc,
-        "readings",
-        READING_KEYS,
-        "a reading",
-        ", such as - {name: waiting, run: ./waiting, lines: address}",
-    ):
+    for path, item, name in named_items(c, doc, "readings", READING_KEYS, "a reading", ", such as"
+                                        " - {name: waiting, run: ./waiting, lines: address}"):
         if "run" not in item:
             c.fail(path, f"reading '{name}' has no 'run'")
         audit = item.get("audit")
         if audit is not None and not any(a["name"] == audit for a in m["audits"]):
-            c.fail(
-                path + ("audit",),
-                f"reading '{name}' names audit '{audit}', which the mandate does not have",
-            )
-        readings.append(
-            {
-                "name": name,
-                "run": c.command(item["run"], path + ("run",), f"reading '{name}'", directory),
-                "lines": c.choice(item.get("lines"), path + ("lines",), "lines", ("address",)),
-                "audit": audit,
-                "timeout": reading_timeout(c, item, path),
-            }
-        )
+            c.fail(path + ("audit",),
+                   f"reading '{name}' names audit '{audit}', which the mandate does not have")
+        readings.append({
+            "name": name,
+            "run": c.command(item["run"], path + ("run",), f"reading '{name}'", directory),
+            "lines": c.choice(item.get("lines"), path + ("lines",), "lines", ("address",)),
+            "audit": audit, "timeout": reading_timeout(c, item, path)})
     return readings
 
 
 def reading_timeout(c, item, path):
     """Return a reading program's own `timeout:` in seconds (at the top level the report's), or
-    None for the 10 minutes every reading may take."""
+    None."""
     if "timeout" in item:
         return c.duration(item["timeout"], tuple(path) + ("timeout",))
     return None
 
 
-# ---- the config -------------------------------------------------------------
+# ---- the config ----
 
-CONFIG_KEYS = {
-    "nightly",
-    "default",
-    "backends",
-    "escalate",
-    "ratchet",
-    "forecast",
-    "canary_asks",
-    "checkpoint",
-    "adapters",
-    "research",
-    "notify",
-    "metrics",
-    "page",
-}
+CONFIG_KEYS = {"nightly", "default", "backends", "escalate", "ratchet", "forecast", "canary_asks",
+               "checkpoint", "adapters", "research", "notify", "metrics", "page"}
 BACKEND_KEYS = {"anthropic": {"kind", "model", "key", "url", "effort", "version", "max_tokens"},
                 "openai": {"kind", "url", "model", "key", "max_tokens", "api", "effort"},
                 "command": {"kind", "run", "offbox"}}
@@ -1741,8 +1585,7 @@ PACKET_FORECAST = {"days": 7, "seeds": 8}  # a decision packet's, unless the con
 
 
 def parse_config(text, source="config.yaml"):
-    """Return config.yaml as a dict with every key, defaults filled in; Fail(78) when it does not
-    hold."""
+    """Return config.yaml as a dict with every key, defaults filled in; Fail(78) when it fails."""
     doc, c = checked_yaml(text, source)
     doc = {} if doc is None else doc
     if isinstance(doc, dict) and "port" in doc:
@@ -1750,73 +1593,49 @@ def parse_config(text, source="config.yaml"):
             ("port",),
             "port: is gone: avsm opens no listener but its socket, and never will; reach this host "
             "over ssh instead (avsm --host HOST, avsm fleet; the README's Many hosts): remove"
-            " port:",
-        )
+            " port:")
     c.mapping(doc, (), CONFIG_KEYS, "the config")
-    cfg = {
-        "nightly": parse_nightly(c, doc.get("nightly", "03:00")),
-        "backends": {},
-        "default": None,
-        "escalate": None,
-        "ratchet": c.whole(doc.get("ratchet", 5), ("ratchet",), "ratchet", least=0),
-        "forecast": None,
-        "canary_asks": None,
-        "adapters": {},
-        "research": None,
-    }
+    cfg = {"nightly": parse_nightly(c, doc.get("nightly", "03:00")), "backends": {},
+           "default": None, "escalate": None,
+           "ratchet": c.whole(doc.get("ratchet", 5), ("ratchet",), "ratchet", least=0),
+           "forecast": None, "canary_asks": None, "adapters": {}, "research": None}
     backends = {} if doc.get("backends") is None else doc["backends"]
-    c.mapping(
-        backends, ("backends",), set(backends) if isinstance(backends, dict) else (), "backends"
-    )
+    c.mapping(backends, ("backends",), set(backends) if isinstance(backends, dict) else (),
+              "backends")
     for name, b in backends.items():
         path = ("backends", name)
-        if (
-            not isinstance(b, dict)
-            or not isinstance(b.get("kind"), str)
-            or b["kind"] not in BACKEND_KEYS
-        ):
+        if not isinstance(b, dict) or not isinstance(b.get("kind"), str) \
+                or b["kind"] not in BACKEND_KEYS:
             c.fail(path, f"backend '{name}' needs kind: anthropic, openai or command")
         c.mapping(b, path, BACKEND_KEYS[b["kind"]], f"a {b['kind']} backend")
-        needs = {"anthropic": ("model", "key"), "openai": ("url", "model"), "command": ("run",)}[
-            b["kind"]
-        ]
+        needs = {"anthropic": ("model", "key"), "openai": ("url", "model"),
+                 "command": ("run",)}[b["kind"]]
         c.require(
-            b,
-            path,
-            needs,
-            f"backend '{name}' has no '{{key}}'; a {b['kind']} backend says {', '.join(needs)}",
-        )
-        backend = {
-            k: c.text(v, path + (k,), k) for k, v in b.items() if k not in ("offbox", "max_tokens")
-        }
+            b, path, needs,
+            f"backend '{name}' has no '{{key}}'; a {b['kind']} backend says {', '.join(needs)}")
+        backend = {k: c.text(v, path + (k,), k) for k, v in b.items()
+                   if k not in ("offbox", "max_tokens")}
         if "effort" in b:
             c.choice(b["effort"], path + ("effort",), "effort", EFFORTS[b["kind"]])
         if b["kind"] == "anthropic":
             backend["version"] = backend.get("version", ANTHROPIC_VERSION)
             if not re.fullmatch(r"\d{4}-\d\d-\d\d", backend["version"]):
-                c.fail(
-                    path + ("version",),
-                    f"version is the API's version date, as {ANTHROPIC_VERSION}, "
-                    f"not {json.dumps(backend['version'])}",
-                )
-            backend["max_tokens"] = c.whole(
-                b.get("max_tokens", MAX_TOKENS), path + ("max_tokens",), "max_tokens"
-            )
+                c.fail(path + ("version",),
+                       f"version is the API's version date, as {ANTHROPIC_VERSION}, "
+                       f"not {json.dumps(backend['version'])}")
+            backend["max_tokens"] = c.whole(b.get("max_tokens", MAX_TOKENS), path + ("max_tokens",),
+                                            "max_tokens")
         elif b["kind"] == "openai":  # max_tokens is sent only when it says
             given = b.get("max_tokens")
             backend["max_tokens"] = (
-                None if given is None else c.whole(given, path + ("max_tokens",), "max_tokens")
-            )
-            api = backend["api"] = c.choice(
-                b.get("api", "chat"), path + ("api",), "api", tuple(OPENAI_APIS)
-            )
+                None if given is None else c.whole(given, path + ("max_tokens",), "max_tokens"))
+            api = backend["api"] = c.choice(b.get("api", "chat"), path + ("api",), "api",
+                                            tuple(OPENAI_APIS))
             other = next(a for a in OPENAI_APIS if a != api)
             if b["url"].rstrip("/").endswith(OPENAI_APIS[other]):
-                c.fail(
-                    path + ("url",),
-                    f"'{b['url']}' is the {other} endpoint, and this backend speaks api: {api}; "
-                    f"end the url in {OPENAI_APIS[api]} or write api: {other}",
-                )
+                c.fail(path + ("url",),
+                       f"'{b['url']}' is the {other} endpoint, and this backend speaks api: {api}; "
+                       f"end the url in {OPENAI_APIS[api]} or write api: {other}")
         if "url" in b:
             c.url(b["url"], path + ("url",))
         # an anthropic or openai backend leaves the machine; a command when it says so
@@ -1827,18 +1646,14 @@ def parse_config(text, source="config.yaml"):
         if doc.get(key) is not None:
             name = c.text(doc[key], (key,), key)
             if name not in cfg["backends"]:
-                c.fail(
-                    (key,),
-                    f"{key}: '{name}' names no backend; name one under"
-                    f" backends:{nearest(name, cfg['backends'])}",
-                )
+                c.fail((key,), f"{key}: '{name}' names no backend; name one under"
+                               f" backends:{nearest(name, cfg['backends'])}")
             cfg[key] = name
     if doc.get("forecast") is not None:
         f = c.mapping(doc["forecast"], ("forecast",), {"days", "seeds"}, "forecast")
         cfg["forecast"] = {
             "days": c.whole(f.get("days", 30), ("forecast", "days"), "days"),
-            "seeds": c.whole(f.get("seeds", 16), ("forecast", "seeds"), "seeds", least=0),
-        }
+            "seeds": c.whole(f.get("seeds", 16), ("forecast", "seeds"), "seeds", least=0)}
     if doc.get("canary_asks") is not None:
         ca = c.mapping(doc["canary_asks"], ("canary_asks",), {"every"}, "canary_asks")
         cfg["canary_asks"] = {"every": c.whole(ca.get("every"), ("canary_asks", "every"), "every")}
@@ -1852,9 +1667,8 @@ def parse_config(text, source="config.yaml"):
         if "url" in keys:
             c.url(cfg["adapters"][name]["url"], ("adapters", name, "url"))
         if "from" in keys and re.search(r"[\r\n]", cfg["adapters"][name]["from"]):
-            c.fail(
-                ("adapters", name, "from"), "from is one address on one line, as in ops@example.com"
-            )
+            c.fail(("adapters", name, "from"),
+                   "from is one address on one line, as in ops@example.com")
     cfg["research"] = c.text(doc.get("research"), ("research",), "research", required=False)
     cfg["notify"] = parse_notify(c, doc.get("notify"))
     cfg["metrics"] = parse_metrics(c, doc.get("metrics"))
@@ -1867,13 +1681,11 @@ def parse_config(text, source="config.yaml"):
             (key,),
             f"the config is {size // 1024} KiB once read, most of it in {key}; avsmd hands it to"
             f" its warden in one environment variable, which holds at most {CONFIG_ENV_MAX // 1024}"
-            f" KiB: shorten {key} (a long command goes in a script of its own)",
-        )
+            f" KiB: shorten {key} (a long command goes in a script of its own)")
     return cfg
 
 
-# ssh-keygen -Y's namespace unless the config names another
-CHECKPOINT_NAMESPACE = "avsm-checkpoint"
+CHECKPOINT_NAMESPACE = "avsm-checkpoint"  # ssh-keygen -Y's, unless the config names another
 CHECKPOINT_MAX = 64 * 1024      # bytes a kept checkpoint or its .sig may have (one is 300 or so)
 
 
@@ -1882,9 +1694,7 @@ def parse_checkpoint_config(c, value):
 
     checkpoint ::= {key: PATH, namespace: NAME, every: DURATION, allowed_signers: PATH,
                     principal: NAME}   (each optional)
-    key signs each checkpoint (ssh-keygen -Y sign); allowed_signers is what doctor --checkpoint
-    verifies with; principal is this home's signer there (ssh-keygen -Y verify -I): a key of
-    another principal is refused."""
+    principal is this home's signer in allowed_signers: a key of another principal is refused."""
     path, value = ("checkpoint",), {} if value is None else value
     c.mapping(value, path, {"key", "namespace", "every", "allowed_signers", "principal"},
               "checkpoint")
@@ -1893,18 +1703,15 @@ def parse_checkpoint_config(c, value):
     for key in ("key", "allowed_signers"):
         spec[key] = c.text(value.get(key), path + (key,), key, required=False)
         if spec[key] and not os.path.isabs(os.path.expanduser(spec[key])):
-            c.fail(
-                path + (key,),
-                f"{key} is a file's absolute path, as /home/ops/.ssh/avsm_checkpoint, not"
-                f" {spec[key]!r}",
-            )
+            c.fail(path + (key,),
+                   f"{key} is a file's absolute path, as /home/ops/.ssh/avsm_checkpoint, not"
+                   f" {spec[key]!r}")
     if "namespace" in value:
         spec["namespace"] = c.text(value["namespace"], path + ("namespace",), "namespace")
         if not re.fullmatch(r"[A-Za-z0-9@._-]{1,64}", spec["namespace"]):
             c.fail(
                 path + ("namespace",),
-                "namespace is one word of letters, digits and @._-, as avsm-checkpoint@example.com",
-            )
+                "namespace is one word of letters, digits and @._-, as avsm-checkpoint@example.com")
     spec["principal"] = c.text(value.get("principal"), path + ("principal",), "principal",
                                required=False)
     if spec["principal"]:
@@ -1920,8 +1727,7 @@ def parse_checkpoint_config(c, value):
 
 
 def describe_checkpoint(spec):
-    """Return the line avsmd -t says of checkpoints: when they are written, and how they are
-    signed."""
+    """Return the line avsmd -t says of checkpoints: when they are written, how they are signed."""
     every = format_duration(spec["every"])
     when = (f"checkpoint: written to HOME/checkpoints at start, after each irreversible action "
             f"and every {every} the ledger moved (a start within {every} of the last writes "
@@ -1935,8 +1741,7 @@ def describe_checkpoint(spec):
 
 
 def checkpoint_problem(spec):
-    """Return why the checkpoint: settings cannot hold on this machine (a key or allowed_signers
-    file that is not there, or that this user cannot read), or None."""
+    """Return why the checkpoint: settings cannot hold on this machine, or None."""
     for key in ("key", "allowed_signers"):
         path = spec[key] and os.path.expanduser(spec[key])
         if path and not os.path.isfile(path):
@@ -1961,11 +1766,8 @@ def parse_notify(c, value):
     if isinstance(value, dict):
         c.mapping(value, path, {"run", "timeout"}, "notify")
         if "run" not in value:
-            c.fail(
-                path,
-                "notify has no 'run'; write notify: {run: COMMAND, timeout: 30s}, or just"
-                f" {NOTIFY_EXAMPLE}",
-            )
+            c.fail(path, "notify has no 'run'; write notify: {run: COMMAND, timeout: 30s}, or just"
+                         f" {NOTIFY_EXAMPLE}")
         run, path = value["run"], path + ("run",)
         timeout = NOTIFY_TIMEOUT
         if "timeout" in value:
@@ -1974,10 +1776,8 @@ def parse_notify(c, value):
         run, timeout = value, NOTIFY_TIMEOUT
     if not isinstance(run, str):
         c.fail(
-            path,
-            "notify must be a command avsm runs for each thing a person must see, as"
-            f" {NOTIFY_EXAMPLE} (or {{run: COMMAND, timeout: 30s}}), not {shown_value(run)}",
-        )
+            path, "notify must be a command avsm runs for each thing a person must see, as"
+                  f" {NOTIFY_EXAMPLE} (or {{run: COMMAND, timeout: 30s}}), not {shown_value(run)}")
     if not run.strip():
         c.fail(path, f"notify is empty; name a command, as {NOTIFY_EXAMPLE}, or remove the key")
     if "\0" in run:
@@ -2069,13 +1869,11 @@ def describe_notify(notify):
     if notify is None:
         return (
             "notify: not set; a person learns of an ask, a pause or a stop only from avsm asks and"
-            f" status (set one in config.yaml, as {NOTIFY_EXAMPLE})"
-        )
+            f" status (set one in config.yaml, as {NOTIFY_EXAMPLE})")
     return (
         f"notify: {notify['run']} runs for each new ask, guard pause, stuck or unrunnable venture,"
         f" unwritable ledger and stop of avsmd (time limit {format_duration(notify['timeout'])}, no"
-        " key in its environment)"
-    )
+        " key in its environment)")
 
 
 def parse_nightly(c, value):
@@ -2084,40 +1882,28 @@ def parse_nightly(c, value):
     if text == "never":
         return text
     hh, colon, mm = text.partition(":")
-    if (
-        colon
-        and len(hh) == 2
-        and len(mm) == 2
-        and hh.isdigit()
-        and mm.isdigit()
-        and int(hh) < 24
-        and int(mm) < 60
-    ):
+    if colon and len(hh) == 2 and len(mm) == 2 and hh.isdigit() and mm.isdigit() \
+            and int(hh) < 24 and int(mm) < 60:
         return text
-    c.fail(
-        ("nightly",),
-        f"nightly: {shown_value(value)} is not a time; write \"HH:MM\" in local time, such as"
-        " \"03:00\", or never",
-    )
+    c.fail(("nightly",),
+           f"nightly: {shown_value(value)} is not a time; write \"HH:MM\" in local time, such as"
+           " \"03:00\", or never")
 
 
 def format_config(cfg):
     """Return the config in force as YAML, every key shown, the forecast default as a comment."""
     def flow(d):
         return "{" + ", ".join(f"{k}: {yaml_scalar(v)}" for k, v in d.items()) + "}"
-    lines = [f"nightly: {yaml_scalar(cfg['nightly'])}",
-             f"default: {yaml_scalar(cfg['default'])}"]
+    lines = [f"nightly: {yaml_scalar(cfg['nightly'])}", f"default: {yaml_scalar(cfg['default'])}"]
     backends = [
         f"  {name}: {flow({k: v for k, v in b.items() if k != 'offbox' or b['kind'] == 'command'})}"
-        for name, b in cfg["backends"].items()
-    ]
+        for name, b in cfg["backends"].items()]
     lines += ["backends:"] + backends if backends else ["backends: {}"]
     lines += [f"escalate: {yaml_scalar(cfg['escalate'])}", f"ratchet: {cfg['ratchet']}"]
     if cfg["forecast"] is None:
         lines.append(
             f"# forecast: {flow(FORECAST_DEFAULT)}   (the default: 7 days by 8 seeds in a decision"
-            " packet)"
-        )
+            " packet)")
     else:
         lines.append(f"forecast: {flow(cfg['forecast'])}")
     lines.append(f"canary_asks: {flow(cfg['canary_asks']) if cfg['canary_asks'] else 'null'}")
@@ -2125,22 +1911,15 @@ def format_config(cfg):
     lines += ["adapters:"] + adapters if adapters else ["adapters: {}"]
     lines.append(f"research: {yaml_scalar(cfg['research'])}")
     notify = cfg.get("notify")
-    lines.append(
-        "notify: "
-        + (
-            flow({"run": notify["run"], "timeout": format_duration(notify["timeout"])})
-            if notify
-            else "null"
-        )
-    )
+    lines.append("notify: " + (flow({"run": notify["run"],
+                                     "timeout": format_duration(notify["timeout"])})
+                               if notify else "null"))
     for key in ("metrics", "page"):
         spec = cfg.get(key)
         lines.append(f"{key}: " + (flow(dict(spec, every=format_duration(spec["every"])))
                                    if spec else "null"))
-    lines.append(
-        "checkpoint: "
-        + flow(dict(cfg["checkpoint"], every=format_duration(cfg["checkpoint"]["every"])))
-    )
+    lines.append("checkpoint: "
+                 + flow(dict(cfg["checkpoint"], every=format_duration(cfg["checkpoint"]["every"]))))
     return "\n".join(lines) + "\n"
 
 
@@ -2171,30 +1950,15 @@ REQUESTS = {
     "records": {"after": "seq", "limit": "seq?", "checkpoint": "flag?"},   # a witness's page
 }
 REQUEST_KEYS = ("v", "cmd", "args")
-# what a read-only key's bridge relays
-READ_REQUESTS = ("ping", "health", "status", "asks", "ask", "records", "page")
+READ_REQUESTS = ("ping", "health", "status", "asks", "ask", "records", "page")  # a read-only key's
 REQUEST_MAX = 1024 * 1024  # bytes of one request line avsmd reads; a longer one is refused (64)
 
 # The bridge (avsm bridge, the forced command of an ssh key) relays the requests above, and runs
-# these client verbs for `avsm --host`: each reads the ledger or the far side's files, or asks its
-# avsmd, exactly as there.
-BRIDGE_VERBS = {
-    "status": "read",
-    "summary": "read",
-    "tail": "read",
-    "asks": "read",
-    "why": "read",
-    "chart": "read",
-    "checkpoint": "write",
-    "doctor": "read",
-    "add": "write",
-    "approve": "write",
-    "deny": "write",
-    "propose": "write",
-    "decide": "write",
-    "pause": "write",
-    "resume": "write",
-}
+# these client verbs for `avsm --host`, exactly as there.
+BRIDGE_VERBS = {"status": "read", "summary": "read", "tail": "read", "asks": "read", "why": "read",
+                "chart": "read", "checkpoint": "write", "doctor": "read", "add": "write",
+                "approve": "write", "deny": "write", "propose": "write", "decide": "write",
+                "pause": "write", "resume": "write"}
 BRIDGE_PATH_OPTIONS = {"propose": ("--payload",), "doctor": ("--checkpoint",)}
 BRIDGE_KEYS = {"verb": "name", "argv": "list", "home": "path?", "stdin": "text?", "as": "text?",
                "tty": "flag?", "utf8": "flag?"}
@@ -2203,13 +1967,12 @@ JSON_DEPTH = 64  # nesting a payload may have: an edited payload is a page, not 
 
 def check_request(request):
     """Return (cmd, args) of a request a client may send, or raise Fail: 64 for one avsm does not
-    know, 65 for an argument missing, unknown or of the wrong type."""
+    know, 65 for a wrong argument."""
     if not isinstance(request, dict):
         raise Fail(EX_USAGE, f"a request is one JSON object a line, not {json_kind(request)}")
     if request.get("v", 1) != 1 or isinstance(request.get("v"), bool):
-        raise Fail(
-            EX_USAGE, "this avsmd speaks version 1 of the socket's requests; use its own avsm"
-        )
+        raise Fail(EX_USAGE,
+                   "this avsmd speaks version 1 of the socket's requests; use its own avsm")
     extra = sorted(set(request) - set(REQUEST_KEYS))
     if extra:
         raise Fail(EX_USAGE, f"a request holds only {', '.join(REQUEST_KEYS)}, "
@@ -2339,8 +2102,7 @@ def delegate_lever(text, lever, source):
 
 
 def check_not_adopted_elsewhere(name, directory, adopted_from, paused):
-    """Refuse (65) adopting `directory` as venture `name` while a running venture of that name comes
-    from elsewhere."""
+    """Refuse (65) adopting `directory` as `name` while a running `name` comes from elsewhere."""
     if adopted_from != directory and not paused:
         raise Fail(EX_DATAERR, f"venture '{name}' is already adopted from {adopted_from}; "
                                f"pause it first (avsm pause {name}) or rename this directory")
@@ -2366,11 +2128,9 @@ WHEN NEW.seq IS NOT COALESCE((SELECT max(seq) FROM records), 0) + 1
   OR NEW.prev IS NOT COALESCE((SELECT hash FROM records ORDER BY seq DESC LIMIT 1), '{ZERO_HASH}')
   OR NEW.weight IS NOT 1
 BEGIN SELECT RAISE(ABORT, 'only the next record, chained to the last, may be appended'); END""")
-# Indexes, so a reader finds a window by time, a venture's records or a rare kind without reading
-# the whole history (issue 33): not part of the table (DESIGN's schema), made by the writer as it
-# opens a ledger, an older one too. A reader of a ledger without them gets the same answer, only
-# slower. A record whose text does not parse indexes as null (json_extract would refuse it, and the
-# ledger would not open to say which it is).
+# Indexes find a window by time, a venture or a rare kind without reading the whole history
+# (issue 33); the writer makes them as it opens a ledger. A record that does not parse indexes as
+# null: json_extract would refuse it, and the ledger would not open to say which it is.
 RECORD_KIND_SQL = "(CASE WHEN json_valid(record) THEN json_extract(record, '$.kind') END)"
 RECORD_VENTURE_SQL = "(CASE WHEN json_valid(record) THEN json_extract(record, '$.venture') END)"
 LEDGER_INDEXES = ("CREATE INDEX IF NOT EXISTS records_at ON records(at)",
@@ -2385,8 +2145,7 @@ class LockLost(Exception):
 
 
 class LedgerDown(Exception):
-    """The ledger cannot be written (disk full, read-only, permissions): what would write must not
-    run."""
+    """The ledger cannot be written (disk full, read-only): what would write must not run."""
 
 
 LEDGER_RETRY = 30       # seconds between tries to write a ledger that could not be written
@@ -2395,20 +2154,9 @@ LEDGER_BUSY_RETRY = 1
 # what already happened is written once the ledger takes writes again
 BACKLOG_KINDS = ("outcome", "exit")
 # Kinds (before any ".") that join the warden's group commit: readings and what follows from them,
-# and what already happened. Any other record commits at once, with what is held before it (an
-# action before its lever).
-GROUPED_KINDS = (
-    "report",
-    "guard",
-    "audit",
-    "reading",
-    "prediction",
-    "calibration",
-    "world",
-    "outcome",
-    "exit",
-    "start",
-)
+# and what already happened. Any other record commits at once (an action before its lever).
+GROUPED_KINDS = ("report", "guard", "audit", "reading", "prediction", "calibration", "world",
+                 "outcome", "exit", "start")
 
 
 def ledger_retry(err):
@@ -2428,43 +2176,25 @@ RECORD_KINDS = {
         ("guard.", "measured", "value status plausible", "past bound side note"),
         ("audit.", "measured", "value status plausible note", ""),
         ("reading.", "inferred measured", "value status plausible", "note fields"),
-        (
-            "proposal",
-            "inferred declared",
-            "by choice",
-            "backend reason lever payload ranking escalation call",
-        ),
+        ("proposal", "inferred declared", "by choice",
+         "backend reason lever payload ranking escalation call"),
         ("unusable", "measured", "backend by why", "declined call"),
         ("look", "inferred", "backend by look answer", "call escalation"),
         ("fact", "inferred", "action fact source", ""),
         ("forecast", "inferred", "days seeds", "why lever note median p10 p90 world"),
-        (
-            "ask",
-            "measured inferred",
-            "about question",
-            (
-                "action audit by canary clears_at episode forecast guard lever "
-                "mandate payload proposal ranking reading reason reports side"
-            ),
-        ),
+        ("ask", "measured inferred", "about question",
+         "action audit by canary clears_at episode forecast guard lever "
+         "mandate payload proposal ranking reading reason reports side"),
         ("approval", "declared", "ask", "about edited lever payload"),
         ("denial", "declared", "ask", "lever"),
         ("resolved", "measured", "ask", "audit"),
         ("canary", "measured", "ask passed", ""),
         ("check", "measured", "lever ok status note", ""),
-        (
-            "action",
-            "measured",
-            "lever proof by",
-            "basis approval check side guard payload proposal",
-        ),
+        ("action", "measured", "lever proof by",
+         "basis approval check side guard payload proposal"),
         ("outcome", "measured", "lever action ok status duration note", "ended_by"),
-        (
-            "refusal",
-            "measured",
-            "lever why",
-            "ask by check clears_at guard proposal reports side stuck",
-        ),
+        ("refusal", "measured", "lever why",
+         "ask by check clears_at guard proposal reports side stuck"),
         ("effect", "measured", "lever action verdict why", ""),
         ("pause", "measured declared", "", "guard episode"),
         ("resume", "declared measured", "", ""),
@@ -2473,12 +2203,8 @@ RECORD_KINDS = {
         ("escalation", "measured", "from to why", ""),
         ("answer", "measured", "escalation cited", "note"),
         ("prediction", "inferred", "report median p10 p90", "value members source lever guards"),
-        (
-            "calibration.",
-            "measured",
-            "prediction report crps skill coverage",
-            "persistence brier rolling_skill rolling_coverage rolling",
-        ),
+        ("calibration.", "measured", "prediction report crps skill coverage",
+         "persistence brier rolling_skill rolling_coverage rolling"),
         ("world", "measured", "ok note", "report"),
         ("self.start", "measured", "pid", ""),
         ("self.stop", "measured", "pid", ""),
@@ -2497,45 +2223,36 @@ def record_shape(kind, venture):
     """Return (claims, required, optional) of a kind of record as RECORD_KINDS has them, or None."""
     if not isinstance(kind, str):
         return None
-    return RECORD_KINDS.get("self." + kind if venture == "self" else kind) or RECORD_KINDS.get(
-        kind.partition(".")[0] + "."
-    )
+    return (RECORD_KINDS.get("self." + kind if venture == "self" else kind)
+            or RECORD_KINDS.get(kind.partition(".")[0] + "."))
 
 
 def new_record(kind, venture, claim=None, **fields):
-    """Return a record of `kind` for `venture`, the one way avsm builds one: checked against
-    RECORD_KINDS (its claim, the kind's first unless given; the fields it always has; no field the
-    table does not name). The summary is a field, which a caller may add before the record is
-    appended. A record the table refuses is avsm's mistake. """
+    """Return a record of `kind` for `venture`, the one way avsm builds one, checked against
+    RECORD_KINDS (the claim is the kind's first unless given); one it refuses is avsm's mistake."""
     shape = record_shape(kind, venture)
     if shape is None:
         raise ValueError(f"{kind!r} is not a kind of record")
     claims, required, optional = shape
     claim = claim or claims[0]
-    if (
-        claim not in claims
-        or required - fields.keys()
-        or fields.keys() - required - optional - {"summary"}
-    ):
+    if claim not in claims or required - fields.keys() \
+            or fields.keys() - required - optional - {"summary"}:
         raise ValueError(
             f"a {kind} record is {' or '.join(claims)} and has"
             f" {', '.join(sorted(required)) or 'no field'} (and may have"
-            f" {', '.join(sorted(optional)) or 'nothing more'}), not {claim} with {sorted(fields)}"
-        )
+            f" {', '.join(sorted(optional)) or 'nothing more'}), not {claim} with {sorted(fields)}")
     return dict(kind=kind, claim=claim, venture=venture, **fields)
 
 
 def some(**fields):
-    """Return the fields given a value (not None, empty or false): a record's optional fields, for
-    new_record."""
+    """Return the fields given a value (not None, empty or false): a record's optional fields."""
     return {k: v for k, v in fields.items() if v}
 
 
 def canonical(record):
     """Return a record's stored text: compact JSON with keys sorted."""
-    return json.dumps(
-        record, sort_keys=True, separators=(",", ":"), ensure_ascii=True, allow_nan=False
-    )
+    return json.dumps(record, sort_keys=True, separators=(",", ":"), ensure_ascii=True,
+                      allow_nan=False)
 
 
 def chain_hash(prev, seq, at, text):
@@ -2545,42 +2262,41 @@ def chain_hash(prev, seq, at, text):
 
 
 def load_record(text, seq=None):
-    """Return the record stored as `text`, or raise json.JSONDecodeError (as for text that does not
-    parse) when it is JSON but no object: a ledger written by hand, which readers refuse as
-    unreadable, not as a bug in avsm. """
+    """Return the record stored as `text`, or raise json.JSONDecodeError when it is no JSON object:
+    a ledger written by hand is unreadable, not a bug in avsm."""
     record = json.loads(text)
     if not isinstance(record, dict):
         raise json.JSONDecodeError(
             f"record {'#' + str(seq) + ' ' if seq else ''}is {shown_value(record, 40)}, "
-            "not a JSON object",
-            text,
-            0,
-        )
+            "not a JSON object", text, 0)
     return record
 
 
 def read_record(text, seq=None):
     """Return the record stored as `text`, or raise json.JSONDecodeError when it does not read
-    (record_problem):
-    for a reader that folds what it reads, as summary does."""
+    (record_problem), for a reader that folds what it reads."""
     record = load_record(text, seq)
     why = object_problem(record)
     if why is not None:
         raise json.JSONDecodeError(
-            f"record {'#' + str(seq) + ' ' if seq else ''}does not read: {why}", text, 0
-        )
+            f"record {'#' + str(seq) + ' ' if seq else ''}does not read: {why}", text, 0)
     return record
 
 
 def record_problem(text):
     """Return why a stored record does not read (open point 51), or None."""
+    return stored_record(text)[1]
+
+
+def stored_record(text):
+    """Return (the record stored as `text`, why it does not read or None)."""
     try:
         record = json.loads(text)
     except ValueError:
-        return "its JSON does not parse"
+        return None, "its JSON does not parse"
     if not isinstance(record, dict):
-        return "it is not a JSON object"
-    return object_problem(record)
+        return record, "it is not a JSON object"
+    return record, object_problem(record)
 
 
 def object_problem(record):
@@ -2605,27 +2321,17 @@ def is_name(value):
     return value is None or isinstance(value, str)
 
 
-# kind -> (field, test, what it must be): the fields the fold reads and what it does with them
+# kind -> (field, test, what it must be): the fields the fold reads
 FOLD_FIELDS = {
-    "mandate": (
-        ("directory", is_name, "text"),
-        ("text", lambda v: isinstance(v, str), "text"),
-        ("sha256", is_name, "text"),
-    ),
-    "action": (
-        ("lever", lambda v: isinstance(v, str), "a lever's name"),
-        ("guard", is_name, "a guard's name"),
-        ("side", is_name, "a side's name"),
-        ("proof", lambda v: v is None or isinstance(v, dict), "an object"),
-    ),
+    "mandate": (("directory", is_name, "text"), ("text", lambda v: isinstance(v, str), "text"),
+                ("sha256", is_name, "text")),
+    "action": (("lever", lambda v: isinstance(v, str), "a lever's name"),
+               ("guard", is_name, "a guard's name"), ("side", is_name, "a side's name"),
+               ("proof", lambda v: v is None or isinstance(v, dict), "an object")),
     "outcome": (("lever", is_name, "a lever's name"), ("action", is_seq, "a record number")),
     "refusal": (("side", is_name, "a side's name"),),
-    "ask": (
-        ("about", is_name, "text"),
-        ("lever", is_name, "a lever's name"),
-        ("guard", is_name, "a guard's name"),
-        ("side", is_name, "a side's name"),
-    ),
+    "ask": (("about", is_name, "text"), ("lever", is_name, "a lever's name"),
+            ("guard", is_name, "a guard's name"), ("side", is_name, "a side's name")),
     "proposal": (("lever", is_name, "a lever's name"),),
     "check": (("lever", is_name, "a lever's name"),),
     "approval": (("lever", is_name, "a lever's name"), ("ask", is_seq, "a record number")),
@@ -2643,8 +2349,7 @@ FOLD_FIELDS = {
 
 def fold_problem(record):
     """Return why a record's fields are not what the fold reads them as (a ledger edited by hand: a
-    report's value as text, a lever's name as a list), or None. Such a record does not read: avsmd
-    stops naming it, and no fold counts it, so no reader of the ledger trips over it."""
+    report's value as text), or None. Such a record does not read, so no reader trips over it."""
     kind, venture = record["kind"], record["venture"]
     if not isinstance(kind, str) or not isinstance(venture, str):
         return "its kind or venture is not text"
@@ -2655,19 +2360,13 @@ def fold_problem(record):
     if kind == "action" and isinstance(record.get("proof"), dict):
         premises = record["proof"].get("premises", [])
         if not isinstance(premises, list) or not all(is_seq(p) and p is not None for p in premises):
-            return (
-                f"its proof's premises are {shown_value(premises, 40)}, not a list of record"
-                " numbers"
-            )
-    if (
-        (kind == "report" or kind.startswith("audit."))
-        and record.get("status") in ("trusted", "unconfirmed")
-        and not is_number(record.get("value"))
-    ):
-        return (
-            f"it is {record['status']} and its value is {shown_value(record.get('value'), 40)}, not"
-            " a number"
-        )
+            return (f"its proof's premises are {shown_value(premises, 40)}, not a list of record"
+                    " numbers")
+    if (kind == "report" or kind.startswith("audit.")) \
+            and record.get("status") in ("trusted", "unconfirmed") \
+            and not is_number(record.get("value")):
+        return (f"it is {record['status']} and its value is {shown_value(record.get('value'), 40)},"
+                " not a number")
     return None
 
 
@@ -2677,15 +2376,13 @@ class Ledger:
     def __init__(self, path, still_ours=None):
         import sqlite3
         self.path, self.still_ours = path, still_ours
-        # the open transaction's records (group commit)
-        self.held, self.last, self.lost = None, None, []
+        self.held, self.last, self.lost = None, None, []  # held: the open transaction's records
         if not os.path.exists(path):    # made 0600: sqlite would make it 0644, its journal alike
             os.close(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_CLOEXEC, 0o600))
         self.db = sqlite3.connect(path, isolation_level=None, timeout=10)
         mode = self.db.execute("PRAGMA journal_mode").fetchone()[0]
         if mode.lower() == "wal":
-            # a ledger from an earlier avsmd: checkpoint into the main file, keep every record as
-            # written; the switch does not wait on the busy timeout, so wait for readers here
+            # a ledger from an earlier avsmd; the switch does not wait on the busy timeout
             deadline = time.monotonic() + 10
             while True:
                 try:
@@ -2698,7 +2395,6 @@ class Ledger:
         self.db.execute("PRAGMA synchronous=FULL")
         self.db.executescript(";\n".join((LEDGER_TABLE,) + LEDGER_TRIGGERS) + ";\n")
         try:
-            # once, on a ledger from before them
             self.db.executescript(";\n".join(LEDGER_INDEXES) + ";\n")
         except sqlite3.OperationalError:
             pass    # a ledger that cannot take them now (read-only, full) is read more slowly
@@ -2708,14 +2404,13 @@ class Ledger:
         return self.append_many([record], at)[0]
 
     def append_many(self, records, at, hold=False):
-        """Append `records` in order at unix time `at`, as consecutive links, in one transaction;
-        return their seqs. The one append function: every record of the ledger goes through here.
+        """Append `records` at unix time `at` in one transaction; return their seqs. Every record
+        of the ledger goes through here.
 
-        Group commit: with `hold`, the transaction is left open and the next records join it until
-        commit() or an append without `hold` ends it: a burst costs one sync to disk. The lock is
-        checked when the transaction begins and just before it commits: a record is committed only
-        while the home is ours. A failed append rolls back all held with it; `lost` then holds the
-        (seq, at, record) of those held. """
+        Group commit: with `hold`, the transaction stays open for the next records until commit()
+        or an append without `hold`: a burst costs one sync to disk. The lock is checked as the
+        transaction begins and before it commits. A failed append rolls back all held with it
+        into `lost`. """
         for record in records:
             if set(RECORD_FIELDS) - set(record) or record["claim"] not in CLAIMS:
                 raise ValueError(f"a record needs kind, claim, venture and summary: {record}")
@@ -2727,34 +2422,28 @@ class Ledger:
                 db.execute("BEGIN IMMEDIATE")
                 if self.still_ours is not None and not self.still_ours():
                     raise LockLost(
-                        "the lock of this home is another avsmd's; appending nothing more"
-                    )
+                        "the lock of this home is another avsmd's; appending nothing more")
                 self.last, self.held = ledger_head(db) or (0, ZERO_HASH), []
             seq, prev = self.last
             for text in texts:
                 seq += 1
                 link = chain_hash(prev, seq, at, text)
-                db.execute(
-                    "INSERT INTO records(seq, at, prev, hash, weight, record) VALUES (?, ?, ?, ?,"
-                    " 1, ?)",
-                    (seq, at, prev, link, text),
-                )
+                db.execute("INSERT INTO records(seq, at, prev, hash, weight, record) VALUES"
+                           " (?, ?, ?, ?, 1, ?)", (seq, at, prev, link, text))
                 seqs.append(seq)
                 prev = link
             self.last = (seq, prev)
             if hold:
                 self.held += [(s, at, r) for s, r in zip(seqs, records)]
             else:
-                # just checked, when this append began the transaction
-                self.commit(check=not began)
+                self.commit(check=not began)  # just checked, when this append began it
         except BaseException:
             self.rollback()
             raise
         return seqs
 
     def commit(self, check=True):
-        """Commit the records held open (group commit); nothing to do when none are. Return how
-        many."""
+        """Commit the records held open (group commit); return how many."""
         if self.held is None:
             return 0
         try:
@@ -2768,8 +2457,7 @@ class Ledger:
         return count
 
     def rollback(self):
-        """Roll back the open transaction; the held records it took are kept in `lost` for the
-        caller."""
+        """Roll back the open transaction, keeping its held records in `lost` for the caller."""
         if self.held is not None:
             self.lost, self.held = self.held, None
         if self.db.in_transaction:
@@ -2786,10 +2474,8 @@ ROLLBACK_WAIT = 3.0
 def open_ledger_ro(path):
     """Return a read-only connection to the ledger at `path` (file:...?mode=ro).
 
-    A writer killed in a transaction leaves its journal hot beside the ledger, and a read-only
-    connection cannot roll it back (SQLITE_READONLY_ROLLBACK): the next warden does as it opens the
-    ledger, so this waits up to ROLLBACK_WAIT for it, then says what to do (65). Any other trouble
-    is left to the caller's first read. """
+    A writer killed in a transaction leaves a hot journal a read-only connection cannot roll back
+    (SQLITE_READONLY_ROLLBACK): the next warden does, so this waits ROLLBACK_WAIT for it. """
     import sqlite3
     quoted = path.replace("%", "%25").replace("?", "%3f").replace("#", "%23")
     db = sqlite3.connect(f"file:{quoted}?mode=ro", uri=True, isolation_level=None, timeout=10)
@@ -2804,12 +2490,10 @@ def open_ledger_ro(path):
                 return db
         if time.monotonic() > deadline:
             db.close()
-            raise Fail(
-                EX_DATAERR,
-                f"{path} holds a transaction its writer was killed in (its journal is beside it),"
-                " which only a writer can roll back; avsmd's warden does as it opens the ledger:"
-                " start avsmd, or if it runs, try again in a moment",
-            )
+            raise Fail(EX_DATAERR,
+                       f"{path} holds a transaction its writer was killed in (its journal is beside"
+                       " it), which only a writer can roll back; avsmd's warden does as it opens"
+                       " the ledger: start avsmd, or if it runs, try again in a moment")
         time.sleep(0.1)
 
 
@@ -2825,8 +2509,7 @@ def read_records(db, since=0, upto=None, venture=None):
 
 
 def first_seq_at(db, at, top):
-    """Return the seq of the first record written at or after unix time `at`, or top + 1 when
-    none is: found by the index on `at` (a ledger without it is read whole), not by a scan."""
+    """Return the seq of the first record written at or after unix time `at`, or top + 1."""
     # min(seq + 0): SQLite answers min(seq) by walking the rowids from the first, past older records
     return db.execute("SELECT coalesce(min(seq + 0), ?) FROM records WHERE at >= ?",
                       (top + 1, at)).fetchone()[0]
@@ -2849,31 +2532,25 @@ def ledger_head(db):
 
 def recent_records(db, venture, count):
     """Return the last `count` (seq, at, record dict) of `venture`, oldest first."""
-    rows = db.execute(
-        "SELECT seq, at, record FROM records WHERE json_extract(record, '$.venture') = ? ORDER BY"
-        " seq DESC LIMIT ?",
-        (venture, count),
-    ).fetchall()
+    rows = db.execute("SELECT seq, at, record FROM records WHERE json_extract(record, '$.venture')"
+                      " = ? ORDER BY seq DESC LIMIT ?", (venture, count)).fetchall()
     return [(seq, at, load_record(text, seq)) for seq, at, text in reversed(rows)]
 
 
-# SQLite's page cache while the whole ledger is read once in order, and the warden's always (the
+# SQLite's page cache for a scan, and the warden's always: the default 2 MiB buys a scan, an
+# append or a look-up by seq nothing, and would stay in peak memory (issue 15)
 SCAN_CACHE_KIB = 128
-# default, 2 MiB, buys a scan, an append at the end or a look-up by seq nothing, and would stay
-                        # in avsmd's and the warden's peak memory: issue 15)
 
 
 def small_cache(db):
-    """Shrink `db`'s page cache for a scan of the whole ledger; return the PRAGMA cache_size to
-    restore after it."""
+    """Shrink `db`'s page cache for a scan; return the cache_size to restore after it."""
     was = db.execute("PRAGMA cache_size").fetchone()[0]
     db.execute(f"PRAGMA cache_size=-{SCAN_CACHE_KIB}")
     return was
 
 
 def scan_records(db):
-    """Yield (seq, at, record dict) of the whole ledger, in order, as read_records does, with a
-    small page cache."""
+    """Yield (seq, at, record dict) of the whole ledger, in order, with a small page cache."""
     was = small_cache(db)
     try:
         yield from read_records(db)
@@ -2885,11 +2562,9 @@ SCAN_BATCH = 2000   # records a long read takes in one short read transaction
 
 
 def batched_rows(db, columns, since):
-    """Yield the rows of `columns` (seq first) of the records after `since`, in order, SCAN_BATCH
-    at a time, each batch a read transaction of its own. A rollback journal's commit waits for every
-    reader's lock to go: one read of the whole ledger (doctor's minute at a million records) would
-    hold the warden's commits until it ended, where this holds each for one batch at most. The
-    ledger only grows, so the batches read it as one read would, with what was appended since."""
+    """Yield the rows of `columns` (seq first) of the records after `since`, SCAN_BATCH at a time,
+    each batch its own read transaction: a commit waits for every reader's lock, and one read of a
+    million records would hold the warden's commits for a minute."""
     while True:
         rows = db.execute(f"SELECT {columns} FROM records WHERE seq > ? ORDER BY seq LIMIT ?",
                           (since, SCAN_BATCH)).fetchall()
@@ -2900,62 +2575,37 @@ def batched_rows(db, columns, since):
 
 
 def ledger_problem(db):
-    """Return (seq, why) for the first record that does not read or does not chain (open point 51),
-    or None."""
+    """Return (seq, why) of the first record that does not read or chain (point 51), or None."""
     return scan_ledger(db, recheck=False).broken
 
 
 LedgerScan = collections.namedtuple("LedgerScan", "count head broken problems adopted hashes")
 LedgerScan.__doc__ = """What one read of the ledger found: records checked, the head (seq, hash),
-the first record that does not chain or read as (seq, why) or None, the proof problems [(action seq,
-why)], the adopted ventures {name: [name, directory, mandate seq, paused, text]} (None once a record
-does not read), and {seq: hash} of the seqs asked for."""
+the first broken record (seq, why) or None, the proof problems [(action seq, why)], the adopted
+ventures {name: [name, directory, mandate seq, paused, text]} (None once one does not read), and
+{seq: hash} of the seqs asked for."""
 
 
 def scan_ledger(db, recheck=True, wanted=(), after=None):
-    """Read the ledger once, in order (doctor: a second read is a second pass over a year of
-    records): every link of the chain and every record's reading checked; with `recheck`, every
-    action's proof re-checked by the gate as the ledger folds; the adopted ventures listed; the
-    hashes of the seqs `wanted` kept. after: (seq, hash) of a checkpoint verified before: the chain
-    is checked from it on, and neither the records before it nor any proof is read (doctor
-    --quick)."""
-    found = {
-        "count": 0,
-        "head": after or (0, ZERO_HASH),
-        "broken": None,
-        "adopted": {},
-        "hashes": {},
-    }
+    """Read the ledger once, in order, checking every link and record; with `recheck`, every
+    action's proof re-checked by the gate as the ledger folds. after: (seq, hash) of a checkpoint
+    verified before: only the chain from it on is checked (doctor --quick)."""
+    found = {"count": 0, "head": after or (0, ZERO_HASH), "broken": None, "adopted": {},
+             "hashes": {}}
     was = small_cache(db)
 
     def rows():
         expected, prev = after or (0, ZERO_HASH)
         for seq, at, link, digest, text in batched_rows(db, "seq, at, prev, hash, record",
                                                         expected):
-            why = (
-                f"record #{expected + 1} is missing"
-                if seq != expected + 1
-                else (
-                    "its prev is not the hash of the record before it"
-                    if link != prev
-                    else (
-                        "its hash does not match its contents"
-                        if chain_hash(link, seq, at, text) != digest
-                        else None
-                    )
-                )
-            )
-            record = None
-            if why is None:
-                try:
-                    record = json.loads(text)
-                    why = (
-                        object_problem(record)
-                        if isinstance(record, dict)
-                        else "it is not a JSON object"
-                    )
-                except ValueError:
-                    why = "its JSON does not parse"
+            if seq != expected + 1:
+                why = f"record #{expected + 1} is missing"
+            elif link != prev:
+                why = "its prev is not the hash of the record before it"
+            elif chain_hash(link, seq, at, text) != digest:
+                why = "its hash does not match its contents"
+            else:
+                record, why = stored_record(text)
             if why is None and not (is_seq(at) and at is not None):
                 why = f"its time is {shown_value(at, 40)}, not a whole number of seconds"
             if why is not None:
@@ -2979,12 +2629,10 @@ def scan_ledger(db, recheck=True, wanted=(), after=None):
     return LedgerScan(problems=[] if found["broken"] else problems, **found)
 
 
-# ---- checkpoints: the head kept outside the file ---- The chain shows an edit, not a rewrite:
-# whoever can write ledger.db can recompute every hash after a changed record. A checkpoint is the
-# head written down at a time, kept elsewhere (and signed with ssh-keygen -Y sign), so that a ledger
-# rewritten since no longer holds it. Its layout is C2SP's checkpoint's: an origin, then the head.
-# checkpoint ::= "avsm/" HOST ":" HOME LF SEQ LF HASH LF UNIXTIME " " UTC-TIME LF [LF
-# SSH-SIGNATURE-ARMOR]
+# ---- checkpoints: the head kept outside the file ----
+# The chain shows an edit, not a rewrite: a checkpoint is the head written down, kept elsewhere
+# (signed with ssh-keygen -Y sign), which a ledger rewritten since no longer holds. C2SP's layout:
+# checkpoint ::= "avsm/" HOST ":" HOME LF SEQ LF HASH LF UNIXTIME " " UTC-TIME LF [LF ARMOR]
 
 Checkpoint = collections.namedtuple("Checkpoint", "origin seq hash at text signature")
 SSHSIG_ARMOR = ("-----BEGIN SSH SIGNATURE-----", "-----END SSH SIGNATURE-----")
@@ -2999,8 +2647,7 @@ def checkpoint_origin(home):
 def checkpoint_text(origin, seq, digest, at):
     """Return the text of a checkpoint of head (seq, digest) at unix time `at` (what is signed)."""
     return (
-        f"{origin}\n{seq}\n{digest}\n{at} {time.strftime('%Y-%m-%dT%H:%M:%SZ', time.gmtime(at))}\n"
-    )
+        f"{origin}\n{seq}\n{digest}\n{at} {time.strftime('%Y-%m-%dT%H:%M:%SZ', time.gmtime(at))}\n")
 
 
 def parse_checkpoint(data, where, signature=None):
@@ -3012,28 +2659,19 @@ def parse_checkpoint(data, where, signature=None):
     at = when.split(" ")[0]
     checks = (len(lines) == 4, origin.startswith("avsm/"), seq.isdigit() and seq.isascii(),
               re.fullmatch(r"[0-9a-f]{64}", digest), at.isdigit() and at.isascii())
-    words = (
-        "four lines: origin, seq, hash, time",
-        "an origin avsm/HOST:HOME on line 1",
-        "a record number on line 2",
-        "64 hex digits of a hash on line 3",
-        "a unix time on line 4",
-    )
+    words = ("four lines: origin, seq, hash, time", "an origin avsm/HOST:HOME on line 1",
+             "a record number on line 2", "64 hex digits of a hash on line 3",
+             "a unix time on line 4")
     bad = next((w for ok, w in zip(checks, words) if not ok), None)
     if bad or (signed and not signed.strip().startswith(SSHSIG_ARMOR[0])):
-        raise Fail(
-            EX_DATAERR,
-            f"{where} is not an avsm checkpoint: it needs"
-            f" {bad or 'an SSH signature after its blank line'}",
-        )
-    return Checkpoint(
-        origin, int(seq), digest, int(at), text.rstrip("\n") + "\n", signed.strip() or signature
-    )
+        raise Fail(EX_DATAERR, f"{where} is not an avsm checkpoint: it needs"
+                               f" {bad or 'an SSH signature after its blank line'}")
+    return Checkpoint(origin, int(seq), digest, int(at), text.rstrip("\n") + "\n",
+                      signed.strip() or signature)
 
 
 # ---- raw rows for a witness: does a far history extend what was kept? ----
-# A witness (avsm fleet witness) reads a host's rows raw, in pages, and checks them with the
-# ledger's own recipe: records in and a verdict out; the ssh session and the files are section 12's.
+# avsm fleet witness reads a host's rows raw, in pages, and checks them with the chain's recipe.
 #     row ::= SEQ " " AT " " PREV " " HASH " " RECORD     (RECORD: the stored JSON text, as is)
 #     line ::= row ("\n" row)*                           (a line of the answer: RECORDS_LINE rows)
 
@@ -3045,8 +2683,7 @@ Row = collections.namedtuple("Row", "seq at prev hash record")
 
 
 def records_page(db, after, limit, head_line):
-    """Return the lines of a `records` answer: `head_line`, then the rows after `after`, many a
-    line (a JSON line a row would cost each hop)."""
+    """Return the lines of a `records` answer: `head_line`, then the rows after `after`."""
     rows, size = [], 0
     limit = RECORDS_PAGE if limit is None else min(limit, RECORDS_PAGE)
     for seq, at, prev, digest, text in db.execute(
@@ -3108,7 +2745,7 @@ def row_problem(row, before):
 
 def check_far_rows(held, before, rows):
     """Return (the last (seq, hash) checked, None or ("differs", SEQ, KEPT, FAR) or ("broken",
-    SEQ, WHY)) of far `rows` after `before`, `held` being {seq: hash kept}."""
+    SEQ, WHY)) of far `rows` after `before`; `held` is {seq: hash kept}."""
     for row in rows:
         why = row_problem(row, before)
         if why is not None:
@@ -3140,9 +2777,8 @@ def kept_checkpoint_problem(kept, new, far_hash):
 
 
 def sshsig_public_key(armor):
-    """Return the public key an SSH signature names as its signer (base64, as a .pub file's second
-    word), or None: SSHSIG is "SSHSIG", a version, then the key as an SSH string (PROTOCOL.sshsig;
-    read, not checked)."""
+    """Return the public key (base64) an SSH signature names as its signer, or None: "SSHSIG", a
+    version, then the key as an SSH string (PROTOCOL.sshsig; read, not checked)."""
     import base64
     try:
         body = base64.b64decode("".join(armor.strip().splitlines()[1:-1]), validate=True)
@@ -3155,19 +2791,15 @@ def sshsig_public_key(armor):
 
 
 def format_local_time(at):
-    """Return unix time `at` as local YYYY-MM-DDTHH:MM:SS+hh:mm (past what the C library can show,
-    as @SECONDS)."""
+    """Return unix time `at` as local YYYY-MM-DDTHH:MM:SS+hh:mm (or @SECONDS past the C library)."""
     try:
         t = time.localtime(at)
-    # a time no clock wrote: a ledger edited by hand
     except (OverflowError, OSError, ValueError):
         return f"@{at}"
     off = t.tm_gmtoff or 0
     sign = "-" if off < 0 else "+"
-    return (
-        time.strftime("%Y-%m-%dT%H:%M:%S", t)
+    return time.strftime("%Y-%m-%dT%H:%M:%S", t) \
         + f"{sign}{abs(off) // 3600:02d}:{abs(off) % 3600 // 60:02d}"
-    )
 
 
 def format_record_line(seq, at, record):
@@ -3177,32 +2809,23 @@ def format_record_line(seq, at, record):
 
 
 def shown_text(text):
-    """Return text safe for a terminal: newlines as \\n, and no control character from outside
-    reaches it raw."""
+    """Return text safe for a terminal: newlines as \\n, no control character raw."""
     return escape_controls(
-        CONTROL_CHARS, text.replace("\\", "\\\\").replace("\n", "\\n").replace("\r", "\\r")
-    )
+        CONTROL_CHARS, text.replace("\\", "\\\\").replace("\n", "\\n").replace("\r", "\\r"))
 
 
 def escape_controls(pattern, text):
     """Return `text` with each character `pattern` matches written as \\x.. or \\u.... (escape
     sequences, bidi overrides, lone surrogates), so nothing from outside reaches a terminal raw."""
-    return re.sub(
-        pattern,
-        lambda m: (
-            f"\\x{ord(m.group()):02x}" if ord(m.group()) < 256 else f"\\u{ord(m.group()):04x}"
-        ),
-        text,
-    )
+    return re.sub(pattern, lambda m: f"\\x{ord(m.group()):02x}" if ord(m.group()) < 256
+                  else f"\\u{ord(m.group()):04x}", text)
 
 
 CONTROL_CHARS = "[\x00-\x1f\x7f-\x9f\u2028\u2029\u202a-\u202e\u2066-\u2069\ud800-\udfff]"
 
 
 class LockCheck:
-    """Whether avsmd.lock still names the avsmd that started this warden.
-
-    lock_is_ours()  -- asked before every append and before the groups journal is replaced"""
+    """Whether avsmd.lock still names the avsmd that started this warden."""
 
     def __init__(self, lock_path, avsmd_pid):
         self.lock_path, self.avsmd_pid = lock_path, avsmd_pid
@@ -3210,10 +2833,8 @@ class LockCheck:
         self.lock_seen, self.lock_ours = None, False
 
     def lock_is_ours(self):
-        """The lock is ours unless another avsmd's pid stands in it; a deleted lock file is no one
-        else's, and avsmd makes it again within the second. Asked before every append, so the file
-        is read again only when its stat changed: a pid is written only with the file truncated and
-        its times moved, or into a new file. """
+        """The lock is ours unless another avsmd's pid stands in it (a deleted one avsmd makes
+        again). Asked before every append, so the file is read again only when its stat changed."""
         try:
             st = os.stat(self.lock_path)
         except FileNotFoundError:
@@ -3222,55 +2843,38 @@ class LockCheck:
             return read_lock_pid(self.lock_path) in (self.avsmd_pid, None)
         seen = (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
         if seen != self.lock_seen:
-            self.lock_seen, self.lock_ours = seen, read_lock_pid(self.lock_path) in (
-                self.avsmd_pid,
-                None,
-            )
+            self.lock_ours = read_lock_pid(self.lock_path) in (self.avsmd_pid, None)
+            self.lock_seen = seen
         return self.lock_ours
 
 
 class LedgerWriter:
     """The warden's one way to the ledger: each record appended is folded into its venture; while
-    the ledger cannot be written, what already ran waits in a backlog and everything else stops
-    (ledger_down says why, retry_at when it is tried next; both None while it can be written).
-
-    Handed the ledger, the venture states it folds into, canary_every (canary_asks: after every N
-    asks, as folded, a canary ask), tell_person (a notice of what a person must see: a record, or
-    the ledger gone unwritable) and refold (fold every venture again from the ledger, after a group
-    commit was rolled back). """
+    the ledger cannot be written, what already ran waits in a backlog and everything else stops.
+    refold folds every venture again after a group commit was rolled back. """
 
     def __init__(self, ledger, ventures, canary_every, tell_person, refold, debug=False):
-        self.ledger, self.ventures, self.canary_every, self.debug = (
-            ledger,
-            ventures,
-            canary_every,
-            debug,
-        )
+        self.ledger, self.ventures, self.canary_every = ledger, ventures, canary_every
+        self.debug = debug
         self.tell_person, self.refold = tell_person, refold
         self.ledger_down = None       # why the ledger cannot be written, while it cannot
         self.backlog = []             # outcomes waiting for the ledger to take writes again
         self.retry_at = None
-        # the first seq of a rolled-back group commit, until the ventures are folded again
-        self.refold_from = None
-        # when the records held open were first seen at the end of a turn
-        self.group_began = None
+        self.refold_from = None       # the first seq of a rolled-back group commit
+        self.group_began = None       # when the records held open were first seen
 
     def append(self, record, at=None):
-        """Append `record` through the one append function and fold it into its venture.
+        """Append `record` and fold it into its venture.
 
-        Group commit: a GROUPED_KINDS record (a reading, a prediction and score, an outcome) joins
-        the group held open for this wake-up, committed at its end; any other (an action before its
-        lever starts, an ask, a pause, a mandate) commits itself and all held before it. While the
-        ledger cannot be written, an outcome of what already ran waits in order; anything else
-        raises LedgerDown, so its step does not happen. `at`: an action's time is the time the gate
-        proved it at, so that its proof re-checks at its own `at`. """
+        A GROUPED_KINDS record joins the group held open for this wake-up; any other commits itself
+        and all held before it. While the ledger cannot be written, an outcome waits in order and
+        anything else raises LedgerDown. `at`: an action's is the time the gate proved it at. """
         import sqlite3
         why = self.ledger_down
         if not why:
             try:
-                return self.write(
-                    record, at, hold=record["kind"].partition(".")[0] in GROUPED_KINDS
-                )
+                return self.write(record, at,
+                                  hold=record["kind"].partition(".")[0] in GROUPED_KINDS)
             except (sqlite3.Error, OSError) as err:
                 self.ledger_failed(err)
                 why = str(err)
@@ -3280,9 +2884,7 @@ class LedgerWriter:
         return None
 
     def append_together(self, records):
-        """Append `records` in one transaction and fold each (a score and the next prediction: they
-        join the wake-up's group commit); while the ledger cannot be written, raise LedgerDown as
-        append does. """
+        """Append `records` in one transaction and fold each, or raise LedgerDown."""
         return [self.append(record) for record in records]
 
     def write(self, record, at=None, hold=False):
@@ -3293,30 +2895,21 @@ class LedgerWriter:
         if state is not None:
             fold(state, seq, at, record)
         if self.debug:
-            log(
-                self.debug,
-                "warden",
-                f"#{seq} {record['venture']} {record['kind']} {record['summary']}",
-            )
+            log(self.debug, "warden",
+                f"#{seq} {record['venture']} {record['kind']} {record['summary']}")
         self.tell_person(notice_of(seq, record))
-        if (
-            record["kind"] == "ask"
-            and not record.get("canary")
-            and state is not None
-            and self.canary_every
-        ):
-            canary = canary_ask(
-                state, sum(v.asks_made for v in self.ventures.values()), self.canary_every
-            )
+        if record["kind"] == "ask" and not record.get("canary") and state is not None \
+                and self.canary_every:
+            canary = canary_ask(state, sum(v.asks_made for v in self.ventures.values()),
+                                self.canary_every)
             if canary:
                 self.append(canary)
         return seq
 
     def commit(self, turn_ends=False):
-        """Commit the records held open in one transaction (group commit): at the end of each
-        wake-up (`turn_ends`), and before anything is told to a client. A commit that fails leaves
-        the ledger down (as a failed append does); the ventures are folded again once the turn ends,
-        when no step of it is still under way."""
+        """Commit the records held open: at the end of each wake-up (`turn_ends`), and before
+        anything is told to a client. After a failed one the ventures are folded again once the
+        turn ends."""
         import sqlite3
         try:
             self.ledger.commit()
@@ -3327,9 +2920,7 @@ class LedgerWriter:
             self.refold_from = None
 
     def commit_when_due(self, stopping):
-        """At the end of a turn: commit the records held once the group has been open GROUP_WINDOW
-        (at once when stopping), so a burst spread over several wake-ups still costs one sync to
-        disk."""
+        """At a turn's end: commit what is held once its group is GROUP_WINDOW old, or stopping."""
         if self.ledger.held is not None:
             now = time.monotonic()
             self.group_began = now if self.group_began is None else self.group_began
@@ -3341,50 +2932,38 @@ class LedgerWriter:
             self.group_began = None
 
     def group_wait(self, timeout):
-        """`timeout` for select, shortened so that a group held open is committed when its window
-        ends."""
+        """`timeout` for select, shortened to the end of the open group's window."""
         if self.group_began is None:
             return timeout
         left = max(0.0, self.group_began + GROUP_WINDOW - time.monotonic())
         return left if timeout is None else min(timeout, left)
 
     def ledger_failed(self, err):
-        """The ledger could not be written: stop what would write, try again later. Records held
-        open that were rolled back with it were folded already: what already happened among them (an
-        outcome) waits to be written, the rest is gone, and the ventures are folded again from the
-        ledger as it is. """
+        """The ledger could not be written: stop what would write, try again later. Of the held
+        records rolled back with it, outcomes wait to be written, the rest is gone, and the ventures
+        are folded again from the ledger. """
         self.ledger_down = str(err)
         self.retry_at = time.monotonic() + ledger_retry(err)
-        sys.stderr.write(
-            f"avsm warden: the ledger cannot be written: {err}; stopping what would write, "
-            f"trying again in {ledger_retry(err)} s\n"
-        )
+        sys.stderr.write(f"avsm warden: the ledger cannot be written: {err}; stopping what would"
+                         f" write, trying again in {ledger_retry(err)} s\n")
         self.tell_person(ledger_down_notice(str(err)))
         lost, self.ledger.lost = self.ledger.lost, []
         if lost:
             self.backlog[:0] = [record for _, _, record in lost if record["kind"] in BACKLOG_KINDS]
-            # folded again at the end of this turn: till then nothing can be written, so no seq is
-            # reused
-            self.refold_from = (
-                lost[0][0] if self.refold_from is None else min(self.refold_from, lost[0][0])
-            )
+            # folded again at the end of this turn: till then nothing is written, no seq reused
+            self.refold_from = lost[0][0] if self.refold_from is None \
+                else min(self.refold_from, lost[0][0])
 
     def retry_ledger(self, now):
-        """Try the ledger again: write what waited, in order; True when it takes writes, and work
-        resumes."""
+        """Try the ledger again: write what waited, in order; True when it takes writes."""
         import sqlite3
         self.retry_at = now + LEDGER_RETRY
         try:
             while self.backlog:
                 self.write(self.backlog[0])
                 self.backlog.pop(0)
-            self.write(
-                new_record(
-                    "ledger",
-                    "self",
-                    summary=f"the ledger takes writes again (it could not: {self.ledger_down})",
-                )
-            )
+            self.write(new_record("ledger", "self", summary=f"the ledger takes writes again (it"
+                                  f" could not: {self.ledger_down})"))
         except (sqlite3.Error, OSError) as err:
             self.ledger_down = str(err)
             self.retry_at = now + ledger_retry(err)
@@ -7312,8 +6891,7 @@ def sign_again_at_start(spec, signer, ours):
 # =============================================================================
 
 def default_home():
-    """Return the platform's default home: XDG_STATE_HOME/avsmd, ~/.local/state/avsmd, or
-    macOS's."""
+    """Return the platform's default home: XDG_STATE_HOME/avsmd, ~/.local/state/avsmd or macOS's."""
     if sys.platform == "darwin":
         return os.path.expanduser("~/Library/Application Support/avsmd")
     state = os.environ.get("XDG_STATE_HOME") or os.path.expanduser("~/.local/state")
@@ -7330,10 +6908,8 @@ def socket_problem(home):
     """Return why `home`/sock cannot be a Unix socket path here, or None."""
     path = os.path.join(home, "sock")
     if len(os.fsencode(path)) > SOCKET_LIMIT:
-        return (
-            f"the socket path {path} is {len(os.fsencode(path))} bytes, past this system's"
-            f" {SOCKET_LIMIT}; use a shorter --home or AVSMD_HOME"
-        )
+        return (f"the socket path {path} is {len(os.fsencode(path))} bytes, past this system's"
+                f" {SOCKET_LIMIT}; use a shorter --home or AVSMD_HOME")
     return None
 
 
@@ -7342,10 +6918,8 @@ def send_line(sock, message):
     send_bytes(sock, (json.dumps(message, separators=(",", ":")) + "\n").encode())
 
 
-
 def send_bytes(sock, data):
-    """Send all of `data`; a non-blocking socket waits for room only when it has none (rarely: one
-    line fits)."""
+    """Send all of `data`; a non-blocking socket waits for room only when it has none."""
     try:
         sent = sock.send(data)
     except (BlockingIOError, InterruptedError):
@@ -7360,8 +6934,7 @@ def send_bytes(sock, data):
 
 
 def receive(sock, size=65536):
-    """Return what a non-blocking socket holds now: None when nothing yet, b"" at its end (or a
-    reset)."""
+    """Return what a non-blocking socket holds now: None when nothing yet, b"" at its end."""
     try:
         return sock.recv(size)
     except (BlockingIOError, InterruptedError):
@@ -7407,8 +6980,7 @@ BASE_ENV = {}      # the warden's environment, copied once
 
 
 def command_env(home, venture, lever=None):
-    """Return the environment a venture's program runs with: avsmd's own, plus AVSM_HOME and
-    AVSM_VENTURE."""
+    """Return a venture's program's environment: avsmd's own, plus AVSM_HOME and AVSM_VENTURE."""
     env = dict(BASE_ENV or os.environ)
     env.update(AVSM_HOME=home, AVSM_VENTURE=venture)
     if lever:
@@ -7420,10 +6992,8 @@ NOTIFY_ENV = ("PATH", "HOME", "USER", "LOGNAME", "SHELL", "LANG", "LANGUAGE", "T
 
 
 def notify_env(home, event):
-    """Return the notify command's environment: only PATH, HOME, USER, the locale and TZ of avsmd's
-    own, AVSM_HOME and AVSM_EVENT. Nothing else passes, so no key does, whatever avsmd's environment
-    holds (an ANTHROPIC_API_KEY exported in the shell that started it): a script that posts to a
-    chat keeps its own token."""
+    """Return the notify command's environment: NOTIFY_ENV and the locale of avsmd's own,
+    AVSM_HOME and AVSM_EVENT. No key passes, whatever avsmd's environment holds."""
     env = {k: v for k, v in os.environ.items() if k in NOTIFY_ENV or k.startswith("LC_")}
     env.update(AVSM_HOME=home, AVSM_EVENT=json.dumps(event, sort_keys=True, separators=(",", ":")))
     return env
@@ -7433,23 +7003,20 @@ SPAWN_FDS = {}        # "null": /dev/null and "here": the process's own director
 
 
 def start_program(argv, cwd, env, stdin=None):
-    """Start `argv` in `cwd` with `env`, leading a process group of its own, its standard input
-    `stdin` (a descriptor; /dev/null when None), its output and errors on two pipes; return (pid,
-    output's read end, errors' read end). Raise OSError naming the program or the directory as
-    starting it fails, as subprocess would.
+    """Start `argv` in `cwd` with `env`, leading a process group of its own, `stdin` a descriptor
+    (/dev/null when None); return (pid, output's read end, errors' read end), or raise OSError as
+    subprocess would.
 
     os.posix_spawn (a third of Popen's CPU) closes no descriptor, so none is left inheritable
-    (close-on-exec everywhere, mark_close_on_exec), and takes no cwd: the process steps into `cwd`
-    and back, so its other threads never use a relative path. A name without a slash is looked for
-    on `env`'s PATH, as exec does. """
+    (mark_close_on_exec), and takes no cwd: the process steps into `cwd` and back, so its other
+    threads never use a relative path. """
     if "null" not in SPAWN_FDS:
         SPAWN_FDS["null"] = os.open(os.devnull, os.O_RDONLY | os.O_CLOEXEC)
         # a directory this process may not open (no O_PATH here) leaves it in /
         for here in (".", "/"):
             try:
-                SPAWN_FDS["here"] = os.open(
-                    here, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC | getattr(os, "O_PATH", 0)
-                )
+                SPAWN_FDS["here"] = os.open(here, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC
+                                            | getattr(os, "O_PATH", 0))
                 break
             except OSError:
                 continue
@@ -7488,9 +7055,8 @@ def start_program(argv, cwd, env, stdin=None):
 
 
 def mark_close_on_exec():
-    """Mark every descriptor past standard error this process was handed close-on-exec (Linux), so
-    no program start_program starts keeps one (the warden's channel to avsmd, what avsmd's starter
-    left open). """
+    """Mark every descriptor past standard error close-on-exec (Linux), so no program
+    start_program starts keeps one (the warden's channel to avsmd)."""
     try:
         fds = [int(fd) for fd in os.listdir("/proc/self/fd")]
     except OSError:
@@ -7504,9 +7070,8 @@ def mark_close_on_exec():
 class Child:
     """A program running in a process group of its own, with its output drained as it comes."""
 
-    def __init__(
-        self, purpose, venture, args, cwd, env, timeout=None, shell=False, stdin_path=None
-    ):
+    def __init__(self, purpose, venture, args, cwd, env, timeout=None, shell=False,
+                 stdin_path=None):
         self.purpose, self.venture = purpose, venture
         self.started, self.started_at = time.monotonic(), time.time()
         self.deadline = self.started + timeout if timeout else None
@@ -7518,9 +7083,7 @@ class Child:
         self.head, self.oversized = None, False
         self.cut = False              # the start of its standard output was dropped (OUTPUT_KEEP)
         self.leader_start = None      # its leader's start (clock ticks since boot), once read
-        # the leader's exit code once reaped (negative: the signal that ended it)
-        self.returncode = None
-        # a file never blocks the warden
+        self.returncode = None        # once reaped (negative: the signal that ended it)
         stdin = os.open(stdin_path, os.O_RDONLY | os.O_CLOEXEC) if stdin_path else None
         try:
             argv = ["/bin/sh", "-c", args] if shell else list(args)
@@ -7529,8 +7092,7 @@ class Child:
             if stdin is not None:
                 os.close(stdin)
         self.pgid = self.pid
-        # room for 1 MiB: a flood needs 16 times fewer turns; not Linux, or past the user's pipe
-        # pages: the default
+        # room for 1 MiB: a flood needs 16 times fewer turns (not Linux: the default)
         with contextlib.suppress(ImportError, AttributeError, OSError):
             fcntl.fcntl(self.stdout, fcntl.F_SETPIPE_SZ, PIPE_ROOM)
         self.open_pipes = {self.stdout, self.stderr}   # registered in the warden's selector
@@ -7543,8 +7105,7 @@ class Child:
 
     def drain(self, pipe):
         """Read what `pipe` holds now, keeping the last OUTPUT_KEEP bytes; return False at EOF. With
-        `head` set (a backend's reply), keep the first `head` bytes and end the program once it
-        writes past them (unusable). """
+        `head` (a backend's reply), keep the first `head` bytes and end the program past them. """
         buffer = self.out if pipe == self.stdout else self.err
         while True:
             try:
@@ -7569,8 +7130,7 @@ class Child:
                     self.cut = True
 
     def poll(self):
-        """Return the exit status once the program has ended (reaped by its own pid, never its
-        group's), else None."""
+        """Return the exit status once the program has ended (reaped by its own pid), else None."""
         if self.returncode is None:
             try:
                 pid, status = os.waitpid(self.pid, os.WNOHANG)
@@ -7590,9 +7150,7 @@ class Child:
             self.kill_at = now + KILL_GRACE
 
     def enforce(self, now):
-        """The one limit loop (the warden's tick, the notifier): KILL the group once its grace is
-        over (and again each grace while something of it lingers), TERM it once its time limit
-        is."""
+        """KILL the group once its grace is over (again while it lingers), TERM it at its limit."""
         if self.kill_at is not None and now >= self.kill_at:
             signal_group(self.pgid, 9)
             self.kill_at = now + KILL_GRACE
@@ -7607,45 +7165,34 @@ class Child:
             self.pidfd = None
 
     def note(self):
-        """Return the last NOTE_MAX characters of what the program wrote to standard error and
-        output."""
+        """Return the last NOTE_MAX characters of what the program wrote."""
         text = (self.err.decode("utf-8", "replace") + self.out.decode("utf-8", "replace")).strip()
         return text[-NOTE_MAX:]
 
 
-# ---- ssh-keygen -Y: checkpoints signed and verified by the host's own OpenSSH (SSHSIG; no crypto
-# in avsm) ----
+# ---- ssh-keygen -Y: checkpoints signed and verified by the host's own OpenSSH (no crypto here)
 
 def ssh_keygen(args, what, stdin=None, timeout=20):
-    """Run ssh-keygen with `args`; return (exit status, output, error text). Fail(69) when there is
-    none, naming where it was looked for: `what` says what needed it."""
+    """Run ssh-keygen with `args`; return (exit status, output, error text), or Fail(69)."""
     import shutil
     import subprocess
     found = shutil.which("ssh-keygen")
     if found is None:
-        raise Fail(
-            EX_UNAVAILABLE,
-            f"{what} needs OpenSSH's ssh-keygen (8.0 or later) and none is on PATH "
-            f"({os.environ.get('PATH', '')}); install openssh-client",
-        )
+        raise Fail(EX_UNAVAILABLE,
+                   f"{what} needs OpenSSH's ssh-keygen (8.0 or later) and none is on PATH "
+                   f"({os.environ.get('PATH', '')}); install openssh-client")
     try:
         done = subprocess.run([found, *args], input=stdin, capture_output=True, timeout=timeout)
-    # a key with a passphrase asks for it, and no one answers
     except subprocess.TimeoutExpired:
         return 1, b"", f"{found} did not finish within {timeout} s (a key with a passphrase?)"
-    return (
-        done.returncode,
-        done.stdout,
-        (done.stderr.decode("utf-8", "replace").strip().splitlines() or [""])[-1],
-    )
+    return (done.returncode, done.stdout,
+            (done.stderr.decode("utf-8", "replace").strip().splitlines() or [""])[-1])
 
 
 def sign_text(text, key, namespace):
-    """Return the SSH signature (armored) of `text` under `key` and `namespace`, or Fail saying why
-    not."""
-    code, signature, err = ssh_keygen(
-        ["-Y", "sign", "-q", "-f", key, "-n", namespace], "signing a checkpoint", text.encode()
-    )
+    """Return the SSH signature (armored) of `text` under `key` and `namespace`, or Fail."""
+    code, signature, err = ssh_keygen(["-Y", "sign", "-q", "-f", key, "-n", namespace],
+                                      "signing a checkpoint", text.encode())
     if code != 0 or not signature.startswith(SSHSIG_ARMOR[0].encode()):
         raise Fail(EX_NOPERM if os.path.exists(key) else EX_NOINPUT,
                    f"ssh-keygen could not sign with {key}: {err}")
@@ -7664,18 +7211,13 @@ def signature_file(signature):
 
 def verify_text(text, signature, allowed, namespace, principal=None):
     """Return the principal of `allowed` (an allowed_signers file) whose key signed `text` under
-    `namespace` (`principal` when given: only its key will do); Fail(65) saying why not: signed by
-    no key it names, or by another principal's, or for another namespace, or a text changed
-    since."""
+    `namespace` (only `principal`'s key, when given); Fail(65) saying why not."""
     with signature_file(signature) as sig:
-        code, who, _ = ssh_keygen(
-            ["-Y", "find-principals", "-s", sig, "-f", allowed], "verifying a checkpoint"
-        )
+        code, who, _ = ssh_keygen(["-Y", "find-principals", "-s", sig, "-f", allowed],
+                                  "verifying a checkpoint")
         if code != 0 or not who.strip():
-            raise Fail(
-                EX_DATAERR,
-                f"it is signed by a key {allowed} does not name (a forged or foreign checkpoint)",
-            )
+            raise Fail(EX_DATAERR, f"it is signed by a key {allowed} does not name (a forged or"
+                                   f" foreign checkpoint)")
         signers = who.decode("utf-8", "replace").split()
         if principal and principal not in signers:
             raise Fail(EX_DATAERR, f"it is signed by the key of {shown_text(signers[0])}, and "
@@ -7683,17 +7225,12 @@ def verify_text(text, signature, allowed, namespace, principal=None):
                                    f"principal): a checkpoint of another host, or signed with "
                                    f"another host's key")
         principal = principal or signers[0]
-        code, _, err = ssh_keygen(
-            ["-Y", "verify", "-f", allowed, "-I", principal, "-n", namespace, "-s", sig],
-            "verifying a checkpoint",
-            text.encode(),
-        )
+        code, _, err = ssh_keygen(["-Y", "verify", "-f", allowed, "-I", principal, "-n",
+                                   namespace, "-s", sig], "verifying a checkpoint", text.encode())
         if code != 0:
-            raise Fail(
-                EX_DATAERR,
-                f"its signature by {principal} does not verify under namespace {namespace}: "
-                "its text was changed since, or it was signed for another namespace",
-            )
+            raise Fail(EX_DATAERR,
+                       f"its signature by {principal} does not verify under namespace {namespace}: "
+                       "its text was changed since, or it was signed for another namespace")
     return principal
 
 
@@ -7737,8 +7274,7 @@ def write_textfile(path, text):
 
 
 def write_venture_file(directory, payload):
-    """Write a `file` payload (its relative path on the first line, the content after) inside the
-    venture."""
+    """Write a `file` payload (its relative path, a line break, its content) inside the venture."""
     problem = content_problem("file", payload, directory)
     if problem:
         raise OSError(problem)
@@ -7766,8 +7302,7 @@ def signal_group(pgid, signum):
 
 
 def term_then_kill(groups):
-    """End process groups `groups`: TERM each now, then KILL what is left once KILL_GRACE has
-    passed."""
+    """End process groups `groups`: TERM each now, KILL what is left after KILL_GRACE."""
     groups = [g for g in groups if signal_group(g, 15)]
     deadline = time.monotonic() + KILL_GRACE
     while groups and time.monotonic() < deadline:
@@ -7778,10 +7313,8 @@ def term_then_kill(groups):
 
 
 def proc_stat(pid, field):
-    """Return one numeric field of /proc/PID/stat, counted after the command name (Linux), or
-    None."""
+    """Return a numeric field of /proc/PID/stat, counted after the command name (Linux), or None."""
     try:
-        # read at every start of a group: no buffered file
         fd = os.open(f"/proc/{pid}/stat", os.O_RDONLY)
         try:
             data = os.read(fd, 4096)
@@ -7793,15 +7326,14 @@ def proc_stat(pid, field):
 
 
 def process_start(pid):
-    """Return a process's start time in clock ticks since boot, or None: guards against pid
-    reuse."""
+    """Return a process's start time in clock ticks since boot, or None: against pid reuse."""
     return proc_stat(pid, 19)
 
 
 def group_is_still(pgid, leader_start):
-    """Whether process group `pgid` is still the one started with a leader that started at
-    `leader_start` (clock ticks since boot, or None when unknown): it lives, and its leader is gone
-    (Linux reuses no pid that still names a group) or is that very process."""
+    """Whether process group `pgid` is still the one whose leader started at `leader_start` (clock
+    ticks since boot, or None): it lives, and its leader is gone (Linux reuses no pid that still
+    names a group) or is that very process."""
     if not signal_group(pgid, 0):
         return False
     now_start = process_start(pgid)
@@ -7809,10 +7341,8 @@ def group_is_still(pgid, leader_start):
 
 
 def stray_groups(home):
-    """Return the process groups of programs a dead warden of `home` started that no record names
-    (it was killed before recording them): orphans (of init or a subreaper above avsmd) whose
-    environment says AVSM_HOME=home and names a venture, as every program the warden starts does
-    (Linux; elsewhere, none are found). """
+    """Return the process groups of programs a dead warden of `home` started and never recorded:
+    orphans whose environment says AVSM_HOME=home and AVSM_VENTURE (Linux; elsewhere, none). """
     adopters, pid = {1, os.getpid()}, os.getpid()
     while pid > 1:
         # avsmd's parent chain: where a subreaper would take orphans
@@ -7833,20 +7363,15 @@ def stray_groups(home):
         except OSError:
             continue
         pgid = proc_stat(pid, 2)
-        if (
-            mark in env
-            and any(v.startswith(b"AVSM_VENTURE=") for v in env)
-            and pgid
-            and pgid != own
-        ):
+        if mark in env and any(v.startswith(b"AVSM_VENTURE=") for v in env) and pgid \
+                and pgid != own:
             found.add(pgid)
     return found
 
 
 def sweep_groups(path, home=None):
-    """End the process groups an earlier avsmd recorded and did not see end (it was SIGKILLed), and
-    with `home` the strays no record names (stray_groups); return how many. A group is ours as
-    group_is_still says; TERM, then KILL after the grace."""
+    """End the process groups an earlier avsmd recorded and did not see end, and with `home` the
+    strays (stray_groups); return how many."""
     try:
         with open(path) as fh:
             lines = [line.split() for line in fh if line.strip()]
@@ -7882,19 +7407,17 @@ def describe_status(status):
     return f"exit {status}" if status >= 0 else f"signal {-status}"
 
 
-# ---- model backends -------------------------------------------------------------
+# ---- model backends ----
 
 ANTHROPIC_URL = "https://api.anthropic.com/v1/messages"
 BACKEND_TIMEOUT = 120        # seconds for one decision's call, retries included (open point 44)
-# a busy or failing provider is tried again, after 1, 2, 4 s (or what it asks)
-BACKEND_TRIES = 4
+BACKEND_TRIES = 4  # a busy or failing provider is tried again after 1, 2, 4 s (or as it asks)
 RETRY_STATUSES = (408, 409, 429)  # and every 5xx: the statuses the providers' SDKs retry
 USAGE_MAX = 24  # token counts of a call's usage kept at most
 
 
 def read_keys(home):
-    """Return {name: value} from HOME/keys; Fail(78) when others than its owner may read it (open
-    point 43)."""
+    """Return {name: value} from HOME/keys; Fail(78) when others may read it (open point 43)."""
     path = os.path.join(home, "keys")
     try:
         st = os.stat(path)
@@ -7903,10 +7426,8 @@ def read_keys(home):
     except OSError as err:
         raise Fail(EX_CONFIG, f"{path} cannot be read: {err.strerror}") from None
     if not stat.S_ISREG(st.st_mode):
-        raise Fail(
-            EX_CONFIG,
-            f"{path} is not a regular file; keys is a file of NAME=value lines (mode 600)",
-        )
+        raise Fail(EX_CONFIG,
+                   f"{path} is not a regular file; keys is a file of NAME=value lines (mode 600)")
     if st.st_mode & 0o077:
         raise Fail(EX_CONFIG, f"{path} may be read by others than you, "
                               f"so the warden will not read it; chmod 600 {path}")
@@ -7917,9 +7438,8 @@ def read_keys(home):
     except OSError as err:
         raise Fail(EX_CONFIG, f"{path} cannot be read: {err.strerror}") from None
     except UnicodeDecodeError:
-        raise Fail(
-            EX_CONFIG, f"{path} is not UTF-8; write it as NAME=value lines in UTF-8"
-        ) from None
+        raise Fail(EX_CONFIG, f"{path} is not UTF-8; write it as NAME=value lines in UTF-8") \
+            from None
     for line in text.splitlines():
         name, eq, value = line.strip().partition("=")
         if eq and name.strip() and not name.startswith("#"):
@@ -7964,17 +7484,13 @@ def read_response(backend, body, sent):
     if backend["kind"] == "anthropic":
         return read_anthropic(data, backend["max_tokens"], sent)
     return (read_responses if backend.get("api") == "responses" else read_openai)(
-        data, backend.get("max_tokens")
-    )
+        data, backend.get("max_tokens"))
 
 
 def read_anthropic(data, max_tokens, sent):
     """The Messages API's answer: the text blocks, in order, of a message that ended its turn."""
-    if (
-        not isinstance(data, dict)
-        or data.get("type") != "message"
-        or not isinstance(data.get("content"), list)
-    ):
+    if not isinstance(data, dict) or data.get("type") != "message" \
+            or not isinstance(data.get("content"), list):
         return {"why": "the response is not an Anthropic message"}
     stop = data.get("stop_reason")
     facts = {"stop": provider_word(stop), "usage": kept_usage(data.get("usage"))}
@@ -7990,9 +7506,8 @@ def read_anthropic(data, max_tokens, sent):
         return dict(facts, **declined(explanation or text, details.get("category"),
                                       "stop_reason refusal"))
     if stop == "max_tokens":
-        return dict(
-            facts, why=f"the reply was cut off at the token limit (max_tokens {max_tokens})"
-        )
+        return dict(facts,
+                    why=f"the reply was cut off at the token limit (max_tokens {max_tokens})")
     if stop == "model_context_window_exceeded":
         return dict(facts, why=f"the packet was too long for the model: its {sent} bytes "
                                "and the reply passed the model's context window "
@@ -8001,9 +7516,8 @@ def read_anthropic(data, max_tokens, sent):
         return dict(facts, why="the model stopped to use a tool (stop_reason tool_use); "
                                "avsm offers none, so there is no answer")
     if stop == "pause_turn":
-        return dict(
-            facts, why="the model paused its turn (stop_reason pause_turn) before it answered"
-        )
+        return dict(facts,
+                    why="the model paused its turn (stop_reason pause_turn) before it answered")
     return dict(facts, why=f"stop_reason {json.dumps(stop)[:60]} is not end_turn or stop_sequence: "
                            f"not a complete answer")
 
@@ -8026,18 +7540,12 @@ def read_openai(data, max_tokens):
         return dict(facts, **declined(message["refusal"], None, "message.refusal"))
     if finish == "content_filter":
         results = choice.get("content_filter_results")
-        hit = (
-            sorted(
-                k for k, v in results.items() if isinstance(v, dict) and v.get("filtered") is True
-            )
-            if isinstance(results, dict)
-            else []
-        )
+        hit = sorted(k for k, v in results.items() if isinstance(v, dict)
+                     and v.get("filtered") is True) if isinstance(results, dict) else []
         return dict(facts, **declined(None, ", ".join(hit[:8]), "finish_reason content_filter"))
     if finish == "length":
-        limit = (
-            f"max_tokens {max_tokens}" if max_tokens else "the server's own; max_tokens: is not set"
-        )
+        limit = f"max_tokens {max_tokens}" if max_tokens \
+            else "the server's own; max_tokens: is not set"
         return dict(facts, why=f"the reply was cut off at the token limit ({limit})")
     if finish in ("tool_calls", "function_call"):
         return dict(facts, why=f"the model stopped to call a tool (finish_reason {finish}); "
@@ -8061,19 +7569,14 @@ def read_responses(data, max_tokens):
     facts = {"stop": provider_word(status), "usage": kept_usage(data.get("usage"))}
     error, incomplete = (data.get(k) if isinstance(data.get(k), dict) else {}
                          for k in ("error", "incomplete_details"))
-    limit = (
-        f"max_output_tokens {max_tokens}"
-        if max_tokens
+    limit = f"max_output_tokens {max_tokens}" if max_tokens \
         else "the server's own; max_tokens: is not set"
-    )
     if status == "failed":
         said = "no message"
         if isinstance(error.get("message"), str):
             said = error["message"][:TEXT_MAX]
-        return dict(
-            facts,
-            why=f"the response failed: {provider_word(error.get('code')) or 'no code'}: " + said,
-        )
+        return dict(facts, why=f"the response failed: "
+                               f"{provider_word(error.get('code')) or 'no code'}: " + said)
     if status == "incomplete":
         reason = provider_word(incomplete.get("reason"))
         if reason == "content_filter":      # declined, as Chat Completions' content_filter is
@@ -8083,9 +7586,8 @@ def read_responses(data, max_tokens):
         return dict(facts, why=f"the response is incomplete "
                                f"(incomplete_details.reason {reason or 'not given'})")
     if status != "completed":
-        return dict(
-            facts, why=f"status {json.dumps(status)[:60]} is not completed: not a complete answer"
-        )
+        return dict(facts,
+                    why=f"status {json.dumps(status)[:60]} is not completed: not a complete answer")
     items = [item for item in data["output"]
              if not (isinstance(item, dict) and item.get("type") == "reasoning")]
     kinds = [item.get("type") if isinstance(item, dict) else None for item in items]
@@ -8126,8 +7628,7 @@ def declined(text, category, where):
 
 
 def provider_word(value):
-    """Return a provider's short code word (a stop reason, a request id) as kept in a record, or
-    None."""
+    """Return a provider's short code word (a stop reason, a request id) as kept, or None."""
     return value if isinstance(value, str) and re.fullmatch(r"[\x21-\x7e]{1,200}", value) else None
 
 
@@ -8156,7 +7657,7 @@ def error_text(body):
 
 def retry_wait(headers, now, default):
     """Return the seconds a provider asks to wait before the next try (retry-after-ms, retry-after
-    as seconds or an HTTP date after `now`), or `default`."""
+    as seconds or an HTTP date), or `default`."""
     import email.utils
     ms = headers.get("retry-after-ms", "").strip()
     after = headers.get("retry-after", "").strip()
@@ -8198,9 +7699,8 @@ def call_http_backend(backend, system, user, key):
             if len(raw) > REPLY_MAX:
                 return None, f"the response is bigger than {REPLY_MAX // 1024} KiB", call
             reply = read_response(backend, raw, len(body))
-            call.update(
-                (k, reply[k]) for k in ("stop", "usage", "declined", "packet_bytes") if reply.get(k)
-            )
+            call.update((k, reply[k]) for k in ("stop", "usage", "declined", "packet_bytes")
+                        if reply.get(k))
             if "text" not in reply:
                 return None, reply["why"], call
             return reply["text"].encode(), None, call
@@ -8228,19 +7728,15 @@ def request_id(headers):
     return provider_word(headers.get("request-id") or headers.get("x-request-id"))
 
 
-# seconds an adapter's GET may take in all: the name, the connection, TLS, the answer
-ADAPTER_TIMEOUT = 30
+ADAPTER_TIMEOUT = 30  # seconds an adapter's GET may take in all: the name, the connection, TLS
 
 
 def adapter_get(url, key=None, limit=ADAPTER_TIMEOUT):
     """Return (status, body) of one GET of `url` within `limit` seconds in all; raise OSError saying
-    why not. The body is read up to REPLY_MAX + 1 bytes, so a caller sees an answer bigger than it
-    reads.
+    why not. The body is read up to REPLY_MAX + 1 bytes, so a caller sees one bigger than it reads.
 
-    TLS is verified against the system's CAs (or SSL_CERT_FILE). With a key (stripe, github), sent
-    as a bearer token, no redirect is followed: a 3xx is the answer, so the key goes to the
-    configured url alone. Without one (http.status), redirects to http:// and https:// are
-    followed."""
+    With a key (a bearer token) no redirect is followed, so the key goes to the configured url
+    alone; without one (http.status), redirects to http:// and https:// are. """
     import ssl
     import threading
     import urllib.error
@@ -8250,13 +7746,10 @@ def adapter_get(url, key=None, limit=ADAPTER_TIMEOUT):
     redirects = urllib.request.HTTPRedirectHandler()
     follow = redirects.redirect_request
     redirects.redirect_request = lambda req, fp, code, msg, headers, newurl: (
-        None
-        if key or not newurl.startswith(("http://", "https://"))
-        else follow(req, fp, code, msg, headers, newurl)
-    )
+        None if key or not newurl.startswith(("http://", "https://"))
+        else follow(req, fp, code, msg, headers, newurl))
     opener = urllib.request.build_opener(
-        redirects, urllib.request.HTTPSHandler(context=ssl.create_default_context())
-    )
+        redirects, urllib.request.HTTPSHandler(context=ssl.create_default_context()))
     request = urllib.request.Request(url, method="GET")
     if key:
         request.add_unredirected_header("Authorization", f"Bearer {key}")
@@ -8270,9 +7763,8 @@ def adapter_get(url, key=None, limit=ADAPTER_TIMEOUT):
             answer["got"] = err.code, err.read(REPLY_MAX + 1)
         except (urllib.error.URLError, OSError, ValueError) as err:
             reason = getattr(err, "reason", err)
-            answer["error"] = OSError(
-                f"no answer within {limit} s" if isinstance(reason, TimeoutError) else str(reason)
-            )
+            answer["error"] = OSError(f"no answer within {limit} s"
+                                      if isinstance(reason, TimeoutError) else str(reason))
     worker = threading.Thread(target=get, daemon=True)      # the name lookup too keeps to the limit
     worker.start()
     worker.join(limit)
@@ -8284,10 +7776,8 @@ def adapter_get(url, key=None, limit=ADAPTER_TIMEOUT):
 def output_lines(data, cut):
     """Return (the non-empty lines of a program's standard output, whether its last one was cut).
 
-    The one reader of a program's last line (report, guard, audit, reading). Lines end at \\n (a \\r
-    before it dropped) and nowhere else: `9\\x0c1` is one line. With `cut` (only the last
-    OUTPUT_KEEP bytes kept), the bytes before the first \\n are no line, and when no whole line
-    follows them the last line itself was cut. """
+    Lines end at \\n (a \\r before it dropped) and nowhere else: `9\\x0c1` is one line. With `cut`
+    (only the last OUTPUT_KEEP bytes kept), the bytes before the first \\n are no line. """
     pieces = bytes(data).split(b"\n")
     if cut:
         pieces = pieces[1:]
@@ -8297,9 +7787,8 @@ def output_lines(data, cut):
 
 
 def run_world_step(command, data, mandate):
-    """Run one world step in the venture directory (the current one), in a group of its own: `data`
-    on standard input; return (output, None) or (None, why) as read_world_output says (open point
-    38)."""
+    """Run one world step in the venture directory (the current one), in a group of its own, `data`
+    on standard input; return (output, None) or (None, why) (open point 38)."""
     import subprocess
     import tempfile
     unsafe = owner_problem(".", [command])     # looked at again at each step, as at each start
@@ -8317,8 +7806,7 @@ def run_world_step(command, data, mandate):
             proc.wait()
             return None, f"it took longer than {WORLD_TIMEOUT} s and was ended"
         finally:
-            # what it left behind in its group goes with it
-            signal_group(proc.pid, signal.SIGKILL)
+            signal_group(proc.pid, signal.SIGKILL)  # what it left in its group goes with it
         if status != 0:
             return None, f"it ended {describe_status(status)}"
         if stdout.tell() > WORLD_OUTPUT_MAX:
@@ -8329,10 +7817,7 @@ def run_world_step(command, data, mandate):
 
 def read_metric_output(child, status, with_output=True):
     """Return (value, failure) from a finished report: its last non-empty line must be the number
-    alone.
-
-    A guard's failure says why without its output: a guard's record carries none of its text
-    (GUARD-14). """
+    alone. A guard's failure says why without its output (GUARD-14). """
     if child.ended_by:
         return None, f"ended: {child.ended_by}"
     if status != 0:
@@ -8340,13 +7825,8 @@ def read_metric_output(child, status, with_output=True):
         return None, f"{describe_status(status)}" + (f": {tail}" if tail else "")
     lines, cut = output_lines(child.out, child.cut)
     if cut:
-        return (
-            None,
-            (
-                f"the last line is longer than {OUTPUT_KEEP // 1024} KiB and was cut: not a number"
-                " read whole"
-            ),
-        )
+        return None, (f"the last line is longer than {OUTPUT_KEEP // 1024} KiB and was cut: not a"
+                      " number read whole")
     if not lines:
         return None, "printed no number"
     last = lines[-1]
@@ -8362,22 +7842,18 @@ def read_metric_output(child, status, with_output=True):
 AVSM_PATH = os.path.realpath(__file__)
 
 
-# How avsmd starts itself and its warden: loading this file through the import system, so its cached
-# bytecode serves (a script is compiled afresh at every start, and the compiler's memory stays with
-# it).
+# How avsmd starts itself and its warden: through the import system, so its cached bytecode serves
+# (a script is compiled afresh at every start, and the compiler's memory stays with it).
 LOAD_AVSM = (
     "import importlib.util as u, sys; s = u.spec_from_file_location('avsm', sys.argv[1]); m ="
     " u.module_from_spec(s); sys.modules['avsm'] = m; s.loader.exec_module(m);"
-    " sys.exit(m.main(sys.argv[2:]))"
-)
+    " sys.exit(m.main(sys.argv[2:]))")
 
 
 def cached_command(program, args):
-    """Return the argv that runs `program` of this file from its cached bytecode, writing the cache
-    if it is not checked against the file's hash (a stale one is compiled again at its load)."""
+    """Return the argv that runs `program` of this file from its cached, hash-checked bytecode."""
     import importlib.util
     import py_compile
-    # no cache: compiled as before
     with contextlib.suppress(OSError, ValueError, py_compile.PyCompileError):
         cache = importlib.util.cache_from_source(AVSM_PATH)
         try:
@@ -8388,8 +7864,7 @@ def cached_command(program, args):
         if head[4:8] != PYC_CHECKED_HASH:
             cache_bytecode(cache)
     # -P: nothing before the standard library on sys.path (`-c` alone would put the venture's
-    # directory first, and its json.py would be imported). -S: no `site`, so no .pth file runs its
-    # code or costs each start imports. started by a link
+    # directory first, and its json.py would be imported). -S: no `site`, so no .pth file runs.
     prefix = [f"-Xpycache_prefix={sys.pycache_prefix}"] if sys.pycache_prefix else []
     return [sys.executable, "-S", "-P", *prefix, "-c", LOAD_AVSM, AVSM_PATH, program] + list(args)
 
@@ -8398,9 +7873,9 @@ PYC_CHECKED_HASH = b"\3\0\0\0"      # PEP 552's flags: hash-based, its source ch
 
 
 def cache_bytecode(cache):
-    """Write this file's bytecode to `cache`, checked against the file's hash at each load
-    (PEP 552: a timestamp-checked one would run old code from a copy of the same size and
-    time), in directories and a file only this user can read."""
+    """Write this file's bytecode to `cache`, checked against the file's hash at each load (a
+    timestamp-checked one would run old code from a copy of the same size and time), readable
+    only by this user."""
     import py_compile
     was = os.umask(0o077)
     try:
@@ -8418,9 +7893,7 @@ def log(debug, who, message):
 
 
 def read_small_file(path, limit):
-    """Return the bytes of the regular file at `path`, at most `limit`, or OSError (a FIFO is
-    refused, never waited on)."""
-
+    """Return the bytes of the regular file at `path`, at most `limit`, or OSError (a FIFO too)."""
     fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_NOCTTY)     # a FIFO's open would wait
     try:
         mode = os.fstat(fd).st_mode
@@ -8449,15 +7922,11 @@ def check_venture_dir(directory):
                                f"(avsm add {os.path.dirname(directory) or '.'})")
     if not os.path.exists(os.path.join(directory, "mandate.yaml")):
         if os.path.exists(os.path.join(directory, "mandate.yml")):
-            raise Fail(
-                EX_DATAERR,
-                f"{directory} holds mandate.yml; rename it to mandate.yaml (mv"
-                f" {os.path.join(directory, 'mandate.yml')}"
-                f" {os.path.join(directory, 'mandate.yaml')})",
-            )
-        raise Fail(
-            EX_DATAERR, f"{directory} holds no mandate.yaml; write one (see examples/counter)"
-        )
+            raise Fail(EX_DATAERR, f"{directory} holds mandate.yml; rename it to mandate.yaml (mv"
+                                   f" {os.path.join(directory, 'mandate.yml')}"
+                                   f" {os.path.join(directory, 'mandate.yaml')})")
+        raise Fail(EX_DATAERR,
+                   f"{directory} holds no mandate.yaml; write one (see examples/counter)")
     mandate = os.path.join(directory, "mandate.yaml")
     refuse(mandate_file_problem(mandate, os.stat(mandate)))
 
@@ -8473,10 +7942,9 @@ def user_name(uid):
 
 def owner_problem(directory, commands, uid=None):
     """Return the Writable of the first path a venture's program rests on that a user but `uid`
-    (avsmd's own, by default) or root could change, or None: the directory, its mandate.yaml, each
-    regular file a command names (command_words), and every directory up to / from each of them.
-    Each path is resolved (realpath), then one stat per component, and nothing kept, so a mode
-    changed since is seen at the next start."""
+    (avsmd's own) or root could change, or None: the directory, its mandate.yaml, each regular file
+    a command names, and every directory up to / from each. Nothing is kept, so a mode changed
+    since is seen at the next start."""
     uid = os.geteuid() if uid is None else uid
     directory = os.path.realpath(directory)
     seen = set()
@@ -8510,9 +7978,8 @@ def owner_problem(directory, commands, uid=None):
 
 def read_venture(directory):
     """Read the venture in `directory` as `avsm add` adopts it: (name, path of mandate.yaml, its
-    text, the mandate), or Fail: 66 when the directory is not there, 65 with the fix otherwise. The
-    client's add, avsmd's add and `avsmd -t DIR` all call this one function, so a check says exactly
-    what adopting would."""
+    text, the mandate), or Fail: 66 when the directory is not there, 65 with the fix otherwise.
+    `avsmd -t DIR` calls it too, so a check says exactly what adopting would."""
     check_venture_dir(directory)
     name = check_venture_name(os.path.basename(directory))
     path = os.path.join(directory, "mandate.yaml")
@@ -8530,32 +7997,26 @@ def read_venture(directory):
     return name, path, text, mandate
 
 
-# bytes: a mandate is a page of text; past this it is a mistake, and parsing stalls
-MANDATE_MAX = 256 * 1024
+MANDATE_MAX = 256 * 1024  # bytes: a mandate is a page of text; past this it is a mistake
 
 
 def mandate_file_problem(path, st):
     """Return why the file at `path` with stat `st` cannot be a mandate, or None."""
     if stat.S_ISDIR(st.st_mode):
-        return (
-            f"{path} is a directory; a mandate is a file of text (move the directory away and write"
-            " mandate.yaml)"
-        )
+        return (f"{path} is a directory; a mandate is a file of text (move the directory away and"
+                " write mandate.yaml)")
     if not stat.S_ISREG(st.st_mode):
         return (
-            f"{path} is not a regular file (a FIFO, device or socket); a mandate is a file of text"
-        )
+            f"{path} is not a regular file (a FIFO, device or socket); a mandate is a file of text")
     if st.st_size > MANDATE_MAX:
         return f"{path} is {st.st_size} bytes; a mandate may be at most {MANDATE_MAX // 1024} KiB"
     return None
 
 
 def read_mandate_file(path):
-    """Return the text of mandate.yaml at `path`, exactly as written (its sha256 is the file's).
-
-    Raises OSError when it cannot be opened, and Fail (78: a mandate that does not hold) for
-    anything but a regular file of at most MANDATE_MAX bytes in UTF-8. Never blocks: a FIFO is
-    refused unread. """
+    """Return the text of mandate.yaml at `path`, exactly as written (its sha256 is the file's);
+    OSError when it cannot be opened, Fail(78) for anything but a regular file of at most
+    MANDATE_MAX bytes in UTF-8. A FIFO is refused unread. """
     fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
     try:
         refuse(mandate_file_problem(path, os.fstat(fd)), EX_CONFIG)
@@ -8570,40 +8031,28 @@ def read_mandate_file(path):
         os.close(fd)
     data = b"".join(chunks)
     if len(data) > MANDATE_MAX:
-        raise Fail(
-            EX_CONFIG, f"{path} is over {MANDATE_MAX // 1024} KiB; a mandate may be at most that"
-        )
+        raise Fail(EX_CONFIG,
+                   f"{path} is over {MANDATE_MAX // 1024} KiB; a mandate may be at most that")
     try:
         return data.decode("utf-8")
     except UnicodeDecodeError as err:
         line = data[:err.start].count(b"\n") + 1
-        raise Fail(
-            EX_CONFIG,
-            f"{path}:{line}: byte 0x{data[err.start]:02x} is not UTF-8; save the mandate as UTF-8",
-        ) from None
+        raise Fail(EX_CONFIG, f"{path}:{line}: byte 0x{data[err.start]:02x} is not UTF-8; save the"
+                              f" mandate as UTF-8") from None
 
 
 class GroupsJournal:
-    """HOME/groups: every process group the warden started and has not seen end, for the next avsmd
-    to end.
-
-    journal_group(line)  -- append "+PGID START VENTURE PURPOSE" or "-PGID"; replaced when grown
-    past 64 KiB
-
-    Handed the home and lock_is_ours: another avsmd's journal is never replaced."""
+    """HOME/groups: each process group the warden started and did not see end, for avsmd."""
 
     def __init__(self, home, lock_is_ours):
         self.home, self.lock_is_ours = home, lock_is_ours
-        # HOME/groups, open for appending while it stays the file at that name
-        self.groups_fd = None
+        self.groups_fd = None         # HOME/groups, open for appending while it is that file
         self.journaled = {}           # pgid -> its line in HOME/groups, while the group runs
 
     def journal_group(self, line):
-        """Append a group's start (+PGID START) or end (-PGID) to HOME/groups before anything can
-        orphan it:
-        the next avsmd ends what an avsmd and warden killed together left running (RUN-14, PITFALLS
-        2). Grown past 64 KiB it is replaced by what still runs (while the home is ours); deleted
-        under us, it is made again. """
+        """Append a group's start (+PGID START VENTURE PURPOSE) or end (-PGID) to HOME/groups before
+        anything can orphan it (RUN-14). Grown past 64 KiB it is replaced by what still runs (while
+        the home is ours); deleted under us, it is made again. """
         path = os.path.join(self.home, "groups")
         pgid = line[1:].split()[0]
         if line.startswith("+"):
@@ -8627,31 +8076,20 @@ class GroupsJournal:
                         line = None
             if self.groups_fd is None:
                 self.groups_fd = os.open(
-                    path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC, 0o600
-                )
+                    path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC, 0o600)
             if line:
                 os.write(self.groups_fd, (line + "\n").encode())
 
 
 class Children:
     """The programs the warden runs now, each in a process group of its own, and the groups left
-    behind.
-
-    spawn(purpose, state, args, ...)   -- start a program of a venture apart; avsmd and HOME/groups
-    hear of its group child_event(child)                 -- its leader ended: reap it, and settle it
-    once its whole group is gone end_lingering(venture=None, final=False)  -- end the groups whose
-    leader exited while members stay iter(children), len(children)      -- the Child objects running
-    now
-
-    Handed the home, the selector the loop waits on, the channel's tell and flush, the groups
-    journal, and settle(child), which writes what came of a program once it is gone."""
+    behind; settle(child) writes what came of a program once it is gone."""
 
     def __init__(self, home, sel, tell, flush, journal_group, settle, debug=False):
         self.home, self.sel, self.tell, self.flush, self.debug = home, sel, tell, flush, debug
         self.journal_group, self.settle = journal_group, settle
         self.children = []            # Child objects running now
-        # pgid -> venture: groups whose leader exited while members stay
-        self.lingering = {}
+        self.lingering = {}           # pgid -> venture: groups whose leader exited, members not
 
     def __iter__(self):
         return iter(self.children)
@@ -8662,10 +8100,8 @@ class Children:
     def spawn(self, purpose, state, args, timeout=None, shell=False, lever=None, payload_file=None,
               cwd=None, head=None, checked=False, runs=()):
         """Start a program of `state`'s venture in its own group; tell avsmd of the group (RUN-12).
-
-        Raises PermissionError, starting nothing, when another user could change what it runs, or
-        the commands `runs` it starts in turn (owner_problem, looked at each start unless `checked`
-        says the caller just did)."""
+        Raise PermissionError, starting nothing, when another user could change what it or the
+        commands `runs` run (owner_problem, unless `checked` says the caller just looked)."""
         import selectors
         commands = [args] + [r for r in runs if r]
         unsafe = not checked and owner_problem(cwd or state.directory, commands)
@@ -8674,16 +8110,8 @@ class Children:
         env = command_env(self.home, state.name, lever)
         if payload_file:
             env["AVSM_PAYLOAD"] = payload_file
-        child = Child(
-            purpose,
-            state.name,
-            args,
-            cwd or state.directory,
-            env,
-            timeout=timeout,
-            shell=shell,
-            stdin_path=payload_file,
-        )
+        child = Child(purpose, state.name, args, cwd or state.directory, env, timeout=timeout,
+                      shell=shell, stdin_path=payload_file)
         child.head = head
         self.children.append(child)
         child.leader_start = process_start(child.pgid)
@@ -8697,17 +8125,13 @@ class Children:
         # avsmd hears of a group at once: a warden killed next leaves no stranger behind
         self.flush()
         if self.debug:
-            log(
-                self.debug,
-                "warden",
-                f"{state.name}: started {purpose} {args!r} pid {child.pid} group {child.pgid}",
-            )
+            log(self.debug, "warden",
+                f"{state.name}: started {purpose} {args!r} pid {child.pid} group {child.pgid}")
         return child
 
     def child_event(self, child):
-        """A child's leader ended: drain its output, reap it by pid, and settle what it was for. A
-        program avsm is ending is settled only once its whole group is gone: no member that ignored
-        SIGTERM still runs. """
+        """A child's leader ended: drain its output, reap it by pid, and settle what it was for
+        (one avsm is ending, once its whole group is gone). """
         if child.status is None:
             status = child.poll()
             if status is None:
@@ -8733,12 +8157,8 @@ class Children:
             self.tell({"ended": child.pgid}, later=child.leader_start is not None)
             self.journal_group(f"-{child.pgid}")
         if self.debug:
-            log(
-                self.debug,
-                "warden",
-                f"{child.venture}: {child.purpose} pid {child.pid} ended:"
-                f" {describe_status(child.status)}",
-            )
+            log(self.debug, "warden", f"{child.venture}: {child.purpose} pid {child.pid} ended:"
+                                      f" {describe_status(child.status)}")
         self.settle(child)
 
     def end_lingering(self, venture=None, final=False):
@@ -8757,29 +8177,20 @@ class Children:
 
 
 class Channel:
-    """The warden's end of its socketpair with avsmd: JSON lines both ways.
-
-    tell(message, later=False)  -- queue a line for avsmd (a group started or ended, a reply)
-    flush(everything=False)     -- send what is queued: once per turn of the loop, or at once read()
-    -- the messages avsmd sent, [] when none is whole yet, None once avsmd is gone
-
-    Handed the socket and commit(): nothing is told to a client before the records it answers are
-    committed. """
+    """The warden's end of its socketpair with avsmd: JSON lines both ways. commit() is called
+    first: nothing is told to a client before the records it answers are committed."""
 
     def __init__(self, channel, commit):
         self.channel, self.commit = channel, commit
         self.reader = LineReader()
         self.outbox = []              # lines for avsmd, sent once per turn of the loop
         self.outbox_due = False       # whether a line in it must go this turn
-        # whether a line in it is more than a group's start or end (commit first)
-        self.acks_waiting = False
+        self.acks_waiting = False     # whether one is more than a group's start or end
 
     def tell(self, message, later=False):
-        """Queue one line for avsmd (a group started or ended, a reply); flush() sends them at the
-        loop's end. A group's end can wait (`later`) for the next line that cannot, when its
-        leader's start time is known:
-        avsmd checks a group is still the one it was told of before ending it, so a late end saves a
-        wake-up. """
+        """Queue one line for avsmd; flush() sends them at the loop's end. A group's end can wait
+        (`later`) for the next line that cannot, when its leader's start time is known: avsmd
+        checks a group is still the one it was told of before ending it. """
         self.outbox.append(json.dumps(message, separators=(",", ":")))
         self.outbox_due = self.outbox_due or not later
         self.acks_waiting = self.acks_waiting or not ("group" in message or "ended" in message)
@@ -8796,8 +8207,7 @@ class Channel:
             send_bytes(self.channel, data)
 
     def read(self):
-        # a reset (avsmd died with our lines unread) reads as its end
-        data = receive(self.channel)
+        data = receive(self.channel)  # a reset (avsmd died, our lines unread) reads as its end
         if data is None:
             return []
         if not data:
@@ -8806,13 +8216,7 @@ class Channel:
 
 
 class RolesCalls:
-    """The requests the warden made of the roles process (through avsmd), each waiting for its
-    answer.
-
-    to_roles(message, callback)  -- send a request to build a model's text or parse its reply
-    from_roles(message)          -- an answer came: call the callback its request left
-
-    Handed the channel's tell."""
+    """The requests the warden made of the roles process (through avsmd), awaiting answers."""
 
     def __init__(self, tell):
         self.tell = tell
@@ -8831,8 +8235,7 @@ class RolesCalls:
 
 
 def read_json_adapter(name, reading, url, key):
-    """Return the number (as text) that a GET of url/PATH holds at the reading's JSON pointer; Fail
-    saying why not."""
+    """Return the number (as text) a GET of url/PATH holds at the JSON pointer, or Fail."""
     path, _, pointer = reading.partition("#")
     try:
         status, body = adapter_get(url.rstrip("/") + "/" + path.lstrip("/"), key=key)
@@ -8842,47 +8245,32 @@ def read_json_adapter(name, reading, url, key):
         raise Fail(EX_DATAERR, f"{name} {path}: the answer is bigger than {REPLY_MAX // 1024} KiB")
     if not 200 <= status < 300:
         try:
-            said = json.loads(body)
+            said = json.loads(body)     # stripe's and github's error bodies
             said = said.get("error", said) if isinstance(said, dict) else {}
-            # stripe's and github's error bodies
             said = said.get("message", "") if isinstance(said, dict) else str(said)
         except (ValueError, RecursionError):
             said = ""
         # an echoed key stays out of the record
         said = str(said).replace(key, "[key]")[:200] if key else str(said)[:200]
         if 300 <= status < 400:
-            said = (
-                "a redirect, which a GET with a key does not follow: name the final url in"
-                " config.yaml"
-            )
+            said = ("a redirect, which a GET with a key does not follow: name the final url in"
+                    " config.yaml")
         raise Fail(EX_UNAVAILABLE, f"{name} {path}: HTTP {status}" + (f": {said}" if said else ""))
     try:
-        # NaN and Infinity are no reading
-        value = json.loads(body, parse_constant=lambda word: None)
+        value = json.loads(body, parse_constant=lambda word: None)  # NaN and Infinity: no reading
     except (ValueError, RecursionError):
         raise Fail(EX_DATAERR, f"{name} {path}: the answer is not JSON") from None
     for part in pointer.split("/")[1:]:
         part = part.replace("~1", "/").replace("~0", "~")
-        value = (
-            value[int(part)]
-            if isinstance(value, list) and part.isdigit() and int(part) < len(value)
+        value = value[int(part)] \
+            if isinstance(value, list) and part.isdigit() and int(part) < len(value) \
             else value.get(part) if isinstance(value, dict) else None
-        )
-    if (
-        isinstance(value, bool)
-        or not isinstance(value, (int, float))
-        or value in (float("inf"), float("-inf"))
-    ):
-        found = {
-            bool: "true or false",
-            str: "text",
-            dict: "an object",
-            list: "a list",
-            type(None): "nothing",
-        }.get(type(value), "no finite number")
+    if isinstance(value, bool) or not isinstance(value, (int, float)) \
+            or value in (float("inf"), float("-inf")):
+        found = {bool: "true or false", str: "text", dict: "an object", list: "a list",
+                 type(None): "nothing"}.get(type(value), "no finite number")
         raise Fail(EX_DATAERR, f"{name} {reading}: no number at that pointer; it holds {found}")
-    # exactly the number the answer holds
-    return str(value) if isinstance(value, int) else repr(value)
+    return str(value) if isinstance(value, int) else repr(value)  # exactly the number it holds
 
 
 # =============================================================================
@@ -10879,8 +10267,7 @@ def run_warden(home, fd, debug):
 # =============================================================================
 
 NOTIFY_QUEUE = 100      # notices waiting at most; one past it is dropped, as a failure
-# at a stop, seconds between SIGTERM and SIGKILL of a notify past the deadline
-NOTIFY_STOP_GRACE = 0.5
+NOTIFY_STOP_GRACE = 0.5  # at a stop, seconds between TERM and KILL of a notify past the deadline
 
 
 class Notifier:
@@ -10894,8 +10281,7 @@ class Notifier:
         self.stretch = None           # judge_notify's
         self.down_told = False        # admit_notice's
         self.commands = None          # avsm and avsmd as this person runs them
-        # at a stop every notice starts at once: there is no time to take turns
-        self.stopping = False
+        self.stopping = False         # then every notice starts at once: no time to take turns
 
     def tell(self, notice):
         """Queue a notice for the notify command."""
@@ -10908,11 +10294,8 @@ class Notifier:
             self.settle(notice, f"dropped: {NOTIFY_QUEUE} notices were waiting for the command", "")
             return
         self.queue.append(notice)
-        log(
-            self.debug,
-            "avsmd",
-            f"notice {notice['kind']} of {notice['venture']}: {notice['summary']}",
-        )
+        log(self.debug, "avsmd",
+            f"notice {notice['kind']} of {notice['venture']}: {notice['summary']}")
 
     def stop(self, notice):
         """avsmd is stopping: tell it, and start each notice as it comes."""
@@ -10944,31 +10327,21 @@ class Notifier:
             child.close()
             with contextlib.suppress(OSError):
                 os.unlink(path)
-            self.settle(
-                notice, notify_failure(child.ended_by, status, self.spec["timeout"]), child.note()
-            )
+            self.settle(notice, notify_failure(child.ended_by, status, self.spec["timeout"]),
+                        child.note())
         while self.queue and (self.stopping or not self.running):
             self.start(self.queue.pop(0))
 
     def start(self, notice):
         if self.commands is None:
-            self.commands = {
-                "avsm": client_command(self.home),
-                "avsmd": program_command("avsmd", self.home),
-            }
+            self.commands = {"avsm": client_command(self.home),
+                             "avsmd": program_command("avsmd", self.home)}
         text, event = notice_message(notice, self.commands, self.home)
         path = write_payload(text.encode("utf-8", "replace"))
         try:
-            child = Child(
-                "notify",
-                notice["venture"],
-                self.spec["run"],
-                self.home,
-                notify_env(self.home, event),
-                timeout=self.spec["timeout"],
-                shell=True,
-                stdin_path=path,
-            )
+            child = Child("notify", notice["venture"], self.spec["run"], self.home,
+                          notify_env(self.home, event), timeout=self.spec["timeout"], shell=True,
+                          stdin_path=path)
         except (OSError, ValueError) as err:
             os.unlink(path)
             self.settle(notice, f"it could not start: {getattr(err, 'strerror', None) or err}", "")
@@ -10978,17 +10351,11 @@ class Notifier:
     def settle(self, notice, failure, note):
         """One notice told, or not: write what judge_notify says to write."""
         self.stretch, record = judge_notify(self.stretch, notice, failure, note)
-        log(
-            self.debug,
-            "avsmd",
-            f"notify of {notice['kind']}: {failure or 'told'}" + (f": {note}" if note else ""),
-        )
+        log(self.debug, "avsmd",
+            f"notify of {notice['kind']}: {failure or 'told'}" + (f": {note}" if note else ""))
         if record is not None:
-            self.write(
-                record["kind"],
-                record["summary"],
-                **{k: v for k, v in record.items() if k not in RECORD_FIELDS},
-            )
+            self.write(record["kind"], record["summary"],
+                       **{k: v for k, v in record.items() if k not in RECORD_FIELDS})
 
     def finish(self, deadline):
         """At a stop: wait for the runs in flight until `deadline`, then end what still runs."""
@@ -11006,16 +10373,13 @@ class Notifier:
             self.settle(notice, "avsmd stopped before it could be told", "")
         self.queue = []
 
+
 class HomeLock:
     """avsmd.lock, held for life; `lost` once another avsmd took it: then nothing here is ours."""
 
     def __init__(self, home):
-        self.home, self.path, self.fd, self.lost = (
-            home,
-            os.path.join(home, "avsmd.lock"),
-            None,
-            False,
-        )
+        self.home, self.path = home, os.path.join(home, "avsmd.lock")
+        self.fd, self.lost = None, False
 
     def take(self):
         """Hold avsmd.lock; exit 75 naming the pid when another avsmd has it."""
@@ -11025,22 +10389,18 @@ class HomeLock:
         except OSError:
             os.close(fd)
             pid = read_lock_pid(self.path)
-            raise Fail(
-                EX_TEMPFAIL,
-                f"another avsmd (pid {pid if pid else 'unknown'}) is running on {self.home}; "
-                "stop it first, or give this one another --home",
-            ) from None
+            raise Fail(EX_TEMPFAIL, f"another avsmd (pid {pid if pid else 'unknown'}) is running"
+                                    f" on {self.home}; stop it first, or give this one another"
+                                    " --home") from None
         try:
             os.ftruncate(fd, 0)
             os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
             os.fsync(fd)
         except OSError as err:
             os.close(fd)
-            raise Fail(
-                EX_CANTCREAT,
-                f"{self.path} cannot be written: {err.strerror}; free space on its "
-                "file system or fix its permissions, then start avsmd again",
-            ) from None
+            raise Fail(EX_CANTCREAT, f"{self.path} cannot be written: {err.strerror}; free space on"
+                                     " its file system or fix its permissions, then start avsmd"
+                                     " again") from None
         if self.fd is not None:
             os.close(self.fd)
         self.fd = fd
@@ -11153,21 +10513,13 @@ class Clients:
                 self.request(conn, *check_request(messages[0]))
         except Fail as fail:
             self.reply(conn, [], [str(fail)], fail.code)
-        # not JSON, not UTF-8, nested past the parser, too long
-        except (ValueError, RecursionError):
-            self.reply(
-                conn,
-                [],
-                ["a request avsmd cannot read: one JSON object a line, in UTF-8, of at most 1 MiB"],
-                EX_USAGE,
-            )
-        # a bug: reported once, this request refused, avsmd keeps serving
-        except Exception as err:
+        except (ValueError, RecursionError):    # not JSON, not UTF-8, too deep, too long
+            self.reply(conn, [], ["a request avsmd cannot read: one JSON object a line, in UTF-8,"
+                                  " of at most 1 MiB"], EX_USAGE)
+        except Exception as err:                # a bug: this request refused, avsmd serves on
             import traceback
-            sys.stderr.write(
-                "avsmd: a bug in avsm, reading a request (avsmd goes on"
-                f" serving):\n{traceback.format_exc()}"
-            )
+            sys.stderr.write("avsmd: a bug in avsm, reading a request (avsmd goes on"
+                             f" serving):\n{traceback.format_exc()}")
             self.reply(conn, [], [f"a bug in avsm refused this request ({type(err).__name__}); "
                                   "it is reported on avsmd's standard error"], EX_SOFTWARE)
 
@@ -11177,9 +10529,8 @@ class Clients:
             self.reply(conn, [], ["avsmd is stopping and takes no new commands"], EX_UNAVAILABLE)
             return
         if cmd == "ping":
-            self.reply(
-                conn, [f"avsmd {VERSION} (pid {os.getpid()}) on {self.daemon.home}"], [], EX_OK
-            )
+            self.reply(conn, [f"avsmd {VERSION} (pid {os.getpid()}) on {self.daemon.home}"], [],
+                       EX_OK)
             return
         self.next_id += 1
         self.waiting[self.next_id] = conn
@@ -11189,12 +10540,8 @@ class Clients:
 
     def answer(self, message):
         """The warden answered request `id`: reply to its client."""
-        self.reply(
-            self.waiting.pop(message["id"], None),
-            message.get("out", []),
-            message.get("err", []),
-            message.get("exit", EX_SOFTWARE),
-        )
+        self.reply(self.waiting.pop(message["id"], None), message.get("out", []),
+                   message.get("err", []), message.get("exit", EX_SOFTWARE))
 
     def fail_waiting(self, why):
         """Every request the warden was answering fails with `why` (69)."""
@@ -11278,12 +10625,10 @@ class Groups:
             self.groups.pop(message["ended"], None)
 
     def end_all(self):
-        term_then_kill(
-            [g for g, told in self.groups.items() if group_is_still(g, told.get("leader_start"))]
-        )
+        term_then_kill([g for g, told in self.groups.items()
+                        if group_is_still(g, told.get("leader_start"))])
         self.groups = {}
         if self.lock.ours():          # another avsmd's journal, or groups, are not ours to touch
-            # those it had not told us of
             sweep_groups(os.path.join(self.home, "groups"), self.home)
             with contextlib.suppress(OSError):
                 os.unlink(os.path.join(self.home, "groups"))
@@ -11295,20 +10640,12 @@ class Daemon:
 
     def __init__(self, home, cfg, cfg_path, cfg_text, debug=False):
         import selectors
-        self.home, self.cfg, self.cfg_path, self.cfg_text, self.debug = (
-            home,
-            cfg,
-            cfg_path,
-            cfg_text,
-            debug,
-        )
+        self.home, self.cfg, self.cfg_path, self.cfg_text = home, cfg, cfg_path, cfg_text
+        self.debug = debug
         self.sel, self.ledger = selectors.DefaultSelector(), None
         self.lock, self.clients = HomeLock(home), Clients(self)
-        self.warden, self.roles, self.roles_waiting = (
-            Kept("warden", self.sel),
-            Kept("roles", self.sel),
-            {},
-        )
+        self.warden, self.roles = Kept("warden", self.sel), Kept("roles", self.sel)
+        self.roles_waiting = {}
         self.groups = Groups(home, self.lock)
         self.stopping, self.stop_deadline, self.exit_code, self.signals = False, None, EX_OK, []
         self.notifier = Notifier(home, cfg.get("notify"), self.append_self, debug)
@@ -11318,13 +10655,11 @@ class Daemon:
         import socket
         import subprocess
         ours, theirs = socket.socketpair()
-        args = cached_command("warden", ["--home", self.home, "--fd", str(theirs.fileno())]) + (
-            ["-d"] if self.debug else []
-        )
+        args = cached_command("warden", ["--home", self.home, "--fd", str(theirs.fileno())]) \
+            + (["-d"] if self.debug else [])
         env = dict(os.environ, AVSM_CONFIG=json.dumps(self.cfg))
-        self.warden.proc = subprocess.Popen(
-            args, pass_fds=[theirs.fileno()], env=env, stdin=subprocess.DEVNULL
-        )
+        self.warden.proc = subprocess.Popen(args, pass_fds=[theirs.fileno()], env=env,
+                                            stdin=subprocess.DEVNULL)
         theirs.close()
         self.warden.attach(self.warden.proc.pid, ours)
         log(self.debug, "avsmd", f"started the warden, pid {self.warden.pid}")
@@ -11412,8 +10747,7 @@ class Daemon:
             how = describe_status(status)
         else:
             try:
-                # reaped by its own pid only
-                pid, status = os.waitpid(self.roles.pid, os.WNOHANG)
+                pid, status = os.waitpid(self.roles.pid, os.WNOHANG)    # by its own pid only
             except ChildProcessError:
                 pid, status = self.roles.pid, 0
             if pid == 0 or self.roles.chan is None:
@@ -11446,13 +10780,11 @@ class Daemon:
         if self.lock.lost:
             return None
         try:
-            return self.ledger.append(
-                new_record(kind, "self", summary=summary, **fields), int(time.time())
-            )
+            return self.ledger.append(new_record(kind, "self", summary=summary, **fields),
+                                      int(time.time()))
         except LockLost:
             self.lock.lost = True
-        # a ledger that cannot be written must not take the daemon down
-        except Exception as err:
+        except Exception as err:          # an unwritable ledger must not take avsmd down
             sys.stderr.write(f"avsmd: could not append to the ledger: {err}\n")
             self.notifier.tell(ledger_down_notice(str(err)))
         return None
@@ -11472,21 +10804,18 @@ class Daemon:
     # ---- life ----
     def open_home(self):
         """Make the home, take its lock, end the groups an earlier avsmd left, open the ledger
-        (refusing one that does not read), and record the start; return the groups swept."""
+        (refusing one that does not read); return the groups swept."""
         refuse(socket_problem(self.home), EX_CONFIG)
         refuse(written_problem(self.cfg) and f"{self.cfg_path}: {written_problem(self.cfg)}",
                EX_CONFIG)
         if os.path.exists(self.home) and not os.path.isdir(self.home):
             raise Fail(EX_CANTCREAT, f"{self.home} is not a directory; give --home a directory")
         if os.path.lexists(os.path.join(self.home, MIRROR_MARK)):
-            raise Fail(
-                EX_CANTCREAT,
-                f"{self.home} is a witness's copy of another host's ledger "
-                "(avsm fleet witness --mirror): avsmd runs nothing of it and "
-                "writes nothing to it, or the next witness run would find it "
-                f"forked; read it with avsm --home {self.home} doctor, summary, "
-                "why or chart, or give --home another directory",
-            )
+            raise Fail(EX_CANTCREAT, f"{self.home} is a witness's copy of another host's ledger "
+                                     "(avsm fleet witness --mirror): avsmd runs nothing of it and "
+                                     "writes nothing to it, or the next witness run would find it "
+                                     f"forked; read it with avsm --home {self.home} doctor, "
+                                     "summary, why or chart, or give --home another directory")
         os.makedirs(self.home, mode=0o700, exist_ok=True)
         self.lock.take()
         swept = sweep_groups(os.path.join(self.home, "groups"), self.home)    # before anything else
@@ -11494,18 +10823,14 @@ class Daemon:
             self.ledger = Ledger(os.path.join(self.home, "ledger.db"), still_ours=self.lock.ours)
             broken = ledger_problem(self.ledger.db)
         except sqlite3_errors() as err:
-            raise Fail(
-                EX_DATAERR,
-                f"{self.home}/ledger.db is not a ledger avsmd can open: {err}; nothing was written."
-                f" See avsm --home {self.home} doctor",
-            ) from None
+            raise Fail(EX_DATAERR, f"{self.home}/ledger.db is not a ledger avsmd can open: {err};"
+                                   f" nothing was written. See avsm --home {self.home} doctor") \
+                from None
         if broken is not None:
             seq, why = broken
-            raise Fail(
-                EX_DATAERR,
-                f"record #{seq} of {self.home}/ledger.db does not read: {why}; nothing was"
-                f" appended. See avsm doctor, and avsm doctor --cut {seq} with avsmd stopped",
-            )
+            raise Fail(EX_DATAERR, f"record #{seq} of {self.home}/ledger.db does not read: {why};"
+                                   f" nothing was appended. See avsm doctor, and avsm doctor --cut"
+                                   f" {seq} with avsmd stopped")
         return swept
 
     def run(self):
@@ -11529,35 +10854,25 @@ class Daemon:
         self.append_self("start", f"avsmd {VERSION} started (pid {pid}) on {self.home}",  # 2
                          pid=pid)
         if swept:
-            self.append_self(
-                "sweep",
-                f"ended {swept} process group(s) an earlier avsmd left running",
-                groups=swept,
-            )
+            self.append_self("sweep",
+                             f"ended {swept} process group(s) an earlier avsmd left running",
+                             groups=swept)
         cut_marker = os.path.join(self.home, "cut")
         if os.path.exists(cut_marker):
             with open(cut_marker) as fh:
                 seq, _, backup = fh.read().strip().partition(" ")
-            if self.append_self(
-                "cut",
-                f"the ledger was cut just before #{seq} by avsm doctor; the whole ledger before it"
-                f" is {backup}",
-                before=int(seq) if seq.isdigit() else None,
-                backup=backup,
-            ):
+            if self.append_self("cut", f"the ledger was cut just before #{seq} by avsm doctor; the"
+                                       f" whole ledger before it is {backup}",
+                                before=int(seq) if seq.isdigit() else None, backup=backup):
                 os.unlink(cut_marker)
         self.start_roles()
         self.start_warden()
         print(f"avsmd: serving {self.home} (pid {pid})", file=sys.stderr, flush=True)
-        serve = {
-            "listener": lambda conn: self.clients.accept(),
-            "client": self.clients.data,
-            "warden": lambda conn: self.from_warden(),
-            "roles": lambda conn: self.from_roles(),
-            "warden-exit": lambda conn: self.ended(self.warden),
-            "roles-exit": lambda conn: self.ended(self.roles),
-            "signal": lambda conn: receive(wake_r, 512),
-        }
+        serve = {"listener": lambda conn: self.clients.accept(), "client": self.clients.data,
+                 "warden": lambda conn: self.from_warden(), "roles": lambda conn: self.from_roles(),
+                 "warden-exit": lambda conn: self.ended(self.warden),
+                 "roles-exit": lambda conn: self.ended(self.roles),
+                 "signal": lambda conn: receive(wake_r, 512)}
         next_check = time.monotonic() + 1
         while True:                                                                  # 3
             now = time.monotonic()
@@ -11567,10 +10882,8 @@ class Daemon:
                 serve[what](conn)
             for signum in self.signals:
                 if signum == signal.SIGHUP:
-                    sys.stderr.write(
-                        "avsmd: SIGHUP ignored: config.yaml is read once, at start; restart avsmd"
-                        " to apply changes\n"
-                    )
+                    sys.stderr.write("avsmd: SIGHUP ignored: config.yaml is read once, at start;"
+                                     " restart avsmd to apply changes\n")
                 else:
                     log(self.debug, "avsmd", f"signal {signum}: stopping")
                     self.begin_stop(signal.Signals(signum).name)
@@ -11586,10 +10899,8 @@ class Daemon:
             if now >= next_check and not self.stopping:
                 taken = self.lock.check(self.debug)
                 if self.lock.lost:
-                    sys.stderr.write(
-                        f"avsmd: another avsmd (pid {taken}) took the lock of {self.home}; "
-                        "stopping without appending anything more\n"
-                    )
+                    sys.stderr.write(f"avsmd: another avsmd (pid {taken}) took the lock of"
+                                     f" {self.home}; stopping without appending anything more\n")
                     self.exit_code = EX_TEMPFAIL
                     self.begin_stop(f"another avsmd (pid {taken}) took the lock of its home")
                 else:
@@ -11612,7 +10923,7 @@ class Daemon:
         self.from_warden()
         self.groups.end_all()
         self.clients.close(remove=False)
-        # the stop's notice told, and any failure written before `stop`
+        # the stop's notice told, and any failure written, before `stop`
         self.notifier.finish(self.stop_deadline)
         if not self.lock.lost:
             pid = os.getpid()
@@ -11636,8 +10947,7 @@ def become_nobody():
 
 
 def run_roles(channel):
-    """The roles process: request texts built from packets, replies parsed into choices; return its
-    exit status."""
+    """The roles process: request texts built from packets, replies parsed into choices."""
     import base64
     signal.set_wakeup_fd(-1)
     signal.signal(signal.SIGINT, signal.SIG_IGN)
@@ -11655,11 +10965,9 @@ def run_roles(channel):
                     system, user = build_request(message["packet"])
                     answer = {"system": system, "user": user}
                 else:
-                    answer = parse_reply(
-                        base64.b64decode(message.get("data", "")), message["packet"]
-                    )
-            # a process boundary: the warden hears of it, nothing acts on it
-            except Exception as err:
+                    answer = parse_reply(base64.b64decode(message.get("data", "")),
+                                         message["packet"])
+            except Exception as err:    # a process boundary: the warden hears of it
                 answer = {"error": f"{type(err).__name__}: {str(err)[:200]}"}
             answer["rid"] = message.get("rid")
             send_line(channel, answer)
@@ -11727,8 +11035,8 @@ hosts
                      (~/.local/state/avsm/witness); --mirror: and keep a copy, DIR/HOST/ledger.db
   bridge [--read-only]
                      the forced command of an ssh key, serving avsm --host from elsewhere
-                     (--read-only: status, summary, tail, asks, why, chart, doctor, page; nothing that \
-writes)
+                     (--read-only: status, summary, tail, asks, why, chart, doctor, page;
+                     nothing that writes)
 
 The client talks to avsmd, the daemon, over HOME/sock: start one with `avsmd` (or `python3 avsm.py \
 avsmd`);
@@ -16668,23 +15976,14 @@ def page_html(hosts, now):
 # =============================================================================
 
 CLIENT_COMMANDS = {
-    "add": cmd_add,
-    "status": cmd_status,
-    "summary": cmd_summary,
-    "tail": cmd_tail,
+    "add": cmd_add, "status": cmd_status, "summary": cmd_summary, "tail": cmd_tail,
     "asks": lambda home, args: cmd_offline(home, "asks", args, cmd_simple("asks", "asks")),
-    "approve": cmd_approve,
-    "deny": cmd_simple("deny", "deny ASK", "ask"),
+    "approve": cmd_approve, "deny": cmd_simple("deny", "deny ASK", "ask"),
     "pause": cmd_simple("pause", "pause VENTURE", "venture"),
-    "resume": cmd_simple("resume", "resume VENTURE", "venture"),
-    "why": cmd_why,
-    "propose": cmd_propose,
-    "decide": cmd_simple("decide", "decide VENTURE", "venture"),
-    "doctor": cmd_doctor,
-    "chart": cmd_chart,
-    "checkpoint": cmd_checkpoint, "link": cmd_link, "try": None, "fleet": None, "bridge": None,
-    "page": cmd_page,
-}
+    "resume": cmd_simple("resume", "resume VENTURE", "venture"), "why": cmd_why,
+    "propose": cmd_propose, "decide": cmd_simple("decide", "decide VENTURE", "venture"),
+    "doctor": cmd_doctor, "chart": cmd_chart, "checkpoint": cmd_checkpoint, "link": cmd_link,
+    "try": None, "fleet": None, "bridge": None, "page": cmd_page}
 
 
 def run_client(args):
@@ -16693,9 +15992,8 @@ def run_client(args):
     host, rest = take_option(rest, "--host")
     fleet, rest = take_option(rest, "--fleet")
     if host is not None and home is not None:
-        raise Fail(
-            EX_USAGE, "--home names a home on this host; name the far one with --host HOST:HOME"
-        )
+        raise Fail(EX_USAGE,
+                   "--home names a home on this host; name the far one with --host HOST:HOME")
     if fleet is not None and host is None and rest[:1] != ["fleet"]:
         raise Fail(EX_USAGE, "--fleet FILE names the fleet file of avsm fleet and of --host NAME; "
                              "write avsm --fleet FILE fleet status, "
@@ -16704,19 +16002,15 @@ def run_client(args):
         out(command_help(rest[0]))
         return EX_OK
     if rest and rest[0] == "bridge":
-        return cmd_bridge(
-            resolve_home(home), rest[1:], home is not None or bool(os.environ.get("AVSMD_HOME"))
-        )
+        return cmd_bridge(resolve_home(home), rest[1:],
+                          home is not None or bool(os.environ.get("AVSMD_HOME")))
     if rest and rest[0] == "fleet":
         return cmd_fleet(rest[1:], fleet, home)
     if host is not None and rest and rest[0] not in ("-h", "--help", "help", "--version") \
             and not {"-h", "--help"} & set(rest[1:]):
         if rest[0] not in CLIENT_COMMANDS:
-            raise Fail(
-                EX_USAGE,
-                f"'{rest[0]}' is not an avsm command{nearest(rest[0], CLIENT_COMMANDS)}: avsm"
-                " --help lists them",
-            )
+            raise Fail(EX_USAGE, f"'{rest[0]}' is not an avsm command"
+                                 f"{nearest(rest[0], CLIENT_COMMANDS)}: avsm --help lists them")
         return run_remote(host, rest[0], rest[1:], fleet)
     return run_verb(home, rest)
 
@@ -16737,14 +16031,10 @@ def run_verb(home, rest):
                              f"--home DIR, --host HOST, --fleet FILE, --help and --version; "
                              f"avsm --help lists the commands")
     if verb not in CLIENT_COMMANDS:
-        raise Fail(
-            EX_USAGE,
-            f"'{verb}' is not an avsm command{nearest(verb, CLIENT_COMMANDS)}: avsm --help lists"
-            " them",
-        )
-    options, names = (
-        (rest[: rest.index("--")], rest[rest.index("--") + 1 :]) if "--" in rest else (rest, [])
-    )
+        raise Fail(EX_USAGE, f"'{verb}' is not an avsm command{nearest(verb, CLIENT_COMMANDS)}:"
+                             f" avsm --help lists them")
+    options, names = (rest[:rest.index("--")], rest[rest.index("--") + 1:]) if "--" in rest \
+        else (rest, [])
     if "-h" in options or "--help" in options:
         out(command_help(verb))
         return EX_OK
@@ -16755,30 +16045,23 @@ def run_verb(home, rest):
                 # no name to take: only the usage helps
                 if verb not in ("add", "pause", "resume", "decide", "try"):
                     raise Fail(EX_USAGE, f"avsm {verb} takes no option '{arg}'; {usage}")
-                raise Fail(
-                    EX_USAGE,
-                    f"avsm {verb} takes no option '{arg}'; {usage} (for a name that begins with -, "
-                    f"write avsm {verb} -- {arg})",
-                )
+                raise Fail(EX_USAGE, f"avsm {verb} takes no option '{arg}'; {usage} (for a name"
+                                     f" that begins with -, write avsm {verb} -- {arg})")
     if verb == "try":
         return cmd_try(home, options + names)
     # a venture named after -- is a name, even one that begins with -
     if verb == "status":
         return cmd_status(resolve_home(home), options, names)
     try:
-        # chart reads its own options, so it is handed the -- that ends them (a venture named -h is
-        # chart -- -h)
-        return CLIENT_COMMANDS[verb](
-            resolve_home(home), rest if verb == "chart" else options + names
-        )
+        # chart reads its own options, so it is handed the -- that ends them
+        return CLIENT_COMMANDS[verb](resolve_home(home),
+                                     rest if verb == "chart" else options + names)
     except Exception as err:
         # not a ledger, or a record not JSON
         if type(err).__module__ == "sqlite3" or isinstance(err, json.JSONDecodeError):
-            raise Fail(
-                EX_DATAERR,
-                f"{ledger_path(resolve_home(home))} cannot be read: {err}; "
-                f"{client_command(resolve_home(home))} doctor says more",
-            ) from None
+            raise Fail(EX_DATAERR, f"{ledger_path(resolve_home(home))} cannot be read: {err}; "
+                                   f"{client_command(resolve_home(home))} doctor says more") \
+                from None
         raise
 
 
@@ -16798,28 +16081,15 @@ def command_help(verb):
     return "\n".join(lines)
 
 
-OPTIONLESS_COMMANDS = (
-    "add",
-    "asks",
-    "deny",
-    "decide",
-    "pause",
-    "resume",
-    "why",
-    "try",
-    "checkpoint",
-    "link",
-)
+OPTIONLESS_COMMANDS = ("add", "asks", "deny", "decide", "pause", "resume", "why", "try",
+                       "checkpoint", "link")
 
 
 def take_option(args, option):
     """Return (the value of `option` or None, the other arguments), before or after the command."""
     home, rest, i = None, [], 0
-    needs = {
-        "--home": "a directory",
-        "--host": "a host, as [user@]HOST[:HOME]",
-        "--fleet": "a file",
-    }[option]
+    needs = {"--home": "a directory", "--host": "a host, as [user@]HOST[:HOME]",
+             "--fleet": "a file"}[option]
     while i < len(args):
         if args[i] == "--":
             rest += args[i:]                # what follows -- is names, never an option
@@ -16868,11 +16138,8 @@ def run_daemon(args):
         else:
             raise Fail(EX_USAGE, f"avsmd does not take '{arg}'; avsmd --help lists its options")
     if dirs and mode != "-t":
-        raise Fail(
-            EX_USAGE,
-            f"avsmd takes a directory only after -t (avsmd -t {dirs[0]} checks it); avsmd --help"
-            " lists its options",
-        )
+        raise Fail(EX_USAGE, f"avsmd takes a directory only after -t (avsmd -t {dirs[0]} checks"
+                             f" it); avsmd --help lists its options")
     home = resolve_home(home)
     if os.path.exists(home) and not os.path.isdir(home):
         raise Fail(EX_CANTCREAT, f"{home} is not a directory; move it aside or pass another --home")
@@ -16883,16 +16150,13 @@ def run_daemon(args):
     if mode == "-t":
         return test_ventures(home, cfg, dirs) if dirs else test_config(home, cfg, path)
     keep_standard_files_open()
-    if __name__ == "__main__":
-        # run as a script, this file was compiled afresh: start again from its cached bytecode, same
-        # pid
+    if __name__ == "__main__":  # compiled afresh: start again from the cached bytecode, same pid
         os.execv(sys.executable, cached_command("avsmd", given))
     mark_close_on_exec()            # what avsmd's starter left open reaches no notify command
     return Daemon(home, cfg, path, text, debug).run()
 
 
-# started by avsmd and its warden, not by hand
-INTERNAL_PROGRAMS = ("warden", "adapter", "forecast")
+INTERNAL_PROGRAMS = ("warden", "adapter", "forecast")  # started by avsmd and its warden
 
 
 def run_internal(program, args):
@@ -16901,11 +16165,8 @@ def run_internal(program, args):
         return run_forecast(args)
     if program == "warden":
         home, rest = take_option(args, "--home")
-        if (
-            "--fd" not in rest
-            or rest.index("--fd") + 1 >= len(rest)
-            or not rest[rest.index("--fd") + 1].isdigit()
-        ):
+        if "--fd" not in rest or rest.index("--fd") + 1 >= len(rest) \
+                or not rest[rest.index("--fd") + 1].isdigit():
             raise Fail(EX_USAGE, "the warden is started by avsmd, not by hand; run avsmd")
         fd = int(rest[rest.index("--fd") + 1])
         keep_standard_files_open()
@@ -16916,21 +16177,15 @@ def run_internal(program, args):
 def run_forecast(args):
     """The forecast program: the facts as JSON on standard input, the forecast as JSON out."""
     if args or sys.stdin is None or sys.stdin.isatty():
-        raise Fail(
-            EX_USAGE,
-            "the forecast program is started by the warden with its facts on standard input; run"
-            " avsmd",
-        )
+        raise Fail(EX_USAGE, "the forecast program is started by the warden with its facts on"
+                             " standard input; run avsmd")
     try:
         facts = json.loads(sys.stdin.read())
         if facts.get("world"):
             guards = {"guards": [{"name": g} for g in facts.get("guards", [])]}
             step = lambda data: run_world_step(facts["world"], data, guards)     # noqa: E731
-            result = (
-                packet_world_forecast(facts, step)
-                if facts.get("packet")
+            result = packet_world_forecast(facts, step) if facts.get("packet") \
                 else forecast_world_paths(facts, step)
-            )
         else:
             result = forecast(facts, seed=facts.get("seed", 0))
     except (ValueError, KeyError, TypeError) as err:
@@ -16942,18 +16197,14 @@ def run_forecast(args):
 def run_adapter(args):
     """The built-in adapters (open point 5): `http.status URL`, `stripe PATH[#/ptr]`, `github`."""
     if len(args) != 2 or args[0] not in ADAPTERS:
-        raise Fail(
-            EX_USAGE,
-            f"no built-in adapter reads {' '.join(args)!r}; use http.status URL, stripe PATH or"
-            " github PATH",
-        )
+        raise Fail(EX_USAGE, f"no built-in adapter reads {' '.join(args)!r}; use http.status URL,"
+                             f" stripe PATH or github PATH")
     if args[0] == "http.status":
         try:
             status, _ = adapter_get(args[1])
         except OSError as err:
             raise Fail(EX_UNAVAILABLE, f"http.status {args[1]}: {err}") from None
-        # any status is the reading: 404 and 503 are numbers a guard bounds
-        out(str(status))
+        out(str(status))    # any status is the reading: 404 and 503 are numbers a guard bounds
         return EX_OK
     given = json.loads(sys.stdin.read() or "{}")
     if given.get("problem"):
@@ -16989,8 +16240,7 @@ def main(argv=None):
     except Fail as fail:
         sys.stderr.write(f"{name}: {shown(str(fail))}\n")
         return fail.code
-    except BrokenPipeError:
-        # the reader went away (avsm tail | head -1): end quietly
+    except BrokenPipeError:         # the reader went away (avsm tail | head -1)
         devnull = os.open(os.devnull, os.O_WRONLY)
         os.dup2(devnull, sys.stdout.fileno())
         return EX_OK
@@ -17023,10 +16273,9 @@ def report_bug(name):
     """An unexpected error: the whole traceback on standard error, with how to report it."""
     import traceback
     traceback.print_exc()
-    sys.stderr.write(
-        f"{name} {VERSION}: this is a bug in avsm, not something you did. Please report it with the"
-        " lines above, the command you ran and `python3 --version`.\n"
-    )
+    sys.stderr.write(f"{name} {VERSION}: this is a bug in avsm, not something you did. Please"
+                     " report it with the lines above, the command you ran and"
+                     " `python3 --version`.\n")
     return EX_SOFTWARE
 
 
