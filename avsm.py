@@ -72,6 +72,10 @@ EX_IOERR = 74        # standard output cannot be written
 EX_TEMPFAIL = 75     # another avsmd holds the home, or avsmd must be stopped first
 EX_NOPERM = 77       # a permission missing
 EX_CONFIG = 78       # a config or mandate that does not hold, or a Python older than 3.11
+EXIT_MEANINGS = {0: "done", 64: "bad usage", 65: "refused", 66: "not there",
+                 68: "a host not reached", 69: "no avsmd (or no avsm on the host) answering",
+                 70: "a bug in avsm", 73: "cannot create", 74: "output not writable",
+                 75: "not now", 77: "a permission missing", 78: "a config that does not hold"}
 
 # The first thing either program does, at import, before anything 3.11-only runs, so an older
 # interpreter gets one line and EX_CONFIG (the installation does not hold; it is no bug in avsm, and
@@ -2138,13 +2142,13 @@ def yaml_scalar(value):
 # Argument types: "name" and "path" are command-line text (a path absolute); "seq" a record number;
 # "text" UTF-8; "json" any JSON value; "flag" true or false; a trailing "?": optional, null allowed.
 REQUESTS = {
-    "ping": {}, "health": {}, "asks": {},
-    "status": {"venture": "name?", "verbose": "flag?", "ascii": "flag?"},
+    "ping": {}, "health": {}, "asks": {"json": "flag?"},
+    "status": {"venture": "name?", "verbose": "flag?", "ascii": "flag?", "json": "flag?"},
     "add": {"dir": "path"},
     "decide": {"venture": "name"}, "pause": {"venture": "name"}, "resume": {"venture": "name"},
     "propose": {"venture": "name", "lever": "name", "payload": "text?"},
     "approve": {"ask": "seq", "payload": "json?"},
-    "deny": {"ask": "seq"}, "ask": {"ask": "seq"}, "checkpoint": {},
+    "deny": {"ask": "seq"}, "ask": {"ask": "seq"}, "checkpoint": {"json": "flag?"},
     "records": {"after": "seq", "limit": "seq?", "checkpoint": "flag?"},   # a witness's page
 }
 REQUEST_KEYS = ("v", "cmd", "args")
@@ -10407,9 +10411,8 @@ class Warden:
                 "no checkpoint can be written now: the ledger holds no record yet, or cannot be"
                 " written",
             )
-        return written[0].rstrip("\n").split("\n") + (
-            ["", *written[1].split("\n")] if written[1] else []
-        )
+        facts = parse_checkpoint(written[0], "the checkpoint", written[1])._asdict()
+        return [json.dumps(facts)] if args.get("json") else checkpoint_lines(facts)
 
     def do_records(self, args, err):
         return [m["out"] for m in records_answer(self.home, args)[:-1]]
@@ -10709,24 +10712,15 @@ class Warden:
         ]
 
     def do_status(self, args, err):
-        lines = []
-        if self.writer.ledger_down:
-            lines.append(
-                f"ledger: cannot be written ({self.writer.ledger_down}); nothing that would write"
-                " runs; trying again every 30 s"
-            )
-        return lines + status_view(
-            self.ventures,
-            time.time(),
-            self.keeper.keep,
-            self.cfg,
-            args.get("venture"),
-            bool(args.get("verbose")),
-            bool(args.get("ascii")),
-        )
+        facts = status_facts(self.ventures, time.time(), self.keeper.keep, self.cfg,
+                             args.get("venture"), bool(args.get("verbose")),
+                             bool(args.get("ascii")))
+        facts["ledger_down"] = self.writer.ledger_down
+        return [json.dumps(facts)] if args.get("json") else status_lines(facts)
 
     def do_asks(self, args, err):
-        return asks_view(self.ventures)
+        facts = asks_facts(self.ventures)
+        return [json.dumps(facts)] if args.get("json") else asks_lines(facts)
 
     def find_ask(self, args):
         seq = args.get("ask")
@@ -11846,10 +11840,15 @@ def ask_daemon(home, cmd, args=None):
 
 def show_answer(message, cmd, home):
     """Print one line of avsmd's answer; return its exit code when it is the last."""
-    if "out" in message:
+    if "out" in message and JSON:
+        JSON.update(json.loads(message["out"]))     # status, asks: their facts, one line
+    elif "out" in message:
         out(message["out"] if cmd in ("status", "asks") else as_user_runs(message["out"], home))
     elif "err" in message:
-        sys.stderr.write(f"avsm: {shown(as_user_runs(str(message['err']), home))}\n")
+        said = as_user_runs(str(message["err"]), home)
+        sys.stderr.write(f"avsm: {shown(said)}\n")
+        if JSON:
+            JSON["error"] = "; ".join(filter(None, (JSON.get("error"), said)))
     return message.get("exit")
 
 
@@ -11965,6 +11964,41 @@ def since_option(arg, rest, missing):
     return arg.split("=", 1)[1] if arg.startswith("--since=") else None
 
 
+# --json (issue 35): the document main prints, the verb's facts with its exit code; empty: text
+JSON = {}
+JSON_VERBS = ("status", "asks", "summary", "tail", "why", "doctor", "checkpoint")
+
+
+def take_json(args):
+    """Return `args` (VERB ...) without --json before any --; with it, turn JSON on, or Fail(64)."""
+    end = args.index("--") if "--" in args else len(args)
+    if "--json" not in args[:end]:
+        return args
+    JSON["schema"] = 1
+    rest = [a for a in args[:end] if a != "--json"] + args[end:]
+    if rest[:1] != ["fleet"] and rest[:1] not in [[v] for v in JSON_VERBS] or \
+            rest[:1] == ["fleet"] and not set(rest[1:2]) & set(FLEET_VIEWS):
+        raise Fail(EX_USAGE, f"--json is for avsm {', '.join(JSON_VERBS)} and avsm fleet "
+                             f"status|asks|summary, not {shown_text(' '.join(rest[:1]))[:40]}")
+    return rest
+
+
+def show_facts(facts, lines_of):
+    """Print a verb's facts: into the --json document, else as the text `lines_of` makes."""
+    if JSON:
+        JSON.update(facts)
+    else:
+        out(*lines_of(facts))
+
+
+def print_json(code, error=None):
+    """Print the --json document: the facts gathered, the exit code, its meaning, any error."""
+    doc = dict(JSON, exit=code, meaning=EXIT_MEANINGS.get(code, "failed"))
+    if error:
+        doc["error"] = error
+    out(json.dumps(doc))
+
+
 def cmd_add(home, args):
     if len(args) != 1 or not args[0]:
         raise Fail(EX_USAGE, "usage: avsm add DIR")
@@ -12004,7 +12038,7 @@ def cmd_status(home, options, names):
             EX_USAGE,
             "usage: avsm status [-v] [VENTURE]: one venture at a time, or -v for every one",
         )
-    args = {"verbose": verbose, "ascii": not utf8_output()}
+    args = {"verbose": verbose, "ascii": not utf8_output(), "json": bool(JSON)}
     if names:
         args["venture"] = names[0]
     return cmd_offline(home, "status", args, lambda home, args: ask_daemon(home, "status", args))
@@ -12046,15 +12080,18 @@ def show_ledger_view(home, verb, args):
         return
     if not any(s.mandate_seq is not None for s in states.values()):
         return
-    lines = asks_view(states) if verb == "asks" else \
-        status_view(states, time.time(), None, None, args.get("venture"), args["verbose"],
-                    args["ascii"], stopped=True)
+    facts = asks_facts(states) if verb == "asks" else \
+        status_facts(states, time.time(), None, None, args.get("venture"), args["verbose"],
+                     args["ascii"], stopped=True)
+    if JSON:
+        JSON.update(facts, ledger={"seq": last[0], "at": last[1]})
+        return
     try:
         out(
             f"avsmd is not running: nothing runs; this is what the ledger holds, to #{last[0]} at"
             f" {format_local_time(last[1])}"
         )
-        out(*lines)
+        out(*(asks_lines if verb == "asks" else status_lines)(facts))
         flush_out()
     except BrokenPipeError:
         # the reader went away (status | head -1): the 69 still says no avsmd answers
@@ -12112,7 +12149,7 @@ def cmd_checkpoint(home, args):
     if args:
         raise Fail(EX_USAGE, "usage: avsm checkpoint")
     try:
-        return ask_daemon(home, "checkpoint")
+        return ask_daemon(home, "checkpoint", {"json": bool(JSON)})
     except Fail as fail:
         newest, why = newest_checkpoint(os.path.join(home, "checkpoints")), str(fail)
         if fail.code != EX_UNAVAILABLE or newest is None:
@@ -12120,11 +12157,14 @@ def cmd_checkpoint(home, args):
     path = os.path.join(home, "checkpoints", f"{newest.seq:012d}.txt.sig")
     signature = open(path).read().strip() if os.path.exists(path) else None
     sys.stderr.write(f"avsm: {why}; this is the newest checkpoint it wrote\n")
-    for line in newest.text.rstrip("\n").split("\n") + (
-        ["", *signature.split("\n")] if signature else []
-    ):
-        out(line)
+    show_facts(dict(newest._asdict(), signature=signature, error=why), checkpoint_lines)
     return EX_OK
+
+
+def checkpoint_lines(facts):
+    """Return the lines of a checkpoint: its text, then any signature after a blank line."""
+    return facts["text"].rstrip("\n").split("\n") + (
+        ["", *facts["signature"].split("\n")] if facts["signature"] else [])
 
 
 def cmd_approve(home, args):
@@ -12265,7 +12305,8 @@ def cmd_tail(home, args):
         )
     while True:
         for seq, at, record in read_records(db, since):
-            out(format_record_line(seq, at, record))
+            out(json.dumps({"schema": 1, "seq": seq, "at": at, "record": record}) if JSON
+                else format_record_line(seq, at, record))
             since = seq
         flush_out()
         if not follow:
@@ -12304,7 +12345,7 @@ def cmd_summary(home, args):
         )
     summary = summarize(summary_rows(db, since), since)
     db.close()
-    out(*format_summary(summary, span, home))
+    show_facts(summary_facts(summary, span, home), format_summary)
     return EX_OK
 
 
@@ -12366,46 +12407,57 @@ def seq_list(seqs, most=8):
     return shown_seqs + (f" and {len(seqs) - most} more" if len(seqs) > most else "")
 
 
-def format_summary(summary, span, home):
-    """Return the lines of `avsm summary`: the span, whether avsmd runs, each venture's."""
-    if summary.first is None:
-        lines = [f"summary of {span}: no records"]
-    else:
-        (s0, a0), (s1, a1) = summary.first, summary.last
-        lines = [
-            f"summary of {span}: #{s0}..#{s1}, {format_local_time(a0)} to {format_local_time(a1)}"
-        ]
-    holder = lock_holder(home)
-    lines.append(
-        f"avsmd: running (pid {holder})"
-        if holder and holder > 0
-        else (
-            "avsmd: running"
-            if holder
-            else (
-                f"avsmd: not running; nothing runs until {program_command('avsmd', home)} starts it"
-            )
-        )
-    )
+def summary_facts(summary, span, home):
+    """Return the facts of `avsm summary`: the span, whether avsmd runs, each adopted venture's."""
+    holder, ventures = lock_holder(home), []
     for name in sorted(summary.ventures):
-        v = summary.ventures[name]
+        v, t = summary.ventures[name], summary.ventures[name]["trusted"]
         if v["mandate"] is None:
             # records of a venture never adopted (a refused add) make no paragraph
             continue
-        lines += [""] + venture_summary_lines(name, v, home)
-    if len(lines) == 2:
-        lines.append("no ventures yet; adopt one with avsm add DIR")
-    return lines
+        ventures.append({
+            "name": name, "records": v["records"], "metric": v["metric"],
+            "trusted": {"count": len(t), "first": t[0], "last": t[-1], "min": min(t),
+                        "max": max(t)} if t else None,
+            "untrusted": v["untrusted"], "levers": v["levers"],
+            "refusals": sorted(v["refusals"].values(), key=lambda g: -g["count"]),
+            "asks": {"raised": v["raised"], "open": sorted(v["open"]),
+                     "answered": [{"ask": a, "kind": k, "seq": s} for a, k, s in v["answered"]]},
+            "guards": v["guards"], "pauses": [{"seq": s, "guard": g} for s, g in v["pauses"]],
+            "resumes": v["resumes"], "effects": v["effects"],
+            "exits": [{"seq": s, "restarted": r, "status": x} for s, r, x in v["exits"]],
+            "needs": [{"what": what, "command": as_user_runs(command, home)}
+                      for what, command in needs_person(v, name)]})
+    return {"span": span, "first": summary.first and dict(zip(("seq", "at"), summary.first)),
+            "last": summary.last and dict(zip(("seq", "at"), summary.last)),
+            "avsmd": {"running": bool(holder), "pid": holder if holder and holder > 0 else None,
+                      "start": None if holder else program_command("avsmd", home)},
+            "ventures": ventures}
 
 
-def venture_summary_lines(name, v, home):
-    """Return one venture's paragraph of the summary."""
-    lines = [name + ("" if v["records"] else ": nothing recorded in this span")]
+def format_summary(facts):
+    """Return the lines of `avsm summary` from its facts."""
+    first, last, avsmd = facts["first"], facts["last"], facts["avsmd"]
+    lines = [f"summary of {facts['span']}: " + (
+        f"#{first['seq']}..#{last['seq']}, {format_local_time(first['at'])} to "
+        f"{format_local_time(last['at'])}" if first else "no records")]
+    lines.append(f"avsmd: running (pid {avsmd['pid']})" if avsmd["pid"] else "avsmd: running"
+                 if avsmd["running"] else f"avsmd: not running; nothing runs until "
+                                          f"{avsmd['start']} starts it")
+    for v in facts["ventures"]:
+        lines += [""] + venture_summary_lines(v)
+    return lines if facts["ventures"] else lines + ["no ventures yet; adopt one with avsm add DIR"]
+
+
+def venture_summary_lines(v):
+    """Return one venture's paragraph of the summary, from its facts."""
+    lines = [v["name"] + ("" if v["records"] else ": nothing recorded in this span")]
     if v["trusted"]:
         t = v["trusted"]
         lines.append(
-            f"  metric {v['metric']}: {len(t)} trusted report(s): first {format_number(t[0])}, last"
-            f" {format_number(t[-1])}, min {format_number(min(t))}, max {format_number(max(t))}"
+            f"  metric {v['metric']}: {t['count']} trusted report(s): first "
+            f"{format_number(t['first'])}, last {format_number(t['last'])}, min "
+            f"{format_number(t['min'])}, max {format_number(t['max'])}"
             + (f"; {v['untrusted']} not trusted" if v["untrusted"] else "")
         )
     elif v["untrusted"]:
@@ -12426,21 +12478,22 @@ def venture_summary_lines(name, v, home):
             f" {seq_list(runs['runs'])}"
         )
     if v["refusals"]:
-        lines.append(f"  refusals: {sum(g['count'] for g in v['refusals'].values())}, by reason:")
-        for group in sorted(v["refusals"].values(), key=lambda g: -g["count"]):
+        lines.append(f"  refusals: {sum(g['count'] for g in v['refusals'])}, by reason:")
+        for group in v["refusals"]:
             lines.append(
                 f"    {group['count']} x {group['lever']}: {group['why']}"
                 f" ({seq_list(group['seqs'], 4)})"
             )
-    if v["raised"] or v["answered"] or v["open"]:
-        answered = [f"{len(asks)} {ANSWER_WORDS[kind]} ({seq_list(asks)})" for kind in ANSWER_WORDS
-                    for asks in [[ask for ask, k, _ in v["answered"] if k == kind]] if asks]
+    asks = v["asks"]
+    if asks["raised"] or asks["answered"] or asks["open"]:
+        answered = [f"{len(seqs)} {ANSWER_WORDS[kind]} ({seq_list(seqs)})" for kind in ANSWER_WORDS
+                    for seqs in [[a["ask"] for a in asks["answered"] if a["kind"] == kind]] if seqs]
         lines.append(
-            f"  asks: {len(v['raised'])} raised"
-            + (f" ({seq_list(v['raised'])})" if v["raised"] else "")
-            + f", {len(v['answered'])} answered"
+            f"  asks: {len(asks['raised'])} raised"
+            + (f" ({seq_list(asks['raised'])})" if asks["raised"] else "")
+            + f", {len(asks['answered'])} answered"
             + (f": {', '.join(answered)}" if answered else "")
-            + f", {len(v['open'])} still open"
+            + f", {len(asks['open'])} still open"
         )
     for guard, g in sorted(v["guards"].items()):
         lines.append(
@@ -12449,7 +12502,7 @@ def venture_summary_lines(name, v, home):
             + (f" ({seq_list(g['episodes'])})" if g["episodes"] else "")
             + (f", paused it ({seq_list(g['paused'])})" if g["paused"] else "")
         )
-    person_pauses = [s for s, guard in v["pauses"] if not guard]
+    person_pauses = [p["seq"] for p in v["pauses"] if not p["guard"]]
     if person_pauses or v["resumes"]:
         lines.append(
             f"  paused by a person {len(person_pauses)} time(s), resumed {len(v['resumes'])}"
@@ -12464,17 +12517,14 @@ def venture_summary_lines(name, v, home):
             )
         )
     if v["exits"]:
-        restarts = [s for s, again, _ in v["exits"] if again]
+        restarts = [e["seq"] for e in v["exits"] if e["restarted"]]
         lines.append(
             f"  run: ended {len(v['exits'])} time(s), restarted {len(restarts)}"
             + (f" ({seq_list(restarts)})" if restarts else "")
-            + f"; last ended {v['exits'][-1][2]}"
+            + f"; last ended {v['exits'][-1]['status']}"
         )
-    needs = needs_person(v, name)
-    for what, command in needs:
-        lines.append(f"  needs a person: {what} -> {as_user_runs(command, home)}")
-    if not needs:
-        lines.append("  needs a person: nothing")
+    lines += [f"  needs a person: {n['what']} -> {n['command']}" for n in v["needs"]] or [
+        "  needs a person: nothing"]
     return lines
 
 
@@ -12490,75 +12540,87 @@ def cmd_why(home, args):
     at, record = record_at(db, seq) or refuse(
         f"#{seq} is not in the ledger; avsm tail shows the record numbers", EX_DATAERR
     )
-    out(format_record_line(seq, at, record))
+    facts = {"seq": seq, "at": at, "record": record}
     broken = object_problem(record)
     if broken is not None:
+        show_facts(facts, lambda f: [format_record_line(seq, at, record)])
         raise Fail(
             EX_DATAERR,
             f"record #{seq} does not read: {broken}; avsm doctor says more, and avsm doctor --cut"
             f" {seq} with avsmd stopped cuts the ledger just before it",
         )
+    show_facts(why_facts(db, facts, home), why_lines)
+    return EX_DATAERR if facts.get("problems") else EX_OK
+
+
+def why_facts(db, facts, home):
+    """Return the facts of `avsm why`: the record, the records it cites, or its proof (rule,
+    steps, trigger, premises with their records), what followed, and the proof's re-check."""
+    seq, at, record = facts["seq"], facts["at"], facts["record"]
     proof = record.get("proof")
     if record.get("kind") != "action" or not proof:
-        cited = [
-            record[k]
-            for k in ("action", "ask", "report", "proposal", "prediction")
-            if isinstance(record.get(k), int)
-        ]
-        out(
-            f"a {record.get('claim')} {record.get('kind')} record: it authorizes nothing and"
-            " carries no proof"
-        )
-        if isinstance(record.get("call"), dict):
-            out(f"  call: {describe_call(record)}")
-        for c in cited:
-            cited_at, cited_record = record_at(db, c) or (None, None)
-            if cited_record is not None:
-                out("  cites " + format_record_line(c, cited_at, cited_record))
-                if isinstance(cited_record.get("call"), dict):
-                    out(f"    call: {describe_call(cited_record)}")
-        if record.get("kind") == "outcome":
-            out(*printed_lines(record, "  "))
-        out(*what_followed(db, seq, record, home))
-        return EX_OK
+        cited = [record[k] for k in ("action", "ask", "report", "proposal", "prediction")
+                 if isinstance(record.get(k), int)]
+        facts["cites"] = [{"seq": c, "at": r[0], "record": r[1]}
+                          for c in cited for r in [record_at(db, c)] if r is not None]
+        facts["followed"] = what_followed(db, seq, record, home)
+        return facts
     # a proof that reads is an object, its premises numbers
-    out(f"rule: {shown_text(str(proof.get('rule')))}")
-    premises = proof.get("premises", [])
-    for step in proof.get("steps") if isinstance(proof.get("steps"), list) else []:
-        out(f"  step: {shown_text(str(step))}")
-    if isinstance(proof.get("trigger"), int):
-        _, t = record_at(db, proof["trigger"]) or (None, None)
-        if t is not None:
-            out(
-                f"  trigger (not a premise): #{proof['trigger']} {t.get('claim')} {t.get('kind')}"
-                f" {t.get('summary')}"
-            )
-            if isinstance(t.get("call"), dict):
-                out(f"    call: {describe_call(t)}")
+    trigger = record_at(db, proof["trigger"]) if isinstance(proof.get("trigger"), int) else None
     # the venture's records up to the action (the fold the gate saw: recheck_action), and each
     # premise whole, its summary shown
     fullmatch = re.compile(TRUSTED_REPORT).fullmatch
     records = {s: (a, decode_record(t, fullmatch, s)) for s, a, t in db.execute(
         "SELECT seq, at, record FROM records "
         f"WHERE {RECORD_VENTURE_SQL} = ? AND seq <= ? ORDER BY seq", (record.get("venture"), seq))}
+    premises = proof.get("premises", [])
     for p in premises:
         whole = record_at(db, p) if 0 < p <= seq else None
         if whole is not None:
             records[p] = whole
-    for p in premises:
-        if p in records:
-            r = records[p][1]
-            out(f"  premise #{p} {r.get('claim')} {r.get('kind')} {r.get('summary')}")
-        else:
-            out(f"  premise #{p} is not in the ledger")
-    out(*what_followed(db, seq, record, home))
-    problems = check_proof(seq, at, record, records)
-    if problems:
-        for problem in problems:
-            out(f"re-checks: no: {problem}")
-        return EX_DATAERR
-    out("re-checks: yes, from measured and declared records under the mandate in force")
-    return EX_OK
+    facts["proof"] = {
+        "rule": proof.get("rule"),
+        "steps": proof.get("steps") if isinstance(proof.get("steps"), list) else [],
+        "trigger": trigger and {"seq": proof["trigger"], "record": trigger[1]},
+        "premises": [{"seq": p, "record": records[p][1] if p in records else None}
+                     for p in premises]}
+    facts["followed"] = what_followed(db, seq, record, home)
+    facts["problems"] = check_proof(seq, at, record, records)
+    facts["rechecks"] = not facts["problems"]
+    return facts
+
+
+def why_lines(facts):
+    """Return the lines of `avsm why` from its facts."""
+    record, proof = facts["record"], facts.get("proof")
+
+    def call(r, indent):
+        return [f"{indent}call: {describe_call(r)}"] if isinstance(r.get("call"), dict) else []
+    lines = [format_record_line(facts["seq"], facts["at"], record)]
+    if proof is None:
+        lines.append(f"a {record.get('claim')} {record.get('kind')} record: it authorizes nothing"
+                     f" and carries no proof")
+        lines += call(record, "  ")
+        for c in facts["cites"]:
+            lines += ["  cites " + format_record_line(c["seq"], c["at"], c["record"])]
+            lines += call(c["record"], "    ")
+        if record.get("kind") == "outcome":
+            lines += printed_lines(record, "  ")
+        return lines + facts["followed"]
+    lines.append(f"rule: {shown_text(str(proof['rule']))}")
+    lines += [f"  step: {shown_text(str(step))}" for step in proof["steps"]]
+    t = proof["trigger"]
+    if t:
+        r = t["record"]
+        lines.append(f"  trigger (not a premise): #{t['seq']} {r.get('claim')} {r.get('kind')}"
+                     f" {r.get('summary')}")
+        lines += call(r, "    ")
+    for p in proof["premises"]:
+        r = p["record"]
+        lines.append(f"  premise #{p['seq']} {r.get('claim')} {r.get('kind')} {r.get('summary')}"
+                     if r is not None else f"  premise #{p['seq']} is not in the ledger")
+    return lines + facts["followed"] + ([f"re-checks: no: {p}" for p in facts["problems"]] or [
+        "re-checks: yes, from measured and declared records under the mandate in force"])
 
 
 def records_citing(db, key, seq):
@@ -12772,7 +12834,7 @@ def bridge_verb(home, message, read_only):
             "this bridge speaks version 1 of its requests; use an avsm of the same version",
         )
     m = checked_arguments("a bridge's verb", message, BRIDGE_KEYS)
-    verb, argv = m["verb"], m["argv"]
+    verb, argv = m["verb"], take_json([m["verb"]] + m["argv"])[1:]
     if verb not in BRIDGE_VERBS:
         raise Fail(
             EX_USAGE, f"the bridge runs {', '.join(BRIDGE_VERBS)}, not {shown_text(verb)[:80]}"
@@ -12967,7 +13029,7 @@ def run_remote(target, verb, argv, path=None):
     request = {
         "v": 1,
         "verb": verb,
-        "argv": argv,
+        "argv": argv + ["--json"] * bool(JSON),
         "home": host["home"],
         "stdin": stdin,
         "as": REMOTE["as"],
@@ -13096,7 +13158,7 @@ def ssh_bridge(host, request, capture=False, timeout=None):
     for thread in threads:
         thread.daemon = True
         thread.start()
-    decoder, pinged, size = codecs.getincrementaldecoder("utf-8")("replace"), relay, 0
+    decoder, pinged, size, held = codecs.getincrementaldecoder("utf-8")("replace"), relay, 0, b""
     try:
         for piece in iter(functools.partial(proc.stdout.readline, FAR_LINE), b""):
             if not pinged:              # the ping's answer: avsm's bridge is there
@@ -13116,6 +13178,15 @@ def ssh_bridge(host, request, capture=False, timeout=None):
                 flush_out()
                 sys.stdout.buffer.write(piece)
                 sys.stdout.buffer.flush()
+            elif JSON:                  # parsed and made here, never printed as it came
+                held += piece
+                if held.endswith(b"\n") or len(held) > FAR_KEEP:
+                    doc, held = far_json(held.decode("utf-8", "replace"), name, command), b""
+                    if "exit" in doc:   # the document: its facts with this side's exit code
+                        JSON.update(doc)
+                    else:               # a record of tail
+                        out(json.dumps(doc))
+                        flush_out()
             else:
                 out(far_text(decoder.decode(piece).removesuffix("\n"), command))
                 if not select.select([proc.stdout], [], [], 0)[0]:
@@ -13186,6 +13257,19 @@ def far_failure(host, code, ours, theirs, ended=(), pinged=True, by_hand=None):
     return said
 
 
+def far_json(text, name, command):
+    """Return the JSON object a host's avsm sent for --json, each avsm command in it written
+    `command`; Fail(69) when it sent anything else."""
+    try:
+        doc = json.loads(far_text(text, json.dumps(command)[1:-1]))
+    except (ValueError, RecursionError):
+        doc = None
+    if not isinstance(doc, dict) or doc.get("schema") != 1:
+        raise Fail(EX_UNAVAILABLE, f"{name}: its avsm answered --json with no JSON object of "
+                                   f"schema 1; is it avsm's, and as new as this one?")
+    return doc
+
+
 def ping_answered(piece, name):
     """Return whether `piece` ends the bridge's answer to the ping; Fail(69) when not avsm's."""
     try:
@@ -13209,7 +13293,8 @@ def cmd_fleet(args, given=None, home=None):
     results = {}
 
     def ask(host):
-        request = {"v": 1, "verb": view, "argv": argv, "home": host["home"], "utf8": utf8_output(),
+        request = {"v": 1, "verb": view, "argv": argv + ["--json"] * bool(JSON),
+                   "home": host["home"], "utf8": utf8_output(),
                    "as": f"{client_command()} --host {host['name']}"}
         try:
             results[host["name"]] = ssh_bridge(host, request, capture=True, timeout=host["timeout"])
@@ -13218,12 +13303,23 @@ def cmd_fleet(args, given=None, home=None):
     on_each_host(hosts, ask)
     said = []
     for host in hosts:
+        if JSON:                        # its document, or its exit code and why it has none
+            code, data, errors = results[host["name"]]
+            try:
+                doc = far_json(data.decode("utf-8", "replace"), host["name"],
+                               far_command(host["name"])) if data else {"error": "; ".join(errors)}
+            except Fail as fail:
+                results[host["name"]], doc = (fail.code, data, errors), {"error": str(fail)}
+            JSON.setdefault("hosts", {})[host["name"]] = dict(doc, exit=results[host["name"]][0], meaning=(
+                EXIT_MEANINGS.get(results[host["name"]][0], "failed")))
+            continue
         code, data, errors = results[host["name"]]
         lines = [far_text(line.decode("utf-8", "replace"), far_command(host["name"]))
                  for line in data.split(b"\n")]
         said.append((host["name"], lines[:-1] if lines[-1:] == [""] else lines,
                      [line.removeprefix(host["name"] + ": ") for line in errors]))
-    out(*fleet_lines(view, said))
+    if not JSON:
+        out(*fleet_lines(view, said))
     return next((results[host["name"]][0] for host in hosts if results[host["name"]][0]), EX_OK)
 
 
@@ -15145,27 +15241,40 @@ DOCTOR_ORDER = (EX_DATAERR, EX_CONFIG, EX_NOPERM, EX_CANTCREAT, EX_NOINPUT, EX_U
 
 
 class Findings:
-    """What doctor found: each failed check with its code and the command that fixes it."""
+    """What doctor found, each check a fact {level, text, fix, code, lines} shown as it is found;
+    warn: a fix a person should make, with the exit code unchanged."""
 
     def __init__(self):
         # scan: doctor_ledger's one read of the ledger (LedgerScan)
-        self.codes, self.scan = [], None
+        self.codes, self.scan, self.found = [], None, []
+
+    def add(self, level, text, fix=None, code=None, lines=()):
+        self.found.append({"level": level, "text": text, "fix": fix, "code": code,
+                           "lines": list(lines)})
+        self.codes += [code] if code else []
+        if not JSON:
+            out(*finding_lines(self.found[-1]))
 
     def ok(self, text):
-        out(f"ok    {text}")
+        self.add("ok", text)
 
-    def note(self, text):
-        out(f"note  {text}")
+    def note(self, text, lines=()):
+        self.add("note", text, lines=lines)
 
     def warn(self, text, fix):
-        """A check that does not fail, but whose fix a person should make: the exit code stays."""
-        out(f"warn  {text}")
-        out(f"      fix: {fix}")
+        self.add("warn", text, fix)
 
     def fail(self, code, text, fix):
-        self.codes.append(code)
-        out(f"FAIL  {text}")
-        out(f"      fix: {fix}")
+        self.add("fail", text, fix, code)
+
+    def worst(self):
+        return next((code for code in DOCTOR_ORDER if code in self.codes), EX_OK)
+
+
+def finding_lines(f):
+    """Return the lines of one finding of doctor."""
+    return [f"{'FAIL' if f['level'] == 'fail' else f['level']:<5} {f['text']}"] + \
+        [f"      fix: {f['fix']}"] * bool(f["fix"]) + [f"  {line}" for line in f["lines"]]
 
     def worst(self):
         return next((code for code in DOCTOR_ORDER if code in self.codes), EX_OK)
@@ -15221,6 +15330,8 @@ def cmd_doctor(home, args):
                 "[--origin avsm/HOST:HOME] | avsm doctor --cut SEQ",
             )
     if cut is not None:
+        refuse(JSON and "avsm doctor --cut has no --json: it cuts the ledger and says so in words",
+               EX_USAGE)
         return doctor_cut(home, cut)
     found = Findings()
     trust = checkpoint_trust(home, given["--allowed-signers"], given["--origin"])
@@ -15234,7 +15345,8 @@ def cmd_doctor(home, args):
             doctor_daemon(home, found)
         doctor_bridge_keys(found)
     code = found.worst()
-    out("all checks pass" if code == EX_OK else f"doctor exits {code}")
+    show_facts({"findings": found.found},
+               lambda _: ["all checks pass" if code == EX_OK else f"doctor exits {code}"])
     return code
 
 
@@ -15800,10 +15912,8 @@ def doctor_mandates(home, found):
             elif drift:
                 found.note(
                     f"venture {name}: {path} holds but differs from mandate #{seq} in force; "
-                    f"{client_command(home)} add {directory} applies it"
+                    f"{client_command(home)} add {directory} applies it", drift
                 )
-                for line in drift:
-                    out(f"  {line}")
             else:
                 found.ok(f"venture {name}: {path} holds, the same as mandate #{seq} in force")
         except OSError as err:
@@ -16058,10 +16168,12 @@ SPARK_ASCII = "_.-~=+*#"
 SPARK_WIDTH = 16
 
 STATUS_STATES = ("running", "paused", "stuck", "implausible", "unconfirmed", "cannot run")
-StatusRow = collections.namedtuple("StatusRow", "name state value age spark levers asks why")
+StatusRow = collections.namedtuple(
+    "StatusRow", "name state value age spark levers run asks calibration bounds why")
 StatusRow.__doc__ = """One venture at a glance: its state (running, paused, stuck, implausible,
 unconfirmed, cannot run), the last trusted value and its age in seconds (None before the first), the
-sparkline, its levers' runs against their caps, its open asks, and what holds it and the way out (""
+sparkline, its levers' runs against their caps, its `run` program ({pid}, None when it has none),
+its open asks' seqs, its calibration, its controller's bounds, and what holds it and the way out (""
 when it is simply running)."""
 
 
@@ -16141,31 +16253,15 @@ def status_row(state, now, keep=None, cfg=None, ascii=False):
         if "no call is made" in note or "no decision is made" in note:
             why = (why + "; " if why else "") + note
     last = state.trusted[-1][1] if len(state.trusted) else None
-    levers = (
-        ", ".join(
-            f"{name}: {len(cap_window(state, name, now))} of {lever['cap'][0]} per "
-            f"{format_duration(lever['cap'][1])}"
-            + (" (running)" if name in state.running else "")
-            for name, lever in m["levers"].items()
-        )
-        if m is not None
-        else ""
-    )
-    if m is not None and m["run"]:
-        child = (keep or {}).get("child")
-        levers += (", " if levers else "") + (
-            f"run: pid {child.pid}"
-            if child and not getattr(child, "ended_by", None)
-            else "run: not running"
-        )
-    asks = f"asks: {len(state.open_asks)}" + (
-        f" ({', '.join('#' + str(s) for s in sorted(state.open_asks))})" if state.open_asks else ""
-    )
+    levers = [{"lever": name, "runs": len(cap_window(state, name, now)), "cap": lever["cap"][0],
+               "per": lever["cap"][1], "running": name in state.running}
+              for name, lever in (m["levers"].items() if m is not None else ())]
+    child = (keep or {}).get("child")
+    run = None if m is None or not m["run"] else {
+        "pid": child.pid if child and not getattr(child, "ended_by", None) else None}
     # issue 11 item 8: how well avsm knows this venture's world, at a glance
-    if m is not None and predicts(m):
-        asks += "  calibration: " + (
-            describe_rolling(*rolling_scores(state.scores)) if state.scores else "none scored yet"
-        )
+    calibration = (describe_rolling(*rolling_scores(state.scores)) if state.scores
+                   else "none scored yet") if m is not None and predicts(m) else None
     return StatusRow(
         state.name,
         condition,
@@ -16173,72 +16269,84 @@ def status_row(state, now, keep=None, cfg=None, ascii=False):
         now - state.trusted_at if last is not None else None,
         sparkline([v for _, v in state.trusted[-SPARK_WIDTH:]], ascii),
         levers,
-        asks,
+        run,
+        sorted(state.open_asks),
+        calibration,
+        [{"way": way, "bound": bound, "lever": lever} for _, way, bound, lever in
+         controller_sides(m)],
         why,
     )
 
 
-def asks_view(states):
-    """Return the lines of `avsm asks`: one for each open ask, any proposed content under it."""
+def asks_facts(states):
+    """Return the facts of `avsm asks`: each open ask, its question, any proposed content."""
+    return {"asks": [{"seq": seq, "venture": name, "lever": ask.get("lever"),
+                      "question": ask.get("question", ask["summary"]),
+                      "payload": ask.get("payload"),
+                      "answer": [f"avsm approve {seq}", f"avsm deny {seq}"]}
+                     for name in sorted(states) for seq, ask in sorted(states[name].open_asks.items())]}
+
+
+def asks_lines(facts):
+    """Return the lines of `avsm asks` from its facts: an ask a line, any payload under it."""
     lines = []
-    for name in sorted(states):
-        for seq, ask in sorted(states[name].open_asks.items()):
-            lines.append(
-                f"#{seq}  {name}  {ask.get('lever') or '-'}  {ask.get('question', ask['summary'])}"
-            )
-            if ask.get("payload") is not None:
-                payload = (
-                    ask["payload"]
-                    if isinstance(ask["payload"], str)
-                    else json.dumps(ask["payload"], indent=2)
-                )
-                lines += ["    " + line for line in payload.splitlines()]
+    for ask in facts["asks"]:
+        lines.append(f"#{ask['seq']}  {ask['venture']}  {ask['lever'] or '-'}  {ask['question']}")
+        payload = ask["payload"]
+        if payload is not None:
+            payload = payload if isinstance(payload, str) else json.dumps(payload, indent=2)
+            lines += ["    " + line for line in payload.splitlines()]
     return lines or ["no open asks"]
 
 
-def format_status_rows(rows):
-    """Return the one-line view: `NAME: STATE` and the value, its age and the sparkline."""
-    head = [f"{row.name}: {row.state}" for row in rows]
-    values = [
-        (
-            f"{format_number(row.value)} ({format_age(row.age)} ago)"
-            if row.age is not None
-            else "no trusted report"
-        )
-        for row in rows
-    ]
+def status_lines(facts):
+    """Return the lines of `avsm status` from its facts: a row a venture (`NAME: STATE`, the value,
+    its age, the sparkline, levers against caps, asks, what holds it), then any detail."""
+    rows, lines = facts["ventures"], []
+    if facts.get("ledger_down"):
+        lines.append(f"ledger: cannot be written ({facts['ledger_down']}); nothing that would "
+                     f"write runs; trying again every 30 s")
+    head = [f"{row['name']}: {row['state']}" for row in rows]
+    values = [f"{format_number(row['value'])} ({format_age(row['age'])} ago)"
+              if row["age"] is not None else "no trusted report" for row in rows]
     wide_head, wide_value = max(map(len, head), default=0), max(map(len, values), default=0)
-    lines = []
     for row, h, v in zip(rows, head, values):
-        fields = [h.ljust(wide_head), v.ljust(wide_value), row.spark.ljust(SPARK_WIDTH)] + \
-                 [f for f in (row.levers, row.asks, row.why) if f]
+        levers = [f"{x['lever']}: {x['runs']} of {x['cap']} per {format_duration(x['per'])}"
+                  + (" (running)" if x["running"] else "") for x in row["levers"]]
+        if row["run"]:
+            pid = row["run"]["pid"]
+            levers.append(f"run: pid {pid}" if pid else "run: not running")
+        asks = f"asks: {len(row['asks'])}" + (
+            f" ({', '.join('#' + str(s) for s in row['asks'])})" if row["asks"] else "") + (
+            f"  calibration: {row['calibration']}" if row["calibration"] else "")
+        fields = [h.ljust(wide_head), v.ljust(wide_value), row["spark"].ljust(SPARK_WIDTH)] + \
+                 [f for f in (", ".join(levers), asks, row["why"]) if f]
         lines.append("  ".join(fields).rstrip())
-    return lines
+    for row in rows:
+        lines += [""] + row["detail"] if "detail" in row else []
+    return lines if rows else lines + ["no ventures yet; adopt one with avsm add DIR"]
 
 
-def status_view(states, now, keeps=None, cfg=None, venture=None, verbose=False, ascii=False,
-                stopped=False):
-    """Return the lines of `avsm status`. `stopped`: no avsmd runs (`was running`)."""
+def status_facts(states, now, keeps=None, cfg=None, venture=None, verbose=False, ascii=False,
+                 stopped=False):
+    """Return the facts of `avsm status`: a StatusRow a venture as a dict, its detail lines with
+    VENTURE or -v. `stopped`: no avsmd runs (`was running`)."""
     adopted = [states[name] for name in sorted(states) if states[name].mandate_seq is not None]
     if venture is not None:
         adopted = [s for s in adopted if s.name == venture]
         if not adopted:
             raise Fail(EX_DATAERR, f"no venture is named '{venture}'; avsm status lists them")
-    if not adopted:
-        return ["no ventures yet; adopt one with avsm add DIR"]
-    keeps = keeps or {}
-    rows = [status_row(s, now, keeps.get(s.name), cfg, ascii) for s in adopted]
-    if stopped:                 # what the ledger last knew, not that it runs now
-        rows = [row._replace(state="was running") if row.state == "running" else row
-                for row in rows]
-    lines = format_status_rows(rows)
-    if venture is not None or verbose:
-        for state in adopted:
-            detail = describe_status_lines(state, now, keeps.get(state.name), None, cfg)
-            if stopped and detail[0] == f"{state.name}: running":
-                detail[0] = f"{state.name}: was running"
-            lines += [""] + detail
-    return lines
+    keeps, rows = keeps or {}, []
+    for state in adopted:
+        row = status_row(state, now, keeps.get(state.name), cfg, ascii)._asdict()
+        if stopped and row["state"] == "running":   # what the ledger last knew, not that it runs
+            row["state"] = "was running"
+        if venture is not None or verbose:
+            row["detail"] = describe_status_lines(state, now, keeps.get(state.name), None, cfg)
+            if stopped and row["detail"][0] == f"{state.name}: running":
+                row["detail"][0] = f"{state.name}: was running"
+        rows.append(row)
+    return {"ventures": rows}
 
 
 def describe_status_lines(state, now, keep, children, cfg=None):
@@ -16491,7 +16599,8 @@ CLIENT_COMMANDS = {
     "status": cmd_status,
     "summary": cmd_summary,
     "tail": cmd_tail,
-    "asks": lambda home, args: cmd_offline(home, "asks", args, cmd_simple("asks", "asks")),
+    "asks": lambda home, args: cmd_offline(home, "asks", args, lambda home, args: ask_daemon(
+        home, "asks", {"json": bool(JSON)}) if not args else refuse("usage: avsm asks", EX_USAGE)),
     "approve": cmd_approve,
     "deny": cmd_simple("deny", "deny ASK", "ask"),
     "pause": cmd_simple("pause", "pause VENTURE", "venture"),
@@ -16510,6 +16619,7 @@ def run_client(args):
     home, rest = take_option(args, "--home")
     host, rest = take_option(rest, "--host")
     fleet, rest = take_option(rest, "--fleet")
+    rest = take_json(rest)
     if host is not None and home is not None:
         raise Fail(
             EX_USAGE, "--home names a home on this host; name the far one with --host HOST:HOME"
@@ -16798,6 +16908,8 @@ def main(argv=None):
             code = run_internal(program, args)
         else:
             code = run_client(args)
+        if JSON:
+            print_json(code)
         try:
             flush_out()
         except OutputError:
@@ -16806,6 +16918,8 @@ def main(argv=None):
         return code                     # a command that failed keeps its code, written out or not
     except Fail as fail:
         sys.stderr.write(f"{name}: {shown(str(fail))}\n")
+        if JSON:
+            print_json(fail.code, str(fail))
         return fail.code
     except BrokenPipeError:
         # the reader went away (avsm tail | head -1): end quietly
