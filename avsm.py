@@ -72,10 +72,10 @@ EX_IOERR = 74        # standard output cannot be written
 EX_TEMPFAIL = 75     # another avsmd holds the home, or avsmd must be stopped first
 EX_NOPERM = 77       # a permission missing
 EX_CONFIG = 78       # a config or mandate that does not hold, or a Python older than 3.11
-EXIT_MEANINGS = {0: "done", 64: "bad usage", 65: "refused", 66: "not there",
-                 68: "a host not reached", 69: "no avsmd (or no avsm on the host) answering",
-                 70: "a bug in avsm", 73: "cannot create", 74: "output not writable",
-                 75: "not now", 77: "a permission missing", 78: "a config that does not hold"}
+EXIT_MEANINGS = {0: "done", 64: "usage", 65: "refused", 66: "not there", 68: "host not reached",
+                 69: "no avsmd answering", 70: "a bug in avsm", 73: "cannot create",
+                 74: "output not writable", 75: "not now", 77: "permission missing",
+                 78: "config does not hold"}
 
 # The first thing either program does, at import, before anything 3.11-only runs, so an older
 # interpreter gets one line and EX_CONFIG (the installation does not hold; it is no bug in avsm, and
@@ -11972,15 +11972,13 @@ JSON_VERBS = ("status", "asks", "summary", "tail", "why", "doctor", "checkpoint"
 def take_json(args):
     """Return `args` (VERB ...) without --json before any --; with it, turn JSON on, or Fail(64)."""
     end = args.index("--") if "--" in args else len(args)
-    if "--json" not in args[:end]:
-        return args
-    JSON["schema"] = 1
-    rest = [a for a in args[:end] if a != "--json"] + args[end:]
-    if rest[:1] != ["fleet"] and rest[:1] not in [[v] for v in JSON_VERBS] or \
-            rest[:1] == ["fleet"] and not set(rest[1:2]) & set(FLEET_VIEWS):
-        raise Fail(EX_USAGE, f"--json is for avsm {', '.join(JSON_VERBS)} and avsm fleet "
-                             f"status|asks|summary, not {shown_text(' '.join(rest[:1]))[:40]}")
-    return rest
+    if "--json" in args[:end]:
+        JSON["schema"] = 1
+        args = [a for a in args[:end] if a != "--json"] + args[end:]
+        if not set(args[1:2] if args[:1] == ["fleet"] else args[:1]) & set(JSON_VERBS):
+            raise Fail(EX_USAGE, f"--json is for avsm {', '.join(JSON_VERBS)} and fleet "
+                                 f"status|asks|summary; avsm --help says what each does")
+    return args
 
 
 def show_facts(facts, lines_of):
@@ -11991,12 +11989,9 @@ def show_facts(facts, lines_of):
         out(*lines_of(facts))
 
 
-def print_json(code, error=None):
-    """Print the --json document: the facts gathered, the exit code, its meaning, any error."""
-    doc = dict(JSON, exit=code, meaning=EXIT_MEANINGS.get(code, "failed"))
-    if error:
-        doc["error"] = error
-    out(json.dumps(doc))
+def print_json(code):
+    """Print the --json document: the facts gathered, the exit code and its meaning."""
+    out(json.dumps(dict(JSON, exit=code, meaning=EXIT_MEANINGS.get(code, "failed"))))
 
 
 def cmd_add(home, args):
@@ -12410,26 +12405,17 @@ def seq_list(seqs, most=8):
 def summary_facts(summary, span, home):
     """Return the facts of `avsm summary`: the span, whether avsmd runs, each adopted venture's."""
     holder, ventures = lock_holder(home), []
-    for name in sorted(summary.ventures):
-        v, t = summary.ventures[name], summary.ventures[name]["trusted"]
-        if v["mandate"] is None:
-            # records of a venture never adopted (a refused add) make no paragraph
-            continue
-        ventures.append({
-            "name": name, "records": v["records"], "metric": v["metric"],
-            "trusted": {"count": len(t), "first": t[0], "last": t[-1], "min": min(t),
-                        "max": max(t)} if t else None,
-            "untrusted": v["untrusted"], "levers": v["levers"],
-            "refusals": sorted(v["refusals"].values(), key=lambda g: -g["count"]),
-            "asks": {"raised": v["raised"], "open": sorted(v["open"]),
-                     "answered": [{"ask": a, "kind": k, "seq": s} for a, k, s in v["answered"]]},
-            "guards": v["guards"], "pauses": [{"seq": s, "guard": g} for s, g in v["pauses"]],
-            "resumes": v["resumes"], "effects": v["effects"],
-            "exits": [{"seq": s, "restarted": r, "status": x} for s, r, x in v["exits"]],
-            "needs": [{"what": what, "command": as_user_runs(command, home)}
-                      for what, command in needs_person(v, name)]})
-    return {"span": span, "first": summary.first and dict(zip(("seq", "at"), summary.first)),
-            "last": summary.last and dict(zip(("seq", "at"), summary.last)),
+    for name, v in sorted(summary.ventures.items()):
+        t = v["trusted"]
+        if v["mandate"] is not None:        # a venture never adopted (a refused add) is left out
+            ventures.append(dict(
+                v, name=name, mandate=v["mandate"][0], open=sorted(v["open"]),
+                trusted={"count": len(t), "first": t[0], "last": t[-1], "min": min(t),
+                         "max": max(t)} if t else None,
+                refusals=sorted(v["refusals"].values(), key=lambda g: -g["count"]),
+                needs=[(what, as_user_runs(command, home)) for what, command in
+                       needs_person(v, name)]))
+    return {"span": span, "first": summary.first, "last": summary.last,
             "avsmd": {"running": bool(holder), "pid": holder if holder and holder > 0 else None,
                       "start": None if holder else program_command("avsmd", home)},
             "ventures": ventures}
@@ -12437,10 +12423,10 @@ def summary_facts(summary, span, home):
 
 def format_summary(facts):
     """Return the lines of `avsm summary` from its facts."""
-    first, last, avsmd = facts["first"], facts["last"], facts["avsmd"]
+    (s0, a0), (s1, a1) = facts["first"] or (0, 0), facts["last"] or (0, 0)
     lines = [f"summary of {facts['span']}: " + (
-        f"#{first['seq']}..#{last['seq']}, {format_local_time(first['at'])} to "
-        f"{format_local_time(last['at'])}" if first else "no records")]
+        f"#{s0}..#{s1}, {format_local_time(a0)} to {format_local_time(a1)}" if s0 else "no records")]
+    avsmd = facts["avsmd"]
     lines.append(f"avsmd: running (pid {avsmd['pid']})" if avsmd["pid"] else "avsmd: running"
                  if avsmd["running"] else f"avsmd: not running; nothing runs until "
                                           f"{avsmd['start']} starts it")
@@ -12453,11 +12439,10 @@ def venture_summary_lines(v):
     """Return one venture's paragraph of the summary, from its facts."""
     lines = [v["name"] + ("" if v["records"] else ": nothing recorded in this span")]
     if v["trusted"]:
-        t = v["trusted"]
+        t = {k: format_number(n) for k, n in v["trusted"].items()}
         lines.append(
-            f"  metric {v['metric']}: {t['count']} trusted report(s): first "
-            f"{format_number(t['first'])}, last {format_number(t['last'])}, min "
-            f"{format_number(t['min'])}, max {format_number(t['max'])}"
+            f"  metric {v['metric']}: {t['count']} trusted report(s): first {t['first']}, last"
+            f" {t['last']}, min {t['min']}, max {t['max']}"
             + (f"; {v['untrusted']} not trusted" if v["untrusted"] else "")
         )
     elif v["untrusted"]:
@@ -12484,16 +12469,15 @@ def venture_summary_lines(v):
                 f"    {group['count']} x {group['lever']}: {group['why']}"
                 f" ({seq_list(group['seqs'], 4)})"
             )
-    asks = v["asks"]
-    if asks["raised"] or asks["answered"] or asks["open"]:
-        answered = [f"{len(seqs)} {ANSWER_WORDS[kind]} ({seq_list(seqs)})" for kind in ANSWER_WORDS
-                    for seqs in [[a["ask"] for a in asks["answered"] if a["kind"] == kind]] if seqs]
+    if v["raised"] or v["answered"] or v["open"]:
+        answered = [f"{len(asks)} {ANSWER_WORDS[kind]} ({seq_list(asks)})" for kind in ANSWER_WORDS
+                    for asks in [[ask for ask, k, _ in v["answered"] if k == kind]] if asks]
         lines.append(
-            f"  asks: {len(asks['raised'])} raised"
-            + (f" ({seq_list(asks['raised'])})" if asks["raised"] else "")
-            + f", {len(asks['answered'])} answered"
+            f"  asks: {len(v['raised'])} raised"
+            + (f" ({seq_list(v['raised'])})" if v["raised"] else "")
+            + f", {len(v['answered'])} answered"
             + (f": {', '.join(answered)}" if answered else "")
-            + f", {len(asks['open'])} still open"
+            + f", {len(v['open'])} still open"
         )
     for guard, g in sorted(v["guards"].items()):
         lines.append(
@@ -12502,7 +12486,7 @@ def venture_summary_lines(v):
             + (f" ({seq_list(g['episodes'])})" if g["episodes"] else "")
             + (f", paused it ({seq_list(g['paused'])})" if g["paused"] else "")
         )
-    person_pauses = [p["seq"] for p in v["pauses"] if not p["guard"]]
+    person_pauses = [s for s, guard in v["pauses"] if not guard]
     if person_pauses or v["resumes"]:
         lines.append(
             f"  paused by a person {len(person_pauses)} time(s), resumed {len(v['resumes'])}"
@@ -12517,15 +12501,14 @@ def venture_summary_lines(v):
             )
         )
     if v["exits"]:
-        restarts = [e["seq"] for e in v["exits"] if e["restarted"]]
+        restarts = [s for s, again, _ in v["exits"] if again]
         lines.append(
             f"  run: ended {len(v['exits'])} time(s), restarted {len(restarts)}"
             + (f" ({seq_list(restarts)})" if restarts else "")
-            + f"; last ended {v['exits'][-1]['status']}"
+            + f"; last ended {v['exits'][-1][2]}"
         )
-    lines += [f"  needs a person: {n['what']} -> {n['command']}" for n in v["needs"]] or [
-        "  needs a person: nothing"]
-    return lines
+    return lines + ([f"  needs a person: {what} -> {command}" for what, command in v["needs"]]
+                    or ["  needs a person: nothing"])
 
 
 ANSWER_WORDS = {"approval": "approved", "denial": "denied", "resolved": "settled by avsm"}
@@ -12554,21 +12537,17 @@ def cmd_why(home, args):
 
 
 def why_facts(db, facts, home):
-    """Return the facts of `avsm why`: the record, the records it cites, or its proof (rule,
-    steps, trigger, premises with their records), what followed, and the proof's re-check."""
+    """Return the facts of `avsm why`: the record, the records it cites or its proof (rule, steps,
+    trigger, premises with their records), what followed, and whether the proof re-checks."""
     seq, at, record = facts["seq"], facts["at"], facts["record"]
-    proof = record.get("proof")
+    proof, facts["followed"] = record.get("proof"), what_followed(db, seq, record, home)
     if record.get("kind") != "action" or not proof:
-        cited = [record[k] for k in ("action", "ask", "report", "proposal", "prediction")
-                 if isinstance(record.get(k), int)]
-        facts["cites"] = [{"seq": c, "at": r[0], "record": r[1]}
-                          for c in cited for r in [record_at(db, c)] if r is not None]
-        facts["followed"] = what_followed(db, seq, record, home)
+        facts["cites"] = [{"seq": record[k], "at": r[0], "record": r[1]}
+                          for k in ("action", "ask", "report", "proposal", "prediction")
+                          if isinstance(record.get(k), int) for r in [record_at(db, record[k])] if r]
         return facts
-    # a proof that reads is an object, its premises numbers
-    trigger = record_at(db, proof["trigger"]) if isinstance(proof.get("trigger"), int) else None
-    # the venture's records up to the action (the fold the gate saw: recheck_action), and each
-    # premise whole, its summary shown
+    # a proof that reads is an object, its premises numbers; the venture's records up to the
+    # action (the fold the gate saw: recheck_action), and each premise whole
     fullmatch = re.compile(TRUSTED_REPORT).fullmatch
     records = {s: (a, decode_record(t, fullmatch, s)) for s, a, t in db.execute(
         "SELECT seq, at, record FROM records "
@@ -12578,13 +12557,12 @@ def why_facts(db, facts, home):
         whole = record_at(db, p) if 0 < p <= seq else None
         if whole is not None:
             records[p] = whole
+    t = isinstance(proof.get("trigger"), int) and record_at(db, proof["trigger"])
     facts["proof"] = {
         "rule": proof.get("rule"),
         "steps": proof.get("steps") if isinstance(proof.get("steps"), list) else [],
-        "trigger": trigger and {"seq": proof["trigger"], "record": trigger[1]},
-        "premises": [{"seq": p, "record": records[p][1] if p in records else None}
-                     for p in premises]}
-    facts["followed"] = what_followed(db, seq, record, home)
+        "trigger": {"seq": proof["trigger"], "record": t[1]} if t else None,
+        "premises": [{"seq": p, "record": records.get(p, (0, None))[1]} for p in premises]}
     facts["problems"] = check_proof(seq, at, record, records)
     facts["rechecks"] = not facts["problems"]
     return facts
@@ -12593,17 +12571,16 @@ def why_facts(db, facts, home):
 def why_lines(facts):
     """Return the lines of `avsm why` from its facts."""
     record, proof = facts["record"], facts.get("proof")
-
-    def call(r, indent):
-        return [f"{indent}call: {describe_call(r)}"] if isinstance(r.get("call"), dict) else []
     lines = [format_record_line(facts["seq"], facts["at"], record)]
+
+    def cited(line, r, indent="    "):
+        lines.append(line)
+        lines.extend([f"{indent}call: {describe_call(r)}"] * isinstance(r.get("call"), dict))
     if proof is None:
-        lines.append(f"a {record.get('claim')} {record.get('kind')} record: it authorizes nothing"
-                     f" and carries no proof")
-        lines += call(record, "  ")
+        cited(f"a {record.get('claim')} {record.get('kind')} record: it authorizes nothing and"
+              f" carries no proof", record, "  ")
         for c in facts["cites"]:
-            lines += ["  cites " + format_record_line(c["seq"], c["at"], c["record"])]
-            lines += call(c["record"], "    ")
+            cited("  cites " + format_record_line(c["seq"], c["at"], c["record"]), c["record"])
         if record.get("kind") == "outcome":
             lines += printed_lines(record, "  ")
         return lines + facts["followed"]
@@ -12612,9 +12589,8 @@ def why_lines(facts):
     t = proof["trigger"]
     if t:
         r = t["record"]
-        lines.append(f"  trigger (not a premise): #{t['seq']} {r.get('claim')} {r.get('kind')}"
-                     f" {r.get('summary')}")
-        lines += call(r, "    ")
+        cited(f"  trigger (not a premise): #{t['seq']} {r.get('claim')} {r.get('kind')}"
+              f" {r.get('summary')}", r)
     for p in proof["premises"]:
         r = p["record"]
         lines.append(f"  premise #{p['seq']} {r.get('claim')} {r.get('kind')} {r.get('summary')}"
@@ -15241,8 +15217,7 @@ DOCTOR_ORDER = (EX_DATAERR, EX_CONFIG, EX_NOPERM, EX_CANTCREAT, EX_NOINPUT, EX_U
 
 
 class Findings:
-    """What doctor found, each check a fact {level, text, fix, code, lines} shown as it is found;
-    warn: a fix a person should make, with the exit code unchanged."""
+    """What doctor found, each check a fact shown as it is found (warn: the exit code stays)."""
 
     def __init__(self):
         # scan: doctor_ledger's one read of the ledger (LedgerScan)
@@ -16170,11 +16145,7 @@ SPARK_WIDTH = 16
 STATUS_STATES = ("running", "paused", "stuck", "implausible", "unconfirmed", "cannot run")
 StatusRow = collections.namedtuple(
     "StatusRow", "name state value age spark levers run asks calibration bounds why")
-StatusRow.__doc__ = """One venture at a glance: its state (running, paused, stuck, implausible,
-unconfirmed, cannot run), the last trusted value and its age in seconds (None before the first), the
-sparkline, its levers' runs against their caps, its `run` program ({pid}, None when it has none),
-its open asks' seqs, its calibration, its controller's bounds, and what holds it and the way out (""
-when it is simply running)."""
+StatusRow.__doc__ = """One venture at a glance, as README's `--json` of status tells each field."""
 
 
 def sparkline(values, ascii=False):
@@ -16300,8 +16271,7 @@ def asks_lines(facts):
 
 
 def status_lines(facts):
-    """Return the lines of `avsm status` from its facts: a row a venture (`NAME: STATE`, the value,
-    its age, the sparkline, levers against caps, asks, what holds it), then any detail."""
+    """Return the lines of `avsm status` from its facts: a row a venture, then any detail."""
     rows, lines = facts["ventures"], []
     if facts.get("ledger_down"):
         lines.append(f"ledger: cannot be written ({facts['ledger_down']}); nothing that would "
@@ -16329,8 +16299,8 @@ def status_lines(facts):
 
 def status_facts(states, now, keeps=None, cfg=None, venture=None, verbose=False, ascii=False,
                  stopped=False):
-    """Return the facts of `avsm status`: a StatusRow a venture as a dict, its detail lines with
-    VENTURE or -v. `stopped`: no avsmd runs (`was running`)."""
+    """Return the facts of `avsm status`: a StatusRow a venture, with VENTURE or -v its detail.
+    `stopped`: no avsmd runs (`was running`)."""
     adopted = [states[name] for name in sorted(states) if states[name].mandate_seq is not None]
     if venture is not None:
         adopted = [s for s in adopted if s.name == venture]
@@ -16342,34 +16312,15 @@ def status_facts(states, now, keeps=None, cfg=None, venture=None, verbose=False,
         if stopped and row["state"] == "running":   # what the ledger last knew, not that it runs
             row["state"] = "was running"
         if venture is not None or verbose:
-            row["detail"] = describe_status_lines(state, now, keeps.get(state.name), None, cfg)
-            if stopped and row["detail"][0] == f"{state.name}: running":
-                row["detail"][0] = f"{state.name}: was running"
+            row["detail"] = describe_status_lines(state, now, keeps.get(state.name), row, cfg)
         rows.append(row)
     return {"ventures": rows}
 
 
-def describe_status_lines(state, now, keep, children, cfg=None):
-    """Return the status lines of one venture."""
-    held = held_by(state) if state.mandate is not None else None
-    if state.paused:
-        condition = "paused"
-    elif state.mandate is None:
-        condition = f"cannot run: {state.problem}"
-    elif held:
-        what, seq, note = held
-        condition = (
-            f"implausible: held by {what} #{seq} ({note}); a plausible reading of it clears the"
-            " hold"
-        )
-    elif state.last_report and state.last_report[2].get("status") == "unconfirmed":
-        condition = f"unconfirmed: report #{state.last_report[0]} waits for the next to agree"
-    elif any(side.get("stuck") for side in state.sides.values()):
-        condition = "stuck: past its bound and its lever cannot run; " + ", ".join(
-            f"{s.get('stuck')}" for s in state.sides.values() if s.get("stuck"))
-    else:
-        condition = "running"
-    lines = [f"{state.name}: {condition}"]
+def describe_status_lines(state, now, keep, row, cfg=None):
+    """Return the status lines of one venture, the first its StatusRow's state and what holds it."""
+    lines = [f"{row['name']}: {row['state']}"
+             + (f": {row['why']}" if row["state"] not in ("running", "was running", "paused") else "")]
     if state.last_report:
         seq, at, rec = state.last_report
         status = rec.get("status")
@@ -16919,7 +16870,8 @@ def main(argv=None):
     except Fail as fail:
         sys.stderr.write(f"{name}: {shown(str(fail))}\n")
         if JSON:
-            print_json(fail.code, str(fail))
+            JSON["error"] = str(fail)
+            print_json(fail.code)
         return fail.code
     except BrokenPipeError:
         # the reader went away (avsm tail | head -1): end quietly
