@@ -12151,7 +12151,8 @@ def cmd_checkpoint(home, args):
             raise
     path = os.path.join(home, "checkpoints", f"{newest.seq:012d}.txt.sig")
     signature = open(path).read().strip() if os.path.exists(path) else None
-    sys.stderr.write(f"avsm: {why}; this is the newest checkpoint it wrote\n")
+    why += "; this is the newest checkpoint it wrote"
+    sys.stderr.write(f"avsm: {why}\n")
     show_facts(dict(newest._asdict(), signature=signature, error=why), checkpoint_lines)
     return EX_OK
 
@@ -12415,7 +12416,8 @@ def summary_facts(summary, span, home):
                 refusals=sorted(v["refusals"].values(), key=lambda g: -g["count"]),
                 needs=[(what, as_user_runs(command, home)) for what, command in
                        needs_person(v, name)]))
-    return {"span": span, "first": summary.first, "last": summary.last,
+    first, last = ({"seq": p[0], "at": p[1]} if p else None for p in (summary.first, summary.last))
+    return {"span": span, "first": first, "last": last,
             "avsmd": {"running": bool(holder), "pid": holder if holder and holder > 0 else None,
                       "start": None if holder else program_command("avsmd", home)},
             "ventures": ventures}
@@ -12423,10 +12425,10 @@ def summary_facts(summary, span, home):
 
 def format_summary(facts):
     """Return the lines of `avsm summary` from its facts."""
-    (s0, a0), (s1, a1) = facts["first"] or (0, 0), facts["last"] or (0, 0)
+    first, last, avsmd = facts["first"], facts["last"], facts["avsmd"]
     lines = [f"summary of {facts['span']}: " + (
-        f"#{s0}..#{s1}, {format_local_time(a0)} to {format_local_time(a1)}" if s0 else "no records")]
-    avsmd = facts["avsmd"]
+        f"#{first['seq']}..#{last['seq']}, {format_local_time(first['at'])} to "
+        f"{format_local_time(last['at'])}" if first else "no records")]
     lines.append(f"avsmd: running (pid {avsmd['pid']})" if avsmd["pid"] else "avsmd: running"
                  if avsmd["running"] else f"avsmd: not running; nothing runs until "
                                           f"{avsmd['start']} starts it")
@@ -12575,7 +12577,8 @@ def why_lines(facts):
 
     def cited(line, r, indent="    "):
         lines.append(line)
-        lines.extend([f"{indent}call: {describe_call(r)}"] * isinstance(r.get("call"), dict))
+        if isinstance(r.get("call"), dict):
+            lines.append(f"{indent}call: {describe_call(r)}")
     if proof is None:
         cited(f"a {record.get('claim')} {record.get('kind')} record: it authorizes nothing and"
               f" carries no proof", record, "  ")
