@@ -11736,6 +11736,7 @@ avsmd --help lists its options, and `avsm CMD --help` says one command.
 --home DIR, else $AVSMD_HOME, else ~/.local/state/avsmd (macOS: ~/Library/Application \
 Support/avsmd).
 --host runs the command on that host's avsm through ssh ($AVSM_SSH) and its bridge ($AVSM_BRIDGE).
+--json: status, asks, summary, tail, why, doctor, checkpoint and fleet print JSON (README: --json).
 avsm --version prints the version.
 Exit codes: 64 usage, 65 refused, 66 not there, 69 no avsmd answering, 73 a directory link cannot \
 write,
@@ -11964,7 +11965,7 @@ def since_option(arg, rest, missing):
     return arg.split("=", 1)[1] if arg.startswith("--since=") else None
 
 
-# --json (issue 35): the document main prints, the verb's facts with its exit code; empty: text
+# --json (issue 35): the verb's facts main prints with the exit code; empty: text
 JSON = {}
 JSON_VERBS = ("status", "asks", "summary", "tail", "why", "doctor", "checkpoint")
 
@@ -11989,9 +11990,9 @@ def show_facts(facts, lines_of):
         out(*lines_of(facts))
 
 
-def print_json(code):
-    """Print the --json document: the facts gathered, the exit code and its meaning."""
-    out(json.dumps(dict(JSON, exit=code, meaning=EXIT_MEANINGS.get(code, "failed"))))
+def exit_facts(facts, code):
+    """Return `facts` with the exit code and its meaning: a --json document."""
+    return dict(facts, exit=code, meaning=EXIT_MEANINGS.get(code, "failed"))
 
 
 def cmd_add(home, args):
@@ -12539,14 +12540,14 @@ def cmd_why(home, args):
 
 
 def why_facts(db, facts, home):
-    """Return the facts of `avsm why`: the record, the records it cites or its proof (rule, steps,
-    trigger, premises with their records), what followed, and whether the proof re-checks."""
+    """Return the facts of `avsm why`: the record, what it cites or its proof, what followed."""
     seq, at, record = facts["seq"], facts["at"], facts["record"]
     proof, facts["followed"] = record.get("proof"), what_followed(db, seq, record, home)
     if record.get("kind") != "action" or not proof:
-        facts["cites"] = [{"seq": record[k], "at": r[0], "record": r[1]}
-                          for k in ("action", "ask", "report", "proposal", "prediction")
-                          if isinstance(record.get(k), int) for r in [record_at(db, record[k])] if r]
+        cited = [record[k] for k in ("action", "ask", "report", "proposal", "prediction")
+                 if isinstance(record.get(k), int)]
+        facts["cites"] = [{"seq": c, "at": r[0], "record": r[1]}
+                          for c in cited for r in [record_at(db, c)] if r]
         return facts
     # a proof that reads is an object, its premises numbers; the venture's records up to the
     # action (the fold the gate saw: recheck_action), and each premise whole
@@ -13282,17 +13283,15 @@ def cmd_fleet(args, given=None, home=None):
     on_each_host(hosts, ask)
     said = []
     for host in hosts:
+        code, data, errors = results[host["name"]]
         if JSON:                        # its document, or its exit code and why it has none
-            code, data, errors = results[host["name"]]
             try:
                 doc = far_json(data.decode("utf-8", "replace"), host["name"],
                                far_command(host["name"])) if data else {"error": "; ".join(errors)}
             except Fail as fail:
                 results[host["name"]], doc = (fail.code, data, errors), {"error": str(fail)}
-            JSON.setdefault("hosts", {})[host["name"]] = dict(doc, exit=results[host["name"]][0], meaning=(
-                EXIT_MEANINGS.get(results[host["name"]][0], "failed")))
+            JSON.setdefault("hosts", {})[host["name"]] = exit_facts(doc, results[host["name"]][0])
             continue
-        code, data, errors = results[host["name"]]
         lines = [far_text(line.decode("utf-8", "replace"), far_command(host["name"]))
                  for line in data.split(b"\n")]
         said.append((host["name"], lines[:-1] if lines[-1:] == [""] else lines,
@@ -16258,7 +16257,8 @@ def asks_facts(states):
                       "question": ask.get("question", ask["summary"]),
                       "payload": ask.get("payload"),
                       "answer": [f"avsm approve {seq}", f"avsm deny {seq}"]}
-                     for name in sorted(states) for seq, ask in sorted(states[name].open_asks.items())]}
+                     for name in sorted(states)
+                     for seq, ask in sorted(states[name].open_asks.items())]}
 
 
 def asks_lines(facts):
@@ -16302,8 +16302,7 @@ def status_lines(facts):
 
 def status_facts(states, now, keeps=None, cfg=None, venture=None, verbose=False, ascii=False,
                  stopped=False):
-    """Return the facts of `avsm status`: a StatusRow a venture, with VENTURE or -v its detail.
-    `stopped`: no avsmd runs (`was running`)."""
+    """Return the facts of `avsm status`; `stopped`: no avsmd runs (`was running`)."""
     adopted = [states[name] for name in sorted(states) if states[name].mandate_seq is not None]
     if venture is not None:
         adopted = [s for s in adopted if s.name == venture]
@@ -16321,9 +16320,9 @@ def status_facts(states, now, keeps=None, cfg=None, venture=None, verbose=False,
 
 
 def describe_status_lines(state, now, keep, row, cfg=None):
-    """Return the status lines of one venture, the first its StatusRow's state and what holds it."""
-    lines = [f"{row['name']}: {row['state']}"
-             + (f": {row['why']}" if row["state"] not in ("running", "was running", "paused") else "")]
+    """Return the status lines of one venture, the first from its StatusRow."""
+    lines = [f"{row['name']}: {row['state']}" + (
+        f": {row['why']}" if row["state"] not in ("running", "was running", "paused") else "")]
     if state.last_report:
         seq, at, rec = state.last_report
         status = rec.get("status")
@@ -16863,7 +16862,7 @@ def main(argv=None):
         else:
             code = run_client(args)
         if JSON:
-            print_json(code)
+            out(json.dumps(exit_facts(JSON, code)))
         try:
             flush_out()
         except OutputError:
@@ -16873,8 +16872,7 @@ def main(argv=None):
     except Fail as fail:
         sys.stderr.write(f"{name}: {shown(str(fail))}\n")
         if JSON:
-            JSON["error"] = str(fail)
-            print_json(fail.code)
+            out(json.dumps(exit_facts(dict(JSON, error=str(fail)), fail.code)))
         return fail.code
     except BrokenPipeError:
         # the reader went away (avsm tail | head -1): end quietly
