@@ -10,7 +10,6 @@ import os
 import select
 import subprocess
 import sys
-import time
 
 import pytest
 
@@ -202,7 +201,7 @@ def test_host_json_is_parsed_and_made_here(two, workdir):
     """avsm --host HOST VERB --json: the far host's document, parsed and printed again on this side, each avsm
     command in it naming the host; tail's lines as well; an unknown venture there keeps 65 in a document; a far
     host that answers with no JSON is 69, with a document saying so."""
-    av, env = two, far_env(workdir, two.home)
+    env = far_env(workdir, two.home)
     done = far(env, "--host", "web1", "status", "--json")
     doc = json.loads(done.stdout)
     assert done.returncode == 0 and doc["schema"] == 1 and doc["exit"] == 0, done
