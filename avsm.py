@@ -72,6 +72,10 @@ EX_IOERR = 74        # standard output cannot be written
 EX_TEMPFAIL = 75     # another avsmd holds the home, or avsmd must be stopped first
 EX_NOPERM = 77       # a permission missing
 EX_CONFIG = 78       # a config or mandate that does not hold, or a Python older than 3.11
+EXIT_MEANINGS = {0: "done", 64: "usage", 65: "refused", 66: "not there", 68: "host not reached",
+                 69: "no avsmd answering", 70: "a bug in avsm", 73: "cannot create",
+                 74: "output not writable", 75: "not now", 77: "permission missing",
+                 78: "config does not hold"}
 
 # At import, before anything 3.11-only runs, an older interpreter gets one line and EX_CONFIG (no
 # bug in avsm; a service manager can be told not to restart on 78), not a traceback. So the file
@@ -1940,13 +1944,13 @@ def yaml_scalar(value):
 # Argument types: "name" and "path" are command-line text (a path absolute); "seq" a record number;
 # "text" UTF-8; "json" any JSON value; "flag" true or false; a trailing "?": optional, null allowed.
 REQUESTS = {
-    "ping": {}, "health": {}, "asks": {}, "page": {},     # page: its facts, one JSON line
-    "status": {"venture": "name?", "verbose": "flag?", "ascii": "flag?"},
+    "ping": {}, "health": {}, "asks": {"json": "flag?"}, "page": {},   # page: its facts, a line
+    "status": {"venture": "name?", "verbose": "flag?", "ascii": "flag?", "json": "flag?"},
     "add": {"dir": "path"},
     "decide": {"venture": "name"}, "pause": {"venture": "name"}, "resume": {"venture": "name"},
     "propose": {"venture": "name", "lever": "name", "payload": "text?"},
     "approve": {"ask": "seq", "payload": "json?"},
-    "deny": {"ask": "seq"}, "ask": {"ask": "seq"}, "checkpoint": {},
+    "deny": {"ask": "seq"}, "ask": {"ask": "seq"}, "checkpoint": {"json": "flag?"},
     "records": {"after": "seq", "limit": "seq?", "checkpoint": "flag?"},   # a witness's page
 }
 REQUEST_KEYS = ("v", "cmd", "args")
@@ -9763,9 +9767,8 @@ class Warden:
                 "no checkpoint can be written now: the ledger holds no record yet, or cannot be"
                 " written",
             )
-        return written[0].rstrip("\n").split("\n") + (
-            ["", *written[1].split("\n")] if written[1] else []
-        )
+        facts = parse_checkpoint(written[0], "the checkpoint", written[1])._asdict()
+        return [json.dumps(facts)] if args.get("json") else checkpoint_lines(facts)
 
     def do_records(self, args, err):
         return [m["out"] for m in records_answer(self.home, args)[:-1]]
@@ -10067,24 +10070,15 @@ class Warden:
         ]
 
     def do_status(self, args, err):
-        lines = []
-        if self.writer.ledger_down:
-            lines.append(
-                f"ledger: cannot be written ({self.writer.ledger_down}); nothing that would write"
-                " runs; trying again every 30 s"
-            )
-        return lines + status_view(
-            self.ventures,
-            time.time(),
-            self.keeper.keep,
-            self.cfg,
-            args.get("venture"),
-            bool(args.get("verbose")),
-            bool(args.get("ascii")),
-        )
+        facts = status_facts(self.ventures, time.time(), self.keeper.keep, self.cfg,
+                             args.get("venture"), bool(args.get("verbose")),
+                             bool(args.get("ascii")))
+        facts["ledger_down"] = self.writer.ledger_down
+        return [json.dumps(facts)] if args.get("json") else status_lines(facts)
 
     def do_asks(self, args, err):
-        return asks_view(self.ventures)
+        facts = asks_facts(self.ventures)
+        return [json.dumps(facts)] if args.get("json") else asks_lines(facts)
 
     def do_page(self, args, err):
         return [json.dumps(page_facts(self.home, self.ventures, time.time(), self.ledger.db,
@@ -11044,6 +11038,7 @@ avsmd --help lists its options, and `avsm CMD --help` says one command.
 --home DIR, else $AVSMD_HOME, else ~/.local/state/avsmd (macOS: ~/Library/Application \
 Support/avsmd).
 --host runs the command on that host's avsm through ssh ($AVSM_SSH) and its bridge ($AVSM_BRIDGE).
+--json: status, asks, summary, tail, why, doctor, checkpoint and fleet print JSON (README: --json).
 avsm --version prints the version.
 Exit codes: 64 usage, 65 refused, 66 not there, 69 no avsmd answering, 73 a directory link cannot \
 write,
@@ -11148,10 +11143,15 @@ def ask_daemon(home, cmd, args=None):
 
 def show_answer(message, cmd, home):
     """Print one line of avsmd's answer; return its exit code when it is the last."""
-    if "out" in message:
+    if "out" in message and JSON:
+        JSON.update(json.loads(message["out"]))     # status, asks: their facts, one line
+    elif "out" in message:
         out(message["out"] if cmd in ("status", "asks") else as_user_runs(message["out"], home))
     elif "err" in message:
-        sys.stderr.write(f"avsm: {shown(as_user_runs(str(message['err']), home))}\n")
+        said = as_user_runs(str(message["err"]), home)
+        sys.stderr.write(f"avsm: {shown(said)}\n")
+        if JSON:
+            JSON["error"] = "; ".join(filter(None, (JSON.get("error"), said)))
     return message.get("exit")
 
 
@@ -11267,6 +11267,36 @@ def since_option(arg, rest, missing):
     return arg.split("=", 1)[1] if arg.startswith("--since=") else None
 
 
+# --json (issue 35): the verb's facts main prints with the exit code; empty: text
+JSON = {}
+JSON_VERBS = ("status", "asks", "summary", "tail", "why", "doctor", "checkpoint")
+
+
+def take_json(args):
+    """Return `args` (VERB ...) without --json before any --; with it, turn JSON on, or Fail(64)."""
+    end = args.index("--") if "--" in args else len(args)
+    if "--json" in args[:end]:
+        JSON["schema"] = 1
+        args = [a for a in args[:end] if a != "--json"] + args[end:]
+        if not set(args[1:2] if args[:1] == ["fleet"] else args[:1]) & set(JSON_VERBS):
+            raise Fail(EX_USAGE, f"--json is for avsm {', '.join(JSON_VERBS)} and fleet "
+                                 f"status|asks|summary; avsm --help says what each does")
+    return args
+
+
+def show_facts(facts, lines_of):
+    """Print a verb's facts: into the --json document, else as the text `lines_of` makes."""
+    if JSON:
+        JSON.update(facts)
+    else:
+        out(*lines_of(facts))
+
+
+def exit_facts(facts, code):
+    """Return `facts` with the exit code and its meaning: a --json document."""
+    return dict(facts, exit=code, meaning=EXIT_MEANINGS.get(code, "failed"))
+
+
 def cmd_add(home, args):
     if len(args) != 1 or not args[0]:
         raise Fail(EX_USAGE, "usage: avsm add DIR")
@@ -11306,7 +11336,7 @@ def cmd_status(home, options, names):
             EX_USAGE,
             "usage: avsm status [-v] [VENTURE]: one venture at a time, or -v for every one",
         )
-    args = {"verbose": verbose, "ascii": not utf8_output()}
+    args = {"verbose": verbose, "ascii": not utf8_output(), "json": bool(JSON)}
     if names:
         args["venture"] = names[0]
     return cmd_offline(home, "status", args, lambda home, args: ask_daemon(home, "status", args))
@@ -11350,15 +11380,18 @@ def show_ledger_view(home, verb, args):
         return None
     if not any(s.mandate_seq is not None for s in states.values()):
         return None
-    lines = asks_view(states) if verb == "asks" else \
-        status_view(states, time.time(), None, None, args.get("venture"), args["verbose"],
-                    args["ascii"], stopped=True)
+    facts = asks_facts(states) if verb == "asks" else \
+        status_facts(states, time.time(), None, None, args.get("venture"), args["verbose"],
+                     args["ascii"], stopped=True)
+    if JSON:
+        JSON.update(facts, ledger={"seq": last[0], "at": last[1]})
+        return None
     try:
         out(
             f"avsmd is not running: nothing runs; this is what the ledger holds, to #{last[0]} at"
             f" {format_local_time(last[1])}"
         )
-        out(*lines)
+        out(*(asks_lines if verb == "asks" else status_lines)(facts))
         flush_out()
     except BrokenPipeError:
         # the reader went away (status | head -1): the 69 still says no avsmd answers
@@ -11417,19 +11450,23 @@ def cmd_checkpoint(home, args):
     if args:
         raise Fail(EX_USAGE, "usage: avsm checkpoint")
     try:
-        return ask_daemon(home, "checkpoint")
+        return ask_daemon(home, "checkpoint", {"json": bool(JSON)})
     except Fail as fail:
         newest, why = newest_checkpoint(os.path.join(home, "checkpoints")), str(fail)
         if fail.code != EX_UNAVAILABLE or newest is None:
             raise
     path = os.path.join(home, "checkpoints", f"{newest.seq:012d}.txt.sig")
     signature = open(path).read().strip() if os.path.exists(path) else None
-    sys.stderr.write(f"avsm: {why}; this is the newest checkpoint it wrote\n")
-    for line in newest.text.rstrip("\n").split("\n") + (
-        ["", *signature.split("\n")] if signature else []
-    ):
-        out(line)
+    why += "; this is the newest checkpoint it wrote"
+    sys.stderr.write(f"avsm: {why}\n")
+    show_facts(dict(newest._asdict(), signature=signature, error=why), checkpoint_lines)
     return EX_OK
+
+
+def checkpoint_lines(facts):
+    """Return the lines of a checkpoint: its text, then any signature after a blank line."""
+    return facts["text"].rstrip("\n").split("\n") + (
+        ["", *facts["signature"].split("\n")] if facts["signature"] else [])
 
 
 def cmd_approve(home, args):
@@ -11570,7 +11607,8 @@ def cmd_tail(home, args):
         )
     while True:
         for seq, at, record in read_records(db, since):
-            out(format_record_line(seq, at, record))
+            out(json.dumps({"schema": 1, "seq": seq, "at": at, "record": record}) if JSON
+                else format_record_line(seq, at, record))
             since = seq
         flush_out()
         if not follow:
@@ -11609,7 +11647,7 @@ def cmd_summary(home, args):
         )
     summary = summarize(summary_rows(db, since), since)
     db.close()
-    out(*format_summary(summary, span, home))
+    show_facts(summary_facts(summary, span, home), format_summary)
     return EX_OK
 
 
@@ -11671,46 +11709,48 @@ def seq_list(seqs, most=8):
     return shown_seqs + (f" and {len(seqs) - most} more" if len(seqs) > most else "")
 
 
-def format_summary(summary, span, home):
-    """Return the lines of `avsm summary`: the span, whether avsmd runs, each venture's."""
-    if summary.first is None:
-        lines = [f"summary of {span}: no records"]
-    else:
-        (s0, a0), (s1, a1) = summary.first, summary.last
-        lines = [
-            f"summary of {span}: #{s0}..#{s1}, {format_local_time(a0)} to {format_local_time(a1)}"
-        ]
-    holder = lock_holder(home)
-    lines.append(
-        f"avsmd: running (pid {holder})"
-        if holder and holder > 0
-        else (
-            "avsmd: running"
-            if holder
-            else (
-                f"avsmd: not running; nothing runs until {program_command('avsmd', home)} starts it"
-            )
-        )
-    )
-    for name in sorted(summary.ventures):
-        v = summary.ventures[name]
-        if v["mandate"] is None:
-            # records of a venture never adopted (a refused add) make no paragraph
-            continue
-        lines += [""] + venture_summary_lines(name, v, home)
-    if len(lines) == 2:
-        lines.append("no ventures yet; adopt one with avsm add DIR")
-    return lines
-
-
-def venture_summary_lines(name, v, home):
-    """Return one venture's paragraph of the summary."""
-    lines = [name + ("" if v["records"] else ": nothing recorded in this span")]
-    if v["trusted"]:
+def summary_facts(summary, span, home):
+    """Return the facts of `avsm summary`: the span, whether avsmd runs, each adopted venture's."""
+    holder, ventures = lock_holder(home), []
+    for name, v in sorted(summary.ventures.items()):
         t = v["trusted"]
+        if v["mandate"] is not None:        # a venture never adopted (a refused add) is left out
+            ventures.append(dict(
+                v, name=name, mandate=v["mandate"][0], open=sorted(v["open"]),
+                trusted={"count": len(t), "first": t[0], "last": t[-1], "min": min(t),
+                         "max": max(t)} if t else None,
+                refusals=sorted(v["refusals"].values(), key=lambda g: -g["count"]),
+                needs=[(what, as_user_runs(command, home)) for what, command in
+                       needs_person(v, name)]))
+    first, last = ({"seq": p[0], "at": p[1]} if p else None for p in (summary.first, summary.last))
+    return {"span": span, "first": first, "last": last,
+            "avsmd": {"running": bool(holder), "pid": holder if holder and holder > 0 else None,
+                      "start": None if holder else program_command("avsmd", home)},
+            "ventures": ventures}
+
+
+def format_summary(facts):
+    """Return the lines of `avsm summary` from its facts."""
+    first, last, avsmd = facts["first"], facts["last"], facts["avsmd"]
+    lines = [f"summary of {facts['span']}: " + (
+        f"#{first['seq']}..#{last['seq']}, {format_local_time(first['at'])} to "
+        f"{format_local_time(last['at'])}" if first else "no records")]
+    lines.append(f"avsmd: running (pid {avsmd['pid']})" if avsmd["pid"] else "avsmd: running"
+                 if avsmd["running"] else f"avsmd: not running; nothing runs until "
+                                          f"{avsmd['start']} starts it")
+    for v in facts["ventures"]:
+        lines += [""] + venture_summary_lines(v)
+    return lines if facts["ventures"] else lines + ["no ventures yet; adopt one with avsm add DIR"]
+
+
+def venture_summary_lines(v):
+    """Return one venture's paragraph of the summary, from its facts."""
+    lines = [v["name"] + ("" if v["records"] else ": nothing recorded in this span")]
+    if v["trusted"]:
+        t = {k: format_number(n) for k, n in v["trusted"].items()}
         lines.append(
-            f"  metric {v['metric']}: {len(t)} trusted report(s): first {format_number(t[0])}, last"
-            f" {format_number(t[-1])}, min {format_number(min(t))}, max {format_number(max(t))}"
+            f"  metric {v['metric']}: {t['count']} trusted report(s): first {t['first']}, last"
+            f" {t['last']}, min {t['min']}, max {t['max']}"
             + (f"; {v['untrusted']} not trusted" if v["untrusted"] else "")
         )
     elif v["untrusted"]:
@@ -11731,8 +11771,8 @@ def venture_summary_lines(name, v, home):
             f" {seq_list(runs['runs'])}"
         )
     if v["refusals"]:
-        lines.append(f"  refusals: {sum(g['count'] for g in v['refusals'].values())}, by reason:")
-        for group in sorted(v["refusals"].values(), key=lambda g: -g["count"]):
+        lines.append(f"  refusals: {sum(g['count'] for g in v['refusals'])}, by reason:")
+        for group in v["refusals"]:
             lines.append(
                 f"    {group['count']} x {group['lever']}: {group['why']}"
                 f" ({seq_list(group['seqs'], 4)})"
@@ -11775,12 +11815,8 @@ def venture_summary_lines(name, v, home):
             + (f" ({seq_list(restarts)})" if restarts else "")
             + f"; last ended {v['exits'][-1][2]}"
         )
-    needs = needs_person(v, name)
-    for what, command in needs:
-        lines.append(f"  needs a person: {what} -> {as_user_runs(command, home)}")
-    if not needs:
-        lines.append("  needs a person: nothing")
-    return lines
+    return lines + ([f"  needs a person: {what} -> {command}" for what, command in v["needs"]]
+                    or ["  needs a person: nothing"])
 
 
 ANSWER_WORDS = {"approval": "approved", "denial": "denied", "resolved": "settled by avsm"}
@@ -11795,75 +11831,81 @@ def cmd_why(home, args):
     at, record = record_at(db, seq) or refuse(
         f"#{seq} is not in the ledger; avsm tail shows the record numbers", EX_DATAERR
     )
-    out(format_record_line(seq, at, record))
+    facts = {"seq": seq, "at": at, "record": record}
     broken = object_problem(record)
     if broken is not None:
+        show_facts(facts, lambda f: [format_record_line(seq, at, record)])
         raise Fail(
             EX_DATAERR,
             f"record #{seq} does not read: {broken}; avsm doctor says more, and avsm doctor --cut"
             f" {seq} with avsmd stopped cuts the ledger just before it",
         )
-    proof = record.get("proof")
+    show_facts(why_facts(db, facts, home), why_lines)
+    return EX_DATAERR if facts.get("problems") else EX_OK
+
+
+def why_facts(db, facts, home):
+    """Return the facts of `avsm why`: the record, what it cites or its proof, what followed."""
+    seq, at, record = facts["seq"], facts["at"], facts["record"]
+    proof, facts["followed"] = record.get("proof"), what_followed(db, seq, record, home)
     if record.get("kind") != "action" or not proof:
-        cited = [
-            record[k]
-            for k in ("action", "ask", "report", "proposal", "prediction")
-            if isinstance(record.get(k), int)
-        ]
-        out(
-            f"a {record.get('claim')} {record.get('kind')} record: it authorizes nothing and"
-            " carries no proof"
-        )
-        if isinstance(record.get("call"), dict):
-            out(f"  call: {describe_call(record)}")
-        for c in cited:
-            cited_at, cited_record = record_at(db, c) or (None, None)
-            if cited_record is not None:
-                out("  cites " + format_record_line(c, cited_at, cited_record))
-                if isinstance(cited_record.get("call"), dict):
-                    out(f"    call: {describe_call(cited_record)}")
-        if record.get("kind") == "outcome":
-            out(*printed_lines(record, "  "))
-        out(*what_followed(db, seq, record, home))
-        return EX_OK
-    # a proof that reads is an object, its premises numbers
-    out(f"rule: {shown_text(str(proof.get('rule')))}")
-    premises = proof.get("premises", [])
-    for step in proof.get("steps") if isinstance(proof.get("steps"), list) else []:
-        out(f"  step: {shown_text(str(step))}")
-    if isinstance(proof.get("trigger"), int):
-        _, t = record_at(db, proof["trigger"]) or (None, None)
-        if t is not None:
-            out(
-                f"  trigger (not a premise): #{proof['trigger']} {t.get('claim')} {t.get('kind')}"
-                f" {t.get('summary')}"
-            )
-            if isinstance(t.get("call"), dict):
-                out(f"    call: {describe_call(t)}")
-    # the venture's records up to the action (the fold the gate saw: recheck_action), and each
-    # premise whole, its summary shown
+        cited = [record[k] for k in ("action", "ask", "report", "proposal", "prediction")
+                 if isinstance(record.get(k), int)]
+        facts["cites"] = [{"seq": c, "at": r[0], "record": r[1]}
+                          for c in cited for r in [record_at(db, c)] if r]
+        return facts
+    # a proof that reads is an object, its premises numbers; the venture's records up to the
+    # action (the fold the gate saw: recheck_action), and each premise whole
     fullmatch = re.compile(TRUSTED_REPORT).fullmatch
     records = {s: (a, decode_record(t, fullmatch, s)) for s, a, t in db.execute(
         "SELECT seq, at, record FROM records "
         f"WHERE {RECORD_VENTURE_SQL} = ? AND seq <= ? ORDER BY seq", (record.get("venture"), seq))}
+    premises = proof.get("premises", [])
     for p in premises:
         whole = record_at(db, p) if 0 < p <= seq else None
         if whole is not None:
             records[p] = whole
-    for p in premises:
-        if p in records:
-            r = records[p][1]
-            out(f"  premise #{p} {r.get('claim')} {r.get('kind')} {r.get('summary')}")
-        else:
-            out(f"  premise #{p} is not in the ledger")
-    out(*what_followed(db, seq, record, home))
-    problems = check_proof(seq, at, record, records)
-    if problems:
-        for problem in problems:
-            out(f"re-checks: no: {problem}")
-        return EX_DATAERR
-    out("re-checks: yes, from measured and declared records under the mandate in force")
-    return EX_OK
+    t = isinstance(proof.get("trigger"), int) and record_at(db, proof["trigger"])
+    facts["proof"] = {
+        "rule": proof.get("rule"),
+        "steps": proof.get("steps") if isinstance(proof.get("steps"), list) else [],
+        "trigger": {"seq": proof["trigger"], "record": t[1]} if t else None,
+        "premises": [{"seq": p, "record": records.get(p, (0, None))[1]} for p in premises]}
+    facts["problems"] = check_proof(seq, at, record, records)
+    facts["rechecks"] = not facts["problems"]
+    return facts
+
+
+def why_lines(facts):
+    """Return the lines of `avsm why` from its facts."""
+    record, proof = facts["record"], facts.get("proof")
+    lines = [format_record_line(facts["seq"], facts["at"], record)]
+
+    def cited(line, r, indent="    "):
+        lines.append(line)
+        if isinstance(r.get("call"), dict):
+            lines.append(f"{indent}call: {describe_call(r)}")
+    if proof is None:
+        cited(f"a {record.get('claim')} {record.get('kind')} record: it authorizes nothing and"
+              f" carries no proof", record, "  ")
+        for c in facts["cites"]:
+            cited("  cites " + format_record_line(c["seq"], c["at"], c["record"]), c["record"])
+        if record.get("kind") == "outcome":
+            lines += printed_lines(record, "  ")
+        return lines + facts["followed"]
+    lines.append(f"rule: {shown_text(str(proof['rule']))}")
+    lines += [f"  step: {shown_text(str(step))}" for step in proof["steps"]]
+    t = proof["trigger"]
+    if t:
+        r = t["record"]
+        cited(f"  trigger (not a premise): #{t['seq']} {r.get('claim')} {r.get('kind')}"
+              f" {r.get('summary')}", r)
+    for p in proof["premises"]:
+        r = p["record"]
+        lines.append(f"  premise #{p['seq']} {r.get('claim')} {r.get('kind')} {r.get('summary')}"
+                     if r is not None else f"  premise #{p['seq']} is not in the ledger")
+    return lines + facts["followed"] + ([f"re-checks: no: {p}" for p in facts["problems"]] or [
+        "re-checks: yes, from measured and declared records under the mandate in force"])
 
 
 def records_citing(db, key, seq):
@@ -12077,7 +12119,7 @@ def bridge_verb(home, message, read_only):
             "this bridge speaks version 1 of its requests; use an avsm of the same version",
         )
     m = checked_arguments("a bridge's verb", message, BRIDGE_KEYS)
-    verb, argv = m["verb"], m["argv"]
+    verb, argv = m["verb"], take_json([m["verb"]] + m["argv"])[1:]
     if verb not in BRIDGE_VERBS:
         raise Fail(
             EX_USAGE, f"the bridge runs {', '.join(BRIDGE_VERBS)}, not {shown_text(verb)[:80]}"
@@ -12272,7 +12314,7 @@ def run_remote(target, verb, argv, path=None):
     request = {
         "v": 1,
         "verb": verb,
-        "argv": argv,
+        "argv": argv + ["--json"] * bool(JSON),
         "home": host["home"],
         "stdin": stdin,
         "as": REMOTE["as"],
@@ -12401,7 +12443,7 @@ def ssh_bridge(host, request, capture=False, timeout=None):
     for thread in threads:
         thread.daemon = True
         thread.start()
-    decoder, pinged, size = codecs.getincrementaldecoder("utf-8")("replace"), relay, 0
+    decoder, pinged, size, held = codecs.getincrementaldecoder("utf-8")("replace"), relay, 0, b""
     try:
         for piece in iter(functools.partial(proc.stdout.readline, FAR_LINE), b""):
             if not pinged:              # the ping's answer: avsm's bridge is there
@@ -12421,6 +12463,15 @@ def ssh_bridge(host, request, capture=False, timeout=None):
                 flush_out()
                 sys.stdout.buffer.write(piece)
                 sys.stdout.buffer.flush()
+            elif JSON:                  # parsed and made here, never printed as it came
+                held += piece
+                if held.endswith(b"\n") or len(held) > FAR_KEEP:
+                    doc, held = far_json(held.decode("utf-8", "replace"), name, command), b""
+                    if "exit" in doc:   # the document: its facts with this side's exit code
+                        JSON.update(doc)
+                    else:               # a record of tail
+                        out(json.dumps(doc))
+                        flush_out()
             else:
                 out(far_text(decoder.decode(piece).removesuffix("\n"), command))
                 if not select.select([proc.stdout], [], [], 0)[0]:
@@ -12491,6 +12542,19 @@ def far_failure(host, code, ours, theirs, ended=(), pinged=True, by_hand=None):
     return said
 
 
+def far_json(text, name, command):
+    """Return the JSON object a host's avsm sent for --json, each avsm command in it written
+    `command`; Fail(69) when it sent anything else."""
+    try:
+        doc = json.loads(far_text(text, json.dumps(command)[1:-1]))
+    except (ValueError, RecursionError):
+        doc = None
+    if not isinstance(doc, dict) or doc.get("schema") != 1:
+        raise Fail(EX_UNAVAILABLE, f"{name}: its avsm answered --json with no JSON object of "
+                                   f"schema 1; is it avsm's, and as new as this one?")
+    return doc
+
+
 def ping_answered(piece, name):
     """Return whether `piece` ends the bridge's answer to the ping; Fail(69) when not avsm's."""
     try:
@@ -12514,7 +12578,8 @@ def cmd_fleet(args, given=None, home=None):
     target, results = view == "page" and page_target(argv, "fleet [--fleet FILE] page -o FILE"), {}
 
     def ask(host):
-        request = {"v": 1, "verb": view, "argv": argv, "home": host["home"], "utf8": utf8_output(),
+        request = {"v": 1, "verb": view, "argv": argv + ["--json"] * bool(JSON),
+                   "home": host["home"], "utf8": utf8_output(),
                    "as": f"{client_command()} --host {host['name']}"}
         if target:                      # its facts, made into the page here
             request = {"v": 1, "cmd": "page", "args": {}, "home": host["home"]}
@@ -12534,11 +12599,20 @@ def cmd_fleet(args, given=None, home=None):
     said = []
     for host in hosts:
         code, data, errors = results[host["name"]]
+        if JSON:                        # its document, or its exit code and why it has none
+            try:
+                doc = far_json(data.decode("utf-8", "replace"), host["name"],
+                               far_command(host["name"])) if data else {"error": "; ".join(errors)}
+            except Fail as fail:
+                results[host["name"]], doc = (fail.code, data, errors), {"error": str(fail)}
+            JSON.setdefault("hosts", {})[host["name"]] = exit_facts(doc, results[host["name"]][0])
+            continue
         lines = [far_text(line.decode("utf-8", "replace"), far_command(host["name"]))
                  for line in data.split(b"\n")]
         said.append((host["name"], lines[:-1] if lines[-1:] == [""] else lines,
                      [line.removeprefix(host["name"] + ": ") for line in errors]))
-    out(*fleet_lines(view, said))
+    if not JSON:
+        out(*fleet_lines(view, said))
     return next((results[host["name"]][0] for host in hosts if results[host["name"]][0]), EX_OK)
 
 
@@ -14494,27 +14568,39 @@ DOCTOR_ORDER = (EX_DATAERR, EX_CONFIG, EX_NOPERM, EX_CANTCREAT, EX_NOINPUT, EX_U
 
 
 class Findings:
-    """What doctor found: each failed check with its code and the command that fixes it."""
+    """What doctor found, each check a fact shown as it is found (warn: the exit code stays)."""
 
     def __init__(self):
         # scan: doctor_ledger's one read of the ledger (LedgerScan)
-        self.codes, self.scan = [], None
+        self.codes, self.scan, self.found = [], None, []
+
+    def add(self, level, text, fix=None, code=None, lines=()):
+        self.found.append({"level": level, "text": text, "fix": fix, "code": code,
+                           "lines": list(lines)})
+        self.codes += [code] if code else []
+        if not JSON:
+            out(*finding_lines(self.found[-1]))
 
     def ok(self, text):
-        out(f"ok    {text}")
+        self.add("ok", text)
 
-    def note(self, text):
-        out(f"note  {text}")
+    def note(self, text, lines=()):
+        self.add("note", text, lines=lines)
 
     def warn(self, text, fix):
-        """A check that does not fail, but whose fix a person should make: the exit code stays."""
-        out(f"warn  {text}")
-        out(f"      fix: {fix}")
+        self.add("warn", text, fix)
 
     def fail(self, code, text, fix):
-        self.codes.append(code)
-        out(f"FAIL  {text}")
-        out(f"      fix: {fix}")
+        self.add("fail", text, fix, code)
+
+    def worst(self):
+        return next((code for code in DOCTOR_ORDER if code in self.codes), EX_OK)
+
+
+def finding_lines(f):
+    """Return the lines of one finding of doctor."""
+    return [f"{'FAIL' if f['level'] == 'fail' else f['level']:<5} {f['text']}"] + \
+        [f"      fix: {f['fix']}"] * bool(f["fix"]) + [f"  {line}" for line in f["lines"]]
 
     def worst(self):
         return next((code for code in DOCTOR_ORDER if code in self.codes), EX_OK)
@@ -14570,6 +14656,8 @@ def cmd_doctor(home, args):
                 "[--origin avsm/HOST:HOME] | avsm doctor --cut SEQ",
             )
     if cut is not None:
+        refuse(JSON and "avsm doctor --cut has no --json: it cuts the ledger and says so in words",
+               EX_USAGE)
         return doctor_cut(home, cut)
     found = Findings()
     trust = checkpoint_trust(home, given["--allowed-signers"], given["--origin"])
@@ -14583,7 +14671,8 @@ def cmd_doctor(home, args):
             doctor_daemon(home, found)
         doctor_bridge_keys(found)
     code = found.worst()
-    out("all checks pass" if code == EX_OK else f"doctor exits {code}")
+    show_facts({"findings": found.found},
+               lambda _: ["all checks pass" if code == EX_OK else f"doctor exits {code}"])
     return code
 
 
@@ -15148,10 +15237,8 @@ def doctor_mandates(home, found):
             elif drift:
                 found.note(
                     f"venture {name}: {path} holds but differs from mandate #{seq} in force; "
-                    f"{client_command(home)} add {directory} applies it"
+                    f"{client_command(home)} add {directory} applies it", drift
                 )
-                for line in drift:
-                    out(f"  {line}")
             else:
                 found.ok(f"venture {name}: {path} holds, the same as mandate #{seq} in force")
         except OSError as err:
@@ -15406,11 +15493,9 @@ SPARK_ASCII = "_.-~=+*#"
 SPARK_WIDTH = 16
 
 STATUS_STATES = ("running", "paused", "stuck", "implausible", "unconfirmed", "cannot run")
-StatusRow = collections.namedtuple("StatusRow", "name state value age spark levers asks why")
-StatusRow.__doc__ = """One venture at a glance: its state (running, paused, stuck, implausible,
-unconfirmed, cannot run), the last trusted value and its age in seconds (None before the first), the
-sparkline, its levers' runs against their caps, its open asks, and what holds it and the way out (""
-when it is simply running)."""
+StatusRow = collections.namedtuple(
+    "StatusRow", "name state value age spark levers run asks calibration bounds why")
+StatusRow.__doc__ = """One venture at a glance, as README's `--json` of status tells each field."""
 
 
 def sparkline(values, ascii=False):
@@ -15489,31 +15574,15 @@ def status_row(state, now, keep=None, cfg=None, ascii=False):
         if "no call is made" in note or "no decision is made" in note:
             why = (why + "; " if why else "") + note
     last = state.trusted[-1][1] if len(state.trusted) else None
-    levers = (
-        ", ".join(
-            f"{name}: {len(cap_window(state, name, now))} of {lever['cap'][0]} per "
-            f"{format_duration(lever['cap'][1])}"
-            + (" (running)" if name in state.running else "")
-            for name, lever in m["levers"].items()
-        )
-        if m is not None
-        else ""
-    )
-    if m is not None and m["run"]:
-        child = (keep or {}).get("child")
-        levers += (", " if levers else "") + (
-            f"run: pid {child.pid}"
-            if child and not getattr(child, "ended_by", None)
-            else "run: not running"
-        )
-    asks = f"asks: {len(state.open_asks)}" + (
-        f" ({', '.join('#' + str(s) for s in sorted(state.open_asks))})" if state.open_asks else ""
-    )
+    levers = [{"lever": name, "runs": len(cap_window(state, name, now)), "cap": lever["cap"][0],
+               "per": lever["cap"][1], "running": name in state.running}
+              for name, lever in (m["levers"].items() if m is not None else ())]
+    child = (keep or {}).get("child")
+    run = None if m is None or not m["run"] else {
+        "pid": child.pid if child and not getattr(child, "ended_by", None) else None}
     # issue 11 item 8: how well avsm knows this venture's world, at a glance
-    if m is not None and predicts(m):
-        asks += "  calibration: " + (
-            describe_rolling(*rolling_scores(state.scores)) if state.scores else "none scored yet"
-        )
+    calibration = (describe_rolling(*rolling_scores(state.scores)) if state.scores
+                   else "none scored yet") if m is not None and predicts(m) else None
     return StatusRow(
         state.name,
         condition,
@@ -15521,95 +15590,87 @@ def status_row(state, now, keep=None, cfg=None, ascii=False):
         now - state.trusted_at if last is not None else None,
         sparkline([v for _, v in state.trusted[-SPARK_WIDTH:]], ascii),
         levers,
-        asks,
+        run,
+        sorted(state.open_asks),
+        calibration,
+        [{"way": way, "bound": bound, "lever": lever} for _, way, bound, lever in
+         controller_sides(m)],
         why,
     )
 
 
-def asks_view(states):
-    """Return the lines of `avsm asks`: one for each open ask, any proposed content under it."""
+def asks_facts(states):
+    """Return the facts of `avsm asks`: each open ask, its question, any proposed content."""
+    return {"asks": [{"seq": seq, "venture": name, "lever": ask.get("lever"),
+                      "question": ask.get("question", ask["summary"]),
+                      "payload": ask.get("payload"),
+                      "answer": [f"avsm approve {seq}", f"avsm deny {seq}"]}
+                     for name in sorted(states)
+                     for seq, ask in sorted(states[name].open_asks.items())]}
+
+
+def asks_lines(facts):
+    """Return the lines of `avsm asks` from its facts: an ask a line, any payload under it."""
     lines = []
-    for name in sorted(states):
-        for seq, ask in sorted(states[name].open_asks.items()):
-            lines.append(
-                f"#{seq}  {name}  {ask.get('lever') or '-'}  {ask.get('question', ask['summary'])}"
-            )
-            if ask.get("payload") is not None:
-                payload = (
-                    ask["payload"]
-                    if isinstance(ask["payload"], str)
-                    else json.dumps(ask["payload"], indent=2)
-                )
-                lines += ["    " + line for line in payload.splitlines()]
+    for ask in facts["asks"]:
+        lines.append(f"#{ask['seq']}  {ask['venture']}  {ask['lever'] or '-'}  {ask['question']}")
+        payload = ask["payload"]
+        if payload is not None:
+            payload = payload if isinstance(payload, str) else json.dumps(payload, indent=2)
+            lines += ["    " + line for line in payload.splitlines()]
     return lines or ["no open asks"]
 
 
-def format_status_rows(rows):
-    """Return the one-line view: `NAME: STATE` and the value, its age and the sparkline."""
-    head = [f"{row.name}: {row.state}" for row in rows]
-    values = [
-        (
-            f"{format_number(row.value)} ({format_age(row.age)} ago)"
-            if row.age is not None
-            else "no trusted report"
-        )
-        for row in rows
-    ]
+def status_lines(facts):
+    """Return the lines of `avsm status` from its facts: a row a venture, then any detail."""
+    rows, lines = facts["ventures"], []
+    if facts.get("ledger_down"):
+        lines.append(f"ledger: cannot be written ({facts['ledger_down']}); nothing that would "
+                     f"write runs; trying again every 30 s")
+    head = [f"{row['name']}: {row['state']}" for row in rows]
+    values = [f"{format_number(row['value'])} ({format_age(row['age'])} ago)"
+              if row["age"] is not None else "no trusted report" for row in rows]
     wide_head, wide_value = max(map(len, head), default=0), max(map(len, values), default=0)
-    lines = []
     for row, h, v in zip(rows, head, values):
-        fields = [h.ljust(wide_head), v.ljust(wide_value), row.spark.ljust(SPARK_WIDTH)] + \
-                 [f for f in (row.levers, row.asks, row.why) if f]
+        levers = [f"{x['lever']}: {x['runs']} of {x['cap']} per {format_duration(x['per'])}"
+                  + (" (running)" if x["running"] else "") for x in row["levers"]]
+        if row["run"]:
+            pid = row["run"]["pid"]
+            levers.append(f"run: pid {pid}" if pid else "run: not running")
+        asks = f"asks: {len(row['asks'])}" + (
+            f" ({', '.join('#' + str(s) for s in row['asks'])})" if row["asks"] else "") + (
+            f"  calibration: {row['calibration']}" if row["calibration"] else "")
+        fields = [h.ljust(wide_head), v.ljust(wide_value), row["spark"].ljust(SPARK_WIDTH)] + \
+                 [f for f in (", ".join(levers), asks, row["why"]) if f]
         lines.append("  ".join(fields).rstrip())
-    return lines
+    for row in rows:
+        lines += [""] + row["detail"] if "detail" in row else []
+    return lines if rows else lines + ["no ventures yet; adopt one with avsm add DIR"]
 
 
-def status_view(states, now, keeps=None, cfg=None, venture=None, verbose=False, ascii=False,
-                stopped=False):
-    """Return the lines of `avsm status`. `stopped`: no avsmd runs (`was running`)."""
+def status_facts(states, now, keeps=None, cfg=None, venture=None, verbose=False, ascii=False,
+                 stopped=False):
+    """Return the facts of `avsm status`; `stopped`: no avsmd runs (`was running`)."""
     adopted = [states[name] for name in sorted(states) if states[name].mandate_seq is not None]
     if venture is not None:
         adopted = [s for s in adopted if s.name == venture]
         if not adopted:
             raise Fail(EX_DATAERR, f"no venture is named '{venture}'; avsm status lists them")
-    if not adopted:
-        return ["no ventures yet; adopt one with avsm add DIR"]
-    keeps = keeps or {}
-    rows = [status_row(s, now, keeps.get(s.name), cfg, ascii) for s in adopted]
-    if stopped:                 # what the ledger last knew, not that it runs now
-        rows = [row._replace(state="was running") if row.state == "running" else row
-                for row in rows]
-    lines = format_status_rows(rows)
-    if venture is not None or verbose:
-        for state in adopted:
-            detail = describe_status_lines(state, now, keeps.get(state.name), None, cfg)
-            if stopped and detail[0] == f"{state.name}: running":
-                detail[0] = f"{state.name}: was running"
-            lines += [""] + detail
-    return lines
+    keeps, rows = keeps or {}, []
+    for state in adopted:
+        row = status_row(state, now, keeps.get(state.name), cfg, ascii)._asdict()
+        if stopped and row["state"] == "running":   # what the ledger last knew, not that it runs
+            row["state"] = "was running"
+        if venture is not None or verbose:
+            row["detail"] = describe_status_lines(state, now, keeps.get(state.name), row, cfg)
+        rows.append(row)
+    return {"ventures": rows}
 
 
-def describe_status_lines(state, now, keep, children, cfg=None):
-    """Return the status lines of one venture."""
-    held = held_by(state) if state.mandate is not None else None
-    if state.paused:
-        condition = "paused"
-    elif state.mandate is None:
-        condition = f"cannot run: {state.problem}"
-    elif held:
-        what, seq, note = held
-        condition = (
-            f"implausible: held by {what} #{seq} ({note}); a plausible reading of it clears the"
-            " hold"
-        )
-    elif state.last_report and state.last_report[2].get("status") == "unconfirmed":
-        condition = f"unconfirmed: report #{state.last_report[0]} waits for the next to agree"
-    elif any(side.get("stuck") for side in state.sides.values()):
-        condition = "stuck: past its bound and its lever cannot run; " + ", ".join(
-            f"{s.get('stuck')}" for s in state.sides.values() if s.get("stuck"))
-    else:
-        condition = "running"
-    lines = [f"{state.name}: {condition}"]
+def describe_status_lines(state, now, keep, row, cfg=None):
+    """Return the status lines of one venture, the first from its StatusRow."""
+    lines = [f"{row['name']}: {row['state']}" + (
+        f": {row['why']}" if row["state"] not in ("running", "was running", "paused") else "")]
     if state.last_report:
         seq, at, rec = state.last_report
         status = rec.get("status")
@@ -15977,7 +16038,8 @@ def page_html(hosts, now):
 
 CLIENT_COMMANDS = {
     "add": cmd_add, "status": cmd_status, "summary": cmd_summary, "tail": cmd_tail,
-    "asks": lambda home, args: cmd_offline(home, "asks", args, cmd_simple("asks", "asks")),
+    "asks": lambda home, args: cmd_offline(home, "asks", args, lambda home, args: ask_daemon(
+        home, "asks", {"json": bool(JSON)}) if not args else refuse("usage: avsm asks", EX_USAGE)),
     "approve": cmd_approve, "deny": cmd_simple("deny", "deny ASK", "ask"),
     "pause": cmd_simple("pause", "pause VENTURE", "venture"),
     "resume": cmd_simple("resume", "resume VENTURE", "venture"), "why": cmd_why,
@@ -15991,6 +16053,7 @@ def run_client(args):
     home, rest = take_option(args, "--home")
     host, rest = take_option(rest, "--host")
     fleet, rest = take_option(rest, "--fleet")
+    rest = take_json(rest)
     if host is not None and home is not None:
         raise Fail(EX_USAGE,
                    "--home names a home on this host; name the far one with --host HOST:HOME")
@@ -16231,6 +16294,8 @@ def main(argv=None):
             code = run_internal(program, args)
         else:
             code = run_client(args)
+        if JSON:
+            out(json.dumps(exit_facts(JSON, code)))
         try:
             flush_out()
         except OutputError:
@@ -16239,6 +16304,8 @@ def main(argv=None):
         return code                     # a command that failed keeps its code, written out or not
     except Fail as fail:
         sys.stderr.write(f"{name}: {shown(str(fail))}\n")
+        if JSON:
+            out(json.dumps(exit_facts(dict(JSON, error=str(fail)), fail.code)))
         return fail.code
     except BrokenPipeError:         # the reader went away (avsm tail | head -1)
         devnull = os.open(os.devnull, os.O_WRONLY)

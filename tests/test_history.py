@@ -143,7 +143,7 @@ def test_a_summary_reads_its_window_and_says_what_a_full_read_says(bindir, home)
     for args, since in ((), first_hour), (("--since", "1h"), first_hour), (("--since", str(top - 50)), top - 50):
         span = "the last 24h" if not args else "the last 1h" if args[1] == "1h" else f"the records after #{since}"
         summary = avsm.summarize([r for r in rows], since)
-        expected[args] = "\n".join(avsm.format_summary(summary, span, home)) + "\n"
+        expected[args] = "\n".join(avsm.format_summary(avsm.summary_facts(summary, span, home))) + "\n"
     before = {args: a.cli("summary", *args) for args in expected}
     avsm.Ledger(path).close()                        # the writer's open makes the indexes
     db = avsm.open_ledger_ro(path)
