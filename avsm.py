@@ -2429,6 +2429,7 @@ RECORD_KINDS = {
         ("resolved", "measured", "ask", "audit"),
         ("canary", "measured", "ask passed", ""),
         ("check", "measured", "lever ok status note", ""),
+        ("begun", "measured", "lever what", ""),    # a check or a ratchet's forecast started
         (
             "action",
             "measured",
@@ -2449,7 +2450,12 @@ RECORD_KINDS = {
         ("exit", "measured", "status", "pid uptime restart_in"),
         ("escalation", "measured", "from to why", ""),
         ("answer", "measured", "escalation cited", "note"),
-        ("prediction", "inferred", "report median p10 p90", "value members source lever guards"),
+        (
+            "prediction",
+            "inferred",
+            "report median p10 p90",
+            "value members source lever guards state",
+        ),
         (
             "calibration.",
             "measured",
@@ -3465,6 +3471,7 @@ class VentureState:
         "scored",
         "world_failing",
         "world_state",
+        "checking",
         "proposals",
         "asks_made",
         "counted",
@@ -3513,8 +3520,9 @@ class VentureState:
         self.effects = {}             # action seq -> a run whose expected effect is not yet judged
         self.misses = {}              # lever -> misses in a row (revoke_after)
         self.suspended = {}           # lever -> the ask whose approval restores its delegation
-        # levers whose ratchet ask waits on its forecast (not folded: a restart asks again)
-        self.ratchet_forecasts = set()
+        # lever -> seq of the `begun` forecast its ratchet ask waits on
+        self.ratchet_forecasts = {}
+        self.checking = {}            # lever -> seq of the `begun` check that decides whether it runs
         # seq of an unspent approval (or a person's own proposal) -> {"lever", "payload", "ask"}
         self.grants = {}
         self.checks = {}              # seq of a passed lever check no action has cited yet -> lever
@@ -3526,8 +3534,7 @@ class VentureState:
         self.scored = 0               # calibration scores in the ledger
         # the last world record is a failed step: the next failure writes nothing
         self.world_failing = False
-        # the state the world command returned last (not folded: a restart starts from null)
-        self.world_state = None
+        self.world_state = None       # the state the world command returned last (a prediction's)
         # seq of a model's proposal of an action no action, ask or refusal answered yet -> lever
         self.proposals = {}
         # the metrics' counters, over every record (a _total never goes back at a restart)
@@ -3539,10 +3546,6 @@ class VentureState:
         return self.sides.setdefault(
             name, {"armed": True, "streak": [], "asked": False, "stuck": None, "seen": False}
         )
-
-    # the levers whose check runs now: not folded (no record starts one, and avsmd ends a dead
-    # warden's groups, checks too); a class default: only a venture with a check running has its own
-    checking = frozenset()
 
 
 def text_sha256(text):
@@ -3579,6 +3582,7 @@ def fold(state, seq, at, record):
         )
         state.sides = {}              # the old permissions end with the old mandate
         state.guards, state.audits, state.peak, state.approvals = {}, {}, None, {}
+        state.ratchet_forecasts = {}
         return state
     if kind == "report":
         state.counted["reports"] += 1
@@ -3646,6 +3650,8 @@ def fold(state, seq, at, record):
             state.guards[record["guard"]]["acted"] = record.get("episode")
         if record.get("about") == "implausible":
             state.implausible_ask = seq
+        if record.get("about") == "ratchet":
+            state.ratchet_forecasts.pop(record.get("lever"), None)
         fold_controller_intent(state, record)
     elif kind == "proposal":
         if (
@@ -3663,9 +3669,15 @@ def fold(state, seq, at, record):
             # one a check still holds may wait; no more are kept
             if len(state.proposals) > HISTORY:
                 del state.proposals[next(iter(state.proposals))]
+    elif kind == "begun":
+        waits = state.checking if record.get("what") == "check" else state.ratchet_forecasts
+        waits[record.get("lever")] = seq
     elif kind == "check":
+        state.checking.pop(record.get("lever"), None)
         if record.get("ok"):
             state.checks[seq] = record.get("lever")
+    elif kind == "forecast" and record.get("why") == "ratchet":
+        state.ratchet_forecasts.pop(record.get("lever"), None)
     elif kind in ("approval", "denial", "resolved"):
         if kind == "approval" and "lever" in record:
             state.grants[seq] = {
@@ -3683,6 +3695,7 @@ def fold(state, seq, at, record):
             state.misses[asked.get("lever")] = 0
         elif kind == "denial" and lever and asked.get("about") != "interrupted":
             state.approvals[lever] = 0          # "it did not happen" denies no lever
+            state.ratchet_forecasts.pop(lever, None)        # no ratchet ask is due
         # settled (it ran), or seen: no ask again in it
         if asked.get("about") == "stuck" and asked.get("side"):
             state.side(asked["side"]).update(
@@ -4795,6 +4808,18 @@ def forecast_record(state, extra, output, status, ended_by):
     return record
 
 
+def forecast_rule(state, extra, output, status, ended_by, n):
+    """A forecast program ended: yield its inferred record, which shows and never authorizes (none
+    when a pause or a stop cut it short); a ratchet ask waiting on it follows (`n`: the config's
+    ratchet)."""
+    seq = line = None
+    if ended_by not in ("pause", "stop"):
+        record = forecast_record(state, extra, output, status, ended_by)
+        seq, line = (yield Write(record)), record["summary"]
+    if extra["why"] == "ratchet":
+        yield from ratchet_rule(state, extra["lever"], n, (seq, line))
+
+
 # ---- world models -----------------------------------------------------------------
 # With `world:` or `calibration:` (WORLD-05), each trusted report brings an inferred prediction of
 # the next, from the world command (open point 38) or the built-in baseline. A trusted next report
@@ -4858,6 +4883,8 @@ def fold_world(state, seq, at, record, previous):
     elif kind == "prediction":
         state.prediction = (seq, record)
         state.world_failing = False
+        if "state" in record:           # written when the world's state changed
+            state.world_state = record["state"]
     elif kind == "world":
         state.world_failing = not record.get("ok")
     elif kind.startswith("calibration."):
@@ -5046,8 +5073,11 @@ def world_rule(state, report_seq, lever, outputs, failure):
         if seen and guard.get("bound") is not None:
             past = sum(1 for v in seen if crossed(guard["side"], guard["bound"], v))
             chances[guard["name"]] = round(past / len(seen), 6)
-    yield Write(prediction_record(state, report_seq, [o["metric"] for o in outputs], lever, chances,
-                                  world=True))
+    record = prediction_record(state, report_seq, [o["metric"] for o in outputs], lever, chances,
+                               world=True)
+    if outputs[0]["state"] != state.world_state:    # the first seed's state: the world's next input
+        record["state"] = outputs[0]["state"]
+    yield Write(record)
 
 
 WORLD_FORECAST_CALLS = 400  # world steps (seeds x steps) a forecast makes; then the horizon is cut
@@ -6453,14 +6483,25 @@ def ratchet_due(state, lever, n):
         a.get("about") == "ratchet" and a.get("lever") == lever for a in state.open_asks.values())
 
 
-def ratchet_rule(state, lever, n, forecast=None):
+def ratchet_rule(state, lever, n, forecast=None, again=False):
     """Yield what an approval of `lever` (or its forecast in: (seq, line), (None, None) when cut
-    short) calls for: the forecast first and the ask when it is written (FORECAST-01)."""
-    if not ratchet_due(state, lever, n) or lever in state.ratchet_forecasts:
+    short) calls for: the forecast first, its start written, and the ask when it is in
+    (FORECAST-01). again: the forecast a dead warden left is made again."""
+    waits = forecast is None and not again and lever in state.ratchet_forecasts
+    if not ratchet_due(state, lever, n) or waits:
         return
     if forecast is None and (yield Forecast(lever)):
+        yield Write(begun_record(state, "forecast", lever))
         return
     yield Ratchet(lever, *(forecast or (None, None)))
+
+
+def begun_record(state, what, lever):
+    """Return the record of a check or a ratchet's forecast started: folded, the lever waits on it
+    until its check or forecast record, or the ask, is written."""
+    summary = f"{lever}'s check started" if what == "check" else \
+        f"a forecast started, for the ask to delegate {lever}"
+    return new_record("begun", state.name, what=what, lever=lever, summary=summary)
 
 
 def ratchet_ask(state, lever, path, new, why, forecast_seq=None, forecast_line=None):
@@ -6731,9 +6772,19 @@ def restart_rule(state, pid, status, ended_by, uptime, backoff, restarted, activ
     return again, backoff, delay, records
 
 
-def interrupted_rule(state, now):
+def interrupted_rule(state, now, n):
     """RUN-10: a lever a dead warden left running is never run again blindly: its outcome is not
-    known, and an ask holds the lever until a person says whether it happened."""
+    known, and an ask holds the lever until a person says whether it happened. A check it left
+    running did not pass (its lever did not run); a ratchet's forecast it left is made again (`n`:
+    the config's ratchet)."""
+    for lever, seq in list(state.checking.items()):
+        yield Write(new_record(
+            "check", state.name, lever=lever, ok=False, status="unknown",
+            note="the warden ended while it ran",
+            summary=f"{lever}'s check (#{seq}) was cut off: the warden ended while it ran; "
+                    f"{lever} did not run"))
+    for lever in list(state.ratchet_forecasts):
+        yield from ratchet_rule(state, lever, n, again=True)
     for lever, seq in list(state.running.items()):
         began = next((at for s, at, _ in state.actions.get(lever, []) if s == seq), None)
         at_most = max(0, round(now - began)) if began is not None else None
@@ -9307,7 +9358,7 @@ class Levers:
             "run": (lever, verdict, summary, by, side, extra),
             "payload_file": path,
         }
-        state.checking = state.checking | {lever}   # until it ends, the gate refuses the lever
+        self.carry_out(state, [Write(begun_record(state, "check", lever))])
         return None
 
     def check_done(self, state, child, status):
@@ -9315,7 +9366,6 @@ class Levers:
         premises."""
         os.unlink(child.extra["payload_file"])
         lever, verdict, summary, by, side, extra = child.extra["run"]
-        state.checking = state.checking - {lever}
         ok = status == 0 and not child.ended_by
         self.carry_out(
             state,
@@ -9429,8 +9479,6 @@ class Worlds:
             child = self.spawn("forecast", state, cached_command("forecast", []), timeout=600,
                                payload_file=payload, runs=[state.mandate["world"]])     # steps it
             child.extra = {"days": f["days"], "seeds": f["seeds"], "why": why, "lever": lever}
-            if why == "ratchet":
-                state.ratchet_forecasts.add(lever)
         except OSError as err:
             log(True, "warden", f"{state.name}: no forecast: {err}")
             return False
@@ -9439,18 +9487,8 @@ class Worlds:
         return True
 
     def forecast_done(self, state, child, status):
-        """Write the forecast the program printed: an inferred record, which shows and never
-        authorizes; a ratchet ask waiting on it follows."""
-        extra, seq, line = child.extra, None, None
-        # cut short, a ratchet ask is made without it
-        if child.ended_by not in ("pause", "stop"):
-            record = forecast_record(state, extra, bytes(child.out), status, child.ended_by)
-            seq, line = self.append(record), record["summary"]
-        if extra["why"] == "ratchet":
-            state.ratchet_forecasts.discard(extra["lever"])
-            self.carry_out(
-                state, ratchet_rule(state, extra["lever"], self.cfg["ratchet"], (seq, line))
-            )
+        self.carry_out(state, forecast_rule(state, child.extra, bytes(child.out), status,
+                                            child.ended_by, self.cfg["ratchet"]))
 
     def start_prediction(self, state, report_seq, scores=()):
         """A trusted report's one-step prediction (WORLD-05): the baseline's at once (a few sums),
@@ -9528,12 +9566,9 @@ class Worlds:
             self.world_settle(state, job)
 
     def world_settle(self, state, job):
-        """All steps of an ensemble are in: the first seed's state is the world's next input; the
-        kernel says what to write."""
+        """All steps of an ensemble are in: the kernel says what to write."""
         self.worlds.pop(state.name, None)
         outputs = [job["outputs"][i] for i in sorted(job["outputs"])]
-        if job["failure"] is None and outputs:
-            state.world_state = outputs[0]["state"]
         if state.mandate is not None:
             self.carry_out(
                 state, world_rule(state, job["report"], job["lever"], outputs, job["failure"])
@@ -10252,7 +10287,7 @@ class Warden:
         self.metrics.seen = seq
         for state in self.ventures.values():
             self.check_runnable(state)
-            self.carry_out(state, interrupted_rule(state, time.time()))
+            self.carry_out(state, interrupted_rule(state, time.time(), self.cfg["ratchet"]))
 
     def refold(self, first_lost):
         """Fold every venture again from the ledger, forgetting records from seq `first_lost` on
@@ -10268,15 +10303,8 @@ class Warden:
             fold_ledger(self.ventures, seq, at, record, parse)
         for name, was in old.items():
             state = self.ventures.setdefault(name, was)
-            if state is not was:        # what is not folded from the ledger stays as it was
-                state.mandate, state.problem, state.world_state = (
-                    was.mandate,
-                    was.problem,
-                    was.world_state,
-                )
-                state.ratchet_forecasts = was.ratchet_forecasts
-                if was.checking:
-                    state.checking = was.checking
+            if state is not was:        # what is not folded from the ledger: the mandate's parse
+                state.mandate, state.problem = was.mandate, was.problem
         self.rounds.forget_from(first_lost)
         self.worlds.forget_from(first_lost)
 
@@ -10513,8 +10541,10 @@ class Warden:
     def carry_out(self, state, intents):
         """Carry out a rule's intents in order: append, pause, or ask the gate and run what it
         proves. Return [(intent, seq written)]: a Gate's seq is its action's (None when refused or
-        waiting on its check). """
+        waiting on its check). `intents`: a rule's generator, or a list. """
         result, done = None, []
+        if not hasattr(intents, "send"):
+            intents = (intent for intent in intents)
         while True:
             try:
                 intent = intents.send(result)

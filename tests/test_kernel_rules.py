@@ -391,10 +391,15 @@ def test_ratchet_rule_forecasts_first():
     assert next(rule) == avsm.Forecast("wipe")
     assert list(_rest(rule, False)) == [avsm.Ratchet("wipe", None, None)], "no forecast made: asked at once"
     rule = avsm.ratchet_rule(led.state, "wipe", 2)
-    assert next(rule) == avsm.Forecast("wipe") and list(_rest(rule, True)) == [], "the ask waits on the forecast"
-    led.state.ratchet_forecasts.add("wipe")             # as start_forecast does when it starts one
+    assert next(rule) == avsm.Forecast("wipe")
+    begun = list(_rest(rule, True))
+    assert [(type(i).__name__, i.record["kind"], i.record["what"]) for i in begun] == [("Write", "begun", "forecast")], \
+        "the ask waits on the forecast, whose start is written"
+    led.add(begun[0].record)
     assert list(avsm.ratchet_rule(led.state, "wipe", 2)) == [], "a forecast runs: not again"
-    led.state.ratchet_forecasts.discard("wipe")         # as forecast_done does
+    led.add({"kind": "forecast", "claim": "inferred", "venture": V, "days": 7, "seeds": 8, "why": "ratchet",
+             "lever": "wipe", "summary": "f"})
+    assert led.state.ratchet_forecasts == {}, "its forecast is in"
     assert list(avsm.ratchet_rule(led.state, "wipe", 2, (40, "forecast line"))) == [avsm.Ratchet("wipe", 40, "forecast line")]
     assert list(avsm.ratchet_rule(led.state, "wipe", 2, (None, None))) == [avsm.Ratchet("wipe", None, None)]
     ask = led.add({"kind": "ask", "claim": "measured", "venture": V, "about": "lever", "lever": "wipe", "summary": "?"})
@@ -548,12 +553,12 @@ def test_interrupted_rule_writes_not_known_and_asks_once():
     action = led.add({"kind": "action", "claim": "measured", "venture": V, "lever": "lower", "proof": {}, "by": "x",
                       "summary": "lower runs"})
     assert "lower" in led.state.running
-    done = led.drive(avsm.interrupted_rule(led.state, led.at + 30))
+    done = led.drive(avsm.interrupted_rule(led.state, led.at + 30, 5))
     assert kinds(done) == [("Write", "outcome"), ("Write", "ask")]
     outcome_record, ask = done[0][1], done[1][1]
     assert outcome_record["ok"] is False and outcome_record["duration"] == 30 and outcome_record["action"] == action
     assert ask["about"] == "interrupted" and ask["lever"] == "lower" and ask["action"] == action
-    assert "lower" not in led.state.running and led.drive(avsm.interrupted_rule(led.state, led.at + 60)) == []
+    assert "lower" not in led.state.running and led.drive(avsm.interrupted_rule(led.state, led.at + 60, 5)) == []
 
 
 def test_escalation_to_the_second_backend_or_why_not():
