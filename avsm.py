@@ -3262,12 +3262,6 @@ class LedgerWriter:
         self.backlog.append(record)
         return None
 
-    def append_together(self, records):
-        """Append `records` in one transaction and fold each (a score and the next prediction: they
-        join the wake-up's group commit); while the ledger cannot be written, raise LedgerDown as
-        append does. """
-        return [self.append(record) for record in records]
-
     def write(self, record, at=None, hold=False):
         """Append one record and fold it into its venture; raise what SQLite raised."""
         at = int(time.time()) if at is None else at
@@ -3522,7 +3516,7 @@ class VentureState:
         self.suspended = {}           # lever -> the ask whose approval restores its delegation
         # lever -> seq of the `begun` forecast its ratchet ask waits on
         self.ratchet_forecasts = {}
-        self.checking = {}            # lever -> seq of the `begun` check that decides whether it runs
+        self.checking = {}            # lever -> seq of the `begun` check its run waits on
         # seq of an unspent approval (or a person's own proposal) -> {"lever", "payload", "ask"}
         self.grants = {}
         self.checks = {}              # seq of a passed lever check no action has cited yet -> lever
@@ -4110,6 +4104,26 @@ def report_read(state, value, failure):
             yield Write(guard_record(state, guard, dd, why, "%"))
 
 
+def reading_read(state, what, name, value, failure, text, late=False):
+    """A guard, audit or reading program ended, or could not start: yield its record; a guard's
+    reading that came after its round settled (`late`) has the guard rules run on it alone."""
+    item = next(i for i in state.mandate[what + "s"] if i["name"] == name)
+    if what == "guard":
+        yield Write(guard_record(state, item, value, failure, ""))
+        if late:
+            yield from guard_rules(state)
+    elif what == "audit":
+        yield Write(audit_record(state, name, value, failure, text))
+    else:
+        yield Write(reading_record(state, item, value, failure, text))
+
+
+def unread_rule(state, unread, why):
+    """Yield the record of each guard, audit or reading `unread` [(what, name)] not read: why."""
+    for what, name in unread:
+        yield Write(unread_record(state, what, name, why))
+
+
 def unread_record(state, what, name, why):
     """Return the record of guard, audit or reading `name` not read this round (`why`): a guard not
     read neither trips nor clears (past: null); a reading's record is inferred."""
@@ -4472,6 +4486,8 @@ def content_problem(takes, payload, directory):
     """Return why a diff or file payload would reach outside the venture directory, or None.
 
     A file payload is its relative path on the first line and the content after it."""
+    if not isinstance(payload, str):
+        return None
     if takes == "diff":
         paths = diff_paths(payload)
         if not paths:
@@ -5278,11 +5294,13 @@ def decide(state, report_seq, value):
 # ---- the gate ---------------------------------------------------------------
 
 Verdict = collections.namedtuple(
-    "Verdict", "ok proof why needs_ask asked stuck", defaults=(None, "", False, None, None)
+    "Verdict", "ok proof why needs_ask asked stuck action",
+    defaults=(None, "", False, None, None, None),
 )
 Verdict.__doc__ = """The gate's answer: ok with a proof, or why not (and whether a person may
 approve it). asked: what the gate was asked, kept by the action so its proof re-checks from the
-ledger alone. stuck: (reason, when) of a refusal that will not clear within the round."""
+ledger alone. stuck: (reason, when) of a refusal that will not clear within the round. action:
+the seq of the action written on it, as the warden sends it back to a rule."""
 
 
 def cap_window(state, lever, now):
@@ -5831,7 +5849,7 @@ def recheck_ledger(rows, parse=None):
 
 Write = collections.namedtuple("Write", "record at", defaults=(None,))
 Write.__doc__ = "Append this record (at `at`, when given)."
-Pause = collections.namedtuple("Pause", "record")
+Pause = collections.namedtuple("Pause", "record at", defaults=(None,))
 Pause.__doc__ = "Append this pause record, and end what the venture runs."
 Gate = collections.namedtuple(
     "Gate",
@@ -5844,6 +5862,28 @@ Forecast = collections.namedtuple("Forecast", "lever")
 Forecast.__doc__ = "Forecast the venture before the ratchet ask; the rule is sent whether it began."
 Ratchet = collections.namedtuple("Ratchet", "lever forecast line")
 Ratchet.__doc__ = "Write the ratchet ask for `lever`, citing forecast #`forecast`."
+World = collections.namedtuple("World", "report lever")
+World.__doc__ = "Step the world command's ensemble from report #`report`, `lever` run."
+
+
+def round_settled(state, report_seq, unread, stopping):
+    """A round settles, its metric in and the rest read or late: yield what it settles without
+    (`unread`), what the settling rules call for, then the score of the prediction its report
+    resolves and what the report brings (WORLD-05): the baseline's one-step prediction, or World."""
+    yield from unread_rule(state, unread, "slower than half a second; written when it is done")
+    scores = list(calibration_rule(state))      # written with the next prediction
+    yield from settle_round(state, report_seq)
+    for score in scores:
+        yield score
+    if not prediction_due(state, report_seq, stopping):
+        return
+    lever = state.ran_since[0] if state.ran_since else None
+    if state.mandate["world"] is not None:
+        yield World(report_seq, lever)
+        return
+    members = baseline_members(state, lever)
+    if members:
+        yield Write(prediction_record(state, report_seq, members, lever))
 
 
 def settle_round(state, report_seq):
@@ -5970,17 +6010,8 @@ def unwind_rule(state, guard, reading):
         summary=f"{lever} runs: the unwind of guard {guard['name']}",
     )
     if not verdict.ok:
-        yield Write(
-            new_record(
-                "refusal",
-                state.name,
-                lever=lever,
-                by="guard",
-                guard=guard["name"],
-                why=verdict.why,
-                summary=f"unwind {lever} refused: {verdict.why}",
-            )
-        )
+        yield from refusal(state, lever, verdict.why, f"unwind {lever} refused: {verdict.why}",
+                           by="guard", guard=guard["name"])
 
 
 def audit_rules(state):
@@ -6109,18 +6140,7 @@ def controller_rule(state, side, lever, reports, why):
             state, side, lever, reports, verdict.stuck[0], verdict.stuck[1], verdict.why
         )
     else:
-        yield Write(
-            new_record(
-                "refusal",
-                state.name,
-                lever=lever,
-                by="controller",
-                side=side,
-                why=verdict.why,
-                reports=reports,
-                summary=f"{lever} refused: {verdict.why}",
-            )
-        )
+        yield from refusal(state, lever, verdict.why, by="controller", side=side, reports=reports)
 
 
 STUCK_WAY_OUT = {
@@ -6164,9 +6184,9 @@ def stuck_rule(state, side, lever, reports, reason, clears_at, why):
     way_out = STUCK_WAY_OUT[reason].format(venture=state.name, lever=lever)
     when = f"; the next run is possible at {format_local_time(clears_at)}" if clears_at else ""
     name = state.name
-    yield Write(new_record("refusal", name, lever=lever, by="controller", side=side, why=why + when,
-                           reports=reports, stuck=reason, clears_at=clears_at,
-                           summary=f"{lever} refused, {name} is stuck: {why}{when}; {way_out}"))
+    yield from refusal(state, lever, why + when,
+                       f"{lever} refused, {name} is stuck: {why}{when}; {way_out}", by="controller",
+                       side=side, reports=reports, stuck=reason, clears_at=clears_at)
     if reason != "asked" and not state.side(side)["seen"] and not any(
             a.get("about") == "stuck" and a.get("side") == side for a in state.open_asks.values()):
         yield Write(new_record(
@@ -6224,17 +6244,8 @@ def proposal_rule(state, seq, choice, by, backend, content_why=None, held=None):
     if choice["choice"] == "ask":
         if lever is not None and (forbidden or lever not in m["levers"]):
             why = unnamed
-            yield Write(
-                new_record(
-                    "refusal",
-                    state.name,
-                    lever=lever,
-                    proposal=seq,
-                    by="model",
-                    why=why,
-                    summary=f"the model's ask about {lever} refused: {why}",
-                )
-            )
+            yield from refusal(state, lever, why, f"the model's ask about {lever} refused: {why}",
+                               proposal=seq, by="model")
         else:
             yield Write(
                 new_record(
@@ -6309,17 +6320,7 @@ def proposal_rule(state, seq, choice, by, backend, content_why=None, held=None):
                 )
             )
         return
-    yield Write(
-        new_record(
-            "refusal",
-            state.name,
-            lever=lever,
-            proposal=seq,
-            by="model",
-            why=why,
-            summary=f"{lever} refused: {why}",
-        )
-    )
+    yield from refusal(state, lever, why, proposal=seq, by="model")
 
 
 def ranked_choices(state, choices):
@@ -6353,8 +6354,8 @@ def approval_rule(state, seq, ask, payload, edited, problem, now):
     )
     if problem or not verdict.ok:
         why = problem or verdict.why
-        yield Write(new_record("refusal", state.name, lever=lever, ask=seq, why=why,
-                               summary=f"{lever} refused on approval of #{seq}: {why}"))
+        yield from refusal(state, lever, why, f"{lever} refused on approval of #{seq}: {why}",
+                           ask=seq)
         raise Fail(EX_DATAERR, f"{lever} refused: {why}; ask #{seq} stays open")
     approval = yield Write(
         new_record(
@@ -6373,8 +6374,8 @@ def approval_rule(state, seq, ask, payload, edited, problem, now):
                          extra={"payload": payload} if payload is not None else None)
     # the approval just written is the only change since the gate said yes
     if not verdict.ok:
-        yield Write(new_record("refusal", state.name, lever=lever, ask=seq, why=verdict.why,
-                               summary=f"{lever} refused on approval of #{seq}: {verdict.why}"))
+        yield from refusal(state, lever, verdict.why,
+                           f"{lever} refused on approval of #{seq}: {verdict.why}", ask=seq)
         raise Fail(EX_DATAERR, f"{lever} refused: {verdict.why}")
     yield from unstick_rule(state, ask.get("side"), f"{lever} ran again, approved in #{approval}")
 
@@ -6417,17 +6418,7 @@ def person_proposal_rule(state, lever, payload, content_why):
         )
         why = None if verdict.ok else verdict.why
     if why is not None:
-        yield Write(
-            new_record(
-                "refusal",
-                state.name,
-                lever=lever,
-                proposal=seq,
-                by="person",
-                why=why,
-                summary=f"{lever} refused: {why}",
-            )
-        )
+        yield from refusal(state, lever, why, proposal=seq, by="person")
         raise Fail(EX_DATAERR, f"{lever} refused: {why}")
 
 
@@ -6446,17 +6437,8 @@ def check_rule(state, lever, verdict, summary, by, side, extra, ok, status, note
         )
     )
     if not ok:
-        yield Write(
-            new_record(
-                "refusal",
-                state.name,
-                lever=lever,
-                by=by,
-                check=seq,
-                why=f"its check refused it (#{seq})",
-                summary=f"{lever} refused by its check (#{seq})",
-            )
-        )
+        yield from refusal(state, lever, f"its check refused it (#{seq})",
+                           f"{lever} refused by its check (#{seq})", by=by, check=seq)
         return
     basis, asked = verdict.asked["basis"], verdict.asked
     basis = (basis["rule"], basis["premises"], basis["steps"])
@@ -6469,8 +6451,8 @@ def check_rule(state, lever, verdict, summary, by, side, extra, ok, status, note
                              by=by, side=side, extra=extra, summary=summary, check=seq)
         why = None if verdict.ok else verdict.why
     if why is not None:
-        yield Write(new_record("refusal", state.name, lever=lever, by=by, check=seq, why=why,
-                               summary=f"{lever} refused after its check passed: {why}"))
+        yield from refusal(state, lever, why, f"{lever} refused after its check passed: {why}",
+                           by=by, check=seq)
 
 
 def ratchet_due(state, lever, n):
@@ -6491,17 +6473,17 @@ def ratchet_rule(state, lever, n, forecast=None, again=False):
     if not ratchet_due(state, lever, n) or waits:
         return
     if forecast is None and (yield Forecast(lever)):
-        yield Write(begun_record(state, "forecast", lever))
+        yield from begun(state, "forecast", lever)
         return
     yield Ratchet(lever, *(forecast or (None, None)))
 
 
-def begun_record(state, what, lever):
-    """Return the record of a check or a ratchet's forecast started: folded, the lever waits on it
+def begun(state, what, lever):
+    """Yield the record of a check or a ratchet's forecast started: folded, the lever waits on it
     until its check or forecast record, or the ask, is written."""
     summary = f"{lever}'s check started" if what == "check" else \
         f"a forecast started, for the ask to delegate {lever}"
-    return new_record("begun", state.name, what=what, lever=lever, summary=summary)
+    yield Write(new_record("begun", state.name, what=what, lever=lever, summary=summary))
 
 
 def ratchet_ask(state, lever, path, new, why, forecast_seq=None, forecast_line=None):
@@ -6588,18 +6570,27 @@ def canary_result(state, seq, ask, approved):
     )
 
 
-def denial_record(state, seq, ask):
-    """Return a person's denial of ask #seq; a canary's names no lever (the canary record says what
-    the answer showed)."""
+def denial_rule(state, seq, ask):
+    """A person denied ask #seq: yield the denial, naming its lever, then a canary's result (its
+    denial names no lever: the canary record says what the answer showed)."""
+    lever = None if ask.get("canary") else ask.get("lever")
+    yield Write(new_record("denial", state.name, ask=seq, **some(lever=lever),
+                           summary=f"a person denied ask #{seq}"
+                                   + (f" ({lever})" if lever else "")))
     if ask.get("canary"):
-        return new_record("denial", state.name, ask=seq, summary=f"a person denied ask #{seq}")
-    return new_record(
-        "denial",
-        state.name,
-        ask=seq,
-        lever=ask.get("lever"),
-        summary=f"a person denied ask #{seq}" + (f" ({ask['lever']})" if ask.get("lever") else ""),
-    )
+        yield Write(canary_result(state, seq, ask, False)[0])
+
+
+def person_rule(state, verb):
+    """A person paused or resumed the venture (`verb`): yield its declared record."""
+    record = new_record(verb, state.name, "declared", summary=f"a person {verb}d {state.name}")
+    yield Pause(record) if verb == "pause" else Write(record)
+
+
+def ratchet_approval(state, seq, ask):
+    """Return a person's approval of ratchet ask #seq, delegating its lever."""
+    return new_record("approval", state.name, ask=seq, about="ratchet",
+                      summary=f"a person approved delegating {ask['lever']} (ask #{seq})")
 
 
 def next_backoff(previous):
@@ -6629,6 +6620,7 @@ def lever_ran(state, lever, verdict, summary, by, side=None, extra=None):
         yield Write(new_record("outcome", state.name, lever=lever, action=seq, ok=True,
                                status="exit 0", duration=0, note="",
                                summary=f"stop ok: {state.name} is paused"))
+    return seq
 
 
 def action_record(state, lever, verdict, summary, by, side=None, extra=None):
@@ -6698,33 +6690,20 @@ def unstarted_outcome(state, lever, action, note, why=None):
                            else f"{lever} failed to start: {note}"))
 
 
-def check_unstarted(state, lever, by, err):
-    """Yield the refusal of `lever`, whose check could not start (`err`)."""
-    yield Write(new_record("refusal", state.name, lever=lever, by=by,
-                           why=f"its check could not start: {err}",
-                           summary=f"{lever} refused: its check could not start"))
+def refusal(state, lever, why, summary=None, **fields):
+    """Yield the refusal of `lever`: why (its summary "LEVER refused: WHY" unless given)."""
+    yield Write(new_record("refusal", state.name, lever=lever, why=why,
+                           summary=summary or f"{lever} refused: {why}", **fields))
 
 
-def unsafe_refusal(state, lever, by, side, extra, unsafe):
-    """Yield the refusal of `lever`, which the gate proved but which is never started: another
-    user could change what it runs (the Writable `unsafe`). Its why ends with the fix."""
-    yield Write(new_record("refusal", state.name, lever=lever, by=by,
-                           why=f"{unsafe.why}; {unsafe.fix}",
-                           **some(side=side, proposal=(extra or {}).get("proposal")),
-                           summary=f"{lever} refused: another user could change what it runs; "
-                                   f"{unsafe.fix}"))
-
-
-def run_start_record(state, pid, restart):
-    """Return the start record of the kept `run` program."""
-    what = "restarted" if restart else "started"
-    return new_record(
-        "start",
-        state.name,
-        pid=pid,
-        command=state.mandate["run"],
-        summary=f"run {what} (pid {pid})",
-    )
+def run_started(state, pid, restart, err=None):
+    """Return the intents of the kept `run` program started as `pid` (again after an exit:
+    `restart`), or not (`err`): its start record, or its exit."""
+    if err is not None:
+        return [Write(new_record("exit", state.name, status="not started",
+                                 summary=f"run could not start: {err}"))]
+    return [Write(new_record("start", state.name, pid=pid, command=state.mandate["run"],
+                             summary=f"run {'re' if restart else ''}started (pid {pid})"))]
 
 
 def restart_rule(state, pid, status, ended_by, uptime, backoff, restarted, active):
@@ -6913,6 +6892,44 @@ def unusable_record(state, backend, by, why, call):
         **({"declined": call.pop("declined")} if "declined" in call else {}),
         **some(call=call),
     )
+
+
+def look_record(state, d, look, answer):
+    """Return the record of decision d's model looking `look` up, and the `answer` it was shown."""
+    return new_record("look", state.name, by=d.by, look=look, backend=d.backend,
+                      answer=answer[:NOTE_MAX],
+                      summary=f"the model looked up {json.dumps(look)[:120]}",
+                      # ESC-03: what an escalation brought cites it
+                      **some(call=d.call, escalation=d.escalation))
+
+
+def proposal_record(state, choice, d, ranking):
+    """Return decision d's model's `choice` as an inferred proposal."""
+    lever, reason = choice.get("action"), choice.get("reason", "")
+    return new_record(
+        "proposal", state.name, by=d.by, choice=choice["choice"], backend=d.backend,
+        reason=reason[:TEXT_MAX],
+        summary=f"{d.backend} proposes {choice['choice']}" + (f" {lever}" if lever else "")
+        + (f": {reason[:120]}" if reason else ""),
+        **({"lever": lever} if lever is not None else {}),
+        **{k: choice[k] for k in ("payload",) if k in choice},
+        **some(ranking=ranking and choice["choice"] == "action", escalation=d.escalation,
+               call=d.call))
+
+
+def escalation_record(state, backend, second, why):
+    """Return the escalation of `backend`'s unusable reply (`why`) to the `second` backend."""
+    return new_record("escalation", state.name, **{"from": backend}, to=second, why=why[:NOTE_MAX],
+                      summary=f"asking {second} the same question: {backend}'s reply was unusable"
+                              f" ({why[:120]})")
+
+
+def answer_record(venture, seq, cited, note=None):
+    """Return the answer of escalation #seq: the records it `cited`, or "unusable" (ESC-04)."""
+    shown = "unusable" if cited == "unusable" else "records " + ", ".join(f"#{c}" for c in cited)
+    return new_record("answer", venture, escalation=seq, cited=cited, **some(note=note),
+                      summary=f"escalation #{seq} answered: {shown}"
+                              + (f" ({note})" if note else ""))
 
 
 def escalation_to(state, cfg, backend, asked, stopping):
@@ -8838,7 +8855,7 @@ class RolesCalls:
     answer.
 
     to_roles(message, callback)  -- send a request to build a model's text or parse its reply
-    from_roles(message)          -- an answer came: call the callback its request left
+    from_roles(message)          -- an answer came: return what the callback its request left does
 
     Handed the channel's tell."""
 
@@ -8854,8 +8871,7 @@ class RolesCalls:
 
     def from_roles(self, message):
         callback = self.roles_calls.pop(message.get("rid"), None)
-        if callback is not None:
-            callback(message)
+        return callback(message) if callback is not None else None
 
 
 def read_json_adapter(name, reading, url, key):
@@ -8938,13 +8954,9 @@ def start_spread(i, count, cadence):
 
 class Schedule:
     """When each venture's next round is due, soonest first (a heap, as sched.scheduler keeps its
-    queue).
-
-    enter(name, at)        -- the venture's next round is due at monotonic time `at`, replacing the
-    time it had soonest(active)        -- the first due time of a venture for which active(name)
-    holds, or None pop_due(now, active)   -- yield (due time, venture) of each such venture due by
-    `now`, taking it off the queue resume(now)            -- every venture due by `now` at the
-    latest: the ledger takes writes again """
+    queue): enter(name, at) replaces its due time; soonest(active) is the first of a venture that
+    is active(name); pop_due(now, active) yields (due time, venture) of each due by `now`;
+    resume(now) makes every venture due by `now` at the latest (the ledger takes writes again)."""
 
     def __init__(self):
         self.due = {}                 # venture -> monotonic time its next round is due
@@ -8977,36 +8989,12 @@ class Schedule:
 
 class Rounds:
     """The rounds in flight: a venture's metric, with every guard, audit and reading read beside it.
+    Its methods return the intents of what was read (report_read, reading_read, round_settled).
+    Handed the config and home, the venture states, the children table, spawn and stopping()."""
 
-    start_round(state, now)         -- start the report and each guard, audit and reading, each in
-    its own group report_done, reading_done       -- a report or reading program ended: write its
-    record (settle_child calls them) record_report                   -- write what a report read
-    calls for (report_read) maybe_settle(state, now=None)   -- once the metric is in and the rest
-    read or late: the settling rules run settle_all(now)                 -- maybe_settle every round
-    in flight deadlines()                     -- when a round in flight settles without what it
-    still waits for forget_from(seq)                -- records from seq on were rolled back: every
-    round starts afresh
-
-    Handed the config and home, the venture states, the children table and spawn, append, carry_out
-    (the settling rules' intents) and start_prediction (the round's prediction and scores, written
-    together). """
-
-    def __init__(
-        self, cfg, home, ventures, children, spawn, append, carry_out, start_prediction, debug=False
-    ):
-        self.cfg, self.home, self.ventures, self.children, self.spawn = (
-            cfg,
-            home,
-            ventures,
-            children,
-            spawn,
-        )
-        self.append, self.carry_out, self.start_prediction, self.debug = (
-            append,
-            carry_out,
-            start_prediction,
-            debug,
-        )
+    def __init__(self, cfg, home, ventures, children, spawn, stopping, debug=False):
+        self.cfg, self.home, self.ventures, self.children = cfg, home, ventures, children
+        self.spawn, self.stopping, self.debug = spawn, stopping, debug
         # venture -> the round in flight: metric seq, guards pending, deadline
         self.rounds = {}
         self.round_number = 0
@@ -9033,27 +9021,28 @@ class Rounds:
         running = {
             (c.purpose, c.extra.get("name")) for c in self.children if c.venture == state.name
         }
-        for what, item, start in round_plan(m, running):
+        plan = round_plan(m, running)
+        busy = [(what, item["name"]) for what, item, start in plan if not start]
+        yield from unread_rule(state, busy, "its last read is still running")
+        for what, item, start in plan:
             if not start:
-                self.append(
-                    unread_record(state, what, item["name"], "its last read is still running")
-                )
                 continue
+            limit = reading_limit(item)
             if item.get("adapter"):
-                started = self.start_adapter(
-                    state, what, item["name"], item["adapter"], reading_limit(item)
-                )
+                failed = self.start_adapter(state, what, item["name"], item["adapter"], limit)
             else:
-                started = self.start_reading(
-                    state, what, item["name"], item["run"], reading_limit(item), True
-                )
-            if started:
+                failed = self.start_reading(state, what, item["name"], item["run"], limit, True)
+            if failed is None:
                 self.rounds[state.name]["pending"].add((what, item["name"]))
+            else:
+                yield from failed
         # the report last: one that cannot start settles the round at once, the rest in it by then
         if m["adapter"]:
-            self.start_adapter(state, "report", None, m["adapter"], reading_limit(m))
+            failed = self.start_adapter(state, "report", None, m["adapter"], reading_limit(m))
         else:
-            self.start_reading(state, "report", None, ["./report"], reading_limit(m), shell=False)
+            failed = self.start_reading(state, "report", None, ["./report"], reading_limit(m),
+                                        shell=False)
+        yield from failed or ()
 
     def start_adapter(self, state, what, name, adapter, timeout):
         """A built-in adapter reads apart like any command; stripe and github get their url and key
@@ -9072,14 +9061,15 @@ class Rounds:
                     {"url": (where or {}).get("url"), "key": key, "problem": problem}
                 ).encode()
             )
-        started = self.start_reading(
+        failed = self.start_reading(
             state, what, name, cached_command("adapter", words), timeout, False, stdin_path=secret
         )
         if secret:
             os.unlink(secret)                   # the child holds it open; the name goes now
-        return started
+        return failed
 
     def start_reading(self, state, what, name, args, timeout, shell, stdin_path=None):
+        """Start one reading program; return None, or the intents of one that could not start."""
         try:
             child = self.spawn(
                 what, state, args, timeout=timeout, shell=shell, payload_file=stdin_path
@@ -9089,79 +9079,54 @@ class Rounds:
                 "round": self.rounds[state.name]["number"],
                 "limit": timeout,
             }
-            return True
+            return None
         except OSError as err:
             if what == "report":
-                self.record_report(state, None, f"could not start: {err}")
-            else:
-                self.reading_done_values(state, what, name, None, f"could not start: {err}", "")
-            return False
+                return self.record_report(state, None, f"could not start: {err}")
+            return reading_read(state, what, name, None, f"could not start: {err}", "")
 
     def report_done(self, state, child, status):
         if child.ended_by in ("pause", "stop"):
-            return                      # a report cut short by a pause or a stop is no reading
+            return None                 # a report cut short by a pause or a stop is no reading
         value, failure = read_metric_output(child, status)
         if child.ended_by == "timeout":
             failure = timed_out_note(reading_limit(state.mandate))
-        self.record_report(state, value, failure)
+        return self.record_report(state, value, failure)
 
     def record_report(self, state, value, failure):
-        """Write what the report read calls for (report_read); then the round may settle."""
-        seq = self.carry_out(state, report_read(state, value, failure))[0][1]
+        """Yield what the report read calls for (report_read); then the round may settle."""
+        yield from report_read(state, value, failure)
         round_ = self.rounds.get(state.name)
         if round_ is not None:
-            round_["metric"] = seq
-        self.maybe_settle(state)
+            round_["metric"] = state.last_report[0]
+        yield from self.maybe_settle(state)
 
     def reading_done(self, state, child, status):
-        """A guard, audit or reading command ended: write its record, then the round may settle."""
+        """A guard, audit or reading command ended: its record, then the round may settle."""
         what, name = child.purpose, child.extra["name"]
         if child.ended_by in ("pause", "stop"):
             return
         value, failure = read_metric_output(child, status, with_output=what != "guard")
         if child.ended_by == "timeout":
             failure = timed_out_note(child.extra["limit"])
-        self.reading_done_values(
-            state, what, name, value, failure, "\n".join(output_lines(child.out, child.cut)[0])
-        )
         round_ = self.rounds.get(state.name)
-        if not read_late(child.extra.get("round"), round_):
+        late = read_late(child.extra.get("round"), round_)
+        text = "\n".join(output_lines(child.out, child.cut)[0])
+        yield from reading_read(state, what, name, value, failure, text, late)
+        if not late:
             round_["pending"].discard((what, name))
-            self.maybe_settle(state)
-        elif what == "guard" and state.mandate is not None:
-            # a slow guard's reading: its round settled without it
-            self.carry_out(state, guard_rules(state))
-
-    def reading_done_values(self, state, what, name, value, failure, text):
-        items = state.mandate[{"guard": "guards", "audit": "audits"}.get(what, "readings")]
-        item = next(i for i in items if i["name"] == name)
-        if what == "guard":
-            self.append(guard_record(state, item, value, failure, ""))
-        elif what == "audit":
-            self.append(audit_record(state, item["name"], value, failure, text))
-        else:
-            self.append(reading_record(state, item, value, failure, text))
+            yield from self.maybe_settle(state)
 
     def maybe_settle(self, state, now=None):
         round_ = self.rounds.get(state.name)
         unread = round_unread(round_, time.monotonic() if now is None else now)
-        if unread is None:
-            return
-        for what, name in unread:
-            self.append(
-                unread_record(
-                    state, what, name, "slower than half a second; written when it is done"
-                )
-            )
-        del self.rounds[state.name]
-        # written with the next prediction
-        scores = [intent.record for intent in calibration_rule(state)]
-        self.carry_out(state, settle_round(state, round_["metric"]))
-        self.start_prediction(state, round_["metric"], scores)
+        if unread is not None:
+            del self.rounds[state.name]
+            yield from round_settled(state, round_["metric"], unread, self.stopping())
 
     def settle_all(self, now):
         for name in list(self.rounds):
-            self.maybe_settle(self.ventures[name], now)
+            yield self.ventures[name], self.maybe_settle(self.ventures[name], now)
 
     def deadlines(self):
         return [
@@ -9174,20 +9139,13 @@ class Rounds:
 
 
 class Keeper:
-    """Keeps each venture's `run` program alive, restarting it as `restart:` says, with back-off.
+    """Keeps each venture's `run` program alive, restarting it as `restart:` says, with back-off;
+    its methods return the intents of what it started or what ended (run_started, restart_rule).
+    keep: venture -> {child, backoff, restart, next_start, restarts}, which avsm status shows.
+    Handed the venture states, spawn and active(state): whether a venture may run now."""
 
-    start_keep(state)                -- start the program unless it runs or waits for its restart
-    start_run(state)                 -- start it now (a start, or a restart) run_done(state, child,
-    status)   -- it ended: write its exit; restart now, later, or not start_due(now)
-    -- start what waited out its back-off wakeups()                        -- when a restart is due
-    hold(name), reset(name)          -- a pause holds the restart; a resume starts the back-off
-    again keep                             -- venture -> {child, backoff, restart, next_start,
-    restarts}, for avsm status
-
-    Handed the venture states, spawn, append and active(state): whether a venture may run now."""
-
-    def __init__(self, ventures, spawn, append, active):
-        self.ventures, self.spawn, self.append, self.active = ventures, spawn, append, active
+    def __init__(self, ventures, spawn, active):
+        self.ventures, self.spawn, self.active = ventures, spawn, active
         self.keep = {}                # venture -> the `run` program's keeper state
 
     def start_keep(self, state):
@@ -9196,27 +9154,23 @@ class Keeper:
                 state.name, {"child": None, "backoff": 0, "restart": False, "next_start": None}
             )
             if keep["child"] is None and keep["next_start"] is None:
-                self.start_run(state)
+                return self.start_run(state)
+        return []
 
     def start_run(self, state):
         keep = self.keep[state.name]
         if not self.active(state) or not state.mandate["run"]:
-            return
+            return []
         try:
             keep["child"] = self.spawn("run", state, state.mandate["run"], shell=True)
         except OSError as err:
             keep["child"] = None
-            self.append(
-                new_record(
-                    "exit", state.name, status="not started", summary=f"run could not start: {err}"
-                )
-            )
-            return
+            return run_started(state, None, False, err)
         keep["restarts"] = keep.get("restarts", 0) + (1 if keep["restart"] else 0)
-        self.append(run_start_record(state, keep["child"].pid, keep["restart"]))
+        return run_started(state, keep["child"].pid, keep["restart"])
 
     def run_done(self, state, child, status):
-        """The kept program ended: record it, then restart as `restart:` says, with back-off (open
+        """The kept program ended: its exit, then a restart as `restart:` says, with back-off (open
         point 31)."""
         keep = self.keep[state.name]
         keep["child"] = None
@@ -9230,20 +9184,20 @@ class Keeper:
             keep["restart"],
             self.active(state),
         )
-        for record in records:
-            self.append(record)
+        intents = [Write(record) for record in records]
         if again:
             keep["restart"] = True
             if delay:
                 keep["next_start"] = time.monotonic() + delay
             else:
-                self.start_run(state)
+                intents += self.start_run(state)
+        return intents
 
     def start_due(self, now):
         for name, keep in self.keep.items():
             if keep.get("next_start") is not None and now >= keep["next_start"]:
                 keep["next_start"] = None
-                self.start_run(self.ventures[name])
+                yield self.ventures[name], self.start_run(self.ventures[name])
 
     def wakeups(self):
         return [k["next_start"] for k in self.keep.values() if k.get("next_start") is not None]
@@ -9258,40 +9212,33 @@ class Keeper:
 
 
 class Levers:
-    """Runs the levers the gate proved: writes each action, starts the lever apart, writes its
-    outcome.
+    """Runs the levers the gate proved, a lever with `check:` only once its check exits 0 and the
+    gate agrees again; its methods return the intents of what it started or what ended. Holds
+    nothing of its own: a lever's state is its Child. Handed the config and spawn."""
 
-    run_lever(state, lever, verdict, summary, by, ...)  -- write the action and start the lever (or
-    its check first) start_check, check_done        -- a lever with `check:` runs only once its
-    check exits 0 and the gate agrees again run_research                   -- the research lever: a
-    question out, inferred facts back (lever_done) lever_done(state, child, status)  -- the lever
-    ended: write its outcome
-
-    Holds nothing of its own: a lever's state is its Child. Handed the config, spawn and
-    carry_out."""
-
-    def __init__(self, cfg, spawn, carry_out):
-        self.cfg, self.spawn, self.carry_out = cfg, spawn, carry_out
+    def __init__(self, cfg, spawn):
+        self.cfg, self.spawn = cfg, spawn
 
     def run_lever(self, state, lever, verdict, summary, by, side=None, extra=None, checked=False):
-        """Write the action with the gate's proof and question, then start the lever apart; its
-        outcome comes when it ends.
-
-        A lever with `check:` runs its check first (open point 27); only a check that exits 0 lets
-        it run. Returns the action's seq, or None while the check runs."""
+        """Yield the action with the gate's proof and question, then start the lever apart; its
+        outcome comes when it ends. A lever with `check:` runs its check first (open point 27); only
+        a check that exits 0 lets it run."""
         spec = state.mandate["levers"].get(lever)
         if spec is not None and spec["check"] and not checked:
-            return self.start_check(state, lever, verdict, summary, by, side, extra)
+            yield from self.start_check(state, lever, verdict, summary, by, side, extra)
+            return
         own = [spec["run"]] if spec is not None and spec["run"] not in (None, "mail.send") else []
         unsafe = lever != "stop" and owner_problem(state.directory, own)
         if unsafe:                      # before its action: a lever others could change never runs
-            self.carry_out(state, unsafe_refusal(state, lever, by, side, extra, unsafe))
-            return None
+            yield from refusal(state, lever, f"{unsafe.why}; {unsafe.fix}",
+                               f"{lever} refused: another user could change what it runs; "
+                               f"{unsafe.fix}", by=by,
+                               **some(side=side, proposal=(extra or {}).get("proposal")))
+            return
         mail, mail_problem = mail_to_send(spec, self.cfg, (extra or {}).get("payload"))
-        ran = lever_ran(state, lever, verdict, summary, by, side, extra)
-        seq = self.carry_out(state, ran)[0][1]
+        seq = yield from lever_ran(state, lever, verdict, summary, by, side, extra)
         if lever == "stop":
-            return seq
+            return
         spec = state.mandate["levers"][lever]
         payload = (extra or {}).get("payload")
         data = (
@@ -9299,16 +9246,22 @@ class Levers:
             if payload is None
             else (payload if isinstance(payload, str) else json.dumps(payload)).encode()
         )
-        if lever == "research":
-            return self.run_research(state, seq, payload, spec)
-        run = spec["run"]
-        if run == "mail.send":
+        run, more = spec["run"], {}
+        if lever == "research":     # a question out to the config's command, inferred facts back
+            run, more = self.cfg.get("research"), {"cwd": state.directory, "head": REPLY_MAX}
+            data = json.dumps({"venture": state.name, "question": payload}).encode()
+            if not run:
+                why = "config.yaml names no research: command"
+                yield from unstarted_outcome(state, lever, seq, why,
+                                             why + " (no provider is built in)")
+                return
+        elif run == "mail.send":
             if mail is None:
-                self.carry_out(state, unstarted_outcome(state, lever, seq, "", mail_problem))
-                return seq
+                yield from unstarted_outcome(state, lever, seq, "", mail_problem)
+                return
             run, data = self.cfg["adapters"]["mail"]["command"], mail.text.encode()
         try:
-            if spec["takes"] == "file" and isinstance(payload, str):
+            if spec["takes"] == "file" and isinstance(payload, str) and not more:   # not research
                 write_venture_file(state.directory, payload)
             payload_file = write_payload(data) if data is not None else None
             child = self.spawn(
@@ -9320,6 +9273,7 @@ class Levers:
                 lever=lever,
                 payload_file=payload_file,
                 checked=own == [run],
+                **more,
             )
             child.extra = {
                 "lever": lever,
@@ -9328,8 +9282,7 @@ class Levers:
                 "payload_file": payload_file,
             }
         except OSError as err:
-            self.carry_out(state, unstarted_outcome(state, lever, seq, str(err)))
-        return seq
+            yield from unstarted_outcome(state, lever, seq, str(err))
 
     def start_check(self, state, lever, verdict, summary, by, side, extra):
         payload = (extra or {}).get("payload")
@@ -9351,15 +9304,14 @@ class Levers:
             )
         except OSError as err:
             os.unlink(path)
-            self.carry_out(state, check_unstarted(state, lever, by, err))
-            return None
+            return refusal(state, lever, f"its check could not start: {err}",
+                           f"{lever} refused: its check could not start", by=by)
         child.extra = {
             "lever": lever,
             "run": (lever, verdict, summary, by, side, extra),
             "payload_file": path,
         }
-        self.carry_out(state, [Write(begun_record(state, "check", lever))])
-        return None
+        return begun(state, "check", lever)     # the gate refuses the lever until its check ends
 
     def check_done(self, state, child, status):
         """A lever's check ended: 0 lets the lever run, with the check's record among its
@@ -9367,97 +9319,34 @@ class Levers:
         os.unlink(child.extra["payload_file"])
         lever, verdict, summary, by, side, extra = child.extra["run"]
         ok = status == 0 and not child.ended_by
-        self.carry_out(
-            state,
-            check_rule(
-                state,
-                lever,
-                verdict,
-                summary,
-                by,
-                side,
-                extra,
-                ok,
-                describe_status(status),
-                child.note()[-NOTE_MAX:] if not ok else "",
-                child.ended_by or describe_status(status),
-            ),
-        )
-
-    def run_research(self, state, seq, question, spec):
-        """The research lever: the question goes to the config's research command; what comes back
-        is inferred facts."""
-        command = self.cfg.get("research")
-        if not command:
-            why = "config.yaml names no research: command"
-            self.carry_out(state, unstarted_outcome(state, "research", seq, why,
-                                                    why + " (no provider is built in)"))
-            return seq
-        path = write_payload(json.dumps({"venture": state.name, "question": question}).encode())
-        try:
-            child = self.spawn(
-                "lever",
-                state,
-                command,
-                timeout=spec["timeout"],
-                shell=True,
-                lever="research",
-                payload_file=path,
-                cwd=state.directory,
-                head=REPLY_MAX,
-            )
-            child.extra = {
-                "lever": "research",
-                "action": seq,
-                "timeout": spec["timeout"],
-                "payload_file": path,
-            }
-        except OSError as err:
-            self.carry_out(state, unstarted_outcome(state, "research", seq, str(err)))
-        return seq
+        return check_rule(state, lever, verdict, summary, by, side, extra, ok,
+                          describe_status(status), child.note()[-NOTE_MAX:] if not ok else "",
+                          child.ended_by or describe_status(status))
 
     def lever_done(self, state, child, status):
         if child.extra.get("payload_file"):
             with contextlib.suppress(OSError):
                 os.unlink(child.extra["payload_file"])
-        self.carry_out(
+        return lever_outcome(
             state,
-            lever_outcome(
-                state,
-                child.extra["lever"],
-                child.extra["action"],
-                status,
-                child.ended_by,
-                round(time.monotonic() - child.started, 3),
-                child.extra["timeout"],
-                child.note(),
-                output_lines(child.out, child.cut)[0],
-            ),
+            child.extra["lever"],
+            child.extra["action"],
+            status,
+            child.ended_by,
+            round(time.monotonic() - child.started, 3),
+            child.extra["timeout"],
+            child.note(),
+            output_lines(child.out, child.cut)[0],
         )
 
 
 class Worlds:
-    """Forecasts and world-model predictions, each made apart from the loop in groups of their own.
+    """Forecasts and world-model predictions, each made apart from the loop in groups of their own;
+    its methods return the intents of what came of them. worlds: venture -> the ensemble of world
+    steps in flight for its last report. Handed the config, spawn and stopping()."""
 
-    start_forecast(state, why, lever=None)   -- forecast a venture (at avsm add, before a ratchet
-    ask); False when none is made forecast_done(state, child, status)      -- write the forecast; a
-    ratchet ask waiting on it follows start_prediction(state, report_seq, scores=())  -- a trusted
-    report's one-step prediction, written with the round's scores world_done, world_settle
-    -- one world step ended; the whole ensemble is in worlds, forget_from(seq)                 --
-    venture -> the ensemble of world steps in flight for its last report;
-                                                forget those for a report from seq on (rolled back)
-
-    Handed its warden, for the config, spawn, append and append_together, carry_out (the world and
-    ratchet rules' intents) and whether it is stopping."""
-
-    def __init__(self, warden):
-        self.warden, self.cfg, self.spawn, self.append = (
-            warden,
-            warden.cfg,
-            warden.spawn,
-            warden.append,
-        )
-        self.append_together, self.carry_out = warden.append_together, warden.carry_out
+    def __init__(self, cfg, spawn, stopping):
+        self.cfg, self.spawn, self.stopping = cfg, spawn, stopping
         # venture -> the ensemble of world steps in flight for its last report
         self.worlds = {}
 
@@ -9465,20 +9354,22 @@ class Worlds:
         for name in [name for name, job in self.worlds.items() if job["report"] >= seq]:
             del self.worlds[name]
 
-    def start_forecast(self, state, why, lever=None):
+    def start_forecast(self, state, why, lever=None, decision=None):
         """Forecast the venture apart from the loop (FORECAST-06): the forecast program in a group
         of its own, its facts on standard input; the record is written when it is done. `seeds: 0`
-        turns forecasts off. """
-        f = self.cfg["forecast"] or FORECAST_DEFAULT
-        if not f["seeds"] or self.warden.stopping:
+        turns forecasts off. A `decision`'s packet is forecast here only through a world (issue 11
+        item 6); return whether one started. """
+        f = self.cfg["forecast"] or (PACKET_FORECAST if decision else FORECAST_DEFAULT)
+        if not f["seeds"] or self.stopping() or decision and not state.mandate["world"]:
             return False
         # through the world, with world:
         facts = world_forecast_facts(state, f["days"], f["seeds"], time.time())
-        payload = write_payload(json.dumps(facts).encode())
+        payload = write_payload(json.dumps(dict(facts, **some(packet=bool(decision)))).encode())
         try:
             child = self.spawn("forecast", state, cached_command("forecast", []), timeout=600,
                                payload_file=payload, runs=[state.mandate["world"]])     # steps it
-            child.extra = {"days": f["days"], "seeds": f["seeds"], "why": why, "lever": lever}
+            child.extra = {"days": f["days"], "seeds": f["seeds"], "why": why, "lever": lever,
+                           "decision": decision}
         except OSError as err:
             log(True, "warden", f"{state.name}: no forecast: {err}")
             return False
@@ -9487,26 +9378,16 @@ class Worlds:
         return True
 
     def forecast_done(self, state, child, status):
-        self.carry_out(state, forecast_rule(state, child.extra, bytes(child.out), status,
-                                            child.ended_by, self.cfg["ratchet"]))
+        return forecast_rule(state, child.extra, bytes(child.out), status, child.ended_by,
+                             self.cfg["ratchet"])
 
-    def start_prediction(self, state, report_seq, scores=()):
-        """A trusted report's one-step prediction (WORLD-05): the baseline's at once (a few sums),
-        written in one transaction with the round's `scores`; or an ensemble of world steps, each in
-        a group of its own with its seed, its record written when all are done."""
-        m, records = state.mandate, list(scores)
-        if not prediction_due(state, report_seq, self.warden.stopping):
-            return self.append_together(records)
-        lever = state.ran_since[0] if state.ran_since else None
-        if m["world"] is None:
-            members = baseline_members(state, lever)
-            if members:
-                records.append(prediction_record(state, report_seq, members, lever))
-            return self.append_together(records)
-        self.append_together(records)
+    def step(self, state, report_seq, lever):
+        """A trusted report's one-step prediction through the world (WORLD-05): an ensemble of
+        world steps, each in a group of its own with its seed, its record written when all are
+        done."""
         if self.worlds.get(state.name):
             # still stepping from an earlier report: this one brings no prediction
-            return
+            return ()
         job = {
             "report": report_seq,
             "lever": lever,
@@ -9525,7 +9406,7 @@ class Worlds:
                 child = self.spawn(
                     "world",
                     state,
-                    m["world"],
+                    state.mandate["world"],
                     timeout=WORLD_TIMEOUT,
                     shell=True,
                     payload_file=path,
@@ -9537,18 +9418,17 @@ class Worlds:
                 job["failure"] = job["failure"] or f"could not start: {err}"
             finally:
                 os.unlink(path)             # the child holds it open
-        if job["left"] == 0:
-            self.world_settle(state, job)
+        return self.world_settle(state, job) if job["left"] == 0 else ()
 
     def world_done(self, state, child, status):
         """One world step ended: over its time, over 64 KiB, a non-zero exit or output that does not
         hold is a failed step (open point 38); the ensemble is settled when its last step is in."""
         job = child.extra.get("job")
         if job is None or self.worlds.get(state.name) is not job:
-            return
+            return None
         if child.ended_by in ("pause", "stop", "a new mandate"):
             del self.worlds[state.name]
-            return
+            return None
         out, failure = world_step_result(
             state.mandate,
             child.oversized,
@@ -9562,107 +9442,32 @@ class Worlds:
         else:
             job["outputs"][child.extra["index"]] = out
         job["left"] -= 1
-        if job["left"] == 0:
-            self.world_settle(state, job)
+        return self.world_settle(state, job) if job["left"] == 0 else None
 
     def world_settle(self, state, job):
         """All steps of an ensemble are in: the kernel says what to write."""
         self.worlds.pop(state.name, None)
         outputs = [job["outputs"][i] for i in sorted(job["outputs"])]
         if state.mandate is not None:
-            self.carry_out(
-                state, world_rule(state, job["report"], job["lever"], outputs, job["failure"])
-            )
+            return world_rule(state, job["report"], job["lever"], outputs, job["failure"])
+        return None
 
 
-class Trust:
-    """Growing trust, carefully: the ratchet ask (when is ratchet_rule's) and the canary asks.
-
-    raise_ratchet(state, lever, ...)  -- write the ask to delegate a lever, carrying the mandate
-    change approve_ratchet(state, seq, ask)  -- a person approved it: write the mandate change and
-    adopt it canary_answer(state, seq, ask, approved)  -- write how a canary ask was answered
-
-    Handed the config, append and adopt (a mandate in force, as avsm add puts it)."""
-
-    def __init__(self, cfg, append, adopt):
-        self.cfg, self.append, self.adopt = cfg, append, adopt
-
-    def raise_ratchet(self, state, lever, forecast_seq, forecast_line):
-        """Write the ratchet ask, carrying the mandate file with `lever` delegated (or why it
-        cannot)."""
-        path = os.path.join(state.directory, "mandate.yaml")
-        try:
-            new, why = delegate_lever(read_mandate_file(path), lever, path), None
-        except (OSError, Fail, ValueError) as err:
-            new, why = None, str(err)
-        return self.append(ratchet_ask(state, lever, path, new, why, forecast_seq, forecast_line))
-
-    def approve_ratchet(self, state, seq, ask):
-        """A person approved delegating a lever: write the mandate change and adopt it, as avsm add
-        would."""
-        path = os.path.join(state.directory, "mandate.yaml")
-        new = ask.get("mandate")
-        if not new:
-            raise Fail(
-                EX_DATAERR,
-                f"ask #{seq} carries no mandate change; edit {path} by hand and run avsm add",
-            )
-        mandate = parse_mandate(new, path, state.directory)
-        refuse(ratchet_change_problem(state, mandate))
-        self.append(new_record("approval", state.name, ask=seq, about="ratchet",
-                               summary=f"a person approved delegating {ask['lever']} (ask #{seq})"))
-        with open(path + ".avsm-new", "w", encoding="utf-8") as fh:
-            fh.write(new)
-        os.replace(path + ".avsm-new", path)
-        adopted = self.adopt(
-            state,
-            mandate,
-            mandate_record(
-                state.name,
-                state.directory,
-                new,
-                f"adopted {state.name} with {ask['lever']} delegated, as approved in #{seq} "
-                f"(sha256 {text_sha256(new)[:16]})",
-                approval_of=seq,
-            ),
-        )
-        return [
-            f"#{seq} approved: {ask['lever']} is delegated in {path}, adopted as mandate #{adopted}"
-        ]
-
-    def canary_answer(self, state, seq, ask, approved):
-        record, line = canary_result(state, seq, ask, approved)
-        self.append(record)
-        return [line]
+def ratchet_text(state, lever):
+    """Return (the mandate file's path, its text with `lever` delegated or None, why not)."""
+    path = os.path.join(state.directory, "mandate.yaml")
+    try:
+        return path, delegate_lever(read_mandate_file(path), lever, path), None
+    except (OSError, Fail, ValueError) as err:
+        return path, None, str(err)
 
 
 class Decision:
     """One model decision in flight, from its packet to the lines its asker is shown."""
 
-    __slots__ = (
-        "venture",
-        "by",
-        "backend",
-        "reply_id",
-        "id",
-        "looks",
-        "lines",
-        "escalation",
-        "escalation_looks",
-        "packet",
-        "request",
-        "call",
-        "world_forecast",
-    )
-
     def __init__(self, venture, by, backend, reply_id, id):
-        self.venture, self.by, self.backend, self.reply_id, self.id = (
-            venture,
-            by,
-            backend,
-            reply_id,
-            id,
-        )
+        self.venture, self.by, self.backend, self.reply_id = venture, by, backend, reply_id
+        self.id = id
         # the model's look-ups and their answers, shown in the next packet
         self.looks = []
         self.lines = []               # what `avsm decide` prints when the decision is done
@@ -9678,41 +9483,18 @@ class Decision:
 
 
 class Decisions:
-    """Letting a model choose: packet -> roles -> backend -> roles -> proposals -> gate. Grants
-    nothing.
+    """Letting a model choose: packet -> roles -> backend -> roles -> proposals -> gate, each step a
+    callback of the one before. Grants nothing. The steps that write yield intents. escalations:
+    those waiting for their answer; wake_r: what the HTTP calls' threads wake the loop on.
 
-    start_decision(state, by, reply_id=None)  -- begin one decision; its records say who asked for
-    it packet(state, looks), look_up              -- what a model may be shown (model_packet): never
-    an audit build, call_backend, got_reply, parsed     -- the steps of one decision, each a
-    callback of the one before start_packet_forecast, packet_forecast_done -- with world:, the
-    packet's forecast stepped through the world first backend_done(state, child, status)         --
-    a `command` backend ended results_ready(wake)                        -- an HTTP call's thread
-    handed back its reply unusable, answer_escalation                -- an unusable reply; the
-    second backend's answer (ESC-04) propose(state, choice, d, held=None)       -- one choice as an
-    inferred proposal, judged by the gate finish_decision(d, error=None)             -- answer the
-    person who asked escalations, wake_r                        -- escalations waiting for their
-    answer; the socket threads wake the loop on
+    Handed the home, config, ledger (read for the packet and look-ups), venture states, spawn, the
+    channel's tell, to_roles, the worlds' start_forecast and stopping()."""
 
-    Handed its warden, for the home, config, ledger (read for the packet and look-ups), venture
-    states, spawn, append, the channel to avsmd and the roles process, carry_out (the proposal
-    rule's intents), and stopping. """
-
-    def __init__(self, warden):
+    def __init__(self, home, cfg, ledger, ventures, spawn, tell, to_roles, forecast, stopping):
         import socket
-        self.warden, self.home, self.cfg, self.ledger, self.ventures = (
-            warden,
-            warden.home,
-            warden.cfg,
-            warden.ledger,
-            warden.ventures,
-        )
-        self.spawn, self.append, self.tell, self.to_roles = (
-            warden.spawn,
-            warden.append,
-            warden.avsmd.tell,
-            warden.roles.to_roles,
-        )
-        self.carry_out = warden.carry_out
+        self.home, self.cfg, self.ledger, self.ventures = home, cfg, ledger, ventures
+        self.spawn = spawn
+        self.tell, self.to_roles, self.forecast, self.stopping = tell, to_roles, forecast, stopping
         self.results, self.decision_count = [], 0    # HTTP replies handed back by call threads
         # escalation seq -> its decision, until its answer is written
         self.escalations = {}
@@ -9739,39 +9521,24 @@ class Decisions:
         self.build(d)
         return d
 
+    def ask_roles(self, d, message, then):
+        """Send the roles process `message`; its answer goes to then(d, answer), whose intents are
+        the decision's venture's."""
+        self.to_roles(message, lambda answer: (self.ventures[d.venture], then(d, answer)))
+
     def build(self, d):
+        """Build the packet and have the roles process make the request. With `world:`, the packet's
+        forecast is stepped through the world command first (issue 11 item 6), apart from the loop:
+        built again when it is in (packet_forecast_done)."""
         state = self.ventures[d.venture]
-        if d.world_forecast is False and self.start_packet_forecast(state, d):
-            # built again when the world's forecast is in (packet_forecast_done)
-            return
+        if d.world_forecast is False:
+            d.world_forecast = None
+            if self.forecast(state, "packet", decision=d):
+                return
         d.packet = self.packet(state, d.looks)
         if d.world_forecast:
             d.packet["forecast"] = d.world_forecast
-        self.to_roles(
-            {"op": "build", "packet": d.packet}, lambda answer: self.call_backend(d, answer)
-        )
-
-    def start_packet_forecast(self, state, d):
-        """With `world:`, start the packet's forecast through the world command (issue 11 item 6):
-        the forecast program in a group of its own, so the world's steps never hold up the loop;
-        return whether it started. Without it, or with forecasts off, the roles process makes the
-        packet's forecast from the baseline. """
-        f = self.cfg["forecast"] or PACKET_FORECAST
-        d.world_forecast = None
-        if not state.mandate["world"] or not f["seeds"] or self.warden.stopping:
-            return False
-        facts = dict(world_forecast_facts(state, f["days"], f["seeds"], time.time()), packet=True)
-        payload = write_payload(json.dumps(facts).encode())
-        try:
-            child = self.spawn("forecast", state, cached_command("forecast", []), timeout=600,
-                               payload_file=payload, runs=[state.mandate["world"]])
-            child.extra = {"why": "packet", "decision": d, "days": f["days"], "seeds": f["seeds"]}
-        except OSError as err:
-            log(True, "warden", f"{state.name}: the packet's forecast through the world: {err}")
-            return False
-        finally:
-            os.unlink(payload)
-        return True
+        self.ask_roles(d, {"op": "build", "packet": d.packet}, self.call_backend)
 
     def packet_forecast_done(self, state, child, status):
         """The packet's forecast through the world is in, or why not: build the packet with it."""
@@ -9795,6 +9562,8 @@ class Decisions:
         self.build(d)
 
     def call_backend(self, d, answer):
+        """Yield what the roles process's request for the backend comes to: a `command` backend
+        runs apart (backend_done); an HTTP call runs in a thread (results_ready)."""
         import threading
         if "error" in answer:
             return self.finish_decision(
@@ -9825,16 +9594,18 @@ class Decisions:
                 child.extra = {"decision": d, "request_file": path}
             except OSError as err:
                 os.unlink(path)
-                self.got_reply(d, None, f"could not start {backend['run']}: {err}")
+                yield from self.got_reply(d, None, f"could not start {backend['run']}: {err}")
             return
         try:
             key = read_keys(self.home).get(backend.get("key")) if backend.get("key") else None
         except Fail as fail:
-            return self.got_reply(d, None, str(fail))
+            yield from self.got_reply(d, None, str(fail))
+            return
         if backend.get("key") and key is None:
-            return self.got_reply(
+            yield from self.got_reply(
                 d, None, f"HOME/keys has no {backend['key']}=...; add it (chmod 600)"
             )
+            return
 
         def call():
             try:
@@ -9853,116 +9624,82 @@ class Decisions:
         why = reply_failure(
             self.cfg["backends"][d.backend]["run"], child.oversized, child.ended_by, status
         )
-        self.got_reply(d, None if why else bytes(child.out), why)
+        return self.got_reply(d, None if why else bytes(child.out), why)
 
     def results_ready(self, wake):
+        """Yield (state, intents) of each reply an HTTP call's thread handed back."""
         with contextlib.suppress(OSError):
             wake.recv(4096)
         while self.results:
             d, data, why, facts = self.results.pop(0)
             d.call = facts
-            self.got_reply(d, data, why)
+            yield self.ventures[d.venture], self.got_reply(d, data, why)
 
     def got_reply(self, d, data, why):
         import base64
         if why is not None:
-            return self.unusable(d, why)
-        self.to_roles({"op": "parse", "data": base64.b64encode(data).decode(), "packet": d.packet},
-                      lambda parsed: self.parsed(d, parsed))
+            yield from self.unusable(d, why)
+            return
+        self.ask_roles(d, {"op": "parse", "data": base64.b64encode(data).decode(),
+                           "packet": d.packet}, self.parsed)
 
     def parsed(self, d, parsed):
         state = self.ventures[d.venture]
         if "error" in parsed:
-            return self.unusable(
+            yield from self.unusable(
                 d, f"the roles process could not parse the reply: {parsed['error']}"
             )
+            return
         if "unusable" in parsed:
-            return self.unusable(d, parsed["unusable"])
+            yield from self.unusable(d, parsed["unusable"])
+            return
         if "look" in parsed:
             look = parsed["look"]
             answer = self.look_up(state, look)
-            seq = self.append(
-                new_record(
-                    "look",
-                    state.name,
-                    by=d.by,
-                    look=look,
-                    backend=d.backend,
-                    answer=answer[:NOTE_MAX],
-                    summary=f"the model looked up {json.dumps(look)[:120]}",
-                    # ESC-03: what an escalation brought cites it
-                    **some(call=d.call, escalation=d.escalation),
-                )
-            )
+            seq = yield Write(look_record(state, d, look, answer))
             if d.escalation is not None:
                 d.escalation_looks.append(seq)
             d.lines.append(f"#{seq} look {json.dumps(look)}")
             d.looks.append({"look": look, "answer": answer})
-            return self.build(d)
+            self.build(d)
+            return
         cited, ranking = [], is_ranking(parsed["choices"])
         for choice, held, not_proposed in ranked_choices(state, parsed["choices"]):
             if not_proposed:
                 d.lines.append(not_proposed)
                 continue
-            cited += self.propose(state, choice, d, held=held, ranking=ranking)
+            cited += yield from self.propose(state, choice, d, held=held, ranking=ranking)
         if d.escalation is not None:
-            self.answer_escalation(d, d.escalation_looks + cited)
+            yield from self.answer_escalation(d, d.escalation_looks + cited)
         self.finish_decision(d)
 
     def unusable(self, d, why):
         """An unusable reply changes nothing; with escalate: in the config, the second backend is
         asked the same question."""
         state = self.ventures[d.venture]
-        seq = self.append(unusable_record(state, d.backend, d.by, why, d.call))
+        seq = yield Write(unusable_record(state, d.backend, d.by, why, d.call))
         d.lines.append(f"#{seq} unusable: {why[:200]}")
         if d.escalation is not None:
-            self.answer_escalation(d, "unusable")
+            yield from self.answer_escalation(d, "unusable")
             return self.finish_decision(d)
         second, why_not = escalation_to(
-            state, self.cfg, d.backend, d.request is not None, self.warden.stopping
+            state, self.cfg, d.backend, d.request is not None, self.stopping()
         )
         if why_not:
             d.lines.append(why_not)
         if second is None:
             return self.finish_decision(d)
-        d.escalation = self.append(
-            new_record(
-                "escalation",
-                state.name,
-                **{"from": d.backend},
-                to=second,
-                why=why[:NOTE_MAX],
-                summary=(
-                    f"asking {second} the same question: {d.backend}'s reply was unusable"
-                    f" ({why[:120]})"
-                ),
-            )
-        )
+        d.escalation = yield Write(escalation_record(state, d.backend, second, why))
         d.lines.append(f"#{d.escalation} escalation to {second}")
         self.escalations[d.escalation] = d
         d.backend = second
-        self.call_backend(d, {"system": d.request[0], "user": d.request[1]})
+        yield from self.call_backend(d, {"system": d.request[0], "user": d.request[1]})
 
     def answer_escalation(self, d, cited, note=None):
-        """Write the measured answer of escalation d.escalation: the records it cited, or unusable
+        """Yield the measured answer of escalation d.escalation: the records it cited, or unusable
         (ESC-04)."""
-        seq = d.escalation
-        self.escalations.pop(seq, None)
-        shown = (
-            "unusable"
-            if cited == "unusable"
-            else "records " + ", ".join("#" + str(c) for c in cited)
-        )
-        self.append(
-            new_record(
-                "answer",
-                d.venture,
-                escalation=seq,
-                cited=cited,
-                **some(note=note),
-                summary=f"escalation #{seq} answered: {shown}" + (f" ({note})" if note else ""),
-            )
-        )
+        self.escalations.pop(d.escalation, None)
+        yield Write(answer_record(d.venture, d.escalation, cited, note))
 
     def finish_decision(self, d, error=None):
         if d.reply_id is not None:
@@ -10002,43 +9739,28 @@ class Decisions:
         return "\n".join(found) or f"nothing declared about {look['topic']}"
 
     def propose(self, state, choice, d, held=None, ranking=False):
-        """Write one choice as an inferred proposal, then let the gate judge it; return the records
-        written. `held`: why a ranking's top choice asks a person instead (the calibration bar,
-        WORLD-08); `ranking`: the choice is one of a ranking, which the proposal says, so the
+        """Yield one choice as an inferred proposal, then what the gate makes of it; return the
+        records written. `held`: why a ranking's top choice asks a person instead (the calibration
+        bar, WORLD-08); `ranking`: the choice is one of a ranking, which the proposal says, so the
         re-check holds it to the same bar. """
         lever = choice.get("action")
-        seq = self.append(
-            new_record(
-                "proposal",
-                state.name,
-                by=d.by,
-                choice=choice["choice"],
-                backend=d.backend,
-                reason=choice.get("reason", "")[:TEXT_MAX],
-                summary=f"{d.backend} proposes {choice['choice']}"
-                + (f" {lever}" if lever else "")
-                + (f": {choice.get('reason', '')[:120]}" if choice.get("reason") else ""),
-                **({"lever": lever} if lever is not None else {}),
-                **{k: choice[k] for k in ("payload",) if k in choice},
-                **some(
-                    ranking=ranking and choice["choice"] == "action",
-                    escalation=d.escalation,
-                    call=d.call,
-                ),
-            )
-        )
+        seq = yield Write(proposal_record(state, choice, d, ranking))
         d.lines.append(f"#{seq} proposal {choice['choice']}" + (f" {lever}" if lever else ""))
         spec = state.mandate["levers"].get(lever) if choice["choice"] == "action" else None
-        content_why = (
-            content_problem(spec["takes"], choice.get("payload"), state.directory)
-            if spec and spec["takes"] in ("diff", "file") and isinstance(choice.get("payload"), str)
-            else None
-        )
-        written = [seq]
-        for intent, done in self.carry_out(
-            state, proposal_rule(state, seq, choice, d.by, d.backend, content_why, held)
-        ):
+        payload = choice.get("payload")
+        content_why = spec and content_problem(spec["takes"], payload, state.directory)
+        written, result = [seq], None
+        rule = proposal_rule(state, seq, choice, d.by, d.backend, content_why, held)
+        while True:
+            try:
+                intent = rule.send(result)
+            except StopIteration:
+                return written
+            result = done = yield intent
             if isinstance(intent, Gate):
+                if not result.ok:
+                    continue
+                done = result.action
                 d.lines.append(
                     f"#{done} action {lever}" if done else f"{lever} waits for its check"
                 )
@@ -10052,7 +9774,6 @@ class Decisions:
                 d.lines.append(f"#{done} refusal: {intent.record['why']}")
             if done:
                 written.append(done)
-        return written
 
 
 class Checkpoints:
@@ -10061,7 +9782,7 @@ class Checkpoints:
     warden's start, every `every` (a day) once the head has moved, after each irreversible action,
     and when a client asks.
 
-    note_action(state, record)    -- an action was written: an irreversible lever's asks for a
+    note_action(state, record) -- an action was written: an irreversible lever's asks for a
     checkpoint due(head, now), write(head, now) -- whether one is due of head (seq, hash), and write
     it; its text and signature Holds what it last wrote and whether one is wanted; handed the home,
     the config's checkpoint: and debug. """
@@ -10192,22 +9913,13 @@ def newest_signed_checkpoint(directory):
 
 
 class Warden:
-    """The only process that acts: ticks ventures, runs their programs, appends their records.
-
-    run()                       -- replay the ledger, then loop: wait on the selector, tick, flush
-    to avsmd tick(now)                   -- one turn's work, in numbered steps carry_out(state,
-    intents)   -- carry out a kernel rule's Write, Pause and Gate intents, in order
-    settle_child(child)         -- a program ended: the part that started it writes what came of it
-    pause(state, record)        -- write a pause record and end what the venture runs adopt(state,
-    mandate, record)            -- put a mandate in force read_channel()              -- a request
-    from avsmd: do_add, do_status, do_approve, ... answer it begin_stop(), signalled(wake)
-    -- stop: no new work, every group ended
+    """The only process that acts: ticks ventures, runs their programs, and carries out the
+    kernel's intents (carry_out, the one append).
 
     Its parts, each owning one kind of state and handed only what it uses: writer (LedgerWriter),
-    lock (LockCheck), schedule (Schedule), children (Children), journal (GroupsJournal), avsmd
-    (Channel), rounds (Rounds), keeper (Keeper), levers (Levers), worlds (Worlds), trust (Trust),
-    roles (RolesCalls) and decisions (Decisions). It keeps the venture states, the loop, the nightly
-    time and whether it is stopping. """
+    lock (LockCheck), schedule, children, journal (GroupsJournal), avsmd (Channel), rounds, keeper,
+    levers, worlds, roles (RolesCalls) and decisions. It keeps the venture states, the loop, the
+    nightly time and whether it is stopping."""
 
     def __init__(self, home, channel, cfg, debug=False):
         import selectors
@@ -10226,7 +9938,6 @@ class Warden:
             self.refold,
             debug,
         )
-        self.append_together = self.writer.append_together
         self.checkpoints = Checkpoints(home, cfg["checkpoint"], debug)
         self.metrics = Metrics(cfg.get("metrics"), debug)
         self.schedule = Schedule()
@@ -10245,23 +9956,15 @@ class Warden:
             debug,
         )
         self.spawn = self.children.spawn
-        self.levers = Levers(cfg, self.spawn, self.carry_out)
-        self.keeper = Keeper(self.ventures, self.spawn, self.append, self.active)
-        self.worlds = Worlds(self)
+        self.levers = Levers(cfg, self.spawn)
+        self.keeper = Keeper(self.ventures, self.spawn, self.active)
+        self.worlds = Worlds(cfg, self.spawn, lambda: self.stopping)
         self.roles = RolesCalls(self.avsmd.tell)
-        self.decisions = Decisions(self)
-        self.trust = Trust(cfg, self.append, self.adopt)
-        self.rounds = Rounds(
-            cfg,
-            home,
-            self.ventures,
-            self.children,
-            self.spawn,
-            self.append,
-            self.carry_out,
-            self.worlds.start_prediction,
-            debug,
-        )
+        self.decisions = Decisions(home, cfg, self.ledger, self.ventures, self.spawn,
+                                   self.avsmd.tell, self.roles.to_roles,
+                                   self.worlds.start_forecast, lambda: self.stopping)
+        self.rounds = Rounds(cfg, home, self.ventures, self.children, self.spawn,
+                             lambda: self.stopping, debug)
         channel.setblocking(False)
         self.sel.register(channel, selectors.EVENT_READ, ("channel", None))
         self.sel.register(
@@ -10345,7 +10048,7 @@ class Warden:
                 self.schedule.enter(
                     state.name, now + start_spread(i, len(self.ventures), state.mandate["cadence"])
                 )
-                self.keeper.start_keep(state)
+                self.carry_out(state, self.keeper.start_keep(state))
         while True:
             timeout = self.writer.group_wait(self.next_wakeup(time.monotonic()))
             for key, _ in self.sel.select(timeout):
@@ -10355,7 +10058,8 @@ class Warden:
                     if what == "channel":
                         self.read_channel()
                     elif what == "results":
-                        self.decisions.results_ready(child)
+                        for state, intents in self.decisions.results_ready(child):
+                            self.carry_out(state, intents)
                     elif what == "signal":
                         self.signalled(child)
                     elif child.status is not None:
@@ -10376,9 +10080,8 @@ class Warden:
             if self.stopping and not self.children:
                 # ESC-04: every escalation gets its answer
                 for seq, d in list(self.decisions.escalations.items()):
-                    self.decisions.answer_escalation(
-                        d, "unusable", "avsmd stopped before the answer came"
-                    )
+                    self.carry_out(None, self.decisions.answer_escalation(
+                        d, "unusable", "avsmd stopped before the answer came"))
                 self.children.end_lingering(final=True)
                 self.writer.commit(turn_ends=True)
                 self.avsmd.flush(everything=True)
@@ -10424,7 +10127,7 @@ class Warden:
         record = self.metrics.write(self.ventures, facts, time.time())
         if record is not None:
             with contextlib.suppress(LedgerDown):
-                self.append(record)
+                self.carry_out(None, [Write(record)])
 
     def do_checkpoint(self, args, err):
         self.writer.commit()
@@ -10514,14 +10217,16 @@ class Warden:
             self.schedule.enter(name, at + cadence if at + cadence > now else now + cadence)
             if name not in reporting:
                 # else the report still running goes on to its time limit
-                self.rounds.start_round(state, now)
+                self.carry_out(state, self.rounds.start_round(state, now))
                 reporting.add(name)
-        self.rounds.settle_all(now)
+        for state, intents in self.rounds.settle_all(now):
+            self.carry_out(state, intents)
         # 5. a `run` program whose back-off is over starts again
-        self.keeper.start_due(now)
+        for state, intents in self.keeper.start_due(now):
+            self.carry_out(state, intents)
 
     def settle_child(self, child):
-        """A child ended and its group is gone: the part that started it writes what came of it."""
+        """A child ended and its group is gone: carry out what the room that started it returns."""
         state = self.ventures[child.venture]
         handler = {
             "report": self.rounds.report_done,
@@ -10536,7 +10241,7 @@ class Warden:
         )  # a guard, audit or reading
         if child.purpose == "forecast" and child.extra.get("why") == "packet":
             handler = self.decisions.packet_forecast_done         # a decision's packet waits on it
-        handler(state, child, child.status)
+        self.carry_out(state, handler(state, child, child.status) or ())
 
     def carry_out(self, state, intents):
         """Carry out a rule's intents in order: append, pause, or ask the gate and run what it
@@ -10551,14 +10256,17 @@ class Warden:
             except StopIteration:
                 return done
             result, seq = None, None
-            if isinstance(intent, Write):
+            if isinstance(intent, Ratchet):     # the mandate file read: the ask carries its change
+                intent = Write(ratchet_ask(state, intent.lever, *ratchet_text(state, intent.lever),
+                                           intent.forecast, intent.line))
+            if isinstance(intent, (Write, Pause)):
                 seq = result = self.append(intent.record, intent.at)
-            elif isinstance(intent, Pause):
-                self.pause(state, intent.record)
+                if isinstance(intent, Pause):
+                    self.halt(state)
             elif isinstance(intent, Forecast):
                 result = self.worlds.start_forecast(state, "ratchet", intent.lever)
-            elif isinstance(intent, Ratchet):
-                seq = self.trust.raise_ratchet(state, intent.lever, intent.forecast, intent.line)
+            elif isinstance(intent, World):
+                self.carry_out(state, self.worlds.step(state, intent.report, intent.lever))
             else:
                 result = prove(
                     state,
@@ -10571,16 +10279,11 @@ class Warden:
                     check=intent.check,
                 )
                 if result.ok:
-                    seq = self.levers.run_lever(
-                        state,
-                        intent.lever,
-                        result,
-                        intent.summary,
-                        by=intent.by,
-                        side=intent.side,
-                        extra=intent.extra,
-                        checked=intent.check is not None,
-                    )
+                    ran = self.carry_out(state, self.levers.run_lever(
+                        state, intent.lever, result, intent.summary, by=intent.by, side=intent.side,
+                        extra=intent.extra, checked=intent.check is not None))
+                    seq = next((s for i, s in ran if i.record["kind"] == "action"), None)
+                    result = result._replace(action=seq)
                 else:
                     continue            # the rule writes what a refusal calls for
             done.append((intent, seq))
@@ -10591,9 +10294,8 @@ class Warden:
         self.decisions.start_decision(state, "person", reply_id=args["__id"])
         return None                 # answered when the decision is done
 
-    # ---- pause ----
-    def pause(self, state, record):
-        self.append(record)
+    def halt(self, state):
+        """End what a paused venture runs; its kept program waits for the resume."""
         now = time.monotonic()
         for child in self.children:
             if child.venture == state.name:
@@ -10612,7 +10314,7 @@ class Warden:
                 self.begin_stop()       # avsmd's own word: a client's request always carries an id
                 continue
             if message.get("from") == "roles":
-                self.roles.from_roles(message)
+                self.carry_out(*(self.roles.from_roles(message) or (None, ())))
                 continue
             out, err, code = [], [], EX_OK
             try:
@@ -10684,7 +10386,7 @@ class Warden:
                     self.check_runnable(state)
                     if state.mandate is not None and not state.paused:     # fixed: it runs now
                         self.schedule.enter(state.name, time.monotonic())
-                        self.keeper.start_keep(state)
+                        self.carry_out(state, self.keeper.start_keep(state))
                 return [f"{name}: mandate unchanged (#{state.mandate_seq}); nothing written"]
         state = self.ventures.setdefault(name, VentureState(name))
         seq = self.adopt(
@@ -10715,7 +10417,7 @@ class Warden:
         keeper starts the new one), and the venture's next round is due now. Return the record's
         seq."""
         old_run = state.mandate["run"] if state.mandate else None
-        seq = self.append(record)
+        seq = self.carry_out(state, [Write(record)])[0][1]
         state.mandate, state.problem = mandate, None
         if old_run and old_run != mandate["run"]:
             for child in self.children:
@@ -10723,7 +10425,7 @@ class Warden:
                     child.terminate("a new mandate", time.monotonic())
         if not state.paused:
             self.schedule.enter(state.name, time.monotonic())
-            self.keeper.start_keep(state)
+            self.carry_out(state, self.keeper.start_keep(state))
         return seq
 
     def do_health(self, args, err):
@@ -10789,9 +10491,11 @@ class Warden:
         state, seq, ask = self.find_ask(args)
         refuse(approve_problem(state, seq))
         if ask.get("canary"):
-            return self.trust.canary_answer(state, seq, ask, approved=True)
+            record, line = canary_result(state, seq, ask, True)
+            self.carry_out(state, [Write(record)])
+            return [line]
         if ask.get("about") == "ratchet":
-            return self.trust.approve_ratchet(state, seq, ask)
+            return self.approve_ratchet(state, seq, ask)
         lever = ask.get("lever")
         payload = args["payload"] if "payload" in args else ask.get("payload")
         spec = (
@@ -10799,11 +10503,7 @@ class Warden:
             if state.mandate and ask.get("about") in ("lever", "model")
             else None
         )
-        problem = (
-            spec
-            and spec["takes"] in ("diff", "file")
-            and content_problem(spec["takes"], payload, state.directory)
-        )
+        problem = spec and content_problem(spec["takes"], payload, state.directory)
         done = self.carry_out(
             state,
             approval_rule(state, seq, ask, payload, "payload" in args, problem, int(time.time())),
@@ -10841,11 +10541,7 @@ class Warden:
                 raise Fail(
                     EX_DATAERR, f"{lever} takes json, and the payload is not JSON: {bad}"
                 ) from None
-        content_why = (
-            content_problem(spec["takes"], payload, state.directory)
-            if spec is not None and spec["takes"] in ("diff", "file") and isinstance(payload, str)
-            else None
-        )
+        content_why = spec and content_problem(spec["takes"], payload, state.directory)
         done = self.carry_out(state, person_proposal_rule(state, lever, payload, content_why))
         seq, action = done[0][1], done[-1][1]
         return [
@@ -10853,35 +10549,62 @@ class Warden:
             + (f"runs as action #{action}" if action else "runs once its check passes")
         ]
 
+    def approve_ratchet(self, state, seq, ask):
+        """A person approved delegating a lever: write the mandate change and adopt it, as avsm add
+        would."""
+        path = os.path.join(state.directory, "mandate.yaml")
+        new = ask.get("mandate")
+        if not new:
+            raise Fail(
+                EX_DATAERR,
+                f"ask #{seq} carries no mandate change; edit {path} by hand and run avsm add",
+            )
+        mandate = parse_mandate(new, path, state.directory)
+        refuse(ratchet_change_problem(state, mandate))
+        self.carry_out(state, [Write(ratchet_approval(state, seq, ask))])
+        with open(path + ".avsm-new", "w", encoding="utf-8") as fh:
+            fh.write(new)
+        os.replace(path + ".avsm-new", path)
+        adopted = self.adopt(
+            state,
+            mandate,
+            mandate_record(
+                state.name,
+                state.directory,
+                new,
+                f"adopted {state.name} with {ask['lever']} delegated, as approved in #{seq} "
+                f"(sha256 {text_sha256(new)[:16]})",
+                approval_of=seq,
+            ),
+        )
+        return [
+            f"#{seq} approved: {ask['lever']} is delegated in {path}, adopted as mandate #{adopted}"
+        ]
+
     def do_deny(self, args, err):
         state, seq, ask = self.find_ask(args)
-        self.append(denial_record(state, seq, ask))
-        if ask.get("canary"):
-            return self.trust.canary_answer(state, seq, ask, approved=False)
-        return [f"#{seq} denied"]
+        self.carry_out(state, denial_rule(state, seq, ask))
+        return [canary_result(state, seq, ask, False)[1] if ask.get("canary") else f"#{seq} denied"]
 
     def do_pause(self, args, err):
         state = self.venture(args.get("venture"))
         if state.paused:
             return [f"{state.name} is already paused"]
-        self.pause(
-            state,
-            new_record("pause", state.name, "declared", summary=f"a person paused {state.name}"),
-        )
+        self.carry_out(state, person_rule(state, "pause"))
         return [f"{state.name} paused; nothing of it runs until avsm resume {state.name}"]
 
     def do_resume(self, args, err):
         state = self.venture(args.get("venture"))
         if not state.paused:
             return [f"{state.name} is not paused"]
-        self.append(new_record("resume", state.name, summary=f"a person resumed {state.name}"))
+        self.carry_out(state, person_rule(state, "resume"))
         self.check_runnable(state)
         still = still_past_lines(state)
         if state.mandate is None:
             return [f"{state.name} resumed, but it cannot run: {state.problem}"]
         self.schedule.enter(state.name, time.monotonic())
         self.keeper.reset(state.name)
-        self.keeper.start_keep(state)
+        self.carry_out(state, self.keeper.start_keep(state))
         return [f"{state.name} resumed"] + still
 
 

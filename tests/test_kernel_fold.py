@@ -63,7 +63,7 @@ def test_a_running_check_is_folded_and_a_restart_ends_it_unpassed():
     led = Kept(CHECKED)
     basis = ("permitted", [], ["a person asks"])
     assert avsm.prove(led.state, "lower", led.at + 1, basis).ok
-    begun = led.add(avsm.begun_record(led.state, "check", "lower"))
+    begun = led.add(next(avsm.begun(led.state, "check", "lower")).record)
     again = led.refolded()
     assert led.state.checking == again.checking == {"lower": begun}
     assert not avsm.prove(again, "lower", led.at + 1, basis).ok
@@ -137,3 +137,13 @@ def test_what_the_kernel_reads_is_in_the_slots_and_json():
     for name in FOLDED:
         assert name in avsm.VentureState.__slots__ and json.loads(json.dumps(getattr(state, name))) \
             == getattr(state, name)
+
+
+def test_no_room_is_handed_a_way_to_write():
+    """Issue 36 item 1: the rooms return intents; only the warden's carry_out appends, so no room's
+    constructor takes append, carry_out, pause, adopt or its owner."""
+    import inspect
+    for room in (avsm.Rounds, avsm.Keeper, avsm.Levers, avsm.Worlds, avsm.Decisions):
+        taken = set(inspect.signature(room).parameters)
+        assert not taken & {"append", "carry_out", "pause", "adopt", "warden"}, (room, taken)
+    assert not hasattr(avsm, "Trust"), "the ratchet's and the canary's records are the kernel's"

@@ -878,11 +878,13 @@ def test_decide_problem_says_why_no_decision_runs():
 def test_denial_record_names_the_lever_but_not_a_canarys():
     """ASK-03: a denial is a declared record citing its ask, naming the ask's lever; a canary's names none."""
     state = Ledger(READ).state
-    assert avsm.denial_record(state, 4, {"lever": "wipe"}) == {
+    def denial(seq, ask):
+        return next(avsm.denial_rule(state, seq, ask)).record
+    assert denial(4, {"lever": "wipe"}) == {
         "kind": "denial", "claim": "declared", "venture": V, "ask": 4, "lever": "wipe",
         "summary": "a person denied ask #4 (wipe)"}
-    assert avsm.denial_record(state, 4, {"about": "guard"})["summary"] == "a person denied ask #4"
-    assert avsm.denial_record(state, 5, {"lever": "wipe", "canary": True}) == {
+    assert denial(4, {"about": "guard"})["summary"] == "a person denied ask #4"
+    assert denial(5, {"lever": "wipe", "canary": True}) == {
         "kind": "denial", "claim": "declared", "venture": V, "ask": 5, "summary": "a person denied ask #5"}
 
 
@@ -944,6 +946,7 @@ def test_run_start_record_says_started_or_restarted():
     its pid and command, and says restarted after an exit."""
     text = READ.replace("cadence: 10s\n", "cadence: 10s\nrun: ./serve\n")
     state = Ledger(text).state
-    assert avsm.run_start_record(state, 41, False) == {"kind": "start", "claim": "measured", "venture": V, "pid": 41,
-                                                       "command": "./serve", "summary": "run started (pid 41)"}
-    assert avsm.run_start_record(state, 42, True)["summary"] == "run restarted (pid 42)"
+    assert avsm.run_started(state, 41, False)[0].record == {
+        "kind": "start", "claim": "measured", "venture": V, "pid": 41, "command": "./serve",
+        "summary": "run started (pid 41)"}
+    assert avsm.run_started(state, 42, True)[0].record["summary"] == "run restarted (pid 42)"
