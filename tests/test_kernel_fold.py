@@ -50,6 +50,16 @@ class Kept(Ledger):
         return states[V]
 
 
+def same_state(led):
+    """Assert every slot of the live state equals the one folded again from the first record (what a
+    snapshot of the venture serializes), and return the refolded state."""
+    again = led.refolded()
+    for name in avsm.VentureState.__slots__:
+        if name != "__dict__":
+            assert getattr(led.state, name) == getattr(again, name), name
+    return again
+
+
 def approve(led, lever):
     ask = led.add({"kind": "ask", "claim": "measured", "venture": V, "about": "lever", "lever": lever,
                    "question": "?", "summary": "?"})
@@ -64,7 +74,7 @@ def test_a_running_check_is_folded_and_a_restart_ends_it_unpassed():
     basis = ("permitted", [], ["a person asks"])
     assert avsm.prove(led.state, "lower", led.at + 1, basis).ok
     begun = led.add(next(avsm.begun(led.state, "check", "lower")).record)
-    again = led.refolded()
+    again = same_state(led)
     assert led.state.checking == again.checking == {"lower": begun}
     assert not avsm.prove(again, "lower", led.at + 1, basis).ok
     done = led.run(avsm.interrupted_rule(led.state, led.at + 5, 5))
@@ -73,6 +83,7 @@ def test_a_running_check_is_folded_and_a_restart_ends_it_unpassed():
     assert led.state.checking == led.refolded().checking == {}
     assert avsm.prove(led.refolded(), "lower", led.at + 1, basis).ok
     assert led.run(avsm.interrupted_rule(led.state, led.at + 6, 5)) == [], "once"
+    same_state(led)
 
 
 def test_a_ratchet_forecast_in_flight_is_folded_and_made_again_after_a_restart():
@@ -83,7 +94,7 @@ def test_a_ratchet_forecast_in_flight_is_folded_and_made_again_after_a_restart()
     approve(led, "lower")
     done = led.run(avsm.ratchet_rule(led.state, "lower", 1))
     assert [type(i).__name__ for i in done] == ["Forecast", "Write"] and done[1].record["what"] == "forecast"
-    again = led.refolded()
+    again = same_state(led)
     assert led.state.ratchet_forecasts == again.ratchet_forecasts == {"lower": led.seq}
     assert list(avsm.ratchet_rule(again, "lower", 1)) == [], "its forecast runs: not a second"
     done = led.run(avsm.interrupted_rule(led.state, led.at + 5, 1))
@@ -94,6 +105,7 @@ def test_a_ratchet_forecast_in_flight_is_folded_and_made_again_after_a_restart()
     assert [type(i).__name__ for i in done] == ["Forecast", "Ratchet"], "no forecast can be made: it asks"
     assert led.state.ratchet_forecasts == led.refolded().ratchet_forecasts == {}
     assert not avsm.ratchet_due(led.state, "lower", 1), "asked"
+    same_state(led)
 
 
 def test_a_ratchet_forecast_ended_writes_it_then_the_ask():
@@ -127,7 +139,7 @@ def test_the_world_state_is_folded_from_the_prediction_that_changed_it():
     assert led.refolded().world_state == {"n": 1}
     seq = led.add(report(7))
     led.run(avsm.world_rule(led.state, seq, None, [dict(out[0], state=None)], None))
-    assert led.state.world_state is None and led.refolded().world_state is None
+    assert led.state.world_state is None and same_state(led).world_state is None
 
 
 def test_what_the_kernel_reads_is_in_the_slots_and_json():
