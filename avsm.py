@@ -2194,6 +2194,7 @@ RECORD_KINDS = {
         ("resolved", "measured", "ask", "audit"),
         ("canary", "measured", "ask passed", ""),
         ("check", "measured", "lever ok status note", ""),
+        ("begun", "measured", "lever what", ""),    # a check or a ratchet's forecast started
         ("action", "measured", "lever proof by",
          "basis approval check side guard payload proposal"),
         ("outcome", "measured", "lever action ok status duration note", "ended_by"),
@@ -2206,7 +2207,8 @@ RECORD_KINDS = {
         ("exit", "measured", "status", "pid uptime restart_in"),
         ("escalation", "measured", "from to why", ""),
         ("answer", "measured", "escalation cited", "note"),
-        ("prediction", "inferred", "report median p10 p90", "value members source lever guards"),
+        ("prediction", "inferred", "report median p10 p90",
+         "value members source lever guards state"),
         ("calibration.", "measured", "prediction report crps skill coverage",
          "persistence brier rolling_skill rolling_coverage rolling"),
         ("world", "measured", "ok note", "report"),
@@ -2887,10 +2889,6 @@ class LedgerWriter:
         self.backlog.append(record)
         return None
 
-    def append_together(self, records):
-        """Append `records` in one transaction and fold each, or raise LedgerDown."""
-        return [self.append(record) for record in records]
-
     def write(self, record, at=None, hold=False):
         """Append one record and fold it into its venture; raise what SQLite raised."""
         at = int(time.time()) if at is None else at
@@ -3071,6 +3069,7 @@ class VentureState:
         "scored",
         "world_failing",
         "world_state",
+        "checking",
         "proposals",
         "asks_made",
         "counted",
@@ -3119,8 +3118,9 @@ class VentureState:
         self.effects = {}             # action seq -> a run whose expected effect is not yet judged
         self.misses = {}              # lever -> misses in a row (revoke_after)
         self.suspended = {}           # lever -> the ask whose approval restores its delegation
-        # levers whose ratchet ask waits on its forecast (not folded: a restart asks again)
-        self.ratchet_forecasts = set()
+        # lever -> seq of the `begun` forecast its ratchet ask waits on
+        self.ratchet_forecasts = {}
+        self.checking = {}            # lever -> seq of the `begun` check its run waits on
         # seq of an unspent approval (or a person's own proposal) -> {"lever", "payload", "ask"}
         self.grants = {}
         self.checks = {}              # seq of a passed lever check no action has cited yet -> lever
@@ -3132,8 +3132,7 @@ class VentureState:
         self.scored = 0               # calibration scores in the ledger
         # the last world record is a failed step: the next failure writes nothing
         self.world_failing = False
-        # the state the world command returned last (not folded: a restart starts from null)
-        self.world_state = None
+        self.world_state = None       # the state the world command returned last (a prediction's)
         # seq of a model's proposal of an action no action, ask or refusal answered yet -> lever
         self.proposals = {}
         # the metrics' counters, over every record (a _total never goes back at a restart)
@@ -3145,10 +3144,6 @@ class VentureState:
         return self.sides.setdefault(
             name, {"armed": True, "streak": [], "asked": False, "stuck": None, "seen": False}
         )
-
-    # the levers whose check runs now: not folded (no record starts one, and avsmd ends a dead
-    # warden's groups, checks too); a class default: only a venture with a check running has its own
-    checking = frozenset()
 
 
 def text_sha256(text):
@@ -3185,6 +3180,7 @@ def fold(state, seq, at, record):
         )
         state.sides = {}              # the old permissions end with the old mandate
         state.guards, state.audits, state.peak, state.approvals = {}, {}, None, {}
+        state.ratchet_forecasts = {}
         return state
     if kind == "report":
         state.counted["reports"] += 1
@@ -3252,6 +3248,8 @@ def fold(state, seq, at, record):
             state.guards[record["guard"]]["acted"] = record.get("episode")
         if record.get("about") == "implausible":
             state.implausible_ask = seq
+        if record.get("about") == "ratchet":
+            state.ratchet_forecasts.pop(record.get("lever"), None)
         fold_controller_intent(state, record)
     elif kind == "proposal":
         if (
@@ -3269,9 +3267,15 @@ def fold(state, seq, at, record):
             # one a check still holds may wait; no more are kept
             if len(state.proposals) > HISTORY:
                 del state.proposals[next(iter(state.proposals))]
+    elif kind == "begun":
+        waits = state.checking if record.get("what") == "check" else state.ratchet_forecasts
+        waits[record.get("lever")] = seq
     elif kind == "check":
+        state.checking.pop(record.get("lever"), None)
         if record.get("ok"):
             state.checks[seq] = record.get("lever")
+    elif kind == "forecast" and record.get("why") == "ratchet":
+        state.ratchet_forecasts.pop(record.get("lever"), None)
     elif kind in ("approval", "denial", "resolved"):
         if kind == "approval" and "lever" in record:
             state.grants[seq] = {
@@ -3289,6 +3293,7 @@ def fold(state, seq, at, record):
             state.misses[asked.get("lever")] = 0
         elif kind == "denial" and lever and asked.get("about") != "interrupted":
             state.approvals[lever] = 0          # "it did not happen" denies no lever
+            state.ratchet_forecasts.pop(lever, None)        # no ratchet ask is due
         # settled (it ran), or seen: no ask again in it
         if asked.get("about") == "stuck" and asked.get("side"):
             state.side(asked["side"]).update(
@@ -3703,6 +3708,26 @@ def report_read(state, value, failure):
             yield Write(guard_record(state, guard, dd, why, "%"))
 
 
+def reading_read(state, what, name, value, failure, text, late=False):
+    """A guard, audit or reading program ended, or could not start: yield its record; a guard's
+    reading that came after its round settled (`late`) has the guard rules run on it alone."""
+    item = next(i for i in state.mandate[what + "s"] if i["name"] == name)
+    if what == "guard":
+        yield Write(guard_record(state, item, value, failure, ""))
+        if late:
+            yield from guard_rules(state)
+    elif what == "audit":
+        yield Write(audit_record(state, name, value, failure, text))
+    else:
+        yield Write(reading_record(state, item, value, failure, text))
+
+
+def unread_rule(state, unread, why):
+    """Yield the record of each guard, audit or reading `unread` [(what, name)] not read: why."""
+    for what, name in unread:
+        yield Write(unread_record(state, what, name, why))
+
+
 def unread_record(state, what, name, why):
     """Return the record of guard, audit or reading `name` not read this round (`why`): a guard not
     read neither trips nor clears (past: null); a reading's record is inferred."""
@@ -4065,6 +4090,8 @@ def content_problem(takes, payload, directory):
     """Return why a diff or file payload would reach outside the venture directory, or None.
 
     A file payload is its relative path on the first line and the content after it."""
+    if not isinstance(payload, str):
+        return None
     if takes == "diff":
         paths = diff_paths(payload)
         if not paths:
@@ -4401,6 +4428,18 @@ def forecast_record(state, extra, output, status, ended_by):
     return record
 
 
+def forecast_rule(state, extra, output, status, ended_by, n):
+    """A forecast program ended: yield its inferred record, which shows and never authorizes (none
+    when a pause or a stop cut it short); a ratchet ask waiting on it follows (`n`: the config's
+    ratchet)."""
+    seq = line = None
+    if ended_by not in ("pause", "stop"):
+        record = forecast_record(state, extra, output, status, ended_by)
+        seq, line = (yield Write(record)), record["summary"]
+    if extra["why"] == "ratchet":
+        yield from ratchet_rule(state, extra["lever"], n, (seq, line))
+
+
 # ---- world models -----------------------------------------------------------------
 # With `world:` or `calibration:` (WORLD-05), each trusted report brings an inferred prediction of
 # the next, from the world command (open point 38) or the built-in baseline. A trusted next report
@@ -4464,6 +4503,8 @@ def fold_world(state, seq, at, record, previous):
     elif kind == "prediction":
         state.prediction = (seq, record)
         state.world_failing = False
+        if "state" in record:           # written when the world's state changed
+            state.world_state = record["state"]
     elif kind == "world":
         state.world_failing = not record.get("ok")
     elif kind.startswith("calibration."):
@@ -4652,8 +4693,11 @@ def world_rule(state, report_seq, lever, outputs, failure):
         if seen and guard.get("bound") is not None:
             past = sum(1 for v in seen if crossed(guard["side"], guard["bound"], v))
             chances[guard["name"]] = round(past / len(seen), 6)
-    yield Write(prediction_record(state, report_seq, [o["metric"] for o in outputs], lever, chances,
-                                  world=True))
+    record = prediction_record(state, report_seq, [o["metric"] for o in outputs], lever, chances,
+                               world=True)
+    if outputs[0]["state"] != state.world_state:    # the first seed's state: the world's next input
+        record["state"] = outputs[0]["state"]
+    yield Write(record)
 
 
 WORLD_FORECAST_CALLS = 400  # world steps (seeds x steps) a forecast makes; then the horizon is cut
@@ -4854,11 +4898,13 @@ def decide(state, report_seq, value):
 # ---- the gate ---------------------------------------------------------------
 
 Verdict = collections.namedtuple(
-    "Verdict", "ok proof why needs_ask asked stuck", defaults=(None, "", False, None, None)
+    "Verdict", "ok proof why needs_ask asked stuck action",
+    defaults=(None, "", False, None, None, None),
 )
 Verdict.__doc__ = """The gate's answer: ok with a proof, or why not (and whether a person may
 approve it). asked: what the gate was asked, kept by the action so its proof re-checks from the
-ledger alone. stuck: (reason, when) of a refusal that will not clear within the round."""
+ledger alone. stuck: (reason, when) of a refusal that will not clear within the round. action:
+the seq of the action written on it, as the warden sends it back to a rule."""
 
 
 def cap_window(state, lever, now):
@@ -5407,7 +5453,7 @@ def recheck_ledger(rows, parse=None):
 
 Write = collections.namedtuple("Write", "record at", defaults=(None,))
 Write.__doc__ = "Append this record (at `at`, when given)."
-Pause = collections.namedtuple("Pause", "record")
+Pause = collections.namedtuple("Pause", "record at", defaults=(None,))
 Pause.__doc__ = "Append this pause record, and end what the venture runs."
 Gate = collections.namedtuple(
     "Gate",
@@ -5420,6 +5466,28 @@ Forecast = collections.namedtuple("Forecast", "lever")
 Forecast.__doc__ = "Forecast the venture before the ratchet ask; the rule is sent whether it began."
 Ratchet = collections.namedtuple("Ratchet", "lever forecast line")
 Ratchet.__doc__ = "Write the ratchet ask for `lever`, citing forecast #`forecast`."
+World = collections.namedtuple("World", "report lever")
+World.__doc__ = "Step the world command's ensemble from report #`report`, `lever` run."
+
+
+def round_settled(state, report_seq, unread, stopping):
+    """A round settles, its metric in and the rest read or late: yield what it settles without
+    (`unread`), what the settling rules call for, then the score of the prediction its report
+    resolves and what the report brings (WORLD-05): the baseline's one-step prediction, or World."""
+    yield from unread_rule(state, unread, "slower than half a second; written when it is done")
+    scores = list(calibration_rule(state))      # written with the next prediction
+    yield from settle_round(state, report_seq)
+    for score in scores:
+        yield score
+    if not prediction_due(state, report_seq, stopping):
+        return
+    lever = state.ran_since[0] if state.ran_since else None
+    if state.mandate["world"] is not None:
+        yield World(report_seq, lever)
+        return
+    members = baseline_members(state, lever)
+    if members:
+        yield Write(prediction_record(state, report_seq, members, lever))
 
 
 def settle_round(state, report_seq):
@@ -5546,17 +5614,8 @@ def unwind_rule(state, guard, reading):
         summary=f"{lever} runs: the unwind of guard {guard['name']}",
     )
     if not verdict.ok:
-        yield Write(
-            new_record(
-                "refusal",
-                state.name,
-                lever=lever,
-                by="guard",
-                guard=guard["name"],
-                why=verdict.why,
-                summary=f"unwind {lever} refused: {verdict.why}",
-            )
-        )
+        yield from refusal(state, lever, verdict.why, f"unwind {lever} refused: {verdict.why}",
+                           by="guard", guard=guard["name"])
 
 
 def audit_rules(state):
@@ -5685,18 +5744,7 @@ def controller_rule(state, side, lever, reports, why):
             state, side, lever, reports, verdict.stuck[0], verdict.stuck[1], verdict.why
         )
     else:
-        yield Write(
-            new_record(
-                "refusal",
-                state.name,
-                lever=lever,
-                by="controller",
-                side=side,
-                why=verdict.why,
-                reports=reports,
-                summary=f"{lever} refused: {verdict.why}",
-            )
-        )
+        yield from refusal(state, lever, verdict.why, by="controller", side=side, reports=reports)
 
 
 STUCK_WAY_OUT = {
@@ -5740,9 +5788,9 @@ def stuck_rule(state, side, lever, reports, reason, clears_at, why):
     way_out = STUCK_WAY_OUT[reason].format(venture=state.name, lever=lever)
     when = f"; the next run is possible at {format_local_time(clears_at)}" if clears_at else ""
     name = state.name
-    yield Write(new_record("refusal", name, lever=lever, by="controller", side=side, why=why + when,
-                           reports=reports, stuck=reason, clears_at=clears_at,
-                           summary=f"{lever} refused, {name} is stuck: {why}{when}; {way_out}"))
+    yield from refusal(state, lever, why + when,
+                       f"{lever} refused, {name} is stuck: {why}{when}; {way_out}", by="controller",
+                       side=side, reports=reports, stuck=reason, clears_at=clears_at)
     if reason != "asked" and not state.side(side)["seen"] and not any(
             a.get("about") == "stuck" and a.get("side") == side for a in state.open_asks.values()):
         yield Write(new_record(
@@ -5800,17 +5848,8 @@ def proposal_rule(state, seq, choice, by, backend, content_why=None, held=None):
     if choice["choice"] == "ask":
         if lever is not None and (forbidden or lever not in m["levers"]):
             why = unnamed
-            yield Write(
-                new_record(
-                    "refusal",
-                    state.name,
-                    lever=lever,
-                    proposal=seq,
-                    by="model",
-                    why=why,
-                    summary=f"the model's ask about {lever} refused: {why}",
-                )
-            )
+            yield from refusal(state, lever, why, f"the model's ask about {lever} refused: {why}",
+                               proposal=seq, by="model")
         else:
             yield Write(
                 new_record(
@@ -5885,17 +5924,7 @@ def proposal_rule(state, seq, choice, by, backend, content_why=None, held=None):
                 )
             )
         return
-    yield Write(
-        new_record(
-            "refusal",
-            state.name,
-            lever=lever,
-            proposal=seq,
-            by="model",
-            why=why,
-            summary=f"{lever} refused: {why}",
-        )
-    )
+    yield from refusal(state, lever, why, proposal=seq, by="model")
 
 
 def ranked_choices(state, choices):
@@ -5929,8 +5958,8 @@ def approval_rule(state, seq, ask, payload, edited, problem, now):
     )
     if problem or not verdict.ok:
         why = problem or verdict.why
-        yield Write(new_record("refusal", state.name, lever=lever, ask=seq, why=why,
-                               summary=f"{lever} refused on approval of #{seq}: {why}"))
+        yield from refusal(state, lever, why, f"{lever} refused on approval of #{seq}: {why}",
+                           ask=seq)
         raise Fail(EX_DATAERR, f"{lever} refused: {why}; ask #{seq} stays open")
     approval = yield Write(
         new_record(
@@ -5949,8 +5978,8 @@ def approval_rule(state, seq, ask, payload, edited, problem, now):
                          extra={"payload": payload} if payload is not None else None)
     # the approval just written is the only change since the gate said yes
     if not verdict.ok:
-        yield Write(new_record("refusal", state.name, lever=lever, ask=seq, why=verdict.why,
-                               summary=f"{lever} refused on approval of #{seq}: {verdict.why}"))
+        yield from refusal(state, lever, verdict.why,
+                           f"{lever} refused on approval of #{seq}: {verdict.why}", ask=seq)
         raise Fail(EX_DATAERR, f"{lever} refused: {verdict.why}")
     yield from unstick_rule(state, ask.get("side"), f"{lever} ran again, approved in #{approval}")
 
@@ -5993,17 +6022,7 @@ def person_proposal_rule(state, lever, payload, content_why):
         )
         why = None if verdict.ok else verdict.why
     if why is not None:
-        yield Write(
-            new_record(
-                "refusal",
-                state.name,
-                lever=lever,
-                proposal=seq,
-                by="person",
-                why=why,
-                summary=f"{lever} refused: {why}",
-            )
-        )
+        yield from refusal(state, lever, why, proposal=seq, by="person")
         raise Fail(EX_DATAERR, f"{lever} refused: {why}")
 
 
@@ -6022,17 +6041,8 @@ def check_rule(state, lever, verdict, summary, by, side, extra, ok, status, note
         )
     )
     if not ok:
-        yield Write(
-            new_record(
-                "refusal",
-                state.name,
-                lever=lever,
-                by=by,
-                check=seq,
-                why=f"its check refused it (#{seq})",
-                summary=f"{lever} refused by its check (#{seq})",
-            )
-        )
+        yield from refusal(state, lever, f"its check refused it (#{seq})",
+                           f"{lever} refused by its check (#{seq})", by=by, check=seq)
         return
     basis, asked = verdict.asked["basis"], verdict.asked
     basis = (basis["rule"], basis["premises"], basis["steps"])
@@ -6045,8 +6055,8 @@ def check_rule(state, lever, verdict, summary, by, side, extra, ok, status, note
                              by=by, side=side, extra=extra, summary=summary, check=seq)
         why = None if verdict.ok else verdict.why
     if why is not None:
-        yield Write(new_record("refusal", state.name, lever=lever, by=by, check=seq, why=why,
-                               summary=f"{lever} refused after its check passed: {why}"))
+        yield from refusal(state, lever, why, f"{lever} refused after its check passed: {why}",
+                           by=by, check=seq)
 
 
 def ratchet_due(state, lever, n):
@@ -6059,14 +6069,25 @@ def ratchet_due(state, lever, n):
         a.get("about") == "ratchet" and a.get("lever") == lever for a in state.open_asks.values())
 
 
-def ratchet_rule(state, lever, n, forecast=None):
+def ratchet_rule(state, lever, n, forecast=None, again=False):
     """Yield what an approval of `lever` (or its forecast in: (seq, line), (None, None) when cut
-    short) calls for: the forecast first and the ask when it is written (FORECAST-01)."""
-    if not ratchet_due(state, lever, n) or lever in state.ratchet_forecasts:
+    short) calls for: the forecast first, its start written, and the ask when it is in
+    (FORECAST-01). again: the forecast a dead warden left is made again."""
+    waits = forecast is None and not again and lever in state.ratchet_forecasts
+    if not ratchet_due(state, lever, n) or waits:
         return
     if forecast is None and (yield Forecast(lever)):
+        yield from begun(state, "forecast", lever)
         return
     yield Ratchet(lever, *(forecast or (None, None)))
+
+
+def begun(state, what, lever):
+    """Yield the record of a check or a ratchet's forecast started: folded, the lever waits on it
+    until its check or forecast record, or the ask, is written."""
+    summary = f"{lever}'s check started" if what == "check" else \
+        f"a forecast started, for the ask to delegate {lever}"
+    yield Write(new_record("begun", state.name, what=what, lever=lever, summary=summary))
 
 
 def ratchet_ask(state, lever, path, new, why, forecast_seq=None, forecast_line=None):
@@ -6153,18 +6174,27 @@ def canary_result(state, seq, ask, approved):
     )
 
 
-def denial_record(state, seq, ask):
-    """Return a person's denial of ask #seq; a canary's names no lever (the canary record says what
-    the answer showed)."""
+def denial_rule(state, seq, ask):
+    """A person denied ask #seq: yield the denial, naming its lever, then a canary's result (its
+    denial names no lever: the canary record says what the answer showed)."""
+    lever = None if ask.get("canary") else ask.get("lever")
+    yield Write(new_record("denial", state.name, ask=seq, **some(lever=lever),
+                           summary=f"a person denied ask #{seq}"
+                                   + (f" ({lever})" if lever else "")))
     if ask.get("canary"):
-        return new_record("denial", state.name, ask=seq, summary=f"a person denied ask #{seq}")
-    return new_record(
-        "denial",
-        state.name,
-        ask=seq,
-        lever=ask.get("lever"),
-        summary=f"a person denied ask #{seq}" + (f" ({ask['lever']})" if ask.get("lever") else ""),
-    )
+        yield Write(canary_result(state, seq, ask, False)[0])
+
+
+def person_rule(state, verb):
+    """A person paused or resumed the venture (`verb`): yield its declared record."""
+    record = new_record(verb, state.name, "declared", summary=f"a person {verb}d {state.name}")
+    yield Pause(record) if verb == "pause" else Write(record)
+
+
+def ratchet_approval(state, seq, ask):
+    """Return a person's approval of ratchet ask #seq, delegating its lever."""
+    return new_record("approval", state.name, ask=seq, about="ratchet",
+                      summary=f"a person approved delegating {ask['lever']} (ask #{seq})")
 
 
 def next_backoff(previous):
@@ -6194,6 +6224,7 @@ def lever_ran(state, lever, verdict, summary, by, side=None, extra=None):
         yield Write(new_record("outcome", state.name, lever=lever, action=seq, ok=True,
                                status="exit 0", duration=0, note="",
                                summary=f"stop ok: {state.name} is paused"))
+    return seq
 
 
 def action_record(state, lever, verdict, summary, by, side=None, extra=None):
@@ -6263,33 +6294,20 @@ def unstarted_outcome(state, lever, action, note, why=None):
                            else f"{lever} failed to start: {note}"))
 
 
-def check_unstarted(state, lever, by, err):
-    """Yield the refusal of `lever`, whose check could not start (`err`)."""
-    yield Write(new_record("refusal", state.name, lever=lever, by=by,
-                           why=f"its check could not start: {err}",
-                           summary=f"{lever} refused: its check could not start"))
+def refusal(state, lever, why, summary=None, **fields):
+    """Yield the refusal of `lever`: why (its summary "LEVER refused: WHY" unless given)."""
+    yield Write(new_record("refusal", state.name, lever=lever, why=why,
+                           summary=summary or f"{lever} refused: {why}", **fields))
 
 
-def unsafe_refusal(state, lever, by, side, extra, unsafe):
-    """Yield the refusal of `lever`, which the gate proved but which is never started: another
-    user could change what it runs (the Writable `unsafe`). Its why ends with the fix."""
-    yield Write(new_record("refusal", state.name, lever=lever, by=by,
-                           why=f"{unsafe.why}; {unsafe.fix}",
-                           **some(side=side, proposal=(extra or {}).get("proposal")),
-                           summary=f"{lever} refused: another user could change what it runs; "
-                                   f"{unsafe.fix}"))
-
-
-def run_start_record(state, pid, restart):
-    """Return the start record of the kept `run` program."""
-    what = "restarted" if restart else "started"
-    return new_record(
-        "start",
-        state.name,
-        pid=pid,
-        command=state.mandate["run"],
-        summary=f"run {what} (pid {pid})",
-    )
+def run_started(state, pid, restart, err=None):
+    """Return the intents of the kept `run` program started as `pid` (again after an exit:
+    `restart`), or not (`err`): its start record, or its exit."""
+    if err is not None:
+        return [Write(new_record("exit", state.name, status="not started",
+                                 summary=f"run could not start: {err}"))]
+    return [Write(new_record("start", state.name, pid=pid, command=state.mandate["run"],
+                             summary=f"run {'re' if restart else ''}started (pid {pid})"))]
 
 
 def restart_rule(state, pid, status, ended_by, uptime, backoff, restarted, active):
@@ -6337,9 +6355,19 @@ def restart_rule(state, pid, status, ended_by, uptime, backoff, restarted, activ
     return again, backoff, delay, records
 
 
-def interrupted_rule(state, now):
+def interrupted_rule(state, now, n):
     """RUN-10: a lever a dead warden left running is never run again blindly: its outcome is not
-    known, and an ask holds the lever until a person says whether it happened."""
+    known, and an ask holds the lever until a person says whether it happened. A check it left
+    running did not pass (its lever did not run); a ratchet's forecast it left is made again (`n`:
+    the config's ratchet)."""
+    for lever, seq in list(state.checking.items()):
+        yield Write(new_record(
+            "check", state.name, lever=lever, ok=False, status="unknown",
+            note="the warden ended while it ran",
+            summary=f"{lever}'s check (#{seq}) was cut off: the warden ended while it ran; "
+                    f"{lever} did not run"))
+    for lever in list(state.ratchet_forecasts):
+        yield from ratchet_rule(state, lever, n, again=True)
     for lever, seq in list(state.running.items()):
         began = next((at for s, at, _ in state.actions.get(lever, []) if s == seq), None)
         at_most = max(0, round(now - began)) if began is not None else None
@@ -6468,6 +6496,44 @@ def unusable_record(state, backend, by, why, call):
         **({"declined": call.pop("declined")} if "declined" in call else {}),
         **some(call=call),
     )
+
+
+def look_record(state, d, look, answer):
+    """Return the record of decision d's model looking `look` up, and the `answer` it was shown."""
+    return new_record("look", state.name, by=d.by, look=look, backend=d.backend,
+                      answer=answer[:NOTE_MAX],
+                      summary=f"the model looked up {json.dumps(look)[:120]}",
+                      # ESC-03: what an escalation brought cites it
+                      **some(call=d.call, escalation=d.escalation))
+
+
+def proposal_record(state, choice, d, ranking):
+    """Return decision d's model's `choice` as an inferred proposal."""
+    lever, reason = choice.get("action"), choice.get("reason", "")
+    return new_record(
+        "proposal", state.name, by=d.by, choice=choice["choice"], backend=d.backend,
+        reason=reason[:TEXT_MAX],
+        summary=f"{d.backend} proposes {choice['choice']}" + (f" {lever}" if lever else "")
+        + (f": {reason[:120]}" if reason else ""),
+        **({"lever": lever} if lever is not None else {}),
+        **{k: choice[k] for k in ("payload",) if k in choice},
+        **some(ranking=ranking and choice["choice"] == "action", escalation=d.escalation,
+               call=d.call))
+
+
+def escalation_record(state, backend, second, why):
+    """Return the escalation of `backend`'s unusable reply (`why`) to the `second` backend."""
+    return new_record("escalation", state.name, **{"from": backend}, to=second, why=why[:NOTE_MAX],
+                      summary=f"asking {second} the same question: {backend}'s reply was unusable"
+                              f" ({why[:120]})")
+
+
+def answer_record(venture, seq, cited, note=None):
+    """Return the answer of escalation #seq: the records it `cited`, or "unusable" (ESC-04)."""
+    shown = "unusable" if cited == "unusable" else "records " + ", ".join(f"#{c}" for c in cited)
+    return new_record("answer", venture, escalation=seq, cited=cited, **some(note=note),
+                      summary=f"escalation #{seq} answered: {shown}"
+                              + (f" ({note})" if note else ""))
 
 
 def escalation_to(state, cfg, backend, asked, stopping):
@@ -8234,8 +8300,7 @@ class RolesCalls:
 
     def from_roles(self, message):
         callback = self.roles_calls.pop(message.get("rid"), None)
-        if callback is not None:
-            callback(message)
+        return callback(message) if callback is not None else None
 
 
 def read_json_adapter(name, reading, url, key):
@@ -8302,13 +8367,9 @@ def start_spread(i, count, cadence):
 
 class Schedule:
     """When each venture's next round is due, soonest first (a heap, as sched.scheduler keeps its
-    queue).
-
-    enter(name, at)        -- the venture's next round is due at monotonic time `at`, replacing the
-    time it had soonest(active)        -- the first due time of a venture for which active(name)
-    holds, or None pop_due(now, active)   -- yield (due time, venture) of each such venture due by
-    `now`, taking it off the queue resume(now)            -- every venture due by `now` at the
-    latest: the ledger takes writes again """
+    queue): enter(name, at) replaces its due time; soonest(active) is the first of a venture that
+    is active(name); pop_due(now, active) yields (due time, venture) of each due by `now`;
+    resume(now) makes every venture due by `now` at the latest (the ledger takes writes again)."""
 
     def __init__(self):
         self.due = {}                 # venture -> monotonic time its next round is due
@@ -8341,26 +8402,12 @@ class Schedule:
 
 class Rounds:
     """The rounds in flight: a venture's metric, with every guard, audit and reading read beside it.
-    Handed the config and home, the venture states, the children table and spawn, append, carry_out
-    (the settling rules' intents) and start_prediction (the round's prediction and scores, written
-    together)."""
+    Its methods return the intents of what was read (report_read, reading_read, round_settled).
+    Handed the config and home, the venture states, the children table, spawn and stopping()."""
 
-    def __init__(
-        self, cfg, home, ventures, children, spawn, append, carry_out, start_prediction, debug=False
-    ):
-        self.cfg, self.home, self.ventures, self.children, self.spawn = (
-            cfg,
-            home,
-            ventures,
-            children,
-            spawn,
-        )
-        self.append, self.carry_out, self.start_prediction, self.debug = (
-            append,
-            carry_out,
-            start_prediction,
-            debug,
-        )
+    def __init__(self, cfg, home, ventures, children, spawn, stopping, debug=False):
+        self.cfg, self.home, self.ventures, self.children = cfg, home, ventures, children
+        self.spawn, self.stopping, self.debug = spawn, stopping, debug
         # venture -> the round in flight: metric seq, guards pending, deadline
         self.rounds = {}
         self.round_number = 0
@@ -8387,27 +8434,28 @@ class Rounds:
         running = {
             (c.purpose, c.extra.get("name")) for c in self.children if c.venture == state.name
         }
-        for what, item, start in round_plan(m, running):
+        plan = round_plan(m, running)
+        busy = [(what, item["name"]) for what, item, start in plan if not start]
+        yield from unread_rule(state, busy, "its last read is still running")
+        for what, item, start in plan:
             if not start:
-                self.append(
-                    unread_record(state, what, item["name"], "its last read is still running")
-                )
                 continue
+            limit = reading_limit(item)
             if item.get("adapter"):
-                started = self.start_adapter(
-                    state, what, item["name"], item["adapter"], reading_limit(item)
-                )
+                failed = self.start_adapter(state, what, item["name"], item["adapter"], limit)
             else:
-                started = self.start_reading(
-                    state, what, item["name"], item["run"], reading_limit(item), True
-                )
-            if started:
+                failed = self.start_reading(state, what, item["name"], item["run"], limit, True)
+            if failed is None:
                 self.rounds[state.name]["pending"].add((what, item["name"]))
+            else:
+                yield from failed
         # the report last: one that cannot start settles the round at once, the rest in it by then
         if m["adapter"]:
-            self.start_adapter(state, "report", None, m["adapter"], reading_limit(m))
+            failed = self.start_adapter(state, "report", None, m["adapter"], reading_limit(m))
         else:
-            self.start_reading(state, "report", None, ["./report"], reading_limit(m), shell=False)
+            failed = self.start_reading(state, "report", None, ["./report"], reading_limit(m),
+                                        shell=False)
+        yield from failed or ()
 
     def start_adapter(self, state, what, name, adapter, timeout):
         """A built-in adapter reads apart like any command; stripe and github get their url and key
@@ -8426,14 +8474,15 @@ class Rounds:
                     {"url": (where or {}).get("url"), "key": key, "problem": problem}
                 ).encode()
             )
-        started = self.start_reading(
+        failed = self.start_reading(
             state, what, name, cached_command("adapter", words), timeout, False, stdin_path=secret
         )
         if secret:
             os.unlink(secret)                   # the child holds it open; the name goes now
-        return started
+        return failed
 
     def start_reading(self, state, what, name, args, timeout, shell, stdin_path=None):
+        """Start one reading program; return None, or the intents of one that could not start."""
         try:
             child = self.spawn(
                 what, state, args, timeout=timeout, shell=shell, payload_file=stdin_path
@@ -8443,79 +8492,54 @@ class Rounds:
                 "round": self.rounds[state.name]["number"],
                 "limit": timeout,
             }
-            return True
+            return None
         except OSError as err:
             if what == "report":
-                self.record_report(state, None, f"could not start: {err}")
-            else:
-                self.reading_done_values(state, what, name, None, f"could not start: {err}", "")
-            return False
+                return self.record_report(state, None, f"could not start: {err}")
+            return reading_read(state, what, name, None, f"could not start: {err}", "")
 
     def report_done(self, state, child, status):
         if child.ended_by in ("pause", "stop"):
-            return                      # a report cut short by a pause or a stop is no reading
+            return None                 # a report cut short by a pause or a stop is no reading
         value, failure = read_metric_output(child, status)
         if child.ended_by == "timeout":
             failure = timed_out_note(reading_limit(state.mandate))
-        self.record_report(state, value, failure)
+        return self.record_report(state, value, failure)
 
     def record_report(self, state, value, failure):
-        """Write what the report read calls for (report_read); then the round may settle."""
-        seq = self.carry_out(state, report_read(state, value, failure))[0][1]
+        """Yield what the report read calls for (report_read); then the round may settle."""
+        yield from report_read(state, value, failure)
         round_ = self.rounds.get(state.name)
         if round_ is not None:
-            round_["metric"] = seq
-        self.maybe_settle(state)
+            round_["metric"] = state.last_report[0]
+        yield from self.maybe_settle(state)
 
     def reading_done(self, state, child, status):
-        """A guard, audit or reading command ended: write its record, then the round may settle."""
+        """A guard, audit or reading command ended: its record, then the round may settle."""
         what, name = child.purpose, child.extra["name"]
         if child.ended_by in ("pause", "stop"):
             return
         value, failure = read_metric_output(child, status, with_output=what != "guard")
         if child.ended_by == "timeout":
             failure = timed_out_note(child.extra["limit"])
-        self.reading_done_values(
-            state, what, name, value, failure, "\n".join(output_lines(child.out, child.cut)[0])
-        )
         round_ = self.rounds.get(state.name)
-        if not read_late(child.extra.get("round"), round_):
+        late = read_late(child.extra.get("round"), round_)
+        text = "\n".join(output_lines(child.out, child.cut)[0])
+        yield from reading_read(state, what, name, value, failure, text, late)
+        if not late:
             round_["pending"].discard((what, name))
-            self.maybe_settle(state)
-        elif what == "guard" and state.mandate is not None:
-            # a slow guard's reading: its round settled without it
-            self.carry_out(state, guard_rules(state))
-
-    def reading_done_values(self, state, what, name, value, failure, text):
-        items = state.mandate[{"guard": "guards", "audit": "audits"}.get(what, "readings")]
-        item = next(i for i in items if i["name"] == name)
-        if what == "guard":
-            self.append(guard_record(state, item, value, failure, ""))
-        elif what == "audit":
-            self.append(audit_record(state, item["name"], value, failure, text))
-        else:
-            self.append(reading_record(state, item, value, failure, text))
+            yield from self.maybe_settle(state)
 
     def maybe_settle(self, state, now=None):
         round_ = self.rounds.get(state.name)
         unread = round_unread(round_, time.monotonic() if now is None else now)
-        if unread is None:
-            return
-        for what, name in unread:
-            self.append(
-                unread_record(
-                    state, what, name, "slower than half a second; written when it is done"
-                )
-            )
-        del self.rounds[state.name]
-        # written with the next prediction
-        scores = [intent.record for intent in calibration_rule(state)]
-        self.carry_out(state, settle_round(state, round_["metric"]))
-        self.start_prediction(state, round_["metric"], scores)
+        if unread is not None:
+            del self.rounds[state.name]
+            yield from round_settled(state, round_["metric"], unread, self.stopping())
 
     def settle_all(self, now):
         for name in list(self.rounds):
-            self.maybe_settle(self.ventures[name], now)
+            yield self.ventures[name], self.maybe_settle(self.ventures[name], now)
 
     def deadlines(self):
         return [
@@ -8529,11 +8553,12 @@ class Rounds:
 
 class Keeper:
     """Keeps each venture's `run` program alive, restarting it as `restart:` says, with back-off;
+    its methods return the intents of what it started or what ended (run_started, restart_rule).
     keep: venture -> {child, backoff, restart, next_start, restarts}, for avsm status and the page.
     """
 
-    def __init__(self, ventures, spawn, append, active):
-        self.ventures, self.spawn, self.append, self.active = ventures, spawn, append, active
+    def __init__(self, ventures, spawn, active):
+        self.ventures, self.spawn, self.active = ventures, spawn, active
         self.keep = {}                # venture -> the `run` program's keeper state
 
     def start_keep(self, state):
@@ -8542,27 +8567,23 @@ class Keeper:
                 state.name, {"child": None, "backoff": 0, "restart": False, "next_start": None}
             )
             if keep["child"] is None and keep["next_start"] is None:
-                self.start_run(state)
+                return self.start_run(state)
+        return []
 
     def start_run(self, state):
         keep = self.keep[state.name]
         if not self.active(state) or not state.mandate["run"]:
-            return
+            return []
         try:
             keep["child"] = self.spawn("run", state, state.mandate["run"], shell=True)
         except OSError as err:
             keep["child"] = None
-            self.append(
-                new_record(
-                    "exit", state.name, status="not started", summary=f"run could not start: {err}"
-                )
-            )
-            return
+            return run_started(state, None, False, err)
         keep["restarts"] = keep.get("restarts", 0) + (1 if keep["restart"] else 0)
-        self.append(run_start_record(state, keep["child"].pid, keep["restart"]))
+        return run_started(state, keep["child"].pid, keep["restart"])
 
     def run_done(self, state, child, status):
-        """The kept program ended: record it, then restart as `restart:` says, with back-off (open
+        """The kept program ended: its exit, then a restart as `restart:` says, with back-off (open
         point 31)."""
         keep = self.keep[state.name]
         keep["child"] = None
@@ -8576,20 +8597,20 @@ class Keeper:
             keep["restart"],
             self.active(state),
         )
-        for record in records:
-            self.append(record)
+        intents = [Write(record) for record in records]
         if again:
             keep["restart"] = True
             if delay:
                 keep["next_start"] = time.monotonic() + delay
             else:
-                self.start_run(state)
+                intents += self.start_run(state)
+        return intents
 
     def start_due(self, now):
         for name, keep in self.keep.items():
             if keep.get("next_start") is not None and now >= keep["next_start"]:
                 keep["next_start"] = None
-                self.start_run(self.ventures[name])
+                yield self.ventures[name], self.start_run(self.ventures[name])
 
     def wakeups(self):
         return [k["next_start"] for k in self.keep.values() if k.get("next_start") is not None]
@@ -8604,40 +8625,33 @@ class Keeper:
 
 
 class Levers:
-    """Runs the levers the gate proved: writes each action, starts the lever apart, writes its
-    outcome.
+    """Runs the levers the gate proved, a lever with `check:` only once its check exits 0 and the
+    gate agrees again; its methods return the intents of what it started or what ended. Holds
+    nothing of its own: a lever's state is its Child. Handed the config and spawn."""
 
-    run_lever(state, lever, verdict, summary, by, ...)  -- write the action and start the lever (or
-    its check first) start_check, check_done        -- a lever with `check:` runs only once its
-    check exits 0 and the gate agrees again run_research                   -- the research lever: a
-    question out, inferred facts back (lever_done) lever_done(state, child, status)  -- the lever
-    ended: write its outcome
-
-    Holds nothing of its own: a lever's state is its Child. Handed the config, spawn and
-    carry_out."""
-
-    def __init__(self, cfg, spawn, carry_out):
-        self.cfg, self.spawn, self.carry_out = cfg, spawn, carry_out
+    def __init__(self, cfg, spawn):
+        self.cfg, self.spawn = cfg, spawn
 
     def run_lever(self, state, lever, verdict, summary, by, side=None, extra=None, checked=False):
-        """Write the action with the gate's proof and question, then start the lever apart; its
-        outcome comes when it ends.
-
-        A lever with `check:` runs its check first (open point 27); only a check that exits 0 lets
-        it run. Returns the action's seq, or None while the check runs."""
+        """Yield the action with the gate's proof and question, then start the lever apart; its
+        outcome comes when it ends. A lever with `check:` runs its check first (open point 27); only
+        a check that exits 0 lets it run."""
         spec = state.mandate["levers"].get(lever)
         if spec is not None and spec["check"] and not checked:
-            return self.start_check(state, lever, verdict, summary, by, side, extra)
+            yield from self.start_check(state, lever, verdict, summary, by, side, extra)
+            return
         own = [spec["run"]] if spec is not None and spec["run"] not in (None, "mail.send") else []
         unsafe = lever != "stop" and owner_problem(state.directory, own)
         if unsafe:                      # before its action: a lever others could change never runs
-            self.carry_out(state, unsafe_refusal(state, lever, by, side, extra, unsafe))
-            return None
+            yield from refusal(state, lever, f"{unsafe.why}; {unsafe.fix}",
+                               f"{lever} refused: another user could change what it runs; "
+                               f"{unsafe.fix}", by=by,
+                               **some(side=side, proposal=(extra or {}).get("proposal")))
+            return
         mail, mail_problem = mail_to_send(spec, self.cfg, (extra or {}).get("payload"))
-        ran = lever_ran(state, lever, verdict, summary, by, side, extra)
-        seq = self.carry_out(state, ran)[0][1]
+        seq = yield from lever_ran(state, lever, verdict, summary, by, side, extra)
         if lever == "stop":
-            return seq
+            return
         spec = state.mandate["levers"][lever]
         payload = (extra or {}).get("payload")
         data = (
@@ -8645,16 +8659,22 @@ class Levers:
             if payload is None
             else (payload if isinstance(payload, str) else json.dumps(payload)).encode()
         )
-        if lever == "research":
-            return self.run_research(state, seq, payload, spec)
-        run = spec["run"]
-        if run == "mail.send":
+        run, more = spec["run"], {}
+        if lever == "research":     # a question out to the config's command, inferred facts back
+            run, more = self.cfg.get("research"), {"cwd": state.directory, "head": REPLY_MAX}
+            data = json.dumps({"venture": state.name, "question": payload}).encode()
+            if not run:
+                why = "config.yaml names no research: command"
+                yield from unstarted_outcome(state, lever, seq, why,
+                                             why + " (no provider is built in)")
+                return
+        elif run == "mail.send":
             if mail is None:
-                self.carry_out(state, unstarted_outcome(state, lever, seq, "", mail_problem))
-                return seq
+                yield from unstarted_outcome(state, lever, seq, "", mail_problem)
+                return
             run, data = self.cfg["adapters"]["mail"]["command"], mail.text.encode()
         try:
-            if spec["takes"] == "file" and isinstance(payload, str):
+            if spec["takes"] == "file" and isinstance(payload, str) and not more:   # not research
                 write_venture_file(state.directory, payload)
             payload_file = write_payload(data) if data is not None else None
             child = self.spawn(
@@ -8666,6 +8686,7 @@ class Levers:
                 lever=lever,
                 payload_file=payload_file,
                 checked=own == [run],
+                **more,
             )
             child.extra = {
                 "lever": lever,
@@ -8674,8 +8695,7 @@ class Levers:
                 "payload_file": payload_file,
             }
         except OSError as err:
-            self.carry_out(state, unstarted_outcome(state, lever, seq, str(err)))
-        return seq
+            yield from unstarted_outcome(state, lever, seq, str(err))
 
     def start_check(self, state, lever, verdict, summary, by, side, extra):
         payload = (extra or {}).get("payload")
@@ -8697,105 +8717,48 @@ class Levers:
             )
         except OSError as err:
             os.unlink(path)
-            self.carry_out(state, check_unstarted(state, lever, by, err))
-            return None
+            return refusal(state, lever, f"its check could not start: {err}",
+                           f"{lever} refused: its check could not start", by=by)
         child.extra = {
             "lever": lever,
             "run": (lever, verdict, summary, by, side, extra),
             "payload_file": path,
         }
-        state.checking = state.checking | {lever}   # until it ends, the gate refuses the lever
-        return None
+        return begun(state, "check", lever)     # the gate refuses the lever until its check ends
 
     def check_done(self, state, child, status):
         """A lever's check ended: 0 lets the lever run, with the check's record among its
         premises."""
         os.unlink(child.extra["payload_file"])
         lever, verdict, summary, by, side, extra = child.extra["run"]
-        state.checking = state.checking - {lever}
         ok = status == 0 and not child.ended_by
-        self.carry_out(
-            state,
-            check_rule(
-                state,
-                lever,
-                verdict,
-                summary,
-                by,
-                side,
-                extra,
-                ok,
-                describe_status(status),
-                child.note()[-NOTE_MAX:] if not ok else "",
-                child.ended_by or describe_status(status),
-            ),
-        )
-
-    def run_research(self, state, seq, question, spec):
-        """The research lever: the question goes to the config's research command; what comes back
-        is inferred facts."""
-        command = self.cfg.get("research")
-        if not command:
-            why = "config.yaml names no research: command"
-            self.carry_out(state, unstarted_outcome(state, "research", seq, why,
-                                                    why + " (no provider is built in)"))
-            return seq
-        path = write_payload(json.dumps({"venture": state.name, "question": question}).encode())
-        try:
-            child = self.spawn(
-                "lever",
-                state,
-                command,
-                timeout=spec["timeout"],
-                shell=True,
-                lever="research",
-                payload_file=path,
-                cwd=state.directory,
-                head=REPLY_MAX,
-            )
-            child.extra = {
-                "lever": "research",
-                "action": seq,
-                "timeout": spec["timeout"],
-                "payload_file": path,
-            }
-        except OSError as err:
-            self.carry_out(state, unstarted_outcome(state, "research", seq, str(err)))
-        return seq
+        return check_rule(state, lever, verdict, summary, by, side, extra, ok,
+                          describe_status(status), child.note()[-NOTE_MAX:] if not ok else "",
+                          child.ended_by or describe_status(status))
 
     def lever_done(self, state, child, status):
         if child.extra.get("payload_file"):
             with contextlib.suppress(OSError):
                 os.unlink(child.extra["payload_file"])
-        self.carry_out(
+        return lever_outcome(
             state,
-            lever_outcome(
-                state,
-                child.extra["lever"],
-                child.extra["action"],
-                status,
-                child.ended_by,
-                round(time.monotonic() - child.started, 3),
-                child.extra["timeout"],
-                child.note(),
-                output_lines(child.out, child.cut)[0],
-            ),
+            child.extra["lever"],
+            child.extra["action"],
+            status,
+            child.ended_by,
+            round(time.monotonic() - child.started, 3),
+            child.extra["timeout"],
+            child.note(),
+            output_lines(child.out, child.cut)[0],
         )
 
 
 class Worlds:
-    """Forecasts and world-model predictions, each made apart from the loop in groups of their own.
-    Handed its warden, for the config, spawn, append and append_together, carry_out (the world and
-    ratchet rules' intents) and whether it is stopping."""
+    """Forecasts and world-model predictions, each made apart from the loop in groups of their own;
+    its methods return the intents of what came of them. Handed the config, spawn and stopping()."""
 
-    def __init__(self, warden):
-        self.warden, self.cfg, self.spawn, self.append = (
-            warden,
-            warden.cfg,
-            warden.spawn,
-            warden.append,
-        )
-        self.append_together, self.carry_out = warden.append_together, warden.carry_out
+    def __init__(self, cfg, spawn, stopping):
+        self.cfg, self.spawn, self.stopping = cfg, spawn, stopping
         # venture -> the ensemble of world steps in flight for its last report
         self.worlds = {}
 
@@ -8803,22 +8766,22 @@ class Worlds:
         for name in [name for name, job in self.worlds.items() if job["report"] >= seq]:
             del self.worlds[name]
 
-    def start_forecast(self, state, why, lever=None):
+    def start_forecast(self, state, why, lever=None, decision=None):
         """Forecast the venture apart from the loop (FORECAST-06): the forecast program in a group
         of its own, its facts on standard input; the record is written when it is done. `seeds: 0`
-        turns forecasts off. """
-        f = self.cfg["forecast"] or FORECAST_DEFAULT
-        if not f["seeds"] or self.warden.stopping:
+        turns forecasts off. A `decision`'s packet is forecast here only through a world (issue 11
+        item 6); return whether one started. """
+        f = self.cfg["forecast"] or (PACKET_FORECAST if decision else FORECAST_DEFAULT)
+        if not f["seeds"] or self.stopping() or decision and not state.mandate["world"]:
             return False
         # through the world, with world:
         facts = world_forecast_facts(state, f["days"], f["seeds"], time.time())
-        payload = write_payload(json.dumps(facts).encode())
+        payload = write_payload(json.dumps(dict(facts, **some(packet=bool(decision)))).encode())
         try:
             child = self.spawn("forecast", state, cached_command("forecast", []), timeout=600,
                                payload_file=payload, runs=[state.mandate["world"]])     # steps it
-            child.extra = {"days": f["days"], "seeds": f["seeds"], "why": why, "lever": lever}
-            if why == "ratchet":
-                state.ratchet_forecasts.add(lever)
+            child.extra = {"days": f["days"], "seeds": f["seeds"], "why": why, "lever": lever,
+                           "decision": decision}
         except OSError as err:
             log(True, "warden", f"{state.name}: no forecast: {err}")
             return False
@@ -8827,36 +8790,16 @@ class Worlds:
         return True
 
     def forecast_done(self, state, child, status):
-        """Write the forecast the program printed: an inferred record, which shows and never
-        authorizes; a ratchet ask waiting on it follows."""
-        extra, seq, line = child.extra, None, None
-        # cut short, a ratchet ask is made without it
-        if child.ended_by not in ("pause", "stop"):
-            record = forecast_record(state, extra, bytes(child.out), status, child.ended_by)
-            seq, line = self.append(record), record["summary"]
-        if extra["why"] == "ratchet":
-            state.ratchet_forecasts.discard(extra["lever"])
-            self.carry_out(
-                state, ratchet_rule(state, extra["lever"], self.cfg["ratchet"], (seq, line))
-            )
+        return forecast_rule(state, child.extra, bytes(child.out), status, child.ended_by,
+                             self.cfg["ratchet"])
 
-    def start_prediction(self, state, report_seq, scores=()):
-        """A trusted report's one-step prediction (WORLD-05): the baseline's at once (a few sums),
-        written in one transaction with the round's `scores`; or an ensemble of world steps, each in
-        a group of its own with its seed, its record written when all are done."""
-        m, records = state.mandate, list(scores)
-        if not prediction_due(state, report_seq, self.warden.stopping):
-            return self.append_together(records)
-        lever = state.ran_since[0] if state.ran_since else None
-        if m["world"] is None:
-            members = baseline_members(state, lever)
-            if members:
-                records.append(prediction_record(state, report_seq, members, lever))
-            return self.append_together(records)
-        self.append_together(records)
+    def step(self, state, report_seq, lever):
+        """A trusted report's one-step prediction through the world (WORLD-05): an ensemble of
+        world steps, each in a group of its own with its seed, its record written when all are
+        done."""
         if self.worlds.get(state.name):
             # still stepping from an earlier report: this one brings no prediction
-            return
+            return ()
         job = {
             "report": report_seq,
             "lever": lever,
@@ -8875,7 +8818,7 @@ class Worlds:
                 child = self.spawn(
                     "world",
                     state,
-                    m["world"],
+                    state.mandate["world"],
                     timeout=WORLD_TIMEOUT,
                     shell=True,
                     payload_file=path,
@@ -8887,18 +8830,17 @@ class Worlds:
                 job["failure"] = job["failure"] or f"could not start: {err}"
             finally:
                 os.unlink(path)             # the child holds it open
-        if job["left"] == 0:
-            self.world_settle(state, job)
+        return self.world_settle(state, job) if job["left"] == 0 else ()
 
     def world_done(self, state, child, status):
         """One world step ended: over its time, over 64 KiB, a non-zero exit or output that does not
         hold is a failed step (open point 38); the ensemble is settled when its last step is in."""
         job = child.extra.get("job")
         if job is None or self.worlds.get(state.name) is not job:
-            return
+            return None
         if child.ended_by in ("pause", "stop", "a new mandate"):
             del self.worlds[state.name]
-            return
+            return None
         out, failure = world_step_result(
             state.mandate,
             child.oversized,
@@ -8912,110 +8854,32 @@ class Worlds:
         else:
             job["outputs"][child.extra["index"]] = out
         job["left"] -= 1
-        if job["left"] == 0:
-            self.world_settle(state, job)
+        return self.world_settle(state, job) if job["left"] == 0 else None
 
     def world_settle(self, state, job):
-        """All steps of an ensemble are in: the first seed's state is the world's next input; the
-        kernel says what to write."""
+        """All steps of an ensemble are in: the kernel says what to write."""
         self.worlds.pop(state.name, None)
         outputs = [job["outputs"][i] for i in sorted(job["outputs"])]
-        if job["failure"] is None and outputs:
-            state.world_state = outputs[0]["state"]
         if state.mandate is not None:
-            self.carry_out(
-                state, world_rule(state, job["report"], job["lever"], outputs, job["failure"])
-            )
+            return world_rule(state, job["report"], job["lever"], outputs, job["failure"])
+        return None
 
 
-class Trust:
-    """Growing trust, carefully: the ratchet ask (when is ratchet_rule's) and the canary asks.
-
-    raise_ratchet(state, lever, ...)  -- write the ask to delegate a lever, carrying the mandate
-    change approve_ratchet(state, seq, ask)  -- a person approved it: write the mandate change and
-    adopt it canary_answer(state, seq, ask, approved)  -- write how a canary ask was answered
-
-    Handed the config, append and adopt (a mandate in force, as avsm add puts it)."""
-
-    def __init__(self, cfg, append, adopt):
-        self.cfg, self.append, self.adopt = cfg, append, adopt
-
-    def raise_ratchet(self, state, lever, forecast_seq, forecast_line):
-        """Write the ratchet ask, carrying the mandate file with `lever` delegated (or why it
-        cannot)."""
-        path = os.path.join(state.directory, "mandate.yaml")
-        try:
-            new, why = delegate_lever(read_mandate_file(path), lever, path), None
-        except (OSError, Fail, ValueError) as err:
-            new, why = None, str(err)
-        return self.append(ratchet_ask(state, lever, path, new, why, forecast_seq, forecast_line))
-
-    def approve_ratchet(self, state, seq, ask):
-        """A person approved delegating a lever: write the mandate change and adopt it, as avsm add
-        would."""
-        path = os.path.join(state.directory, "mandate.yaml")
-        new = ask.get("mandate")
-        if not new:
-            raise Fail(
-                EX_DATAERR,
-                f"ask #{seq} carries no mandate change; edit {path} by hand and run avsm add",
-            )
-        mandate = parse_mandate(new, path, state.directory)
-        refuse(ratchet_change_problem(state, mandate))
-        self.append(new_record("approval", state.name, ask=seq, about="ratchet",
-                               summary=f"a person approved delegating {ask['lever']} (ask #{seq})"))
-        with open(path + ".avsm-new", "w", encoding="utf-8") as fh:
-            fh.write(new)
-        os.replace(path + ".avsm-new", path)
-        adopted = self.adopt(
-            state,
-            mandate,
-            mandate_record(
-                state.name,
-                state.directory,
-                new,
-                f"adopted {state.name} with {ask['lever']} delegated, as approved in #{seq} "
-                f"(sha256 {text_sha256(new)[:16]})",
-                approval_of=seq,
-            ),
-        )
-        return [
-            f"#{seq} approved: {ask['lever']} is delegated in {path}, adopted as mandate #{adopted}"
-        ]
-
-    def canary_answer(self, state, seq, ask, approved):
-        record, line = canary_result(state, seq, ask, approved)
-        self.append(record)
-        return [line]
+def ratchet_text(state, lever):
+    """Return (the mandate file's path, its text with `lever` delegated or None, why not)."""
+    path = os.path.join(state.directory, "mandate.yaml")
+    try:
+        return path, delegate_lever(read_mandate_file(path), lever, path), None
+    except (OSError, Fail, ValueError) as err:
+        return path, None, str(err)
 
 
 class Decision:
     """One model decision in flight, from its packet to the lines its asker is shown."""
 
-    __slots__ = (
-        "venture",
-        "by",
-        "backend",
-        "reply_id",
-        "id",
-        "looks",
-        "lines",
-        "escalation",
-        "escalation_looks",
-        "packet",
-        "request",
-        "call",
-        "world_forecast",
-    )
-
     def __init__(self, venture, by, backend, reply_id, id):
-        self.venture, self.by, self.backend, self.reply_id, self.id = (
-            venture,
-            by,
-            backend,
-            reply_id,
-            id,
-        )
+        self.venture, self.by, self.backend, self.reply_id = venture, by, backend, reply_id
+        self.id = id
         # the model's look-ups and their answers, shown in the next packet
         self.looks = []
         self.lines = []               # what `avsm decide` prints when the decision is done
@@ -9032,26 +8896,15 @@ class Decision:
 
 class Decisions:
     """Letting a model choose: packet -> roles -> backend -> roles -> proposals -> gate. Grants
-    nothing. Handed its warden, for the home, config, ledger (read for the packet and look-ups),
-    venture states, spawn, append, the channel to avsmd and the roles process, carry_out (the
-    proposal rule's intents), and stopping."""
+    nothing; the steps that write yield intents. Handed the home, config, ledger (read for the
+    packet and look-ups), venture states, spawn, the channel's tell, to_roles, the worlds'
+    start_forecast and stopping()."""
 
-    def __init__(self, warden):
+    def __init__(self, home, cfg, ledger, ventures, spawn, tell, to_roles, forecast, stopping):
         import socket
-        self.warden, self.home, self.cfg, self.ledger, self.ventures = (
-            warden,
-            warden.home,
-            warden.cfg,
-            warden.ledger,
-            warden.ventures,
-        )
-        self.spawn, self.append, self.tell, self.to_roles = (
-            warden.spawn,
-            warden.append,
-            warden.avsmd.tell,
-            warden.roles.to_roles,
-        )
-        self.carry_out = warden.carry_out
+        self.home, self.cfg, self.ledger, self.ventures = home, cfg, ledger, ventures
+        self.spawn = spawn
+        self.tell, self.to_roles, self.forecast, self.stopping = tell, to_roles, forecast, stopping
         self.results, self.decision_count = [], 0    # HTTP replies handed back by call threads
         # escalation seq -> its decision, until its answer is written
         self.escalations = {}
@@ -9078,39 +8931,24 @@ class Decisions:
         self.build(d)
         return d
 
+    def ask_roles(self, d, message, then):
+        """Send the roles process `message`; its answer goes to then(d, answer), whose intents are
+        the decision's venture's."""
+        self.to_roles(message, lambda answer: (self.ventures[d.venture], then(d, answer)))
+
     def build(self, d):
+        """Build the packet and have the roles process make the request. With `world:`, the packet's
+        forecast is stepped through the world command first (issue 11 item 6), apart from the loop:
+        built again when it is in (packet_forecast_done)."""
         state = self.ventures[d.venture]
-        if d.world_forecast is False and self.start_packet_forecast(state, d):
-            # built again when the world's forecast is in (packet_forecast_done)
-            return
+        if d.world_forecast is False:
+            d.world_forecast = None
+            if self.forecast(state, "packet", decision=d):
+                return
         d.packet = self.packet(state, d.looks)
         if d.world_forecast:
             d.packet["forecast"] = d.world_forecast
-        self.to_roles(
-            {"op": "build", "packet": d.packet}, lambda answer: self.call_backend(d, answer)
-        )
-
-    def start_packet_forecast(self, state, d):
-        """With `world:`, start the packet's forecast through the world command (issue 11 item 6):
-        the forecast program in a group of its own, so the world's steps never hold up the loop;
-        return whether it started. Without it, or with forecasts off, the roles process makes the
-        packet's forecast from the baseline. """
-        f = self.cfg["forecast"] or PACKET_FORECAST
-        d.world_forecast = None
-        if not state.mandate["world"] or not f["seeds"] or self.warden.stopping:
-            return False
-        facts = dict(world_forecast_facts(state, f["days"], f["seeds"], time.time()), packet=True)
-        payload = write_payload(json.dumps(facts).encode())
-        try:
-            child = self.spawn("forecast", state, cached_command("forecast", []), timeout=600,
-                               payload_file=payload, runs=[state.mandate["world"]])
-            child.extra = {"why": "packet", "decision": d, "days": f["days"], "seeds": f["seeds"]}
-        except OSError as err:
-            log(True, "warden", f"{state.name}: the packet's forecast through the world: {err}")
-            return False
-        finally:
-            os.unlink(payload)
-        return True
+        self.ask_roles(d, {"op": "build", "packet": d.packet}, self.call_backend)
 
     def packet_forecast_done(self, state, child, status):
         """The packet's forecast through the world is in, or why not: build the packet with it."""
@@ -9134,6 +8972,8 @@ class Decisions:
         self.build(d)
 
     def call_backend(self, d, answer):
+        """Yield what the roles process's request for the backend comes to: a `command` backend
+        runs apart (backend_done); an HTTP call runs in a thread (results_ready)."""
         import threading
         if "error" in answer:
             return self.finish_decision(
@@ -9164,16 +9004,18 @@ class Decisions:
                 child.extra = {"decision": d, "request_file": path}
             except OSError as err:
                 os.unlink(path)
-                self.got_reply(d, None, f"could not start {backend['run']}: {err}")
+                yield from self.got_reply(d, None, f"could not start {backend['run']}: {err}")
             return
         try:
             key = read_keys(self.home).get(backend.get("key")) if backend.get("key") else None
         except Fail as fail:
-            return self.got_reply(d, None, str(fail))
+            yield from self.got_reply(d, None, str(fail))
+            return
         if backend.get("key") and key is None:
-            return self.got_reply(
+            yield from self.got_reply(
                 d, None, f"HOME/keys has no {backend['key']}=...; add it (chmod 600)"
             )
+            return
 
         def call():
             try:
@@ -9192,116 +9034,82 @@ class Decisions:
         why = reply_failure(
             self.cfg["backends"][d.backend]["run"], child.oversized, child.ended_by, status
         )
-        self.got_reply(d, None if why else bytes(child.out), why)
+        return self.got_reply(d, None if why else bytes(child.out), why)
 
     def results_ready(self, wake):
+        """Yield (state, intents) of each reply an HTTP call's thread handed back."""
         with contextlib.suppress(OSError):
             wake.recv(4096)
         while self.results:
             d, data, why, facts = self.results.pop(0)
             d.call = facts
-            self.got_reply(d, data, why)
+            yield self.ventures[d.venture], self.got_reply(d, data, why)
 
     def got_reply(self, d, data, why):
         import base64
         if why is not None:
-            return self.unusable(d, why)
-        self.to_roles({"op": "parse", "data": base64.b64encode(data).decode(), "packet": d.packet},
-                      lambda parsed: self.parsed(d, parsed))
+            yield from self.unusable(d, why)
+            return
+        self.ask_roles(d, {"op": "parse", "data": base64.b64encode(data).decode(),
+                           "packet": d.packet}, self.parsed)
 
     def parsed(self, d, parsed):
         state = self.ventures[d.venture]
         if "error" in parsed:
-            return self.unusable(
+            yield from self.unusable(
                 d, f"the roles process could not parse the reply: {parsed['error']}"
             )
+            return
         if "unusable" in parsed:
-            return self.unusable(d, parsed["unusable"])
+            yield from self.unusable(d, parsed["unusable"])
+            return
         if "look" in parsed:
             look = parsed["look"]
             answer = self.look_up(state, look)
-            seq = self.append(
-                new_record(
-                    "look",
-                    state.name,
-                    by=d.by,
-                    look=look,
-                    backend=d.backend,
-                    answer=answer[:NOTE_MAX],
-                    summary=f"the model looked up {json.dumps(look)[:120]}",
-                    # ESC-03: what an escalation brought cites it
-                    **some(call=d.call, escalation=d.escalation),
-                )
-            )
+            seq = yield Write(look_record(state, d, look, answer))
             if d.escalation is not None:
                 d.escalation_looks.append(seq)
             d.lines.append(f"#{seq} look {json.dumps(look)}")
             d.looks.append({"look": look, "answer": answer})
-            return self.build(d)
+            self.build(d)
+            return
         cited, ranking = [], is_ranking(parsed["choices"])
         for choice, held, not_proposed in ranked_choices(state, parsed["choices"]):
             if not_proposed:
                 d.lines.append(not_proposed)
                 continue
-            cited += self.propose(state, choice, d, held=held, ranking=ranking)
+            cited += yield from self.propose(state, choice, d, held=held, ranking=ranking)
         if d.escalation is not None:
-            self.answer_escalation(d, d.escalation_looks + cited)
+            yield from self.answer_escalation(d, d.escalation_looks + cited)
         self.finish_decision(d)
 
     def unusable(self, d, why):
         """An unusable reply changes nothing; with escalate: in the config, the second backend is
         asked the same question."""
         state = self.ventures[d.venture]
-        seq = self.append(unusable_record(state, d.backend, d.by, why, d.call))
+        seq = yield Write(unusable_record(state, d.backend, d.by, why, d.call))
         d.lines.append(f"#{seq} unusable: {why[:200]}")
         if d.escalation is not None:
-            self.answer_escalation(d, "unusable")
+            yield from self.answer_escalation(d, "unusable")
             return self.finish_decision(d)
         second, why_not = escalation_to(
-            state, self.cfg, d.backend, d.request is not None, self.warden.stopping
+            state, self.cfg, d.backend, d.request is not None, self.stopping()
         )
         if why_not:
             d.lines.append(why_not)
         if second is None:
             return self.finish_decision(d)
-        d.escalation = self.append(
-            new_record(
-                "escalation",
-                state.name,
-                **{"from": d.backend},
-                to=second,
-                why=why[:NOTE_MAX],
-                summary=(
-                    f"asking {second} the same question: {d.backend}'s reply was unusable"
-                    f" ({why[:120]})"
-                ),
-            )
-        )
+        d.escalation = yield Write(escalation_record(state, d.backend, second, why))
         d.lines.append(f"#{d.escalation} escalation to {second}")
         self.escalations[d.escalation] = d
         d.backend = second
-        self.call_backend(d, {"system": d.request[0], "user": d.request[1]})
+        yield from self.call_backend(d, {"system": d.request[0], "user": d.request[1]})
 
     def answer_escalation(self, d, cited, note=None):
-        """Write the measured answer of escalation d.escalation: the records it cited, or unusable
+        """Yield the measured answer of escalation d.escalation: the records it cited, or unusable
         (ESC-04)."""
-        seq = d.escalation
-        self.escalations.pop(seq, None)
-        shown = (
-            "unusable"
-            if cited == "unusable"
-            else "records " + ", ".join("#" + str(c) for c in cited)
-        )
-        self.append(
-            new_record(
-                "answer",
-                d.venture,
-                escalation=seq,
-                cited=cited,
-                **some(note=note),
-                summary=f"escalation #{seq} answered: {shown}" + (f" ({note})" if note else ""),
-            )
-        )
+        self.escalations.pop(d.escalation, None)
+        yield Write(answer_record(d.venture, d.escalation, cited, note))
 
     def finish_decision(self, d, error=None):
         if d.reply_id is not None:
@@ -9341,43 +9149,28 @@ class Decisions:
         return "\n".join(found) or f"nothing declared about {look['topic']}"
 
     def propose(self, state, choice, d, held=None, ranking=False):
-        """Write one choice as an inferred proposal, then let the gate judge it; return the records
-        written. `held`: why a ranking's top choice asks a person instead (the calibration bar,
-        WORLD-08); `ranking`: the choice is one of a ranking, which the proposal says, so the
+        """Yield one choice as an inferred proposal, then what the gate makes of it; return the
+        records written. `held`: why a ranking's top choice asks a person instead (the calibration
+        bar, WORLD-08); `ranking`: the choice is one of a ranking, which the proposal says, so the
         re-check holds it to the same bar. """
         lever = choice.get("action")
-        seq = self.append(
-            new_record(
-                "proposal",
-                state.name,
-                by=d.by,
-                choice=choice["choice"],
-                backend=d.backend,
-                reason=choice.get("reason", "")[:TEXT_MAX],
-                summary=f"{d.backend} proposes {choice['choice']}"
-                + (f" {lever}" if lever else "")
-                + (f": {choice.get('reason', '')[:120]}" if choice.get("reason") else ""),
-                **({"lever": lever} if lever is not None else {}),
-                **{k: choice[k] for k in ("payload",) if k in choice},
-                **some(
-                    ranking=ranking and choice["choice"] == "action",
-                    escalation=d.escalation,
-                    call=d.call,
-                ),
-            )
-        )
+        seq = yield Write(proposal_record(state, choice, d, ranking))
         d.lines.append(f"#{seq} proposal {choice['choice']}" + (f" {lever}" if lever else ""))
         spec = state.mandate["levers"].get(lever) if choice["choice"] == "action" else None
-        content_why = (
-            content_problem(spec["takes"], choice.get("payload"), state.directory)
-            if spec and spec["takes"] in ("diff", "file") and isinstance(choice.get("payload"), str)
-            else None
-        )
-        written = [seq]
-        for intent, done in self.carry_out(
-            state, proposal_rule(state, seq, choice, d.by, d.backend, content_why, held)
-        ):
+        payload = choice.get("payload")
+        content_why = spec and content_problem(spec["takes"], payload, state.directory)
+        written, result = [seq], None
+        rule = proposal_rule(state, seq, choice, d.by, d.backend, content_why, held)
+        while True:
+            try:
+                intent = rule.send(result)
+            except StopIteration:
+                return written
+            result = done = yield intent
             if isinstance(intent, Gate):
+                if not result.ok:
+                    continue
+                done = result.action
                 d.lines.append(
                     f"#{done} action {lever}" if done else f"{lever} waits for its check"
                 )
@@ -9391,7 +9184,6 @@ class Decisions:
                 d.lines.append(f"#{done} refusal: {intent.record['why']}")
             if done:
                 written.append(done)
-        return written
 
 
 class Checkpoints:
@@ -9526,11 +9318,12 @@ def newest_signed_checkpoint(directory):
 
 
 class Warden:
-    """The only process that acts: ticks ventures, runs their programs, appends their records.
+    """The only process that acts: ticks ventures, runs their programs, and carries out the
+    kernel's intents (carry_out, the one append).
 
     Its parts each own one kind of state and are handed only what they use: writer, lock,
-    schedule, children, journal, avsmd (the channel), rounds, keeper, levers, worlds, trust, roles
-    and decisions. It keeps the venture states, the loop, the nightly time and whether it stops."""
+    schedule, children, journal, avsmd (the channel), rounds, keeper, levers, worlds, roles and
+    decisions. It keeps the venture states, the loop, the nightly time and whether it stops."""
 
     def __init__(self, home, channel, cfg, debug=False):
         import selectors
@@ -9549,7 +9342,6 @@ class Warden:
             self.refold,
             debug,
         )
-        self.append_together = self.writer.append_together
         self.checkpoints = Checkpoints(home, cfg["checkpoint"], debug)
         self.metrics = Metrics(cfg.get("metrics"), debug)
         self.page_at, self.page_failed = time.monotonic(), None
@@ -9569,23 +9361,15 @@ class Warden:
             debug,
         )
         self.spawn = self.children.spawn
-        self.levers = Levers(cfg, self.spawn, self.carry_out)
-        self.keeper = Keeper(self.ventures, self.spawn, self.append, self.active)
-        self.worlds = Worlds(self)
+        self.levers = Levers(cfg, self.spawn)
+        self.keeper = Keeper(self.ventures, self.spawn, self.active)
+        self.worlds = Worlds(cfg, self.spawn, lambda: self.stopping)
         self.roles = RolesCalls(self.avsmd.tell)
-        self.decisions = Decisions(self)
-        self.trust = Trust(cfg, self.append, self.adopt)
-        self.rounds = Rounds(
-            cfg,
-            home,
-            self.ventures,
-            self.children,
-            self.spawn,
-            self.append,
-            self.carry_out,
-            self.worlds.start_prediction,
-            debug,
-        )
+        self.decisions = Decisions(home, cfg, self.ledger, self.ventures, self.spawn,
+                                   self.avsmd.tell, self.roles.to_roles,
+                                   self.worlds.start_forecast, lambda: self.stopping)
+        self.rounds = Rounds(cfg, home, self.ventures, self.children, self.spawn,
+                             lambda: self.stopping, debug)
         channel.setblocking(False)
         self.sel.register(channel, selectors.EVENT_READ, ("channel", None))
         self.sel.register(
@@ -9611,7 +9395,7 @@ class Warden:
         self.metrics.seen = seq
         for state in self.ventures.values():
             self.check_runnable(state)
-            self.carry_out(state, interrupted_rule(state, time.time()))
+            self.carry_out(state, interrupted_rule(state, time.time(), self.cfg["ratchet"]))
 
     def refold(self, first_lost):
         """Fold every venture again from the ledger, forgetting records from seq `first_lost` on
@@ -9627,15 +9411,8 @@ class Warden:
             fold_ledger(self.ventures, seq, at, record, parse)
         for name, was in old.items():
             state = self.ventures.setdefault(name, was)
-            if state is not was:        # what is not folded from the ledger stays as it was
-                state.mandate, state.problem, state.world_state = (
-                    was.mandate,
-                    was.problem,
-                    was.world_state,
-                )
-                state.ratchet_forecasts = was.ratchet_forecasts
-                if was.checking:
-                    state.checking = was.checking
+            if state is not was:        # what is not folded from the ledger: the mandate's parse
+                state.mandate, state.problem = was.mandate, was.problem
         self.rounds.forget_from(first_lost)
         self.worlds.forget_from(first_lost)
 
@@ -9676,7 +9453,7 @@ class Warden:
                 self.schedule.enter(
                     state.name, now + start_spread(i, len(self.ventures), state.mandate["cadence"])
                 )
-                self.keeper.start_keep(state)
+                self.carry_out(state, self.keeper.start_keep(state))
         while True:
             timeout = self.writer.group_wait(self.next_wakeup(time.monotonic()))
             for key, _ in self.sel.select(timeout):
@@ -9686,7 +9463,8 @@ class Warden:
                     if what == "channel":
                         self.read_channel()
                     elif what == "results":
-                        self.decisions.results_ready(child)
+                        for state, intents in self.decisions.results_ready(child):
+                            self.carry_out(state, intents)
                     elif what == "signal":
                         self.signalled(child)
                     elif child.status is not None:
@@ -9708,9 +9486,8 @@ class Warden:
             if self.stopping and not self.children:
                 # ESC-04: every escalation gets its answer
                 for seq, d in list(self.decisions.escalations.items()):
-                    self.decisions.answer_escalation(
-                        d, "unusable", "avsmd stopped before the answer came"
-                    )
+                    self.carry_out(None, self.decisions.answer_escalation(
+                        d, "unusable", "avsmd stopped before the answer came"))
                 self.children.end_lingering(final=True)
                 self.writer.commit(turn_ends=True)
                 self.avsmd.flush(everything=True)
@@ -9756,7 +9533,7 @@ class Warden:
         record = self.metrics.write(self.ventures, facts, time.time())
         if record is not None:
             with contextlib.suppress(LedgerDown):
-                self.append(record)
+                self.carry_out(None, [Write(record)])
 
     def do_checkpoint(self, args, err):
         self.writer.commit()
@@ -9847,14 +9624,16 @@ class Warden:
             self.schedule.enter(name, at + cadence if at + cadence > now else now + cadence)
             if name not in reporting:
                 # else the report still running goes on to its time limit
-                self.rounds.start_round(state, now)
+                self.carry_out(state, self.rounds.start_round(state, now))
                 reporting.add(name)
-        self.rounds.settle_all(now)
+        for state, intents in self.rounds.settle_all(now):
+            self.carry_out(state, intents)
         # 5. a `run` program whose back-off is over starts again
-        self.keeper.start_due(now)
+        for state, intents in self.keeper.start_due(now):
+            self.carry_out(state, intents)
 
     def settle_child(self, child):
-        """A child ended and its group is gone: the part that started it writes what came of it."""
+        """A child ended and its group is gone: carry out what the room that started it returns."""
         state = self.ventures[child.venture]
         handler = {
             "report": self.rounds.report_done,
@@ -9869,27 +9648,32 @@ class Warden:
         )  # a guard, audit or reading
         if child.purpose == "forecast" and child.extra.get("why") == "packet":
             handler = self.decisions.packet_forecast_done         # a decision's packet waits on it
-        handler(state, child, child.status)
+        self.carry_out(state, handler(state, child, child.status) or ())
 
     def carry_out(self, state, intents):
         """Carry out a rule's intents in order: append, pause, or ask the gate and run what it
         proves. Return [(intent, seq written)]: a Gate's seq is its action's (None when refused or
-        waiting on its check). """
+        waiting on its check). `intents`: a rule's generator, or a list. """
         result, done = None, []
+        if not hasattr(intents, "send"):
+            intents = (intent for intent in intents)
         while True:
             try:
                 intent = intents.send(result)
             except StopIteration:
                 return done
             result, seq = None, None
-            if isinstance(intent, Write):
+            if isinstance(intent, Ratchet):     # the mandate file read: the ask carries its change
+                intent = Write(ratchet_ask(state, intent.lever, *ratchet_text(state, intent.lever),
+                                           intent.forecast, intent.line))
+            if isinstance(intent, (Write, Pause)):
                 seq = result = self.append(intent.record, intent.at)
-            elif isinstance(intent, Pause):
-                self.pause(state, intent.record)
+                if isinstance(intent, Pause):
+                    self.halt(state)
             elif isinstance(intent, Forecast):
                 result = self.worlds.start_forecast(state, "ratchet", intent.lever)
-            elif isinstance(intent, Ratchet):
-                seq = self.trust.raise_ratchet(state, intent.lever, intent.forecast, intent.line)
+            elif isinstance(intent, World):
+                self.carry_out(state, self.worlds.step(state, intent.report, intent.lever))
             else:
                 result = prove(
                     state,
@@ -9902,16 +9686,11 @@ class Warden:
                     check=intent.check,
                 )
                 if result.ok:
-                    seq = self.levers.run_lever(
-                        state,
-                        intent.lever,
-                        result,
-                        intent.summary,
-                        by=intent.by,
-                        side=intent.side,
-                        extra=intent.extra,
-                        checked=intent.check is not None,
-                    )
+                    ran = self.carry_out(state, self.levers.run_lever(
+                        state, intent.lever, result, intent.summary, by=intent.by, side=intent.side,
+                        extra=intent.extra, checked=intent.check is not None))
+                    seq = next((s for i, s in ran if i.record["kind"] == "action"), None)
+                    result = result._replace(action=seq)
                 else:
                     continue            # the rule writes what a refusal calls for
             done.append((intent, seq))
@@ -9922,9 +9701,8 @@ class Warden:
         self.decisions.start_decision(state, "person", reply_id=args["__id"])
         return None                 # answered when the decision is done
 
-    # ---- pause ----
-    def pause(self, state, record):
-        self.append(record)
+    def halt(self, state):
+        """End what a paused venture runs; its kept program waits for the resume."""
         now = time.monotonic()
         for child in self.children:
             if child.venture == state.name:
@@ -9943,7 +9721,7 @@ class Warden:
                 self.begin_stop()       # avsmd's own word: a client's request always carries an id
                 continue
             if message.get("from") == "roles":
-                self.roles.from_roles(message)
+                self.carry_out(*(self.roles.from_roles(message) or (None, ())))
                 continue
             out, err, code = [], [], EX_OK
             try:
@@ -10015,7 +9793,7 @@ class Warden:
                     self.check_runnable(state)
                     if state.mandate is not None and not state.paused:     # fixed: it runs now
                         self.schedule.enter(state.name, time.monotonic())
-                        self.keeper.start_keep(state)
+                        self.carry_out(state, self.keeper.start_keep(state))
                 return [f"{name}: mandate unchanged (#{state.mandate_seq}); nothing written"]
         state = self.ventures.setdefault(name, VentureState(name))
         seq = self.adopt(
@@ -10046,7 +9824,7 @@ class Warden:
         keeper starts the new one), and the venture's next round is due now. Return the record's
         seq."""
         old_run = state.mandate["run"] if state.mandate else None
-        seq = self.append(record)
+        seq = self.carry_out(state, [Write(record)])[0][1]
         state.mandate, state.problem = mandate, None
         if old_run and old_run != mandate["run"]:
             for child in self.children:
@@ -10054,7 +9832,7 @@ class Warden:
                     child.terminate("a new mandate", time.monotonic())
         if not state.paused:
             self.schedule.enter(state.name, time.monotonic())
-            self.keeper.start_keep(state)
+            self.carry_out(state, self.keeper.start_keep(state))
         return seq
 
     def do_health(self, args, err):
@@ -10132,9 +9910,11 @@ class Warden:
         state, seq, ask = self.find_ask(args)
         refuse(approve_problem(state, seq))
         if ask.get("canary"):
-            return self.trust.canary_answer(state, seq, ask, approved=True)
+            record, line = canary_result(state, seq, ask, True)
+            self.carry_out(state, [Write(record)])
+            return [line]
         if ask.get("about") == "ratchet":
-            return self.trust.approve_ratchet(state, seq, ask)
+            return self.approve_ratchet(state, seq, ask)
         lever = ask.get("lever")
         payload = args["payload"] if "payload" in args else ask.get("payload")
         spec = (
@@ -10142,11 +9922,7 @@ class Warden:
             if state.mandate and ask.get("about") in ("lever", "model")
             else None
         )
-        problem = (
-            spec
-            and spec["takes"] in ("diff", "file")
-            and content_problem(spec["takes"], payload, state.directory)
-        )
+        problem = spec and content_problem(spec["takes"], payload, state.directory)
         done = self.carry_out(
             state,
             approval_rule(state, seq, ask, payload, "payload" in args, problem, int(time.time())),
@@ -10184,11 +9960,7 @@ class Warden:
                 raise Fail(
                     EX_DATAERR, f"{lever} takes json, and the payload is not JSON: {bad}"
                 ) from None
-        content_why = (
-            content_problem(spec["takes"], payload, state.directory)
-            if spec is not None and spec["takes"] in ("diff", "file") and isinstance(payload, str)
-            else None
-        )
+        content_why = spec and content_problem(spec["takes"], payload, state.directory)
         done = self.carry_out(state, person_proposal_rule(state, lever, payload, content_why))
         seq, action = done[0][1], done[-1][1]
         return [
@@ -10196,35 +9968,62 @@ class Warden:
             + (f"runs as action #{action}" if action else "runs once its check passes")
         ]
 
+    def approve_ratchet(self, state, seq, ask):
+        """A person approved delegating a lever: write the mandate change and adopt it, as avsm add
+        would."""
+        path = os.path.join(state.directory, "mandate.yaml")
+        new = ask.get("mandate")
+        if not new:
+            raise Fail(
+                EX_DATAERR,
+                f"ask #{seq} carries no mandate change; edit {path} by hand and run avsm add",
+            )
+        mandate = parse_mandate(new, path, state.directory)
+        refuse(ratchet_change_problem(state, mandate))
+        self.carry_out(state, [Write(ratchet_approval(state, seq, ask))])
+        with open(path + ".avsm-new", "w", encoding="utf-8") as fh:
+            fh.write(new)
+        os.replace(path + ".avsm-new", path)
+        adopted = self.adopt(
+            state,
+            mandate,
+            mandate_record(
+                state.name,
+                state.directory,
+                new,
+                f"adopted {state.name} with {ask['lever']} delegated, as approved in #{seq} "
+                f"(sha256 {text_sha256(new)[:16]})",
+                approval_of=seq,
+            ),
+        )
+        return [
+            f"#{seq} approved: {ask['lever']} is delegated in {path}, adopted as mandate #{adopted}"
+        ]
+
     def do_deny(self, args, err):
         state, seq, ask = self.find_ask(args)
-        self.append(denial_record(state, seq, ask))
-        if ask.get("canary"):
-            return self.trust.canary_answer(state, seq, ask, approved=False)
-        return [f"#{seq} denied"]
+        self.carry_out(state, denial_rule(state, seq, ask))
+        return [canary_result(state, seq, ask, False)[1] if ask.get("canary") else f"#{seq} denied"]
 
     def do_pause(self, args, err):
         state = self.venture(args.get("venture"))
         if state.paused:
             return [f"{state.name} is already paused"]
-        self.pause(
-            state,
-            new_record("pause", state.name, "declared", summary=f"a person paused {state.name}"),
-        )
+        self.carry_out(state, person_rule(state, "pause"))
         return [f"{state.name} paused; nothing of it runs until avsm resume {state.name}"]
 
     def do_resume(self, args, err):
         state = self.venture(args.get("venture"))
         if not state.paused:
             return [f"{state.name} is not paused"]
-        self.append(new_record("resume", state.name, summary=f"a person resumed {state.name}"))
+        self.carry_out(state, person_rule(state, "resume"))
         self.check_runnable(state)
         still = still_past_lines(state)
         if state.mandate is None:
             return [f"{state.name} resumed, but it cannot run: {state.problem}"]
         self.schedule.enter(state.name, time.monotonic())
         self.keeper.reset(state.name)
-        self.keeper.start_keep(state)
+        self.carry_out(state, self.keeper.start_keep(state))
         return [f"{state.name} resumed"] + still
 
 

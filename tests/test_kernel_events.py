@@ -107,7 +107,8 @@ def test_a_lever_or_check_that_could_not_start():
                           "note": "no such file", "summary": "lower failed to start: no such file"}
     (mail,) = led.drive(avsm.unstarted_outcome(led.state, "sell", 8, "", "mail.send needs x"))
     assert mail[1]["summary"] == "sell failed: mail.send needs x" and mail[1]["note"] == ""
-    (refusal,) = led.drive(avsm.check_unstarted(led.state, "lower", "controller", "no such file"))
+    (refusal,) = led.drive(avsm.refusal(led.state, "lower", "its check could not start: no such file",
+                                        "lower refused: its check could not start", by="controller"))
     assert refusal[1] == {"kind": "refusal", "claim": "measured", "venture": V, "lever": "lower",
                           "by": "controller", "why": "its check could not start: no such file",
                           "summary": "lower refused: its check could not start"}

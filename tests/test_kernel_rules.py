@@ -391,10 +391,15 @@ def test_ratchet_rule_forecasts_first():
     assert next(rule) == avsm.Forecast("wipe")
     assert list(_rest(rule, False)) == [avsm.Ratchet("wipe", None, None)], "no forecast made: asked at once"
     rule = avsm.ratchet_rule(led.state, "wipe", 2)
-    assert next(rule) == avsm.Forecast("wipe") and list(_rest(rule, True)) == [], "the ask waits on the forecast"
-    led.state.ratchet_forecasts.add("wipe")             # as start_forecast does when it starts one
+    assert next(rule) == avsm.Forecast("wipe")
+    begun = list(_rest(rule, True))
+    assert [(type(i).__name__, i.record["kind"], i.record["what"]) for i in begun] == [("Write", "begun", "forecast")], \
+        "the ask waits on the forecast, whose start is written"
+    led.add(begun[0].record)
     assert list(avsm.ratchet_rule(led.state, "wipe", 2)) == [], "a forecast runs: not again"
-    led.state.ratchet_forecasts.discard("wipe")         # as forecast_done does
+    led.add({"kind": "forecast", "claim": "inferred", "venture": V, "days": 7, "seeds": 8, "why": "ratchet",
+             "lever": "wipe", "summary": "f"})
+    assert led.state.ratchet_forecasts == {}, "its forecast is in"
     assert list(avsm.ratchet_rule(led.state, "wipe", 2, (40, "forecast line"))) == [avsm.Ratchet("wipe", 40, "forecast line")]
     assert list(avsm.ratchet_rule(led.state, "wipe", 2, (None, None))) == [avsm.Ratchet("wipe", None, None)]
     ask = led.add({"kind": "ask", "claim": "measured", "venture": V, "about": "lever", "lever": "wipe", "summary": "?"})
@@ -548,12 +553,12 @@ def test_interrupted_rule_writes_not_known_and_asks_once():
     action = led.add({"kind": "action", "claim": "measured", "venture": V, "lever": "lower", "proof": {}, "by": "x",
                       "summary": "lower runs"})
     assert "lower" in led.state.running
-    done = led.drive(avsm.interrupted_rule(led.state, led.at + 30))
+    done = led.drive(avsm.interrupted_rule(led.state, led.at + 30, 5))
     assert kinds(done) == [("Write", "outcome"), ("Write", "ask")]
     outcome_record, ask = done[0][1], done[1][1]
     assert outcome_record["ok"] is False and outcome_record["duration"] == 30 and outcome_record["action"] == action
     assert ask["about"] == "interrupted" and ask["lever"] == "lower" and ask["action"] == action
-    assert "lower" not in led.state.running and led.drive(avsm.interrupted_rule(led.state, led.at + 60)) == []
+    assert "lower" not in led.state.running and led.drive(avsm.interrupted_rule(led.state, led.at + 60, 5)) == []
 
 
 def test_escalation_to_the_second_backend_or_why_not():
@@ -873,11 +878,13 @@ def test_decide_problem_says_why_no_decision_runs():
 def test_denial_record_names_the_lever_but_not_a_canarys():
     """ASK-03: a denial is a declared record citing its ask, naming the ask's lever; a canary's names none."""
     state = Ledger(READ).state
-    assert avsm.denial_record(state, 4, {"lever": "wipe"}) == {
+    def denial(seq, ask):
+        return next(avsm.denial_rule(state, seq, ask)).record
+    assert denial(4, {"lever": "wipe"}) == {
         "kind": "denial", "claim": "declared", "venture": V, "ask": 4, "lever": "wipe",
         "summary": "a person denied ask #4 (wipe)"}
-    assert avsm.denial_record(state, 4, {"about": "guard"})["summary"] == "a person denied ask #4"
-    assert avsm.denial_record(state, 5, {"lever": "wipe", "canary": True}) == {
+    assert denial(4, {"about": "guard"})["summary"] == "a person denied ask #4"
+    assert denial(5, {"lever": "wipe", "canary": True}) == {
         "kind": "denial", "claim": "declared", "venture": V, "ask": 5, "summary": "a person denied ask #5"}
 
 
@@ -939,6 +946,7 @@ def test_run_start_record_says_started_or_restarted():
     its pid and command, and says restarted after an exit."""
     text = READ.replace("cadence: 10s\n", "cadence: 10s\nrun: ./serve\n")
     state = Ledger(text).state
-    assert avsm.run_start_record(state, 41, False) == {"kind": "start", "claim": "measured", "venture": V, "pid": 41,
-                                                       "command": "./serve", "summary": "run started (pid 41)"}
-    assert avsm.run_start_record(state, 42, True)["summary"] == "run restarted (pid 42)"
+    assert avsm.run_started(state, 41, False)[0].record == {
+        "kind": "start", "claim": "measured", "venture": V, "pid": 41, "command": "./serve",
+        "summary": "run started (pid 41)"}
+    assert avsm.run_started(state, 42, True)[0].record["summary"] == "run restarted (pid 42)"

@@ -13,7 +13,7 @@ import time
 import avsm
 from conftest import ROOT, children, cmdline, make_venture, write
 from test_daemon import LOWER, dial, of, threshold
-from test_kernel_rules import CHECKED, Ledger, kinds, report
+from test_kernel_rules import CHECKED, Ledger, V, kinds, report
 from test_notify import notify_on, of_kind, wait_told
 
 AVSM_PY = os.path.join(ROOT, "avsm.py")
@@ -210,12 +210,13 @@ def test_the_gate_refuses_a_lever_whose_check_runs_and_the_controller_waits_for_
     seq = led.add(report(12))
     basis = avsm.controller_basis(led.state, [seq], "dial 12 > 10")
     assert avsm.prove(led.state, "lower", led.at + 1, basis).ok
-    led.state.checking = {"lower"}              # the warden started its check
+    led.add(next(avsm.begun(led.state, "check", "lower")).record)     # the warden started its check
     refused = avsm.prove(led.state, "lower", led.at + 1, basis)
     assert not refused.ok and refused.why == "lower's check is still running; it runs if that check passes"
     seq = led.add(report(13))
     assert led.drive(avsm.settle_round(led.state, seq)) == []
-    led.state.checking = frozenset()            # it ended
+    led.add({"kind": "check", "claim": "measured", "venture": V, "lever": "lower", "ok": False, "status": "exit 1",
+             "note": "", "summary": "c"})                         # it ended
     seq = led.add(report(14))
     assert kinds(led.drive(avsm.settle_round(led.state, seq))) == [("Gate", "lower")]
 
@@ -239,3 +240,27 @@ def test_a_slow_check_is_started_once_while_rounds_go_on(av, workdir):
     assert len(started) == 1 and len(of(records, "check")) == 1, \
         "\n".join([str(started)] + [r["summary"] for _, _, r in records])
     assert len(of(records, "action")) == 1 and not of(records, "refusal")
+
+
+def test_a_check_running_when_the_warden_dies_is_written_as_not_passed(av, workdir):
+    """Issue 36 item 1, open point 27, RUN-10: a check's start is in the ledger; a warden killed while
+    it runs is restarted, and the check avsmd ended is written as not passed (its lever did not run);
+    the controller then starts one check again, which lets the lever run once."""
+    check = "#!/bin/sh\necho started >> checks\nif [ -e once ]; then exit 0; fi\ntouch once\nsleep 60.107\n"
+    d = dial(workdir, "dial", threshold(extra=", deadband: 1", lever=", check: ./check"), value="50",
+             lower="#!/bin/sh\ntrue\n", check=check)
+    av.start()
+    assert av.cli("add", d).returncode == 0
+    (begun, record), = av.wait_for(lambda rs: of(rs, "begun"), timeout=15, what="the check's start")
+    assert record["what"] == "check" and record["lever"] == "lower"
+    deadline = time.monotonic() + 10
+    while not os.path.exists(os.path.join(d, "once")) and time.monotonic() < deadline:
+        time.sleep(0.02)
+    os.kill(av.wardens()[0], signal.SIGKILL)
+    records = av.wait_for(lambda rs: of(rs, "outcome") and rs, timeout=30, what="the lever's outcome")
+    checks = of(records, "check")
+    assert [(c["ok"], c["status"]) for _, c in checks] == [(False, "unknown"), (True, "exit 0")], checks
+    assert f"(#{begun}) was cut off" in checks[0][1]["summary"]
+    assert len(of(records, "begun")) == 2 and len(of(records, "action")) == 1
+    with open(os.path.join(d, "checks")) as fh:
+        assert len(fh.read().split()) == 2

@@ -2,6 +2,7 @@
 
 import json
 import os
+import signal
 
 from conftest import write
 from test_daemon import dial, of, set_value
@@ -224,3 +225,32 @@ def test_the_canary_count_is_folded_from_the_ledger_and_survives_a_warden_restar
                        what="the canary after the second ask")
     (canary,) = [s for s, r in of(recs, "ask") if r.get("canary")]
     assert canary > second
+
+
+SLOW_WORLD = """#!/bin/sh
+if [ ! -e fast ]; then sleep 5; fi
+echo '{"state": null, "metric": 5, "guards": {}}'
+"""
+
+
+def test_a_ratchet_forecast_cut_off_by_a_dead_warden_is_made_again(av, workdir):
+    """Issue 36 item 1, SELF-02, FORECAST-01: the forecast a ratchet ask waits on starts with a `begun`
+    record; a warden killed while it runs (avsmd ends its group) is restarted, and the kernel, from the
+    folded ledger, makes the forecast again; once it is in, the ratchet ask cites it."""
+    write(os.path.join(av.home, "config.yaml"), "ratchet: 1\nforecast: {days: 1, seeds: 2}\n")
+    d = dial(workdir, "dial", WIPE + "world: ./world\n", value="50", wipe=WIPE_LEVER, world=SLOW_WORLD)
+    av.start()
+    av.cli("add", d)
+    first = ask_for(av, "wipe")
+    assert av.cli("approve", str(first)).returncode == 0
+    (begun, record), = av.wait_for(lambda rs: of(rs, "begun"), timeout=15, what="the forecast's start")
+    assert record["what"] == "forecast" and record["lever"] == "wipe"
+    os.kill(av.wardens()[0], signal.SIGKILL)
+    again = av.wait_for(lambda rs: [s for s, r in of(rs, "begun") if s > begun], timeout=30,
+                        what="the forecast started again")
+    assert not [r for s, r in of(av.records(), "ask") if r.get("about") == "ratchet"], "it waits on it"
+    write(os.path.join(d, "fast"), "")
+    (ratchet, ask), = av.wait_for(lambda rs: [(s, r) for s, r in of(rs, "ask") if r.get("about") == "ratchet"],
+                                  timeout=60, what="the ratchet ask")
+    ahead = [s for s, r in of(av.records(), "forecast") if r.get("why") == "ratchet"]
+    assert len(ahead) == 1 and again[0] < ahead[0] < ratchet and ask["forecast"] == ahead[0], (ahead, ask)

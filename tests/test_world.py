@@ -362,3 +362,27 @@ def test_the_packet_forecast_steps_the_world_with_its_calls_capped(av, workdir):
         if step["lever"] == "lower":
             told.append(step)
     assert len(told) == 4, "each seed's first step of the lever's forecast, and no other, is told the lever"
+
+
+def test_the_world_state_survives_a_warden_restart(av, workdir):
+    """Issue 36 item 1, open point 38: the state the world returned last is in the ledger (the `state` of
+    the prediction it changed), so a warden killed and restarted steps the world on from it, not from
+    null."""
+    import signal
+    os.makedirs(av.home, mode=0o700)
+    write(os.path.join(av.home, "config.yaml"), "forecast: {days: 1, seeds: 0}\n")
+    d = world_venture(workdir)
+    av.start()
+    assert av.cli("add", d).returncode == 0
+    av.wait_for(lambda recs: [r for s, _, r in recs if r["kind"] == "prediction" and r.get("state")], 30,
+                "a prediction carrying the world's state")
+    os.kill(av.wardens()[0], signal.SIGKILL)
+    (restart, _), = av.wait_for(lambda recs: [(s, r) for s, _, r in recs if r["kind"] == "restart"], 30,
+                                "the warden's restart")
+    with open(os.path.join(d, "inputs")) as fh:
+        before = len(fh.readlines())
+    av.wait_for(lambda recs: [1 for s, _, r in recs if s > restart and r["kind"] == "prediction"], 30,
+                "a prediction after the restart")
+    with open(os.path.join(d, "inputs")) as fh:
+        after = [json.loads(line) for line in fh.readlines()[before:]]
+    assert after and all(i["state"] and i["state"]["steps"] >= 1 for i in after), after[:1]
