@@ -3147,8 +3147,7 @@ class VentureState:
 
 
 def text_sha256(text):
-    """Return the sha256 of `text` as UTF-8, in lowercase hex: a mandate's, as `sha256sum` prints
-    it."""
+    """Return the sha256 of `text` as UTF-8 in lowercase hex, as `sha256sum` prints it."""
     import hashlib
     return hashlib.sha256(text.encode()).hexdigest()
 
@@ -3328,8 +3327,7 @@ def fold(state, seq, at, record):
 
 
 def fold_controller_intent(state, record):
-    """A controller's decision spends its excursion: deadband disarms, hold starts counting
-    again."""
+    """A controller's decision spends its excursion: deadband disarms, hold counts again."""
     if record.get("by") != "controller" or "side" not in record or state.mandate is None:
         return
     side = state.side(record["side"])
@@ -3411,10 +3409,7 @@ def step_bounds(mandate):
 
 
 def judge_report(mandate, state, value, failure=None):
-    """Return (status, note) of a new metric report: trusted, unconfirmed, implausible or failed.
-
-    Never acted on: a failed report, NaN, a value outside range, a step past its bound, a flap;
-    with a step bound, the report after an implausible one is unconfirmed until the next agrees."""
+    """Return (status, note) of a new metric report: trusted, unconfirmed, implausible or failed."""
     if failure is not None:
         return "failed", failure
     if value != value:
@@ -3490,16 +3485,14 @@ READING_FIELDS_MAX = 50
 
 
 def reading_limit(item):
-    """Return the seconds a reading program may run: its own `timeout:`, else 10 minutes. A reading
-    still running at its next due time is not ended there: it runs until done or this limit, and its
-    value is the reading (DESIGN). """
+    """Return the seconds a reading program may run: its own `timeout:`, else 10 minutes; one still
+    running at its next due time runs on until done or this limit (DESIGN)."""
     return item.get("timeout") or READING_TIMEOUT
 
 
 def round_plan(mandate, running):
     """Return [(what, item, start)] for a round now due: each guard (but a drawdown guard, read from
-    the metric's report), audit and reading, `start` False when its last read, in `running` as
-    (what, name), is still running:
+    the metric's report), audit and reading; `start` is False when its last read is still `running`:
     that one is written as not read and left to run (RUN-18)."""
     return [
         (what, item, (what, item["name"]) not in running)
@@ -3510,17 +3503,15 @@ def round_plan(mandate, running):
 
 
 def read_late(child_round, round_):
-    """Whether a reading that just ended comes after its round settled without it (`round_` is the
-    round in flight, or None): its record is written all the same, and a guard's rules run on it
-    alone."""
+    """Whether a reading that just ended comes after its round settled without it (`round_`: the
+    round in flight, or None)."""
     return round_ is None or child_round != round_["number"]
 
 
 def round_unread(round_, now):
-    """Return what a round in flight settles without, sorted [(what, name)], once it settles at
-    `now` (monotonic): its metric is in and every guard, audit and reading is read, or its deadline
-    has passed; None while it still waits. Each one it settles without is written as not read, and
-    its reading when done. """
+    """Return what a round in flight settles without, sorted [(what, name)], once its metric is in
+    and every guard, audit and reading is read, or its deadline has passed at `now` (monotonic);
+    None while it still waits."""
     if round_ is None or round_["metric"] is None:
         return None
     if round_["pending"] and now < round_["deadline"]:
@@ -3567,15 +3558,14 @@ def fold_guard(state, seq, record):
 
 def settles_guard(record):
     """Whether a guard reading trips or clears its guard: a trusted one, or a plausible one back
-    inside (open point 32). The gate's fold and the proof's re-check both ask this, so they
-    agree."""
+    inside (open point 32); the gate's fold and the proof's re-check both ask this."""
     return record.get("status") == "trusted" or (
         record.get("status") == "unconfirmed" and not record.get("past")
     )
 
 
 def judge_guard(guard, state, value, failure):
-    """Return (status, past, note) of a guard's new reading; past only means something when
+    """Return (status, past, note) of a guard's new reading; past means something only when
     trusted."""
     if failure is not None:
         return "failed", False, failure
@@ -3611,16 +3601,13 @@ def drawdown_reading(guard, state, report_status, value):
 
 
 def guards_past(state):
-    """Return [(guard name, seq of its episode's first reading)] for guards reading past their
-    bound."""
+    """Return [(guard, seq of its episode's first reading)] for guards reading past their bound."""
     return [(name, info["episode"]) for name, info in state.guards.items() if info["past"]]
 
 
 def still_past_lines(state):
     """Return the lines `avsm resume` adds for each guard whose last reading was past its bound
-    (PAUSE-03): if it still is at its next reading, it pauses the venture again (then: pause); until
-    one is back inside, no lever but stop and its unwind runs. Only that last reading is known: the
-    cause may have been cleared since."""
+    (PAUSE-03). Only that last reading is known: the cause may have been cleared since."""
     then = {g["name"]: g["then"] for g in state.mandate["guards"]} if state.mandate else {}
     return [f"guard {name}: its last reading was past its bound (since #{episode}); "
             + (f"if it still is at its next reading, it pauses {state.name} again"
@@ -3630,9 +3617,9 @@ def still_past_lines(state):
 
 
 def guard_pause_way_out(venture, guard):
-    """Return (what to clear first, the command that resumes) of a pause by guard `guard`, as
-    summary and the notify command give it: a guard is not read while its venture is paused, and
-    the first reading after resume pauses it again if it is still past its bound."""
+    """Return (what to clear first, the command that resumes) of a pause by guard `guard`: a guard
+    is not read while its venture is paused, and the first reading after resume pauses it again if
+    it is still past its bound."""
     return f"clear what puts guard {guard} past its bound", f"avsm resume {venture}"
 
 
@@ -3649,9 +3636,8 @@ def fold_audit(state, seq, record):
 
 
 def audit_worsening(audit, state):
-    """Return why the audit asks (the metric improved over its window while the audit got worse past
-    its tolerance), or None. Compares the latest with the value `window` readings earlier (open
-    point 33). """
+    """Return why the audit asks, or None: the metric improved over its window while the audit,
+    against its value `window` readings earlier, got worse past its tolerance (open point 33)."""
     w = audit["window"]
     values = state.audits.get(audit["name"], {}).get("values", [])
     if len(values) <= w or len(state.trusted) <= w:
@@ -3671,9 +3657,8 @@ def audit_worsening(audit, state):
 
 
 def reading_fields(text, audit_note=None):
-    """Return the kept fields of a reading's output: lines above the number that are addresses
-    (text@text, no spaces or <>,;:, at most 254 characters), at most 50; with an audit, only those
-    it names. """
+    """Return the kept fields of a reading's output: the address lines above the number, at most 50;
+    with an audit, only those it names."""
     lines = [line.strip() for line in text.split("\n") if line.strip()]
     named = None if audit_note is None else set(re.findall(r"[^\s<>,;:]+", audit_note))
     return [line for line in lines[:-1] if len(line) <= 254 and re.fullmatch(ADDRESS, line)
@@ -3681,10 +3666,8 @@ def reading_fields(text, audit_note=None):
 
 
 def held_by(state):
-    """Return (what, seq, note) of the reading that holds the venture implausible, or None.
-
-    A failed or implausible metric report, guard reading or audit reading holds it until a plausible
-    one comes. """
+    """Return (what, seq, note) of the failed or implausible report, guard reading or audit reading
+    that holds the venture implausible until a plausible one comes, or None."""
     if state.last_report and state.last_report[2].get("status") in ("implausible", "failed"):
         seq, at, record = state.last_report
         return f"the {record.get('metric', 'metric')} report", seq, record.get("note")
@@ -3709,8 +3692,8 @@ def report_read(state, value, failure):
 
 
 def reading_read(state, what, name, value, failure, text, late=False):
-    """A guard, audit or reading program ended, or could not start: yield its record; a guard's
-    reading that came after its round settled (`late`) has the guard rules run on it alone."""
+    """A guard, audit or reading program ended, or could not start: yield its record; a `late` guard
+    reading has the guard rules run on it alone."""
     item = next(i for i in state.mandate[what + "s"] if i["name"] == name)
     if what == "guard":
         yield Write(guard_record(state, item, value, failure, ""))
@@ -3729,8 +3712,7 @@ def unread_rule(state, unread, why):
 
 
 def unread_record(state, what, name, why):
-    """Return the record of guard, audit or reading `name` not read this round (`why`): a guard not
-    read neither trips nor clears (past: null); a reading's record is inferred."""
+    """Return the record of guard, audit or reading `name` not read this round (`why`)."""
     record = new_record(
         f"{what}.{name}",
         state.name,
@@ -3768,8 +3750,8 @@ def report_record(state, value, failure):
 
 
 def guard_record(state, guard, value, failure, suffix=""):
-    """Return a guard's reading record for `value` (or `failure`), judged by judge_guard; `suffix`
-    follows the number in the summary (% for a drawdown)."""
+    """Return a guard's reading record for `value` (or `failure`); `suffix` follows the number in
+    the summary (% for a drawdown)."""
     status, past, note = judge_guard(guard, state, value, failure)
     record = new_record(
         f"guard.{guard['name']}",
@@ -3795,8 +3777,8 @@ def guard_record(state, guard, value, failure, suffix=""):
 
 
 def audit_record(state, name, value, failure, text):
-    """Return audit `name`'s reading record: failed (`failure`), implausible (NaN) or trusted, its
-    note the lines its program printed above the number (AUDIT-05: never shown to a model)."""
+    """Return audit `name`'s reading record; its note, the lines its program printed above the
+    number, is never shown to a model (AUDIT-05)."""
     lines = [line for line in text.split("\n") if line.strip()]
     note = "\n".join(lines[:-1])[-NOTE_MAX:] if failure is None else failure
     status = "failed" if failure else ("implausible" if value != value else "trusted")
@@ -3816,8 +3798,8 @@ def audit_record(state, name, value, failure, text):
 
 
 def reading_record(state, reading, value, failure, text):
-    """Return a reading's record: inferred, read or failed; a read one keeps its fields (those its
-    audit's note names, with audit:), a failed one no note at all (READING-08)."""
+    """Return a reading's record: read, or failed with no note at all (READING-08); a read one keeps
+    its fields (those its audit's note names)."""
     name = reading["name"]
     record = new_record(f"reading.{name}", state.name, value=value if value == value else None,
                         status="failed" if failure else "read", plausible=failure is None)
@@ -3827,7 +3809,6 @@ def reading_record(state, reading, value, failure, text):
         record.update(fields=" ".join(fields),
                       summary=f"reading {name} = {format_number(value)}: {len(fields)} field(s)")
     else:
-        # a failed reading keeps no note at all (READING-08)
         record.update(summary=f"reading {name} failed")
     return record
 
@@ -3933,8 +3914,8 @@ def packet_forecast_lines(packet):
 
 
 def packet_world_lines(metric, facts):
-    """The packet's forecast made through the world command (issue 11 item 6): doing nothing and one
-    run now of each lever, and where its calls were capped, the horizon it was cut short at."""
+    """The packet's forecast made through the world command (issue 11 item 6), and the horizon it
+    was cut short at where its calls were capped."""
     made = facts["made"]
     nothing = made["nothing"]
     lines = [
@@ -4124,8 +4105,7 @@ def write_problem(path, st, uid, name=str):
 
     As sshd's StrictModes: owned by `uid` or root, and no group or other write bit, but for a
     directory owned by one of them with the sticky bit (/tmp, 1777), where no one may replace what
-    another owns.
-    `name` turns a uid into the user's name for the message."""
+    another owns."""
     if st.st_uid not in (uid, 0):
         return Writable(f"{path} is owned by {name(st.st_uid)}, not by {name(uid)} or root, "
                         "so that user can change what avsmd runs",
@@ -4140,9 +4120,7 @@ def write_problem(path, st, uid, name=str):
 
 
 def venture_commands(m):
-    """Return every program mandate `m` runs, as command lines: ./report (unless an adapter reads
-    the metric), run, each lever's run and check, each guard's, audit's and reading's run, and the
-    world."""
+    """Return every program mandate `m` runs, as command lines."""
     commands = [] if m["adapter"] else ["./report"]
     commands += [m["run"], m["world"]]
     for lever in m["levers"].values():
@@ -4430,8 +4408,7 @@ def forecast_record(state, extra, output, status, ended_by):
 
 def forecast_rule(state, extra, output, status, ended_by, n):
     """A forecast program ended: yield its inferred record, which shows and never authorizes (none
-    when a pause or a stop cut it short); a ratchet ask waiting on it follows (`n`: the config's
-    ratchet)."""
+    when a pause or a stop cut it short), then a ratchet ask waiting on it."""
     seq = line = None
     if ended_by not in ("pause", "stop"):
         record = forecast_record(state, extra, output, status, ended_by)
@@ -4770,8 +4747,8 @@ def packet_world_forecast(facts, step):
 
 
 def checked_forecast(result):
-    """Return a forecast program's result when it holds, else None: the warden hands on nothing
-    it did not check."""
+    """Return a forecast program's result when it holds, else None: the warden hands on nothing it
+    did not check."""
     if isinstance(result, dict) and isinstance(result.get("too_little"), str):
         return {"too_little": result["too_little"][:NOTE_MAX]}
     if isinstance(result, dict) and result.get("decimals") in (0, 1, 2) and \
@@ -5471,9 +5448,9 @@ World.__doc__ = "Step the world command's ensemble from report #`report`, `lever
 
 
 def round_settled(state, report_seq, unread, stopping):
-    """A round settles, its metric in and the rest read or late: yield what it settles without
-    (`unread`), what the settling rules call for, then the score of the prediction its report
-    resolves and what the report brings (WORLD-05): the baseline's one-step prediction, or World."""
+    """A round settles, its metric in and the rest read or late: yield what it settles without, what
+    the settling rules call for, then the score of the prediction its report resolves and the next
+    prediction (WORLD-05)."""
     yield from unread_rule(state, unread, "slower than half a second; written when it is done")
     scores = list(calibration_rule(state))      # written with the next prediction
     yield from settle_round(state, report_seq)
@@ -5699,9 +5676,7 @@ def implausible_rule(state, held, report_seq):
 def controller_rule(state, side, lever, reports, why):
     """The controller wants `lever`: the gate runs it if it can prove it; else ask once in the
     excursion (an irreversible lever), or write the refusal. A refusal that will not clear within
-    the round (the cap, the budget, an ask answered in this excursion) makes the venture stuck:
-    written once per excursion and reason, saying when it can clear, with one ask so a person is
-    told."""
+    the round (the cap, the budget, an ask answered in this excursion) makes the venture stuck."""
     if lever in state.checking:
         return                      # its check, still running, decides: the gate again after it
     verdict = yield Gate(lever, controller_basis(state, reports, why), by="controller", side=side,
@@ -6204,8 +6179,7 @@ def next_backoff(previous):
 
 def child_restart_wait(previous, uptime):
     """Return (the back-off to keep, the wait before avsmd starts its warden or roles process
-    again):
-    doubling while it keeps dying within QUICK_DEATH."""
+    again): doubling while it keeps dying within QUICK_DEATH."""
     if uptime >= QUICK_DEATH or previous is None:
         return (None if uptime >= QUICK_DEATH else 0), 0
     backoff = next_backoff(previous)
@@ -6577,8 +6551,7 @@ def new_notice(kind, venture, seq, summary, answer, **more):
 
 
 def notice_of(seq, record):
-    """Return the notice a person must see for record #seq, as it is appended, or None (most
-    records)."""
+    """Return the notice a person must see for record #seq, as it is appended, or None."""
     kind, venture = record["kind"], record["venture"]
     if kind == "ask":               # a canary ask reads as any other: nothing here tells it apart
         lever = {"lever": record["lever"]} if record.get("lever") else {}
@@ -6660,8 +6633,7 @@ def admit_notice(down_told, notice):
 
 def notice_message(notice, commands, home):
     """Return (the short text for the notify command's standard input, the $AVSM_EVENT object) of a
-    notice; `commands` maps avsm and avsmd to the command lines this person runs them by (with
-    --home when needed). """
+    notice; `commands` maps avsm and avsmd to the command lines this person runs them by."""
     def complete(line):
         if not line:
             return None
@@ -6905,9 +6877,8 @@ def parsed_or_none(parse, record, seq):
 
 
 def needs_person(v, name, parse=None):
-    """Return what in a venture's summary needs a person now, each with the command that answers it:
-    [(what, command)]: open asks, a pause, a mandate that cannot run, a last report that is not
-    trusted. """
+    """Return [(what, command)]: what in a venture's summary needs a person now, each with the
+    command that answers it."""
     found = []
     for seq, ask in sorted(v["open"].items()):
         found.append(
