@@ -2986,7 +2986,7 @@ HISTORY = 200      # trusted reports a venture keeps in memory (drift, noise, pe
 class History:
     """A list of (seq, value) pairs, kept compact: the seqs in an array of machine integers (8 bytes
     each, not a tuple and an int object: 96), so a thousand ventures' HISTORY reports take 3 MiB,
-    not 19. """
+    not 19."""
 
     __slots__ = ("seqs", "values")
 
@@ -3026,55 +3026,14 @@ class VentureState:
     # Slots for the fields below: over 30 of them, an instance's __dict__ would not share its keys
     # (1.6 KiB a venture, not 0.4; issue 15). "__dict__" last: a field added without its slot still
     # works, in a dict of its own.
-    __slots__ = (
-        "name",
-        "directory",
-        "mandate",
-        "mandate_seq",
-        "mandate_sha",
-        "mandate_text",
-        "problem",
-        "paused",
-        "last_report",
-        "level",
-        "pending",
-        "last_step",
-        "previous_implausible",
-        "trusted",
-        "trusted_at",
-        "sides",
-        "actions",
-        "open_asks",
-        "implausible_ask",
-        "implausible_answered",
-        "running",
-        "guards",
-        "audits",
-        "read",
-        "peak",
-        "unwinds",
-        "approvals",
-        "free_steps",
-        "lever_steps",
-        "ran_since",
-        "effects",
-        "misses",
-        "suspended",
-        "ratchet_forecasts",
-        "grants",
-        "checks",
-        "world_reports",
-        "prediction",
-        "scores",
-        "scored",
-        "world_failing",
-        "world_state",
-        "checking",
-        "proposals",
-        "asks_made",
-        "counted",
-        "__dict__",
-    )
+    __slots__ = ("name", "directory", "mandate", "mandate_seq", "mandate_sha", "mandate_text",
+                 "problem", "paused", "last_report", "level", "pending", "last_step",
+                 "previous_implausible", "trusted", "trusted_at", "sides", "actions", "open_asks",
+                 "implausible_ask", "implausible_answered", "running", "guards", "audits", "read",
+                 "peak", "unwinds", "approvals", "free_steps", "lever_steps", "ran_since",
+                 "effects", "misses", "suspended", "ratchet_forecasts", "grants", "checks",
+                 "world_reports", "prediction", "scores", "scored", "world_failing", "world_state",
+                 "checking", "proposals", "asks_made", "counted", "__dict__")
 
     def __init__(self, name):
         self.name = name
@@ -3142,8 +3101,7 @@ class VentureState:
         """A controller side: armed (deadband), its streak of crossed reports (hold), asked in this
         excursion."""
         return self.sides.setdefault(
-            name, {"armed": True, "streak": [], "asked": False, "stuck": None, "seen": False}
-        )
+            name, {"armed": True, "streak": [], "asked": False, "stuck": None, "seen": False})
 
 
 def text_sha256(text):
@@ -3154,15 +3112,8 @@ def text_sha256(text):
 
 def mandate_record(name, directory, text, summary, **fields):
     """Return the record adopting `text` as the mandate of venture `name` from `directory`."""
-    return new_record(
-        "mandate",
-        name,
-        directory=directory,
-        sha256=text_sha256(text),
-        text=text,
-        summary=summary,
-        **fields,
-    )
+    return new_record("mandate", name, directory=directory, sha256=text_sha256(text), text=text,
+                      summary=summary, **fields)
 
 
 def fold(state, seq, at, record):
@@ -3172,11 +3123,8 @@ def fold(state, seq, at, record):
         if record.get("directory") != state.directory:
             state.paused = False      # a moved directory is a new venture (VENTURE-04)
         state.directory = record.get("directory")
-        state.mandate_seq, state.mandate_sha, state.mandate_text = (
-            seq,
-            record.get("sha256"),
-            record.get("text"),
-        )
+        state.mandate_seq, state.mandate_sha, state.mandate_text = (seq, record.get("sha256"),
+                                                                    record.get("text"))
         state.sides = {}              # the old permissions end with the old mandate
         state.guards, state.audits, state.peak, state.approvals = {}, {}, None, {}
         state.ratchet_forecasts = {}
@@ -3210,8 +3158,7 @@ def fold(state, seq, at, record):
             # one unwind per reading past the bound (guard_rules)
             if record.get("guard") in state.guards:
                 state.guards[record["guard"]]["unwound"] = (
-                    (record.get("basis") or {}).get("premises") or [None]
-                )[0]
+                    (record.get("basis") or {}).get("premises") or [None])[0]
         # a proposal is gated once
         state.proposals.pop(record.get("proof", {}).get("trigger"), None)
         fold_controller_intent(state, record)
@@ -3220,14 +3167,9 @@ def fold(state, seq, at, record):
             del state.running[record["lever"]]
         spec = state.mandate["levers"].get(record.get("lever")) if state.mandate else None
         if record.get("ok") and spec and spec["expects"] and state.level is not None:
-            state.effects[record["action"]] = {
-                "lever": record["lever"],
-                "expects": spec["expects"],
-                "r0": state.level[1],
-                "after": [],
-                "steps": list(state.free_steps),
-                "verdict": None,
-            }
+            state.effects[record["action"]] = {"lever": record["lever"], "expects": spec["expects"],
+                                               "r0": state.level[1], "after": [],
+                                               "steps": list(state.free_steps), "verdict": None}
         guard = state.unwinds.pop(record.get("action"), None)
         if guard in state.guards and record.get("ok"):
             state.guards[guard]["unwind_ok"] = True
@@ -3256,11 +3198,8 @@ def fold(state, seq, at, record):
             and record.get("by") == "person"
             and record.get("choice") == "action"
         ):
-            state.grants[seq] = {
-                "lever": record.get("lever"),
-                "payload": record.get("payload"),
-                "ask": None,
-            }
+            state.grants[seq] = {"lever": record.get("lever"), "payload": record.get("payload"),
+                                 "ask": None}
         elif record.get("claim") == "inferred" and record.get("choice") == "action":
             state.proposals[seq] = record.get("lever")
             # one a check still holds may wait; no more are kept
@@ -3277,11 +3216,8 @@ def fold(state, seq, at, record):
         state.ratchet_forecasts.pop(record.get("lever"), None)
     elif kind in ("approval", "denial", "resolved"):
         if kind == "approval" and "lever" in record:
-            state.grants[seq] = {
-                "lever": record["lever"],
-                "payload": record.get("payload"),
-                "ask": record.get("ask"),
-            }
+            state.grants[seq] = {"lever": record["lever"], "payload": record.get("payload"),
+                                 "ask": record.get("ask")}
         asked = state.open_asks.pop(record.get("ask"), None) or {}
         lever = record.get("lever") or asked.get("lever")
         if kind == "approval" and lever and asked.get("about") in ("lever", "model"):
@@ -3296,8 +3232,7 @@ def fold(state, seq, at, record):
         # settled (it ran), or seen: no ask again in it
         if asked.get("about") == "stuck" and asked.get("side"):
             state.side(asked["side"]).update(
-                {"stuck": None} if kind == "resolved" else {"seen": True}
-            )
+                {"stuck": None} if kind == "resolved" else {"seen": True})
         if state.implausible_ask == record.get("ask"):
             state.implausible_ask = None
             # asked once in this stretch, answered or not
@@ -3306,8 +3241,7 @@ def fold(state, seq, at, record):
         state.effects.pop(record.get("action"), None)
         lever = record.get("lever")
         state.misses[lever] = (
-            state.misses.get(lever, 0) + 1 if record.get("verdict") == "miss" else 0
-        )
+            state.misses.get(lever, 0) + 1 if record.get("verdict") == "miss" else 0)
     elif kind == "pause":
         state.paused = True
         for info in state.guards.values():
@@ -3402,10 +3336,8 @@ def controller_sides(mandate):
 
 def step_bounds(mandate):
     """Return (bound on a rise, bound on a fall); None where that way is unbounded."""
-    return tuple(
-        mandate[k] if mandate[k] is not None else mandate["max_step"]
-        for k in ("max_rise", "max_fall")
-    )
+    return tuple(mandate[k] if mandate[k] is not None else mandate["max_step"]
+                 for k in ("max_rise", "max_fall"))
 
 
 def judge_report(mandate, state, value, failure=None):
@@ -3433,21 +3365,17 @@ def judge_report(mandate, state, value, failure=None):
             return "trusted", ""        # the first report has nothing to step from
         if not mandate["confirm"]:
             return "trusted", "confirm: false acts on the report after an implausible one"
-        return (
-            "unconfirmed",
-            "follows an implausible report; waits for the next to agree within the step bound",
-        )
+        return ("unconfirmed",
+                "follows an implausible report; waits for the next to agree within the step bound")
     else:
         base, what = state.level[1], "the last plausible report"
     step = value - base
     if (step > 0 and up is not None and step > up) or (
         step < 0 and down is not None and -step > down
     ):
-        bound, key = (
-            (up, "max_rise" if mandate["max_rise"] is not None else "max_step")
-            if step > 0
-            else (down, "max_fall" if mandate["max_fall"] is not None else "max_step")
-        )
+        bound, key = ((up, "max_rise" if mandate["max_rise"] is not None else "max_step")
+                      if step > 0
+                      else (down, "max_fall" if mandate["max_fall"] is not None else "max_step"))
         if state.pending is not None:
             return (
                 "unconfirmed",
@@ -3494,12 +3422,9 @@ def round_plan(mandate, running):
     """Return [(what, item, start)] for a round now due: each guard (but a drawdown guard, read from
     the metric's report), audit and reading; `start` is False when its last read is still `running`:
     that one is written as not read and left to run (RUN-18)."""
-    return [
-        (what, item, (what, item["name"]) not in running)
-        for what in ("guard", "audit", "reading")
-        for item in mandate[what + "s"]
-        if what != "guard" or item["drawdown"] is None
-    ]
+    return [(what, item, (what, item["name"]) not in running)
+            for what in ("guard", "audit", "reading") for item in mandate[what + "s"]
+            if what != "guard" or item["drawdown"] is None]
 
 
 def read_late(child_round, round_):
@@ -3529,17 +3454,9 @@ def fold_guard(state, seq, record):
     first plausible one back inside ends it (open point 32). A failed, implausible or unread reading
     neither trips nor clears it (GUARD-06), nor does an unconfirmed one past the bound."""
     name = record["kind"][len("guard."):]
-    info = state.guards.setdefault(
-        name,
-        {
-            "last": None,
-            "past": False,
-            "episode": None,
-            "unwind_ok": False,
-            "previous_bad": False,
-            "pending": None,
-        },
-    )
+    info = state.guards.setdefault(name, {"last": None, "past": False, "episode": None,
+                                          "unwind_ok": False, "previous_bad": False,
+                                          "pending": None})
     status = record.get("status")
     if status == "not read":
         # a reading still running hides neither a failed one before it nor its own end
@@ -3560,8 +3477,7 @@ def settles_guard(record):
     """Whether a guard reading trips or clears its guard: a trusted one, or a plausible one back
     inside (open point 32); the gate's fold and the proof's re-check both ask this."""
     return record.get("status") == "trusted" or (
-        record.get("status") == "unconfirmed" and not record.get("past")
-    )
+        record.get("status") == "unconfirmed" and not record.get("past"))
 
 
 def judge_guard(guard, state, value, failure):
@@ -3576,17 +3492,11 @@ def judge_guard(guard, state, value, failure):
     if info and info["pending"] is not None:
         if info["pending"] == past:
             return "trusted", past, "agrees with the unconfirmed reading before it"
-        return (
-            "unconfirmed",
-            past,
-            "disagrees with the unconfirmed reading before it; waits for the next",
-        )
+        return ("unconfirmed", past,
+                "disagrees with the unconfirmed reading before it; waits for the next")
     if info and info["previous_bad"] and guard["confirm"]:
-        return (
-            "unconfirmed",
-            past,
-            "follows a failed or implausible reading; waits for the next to agree",
-        )
+        return ("unconfirmed", past,
+                "follows a failed or implausible reading; waits for the next to agree")
     return "trusted", past, ""
 
 
@@ -3713,16 +3623,10 @@ def unread_rule(state, unread, why):
 
 def unread_record(state, what, name, why):
     """Return the record of guard, audit or reading `name` not read this round (`why`)."""
-    record = new_record(
-        f"{what}.{name}",
-        state.name,
-        claim="inferred" if what == "reading" else "measured",
-        value=None,
-        status="not read",
-        plausible=False,
-        note=why,
-        summary=f"{what} {name} not read: {why}",
-    )
+    record = new_record(f"{what}.{name}", state.name,
+                        claim="inferred" if what == "reading" else "measured", value=None,
+                        status="not read", plausible=False, note=why,
+                        summary=f"{what} {name} not read: {why}")
     if what == "guard":
         record["past"] = None             # not read: it neither trips nor clears
     return record
@@ -3737,32 +3641,20 @@ def report_record(state, value, failure):
                "unconfirmed": f"{m['metric']} = {shown} unconfirmed: {note}",
                "implausible": f"{m['metric']} = {shown} implausible: {note}",
                "failed": f"{m['metric']} failed: {note}"}[status]
-    return new_record(
-        "report",
-        state.name,
-        metric=m["metric"],
-        value=value if value == value else None,
-        status=status,
-        plausible=status in ("trusted", "unconfirmed"),
-        note=note,
-        summary=summary,
-    )
+    return new_record("report", state.name, metric=m["metric"],
+                      value=value if value == value else None, status=status,
+                      plausible=status in ("trusted", "unconfirmed"), note=note, summary=summary)
 
 
 def guard_record(state, guard, value, failure, suffix=""):
     """Return a guard's reading record for `value` (or `failure`); `suffix` follows the number in
     the summary (% for a drawdown)."""
     status, past, note = judge_guard(guard, state, value, failure)
-    record = new_record(
-        f"guard.{guard['name']}",
-        state.name,
-        value=value if value is not None and value == value else None,
-        status=status,
-        plausible=status in ("trusted", "unconfirmed"),
-        past=past if status != "failed" else None,
-        bound=guard["bound"],
-        side=guard["side"],
-    )
+    record = new_record(f"guard.{guard['name']}", state.name,
+                        value=value if value is not None and value == value else None,
+                        status=status, plausible=status in ("trusted", "unconfirmed"),
+                        past=past if status != "failed" else None, bound=guard["bound"],
+                        side=guard["side"])
     if status != "trusted":
         record["note"] = note or status
     way = ">" if guard["side"] == "above" else "<"
@@ -3845,13 +3737,9 @@ TEXT_MAX = 2000
 
 def build_request(packet):
     """Return (system, user): the texts a backend is shown for one decision packet."""
-    lines = [
-        f"venture: {packet['venture']}",
-        f"purpose: {packet['purpose']}",
-        f"metric: {packet['metric']}",
-        f"controller: {packet['controller']}",
-        "permitted levers:",
-    ]
+    lines = [f"venture: {packet['venture']}", f"purpose: {packet['purpose']}",
+             f"metric: {packet['metric']}", f"controller: {packet['controller']}",
+             "permitted levers:"]
     for lever in packet["levers"]:
         lines.append(
             f"  - {lever['name']}: cap {lever['cap']} ({lever['used']} used), "
@@ -3866,10 +3754,8 @@ def build_request(packet):
     lines += [f"  - {c['name']}: {c['state']}" + "".join(f"\n      {r}" for r in c["records"])
               for c in packet["children"]]
     lines.append("readings:" if packet["readings"] else "readings: none")
-    lines += [
-        f"  - {r['name']} = {r['value']}: {r['fields'] or '(no fields)'}"
-        for r in packet["readings"]
-    ]
+    lines += [f"  - {r['name']} = {r['value']}: {r['fields'] or '(no fields)'}"
+              for r in packet["readings"]]
     lines.append("recent records:" if packet["records"] else "recent records: none")
     lines += [f"  {r}" for r in packet["records"]]
     lines.append("open asks:" if packet["asks"] else "open asks: none")
@@ -3894,8 +3780,7 @@ def packet_forecast_lines(packet):
     if "made" in facts:
         return packet_world_lines(packet["metric"], facts)
     lines = [
-        f"forecast ({format_number(facts['days'])} days x {facts['seeds']} seeds, at the horizon):"
-    ]
+        f"forecast ({format_number(facts['days'])} days x {facts['seeds']} seeds, at the horizon):"]
     nothing = forecast(dict(facts, sides=[]))
     if "too_little" in nothing:
         return lines + [f"  {nothing['too_little']}"]
@@ -3918,10 +3803,8 @@ def packet_world_lines(metric, facts):
     was cut short at where its calls were capped."""
     made = facts["made"]
     nothing = made["nothing"]
-    lines = [
-        f"forecast through the world command ({format_number(facts['days'])} days x"
-        f" {facts['seeds']} seeds, at the horizon):"
-    ]
+    lines = [f"forecast through the world command ({format_number(facts['days'])} days x"
+             f" {facts['seeds']} seeds, at the horizon):"]
     if "too_little" in nothing:
         return lines + [f"  {nothing['too_little']}"]
     if nothing.get("cut"):
@@ -3963,12 +3846,8 @@ def parse_reply(data, packet):
                     )
                 ]
             }
-        return {
-            "unusable": (
-                "a classifier answers one word: nothing, ask or a permitted lever, not"
-                f" {text[:60]!r}"
-            )
-        }
+        return {"unusable": ("a classifier answers one word: nothing, ask or a permitted lever, not"
+                             f" {text[:60]!r}")}
     try:
         reply = read_json(text, object_pairs_hook=unique_pairs)
     except NumberError as err:
@@ -4087,8 +3966,7 @@ def content_problem(takes, payload, directory):
         if not path or os.path.isabs(path) or ".." in path.replace("\\", "/").split("/"):
             return (
                 f"{path or 'an empty path'} is not a path inside the venture; use a relative path"
-                " without .."
-            )
+                " without ..")
         resolved = os.path.realpath(os.path.join(root, path))
         if resolved != root and not resolved.startswith(root + os.sep):
             return f"{path} leads outside the venture directory (through a symlink)"
@@ -4156,8 +4034,7 @@ def fold_effects(state, value):
             continue
         effect["after"].append(value)
         verdict, why = judge_effect(
-            effect["expects"], effect["r0"], effect["after"], effect["steps"]
-        )
+            effect["expects"], effect["r0"], effect["after"], effect["steps"])
         effect["stale"] = verdict == "waiting" and "refreshed" in why
         if verdict in ("hit", "not judged"):
             del state.effects[seq]
@@ -4274,8 +4151,7 @@ def forecast(facts, seed=0):
     except OverflowError:
         finite = False
     return (
-        result if finite else {"too_little": f"{TOO_LITTLE}: its numbers are too large to add up"}
-    )
+        result if finite else {"too_little": f"{TOO_LITTLE}: its numbers are too large to add up"})
 
 
 def forecast_paths(facts, seed=0):
@@ -4393,15 +4269,13 @@ def forecast_record(state, extra, output, status, ended_by):
     elif checked is not None:
         record.update(
             {k: round(result[k], result["decimals"]) + 0.0 for k in ("median", "p10", "p90")},
-            summary=describe_forecast(metric, result, extra["days"], extra["seeds"]),
-        )
+            summary=describe_forecast(metric, result, extra["days"], extra["seeds"]))
         if isinstance(result.get("cut"), str):  # through the world, its calls capped
             record.update(note=result["cut"][:NOTE_MAX], world=True,
                           summary=record["summary"] + f" ({result['cut'][:200]})")
     else:
         why = (
-            "it was ended" if ended_by else f"the forecast program ended {describe_status(status)}"
-        )
+            "it was ended" if ended_by else f"the forecast program ended {describe_status(status)}")
         record.update(note=why, summary=f"forecast not made: {why}")
     return record
 
@@ -4437,8 +4311,7 @@ BAR_LEAST = 5                   # scores needed before a ranking may run (WORLD-
 def predicts(mandate):
     """Whether a venture's reports bring predictions: a world or a calibration bar (WORLD-05)."""
     return mandate is not None and (
-        mandate["world"] is not None or mandate["calibration"] is not None
-    )
+        mandate["world"] is not None or mandate["calibration"] is not None)
 
 
 def prediction_due(state, report_seq, stopping):
@@ -4640,8 +4513,7 @@ def world_step_result(mandate, oversized, ended_by, status, out, err):
     if ended_by or status != 0:
         tail = err.decode("utf-8", "replace").strip()[-200:]
         return None, f"it ended {ended_by or describe_status(status)}" + (
-            f": {tail}" if tail else ""
-        )
+            f": {tail}" if tail else "")
     return read_world_output(out.decode("utf-8", "replace"), mandate)
 
 
@@ -4805,11 +4677,8 @@ def capacity_check(state, days):
         return "not known", None, "the controller holds no bound: a model chooses"
     steps = state.free_steps
     if len(steps) < 3:
-        return (
-            "not known",
-            None,
-            f"no drift yet: {len(steps)} lever-free step(s) of history, 3 needed",
-        )
+        return ("not known", None,
+                f"no drift yet: {len(steps)} lever-free step(s) of history, 3 needed")
     drift = drift_and_noise(steps)[0]
     per_day = 86400 / m["cadence"]
     effects = lever_effects(forecast_facts(state, days, 1)["levers"], drift)
@@ -4864,8 +4733,7 @@ def decide(state, report_seq, value):
             crossed_by = side["streak"][-hold:]
             why = (
                 f"{state.mandate['metric']} {format_number(value)} {'>' if way == 'above' else '<'}"
-                f" {format_number(bound)}"
-            )
+                f" {format_number(bound)}")
             if hold > 1:
                 why += f" for {hold} reports in a row"
             intents.append((side_name, lever, crossed_by, why))
@@ -4874,10 +4742,8 @@ def decide(state, report_seq, value):
 
 # ---- the gate ---------------------------------------------------------------
 
-Verdict = collections.namedtuple(
-    "Verdict", "ok proof why needs_ask asked stuck action",
-    defaults=(None, "", False, None, None, None),
-)
+Verdict = collections.namedtuple("Verdict", "ok proof why needs_ask asked stuck action",
+                                 defaults=(None, "", False, None, None, None))
 Verdict.__doc__ = """The gate's answer: ok with a proof, or why not (and whether a person may
 approve it). asked: what the gate was asked, kept by the action so its proof re-checks from the
 ledger alone. stuck: (reason, when) of a refusal that will not clear within the round. action:
@@ -4897,13 +4763,10 @@ def prove(state, lever, now, basis, trigger=None, approval=None, payload=None, c
     """Return the Verdict on running `lever` now: a proof from measured and declared premises, or
     why not.
 
-    basis: (rule, premise seqs, steps) saying what calls for the run: "threshold"/"band" (crossed
-    reports), "unwind" (a guard's reading), "permitted" (a model's proposal, the trigger),
-    "approval" (a person's answer to the ask that is the trigger), "proposal" (a person's own
-    proposal, which is also the approval). approval: the seq of an unspent declared approval (or a
-    person's proposal) of exactly this lever and payload. check: the seq of the lever's passed
-    check, cited last. The same function re-checks a stored action (recheck_action): there is no
-    second list of rules. """
+    basis: (rule, premise seqs, steps) saying what calls for the run. approval: the seq of an
+    unspent declared approval (or a person's proposal) of exactly this lever and payload. check: the
+    seq of the lever's passed check, cited last. The same function re-checks a stored action
+    (recheck_action): there is no second list of rules."""
     rule, basis_premises, basis_steps = basis
     m = state.mandate
     if m is None:
@@ -4941,22 +4804,14 @@ def prove(state, lever, now, basis, trigger=None, approval=None, payload=None, c
             ),
         )
     spec = m["levers"][lever]
-    steps.append(
-        f"{lever} is permitted: cap {spec['cap_text']},"
-        f" {'reversible' if spec['reversible'] else 'irreversible'}"
-    )
+    steps.append(f"{lever} is permitted: cap {spec['cap_text']},"
+                 f" {'reversible' if spec['reversible'] else 'irreversible'}")
     if lever in state.running:
         return Verdict(False, why=f"{lever} is still running (action #{state.running[lever]})")
     if lever in state.checking:     # its check decides; no second check of one lever starts
         return Verdict(False, why=f"{lever}'s check is still running; it runs if that check passes")
-    unknown = next(
-        (
-            s
-            for s, a in state.open_asks.items()
-            if a.get("about") == "interrupted" and a.get("lever") == lever
-        ),
-        None,
-    )
+    unknown = next((s for s, a in state.open_asks.items()
+                    if a.get("about") == "interrupted" and a.get("lever") == lever), None)
     if unknown is not None:
         return Verdict(
             False,
@@ -4984,8 +4839,7 @@ def prove(state, lever, now, basis, trigger=None, approval=None, payload=None, c
             stuck=("cap", frees),
         )
     steps.append(
-        f"{len(used)} of {spec['cap'][0]} runs used in the last {format_duration(spec['cap'][1])}"
-    )
+        f"{len(used)} of {spec['cap'][0]} runs used in the last {format_duration(spec['cap'][1])}")
     problem = payload_problem(spec, payload)
     if problem:
         return Verdict(False, why=problem)
@@ -5016,8 +4870,7 @@ def prove(state, lever, now, basis, trigger=None, approval=None, payload=None, c
             )
         steps.append(
             f"{format_number(total)} of {format_number(budget['max'])} {budget['field']} spent in"
-            f" the last {format_duration(budget['per'])}"
-        )
+            f" the last {format_duration(budget['per'])}")
     if spec["run"] == "mail.send":
         dropped = write_mail(payload, "avsm").dropped
         steps.append(
@@ -5031,32 +4884,24 @@ def prove(state, lever, now, basis, trigger=None, approval=None, payload=None, c
     if spec["takes"] in ("diff", "file"):
         steps.append(
             f"its {spec['takes']} stays inside the venture directory: checked on the file system"
-            " when it was proposed, which the ledger alone cannot re-check"
-        )
+            " when it was proposed, which the ledger alone cannot re-check")
     premises = [state.mandate_seq] + basis_premises
     if unwind is not None:
         steps.append(
             f"guard {unwind} reads past its bound, and this is its declared unwind with its exact"
-            " payload"
-        )
+            " payload")
     elif approval is not None:
-        grant = (
-            {"lever": lever, "payload": payload, "ask": trigger}
-            if approval == APPROVAL_TO_WRITE
-            else state.grants.get(approval)
-        )
+        grant = ({"lever": lever, "payload": payload, "ask": trigger}
+                 if approval == APPROVAL_TO_WRITE else state.grants.get(approval))
         if grant is None:
             return Verdict(
                 False,
                 why=f"#{approval} is no unspent approval: a person's approval lets exactly one run",
             )
         if grant["lever"] != lever or grant["payload"] != payload:
-            return Verdict(
-                False,
-                why=f"approval #{approval} is for {grant['lever']}"
-                + (" with other content" if grant["lever"] == lever else "")
-                + f", not this {lever}",
-            )
+            return Verdict(False, why=f"approval #{approval} is for {grant['lever']}"
+                           + (" with other content" if grant["lever"] == lever else "")
+                           + f", not this {lever}")
         if rule != "proposal":
             rule = "approval"
         premises.append(approval)
@@ -5075,9 +4920,7 @@ def prove(state, lever, now, basis, trigger=None, approval=None, payload=None, c
     elif not spec["reversible"] and (not spec["delegated"] or lever in state.suspended):
         suspended = (
             f" (its delegation is suspended until ask #{state.suspended[lever]} is approved)"
-            if lever in state.suspended
-            else ""
-        )
+            if lever in state.suspended else "")
         return Verdict(
             False,
             why=f"{lever} is irreversible and not delegated{suspended}; a person must approve it",
@@ -5085,16 +4928,14 @@ def prove(state, lever, now, basis, trigger=None, approval=None, payload=None, c
         )
     elif not spec["reversible"]:
         steps.append(
-            f"{lever} is delegated by the mandate: it runs unasked, intent before, outcome after"
-        )
+            f"{lever} is delegated by the mandate: it runs unasked, intent before, outcome after")
     steps = steps[:1] + basis_steps + steps[1:]
     cited = sorted(set(used) | {seq for seq, _ in spent})
     premises += cited
     if check is not None:
         if state.checks.get(check) != lever:
             return Verdict(
-                False, why=f"#{check} is no passed check of {lever} that is not yet spent"
-            )
+                False, why=f"#{check} is no passed check of {lever} that is not yet spent")
         premises.append(check)
         steps.append(f"check #{check} passed")
     return Verdict(True, {"rule": rule, "premises": premises, "steps": steps, "trigger": trigger},
@@ -5141,8 +4982,7 @@ def payload_problem(spec, payload):
         value = payload.get(budget["field"]) if isinstance(payload, dict) else None
         if isinstance(value, bool) or not isinstance(value, (int, float)):
             return (
-                f"{name} has a budget on {budget['field']}, and the payload gives no number for it"
-            )
+                f"{name} has a budget on {budget['field']}, and the payload gives no number for it")
     return None
 
 
@@ -5167,27 +5007,22 @@ def write_mail(message, sender):
     if blank is None:
         raise ValueError(
             "the message has no blank line; write its headers (To:, Subject:), a blank line, then"
-            " the body"
-        )
+            " the body")
     if blank == 0:
         raise ValueError(
-            "the message has no headers before its blank line; write To: and Subject: first"
-        )
+            "the message has no headers before its blank line; write To: and Subject: first")
     kept, dropped, dropping = [], [], False
     for number, line in enumerate(lines[:blank], 1):
         if line[:1] in (" ", "\t"):
             if number == 1:
                 raise ValueError(
                     "the message begins with a folded line; its first line must be a header (Name:"
-                    " value)"
-                )
+                    " value)")
         else:
             name, colon, _ = line.partition(":")
             if not colon or not re.fullmatch(MAIL_HEADER_NAME, name):
-                raise ValueError(
-                    f"line {number} of the message is not a header (Name: value):"
-                    f" {json.dumps(line[:60])}"
-                )
+                raise ValueError(f"line {number} of the message is not a header (Name: value):"
+                                 f" {json.dumps(line[:60])}")
             dropping = name.lower() in MAIL_SENDER_HEADERS
             if dropping:
                 dropped.append(name)
@@ -5242,12 +5077,8 @@ def stored_basis(action, records):
     proof = action.get("proof") or {}
     if isinstance(action.get("basis"), dict):
         b = action["basis"]
-        return (
-            (b.get("rule"), list(b.get("premises") or []), list(b.get("steps") or [])),
-            action.get("approval"),
-            action.get("check"),
-            True,
-        )
+        return ((b.get("rule"), list(b.get("premises") or []), list(b.get("steps") or [])),
+                action.get("approval"), action.get("check"), True)
     kinds = {p: records[p][1].get("kind") for p in proof.get("premises") or [] if p in records}
     reports = [p for p, k in kinds.items() if k == "report" or str(k).startswith("guard.")]
     approval = next((p for p, k in kinds.items() if k in ("approval", "proposal")), None)
@@ -5432,11 +5263,9 @@ Write = collections.namedtuple("Write", "record at", defaults=(None,))
 Write.__doc__ = "Append this record (at `at`, when given)."
 Pause = collections.namedtuple("Pause", "record at", defaults=(None,))
 Pause.__doc__ = "Append this pause record, and end what the venture runs."
-Gate = collections.namedtuple(
-    "Gate",
-    "lever basis payload trigger approval by side extra summary check",
-    defaults=(None, None, None, None, None, None, "", None),
-)
+Gate = collections.namedtuple("Gate",
+                              "lever basis payload trigger approval by side extra summary check",
+                              defaults=(None, None, None, None, None, None, "", None))
 Gate.__doc__ = ("Ask the gate to prove `lever` now and run it if it can; the rule is sent back the "
                 "Verdict. `check`: the seq of the lever's passed check (it runs unchecked then).")
 Forecast = collections.namedtuple("Forecast", "lever")
@@ -5507,24 +5336,19 @@ def controller_call_problem(state, lever, premises):
     if held:
         return f"{held[0]} (#{held[1]}) holds the venture implausible"
     if premises[-1:] != [last[0]]:
-        return (
-            f"the latest report is #{last[0]}, not #{premises[-1] if premises else '-'}: the"
-            " controller acts on the latest report"
-        )
+        return (f"the latest report is #{last[0]}, not #{premises[-1] if premises else '-'}: the"
+                " controller acts on the latest report")
     value = last[2]["value"]
     name, way, bound, _ = next((s for s in sides if crossed(s[1], s[2], value)), sides[0])
     side = state.side(name)
     if not crossed(way, bound, value):
-        return (
-            f"report #{last[0]} reads {format_number(value)}, not past {lever}'s bound"
-            f" {format_number(bound)}"
-        )
+        return (f"report #{last[0]} reads {format_number(value)}, not past {lever}'s bound"
+                f" {format_number(bound)}")
     if not side["armed"]:
         back = bound - ctl["deadband"] if way == "above" else bound + ctl["deadband"]
         return (
             f"the deadband has not re-armed since {lever} last ran in this excursion: no trusted"
-            f" report {'<=' if way == 'above' else '>='} {format_number(back)} since"
-        )
+            f" report {'<=' if way == 'above' else '>='} {format_number(back)} since")
     streak = side["streak"]
     if len(streak) < hold:
         return (f"hold {hold} wants {hold} trusted reports past the bound in a row; "
@@ -5582,14 +5406,9 @@ def unwind_basis(guard, reading):
 def unwind_rule(state, guard, reading):
     """Run a guard's declared unwind through the gate."""
     lever, payload = guard["unwind"]["action"], guard["unwind"]["payload"]
-    verdict = yield Gate(
-        lever,
-        unwind_basis(guard["name"], reading),
-        payload=payload,
-        by="guard",
-        extra={"guard": guard["name"], "payload": payload},
-        summary=f"{lever} runs: the unwind of guard {guard['name']}",
-    )
+    verdict = yield Gate(lever, unwind_basis(guard["name"], reading), payload=payload, by="guard",
+                         extra={"guard": guard["name"], "payload": payload},
+                         summary=f"{lever} runs: the unwind of guard {guard['name']}")
     if not verdict.ok:
         yield from refusal(state, lever, verdict.why, f"unwind {lever} refused: {verdict.why}",
                            by="guard", guard=guard["name"])
@@ -5617,17 +5436,8 @@ def effect_rules(state):
             continue
         verdict, why = effect["verdict"]
         lever = effect["lever"]
-        yield Write(
-            new_record(
-                "effect",
-                state.name,
-                lever=lever,
-                action=seq,
-                verdict=verdict,
-                why=why,
-                summary=f"{lever} (action #{seq}) {verdict}: {why}",
-            )
-        )
+        yield Write(new_record("effect", state.name, lever=lever, action=seq, verdict=verdict,
+                               why=why, summary=f"{lever} (action #{seq}) {verdict}: {why}"))
         spec, misses = state.mandate["levers"].get(lever), state.misses.get(lever, 0)
         if (spec and spec["delegated"] and spec["revoke_after"] and lever not in state.suspended
                 and misses >= spec["revoke_after"]):
@@ -5685,8 +5495,7 @@ def controller_rule(state, side, lever, reports, why):
         yield from unstick_rule(state, side, f"{lever} ran again")
         return
     asked_open = any(
-        a.get("lever") == lever and a.get("about") == "lever" for a in state.open_asks.values()
-    )
+        a.get("lever") == lever and a.get("about") == "lever" for a in state.open_asks.values())
     if verdict.needs_ask and not state.side(side).get("asked") and not asked_open:
         yield Write(
             new_record(
@@ -5716,8 +5525,7 @@ def controller_rule(state, side, lever, reports, why):
         )
     elif verdict.stuck:
         yield from stuck_rule(
-            state, side, lever, reports, verdict.stuck[0], verdict.stuck[1], verdict.why
-        )
+            state, side, lever, reports, verdict.stuck[0], verdict.stuck[1], verdict.why)
     else:
         yield from refusal(state, lever, verdict.why, by="controller", side=side, reports=reports)
 
@@ -5725,8 +5533,7 @@ def controller_rule(state, side, lever, reports, why):
 STUCK_WAY_OUT = {
     "cap": "raise the cap in mandate.yaml and avsm add it, or avsm propose {venture} {lever}",
     "budget": "raise the budget in mandate.yaml and avsm add it, or wait",
-    "asked": "avsm propose {venture} {lever} runs it now, through the gate",
-}
+    "asked": "avsm propose {venture} {lever} runs it now, through the gate"}
 
 
 def controller_basis(state, reports, why):
@@ -5749,8 +5556,7 @@ def basis_now(state, lever, basis, guard):
         return unwind_basis(guard, info["last"][0]) if info and info["past"] else None
     call = next(
         ((reports, why) for _, called, reports, why in controller_calls(state) if called == lever),
-        None,
-    )
+        None)
     return controller_basis(state, *call) if call else None
 
 
@@ -5826,18 +5632,9 @@ def proposal_rule(state, seq, choice, by, backend, content_why=None, held=None):
             yield from refusal(state, lever, why, f"the model's ask about {lever} refused: {why}",
                                proposal=seq, by="model")
         else:
-            yield Write(
-                new_record(
-                    "ask",
-                    state.name,
-                    claim="inferred",
-                    about="model",
-                    lever=lever,
-                    proposal=seq,
-                    question=choice["question"][:TEXT_MAX],
-                    summary=f"the model asks: {choice['question'][:200]}",
-                )
-            )
+            yield Write(new_record("ask", state.name, claim="inferred", about="model", lever=lever,
+                                   proposal=seq, question=choice["question"][:TEXT_MAX],
+                                   summary=f"the model asks: {choice['question'][:200]}"))
         return
     if choice["choice"] != "action":
         return
@@ -5847,12 +5644,8 @@ def proposal_rule(state, seq, choice, by, backend, content_why=None, held=None):
         why = unnamed
     elif spec is not None:
         why = payload_problem(spec, payload) or content_why
-    waits = (
-        why is None
-        and spec is not None
-        and not spec["delegated"]
-        and (payload is not None or not spec["reversible"])
-    )
+    waits = (why is None and spec is not None and not spec["delegated"]
+             and (payload is not None or not spec["reversible"]))
     if why is None and not waits:
         verdict = yield Gate(
             lever,
@@ -5929,25 +5722,16 @@ def approval_rule(state, seq, ask, payload, edited, problem, now):
         return
     basis = ("approval", [], [f"ask #{seq}: {ask.get('question')}"])
     verdict = prove(
-        state, lever, now, basis, trigger=seq, approval=APPROVAL_TO_WRITE, payload=payload
-    )
+        state, lever, now, basis, trigger=seq, approval=APPROVAL_TO_WRITE, payload=payload)
     if problem or not verdict.ok:
         why = problem or verdict.why
         yield from refusal(state, lever, why, f"{lever} refused on approval of #{seq}: {why}",
                            ask=seq)
         raise Fail(EX_DATAERR, f"{lever} refused: {why}; ask #{seq} stays open")
-    approval = yield Write(
-        new_record(
-            "approval",
-            state.name,
-            ask=seq,
-            lever=lever,
-            payload=payload,
-            edited=edited,
-            summary=f"a person approved {lever} (ask #{seq})"
-            + (" with content they edited" if edited else ""),
-        )
-    )
+    approval = yield Write(new_record("approval", state.name, ask=seq, lever=lever, payload=payload,
+                                      edited=edited,
+                                      summary=f"a person approved {lever} (ask #{seq})"
+                                      + (" with content they edited" if edited else "")))
     verdict = yield Gate(lever, basis, payload=payload, trigger=seq, approval=approval, by="person",
                          summary=f"{lever} runs: approved by a person (#{approval})",
                          extra={"payload": payload} if payload is not None else None)
@@ -5965,36 +5749,21 @@ def person_proposal_rule(state, lever, payload, content_why):
     Raises Fail (65) once the refusal is written."""
     m = state.mandate
     spec = m["levers"].get(lever)
-    seq = yield Write(
-        new_record(
-            "proposal",
-            state.name,
-            claim="declared",
-            by="person",
-            choice="action",
-            lever=lever,
-            payload=payload,
-            summary=f"a person proposes {lever}",
-        )
-    )
+    seq = yield Write(new_record("proposal", state.name, claim="declared", by="person",
+                                 choice="action", lever=lever, payload=payload,
+                                 summary=f"a person proposes {lever}"))
     why = None
     if lever in m["forbidden"] or (spec is None and lever != "stop"):
         why = (
             f"{lever} is {'forbidden' if lever in m['forbidden'] else 'not permitted'} by mandate"
-            f" #{state.mandate_seq}"
-        )
+            f" #{state.mandate_seq}")
     elif spec is not None and spec["takes"] in ("diff", "file"):
         why = content_why
     if why is None:
-        verdict = yield Gate(
-            lever,
-            ("proposal", [], [f"proposal #{seq} is a person's own"]),
-            payload=payload,
-            approval=seq,
-            by="person",
-            summary=f"{lever} runs: a person's proposal (#{seq})",
-            extra={"payload": payload} if payload is not None else None,
-        )
+        verdict = yield Gate(lever, ("proposal", [], [f"proposal #{seq} is a person's own"]),
+                             payload=payload, approval=seq, by="person",
+                             summary=f"{lever} runs: a person's proposal (#{seq})",
+                             extra={"payload": payload} if payload is not None else None)
         why = None if verdict.ok else verdict.why
     if why is not None:
         yield from refusal(state, lever, why, proposal=seq, by="person")
@@ -6070,8 +5839,7 @@ def ratchet_ask(state, lever, path, new, why, forecast_seq=None, forecast_line=N
     question = (
         f"delegate {lever}? You approved it {state.approvals[lever]} times; approving this writes "
         f"delegated: true on {lever} in {path} and adopts it"
-        + (f" ({forecast_line}, #{forecast_seq})" if forecast_seq else "")
-    )
+        + (f" ({forecast_line}, #{forecast_seq})" if forecast_seq else ""))
     return new_record(
         "ask",
         state.name,
@@ -6100,8 +5868,7 @@ def ratchet_change_problem(state, mandate):
     if mandate["escalate"] == "offbox" and state.mandate["escalate"] != "offbox":
         return (
             "a change proposed by self may not add escalate: offbox; only you can, by editing the"
-            " mandate"
-        )
+            " mandate")
     return None
 
 
@@ -6204,18 +5971,10 @@ def lever_ran(state, lever, verdict, summary, by, side=None, extra=None):
 def action_record(state, lever, verdict, summary, by, side=None, extra=None):
     """Return the action record of a lever the gate proved (`verdict`)."""
     asked = verdict.asked
-    return new_record(
-        "action",
-        state.name,
-        lever=lever,
-        proof=verdict.proof,
-        by=by,
-        summary=summary,
-        basis=asked["basis"],
-        **{k: asked[k] for k in ("approval", "check") if k in asked},
-        **some(side=side),
-        **(extra or {}),
-    )
+    return new_record("action", state.name, lever=lever, proof=verdict.proof, by=by,
+                      summary=summary, basis=asked["basis"],
+                      **{k: asked[k] for k in ("approval", "check") if k in asked},
+                      **some(side=side), **(extra or {}))
 
 
 def fact_records(state, seq, lines):
@@ -6288,11 +6047,8 @@ def restart_rule(state, pid, status, ended_by, uptime, backoff, restarted, activ
     """Return (again, backoff, delay, records) for the kept `run` program's end (open point 31): one
     that dies within QUICK_DEATH of a restart waits twice as long each time."""
     policy = state.mandate["restart"] if state.mandate else "never"
-    again = (
-        ended_by is None
-        and active
-        and (policy == "always" or (policy == "on-failure" and status != 0))
-    )
+    again = (ended_by is None and active
+             and (policy == "always" or (policy == "on-failure" and status != 0)))
     delay = 0
     if again:
         if uptime >= BACKOFF_RESET:
@@ -6301,11 +6057,8 @@ def restart_rule(state, pid, status, ended_by, uptime, backoff, restarted, activ
             backoff = delay = next_backoff(backoff)
     how = describe_status(status)
     why = f"stopped by {'the pause' if ended_by == 'pause' else ended_by}" if ended_by else how
-    next_words = (
-        (f"; restarting in {delay}s" if delay else "; restarting now")
-        if again
-        else "; not restarted"
-    )
+    next_words = ((f"; restarting in {delay}s" if delay else "; restarting now") if again
+                  else "; not restarted")
     records = [new_record("exit", state.name, pid=pid, status=how, uptime=round(uptime, 3),
                           restart_in=delay if again else None,
                           summary=f"run (pid {pid}) ended: {why} after {uptime:.1f}s{next_words}")]
@@ -6365,8 +6118,7 @@ def decide_problem(state):
     if not decided_by_model(state.mandate):
         return (
             f"{state.name}'s controller is {state.mandate['controller']['kind']}: no model decides"
-            " for it"
-        )
+            " for it")
     if state.paused:
         return f"{state.name} is paused; resume it first"
     return None
@@ -6376,11 +6128,9 @@ def backend_for(state, cfg):
     """Return (name, backend) a venture's model decisions go to, or raise Fail (65)."""
     name = state.mandate["controller"].get("backend") or cfg.get("default")
     if not name or name not in cfg["backends"]:
-        raise Fail(
-            EX_DATAERR,
-            f"{state.name} names no backend: set default: in config.yaml or backend: in its"
-            " controller",
-        )
+        raise Fail(EX_DATAERR,
+                   f"{state.name} names no backend: set default: in config.yaml or backend: in its"
+                   " controller")
     backend = cfg["backends"][name]
     if backend["offbox"] and state.mandate["escalate"] != "offbox":
         raise Fail(
@@ -6460,16 +6210,10 @@ def reply_failure(run, oversized, ended_by, status):
 def unusable_record(state, backend, by, why, call):
     """Return the record of `backend`'s unusable reply (it changes nothing, ESC-06)."""
     call = dict(call or {})         # a refusal keeps its text and the provider's category: declined
-    return new_record(
-        "unusable",
-        state.name,
-        backend=backend,
-        by=by,
-        why=why[:NOTE_MAX],
-        summary=f"the reply of {backend} is unusable: {why[:200]}",
-        **({"declined": call.pop("declined")} if "declined" in call else {}),
-        **some(call=call),
-    )
+    return new_record("unusable", state.name, backend=backend, by=by, why=why[:NOTE_MAX],
+                      summary=f"the reply of {backend} is unusable: {why[:200]}",
+                      **({"declined": call.pop("declined")} if "declined" in call else {}),
+                      **some(call=call))
 
 
 def look_record(state, d, look, answer):
@@ -6533,16 +6277,11 @@ def escalation_to(state, cfg, backend, asked, stopping):
 # kind, venture, seq (null when no record names it), summary, and the command that answers it,
 # completed where it is sent (notice_message).
 
-NOTICE_TITLES = {
-    "ask": "{venture} asks (#{seq})",
-    "stuck": "{venture} is stuck (#{seq})",
-    "pause": "{venture} was paused (#{seq})",
-    "cannot-run": "{venture} cannot run",
-    "ledger-down": "the ledger cannot be written",
-    "ledger": "the ledger takes writes again (#{seq})",
-    "stop": "avsmd is stopping",
-    "witness": "avsm fleet witness: {venture}'s ledger no longer extends what it kept",
-}
+NOTICE_TITLES = {"ask": "{venture} asks (#{seq})", "stuck": "{venture} is stuck (#{seq})",
+                 "pause": "{venture} was paused (#{seq})", "cannot-run": "{venture} cannot run",
+                 "ledger-down": "the ledger cannot be written",
+                 "ledger": "the ledger takes writes again (#{seq})", "stop": "avsmd is stopping",
+                 "witness": "avsm fleet witness: {venture}'s ledger no longer extends what it kept"}
 
 
 def new_notice(kind, venture, seq, summary, answer, **more):
@@ -6555,26 +6294,14 @@ def notice_of(seq, record):
     kind, venture = record["kind"], record["venture"]
     if kind == "ask":               # a canary ask reads as any other: nothing here tells it apart
         lever = {"lever": record["lever"]} if record.get("lever") else {}
-        return new_notice(
-            "stuck" if record.get("about") == "stuck" else "ask",
-            venture,
-            seq,
-            record["summary"],
-            f"avsm approve {seq}",
-            question=str(record.get("question") or "")[:NOTE_MAX],
-            deny=f"avsm deny {seq}",
-            **lever,
-        )
+        return new_notice("stuck" if record.get("about") == "stuck" else "ask", venture, seq,
+                          record["summary"], f"avsm approve {seq}",
+                          question=str(record.get("question") or "")[:NOTE_MAX],
+                          deny=f"avsm deny {seq}", **lever)
     # stuck after a person's answer: told, not asked
     if kind == "refusal" and record.get("stuck") == "asked":
-        return new_notice(
-            "stuck",
-            venture,
-            seq,
-            record["summary"],
-            f"avsm propose {venture} {record['lever']}",
-            lever=record["lever"],
-        )
+        return new_notice("stuck", venture, seq, record["summary"],
+                          f"avsm propose {venture} {record['lever']}", lever=record["lever"])
     # a guard's or the stop lever's: no person did it
     if kind == "pause" and record["claim"] == "measured":
         guard = record.get("guard")
@@ -6588,37 +6315,23 @@ def notice_of(seq, record):
 
 def cannot_run_notice(venture, problem):
     """Return the notice of an adopted venture that cannot run (VENTURE-14)."""
-    return new_notice(
-        "cannot-run",
-        venture,
-        None,
-        f"{venture} cannot run: {problem}; nothing of it runs until mandate.yaml "
-        "holds and is added again",
-        "avsm doctor",
-    )
+    return new_notice("cannot-run", venture, None,
+                      f"{venture} cannot run: {problem}; nothing of it runs until mandate.yaml "
+                      "holds and is added again", "avsm doctor")
 
 
 def ledger_down_notice(why):
     """Return the notice of a ledger that cannot be written (RUN-19)."""
-    return new_notice(
-        "ledger-down",
-        "self",
-        None,
-        f"the ledger cannot be written: {why}; nothing that would write runs, and "
-        f"avsmd tries again every {LEDGER_RETRY} s",
-        "avsm doctor",
-    )
+    return new_notice("ledger-down", "self", None,
+                      f"the ledger cannot be written: {why}; nothing that would write runs, and "
+                      f"avsmd tries again every {LEDGER_RETRY} s", "avsm doctor")
 
 
 def stopping_notice(why):
     """Return the notice of avsmd stopping."""
-    return new_notice(
-        "stop",
-        "self",
-        None,
-        f"avsmd is stopping ({why}); no venture runs until it is started again",
-        "avsmd",
-    )
+    return new_notice("stop", "self", None,
+                      f"avsmd is stopping ({why}); no venture runs until it is started again",
+                      "avsmd")
 
 
 def admit_notice(down_told, notice):
@@ -6649,8 +6362,7 @@ def notice_message(notice, commands, home):
         lines.append(notice["question"])
     if event["answer"]:
         lines.append(
-            f"answer: {event['answer']}" + (f", or {event['deny']}" if event.get("deny") else "")
-        )
+            f"answer: {event['answer']}" + (f", or {event['deny']}" if event.get("deny") else ""))
     return "\n".join(shown_text(line) for line in lines) + "\n", event
 
 
@@ -6691,10 +6403,9 @@ def judge_notify(stretch, notice, failure, note=""):
         if stretch is None:
             return None, None
         failed = stretch["failed"]
-        return None, new_record(
-            "notify", "self", ok=True, failed=failed,
-            summary=f"the notify command works again (it told of {told}); "
-                    f"{failed} notice(s) from {stretch['first']} on were not told")
+        return None, new_record("notify", "self", ok=True, failed=failed,
+                                summary=f"the notify command works again (it told of {told}); "
+                                f"{failed} notice(s) from {stretch['first']} on were not told")
     if stretch is not None:
         return dict(stretch, failed=stretch["failed"] + 1), None
     return {"failed": 1, "first": told}, new_record(
@@ -6735,26 +6446,10 @@ def refusal_key(record):
 
 
 def new_venture_summary():
-    return {
-        "records": 0,
-        "levers": {},
-        "refusals": {},
-        "raised": [],
-        "answered": [],
-        "open": {},
-        "guards": {},
-        "pauses": [],
-        "resumes": [],
-        "effects": {},
-        "exits": [],
-        "starts": 0,
-        "metric": None,
-        "trusted": [],
-        "untrusted": 0,
-        "last_report": None,
-        "paused": False,
-        "mandate": None,
-    }
+    return {"records": 0, "levers": {}, "refusals": {}, "raised": [], "answered": [], "open": {},
+            "guards": {}, "pauses": [], "resumes": [], "effects": {}, "exits": [], "starts": 0,
+            "metric": None, "trusted": [], "untrusted": 0, "last_report": None, "paused": False,
+            "mandate": None}
 
 
 def summarize(rows, since, parse=None):
@@ -6817,12 +6512,10 @@ def summarize(rows, since, parse=None):
             actions[seq] = lever
         elif kind == "outcome" and record.get("action") in actions:
             actions[record["action"]]["ok" if record.get("ok") else "failed"].append(
-                record["action"]
-            )
+                record["action"])
         elif kind == "refusal":
             group = v["refusals"].setdefault(
-                refusal_key(record), {"count": 0, "seqs": [], "lever": record.get("lever")}
-            )
+                refusal_key(record), {"count": 0, "seqs": [], "lever": record.get("lever")})
             group["count"] += 1
             group["seqs"].append(seq)
             group["why"] = record.get("why") or record.get("summary")
@@ -6832,8 +6525,7 @@ def summarize(rows, since, parse=None):
             v["answered"].append((record.get("ask"), kind, seq))
         elif kind.startswith("guard."):
             guard = v["guards"].setdefault(
-                kind[len("guard.") :], {"episodes": [], "readings": 0, "past": None, "paused": []}
-            )
+                kind[len("guard.") :], {"episodes": [], "readings": 0, "past": None, "paused": []})
             guard["readings"] += 1
             if settles_guard(record):
                 past = bool(record.get("past"))
@@ -6888,17 +6580,8 @@ def needs_person(v, name, parse=None):
         by = v["pauses"][-1] if v["pauses"] else None
         way_out = ", then ".join(guard_pause_way_out(name, by[1])) if by and by[1] \
             else f"avsm resume {name}"
-        found.append(
-            (
-                f"{name} is paused"
-                + (
-                    f" (#{by[0]}, by guard {by[1]})"
-                    if by and by[1]
-                    else f" (#{by[0]})" if by else ""
-                ),
-                way_out,
-            )
-        )
+        found.append((f"{name} is paused" + (f" (#{by[0]}, by guard {by[1]})" if by and by[1]
+                                             else f" (#{by[0]})" if by else ""), way_out))
     if (
         v["mandate"] is not None
         and parsed_or_none(parse or parse_mandate, v["mandate"][1], v["mandate"][0]) is None
@@ -6907,12 +6590,8 @@ def needs_person(v, name, parse=None):
                       f"fix {v['mandate'][1].get('directory')}/mandate.yaml and avsm add it"))
     if v["last_report"] is not None and v["last_report"][1] in ("failed", "implausible"):
         seq, status, note = v["last_report"]
-        found.append(
-            (
-                f"its last report #{seq} is {status}: {note}",
-                "fix the report, or its bounds in mandate.yaml and avsm add",
-            )
-        )
+        found.append((f"its last report #{seq} is {status}: {note}",
+                      "fix the report, or its bounds in mandate.yaml and avsm add"))
     return found
 
 
