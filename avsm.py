@@ -3098,10 +3098,14 @@ class VentureState:
         self.counted = {"reports": 0, "failed": 0, "implausible": 0, "refusals": 0, "by_lever": {}}
 
     def side(self, name):
-        """A controller side: armed (deadband), its streak of crossed reports (hold), asked in this
-        excursion."""
+        """A controller side: armed (deadband), its streak of crossed reports (hold), asked."""
         return self.sides.setdefault(
             name, {"armed": True, "streak": [], "asked": False, "stuck": None, "seen": False})
+
+    def open_ask(self, **fields):
+        """Return the seq of the first open ask with these `fields`, or None."""
+        return next((s for s, a in self.open_asks.items()
+                     if all(a.get(k) == v for k, v in fields.items())), None)
 
 
 def text_sha256(text):
@@ -3350,10 +3354,8 @@ def judge_report(mandate, state, value, failure=None):
     if low_high and not low_high[0] <= value <= low_high[1]:
         return (
             "implausible",
-            (
-                f"{format_number(value)} is outside range [{format_number(low_high[0])},"
-                f" {format_number(low_high[1])}]"
-            ),
+            f"{format_number(value)} is outside range [{format_number(low_high[0])},"
+            f" {format_number(low_high[1])}]",
         )
     up, down = step_bounds(mandate)
     if up is None and down is None:
@@ -3379,17 +3381,13 @@ def judge_report(mandate, state, value, failure=None):
         if state.pending is not None:
             return (
                 "unconfirmed",
-                (
-                    f"moved {format_number(step)} from {what}, past {key} {format_number(bound)};"
-                    " waits for the next to agree"
-                ),
+                f"moved {format_number(step)} from {what}, past {key} {format_number(bound)};"
+                " waits for the next to agree",
             )
         return (
             "implausible",
-            (
-                f"{'rose' if step > 0 else 'fell'} by {format_number(abs(step))} from"
-                f" {format_number(base)}, past {key} {format_number(bound)}"
-            ),
+            f"{'rose' if step > 0 else 'fell'} by {format_number(abs(step))} from"
+            f" {format_number(base)}, past {key} {format_number(bound)}",
         )
     if state.pending is None and state.last_step is not None and not state.ran_since:
         previous = state.last_step
@@ -3398,10 +3396,8 @@ def judge_report(mandate, state, value, failure=None):
                 and abs(previous) > half_prev / 2 and abs(step) > half_now / 2):
             return (
                 "implausible",
-                (
-                    f"a flap: moved {format_number(previous)} then {format_number(step)}, each past"
-                    " half its step bound"
-                ),
+                f"a flap: moved {format_number(previous)} then {format_number(step)}, each past"
+                " half its step bound",
             )
     return "trusted", ""
 
@@ -3931,8 +3927,7 @@ def depth(value, level=0):
 
 
 def diff_paths(diff):
-    """Return every path a diff names for patch to touch: unified (---/+++) and context (***)
-    headers, git's rename and copy lines, and Index: lines; never a hunk's line range."""
+    """Return every path a diff names for patch to touch, never a hunk's line range."""
     paths = []
     for line in diff.splitlines():
         if re.fullmatch(r"(\*\*\* \d+(,\d+)? \*\*\*\*|--- \d+(,\d+)? ----)\s*", line):
@@ -4008,8 +4003,8 @@ def venture_commands(m):
 
 
 def command_words(command):
-    """Return the words of `command` (a shell line, or an argv list) that may name a file it runs
-    or reads: `python3 fix.py` gives python3 and fix.py. Operators and quotes are the shell's."""
+    """Return the words of `command` (a shell line, or an argv list) that may name a file it runs or
+    reads; operators and quotes are the shell's."""
     if not isinstance(command, str):
         return list(command)
     import shlex
@@ -4609,8 +4604,8 @@ PACKET_WORLD_CALLS = 160  # world steps a decision packet's forecasts make in al
 
 
 def packet_world_forecast(facts, step):
-    """Return the decision packet's forecasts through the world (issue 11 item 6): {"nothing",
-    "levers": {name}}, one run now of each lever and no controller."""
+    """Return the decision packet's forecasts through the world (issue 11 item 6): one run now of
+    each lever and no controller."""
     calls = max(1, PACKET_WORLD_CALLS // (1 + len(facts["levers"])))
     free = dict(facts, sides=[])
     return {"nothing": forecast_world_paths(free, step, calls),
@@ -4635,8 +4630,8 @@ def checked_forecast(result):
 
 
 def packet_world_made(result, why_not):
-    """Return the packet forecast's `made` from packet_world_forecast's output, each forecast
-    checked; or why there is none."""
+    """Return the packet forecast's `made` from packet_world_forecast's output, or why there is
+    none."""
     if why_not is None and isinstance(result, dict) and isinstance(result.get("levers"), dict):
         nothing = checked_forecast(result.get("nothing"))
         levers = {name: checked_forecast(r) for name, r in result["levers"].items()}
@@ -4798,10 +4793,8 @@ def prove(state, lever, now, basis, trigger=None, approval=None, payload=None, c
         name, episode = blocking[0]
         return Verdict(
             False,
-            why=(
-                f"guard {name} reads past its bound (since #{episode}); only stop and its"
-                " unwind run"
-            ),
+            why=f"guard {name} reads past its bound (since #{episode}); only stop and its"
+                " unwind run",
         )
     spec = m["levers"][lever]
     steps.append(f"{lever} is permitted: cap {spec['cap_text']},"
@@ -4810,25 +4803,20 @@ def prove(state, lever, now, basis, trigger=None, approval=None, payload=None, c
         return Verdict(False, why=f"{lever} is still running (action #{state.running[lever]})")
     if lever in state.checking:     # its check decides; no second check of one lever starts
         return Verdict(False, why=f"{lever}'s check is still running; it runs if that check passes")
-    unknown = next((s for s, a in state.open_asks.items()
-                    if a.get("about") == "interrupted" and a.get("lever") == lever), None)
+    unknown = state.open_ask(about="interrupted", lever=lever)
     if unknown is not None:
         return Verdict(
             False,
-            why=(
-                f"whether {lever}'s interrupted run (action"
+            why=f"whether {lever}'s interrupted run (action"
                 f" #{state.open_asks[unknown].get('action')}) happened is not known; answer ask"
-                f" #{unknown} first (avsm approve or deny {unknown})"
-            ),
+                f" #{unknown} first (avsm approve or deny {unknown})",
         )
     stale = [s for s, e in state.effects.items() if e["lever"] == lever and e.get("stale")]
     if stale:
         return Verdict(
             False,
-            why=(
-                f"the effect of action #{stale[0]} waits on a sensor that may not have refreshed;"
-                f" {lever} waits with it"
-            ),
+            why=f"the effect of action #{stale[0]} waits on a sensor that may not have refreshed;"
+                f" {lever} waits with it",
         )
     used = cap_window(state, lever, now)
     if len(used) >= spec["cap"][0]:
@@ -4861,11 +4849,9 @@ def prove(state, lever, now, basis, trigger=None, approval=None, payload=None, c
                     break
             return Verdict(
                 False,
-                why=(
-                    f"{lever} would spend {format_number(total)} {budget['field']} in"
+                why=f"{lever} would spend {format_number(total)} {budget['field']} in"
                     f" {format_duration(budget['per'])}, past its budget"
-                    f" {format_number(budget['max'])}"
-                ),
+                    f" {format_number(budget['max'])}",
                 stuck=("budget", frees),
             )
         steps.append(
@@ -4911,10 +4897,8 @@ def prove(state, lever, now, basis, trigger=None, approval=None, payload=None, c
     elif rule == "permitted" and payload is not None and not spec["delegated"]:
         return Verdict(
             False,
-            why=(
-                f"{lever} would run content a model wrote and is not delegated; a person must"
-                " approve it"
-            ),
+            why=f"{lever} would run content a model wrote and is not delegated; a person must"
+                " approve it",
             needs_ask=True,
         )
     elif not spec["reversible"] and (not spec["delegated"] or lever in state.suspended):
@@ -5369,7 +5353,7 @@ def guard_rules(state):
     for guard in state.mandate["guards"]:
         name = guard["name"]
         info = state.guards.get(name)
-        open_ask = next((s for s, a in state.open_asks.items() if a.get("guard") == name), None)
+        open_ask = state.open_ask(guard=name)
         if info is None or not info["past"]:
             if open_ask is not None:
                 yield Write(resolved_record(state, open_ask,
@@ -5418,8 +5402,7 @@ def audit_rules(state):
     """An audit that worsens while the metric improves asks once, settled when it no longer does."""
     for audit in state.mandate["audits"]:
         name, why = audit["name"], audit_worsening(audit, state)
-        open_ask = next((s for s, a in state.open_asks.items()
-                         if a.get("about") == "audit" and a.get("audit") == name), None)
+        open_ask = state.open_ask(about="audit", audit=name)
         if why and open_ask is None:
             yield Write(new_record("ask", state.name, about="audit", audit=name,
                                    question=f"{why}. Is the gain real?",
@@ -5459,17 +5442,13 @@ def implausible_rule(state, held, report_seq):
             state.name,
             about="implausible",
             reading=seq,
-            question=(
-                f"{what} (#{seq}) is not plausible: {note}; is the sensor sound? "
-                "approve (it is sound) and deny (it is not) each only record your answer: "
-                f"neither runs a lever nor lifts the hold, and {state.name} acts again "
-                "on the first plausible reading (fix the reading, or its bounds in "
-                "mandate.yaml and avsm add)"
-            ),
-            summary=(
-                f"{what} #{seq} holds {state.name} implausible; asking once until a plausible"
-                " reading comes"
-            ),
+            question=f"{what} (#{seq}) is not plausible: {note}; is the sensor sound? "
+                     "approve (it is sound) and deny (it is not) each only record your answer: "
+                     f"neither runs a lever nor lifts the hold, and {state.name} acts again "
+                     "on the first plausible reading (fix the reading, or its bounds in "
+                     "mandate.yaml and avsm add)",
+            summary=f"{what} #{seq} holds {state.name} implausible; asking once until a plausible"
+                    " reading comes",
         )
         if what.startswith("audit "):
             # hidden from every model, as the audit is (AUDIT-05)
@@ -5494,8 +5473,7 @@ def controller_rule(state, side, lever, reports, why):
     if verdict.ok:
         yield from unstick_rule(state, side, f"{lever} ran again")
         return
-    asked_open = any(
-        a.get("lever") == lever and a.get("about") == "lever" for a in state.open_asks.values())
+    asked_open = state.open_ask(lever=lever, about="lever") is not None
     if verdict.needs_ask and not state.side(side).get("asked") and not asked_open:
         yield Write(
             new_record(
@@ -5572,8 +5550,8 @@ def stuck_rule(state, side, lever, reports, reason, clears_at, why):
     yield from refusal(state, lever, why + when,
                        f"{lever} refused, {name} is stuck: {why}{when}; {way_out}", by="controller",
                        side=side, reports=reports, stuck=reason, clears_at=clears_at)
-    if reason != "asked" and not state.side(side)["seen"] and not any(
-            a.get("about") == "stuck" and a.get("side") == side for a in state.open_asks.values()):
+    if reason != "asked" and not state.side(side)["seen"] \
+            and state.open_ask(about="stuck", side=side) is None:
         yield Write(new_record(
             "ask", name, about="stuck", by="self", lever=lever, side=side, reason=reason,
             clears_at=clears_at,
@@ -5610,21 +5588,14 @@ def proposal_rule(state, seq, choice, by, backend, content_why=None, held=None):
     forbidden = lever in m["forbidden"]
     unnamed = (f"{lever} is {'forbidden' if forbidden else 'not permitted'} "
                f"by mandate #{state.mandate_seq}")
+
+    def lever_ask(question, summary, **ranking):
+        return Write(new_record("ask", state.name, about="lever", lever=lever, payload=payload,
+                                proposal=seq, by=by, **ranking, question=question, summary=summary))
     if choice["choice"] == "action" and held and not forbidden and named:
-        yield Write(
-            new_record(
-                "ask",
-                state.name,
-                about="lever",
-                lever=lever,
-                payload=payload,
-                proposal=seq,
-                by=by,
-                ranking=True,
-                question=f"run {lever}? {backend} ranked it first (#{seq}), but {held}",
-                summary=f"{lever} waits for a person: ranked first by {backend} (#{seq}); {held}",
-            )
-        )
+        yield lever_ask(f"run {lever}? {backend} ranked it first (#{seq}), but {held}",
+                        f"{lever} waits for a person: ranked first by {backend} (#{seq}); {held}",
+                        ranking=True)
         return
     if choice["choice"] == "ask":
         if lever is not None and (forbidden or lever not in m["levers"]):
@@ -5663,34 +5634,13 @@ def proposal_rule(state, seq, choice, by, backend, content_why=None, held=None):
         # asks, as the controller does
         why, waits = (None, verdict.why) if verdict.needs_ask else (verdict.why, False)
     if waits:
-        if not any(
-            a.get("lever") == lever and a.get("payload") == payload and a.get("about") == "lever"
-            for a in state.open_asks.values()
-        ):
-            yield Write(
-                new_record(
-                    "ask",
-                    state.name,
-                    about="lever",
-                    lever=lever,
-                    payload=payload,
-                    proposal=seq,
-                    by=by,
-                    question=f"run {lever}"
-                    + (" with the content below" if payload is not None else "")
-                    + f"? {backend} proposed it (#{seq})",
-                    summary=f"{lever} waits for a person: proposed by {backend} (#{seq})"
-                    + (
-                        f"; {waits}"
-                        if isinstance(waits, str)
-                        else (
-                            " with content a model wrote"
-                            if payload is not None
-                            else ", irreversible"
-                        )
-                    ),
-                )
-            )
+        if state.open_ask(lever=lever, payload=payload, about="lever") is None:
+            yield lever_ask(
+                f"run {lever}" + (" with the content below" if payload is not None else "")
+                + f"? {backend} proposed it (#{seq})",
+                f"{lever} waits for a person: proposed by {backend} (#{seq})"
+                + (f"; {waits}" if isinstance(waits, str)
+                   else " with content a model wrote" if payload is not None else ", irreversible"))
         return
     yield from refusal(state, lever, why, proposal=seq, by="model")
 
@@ -5809,8 +5759,8 @@ def ratchet_due(state, lever, n):
     spec = state.mandate["levers"].get(lever) if state.mandate else None
     if not n or spec is None or spec["delegated"] or (spec["reversible"] and not spec["takes"]):
         return False
-    return state.approvals.get(lever, 0) >= n and not any(
-        a.get("about") == "ratchet" and a.get("lever") == lever for a in state.open_asks.values())
+    return state.approvals.get(lever, 0) >= n \
+        and state.open_ask(about="ratchet", lever=lever) is None
 
 
 def ratchet_rule(state, lever, n, forecast=None, again=False):
@@ -5899,10 +5849,8 @@ def canary_result(state, seq, ask, approved):
                     " without reading"
                 ),
             ),
-            (
-                f"#{seq} was a canary ask: {ask['lever']} is not permitted by the mandate. Nothing"
-                " ran. Read each ask before approving it."
-            ),
+            f"#{seq} was a canary ask: {ask['lever']} is not permitted by the mandate. Nothing"
+            " ran. Read each ask before approving it.",
         )
     return (
         new_record(
@@ -6044,8 +5992,7 @@ def run_started(state, pid, restart, err=None):
 
 
 def restart_rule(state, pid, status, ended_by, uptime, backoff, restarted, active):
-    """Return (again, backoff, delay, records) for the kept `run` program's end (open point 31): one
-    that dies within QUICK_DEATH of a restart waits twice as long each time."""
+    """Return (again, backoff, delay, records) for the kept `run` program's end (open point 31)."""
     policy = state.mandate["restart"] if state.mandate else "never"
     again = (ended_by is None and active
              and (policy == "always" or (policy == "on-failure" and status != 0)))
@@ -6062,11 +6009,7 @@ def restart_rule(state, pid, status, ended_by, uptime, backoff, restarted, activ
     records = [new_record("exit", state.name, pid=pid, status=how, uptime=round(uptime, 3),
                           restart_in=delay if again else None,
                           summary=f"run (pid {pid}) ended: {why} after {uptime:.1f}s{next_words}")]
-    if (
-        again
-        and delay >= BACKOFF_CEILING
-        and not any(a.get("about") == "backoff" for a in state.open_asks.values())
-    ):
+    if again and delay >= BACKOFF_CEILING and state.open_ask(about="backoff") is None:
         records.append(
             new_record(
                 "ask",
@@ -6265,10 +6208,8 @@ def escalation_to(state, cfg, backend, asked, stopping):
     if cfg["backends"][second]["offbox"] and state.mandate["escalate"] != "offbox":
         return (
             None,
-            (
-                f"not escalated: {second} leaves the machine and the mandate does not say escalate:"
-                " offbox"
-            ),
+            f"not escalated: {second} leaves the machine and the mandate does not say escalate:"
+            " offbox",
         )
     return second, None
 
