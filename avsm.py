@@ -3829,19 +3829,9 @@ def parse_reply(data, packet):
     lever_names = {lever["name"] for lever in packet["levers"]}
     if packet.get("classifier"):
         if text in ("nothing", "ask") or text in lever_names:
-            return {
-                "choices": [
-                    (
-                        {"choice": "nothing"}
-                        if text == "nothing"
-                        else (
-                            {"choice": "ask", "question": "the classifier asks"}
-                            if text == "ask"
-                            else {"choice": "action", "action": text}
-                        )
-                    )
-                ]
-            }
+            return {"choices": [{"choice": "nothing"} if text == "nothing"
+                                else {"choice": "ask", "question": "the classifier asks"}
+                                if text == "ask" else {"choice": "action", "action": text}]}
         return {"unusable": ("a classifier answers one word: nothing, ask or a permitted lever, not"
                              f" {text[:60]!r}")}
     try:
@@ -4133,9 +4123,8 @@ def shown_spread(values, decimals):
 def decimals_of(values):
     """The decimals a person would write the readings with, at most two."""
     texts = [format_number(v) for v in values]
-    return min(
-        max((len(t.split(".")[1]) for t in texts if "e" not in t and "." in t), default=0), 2
-    )
+    return min(max((len(t.split(".")[1]) for t in texts if "e" not in t and "." in t), default=0),
+               2)
 
 
 def forecast(facts, seed=0):
@@ -6092,50 +6081,29 @@ def model_packet(state, recent, now, forecast, looks):
     hidden = {s for s, a in state.open_asks.items() if a.get("about") == "audit" or a.get("audit")}
     records = []
     for seq, at, record in recent:
-        if (
-            record["kind"].startswith("audit.")
-            or record.get("about") == "audit"
-            or record.get("ask") in hidden
-            or record.get("audit")
-        ):
+        if record["kind"].startswith("audit.") or record.get("about") == "audit" \
+                or record.get("ask") in hidden or record.get("audit"):
             continue
-        records.append(
-            f"#{seq} {format_local_time(at)} {record['claim']} {record['kind']} {record['summary']}"
-        )
+        records.append(f"#{seq} {format_local_time(at)} {record['claim']} {record['kind']}"
+                       f" {record['summary']}")
     return {
         "venture": state.name,
         "purpose": m["purpose"],
         "metric": m["metric"],
         "controller": ctl["kind"],
         "classifier": ctl["kind"] == "classifier",
-        "levers": [
-            {
-                "name": n,
-                "cap": l["cap_text"],
-                "used": len(cap_window(state, n, now)),
-                "reversible": l["reversible"],
-                "delegated": l["delegated"],
-                "takes": l["takes"],
-            }
-            for n, l in m["levers"].items()
-        ],
+        "levers": [{"name": n, "cap": l["cap_text"], "used": len(cap_window(state, n, now)),
+                    "reversible": l["reversible"], "delegated": l["delegated"], "takes": l["takes"]}
+                   for n, l in m["levers"].items()],
         "forbidden": m["forbidden"],
         "children": [],
-        "readings": [
-            {
-                "name": name,
-                "value": format_number(rec.get("value")),
-                "fields": rec.get("fields", ""),
-            }
-            for name, (seq, rec) in sorted(state.read.items())
-            if rec.get("status") == "read"
-        ],
+        "readings": [{"name": name, "value": format_number(rec.get("value")),
+                      "fields": rec.get("fields", "")}
+                     for name, (seq, rec) in sorted(state.read.items())
+                     if rec.get("status") == "read"],
         "records": records,
-        "asks": [
-            f"#{s} {a.get('lever') or '-'}: {a.get('question', a['summary'])}"
-            for s, a in sorted(state.open_asks.items())
-            if s not in hidden
-        ],
+        "asks": [f"#{s} {a.get('lever') or '-'}: {a.get('question', a['summary'])}"
+                 for s, a in sorted(state.open_asks.items()) if s not in hidden],
         "forecast": forecast,
         "looks": looks,
     }
@@ -6206,11 +6174,8 @@ def escalation_to(state, cfg, backend, asked, stopping):
     if stopping:
         return None, "not escalated: avsmd is stopping"
     if cfg["backends"][second]["offbox"] and state.mandate["escalate"] != "offbox":
-        return (
-            None,
-            f"not escalated: {second} leaves the machine and the mandate does not say escalate:"
-            " offbox",
-        )
+        return None, (f"not escalated: {second} leaves the machine and the mandate does not say"
+                      " escalate: offbox")
     return second, None
 
 
@@ -6408,22 +6373,14 @@ def summarize(rows, since, parse=None):
         if name == "self" or not isinstance(name, str):
             continue
         v = ventures.get(name) or ventures.setdefault(name, new_venture_summary())
-        if name in folds or (
-            kind == "mandate" and expects_effects(parsed_or_none(parse, record, seq))
-        ):
+        if name in folds or kind == "mandate" \
+                and expects_effects(parsed_or_none(parse, record, seq)):
             state = folds.setdefault(name, VentureState(name))
             if inside and kind == "report" and record.get("status") == "trusted":
                 for action_seq, effect in state.effects.items():
-                    if (
-                        effect["verdict"] is None
-                        and judge_effect(
-                            effect["expects"],
-                            effect["r0"],
-                            effect["after"] + [record.get("value")],
-                            effect["steps"],
-                        )[0]
-                        == "hit"
-                    ):
+                    after = effect["after"] + [record.get("value")]
+                    if effect["verdict"] is None and judge_effect(
+                            effect["expects"], effect["r0"], after, effect["steps"])[0] == "hit":
                         v["effects"].setdefault("hit", []).append(action_seq)
             fold_ledger(folds, seq, at, record, parse)
         if kind == "mandate":
@@ -6446,9 +6403,8 @@ def summarize(rows, since, parse=None):
             continue
         v["records"] += 1
         if kind == "action":
-            lever = v["levers"].setdefault(
-                record.get("lever"), {"runs": [], "ok": [], "failed": []}
-            )
+            lever = v["levers"].setdefault(record.get("lever"),
+                                           {"runs": [], "ok": [], "failed": []})
             lever["runs"].append(seq)
             actions[seq] = lever
         elif kind == "outcome" and record.get("action") in actions:
@@ -6465,8 +6421,7 @@ def summarize(rows, since, parse=None):
         elif kind in ("approval", "denial", "resolved"):
             v["answered"].append((record.get("ask"), kind, seq))
         elif kind.startswith("guard."):
-            guard = v["guards"].setdefault(
-                kind[len("guard.") :], {"episodes": [], "readings": 0, "past": None, "paused": []})
+            guard = summary_guard(v, kind[len("guard."):])
             guard["readings"] += 1
             if settles_guard(record):
                 past = bool(record.get("past"))
@@ -6476,9 +6431,7 @@ def summarize(rows, since, parse=None):
         elif kind == "pause":
             v["pauses"].append((seq, record.get("guard")))
             if record.get("guard"):
-                v["guards"].setdefault(
-                    record["guard"], {"episodes": [], "readings": 0, "past": None, "paused": []}
-                )["paused"].append(seq)
+                summary_guard(v, record["guard"])["paused"].append(seq)
         elif kind == "resume":
             v["resumes"].append(seq)
         elif kind == "effect":
@@ -6488,6 +6441,10 @@ def summarize(rows, since, parse=None):
         elif kind == "start":
             v["starts"] += 1
     return Summary(since, first, last, ventures)
+
+
+def summary_guard(v, name):
+    return v["guards"].setdefault(name, {"episodes": [], "readings": 0, "past": None, "paused": []})
 
 
 def summarize_report(v, seq, record):
