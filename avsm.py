@@ -2466,6 +2466,7 @@ RECORD_KINDS = {
         # the notify command failed (once a stretch), or works again
         ("self.notify", "measured", "ok failed", "status note notice"),
         ("self.metrics", "measured", "ok failed textfile", "note"),  # its textfile failed, or works
+        ("self.snapshot", "measured", "seq sha256", ""),    # the fold to seq, kept in a file
     )
 }
 
@@ -2848,12 +2849,12 @@ def small_cache(db):
     return was
 
 
-def scan_records(db):
-    """Yield (seq, at, record dict) of the whole ledger, in order, as read_records does, with a
-    small page cache."""
+def scan_records(db, since=0, upto=None):
+    """Yield (seq, at, record dict) of the ledger after `since` (up to `upto`), in order, as
+    read_records does, with a small page cache."""
     was = small_cache(db)
     try:
-        yield from read_records(db)
+        yield from read_records(db, since, upto)
     finally:
         db.execute(f"PRAGMA cache_size={was}")
 
@@ -2882,33 +2883,40 @@ def ledger_problem(db):
     return scan_ledger(db, recheck=False).broken
 
 
-LedgerScan = collections.namedtuple("LedgerScan", "count head broken problems adopted hashes")
+LedgerScan = collections.namedtuple("LedgerScan",
+                                    "count head broken problems adopted hashes folds")
 LedgerScan.__doc__ = """What one read of the ledger found: records checked, the head (seq, hash),
 the first record that does not chain or read as (seq, why) or None, the proof problems [(action seq,
 why)], the adopted ventures {name: [name, directory, mandate seq, paused, text]} (None once a record
 does not read), and {seq: hash} of the seqs asked for."""
 
 
-def scan_ledger(db, recheck=True, wanted=(), after=None):
+def scan_ledger(db, recheck=True, wanted=(), after=None, fold_at=()):
     """Read the ledger once, in order (doctor: a second read is a second pass over a year of
     records): every link of the chain and every record's reading checked; with `recheck`, every
     action's proof re-checked by the gate as the ledger folds; the adopted ventures listed; the
     hashes of the seqs `wanted` kept. after: (seq, hash) of a checkpoint verified before: the chain
     is checked from it on, and neither the records before it nor any proof is read (doctor
-    --quick)."""
+    --quick). fold_at: the seqs at which the fold is kept as a snapshot would hold it (folds)."""
     found = {
         "count": 0,
         "head": after or (0, ZERO_HASH),
         "broken": None,
         "adopted": {},
         "hashes": {},
+        "folds": {},
     }
-    was = small_cache(db)
+    was, states, counted = small_cache(db), {}, {}
+
+    def keep(seq):
+        if seq in fold_at:      # the fold has taken every record up to seq, and none after
+            found["folds"][seq] = snapshot_of(seq, states, counted, code_sha256())
 
     def rows():
         expected, prev = after or (0, ZERO_HASH)
         for seq, at, link, digest, text in batched_rows(db, "seq, at, prev, hash, record",
                                                         expected):
+            keep(expected)
             why = (
                 f"record #{expected + 1} is missing"
                 if seq != expected + 1
@@ -2947,9 +2955,12 @@ def scan_ledger(db, recheck=True, wanted=(), after=None):
                 adopted[name] = [name, record.get("directory"), seq, False, record.get("text")]
             elif kind in ("pause", "resume") and name in adopted:
                 adopted[name][3] = kind == "pause"
+            count_self(counted, record)
             yield seq, at, record
+        keep(expected)
     try:
-        problems = [(seq, problem) for seq, each in recheck_ledger(rows()) for problem in each] \
+        problems = [(seq, problem) for seq, each in recheck_ledger(rows(), states=states)
+                    for problem in each] \
             if recheck and after is None else collections.deque(rows(), 0) and []
     finally:
         db.execute(f"PRAGMA cache_size={was}")
@@ -5607,6 +5618,77 @@ def count_self(counted, record):
     return counted
 
 
+# ---- snapshots: the fold kept at a seq, so a start folds only what came after ----
+# snapshot ::= {"seq": SEQ, "code": sha256 of avsm.py, "counted": {...}, "ventures": {NAME:
+# {FIELD: value}}}: every field of a VentureState but its parsed mandate, in JSON that keeps what
+# JSON would lose: each JSON object is one tag and what it holds, {"{}": {...}} a dict of str keys,
+# {":": [[key, value], ...]} any other dict, {"tuple"|"set"|"frozenset": [...]}, {"History":
+# [seqs, values]}.
+SNAPSHOT_TYPES = {"tuple": tuple, "set": set, "frozenset": frozenset}
+
+
+def snapshot_value(value):
+    """Return `value` (a VentureState's field) as JSON that reads back as it is; TypeError for a
+    type the snapshot cannot hold."""
+    kind = type(value)
+    if value is None or kind in (str, int, float, bool):
+        return value
+    if kind is list:
+        return [snapshot_value(v) for v in value]
+    if kind is dict:
+        if all(type(k) is str for k in value):
+            return {"{}": {k: snapshot_value(v) for k, v in value.items()}}
+        return {":": [[snapshot_value(k), snapshot_value(v)] for k, v in value.items()]}
+    if kind is History:
+        return {"History": [list(value.seqs), snapshot_value(value.values)]}
+    if kind in (tuple, set, frozenset):
+        items = [snapshot_value(v) for v in value]
+        return {kind.__name__: items if kind is tuple else sorted(items, key=json.dumps)}
+    raise TypeError(f"a snapshot cannot hold a {kind.__name__}")
+
+
+def snapshot_loaded(value):
+    """Return the value snapshot_value wrote as `value`."""
+    if isinstance(value, list):
+        return [snapshot_loaded(v) for v in value]
+    if not isinstance(value, dict):
+        return value
+    (tag, held), = value.items()
+    if tag == "{}":
+        return {k: snapshot_loaded(v) for k, v in held.items()}
+    if tag == ":":
+        return {snapshot_loaded(k): snapshot_loaded(v) for k, v in held}
+    if tag == "History":
+        return History(zip(held[0], snapshot_loaded(held[1])))
+    return SNAPSHOT_TYPES[tag](snapshot_loaded(v) for v in held)
+
+
+def snapshot_of(seq, states, counted, code):
+    """Return the snapshot (a dict, as written) of the fold `states` and the metrics' `counted` at
+    record #seq, folded by avsm.py of sha256 `code`."""
+    ventures = {}
+    for name, state in states.items():
+        fields = {f: getattr(state, f) for f in VentureState.__slots__ if hasattr(state, f)}
+        fields.update(getattr(state, "__dict__", {}))
+        ventures[name] = {f: snapshot_value(v) for f, v in fields.items()
+                          if f not in ("mandate", "__dict__")}
+    return {"seq": seq, "code": code, "counted": snapshot_value(counted), "ventures": ventures}
+
+
+def states_of(snapshot):
+    """Return ({name: VentureState}, counted) of a snapshot; each mandate parsed as fold_ledger
+    parses it (check_runnable parses it again against its directory)."""
+    states = {}
+    for name, fields in snapshot["ventures"].items():
+        state = states[name] = VentureState(name)
+        for field, value in fields.items():
+            setattr(state, field, snapshot_loaded(value))
+        if state.mandate_seq is not None:
+            state.mandate = parsed_or_none(parse_mandate, {"text": state.mandate_text},
+                                           state.mandate_seq)
+    return states, snapshot_loaded(snapshot["counted"])
+
+
 def stored_basis(action, records):
     """Return (basis, approval, check, exact): what the gate was asked of a stored action; an action
     older than its stored basis has them read back from its proof, and exact is False (no steps)."""
@@ -5708,6 +5790,8 @@ def recheck_action(state, seq, at, action, records):
                 f"premise #{p} is {records[p][1].get('claim')}: only measured and declared records"
                 " may be premises"
             )
+        elif records[p][1].get("kind") == "snapshot":
+            problems.append(f"premise #{p} is a snapshot: a proof cites records, not a fold of them")
         elif p >= seq:
             problems.append(f"premise #{p} comes after the action")
     if proof.get("trigger") is not None and proof.get("trigger") in premises:
@@ -5772,10 +5856,11 @@ RECHECK_KEPT = 1000     # records a re-check keeps whole behind the one it folds
 PREMISE_KINDS = ("mandate", "action", "approval", "proposal", "ask", "check")
 
 
-def recheck_ledger(rows, parse=None):
-    """Yield (seq, problems) for every action in `rows` (seq, at, record), folding the ledger once;
-    memory stays bounded: a record RECHECK_KEPT behind keeps only what a premise's check reads."""
-    states, records, recent, stubs = {}, {}, collections.deque(), {}
+def recheck_ledger(rows, parse=None, states=None):
+    """Yield (seq, problems) for every action in `rows` (seq, at, record), folding the ledger once
+    (into `states`); memory stays bounded: a record RECHECK_KEPT behind keeps only what a premise's
+    check reads."""
+    states, records, recent, stubs = {} if states is None else states, {}, collections.deque(), {}
     for seq, at, record in rows:
         records[seq] = (at, record)
         if record.get("kind") not in PREMISE_KINDS:
@@ -10103,6 +10188,106 @@ def newest_checkpoint(directory):
     return None
 
 
+SNAPSHOT_MIN = 1000         # records since the last snapshot before a checkpoint, stop or start writes one
+SNAPSHOT_EVERY = 20000      # ... before one is written at once: a start folds about these at most
+SNAPSHOTS_KEPT = 5          # snapshot files kept; a start tries these, newest first
+
+
+def snapshot_path(home, seq):
+    return os.path.join(home, "snapshots", f"{seq:012d}.json")
+
+
+@functools.lru_cache(maxsize=1)
+def code_sha256():
+    """Return the sha256 of this avsm.py: a snapshot is read only by the code that folded it."""
+    import hashlib
+    with open(AVSM_PATH, "rb") as fh:
+        return hashlib.sha256(fh.read()).hexdigest()
+
+
+def snapshot_records(db):
+    """Return [(seq, record)] of the snapshot records in the ledger, newest first."""
+    rows = db.execute(f"SELECT seq, record FROM records WHERE {RECORD_KIND_SQL} = 'snapshot' "
+                      "ORDER BY seq DESC").fetchall()
+    return [(seq, r) for seq, r in ((s, load_record(t, s)) for s, t in rows)
+            if r.get("venture") == "self" and is_seq(r.get("seq")) and 0 < (r["seq"] or 0) < seq]
+
+
+def read_snapshot(home, record):
+    """Return the snapshot `record` names, its bytes hashed to the record's sha256; Fail(66) when it
+    is not there, Fail(65) when its bytes do not hash to it or do not read."""
+    import hashlib
+    path = snapshot_path(home, record["seq"])
+    try:
+        with open(path, "rb") as fh:
+            data = fh.read()
+    except OSError as err:
+        raise Fail(EX_NOINPUT, f"{path} cannot be read: {err.strerror or err}") from None
+    if hashlib.sha256(data).hexdigest() != record.get("sha256"):
+        raise Fail(EX_DATAERR, f"{path} does not hash to the sha256 its record holds: it was"
+                               " changed after it was written")
+    try:
+        return json.loads(data)
+    except ValueError as err:
+        raise Fail(EX_DATAERR, f"{path} does not read: {err}") from None
+
+
+class Snapshots:
+    """Keeps the fold at a seq in HOME/snapshots/SEQ.json (0600, whole by rename), tied to the chain
+    by a snapshot record of that seq and the file's sha256; never a premise (the gate cites records,
+    not a copy of their fold). Written from the ledger, not from memory: the newest good snapshot
+    and the records after it, folded. A start folds from the newest good one."""
+
+    def __init__(self, home):
+        self.home, self.seq, self.told = home, 0, set()
+
+    def fold(self, db, upto=None):
+        """Return (seq, states, counted, records folded): the newest snapshot (up to `upto`) whose
+        bytes hash to its record, each other said once on stderr, and the records after it."""
+        seq, states, counted = 0, {}, {}
+        for at, record in snapshot_records(db)[:SNAPSHOTS_KEPT]:
+            if upto is not None and record["seq"] > upto:
+                continue
+            try:
+                snapshot = read_snapshot(self.home, record)
+                if snapshot.get("code") != code_sha256():
+                    raise Fail(EX_DATAERR, "another avsm.py folded it")
+                states, counted = states_of(snapshot)
+                seq = record["seq"]
+                break
+            except (Fail, LookupError, TypeError, ValueError) as err:
+                if at not in self.told:
+                    self.told.add(at)
+                    sys.stderr.write(f"avsmd: snapshot #{record['seq']} (record #{at}) is ignored:"
+                                     f" {err}; the fold starts from an older one or the first"
+                                     " record\n")
+        self.seq, folded = max(self.seq, seq), 0
+        for folded, (seq, at, record) in enumerate(scan_records(db, seq, upto), 1):
+            fold_ledger(states, seq, at, record)
+            count_self(counted, record)
+        return seq, states, counted, folded
+
+    def write(self, seq, states, counted):
+        """Write the snapshot of `states` and `counted`, folded to #seq; return its record."""
+        import hashlib
+        data = json.dumps(snapshot_of(seq, states, counted, code_sha256()),
+                          separators=(",", ":")).encode()
+        path = snapshot_path(self.home, seq)
+        os.makedirs(os.path.dirname(path), mode=0o700, exist_ok=True)
+        fd = os.open(path + ".new", os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        with open(fd, "wb") as fh:
+            fh.write(data)
+        os.replace(path + ".new", path)
+        self.seq = seq
+        names = sorted(n for n in os.listdir(os.path.dirname(path)) if re.fullmatch(r"\d+\.json", n))
+        for name in names[:-SNAPSHOTS_KEPT]:
+            with contextlib.suppress(OSError):
+                os.remove(os.path.join(os.path.dirname(path), name))
+        return new_record("snapshot", "self", seq=seq, sha256=hashlib.sha256(data).hexdigest(),
+                          summary=f"the fold to #{seq} is kept in {path} ({len(data) // 1024} KiB):"
+                                  " a start folds only the records after it")
+
+
 class Metrics:
     """Writes the figures (metrics_text) to metrics.textfile every `every`; holds the counters."""
 
@@ -10193,6 +10378,7 @@ class Warden:
         )
         self.append_together = self.writer.append_together
         self.checkpoints = Checkpoints(home, cfg["checkpoint"], debug)
+        self.snapshots = Snapshots(home)
         self.metrics = Metrics(cfg.get("metrics"), debug)
         self.schedule = Schedule()
         self.next_nightly = next_nightly(cfg["nightly"])
@@ -10243,13 +10429,13 @@ class Warden:
 
     # ---- the ventures, replayed from the ledger ----
     def load(self):
-        """Replay the ledger into venture states (and the metrics' counters); settle runs a dead
-        warden left without an outcome."""
-        seq = 0
-        for seq, at, record in scan_records(self.ledger.db):
-            fold_ledger(self.ventures, seq, at, record)
-            count_self(self.metrics.counted, record)
-        self.metrics.seen = seq
+        """Replay the ledger into venture states (and the metrics' counters), from the newest good
+        snapshot on; settle runs a dead warden left without an outcome."""
+        seq, states, counted, folded = self.snapshots.fold(self.ledger.db)
+        self.ventures.update(states)
+        self.metrics.counted, self.metrics.seen = counted, seq
+        if folded >= SNAPSHOT_MIN:
+            self.write_snapshot(SNAPSHOT_MIN, (seq, states, counted))
         for state in self.ventures.values():
             self.check_runnable(state)
             self.carry_out(state, interrupted_rule(state, time.time()))
@@ -10343,6 +10529,7 @@ class Warden:
             # this wake-up's records, and the next ones' for up to GROUP_WINDOW
             self.writer.commit_when_due(self.stopping)
             self.write_checkpoint(due=True)
+            self.write_snapshot(SNAPSHOT_EVERY)
             self.write_metrics()
             self.avsmd.flush()
             if self.stopping and not self.children:
@@ -10353,6 +10540,7 @@ class Warden:
                     )
                 self.children.end_lingering(final=True)
                 self.writer.commit(turn_ends=True)
+                self.write_snapshot(SNAPSHOT_MIN)
                 self.avsmd.flush(everything=True)
                 return EX_OK
 
@@ -10368,7 +10556,7 @@ class Warden:
         if due and not self.checkpoints.due(head, time.time()):
             return None
         try:
-            return self.checkpoints.write(head, time.time()) if head else None
+            written = self.checkpoints.write(head, time.time()) if head else None
         except OSError as err:
             # tried again after `every`, or the next irreversible action
             self.checkpoints.at = time.time()
@@ -10376,6 +10564,26 @@ class Warden:
                 f"avsmd: no checkpoint could be written to {self.checkpoints.dir}: {err}\n"
             )
             return None
+        self.write_snapshot(SNAPSHOT_MIN)
+        return written
+
+    def write_snapshot(self, least, fold=None):
+        """Write a snapshot of the fold to the committed head once `least` records came since the
+        last; `fold`: (seq, states, counted) the start just folded, written as it is."""
+        if self.ledger.held is not None or self.writer.ledger_down:
+            return
+        head = self.ledger.last or ledger_head(self.ledger.db)
+        if not fold and (not head or head[0] - self.snapshots.seq < least):
+            return
+        try:
+            record = self.snapshots.write(*(fold or self.snapshots.fold(self.ledger.db, head[0])[:3]))
+        except (OSError, TypeError) as err:
+            self.snapshots.seq = head[0]      # tried again after `least` more records
+            sys.stderr.write(f"avsmd: no snapshot could be written to {self.home}/snapshots:"
+                             f" {err}\n")
+            return
+        with contextlib.suppress(LedgerDown):
+            self.append(record)
 
     def write_metrics(self):
         """Write the figures to metrics.textfile when due and the head is committed."""
@@ -15375,7 +15583,9 @@ def doctor_ledger(home, found, since, kept=(), quick=False, trust=None):
     if quick and after is None:
         db.close()
         return
-    scan = scan_ledger(db, wanted={c.seq for _, c in list(kept) + own}, after=after)
+    snapshots = {} if quick else read_snapshots(home, found, db)
+    scan = scan_ledger(db, wanted={c.seq for _, c in list(kept) + own}, after=after,
+                       fold_at=snapshots)
     found.scan = scan
     if scan.broken:
         seq, why = scan.broken
@@ -15419,6 +15629,7 @@ def doctor_ledger(home, found, since, kept=(), quick=False, trust=None):
             )
         elif not after:
             found.ok("every proof in the ledger re-checks")
+        compare_snapshots(home, found, snapshots, scan.folds)
         held = doctor_checkpoints(home, found, kept, own, scan, db, trust)
         if held and not after and EX_DATAERR not in found.codes:
             remember_verified(home, held)
@@ -15440,6 +15651,47 @@ def doctor_ledger(home, found, since, kept=(), quick=False, trust=None):
         else:
             found.ok(f"the ledger still holds {since}")
     db.close()
+
+
+def read_snapshots(home, found, db):
+    """Return {seq: snapshot} of the snapshots the ledger names that this avsm.py folded; one whose
+    bytes do not hash to its record is 65."""
+    kept, unread = {}, 0
+    for at, record in snapshot_records(db):
+        try:
+            snapshot = read_snapshot(home, record)
+        except Fail as fail:
+            unread += fail.code == EX_NOINPUT
+            if fail.code != EX_NOINPUT:
+                found.fail(EX_DATAERR, f"snapshot #{record['seq']} (record #{at}): {fail}",
+                           f"rm {snapshot_path(home, record['seq'])}   (a start ignores it and"
+                           " folds from an older snapshot or the first record)")
+            continue
+        if snapshot.get("code") == code_sha256():
+            kept[record["seq"]] = snapshot
+        else:
+            unread += 1
+    if unread:
+        found.note(f"{unread} snapshot(s) the ledger names are not compared: removed (avsmd keeps"
+                   f" the newest {SNAPSHOTS_KEPT}) or folded by another avsm.py")
+    return kept
+
+
+def compare_snapshots(home, found, snapshots, folds):
+    """Each snapshot the ledger names must be the ledger's own fold to its seq (65)."""
+    for seq, snapshot in sorted(snapshots.items()):
+        a, b = folds[seq]["ventures"], snapshot.get("ventures") or {}
+        what = next((f"venture {n}'s {f}" for n in sorted(set(a) | set(b))
+                     for f in sorted(set(a.get(n, {})) | set(b.get(n, {})))
+                     if a.get(n, {}).get(f) != b.get(n, {}).get(f)), "the metrics' counters")
+        path = snapshot_path(home, seq)
+        if folds[seq] != snapshot:
+            found.fail(EX_DATAERR, f"snapshot #{seq} ({path}) is not the ledger's fold to #{seq}:"
+                                   f" {what} is not what the fold holds",
+                       f"rm {path}   (a start then folds from an older snapshot or the first"
+                       " record)")
+        else:
+            found.ok(f"snapshot #{seq} ({path}) is the ledger's fold to #{seq}")
 
 
 def checkpoint_spec(home):
