@@ -2892,12 +2892,11 @@ does not read), and {seq: hash} of the seqs asked for."""
 
 
 def scan_ledger(db, recheck=True, wanted=(), after=None, fold_at=()):
-    """Read the ledger once, in order (doctor: a second read is a second pass over a year of
-    records): every link of the chain and every record's reading checked; with `recheck`, every
-    action's proof re-checked by the gate as the ledger folds; the adopted ventures listed; the
-    hashes of the seqs `wanted` kept. after: (seq, hash) of a checkpoint verified before: the chain
-    is checked from it on, and neither the records before it nor any proof is read (doctor
-    --quick). fold_at: the seqs at which the fold is kept as a snapshot would hold it (folds)."""
+    """Read the ledger once, in order (a second read is a second pass over a year of records):
+    every link and record checked; with `recheck`, every action's proof re-checked as the ledger
+    folds, and the fold kept as a snapshot holds it at each seq of `fold_at` (folds); the adopted
+    ventures listed; the hashes of the seqs `wanted` kept. after: (seq, hash) of a checkpoint
+    verified before, to check the chain from, reading no proof (doctor --quick)."""
     found = {
         "count": 0,
         "head": after or (0, ZERO_HASH),
@@ -5618,18 +5617,14 @@ def count_self(counted, record):
     return counted
 
 
-# ---- snapshots: the fold kept at a seq, so a start folds only what came after ----
-# snapshot ::= {"seq": SEQ, "code": sha256 of avsm.py, "counted": {...}, "ventures": {NAME:
-# {FIELD: value}}}: every field of a VentureState but its parsed mandate, in JSON that keeps what
-# JSON would lose: each JSON object is one tag and what it holds, {"{}": {...}} a dict of str keys,
-# {":": [[key, value], ...]} any other dict, {"tuple"|"set"|"frozenset": [...]}, {"History":
-# [seqs, values]}.
-SNAPSHOT_TYPES = {"tuple": tuple, "set": set, "frozenset": frozenset}
+# ---- snapshots: the fold kept at a seq (section 10 writes them) ----
+# Each field of a VentureState but its parsed mandate, as JSON in which each object is one tag: {"{}":
+# {...}} a dict of str keys, {":": [[key, value], ...]} any other, {"tuple": [...]}, {"set": ...}.
+SNAPSHOT_TYPES = {t.__name__: t for t in (tuple, set, frozenset, History)}
 
 
 def snapshot_value(value):
-    """Return `value` (a VentureState's field) as JSON that reads back as it is; TypeError for a
-    type the snapshot cannot hold."""
+    """Return `value` as JSON that snapshot_loaded reads back as it is."""
     kind = type(value)
     if value is None or kind in (str, int, float, bool):
         return value
@@ -5639,16 +5634,13 @@ def snapshot_value(value):
         if all(type(k) is str for k in value):
             return {"{}": {k: snapshot_value(v) for k, v in value.items()}}
         return {":": [[snapshot_value(k), snapshot_value(v)] for k, v in value.items()]}
-    if kind is History:
-        return {"History": [list(value.seqs), snapshot_value(value.values)]}
-    if kind in (tuple, set, frozenset):
-        items = [snapshot_value(v) for v in value]
-        return {kind.__name__: items if kind is tuple else sorted(items, key=json.dumps)}
-    raise TypeError(f"a snapshot cannot hold a {kind.__name__}")
+    if SNAPSHOT_TYPES.get(kind.__name__) is not kind:
+        raise TypeError(f"a snapshot cannot hold a {kind.__name__}")
+    items = [snapshot_value(v) for v in value]
+    return {kind.__name__: sorted(items, key=json.dumps) if kind in (set, frozenset) else items}
 
 
 def snapshot_loaded(value):
-    """Return the value snapshot_value wrote as `value`."""
     if isinstance(value, list):
         return [snapshot_loaded(v) for v in value]
     if not isinstance(value, dict):
@@ -5658,26 +5650,23 @@ def snapshot_loaded(value):
         return {k: snapshot_loaded(v) for k, v in held.items()}
     if tag == ":":
         return {snapshot_loaded(k): snapshot_loaded(v) for k, v in held}
-    if tag == "History":
-        return History(zip(held[0], snapshot_loaded(held[1])))
     return SNAPSHOT_TYPES[tag](snapshot_loaded(v) for v in held)
 
 
 def snapshot_of(seq, states, counted, code):
-    """Return the snapshot (a dict, as written) of the fold `states` and the metrics' `counted` at
-    record #seq, folded by avsm.py of sha256 `code`."""
+    """Return the snapshot of the fold `states` and `counted` to #seq by avsm.py of sha256 `code`."""
     ventures = {}
     for name, state in states.items():
         fields = {f: getattr(state, f) for f in VentureState.__slots__ if hasattr(state, f)}
-        fields.update(getattr(state, "__dict__", {}))
+        fields.update(vars(state))
         ventures[name] = {f: snapshot_value(v) for f, v in fields.items()
                           if f not in ("mandate", "__dict__")}
     return {"seq": seq, "code": code, "counted": snapshot_value(counted), "ventures": ventures}
 
 
 def states_of(snapshot):
-    """Return ({name: VentureState}, counted) of a snapshot; each mandate parsed as fold_ledger
-    parses it (check_runnable parses it again against its directory)."""
+    """Return ({name: VentureState}, counted) of a snapshot, each mandate parsed as fold_ledger
+    does."""
     states = {}
     for name, fields in snapshot["ventures"].items():
         state = states[name] = VentureState(name)
@@ -7780,16 +7769,16 @@ def write_payload(data):
     return path
 
 
-def write_textfile(path, text):
+def write_textfile(path, text, mode=0o644):
     """Write `text` to `path` whole: to PATH.PID.tmp beside it (node_exporter reads only *.prom),
-    mode 0644 whatever the umask (node_exporter often runs as another user), then renamed."""
+    `mode` whatever the umask (node_exporter often runs as another user), then renamed."""
     temporary = f"{path}.{os.getpid()}.tmp"
     if os.path.lexists(temporary):
         os.unlink(temporary)              # never write through a name someone planted
-    fd = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o644)
+    fd = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, mode)
     try:
         with os.fdopen(fd, "w", encoding="utf-8") as fh:
-            os.fchmod(fh.fileno(), 0o644)
+            os.fchmod(fh.fileno(), mode)
             fh.write(text)
         os.replace(temporary, path)
     except BaseException:
@@ -8696,14 +8685,8 @@ class GroupsJournal:
 
 
 class Children:
-    """The programs the warden runs now, each in a process group of its own, and the groups left
-    behind.
-
-    spawn(purpose, state, args, ...)   -- start a program of a venture apart; avsmd and HOME/groups
-    hear of its group child_event(child)                 -- its leader ended: reap it, and settle it
-    once its whole group is gone end_lingering(venture=None, final=False)  -- end the groups whose
-    leader exited while members stay iter(children), len(children)      -- the Child objects running
-    now
+    """The programs the warden runs now, each in a process group of its own that avsmd and
+    HOME/groups hear of, and the groups whose leader exited while members stay.
 
     Handed the home, the selector the loop waits on, the channel's tell and flush, the groups
     journal, and settle(child), which writes what came of a program once it is gone."""
@@ -8821,12 +8804,8 @@ class Children:
 class Channel:
     """The warden's end of its socketpair with avsmd: JSON lines both ways.
 
-    tell(message, later=False)  -- queue a line for avsmd (a group started or ended, a reply)
-    flush(everything=False)     -- send what is queued: once per turn of the loop, or at once read()
-    -- the messages avsmd sent, [] when none is whole yet, None once avsmd is gone
-
     Handed the socket and commit(): nothing is told to a client before the records it answers are
-    committed. """
+    committed."""
 
     def __init__(self, channel, commit):
         self.channel, self.commit = channel, commit
@@ -8971,14 +8950,8 @@ def start_spread(i, count, cadence):
     return i / count * min(cadence, count * START_SPACING) if count else 0.0
 
 class Schedule:
-    """When each venture's next round is due, soonest first (a heap, as sched.scheduler keeps its
-    queue).
-
-    enter(name, at)        -- the venture's next round is due at monotonic time `at`, replacing the
-    time it had soonest(active)        -- the first due time of a venture for which active(name)
-    holds, or None pop_due(now, active)   -- yield (due time, venture) of each such venture due by
-    `now`, taking it off the queue resume(now)            -- every venture due by `now` at the
-    latest: the ledger takes writes again """
+    """When each venture's next round is due, in monotonic time, soonest first (a heap, as
+    sched.scheduler keeps its queue)."""
 
     def __init__(self):
         self.due = {}                 # venture -> monotonic time its next round is due
@@ -9626,11 +9599,8 @@ class Worlds:
 
 
 class Trust:
-    """Growing trust, carefully: the ratchet ask (when is ratchet_rule's) and the canary asks.
-
-    raise_ratchet(state, lever, ...)  -- write the ask to delegate a lever, carrying the mandate
-    change approve_ratchet(state, seq, ask)  -- a person approved it: write the mandate change and
-    adopt it canary_answer(state, seq, ask, approved)  -- write how a canary ask was answered
+    """Growing trust, carefully: the ratchet ask (when is ratchet_rule's), its approval (the
+    mandate change, adopted) and the canary asks.
 
     Handed the config, append and adopt (a mandate in force, as avsm add puts it)."""
 
@@ -9729,23 +9699,12 @@ class Decision:
 
 class Decisions:
     """Letting a model choose: packet -> roles -> backend -> roles -> proposals -> gate. Grants
-    nothing.
-
-    start_decision(state, by, reply_id=None)  -- begin one decision; its records say who asked for
-    it packet(state, looks), look_up              -- what a model may be shown (model_packet): never
-    an audit build, call_backend, got_reply, parsed     -- the steps of one decision, each a
-    callback of the one before start_packet_forecast, packet_forecast_done -- with world:, the
-    packet's forecast stepped through the world first backend_done(state, child, status)         --
-    a `command` backend ended results_ready(wake)                        -- an HTTP call's thread
-    handed back its reply unusable, answer_escalation                -- an unusable reply; the
-    second backend's answer (ESC-04) propose(state, choice, d, held=None)       -- one choice as an
-    inferred proposal, judged by the gate finish_decision(d, error=None)             -- answer the
-    person who asked escalations, wake_r                        -- escalations waiting for their
-    answer; the socket threads wake the loop on
+    nothing. Each step of a decision is a callback of the one before; an unusable reply escalates to
+    the second backend (ESC-04), and escalations wait for their answer.
 
     Handed its warden, for the home, config, ledger (read for the packet and look-ups), venture
     states, spawn, append, the channel to avsmd and the roles process, carry_out (the proposal
-    rule's intents), and stopping. """
+    rule's intents), and stopping."""
 
     def __init__(self, warden):
         import socket
@@ -10108,13 +10067,8 @@ class Decisions:
 class Checkpoints:
     """Writes a checkpoint of the ledger's committed head to HOME/checkpoints/SEQ.txt (signed beside
     it in SEQ.txt.sig when the config names a key) and to syslog (journalctl -t avsm): at the
-    warden's start, every `every` (a day) once the head has moved, after each irreversible action,
-    and when a client asks.
-
-    note_action(state, record)    -- an action was written: an irreversible lever's asks for a
-    checkpoint due(head, now), write(head, now) -- whether one is due of head (seq, hash), and write
-    it; its text and signature Holds what it last wrote and whether one is wanted; handed the home,
-    the config's checkpoint: and debug. """
+    warden's start, every `every` (a day) once the head has moved, after each irreversible action
+    (note_action), and when a client asks."""
 
     def __init__(self, home, spec, debug=False):
         self.dir, self.spec, self.debug = os.path.join(home, "checkpoints"), spec, debug
@@ -10159,10 +10113,7 @@ class Checkpoints:
                 sys.stderr.write(f"avsmd: checkpoint #{head[0]} is written unsigned: {fail}\n")
         for name, data in ((path + ".sig", signature), (path, text)):
             if data:
-                fd = os.open(name + ".new", os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-                with open(fd, "w") as fh:
-                    fh.write(data if data.endswith("\n") else data + "\n")
-                os.replace(name + ".new", name)
+                write_textfile(name, data if data.endswith("\n") else data + "\n", 0o600)
         syslog.openlog("avsm", 0, syslog.LOG_USER)
         syslog.syslog(
             syslog.LOG_NOTICE,
@@ -10189,8 +10140,8 @@ def newest_checkpoint(directory):
 
 
 SNAPSHOT_MIN = 1000         # records since the last snapshot before a checkpoint, stop or start writes one
-SNAPSHOT_EVERY = 20000      # ... before one is written at once: a start folds about these at most
-SNAPSHOTS_KEPT = 5          # snapshot files kept; a start tries these, newest first
+SNAPSHOT_EVERY = 20000      # ... before one is written at once (what a start folds at most)
+SNAPSHOTS_KEPT = 5          # files kept; a start tries these, newest first
 
 
 def snapshot_path(home, seq):
@@ -10199,7 +10150,7 @@ def snapshot_path(home, seq):
 
 @functools.lru_cache(maxsize=1)
 def code_sha256():
-    """Return the sha256 of this avsm.py: a snapshot is read only by the code that folded it."""
+    """Return the sha256 of this avsm.py: only the code that folded a snapshot reads it."""
     import hashlib
     with open(AVSM_PATH, "rb") as fh:
         return hashlib.sha256(fh.read()).hexdigest()
@@ -10210,12 +10161,12 @@ def snapshot_records(db):
     rows = db.execute(f"SELECT seq, record FROM records WHERE {RECORD_KIND_SQL} = 'snapshot' "
                       "ORDER BY seq DESC").fetchall()
     return [(seq, r) for seq, r in ((s, load_record(t, s)) for s, t in rows)
-            if r.get("venture") == "self" and is_seq(r.get("seq")) and 0 < (r["seq"] or 0) < seq]
+            if r.get("venture") == "self" and type(r.get("seq")) is int and 0 < r["seq"] < seq]
 
 
 def read_snapshot(home, record):
-    """Return the snapshot `record` names, its bytes hashed to the record's sha256; Fail(66) when it
-    is not there, Fail(65) when its bytes do not hash to it or do not read."""
+    """Return the snapshot `record` names; Fail(66) when it cannot be read or another avsm.py folded
+    it, 65 when its bytes do not hash to the record's sha256."""
     import hashlib
     path = snapshot_path(home, record["seq"])
     try:
@@ -10226,33 +10177,29 @@ def read_snapshot(home, record):
     if hashlib.sha256(data).hexdigest() != record.get("sha256"):
         raise Fail(EX_DATAERR, f"{path} does not hash to the sha256 its record holds: it was"
                                " changed after it was written")
-    try:
-        return json.loads(data)
-    except ValueError as err:
-        raise Fail(EX_DATAERR, f"{path} does not read: {err}") from None
+    snapshot = json.loads(data)
+    if snapshot.get("code") != code_sha256():
+        raise Fail(EX_NOINPUT, f"another avsm.py folded {path}")
+    return snapshot
 
 
 class Snapshots:
-    """Keeps the fold at a seq in HOME/snapshots/SEQ.json (0600, whole by rename), tied to the chain
-    by a snapshot record of that seq and the file's sha256; never a premise (the gate cites records,
-    not a copy of their fold). Written from the ledger, not from memory: the newest good snapshot
-    and the records after it, folded. A start folds from the newest good one."""
+    """Keeps the fold to a seq in HOME/snapshots/SEQ.json, tied to the chain by a snapshot record of
+    that seq and the file's sha256. Written from the ledger, not from memory: the newest good one
+    and the records after it, folded."""
 
     def __init__(self, home):
         self.home, self.seq, self.told = home, 0, set()
 
     def fold(self, db, upto=None):
-        """Return (seq, states, counted, records folded): the newest snapshot (up to `upto`) whose
-        bytes hash to its record, each other said once on stderr, and the records after it."""
+        """Return (seq, states, counted, records folded): the newest good snapshot (up to `upto`),
+        each other said once on stderr, and the records after it folded."""
         seq, states, counted = 0, {}, {}
         for at, record in snapshot_records(db)[:SNAPSHOTS_KEPT]:
             if upto is not None and record["seq"] > upto:
                 continue
             try:
-                snapshot = read_snapshot(self.home, record)
-                if snapshot.get("code") != code_sha256():
-                    raise Fail(EX_DATAERR, "another avsm.py folded it")
-                states, counted = states_of(snapshot)
+                states, counted = states_of(read_snapshot(self.home, record))
                 seq = record["seq"]
                 break
             except (Fail, LookupError, TypeError, ValueError) as err:
@@ -10269,22 +10216,18 @@ class Snapshots:
 
     def write(self, seq, states, counted):
         """Write the snapshot of `states` and `counted`, folded to #seq; return its record."""
-        import hashlib
-        data = json.dumps(snapshot_of(seq, states, counted, code_sha256()),
-                          separators=(",", ":")).encode()
+        text = json.dumps(snapshot_of(seq, states, counted, code_sha256()), separators=(",", ":"))
         path = snapshot_path(self.home, seq)
-        os.makedirs(os.path.dirname(path), mode=0o700, exist_ok=True)
-        fd = os.open(path + ".new", os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-        with open(fd, "wb") as fh:
-            fh.write(data)
-        os.replace(path + ".new", path)
+        where = os.path.dirname(path)
+        os.makedirs(where, mode=0o700, exist_ok=True)
+        write_textfile(path, text, 0o600)
         self.seq = seq
-        names = sorted(n for n in os.listdir(os.path.dirname(path)) if re.fullmatch(r"\d+\.json", n))
-        for name in names[:-SNAPSHOTS_KEPT]:
+        for name in sorted(n for n in os.listdir(where) if re.fullmatch(r"\d+\.json", n))[
+                :-SNAPSHOTS_KEPT]:
             with contextlib.suppress(OSError):
-                os.remove(os.path.join(os.path.dirname(path), name))
-        return new_record("snapshot", "self", seq=seq, sha256=hashlib.sha256(data).hexdigest(),
-                          summary=f"the fold to #{seq} is kept in {path} ({len(data) // 1024} KiB):"
+                os.remove(os.path.join(where, name))
+        return new_record("snapshot", "self", seq=seq, sha256=text_sha256(text),
+                          summary=f"the fold to #{seq} is kept in {path} ({len(text) // 1024} KiB):"
                                   " a start folds only the records after it")
 
 
@@ -10342,22 +10285,9 @@ def newest_signed_checkpoint(directory):
 
 
 class Warden:
-    """The only process that acts: ticks ventures, runs their programs, appends their records.
-
-    run()                       -- replay the ledger, then loop: wait on the selector, tick, flush
-    to avsmd tick(now)                   -- one turn's work, in numbered steps carry_out(state,
-    intents)   -- carry out a kernel rule's Write, Pause and Gate intents, in order
-    settle_child(child)         -- a program ended: the part that started it writes what came of it
-    pause(state, record)        -- write a pause record and end what the venture runs adopt(state,
-    mandate, record)            -- put a mandate in force read_channel()              -- a request
-    from avsmd: do_add, do_status, do_approve, ... answer it begin_stop(), signalled(wake)
-    -- stop: no new work, every group ended
-
-    Its parts, each owning one kind of state and handed only what it uses: writer (LedgerWriter),
-    lock (LockCheck), schedule (Schedule), children (Children), journal (GroupsJournal), avsmd
-    (Channel), rounds (Rounds), keeper (Keeper), levers (Levers), worlds (Worlds), trust (Trust),
-    roles (RolesCalls) and decisions (Decisions). It keeps the venture states, the loop, the nightly
-    time and whether it is stopping. """
+    """The only process that acts: ticks ventures, runs their programs, appends their records. Its
+    parts each own one kind of state and are handed only what they use; it keeps the venture
+    states, the loop, the nightly time and whether it is stopping."""
 
     def __init__(self, home, channel, cfg, debug=False):
         import selectors
@@ -15654,23 +15584,18 @@ def doctor_ledger(home, found, since, kept=(), quick=False, trust=None):
 
 
 def read_snapshots(home, found, db):
-    """Return {seq: snapshot} of the snapshots the ledger names that this avsm.py folded; one whose
-    bytes do not hash to its record is 65."""
+    """Return {seq: snapshot} of those the ledger names that this avsm.py folded; one whose bytes do
+    not hash to its record is 65."""
     kept, unread = {}, 0
     for at, record in snapshot_records(db):
         try:
-            snapshot = read_snapshot(home, record)
+            kept[record["seq"]] = read_snapshot(home, record)
         except Fail as fail:
             unread += fail.code == EX_NOINPUT
             if fail.code != EX_NOINPUT:
                 found.fail(EX_DATAERR, f"snapshot #{record['seq']} (record #{at}): {fail}",
                            f"rm {snapshot_path(home, record['seq'])}   (a start ignores it and"
                            " folds from an older snapshot or the first record)")
-            continue
-        if snapshot.get("code") == code_sha256():
-            kept[record["seq"]] = snapshot
-        else:
-            unread += 1
     if unread:
         found.note(f"{unread} snapshot(s) the ledger names are not compared: removed (avsmd keeps"
                    f" the newest {SNAPSHOTS_KEPT}) or folded by another avsm.py")
@@ -15678,20 +15603,19 @@ def read_snapshots(home, found, db):
 
 
 def compare_snapshots(home, found, snapshots, folds):
-    """Each snapshot the ledger names must be the ledger's own fold to its seq (65)."""
+    """Each snapshot must be the ledger's own fold to its seq (65)."""
     for seq, snapshot in sorted(snapshots.items()):
-        a, b = folds[seq]["ventures"], snapshot.get("ventures") or {}
+        a, b, path = folds[seq]["ventures"], snapshot["ventures"], snapshot_path(home, seq)
         what = next((f"venture {n}'s {f}" for n in sorted(set(a) | set(b))
                      for f in sorted(set(a.get(n, {})) | set(b.get(n, {})))
                      if a.get(n, {}).get(f) != b.get(n, {}).get(f)), "the metrics' counters")
-        path = snapshot_path(home, seq)
-        if folds[seq] != snapshot:
+        if folds[seq] == snapshot:
+            found.ok(f"snapshot #{seq} ({path}) is the ledger's fold to #{seq}")
+        else:
             found.fail(EX_DATAERR, f"snapshot #{seq} ({path}) is not the ledger's fold to #{seq}:"
                                    f" {what} is not what the fold holds",
                        f"rm {path}   (a start then folds from an older snapshot or the first"
                        " record)")
-        else:
-            found.ok(f"snapshot #{seq} ({path}) is the ledger's fold to #{seq}")
 
 
 def checkpoint_spec(home):
