@@ -2466,7 +2466,7 @@ RECORD_KINDS = {
         # the notify command failed (once a stretch), or works again
         ("self.notify", "measured", "ok failed", "status note notice"),
         ("self.metrics", "measured", "ok failed textfile", "note"),  # its textfile failed, or works
-        ("self.snapshot", "measured", "seq sha256", ""),    # the fold to seq, kept in a file
+        ("self.snapshot", "measured", "seq sha256 code", ""),   # the fold to seq, kept in a file
     )
 }
 
@@ -2877,10 +2877,10 @@ def batched_rows(db, columns, since):
         since = rows[-1][0]
 
 
-def ledger_problem(db):
-    """Return (seq, why) for the first record that does not read or does not chain (open point 51),
-    or None."""
-    return scan_ledger(db, recheck=False).broken
+def ledger_problem(db, after=None):
+    """Return (seq, why) for the first record (after `after`, a (seq, hash)) that does not read or
+    does not chain (open point 51), or None."""
+    return scan_ledger(db, recheck=False, after=after).broken
 
 
 LedgerScan = collections.namedtuple("LedgerScan",
@@ -2909,7 +2909,7 @@ def scan_ledger(db, recheck=True, wanted=(), after=None, fold_at=()):
 
     def keep(seq):
         if seq in fold_at:      # the fold has taken every record up to seq, and none after
-            found["folds"][seq] = snapshot_of(seq, states, counted, code_sha256())
+            found["folds"][seq] = snapshot_of(seq, states, counted)
 
     def rows():
         expected, prev = after or (0, ZERO_HASH)
@@ -5653,15 +5653,15 @@ def snapshot_loaded(value):
     return SNAPSHOT_TYPES[tag](snapshot_loaded(v) for v in held)
 
 
-def snapshot_of(seq, states, counted, code):
-    """Return the snapshot of the fold `states` and `counted` to #seq by avsm.py of sha256 `code`."""
+def snapshot_of(seq, states, counted):
+    """Return the snapshot of the fold `states` and the metrics' `counted` to record #seq."""
     ventures = {}
     for name, state in states.items():
         fields = {f: getattr(state, f) for f in VentureState.__slots__ if hasattr(state, f)}
         fields.update(vars(state))
         ventures[name] = {f: snapshot_value(v) for f, v in fields.items()
                           if f not in ("mandate", "__dict__")}
-    return {"seq": seq, "code": code, "counted": snapshot_value(counted), "ventures": ventures}
+    return {"seq": seq, "counted": snapshot_value(counted), "ventures": ventures}
 
 
 def states_of(snapshot):
@@ -10164,11 +10164,13 @@ def snapshot_records(db):
             if r.get("venture") == "self" and type(r.get("seq")) is int and 0 < r["seq"] < seq]
 
 
-def read_snapshot(home, record):
-    """Return the snapshot `record` names; Fail(66) when it cannot be read or another avsm.py folded
-    it, 65 when its bytes do not hash to the record's sha256."""
+def read_snapshot(home, record, parse=True):
+    """Return the snapshot `record` names (its bytes, unless `parse`); Fail(66) when another avsm.py
+    folded it or it cannot be read, 65 when its bytes do not hash to the record's sha256."""
     import hashlib
     path = snapshot_path(home, record["seq"])
+    if record.get("code") != code_sha256():
+        raise Fail(EX_NOINPUT, f"another avsm.py folded {path}")
     try:
         with open(path, "rb") as fh:
             data = fh.read()
@@ -10177,10 +10179,18 @@ def read_snapshot(home, record):
     if hashlib.sha256(data).hexdigest() != record.get("sha256"):
         raise Fail(EX_DATAERR, f"{path} does not hash to the sha256 its record holds: it was"
                                " changed after it was written")
-    snapshot = json.loads(data)
-    if snapshot.get("code") != code_sha256():
-        raise Fail(EX_NOINPUT, f"another avsm.py folded {path}")
-    return snapshot
+    return json.loads(data) if parse else data
+
+
+def chain_anchor(home, db):
+    """Return (seq, hash) of the record the newest good snapshot is folded to, or None: a start reads
+    the ledger after it, and checks that much of the chain (doctor checks the whole)."""
+    for _, record in snapshot_records(db)[:SNAPSHOTS_KEPT]:
+        with contextlib.suppress(Fail):
+            read_snapshot(home, record, parse=False)
+            return db.execute("SELECT seq, hash FROM records WHERE seq = ?",
+                              (record["seq"],)).fetchone()
+    return None
 
 
 class Snapshots:
@@ -10216,7 +10226,7 @@ class Snapshots:
 
     def write(self, seq, states, counted):
         """Write the snapshot of `states` and `counted`, folded to #seq; return its record."""
-        text = json.dumps(snapshot_of(seq, states, counted, code_sha256()), separators=(",", ":"))
+        text = json.dumps(snapshot_of(seq, states, counted), separators=(",", ":"))
         path = snapshot_path(self.home, seq)
         where = os.path.dirname(path)
         os.makedirs(where, mode=0o700, exist_ok=True)
@@ -10226,7 +10236,7 @@ class Snapshots:
                 :-SNAPSHOTS_KEPT]:
             with contextlib.suppress(OSError):
                 os.remove(os.path.join(where, name))
-        return new_record("snapshot", "self", seq=seq, sha256=text_sha256(text),
+        return new_record("snapshot", "self", seq=seq, sha256=text_sha256(text), code=code_sha256(),
                           summary=f"the fold to #{seq} is kept in {path} ({len(text) // 1024} KiB):"
                                   " a start folds only the records after it")
 
@@ -11639,7 +11649,7 @@ class Daemon:
         swept = sweep_groups(os.path.join(self.home, "groups"), self.home)    # before anything else
         try:
             self.ledger = Ledger(os.path.join(self.home, "ledger.db"), still_ours=self.lock.ours)
-            broken = ledger_problem(self.ledger.db)
+            broken = ledger_problem(self.ledger.db, chain_anchor(self.home, self.ledger.db))
         except sqlite3_errors() as err:
             raise Fail(
                 EX_DATAERR,

@@ -83,7 +83,7 @@ def every_kind():
         r("restart", "self", process="warden", restart_in=1), r("sweep", "self", groups=[]),
         r("cut", "self", before=9, backup="b"), r("notify", "self", ok=True, failed=0),
         r("metrics", "self", ok=True, failed=0, textfile="/m.prom"),
-        r("snapshot", "self", seq=3, sha256="0" * 64),
+        r("snapshot", "self", seq=3, sha256="0" * 64, code="0" * 64),
     ]
     covered = {("self." if rec["venture"] == "self" else "") + rec["kind"] for rec in records}
     covered |= {k.partition(".")[0] + "." for k in covered if "." in k and not k.startswith("self.")}
@@ -127,7 +127,7 @@ def test_a_fold_from_a_snapshot_at_any_seq_is_the_fold_from_the_first_record():
     whole, counted = fold(rows)
     assert whole["v"].open_asks and whole["v"].approvals and whole["v"].running and whole["v"].grants
     for cut in range(len(rows) + 1):
-        kept = json.loads(json.dumps(avsm.snapshot_of(cut, *fold(rows[:cut]), "code")))
+        kept = json.loads(json.dumps(avsm.snapshot_of(cut, *fold(rows[:cut]))))
         states, again = avsm.states_of(kept)
         states, again = fold(rows[cut:], states, again)
         assert fields(states) == fields(whole), f"a snapshot at #{cut}"
@@ -246,10 +246,30 @@ def test_doctor_fails_on_a_snapshot_that_is_not_the_fold(bindir, workdir):
         fh.write(data)
     ledger = avsm.Ledger(os.path.join(home, "ledger.db"))
     ledger.append(avsm.new_record("snapshot", "self", seq=record["seq"], sha256=hashlib.sha256(data).hexdigest(),
-                                  summary="changed"), int(time.time()))
+                                  code=record["code"], summary="changed"), int(time.time()))
     ledger.close()
     doctor = av.cli("doctor")
     assert doctor.returncode == 65, doctor.stdout
     assert (f"FAIL  snapshot #{record['seq']} ({path}) is not the ledger's fold to #{record['seq']}: venture v1's "
             "approvals is not what the fold holds") in doctor.stdout, doctor.stdout
     assert f"fix: rm {path}" in doctor.stdout
+
+
+def test_a_start_checks_the_chain_from_its_snapshot_and_doctor_checks_all(bindir, workdir):
+    """Issue 33 item 1, LEDGER-16: a start reads only the records after its snapshot, and checks that much of
+    the chain: a record after it that does not chain stops avsmd (65, named), as before; one before it is read by
+    no start, and doctor, which reads the whole ledger, names it (65). Before: every start read every record."""
+    from test_doctor import tamper
+    home = built_home(workdir)
+    av = Avsm(bindir, home)
+    av.start()
+    assert av.stop()[0] == 0
+    [(at, record)] = ledger_rows(home, "snapshot")
+    tamper(home, 10, '"count = ', '"count: ')
+    av.start()
+    assert av.stop()[0] == 0
+    doctor = av.cli("doctor")
+    assert doctor.returncode == 65 and "FAIL  record #10 does not read" in doctor.stdout, doctor.stdout
+    tamper(home, at + 1, '"summary":"', '"summary":"!')
+    started = av.daemon_cmd(timeout=20)
+    assert started.returncode == 65 and f"record #{at + 1} of" in started.stderr, started.stderr
