@@ -2888,15 +2888,13 @@ LedgerScan = collections.namedtuple("LedgerScan",
 LedgerScan.__doc__ = """What one read of the ledger found: records checked, the head (seq, hash),
 the first record that does not chain or read as (seq, why) or None, the proof problems [(action seq,
 why)], the adopted ventures {name: [name, directory, mandate seq, paused, text]} (None once a record
-does not read), and {seq: hash} of the seqs asked for."""
+does not read), {seq: hash} of the seqs asked for, and {seq: snapshot} of the fold at those asked."""
 
 
 def scan_ledger(db, recheck=True, wanted=(), after=None, fold_at=()):
-    """Read the ledger once, in order (a second read is a second pass over a year of records):
-    every link and record checked; with `recheck`, every action's proof re-checked as the ledger
-    folds, and the fold kept as a snapshot holds it at each seq of `fold_at` (folds); the adopted
-    ventures listed; the hashes of the seqs `wanted` kept. after: (seq, hash) of a checkpoint
-    verified before, to check the chain from, reading no proof (doctor --quick)."""
+    """Read the ledger once, in order, into a LedgerScan: every link and record checked; with
+    `recheck`, every proof re-checked as the ledger folds (the fold kept at the seqs `fold_at`).
+    after: (seq, hash) of a verified checkpoint to check the chain from, reading no proof."""
     found = {
         "count": 0,
         "head": after or (0, ZERO_HASH),
@@ -3057,10 +3055,10 @@ def records_answer(home, args):
         db = open_ledger_ro(path)
         try:
             head = ledger_head(db)
-            newest = newest_signed_checkpoint(os.path.join(home, "checkpoints")) \
-                if args.get("checkpoint") else (None, None)
-            first = json.dumps({"head": head and list(head), "checkpoint": newest[0],
-                                "signature": newest[1]})
+            newest = newest_checkpoint(os.path.join(home, "checkpoints")) \
+                if args.get("checkpoint") else None
+            first = json.dumps({"head": head and list(head), "checkpoint": newest and newest.text,
+                                "signature": newest and newest.signature})
             lines = records_page(db, args["after"], args.get("limit"), first)
         finally:
             db.close()
@@ -3390,9 +3388,8 @@ HISTORY = 200      # trusted reports a venture keeps in memory (drift, noise, pe
 
 
 class History:
-    """A list of (seq, value) pairs, kept compact: the seqs in an array of machine integers (8 bytes
-    each, not a tuple and an int object: 96), so a thousand ventures' HISTORY reports take 3 MiB,
-    not 19. """
+    """A list of (seq, value) pairs, the seqs in an array of machine integers (8 bytes each, not a
+    tuple and an int object: 96): a thousand ventures' HISTORY reports take 3 MiB, not 19."""
 
     __slots__ = ("seqs", "values")
 
@@ -5765,9 +5762,8 @@ def basis_problem(state, action, basis, records):
 def recheck_action(state, seq, at, action, records):
     """Return the problems found re-checking the stored action #seq; [] when it holds: the same
     `prove`, at its `at`, on `state` (folded from every record of the venture before it) must give
-    back its proof. Not from a window: what the gate reads can rest on a record from any time back
-    (an unanswered ask about an interrupted run, an unspent approval, a suspended delegation, a
-    deadband not re-armed since a run long ago), and no mandate resets those."""
+    back its proof. Not from a window: the gate reads what records from any time back left (an
+    unanswered ask, an unspent approval, a deadband not re-armed), which no mandate resets."""
     proof = action.get("proof") if isinstance(action.get("proof"), dict) else {}
     problems, lever = [], action.get("lever")
     premises = proof.get("premises") if isinstance(proof.get("premises"), list) else []
@@ -8686,10 +8682,8 @@ class GroupsJournal:
 
 class Children:
     """The programs the warden runs now, each in a process group of its own that avsmd and
-    HOME/groups hear of, and the groups whose leader exited while members stay.
-
-    Handed the home, the selector the loop waits on, the channel's tell and flush, the groups
-    journal, and settle(child), which writes what came of a program once it is gone."""
+    HOME/groups hear of, and the groups whose leader exited while members stay; settle(child)
+    writes what came of a program once it is gone."""
 
     def __init__(self, home, sel, tell, flush, journal_group, settle, debug=False):
         self.home, self.sel, self.tell, self.flush, self.debug = home, sel, tell, flush, debug
@@ -9700,11 +9694,7 @@ class Decision:
 class Decisions:
     """Letting a model choose: packet -> roles -> backend -> roles -> proposals -> gate. Grants
     nothing. Each step of a decision is a callback of the one before; an unusable reply escalates to
-    the second backend (ESC-04), and escalations wait for their answer.
-
-    Handed its warden, for the home, config, ledger (read for the packet and look-ups), venture
-    states, spawn, append, the channel to avsmd and the roles process, carry_out (the proposal
-    rule's intents), and stopping."""
+    the second backend (ESC-04), and escalations wait for their answer. Handed its warden."""
 
     def __init__(self, warden):
         import socket
@@ -10076,10 +10066,7 @@ class Checkpoints:
         newest = newest_checkpoint(self.dir)
         self.seq, self.at = (newest.seq, newest.at) if newest else (0, 0)
         if newest and spec["key"]:      # a key named since the newest was written: sign one now
-            signer = ours = None
-            with contextlib.suppress(OSError, UnicodeDecodeError):
-                with open(os.path.join(self.dir, f"{newest.seq:012d}.txt.sig")) as fh:
-                    signer = sshsig_public_key(fh.read(CHECKPOINT_MAX))
+            signer, ours = sshsig_public_key(newest.signature or ""), None
             with contextlib.suppress(OSError, UnicodeDecodeError, IndexError):
                 with open(os.path.expanduser(spec["key"]) + ".pub") as fh:
                     ours = fh.read(CHECKPOINT_MAX).split()[1]
@@ -10125,23 +10112,29 @@ class Checkpoints:
 
 
 def newest_checkpoint(directory):
-    """Return the Checkpoint of the newest SEQ.txt in `directory` that reads as one, or None."""
+    """Return the Checkpoint of the newest SEQ.txt in `directory` that reads as one (its signature
+    read from SEQ.txt.sig), or None."""
     for name in (
         sorted((n for n in os.listdir(directory) if re.fullmatch(r"\d+\.txt", n)), reverse=True)
         if os.path.isdir(directory)
         else ()
     ):
+        path = os.path.join(directory, name)
         try:
-            with open(os.path.join(directory, name)) as fh:
-                return parse_checkpoint(fh.read(), name)
+            with open(path) as fh:
+                checkpoint = parse_checkpoint(fh.read(), name)
         except (OSError, UnicodeDecodeError, Fail):
             continue
+        with contextlib.suppress(OSError, UnicodeDecodeError):
+            with open(path + ".sig") as fh:
+                checkpoint = checkpoint._replace(signature=fh.read(CHECKPOINT_MAX).strip())
+        return checkpoint
     return None
 
 
-SNAPSHOT_MIN = 1000         # records since the last snapshot before a checkpoint, stop or start writes one
-SNAPSHOT_EVERY = 20000      # ... before one is written at once (what a start folds at most)
-SNAPSHOTS_KEPT = 5          # files kept; a start tries these, newest first
+SNAPSHOT_MIN = 1000     # records since the last snapshot for a checkpoint, stop or start to write one
+SNAPSHOT_EVERY = 20000  # ... for one at once (what a start folds at most)
+SNAPSHOTS_KEPT = 5      # files kept; a start tries these, newest first
 
 
 def snapshot_path(home, seq):
@@ -10183,8 +10176,8 @@ def read_snapshot(home, record, parse=True):
 
 
 def chain_anchor(home, db):
-    """Return (seq, hash) of the record the newest good snapshot is folded to, or None: a start reads
-    the ledger after it, and checks that much of the chain (doctor checks the whole)."""
+    """Return (seq, hash) of the record the newest good snapshot is folded to, or None: a start
+    reads, and checks the chain of, what follows it (doctor checks the whole)."""
     for _, record in snapshot_records(db)[:SNAPSHOTS_KEPT]:
         with contextlib.suppress(Fail):
             read_snapshot(home, record, parse=False)
@@ -10199,25 +10192,21 @@ class Snapshots:
     and the records after it, folded."""
 
     def __init__(self, home):
-        self.home, self.seq, self.told = home, 0, set()
+        self.home, self.seq = home, 0
 
     def fold(self, db, upto=None):
         """Return (seq, states, counted, records folded): the newest good snapshot (up to `upto`),
-        each other said once on stderr, and the records after it folded."""
+        each other said on stderr, and the records after it folded."""
         seq, states, counted = 0, {}, {}
         for at, record in snapshot_records(db)[:SNAPSHOTS_KEPT]:
-            if upto is not None and record["seq"] > upto:
-                continue
             try:
-                states, counted = states_of(read_snapshot(self.home, record))
-                seq = record["seq"]
-                break
+                if record["seq"] <= (upto or record["seq"]):
+                    states, counted = states_of(read_snapshot(self.home, record))
+                    seq = record["seq"]
+                    break
             except (Fail, LookupError, TypeError, ValueError) as err:
-                if at not in self.told:
-                    self.told.add(at)
-                    sys.stderr.write(f"avsmd: snapshot #{record['seq']} (record #{at}) is ignored:"
-                                     f" {err}; the fold starts from an older one or the first"
-                                     " record\n")
+                sys.stderr.write(f"avsmd: snapshot #{record['seq']} (record #{at}) is ignored: {err};"
+                                 " the fold starts from an older one or the first record\n")
         self.seq, folded = max(self.seq, seq), 0
         for folded, (seq, at, record) in enumerate(scan_records(db, seq, upto), 1):
             fold_ledger(states, seq, at, record)
@@ -10274,24 +10263,6 @@ class Metrics:
             sys.stderr.write(f"avsmd: {record['summary']}\n")
         log(self.debug, "warden", f"metrics: {failure or 'written to ' + self.spec['textfile']}")
         return record
-
-
-def newest_signed_checkpoint(directory):
-    """Return (text, signature or None) of the newest checkpoint in `directory`, or (None, None)."""
-    names = [n for n in os.listdir(directory) if re.fullmatch(r"\d+\.txt", n)] \
-        if os.path.isdir(directory) else []
-    for name in sorted(names, reverse=True):
-        path = os.path.join(directory, name)
-        try:
-            with open(path) as fh:
-                text = parse_checkpoint(fh.read(), name).text
-            if not os.path.exists(path + ".sig"):
-                return text, None
-            with open(path + ".sig") as fh:
-                return text, fh.read().strip()
-        except (OSError, UnicodeDecodeError, Fail):
-            continue
-    return None, None
 
 
 class Warden:
@@ -10510,10 +10481,9 @@ class Warden:
     def write_snapshot(self, least, fold=None):
         """Write a snapshot of the fold to the committed head once `least` records came since the
         last; `fold`: (seq, states, counted) the start just folded, written as it is."""
-        if self.ledger.held is not None or self.writer.ledger_down:
-            return
         head = self.ledger.last or ledger_head(self.ledger.db)
-        if not fold and (not head or head[0] - self.snapshots.seq < least):
+        if self.ledger.held is not None or self.writer.ledger_down or not head or \
+                not fold and head[0] - self.snapshots.seq < least:
             return
         try:
             record = self.snapshots.write(*(fold or self.snapshots.fold(self.ledger.db, head[0])[:3]))
@@ -12265,11 +12235,9 @@ def cmd_checkpoint(home, args):
         newest, why = newest_checkpoint(os.path.join(home, "checkpoints")), str(fail)
         if fail.code != EX_UNAVAILABLE or newest is None:
             raise
-    path = os.path.join(home, "checkpoints", f"{newest.seq:012d}.txt.sig")
-    signature = open(path).read().strip() if os.path.exists(path) else None
     sys.stderr.write(f"avsm: {why}; this is the newest checkpoint it wrote\n")
     for line in newest.text.rstrip("\n").split("\n") + (
-        ["", *signature.split("\n")] if signature else []
+        ["", *newest.signature.split("\n")] if newest.signature else []
     ):
         out(line)
     return EX_OK
@@ -15607,23 +15575,19 @@ def read_snapshots(home, found, db):
                            f"rm {snapshot_path(home, record['seq'])}   (a start ignores it and"
                            " folds from an older snapshot or the first record)")
     if unread:
-        found.note(f"{unread} snapshot(s) the ledger names are not compared: removed (avsmd keeps"
-                   f" the newest {SNAPSHOTS_KEPT}) or folded by another avsm.py")
+        found.note(f"{unread} snapshot(s) the ledger names are not compared: gone (avsmd keeps"
+                   f" {SNAPSHOTS_KEPT}) or another avsm.py's")
     return kept
 
 
 def compare_snapshots(home, found, snapshots, folds):
     """Each snapshot must be the ledger's own fold to its seq (65)."""
     for seq, snapshot in sorted(snapshots.items()):
-        a, b, path = folds[seq]["ventures"], snapshot["ventures"], snapshot_path(home, seq)
-        what = next((f"venture {n}'s {f}" for n in sorted(set(a) | set(b))
-                     for f in sorted(set(a.get(n, {})) | set(b.get(n, {})))
-                     if a.get(n, {}).get(f) != b.get(n, {}).get(f)), "the metrics' counters")
+        path = snapshot_path(home, seq)
         if folds[seq] == snapshot:
             found.ok(f"snapshot #{seq} ({path}) is the ledger's fold to #{seq}")
         else:
-            found.fail(EX_DATAERR, f"snapshot #{seq} ({path}) is not the ledger's fold to #{seq}:"
-                                   f" {what} is not what the fold holds",
+            found.fail(EX_DATAERR, f"snapshot #{seq} ({path}) is not the ledger's fold to #{seq}",
                        f"rm {path}   (a start then folds from an older snapshot or the first"
                        " record)")
 
