@@ -2850,8 +2850,7 @@ def small_cache(db):
 
 
 def scan_records(db, since=0, upto=None):
-    """Yield (seq, at, record dict) of the ledger after `since` (up to `upto`), in order, as
-    read_records does, with a small page cache."""
+    """Yield what read_records does, with a small page cache."""
     was = small_cache(db)
     try:
         yield from read_records(db, since, upto)
@@ -2888,7 +2887,7 @@ LedgerScan = collections.namedtuple("LedgerScan",
 LedgerScan.__doc__ = """What one read of the ledger found: records checked, the head (seq, hash),
 the first record that does not chain or read as (seq, why) or None, the proof problems [(action seq,
 why)], the adopted ventures {name: [name, directory, mandate seq, paused, text]} (None once a record
-does not read), {seq: hash} of the seqs asked for, and {seq: snapshot} of the fold at those asked."""
+does not read), and {seq: hash} and {seq: snapshot} (the fold) at the seqs asked for."""
 
 
 def scan_ledger(db, recheck=True, wanted=(), after=None, fold_at=()):
@@ -5822,16 +5821,15 @@ def recheck_action(state, seq, at, action, records):
     return problems
 
 
-def check_proof(action_seq, action_at, action, records, parse=None):
+def check_proof(action_seq, action_at, action, records, parse=None, since=(0, None)):
     """Return the problems found re-checking one stored action's proof against the ledger; [] when
     it holds. records: {seq: (at, record)} holding at least every record of the action's venture up
-    to it."""
-    states = {}
-    venture = action.get("venture")
+    to it after since[0], the seq of a snapshot whose states (since[1]) the fold starts from."""
+    states, venture = dict(since[1] or {}), action.get("venture")
     for s in sorted(records):
         if s >= action_seq:
             break
-        if records[s][1].get("venture") == venture:
+        if s > since[0] and records[s][1].get("venture") == venture:
             fold_ledger(states, s, records[s][0], records[s][1], parse)
     return recheck_action(states.get(venture), action_seq, action_at, action, records)
 
@@ -9594,9 +9592,7 @@ class Worlds:
 
 class Trust:
     """Growing trust, carefully: the ratchet ask (when is ratchet_rule's), its approval (the
-    mandate change, adopted) and the canary asks.
-
-    Handed the config, append and adopt (a mandate in force, as avsm add puts it)."""
+    mandate change, adopted as avsm add does) and the canary asks."""
 
     def __init__(self, cfg, append, adopt):
         self.cfg, self.append, self.adopt = cfg, append, adopt
@@ -9693,8 +9689,8 @@ class Decision:
 
 class Decisions:
     """Letting a model choose: packet -> roles -> backend -> roles -> proposals -> gate. Grants
-    nothing. Each step of a decision is a callback of the one before; an unusable reply escalates to
-    the second backend (ESC-04), and escalations wait for their answer. Handed its warden."""
+    nothing. An unusable reply escalates to the second backend (ESC-04), and escalations wait for
+    their answer. Handed its warden."""
 
     def __init__(self, warden):
         import socket
@@ -10177,7 +10173,7 @@ def read_snapshot(home, record, parse=True):
 
 def chain_anchor(home, db):
     """Return (seq, hash) of the record the newest good snapshot is folded to, or None: a start
-    reads, and checks the chain of, what follows it (doctor checks the whole)."""
+    reads and checks what follows it (doctor, the whole chain)."""
     for _, record in snapshot_records(db)[:SNAPSHOTS_KEPT]:
         with contextlib.suppress(Fail):
             read_snapshot(home, record, parse=False)
@@ -10187,9 +10183,8 @@ def chain_anchor(home, db):
 
 
 class Snapshots:
-    """Keeps the fold to a seq in HOME/snapshots/SEQ.json, tied to the chain by a snapshot record of
-    that seq and the file's sha256. Written from the ledger, not from memory: the newest good one
-    and the records after it, folded."""
+    """Keeps the fold to a seq in HOME/snapshots/SEQ.json, tied to the chain by a snapshot record:
+    from the ledger, not from memory (the newest good one and the records after it, folded)."""
 
     def __init__(self, home):
         self.home, self.seq = home, 0
@@ -10479,8 +10474,8 @@ class Warden:
         return written
 
     def write_snapshot(self, least, fold=None):
-        """Write a snapshot of the fold to the committed head once `least` records came since the
-        last; `fold`: (seq, states, counted) the start just folded, written as it is."""
+        """Write a snapshot to the committed head once `least` records came since the last (`fold`:
+        the start's (seq, states, counted), written as it is)."""
         head = self.ledger.last or ledger_head(self.ledger.db)
         if self.ledger.held is not None or self.writer.ledger_down or not head or \
                 not fold and head[0] - self.snapshots.seq < least:
@@ -12651,12 +12646,18 @@ def cmd_why(home, args):
             )
             if isinstance(t.get("call"), dict):
                 out(f"    call: {describe_call(t)}")
-    # the venture's records up to the action (the fold the gate saw: recheck_action), and each
-    # premise whole, its summary shown
+    # the fold the gate saw: the newest good snapshot before it, the venture's records since
+    since = (0, None)
+    for _, r in snapshot_records(db):
+        with contextlib.suppress(Fail, ValueError):
+            if r["seq"] < seq:
+                since = (r["seq"], states_of(read_snapshot(home, r))[0])
+                break
     fullmatch = re.compile(TRUSTED_REPORT).fullmatch
     records = {s: (a, decode_record(t, fullmatch, s)) for s, a, t in db.execute(
-        "SELECT seq, at, record FROM records "
-        f"WHERE {RECORD_VENTURE_SQL} = ? AND seq <= ? ORDER BY seq", (record.get("venture"), seq))}
+        "SELECT seq, at, record FROM records WHERE "
+        f"{RECORD_VENTURE_SQL} = ? AND seq > ? AND seq <= ? ORDER BY seq",
+        (record.get("venture"), since[0], seq))}
     for p in premises:
         whole = record_at(db, p) if 0 < p <= seq else None
         if whole is not None:
@@ -12668,7 +12669,7 @@ def cmd_why(home, args):
         else:
             out(f"  premise #{p} is not in the ledger")
     out(*what_followed(db, seq, record, home))
-    problems = check_proof(seq, at, record, records)
+    problems = check_proof(seq, at, record, records, since=since)
     if problems:
         for problem in problems:
             out(f"re-checks: no: {problem}")
@@ -15562,8 +15563,8 @@ def doctor_ledger(home, found, since, kept=(), quick=False, trust=None):
 
 
 def read_snapshots(home, found, db):
-    """Return {seq: snapshot} of those the ledger names that this avsm.py folded; one whose bytes do
-    not hash to its record is 65."""
+    """Return {seq: snapshot} of those the ledger names that this avsm.py folded (65 for one whose
+    bytes do not hash to its record)."""
     kept, unread = {}, 0
     for at, record in snapshot_records(db):
         try:

@@ -148,6 +148,28 @@ def test_a_snapshot_is_never_a_premise():
     assert any(f"#{snapshot}" in p for p in problems), problems
 
 
+def test_why_re_checks_an_action_from_a_snapshot_before_it(workdir):
+    """Issue 33 item 6: `why` folds the action's venture from the newest snapshot before it, not from the first
+    record: with the fold kept at any seq before each of a built ledger's gated actions (and only the venture's
+    records after it, and the premises), check_proof says what it says folding from the first record: it
+    re-checks. Before: check_proof folded from the first record only."""
+    home = built_home(workdir)
+    db = avsm.open_ledger_ro(os.path.join(home, "ledger.db"))
+    rows = list(avsm.read_records(db))
+    db.close()
+    everything = {seq: (at, record) for seq, at, record in rows}
+    actions = [(seq, at, record) for seq, at, record in rows if record["kind"] == "action"]
+    assert len(actions) >= 5
+    for seq, at, action in actions[:5]:
+        assert avsm.check_proof(seq, at, action, everything) == []
+        for cut in (1, 2, seq // 2, seq - 1):
+            kept = json.loads(json.dumps(avsm.snapshot_of(cut, *fold(rows[:cut]))))
+            records = {s: everything[s] for s in everything if cut < s <= seq and
+                       everything[s][1]["venture"] == action["venture"]}
+            records.update({p: everything[p] for p in action["proof"]["premises"]})
+            assert avsm.check_proof(seq, at, action, records, since=(cut, avsm.states_of(kept)[0])) == [], cut
+
+
 def built_home(workdir, records=3000):
     """A home whose ledger holds `records` records of two ventures (bench_doctor's builder: reports, and the
     controller's gated runs), its last an hour old."""
