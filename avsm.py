@@ -5614,8 +5614,8 @@ def count_self(counted, record):
 
 
 # ---- snapshots: the fold kept at a seq (section 10 writes them) ----
-# Each field of a VentureState but its parsed mandate, as JSON in which each object is one tag: {"{}":
-# {...}} a dict of str keys, {":": [[key, value], ...]} any other, {"tuple": [...]}, {"set": ...}.
+# Each field of a VentureState but its parsed mandate, as JSON whose objects are each one tag:
+# {"{}": {...}} a dict of str keys, {":": [[key, value], ...]} any other, {"tuple": [...]}, ...
 SNAPSHOT_TYPES = {t.__name__: t for t in (tuple, set, frozenset, History)}
 
 
@@ -5775,7 +5775,7 @@ def recheck_action(state, seq, at, action, records):
                 " may be premises"
             )
         elif records[p][1].get("kind") == "snapshot":
-            problems.append(f"premise #{p} is a snapshot: a proof cites records, not a fold of them")
+            problems.append(f"premise #{p} is a snapshot: a proof cites records, not their fold")
         elif p >= seq:
             problems.append(f"premise #{p} comes after the action")
     if proof.get("trigger") is not None and proof.get("trigger") in premises:
@@ -10128,8 +10128,8 @@ def newest_checkpoint(directory):
     return None
 
 
-SNAPSHOT_MIN = 1000     # records since the last snapshot for a checkpoint, stop or start to write one
-SNAPSHOT_EVERY = 20000  # ... for one at once (what a start folds at most)
+SNAPSHOT_MIN = 1000     # new records before a checkpoint, a stop or a start writes a snapshot
+SNAPSHOT_EVERY = 20000  # ... before one is written at once (what a start folds at most)
 SNAPSHOTS_KEPT = 5      # files kept; a start tries these, newest first
 
 
@@ -10200,8 +10200,8 @@ class Snapshots:
                     seq = record["seq"]
                     break
             except (Fail, LookupError, TypeError, ValueError) as err:
-                sys.stderr.write(f"avsmd: snapshot #{record['seq']} (record #{at}) is ignored: {err};"
-                                 " the fold starts from an older one or the first record\n")
+                sys.stderr.write(f"avsm: snapshot #{record['seq']} (record #{at}) is ignored:"
+                                 f" {err}; the fold starts from an older one or the first record\n")
         self.seq, folded = max(self.seq, seq), 0
         for folded, (seq, at, record) in enumerate(scan_records(db, seq, upto), 1):
             fold_ledger(states, seq, at, record)
@@ -10481,7 +10481,8 @@ class Warden:
                 not fold and head[0] - self.snapshots.seq < least:
             return
         try:
-            record = self.snapshots.write(*(fold or self.snapshots.fold(self.ledger.db, head[0])[:3]))
+            fold = fold or self.snapshots.fold(self.ledger.db, head[0])[:3]
+            record = self.snapshots.write(*fold)
         except (OSError, TypeError) as err:
             self.snapshots.seq = head[0]      # tried again after `least` more records
             sys.stderr.write(f"avsmd: no snapshot could be written to {self.home}/snapshots:"
@@ -12145,10 +12146,8 @@ def show_ledger_view(home, verb, args):
         return
     try:
         db = open_ledger_ro(path)
-        states, last = {}, None
-        for seq, at, record in read_records(db):
-            fold_ledger(states, seq, at, record)
-            last = (seq, at)
+        seq, states = Snapshots(home).fold(db)[:2]
+        last = (seq, (record_at(db, seq) or (0,))[0])
         db.close()
     except (sqlite3.Error, ValueError, KeyError, TypeError, Fail) as err:
         # not readable either: say so, keep the 69

@@ -227,8 +227,9 @@ def test_a_start_writes_a_snapshot_and_the_next_folds_from_it(bindir, workdir):
 
 def test_a_changed_snapshot_is_ignored_and_doctor_fails_on_it(bindir, workdir):
     """Issue 33 item 1: a snapshot whose bytes were changed (a venture's pause flipped in it) is ignored at start
-    with one line on stderr, and the fold starts from the first record, so the venture still runs; doctor fails
-    65 naming the snapshot's seq and file and the fix. Before: nothing read or checked a snapshot."""
+    with one line on stderr, and the fold starts from the first record, so the venture still runs (and `avsm
+    status` with avsmd stopped says the same); doctor fails 65 naming the snapshot's seq and file and the fix.
+    Before: nothing read or checked a snapshot."""
     home = built_home(workdir)
     av = Avsm(bindir, home)
     av.start()
@@ -240,6 +241,9 @@ def test_a_changed_snapshot_is_ignored_and_doctor_fails_on_it(bindir, workdir):
     assert '"paused":false' in text
     with open(path, "w") as fh:
         fh.write(text.replace('"paused":false', '"paused":true ', 1))
+    offline = av.cli("status")          # no avsmd: the client folds the ledger, from a good snapshot only
+    assert offline.returncode == 69 and "is ignored" in offline.stderr, offline.stderr
+    assert "v0: was running" in offline.stdout and "v1: was running" in offline.stdout, offline.stdout
     av.start()
     assert av.stderr().count(f"snapshot #{record['seq']} (record #{at}) is ignored") == 1, av.stderr()
     assert "v0: running" in av.cli("status").stdout and "v1: running" in av.cli("status").stdout

@@ -12,7 +12,8 @@ there (rebuilt when older than three hours, so "the last hour" still holds an ho
 
 - `avsm summary` (the last 24 hours) and `avsm summary --since 1h`;
 - `avsm tail --since SEQ` of the last 100 records;
-- `avsm why` of the last action (its proof re-checked from the ledger);
+- `avsm why` of the last action (its proof re-checked from the ledger), on the ledger as built and on a copy
+  holding a snapshot 10,000 records before the action (item 6);
 - `avsm chart v0` (its default span) and `avsm chart v0 --since 0` (the whole history): time and bytes;
 - avsmd's start until `avsm status` answers, twice on a copy: from the first record (that start writes a
   snapshot), then from that snapshot; the RSS of avsmd and what it started 5 s after (item 6);
@@ -48,9 +49,10 @@ FRESH = 3 * 3600    # a cached ledger older than this is built again
 REPORTS_SHARE = 0.744   # of the builder's records are reports (the rest its actions, outcomes and refusals)
 # issue 33's targets at 1M records: (seconds, bytes or None)
 TARGETS = {"summary": (0.5, None), "summary --since 1h": (0.3, None), "tail --since (last 100)": (0.3, None),
-           "why (last action)": (0.5, None), "chart (default span)": (1.0, 300_000),
+           "why, no snapshot": (None, None), "why (last action)": (0.5, None), "chart (default span)": (1.0, 300_000),
            "chart --since 0 (whole history)": (2.0, 300_000), "doctor: longest commit wait": (2.0, None),
            "avsmd start, from the first record": (None, None), "avsmd start until status answers": (2.0, None)}
+SNAPSHOT_BEFORE = avsm.SNAPSHOT_EVERY // 2     # records between the snapshot and the action `why` re-checks
 START_RATIO = 2.0   # issue 33 item 1: a start (from its snapshot) at 1M within 2x of that at 100k
 RSS_RATIO = 1.5     # issue 33 item 6: avsmd + warden at 1M within 1.5x of that at 100k
 
@@ -192,6 +194,25 @@ def one_start(copy, what):
     return took, rss
 
 
+def why_from_snapshot(home, action, runs):
+    """Time `avsm why` of `action` on a copy of `home` holding a snapshot folded to SNAPSHOT_BEFORE records before
+    it, written through avsm's own Snapshots (the warden writes one at least every SNAPSHOT_EVERY records)."""
+    copy = home.rstrip("/") + "-why"
+    shutil.rmtree(copy, ignore_errors=True)
+    shutil.copytree(home, copy)
+    try:
+        ledger = avsm.Ledger(os.path.join(copy, "ledger.db"))
+        snapshots = avsm.Snapshots(copy)
+        t0 = time.perf_counter()
+        ledger.append(snapshots.write(*snapshots.fold(ledger.db, action - SNAPSHOT_BEFORE)[:3]), int(time.time()))
+        ledger.close()
+        print(f"  a snapshot folded to #{action - SNAPSHOT_BEFORE} written in {time.perf_counter() - t0:.1f} s",
+              flush=True)
+        return median_of(runs, copy, "why", str(action))
+    finally:
+        shutil.rmtree(copy, ignore_errors=True)
+
+
 def measure(size, runs, rebuild, indexes, only=()):
     home = cached(size, rebuild)
     path = os.path.join(home, "ledger.db")
@@ -211,10 +232,12 @@ def measure(size, runs, rebuild, indexes, only=()):
     figures, wanted = {}, lambda name: not only or any(word in name for word in only)
     for name, args in (("summary", ["summary"]), ("summary --since 1h", ["summary", "--since", "1h"]),
                        ("tail --since (last 100)", ["tail", "--since", str(last - 100)]),
-                       ("why (last action)", ["why", str(action)]), ("chart (default span)", ["chart", "v0"]),
+                       ("why, no snapshot", ["why", str(action)]), ("chart (default span)", ["chart", "v0"]),
                        ("chart --since 0 (whole history)", ["chart", "v0", "--since", "0"])):
         if wanted(name):
             figures[name] = median_of(runs, home, *args)
+    if wanted("why (last action)"):
+        figures["why (last action)"] = why_from_snapshot(home, action, runs)
     if wanted("doctor"):
         wait, took, code = doctor_under_writes(home, indexes)
         figures["doctor: longest commit wait"] = (wait, None)
