@@ -2906,7 +2906,7 @@ def scan_ledger(db, recheck=True, wanted=(), after=None, fold_at=()):
 
     def keep(seq):
         if seq in fold_at:      # the fold has taken every record up to seq, and none after
-            found["folds"][seq] = snapshot_of(seq, states, counted)
+            found["folds"][seq] = snapshot_text(seq, states, counted)
 
     def rows():
         expected, prev = after or (0, ZERO_HASH)
@@ -5615,63 +5615,53 @@ def count_self(counted, record):
 
 # ---- snapshots: the fold kept at a seq (section 10 writes them) ----
 # Each field of a VentureState but its parsed mandate, as JSON whose objects are each one tag:
-# {"{}": {...}} a dict of str keys, {":": [[key, value], ...]} any other, {"tuple": [...]}, ...
-SNAPSHOT_TYPES = {t.__name__: t for t in (tuple, set, frozenset, History)}
+# {":": [[key, value], ...]} a dict, {"tuple": [...]}, {"set": [...]}, {"History": [...]}, ...
+SNAPSHOT_TYPES = {":": dict, **{t.__name__: t for t in (tuple, set, frozenset, History)}}
 
 
 def snapshot_value(value):
-    """Return `value` as JSON that snapshot_loaded reads back as it is."""
+    """Return `value` as JSON that snapshot_hook reads back as it is."""
     kind = type(value)
     if value is None or kind in (str, int, float, bool):
         return value
     if kind is list:
         return [snapshot_value(v) for v in value]
-    if kind is dict:
-        if all(type(k) is str for k in value):
-            return {"{}": {k: snapshot_value(v) for k, v in value.items()}}
-        return {":": [[snapshot_value(k), snapshot_value(v)] for k, v in value.items()]}
-    if SNAPSHOT_TYPES.get(kind.__name__) is not kind:
+    tag = ":" if kind is dict else kind.__name__
+    if SNAPSHOT_TYPES.get(tag) is not kind:
         raise TypeError(f"a snapshot cannot hold a {kind.__name__}")
-    items = [snapshot_value(v) for v in value]
-    return {kind.__name__: sorted(items, key=json.dumps) if kind in (set, frozenset) else items}
+    items = [[snapshot_value(k), snapshot_value(v)] for k, v in value.items()] if kind is dict \
+        else [snapshot_value(v) for v in value]
+    return {tag: sorted(items, key=json.dumps) if kind in (set, frozenset) else items}
 
 
-def snapshot_loaded(value):
-    if isinstance(value, list):
-        return [snapshot_loaded(v) for v in value]
-    if not isinstance(value, dict):
-        return value
-    (tag, held), = value.items()
-    if tag == "{}":
-        return {k: snapshot_loaded(v) for k, v in held.items()}
-    if tag == ":":
-        return {snapshot_loaded(k): snapshot_loaded(v) for k, v in held}
-    return SNAPSHOT_TYPES[tag](snapshot_loaded(v) for v in held)
+def snapshot_hook(tagged):
+    (tag, held), = tagged.items()
+    return SNAPSHOT_TYPES[tag](held)
 
 
-def snapshot_of(seq, states, counted):
+def snapshot_text(seq, states, counted):
     """Return the snapshot of the fold `states` and the metrics' `counted` to record #seq."""
     ventures = {}
     for name, state in states.items():
         fields = {f: getattr(state, f) for f in VentureState.__slots__ if hasattr(state, f)}
         fields.update(vars(state))
-        ventures[name] = {f: snapshot_value(v) for f, v in fields.items()
-                          if f not in ("mandate", "__dict__")}
-    return {"seq": seq, "counted": snapshot_value(counted), "ventures": ventures}
+        ventures[name] = {f: v for f, v in fields.items() if f not in ("mandate", "__dict__")}
+    return json.dumps(snapshot_value({"seq": seq, "counted": counted, "ventures": ventures}),
+                      separators=(",", ":"))
 
 
-def states_of(snapshot):
+def states_of(text):
     """Return ({name: VentureState}, counted) of a snapshot, each mandate parsed as fold_ledger
     does."""
-    states = {}
+    snapshot, states = json.loads(text, object_hook=snapshot_hook), {}
     for name, fields in snapshot["ventures"].items():
         state = states[name] = VentureState(name)
         for field, value in fields.items():
-            setattr(state, field, snapshot_loaded(value))
+            setattr(state, field, value)
         if state.mandate_seq is not None:
             state.mandate = parsed_or_none(parse_mandate, {"text": state.mandate_text},
                                            state.mandate_seq)
-    return states, snapshot_loaded(snapshot["counted"])
+    return states, snapshot["counted"]
 
 
 def stored_basis(action, records):
@@ -10153,9 +10143,9 @@ def snapshot_records(db):
             if r.get("venture") == "self" and type(r.get("seq")) is int and 0 < r["seq"] < seq]
 
 
-def read_snapshot(home, record, parse=True):
-    """Return the snapshot `record` names (its bytes, unless `parse`); Fail(66) when another avsm.py
-    folded it or it cannot be read, 65 when its bytes do not hash to the record's sha256."""
+def read_snapshot(home, record):
+    """Return the bytes of the snapshot `record` names; Fail(66) when another avsm.py folded it or
+    it cannot be read, 65 when they do not hash to the record's sha256."""
     import hashlib
     path = snapshot_path(home, record["seq"])
     if record.get("code") != code_sha256():
@@ -10168,7 +10158,7 @@ def read_snapshot(home, record, parse=True):
     if hashlib.sha256(data).hexdigest() != record.get("sha256"):
         raise Fail(EX_DATAERR, f"{path} does not hash to the sha256 its record holds: it was"
                                " changed after it was written")
-    return json.loads(data) if parse else data
+    return data
 
 
 def chain_anchor(home, db):
@@ -10176,7 +10166,7 @@ def chain_anchor(home, db):
     reads and checks what follows it (doctor, the whole chain)."""
     for _, record in snapshot_records(db)[:SNAPSHOTS_KEPT]:
         with contextlib.suppress(Fail):
-            read_snapshot(home, record, parse=False)
+            read_snapshot(home, record)
             return db.execute("SELECT seq, hash FROM records WHERE seq = ?",
                               (record["seq"],)).fetchone()
     return None
@@ -10210,7 +10200,7 @@ class Snapshots:
 
     def write(self, seq, states, counted):
         """Write the snapshot of `states` and `counted`, folded to #seq; return its record."""
-        text = json.dumps(snapshot_of(seq, states, counted), separators=(",", ":"))
+        text = snapshot_text(seq, states, counted)
         path = snapshot_path(self.home, seq)
         where = os.path.dirname(path)
         os.makedirs(where, mode=0o700, exist_ok=True)
@@ -15562,8 +15552,8 @@ def doctor_ledger(home, found, since, kept=(), quick=False, trust=None):
 
 
 def read_snapshots(home, found, db):
-    """Return {seq: snapshot} of those the ledger names that this avsm.py folded (65 for one whose
-    bytes do not hash to its record)."""
+    """Return {seq: its bytes} of the snapshots the ledger names that this avsm.py folded (65 for
+    one whose bytes do not hash to its record)."""
     kept, unread = {}, 0
     for at, record in snapshot_records(db):
         try:
@@ -15584,7 +15574,7 @@ def compare_snapshots(home, found, snapshots, folds):
     """Each snapshot must be the ledger's own fold to its seq (65)."""
     for seq, snapshot in sorted(snapshots.items()):
         path = snapshot_path(home, seq)
-        if folds[seq] == snapshot:
+        if folds[seq].encode() == snapshot:
             found.ok(f"snapshot #{seq} ({path}) is the ledger's fold to #{seq}")
         else:
             found.fail(EX_DATAERR, f"snapshot #{seq} ({path}) is not the ledger's fold to #{seq}",

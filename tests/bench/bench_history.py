@@ -15,8 +15,8 @@ there (rebuilt when older than three hours, so "the last hour" still holds an ho
 - `avsm why` of the last action (its proof re-checked from the ledger), on the ledger as built and on a copy
   holding a snapshot 10,000 records before the action (item 6);
 - `avsm chart v0` (its default span) and `avsm chart v0 --since 0` (the whole history): time and bytes;
-- avsmd's start until `avsm status` answers, twice on a copy: from the first record (that start writes a
-  snapshot), then from that snapshot; the RSS of avsmd and what it started 5 s after (item 6);
+- avsmd's start until `avsm status` answers on a copy: from the first record (that start writes a
+  snapshot), then --runs times from that snapshot; the RSS of avsmd and what it started 5 s after (item 6);
 - a full `avsm doctor` while a writer appends a record every 0.2 s through avsm's own Ledger (as the
   warden does): the longest a commit waited, and doctor's exit code (69: no avsmd, which is expected).
 
@@ -154,20 +154,20 @@ def process_rss(pid):
     return total / 1024
 
 
-def start_until_status(home):
-    """Start a real avsmd twice on a copy of `home` (issue 33 item 1): the first start folds every record
-    and writes a snapshot, the second folds from it. Return (seconds until `avsm status` answered after the
-    first, after the second, the RSS of avsmd and its children 5 s after the second in MiB). The copy is
-    removed after."""
+def start_until_status(home, runs):
+    """Start a real avsmd on a copy of `home` (issue 33 item 1): the first start folds every record and
+    writes a snapshot, the `runs` after it fold from it. Return (seconds until `avsm status` answered after
+    the first, the median after the others, the RSS of avsmd and its children 5 s after the last in MiB). The
+    copy is removed after."""
     copy = home.rstrip("/") + "-start"
     shutil.rmtree(copy, ignore_errors=True)
     shutil.copytree(home, copy)
     try:
         first, _ = one_start(copy, "from the first record")
-        second, rss = one_start(copy, "from its snapshot")
+        again = [one_start(copy, "from its snapshot") for _ in range(runs)]
     finally:
         shutil.rmtree(copy, ignore_errors=True)
-    return first, second, rss
+    return first, statistics.median(took for took, _ in again), again[-1][1]
 
 
 def one_start(copy, what):
@@ -244,7 +244,7 @@ def measure(size, runs, rebuild, indexes, only=()):
         print(f"{size} records: doctor took {took:.1f} s and exited {code} (69: no avsmd on the bench's "
               "home)", flush=True)
     if wanted("start"):
-        first, took, rss = start_until_status(home)
+        first, took, rss = start_until_status(home, runs)
         figures["avsmd start, from the first record"] = (first, None)
         figures["avsmd start until status answers"] = (took, None)
         figures["rss"] = rss
