@@ -2221,6 +2221,7 @@ RECORD_KINDS = {
         # the notify command failed (once a stretch), or works again
         ("self.notify", "measured", "ok failed", "status note notice"),
         ("self.metrics", "measured", "ok failed textfile", "note"),  # its textfile failed, or works
+        ("self.snapshot", "measured", "seq sha256 code", ""),   # the fold to seq, kept in a file
     )
 }
 
@@ -2555,11 +2556,11 @@ def small_cache(db):
     return was
 
 
-def scan_records(db):
-    """Yield (seq, at, record dict) of the whole ledger, in order, with a small page cache."""
+def scan_records(db, since=0, upto=None):
+    """Yield what read_records does, with a small page cache."""
     was = small_cache(db)
     try:
-        yield from read_records(db)
+        yield from read_records(db, since, upto)
     finally:
         db.execute(f"PRAGMA cache_size={was}")
 
@@ -2580,30 +2581,37 @@ def batched_rows(db, columns, since):
         since = rows[-1][0]
 
 
-def ledger_problem(db):
-    """Return (seq, why) of the first record that does not read or chain (point 51), or None."""
-    return scan_ledger(db, recheck=False).broken
+def ledger_problem(db, after=None):
+    """Return (seq, why) of the first record (after `after`, a (seq, hash)) that does not read or
+    chain (point 51), or None."""
+    return scan_ledger(db, recheck=False, after=after).broken
 
 
-LedgerScan = collections.namedtuple("LedgerScan", "count head broken problems adopted hashes")
+LedgerScan = collections.namedtuple("LedgerScan",
+                                    "count head broken problems adopted hashes folds")
 LedgerScan.__doc__ = """What one read of the ledger found: records checked, the head (seq, hash),
 the first broken record (seq, why) or None, the proof problems [(action seq, why)], the adopted
 ventures {name: [name, directory, mandate seq, paused, text]} (None once one does not read), and
-{seq: hash} of the seqs asked for."""
+{seq: hash} and {seq: snapshot text} (the fold) at the seqs asked for."""
 
 
-def scan_ledger(db, recheck=True, wanted=(), after=None):
+def scan_ledger(db, recheck=True, wanted=(), after=None, fold_at=()):
     """Read the ledger once, in order, checking every link and record; with `recheck`, every
-    action's proof re-checked by the gate as the ledger folds. after: (seq, hash) of a checkpoint
-    verified before: only the chain from it on is checked (doctor --quick)."""
+    action's proof re-checked by the gate as the ledger folds (the fold kept at the seqs `fold_at`).
+    after: (seq, hash) of a checkpoint verified before: only the chain from it on is checked."""
     found = {"count": 0, "head": after or (0, ZERO_HASH), "broken": None, "adopted": {},
-             "hashes": {}}
-    was = small_cache(db)
+             "hashes": {}, "folds": {}}
+    was, states, counted = small_cache(db), {}, {}
+
+    def keep(seq):
+        if seq in fold_at:      # the fold has taken every record up to seq, and none after
+            found["folds"][seq] = snapshot_text(seq, states, counted)
 
     def rows():
         expected, prev = after or (0, ZERO_HASH)
         for seq, at, link, digest, text in batched_rows(db, "seq, at, prev, hash, record",
                                                         expected):
+            keep(expected)
             if seq != expected + 1:
                 why = f"record #{expected + 1} is missing"
             elif link != prev:
@@ -2626,9 +2634,12 @@ def scan_ledger(db, recheck=True, wanted=(), after=None):
                 adopted[name] = [name, record.get("directory"), seq, False, record.get("text")]
             elif kind in ("pause", "resume") and name in adopted:
                 adopted[name][3] = kind == "pause"
+            count_self(counted, record)
             yield seq, at, record
+        keep(expected)
     try:
-        problems = [(seq, problem) for seq, each in recheck_ledger(rows()) for problem in each] \
+        problems = [(seq, problem) for seq, each in recheck_ledger(rows(), states=states)
+                    for problem in each] \
             if recheck and after is None else collections.deque(rows(), 0) and []
     finally:
         db.execute(f"PRAGMA cache_size={was}")
@@ -2713,10 +2724,10 @@ def records_answer(home, args):
         db = open_ledger_ro(path)
         try:
             head = ledger_head(db)
-            newest = newest_signed_checkpoint(os.path.join(home, "checkpoints")) \
-                if args.get("checkpoint") else (None, None)
-            first = json.dumps({"head": head and list(head), "checkpoint": newest[0],
-                                "signature": newest[1]})
+            newest = newest_checkpoint(os.path.join(home, "checkpoints")) \
+                if args.get("checkpoint") else None
+            first = json.dumps({"head": head and list(head), "checkpoint": newest and newest.text,
+                                "signature": newest and newest.signature})
             lines = records_page(db, args["after"], args.get("limit"), first)
         finally:
             db.close()
@@ -2984,9 +2995,8 @@ HISTORY = 200      # trusted reports a venture keeps in memory (drift, noise, pe
 
 
 class History:
-    """A list of (seq, value) pairs, kept compact: the seqs in an array of machine integers (8 bytes
-    each, not a tuple and an int object: 96), so a thousand ventures' HISTORY reports take 3 MiB,
-    not 19. """
+    """A list of (seq, value) pairs, the seqs in an array of machine integers (8 bytes each, not a
+    tuple and an int object: 96): a thousand ventures' HISTORY reports take 3 MiB, not 19."""
 
     __slots__ = ("seqs", "values")
 
@@ -5259,6 +5269,57 @@ def count_self(counted, record):
     return counted
 
 
+# ---- snapshots: the fold kept at a seq (section 10 writes them) ----
+# Each field of a VentureState but its parsed mandate, as JSON whose objects are each one tag:
+# {":": [[key, value], ...]} a dict, {"tuple": [...]}, {"set": [...]}, {"History": [...]}, ...
+SNAPSHOT_TYPES = {":": dict, **{t.__name__: t for t in (tuple, set, frozenset, History)}}
+
+
+def snapshot_value(value):
+    """Return `value` as JSON that snapshot_hook reads back as it is."""
+    kind = type(value)
+    if value is None or kind in (str, int, float, bool):
+        return value
+    if kind is list:
+        return [snapshot_value(v) for v in value]
+    tag = ":" if kind is dict else kind.__name__
+    if SNAPSHOT_TYPES.get(tag) is not kind:
+        raise TypeError(f"a snapshot cannot hold a {kind.__name__}")
+    items = [[snapshot_value(k), snapshot_value(v)] for k, v in value.items()] if kind is dict \
+        else [snapshot_value(v) for v in value]
+    return {tag: sorted(items, key=json.dumps) if kind in (set, frozenset) else items}
+
+
+def snapshot_hook(tagged):
+    (tag, held), = tagged.items()
+    return SNAPSHOT_TYPES[tag](held)
+
+
+def snapshot_text(seq, states, counted):
+    """Return the snapshot of the fold `states` and the metrics' `counted` to record #seq."""
+    ventures = {}
+    for name, state in states.items():
+        fields = {f: getattr(state, f) for f in VentureState.__slots__ if hasattr(state, f)}
+        fields.update(vars(state))
+        ventures[name] = {f: v for f, v in fields.items() if f not in ("mandate", "__dict__")}
+    return json.dumps(snapshot_value({"seq": seq, "counted": counted, "ventures": ventures}),
+                      separators=(",", ":"))
+
+
+def states_of(text):
+    """Return ({name: VentureState}, counted) of a snapshot, each mandate parsed as fold_ledger
+    does."""
+    snapshot, states = json.loads(text, object_hook=snapshot_hook), {}
+    for name, fields in snapshot["ventures"].items():
+        state = states[name] = VentureState(name)
+        for field, value in fields.items():
+            setattr(state, field, value)
+        if state.mandate_seq is not None:
+            state.mandate = parsed_or_none(parse_mandate, {"text": state.mandate_text},
+                                           state.mandate_seq)
+    return states, snapshot["counted"]
+
+
 def stored_basis(action, records):
     """Return (basis, approval, check, exact): what the gate was asked of a stored action; an action
     older than its stored basis has them read back from its proof, and exact is False (no steps)."""
@@ -5346,9 +5407,8 @@ def basis_problem(state, action, basis, records):
 def recheck_action(state, seq, at, action, records):
     """Return the problems found re-checking the stored action #seq; [] when it holds: the same
     `prove`, at its `at`, on `state` (folded from every record of the venture before it) must give
-    back its proof. Not from a window: what the gate reads can rest on a record from any time back
-    (an unanswered ask about an interrupted run, an unspent approval, a suspended delegation, a
-    deadband not re-armed since a run long ago), and no mandate resets those."""
+    back its proof. Not from a window: the gate reads what records from any time back left (an
+    unanswered ask, an unspent approval, a deadband not re-armed), which no mandate resets."""
     proof = action.get("proof") if isinstance(action.get("proof"), dict) else {}
     problems, lever = [], action.get("lever")
     premises = proof.get("premises") if isinstance(proof.get("premises"), list) else []
@@ -5360,6 +5420,8 @@ def recheck_action(state, seq, at, action, records):
                 f"premise #{p} is {records[p][1].get('claim')}: only measured and declared records"
                 " may be premises"
             )
+        elif records[p][1].get("kind") == "snapshot":
+            problems.append(f"premise #{p} is a snapshot: a proof cites records, not their fold")
         elif p >= seq:
             problems.append(f"premise #{p} comes after the action")
     if proof.get("trigger") is not None and proof.get("trigger") in premises:
@@ -5405,16 +5467,15 @@ def recheck_action(state, seq, at, action, records):
     return problems
 
 
-def check_proof(action_seq, action_at, action, records, parse=None):
+def check_proof(action_seq, action_at, action, records, parse=None, since=(0, None)):
     """Return the problems found re-checking one stored action's proof against the ledger; [] when
     it holds. records: {seq: (at, record)} holding at least every record of the action's venture up
-    to it."""
-    states = {}
-    venture = action.get("venture")
+    to it after since[0], the seq of a snapshot whose states (since[1]) the fold starts from."""
+    states, venture = dict(since[1] or {}), action.get("venture")
     for s in sorted(records):
         if s >= action_seq:
             break
-        if records[s][1].get("venture") == venture:
+        if s > since[0] and records[s][1].get("venture") == venture:
             fold_ledger(states, s, records[s][0], records[s][1], parse)
     return recheck_action(states.get(venture), action_seq, action_at, action, records)
 
@@ -5424,10 +5485,11 @@ RECHECK_KEPT = 1000     # records a re-check keeps whole behind the one it folds
 PREMISE_KINDS = ("mandate", "action", "approval", "proposal", "ask", "check")
 
 
-def recheck_ledger(rows, parse=None):
-    """Yield (seq, problems) for every action in `rows` (seq, at, record), folding the ledger once;
-    memory stays bounded: a record RECHECK_KEPT behind keeps only what a premise's check reads."""
-    states, records, recent, stubs = {}, {}, collections.deque(), {}
+def recheck_ledger(rows, parse=None, states=None):
+    """Yield (seq, problems) for every action in `rows` (seq, at, record), folding the ledger once
+    (into `states`); memory stays bounded: a record RECHECK_KEPT behind keeps only what a premise's
+    check reads."""
+    states, records, recent, stubs = {} if states is None else states, {}, collections.deque(), {}
     for seq, at, record in rows:
         records[seq] = (at, record)
         if record.get("kind") not in PREMISE_KINDS:
@@ -7325,16 +7387,16 @@ def write_payload(data):
     return path
 
 
-def write_textfile(path, text):
+def write_textfile(path, text, mode=0o644):
     """Write `text` to `path` whole: to PATH.PID.tmp beside it (node_exporter reads only *.prom),
-    mode 0644 whatever the umask (node_exporter often runs as another user), then renamed."""
+    `mode` whatever the umask (node_exporter often runs as another user), then renamed."""
     temporary = f"{path}.{os.getpid()}.tmp"
     if os.path.lexists(temporary):
         os.unlink(temporary)              # never write through a name someone planted
-    fd = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o644)
+    fd = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, mode)
     try:
         with os.fdopen(fd, "w", encoding="utf-8") as fh:
-            os.fchmod(fh.fileno(), 0o644)
+            os.fchmod(fh.fileno(), mode)
             fh.write(text)
         os.replace(temporary, path)
     except BaseException:
@@ -8366,10 +8428,8 @@ def start_spread(i, count, cadence):
     return i / count * min(cadence, count * START_SPACING) if count else 0.0
 
 class Schedule:
-    """When each venture's next round is due, soonest first (a heap, as sched.scheduler keeps its
-    queue): enter(name, at) replaces its due time; soonest(active) is the first of a venture that
-    is active(name); pop_due(now, active) yields (due time, venture) of each due by `now`;
-    resume(now) makes every venture due by `now` at the latest (the ledger takes writes again)."""
+    """When each venture's next round is due, in monotonic time, soonest first (a heap, as
+    sched.scheduler keeps its queue)."""
 
     def __init__(self):
         self.due = {}                 # venture -> monotonic time its next round is due
@@ -9198,10 +9258,7 @@ class Checkpoints:
         newest = newest_checkpoint(self.dir)
         self.seq, self.at = (newest.seq, newest.at) if newest else (0, 0)
         if newest and spec["key"]:      # a key named since the newest was written: sign one now
-            signer = ours = None
-            with contextlib.suppress(OSError, UnicodeDecodeError):
-                with open(os.path.join(self.dir, f"{newest.seq:012d}.txt.sig")) as fh:
-                    signer = sshsig_public_key(fh.read(CHECKPOINT_MAX))
+            signer, ours = sshsig_public_key(newest.signature or ""), None
             with contextlib.suppress(OSError, UnicodeDecodeError, IndexError):
                 with open(os.path.expanduser(spec["key"]) + ".pub") as fh:
                     ours = fh.read(CHECKPOINT_MAX).split()[1]
@@ -9235,10 +9292,7 @@ class Checkpoints:
                 sys.stderr.write(f"avsmd: checkpoint #{head[0]} is written unsigned: {fail}\n")
         for name, data in ((path + ".sig", signature), (path, text)):
             if data:
-                fd = os.open(name + ".new", os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-                with open(fd, "w") as fh:
-                    fh.write(data if data.endswith("\n") else data + "\n")
-                os.replace(name + ".new", name)
+                write_textfile(name, data if data.endswith("\n") else data + "\n", 0o600)
         syslog.openlog("avsm", 0, syslog.LOG_USER)
         syslog.syslog(
             syslog.LOG_NOTICE,
@@ -9250,18 +9304,121 @@ class Checkpoints:
 
 
 def newest_checkpoint(directory):
-    """Return the Checkpoint of the newest SEQ.txt in `directory` that reads as one, or None."""
+    """Return the Checkpoint of the newest SEQ.txt in `directory` that reads as one (its signature
+    read from SEQ.txt.sig), or None."""
     for name in (
         sorted((n for n in os.listdir(directory) if re.fullmatch(r"\d+\.txt", n)), reverse=True)
         if os.path.isdir(directory)
         else ()
     ):
+        path = os.path.join(directory, name)
         try:
-            with open(os.path.join(directory, name)) as fh:
-                return parse_checkpoint(fh.read(), name)
+            with open(path) as fh:
+                checkpoint = parse_checkpoint(fh.read(), name)
         except (OSError, UnicodeDecodeError, Fail):
             continue
+        with contextlib.suppress(OSError, UnicodeDecodeError):
+            with open(path + ".sig") as fh:
+                checkpoint = checkpoint._replace(signature=fh.read(CHECKPOINT_MAX).strip())
+        return checkpoint
     return None
+
+
+SNAPSHOT_MIN = 1000     # new records before a checkpoint, a stop or a start writes a snapshot
+SNAPSHOT_EVERY = 20000  # ... before one is written at once (what a start folds at most)
+SNAPSHOTS_KEPT = 5      # files kept; a start tries these, newest first
+
+
+def snapshot_path(home, seq):
+    return os.path.join(home, "snapshots", f"{seq:012d}.json")
+
+
+@functools.lru_cache(maxsize=1)
+def code_sha256():
+    """Return the sha256 of this avsm.py: only the code that folded a snapshot reads it."""
+    import hashlib
+    with open(AVSM_PATH, "rb") as fh:
+        return hashlib.sha256(fh.read()).hexdigest()
+
+
+def snapshot_records(db):
+    """Return [(seq, record)] of the snapshot records in the ledger, newest first."""
+    rows = db.execute(f"SELECT seq, record FROM records WHERE {RECORD_KIND_SQL} = 'snapshot' "
+                      "ORDER BY seq DESC").fetchall()
+    return [(seq, r) for seq, r in ((s, load_record(t, s)) for s, t in rows)
+            if r.get("venture") == "self" and type(r.get("seq")) is int and 0 < r["seq"] < seq]
+
+
+def read_snapshot(home, record):
+    """Return the bytes of the snapshot `record` names; Fail(66) when another avsm.py folded it or
+    it cannot be read, 65 when they do not hash to the record's sha256."""
+    import hashlib
+    path = snapshot_path(home, record["seq"])
+    if record.get("code") != code_sha256():
+        raise Fail(EX_NOINPUT, f"another avsm.py folded {path}")
+    try:
+        with open(path, "rb") as fh:
+            data = fh.read()
+    except OSError as err:
+        raise Fail(EX_NOINPUT, f"{path} cannot be read: {err.strerror or err}") from None
+    if hashlib.sha256(data).hexdigest() != record.get("sha256"):
+        raise Fail(EX_DATAERR, f"{path} does not hash to the sha256 its record holds: it was"
+                               " changed after it was written")
+    return data
+
+
+def chain_anchor(home, db):
+    """Return (seq, hash) of the record the newest good snapshot is folded to, or None: a start
+    reads and checks what follows it (doctor, the whole chain)."""
+    for _, record in snapshot_records(db)[:SNAPSHOTS_KEPT]:
+        with contextlib.suppress(Fail):
+            read_snapshot(home, record)
+            return db.execute("SELECT seq, hash FROM records WHERE seq = ?",
+                              (record["seq"],)).fetchone()
+    return None
+
+
+class Snapshots:
+    """Keeps the fold to a seq in HOME/snapshots/SEQ.json, tied to the chain by a snapshot record:
+    from the ledger, not from memory (the newest good one and the records after it, folded)."""
+
+    def __init__(self, home):
+        self.home, self.seq = home, 0
+
+    def fold(self, db, upto=None):
+        """Return (seq, states, counted, records folded): the newest good snapshot (up to `upto`),
+        each other said on stderr, and the records after it folded."""
+        seq, states, counted = 0, {}, {}
+        for at, record in snapshot_records(db)[:SNAPSHOTS_KEPT]:
+            try:
+                if record["seq"] <= (upto or record["seq"]):
+                    states, counted = states_of(read_snapshot(self.home, record))
+                    seq = record["seq"]
+                    break
+            except (Fail, LookupError, TypeError, ValueError) as err:
+                sys.stderr.write(f"avsm: snapshot #{record['seq']} (record #{at}) is ignored:"
+                                 f" {err}; the fold starts from an older one or the first record\n")
+        self.seq, folded = max(self.seq, seq), 0
+        for folded, (seq, at, record) in enumerate(scan_records(db, seq, upto), 1):
+            fold_ledger(states, seq, at, record)
+            count_self(counted, record)
+        return seq, states, counted, folded
+
+    def write(self, seq, states, counted):
+        """Write the snapshot of `states` and `counted`, folded to #seq; return its record."""
+        text = snapshot_text(seq, states, counted)
+        path = snapshot_path(self.home, seq)
+        where = os.path.dirname(path)
+        os.makedirs(where, mode=0o700, exist_ok=True)
+        write_textfile(path, text, 0o600)
+        self.seq = seq
+        for name in sorted(n for n in os.listdir(where) if re.fullmatch(r"\d+\.json", n))[
+                :-SNAPSHOTS_KEPT]:
+            with contextlib.suppress(OSError):
+                os.remove(os.path.join(where, name))
+        return new_record("snapshot", "self", seq=seq, sha256=text_sha256(text), code=code_sha256(),
+                          summary=f"the fold to #{seq} is kept in {path} ({len(text) // 1024} KiB):"
+                                  " a start folds only the records after it")
 
 
 class Metrics:
@@ -9299,24 +9456,6 @@ class Metrics:
         return record
 
 
-def newest_signed_checkpoint(directory):
-    """Return (text, signature or None) of the newest checkpoint in `directory`, or (None, None)."""
-    names = [n for n in os.listdir(directory) if re.fullmatch(r"\d+\.txt", n)] \
-        if os.path.isdir(directory) else []
-    for name in sorted(names, reverse=True):
-        path = os.path.join(directory, name)
-        try:
-            with open(path) as fh:
-                text = parse_checkpoint(fh.read(), name).text
-            if not os.path.exists(path + ".sig"):
-                return text, None
-            with open(path + ".sig") as fh:
-                return text, fh.read().strip()
-        except (OSError, UnicodeDecodeError, Fail):
-            continue
-    return None, None
-
-
 class Warden:
     """The only process that acts: ticks ventures, runs their programs, and carries out the
     kernel's intents (carry_out, the one append).
@@ -9343,6 +9482,7 @@ class Warden:
             debug,
         )
         self.checkpoints = Checkpoints(home, cfg["checkpoint"], debug)
+        self.snapshots = Snapshots(home)
         self.metrics = Metrics(cfg.get("metrics"), debug)
         self.page_at, self.page_failed = time.monotonic(), None
         self.schedule = Schedule()
@@ -9386,13 +9526,13 @@ class Warden:
 
     # ---- the ventures, replayed from the ledger ----
     def load(self):
-        """Replay the ledger into venture states (and the metrics' counters); settle runs a dead
-        warden left without an outcome."""
-        seq = 0
-        for seq, at, record in scan_records(self.ledger.db):
-            fold_ledger(self.ventures, seq, at, record)
-            count_self(self.metrics.counted, record)
-        self.metrics.seen = seq
+        """Replay the ledger into venture states (and the metrics' counters), from the newest good
+        snapshot on; settle runs a dead warden left without an outcome."""
+        seq, states, counted, folded = self.snapshots.fold(self.ledger.db)
+        self.ventures.update(states)
+        self.metrics.counted, self.metrics.seen = counted, seq
+        if folded >= SNAPSHOT_MIN:
+            self.write_snapshot(SNAPSHOT_MIN, (seq, states, counted))
         for state in self.ventures.values():
             self.check_runnable(state)
             self.carry_out(state, interrupted_rule(state, time.time(), self.cfg["ratchet"]))
@@ -9480,6 +9620,7 @@ class Warden:
             # this wake-up's records, and the next ones' for up to GROUP_WINDOW
             self.writer.commit_when_due(self.stopping)
             self.write_checkpoint(due=True)
+            self.write_snapshot(SNAPSHOT_EVERY)
             self.write_metrics()
             self.write_page()
             self.avsmd.flush()
@@ -9490,6 +9631,7 @@ class Warden:
                         d, "unusable", "avsmd stopped before the answer came"))
                 self.children.end_lingering(final=True)
                 self.writer.commit(turn_ends=True)
+                self.write_snapshot(SNAPSHOT_MIN)
                 self.avsmd.flush(everything=True)
                 return EX_OK
 
@@ -9505,7 +9647,7 @@ class Warden:
         if due and not self.checkpoints.due(head, time.time()):
             return None
         try:
-            return self.checkpoints.write(head, time.time()) if head else None
+            written = self.checkpoints.write(head, time.time()) if head else None
         except OSError as err:
             # tried again after `every`, or the next irreversible action
             self.checkpoints.at = time.time()
@@ -9513,6 +9655,26 @@ class Warden:
                 f"avsmd: no checkpoint could be written to {self.checkpoints.dir}: {err}\n"
             )
             return None
+        self.write_snapshot(SNAPSHOT_MIN)
+        return written
+
+    def write_snapshot(self, least, fold=None):
+        """Write a snapshot to the committed head once `least` records came since the last (`fold`:
+        the start's (seq, states, counted), written as it is)."""
+        head = self.ledger.last or ledger_head(self.ledger.db)
+        if self.ledger.held is not None or self.writer.ledger_down or not head or \
+                not fold and head[0] - self.snapshots.seq < least:
+            return
+        try:
+            fold = fold or self.snapshots.fold(self.ledger.db, head[0])[:3]
+            record = self.snapshots.write(*fold)
+        except (OSError, TypeError) as err:
+            self.snapshots.seq = head[0]      # tried again after `least` more records
+            sys.stderr.write(f"avsmd: no snapshot could be written to {self.home}/snapshots:"
+                             f" {err}\n")
+            return
+        with contextlib.suppress(LedgerDown):
+            self.append(record)
 
     def write_metrics(self):
         """Write the figures to metrics.textfile when due and the head is committed."""
@@ -10614,7 +10776,7 @@ class Daemon:
         swept = sweep_groups(os.path.join(self.home, "groups"), self.home)    # before anything else
         try:
             self.ledger = Ledger(os.path.join(self.home, "ledger.db"), still_ours=self.lock.ours)
-            broken = ledger_problem(self.ledger.db)
+            broken = ledger_problem(self.ledger.db, chain_anchor(self.home, self.ledger.db))
         except sqlite3_errors() as err:
             raise Fail(EX_DATAERR, f"{self.home}/ledger.db is not a ledger avsmd can open: {err};"
                                    f" nothing was written. See avsm --home {self.home} doctor") \
@@ -11164,10 +11326,8 @@ def show_ledger_view(home, verb, args):
         return None
     try:
         with contextlib.closing(open_ledger_ro(path)) as db:
-            states, last = {}, None
-            for seq, at, record in read_records(db):
-                fold_ledger(states, seq, at, record)
-                last = (seq, at)
+            seq, states = Snapshots(home).fold(db)[:2]
+            last = (seq, (record_at(db, seq) or (0,))[0])
             if verb == "page":
                 return page_facts(home, states, time.time(), db, stopped=True)
     except (sqlite3.Error, ValueError, KeyError, TypeError, Fail) as err:
@@ -11254,11 +11414,9 @@ def cmd_checkpoint(home, args):
         newest, why = newest_checkpoint(os.path.join(home, "checkpoints")), str(fail)
         if fail.code != EX_UNAVAILABLE or newest is None:
             raise
-    path = os.path.join(home, "checkpoints", f"{newest.seq:012d}.txt.sig")
-    signature = open(path).read().strip() if os.path.exists(path) else None
     why += "; this is the newest checkpoint it wrote"
     sys.stderr.write(f"avsm: {why}\n")
-    show_facts(dict(newest._asdict(), signature=signature, error=why), checkpoint_lines)
+    show_facts(dict(newest._asdict(), error=why), checkpoint_lines)
     return EX_OK
 
 
@@ -11653,12 +11811,19 @@ def why_facts(db, facts, home):
         facts["cites"] = [{"seq": c, "at": r[0], "record": r[1]}
                           for c in cited for r in [record_at(db, c)] if r]
         return facts
-    # a proof that reads is an object, its premises numbers; the venture's records up to the
-    # action (the fold the gate saw: recheck_action), and each premise whole
+    # a proof that reads is an object, its premises numbers; the fold the gate saw
+    # (recheck_action): the newest good snapshot before it and the venture's records since
+    since = (0, None)
+    for _, r in snapshot_records(db):
+        with contextlib.suppress(Fail, ValueError):
+            if r["seq"] < seq:
+                since = (r["seq"], states_of(read_snapshot(home, r))[0])
+                break
     fullmatch = re.compile(TRUSTED_REPORT).fullmatch
     records = {s: (a, decode_record(t, fullmatch, s)) for s, a, t in db.execute(
-        "SELECT seq, at, record FROM records "
-        f"WHERE {RECORD_VENTURE_SQL} = ? AND seq <= ? ORDER BY seq", (record.get("venture"), seq))}
+        "SELECT seq, at, record FROM records WHERE "
+        f"{RECORD_VENTURE_SQL} = ? AND seq > ? AND seq <= ? ORDER BY seq",
+        (record.get("venture"), since[0], seq))}
     premises = proof.get("premises", [])
     for p in premises:
         whole = record_at(db, p) if 0 < p <= seq else None
@@ -11670,7 +11835,7 @@ def why_facts(db, facts, home):
         "steps": proof.get("steps") if isinstance(proof.get("steps"), list) else [],
         "trigger": {"seq": proof["trigger"], "record": t[1]} if t else None,
         "premises": [{"seq": p, "record": records.get(p, (0, None))[1]} for p in premises]}
-    facts["problems"] = check_proof(seq, at, record, records)
+    facts["problems"] = check_proof(seq, at, record, records, since=since)
     facts["rechecks"] = not facts["problems"]
     return facts
 
@@ -14611,7 +14776,9 @@ def doctor_ledger(home, found, since, kept=(), quick=False, trust=None):
     if quick and after is None:
         db.close()
         return
-    scan = scan_ledger(db, wanted={c.seq for _, c in list(kept) + own}, after=after)
+    snapshots = {} if quick else read_snapshots(home, found, db)
+    scan = scan_ledger(db, wanted={c.seq for _, c in list(kept) + own}, after=after,
+                       fold_at=snapshots)
     found.scan = scan
     if scan.broken:
         seq, why = scan.broken
@@ -14655,6 +14822,7 @@ def doctor_ledger(home, found, since, kept=(), quick=False, trust=None):
             )
         elif not after:
             found.ok("every proof in the ledger re-checks")
+        compare_snapshots(home, found, snapshots, scan.folds)
         held = doctor_checkpoints(home, found, kept, own, scan, db, trust)
         if held and not after and EX_DATAERR not in found.codes:
             remember_verified(home, held)
@@ -14676,6 +14844,37 @@ def doctor_ledger(home, found, since, kept=(), quick=False, trust=None):
         else:
             found.ok(f"the ledger still holds {since}")
     db.close()
+
+
+def read_snapshots(home, found, db):
+    """Return {seq: its bytes} of the snapshots the ledger names that this avsm.py folded (65 for
+    one whose bytes do not hash to its record)."""
+    kept, unread = {}, 0
+    for at, record in snapshot_records(db):
+        try:
+            kept[record["seq"]] = read_snapshot(home, record)
+        except Fail as fail:
+            unread += fail.code == EX_NOINPUT
+            if fail.code != EX_NOINPUT:
+                found.fail(EX_DATAERR, f"snapshot #{record['seq']} (record #{at}): {fail}",
+                           f"rm {snapshot_path(home, record['seq'])}   (a start ignores it and"
+                           " folds from an older snapshot or the first record)")
+    if unread:
+        found.note(f"{unread} snapshot(s) the ledger names are not compared: gone (avsmd keeps"
+                   f" {SNAPSHOTS_KEPT}) or another avsm.py's")
+    return kept
+
+
+def compare_snapshots(home, found, snapshots, folds):
+    """Each snapshot must be the ledger's own fold to its seq (65)."""
+    for seq, snapshot in sorted(snapshots.items()):
+        path = snapshot_path(home, seq)
+        if folds[seq].encode() == snapshot:
+            found.ok(f"snapshot #{seq} ({path}) is the ledger's fold to #{seq}")
+        else:
+            found.fail(EX_DATAERR, f"snapshot #{seq} ({path}) is not the ledger's fold to #{seq}",
+                       f"rm {path}   (a start then folds from an older snapshot or the first"
+                       " record)")
 
 
 def checkpoint_spec(home):
