@@ -15914,24 +15914,21 @@ svg{stroke:currentColor;fill:none;display:block}path{stroke:#e33;stroke-dasharra
 
 
 def page_facts(home, states, now, db, keeps=None, cfg=None, stopped=False):
-    """Return a home's page facts (PAGE_SHAPE): the one place they are gathered."""
-    ventures = []
-    for name, state in sorted(states.items()):
-        if state.mandate_seq is None:
-            continue
-        row, actions = status_row(state, now, (keeps or {}).get(name), cfg), []
+    """Return a home's page facts (PAGE_SHAPE): the facts of status and asks, and more."""
+    asks, ventures = asks_facts(states)["asks"], []
+    for row in status_facts(states, now, keeps, cfg, stopped=stopped)["ventures"]:
+        state, actions = states[row["name"]], []
         for seq in sorted(s for runs in state.actions.values() for s, _, _ in runs)[-PAGE_ACTIONS:]:
             at, record = record_at(db, seq) or (0, {})
             actions.append({"seq": seq, "at": at, "summary": str(record.get("summary")),
                             "proof": record.get("proof")})
-        ventures.append({
-            "name": name, "why": row.why, "value": row.value, "age": row.age, "actions": actions,
-            "report": str(state.last_report[2].get("summary")) if state.last_report else "",
-            "state": "was running" if stopped and row.state == "running" else row.state,
-            "bounds": [b for _, _, b, _ in controller_sides(state.mandate)],
-            "values": [v for _, v in state.trusted[-PAGE_VALUES:]],
-            "asks": [{"seq": seq, "question": str(ask.get("question", ask["summary"]))}
-                     for seq, ask in sorted(state.open_asks.items())]})
+        ventures.append(dict(
+            {k: row[k] for k in ("name", "state", "why", "value", "age")}, actions=actions,
+            report=str(state.last_report[2].get("summary")) if state.last_report else "",
+            bounds=[b["bound"] for b in row["bounds"]],
+            values=[v for _, v in state.trusted[-PAGE_VALUES:]],
+            asks=[{"seq": a["seq"], "question": str(a["question"])} for a in asks
+                  if a["venture"] == state.name]))
     kept, where = newest_checkpoint(f"{home}/checkpoints"), f"{home}/checkpoints"
     return {"schema": 1, "home": home, "at": now, "stopped": stopped, "ventures": ventures,
             "checkpoint": kept and {"seq": kept.seq, "at": kept.at, "signed": os.path.exists(
