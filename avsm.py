@@ -15524,15 +15524,8 @@ def status_row(state, now, keep=None, cfg=None, ascii=False):
     """Return the StatusRow of one adopted venture, from its folded state at `now`."""
     m, why = state.mandate, ""
     held = held_by(state) if m is not None else None
-    stuck = (
-        [
-            (side_name, lever, state.side(side_name)["stuck"])
-            for side_name, way, bound, lever in controller_sides(m)
-            if state.side(side_name).get("stuck")
-        ]
-        if m is not None
-        else []
-    )
+    stuck = [(lever, state.side(side)["stuck"]) for side, _, _, lever in controller_sides(m)
+             if state.side(side).get("stuck")]
     if state.paused:
         condition = "paused"
         guards = [
@@ -15561,11 +15554,9 @@ def status_row(state, now, keep=None, cfg=None, ascii=False):
         )
     elif stuck:
         condition = "stuck"
-        why = "; ".join(
-            f"{lever} cannot run ({reason}): "
-            + STUCK_WAY_OUT[reason].format(venture=state.name, lever=lever)
-            for side_name, lever, reason in stuck
-        )
+        why = "; ".join(f"{lever} cannot run ({reason}): "
+                        + STUCK_WAY_OUT[reason].format(venture=state.name, lever=lever)
+                        for lever, reason in stuck)
     else:
         condition = "running"
     if m is not None and decided_by_model(m) and cfg is not None:
@@ -15632,13 +15623,11 @@ def status_lines(facts):
               if row["age"] is not None else "no trusted report" for row in rows]
     wide_head, wide_value = max(map(len, head), default=0), max(map(len, values), default=0)
     for row, h, v in zip(rows, head, values):
-        levers = [f"{x['lever']}: {x['runs']} of {x['cap']} per {format_duration(x['per'])}"
-                  + (" (running)" if x["running"] else "") for x in row["levers"]]
+        levers = [lever_words(x) for x in row["levers"]]
         if row["run"]:
             pid = row["run"]["pid"]
             levers.append(f"run: pid {pid}" if pid else "run: not running")
-        asks = f"asks: {len(row['asks'])}" + (
-            f" ({', '.join('#' + str(s) for s in row['asks'])})" if row["asks"] else "") + (
+        asks = asks_words(row["asks"]) + (
             f"  calibration: {row['calibration']}" if row["calibration"] else "")
         fields = [h.ljust(wide_head), v.ljust(wide_value), row["spark"].ljust(SPARK_WIDTH)] + \
                  [f for f in (", ".join(levers), asks, row["why"]) if f]
@@ -15646,6 +15635,17 @@ def status_lines(facts):
     for row in rows:
         lines += [""] + row["detail"] if "detail" in row else []
     return lines if rows else lines + ["no ventures yet; adopt one with avsm add DIR"]
+
+
+def lever_words(x):
+    """Return a lever's line of status from its facts: its runs in the cap's window."""
+    return f"{x['lever']}: {x['runs']} of {x['cap']} per {format_duration(x['per'])}" + (
+        " (running)" if x["running"] else "")
+
+
+def asks_words(asks):
+    """Return `asks: N (#seq, ...)` of a venture's open asks."""
+    return f"asks: {len(asks)}" + (f" ({', '.join('#' + str(s) for s in asks)})" if asks else "")
 
 
 def status_facts(states, now, keeps=None, cfg=None, venture=None, verbose=False, ascii=False,
@@ -15703,16 +15703,11 @@ def describe_status_lines(state, now, keep, row, cfg=None):
             if state.last_report and state.last_report[2].get("status") != "trusted":
                 # the controller sees only trusted reports: say which one it stands on, and name the
                 # one it does not
-                position += (
-                    f", from the last trusted report #{state.level[0]}"
-                    f" ({format_number(state.level[1])})"
-                    if state.level is not None
-                    else ", no trusted report yet"
-                )
-                position += (
-                    f"; #{state.last_report[0]} is {state.last_report[2].get('status')} and not"
-                    " acted on"
-                )
+                position += (f", from the last trusted report #{state.level[0]}"
+                             f" ({format_number(state.level[1])})" if state.level is not None
+                             else ", no trusted report yet")
+                position += (f"; #{state.last_report[0]} is {state.last_report[2].get('status')}"
+                             " and not acted on")
             lines.append(f"  controller: {way} {format_number(bound)} ({lever}): {position}")
         for guard in m["guards"]:
             info = state.guards.get(guard["name"])
@@ -15720,45 +15715,23 @@ def describe_status_lines(state, now, keep, row, cfg=None):
                 lines.append(f"  guard {guard['name']}: not read yet")
                 continue
             seq, value, status = info["last"]
-            where = (
-                f"past its bound since #{info['episode']}: no lever but stop"
-                + (f" and the unwind {guard['unwind']['action']}" if guard["unwind"] else "")
-                + " runs until it is back inside"
-                if info["past"]
-                else (
-                    "inside its bound"
-                    if status == "trusted"
-                    else "not judged (it neither trips nor clears a guard); inside its bound before"
-                )
-            )
-            lines.append(
-                f"  guard {guard['name']}: #{seq} {format_number(value)} ({status}), {where}"
-            )
-        for name, lever in m["levers"].items():
-            used = len(cap_window(state, name, now))
-            running = " (running)" if name in state.running else ""
-            lines.append(
-                f"  lever {name}: {used} of {lever['cap'][0]} per"
-                f" {format_duration(lever['cap'][1])}{running}"
-            )
+            where = (f"past its bound since #{info['episode']}: no lever but stop"
+                     + (f" and the unwind {guard['unwind']['action']}" if guard["unwind"] else "")
+                     + " runs until it is back inside" if info["past"] else "inside its bound"
+                     if status == "trusted" else
+                     "not judged (it neither trips nor clears a guard); inside its bound before")
+            lines.append(f"  guard {guard['name']}: #{seq} {format_number(value)} ({status}),"
+                         f" {where}")
+    lines += ["  lever " + lever_words(x) for x in row["levers"]]
     lines += describe_calibration_lines(state)
-    lines.append(
-        f"  open asks: {len(state.open_asks)}"
-        + (
-            f" ({', '.join('#' + str(s) for s in sorted(state.open_asks))})"
-            if state.open_asks
-            else ""
-        )
-    )
+    lines.append("  open " + asks_words(row["asks"]))
     if m is not None and m["run"]:
         child, restarts = (keep or {}).get("child"), (keep or {}).get("restarts", 0)
         ending = getattr(child, "ended_by", None)
         # a program being ended is not shown as running (a pause ends it within seconds)
         if child and ending:
-            where = (
-                f"pid {child.pid} is being stopped"
+            where = f"pid {child.pid} is being stopped" \
                 f" ({'by the pause' if ending == 'pause' else ending})"
-            )
         elif child:
             where = f"pid {child.pid}"
         else:
@@ -15772,18 +15745,14 @@ def describe_calibration_lines(state):
     if not predicts(state.mandate):
         return []
     skill, coverage = rolling_scores(state.scores)
-    line = (
-        f"  calibration: {state.scored} prediction(s) scored; last {len(state.scores)}:"
-        f" {describe_rolling(skill, coverage)}"
-        if state.scores
-        else "  calibration: no prediction scored yet"
-    )
+    line = (f"  calibration: {state.scored} prediction(s) scored; last {len(state.scores)}:"
+            f" {describe_rolling(skill, coverage)}" if state.scores
+            else "  calibration: no prediction scored yet")
     ok, why = calibration_bar(state)
     if state.mandate["calibration"] is None:
         return [line + "; a ranking goes to the gate (no calibration: bar)"]
-    return [
-        line + (f"; a ranking would run: {why}" if ok else f"; a ranking would ask, not run: {why}")
-    ]
+    return [line + (f"; a ranking would run: {why}" if ok else
+                    f"; a ranking would ask, not run: {why}")]
 
 
 # ---- the figures for Prometheus (issue 35 item 2) ----
