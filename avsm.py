@@ -13936,11 +13936,8 @@ def chart_svg(name, mandates, records, span="in the ledger"):
     """Return the SVG text of venture `name`'s chart from its mandate records and its records in the
     span. Pure but for local time, which labels the axis."""
     reports = [(s, a, r) for s, a, r in records if r["kind"] == "report"]
-    trusted = [
-        (s, a, r)
-        for s, a, r in reports
-        if report_status(r) == "trusted" and chart_number(r.get("value")) is not None
-    ]
+    trusted = [(s, a, r) for s, a, r in reports
+               if report_status(r) == "trusted" and chart_number(r.get("value")) is not None]
     on_line = {s for s, _, _ in trusted}
     apart = [(s, a, r) for s, a, r in reports if s not in on_line]
     actions = [(s, a, r) for s, a, r in records if r["kind"] == "action"]
@@ -13966,46 +13963,32 @@ def chart_svg(name, mandates, records, span="in the ledger"):
     # in halves: a report may hold up to ±1.8e308, and its distance to the axis overflows
     def y(value):
         return CHART_BOTTOM - (value / 2 - bottom / 2) / (top / 2 - bottom / 2) * (
-            CHART_BOTTOM - CHART_TOP
-        )
+            CHART_BOTTOM - CHART_TOP)
 
-    metric = (
-        next((m["metric"] for _, _, _, m in reversed(shown) if m), None)
-        or reports[-1][2].get("metric")
-        or "metric"
-    )
+    metric = next((m["metric"] for _, _, _, m in reversed(shown) if m), None) or \
+        reports[-1][2].get("metric") or "metric"
     counts = (
         f"{len(trusted)} trusted report{'s' if len(trusted) != 1 else ''}, {len(apart)} marked"
         f" apart, {len(actions)} lever run{'s' if len(actions) != 1 else ''}, {len(asks)}"
-        f" ask{'s' if len(asks) != 1 else ''} {span}, {chart_span_words(first, last)}"
-    )
+        f" ask{'s' if len(asks) != 1 else ''} {span}, {chart_span_words(first, last)}")
     spans, marks = chart_spans(records, mandates, eras, t0, t1), chart_marks(
-        records, mandates, t0, t1
-    )
+        records, mandates, t0, t1)
     levers = {lever: LEVER_COLOURS[i % len(LEVER_COLOURS)]
               for i, lever in enumerate(dict.fromkeys(str(r.get("lever")) for _, _, r in actions))}
     legend, height = chart_legend(
-        trusted, apart, actions, asks, records, shown, bottom, top, levers, spans, marks
-    )
+        trusted, apart, actions, asks, records, shown, bottom, top, levers, spans, marks)
     parts = [
-        (
-            f'<svg xmlns="http://www.w3.org/2000/svg" width="{CHART_WIDTH}" height="{height}"'
-            f' viewBox="0 0 {CHART_WIDTH} {height}" font-family="DejaVu Sans, Helvetica, Arial,'
-            f' sans-serif" font-size="12" fill="{CHART_COLOURS["text"]}">'
-        ),
+        f'<svg xmlns="http://www.w3.org/2000/svg" width="{CHART_WIDTH}" height="{height}"'
+        f' viewBox="0 0 {CHART_WIDTH} {height}" font-family="DejaVu Sans, Helvetica, Arial,'
+        f' sans-serif" font-size="12" fill="{CHART_COLOURS["text"]}">',
         f"<title>{xml_text(f'{name}: {metric}, {counts}')}</title>",
         f'<rect width="{CHART_WIDTH}" height="{height}" fill="#ffffff"/>',
-        (
-            f'<text x="{CHART_LEFT}" y="24" font-size="16"'
-            f' font-weight="bold">{xml_text(f"{name}: {metric}")}</text>'
-        ),
+        f'<text x="{CHART_LEFT}" y="24" font-size="16"'
+        f' font-weight="bold">{xml_text(f"{name}: {metric}")}</text>',
         f'<text x="{CHART_LEFT}" y="44">{xml_text(counts)}</text>',
         f'<text x="{CHART_LEFT}" y="62">{xml_text(chart_controller_words(shown))}</text>',
-        (
-            f'<clipPath id="plot"><rect x="{CHART_LEFT}" y="{CHART_TOP}"'
-            f' width="{CHART_RIGHT - CHART_LEFT}" height="{CHART_BOTTOM - CHART_TOP}"/></clipPath>'
-        ),
-    ]
+        f'<clipPath id="plot"><rect x="{CHART_LEFT}" y="{CHART_TOP}"'
+        f' width="{CHART_RIGHT - CHART_LEFT}" height="{CHART_BOTTOM - CHART_TOP}"/></clipPath>']
     parts += chart_axes(metric, ticks, time_ticks(t0, t1), x, y, last)
     controller, labels = chart_controller(shown, x, y)
     parts += chart_stretches(spans, marks, x) + controller
@@ -14028,11 +14011,8 @@ def chart_controller_words(shown):
     if not shown:
         return "no mandate in force over this span"
     _, _, seq, m = shown[-1]
-    earlier = (
-        f" ({len(shown) - 1} earlier mandate{'s' if len(shown) > 2 else ''} in the span)"
-        if len(shown) > 1
-        else ""
-    )
+    earlier = f" ({len(shown) - 1} earlier mandate{'s' if len(shown) > 2 else ''} in the span)" \
+        if len(shown) > 1 else ""
     if m is None:
         return f"mandate #{seq} does not read, so no bound is drawn{earlier}"
     ctl = m["controller"]
@@ -14211,8 +14191,7 @@ def chart_reports(trusted, apart, x, y, bottom, top, breaks=()):
             title = "<title>" + xml_text(
                 f"#{s} {chart_time(a)}: {format_number(rec['value'])}; {n} reports here, "
                 f"#{first} to #{s}: lowest {format_number(lo)} (#{lo_seq}), "
-                f"highest {format_number(hi)} (#{hi_seq})"
-            ) + "</title>"
+                f"highest {format_number(hi)} (#{hi_seq})") + "</title>"
         px, py = xy[s]
         parts.append(f'<circle class="report trusted" cx="{px}" cy="{py}" r="{r}">{title}</circle>')
     parts += ["</g>", '<g class="reports apart" stroke-width="1.8" fill="none">']
@@ -14224,33 +14203,19 @@ def chart_reports(trusted, apart, x, y, bottom, top, breaks=()):
         status, value, px = report_status(rec), chart_number(rec.get("value")), x(a)
         colour = c.get(status, c["implausible"])
         if value is None:
-            d, status = (
-                (
-                    f"M{px - 4:.1f},{CHART_BOTTOM + 8} L{px:.1f},{CHART_BOTTOM + 1}"
-                    f" L{px + 4:.1f},{CHART_BOTTOM + 8} Z"
-                ),
-                "failed",
-            )
-            colour = c["failed"]
+            d, status, colour = (f"M{px - 4:.1f},{CHART_BOTTOM + 8} L{px:.1f},{CHART_BOTTOM + 1}"
+                                 f" L{px + 4:.1f},{CHART_BOTTOM + 8} Z", "failed", c["failed"])
         elif value > top or value < bottom:
-            edge, tip = (
-                (CHART_TOP + 8, CHART_TOP + 1)
-                if value > top
-                else (CHART_BOTTOM - 8, CHART_BOTTOM - 1)
-            )
-            d, status = (
-                f"M{px - 5:.1f},{edge} L{px:.1f},{tip} L{px + 5:.1f},{edge} Z",
-                f"{status} off-scale",
-            )
+            edge, tip = (CHART_TOP + 8, CHART_TOP + 1) if value > top else \
+                (CHART_BOTTOM - 8, CHART_BOTTOM - 1)
+            d = f"M{px - 5:.1f},{edge} L{px:.1f},{tip} L{px + 5:.1f},{edge} Z"
+            status += " off-scale"
         elif status == "unconfirmed":
-            py = y(value)
-            d = f"M{px - 4:.1f},{py:.1f} a4,4 0 1,0 8,0 a4,4 0 1,0 -8,0"
+            d = f"M{px - 4:.1f},{y(value):.1f} a4,4 0 1,0 8,0 a4,4 0 1,0 -8,0"
         else:
             py = y(value)
-            d = (
-                f"M{px - 4:.1f},{py - 4:.1f} L{px + 4:.1f},{py + 4:.1f} M{px - 4:.1f},{py + 4:.1f}"
-                f" L{px + 4:.1f},{py - 4:.1f}"
-            )
+            d = (f"M{px - 4:.1f},{py - 4:.1f} L{px + 4:.1f},{py + 4:.1f} M{px - 4:.1f},{py + 4:.1f}"
+                 f" L{px + 4:.1f},{py - 4:.1f}")
         title = chart_tooltip(s, a, rec) if len(group) == 1 else \
             group_title(group, f"{status} reports")
         parts.append(f'<path class="report {status}" d="{d}" stroke="{colour}">{title}</path>')
