@@ -11184,11 +11184,9 @@ def connect_daemon(home):
                 EX_UNAVAILABLE, f"no avsmd is answering: {home} is a file, not a home directory"
             ) from None
         if not os.path.isdir(home):
-            raise Fail(
-                EX_UNAVAILABLE,
-                f"no avsmd is answering: {home} does not exist; start one with"
-                f" {program_command('avsmd', home)}",
-            ) from None
+            raise Fail(EX_UNAVAILABLE,
+                       f"no avsmd is answering: {home} does not exist; start one with"
+                       f" {program_command('avsmd', home)}") from None
         if lock_holder(home):
             raise Fail(
                 EX_UNAVAILABLE,
@@ -11201,11 +11199,9 @@ def connect_daemon(home):
         ) from None
     except ConnectionRefusedError:
         conn.close()
-        raise Fail(
-            EX_UNAVAILABLE,
-            f"no avsmd is running on {home} (its socket was left behind); start it with"
-            f" {program_command('avsmd', home)}",
-        ) from None
+        raise Fail(EX_UNAVAILABLE,
+                   f"no avsmd is running on {home} (its socket was left behind); start it with"
+                   f" {program_command('avsmd', home)}") from None
     except OSError as err:
         conn.close()
         if socket_problem(home):
@@ -11550,21 +11546,17 @@ def ledger_path(home):
         )
     path = os.path.join(home, "ledger.db")
     if not os.path.exists(path):
-        raise Fail(
-            EX_NOINPUT,
-            f"{home} has no ledger yet; start {program_command('avsmd', home)} to make it",
-        )
+        raise Fail(EX_NOINPUT,
+                   f"{home} has no ledger yet; start {program_command('avsmd', home)} to make it")
     # a directory, a FIFO (whose open would wait for ever) or a device
     if not os.path.isfile(path):
         mode = os.stat(path).st_mode
         what = (
             "a directory"
             if stat.S_ISDIR(mode)
-            else (
-                "a FIFO"
-                if stat.S_ISFIFO(mode)
-                else "a socket" if stat.S_ISSOCK(mode) else "a device"
-            )
+            else ("a FIFO"
+                  if stat.S_ISFIFO(mode)
+                  else "a socket" if stat.S_ISSOCK(mode) else "a device")
         )
         raise Fail(
             EX_DATAERR,
@@ -11589,22 +11581,18 @@ def cmd_tail(home, args):
         elif arg.lstrip("-").isdigit() and arg.isascii() and len(arg) - len(arg.lstrip("-")) <= 1:
             count = abs(int(arg))           # tail -5, as Unix tail: the last five
         else:
-            raise Fail(
-                EX_USAGE,
-                f"avsm tail does not take '{arg}'; usage: avsm tail [N] [-f] | avsm tail"
-                " --since SEQ",
-            )
+            raise Fail(EX_USAGE,
+                       f"avsm tail does not take '{arg}'; usage: avsm tail [N] [-f] | avsm tail"
+                       " --since SEQ")
     if count < 1:
         raise Fail(EX_DATAERR, "there is no record before #1; give avsm tail a count of at least 1")
     db = open_ledger_ro(ledger_path(home))
     if since is None:
         last = last_seq(db)
         since = max(0, last - count)
-        follow = (
-            REMOTE.get("tty", sys.stdout is not None and sys.stdout.isatty())
-            if follow is None
-            else follow
-        )
+        follow = (REMOTE.get("tty", sys.stdout is not None and sys.stdout.isatty())
+                  if follow is None
+                  else follow)
     while True:
         for seq, at, record in read_records(db, since):
             out(json.dumps({"schema": 1, "seq": seq, "at": at, "record": record}) if JSON
@@ -11759,34 +11747,26 @@ def venture_summary_lines(v):
         pending = [s for s in runs["runs"] if s not in runs["ok"] and s not in runs["failed"]]
         words = (
             [f"{len(runs['ok'])} ok"]
-            + (
-                [f"{len(runs['failed'])} failed ({seq_list(runs['failed'])})"]
-                if runs["failed"]
-                else []
-            )
+            + ([f"{len(runs['failed'])} failed ({seq_list(runs['failed'])})"]
+               if runs["failed"]
+               else [])
             + ([f"{len(pending)} with no outcome yet ({seq_list(pending)})"] if pending else [])
         )
-        lines.append(
-            f"  lever {lever}: ran {len(runs['runs'])} time(s), {', '.join(words)}:"
-            f" {seq_list(runs['runs'])}"
-        )
+        lines.append(f"  lever {lever}: ran {len(runs['runs'])} time(s), {', '.join(words)}:"
+                     f" {seq_list(runs['runs'])}")
     if v["refusals"]:
         lines.append(f"  refusals: {sum(g['count'] for g in v['refusals'])}, by reason:")
         for group in v["refusals"]:
-            lines.append(
-                f"    {group['count']} x {group['lever']}: {group['why']}"
-                f" ({seq_list(group['seqs'], 4)})"
-            )
+            lines.append(f"    {group['count']} x {group['lever']}: {group['why']}"
+                         f" ({seq_list(group['seqs'], 4)})")
     if v["raised"] or v["answered"] or v["open"]:
         answered = [f"{len(asks)} {ANSWER_WORDS[kind]} ({seq_list(asks)})" for kind in ANSWER_WORDS
                     for asks in [[ask for ask, k, _ in v["answered"] if k == kind]] if asks]
-        lines.append(
-            f"  asks: {len(v['raised'])} raised"
-            + (f" ({seq_list(v['raised'])})" if v["raised"] else "")
-            + f", {len(v['answered'])} answered"
-            + (f": {', '.join(answered)}" if answered else "")
-            + f", {len(v['open'])} still open"
-        )
+        lines.append(f"  asks: {len(v['raised'])} raised"
+                     + (f" ({seq_list(v['raised'])})" if v["raised"] else "")
+                     + f", {len(v['answered'])} answered"
+                     + (f": {', '.join(answered)}" if answered else "")
+                     + f", {len(v['open'])} still open")
     for guard, g in sorted(v["guards"].items()):
         lines.append(
             f"  guard {guard}: {g['readings']} reading(s), {len(g['episodes'])} episode(s) past its"
@@ -11803,18 +11783,14 @@ def venture_summary_lines(v):
     if v["effects"]:
         lines.append(
             "  effects judged: "
-            + ", ".join(
-                f"{len(seqs)} {verdict} ({seq_list(seqs, 4)})"
-                for verdict, seqs in sorted(v["effects"].items())
-            )
+            + ", ".join(f"{len(seqs)} {verdict} ({seq_list(seqs, 4)})"
+                        for verdict, seqs in sorted(v["effects"].items()))
         )
     if v["exits"]:
         restarts = [s for s, again, _ in v["exits"] if again]
-        lines.append(
-            f"  run: ended {len(v['exits'])} time(s), restarted {len(restarts)}"
-            + (f" ({seq_list(restarts)})" if restarts else "")
-            + f"; last ended {v['exits'][-1][2]}"
-        )
+        lines.append(f"  run: ended {len(v['exits'])} time(s), restarted {len(restarts)}"
+                     + (f" ({seq_list(restarts)})" if restarts else "")
+                     + f"; last ended {v['exits'][-1][2]}")
     return lines + ([f"  needs a person: {what} -> {command}" for what, command in v["needs"]]
                     or ["  needs a person: nothing"])
 
@@ -11956,11 +11932,9 @@ def what_followed(db, seq, record, home):
 
     kind = record.get("kind")
     if kind == "ask":
-        answers = [
-            a
-            for a in records_citing(db, "ask", seq)
-            if a[2].get("kind") in ("refusal", *ANSWER_WORDS)
-        ]
+        answers = [a
+                   for a in records_citing(db, "ask", seq)
+                   if a[2].get("kind") in ("refusal", *ANSWER_WORDS)]
         for a_seq, a_at, answer in answers:
             lines.append(("  settled by " if answer["kind"] == "resolved" else "  answered by ")
                          + format_record_line(a_seq, a_at, answer))
@@ -11982,10 +11956,8 @@ def describe_call(record):
     words = [f"{record.get('backend')}, request id {call.get('request_id') or 'not given'}"]
     usage = call.get("usage") or {}
     first = ("input_tokens", "output_tokens", "prompt_tokens", "completion_tokens", "total_tokens")
-    flat = sorted(
-        ((k, v) for k, v in usage.items() if not isinstance(v, dict)),
-        key=lambda kv: (first.index(kv[0]) if kv[0] in first else len(first), kv[0]),
-    ) + [
+    flat = sorted(((k, v) for k, v in usage.items() if not isinstance(v, dict)),
+                  key=lambda kv: (first.index(kv[0]) if kv[0] in first else len(first), kv[0])) + [
         (f"{k}.{k2}", v2)
         for k, v in sorted(usage.items())
         if isinstance(v, dict)
@@ -12010,24 +11982,18 @@ SSH_FAILURES = (
     (
         "Permission denied",
         EX_NOPERM,
-        (
-            "the key was refused: put your public key in the host's "
-            "authorized_keys, as the README's Many hosts shows"
-        ),
+        ("the key was refused: put your public key in the host's "
+         "authorized_keys, as the README's Many hosts shows"),
     ),
     (
         "timed out",
         EX_NOHOST,
-        (
-            "it said nothing within its timeout: the host or its sshd hangs; "
-            "`ssh HOST true` tries by hand"
-        ),
+        ("it said nothing within its timeout: the host or its sshd hangs; "
+         "`ssh HOST true` tries by hand"),
     ),
-    (
-        "Host key verification failed",
-        EX_NOPERM,
-        "its host key is not the one known_hosts holds: check it, then ssh to it once by hand",
-    ),
+    ("Host key verification failed",
+     EX_NOPERM,
+     "its host key is not the one known_hosts holds: check it, then ssh to it once by hand"),
     ("", EX_NOHOST, "is it up, with sshd running? `ssh HOST true` tries by hand"),
 )
 FLEET_VIEWS = ("status", "asks", "summary", "page")
@@ -12068,15 +12034,11 @@ def cmd_bridge(home, args, pinned):
                     EX_USAGE, f"the bridge reads one JSON object a line, not {json_kind(message)}"
                 )
             where = message.pop("home", None)
-            if where is not None and (
-                argument_problem("path", where)
-                or pinned
-                and os.path.realpath(where) != os.path.realpath(home)
-            ):
-                raise Fail(
-                    EX_DATAERR,
-                    f"this bridge serves {home}, not {shown_text(json.dumps(where))[:120]}",
-                )
+            if where is not None and (argument_problem("path", where)
+                                      or pinned
+                                      and os.path.realpath(where) != os.path.realpath(home)):
+                raise Fail(EX_DATAERR,
+                           f"this bridge serves {home}, not {shown_text(json.dumps(where))[:120]}")
             if "verb" in message:
                 return bridge_verb(where or home, message, bool(args))
             try:
@@ -12114,10 +12076,8 @@ def send_out(*messages):
 def bridge_verb(home, message, read_only):
     """Run one client verb here for the person at the other end of ssh; return its exit code."""
     if message.pop("v", 1) != 1:
-        raise Fail(
-            EX_USAGE,
-            "this bridge speaks version 1 of its requests; use an avsm of the same version",
-        )
+        raise Fail(EX_USAGE,
+                   "this bridge speaks version 1 of its requests; use an avsm of the same version")
     m = checked_arguments("a bridge's verb", message, BRIDGE_KEYS)
     verb, argv = m["verb"], take_json([m["verb"]] + m["argv"])[1:]
     if verb not in BRIDGE_VERBS:
@@ -12125,11 +12085,9 @@ def bridge_verb(home, message, read_only):
             EX_USAGE, f"the bridge runs {', '.join(BRIDGE_VERBS)}, not {shown_text(verb)[:80]}"
         )
     if read_only and (BRIDGE_VERBS[verb] != "read" or verb == "doctor" and "--cut" in argv):
-        raise Fail(
-            EX_DATAERR,
-            f"this key may only read (avsm bridge --read-only): {verb} is refused; "
-            "it needs a key whose bridge may write",
-        )
+        raise Fail(EX_DATAERR,
+                   f"this key may only read (avsm bridge --read-only): {verb} is refused; "
+                   "it needs a key whose bridge may write")
     problem = bridge_argv_problem(verb, argv)
     if problem:
         raise Fail(EX_DATAERR, problem)
@@ -12169,25 +12127,19 @@ def end_with_stdin():
 def remote_host(spec, ssh=None, bridge=None, timeout=None, name=None):
     """Return the host [user@]HOST[:HOME] names, with its ssh command, bridge and timeout."""
     dest, _, home = spec.partition(":")
-    if (
-        not re.fullmatch(r"([^@\s]+@)?[\w.\[\]-]+", dest)
+    if (not re.fullmatch(r"([^@\s]+@)?[\w.\[\]-]+", dest)
         or dest.startswith("-")
         or home
-        and not os.path.isabs(home)
-    ):
-        raise Fail(
-            EX_USAGE,
-            f"{shown_text(spec)[:80]!r} is not [user@]HOST[:HOME] (HOME absolute, as"
-            " web1:/srv/avsm)",
-        )
-    return {
-        "name": name or spec,
-        "dest": dest,
-        "home": home or None,
-        "timeout": timeout or 10,
-        "ssh": ssh or os.environ.get("AVSM_SSH") or "ssh",
-        "bridge": bridge or os.environ.get("AVSM_BRIDGE") or "avsm bridge",
-    }
+        and not os.path.isabs(home)):
+        raise Fail(EX_USAGE,
+                   f"{shown_text(spec)[:80]!r} is not [user@]HOST[:HOME] (HOME absolute, as"
+                   " web1:/srv/avsm)")
+    return {"name": name or spec,
+            "dest": dest,
+            "home": home or None,
+            "timeout": timeout or 10,
+            "ssh": ssh or os.environ.get("AVSM_SSH") or "ssh",
+            "bridge": bridge or os.environ.get("AVSM_BRIDGE") or "avsm bridge"}
 
 
 def fleet_path(given=None):
@@ -12215,10 +12167,8 @@ def read_fleet(path, must=True):
     keys = {"ssh", "bridge", "timeout"} | WITNESS_KEYS
     c.mapping(doc, (), keys | {"hosts"}, "a fleet file")
     if not isinstance(doc.get("hosts"), list) or not doc["hosts"]:
-        c.fail(
-            ("hosts",),
-            "hosts: is a list of [user@]HOST[:HOME], as hosts: [web1, ops@db1:/srv/avsm]",
-        )
+        c.fail(("hosts",),
+               "hosts: is a list of [user@]HOST[:HOME], as hosts: [web1, ops@db1:/srv/avsm]")
     for k in sorted(keys & set(doc)):   # what every host takes is checked where it is written
         if k == "timeout":
             fleet_timeout(c, doc[k], (k,), text)
@@ -12226,12 +12176,10 @@ def read_fleet(path, must=True):
             c.text(doc[k], (k,), k)
     hosts, named = [], {}
     for i, item in enumerate(doc["hosts"]):
-        entry = c.mapping(
-            {"host": item} if isinstance(item, str) else item,
-            ("hosts", i),
-            keys | {"host", "name"},
-            "a host",
-        )
+        entry = c.mapping({"host": item} if isinstance(item, str) else item,
+                          ("hosts", i),
+                          keys | {"host", "name"},
+                          "a host")
         where = {k: ("hosts", i, k) if k in entry else (k,) for k in keys | {"host", "name"}}
         given = {k: c.text(entry.get(k, doc.get(k)), where[k], k, required=False)
                  for k in ("ssh", "bridge", "host", "name", *WITNESS_KEYS)}
@@ -12304,23 +12252,19 @@ def run_remote(target, verb, argv, path=None):
     if verb == "propose" and "--payload" in argv[:-1]:
         at = argv.index("--payload")
         stdin, argv = read_payload(argv[at + 1]), argv[:at + 1] + ["-"] + argv[at + 2:]
-    elif (
-        verb == "doctor"
-        and "--checkpoint" in argv
-        and argv[argv.index("--checkpoint") + 1 :][:1] == ["-"]
-    ):
+    elif (verb == "doctor"
+          and "--checkpoint" in argv
+          and argv[argv.index("--checkpoint") + 1 :][:1] == ["-"]):
         # doctor --checkpoint -: what - reads is here, sent along
         stdin = sys.stdin.read()
-    request = {
-        "v": 1,
-        "verb": verb,
-        "argv": argv + ["--json"] * bool(JSON),
-        "home": host["home"],
-        "stdin": stdin,
-        "as": REMOTE["as"],
-        "tty": bool(sys.stdout and sys.stdout.isatty()),
-        "utf8": utf8_output(),
-    }
+    request = {"v": 1,
+               "verb": verb,
+               "argv": argv + ["--json"] * bool(JSON),
+               "home": host["home"],
+               "stdin": stdin,
+               "as": REMOTE["as"],
+               "tty": bool(sys.stdout and sys.stdout.isatty()),
+               "utf8": utf8_output()}
     return ssh_bridge(host, request)[0]
 
 
@@ -13167,11 +13111,9 @@ def test_config(home, cfg, path):
             continue
         drift = mandate_drift(in_force, text, seq, mandate_path)
         if drift:
-            out(
-                f"venture {name} ({directory}){': paused' if paused else ''}: {mandate_path}"
+            out(f"venture {name} ({directory}){': paused' if paused else ''}: {mandate_path}"
                 f" differs from mandate #{seq} in force; {client_command(home)} add {directory}"
-                " applies it"
-            )
+                " applies it")
             out(*drift)
             out("  as on disk, once added, it allows:")
         else:
@@ -13183,10 +13125,8 @@ def test_config(home, cfg, path):
 def test_ventures(home, cfg, dirs):
     """avsmd -t DIR...: check each venture directory exactly as `avsm add` would, with no daemon."""
     try:
-        adopted = {
-            name: (directory, seq, paused, text)
-            for name, directory, seq, paused, text in adopted_mandates(home)
-        }
+        adopted = {name: (directory, seq, paused, text)
+                   for name, directory, seq, paused, text in adopted_mandates(home)}
     except (sqlite3_errors(), ValueError, Fail):
         # a ledger that does not read: avsmd -t alone says so; each directory is still checked
         adopted = {}
@@ -13203,22 +13143,16 @@ def test_ventures(home, cfg, dirs):
             continue
         held = adopted.get(name)
         if held and held[0] == directory and held[3] == text:
-            out(
-                f"venture {name} ({directory}): holds, the same as mandate #{held[1]} in force"
-                " (avsm add writes nothing)"
-            )
+            out(f"venture {name} ({directory}): holds, the same as mandate #{held[1]} in force"
+                " (avsm add writes nothing)")
         elif held and held[0] == directory:
-            out(
-                f"venture {name} ({directory}): holds, and differs from mandate #{held[1]} in"
-                f" force; {client_command(home)} add {directory} applies it"
-            )
+            out(f"venture {name} ({directory}): holds, and differs from mandate #{held[1]} in"
+                f" force; {client_command(home)} add {directory} applies it")
             out(*mandate_drift(held[3], text, held[1], path))
             out("  as on disk, once added, it allows:")
         else:
-            out(
-                f"venture {name} ({directory}): holds; {client_command(home)} add {directory}"
-                " adopts it"
-            )
+            out(f"venture {name} ({directory}): holds; {client_command(home)} add {directory}"
+                " adopts it")
         print_allowed(home, cfg, name, m)
     return code
 
@@ -13234,21 +13168,17 @@ def describe_allowed(m, cfg=None):
         how = (
             "runs unasked"
             if lever["reversible"]
-            else (
-                "delegated: runs unasked, intent before and outcome after"
-                if lever["delegated"]
-                else "irreversible: asks a person first"
-            )
+            else ("delegated: runs unasked, intent before and outcome after"
+                  if lever["delegated"]
+                  else "irreversible: asks a person first")
         )
         lines.append(
             f"  may run {lever['name']}: cap {lever['cap_text']}, {how}"
             + (
                 f", takes {lever['takes']}"
-                + (
-                    " (a model's content runs unasked: delegated)"
-                    if lever["delegated"]
-                    else " (model content waits for a person)"
-                )
+                + (" (a model's content runs unasked: delegated)"
+                   if lever["delegated"]
+                   else " (model content waits for a person)")
                 if lever["takes"]
                 else ""
             )
@@ -13261,17 +13191,13 @@ def describe_allowed(m, cfg=None):
         lines.append(f"  keeps {m['run']} running (restart: {m['restart']})")
     for g in m["guards"]:
         source = g["run"] or g["adapter"] or f"drawdown of {g['drawdown']:g}% from the peak"
-        bound = (
-            f"past {g['drawdown']:g}%"
-            if g["drawdown"] is not None
-            else f"{g['side']} {format_number(g['bound'])}"
-        )
-        lines.append(
-            f"  guard {g['name']} ({source}): {bound}"
-            f" {'pauses' if g['then'] == 'pause' else 'asks'}; then only stop"
-            + (f" and unwind {g['unwind']['action']}" if g["unwind"] else "")
-            + " run"
-        )
+        bound = (f"past {g['drawdown']:g}%"
+                 if g["drawdown"] is not None
+                 else f"{g['side']} {format_number(g['bound'])}")
+        lines.append(f"  guard {g['name']} ({source}): {bound}"
+                     f" {'pauses' if g['then'] == 'pause' else 'asks'}; then only stop"
+                     + (f" and unwind {g['unwind']['action']}" if g["unwind"] else "")
+                     + " run")
     for a in m["audits"]:
         lines.append(
             f"  audit {a['name']} ({a['run']}): asks when the metric improves while it worsens"
@@ -13378,11 +13304,9 @@ def cmd_try(home_arg, args):
         if not started:
             code = daemon.poll()
             raise Fail(
-                (
-                    code
-                    if code in (EX_TEMPFAIL, EX_CONFIG, EX_CANTCREAT, EX_NOPERM)
-                    else EX_UNAVAILABLE
-                ),
+                (code
+                 if code in (EX_TEMPFAIL, EX_CONFIG, EX_CANTCREAT, EX_NOPERM)
+                 else EX_UNAVAILABLE),
                 f"avsmd did not start on {home} (exit {code}); try adopts nothing into another"
                 " avsmd",
             )
@@ -13390,10 +13314,8 @@ def cmd_try(home_arg, args):
         if code != EX_OK:
             return code
         out(f"# {when_it_acts(home, directory)}")
-        out(
-            f"# the home is {home}; in another terminal: {client_command(home)} asks (approve N,"
-            " deny N, status)"
-        )
+        out(f"# the home is {home}; in another terminal: {client_command(home)} asks (approve N,"
+            " deny N, status)")
         out(f"# following {home}/ledger.db; Ctrl-C stops avsmd")
         sys.stdout.flush()
         cmd_tail(home, ["1000000", "-f"])
@@ -13450,11 +13372,9 @@ def when_it_acts(home, directory):
             last = json.loads(row[0]) if row else None
         if last is None:
             time.sleep(0.1)
-    now = (
-        f"; the first report says {format_number(last['value'])}"
-        if last and last.get("value") is not None
-        else "; no report yet"
-    )
+    now = (f"; the first report says {format_number(last['value'])}"
+           if last and last.get("value") is not None
+           else "; no report yet")
     return f"{name} acts when {' or '.join(sides)}{now}, and a report comes every {every}"
 
 
@@ -13590,21 +13510,17 @@ def cmd_link(home, args):
         pass                          # the first start writes it
     finally:
         sys.pycache_prefix = saved
-    on_path = target in [
-        os.path.abspath(os.path.expanduser(d))
-        for d in os.environ.get("PATH", "").split(os.pathsep)
-        if d
-    ]
+    on_path = target in [os.path.abspath(os.path.expanduser(d))
+                         for d in os.environ.get("PATH", "").split(os.pathsep)
+                         if d]
     out(
         f"wrote {target}/avsm and {target}/avsmd: they run {AVSM_PATH}, started from cached"
         " bytecode"
         + (
             ""
             if on_path
-            else (
-                f"\n{target} is not on your PATH: add it (PATH={target}:$PATH), or run"
-                f" {target}/avsm"
-            )
+            else (f"\n{target} is not on your PATH: add it (PATH={target}:$PATH), or run"
+                  f" {target}/avsm")
         )
     )
     return EX_OK
@@ -13618,18 +13534,8 @@ def cmd_link(home, args):
 # ---- avsm chart --------------------------------------------------------------
 
 CHART_USAGE = "usage: avsm chart VENTURE [--since DURATION|SEQ]"
-CHART_KINDS = (
-    "report",
-    "action",
-    "outcome",
-    "ask",
-    "approval",
-    "denial",
-    "resolved",
-    "pause",
-    "resume",
-    "refusal",
-)
+CHART_KINDS = ("report", "action", "outcome", "ask", "approval", "denial", "resolved", "pause",
+               "resume", "refusal")
 CHART_WIDTH, CHART_HEIGHT = 960, 450
 # the plot's edges, in pixels
 CHART_LEFT, CHART_TOP, CHART_RIGHT, CHART_BOTTOM = 76, 104, 930, 366
@@ -13638,50 +13544,14 @@ CHART_SPAN = 86400      # seconds a chart shows unless told (--since): the last 
 CHART_MARKS = 120       # markers of one kind at most: more in the span are drawn as named groups
 # the value axis ends within it: its padded span still fits a float
 CHART_VALUE_MAX = sys.float_info.max / 4
-CHART_TIME_STEPS = (
-    1,
-    2,
-    5,
-    10,
-    15,
-    30,
-    60,
-    120,
-    300,
-    600,
-    900,
-    1800,
-    3600,
-    7200,
-    10800,
-    21600,
-    43200,
-    86400,
-    2 * 86400,
-    7 * 86400,
-    14 * 86400,
-    30 * 86400,
-    91 * 86400,
-    365 * 86400,
-)
-CHART_COLOURS = {
-    "trusted": "#1f5fa8",
-    "implausible": "#c0392b",
-    "unconfirmed": "#d35400",
-    "failed": "#7f7f7f",
-    "band": "#2e8b57",
-    "bound": "#444444",
-    "ok": "#2e7d32",
-    "not ok": "#c62828",
-    "running": "#7f7f7f",
-    "ask": "#7b3fa0",
-    "grid": "#e4e4e4",
-    "text": "#222222",
-    "paused": "#8a8a8a",
-    "stuck": "#e0a000",
-    "guard": "#b03060",
-    "mandate": "#555555",
-}
+CHART_TIME_STEPS = (1, 2, 5, 10, 15, 30, 60, 120, 300, 600, 900, 1800, 3600, 7200, 10800, 21600,
+                    43200, 86400, 2 * 86400, 7 * 86400, 14 * 86400, 30 * 86400, 91 * 86400,
+                    365 * 86400)
+CHART_COLOURS = {"trusted": "#1f5fa8", "implausible": "#c0392b", "unconfirmed": "#d35400",
+                 "failed": "#7f7f7f", "band": "#2e8b57", "bound": "#444444", "ok": "#2e7d32",
+                 "not ok": "#c62828", "running": "#7f7f7f", "ask": "#7b3fa0", "grid": "#e4e4e4",
+                 "text": "#222222", "paused": "#8a8a8a", "stuck": "#e0a000", "guard": "#b03060",
+                 "mandate": "#555555"}
 # one a lever, in order of first run
 LEVER_COLOURS = ("#2e7d32", "#ef6c00", "#00838f", "#6d4c41", "#ad1457", "#827717")
 # XML 1.0 cannot hold these even as &#..; (control characters, lone surrogates, U+FFFE/U+FFFF), and
@@ -13718,11 +13588,9 @@ def cmd_chart(home, args):
         raise Fail(EX_USAGE, CHART_USAGE)
     after, seconds = since_arg(since, "chart") if since is not None else (0, CHART_SPAN)
     after, start = after or 0, time.time() - seconds if seconds else 0
-    span = (
-        f"in the last {format_duration(seconds)}"
-        if seconds
-        else f"after #{after}" if after else "in the ledger"
-    )
+    span = (f"in the last {format_duration(seconds)}"
+            if seconds
+            else f"after #{after}" if after else "in the ledger")
     if since is None:
         span = "in the last 24h (the default span; --since 0 charts the whole history)"
     db = open_ledger_ro(ledger_path(home))
@@ -13791,11 +13659,9 @@ def read_chart_records(db, name, after, start):
                 untimed += 1
     if len(texts) <= CHART_RIGHT - CHART_LEFT:      # drawn one by one, each tooltip its summary
         records = [(s, a, json.loads(texts[s]) if s in texts else r) for s, a, r in records]
-    return (
-        [m for m in mandates if m[2].get("venture") == name and m[2].get("kind") == "mandate"],
-        records,
-        untimed,
-    )
+    return ([m for m in mandates if m[2].get("venture") == name and m[2].get("kind") == "mandate"],
+            records,
+            untimed)
 
 
 def xml_text(value):
@@ -13805,13 +13671,11 @@ def xml_text(value):
     # the common case, plain ASCII, needs no pass of the pattern
     if not (text.isascii() and text.isprintable()):
         text = escape_controls(XML_UNSAFE_CHARS, text.replace("\n", "\\n").replace("\r", "\\r"))
-    text = (
-        text.replace("&", "&amp;")
-        .replace("<", "&lt;")
-        .replace(">", "&gt;")
-        .replace('"', "&quot;")
-        .replace("'", "&#39;")
-    )
+    text = (text.replace("&", "&amp;")
+            .replace("<", "&lt;")
+            .replace(">", "&gt;")
+            .replace('"', "&quot;")
+            .replace("'", "&#39;"))
     return text.encode("ascii", "xmlcharrefreplace").decode("ascii")
 
 
@@ -13872,11 +13736,9 @@ def time_ticks(t0, t1, most=8):
         else:
             date = time.strftime("%Y-%m-%d", local)
             ticks.append(
-                (
-                    at,
-                    time.strftime("%H:%M:%S" if step < 60 else "%H:%M", local),
-                    date if date != day else "",
-                )
+                (at,
+                 time.strftime("%H:%M:%S" if step < 60 else "%H:%M", local),
+                 date if date != day else "")
             )
             day = date
         t = at + step
@@ -13898,11 +13760,9 @@ def chart_tooltip(seq, at, record, more=""):
     summary = str(record.get("summary", ""))
     if len(summary) > CHART_NOTE_MAX:
         summary = summary[:CHART_NOTE_MAX] + "..."
-    return (
-        "<title>"
-        + xml_text(f"#{seq} {chart_time(at)} {record.get('kind')}: {summary}{more}")
-        + "</title>"
-    )
+    return ("<title>"
+            + xml_text(f"#{seq} {chart_time(at)} {record.get('kind')}: {summary}{more}")
+            + "</title>")
 
 
 def chart_time(at):
@@ -14029,39 +13889,25 @@ def chart_axes(metric, ticks, times, x, y, last):
             f'<line x1="{CHART_LEFT}" x2="{CHART_RIGHT}" y1="{y(value):.1f}" y2="{y(value):.1f}"'
             f' stroke="{c["grid"]}"/>'
         )
-        parts.append(
-            f'<text x="{CHART_LEFT - 6}" y="{y(value) + 4:.1f}"'
-            f' text-anchor="end">{xml_text(label)}</text>'
-        )
+        parts.append(f'<text x="{CHART_LEFT - 6}" y="{y(value) + 4:.1f}"'
+                     f' text-anchor="end">{xml_text(label)}</text>')
     for at, label, date in times:
-        parts.append(
-            f'<line x1="{x(at):.1f}" x2="{x(at):.1f}" y1="{CHART_TOP}" y2="{CHART_BOTTOM}"'
-            f' stroke="{c["grid"]}"/>'
-        )
-        parts.append(
-            f'<text x="{x(at):.1f}" y="{CHART_BOTTOM + 16}"'
-            f' text-anchor="middle">{xml_text(label)}</text>'
-        )
+        parts.append(f'<line x1="{x(at):.1f}" x2="{x(at):.1f}" y1="{CHART_TOP}" y2="{CHART_BOTTOM}"'
+                     f' stroke="{c["grid"]}"/>')
+        parts.append(f'<text x="{x(at):.1f}" y="{CHART_BOTTOM + 16}"'
+                     f' text-anchor="middle">{xml_text(label)}</text>')
         if date:
-            parts.append(
-                f'<text x="{x(at):.1f}" y="{CHART_BOTTOM + 30}"'
-                f' text-anchor="middle">{xml_text(date)}</text>'
-            )
+            parts.append(f'<text x="{x(at):.1f}" y="{CHART_BOTTOM + 30}"'
+                         f' text-anchor="middle">{xml_text(date)}</text>')
     middle = (CHART_TOP + CHART_BOTTOM) / 2
     parts += [
-        (
-            f'<rect x="{CHART_LEFT}" y="{CHART_TOP}" width="{CHART_RIGHT - CHART_LEFT}"'
-            f' height="{CHART_BOTTOM - CHART_TOP}" fill="none" stroke="#999999"/>'
-        ),
-        (
-            f'<text x="18" y="{middle:.0f}" text-anchor="middle" transform="rotate(-90 18'
-            f' {middle:.0f})" font-size="12">{xml_text(metric)}</text>'
-        ),
-        (
-            f'<text x="{(CHART_LEFT + CHART_RIGHT) / 2:.0f}" y="{CHART_BOTTOM + 48}"'
-            ' text-anchor="middle"'
-            f' font-size="12">{xml_text(f"local time ({zone_words(last)})")}</text>'
-        ),
+        (f'<rect x="{CHART_LEFT}" y="{CHART_TOP}" width="{CHART_RIGHT - CHART_LEFT}"'
+         f' height="{CHART_BOTTOM - CHART_TOP}" fill="none" stroke="#999999"/>'),
+        (f'<text x="18" y="{middle:.0f}" text-anchor="middle" transform="rotate(-90 18'
+         f' {middle:.0f})" font-size="12">{xml_text(metric)}</text>'),
+        (f'<text x="{(CHART_LEFT + CHART_RIGHT) / 2:.0f}" y="{CHART_BOTTOM + 48}"'
+         ' text-anchor="middle"'
+         f' font-size="12">{xml_text(f"local time ({zone_words(last)})")}</text>'),
         f'<text x="{CHART_LEFT - 6}" y="{CHART_TOP - 26}" text-anchor="end">asks</text>',
         f'<text x="{CHART_LEFT - 6}" y="{CHART_TOP - 8}" text-anchor="end">lever runs</text>',
         "</g>",
@@ -14078,18 +13924,14 @@ def chart_controller(shown, x, y):
             continue
         ctl = m["controller"]
         x1, x2 = x(start), x(end)
-        title = (
-            f"<title>{xml_text(f'mandate #{seq}: ' + CONTROLLERS[ctl['kind']].describe(ctl))}"
-            "</title>"
-        )
+        title = (f"<title>{xml_text(f'mandate #{seq}: ' + CONTROLLERS[ctl['kind']].describe(ctl))}"
+                 "</title>")
         if ctl["kind"] == "band":
             parts += [
                 f'<g class="band" stroke="{c["band"]}">{title}',
-                (
-                    f'<rect x="{x1:.1f}" y="{y(ctl["high"]):.1f}" width="{x2 - x1:.1f}"'
-                    f' height="{y(ctl["low"]) - y(ctl["high"]):.1f}" fill="{c["band"]}"'
-                    ' fill-opacity="0.12" stroke="none"/>'
-                ),
+                (f'<rect x="{x1:.1f}" y="{y(ctl["high"]):.1f}" width="{x2 - x1:.1f}"'
+                 f' height="{y(ctl["low"]) - y(ctl["high"]):.1f}" fill="{c["band"]}"'
+                 ' fill-opacity="0.12" stroke="none"/>'),
             ]
         else:
             parts.append(f'<g class="bound" stroke="{c["bound"]}">{title}')
@@ -14114,14 +13956,12 @@ def chart_controller(shown, x, y):
         '<g class="controller-halo" font-size="11" fill="#ffffff" stroke="#ffffff" stroke-width="3"'
         ' stroke-linejoin="round">'
     )
-    return parts + ["</g>"], [
-        halo,
-        *labels,
-        "</g>",
-        f'<g class="controller-labels" font-size="11" fill="{c["bound"]}">',
-        *labels,
-        "</g>",
-    ]
+    return parts + ["</g>"], [halo,
+                              *labels,
+                              "</g>",
+                              f'<g class="controller-labels" font-size="11" fill="{c["bound"]}">',
+                              *labels,
+                              "</g>"]
 
 
 def chart_columns(trusted, x):
@@ -14242,11 +14082,9 @@ def chart_spans(records, mandates, eras, t0, t1):
             ended = [("paused", None)]
         elif kind == "report" and opened and report_status(r) == "trusted" \
                 and chart_number(r.get("value")) is not None:      # only an open stretch can end
-            ended = [
-                ("stuck", side)
-                for side, way, bound, _ in controller_sides(m)
-                if not crossed(way, bound, r["value"])
-            ]
+            ended = [("stuck", side)
+                     for side, way, bound, _ in controller_sides(m)
+                     if not crossed(way, bound, r["value"])]
         for key in [k for k in ended if k in opened]:
             start, seq, record = opened.pop(key)
             spans.append((start, a, key[0], seq, record, s))
@@ -14334,11 +14172,9 @@ def chart_markers(actions, asks, records, levers, x):
     """Return the SVG of each lever run and each ask, with its seq and what came of it."""
     c = CHART_COLOURS
     ended = {r.get("action"): (s, r) for s, _, r in records if r["kind"] == "outcome"}
-    answered = {
-        r.get("ask"): (s, r)
-        for s, _, r in records
-        if r["kind"] in ("approval", "denial", "resolved")
-    }
+    answered = {r.get("ask"): (s, r)
+                for s, _, r in records
+                if r["kind"] in ("approval", "denial", "resolved")}
     parts = ['<g class="actions">']
     groups = sorted((g for lever in levers for g in chart_groups(
         [e for e in actions if str(e[2].get("lever")) == lever], x)), key=lambda g: g[0][0])
@@ -14352,11 +14188,9 @@ def chart_markers(actions, asks, records, levers, x):
                     f"({outcome.get('status')})")
         state = next(k for k in ("failed", "running", "ok") if k in states)
         colour, px, x1 = levers[str(rec.get("lever"))], x(a), x(group[0][1])
-        edge = {
-            "running": ' fill-opacity="0.4"',
-            "ok": "",
-            "failed": f' stroke="{c["not ok"]}" stroke-width="2.5"',
-        }[state]
+        edge = {"running": ' fill-opacity="0.4"',
+                "ok": "",
+                "failed": f' stroke="{c["not ok"]}" stroke-width="2.5"'}[state]
         title = chart_tooltip(s, a, rec, more) if len(group) == 1 else group_title(
             group, f"runs of {rec.get('lever')}, {states.count('failed')} not ok, "
                    f"{states.count('running')} with no outcome yet,")
@@ -14396,40 +14230,32 @@ def chart_legend(trusted, apart, actions, asks, records, shown, bottom, top, lev
     statuses = set()
     for _, _, r in apart:
         value = chart_number(r.get("value"))
-        statuses.add(
-            "failed"
-            if value is None
-            else "off the scale" if not bottom <= value <= top else report_status(r)
-        )
+        statuses.add("failed"
+                     if value is None
+                     else "off the scale" if not bottom <= value <= top else report_status(r))
     if "implausible" in statuses:
         items.append((cross.format(c["implausible"]), "implausible"))
     if "unconfirmed" in statuses:
         items.append(
             (
-                (
-                    f'<circle cx="6" cy="-4" r="4" fill="none" stroke="{c["unconfirmed"]}"'
-                    ' stroke-width="1.8"/>'
-                ),
+                (f'<circle cx="6" cy="-4" r="4" fill="none" stroke="{c["unconfirmed"]}"'
+                 ' stroke-width="1.8"/>'),
                 "unconfirmed",
             )
         )
     if "failed" in statuses:
         items.append(
             (
-                (
-                    f'<path d="M2,0 L6,-7 L10,0 Z" fill="none" stroke="{c["failed"]}"'
-                    ' stroke-width="1.8"/>'
-                ),
+                (f'<path d="M2,0 L6,-7 L10,0 Z" fill="none" stroke="{c["failed"]}"'
+                 ' stroke-width="1.8"/>'),
                 "failed (no value)",
             )
         )
     if "off the scale" in statuses:
         items.append(
             (
-                (
-                    f'<path d="M1,-1 L6,-8 L11,-1 Z" fill="none" stroke="{c["implausible"]}"'
-                    ' stroke-width="1.8"/>'
-                ),
+                (f'<path d="M1,-1 L6,-8 L11,-1 Z" fill="none" stroke="{c["implausible"]}"'
+                 ' stroke-width="1.8"/>'),
                 "off the scale",
             )
         )
@@ -14437,37 +14263,29 @@ def chart_legend(trusted, apart, actions, asks, records, shown, bottom, top, lev
     if "band" in kinds:
         items.append(
             (
-                (
-                    f'<rect x="0" y="-9" width="12" height="10" fill="{c["band"]}"'
-                    ' fill-opacity="0.25"/>'
-                ),
+                (f'<rect x="0" y="-9" width="12" height="10" fill="{c["band"]}"'
+                 ' fill-opacity="0.25"/>'),
                 "band",
             )
         )
     if kinds - {"band"}:
         items.append(
             (
-                (
-                    f'<line x1="0" x2="12" y1="-4" y2="-4" stroke="{c["bound"]}" stroke-width="1.5"'
-                    ' stroke-dasharray="4 2"/>'
-                ),
+                (f'<line x1="0" x2="12" y1="-4" y2="-4" stroke="{c["bound"]}" stroke-width="1.5"'
+                 ' stroke-dasharray="4 2"/>'),
                 "bound",
             )
         )
-    items += [
-        (f'<path d="M0,-9 L12,-9 L6,0 Z" fill="{colour}"/>', f"{lever} run")
-        for lever, colour in levers.items()
-    ]
+    items += [(f'<path d="M0,-9 L12,-9 L6,0 Z" fill="{colour}"/>', f"{lever} run")
+              for lever, colour in levers.items()]
     ends = {r.get("action"): bool(r.get("ok")) for _, _, r in records if r["kind"] == "outcome"}
     # True: ok, False: not ok, None: still running
     states = {ends.get(s) for s, _, _ in actions}
     if False in states:
         items.append(
             (
-                (
-                    f'<path d="M0,-9 L12,-9 L6,0 Z" fill="#ffffff" stroke="{c["not ok"]}"'
-                    ' stroke-width="2"/>'
-                ),
+                (f'<path d="M0,-9 L12,-9 L6,0 Z" fill="#ffffff" stroke="{c["not ok"]}"'
+                 ' stroke-width="2"/>'),
                 "not ok",
             )
         )
@@ -14484,11 +14302,9 @@ def chart_legend(trusted, apart, actions, asks, records, shown, bottom, top, lev
         for what in ("paused", "stuck")
         if any(span[2] == what for span in spans)
     ]
-    items += [
-        (f'<line x1="6" x2="6" y1="-10" y2="2" stroke="{c[what]}" stroke-width="2"/>', words)
-        for what, words in (("guard", "guard trip"), ("mandate", "new mandate"))
-        if any(k[1] == what for k in marks)
-    ]
+    items += [(f'<line x1="6" x2="6" y1="-10" y2="2" stroke="{c[what]}" stroke-width="2"/>', words)
+              for what, words in (("guard", "guard trip"), ("mandate", "new mandate"))
+              if any(k[1] == what for k in marks)]
     parts, at, row = ['<g class="legend" font-size="11">'], CHART_LEFT, 0
     for glyph, words in items:
         width = 36 + int(len(words) * 6.3)
@@ -14513,14 +14329,12 @@ def mandate_drift(in_force, on_disk, seq, path):
         return []
     import difflib
     lines = list(
-        difflib.unified_diff(
-            in_force.splitlines(),
-            on_disk.splitlines(),
-            f"mandate #{seq} (in force)",
-            path,
-            n=0,
-            lineterm="",
-        )
+        difflib.unified_diff(in_force.splitlines(),
+                             on_disk.splitlines(),
+                             f"mandate #{seq} (in force)",
+                             path,
+                             n=0,
+                             lineterm="")
     )
     shown_lines = [f"    {line}" for line in lines[:DRIFT_LINES]]
     if len(lines) > DRIFT_LINES:
@@ -14647,18 +14461,14 @@ def doctor_home(home, found):
     if problem:
         found.fail(EX_CONFIG, problem, "avsmd --home /a/shorter/path   (or set AVSMD_HOME)")
     if not os.path.lexists(home):
-        found.fail(
-            EX_NOINPUT,
-            f"the home {home} is not there",
-            f"{program_command('avsmd', home)}   (avsmd makes it)",
-        )
+        found.fail(EX_NOINPUT,
+                   f"the home {home} is not there",
+                   f"{program_command('avsmd', home)}   (avsmd makes it)")
         return False
     if not os.path.isdir(home):
-        found.fail(
-            EX_CANTCREAT,
-            f"the home {home} is not a directory",
-            f"mv {home} {home}.old && {program_command('avsmd', home)}",
-        )
+        found.fail(EX_CANTCREAT,
+                   f"the home {home} is not a directory",
+                   f"mv {home} {home}.old && {program_command('avsmd', home)}")
         return False
     if not os.access(home, os.R_OK | os.W_OK | os.X_OK):
         found.fail(
@@ -14708,17 +14518,13 @@ def doctor_config(home, found):
     if os.path.exists(keys):
         st = os.stat(keys)
         if not stat.S_ISREG(st.st_mode):
-            found.fail(
-                EX_CONFIG,
-                f"{keys} is not a regular file; the warden cannot read keys from it",
-                f"rm -r {keys}, then write it again as NAME=value lines, mode 600",
-            )
+            found.fail(EX_CONFIG,
+                       f"{keys} is not a regular file; the warden cannot read keys from it",
+                       f"rm -r {keys}, then write it again as NAME=value lines, mode 600")
         elif st.st_mode & 0o077:
-            found.fail(
-                EX_CONFIG,
-                f"{keys} is readable by others than you; the warden refuses to read it",
-                f"chmod 600 {keys}",
-            )
+            found.fail(EX_CONFIG,
+                       f"{keys} is readable by others than you; the warden refuses to read it",
+                       f"chmod 600 {keys}")
         else:
             found.ok(f"keys {keys} readable by you alone")
 
@@ -14749,11 +14555,9 @@ def doctor_ledger(home, found, since, kept=(), quick=False, trust=None):
         ).fetchone()
     except Fail as fail:
         # a transaction its writer was killed in: avsmd rolls it back
-        found.fail(
-            EX_DATAERR,
-            str(fail),
-            f"{program_command('avsmd', home)}   (its warden rolls the transaction back)",
-        )
+        found.fail(EX_DATAERR,
+                   str(fail),
+                   f"{program_command('avsmd', home)}   (its warden rolls the transaction back)")
         return
     except sqlite3.DatabaseError as err:
         found.fail(
@@ -14765,12 +14569,10 @@ def doctor_ledger(home, found, since, kept=(), quick=False, trust=None):
         return
     missing = {"records_no_update", "records_no_delete", "records_chain"} - triggers
     if missing:
-        found.fail(
-            EX_DATAERR,
-            f"the ledger's triggers {', '.join(sorted(missing))} are gone: it is no longer"
-            " append-only",
-            f"{program_command('avsmd', home)}   (avsmd makes the triggers again at start)",
-        )
+        found.fail(EX_DATAERR,
+                   f"the ledger's triggers {', '.join(sorted(missing))} are gone: it is no longer"
+                   " append-only",
+                   f"{program_command('avsmd', home)}   (avsmd makes the triggers again at start)")
     trust = trust or checkpoint_trust(home)
     own = home_checkpoints(home, found)
     after = verified_checkpoint(home, db, found, trust) if quick else None
@@ -14814,11 +14616,9 @@ def doctor_ledger(home, found, since, kept=(), quick=False, trust=None):
         problems = scan.problems
         if problems:
             seq, problem = problems[0]
-            found.fail(
-                EX_DATAERR,
-                f"{len(problems)} proof problem(s); first: action #{seq}: {problem}",
-                f"{client_command(home)} why {seq}",
-            )
+            found.fail(EX_DATAERR,
+                       f"{len(problems)} proof problem(s); first: action #{seq}: {problem}",
+                       f"{client_command(home)} why {seq}")
         elif not after:
             found.ok("every proof in the ledger re-checks")
         held = doctor_checkpoints(home, found, kept, own, scan, db, trust)
@@ -14831,11 +14631,9 @@ def doctor_ledger(home, found, since, kept=(), quick=False, trust=None):
             found.fail(
                 EX_DATAERR,
                 f"the ledger no longer holds the head {since}: "
-                + (
-                    "there is no such record"
-                    if row is None
-                    else f"#{seq} now hashes to {row[0][:16]}"
-                ),
+                + ("there is no such record"
+                   if row is None
+                   else f"#{seq} now hashes to {row[0][:16]}"),
                 f"compare with the backup you took the anchor from; {client_command(home)} tail"
                 f" --since {max(0, int(seq) - 1)}",
             )
@@ -14922,15 +14720,13 @@ def read_kept_checkpoints(home, found, where, trust):
     names = (
         ["-"]
         if where == "-"
-        else (
-            [where]
-            if not os.path.isdir(where)
-            else [
-                os.path.join(where, n)
-                for n in sorted(os.listdir(where))
-                if not n.endswith(".sig") and n[0] != "."
-            ]
-        )
+        else ([where]
+              if not os.path.isdir(where)
+              else [
+                  os.path.join(where, n)
+                  for n in sorted(os.listdir(where))
+                  if not n.endswith(".sig") and n[0] != "."
+              ])
     )
     kept = []
     for name in names:
@@ -14952,11 +14748,9 @@ def read_kept_checkpoints(home, found, where, trust):
             if vouch_checkpoint(found, name, checkpoint, trust, allowed):
                 kept.append((name, checkpoint))
         except (OSError, UnicodeDecodeError) as err:
-            found.fail(
-                EX_NOINPUT if isinstance(err, FileNotFoundError) else EX_DATAERR,
-                f"checkpoint {name} cannot be read: {getattr(err, 'strerror', None) or err}",
-                "name the file, or the directory, you kept it in",
-            )
+            found.fail(EX_NOINPUT if isinstance(err, FileNotFoundError) else EX_DATAERR,
+                       f"checkpoint {name} cannot be read: {getattr(err, 'strerror', None) or err}",
+                       "name the file, or the directory, you kept it in")
         except Fail as fail:
             found.fail(fail.code, f"checkpoint {name}: {fail}",
                        "trust no checkpoint but those your own hosts signed; compare with your "
@@ -15009,10 +14803,8 @@ def doctor_checkpoints(home, found, kept, own, scan, db, trust):
                    f"ssh-keygen -Y sign -f {trust.key} -n {trust.namespace} < /dev/null   "
                    f"(says why it cannot sign)")
     else:
-        found.note(
-            f"checkpoints are written unsigned: config.yaml names no key; sign them with"
-            f" checkpoint: {{key: /path/to/ssh/key}} (the README's Checkpoints)"
-        )
+        found.note(f"checkpoints are written unsigned: config.yaml names no key; sign them with"
+                   f" checkpoint: {{key: /path/to/ssh/key}} (the README's Checkpoints)")
     if scan.broken:
         return None
     # the home's own are checked too (a forger who rewrote the ledger must rewrite these as well);
@@ -15145,11 +14937,9 @@ def verified_checkpoint(home, db, found, trust):
             EX_DATAERR,
             f"--quick refused: checkpoint #{seq}, which a full doctor verified, no longer matches"
             " the ledger ("
-            + (
-                "it holds no such record"
-                if now is None
-                else f"#{seq} now hashes to {now[:16]}, not {digest[:16]}"
-            )
+            + ("it holds no such record"
+               if now is None
+               else f"#{seq} now hashes to {now[:16]}, not {digest[:16]}")
             + ")",
             f"{client_command(home)} doctor   (a full check says where the ledger changed)",
         )
@@ -15170,11 +14960,9 @@ def doctor_mandates(home, found):
     import sqlite3
     try:
         scan = found.scan               # doctor_ledger's one read of the ledger listed them
-        adopted = (
-            [tuple(v) for v in scan.adopted.values()]
-            if scan and scan.adopted is not None
-            else adopted_mandates(home)
-        )
+        adopted = ([tuple(v) for v in scan.adopted.values()]
+                   if scan and scan.adopted is not None
+                   else adopted_mandates(home))
     except (sqlite3.DatabaseError, ValueError, Fail) as err:
         found.note(
             f"the adopted mandates cannot be listed from a ledger that does not read ({err})"
@@ -15211,18 +14999,14 @@ def doctor_mandates(home, found):
             found.fail(
                 EX_NOPERM if denied else EX_NOINPUT,
                 f"venture {name}: {path} cannot be read: {err.strerror}",
-                (
-                    f"chmod u+r {path}"
-                    if denied
-                    else f"put {path} back, then {client_command(home)} add {directory}"
-                ),
+                (f"chmod u+r {path}"
+                 if denied
+                 else f"put {path} back, then {client_command(home)} add {directory}"),
             )
         except Fail as fail:
-            found.fail(
-                EX_CONFIG,
-                f"venture {name}: {fail}",
-                f"edit {path}, then {client_command(home)} add {directory}",
-            )
+            found.fail(EX_CONFIG,
+                       f"venture {name}: {fail}",
+                       f"edit {path}, then {client_command(home)} add {directory}")
 
 
 def doctor_bridge_keys(found):
@@ -15311,11 +15095,9 @@ def doctor_daemon(home, found):
                        f"warden answers within {DOCTOR_PROBE} s): a long write, or a host short "
                        "of CPU")
         for problem in problems:
-            found.fail(
-                EX_NOPERM,
-                problem,
-                f"free space or fix permissions under {home}; avsmd tries again every 30 s",
-            )
+            found.fail(EX_NOPERM,
+                       problem,
+                       f"free space or fix permissions under {home}; avsmd tries again every 30 s")
     except TimeoutError:                # it took the request: slow or stuck, not gone
         who = f"avsmd (pid {holder})" if holder else "avsmd"
         found.fail(EX_UNAVAILABLE, f"{who} took doctor's health request on {sock} but gave no "
@@ -15331,11 +15113,9 @@ def doctor_daemon(home, found):
                 f" {program_command('avsmd', home)}",
             )
         else:
-            found.fail(
-                EX_UNAVAILABLE,
-                f"no avsmd is running on {home}",
-                f"{program_command('avsmd', home)}",
-            )
+            found.fail(EX_UNAVAILABLE,
+                       f"no avsmd is running on {home}",
+                       f"{program_command('avsmd', home)}")
     finally:
         conn.close()
 
@@ -15499,11 +15279,9 @@ def status_row(state, now, keep=None, cfg=None, ascii=False):
             for name, info in sorted(state.guards.items())
             if info.get("past") and info.get("last")
         ]
-        why = (
-            "; ".join(guards)
-            + ("; once it reads inside, " if guards else "")
-            + f"avsm resume {state.name} starts it again"
-        )
+        why = ("; ".join(guards)
+               + ("; once it reads inside, " if guards else "")
+               + f"avsm resume {state.name} starts it again")
     elif m is None:
         condition, why = "cannot run", str(state.problem or "its adopted mandate cannot be read")
     elif held:
@@ -15513,10 +15291,8 @@ def status_row(state, now, keep=None, cfg=None, ascii=False):
             f"held by {what} #{seq} ({note}); a plausible reading of it clears the hold",
         )
     elif state.last_report and state.last_report[2].get("status") == "unconfirmed":
-        condition, why = (
-            "unconfirmed",
-            f"report #{state.last_report[0]} waits for the next to agree",
-        )
+        condition, why = ("unconfirmed",
+                          f"report #{state.last_report[0]} waits for the next to agree")
     elif stuck:
         condition = "stuck"
         why = "; ".join(f"{lever} cannot run ({reason}): "
@@ -15539,20 +15315,18 @@ def status_row(state, now, keep=None, cfg=None, ascii=False):
     # issue 11 item 8: how well avsm knows this venture's world, at a glance
     calibration = (describe_rolling(*rolling_scores(state.scores)) if state.scores
                    else "none scored yet") if m is not None and predicts(m) else None
-    return StatusRow(
-        state.name,
-        condition,
-        last,
-        now - state.trusted_at if last is not None else None,
-        sparkline([v for _, v in state.trusted[-SPARK_WIDTH:]], ascii),
-        levers,
-        run,
-        sorted(state.open_asks),
-        calibration,
-        [{"way": way, "bound": bound, "lever": lever} for _, way, bound, lever in
-         controller_sides(m)],
-        why,
-    )
+    return StatusRow(state.name,
+                     condition,
+                     last,
+                     now - state.trusted_at if last is not None else None,
+                     sparkline([v for _, v in state.trusted[-SPARK_WIDTH:]], ascii),
+                     levers,
+                     run,
+                     sorted(state.open_asks),
+                     calibration,
+                     [{"way": way, "bound": bound, "lever": lever} for _, way, bound, lever in
+                      controller_sides(m)],
+                     why)
 
 
 def asks_facts(states):
