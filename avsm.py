@@ -13883,7 +13883,7 @@ def chart_controller_words(shown):
 def chart_axes(metric, ticks, times, x, y, last):
     """Return the SVG of the plot's frame, its value and time grid with labels, and the captions."""
     c = CHART_COLOURS
-    parts = [f'<g class="axes" font-size="11">']
+    parts = ['<g class="axes" font-size="11">']
     for value, label in ticks:
         parts.append(
             f'<line x1="{CHART_LEFT}" x2="{CHART_RIGHT}" y1="{y(value):.1f}" y2="{y(value):.1f}"'
@@ -14183,7 +14183,7 @@ def chart_markers(actions, asks, records, levers, x):
         for s, a, rec in group:
             o_seq, outcome = ended.get(s, (None, None))
             states.append("running" if outcome is None else "ok" if outcome.get("ok") else "failed")
-            more = (f"; no outcome in the ledger yet" if outcome is None else
+            more = ("; no outcome in the ledger yet" if outcome is None else
                     f"; ended #{o_seq}: {'ok' if outcome.get('ok') else 'not ok'} "
                     f"({outcome.get('status')})")
         state = next(k for k in ("failed", "running", "ok") if k in states)
@@ -14676,6 +14676,9 @@ def is_our_origin(origin, trust):
         origin_home(origin, True) in trust.homes
 
 
+UNTRUSTED_FIX = "trust no checkpoint but those your own hosts signed; compare with your own copy"
+
+
 def vouch_checkpoint(found, name, c, trust, allowed):
     """Whether checkpoint `c` may vouch for this home's ledger: its origin and its signer."""
     if not is_our_origin(c.origin, trust):
@@ -14702,8 +14705,7 @@ def vouch_checkpoint(found, name, c, trust, allowed):
                    "install openssh-client" if fail.code == EX_UNAVAILABLE else
                    f"write lines `PRINCIPAL namespaces=\"{trust.namespace}\" KEY` of the hosts' "
                    f"signing keys in it" if fail.code == EX_NOINPUT else
-                   "trust no checkpoint but those your own hosts signed; compare with your own "
-                   "copy")
+                   UNTRUSTED_FIX)
         return False
     found.ok(f"checkpoint {name}: signed by {shown_text(who)} ({allowed}, namespace "
              f"{trust.namespace})"
@@ -14752,9 +14754,7 @@ def read_kept_checkpoints(home, found, where, trust):
                        f"checkpoint {name} cannot be read: {getattr(err, 'strerror', None) or err}",
                        "name the file, or the directory, you kept it in")
         except Fail as fail:
-            found.fail(fail.code, f"checkpoint {name}: {fail}",
-                       "trust no checkpoint but those your own hosts signed; compare with your "
-                       "own copy")
+            found.fail(fail.code, f"checkpoint {name}: {fail}", UNTRUSTED_FIX)
     return kept
 
 
@@ -14772,11 +14772,18 @@ def home_checkpoints(home, found=None):
             if found:
                 found.note(f"checkpoint {path} does not read ({err}), so it is not compared")
     own.sort(key=lambda pair: pair[1].seq)
-    if own and os.path.lexists(own[-1][0] + ".sig"):
-        with contextlib.suppress(OSError, UnicodeDecodeError):
-            signature = read_small_file(own[-1][0] + ".sig", CHECKPOINT_MAX).decode().strip()
-            own[-1] = (own[-1][0], own[-1][1]._replace(signature=signature or None))
+    if own:
+        own[-1] = (own[-1][0], with_signature(*own[-1]))
     return own
+
+
+def with_signature(path, c):
+    """Return checkpoint `c` with the signature in `path`.sig, if there is one that reads."""
+    with contextlib.suppress(OSError, UnicodeDecodeError):
+        if os.path.lexists(path + ".sig"):
+            signature = read_small_file(path + ".sig", CHECKPOINT_MAX).decode().strip()
+            c = c._replace(signature=signature or None)
+    return c
 
 
 def record_hash(db, seq):
@@ -14803,8 +14810,8 @@ def doctor_checkpoints(home, found, kept, own, scan, db, trust):
                    f"ssh-keygen -Y sign -f {trust.key} -n {trust.namespace} < /dev/null   "
                    f"(says why it cannot sign)")
     else:
-        found.note(f"checkpoints are written unsigned: config.yaml names no key; sign them with"
-                   f" checkpoint: {{key: /path/to/ssh/key}} (the README's Checkpoints)")
+        found.note("checkpoints are written unsigned: config.yaml names no key; sign them with"
+                   " checkpoint: {key: /path/to/ssh/key} (the README's Checkpoints)")
     if scan.broken:
         return None
     # the home's own are checked too (a forger who rewrote the ledger must rewrite these as well);
@@ -14843,9 +14850,7 @@ def doctor_checkpoints(home, found, kept, own, scan, db, trust):
         elif got is None:
             found.fail(EX_DATAERR, f"checkpoint {name} is of #{c.seq}, and the ledger holds no "
                                    f"record #{c.seq} (its first is #1): a made-up checkpoint, or "
-                                   f"a ledger replaced",
-                       "trust no checkpoint but those your own hosts signed; compare with your "
-                       "own copy")
+                                   f"a ledger replaced", UNTRUSTED_FIX)
         else:
             below = max((seq for seq, _ in holds if seq < c.seq), default=None)
             found.fail(
@@ -14921,10 +14926,7 @@ def verified_checkpoint(home, db, found, trust):
                                + ": it was not noted by a full doctor, or the home changed since",
                    full)
         return None
-    with contextlib.suppress(OSError, UnicodeDecodeError):
-        if os.path.lexists(name + ".sig"):
-            signature = read_small_file(name + ".sig", CHECKPOINT_MAX).decode().strip()
-            c = c._replace(signature=signature or None)
+    c = with_signature(name, c)
     if c.signature is None and trust.key:
         found.fail(EX_DATAERR, f"--quick refused: checkpoint #{seq} is unsigned, though "
                                f"config.yaml names the key {trust.key}", full)
