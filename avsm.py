@@ -11971,7 +11971,7 @@ def describe_call(record):
     return "; ".join(words)
 
 
-# ---- other hosts, over OpenSSH: the bridge, avsm --host, avsm fleet ---------------
+# ---- other hosts, over OpenSSH: the bridge, avsm --host, avsm fleet ----
 # avsm listens on nothing but its socket (DESIGN: no listener): `avsm --host H VERB` runs VERB
 # through ssh and the bridge there, which an ssh key names as its forced command.
 
@@ -13054,28 +13054,27 @@ def adopted_mandates(home):
 
 def test_config(home, cfg, path):
     """avsmd -t: the config and every adopted mandate, re-read; 78 when one does not hold."""
-    code = EX_OK
-    problem = socket_problem(home)
-    if problem:
-        sys.stderr.write(f"avsmd: {problem}\n")
-        code = EX_CONFIG
+    problems = []
+
+    def problem(text):
+        if text:
+            sys.stderr.write(f"avsmd: {text}\n")
+            problems.append(text)
+    problem(socket_problem(home))
     out(f"config {path}: holds" + ("" if os.path.exists(path) else " (not there: every default)"))
     out(describe_notify(cfg["notify"]))
     out(describe_checkpoint(cfg["checkpoint"]))
     if checkpoint_problem(cfg["checkpoint"]):
-        sys.stderr.write(f"avsmd: {path}: {checkpoint_problem(cfg['checkpoint'])}\n")
-        code = EX_CONFIG
+        problem(f"{path}: {checkpoint_problem(cfg['checkpoint'])}")
     # it runs in the home
     notify_problem = cfg["notify"] and command_problem(cfg["notify"]["run"], home)
     if notify_problem:
-        sys.stderr.write(f"avsmd: {path}: notify: {notify_problem}\n")
-        code = EX_CONFIG
+        problem(f"{path}: notify: {notify_problem}")
     page = cfg["page"] or {"path": f"nowhere (as {PAGE_EXAMPLE} would)", "every": 0}
     out(describe_metrics(cfg["metrics"]),
         f"page: written to {page['path']} every {format_duration(page['every'])}, whole")
     if written_problem(cfg):
-        sys.stderr.write(f"avsmd: {path}: {written_problem(cfg)}\n")
-        code = EX_CONFIG
+        problem(f"{path}: {written_problem(cfg)}")
     try:
         adopted = adopted_mandates(home)
     except (sqlite3_errors(), ValueError, Fail) as err:
@@ -13096,18 +13095,14 @@ def test_config(home, cfg, path):
                 raise Fail(EX_CONFIG, f"{unsafe.why}; {unsafe.fix}, "
                                       f"then {client_command(home)} add {directory}")
         except OSError as err:
-            sys.stderr.write(f"avsmd: {name}: {mandate_path} cannot be read: {err.strerror}\n")
-            code = EX_CONFIG
+            problem(f"{name}: {mandate_path} cannot be read: {err.strerror}")
             continue
         except Fail as fail:
             if fail.code == EX_NOINPUT and paused:
                 out(f"venture {name} (mandate #{seq}): paused, and its directory has gone")
-                continue
-            sys.stderr.write(
-                f"avsmd: {name}: {fail}"
-                + (f" (mandate #{seq} stays in force)\n" if fail.code != EX_NOINPUT else "\n")
-            )
-            code = EX_CONFIG
+            else:
+                problem(f"{name}: {fail}" + (
+                    f" (mandate #{seq} stays in force)" if fail.code != EX_NOINPUT else ""))
             continue
         drift = mandate_drift(in_force, text, seq, mandate_path)
         if drift:
@@ -13119,7 +13114,7 @@ def test_config(home, cfg, path):
         else:
             out(f"venture {name} (mandate #{seq}, {directory}){': paused' if paused else ''}:")
         print_allowed(home, cfg, name, m)
-    return code
+    return EX_CONFIG if problems else EX_OK
 
 
 def test_ventures(home, cfg, dirs):
@@ -13165,13 +13160,9 @@ def describe_allowed(m, cfg=None):
         lines.append("  " + backend_note(m, cfg))
     lines.append(f"  controller: {CONTROLLERS[ctl['kind']].describe(ctl)}")
     for lever in m["levers"].values():
-        how = (
-            "runs unasked"
-            if lever["reversible"]
-            else ("delegated: runs unasked, intent before and outcome after"
-                  if lever["delegated"]
-                  else "irreversible: asks a person first")
-        )
+        how = "runs unasked" if lever["reversible"] else \
+            "delegated: runs unasked, intent before and outcome after" if lever["delegated"] else \
+            "irreversible: asks a person first"
         lines.append(
             f"  may run {lever['name']}: cap {lever['cap_text']}, {how}"
             + (
@@ -13214,18 +13205,14 @@ def backend_note(m, cfg):
     if not name:
         return "backend: none named (set default: in config.yaml): no decision is made"
     if cfg["backends"][name]["offbox"] and m["escalate"] != "offbox":
-        return (
-            f"backend: {name} leaves the machine, and the mandate does not say escalate: offbox: no"
-            " call is made"
-        )
+        return f"backend: {name} leaves the machine, and the mandate does not say escalate:" \
+            " offbox: no call is made"
     second = cfg.get("escalate")
     if not second or second == name:
         escalation = ""
     elif cfg["backends"][second]["offbox"] and m["escalate"] != "offbox":
-        escalation = (
-            f", not escalating to {second} (it leaves the machine; the mandate does not say"
-            " escalate: offbox)"
-        )
+        escalation = f", not escalating to {second} (it leaves the machine; the mandate does" \
+            " not say escalate: offbox)"
     else:
         escalation = f", escalating to {second}"
     nightly = "no nightly decision" if cfg["nightly"] == "never" else f"nightly at {cfg['nightly']}"
@@ -13235,12 +13222,8 @@ def backend_note(m, cfg):
 def print_allowed(home, cfg, name, m):
     """Print what mandate `m` of venture `name` allows, and whether its levers can hold it."""
     out(*describe_allowed(m, cfg))
-    out(
-        "  "
-        + describe_capacity(
-            ledger_capacity(home, name, m, (cfg["forecast"] or FORECAST_DEFAULT)["days"])
-        )
-    )
+    out("  " + describe_capacity(
+        ledger_capacity(home, name, m, (cfg["forecast"] or FORECAST_DEFAULT)["days"])))
 
 
 def ledger_capacity(home, name, m, days):
@@ -13531,7 +13514,7 @@ def cmd_link(home, args):
 # The client commands that need no avsmd, and the text of a venture's status.
 # =============================================================================
 
-# ---- avsm chart --------------------------------------------------------------
+# ---- avsm chart ----
 
 CHART_USAGE = "usage: avsm chart VENTURE [--since DURATION|SEQ]"
 CHART_KINDS = ("report", "action", "outcome", "ask", "approval", "denial", "resolved", "pause",
@@ -14318,7 +14301,7 @@ def chart_legend(trusted, apart, actions, asks, records, shown, bottom, top, lev
     return parts + ["</g>"], CHART_HEIGHT + 18 * row
 
 
-# ---- avsm doctor -------------------------------------------------------------
+# ---- avsm doctor ----
 
 DRIFT_LINES = 12         # lines of a mandate's diff shown at most by avsmd -t and doctor
 
