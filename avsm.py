@@ -14202,84 +14202,44 @@ def chart_markers(actions, asks, records, levers, x):
 
 def chart_legend(trusted, apart, actions, asks, records, shown, bottom, top, levers, spans, marks):
     """Return (the SVG of the legend under the time axis, the chart's height)."""
-    c, items = CHART_COLOURS, []
+    c = CHART_COLOURS
     circle = lambda colour: (
         f'<circle cx="6" cy="-4" r="3" fill="{colour}"/><line x1="-2" x2="14" y1="-4" y2="-4"'
         f' stroke="{colour}"/>'
     )
     cross = '<path d="M2,-8 L10,0 M2,0 L10,-8" stroke="{}" stroke-width="1.8"/>'
-    if trusted:
-        items.append((circle(c["trusted"]), "trusted report"))
     statuses = set()
     for _, _, r in apart:
         value = chart_number(r.get("value"))
         statuses.add("failed"
                      if value is None
                      else "off the scale" if not bottom <= value <= top else report_status(r))
-    if "implausible" in statuses:
-        items.append((cross.format(c["implausible"]), "implausible"))
-    if "unconfirmed" in statuses:
-        items.append(
-            (
-                (f'<circle cx="6" cy="-4" r="4" fill="none" stroke="{c["unconfirmed"]}"'
-                 ' stroke-width="1.8"/>'),
-                "unconfirmed",
-            )
-        )
-    if "failed" in statuses:
-        items.append(
-            (
-                (f'<path d="M2,0 L6,-7 L10,0 Z" fill="none" stroke="{c["failed"]}"'
-                 ' stroke-width="1.8"/>'),
-                "failed (no value)",
-            )
-        )
-    if "off the scale" in statuses:
-        items.append(
-            (
-                (f'<path d="M1,-1 L6,-8 L11,-1 Z" fill="none" stroke="{c["implausible"]}"'
-                 ' stroke-width="1.8"/>'),
-                "off the scale",
-            )
-        )
     kinds = {m["controller"]["kind"] for _, _, _, m in shown if m and controller_sides(m)}
-    if "band" in kinds:
-        items.append(
-            (
-                (f'<rect x="0" y="-9" width="12" height="10" fill="{c["band"]}"'
-                 ' fill-opacity="0.25"/>'),
-                "band",
-            )
-        )
-    if kinds - {"band"}:
-        items.append(
-            (
-                (f'<line x1="0" x2="12" y1="-4" y2="-4" stroke="{c["bound"]}" stroke-width="1.5"'
-                 ' stroke-dasharray="4 2"/>'),
-                "bound",
-            )
-        )
-    items += [(f'<path d="M0,-9 L12,-9 L6,0 Z" fill="{colour}"/>', f"{lever} run")
-              for lever, colour in levers.items()]
     ends = {r.get("action"): bool(r.get("ok")) for _, _, r in records if r["kind"] == "outcome"}
     # True: ok, False: not ok, None: still running
     states = {ends.get(s) for s, _, _ in actions}
-    if False in states:
-        items.append(
-            (
-                (f'<path d="M0,-9 L12,-9 L6,0 Z" fill="#ffffff" stroke="{c["not ok"]}"'
-                 ' stroke-width="2"/>'),
-                "not ok",
-            )
-        )
-    if None in states:
-        items.append(
-            ('<path d="M0,-9 L12,-9 L6,0 Z" fill="#999999" fill-opacity="0.4"/>', "running")
-        )
-    if asks:
-        items.append(
-            (f'<path d="M6,-10 L12,-4 L6,2 L0,-4 Z" fill="{c["ask"]}"/>', "ask (pale: answered)")
-        )
+    items = [(glyph, words) for drawn, glyph, words in (
+        (trusted, circle(c["trusted"]), "trusted report"),
+        ("implausible" in statuses, cross.format(c["implausible"]), "implausible"),
+        ("unconfirmed" in statuses, f'<circle cx="6" cy="-4" r="4" fill="none" '
+         f'stroke="{c["unconfirmed"]}"' ' stroke-width="1.8"/>', "unconfirmed"),
+        ("failed" in statuses, f'<path d="M2,0 L6,-7 L10,0 Z" fill="none" stroke="{c["failed"]}"'
+         ' stroke-width="1.8"/>', "failed (no value)"),
+        ("off the scale" in statuses, f'<path d="M1,-1 L6,-8 L11,-1 Z" fill="none" '
+         f'stroke="{c["implausible"]}"' ' stroke-width="1.8"/>', "off the scale"),
+        ("band" in kinds, f'<rect x="0" y="-9" width="12" height="10" fill="{c["band"]}"'
+         ' fill-opacity="0.25"/>', "band"),
+        (kinds - {"band"}, f'<line x1="0" x2="12" y1="-4" y2="-4" stroke="{c["bound"]}" '
+         f'stroke-width="1.5"' ' stroke-dasharray="4 2"/>', "bound")) if drawn]
+    items += [(f'<path d="M0,-9 L12,-9 L6,0 Z" fill="{colour}"/>', f"{lever} run")
+              for lever, colour in levers.items()]
+    items += [(glyph, words) for drawn, glyph, words in (
+        (False in states, f'<path d="M0,-9 L12,-9 L6,0 Z" fill="#ffffff" stroke="{c["not ok"]}"'
+         ' stroke-width="2"/>', "not ok"),
+        (None in states, '<path d="M0,-9 L12,-9 L6,0 Z" fill="#999999" fill-opacity="0.4"/>',
+         "running"),
+        (asks, f'<path d="M6,-10 L12,-4 L6,2 L0,-4 Z" fill="{c["ask"]}"/>',
+         "ask (pale: answered)")) if drawn]
     items += [
         (f'<rect x="0" y="-9" width="12" height="10" fill="{c[what]}" fill-opacity="0.35"/>', what)
         for what in ("paused", "stuck")
