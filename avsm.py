@@ -11078,8 +11078,7 @@ def flush_out():
         raise
     except OSError as err:
         raise OutputError(
-            err.errno or 9, err.strerror or "standard output cannot be written"
-        ) from None
+            err.errno or 9, err.strerror or "standard output cannot be written") from None
 
 
 def shown(text):
@@ -11110,8 +11109,7 @@ class OutputError(OSError):
 
 
 LINE_CONTROL_CHARS = (
-    "[\x00-\x08\x0b-\x1f\x7f-\x9f\u2028\u2029\u202a-\u202e\u2066-\u2069\ud800-\udfff]"
-)
+    "[\x00-\x08\x0b-\x1f\x7f-\x9f\u2028\u2029\u202a-\u202e\u2066-\u2069\ud800-\udfff]")
 
 
 def ask_daemon(home, cmd, args=None):
@@ -11129,12 +11127,10 @@ def ask_daemon(home, cmd, args=None):
             except TimeoutError:
                 raise Fail(
                     EX_UNAVAILABLE,
-                    "avsmd took the request but gave no answer in time; see avsm doctor",
-                ) from None
+                    "avsmd took the request but gave no answer in time; see avsm doctor") from None
             if not data:
                 raise Fail(
-                    EX_UNAVAILABLE, "avsmd ended the connection before answering; see avsm doctor"
-                )
+                    EX_UNAVAILABLE, "avsmd ended the connection before answering; see avsm doctor")
             for message in reader.feed(data):
                 code = show_answer(message, cmd, home)
                 if code is not None:
@@ -11191,8 +11187,7 @@ def connect_daemon(home):
             raise Fail(
                 EX_UNAVAILABLE,
                 f"avsmd (pid {lock_holder(home)}) is running on {home} but its socket is missing; "
-                "it makes it again within a second: try again, or run avsm doctor",
-            ) from None
+                "it makes it again within a second: try again, or run avsm doctor") from None
         raise Fail(
             EX_UNAVAILABLE,
             f"no avsmd is running on {home}; start it with {program_command('avsmd', home)}",
@@ -11248,8 +11243,7 @@ def need_int(text, what):
         raise Fail(EX_USAGE, f"'{text}' is not {what}; write a record number such as 17")
     if int(t) > SEQ_MAX:
         raise Fail(
-            EX_DATAERR, f"#{t} is past any record the ledger can hold; avsm tail shows the last"
-        )
+            EX_DATAERR, f"#{t} is past any record the ledger can hold; avsm tail shows the last")
     return int(t)
 
 
@@ -11402,8 +11396,7 @@ def utf8_output():
     if "utf8" in REMOTE:
         return REMOTE["utf8"]           # the bridge writes for a terminal at the other end of ssh
     encoding = (
-        (getattr(sys.stdout, "encoding", None) or "").lower().replace("-", "").replace("_", "")
-    )
+        (getattr(sys.stdout, "encoding", None) or "").lower().replace("-", "").replace("_", ""))
     if encoding != "utf8":
         return False
     lc_all, lc_ctype, lang = (os.environ.get(k) or None for k in ("LC_ALL", "LC_CTYPE", "LANG"))
@@ -11477,8 +11470,7 @@ def cmd_approve(home, args):
         raise Fail(
             EX_USAGE,
             "approve --edit opens an editor and needs a terminal; run it in one, or approve without"
-            " --edit",
-        )
+            " --edit")
     import subprocess
     import tempfile
     payload = fetch_ask_payload(home, ask)
@@ -11538,12 +11530,10 @@ def ledger_path(home):
         raise Fail(
             EX_CANTCREAT,
             f"{home} is not a directory, so it holds no ledger; move it aside or pass another"
-            " --home",
-        )
+            " --home")
     if not os.path.isdir(home):
         raise Fail(
-            EX_NOINPUT, f"{home} does not exist; start {program_command('avsmd', home)} to make it"
-        )
+            EX_NOINPUT, f"{home} does not exist; start {program_command('avsmd', home)} to make it")
     path = os.path.join(home, "ledger.db")
     if not os.path.exists(path):
         raise Fail(EX_NOINPUT,
@@ -11551,18 +11541,15 @@ def ledger_path(home):
     # a directory, a FIFO (whose open would wait for ever) or a device
     if not os.path.isfile(path):
         mode = os.stat(path).st_mode
-        what = (
-            "a directory"
-            if stat.S_ISDIR(mode)
-            else ("a FIFO"
-                  if stat.S_ISFIFO(mode)
-                  else "a socket" if stat.S_ISSOCK(mode) else "a device")
-        )
+        what = ("a directory"
+                if stat.S_ISDIR(mode)
+                else ("a FIFO"
+                      if stat.S_ISFIFO(mode)
+                      else "a socket" if stat.S_ISSOCK(mode) else "a device"))
         raise Fail(
             EX_DATAERR,
             f"{path} is {what}, not a ledger; move it aside (avsmd then starts a new ledger), "
-            f"and {client_command(home)} doctor says more",
-        )
+            f"and {client_command(home)} doctor says more")
     return path
 
 
@@ -11612,14 +11599,12 @@ def cmd_summary(home, args):
         since_text = since_option(
             arg,
             rest,
-            "avsm summary --since needs a duration or a record number, such as 24h, 7d or 1200",
-        )
+            "avsm summary --since needs a duration or a record number, such as 24h, 7d or 1200")
         if since_text is None:
             raise Fail(
                 EX_USAGE,
                 f"avsm summary does not take '{arg}'; usage: avsm summary [--since DURATION|SEQ], "
-                "such as --since 24h, --since 7d or --since 1200",
-            )
+                "such as --since 24h, --since 7d or --since 1200")
     # bad usage (64) is found before the ledger (66)
     since, seconds = since_arg(since_text, "summary")
     span = f"the last {since_text.strip()}" if seconds else f"the records after #{since}"
@@ -11631,8 +11616,7 @@ def cmd_summary(home, args):
         raise Fail(
             EX_DATAERR,
             f"#{since} is past the last record (#{top}); avsm summary --since {top} is the empty"
-            " span",
-        )
+            " span")
     summary = summarize(summary_rows(db, since), since)
     db.close()
     show_facts(summary_facts(summary, span, home), format_summary)
@@ -11646,8 +11630,7 @@ def summary_rows(db, since):
     for (text,) in db.execute(f"SELECT record FROM records WHERE {RECORD_KIND_SQL} = 'mandate'"):
         record = load_record(text)
         if record.get("kind") == "mandate" and expects_effects(
-            parsed_or_none(parse_mandate, record, 0)
-        ):
+            parsed_or_none(parse_mandate, record, 0)):
             folded.add(record.get("venture"))
     kinds, names = ", ".join("?" * len(SUMMARY_BEFORE_KINDS)), ", ".join("?" * len(folded))
     clause = f"{RECORD_KIND_SQL} IN ({kinds})"
@@ -11655,13 +11638,11 @@ def summary_rows(db, since):
         clause += f" OR {RECORD_VENTURE_SQL} IN ({names})"
     for seq, at, text in db.execute(
         f"SELECT seq, at, record FROM records WHERE seq <= ? AND ({clause}) ORDER BY seq",
-        [since, *SUMMARY_BEFORE_KINDS, *sorted(folded)],
-    ):
+        [since, *SUMMARY_BEFORE_KINDS, *sorted(folded)]):
         yield seq, at, read_record(text, seq)
     fullmatch = re.compile(TRUSTED_REPORT).fullmatch
     for seq, at, text in db.execute(
-        "SELECT seq, at, record FROM records WHERE seq > ? ORDER BY seq", (since,)
-    ):
+        "SELECT seq, at, record FROM records WHERE seq > ? ORDER BY seq", (since,)):
         yield seq, at, decode_record(text, fullmatch, seq, checked=True)
 
 
@@ -11671,8 +11652,7 @@ def summary_rows(db, since):
 TRUSTED_REPORT = (
     r'\{"claim":"measured","kind":"report","metric":"([^"\\]*)","note":"","plausible":true,'
     r'"status":"trusted","summary":"[^"\\]*","value":(-?[0-9][0-9.eE+-]*),'
-    r'"venture":"([A-Za-z0-9_.-]+)"\}'
-)
+    r'"venture":"([A-Za-z0-9_.-]+)"\}')
 
 
 def decode_record(text, fullmatch=None, seq=None, checked=False):
@@ -11739,8 +11719,7 @@ def venture_summary_lines(v):
         lines.append(
             f"  metric {v['metric']}: {t['count']} trusted report(s): first {t['first']}, last"
             f" {t['last']}, min {t['min']}, max {t['max']}"
-            + (f"; {v['untrusted']} not trusted" if v["untrusted"] else "")
-        )
+            + (f"; {v['untrusted']} not trusted" if v["untrusted"] else ""))
     elif v["untrusted"]:
         lines.append(f"  metric {v['metric']}: no trusted report; {v['untrusted']} not trusted")
     for lever, runs in sorted(v["levers"].items()):
@@ -11750,8 +11729,7 @@ def venture_summary_lines(v):
             + ([f"{len(runs['failed'])} failed ({seq_list(runs['failed'])})"]
                if runs["failed"]
                else [])
-            + ([f"{len(pending)} with no outcome yet ({seq_list(pending)})"] if pending else [])
-        )
+            + ([f"{len(pending)} with no outcome yet ({seq_list(pending)})"] if pending else []))
         lines.append(f"  lever {lever}: ran {len(runs['runs'])} time(s), {', '.join(words)}:"
                      f" {seq_list(runs['runs'])}")
     if v["refusals"]:
@@ -11772,20 +11750,16 @@ def venture_summary_lines(v):
             f"  guard {guard}: {g['readings']} reading(s), {len(g['episodes'])} episode(s) past its"
             " bound"
             + (f" ({seq_list(g['episodes'])})" if g["episodes"] else "")
-            + (f", paused it ({seq_list(g['paused'])})" if g["paused"] else "")
-        )
+            + (f", paused it ({seq_list(g['paused'])})" if g["paused"] else ""))
     person_pauses = [s for s, guard in v["pauses"] if not guard]
     if person_pauses or v["resumes"]:
         lines.append(
             f"  paused by a person {len(person_pauses)} time(s), resumed {len(v['resumes'])}"
-            " time(s)"
-        )
+            " time(s)")
     if v["effects"]:
-        lines.append(
-            "  effects judged: "
-            + ", ".join(f"{len(seqs)} {verdict} ({seq_list(seqs, 4)})"
-                        for verdict, seqs in sorted(v["effects"].items()))
-        )
+        lines.append("  effects judged: "
+                     + ", ".join(f"{len(seqs)} {verdict} ({seq_list(seqs, 4)})"
+                                 for verdict, seqs in sorted(v["effects"].items())))
     if v["exits"]:
         restarts = [s for s, again, _ in v["exits"] if again]
         lines.append(f"  run: ended {len(v['exits'])} time(s), restarted {len(restarts)}"
@@ -11889,8 +11863,7 @@ def records_citing(db, key, seq):
     # canonical JSON is compact; the exact field is checked below
     rows = db.execute(
         "SELECT seq, at, record FROM records WHERE seq > ? AND record LIKE ? ORDER BY seq",
-        (seq, f'%"{key}":{seq}%'),
-    )
+        (seq, f'%"{key}":{seq}%'))
     for s, at, text in rows:
         record = load_record(text, s)
         if record.get(key) == seq:
@@ -11903,8 +11876,7 @@ def printed_lines(outcome, indent):
     if not note:
         return [f"{indent}printed nothing"]
     head = f"{indent}printed" + (
-        f" (the last {NOTE_MAX} characters):" if len(note) >= NOTE_MAX else ":"
-    )
+        f" (the last {NOTE_MAX} characters):" if len(note) >= NOTE_MAX else ":")
     return [head] + [f"{indent}  {line}" for line in note.splitlines()]
 
 
@@ -11914,15 +11886,13 @@ def what_followed(db, seq, record, home):
 
     def ended(action_seq, indent):
         outcomes = [
-            o for o in records_citing(db, "action", action_seq) if o[2].get("kind") == "outcome"
-        ]
+            o for o in records_citing(db, "action", action_seq) if o[2].get("kind") == "outcome"]
         for o_seq, o_at, outcome in outcomes:
             lines.append(f"{indent}ended " + format_record_line(o_seq, o_at, outcome))
             lines.extend(printed_lines(outcome, indent + "  "))
         if not outcomes:
             lines.append(
-                f"{indent}no outcome yet: the lever is running, or avsmd stopped before it ended"
-            )
+                f"{indent}no outcome yet: the lever is running, or avsmd stopped before it ended")
 
     def runs(key, number, indent):
         for a_seq, a_at, action in records_citing(db, key, number):
@@ -11961,8 +11931,7 @@ def describe_call(record):
         (f"{k}.{k2}", v2)
         for k, v in sorted(usage.items())
         if isinstance(v, dict)
-        for k2, v2 in sorted(v.items())
-    ]
+        for k2, v2 in sorted(v.items())]
     words.append("usage " + ", ".join(f"{k} {v}" for k, v in flat) if flat else "no usage reported")
     if call.get("stop"):
         words.append(f"stop {call['stop']}")
@@ -11994,8 +11963,7 @@ SSH_FAILURES = (
     ("Host key verification failed",
      EX_NOPERM,
      "its host key is not the one known_hosts holds: check it, then ssh to it once by hand"),
-    ("", EX_NOHOST, "is it up, with sshd running? `ssh HOST true` tries by hand"),
-)
+    ("", EX_NOHOST, "is it up, with sshd running? `ssh HOST true` tries by hand"))
 FLEET_VIEWS = ("status", "asks", "summary", "page")
 # what fleet witness checks a host's checkpoints with, in the fleet file or one of its hosts
 WITNESS_KEYS = {"principal", "allowed_signers", "namespace"}
@@ -12025,14 +11993,12 @@ def cmd_bridge(home, args, pinned):
             messages = reader.feed(data)
         except (ValueError, RecursionError) as err:
             raise Fail(
-                EX_USAGE, f"the bridge reads one JSON object a line: {str(err)[:200]}"
-            ) from None
+                EX_USAGE, f"the bridge reads one JSON object a line: {str(err)[:200]}") from None
         for message in messages:
             asked = True
             if not isinstance(message, dict):
                 raise Fail(
-                    EX_USAGE, f"the bridge reads one JSON object a line, not {json_kind(message)}"
-                )
+                    EX_USAGE, f"the bridge reads one JSON object a line, not {json_kind(message)}")
             where = message.pop("home", None)
             if where is not None and (argument_problem("path", where)
                                       or pinned
@@ -12046,8 +12012,7 @@ def cmd_bridge(home, args, pinned):
                 if args and cmd not in READ_REQUESTS:
                     raise Fail(
                         EX_DATAERR,
-                        f"this key may only read (avsm bridge --read-only): {cmd} is refused",
-                    )
+                        f"this key may only read (avsm bridge --read-only): {cmd} is refused")
                 if cmd == "records":        # read here, from the file: a witness needs no avsmd
                     send_out(*records_answer(where or home, request_args))
                     continue
@@ -12059,8 +12024,7 @@ def cmd_bridge(home, args, pinned):
                         if not data:
                             raise Fail(
                                 EX_UNAVAILABLE,
-                                "avsmd ended the connection before answering; see avsm doctor",
-                            )
+                                "avsmd ended the connection before answering; see avsm doctor")
                         ended = any("exit" in send_out(line) for line in answer.feed(data))
             except (Fail, ValueError, OSError) as err:
                 send_out({"err": str(err)}, {"exit": getattr(err, "code", EX_UNAVAILABLE)})
@@ -12082,8 +12046,7 @@ def bridge_verb(home, message, read_only):
     verb, argv = m["verb"], take_json([m["verb"]] + m["argv"])[1:]
     if verb not in BRIDGE_VERBS:
         raise Fail(
-            EX_USAGE, f"the bridge runs {', '.join(BRIDGE_VERBS)}, not {shown_text(verb)[:80]}"
-        )
+            EX_USAGE, f"the bridge runs {', '.join(BRIDGE_VERBS)}, not {shown_text(verb)[:80]}")
     if read_only and (BRIDGE_VERBS[verb] != "read" or verb == "doctor" and "--cut" in argv):
         raise Fail(EX_DATAERR,
                    f"this key may only read (avsm bridge --read-only): {verb} is refused; "
@@ -12144,8 +12107,7 @@ def remote_host(spec, ssh=None, bridge=None, timeout=None, name=None):
 
 def fleet_path(given=None):
     return given or os.path.join(
-        os.environ.get("XDG_CONFIG_HOME") or os.path.expanduser("~/.config"), "avsm", "fleet.yaml"
-    )
+        os.environ.get("XDG_CONFIG_HOME") or os.path.expanduser("~/.config"), "avsm", "fleet.yaml")
 
 
 def read_fleet(path, must=True):
@@ -12161,8 +12123,7 @@ def read_fleet(path, must=True):
         raise Fail(
             EX_NOINPUT,
             f"{path} cannot be read ({err.strerror}): write the hosts there, as the README's "
-            "Many hosts shows, or name a file with --fleet FILE",
-        ) from None
+            "Many hosts shows, or name a file with --fleet FILE") from None
     doc, c = checked_yaml(text, path)
     keys = {"ssh", "bridge", "timeout"} | WITNESS_KEYS
     c.mapping(doc, (), keys | {"hosts"}, "a fleet file")
@@ -12189,8 +12150,7 @@ def read_fleet(path, must=True):
             hosts.append(
                 remote_host(
                     given["host"] or "", given["ssh"], given["bridge"], timeout, given["name"]
-                )
-            )
+                ))
             hosts[-1].update((k, given[k]) for k in WITNESS_KEYS)
         except Fail as fail:
             c.fail(("hosts", i), str(fail))
@@ -12242,8 +12202,7 @@ def run_remote(target, verb, argv, path=None):
     if verb not in BRIDGE_VERBS:
         raise Fail(
             EX_USAGE,
-            f"avsm {verb} runs only where you are; avsm --host runs {', '.join(BRIDGE_VERBS)}",
-        )
+            f"avsm {verb} runs only where you are; avsm --host runs {', '.join(BRIDGE_VERBS)}")
     REMOTE.update({"via": host, "as": f"{client_command()} --host {target}"})
     if verb == "approve" and "--edit" in argv:
         # the editor is here; the ask and the answer go through the bridge
@@ -12476,8 +12435,7 @@ def far_failure(host, code, ours, theirs, ended=(), pinged=True, by_hand=None):
             EX_UNAVAILABLE,
             f"{name}: no avsm there ({host['bridge']!r} was not found); copy avsm.py to it and name"
             " the command: bridge: python3 /opt/avsm/avsm.py bridge in the fleet file, or"
-            " AVSM_BRIDGE",
-        )
+            " AVSM_BRIDGE")
     if not pinged and code == EX_OK:
         raise Fail(EX_UNAVAILABLE, f"{name}: {host['bridge']!r} ran there and said nothing, which "
                                    f"avsm's bridge never does; name avsm's (bridge: python3 "
@@ -13018,13 +12976,11 @@ def read_config(home, path=None):
         raise Fail(
             EX_CONFIG,
             f"{path}:{line}:{col}: byte 0x{data[err.start]:02x} is not UTF-8; save the config as"
-            " UTF-8",
-        ) from None
+            " UTF-8") from None
     except FileNotFoundError:
         if given:
             raise Fail(
-                EX_CONFIG, f"{path} is not there; pass an existing config file to -f"
-            ) from None
+                EX_CONFIG, f"{path} is not there; pass an existing config file to -f") from None
         text = ""
     except OSError as err:
         raise Fail(EX_CONFIG, f"{path} cannot be read: {err.strerror}") from None
@@ -13080,8 +13036,7 @@ def test_config(home, cfg, path):
     except (sqlite3_errors(), ValueError, Fail) as err:
         sys.stderr.write(
             f"avsmd: {home}/ledger.db does not read ({err}), so no adopted mandate can be listed; "
-            f"see {client_command(home)} doctor\n"
-        )
+            f"see {client_command(home)} doctor\n")
         return EX_DATAERR
     for name, directory, seq, paused, in_force in adopted:
         mandate_path = os.path.join(directory or "", "mandate.yaml")
@@ -13172,8 +13127,7 @@ def describe_allowed(m, cfg=None):
                    else " (model content waits for a person)")
                 if lever["takes"]
                 else ""
-            )
-        )
+            ))
     if not m["levers"]:
         lines.append("  may run no lever")
     if m["forbidden"]:
@@ -13192,8 +13146,7 @@ def describe_allowed(m, cfg=None):
     for a in m["audits"]:
         lines.append(
             f"  audit {a['name']} ({a['run']}): asks when the metric improves while it worsens"
-            f" ({a['worse']}) past {format_number(a['tolerance'])}"
-        )
+            f" ({a['worse']}) past {format_number(a['tolerance'])}")
     return lines
 
 
@@ -13254,8 +13207,7 @@ def cmd_try(home_arg, args):
     import tempfile
     if len(args) != 1:
         raise Fail(
-            EX_USAGE, "usage: avsm try DIR   (for example: python3 avsm.py try examples/counter)"
-        )
+            EX_USAGE, "usage: avsm try DIR   (for example: python3 avsm.py try examples/counter)")
     directory = os.path.realpath(args[0])
     check_venture_dir(directory)
     check_venture_name(os.path.basename(directory))
@@ -13291,8 +13243,7 @@ def cmd_try(home_arg, args):
                  if code in (EX_TEMPFAIL, EX_CONFIG, EX_CANTCREAT, EX_NOPERM)
                  else EX_UNAVAILABLE),
                 f"avsmd did not start on {home} (exit {code}); try adopts nothing into another"
-                " avsmd",
-            )
+                " avsmd")
         code = ask_daemon(home, "add", {"dir": directory})
         if code != EX_OK:
             return code
@@ -13337,8 +13288,7 @@ def when_it_acts(home, directory):
     if decided_by_model(m):
         return (
             f"{name}: a model proposes at the nightly decision, or now with avsm decide {name}; a"
-            f" report every {every}"
-        )
+            f" report every {every}")
     sides = [f"{m['metric']} {'>' if way == 'above' else '<'} {format_number(bound)} (then "
              + (f"{lever} runs)" if asks_first(m, lever) is None else asks_first(m, lever) + ")")
              for _, way, bound, lever in controller_sides(m)]
@@ -13349,8 +13299,7 @@ def when_it_acts(home, directory):
             row = db.execute(
                 "SELECT record FROM records WHERE record LIKE '%\"kind\":\"report\"%' AND "
                 "record LIKE ? ORDER BY seq DESC LIMIT 1",
-                (f'%"venture":"{name}"%',),
-            ).fetchone()
+                (f'%"venture":"{name}"%',)).fetchone()
             db.close()
             last = json.loads(row[0]) if row else None
         if last is None:
@@ -13379,8 +13328,7 @@ def program_command(program, home=None):
     on_path = shutil.which(program)
     if name.split(".")[0] in ("avsm", "avsmd") and not name.endswith(".py"):
         if on_path and (
-            not os.path.dirname(started) or os.path.realpath(on_path) == os.path.realpath(beside)
-        ):
+            not os.path.dirname(started) or os.path.realpath(on_path) == os.path.realpath(beside)):
             command = program
         elif os.path.dirname(started) and os.path.exists(beside):
             command = beside
@@ -13391,8 +13339,7 @@ def program_command(program, home=None):
     if command is None:
         python = sys.executable or "python3"
         if shutil.which("python3") and os.path.realpath(
-            shutil.which("python3")
-        ) == os.path.realpath(python):
+            shutil.which("python3")) == os.path.realpath(python):
             python = "python3"
         script = started if name.endswith(".py") and os.path.exists(started) else AVSM_PATH
         command = f"{python} {script}" + (" avsmd" if program == "avsmd" else "")
@@ -13459,8 +13406,7 @@ def cmd_link(home, args):
     if len(args) != 1 or args[0].startswith("-"):
         raise Fail(
             EX_USAGE,
-            "usage: avsm link DIR (such as avsm link ~/bin): it writes DIR/avsm and DIR/avsmd",
-        )
+            "usage: avsm link DIR (such as avsm link ~/bin): it writes DIR/avsm and DIR/avsmd")
     target = os.path.abspath(os.path.expanduser(args[0]))
     try:
         os.makedirs(target, exist_ok=True)
@@ -13472,8 +13418,7 @@ def cmd_link(home, args):
                         raise Fail(
                             EX_CANTCREAT,
                             f"{path} is there and avsm link did not write it (an installed avsm?): "
-                            "remove it, or link into another directory",
-                        )
+                            "remove it, or link into another directory")
         for program in ("avsm", "avsmd"):
             path = os.path.join(target, program)
             with open(path + ".new", "w", encoding="utf-8") as fh:
@@ -13504,8 +13449,7 @@ def cmd_link(home, args):
             if on_path
             else (f"\n{target} is not on your PATH: add it (PATH={target}:$PATH), or run"
                   f" {target}/avsm")
-        )
-    )
+        ))
     return EX_OK
 
 
@@ -13552,8 +13496,7 @@ def cmd_chart(home, args):
         value = since_option(
             arg,
             rest,
-            f"--since needs a duration or a record number (--since 24h, --since 17); {CHART_USAGE}",
-        )
+            f"--since needs a duration or a record number (--since 24h, --since 17); {CHART_USAGE}")
         if value is not None:
             since = value
         elif arg == "--":
@@ -13583,12 +13526,10 @@ def cmd_chart(home, args):
         db.close()
     if untimed:
         span += (
-            f" ({untimed} record{'s' if untimed != 1 else ''} at a time no clock wrote left out)"
-        )
+            f" ({untimed} record{'s' if untimed != 1 else ''} at a time no clock wrote left out)")
     if not mandates:
         raise Fail(
-            EX_DATAERR, f"no venture is named '{name}'; {client_command(home)} status lists them"
-        )
+            EX_DATAERR, f"no venture is named '{name}'; {client_command(home)} status lists them")
     if not any(r["kind"] == "report" for _, _, r in records):
         raise Fail(EX_DATAERR, f"venture {name} has no reports {span}" +
                    ("; give --since an earlier record or a longer duration, or --since 0 for the "
@@ -13612,8 +13553,7 @@ def since_arg(text, command):
             EX_USAGE,
             f"avsm {command} --since takes a duration such as 10s, 24h or 7d, or a record number "
             f"such as 17, not '{text}': --since 24h is the last 24 hours, --since 17 the records "
-            "after #17",
-        ) from None
+            "after #17") from None
 
 
 # 9999-12-31T23:59:59Z: a record's time past it (or before 1970) no clock wrote
@@ -13689,8 +13629,7 @@ def value_ticks(low, high):
     low, high = low - pad, high + pad
     step = nice_step(high - low, 6)
     bottom, top = max(math.floor(low / step) * step, floor), min(
-        math.ceil(high / step) * step, ceiling
-    )
+        math.ceil(high / step) * step, ceiling)
     decimals = max(0, -math.floor(math.log10(step))) if step < 1 else 0
     ticks, k = [], 0
     while bottom + k * step <= top + step * 1e-9:
@@ -13718,11 +13657,9 @@ def time_ticks(t0, t1, most=8):
             ticks.append((at, time.strftime("%Y-%m-%d", local), ""))
         else:
             date = time.strftime("%Y-%m-%d", local)
-            ticks.append(
-                (at,
-                 time.strftime("%H:%M:%S" if step < 60 else "%H:%M", local),
-                 date if date != day else "")
-            )
+            ticks.append((at,
+                          time.strftime("%H:%M:%S" if step < 60 else "%H:%M", local),
+                          date if date != day else ""))
             day = date
         t = at + step
     return ticks
@@ -13734,8 +13671,7 @@ def zone_words(at):
     off = t.tm_gmtoff or 0
     sign = "-" if off < 0 else "+"
     return f"UTC{sign}{abs(off) // 3600:02d}:{abs(off) % 3600 // 60:02d}" + (
-        f", {t.tm_zone}" if t.tm_zone else ""
-    )
+        f", {t.tm_zone}" if t.tm_zone else "")
 
 
 def chart_tooltip(seq, at, record, more=""):
@@ -13870,8 +13806,7 @@ def chart_axes(metric, ticks, times, x, y, last):
     for value, label in ticks:
         parts.append(
             f'<line x1="{CHART_LEFT}" x2="{CHART_RIGHT}" y1="{y(value):.1f}" y2="{y(value):.1f}"'
-            f' stroke="{c["grid"]}"/>'
-        )
+            f' stroke="{c["grid"]}"/>')
         parts.append(f'<text x="{CHART_LEFT - 6}" y="{y(value) + 4:.1f}"'
                      f' text-anchor="end">{xml_text(label)}</text>')
     for at, label, date in times:
@@ -13883,18 +13818,16 @@ def chart_axes(metric, ticks, times, x, y, last):
             parts.append(f'<text x="{x(at):.1f}" y="{CHART_BOTTOM + 30}"'
                          f' text-anchor="middle">{xml_text(date)}</text>')
     middle = (CHART_TOP + CHART_BOTTOM) / 2
-    parts += [
-        (f'<rect x="{CHART_LEFT}" y="{CHART_TOP}" width="{CHART_RIGHT - CHART_LEFT}"'
-         f' height="{CHART_BOTTOM - CHART_TOP}" fill="none" stroke="#999999"/>'),
-        (f'<text x="18" y="{middle:.0f}" text-anchor="middle" transform="rotate(-90 18'
-         f' {middle:.0f})" font-size="12">{xml_text(metric)}</text>'),
-        (f'<text x="{(CHART_LEFT + CHART_RIGHT) / 2:.0f}" y="{CHART_BOTTOM + 48}"'
-         ' text-anchor="middle"'
-         f' font-size="12">{xml_text(f"local time ({zone_words(last)})")}</text>'),
-        f'<text x="{CHART_LEFT - 6}" y="{CHART_TOP - 26}" text-anchor="end">asks</text>',
-        f'<text x="{CHART_LEFT - 6}" y="{CHART_TOP - 8}" text-anchor="end">lever runs</text>',
-        "</g>",
-    ]
+    parts += [(f'<rect x="{CHART_LEFT}" y="{CHART_TOP}" width="{CHART_RIGHT - CHART_LEFT}"'
+               f' height="{CHART_BOTTOM - CHART_TOP}" fill="none" stroke="#999999"/>'),
+              (f'<text x="18" y="{middle:.0f}" text-anchor="middle" transform="rotate(-90 18'
+               f' {middle:.0f})" font-size="12">{xml_text(metric)}</text>'),
+              (f'<text x="{(CHART_LEFT + CHART_RIGHT) / 2:.0f}" y="{CHART_BOTTOM + 48}"'
+               ' text-anchor="middle"'
+               f' font-size="12">{xml_text(f"local time ({zone_words(last)})")}</text>'),
+              f'<text x="{CHART_LEFT - 6}" y="{CHART_TOP - 26}" text-anchor="end">asks</text>',
+              f'<text x="{CHART_LEFT - 6}" y="{CHART_TOP - 8}" text-anchor="end">lever runs</text>',
+              "</g>"]
     return parts
 
 
@@ -13910,35 +13843,29 @@ def chart_controller(shown, x, y):
         title = (f"<title>{xml_text(f'mandate #{seq}: ' + CONTROLLERS[ctl['kind']].describe(ctl))}"
                  "</title>")
         if ctl["kind"] == "band":
-            parts += [
-                f'<g class="band" stroke="{c["band"]}">{title}',
-                (f'<rect x="{x1:.1f}" y="{y(ctl["high"]):.1f}" width="{x2 - x1:.1f}"'
-                 f' height="{y(ctl["low"]) - y(ctl["high"]):.1f}" fill="{c["band"]}"'
-                 ' fill-opacity="0.12" stroke="none"/>'),
-            ]
+            parts += [f'<g class="band" stroke="{c["band"]}">{title}',
+                      (f'<rect x="{x1:.1f}" y="{y(ctl["high"]):.1f}" width="{x2 - x1:.1f}"'
+                       f' height="{y(ctl["low"]) - y(ctl["high"]):.1f}" fill="{c["band"]}"'
+                       ' fill-opacity="0.12" stroke="none"/>')]
         else:
             parts.append(f'<g class="bound" stroke="{c["bound"]}">{title}')
         for _, way, bound, lever in controller_sides(m):
             parts.append(
                 f'<line x1="{x1:.1f}" x2="{x2:.1f}" y1="{y(bound):.1f}" y2="{y(bound):.1f}"'
-                ' stroke-width="1.5" stroke-dasharray="6 4"/>'
-            )
+                ' stroke-width="1.5" stroke-dasharray="6 4"/>')
             label = f"{way} {format_number(bound)}: {lever}"
             ly = y(bound) - 5 if way == "above" else y(bound) + 14
             labels.append(
-                f'<text x="{x2 - 4:.1f}" y="{ly:.1f}" text-anchor="end">{xml_text(label)}</text>'
-            )
+                f'<text x="{x2 - 4:.1f}" y="{ly:.1f}" text-anchor="end">{xml_text(label)}</text>')
             if ctl.get("deadband"):
                 rearm = bound - ctl["deadband"] if way == "above" else bound + ctl["deadband"]
                 parts.append(
                     f'<line x1="{x1:.1f}" x2="{x2:.1f}" y1="{y(rearm):.1f}" y2="{y(rearm):.1f}" '
-                    'stroke-dasharray="2 3" stroke-opacity="0.7"/>'
-                )
+                    'stroke-dasharray="2 3" stroke-opacity="0.7"/>')
         parts.append("</g>")
     halo = (
         '<g class="controller-halo" font-size="11" fill="#ffffff" stroke="#ffffff" stroke-width="3"'
-        ' stroke-linejoin="round">'
-    )
+        ' stroke-linejoin="round">')
     return parts + ["</g>"], [halo,
                               *labels,
                               "</g>",
@@ -14059,8 +13986,7 @@ def chart_spans(records, mandates, eras, t0, t1):
             m, directory = r["m"], r["directory"]
         elif kind == "pause" or kind == "refusal" and r.get("stuck"):
             opened.setdefault(
-                ("paused", None) if kind == "pause" else ("stuck", r.get("side")), (a, s, r)
-            )
+                ("paused", None) if kind == "pause" else ("stuck", r.get("side")), (a, s, r))
         elif kind == "resume":
             ended = [("paused", None)]
         elif kind == "report" and opened and report_status(r) == "trusted" \
@@ -14072,8 +13998,7 @@ def chart_spans(records, mandates, eras, t0, t1):
             start, seq, record = opened.pop(key)
             spans.append((start, a, key[0], seq, record, s))
     spans += [
-        (start, t1, key[0], seq, record, None) for key, (start, seq, record) in opened.items()
-    ]
+        (start, t1, key[0], seq, record, None) for key, (start, seq, record) in opened.items()]
     return sorted(span for span in spans if span[1] >= t0)
 
 
@@ -14129,8 +14054,7 @@ def chart_stretches(spans, marks, x):
             f' x="{x1:.1f}" y="{CHART_TOP}" width="{max(x2 - x1, 1):.1f}"'
             f' height="{CHART_BOTTOM - CHART_TOP}" fill="{c[what]}" fill-opacity="0.2"/><text'
             f' x="{x1 + 3:.1f}" y="{CHART_BOTTOM - (5 if what == "paused" else 17)}"'
-            f' fill="{c[what]}">{label}</text></g>'
-        )
+            f' fill="{c[what]}">{label}</text></g>')
     groups = sorted((g for what in ("guard", "mandate")
                      for g in chart_groups([(m[3], m[0], m) for m in marks if m[1] == what], x)),
                     key=lambda g: g[0][0])
@@ -14146,8 +14070,7 @@ def chart_stretches(spans, marks, x):
             f' y1="{CHART_TOP}" y2="{CHART_BOTTOM}" stroke="{c[what]}" stroke-width="1.5"/><text'
             f' x="{lx}" y="{CHART_TOP + 12}"'
             + ("" if anchor == "start" else ' text-anchor="end"')
-            + f'>{xml_text(label)}</text></g>'
-        )
+            + f'>{xml_text(label)}</text></g>')
     return parts + ["</g>"]
 
 
@@ -14205,8 +14128,7 @@ def chart_legend(trusted, apart, actions, asks, records, shown, bottom, top, lev
     c = CHART_COLOURS
     circle = lambda colour: (
         f'<circle cx="6" cy="-4" r="3" fill="{colour}"/><line x1="-2" x2="14" y1="-4" y2="-4"'
-        f' stroke="{colour}"/>'
-    )
+        f' stroke="{colour}"/>')
     cross = '<path d="M2,-8 L10,0 M2,0 L10,-8" stroke="{}" stroke-width="1.8"/>'
     statuses = set()
     for _, _, r in apart:
@@ -14243,8 +14165,7 @@ def chart_legend(trusted, apart, actions, asks, records, shown, bottom, top, lev
     items += [
         (f'<rect x="0" y="-9" width="12" height="10" fill="{c[what]}" fill-opacity="0.35"/>', what)
         for what in ("paused", "stuck")
-        if any(span[2] == what for span in spans)
-    ]
+        if any(span[2] == what for span in spans)]
     items += [(f'<line x1="6" x2="6" y1="-10" y2="2" stroke="{c[what]}" stroke-width="2"/>', words)
               for what, words in (("guard", "guard trip"), ("mandate", "new mandate"))
               if any(k[1] == what for k in marks)]
@@ -14255,8 +14176,7 @@ def chart_legend(trusted, apart, actions, asks, records, shown, bottom, top, lev
             at, row = CHART_LEFT, row + 1
         parts.append(
             f'<g transform="translate({at} {CHART_HEIGHT - 14 + 18 * row})">{glyph}<text x="18"'
-            f' y="0">{xml_text(words)}</text></g>'
-        )
+            f' y="0">{xml_text(words)}</text></g>')
         at += width
     return parts + ["</g>"], CHART_HEIGHT + 18 * row
 
@@ -14271,14 +14191,12 @@ def mandate_drift(in_force, on_disk, seq, path):
     if in_force == on_disk or in_force is None:
         return []
     import difflib
-    lines = list(
-        difflib.unified_diff(in_force.splitlines(),
-                             on_disk.splitlines(),
-                             f"mandate #{seq} (in force)",
-                             path,
-                             n=0,
-                             lineterm="")
-    )
+    lines = list(difflib.unified_diff(in_force.splitlines(),
+                                      on_disk.splitlines(),
+                                      f"mandate #{seq} (in force)",
+                                      path,
+                                      n=0,
+                                      lineterm=""))
     shown_lines = [f"    {line}" for line in lines[:DRIFT_LINES]]
     if len(lines) > DRIFT_LINES:
         shown_lines.append(f"    ... {len(lines) - DRIFT_LINES} more lines of difference")
@@ -14415,8 +14333,7 @@ def doctor_home(home, found):
         return False
     if not os.access(home, os.R_OK | os.W_OK | os.X_OK):
         found.fail(
-            EX_NOPERM, f"the home {home} is not readable and writable by you", f"chmod 700 {home}"
-        )
+            EX_NOPERM, f"the home {home} is not readable and writable by you", f"chmod 700 {home}")
         # what can be read is still checked (DOCTOR-01)
         return os.access(home, os.R_OK | os.X_OK)
     if not problem:
@@ -14483,19 +14400,16 @@ def doctor_ledger(home, found, since, kept=(), quick=False, trust=None):
         found.fail(
             EX_DATAERR,
             f"{path} is not a regular file (a directory, a FIFO or a device), so not a ledger",
-            f"mv {path} {path}.broken   (avsmd then starts a new ledger)",
-        )
+            f"mv {path} {path}.broken   (avsmd then starts a new ledger)")
         return
     if not os.access(path, os.R_OK | os.W_OK):
         found.fail(EX_NOPERM, f"{path} is not readable and writable by you", f"chmod 600 {path}")
     try:
         db = open_ledger_ro(path)
         triggers = {
-            row[0] for row in db.execute("SELECT name FROM sqlite_master WHERE type = 'trigger'")
-        }
+            row[0] for row in db.execute("SELECT name FROM sqlite_master WHERE type = 'trigger'")}
         count, first_at, last_at = db.execute(
-            "SELECT count(*), min(at), max(at) FROM records"
-        ).fetchone()
+            "SELECT count(*), min(at), max(at) FROM records").fetchone()
     except Fail as fail:
         # a transaction its writer was killed in: avsmd rolls it back
         found.fail(EX_DATAERR,
@@ -14507,8 +14421,7 @@ def doctor_ledger(home, found, since, kept=(), quick=False, trust=None):
             EX_DATAERR,
             f"{path} is not a ledger avsm can read: {err}",
             f"mv {path} {path}.broken   (avsmd then starts a new ledger; keep the old one for the"
-            " record)",
-        )
+            " record)")
         return
     missing = {"records_no_update", "records_no_delete", "records_chain"} - triggers
     if missing:
@@ -14530,23 +14443,20 @@ def doctor_ledger(home, found, since, kept=(), quick=False, trust=None):
             EX_DATAERR,
             f"record #{seq} does not read: {why}",
             f"{client_command(home)} doctor --cut {seq}   (with avsmd stopped; the whole ledger is"
-            " backed up first)",
-        )
+            " backed up first)")
     else:
         span, size = (last_at or 0) - (first_at or 0), os.path.getsize(path)
         growth = (
             f"about {size / (span / 86400) / 1e6:.2f} MB a day over its {format_span(span)} (the"
             " README's Sizing a host says what to expect)"
             if span >= 60
-            else "too young to say how fast it grows"
-        )
+            else "too young to say how fast it grows")
         if after:
             found.ok(
                 f"ledger {path}: #{after[0] + 1} to #{scan.head[0]} chained and read, from"
                 f" checkpoint #{after[0]}, which a full doctor verified; the {after[0]} records"
                 " before it and every proof were not re-read (--quick): a full"
-                f" {client_command(home)} doctor checks them"
-            )
+                f" {client_command(home)} doctor checks them")
         else:
             found.ok(f"ledger {path}: {count} records chained, {size / 1e6:.1f} MB, {growth}")
         head = ledger_head(db)
@@ -14554,8 +14464,7 @@ def doctor_ledger(home, found, since, kept=(), quick=False, trust=None):
             found.note(
                 f"the ledger's head now is {head[0]}:{head[1][:16]}; keep it somewhere else (a"
                 f" note, another machine): {client_command(home)} doctor --since"
-                f" {head[0]}:{head[1][:16]} later shows the ledger still holds it"
-            )
+                f" {head[0]}:{head[1][:16]} later shows the ledger still holds it")
         problems = scan.problems
         if problems:
             seq, problem = problems[0]
@@ -14578,8 +14487,7 @@ def doctor_ledger(home, found, since, kept=(), quick=False, trust=None):
                    if row is None
                    else f"#{seq} now hashes to {row[0][:16]}"),
                 f"compare with the backup you took the anchor from; {client_command(home)} tail"
-                f" --since {max(0, int(seq) - 1)}",
-            )
+                f" --since {max(0, int(seq) - 1)}")
         else:
             found.ok(f"the ledger still holds {since}")
     db.close()
@@ -14662,17 +14570,15 @@ def read_kept_checkpoints(home, found, where, trust):
     """Return [(name, Checkpoint)] of the checkpoints kept in FILE, DIR or - that may vouch for
     this home. One missing is 66, one that does not read, vouch or verify 65, no ssh-keygen 69."""
     allowed = trust.allowed or os.path.expanduser("~/.ssh/allowed_signers")
-    names = (
-        ["-"]
-        if where == "-"
-        else ([where]
-              if not os.path.isdir(where)
-              else [
-                  os.path.join(where, n)
-                  for n in sorted(os.listdir(where))
-                  if not n.endswith(".sig") and n[0] != "."
-              ])
-    )
+    names = (["-"]
+             if where == "-"
+             else ([where]
+                   if not os.path.isdir(where)
+                   else [
+                       os.path.join(where, n)
+                       for n in sorted(os.listdir(where))
+                       if not n.endswith(".sig") and n[0] != "."
+                   ]))
     kept = []
     for name in names:
         try:
@@ -14688,8 +14594,7 @@ def read_kept_checkpoints(home, found, where, trust):
             if checkpoint.signature is None:
                 found.note(
                     f"checkpoint {name} is unsigned: it shows a rewrite only while it is kept where"
-                    " the ledger's writer cannot reach it"
-                )
+                    " the ledger's writer cannot reach it")
             if vouch_checkpoint(found, name, checkpoint, trust, allowed):
                 kept.append((name, checkpoint))
         except (OSError, UnicodeDecodeError) as err:
@@ -14742,8 +14647,7 @@ def doctor_checkpoints(home, found, kept, own, scan, db, trust):
     if ours is None:
         found.note(
             f"no checkpoint in {home}/checkpoints yet: avsmd writes one at its start, daily, and"
-            " after each irreversible action"
-        )
+            " after each irreversible action")
     elif ours.signature:
         found.ok(f"checkpoints: the newest, of #{ours.seq}, is signed; keep copies elsewhere "
                  f"({client_command(home)} checkpoint)")
@@ -14781,15 +14685,13 @@ def doctor_checkpoints(home, found, kept, own, scan, db, trust):
         if got == c.hash:
             found.ok(
                 f"checkpoint {name}: the ledger still holds #{c.seq}:{c.hash[:16]}, and the chain"
-                " from it to the head"
-            )
+                " from it to the head")
         elif c.seq > scan.head[0]:
             found.fail(
                 EX_DATAERR,
                 f"checkpoint {name} is of #{c.seq}, and the ledger ends at #{scan.head[0]}: records"
                 " it held were cut, or the ledger was replaced",
-                "restore the ledger from a backup that holds them",
-            )
+                "restore the ledger from a backup that holds them")
         elif got is None:
             found.fail(EX_DATAERR, f"checkpoint {name} is of #{c.seq}, and the ledger holds no "
                                    f"record #{c.seq} (its first is #1): a made-up checkpoint, or "
@@ -14802,8 +14704,7 @@ def doctor_checkpoints(home, found, kept, own, scan, db, trust):
                 f" #{c.seq} hashes to {got[:16]}: the ledger was rewritten at or before #{c.seq}"
                 + (f" and after #{below}, which it still holds" if below else ""),
                 f"restore the ledger from a backup; {client_command(home)} tail --since"
-                f" {below or 0} shows what it holds now",
-            )
+                f" {below or 0} shows what it holds now")
             # the first that no longer matches names the rewrite; the later follow from it
             break
     held = newest in vouched and hashes.get(newest[1].seq) == newest[1].hash
@@ -14813,8 +14714,7 @@ def doctor_checkpoints(home, found, kept, own, scan, db, trust):
 def verified_path(home):
     import hashlib
     return os.path.join(
-        user_cache(), "verified", hashlib.sha256(os.path.realpath(home).encode()).hexdigest()[:16]
-    )
+        user_cache(), "verified", hashlib.sha256(os.path.realpath(home).encode()).hexdigest()[:16])
 
 
 def remember_verified(home, checkpoint):
@@ -14850,8 +14750,7 @@ def verified_checkpoint(home, db, found, trust):
             EX_NOINPUT,
             "--quick: no full doctor has verified a checkpoint of this ledger yet",
             f"{client_command(home)} doctor   (a full check; --quick then checks from its newest"
-            " checkpoint on)",
-        )
+            " checkpoint on)")
         return None
     full = (f"{client_command(home)} doctor   (a full check says where the ledger changed, and "
             f"notes it again)")
@@ -14886,8 +14785,7 @@ def verified_checkpoint(home, db, found, trust):
                if now is None
                else f"#{seq} now hashes to {now[:16]}, not {digest[:16]}")
             + ")",
-            f"{client_command(home)} doctor   (a full check says where the ledger changed)",
-        )
+            f"{client_command(home)} doctor   (a full check says where the ledger changed)")
         return None
     return seq, digest
 
@@ -14910,8 +14808,7 @@ def doctor_mandates(home, found):
                    else adopted_mandates(home))
     except (sqlite3.DatabaseError, ValueError, Fail) as err:
         found.note(
-            f"the adopted mandates cannot be listed from a ledger that does not read ({err})"
-        )
+            f"the adopted mandates cannot be listed from a ledger that does not read ({err})")
         return
     uid = os.stat(home).st_uid          # avsmd runs as the home's owner
     for name, directory, seq, paused, in_force in adopted:
@@ -14935,19 +14832,16 @@ def doctor_mandates(home, found):
             elif drift:
                 found.note(
                     f"venture {name}: {path} holds but differs from mandate #{seq} in force; "
-                    f"{client_command(home)} add {directory} applies it", drift
-                )
+                    f"{client_command(home)} add {directory} applies it", drift)
             else:
                 found.ok(f"venture {name}: {path} holds, the same as mandate #{seq} in force")
         except OSError as err:
             denied = isinstance(err, PermissionError)
-            found.fail(
-                EX_NOPERM if denied else EX_NOINPUT,
-                f"venture {name}: {path} cannot be read: {err.strerror}",
-                (f"chmod u+r {path}"
-                 if denied
-                 else f"put {path} back, then {client_command(home)} add {directory}"),
-            )
+            found.fail(EX_NOPERM if denied else EX_NOINPUT,
+                       f"venture {name}: {path} cannot be read: {err.strerror}",
+                       (f"chmod u+r {path}"
+                        if denied
+                        else f"put {path} back, then {client_command(home)} add {directory}"))
         except Fail as fail:
             found.fail(EX_CONFIG,
                        f"venture {name}: {fail}",
@@ -15009,15 +14903,13 @@ def doctor_daemon(home, found):
     sock = os.path.join(home, "sock")
     if os.path.lexists(lock) and not os.path.isfile(lock):
         found.fail(
-            EX_CANTCREAT, f"{lock} is not a regular file", f"rm -r {lock}   (avsmd makes it again)"
-        )
+            EX_CANTCREAT, f"{lock} is not a regular file", f"rm -r {lock}   (avsmd makes it again)")
     daemons = avsmd_processes(home)
     if len(daemons) > 1:
         found.fail(
             EX_UNAVAILABLE,
             f"{len(daemons)} avsmd processes run on {home}: pids {', '.join(map(str, daemons))}",
-            f"kill {' '.join(map(str, daemons[1:]))}   (keep one)",
-        )
+            f"kill {' '.join(map(str, daemons[1:]))}   (keep one)")
     holder = lock_holder(home) if os.path.isfile(lock) else None
     conn = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     conn.settimeout(DOCTOR_PROBE_MOST)
@@ -15055,8 +14947,7 @@ def doctor_daemon(home, found):
                 EX_UNAVAILABLE,
                 f"avsmd (pid {holder}) is running but its socket {sock} is missing",
                 f"wait a second (it makes the socket again); if it stays missing: kill {holder} &&"
-                f" {program_command('avsmd', home)}",
-            )
+                f" {program_command('avsmd', home)}")
         else:
             found.fail(EX_UNAVAILABLE,
                        f"no avsmd is running on {home}",
@@ -15084,8 +14975,7 @@ def avsmd_processes(home):
                     continue
                 given = next((argv[i + 1] for i, a in enumerate(argv[:-1]) if a == "--home"), None)
                 given = given or next(
-                    (a.split("=", 1)[1] for a in argv if a.startswith("--home=")), None
-                )
+                    (a.split("=", 1)[1] for a in argv if a.startswith("--home=")), None)
                 if given is None:
                     with open(f"/proc/{entry}/environ", "rb") as fh:
                         env = dict(v.split(b"=", 1) for v in fh.read().split(b"\0") if b"=" in v)
@@ -15129,8 +15019,7 @@ def doctor_cut(home, seq):
     holder = lock_holder(home) if os.path.isdir(home) else None
     if holder:
         raise Fail(
-            EX_TEMPFAIL, f"avsmd (pid {holder}) is running on {home}; stop it first, then cut"
-        )
+            EX_TEMPFAIL, f"avsmd (pid {holder}) is running on {home}; stop it first, then cut")
     path = ledger_path(home)
     last = last_seq(open_ledger_ro(path))
     if seq > last:
@@ -15222,8 +15111,7 @@ def status_row(state, now, keep=None, cfg=None, ascii=False):
             f"guard {name}: #{info['last'][0]} {format_number(info['last'][1])} past its bound"
             f" since #{info['episode']}"
             for name, info in sorted(state.guards.items())
-            if info.get("past") and info.get("last")
-        ]
+            if info.get("past") and info.get("last")]
         why = ("; ".join(guards)
                + ("; once it reads inside, " if guards else "")
                + f"avsm resume {state.name} starts it again")
@@ -15233,8 +15121,7 @@ def status_row(state, now, keep=None, cfg=None, ascii=False):
         what, seq, note = held
         condition, why = (
             "implausible",
-            f"held by {what} #{seq} ({note}); a plausible reading of it clears the hold",
-        )
+            f"held by {what} #{seq} ({note}); a plausible reading of it clears the hold")
     elif state.last_report and state.last_report[2].get("status") == "unconfirmed":
         condition, why = ("unconfirmed",
                           f"report #{state.last_report[0]} waits for the next to agree")
