@@ -11951,14 +11951,14 @@ SSH_FAILURES = (
     (
         "Permission denied",
         EX_NOPERM,
-        ("the key was refused: put your public key in the host's "
-         "authorized_keys, as the README's Many hosts shows"),
+        "the key was refused: put your public key in the host's "
+        "authorized_keys, as the README's Many hosts shows",
     ),
     (
         "timed out",
         EX_NOHOST,
-        ("it said nothing within its timeout: the host or its sshd hangs; "
-         "`ssh HOST true` tries by hand"),
+        "it said nothing within its timeout: the host or its sshd hangs; "
+        "`ssh HOST true` tries by hand",
     ),
     ("Host key verification failed",
      EX_NOPERM,
@@ -12293,7 +12293,7 @@ def far_text(text, command):
 
 def ssh_bridge(host, request, capture=False, timeout=None):
     """Run the bridge on `host` through ssh with `request` on its standard input; return (exit
-    code, its output when captured, its error lines). A verb runs as long as it runs (tail -f)."""
+    code, its output when captured, its error lines)."""
     import codecs
     import select
     import threading
@@ -13562,7 +13562,7 @@ CLOCK_MAX = 253402300799
 
 def read_chart_records(db, name, after, start):
     """Return (the mandate records of venture `name`, its records after seq `after` and from
-    `start`, how many were left out for a time no clock wrote). The indexes find the span."""
+    `start`, how many were left out for a time no clock wrote)."""
     field = f'"venture":{json.dumps(name)}'
     mandates = [(s, a, json.loads(t)) for s, a, t in db.execute(
         f"SELECT seq, at, record FROM records WHERE {RECORD_KIND_SQL} = 'mandate' "
@@ -13818,13 +13818,13 @@ def chart_axes(metric, ticks, times, x, y, last):
             parts.append(f'<text x="{x(at):.1f}" y="{CHART_BOTTOM + 30}"'
                          f' text-anchor="middle">{xml_text(date)}</text>')
     middle = (CHART_TOP + CHART_BOTTOM) / 2
-    parts += [(f'<rect x="{CHART_LEFT}" y="{CHART_TOP}" width="{CHART_RIGHT - CHART_LEFT}"'
-               f' height="{CHART_BOTTOM - CHART_TOP}" fill="none" stroke="#999999"/>'),
-              (f'<text x="18" y="{middle:.0f}" text-anchor="middle" transform="rotate(-90 18'
-               f' {middle:.0f})" font-size="12">{xml_text(metric)}</text>'),
-              (f'<text x="{(CHART_LEFT + CHART_RIGHT) / 2:.0f}" y="{CHART_BOTTOM + 48}"'
-               ' text-anchor="middle"'
-               f' font-size="12">{xml_text(f"local time ({zone_words(last)})")}</text>'),
+    parts += [f'<rect x="{CHART_LEFT}" y="{CHART_TOP}" width="{CHART_RIGHT - CHART_LEFT}"'
+              f' height="{CHART_BOTTOM - CHART_TOP}" fill="none" stroke="#999999"/>',
+              f'<text x="18" y="{middle:.0f}" text-anchor="middle" transform="rotate(-90 18'
+              f' {middle:.0f})" font-size="12">{xml_text(metric)}</text>',
+              f'<text x="{(CHART_LEFT + CHART_RIGHT) / 2:.0f}" y="{CHART_BOTTOM + 48}"'
+              ' text-anchor="middle"'
+              f' font-size="12">{xml_text(f"local time ({zone_words(last)})")}</text>',
               f'<text x="{CHART_LEFT - 6}" y="{CHART_TOP - 26}" text-anchor="end">asks</text>',
               f'<text x="{CHART_LEFT - 6}" y="{CHART_TOP - 8}" text-anchor="end">lever runs</text>',
               "</g>"]
@@ -13844,9 +13844,9 @@ def chart_controller(shown, x, y):
                  "</title>")
         if ctl["kind"] == "band":
             parts += [f'<g class="band" stroke="{c["band"]}">{title}',
-                      (f'<rect x="{x1:.1f}" y="{y(ctl["high"]):.1f}" width="{x2 - x1:.1f}"'
-                       f' height="{y(ctl["low"]) - y(ctl["high"]):.1f}" fill="{c["band"]}"'
-                       ' fill-opacity="0.12" stroke="none"/>')]
+                      f'<rect x="{x1:.1f}" y="{y(ctl["high"]):.1f}" width="{x2 - x1:.1f}"'
+                      f' height="{y(ctl["low"]) - y(ctl["high"]):.1f}" fill="{c["band"]}"'
+                      ' fill-opacity="0.12" stroke="none"/>']
         else:
             parts.append(f'<g class="bound" stroke="{c["bound"]}">{title}')
         for _, way, bound, lever in controller_sides(m):
@@ -14642,7 +14642,7 @@ def record_hash(db, seq):
 
 def doctor_checkpoints(home, found, kept, own, scan, db, trust):
     """Check the home's own checkpoints and each kept one against the chain scan read; return the
-    home's newest checkpoint when it held, else None. A rewrite is named by the first that fails."""
+    home's newest checkpoint when it held, else None."""
     ours = own[-1][1] if own else None
     if ours is None:
         found.note(
