@@ -11117,24 +11117,28 @@ def ask_daemon(home, cmd, args=None):
     if REMOTE.get("via"):
         return ask_bridge(REMOTE["via"], {"v": 1, "cmd": cmd, "args": args or {}})
     with send_request(home, {"v": 1, "cmd": cmd, "args": args or {}}) as conn:
-        reader = LineReader()
         # a decision may wait on a backend (120 s, escalation twice that); anything else answers at
         # once
         conn.settimeout(3 * BACKEND_TIMEOUT if cmd == "decide" else 60)
-        while True:
-            try:
-                data = conn.recv(65536)
-            except TimeoutError:
-                raise Fail(
-                    EX_UNAVAILABLE,
-                    "avsmd took the request but gave no answer in time; see avsm doctor") from None
-            if not data:
-                raise Fail(
-                    EX_UNAVAILABLE, "avsmd ended the connection before answering; see avsm doctor")
-            for message in reader.feed(data):
+        try:
+            for message in daemon_answer(conn):
                 code = show_answer(message, cmd, home)
                 if code is not None:
                     return code
+        except TimeoutError:
+            raise Fail(EX_UNAVAILABLE, "avsmd took the request but gave no answer in time; see "
+                                       "avsm doctor") from None
+
+
+def daemon_answer(conn):
+    """Yield each message avsmd answers on `conn`; Fail(69) when it ends the connection first."""
+    reader = LineReader()
+    while True:
+        data = conn.recv(65536)
+        if not data:
+            raise Fail(EX_UNAVAILABLE,
+                       "avsmd ended the connection before answering; see avsm doctor")
+        yield from reader.feed(data)
 
 
 def show_answer(message, cmd, home):
@@ -11596,10 +11600,8 @@ def cmd_summary(home, args):
     since_text, rest = "24h", list(args)
     while rest:
         arg = rest.pop(0)
-        since_text = since_option(
-            arg,
-            rest,
-            "avsm summary --since needs a duration or a record number, such as 24h, 7d or 1200")
+        since_text = since_option(arg, rest, "avsm summary --since needs a duration or a record "
+                                  "number, such as 24h, 7d or 1200")
         if since_text is None:
             raise Fail(
                 EX_USAGE,
@@ -12018,14 +12020,9 @@ def cmd_bridge(home, args, pinned):
                     continue
                 with send_request(where or home, message) as conn:
                     conn.settimeout(3 * BACKEND_TIMEOUT)
-                    answer, ended = LineReader(), False
-                    while not ended:
-                        data = conn.recv(65536)
-                        if not data:
-                            raise Fail(
-                                EX_UNAVAILABLE,
-                                "avsmd ended the connection before answering; see avsm doctor")
-                        ended = any("exit" in send_out(line) for line in answer.feed(data))
+                    for line in daemon_answer(conn):
+                        if "exit" in send_out(line):
+                            break
             except (Fail, ValueError, OSError) as err:
                 send_out({"err": str(err)}, {"exit": getattr(err, "code", EX_UNAVAILABLE)})
 
@@ -13493,10 +13490,8 @@ def cmd_chart(home, args):
     name, since, rest = None, None, list(args)
     while rest:
         arg = rest.pop(0)
-        value = since_option(
-            arg,
-            rest,
-            f"--since needs a duration or a record number (--since 24h, --since 17); {CHART_USAGE}")
+        value = since_option(arg, rest, "--since needs a duration or a record number (--since "
+                             f"24h, --since 17); {CHART_USAGE}")
         if value is not None:
             since = value
         elif arg == "--":
@@ -13514,11 +13509,9 @@ def cmd_chart(home, args):
         raise Fail(EX_USAGE, CHART_USAGE)
     after, seconds = since_arg(since, "chart") if since is not None else (0, CHART_SPAN)
     after, start = after or 0, time.time() - seconds if seconds else 0
-    span = (f"in the last {format_duration(seconds)}"
-            if seconds
-            else f"after #{after}" if after else "in the ledger")
-    if since is None:
-        span = "in the last 24h (the default span; --since 0 charts the whole history)"
+    span = "in the last 24h (the default span; --since 0 charts the whole history)" \
+        if since is None else f"in the last {format_duration(seconds)}" if seconds else \
+        f"after #{after}" if after else "in the ledger"
     db = open_ledger_ro(ledger_path(home))
     try:
         mandates, records, untimed = read_chart_records(db, name, after, start)
