@@ -14356,16 +14356,16 @@ def home_readable(home):
 
 def doctor_config(home, found):
     path = os.path.join(home, "config.yaml")
+    fix = f"edit {path}, then {program_command('avsmd', home)} -t"
     try:
         cfg = read_config(home)[0]
         if written_problem(cfg):
             raise Fail(EX_CONFIG, f"{path}: {written_problem(cfg)}")
         found.ok(f"config {path}" + ("" if os.path.exists(path) else " (not there: every default)"))
         if checkpoint_problem(cfg["checkpoint"]):
-            found.fail(EX_CONFIG, f"{path}: {checkpoint_problem(cfg['checkpoint'])}",
-                       f"edit {path}, then {program_command('avsmd', home)} -t")
+            found.fail(EX_CONFIG, f"{path}: {checkpoint_problem(cfg['checkpoint'])}", fix)
     except Fail as fail:
-        found.fail(EX_CONFIG, str(fail), f"edit {path}, then {program_command('avsmd', home)} -t")
+        found.fail(EX_CONFIG, str(fail), fix)
     keys = os.path.join(home, "keys")
     # looked at, never read: only the warden reads keys (KEYS-04)
     if os.path.exists(keys):
@@ -15248,7 +15248,6 @@ def describe_status_lines(state, now, keep, row, cfg=None):
     if m is not None:
         for side_name, way, bound, lever in controller_sides(m):
             side, hold = state.side(side_name), m["controller"].get("hold") or 1
-            # the last trusted report
             if state.level is not None and crossed(way, bound, state.level[1]):
                 position = "past the bound"
                 if side["streak"] and len(side["streak"]) < hold:
