@@ -13438,15 +13438,9 @@ def cmd_link(home, args):
     on_path = target in [os.path.abspath(os.path.expanduser(d))
                          for d in os.environ.get("PATH", "").split(os.pathsep)
                          if d]
-    out(
-        f"wrote {target}/avsm and {target}/avsmd: they run {AVSM_PATH}, started from cached"
-        " bytecode"
-        + (
-            ""
-            if on_path
-            else (f"\n{target} is not on your PATH: add it (PATH={target}:$PATH), or run"
-                  f" {target}/avsm")
-        ))
+    out(f"wrote {target}/avsm and {target}/avsmd: they run {AVSM_PATH}, started from cached"
+        " bytecode" + ("" if on_path else f"\n{target} is not on your PATH: add it "
+                                          f"(PATH={target}:$PATH), or run {target}/avsm"))
     return EX_OK
 
 
