@@ -11039,8 +11039,7 @@ def flush_out():
         raise
     except OSError as err:
         raise OutputError(
-            err.errno or 9, err.strerror or "standard output cannot be written"
-        ) from None
+            err.errno or 9, err.strerror or "standard output cannot be written") from None
 
 
 def shown(text):
@@ -11071,8 +11070,7 @@ class OutputError(OSError):
 
 
 LINE_CONTROL_CHARS = (
-    "[\x00-\x08\x0b-\x1f\x7f-\x9f\u2028\u2029\u202a-\u202e\u2066-\u2069\ud800-\udfff]"
-)
+    "[\x00-\x08\x0b-\x1f\x7f-\x9f\u2028\u2029\u202a-\u202e\u2066-\u2069\ud800-\udfff]")
 
 
 def ask_daemon(home, cmd, args=None):
@@ -11080,26 +11078,28 @@ def ask_daemon(home, cmd, args=None):
     if REMOTE.get("via"):
         return ask_bridge(REMOTE["via"], {"v": 1, "cmd": cmd, "args": args or {}})
     with send_request(home, {"v": 1, "cmd": cmd, "args": args or {}}) as conn:
-        reader = LineReader()
         # a decision may wait on a backend (120 s, escalation twice that); anything else answers at
         # once
         conn.settimeout(3 * BACKEND_TIMEOUT if cmd == "decide" else 60)
-        while True:
-            try:
-                data = conn.recv(65536)
-            except TimeoutError:
-                raise Fail(
-                    EX_UNAVAILABLE,
-                    "avsmd took the request but gave no answer in time; see avsm doctor",
-                ) from None
-            if not data:
-                raise Fail(
-                    EX_UNAVAILABLE, "avsmd ended the connection before answering; see avsm doctor"
-                )
-            for message in reader.feed(data):
+        try:
+            for message in daemon_answer(conn):
                 code = show_answer(message, cmd, home)
                 if code is not None:
                     return code
+        except TimeoutError:
+            raise Fail(EX_UNAVAILABLE, "avsmd took the request but gave no answer in time; see "
+                                       "avsm doctor") from None
+
+
+def daemon_answer(conn):
+    """Yield each message avsmd answers on `conn`; Fail(69) when it ends the connection first."""
+    reader = LineReader()
+    while True:
+        data = conn.recv(65536)
+        if not data:
+            raise Fail(EX_UNAVAILABLE,
+                       "avsmd ended the connection before answering; see avsm doctor")
+        yield from reader.feed(data)
 
 
 def show_answer(message, cmd, home):
@@ -11145,28 +11145,23 @@ def connect_daemon(home):
                 EX_UNAVAILABLE, f"no avsmd is answering: {home} is a file, not a home directory"
             ) from None
         if not os.path.isdir(home):
-            raise Fail(
-                EX_UNAVAILABLE,
-                f"no avsmd is answering: {home} does not exist; start one with"
-                f" {program_command('avsmd', home)}",
-            ) from None
+            raise Fail(EX_UNAVAILABLE,
+                       f"no avsmd is answering: {home} does not exist; start one with"
+                       f" {program_command('avsmd', home)}") from None
         if lock_holder(home):
             raise Fail(
                 EX_UNAVAILABLE,
                 f"avsmd (pid {lock_holder(home)}) is running on {home} but its socket is missing; "
-                "it makes it again within a second: try again, or run avsm doctor",
-            ) from None
+                "it makes it again within a second: try again, or run avsm doctor") from None
         raise Fail(
             EX_UNAVAILABLE,
             f"no avsmd is running on {home}; start it with {program_command('avsmd', home)}",
         ) from None
     except ConnectionRefusedError:
         conn.close()
-        raise Fail(
-            EX_UNAVAILABLE,
-            f"no avsmd is running on {home} (its socket was left behind); start it with"
-            f" {program_command('avsmd', home)}",
-        ) from None
+        raise Fail(EX_UNAVAILABLE,
+                   f"no avsmd is running on {home} (its socket was left behind); start it with"
+                   f" {program_command('avsmd', home)}") from None
     except OSError as err:
         conn.close()
         if socket_problem(home):
@@ -11213,8 +11208,7 @@ def need_int(text, what):
         raise Fail(EX_USAGE, f"'{text}' is not {what}; write a record number such as 17")
     if int(t) > SEQ_MAX:
         raise Fail(
-            EX_DATAERR, f"#{t} is past any record the ledger can hold; avsm tail shows the last"
-        )
+            EX_DATAERR, f"#{t} is past any record the ledger can hold; avsm tail shows the last")
     return int(t)
 
 
@@ -11365,8 +11359,7 @@ def utf8_output():
     if "utf8" in REMOTE:
         return REMOTE["utf8"]           # the bridge writes for a terminal at the other end of ssh
     encoding = (
-        (getattr(sys.stdout, "encoding", None) or "").lower().replace("-", "").replace("_", "")
-    )
+        (getattr(sys.stdout, "encoding", None) or "").lower().replace("-", "").replace("_", ""))
     if encoding != "utf8":
         return False
     lc_all, lc_ctype, lang = (os.environ.get(k) or None for k in ("LC_ALL", "LC_CTYPE", "LANG"))
@@ -11438,8 +11431,7 @@ def cmd_approve(home, args):
         raise Fail(
             EX_USAGE,
             "approve --edit opens an editor and needs a terminal; run it in one, or approve without"
-            " --edit",
-        )
+            " --edit")
     import subprocess
     import tempfile
     payload = fetch_ask_payload(home, ask)
@@ -11499,35 +11491,26 @@ def ledger_path(home):
         raise Fail(
             EX_CANTCREAT,
             f"{home} is not a directory, so it holds no ledger; move it aside or pass another"
-            " --home",
-        )
+            " --home")
     if not os.path.isdir(home):
         raise Fail(
-            EX_NOINPUT, f"{home} does not exist; start {program_command('avsmd', home)} to make it"
-        )
+            EX_NOINPUT, f"{home} does not exist; start {program_command('avsmd', home)} to make it")
     path = os.path.join(home, "ledger.db")
     if not os.path.exists(path):
-        raise Fail(
-            EX_NOINPUT,
-            f"{home} has no ledger yet; start {program_command('avsmd', home)} to make it",
-        )
+        raise Fail(EX_NOINPUT,
+                   f"{home} has no ledger yet; start {program_command('avsmd', home)} to make it")
     # a directory, a FIFO (whose open would wait for ever) or a device
     if not os.path.isfile(path):
         mode = os.stat(path).st_mode
-        what = (
-            "a directory"
-            if stat.S_ISDIR(mode)
-            else (
-                "a FIFO"
-                if stat.S_ISFIFO(mode)
-                else "a socket" if stat.S_ISSOCK(mode) else "a device"
-            )
-        )
+        what = ("a directory"
+                if stat.S_ISDIR(mode)
+                else ("a FIFO"
+                      if stat.S_ISFIFO(mode)
+                      else "a socket" if stat.S_ISSOCK(mode) else "a device"))
         raise Fail(
             EX_DATAERR,
             f"{path} is {what}, not a ledger; move it aside (avsmd then starts a new ledger), "
-            f"and {client_command(home)} doctor says more",
-        )
+            f"and {client_command(home)} doctor says more")
     return path
 
 
@@ -11546,22 +11529,18 @@ def cmd_tail(home, args):
         elif arg.lstrip("-").isdigit() and arg.isascii() and len(arg) - len(arg.lstrip("-")) <= 1:
             count = abs(int(arg))           # tail -5, as Unix tail: the last five
         else:
-            raise Fail(
-                EX_USAGE,
-                f"avsm tail does not take '{arg}'; usage: avsm tail [N] [-f] | avsm tail"
-                " --since SEQ",
-            )
+            raise Fail(EX_USAGE,
+                       f"avsm tail does not take '{arg}'; usage: avsm tail [N] [-f] | avsm tail"
+                       " --since SEQ")
     if count < 1:
         raise Fail(EX_DATAERR, "there is no record before #1; give avsm tail a count of at least 1")
     db = open_ledger_ro(ledger_path(home))
     if since is None:
         last = last_seq(db)
         since = max(0, last - count)
-        follow = (
-            REMOTE.get("tty", sys.stdout is not None and sys.stdout.isatty())
-            if follow is None
-            else follow
-        )
+        follow = (REMOTE.get("tty", sys.stdout is not None and sys.stdout.isatty())
+                  if follow is None
+                  else follow)
     while True:
         for seq, at, record in read_records(db, since):
             out(json.dumps({"schema": 1, "seq": seq, "at": at, "record": record}) if JSON
@@ -11578,17 +11557,13 @@ def cmd_summary(home, args):
     since_text, rest = "24h", list(args)
     while rest:
         arg = rest.pop(0)
-        since_text = since_option(
-            arg,
-            rest,
-            "avsm summary --since needs a duration or a record number, such as 24h, 7d or 1200",
-        )
+        since_text = since_option(arg, rest, "avsm summary --since needs a duration or a record "
+                                  "number, such as 24h, 7d or 1200")
         if since_text is None:
             raise Fail(
                 EX_USAGE,
                 f"avsm summary does not take '{arg}'; usage: avsm summary [--since DURATION|SEQ], "
-                "such as --since 24h, --since 7d or --since 1200",
-            )
+                "such as --since 24h, --since 7d or --since 1200")
     # bad usage (64) is found before the ledger (66)
     since, seconds = since_arg(since_text, "summary")
     span = f"the last {since_text.strip()}" if seconds else f"the records after #{since}"
@@ -11600,8 +11575,7 @@ def cmd_summary(home, args):
         raise Fail(
             EX_DATAERR,
             f"#{since} is past the last record (#{top}); avsm summary --since {top} is the empty"
-            " span",
-        )
+            " span")
     summary = summarize(summary_rows(db, since), since)
     db.close()
     show_facts(summary_facts(summary, span, home), format_summary)
@@ -11615,8 +11589,7 @@ def summary_rows(db, since):
     for (text,) in db.execute(f"SELECT record FROM records WHERE {RECORD_KIND_SQL} = 'mandate'"):
         record = load_record(text)
         if record.get("kind") == "mandate" and expects_effects(
-            parsed_or_none(parse_mandate, record, 0)
-        ):
+            parsed_or_none(parse_mandate, record, 0)):
             folded.add(record.get("venture"))
     kinds, names = ", ".join("?" * len(SUMMARY_BEFORE_KINDS)), ", ".join("?" * len(folded))
     clause = f"{RECORD_KIND_SQL} IN ({kinds})"
@@ -11624,13 +11597,11 @@ def summary_rows(db, since):
         clause += f" OR {RECORD_VENTURE_SQL} IN ({names})"
     for seq, at, text in db.execute(
         f"SELECT seq, at, record FROM records WHERE seq <= ? AND ({clause}) ORDER BY seq",
-        [since, *SUMMARY_BEFORE_KINDS, *sorted(folded)],
-    ):
+        [since, *SUMMARY_BEFORE_KINDS, *sorted(folded)]):
         yield seq, at, read_record(text, seq)
     fullmatch = re.compile(TRUSTED_REPORT).fullmatch
     for seq, at, text in db.execute(
-        "SELECT seq, at, record FROM records WHERE seq > ? ORDER BY seq", (since,)
-    ):
+        "SELECT seq, at, record FROM records WHERE seq > ? ORDER BY seq", (since,)):
         yield seq, at, decode_record(text, fullmatch, seq, checked=True)
 
 
@@ -11640,8 +11611,7 @@ def summary_rows(db, since):
 TRUSTED_REPORT = (
     r'\{"claim":"measured","kind":"report","metric":"([^"\\]*)","note":"","plausible":true,'
     r'"status":"trusted","summary":"[^"\\]*","value":(-?[0-9][0-9.eE+-]*),'
-    r'"venture":"([A-Za-z0-9_.-]+)"\}'
-)
+    r'"venture":"([A-Za-z0-9_.-]+)"\}')
 
 
 def decode_record(text, fullmatch=None, seq=None, checked=False):
@@ -11708,70 +11678,52 @@ def venture_summary_lines(v):
         lines.append(
             f"  metric {v['metric']}: {t['count']} trusted report(s): first {t['first']}, last"
             f" {t['last']}, min {t['min']}, max {t['max']}"
-            + (f"; {v['untrusted']} not trusted" if v["untrusted"] else "")
-        )
+            + (f"; {v['untrusted']} not trusted" if v["untrusted"] else ""))
     elif v["untrusted"]:
         lines.append(f"  metric {v['metric']}: no trusted report; {v['untrusted']} not trusted")
     for lever, runs in sorted(v["levers"].items()):
         pending = [s for s in runs["runs"] if s not in runs["ok"] and s not in runs["failed"]]
         words = (
             [f"{len(runs['ok'])} ok"]
-            + (
-                [f"{len(runs['failed'])} failed ({seq_list(runs['failed'])})"]
-                if runs["failed"]
-                else []
-            )
-            + ([f"{len(pending)} with no outcome yet ({seq_list(pending)})"] if pending else [])
-        )
-        lines.append(
-            f"  lever {lever}: ran {len(runs['runs'])} time(s), {', '.join(words)}:"
-            f" {seq_list(runs['runs'])}"
-        )
+            + ([f"{len(runs['failed'])} failed ({seq_list(runs['failed'])})"]
+               if runs["failed"]
+               else [])
+            + ([f"{len(pending)} with no outcome yet ({seq_list(pending)})"] if pending else []))
+        lines.append(f"  lever {lever}: ran {len(runs['runs'])} time(s), {', '.join(words)}:"
+                     f" {seq_list(runs['runs'])}")
     if v["refusals"]:
         lines.append(f"  refusals: {sum(g['count'] for g in v['refusals'])}, by reason:")
         for group in v["refusals"]:
-            lines.append(
-                f"    {group['count']} x {group['lever']}: {group['why']}"
-                f" ({seq_list(group['seqs'], 4)})"
-            )
+            lines.append(f"    {group['count']} x {group['lever']}: {group['why']}"
+                         f" ({seq_list(group['seqs'], 4)})")
     if v["raised"] or v["answered"] or v["open"]:
         answered = [f"{len(asks)} {ANSWER_WORDS[kind]} ({seq_list(asks)})" for kind in ANSWER_WORDS
                     for asks in [[ask for ask, k, _ in v["answered"] if k == kind]] if asks]
-        lines.append(
-            f"  asks: {len(v['raised'])} raised"
-            + (f" ({seq_list(v['raised'])})" if v["raised"] else "")
-            + f", {len(v['answered'])} answered"
-            + (f": {', '.join(answered)}" if answered else "")
-            + f", {len(v['open'])} still open"
-        )
+        lines.append(f"  asks: {len(v['raised'])} raised"
+                     + (f" ({seq_list(v['raised'])})" if v["raised"] else "")
+                     + f", {len(v['answered'])} answered"
+                     + (f": {', '.join(answered)}" if answered else "")
+                     + f", {len(v['open'])} still open")
     for guard, g in sorted(v["guards"].items()):
         lines.append(
             f"  guard {guard}: {g['readings']} reading(s), {len(g['episodes'])} episode(s) past its"
             " bound"
             + (f" ({seq_list(g['episodes'])})" if g["episodes"] else "")
-            + (f", paused it ({seq_list(g['paused'])})" if g["paused"] else "")
-        )
+            + (f", paused it ({seq_list(g['paused'])})" if g["paused"] else ""))
     person_pauses = [s for s, guard in v["pauses"] if not guard]
     if person_pauses or v["resumes"]:
         lines.append(
             f"  paused by a person {len(person_pauses)} time(s), resumed {len(v['resumes'])}"
-            " time(s)"
-        )
+            " time(s)")
     if v["effects"]:
-        lines.append(
-            "  effects judged: "
-            + ", ".join(
-                f"{len(seqs)} {verdict} ({seq_list(seqs, 4)})"
-                for verdict, seqs in sorted(v["effects"].items())
-            )
-        )
+        lines.append("  effects judged: "
+                     + ", ".join(f"{len(seqs)} {verdict} ({seq_list(seqs, 4)})"
+                                 for verdict, seqs in sorted(v["effects"].items())))
     if v["exits"]:
         restarts = [s for s, again, _ in v["exits"] if again]
-        lines.append(
-            f"  run: ended {len(v['exits'])} time(s), restarted {len(restarts)}"
-            + (f" ({seq_list(restarts)})" if restarts else "")
-            + f"; last ended {v['exits'][-1][2]}"
-        )
+        lines.append(f"  run: ended {len(v['exits'])} time(s), restarted {len(restarts)}"
+                     + (f" ({seq_list(restarts)})" if restarts else "")
+                     + f"; last ended {v['exits'][-1][2]}")
     return lines + ([f"  needs a person: {what} -> {command}" for what, command in v["needs"]]
                     or ["  needs a person: nothing"])
 
@@ -11877,8 +11829,7 @@ def records_citing(db, key, seq):
     # canonical JSON is compact; the exact field is checked below
     rows = db.execute(
         "SELECT seq, at, record FROM records WHERE seq > ? AND record LIKE ? ORDER BY seq",
-        (seq, f'%"{key}":{seq}%'),
-    )
+        (seq, f'%"{key}":{seq}%'))
     for s, at, text in rows:
         record = load_record(text, s)
         if record.get(key) == seq:
@@ -11891,8 +11842,7 @@ def printed_lines(outcome, indent):
     if not note:
         return [f"{indent}printed nothing"]
     head = f"{indent}printed" + (
-        f" (the last {NOTE_MAX} characters):" if len(note) >= NOTE_MAX else ":"
-    )
+        f" (the last {NOTE_MAX} characters):" if len(note) >= NOTE_MAX else ":")
     return [head] + [f"{indent}  {line}" for line in note.splitlines()]
 
 
@@ -11902,15 +11852,13 @@ def what_followed(db, seq, record, home):
 
     def ended(action_seq, indent):
         outcomes = [
-            o for o in records_citing(db, "action", action_seq) if o[2].get("kind") == "outcome"
-        ]
+            o for o in records_citing(db, "action", action_seq) if o[2].get("kind") == "outcome"]
         for o_seq, o_at, outcome in outcomes:
             lines.append(f"{indent}ended " + format_record_line(o_seq, o_at, outcome))
             lines.extend(printed_lines(outcome, indent + "  "))
         if not outcomes:
             lines.append(
-                f"{indent}no outcome yet: the lever is running, or avsmd stopped before it ended"
-            )
+                f"{indent}no outcome yet: the lever is running, or avsmd stopped before it ended")
 
     def runs(key, number, indent):
         for a_seq, a_at, action in records_citing(db, key, number):
@@ -11920,11 +11868,9 @@ def what_followed(db, seq, record, home):
 
     kind = record.get("kind")
     if kind == "ask":
-        answers = [
-            a
-            for a in records_citing(db, "ask", seq)
-            if a[2].get("kind") in ("refusal", *ANSWER_WORDS)
-        ]
+        answers = [a
+                   for a in records_citing(db, "ask", seq)
+                   if a[2].get("kind") in ("refusal", *ANSWER_WORDS)]
         for a_seq, a_at, answer in answers:
             lines.append(("  settled by " if answer["kind"] == "resolved" else "  answered by ")
                          + format_record_line(a_seq, a_at, answer))
@@ -11946,15 +11892,12 @@ def describe_call(record):
     words = [f"{record.get('backend')}, request id {call.get('request_id') or 'not given'}"]
     usage = call.get("usage") or {}
     first = ("input_tokens", "output_tokens", "prompt_tokens", "completion_tokens", "total_tokens")
-    flat = sorted(
-        ((k, v) for k, v in usage.items() if not isinstance(v, dict)),
-        key=lambda kv: (first.index(kv[0]) if kv[0] in first else len(first), kv[0]),
-    ) + [
+    flat = sorted(((k, v) for k, v in usage.items() if not isinstance(v, dict)),
+                  key=lambda kv: (first.index(kv[0]) if kv[0] in first else len(first), kv[0])) + [
         (f"{k}.{k2}", v2)
         for k, v in sorted(usage.items())
         if isinstance(v, dict)
-        for k2, v2 in sorted(v.items())
-    ]
+        for k2, v2 in sorted(v.items())]
     words.append("usage " + ", ".join(f"{k} {v}" for k, v in flat) if flat else "no usage reported")
     if call.get("stop"):
         words.append(f"stop {call['stop']}")
@@ -11963,7 +11906,7 @@ def describe_call(record):
     return "; ".join(words)
 
 
-# ---- other hosts, over OpenSSH: the bridge, avsm --host, avsm fleet ---------------
+# ---- other hosts, over OpenSSH: the bridge, avsm --host, avsm fleet ----
 # avsm listens on nothing but its socket (DESIGN: no listener): `avsm --host H VERB` runs VERB
 # through ssh and the bridge there, which an ssh key names as its forced command.
 
@@ -11974,26 +11917,19 @@ SSH_FAILURES = (
     (
         "Permission denied",
         EX_NOPERM,
-        (
-            "the key was refused: put your public key in the host's "
-            "authorized_keys, as the README's Many hosts shows"
-        ),
+        "the key was refused: put your public key in the host's "
+        "authorized_keys, as the README's Many hosts shows",
     ),
     (
         "timed out",
         EX_NOHOST,
-        (
-            "it said nothing within its timeout: the host or its sshd hangs; "
-            "`ssh HOST true` tries by hand"
-        ),
+        "it said nothing within its timeout: the host or its sshd hangs; "
+        "`ssh HOST true` tries by hand",
     ),
-    (
-        "Host key verification failed",
-        EX_NOPERM,
-        "its host key is not the one known_hosts holds: check it, then ssh to it once by hand",
-    ),
-    ("", EX_NOHOST, "is it up, with sshd running? `ssh HOST true` tries by hand"),
-)
+    ("Host key verification failed",
+     EX_NOPERM,
+     "its host key is not the one known_hosts holds: check it, then ssh to it once by hand"),
+    ("", EX_NOHOST, "is it up, with sshd running? `ssh HOST true` tries by hand"))
 FLEET_VIEWS = ("status", "asks", "summary", "page")
 # what fleet witness checks a host's checkpoints with, in the fleet file or one of its hosts
 WITNESS_KEYS = {"principal", "allowed_signers", "namespace"}
@@ -12023,24 +11959,18 @@ def cmd_bridge(home, args, pinned):
             messages = reader.feed(data)
         except (ValueError, RecursionError) as err:
             raise Fail(
-                EX_USAGE, f"the bridge reads one JSON object a line: {str(err)[:200]}"
-            ) from None
+                EX_USAGE, f"the bridge reads one JSON object a line: {str(err)[:200]}") from None
         for message in messages:
             asked = True
             if not isinstance(message, dict):
                 raise Fail(
-                    EX_USAGE, f"the bridge reads one JSON object a line, not {json_kind(message)}"
-                )
+                    EX_USAGE, f"the bridge reads one JSON object a line, not {json_kind(message)}")
             where = message.pop("home", None)
-            if where is not None and (
-                argument_problem("path", where)
-                or pinned
-                and os.path.realpath(where) != os.path.realpath(home)
-            ):
-                raise Fail(
-                    EX_DATAERR,
-                    f"this bridge serves {home}, not {shown_text(json.dumps(where))[:120]}",
-                )
+            if where is not None and (argument_problem("path", where)
+                                      or pinned
+                                      and os.path.realpath(where) != os.path.realpath(home)):
+                raise Fail(EX_DATAERR,
+                           f"this bridge serves {home}, not {shown_text(json.dumps(where))[:120]}")
             if "verb" in message:
                 return bridge_verb(where or home, message, bool(args))
             try:
@@ -12048,22 +11978,15 @@ def cmd_bridge(home, args, pinned):
                 if args and cmd not in READ_REQUESTS:
                     raise Fail(
                         EX_DATAERR,
-                        f"this key may only read (avsm bridge --read-only): {cmd} is refused",
-                    )
+                        f"this key may only read (avsm bridge --read-only): {cmd} is refused")
                 if cmd == "records":        # read here, from the file: a witness needs no avsmd
                     send_out(*records_answer(where or home, request_args))
                     continue
                 with send_request(where or home, message) as conn:
                     conn.settimeout(3 * BACKEND_TIMEOUT)
-                    answer, ended = LineReader(), False
-                    while not ended:
-                        data = conn.recv(65536)
-                        if not data:
-                            raise Fail(
-                                EX_UNAVAILABLE,
-                                "avsmd ended the connection before answering; see avsm doctor",
-                            )
-                        ended = any("exit" in send_out(line) for line in answer.feed(data))
+                    for line in daemon_answer(conn):
+                        if "exit" in send_out(line):
+                            break
             except (Fail, ValueError, OSError) as err:
                 send_out({"err": str(err)}, {"exit": getattr(err, "code", EX_UNAVAILABLE)})
 
@@ -12078,22 +12001,17 @@ def send_out(*messages):
 def bridge_verb(home, message, read_only):
     """Run one client verb here for the person at the other end of ssh; return its exit code."""
     if message.pop("v", 1) != 1:
-        raise Fail(
-            EX_USAGE,
-            "this bridge speaks version 1 of its requests; use an avsm of the same version",
-        )
+        raise Fail(EX_USAGE,
+                   "this bridge speaks version 1 of its requests; use an avsm of the same version")
     m = checked_arguments("a bridge's verb", message, BRIDGE_KEYS)
     verb, argv = m["verb"], take_json([m["verb"]] + m["argv"])[1:]
     if verb not in BRIDGE_VERBS:
         raise Fail(
-            EX_USAGE, f"the bridge runs {', '.join(BRIDGE_VERBS)}, not {shown_text(verb)[:80]}"
-        )
+            EX_USAGE, f"the bridge runs {', '.join(BRIDGE_VERBS)}, not {shown_text(verb)[:80]}")
     if read_only and (BRIDGE_VERBS[verb] != "read" or verb == "doctor" and "--cut" in argv):
-        raise Fail(
-            EX_DATAERR,
-            f"this key may only read (avsm bridge --read-only): {verb} is refused; "
-            "it needs a key whose bridge may write",
-        )
+        raise Fail(EX_DATAERR,
+                   f"this key may only read (avsm bridge --read-only): {verb} is refused; "
+                   "it needs a key whose bridge may write")
     problem = bridge_argv_problem(verb, argv)
     if problem:
         raise Fail(EX_DATAERR, problem)
@@ -12133,31 +12051,24 @@ def end_with_stdin():
 def remote_host(spec, ssh=None, bridge=None, timeout=None, name=None):
     """Return the host [user@]HOST[:HOME] names, with its ssh command, bridge and timeout."""
     dest, _, home = spec.partition(":")
-    if (
-        not re.fullmatch(r"([^@\s]+@)?[\w.\[\]-]+", dest)
+    if (not re.fullmatch(r"([^@\s]+@)?[\w.\[\]-]+", dest)
         or dest.startswith("-")
         or home
-        and not os.path.isabs(home)
-    ):
-        raise Fail(
-            EX_USAGE,
-            f"{shown_text(spec)[:80]!r} is not [user@]HOST[:HOME] (HOME absolute, as"
-            " web1:/srv/avsm)",
-        )
-    return {
-        "name": name or spec,
-        "dest": dest,
-        "home": home or None,
-        "timeout": timeout or 10,
-        "ssh": ssh or os.environ.get("AVSM_SSH") or "ssh",
-        "bridge": bridge or os.environ.get("AVSM_BRIDGE") or "avsm bridge",
-    }
+        and not os.path.isabs(home)):
+        raise Fail(EX_USAGE,
+                   f"{shown_text(spec)[:80]!r} is not [user@]HOST[:HOME] (HOME absolute, as"
+                   " web1:/srv/avsm)")
+    return {"name": name or spec,
+            "dest": dest,
+            "home": home or None,
+            "timeout": timeout or 10,
+            "ssh": ssh or os.environ.get("AVSM_SSH") or "ssh",
+            "bridge": bridge or os.environ.get("AVSM_BRIDGE") or "avsm bridge"}
 
 
 def fleet_path(given=None):
     return given or os.path.join(
-        os.environ.get("XDG_CONFIG_HOME") or os.path.expanduser("~/.config"), "avsm", "fleet.yaml"
-    )
+        os.environ.get("XDG_CONFIG_HOME") or os.path.expanduser("~/.config"), "avsm", "fleet.yaml")
 
 
 def read_fleet(path, must=True):
@@ -12173,16 +12084,13 @@ def read_fleet(path, must=True):
         raise Fail(
             EX_NOINPUT,
             f"{path} cannot be read ({err.strerror}): write the hosts there, as the README's "
-            "Many hosts shows, or name a file with --fleet FILE",
-        ) from None
+            "Many hosts shows, or name a file with --fleet FILE") from None
     doc, c = checked_yaml(text, path)
     keys = {"ssh", "bridge", "timeout"} | WITNESS_KEYS
     c.mapping(doc, (), keys | {"hosts"}, "a fleet file")
     if not isinstance(doc.get("hosts"), list) or not doc["hosts"]:
-        c.fail(
-            ("hosts",),
-            "hosts: is a list of [user@]HOST[:HOME], as hosts: [web1, ops@db1:/srv/avsm]",
-        )
+        c.fail(("hosts",),
+               "hosts: is a list of [user@]HOST[:HOME], as hosts: [web1, ops@db1:/srv/avsm]")
     for k in sorted(keys & set(doc)):   # what every host takes is checked where it is written
         if k == "timeout":
             fleet_timeout(c, doc[k], (k,), text)
@@ -12190,12 +12098,10 @@ def read_fleet(path, must=True):
             c.text(doc[k], (k,), k)
     hosts, named = [], {}
     for i, item in enumerate(doc["hosts"]):
-        entry = c.mapping(
-            {"host": item} if isinstance(item, str) else item,
-            ("hosts", i),
-            keys | {"host", "name"},
-            "a host",
-        )
+        entry = c.mapping({"host": item} if isinstance(item, str) else item,
+                          ("hosts", i),
+                          keys | {"host", "name"},
+                          "a host")
         where = {k: ("hosts", i, k) if k in entry else (k,) for k in keys | {"host", "name"}}
         given = {k: c.text(entry.get(k, doc.get(k)), where[k], k, required=False)
                  for k in ("ssh", "bridge", "host", "name", *WITNESS_KEYS)}
@@ -12205,8 +12111,7 @@ def read_fleet(path, must=True):
             hosts.append(
                 remote_host(
                     given["host"] or "", given["ssh"], given["bridge"], timeout, given["name"]
-                )
-            )
+                ))
             hosts[-1].update((k, given[k]) for k in WITNESS_KEYS)
         except Fail as fail:
             c.fail(("hosts", i), str(fail))
@@ -12258,8 +12163,7 @@ def run_remote(target, verb, argv, path=None):
     if verb not in BRIDGE_VERBS:
         raise Fail(
             EX_USAGE,
-            f"avsm {verb} runs only where you are; avsm --host runs {', '.join(BRIDGE_VERBS)}",
-        )
+            f"avsm {verb} runs only where you are; avsm --host runs {', '.join(BRIDGE_VERBS)}")
     REMOTE.update({"via": host, "as": f"{client_command()} --host {target}"})
     if verb == "approve" and "--edit" in argv:
         # the editor is here; the ask and the answer go through the bridge
@@ -12268,23 +12172,19 @@ def run_remote(target, verb, argv, path=None):
     if verb == "propose" and "--payload" in argv[:-1]:
         at = argv.index("--payload")
         stdin, argv = read_payload(argv[at + 1]), argv[:at + 1] + ["-"] + argv[at + 2:]
-    elif (
-        verb == "doctor"
-        and "--checkpoint" in argv
-        and argv[argv.index("--checkpoint") + 1 :][:1] == ["-"]
-    ):
+    elif (verb == "doctor"
+          and "--checkpoint" in argv
+          and argv[argv.index("--checkpoint") + 1 :][:1] == ["-"]):
         # doctor --checkpoint -: what - reads is here, sent along
         stdin = sys.stdin.read()
-    request = {
-        "v": 1,
-        "verb": verb,
-        "argv": argv + ["--json"] * bool(JSON),
-        "home": host["home"],
-        "stdin": stdin,
-        "as": REMOTE["as"],
-        "tty": bool(sys.stdout and sys.stdout.isatty()),
-        "utf8": utf8_output(),
-    }
+    request = {"v": 1,
+               "verb": verb,
+               "argv": argv + ["--json"] * bool(JSON),
+               "home": host["home"],
+               "stdin": stdin,
+               "as": REMOTE["as"],
+               "tty": bool(sys.stdout and sys.stdout.isatty()),
+               "utf8": utf8_output()}
     return ssh_bridge(host, request)[0]
 
 
@@ -12354,7 +12254,7 @@ def far_text(text, command):
 
 def ssh_bridge(host, request, capture=False, timeout=None):
     """Run the bridge on `host` through ssh with `request` on its standard input; return (exit
-    code, its output when captured, its error lines). A verb runs as long as it runs (tail -f)."""
+    code, its output when captured, its error lines)."""
     import codecs
     import select
     import threading
@@ -12496,8 +12396,7 @@ def far_failure(host, code, ours, theirs, ended=(), pinged=True, by_hand=None):
             EX_UNAVAILABLE,
             f"{name}: no avsm there ({host['bridge']!r} was not found); copy avsm.py to it and name"
             " the command: bridge: python3 /opt/avsm/avsm.py bridge in the fleet file, or"
-            " AVSM_BRIDGE",
-        )
+            " AVSM_BRIDGE")
     if not pinged and code == EX_OK:
         raise Fail(EX_UNAVAILABLE, f"{name}: {host['bridge']!r} ran there and said nothing, which "
                                    f"avsm's bridge never does; name avsm's (bridge: python3 "
@@ -13038,13 +12937,11 @@ def read_config(home, path=None):
         raise Fail(
             EX_CONFIG,
             f"{path}:{line}:{col}: byte 0x{data[err.start]:02x} is not UTF-8; save the config as"
-            " UTF-8",
-        ) from None
+            " UTF-8") from None
     except FileNotFoundError:
         if given:
             raise Fail(
-                EX_CONFIG, f"{path} is not there; pass an existing config file to -f"
-            ) from None
+                EX_CONFIG, f"{path} is not there; pass an existing config file to -f") from None
         text = ""
     except OSError as err:
         raise Fail(EX_CONFIG, f"{path} cannot be read: {err.strerror}") from None
@@ -13074,35 +12971,33 @@ def adopted_mandates(home):
 
 def test_config(home, cfg, path):
     """avsmd -t: the config and every adopted mandate, re-read; 78 when one does not hold."""
-    code = EX_OK
-    problem = socket_problem(home)
-    if problem:
-        sys.stderr.write(f"avsmd: {problem}\n")
-        code = EX_CONFIG
+    problems = []
+
+    def problem(text):
+        if text:
+            sys.stderr.write(f"avsmd: {text}\n")
+            problems.append(text)
+    problem(socket_problem(home))
     out(f"config {path}: holds" + ("" if os.path.exists(path) else " (not there: every default)"))
     out(describe_notify(cfg["notify"]))
     out(describe_checkpoint(cfg["checkpoint"]))
     if checkpoint_problem(cfg["checkpoint"]):
-        sys.stderr.write(f"avsmd: {path}: {checkpoint_problem(cfg['checkpoint'])}\n")
-        code = EX_CONFIG
+        problem(f"{path}: {checkpoint_problem(cfg['checkpoint'])}")
     # it runs in the home
     notify_problem = cfg["notify"] and command_problem(cfg["notify"]["run"], home)
     if notify_problem:
-        sys.stderr.write(f"avsmd: {path}: notify: {notify_problem}\n")
-        code = EX_CONFIG
+        problem(f"{path}: notify: {notify_problem}")
     page = cfg["page"] or {"path": f"nowhere (as {PAGE_EXAMPLE} would)", "every": 0}
     out(describe_metrics(cfg["metrics"]),
         f"page: written to {page['path']} every {format_duration(page['every'])}, whole")
     if written_problem(cfg):
-        sys.stderr.write(f"avsmd: {path}: {written_problem(cfg)}\n")
-        code = EX_CONFIG
+        problem(f"{path}: {written_problem(cfg)}")
     try:
         adopted = adopted_mandates(home)
     except (sqlite3_errors(), ValueError, Fail) as err:
         sys.stderr.write(
             f"avsmd: {home}/ledger.db does not read ({err}), so no adopted mandate can be listed; "
-            f"see {client_command(home)} doctor\n"
-        )
+            f"see {client_command(home)} doctor\n")
         return EX_DATAERR
     for name, directory, seq, paused, in_force in adopted:
         mandate_path = os.path.join(directory or "", "mandate.yaml")
@@ -13116,41 +13011,33 @@ def test_config(home, cfg, path):
                 raise Fail(EX_CONFIG, f"{unsafe.why}; {unsafe.fix}, "
                                       f"then {client_command(home)} add {directory}")
         except OSError as err:
-            sys.stderr.write(f"avsmd: {name}: {mandate_path} cannot be read: {err.strerror}\n")
-            code = EX_CONFIG
+            problem(f"{name}: {mandate_path} cannot be read: {err.strerror}")
             continue
         except Fail as fail:
             if fail.code == EX_NOINPUT and paused:
                 out(f"venture {name} (mandate #{seq}): paused, and its directory has gone")
-                continue
-            sys.stderr.write(
-                f"avsmd: {name}: {fail}"
-                + (f" (mandate #{seq} stays in force)\n" if fail.code != EX_NOINPUT else "\n")
-            )
-            code = EX_CONFIG
+            else:
+                problem(f"{name}: {fail}" + (
+                    f" (mandate #{seq} stays in force)" if fail.code != EX_NOINPUT else ""))
             continue
         drift = mandate_drift(in_force, text, seq, mandate_path)
         if drift:
-            out(
-                f"venture {name} ({directory}){': paused' if paused else ''}: {mandate_path}"
+            out(f"venture {name} ({directory}){': paused' if paused else ''}: {mandate_path}"
                 f" differs from mandate #{seq} in force; {client_command(home)} add {directory}"
-                " applies it"
-            )
+                " applies it")
             out(*drift)
             out("  as on disk, once added, it allows:")
         else:
             out(f"venture {name} (mandate #{seq}, {directory}){': paused' if paused else ''}:")
         print_allowed(home, cfg, name, m)
-    return code
+    return EX_CONFIG if problems else EX_OK
 
 
 def test_ventures(home, cfg, dirs):
     """avsmd -t DIR...: check each venture directory exactly as `avsm add` would, with no daemon."""
     try:
-        adopted = {
-            name: (directory, seq, paused, text)
-            for name, directory, seq, paused, text in adopted_mandates(home)
-        }
+        adopted = {name: (directory, seq, paused, text)
+                   for name, directory, seq, paused, text in adopted_mandates(home)}
     except (sqlite3_errors(), ValueError, Fail):
         # a ledger that does not read: avsmd -t alone says so; each directory is still checked
         adopted = {}
@@ -13167,22 +13054,16 @@ def test_ventures(home, cfg, dirs):
             continue
         held = adopted.get(name)
         if held and held[0] == directory and held[3] == text:
-            out(
-                f"venture {name} ({directory}): holds, the same as mandate #{held[1]} in force"
-                " (avsm add writes nothing)"
-            )
+            out(f"venture {name} ({directory}): holds, the same as mandate #{held[1]} in force"
+                " (avsm add writes nothing)")
         elif held and held[0] == directory:
-            out(
-                f"venture {name} ({directory}): holds, and differs from mandate #{held[1]} in"
-                f" force; {client_command(home)} add {directory} applies it"
-            )
+            out(f"venture {name} ({directory}): holds, and differs from mandate #{held[1]} in"
+                f" force; {client_command(home)} add {directory} applies it")
             out(*mandate_drift(held[3], text, held[1], path))
             out("  as on disk, once added, it allows:")
         else:
-            out(
-                f"venture {name} ({directory}): holds; {client_command(home)} add {directory}"
-                " adopts it"
-            )
+            out(f"venture {name} ({directory}): holds; {client_command(home)} add {directory}"
+                " adopts it")
         print_allowed(home, cfg, name, m)
     return code
 
@@ -13195,28 +13076,19 @@ def describe_allowed(m, cfg=None):
         lines.append("  " + backend_note(m, cfg))
     lines.append(f"  controller: {CONTROLLERS[ctl['kind']].describe(ctl)}")
     for lever in m["levers"].values():
-        how = (
-            "runs unasked"
-            if lever["reversible"]
-            else (
-                "delegated: runs unasked, intent before and outcome after"
-                if lever["delegated"]
-                else "irreversible: asks a person first"
-            )
-        )
+        how = "runs unasked" if lever["reversible"] else \
+            "delegated: runs unasked, intent before and outcome after" if lever["delegated"] else \
+            "irreversible: asks a person first"
         lines.append(
             f"  may run {lever['name']}: cap {lever['cap_text']}, {how}"
             + (
                 f", takes {lever['takes']}"
-                + (
-                    " (a model's content runs unasked: delegated)"
-                    if lever["delegated"]
-                    else " (model content waits for a person)"
-                )
+                + (" (a model's content runs unasked: delegated)"
+                   if lever["delegated"]
+                   else " (model content waits for a person)")
                 if lever["takes"]
                 else ""
-            )
-        )
+            ))
     if not m["levers"]:
         lines.append("  may run no lever")
     if m["forbidden"]:
@@ -13225,22 +13097,17 @@ def describe_allowed(m, cfg=None):
         lines.append(f"  keeps {m['run']} running (restart: {m['restart']})")
     for g in m["guards"]:
         source = g["run"] or g["adapter"] or f"drawdown of {g['drawdown']:g}% from the peak"
-        bound = (
-            f"past {g['drawdown']:g}%"
-            if g["drawdown"] is not None
-            else f"{g['side']} {format_number(g['bound'])}"
-        )
-        lines.append(
-            f"  guard {g['name']} ({source}): {bound}"
-            f" {'pauses' if g['then'] == 'pause' else 'asks'}; then only stop"
-            + (f" and unwind {g['unwind']['action']}" if g["unwind"] else "")
-            + " run"
-        )
+        bound = (f"past {g['drawdown']:g}%"
+                 if g["drawdown"] is not None
+                 else f"{g['side']} {format_number(g['bound'])}")
+        lines.append(f"  guard {g['name']} ({source}): {bound}"
+                     f" {'pauses' if g['then'] == 'pause' else 'asks'}; then only stop"
+                     + (f" and unwind {g['unwind']['action']}" if g["unwind"] else "")
+                     + " run")
     for a in m["audits"]:
         lines.append(
             f"  audit {a['name']} ({a['run']}): asks when the metric improves while it worsens"
-            f" ({a['worse']}) past {format_number(a['tolerance'])}"
-        )
+            f" ({a['worse']}) past {format_number(a['tolerance'])}")
     return lines
 
 
@@ -13252,18 +13119,14 @@ def backend_note(m, cfg):
     if not name:
         return "backend: none named (set default: in config.yaml): no decision is made"
     if cfg["backends"][name]["offbox"] and m["escalate"] != "offbox":
-        return (
-            f"backend: {name} leaves the machine, and the mandate does not say escalate: offbox: no"
-            " call is made"
-        )
+        return f"backend: {name} leaves the machine, and the mandate does not say escalate:" \
+            " offbox: no call is made"
     second = cfg.get("escalate")
     if not second or second == name:
         escalation = ""
     elif cfg["backends"][second]["offbox"] and m["escalate"] != "offbox":
-        escalation = (
-            f", not escalating to {second} (it leaves the machine; the mandate does not say"
-            " escalate: offbox)"
-        )
+        escalation = f", not escalating to {second} (it leaves the machine; the mandate does" \
+            " not say escalate: offbox)"
     else:
         escalation = f", escalating to {second}"
     nightly = "no nightly decision" if cfg["nightly"] == "never" else f"nightly at {cfg['nightly']}"
@@ -13273,12 +13136,8 @@ def backend_note(m, cfg):
 def print_allowed(home, cfg, name, m):
     """Print what mandate `m` of venture `name` allows, and whether its levers can hold it."""
     out(*describe_allowed(m, cfg))
-    out(
-        "  "
-        + describe_capacity(
-            ledger_capacity(home, name, m, (cfg["forecast"] or FORECAST_DEFAULT)["days"])
-        )
-    )
+    out("  " + describe_capacity(
+        ledger_capacity(home, name, m, (cfg["forecast"] or FORECAST_DEFAULT)["days"])))
 
 
 def ledger_capacity(home, name, m, days):
@@ -13309,8 +13168,7 @@ def cmd_try(home_arg, args):
     import tempfile
     if len(args) != 1:
         raise Fail(
-            EX_USAGE, "usage: avsm try DIR   (for example: python3 avsm.py try examples/counter)"
-        )
+            EX_USAGE, "usage: avsm try DIR   (for example: python3 avsm.py try examples/counter)")
     directory = os.path.realpath(args[0])
     check_venture_dir(directory)
     check_venture_name(os.path.basename(directory))
@@ -13342,22 +13200,17 @@ def cmd_try(home_arg, args):
         if not started:
             code = daemon.poll()
             raise Fail(
-                (
-                    code
-                    if code in (EX_TEMPFAIL, EX_CONFIG, EX_CANTCREAT, EX_NOPERM)
-                    else EX_UNAVAILABLE
-                ),
+                (code
+                 if code in (EX_TEMPFAIL, EX_CONFIG, EX_CANTCREAT, EX_NOPERM)
+                 else EX_UNAVAILABLE),
                 f"avsmd did not start on {home} (exit {code}); try adopts nothing into another"
-                " avsmd",
-            )
+                " avsmd")
         code = ask_daemon(home, "add", {"dir": directory})
         if code != EX_OK:
             return code
         out(f"# {when_it_acts(home, directory)}")
-        out(
-            f"# the home is {home}; in another terminal: {client_command(home)} asks (approve N,"
-            " deny N, status)"
-        )
+        out(f"# the home is {home}; in another terminal: {client_command(home)} asks (approve N,"
+            " deny N, status)")
         out(f"# following {home}/ledger.db; Ctrl-C stops avsmd")
         sys.stdout.flush()
         cmd_tail(home, ["1000000", "-f"])
@@ -13396,8 +13249,7 @@ def when_it_acts(home, directory):
     if decided_by_model(m):
         return (
             f"{name}: a model proposes at the nightly decision, or now with avsm decide {name}; a"
-            f" report every {every}"
-        )
+            f" report every {every}")
     sides = [f"{m['metric']} {'>' if way == 'above' else '<'} {format_number(bound)} (then "
              + (f"{lever} runs)" if asks_first(m, lever) is None else asks_first(m, lever) + ")")
              for _, way, bound, lever in controller_sides(m)]
@@ -13408,17 +13260,14 @@ def when_it_acts(home, directory):
             row = db.execute(
                 "SELECT record FROM records WHERE record LIKE '%\"kind\":\"report\"%' AND "
                 "record LIKE ? ORDER BY seq DESC LIMIT 1",
-                (f'%"venture":"{name}"%',),
-            ).fetchone()
+                (f'%"venture":"{name}"%',)).fetchone()
             db.close()
             last = json.loads(row[0]) if row else None
         if last is None:
             time.sleep(0.1)
-    now = (
-        f"; the first report says {format_number(last['value'])}"
-        if last and last.get("value") is not None
-        else "; no report yet"
-    )
+    now = (f"; the first report says {format_number(last['value'])}"
+           if last and last.get("value") is not None
+           else "; no report yet")
     return f"{name} acts when {' or '.join(sides)}{now}, and a report comes every {every}"
 
 
@@ -13440,8 +13289,7 @@ def program_command(program, home=None):
     on_path = shutil.which(program)
     if name.split(".")[0] in ("avsm", "avsmd") and not name.endswith(".py"):
         if on_path and (
-            not os.path.dirname(started) or os.path.realpath(on_path) == os.path.realpath(beside)
-        ):
+            not os.path.dirname(started) or os.path.realpath(on_path) == os.path.realpath(beside)):
             command = program
         elif os.path.dirname(started) and os.path.exists(beside):
             command = beside
@@ -13452,8 +13300,7 @@ def program_command(program, home=None):
     if command is None:
         python = sys.executable or "python3"
         if shutil.which("python3") and os.path.realpath(
-            shutil.which("python3")
-        ) == os.path.realpath(python):
+            shutil.which("python3")) == os.path.realpath(python):
             python = "python3"
         script = started if name.endswith(".py") and os.path.exists(started) else AVSM_PATH
         command = f"{python} {script}" + (" avsmd" if program == "avsmd" else "")
@@ -13520,8 +13367,7 @@ def cmd_link(home, args):
     if len(args) != 1 or args[0].startswith("-"):
         raise Fail(
             EX_USAGE,
-            "usage: avsm link DIR (such as avsm link ~/bin): it writes DIR/avsm and DIR/avsmd",
-        )
+            "usage: avsm link DIR (such as avsm link ~/bin): it writes DIR/avsm and DIR/avsmd")
     target = os.path.abspath(os.path.expanduser(args[0]))
     try:
         os.makedirs(target, exist_ok=True)
@@ -13533,8 +13379,7 @@ def cmd_link(home, args):
                         raise Fail(
                             EX_CANTCREAT,
                             f"{path} is there and avsm link did not write it (an installed avsm?): "
-                            "remove it, or link into another directory",
-                        )
+                            "remove it, or link into another directory")
         for program in ("avsm", "avsmd"):
             path = os.path.join(target, program)
             with open(path + ".new", "w", encoding="utf-8") as fh:
@@ -13554,23 +13399,12 @@ def cmd_link(home, args):
         pass                          # the first start writes it
     finally:
         sys.pycache_prefix = saved
-    on_path = target in [
-        os.path.abspath(os.path.expanduser(d))
-        for d in os.environ.get("PATH", "").split(os.pathsep)
-        if d
-    ]
-    out(
-        f"wrote {target}/avsm and {target}/avsmd: they run {AVSM_PATH}, started from cached"
-        " bytecode"
-        + (
-            ""
-            if on_path
-            else (
-                f"\n{target} is not on your PATH: add it (PATH={target}:$PATH), or run"
-                f" {target}/avsm"
-            )
-        )
-    )
+    on_path = target in [os.path.abspath(os.path.expanduser(d))
+                         for d in os.environ.get("PATH", "").split(os.pathsep)
+                         if d]
+    out(f"wrote {target}/avsm and {target}/avsmd: they run {AVSM_PATH}, started from cached"
+        " bytecode" + ("" if on_path else f"\n{target} is not on your PATH: add it "
+                                          f"(PATH={target}:$PATH), or run {target}/avsm"))
     return EX_OK
 
 
@@ -13579,21 +13413,11 @@ def cmd_link(home, args):
 # The client commands that need no avsmd, and the text of a venture's status.
 # =============================================================================
 
-# ---- avsm chart --------------------------------------------------------------
+# ---- avsm chart ----
 
 CHART_USAGE = "usage: avsm chart VENTURE [--since DURATION|SEQ]"
-CHART_KINDS = (
-    "report",
-    "action",
-    "outcome",
-    "ask",
-    "approval",
-    "denial",
-    "resolved",
-    "pause",
-    "resume",
-    "refusal",
-)
+CHART_KINDS = ("report", "action", "outcome", "ask", "approval", "denial", "resolved", "pause",
+               "resume", "refusal")
 CHART_WIDTH, CHART_HEIGHT = 960, 450
 # the plot's edges, in pixels
 CHART_LEFT, CHART_TOP, CHART_RIGHT, CHART_BOTTOM = 76, 104, 930, 366
@@ -13602,50 +13426,14 @@ CHART_SPAN = 86400      # seconds a chart shows unless told (--since): the last 
 CHART_MARKS = 120       # markers of one kind at most: more in the span are drawn as named groups
 # the value axis ends within it: its padded span still fits a float
 CHART_VALUE_MAX = sys.float_info.max / 4
-CHART_TIME_STEPS = (
-    1,
-    2,
-    5,
-    10,
-    15,
-    30,
-    60,
-    120,
-    300,
-    600,
-    900,
-    1800,
-    3600,
-    7200,
-    10800,
-    21600,
-    43200,
-    86400,
-    2 * 86400,
-    7 * 86400,
-    14 * 86400,
-    30 * 86400,
-    91 * 86400,
-    365 * 86400,
-)
-CHART_COLOURS = {
-    "trusted": "#1f5fa8",
-    "implausible": "#c0392b",
-    "unconfirmed": "#d35400",
-    "failed": "#7f7f7f",
-    "band": "#2e8b57",
-    "bound": "#444444",
-    "ok": "#2e7d32",
-    "not ok": "#c62828",
-    "running": "#7f7f7f",
-    "ask": "#7b3fa0",
-    "grid": "#e4e4e4",
-    "text": "#222222",
-    "paused": "#8a8a8a",
-    "stuck": "#e0a000",
-    "guard": "#b03060",
-    "mandate": "#555555",
-}
+CHART_TIME_STEPS = (1, 2, 5, 10, 15, 30, 60, 120, 300, 600, 900, 1800, 3600, 7200, 10800, 21600,
+                    43200, 86400, 2 * 86400, 7 * 86400, 14 * 86400, 30 * 86400, 91 * 86400,
+                    365 * 86400)
+CHART_COLOURS = {"trusted": "#1f5fa8", "implausible": "#c0392b", "unconfirmed": "#d35400",
+                 "failed": "#7f7f7f", "band": "#2e8b57", "bound": "#444444", "ok": "#2e7d32",
+                 "not ok": "#c62828", "running": "#7f7f7f", "ask": "#7b3fa0", "grid": "#e4e4e4",
+                 "text": "#222222", "paused": "#8a8a8a", "stuck": "#e0a000", "guard": "#b03060",
+                 "mandate": "#555555"}
 # one a lever, in order of first run
 LEVER_COLOURS = ("#2e7d32", "#ef6c00", "#00838f", "#6d4c41", "#ad1457", "#827717")
 # XML 1.0 cannot hold these even as &#..; (control characters, lone surrogates, U+FFFE/U+FFFF), and
@@ -13660,11 +13448,8 @@ def cmd_chart(home, args):
     name, since, rest = None, None, list(args)
     while rest:
         arg = rest.pop(0)
-        value = since_option(
-            arg,
-            rest,
-            f"--since needs a duration or a record number (--since 24h, --since 17); {CHART_USAGE}",
-        )
+        value = since_option(arg, rest, "--since needs a duration or a record number (--since "
+                             f"24h, --since 17); {CHART_USAGE}")
         if value is not None:
             since = value
         elif arg == "--":
@@ -13682,13 +13467,9 @@ def cmd_chart(home, args):
         raise Fail(EX_USAGE, CHART_USAGE)
     after, seconds = since_arg(since, "chart") if since is not None else (0, CHART_SPAN)
     after, start = after or 0, time.time() - seconds if seconds else 0
-    span = (
-        f"in the last {format_duration(seconds)}"
-        if seconds
-        else f"after #{after}" if after else "in the ledger"
-    )
-    if since is None:
-        span = "in the last 24h (the default span; --since 0 charts the whole history)"
+    span = "in the last 24h (the default span; --since 0 charts the whole history)" \
+        if since is None else f"in the last {format_duration(seconds)}" if seconds else \
+        f"after #{after}" if after else "in the ledger"
     db = open_ledger_ro(ledger_path(home))
     try:
         mandates, records, untimed = read_chart_records(db, name, after, start)
@@ -13696,12 +13477,10 @@ def cmd_chart(home, args):
         db.close()
     if untimed:
         span += (
-            f" ({untimed} record{'s' if untimed != 1 else ''} at a time no clock wrote left out)"
-        )
+            f" ({untimed} record{'s' if untimed != 1 else ''} at a time no clock wrote left out)")
     if not mandates:
         raise Fail(
-            EX_DATAERR, f"no venture is named '{name}'; {client_command(home)} status lists them"
-        )
+            EX_DATAERR, f"no venture is named '{name}'; {client_command(home)} status lists them")
     if not any(r["kind"] == "report" for _, _, r in records):
         raise Fail(EX_DATAERR, f"venture {name} has no reports {span}" +
                    ("; give --since an earlier record or a longer duration, or --since 0 for the "
@@ -13725,8 +13504,7 @@ def since_arg(text, command):
             EX_USAGE,
             f"avsm {command} --since takes a duration such as 10s, 24h or 7d, or a record number "
             f"such as 17, not '{text}': --since 24h is the last 24 hours, --since 17 the records "
-            "after #17",
-        ) from None
+            "after #17") from None
 
 
 # 9999-12-31T23:59:59Z: a record's time past it (or before 1970) no clock wrote
@@ -13735,7 +13513,7 @@ CLOCK_MAX = 253402300799
 
 def read_chart_records(db, name, after, start):
     """Return (the mandate records of venture `name`, its records after seq `after` and from
-    `start`, how many were left out for a time no clock wrote). The indexes find the span."""
+    `start`, how many were left out for a time no clock wrote)."""
     field = f'"venture":{json.dumps(name)}'
     mandates = [(s, a, json.loads(t)) for s, a, t in db.execute(
         f"SELECT seq, at, record FROM records WHERE {RECORD_KIND_SQL} = 'mandate' "
@@ -13755,11 +13533,9 @@ def read_chart_records(db, name, after, start):
                 untimed += 1
     if len(texts) <= CHART_RIGHT - CHART_LEFT:      # drawn one by one, each tooltip its summary
         records = [(s, a, json.loads(texts[s]) if s in texts else r) for s, a, r in records]
-    return (
-        [m for m in mandates if m[2].get("venture") == name and m[2].get("kind") == "mandate"],
-        records,
-        untimed,
-    )
+    return ([m for m in mandates if m[2].get("venture") == name and m[2].get("kind") == "mandate"],
+            records,
+            untimed)
 
 
 def xml_text(value):
@@ -13769,13 +13545,11 @@ def xml_text(value):
     # the common case, plain ASCII, needs no pass of the pattern
     if not (text.isascii() and text.isprintable()):
         text = escape_controls(XML_UNSAFE_CHARS, text.replace("\n", "\\n").replace("\r", "\\r"))
-    text = (
-        text.replace("&", "&amp;")
-        .replace("<", "&lt;")
-        .replace(">", "&gt;")
-        .replace('"', "&quot;")
-        .replace("'", "&#39;")
-    )
+    text = (text.replace("&", "&amp;")
+            .replace("<", "&lt;")
+            .replace(">", "&gt;")
+            .replace('"', "&quot;")
+            .replace("'", "&#39;"))
     return text.encode("ascii", "xmlcharrefreplace").decode("ascii")
 
 
@@ -13806,8 +13580,7 @@ def value_ticks(low, high):
     low, high = low - pad, high + pad
     step = nice_step(high - low, 6)
     bottom, top = max(math.floor(low / step) * step, floor), min(
-        math.ceil(high / step) * step, ceiling
-    )
+        math.ceil(high / step) * step, ceiling)
     decimals = max(0, -math.floor(math.log10(step))) if step < 1 else 0
     ticks, k = [], 0
     while bottom + k * step <= top + step * 1e-9:
@@ -13835,13 +13608,9 @@ def time_ticks(t0, t1, most=8):
             ticks.append((at, time.strftime("%Y-%m-%d", local), ""))
         else:
             date = time.strftime("%Y-%m-%d", local)
-            ticks.append(
-                (
-                    at,
-                    time.strftime("%H:%M:%S" if step < 60 else "%H:%M", local),
-                    date if date != day else "",
-                )
-            )
+            ticks.append((at,
+                          time.strftime("%H:%M:%S" if step < 60 else "%H:%M", local),
+                          date if date != day else ""))
             day = date
         t = at + step
     return ticks
@@ -13853,8 +13622,7 @@ def zone_words(at):
     off = t.tm_gmtoff or 0
     sign = "-" if off < 0 else "+"
     return f"UTC{sign}{abs(off) // 3600:02d}:{abs(off) % 3600 // 60:02d}" + (
-        f", {t.tm_zone}" if t.tm_zone else ""
-    )
+        f", {t.tm_zone}" if t.tm_zone else "")
 
 
 def chart_tooltip(seq, at, record, more=""):
@@ -13862,11 +13630,9 @@ def chart_tooltip(seq, at, record, more=""):
     summary = str(record.get("summary", ""))
     if len(summary) > CHART_NOTE_MAX:
         summary = summary[:CHART_NOTE_MAX] + "..."
-    return (
-        "<title>"
-        + xml_text(f"#{seq} {chart_time(at)} {record.get('kind')}: {summary}{more}")
-        + "</title>"
-    )
+    return ("<title>"
+            + xml_text(f"#{seq} {chart_time(at)} {record.get('kind')}: {summary}{more}")
+            + "</title>")
 
 
 def chart_time(at):
@@ -13900,11 +13666,8 @@ def chart_svg(name, mandates, records, span="in the ledger"):
     """Return the SVG text of venture `name`'s chart from its mandate records and its records in the
     span. Pure but for local time, which labels the axis."""
     reports = [(s, a, r) for s, a, r in records if r["kind"] == "report"]
-    trusted = [
-        (s, a, r)
-        for s, a, r in reports
-        if report_status(r) == "trusted" and chart_number(r.get("value")) is not None
-    ]
+    trusted = [(s, a, r) for s, a, r in reports
+               if report_status(r) == "trusted" and chart_number(r.get("value")) is not None]
     on_line = {s for s, _, _ in trusted}
     apart = [(s, a, r) for s, a, r in reports if s not in on_line]
     actions = [(s, a, r) for s, a, r in records if r["kind"] == "action"]
@@ -13930,46 +13693,32 @@ def chart_svg(name, mandates, records, span="in the ledger"):
     # in halves: a report may hold up to ±1.8e308, and its distance to the axis overflows
     def y(value):
         return CHART_BOTTOM - (value / 2 - bottom / 2) / (top / 2 - bottom / 2) * (
-            CHART_BOTTOM - CHART_TOP
-        )
+            CHART_BOTTOM - CHART_TOP)
 
-    metric = (
-        next((m["metric"] for _, _, _, m in reversed(shown) if m), None)
-        or reports[-1][2].get("metric")
-        or "metric"
-    )
+    metric = next((m["metric"] for _, _, _, m in reversed(shown) if m), None) or \
+        reports[-1][2].get("metric") or "metric"
     counts = (
         f"{len(trusted)} trusted report{'s' if len(trusted) != 1 else ''}, {len(apart)} marked"
         f" apart, {len(actions)} lever run{'s' if len(actions) != 1 else ''}, {len(asks)}"
-        f" ask{'s' if len(asks) != 1 else ''} {span}, {chart_span_words(first, last)}"
-    )
+        f" ask{'s' if len(asks) != 1 else ''} {span}, {chart_span_words(first, last)}")
     spans, marks = chart_spans(records, mandates, eras, t0, t1), chart_marks(
-        records, mandates, t0, t1
-    )
+        records, mandates, t0, t1)
     levers = {lever: LEVER_COLOURS[i % len(LEVER_COLOURS)]
               for i, lever in enumerate(dict.fromkeys(str(r.get("lever")) for _, _, r in actions))}
     legend, height = chart_legend(
-        trusted, apart, actions, asks, records, shown, bottom, top, levers, spans, marks
-    )
+        trusted, apart, actions, asks, records, shown, bottom, top, levers, spans, marks)
     parts = [
-        (
-            f'<svg xmlns="http://www.w3.org/2000/svg" width="{CHART_WIDTH}" height="{height}"'
-            f' viewBox="0 0 {CHART_WIDTH} {height}" font-family="DejaVu Sans, Helvetica, Arial,'
-            f' sans-serif" font-size="12" fill="{CHART_COLOURS["text"]}">'
-        ),
+        f'<svg xmlns="http://www.w3.org/2000/svg" width="{CHART_WIDTH}" height="{height}"'
+        f' viewBox="0 0 {CHART_WIDTH} {height}" font-family="DejaVu Sans, Helvetica, Arial,'
+        f' sans-serif" font-size="12" fill="{CHART_COLOURS["text"]}">',
         f"<title>{xml_text(f'{name}: {metric}, {counts}')}</title>",
         f'<rect width="{CHART_WIDTH}" height="{height}" fill="#ffffff"/>',
-        (
-            f'<text x="{CHART_LEFT}" y="24" font-size="16"'
-            f' font-weight="bold">{xml_text(f"{name}: {metric}")}</text>'
-        ),
+        f'<text x="{CHART_LEFT}" y="24" font-size="16"'
+        f' font-weight="bold">{xml_text(f"{name}: {metric}")}</text>',
         f'<text x="{CHART_LEFT}" y="44">{xml_text(counts)}</text>',
         f'<text x="{CHART_LEFT}" y="62">{xml_text(chart_controller_words(shown))}</text>',
-        (
-            f'<clipPath id="plot"><rect x="{CHART_LEFT}" y="{CHART_TOP}"'
-            f' width="{CHART_RIGHT - CHART_LEFT}" height="{CHART_BOTTOM - CHART_TOP}"/></clipPath>'
-        ),
-    ]
+        f'<clipPath id="plot"><rect x="{CHART_LEFT}" y="{CHART_TOP}"'
+        f' width="{CHART_RIGHT - CHART_LEFT}" height="{CHART_BOTTOM - CHART_TOP}"/></clipPath>']
     parts += chart_axes(metric, ticks, time_ticks(t0, t1), x, y, last)
     controller, labels = chart_controller(shown, x, y)
     parts += chart_stretches(spans, marks, x) + controller
@@ -13992,11 +13741,8 @@ def chart_controller_words(shown):
     if not shown:
         return "no mandate in force over this span"
     _, _, seq, m = shown[-1]
-    earlier = (
-        f" ({len(shown) - 1} earlier mandate{'s' if len(shown) > 2 else ''} in the span)"
-        if len(shown) > 1
-        else ""
-    )
+    earlier = f" ({len(shown) - 1} earlier mandate{'s' if len(shown) > 2 else ''} in the span)" \
+        if len(shown) > 1 else ""
     if m is None:
         return f"mandate #{seq} does not read, so no bound is drawn{earlier}"
     ctl = m["controller"]
@@ -14007,49 +13753,32 @@ def chart_controller_words(shown):
 def chart_axes(metric, ticks, times, x, y, last):
     """Return the SVG of the plot's frame, its value and time grid with labels, and the captions."""
     c = CHART_COLOURS
-    parts = [f'<g class="axes" font-size="11">']
+    parts = ['<g class="axes" font-size="11">']
     for value, label in ticks:
         parts.append(
             f'<line x1="{CHART_LEFT}" x2="{CHART_RIGHT}" y1="{y(value):.1f}" y2="{y(value):.1f}"'
-            f' stroke="{c["grid"]}"/>'
-        )
-        parts.append(
-            f'<text x="{CHART_LEFT - 6}" y="{y(value) + 4:.1f}"'
-            f' text-anchor="end">{xml_text(label)}</text>'
-        )
+            f' stroke="{c["grid"]}"/>')
+        parts.append(f'<text x="{CHART_LEFT - 6}" y="{y(value) + 4:.1f}"'
+                     f' text-anchor="end">{xml_text(label)}</text>')
     for at, label, date in times:
-        parts.append(
-            f'<line x1="{x(at):.1f}" x2="{x(at):.1f}" y1="{CHART_TOP}" y2="{CHART_BOTTOM}"'
-            f' stroke="{c["grid"]}"/>'
-        )
-        parts.append(
-            f'<text x="{x(at):.1f}" y="{CHART_BOTTOM + 16}"'
-            f' text-anchor="middle">{xml_text(label)}</text>'
-        )
+        parts.append(f'<line x1="{x(at):.1f}" x2="{x(at):.1f}" y1="{CHART_TOP}" y2="{CHART_BOTTOM}"'
+                     f' stroke="{c["grid"]}"/>')
+        parts.append(f'<text x="{x(at):.1f}" y="{CHART_BOTTOM + 16}"'
+                     f' text-anchor="middle">{xml_text(label)}</text>')
         if date:
-            parts.append(
-                f'<text x="{x(at):.1f}" y="{CHART_BOTTOM + 30}"'
-                f' text-anchor="middle">{xml_text(date)}</text>'
-            )
+            parts.append(f'<text x="{x(at):.1f}" y="{CHART_BOTTOM + 30}"'
+                         f' text-anchor="middle">{xml_text(date)}</text>')
     middle = (CHART_TOP + CHART_BOTTOM) / 2
-    parts += [
-        (
-            f'<rect x="{CHART_LEFT}" y="{CHART_TOP}" width="{CHART_RIGHT - CHART_LEFT}"'
-            f' height="{CHART_BOTTOM - CHART_TOP}" fill="none" stroke="#999999"/>'
-        ),
-        (
-            f'<text x="18" y="{middle:.0f}" text-anchor="middle" transform="rotate(-90 18'
-            f' {middle:.0f})" font-size="12">{xml_text(metric)}</text>'
-        ),
-        (
-            f'<text x="{(CHART_LEFT + CHART_RIGHT) / 2:.0f}" y="{CHART_BOTTOM + 48}"'
-            ' text-anchor="middle"'
-            f' font-size="12">{xml_text(f"local time ({zone_words(last)})")}</text>'
-        ),
-        f'<text x="{CHART_LEFT - 6}" y="{CHART_TOP - 26}" text-anchor="end">asks</text>',
-        f'<text x="{CHART_LEFT - 6}" y="{CHART_TOP - 8}" text-anchor="end">lever runs</text>',
-        "</g>",
-    ]
+    parts += [f'<rect x="{CHART_LEFT}" y="{CHART_TOP}" width="{CHART_RIGHT - CHART_LEFT}"'
+              f' height="{CHART_BOTTOM - CHART_TOP}" fill="none" stroke="#999999"/>',
+              f'<text x="18" y="{middle:.0f}" text-anchor="middle" transform="rotate(-90 18'
+              f' {middle:.0f})" font-size="12">{xml_text(metric)}</text>',
+              f'<text x="{(CHART_LEFT + CHART_RIGHT) / 2:.0f}" y="{CHART_BOTTOM + 48}"'
+              ' text-anchor="middle"'
+              f' font-size="12">{xml_text(f"local time ({zone_words(last)})")}</text>',
+              f'<text x="{CHART_LEFT - 6}" y="{CHART_TOP - 26}" text-anchor="end">asks</text>',
+              f'<text x="{CHART_LEFT - 6}" y="{CHART_TOP - 8}" text-anchor="end">lever runs</text>',
+              "</g>"]
     return parts
 
 
@@ -14062,50 +13791,38 @@ def chart_controller(shown, x, y):
             continue
         ctl = m["controller"]
         x1, x2 = x(start), x(end)
-        title = (
-            f"<title>{xml_text(f'mandate #{seq}: ' + CONTROLLERS[ctl['kind']].describe(ctl))}"
-            "</title>"
-        )
+        title = (f"<title>{xml_text(f'mandate #{seq}: ' + CONTROLLERS[ctl['kind']].describe(ctl))}"
+                 "</title>")
         if ctl["kind"] == "band":
-            parts += [
-                f'<g class="band" stroke="{c["band"]}">{title}',
-                (
-                    f'<rect x="{x1:.1f}" y="{y(ctl["high"]):.1f}" width="{x2 - x1:.1f}"'
-                    f' height="{y(ctl["low"]) - y(ctl["high"]):.1f}" fill="{c["band"]}"'
-                    ' fill-opacity="0.12" stroke="none"/>'
-                ),
-            ]
+            parts += [f'<g class="band" stroke="{c["band"]}">{title}',
+                      f'<rect x="{x1:.1f}" y="{y(ctl["high"]):.1f}" width="{x2 - x1:.1f}"'
+                      f' height="{y(ctl["low"]) - y(ctl["high"]):.1f}" fill="{c["band"]}"'
+                      ' fill-opacity="0.12" stroke="none"/>']
         else:
             parts.append(f'<g class="bound" stroke="{c["bound"]}">{title}')
         for _, way, bound, lever in controller_sides(m):
             parts.append(
                 f'<line x1="{x1:.1f}" x2="{x2:.1f}" y1="{y(bound):.1f}" y2="{y(bound):.1f}"'
-                ' stroke-width="1.5" stroke-dasharray="6 4"/>'
-            )
+                ' stroke-width="1.5" stroke-dasharray="6 4"/>')
             label = f"{way} {format_number(bound)}: {lever}"
             ly = y(bound) - 5 if way == "above" else y(bound) + 14
             labels.append(
-                f'<text x="{x2 - 4:.1f}" y="{ly:.1f}" text-anchor="end">{xml_text(label)}</text>'
-            )
+                f'<text x="{x2 - 4:.1f}" y="{ly:.1f}" text-anchor="end">{xml_text(label)}</text>')
             if ctl.get("deadband"):
                 rearm = bound - ctl["deadband"] if way == "above" else bound + ctl["deadband"]
                 parts.append(
                     f'<line x1="{x1:.1f}" x2="{x2:.1f}" y1="{y(rearm):.1f}" y2="{y(rearm):.1f}" '
-                    'stroke-dasharray="2 3" stroke-opacity="0.7"/>'
-                )
+                    'stroke-dasharray="2 3" stroke-opacity="0.7"/>')
         parts.append("</g>")
     halo = (
         '<g class="controller-halo" font-size="11" fill="#ffffff" stroke="#ffffff" stroke-width="3"'
-        ' stroke-linejoin="round">'
-    )
-    return parts + ["</g>"], [
-        halo,
-        *labels,
-        "</g>",
-        f'<g class="controller-labels" font-size="11" fill="{c["bound"]}">',
-        *labels,
-        "</g>",
-    ]
+        ' stroke-linejoin="round">')
+    return parts + ["</g>"], [halo,
+                              *labels,
+                              "</g>",
+                              f'<g class="controller-labels" font-size="11" fill="{c["bound"]}">',
+                              *labels,
+                              "</g>"]
 
 
 def chart_columns(trusted, x):
@@ -14175,8 +13892,7 @@ def chart_reports(trusted, apart, x, y, bottom, top, breaks=()):
             title = "<title>" + xml_text(
                 f"#{s} {chart_time(a)}: {format_number(rec['value'])}; {n} reports here, "
                 f"#{first} to #{s}: lowest {format_number(lo)} (#{lo_seq}), "
-                f"highest {format_number(hi)} (#{hi_seq})"
-            ) + "</title>"
+                f"highest {format_number(hi)} (#{hi_seq})") + "</title>"
         px, py = xy[s]
         parts.append(f'<circle class="report trusted" cx="{px}" cy="{py}" r="{r}">{title}</circle>')
     parts += ["</g>", '<g class="reports apart" stroke-width="1.8" fill="none">']
@@ -14188,33 +13904,19 @@ def chart_reports(trusted, apart, x, y, bottom, top, breaks=()):
         status, value, px = report_status(rec), chart_number(rec.get("value")), x(a)
         colour = c.get(status, c["implausible"])
         if value is None:
-            d, status = (
-                (
-                    f"M{px - 4:.1f},{CHART_BOTTOM + 8} L{px:.1f},{CHART_BOTTOM + 1}"
-                    f" L{px + 4:.1f},{CHART_BOTTOM + 8} Z"
-                ),
-                "failed",
-            )
-            colour = c["failed"]
+            d, status, colour = (f"M{px - 4:.1f},{CHART_BOTTOM + 8} L{px:.1f},{CHART_BOTTOM + 1}"
+                                 f" L{px + 4:.1f},{CHART_BOTTOM + 8} Z", "failed", c["failed"])
         elif value > top or value < bottom:
-            edge, tip = (
-                (CHART_TOP + 8, CHART_TOP + 1)
-                if value > top
-                else (CHART_BOTTOM - 8, CHART_BOTTOM - 1)
-            )
-            d, status = (
-                f"M{px - 5:.1f},{edge} L{px:.1f},{tip} L{px + 5:.1f},{edge} Z",
-                f"{status} off-scale",
-            )
+            edge, tip = (CHART_TOP + 8, CHART_TOP + 1) if value > top else \
+                (CHART_BOTTOM - 8, CHART_BOTTOM - 1)
+            d = f"M{px - 5:.1f},{edge} L{px:.1f},{tip} L{px + 5:.1f},{edge} Z"
+            status += " off-scale"
         elif status == "unconfirmed":
-            py = y(value)
-            d = f"M{px - 4:.1f},{py:.1f} a4,4 0 1,0 8,0 a4,4 0 1,0 -8,0"
+            d = f"M{px - 4:.1f},{y(value):.1f} a4,4 0 1,0 8,0 a4,4 0 1,0 -8,0"
         else:
             py = y(value)
-            d = (
-                f"M{px - 4:.1f},{py - 4:.1f} L{px + 4:.1f},{py + 4:.1f} M{px - 4:.1f},{py + 4:.1f}"
-                f" L{px + 4:.1f},{py - 4:.1f}"
-            )
+            d = (f"M{px - 4:.1f},{py - 4:.1f} L{px + 4:.1f},{py + 4:.1f} M{px - 4:.1f},{py + 4:.1f}"
+                 f" L{px + 4:.1f},{py - 4:.1f}")
         title = chart_tooltip(s, a, rec) if len(group) == 1 else \
             group_title(group, f"{status} reports")
         parts.append(f'<path class="report {status}" d="{d}" stroke="{colour}">{title}</path>')
@@ -14235,23 +13937,19 @@ def chart_spans(records, mandates, eras, t0, t1):
             m, directory = r["m"], r["directory"]
         elif kind == "pause" or kind == "refusal" and r.get("stuck"):
             opened.setdefault(
-                ("paused", None) if kind == "pause" else ("stuck", r.get("side")), (a, s, r)
-            )
+                ("paused", None) if kind == "pause" else ("stuck", r.get("side")), (a, s, r))
         elif kind == "resume":
             ended = [("paused", None)]
         elif kind == "report" and opened and report_status(r) == "trusted" \
                 and chart_number(r.get("value")) is not None:      # only an open stretch can end
-            ended = [
-                ("stuck", side)
-                for side, way, bound, _ in controller_sides(m)
-                if not crossed(way, bound, r["value"])
-            ]
+            ended = [("stuck", side)
+                     for side, way, bound, _ in controller_sides(m)
+                     if not crossed(way, bound, r["value"])]
         for key in [k for k in ended if k in opened]:
             start, seq, record = opened.pop(key)
             spans.append((start, a, key[0], seq, record, s))
     spans += [
-        (start, t1, key[0], seq, record, None) for key, (start, seq, record) in opened.items()
-    ]
+        (start, t1, key[0], seq, record, None) for key, (start, seq, record) in opened.items()]
     return sorted(span for span in spans if span[1] >= t0)
 
 
@@ -14307,8 +14005,7 @@ def chart_stretches(spans, marks, x):
             f' x="{x1:.1f}" y="{CHART_TOP}" width="{max(x2 - x1, 1):.1f}"'
             f' height="{CHART_BOTTOM - CHART_TOP}" fill="{c[what]}" fill-opacity="0.2"/><text'
             f' x="{x1 + 3:.1f}" y="{CHART_BOTTOM - (5 if what == "paused" else 17)}"'
-            f' fill="{c[what]}">{label}</text></g>'
-        )
+            f' fill="{c[what]}">{label}</text></g>')
     groups = sorted((g for what in ("guard", "mandate")
                      for g in chart_groups([(m[3], m[0], m) for m in marks if m[1] == what], x)),
                     key=lambda g: g[0][0])
@@ -14324,8 +14021,7 @@ def chart_stretches(spans, marks, x):
             f' y1="{CHART_TOP}" y2="{CHART_BOTTOM}" stroke="{c[what]}" stroke-width="1.5"/><text'
             f' x="{lx}" y="{CHART_TOP + 12}"'
             + ("" if anchor == "start" else ' text-anchor="end"')
-            + f'>{xml_text(label)}</text></g>'
-        )
+            + f'>{xml_text(label)}</text></g>')
     return parts + ["</g>"]
 
 
@@ -14333,11 +14029,9 @@ def chart_markers(actions, asks, records, levers, x):
     """Return the SVG of each lever run and each ask, with its seq and what came of it."""
     c = CHART_COLOURS
     ended = {r.get("action"): (s, r) for s, _, r in records if r["kind"] == "outcome"}
-    answered = {
-        r.get("ask"): (s, r)
-        for s, _, r in records
-        if r["kind"] in ("approval", "denial", "resolved")
-    }
+    answered = {r.get("ask"): (s, r)
+                for s, _, r in records
+                if r["kind"] in ("approval", "denial", "resolved")}
     parts = ['<g class="actions">']
     groups = sorted((g for lever in levers for g in chart_groups(
         [e for e in actions if str(e[2].get("lever")) == lever], x)), key=lambda g: g[0][0])
@@ -14346,16 +14040,14 @@ def chart_markers(actions, asks, records, levers, x):
         for s, a, rec in group:
             o_seq, outcome = ended.get(s, (None, None))
             states.append("running" if outcome is None else "ok" if outcome.get("ok") else "failed")
-            more = (f"; no outcome in the ledger yet" if outcome is None else
+            more = ("; no outcome in the ledger yet" if outcome is None else
                     f"; ended #{o_seq}: {'ok' if outcome.get('ok') else 'not ok'} "
                     f"({outcome.get('status')})")
         state = next(k for k in ("failed", "running", "ok") if k in states)
         colour, px, x1 = levers[str(rec.get("lever"))], x(a), x(group[0][1])
-        edge = {
-            "running": ' fill-opacity="0.4"',
-            "ok": "",
-            "failed": f' stroke="{c["not ok"]}" stroke-width="2.5"',
-        }[state]
+        edge = {"running": ' fill-opacity="0.4"',
+                "ok": "",
+                "failed": f' stroke="{c["not ok"]}" stroke-width="2.5"'}[state]
         title = chart_tooltip(s, a, rec, more) if len(group) == 1 else group_title(
             group, f"runs of {rec.get('lever')}, {states.count('failed')} not ok, "
                    f"{states.count('running')} with no outcome yet,")
@@ -14384,110 +14076,50 @@ def chart_markers(actions, asks, records, levers, x):
 
 def chart_legend(trusted, apart, actions, asks, records, shown, bottom, top, levers, spans, marks):
     """Return (the SVG of the legend under the time axis, the chart's height)."""
-    c, items = CHART_COLOURS, []
+    c = CHART_COLOURS
     circle = lambda colour: (
         f'<circle cx="6" cy="-4" r="3" fill="{colour}"/><line x1="-2" x2="14" y1="-4" y2="-4"'
-        f' stroke="{colour}"/>'
-    )
+        f' stroke="{colour}"/>')
     cross = '<path d="M2,-8 L10,0 M2,0 L10,-8" stroke="{}" stroke-width="1.8"/>'
-    if trusted:
-        items.append((circle(c["trusted"]), "trusted report"))
     statuses = set()
     for _, _, r in apart:
         value = chart_number(r.get("value"))
-        statuses.add(
-            "failed"
-            if value is None
-            else "off the scale" if not bottom <= value <= top else report_status(r)
-        )
-    if "implausible" in statuses:
-        items.append((cross.format(c["implausible"]), "implausible"))
-    if "unconfirmed" in statuses:
-        items.append(
-            (
-                (
-                    f'<circle cx="6" cy="-4" r="4" fill="none" stroke="{c["unconfirmed"]}"'
-                    ' stroke-width="1.8"/>'
-                ),
-                "unconfirmed",
-            )
-        )
-    if "failed" in statuses:
-        items.append(
-            (
-                (
-                    f'<path d="M2,0 L6,-7 L10,0 Z" fill="none" stroke="{c["failed"]}"'
-                    ' stroke-width="1.8"/>'
-                ),
-                "failed (no value)",
-            )
-        )
-    if "off the scale" in statuses:
-        items.append(
-            (
-                (
-                    f'<path d="M1,-1 L6,-8 L11,-1 Z" fill="none" stroke="{c["implausible"]}"'
-                    ' stroke-width="1.8"/>'
-                ),
-                "off the scale",
-            )
-        )
+        statuses.add("failed"
+                     if value is None
+                     else "off the scale" if not bottom <= value <= top else report_status(r))
     kinds = {m["controller"]["kind"] for _, _, _, m in shown if m and controller_sides(m)}
-    if "band" in kinds:
-        items.append(
-            (
-                (
-                    f'<rect x="0" y="-9" width="12" height="10" fill="{c["band"]}"'
-                    ' fill-opacity="0.25"/>'
-                ),
-                "band",
-            )
-        )
-    if kinds - {"band"}:
-        items.append(
-            (
-                (
-                    f'<line x1="0" x2="12" y1="-4" y2="-4" stroke="{c["bound"]}" stroke-width="1.5"'
-                    ' stroke-dasharray="4 2"/>'
-                ),
-                "bound",
-            )
-        )
-    items += [
-        (f'<path d="M0,-9 L12,-9 L6,0 Z" fill="{colour}"/>', f"{lever} run")
-        for lever, colour in levers.items()
-    ]
     ends = {r.get("action"): bool(r.get("ok")) for _, _, r in records if r["kind"] == "outcome"}
     # True: ok, False: not ok, None: still running
     states = {ends.get(s) for s, _, _ in actions}
-    if False in states:
-        items.append(
-            (
-                (
-                    f'<path d="M0,-9 L12,-9 L6,0 Z" fill="#ffffff" stroke="{c["not ok"]}"'
-                    ' stroke-width="2"/>'
-                ),
-                "not ok",
-            )
-        )
-    if None in states:
-        items.append(
-            ('<path d="M0,-9 L12,-9 L6,0 Z" fill="#999999" fill-opacity="0.4"/>', "running")
-        )
-    if asks:
-        items.append(
-            (f'<path d="M6,-10 L12,-4 L6,2 L0,-4 Z" fill="{c["ask"]}"/>', "ask (pale: answered)")
-        )
+    items = [(glyph, words) for drawn, glyph, words in (
+        (trusted, circle(c["trusted"]), "trusted report"),
+        ("implausible" in statuses, cross.format(c["implausible"]), "implausible"),
+        ("unconfirmed" in statuses, f'<circle cx="6" cy="-4" r="4" fill="none" '
+         f'stroke="{c["unconfirmed"]}"' ' stroke-width="1.8"/>', "unconfirmed"),
+        ("failed" in statuses, f'<path d="M2,0 L6,-7 L10,0 Z" fill="none" stroke="{c["failed"]}"'
+         ' stroke-width="1.8"/>', "failed (no value)"),
+        ("off the scale" in statuses, f'<path d="M1,-1 L6,-8 L11,-1 Z" fill="none" '
+         f'stroke="{c["implausible"]}"' ' stroke-width="1.8"/>', "off the scale"),
+        ("band" in kinds, f'<rect x="0" y="-9" width="12" height="10" fill="{c["band"]}"'
+         ' fill-opacity="0.25"/>', "band"),
+        (kinds - {"band"}, f'<line x1="0" x2="12" y1="-4" y2="-4" stroke="{c["bound"]}" '
+         f'stroke-width="1.5"' ' stroke-dasharray="4 2"/>', "bound")) if drawn]
+    items += [(f'<path d="M0,-9 L12,-9 L6,0 Z" fill="{colour}"/>', f"{lever} run")
+              for lever, colour in levers.items()]
+    items += [(glyph, words) for drawn, glyph, words in (
+        (False in states, f'<path d="M0,-9 L12,-9 L6,0 Z" fill="#ffffff" stroke="{c["not ok"]}"'
+         ' stroke-width="2"/>', "not ok"),
+        (None in states, '<path d="M0,-9 L12,-9 L6,0 Z" fill="#999999" fill-opacity="0.4"/>',
+         "running"),
+        (asks, f'<path d="M6,-10 L12,-4 L6,2 L0,-4 Z" fill="{c["ask"]}"/>',
+         "ask (pale: answered)")) if drawn]
     items += [
         (f'<rect x="0" y="-9" width="12" height="10" fill="{c[what]}" fill-opacity="0.35"/>', what)
         for what in ("paused", "stuck")
-        if any(span[2] == what for span in spans)
-    ]
-    items += [
-        (f'<line x1="6" x2="6" y1="-10" y2="2" stroke="{c[what]}" stroke-width="2"/>', words)
-        for what, words in (("guard", "guard trip"), ("mandate", "new mandate"))
-        if any(k[1] == what for k in marks)
-    ]
+        if any(span[2] == what for span in spans)]
+    items += [(f'<line x1="6" x2="6" y1="-10" y2="2" stroke="{c[what]}" stroke-width="2"/>', words)
+              for what, words in (("guard", "guard trip"), ("mandate", "new mandate"))
+              if any(k[1] == what for k in marks)]
     parts, at, row = ['<g class="legend" font-size="11">'], CHART_LEFT, 0
     for glyph, words in items:
         width = 36 + int(len(words) * 6.3)
@@ -14495,13 +14127,12 @@ def chart_legend(trusted, apart, actions, asks, records, shown, bottom, top, lev
             at, row = CHART_LEFT, row + 1
         parts.append(
             f'<g transform="translate({at} {CHART_HEIGHT - 14 + 18 * row})">{glyph}<text x="18"'
-            f' y="0">{xml_text(words)}</text></g>'
-        )
+            f' y="0">{xml_text(words)}</text></g>')
         at += width
     return parts + ["</g>"], CHART_HEIGHT + 18 * row
 
 
-# ---- avsm doctor -------------------------------------------------------------
+# ---- avsm doctor ----
 
 DRIFT_LINES = 12         # lines of a mandate's diff shown at most by avsmd -t and doctor
 
@@ -14511,16 +14142,12 @@ def mandate_drift(in_force, on_disk, seq, path):
     if in_force == on_disk or in_force is None:
         return []
     import difflib
-    lines = list(
-        difflib.unified_diff(
-            in_force.splitlines(),
-            on_disk.splitlines(),
-            f"mandate #{seq} (in force)",
-            path,
-            n=0,
-            lineterm="",
-        )
-    )
+    lines = list(difflib.unified_diff(in_force.splitlines(),
+                                      on_disk.splitlines(),
+                                      f"mandate #{seq} (in force)",
+                                      path,
+                                      n=0,
+                                      lineterm=""))
     shown_lines = [f"    {line}" for line in lines[:DRIFT_LINES]]
     if len(lines) > DRIFT_LINES:
         shown_lines.append(f"    ... {len(lines) - DRIFT_LINES} more lines of difference")
@@ -14646,23 +14273,18 @@ def doctor_home(home, found):
     if problem:
         found.fail(EX_CONFIG, problem, "avsmd --home /a/shorter/path   (or set AVSMD_HOME)")
     if not os.path.lexists(home):
-        found.fail(
-            EX_NOINPUT,
-            f"the home {home} is not there",
-            f"{program_command('avsmd', home)}   (avsmd makes it)",
-        )
+        found.fail(EX_NOINPUT,
+                   f"the home {home} is not there",
+                   f"{program_command('avsmd', home)}   (avsmd makes it)")
         return False
     if not os.path.isdir(home):
-        found.fail(
-            EX_CANTCREAT,
-            f"the home {home} is not a directory",
-            f"mv {home} {home}.old && {program_command('avsmd', home)}",
-        )
+        found.fail(EX_CANTCREAT,
+                   f"the home {home} is not a directory",
+                   f"mv {home} {home}.old && {program_command('avsmd', home)}")
         return False
     if not os.access(home, os.R_OK | os.W_OK | os.X_OK):
         found.fail(
-            EX_NOPERM, f"the home {home} is not readable and writable by you", f"chmod 700 {home}"
-        )
+            EX_NOPERM, f"the home {home} is not readable and writable by you", f"chmod 700 {home}")
         # what can be read is still checked (DOCTOR-01)
         return os.access(home, os.R_OK | os.X_OK)
     if not problem:
@@ -14692,32 +14314,28 @@ def home_readable(home):
 
 def doctor_config(home, found):
     path = os.path.join(home, "config.yaml")
+    fix = f"edit {path}, then {program_command('avsmd', home)} -t"
     try:
         cfg = read_config(home)[0]
         if written_problem(cfg):
             raise Fail(EX_CONFIG, f"{path}: {written_problem(cfg)}")
         found.ok(f"config {path}" + ("" if os.path.exists(path) else " (not there: every default)"))
         if checkpoint_problem(cfg["checkpoint"]):
-            found.fail(EX_CONFIG, f"{path}: {checkpoint_problem(cfg['checkpoint'])}",
-                       f"edit {path}, then {program_command('avsmd', home)} -t")
+            found.fail(EX_CONFIG, f"{path}: {checkpoint_problem(cfg['checkpoint'])}", fix)
     except Fail as fail:
-        found.fail(EX_CONFIG, str(fail), f"edit {path}, then {program_command('avsmd', home)} -t")
+        found.fail(EX_CONFIG, str(fail), fix)
     keys = os.path.join(home, "keys")
     # looked at, never read: only the warden reads keys (KEYS-04)
     if os.path.exists(keys):
         st = os.stat(keys)
         if not stat.S_ISREG(st.st_mode):
-            found.fail(
-                EX_CONFIG,
-                f"{keys} is not a regular file; the warden cannot read keys from it",
-                f"rm -r {keys}, then write it again as NAME=value lines, mode 600",
-            )
+            found.fail(EX_CONFIG,
+                       f"{keys} is not a regular file; the warden cannot read keys from it",
+                       f"rm -r {keys}, then write it again as NAME=value lines, mode 600")
         elif st.st_mode & 0o077:
-            found.fail(
-                EX_CONFIG,
-                f"{keys} is readable by others than you; the warden refuses to read it",
-                f"chmod 600 {keys}",
-            )
+            found.fail(EX_CONFIG,
+                       f"{keys} is readable by others than you; the warden refuses to read it",
+                       f"chmod 600 {keys}")
         else:
             found.ok(f"keys {keys} readable by you alone")
 
@@ -14733,43 +14351,35 @@ def doctor_ledger(home, found, since, kept=(), quick=False, trust=None):
         found.fail(
             EX_DATAERR,
             f"{path} is not a regular file (a directory, a FIFO or a device), so not a ledger",
-            f"mv {path} {path}.broken   (avsmd then starts a new ledger)",
-        )
+            f"mv {path} {path}.broken   (avsmd then starts a new ledger)")
         return
     if not os.access(path, os.R_OK | os.W_OK):
         found.fail(EX_NOPERM, f"{path} is not readable and writable by you", f"chmod 600 {path}")
     try:
         db = open_ledger_ro(path)
         triggers = {
-            row[0] for row in db.execute("SELECT name FROM sqlite_master WHERE type = 'trigger'")
-        }
+            row[0] for row in db.execute("SELECT name FROM sqlite_master WHERE type = 'trigger'")}
         count, first_at, last_at = db.execute(
-            "SELECT count(*), min(at), max(at) FROM records"
-        ).fetchone()
+            "SELECT count(*), min(at), max(at) FROM records").fetchone()
     except Fail as fail:
         # a transaction its writer was killed in: avsmd rolls it back
-        found.fail(
-            EX_DATAERR,
-            str(fail),
-            f"{program_command('avsmd', home)}   (its warden rolls the transaction back)",
-        )
+        found.fail(EX_DATAERR,
+                   str(fail),
+                   f"{program_command('avsmd', home)}   (its warden rolls the transaction back)")
         return
     except sqlite3.DatabaseError as err:
         found.fail(
             EX_DATAERR,
             f"{path} is not a ledger avsm can read: {err}",
             f"mv {path} {path}.broken   (avsmd then starts a new ledger; keep the old one for the"
-            " record)",
-        )
+            " record)")
         return
     missing = {"records_no_update", "records_no_delete", "records_chain"} - triggers
     if missing:
-        found.fail(
-            EX_DATAERR,
-            f"the ledger's triggers {', '.join(sorted(missing))} are gone: it is no longer"
-            " append-only",
-            f"{program_command('avsmd', home)}   (avsmd makes the triggers again at start)",
-        )
+        found.fail(EX_DATAERR,
+                   f"the ledger's triggers {', '.join(sorted(missing))} are gone: it is no longer"
+                   " append-only",
+                   f"{program_command('avsmd', home)}   (avsmd makes the triggers again at start)")
     trust = trust or checkpoint_trust(home)
     own = home_checkpoints(home, found)
     after = verified_checkpoint(home, db, found, trust) if quick else None
@@ -14786,23 +14396,20 @@ def doctor_ledger(home, found, since, kept=(), quick=False, trust=None):
             EX_DATAERR,
             f"record #{seq} does not read: {why}",
             f"{client_command(home)} doctor --cut {seq}   (with avsmd stopped; the whole ledger is"
-            " backed up first)",
-        )
+            " backed up first)")
     else:
         span, size = (last_at or 0) - (first_at or 0), os.path.getsize(path)
         growth = (
             f"about {size / (span / 86400) / 1e6:.2f} MB a day over its {format_span(span)} (the"
             " README's Sizing a host says what to expect)"
             if span >= 60
-            else "too young to say how fast it grows"
-        )
+            else "too young to say how fast it grows")
         if after:
             found.ok(
                 f"ledger {path}: #{after[0] + 1} to #{scan.head[0]} chained and read, from"
                 f" checkpoint #{after[0]}, which a full doctor verified; the {after[0]} records"
                 " before it and every proof were not re-read (--quick): a full"
-                f" {client_command(home)} doctor checks them"
-            )
+                f" {client_command(home)} doctor checks them")
         else:
             found.ok(f"ledger {path}: {count} records chained, {size / 1e6:.1f} MB, {growth}")
         head = ledger_head(db)
@@ -14810,16 +14417,13 @@ def doctor_ledger(home, found, since, kept=(), quick=False, trust=None):
             found.note(
                 f"the ledger's head now is {head[0]}:{head[1][:16]}; keep it somewhere else (a"
                 f" note, another machine): {client_command(home)} doctor --since"
-                f" {head[0]}:{head[1][:16]} later shows the ledger still holds it"
-            )
+                f" {head[0]}:{head[1][:16]} later shows the ledger still holds it")
         problems = scan.problems
         if problems:
             seq, problem = problems[0]
-            found.fail(
-                EX_DATAERR,
-                f"{len(problems)} proof problem(s); first: action #{seq}: {problem}",
-                f"{client_command(home)} why {seq}",
-            )
+            found.fail(EX_DATAERR,
+                       f"{len(problems)} proof problem(s); first: action #{seq}: {problem}",
+                       f"{client_command(home)} why {seq}")
         elif not after:
             found.ok("every proof in the ledger re-checks")
         compare_snapshots(home, found, snapshots, scan.folds)
@@ -14833,14 +14437,11 @@ def doctor_ledger(home, found, since, kept=(), quick=False, trust=None):
             found.fail(
                 EX_DATAERR,
                 f"the ledger no longer holds the head {since}: "
-                + (
-                    "there is no such record"
-                    if row is None
-                    else f"#{seq} now hashes to {row[0][:16]}"
-                ),
+                + ("there is no such record"
+                   if row is None
+                   else f"#{seq} now hashes to {row[0][:16]}"),
                 f"compare with the backup you took the anchor from; {client_command(home)} tail"
-                f" --since {max(0, int(seq) - 1)}",
-            )
+                f" --since {max(0, int(seq) - 1)}")
         else:
             found.ok(f"the ledger still holds {since}")
     db.close()
@@ -14911,6 +14512,9 @@ def is_our_origin(origin, trust):
         origin_home(origin, True) in trust.homes
 
 
+UNTRUSTED_FIX = "trust no checkpoint but those your own hosts signed; compare with your own copy"
+
+
 def vouch_checkpoint(found, name, c, trust, allowed):
     """Whether checkpoint `c` may vouch for this home's ledger: its origin and its signer."""
     if not is_our_origin(c.origin, trust):
@@ -14937,8 +14541,7 @@ def vouch_checkpoint(found, name, c, trust, allowed):
                    "install openssh-client" if fail.code == EX_UNAVAILABLE else
                    f"write lines `PRINCIPAL namespaces=\"{trust.namespace}\" KEY` of the hosts' "
                    f"signing keys in it" if fail.code == EX_NOINPUT else
-                   "trust no checkpoint but those your own hosts signed; compare with your own "
-                   "copy")
+                   UNTRUSTED_FIX)
         return False
     found.ok(f"checkpoint {name}: signed by {shown_text(who)} ({allowed}, namespace "
              f"{trust.namespace})"
@@ -14952,19 +14555,15 @@ def read_kept_checkpoints(home, found, where, trust):
     """Return [(name, Checkpoint)] of the checkpoints kept in FILE, DIR or - that may vouch for
     this home. One missing is 66, one that does not read, vouch or verify 65, no ssh-keygen 69."""
     allowed = trust.allowed or os.path.expanduser("~/.ssh/allowed_signers")
-    names = (
-        ["-"]
-        if where == "-"
-        else (
-            [where]
-            if not os.path.isdir(where)
-            else [
-                os.path.join(where, n)
-                for n in sorted(os.listdir(where))
-                if not n.endswith(".sig") and n[0] != "."
-            ]
-        )
-    )
+    names = (["-"]
+             if where == "-"
+             else ([where]
+                   if not os.path.isdir(where)
+                   else [
+                       os.path.join(where, n)
+                       for n in sorted(os.listdir(where))
+                       if not n.endswith(".sig") and n[0] != "."
+                   ]))
     kept = []
     for name in names:
         try:
@@ -14980,20 +14579,15 @@ def read_kept_checkpoints(home, found, where, trust):
             if checkpoint.signature is None:
                 found.note(
                     f"checkpoint {name} is unsigned: it shows a rewrite only while it is kept where"
-                    " the ledger's writer cannot reach it"
-                )
+                    " the ledger's writer cannot reach it")
             if vouch_checkpoint(found, name, checkpoint, trust, allowed):
                 kept.append((name, checkpoint))
         except (OSError, UnicodeDecodeError) as err:
-            found.fail(
-                EX_NOINPUT if isinstance(err, FileNotFoundError) else EX_DATAERR,
-                f"checkpoint {name} cannot be read: {getattr(err, 'strerror', None) or err}",
-                "name the file, or the directory, you kept it in",
-            )
+            found.fail(EX_NOINPUT if isinstance(err, FileNotFoundError) else EX_DATAERR,
+                       f"checkpoint {name} cannot be read: {getattr(err, 'strerror', None) or err}",
+                       "name the file, or the directory, you kept it in")
         except Fail as fail:
-            found.fail(fail.code, f"checkpoint {name}: {fail}",
-                       "trust no checkpoint but those your own hosts signed; compare with your "
-                       "own copy")
+            found.fail(fail.code, f"checkpoint {name}: {fail}", UNTRUSTED_FIX)
     return kept
 
 
@@ -15011,11 +14605,18 @@ def home_checkpoints(home, found=None):
             if found:
                 found.note(f"checkpoint {path} does not read ({err}), so it is not compared")
     own.sort(key=lambda pair: pair[1].seq)
-    if own and os.path.lexists(own[-1][0] + ".sig"):
-        with contextlib.suppress(OSError, UnicodeDecodeError):
-            signature = read_small_file(own[-1][0] + ".sig", CHECKPOINT_MAX).decode().strip()
-            own[-1] = (own[-1][0], own[-1][1]._replace(signature=signature or None))
+    if own:
+        own[-1] = (own[-1][0], with_signature(*own[-1]))
     return own
+
+
+def with_signature(path, c):
+    """Return checkpoint `c` with the signature in `path`.sig, if there is one that reads."""
+    with contextlib.suppress(OSError, UnicodeDecodeError):
+        if os.path.lexists(path + ".sig"):
+            signature = read_small_file(path + ".sig", CHECKPOINT_MAX).decode().strip()
+            c = c._replace(signature=signature or None)
+    return c
 
 
 def record_hash(db, seq):
@@ -15026,13 +14627,12 @@ def record_hash(db, seq):
 
 def doctor_checkpoints(home, found, kept, own, scan, db, trust):
     """Check the home's own checkpoints and each kept one against the chain scan read; return the
-    home's newest checkpoint when it held, else None. A rewrite is named by the first that fails."""
+    home's newest checkpoint when it held, else None."""
     ours = own[-1][1] if own else None
     if ours is None:
         found.note(
             f"no checkpoint in {home}/checkpoints yet: avsmd writes one at its start, daily, and"
-            " after each irreversible action"
-        )
+            " after each irreversible action")
     elif ours.signature:
         found.ok(f"checkpoints: the newest, of #{ours.seq}, is signed; keep copies elsewhere "
                  f"({client_command(home)} checkpoint)")
@@ -15042,10 +14642,8 @@ def doctor_checkpoints(home, found, kept, own, scan, db, trust):
                    f"ssh-keygen -Y sign -f {trust.key} -n {trust.namespace} < /dev/null   "
                    f"(says why it cannot sign)")
     else:
-        found.note(
-            f"checkpoints are written unsigned: config.yaml names no key; sign them with"
-            f" checkpoint: {{key: /path/to/ssh/key}} (the README's Checkpoints)"
-        )
+        found.note("checkpoints are written unsigned: config.yaml names no key; sign them with"
+                   " checkpoint: {key: /path/to/ssh/key} (the README's Checkpoints)")
     if scan.broken:
         return None
     # the home's own are checked too (a forger who rewrote the ledger must rewrite these as well);
@@ -15072,21 +14670,17 @@ def doctor_checkpoints(home, found, kept, own, scan, db, trust):
         if got == c.hash:
             found.ok(
                 f"checkpoint {name}: the ledger still holds #{c.seq}:{c.hash[:16]}, and the chain"
-                " from it to the head"
-            )
+                " from it to the head")
         elif c.seq > scan.head[0]:
             found.fail(
                 EX_DATAERR,
                 f"checkpoint {name} is of #{c.seq}, and the ledger ends at #{scan.head[0]}: records"
                 " it held were cut, or the ledger was replaced",
-                "restore the ledger from a backup that holds them",
-            )
+                "restore the ledger from a backup that holds them")
         elif got is None:
             found.fail(EX_DATAERR, f"checkpoint {name} is of #{c.seq}, and the ledger holds no "
                                    f"record #{c.seq} (its first is #1): a made-up checkpoint, or "
-                                   f"a ledger replaced",
-                       "trust no checkpoint but those your own hosts signed; compare with your "
-                       "own copy")
+                                   f"a ledger replaced", UNTRUSTED_FIX)
         else:
             below = max((seq for seq, _ in holds if seq < c.seq), default=None)
             found.fail(
@@ -15095,8 +14689,7 @@ def doctor_checkpoints(home, found, kept, own, scan, db, trust):
                 f" #{c.seq} hashes to {got[:16]}: the ledger was rewritten at or before #{c.seq}"
                 + (f" and after #{below}, which it still holds" if below else ""),
                 f"restore the ledger from a backup; {client_command(home)} tail --since"
-                f" {below or 0} shows what it holds now",
-            )
+                f" {below or 0} shows what it holds now")
             # the first that no longer matches names the rewrite; the later follow from it
             break
     held = newest in vouched and hashes.get(newest[1].seq) == newest[1].hash
@@ -15106,8 +14699,7 @@ def doctor_checkpoints(home, found, kept, own, scan, db, trust):
 def verified_path(home):
     import hashlib
     return os.path.join(
-        user_cache(), "verified", hashlib.sha256(os.path.realpath(home).encode()).hexdigest()[:16]
-    )
+        user_cache(), "verified", hashlib.sha256(os.path.realpath(home).encode()).hexdigest()[:16])
 
 
 def remember_verified(home, checkpoint):
@@ -15143,8 +14735,7 @@ def verified_checkpoint(home, db, found, trust):
             EX_NOINPUT,
             "--quick: no full doctor has verified a checkpoint of this ledger yet",
             f"{client_command(home)} doctor   (a full check; --quick then checks from its newest"
-            " checkpoint on)",
-        )
+            " checkpoint on)")
         return None
     full = (f"{client_command(home)} doctor   (a full check says where the ledger changed, and "
             f"notes it again)")
@@ -15162,10 +14753,7 @@ def verified_checkpoint(home, db, found, trust):
                                + ": it was not noted by a full doctor, or the home changed since",
                    full)
         return None
-    with contextlib.suppress(OSError, UnicodeDecodeError):
-        if os.path.lexists(name + ".sig"):
-            signature = read_small_file(name + ".sig", CHECKPOINT_MAX).decode().strip()
-            c = c._replace(signature=signature or None)
+    c = with_signature(name, c)
     if c.signature is None and trust.key:
         found.fail(EX_DATAERR, f"--quick refused: checkpoint #{seq} is unsigned, though "
                                f"config.yaml names the key {trust.key}", full)
@@ -15178,14 +14766,11 @@ def verified_checkpoint(home, db, found, trust):
             EX_DATAERR,
             f"--quick refused: checkpoint #{seq}, which a full doctor verified, no longer matches"
             " the ledger ("
-            + (
-                "it holds no such record"
-                if now is None
-                else f"#{seq} now hashes to {now[:16]}, not {digest[:16]}"
-            )
+            + ("it holds no such record"
+               if now is None
+               else f"#{seq} now hashes to {now[:16]}, not {digest[:16]}")
             + ")",
-            f"{client_command(home)} doctor   (a full check says where the ledger changed)",
-        )
+            f"{client_command(home)} doctor   (a full check says where the ledger changed)")
         return None
     return seq, digest
 
@@ -15203,15 +14788,12 @@ def doctor_mandates(home, found):
     import sqlite3
     try:
         scan = found.scan               # doctor_ledger's one read of the ledger listed them
-        adopted = (
-            [tuple(v) for v in scan.adopted.values()]
-            if scan and scan.adopted is not None
-            else adopted_mandates(home)
-        )
+        adopted = ([tuple(v) for v in scan.adopted.values()]
+                   if scan and scan.adopted is not None
+                   else adopted_mandates(home))
     except (sqlite3.DatabaseError, ValueError, Fail) as err:
         found.note(
-            f"the adopted mandates cannot be listed from a ledger that does not read ({err})"
-        )
+            f"the adopted mandates cannot be listed from a ledger that does not read ({err})")
         return
     uid = os.stat(home).st_uid          # avsmd runs as the home's owner
     for name, directory, seq, paused, in_force in adopted:
@@ -15235,27 +14817,20 @@ def doctor_mandates(home, found):
             elif drift:
                 found.note(
                     f"venture {name}: {path} holds but differs from mandate #{seq} in force; "
-                    f"{client_command(home)} add {directory} applies it", drift
-                )
+                    f"{client_command(home)} add {directory} applies it", drift)
             else:
                 found.ok(f"venture {name}: {path} holds, the same as mandate #{seq} in force")
         except OSError as err:
             denied = isinstance(err, PermissionError)
-            found.fail(
-                EX_NOPERM if denied else EX_NOINPUT,
-                f"venture {name}: {path} cannot be read: {err.strerror}",
-                (
-                    f"chmod u+r {path}"
-                    if denied
-                    else f"put {path} back, then {client_command(home)} add {directory}"
-                ),
-            )
+            found.fail(EX_NOPERM if denied else EX_NOINPUT,
+                       f"venture {name}: {path} cannot be read: {err.strerror}",
+                       (f"chmod u+r {path}"
+                        if denied
+                        else f"put {path} back, then {client_command(home)} add {directory}"))
         except Fail as fail:
-            found.fail(
-                EX_CONFIG,
-                f"venture {name}: {fail}",
-                f"edit {path}, then {client_command(home)} add {directory}",
-            )
+            found.fail(EX_CONFIG,
+                       f"venture {name}: {fail}",
+                       f"edit {path}, then {client_command(home)} add {directory}")
 
 
 def doctor_bridge_keys(found):
@@ -15313,15 +14888,13 @@ def doctor_daemon(home, found):
     sock = os.path.join(home, "sock")
     if os.path.lexists(lock) and not os.path.isfile(lock):
         found.fail(
-            EX_CANTCREAT, f"{lock} is not a regular file", f"rm -r {lock}   (avsmd makes it again)"
-        )
+            EX_CANTCREAT, f"{lock} is not a regular file", f"rm -r {lock}   (avsmd makes it again)")
     daemons = avsmd_processes(home)
     if len(daemons) > 1:
         found.fail(
             EX_UNAVAILABLE,
             f"{len(daemons)} avsmd processes run on {home}: pids {', '.join(map(str, daemons))}",
-            f"kill {' '.join(map(str, daemons[1:]))}   (keep one)",
-        )
+            f"kill {' '.join(map(str, daemons[1:]))}   (keep one)")
     holder = lock_holder(home) if os.path.isfile(lock) else None
     conn = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     conn.settimeout(DOCTOR_PROBE_MOST)
@@ -15344,11 +14917,9 @@ def doctor_daemon(home, found):
                        f"warden answers within {DOCTOR_PROBE} s): a long write, or a host short "
                        "of CPU")
         for problem in problems:
-            found.fail(
-                EX_NOPERM,
-                problem,
-                f"free space or fix permissions under {home}; avsmd tries again every 30 s",
-            )
+            found.fail(EX_NOPERM,
+                       problem,
+                       f"free space or fix permissions under {home}; avsmd tries again every 30 s")
     except TimeoutError:                # it took the request: slow or stuck, not gone
         who = f"avsmd (pid {holder})" if holder else "avsmd"
         found.fail(EX_UNAVAILABLE, f"{who} took doctor's health request on {sock} but gave no "
@@ -15361,14 +14932,11 @@ def doctor_daemon(home, found):
                 EX_UNAVAILABLE,
                 f"avsmd (pid {holder}) is running but its socket {sock} is missing",
                 f"wait a second (it makes the socket again); if it stays missing: kill {holder} &&"
-                f" {program_command('avsmd', home)}",
-            )
+                f" {program_command('avsmd', home)}")
         else:
-            found.fail(
-                EX_UNAVAILABLE,
-                f"no avsmd is running on {home}",
-                f"{program_command('avsmd', home)}",
-            )
+            found.fail(EX_UNAVAILABLE,
+                       f"no avsmd is running on {home}",
+                       f"{program_command('avsmd', home)}")
     finally:
         conn.close()
 
@@ -15392,8 +14960,7 @@ def avsmd_processes(home):
                     continue
                 given = next((argv[i + 1] for i, a in enumerate(argv[:-1]) if a == "--home"), None)
                 given = given or next(
-                    (a.split("=", 1)[1] for a in argv if a.startswith("--home=")), None
-                )
+                    (a.split("=", 1)[1] for a in argv if a.startswith("--home=")), None)
                 if given is None:
                     with open(f"/proc/{entry}/environ", "rb") as fh:
                         env = dict(v.split(b"=", 1) for v in fh.read().split(b"\0") if b"=" in v)
@@ -15437,8 +15004,7 @@ def doctor_cut(home, seq):
     holder = lock_holder(home) if os.path.isdir(home) else None
     if holder:
         raise Fail(
-            EX_TEMPFAIL, f"avsmd (pid {holder}) is running on {home}; stop it first, then cut"
-        )
+            EX_TEMPFAIL, f"avsmd (pid {holder}) is running on {home}; stop it first, then cut")
     path = ledger_path(home)
     last = last_seq(open_ledger_ro(path))
     if seq > last:
@@ -15522,48 +15088,33 @@ def status_row(state, now, keep=None, cfg=None, ascii=False):
     """Return the StatusRow of one adopted venture, from its folded state at `now`."""
     m, why = state.mandate, ""
     held = held_by(state) if m is not None else None
-    stuck = (
-        [
-            (side_name, lever, state.side(side_name)["stuck"])
-            for side_name, way, bound, lever in controller_sides(m)
-            if state.side(side_name).get("stuck")
-        ]
-        if m is not None
-        else []
-    )
+    stuck = [(lever, state.side(side)["stuck"]) for side, _, _, lever in controller_sides(m)
+             if state.side(side).get("stuck")]
     if state.paused:
         condition = "paused"
         guards = [
             f"guard {name}: #{info['last'][0]} {format_number(info['last'][1])} past its bound"
             f" since #{info['episode']}"
             for name, info in sorted(state.guards.items())
-            if info.get("past") and info.get("last")
-        ]
-        why = (
-            "; ".join(guards)
-            + ("; once it reads inside, " if guards else "")
-            + f"avsm resume {state.name} starts it again"
-        )
+            if info.get("past") and info.get("last")]
+        why = ("; ".join(guards)
+               + ("; once it reads inside, " if guards else "")
+               + f"avsm resume {state.name} starts it again")
     elif m is None:
         condition, why = "cannot run", str(state.problem or "its adopted mandate cannot be read")
     elif held:
         what, seq, note = held
         condition, why = (
             "implausible",
-            f"held by {what} #{seq} ({note}); a plausible reading of it clears the hold",
-        )
+            f"held by {what} #{seq} ({note}); a plausible reading of it clears the hold")
     elif state.last_report and state.last_report[2].get("status") == "unconfirmed":
-        condition, why = (
-            "unconfirmed",
-            f"report #{state.last_report[0]} waits for the next to agree",
-        )
+        condition, why = ("unconfirmed",
+                          f"report #{state.last_report[0]} waits for the next to agree")
     elif stuck:
         condition = "stuck"
-        why = "; ".join(
-            f"{lever} cannot run ({reason}): "
-            + STUCK_WAY_OUT[reason].format(venture=state.name, lever=lever)
-            for side_name, lever, reason in stuck
-        )
+        why = "; ".join(f"{lever} cannot run ({reason}): "
+                        + STUCK_WAY_OUT[reason].format(venture=state.name, lever=lever)
+                        for lever, reason in stuck)
     else:
         condition = "running"
     if m is not None and decided_by_model(m) and cfg is not None:
@@ -15581,20 +15132,18 @@ def status_row(state, now, keep=None, cfg=None, ascii=False):
     # issue 11 item 8: how well avsm knows this venture's world, at a glance
     calibration = (describe_rolling(*rolling_scores(state.scores)) if state.scores
                    else "none scored yet") if m is not None and predicts(m) else None
-    return StatusRow(
-        state.name,
-        condition,
-        last,
-        now - state.trusted_at if last is not None else None,
-        sparkline([v for _, v in state.trusted[-SPARK_WIDTH:]], ascii),
-        levers,
-        run,
-        sorted(state.open_asks),
-        calibration,
-        [{"way": way, "bound": bound, "lever": lever} for _, way, bound, lever in
-         controller_sides(m)],
-        why,
-    )
+    return StatusRow(state.name,
+                     condition,
+                     last,
+                     now - state.trusted_at if last is not None else None,
+                     sparkline([v for _, v in state.trusted[-SPARK_WIDTH:]], ascii),
+                     levers,
+                     run,
+                     sorted(state.open_asks),
+                     calibration,
+                     [{"way": way, "bound": bound, "lever": lever} for _, way, bound, lever in
+                      controller_sides(m)],
+                     why)
 
 
 def asks_facts(states):
@@ -15630,13 +15179,11 @@ def status_lines(facts):
               if row["age"] is not None else "no trusted report" for row in rows]
     wide_head, wide_value = max(map(len, head), default=0), max(map(len, values), default=0)
     for row, h, v in zip(rows, head, values):
-        levers = [f"{x['lever']}: {x['runs']} of {x['cap']} per {format_duration(x['per'])}"
-                  + (" (running)" if x["running"] else "") for x in row["levers"]]
+        levers = [lever_words(x) for x in row["levers"]]
         if row["run"]:
             pid = row["run"]["pid"]
             levers.append(f"run: pid {pid}" if pid else "run: not running")
-        asks = f"asks: {len(row['asks'])}" + (
-            f" ({', '.join('#' + str(s) for s in row['asks'])})" if row["asks"] else "") + (
+        asks = asks_words(row["asks"]) + (
             f"  calibration: {row['calibration']}" if row["calibration"] else "")
         fields = [h.ljust(wide_head), v.ljust(wide_value), row["spark"].ljust(SPARK_WIDTH)] + \
                  [f for f in (", ".join(levers), asks, row["why"]) if f]
@@ -15644,6 +15191,17 @@ def status_lines(facts):
     for row in rows:
         lines += [""] + row["detail"] if "detail" in row else []
     return lines if rows else lines + ["no ventures yet; adopt one with avsm add DIR"]
+
+
+def lever_words(x):
+    """Return a lever's line of status from its facts: its runs in the cap's window."""
+    return f"{x['lever']}: {x['runs']} of {x['cap']} per {format_duration(x['per'])}" + (
+        " (running)" if x["running"] else "")
+
+
+def asks_words(asks):
+    """Return `asks: N (#seq, ...)` of a venture's open asks."""
+    return f"asks: {len(asks)}" + (f" ({', '.join('#' + str(s) for s in asks)})" if asks else "")
 
 
 def status_facts(states, now, keeps=None, cfg=None, venture=None, verbose=False, ascii=False,
@@ -15682,7 +15240,6 @@ def describe_status_lines(state, now, keep, row, cfg=None):
     if m is not None:
         for side_name, way, bound, lever in controller_sides(m):
             side, hold = state.side(side_name), m["controller"].get("hold") or 1
-            # the last trusted report
             if state.level is not None and crossed(way, bound, state.level[1]):
                 position = "past the bound"
                 if side["streak"] and len(side["streak"]) < hold:
@@ -15701,16 +15258,11 @@ def describe_status_lines(state, now, keep, row, cfg=None):
             if state.last_report and state.last_report[2].get("status") != "trusted":
                 # the controller sees only trusted reports: say which one it stands on, and name the
                 # one it does not
-                position += (
-                    f", from the last trusted report #{state.level[0]}"
-                    f" ({format_number(state.level[1])})"
-                    if state.level is not None
-                    else ", no trusted report yet"
-                )
-                position += (
-                    f"; #{state.last_report[0]} is {state.last_report[2].get('status')} and not"
-                    " acted on"
-                )
+                position += (f", from the last trusted report #{state.level[0]}"
+                             f" ({format_number(state.level[1])})" if state.level is not None
+                             else ", no trusted report yet")
+                position += (f"; #{state.last_report[0]} is {state.last_report[2].get('status')}"
+                             " and not acted on")
             lines.append(f"  controller: {way} {format_number(bound)} ({lever}): {position}")
         for guard in m["guards"]:
             info = state.guards.get(guard["name"])
@@ -15718,45 +15270,23 @@ def describe_status_lines(state, now, keep, row, cfg=None):
                 lines.append(f"  guard {guard['name']}: not read yet")
                 continue
             seq, value, status = info["last"]
-            where = (
-                f"past its bound since #{info['episode']}: no lever but stop"
-                + (f" and the unwind {guard['unwind']['action']}" if guard["unwind"] else "")
-                + " runs until it is back inside"
-                if info["past"]
-                else (
-                    "inside its bound"
-                    if status == "trusted"
-                    else "not judged (it neither trips nor clears a guard); inside its bound before"
-                )
-            )
-            lines.append(
-                f"  guard {guard['name']}: #{seq} {format_number(value)} ({status}), {where}"
-            )
-        for name, lever in m["levers"].items():
-            used = len(cap_window(state, name, now))
-            running = " (running)" if name in state.running else ""
-            lines.append(
-                f"  lever {name}: {used} of {lever['cap'][0]} per"
-                f" {format_duration(lever['cap'][1])}{running}"
-            )
+            where = (f"past its bound since #{info['episode']}: no lever but stop"
+                     + (f" and the unwind {guard['unwind']['action']}" if guard["unwind"] else "")
+                     + " runs until it is back inside" if info["past"] else "inside its bound"
+                     if status == "trusted" else
+                     "not judged (it neither trips nor clears a guard); inside its bound before")
+            lines.append(f"  guard {guard['name']}: #{seq} {format_number(value)} ({status}),"
+                         f" {where}")
+    lines += ["  lever " + lever_words(x) for x in row["levers"]]
     lines += describe_calibration_lines(state)
-    lines.append(
-        f"  open asks: {len(state.open_asks)}"
-        + (
-            f" ({', '.join('#' + str(s) for s in sorted(state.open_asks))})"
-            if state.open_asks
-            else ""
-        )
-    )
+    lines.append("  open " + asks_words(row["asks"]))
     if m is not None and m["run"]:
         child, restarts = (keep or {}).get("child"), (keep or {}).get("restarts", 0)
         ending = getattr(child, "ended_by", None)
         # a program being ended is not shown as running (a pause ends it within seconds)
         if child and ending:
-            where = (
-                f"pid {child.pid} is being stopped"
+            where = f"pid {child.pid} is being stopped" \
                 f" ({'by the pause' if ending == 'pause' else ending})"
-            )
         elif child:
             where = f"pid {child.pid}"
         else:
@@ -15770,18 +15300,14 @@ def describe_calibration_lines(state):
     if not predicts(state.mandate):
         return []
     skill, coverage = rolling_scores(state.scores)
-    line = (
-        f"  calibration: {state.scored} prediction(s) scored; last {len(state.scores)}:"
-        f" {describe_rolling(skill, coverage)}"
-        if state.scores
-        else "  calibration: no prediction scored yet"
-    )
+    line = (f"  calibration: {state.scored} prediction(s) scored; last {len(state.scores)}:"
+            f" {describe_rolling(skill, coverage)}" if state.scores
+            else "  calibration: no prediction scored yet")
     ok, why = calibration_bar(state)
     if state.mandate["calibration"] is None:
         return [line + "; a ranking goes to the gate (no calibration: bar)"]
-    return [
-        line + (f"; a ranking would run: {why}" if ok else f"; a ranking would ask, not run: {why}")
-    ]
+    return [line + (f"; a ranking would run: {why}" if ok else
+                    f"; a ranking would ask, not run: {why}")]
 
 
 # ---- the figures for Prometheus (issue 35 item 2) ----
@@ -15912,24 +15438,21 @@ svg{stroke:currentColor;fill:none;display:block}path{stroke:#e33;stroke-dasharra
 
 
 def page_facts(home, states, now, db, keeps=None, cfg=None, stopped=False):
-    """Return a home's page facts (PAGE_SHAPE): the one place they are gathered."""
-    ventures = []
-    for name, state in sorted(states.items()):
-        if state.mandate_seq is None:
-            continue
-        row, actions = status_row(state, now, (keeps or {}).get(name), cfg), []
+    """Return a home's page facts (PAGE_SHAPE): the facts of status and asks, and more."""
+    asks, ventures = asks_facts(states)["asks"], []
+    for row in status_facts(states, now, keeps, cfg, stopped=stopped)["ventures"]:
+        state, actions = states[row["name"]], []
         for seq in sorted(s for runs in state.actions.values() for s, _, _ in runs)[-PAGE_ACTIONS:]:
             at, record = record_at(db, seq) or (0, {})
             actions.append({"seq": seq, "at": at, "summary": str(record.get("summary")),
                             "proof": record.get("proof")})
-        ventures.append({
-            "name": name, "why": row.why, "value": row.value, "age": row.age, "actions": actions,
-            "report": str(state.last_report[2].get("summary")) if state.last_report else "",
-            "state": "was running" if stopped and row.state == "running" else row.state,
-            "bounds": [b for _, _, b, _ in controller_sides(state.mandate)],
-            "values": [v for _, v in state.trusted[-PAGE_VALUES:]],
-            "asks": [{"seq": seq, "question": str(ask.get("question", ask["summary"]))}
-                     for seq, ask in sorted(state.open_asks.items())]})
+        ventures.append(dict(
+            {k: row[k] for k in ("name", "state", "why", "value", "age")}, actions=actions,
+            report=str(state.last_report[2].get("summary")) if state.last_report else "",
+            bounds=[b["bound"] for b in row["bounds"]],
+            values=[v for _, v in state.trusted[-PAGE_VALUES:]],
+            asks=[{"seq": a["seq"], "question": str(a["question"])} for a in asks
+                  if a["venture"] == state.name]))
     kept, where = newest_checkpoint(f"{home}/checkpoints"), f"{home}/checkpoints"
     return {"schema": 1, "home": home, "at": now, "stopped": stopped, "ventures": ventures,
             "checkpoint": kept and {"seq": kept.seq, "at": kept.at, "signed": os.path.exists(
