@@ -9317,10 +9317,7 @@ def newest_checkpoint(directory):
                 checkpoint = parse_checkpoint(fh.read(), name)
         except (OSError, UnicodeDecodeError, Fail):
             continue
-        with contextlib.suppress(OSError, UnicodeDecodeError):
-            with open(path + ".sig") as fh:
-                checkpoint = checkpoint._replace(signature=fh.read(CHECKPOINT_MAX).strip())
-        return checkpoint
+        return with_signature(path, checkpoint)
     return None
 
 
