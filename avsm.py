@@ -8485,12 +8485,8 @@ class Rounds:
                 f"{state.name}: tick {self.round_number}: the metric, {len(m['guards'])} guard(s), "
                 f"{len(m['audits'])} audit(s), {len(m['readings'])} reading(s)",
             )
-        self.rounds[state.name] = {
-            "deadline": now + 0.5,
-            "metric": None,
-            "pending": set(),
-            "number": self.round_number,
-        }
+        self.rounds[state.name] = {"deadline": now + 0.5, "metric": None, "pending": set(),
+                                   "number": self.round_number}
         running = {
             (c.purpose, c.extra.get("name")) for c in self.children if c.venture == state.name
         }
@@ -8547,11 +8543,8 @@ class Rounds:
             child = self.spawn(
                 what, state, args, timeout=timeout, shell=shell, payload_file=stdin_path
             )
-            child.extra = {
-                "name": name,
-                "round": self.rounds[state.name]["number"],
-                "limit": timeout,
-            }
+            child.extra = {"name": name, "round": self.rounds[state.name]["number"],
+                           "limit": timeout}
             return None
         except OSError as err:
             if what == "report":
@@ -8647,16 +8640,11 @@ class Keeper:
         point 31)."""
         keep = self.keep[state.name]
         keep["child"] = None
-        again, keep["backoff"], delay, records = restart_rule(
-            state,
-            child.pid,
-            status,
-            child.ended_by,
-            time.monotonic() - child.started,
-            keep["backoff"],
-            keep["restart"],
-            self.active(state),
-        )
+        again, keep["backoff"], delay, records = restart_rule(state, child.pid, status,
+                                                              child.ended_by,
+                                                              time.monotonic() - child.started,
+                                                              keep["backoff"], keep["restart"],
+                                                              self.active(state))
         intents = [Write(record) for record in records]
         if again:
             keep["restart"] = True
@@ -8737,23 +8725,10 @@ class Levers:
             if spec["takes"] == "file" and isinstance(payload, str) and not more:   # not research
                 write_venture_file(state.directory, payload)
             payload_file = write_payload(data) if data is not None else None
-            child = self.spawn(
-                "lever",
-                state,
-                run,
-                timeout=spec["timeout"],
-                shell=True,
-                lever=lever,
-                payload_file=payload_file,
-                checked=own == [run],
-                **more,
-            )
-            child.extra = {
-                "lever": lever,
-                "action": seq,
-                "timeout": spec["timeout"],
-                "payload_file": payload_file,
-            }
+            child = self.spawn("lever", state, run, timeout=spec["timeout"], shell=True,
+                               lever=lever, payload_file=payload_file, checked=own == [run], **more)
+            child.extra = {"lever": lever, "action": seq, "timeout": spec["timeout"],
+                           "payload_file": payload_file}
         except OSError as err:
             yield from unstarted_outcome(state, lever, seq, str(err))
 
@@ -8766,24 +8741,14 @@ class Levers:
             ).encode()
         )
         try:
-            child = self.spawn(
-                "check",
-                state,
-                state.mandate["levers"][lever]["check"],
-                timeout=60,
-                shell=True,
-                lever=lever,
-                payload_file=path,
-            )
+            child = self.spawn("check", state, state.mandate["levers"][lever]["check"], timeout=60,
+                               shell=True, lever=lever, payload_file=path)
         except OSError as err:
             os.unlink(path)
             return refusal(state, lever, f"its check could not start: {err}",
                            f"{lever} refused: its check could not start", by=by)
-        child.extra = {
-            "lever": lever,
-            "run": (lever, verdict, summary, by, side, extra),
-            "payload_file": path,
-        }
+        child.extra = {"lever": lever, "run": (lever, verdict, summary, by, side, extra),
+                       "payload_file": path}
         return begun(state, "check", lever)     # the gate refuses the lever until its check ends
 
     def check_done(self, state, child, status):
@@ -8800,17 +8765,10 @@ class Levers:
         if child.extra.get("payload_file"):
             with contextlib.suppress(OSError):
                 os.unlink(child.extra["payload_file"])
-        return lever_outcome(
-            state,
-            child.extra["lever"],
-            child.extra["action"],
-            status,
-            child.ended_by,
-            round(time.monotonic() - child.started, 3),
-            child.extra["timeout"],
-            child.note(),
-            output_lines(child.out, child.cut)[0],
-        )
+        return lever_outcome(state, child.extra["lever"], child.extra["action"], status,
+                             child.ended_by, round(time.monotonic() - child.started, 3),
+                             child.extra["timeout"], child.note(),
+                             output_lines(child.out, child.cut)[0])
 
 
 class Worlds:
@@ -8860,13 +8818,8 @@ class Worlds:
         if self.worlds.get(state.name):
             # still stepping from an earlier report: this one brings no prediction
             return ()
-        job = {
-            "report": report_seq,
-            "lever": lever,
-            "left": WORLD_SEEDS,
-            "outputs": {},
-            "failure": None,
-        }
+        job = {"report": report_seq, "lever": lever, "left": WORLD_SEEDS, "outputs": {},
+               "failure": None}
         self.worlds[state.name] = job
         for i in range(WORLD_SEEDS):
             path = write_payload(
@@ -8875,15 +8828,8 @@ class Worlds:
                 ).encode()
             )
             try:
-                child = self.spawn(
-                    "world",
-                    state,
-                    state.mandate["world"],
-                    timeout=WORLD_TIMEOUT,
-                    shell=True,
-                    payload_file=path,
-                    head=WORLD_OUTPUT_MAX,
-                )
+                child = self.spawn("world", state, state.mandate["world"], timeout=WORLD_TIMEOUT,
+                                   shell=True, payload_file=path, head=WORLD_OUTPUT_MAX)
                 child.extra = {"job": job, "index": i}
             except OSError as err:
                 job["left"] -= 1
@@ -8901,14 +8847,8 @@ class Worlds:
         if child.ended_by in ("pause", "stop", "a new mandate"):
             del self.worlds[state.name]
             return None
-        out, failure = world_step_result(
-            state.mandate,
-            child.oversized,
-            child.ended_by,
-            status,
-            bytes(child.out),
-            bytes(child.err),
-        )
+        out, failure = world_step_result(state.mandate, child.oversized, child.ended_by, status,
+                                         bytes(child.out), bytes(child.err))
         if failure:
             job["failure"] = job["failure"] or failure
         else:
@@ -9024,11 +8964,8 @@ class Decisions:
                 result = json.loads(bytes(child.out))
             except ValueError:
                 why = "its output is not JSON"
-        d.world_forecast = {
-            "days": child.extra["days"],
-            "seeds": child.extra["seeds"],
-            "made": packet_world_made(result, why),
-        }
+        d.world_forecast = {"days": child.extra["days"], "seeds": child.extra["seeds"],
+                            "made": packet_world_made(result, why)}
         self.build(d)
 
     def call_backend(self, d, answer):
@@ -9051,16 +8988,8 @@ class Decisions:
                     {"backend": d.backend, "system": answer["system"], "user": answer["user"]}, fh
                 )
             try:
-                child = self.spawn(
-                    "backend",
-                    state,
-                    backend["run"],
-                    timeout=BACKEND_TIMEOUT,
-                    shell=True,
-                    payload_file=path,
-                    cwd=self.home,
-                    head=REPLY_MAX,
-                )
+                child = self.spawn("backend", state, backend["run"], timeout=BACKEND_TIMEOUT,
+                                   shell=True, payload_file=path, cwd=self.home, head=REPLY_MAX)
                 child.extra = {"decision": d, "request_file": path}
             except OSError as err:
                 os.unlink(path)
@@ -9470,14 +9399,9 @@ class Warden:
         # it appends at the end and reads single records: a small cache holds those
         small_cache(self.ledger.db)
         self.ventures = {}            # name -> VentureState
-        self.writer = LedgerWriter(
-            self.ledger,
-            self.ventures,
-            (cfg.get("canary_asks") or {}).get("every"),
-            self.tell_person,
-            self.refold,
-            debug,
-        )
+        self.writer = LedgerWriter(self.ledger, self.ventures,
+                                   (cfg.get("canary_asks") or {}).get("every"), self.tell_person,
+                                   self.refold, debug)
         self.checkpoints = Checkpoints(home, cfg["checkpoint"], debug)
         self.snapshots = Snapshots(home)
         self.metrics = Metrics(cfg.get("metrics"), debug)
@@ -9488,15 +9412,8 @@ class Warden:
         self.sel = selectors.DefaultSelector()
         self.avsmd = Channel(channel, self.writer.commit)
         self.journal = GroupsJournal(home, self.lock.lock_is_ours)
-        self.children = Children(
-            home,
-            self.sel,
-            self.avsmd.tell,
-            self.avsmd.flush,
-            self.journal.journal_group,
-            self.settle_child,
-            debug,
-        )
+        self.children = Children(home, self.sel, self.avsmd.tell, self.avsmd.flush,
+                                 self.journal.journal_group, self.settle_child, debug)
         self.spawn = self.children.spawn
         self.levers = Levers(cfg, self.spawn)
         self.keeper = Keeper(self.ventures, self.spawn, self.active)
@@ -9834,16 +9751,9 @@ class Warden:
             elif isinstance(intent, World):
                 self.carry_out(state, self.worlds.step(state, intent.report, intent.lever))
             else:
-                result = prove(
-                    state,
-                    intent.lever,
-                    int(time.time()),
-                    intent.basis,
-                    trigger=intent.trigger,
-                    approval=intent.approval,
-                    payload=intent.payload,
-                    check=intent.check,
-                )
+                result = prove(state, intent.lever, int(time.time()), intent.basis,
+                               trigger=intent.trigger, approval=intent.approval,
+                               payload=intent.payload, check=intent.check)
                 if result.ok:
                     ran = self.carry_out(state, self.levers.run_lever(
                         state, intent.lever, result, intent.summary, by=intent.by, side=intent.side,
