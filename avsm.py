@@ -2236,7 +2236,7 @@ def record_shape(kind, venture):
 
 def new_record(kind, venture, claim=None, **fields):
     """Return a record of `kind` for `venture`, the one way avsm builds one, checked against
-    RECORD_KINDS (the claim is the kind's first unless given); one it refuses is avsm's mistake."""
+    RECORD_KINDS; one it refuses is avsm's mistake."""
     shape = record_shape(kind, venture)
     if shape is None:
         raise ValueError(f"{kind!r} is not a kind of record")
@@ -2280,8 +2280,7 @@ def load_record(text, seq=None):
 
 
 def read_record(text, seq=None):
-    """Return the record stored as `text`, or raise json.JSONDecodeError when it does not read
-    (record_problem), for a reader that folds what it reads."""
+    """Return the record stored as `text`, or raise json.JSONDecodeError when it does not read."""
     record = load_record(text, seq)
     why = object_problem(record)
     if why is not None:
@@ -2411,13 +2410,10 @@ class Ledger:
         return self.append_many([record], at)[0]
 
     def append_many(self, records, at, hold=False):
-        """Append `records` at unix time `at` in one transaction; return their seqs. Every record
-        of the ledger goes through here.
+        """Append `records` at unix time `at` in one transaction; return their seqs.
 
         Group commit: with `hold`, the transaction stays open for the next records until commit()
-        or an append without `hold`: a burst costs one sync to disk. The lock is checked as the
-        transaction begins and before it commits. A failed append rolls back all held with it
-        into `lost`. """
+        or an append without `hold`: a burst costs one sync to disk."""
         for record in records:
             if set(RECORD_FIELDS) - set(record) or record["claim"] not in CLAIMS:
                 raise ValueError(f"a record needs kind, claim, venture and summary: {record}")
@@ -2582,8 +2578,8 @@ def batched_rows(db, columns, since):
 
 
 def ledger_problem(db, after=None):
-    """Return (seq, why) of the first record (after `after`, a (seq, hash)) that does not read or
-    chain (point 51), or None."""
+    """Return (seq, why) of the first record after `after` that does not read or chain (point
+    51)."""
     return scan_ledger(db, recheck=False, after=after).broken
 
 
@@ -2598,7 +2594,7 @@ ventures {name: [name, directory, mandate seq, paused, text]} (None once one doe
 def scan_ledger(db, recheck=True, wanted=(), after=None, fold_at=()):
     """Read the ledger once, in order, checking every link and record; with `recheck`, every
     action's proof re-checked by the gate as the ledger folds (the fold kept at the seqs `fold_at`).
-    after: (seq, hash) of a checkpoint verified before: only the chain from it on is checked."""
+    after: (seq, hash) of a checkpoint verified before."""
     found = {"count": 0, "head": after or (0, ZERO_HASH), "broken": None, "adopted": {},
              "hashes": {}, "folds": {}}
     was, states, counted = small_cache(db), {}, {}
@@ -2669,7 +2665,7 @@ def checkpoint_text(origin, seq, digest, at):
 
 def parse_checkpoint(data, where, signature=None):
     """Return the Checkpoint `data` holds, its signature after a blank line or in `signature`
-    (FILE.sig's text); Fail(65) saying which line is not what a checkpoint says."""
+    (FILE.sig's text); Fail(65)."""
     text, _, signed = data.partition("\n\n")
     lines = text.removesuffix("\n").split("\n")
     origin, seq, digest, when = (lines + [""] * 4)[:4]
@@ -2851,7 +2847,7 @@ class LockCheck:
 
     def lock_is_ours(self):
         """The lock is ours unless another avsmd's pid stands in it (a deleted one avsmd makes
-        again). Asked before every append, so the file is read again only when its stat changed."""
+        again); read again only when its stat changed."""
         try:
             st = os.stat(self.lock_path)
         except FileNotFoundError:
@@ -2867,8 +2863,7 @@ class LockCheck:
 
 class LedgerWriter:
     """The warden's one way to the ledger: each record appended is folded into its venture; while
-    the ledger cannot be written, what already ran waits in a backlog and everything else stops.
-    refold folds every venture again after a group commit was rolled back. """
+    the ledger cannot be written, what already ran waits in a backlog and everything else stops."""
 
     def __init__(self, ledger, ventures, canary_every, tell_person, refold, debug=False):
         self.ledger, self.ventures, self.canary_every = ledger, ventures, canary_every
@@ -2885,7 +2880,7 @@ class LedgerWriter:
 
         A GROUPED_KINDS record joins the group held open for this wake-up; any other commits itself
         and all held before it. While the ledger cannot be written, an outcome waits in order and
-        anything else raises LedgerDown. `at`: an action's is the time the gate proved it at. """
+        anything else raises LedgerDown."""
         import sqlite3
         why = self.ledger_down
         if not why:
@@ -2921,8 +2916,7 @@ class LedgerWriter:
 
     def commit(self, turn_ends=False):
         """Commit the records held open: at the end of each wake-up (`turn_ends`), and before
-        anything is told to a client. After a failed one the ventures are folded again once the
-        turn ends."""
+        anything is told to a client."""
         import sqlite3
         try:
             self.ledger.commit()
@@ -2952,9 +2946,8 @@ class LedgerWriter:
         return left if timeout is None else min(timeout, left)
 
     def ledger_failed(self, err):
-        """The ledger could not be written: stop what would write, try again later. Of the held
-        records rolled back with it, outcomes wait to be written, the rest is gone, and the ventures
-        are folded again from the ledger. """
+        """The ledger could not be written: stop what would write, try again later; outcomes rolled
+        back wait to be written, the ventures are folded again."""
         self.ledger_down = str(err)
         self.retry_at = time.monotonic() + ledger_retry(err)
         sys.stderr.write(f"avsm warden: the ledger cannot be written: {err}; stopping what would"
@@ -7136,8 +7129,7 @@ SPAWN_FDS = {}        # "null": /dev/null and "here": the process's own director
 
 def start_program(argv, cwd, env, stdin=None):
     """Start `argv` in `cwd` with `env`, leading a process group of its own, `stdin` a descriptor
-    (/dev/null when None); return (pid, output's read end, errors' read end), or raise OSError as
-    subprocess would.
+    (/dev/null when None); return (pid, output's read end, errors' read end).
 
     os.posix_spawn (a third of Popen's CPU) closes no descriptor, so none is left inheritable
     (mark_close_on_exec), and takes no cwd: the process steps into `cwd` and back, so its other
@@ -7187,8 +7179,7 @@ def start_program(argv, cwd, env, stdin=None):
 
 
 def mark_close_on_exec():
-    """Mark every descriptor past standard error close-on-exec (Linux), so no program
-    start_program starts keeps one (the warden's channel to avsmd)."""
+    """Mark every descriptor past standard error close-on-exec (Linux)."""
     try:
         fds = [int(fd) for fd in os.listdir("/proc/self/fd")]
     except OSError:
@@ -7503,7 +7494,7 @@ def stray_groups(home):
 
 def sweep_groups(path, home=None):
     """End the process groups an earlier avsmd recorded and did not see end, and with `home` the
-    strays (stray_groups); return how many."""
+    strays; return how many."""
     try:
         with open(path) as fh:
             lines = [line.split() for line in fh if line.strip()]
@@ -7607,8 +7598,7 @@ def backend_request(backend, system, user, key):
 
 
 def read_response(backend, body, sent):
-    """Return {"text": the complete answer} or {"why": why none} of a provider's response body,
-    with its "stop", "usage" and "declined"; `sent`: the request's bytes."""
+    """Return {"text": the complete answer} or {"why": why none} of a provider's response body."""
     try:
         data = json.loads(body)
     except (ValueError, RecursionError):
@@ -7788,8 +7778,7 @@ def error_text(body):
 
 
 def retry_wait(headers, now, default):
-    """Return the seconds a provider asks to wait before the next try (retry-after-ms, retry-after
-    as seconds or an HTTP date), or `default`."""
+    """Return the seconds a provider asks to wait before the next try, or `default`."""
     import email.utils
     ms = headers.get("retry-after-ms", "").strip()
     after = headers.get("retry-after", "").strip()
@@ -7808,8 +7797,7 @@ def retry_wait(headers, now, default):
 
 
 def call_http_backend(backend, system, user, key):
-    """Return (reply bytes, None, call) or (None, why, call) of one decision's HTTP call, trying a
-    busy or failing provider again within BACKEND_TIMEOUT."""
+    """Return (reply bytes, None, call) or (None, why, call) of one decision's HTTP call."""
     import http.client
     import urllib.error
     import urllib.request
@@ -7919,8 +7907,8 @@ def output_lines(data, cut):
 
 
 def run_world_step(command, data, mandate):
-    """Run one world step in the venture directory (the current one), in a group of its own, `data`
-    on standard input; return (output, None) or (None, why) (open point 38)."""
+    """Run one world step in the venture directory, `data` on standard input; return (output,
+    None) or (None, why) (open point 38)."""
     import subprocess
     import tempfile
     unsafe = owner_problem(".", [command])     # looked at again at each step, as at each start
@@ -7949,7 +7937,7 @@ def run_world_step(command, data, mandate):
 
 def read_metric_output(child, status, with_output=True):
     """Return (value, failure) from a finished report: its last non-empty line must be the number
-    alone. A guard's failure says why without its output (GUARD-14). """
+    alone (GUARD-14)."""
     if child.ended_by:
         return None, f"ended: {child.ended_by}"
     if status != 0:
@@ -8110,8 +8098,7 @@ def owner_problem(directory, commands, uid=None):
 
 def read_venture(directory):
     """Read the venture in `directory` as `avsm add` adopts it: (name, path of mandate.yaml, its
-    text, the mandate), or Fail: 66 when the directory is not there, 65 with the fix otherwise.
-    `avsmd -t DIR` calls it too, so a check says exactly what adopting would."""
+    text, the mandate), or Fail: 66 when the directory is not there, 65 with the fix otherwise."""
     check_venture_dir(directory)
     name = check_venture_name(os.path.basename(directory))
     path = os.path.join(directory, "mandate.yaml")
@@ -8148,7 +8135,7 @@ def mandate_file_problem(path, st):
 def read_mandate_file(path):
     """Return the text of mandate.yaml at `path`, exactly as written (its sha256 is the file's);
     OSError when it cannot be opened, Fail(78) for anything but a regular file of at most
-    MANDATE_MAX bytes in UTF-8. A FIFO is refused unread. """
+    MANDATE_MAX bytes in UTF-8."""
     fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
     try:
         refuse(mandate_file_problem(path, os.fstat(fd)), EX_CONFIG)
@@ -8262,8 +8249,7 @@ class Children:
         return child
 
     def child_event(self, child):
-        """A child's leader ended: drain its output, reap it by pid, and settle what it was for
-        (one avsm is ending, once its whole group is gone). """
+        """A child's leader ended: drain its output, reap it by pid, and settle what it was for."""
         if child.status is None:
             status = child.poll()
             if status is None:
@@ -8428,8 +8414,7 @@ def start_spread(i, count, cadence):
     return i / count * min(cadence, count * START_SPACING) if count else 0.0
 
 class Schedule:
-    """When each venture's next round is due, in monotonic time, soonest first (a heap, as
-    sched.scheduler keeps its queue)."""
+    """When each venture's next round is due, in monotonic time, soonest first (a heap)."""
 
     def __init__(self):
         self.due = {}                 # venture -> monotonic time its next round is due
@@ -8462,8 +8447,7 @@ class Schedule:
 
 class Rounds:
     """The rounds in flight: a venture's metric, with every guard, audit and reading read beside it.
-    Its methods return the intents of what was read (report_read, reading_read, round_settled).
-    Handed the config and home, the venture states, the children table, spawn and stopping()."""
+    Its methods return the intents of what was read."""
 
     def __init__(self, cfg, home, ventures, children, spawn, stopping, debug=False):
         self.cfg, self.home, self.ventures, self.children = cfg, home, ventures, children
@@ -8606,9 +8590,7 @@ class Rounds:
 
 class Keeper:
     """Keeps each venture's `run` program alive, restarting it as `restart:` says, with back-off;
-    its methods return the intents of what it started or what ended (run_started, restart_rule).
-    keep: venture -> {child, backoff, restart, next_start, restarts}, for avsm status and the page.
-    """
+    its methods return the intents of what it started or what ended."""
 
     def __init__(self, ventures, spawn, active):
         self.ventures, self.spawn, self.active = ventures, spawn, active
@@ -8636,8 +8618,7 @@ class Keeper:
         return run_started(state, keep["child"].pid, keep["restart"])
 
     def run_done(self, state, child, status):
-        """The kept program ended: its exit, then a restart as `restart:` says, with back-off (open
-        point 31)."""
+        """The kept program ended: its exit, then a restart as `restart:` says (open point 31)."""
         keep = self.keep[state.name]
         keep["child"] = None
         again, keep["backoff"], delay, records = restart_rule(state, child.pid, status,
@@ -8674,8 +8655,7 @@ class Keeper:
 
 class Levers:
     """Runs the levers the gate proved, a lever with `check:` only once its check exits 0 and the
-    gate agrees again; its methods return the intents of what it started or what ended. Holds
-    nothing of its own: a lever's state is its Child. Handed the config and spawn."""
+    gate agrees again; its methods return the intents of what it started or what ended."""
 
     def __init__(self, cfg, spawn):
         self.cfg, self.spawn = cfg, spawn
@@ -8752,8 +8732,7 @@ class Levers:
         return begun(state, "check", lever)     # the gate refuses the lever until its check ends
 
     def check_done(self, state, child, status):
-        """A lever's check ended: 0 lets the lever run, with the check's record among its
-        premises."""
+        """A lever's check ended: 0 lets the lever run."""
         os.unlink(child.extra["payload_file"])
         lever, verdict, summary, by, side, extra = child.extra["run"]
         ok = status == 0 and not child.ended_by
@@ -8773,7 +8752,7 @@ class Levers:
 
 class Worlds:
     """Forecasts and world-model predictions, each made apart from the loop in groups of their own;
-    its methods return the intents of what came of them. Handed the config, spawn and stopping()."""
+    its methods return the intents of what came of them."""
 
     def __init__(self, cfg, spawn, stopping):
         self.cfg, self.spawn, self.stopping = cfg, spawn, stopping
@@ -8896,9 +8875,7 @@ class Decision:
 
 class Decisions:
     """Letting a model choose: packet -> roles -> backend -> roles -> proposals -> gate. Grants
-    nothing; the steps that write yield intents. Handed the home, config, ledger (read for the
-    packet and look-ups), venture states, spawn, the channel's tell, to_roles, the worlds'
-    start_forecast and stopping()."""
+    nothing; the steps that write yield intents."""
 
     def __init__(self, home, cfg, ledger, ventures, spawn, tell, to_roles, forecast, stopping):
         import socket
@@ -8923,8 +8900,7 @@ class Decisions:
         return forecast_facts(state, f["days"], f["seeds"]) if f["seeds"] else None
 
     def start_decision(self, state, by, reply_id=None):
-        """Begin one model decision for a venture: it grants nothing; its records say who asked for
-        it."""
+        """Begin one model decision for a venture: it grants nothing."""
         name, backend = backend_for(state, self.cfg)
         self.decision_count += 1
         d = Decision(state.name, by, name, reply_id, self.decision_count)
@@ -8932,8 +8908,7 @@ class Decisions:
         return d
 
     def ask_roles(self, d, message, then):
-        """Send the roles process `message`; its answer goes to then(d, answer), whose intents are
-        the decision's venture's."""
+        """Send the roles process `message`; its answer goes to then(d, answer)."""
         self.to_roles(message, lambda answer: (self.ventures[d.venture], then(d, answer)))
 
     def build(self, d):
@@ -9095,8 +9070,7 @@ class Decisions:
         yield from self.call_backend(d, {"system": d.request[0], "user": d.request[1]})
 
     def answer_escalation(self, d, cited, note=None):
-        """Yield the measured answer of escalation d.escalation: the records it cited, or unusable
-        (ESC-04)."""
+        """Yield the measured answer of escalation d.escalation (ESC-04)."""
         self.escalations.pop(d.escalation, None)
         yield Write(answer_record(d.venture, d.escalation, cited, note))
 
@@ -9205,8 +9179,7 @@ class Checkpoints:
         )
 
     def write(self, head, now):
-        """Write the checkpoint of `head` at `now` (each file in whole, by rename); return (text,
-        signature or None)."""
+        """Write the checkpoint of `head` at `now`; return (text, signature or None)."""
         import syslog
         at, signature = int(now), None
         text = checkpoint_text(self.origin, head[0], head[1], at)
@@ -9233,8 +9206,7 @@ class Checkpoints:
 
 
 def newest_checkpoint(directory):
-    """Return the Checkpoint of the newest SEQ.txt in `directory` that reads as one (its signature
-    read from SEQ.txt.sig), or None."""
+    """Return the Checkpoint of the newest SEQ.txt in `directory` that reads as one, or None."""
     for name in (
         sorted((n for n in os.listdir(directory) if re.fullmatch(r"\d+\.txt", n)), reverse=True)
         if os.path.isdir(directory)
@@ -9431,8 +9403,7 @@ class Warden:
         )
 
     def append(self, record, at=None):
-        """Append `record` (LedgerWriter.append); an irreversible action asks for a checkpoint after
-        it."""
+        """Append `record`; an irreversible action asks for a checkpoint after it."""
         seq = self.writer.append(record, at)
         if record["kind"] == "action" and seq is not None:
             self.checkpoints.note_action(self.ventures.get(record["venture"]), record)
@@ -9471,8 +9442,7 @@ class Warden:
         self.worlds.forget_from(first_lost)
 
     def check_runnable(self, state):
-        """Parse the adopted mandate against its directory; say on stderr when it cannot run
-        (VENTURE-14)."""
+        """Parse the adopted mandate against its directory (VENTURE-14)."""
         if state.mandate_text is None:
             return
         try:
@@ -9553,8 +9523,7 @@ class Warden:
         return state.mandate is not None and not state.paused and not self.stopping
 
     def write_checkpoint(self, due=False):
-        """Write a checkpoint of the committed head (when one is due); return its text and
-        signature, or None."""
+        """Write a checkpoint of the committed head (when one is due)."""
         if self.ledger.held is not None or self.writer.ledger_down:
             return None                 # only a head the ledger holds is written down
         head = self.ledger.last or ledger_head(self.ledger.db)
@@ -9627,8 +9596,7 @@ class Warden:
         return [m["out"] for m in records_answer(self.home, args)[:-1]]
 
     def next_wakeup(self, now):
-        """Return seconds until the next due report, deadline or restart; None when nothing is
-        due."""
+        """Return seconds until the next due report, deadline or restart, or None."""
         times, soonest = [], self.schedule.soonest(lambda name: self.active(self.ventures[name]))
         if soonest is not None and not self.writer.ledger_down:
             times.append(soonest)
@@ -9835,8 +9803,7 @@ class Warden:
             self.begin_stop()
 
     def begin_stop(self):
-        """Stop: no new work; TERM every group now, KILL after the grace; outcomes are written as
-        they end."""
+        """Stop: no new work; TERM every group now, KILL after the grace."""
         if self.stopping:
             return
         self.stopping = True
@@ -9905,8 +9872,7 @@ class Warden:
         return seq
 
     def do_health(self, args, err):
-        """What avsm doctor asks the running daemon: how many ventures, and whether the ledger can
-        be written."""
+        """What avsm doctor asks the running daemon."""
         if self.writer.ledger_down:
             err.append(
                 f"the ledger cannot be written: {self.writer.ledger_down}; nothing that would write"
@@ -10038,8 +10004,7 @@ class Warden:
         ]
 
     def approve_ratchet(self, state, seq, ask):
-        """A person approved delegating a lever: write the mandate change and adopt it, as avsm add
-        would."""
+        """A person approved delegating a lever: write the mandate change and adopt it."""
         path = os.path.join(state.directory, "mandate.yaml")
         new = ask.get("mandate")
         if not new:
@@ -10665,8 +10630,7 @@ class Daemon:
 
     # ---- life ----
     def open_home(self):
-        """Make the home, take its lock, end the groups an earlier avsmd left, open the ledger
-        (refusing one that does not read); return the groups swept."""
+        """Make the home, take its lock, end the groups an earlier avsmd left, open the ledger."""
         refuse(socket_problem(self.home), EX_CONFIG)
         refuse(written_problem(self.cfg) and f"{self.cfg_path}: {written_problem(self.cfg)}",
                EX_CONFIG)
