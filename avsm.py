@@ -8463,12 +8463,9 @@ class Rounds:
         m = state.mandate
         self.round_number += 1
         if self.debug:
-            log(
-                self.debug,
-                "warden",
+            log(self.debug, "warden",
                 f"{state.name}: tick {self.round_number}: the metric, {len(m['guards'])} guard(s), "
-                f"{len(m['audits'])} audit(s), {len(m['readings'])} reading(s)",
-            )
+                f"{len(m['audits'])} audit(s), {len(m['readings'])} reading(s)")
         self.rounds[state.name] = {"deadline": now + 0.5, "metric": None, "pending": set(),
                                    "number": self.round_number}
         running = {
@@ -8682,11 +8679,8 @@ class Levers:
             return
         spec = state.mandate["levers"][lever]
         payload = (extra or {}).get("payload")
-        data = (
-            None
-            if payload is None
-            else (payload if isinstance(payload, str) else json.dumps(payload)).encode()
-        )
+        data = (None if payload is None
+                else (payload if isinstance(payload, str) else json.dumps(payload)).encode())
         run, more = spec["run"], {}
         if lever == "research":     # a question out to the config's command, inferred facts back
             run, more = self.cfg.get("research"), {"cwd": state.directory, "head": REPLY_MAX}
@@ -8929,11 +8923,8 @@ class Decisions:
         """The packet's forecast through the world is in, or why not: build the packet with it."""
         d, result, why = child.extra["decision"], None, None
         if child.ended_by or status != 0:
-            why = (
-                f"it was ended ({child.ended_by})"
-                if child.ended_by
-                else f"the forecast program ended {describe_status(status)}"
-            )
+            why = (f"it was ended ({child.ended_by})" if child.ended_by
+                   else f"the forecast program ended {describe_status(status)}")
         else:
             try:
                 result = json.loads(bytes(child.out))
@@ -9090,11 +9081,8 @@ class Decisions:
             at, record = found
             if record.get("venture") != state.name:
                 return f"#{look['record']} is not a record of {state.name}"
-            if (
-                record["kind"].startswith("audit.")
-                or record.get("about") == "audit"
-                or record.get("audit")
-            ):
+            if (record["kind"].startswith("audit.") or record.get("about") == "audit"
+                    or record.get("audit")):
                 return "not shown: an audit is never shown to a model"
             lines = [format_record_line(look["record"], at, record)]
             for p in (record.get("proof") or {}).get("premises", []):
@@ -9103,11 +9091,9 @@ class Decisions:
                     lines.append(f"  premise #{p} {r['claim']} {r['kind']} {r['summary']}")
             return "\n".join(lines)
         topic = look["topic"].lower()
-        found = [
-            f"#{s} {r['claim']} {r['kind']} {r['summary']}"
-            for s, at, r in recent_records(self.ledger.db, state.name, 500)
-            if r["claim"] == "declared" or r["kind"] == "fact"
-        ]
+        found = [f"#{s} {r['claim']} {r['kind']} {r['summary']}"
+                 for s, at, r in recent_records(self.ledger.db, state.name, 500)
+                 if r["claim"] == "declared" or r["kind"] == "fact"]
         found = [line for line in found if topic and topic in line.lower()][-10:]
         return "\n".join(found) or f"nothing declared about {look['topic']}"
 
@@ -9138,11 +9124,9 @@ class Decisions:
                     f"#{done} action {lever}" if done else f"{lever} waits for its check"
                 )
             elif intent.record["kind"] == "ask":
-                d.lines.append(
-                    f"#{done} ask"
-                    + (f" for {lever}" if intent.record["about"] == "lever" else "")
-                    + (f": {held}" if intent.record.get("ranking") else "")
-                )
+                d.lines.append(f"#{done} ask"
+                               + (f" for {lever}" if intent.record["about"] == "lever" else "")
+                               + (f": {held}" if intent.record.get("ranking") else ""))
             else:
                 d.lines.append(f"#{done} refusal: {intent.record['why']}")
             if done:
@@ -9172,11 +9156,8 @@ class Checkpoints:
         self.wanted = self.wanted or bool(spec and not spec["reversible"])
 
     def due(self, head, now):
-        return (
-            head is not None
-            and head[0] > self.seq
-            and (self.wanted or now >= self.at + self.spec["every"])
-        )
+        return (head is not None and head[0] > self.seq
+                and (self.wanted or now >= self.at + self.spec["every"]))
 
     def write(self, head, now):
         """Write the checkpoint of `head` at `now`; return (text, signature or None)."""
@@ -9622,11 +9603,8 @@ class Warden:
         """Start what is due, end what is past its deadline, reap what has ended."""
         # 1. a ledger that could not be written is tried again; once it takes writes, every round is
         # due
-        if (
-            self.writer.ledger_down
-            and now >= self.writer.retry_at
-            and self.writer.retry_ledger(now)
-        ):
+        if (self.writer.ledger_down and now >= self.writer.retry_at
+                and self.writer.retry_ledger(now)):
             self.schedule.resume(time.monotonic())
         # 2. reap what ended, KILL what outlived its grace, TERM what is past its deadline
         for child in list(self.children):
@@ -9848,11 +9826,8 @@ class Warden:
             + describe_allowed(mandate, self.cfg)
             + [capacity]
             + ([f"{name} is paused; avsm resume {name} starts it"] if state.paused else [])
-            + (
-                [f"{name}: a forecast is being made; it is written to the ledger when done"]
-                if forecasting
-                else []
-            )
+            + ([f"{name}: a forecast is being made; it is written to the ledger when done"]
+               if forecasting else [])
         )
 
     def adopt(self, state, mandate, record):
@@ -9921,11 +9896,8 @@ class Warden:
                 return state, seq, state.open_asks[seq]
         answer = (
             next(
-                (
-                    a
-                    for a in records_citing(self.ledger.db, "ask", seq)
-                    if a[2]["kind"] in ANSWER_WORDS
-                ),
+                (a for a in records_citing(self.ledger.db, "ask", seq)
+                 if a[2]["kind"] in ANSWER_WORDS),
                 None,
             )
             if type(seq) is int
@@ -9933,12 +9905,9 @@ class Warden:
         )
         raise Fail(
             EX_DATAERR,
-            (
-                f"ask #{seq} is answered already: {ANSWER_WORDS[answer[2]['kind']]} "
-                f"(#{answer[0]}: {answer[2]['summary']}); avsm asks lists the open asks"
-                if answer
-                else f"#{seq} is not an open ask; avsm asks lists them"
-            ),
+            (f"ask #{seq} is answered already: {ANSWER_WORDS[answer[2]['kind']]} "
+             f"(#{answer[0]}: {answer[2]['summary']}); avsm asks lists the open asks" if answer
+             else f"#{seq} is not an open ask; avsm asks lists them"),
         )
 
     def do_approve(self, args, err):
@@ -9952,11 +9921,8 @@ class Warden:
             return self.approve_ratchet(state, seq, ask)
         lever = ask.get("lever")
         payload = args["payload"] if "payload" in args else ask.get("payload")
-        spec = (
-            state.mandate["levers"].get(lever)
-            if state.mandate and ask.get("about") in ("lever", "model")
-            else None
-        )
+        spec = (state.mandate["levers"].get(lever)
+                if state.mandate and ask.get("about") in ("lever", "model") else None)
         problem = spec and content_problem(spec["takes"], payload, state.directory)
         done = self.carry_out(
             state,
@@ -9966,10 +9932,8 @@ class Warden:
             return [f"#{seq} answered; nothing runs on it"]
         action = next(seq for intent, seq in reversed(done) if isinstance(intent, Gate))
         self.carry_out(state, ratchet_rule(state, lever, self.cfg["ratchet"]))
-        return [
-            f"#{seq} approved; {lever} "
-            + (f"runs as action #{action}" if action else "runs once its check passes")
-        ]
+        return [f"#{seq} approved; {lever} "
+                + (f"runs as action #{action}" if action else "runs once its check passes")]
 
     def do_ask(self, args, err):
         """The content an open ask carries, as JSON (for approve --edit)."""
@@ -9998,10 +9962,8 @@ class Warden:
         content_why = spec and content_problem(spec["takes"], payload, state.directory)
         done = self.carry_out(state, person_proposal_rule(state, lever, payload, content_why))
         seq, action = done[0][1], done[-1][1]
-        return [
-            f"proposal #{seq} accepted; {lever} "
-            + (f"runs as action #{action}" if action else "runs once its check passes")
-        ]
+        return [f"proposal #{seq} accepted; {lever} "
+                + (f"runs as action #{action}" if action else "runs once its check passes")]
 
     def approve_ratchet(self, state, seq, ask):
         """A person approved delegating a lever: write the mandate change and adopt it."""
