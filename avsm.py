@@ -2269,8 +2269,8 @@ def chain_hash(prev, seq, at, text):
 
 
 def load_record(text, seq=None):
-    """Return the record stored as `text`, or raise json.JSONDecodeError when it is no JSON object:
-    a ledger written by hand is unreadable, not a bug in avsm."""
+    """Return the record stored as `text`, or raise json.JSONDecodeError when it is no JSON
+    object."""
     record = json.loads(text)
     if not isinstance(record, dict):
         raise json.JSONDecodeError(
@@ -2790,8 +2790,8 @@ def kept_checkpoint_problem(kept, new, far_hash):
 
 
 def sshsig_public_key(armor):
-    """Return the public key (base64) an SSH signature names as its signer, or None: "SSHSIG", a
-    version, then the key as an SSH string (PROTOCOL.sshsig; read, not checked)."""
+    """Return the public key (base64) an SSH signature names as its signer, or None (read, not
+    checked)."""
     import base64
     try:
         body = base64.b64decode("".join(armor.strip().splitlines()[1:-1]), validate=True)
@@ -7117,8 +7117,8 @@ NOTIFY_ENV = ("PATH", "HOME", "USER", "LOGNAME", "SHELL", "LANG", "LANGUAGE", "T
 
 
 def notify_env(home, event):
-    """Return the notify command's environment: NOTIFY_ENV and the locale of avsmd's own,
-    AVSM_HOME and AVSM_EVENT. No key passes, whatever avsmd's environment holds."""
+    """Return the notify command's environment: no key passes, whatever avsmd's environment
+    holds."""
     env = {k: v for k, v in os.environ.items() if k in NOTIFY_ENV or k.startswith("LC_")}
     env.update(AVSM_HOME=home, AVSM_EVENT=json.dumps(event, sort_keys=True, separators=(",", ":")))
     return env
@@ -7334,7 +7334,7 @@ def signature_file(signature):
 
 def verify_text(text, signature, allowed, namespace, principal=None):
     """Return the principal of `allowed` (an allowed_signers file) whose key signed `text` under
-    `namespace` (only `principal`'s key, when given); Fail(65) saying why not."""
+    `namespace`; Fail(65) saying why not."""
     with signature_file(signature) as sig:
         code, who, _ = ssh_keygen(["-Y", "find-principals", "-s", sig, "-f", allowed],
                                   "verifying a checkpoint")
@@ -7464,8 +7464,8 @@ def group_is_still(pgid, leader_start):
 
 
 def stray_groups(home):
-    """Return the process groups of programs a dead warden of `home` started and never recorded:
-    orphans whose environment says AVSM_HOME=home and AVSM_VENTURE (Linux; elsewhere, none). """
+    """Return the process groups of programs a dead warden of `home` started and never recorded
+    (Linux; elsewhere, none)."""
     adopters, pid = {1, os.getpid()}, os.getpid()
     while pid > 1:
         # avsmd's parent chain: where a subreaper would take orphans
@@ -7853,7 +7853,7 @@ ADAPTER_TIMEOUT = 30  # seconds an adapter's GET may take in all: the name, the 
 
 def adapter_get(url, key=None, limit=ADAPTER_TIMEOUT):
     """Return (status, body) of one GET of `url` within `limit` seconds in all; raise OSError saying
-    why not. The body is read up to REPLY_MAX + 1 bytes, so a caller sees one bigger than it reads.
+    why not.
 
     With a key (a bearer token) no redirect is followed, so the key goes to the configured url
     alone; without one (http.status), redirects to http:// and https:// are. """
@@ -8062,9 +8062,8 @@ def user_name(uid):
 
 def owner_problem(directory, commands, uid=None):
     """Return the Writable of the first path a venture's program rests on that a user but `uid`
-    (avsmd's own) or root could change, or None: the directory, its mandate.yaml, each regular file
-    a command names, and every directory up to / from each. Nothing is kept, so a mode changed
-    since is seen at the next start."""
+    (avsmd's own) or root could change, or None. Nothing is kept, so a mode changed since is seen at
+    the next start."""
     uid = os.geteuid() if uid is None else uid
     directory = os.path.realpath(directory)
     seen = set()
@@ -8202,7 +8201,7 @@ class GroupsJournal:
 
 class Children:
     """The programs the warden runs now, each in a process group of its own, and the groups left
-    behind; settle(child) writes what came of a program once it is gone."""
+    behind."""
 
     def __init__(self, home, sel, tell, flush, journal_group, settle, debug=False):
         self.home, self.sel, self.tell, self.flush, self.debug = home, sel, tell, flush, debug
@@ -8219,8 +8218,7 @@ class Children:
     def spawn(self, purpose, state, args, timeout=None, shell=False, lever=None, payload_file=None,
               cwd=None, head=None, checked=False, runs=()):
         """Start a program of `state`'s venture in its own group; tell avsmd of the group (RUN-12).
-        Raise PermissionError, starting nothing, when another user could change what it or the
-        commands `runs` run (owner_problem, unless `checked` says the caller just looked)."""
+        Raise PermissionError, starting nothing, when another user could change what it runs."""
         import selectors
         commands = [args] + [r for r in runs if r]
         unsafe = not checked and owner_problem(cwd or state.directory, commands)
@@ -8409,8 +8407,7 @@ START_AHEAD = 0.01
 
 def start_spread(i, count, cadence):
     """Seconds after the warden's start that the i-th of `count` ventures has its first round:
-    spread over up to a cadence, so that a thousand ventures do not all come due in the same tick
-    for ever after."""
+    spread, so that a thousand ventures do not all come due in the same tick for ever after."""
     return i / count * min(cadence, count * START_SPACING) if count else 0.0
 
 class Schedule:
@@ -8458,8 +8455,7 @@ class Rounds:
 
     def start_round(self, state, now):
         """Start the metric's report and each guard, audit and reading command, each in its own
-        group. The round settles once all are in or half a second has passed: a slower one is
-        written as not read, then read. """
+        group. The round settles once all are in or half a second has passed."""
         m = state.mandate
         self.round_number += 1
         if self.debug:
@@ -8658,9 +8654,8 @@ class Levers:
         self.cfg, self.spawn = cfg, spawn
 
     def run_lever(self, state, lever, verdict, summary, by, side=None, extra=None, checked=False):
-        """Yield the action with the gate's proof and question, then start the lever apart; its
-        outcome comes when it ends. A lever with `check:` runs its check first (open point 27); only
-        a check that exits 0 lets it run."""
+        """Yield the action with the gate's proof and question, then start the lever apart. A lever
+        with `check:` runs its check first (open point 27)."""
         spec = state.mandate["levers"].get(lever)
         if spec is not None and spec["check"] and not checked:
             yield from self.start_check(state, lever, verdict, summary, by, side, extra)
@@ -8758,10 +8753,8 @@ class Worlds:
             del self.worlds[name]
 
     def start_forecast(self, state, why, lever=None, decision=None):
-        """Forecast the venture apart from the loop (FORECAST-06): the forecast program in a group
-        of its own, its facts on standard input; the record is written when it is done. `seeds: 0`
-        turns forecasts off. A `decision`'s packet is forecast here only through a world (issue 11
-        item 6); return whether one started. """
+        """Forecast the venture apart from the loop (FORECAST-06); a `decision`'s packet is forecast
+        here only through a world (issue 11 item 6); return whether one started."""
         f = self.cfg["forecast"] or (PACKET_FORECAST if decision else FORECAST_DEFAULT)
         if not f["seeds"] or self.stopping() or decision and not state.mandate["world"]:
             return False
@@ -8786,8 +8779,7 @@ class Worlds:
 
     def step(self, state, report_seq, lever):
         """A trusted report's one-step prediction through the world (WORLD-05): an ensemble of
-        world steps, each in a group of its own with its seed, its record written when all are
-        done."""
+        world steps, its record written when all are done."""
         if self.worlds.get(state.name):
             # still stepping from an earlier report: this one brings no prediction
             return ()
@@ -8812,8 +8804,8 @@ class Worlds:
         return self.world_settle(state, job) if job["left"] == 0 else ()
 
     def world_done(self, state, child, status):
-        """One world step ended: over its time, over 64 KiB, a non-zero exit or output that does not
-        hold is a failed step (open point 38); the ensemble is settled when its last step is in."""
+        """One world step ended (open point 38); the ensemble is settled when its last step is
+        in."""
         job = child.extra.get("job")
         if job is None or self.worlds.get(state.name) is not job:
             return None
@@ -8888,8 +8880,8 @@ class Decisions:
                             self.packet_forecast(state), looks)
 
     def packet_forecast(self, state):
-        """The facts of the packet's forecast (FORECAST-03: 7 days by 8 seeds unless `forecast:`
-        says); the roles process makes it, apart from the warden, as it builds the text."""
+        """The facts of the packet's forecast (FORECAST-03); the roles process makes it, apart from
+        the warden."""
         f = self.cfg["forecast"] or PACKET_FORECAST
         return forecast_facts(state, f["days"], f["seeds"]) if f["seeds"] else None
 
@@ -8907,8 +8899,7 @@ class Decisions:
 
     def build(self, d):
         """Build the packet and have the roles process make the request. With `world:`, the packet's
-        forecast is stepped through the world command first (issue 11 item 6), apart from the loop:
-        built again when it is in (packet_forecast_done)."""
+        forecast is stepped through the world command first (issue 11 item 6)."""
         state = self.ventures[d.venture]
         if d.world_forecast is False:
             d.world_forecast = None
@@ -8936,7 +8927,7 @@ class Decisions:
 
     def call_backend(self, d, answer):
         """Yield what the roles process's request for the backend comes to: a `command` backend
-        runs apart (backend_done); an HTTP call runs in a thread (results_ready)."""
+        runs apart; an HTTP call runs in a thread."""
         import threading
         if "error" in answer:
             return self.finish_decision(
@@ -9099,9 +9090,7 @@ class Decisions:
 
     def propose(self, state, choice, d, held=None, ranking=False):
         """Yield one choice as an inferred proposal, then what the gate makes of it; return the
-        records written. `held`: why a ranking's top choice asks a person instead (the calibration
-        bar, WORLD-08); `ranking`: the choice is one of a ranking, which the proposal says, so the
-        re-check holds it to the same bar. """
+        records written. `held`: why a ranking's top choice asks a person instead (WORLD-08)."""
         lever = choice.get("action")
         seq = yield Write(proposal_record(state, choice, d, ranking))
         d.lines.append(f"#{seq} proposal {choice['choice']}" + (f" {lever}" if lever else ""))
@@ -9134,10 +9123,9 @@ class Decisions:
 
 
 class Checkpoints:
-    """Writes a checkpoint of the ledger's committed head to HOME/checkpoints/SEQ.txt (signed beside
-    it in SEQ.txt.sig when the config names a key) and to syslog (journalctl -t avsm): at the
-    warden's start, every `every` (a day) once the head has moved, after each irreversible action,
-    and when a client asks."""
+    """Writes a checkpoint of the ledger's committed head to HOME/checkpoints/SEQ.txt (signed when
+    the config names a key) and to syslog: every `every` once the head has moved, after each
+    irreversible action, and when a client asks."""
 
     def __init__(self, home, spec, debug=False):
         self.dir, self.spec, self.debug = os.path.join(home, "checkpoints"), spec, debug
@@ -9247,8 +9235,7 @@ def read_snapshot(home, record):
 
 
 def chain_anchor(home, db):
-    """Return (seq, hash) of the record the newest good snapshot is folded to, or None: a start
-    reads and checks what follows it (doctor, the whole chain)."""
+    """Return (seq, hash) of the record the newest good snapshot is folded to, or None."""
     for _, record in snapshot_records(db)[:SNAPSHOTS_KEPT]:
         with contextlib.suppress(Fail):
             read_snapshot(home, record)
@@ -9265,8 +9252,8 @@ class Snapshots:
         self.home, self.seq = home, 0
 
     def fold(self, db, upto=None):
-        """Return (seq, states, counted, records folded): the newest good snapshot (up to `upto`),
-        each other said on stderr, and the records after it folded."""
+        """Return (seq, states, counted, records folded): the newest good snapshot (up to `upto`)
+        and the records after it folded."""
         seq, states, counted = 0, {}, {}
         for at, record in snapshot_records(db)[:SNAPSHOTS_KEPT]:
             try:
@@ -9309,8 +9296,7 @@ class Metrics:
         self.counted, self.seen, self.failed = {}, 0, 0
 
     def count(self, db):
-        """Count avsmd's starts and restarts since the last count (avsmd writes them, not the
-        warden); return the head."""
+        """Count avsmd's starts and restarts since the last count; return the head."""
         head = (ledger_head(db) or (0,))[0]     # first: what avsmd appends after it waits its turn
         rows = db.execute("SELECT seq, record FROM records WHERE seq > ? AND seq <= ? "
                           "AND (record LIKE ? OR record LIKE ?) ORDER BY seq",
@@ -9337,11 +9323,7 @@ class Metrics:
 
 class Warden:
     """The only process that acts: ticks ventures, runs their programs, and carries out the
-    kernel's intents (carry_out, the one append).
-
-    Its parts each own one kind of state and are handed only what they use: writer, lock,
-    schedule, children, journal, avsmd (the channel), rounds, keeper, levers, worlds, roles and
-    decisions. It keeps the venture states, the loop, the nightly time and whether it stops."""
+    kernel's intents (carry_out, the one append)."""
 
     def __init__(self, home, channel, cfg, debug=False):
         import selectors
@@ -9392,8 +9374,8 @@ class Warden:
 
     # ---- the ventures, replayed from the ledger ----
     def load(self):
-        """Replay the ledger into venture states (and the metrics' counters), from the newest good
-        snapshot on; settle runs a dead warden left without an outcome."""
+        """Replay the ledger into venture states, from the newest good snapshot on; settle runs a
+        dead warden left without an outcome."""
         seq, states, counted, folded = self.snapshots.fold(self.ledger.db)
         self.ventures.update(states)
         self.metrics.counted, self.metrics.seen = counted, seq
@@ -9406,7 +9388,7 @@ class Warden:
     def refold(self, first_lost):
         """Fold every venture again from the ledger, forgetting records from seq `first_lost` on
         that a rolled-back group commit held: nothing in memory may rest on a record the ledger does
-        not hold. The states are replaced in the one dict every room shares."""
+        not hold."""
         old = dict(self.ventures)
         self.ventures.clear()
         known = {was.mandate_text: was.mandate for was in old.values() if was.mandate is not None}
@@ -9523,8 +9505,7 @@ class Warden:
         return written
 
     def write_snapshot(self, least, fold=None):
-        """Write a snapshot to the committed head once `least` records came since the last (`fold`:
-        the start's (seq, states, counted), written as it is)."""
+        """Write a snapshot to the committed head once `least` records came since the last."""
         head = self.ledger.last or ledger_head(self.ledger.db)
         if self.ledger.held is not None or self.writer.ledger_down or not head or \
                 not fold and head[0] - self.snapshots.seq < least:
@@ -9675,7 +9656,7 @@ class Warden:
     def carry_out(self, state, intents):
         """Carry out a rule's intents in order: append, pause, or ask the gate and run what it
         proves. Return [(intent, seq written)]: a Gate's seq is its action's (None when refused or
-        waiting on its check). `intents`: a rule's generator, or a list. """
+        waiting on its check)."""
         result, done = None, []
         if not hasattr(intents, "send"):
             intents = (intent for intent in intents)
@@ -9831,9 +9812,7 @@ class Warden:
         )
 
     def adopt(self, state, mandate, record):
-        """Append a mandate record and put `mandate` in force: a changed `run` program is ended (the
-        keeper starts the new one), and the venture's next round is due now. Return the record's
-        seq."""
+        """Append a mandate record and put `mandate` in force; return the record's seq."""
         old_run = state.mandate["run"] if state.mandate else None
         seq = self.carry_out(state, [Write(record)])[0][1]
         state.mandate, state.problem = mandate, None
@@ -10231,8 +10210,8 @@ class HomeLock:
 
 
 class Clients:
-    """HOME/sock and the clients on it: each connection's one request, held in `queue` while the
-    warden restarts, and the reply owed to it (`waiting`: request id -> connection)."""
+    """HOME/sock and the clients on it: each connection's one request, held while the warden
+    restarts, and the reply owed to it."""
 
     def __init__(self, daemon):
         self.daemon, self.path = daemon, os.path.join(daemon.home, "sock")
@@ -14281,8 +14260,7 @@ def doctor_ledger(home, found, since, kept=(), quick=False, trust=None):
 
 
 def read_snapshots(home, found, db):
-    """Return {seq: its bytes} of the snapshots the ledger names that this avsm.py folded (65 for
-    one whose bytes do not hash to its record)."""
+    """Return {seq: its bytes} of the snapshots the ledger names that this avsm.py folded."""
     kept, unread = {}, 0
     for at, record in snapshot_records(db):
         try:
