@@ -2354,8 +2354,8 @@ FOLD_FIELDS = {
 
 
 def fold_problem(record):
-    """Return why a record's fields are not what the fold reads them as (a ledger edited by hand: a
-    report's value as text), or None. Such a record does not read, so no reader trips over it."""
+    """Return why a record's fields are not what the fold reads them as, or None. Such a record does
+    not read, so no reader trips over it."""
     kind, venture = record["kind"], record["venture"]
     if not isinstance(kind, str) or not isinstance(venture, str):
         return "its kind or venture is not text"
@@ -2475,7 +2475,7 @@ ROLLBACK_WAIT = 3.0
 
 
 def open_ledger_ro(path):
-    """Return a read-only connection to the ledger at `path` (file:...?mode=ro).
+    """Return a read-only connection to the ledger at `path`.
 
     A writer killed in a transaction leaves a hot journal a read-only connection cannot roll back
     (SQLITE_READONLY_ROLLBACK): the next warden does, so this waits ROLLBACK_WAIT for it. """
@@ -2828,8 +2828,8 @@ def shown_text(text):
 
 
 def escape_controls(pattern, text):
-    """Return `text` with each character `pattern` matches written as \\x.. or \\u.... (escape
-    sequences, bidi overrides, lone surrogates), so nothing from outside reaches a terminal raw."""
+    """Return `text` with each character `pattern` matches written as \\x.. or \\u...., so nothing
+    from outside reaches a terminal raw."""
     return re.sub(pattern, lambda m: f"\\x{ord(m.group()):02x}" if ord(m.group()) < 256
                   else f"\\u{ord(m.group()):04x}", text)
 
@@ -8132,9 +8132,8 @@ def mandate_file_problem(path, st):
 
 
 def read_mandate_file(path):
-    """Return the text of mandate.yaml at `path`, exactly as written (its sha256 is the file's);
-    OSError when it cannot be opened, Fail(78) for anything but a regular file of at most
-    MANDATE_MAX bytes in UTF-8."""
+    """Return the text of mandate.yaml at `path`, exactly as written; OSError when it cannot be
+    opened, Fail(78) for anything but a regular file of at most MANDATE_MAX bytes in UTF-8."""
     fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
     try:
         refuse(mandate_file_problem(path, os.fstat(fd)), EX_CONFIG)
@@ -8169,8 +8168,7 @@ class GroupsJournal:
 
     def journal_group(self, line):
         """Append a group's start (+PGID START VENTURE PURPOSE) or end (-PGID) to HOME/groups before
-        anything can orphan it (RUN-14). Grown past 64 KiB it is replaced by what still runs (while
-        the home is ours); deleted under us, it is made again. """
+        anything can orphan it (RUN-14)."""
         path = os.path.join(self.home, "groups")
         pgid = line[1:].split()[0]
         if line.startswith("+"):
@@ -8293,8 +8291,7 @@ class Children:
 
 
 class Channel:
-    """The warden's end of its socketpair with avsmd: JSON lines both ways. commit() is called
-    first: nothing is told to a client before the records it answers are committed."""
+    """The warden's end of its socketpair with avsmd: JSON lines both ways."""
 
     def __init__(self, channel, commit):
         self.channel, self.commit = channel, commit
@@ -8304,9 +8301,9 @@ class Channel:
         self.acks_waiting = False     # whether one is more than a group's start or end
 
     def tell(self, message, later=False):
-        """Queue one line for avsmd; flush() sends them at the loop's end. A group's end can wait
-        (`later`) for the next line that cannot, when its leader's start time is known: avsmd
-        checks a group is still the one it was told of before ending it. """
+        """Queue one line for avsmd. A group's end can wait (`later`) for the next line that cannot,
+        when its leader's start time is known: avsmd checks a group is still the one it was told of
+        before ending it."""
         self.outbox.append(json.dumps(message, separators=(",", ":")))
         self.outbox_due = self.outbox_due or not later
         self.acks_waiting = self.acks_waiting or not ("group" in message or "ended" in message)
@@ -9246,7 +9243,7 @@ def chain_anchor(home, db):
 
 class Snapshots:
     """Keeps the fold to a seq in HOME/snapshots/SEQ.json, tied to the chain by a snapshot record:
-    from the ledger, not from memory (the newest good one and the records after it, folded)."""
+    from the ledger, not from memory."""
 
     def __init__(self, home):
         self.home, self.seq = home, 0
@@ -10188,7 +10185,7 @@ class HomeLock:
 
     def check(self, debug):
         """Each second: make the lock file again when it was deleted or replaced by one no one
-        holds; return the pid standing in it when another avsmd took it, else None."""
+        holds; return the pid of another avsmd that took it."""
         try:
             st = os.stat(self.path)
             if os.path.samestat(st, os.fstat(self.fd)):
