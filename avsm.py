@@ -2236,7 +2236,7 @@ def record_shape(kind, venture):
 
 def new_record(kind, venture, claim=None, **fields):
     """Return a record of `kind` for `venture`, the one way avsm builds one, checked against
-    RECORD_KINDS (the claim is the kind's first unless given); one it refuses is avsm's mistake."""
+    RECORD_KINDS; one it refuses is avsm's mistake."""
     shape = record_shape(kind, venture)
     if shape is None:
         raise ValueError(f"{kind!r} is not a kind of record")
@@ -2269,8 +2269,8 @@ def chain_hash(prev, seq, at, text):
 
 
 def load_record(text, seq=None):
-    """Return the record stored as `text`, or raise json.JSONDecodeError when it is no JSON object:
-    a ledger written by hand is unreadable, not a bug in avsm."""
+    """Return the record stored as `text`, or raise json.JSONDecodeError when it is no JSON
+    object."""
     record = json.loads(text)
     if not isinstance(record, dict):
         raise json.JSONDecodeError(
@@ -2280,8 +2280,7 @@ def load_record(text, seq=None):
 
 
 def read_record(text, seq=None):
-    """Return the record stored as `text`, or raise json.JSONDecodeError when it does not read
-    (record_problem), for a reader that folds what it reads."""
+    """Return the record stored as `text`, or raise json.JSONDecodeError when it does not read."""
     record = load_record(text, seq)
     why = object_problem(record)
     if why is not None:
@@ -2355,8 +2354,8 @@ FOLD_FIELDS = {
 
 
 def fold_problem(record):
-    """Return why a record's fields are not what the fold reads them as (a ledger edited by hand: a
-    report's value as text), or None. Such a record does not read, so no reader trips over it."""
+    """Return why a record's fields are not what the fold reads them as, or None. Such a record does
+    not read, so no reader trips over it."""
     kind, venture = record["kind"], record["venture"]
     if not isinstance(kind, str) or not isinstance(venture, str):
         return "its kind or venture is not text"
@@ -2411,13 +2410,10 @@ class Ledger:
         return self.append_many([record], at)[0]
 
     def append_many(self, records, at, hold=False):
-        """Append `records` at unix time `at` in one transaction; return their seqs. Every record
-        of the ledger goes through here.
+        """Append `records` at unix time `at` in one transaction; return their seqs.
 
         Group commit: with `hold`, the transaction stays open for the next records until commit()
-        or an append without `hold`: a burst costs one sync to disk. The lock is checked as the
-        transaction begins and before it commits. A failed append rolls back all held with it
-        into `lost`. """
+        or an append without `hold`: a burst costs one sync to disk."""
         for record in records:
             if set(RECORD_FIELDS) - set(record) or record["claim"] not in CLAIMS:
                 raise ValueError(f"a record needs kind, claim, venture and summary: {record}")
@@ -2479,7 +2475,7 @@ ROLLBACK_WAIT = 3.0
 
 
 def open_ledger_ro(path):
-    """Return a read-only connection to the ledger at `path` (file:...?mode=ro).
+    """Return a read-only connection to the ledger at `path`.
 
     A writer killed in a transaction leaves a hot journal a read-only connection cannot roll back
     (SQLITE_READONLY_ROLLBACK): the next warden does, so this waits ROLLBACK_WAIT for it. """
@@ -2582,8 +2578,8 @@ def batched_rows(db, columns, since):
 
 
 def ledger_problem(db, after=None):
-    """Return (seq, why) of the first record (after `after`, a (seq, hash)) that does not read or
-    chain (point 51), or None."""
+    """Return (seq, why) of the first record after `after` that does not read or chain (point
+    51)."""
     return scan_ledger(db, recheck=False, after=after).broken
 
 
@@ -2598,7 +2594,7 @@ ventures {name: [name, directory, mandate seq, paused, text]} (None once one doe
 def scan_ledger(db, recheck=True, wanted=(), after=None, fold_at=()):
     """Read the ledger once, in order, checking every link and record; with `recheck`, every
     action's proof re-checked by the gate as the ledger folds (the fold kept at the seqs `fold_at`).
-    after: (seq, hash) of a checkpoint verified before: only the chain from it on is checked."""
+    after: (seq, hash) of a checkpoint verified before."""
     found = {"count": 0, "head": after or (0, ZERO_HASH), "broken": None, "adopted": {},
              "hashes": {}, "folds": {}}
     was, states, counted = small_cache(db), {}, {}
@@ -2669,7 +2665,7 @@ def checkpoint_text(origin, seq, digest, at):
 
 def parse_checkpoint(data, where, signature=None):
     """Return the Checkpoint `data` holds, its signature after a blank line or in `signature`
-    (FILE.sig's text); Fail(65) saying which line is not what a checkpoint says."""
+    (FILE.sig's text); Fail(65)."""
     text, _, signed = data.partition("\n\n")
     lines = text.removesuffix("\n").split("\n")
     origin, seq, digest, when = (lines + [""] * 4)[:4]
@@ -2794,8 +2790,8 @@ def kept_checkpoint_problem(kept, new, far_hash):
 
 
 def sshsig_public_key(armor):
-    """Return the public key (base64) an SSH signature names as its signer, or None: "SSHSIG", a
-    version, then the key as an SSH string (PROTOCOL.sshsig; read, not checked)."""
+    """Return the public key (base64) an SSH signature names as its signer, or None (read, not
+    checked)."""
     import base64
     try:
         body = base64.b64decode("".join(armor.strip().splitlines()[1:-1]), validate=True)
@@ -2832,8 +2828,8 @@ def shown_text(text):
 
 
 def escape_controls(pattern, text):
-    """Return `text` with each character `pattern` matches written as \\x.. or \\u.... (escape
-    sequences, bidi overrides, lone surrogates), so nothing from outside reaches a terminal raw."""
+    """Return `text` with each character `pattern` matches written as \\x.. or \\u...., so nothing
+    from outside reaches a terminal raw."""
     return re.sub(pattern, lambda m: f"\\x{ord(m.group()):02x}" if ord(m.group()) < 256
                   else f"\\u{ord(m.group()):04x}", text)
 
@@ -2851,7 +2847,7 @@ class LockCheck:
 
     def lock_is_ours(self):
         """The lock is ours unless another avsmd's pid stands in it (a deleted one avsmd makes
-        again). Asked before every append, so the file is read again only when its stat changed."""
+        again); read again only when its stat changed."""
         try:
             st = os.stat(self.lock_path)
         except FileNotFoundError:
@@ -2867,8 +2863,7 @@ class LockCheck:
 
 class LedgerWriter:
     """The warden's one way to the ledger: each record appended is folded into its venture; while
-    the ledger cannot be written, what already ran waits in a backlog and everything else stops.
-    refold folds every venture again after a group commit was rolled back. """
+    the ledger cannot be written, what already ran waits in a backlog and everything else stops."""
 
     def __init__(self, ledger, ventures, canary_every, tell_person, refold, debug=False):
         self.ledger, self.ventures, self.canary_every = ledger, ventures, canary_every
@@ -2885,7 +2880,7 @@ class LedgerWriter:
 
         A GROUPED_KINDS record joins the group held open for this wake-up; any other commits itself
         and all held before it. While the ledger cannot be written, an outcome waits in order and
-        anything else raises LedgerDown. `at`: an action's is the time the gate proved it at. """
+        anything else raises LedgerDown."""
         import sqlite3
         why = self.ledger_down
         if not why:
@@ -2921,8 +2916,7 @@ class LedgerWriter:
 
     def commit(self, turn_ends=False):
         """Commit the records held open: at the end of each wake-up (`turn_ends`), and before
-        anything is told to a client. After a failed one the ventures are folded again once the
-        turn ends."""
+        anything is told to a client."""
         import sqlite3
         try:
             self.ledger.commit()
@@ -2952,9 +2946,8 @@ class LedgerWriter:
         return left if timeout is None else min(timeout, left)
 
     def ledger_failed(self, err):
-        """The ledger could not be written: stop what would write, try again later. Of the held
-        records rolled back with it, outcomes wait to be written, the rest is gone, and the ventures
-        are folded again from the ledger. """
+        """The ledger could not be written: stop what would write, try again later; outcomes rolled
+        back wait to be written, the ventures are folded again."""
         self.ledger_down = str(err)
         self.retry_at = time.monotonic() + ledger_retry(err)
         sys.stderr.write(f"avsm warden: the ledger cannot be written: {err}; stopping what would"
@@ -7124,8 +7117,8 @@ NOTIFY_ENV = ("PATH", "HOME", "USER", "LOGNAME", "SHELL", "LANG", "LANGUAGE", "T
 
 
 def notify_env(home, event):
-    """Return the notify command's environment: NOTIFY_ENV and the locale of avsmd's own,
-    AVSM_HOME and AVSM_EVENT. No key passes, whatever avsmd's environment holds."""
+    """Return the notify command's environment: no key passes, whatever avsmd's environment
+    holds."""
     env = {k: v for k, v in os.environ.items() if k in NOTIFY_ENV or k.startswith("LC_")}
     env.update(AVSM_HOME=home, AVSM_EVENT=json.dumps(event, sort_keys=True, separators=(",", ":")))
     return env
@@ -7136,8 +7129,7 @@ SPAWN_FDS = {}        # "null": /dev/null and "here": the process's own director
 
 def start_program(argv, cwd, env, stdin=None):
     """Start `argv` in `cwd` with `env`, leading a process group of its own, `stdin` a descriptor
-    (/dev/null when None); return (pid, output's read end, errors' read end), or raise OSError as
-    subprocess would.
+    (/dev/null when None); return (pid, output's read end, errors' read end).
 
     os.posix_spawn (a third of Popen's CPU) closes no descriptor, so none is left inheritable
     (mark_close_on_exec), and takes no cwd: the process steps into `cwd` and back, so its other
@@ -7187,8 +7179,7 @@ def start_program(argv, cwd, env, stdin=None):
 
 
 def mark_close_on_exec():
-    """Mark every descriptor past standard error close-on-exec (Linux), so no program
-    start_program starts keeps one (the warden's channel to avsmd)."""
+    """Mark every descriptor past standard error close-on-exec (Linux)."""
     try:
         fds = [int(fd) for fd in os.listdir("/proc/self/fd")]
     except OSError:
@@ -7343,7 +7334,7 @@ def signature_file(signature):
 
 def verify_text(text, signature, allowed, namespace, principal=None):
     """Return the principal of `allowed` (an allowed_signers file) whose key signed `text` under
-    `namespace` (only `principal`'s key, when given); Fail(65) saying why not."""
+    `namespace`; Fail(65) saying why not."""
     with signature_file(signature) as sig:
         code, who, _ = ssh_keygen(["-Y", "find-principals", "-s", sig, "-f", allowed],
                                   "verifying a checkpoint")
@@ -7473,8 +7464,8 @@ def group_is_still(pgid, leader_start):
 
 
 def stray_groups(home):
-    """Return the process groups of programs a dead warden of `home` started and never recorded:
-    orphans whose environment says AVSM_HOME=home and AVSM_VENTURE (Linux; elsewhere, none). """
+    """Return the process groups of programs a dead warden of `home` started and never recorded
+    (Linux; elsewhere, none)."""
     adopters, pid = {1, os.getpid()}, os.getpid()
     while pid > 1:
         # avsmd's parent chain: where a subreaper would take orphans
@@ -7503,7 +7494,7 @@ def stray_groups(home):
 
 def sweep_groups(path, home=None):
     """End the process groups an earlier avsmd recorded and did not see end, and with `home` the
-    strays (stray_groups); return how many."""
+    strays; return how many."""
     try:
         with open(path) as fh:
             lines = [line.split() for line in fh if line.strip()]
@@ -7607,8 +7598,7 @@ def backend_request(backend, system, user, key):
 
 
 def read_response(backend, body, sent):
-    """Return {"text": the complete answer} or {"why": why none} of a provider's response body,
-    with its "stop", "usage" and "declined"; `sent`: the request's bytes."""
+    """Return {"text": the complete answer} or {"why": why none} of a provider's response body."""
     try:
         data = json.loads(body)
     except (ValueError, RecursionError):
@@ -7788,8 +7778,7 @@ def error_text(body):
 
 
 def retry_wait(headers, now, default):
-    """Return the seconds a provider asks to wait before the next try (retry-after-ms, retry-after
-    as seconds or an HTTP date), or `default`."""
+    """Return the seconds a provider asks to wait before the next try, or `default`."""
     import email.utils
     ms = headers.get("retry-after-ms", "").strip()
     after = headers.get("retry-after", "").strip()
@@ -7808,8 +7797,7 @@ def retry_wait(headers, now, default):
 
 
 def call_http_backend(backend, system, user, key):
-    """Return (reply bytes, None, call) or (None, why, call) of one decision's HTTP call, trying a
-    busy or failing provider again within BACKEND_TIMEOUT."""
+    """Return (reply bytes, None, call) or (None, why, call) of one decision's HTTP call."""
     import http.client
     import urllib.error
     import urllib.request
@@ -7865,7 +7853,7 @@ ADAPTER_TIMEOUT = 30  # seconds an adapter's GET may take in all: the name, the 
 
 def adapter_get(url, key=None, limit=ADAPTER_TIMEOUT):
     """Return (status, body) of one GET of `url` within `limit` seconds in all; raise OSError saying
-    why not. The body is read up to REPLY_MAX + 1 bytes, so a caller sees one bigger than it reads.
+    why not.
 
     With a key (a bearer token) no redirect is followed, so the key goes to the configured url
     alone; without one (http.status), redirects to http:// and https:// are. """
@@ -7919,8 +7907,8 @@ def output_lines(data, cut):
 
 
 def run_world_step(command, data, mandate):
-    """Run one world step in the venture directory (the current one), in a group of its own, `data`
-    on standard input; return (output, None) or (None, why) (open point 38)."""
+    """Run one world step in the venture directory, `data` on standard input; return (output,
+    None) or (None, why) (open point 38)."""
     import subprocess
     import tempfile
     unsafe = owner_problem(".", [command])     # looked at again at each step, as at each start
@@ -7949,7 +7937,7 @@ def run_world_step(command, data, mandate):
 
 def read_metric_output(child, status, with_output=True):
     """Return (value, failure) from a finished report: its last non-empty line must be the number
-    alone. A guard's failure says why without its output (GUARD-14). """
+    alone (GUARD-14)."""
     if child.ended_by:
         return None, f"ended: {child.ended_by}"
     if status != 0:
@@ -8074,9 +8062,8 @@ def user_name(uid):
 
 def owner_problem(directory, commands, uid=None):
     """Return the Writable of the first path a venture's program rests on that a user but `uid`
-    (avsmd's own) or root could change, or None: the directory, its mandate.yaml, each regular file
-    a command names, and every directory up to / from each. Nothing is kept, so a mode changed
-    since is seen at the next start."""
+    (avsmd's own) or root could change, or None. Nothing is kept, so a mode changed since is seen at
+    the next start."""
     uid = os.geteuid() if uid is None else uid
     directory = os.path.realpath(directory)
     seen = set()
@@ -8110,8 +8097,7 @@ def owner_problem(directory, commands, uid=None):
 
 def read_venture(directory):
     """Read the venture in `directory` as `avsm add` adopts it: (name, path of mandate.yaml, its
-    text, the mandate), or Fail: 66 when the directory is not there, 65 with the fix otherwise.
-    `avsmd -t DIR` calls it too, so a check says exactly what adopting would."""
+    text, the mandate), or Fail: 66 when the directory is not there, 65 with the fix otherwise."""
     check_venture_dir(directory)
     name = check_venture_name(os.path.basename(directory))
     path = os.path.join(directory, "mandate.yaml")
@@ -8146,9 +8132,8 @@ def mandate_file_problem(path, st):
 
 
 def read_mandate_file(path):
-    """Return the text of mandate.yaml at `path`, exactly as written (its sha256 is the file's);
-    OSError when it cannot be opened, Fail(78) for anything but a regular file of at most
-    MANDATE_MAX bytes in UTF-8. A FIFO is refused unread. """
+    """Return the text of mandate.yaml at `path`, exactly as written; OSError when it cannot be
+    opened, Fail(78) for anything but a regular file of at most MANDATE_MAX bytes in UTF-8."""
     fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
     try:
         refuse(mandate_file_problem(path, os.fstat(fd)), EX_CONFIG)
@@ -8183,8 +8168,7 @@ class GroupsJournal:
 
     def journal_group(self, line):
         """Append a group's start (+PGID START VENTURE PURPOSE) or end (-PGID) to HOME/groups before
-        anything can orphan it (RUN-14). Grown past 64 KiB it is replaced by what still runs (while
-        the home is ours); deleted under us, it is made again. """
+        anything can orphan it (RUN-14)."""
         path = os.path.join(self.home, "groups")
         pgid = line[1:].split()[0]
         if line.startswith("+"):
@@ -8215,7 +8199,7 @@ class GroupsJournal:
 
 class Children:
     """The programs the warden runs now, each in a process group of its own, and the groups left
-    behind; settle(child) writes what came of a program once it is gone."""
+    behind."""
 
     def __init__(self, home, sel, tell, flush, journal_group, settle, debug=False):
         self.home, self.sel, self.tell, self.flush, self.debug = home, sel, tell, flush, debug
@@ -8232,8 +8216,7 @@ class Children:
     def spawn(self, purpose, state, args, timeout=None, shell=False, lever=None, payload_file=None,
               cwd=None, head=None, checked=False, runs=()):
         """Start a program of `state`'s venture in its own group; tell avsmd of the group (RUN-12).
-        Raise PermissionError, starting nothing, when another user could change what it or the
-        commands `runs` run (owner_problem, unless `checked` says the caller just looked)."""
+        Raise PermissionError, starting nothing, when another user could change what it runs."""
         import selectors
         commands = [args] + [r for r in runs if r]
         unsafe = not checked and owner_problem(cwd or state.directory, commands)
@@ -8262,8 +8245,7 @@ class Children:
         return child
 
     def child_event(self, child):
-        """A child's leader ended: drain its output, reap it by pid, and settle what it was for
-        (one avsm is ending, once its whole group is gone). """
+        """A child's leader ended: drain its output, reap it by pid, and settle what it was for."""
         if child.status is None:
             status = child.poll()
             if status is None:
@@ -8309,8 +8291,7 @@ class Children:
 
 
 class Channel:
-    """The warden's end of its socketpair with avsmd: JSON lines both ways. commit() is called
-    first: nothing is told to a client before the records it answers are committed."""
+    """The warden's end of its socketpair with avsmd: JSON lines both ways."""
 
     def __init__(self, channel, commit):
         self.channel, self.commit = channel, commit
@@ -8320,9 +8301,9 @@ class Channel:
         self.acks_waiting = False     # whether one is more than a group's start or end
 
     def tell(self, message, later=False):
-        """Queue one line for avsmd; flush() sends them at the loop's end. A group's end can wait
-        (`later`) for the next line that cannot, when its leader's start time is known: avsmd
-        checks a group is still the one it was told of before ending it. """
+        """Queue one line for avsmd. A group's end can wait (`later`) for the next line that cannot,
+        when its leader's start time is known: avsmd checks a group is still the one it was told of
+        before ending it."""
         self.outbox.append(json.dumps(message, separators=(",", ":")))
         self.outbox_due = self.outbox_due or not later
         self.acks_waiting = self.acks_waiting or not ("group" in message or "ended" in message)
@@ -8423,13 +8404,11 @@ START_AHEAD = 0.01
 
 def start_spread(i, count, cadence):
     """Seconds after the warden's start that the i-th of `count` ventures has its first round:
-    spread over up to a cadence, so that a thousand ventures do not all come due in the same tick
-    for ever after."""
+    spread, so that a thousand ventures do not all come due in the same tick for ever after."""
     return i / count * min(cadence, count * START_SPACING) if count else 0.0
 
 class Schedule:
-    """When each venture's next round is due, in monotonic time, soonest first (a heap, as
-    sched.scheduler keeps its queue)."""
+    """When each venture's next round is due, in monotonic time, soonest first (a heap)."""
 
     def __init__(self):
         self.due = {}                 # venture -> monotonic time its next round is due
@@ -8462,8 +8441,7 @@ class Schedule:
 
 class Rounds:
     """The rounds in flight: a venture's metric, with every guard, audit and reading read beside it.
-    Its methods return the intents of what was read (report_read, reading_read, round_settled).
-    Handed the config and home, the venture states, the children table, spawn and stopping()."""
+    Its methods return the intents of what was read."""
 
     def __init__(self, cfg, home, ventures, children, spawn, stopping, debug=False):
         self.cfg, self.home, self.ventures, self.children = cfg, home, ventures, children
@@ -8474,23 +8452,15 @@ class Rounds:
 
     def start_round(self, state, now):
         """Start the metric's report and each guard, audit and reading command, each in its own
-        group. The round settles once all are in or half a second has passed: a slower one is
-        written as not read, then read. """
+        group. The round settles once all are in or half a second has passed."""
         m = state.mandate
         self.round_number += 1
         if self.debug:
-            log(
-                self.debug,
-                "warden",
+            log(self.debug, "warden",
                 f"{state.name}: tick {self.round_number}: the metric, {len(m['guards'])} guard(s), "
-                f"{len(m['audits'])} audit(s), {len(m['readings'])} reading(s)",
-            )
-        self.rounds[state.name] = {
-            "deadline": now + 0.5,
-            "metric": None,
-            "pending": set(),
-            "number": self.round_number,
-        }
+                f"{len(m['audits'])} audit(s), {len(m['readings'])} reading(s)")
+        self.rounds[state.name] = {"deadline": now + 0.5, "metric": None, "pending": set(),
+                                   "number": self.round_number}
         running = {
             (c.purpose, c.extra.get("name")) for c in self.children if c.venture == state.name
         }
@@ -8547,11 +8517,8 @@ class Rounds:
             child = self.spawn(
                 what, state, args, timeout=timeout, shell=shell, payload_file=stdin_path
             )
-            child.extra = {
-                "name": name,
-                "round": self.rounds[state.name]["number"],
-                "limit": timeout,
-            }
+            child.extra = {"name": name, "round": self.rounds[state.name]["number"],
+                           "limit": timeout}
             return None
         except OSError as err:
             if what == "report":
@@ -8613,9 +8580,7 @@ class Rounds:
 
 class Keeper:
     """Keeps each venture's `run` program alive, restarting it as `restart:` says, with back-off;
-    its methods return the intents of what it started or what ended (run_started, restart_rule).
-    keep: venture -> {child, backoff, restart, next_start, restarts}, for avsm status and the page.
-    """
+    its methods return the intents of what it started or what ended."""
 
     def __init__(self, ventures, spawn, active):
         self.ventures, self.spawn, self.active = ventures, spawn, active
@@ -8643,20 +8608,14 @@ class Keeper:
         return run_started(state, keep["child"].pid, keep["restart"])
 
     def run_done(self, state, child, status):
-        """The kept program ended: its exit, then a restart as `restart:` says, with back-off (open
-        point 31)."""
+        """The kept program ended: its exit, then a restart as `restart:` says (open point 31)."""
         keep = self.keep[state.name]
         keep["child"] = None
-        again, keep["backoff"], delay, records = restart_rule(
-            state,
-            child.pid,
-            status,
-            child.ended_by,
-            time.monotonic() - child.started,
-            keep["backoff"],
-            keep["restart"],
-            self.active(state),
-        )
+        again, keep["backoff"], delay, records = restart_rule(state, child.pid, status,
+                                                              child.ended_by,
+                                                              time.monotonic() - child.started,
+                                                              keep["backoff"], keep["restart"],
+                                                              self.active(state))
         intents = [Write(record) for record in records]
         if again:
             keep["restart"] = True
@@ -8686,16 +8645,14 @@ class Keeper:
 
 class Levers:
     """Runs the levers the gate proved, a lever with `check:` only once its check exits 0 and the
-    gate agrees again; its methods return the intents of what it started or what ended. Holds
-    nothing of its own: a lever's state is its Child. Handed the config and spawn."""
+    gate agrees again; its methods return the intents of what it started or what ended."""
 
     def __init__(self, cfg, spawn):
         self.cfg, self.spawn = cfg, spawn
 
     def run_lever(self, state, lever, verdict, summary, by, side=None, extra=None, checked=False):
-        """Yield the action with the gate's proof and question, then start the lever apart; its
-        outcome comes when it ends. A lever with `check:` runs its check first (open point 27); only
-        a check that exits 0 lets it run."""
+        """Yield the action with the gate's proof and question, then start the lever apart. A lever
+        with `check:` runs its check first (open point 27)."""
         spec = state.mandate["levers"].get(lever)
         if spec is not None and spec["check"] and not checked:
             yield from self.start_check(state, lever, verdict, summary, by, side, extra)
@@ -8714,11 +8671,8 @@ class Levers:
             return
         spec = state.mandate["levers"][lever]
         payload = (extra or {}).get("payload")
-        data = (
-            None
-            if payload is None
-            else (payload if isinstance(payload, str) else json.dumps(payload)).encode()
-        )
+        data = (None if payload is None
+                else (payload if isinstance(payload, str) else json.dumps(payload)).encode())
         run, more = spec["run"], {}
         if lever == "research":     # a question out to the config's command, inferred facts back
             run, more = self.cfg.get("research"), {"cwd": state.directory, "head": REPLY_MAX}
@@ -8737,23 +8691,10 @@ class Levers:
             if spec["takes"] == "file" and isinstance(payload, str) and not more:   # not research
                 write_venture_file(state.directory, payload)
             payload_file = write_payload(data) if data is not None else None
-            child = self.spawn(
-                "lever",
-                state,
-                run,
-                timeout=spec["timeout"],
-                shell=True,
-                lever=lever,
-                payload_file=payload_file,
-                checked=own == [run],
-                **more,
-            )
-            child.extra = {
-                "lever": lever,
-                "action": seq,
-                "timeout": spec["timeout"],
-                "payload_file": payload_file,
-            }
+            child = self.spawn("lever", state, run, timeout=spec["timeout"], shell=True,
+                               lever=lever, payload_file=payload_file, checked=own == [run], **more)
+            child.extra = {"lever": lever, "action": seq, "timeout": spec["timeout"],
+                           "payload_file": payload_file}
         except OSError as err:
             yield from unstarted_outcome(state, lever, seq, str(err))
 
@@ -8766,29 +8707,18 @@ class Levers:
             ).encode()
         )
         try:
-            child = self.spawn(
-                "check",
-                state,
-                state.mandate["levers"][lever]["check"],
-                timeout=60,
-                shell=True,
-                lever=lever,
-                payload_file=path,
-            )
+            child = self.spawn("check", state, state.mandate["levers"][lever]["check"], timeout=60,
+                               shell=True, lever=lever, payload_file=path)
         except OSError as err:
             os.unlink(path)
             return refusal(state, lever, f"its check could not start: {err}",
                            f"{lever} refused: its check could not start", by=by)
-        child.extra = {
-            "lever": lever,
-            "run": (lever, verdict, summary, by, side, extra),
-            "payload_file": path,
-        }
+        child.extra = {"lever": lever, "run": (lever, verdict, summary, by, side, extra),
+                       "payload_file": path}
         return begun(state, "check", lever)     # the gate refuses the lever until its check ends
 
     def check_done(self, state, child, status):
-        """A lever's check ended: 0 lets the lever run, with the check's record among its
-        premises."""
+        """A lever's check ended: 0 lets the lever run."""
         os.unlink(child.extra["payload_file"])
         lever, verdict, summary, by, side, extra = child.extra["run"]
         ok = status == 0 and not child.ended_by
@@ -8800,22 +8730,15 @@ class Levers:
         if child.extra.get("payload_file"):
             with contextlib.suppress(OSError):
                 os.unlink(child.extra["payload_file"])
-        return lever_outcome(
-            state,
-            child.extra["lever"],
-            child.extra["action"],
-            status,
-            child.ended_by,
-            round(time.monotonic() - child.started, 3),
-            child.extra["timeout"],
-            child.note(),
-            output_lines(child.out, child.cut)[0],
-        )
+        return lever_outcome(state, child.extra["lever"], child.extra["action"], status,
+                             child.ended_by, round(time.monotonic() - child.started, 3),
+                             child.extra["timeout"], child.note(),
+                             output_lines(child.out, child.cut)[0])
 
 
 class Worlds:
     """Forecasts and world-model predictions, each made apart from the loop in groups of their own;
-    its methods return the intents of what came of them. Handed the config, spawn and stopping()."""
+    its methods return the intents of what came of them."""
 
     def __init__(self, cfg, spawn, stopping):
         self.cfg, self.spawn, self.stopping = cfg, spawn, stopping
@@ -8827,10 +8750,8 @@ class Worlds:
             del self.worlds[name]
 
     def start_forecast(self, state, why, lever=None, decision=None):
-        """Forecast the venture apart from the loop (FORECAST-06): the forecast program in a group
-        of its own, its facts on standard input; the record is written when it is done. `seeds: 0`
-        turns forecasts off. A `decision`'s packet is forecast here only through a world (issue 11
-        item 6); return whether one started. """
+        """Forecast the venture apart from the loop (FORECAST-06); a `decision`'s packet is forecast
+        here only through a world (issue 11 item 6); return whether one started."""
         f = self.cfg["forecast"] or (PACKET_FORECAST if decision else FORECAST_DEFAULT)
         if not f["seeds"] or self.stopping() or decision and not state.mandate["world"]:
             return False
@@ -8855,18 +8776,12 @@ class Worlds:
 
     def step(self, state, report_seq, lever):
         """A trusted report's one-step prediction through the world (WORLD-05): an ensemble of
-        world steps, each in a group of its own with its seed, its record written when all are
-        done."""
+        world steps, its record written when all are done."""
         if self.worlds.get(state.name):
             # still stepping from an earlier report: this one brings no prediction
             return ()
-        job = {
-            "report": report_seq,
-            "lever": lever,
-            "left": WORLD_SEEDS,
-            "outputs": {},
-            "failure": None,
-        }
+        job = {"report": report_seq, "lever": lever, "left": WORLD_SEEDS, "outputs": {},
+               "failure": None}
         self.worlds[state.name] = job
         for i in range(WORLD_SEEDS):
             path = write_payload(
@@ -8875,15 +8790,8 @@ class Worlds:
                 ).encode()
             )
             try:
-                child = self.spawn(
-                    "world",
-                    state,
-                    state.mandate["world"],
-                    timeout=WORLD_TIMEOUT,
-                    shell=True,
-                    payload_file=path,
-                    head=WORLD_OUTPUT_MAX,
-                )
+                child = self.spawn("world", state, state.mandate["world"], timeout=WORLD_TIMEOUT,
+                                   shell=True, payload_file=path, head=WORLD_OUTPUT_MAX)
                 child.extra = {"job": job, "index": i}
             except OSError as err:
                 job["left"] -= 1
@@ -8893,22 +8801,16 @@ class Worlds:
         return self.world_settle(state, job) if job["left"] == 0 else ()
 
     def world_done(self, state, child, status):
-        """One world step ended: over its time, over 64 KiB, a non-zero exit or output that does not
-        hold is a failed step (open point 38); the ensemble is settled when its last step is in."""
+        """One world step ended (open point 38); the ensemble is settled when its last step is
+        in."""
         job = child.extra.get("job")
         if job is None or self.worlds.get(state.name) is not job:
             return None
         if child.ended_by in ("pause", "stop", "a new mandate"):
             del self.worlds[state.name]
             return None
-        out, failure = world_step_result(
-            state.mandate,
-            child.oversized,
-            child.ended_by,
-            status,
-            bytes(child.out),
-            bytes(child.err),
-        )
+        out, failure = world_step_result(state.mandate, child.oversized, child.ended_by, status,
+                                         bytes(child.out), bytes(child.err))
         if failure:
             job["failure"] = job["failure"] or failure
         else:
@@ -8956,9 +8858,7 @@ class Decision:
 
 class Decisions:
     """Letting a model choose: packet -> roles -> backend -> roles -> proposals -> gate. Grants
-    nothing; the steps that write yield intents. Handed the home, config, ledger (read for the
-    packet and look-ups), venture states, spawn, the channel's tell, to_roles, the worlds'
-    start_forecast and stopping()."""
+    nothing; the steps that write yield intents."""
 
     def __init__(self, home, cfg, ledger, ventures, spawn, tell, to_roles, forecast, stopping):
         import socket
@@ -8977,14 +8877,13 @@ class Decisions:
                             self.packet_forecast(state), looks)
 
     def packet_forecast(self, state):
-        """The facts of the packet's forecast (FORECAST-03: 7 days by 8 seeds unless `forecast:`
-        says); the roles process makes it, apart from the warden, as it builds the text."""
+        """The facts of the packet's forecast (FORECAST-03); the roles process makes it, apart from
+        the warden."""
         f = self.cfg["forecast"] or PACKET_FORECAST
         return forecast_facts(state, f["days"], f["seeds"]) if f["seeds"] else None
 
     def start_decision(self, state, by, reply_id=None):
-        """Begin one model decision for a venture: it grants nothing; its records say who asked for
-        it."""
+        """Begin one model decision for a venture: it grants nothing."""
         name, backend = backend_for(state, self.cfg)
         self.decision_count += 1
         d = Decision(state.name, by, name, reply_id, self.decision_count)
@@ -8992,14 +8891,12 @@ class Decisions:
         return d
 
     def ask_roles(self, d, message, then):
-        """Send the roles process `message`; its answer goes to then(d, answer), whose intents are
-        the decision's venture's."""
+        """Send the roles process `message`; its answer goes to then(d, answer)."""
         self.to_roles(message, lambda answer: (self.ventures[d.venture], then(d, answer)))
 
     def build(self, d):
         """Build the packet and have the roles process make the request. With `world:`, the packet's
-        forecast is stepped through the world command first (issue 11 item 6), apart from the loop:
-        built again when it is in (packet_forecast_done)."""
+        forecast is stepped through the world command first (issue 11 item 6)."""
         state = self.ventures[d.venture]
         if d.world_forecast is False:
             d.world_forecast = None
@@ -9014,26 +8911,20 @@ class Decisions:
         """The packet's forecast through the world is in, or why not: build the packet with it."""
         d, result, why = child.extra["decision"], None, None
         if child.ended_by or status != 0:
-            why = (
-                f"it was ended ({child.ended_by})"
-                if child.ended_by
-                else f"the forecast program ended {describe_status(status)}"
-            )
+            why = (f"it was ended ({child.ended_by})" if child.ended_by
+                   else f"the forecast program ended {describe_status(status)}")
         else:
             try:
                 result = json.loads(bytes(child.out))
             except ValueError:
                 why = "its output is not JSON"
-        d.world_forecast = {
-            "days": child.extra["days"],
-            "seeds": child.extra["seeds"],
-            "made": packet_world_made(result, why),
-        }
+        d.world_forecast = {"days": child.extra["days"], "seeds": child.extra["seeds"],
+                            "made": packet_world_made(result, why)}
         self.build(d)
 
     def call_backend(self, d, answer):
         """Yield what the roles process's request for the backend comes to: a `command` backend
-        runs apart (backend_done); an HTTP call runs in a thread (results_ready)."""
+        runs apart; an HTTP call runs in a thread."""
         import threading
         if "error" in answer:
             return self.finish_decision(
@@ -9051,16 +8942,8 @@ class Decisions:
                     {"backend": d.backend, "system": answer["system"], "user": answer["user"]}, fh
                 )
             try:
-                child = self.spawn(
-                    "backend",
-                    state,
-                    backend["run"],
-                    timeout=BACKEND_TIMEOUT,
-                    shell=True,
-                    payload_file=path,
-                    cwd=self.home,
-                    head=REPLY_MAX,
-                )
+                child = self.spawn("backend", state, backend["run"], timeout=BACKEND_TIMEOUT,
+                                   shell=True, payload_file=path, cwd=self.home, head=REPLY_MAX)
                 child.extra = {"decision": d, "request_file": path}
             except OSError as err:
                 os.unlink(path)
@@ -9166,8 +9049,7 @@ class Decisions:
         yield from self.call_backend(d, {"system": d.request[0], "user": d.request[1]})
 
     def answer_escalation(self, d, cited, note=None):
-        """Yield the measured answer of escalation d.escalation: the records it cited, or unusable
-        (ESC-04)."""
+        """Yield the measured answer of escalation d.escalation (ESC-04)."""
         self.escalations.pop(d.escalation, None)
         yield Write(answer_record(d.venture, d.escalation, cited, note))
 
@@ -9187,11 +9069,8 @@ class Decisions:
             at, record = found
             if record.get("venture") != state.name:
                 return f"#{look['record']} is not a record of {state.name}"
-            if (
-                record["kind"].startswith("audit.")
-                or record.get("about") == "audit"
-                or record.get("audit")
-            ):
+            if (record["kind"].startswith("audit.") or record.get("about") == "audit"
+                    or record.get("audit")):
                 return "not shown: an audit is never shown to a model"
             lines = [format_record_line(look["record"], at, record)]
             for p in (record.get("proof") or {}).get("premises", []):
@@ -9200,19 +9079,15 @@ class Decisions:
                     lines.append(f"  premise #{p} {r['claim']} {r['kind']} {r['summary']}")
             return "\n".join(lines)
         topic = look["topic"].lower()
-        found = [
-            f"#{s} {r['claim']} {r['kind']} {r['summary']}"
-            for s, at, r in recent_records(self.ledger.db, state.name, 500)
-            if r["claim"] == "declared" or r["kind"] == "fact"
-        ]
+        found = [f"#{s} {r['claim']} {r['kind']} {r['summary']}"
+                 for s, at, r in recent_records(self.ledger.db, state.name, 500)
+                 if r["claim"] == "declared" or r["kind"] == "fact"]
         found = [line for line in found if topic and topic in line.lower()][-10:]
         return "\n".join(found) or f"nothing declared about {look['topic']}"
 
     def propose(self, state, choice, d, held=None, ranking=False):
         """Yield one choice as an inferred proposal, then what the gate makes of it; return the
-        records written. `held`: why a ranking's top choice asks a person instead (the calibration
-        bar, WORLD-08); `ranking`: the choice is one of a ranking, which the proposal says, so the
-        re-check holds it to the same bar. """
+        records written. `held`: why a ranking's top choice asks a person instead (WORLD-08)."""
         lever = choice.get("action")
         seq = yield Write(proposal_record(state, choice, d, ranking))
         d.lines.append(f"#{seq} proposal {choice['choice']}" + (f" {lever}" if lever else ""))
@@ -9235,11 +9110,9 @@ class Decisions:
                     f"#{done} action {lever}" if done else f"{lever} waits for its check"
                 )
             elif intent.record["kind"] == "ask":
-                d.lines.append(
-                    f"#{done} ask"
-                    + (f" for {lever}" if intent.record["about"] == "lever" else "")
-                    + (f": {held}" if intent.record.get("ranking") else "")
-                )
+                d.lines.append(f"#{done} ask"
+                               + (f" for {lever}" if intent.record["about"] == "lever" else "")
+                               + (f": {held}" if intent.record.get("ranking") else ""))
             else:
                 d.lines.append(f"#{done} refusal: {intent.record['why']}")
             if done:
@@ -9247,10 +9120,9 @@ class Decisions:
 
 
 class Checkpoints:
-    """Writes a checkpoint of the ledger's committed head to HOME/checkpoints/SEQ.txt (signed beside
-    it in SEQ.txt.sig when the config names a key) and to syslog (journalctl -t avsm): at the
-    warden's start, every `every` (a day) once the head has moved, after each irreversible action,
-    and when a client asks."""
+    """Writes a checkpoint of the ledger's committed head to HOME/checkpoints/SEQ.txt (signed when
+    the config names a key) and to syslog: every `every` once the head has moved, after each
+    irreversible action, and when a client asks."""
 
     def __init__(self, home, spec, debug=False):
         self.dir, self.spec, self.debug = os.path.join(home, "checkpoints"), spec, debug
@@ -9269,15 +9141,11 @@ class Checkpoints:
         self.wanted = self.wanted or bool(spec and not spec["reversible"])
 
     def due(self, head, now):
-        return (
-            head is not None
-            and head[0] > self.seq
-            and (self.wanted or now >= self.at + self.spec["every"])
-        )
+        return (head is not None and head[0] > self.seq
+                and (self.wanted or now >= self.at + self.spec["every"]))
 
     def write(self, head, now):
-        """Write the checkpoint of `head` at `now` (each file in whole, by rename); return (text,
-        signature or None)."""
+        """Write the checkpoint of `head` at `now`; return (text, signature or None)."""
         import syslog
         at, signature = int(now), None
         text = checkpoint_text(self.origin, head[0], head[1], at)
@@ -9304,8 +9172,7 @@ class Checkpoints:
 
 
 def newest_checkpoint(directory):
-    """Return the Checkpoint of the newest SEQ.txt in `directory` that reads as one (its signature
-    read from SEQ.txt.sig), or None."""
+    """Return the Checkpoint of the newest SEQ.txt in `directory` that reads as one, or None."""
     for name in (
         sorted((n for n in os.listdir(directory) if re.fullmatch(r"\d+\.txt", n)), reverse=True)
         if os.path.isdir(directory)
@@ -9365,8 +9232,7 @@ def read_snapshot(home, record):
 
 
 def chain_anchor(home, db):
-    """Return (seq, hash) of the record the newest good snapshot is folded to, or None: a start
-    reads and checks what follows it (doctor, the whole chain)."""
+    """Return (seq, hash) of the record the newest good snapshot is folded to, or None."""
     for _, record in snapshot_records(db)[:SNAPSHOTS_KEPT]:
         with contextlib.suppress(Fail):
             read_snapshot(home, record)
@@ -9377,14 +9243,14 @@ def chain_anchor(home, db):
 
 class Snapshots:
     """Keeps the fold to a seq in HOME/snapshots/SEQ.json, tied to the chain by a snapshot record:
-    from the ledger, not from memory (the newest good one and the records after it, folded)."""
+    from the ledger, not from memory."""
 
     def __init__(self, home):
         self.home, self.seq = home, 0
 
     def fold(self, db, upto=None):
-        """Return (seq, states, counted, records folded): the newest good snapshot (up to `upto`),
-        each other said on stderr, and the records after it folded."""
+        """Return (seq, states, counted, records folded): the newest good snapshot (up to `upto`)
+        and the records after it folded."""
         seq, states, counted = 0, {}, {}
         for at, record in snapshot_records(db)[:SNAPSHOTS_KEPT]:
             try:
@@ -9427,8 +9293,7 @@ class Metrics:
         self.counted, self.seen, self.failed = {}, 0, 0
 
     def count(self, db):
-        """Count avsmd's starts and restarts since the last count (avsmd writes them, not the
-        warden); return the head."""
+        """Count avsmd's starts and restarts since the last count; return the head."""
         head = (ledger_head(db) or (0,))[0]     # first: what avsmd appends after it waits its turn
         rows = db.execute("SELECT seq, record FROM records WHERE seq > ? AND seq <= ? "
                           "AND (record LIKE ? OR record LIKE ?) ORDER BY seq",
@@ -9455,11 +9320,7 @@ class Metrics:
 
 class Warden:
     """The only process that acts: ticks ventures, runs their programs, and carries out the
-    kernel's intents (carry_out, the one append).
-
-    Its parts each own one kind of state and are handed only what they use: writer, lock,
-    schedule, children, journal, avsmd (the channel), rounds, keeper, levers, worlds, roles and
-    decisions. It keeps the venture states, the loop, the nightly time and whether it stops."""
+    kernel's intents (carry_out, the one append)."""
 
     def __init__(self, home, channel, cfg, debug=False):
         import selectors
@@ -9470,14 +9331,9 @@ class Warden:
         # it appends at the end and reads single records: a small cache holds those
         small_cache(self.ledger.db)
         self.ventures = {}            # name -> VentureState
-        self.writer = LedgerWriter(
-            self.ledger,
-            self.ventures,
-            (cfg.get("canary_asks") or {}).get("every"),
-            self.tell_person,
-            self.refold,
-            debug,
-        )
+        self.writer = LedgerWriter(self.ledger, self.ventures,
+                                   (cfg.get("canary_asks") or {}).get("every"), self.tell_person,
+                                   self.refold, debug)
         self.checkpoints = Checkpoints(home, cfg["checkpoint"], debug)
         self.snapshots = Snapshots(home)
         self.metrics = Metrics(cfg.get("metrics"), debug)
@@ -9488,15 +9344,8 @@ class Warden:
         self.sel = selectors.DefaultSelector()
         self.avsmd = Channel(channel, self.writer.commit)
         self.journal = GroupsJournal(home, self.lock.lock_is_ours)
-        self.children = Children(
-            home,
-            self.sel,
-            self.avsmd.tell,
-            self.avsmd.flush,
-            self.journal.journal_group,
-            self.settle_child,
-            debug,
-        )
+        self.children = Children(home, self.sel, self.avsmd.tell, self.avsmd.flush,
+                                 self.journal.journal_group, self.settle_child, debug)
         self.spawn = self.children.spawn
         self.levers = Levers(cfg, self.spawn)
         self.keeper = Keeper(self.ventures, self.spawn, self.active)
@@ -9514,8 +9363,7 @@ class Warden:
         )
 
     def append(self, record, at=None):
-        """Append `record` (LedgerWriter.append); an irreversible action asks for a checkpoint after
-        it."""
+        """Append `record`; an irreversible action asks for a checkpoint after it."""
         seq = self.writer.append(record, at)
         if record["kind"] == "action" and seq is not None:
             self.checkpoints.note_action(self.ventures.get(record["venture"]), record)
@@ -9523,8 +9371,8 @@ class Warden:
 
     # ---- the ventures, replayed from the ledger ----
     def load(self):
-        """Replay the ledger into venture states (and the metrics' counters), from the newest good
-        snapshot on; settle runs a dead warden left without an outcome."""
+        """Replay the ledger into venture states, from the newest good snapshot on; settle runs a
+        dead warden left without an outcome."""
         seq, states, counted, folded = self.snapshots.fold(self.ledger.db)
         self.ventures.update(states)
         self.metrics.counted, self.metrics.seen = counted, seq
@@ -9537,7 +9385,7 @@ class Warden:
     def refold(self, first_lost):
         """Fold every venture again from the ledger, forgetting records from seq `first_lost` on
         that a rolled-back group commit held: nothing in memory may rest on a record the ledger does
-        not hold. The states are replaced in the one dict every room shares."""
+        not hold."""
         old = dict(self.ventures)
         self.ventures.clear()
         known = {was.mandate_text: was.mandate for was in old.values() if was.mandate is not None}
@@ -9554,8 +9402,7 @@ class Warden:
         self.worlds.forget_from(first_lost)
 
     def check_runnable(self, state):
-        """Parse the adopted mandate against its directory; say on stderr when it cannot run
-        (VENTURE-14)."""
+        """Parse the adopted mandate against its directory (VENTURE-14)."""
         if state.mandate_text is None:
             return
         try:
@@ -9636,8 +9483,7 @@ class Warden:
         return state.mandate is not None and not state.paused and not self.stopping
 
     def write_checkpoint(self, due=False):
-        """Write a checkpoint of the committed head (when one is due); return its text and
-        signature, or None."""
+        """Write a checkpoint of the committed head (when one is due)."""
         if self.ledger.held is not None or self.writer.ledger_down:
             return None                 # only a head the ledger holds is written down
         head = self.ledger.last or ledger_head(self.ledger.db)
@@ -9656,8 +9502,7 @@ class Warden:
         return written
 
     def write_snapshot(self, least, fold=None):
-        """Write a snapshot to the committed head once `least` records came since the last (`fold`:
-        the start's (seq, states, counted), written as it is)."""
+        """Write a snapshot to the committed head once `least` records came since the last."""
         head = self.ledger.last or ledger_head(self.ledger.db)
         if self.ledger.held is not None or self.writer.ledger_down or not head or \
                 not fold and head[0] - self.snapshots.seq < least:
@@ -9710,8 +9555,7 @@ class Warden:
         return [m["out"] for m in records_answer(self.home, args)[:-1]]
 
     def next_wakeup(self, now):
-        """Return seconds until the next due report, deadline or restart; None when nothing is
-        due."""
+        """Return seconds until the next due report, deadline or restart, or None."""
         times, soonest = [], self.schedule.soonest(lambda name: self.active(self.ventures[name]))
         if soonest is not None and not self.writer.ledger_down:
             times.append(soonest)
@@ -9737,11 +9581,8 @@ class Warden:
         """Start what is due, end what is past its deadline, reap what has ended."""
         # 1. a ledger that could not be written is tried again; once it takes writes, every round is
         # due
-        if (
-            self.writer.ledger_down
-            and now >= self.writer.retry_at
-            and self.writer.retry_ledger(now)
-        ):
+        if (self.writer.ledger_down and now >= self.writer.retry_at
+                and self.writer.retry_ledger(now)):
             self.schedule.resume(time.monotonic())
         # 2. reap what ended, KILL what outlived its grace, TERM what is past its deadline
         for child in list(self.children):
@@ -9812,7 +9653,7 @@ class Warden:
     def carry_out(self, state, intents):
         """Carry out a rule's intents in order: append, pause, or ask the gate and run what it
         proves. Return [(intent, seq written)]: a Gate's seq is its action's (None when refused or
-        waiting on its check). `intents`: a rule's generator, or a list. """
+        waiting on its check)."""
         result, done = None, []
         if not hasattr(intents, "send"):
             intents = (intent for intent in intents)
@@ -9834,16 +9675,9 @@ class Warden:
             elif isinstance(intent, World):
                 self.carry_out(state, self.worlds.step(state, intent.report, intent.lever))
             else:
-                result = prove(
-                    state,
-                    intent.lever,
-                    int(time.time()),
-                    intent.basis,
-                    trigger=intent.trigger,
-                    approval=intent.approval,
-                    payload=intent.payload,
-                    check=intent.check,
-                )
+                result = prove(state, intent.lever, int(time.time()), intent.basis,
+                               trigger=intent.trigger, approval=intent.approval,
+                               payload=intent.payload, check=intent.check)
                 if result.ok:
                     ran = self.carry_out(state, self.levers.run_lever(
                         state, intent.lever, result, intent.summary, by=intent.by, side=intent.side,
@@ -9925,8 +9759,7 @@ class Warden:
             self.begin_stop()
 
     def begin_stop(self):
-        """Stop: no new work; TERM every group now, KILL after the grace; outcomes are written as
-        they end."""
+        """Stop: no new work; TERM every group now, KILL after the grace."""
         if self.stopping:
             return
         self.stopping = True
@@ -9971,17 +9804,12 @@ class Warden:
             + describe_allowed(mandate, self.cfg)
             + [capacity]
             + ([f"{name} is paused; avsm resume {name} starts it"] if state.paused else [])
-            + (
-                [f"{name}: a forecast is being made; it is written to the ledger when done"]
-                if forecasting
-                else []
-            )
+            + ([f"{name}: a forecast is being made; it is written to the ledger when done"]
+               if forecasting else [])
         )
 
     def adopt(self, state, mandate, record):
-        """Append a mandate record and put `mandate` in force: a changed `run` program is ended (the
-        keeper starts the new one), and the venture's next round is due now. Return the record's
-        seq."""
+        """Append a mandate record and put `mandate` in force; return the record's seq."""
         old_run = state.mandate["run"] if state.mandate else None
         seq = self.carry_out(state, [Write(record)])[0][1]
         state.mandate, state.problem = mandate, None
@@ -9995,8 +9823,7 @@ class Warden:
         return seq
 
     def do_health(self, args, err):
-        """What avsm doctor asks the running daemon: how many ventures, and whether the ledger can
-        be written."""
+        """What avsm doctor asks the running daemon."""
         if self.writer.ledger_down:
             err.append(
                 f"the ledger cannot be written: {self.writer.ledger_down}; nothing that would write"
@@ -10045,11 +9872,8 @@ class Warden:
                 return state, seq, state.open_asks[seq]
         answer = (
             next(
-                (
-                    a
-                    for a in records_citing(self.ledger.db, "ask", seq)
-                    if a[2]["kind"] in ANSWER_WORDS
-                ),
+                (a for a in records_citing(self.ledger.db, "ask", seq)
+                 if a[2]["kind"] in ANSWER_WORDS),
                 None,
             )
             if type(seq) is int
@@ -10057,12 +9881,9 @@ class Warden:
         )
         raise Fail(
             EX_DATAERR,
-            (
-                f"ask #{seq} is answered already: {ANSWER_WORDS[answer[2]['kind']]} "
-                f"(#{answer[0]}: {answer[2]['summary']}); avsm asks lists the open asks"
-                if answer
-                else f"#{seq} is not an open ask; avsm asks lists them"
-            ),
+            (f"ask #{seq} is answered already: {ANSWER_WORDS[answer[2]['kind']]} "
+             f"(#{answer[0]}: {answer[2]['summary']}); avsm asks lists the open asks" if answer
+             else f"#{seq} is not an open ask; avsm asks lists them"),
         )
 
     def do_approve(self, args, err):
@@ -10076,11 +9897,8 @@ class Warden:
             return self.approve_ratchet(state, seq, ask)
         lever = ask.get("lever")
         payload = args["payload"] if "payload" in args else ask.get("payload")
-        spec = (
-            state.mandate["levers"].get(lever)
-            if state.mandate and ask.get("about") in ("lever", "model")
-            else None
-        )
+        spec = (state.mandate["levers"].get(lever)
+                if state.mandate and ask.get("about") in ("lever", "model") else None)
         problem = spec and content_problem(spec["takes"], payload, state.directory)
         done = self.carry_out(
             state,
@@ -10090,10 +9908,8 @@ class Warden:
             return [f"#{seq} answered; nothing runs on it"]
         action = next(seq for intent, seq in reversed(done) if isinstance(intent, Gate))
         self.carry_out(state, ratchet_rule(state, lever, self.cfg["ratchet"]))
-        return [
-            f"#{seq} approved; {lever} "
-            + (f"runs as action #{action}" if action else "runs once its check passes")
-        ]
+        return [f"#{seq} approved; {lever} "
+                + (f"runs as action #{action}" if action else "runs once its check passes")]
 
     def do_ask(self, args, err):
         """The content an open ask carries, as JSON (for approve --edit)."""
@@ -10122,14 +9938,11 @@ class Warden:
         content_why = spec and content_problem(spec["takes"], payload, state.directory)
         done = self.carry_out(state, person_proposal_rule(state, lever, payload, content_why))
         seq, action = done[0][1], done[-1][1]
-        return [
-            f"proposal #{seq} accepted; {lever} "
-            + (f"runs as action #{action}" if action else "runs once its check passes")
-        ]
+        return [f"proposal #{seq} accepted; {lever} "
+                + (f"runs as action #{action}" if action else "runs once its check passes")]
 
     def approve_ratchet(self, state, seq, ask):
-        """A person approved delegating a lever: write the mandate change and adopt it, as avsm add
-        would."""
+        """A person approved delegating a lever: write the mandate change and adopt it."""
         path = os.path.join(state.directory, "mandate.yaml")
         new = ask.get("mandate")
         if not new:
@@ -10372,7 +10185,7 @@ class HomeLock:
 
     def check(self, debug):
         """Each second: make the lock file again when it was deleted or replaced by one no one
-        holds; return the pid standing in it when another avsmd took it, else None."""
+        holds; return the pid of another avsmd that took it."""
         try:
             st = os.stat(self.path)
             if os.path.samestat(st, os.fstat(self.fd)):
@@ -10394,8 +10207,8 @@ class HomeLock:
 
 
 class Clients:
-    """HOME/sock and the clients on it: each connection's one request, held in `queue` while the
-    warden restarts, and the reply owed to it (`waiting`: request id -> connection)."""
+    """HOME/sock and the clients on it: each connection's one request, held while the warden
+    restarts, and the reply owed to it."""
 
     def __init__(self, daemon):
         self.daemon, self.path = daemon, os.path.join(daemon.home, "sock")
@@ -10755,8 +10568,7 @@ class Daemon:
 
     # ---- life ----
     def open_home(self):
-        """Make the home, take its lock, end the groups an earlier avsmd left, open the ledger
-        (refusing one that does not read); return the groups swept."""
+        """Make the home, take its lock, end the groups an earlier avsmd left, open the ledger."""
         refuse(socket_problem(self.home), EX_CONFIG)
         refuse(written_problem(self.cfg) and f"{self.cfg_path}: {written_problem(self.cfg)}",
                EX_CONFIG)
@@ -14445,8 +14257,7 @@ def doctor_ledger(home, found, since, kept=(), quick=False, trust=None):
 
 
 def read_snapshots(home, found, db):
-    """Return {seq: its bytes} of the snapshots the ledger names that this avsm.py folded (65 for
-    one whose bytes do not hash to its record)."""
+    """Return {seq: its bytes} of the snapshots the ledger names that this avsm.py folded."""
     kept, unread = {}, 0
     for at, record in snapshot_records(db):
         try:
