@@ -2221,6 +2221,7 @@ RECORD_KINDS = {
         # the notify command failed (once a stretch), or works again
         ("self.notify", "measured", "ok failed", "status note notice"),
         ("self.metrics", "measured", "ok failed textfile", "note"),  # its textfile failed, or works
+        ("self.snapshot", "measured", "seq sha256 code", ""),   # the fold to seq, kept in a file
     )
 }
 
@@ -2235,7 +2236,7 @@ def record_shape(kind, venture):
 
 def new_record(kind, venture, claim=None, **fields):
     """Return a record of `kind` for `venture`, the one way avsm builds one, checked against
-    RECORD_KINDS (the claim is the kind's first unless given); one it refuses is avsm's mistake."""
+    RECORD_KINDS; one it refuses is avsm's mistake."""
     shape = record_shape(kind, venture)
     if shape is None:
         raise ValueError(f"{kind!r} is not a kind of record")
@@ -2268,8 +2269,8 @@ def chain_hash(prev, seq, at, text):
 
 
 def load_record(text, seq=None):
-    """Return the record stored as `text`, or raise json.JSONDecodeError when it is no JSON object:
-    a ledger written by hand is unreadable, not a bug in avsm."""
+    """Return the record stored as `text`, or raise json.JSONDecodeError when it is no JSON
+    object."""
     record = json.loads(text)
     if not isinstance(record, dict):
         raise json.JSONDecodeError(
@@ -2279,8 +2280,7 @@ def load_record(text, seq=None):
 
 
 def read_record(text, seq=None):
-    """Return the record stored as `text`, or raise json.JSONDecodeError when it does not read
-    (record_problem), for a reader that folds what it reads."""
+    """Return the record stored as `text`, or raise json.JSONDecodeError when it does not read."""
     record = load_record(text, seq)
     why = object_problem(record)
     if why is not None:
@@ -2354,8 +2354,8 @@ FOLD_FIELDS = {
 
 
 def fold_problem(record):
-    """Return why a record's fields are not what the fold reads them as (a ledger edited by hand: a
-    report's value as text), or None. Such a record does not read, so no reader trips over it."""
+    """Return why a record's fields are not what the fold reads them as, or None. Such a record does
+    not read, so no reader trips over it."""
     kind, venture = record["kind"], record["venture"]
     if not isinstance(kind, str) or not isinstance(venture, str):
         return "its kind or venture is not text"
@@ -2410,13 +2410,10 @@ class Ledger:
         return self.append_many([record], at)[0]
 
     def append_many(self, records, at, hold=False):
-        """Append `records` at unix time `at` in one transaction; return their seqs. Every record
-        of the ledger goes through here.
+        """Append `records` at unix time `at` in one transaction; return their seqs.
 
         Group commit: with `hold`, the transaction stays open for the next records until commit()
-        or an append without `hold`: a burst costs one sync to disk. The lock is checked as the
-        transaction begins and before it commits. A failed append rolls back all held with it
-        into `lost`. """
+        or an append without `hold`: a burst costs one sync to disk."""
         for record in records:
             if set(RECORD_FIELDS) - set(record) or record["claim"] not in CLAIMS:
                 raise ValueError(f"a record needs kind, claim, venture and summary: {record}")
@@ -2478,7 +2475,7 @@ ROLLBACK_WAIT = 3.0
 
 
 def open_ledger_ro(path):
-    """Return a read-only connection to the ledger at `path` (file:...?mode=ro).
+    """Return a read-only connection to the ledger at `path`.
 
     A writer killed in a transaction leaves a hot journal a read-only connection cannot roll back
     (SQLITE_READONLY_ROLLBACK): the next warden does, so this waits ROLLBACK_WAIT for it. """
@@ -2555,11 +2552,11 @@ def small_cache(db):
     return was
 
 
-def scan_records(db):
-    """Yield (seq, at, record dict) of the whole ledger, in order, with a small page cache."""
+def scan_records(db, since=0, upto=None):
+    """Yield what read_records does, with a small page cache."""
     was = small_cache(db)
     try:
-        yield from read_records(db)
+        yield from read_records(db, since, upto)
     finally:
         db.execute(f"PRAGMA cache_size={was}")
 
@@ -2580,30 +2577,37 @@ def batched_rows(db, columns, since):
         since = rows[-1][0]
 
 
-def ledger_problem(db):
-    """Return (seq, why) of the first record that does not read or chain (point 51), or None."""
-    return scan_ledger(db, recheck=False).broken
+def ledger_problem(db, after=None):
+    """Return (seq, why) of the first record after `after` that does not read or chain (point
+    51)."""
+    return scan_ledger(db, recheck=False, after=after).broken
 
 
-LedgerScan = collections.namedtuple("LedgerScan", "count head broken problems adopted hashes")
+LedgerScan = collections.namedtuple("LedgerScan",
+                                    "count head broken problems adopted hashes folds")
 LedgerScan.__doc__ = """What one read of the ledger found: records checked, the head (seq, hash),
 the first broken record (seq, why) or None, the proof problems [(action seq, why)], the adopted
 ventures {name: [name, directory, mandate seq, paused, text]} (None once one does not read), and
-{seq: hash} of the seqs asked for."""
+{seq: hash} and {seq: snapshot text} (the fold) at the seqs asked for."""
 
 
-def scan_ledger(db, recheck=True, wanted=(), after=None):
+def scan_ledger(db, recheck=True, wanted=(), after=None, fold_at=()):
     """Read the ledger once, in order, checking every link and record; with `recheck`, every
-    action's proof re-checked by the gate as the ledger folds. after: (seq, hash) of a checkpoint
-    verified before: only the chain from it on is checked (doctor --quick)."""
+    action's proof re-checked by the gate as the ledger folds (the fold kept at the seqs `fold_at`).
+    after: (seq, hash) of a checkpoint verified before."""
     found = {"count": 0, "head": after or (0, ZERO_HASH), "broken": None, "adopted": {},
-             "hashes": {}}
-    was = small_cache(db)
+             "hashes": {}, "folds": {}}
+    was, states, counted = small_cache(db), {}, {}
+
+    def keep(seq):
+        if seq in fold_at:      # the fold has taken every record up to seq, and none after
+            found["folds"][seq] = snapshot_text(seq, states, counted)
 
     def rows():
         expected, prev = after or (0, ZERO_HASH)
         for seq, at, link, digest, text in batched_rows(db, "seq, at, prev, hash, record",
                                                         expected):
+            keep(expected)
             if seq != expected + 1:
                 why = f"record #{expected + 1} is missing"
             elif link != prev:
@@ -2626,9 +2630,12 @@ def scan_ledger(db, recheck=True, wanted=(), after=None):
                 adopted[name] = [name, record.get("directory"), seq, False, record.get("text")]
             elif kind in ("pause", "resume") and name in adopted:
                 adopted[name][3] = kind == "pause"
+            count_self(counted, record)
             yield seq, at, record
+        keep(expected)
     try:
-        problems = [(seq, problem) for seq, each in recheck_ledger(rows()) for problem in each] \
+        problems = [(seq, problem) for seq, each in recheck_ledger(rows(), states=states)
+                    for problem in each] \
             if recheck and after is None else collections.deque(rows(), 0) and []
     finally:
         db.execute(f"PRAGMA cache_size={was}")
@@ -2658,7 +2665,7 @@ def checkpoint_text(origin, seq, digest, at):
 
 def parse_checkpoint(data, where, signature=None):
     """Return the Checkpoint `data` holds, its signature after a blank line or in `signature`
-    (FILE.sig's text); Fail(65) saying which line is not what a checkpoint says."""
+    (FILE.sig's text); Fail(65)."""
     text, _, signed = data.partition("\n\n")
     lines = text.removesuffix("\n").split("\n")
     origin, seq, digest, when = (lines + [""] * 4)[:4]
@@ -2713,10 +2720,10 @@ def records_answer(home, args):
         db = open_ledger_ro(path)
         try:
             head = ledger_head(db)
-            newest = newest_signed_checkpoint(os.path.join(home, "checkpoints")) \
-                if args.get("checkpoint") else (None, None)
-            first = json.dumps({"head": head and list(head), "checkpoint": newest[0],
-                                "signature": newest[1]})
+            newest = newest_checkpoint(os.path.join(home, "checkpoints")) \
+                if args.get("checkpoint") else None
+            first = json.dumps({"head": head and list(head), "checkpoint": newest and newest.text,
+                                "signature": newest and newest.signature})
             lines = records_page(db, args["after"], args.get("limit"), first)
         finally:
             db.close()
@@ -2783,8 +2790,8 @@ def kept_checkpoint_problem(kept, new, far_hash):
 
 
 def sshsig_public_key(armor):
-    """Return the public key (base64) an SSH signature names as its signer, or None: "SSHSIG", a
-    version, then the key as an SSH string (PROTOCOL.sshsig; read, not checked)."""
+    """Return the public key (base64) an SSH signature names as its signer, or None (read, not
+    checked)."""
     import base64
     try:
         body = base64.b64decode("".join(armor.strip().splitlines()[1:-1]), validate=True)
@@ -2821,8 +2828,8 @@ def shown_text(text):
 
 
 def escape_controls(pattern, text):
-    """Return `text` with each character `pattern` matches written as \\x.. or \\u.... (escape
-    sequences, bidi overrides, lone surrogates), so nothing from outside reaches a terminal raw."""
+    """Return `text` with each character `pattern` matches written as \\x.. or \\u...., so nothing
+    from outside reaches a terminal raw."""
     return re.sub(pattern, lambda m: f"\\x{ord(m.group()):02x}" if ord(m.group()) < 256
                   else f"\\u{ord(m.group()):04x}", text)
 
@@ -2840,7 +2847,7 @@ class LockCheck:
 
     def lock_is_ours(self):
         """The lock is ours unless another avsmd's pid stands in it (a deleted one avsmd makes
-        again). Asked before every append, so the file is read again only when its stat changed."""
+        again); read again only when its stat changed."""
         try:
             st = os.stat(self.lock_path)
         except FileNotFoundError:
@@ -2856,8 +2863,7 @@ class LockCheck:
 
 class LedgerWriter:
     """The warden's one way to the ledger: each record appended is folded into its venture; while
-    the ledger cannot be written, what already ran waits in a backlog and everything else stops.
-    refold folds every venture again after a group commit was rolled back. """
+    the ledger cannot be written, what already ran waits in a backlog and everything else stops."""
 
     def __init__(self, ledger, ventures, canary_every, tell_person, refold, debug=False):
         self.ledger, self.ventures, self.canary_every = ledger, ventures, canary_every
@@ -2874,7 +2880,7 @@ class LedgerWriter:
 
         A GROUPED_KINDS record joins the group held open for this wake-up; any other commits itself
         and all held before it. While the ledger cannot be written, an outcome waits in order and
-        anything else raises LedgerDown. `at`: an action's is the time the gate proved it at. """
+        anything else raises LedgerDown."""
         import sqlite3
         why = self.ledger_down
         if not why:
@@ -2910,8 +2916,7 @@ class LedgerWriter:
 
     def commit(self, turn_ends=False):
         """Commit the records held open: at the end of each wake-up (`turn_ends`), and before
-        anything is told to a client. After a failed one the ventures are folded again once the
-        turn ends."""
+        anything is told to a client."""
         import sqlite3
         try:
             self.ledger.commit()
@@ -2941,9 +2946,8 @@ class LedgerWriter:
         return left if timeout is None else min(timeout, left)
 
     def ledger_failed(self, err):
-        """The ledger could not be written: stop what would write, try again later. Of the held
-        records rolled back with it, outcomes wait to be written, the rest is gone, and the ventures
-        are folded again from the ledger. """
+        """The ledger could not be written: stop what would write, try again later; outcomes rolled
+        back wait to be written, the ventures are folded again."""
         self.ledger_down = str(err)
         self.retry_at = time.monotonic() + ledger_retry(err)
         sys.stderr.write(f"avsm warden: the ledger cannot be written: {err}; stopping what would"
@@ -2984,9 +2988,8 @@ HISTORY = 200      # trusted reports a venture keeps in memory (drift, noise, pe
 
 
 class History:
-    """A list of (seq, value) pairs, kept compact: the seqs in an array of machine integers (8 bytes
-    each, not a tuple and an int object: 96), so a thousand ventures' HISTORY reports take 3 MiB,
-    not 19."""
+    """A list of (seq, value) pairs, the seqs in an array of machine integers (8 bytes each, not a
+    tuple and an int object: 96): a thousand ventures' HISTORY reports take 3 MiB, not 19."""
 
     __slots__ = ("seqs", "values")
 
@@ -5044,6 +5047,57 @@ def count_self(counted, record):
     return counted
 
 
+# ---- snapshots: the fold kept at a seq (section 10 writes them) ----
+# Each field of a VentureState but its parsed mandate, as JSON whose objects are each one tag:
+# {":": [[key, value], ...]} a dict, {"tuple": [...]}, {"set": [...]}, {"History": [...]}, ...
+SNAPSHOT_TYPES = {":": dict, **{t.__name__: t for t in (tuple, set, frozenset, History)}}
+
+
+def snapshot_value(value):
+    """Return `value` as JSON that snapshot_hook reads back as it is."""
+    kind = type(value)
+    if value is None or kind in (str, int, float, bool):
+        return value
+    if kind is list:
+        return [snapshot_value(v) for v in value]
+    tag = ":" if kind is dict else kind.__name__
+    if SNAPSHOT_TYPES.get(tag) is not kind:
+        raise TypeError(f"a snapshot cannot hold a {kind.__name__}")
+    items = [[snapshot_value(k), snapshot_value(v)] for k, v in value.items()] if kind is dict \
+        else [snapshot_value(v) for v in value]
+    return {tag: sorted(items, key=json.dumps) if kind in (set, frozenset) else items}
+
+
+def snapshot_hook(tagged):
+    (tag, held), = tagged.items()
+    return SNAPSHOT_TYPES[tag](held)
+
+
+def snapshot_text(seq, states, counted):
+    """Return the snapshot of the fold `states` and the metrics' `counted` to record #seq."""
+    ventures = {}
+    for name, state in states.items():
+        fields = {f: getattr(state, f) for f in VentureState.__slots__ if hasattr(state, f)}
+        fields.update(vars(state))
+        ventures[name] = {f: v for f, v in fields.items() if f not in ("mandate", "__dict__")}
+    return json.dumps(snapshot_value({"seq": seq, "counted": counted, "ventures": ventures}),
+                      separators=(",", ":"))
+
+
+def states_of(text):
+    """Return ({name: VentureState}, counted) of a snapshot, each mandate parsed as fold_ledger
+    does."""
+    snapshot, states = json.loads(text, object_hook=snapshot_hook), {}
+    for name, fields in snapshot["ventures"].items():
+        state = states[name] = VentureState(name)
+        for field, value in fields.items():
+            setattr(state, field, value)
+        if state.mandate_seq is not None:
+            state.mandate = parsed_or_none(parse_mandate, {"text": state.mandate_text},
+                                           state.mandate_seq)
+    return states, snapshot["counted"]
+
+
 def stored_basis(action, records):
     """Return (basis, approval, check, exact): what the gate was asked of a stored action; an action
     older than its stored basis has them read back from its proof, and exact is False (no steps)."""
@@ -5127,9 +5181,8 @@ def basis_problem(state, action, basis, records):
 def recheck_action(state, seq, at, action, records):
     """Return the problems found re-checking the stored action #seq; [] when it holds: the same
     `prove`, at its `at`, on `state` (folded from every record of the venture before it) must give
-    back its proof. Not from a window: what the gate reads can rest on a record from any time back
-    (an unanswered ask about an interrupted run, an unspent approval, a suspended delegation, a
-    deadband not re-armed since a run long ago), and no mandate resets those."""
+    back its proof. Not from a window: the gate reads what records from any time back left (an
+    unanswered ask, an unspent approval, a deadband not re-armed), which no mandate resets."""
     proof = action.get("proof") if isinstance(action.get("proof"), dict) else {}
     problems, lever = [], action.get("lever")
     premises = proof.get("premises") if isinstance(proof.get("premises"), list) else []
@@ -5141,6 +5194,8 @@ def recheck_action(state, seq, at, action, records):
                 f"premise #{p} is {records[p][1].get('claim')}: only measured and declared records"
                 " may be premises"
             )
+        elif records[p][1].get("kind") == "snapshot":
+            problems.append(f"premise #{p} is a snapshot: a proof cites records, not their fold")
         elif p >= seq:
             problems.append(f"premise #{p} comes after the action")
     if proof.get("trigger") is not None and proof.get("trigger") in premises:
@@ -5186,16 +5241,15 @@ def recheck_action(state, seq, at, action, records):
     return problems
 
 
-def check_proof(action_seq, action_at, action, records, parse=None):
+def check_proof(action_seq, action_at, action, records, parse=None, since=(0, None)):
     """Return the problems found re-checking one stored action's proof against the ledger; [] when
     it holds. records: {seq: (at, record)} holding at least every record of the action's venture up
-    to it."""
-    states = {}
-    venture = action.get("venture")
+    to it after since[0], the seq of a snapshot whose states (since[1]) the fold starts from."""
+    states, venture = dict(since[1] or {}), action.get("venture")
     for s in sorted(records):
         if s >= action_seq:
             break
-        if records[s][1].get("venture") == venture:
+        if s > since[0] and records[s][1].get("venture") == venture:
             fold_ledger(states, s, records[s][0], records[s][1], parse)
     return recheck_action(states.get(venture), action_seq, action_at, action, records)
 
@@ -5205,10 +5259,11 @@ RECHECK_KEPT = 1000     # records a re-check keeps whole behind the one it folds
 PREMISE_KINDS = ("mandate", "action", "approval", "proposal", "ask", "check")
 
 
-def recheck_ledger(rows, parse=None):
-    """Yield (seq, problems) for every action in `rows` (seq, at, record), folding the ledger once;
-    memory stays bounded: a record RECHECK_KEPT behind keeps only what a premise's check reads."""
-    states, records, recent, stubs = {}, {}, collections.deque(), {}
+def recheck_ledger(rows, parse=None, states=None):
+    """Yield (seq, problems) for every action in `rows` (seq, at, record), folding the ledger once
+    (into `states`); memory stays bounded: a record RECHECK_KEPT behind keeps only what a premise's
+    check reads."""
+    states, records, recent, stubs = {} if states is None else states, {}, collections.deque(), {}
     for seq, at, record in rows:
         records[seq] = (at, record)
         if record.get("kind") not in PREMISE_KINDS:
@@ -6610,8 +6665,8 @@ NOTIFY_ENV = ("PATH", "HOME", "USER", "LOGNAME", "SHELL", "LANG", "LANGUAGE", "T
 
 
 def notify_env(home, event):
-    """Return the notify command's environment: NOTIFY_ENV and the locale of avsmd's own,
-    AVSM_HOME and AVSM_EVENT. No key passes, whatever avsmd's environment holds."""
+    """Return the notify command's environment: no key passes, whatever avsmd's environment
+    holds."""
     env = {k: v for k, v in os.environ.items() if k in NOTIFY_ENV or k.startswith("LC_")}
     env.update(AVSM_HOME=home, AVSM_EVENT=json.dumps(event, sort_keys=True, separators=(",", ":")))
     return env
@@ -6622,8 +6677,7 @@ SPAWN_FDS = {}        # "null": /dev/null and "here": the process's own director
 
 def start_program(argv, cwd, env, stdin=None):
     """Start `argv` in `cwd` with `env`, leading a process group of its own, `stdin` a descriptor
-    (/dev/null when None); return (pid, output's read end, errors' read end), or raise OSError as
-    subprocess would.
+    (/dev/null when None); return (pid, output's read end, errors' read end).
 
     os.posix_spawn (a third of Popen's CPU) closes no descriptor, so none is left inheritable
     (mark_close_on_exec), and takes no cwd: the process steps into `cwd` and back, so its other
@@ -6673,8 +6727,7 @@ def start_program(argv, cwd, env, stdin=None):
 
 
 def mark_close_on_exec():
-    """Mark every descriptor past standard error close-on-exec (Linux), so no program
-    start_program starts keeps one (the warden's channel to avsmd)."""
+    """Mark every descriptor past standard error close-on-exec (Linux)."""
     try:
         fds = [int(fd) for fd in os.listdir("/proc/self/fd")]
     except OSError:
@@ -6829,7 +6882,7 @@ def signature_file(signature):
 
 def verify_text(text, signature, allowed, namespace, principal=None):
     """Return the principal of `allowed` (an allowed_signers file) whose key signed `text` under
-    `namespace` (only `principal`'s key, when given); Fail(65) saying why not."""
+    `namespace`; Fail(65) saying why not."""
     with signature_file(signature) as sig:
         code, who, _ = ssh_keygen(["-Y", "find-principals", "-s", sig, "-f", allowed],
                                   "verifying a checkpoint")
@@ -6873,16 +6926,16 @@ def write_payload(data):
     return path
 
 
-def write_textfile(path, text):
+def write_textfile(path, text, mode=0o644):
     """Write `text` to `path` whole: to PATH.PID.tmp beside it (node_exporter reads only *.prom),
-    mode 0644 whatever the umask (node_exporter often runs as another user), then renamed."""
+    `mode` whatever the umask (node_exporter often runs as another user), then renamed."""
     temporary = f"{path}.{os.getpid()}.tmp"
     if os.path.lexists(temporary):
         os.unlink(temporary)              # never write through a name someone planted
-    fd = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o644)
+    fd = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, mode)
     try:
         with os.fdopen(fd, "w", encoding="utf-8") as fh:
-            os.fchmod(fh.fileno(), 0o644)
+            os.fchmod(fh.fileno(), mode)
             fh.write(text)
         os.replace(temporary, path)
     except BaseException:
@@ -6959,8 +7012,8 @@ def group_is_still(pgid, leader_start):
 
 
 def stray_groups(home):
-    """Return the process groups of programs a dead warden of `home` started and never recorded:
-    orphans whose environment says AVSM_HOME=home and AVSM_VENTURE (Linux; elsewhere, none). """
+    """Return the process groups of programs a dead warden of `home` started and never recorded
+    (Linux; elsewhere, none)."""
     adopters, pid = {1, os.getpid()}, os.getpid()
     while pid > 1:
         # avsmd's parent chain: where a subreaper would take orphans
@@ -6989,7 +7042,7 @@ def stray_groups(home):
 
 def sweep_groups(path, home=None):
     """End the process groups an earlier avsmd recorded and did not see end, and with `home` the
-    strays (stray_groups); return how many."""
+    strays; return how many."""
     try:
         with open(path) as fh:
             lines = [line.split() for line in fh if line.strip()]
@@ -7093,8 +7146,7 @@ def backend_request(backend, system, user, key):
 
 
 def read_response(backend, body, sent):
-    """Return {"text": the complete answer} or {"why": why none} of a provider's response body,
-    with its "stop", "usage" and "declined"; `sent`: the request's bytes."""
+    """Return {"text": the complete answer} or {"why": why none} of a provider's response body."""
     try:
         data = json.loads(body)
     except (ValueError, RecursionError):
@@ -7274,8 +7326,7 @@ def error_text(body):
 
 
 def retry_wait(headers, now, default):
-    """Return the seconds a provider asks to wait before the next try (retry-after-ms, retry-after
-    as seconds or an HTTP date), or `default`."""
+    """Return the seconds a provider asks to wait before the next try, or `default`."""
     import email.utils
     ms = headers.get("retry-after-ms", "").strip()
     after = headers.get("retry-after", "").strip()
@@ -7294,8 +7345,7 @@ def retry_wait(headers, now, default):
 
 
 def call_http_backend(backend, system, user, key):
-    """Return (reply bytes, None, call) or (None, why, call) of one decision's HTTP call, trying a
-    busy or failing provider again within BACKEND_TIMEOUT."""
+    """Return (reply bytes, None, call) or (None, why, call) of one decision's HTTP call."""
     import http.client
     import urllib.error
     import urllib.request
@@ -7351,7 +7401,7 @@ ADAPTER_TIMEOUT = 30  # seconds an adapter's GET may take in all: the name, the 
 
 def adapter_get(url, key=None, limit=ADAPTER_TIMEOUT):
     """Return (status, body) of one GET of `url` within `limit` seconds in all; raise OSError saying
-    why not. The body is read up to REPLY_MAX + 1 bytes, so a caller sees one bigger than it reads.
+    why not.
 
     With a key (a bearer token) no redirect is followed, so the key goes to the configured url
     alone; without one (http.status), redirects to http:// and https:// are. """
@@ -7405,8 +7455,8 @@ def output_lines(data, cut):
 
 
 def run_world_step(command, data, mandate):
-    """Run one world step in the venture directory (the current one), in a group of its own, `data`
-    on standard input; return (output, None) or (None, why) (open point 38)."""
+    """Run one world step in the venture directory, `data` on standard input; return (output,
+    None) or (None, why) (open point 38)."""
     import subprocess
     import tempfile
     unsafe = owner_problem(".", [command])     # looked at again at each step, as at each start
@@ -7435,7 +7485,7 @@ def run_world_step(command, data, mandate):
 
 def read_metric_output(child, status, with_output=True):
     """Return (value, failure) from a finished report: its last non-empty line must be the number
-    alone. A guard's failure says why without its output (GUARD-14). """
+    alone (GUARD-14)."""
     if child.ended_by:
         return None, f"ended: {child.ended_by}"
     if status != 0:
@@ -7560,9 +7610,8 @@ def user_name(uid):
 
 def owner_problem(directory, commands, uid=None):
     """Return the Writable of the first path a venture's program rests on that a user but `uid`
-    (avsmd's own) or root could change, or None: the directory, its mandate.yaml, each regular file
-    a command names, and every directory up to / from each. Nothing is kept, so a mode changed
-    since is seen at the next start."""
+    (avsmd's own) or root could change, or None. Nothing is kept, so a mode changed since is seen at
+    the next start."""
     uid = os.geteuid() if uid is None else uid
     directory = os.path.realpath(directory)
     seen = set()
@@ -7596,8 +7645,7 @@ def owner_problem(directory, commands, uid=None):
 
 def read_venture(directory):
     """Read the venture in `directory` as `avsm add` adopts it: (name, path of mandate.yaml, its
-    text, the mandate), or Fail: 66 when the directory is not there, 65 with the fix otherwise.
-    `avsmd -t DIR` calls it too, so a check says exactly what adopting would."""
+    text, the mandate), or Fail: 66 when the directory is not there, 65 with the fix otherwise."""
     check_venture_dir(directory)
     name = check_venture_name(os.path.basename(directory))
     path = os.path.join(directory, "mandate.yaml")
@@ -7632,9 +7680,8 @@ def mandate_file_problem(path, st):
 
 
 def read_mandate_file(path):
-    """Return the text of mandate.yaml at `path`, exactly as written (its sha256 is the file's);
-    OSError when it cannot be opened, Fail(78) for anything but a regular file of at most
-    MANDATE_MAX bytes in UTF-8. A FIFO is refused unread. """
+    """Return the text of mandate.yaml at `path`, exactly as written; OSError when it cannot be
+    opened, Fail(78) for anything but a regular file of at most MANDATE_MAX bytes in UTF-8."""
     fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
     try:
         refuse(mandate_file_problem(path, os.fstat(fd)), EX_CONFIG)
@@ -7669,8 +7716,7 @@ class GroupsJournal:
 
     def journal_group(self, line):
         """Append a group's start (+PGID START VENTURE PURPOSE) or end (-PGID) to HOME/groups before
-        anything can orphan it (RUN-14). Grown past 64 KiB it is replaced by what still runs (while
-        the home is ours); deleted under us, it is made again. """
+        anything can orphan it (RUN-14)."""
         path = os.path.join(self.home, "groups")
         pgid = line[1:].split()[0]
         if line.startswith("+"):
@@ -7701,7 +7747,7 @@ class GroupsJournal:
 
 class Children:
     """The programs the warden runs now, each in a process group of its own, and the groups left
-    behind; settle(child) writes what came of a program once it is gone."""
+    behind."""
 
     def __init__(self, home, sel, tell, flush, journal_group, settle, debug=False):
         self.home, self.sel, self.tell, self.flush, self.debug = home, sel, tell, flush, debug
@@ -7718,8 +7764,7 @@ class Children:
     def spawn(self, purpose, state, args, timeout=None, shell=False, lever=None, payload_file=None,
               cwd=None, head=None, checked=False, runs=()):
         """Start a program of `state`'s venture in its own group; tell avsmd of the group (RUN-12).
-        Raise PermissionError, starting nothing, when another user could change what it or the
-        commands `runs` run (owner_problem, unless `checked` says the caller just looked)."""
+        Raise PermissionError, starting nothing, when another user could change what it runs."""
         import selectors
         commands = [args] + [r for r in runs if r]
         unsafe = not checked and owner_problem(cwd or state.directory, commands)
@@ -7748,8 +7793,7 @@ class Children:
         return child
 
     def child_event(self, child):
-        """A child's leader ended: drain its output, reap it by pid, and settle what it was for
-        (one avsm is ending, once its whole group is gone). """
+        """A child's leader ended: drain its output, reap it by pid, and settle what it was for."""
         if child.status is None:
             status = child.poll()
             if status is None:
@@ -7795,8 +7839,7 @@ class Children:
 
 
 class Channel:
-    """The warden's end of its socketpair with avsmd: JSON lines both ways. commit() is called
-    first: nothing is told to a client before the records it answers are committed."""
+    """The warden's end of its socketpair with avsmd: JSON lines both ways."""
 
     def __init__(self, channel, commit):
         self.channel, self.commit = channel, commit
@@ -7806,9 +7849,9 @@ class Channel:
         self.acks_waiting = False     # whether one is more than a group's start or end
 
     def tell(self, message, later=False):
-        """Queue one line for avsmd; flush() sends them at the loop's end. A group's end can wait
-        (`later`) for the next line that cannot, when its leader's start time is known: avsmd
-        checks a group is still the one it was told of before ending it. """
+        """Queue one line for avsmd. A group's end can wait (`later`) for the next line that cannot,
+        when its leader's start time is known: avsmd checks a group is still the one it was told of
+        before ending it."""
         self.outbox.append(json.dumps(message, separators=(",", ":")))
         self.outbox_due = self.outbox_due or not later
         self.acks_waiting = self.acks_waiting or not ("group" in message or "ended" in message)
@@ -7909,15 +7952,11 @@ START_AHEAD = 0.01
 
 def start_spread(i, count, cadence):
     """Seconds after the warden's start that the i-th of `count` ventures has its first round:
-    spread over up to a cadence, so that a thousand ventures do not all come due in the same tick
-    for ever after."""
+    spread, so that a thousand ventures do not all come due in the same tick for ever after."""
     return i / count * min(cadence, count * START_SPACING) if count else 0.0
 
 class Schedule:
-    """When each venture's next round is due, soonest first (a heap, as sched.scheduler keeps its
-    queue): enter(name, at) replaces its due time; soonest(active) is the first of a venture that
-    is active(name); pop_due(now, active) yields (due time, venture) of each due by `now`;
-    resume(now) makes every venture due by `now` at the latest (the ledger takes writes again)."""
+    """When each venture's next round is due, in monotonic time, soonest first (a heap)."""
 
     def __init__(self):
         self.due = {}                 # venture -> monotonic time its next round is due
@@ -7950,8 +7989,7 @@ class Schedule:
 
 class Rounds:
     """The rounds in flight: a venture's metric, with every guard, audit and reading read beside it.
-    Its methods return the intents of what was read (report_read, reading_read, round_settled).
-    Handed the config and home, the venture states, the children table, spawn and stopping()."""
+    Its methods return the intents of what was read."""
 
     def __init__(self, cfg, home, ventures, children, spawn, stopping, debug=False):
         self.cfg, self.home, self.ventures, self.children = cfg, home, ventures, children
@@ -7962,23 +8000,15 @@ class Rounds:
 
     def start_round(self, state, now):
         """Start the metric's report and each guard, audit and reading command, each in its own
-        group. The round settles once all are in or half a second has passed: a slower one is
-        written as not read, then read. """
+        group. The round settles once all are in or half a second has passed."""
         m = state.mandate
         self.round_number += 1
         if self.debug:
-            log(
-                self.debug,
-                "warden",
+            log(self.debug, "warden",
                 f"{state.name}: tick {self.round_number}: the metric, {len(m['guards'])} guard(s), "
-                f"{len(m['audits'])} audit(s), {len(m['readings'])} reading(s)",
-            )
-        self.rounds[state.name] = {
-            "deadline": now + 0.5,
-            "metric": None,
-            "pending": set(),
-            "number": self.round_number,
-        }
+                f"{len(m['audits'])} audit(s), {len(m['readings'])} reading(s)")
+        self.rounds[state.name] = {"deadline": now + 0.5, "metric": None, "pending": set(),
+                                   "number": self.round_number}
         running = {
             (c.purpose, c.extra.get("name")) for c in self.children if c.venture == state.name
         }
@@ -8035,11 +8065,8 @@ class Rounds:
             child = self.spawn(
                 what, state, args, timeout=timeout, shell=shell, payload_file=stdin_path
             )
-            child.extra = {
-                "name": name,
-                "round": self.rounds[state.name]["number"],
-                "limit": timeout,
-            }
+            child.extra = {"name": name, "round": self.rounds[state.name]["number"],
+                           "limit": timeout}
             return None
         except OSError as err:
             if what == "report":
@@ -8101,9 +8128,7 @@ class Rounds:
 
 class Keeper:
     """Keeps each venture's `run` program alive, restarting it as `restart:` says, with back-off;
-    its methods return the intents of what it started or what ended (run_started, restart_rule).
-    keep: venture -> {child, backoff, restart, next_start, restarts}, for avsm status and the page.
-    """
+    its methods return the intents of what it started or what ended."""
 
     def __init__(self, ventures, spawn, active):
         self.ventures, self.spawn, self.active = ventures, spawn, active
@@ -8131,20 +8156,14 @@ class Keeper:
         return run_started(state, keep["child"].pid, keep["restart"])
 
     def run_done(self, state, child, status):
-        """The kept program ended: its exit, then a restart as `restart:` says, with back-off (open
-        point 31)."""
+        """The kept program ended: its exit, then a restart as `restart:` says (open point 31)."""
         keep = self.keep[state.name]
         keep["child"] = None
-        again, keep["backoff"], delay, records = restart_rule(
-            state,
-            child.pid,
-            status,
-            child.ended_by,
-            time.monotonic() - child.started,
-            keep["backoff"],
-            keep["restart"],
-            self.active(state),
-        )
+        again, keep["backoff"], delay, records = restart_rule(state, child.pid, status,
+                                                              child.ended_by,
+                                                              time.monotonic() - child.started,
+                                                              keep["backoff"], keep["restart"],
+                                                              self.active(state))
         intents = [Write(record) for record in records]
         if again:
             keep["restart"] = True
@@ -8174,16 +8193,14 @@ class Keeper:
 
 class Levers:
     """Runs the levers the gate proved, a lever with `check:` only once its check exits 0 and the
-    gate agrees again; its methods return the intents of what it started or what ended. Holds
-    nothing of its own: a lever's state is its Child. Handed the config and spawn."""
+    gate agrees again; its methods return the intents of what it started or what ended."""
 
     def __init__(self, cfg, spawn):
         self.cfg, self.spawn = cfg, spawn
 
     def run_lever(self, state, lever, verdict, summary, by, side=None, extra=None, checked=False):
-        """Yield the action with the gate's proof and question, then start the lever apart; its
-        outcome comes when it ends. A lever with `check:` runs its check first (open point 27); only
-        a check that exits 0 lets it run."""
+        """Yield the action with the gate's proof and question, then start the lever apart. A lever
+        with `check:` runs its check first (open point 27)."""
         spec = state.mandate["levers"].get(lever)
         if spec is not None and spec["check"] and not checked:
             yield from self.start_check(state, lever, verdict, summary, by, side, extra)
@@ -8202,11 +8219,8 @@ class Levers:
             return
         spec = state.mandate["levers"][lever]
         payload = (extra or {}).get("payload")
-        data = (
-            None
-            if payload is None
-            else (payload if isinstance(payload, str) else json.dumps(payload)).encode()
-        )
+        data = (None if payload is None
+                else (payload if isinstance(payload, str) else json.dumps(payload)).encode())
         run, more = spec["run"], {}
         if lever == "research":     # a question out to the config's command, inferred facts back
             run, more = self.cfg.get("research"), {"cwd": state.directory, "head": REPLY_MAX}
@@ -8225,23 +8239,10 @@ class Levers:
             if spec["takes"] == "file" and isinstance(payload, str) and not more:   # not research
                 write_venture_file(state.directory, payload)
             payload_file = write_payload(data) if data is not None else None
-            child = self.spawn(
-                "lever",
-                state,
-                run,
-                timeout=spec["timeout"],
-                shell=True,
-                lever=lever,
-                payload_file=payload_file,
-                checked=own == [run],
-                **more,
-            )
-            child.extra = {
-                "lever": lever,
-                "action": seq,
-                "timeout": spec["timeout"],
-                "payload_file": payload_file,
-            }
+            child = self.spawn("lever", state, run, timeout=spec["timeout"], shell=True,
+                               lever=lever, payload_file=payload_file, checked=own == [run], **more)
+            child.extra = {"lever": lever, "action": seq, "timeout": spec["timeout"],
+                           "payload_file": payload_file}
         except OSError as err:
             yield from unstarted_outcome(state, lever, seq, str(err))
 
@@ -8254,29 +8255,18 @@ class Levers:
             ).encode()
         )
         try:
-            child = self.spawn(
-                "check",
-                state,
-                state.mandate["levers"][lever]["check"],
-                timeout=60,
-                shell=True,
-                lever=lever,
-                payload_file=path,
-            )
+            child = self.spawn("check", state, state.mandate["levers"][lever]["check"], timeout=60,
+                               shell=True, lever=lever, payload_file=path)
         except OSError as err:
             os.unlink(path)
             return refusal(state, lever, f"its check could not start: {err}",
                            f"{lever} refused: its check could not start", by=by)
-        child.extra = {
-            "lever": lever,
-            "run": (lever, verdict, summary, by, side, extra),
-            "payload_file": path,
-        }
+        child.extra = {"lever": lever, "run": (lever, verdict, summary, by, side, extra),
+                       "payload_file": path}
         return begun(state, "check", lever)     # the gate refuses the lever until its check ends
 
     def check_done(self, state, child, status):
-        """A lever's check ended: 0 lets the lever run, with the check's record among its
-        premises."""
+        """A lever's check ended: 0 lets the lever run."""
         os.unlink(child.extra["payload_file"])
         lever, verdict, summary, by, side, extra = child.extra["run"]
         ok = status == 0 and not child.ended_by
@@ -8288,22 +8278,15 @@ class Levers:
         if child.extra.get("payload_file"):
             with contextlib.suppress(OSError):
                 os.unlink(child.extra["payload_file"])
-        return lever_outcome(
-            state,
-            child.extra["lever"],
-            child.extra["action"],
-            status,
-            child.ended_by,
-            round(time.monotonic() - child.started, 3),
-            child.extra["timeout"],
-            child.note(),
-            output_lines(child.out, child.cut)[0],
-        )
+        return lever_outcome(state, child.extra["lever"], child.extra["action"], status,
+                             child.ended_by, round(time.monotonic() - child.started, 3),
+                             child.extra["timeout"], child.note(),
+                             output_lines(child.out, child.cut)[0])
 
 
 class Worlds:
     """Forecasts and world-model predictions, each made apart from the loop in groups of their own;
-    its methods return the intents of what came of them. Handed the config, spawn and stopping()."""
+    its methods return the intents of what came of them."""
 
     def __init__(self, cfg, spawn, stopping):
         self.cfg, self.spawn, self.stopping = cfg, spawn, stopping
@@ -8315,10 +8298,8 @@ class Worlds:
             del self.worlds[name]
 
     def start_forecast(self, state, why, lever=None, decision=None):
-        """Forecast the venture apart from the loop (FORECAST-06): the forecast program in a group
-        of its own, its facts on standard input; the record is written when it is done. `seeds: 0`
-        turns forecasts off. A `decision`'s packet is forecast here only through a world (issue 11
-        item 6); return whether one started. """
+        """Forecast the venture apart from the loop (FORECAST-06); a `decision`'s packet is forecast
+        here only through a world (issue 11 item 6); return whether one started."""
         f = self.cfg["forecast"] or (PACKET_FORECAST if decision else FORECAST_DEFAULT)
         if not f["seeds"] or self.stopping() or decision and not state.mandate["world"]:
             return False
@@ -8343,18 +8324,12 @@ class Worlds:
 
     def step(self, state, report_seq, lever):
         """A trusted report's one-step prediction through the world (WORLD-05): an ensemble of
-        world steps, each in a group of its own with its seed, its record written when all are
-        done."""
+        world steps, its record written when all are done."""
         if self.worlds.get(state.name):
             # still stepping from an earlier report: this one brings no prediction
             return ()
-        job = {
-            "report": report_seq,
-            "lever": lever,
-            "left": WORLD_SEEDS,
-            "outputs": {},
-            "failure": None,
-        }
+        job = {"report": report_seq, "lever": lever, "left": WORLD_SEEDS, "outputs": {},
+               "failure": None}
         self.worlds[state.name] = job
         for i in range(WORLD_SEEDS):
             path = write_payload(
@@ -8363,15 +8338,8 @@ class Worlds:
                 ).encode()
             )
             try:
-                child = self.spawn(
-                    "world",
-                    state,
-                    state.mandate["world"],
-                    timeout=WORLD_TIMEOUT,
-                    shell=True,
-                    payload_file=path,
-                    head=WORLD_OUTPUT_MAX,
-                )
+                child = self.spawn("world", state, state.mandate["world"], timeout=WORLD_TIMEOUT,
+                                   shell=True, payload_file=path, head=WORLD_OUTPUT_MAX)
                 child.extra = {"job": job, "index": i}
             except OSError as err:
                 job["left"] -= 1
@@ -8381,22 +8349,16 @@ class Worlds:
         return self.world_settle(state, job) if job["left"] == 0 else ()
 
     def world_done(self, state, child, status):
-        """One world step ended: over its time, over 64 KiB, a non-zero exit or output that does not
-        hold is a failed step (open point 38); the ensemble is settled when its last step is in."""
+        """One world step ended (open point 38); the ensemble is settled when its last step is
+        in."""
         job = child.extra.get("job")
         if job is None or self.worlds.get(state.name) is not job:
             return None
         if child.ended_by in ("pause", "stop", "a new mandate"):
             del self.worlds[state.name]
             return None
-        out, failure = world_step_result(
-            state.mandate,
-            child.oversized,
-            child.ended_by,
-            status,
-            bytes(child.out),
-            bytes(child.err),
-        )
+        out, failure = world_step_result(state.mandate, child.oversized, child.ended_by, status,
+                                         bytes(child.out), bytes(child.err))
         if failure:
             job["failure"] = job["failure"] or failure
         else:
@@ -8444,9 +8406,7 @@ class Decision:
 
 class Decisions:
     """Letting a model choose: packet -> roles -> backend -> roles -> proposals -> gate. Grants
-    nothing; the steps that write yield intents. Handed the home, config, ledger (read for the
-    packet and look-ups), venture states, spawn, the channel's tell, to_roles, the worlds'
-    start_forecast and stopping()."""
+    nothing; the steps that write yield intents."""
 
     def __init__(self, home, cfg, ledger, ventures, spawn, tell, to_roles, forecast, stopping):
         import socket
@@ -8465,14 +8425,13 @@ class Decisions:
                             self.packet_forecast(state), looks)
 
     def packet_forecast(self, state):
-        """The facts of the packet's forecast (FORECAST-03: 7 days by 8 seeds unless `forecast:`
-        says); the roles process makes it, apart from the warden, as it builds the text."""
+        """The facts of the packet's forecast (FORECAST-03); the roles process makes it, apart from
+        the warden."""
         f = self.cfg["forecast"] or PACKET_FORECAST
         return forecast_facts(state, f["days"], f["seeds"]) if f["seeds"] else None
 
     def start_decision(self, state, by, reply_id=None):
-        """Begin one model decision for a venture: it grants nothing; its records say who asked for
-        it."""
+        """Begin one model decision for a venture: it grants nothing."""
         name, backend = backend_for(state, self.cfg)
         self.decision_count += 1
         d = Decision(state.name, by, name, reply_id, self.decision_count)
@@ -8480,14 +8439,12 @@ class Decisions:
         return d
 
     def ask_roles(self, d, message, then):
-        """Send the roles process `message`; its answer goes to then(d, answer), whose intents are
-        the decision's venture's."""
+        """Send the roles process `message`; its answer goes to then(d, answer)."""
         self.to_roles(message, lambda answer: (self.ventures[d.venture], then(d, answer)))
 
     def build(self, d):
         """Build the packet and have the roles process make the request. With `world:`, the packet's
-        forecast is stepped through the world command first (issue 11 item 6), apart from the loop:
-        built again when it is in (packet_forecast_done)."""
+        forecast is stepped through the world command first (issue 11 item 6)."""
         state = self.ventures[d.venture]
         if d.world_forecast is False:
             d.world_forecast = None
@@ -8502,26 +8459,20 @@ class Decisions:
         """The packet's forecast through the world is in, or why not: build the packet with it."""
         d, result, why = child.extra["decision"], None, None
         if child.ended_by or status != 0:
-            why = (
-                f"it was ended ({child.ended_by})"
-                if child.ended_by
-                else f"the forecast program ended {describe_status(status)}"
-            )
+            why = (f"it was ended ({child.ended_by})" if child.ended_by
+                   else f"the forecast program ended {describe_status(status)}")
         else:
             try:
                 result = json.loads(bytes(child.out))
             except ValueError:
                 why = "its output is not JSON"
-        d.world_forecast = {
-            "days": child.extra["days"],
-            "seeds": child.extra["seeds"],
-            "made": packet_world_made(result, why),
-        }
+        d.world_forecast = {"days": child.extra["days"], "seeds": child.extra["seeds"],
+                            "made": packet_world_made(result, why)}
         self.build(d)
 
     def call_backend(self, d, answer):
         """Yield what the roles process's request for the backend comes to: a `command` backend
-        runs apart (backend_done); an HTTP call runs in a thread (results_ready)."""
+        runs apart; an HTTP call runs in a thread."""
         import threading
         if "error" in answer:
             return self.finish_decision(
@@ -8539,16 +8490,8 @@ class Decisions:
                     {"backend": d.backend, "system": answer["system"], "user": answer["user"]}, fh
                 )
             try:
-                child = self.spawn(
-                    "backend",
-                    state,
-                    backend["run"],
-                    timeout=BACKEND_TIMEOUT,
-                    shell=True,
-                    payload_file=path,
-                    cwd=self.home,
-                    head=REPLY_MAX,
-                )
+                child = self.spawn("backend", state, backend["run"], timeout=BACKEND_TIMEOUT,
+                                   shell=True, payload_file=path, cwd=self.home, head=REPLY_MAX)
                 child.extra = {"decision": d, "request_file": path}
             except OSError as err:
                 os.unlink(path)
@@ -8654,8 +8597,7 @@ class Decisions:
         yield from self.call_backend(d, {"system": d.request[0], "user": d.request[1]})
 
     def answer_escalation(self, d, cited, note=None):
-        """Yield the measured answer of escalation d.escalation: the records it cited, or unusable
-        (ESC-04)."""
+        """Yield the measured answer of escalation d.escalation (ESC-04)."""
         self.escalations.pop(d.escalation, None)
         yield Write(answer_record(d.venture, d.escalation, cited, note))
 
@@ -8675,11 +8617,8 @@ class Decisions:
             at, record = found
             if record.get("venture") != state.name:
                 return f"#{look['record']} is not a record of {state.name}"
-            if (
-                record["kind"].startswith("audit.")
-                or record.get("about") == "audit"
-                or record.get("audit")
-            ):
+            if (record["kind"].startswith("audit.") or record.get("about") == "audit"
+                    or record.get("audit")):
                 return "not shown: an audit is never shown to a model"
             lines = [format_record_line(look["record"], at, record)]
             for p in (record.get("proof") or {}).get("premises", []):
@@ -8688,19 +8627,15 @@ class Decisions:
                     lines.append(f"  premise #{p} {r['claim']} {r['kind']} {r['summary']}")
             return "\n".join(lines)
         topic = look["topic"].lower()
-        found = [
-            f"#{s} {r['claim']} {r['kind']} {r['summary']}"
-            for s, at, r in recent_records(self.ledger.db, state.name, 500)
-            if r["claim"] == "declared" or r["kind"] == "fact"
-        ]
+        found = [f"#{s} {r['claim']} {r['kind']} {r['summary']}"
+                 for s, at, r in recent_records(self.ledger.db, state.name, 500)
+                 if r["claim"] == "declared" or r["kind"] == "fact"]
         found = [line for line in found if topic and topic in line.lower()][-10:]
         return "\n".join(found) or f"nothing declared about {look['topic']}"
 
     def propose(self, state, choice, d, held=None, ranking=False):
         """Yield one choice as an inferred proposal, then what the gate makes of it; return the
-        records written. `held`: why a ranking's top choice asks a person instead (the calibration
-        bar, WORLD-08); `ranking`: the choice is one of a ranking, which the proposal says, so the
-        re-check holds it to the same bar. """
+        records written. `held`: why a ranking's top choice asks a person instead (WORLD-08)."""
         lever = choice.get("action")
         seq = yield Write(proposal_record(state, choice, d, ranking))
         d.lines.append(f"#{seq} proposal {choice['choice']}" + (f" {lever}" if lever else ""))
@@ -8723,11 +8658,9 @@ class Decisions:
                     f"#{done} action {lever}" if done else f"{lever} waits for its check"
                 )
             elif intent.record["kind"] == "ask":
-                d.lines.append(
-                    f"#{done} ask"
-                    + (f" for {lever}" if intent.record["about"] == "lever" else "")
-                    + (f": {held}" if intent.record.get("ranking") else "")
-                )
+                d.lines.append(f"#{done} ask"
+                               + (f" for {lever}" if intent.record["about"] == "lever" else "")
+                               + (f": {held}" if intent.record.get("ranking") else ""))
             else:
                 d.lines.append(f"#{done} refusal: {intent.record['why']}")
             if done:
@@ -8735,10 +8668,9 @@ class Decisions:
 
 
 class Checkpoints:
-    """Writes a checkpoint of the ledger's committed head to HOME/checkpoints/SEQ.txt (signed beside
-    it in SEQ.txt.sig when the config names a key) and to syslog (journalctl -t avsm): at the
-    warden's start, every `every` (a day) once the head has moved, after each irreversible action,
-    and when a client asks."""
+    """Writes a checkpoint of the ledger's committed head to HOME/checkpoints/SEQ.txt (signed when
+    the config names a key) and to syslog: every `every` once the head has moved, after each
+    irreversible action, and when a client asks."""
 
     def __init__(self, home, spec, debug=False):
         self.dir, self.spec, self.debug = os.path.join(home, "checkpoints"), spec, debug
@@ -8746,10 +8678,7 @@ class Checkpoints:
         newest = newest_checkpoint(self.dir)
         self.seq, self.at = (newest.seq, newest.at) if newest else (0, 0)
         if newest and spec["key"]:      # a key named since the newest was written: sign one now
-            signer = ours = None
-            with contextlib.suppress(OSError, UnicodeDecodeError):
-                with open(os.path.join(self.dir, f"{newest.seq:012d}.txt.sig")) as fh:
-                    signer = sshsig_public_key(fh.read(CHECKPOINT_MAX))
+            signer, ours = sshsig_public_key(newest.signature or ""), None
             with contextlib.suppress(OSError, UnicodeDecodeError, IndexError):
                 with open(os.path.expanduser(spec["key"]) + ".pub") as fh:
                     ours = fh.read(CHECKPOINT_MAX).split()[1]
@@ -8760,15 +8689,11 @@ class Checkpoints:
         self.wanted = self.wanted or bool(spec and not spec["reversible"])
 
     def due(self, head, now):
-        return (
-            head is not None
-            and head[0] > self.seq
-            and (self.wanted or now >= self.at + self.spec["every"])
-        )
+        return (head is not None and head[0] > self.seq
+                and (self.wanted or now >= self.at + self.spec["every"]))
 
     def write(self, head, now):
-        """Write the checkpoint of `head` at `now` (each file in whole, by rename); return (text,
-        signature or None)."""
+        """Write the checkpoint of `head` at `now`; return (text, signature or None)."""
         import syslog
         at, signature = int(now), None
         text = checkpoint_text(self.origin, head[0], head[1], at)
@@ -8783,10 +8708,7 @@ class Checkpoints:
                 sys.stderr.write(f"avsmd: checkpoint #{head[0]} is written unsigned: {fail}\n")
         for name, data in ((path + ".sig", signature), (path, text)):
             if data:
-                fd = os.open(name + ".new", os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-                with open(fd, "w") as fh:
-                    fh.write(data if data.endswith("\n") else data + "\n")
-                os.replace(name + ".new", name)
+                write_textfile(name, data if data.endswith("\n") else data + "\n", 0o600)
         syslog.openlog("avsm", 0, syslog.LOG_USER)
         syslog.syslog(
             syslog.LOG_NOTICE,
@@ -8804,12 +8726,110 @@ def newest_checkpoint(directory):
         if os.path.isdir(directory)
         else ()
     ):
+        path = os.path.join(directory, name)
         try:
-            with open(os.path.join(directory, name)) as fh:
-                return parse_checkpoint(fh.read(), name)
+            with open(path) as fh:
+                checkpoint = parse_checkpoint(fh.read(), name)
         except (OSError, UnicodeDecodeError, Fail):
             continue
+        return with_signature(path, checkpoint)
     return None
+
+
+SNAPSHOT_MIN = 1000     # new records before a checkpoint, a stop or a start writes a snapshot
+SNAPSHOT_EVERY = 20000  # ... before one is written at once (what a start folds at most)
+SNAPSHOTS_KEPT = 5      # files kept; a start tries these, newest first
+
+
+def snapshot_path(home, seq):
+    return os.path.join(home, "snapshots", f"{seq:012d}.json")
+
+
+@functools.lru_cache(maxsize=1)
+def code_sha256():
+    """Return the sha256 of this avsm.py: only the code that folded a snapshot reads it."""
+    import hashlib
+    with open(AVSM_PATH, "rb") as fh:
+        return hashlib.sha256(fh.read()).hexdigest()
+
+
+def snapshot_records(db):
+    """Return [(seq, record)] of the snapshot records in the ledger, newest first."""
+    rows = db.execute(f"SELECT seq, record FROM records WHERE {RECORD_KIND_SQL} = 'snapshot' "
+                      "ORDER BY seq DESC").fetchall()
+    return [(seq, r) for seq, r in ((s, load_record(t, s)) for s, t in rows)
+            if r.get("venture") == "self" and type(r.get("seq")) is int and 0 < r["seq"] < seq]
+
+
+def read_snapshot(home, record):
+    """Return the bytes of the snapshot `record` names; Fail(66) when another avsm.py folded it or
+    it cannot be read, 65 when they do not hash to the record's sha256."""
+    import hashlib
+    path = snapshot_path(home, record["seq"])
+    if record.get("code") != code_sha256():
+        raise Fail(EX_NOINPUT, f"another avsm.py folded {path}")
+    try:
+        with open(path, "rb") as fh:
+            data = fh.read()
+    except OSError as err:
+        raise Fail(EX_NOINPUT, f"{path} cannot be read: {err.strerror or err}") from None
+    if hashlib.sha256(data).hexdigest() != record.get("sha256"):
+        raise Fail(EX_DATAERR, f"{path} does not hash to the sha256 its record holds: it was"
+                               " changed after it was written")
+    return data
+
+
+def chain_anchor(home, db):
+    """Return (seq, hash) of the record the newest good snapshot is folded to, or None."""
+    for _, record in snapshot_records(db)[:SNAPSHOTS_KEPT]:
+        with contextlib.suppress(Fail):
+            read_snapshot(home, record)
+            return db.execute("SELECT seq, hash FROM records WHERE seq = ?",
+                              (record["seq"],)).fetchone()
+    return None
+
+
+class Snapshots:
+    """Keeps the fold to a seq in HOME/snapshots/SEQ.json, tied to the chain by a snapshot record:
+    from the ledger, not from memory."""
+
+    def __init__(self, home):
+        self.home, self.seq = home, 0
+
+    def fold(self, db, upto=None):
+        """Return (seq, states, counted, records folded): the newest good snapshot (up to `upto`)
+        and the records after it folded."""
+        seq, states, counted = 0, {}, {}
+        for at, record in snapshot_records(db)[:SNAPSHOTS_KEPT]:
+            try:
+                if record["seq"] <= (upto or record["seq"]):
+                    states, counted = states_of(read_snapshot(self.home, record))
+                    seq = record["seq"]
+                    break
+            except (Fail, LookupError, TypeError, ValueError) as err:
+                sys.stderr.write(f"avsm: snapshot #{record['seq']} (record #{at}) is ignored:"
+                                 f" {err}; the fold starts from an older one or the first record\n")
+        self.seq, folded = max(self.seq, seq), 0
+        for folded, (seq, at, record) in enumerate(scan_records(db, seq, upto), 1):
+            fold_ledger(states, seq, at, record)
+            count_self(counted, record)
+        return seq, states, counted, folded
+
+    def write(self, seq, states, counted):
+        """Write the snapshot of `states` and `counted`, folded to #seq; return its record."""
+        text = snapshot_text(seq, states, counted)
+        path = snapshot_path(self.home, seq)
+        where = os.path.dirname(path)
+        os.makedirs(where, mode=0o700, exist_ok=True)
+        write_textfile(path, text, 0o600)
+        self.seq = seq
+        for name in sorted(n for n in os.listdir(where) if re.fullmatch(r"\d+\.json", n))[
+                :-SNAPSHOTS_KEPT]:
+            with contextlib.suppress(OSError):
+                os.remove(os.path.join(where, name))
+        return new_record("snapshot", "self", seq=seq, sha256=text_sha256(text), code=code_sha256(),
+                          summary=f"the fold to #{seq} is kept in {path} ({len(text) // 1024} KiB):"
+                                  " a start folds only the records after it")
 
 
 class Metrics:
@@ -8821,8 +8841,7 @@ class Metrics:
         self.counted, self.seen, self.failed = {}, 0, 0
 
     def count(self, db):
-        """Count avsmd's starts and restarts since the last count (avsmd writes them, not the
-        warden); return the head."""
+        """Count avsmd's starts and restarts since the last count; return the head."""
         head = (ledger_head(db) or (0,))[0]     # first: what avsmd appends after it waits its turn
         rows = db.execute("SELECT seq, record FROM records WHERE seq > ? AND seq <= ? "
                           "AND (record LIKE ? OR record LIKE ?) ORDER BY seq",
@@ -8847,31 +8866,9 @@ class Metrics:
         return record
 
 
-def newest_signed_checkpoint(directory):
-    """Return (text, signature or None) of the newest checkpoint in `directory`, or (None, None)."""
-    names = [n for n in os.listdir(directory) if re.fullmatch(r"\d+\.txt", n)] \
-        if os.path.isdir(directory) else []
-    for name in sorted(names, reverse=True):
-        path = os.path.join(directory, name)
-        try:
-            with open(path) as fh:
-                text = parse_checkpoint(fh.read(), name).text
-            if not os.path.exists(path + ".sig"):
-                return text, None
-            with open(path + ".sig") as fh:
-                return text, fh.read().strip()
-        except (OSError, UnicodeDecodeError, Fail):
-            continue
-    return None, None
-
-
 class Warden:
     """The only process that acts: ticks ventures, runs their programs, and carries out the
-    kernel's intents (carry_out, the one append).
-
-    Its parts each own one kind of state and are handed only what they use: writer, lock,
-    schedule, children, journal, avsmd (the channel), rounds, keeper, levers, worlds, roles and
-    decisions. It keeps the venture states, the loop, the nightly time and whether it stops."""
+    kernel's intents (carry_out, the one append)."""
 
     def __init__(self, home, channel, cfg, debug=False):
         import selectors
@@ -8882,15 +8879,11 @@ class Warden:
         # it appends at the end and reads single records: a small cache holds those
         small_cache(self.ledger.db)
         self.ventures = {}            # name -> VentureState
-        self.writer = LedgerWriter(
-            self.ledger,
-            self.ventures,
-            (cfg.get("canary_asks") or {}).get("every"),
-            self.tell_person,
-            self.refold,
-            debug,
-        )
+        self.writer = LedgerWriter(self.ledger, self.ventures,
+                                   (cfg.get("canary_asks") or {}).get("every"), self.tell_person,
+                                   self.refold, debug)
         self.checkpoints = Checkpoints(home, cfg["checkpoint"], debug)
+        self.snapshots = Snapshots(home)
         self.metrics = Metrics(cfg.get("metrics"), debug)
         self.page_at, self.page_failed = time.monotonic(), None
         self.schedule = Schedule()
@@ -8899,15 +8892,8 @@ class Warden:
         self.sel = selectors.DefaultSelector()
         self.avsmd = Channel(channel, self.writer.commit)
         self.journal = GroupsJournal(home, self.lock.lock_is_ours)
-        self.children = Children(
-            home,
-            self.sel,
-            self.avsmd.tell,
-            self.avsmd.flush,
-            self.journal.journal_group,
-            self.settle_child,
-            debug,
-        )
+        self.children = Children(home, self.sel, self.avsmd.tell, self.avsmd.flush,
+                                 self.journal.journal_group, self.settle_child, debug)
         self.spawn = self.children.spawn
         self.levers = Levers(cfg, self.spawn)
         self.keeper = Keeper(self.ventures, self.spawn, self.active)
@@ -8925,8 +8911,7 @@ class Warden:
         )
 
     def append(self, record, at=None):
-        """Append `record` (LedgerWriter.append); an irreversible action asks for a checkpoint after
-        it."""
+        """Append `record`; an irreversible action asks for a checkpoint after it."""
         seq = self.writer.append(record, at)
         if record["kind"] == "action" and seq is not None:
             self.checkpoints.note_action(self.ventures.get(record["venture"]), record)
@@ -8934,13 +8919,13 @@ class Warden:
 
     # ---- the ventures, replayed from the ledger ----
     def load(self):
-        """Replay the ledger into venture states (and the metrics' counters); settle runs a dead
-        warden left without an outcome."""
-        seq = 0
-        for seq, at, record in scan_records(self.ledger.db):
-            fold_ledger(self.ventures, seq, at, record)
-            count_self(self.metrics.counted, record)
-        self.metrics.seen = seq
+        """Replay the ledger into venture states, from the newest good snapshot on; settle runs a
+        dead warden left without an outcome."""
+        seq, states, counted, folded = self.snapshots.fold(self.ledger.db)
+        self.ventures.update(states)
+        self.metrics.counted, self.metrics.seen = counted, seq
+        if folded >= SNAPSHOT_MIN:
+            self.write_snapshot(SNAPSHOT_MIN, (seq, states, counted))
         for state in self.ventures.values():
             self.check_runnable(state)
             self.carry_out(state, interrupted_rule(state, time.time(), self.cfg["ratchet"]))
@@ -8948,7 +8933,7 @@ class Warden:
     def refold(self, first_lost):
         """Fold every venture again from the ledger, forgetting records from seq `first_lost` on
         that a rolled-back group commit held: nothing in memory may rest on a record the ledger does
-        not hold. The states are replaced in the one dict every room shares."""
+        not hold."""
         old = dict(self.ventures)
         self.ventures.clear()
         known = {was.mandate_text: was.mandate for was in old.values() if was.mandate is not None}
@@ -8965,8 +8950,7 @@ class Warden:
         self.worlds.forget_from(first_lost)
 
     def check_runnable(self, state):
-        """Parse the adopted mandate against its directory; say on stderr when it cannot run
-        (VENTURE-14)."""
+        """Parse the adopted mandate against its directory (VENTURE-14)."""
         if state.mandate_text is None:
             return
         try:
@@ -9028,6 +9012,7 @@ class Warden:
             # this wake-up's records, and the next ones' for up to GROUP_WINDOW
             self.writer.commit_when_due(self.stopping)
             self.write_checkpoint(due=True)
+            self.write_snapshot(SNAPSHOT_EVERY)
             self.write_metrics()
             self.write_page()
             self.avsmd.flush()
@@ -9038,6 +9023,7 @@ class Warden:
                         d, "unusable", "avsmd stopped before the answer came"))
                 self.children.end_lingering(final=True)
                 self.writer.commit(turn_ends=True)
+                self.write_snapshot(SNAPSHOT_MIN)
                 self.avsmd.flush(everything=True)
                 return EX_OK
 
@@ -9045,15 +9031,14 @@ class Warden:
         return state.mandate is not None and not state.paused and not self.stopping
 
     def write_checkpoint(self, due=False):
-        """Write a checkpoint of the committed head (when one is due); return its text and
-        signature, or None."""
+        """Write a checkpoint of the committed head (when one is due)."""
         if self.ledger.held is not None or self.writer.ledger_down:
             return None                 # only a head the ledger holds is written down
         head = self.ledger.last or ledger_head(self.ledger.db)
         if due and not self.checkpoints.due(head, time.time()):
             return None
         try:
-            return self.checkpoints.write(head, time.time()) if head else None
+            written = self.checkpoints.write(head, time.time()) if head else None
         except OSError as err:
             # tried again after `every`, or the next irreversible action
             self.checkpoints.at = time.time()
@@ -9061,6 +9046,25 @@ class Warden:
                 f"avsmd: no checkpoint could be written to {self.checkpoints.dir}: {err}\n"
             )
             return None
+        self.write_snapshot(SNAPSHOT_MIN)
+        return written
+
+    def write_snapshot(self, least, fold=None):
+        """Write a snapshot to the committed head once `least` records came since the last."""
+        head = self.ledger.last or ledger_head(self.ledger.db)
+        if self.ledger.held is not None or self.writer.ledger_down or not head or \
+                not fold and head[0] - self.snapshots.seq < least:
+            return
+        try:
+            fold = fold or self.snapshots.fold(self.ledger.db, head[0])[:3]
+            record = self.snapshots.write(*fold)
+        except (OSError, TypeError) as err:
+            self.snapshots.seq = head[0]      # tried again after `least` more records
+            sys.stderr.write(f"avsmd: no snapshot could be written to {self.home}/snapshots:"
+                             f" {err}\n")
+            return
+        with contextlib.suppress(LedgerDown):
+            self.append(record)
 
     def write_metrics(self):
         """Write the figures to metrics.textfile when due and the head is committed."""
@@ -9099,8 +9103,7 @@ class Warden:
         return [m["out"] for m in records_answer(self.home, args)[:-1]]
 
     def next_wakeup(self, now):
-        """Return seconds until the next due report, deadline or restart; None when nothing is
-        due."""
+        """Return seconds until the next due report, deadline or restart, or None."""
         times, soonest = [], self.schedule.soonest(lambda name: self.active(self.ventures[name]))
         if soonest is not None and not self.writer.ledger_down:
             times.append(soonest)
@@ -9126,11 +9129,8 @@ class Warden:
         """Start what is due, end what is past its deadline, reap what has ended."""
         # 1. a ledger that could not be written is tried again; once it takes writes, every round is
         # due
-        if (
-            self.writer.ledger_down
-            and now >= self.writer.retry_at
-            and self.writer.retry_ledger(now)
-        ):
+        if (self.writer.ledger_down and now >= self.writer.retry_at
+                and self.writer.retry_ledger(now)):
             self.schedule.resume(time.monotonic())
         # 2. reap what ended, KILL what outlived its grace, TERM what is past its deadline
         for child in list(self.children):
@@ -9201,7 +9201,7 @@ class Warden:
     def carry_out(self, state, intents):
         """Carry out a rule's intents in order: append, pause, or ask the gate and run what it
         proves. Return [(intent, seq written)]: a Gate's seq is its action's (None when refused or
-        waiting on its check). `intents`: a rule's generator, or a list. """
+        waiting on its check)."""
         result, done = None, []
         if not hasattr(intents, "send"):
             intents = (intent for intent in intents)
@@ -9223,16 +9223,9 @@ class Warden:
             elif isinstance(intent, World):
                 self.carry_out(state, self.worlds.step(state, intent.report, intent.lever))
             else:
-                result = prove(
-                    state,
-                    intent.lever,
-                    int(time.time()),
-                    intent.basis,
-                    trigger=intent.trigger,
-                    approval=intent.approval,
-                    payload=intent.payload,
-                    check=intent.check,
-                )
+                result = prove(state, intent.lever, int(time.time()), intent.basis,
+                               trigger=intent.trigger, approval=intent.approval,
+                               payload=intent.payload, check=intent.check)
                 if result.ok:
                     ran = self.carry_out(state, self.levers.run_lever(
                         state, intent.lever, result, intent.summary, by=intent.by, side=intent.side,
@@ -9314,8 +9307,7 @@ class Warden:
             self.begin_stop()
 
     def begin_stop(self):
-        """Stop: no new work; TERM every group now, KILL after the grace; outcomes are written as
-        they end."""
+        """Stop: no new work; TERM every group now, KILL after the grace."""
         if self.stopping:
             return
         self.stopping = True
@@ -9360,17 +9352,12 @@ class Warden:
             + describe_allowed(mandate, self.cfg)
             + [capacity]
             + ([f"{name} is paused; avsm resume {name} starts it"] if state.paused else [])
-            + (
-                [f"{name}: a forecast is being made; it is written to the ledger when done"]
-                if forecasting
-                else []
-            )
+            + ([f"{name}: a forecast is being made; it is written to the ledger when done"]
+               if forecasting else [])
         )
 
     def adopt(self, state, mandate, record):
-        """Append a mandate record and put `mandate` in force: a changed `run` program is ended (the
-        keeper starts the new one), and the venture's next round is due now. Return the record's
-        seq."""
+        """Append a mandate record and put `mandate` in force; return the record's seq."""
         old_run = state.mandate["run"] if state.mandate else None
         seq = self.carry_out(state, [Write(record)])[0][1]
         state.mandate, state.problem = mandate, None
@@ -9384,8 +9371,7 @@ class Warden:
         return seq
 
     def do_health(self, args, err):
-        """What avsm doctor asks the running daemon: how many ventures, and whether the ledger can
-        be written."""
+        """What avsm doctor asks the running daemon."""
         if self.writer.ledger_down:
             err.append(
                 f"the ledger cannot be written: {self.writer.ledger_down}; nothing that would write"
@@ -9434,11 +9420,8 @@ class Warden:
                 return state, seq, state.open_asks[seq]
         answer = (
             next(
-                (
-                    a
-                    for a in records_citing(self.ledger.db, "ask", seq)
-                    if a[2]["kind"] in ANSWER_WORDS
-                ),
+                (a for a in records_citing(self.ledger.db, "ask", seq)
+                 if a[2]["kind"] in ANSWER_WORDS),
                 None,
             )
             if type(seq) is int
@@ -9446,12 +9429,9 @@ class Warden:
         )
         raise Fail(
             EX_DATAERR,
-            (
-                f"ask #{seq} is answered already: {ANSWER_WORDS[answer[2]['kind']]} "
-                f"(#{answer[0]}: {answer[2]['summary']}); avsm asks lists the open asks"
-                if answer
-                else f"#{seq} is not an open ask; avsm asks lists them"
-            ),
+            (f"ask #{seq} is answered already: {ANSWER_WORDS[answer[2]['kind']]} "
+             f"(#{answer[0]}: {answer[2]['summary']}); avsm asks lists the open asks" if answer
+             else f"#{seq} is not an open ask; avsm asks lists them"),
         )
 
     def do_approve(self, args, err):
@@ -9465,11 +9445,8 @@ class Warden:
             return self.approve_ratchet(state, seq, ask)
         lever = ask.get("lever")
         payload = args["payload"] if "payload" in args else ask.get("payload")
-        spec = (
-            state.mandate["levers"].get(lever)
-            if state.mandate and ask.get("about") in ("lever", "model")
-            else None
-        )
+        spec = (state.mandate["levers"].get(lever)
+                if state.mandate and ask.get("about") in ("lever", "model") else None)
         problem = spec and content_problem(spec["takes"], payload, state.directory)
         done = self.carry_out(
             state,
@@ -9479,10 +9456,8 @@ class Warden:
             return [f"#{seq} answered; nothing runs on it"]
         action = next(seq for intent, seq in reversed(done) if isinstance(intent, Gate))
         self.carry_out(state, ratchet_rule(state, lever, self.cfg["ratchet"]))
-        return [
-            f"#{seq} approved; {lever} "
-            + (f"runs as action #{action}" if action else "runs once its check passes")
-        ]
+        return [f"#{seq} approved; {lever} "
+                + (f"runs as action #{action}" if action else "runs once its check passes")]
 
     def do_ask(self, args, err):
         """The content an open ask carries, as JSON (for approve --edit)."""
@@ -9511,14 +9486,11 @@ class Warden:
         content_why = spec and content_problem(spec["takes"], payload, state.directory)
         done = self.carry_out(state, person_proposal_rule(state, lever, payload, content_why))
         seq, action = done[0][1], done[-1][1]
-        return [
-            f"proposal #{seq} accepted; {lever} "
-            + (f"runs as action #{action}" if action else "runs once its check passes")
-        ]
+        return [f"proposal #{seq} accepted; {lever} "
+                + (f"runs as action #{action}" if action else "runs once its check passes")]
 
     def approve_ratchet(self, state, seq, ask):
-        """A person approved delegating a lever: write the mandate change and adopt it, as avsm add
-        would."""
+        """A person approved delegating a lever: write the mandate change and adopt it."""
         path = os.path.join(state.directory, "mandate.yaml")
         new = ask.get("mandate")
         if not new:
@@ -9761,7 +9733,7 @@ class HomeLock:
 
     def check(self, debug):
         """Each second: make the lock file again when it was deleted or replaced by one no one
-        holds; return the pid standing in it when another avsmd took it, else None."""
+        holds; return the pid of another avsmd that took it."""
         try:
             st = os.stat(self.path)
             if os.path.samestat(st, os.fstat(self.fd)):
@@ -9783,8 +9755,8 @@ class HomeLock:
 
 
 class Clients:
-    """HOME/sock and the clients on it: each connection's one request, held in `queue` while the
-    warden restarts, and the reply owed to it (`waiting`: request id -> connection)."""
+    """HOME/sock and the clients on it: each connection's one request, held while the warden
+    restarts, and the reply owed to it."""
 
     def __init__(self, daemon):
         self.daemon, self.path = daemon, os.path.join(daemon.home, "sock")
@@ -10144,8 +10116,7 @@ class Daemon:
 
     # ---- life ----
     def open_home(self):
-        """Make the home, take its lock, end the groups an earlier avsmd left, open the ledger
-        (refusing one that does not read); return the groups swept."""
+        """Make the home, take its lock, end the groups an earlier avsmd left, open the ledger."""
         refuse(socket_problem(self.home), EX_CONFIG)
         refuse(written_problem(self.cfg) and f"{self.cfg_path}: {written_problem(self.cfg)}",
                EX_CONFIG)
@@ -10162,7 +10133,7 @@ class Daemon:
         swept = sweep_groups(os.path.join(self.home, "groups"), self.home)    # before anything else
         try:
             self.ledger = Ledger(os.path.join(self.home, "ledger.db"), still_ours=self.lock.ours)
-            broken = ledger_problem(self.ledger.db)
+            broken = ledger_problem(self.ledger.db, chain_anchor(self.home, self.ledger.db))
         except sqlite3_errors() as err:
             raise Fail(EX_DATAERR, f"{self.home}/ledger.db is not a ledger avsmd can open: {err};"
                                    f" nothing was written. See avsm --home {self.home} doctor") \
@@ -10425,8 +10396,7 @@ def flush_out():
         raise
     except OSError as err:
         raise OutputError(
-            err.errno or 9, err.strerror or "standard output cannot be written"
-        ) from None
+            err.errno or 9, err.strerror or "standard output cannot be written") from None
 
 
 def shown(text):
@@ -10457,8 +10427,7 @@ class OutputError(OSError):
 
 
 LINE_CONTROL_CHARS = (
-    "[\x00-\x08\x0b-\x1f\x7f-\x9f\u2028\u2029\u202a-\u202e\u2066-\u2069\ud800-\udfff]"
-)
+    "[\x00-\x08\x0b-\x1f\x7f-\x9f\u2028\u2029\u202a-\u202e\u2066-\u2069\ud800-\udfff]")
 
 
 def ask_daemon(home, cmd, args=None):
@@ -10466,26 +10435,28 @@ def ask_daemon(home, cmd, args=None):
     if REMOTE.get("via"):
         return ask_bridge(REMOTE["via"], {"v": 1, "cmd": cmd, "args": args or {}})
     with send_request(home, {"v": 1, "cmd": cmd, "args": args or {}}) as conn:
-        reader = LineReader()
         # a decision may wait on a backend (120 s, escalation twice that); anything else answers at
         # once
         conn.settimeout(3 * BACKEND_TIMEOUT if cmd == "decide" else 60)
-        while True:
-            try:
-                data = conn.recv(65536)
-            except TimeoutError:
-                raise Fail(
-                    EX_UNAVAILABLE,
-                    "avsmd took the request but gave no answer in time; see avsm doctor",
-                ) from None
-            if not data:
-                raise Fail(
-                    EX_UNAVAILABLE, "avsmd ended the connection before answering; see avsm doctor"
-                )
-            for message in reader.feed(data):
+        try:
+            for message in daemon_answer(conn):
                 code = show_answer(message, cmd, home)
                 if code is not None:
                     return code
+        except TimeoutError:
+            raise Fail(EX_UNAVAILABLE, "avsmd took the request but gave no answer in time; see "
+                                       "avsm doctor") from None
+
+
+def daemon_answer(conn):
+    """Yield each message avsmd answers on `conn`; Fail(69) when it ends the connection first."""
+    reader = LineReader()
+    while True:
+        data = conn.recv(65536)
+        if not data:
+            raise Fail(EX_UNAVAILABLE,
+                       "avsmd ended the connection before answering; see avsm doctor")
+        yield from reader.feed(data)
 
 
 def show_answer(message, cmd, home):
@@ -10531,28 +10502,23 @@ def connect_daemon(home):
                 EX_UNAVAILABLE, f"no avsmd is answering: {home} is a file, not a home directory"
             ) from None
         if not os.path.isdir(home):
-            raise Fail(
-                EX_UNAVAILABLE,
-                f"no avsmd is answering: {home} does not exist; start one with"
-                f" {program_command('avsmd', home)}",
-            ) from None
+            raise Fail(EX_UNAVAILABLE,
+                       f"no avsmd is answering: {home} does not exist; start one with"
+                       f" {program_command('avsmd', home)}") from None
         if lock_holder(home):
             raise Fail(
                 EX_UNAVAILABLE,
                 f"avsmd (pid {lock_holder(home)}) is running on {home} but its socket is missing; "
-                "it makes it again within a second: try again, or run avsm doctor",
-            ) from None
+                "it makes it again within a second: try again, or run avsm doctor") from None
         raise Fail(
             EX_UNAVAILABLE,
             f"no avsmd is running on {home}; start it with {program_command('avsmd', home)}",
         ) from None
     except ConnectionRefusedError:
         conn.close()
-        raise Fail(
-            EX_UNAVAILABLE,
-            f"no avsmd is running on {home} (its socket was left behind); start it with"
-            f" {program_command('avsmd', home)}",
-        ) from None
+        raise Fail(EX_UNAVAILABLE,
+                   f"no avsmd is running on {home} (its socket was left behind); start it with"
+                   f" {program_command('avsmd', home)}") from None
     except OSError as err:
         conn.close()
         if socket_problem(home):
@@ -10599,8 +10565,7 @@ def need_int(text, what):
         raise Fail(EX_USAGE, f"'{text}' is not {what}; write a record number such as 17")
     if int(t) > SEQ_MAX:
         raise Fail(
-            EX_DATAERR, f"#{t} is past any record the ledger can hold; avsm tail shows the last"
-        )
+            EX_DATAERR, f"#{t} is past any record the ledger can hold; avsm tail shows the last")
     return int(t)
 
 
@@ -10712,10 +10677,8 @@ def show_ledger_view(home, verb, args):
         return None
     try:
         with contextlib.closing(open_ledger_ro(path)) as db:
-            states, last = {}, None
-            for seq, at, record in read_records(db):
-                fold_ledger(states, seq, at, record)
-                last = (seq, at)
+            seq, states = Snapshots(home).fold(db)[:2]
+            last = (seq, (record_at(db, seq) or (0,))[0])
             if verb == "page":
                 return page_facts(home, states, time.time(), db, stopped=True)
     except (sqlite3.Error, ValueError, KeyError, TypeError, Fail) as err:
@@ -10753,8 +10716,7 @@ def utf8_output():
     if "utf8" in REMOTE:
         return REMOTE["utf8"]           # the bridge writes for a terminal at the other end of ssh
     encoding = (
-        (getattr(sys.stdout, "encoding", None) or "").lower().replace("-", "").replace("_", "")
-    )
+        (getattr(sys.stdout, "encoding", None) or "").lower().replace("-", "").replace("_", ""))
     if encoding != "utf8":
         return False
     lc_all, lc_ctype, lang = (os.environ.get(k) or None for k in ("LC_ALL", "LC_CTYPE", "LANG"))
@@ -10802,11 +10764,9 @@ def cmd_checkpoint(home, args):
         newest, why = newest_checkpoint(os.path.join(home, "checkpoints")), str(fail)
         if fail.code != EX_UNAVAILABLE or newest is None:
             raise
-    path = os.path.join(home, "checkpoints", f"{newest.seq:012d}.txt.sig")
-    signature = open(path).read().strip() if os.path.exists(path) else None
     why += "; this is the newest checkpoint it wrote"
     sys.stderr.write(f"avsm: {why}\n")
-    show_facts(dict(newest._asdict(), signature=signature, error=why), checkpoint_lines)
+    show_facts(dict(newest._asdict(), error=why), checkpoint_lines)
     return EX_OK
 
 
@@ -10828,8 +10788,7 @@ def cmd_approve(home, args):
         raise Fail(
             EX_USAGE,
             "approve --edit opens an editor and needs a terminal; run it in one, or approve without"
-            " --edit",
-        )
+            " --edit")
     import subprocess
     import tempfile
     payload = fetch_ask_payload(home, ask)
@@ -10889,35 +10848,26 @@ def ledger_path(home):
         raise Fail(
             EX_CANTCREAT,
             f"{home} is not a directory, so it holds no ledger; move it aside or pass another"
-            " --home",
-        )
+            " --home")
     if not os.path.isdir(home):
         raise Fail(
-            EX_NOINPUT, f"{home} does not exist; start {program_command('avsmd', home)} to make it"
-        )
+            EX_NOINPUT, f"{home} does not exist; start {program_command('avsmd', home)} to make it")
     path = os.path.join(home, "ledger.db")
     if not os.path.exists(path):
-        raise Fail(
-            EX_NOINPUT,
-            f"{home} has no ledger yet; start {program_command('avsmd', home)} to make it",
-        )
+        raise Fail(EX_NOINPUT,
+                   f"{home} has no ledger yet; start {program_command('avsmd', home)} to make it")
     # a directory, a FIFO (whose open would wait for ever) or a device
     if not os.path.isfile(path):
         mode = os.stat(path).st_mode
-        what = (
-            "a directory"
-            if stat.S_ISDIR(mode)
-            else (
-                "a FIFO"
-                if stat.S_ISFIFO(mode)
-                else "a socket" if stat.S_ISSOCK(mode) else "a device"
-            )
-        )
+        what = ("a directory"
+                if stat.S_ISDIR(mode)
+                else ("a FIFO"
+                      if stat.S_ISFIFO(mode)
+                      else "a socket" if stat.S_ISSOCK(mode) else "a device"))
         raise Fail(
             EX_DATAERR,
             f"{path} is {what}, not a ledger; move it aside (avsmd then starts a new ledger), "
-            f"and {client_command(home)} doctor says more",
-        )
+            f"and {client_command(home)} doctor says more")
     return path
 
 
@@ -10936,22 +10886,18 @@ def cmd_tail(home, args):
         elif arg.lstrip("-").isdigit() and arg.isascii() and len(arg) - len(arg.lstrip("-")) <= 1:
             count = abs(int(arg))           # tail -5, as Unix tail: the last five
         else:
-            raise Fail(
-                EX_USAGE,
-                f"avsm tail does not take '{arg}'; usage: avsm tail [N] [-f] | avsm tail"
-                " --since SEQ",
-            )
+            raise Fail(EX_USAGE,
+                       f"avsm tail does not take '{arg}'; usage: avsm tail [N] [-f] | avsm tail"
+                       " --since SEQ")
     if count < 1:
         raise Fail(EX_DATAERR, "there is no record before #1; give avsm tail a count of at least 1")
     db = open_ledger_ro(ledger_path(home))
     if since is None:
         last = last_seq(db)
         since = max(0, last - count)
-        follow = (
-            REMOTE.get("tty", sys.stdout is not None and sys.stdout.isatty())
-            if follow is None
-            else follow
-        )
+        follow = (REMOTE.get("tty", sys.stdout is not None and sys.stdout.isatty())
+                  if follow is None
+                  else follow)
     while True:
         for seq, at, record in read_records(db, since):
             out(json.dumps({"schema": 1, "seq": seq, "at": at, "record": record}) if JSON
@@ -10968,17 +10914,13 @@ def cmd_summary(home, args):
     since_text, rest = "24h", list(args)
     while rest:
         arg = rest.pop(0)
-        since_text = since_option(
-            arg,
-            rest,
-            "avsm summary --since needs a duration or a record number, such as 24h, 7d or 1200",
-        )
+        since_text = since_option(arg, rest, "avsm summary --since needs a duration or a record "
+                                  "number, such as 24h, 7d or 1200")
         if since_text is None:
             raise Fail(
                 EX_USAGE,
                 f"avsm summary does not take '{arg}'; usage: avsm summary [--since DURATION|SEQ], "
-                "such as --since 24h, --since 7d or --since 1200",
-            )
+                "such as --since 24h, --since 7d or --since 1200")
     # bad usage (64) is found before the ledger (66)
     since, seconds = since_arg(since_text, "summary")
     span = f"the last {since_text.strip()}" if seconds else f"the records after #{since}"
@@ -10990,8 +10932,7 @@ def cmd_summary(home, args):
         raise Fail(
             EX_DATAERR,
             f"#{since} is past the last record (#{top}); avsm summary --since {top} is the empty"
-            " span",
-        )
+            " span")
     summary = summarize(summary_rows(db, since), since)
     db.close()
     show_facts(summary_facts(summary, span, home), format_summary)
@@ -11005,8 +10946,7 @@ def summary_rows(db, since):
     for (text,) in db.execute(f"SELECT record FROM records WHERE {RECORD_KIND_SQL} = 'mandate'"):
         record = load_record(text)
         if record.get("kind") == "mandate" and expects_effects(
-            parsed_or_none(parse_mandate, record, 0)
-        ):
+            parsed_or_none(parse_mandate, record, 0)):
             folded.add(record.get("venture"))
     kinds, names = ", ".join("?" * len(SUMMARY_BEFORE_KINDS)), ", ".join("?" * len(folded))
     clause = f"{RECORD_KIND_SQL} IN ({kinds})"
@@ -11014,13 +10954,11 @@ def summary_rows(db, since):
         clause += f" OR {RECORD_VENTURE_SQL} IN ({names})"
     for seq, at, text in db.execute(
         f"SELECT seq, at, record FROM records WHERE seq <= ? AND ({clause}) ORDER BY seq",
-        [since, *SUMMARY_BEFORE_KINDS, *sorted(folded)],
-    ):
+        [since, *SUMMARY_BEFORE_KINDS, *sorted(folded)]):
         yield seq, at, read_record(text, seq)
     fullmatch = re.compile(TRUSTED_REPORT).fullmatch
     for seq, at, text in db.execute(
-        "SELECT seq, at, record FROM records WHERE seq > ? ORDER BY seq", (since,)
-    ):
+        "SELECT seq, at, record FROM records WHERE seq > ? ORDER BY seq", (since,)):
         yield seq, at, decode_record(text, fullmatch, seq, checked=True)
 
 
@@ -11030,8 +10968,7 @@ def summary_rows(db, since):
 TRUSTED_REPORT = (
     r'\{"claim":"measured","kind":"report","metric":"([^"\\]*)","note":"","plausible":true,'
     r'"status":"trusted","summary":"[^"\\]*","value":(-?[0-9][0-9.eE+-]*),'
-    r'"venture":"([A-Za-z0-9_.-]+)"\}'
-)
+    r'"venture":"([A-Za-z0-9_.-]+)"\}')
 
 
 def decode_record(text, fullmatch=None, seq=None, checked=False):
@@ -11098,70 +11035,52 @@ def venture_summary_lines(v):
         lines.append(
             f"  metric {v['metric']}: {t['count']} trusted report(s): first {t['first']}, last"
             f" {t['last']}, min {t['min']}, max {t['max']}"
-            + (f"; {v['untrusted']} not trusted" if v["untrusted"] else "")
-        )
+            + (f"; {v['untrusted']} not trusted" if v["untrusted"] else ""))
     elif v["untrusted"]:
         lines.append(f"  metric {v['metric']}: no trusted report; {v['untrusted']} not trusted")
     for lever, runs in sorted(v["levers"].items()):
         pending = [s for s in runs["runs"] if s not in runs["ok"] and s not in runs["failed"]]
         words = (
             [f"{len(runs['ok'])} ok"]
-            + (
-                [f"{len(runs['failed'])} failed ({seq_list(runs['failed'])})"]
-                if runs["failed"]
-                else []
-            )
-            + ([f"{len(pending)} with no outcome yet ({seq_list(pending)})"] if pending else [])
-        )
-        lines.append(
-            f"  lever {lever}: ran {len(runs['runs'])} time(s), {', '.join(words)}:"
-            f" {seq_list(runs['runs'])}"
-        )
+            + ([f"{len(runs['failed'])} failed ({seq_list(runs['failed'])})"]
+               if runs["failed"]
+               else [])
+            + ([f"{len(pending)} with no outcome yet ({seq_list(pending)})"] if pending else []))
+        lines.append(f"  lever {lever}: ran {len(runs['runs'])} time(s), {', '.join(words)}:"
+                     f" {seq_list(runs['runs'])}")
     if v["refusals"]:
         lines.append(f"  refusals: {sum(g['count'] for g in v['refusals'])}, by reason:")
         for group in v["refusals"]:
-            lines.append(
-                f"    {group['count']} x {group['lever']}: {group['why']}"
-                f" ({seq_list(group['seqs'], 4)})"
-            )
+            lines.append(f"    {group['count']} x {group['lever']}: {group['why']}"
+                         f" ({seq_list(group['seqs'], 4)})")
     if v["raised"] or v["answered"] or v["open"]:
         answered = [f"{len(asks)} {ANSWER_WORDS[kind]} ({seq_list(asks)})" for kind in ANSWER_WORDS
                     for asks in [[ask for ask, k, _ in v["answered"] if k == kind]] if asks]
-        lines.append(
-            f"  asks: {len(v['raised'])} raised"
-            + (f" ({seq_list(v['raised'])})" if v["raised"] else "")
-            + f", {len(v['answered'])} answered"
-            + (f": {', '.join(answered)}" if answered else "")
-            + f", {len(v['open'])} still open"
-        )
+        lines.append(f"  asks: {len(v['raised'])} raised"
+                     + (f" ({seq_list(v['raised'])})" if v["raised"] else "")
+                     + f", {len(v['answered'])} answered"
+                     + (f": {', '.join(answered)}" if answered else "")
+                     + f", {len(v['open'])} still open")
     for guard, g in sorted(v["guards"].items()):
         lines.append(
             f"  guard {guard}: {g['readings']} reading(s), {len(g['episodes'])} episode(s) past its"
             " bound"
             + (f" ({seq_list(g['episodes'])})" if g["episodes"] else "")
-            + (f", paused it ({seq_list(g['paused'])})" if g["paused"] else "")
-        )
+            + (f", paused it ({seq_list(g['paused'])})" if g["paused"] else ""))
     person_pauses = [s for s, guard in v["pauses"] if not guard]
     if person_pauses or v["resumes"]:
         lines.append(
             f"  paused by a person {len(person_pauses)} time(s), resumed {len(v['resumes'])}"
-            " time(s)"
-        )
+            " time(s)")
     if v["effects"]:
-        lines.append(
-            "  effects judged: "
-            + ", ".join(
-                f"{len(seqs)} {verdict} ({seq_list(seqs, 4)})"
-                for verdict, seqs in sorted(v["effects"].items())
-            )
-        )
+        lines.append("  effects judged: "
+                     + ", ".join(f"{len(seqs)} {verdict} ({seq_list(seqs, 4)})"
+                                 for verdict, seqs in sorted(v["effects"].items())))
     if v["exits"]:
         restarts = [s for s, again, _ in v["exits"] if again]
-        lines.append(
-            f"  run: ended {len(v['exits'])} time(s), restarted {len(restarts)}"
-            + (f" ({seq_list(restarts)})" if restarts else "")
-            + f"; last ended {v['exits'][-1][2]}"
-        )
+        lines.append(f"  run: ended {len(v['exits'])} time(s), restarted {len(restarts)}"
+                     + (f" ({seq_list(restarts)})" if restarts else "")
+                     + f"; last ended {v['exits'][-1][2]}")
     return lines + ([f"  needs a person: {what} -> {command}" for what, command in v["needs"]]
                     or ["  needs a person: nothing"])
 
@@ -11201,12 +11120,19 @@ def why_facts(db, facts, home):
         facts["cites"] = [{"seq": c, "at": r[0], "record": r[1]}
                           for c in cited for r in [record_at(db, c)] if r]
         return facts
-    # a proof that reads is an object, its premises numbers; the venture's records up to the
-    # action (the fold the gate saw: recheck_action), and each premise whole
+    # a proof that reads is an object, its premises numbers; the fold the gate saw
+    # (recheck_action): the newest good snapshot before it and the venture's records since
+    since = (0, None)
+    for _, r in snapshot_records(db):
+        with contextlib.suppress(Fail, ValueError):
+            if r["seq"] < seq:
+                since = (r["seq"], states_of(read_snapshot(home, r))[0])
+                break
     fullmatch = re.compile(TRUSTED_REPORT).fullmatch
     records = {s: (a, decode_record(t, fullmatch, s)) for s, a, t in db.execute(
-        "SELECT seq, at, record FROM records "
-        f"WHERE {RECORD_VENTURE_SQL} = ? AND seq <= ? ORDER BY seq", (record.get("venture"), seq))}
+        "SELECT seq, at, record FROM records WHERE "
+        f"{RECORD_VENTURE_SQL} = ? AND seq > ? AND seq <= ? ORDER BY seq",
+        (record.get("venture"), since[0], seq))}
     premises = proof.get("premises", [])
     for p in premises:
         whole = record_at(db, p) if 0 < p <= seq else None
@@ -11218,7 +11144,7 @@ def why_facts(db, facts, home):
         "steps": proof.get("steps") if isinstance(proof.get("steps"), list) else [],
         "trigger": {"seq": proof["trigger"], "record": t[1]} if t else None,
         "premises": [{"seq": p, "record": records.get(p, (0, None))[1]} for p in premises]}
-    facts["problems"] = check_proof(seq, at, record, records)
+    facts["problems"] = check_proof(seq, at, record, records, since=since)
     facts["rechecks"] = not facts["problems"]
     return facts
 
@@ -11260,8 +11186,7 @@ def records_citing(db, key, seq):
     # canonical JSON is compact; the exact field is checked below
     rows = db.execute(
         "SELECT seq, at, record FROM records WHERE seq > ? AND record LIKE ? ORDER BY seq",
-        (seq, f'%"{key}":{seq}%'),
-    )
+        (seq, f'%"{key}":{seq}%'))
     for s, at, text in rows:
         record = load_record(text, s)
         if record.get(key) == seq:
@@ -11274,8 +11199,7 @@ def printed_lines(outcome, indent):
     if not note:
         return [f"{indent}printed nothing"]
     head = f"{indent}printed" + (
-        f" (the last {NOTE_MAX} characters):" if len(note) >= NOTE_MAX else ":"
-    )
+        f" (the last {NOTE_MAX} characters):" if len(note) >= NOTE_MAX else ":")
     return [head] + [f"{indent}  {line}" for line in note.splitlines()]
 
 
@@ -11285,15 +11209,13 @@ def what_followed(db, seq, record, home):
 
     def ended(action_seq, indent):
         outcomes = [
-            o for o in records_citing(db, "action", action_seq) if o[2].get("kind") == "outcome"
-        ]
+            o for o in records_citing(db, "action", action_seq) if o[2].get("kind") == "outcome"]
         for o_seq, o_at, outcome in outcomes:
             lines.append(f"{indent}ended " + format_record_line(o_seq, o_at, outcome))
             lines.extend(printed_lines(outcome, indent + "  "))
         if not outcomes:
             lines.append(
-                f"{indent}no outcome yet: the lever is running, or avsmd stopped before it ended"
-            )
+                f"{indent}no outcome yet: the lever is running, or avsmd stopped before it ended")
 
     def runs(key, number, indent):
         for a_seq, a_at, action in records_citing(db, key, number):
@@ -11303,11 +11225,9 @@ def what_followed(db, seq, record, home):
 
     kind = record.get("kind")
     if kind == "ask":
-        answers = [
-            a
-            for a in records_citing(db, "ask", seq)
-            if a[2].get("kind") in ("refusal", *ANSWER_WORDS)
-        ]
+        answers = [a
+                   for a in records_citing(db, "ask", seq)
+                   if a[2].get("kind") in ("refusal", *ANSWER_WORDS)]
         for a_seq, a_at, answer in answers:
             lines.append(("  settled by " if answer["kind"] == "resolved" else "  answered by ")
                          + format_record_line(a_seq, a_at, answer))
@@ -11329,15 +11249,12 @@ def describe_call(record):
     words = [f"{record.get('backend')}, request id {call.get('request_id') or 'not given'}"]
     usage = call.get("usage") or {}
     first = ("input_tokens", "output_tokens", "prompt_tokens", "completion_tokens", "total_tokens")
-    flat = sorted(
-        ((k, v) for k, v in usage.items() if not isinstance(v, dict)),
-        key=lambda kv: (first.index(kv[0]) if kv[0] in first else len(first), kv[0]),
-    ) + [
+    flat = sorted(((k, v) for k, v in usage.items() if not isinstance(v, dict)),
+                  key=lambda kv: (first.index(kv[0]) if kv[0] in first else len(first), kv[0])) + [
         (f"{k}.{k2}", v2)
         for k, v in sorted(usage.items())
         if isinstance(v, dict)
-        for k2, v2 in sorted(v.items())
-    ]
+        for k2, v2 in sorted(v.items())]
     words.append("usage " + ", ".join(f"{k} {v}" for k, v in flat) if flat else "no usage reported")
     if call.get("stop"):
         words.append(f"stop {call['stop']}")
@@ -11346,7 +11263,7 @@ def describe_call(record):
     return "; ".join(words)
 
 
-# ---- other hosts, over OpenSSH: the bridge, avsm --host, avsm fleet ---------------
+# ---- other hosts, over OpenSSH: the bridge, avsm --host, avsm fleet ----
 # avsm listens on nothing but its socket (DESIGN: no listener): `avsm --host H VERB` runs VERB
 # through ssh and the bridge there, which an ssh key names as its forced command.
 
@@ -11357,26 +11274,19 @@ SSH_FAILURES = (
     (
         "Permission denied",
         EX_NOPERM,
-        (
-            "the key was refused: put your public key in the host's "
-            "authorized_keys, as the README's Many hosts shows"
-        ),
+        "the key was refused: put your public key in the host's "
+        "authorized_keys, as the README's Many hosts shows",
     ),
     (
         "timed out",
         EX_NOHOST,
-        (
-            "it said nothing within its timeout: the host or its sshd hangs; "
-            "`ssh HOST true` tries by hand"
-        ),
+        "it said nothing within its timeout: the host or its sshd hangs; "
+        "`ssh HOST true` tries by hand",
     ),
-    (
-        "Host key verification failed",
-        EX_NOPERM,
-        "its host key is not the one known_hosts holds: check it, then ssh to it once by hand",
-    ),
-    ("", EX_NOHOST, "is it up, with sshd running? `ssh HOST true` tries by hand"),
-)
+    ("Host key verification failed",
+     EX_NOPERM,
+     "its host key is not the one known_hosts holds: check it, then ssh to it once by hand"),
+    ("", EX_NOHOST, "is it up, with sshd running? `ssh HOST true` tries by hand"))
 FLEET_VIEWS = ("status", "asks", "summary", "page")
 # what fleet witness checks a host's checkpoints with, in the fleet file or one of its hosts
 WITNESS_KEYS = {"principal", "allowed_signers", "namespace"}
@@ -11406,24 +11316,18 @@ def cmd_bridge(home, args, pinned):
             messages = reader.feed(data)
         except (ValueError, RecursionError) as err:
             raise Fail(
-                EX_USAGE, f"the bridge reads one JSON object a line: {str(err)[:200]}"
-            ) from None
+                EX_USAGE, f"the bridge reads one JSON object a line: {str(err)[:200]}") from None
         for message in messages:
             asked = True
             if not isinstance(message, dict):
                 raise Fail(
-                    EX_USAGE, f"the bridge reads one JSON object a line, not {json_kind(message)}"
-                )
+                    EX_USAGE, f"the bridge reads one JSON object a line, not {json_kind(message)}")
             where = message.pop("home", None)
-            if where is not None and (
-                argument_problem("path", where)
-                or pinned
-                and os.path.realpath(where) != os.path.realpath(home)
-            ):
-                raise Fail(
-                    EX_DATAERR,
-                    f"this bridge serves {home}, not {shown_text(json.dumps(where))[:120]}",
-                )
+            if where is not None and (argument_problem("path", where)
+                                      or pinned
+                                      and os.path.realpath(where) != os.path.realpath(home)):
+                raise Fail(EX_DATAERR,
+                           f"this bridge serves {home}, not {shown_text(json.dumps(where))[:120]}")
             if "verb" in message:
                 return bridge_verb(where or home, message, bool(args))
             try:
@@ -11431,22 +11335,15 @@ def cmd_bridge(home, args, pinned):
                 if args and cmd not in READ_REQUESTS:
                     raise Fail(
                         EX_DATAERR,
-                        f"this key may only read (avsm bridge --read-only): {cmd} is refused",
-                    )
+                        f"this key may only read (avsm bridge --read-only): {cmd} is refused")
                 if cmd == "records":        # read here, from the file: a witness needs no avsmd
                     send_out(*records_answer(where or home, request_args))
                     continue
                 with send_request(where or home, message) as conn:
                     conn.settimeout(3 * BACKEND_TIMEOUT)
-                    answer, ended = LineReader(), False
-                    while not ended:
-                        data = conn.recv(65536)
-                        if not data:
-                            raise Fail(
-                                EX_UNAVAILABLE,
-                                "avsmd ended the connection before answering; see avsm doctor",
-                            )
-                        ended = any("exit" in send_out(line) for line in answer.feed(data))
+                    for line in daemon_answer(conn):
+                        if "exit" in send_out(line):
+                            break
             except (Fail, ValueError, OSError) as err:
                 send_out({"err": str(err)}, {"exit": getattr(err, "code", EX_UNAVAILABLE)})
 
@@ -11461,22 +11358,17 @@ def send_out(*messages):
 def bridge_verb(home, message, read_only):
     """Run one client verb here for the person at the other end of ssh; return its exit code."""
     if message.pop("v", 1) != 1:
-        raise Fail(
-            EX_USAGE,
-            "this bridge speaks version 1 of its requests; use an avsm of the same version",
-        )
+        raise Fail(EX_USAGE,
+                   "this bridge speaks version 1 of its requests; use an avsm of the same version")
     m = checked_arguments("a bridge's verb", message, BRIDGE_KEYS)
     verb, argv = m["verb"], take_json([m["verb"]] + m["argv"])[1:]
     if verb not in BRIDGE_VERBS:
         raise Fail(
-            EX_USAGE, f"the bridge runs {', '.join(BRIDGE_VERBS)}, not {shown_text(verb)[:80]}"
-        )
+            EX_USAGE, f"the bridge runs {', '.join(BRIDGE_VERBS)}, not {shown_text(verb)[:80]}")
     if read_only and (BRIDGE_VERBS[verb] != "read" or verb == "doctor" and "--cut" in argv):
-        raise Fail(
-            EX_DATAERR,
-            f"this key may only read (avsm bridge --read-only): {verb} is refused; "
-            "it needs a key whose bridge may write",
-        )
+        raise Fail(EX_DATAERR,
+                   f"this key may only read (avsm bridge --read-only): {verb} is refused; "
+                   "it needs a key whose bridge may write")
     problem = bridge_argv_problem(verb, argv)
     if problem:
         raise Fail(EX_DATAERR, problem)
@@ -11516,31 +11408,24 @@ def end_with_stdin():
 def remote_host(spec, ssh=None, bridge=None, timeout=None, name=None):
     """Return the host [user@]HOST[:HOME] names, with its ssh command, bridge and timeout."""
     dest, _, home = spec.partition(":")
-    if (
-        not re.fullmatch(r"([^@\s]+@)?[\w.\[\]-]+", dest)
+    if (not re.fullmatch(r"([^@\s]+@)?[\w.\[\]-]+", dest)
         or dest.startswith("-")
         or home
-        and not os.path.isabs(home)
-    ):
-        raise Fail(
-            EX_USAGE,
-            f"{shown_text(spec)[:80]!r} is not [user@]HOST[:HOME] (HOME absolute, as"
-            " web1:/srv/avsm)",
-        )
-    return {
-        "name": name or spec,
-        "dest": dest,
-        "home": home or None,
-        "timeout": timeout or 10,
-        "ssh": ssh or os.environ.get("AVSM_SSH") or "ssh",
-        "bridge": bridge or os.environ.get("AVSM_BRIDGE") or "avsm bridge",
-    }
+        and not os.path.isabs(home)):
+        raise Fail(EX_USAGE,
+                   f"{shown_text(spec)[:80]!r} is not [user@]HOST[:HOME] (HOME absolute, as"
+                   " web1:/srv/avsm)")
+    return {"name": name or spec,
+            "dest": dest,
+            "home": home or None,
+            "timeout": timeout or 10,
+            "ssh": ssh or os.environ.get("AVSM_SSH") or "ssh",
+            "bridge": bridge or os.environ.get("AVSM_BRIDGE") or "avsm bridge"}
 
 
 def fleet_path(given=None):
     return given or os.path.join(
-        os.environ.get("XDG_CONFIG_HOME") or os.path.expanduser("~/.config"), "avsm", "fleet.yaml"
-    )
+        os.environ.get("XDG_CONFIG_HOME") or os.path.expanduser("~/.config"), "avsm", "fleet.yaml")
 
 
 def read_fleet(path, must=True):
@@ -11556,16 +11441,13 @@ def read_fleet(path, must=True):
         raise Fail(
             EX_NOINPUT,
             f"{path} cannot be read ({err.strerror}): write the hosts there, as the README's "
-            "Many hosts shows, or name a file with --fleet FILE",
-        ) from None
+            "Many hosts shows, or name a file with --fleet FILE") from None
     doc, c = checked_yaml(text, path)
     keys = {"ssh", "bridge", "timeout"} | WITNESS_KEYS
     c.mapping(doc, (), keys | {"hosts"}, "a fleet file")
     if not isinstance(doc.get("hosts"), list) or not doc["hosts"]:
-        c.fail(
-            ("hosts",),
-            "hosts: is a list of [user@]HOST[:HOME], as hosts: [web1, ops@db1:/srv/avsm]",
-        )
+        c.fail(("hosts",),
+               "hosts: is a list of [user@]HOST[:HOME], as hosts: [web1, ops@db1:/srv/avsm]")
     for k in sorted(keys & set(doc)):   # what every host takes is checked where it is written
         if k == "timeout":
             fleet_timeout(c, doc[k], (k,), text)
@@ -11573,12 +11455,10 @@ def read_fleet(path, must=True):
             c.text(doc[k], (k,), k)
     hosts, named = [], {}
     for i, item in enumerate(doc["hosts"]):
-        entry = c.mapping(
-            {"host": item} if isinstance(item, str) else item,
-            ("hosts", i),
-            keys | {"host", "name"},
-            "a host",
-        )
+        entry = c.mapping({"host": item} if isinstance(item, str) else item,
+                          ("hosts", i),
+                          keys | {"host", "name"},
+                          "a host")
         where = {k: ("hosts", i, k) if k in entry else (k,) for k in keys | {"host", "name"}}
         given = {k: c.text(entry.get(k, doc.get(k)), where[k], k, required=False)
                  for k in ("ssh", "bridge", "host", "name", *WITNESS_KEYS)}
@@ -11588,8 +11468,7 @@ def read_fleet(path, must=True):
             hosts.append(
                 remote_host(
                     given["host"] or "", given["ssh"], given["bridge"], timeout, given["name"]
-                )
-            )
+                ))
             hosts[-1].update((k, given[k]) for k in WITNESS_KEYS)
         except Fail as fail:
             c.fail(("hosts", i), str(fail))
@@ -11641,8 +11520,7 @@ def run_remote(target, verb, argv, path=None):
     if verb not in BRIDGE_VERBS:
         raise Fail(
             EX_USAGE,
-            f"avsm {verb} runs only where you are; avsm --host runs {', '.join(BRIDGE_VERBS)}",
-        )
+            f"avsm {verb} runs only where you are; avsm --host runs {', '.join(BRIDGE_VERBS)}")
     REMOTE.update({"via": host, "as": f"{client_command()} --host {target}"})
     if verb == "approve" and "--edit" in argv:
         # the editor is here; the ask and the answer go through the bridge
@@ -11651,23 +11529,19 @@ def run_remote(target, verb, argv, path=None):
     if verb == "propose" and "--payload" in argv[:-1]:
         at = argv.index("--payload")
         stdin, argv = read_payload(argv[at + 1]), argv[:at + 1] + ["-"] + argv[at + 2:]
-    elif (
-        verb == "doctor"
-        and "--checkpoint" in argv
-        and argv[argv.index("--checkpoint") + 1 :][:1] == ["-"]
-    ):
+    elif (verb == "doctor"
+          and "--checkpoint" in argv
+          and argv[argv.index("--checkpoint") + 1 :][:1] == ["-"]):
         # doctor --checkpoint -: what - reads is here, sent along
         stdin = sys.stdin.read()
-    request = {
-        "v": 1,
-        "verb": verb,
-        "argv": argv + ["--json"] * bool(JSON),
-        "home": host["home"],
-        "stdin": stdin,
-        "as": REMOTE["as"],
-        "tty": bool(sys.stdout and sys.stdout.isatty()),
-        "utf8": utf8_output(),
-    }
+    request = {"v": 1,
+               "verb": verb,
+               "argv": argv + ["--json"] * bool(JSON),
+               "home": host["home"],
+               "stdin": stdin,
+               "as": REMOTE["as"],
+               "tty": bool(sys.stdout and sys.stdout.isatty()),
+               "utf8": utf8_output()}
     return ssh_bridge(host, request)[0]
 
 
@@ -11737,7 +11611,7 @@ def far_text(text, command):
 
 def ssh_bridge(host, request, capture=False, timeout=None):
     """Run the bridge on `host` through ssh with `request` on its standard input; return (exit
-    code, its output when captured, its error lines). A verb runs as long as it runs (tail -f)."""
+    code, its output when captured, its error lines)."""
     import codecs
     import select
     import threading
@@ -11879,8 +11753,7 @@ def far_failure(host, code, ours, theirs, ended=(), pinged=True, by_hand=None):
             EX_UNAVAILABLE,
             f"{name}: no avsm there ({host['bridge']!r} was not found); copy avsm.py to it and name"
             " the command: bridge: python3 /opt/avsm/avsm.py bridge in the fleet file, or"
-            " AVSM_BRIDGE",
-        )
+            " AVSM_BRIDGE")
     if not pinged and code == EX_OK:
         raise Fail(EX_UNAVAILABLE, f"{name}: {host['bridge']!r} ran there and said nothing, which "
                                    f"avsm's bridge never does; name avsm's (bridge: python3 "
@@ -12421,13 +12294,11 @@ def read_config(home, path=None):
         raise Fail(
             EX_CONFIG,
             f"{path}:{line}:{col}: byte 0x{data[err.start]:02x} is not UTF-8; save the config as"
-            " UTF-8",
-        ) from None
+            " UTF-8") from None
     except FileNotFoundError:
         if given:
             raise Fail(
-                EX_CONFIG, f"{path} is not there; pass an existing config file to -f"
-            ) from None
+                EX_CONFIG, f"{path} is not there; pass an existing config file to -f") from None
         text = ""
     except OSError as err:
         raise Fail(EX_CONFIG, f"{path} cannot be read: {err.strerror}") from None
@@ -12457,35 +12328,33 @@ def adopted_mandates(home):
 
 def test_config(home, cfg, path):
     """avsmd -t: the config and every adopted mandate, re-read; 78 when one does not hold."""
-    code = EX_OK
-    problem = socket_problem(home)
-    if problem:
-        sys.stderr.write(f"avsmd: {problem}\n")
-        code = EX_CONFIG
+    problems = []
+
+    def problem(text):
+        if text:
+            sys.stderr.write(f"avsmd: {text}\n")
+            problems.append(text)
+    problem(socket_problem(home))
     out(f"config {path}: holds" + ("" if os.path.exists(path) else " (not there: every default)"))
     out(describe_notify(cfg["notify"]))
     out(describe_checkpoint(cfg["checkpoint"]))
     if checkpoint_problem(cfg["checkpoint"]):
-        sys.stderr.write(f"avsmd: {path}: {checkpoint_problem(cfg['checkpoint'])}\n")
-        code = EX_CONFIG
+        problem(f"{path}: {checkpoint_problem(cfg['checkpoint'])}")
     # it runs in the home
     notify_problem = cfg["notify"] and command_problem(cfg["notify"]["run"], home)
     if notify_problem:
-        sys.stderr.write(f"avsmd: {path}: notify: {notify_problem}\n")
-        code = EX_CONFIG
+        problem(f"{path}: notify: {notify_problem}")
     page = cfg["page"] or {"path": f"nowhere (as {PAGE_EXAMPLE} would)", "every": 0}
     out(describe_metrics(cfg["metrics"]),
         f"page: written to {page['path']} every {format_duration(page['every'])}, whole")
     if written_problem(cfg):
-        sys.stderr.write(f"avsmd: {path}: {written_problem(cfg)}\n")
-        code = EX_CONFIG
+        problem(f"{path}: {written_problem(cfg)}")
     try:
         adopted = adopted_mandates(home)
     except (sqlite3_errors(), ValueError, Fail) as err:
         sys.stderr.write(
             f"avsmd: {home}/ledger.db does not read ({err}), so no adopted mandate can be listed; "
-            f"see {client_command(home)} doctor\n"
-        )
+            f"see {client_command(home)} doctor\n")
         return EX_DATAERR
     for name, directory, seq, paused, in_force in adopted:
         mandate_path = os.path.join(directory or "", "mandate.yaml")
@@ -12499,41 +12368,33 @@ def test_config(home, cfg, path):
                 raise Fail(EX_CONFIG, f"{unsafe.why}; {unsafe.fix}, "
                                       f"then {client_command(home)} add {directory}")
         except OSError as err:
-            sys.stderr.write(f"avsmd: {name}: {mandate_path} cannot be read: {err.strerror}\n")
-            code = EX_CONFIG
+            problem(f"{name}: {mandate_path} cannot be read: {err.strerror}")
             continue
         except Fail as fail:
             if fail.code == EX_NOINPUT and paused:
                 out(f"venture {name} (mandate #{seq}): paused, and its directory has gone")
-                continue
-            sys.stderr.write(
-                f"avsmd: {name}: {fail}"
-                + (f" (mandate #{seq} stays in force)\n" if fail.code != EX_NOINPUT else "\n")
-            )
-            code = EX_CONFIG
+            else:
+                problem(f"{name}: {fail}" + (
+                    f" (mandate #{seq} stays in force)" if fail.code != EX_NOINPUT else ""))
             continue
         drift = mandate_drift(in_force, text, seq, mandate_path)
         if drift:
-            out(
-                f"venture {name} ({directory}){': paused' if paused else ''}: {mandate_path}"
+            out(f"venture {name} ({directory}){': paused' if paused else ''}: {mandate_path}"
                 f" differs from mandate #{seq} in force; {client_command(home)} add {directory}"
-                " applies it"
-            )
+                " applies it")
             out(*drift)
             out("  as on disk, once added, it allows:")
         else:
             out(f"venture {name} (mandate #{seq}, {directory}){': paused' if paused else ''}:")
         print_allowed(home, cfg, name, m)
-    return code
+    return EX_CONFIG if problems else EX_OK
 
 
 def test_ventures(home, cfg, dirs):
     """avsmd -t DIR...: check each venture directory exactly as `avsm add` would, with no daemon."""
     try:
-        adopted = {
-            name: (directory, seq, paused, text)
-            for name, directory, seq, paused, text in adopted_mandates(home)
-        }
+        adopted = {name: (directory, seq, paused, text)
+                   for name, directory, seq, paused, text in adopted_mandates(home)}
     except (sqlite3_errors(), ValueError, Fail):
         # a ledger that does not read: avsmd -t alone says so; each directory is still checked
         adopted = {}
@@ -12550,22 +12411,16 @@ def test_ventures(home, cfg, dirs):
             continue
         held = adopted.get(name)
         if held and held[0] == directory and held[3] == text:
-            out(
-                f"venture {name} ({directory}): holds, the same as mandate #{held[1]} in force"
-                " (avsm add writes nothing)"
-            )
+            out(f"venture {name} ({directory}): holds, the same as mandate #{held[1]} in force"
+                " (avsm add writes nothing)")
         elif held and held[0] == directory:
-            out(
-                f"venture {name} ({directory}): holds, and differs from mandate #{held[1]} in"
-                f" force; {client_command(home)} add {directory} applies it"
-            )
+            out(f"venture {name} ({directory}): holds, and differs from mandate #{held[1]} in"
+                f" force; {client_command(home)} add {directory} applies it")
             out(*mandate_drift(held[3], text, held[1], path))
             out("  as on disk, once added, it allows:")
         else:
-            out(
-                f"venture {name} ({directory}): holds; {client_command(home)} add {directory}"
-                " adopts it"
-            )
+            out(f"venture {name} ({directory}): holds; {client_command(home)} add {directory}"
+                " adopts it")
         print_allowed(home, cfg, name, m)
     return code
 
@@ -12578,28 +12433,19 @@ def describe_allowed(m, cfg=None):
         lines.append("  " + backend_note(m, cfg))
     lines.append(f"  controller: {CONTROLLERS[ctl['kind']].describe(ctl)}")
     for lever in m["levers"].values():
-        how = (
-            "runs unasked"
-            if lever["reversible"]
-            else (
-                "delegated: runs unasked, intent before and outcome after"
-                if lever["delegated"]
-                else "irreversible: asks a person first"
-            )
-        )
+        how = "runs unasked" if lever["reversible"] else \
+            "delegated: runs unasked, intent before and outcome after" if lever["delegated"] else \
+            "irreversible: asks a person first"
         lines.append(
             f"  may run {lever['name']}: cap {lever['cap_text']}, {how}"
             + (
                 f", takes {lever['takes']}"
-                + (
-                    " (a model's content runs unasked: delegated)"
-                    if lever["delegated"]
-                    else " (model content waits for a person)"
-                )
+                + (" (a model's content runs unasked: delegated)"
+                   if lever["delegated"]
+                   else " (model content waits for a person)")
                 if lever["takes"]
                 else ""
-            )
-        )
+            ))
     if not m["levers"]:
         lines.append("  may run no lever")
     if m["forbidden"]:
@@ -12608,22 +12454,17 @@ def describe_allowed(m, cfg=None):
         lines.append(f"  keeps {m['run']} running (restart: {m['restart']})")
     for g in m["guards"]:
         source = g["run"] or g["adapter"] or f"drawdown of {g['drawdown']:g}% from the peak"
-        bound = (
-            f"past {g['drawdown']:g}%"
-            if g["drawdown"] is not None
-            else f"{g['side']} {format_number(g['bound'])}"
-        )
-        lines.append(
-            f"  guard {g['name']} ({source}): {bound}"
-            f" {'pauses' if g['then'] == 'pause' else 'asks'}; then only stop"
-            + (f" and unwind {g['unwind']['action']}" if g["unwind"] else "")
-            + " run"
-        )
+        bound = (f"past {g['drawdown']:g}%"
+                 if g["drawdown"] is not None
+                 else f"{g['side']} {format_number(g['bound'])}")
+        lines.append(f"  guard {g['name']} ({source}): {bound}"
+                     f" {'pauses' if g['then'] == 'pause' else 'asks'}; then only stop"
+                     + (f" and unwind {g['unwind']['action']}" if g["unwind"] else "")
+                     + " run")
     for a in m["audits"]:
         lines.append(
             f"  audit {a['name']} ({a['run']}): asks when the metric improves while it worsens"
-            f" ({a['worse']}) past {format_number(a['tolerance'])}"
-        )
+            f" ({a['worse']}) past {format_number(a['tolerance'])}")
     return lines
 
 
@@ -12635,18 +12476,14 @@ def backend_note(m, cfg):
     if not name:
         return "backend: none named (set default: in config.yaml): no decision is made"
     if cfg["backends"][name]["offbox"] and m["escalate"] != "offbox":
-        return (
-            f"backend: {name} leaves the machine, and the mandate does not say escalate: offbox: no"
-            " call is made"
-        )
+        return f"backend: {name} leaves the machine, and the mandate does not say escalate:" \
+            " offbox: no call is made"
     second = cfg.get("escalate")
     if not second or second == name:
         escalation = ""
     elif cfg["backends"][second]["offbox"] and m["escalate"] != "offbox":
-        escalation = (
-            f", not escalating to {second} (it leaves the machine; the mandate does not say"
-            " escalate: offbox)"
-        )
+        escalation = f", not escalating to {second} (it leaves the machine; the mandate does" \
+            " not say escalate: offbox)"
     else:
         escalation = f", escalating to {second}"
     nightly = "no nightly decision" if cfg["nightly"] == "never" else f"nightly at {cfg['nightly']}"
@@ -12656,12 +12493,8 @@ def backend_note(m, cfg):
 def print_allowed(home, cfg, name, m):
     """Print what mandate `m` of venture `name` allows, and whether its levers can hold it."""
     out(*describe_allowed(m, cfg))
-    out(
-        "  "
-        + describe_capacity(
-            ledger_capacity(home, name, m, (cfg["forecast"] or FORECAST_DEFAULT)["days"])
-        )
-    )
+    out("  " + describe_capacity(
+        ledger_capacity(home, name, m, (cfg["forecast"] or FORECAST_DEFAULT)["days"])))
 
 
 def ledger_capacity(home, name, m, days):
@@ -12692,8 +12525,7 @@ def cmd_try(home_arg, args):
     import tempfile
     if len(args) != 1:
         raise Fail(
-            EX_USAGE, "usage: avsm try DIR   (for example: python3 avsm.py try examples/counter)"
-        )
+            EX_USAGE, "usage: avsm try DIR   (for example: python3 avsm.py try examples/counter)")
     directory = os.path.realpath(args[0])
     check_venture_dir(directory)
     check_venture_name(os.path.basename(directory))
@@ -12725,22 +12557,17 @@ def cmd_try(home_arg, args):
         if not started:
             code = daemon.poll()
             raise Fail(
-                (
-                    code
-                    if code in (EX_TEMPFAIL, EX_CONFIG, EX_CANTCREAT, EX_NOPERM)
-                    else EX_UNAVAILABLE
-                ),
+                (code
+                 if code in (EX_TEMPFAIL, EX_CONFIG, EX_CANTCREAT, EX_NOPERM)
+                 else EX_UNAVAILABLE),
                 f"avsmd did not start on {home} (exit {code}); try adopts nothing into another"
-                " avsmd",
-            )
+                " avsmd")
         code = ask_daemon(home, "add", {"dir": directory})
         if code != EX_OK:
             return code
         out(f"# {when_it_acts(home, directory)}")
-        out(
-            f"# the home is {home}; in another terminal: {client_command(home)} asks (approve N,"
-            " deny N, status)"
-        )
+        out(f"# the home is {home}; in another terminal: {client_command(home)} asks (approve N,"
+            " deny N, status)")
         out(f"# following {home}/ledger.db; Ctrl-C stops avsmd")
         sys.stdout.flush()
         cmd_tail(home, ["1000000", "-f"])
@@ -12779,8 +12606,7 @@ def when_it_acts(home, directory):
     if decided_by_model(m):
         return (
             f"{name}: a model proposes at the nightly decision, or now with avsm decide {name}; a"
-            f" report every {every}"
-        )
+            f" report every {every}")
     sides = [f"{m['metric']} {'>' if way == 'above' else '<'} {format_number(bound)} (then "
              + (f"{lever} runs)" if asks_first(m, lever) is None else asks_first(m, lever) + ")")
              for _, way, bound, lever in controller_sides(m)]
@@ -12791,17 +12617,14 @@ def when_it_acts(home, directory):
             row = db.execute(
                 "SELECT record FROM records WHERE record LIKE '%\"kind\":\"report\"%' AND "
                 "record LIKE ? ORDER BY seq DESC LIMIT 1",
-                (f'%"venture":"{name}"%',),
-            ).fetchone()
+                (f'%"venture":"{name}"%',)).fetchone()
             db.close()
             last = json.loads(row[0]) if row else None
         if last is None:
             time.sleep(0.1)
-    now = (
-        f"; the first report says {format_number(last['value'])}"
-        if last and last.get("value") is not None
-        else "; no report yet"
-    )
+    now = (f"; the first report says {format_number(last['value'])}"
+           if last and last.get("value") is not None
+           else "; no report yet")
     return f"{name} acts when {' or '.join(sides)}{now}, and a report comes every {every}"
 
 
@@ -12823,8 +12646,7 @@ def program_command(program, home=None):
     on_path = shutil.which(program)
     if name.split(".")[0] in ("avsm", "avsmd") and not name.endswith(".py"):
         if on_path and (
-            not os.path.dirname(started) or os.path.realpath(on_path) == os.path.realpath(beside)
-        ):
+            not os.path.dirname(started) or os.path.realpath(on_path) == os.path.realpath(beside)):
             command = program
         elif os.path.dirname(started) and os.path.exists(beside):
             command = beside
@@ -12835,8 +12657,7 @@ def program_command(program, home=None):
     if command is None:
         python = sys.executable or "python3"
         if shutil.which("python3") and os.path.realpath(
-            shutil.which("python3")
-        ) == os.path.realpath(python):
+            shutil.which("python3")) == os.path.realpath(python):
             python = "python3"
         script = started if name.endswith(".py") and os.path.exists(started) else AVSM_PATH
         command = f"{python} {script}" + (" avsmd" if program == "avsmd" else "")
@@ -12903,8 +12724,7 @@ def cmd_link(home, args):
     if len(args) != 1 or args[0].startswith("-"):
         raise Fail(
             EX_USAGE,
-            "usage: avsm link DIR (such as avsm link ~/bin): it writes DIR/avsm and DIR/avsmd",
-        )
+            "usage: avsm link DIR (such as avsm link ~/bin): it writes DIR/avsm and DIR/avsmd")
     target = os.path.abspath(os.path.expanduser(args[0]))
     try:
         os.makedirs(target, exist_ok=True)
@@ -12916,8 +12736,7 @@ def cmd_link(home, args):
                         raise Fail(
                             EX_CANTCREAT,
                             f"{path} is there and avsm link did not write it (an installed avsm?): "
-                            "remove it, or link into another directory",
-                        )
+                            "remove it, or link into another directory")
         for program in ("avsm", "avsmd"):
             path = os.path.join(target, program)
             with open(path + ".new", "w", encoding="utf-8") as fh:
@@ -12937,23 +12756,12 @@ def cmd_link(home, args):
         pass                          # the first start writes it
     finally:
         sys.pycache_prefix = saved
-    on_path = target in [
-        os.path.abspath(os.path.expanduser(d))
-        for d in os.environ.get("PATH", "").split(os.pathsep)
-        if d
-    ]
-    out(
-        f"wrote {target}/avsm and {target}/avsmd: they run {AVSM_PATH}, started from cached"
-        " bytecode"
-        + (
-            ""
-            if on_path
-            else (
-                f"\n{target} is not on your PATH: add it (PATH={target}:$PATH), or run"
-                f" {target}/avsm"
-            )
-        )
-    )
+    on_path = target in [os.path.abspath(os.path.expanduser(d))
+                         for d in os.environ.get("PATH", "").split(os.pathsep)
+                         if d]
+    out(f"wrote {target}/avsm and {target}/avsmd: they run {AVSM_PATH}, started from cached"
+        " bytecode" + ("" if on_path else f"\n{target} is not on your PATH: add it "
+                                          f"(PATH={target}:$PATH), or run {target}/avsm"))
     return EX_OK
 
 
@@ -12962,21 +12770,11 @@ def cmd_link(home, args):
 # The client commands that need no avsmd, and the text of a venture's status.
 # =============================================================================
 
-# ---- avsm chart --------------------------------------------------------------
+# ---- avsm chart ----
 
 CHART_USAGE = "usage: avsm chart VENTURE [--since DURATION|SEQ]"
-CHART_KINDS = (
-    "report",
-    "action",
-    "outcome",
-    "ask",
-    "approval",
-    "denial",
-    "resolved",
-    "pause",
-    "resume",
-    "refusal",
-)
+CHART_KINDS = ("report", "action", "outcome", "ask", "approval", "denial", "resolved", "pause",
+               "resume", "refusal")
 CHART_WIDTH, CHART_HEIGHT = 960, 450
 # the plot's edges, in pixels
 CHART_LEFT, CHART_TOP, CHART_RIGHT, CHART_BOTTOM = 76, 104, 930, 366
@@ -12985,50 +12783,14 @@ CHART_SPAN = 86400      # seconds a chart shows unless told (--since): the last 
 CHART_MARKS = 120       # markers of one kind at most: more in the span are drawn as named groups
 # the value axis ends within it: its padded span still fits a float
 CHART_VALUE_MAX = sys.float_info.max / 4
-CHART_TIME_STEPS = (
-    1,
-    2,
-    5,
-    10,
-    15,
-    30,
-    60,
-    120,
-    300,
-    600,
-    900,
-    1800,
-    3600,
-    7200,
-    10800,
-    21600,
-    43200,
-    86400,
-    2 * 86400,
-    7 * 86400,
-    14 * 86400,
-    30 * 86400,
-    91 * 86400,
-    365 * 86400,
-)
-CHART_COLOURS = {
-    "trusted": "#1f5fa8",
-    "implausible": "#c0392b",
-    "unconfirmed": "#d35400",
-    "failed": "#7f7f7f",
-    "band": "#2e8b57",
-    "bound": "#444444",
-    "ok": "#2e7d32",
-    "not ok": "#c62828",
-    "running": "#7f7f7f",
-    "ask": "#7b3fa0",
-    "grid": "#e4e4e4",
-    "text": "#222222",
-    "paused": "#8a8a8a",
-    "stuck": "#e0a000",
-    "guard": "#b03060",
-    "mandate": "#555555",
-}
+CHART_TIME_STEPS = (1, 2, 5, 10, 15, 30, 60, 120, 300, 600, 900, 1800, 3600, 7200, 10800, 21600,
+                    43200, 86400, 2 * 86400, 7 * 86400, 14 * 86400, 30 * 86400, 91 * 86400,
+                    365 * 86400)
+CHART_COLOURS = {"trusted": "#1f5fa8", "implausible": "#c0392b", "unconfirmed": "#d35400",
+                 "failed": "#7f7f7f", "band": "#2e8b57", "bound": "#444444", "ok": "#2e7d32",
+                 "not ok": "#c62828", "running": "#7f7f7f", "ask": "#7b3fa0", "grid": "#e4e4e4",
+                 "text": "#222222", "paused": "#8a8a8a", "stuck": "#e0a000", "guard": "#b03060",
+                 "mandate": "#555555"}
 # one a lever, in order of first run
 LEVER_COLOURS = ("#2e7d32", "#ef6c00", "#00838f", "#6d4c41", "#ad1457", "#827717")
 # XML 1.0 cannot hold these even as &#..; (control characters, lone surrogates, U+FFFE/U+FFFF), and
@@ -13043,11 +12805,8 @@ def cmd_chart(home, args):
     name, since, rest = None, None, list(args)
     while rest:
         arg = rest.pop(0)
-        value = since_option(
-            arg,
-            rest,
-            f"--since needs a duration or a record number (--since 24h, --since 17); {CHART_USAGE}",
-        )
+        value = since_option(arg, rest, "--since needs a duration or a record number (--since "
+                             f"24h, --since 17); {CHART_USAGE}")
         if value is not None:
             since = value
         elif arg == "--":
@@ -13065,13 +12824,9 @@ def cmd_chart(home, args):
         raise Fail(EX_USAGE, CHART_USAGE)
     after, seconds = since_arg(since, "chart") if since is not None else (0, CHART_SPAN)
     after, start = after or 0, time.time() - seconds if seconds else 0
-    span = (
-        f"in the last {format_duration(seconds)}"
-        if seconds
-        else f"after #{after}" if after else "in the ledger"
-    )
-    if since is None:
-        span = "in the last 24h (the default span; --since 0 charts the whole history)"
+    span = "in the last 24h (the default span; --since 0 charts the whole history)" \
+        if since is None else f"in the last {format_duration(seconds)}" if seconds else \
+        f"after #{after}" if after else "in the ledger"
     db = open_ledger_ro(ledger_path(home))
     try:
         mandates, records, untimed = read_chart_records(db, name, after, start)
@@ -13079,12 +12834,10 @@ def cmd_chart(home, args):
         db.close()
     if untimed:
         span += (
-            f" ({untimed} record{'s' if untimed != 1 else ''} at a time no clock wrote left out)"
-        )
+            f" ({untimed} record{'s' if untimed != 1 else ''} at a time no clock wrote left out)")
     if not mandates:
         raise Fail(
-            EX_DATAERR, f"no venture is named '{name}'; {client_command(home)} status lists them"
-        )
+            EX_DATAERR, f"no venture is named '{name}'; {client_command(home)} status lists them")
     if not any(r["kind"] == "report" for _, _, r in records):
         raise Fail(EX_DATAERR, f"venture {name} has no reports {span}" +
                    ("; give --since an earlier record or a longer duration, or --since 0 for the "
@@ -13108,8 +12861,7 @@ def since_arg(text, command):
             EX_USAGE,
             f"avsm {command} --since takes a duration such as 10s, 24h or 7d, or a record number "
             f"such as 17, not '{text}': --since 24h is the last 24 hours, --since 17 the records "
-            "after #17",
-        ) from None
+            "after #17") from None
 
 
 # 9999-12-31T23:59:59Z: a record's time past it (or before 1970) no clock wrote
@@ -13118,7 +12870,7 @@ CLOCK_MAX = 253402300799
 
 def read_chart_records(db, name, after, start):
     """Return (the mandate records of venture `name`, its records after seq `after` and from
-    `start`, how many were left out for a time no clock wrote). The indexes find the span."""
+    `start`, how many were left out for a time no clock wrote)."""
     field = f'"venture":{json.dumps(name)}'
     mandates = [(s, a, json.loads(t)) for s, a, t in db.execute(
         f"SELECT seq, at, record FROM records WHERE {RECORD_KIND_SQL} = 'mandate' "
@@ -13138,11 +12890,9 @@ def read_chart_records(db, name, after, start):
                 untimed += 1
     if len(texts) <= CHART_RIGHT - CHART_LEFT:      # drawn one by one, each tooltip its summary
         records = [(s, a, json.loads(texts[s]) if s in texts else r) for s, a, r in records]
-    return (
-        [m for m in mandates if m[2].get("venture") == name and m[2].get("kind") == "mandate"],
-        records,
-        untimed,
-    )
+    return ([m for m in mandates if m[2].get("venture") == name and m[2].get("kind") == "mandate"],
+            records,
+            untimed)
 
 
 def xml_text(value):
@@ -13152,13 +12902,11 @@ def xml_text(value):
     # the common case, plain ASCII, needs no pass of the pattern
     if not (text.isascii() and text.isprintable()):
         text = escape_controls(XML_UNSAFE_CHARS, text.replace("\n", "\\n").replace("\r", "\\r"))
-    text = (
-        text.replace("&", "&amp;")
-        .replace("<", "&lt;")
-        .replace(">", "&gt;")
-        .replace('"', "&quot;")
-        .replace("'", "&#39;")
-    )
+    text = (text.replace("&", "&amp;")
+            .replace("<", "&lt;")
+            .replace(">", "&gt;")
+            .replace('"', "&quot;")
+            .replace("'", "&#39;"))
     return text.encode("ascii", "xmlcharrefreplace").decode("ascii")
 
 
@@ -13189,8 +12937,7 @@ def value_ticks(low, high):
     low, high = low - pad, high + pad
     step = nice_step(high - low, 6)
     bottom, top = max(math.floor(low / step) * step, floor), min(
-        math.ceil(high / step) * step, ceiling
-    )
+        math.ceil(high / step) * step, ceiling)
     decimals = max(0, -math.floor(math.log10(step))) if step < 1 else 0
     ticks, k = [], 0
     while bottom + k * step <= top + step * 1e-9:
@@ -13218,13 +12965,9 @@ def time_ticks(t0, t1, most=8):
             ticks.append((at, time.strftime("%Y-%m-%d", local), ""))
         else:
             date = time.strftime("%Y-%m-%d", local)
-            ticks.append(
-                (
-                    at,
-                    time.strftime("%H:%M:%S" if step < 60 else "%H:%M", local),
-                    date if date != day else "",
-                )
-            )
+            ticks.append((at,
+                          time.strftime("%H:%M:%S" if step < 60 else "%H:%M", local),
+                          date if date != day else ""))
             day = date
         t = at + step
     return ticks
@@ -13236,8 +12979,7 @@ def zone_words(at):
     off = t.tm_gmtoff or 0
     sign = "-" if off < 0 else "+"
     return f"UTC{sign}{abs(off) // 3600:02d}:{abs(off) % 3600 // 60:02d}" + (
-        f", {t.tm_zone}" if t.tm_zone else ""
-    )
+        f", {t.tm_zone}" if t.tm_zone else "")
 
 
 def chart_tooltip(seq, at, record, more=""):
@@ -13245,11 +12987,9 @@ def chart_tooltip(seq, at, record, more=""):
     summary = str(record.get("summary", ""))
     if len(summary) > CHART_NOTE_MAX:
         summary = summary[:CHART_NOTE_MAX] + "..."
-    return (
-        "<title>"
-        + xml_text(f"#{seq} {chart_time(at)} {record.get('kind')}: {summary}{more}")
-        + "</title>"
-    )
+    return ("<title>"
+            + xml_text(f"#{seq} {chart_time(at)} {record.get('kind')}: {summary}{more}")
+            + "</title>")
 
 
 def chart_time(at):
@@ -13283,11 +13023,8 @@ def chart_svg(name, mandates, records, span="in the ledger"):
     """Return the SVG text of venture `name`'s chart from its mandate records and its records in the
     span. Pure but for local time, which labels the axis."""
     reports = [(s, a, r) for s, a, r in records if r["kind"] == "report"]
-    trusted = [
-        (s, a, r)
-        for s, a, r in reports
-        if report_status(r) == "trusted" and chart_number(r.get("value")) is not None
-    ]
+    trusted = [(s, a, r) for s, a, r in reports
+               if report_status(r) == "trusted" and chart_number(r.get("value")) is not None]
     on_line = {s for s, _, _ in trusted}
     apart = [(s, a, r) for s, a, r in reports if s not in on_line]
     actions = [(s, a, r) for s, a, r in records if r["kind"] == "action"]
@@ -13313,46 +13050,32 @@ def chart_svg(name, mandates, records, span="in the ledger"):
     # in halves: a report may hold up to ±1.8e308, and its distance to the axis overflows
     def y(value):
         return CHART_BOTTOM - (value / 2 - bottom / 2) / (top / 2 - bottom / 2) * (
-            CHART_BOTTOM - CHART_TOP
-        )
+            CHART_BOTTOM - CHART_TOP)
 
-    metric = (
-        next((m["metric"] for _, _, _, m in reversed(shown) if m), None)
-        or reports[-1][2].get("metric")
-        or "metric"
-    )
+    metric = next((m["metric"] for _, _, _, m in reversed(shown) if m), None) or \
+        reports[-1][2].get("metric") or "metric"
     counts = (
         f"{len(trusted)} trusted report{'s' if len(trusted) != 1 else ''}, {len(apart)} marked"
         f" apart, {len(actions)} lever run{'s' if len(actions) != 1 else ''}, {len(asks)}"
-        f" ask{'s' if len(asks) != 1 else ''} {span}, {chart_span_words(first, last)}"
-    )
+        f" ask{'s' if len(asks) != 1 else ''} {span}, {chart_span_words(first, last)}")
     spans, marks = chart_spans(records, mandates, eras, t0, t1), chart_marks(
-        records, mandates, t0, t1
-    )
+        records, mandates, t0, t1)
     levers = {lever: LEVER_COLOURS[i % len(LEVER_COLOURS)]
               for i, lever in enumerate(dict.fromkeys(str(r.get("lever")) for _, _, r in actions))}
     legend, height = chart_legend(
-        trusted, apart, actions, asks, records, shown, bottom, top, levers, spans, marks
-    )
+        trusted, apart, actions, asks, records, shown, bottom, top, levers, spans, marks)
     parts = [
-        (
-            f'<svg xmlns="http://www.w3.org/2000/svg" width="{CHART_WIDTH}" height="{height}"'
-            f' viewBox="0 0 {CHART_WIDTH} {height}" font-family="DejaVu Sans, Helvetica, Arial,'
-            f' sans-serif" font-size="12" fill="{CHART_COLOURS["text"]}">'
-        ),
+        f'<svg xmlns="http://www.w3.org/2000/svg" width="{CHART_WIDTH}" height="{height}"'
+        f' viewBox="0 0 {CHART_WIDTH} {height}" font-family="DejaVu Sans, Helvetica, Arial,'
+        f' sans-serif" font-size="12" fill="{CHART_COLOURS["text"]}">',
         f"<title>{xml_text(f'{name}: {metric}, {counts}')}</title>",
         f'<rect width="{CHART_WIDTH}" height="{height}" fill="#ffffff"/>',
-        (
-            f'<text x="{CHART_LEFT}" y="24" font-size="16"'
-            f' font-weight="bold">{xml_text(f"{name}: {metric}")}</text>'
-        ),
+        f'<text x="{CHART_LEFT}" y="24" font-size="16"'
+        f' font-weight="bold">{xml_text(f"{name}: {metric}")}</text>',
         f'<text x="{CHART_LEFT}" y="44">{xml_text(counts)}</text>',
         f'<text x="{CHART_LEFT}" y="62">{xml_text(chart_controller_words(shown))}</text>',
-        (
-            f'<clipPath id="plot"><rect x="{CHART_LEFT}" y="{CHART_TOP}"'
-            f' width="{CHART_RIGHT - CHART_LEFT}" height="{CHART_BOTTOM - CHART_TOP}"/></clipPath>'
-        ),
-    ]
+        f'<clipPath id="plot"><rect x="{CHART_LEFT}" y="{CHART_TOP}"'
+        f' width="{CHART_RIGHT - CHART_LEFT}" height="{CHART_BOTTOM - CHART_TOP}"/></clipPath>']
     parts += chart_axes(metric, ticks, time_ticks(t0, t1), x, y, last)
     controller, labels = chart_controller(shown, x, y)
     parts += chart_stretches(spans, marks, x) + controller
@@ -13375,11 +13098,8 @@ def chart_controller_words(shown):
     if not shown:
         return "no mandate in force over this span"
     _, _, seq, m = shown[-1]
-    earlier = (
-        f" ({len(shown) - 1} earlier mandate{'s' if len(shown) > 2 else ''} in the span)"
-        if len(shown) > 1
-        else ""
-    )
+    earlier = f" ({len(shown) - 1} earlier mandate{'s' if len(shown) > 2 else ''} in the span)" \
+        if len(shown) > 1 else ""
     if m is None:
         return f"mandate #{seq} does not read, so no bound is drawn{earlier}"
     ctl = m["controller"]
@@ -13390,49 +13110,32 @@ def chart_controller_words(shown):
 def chart_axes(metric, ticks, times, x, y, last):
     """Return the SVG of the plot's frame, its value and time grid with labels, and the captions."""
     c = CHART_COLOURS
-    parts = [f'<g class="axes" font-size="11">']
+    parts = ['<g class="axes" font-size="11">']
     for value, label in ticks:
         parts.append(
             f'<line x1="{CHART_LEFT}" x2="{CHART_RIGHT}" y1="{y(value):.1f}" y2="{y(value):.1f}"'
-            f' stroke="{c["grid"]}"/>'
-        )
-        parts.append(
-            f'<text x="{CHART_LEFT - 6}" y="{y(value) + 4:.1f}"'
-            f' text-anchor="end">{xml_text(label)}</text>'
-        )
+            f' stroke="{c["grid"]}"/>')
+        parts.append(f'<text x="{CHART_LEFT - 6}" y="{y(value) + 4:.1f}"'
+                     f' text-anchor="end">{xml_text(label)}</text>')
     for at, label, date in times:
-        parts.append(
-            f'<line x1="{x(at):.1f}" x2="{x(at):.1f}" y1="{CHART_TOP}" y2="{CHART_BOTTOM}"'
-            f' stroke="{c["grid"]}"/>'
-        )
-        parts.append(
-            f'<text x="{x(at):.1f}" y="{CHART_BOTTOM + 16}"'
-            f' text-anchor="middle">{xml_text(label)}</text>'
-        )
+        parts.append(f'<line x1="{x(at):.1f}" x2="{x(at):.1f}" y1="{CHART_TOP}" y2="{CHART_BOTTOM}"'
+                     f' stroke="{c["grid"]}"/>')
+        parts.append(f'<text x="{x(at):.1f}" y="{CHART_BOTTOM + 16}"'
+                     f' text-anchor="middle">{xml_text(label)}</text>')
         if date:
-            parts.append(
-                f'<text x="{x(at):.1f}" y="{CHART_BOTTOM + 30}"'
-                f' text-anchor="middle">{xml_text(date)}</text>'
-            )
+            parts.append(f'<text x="{x(at):.1f}" y="{CHART_BOTTOM + 30}"'
+                         f' text-anchor="middle">{xml_text(date)}</text>')
     middle = (CHART_TOP + CHART_BOTTOM) / 2
-    parts += [
-        (
-            f'<rect x="{CHART_LEFT}" y="{CHART_TOP}" width="{CHART_RIGHT - CHART_LEFT}"'
-            f' height="{CHART_BOTTOM - CHART_TOP}" fill="none" stroke="#999999"/>'
-        ),
-        (
-            f'<text x="18" y="{middle:.0f}" text-anchor="middle" transform="rotate(-90 18'
-            f' {middle:.0f})" font-size="12">{xml_text(metric)}</text>'
-        ),
-        (
-            f'<text x="{(CHART_LEFT + CHART_RIGHT) / 2:.0f}" y="{CHART_BOTTOM + 48}"'
-            ' text-anchor="middle"'
-            f' font-size="12">{xml_text(f"local time ({zone_words(last)})")}</text>'
-        ),
-        f'<text x="{CHART_LEFT - 6}" y="{CHART_TOP - 26}" text-anchor="end">asks</text>',
-        f'<text x="{CHART_LEFT - 6}" y="{CHART_TOP - 8}" text-anchor="end">lever runs</text>',
-        "</g>",
-    ]
+    parts += [f'<rect x="{CHART_LEFT}" y="{CHART_TOP}" width="{CHART_RIGHT - CHART_LEFT}"'
+              f' height="{CHART_BOTTOM - CHART_TOP}" fill="none" stroke="#999999"/>',
+              f'<text x="18" y="{middle:.0f}" text-anchor="middle" transform="rotate(-90 18'
+              f' {middle:.0f})" font-size="12">{xml_text(metric)}</text>',
+              f'<text x="{(CHART_LEFT + CHART_RIGHT) / 2:.0f}" y="{CHART_BOTTOM + 48}"'
+              ' text-anchor="middle"'
+              f' font-size="12">{xml_text(f"local time ({zone_words(last)})")}</text>',
+              f'<text x="{CHART_LEFT - 6}" y="{CHART_TOP - 26}" text-anchor="end">asks</text>',
+              f'<text x="{CHART_LEFT - 6}" y="{CHART_TOP - 8}" text-anchor="end">lever runs</text>',
+              "</g>"]
     return parts
 
 
@@ -13445,50 +13148,38 @@ def chart_controller(shown, x, y):
             continue
         ctl = m["controller"]
         x1, x2 = x(start), x(end)
-        title = (
-            f"<title>{xml_text(f'mandate #{seq}: ' + CONTROLLERS[ctl['kind']].describe(ctl))}"
-            "</title>"
-        )
+        title = (f"<title>{xml_text(f'mandate #{seq}: ' + CONTROLLERS[ctl['kind']].describe(ctl))}"
+                 "</title>")
         if ctl["kind"] == "band":
-            parts += [
-                f'<g class="band" stroke="{c["band"]}">{title}',
-                (
-                    f'<rect x="{x1:.1f}" y="{y(ctl["high"]):.1f}" width="{x2 - x1:.1f}"'
-                    f' height="{y(ctl["low"]) - y(ctl["high"]):.1f}" fill="{c["band"]}"'
-                    ' fill-opacity="0.12" stroke="none"/>'
-                ),
-            ]
+            parts += [f'<g class="band" stroke="{c["band"]}">{title}',
+                      f'<rect x="{x1:.1f}" y="{y(ctl["high"]):.1f}" width="{x2 - x1:.1f}"'
+                      f' height="{y(ctl["low"]) - y(ctl["high"]):.1f}" fill="{c["band"]}"'
+                      ' fill-opacity="0.12" stroke="none"/>']
         else:
             parts.append(f'<g class="bound" stroke="{c["bound"]}">{title}')
         for _, way, bound, lever in controller_sides(m):
             parts.append(
                 f'<line x1="{x1:.1f}" x2="{x2:.1f}" y1="{y(bound):.1f}" y2="{y(bound):.1f}"'
-                ' stroke-width="1.5" stroke-dasharray="6 4"/>'
-            )
+                ' stroke-width="1.5" stroke-dasharray="6 4"/>')
             label = f"{way} {format_number(bound)}: {lever}"
             ly = y(bound) - 5 if way == "above" else y(bound) + 14
             labels.append(
-                f'<text x="{x2 - 4:.1f}" y="{ly:.1f}" text-anchor="end">{xml_text(label)}</text>'
-            )
+                f'<text x="{x2 - 4:.1f}" y="{ly:.1f}" text-anchor="end">{xml_text(label)}</text>')
             if ctl.get("deadband"):
                 rearm = bound - ctl["deadband"] if way == "above" else bound + ctl["deadband"]
                 parts.append(
                     f'<line x1="{x1:.1f}" x2="{x2:.1f}" y1="{y(rearm):.1f}" y2="{y(rearm):.1f}" '
-                    'stroke-dasharray="2 3" stroke-opacity="0.7"/>'
-                )
+                    'stroke-dasharray="2 3" stroke-opacity="0.7"/>')
         parts.append("</g>")
     halo = (
         '<g class="controller-halo" font-size="11" fill="#ffffff" stroke="#ffffff" stroke-width="3"'
-        ' stroke-linejoin="round">'
-    )
-    return parts + ["</g>"], [
-        halo,
-        *labels,
-        "</g>",
-        f'<g class="controller-labels" font-size="11" fill="{c["bound"]}">',
-        *labels,
-        "</g>",
-    ]
+        ' stroke-linejoin="round">')
+    return parts + ["</g>"], [halo,
+                              *labels,
+                              "</g>",
+                              f'<g class="controller-labels" font-size="11" fill="{c["bound"]}">',
+                              *labels,
+                              "</g>"]
 
 
 def chart_columns(trusted, x):
@@ -13558,8 +13249,7 @@ def chart_reports(trusted, apart, x, y, bottom, top, breaks=()):
             title = "<title>" + xml_text(
                 f"#{s} {chart_time(a)}: {format_number(rec['value'])}; {n} reports here, "
                 f"#{first} to #{s}: lowest {format_number(lo)} (#{lo_seq}), "
-                f"highest {format_number(hi)} (#{hi_seq})"
-            ) + "</title>"
+                f"highest {format_number(hi)} (#{hi_seq})") + "</title>"
         px, py = xy[s]
         parts.append(f'<circle class="report trusted" cx="{px}" cy="{py}" r="{r}">{title}</circle>')
     parts += ["</g>", '<g class="reports apart" stroke-width="1.8" fill="none">']
@@ -13571,33 +13261,19 @@ def chart_reports(trusted, apart, x, y, bottom, top, breaks=()):
         status, value, px = report_status(rec), chart_number(rec.get("value")), x(a)
         colour = c.get(status, c["implausible"])
         if value is None:
-            d, status = (
-                (
-                    f"M{px - 4:.1f},{CHART_BOTTOM + 8} L{px:.1f},{CHART_BOTTOM + 1}"
-                    f" L{px + 4:.1f},{CHART_BOTTOM + 8} Z"
-                ),
-                "failed",
-            )
-            colour = c["failed"]
+            d, status, colour = (f"M{px - 4:.1f},{CHART_BOTTOM + 8} L{px:.1f},{CHART_BOTTOM + 1}"
+                                 f" L{px + 4:.1f},{CHART_BOTTOM + 8} Z", "failed", c["failed"])
         elif value > top or value < bottom:
-            edge, tip = (
-                (CHART_TOP + 8, CHART_TOP + 1)
-                if value > top
-                else (CHART_BOTTOM - 8, CHART_BOTTOM - 1)
-            )
-            d, status = (
-                f"M{px - 5:.1f},{edge} L{px:.1f},{tip} L{px + 5:.1f},{edge} Z",
-                f"{status} off-scale",
-            )
+            edge, tip = (CHART_TOP + 8, CHART_TOP + 1) if value > top else \
+                (CHART_BOTTOM - 8, CHART_BOTTOM - 1)
+            d = f"M{px - 5:.1f},{edge} L{px:.1f},{tip} L{px + 5:.1f},{edge} Z"
+            status += " off-scale"
         elif status == "unconfirmed":
-            py = y(value)
-            d = f"M{px - 4:.1f},{py:.1f} a4,4 0 1,0 8,0 a4,4 0 1,0 -8,0"
+            d = f"M{px - 4:.1f},{y(value):.1f} a4,4 0 1,0 8,0 a4,4 0 1,0 -8,0"
         else:
             py = y(value)
-            d = (
-                f"M{px - 4:.1f},{py - 4:.1f} L{px + 4:.1f},{py + 4:.1f} M{px - 4:.1f},{py + 4:.1f}"
-                f" L{px + 4:.1f},{py - 4:.1f}"
-            )
+            d = (f"M{px - 4:.1f},{py - 4:.1f} L{px + 4:.1f},{py + 4:.1f} M{px - 4:.1f},{py + 4:.1f}"
+                 f" L{px + 4:.1f},{py - 4:.1f}")
         title = chart_tooltip(s, a, rec) if len(group) == 1 else \
             group_title(group, f"{status} reports")
         parts.append(f'<path class="report {status}" d="{d}" stroke="{colour}">{title}</path>')
@@ -13618,23 +13294,19 @@ def chart_spans(records, mandates, eras, t0, t1):
             m, directory = r["m"], r["directory"]
         elif kind == "pause" or kind == "refusal" and r.get("stuck"):
             opened.setdefault(
-                ("paused", None) if kind == "pause" else ("stuck", r.get("side")), (a, s, r)
-            )
+                ("paused", None) if kind == "pause" else ("stuck", r.get("side")), (a, s, r))
         elif kind == "resume":
             ended = [("paused", None)]
         elif kind == "report" and opened and report_status(r) == "trusted" \
                 and chart_number(r.get("value")) is not None:      # only an open stretch can end
-            ended = [
-                ("stuck", side)
-                for side, way, bound, _ in controller_sides(m)
-                if not crossed(way, bound, r["value"])
-            ]
+            ended = [("stuck", side)
+                     for side, way, bound, _ in controller_sides(m)
+                     if not crossed(way, bound, r["value"])]
         for key in [k for k in ended if k in opened]:
             start, seq, record = opened.pop(key)
             spans.append((start, a, key[0], seq, record, s))
     spans += [
-        (start, t1, key[0], seq, record, None) for key, (start, seq, record) in opened.items()
-    ]
+        (start, t1, key[0], seq, record, None) for key, (start, seq, record) in opened.items()]
     return sorted(span for span in spans if span[1] >= t0)
 
 
@@ -13690,8 +13362,7 @@ def chart_stretches(spans, marks, x):
             f' x="{x1:.1f}" y="{CHART_TOP}" width="{max(x2 - x1, 1):.1f}"'
             f' height="{CHART_BOTTOM - CHART_TOP}" fill="{c[what]}" fill-opacity="0.2"/><text'
             f' x="{x1 + 3:.1f}" y="{CHART_BOTTOM - (5 if what == "paused" else 17)}"'
-            f' fill="{c[what]}">{label}</text></g>'
-        )
+            f' fill="{c[what]}">{label}</text></g>')
     groups = sorted((g for what in ("guard", "mandate")
                      for g in chart_groups([(m[3], m[0], m) for m in marks if m[1] == what], x)),
                     key=lambda g: g[0][0])
@@ -13707,8 +13378,7 @@ def chart_stretches(spans, marks, x):
             f' y1="{CHART_TOP}" y2="{CHART_BOTTOM}" stroke="{c[what]}" stroke-width="1.5"/><text'
             f' x="{lx}" y="{CHART_TOP + 12}"'
             + ("" if anchor == "start" else ' text-anchor="end"')
-            + f'>{xml_text(label)}</text></g>'
-        )
+            + f'>{xml_text(label)}</text></g>')
     return parts + ["</g>"]
 
 
@@ -13716,11 +13386,9 @@ def chart_markers(actions, asks, records, levers, x):
     """Return the SVG of each lever run and each ask, with its seq and what came of it."""
     c = CHART_COLOURS
     ended = {r.get("action"): (s, r) for s, _, r in records if r["kind"] == "outcome"}
-    answered = {
-        r.get("ask"): (s, r)
-        for s, _, r in records
-        if r["kind"] in ("approval", "denial", "resolved")
-    }
+    answered = {r.get("ask"): (s, r)
+                for s, _, r in records
+                if r["kind"] in ("approval", "denial", "resolved")}
     parts = ['<g class="actions">']
     groups = sorted((g for lever in levers for g in chart_groups(
         [e for e in actions if str(e[2].get("lever")) == lever], x)), key=lambda g: g[0][0])
@@ -13729,16 +13397,14 @@ def chart_markers(actions, asks, records, levers, x):
         for s, a, rec in group:
             o_seq, outcome = ended.get(s, (None, None))
             states.append("running" if outcome is None else "ok" if outcome.get("ok") else "failed")
-            more = (f"; no outcome in the ledger yet" if outcome is None else
+            more = ("; no outcome in the ledger yet" if outcome is None else
                     f"; ended #{o_seq}: {'ok' if outcome.get('ok') else 'not ok'} "
                     f"({outcome.get('status')})")
         state = next(k for k in ("failed", "running", "ok") if k in states)
         colour, px, x1 = levers[str(rec.get("lever"))], x(a), x(group[0][1])
-        edge = {
-            "running": ' fill-opacity="0.4"',
-            "ok": "",
-            "failed": f' stroke="{c["not ok"]}" stroke-width="2.5"',
-        }[state]
+        edge = {"running": ' fill-opacity="0.4"',
+                "ok": "",
+                "failed": f' stroke="{c["not ok"]}" stroke-width="2.5"'}[state]
         title = chart_tooltip(s, a, rec, more) if len(group) == 1 else group_title(
             group, f"runs of {rec.get('lever')}, {states.count('failed')} not ok, "
                    f"{states.count('running')} with no outcome yet,")
@@ -13767,110 +13433,50 @@ def chart_markers(actions, asks, records, levers, x):
 
 def chart_legend(trusted, apart, actions, asks, records, shown, bottom, top, levers, spans, marks):
     """Return (the SVG of the legend under the time axis, the chart's height)."""
-    c, items = CHART_COLOURS, []
+    c = CHART_COLOURS
     circle = lambda colour: (
         f'<circle cx="6" cy="-4" r="3" fill="{colour}"/><line x1="-2" x2="14" y1="-4" y2="-4"'
-        f' stroke="{colour}"/>'
-    )
+        f' stroke="{colour}"/>')
     cross = '<path d="M2,-8 L10,0 M2,0 L10,-8" stroke="{}" stroke-width="1.8"/>'
-    if trusted:
-        items.append((circle(c["trusted"]), "trusted report"))
     statuses = set()
     for _, _, r in apart:
         value = chart_number(r.get("value"))
-        statuses.add(
-            "failed"
-            if value is None
-            else "off the scale" if not bottom <= value <= top else report_status(r)
-        )
-    if "implausible" in statuses:
-        items.append((cross.format(c["implausible"]), "implausible"))
-    if "unconfirmed" in statuses:
-        items.append(
-            (
-                (
-                    f'<circle cx="6" cy="-4" r="4" fill="none" stroke="{c["unconfirmed"]}"'
-                    ' stroke-width="1.8"/>'
-                ),
-                "unconfirmed",
-            )
-        )
-    if "failed" in statuses:
-        items.append(
-            (
-                (
-                    f'<path d="M2,0 L6,-7 L10,0 Z" fill="none" stroke="{c["failed"]}"'
-                    ' stroke-width="1.8"/>'
-                ),
-                "failed (no value)",
-            )
-        )
-    if "off the scale" in statuses:
-        items.append(
-            (
-                (
-                    f'<path d="M1,-1 L6,-8 L11,-1 Z" fill="none" stroke="{c["implausible"]}"'
-                    ' stroke-width="1.8"/>'
-                ),
-                "off the scale",
-            )
-        )
+        statuses.add("failed"
+                     if value is None
+                     else "off the scale" if not bottom <= value <= top else report_status(r))
     kinds = {m["controller"]["kind"] for _, _, _, m in shown if m and controller_sides(m)}
-    if "band" in kinds:
-        items.append(
-            (
-                (
-                    f'<rect x="0" y="-9" width="12" height="10" fill="{c["band"]}"'
-                    ' fill-opacity="0.25"/>'
-                ),
-                "band",
-            )
-        )
-    if kinds - {"band"}:
-        items.append(
-            (
-                (
-                    f'<line x1="0" x2="12" y1="-4" y2="-4" stroke="{c["bound"]}" stroke-width="1.5"'
-                    ' stroke-dasharray="4 2"/>'
-                ),
-                "bound",
-            )
-        )
-    items += [
-        (f'<path d="M0,-9 L12,-9 L6,0 Z" fill="{colour}"/>', f"{lever} run")
-        for lever, colour in levers.items()
-    ]
     ends = {r.get("action"): bool(r.get("ok")) for _, _, r in records if r["kind"] == "outcome"}
     # True: ok, False: not ok, None: still running
     states = {ends.get(s) for s, _, _ in actions}
-    if False in states:
-        items.append(
-            (
-                (
-                    f'<path d="M0,-9 L12,-9 L6,0 Z" fill="#ffffff" stroke="{c["not ok"]}"'
-                    ' stroke-width="2"/>'
-                ),
-                "not ok",
-            )
-        )
-    if None in states:
-        items.append(
-            ('<path d="M0,-9 L12,-9 L6,0 Z" fill="#999999" fill-opacity="0.4"/>', "running")
-        )
-    if asks:
-        items.append(
-            (f'<path d="M6,-10 L12,-4 L6,2 L0,-4 Z" fill="{c["ask"]}"/>', "ask (pale: answered)")
-        )
+    items = [(glyph, words) for drawn, glyph, words in (
+        (trusted, circle(c["trusted"]), "trusted report"),
+        ("implausible" in statuses, cross.format(c["implausible"]), "implausible"),
+        ("unconfirmed" in statuses, f'<circle cx="6" cy="-4" r="4" fill="none" '
+         f'stroke="{c["unconfirmed"]}"' ' stroke-width="1.8"/>', "unconfirmed"),
+        ("failed" in statuses, f'<path d="M2,0 L6,-7 L10,0 Z" fill="none" stroke="{c["failed"]}"'
+         ' stroke-width="1.8"/>', "failed (no value)"),
+        ("off the scale" in statuses, f'<path d="M1,-1 L6,-8 L11,-1 Z" fill="none" '
+         f'stroke="{c["implausible"]}"' ' stroke-width="1.8"/>', "off the scale"),
+        ("band" in kinds, f'<rect x="0" y="-9" width="12" height="10" fill="{c["band"]}"'
+         ' fill-opacity="0.25"/>', "band"),
+        (kinds - {"band"}, f'<line x1="0" x2="12" y1="-4" y2="-4" stroke="{c["bound"]}" '
+         f'stroke-width="1.5"' ' stroke-dasharray="4 2"/>', "bound")) if drawn]
+    items += [(f'<path d="M0,-9 L12,-9 L6,0 Z" fill="{colour}"/>', f"{lever} run")
+              for lever, colour in levers.items()]
+    items += [(glyph, words) for drawn, glyph, words in (
+        (False in states, f'<path d="M0,-9 L12,-9 L6,0 Z" fill="#ffffff" stroke="{c["not ok"]}"'
+         ' stroke-width="2"/>', "not ok"),
+        (None in states, '<path d="M0,-9 L12,-9 L6,0 Z" fill="#999999" fill-opacity="0.4"/>',
+         "running"),
+        (asks, f'<path d="M6,-10 L12,-4 L6,2 L0,-4 Z" fill="{c["ask"]}"/>',
+         "ask (pale: answered)")) if drawn]
     items += [
         (f'<rect x="0" y="-9" width="12" height="10" fill="{c[what]}" fill-opacity="0.35"/>', what)
         for what in ("paused", "stuck")
-        if any(span[2] == what for span in spans)
-    ]
-    items += [
-        (f'<line x1="6" x2="6" y1="-10" y2="2" stroke="{c[what]}" stroke-width="2"/>', words)
-        for what, words in (("guard", "guard trip"), ("mandate", "new mandate"))
-        if any(k[1] == what for k in marks)
-    ]
+        if any(span[2] == what for span in spans)]
+    items += [(f'<line x1="6" x2="6" y1="-10" y2="2" stroke="{c[what]}" stroke-width="2"/>', words)
+              for what, words in (("guard", "guard trip"), ("mandate", "new mandate"))
+              if any(k[1] == what for k in marks)]
     parts, at, row = ['<g class="legend" font-size="11">'], CHART_LEFT, 0
     for glyph, words in items:
         width = 36 + int(len(words) * 6.3)
@@ -13878,13 +13484,12 @@ def chart_legend(trusted, apart, actions, asks, records, shown, bottom, top, lev
             at, row = CHART_LEFT, row + 1
         parts.append(
             f'<g transform="translate({at} {CHART_HEIGHT - 14 + 18 * row})">{glyph}<text x="18"'
-            f' y="0">{xml_text(words)}</text></g>'
-        )
+            f' y="0">{xml_text(words)}</text></g>')
         at += width
     return parts + ["</g>"], CHART_HEIGHT + 18 * row
 
 
-# ---- avsm doctor -------------------------------------------------------------
+# ---- avsm doctor ----
 
 DRIFT_LINES = 12         # lines of a mandate's diff shown at most by avsmd -t and doctor
 
@@ -13894,16 +13499,12 @@ def mandate_drift(in_force, on_disk, seq, path):
     if in_force == on_disk or in_force is None:
         return []
     import difflib
-    lines = list(
-        difflib.unified_diff(
-            in_force.splitlines(),
-            on_disk.splitlines(),
-            f"mandate #{seq} (in force)",
-            path,
-            n=0,
-            lineterm="",
-        )
-    )
+    lines = list(difflib.unified_diff(in_force.splitlines(),
+                                      on_disk.splitlines(),
+                                      f"mandate #{seq} (in force)",
+                                      path,
+                                      n=0,
+                                      lineterm=""))
     shown_lines = [f"    {line}" for line in lines[:DRIFT_LINES]]
     if len(lines) > DRIFT_LINES:
         shown_lines.append(f"    ... {len(lines) - DRIFT_LINES} more lines of difference")
@@ -14029,23 +13630,18 @@ def doctor_home(home, found):
     if problem:
         found.fail(EX_CONFIG, problem, "avsmd --home /a/shorter/path   (or set AVSMD_HOME)")
     if not os.path.lexists(home):
-        found.fail(
-            EX_NOINPUT,
-            f"the home {home} is not there",
-            f"{program_command('avsmd', home)}   (avsmd makes it)",
-        )
+        found.fail(EX_NOINPUT,
+                   f"the home {home} is not there",
+                   f"{program_command('avsmd', home)}   (avsmd makes it)")
         return False
     if not os.path.isdir(home):
-        found.fail(
-            EX_CANTCREAT,
-            f"the home {home} is not a directory",
-            f"mv {home} {home}.old && {program_command('avsmd', home)}",
-        )
+        found.fail(EX_CANTCREAT,
+                   f"the home {home} is not a directory",
+                   f"mv {home} {home}.old && {program_command('avsmd', home)}")
         return False
     if not os.access(home, os.R_OK | os.W_OK | os.X_OK):
         found.fail(
-            EX_NOPERM, f"the home {home} is not readable and writable by you", f"chmod 700 {home}"
-        )
+            EX_NOPERM, f"the home {home} is not readable and writable by you", f"chmod 700 {home}")
         # what can be read is still checked (DOCTOR-01)
         return os.access(home, os.R_OK | os.X_OK)
     if not problem:
@@ -14075,32 +13671,28 @@ def home_readable(home):
 
 def doctor_config(home, found):
     path = os.path.join(home, "config.yaml")
+    fix = f"edit {path}, then {program_command('avsmd', home)} -t"
     try:
         cfg = read_config(home)[0]
         if written_problem(cfg):
             raise Fail(EX_CONFIG, f"{path}: {written_problem(cfg)}")
         found.ok(f"config {path}" + ("" if os.path.exists(path) else " (not there: every default)"))
         if checkpoint_problem(cfg["checkpoint"]):
-            found.fail(EX_CONFIG, f"{path}: {checkpoint_problem(cfg['checkpoint'])}",
-                       f"edit {path}, then {program_command('avsmd', home)} -t")
+            found.fail(EX_CONFIG, f"{path}: {checkpoint_problem(cfg['checkpoint'])}", fix)
     except Fail as fail:
-        found.fail(EX_CONFIG, str(fail), f"edit {path}, then {program_command('avsmd', home)} -t")
+        found.fail(EX_CONFIG, str(fail), fix)
     keys = os.path.join(home, "keys")
     # looked at, never read: only the warden reads keys (KEYS-04)
     if os.path.exists(keys):
         st = os.stat(keys)
         if not stat.S_ISREG(st.st_mode):
-            found.fail(
-                EX_CONFIG,
-                f"{keys} is not a regular file; the warden cannot read keys from it",
-                f"rm -r {keys}, then write it again as NAME=value lines, mode 600",
-            )
+            found.fail(EX_CONFIG,
+                       f"{keys} is not a regular file; the warden cannot read keys from it",
+                       f"rm -r {keys}, then write it again as NAME=value lines, mode 600")
         elif st.st_mode & 0o077:
-            found.fail(
-                EX_CONFIG,
-                f"{keys} is readable by others than you; the warden refuses to read it",
-                f"chmod 600 {keys}",
-            )
+            found.fail(EX_CONFIG,
+                       f"{keys} is readable by others than you; the warden refuses to read it",
+                       f"chmod 600 {keys}")
         else:
             found.ok(f"keys {keys} readable by you alone")
 
@@ -14116,50 +13708,44 @@ def doctor_ledger(home, found, since, kept=(), quick=False, trust=None):
         found.fail(
             EX_DATAERR,
             f"{path} is not a regular file (a directory, a FIFO or a device), so not a ledger",
-            f"mv {path} {path}.broken   (avsmd then starts a new ledger)",
-        )
+            f"mv {path} {path}.broken   (avsmd then starts a new ledger)")
         return
     if not os.access(path, os.R_OK | os.W_OK):
         found.fail(EX_NOPERM, f"{path} is not readable and writable by you", f"chmod 600 {path}")
     try:
         db = open_ledger_ro(path)
         triggers = {
-            row[0] for row in db.execute("SELECT name FROM sqlite_master WHERE type = 'trigger'")
-        }
+            row[0] for row in db.execute("SELECT name FROM sqlite_master WHERE type = 'trigger'")}
         count, first_at, last_at = db.execute(
-            "SELECT count(*), min(at), max(at) FROM records"
-        ).fetchone()
+            "SELECT count(*), min(at), max(at) FROM records").fetchone()
     except Fail as fail:
         # a transaction its writer was killed in: avsmd rolls it back
-        found.fail(
-            EX_DATAERR,
-            str(fail),
-            f"{program_command('avsmd', home)}   (its warden rolls the transaction back)",
-        )
+        found.fail(EX_DATAERR,
+                   str(fail),
+                   f"{program_command('avsmd', home)}   (its warden rolls the transaction back)")
         return
     except sqlite3.DatabaseError as err:
         found.fail(
             EX_DATAERR,
             f"{path} is not a ledger avsm can read: {err}",
             f"mv {path} {path}.broken   (avsmd then starts a new ledger; keep the old one for the"
-            " record)",
-        )
+            " record)")
         return
     missing = {"records_no_update", "records_no_delete", "records_chain"} - triggers
     if missing:
-        found.fail(
-            EX_DATAERR,
-            f"the ledger's triggers {', '.join(sorted(missing))} are gone: it is no longer"
-            " append-only",
-            f"{program_command('avsmd', home)}   (avsmd makes the triggers again at start)",
-        )
+        found.fail(EX_DATAERR,
+                   f"the ledger's triggers {', '.join(sorted(missing))} are gone: it is no longer"
+                   " append-only",
+                   f"{program_command('avsmd', home)}   (avsmd makes the triggers again at start)")
     trust = trust or checkpoint_trust(home)
     own = home_checkpoints(home, found)
     after = verified_checkpoint(home, db, found, trust) if quick else None
     if quick and after is None:
         db.close()
         return
-    scan = scan_ledger(db, wanted={c.seq for _, c in list(kept) + own}, after=after)
+    snapshots = {} if quick else read_snapshots(home, found, db)
+    scan = scan_ledger(db, wanted={c.seq for _, c in list(kept) + own}, after=after,
+                       fold_at=snapshots)
     found.scan = scan
     if scan.broken:
         seq, why = scan.broken
@@ -14167,23 +13753,20 @@ def doctor_ledger(home, found, since, kept=(), quick=False, trust=None):
             EX_DATAERR,
             f"record #{seq} does not read: {why}",
             f"{client_command(home)} doctor --cut {seq}   (with avsmd stopped; the whole ledger is"
-            " backed up first)",
-        )
+            " backed up first)")
     else:
         span, size = (last_at or 0) - (first_at or 0), os.path.getsize(path)
         growth = (
             f"about {size / (span / 86400) / 1e6:.2f} MB a day over its {format_span(span)} (the"
             " README's Sizing a host says what to expect)"
             if span >= 60
-            else "too young to say how fast it grows"
-        )
+            else "too young to say how fast it grows")
         if after:
             found.ok(
                 f"ledger {path}: #{after[0] + 1} to #{scan.head[0]} chained and read, from"
                 f" checkpoint #{after[0]}, which a full doctor verified; the {after[0]} records"
                 " before it and every proof were not re-read (--quick): a full"
-                f" {client_command(home)} doctor checks them"
-            )
+                f" {client_command(home)} doctor checks them")
         else:
             found.ok(f"ledger {path}: {count} records chained, {size / 1e6:.1f} MB, {growth}")
         head = ledger_head(db)
@@ -14191,18 +13774,16 @@ def doctor_ledger(home, found, since, kept=(), quick=False, trust=None):
             found.note(
                 f"the ledger's head now is {head[0]}:{head[1][:16]}; keep it somewhere else (a"
                 f" note, another machine): {client_command(home)} doctor --since"
-                f" {head[0]}:{head[1][:16]} later shows the ledger still holds it"
-            )
+                f" {head[0]}:{head[1][:16]} later shows the ledger still holds it")
         problems = scan.problems
         if problems:
             seq, problem = problems[0]
-            found.fail(
-                EX_DATAERR,
-                f"{len(problems)} proof problem(s); first: action #{seq}: {problem}",
-                f"{client_command(home)} why {seq}",
-            )
+            found.fail(EX_DATAERR,
+                       f"{len(problems)} proof problem(s); first: action #{seq}: {problem}",
+                       f"{client_command(home)} why {seq}")
         elif not after:
             found.ok("every proof in the ledger re-checks")
+        compare_snapshots(home, found, snapshots, scan.folds)
         held = doctor_checkpoints(home, found, kept, own, scan, db, trust)
         if held and not after and EX_DATAERR not in found.codes:
             remember_verified(home, held)
@@ -14213,17 +13794,44 @@ def doctor_ledger(home, found, since, kept=(), quick=False, trust=None):
             found.fail(
                 EX_DATAERR,
                 f"the ledger no longer holds the head {since}: "
-                + (
-                    "there is no such record"
-                    if row is None
-                    else f"#{seq} now hashes to {row[0][:16]}"
-                ),
+                + ("there is no such record"
+                   if row is None
+                   else f"#{seq} now hashes to {row[0][:16]}"),
                 f"compare with the backup you took the anchor from; {client_command(home)} tail"
-                f" --since {max(0, int(seq) - 1)}",
-            )
+                f" --since {max(0, int(seq) - 1)}")
         else:
             found.ok(f"the ledger still holds {since}")
     db.close()
+
+
+def read_snapshots(home, found, db):
+    """Return {seq: its bytes} of the snapshots the ledger names that this avsm.py folded."""
+    kept, unread = {}, 0
+    for at, record in snapshot_records(db):
+        try:
+            kept[record["seq"]] = read_snapshot(home, record)
+        except Fail as fail:
+            unread += fail.code == EX_NOINPUT
+            if fail.code != EX_NOINPUT:
+                found.fail(EX_DATAERR, f"snapshot #{record['seq']} (record #{at}): {fail}",
+                           f"rm {snapshot_path(home, record['seq'])}   (a start ignores it and"
+                           " folds from an older snapshot or the first record)")
+    if unread:
+        found.note(f"{unread} snapshot(s) the ledger names are not compared: gone (avsmd keeps"
+                   f" {SNAPSHOTS_KEPT}) or another avsm.py's")
+    return kept
+
+
+def compare_snapshots(home, found, snapshots, folds):
+    """Each snapshot must be the ledger's own fold to its seq (65)."""
+    for seq, snapshot in sorted(snapshots.items()):
+        path = snapshot_path(home, seq)
+        if folds[seq].encode() == snapshot:
+            found.ok(f"snapshot #{seq} ({path}) is the ledger's fold to #{seq}")
+        else:
+            found.fail(EX_DATAERR, f"snapshot #{seq} ({path}) is not the ledger's fold to #{seq}",
+                       f"rm {path}   (a start then folds from an older snapshot or the first"
+                       " record)")
 
 
 def checkpoint_spec(home):
@@ -14260,6 +13868,9 @@ def is_our_origin(origin, trust):
         origin_home(origin, True) in trust.homes
 
 
+UNTRUSTED_FIX = "trust no checkpoint but those your own hosts signed; compare with your own copy"
+
+
 def vouch_checkpoint(found, name, c, trust, allowed):
     """Whether checkpoint `c` may vouch for this home's ledger: its origin and its signer."""
     if not is_our_origin(c.origin, trust):
@@ -14286,8 +13897,7 @@ def vouch_checkpoint(found, name, c, trust, allowed):
                    "install openssh-client" if fail.code == EX_UNAVAILABLE else
                    f"write lines `PRINCIPAL namespaces=\"{trust.namespace}\" KEY` of the hosts' "
                    f"signing keys in it" if fail.code == EX_NOINPUT else
-                   "trust no checkpoint but those your own hosts signed; compare with your own "
-                   "copy")
+                   UNTRUSTED_FIX)
         return False
     found.ok(f"checkpoint {name}: signed by {shown_text(who)} ({allowed}, namespace "
              f"{trust.namespace})"
@@ -14301,19 +13911,15 @@ def read_kept_checkpoints(home, found, where, trust):
     """Return [(name, Checkpoint)] of the checkpoints kept in FILE, DIR or - that may vouch for
     this home. One missing is 66, one that does not read, vouch or verify 65, no ssh-keygen 69."""
     allowed = trust.allowed or os.path.expanduser("~/.ssh/allowed_signers")
-    names = (
-        ["-"]
-        if where == "-"
-        else (
-            [where]
-            if not os.path.isdir(where)
-            else [
-                os.path.join(where, n)
-                for n in sorted(os.listdir(where))
-                if not n.endswith(".sig") and n[0] != "."
-            ]
-        )
-    )
+    names = (["-"]
+             if where == "-"
+             else ([where]
+                   if not os.path.isdir(where)
+                   else [
+                       os.path.join(where, n)
+                       for n in sorted(os.listdir(where))
+                       if not n.endswith(".sig") and n[0] != "."
+                   ]))
     kept = []
     for name in names:
         try:
@@ -14329,20 +13935,15 @@ def read_kept_checkpoints(home, found, where, trust):
             if checkpoint.signature is None:
                 found.note(
                     f"checkpoint {name} is unsigned: it shows a rewrite only while it is kept where"
-                    " the ledger's writer cannot reach it"
-                )
+                    " the ledger's writer cannot reach it")
             if vouch_checkpoint(found, name, checkpoint, trust, allowed):
                 kept.append((name, checkpoint))
         except (OSError, UnicodeDecodeError) as err:
-            found.fail(
-                EX_NOINPUT if isinstance(err, FileNotFoundError) else EX_DATAERR,
-                f"checkpoint {name} cannot be read: {getattr(err, 'strerror', None) or err}",
-                "name the file, or the directory, you kept it in",
-            )
+            found.fail(EX_NOINPUT if isinstance(err, FileNotFoundError) else EX_DATAERR,
+                       f"checkpoint {name} cannot be read: {getattr(err, 'strerror', None) or err}",
+                       "name the file, or the directory, you kept it in")
         except Fail as fail:
-            found.fail(fail.code, f"checkpoint {name}: {fail}",
-                       "trust no checkpoint but those your own hosts signed; compare with your "
-                       "own copy")
+            found.fail(fail.code, f"checkpoint {name}: {fail}", UNTRUSTED_FIX)
     return kept
 
 
@@ -14360,11 +13961,18 @@ def home_checkpoints(home, found=None):
             if found:
                 found.note(f"checkpoint {path} does not read ({err}), so it is not compared")
     own.sort(key=lambda pair: pair[1].seq)
-    if own and os.path.lexists(own[-1][0] + ".sig"):
-        with contextlib.suppress(OSError, UnicodeDecodeError):
-            signature = read_small_file(own[-1][0] + ".sig", CHECKPOINT_MAX).decode().strip()
-            own[-1] = (own[-1][0], own[-1][1]._replace(signature=signature or None))
+    if own:
+        own[-1] = (own[-1][0], with_signature(*own[-1]))
     return own
+
+
+def with_signature(path, c):
+    """Return checkpoint `c` with the signature in `path`.sig, if there is one that reads."""
+    with contextlib.suppress(OSError, UnicodeDecodeError):
+        if os.path.lexists(path + ".sig"):
+            signature = read_small_file(path + ".sig", CHECKPOINT_MAX).decode().strip()
+            c = c._replace(signature=signature or None)
+    return c
 
 
 def record_hash(db, seq):
@@ -14375,13 +13983,12 @@ def record_hash(db, seq):
 
 def doctor_checkpoints(home, found, kept, own, scan, db, trust):
     """Check the home's own checkpoints and each kept one against the chain scan read; return the
-    home's newest checkpoint when it held, else None. A rewrite is named by the first that fails."""
+    home's newest checkpoint when it held, else None."""
     ours = own[-1][1] if own else None
     if ours is None:
         found.note(
             f"no checkpoint in {home}/checkpoints yet: avsmd writes one at its start, daily, and"
-            " after each irreversible action"
-        )
+            " after each irreversible action")
     elif ours.signature:
         found.ok(f"checkpoints: the newest, of #{ours.seq}, is signed; keep copies elsewhere "
                  f"({client_command(home)} checkpoint)")
@@ -14391,10 +13998,8 @@ def doctor_checkpoints(home, found, kept, own, scan, db, trust):
                    f"ssh-keygen -Y sign -f {trust.key} -n {trust.namespace} < /dev/null   "
                    f"(says why it cannot sign)")
     else:
-        found.note(
-            f"checkpoints are written unsigned: config.yaml names no key; sign them with"
-            f" checkpoint: {{key: /path/to/ssh/key}} (the README's Checkpoints)"
-        )
+        found.note("checkpoints are written unsigned: config.yaml names no key; sign them with"
+                   " checkpoint: {key: /path/to/ssh/key} (the README's Checkpoints)")
     if scan.broken:
         return None
     # the home's own are checked too (a forger who rewrote the ledger must rewrite these as well);
@@ -14421,21 +14026,17 @@ def doctor_checkpoints(home, found, kept, own, scan, db, trust):
         if got == c.hash:
             found.ok(
                 f"checkpoint {name}: the ledger still holds #{c.seq}:{c.hash[:16]}, and the chain"
-                " from it to the head"
-            )
+                " from it to the head")
         elif c.seq > scan.head[0]:
             found.fail(
                 EX_DATAERR,
                 f"checkpoint {name} is of #{c.seq}, and the ledger ends at #{scan.head[0]}: records"
                 " it held were cut, or the ledger was replaced",
-                "restore the ledger from a backup that holds them",
-            )
+                "restore the ledger from a backup that holds them")
         elif got is None:
             found.fail(EX_DATAERR, f"checkpoint {name} is of #{c.seq}, and the ledger holds no "
                                    f"record #{c.seq} (its first is #1): a made-up checkpoint, or "
-                                   f"a ledger replaced",
-                       "trust no checkpoint but those your own hosts signed; compare with your "
-                       "own copy")
+                                   f"a ledger replaced", UNTRUSTED_FIX)
         else:
             below = max((seq for seq, _ in holds if seq < c.seq), default=None)
             found.fail(
@@ -14444,8 +14045,7 @@ def doctor_checkpoints(home, found, kept, own, scan, db, trust):
                 f" #{c.seq} hashes to {got[:16]}: the ledger was rewritten at or before #{c.seq}"
                 + (f" and after #{below}, which it still holds" if below else ""),
                 f"restore the ledger from a backup; {client_command(home)} tail --since"
-                f" {below or 0} shows what it holds now",
-            )
+                f" {below or 0} shows what it holds now")
             # the first that no longer matches names the rewrite; the later follow from it
             break
     held = newest in vouched and hashes.get(newest[1].seq) == newest[1].hash
@@ -14455,8 +14055,7 @@ def doctor_checkpoints(home, found, kept, own, scan, db, trust):
 def verified_path(home):
     import hashlib
     return os.path.join(
-        user_cache(), "verified", hashlib.sha256(os.path.realpath(home).encode()).hexdigest()[:16]
-    )
+        user_cache(), "verified", hashlib.sha256(os.path.realpath(home).encode()).hexdigest()[:16])
 
 
 def remember_verified(home, checkpoint):
@@ -14492,8 +14091,7 @@ def verified_checkpoint(home, db, found, trust):
             EX_NOINPUT,
             "--quick: no full doctor has verified a checkpoint of this ledger yet",
             f"{client_command(home)} doctor   (a full check; --quick then checks from its newest"
-            " checkpoint on)",
-        )
+            " checkpoint on)")
         return None
     full = (f"{client_command(home)} doctor   (a full check says where the ledger changed, and "
             f"notes it again)")
@@ -14511,10 +14109,7 @@ def verified_checkpoint(home, db, found, trust):
                                + ": it was not noted by a full doctor, or the home changed since",
                    full)
         return None
-    with contextlib.suppress(OSError, UnicodeDecodeError):
-        if os.path.lexists(name + ".sig"):
-            signature = read_small_file(name + ".sig", CHECKPOINT_MAX).decode().strip()
-            c = c._replace(signature=signature or None)
+    c = with_signature(name, c)
     if c.signature is None and trust.key:
         found.fail(EX_DATAERR, f"--quick refused: checkpoint #{seq} is unsigned, though "
                                f"config.yaml names the key {trust.key}", full)
@@ -14527,14 +14122,11 @@ def verified_checkpoint(home, db, found, trust):
             EX_DATAERR,
             f"--quick refused: checkpoint #{seq}, which a full doctor verified, no longer matches"
             " the ledger ("
-            + (
-                "it holds no such record"
-                if now is None
-                else f"#{seq} now hashes to {now[:16]}, not {digest[:16]}"
-            )
+            + ("it holds no such record"
+               if now is None
+               else f"#{seq} now hashes to {now[:16]}, not {digest[:16]}")
             + ")",
-            f"{client_command(home)} doctor   (a full check says where the ledger changed)",
-        )
+            f"{client_command(home)} doctor   (a full check says where the ledger changed)")
         return None
     return seq, digest
 
@@ -14552,15 +14144,12 @@ def doctor_mandates(home, found):
     import sqlite3
     try:
         scan = found.scan               # doctor_ledger's one read of the ledger listed them
-        adopted = (
-            [tuple(v) for v in scan.adopted.values()]
-            if scan and scan.adopted is not None
-            else adopted_mandates(home)
-        )
+        adopted = ([tuple(v) for v in scan.adopted.values()]
+                   if scan and scan.adopted is not None
+                   else adopted_mandates(home))
     except (sqlite3.DatabaseError, ValueError, Fail) as err:
         found.note(
-            f"the adopted mandates cannot be listed from a ledger that does not read ({err})"
-        )
+            f"the adopted mandates cannot be listed from a ledger that does not read ({err})")
         return
     uid = os.stat(home).st_uid          # avsmd runs as the home's owner
     for name, directory, seq, paused, in_force in adopted:
@@ -14584,27 +14173,20 @@ def doctor_mandates(home, found):
             elif drift:
                 found.note(
                     f"venture {name}: {path} holds but differs from mandate #{seq} in force; "
-                    f"{client_command(home)} add {directory} applies it", drift
-                )
+                    f"{client_command(home)} add {directory} applies it", drift)
             else:
                 found.ok(f"venture {name}: {path} holds, the same as mandate #{seq} in force")
         except OSError as err:
             denied = isinstance(err, PermissionError)
-            found.fail(
-                EX_NOPERM if denied else EX_NOINPUT,
-                f"venture {name}: {path} cannot be read: {err.strerror}",
-                (
-                    f"chmod u+r {path}"
-                    if denied
-                    else f"put {path} back, then {client_command(home)} add {directory}"
-                ),
-            )
+            found.fail(EX_NOPERM if denied else EX_NOINPUT,
+                       f"venture {name}: {path} cannot be read: {err.strerror}",
+                       (f"chmod u+r {path}"
+                        if denied
+                        else f"put {path} back, then {client_command(home)} add {directory}"))
         except Fail as fail:
-            found.fail(
-                EX_CONFIG,
-                f"venture {name}: {fail}",
-                f"edit {path}, then {client_command(home)} add {directory}",
-            )
+            found.fail(EX_CONFIG,
+                       f"venture {name}: {fail}",
+                       f"edit {path}, then {client_command(home)} add {directory}")
 
 
 def doctor_bridge_keys(found):
@@ -14662,15 +14244,13 @@ def doctor_daemon(home, found):
     sock = os.path.join(home, "sock")
     if os.path.lexists(lock) and not os.path.isfile(lock):
         found.fail(
-            EX_CANTCREAT, f"{lock} is not a regular file", f"rm -r {lock}   (avsmd makes it again)"
-        )
+            EX_CANTCREAT, f"{lock} is not a regular file", f"rm -r {lock}   (avsmd makes it again)")
     daemons = avsmd_processes(home)
     if len(daemons) > 1:
         found.fail(
             EX_UNAVAILABLE,
             f"{len(daemons)} avsmd processes run on {home}: pids {', '.join(map(str, daemons))}",
-            f"kill {' '.join(map(str, daemons[1:]))}   (keep one)",
-        )
+            f"kill {' '.join(map(str, daemons[1:]))}   (keep one)")
     holder = lock_holder(home) if os.path.isfile(lock) else None
     conn = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     conn.settimeout(DOCTOR_PROBE_MOST)
@@ -14693,11 +14273,9 @@ def doctor_daemon(home, found):
                        f"warden answers within {DOCTOR_PROBE} s): a long write, or a host short "
                        "of CPU")
         for problem in problems:
-            found.fail(
-                EX_NOPERM,
-                problem,
-                f"free space or fix permissions under {home}; avsmd tries again every 30 s",
-            )
+            found.fail(EX_NOPERM,
+                       problem,
+                       f"free space or fix permissions under {home}; avsmd tries again every 30 s")
     except TimeoutError:                # it took the request: slow or stuck, not gone
         who = f"avsmd (pid {holder})" if holder else "avsmd"
         found.fail(EX_UNAVAILABLE, f"{who} took doctor's health request on {sock} but gave no "
@@ -14710,14 +14288,11 @@ def doctor_daemon(home, found):
                 EX_UNAVAILABLE,
                 f"avsmd (pid {holder}) is running but its socket {sock} is missing",
                 f"wait a second (it makes the socket again); if it stays missing: kill {holder} &&"
-                f" {program_command('avsmd', home)}",
-            )
+                f" {program_command('avsmd', home)}")
         else:
-            found.fail(
-                EX_UNAVAILABLE,
-                f"no avsmd is running on {home}",
-                f"{program_command('avsmd', home)}",
-            )
+            found.fail(EX_UNAVAILABLE,
+                       f"no avsmd is running on {home}",
+                       f"{program_command('avsmd', home)}")
     finally:
         conn.close()
 
@@ -14741,8 +14316,7 @@ def avsmd_processes(home):
                     continue
                 given = next((argv[i + 1] for i, a in enumerate(argv[:-1]) if a == "--home"), None)
                 given = given or next(
-                    (a.split("=", 1)[1] for a in argv if a.startswith("--home=")), None
-                )
+                    (a.split("=", 1)[1] for a in argv if a.startswith("--home=")), None)
                 if given is None:
                     with open(f"/proc/{entry}/environ", "rb") as fh:
                         env = dict(v.split(b"=", 1) for v in fh.read().split(b"\0") if b"=" in v)
@@ -14786,8 +14360,7 @@ def doctor_cut(home, seq):
     holder = lock_holder(home) if os.path.isdir(home) else None
     if holder:
         raise Fail(
-            EX_TEMPFAIL, f"avsmd (pid {holder}) is running on {home}; stop it first, then cut"
-        )
+            EX_TEMPFAIL, f"avsmd (pid {holder}) is running on {home}; stop it first, then cut")
     path = ledger_path(home)
     last = last_seq(open_ledger_ro(path))
     if seq > last:
@@ -14871,48 +14444,33 @@ def status_row(state, now, keep=None, cfg=None, ascii=False):
     """Return the StatusRow of one adopted venture, from its folded state at `now`."""
     m, why = state.mandate, ""
     held = held_by(state) if m is not None else None
-    stuck = (
-        [
-            (side_name, lever, state.side(side_name)["stuck"])
-            for side_name, way, bound, lever in controller_sides(m)
-            if state.side(side_name).get("stuck")
-        ]
-        if m is not None
-        else []
-    )
+    stuck = [(lever, state.side(side)["stuck"]) for side, _, _, lever in controller_sides(m)
+             if state.side(side).get("stuck")]
     if state.paused:
         condition = "paused"
         guards = [
             f"guard {name}: #{info['last'][0]} {format_number(info['last'][1])} past its bound"
             f" since #{info['episode']}"
             for name, info in sorted(state.guards.items())
-            if info.get("past") and info.get("last")
-        ]
-        why = (
-            "; ".join(guards)
-            + ("; once it reads inside, " if guards else "")
-            + f"avsm resume {state.name} starts it again"
-        )
+            if info.get("past") and info.get("last")]
+        why = ("; ".join(guards)
+               + ("; once it reads inside, " if guards else "")
+               + f"avsm resume {state.name} starts it again")
     elif m is None:
         condition, why = "cannot run", str(state.problem or "its adopted mandate cannot be read")
     elif held:
         what, seq, note = held
         condition, why = (
             "implausible",
-            f"held by {what} #{seq} ({note}); a plausible reading of it clears the hold",
-        )
+            f"held by {what} #{seq} ({note}); a plausible reading of it clears the hold")
     elif state.last_report and state.last_report[2].get("status") == "unconfirmed":
-        condition, why = (
-            "unconfirmed",
-            f"report #{state.last_report[0]} waits for the next to agree",
-        )
+        condition, why = ("unconfirmed",
+                          f"report #{state.last_report[0]} waits for the next to agree")
     elif stuck:
         condition = "stuck"
-        why = "; ".join(
-            f"{lever} cannot run ({reason}): "
-            + STUCK_WAY_OUT[reason].format(venture=state.name, lever=lever)
-            for side_name, lever, reason in stuck
-        )
+        why = "; ".join(f"{lever} cannot run ({reason}): "
+                        + STUCK_WAY_OUT[reason].format(venture=state.name, lever=lever)
+                        for lever, reason in stuck)
     else:
         condition = "running"
     if m is not None and decided_by_model(m) and cfg is not None:
@@ -14930,20 +14488,18 @@ def status_row(state, now, keep=None, cfg=None, ascii=False):
     # issue 11 item 8: how well avsm knows this venture's world, at a glance
     calibration = (describe_rolling(*rolling_scores(state.scores)) if state.scores
                    else "none scored yet") if m is not None and predicts(m) else None
-    return StatusRow(
-        state.name,
-        condition,
-        last,
-        now - state.trusted_at if last is not None else None,
-        sparkline([v for _, v in state.trusted[-SPARK_WIDTH:]], ascii),
-        levers,
-        run,
-        sorted(state.open_asks),
-        calibration,
-        [{"way": way, "bound": bound, "lever": lever} for _, way, bound, lever in
-         controller_sides(m)],
-        why,
-    )
+    return StatusRow(state.name,
+                     condition,
+                     last,
+                     now - state.trusted_at if last is not None else None,
+                     sparkline([v for _, v in state.trusted[-SPARK_WIDTH:]], ascii),
+                     levers,
+                     run,
+                     sorted(state.open_asks),
+                     calibration,
+                     [{"way": way, "bound": bound, "lever": lever} for _, way, bound, lever in
+                      controller_sides(m)],
+                     why)
 
 
 def asks_facts(states):
@@ -14979,13 +14535,11 @@ def status_lines(facts):
               if row["age"] is not None else "no trusted report" for row in rows]
     wide_head, wide_value = max(map(len, head), default=0), max(map(len, values), default=0)
     for row, h, v in zip(rows, head, values):
-        levers = [f"{x['lever']}: {x['runs']} of {x['cap']} per {format_duration(x['per'])}"
-                  + (" (running)" if x["running"] else "") for x in row["levers"]]
+        levers = [lever_words(x) for x in row["levers"]]
         if row["run"]:
             pid = row["run"]["pid"]
             levers.append(f"run: pid {pid}" if pid else "run: not running")
-        asks = f"asks: {len(row['asks'])}" + (
-            f" ({', '.join('#' + str(s) for s in row['asks'])})" if row["asks"] else "") + (
+        asks = asks_words(row["asks"]) + (
             f"  calibration: {row['calibration']}" if row["calibration"] else "")
         fields = [h.ljust(wide_head), v.ljust(wide_value), row["spark"].ljust(SPARK_WIDTH)] + \
                  [f for f in (", ".join(levers), asks, row["why"]) if f]
@@ -14993,6 +14547,17 @@ def status_lines(facts):
     for row in rows:
         lines += [""] + row["detail"] if "detail" in row else []
     return lines if rows else lines + ["no ventures yet; adopt one with avsm add DIR"]
+
+
+def lever_words(x):
+    """Return a lever's line of status from its facts: its runs in the cap's window."""
+    return f"{x['lever']}: {x['runs']} of {x['cap']} per {format_duration(x['per'])}" + (
+        " (running)" if x["running"] else "")
+
+
+def asks_words(asks):
+    """Return `asks: N (#seq, ...)` of a venture's open asks."""
+    return f"asks: {len(asks)}" + (f" ({', '.join('#' + str(s) for s in asks)})" if asks else "")
 
 
 def status_facts(states, now, keeps=None, cfg=None, venture=None, verbose=False, ascii=False,
@@ -15031,7 +14596,6 @@ def describe_status_lines(state, now, keep, row, cfg=None):
     if m is not None:
         for side_name, way, bound, lever in controller_sides(m):
             side, hold = state.side(side_name), m["controller"].get("hold") or 1
-            # the last trusted report
             if state.level is not None and crossed(way, bound, state.level[1]):
                 position = "past the bound"
                 if side["streak"] and len(side["streak"]) < hold:
@@ -15050,16 +14614,11 @@ def describe_status_lines(state, now, keep, row, cfg=None):
             if state.last_report and state.last_report[2].get("status") != "trusted":
                 # the controller sees only trusted reports: say which one it stands on, and name the
                 # one it does not
-                position += (
-                    f", from the last trusted report #{state.level[0]}"
-                    f" ({format_number(state.level[1])})"
-                    if state.level is not None
-                    else ", no trusted report yet"
-                )
-                position += (
-                    f"; #{state.last_report[0]} is {state.last_report[2].get('status')} and not"
-                    " acted on"
-                )
+                position += (f", from the last trusted report #{state.level[0]}"
+                             f" ({format_number(state.level[1])})" if state.level is not None
+                             else ", no trusted report yet")
+                position += (f"; #{state.last_report[0]} is {state.last_report[2].get('status')}"
+                             " and not acted on")
             lines.append(f"  controller: {way} {format_number(bound)} ({lever}): {position}")
         for guard in m["guards"]:
             info = state.guards.get(guard["name"])
@@ -15067,45 +14626,23 @@ def describe_status_lines(state, now, keep, row, cfg=None):
                 lines.append(f"  guard {guard['name']}: not read yet")
                 continue
             seq, value, status = info["last"]
-            where = (
-                f"past its bound since #{info['episode']}: no lever but stop"
-                + (f" and the unwind {guard['unwind']['action']}" if guard["unwind"] else "")
-                + " runs until it is back inside"
-                if info["past"]
-                else (
-                    "inside its bound"
-                    if status == "trusted"
-                    else "not judged (it neither trips nor clears a guard); inside its bound before"
-                )
-            )
-            lines.append(
-                f"  guard {guard['name']}: #{seq} {format_number(value)} ({status}), {where}"
-            )
-        for name, lever in m["levers"].items():
-            used = len(cap_window(state, name, now))
-            running = " (running)" if name in state.running else ""
-            lines.append(
-                f"  lever {name}: {used} of {lever['cap'][0]} per"
-                f" {format_duration(lever['cap'][1])}{running}"
-            )
+            where = (f"past its bound since #{info['episode']}: no lever but stop"
+                     + (f" and the unwind {guard['unwind']['action']}" if guard["unwind"] else "")
+                     + " runs until it is back inside" if info["past"] else "inside its bound"
+                     if status == "trusted" else
+                     "not judged (it neither trips nor clears a guard); inside its bound before")
+            lines.append(f"  guard {guard['name']}: #{seq} {format_number(value)} ({status}),"
+                         f" {where}")
+    lines += ["  lever " + lever_words(x) for x in row["levers"]]
     lines += describe_calibration_lines(state)
-    lines.append(
-        f"  open asks: {len(state.open_asks)}"
-        + (
-            f" ({', '.join('#' + str(s) for s in sorted(state.open_asks))})"
-            if state.open_asks
-            else ""
-        )
-    )
+    lines.append("  open " + asks_words(row["asks"]))
     if m is not None and m["run"]:
         child, restarts = (keep or {}).get("child"), (keep or {}).get("restarts", 0)
         ending = getattr(child, "ended_by", None)
         # a program being ended is not shown as running (a pause ends it within seconds)
         if child and ending:
-            where = (
-                f"pid {child.pid} is being stopped"
+            where = f"pid {child.pid} is being stopped" \
                 f" ({'by the pause' if ending == 'pause' else ending})"
-            )
         elif child:
             where = f"pid {child.pid}"
         else:
@@ -15119,18 +14656,14 @@ def describe_calibration_lines(state):
     if not predicts(state.mandate):
         return []
     skill, coverage = rolling_scores(state.scores)
-    line = (
-        f"  calibration: {state.scored} prediction(s) scored; last {len(state.scores)}:"
-        f" {describe_rolling(skill, coverage)}"
-        if state.scores
-        else "  calibration: no prediction scored yet"
-    )
+    line = (f"  calibration: {state.scored} prediction(s) scored; last {len(state.scores)}:"
+            f" {describe_rolling(skill, coverage)}" if state.scores
+            else "  calibration: no prediction scored yet")
     ok, why = calibration_bar(state)
     if state.mandate["calibration"] is None:
         return [line + "; a ranking goes to the gate (no calibration: bar)"]
-    return [
-        line + (f"; a ranking would run: {why}" if ok else f"; a ranking would ask, not run: {why}")
-    ]
+    return [line + (f"; a ranking would run: {why}" if ok else
+                    f"; a ranking would ask, not run: {why}")]
 
 
 # ---- the figures for Prometheus (issue 35 item 2) ----
@@ -15261,24 +14794,21 @@ svg{stroke:currentColor;fill:none;display:block}path{stroke:#e33;stroke-dasharra
 
 
 def page_facts(home, states, now, db, keeps=None, cfg=None, stopped=False):
-    """Return a home's page facts (PAGE_SHAPE): the one place they are gathered."""
-    ventures = []
-    for name, state in sorted(states.items()):
-        if state.mandate_seq is None:
-            continue
-        row, actions = status_row(state, now, (keeps or {}).get(name), cfg), []
+    """Return a home's page facts (PAGE_SHAPE): the facts of status and asks, and more."""
+    asks, ventures = asks_facts(states)["asks"], []
+    for row in status_facts(states, now, keeps, cfg, stopped=stopped)["ventures"]:
+        state, actions = states[row["name"]], []
         for seq in sorted(s for runs in state.actions.values() for s, _, _ in runs)[-PAGE_ACTIONS:]:
             at, record = record_at(db, seq) or (0, {})
             actions.append({"seq": seq, "at": at, "summary": str(record.get("summary")),
                             "proof": record.get("proof")})
-        ventures.append({
-            "name": name, "why": row.why, "value": row.value, "age": row.age, "actions": actions,
-            "report": str(state.last_report[2].get("summary")) if state.last_report else "",
-            "state": "was running" if stopped and row.state == "running" else row.state,
-            "bounds": [b for _, _, b, _ in controller_sides(state.mandate)],
-            "values": [v for _, v in state.trusted[-PAGE_VALUES:]],
-            "asks": [{"seq": seq, "question": str(ask.get("question", ask["summary"]))}
-                     for seq, ask in sorted(state.open_asks.items())]})
+        ventures.append(dict(
+            {k: row[k] for k in ("name", "state", "why", "value", "age")}, actions=actions,
+            report=str(state.last_report[2].get("summary")) if state.last_report else "",
+            bounds=[b["bound"] for b in row["bounds"]],
+            values=[v for _, v in state.trusted[-PAGE_VALUES:]],
+            asks=[{"seq": a["seq"], "question": str(a["question"])} for a in asks
+                  if a["venture"] == state.name]))
     kept, where = newest_checkpoint(f"{home}/checkpoints"), f"{home}/checkpoints"
     return {"schema": 1, "home": home, "at": now, "stopped": stopped, "ventures": ventures,
             "checkpoint": kept and {"seq": kept.seq, "at": kept.at, "signed": os.path.exists(
