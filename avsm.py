@@ -6738,12 +6738,19 @@ def mark_close_on_exec():
                 os.set_inheritable(fd, False)
 
 
+# A child's state, named where it changes (supervisord's ProcessStates): running -> stopping
+# (terminate: TERM to its group, KILL at kill_at) -> exited (its leader reaped; the group may
+# linger) -> ended (its group gone, out of the children table, settled). A program that ends by
+# itself goes running -> exited -> ended.
+CHILD_STATES = ("running", "stopping", "exited", "ended")
+
+
 class Child:
     """A program running in a process group of its own, with its output drained as it comes."""
 
     def __init__(self, purpose, venture, args, cwd, env, timeout=None, shell=False,
                  stdin_path=None):
-        self.purpose, self.venture = purpose, venture
+        self.purpose, self.venture, self.state = purpose, venture, "running"
         self.started, self.started_at = time.monotonic(), time.time()
         self.deadline = self.started + timeout if timeout else None
         self.kill_at = None           # set once SIGTERM was sent: SIGKILL goes at this moment
@@ -6810,12 +6817,15 @@ class Child:
                 pid, status = self.pid, 0
             if pid == self.pid:
                 self.returncode = os.waitstatus_to_exitcode(status)
+                self.state = "exited"                           # running|stopping -> exited
         return self.returncode
 
     def terminate(self, reason, now):
         """running -> stopping: TERM to the group now, KILL at the deadline."""
         if self.ended_by is None:
             self.ended_by = reason
+        if self.state == "running":
+            self.state = "stopping"
         if self.kill_at is None:
             signal_group(self.pgid, 15)
             self.kill_at = now + KILL_GRACE
@@ -7810,6 +7820,7 @@ class Children:
         if child.ended_by and signal_group(child.pgid, 0):
             return                      # dying: tick() looks again until the group is gone
         self.children.remove(child)
+        child.state = "ended"                                       # exited -> ended
         if signal_group(child.pgid, 0):
             self.lingering[child.pgid] = child.venture
             if child.purpose == "run":
