@@ -4710,7 +4710,7 @@ def decide(state, report_seq, value):
     intents = []
     hold = state.mandate["controller"]["hold"] if state.mandate else 1
     for side_name, way, bound, lever in controller_sides(state.mandate):
-        side = state.side(side_name)
+        side = state.sides.get(side_name) or {"armed": True, "streak": []}     # read, not made
         if (
             side["armed"]
             and side["streak"]
@@ -5368,7 +5368,7 @@ def controller_call_problem(state, lever, premises):
                 " controller acts on the latest report")
     value = last[2]["value"]
     name, way, bound, _ = next((s for s in sides if crossed(s[1], s[2], value)), sides[0])
-    side = state.side(name)
+    side = state.sides.get(name) or {"armed": True, "streak": []}
     if not crossed(way, bound, value):
         return (f"report #{last[0]} reads {format_number(value)}, not past {lever}'s bound"
                 f" {format_number(bound)}")

@@ -159,3 +159,18 @@ def test_no_room_is_handed_a_way_to_write():
         taken = set(inspect.signature(room).parameters)
         assert not taken & {"append", "carry_out", "pause", "adopt", "warden"}, (room, taken)
     assert not hasattr(avsm, "Trust"), "the ratchet's and the canary's records are the kernel's"
+
+
+def test_a_re_check_of_a_controller_call_changes_no_state():
+    """LEDGER-12 DESIGN (proofs): re-checking a controller's call reads the state and adds no
+    controller side, so doctor's fold, which re-checks every proof, equals a snapshot's, which
+    re-checks none (a side made by the re-check read as a snapshot that is not the fold: 65)."""
+    from test_kernel import COUNTER
+    text, states = COUNTER % "", {}
+    for seq, record in enumerate([mandate(text), report(50), mandate(text)], 1):
+        avsm.fold_ledger(states, seq, 1000 + seq, record, lambda text, where: avsm.parse_mandate(text, "m.yaml"))
+    state = states[V]
+    before = {name: dict(side) for name, side in state.sides.items()}
+    lever = avsm.controller_sides(state.mandate)[0][3]
+    assert avsm.controller_call_problem(state, lever, [2]) is not None
+    assert avsm.controller_calls(state) == [] and state.sides == before
