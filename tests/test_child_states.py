@@ -49,3 +49,26 @@ def test_a_child_that_ends_by_itself_goes_running_exited_ended(tmp_path):
         time.sleep(0.02)
     assert settled == [child] and child.state == "ended" and child.ended_by is None
     assert len(children) == 0
+
+
+def test_a_replaced_avsm_py_gets_its_bytecode_written_again(tmp_path):
+    """Issue 36 (the processes avsmd starts): avsm.py replaced in place leaves a hash-checked
+    bytecode that no longer matches; the next start writes it again, so no avsmd, warden or roles
+    process compiles the whole file (0.4 s and 60 MB) at every start."""
+    import importlib.util
+    import shutil
+    import subprocess
+    import sys
+    copy = str(tmp_path / "avsm.py")
+    shutil.copy(avsm.AVSM_PATH, copy)
+    run = [sys.executable, "-c", "import sys; sys.path.insert(0, sys.argv[1]); import avsm; "
+           "print(avsm.cached_command('avsm', ['--version'])[-3])", str(tmp_path)]
+    cache = importlib.util.cache_from_source(copy)
+    for edit in ("", "# replaced in place\n"):
+        with open(copy, "a") as fh:
+            fh.write(edit)
+        assert subprocess.run(run, capture_output=True, text=True).stdout.strip() == copy
+        with open(copy, "rb") as fh:
+            source_hash = importlib.util.source_hash(fh.read())
+        with open(cache, "rb") as fh:
+            assert fh.read(16)[8:16] == source_hash, edit
