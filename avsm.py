@@ -28,9 +28,13 @@ Sections
     3. small pure parts: durations, numbers, the YAML subset
     4. the mandate, the config and the requests a client may send
     5. the ledger
-    6. the kernel: a venture's state, plausibility, readings, a model's words
-    7. the kernel: expected effects, forecasts, world models
-    8. the kernel: controllers, the gate and its re-check, the rules
+    6-8. the kernel, a function per event yielding intents, what it calls beneath:
+       6. report_read, fold (each kind's fold by its record), round_settled (rules)
+       7. the gate (check_proof, recheck_action, prove); lever_ran, lever_outcome,
+          check_rule, reading_read, run_started, restart_rule, interrupted_rule,
+          approval_rule, denial_rule, person_rule, proposal_rule, forecast_rule,
+          ratchet_rule, world_rule
+       8. VentureState, a model's words, notices, summaries
     9. effects: processes, process groups, the groups journal, the socket wire
     10. the warden, its parts one room each
     11. avsmd and the roles process
@@ -2984,7 +2988,7 @@ class LedgerWriter:
 # records and `now`, and returns records to append and levers to run.
 # =============================================================================
 
-# ---- intents: what an event's function yields -------------------------------------
+# ---- intents: what an event's function yields ----
 # Each is a generator yielding intents in order; the warden carries out each (folding its
 # record into the state) before the function goes on, answering a Write with its seq and a Gate
 # with the Verdict.
@@ -3350,7 +3354,7 @@ def fold_controller_intent(state, record):
         side["stuck"] = record["stuck"]     # written once per excursion and reason
 
 
-# ---- plausibility -----------------------------------------------------------
+# ---- plausibility ----
 def judge_report(mandate, state, value, failure=None):
     """Return (status, note) of a new metric report: trusted, unconfirmed, implausible or failed."""
     if failure is not None:
@@ -3505,7 +3509,7 @@ def drift_and_noise(steps):
     return drift, (sum((s - drift) ** 2 for s in steps) / len(steps)) ** 0.5
 
 
-# ---- the rules of a settled round -----------------------------------------------
+# ---- the rules of a settled round ----
 def round_settled(state, report_seq, unread, stopping):
     """A round settles, its metric in and the rest read or late: yield what it settles without, what
     the settling rules call for, then the score of the prediction its report resolves and the next
@@ -3580,7 +3584,7 @@ def timed_out_note(limit):
     return f"took longer than its time limit of {format_duration(limit)} and was ended"
 
 
-# ---- world models -----------------------------------------------------------------
+# ---- world models ----
 # With `world:` or `calibration:` (WORLD-05), each trusted report brings an inferred prediction of
 # the next, from the world command (open point 38) or the built-in baseline. A trusted next report
 # scores it in a measured `calibration.<metric>` record (WORLD-06, WORLD-07); any other, or a gap,
@@ -3966,7 +3970,7 @@ def unstick_rule(state, side, why):
             )
 
 
-# ---- controllers --------------------------------------------------------------
+# ---- controllers ----
 def controller_calls(state):
     """Return the controller's intents (decide) on the venture's latest report, as a settled round
     acts on them; the re-check of a controller's action asks this same function."""
@@ -4152,7 +4156,7 @@ def refusal(state, lever, why, summary=None, **fields):
 # 7. The kernel: the gate and its re-check, a lever's run and end, the other events
 # =============================================================================
 
-# ---- the gate: a stored proof re-checked, then prove ----------------------------
+# ---- the gate: a stored proof re-checked, then prove ----
 Verdict = collections.namedtuple("Verdict", "ok proof why needs_ask asked stuck action",
                                  defaults=(None, "", False, None, None, None))
 Verdict.__doc__ = """The gate's answer: ok with a proof, or why not (and whether a person may
@@ -4663,7 +4667,7 @@ def payload_problem(spec, payload):
     return None
 
 
-# ---- mail.send: the sender is avsm's to set --------------------------------
+# ---- mail.send: the sender is avsm's to set ----
 MAIL_SENDER_HEADERS = ("from", "sender", "return-path")
 MAIL_HEADER_NAME = r"[!-9;-~]+"      # RFC 5322 field-name
 Mail = collections.namedtuple("Mail", "text dropped")
@@ -4862,7 +4866,7 @@ def basis_now(state, lever, basis, guard):
     return controller_basis(state, *call) if call else None
 
 
-# ---- guards, audits, readings ---------------------------------------------------
+# ---- guards, audits, readings ----
 def reading_read(state, what, name, value, failure, text, late=False):
     """A guard, audit or reading program ended, or could not start: yield its record; a `late` guard
     reading has the guard rules run on it alone."""
@@ -5018,7 +5022,7 @@ def ratchet_rule(state, lever, n, forecast=None, again=False):
     yield Ratchet(lever, *(forecast or (None, None)))
 
 
-# ---- forecasts --------------------------------------------------------------------
+# ---- forecasts ----
 # A forecast (open point 39): a Monte Carlo of `seeds` paths over `days`, resampling lever-free
 # steps, and a lever's own where the controller would run it within its cap. It never authorizes.
 TOO_LITTLE = "too little history to forecast"
@@ -5664,7 +5668,7 @@ def still_past_lines(state):
             for name, episode in guards_past(state)]
 
 
-# ---- what a model is shown, and what it may say ---------------------------------
+# ---- what a model is shown, and what it may say ----
 # Pure: a decision packet (built by the warden from records, never an audit) in,
 # the request texts out; a reply's bytes in, choices or the reason it is unusable out.
 MODEL_SYSTEM = """You advise avsm, a supervisor that acts only within a mandate a person wrote.
