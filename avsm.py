@@ -28,9 +28,13 @@ Sections
     3. small pure parts: durations, numbers, the YAML subset
     4. the mandate, the config and the requests a client may send
     5. the ledger
-    6. the kernel: a venture's state, plausibility, readings, a model's words
-    7. the kernel: expected effects, forecasts, world models
-    8. the kernel: controllers, the gate and its re-check, the rules
+    6-8. the kernel, a function per event yielding intents, what it calls beneath:
+       6. report_read, fold (each kind's fold by its record), round_settled (rules)
+       7. the gate (check_proof, recheck_action, prove); lever_ran, lever_outcome,
+          check_rule, reading_read, run_started, restart_rule, interrupted_rule,
+          approval_rule, denial_rule, person_rule, proposal_rule, forecast_rule,
+          ratchet_rule, world_rule
+       8. VentureState, a model's words, notices, summaries
     9. effects: processes, process groups, the groups journal, the socket wire
     10. the warden, its parts one room each
     11. avsmd and the roles process
@@ -2979,150 +2983,53 @@ class LedgerWriter:
 
 
 # =============================================================================
-# 6. The kernel: a venture's state, plausibility, readings, a model's words
+# 6. The kernel: a report read, folded, and the round it settles
 # Decides from records. Reads no clock, runs nothing, opens no socket: it takes
 # records and `now`, and returns records to append and levers to run.
 # =============================================================================
 
-HISTORY = 200      # trusted reports a venture keeps in memory (drift, noise, peaks)
+# ---- intents: what an event's function yields ----
+# Each is a generator yielding intents in order; the warden carries out each (folding its
+# record into the state) before the function goes on, answering a Write with its seq and a Gate
+# with the Verdict.
+Write = collections.namedtuple("Write", "record at", defaults=(None,))
+Write.__doc__ = "Append this record (at `at`, when given)."
+Pause = collections.namedtuple("Pause", "record at", defaults=(None,))
+Pause.__doc__ = "Append this pause record, and end what the venture runs."
+Gate = collections.namedtuple("Gate",
+                              "lever basis payload trigger approval by side extra summary check",
+                              defaults=(None, None, None, None, None, None, "", None))
+Gate.__doc__ = ("Ask the gate to prove `lever` now and run it if it can; the rule is sent back the "
+                "Verdict. `check`: the seq of the lever's passed check (it runs unchecked then).")
+Forecast = collections.namedtuple("Forecast", "lever")
+Forecast.__doc__ = "Forecast the venture before the ratchet ask; the rule is sent whether it began."
+Ratchet = collections.namedtuple("Ratchet", "lever forecast line")
+Ratchet.__doc__ = "Write the ratchet ask for `lever`, citing forecast #`forecast`."
+World = collections.namedtuple("World", "report lever")
+World.__doc__ = "Step the world command's ensemble from report #`report`, `lever` run."
 
 
-class History:
-    """A list of (seq, value) pairs, the seqs in an array of machine integers (8 bytes each, not a
-    tuple and an int object: 96): a thousand ventures' HISTORY reports take 3 MiB, not 19."""
-
-    __slots__ = ("seqs", "values")
-
-    def __init__(self, pairs=()):
-        import array
-        self.seqs, self.values = array.array("q"), []
-        for pair in pairs:
-            self.append(pair)
-
-    def append(self, pair):
-        self.seqs.append(pair[0])
-        self.values.append(pair[1])
-
-    def __len__(self):
-        return len(self.values)
-
-    def __getitem__(self, i):
-        if isinstance(i, slice):
-            return list(zip(self.seqs[i], self.values[i]))
-        return self.seqs[i], self.values[i]
-
-    def __delitem__(self, i):
-        del self.seqs[i]
-        del self.values[i]
-
-    def __iter__(self):
-        return zip(self.seqs, self.values)
-
-    def __eq__(self, other):
-        return list(self) == list(other)
+def report_read(state, value, failure):
+    """Yield the report of `value` (or `failure`), then each drawdown guard's reading of it."""
+    report = report_record(state, value, failure)
+    yield Write(report)
+    for guard in state.mandate["guards"]:
+        if guard["drawdown"] is not None:
+            dd, why = drawdown_reading(guard, state, report["status"], value)
+            yield Write(guard_record(state, guard, dd, why, "%"))
 
 
-class VentureState:
-    """What the ledger says of one venture, folded record by record (so a restart forgets
-    nothing)."""
-
-    # Slots for the fields below: over 30 of them, an instance's __dict__ would not share its keys
-    # (1.6 KiB a venture, not 0.4; issue 15). "__dict__" last: a field added without its slot still
-    # works, in a dict of its own.
-    __slots__ = ("name", "directory", "mandate", "mandate_seq", "mandate_sha", "mandate_text",
-                 "problem", "paused", "last_report", "level", "pending", "last_step",
-                 "previous_implausible", "trusted", "trusted_at", "sides", "actions", "open_asks",
-                 "implausible_ask", "implausible_answered", "running", "guards", "audits", "read",
-                 "peak", "unwinds", "approvals", "free_steps", "lever_steps", "ran_since",
-                 "effects", "misses", "suspended", "ratchet_forecasts", "grants", "checks",
-                 "world_reports", "prediction", "scores", "scored", "world_failing", "world_state",
-                 "checking", "proposals", "asks_made", "counted", "__dict__")
-
-    def __init__(self, name):
-        self.name = name
-        self.directory = None
-        self.mandate = None           # the parsed mandate in force, or None
-        self.mandate_seq = self.mandate_sha = self.mandate_text = None
-        self.problem = None           # why the adopted mandate cannot run, or None
-        self.paused = False
-        self.last_report = None       # (seq, at, record)
-        self.level = None             # (seq, value) of the last report that was not implausible
-        self.pending = None           # (seq, value) of an unconfirmed report
-        self.last_step = None         # the step between the last two trusted reports
-        self.previous_implausible = False
-        # its asks, canaries aside: canary_asks counts them over every venture
-        self.asks_made = 0
-        self.trusted = History()      # [(seq, value)] of the last HISTORY trusted reports
-        self.trusted_at = None        # when the last of them was written (status shows its age)
-        self.sides = {}               # controller side -> {"armed": bool, "streak": [report seqs]}
-        self.actions = {}             # lever -> [(seq, at)] of its runs, for caps
-        self.open_asks = {}           # ask seq -> ask record
-        self.implausible_ask = None   # seq of the open ask raised for an implausible stretch
-        # its ask was answered: no new one until a plausible reading comes
-        self.implausible_answered = False
-        self.running = {}             # lever -> action seq of a run in flight (from action/outcome)
-        # guard name -> {"last": (seq, value, status), "past", "episode", "unwind_ok"}
-        self.guards = {}
-        # audit name -> {"values": [(seq, value)], "last": (seq, status), "note"}
-        self.audits = {}
-        self.read = {}                # reading name -> (seq, record)
-        # the highest trusted report since the mandate: a drawdown's peak
-        self.peak = None
-        self.unwinds = {}             # action seq -> the guard whose unwind it runs
-        # lever -> approvals since the mandate (a denial resets it): the ratchet
-        self.approvals = {}
-        # one-step changes between trusted reports with no lever run between
-        self.free_steps = []
-        # lever -> steps between trusted reports across which it alone ran
-        self.lever_steps = {}
-        # levers run since the last trusted report (none: the next step is lever-free)
-        self.ran_since = []
-        self.effects = {}             # action seq -> a run whose expected effect is not yet judged
-        self.misses = {}              # lever -> misses in a row (revoke_after)
-        self.suspended = {}           # lever -> the ask whose approval restores its delegation
-        # lever -> seq of the `begun` forecast its ratchet ask waits on
-        self.ratchet_forecasts = {}
-        self.checking = {}            # lever -> seq of the `begun` check its run waits on
-        # seq of an unspent approval (or a person's own proposal) -> {"lever", "payload", "ask"}
-        self.grants = {}
-        self.checks = {}              # seq of a passed lever check no action has cited yet -> lever
-        # [(seq, at, value)] of the last HISTORY trusted reports folded under a world: its input
-        self.world_reports = []
-        self.prediction = None        # (seq, record) of the prediction the next report may resolve
-        # [(crps, persistence's crps, covered)] of the last ROLLING scores
-        self.scores = []
-        self.scored = 0               # calibration scores in the ledger
-        # the last world record is a failed step: the next failure writes nothing
-        self.world_failing = False
-        self.world_state = None       # the state the world command returned last (a prediction's)
-        # seq of a model's proposal of an action no action, ask or refusal answered yet -> lever
-        self.proposals = {}
-        # the metrics' counters, over every record (a _total never goes back at a restart)
-        self.counted = {"reports": 0, "failed": 0, "implausible": 0, "refusals": 0, "by_lever": {}}
-
-    def side(self, name):
-        """A controller side: armed (deadband), its streak of crossed reports (hold), asked."""
-        return self.sides.setdefault(
-            name, {"armed": True, "streak": [], "asked": False, "stuck": None, "seen": False})
-
-    def open_ask(self, **fields):
-        """Return the seq of the first open ask with these `fields`, or None."""
-        return next((s for s, a in self.open_asks.items()
-                     if all(a.get(k) == v for k, v in fields.items())), None)
+def drawdown_reading(guard, state, report_status, value):
+    """Return (value, failure) of a drawdown guard: the fall from the metric's peak, in percent."""
+    if report_status not in ("trusted",):
+        return None, f"the {report_status} metric report gives no drawdown"
+    peak = state.peak
+    if peak is None or peak <= 0:
+        return 0.0, None
+    return round(max(0.0, (peak - value) / peak * 100), 6), None
 
 
-def text_sha256(text):
-    """Return the sha256 of `text` as UTF-8 in lowercase hex, as `sha256sum` prints it."""
-    import hashlib
-    return hashlib.sha256(text.encode()).hexdigest()
-
-
-def mandate_record(name, directory, text, summary, **fields):
-    """Return the record adopting `text` as the mandate of venture `name` from `directory`."""
-    return new_record("mandate", name, directory=directory, sha256=text_sha256(text), text=text,
-                      summary=summary, **fields)
-
-
+# ---- a record folded into its venture's state; each kind's fold beside its record ----
 def fold(state, seq, at, record):
     """Update `state` with one record of its venture; return the state."""
     kind = record["kind"]
@@ -3267,22 +3174,6 @@ def fold(state, seq, at, record):
     return state
 
 
-def fold_controller_intent(state, record):
-    """A controller's decision spends its excursion: deadband disarms, hold counts again."""
-    if record.get("by") != "controller" or "side" not in record or state.mandate is None:
-        return
-    side = state.side(record["side"])
-    side["streak"] = []
-    if state.mandate["controller"].get("deadband") is not None:
-        side["armed"] = False
-    if record["kind"] in ("action", "ask"):
-        side["stuck"] = None            # it ran, or a person is asked: stuck no longer
-    if record["kind"] == "ask":
-        side["asked"] = True            # one ask per excursion, answered or not (DESIGN)
-    if record["kind"] == "refusal" and record.get("stuck"):
-        side["stuck"] = record["stuck"]     # written once per excursion and reason
-
-
 def fold_report(state, seq, at, record):
     state.last_report = (seq, at, record)
     status, value = record.get("status"), record.get("value")
@@ -3327,26 +3218,143 @@ def fold_report(state, seq, at, record):
             side.update(streak=[], asked=False, stuck=None, seen=False)
 
 
-def crossed(way, bound, value):
-    """Return whether `value` is past `bound` on side `way` (strict: > above, < below)."""
-    return value > bound if way == "above" else value < bound
+def report_record(state, value, failure):
+    """Return the metric's report record for `value` (or `failure`), judged by judge_report."""
+    m = state.mandate
+    status, note = judge_report(m, state, value, failure)
+    shown = format_number(value) if value is not None else "-"
+    summary = {"trusted": f"{m['metric']} = {shown}",
+               "unconfirmed": f"{m['metric']} = {shown} unconfirmed: {note}",
+               "implausible": f"{m['metric']} = {shown} implausible: {note}",
+               "failed": f"{m['metric']} failed: {note}"}[status]
+    return new_record("report", state.name, metric=m["metric"],
+                      value=value if value == value else None, status=status,
+                      plausible=status in ("trusted", "unconfirmed"), note=note, summary=summary)
 
 
-def controller_sides(mandate):
-    """Return the controller's sides as (side name, way, bound, lever)."""
-    if mandate is None:
-        return []
-    return CONTROLLERS[mandate["controller"]["kind"]].sides(mandate["controller"])
+def fold_guard(state, seq, record):
+    """A guard's reading: a trusted one past its bound starts (or goes on with) an episode; the
+    first plausible one back inside ends it (open point 32). A failed, implausible or unread reading
+    neither trips nor clears it (GUARD-06), nor does an unconfirmed one past the bound."""
+    name = record["kind"][len("guard."):]
+    info = state.guards.setdefault(name, {"last": None, "past": False, "episode": None,
+                                          "unwind_ok": False, "previous_bad": False,
+                                          "pending": None})
+    status = record.get("status")
+    if status == "not read":
+        # a reading still running hides neither a failed one before it nor its own end
+        return
+    info["last"] = (seq, record.get("value"), status)
+    if settles_guard(record):
+        past = bool(record.get("past"))
+        if past and not info["past"]:
+            info["episode"], info["unwind_ok"] = seq, False
+        elif not past:
+            info["episode"] = None
+        info["past"] = past
+    info["previous_bad"] = status in ("failed", "implausible")
+    info["pending"] = record.get("past") if status == "unconfirmed" else None
 
 
-# ---- plausibility -----------------------------------------------------------
+def settles_guard(record):
+    """Whether a guard reading trips or clears its guard: a trusted one, or a plausible one back
+    inside (open point 32); the gate's fold and the proof's re-check both ask this."""
+    return record.get("status") == "trusted" or (
+        record.get("status") == "unconfirmed" and not record.get("past"))
 
-def step_bounds(mandate):
-    """Return (bound on a rise, bound on a fall); None where that way is unbounded."""
-    return tuple(mandate[k] if mandate[k] is not None else mandate["max_step"]
-                 for k in ("max_rise", "max_fall"))
+
+def guard_record(state, guard, value, failure, suffix=""):
+    """Return a guard's reading record for `value` (or `failure`); `suffix` follows the number in
+    the summary (% for a drawdown)."""
+    status, past, note = judge_guard(guard, state, value, failure)
+    record = new_record(f"guard.{guard['name']}", state.name,
+                        value=value if value is not None and value == value else None,
+                        status=status, plausible=status in ("trusted", "unconfirmed"),
+                        past=past if status != "failed" else None, bound=guard["bound"],
+                        side=guard["side"])
+    if status != "trusted":
+        record["note"] = note or status
+    way = ">" if guard["side"] == "above" else "<"
+    shown = f"{format_number(value)}{suffix}"
+    record["summary"] = (
+        f"guard {guard['name']} = {shown}"
+        + (f" past its bound ({way} {format_number(guard['bound'])}{suffix})" if past else "")
+        if status == "trusted"
+        else f"guard {guard['name']} {status}: {note}"
+    )
+    return record
 
 
+# scores the rolling skill and coverage are taken over (open point 37)
+ROLLING = 20
+
+
+def fold_world(state, seq, at, record, previous):
+    """Fold a report (the world's input, resolving or dropping the prediction) or a world record."""
+    kind = record["kind"]
+    if kind == "report":
+        if (
+            record.get("status") == "trusted"
+            and state.mandate is not None
+            and state.mandate["world"]
+        ):
+            # kept only under a world command, their only reader (1,000 ventures: 18 MiB)
+            state.world_reports.append((seq, at, record["value"]))
+            del state.world_reports[:-HISTORY]
+        p = state.prediction
+        if p is not None and not p[1].get("resolves"):
+            cadence = state.mandate["cadence"] if state.mandate else None
+            gap = previous is None or previous[0] != p[1].get("report") or \
+                (cadence is not None and at - previous[1] > 2 * cadence + 1)
+            if gap or record.get("status") != "trusted":
+                state.prediction = None  # dropped
+            else:
+                state.prediction = (p[0], dict(p[1], resolves=seq))
+        elif p is not None:
+            state.prediction = None  # its resolving report came and went unscored
+    elif kind == "prediction":
+        state.prediction = (seq, record)
+        state.world_failing = False
+        if "state" in record:           # written when the world's state changed
+            state.world_state = record["state"]
+    elif kind == "world":
+        state.world_failing = not record.get("ok")
+    elif kind.startswith("calibration."):
+        state.scores.append((record.get("crps"), record.get("persistence"), record.get("coverage")))
+        del state.scores[:-ROLLING]
+        state.scored += 1
+        state.prediction = None
+
+
+def fold_audit(state, seq, record):
+    name = record["kind"][len("audit."):]
+    info = state.audits.setdefault(name, {"values": [], "last": None, "note": ""})
+    if record.get("status") == "not read":
+        return                  # still running: the reading before it still holds, or not
+    info["last"] = (seq, record.get("status"))
+    if record.get("status") == "trusted":
+        info["values"].append((seq, record.get("value")))
+        del info["values"][:-HISTORY]
+        info["note"] = record.get("note", "")
+
+
+def fold_controller_intent(state, record):
+    """A controller's decision spends its excursion: deadband disarms, hold counts again."""
+    if record.get("by") != "controller" or "side" not in record or state.mandate is None:
+        return
+    side = state.side(record["side"])
+    side["streak"] = []
+    if state.mandate["controller"].get("deadband") is not None:
+        side["armed"] = False
+    if record["kind"] in ("action", "ask"):
+        side["stuck"] = None            # it ran, or a person is asked: stuck no longer
+    if record["kind"] == "ask":
+        side["asked"] = True            # one ask per excursion, answered or not (DESIGN)
+    if record["kind"] == "refusal" and record.get("stuck"):
+        side["stuck"] = record["stuck"]     # written once per excursion and reason
+
+
+# ---- plausibility ----
 def judge_report(mandate, state, value, failure=None):
     """Return (status, note) of a new metric report: trusted, unconfirmed, implausible or failed."""
     if failure is not None:
@@ -3405,78 +3413,10 @@ def judge_report(mandate, state, value, failure=None):
     return "trusted", ""
 
 
-# ---- guards, audits, readings ---------------------------------------------------
-
-ADDRESS = r"[^\s<>,;:@]+@[^\s<>,;:@]+"
-READING_FIELDS_MAX = 50
-
-
-def reading_limit(item):
-    """Return the seconds a reading program may run: its own `timeout:`, else 10 minutes; one still
-    running at its next due time runs on until done or this limit (DESIGN)."""
-    return item.get("timeout") or READING_TIMEOUT
-
-
-def round_plan(mandate, running):
-    """Return [(what, item, start)] for a round now due: each guard (but a drawdown guard, read from
-    the metric's report), audit and reading; `start` is False when its last read is still `running`:
-    that one is written as not read and left to run (RUN-18)."""
-    return [(what, item, (what, item["name"]) not in running)
-            for what in ("guard", "audit", "reading") for item in mandate[what + "s"]
-            if what != "guard" or item["drawdown"] is None]
-
-
-def read_late(child_round, round_):
-    """Whether a reading that just ended comes after its round settled without it (`round_`: the
-    round in flight, or None)."""
-    return round_ is None or child_round != round_["number"]
-
-
-def round_unread(round_, now):
-    """Return what a round in flight settles without, sorted [(what, name)], once its metric is in
-    and every guard, audit and reading is read, or its deadline has passed at `now` (monotonic);
-    None while it still waits."""
-    if round_ is None or round_["metric"] is None:
-        return None
-    if round_["pending"] and now < round_["deadline"]:
-        return None
-    return sorted(round_["pending"])
-
-
-def timed_out_note(limit):
-    """The failure of a reading program ended at its time limit."""
-    return f"took longer than its time limit of {format_duration(limit)} and was ended"
-
-
-def fold_guard(state, seq, record):
-    """A guard's reading: a trusted one past its bound starts (or goes on with) an episode; the
-    first plausible one back inside ends it (open point 32). A failed, implausible or unread reading
-    neither trips nor clears it (GUARD-06), nor does an unconfirmed one past the bound."""
-    name = record["kind"][len("guard."):]
-    info = state.guards.setdefault(name, {"last": None, "past": False, "episode": None,
-                                          "unwind_ok": False, "previous_bad": False,
-                                          "pending": None})
-    status = record.get("status")
-    if status == "not read":
-        # a reading still running hides neither a failed one before it nor its own end
-        return
-    info["last"] = (seq, record.get("value"), status)
-    if settles_guard(record):
-        past = bool(record.get("past"))
-        if past and not info["past"]:
-            info["episode"], info["unwind_ok"] = seq, False
-        elif not past:
-            info["episode"] = None
-        info["past"] = past
-    info["previous_bad"] = status in ("failed", "implausible")
-    info["pending"] = record.get("past") if status == "unconfirmed" else None
-
-
-def settles_guard(record):
-    """Whether a guard reading trips or clears its guard: a trusted one, or a plausible one back
-    inside (open point 32); the gate's fold and the proof's re-check both ask this."""
-    return record.get("status") == "trusted" or (
-        record.get("status") == "unconfirmed" and not record.get("past"))
+def step_bounds(mandate):
+    """Return (bound on a rise, bound on a fall); None where that way is unbounded."""
+    return tuple(mandate[k] if mandate[k] is not None else mandate["max_step"]
+                 for k in ("max_rise", "max_fall"))
 
 
 def judge_guard(guard, state, value, failure):
@@ -3499,521 +3439,10 @@ def judge_guard(guard, state, value, failure):
     return "trusted", past, ""
 
 
-def drawdown_reading(guard, state, report_status, value):
-    """Return (value, failure) of a drawdown guard: the fall from the metric's peak, in percent."""
-    if report_status not in ("trusted",):
-        return None, f"the {report_status} metric report gives no drawdown"
-    peak = state.peak
-    if peak is None or peak <= 0:
-        return 0.0, None
-    return round(max(0.0, (peak - value) / peak * 100), 6), None
+def crossed(way, bound, value):
+    """Return whether `value` is past `bound` on side `way` (strict: > above, < below)."""
+    return value > bound if way == "above" else value < bound
 
-
-def guards_past(state):
-    """Return [(guard, seq of its episode's first reading)] for guards reading past their bound."""
-    return [(name, info["episode"]) for name, info in state.guards.items() if info["past"]]
-
-
-def still_past_lines(state):
-    """Return the lines `avsm resume` adds for each guard whose last reading was past its bound
-    (PAUSE-03). Only that last reading is known: the cause may have been cleared since."""
-    then = {g["name"]: g["then"] for g in state.mandate["guards"]} if state.mandate else {}
-    return [f"guard {name}: its last reading was past its bound (since #{episode}); "
-            + (f"if it still is at its next reading, it pauses {state.name} again"
-               if then.get(name, "pause") == "pause"
-               else "no lever but stop and its unwind runs until a reading is back inside")
-            for name, episode in guards_past(state)]
-
-
-def guard_pause_way_out(venture, guard):
-    """Return (what to clear first, the command that resumes) of a pause by guard `guard`: a guard
-    is not read while its venture is paused, and the first reading after resume pauses it again if
-    it is still past its bound."""
-    return f"clear what puts guard {guard} past its bound", f"avsm resume {venture}"
-
-
-def fold_audit(state, seq, record):
-    name = record["kind"][len("audit."):]
-    info = state.audits.setdefault(name, {"values": [], "last": None, "note": ""})
-    if record.get("status") == "not read":
-        return                  # still running: the reading before it still holds, or not
-    info["last"] = (seq, record.get("status"))
-    if record.get("status") == "trusted":
-        info["values"].append((seq, record.get("value")))
-        del info["values"][:-HISTORY]
-        info["note"] = record.get("note", "")
-
-
-def audit_worsening(audit, state):
-    """Return why the audit asks, or None: the metric improved over its window while the audit,
-    against its value `window` readings earlier, got worse past its tolerance (open point 33)."""
-    w = audit["window"]
-    values = state.audits.get(audit["name"], {}).get("values", [])
-    if len(values) <= w or len(state.trusted) <= w:
-        return None
-    metric_then, metric_now = state.trusted[-1 - w][1], state.trusted[-1][1]
-    audit_then, audit_now = values[-1 - w][1], values[-1][1]
-    improved = metric_now > metric_then if audit["better"] == "up" else metric_now < metric_then
-    worse = (audit_now - audit_then) if audit["worse"] == "up" else (audit_then - audit_now)
-    if improved and worse > audit["tolerance"]:
-        return (
-            f"{state.mandate['metric'] if state.mandate else 'the metric'} improved from"
-            f" {format_number(metric_then)} to {format_number(metric_now)} over {w} readings while"
-            f" audit {audit['name']} got worse by {format_number(worse)}, past its tolerance"
-            f" {format_number(audit['tolerance'])}"
-        )
-    return None
-
-
-def reading_fields(text, audit_note=None):
-    """Return the kept fields of a reading's output: the address lines above the number, at most 50;
-    with an audit, only those it names."""
-    lines = [line.strip() for line in text.split("\n") if line.strip()]
-    named = None if audit_note is None else set(re.findall(r"[^\s<>,;:]+", audit_note))
-    return [line for line in lines[:-1] if len(line) <= 254 and re.fullmatch(ADDRESS, line)
-            and (named is None or line in named)][:READING_FIELDS_MAX]
-
-
-def held_by(state):
-    """Return (what, seq, note) of the failed or implausible report, guard reading or audit reading
-    that holds the venture implausible until a plausible one comes, or None."""
-    if state.last_report and state.last_report[2].get("status") in ("implausible", "failed"):
-        seq, at, record = state.last_report
-        return f"the {record.get('metric', 'metric')} report", seq, record.get("note")
-    for kind, table in (("guard", state.guards), ("audit", state.audits)):
-        for name, info in sorted(table.items()):
-            last = info["last"]
-            if last and last[-1] in ("failed", "implausible"):
-                return f"{kind} {name}", last[0], f"its reading #{last[0]} is {last[-1]}"
-    return None
-
-
-# ---- a reading's record: its status, plausible and summary as the judges above say ----
-
-def report_read(state, value, failure):
-    """Yield the report of `value` (or `failure`), then each drawdown guard's reading of it."""
-    report = report_record(state, value, failure)
-    yield Write(report)
-    for guard in state.mandate["guards"]:
-        if guard["drawdown"] is not None:
-            dd, why = drawdown_reading(guard, state, report["status"], value)
-            yield Write(guard_record(state, guard, dd, why, "%"))
-
-
-def reading_read(state, what, name, value, failure, text, late=False):
-    """A guard, audit or reading program ended, or could not start: yield its record; a `late` guard
-    reading has the guard rules run on it alone."""
-    item = next(i for i in state.mandate[what + "s"] if i["name"] == name)
-    if what == "guard":
-        yield Write(guard_record(state, item, value, failure, ""))
-        if late:
-            yield from guard_rules(state)
-    elif what == "audit":
-        yield Write(audit_record(state, name, value, failure, text))
-    else:
-        yield Write(reading_record(state, item, value, failure, text))
-
-
-def unread_rule(state, unread, why):
-    """Yield the record of each guard, audit or reading `unread` [(what, name)] not read: why."""
-    for what, name in unread:
-        yield Write(unread_record(state, what, name, why))
-
-
-def unread_record(state, what, name, why):
-    """Return the record of guard, audit or reading `name` not read this round (`why`)."""
-    record = new_record(f"{what}.{name}", state.name,
-                        claim="inferred" if what == "reading" else "measured", value=None,
-                        status="not read", plausible=False, note=why,
-                        summary=f"{what} {name} not read: {why}")
-    if what == "guard":
-        record["past"] = None             # not read: it neither trips nor clears
-    return record
-
-
-def report_record(state, value, failure):
-    """Return the metric's report record for `value` (or `failure`), judged by judge_report."""
-    m = state.mandate
-    status, note = judge_report(m, state, value, failure)
-    shown = format_number(value) if value is not None else "-"
-    summary = {"trusted": f"{m['metric']} = {shown}",
-               "unconfirmed": f"{m['metric']} = {shown} unconfirmed: {note}",
-               "implausible": f"{m['metric']} = {shown} implausible: {note}",
-               "failed": f"{m['metric']} failed: {note}"}[status]
-    return new_record("report", state.name, metric=m["metric"],
-                      value=value if value == value else None, status=status,
-                      plausible=status in ("trusted", "unconfirmed"), note=note, summary=summary)
-
-
-def guard_record(state, guard, value, failure, suffix=""):
-    """Return a guard's reading record for `value` (or `failure`); `suffix` follows the number in
-    the summary (% for a drawdown)."""
-    status, past, note = judge_guard(guard, state, value, failure)
-    record = new_record(f"guard.{guard['name']}", state.name,
-                        value=value if value is not None and value == value else None,
-                        status=status, plausible=status in ("trusted", "unconfirmed"),
-                        past=past if status != "failed" else None, bound=guard["bound"],
-                        side=guard["side"])
-    if status != "trusted":
-        record["note"] = note or status
-    way = ">" if guard["side"] == "above" else "<"
-    shown = f"{format_number(value)}{suffix}"
-    record["summary"] = (
-        f"guard {guard['name']} = {shown}"
-        + (f" past its bound ({way} {format_number(guard['bound'])}{suffix})" if past else "")
-        if status == "trusted"
-        else f"guard {guard['name']} {status}: {note}"
-    )
-    return record
-
-
-def audit_record(state, name, value, failure, text):
-    """Return audit `name`'s reading record; its note, the lines its program printed above the
-    number, is never shown to a model (AUDIT-05)."""
-    lines = [line for line in text.split("\n") if line.strip()]
-    note = "\n".join(lines[:-1])[-NOTE_MAX:] if failure is None else failure
-    status = "failed" if failure else ("implausible" if value != value else "trusted")
-    return new_record(
-        f"audit.{name}",
-        state.name,
-        value=value if value == value else None,
-        status=status,
-        plausible=status == "trusted",
-        note=note or ("" if status == "trusted" else "NaN"),
-        summary=(
-            f"audit {name} = {format_number(value)}"
-            if status == "trusted"
-            else f"audit {name} {status}: {note[:200]}"
-        ),
-    )
-
-
-def reading_record(state, reading, value, failure, text):
-    """Return a reading's record: read, or failed with no note at all (READING-08); a read one keeps
-    its fields (those its audit's note names)."""
-    name = reading["name"]
-    record = new_record(f"reading.{name}", state.name, value=value if value == value else None,
-                        status="failed" if failure else "read", plausible=failure is None)
-    if failure is None:
-        note = state.audits.get(reading["audit"], {}).get("note", "") if reading["audit"] else None
-        fields = reading_fields(text, note)
-        record.update(fields=" ".join(fields),
-                      summary=f"reading {name} = {format_number(value)}: {len(fields)} field(s)")
-    else:
-        record.update(summary=f"reading {name} failed")
-    return record
-
-
-# ---- what a model is shown, and what it may say ---------------------------------
-# Pure: a decision packet (built by the warden from records, never an audit) in,
-# the request texts out; a reply's bytes in, choices or the reason it is unusable out.
-
-MODEL_SYSTEM = """You advise avsm, a supervisor that acts only within a mandate a person wrote.
-You choose between doing nothing, taking one action the mandate permits, and asking the person.
-Code, not you, decides whether anything runs: a proposal that breaks the mandate is refused and \
-recorded.
-Reply with exactly one JSON object on one line and nothing else, one of:
-{"choice": "nothing", "reason": "..."}
-{"choice": "action", "action": "LEVER", "reason": "..."}   (add "payload" for a lever that takes \
-content:
-    a string for text, diff or file; an object for json)
-{"choice": "ask", "question": "...", "action": "LEVER"}
-{"choices": [ ...up to five of the above, each judged alone... ]}
-Before choosing you may look things up, three times at most, one per reply:
-{"choice": "know", "topic": "..."}  or  {"choice": "why", "record": SEQ}"""
-CLASSIFIER_SYSTEM = """You classify for avsm, a supervisor that acts only within a mandate a \
-person wrote.
-Answer with one word alone: nothing, ask, or the name of one permitted lever."""
-CHOICE_KEYS = {"nothing": {"choice", "reason"},
-               "action": {"choice", "action", "reason", "payload"},
-               "ask": {"choice", "question", "action", "reason"},
-               "know": {"choice", "topic"},
-               "why": {"choice", "record"}}
-LOOKS_MAX = 3
-CHOICES_MAX = 5
-TEXT_MAX = 2000
-
-
-def build_request(packet):
-    """Return (system, user): the texts a backend is shown for one decision packet."""
-    lines = [f"venture: {packet['venture']}", f"purpose: {packet['purpose']}",
-             f"metric: {packet['metric']}", f"controller: {packet['controller']}",
-             "permitted levers:"]
-    for lever in packet["levers"]:
-        lines.append(
-            f"  - {lever['name']}: cap {lever['cap']} ({lever['used']} used), "
-            f"{'reversible' if lever['reversible'] else 'irreversible: a person approves it'}"
-            + (", delegated" if lever.get("delegated") else "")
-            + (f", takes {lever['takes']}" if lever.get("takes") else "")
-        )
-    if not packet["levers"]:
-        lines.append("  none")
-    lines.append(f"forbidden levers: {', '.join(packet['forbidden']) or 'none'}")
-    lines.append("children:" if packet["children"] else "children: none")
-    lines += [f"  - {c['name']}: {c['state']}" + "".join(f"\n      {r}" for r in c["records"])
-              for c in packet["children"]]
-    lines.append("readings:" if packet["readings"] else "readings: none")
-    lines += [f"  - {r['name']} = {r['value']}: {r['fields'] or '(no fields)'}"
-              for r in packet["readings"]]
-    lines.append("recent records:" if packet["records"] else "recent records: none")
-    lines += [f"  {r}" for r in packet["records"]]
-    lines.append("open asks:" if packet["asks"] else "open asks: none")
-    lines += [f"  {a}" for a in packet["asks"]]
-    lines += packet_forecast_lines(packet)
-    for look in packet.get("looks", []):
-        lines.append(f"you looked up {json.dumps(look['look'])}:")
-        lines += [f"  {line}" for line in look["answer"].splitlines()]
-    if packet.get("looks"):
-        lines.append(f"looks left: {LOOKS_MAX - len(packet['looks'])}")
-    return (CLASSIFIER_SYSTEM if packet.get("classifier") else MODEL_SYSTEM), "\n".join(
-        lines
-    ) + "\n"
-
-
-def packet_forecast_lines(packet):
-    """The packet's forecast for doing nothing and for one run now of each permitted lever (open
-    point 40)."""
-    facts = packet.get("forecast")
-    if not facts:
-        return []
-    if "made" in facts:
-        return packet_world_lines(packet["metric"], facts)
-    lines = [
-        f"forecast ({format_number(facts['days'])} days x {facts['seeds']} seeds, at the horizon):"]
-    nothing = forecast(dict(facts, sides=[]))
-    if "too_little" in nothing:
-        return lines + [f"  {nothing['too_little']}"]
-    lines.append(f"  doing nothing: {forecast_text(packet['metric'], nothing)}")
-    for name, lever in facts["levers"].items():
-        known = len(lever["steps"]) >= 3 or lever["expects"]
-        lines.append(
-            f"  {name} once now: "
-            + (
-                forecast_text(packet["metric"], forecast(dict(facts, sides=[], first=name)))
-                if known
-                else "its effect is not measured yet"
-            )
-        )
-    return lines
-
-
-def packet_world_lines(metric, facts):
-    """The packet's forecast made through the world command (issue 11 item 6), and the horizon it
-    was cut short at where its calls were capped."""
-    made = facts["made"]
-    nothing = made["nothing"]
-    lines = [f"forecast through the world command ({format_number(facts['days'])} days x"
-             f" {facts['seeds']} seeds, at the horizon):"]
-    if "too_little" in nothing:
-        return lines + [f"  {nothing['too_little']}"]
-    if nothing.get("cut"):
-        lines.append(f"  {nothing['cut']}")
-    lines.append(f"  doing nothing: {forecast_text(metric, nothing)}")
-    for name, result in made["levers"].items():
-        lines.append(f"  {name} once now: {forecast_text(metric, result)}")
-    return lines
-
-
-def parse_reply(data, packet):
-    """Return {"choices": [...]} or {"look": {...}} from a reply, or {"unusable": why}.
-
-    The reply is one JSON object on one line (a classifier: one word); anything else is unusable."""
-    if len(data) > REPLY_MAX:
-        return {"unusable": f"the reply is bigger than {REPLY_MAX // 1024} KiB"}
-    try:
-        text = data.decode("utf-8") if isinstance(data, bytes) else data
-    except UnicodeDecodeError:
-        return {"unusable": "the reply is not UTF-8"}
-    text = text.strip()
-    if not text:
-        return {"unusable": "the reply is empty"}
-    if "\n" in text or "\r" in text:
-        return {"unusable": "the reply is more than one line"}
-    lever_names = {lever["name"] for lever in packet["levers"]}
-    if packet.get("classifier"):
-        if text in ("nothing", "ask") or text in lever_names:
-            return {"choices": [{"choice": "nothing"} if text == "nothing"
-                                else {"choice": "ask", "question": "the classifier asks"}
-                                if text == "ask" else {"choice": "action", "action": text}]}
-        return {"unusable": ("a classifier answers one word: nothing, ask or a permitted lever, not"
-                             f" {text[:60]!r}")}
-    try:
-        reply = read_json(text, object_pairs_hook=unique_pairs)
-    except NumberError as err:
-        return {"unusable": f"the reply holds a number avsm does not take: {err}"}
-    except (ValueError, RecursionError) as err:
-        return {"unusable": f"the reply is not one JSON object: {str(err)[:120]}"}
-    if not isinstance(reply, dict):
-        return {"unusable": "the reply is not a JSON object"}
-    if set(reply) == {"choices"}:
-        items = reply["choices"]
-        if not isinstance(items, list) or not 1 <= len(items) <= CHOICES_MAX:
-            return {"unusable": f"choices must be a list of one to {CHOICES_MAX}"}
-        choices = []
-        for item in items:
-            choice, why = check_choice(item)
-            if why or choice["choice"] in ("know", "why"):
-                return {"unusable": why or "a look-up stands alone, not among choices"}
-            choices.append(choice)
-        return {"choices": choices}
-    choice, why = check_choice(reply)
-    if why:
-        return {"unusable": why}
-    if choice["choice"] in ("know", "why"):
-        if len(packet.get("looks", [])) >= LOOKS_MAX:
-            return {"unusable": f"more than {LOOKS_MAX} look-ups"}
-        return {"look": choice}
-    return {"choices": [choice]}
-
-
-def unique_pairs(pairs):
-    keys = [k for k, _ in pairs]
-    if len(keys) != len(set(keys)):
-        raise ValueError("a key appears twice")
-    return dict(pairs)
-
-
-def check_choice(choice):
-    """Return (the choice, None) when it has exactly the shape its kind allows, else (None, why)."""
-    if not isinstance(choice, dict) or choice.get("choice") not in CHOICE_KEYS:
-        return None, "a choice is nothing, action, ask, know or why"
-    kind = choice["choice"]
-    extra = set(choice) - CHOICE_KEYS[kind]
-    if extra:
-        return None, f"a {kind} choice has no {', '.join(sorted(extra))}"
-    for key in ("reason", "question", "topic"):
-        if key in choice and (not isinstance(choice[key], str) or len(choice[key]) > TEXT_MAX):
-            return None, f"{key} must be text of at most {TEXT_MAX} characters"
-    if kind == "action" and not isinstance(choice.get("action"), str):
-        return None, "an action choice names its lever in action"
-    if kind == "ask" and (
-        "question" not in choice or ("action" in choice and not isinstance(choice["action"], str))
-    ):
-        return None, "an ask choice carries a question (and may name a lever)"
-    if kind == "know" and not isinstance(choice.get("topic"), str):
-        return None, "a know choice carries a topic"
-    if kind == "why" and (
-        isinstance(choice.get("record"), bool)
-        or not isinstance(choice.get("record"), int)
-        or not 1 <= choice["record"] < 2**63
-    ):
-        return None, "a why choice carries a record number"
-    if "payload" in choice and not isinstance(choice["payload"], (str, dict)):
-        return None, "a payload is a string or an object"
-    if depth(choice) > PAYLOAD_DEPTH:
-        return None, f"the choice nests deeper than {PAYLOAD_DEPTH} levels"
-    if re.search(SURROGATE, json.dumps(choice, ensure_ascii=False)):
-        return None, "the reply holds a lone surrogate: not text"
-    return choice, None
-
-
-PAYLOAD_DEPTH = 32
-SURROGATE = "[\ud800-\udfff]"
-
-
-def depth(value, level=0):
-    """Return how deep lists and objects nest in `value`, stopping past PAYLOAD_DEPTH."""
-    if level > PAYLOAD_DEPTH or not isinstance(value, (list, dict)):
-        return level
-    items = value.values() if isinstance(value, dict) else value
-    return max((depth(item, level + 1) for item in items), default=level + 1)
-
-
-def diff_paths(diff):
-    """Return every path a diff names for patch to touch, never a hunk's line range."""
-    paths = []
-    for line in diff.splitlines():
-        if re.fullmatch(r"(\*\*\* \d+(,\d+)? \*\*\*\*|--- \d+(,\d+)? ----)\s*", line):
-            continue                                    # a context hunk's range, not a file
-        if line.startswith(("--- ", "+++ ", "*** ")):
-            paths.append(line[4:].split("\t")[0].strip())
-        elif line.startswith(("rename from ", "rename to ", "copy from ", "copy to ")):
-            paths.append(line.split(" ", 2)[2].strip())
-        elif line.startswith("Index: "):
-            paths.append(line[len("Index: "):].strip())
-    return paths
-
-
-def content_problem(takes, payload, directory):
-    """Return why a diff or file payload would reach outside the venture directory, or None.
-
-    A file payload is its relative path on the first line and the content after it."""
-    if not isinstance(payload, str):
-        return None
-    if takes == "diff":
-        paths = diff_paths(payload)
-        if not paths:
-            return "the diff names no file"
-        paths = [p[2:] if p.startswith(("a/", "b/")) else p for p in paths if p != "/dev/null"]
-    elif takes == "file":
-        paths = [payload.split("\n", 1)[0].strip()]
-    else:
-        return None
-    root = os.path.realpath(directory)
-    for path in paths:
-        if not path or os.path.isabs(path) or ".." in path.replace("\\", "/").split("/"):
-            return (
-                f"{path or 'an empty path'} is not a path inside the venture; use a relative path"
-                " without ..")
-        resolved = os.path.realpath(os.path.join(root, path))
-        if resolved != root and not resolved.startswith(root + os.sep):
-            return f"{path} leads outside the venture directory (through a symlink)"
-    return None
-
-
-# ---- who may change what a venture runs (sshd's StrictModes, cron) ----
-
-Writable = collections.namedtuple("Writable", "why fix")   # who could change a path, and the fix
-
-
-def write_problem(path, st, uid, name=str):
-    """Return the Writable that says who but `uid` or root could change `path` (stat `st`), or None.
-
-    As sshd's StrictModes: owned by `uid` or root, and no group or other write bit, but for a
-    directory owned by one of them with the sticky bit (/tmp, 1777), where no one may replace what
-    another owns."""
-    if st.st_uid not in (uid, 0):
-        return Writable(f"{path} is owned by {name(st.st_uid)}, not by {name(uid)} or root, "
-                        "so that user can change what avsmd runs",
-                        f"chown {name(uid)} {path}")
-    bits = st.st_mode & (stat.S_IWGRP | stat.S_IWOTH)
-    if bits and not (stat.S_ISDIR(st.st_mode) and st.st_mode & stat.S_ISVTX):
-        who = {stat.S_IWGRP: "its group", stat.S_IWOTH: "others"}.get(bits, "its group and others")
-        return Writable(f"{path} can be written by {who} (mode {stat.S_IMODE(st.st_mode):04o}), "
-                        "so they can change what avsmd runs",
-                        f"chmod go-w {path}")
-    return None
-
-
-def venture_commands(m):
-    """Return every program mandate `m` runs, as command lines."""
-    commands = [] if m["adapter"] else ["./report"]
-    commands += [m["run"], m["world"]]
-    for lever in m["levers"].values():
-        commands += [lever["run"] if lever["run"] != "mail.send" else None, lever["check"]]
-    commands += [item.get("run") for key in ("guards", "audits", "readings") for item in m[key]]
-    return [c for c in commands if c]
-
-
-def command_words(command):
-    """Return the words of `command` (a shell line, or an argv list) that may name a file it runs or
-    reads; operators and quotes are the shell's."""
-    if not isinstance(command, str):
-        return list(command)
-    import shlex
-    try:
-        lexer = shlex.shlex(command, posix=True, punctuation_chars=True)
-        lexer.whitespace_split = True
-        return list(lexer)
-    except ValueError:              # an unclosed quote: the shell refuses it when it runs
-        return command.split()
-
-
-# =============================================================================
-# 7. The kernel: expected effects, forecasts and world models
-# Whether a lever did what it promised, what the metric may do next, and how
-# well avsm predicts it. Pure as section 6; the programs that step run apart.
-# =============================================================================
 
 def fold_effects(state, value):
     """Count a trusted report toward every run awaiting its verdict; a hit settles silently."""
@@ -4030,12 +3459,6 @@ def fold_effects(state, value):
                 state.misses[effect["lever"]] = 0
         elif verdict != "waiting":
             effect["verdict"] = (verdict, why)  # the warden writes it as an `effect` record
-
-
-def drift_and_noise(steps):
-    """The mean one-step change of lever-free steps, and its standard deviation (open point 36)."""
-    drift = sum(steps) / len(steps)
-    return drift, (sum((s - drift) ** 2 for s in steps) / len(steps)) ** 0.5
 
 
 def judge_effect(expects, r0, after, steps):
@@ -4080,351 +3503,93 @@ def judge_effect(expects, r0, after, steps):
                     f"(net {format_number(moved)})")
 
 
-# ---- forecasts --------------------------------------------------------------------
-# A forecast (open point 39): a Monte Carlo of `seeds` paths over `days`, resampling lever-free
-# steps, and a lever's own where the controller would run it within its cap. It never authorizes.
-
-FORECAST_BLOCKS = 2000  # a path is stepped in at most this many blocks of report steps
-TOO_LITTLE = "too little history to forecast"
+def drift_and_noise(steps):
+    """The mean one-step change of lever-free steps, and its standard deviation (open point 36)."""
+    drift = sum(steps) / len(steps)
+    return drift, (sum((s - drift) ** 2 for s in steps) / len(steps)) ** 0.5
 
 
-def forecast_facts(state, days, seeds):
-    """Return what a forecast of `state`'s venture starts from: the forecast program's input."""
-    m = state.mandate
-    levers = {}
-    for lever, spec in m["levers"].items():
-        expects = spec["expects"]
-        levers[lever] = {"steps": state.lever_steps.get(lever, [])[-HISTORY:],
-                         "cap": list(spec["cap"]),
-                         "expects": [expects[0], expects[1]]
-                         if expects and expects[1] is not None else None}
-    return {"cadence": m["cadence"], "range": list(m["range"]) if m["range"] else None,
-            "sides": [[way, bound, lever] for _, way, bound, lever in controller_sides(m)
-                      if lever in levers],
-            "levers": levers, "free_steps": list(state.free_steps),
-            "history": [v for _, v in state.trusted], "days": days, "seeds": seeds}
+# ---- the rules of a settled round ----
+def round_settled(state, report_seq, unread, stopping):
+    """A round settles, its metric in and the rest read or late: yield what it settles without, what
+    the settling rules call for, then the score of the prediction its report resolves and the next
+    prediction (WORLD-05)."""
+    yield from unread_rule(state, unread, "slower than half a second; written when it is done")
+    scores = list(calibration_rule(state))      # written with the next prediction
+    yield from settle_round(state, report_seq)
+    for score in scores:
+        yield score
+    if not prediction_due(state, report_seq, stopping):
+        return
+    lever = state.ran_since[0] if state.ran_since else None
+    if state.mandate["world"] is not None:
+        yield World(report_seq, lever)
+        return
+    members = baseline_members(state, lever)
+    if members:
+        yield Write(prediction_record(state, report_seq, members, lever))
 
 
-def quantile(sorted_values, q):
-    """The q-quantile of sorted values, linearly interpolated."""
-    at = q * (len(sorted_values) - 1)
-    low = int(at)
-    high = min(low + 1, len(sorted_values) - 1)
-    return sorted_values[low] + (sorted_values[high] - sorted_values[low]) * (at - low)
+def unread_rule(state, unread, why):
+    """Yield the record of each guard, audit or reading `unread` [(what, name)] not read: why."""
+    for what, name in unread:
+        yield Write(unread_record(state, what, name, why))
 
 
-def spread(sorted_values):
-    """(median, p10, p90) of sorted values."""
-    return tuple(quantile(sorted_values, q) for q in (0.5, 0.1, 0.9))
-
-
-def shown_spread(values, decimals):
-    """Return values (median, p10, p90) as text to `decimals` places."""
-    return [f"{round(v, decimals) + 0.0:.{decimals}f}" for v in values]
-
-
-def decimals_of(values):
-    """The decimals a person would write the readings with, at most two."""
-    texts = [format_number(v) for v in values]
-    return min(max((len(t.split(".")[1]) for t in texts if "e" not in t and "." in t), default=0),
-               2)
-
-
-def forecast(facts, seed=0):
-    """Return the forecast of `facts` (see forecast_paths), or why there is none."""
-    try:
-        result = forecast_paths(facts, seed)
-        finite = all(abs(result.get(k, 0)) < float("inf") for k in ("median", "p10", "p90"))
-    except OverflowError:
-        finite = False
-    return (
-        result if finite else {"too_little": f"{TOO_LITTLE}: its numbers are too large to add up"})
-
-
-def forecast_paths(facts, seed=0):
-    """Return {"median", "p10", "p90", "days", "seeds", "decimals"} at the horizon, or
-    {"too_little": why}; each path starts with one run of `facts["first"]` when it names a lever.
-
-    A block of k report steps moves by k resampled lever-free steps (normal past 8)."""
-    import random
-    steps, history = facts["free_steps"], facts["history"]
-    if len(steps) < 3:
-        return {"too_little": f"{TOO_LITTLE}: {len(steps)} lever-free step(s) of history, 3 needed"}
-    total = forecast_steps(facts)
-    if not total:
-        return {"too_little": "forecasts are off (seeds: 0)"}
-    drift, noise = drift_and_noise(steps)
-    blocks = min(total, FORECAST_BLOCKS)
-    k = total / blocks
-    seconds = k * facts["cadence"]
-    effects = lever_effects(facts["levers"], drift)
-    low, high = facts["range"] or (None, None)
-    rng = random.Random(seed)
-    ends, spreads = [], []  # each path's end, held to the range; and where it would be if not held
-    for _ in range(facts["seeds"]):
-        value = history[-1] if history else 0.0
-        if facts.get("first") in effects:
-            value += rng.choice(effects[facts["first"]])
-        unheld = value
-        allowance = {name: 0.0 for name in effects}
-        for block in range(blocks):
-            n = int((block + 1) * k) - int(block * k)  # adding up to the horizon exactly
-            if n <= 8:
-                move = sum(rng.choice(steps) for _ in range(n))
-            else:
-                move = rng.gauss(n * drift, noise * n ** 0.5)
-            value, unheld = value + move, unheld + move
-            for way, bound, lever in facts["sides"]:
-                if lever not in effects:
-                    continue
-                allowance[lever] = cap_allowance(facts, lever, allowance[lever], seconds)
-                while allowance[lever] >= 1 and crossed(way, bound, value):
-                    effect = rng.choice(effects[lever])
-                    if (effect >= 0) == (way == "above"):
-                        break  # this lever does not bring the metric back: it is not run
-                    value, unheld = value + effect, unheld + effect
-                    allowance[lever] -= 1
-            if low is not None:
-                value = min(max(value, low), high)
-        ends.append(value)
-        spreads.append(unheld)
-    ends.sort()
-    spreads.sort()
-    width = quantile(spreads, 0.9) - quantile(spreads, 0.1)
-    span = (high - low) if low is not None else 10 * (max(history) - min(history) if history else 0)
-    if width > span:
-        return {"too_little": f"{TOO_LITTLE}: its 80% interval "
-                              f"({format_number(round(width, 2))} wide) is wider than "
-                              + ("the metric's range" if low is not None
-                                 else "ten times the span of the history")}
-    idle = sorted({lever for _, _, lever in facts["sides"] if lever not in effects})
-    return dict(forecast_result(facts, ends, facts["days"]), assumes_idle=idle)
-
-
-def forecast_steps(facts):
-    """Return the report steps to a forecast's horizon, or 0 when forecasts are off."""
-    if facts["seeds"] < 1 or facts["days"] <= 0:
-        return 0
-    return max(1, int(facts["days"] * 86400 / facts["cadence"]))
-
-
-def cap_allowance(facts, lever, allowance, seconds):
-    """Return a lever's runs allowed after `seconds` more of its cap, at most its count."""
-    count, period = facts["levers"][lever]["cap"]
-    return min(count, allowance + count * seconds / period)
-
-
-def forecast_result(facts, ends, days):
-    """Return a forecast's figures from its paths' sorted ends."""
-    median, p10, p90 = spread(ends)
-    return {"median": median, "p10": p10, "p90": p90, "days": days, "seeds": facts["seeds"],
-            "decimals": decimals_of(facts["history"])}
-
-
-def forecast_text(metric, result):
-    """`count 5 (80%: 2 to 9)`, to the readings' precision; or why there is no forecast."""
-    if "too_little" in result:
-        return result["too_little"]
-    shown = shown_spread([result[k] for k in ("median", "p10", "p90")], result["decimals"])
-    idle = result.get("assumes_idle")
-    alike = ": every seeded path ends alike" if shown[1] == shown[2] else ""
-    return f"{metric} {shown[0]} (80%: {shown[1]} to {shown[2]}{alike})" + \
-        (f"; assumes {' and '.join(idle)} does nothing (fewer than 3 runs, "
-         f"and no expects: in the mandate)" if idle else "")
-
-
-def describe_forecast(metric, result, days, seeds):
-    """One line for a person: `forecast 30 days x 16 seeds: count 5 (80%: 2 to 9)`, or why there is
-    none."""
-    if "too_little" in result:
-        return f"forecast: {result['too_little']}"
-    return f"forecast {format_number(days)} days x {seeds} seeds: {forecast_text(metric, result)}"
-
-
-def forecast_record(state, extra, output, status, ended_by):
-    """Return the forecast record of what the forecast program printed, asked for with `extra`."""
-    try:
-        result = json.loads(output) if status == 0 else None
-    except ValueError:
-        result = None
-    record = new_record("forecast", state.name, days=extra["days"], seeds=extra["seeds"],
-                        why=extra["why"], **some(lever=extra["lever"]))
-    checked = checked_forecast(result)
-    metric = state.mandate["metric"]
-    if checked is not None and "too_little" in checked:
-        record.update(note=checked["too_little"], summary=describe_forecast(metric, result, 0, 0))
-    elif checked is not None:
-        record.update(
-            {k: round(result[k], result["decimals"]) + 0.0 for k in ("median", "p10", "p90")},
-            summary=describe_forecast(metric, result, extra["days"], extra["seeds"]))
-        if isinstance(result.get("cut"), str):  # through the world, its calls capped
-            record.update(note=result["cut"][:NOTE_MAX], world=True,
-                          summary=record["summary"] + f" ({result['cut'][:200]})")
-    else:
-        why = (
-            "it was ended" if ended_by else f"the forecast program ended {describe_status(status)}")
-        record.update(note=why, summary=f"forecast not made: {why}")
+def unread_record(state, what, name, why):
+    """Return the record of guard, audit or reading `name` not read this round (`why`)."""
+    record = new_record(f"{what}.{name}", state.name,
+                        claim="inferred" if what == "reading" else "measured", value=None,
+                        status="not read", plausible=False, note=why,
+                        summary=f"{what} {name} not read: {why}")
+    if what == "guard":
+        record["past"] = None             # not read: it neither trips nor clears
     return record
 
 
-def forecast_rule(state, extra, output, status, ended_by, n):
-    """A forecast program ended: yield its inferred record, which shows and never authorizes (none
-    when a pause or a stop cut it short), then a ratchet ask waiting on it."""
-    seq = line = None
-    if ended_by not in ("pause", "stop"):
-        record = forecast_record(state, extra, output, status, ended_by)
-        seq, line = (yield Write(record)), record["summary"]
-    if extra["why"] == "ratchet":
-        yield from ratchet_rule(state, extra["lever"], n, (seq, line))
+def round_plan(mandate, running):
+    """Return [(what, item, start)] for a round now due: each guard (but a drawdown guard, read from
+    the metric's report), audit and reading; `start` is False when its last read is still `running`:
+    that one is written as not read and left to run (RUN-18)."""
+    return [(what, item, (what, item["name"]) not in running)
+            for what in ("guard", "audit", "reading") for item in mandate[what + "s"]
+            if what != "guard" or item["drawdown"] is None]
 
 
-# ---- world models -----------------------------------------------------------------
+def reading_limit(item):
+    """Return the seconds a reading program may run: its own `timeout:`, else 10 minutes; one still
+    running at its next due time runs on until done or this limit (DESIGN)."""
+    return item.get("timeout") or READING_TIMEOUT
+
+
+def read_late(child_round, round_):
+    """Whether a reading that just ended comes after its round settled without it (`round_`: the
+    round in flight, or None)."""
+    return round_ is None or child_round != round_["number"]
+
+
+def round_unread(round_, now):
+    """Return what a round in flight settles without, sorted [(what, name)], once its metric is in
+    and every guard, audit and reading is read, or its deadline has passed at `now` (monotonic);
+    None while it still waits."""
+    if round_ is None or round_["metric"] is None:
+        return None
+    if round_["pending"] and now < round_["deadline"]:
+        return None
+    return sorted(round_["pending"])
+
+
+def timed_out_note(limit):
+    """The failure of a reading program ended at its time limit."""
+    return f"took longer than its time limit of {format_duration(limit)} and was ended"
+
+
+# ---- world models ----
 # With `world:` or `calibration:` (WORLD-05), each trusted report brings an inferred prediction of
 # the next, from the world command (open point 38) or the built-in baseline. A trusted next report
 # scores it in a measured `calibration.<metric>` record (WORLD-06, WORLD-07); any other, or a gap,
 # drops it. Predictions and scores never authorize (WORLD-09); the scores only hold a ranking back
 # (WORLD-08).
-
-WORLD_TIMEOUT = 10              # seconds a world step may take (open point 38)
-WORLD_OUTPUT_MAX = 64 * 1024    # bytes a world step may print (WORLD-02)
-WORLD_SEEDS = 8                 # world steps, each with its own seed, in one prediction's ensemble
-# ensemble members a prediction record keeps (quantiles of a larger ensemble)
-PREDICTION_MEMBERS = 20
-# scores the rolling skill and coverage are taken over (open point 37)
-ROLLING = 20
-BAR_LEAST = 5                   # scores needed before a ranking may run (WORLD-08)
-
-
-def predicts(mandate):
-    """Whether a venture's reports bring predictions: a world or a calibration bar (WORLD-05)."""
-    return mandate is not None and (
-        mandate["world"] is not None or mandate["calibration"] is not None)
-
-
-def prediction_due(state, report_seq, stopping):
-    """Whether report #report_seq, the last and trusted, brings a prediction (WORLD-05)."""
-    report = state.last_report
-    return predicts(state.mandate) and not state.paused and not stopping and report is not None \
-        and report[0] == report_seq and report[2].get("status") == "trusted"
-
-
-def calibration_kind(mandate):
-    """`calibration.<metric>`; a metric read by an adapter (words and a URL) is named `metric`."""
-    metric = mandate["metric"]
-    return "calibration." + (metric if re.fullmatch(r"[A-Za-z0-9_.-]+", metric) else "metric")
-
-
-def fold_world(state, seq, at, record, previous):
-    """Fold a report (the world's input, resolving or dropping the prediction) or a world record."""
-    kind = record["kind"]
-    if kind == "report":
-        if (
-            record.get("status") == "trusted"
-            and state.mandate is not None
-            and state.mandate["world"]
-        ):
-            # kept only under a world command, their only reader (1,000 ventures: 18 MiB)
-            state.world_reports.append((seq, at, record["value"]))
-            del state.world_reports[:-HISTORY]
-        p = state.prediction
-        if p is not None and not p[1].get("resolves"):
-            cadence = state.mandate["cadence"] if state.mandate else None
-            gap = previous is None or previous[0] != p[1].get("report") or \
-                (cadence is not None and at - previous[1] > 2 * cadence + 1)
-            if gap or record.get("status") != "trusted":
-                state.prediction = None  # dropped
-            else:
-                state.prediction = (p[0], dict(p[1], resolves=seq))
-        elif p is not None:
-            state.prediction = None  # its resolving report came and went unscored
-    elif kind == "prediction":
-        state.prediction = (seq, record)
-        state.world_failing = False
-        if "state" in record:           # written when the world's state changed
-            state.world_state = record["state"]
-    elif kind == "world":
-        state.world_failing = not record.get("ok")
-    elif kind.startswith("calibration."):
-        state.scores.append((record.get("crps"), record.get("persistence"), record.get("coverage")))
-        del state.scores[:-ROLLING]
-        state.scored += 1
-        state.prediction = None
-
-
-def crps_ensemble(members, y):
-    """The ensemble CRPS: E|X - y| - E|X - X'| / 2, X and X' drawn from the members."""
-    xs = sorted(members)
-    n = len(xs)
-    near = sum(abs(x - y) for x in xs) / n
-    apart = 2 * sum((2 * i - n + 1) * x for i, x in enumerate(xs)) / (n * n)  # E|X - X'|, sorted
-    return near - apart / 2
-
-
-def rolling_scores(scores):
-    """(skill, coverage) over `scores` [(crps, persistence crps, covered)]: skill against
-    persistence (None when it never missed), and the share inside the 80% interval."""
-    if not scores:
-        return None, None
-    base = sum(b for _, b, _ in scores)
-    skill = None if base == 0 else 1 - sum(c for c, _, _ in scores) / base
-    return skill, sum(1 for _, _, covered in scores if covered) / len(scores)
-
-
-def kept_members(members):
-    """At most PREDICTION_MEMBERS members, as the ensemble's evenly spaced quantiles, sorted."""
-    xs = sorted(members)
-    if len(xs) > PREDICTION_MEMBERS:
-        xs = [quantile(xs, (i + 0.5) / PREDICTION_MEMBERS) for i in range(PREDICTION_MEMBERS)]
-    return [round(x, 9) + 0.0 for x in xs]
-
-
-def lever_effects(levers, drift):
-    """Each lever's effects per run, net of the drift: its measured steps once it has three,
-    else its `expects` size (EFFECT-17)."""
-    effects = {}
-    for name, lever in levers.items():
-        if len(lever["steps"]) >= 3:
-            effects[name] = [x - drift for x in lever["steps"]]
-        elif lever["expects"]:
-            way, size = lever["expects"]
-            effects[name] = [size if way == "up" else -size]
-    return effects
-
-
-def baseline_members(state, lever=None):
-    """The baseline's one-step ensemble from the last trusted report (WORLD-04), or None."""
-    steps = state.free_steps
-    if len(steps) < 3 or state.level is None:
-        return None
-    value, shift = state.level[1], 0.0
-    if lever is not None:
-        facts = forecast_facts(state, 1, 1)["levers"]
-        effect = lever_effects(facts, drift_and_noise(steps)[0]).get(lever)
-        shift = sum(effect) / len(effect) if effect else 0.0
-    return [value + s + shift for s in steps]
-
-
-def prediction_record(state, report_seq, members, lever=None, guards=None, world=False):
-    """The inferred `prediction` record of the report after #report_seq (WORLD-05)."""
-    xs = kept_members(members)
-    median, p10, p90 = spread(xs)
-    shown = shown_spread((median, p10, p90), decimals_of([v for _, v in state.trusted[-20:]]))
-    record = new_record("prediction", state.name, report=report_seq,
-                        value=state.level[1] if state.level else None, members=xs,
-                        median=round(median, 9) + 0.0, p10=round(p10, 9) + 0.0,
-                        p90=round(p90, 9) + 0.0, source="world" if world else "baseline",
-                        lever=lever,
-                        summary=f"next {state.mandate['metric']}: {shown[0]} "
-                                f"(80%: {shown[1]} to {shown[2]}) from report "
-                                f"#{report_seq}, by the {'world command' if world else 'baseline'}"
-                                + (f" with {lever} run" if lever else ""))
-    if guards:
-        record["guards"] = guards
-        record["summary"] += "; " + ", ".join(f"guard {g} past its bound {round(100 * p)}%"
-                                              for g, p in sorted(guards.items()))
-    return record
-
-
 def calibration_rule(state):
     """Yield the score of the prediction the round's report resolves (WORLD-06, WORLD-07)."""
     if state.prediction is None or not state.prediction[1].get("resolves") or state.mandate is None:
@@ -4462,176 +3627,42 @@ def calibration_rule(state):
     yield Write(record)
 
 
-def describe_rolling(skill, coverage):
-    """`skill 0.42, coverage 80%`."""
-    return (f"skill {shown_skill(skill)}, "
-            f"coverage {'-' if coverage is None else format_number(round(100 * coverage))}%")
+def crps_ensemble(members, y):
+    """The ensemble CRPS: E|X - y| - E|X - X'| / 2, X and X' drawn from the members."""
+    xs = sorted(members)
+    n = len(xs)
+    near = sum(abs(x - y) for x in xs) / n
+    apart = 2 * sum((2 * i - n + 1) * x for i, x in enumerate(xs)) / (n * n)  # E|X - X'|, sorted
+    return near - apart / 2
+
+
+def rolling_scores(scores):
+    """(skill, coverage) over `scores` [(crps, persistence crps, covered)]: skill against
+    persistence (None when it never missed), and the share inside the 80% interval."""
+    if not scores:
+        return None, None
+    base = sum(b for _, b, _ in scores)
+    skill = None if base == 0 else 1 - sum(c for c, _, _ in scores) / base
+    return skill, sum(1 for _, _, covered in scores if covered) / len(scores)
+
+
+def calibration_kind(mandate):
+    """`calibration.<metric>`; a metric read by an adapter (words and a URL) is named `metric`."""
+    metric = mandate["metric"]
+    return "calibration." + (metric if re.fullmatch(r"[A-Za-z0-9_.-]+", metric) else "metric")
 
 
 def shown_skill(skill):
     return "-" if skill is None else format_number(round(skill, 3))
 
 
-def read_world_output(text, mandate):
-    """Return ({"state", "metric", "guards"}, None) from a world step's standard output, or
-    (None, why) (open point 38); a guard the mandate does not name is dropped (WORLD-03)."""
-    try:
-        out = json.loads(text, parse_constant=refuse_constant)
-    except (ValueError, RecursionError) as err:
-        return None, f"its output is not one JSON object: {str(err)[:120]}"
-    if not isinstance(out, dict):
-        return None, "its output is not a JSON object"
-    metric = out.get("metric")
-    if type(metric) not in (int, float) or not abs(metric) < float("inf"):
-        return None, f"its metric is not a finite number: {json.dumps(metric)[:60]}"
-    named = {g["name"] for g in mandate["guards"]}
-    guards = out.get("guards") if isinstance(out.get("guards"), dict) else {}
-    kept = {k: v for k, v in guards.items()
-            if k in named and type(v) in (int, float) and abs(v) < float("inf")}
-    return {"state": out.get("state"), "metric": float(metric), "guards": kept}, None
+def describe_rolling(skill, coverage):
+    """`skill 0.42, coverage 80%`."""
+    return (f"skill {shown_skill(skill)}, "
+            f"coverage {'-' if coverage is None else format_number(round(100 * coverage))}%")
 
 
-def world_step_result(mandate, oversized, ended_by, status, out, err):
-    """Return (its output, None) of one world step that ended, or (None, why it failed)."""
-    if oversized:
-        return None, f"it printed more than {WORLD_OUTPUT_MAX // 1024} KiB"
-    if ended_by == "timeout":
-        return None, f"it took longer than {WORLD_TIMEOUT} s and was ended"
-    if ended_by or status != 0:
-        tail = err.decode("utf-8", "replace").strip()[-200:]
-        return None, f"it ended {ended_by or describe_status(status)}" + (
-            f": {tail}" if tail else "")
-    return read_world_output(out.decode("utf-8", "replace"), mandate)
-
-
-def world_input(state, lever, seed, now):
-    """The world command's standard input (open point 38), stepping from the measured report."""
-    return {"state": state.world_state, "lever": lever, "seed": seed, "time": int(now),
-            "reports": [{"seq": s, "at": a, "value": v} for s, a, v in state.world_reports],
-            "imagined": []}
-
-
-def world_rule(state, report_seq, lever, outputs, failure):
-    """Yield the prediction of world steps from report #report_seq, or a failed step recorded
-    once per stretch."""
-    if failure is not None:
-        if not state.world_failing:
-            yield Write(new_record("world", state.name, ok=False, report=report_seq,
-                                   note=failure[:NOTE_MAX],
-                                   summary=f"world step failed: {failure[:200]}; no prediction "
-                                           f"(recorded once until a step succeeds)"))
-        return
-    if state.last_report is None or state.last_report[0] != report_seq or not outputs:
-        return  # a report no longer the last could never resolve it
-    chances = {}
-    for guard in state.mandate["guards"]:
-        seen = [o["guards"][guard["name"]] for o in outputs if guard["name"] in o["guards"]]
-        if seen and guard.get("bound") is not None:
-            past = sum(1 for v in seen if crossed(guard["side"], guard["bound"], v))
-            chances[guard["name"]] = round(past / len(seen), 6)
-    record = prediction_record(state, report_seq, [o["metric"] for o in outputs], lever, chances,
-                               world=True)
-    if outputs[0]["state"] != state.world_state:    # the first seed's state: the world's next input
-        record["state"] = outputs[0]["state"]
-    yield Write(record)
-
-
-WORLD_FORECAST_CALLS = 400  # world steps (seeds x steps) a forecast makes; then the horizon is cut
-
-
-def forecast_world_paths(facts, step, calls=WORLD_FORECAST_CALLS):
-    """Return the forecast of `facts` through the world command (open point 39), as forecast_paths
-    does; `step(input)` returns (output, None) or (None, why).
-
-    A path's own values stand apart in `imagined`: a world tells measured history from its own
-    simulation. Past `calls` steps in all the horizon is cut, and `cut` says so."""
-    cadence, seeds = facts["cadence"], facts["seeds"]
-    total = forecast_steps(facts)
-    if not total:
-        return {"too_little": "forecasts are off (seeds: 0)"}
-    steps = min(total, max(1, calls // seeds))
-    ends = []
-    for s in range(seeds):
-        state, reports, imagined = facts["world_state"], facts["reports"][-HISTORY:], []
-        at = facts["time"]
-        value = reports[-1]["value"] if reports else 0.0
-        allowance = {lever: 0.0 for _, _, lever in facts["sides"]}
-        lever = facts.get("first")
-        for i in range(steps):
-            at += cadence
-            out, why = step({"state": state, "lever": lever, "seed": s * steps + i, "time": int(at),
-                             "reports": reports, "imagined": imagined[-HISTORY:]})
-            if why:
-                return {"too_little": f"the world failed a step of the forecast: {why}"}
-            state, value, lever = out["state"], out["metric"], None
-            imagined.append({"at": int(at), "value": value})
-            for way, bound, name in facts["sides"]:
-                allowance[name] = cap_allowance(facts, name, allowance[name], cadence)
-                if lever is None and crossed(way, bound, value) and allowance[name] >= 1:
-                    lever, allowance[name] = name, allowance[name] - 1
-        ends.append(value)
-    ends.sort()
-    days = steps * cadence / 86400
-    result = forecast_result(facts, ends, days if steps < total else facts["days"])
-    if steps < total:
-        result["cut"] = (
-            f"cut short at {seeds * steps} world steps ({calls} at most): "
-            f"{format_number(float(f'{days:.3g}'))} of {format_number(facts['days'])} days"
-        )
-    return result
-
-
-def world_forecast_facts(state, days, seeds, now):
-    """Return forecast_facts, with what stepping the world starts from (open point 39)."""
-    facts = forecast_facts(state, days, seeds)
-    if state.mandate["world"]:
-        given = world_input(state, None, 0, now)
-        facts.update(reports=given["reports"], time=given["time"], world=state.mandate["world"],
-                     world_state=state.world_state,
-                     guards=[g["name"] for g in state.mandate["guards"]])
-    return facts
-
-
-PACKET_WORLD_CALLS = 160  # world steps a decision packet's forecasts make in all: a decision waits
-
-
-def packet_world_forecast(facts, step):
-    """Return the decision packet's forecasts through the world (issue 11 item 6): one run now of
-    each lever and no controller."""
-    calls = max(1, PACKET_WORLD_CALLS // (1 + len(facts["levers"])))
-    free = dict(facts, sides=[])
-    return {"nothing": forecast_world_paths(free, step, calls),
-            "levers": {name: forecast_world_paths(dict(free, first=name), step, calls)
-                       for name in facts["levers"]}}
-
-
-def checked_forecast(result):
-    """Return a forecast program's result when it holds, else None: the warden hands on nothing it
-    did not check."""
-    if isinstance(result, dict) and isinstance(result.get("too_little"), str):
-        return {"too_little": result["too_little"][:NOTE_MAX]}
-    if isinstance(result, dict) and result.get("decimals") in (0, 1, 2) and \
-            all(type(result.get(k)) in (int, float) and abs(result[k]) < float("inf")
-                for k in ("median", "p10", "p90")):
-        kept = {k: result[k] for k in ("median", "p10", "p90", "decimals", "days", "seeds")
-                if k in result}
-        if isinstance(result.get("cut"), str):
-            kept["cut"] = result["cut"][:NOTE_MAX]
-        return kept
-    return None
-
-
-def packet_world_made(result, why_not):
-    """Return the packet forecast's `made` from packet_world_forecast's output, or why there is
-    none."""
-    if why_not is None and isinstance(result, dict) and isinstance(result.get("levers"), dict):
-        nothing = checked_forecast(result.get("nothing"))
-        levers = {name: checked_forecast(r) for name, r in result["levers"].items()}
-        if nothing is not None and None not in levers.values():
-            return {"nothing": nothing, "levers": levers}
-    why_not = why_not or "its output does not hold"
-    return {"nothing": {"too_little": f"the forecast through the world was not made: {why_not}"},
-            "levers": {}}
+BAR_LEAST = 5                   # scores needed before a ranking may run (WORLD-08)
 
 
 def calibration_bar(state):
@@ -4650,60 +3681,304 @@ def calibration_bar(state):
                       f"{'is below' if held else 'meets'} the calibration bar {format_number(bar)}")
 
 
-def is_ranking(choices):
-    """A ranking is a `choices` reply naming more than one action, best first (open point 37)."""
-    return sum(1 for c in choices if c.get("choice") == "action") > 1
+def prediction_due(state, report_seq, stopping):
+    """Whether report #report_seq, the last and trusted, brings a prediction (WORLD-05)."""
+    report = state.last_report
+    return predicts(state.mandate) and not state.paused and not stopping and report is not None \
+        and report[0] == report_seq and report[2].get("status") == "trusted"
 
 
-def capacity_check(state, days):
-    """Return (enough, short or not known; short per day; why): can the levers, within their caps,
-    hold the metric inside its bounds over `days` against its drift (open point 9)?"""
-    m = state.mandate
-    sides = controller_sides(m)
-    if not sides:
-        return "not known", None, "the controller holds no bound: a model chooses"
+def predicts(mandate):
+    """Whether a venture's reports bring predictions: a world or a calibration bar (WORLD-05)."""
+    return mandate is not None and (
+        mandate["world"] is not None or mandate["calibration"] is not None)
+
+
+def baseline_members(state, lever=None):
+    """The baseline's one-step ensemble from the last trusted report (WORLD-04), or None."""
     steps = state.free_steps
-    if len(steps) < 3:
-        return ("not known", None,
-                f"no drift yet: {len(steps)} lever-free step(s) of history, 3 needed")
-    drift = drift_and_noise(steps)[0]
-    per_day = 86400 / m["cadence"]
-    effects = lever_effects(forecast_facts(state, days, 1)["levers"], drift)
-    level = state.level[1] if state.level else 0.0
-    short = 0.0
-    for _, way, bound, lever in sides:
-        push = (drift if way == "above" else -drift) * per_day  # toward the bound
-        room = (bound - level) if way == "above" else (level - bound)
-        if push <= 0 or push * days < room:
+    if len(steps) < 3 or state.level is None:
+        return None
+    value, shift = state.level[1], 0.0
+    if lever is not None:
+        facts = forecast_facts(state, 1, 1)["levers"]
+        effect = lever_effects(facts, drift_and_noise(steps)[0]).get(lever)
+        shift = sum(effect) / len(effect) if effect else 0.0
+    return [value + s + shift for s in steps]
+
+
+def forecast_facts(state, days, seeds):
+    """Return what a forecast of `state`'s venture starts from: the forecast program's input."""
+    m = state.mandate
+    levers = {}
+    for lever, spec in m["levers"].items():
+        expects = spec["expects"]
+        levers[lever] = {"steps": state.lever_steps.get(lever, [])[-HISTORY:],
+                         "cap": list(spec["cap"]),
+                         "expects": [expects[0], expects[1]]
+                         if expects and expects[1] is not None else None}
+    return {"cadence": m["cadence"], "range": list(m["range"]) if m["range"] else None,
+            "sides": [[way, bound, lever] for _, way, bound, lever in controller_sides(m)
+                      if lever in levers],
+            "levers": levers, "free_steps": list(state.free_steps),
+            "history": [v for _, v in state.trusted], "days": days, "seeds": seeds}
+
+
+def lever_effects(levers, drift):
+    """Each lever's effects per run, net of the drift: its measured steps once it has three,
+    else its `expects` size (EFFECT-17)."""
+    effects = {}
+    for name, lever in levers.items():
+        if len(lever["steps"]) >= 3:
+            effects[name] = [x - drift for x in lever["steps"]]
+        elif lever["expects"]:
+            way, size = lever["expects"]
+            effects[name] = [size if way == "up" else -size]
+    return effects
+
+
+def prediction_record(state, report_seq, members, lever=None, guards=None, world=False):
+    """The inferred `prediction` record of the report after #report_seq (WORLD-05)."""
+    xs = kept_members(members)
+    median, p10, p90 = spread(xs)
+    shown = shown_spread((median, p10, p90), decimals_of([v for _, v in state.trusted[-20:]]))
+    record = new_record("prediction", state.name, report=report_seq,
+                        value=state.level[1] if state.level else None, members=xs,
+                        median=round(median, 9) + 0.0, p10=round(p10, 9) + 0.0,
+                        p90=round(p90, 9) + 0.0, source="world" if world else "baseline",
+                        lever=lever,
+                        summary=f"next {state.mandate['metric']}: {shown[0]} "
+                                f"(80%: {shown[1]} to {shown[2]}) from report "
+                                f"#{report_seq}, by the {'world command' if world else 'baseline'}"
+                                + (f" with {lever} run" if lever else ""))
+    if guards:
+        record["guards"] = guards
+        record["summary"] += "; " + ", ".join(f"guard {g} past its bound {round(100 * p)}%"
+                                              for g, p in sorted(guards.items()))
+    return record
+
+
+# ensemble members a prediction record keeps (quantiles of a larger ensemble)
+PREDICTION_MEMBERS = 20
+
+
+def kept_members(members):
+    """At most PREDICTION_MEMBERS members, as the ensemble's evenly spaced quantiles, sorted."""
+    xs = sorted(members)
+    if len(xs) > PREDICTION_MEMBERS:
+        xs = [quantile(xs, (i + 0.5) / PREDICTION_MEMBERS) for i in range(PREDICTION_MEMBERS)]
+    return [round(x, 9) + 0.0 for x in xs]
+
+
+def quantile(sorted_values, q):
+    """The q-quantile of sorted values, linearly interpolated."""
+    at = q * (len(sorted_values) - 1)
+    low = int(at)
+    high = min(low + 1, len(sorted_values) - 1)
+    return sorted_values[low] + (sorted_values[high] - sorted_values[low]) * (at - low)
+
+
+def spread(sorted_values):
+    """(median, p10, p90) of sorted values."""
+    return tuple(quantile(sorted_values, q) for q in (0.5, 0.1, 0.9))
+
+
+def shown_spread(values, decimals):
+    """Return values (median, p10, p90) as text to `decimals` places."""
+    return [f"{round(v, decimals) + 0.0:.{decimals}f}" for v in values]
+
+
+def decimals_of(values):
+    """The decimals a person would write the readings with, at most two."""
+    texts = [format_number(v) for v in values]
+    return min(max((len(t.split(".")[1]) for t in texts if "e" not in t and "." in t), default=0),
+               2)
+
+
+def settle_round(state, report_seq):
+    """Yield what a settled round calls for, the controller's call last."""
+    yield from guard_rules(state)
+    yield from audit_rules(state)
+    yield from effect_rules(state)
+    yield from implausible_rule(state, held_by(state), report_seq)
+    report = state.last_report
+    for side_name, _, _, _ in controller_sides(state.mandate):
+        if state.side(side_name).get("stuck") is None:
+            yield from unstick_rule(state, side_name, "the metric is back inside its bound")
+    if report and report[0] == report_seq:
+        for side, lever, reports, why in controller_calls(state):
+            yield from controller_rule(state, side, lever, reports, why)
+
+
+def guard_rules(state):
+    """A guard past its bound pauses or asks once per episode, and runs its unwind until it has run
+    ok; back inside, its ask is settled."""
+    for guard in state.mandate["guards"]:
+        name = guard["name"]
+        info = state.guards.get(name)
+        open_ask = state.open_ask(guard=name)
+        if info is None or not info["past"]:
+            if open_ask is not None:
+                yield Write(resolved_record(state, open_ask,
+                                            f"guard {name} reads inside its bound again"))
             continue
-        effect = effects.get(lever)
-        pull = (-1 if way == "above" else 1) * sum(effect) / len(effect) if effect else 0.0
-        if not effect:
-            return "not known", None, (f"{lever} has no effect yet: "
-                                       f"no three measured runs, no expects size")
-        if pull <= 0:
-            return "not known", None, f"{lever} has no effect that brings the metric back"
-        count, period = m["levers"][lever]["cap"]
-        short = max(short, push - count * 86400 / period * pull)
-    return ("enough", None, "") if short <= 0 else ("short", short, "")
+        episode = info["episode"]
+        fresh = info.get("acted") != episode or info.get("repause")
+        if fresh and guard["then"] == "pause" and not state.paused:
+            yield Pause(new_record(
+                "pause", state.name,
+                summary=f"guard {name} reads past its bound (#{episode}): paused {state.name}",
+                guard=name, episode=episode))
+        if fresh and guard["then"] == "ask" and open_ask is None:
+            yield Write(new_record(
+                "ask", state.name, about="guard", guard=name, episode=episode,
+                question=f"guard {name} reads past its bound; no lever but stop "
+                         f"runs until it is back inside. Look at {state.name}?",
+                summary=f"guard {name} past its bound (#{episode}); asking once for this episode"))
+        reading = info["last"][0]
+        if (
+            guard["unwind"]
+            and not info["unwind_ok"]
+            and guard["unwind"]["action"] not in state.running
+            and info.get("unwind_tried") != reading
+        ):
+            info["unwind_tried"] = reading          # once per reading past the bound (not folded)
+            yield from unwind_rule(state, guard, reading)
 
 
-def describe_capacity(result):
-    """`capacity: enough`, `capacity: short by 12/day` or `capacity: not known (why)`."""
-    verdict, short, why = result
-    if verdict == "short":
-        shown = round(short, 2) if abs(short) >= 1 else float(f'{short:.3g}')
-        return f"capacity: short by {format_number(shown)}/day"
-    return "capacity: enough" if verdict == "enough" else f"capacity: not known ({why})"
+def unwind_rule(state, guard, reading):
+    """Run a guard's declared unwind through the gate."""
+    lever, payload = guard["unwind"]["action"], guard["unwind"]["payload"]
+    verdict = yield Gate(lever, unwind_basis(guard["name"], reading), payload=payload, by="guard",
+                         extra={"guard": guard["name"], "payload": payload},
+                         summary=f"{lever} runs: the unwind of guard {guard['name']}")
+    if not verdict.ok:
+        yield from refusal(state, lever, verdict.why, f"unwind {lever} refused: {verdict.why}",
+                           by="guard", guard=guard["name"])
 
 
-# =============================================================================
-# 8. The kernel: controllers, the gate and the rules
-# What calls for a lever, the one gate that proves it (and re-checks it from
-# the ledger), and the rules that turn a settled round into intents.
-# =============================================================================
+def unwind_basis(guard, reading):
+    return ("unwind", [reading], [f"guard {guard} reading #{reading} is past its bound"])
 
-# ---- controllers --------------------------------------------------------------
+
+def resolved_record(state, ask_seq, why):
+    """Return the record settling ask #ask_seq (an audit's is no model's to see: AUDIT-05)."""
+    return new_record("resolved", state.name, ask=ask_seq, summary=f"ask #{ask_seq} settled: {why}",
+                      **some(audit=state.open_asks.get(ask_seq, {}).get("audit")))
+
+
+def audit_rules(state):
+    """An audit that worsens while the metric improves asks once, settled when it no longer does."""
+    for audit in state.mandate["audits"]:
+        name, why = audit["name"], audit_worsening(audit, state)
+        open_ask = state.open_ask(about="audit", audit=name)
+        if why and open_ask is None:
+            yield Write(new_record("ask", state.name, about="audit", audit=name,
+                                   question=f"{why}. Is the gain real?",
+                                   summary=f"audit {name} asks: {why}"))
+        elif not why and open_ask is not None:
+            yield Write(resolved_record(
+                state, open_ask, f"audit {name} no longer worsens while the metric improves"))
+
+
+def audit_worsening(audit, state):
+    """Return why the audit asks, or None: the metric improved over its window while the audit,
+    against its value `window` readings earlier, got worse past its tolerance (open point 33)."""
+    w = audit["window"]
+    values = state.audits.get(audit["name"], {}).get("values", [])
+    if len(values) <= w or len(state.trusted) <= w:
+        return None
+    metric_then, metric_now = state.trusted[-1 - w][1], state.trusted[-1][1]
+    audit_then, audit_now = values[-1 - w][1], values[-1][1]
+    improved = metric_now > metric_then if audit["better"] == "up" else metric_now < metric_then
+    worse = (audit_now - audit_then) if audit["worse"] == "up" else (audit_then - audit_now)
+    if improved and worse > audit["tolerance"]:
+        return (
+            f"{state.mandate['metric'] if state.mandate else 'the metric'} improved from"
+            f" {format_number(metric_then)} to {format_number(metric_now)} over {w} readings while"
+            f" audit {audit['name']} got worse by {format_number(worse)}, past its tolerance"
+            f" {format_number(audit['tolerance'])}"
+        )
+    return None
+
+
+def effect_rules(state):
+    """Write each settled effect verdict; n misses in a row suspend a delegation (revoke_after)."""
+    for seq, effect in sorted(state.effects.items()):
+        if effect["verdict"] is None:
+            continue
+        verdict, why = effect["verdict"]
+        lever = effect["lever"]
+        yield Write(new_record("effect", state.name, lever=lever, action=seq, verdict=verdict,
+                               why=why, summary=f"{lever} (action #{seq}) {verdict}: {why}"))
+        spec, misses = state.mandate["levers"].get(lever), state.misses.get(lever, 0)
+        if (spec and spec["delegated"] and spec["revoke_after"] and lever not in state.suspended
+                and misses >= spec["revoke_after"]):
+            yield Write(new_record(
+                "ask", state.name, about="revoke", lever=lever,
+                question=f"{lever} missed its expected effect {misses} times in a row; its "
+                         "delegation is suspended. Approve to restore it",
+                summary=f"{lever}'s delegation suspended after {misses} misses in a row "
+                        f"(revoke_after)"))
+
+
+def implausible_rule(state, held, report_seq):
+    """A reading that holds the venture implausible asks once, settled when a plausible one
+    comes."""
+    if held and state.implausible_ask is None and not state.implausible_answered:
+        what, seq, note = held
+        record = new_record(
+            "ask",
+            state.name,
+            about="implausible",
+            reading=seq,
+            question=f"{what} (#{seq}) is not plausible: {note}; is the sensor sound? "
+                     "approve (it is sound) and deny (it is not) each only record your answer: "
+                     f"neither runs a lever nor lifts the hold, and {state.name} acts again "
+                     "on the first plausible reading (fix the reading, or its bounds in "
+                     "mandate.yaml and avsm add)",
+            summary=f"{what} #{seq} holds {state.name} implausible; asking once until a plausible"
+                    " reading comes",
+        )
+        if what.startswith("audit "):
+            # hidden from every model, as the audit is (AUDIT-05)
+            record["audit"] = what[len("audit "):]
+        yield Write(record)
+    elif not held and state.implausible_ask is not None:
+        yield Write(
+            resolved_record(
+                state, state.implausible_ask, f"readings are plausible again (#{report_seq})"
+            )
+        )
+
+
+def unstick_rule(state, side, why):
+    """The stuck ask of `side` is settled: its lever ran again, the excursion ended, or a new
+    mandate started the venture's sides afresh."""
+    for seq, ask in list(state.open_asks.items()):
+        if ask.get("about") == "stuck" and ask.get("side") == side:
+            yield Write(
+                resolved_record(
+                    state,
+                    seq,
+                    (
+                        why
+                        if seq > state.mandate_seq
+                        else f"mandate #{state.mandate_seq} replaced the one it was asked under"
+                    ),
+                )
+            )
+
+
+# ---- controllers ----
+def controller_calls(state):
+    """Return the controller's intents (decide) on the venture's latest report, as a settled round
+    acts on them; the re-check of a controller's action asks this same function."""
+    report = state.last_report
+    if held_by(state) or state.paused or not report or report[2].get("status") != "trusted":
+        return []
+    return decide(state, report[0], report[2]["value"])
+
 
 def decide(state, report_seq, value):
     """Return the controller's intents for a trusted report: [(side, lever, [report seqs], why)]."""
@@ -4727,8 +4002,161 @@ def decide(state, report_seq, value):
     return intents
 
 
-# ---- the gate ---------------------------------------------------------------
+def controller_sides(mandate):
+    """Return the controller's sides as (side name, way, bound, lever)."""
+    if mandate is None:
+        return []
+    return CONTROLLERS[mandate["controller"]["kind"]].sides(mandate["controller"])
 
+
+def held_by(state):
+    """Return (what, seq, note) of the failed or implausible report, guard reading or audit reading
+    that holds the venture implausible until a plausible one comes, or None."""
+    if state.last_report and state.last_report[2].get("status") in ("implausible", "failed"):
+        seq, at, record = state.last_report
+        return f"the {record.get('metric', 'metric')} report", seq, record.get("note")
+    for kind, table in (("guard", state.guards), ("audit", state.audits)):
+        for name, info in sorted(table.items()):
+            last = info["last"]
+            if last and last[-1] in ("failed", "implausible"):
+                return f"{kind} {name}", last[0], f"its reading #{last[0]} is {last[-1]}"
+    return None
+
+
+def controller_call_problem(state, lever, premises):
+    """Return why the controller does not call for `lever` on the reports `premises`, or None."""
+    sides = [s for s in controller_sides(state.mandate) if s[3] == lever]
+    if not sides:
+        return f"the controller of the mandate does not run {lever}"
+    if any(
+        called == lever and reports == premises for _, called, reports, _ in controller_calls(state)
+    ):
+        return None
+    last, held, ctl = state.last_report, held_by(state), state.mandate["controller"]
+    hold = ctl["hold"]
+    if last is None or last[2].get("status") != "trusted":
+        return f"the latest report (#{last[0]}) is not trusted" if last else "no report precedes it"
+    if held:
+        return f"{held[0]} (#{held[1]}) holds the venture implausible"
+    if premises[-1:] != [last[0]]:
+        return (f"the latest report is #{last[0]}, not #{premises[-1] if premises else '-'}: the"
+                " controller acts on the latest report")
+    value = last[2]["value"]
+    name, way, bound, _ = next((s for s in sides if crossed(s[1], s[2], value)), sides[0])
+    side = state.sides.get(name) or {"armed": True, "streak": []}
+    if not crossed(way, bound, value):
+        return (f"report #{last[0]} reads {format_number(value)}, not past {lever}'s bound"
+                f" {format_number(bound)}")
+    if not side["armed"]:
+        back = bound - ctl["deadband"] if way == "above" else bound + ctl["deadband"]
+        return (
+            f"the deadband has not re-armed since {lever} last ran in this excursion: no trusted"
+            f" report {'<=' if way == 'above' else '>='} {format_number(back)} since")
+    streak = side["streak"]
+    if len(streak) < hold:
+        return (f"hold {hold} wants {hold} trusted reports past the bound in a row; "
+                f"the run is {len(streak)}")
+    cited = ", ".join("#" + str(r) for r in streak[-hold:])
+    return f"the controller cites reports {cited}, not these"
+
+
+def controller_rule(state, side, lever, reports, why):
+    """The controller wants `lever`: the gate runs it if it can prove it; else ask once in the
+    excursion (an irreversible lever), or write the refusal. A refusal that will not clear within
+    the round (the cap, the budget, an ask answered in this excursion) makes the venture stuck."""
+    if lever in state.checking:
+        return                      # its check, still running, decides: the gate again after it
+    verdict = yield Gate(lever, controller_basis(state, reports, why), by="controller", side=side,
+                         summary=f"{lever} runs: {why}")
+    if verdict.ok:
+        yield from unstick_rule(state, side, f"{lever} ran again")
+        return
+    asked_open = state.open_ask(lever=lever, about="lever") is not None
+    if verdict.needs_ask and not state.side(side).get("asked") and not asked_open:
+        yield Write(
+            new_record(
+                "ask",
+                state.name,
+                about="lever",
+                lever=lever,
+                by="controller",
+                side=side,
+                reports=reports,
+                question=f"run {lever}? {why}; {lever} is irreversible",
+                summary=f"run {lever}? {why}; {lever} is irreversible, so a person decides",
+            )
+        )
+    elif verdict.needs_ask and asked_open:
+        return                      # the ask of this excursion still waits for its answer
+    elif verdict.needs_ask:
+        yield from stuck_rule(
+            state,
+            side,
+            lever,
+            reports,
+            "asked",
+            None,
+            f"{lever} was asked about once in this excursion and the answer is in; the controller "
+            "asks again after a report back inside",
+        )
+    elif verdict.stuck:
+        yield from stuck_rule(
+            state, side, lever, reports, verdict.stuck[0], verdict.stuck[1], verdict.why)
+    else:
+        yield from refusal(state, lever, verdict.why, by="controller", side=side, reports=reports)
+
+
+def controller_basis(state, reports, why):
+    """Return the basis of a controller's call."""
+    return (
+        state.mandate["controller"]["kind"],
+        reports,
+        [
+            f"report{'s' if len(reports) > 1 else ''} {', '.join('#' + str(r) for r in reports)}:"
+            f" {why}"
+        ],
+    )
+
+
+STUCK_WAY_OUT = {
+    "cap": "raise the cap in mandate.yaml and avsm add it, or avsm propose {venture} {lever}",
+    "budget": "raise the budget in mandate.yaml and avsm add it, or wait",
+    "asked": "avsm propose {venture} {lever} runs it now, through the gate"}
+
+
+def stuck_rule(state, side, lever, reports, reason, clears_at, why):
+    """The controller's lever cannot run for `reason` until `clears_at`: once per excursion and
+    reason, a refusal saying so and the way out, and one ask so a person is told (none when a person
+    has just answered)."""
+    if state.side(side).get("stuck") == reason:
+        return
+    way_out = STUCK_WAY_OUT[reason].format(venture=state.name, lever=lever)
+    when = f"; the next run is possible at {format_local_time(clears_at)}" if clears_at else ""
+    name = state.name
+    yield from refusal(state, lever, why + when,
+                       f"{lever} refused, {name} is stuck: {why}{when}; {way_out}", by="controller",
+                       side=side, reports=reports, stuck=reason, clears_at=clears_at)
+    if reason != "asked" and not state.side(side)["seen"] \
+            and state.open_ask(about="stuck", side=side) is None:
+        yield Write(new_record(
+            "ask", name, about="stuck", by="self", lever=lever, side=side, reason=reason,
+            clears_at=clears_at,
+            question=f"{name} is stuck past its bound: {why}{when}; the way out: {way_out}. "
+                     "Approve or deny to say you have seen it; nothing runs on the answer",
+            summary=f"{name} is stuck: {lever} cannot run ({reason}){when}"))
+
+
+def refusal(state, lever, why, summary=None, **fields):
+    """Yield the refusal of `lever`: why (its summary "LEVER refused: WHY" unless given)."""
+    yield Write(new_record("refusal", state.name, lever=lever, why=why,
+                           summary=summary or f"{lever} refused: {why}", **fields))
+
+
+# =============================================================================
+# 7. The kernel: the gate and its re-check, a lever's run and end, the other events
+# =============================================================================
+
+# ---- the gate: a stored proof re-checked, then prove ----
 Verdict = collections.namedtuple("Verdict", "ok proof why needs_ask asked stuck action",
                                  defaults=(None, "", False, None, None, None))
 Verdict.__doc__ = """The gate's answer: ok with a proof, or why not (and whether a person may
@@ -4737,10 +4165,308 @@ ledger alone. stuck: (reason, when) of a refusal that will not clear within the 
 the seq of the action written on it, as the warden sends it back to a rule."""
 
 
-def cap_window(state, lever, now):
-    """Return the seqs of `lever`'s runs inside its cap's sliding window at `now`."""
-    period = state.mandate["levers"][lever]["cap"][1]
-    return [seq for seq, at, _ in state.actions.get(lever, []) if at > now - period]
+def check_proof(action_seq, action_at, action, records, parse=None, since=(0, None)):
+    """Return the problems found re-checking one stored action's proof against the ledger; [] when
+    it holds. records: {seq: (at, record)} holding at least every record of the action's venture up
+    to it after since[0], the seq of a snapshot whose states (since[1]) the fold starts from."""
+    states, venture = dict(since[1] or {}), action.get("venture")
+    for s in sorted(records):
+        if s >= action_seq:
+            break
+        if s > since[0] and records[s][1].get("venture") == venture:
+            fold_ledger(states, s, records[s][0], records[s][1], parse)
+    return recheck_action(states.get(venture), action_seq, action_at, action, records)
+
+
+def fold_ledger(states, seq, at, record, parse=None):
+    """Fold one record into its venture's state in `states`; return the state or None."""
+    name = record.get("venture")
+    if name == "self" or not isinstance(name, str) or fold_problem(record) is not None:
+        # a record that does not read counts for nothing (avsmd stops on it)
+        return None
+    state = states.get(name) or states.setdefault(name, VentureState(name))
+    fold(state, seq, at, record)
+    if record.get("kind") == "mandate":
+        state.mandate = parsed_or_none(parse or parse_mandate, record, seq)
+    return state
+
+
+def parsed_or_none(parse, record, seq):
+    """Return the mandate a mandate record adopts, or None when it does not hold."""
+    try:
+        return parse(record.get("text") or "", f"mandate #{seq}")
+    except Fail:
+        return None
+
+
+def recheck_action(state, seq, at, action, records):
+    """Return the problems found re-checking the stored action #seq; [] when it holds: the same
+    `prove`, at its `at`, on `state` (folded from every record of the venture before it) must give
+    back its proof. Not from a window: the gate reads what records from any time back left (an
+    unanswered ask, an unspent approval, a deadband not re-armed), which no mandate resets."""
+    proof = action.get("proof") if isinstance(action.get("proof"), dict) else {}
+    problems, lever = [], action.get("lever")
+    premises = proof.get("premises") if isinstance(proof.get("premises"), list) else []
+    for p in premises:
+        if p not in records:
+            problems.append(f"premise #{p} is not in the ledger")
+        elif records[p][1].get("claim") not in ("measured", "declared"):
+            problems.append(
+                f"premise #{p} is {records[p][1].get('claim')}: only measured and declared records"
+                " may be premises"
+            )
+        elif records[p][1].get("kind") == "snapshot":
+            problems.append(f"premise #{p} is a snapshot: a proof cites records, not their fold")
+        elif p >= seq:
+            problems.append(f"premise #{p} comes after the action")
+    if proof.get("trigger") is not None and proof.get("trigger") in premises:
+        problems.append("the trigger is cited as a premise")
+    if state is None or state.mandate_seq is None:
+        return problems + ["no mandate of the venture precedes the action"]
+    basis, approval, check, exact = stored_basis(action, records)
+    if not exact and basis[0] in ("approval", "proposal") and approval is None:
+        problems.append(f"{lever} ran on an approval, and no approval of exactly this lever and "
+                        f"payload is a premise")
+        return problems
+    why = basis_problem(state, action, basis, records)
+    if why:
+        problems.append(f"its basis does not hold: {why}")
+    try:
+        verdict = prove(state, lever, at, basis, trigger=proof.get("trigger"), approval=approval,
+                        payload=action.get("payload"), check=check)
+    except (KeyError, TypeError, ValueError) as err:
+        return problems + [f"the gate cannot read it: {type(err).__name__} {err}"]
+    if not verdict.ok:
+        return problems + [f"the gate refuses it: {verdict.why}"]
+    gave = verdict.proof
+    if gave["rule"] != proof.get("rule"):
+        problems.append(f"the gate's rule is {gave['rule']}, the proof says {proof.get('rule')}")
+    what = {state.mandate_seq: "the mandate in force", approval: "the approval", check: "the check"}
+    what.update({s: f"a run counted against the cap {state.mandate['levers'][lever]['cap_text']}"
+                 for s, _, _ in state.actions.get(lever, []) if lever in state.mandate["levers"]})
+    for p in gave["premises"]:
+        if p not in premises:
+            problems.append(
+                f"#{p} ({what.get(p, 'a premise of the gate')}) is missing from the premises"
+            )
+    for p in premises:
+        if p not in gave["premises"] and p in records:
+            problems.append(f"#{p} is cited, but the gate does not rest on it")
+    if not problems and gave["premises"] != premises:
+        problems.append("the premises are not in the gate's order")
+    if exact and gave["steps"] != proof.get("steps"):
+        differ = next((s for s in gave["steps"] if s not in (proof.get("steps") or [])), None)
+        problems.append(
+            f"the steps are not the gate's" + (f": it says {differ!r}" if differ else "")
+        )
+    return problems
+
+
+def stored_basis(action, records):
+    """Return (basis, approval, check, exact): what the gate was asked of a stored action; an action
+    older than its stored basis has them read back from its proof, and exact is False (no steps)."""
+    proof = action.get("proof") or {}
+    if isinstance(action.get("basis"), dict):
+        b = action["basis"]
+        return ((b.get("rule"), list(b.get("premises") or []), list(b.get("steps") or [])),
+                action.get("approval"), action.get("check"), True)
+    kinds = {p: records[p][1].get("kind") for p in proof.get("premises") or [] if p in records}
+    reports = [p for p, k in kinds.items() if k == "report" or str(k).startswith("guard.")]
+    approval = next((p for p, k in kinds.items() if k in ("approval", "proposal")), None)
+    check = next((p for p, k in kinds.items() if k == "check"), None)
+    rule = proof.get("rule")
+    if rule == "stop":
+        # the built-in stop, proposed by a model (a person's stop says proposal)
+        rule = "permitted"
+    return (rule, reports, []), approval, check, False
+
+
+def basis_problem(state, action, basis, records):
+    """Return why the basis a stored action names does not call for its lever now, or None: the
+    function that made the basis is asked again, on the state folded to the action."""
+    rule, premises, _ = basis
+    lever, trigger, m = action.get("lever"), action.get("proof", {}).get("trigger"), state.mandate
+    payload = action.get("payload")
+    if m is None:
+        return None                     # the gate says so
+    trig = records.get(trigger, (None, {}))[1]
+    if rule in CONTROLLERS and not CONTROLLERS[rule].by_model:
+        if m["controller"]["kind"] != rule:
+            return f"the mandate's controller is {m['controller']['kind']}, not {rule}"
+        return controller_call_problem(state, lever, premises)
+    if rule == "unwind":
+        guard = unwind_guard(state, lever, payload)
+        if guard is None:
+            return f"no guard reading past its bound has {lever} with this payload as its unwind"
+        info = state.guards[guard]
+        if premises != [info["last"][0]]:
+            return f"an unwind rests on guard {guard}'s last reading, #{info['last'][0]}"
+        if info["unwind_ok"] or info.get("unwound") == premises[0]:
+            return f"guard {guard}'s unwind already ran " + (
+                "ok in this episode" if info["unwind_ok"] else f"on reading #{premises[0]}"
+            )
+        return None
+    if rule == "permitted":
+        if (
+            trig.get("kind") != "proposal"
+            or trig.get("claim") != "inferred"
+            or trig.get("lever") != lever
+            or trig.get("payload") != payload
+        ):
+            return f"its trigger #{trigger} is not a model's proposal of {lever} with this payload"
+        if premises:
+            return "a model's proposal is a trigger, never a premise"
+        if trigger not in state.proposals:
+            return f"proposal #{trigger} was answered already: a proposal is gated once"
+        bar_ok, bar_why = calibration_bar(state) if trig.get("ranking") else (True, "")
+        choice = {"choice": trig.get("choice"), "action": lever, "payload": trig.get("payload")}
+        called = next(proposal_rule(state, trigger, choice, trig.get("by"), trig.get("backend"),
+                                    held=None if bar_ok else bar_why), None)
+        if isinstance(called, Gate):
+            return None
+        return f"proposal #{trigger} calls for no run: " + (
+            called.record.get("why") or called.record["summary"] if called else "it is no action"
+        )
+    if rule == "approval":
+        if trig.get("kind") != "ask" or trig.get("lever") != lever:
+            return f"its trigger #{trigger} is not an ask about {lever} that a person answered"
+        grant = state.grants.get(action.get("approval"))
+        return None if grant is None or grant.get("ask") == trigger else \
+            f"approval #{action.get('approval')} answers ask #{grant.get('ask')}, not #{trigger}"
+    if rule == "proposal":
+        return (
+            None
+            if trigger is None and not premises
+            else "a person's own proposal is its own approval, with no trigger"
+        )
+    return f"{rule!r} is not a rule the gate knows"
+
+
+TEXT_MAX = 2000
+
+
+def proposal_rule(state, seq, choice, by, backend, content_why=None, held=None):
+    """A model's choice, written as proposal #seq: an action goes to the gate with the proposal as
+    its trigger, never a premise; a lever that waits for a person is asked about once.
+    content_why: what the file system said of a diff or file payload; held: why a ranking's top
+    choice waits for a person (WORLD-08)."""
+    m, lever, payload = state.mandate, choice.get("action"), choice.get("payload")
+    named = lever in m["levers"] or lever == "stop"
+    forbidden = lever in m["forbidden"]
+    unnamed = (f"{lever} is {'forbidden' if forbidden else 'not permitted'} "
+               f"by mandate #{state.mandate_seq}")
+
+    def lever_ask(question, summary, **ranking):
+        return Write(new_record("ask", state.name, about="lever", lever=lever, payload=payload,
+                                proposal=seq, by=by, **ranking, question=question, summary=summary))
+    if choice["choice"] == "action" and held and not forbidden and named:
+        yield lever_ask(f"run {lever}? {backend} ranked it first (#{seq}), but {held}",
+                        f"{lever} waits for a person: ranked first by {backend} (#{seq}); {held}",
+                        ranking=True)
+        return
+    if choice["choice"] == "ask":
+        if lever is not None and (forbidden or lever not in m["levers"]):
+            why = unnamed
+            yield from refusal(state, lever, why, f"the model's ask about {lever} refused: {why}",
+                               proposal=seq, by="model")
+        else:
+            yield Write(new_record("ask", state.name, claim="inferred", about="model", lever=lever,
+                                   proposal=seq, question=choice["question"][:TEXT_MAX],
+                                   summary=f"the model asks: {choice['question'][:200]}"))
+        return
+    if choice["choice"] != "action":
+        return
+    spec = m["levers"].get(lever)
+    why = None
+    if forbidden or not named:
+        why = unnamed
+    elif spec is not None:
+        why = payload_problem(spec, payload) or content_why
+    waits = (why is None and spec is not None and not spec["delegated"]
+             and (payload is not None or not spec["reversible"]))
+    if why is None and not waits:
+        verdict = yield Gate(
+            lever,
+            ("permitted", [], [f"proposal #{seq} (inferred) prompted this"]),
+            payload=payload,
+            trigger=seq,
+            by="model",
+            summary=f"{lever} runs: proposed by {backend} (#{seq})",
+            extra=(
+                {"payload": payload, "proposal": seq} if payload is not None else {"proposal": seq}
+            ),
+        )
+        if verdict.ok:
+            return
+        # asks, as the controller does
+        why, waits = (None, verdict.why) if verdict.needs_ask else (verdict.why, False)
+    if waits:
+        if state.open_ask(lever=lever, payload=payload, about="lever") is None:
+            yield lever_ask(
+                f"run {lever}" + (" with the content below" if payload is not None else "")
+                + f"? {backend} proposed it (#{seq})",
+                f"{lever} waits for a person: proposed by {backend} (#{seq})"
+                + (f"; {waits}" if isinstance(waits, str)
+                   else " with content a model wrote" if payload is not None else ", irreversible"))
+        return
+    yield from refusal(state, lever, why, proposal=seq, by="model")
+
+
+def unwind_guard(state, lever, payload):
+    """Return the guard past its bound whose unwind is exactly `lever` with `payload`, or None."""
+    for guard in state.mandate["guards"]:
+        info = state.guards.get(guard["name"])
+        if guard["unwind"] and info and info["past"] and guard["unwind"]["action"] == lever \
+                and guard["unwind"]["payload"] == payload:
+            return guard["name"]
+    return None
+
+
+def states_of(text):
+    """Return ({name: VentureState}, counted) of a snapshot, each mandate parsed as fold_ledger
+    does."""
+    snapshot, states = json.loads(text, object_hook=snapshot_hook), {}
+    for name, fields in snapshot["ventures"].items():
+        state = states[name] = VentureState(name)
+        for field, value in fields.items():
+            setattr(state, field, value)
+        if state.mandate_seq is not None:
+            state.mandate = parsed_or_none(parse_mandate, {"text": state.mandate_text},
+                                           state.mandate_seq)
+    return states, snapshot["counted"]
+
+
+def snapshot_hook(tagged):
+    (tag, held), = tagged.items()
+    return SNAPSHOT_TYPES[tag](held)
+
+
+RECHECK_KEPT = 1000     # records a re-check keeps whole behind the one it folds
+# cited by seq from any distance
+PREMISE_KINDS = ("mandate", "action", "approval", "proposal", "ask", "check")
+
+
+def recheck_ledger(rows, parse=None, states=None):
+    """Yield (seq, problems) for every action in `rows` (seq, at, record), folding the ledger once
+    (into `states`); memory stays bounded: a record RECHECK_KEPT behind keeps only what a premise's
+    check reads."""
+    states, records, recent, stubs = {} if states is None else states, {}, collections.deque(), {}
+    for seq, at, record in rows:
+        records[seq] = (at, record)
+        if record.get("kind") not in PREMISE_KINDS:
+            recent.append(seq)
+            if len(recent) > RECHECK_KEPT:
+                old = recent.popleft()
+                at_old, r = records[old]
+                key = (r.get("kind"), r.get("claim"), r.get("venture"))
+                records[old] = (
+                    at_old,
+                    stubs.get(key)
+                    or stubs.setdefault(key, dict(zip(("kind", "claim", "venture"), key))),
+                )
+        if record.get("kind") == "action" and record.get("venture") != "self":
+            yield seq, recheck_action(states.get(record.get("venture")), seq, at, record, records)
+        fold_ledger(states, seq, at, record, parse)
 
 
 APPROVAL_TO_WRITE = 0   # do_approve asks: would the approval it is about to write let it run?
@@ -4918,27 +4644,6 @@ def prove(state, lever, now, basis, trigger=None, approval=None, payload=None, c
                    asked=gate_question(basis, approval, check, now))
 
 
-def gate_question(basis, approval, check, now):
-    """Return what an action record keeps of the gate's question (Verdict.asked)."""
-    rule, premises, steps = basis
-    asked = {"basis": {"rule": rule, "premises": list(premises), "steps": list(steps)}, "at": now}
-    if approval is not None:
-        asked["approval"] = approval
-    if check is not None:
-        asked["check"] = check
-    return asked
-
-
-def unwind_guard(state, lever, payload):
-    """Return the guard past its bound whose unwind is exactly `lever` with `payload`, or None."""
-    for guard in state.mandate["guards"]:
-        info = state.guards.get(guard["name"])
-        if guard["unwind"] and info and info["past"] and guard["unwind"]["action"] == lever \
-                and guard["unwind"]["payload"] == payload:
-            return guard["name"]
-    return None
-
-
 def payload_problem(spec, payload):
     """Return why `payload` does not fit what the lever takes, or None."""
     takes, name = spec["takes"], spec["name"]
@@ -4962,8 +4667,7 @@ def payload_problem(spec, payload):
     return None
 
 
-# ---- mail.send: the sender is avsm's to set --------------------------------
-
+# ---- mail.send: the sender is avsm's to set ----
 MAIL_SENDER_HEADERS = ("from", "sender", "return-path")
 MAIL_HEADER_NAME = r"[!-9;-~]+"      # RFC 5322 field-name
 Mail = collections.namedtuple("Mail", "text dropped")
@@ -5022,552 +4726,132 @@ def mail_to_send(spec, cfg, payload):
     return mail, problem
 
 
-def fold_ledger(states, seq, at, record, parse=None):
-    """Fold one record into its venture's state in `states`; return the state or None."""
-    name = record.get("venture")
-    if name == "self" or not isinstance(name, str) or fold_problem(record) is not None:
-        # a record that does not read counts for nothing (avsmd stops on it)
-        return None
-    state = states.get(name) or states.setdefault(name, VentureState(name))
-    fold(state, seq, at, record)
-    if record.get("kind") == "mandate":
-        state.mandate = parsed_or_none(parse or parse_mandate, record, seq)
-    return state
+def gate_question(basis, approval, check, now):
+    """Return what an action record keeps of the gate's question (Verdict.asked)."""
+    rule, premises, steps = basis
+    asked = {"basis": {"rule": rule, "premises": list(premises), "steps": list(steps)}, "at": now}
+    if approval is not None:
+        asked["approval"] = approval
+    if check is not None:
+        asked["check"] = check
+    return asked
 
 
-def count_self(counted, record):
-    """Count avsmd's start or its warden's or roles process's restart into `counted`; return it."""
-    if record.get("venture") != "self":
-        return counted
-    if record.get("kind") == "start":
-        counted["starts"] = counted.get("starts", 0) + 1
-    elif record.get("kind") == "restart":
-        restarts = counted.setdefault("restarts", {})
-        restarts[str(record.get("process"))] = restarts.get(str(record.get("process")), 0) + 1
-    return counted
+def guards_past(state):
+    """Return [(guard, seq of its episode's first reading)] for guards reading past their bound."""
+    return [(name, info["episode"]) for name, info in state.guards.items() if info["past"]]
 
 
-# ---- snapshots: the fold kept at a seq (section 10 writes them) ----
-# Each field of a VentureState but its parsed mandate, as JSON whose objects are each one tag:
-# {":": [[key, value], ...]} a dict, {"tuple": [...]}, {"set": [...]}, {"History": [...]}, ...
-SNAPSHOT_TYPES = {":": dict, **{t.__name__: t for t in (tuple, set, frozenset, History)}}
+def cap_window(state, lever, now):
+    """Return the seqs of `lever`'s runs inside its cap's sliding window at `now`."""
+    period = state.mandate["levers"][lever]["cap"][1]
+    return [seq for seq, at, _ in state.actions.get(lever, []) if at > now - period]
 
 
-def snapshot_value(value):
-    """Return `value` as JSON that snapshot_hook reads back as it is."""
-    kind = type(value)
-    if value is None or kind in (str, int, float, bool):
-        return value
-    if kind is list:
-        return [snapshot_value(v) for v in value]
-    tag = ":" if kind is dict else kind.__name__
-    if SNAPSHOT_TYPES.get(tag) is not kind:
-        raise TypeError(f"a snapshot cannot hold a {kind.__name__}")
-    items = [[snapshot_value(k), snapshot_value(v)] for k, v in value.items()] if kind is dict \
-        else [snapshot_value(v) for v in value]
-    return {tag: sorted(items, key=json.dumps) if kind in (set, frozenset) else items}
+# ---- what came of a program: the record its end writes ----
+def lever_ran(state, lever, verdict, summary, by, side=None, extra=None):
+    """Yield the action the gate proved; stop's meaning follows it: a pause and an ok outcome."""
+    seq = yield Write(action_record(state, lever, verdict, summary, by, side, extra),
+                      verdict.asked["at"])
+    if lever == "stop":
+        yield Pause(new_record("pause", state.name, "measured",
+                               summary=f"the stop lever (action #{seq}) paused {state.name}"))
+        yield Write(new_record("outcome", state.name, lever=lever, action=seq, ok=True,
+                               status="exit 0", duration=0, note="",
+                               summary=f"stop ok: {state.name} is paused"))
+    return seq
 
 
-def snapshot_hook(tagged):
-    (tag, held), = tagged.items()
-    return SNAPSHOT_TYPES[tag](held)
+def action_record(state, lever, verdict, summary, by, side=None, extra=None):
+    """Return the action record of a lever the gate proved (`verdict`)."""
+    asked = verdict.asked
+    return new_record("action", state.name, lever=lever, proof=verdict.proof, by=by,
+                      summary=summary, basis=asked["basis"],
+                      **{k: asked[k] for k in ("approval", "check") if k in asked},
+                      **some(side=side), **(extra or {}))
 
 
-def snapshot_text(seq, states, counted):
-    """Return the snapshot of the fold `states` and the metrics' `counted` to record #seq."""
-    ventures = {}
-    for name, state in states.items():
-        fields = {f: getattr(state, f) for f in VentureState.__slots__ if hasattr(state, f)}
-        fields.update(vars(state))
-        ventures[name] = {f: v for f, v in fields.items() if f not in ("mandate", "__dict__")}
-    return json.dumps(snapshot_value({"seq": seq, "counted": counted, "ventures": ventures}),
-                      separators=(",", ":"))
-
-
-def states_of(text):
-    """Return ({name: VentureState}, counted) of a snapshot, each mandate parsed as fold_ledger
-    does."""
-    snapshot, states = json.loads(text, object_hook=snapshot_hook), {}
-    for name, fields in snapshot["ventures"].items():
-        state = states[name] = VentureState(name)
-        for field, value in fields.items():
-            setattr(state, field, value)
-        if state.mandate_seq is not None:
-            state.mandate = parsed_or_none(parse_mandate, {"text": state.mandate_text},
-                                           state.mandate_seq)
-    return states, snapshot["counted"]
-
-
-def stored_basis(action, records):
-    """Return (basis, approval, check, exact): what the gate was asked of a stored action; an action
-    older than its stored basis has them read back from its proof, and exact is False (no steps)."""
-    proof = action.get("proof") or {}
-    if isinstance(action.get("basis"), dict):
-        b = action["basis"]
-        return ((b.get("rule"), list(b.get("premises") or []), list(b.get("steps") or [])),
-                action.get("approval"), action.get("check"), True)
-    kinds = {p: records[p][1].get("kind") for p in proof.get("premises") or [] if p in records}
-    reports = [p for p, k in kinds.items() if k == "report" or str(k).startswith("guard.")]
-    approval = next((p for p, k in kinds.items() if k in ("approval", "proposal")), None)
-    check = next((p for p, k in kinds.items() if k == "check"), None)
-    rule = proof.get("rule")
-    if rule == "stop":
-        # the built-in stop, proposed by a model (a person's stop says proposal)
-        rule = "permitted"
-    return (rule, reports, []), approval, check, False
-
-
-def basis_problem(state, action, basis, records):
-    """Return why the basis a stored action names does not call for its lever now, or None: the
-    function that made the basis is asked again, on the state folded to the action."""
-    rule, premises, _ = basis
-    lever, trigger, m = action.get("lever"), action.get("proof", {}).get("trigger"), state.mandate
-    payload = action.get("payload")
-    if m is None:
-        return None                     # the gate says so
-    trig = records.get(trigger, (None, {}))[1]
-    if rule in CONTROLLERS and not CONTROLLERS[rule].by_model:
-        if m["controller"]["kind"] != rule:
-            return f"the mandate's controller is {m['controller']['kind']}, not {rule}"
-        return controller_call_problem(state, lever, premises)
-    if rule == "unwind":
-        guard = unwind_guard(state, lever, payload)
-        if guard is None:
-            return f"no guard reading past its bound has {lever} with this payload as its unwind"
-        info = state.guards[guard]
-        if premises != [info["last"][0]]:
-            return f"an unwind rests on guard {guard}'s last reading, #{info['last'][0]}"
-        if info["unwind_ok"] or info.get("unwound") == premises[0]:
-            return f"guard {guard}'s unwind already ran " + (
-                "ok in this episode" if info["unwind_ok"] else f"on reading #{premises[0]}"
-            )
-        return None
-    if rule == "permitted":
-        if (
-            trig.get("kind") != "proposal"
-            or trig.get("claim") != "inferred"
-            or trig.get("lever") != lever
-            or trig.get("payload") != payload
-        ):
-            return f"its trigger #{trigger} is not a model's proposal of {lever} with this payload"
-        if premises:
-            return "a model's proposal is a trigger, never a premise"
-        if trigger not in state.proposals:
-            return f"proposal #{trigger} was answered already: a proposal is gated once"
-        bar_ok, bar_why = calibration_bar(state) if trig.get("ranking") else (True, "")
-        choice = {"choice": trig.get("choice"), "action": lever, "payload": trig.get("payload")}
-        called = next(proposal_rule(state, trigger, choice, trig.get("by"), trig.get("backend"),
-                                    held=None if bar_ok else bar_why), None)
-        if isinstance(called, Gate):
-            return None
-        return f"proposal #{trigger} calls for no run: " + (
-            called.record.get("why") or called.record["summary"] if called else "it is no action"
-        )
-    if rule == "approval":
-        if trig.get("kind") != "ask" or trig.get("lever") != lever:
-            return f"its trigger #{trigger} is not an ask about {lever} that a person answered"
-        grant = state.grants.get(action.get("approval"))
-        return None if grant is None or grant.get("ask") == trigger else \
-            f"approval #{action.get('approval')} answers ask #{grant.get('ask')}, not #{trigger}"
-    if rule == "proposal":
-        return (
-            None
-            if trigger is None and not premises
-            else "a person's own proposal is its own approval, with no trigger"
-        )
-    return f"{rule!r} is not a rule the gate knows"
-
-
-def recheck_action(state, seq, at, action, records):
-    """Return the problems found re-checking the stored action #seq; [] when it holds: the same
-    `prove`, at its `at`, on `state` (folded from every record of the venture before it) must give
-    back its proof. Not from a window: the gate reads what records from any time back left (an
-    unanswered ask, an unspent approval, a deadband not re-armed), which no mandate resets."""
-    proof = action.get("proof") if isinstance(action.get("proof"), dict) else {}
-    problems, lever = [], action.get("lever")
-    premises = proof.get("premises") if isinstance(proof.get("premises"), list) else []
-    for p in premises:
-        if p not in records:
-            problems.append(f"premise #{p} is not in the ledger")
-        elif records[p][1].get("claim") not in ("measured", "declared"):
-            problems.append(
-                f"premise #{p} is {records[p][1].get('claim')}: only measured and declared records"
-                " may be premises"
-            )
-        elif records[p][1].get("kind") == "snapshot":
-            problems.append(f"premise #{p} is a snapshot: a proof cites records, not their fold")
-        elif p >= seq:
-            problems.append(f"premise #{p} comes after the action")
-    if proof.get("trigger") is not None and proof.get("trigger") in premises:
-        problems.append("the trigger is cited as a premise")
-    if state is None or state.mandate_seq is None:
-        return problems + ["no mandate of the venture precedes the action"]
-    basis, approval, check, exact = stored_basis(action, records)
-    if not exact and basis[0] in ("approval", "proposal") and approval is None:
-        problems.append(f"{lever} ran on an approval, and no approval of exactly this lever and "
-                        f"payload is a premise")
-        return problems
-    why = basis_problem(state, action, basis, records)
-    if why:
-        problems.append(f"its basis does not hold: {why}")
-    try:
-        verdict = prove(state, lever, at, basis, trigger=proof.get("trigger"), approval=approval,
-                        payload=action.get("payload"), check=check)
-    except (KeyError, TypeError, ValueError) as err:
-        return problems + [f"the gate cannot read it: {type(err).__name__} {err}"]
-    if not verdict.ok:
-        return problems + [f"the gate refuses it: {verdict.why}"]
-    gave = verdict.proof
-    if gave["rule"] != proof.get("rule"):
-        problems.append(f"the gate's rule is {gave['rule']}, the proof says {proof.get('rule')}")
-    what = {state.mandate_seq: "the mandate in force", approval: "the approval", check: "the check"}
-    what.update({s: f"a run counted against the cap {state.mandate['levers'][lever]['cap_text']}"
-                 for s, _, _ in state.actions.get(lever, []) if lever in state.mandate["levers"]})
-    for p in gave["premises"]:
-        if p not in premises:
-            problems.append(
-                f"#{p} ({what.get(p, 'a premise of the gate')}) is missing from the premises"
-            )
-    for p in premises:
-        if p not in gave["premises"] and p in records:
-            problems.append(f"#{p} is cited, but the gate does not rest on it")
-    if not problems and gave["premises"] != premises:
-        problems.append("the premises are not in the gate's order")
-    if exact and gave["steps"] != proof.get("steps"):
-        differ = next((s for s in gave["steps"] if s not in (proof.get("steps") or [])), None)
-        problems.append(
-            f"the steps are not the gate's" + (f": it says {differ!r}" if differ else "")
-        )
-    return problems
-
-
-def check_proof(action_seq, action_at, action, records, parse=None, since=(0, None)):
-    """Return the problems found re-checking one stored action's proof against the ledger; [] when
-    it holds. records: {seq: (at, record)} holding at least every record of the action's venture up
-    to it after since[0], the seq of a snapshot whose states (since[1]) the fold starts from."""
-    states, venture = dict(since[1] or {}), action.get("venture")
-    for s in sorted(records):
-        if s >= action_seq:
-            break
-        if s > since[0] and records[s][1].get("venture") == venture:
-            fold_ledger(states, s, records[s][0], records[s][1], parse)
-    return recheck_action(states.get(venture), action_seq, action_at, action, records)
-
-
-RECHECK_KEPT = 1000     # records a re-check keeps whole behind the one it folds
-# cited by seq from any distance
-PREMISE_KINDS = ("mandate", "action", "approval", "proposal", "ask", "check")
-
-
-def recheck_ledger(rows, parse=None, states=None):
-    """Yield (seq, problems) for every action in `rows` (seq, at, record), folding the ledger once
-    (into `states`); memory stays bounded: a record RECHECK_KEPT behind keeps only what a premise's
-    check reads."""
-    states, records, recent, stubs = {} if states is None else states, {}, collections.deque(), {}
-    for seq, at, record in rows:
-        records[seq] = (at, record)
-        if record.get("kind") not in PREMISE_KINDS:
-            recent.append(seq)
-            if len(recent) > RECHECK_KEPT:
-                old = recent.popleft()
-                at_old, r = records[old]
-                key = (r.get("kind"), r.get("claim"), r.get("venture"))
-                records[old] = (
-                    at_old,
-                    stubs.get(key)
-                    or stubs.setdefault(key, dict(zip(("kind", "claim", "venture"), key))),
-                )
-        if record.get("kind") == "action" and record.get("venture") != "self":
-            yield seq, recheck_action(states.get(record.get("venture")), seq, at, record, records)
-        fold_ledger(states, seq, at, record, parse)
-
-
-# ---- the rules of a settled round -----------------------------------------------
-# Each rule is a generator yielding intents in order; the warden carries out each (folding its
-# record into the state) before the rule goes on, answering a Write with its seq and a Gate with
-# the Verdict.
-
-Write = collections.namedtuple("Write", "record at", defaults=(None,))
-Write.__doc__ = "Append this record (at `at`, when given)."
-Pause = collections.namedtuple("Pause", "record at", defaults=(None,))
-Pause.__doc__ = "Append this pause record, and end what the venture runs."
-Gate = collections.namedtuple("Gate",
-                              "lever basis payload trigger approval by side extra summary check",
-                              defaults=(None, None, None, None, None, None, "", None))
-Gate.__doc__ = ("Ask the gate to prove `lever` now and run it if it can; the rule is sent back the "
-                "Verdict. `check`: the seq of the lever's passed check (it runs unchecked then).")
-Forecast = collections.namedtuple("Forecast", "lever")
-Forecast.__doc__ = "Forecast the venture before the ratchet ask; the rule is sent whether it began."
-Ratchet = collections.namedtuple("Ratchet", "lever forecast line")
-Ratchet.__doc__ = "Write the ratchet ask for `lever`, citing forecast #`forecast`."
-World = collections.namedtuple("World", "report lever")
-World.__doc__ = "Step the world command's ensemble from report #`report`, `lever` run."
-
-
-def round_settled(state, report_seq, unread, stopping):
-    """A round settles, its metric in and the rest read or late: yield what it settles without, what
-    the settling rules call for, then the score of the prediction its report resolves and the next
-    prediction (WORLD-05)."""
-    yield from unread_rule(state, unread, "slower than half a second; written when it is done")
-    scores = list(calibration_rule(state))      # written with the next prediction
-    yield from settle_round(state, report_seq)
-    for score in scores:
-        yield score
-    if not prediction_due(state, report_seq, stopping):
-        return
-    lever = state.ran_since[0] if state.ran_since else None
-    if state.mandate["world"] is not None:
-        yield World(report_seq, lever)
-        return
-    members = baseline_members(state, lever)
-    if members:
-        yield Write(prediction_record(state, report_seq, members, lever))
-
-
-def settle_round(state, report_seq):
-    """Yield what a settled round calls for, the controller's call last."""
-    yield from guard_rules(state)
-    yield from audit_rules(state)
-    yield from effect_rules(state)
-    yield from implausible_rule(state, held_by(state), report_seq)
-    report = state.last_report
-    for side_name, _, _, _ in controller_sides(state.mandate):
-        if state.side(side_name).get("stuck") is None:
-            yield from unstick_rule(state, side_name, "the metric is back inside its bound")
-    if report and report[0] == report_seq:
-        for side, lever, reports, why in controller_calls(state):
-            yield from controller_rule(state, side, lever, reports, why)
-
-
-def controller_calls(state):
-    """Return the controller's intents (decide) on the venture's latest report, as a settled round
-    acts on them; the re-check of a controller's action asks this same function."""
-    report = state.last_report
-    if held_by(state) or state.paused or not report or report[2].get("status") != "trusted":
-        return []
-    return decide(state, report[0], report[2]["value"])
-
-
-def controller_call_problem(state, lever, premises):
-    """Return why the controller does not call for `lever` on the reports `premises`, or None."""
-    sides = [s for s in controller_sides(state.mandate) if s[3] == lever]
-    if not sides:
-        return f"the controller of the mandate does not run {lever}"
-    if any(
-        called == lever and reports == premises for _, called, reports, _ in controller_calls(state)
-    ):
-        return None
-    last, held, ctl = state.last_report, held_by(state), state.mandate["controller"]
-    hold = ctl["hold"]
-    if last is None or last[2].get("status") != "trusted":
-        return f"the latest report (#{last[0]}) is not trusted" if last else "no report precedes it"
-    if held:
-        return f"{held[0]} (#{held[1]}) holds the venture implausible"
-    if premises[-1:] != [last[0]]:
-        return (f"the latest report is #{last[0]}, not #{premises[-1] if premises else '-'}: the"
-                " controller acts on the latest report")
-    value = last[2]["value"]
-    name, way, bound, _ = next((s for s in sides if crossed(s[1], s[2], value)), sides[0])
-    side = state.sides.get(name) or {"armed": True, "streak": []}
-    if not crossed(way, bound, value):
-        return (f"report #{last[0]} reads {format_number(value)}, not past {lever}'s bound"
-                f" {format_number(bound)}")
-    if not side["armed"]:
-        back = bound - ctl["deadband"] if way == "above" else bound + ctl["deadband"]
-        return (
-            f"the deadband has not re-armed since {lever} last ran in this excursion: no trusted"
-            f" report {'<=' if way == 'above' else '>='} {format_number(back)} since")
-    streak = side["streak"]
-    if len(streak) < hold:
-        return (f"hold {hold} wants {hold} trusted reports past the bound in a row; "
-                f"the run is {len(streak)}")
-    cited = ", ".join("#" + str(r) for r in streak[-hold:])
-    return f"the controller cites reports {cited}, not these"
-
-
-def resolved_record(state, ask_seq, why):
-    """Return the record settling ask #ask_seq (an audit's is no model's to see: AUDIT-05)."""
-    return new_record("resolved", state.name, ask=ask_seq, summary=f"ask #{ask_seq} settled: {why}",
-                      **some(audit=state.open_asks.get(ask_seq, {}).get("audit")))
-
-
-def guard_rules(state):
-    """A guard past its bound pauses or asks once per episode, and runs its unwind until it has run
-    ok; back inside, its ask is settled."""
-    for guard in state.mandate["guards"]:
-        name = guard["name"]
-        info = state.guards.get(name)
-        open_ask = state.open_ask(guard=name)
-        if info is None or not info["past"]:
-            if open_ask is not None:
-                yield Write(resolved_record(state, open_ask,
-                                            f"guard {name} reads inside its bound again"))
-            continue
-        episode = info["episode"]
-        fresh = info.get("acted") != episode or info.get("repause")
-        if fresh and guard["then"] == "pause" and not state.paused:
-            yield Pause(new_record(
-                "pause", state.name,
-                summary=f"guard {name} reads past its bound (#{episode}): paused {state.name}",
-                guard=name, episode=episode))
-        if fresh and guard["then"] == "ask" and open_ask is None:
-            yield Write(new_record(
-                "ask", state.name, about="guard", guard=name, episode=episode,
-                question=f"guard {name} reads past its bound; no lever but stop "
-                         f"runs until it is back inside. Look at {state.name}?",
-                summary=f"guard {name} past its bound (#{episode}); asking once for this episode"))
-        reading = info["last"][0]
-        if (
-            guard["unwind"]
-            and not info["unwind_ok"]
-            and guard["unwind"]["action"] not in state.running
-            and info.get("unwind_tried") != reading
-        ):
-            info["unwind_tried"] = reading          # once per reading past the bound (not folded)
-            yield from unwind_rule(state, guard, reading)
-
-
-def unwind_basis(guard, reading):
-    return ("unwind", [reading], [f"guard {guard} reading #{reading} is past its bound"])
-
-
-def unwind_rule(state, guard, reading):
-    """Run a guard's declared unwind through the gate."""
-    lever, payload = guard["unwind"]["action"], guard["unwind"]["payload"]
-    verdict = yield Gate(lever, unwind_basis(guard["name"], reading), payload=payload, by="guard",
-                         extra={"guard": guard["name"], "payload": payload},
-                         summary=f"{lever} runs: the unwind of guard {guard['name']}")
-    if not verdict.ok:
-        yield from refusal(state, lever, verdict.why, f"unwind {lever} refused: {verdict.why}",
-                           by="guard", guard=guard["name"])
-
-
-def audit_rules(state):
-    """An audit that worsens while the metric improves asks once, settled when it no longer does."""
-    for audit in state.mandate["audits"]:
-        name, why = audit["name"], audit_worsening(audit, state)
-        open_ask = state.open_ask(about="audit", audit=name)
-        if why and open_ask is None:
-            yield Write(new_record("ask", state.name, about="audit", audit=name,
-                                   question=f"{why}. Is the gain real?",
-                                   summary=f"audit {name} asks: {why}"))
-        elif not why and open_ask is not None:
-            yield Write(resolved_record(
-                state, open_ask, f"audit {name} no longer worsens while the metric improves"))
-
-
-def effect_rules(state):
-    """Write each settled effect verdict; n misses in a row suspend a delegation (revoke_after)."""
-    for seq, effect in sorted(state.effects.items()):
-        if effect["verdict"] is None:
-            continue
-        verdict, why = effect["verdict"]
-        lever = effect["lever"]
-        yield Write(new_record("effect", state.name, lever=lever, action=seq, verdict=verdict,
-                               why=why, summary=f"{lever} (action #{seq}) {verdict}: {why}"))
-        spec, misses = state.mandate["levers"].get(lever), state.misses.get(lever, 0)
-        if (spec and spec["delegated"] and spec["revoke_after"] and lever not in state.suspended
-                and misses >= spec["revoke_after"]):
-            yield Write(new_record(
-                "ask", state.name, about="revoke", lever=lever,
-                question=f"{lever} missed its expected effect {misses} times in a row; its "
-                         "delegation is suspended. Approve to restore it",
-                summary=f"{lever}'s delegation suspended after {misses} misses in a row "
-                        f"(revoke_after)"))
-
-
-def implausible_rule(state, held, report_seq):
-    """A reading that holds the venture implausible asks once, settled when a plausible one
-    comes."""
-    if held and state.implausible_ask is None and not state.implausible_answered:
-        what, seq, note = held
-        record = new_record(
-            "ask",
-            state.name,
-            about="implausible",
-            reading=seq,
-            question=f"{what} (#{seq}) is not plausible: {note}; is the sensor sound? "
-                     "approve (it is sound) and deny (it is not) each only record your answer: "
-                     f"neither runs a lever nor lifts the hold, and {state.name} acts again "
-                     "on the first plausible reading (fix the reading, or its bounds in "
-                     "mandate.yaml and avsm add)",
-            summary=f"{what} #{seq} holds {state.name} implausible; asking once until a plausible"
-                    " reading comes",
-        )
-        if what.startswith("audit "):
-            # hidden from every model, as the audit is (AUDIT-05)
-            record["audit"] = what[len("audit "):]
-        yield Write(record)
-    elif not held and state.implausible_ask is not None:
-        yield Write(
-            resolved_record(
-                state, state.implausible_ask, f"readings are plausible again (#{report_seq})"
-            )
-        )
-
-
-def controller_rule(state, side, lever, reports, why):
-    """The controller wants `lever`: the gate runs it if it can prove it; else ask once in the
-    excursion (an irreversible lever), or write the refusal. A refusal that will not clear within
-    the round (the cap, the budget, an ask answered in this excursion) makes the venture stuck."""
-    if lever in state.checking:
-        return                      # its check, still running, decides: the gate again after it
-    verdict = yield Gate(lever, controller_basis(state, reports, why), by="controller", side=side,
-                         summary=f"{lever} runs: {why}")
-    if verdict.ok:
-        yield from unstick_rule(state, side, f"{lever} ran again")
-        return
-    asked_open = state.open_ask(lever=lever, about="lever") is not None
-    if verdict.needs_ask and not state.side(side).get("asked") and not asked_open:
-        yield Write(
-            new_record(
-                "ask",
-                state.name,
-                about="lever",
-                lever=lever,
-                by="controller",
-                side=side,
-                reports=reports,
-                question=f"run {lever}? {why}; {lever} is irreversible",
-                summary=f"run {lever}? {why}; {lever} is irreversible, so a person decides",
-            )
-        )
-    elif verdict.needs_ask and asked_open:
-        return                      # the ask of this excursion still waits for its answer
-    elif verdict.needs_ask:
-        yield from stuck_rule(
-            state,
-            side,
-            lever,
-            reports,
-            "asked",
-            None,
-            f"{lever} was asked about once in this excursion and the answer is in; the controller "
-            "asks again after a report back inside",
-        )
-    elif verdict.stuck:
-        yield from stuck_rule(
-            state, side, lever, reports, verdict.stuck[0], verdict.stuck[1], verdict.why)
+def lever_outcome(state, lever, seq, status, ended_by, duration, timeout, note, lines):
+    """Yield the outcome of `lever` (action #seq), after research's facts from its output `lines`:
+    ok only when it exited 0 and nothing ended it (an oversized output does)."""
+    ok, how = status == 0 and ended_by is None, describe_status(status)
+    if ok and lever == "research":
+        yield from fact_records(state, seq, lines)
+    if ended_by == "pause":
+        summary = f"{lever} stopped by the pause of {state.name} ({how})"
+    elif ended_by == "timeout":
+        summary = f"{lever} failed: past its time limit {format_duration(timeout)}, ended ({how})"
+    elif ended_by == "stop":
+        summary = f"{lever} stopped: avsmd is stopping ({how})"
     else:
-        yield from refusal(state, lever, verdict.why, by="controller", side=side, reports=reports)
+        summary = f"{lever} {'ok' if ok else 'failed: ' + how} in {duration:g}s"
+    yield Write(new_record("outcome", state.name, lever=lever, action=seq, ok=ok, status=how,
+                           ended_by=ended_by, duration=duration, note=note, summary=summary))
 
 
-STUCK_WAY_OUT = {
-    "cap": "raise the cap in mandate.yaml and avsm add it, or avsm propose {venture} {lever}",
-    "budget": "raise the budget in mandate.yaml and avsm add it, or wait",
-    "asked": "avsm propose {venture} {lever} runs it now, through the gate"}
+def fact_records(state, seq, lines):
+    """Yield the inferred fact records of the research lever's action #seq, from its output."""
+    for line in lines:
+        try:
+            item = read_json(line)
+        except (ValueError, RecursionError):
+            continue
+        if (
+            isinstance(item, dict)
+            and isinstance(item.get("fact"), str)
+            and isinstance(item.get("source"), str)
+        ):
+            yield Write(
+                new_record(
+                    "fact",
+                    state.name,
+                    action=seq,
+                    fact=item["fact"][:TEXT_MAX],
+                    source=item["source"][:TEXT_MAX],
+                    summary=f"fact from {item['source'][:80]}: {item['fact'][:160]}",
+                )
+            )
 
 
-def controller_basis(state, reports, why):
-    """Return the basis of a controller's call."""
-    return (
-        state.mandate["controller"]["kind"],
-        reports,
-        [
-            f"report{'s' if len(reports) > 1 else ''} {', '.join('#' + str(r) for r in reports)}:"
-            f" {why}"
-        ],
+def unstarted_outcome(state, lever, action, note, why=None):
+    """Yield the outcome of a lever that did not start (`why`, or error `note`): not ok, no time."""
+    yield Write(new_record("outcome", state.name, lever=lever, action=action, ok=False,
+                           status="not started", duration=0, note=note[:NOTE_MAX],
+                           summary=f"{lever} failed: {why}" if why
+                           else f"{lever} failed to start: {note}"))
+
+
+def check_rule(state, lever, verdict, summary, by, side, extra, ok, status, note, why):
+    """A lever's check ended (open point 27): one that passed lets the gate prove the lever again,
+    the check among its premises, and only then does it run. why: what ended the check."""
+    seq = yield Write(
+        new_record(
+            "check",
+            state.name,
+            lever=lever,
+            ok=ok,
+            status=status,
+            note=note,
+            summary=f"{lever}'s check {'passed' if ok else 'refused it: ' + why}",
+        )
     )
+    if not ok:
+        yield from refusal(state, lever, f"its check refused it (#{seq})",
+                           f"{lever} refused by its check (#{seq})", by=by, check=seq)
+        return
+    basis, asked = verdict.asked["basis"], verdict.asked
+    basis = (basis["rule"], basis["premises"], basis["steps"])
+    if basis[0] in CONTROLLERS or basis[0] == "unwind":     # reports came in while it ran
+        basis = basis_now(state, lever, basis, (extra or {}).get("guard"))
+    why = f"what called for it no longer does: the latest reading does not call for {lever}"
+    if basis is not None:
+        verdict = yield Gate(lever, basis, payload=(extra or {}).get("payload"),
+                             trigger=verdict.proof["trigger"], approval=asked.get("approval"),
+                             by=by, side=side, extra=extra, summary=summary, check=seq)
+        why = None if verdict.ok else verdict.why
+    if why is not None:
+        yield from refusal(state, lever, why, f"{lever} refused after its check passed: {why}",
+                           by=by, check=seq)
 
 
 def basis_now(state, lever, basis, guard):
@@ -5582,124 +4866,278 @@ def basis_now(state, lever, basis, guard):
     return controller_basis(state, *call) if call else None
 
 
-def stuck_rule(state, side, lever, reports, reason, clears_at, why):
-    """The controller's lever cannot run for `reason` until `clears_at`: once per excursion and
-    reason, a refusal saying so and the way out, and one ask so a person is told (none when a person
-    has just answered)."""
-    if state.side(side).get("stuck") == reason:
-        return
-    way_out = STUCK_WAY_OUT[reason].format(venture=state.name, lever=lever)
-    when = f"; the next run is possible at {format_local_time(clears_at)}" if clears_at else ""
-    name = state.name
-    yield from refusal(state, lever, why + when,
-                       f"{lever} refused, {name} is stuck: {why}{when}; {way_out}", by="controller",
-                       side=side, reports=reports, stuck=reason, clears_at=clears_at)
-    if reason != "asked" and not state.side(side)["seen"] \
-            and state.open_ask(about="stuck", side=side) is None:
-        yield Write(new_record(
-            "ask", name, about="stuck", by="self", lever=lever, side=side, reason=reason,
-            clears_at=clears_at,
-            question=f"{name} is stuck past its bound: {why}{when}; the way out: {way_out}. "
-                     "Approve or deny to say you have seen it; nothing runs on the answer",
-            summary=f"{name} is stuck: {lever} cannot run ({reason}){when}"))
+# ---- guards, audits, readings ----
+def reading_read(state, what, name, value, failure, text, late=False):
+    """A guard, audit or reading program ended, or could not start: yield its record; a `late` guard
+    reading has the guard rules run on it alone."""
+    item = next(i for i in state.mandate[what + "s"] if i["name"] == name)
+    if what == "guard":
+        yield Write(guard_record(state, item, value, failure, ""))
+        if late:
+            yield from guard_rules(state)
+    elif what == "audit":
+        yield Write(audit_record(state, name, value, failure, text))
+    else:
+        yield Write(reading_record(state, item, value, failure, text))
 
 
-def unstick_rule(state, side, why):
-    """The stuck ask of `side` is settled: its lever ran again, the excursion ended, or a new
-    mandate started the venture's sides afresh."""
-    for seq, ask in list(state.open_asks.items()):
-        if ask.get("about") == "stuck" and ask.get("side") == side:
-            yield Write(
-                resolved_record(
-                    state,
-                    seq,
-                    (
-                        why
-                        if seq > state.mandate_seq
-                        else f"mandate #{state.mandate_seq} replaced the one it was asked under"
-                    ),
-                )
+def audit_record(state, name, value, failure, text):
+    """Return audit `name`'s reading record; its note, the lines its program printed above the
+    number, is never shown to a model (AUDIT-05)."""
+    lines = [line for line in text.split("\n") if line.strip()]
+    note = "\n".join(lines[:-1])[-NOTE_MAX:] if failure is None else failure
+    status = "failed" if failure else ("implausible" if value != value else "trusted")
+    return new_record(
+        f"audit.{name}",
+        state.name,
+        value=value if value == value else None,
+        status=status,
+        plausible=status == "trusted",
+        note=note or ("" if status == "trusted" else "NaN"),
+        summary=(
+            f"audit {name} = {format_number(value)}"
+            if status == "trusted"
+            else f"audit {name} {status}: {note[:200]}"
+        ),
+    )
+
+
+def reading_record(state, reading, value, failure, text):
+    """Return a reading's record: read, or failed with no note at all (READING-08); a read one keeps
+    its fields (those its audit's note names)."""
+    name = reading["name"]
+    record = new_record(f"reading.{name}", state.name, value=value if value == value else None,
+                        status="failed" if failure else "read", plausible=failure is None)
+    if failure is None:
+        note = state.audits.get(reading["audit"], {}).get("note", "") if reading["audit"] else None
+        fields = reading_fields(text, note)
+        record.update(fields=" ".join(fields),
+                      summary=f"reading {name} = {format_number(value)}: {len(fields)} field(s)")
+    else:
+        record.update(summary=f"reading {name} failed")
+    return record
+
+
+ADDRESS = r"[^\s<>,;:@]+@[^\s<>,;:@]+"
+READING_FIELDS_MAX = 50
+
+
+def reading_fields(text, audit_note=None):
+    """Return the kept fields of a reading's output: the address lines above the number, at most 50;
+    with an audit, only those it names."""
+    lines = [line.strip() for line in text.split("\n") if line.strip()]
+    named = None if audit_note is None else set(re.findall(r"[^\s<>,;:]+", audit_note))
+    return [line for line in lines[:-1] if len(line) <= 254 and re.fullmatch(ADDRESS, line)
+            and (named is None or line in named)][:READING_FIELDS_MAX]
+
+
+def run_started(state, pid, restart, err=None):
+    """Return the intents of the kept `run` program started as `pid` (again after an exit:
+    `restart`), or not (`err`): its start record, or its exit."""
+    if err is not None:
+        return [Write(new_record("exit", state.name, status="not started",
+                                 summary=f"run could not start: {err}"))]
+    return [Write(new_record("start", state.name, pid=pid, command=state.mandate["run"],
+                             summary=f"run {'re' if restart else ''}started (pid {pid})"))]
+
+
+def restart_rule(state, pid, status, ended_by, uptime, backoff, restarted, active):
+    """Return (again, backoff, delay, records) for the kept `run` program's end (open point 31)."""
+    policy = state.mandate["restart"] if state.mandate else "never"
+    again = (ended_by is None and active
+             and (policy == "always" or (policy == "on-failure" and status != 0)))
+    delay = 0
+    if again:
+        if uptime >= BACKOFF_RESET:
+            backoff = 0
+        elif uptime < QUICK_DEATH and restarted:
+            backoff = delay = next_backoff(backoff)
+    how = describe_status(status)
+    why = f"stopped by {'the pause' if ended_by == 'pause' else ended_by}" if ended_by else how
+    next_words = ((f"; restarting in {delay}s" if delay else "; restarting now") if again
+                  else "; not restarted")
+    records = [new_record("exit", state.name, pid=pid, status=how, uptime=round(uptime, 3),
+                          restart_in=delay if again else None,
+                          summary=f"run (pid {pid}) ended: {why} after {uptime:.1f}s{next_words}")]
+    if again and delay >= BACKOFF_CEILING and state.open_ask(about="backoff") is None:
+        records.append(
+            new_record(
+                "ask",
+                state.name,
+                about="backoff",
+                question=(
+                    f"run keeps dying within {QUICK_DEATH}s; it now waits {delay}s between starts."
+                    " Look at it?"
+                ),
+                summary=f"run keeps dying; back-off reached its ceiling of {BACKOFF_CEILING}s",
             )
-
-
-def proposal_rule(state, seq, choice, by, backend, content_why=None, held=None):
-    """A model's choice, written as proposal #seq: an action goes to the gate with the proposal as
-    its trigger, never a premise; a lever that waits for a person is asked about once.
-    content_why: what the file system said of a diff or file payload; held: why a ranking's top
-    choice waits for a person (WORLD-08)."""
-    m, lever, payload = state.mandate, choice.get("action"), choice.get("payload")
-    named = lever in m["levers"] or lever == "stop"
-    forbidden = lever in m["forbidden"]
-    unnamed = (f"{lever} is {'forbidden' if forbidden else 'not permitted'} "
-               f"by mandate #{state.mandate_seq}")
-
-    def lever_ask(question, summary, **ranking):
-        return Write(new_record("ask", state.name, about="lever", lever=lever, payload=payload,
-                                proposal=seq, by=by, **ranking, question=question, summary=summary))
-    if choice["choice"] == "action" and held and not forbidden and named:
-        yield lever_ask(f"run {lever}? {backend} ranked it first (#{seq}), but {held}",
-                        f"{lever} waits for a person: ranked first by {backend} (#{seq}); {held}",
-                        ranking=True)
-        return
-    if choice["choice"] == "ask":
-        if lever is not None and (forbidden or lever not in m["levers"]):
-            why = unnamed
-            yield from refusal(state, lever, why, f"the model's ask about {lever} refused: {why}",
-                               proposal=seq, by="model")
-        else:
-            yield Write(new_record("ask", state.name, claim="inferred", about="model", lever=lever,
-                                   proposal=seq, question=choice["question"][:TEXT_MAX],
-                                   summary=f"the model asks: {choice['question'][:200]}"))
-        return
-    if choice["choice"] != "action":
-        return
-    spec = m["levers"].get(lever)
-    why = None
-    if forbidden or not named:
-        why = unnamed
-    elif spec is not None:
-        why = payload_problem(spec, payload) or content_why
-    waits = (why is None and spec is not None and not spec["delegated"]
-             and (payload is not None or not spec["reversible"]))
-    if why is None and not waits:
-        verdict = yield Gate(
-            lever,
-            ("permitted", [], [f"proposal #{seq} (inferred) prompted this"]),
-            payload=payload,
-            trigger=seq,
-            by="model",
-            summary=f"{lever} runs: proposed by {backend} (#{seq})",
-            extra=(
-                {"payload": payload, "proposal": seq} if payload is not None else {"proposal": seq}
-            ),
         )
-        if verdict.ok:
-            return
-        # asks, as the controller does
-        why, waits = (None, verdict.why) if verdict.needs_ask else (verdict.why, False)
-    if waits:
-        if state.open_ask(lever=lever, payload=payload, about="lever") is None:
-            yield lever_ask(
-                f"run {lever}" + (" with the content below" if payload is not None else "")
-                + f"? {backend} proposed it (#{seq})",
-                f"{lever} waits for a person: proposed by {backend} (#{seq})"
-                + (f"; {waits}" if isinstance(waits, str)
-                   else " with content a model wrote" if payload is not None else ", irreversible"))
+    return again, backoff, delay, records
+
+
+def next_backoff(previous):
+    """Return the next wait of a back-off (open point 31)."""
+    return min(BACKOFF_CEILING, previous * 2 or BACKOFF_FIRST)
+
+
+def interrupted_rule(state, now, n):
+    """RUN-10: a lever a dead warden left running is never run again blindly: its outcome is not
+    known, and an ask holds the lever until a person says whether it happened. A check it left
+    running did not pass (its lever did not run); a ratchet's forecast it left is made again (`n`:
+    the config's ratchet)."""
+    for lever, seq in list(state.checking.items()):
+        yield Write(new_record(
+            "check", state.name, lever=lever, ok=False, status="unknown",
+            note="the warden ended while it ran",
+            summary=f"{lever}'s check (#{seq}) was cut off: the warden ended while it ran; "
+                    f"{lever} did not run"))
+    for lever in list(state.ratchet_forecasts):
+        yield from ratchet_rule(state, lever, n, again=True)
+    for lever, seq in list(state.running.items()):
+        began = next((at for s, at, _ in state.actions.get(lever, []) if s == seq), None)
+        at_most = max(0, round(now - began)) if began is not None else None
+        yield Write(new_record(
+            "outcome", state.name, lever=lever, action=seq, ok=False, status="unknown",
+            duration=at_most,
+            note="the warden ended while it ran; whether it finished is not known"
+                 + (f"; it ran at most {at_most} s" if at_most is not None else ""),
+            summary=f"{lever} (action #{seq}) was cut off: the warden ended while it ran"))
+        yield Write(new_record(
+            "ask", state.name, about="interrupted", lever=lever, action=seq,
+            question=f"did {lever} happen?",
+            summary=f"did {lever} happen? action #{seq} was running when the warden ended; "
+                    f"{lever} waits for the answer (approve: it did, deny: it did not)"))
+
+
+def ratchet_rule(state, lever, n, forecast=None, again=False):
+    """Yield what an approval of `lever` (or its forecast in: (seq, line), (None, None) when cut
+    short) calls for: the forecast first, its start written, and the ask when it is in
+    (FORECAST-01). again: the forecast a dead warden left is made again."""
+    waits = forecast is None and not again and lever in state.ratchet_forecasts
+    if not ratchet_due(state, lever, n) or waits:
         return
-    yield from refusal(state, lever, why, proposal=seq, by="model")
+    if forecast is None and (yield Forecast(lever)):
+        yield from begun(state, "forecast", lever)
+        return
+    yield Ratchet(lever, *(forecast or (None, None)))
 
 
-def ranked_choices(state, choices):
-    """Return [(choice, held, not proposed)] for a reply's choices (WORLD-08, open point 37): below
-    the calibration bar a ranking's top action asks a person and those below it are not proposed."""
-    held = None
-    if is_ranking(choices):
-        ok, why = calibration_bar(state)
-        held = None if ok else why
-    top = next((c for c in choices if c["choice"] == "action"), None)
-    return [(choice, None, f"{choice['action']} not proposed: the ranking is held back ({held})")
-            if held and choice["choice"] == "action" and choice is not top
-            else (choice, held if choice is top else None, None) for choice in choices]
+# ---- forecasts ----
+# A forecast (open point 39): a Monte Carlo of `seeds` paths over `days`, resampling lever-free
+# steps, and a lever's own where the controller would run it within its cap. It never authorizes.
+TOO_LITTLE = "too little history to forecast"
+
+
+def forecast(facts, seed=0):
+    """Return the forecast of `facts` (see forecast_paths), or why there is none."""
+    try:
+        result = forecast_paths(facts, seed)
+        finite = all(abs(result.get(k, 0)) < float("inf") for k in ("median", "p10", "p90"))
+    except OverflowError:
+        finite = False
+    return (
+        result if finite else {"too_little": f"{TOO_LITTLE}: its numbers are too large to add up"})
+
+
+FORECAST_BLOCKS = 2000  # a path is stepped in at most this many blocks of report steps
+
+
+def forecast_paths(facts, seed=0):
+    """Return {"median", "p10", "p90", "days", "seeds", "decimals"} at the horizon, or
+    {"too_little": why}; each path starts with one run of `facts["first"]` when it names a lever.
+
+    A block of k report steps moves by k resampled lever-free steps (normal past 8)."""
+    import random
+    steps, history = facts["free_steps"], facts["history"]
+    if len(steps) < 3:
+        return {"too_little": f"{TOO_LITTLE}: {len(steps)} lever-free step(s) of history, 3 needed"}
+    total = forecast_steps(facts)
+    if not total:
+        return {"too_little": "forecasts are off (seeds: 0)"}
+    drift, noise = drift_and_noise(steps)
+    blocks = min(total, FORECAST_BLOCKS)
+    k = total / blocks
+    seconds = k * facts["cadence"]
+    effects = lever_effects(facts["levers"], drift)
+    low, high = facts["range"] or (None, None)
+    rng = random.Random(seed)
+    ends, spreads = [], []  # each path's end, held to the range; and where it would be if not held
+    for _ in range(facts["seeds"]):
+        value = history[-1] if history else 0.0
+        if facts.get("first") in effects:
+            value += rng.choice(effects[facts["first"]])
+        unheld = value
+        allowance = {name: 0.0 for name in effects}
+        for block in range(blocks):
+            n = int((block + 1) * k) - int(block * k)  # adding up to the horizon exactly
+            if n <= 8:
+                move = sum(rng.choice(steps) for _ in range(n))
+            else:
+                move = rng.gauss(n * drift, noise * n ** 0.5)
+            value, unheld = value + move, unheld + move
+            for way, bound, lever in facts["sides"]:
+                if lever not in effects:
+                    continue
+                allowance[lever] = cap_allowance(facts, lever, allowance[lever], seconds)
+                while allowance[lever] >= 1 and crossed(way, bound, value):
+                    effect = rng.choice(effects[lever])
+                    if (effect >= 0) == (way == "above"):
+                        break  # this lever does not bring the metric back: it is not run
+                    value, unheld = value + effect, unheld + effect
+                    allowance[lever] -= 1
+            if low is not None:
+                value = min(max(value, low), high)
+        ends.append(value)
+        spreads.append(unheld)
+    ends.sort()
+    spreads.sort()
+    width = quantile(spreads, 0.9) - quantile(spreads, 0.1)
+    span = (high - low) if low is not None else 10 * (max(history) - min(history) if history else 0)
+    if width > span:
+        return {"too_little": f"{TOO_LITTLE}: its 80% interval "
+                              f"({format_number(round(width, 2))} wide) is wider than "
+                              + ("the metric's range" if low is not None
+                                 else "ten times the span of the history")}
+    idle = sorted({lever for _, _, lever in facts["sides"] if lever not in effects})
+    return dict(forecast_result(facts, ends, facts["days"]), assumes_idle=idle)
+
+
+def forecast_steps(facts):
+    """Return the report steps to a forecast's horizon, or 0 when forecasts are off."""
+    if facts["seeds"] < 1 or facts["days"] <= 0:
+        return 0
+    return max(1, int(facts["days"] * 86400 / facts["cadence"]))
+
+
+def cap_allowance(facts, lever, allowance, seconds):
+    """Return a lever's runs allowed after `seconds` more of its cap, at most its count."""
+    count, period = facts["levers"][lever]["cap"]
+    return min(count, allowance + count * seconds / period)
+
+
+def forecast_result(facts, ends, days):
+    """Return a forecast's figures from its paths' sorted ends."""
+    median, p10, p90 = spread(ends)
+    return {"median": median, "p10": p10, "p90": p90, "days": days, "seeds": facts["seeds"],
+            "decimals": decimals_of(facts["history"])}
+
+
+def ratchet_due(state, lever, n):
+    """Whether self should propose delegating `lever` (SELF-02): `ratchet: n` approvals of it since
+    the mandate (a denial resets the count)."""
+    spec = state.mandate["levers"].get(lever) if state.mandate else None
+    if not n or spec is None or spec["delegated"] or (spec["reversible"] and not spec["takes"]):
+        return False
+    return state.approvals.get(lever, 0) >= n \
+        and state.open_ask(about="ratchet", lever=lever) is None
+
+
+def begun(state, what, lever):
+    """Yield the record of a check or a ratchet's forecast started: folded, the lever waits on it
+    until its check or forecast record, or the ask, is written."""
+    summary = f"{lever}'s check started" if what == "check" else \
+        f"a forecast started, for the ask to delegate {lever}"
+    yield Write(new_record("begun", state.name, what=what, lever=lever, summary=summary))
 
 
 def approval_rule(state, seq, ask, payload, edited, problem, now):
@@ -5764,68 +5202,843 @@ def person_proposal_rule(state, lever, payload, content_why):
         raise Fail(EX_DATAERR, f"{lever} refused: {why}")
 
 
-def check_rule(state, lever, verdict, summary, by, side, extra, ok, status, note, why):
-    """A lever's check ended (open point 27): one that passed lets the gate prove the lever again,
-    the check among its premises, and only then does it run. why: what ended the check."""
-    seq = yield Write(
-        new_record(
-            "check",
-            state.name,
-            lever=lever,
-            ok=ok,
-            status=status,
-            note=note,
-            summary=f"{lever}'s check {'passed' if ok else 'refused it: ' + why}",
+def denial_rule(state, seq, ask):
+    """A person denied ask #seq: yield the denial, naming its lever, then a canary's result (its
+    denial names no lever: the canary record says what the answer showed)."""
+    lever = None if ask.get("canary") else ask.get("lever")
+    yield Write(new_record("denial", state.name, ask=seq, **some(lever=lever),
+                           summary=f"a person denied ask #{seq}"
+                                   + (f" ({lever})" if lever else "")))
+    if ask.get("canary"):
+        yield Write(canary_result(state, seq, ask, False)[0])
+
+
+def canary_result(state, seq, ask, approved):
+    """Return (the canary record, the line for the person) for an answer to canary ask #seq."""
+    if approved:
+        return (
+            new_record(
+                "canary",
+                state.name,
+                ask=seq,
+                passed=False,
+                summary=(
+                    f"ask #{seq} was a canary: {ask['lever']} is not permitted, and it was approved"
+                    " without reading"
+                ),
+            ),
+            f"#{seq} was a canary ask: {ask['lever']} is not permitted by the mandate. Nothing"
+            " ran. Read each ask before approving it.",
         )
+    return (
+        new_record(
+            "canary",
+            state.name,
+            ask=seq,
+            passed=True,
+            summary=f"ask #{seq} was a canary, and it was denied: the asks are being read",
+        ),
+        f"#{seq} denied (it was a canary ask: thank you for reading)",
     )
-    if not ok:
-        yield from refusal(state, lever, f"its check refused it (#{seq})",
-                           f"{lever} refused by its check (#{seq})", by=by, check=seq)
+
+
+def person_rule(state, verb):
+    """A person paused or resumed the venture (`verb`): yield its declared record."""
+    record = new_record(verb, state.name, "declared", summary=f"a person {verb}d {state.name}")
+    yield Pause(record) if verb == "pause" else Write(record)
+
+
+def forecast_rule(state, extra, output, status, ended_by, n):
+    """A forecast program ended: yield its inferred record, which shows and never authorizes (none
+    when a pause or a stop cut it short), then a ratchet ask waiting on it."""
+    seq = line = None
+    if ended_by not in ("pause", "stop"):
+        record = forecast_record(state, extra, output, status, ended_by)
+        seq, line = (yield Write(record)), record["summary"]
+    if extra["why"] == "ratchet":
+        yield from ratchet_rule(state, extra["lever"], n, (seq, line))
+
+
+def forecast_record(state, extra, output, status, ended_by):
+    """Return the forecast record of what the forecast program printed, asked for with `extra`."""
+    try:
+        result = json.loads(output) if status == 0 else None
+    except ValueError:
+        result = None
+    record = new_record("forecast", state.name, days=extra["days"], seeds=extra["seeds"],
+                        why=extra["why"], **some(lever=extra["lever"]))
+    checked = checked_forecast(result)
+    metric = state.mandate["metric"]
+    if checked is not None and "too_little" in checked:
+        record.update(note=checked["too_little"], summary=describe_forecast(metric, result, 0, 0))
+    elif checked is not None:
+        record.update(
+            {k: round(result[k], result["decimals"]) + 0.0 for k in ("median", "p10", "p90")},
+            summary=describe_forecast(metric, result, extra["days"], extra["seeds"]))
+        if isinstance(result.get("cut"), str):  # through the world, its calls capped
+            record.update(note=result["cut"][:NOTE_MAX], world=True,
+                          summary=record["summary"] + f" ({result['cut'][:200]})")
+    else:
+        why = (
+            "it was ended" if ended_by else f"the forecast program ended {describe_status(status)}")
+        record.update(note=why, summary=f"forecast not made: {why}")
+    return record
+
+
+def checked_forecast(result):
+    """Return a forecast program's result when it holds, else None: the warden hands on nothing it
+    did not check."""
+    if isinstance(result, dict) and isinstance(result.get("too_little"), str):
+        return {"too_little": result["too_little"][:NOTE_MAX]}
+    if isinstance(result, dict) and result.get("decimals") in (0, 1, 2) and \
+            all(type(result.get(k)) in (int, float) and abs(result[k]) < float("inf")
+                for k in ("median", "p10", "p90")):
+        kept = {k: result[k] for k in ("median", "p10", "p90", "decimals", "days", "seeds")
+                if k in result}
+        if isinstance(result.get("cut"), str):
+            kept["cut"] = result["cut"][:NOTE_MAX]
+        return kept
+    return None
+
+
+def describe_forecast(metric, result, days, seeds):
+    """One line for a person: `forecast 30 days x 16 seeds: count 5 (80%: 2 to 9)`, or why there is
+    none."""
+    if "too_little" in result:
+        return f"forecast: {result['too_little']}"
+    return f"forecast {format_number(days)} days x {seeds} seeds: {forecast_text(metric, result)}"
+
+
+def forecast_text(metric, result):
+    """`count 5 (80%: 2 to 9)`, to the readings' precision; or why there is no forecast."""
+    if "too_little" in result:
+        return result["too_little"]
+    shown = shown_spread([result[k] for k in ("median", "p10", "p90")], result["decimals"])
+    idle = result.get("assumes_idle")
+    alike = ": every seeded path ends alike" if shown[1] == shown[2] else ""
+    return f"{metric} {shown[0]} (80%: {shown[1]} to {shown[2]}{alike})" + \
+        (f"; assumes {' and '.join(idle)} does nothing (fewer than 3 runs, "
+         f"and no expects: in the mandate)" if idle else "")
+
+
+def world_rule(state, report_seq, lever, outputs, failure):
+    """Yield the prediction of world steps from report #report_seq, or a failed step recorded
+    once per stretch."""
+    if failure is not None:
+        if not state.world_failing:
+            yield Write(new_record("world", state.name, ok=False, report=report_seq,
+                                   note=failure[:NOTE_MAX],
+                                   summary=f"world step failed: {failure[:200]}; no prediction "
+                                           f"(recorded once until a step succeeds)"))
         return
-    basis, asked = verdict.asked["basis"], verdict.asked
-    basis = (basis["rule"], basis["premises"], basis["steps"])
-    if basis[0] in CONTROLLERS or basis[0] == "unwind":     # reports came in while it ran
-        basis = basis_now(state, lever, basis, (extra or {}).get("guard"))
-    why = f"what called for it no longer does: the latest reading does not call for {lever}"
-    if basis is not None:
-        verdict = yield Gate(lever, basis, payload=(extra or {}).get("payload"),
-                             trigger=verdict.proof["trigger"], approval=asked.get("approval"),
-                             by=by, side=side, extra=extra, summary=summary, check=seq)
-        why = None if verdict.ok else verdict.why
-    if why is not None:
-        yield from refusal(state, lever, why, f"{lever} refused after its check passed: {why}",
-                           by=by, check=seq)
+    if state.last_report is None or state.last_report[0] != report_seq or not outputs:
+        return  # a report no longer the last could never resolve it
+    chances = {}
+    for guard in state.mandate["guards"]:
+        seen = [o["guards"][guard["name"]] for o in outputs if guard["name"] in o["guards"]]
+        if seen and guard.get("bound") is not None:
+            past = sum(1 for v in seen if crossed(guard["side"], guard["bound"], v))
+            chances[guard["name"]] = round(past / len(seen), 6)
+    record = prediction_record(state, report_seq, [o["metric"] for o in outputs], lever, chances,
+                               world=True)
+    if outputs[0]["state"] != state.world_state:    # the first seed's state: the world's next input
+        record["state"] = outputs[0]["state"]
+    yield Write(record)
 
 
-def ratchet_due(state, lever, n):
-    """Whether self should propose delegating `lever` (SELF-02): `ratchet: n` approvals of it since
-    the mandate (a denial resets the count)."""
-    spec = state.mandate["levers"].get(lever) if state.mandate else None
-    if not n or spec is None or spec["delegated"] or (spec["reversible"] and not spec["takes"]):
-        return False
-    return state.approvals.get(lever, 0) >= n \
-        and state.open_ask(about="ratchet", lever=lever) is None
+WORLD_TIMEOUT = 10              # seconds a world step may take (open point 38)
+WORLD_OUTPUT_MAX = 64 * 1024    # bytes a world step may print (WORLD-02)
+WORLD_SEEDS = 8                 # world steps, each with its own seed, in one prediction's ensemble
 
 
-def ratchet_rule(state, lever, n, forecast=None, again=False):
-    """Yield what an approval of `lever` (or its forecast in: (seq, line), (None, None) when cut
-    short) calls for: the forecast first, its start written, and the ask when it is in
-    (FORECAST-01). again: the forecast a dead warden left is made again."""
-    waits = forecast is None and not again and lever in state.ratchet_forecasts
-    if not ratchet_due(state, lever, n) or waits:
-        return
-    if forecast is None and (yield Forecast(lever)):
-        yield from begun(state, "forecast", lever)
-        return
-    yield Ratchet(lever, *(forecast or (None, None)))
+def world_step_result(mandate, oversized, ended_by, status, out, err):
+    """Return (its output, None) of one world step that ended, or (None, why it failed)."""
+    if oversized:
+        return None, f"it printed more than {WORLD_OUTPUT_MAX // 1024} KiB"
+    if ended_by == "timeout":
+        return None, f"it took longer than {WORLD_TIMEOUT} s and was ended"
+    if ended_by or status != 0:
+        tail = err.decode("utf-8", "replace").strip()[-200:]
+        return None, f"it ended {ended_by or describe_status(status)}" + (
+            f": {tail}" if tail else "")
+    return read_world_output(out.decode("utf-8", "replace"), mandate)
 
 
-def begun(state, what, lever):
-    """Yield the record of a check or a ratchet's forecast started: folded, the lever waits on it
-    until its check or forecast record, or the ask, is written."""
-    summary = f"{lever}'s check started" if what == "check" else \
-        f"a forecast started, for the ask to delegate {lever}"
-    yield Write(new_record("begun", state.name, what=what, lever=lever, summary=summary))
+def read_world_output(text, mandate):
+    """Return ({"state", "metric", "guards"}, None) from a world step's standard output, or
+    (None, why) (open point 38); a guard the mandate does not name is dropped (WORLD-03)."""
+    try:
+        out = json.loads(text, parse_constant=refuse_constant)
+    except (ValueError, RecursionError) as err:
+        return None, f"its output is not one JSON object: {str(err)[:120]}"
+    if not isinstance(out, dict):
+        return None, "its output is not a JSON object"
+    metric = out.get("metric")
+    if type(metric) not in (int, float) or not abs(metric) < float("inf"):
+        return None, f"its metric is not a finite number: {json.dumps(metric)[:60]}"
+    named = {g["name"] for g in mandate["guards"]}
+    guards = out.get("guards") if isinstance(out.get("guards"), dict) else {}
+    kept = {k: v for k, v in guards.items()
+            if k in named and type(v) in (int, float) and abs(v) < float("inf")}
+    return {"state": out.get("state"), "metric": float(metric), "guards": kept}, None
+
+
+def world_forecast_facts(state, days, seeds, now):
+    """Return forecast_facts, with what stepping the world starts from (open point 39)."""
+    facts = forecast_facts(state, days, seeds)
+    if state.mandate["world"]:
+        given = world_input(state, None, 0, now)
+        facts.update(reports=given["reports"], time=given["time"], world=state.mandate["world"],
+                     world_state=state.world_state,
+                     guards=[g["name"] for g in state.mandate["guards"]])
+    return facts
+
+
+def world_input(state, lever, seed, now):
+    """The world command's standard input (open point 38), stepping from the measured report."""
+    return {"state": state.world_state, "lever": lever, "seed": seed, "time": int(now),
+            "reports": [{"seq": s, "at": a, "value": v} for s, a, v in state.world_reports],
+            "imagined": []}
+
+
+PACKET_WORLD_CALLS = 160  # world steps a decision packet's forecasts make in all: a decision waits
+
+
+def packet_world_forecast(facts, step):
+    """Return the decision packet's forecasts through the world (issue 11 item 6): one run now of
+    each lever and no controller."""
+    calls = max(1, PACKET_WORLD_CALLS // (1 + len(facts["levers"])))
+    free = dict(facts, sides=[])
+    return {"nothing": forecast_world_paths(free, step, calls),
+            "levers": {name: forecast_world_paths(dict(free, first=name), step, calls)
+                       for name in facts["levers"]}}
+
+
+WORLD_FORECAST_CALLS = 400  # world steps (seeds x steps) a forecast makes; then the horizon is cut
+
+
+def forecast_world_paths(facts, step, calls=WORLD_FORECAST_CALLS):
+    """Return the forecast of `facts` through the world command (open point 39), as forecast_paths
+    does; `step(input)` returns (output, None) or (None, why).
+
+    A path's own values stand apart in `imagined`: a world tells measured history from its own
+    simulation. Past `calls` steps in all the horizon is cut, and `cut` says so."""
+    cadence, seeds = facts["cadence"], facts["seeds"]
+    total = forecast_steps(facts)
+    if not total:
+        return {"too_little": "forecasts are off (seeds: 0)"}
+    steps = min(total, max(1, calls // seeds))
+    ends = []
+    for s in range(seeds):
+        state, reports, imagined = facts["world_state"], facts["reports"][-HISTORY:], []
+        at = facts["time"]
+        value = reports[-1]["value"] if reports else 0.0
+        allowance = {lever: 0.0 for _, _, lever in facts["sides"]}
+        lever = facts.get("first")
+        for i in range(steps):
+            at += cadence
+            out, why = step({"state": state, "lever": lever, "seed": s * steps + i, "time": int(at),
+                             "reports": reports, "imagined": imagined[-HISTORY:]})
+            if why:
+                return {"too_little": f"the world failed a step of the forecast: {why}"}
+            state, value, lever = out["state"], out["metric"], None
+            imagined.append({"at": int(at), "value": value})
+            for way, bound, name in facts["sides"]:
+                allowance[name] = cap_allowance(facts, name, allowance[name], cadence)
+                if lever is None and crossed(way, bound, value) and allowance[name] >= 1:
+                    lever, allowance[name] = name, allowance[name] - 1
+        ends.append(value)
+    ends.sort()
+    days = steps * cadence / 86400
+    result = forecast_result(facts, ends, days if steps < total else facts["days"])
+    if steps < total:
+        result["cut"] = (
+            f"cut short at {seeds * steps} world steps ({calls} at most): "
+            f"{format_number(float(f'{days:.3g}'))} of {format_number(facts['days'])} days"
+        )
+    return result
+
+
+def packet_world_made(result, why_not):
+    """Return the packet forecast's `made` from packet_world_forecast's output, or why there is
+    none."""
+    if why_not is None and isinstance(result, dict) and isinstance(result.get("levers"), dict):
+        nothing = checked_forecast(result.get("nothing"))
+        levers = {name: checked_forecast(r) for name, r in result["levers"].items()}
+        if nothing is not None and None not in levers.values():
+            return {"nothing": nothing, "levers": levers}
+    why_not = why_not or "its output does not hold"
+    return {"nothing": {"too_little": f"the forecast through the world was not made: {why_not}"},
+            "levers": {}}
+
+
+def capacity_check(state, days):
+    """Return (enough, short or not known; short per day; why): can the levers, within their caps,
+    hold the metric inside its bounds over `days` against its drift (open point 9)?"""
+    m = state.mandate
+    sides = controller_sides(m)
+    if not sides:
+        return "not known", None, "the controller holds no bound: a model chooses"
+    steps = state.free_steps
+    if len(steps) < 3:
+        return ("not known", None,
+                f"no drift yet: {len(steps)} lever-free step(s) of history, 3 needed")
+    drift = drift_and_noise(steps)[0]
+    per_day = 86400 / m["cadence"]
+    effects = lever_effects(forecast_facts(state, days, 1)["levers"], drift)
+    level = state.level[1] if state.level else 0.0
+    short = 0.0
+    for _, way, bound, lever in sides:
+        push = (drift if way == "above" else -drift) * per_day  # toward the bound
+        room = (bound - level) if way == "above" else (level - bound)
+        if push <= 0 or push * days < room:
+            continue
+        effect = effects.get(lever)
+        pull = (-1 if way == "above" else 1) * sum(effect) / len(effect) if effect else 0.0
+        if not effect:
+            return "not known", None, (f"{lever} has no effect yet: "
+                                       f"no three measured runs, no expects size")
+        if pull <= 0:
+            return "not known", None, f"{lever} has no effect that brings the metric back"
+        count, period = m["levers"][lever]["cap"]
+        short = max(short, push - count * 86400 / period * pull)
+    return ("enough", None, "") if short <= 0 else ("short", short, "")
+
+
+# =============================================================================
+# 8. The kernel: a venture's state, a model's words, notices, summaries
+# =============================================================================
+
+HISTORY = 200      # trusted reports a venture keeps in memory (drift, noise, peaks)
+
+
+class History:
+    """A list of (seq, value) pairs, the seqs in an array of machine integers (8 bytes each, not a
+    tuple and an int object: 96): a thousand ventures' HISTORY reports take 3 MiB, not 19."""
+
+    __slots__ = ("seqs", "values")
+
+    def __init__(self, pairs=()):
+        import array
+        self.seqs, self.values = array.array("q"), []
+        for pair in pairs:
+            self.append(pair)
+
+    def append(self, pair):
+        self.seqs.append(pair[0])
+        self.values.append(pair[1])
+
+    def __len__(self):
+        return len(self.values)
+
+    def __getitem__(self, i):
+        if isinstance(i, slice):
+            return list(zip(self.seqs[i], self.values[i]))
+        return self.seqs[i], self.values[i]
+
+    def __delitem__(self, i):
+        del self.seqs[i]
+        del self.values[i]
+
+    def __iter__(self):
+        return zip(self.seqs, self.values)
+
+    def __eq__(self, other):
+        return list(self) == list(other)
+
+
+# ---- snapshots: the fold kept at a seq (section 10 writes them) ----
+# Each field of a VentureState but its parsed mandate, as JSON whose objects are each one tag:
+# {":": [[key, value], ...]} a dict, {"tuple": [...]}, {"set": [...]}, {"History": [...]}, ...
+# ---- snapshots: the fold kept at a seq (section 10 writes them) ----
+# Each field of a VentureState but its parsed mandate, as JSON whose objects are each one tag:
+# {":": [[key, value], ...]} a dict, {"tuple": [...]}, {"set": [...]}, {"History": [...]}, ...
+SNAPSHOT_TYPES = {":": dict, **{t.__name__: t for t in (tuple, set, frozenset, History)}}
+
+
+class VentureState:
+    """What the ledger says of one venture, folded record by record (so a restart forgets
+    nothing)."""
+
+    # Slots for the fields below: over 30 of them, an instance's __dict__ would not share its keys
+    # (1.6 KiB a venture, not 0.4; issue 15). "__dict__" last: a field added without its slot still
+    # works, in a dict of its own.
+    __slots__ = ("name", "directory", "mandate", "mandate_seq", "mandate_sha", "mandate_text",
+                 "problem", "paused", "last_report", "level", "pending", "last_step",
+                 "previous_implausible", "trusted", "trusted_at", "sides", "actions", "open_asks",
+                 "implausible_ask", "implausible_answered", "running", "guards", "audits", "read",
+                 "peak", "unwinds", "approvals", "free_steps", "lever_steps", "ran_since",
+                 "effects", "misses", "suspended", "ratchet_forecasts", "grants", "checks",
+                 "world_reports", "prediction", "scores", "scored", "world_failing", "world_state",
+                 "checking", "proposals", "asks_made", "counted", "__dict__")
+
+    def __init__(self, name):
+        self.name = name
+        self.directory = None
+        self.mandate = None           # the parsed mandate in force, or None
+        self.mandate_seq = self.mandate_sha = self.mandate_text = None
+        self.problem = None           # why the adopted mandate cannot run, or None
+        self.paused = False
+        self.last_report = None       # (seq, at, record)
+        self.level = None             # (seq, value) of the last report that was not implausible
+        self.pending = None           # (seq, value) of an unconfirmed report
+        self.last_step = None         # the step between the last two trusted reports
+        self.previous_implausible = False
+        # its asks, canaries aside: canary_asks counts them over every venture
+        self.asks_made = 0
+        self.trusted = History()      # [(seq, value)] of the last HISTORY trusted reports
+        self.trusted_at = None        # when the last of them was written (status shows its age)
+        self.sides = {}               # controller side -> {"armed": bool, "streak": [report seqs]}
+        self.actions = {}             # lever -> [(seq, at)] of its runs, for caps
+        self.open_asks = {}           # ask seq -> ask record
+        self.implausible_ask = None   # seq of the open ask raised for an implausible stretch
+        # its ask was answered: no new one until a plausible reading comes
+        self.implausible_answered = False
+        self.running = {}             # lever -> action seq of a run in flight (from action/outcome)
+        # guard name -> {"last": (seq, value, status), "past", "episode", "unwind_ok"}
+        self.guards = {}
+        # audit name -> {"values": [(seq, value)], "last": (seq, status), "note"}
+        self.audits = {}
+        self.read = {}                # reading name -> (seq, record)
+        # the highest trusted report since the mandate: a drawdown's peak
+        self.peak = None
+        self.unwinds = {}             # action seq -> the guard whose unwind it runs
+        # lever -> approvals since the mandate (a denial resets it): the ratchet
+        self.approvals = {}
+        # one-step changes between trusted reports with no lever run between
+        self.free_steps = []
+        # lever -> steps between trusted reports across which it alone ran
+        self.lever_steps = {}
+        # levers run since the last trusted report (none: the next step is lever-free)
+        self.ran_since = []
+        self.effects = {}             # action seq -> a run whose expected effect is not yet judged
+        self.misses = {}              # lever -> misses in a row (revoke_after)
+        self.suspended = {}           # lever -> the ask whose approval restores its delegation
+        # lever -> seq of the `begun` forecast its ratchet ask waits on
+        self.ratchet_forecasts = {}
+        self.checking = {}            # lever -> seq of the `begun` check its run waits on
+        # seq of an unspent approval (or a person's own proposal) -> {"lever", "payload", "ask"}
+        self.grants = {}
+        self.checks = {}              # seq of a passed lever check no action has cited yet -> lever
+        # [(seq, at, value)] of the last HISTORY trusted reports folded under a world: its input
+        self.world_reports = []
+        self.prediction = None        # (seq, record) of the prediction the next report may resolve
+        # [(crps, persistence's crps, covered)] of the last ROLLING scores
+        self.scores = []
+        self.scored = 0               # calibration scores in the ledger
+        # the last world record is a failed step: the next failure writes nothing
+        self.world_failing = False
+        self.world_state = None       # the state the world command returned last (a prediction's)
+        # seq of a model's proposal of an action no action, ask or refusal answered yet -> lever
+        self.proposals = {}
+        # the metrics' counters, over every record (a _total never goes back at a restart)
+        self.counted = {"reports": 0, "failed": 0, "implausible": 0, "refusals": 0, "by_lever": {}}
+
+    def side(self, name):
+        """A controller side: armed (deadband), its streak of crossed reports (hold), asked."""
+        return self.sides.setdefault(
+            name, {"armed": True, "streak": [], "asked": False, "stuck": None, "seen": False})
+
+    def open_ask(self, **fields):
+        """Return the seq of the first open ask with these `fields`, or None."""
+        return next((s for s, a in self.open_asks.items()
+                     if all(a.get(k) == v for k, v in fields.items())), None)
+
+
+def text_sha256(text):
+    """Return the sha256 of `text` as UTF-8 in lowercase hex, as `sha256sum` prints it."""
+    import hashlib
+    return hashlib.sha256(text.encode()).hexdigest()
+
+
+def mandate_record(name, directory, text, summary, **fields):
+    """Return the record adopting `text` as the mandate of venture `name` from `directory`."""
+    return new_record("mandate", name, directory=directory, sha256=text_sha256(text), text=text,
+                      summary=summary, **fields)
+
+
+def still_past_lines(state):
+    """Return the lines `avsm resume` adds for each guard whose last reading was past its bound
+    (PAUSE-03). Only that last reading is known: the cause may have been cleared since."""
+    then = {g["name"]: g["then"] for g in state.mandate["guards"]} if state.mandate else {}
+    return [f"guard {name}: its last reading was past its bound (since #{episode}); "
+            + (f"if it still is at its next reading, it pauses {state.name} again"
+               if then.get(name, "pause") == "pause"
+               else "no lever but stop and its unwind runs until a reading is back inside")
+            for name, episode in guards_past(state)]
+
+
+# ---- what a model is shown, and what it may say ----
+# Pure: a decision packet (built by the warden from records, never an audit) in,
+# the request texts out; a reply's bytes in, choices or the reason it is unusable out.
+MODEL_SYSTEM = """You advise avsm, a supervisor that acts only within a mandate a person wrote.
+You choose between doing nothing, taking one action the mandate permits, and asking the person.
+Code, not you, decides whether anything runs: a proposal that breaks the mandate is refused and \
+recorded.
+Reply with exactly one JSON object on one line and nothing else, one of:
+{"choice": "nothing", "reason": "..."}
+{"choice": "action", "action": "LEVER", "reason": "..."}   (add "payload" for a lever that takes \
+content:
+    a string for text, diff or file; an object for json)
+{"choice": "ask", "question": "...", "action": "LEVER"}
+{"choices": [ ...up to five of the above, each judged alone... ]}
+Before choosing you may look things up, three times at most, one per reply:
+{"choice": "know", "topic": "..."}  or  {"choice": "why", "record": SEQ}"""
+CLASSIFIER_SYSTEM = """You classify for avsm, a supervisor that acts only within a mandate a \
+person wrote.
+Answer with one word alone: nothing, ask, or the name of one permitted lever."""
+
+
+LOOKS_MAX = 3
+
+
+def build_request(packet):
+    """Return (system, user): the texts a backend is shown for one decision packet."""
+    lines = [f"venture: {packet['venture']}", f"purpose: {packet['purpose']}",
+             f"metric: {packet['metric']}", f"controller: {packet['controller']}",
+             "permitted levers:"]
+    for lever in packet["levers"]:
+        lines.append(
+            f"  - {lever['name']}: cap {lever['cap']} ({lever['used']} used), "
+            f"{'reversible' if lever['reversible'] else 'irreversible: a person approves it'}"
+            + (", delegated" if lever.get("delegated") else "")
+            + (f", takes {lever['takes']}" if lever.get("takes") else "")
+        )
+    if not packet["levers"]:
+        lines.append("  none")
+    lines.append(f"forbidden levers: {', '.join(packet['forbidden']) or 'none'}")
+    lines.append("children:" if packet["children"] else "children: none")
+    lines += [f"  - {c['name']}: {c['state']}" + "".join(f"\n      {r}" for r in c["records"])
+              for c in packet["children"]]
+    lines.append("readings:" if packet["readings"] else "readings: none")
+    lines += [f"  - {r['name']} = {r['value']}: {r['fields'] or '(no fields)'}"
+              for r in packet["readings"]]
+    lines.append("recent records:" if packet["records"] else "recent records: none")
+    lines += [f"  {r}" for r in packet["records"]]
+    lines.append("open asks:" if packet["asks"] else "open asks: none")
+    lines += [f"  {a}" for a in packet["asks"]]
+    lines += packet_forecast_lines(packet)
+    for look in packet.get("looks", []):
+        lines.append(f"you looked up {json.dumps(look['look'])}:")
+        lines += [f"  {line}" for line in look["answer"].splitlines()]
+    if packet.get("looks"):
+        lines.append(f"looks left: {LOOKS_MAX - len(packet['looks'])}")
+    return (CLASSIFIER_SYSTEM if packet.get("classifier") else MODEL_SYSTEM), "\n".join(
+        lines
+    ) + "\n"
+
+
+def packet_forecast_lines(packet):
+    """The packet's forecast for doing nothing and for one run now of each permitted lever (open
+    point 40)."""
+    facts = packet.get("forecast")
+    if not facts:
+        return []
+    if "made" in facts:
+        return packet_world_lines(packet["metric"], facts)
+    lines = [
+        f"forecast ({format_number(facts['days'])} days x {facts['seeds']} seeds, at the horizon):"]
+    nothing = forecast(dict(facts, sides=[]))
+    if "too_little" in nothing:
+        return lines + [f"  {nothing['too_little']}"]
+    lines.append(f"  doing nothing: {forecast_text(packet['metric'], nothing)}")
+    for name, lever in facts["levers"].items():
+        known = len(lever["steps"]) >= 3 or lever["expects"]
+        lines.append(
+            f"  {name} once now: "
+            + (
+                forecast_text(packet["metric"], forecast(dict(facts, sides=[], first=name)))
+                if known
+                else "its effect is not measured yet"
+            )
+        )
+    return lines
+
+
+def packet_world_lines(metric, facts):
+    """The packet's forecast made through the world command (issue 11 item 6), and the horizon it
+    was cut short at where its calls were capped."""
+    made = facts["made"]
+    nothing = made["nothing"]
+    lines = [f"forecast through the world command ({format_number(facts['days'])} days x"
+             f" {facts['seeds']} seeds, at the horizon):"]
+    if "too_little" in nothing:
+        return lines + [f"  {nothing['too_little']}"]
+    if nothing.get("cut"):
+        lines.append(f"  {nothing['cut']}")
+    lines.append(f"  doing nothing: {forecast_text(metric, nothing)}")
+    for name, result in made["levers"].items():
+        lines.append(f"  {name} once now: {forecast_text(metric, result)}")
+    return lines
+
+
+CHOICES_MAX = 5
+
+
+def parse_reply(data, packet):
+    """Return {"choices": [...]} or {"look": {...}} from a reply, or {"unusable": why}.
+
+    The reply is one JSON object on one line (a classifier: one word); anything else is unusable."""
+    if len(data) > REPLY_MAX:
+        return {"unusable": f"the reply is bigger than {REPLY_MAX // 1024} KiB"}
+    try:
+        text = data.decode("utf-8") if isinstance(data, bytes) else data
+    except UnicodeDecodeError:
+        return {"unusable": "the reply is not UTF-8"}
+    text = text.strip()
+    if not text:
+        return {"unusable": "the reply is empty"}
+    if "\n" in text or "\r" in text:
+        return {"unusable": "the reply is more than one line"}
+    lever_names = {lever["name"] for lever in packet["levers"]}
+    if packet.get("classifier"):
+        if text in ("nothing", "ask") or text in lever_names:
+            return {"choices": [{"choice": "nothing"} if text == "nothing"
+                                else {"choice": "ask", "question": "the classifier asks"}
+                                if text == "ask" else {"choice": "action", "action": text}]}
+        return {"unusable": ("a classifier answers one word: nothing, ask or a permitted lever, not"
+                             f" {text[:60]!r}")}
+    try:
+        reply = read_json(text, object_pairs_hook=unique_pairs)
+    except NumberError as err:
+        return {"unusable": f"the reply holds a number avsm does not take: {err}"}
+    except (ValueError, RecursionError) as err:
+        return {"unusable": f"the reply is not one JSON object: {str(err)[:120]}"}
+    if not isinstance(reply, dict):
+        return {"unusable": "the reply is not a JSON object"}
+    if set(reply) == {"choices"}:
+        items = reply["choices"]
+        if not isinstance(items, list) or not 1 <= len(items) <= CHOICES_MAX:
+            return {"unusable": f"choices must be a list of one to {CHOICES_MAX}"}
+        choices = []
+        for item in items:
+            choice, why = check_choice(item)
+            if why or choice["choice"] in ("know", "why"):
+                return {"unusable": why or "a look-up stands alone, not among choices"}
+            choices.append(choice)
+        return {"choices": choices}
+    choice, why = check_choice(reply)
+    if why:
+        return {"unusable": why}
+    if choice["choice"] in ("know", "why"):
+        if len(packet.get("looks", [])) >= LOOKS_MAX:
+            return {"unusable": f"more than {LOOKS_MAX} look-ups"}
+        return {"look": choice}
+    return {"choices": [choice]}
+
+
+def unique_pairs(pairs):
+    keys = [k for k, _ in pairs]
+    if len(keys) != len(set(keys)):
+        raise ValueError("a key appears twice")
+    return dict(pairs)
+
+
+CHOICE_KEYS = {"nothing": {"choice", "reason"},
+               "action": {"choice", "action", "reason", "payload"},
+               "ask": {"choice", "question", "action", "reason"},
+               "know": {"choice", "topic"},
+               "why": {"choice", "record"}}
+
+
+PAYLOAD_DEPTH = 32
+SURROGATE = "[\ud800-\udfff]"
+
+
+def check_choice(choice):
+    """Return (the choice, None) when it has exactly the shape its kind allows, else (None, why)."""
+    if not isinstance(choice, dict) or choice.get("choice") not in CHOICE_KEYS:
+        return None, "a choice is nothing, action, ask, know or why"
+    kind = choice["choice"]
+    extra = set(choice) - CHOICE_KEYS[kind]
+    if extra:
+        return None, f"a {kind} choice has no {', '.join(sorted(extra))}"
+    for key in ("reason", "question", "topic"):
+        if key in choice and (not isinstance(choice[key], str) or len(choice[key]) > TEXT_MAX):
+            return None, f"{key} must be text of at most {TEXT_MAX} characters"
+    if kind == "action" and not isinstance(choice.get("action"), str):
+        return None, "an action choice names its lever in action"
+    if kind == "ask" and (
+        "question" not in choice or ("action" in choice and not isinstance(choice["action"], str))
+    ):
+        return None, "an ask choice carries a question (and may name a lever)"
+    if kind == "know" and not isinstance(choice.get("topic"), str):
+        return None, "a know choice carries a topic"
+    if kind == "why" and (
+        isinstance(choice.get("record"), bool)
+        or not isinstance(choice.get("record"), int)
+        or not 1 <= choice["record"] < 2**63
+    ):
+        return None, "a why choice carries a record number"
+    if "payload" in choice and not isinstance(choice["payload"], (str, dict)):
+        return None, "a payload is a string or an object"
+    if depth(choice) > PAYLOAD_DEPTH:
+        return None, f"the choice nests deeper than {PAYLOAD_DEPTH} levels"
+    if re.search(SURROGATE, json.dumps(choice, ensure_ascii=False)):
+        return None, "the reply holds a lone surrogate: not text"
+    return choice, None
+
+
+def depth(value, level=0):
+    """Return how deep lists and objects nest in `value`, stopping past PAYLOAD_DEPTH."""
+    if level > PAYLOAD_DEPTH or not isinstance(value, (list, dict)):
+        return level
+    items = value.values() if isinstance(value, dict) else value
+    return max((depth(item, level + 1) for item in items), default=level + 1)
+
+
+def diff_paths(diff):
+    """Return every path a diff names for patch to touch, never a hunk's line range."""
+    paths = []
+    for line in diff.splitlines():
+        if re.fullmatch(r"(\*\*\* \d+(,\d+)? \*\*\*\*|--- \d+(,\d+)? ----)\s*", line):
+            continue                                    # a context hunk's range, not a file
+        if line.startswith(("--- ", "+++ ", "*** ")):
+            paths.append(line[4:].split("\t")[0].strip())
+        elif line.startswith(("rename from ", "rename to ", "copy from ", "copy to ")):
+            paths.append(line.split(" ", 2)[2].strip())
+        elif line.startswith("Index: "):
+            paths.append(line[len("Index: "):].strip())
+    return paths
+
+
+def content_problem(takes, payload, directory):
+    """Return why a diff or file payload would reach outside the venture directory, or None.
+
+    A file payload is its relative path on the first line and the content after it."""
+    if not isinstance(payload, str):
+        return None
+    if takes == "diff":
+        paths = diff_paths(payload)
+        if not paths:
+            return "the diff names no file"
+        paths = [p[2:] if p.startswith(("a/", "b/")) else p for p in paths if p != "/dev/null"]
+    elif takes == "file":
+        paths = [payload.split("\n", 1)[0].strip()]
+    else:
+        return None
+    root = os.path.realpath(directory)
+    for path in paths:
+        if not path or os.path.isabs(path) or ".." in path.replace("\\", "/").split("/"):
+            return (
+                f"{path or 'an empty path'} is not a path inside the venture; use a relative path"
+                " without ..")
+        resolved = os.path.realpath(os.path.join(root, path))
+        if resolved != root and not resolved.startswith(root + os.sep):
+            return f"{path} leads outside the venture directory (through a symlink)"
+    return None
+
+
+# ---- who may change what a venture runs (sshd's StrictModes, cron) ----
+Writable = collections.namedtuple("Writable", "why fix")   # who could change a path, and the fix
+
+
+def write_problem(path, st, uid, name=str):
+    """Return the Writable that says who but `uid` or root could change `path` (stat `st`), or None.
+
+    As sshd's StrictModes: owned by `uid` or root, and no group or other write bit, but for a
+    directory owned by one of them with the sticky bit (/tmp, 1777), where no one may replace what
+    another owns."""
+    if st.st_uid not in (uid, 0):
+        return Writable(f"{path} is owned by {name(st.st_uid)}, not by {name(uid)} or root, "
+                        "so that user can change what avsmd runs",
+                        f"chown {name(uid)} {path}")
+    bits = st.st_mode & (stat.S_IWGRP | stat.S_IWOTH)
+    if bits and not (stat.S_ISDIR(st.st_mode) and st.st_mode & stat.S_ISVTX):
+        who = {stat.S_IWGRP: "its group", stat.S_IWOTH: "others"}.get(bits, "its group and others")
+        return Writable(f"{path} can be written by {who} (mode {stat.S_IMODE(st.st_mode):04o}), "
+                        "so they can change what avsmd runs",
+                        f"chmod go-w {path}")
+    return None
+
+
+def venture_commands(m):
+    """Return every program mandate `m` runs, as command lines."""
+    commands = [] if m["adapter"] else ["./report"]
+    commands += [m["run"], m["world"]]
+    for lever in m["levers"].values():
+        commands += [lever["run"] if lever["run"] != "mail.send" else None, lever["check"]]
+    commands += [item.get("run") for key in ("guards", "audits", "readings") for item in m[key]]
+    return [c for c in commands if c]
+
+
+def command_words(command):
+    """Return the words of `command` (a shell line, or an argv list) that may name a file it runs or
+    reads; operators and quotes are the shell's."""
+    if not isinstance(command, str):
+        return list(command)
+    import shlex
+    try:
+        lexer = shlex.shlex(command, posix=True, punctuation_chars=True)
+        lexer.whitespace_split = True
+        return list(lexer)
+    except ValueError:              # an unclosed quote: the shell refuses it when it runs
+        return command.split()
+
+
+def is_ranking(choices):
+    """A ranking is a `choices` reply naming more than one action, best first (open point 37)."""
+    return sum(1 for c in choices if c.get("choice") == "action") > 1
+
+
+def describe_capacity(result):
+    """`capacity: enough`, `capacity: short by 12/day` or `capacity: not known (why)`."""
+    verdict, short, why = result
+    if verdict == "short":
+        shown = round(short, 2) if abs(short) >= 1 else float(f'{short:.3g}')
+        return f"capacity: short by {format_number(shown)}/day"
+    return "capacity: enough" if verdict == "enough" else f"capacity: not known ({why})"
+
+
+def count_self(counted, record):
+    """Count avsmd's start or its warden's or roles process's restart into `counted`; return it."""
+    if record.get("venture") != "self":
+        return counted
+    if record.get("kind") == "start":
+        counted["starts"] = counted.get("starts", 0) + 1
+    elif record.get("kind") == "restart":
+        restarts = counted.setdefault("restarts", {})
+        restarts[str(record.get("process"))] = restarts.get(str(record.get("process")), 0) + 1
+    return counted
+
+
+def snapshot_value(value):
+    """Return `value` as JSON that snapshot_hook reads back as it is."""
+    kind = type(value)
+    if value is None or kind in (str, int, float, bool):
+        return value
+    if kind is list:
+        return [snapshot_value(v) for v in value]
+    tag = ":" if kind is dict else kind.__name__
+    if SNAPSHOT_TYPES.get(tag) is not kind:
+        raise TypeError(f"a snapshot cannot hold a {kind.__name__}")
+    items = [[snapshot_value(k), snapshot_value(v)] for k, v in value.items()] if kind is dict \
+        else [snapshot_value(v) for v in value]
+    return {tag: sorted(items, key=json.dumps) if kind in (set, frozenset) else items}
+
+
+def snapshot_text(seq, states, counted):
+    """Return the snapshot of the fold `states` and the metrics' `counted` to record #seq."""
+    ventures = {}
+    for name, state in states.items():
+        fields = {f: getattr(state, f) for f in VentureState.__slots__ if hasattr(state, f)}
+        fields.update(vars(state))
+        ventures[name] = {f: v for f, v in fields.items() if f not in ("mandate", "__dict__")}
+    return json.dumps(snapshot_value({"seq": seq, "counted": counted, "ventures": ventures}),
+                      separators=(",", ":"))
+
+
+def ranked_choices(state, choices):
+    """Return [(choice, held, not proposed)] for a reply's choices (WORLD-08, open point 37): below
+    the calibration bar a ranking's top action asks a person and those below it are not proposed."""
+    held = None
+    if is_ranking(choices):
+        ok, why = calibration_bar(state)
+        held = None if ok else why
+    top = next((c for c in choices if c["choice"] == "action"), None)
+    return [(choice, None, f"{choice['action']} not proposed: the ranking is held back ({held})")
+            if held and choice["choice"] == "action" and choice is not top
+            else (choice, held if choice is top else None, None) for choice in choices]
 
 
 def ratchet_ask(state, lever, path, new, why, forecast_seq=None, forecast_line=None):
@@ -5879,61 +6092,10 @@ def canary_ask(state, asks_seen, every):
                       summary=f"run {lever}? {lever} is irreversible, so a person decides")
 
 
-def canary_result(state, seq, ask, approved):
-    """Return (the canary record, the line for the person) for an answer to canary ask #seq."""
-    if approved:
-        return (
-            new_record(
-                "canary",
-                state.name,
-                ask=seq,
-                passed=False,
-                summary=(
-                    f"ask #{seq} was a canary: {ask['lever']} is not permitted, and it was approved"
-                    " without reading"
-                ),
-            ),
-            f"#{seq} was a canary ask: {ask['lever']} is not permitted by the mandate. Nothing"
-            " ran. Read each ask before approving it.",
-        )
-    return (
-        new_record(
-            "canary",
-            state.name,
-            ask=seq,
-            passed=True,
-            summary=f"ask #{seq} was a canary, and it was denied: the asks are being read",
-        ),
-        f"#{seq} denied (it was a canary ask: thank you for reading)",
-    )
-
-
-def denial_rule(state, seq, ask):
-    """A person denied ask #seq: yield the denial, naming its lever, then a canary's result (its
-    denial names no lever: the canary record says what the answer showed)."""
-    lever = None if ask.get("canary") else ask.get("lever")
-    yield Write(new_record("denial", state.name, ask=seq, **some(lever=lever),
-                           summary=f"a person denied ask #{seq}"
-                                   + (f" ({lever})" if lever else "")))
-    if ask.get("canary"):
-        yield Write(canary_result(state, seq, ask, False)[0])
-
-
-def person_rule(state, verb):
-    """A person paused or resumed the venture (`verb`): yield its declared record."""
-    record = new_record(verb, state.name, "declared", summary=f"a person {verb}d {state.name}")
-    yield Pause(record) if verb == "pause" else Write(record)
-
-
 def ratchet_approval(state, seq, ask):
     """Return a person's approval of ratchet ask #seq, delegating its lever."""
     return new_record("approval", state.name, ask=seq, about="ratchet",
                       summary=f"a person approved delegating {ask['lever']} (ask #{seq})")
-
-
-def next_backoff(previous):
-    """Return the next wait of a back-off (open point 31)."""
-    return min(BACKOFF_CEILING, previous * 2 or BACKOFF_FIRST)
 
 
 def child_restart_wait(previous, uptime):
@@ -5943,159 +6105,6 @@ def child_restart_wait(previous, uptime):
         return (None if uptime >= QUICK_DEATH else 0), 0
     backoff = next_backoff(previous)
     return backoff, backoff
-
-
-# ---- what came of a program: the record its end writes ----
-
-def lever_ran(state, lever, verdict, summary, by, side=None, extra=None):
-    """Yield the action the gate proved; stop's meaning follows it: a pause and an ok outcome."""
-    seq = yield Write(action_record(state, lever, verdict, summary, by, side, extra),
-                      verdict.asked["at"])
-    if lever == "stop":
-        yield Pause(new_record("pause", state.name, "measured",
-                               summary=f"the stop lever (action #{seq}) paused {state.name}"))
-        yield Write(new_record("outcome", state.name, lever=lever, action=seq, ok=True,
-                               status="exit 0", duration=0, note="",
-                               summary=f"stop ok: {state.name} is paused"))
-    return seq
-
-
-def action_record(state, lever, verdict, summary, by, side=None, extra=None):
-    """Return the action record of a lever the gate proved (`verdict`)."""
-    asked = verdict.asked
-    return new_record("action", state.name, lever=lever, proof=verdict.proof, by=by,
-                      summary=summary, basis=asked["basis"],
-                      **{k: asked[k] for k in ("approval", "check") if k in asked},
-                      **some(side=side), **(extra or {}))
-
-
-def fact_records(state, seq, lines):
-    """Yield the inferred fact records of the research lever's action #seq, from its output."""
-    for line in lines:
-        try:
-            item = read_json(line)
-        except (ValueError, RecursionError):
-            continue
-        if (
-            isinstance(item, dict)
-            and isinstance(item.get("fact"), str)
-            and isinstance(item.get("source"), str)
-        ):
-            yield Write(
-                new_record(
-                    "fact",
-                    state.name,
-                    action=seq,
-                    fact=item["fact"][:TEXT_MAX],
-                    source=item["source"][:TEXT_MAX],
-                    summary=f"fact from {item['source'][:80]}: {item['fact'][:160]}",
-                )
-            )
-
-
-def lever_outcome(state, lever, seq, status, ended_by, duration, timeout, note, lines):
-    """Yield the outcome of `lever` (action #seq), after research's facts from its output `lines`:
-    ok only when it exited 0 and nothing ended it (an oversized output does)."""
-    ok, how = status == 0 and ended_by is None, describe_status(status)
-    if ok and lever == "research":
-        yield from fact_records(state, seq, lines)
-    if ended_by == "pause":
-        summary = f"{lever} stopped by the pause of {state.name} ({how})"
-    elif ended_by == "timeout":
-        summary = f"{lever} failed: past its time limit {format_duration(timeout)}, ended ({how})"
-    elif ended_by == "stop":
-        summary = f"{lever} stopped: avsmd is stopping ({how})"
-    else:
-        summary = f"{lever} {'ok' if ok else 'failed: ' + how} in {duration:g}s"
-    yield Write(new_record("outcome", state.name, lever=lever, action=seq, ok=ok, status=how,
-                           ended_by=ended_by, duration=duration, note=note, summary=summary))
-
-
-def unstarted_outcome(state, lever, action, note, why=None):
-    """Yield the outcome of a lever that did not start (`why`, or error `note`): not ok, no time."""
-    yield Write(new_record("outcome", state.name, lever=lever, action=action, ok=False,
-                           status="not started", duration=0, note=note[:NOTE_MAX],
-                           summary=f"{lever} failed: {why}" if why
-                           else f"{lever} failed to start: {note}"))
-
-
-def refusal(state, lever, why, summary=None, **fields):
-    """Yield the refusal of `lever`: why (its summary "LEVER refused: WHY" unless given)."""
-    yield Write(new_record("refusal", state.name, lever=lever, why=why,
-                           summary=summary or f"{lever} refused: {why}", **fields))
-
-
-def run_started(state, pid, restart, err=None):
-    """Return the intents of the kept `run` program started as `pid` (again after an exit:
-    `restart`), or not (`err`): its start record, or its exit."""
-    if err is not None:
-        return [Write(new_record("exit", state.name, status="not started",
-                                 summary=f"run could not start: {err}"))]
-    return [Write(new_record("start", state.name, pid=pid, command=state.mandate["run"],
-                             summary=f"run {'re' if restart else ''}started (pid {pid})"))]
-
-
-def restart_rule(state, pid, status, ended_by, uptime, backoff, restarted, active):
-    """Return (again, backoff, delay, records) for the kept `run` program's end (open point 31)."""
-    policy = state.mandate["restart"] if state.mandate else "never"
-    again = (ended_by is None and active
-             and (policy == "always" or (policy == "on-failure" and status != 0)))
-    delay = 0
-    if again:
-        if uptime >= BACKOFF_RESET:
-            backoff = 0
-        elif uptime < QUICK_DEATH and restarted:
-            backoff = delay = next_backoff(backoff)
-    how = describe_status(status)
-    why = f"stopped by {'the pause' if ended_by == 'pause' else ended_by}" if ended_by else how
-    next_words = ((f"; restarting in {delay}s" if delay else "; restarting now") if again
-                  else "; not restarted")
-    records = [new_record("exit", state.name, pid=pid, status=how, uptime=round(uptime, 3),
-                          restart_in=delay if again else None,
-                          summary=f"run (pid {pid}) ended: {why} after {uptime:.1f}s{next_words}")]
-    if again and delay >= BACKOFF_CEILING and state.open_ask(about="backoff") is None:
-        records.append(
-            new_record(
-                "ask",
-                state.name,
-                about="backoff",
-                question=(
-                    f"run keeps dying within {QUICK_DEATH}s; it now waits {delay}s between starts."
-                    " Look at it?"
-                ),
-                summary=f"run keeps dying; back-off reached its ceiling of {BACKOFF_CEILING}s",
-            )
-        )
-    return again, backoff, delay, records
-
-
-def interrupted_rule(state, now, n):
-    """RUN-10: a lever a dead warden left running is never run again blindly: its outcome is not
-    known, and an ask holds the lever until a person says whether it happened. A check it left
-    running did not pass (its lever did not run); a ratchet's forecast it left is made again (`n`:
-    the config's ratchet)."""
-    for lever, seq in list(state.checking.items()):
-        yield Write(new_record(
-            "check", state.name, lever=lever, ok=False, status="unknown",
-            note="the warden ended while it ran",
-            summary=f"{lever}'s check (#{seq}) was cut off: the warden ended while it ran; "
-                    f"{lever} did not run"))
-    for lever in list(state.ratchet_forecasts):
-        yield from ratchet_rule(state, lever, n, again=True)
-    for lever, seq in list(state.running.items()):
-        began = next((at for s, at, _ in state.actions.get(lever, []) if s == seq), None)
-        at_most = max(0, round(now - began)) if began is not None else None
-        yield Write(new_record(
-            "outcome", state.name, lever=lever, action=seq, ok=False, status="unknown",
-            duration=at_most,
-            note="the warden ended while it ran; whether it finished is not known"
-                 + (f"; it ran at most {at_most} s" if at_most is not None else ""),
-            summary=f"{lever} (action #{seq}) was cut off: the warden ended while it ran"))
-        yield Write(new_record(
-            "ask", state.name, about="interrupted", lever=lever, action=seq,
-            question=f"did {lever} happen?",
-            summary=f"did {lever} happen? action #{seq} was running when the warden ended; "
-                    f"{lever} waits for the answer (approve: it did, deny: it did not)"))
 
 
 def decide_problem(state):
@@ -6237,14 +6246,6 @@ def escalation_to(state, cfg, backend, asked, stopping):
 # ---- telling a person: the notices the notify command runs for (issue 14) ---- A notice is a dict:
 # kind, venture, seq (null when no record names it), summary, and the command that answers it,
 # completed where it is sent (notice_message).
-
-NOTICE_TITLES = {"ask": "{venture} asks (#{seq})", "stuck": "{venture} is stuck (#{seq})",
-                 "pause": "{venture} was paused (#{seq})", "cannot-run": "{venture} cannot run",
-                 "ledger-down": "the ledger cannot be written",
-                 "ledger": "the ledger takes writes again (#{seq})", "stop": "avsmd is stopping",
-                 "witness": "avsm fleet witness: {venture}'s ledger no longer extends what it kept"}
-
-
 def new_notice(kind, venture, seq, summary, answer, **more):
     """Return a notice, not a record: what the notify command is told (NOTICE_TITLES)."""
     return dict(kind=kind, venture=venture, seq=seq, summary=summary, answer=answer, **more)
@@ -6303,6 +6304,13 @@ def admit_notice(down_told, notice):
     if notice["kind"] == "ledger":
         return True, False
     return True, down_told
+
+
+NOTICE_TITLES = {"ask": "{venture} asks (#{seq})", "stuck": "{venture} is stuck (#{seq})",
+                 "pause": "{venture} was paused (#{seq})", "cannot-run": "{venture} cannot run",
+                 "ledger-down": "the ledger cannot be written",
+                 "ledger": "the ledger takes writes again (#{seq})", "stop": "avsmd is stopping",
+                 "witness": "avsm fleet witness: {venture}'s ledger no longer extends what it kept"}
 
 
 def notice_message(notice, commands, home):
@@ -6388,11 +6396,7 @@ def judge_notify(stretch, notice, failure, note=""):
 # ---- the morning summary (issue 14 item 3) ---- What happened in a span of the ledger, per venture
 # (`avsm summary`). Records before the span count for what is still open at its end and for the fold
 # that replays judge_effect (a hit writes no record).
-
 SUMMARY_BEFORE_KINDS = ("mandate", "ask", "approval", "denial", "resolved", "pause", "resume")
-Summary = collections.namedtuple("Summary", "since first last ventures")
-Summary.__doc__ = """A span's summary: the first and last (seq, at) in the span after `since` (None
-when it holds none), and {venture: what happened}."""
 
 
 def expects_effects(mandate):
@@ -6411,6 +6415,11 @@ def new_venture_summary():
             "guards": {}, "pauses": [], "resumes": [], "effects": {}, "exits": [], "starts": 0,
             "metric": None, "trusted": [], "untrusted": 0, "last_report": None, "paused": False,
             "mandate": None}
+
+
+Summary = collections.namedtuple("Summary", "since first last ventures")
+Summary.__doc__ = """A span's summary: the first and last (seq, at) in the span after `since` (None
+when it holds none), and {venture: what happened}."""
 
 
 def summarize(rows, since, parse=None):
@@ -6513,12 +6522,11 @@ def summarize_report(v, seq, record):
         v["untrusted"] += 1
 
 
-def parsed_or_none(parse, record, seq):
-    """Return the mandate a mandate record adopts, or None when it does not hold."""
-    try:
-        return parse(record.get("text") or "", f"mandate #{seq}")
-    except Fail:
-        return None
+def guard_pause_way_out(venture, guard):
+    """Return (what to clear first, the command that resumes) of a pause by guard `guard`: a guard
+    is not read while its venture is paused, and the first reading after resume pauses it again if
+    it is still past its bound."""
+    return f"clear what puts guard {guard} past its bound", f"avsm resume {venture}"
 
 
 def needs_person(v, name, parse=None):
@@ -6549,7 +6557,6 @@ def needs_person(v, name, parse=None):
 
 
 # ---- checkpoints: when a start writes one ----
-
 def sign_again_at_start(spec, signer, ours):
     """Whether avsmd's start writes a checkpoint though the newest is within `every`: the config
     names a key, and the newest was not signed by it (signer: the newest's signing key, None when
