@@ -8761,6 +8761,7 @@ def newest_checkpoint(directory):
 SNAPSHOT_MIN = 1000     # new records before a checkpoint, a stop or a start writes a snapshot
 SNAPSHOT_EVERY = 20000  # ... before one is written at once (what a start folds at most)
 SNAPSHOTS_KEPT = 5      # files kept; a start tries these, newest first
+SNAPSHOT_MAX = 1 << 30  # bytes of a snapshot read (2.5 MB at a million records)
 
 
 def snapshot_path(home, seq):
@@ -8791,8 +8792,7 @@ def read_snapshot(home, record):
     if record.get("code") != code_sha256():
         raise Fail(EX_NOINPUT, f"another avsm.py folded {path}")
     try:
-        with open(path, "rb") as fh:
-            data = fh.read()
+        data = read_small_file(path, SNAPSHOT_MAX)      # a FIFO, /dev/zero: refused, not read
     except OSError as err:
         raise Fail(EX_NOINPUT, f"{path} cannot be read: {err.strerror or err}") from None
     if hashlib.sha256(data).hexdigest() != record.get("sha256"):

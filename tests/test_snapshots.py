@@ -11,6 +11,8 @@ import re
 import sys
 import time
 
+import pytest
+
 from conftest import Avsm
 
 import avsm
@@ -300,3 +302,28 @@ def test_a_start_checks_the_chain_from_its_snapshot_and_doctor_checks_all(bindir
     tamper(home, at + 1, '"summary":"', '"summary":"!')
     started = av.daemon_cmd(timeout=20)
     assert started.returncode == 65 and f"record #{at + 1} of" in started.stderr, started.stderr
+
+
+@pytest.mark.parametrize("kind", ["fifo", "dev-zero"])
+def test_a_snapshot_that_is_no_regular_file_is_passed_over_not_read(bindir, workdir, kind):
+    """Issue 33 item 1, hostile: a snapshot file replaced by a FIFO (whose open would wait for a writer) or by a
+    link to /dev/zero (which never ends) is passed over at start, with one line, for the first record, and
+    doctor notes it is not compared, without hanging. Before: the start waited on the FIFO, or read /dev/zero until memory
+    ran out."""
+    home = built_home(workdir)
+    av = Avsm(bindir, home)
+    av.start()
+    assert av.stop()[0] == 0
+    [(at, record)] = ledger_rows(home, "snapshot")
+    path = avsm.snapshot_path(home, record["seq"])
+    os.unlink(path)
+    if kind == "fifo":
+        os.mkfifo(path, 0o600)
+    else:
+        os.symlink("/dev/zero", path)
+    av.start()
+    assert av.stderr().count(f"snapshot #{record['seq']} (record #{at}) is ignored") == 1, av.stderr()
+    assert "v0: running" in av.cli("status").stdout
+    assert av.stop()[0] == 0
+    doctor = av.cli("doctor", timeout=120)
+    assert "note  1 snapshot(s) the ledger names are not compared" in doctor.stdout, doctor.stdout
