@@ -6747,8 +6747,7 @@ def mark_close_on_exec():
 
 # A child's state, named where it changes (supervisord's ProcessStates): running -> stopping
 # (terminate: TERM to its group, KILL at kill_at) -> exited (its leader reaped; the group may
-# linger) -> ended (its group gone, out of the children table, settled). A program that ends by
-# itself goes running -> exited -> ended.
+# linger) -> ended (its group gone, settled); one that ends by itself is never stopping.
 CHILD_STATES = ("running", "stopping", "exited", "ended")
 
 
@@ -7541,17 +7540,21 @@ def cached_command(program, args):
     import py_compile
     with contextlib.suppress(OSError, ValueError, py_compile.PyCompileError):
         cache = importlib.util.cache_from_source(AVSM_PATH)
-        try:
-            with open(cache, "rb") as fh:
-                head = fh.read(16)
-        except OSError:
-            head = b""
-        with open(AVSM_PATH, "rb") as fh:
-            source = importlib.util.source_hash(fh.read())
-        # a stale one (avsm.py replaced in place) would be compiled again at every start, not
-        # rewritten: 0.4 s and 60 MB each
-        if head[4:8] != PYC_CHECKED_HASH or head[8:16] != source:
-            cache_bytecode(cache)
+        st = os.stat(AVSM_PATH)
+        seen = (st.st_ino, st.st_size, st.st_mtime_ns)
+        # read again once avsm.py changed, not at each adapter's start
+        if BYTECODE_CHECKED.get(cache) != seen:
+            try:
+                with open(cache, "rb") as fh:
+                    head = fh.read(16)
+            except OSError:
+                head = b""
+            with open(AVSM_PATH, "rb") as fh:
+                source = importlib.util.source_hash(fh.read())
+            # a stale one (avsm.py replaced in place) is compiled at every start: 0.4 s, 60 MB
+            if head[4:8] != PYC_CHECKED_HASH or head[8:16] != source:
+                cache_bytecode(cache)
+            BYTECODE_CHECKED[cache] = seen
     # -P: nothing before the standard library on sys.path (`-c` alone would put the venture's
     # directory first, and its json.py would be imported). -S: no `site`, so no .pth file runs.
     prefix = [f"-Xpycache_prefix={sys.pycache_prefix}"] if sys.pycache_prefix else []
@@ -7559,6 +7562,7 @@ def cached_command(program, args):
 
 
 PYC_CHECKED_HASH = b"\3\0\0\0"      # PEP 552's flags: hash-based, its source checked at each load
+BYTECODE_CHECKED = {}   # cache -> avsm.py's (inode, size, mtime) when it was checked
 
 
 def cache_bytecode(cache):
@@ -8769,8 +8773,10 @@ def snapshot_path(home, seq):
 
 
 @functools.lru_cache(maxsize=1)
+@functools.cache
 def code_sha256():
-    """Return the sha256 of this avsm.py: only the code that folded a snapshot reads it."""
+    """Return the sha256 of avsm.py as this process first read it (Snapshots primes it): the code
+    that folded a snapshot, not one replaced since, reads it."""
     import hashlib
     with open(AVSM_PATH, "rb") as fh:
         return hashlib.sha256(fh.read()).hexdigest()
@@ -8817,6 +8823,7 @@ class Snapshots:
 
     def __init__(self, home):
         self.home, self.seq = home, 0
+        code_sha256()
 
     def fold(self, db, upto=None):
         """Return (seq, states, counted, records folded): the newest good snapshot (up to `upto`)
