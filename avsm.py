@@ -5550,9 +5550,6 @@ class History:
 # ---- snapshots: the fold kept at a seq (section 10 writes them) ----
 # Each field of a VentureState but its parsed mandate, as JSON whose objects are each one tag:
 # {":": [[key, value], ...]} a dict, {"tuple": [...]}, {"set": [...]}, {"History": [...]}, ...
-# ---- snapshots: the fold kept at a seq (section 10 writes them) ----
-# Each field of a VentureState but its parsed mandate, as JSON whose objects are each one tag:
-# {":": [[key, value], ...]} a dict, {"tuple": [...]}, {"set": [...]}, {"History": [...]}, ...
 SNAPSHOT_TYPES = {":": dict, **{t.__name__: t for t in (tuple, set, frozenset, History)}}
 
 
