@@ -1570,7 +1570,7 @@ def reading_timeout(c, item, path):
 # ---- the config ----
 
 CONFIG_KEYS = {"nightly", "default", "backends", "escalate", "ratchet", "forecast", "canary_asks",
-               "checkpoint", "adapters", "research", "notify", "metrics", "page"}
+               "checkpoint", "adapters", "research", "notify", "metrics", "page", "ledger"}
 BACKEND_KEYS = {"anthropic": {"kind", "model", "key", "url", "effort", "version", "max_tokens"},
                 "openai": {"kind", "url", "model", "key", "max_tokens", "api", "effort"},
                 "command": {"kind", "run", "offbox"}}
@@ -1681,6 +1681,7 @@ def parse_config(text, source="config.yaml"):
     cfg["notify"] = parse_notify(c, doc.get("notify"))
     cfg["metrics"] = parse_metrics(c, doc.get("metrics"))
     cfg["page"] = parse_page(c, doc.get("page"))
+    cfg["ledger"] = parse_ledger(c, doc.get("ledger"))
     cfg["checkpoint"] = parse_checkpoint_config(c, doc.get("checkpoint"))
     size = len(json.dumps(cfg))
     if size > CONFIG_ENV_MAX:  # avsmd could not start its warden: the exec would fail (E2BIG)
@@ -1812,6 +1813,57 @@ def parse_page(c, value):
                          "a web server serves or a browser opens, as /var/www/html/avsm.html")
 
 
+LEDGER_EXAMPLE = "ledger: {rotate: 1d, keep: 90d}"
+SIZE_UNITS = {"K": 1 << 10, "M": 1 << 20, "G": 1 << 30}
+ROTATE_LEAST = 64 << 10     # bytes: an empty ledger.db with its indexes is about 20 KiB
+
+
+def parse_ledger(c, value):
+    """ledger ::= {rotate: DURATION|SIZE, keep: DURATION}: when avsmd closes ledger.db and goes on
+    in a new one (as avsm rotate does), and how long a closed file is kept once a checkpoint is
+    past it (none is deleted without keep:). Return {every, size, keep} or None."""
+    if value is None:
+        return None
+    path = ("ledger",)
+    c.mapping(value, path, {"rotate", "keep"}, "ledger")
+    c.require(value, path, ("rotate",), f"ledger has no '{{key}}'; write {LEDGER_EXAMPLE}")
+    rotate = value["rotate"] if isinstance(value["rotate"], str) else json.dumps(value["rotate"])
+    spec = {"every": None, "size": None, "keep": None}
+    size = re.fullmatch(r"([0-9]+)([KMG])i?B?", rotate.strip())
+    if size:
+        spec["size"] = int(size[1]) * SIZE_UNITS[size[2]]
+        if spec["size"] < ROTATE_LEAST:
+            c.fail(path + ("rotate",), f"rotate: {rotate} is smaller than an empty ledger grows "
+                                       f"to; rotate at {ROTATE_LEAST >> 10}K or more, as 512M")
+    else:
+        try:
+            spec["every"] = parse_duration(rotate)
+        except ValueError as err:
+            c.fail(path + ("rotate",), f"rotate is a duration (1d: a new file each day) or a size"
+                                       f" (512M, 2G: when ledger.db is that large): {err}")
+    if value.get("keep") is not None:
+        spec["keep"] = c.duration(value["keep"], path + ("keep",))
+    return spec
+
+
+def describe_ledger(spec):
+    """What avsmd -t says of ledger:."""
+    if spec is None:
+        return (f"ledger: never rotated; ledger.db grows for as long as the home lives (set one in"
+                f" config.yaml, as {LEDGER_EXAMPLE})")
+    when = f"each {format_duration(spec['every'])}" if spec["every"] else \
+        f"once it is {format_size(spec['size'])}"
+    keep = f"each deleted {format_duration(spec['keep'])} after it was closed, once a checkpoint" \
+        " is past it" if spec["keep"] else "kept (no keep:)"
+    return f"ledger: ledger.db is closed into HOME/ledgers {when}; closed files are {keep}"
+
+
+def format_size(size):
+    """Return a size as rotate: reads it: 512M, 2G, 64K."""
+    unit = next(u for u in "GMK" if size % SIZE_UNITS[u] == 0)
+    return f"{size // SIZE_UNITS[unit]}{unit}"
+
+
 def parse_written(c, value, key, name, example, every, where_to):
     """Return {NAME: PATH, every: SECONDS} of a file avsmd writes (metrics:, page:), or None."""
     path = (key,)
@@ -1928,6 +1980,10 @@ def format_config(cfg):
                                    if spec else "null"))
     lines.append("checkpoint: "
                  + flow(dict(cfg["checkpoint"], every=format_duration(cfg["checkpoint"]["every"]))))
+    spec = cfg.get("ledger")
+    lines.append("ledger: " + ("null" if spec is None else flow(dict(
+        {"rotate": format_size(spec["size"]) if spec["size"] else format_duration(spec["every"])},
+        **{"keep": format_duration(spec["keep"])} if spec["keep"] else {}))))
     return "\n".join(lines) + "\n"
 
 
@@ -1954,7 +2010,7 @@ REQUESTS = {
     "decide": {"venture": "name"}, "pause": {"venture": "name"}, "resume": {"venture": "name"},
     "propose": {"venture": "name", "lever": "name", "payload": "text?"},
     "approve": {"ask": "seq", "payload": "json?"},
-    "deny": {"ask": "seq"}, "ask": {"ask": "seq"}, "checkpoint": {"json": "flag?"},
+    "deny": {"ask": "seq"}, "ask": {"ask": "seq"}, "checkpoint": {"json": "flag?"}, "rotate": {},
     "records": {"after": "seq", "limit": "seq?", "checkpoint": "flag?"},   # a witness's page
 }
 REQUEST_KEYS = ("v", "cmd", "args")
@@ -2146,6 +2202,7 @@ LEDGER_INDEXES = ("CREATE INDEX IF NOT EXISTS records_at ON records(at)",
                   f"CREATE INDEX IF NOT EXISTS records_venture ON records({RECORD_VENTURE_SQL})")
 LEDGER_SCHEMA = ";\n".join((LEDGER_TABLE,) + LEDGER_TRIGGERS + LEDGER_INDEXES) + ";\n"
 RECORD_FIELDS = ("kind", "claim", "venture", "summary")
+RECORD_COLUMNS = "(seq, at, prev, hash, weight, record) VALUES (?, ?, ?, ?, ?, ?)"
 
 
 class LockLost(Exception):
@@ -2218,14 +2275,15 @@ RECORD_KINDS = {
         ("world", "measured", "ok note", "report"),
         ("self.start", "measured", "pid", ""),
         ("self.stop", "measured", "pid", ""),
-        ("self.ledger", "measured", "", ""),
+        ("self.ledger", "measured", "", "deleted"),     # deleted: a closed file keep: let go
         ("self.restart", "measured", "process restart_in", ""),
         ("self.sweep", "measured", "groups", ""),
         ("self.cut", "measured", "before backup", ""),
         # the notify command failed (once a stretch), or works again
         ("self.notify", "measured", "ok failed", "status note notice"),
         ("self.metrics", "measured", "ok failed textfile", "note"),  # its textfile failed, or works
-        ("self.snapshot", "measured", "seq sha256 code", ""),   # the fold to seq, kept in a file
+        # the fold to seq, kept in a file; with file and hash, the first of a ledger.db rotated
+        ("self.snapshot", "measured", "seq sha256 code", "file hash"),
     )
 }
 
@@ -2384,12 +2442,22 @@ class Ledger:
     """The append-only, hash-chained ledger: the one writer's connection to ledger.db."""
 
     def __init__(self, path, still_ours=None):
-        import sqlite3
         self.path, self.still_ours = path, still_ours
         self.held, self.last, self.lost = None, None, []  # held: the open transaction's records
+        if os.path.exists(path + ".new"):   # a rotation was cut short: end it, or undo it
+            if os.path.exists(path):
+                os.remove(path + ".new")
+            else:
+                os.rename(path + ".new", path)
+        self.open()
+
+    def open(self):
+        import sqlite3
+        path = self.path
         if not os.path.exists(path):    # made 0600: sqlite would make it 0644, its journal alike
             os.close(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_CLOEXEC, 0o600))
         self.db = sqlite3.connect(path, isolation_level=None, timeout=10)
+        self.inode = os.stat(path).st_ino
         mode = self.db.execute("PRAGMA journal_mode").fetchone()[0]
         if mode.lower() == "wal":
             # a ledger from an earlier avsmd; the switch does not wait on the busy timeout
@@ -2426,7 +2494,7 @@ class Ledger:
         began = self.held is None
         try:
             if began:
-                db.execute("BEGIN IMMEDIATE")
+                db = self.begin()
                 if self.still_ours is not None and not self.still_ours():
                     raise LockLost(
                         "the lock of this home is another avsmd's; appending nothing more")
@@ -2435,8 +2503,7 @@ class Ledger:
             for text in texts:
                 seq += 1
                 link = chain_hash(prev, seq, at, text)
-                db.execute("INSERT INTO records(seq, at, prev, hash, weight, record) VALUES"
-                           " (?, ?, ?, ?, 1, ?)", (seq, at, prev, link, text))
+                db.execute(f"INSERT INTO records{RECORD_COLUMNS}", (seq, at, prev, link, 1, text))
                 seqs.append(seq)
                 prev = link
             self.last = (seq, prev)
@@ -2448,6 +2515,50 @@ class Ledger:
             self.rollback()
             raise
         return seqs
+
+    def begin(self):
+        """Begin a write; return the connection, opened again on ledger.db when a rotation by
+        another process closed the file this one had (its lock held, so none can append there)."""
+        self.db.execute("BEGIN IMMEDIATE")
+        if os.stat(self.path).st_ino != self.inode:
+            self.db.execute("ROLLBACK")
+            self.close()
+            self.open()
+            self.db.execute("BEGIN IMMEDIATE")
+        return self.db
+
+    def rotate(self, first_record, at):
+        """Close this file into HOME/ledgers, read-only and named by its seqs, and go on in a new
+        ledger.db whose first record, first_record(name, head), chains to the last: seqs never
+        restart. Return the new record's seq."""
+        import sqlite3
+        self.commit()
+        db, new, at = self.begin(), self.path + ".new", int(at)
+        try:
+            seq, prev = ledger_head(db)
+            name = f"{db.execute('SELECT min(seq) FROM records').fetchone()[0]:012d}-{seq:012d}.db"
+            closed = os.path.join(os.path.dirname(self.path), "ledgers", name)
+            text = canonical(first_record(name, (seq, prev)))
+            with contextlib.suppress(FileNotFoundError):
+                os.remove(new)
+            os.close(os.open(new, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o600))
+            with contextlib.closing(sqlite3.connect(new, isolation_level=None)) as fresh:
+                fresh.execute("PRAGMA synchronous=FULL")
+                fresh.execute(LEDGER_TABLE)
+                # before the triggers, which would admit only #1 in an empty file
+                fresh.execute(f"INSERT INTO records{RECORD_COLUMNS}", (seq + 1, at, prev,
+                              chain_hash(prev, seq + 1, at, text), 1, text))
+                fresh.executescript(LEDGER_SCHEMA)
+            os.makedirs(os.path.dirname(closed), mode=0o700, exist_ok=True)
+            os.chmod(self.path, 0o400)
+            os.rename(self.path, closed)
+            os.rename(new, self.path)
+        finally:
+            db.execute("ROLLBACK")      # nothing was written to the closed file: its lock ends
+        self.close()
+        self.open()
+        self.last = (seq + 1, chain_hash(prev, seq + 1, at, text))
+        return seq + 1
 
     def commit(self, check=True):
         """Commit the records held open (group commit); return how many."""
@@ -2504,28 +2615,83 @@ def open_ledger_ro(path):
         time.sleep(0.1)
 
 
+# ---- rotation: closed files, HOME/ledgers/FIRST-LAST.db, read as one ledger with ledger.db ----
+CLOSED_NAME = re.compile(r"([0-9]{12})-([0-9]{12})\.db")
+
+
+def closed_files(home):
+    """Return [(first seq, last seq, path)] of the closed ledger files in HOME/ledgers, in order."""
+    where = os.path.join(home, "ledgers")
+    found = (CLOSED_NAME.fullmatch(n) for n in (os.listdir(where) if os.path.isdir(where) else ()))
+    return sorted((int(m[1]), int(m[2]), os.path.join(where, m[0])) for m in found if m)
+
+
+def say_moved(first, last, home):
+    sys.stderr.write(f"avsm: records #{first} to #{last} are in a closed ledger file that is not in"
+                     f" {home}/ledgers (each there is named FIRST-LAST.db by the seqs it holds):"
+                     " they are left out; put the file back there to read them\n")
+
+
+def ledger_parts(db, since=0, upto=None, gap=say_moved):
+    """Yield a connection to each ledger file holding records after `since` (to `upto`), oldest
+    first: the closed files in HOME/ledgers, opened here, then `db`, the current ledger.db. Seqs in
+    a file that is not there are told to gap(first, last, home)."""
+    first = db.execute("SELECT min(seq) FROM records").fetchone()[0]
+    if first is None or since + 1 >= first:
+        yield db
+        return
+    home = os.path.dirname(db.execute("PRAGMA database_list").fetchone()[2])
+    want, end = since + 1, first - 1 if upto is None else min(upto, first - 1)
+    for lo, hi, path in closed_files(home):
+        if lo > end:
+            break
+        if hi >= want:
+            if lo > want:
+                gap(want, lo - 1, home)
+            with contextlib.closing(open_ledger_ro(path)) as part:
+                yield part
+            want = hi + 1
+    if want <= end:
+        gap(want, end, home)
+    if upto is None or first <= upto:
+        yield db
+
+
 def read_records(db, since=0, upto=None, venture=None):
     """Yield (seq, at, record dict) after `since` (and up to `upto`), in order."""
     sql, args = "SELECT seq, at, record FROM records WHERE seq > ?", [since]
     if upto is not None:
         sql, args = sql + " AND seq <= ?", args + [upto]
-    for seq, at, text in db.execute(sql + " ORDER BY seq", args):
-        record = load_record(text, seq)
-        if venture is None or record.get("venture") == venture:
-            yield seq, at, record
+    for part in ledger_parts(db, since, upto):
+        for seq, at, text in part.execute(sql + " ORDER BY seq", args):
+            record = load_record(text, seq)
+            if venture is None or record.get("venture") == venture:
+                yield seq, at, record
 
 
 def first_seq_at(db, at, top):
     """Return the seq of the first record written at or after unix time `at`, or top + 1."""
     # min(seq + 0): SQLite answers min(seq) by walking the rowids from the first, past older records
-    return db.execute("SELECT coalesce(min(seq + 0), ?) FROM records WHERE at >= ?",
-                      (top + 1, at)).fetchone()[0]
+    for part in ledger_parts(db, gap=lambda *_: None):
+        seq = part.execute("SELECT min(seq + 0) FROM records WHERE at >= ?", (at,)).fetchone()[0]
+        if seq is not None:
+            return seq
+    return top + 1
 
 
 def record_at(db, seq):
     """Return (at, record dict) of record #seq, or None when the ledger has none."""
-    row = db.execute("SELECT at, record FROM records WHERE seq = ?", (seq,)).fetchone()
+    row = row_at(db, "at, record", seq)
     return row and (row[0], load_record(row[1], seq))
+
+
+def row_at(db, columns, seq):
+    """Return the row of `columns` of record #seq in whichever ledger file holds it, or None."""
+    for part in ledger_parts(db, seq - 1, seq):
+        row = part.execute(f"SELECT {columns} FROM records WHERE seq = ?", (seq,)).fetchone()
+        if row:
+            return row
+    return None
 
 
 def last_seq(db):
@@ -2568,17 +2734,18 @@ def scan_records(db, since=0, upto=None):
 SCAN_BATCH = 2000   # records a long read takes in one short read transaction
 
 
-def batched_rows(db, columns, since):
+def batched_rows(db, columns, since, gap=say_moved):
     """Yield the rows of `columns` (seq first) of the records after `since`, SCAN_BATCH at a time,
     each batch its own read transaction: a commit waits for every reader's lock, and one read of a
     million records would hold the warden's commits for a minute."""
-    while True:
-        rows = db.execute(f"SELECT {columns} FROM records WHERE seq > ? ORDER BY seq LIMIT ?",
-                          (since, SCAN_BATCH)).fetchall()
-        yield from rows
-        if len(rows) < SCAN_BATCH:
-            return
-        since = rows[-1][0]
+    for part in ledger_parts(db, since, gap=gap):
+        while True:
+            rows = part.execute(f"SELECT {columns} FROM records WHERE seq > ? ORDER BY seq LIMIT ?",
+                                (since, SCAN_BATCH)).fetchall()
+            yield from rows
+            if len(rows) < SCAN_BATCH:
+                break
+            since = rows[-1][0]
 
 
 def ledger_problem(db, after=None):
@@ -2588,11 +2755,12 @@ def ledger_problem(db, after=None):
 
 
 LedgerScan = collections.namedtuple("LedgerScan",
-                                    "count head broken problems adopted hashes folds")
+                                    "count head broken problems adopted hashes folds gaps")
 LedgerScan.__doc__ = """What one read of the ledger found: records checked, the head (seq, hash),
 the first broken record (seq, why) or None, the proof problems [(action seq, why)], the adopted
 ventures {name: [name, directory, mandate seq, paused, text]} (None once one does not read), and
-{seq: hash} and {seq: snapshot text} (the fold) at the seqs asked for."""
+{seq: hash} and {seq: snapshot text} (the fold) at the seqs asked for, and [(first, last)] of the
+seqs in closed files that are not there (a proof citing one is not a problem: it is not checked)."""
 
 
 def scan_ledger(db, recheck=True, wanted=(), after=None, fold_at=()):
@@ -2600,8 +2768,11 @@ def scan_ledger(db, recheck=True, wanted=(), after=None, fold_at=()):
     action's proof re-checked by the gate as the ledger folds (the fold kept at the seqs `fold_at`).
     after: (seq, hash) of a checkpoint verified before."""
     found = {"count": 0, "head": after or (0, ZERO_HASH), "broken": None, "adopted": {},
-             "hashes": {}, "folds": {}}
+             "hashes": {}, "folds": {}, "gaps": []}
     was, states, counted = small_cache(db), {}, {}
+
+    def moved(first, last, home):
+        found["gaps"].append((first, last, home))
 
     def keep(seq):
         if seq in fold_at:      # the fold has taken every record up to seq, and none after
@@ -2610,8 +2781,13 @@ def scan_ledger(db, recheck=True, wanted=(), after=None, fold_at=()):
     def rows():
         expected, prev = after or (0, ZERO_HASH)
         for seq, at, link, digest, text in batched_rows(db, "seq, at, prev, hash, record",
-                                                        expected):
+                                                        expected, moved):
             keep(expected)
+            if found["gaps"] and found["gaps"][-1][1] == seq - 1 > expected:
+                # the file before this one is not there: the chain goes on from its stated head,
+                # and the fold from the snapshot this record carries
+                expected, prev = seq - 1, link
+                fold_moved(states, counted, found, text)
             if seq != expected + 1:
                 why = f"record #{expected + 1} is missing"
             elif link != prev:
@@ -2643,7 +2819,30 @@ def scan_ledger(db, recheck=True, wanted=(), after=None, fold_at=()):
             if recheck and after is None else collections.deque(rows(), 0) and []
     finally:
         db.execute(f"PRAGMA cache_size={was}")
+    found["gaps"] = [gap[:2] for gap in found["gaps"]]
+    problems = [(seq, problem) for seq, problem in problems if not moved_premise(problem, found)]
     return LedgerScan(problems=[] if found["broken"] else problems, **found)
+
+
+def moved_premise(problem, found):
+    """A premise in a closed file that is not there is no problem: it cannot be read."""
+    cited = re.fullmatch(r"premise #(\d+) is not in the ledger", problem)
+    return bool(cited) and any(lo <= int(cited[1]) <= hi for lo, hi in found["gaps"])
+
+
+def fold_moved(states, counted, found, text):
+    """After a closed file that is not there, fold on from the snapshot its successor's first
+    record carries (avsm rotate); the ventures adopted are the snapshot's."""
+    home = found["gaps"][-1][2]
+    with contextlib.suppress(Fail, LookupError, TypeError, ValueError):
+        record = json.loads(text)
+        folded, was = states_of(read_snapshot(home, record))
+        states.clear()
+        states.update(folded)
+        counted.clear()
+        counted.update(was)
+        found["adopted"] = {n: [n, s.directory, s.mandate_seq, s.paused, s.mandate_text]
+                            for n, s in folded.items() if s.mandate_seq is not None}
 
 
 # ---- checkpoints: the head kept outside the file ----
@@ -5663,6 +5862,34 @@ def still_past_lines(state):
                if then.get(name, "pause") == "pause"
                else "no lever but stop and its unwind runs until a reading is back inside")
             for name, episode in guards_past(state)]
+
+
+# ---- rotation: when ledger.db is closed, and which closed files keep: lets go ----
+def rotation_due(spec, size, first_at, now):
+    """Is ledger.db (`size` bytes, its first record written at `first_at`) due to be closed?"""
+    if not spec:
+        return False
+    return size >= spec["size"] if spec["size"] else now >= first_at + spec["every"]
+
+
+def rotated_record(record, name, head):
+    """The first record of a new ledger.db: the snapshot `record` of the fold to the closed file's
+    last record, naming that file and the record (its seq and hash, which it chains to)."""
+    return dict(record, file=name, hash=head[1], summary=(
+        f"ledger.db goes on from ledgers/{name}, whose last record is #{head[0]}"
+        f" ({head[1][:16]}); the fold to it is kept in snapshots/{head[0]:012d}.json"))
+
+
+def files_let_go(spec, closed, checkpoint, now):
+    """Yield (path, record) of each closed file (first, last, path, mtime) that keep: lets go: older
+    than keep, and with a checkpoint written past its last record (so what it held is vouched for
+    by a head kept outside the home)."""
+    for first, last, path, mtime in closed:
+        if spec and spec["keep"] and last < checkpoint and mtime + spec["keep"] <= now:
+            yield path, new_record("ledger", "self", deleted=os.path.basename(path), summary=(
+                f"ledgers/{os.path.basename(path)} (#{first} to #{last}) is deleted: it is older"
+                f" than keep: {format_duration(spec['keep'])}, and checkpoint #{checkpoint} is"
+                " past it"))
 
 
 # ---- what a model is shown, and what it may say ----
@@ -8809,8 +9036,9 @@ def chain_anchor(home, db):
     for _, record in snapshot_records(db)[:SNAPSHOTS_KEPT]:
         with contextlib.suppress(Fail):
             read_snapshot(home, record)
-            return db.execute("SELECT seq, hash FROM records WHERE seq = ?",
-                              (record["seq"],)).fetchone()
+            # a rotation's snapshot is of the closed file's last record, which it names
+            return (record["seq"], record["hash"]) if "hash" in record else \
+                row_at(db, "seq, hash", record["seq"])
     return None
 
 
@@ -8910,6 +9138,7 @@ class Warden:
                                    self.refold, debug)
         self.checkpoints = Checkpoints(home, cfg["checkpoint"], debug)
         self.snapshots = Snapshots(home)
+        self.rotate_at = 0      # no rotation before (after one that failed)
         self.metrics = Metrics(cfg.get("metrics"), debug)
         self.page_at, self.page_failed = time.monotonic(), None
         self.schedule = Schedule()
@@ -9039,6 +9268,7 @@ class Warden:
             self.writer.commit_when_due(self.stopping)
             self.write_checkpoint(due=True)
             self.write_snapshot(SNAPSHOT_EVERY)
+            self.rotate(due=True)
             self.write_metrics()
             self.write_page()
             self.avsmd.flush()
@@ -9091,6 +9321,38 @@ class Warden:
             return
         with contextlib.suppress(LedgerDown):
             self.append(record)
+
+    def rotate(self, due=False):
+        """Close ledger.db and go on in a new one (when config's ledger: says it is due), then
+        delete the closed files keep: lets go; return the new file's first seq, or None."""
+        spec, db = self.cfg.get("ledger"), self.ledger.db
+        if self.ledger.held is not None or self.writer.ledger_down or time.time() < self.rotate_at:
+            return None
+        if due and not rotation_due(spec, os.stat(self.ledger.path).st_size, db.execute(
+                "SELECT at FROM records ORDER BY seq LIMIT 1").fetchone()[0], time.time()):
+            return None
+        try:
+            seq = self.ledger.rotate(lambda name, head: rotated_record(self.snapshots.write(
+                *self.snapshots.fold(self.ledger.db, head[0])[:3]), name, head), time.time())
+            for path, record in files_let_go(spec, [c + (os.stat(c[2]).st_mtime,) for c in
+                                                    closed_files(self.home)],
+                                             self.checkpoints.seq, time.time()):
+                os.remove(path)
+                self.carry_out(None, [Write(record)])
+        except (OSError, TypeError) as err:
+            self.rotate_at = time.time() + LEDGER_RETRY
+            sys.stderr.write(f"avsmd: ledger.db could not be rotated into {self.home}/ledgers:"
+                             f" {err}; tried again in {LEDGER_RETRY} s\n")
+            return None
+        self.snapshots.seq = seq
+        return seq
+
+    def do_rotate(self, args, err):
+        seq = self.rotate()
+        if seq is None:
+            raise Fail(EX_TEMPFAIL, "ledger.db cannot be rotated now: it cannot be written, or"
+                                    " avsmd's standard error says why; try again in a minute")
+        return [f"#{seq}: {record_at(self.ledger.db, seq)[1]['summary']}"]
 
     def write_metrics(self):
         """Write the figures to metrics.textfile when due and the head is committed."""
@@ -10356,6 +10618,8 @@ the head;
   checkpoint         print a checkpoint of the ledger's head (written by avsmd into \
 HOME/checkpoints,
                      signed when config.yaml names a key): keep it elsewhere
+  rotate             close ledger.db into HOME/ledgers/FIRST-LAST.db (read-only, named by its
+                     seqs) and go on in a new one chained to it (config.yaml's ledger: does it too)
   try DIR            run avsmd with DIR adopted, following the ledger until Ctrl-C, on a temporary \
 home
                      (or on the --home given); its first lines say how to answer its asks from \
@@ -10794,6 +11058,13 @@ def cmd_checkpoint(home, args):
     sys.stderr.write(f"avsm: {why}\n")
     show_facts(dict(newest._asdict(), error=why), checkpoint_lines)
     return EX_OK
+
+
+def cmd_rotate(home, args):
+    """rotate: avsmd closes ledger.db into HOME/ledgers and goes on in a new one."""
+    if args:
+        raise Fail(EX_USAGE, "usage: avsm rotate")
+    return ask_daemon(home, "rotate")
 
 
 def checkpoint_lines(facts):
@@ -12372,7 +12643,8 @@ def test_config(home, cfg, path):
         problem(f"{path}: notify: {notify_problem}")
     page = cfg["page"] or {"path": f"nowhere (as {PAGE_EXAMPLE} would)", "every": 0}
     out(describe_metrics(cfg["metrics"]),
-        f"page: written to {page['path']} every {format_duration(page['every'])}, whole")
+        f"page: written to {page['path']} every {format_duration(page['every'])}, whole",
+        describe_ledger(cfg["ledger"]))
     if written_problem(cfg):
         problem(f"{path}: {written_problem(cfg)}")
     try:
@@ -13795,6 +14067,7 @@ def doctor_ledger(home, found, since, kept=(), quick=False, trust=None):
                 f" {client_command(home)} doctor checks them")
         else:
             found.ok(f"ledger {path}: {count} records chained, {size / 1e6:.1f} MB, {growth}")
+        doctor_closed(home, found, scan)
         head = ledger_head(db)
         if head:
             found.note(
@@ -13815,7 +14088,7 @@ def doctor_ledger(home, found, since, kept=(), quick=False, trust=None):
             remember_verified(home, held)
     if since is not None:
         seq, prefix = since.split(":")
-        row = db.execute("SELECT hash FROM records WHERE seq = ?", (int(seq),)).fetchone()
+        row = row_at(db, "hash", int(seq))
         if row is None or not row[0].startswith(prefix):
             found.fail(
                 EX_DATAERR,
@@ -13828,6 +14101,18 @@ def doctor_ledger(home, found, since, kept=(), quick=False, trust=None):
         else:
             found.ok(f"the ledger still holds {since}")
     db.close()
+
+
+def doctor_closed(home, found, scan):
+    """The closed files of avsm rotate, read with ledger.db as one chain; those not there."""
+    closed = closed_files(home)
+    if closed:
+        found.ok(f"{len(closed)} closed ledger file(s) in {home}/ledgers, #{closed[0][0]} to"
+                 f" #{closed[-1][1]}, read with ledger.db as one chain: {scan.count} records")
+    for lo, hi in scan.gaps:
+        found.note(f"records #{lo} to #{hi} are in a closed ledger file that is not in {home}/ledgers"
+                   f" (named by its seqs, ...-{hi:012d}.db): the chain across it and the premises"
+                   f" in it are not checked; put it back there for a full check")
 
 
 def read_snapshots(home, found, db):
@@ -13852,7 +14137,10 @@ def compare_snapshots(home, found, snapshots, folds):
     """Each snapshot must be the ledger's own fold to its seq (65)."""
     for seq, snapshot in sorted(snapshots.items()):
         path = snapshot_path(home, seq)
-        if folds[seq].encode() == snapshot:
+        if seq not in folds:
+            found.note(f"snapshot #{seq} ({path}) is not compared: the records it folds are in a"
+                       " closed ledger file that is not there")
+        elif folds[seq].encode() == snapshot:
             found.ok(f"snapshot #{seq} ({path}) is the ledger's fold to #{seq}")
         else:
             found.fail(EX_DATAERR, f"snapshot #{seq} ({path}) is not the ledger's fold to #{seq}",
@@ -14003,7 +14291,7 @@ def with_signature(path, c):
 
 def record_hash(db, seq):
     """Return the hash of record #seq from its contents (not its hash column), or None."""
-    row = db.execute("SELECT prev, at, record FROM records WHERE seq = ?", (seq,)).fetchone()
+    row = row_at(db, "prev, at, record", seq)
     return row and chain_hash(row[0], seq, row[1], row[2])
 
 
@@ -14059,6 +14347,14 @@ def doctor_checkpoints(home, found, kept, own, scan, db, trust):
                 f"checkpoint {name} is of #{c.seq}, and the ledger ends at #{scan.head[0]}: records"
                 " it held were cut, or the ledger was replaced",
                 "restore the ledger from a backup that holds them")
+        elif got is None and any(lo <= c.seq <= hi for lo, hi in scan.gaps):
+            said = (f"checkpoint {name} is of #{c.seq}, which is in a closed ledger file that is not"
+                    f" in {home}/ledgers (each there is named FIRST-LAST.db by the seqs it holds)")
+            if (name, c) in vouched + moved:    # the home's own, of a file keep: let go
+                found.note(said + ": not checked")
+            else:
+                found.fail(EX_NOINPUT, said, f"put the file of #{c.seq} back in {home}/ledgers,"
+                                             f" then {client_command(home)} doctor")
         elif got is None:
             found.fail(EX_DATAERR, f"checkpoint {name} is of #{c.seq}, and the ledger holds no "
                                    f"record #{c.seq} (its first is #1): a made-up checkpoint, or "
@@ -14948,6 +15244,7 @@ CLIENT_COMMANDS = {
     "resume": cmd_simple("resume", "resume VENTURE", "venture"), "why": cmd_why,
     "propose": cmd_propose, "decide": cmd_simple("decide", "decide VENTURE", "venture"),
     "doctor": cmd_doctor, "chart": cmd_chart, "checkpoint": cmd_checkpoint, "link": cmd_link,
+    "rotate": cmd_rotate,
     "try": None, "fleet": None, "bridge": None, "page": cmd_page}
 
 
@@ -15048,7 +15345,7 @@ def command_help(verb):
 
 
 OPTIONLESS_COMMANDS = ("add", "asks", "deny", "decide", "pause", "resume", "why", "try",
-                       "checkpoint", "link")
+                       "checkpoint", "link", "rotate")
 
 
 def take_option(args, option):

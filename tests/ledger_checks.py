@@ -1,11 +1,37 @@
 """The tests' own checks of a ledger, which no avsm command needs: the chain walked link by link, and a stored
 record held to the vocabulary (RECORD_KINDS). doctor checks both in its one pass (scan_ledger)."""
+import os
+import sqlite3
+
 import avsm
 
 
-def verify_chain(db, upto=None):
-    """Return (records checked, None) for a sound chain, or (seq, why) at the first broken link."""
+def verify_files(home):
+    """verify_chain over the closed files of HOME/ledgers (avsm rotate), then ledger.db, as one chain: each
+    file opened with sqlite3 alone."""
     prev, expected = avsm.ZERO_HASH, 1
+    for path in sorted(os.path.join(home, "ledgers", n) for n in os.listdir(os.path.join(home, "ledgers"))) \
+            if os.path.isdir(os.path.join(home, "ledgers")) else ():
+        db = sqlite3.connect(f"file:{path}?mode=ro", uri=True)
+        first, link = db.execute("SELECT seq, prev FROM records ORDER BY seq LIMIT 1").fetchone()
+        if first > expected:            # a closed file keep: let go, or one moved away: on from its head
+            prev, expected = link, first
+        checked, problem = verify_chain(db, start=(prev, expected))
+        (_, prev), = db.execute("SELECT seq, hash FROM records ORDER BY seq DESC LIMIT 1")
+        db.close()
+        if problem is not None:
+            return checked, f"{path}: {problem}"
+        expected = checked + 1
+    db = sqlite3.connect(f"file:{os.path.join(home, 'ledger.db')}?mode=ro", uri=True)
+    try:
+        return verify_chain(db, start=(prev, expected))
+    finally:
+        db.close()
+
+
+def verify_chain(db, upto=None, start=(avsm.ZERO_HASH, 1)):
+    """Return (records checked, None) for a sound chain, or (seq, why) at the first broken link."""
+    prev, expected = start
     sql = "SELECT seq, at, prev, hash, record FROM records" + (" WHERE seq <= ?" if upto else "") + " ORDER BY seq"
     for seq, at, p, h, text in db.execute(sql, (upto,) if upto else ()):
         if seq != expected:
