@@ -2662,11 +2662,17 @@ def read_records(db, since=0, upto=None, venture=None):
     sql, args = "SELECT seq, at, record FROM records WHERE seq > ?", [since]
     if upto is not None:
         sql, args = sql + " AND seq <= ?", args + [upto]
+    for seq, at, text in ledger_rows(db, sql + " ORDER BY seq", args, since, upto):
+        record = load_record(text, seq)
+        if venture is None or record.get("venture") == venture:
+            yield seq, at, record
+
+
+def ledger_rows(db, sql, args=(), since=0, upto=None):
+    """Yield the rows of `sql`, in the order of seq, from each ledger file with records after
+    `since` (to `upto`): one query over the closed files and ledger.db alike."""
     for part in ledger_parts(db, since, upto):
-        for seq, at, text in part.execute(sql + " ORDER BY seq", args):
-            record = load_record(text, seq)
-            if venture is None or record.get("venture") == venture:
-                yield seq, at, record
+        yield from part.execute(sql, args)
 
 
 def first_seq_at(db, at, top):
@@ -2902,9 +2908,11 @@ def records_page(db, after, limit, head_line):
     """Return the lines of a `records` answer: `head_line`, then the rows after `after`."""
     rows, size = [], 0
     limit = RECORDS_PAGE if limit is None else min(limit, RECORDS_PAGE)
-    for seq, at, prev, digest, text in db.execute(
-            "SELECT seq, at, prev, hash, record FROM records WHERE seq > ? ORDER BY seq LIMIT ?",
-            (after, limit)):
+    for seq, at, prev, digest, text in ledger_rows(
+            db, "SELECT seq, at, prev, hash, record FROM records WHERE seq > ? ORDER BY seq"
+                " LIMIT ?", (after, limit), after):
+        if len(rows) == limit:      # LIMIT holds in each file
+            break
         rows.append(f"{seq} {at} {prev} {digest} {text}")
         size += len(text) + 160
         if size > RECORDS_PAGE_BYTES:
@@ -9348,6 +9356,7 @@ class Warden:
         return seq
 
     def do_rotate(self, args, err):
+        self.writer.commit()
         seq = self.rotate()
         if seq is None:
             raise Fail(EX_TEMPFAIL, "ledger.db cannot be rotated now: it cannot be written, or"
@@ -11188,7 +11197,8 @@ def cmd_tail(home, args):
                        " --since SEQ")
     if count < 1:
         raise Fail(EX_DATAERR, "there is no record before #1; give avsm tail a count of at least 1")
-    db = open_ledger_ro(ledger_path(home))
+    path = ledger_path(home)
+    db = open_ledger_ro(path)
     if since is None:
         last = last_seq(db)
         since = max(0, last - count)
@@ -11204,6 +11214,8 @@ def cmd_tail(home, args):
         if not follow:
             return EX_OK
         time.sleep(0.5)
+        db.close()
+        db = open_ledger_ro(path)       # avsm rotate puts a new ledger.db in its place
 
 
 def cmd_summary(home, args):
@@ -11240,7 +11252,8 @@ def summary_rows(db, since):
     """Yield the rows summarize needs, in order: before the span only SUMMARY_BEFORE_KINDS and the
     whole history of a venture whose mandate expects effects; then every record of the span."""
     folded = set()
-    for (text,) in db.execute(f"SELECT record FROM records WHERE {RECORD_KIND_SQL} = 'mandate'"):
+    mandates = f"SELECT record FROM records WHERE {RECORD_KIND_SQL} = 'mandate'"
+    for (text,) in ledger_rows(db, mandates):
         record = load_record(text)
         if record.get("kind") == "mandate" and expects_effects(
             parsed_or_none(parse_mandate, record, 0)):
@@ -11249,13 +11262,13 @@ def summary_rows(db, since):
     clause = f"{RECORD_KIND_SQL} IN ({kinds})"
     if folded:
         clause += f" OR {RECORD_VENTURE_SQL} IN ({names})"
-    for seq, at, text in db.execute(
-        f"SELECT seq, at, record FROM records WHERE seq <= ? AND ({clause}) ORDER BY seq",
-        [since, *SUMMARY_BEFORE_KINDS, *sorted(folded)]):
+    for seq, at, text in ledger_rows(
+        db, f"SELECT seq, at, record FROM records WHERE seq <= ? AND ({clause}) ORDER BY seq",
+        [since, *SUMMARY_BEFORE_KINDS, *sorted(folded)], upto=since):
         yield seq, at, read_record(text, seq)
     fullmatch = re.compile(TRUSTED_REPORT).fullmatch
-    for seq, at, text in db.execute(
-        "SELECT seq, at, record FROM records WHERE seq > ? ORDER BY seq", (since,)):
+    for seq, at, text in ledger_rows(
+        db, "SELECT seq, at, record FROM records WHERE seq > ? ORDER BY seq", (since,), since):
         yield seq, at, decode_record(text, fullmatch, seq, checked=True)
 
 
@@ -11426,10 +11439,10 @@ def why_facts(db, facts, home):
                 since = (r["seq"], states_of(read_snapshot(home, r))[0])
                 break
     fullmatch = re.compile(TRUSTED_REPORT).fullmatch
-    records = {s: (a, decode_record(t, fullmatch, s)) for s, a, t in db.execute(
-        "SELECT seq, at, record FROM records WHERE "
+    records = {s: (a, decode_record(t, fullmatch, s)) for s, a, t in ledger_rows(
+        db, "SELECT seq, at, record FROM records WHERE "
         f"{RECORD_VENTURE_SQL} = ? AND seq > ? AND seq <= ? ORDER BY seq",
-        (record.get("venture"), since[0], seq))}
+        (record.get("venture"), since[0], seq), since[0], seq)}
     premises = proof.get("premises", [])
     for p in premises:
         whole = record_at(db, p) if 0 < p <= seq else None
@@ -13170,14 +13183,15 @@ def read_chart_records(db, name, after, start):
     """Return (the mandate records of venture `name`, its records after seq `after` and from
     `start`, how many were left out for a time no clock wrote)."""
     field = f'"venture":{json.dumps(name)}'
-    mandates = [(s, a, json.loads(t)) for s, a, t in db.execute(
-        f"SELECT seq, at, record FROM records WHERE {RECORD_KIND_SQL} = 'mandate' "
+    mandates = [(s, a, json.loads(t)) for s, a, t in ledger_rows(
+        db, f"SELECT seq, at, record FROM records WHERE {RECORD_KIND_SQL} = 'mandate' "
         "AND instr(record, ?) > 0 ORDER BY seq", (field,))]
     if start > 0:
         after = max(after, first_seq_at(db, start, last_seq(db)) - 1)
     records, untimed, fullmatch, texts = [], 0, re.compile(TRUSTED_REPORT).fullmatch, {}
-    for s, a, t in db.execute("SELECT seq, at, record FROM records WHERE seq > ? AND at >= ? AND "
-                              f"{RECORD_VENTURE_SQL} = ? ORDER BY seq", (after, start, name)):
+    for s, a, t in ledger_rows(db, "SELECT seq, at, record FROM records WHERE seq > ? AND at >= ?"
+                               f" AND {RECORD_VENTURE_SQL} = ? ORDER BY seq", (after, start, name),
+                               after):
         record = decode_record(t, fullmatch, s)
         if "summary" not in record:
             texts[s] = t                # a trusted report read fast, without its summary
@@ -14110,9 +14124,9 @@ def doctor_closed(home, found, scan):
         found.ok(f"{len(closed)} closed ledger file(s) in {home}/ledgers, #{closed[0][0]} to"
                  f" #{closed[-1][1]}, read with ledger.db as one chain: {scan.count} records")
     for lo, hi in scan.gaps:
-        found.note(f"records #{lo} to #{hi} are in a closed ledger file that is not in {home}/ledgers"
-                   f" (named by its seqs, ...-{hi:012d}.db): the chain across it and the premises"
-                   f" in it are not checked; put it back there for a full check")
+        found.note(f"records #{lo} to #{hi} are in a closed ledger file that is not in"
+                   f" {home}/ledgers (named by its seqs, ...-{hi:012d}.db): the chain across it and"
+                   " the premises in it are not checked; put it back there for a full check")
 
 
 def read_snapshots(home, found, db):
@@ -14348,8 +14362,9 @@ def doctor_checkpoints(home, found, kept, own, scan, db, trust):
                 " it held were cut, or the ledger was replaced",
                 "restore the ledger from a backup that holds them")
         elif got is None and any(lo <= c.seq <= hi for lo, hi in scan.gaps):
-            said = (f"checkpoint {name} is of #{c.seq}, which is in a closed ledger file that is not"
-                    f" in {home}/ledgers (each there is named FIRST-LAST.db by the seqs it holds)")
+            said = (f"checkpoint {name} is of #{c.seq}, which is in a closed ledger file that is"
+                    f" not in {home}/ledgers (each there is named FIRST-LAST.db by the seqs it"
+                    " holds)")
             if (name, c) in vouched + moved:    # the home's own, of a file keep: let go
                 found.note(said + ": not checked")
             else:
@@ -14684,9 +14699,13 @@ def doctor_cut(home, seq):
         raise Fail(
             EX_TEMPFAIL, f"avsmd (pid {holder}) is running on {home}; stop it first, then cut")
     path = ledger_path(home)
-    last = last_seq(open_ledger_ro(path))
-    if seq > last:
-        raise Fail(EX_DATAERR, f"#{seq} is past the last record (#{last}); nothing to cut")
+    with contextlib.closing(open_ledger_ro(path)) as db:
+        first, last = db.execute("SELECT min(seq), max(seq) FROM records").fetchone()
+    if seq > (last or 0):
+        raise Fail(EX_DATAERR, f"#{seq} is past the last record (#{last or 0}); nothing to cut")
+    if seq <= first != 1:
+        raise Fail(EX_DATAERR, f"#{seq} is in a closed ledger file of {home}/ledgers, which avsm"
+                               f" rotate made read-only; --cut cuts only ledger.db, from #{first + 1}")
     stamp = int(time.time())
     backup = os.path.join(home, f"ledger.db.before-cut-{seq}-{stamp}")
     shutil.copy2(path, backup)
