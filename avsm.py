@@ -9022,6 +9022,13 @@ def snapshot_records(db):
             if r.get("venture") == "self" and type(r.get("seq")) is int and 0 < r["seq"] < seq]
 
 
+def tried_snapshots(db):
+    """The snapshot records a start tries, newest first: the SNAPSHOTS_KEPT newest, and the first of
+    a rotated ledger.db, which the records of a closed file let go are folded into."""
+    records = snapshot_records(db)
+    return records[:SNAPSHOTS_KEPT] + records[SNAPSHOTS_KEPT:][-1:]
+
+
 def read_snapshot(home, record):
     """Return the bytes of the snapshot `record` names; Fail(66) when another avsm.py folded it or
     it cannot be read, 65 when they do not hash to the record's sha256."""
@@ -9041,7 +9048,7 @@ def read_snapshot(home, record):
 
 def chain_anchor(home, db):
     """Return (seq, hash) of the record the newest good snapshot is folded to, or None."""
-    for _, record in snapshot_records(db)[:SNAPSHOTS_KEPT]:
+    for _, record in tried_snapshots(db):
         with contextlib.suppress(Fail):
             read_snapshot(home, record)
             # a rotation's snapshot is of the closed file's last record, which it names
@@ -9062,7 +9069,7 @@ class Snapshots:
         """Return (seq, states, counted, records folded): the newest good snapshot (up to `upto`)
         and the records after it folded."""
         seq, states, counted = 0, {}, {}
-        for at, record in snapshot_records(db)[:SNAPSHOTS_KEPT]:
+        for at, record in tried_snapshots(db):
             try:
                 if record["seq"] <= (upto or record["seq"]):
                     states, counted = states_of(read_snapshot(self.home, record))
@@ -9085,10 +9092,13 @@ class Snapshots:
         os.makedirs(where, mode=0o700, exist_ok=True)
         write_textfile(path, text, 0o600)
         self.seq = seq
+        # those a file of avsm rotate starts from stay: the fold after a closed file let go
+        bounds = {f"{seq:012d}.json" for c in closed_files(self.home) for seq in (c[0] - 1, c[1])}
         for name in sorted(n for n in os.listdir(where) if re.fullmatch(r"\d+\.json", n))[
                 :-SNAPSHOTS_KEPT]:
             with contextlib.suppress(OSError):
-                os.remove(os.path.join(where, name))
+                if name not in bounds:
+                    os.remove(os.path.join(where, name))
         return new_record("snapshot", "self", seq=seq, sha256=text_sha256(text), code=code_sha256(),
                           summary=f"the fold to #{seq} is kept in {path} ({len(text) // 1024} KiB):"
                                   " a start folds only the records after it")

@@ -78,35 +78,51 @@ def test_rotate_closes_the_file_and_the_chain_goes_on(av, tmp_path):
 
 
 def test_a_cap_counted_across_the_boundary_holds_and_proofs_recheck(av, tmp_path):
-    """The cap (3/hour) counts the runs in the closed file: after a rotation and a restart (which folds from
-    the carried snapshot), no fourth run; `why` of a run after the rotation re-checks with its premises in the
-    closed file, and doctor passes over both files."""
-    directory = venture(tmp_path)
+    """The cap (3/hour) counts the run in the closed file: after a rotation and a restart (which folds from the
+    snapshot the new file carries), two more runs and then a refusal for the cap; each run's proof cites the
+    runs before it, across the boundary, and `why` re-checks it; summary and chart read both files; doctor
+    passes over both, the carried snapshot the ledger's own fold. `up` sets the metric back to 10, so each run
+    waits for the test to set 80."""
+    directory = make_venture(str(tmp_path), "v", MANDATE, {"report": "#!/bin/sh\ncat value\n",
+                                                           "up": "#!/bin/sh\necho 10 > value\n", "value": "80\n"})
+
+    def runs():
+        return [(s, json.loads(t)) for s, _, _, _, t in all_rows(av.home) if json.loads(t)["kind"] == "action"]
     av.start()
     assert av.cli("add", directory).returncode == 0
-    av.wait_for(lambda rs: sum(r["kind"] == "outcome" for _, _, r in rs) >= 2, what="two runs of up")
+    av.wait_for(lambda rs: any(r["kind"] == "outcome" for _, _, r in rs), what="the first run of up")
     assert av.cli("rotate").returncode == 0
     last = files(av.home)[0][1]
     av.stop()
     av.start()
-    av.wait_for(lambda rs: sum(r["kind"] == "outcome" for _, _, r in rs) >= 1 or None, what="a run")
-    runs = [s for s, _, _, _, t in all_rows(av.home) if json.loads(t)["kind"] == "action"]
-    time.sleep(4)       # reports past the cap
-    rows = all_rows(av.home)
-    actions = [s for s, _, _, _, t in rows if json.loads(t)["kind"] == "action"]
-    assert len(actions) == 3, actions
-    refusals = [json.loads(t) for s, _, _, _, t in rows if s > last and json.loads(t)["kind"] == "refusal"]
-    assert any("cap" in r["why"] for r in refusals), refusals
-    after = [s for s in actions if s > last]
-    if after:
-        why = av.cli("why", str(after[0]))
-        assert why.returncode == 0 and "re-checks" in why.stdout, why.stdout + why.stderr
-    why = av.cli("why", str(actions[0]))
-    assert why.returncode == 0 and "re-checks" in why.stdout, why.stdout + why.stderr
+    for n in (2, 3):
+        write(os.path.join(directory, "value"), "80\n")
+        deadline = time.monotonic() + 30
+        while len(runs()) < n and time.monotonic() < deadline:
+            time.sleep(0.2)
+        assert len(runs()) == n
+    write(os.path.join(directory, "value"), "80\n")
+    deadline = time.monotonic() + 30
+    while not any(json.loads(t)["kind"] == "refusal" for *_, t in all_rows(av.home)) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    refusals = [json.loads(t) for *_, t in all_rows(av.home) if json.loads(t)["kind"] == "refusal"]
+    assert refusals and "cap" in refusals[0]["why"], refusals
+    (first, _), (second, proof2), (third, proof3) = runs()
+    assert first <= last < second
+    assert first in proof2["proof"]["premises"] and {first, second} <= set(proof3["proof"]["premises"])
+    for seq in (first, second, third):
+        why = av.cli("why", str(seq))
+        assert why.returncode == 0 and "re-checks: yes" in why.stdout, why.stdout + why.stderr
+    summary = av.cli("summary", "--since", "0")
+    assert summary.returncode == 0 and re.search(r"\bup\b.*\b3\b|\b3\b.*\bup\b", summary.stdout), summary.stdout
+    reports = sum(json.loads(t)["kind"] == "report" for *_, t in all_rows(av.home))
+    chart = av.cli("chart", "v", "--since", "0")
+    assert chart.returncode == 0 and f"{reports} trusted reports" in chart.stdout or \
+        f"{reports - 1} trusted reports" in chart.stdout, re.findall(r"\d+ trusted reports", chart.stdout)
     doctor = av.cli("doctor")
     assert doctor.returncode == 0, doctor.stdout + doctor.stderr
     assert "every proof in the ledger re-checks" in doctor.stdout and "1 closed ledger file(s)" in doctor.stdout
-    assert runs
+    assert f"snapshot #{last} " in doctor.stdout and f"is the ledger's fold to #{last}" in doctor.stdout
 
 
 def test_a_moved_closed_file_is_named_not_a_traceback(av, tmp_path):
