@@ -1815,34 +1815,30 @@ def parse_page(c, value):
 
 LEDGER_EXAMPLE = "ledger: {rotate: 1d, keep: 90d}"
 SIZE_UNITS = {"K": 1 << 10, "M": 1 << 20, "G": 1 << 30}
-ROTATE_LEAST = 64 << 10     # bytes: an empty ledger.db with its indexes is about 20 KiB
 
 
 def parse_ledger(c, value):
-    """ledger ::= {rotate: DURATION|SIZE, keep: DURATION}: when avsmd closes ledger.db and goes on
-    in a new one (as avsm rotate does), and how long a closed file is kept once a checkpoint is
-    past it (none is deleted without keep:). Return {every, size, keep} or None."""
+    """ledger ::= {rotate: DURATION|SIZE, keep: DURATION}: when avsmd closes ledger.db into
+    HOME/ledgers (as avsm rotate does); how long a closed file stays once a checkpoint is past
+    it."""
     if value is None:
         return None
-    path = ("ledger",)
-    c.mapping(value, path, {"rotate", "keep"}, "ledger")
-    c.require(value, path, ("rotate",), f"ledger has no '{{key}}'; write {LEDGER_EXAMPLE}")
-    rotate = value["rotate"] if isinstance(value["rotate"], str) else json.dumps(value["rotate"])
-    spec = {"every": None, "size": None, "keep": None}
-    size = re.fullmatch(r"([0-9]+)([KMG])i?B?", rotate.strip())
-    if size:
-        spec["size"] = int(size[1]) * SIZE_UNITS[size[2]]
-        if spec["size"] < ROTATE_LEAST:
-            c.fail(path + ("rotate",), f"rotate: {rotate} is smaller than an empty ledger grows "
-                                       f"to; rotate at {ROTATE_LEAST >> 10}K or more, as 512M")
-    else:
+    path = ("ledger", "rotate")
+    c.mapping(value, path[:1], {"rotate", "keep"}, "ledger")
+    c.require(value, path[:1], ("rotate",), f"ledger has no '{{key}}'; write {LEDGER_EXAMPLE}")
+    rotate = str(value["rotate"]).strip()
+    size = re.fullmatch(r"([0-9]+)([KMG])", rotate)
+    spec = {"rotate": rotate, "size": size and int(size[1]) * SIZE_UNITS[size[2]], "every": None,
+            "keep": value.get("keep") and c.duration(value["keep"], ("ledger", "keep"))}
+    if size and spec["size"] < 64 << 10:    # an empty ledger.db with its indexes: about 20 KiB
+        c.fail(path, f"rotate: {rotate} is smaller than an empty ledger grows to; rotate at 64K or"
+                     " more, as 512M")
+    if not size:
         try:
             spec["every"] = parse_duration(rotate)
         except ValueError as err:
-            c.fail(path + ("rotate",), f"rotate is a duration (1d: a new file each day) or a size"
-                                       f" (512M, 2G: when ledger.db is that large): {err}")
-    if value.get("keep") is not None:
-        spec["keep"] = c.duration(value["keep"], path + ("keep",))
+            c.fail(path, f"rotate is a duration (1d: a new file each day) or a size (512M, 2G: when"
+                         f" ledger.db is that large): {err}")
     return spec
 
 
@@ -1851,17 +1847,11 @@ def describe_ledger(spec):
     if spec is None:
         return (f"ledger: never rotated; ledger.db grows for as long as the home lives (set one in"
                 f" config.yaml, as {LEDGER_EXAMPLE})")
-    when = f"each {format_duration(spec['every'])}" if spec["every"] else \
-        f"once it is {format_size(spec['size'])}"
     keep = f"each deleted {format_duration(spec['keep'])} after it was closed, once a checkpoint" \
         " is past it" if spec["keep"] else "kept (no keep:)"
-    return f"ledger: ledger.db is closed into HOME/ledgers {when}; closed files are {keep}"
-
-
-def format_size(size):
-    """Return a size as rotate: reads it: 512M, 2G, 64K."""
-    unit = next(u for u in "GMK" if size % SIZE_UNITS[u] == 0)
-    return f"{size // SIZE_UNITS[unit]}{unit}"
+    when = "once it is" if spec["size"] else "each"
+    return (f"ledger: ledger.db is closed into HOME/ledgers {when} {spec['rotate']}; closed files"
+            f" are {keep}")
 
 
 def parse_written(c, value, key, name, example, every, where_to):
@@ -1980,10 +1970,10 @@ def format_config(cfg):
                                    if spec else "null"))
     lines.append("checkpoint: "
                  + flow(dict(cfg["checkpoint"], every=format_duration(cfg["checkpoint"]["every"]))))
-    spec = cfg.get("ledger")
-    lines.append("ledger: " + ("null" if spec is None else flow(dict(
-        {"rotate": format_size(spec["size"]) if spec["size"] else format_duration(spec["every"])},
-        **{"keep": format_duration(spec["keep"])} if spec["keep"] else {}))))
+    spec = cfg.get("ledger") or {}
+    said = {k: spec[k] if k == "rotate" else format_duration(spec[k]) for k in ("rotate", "keep")
+            if spec.get(k)}
+    lines.append("ledger: " + (flow(said) if spec else "null"))
     return "\n".join(lines) + "\n"
 
 
@@ -14715,7 +14705,8 @@ def doctor_cut(home, seq):
         raise Fail(EX_DATAERR, f"#{seq} is past the last record (#{last or 0}); nothing to cut")
     if seq <= first != 1:
         raise Fail(EX_DATAERR, f"#{seq} is in a closed ledger file of {home}/ledgers, which avsm"
-                               f" rotate made read-only; --cut cuts only ledger.db, from #{first + 1}")
+                               " rotate made read-only; --cut cuts only ledger.db, from"
+                               f" #{first + 1}")
     stamp = int(time.time())
     backup = os.path.join(home, f"ledger.db.before-cut-{seq}-{stamp}")
     shutil.copy2(path, backup)
