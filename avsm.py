@@ -3258,7 +3258,7 @@ def fold_guard(state, seq, record):
 
 def settles_guard(record):
     """Whether a guard reading trips or clears its guard: a trusted one, or a plausible one back
-    inside (open point 32); the gate's fold and the proof's re-check both ask this."""
+    inside (open point 32); the fold and the proof's re-check both ask this."""
     return record.get("status") == "trusted" or (
         record.get("status") == "unconfirmed" and not record.get("past"))
 
@@ -3511,9 +3511,8 @@ def drift_and_noise(steps):
 
 # ---- the rules of a settled round ----
 def round_settled(state, report_seq, unread, stopping):
-    """A round settles, its metric in and the rest read or late: yield what it settles without, what
-    the settling rules call for, then the score of the prediction its report resolves and the next
-    prediction (WORLD-05)."""
+    """A round settles (metric in, the rest read or late): yield what it settles without, what its
+    rules call for, then the score of the prediction its report resolves and the next (WORLD-05)."""
     yield from unread_rule(state, unread, "slower than half a second; written when it is done")
     scores = list(calibration_rule(state))      # written with the next prediction
     yield from settle_round(state, report_seq)
@@ -3548,17 +3547,17 @@ def unread_record(state, what, name, why):
 
 
 def round_plan(mandate, running):
-    """Return [(what, item, start)] for a round now due: each guard (but a drawdown guard, read from
-    the metric's report), audit and reading; `start` is False when its last read is still `running`:
-    that one is written as not read and left to run (RUN-18)."""
+    """Return [(what, item, start)] for a round now due: each guard (a drawdown guard is read from
+    the metric's report), audit and reading; `start` is False when its last read is still `running`
+    (written as not read, left to run: RUN-18)."""
     return [(what, item, (what, item["name"]) not in running)
             for what in ("guard", "audit", "reading") for item in mandate[what + "s"]
             if what != "guard" or item["drawdown"] is None]
 
 
 def reading_limit(item):
-    """Return the seconds a reading program may run: its own `timeout:`, else 10 minutes; one still
-    running at its next due time runs on until done or this limit (DESIGN)."""
+    """Return the seconds a reading program may run: its `timeout:`, else 10 minutes; one still
+    running when next due runs on to this limit (DESIGN)."""
     return item.get("timeout") or READING_TIMEOUT
 
 
@@ -3570,8 +3569,7 @@ def read_late(child_round, round_):
 
 def round_unread(round_, now):
     """Return what a round in flight settles without, sorted [(what, name)], once its metric is in
-    and every guard, audit and reading is read, or its deadline has passed at `now` (monotonic);
-    None while it still waits."""
+    and the rest read or its deadline past at `now` (monotonic); None while it waits."""
     if round_ is None or round_["metric"] is None:
         return None
     if round_["pending"] and now < round_["deadline"]:
@@ -4200,10 +4198,10 @@ def parsed_or_none(parse, record, seq):
 
 
 def recheck_action(state, seq, at, action, records):
-    """Return the problems found re-checking the stored action #seq; [] when it holds: the same
-    `prove`, at its `at`, on `state` (folded from every record of the venture before it) must give
-    back its proof. Not from a window: the gate reads what records from any time back left (an
-    unanswered ask, an unspent approval, a deadband not re-armed), which no mandate resets."""
+    """Return the problems re-checking stored action #seq ([] when it holds): `prove`, at its `at`,
+    on `state` folded from every earlier record of the venture, must give back its proof. Not a
+    window: the gate reads what any earlier record left (an unanswered ask, an unspent approval, a
+    deadband not re-armed), which no mandate resets."""
     proof = action.get("proof") if isinstance(action.get("proof"), dict) else {}
     problems, lever = [], action.get("lever")
     premises = proof.get("premises") if isinstance(proof.get("premises"), list) else []
@@ -4263,8 +4261,8 @@ def recheck_action(state, seq, at, action, records):
 
 
 def stored_basis(action, records):
-    """Return (basis, approval, check, exact): what the gate was asked of a stored action; an action
-    older than its stored basis has them read back from its proof, and exact is False (no steps)."""
+    """Return (basis, approval, check, exact): what the gate was asked of a stored action; one
+    stored without a basis has them read back from its proof, and exact is False (no steps)."""
     proof = action.get("proof") or {}
     if isinstance(action.get("basis"), dict):
         b = action["basis"]
@@ -4346,10 +4344,10 @@ TEXT_MAX = 2000
 
 
 def proposal_rule(state, seq, choice, by, backend, content_why=None, held=None):
-    """A model's choice, written as proposal #seq: an action goes to the gate with the proposal as
-    its trigger, never a premise; a lever that waits for a person is asked about once.
-    content_why: what the file system said of a diff or file payload; held: why a ranking's top
-    choice waits for a person (WORLD-08)."""
+    """A model's choice, written as proposal #seq, goes to the gate with the proposal as its
+    trigger, never a premise; a lever that waits for a person is asked about once. content_why:
+    what the file system said of a diff or file payload; held: why a ranking's top choice waits for
+    a person (WORLD-08)."""
     m, lever, payload = state.mandate, choice.get("action"), choice.get("payload")
     named = lever in m["levers"] or lever == "stop"
     forbidden = lever in m["forbidden"]
@@ -4474,12 +4472,10 @@ APPROVAL_TO_WRITE = 0   # do_approve asks: would the approval it is about to wri
 
 def prove(state, lever, now, basis, trigger=None, approval=None, payload=None, check=None):
     """Return the Verdict on running `lever` now: a proof from measured and declared premises, or
-    why not.
-
-    basis: (rule, premise seqs, steps) saying what calls for the run. approval: the seq of an
+    why not. basis: (rule, premise seqs, steps), what calls for the run. approval: the seq of an
     unspent declared approval (or a person's proposal) of exactly this lever and payload. check: the
-    seq of the lever's passed check, cited last. The same function re-checks a stored action
-    (recheck_action): there is no second list of rules."""
+    seq of the lever's passed check, cited last. recheck_action re-checks with this same function:
+    there is no second list of rules."""
     rule, basis_premises, basis_steps = basis
     m = state.mandate
     if m is None:
@@ -4675,8 +4671,8 @@ Mail.__doc__ = "The message mail.send pipes, and the sender headers of its own i
 
 
 def write_mail(message, sender):
-    """Return the Mail that mail.send pipes: `From: sender`, then the message but its own
-    MAIL_SENDER_HEADERS; raise ValueError saying why it cannot be sent as it stands.
+    """Return the Mail mail.send pipes: `From: sender`, then the message less its own
+    MAIL_SENDER_HEADERS; ValueError says why it cannot be sent as it stands.
     message ::= header+ blank-line body      header ::= name ':' text (WSP text)*
     lines end LF or CRLF"""
     # a bare CR is refused: a mail program may take it as a line end
@@ -4714,8 +4710,8 @@ def write_mail(message, sender):
 
 
 def mail_to_send(spec, cfg, payload):
-    """Return (mail, why not): the Mail a mail.send lever pipes for `payload`, or None and why it
-    cannot be sent (CONFIG-07: it needs adapters: mail: in config.yaml)."""
+    """Return (mail, why not) a mail.send lever pipes for `payload` (CONFIG-07: it needs adapters:
+    mail: in config.yaml)."""
     mail, problem = None, "mail.send needs adapters: mail: in config.yaml and a text payload"
     sender = (cfg["adapters"].get("mail") or {}).get("from")
     if spec is not None and spec["run"] == "mail.send" and sender and isinstance(payload, str):
@@ -4773,7 +4769,7 @@ def action_record(state, lever, verdict, summary, by, side=None, extra=None):
 
 def lever_outcome(state, lever, seq, status, ended_by, duration, timeout, note, lines):
     """Yield the outcome of `lever` (action #seq), after research's facts from its output `lines`:
-    ok only when it exited 0 and nothing ended it (an oversized output does)."""
+    ok only when it exited 0 and nothing (not even an oversized output) ended it."""
     ok, how = status == 0 and ended_by is None, describe_status(status)
     if ok and lever == "research":
         yield from fact_records(state, seq, lines)
@@ -4822,7 +4818,7 @@ def unstarted_outcome(state, lever, action, note, why=None):
 
 
 def check_rule(state, lever, verdict, summary, by, side, extra, ok, status, note, why):
-    """A lever's check ended (open point 27): one that passed lets the gate prove the lever again,
+    """A lever's check ended (open point 27): once it passed, the gate proves the lever again with
     the check among its premises, and only then does it run. why: what ended the check."""
     seq = yield Write(
         new_record(
@@ -4855,8 +4851,8 @@ def check_rule(state, lever, verdict, summary, by, side, extra, ok, status, note
 
 
 def basis_now(state, lever, basis, guard):
-    """Return the basis that calls for `lever` now, or None: the action must rest on what calls for
-    it when it is written, after its check."""
+    """Return the basis that calls for `lever` now, or None: the action rests on what calls for it
+    when written, after its check."""
     if basis[0] == "unwind":
         info = state.guards.get(guard)
         return unwind_basis(guard, info["last"][0]) if info and info["past"] else None
@@ -4868,8 +4864,8 @@ def basis_now(state, lever, basis, guard):
 
 # ---- guards, audits, readings ----
 def reading_read(state, what, name, value, failure, text, late=False):
-    """A guard, audit or reading program ended, or could not start: yield its record; a `late` guard
-    reading has the guard rules run on it alone."""
+    """A guard, audit or reading program ended, or could not start: yield its record; the guard
+    rules run on a `late` guard reading alone."""
     item = next(i for i in state.mandate[what + "s"] if i["name"] == name)
     if what == "guard":
         yield Write(guard_record(state, item, value, failure, ""))
@@ -4903,8 +4899,8 @@ def audit_record(state, name, value, failure, text):
 
 
 def reading_record(state, reading, value, failure, text):
-    """Return a reading's record: read, or failed with no note at all (READING-08); a read one keeps
-    its fields (those its audit's note names)."""
+    """Return a reading's record: read, keeping its fields (those its audit's note names), or failed
+    with no note at all (READING-08)."""
     name = reading["name"]
     record = new_record(f"reading.{name}", state.name, value=value if value == value else None,
                         status="failed" if failure else "read", plausible=failure is None)
@@ -4923,7 +4919,7 @@ READING_FIELDS_MAX = 50
 
 
 def reading_fields(text, audit_note=None):
-    """Return the kept fields of a reading's output: the address lines above the number, at most 50;
+    """Return the kept fields of a reading's output: at most 50 address lines above the number;
     with an audit, only those it names."""
     lines = [line.strip() for line in text.split("\n") if line.strip()]
     named = None if audit_note is None else set(re.findall(r"[^\s<>,;:]+", audit_note))
@@ -4932,8 +4928,8 @@ def reading_fields(text, audit_note=None):
 
 
 def run_started(state, pid, restart, err=None):
-    """Return the intents of the kept `run` program started as `pid` (again after an exit:
-    `restart`), or not (`err`): its start record, or its exit."""
+    """Return the intents of the kept `run` program started as `pid` (`restart`: after an exit), or
+    not (`err`): its start record, or its exit."""
     if err is not None:
         return [Write(new_record("exit", state.name, status="not started",
                                  summary=f"run could not start: {err}"))]
@@ -4982,9 +4978,9 @@ def next_backoff(previous):
 
 def interrupted_rule(state, now, n):
     """RUN-10: a lever a dead warden left running is never run again blindly: its outcome is not
-    known, and an ask holds the lever until a person says whether it happened. A check it left
-    running did not pass (its lever did not run); a ratchet's forecast it left is made again (`n`:
-    the config's ratchet)."""
+    known, so an ask holds it until a person says whether it happened. A check it left did not
+    pass (its lever did not run); a ratchet's forecast it left is made again (`n`: the config's
+    ratchet)."""
     for lever, seq in list(state.checking.items()):
         yield Write(new_record(
             "check", state.name, lever=lever, ok=False, status="unknown",
@@ -5011,8 +5007,8 @@ def interrupted_rule(state, now, n):
 
 def ratchet_rule(state, lever, n, forecast=None, again=False):
     """Yield what an approval of `lever` (or its forecast in: (seq, line), (None, None) when cut
-    short) calls for: the forecast first, its start written, and the ask when it is in
-    (FORECAST-01). again: the forecast a dead warden left is made again."""
+    short) calls for: the forecast, its start written, then the ask once it is in (FORECAST-01).
+    again: the forecast a dead warden left is made again."""
     waits = forecast is None and not again and lever in state.ratchet_forecasts
     if not ratchet_due(state, lever, n) or waits:
         return
@@ -5045,7 +5041,6 @@ FORECAST_BLOCKS = 2000  # a path is stepped in at most this many blocks of repor
 def forecast_paths(facts, seed=0):
     """Return {"median", "p10", "p90", "days", "seeds", "decimals"} at the horizon, or
     {"too_little": why}; each path starts with one run of `facts["first"]` when it names a lever.
-
     A block of k report steps moves by k resampled lever-free steps (normal past 8)."""
     import random
     steps, history = facts["free_steps"], facts["history"]
@@ -5123,8 +5118,8 @@ def forecast_result(facts, ends, days):
 
 
 def ratchet_due(state, lever, n):
-    """Whether self should propose delegating `lever` (SELF-02): `ratchet: n` approvals of it since
-    the mandate (a denial resets the count)."""
+    """Whether self should propose delegating `lever` (SELF-02): `ratchet: n` approvals since the
+    mandate (a denial resets the count)."""
     spec = state.mandate["levers"].get(lever) if state.mandate else None
     if not n or spec is None or spec["delegated"] or (spec["reversible"] and not spec["takes"]):
         return False
@@ -5133,8 +5128,8 @@ def ratchet_due(state, lever, n):
 
 
 def begun(state, what, lever):
-    """Yield the record of a check or a ratchet's forecast started: folded, the lever waits on it
-    until its check or forecast record, or the ask, is written."""
+    """Yield the record of a check or a ratchet's forecast started: folded, it holds the lever until
+    its check or forecast record, or the ask, is written."""
     summary = f"{lever}'s check started" if what == "check" else \
         f"a forecast started, for the ask to delegate {lever}"
     yield Write(new_record("begun", state.name, what=what, lever=lever, summary=summary))
@@ -5142,8 +5137,8 @@ def begun(state, what, lever):
 
 def approval_rule(state, seq, ask, payload, edited, problem, now):
     """A person's yes to ask #seq. The gate first proves the lever as if the approval were written,
-    so a refusal leaves the ask open and no approval spent. problem: what the file system said of a
-    diff or file payload. Raises Fail (65) once the refusal is written."""
+    so a refusal leaves the ask open and no approval spent. problem: as content_why of
+    proposal_rule. Raises Fail (65) once the refusal is written."""
     lever = ask.get("lever")
     if lever is None or ask.get("about") not in ("lever", "model"):
         yield Write(
@@ -5176,9 +5171,8 @@ def approval_rule(state, seq, ask, payload, edited, problem, now):
 
 
 def person_proposal_rule(state, lever, payload, content_why):
-    """A person's own proposal (open point 15): written as declared, so it is its own approval; what
-    the mandate or the file system (content_why) refuses is refused; the rest goes to the gate.
-    Raises Fail (65) once the refusal is written."""
+    """A person's own proposal (open point 15), declared, so its own approval: refused as the
+    mandate or the file system (content_why) refuse it, else gated; Fail (65) once refused."""
     m = state.mandate
     spec = m["levers"].get(lever)
     seq = yield Write(new_record("proposal", state.name, claim="declared", by="person",
@@ -5203,8 +5197,8 @@ def person_proposal_rule(state, lever, payload, content_why):
 
 
 def denial_rule(state, seq, ask):
-    """A person denied ask #seq: yield the denial, naming its lever, then a canary's result (its
-    denial names no lever: the canary record says what the answer showed)."""
+    """A person denied ask #seq: yield the denial naming its lever; a canary's names none, and its
+    canary record says what the answer showed."""
     lever = None if ask.get("canary") else ask.get("lever")
     yield Write(new_record("denial", state.name, ask=seq, **some(lever=lever),
                            summary=f"a person denied ask #{seq}"
@@ -5249,8 +5243,8 @@ def person_rule(state, verb):
 
 
 def forecast_rule(state, extra, output, status, ended_by, n):
-    """A forecast program ended: yield its inferred record, which shows and never authorizes (none
-    when a pause or a stop cut it short), then a ratchet ask waiting on it."""
+    """A forecast program ended: yield its inferred record, which never authorizes (none when a
+    pause or a stop cut it short), then a ratchet ask waiting on it."""
     seq = line = None
     if ended_by not in ("pause", "stop"):
         record = forecast_record(state, extra, output, status, ended_by)
@@ -5286,8 +5280,7 @@ def forecast_record(state, extra, output, status, ended_by):
 
 
 def checked_forecast(result):
-    """Return a forecast program's result when it holds, else None: the warden hands on nothing it
-    did not check."""
+    """Return a forecast program's result when it holds, else None: nothing unchecked goes on."""
     if isinstance(result, dict) and isinstance(result.get("too_little"), str):
         return {"too_little": result["too_little"][:NOTE_MAX]}
     if isinstance(result, dict) and result.get("decimals") in (0, 1, 2) and \
@@ -5405,8 +5398,8 @@ PACKET_WORLD_CALLS = 160  # world steps a decision packet's forecasts make in al
 
 
 def packet_world_forecast(facts, step):
-    """Return the decision packet's forecasts through the world (issue 11 item 6): one run now of
-    each lever and no controller."""
+    """Return the decision packet's forecasts through the world: one run now of each lever and no
+    controller."""
     calls = max(1, PACKET_WORLD_CALLS // (1 + len(facts["levers"])))
     free = dict(facts, sides=[])
     return {"nothing": forecast_world_paths(free, step, calls),
@@ -5419,10 +5412,9 @@ WORLD_FORECAST_CALLS = 400  # world steps (seeds x steps) a forecast makes; then
 
 def forecast_world_paths(facts, step, calls=WORLD_FORECAST_CALLS):
     """Return the forecast of `facts` through the world command (open point 39), as forecast_paths
-    does; `step(input)` returns (output, None) or (None, why).
-
-    A path's own values stand apart in `imagined`: a world tells measured history from its own
-    simulation. Past `calls` steps in all the horizon is cut, and `cut` says so."""
+    does; `step(input)` returns (output, None) or (None, why). A path's own values stand apart in
+    `imagined`, so a world tells measured history from its simulation. Past `calls` steps in all
+    the horizon is cut, and `cut` says so."""
     cadence, seeds = facts["cadence"], facts["seeds"]
     total = forecast_steps(facts)
     if not total:
@@ -5460,8 +5452,7 @@ def forecast_world_paths(facts, step, calls=WORLD_FORECAST_CALLS):
 
 
 def packet_world_made(result, why_not):
-    """Return the packet forecast's `made` from packet_world_forecast's output, or why there is
-    none."""
+    """Return the packet forecast's `made` from packet_world_forecast's output, or why none."""
     if why_not is None and isinstance(result, dict) and isinstance(result.get("levers"), dict):
         nothing = checked_forecast(result.get("nothing"))
         levers = {name: checked_forecast(r) for name, r in result["levers"].items()}
