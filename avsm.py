@@ -5548,9 +5548,8 @@ class VentureState:
     """What the ledger says of one venture, folded record by record (so a restart forgets
     nothing)."""
 
-    # Slots for the fields below: over 30 of them, an instance's __dict__ would not share its keys
-    # (1.6 KiB a venture, not 0.4; issue 15). "__dict__" last: a field added without its slot still
-    # works, in a dict of its own.
+    # Slots: with over 30 fields an instance's __dict__ would not share its keys (1.6 KiB a
+    # venture, not 0.4). "__dict__" last: a field added without its slot still works.
     __slots__ = ("name", "directory", "mandate", "mandate_seq", "mandate_sha", "mandate_text",
                  "problem", "paused", "last_report", "level", "pending", "last_step",
                  "previous_implausible", "trusted", "trusted_at", "sides", "actions", "open_asks",
@@ -5647,7 +5646,7 @@ def mandate_record(name, directory, text, summary, **fields):
 
 def still_past_lines(state):
     """Return the lines `avsm resume` adds for each guard whose last reading was past its bound
-    (PAUSE-03). Only that last reading is known: the cause may have been cleared since."""
+    (PAUSE-03); only that reading is known: its cause may be cleared since."""
     then = {g["name"]: g["then"] for g in state.mandate["guards"]} if state.mandate else {}
     return [f"guard {name}: its last reading was past its bound (since #{episode}); "
             + (f"if it still is at its next reading, it pauses {state.name} again"
@@ -5744,8 +5743,8 @@ def packet_forecast_lines(packet):
 
 
 def packet_world_lines(metric, facts):
-    """The packet's forecast made through the world command (issue 11 item 6), and the horizon it
-    was cut short at where its calls were capped."""
+    """The packet's forecast made through the world command, and where its capped calls cut the
+    horizon short."""
     made = facts["made"]
     nothing = made["nothing"]
     lines = [f"forecast through the world command ({format_number(facts['days'])} days x"
@@ -5764,9 +5763,8 @@ CHOICES_MAX = 5
 
 
 def parse_reply(data, packet):
-    """Return {"choices": [...]} or {"look": {...}} from a reply, or {"unusable": why}.
-
-    The reply is one JSON object on one line (a classifier: one word); anything else is unusable."""
+    """Return {"choices": [...]} or {"look": {...}} from a reply, or {"unusable": why}: anything but
+    one JSON object on one line (a classifier: one word) is unusable."""
     if len(data) > REPLY_MAX:
         return {"unusable": f"the reply is bigger than {REPLY_MAX // 1024} KiB"}
     try:
@@ -5891,9 +5889,8 @@ def diff_paths(diff):
 
 
 def content_problem(takes, payload, directory):
-    """Return why a diff or file payload would reach outside the venture directory, or None.
-
-    A file payload is its relative path on the first line and the content after it."""
+    """Return why a diff or file payload would reach outside the venture directory, or None. A
+    file payload is its relative path on the first line and the content after it."""
     if not isinstance(payload, str):
         return None
     if takes == "diff":
@@ -5923,10 +5920,8 @@ Writable = collections.namedtuple("Writable", "why fix")   # who could change a 
 
 def write_problem(path, st, uid, name=str):
     """Return the Writable that says who but `uid` or root could change `path` (stat `st`), or None.
-
-    As sshd's StrictModes: owned by `uid` or root, and no group or other write bit, but for a
-    directory owned by one of them with the sticky bit (/tmp, 1777), where no one may replace what
-    another owns."""
+    As sshd's StrictModes: owned by `uid` or root, no group or other write bit, but for a sticky
+    directory owned by one of them (/tmp, 1777), where no one may replace what another owns."""
     if st.st_uid not in (uid, 0):
         return Writable(f"{path} is owned by {name(st.st_uid)}, not by {name(uid)} or root, "
                         "so that user can change what avsmd runs",
@@ -5952,7 +5947,7 @@ def venture_commands(m):
 
 def command_words(command):
     """Return the words of `command` (a shell line, or an argv list) that may name a file it runs or
-    reads; operators and quotes are the shell's."""
+    reads."""
     if not isinstance(command, str):
         return list(command)
     import shlex
@@ -6018,7 +6013,7 @@ def snapshot_text(seq, states, counted):
 
 def ranked_choices(state, choices):
     """Return [(choice, held, not proposed)] for a reply's choices (WORLD-08, open point 37): below
-    the calibration bar a ranking's top action asks a person and those below it are not proposed."""
+    the calibration bar a ranking's top action asks a person, and the rest are not proposed."""
     held = None
     if is_ranking(choices):
         ok, why = calibration_bar(state)
@@ -6068,8 +6063,8 @@ def ratchet_change_problem(state, mandate):
 
 
 def canary_ask(state, asks_seen, every):
-    """Return the known-answer ask due after every `every` asks (canary_asks), or None: one that a
-    person who reads it denies."""
+    """Return the known-answer ask due after every `every` asks (canary_asks), or None: one a person
+    who reads it denies."""
     if asks_seen % every:
         return None
     lever = (
@@ -6087,8 +6082,8 @@ def ratchet_approval(state, seq, ask):
 
 
 def child_restart_wait(previous, uptime):
-    """Return (the back-off to keep, the wait before avsmd starts its warden or roles process
-    again): doubling while it keeps dying within QUICK_DEATH."""
+    """Return (the back-off to keep, the wait before avsmd restarts its warden or roles process):
+    doubling while it keeps dying within QUICK_DEATH."""
     if uptime >= QUICK_DEATH or previous is None:
         return (None if uptime >= QUICK_DEATH else 0), 0
     backoff = next_backoff(previous)
@@ -6126,8 +6121,8 @@ def backend_for(state, cfg):
 
 
 def model_packet(state, recent, now, forecast, looks):
-    """Return what a model may be shown of a venture (its decision packet): never an audit reading,
-    note or ask, nor a record that cites one (AUDIT-05)."""
+    """Return a venture's decision packet: never an audit reading, note or ask, nor a record that
+    cites one (AUDIT-05)."""
     m = state.mandate
     ctl = m["controller"]
     hidden = {s for s, a in state.open_asks.items() if a.get("about") == "audit" or a.get("audit")}
@@ -6218,8 +6213,8 @@ def answer_record(venture, seq, cited, note=None):
 
 
 def escalation_to(state, cfg, backend, asked, stopping):
-    """Return (the backend an unusable reply of `backend` is escalated to, None) or (None, why not
-    or None): ESC-01, ESC-08."""
+    """Return (the backend an unusable reply of `backend` escalates to, None) or (None, why not or
+    None): ESC-01, ESC-08."""
     second = cfg.get("escalate")
     if not second or second == backend or not asked:
         return None, None
@@ -6231,8 +6226,8 @@ def escalation_to(state, cfg, backend, asked, stopping):
     return second, None
 
 
-# ---- telling a person: the notices the notify command runs for (issue 14) ---- A notice is a dict:
-# kind, venture, seq (null when no record names it), summary, and the command that answers it,
+# ---- telling a person: the notices the notify command runs for ---- A notice is a dict: kind,
+# venture, seq (null when no record names it), summary, and the command that answers it,
 # completed where it is sent (notice_message).
 def new_notice(kind, venture, seq, summary, answer, **more):
     """Return a notice, not a record: what the notify command is told (NOTICE_TITLES)."""
@@ -6285,8 +6280,8 @@ def stopping_notice(why):
 
 
 def admit_notice(down_told, notice):
-    """Return (whether to tell `notice`, whether an unwritable ledger is told now): a person hears
-    of it once, though the warden and avsmd may each find it."""
+    """Return (whether to tell `notice`, whether an unwritable ledger is told now): told once,
+    though the warden and avsmd may each find it."""
     if notice["kind"] == "ledger-down":
         return not down_told, True
     if notice["kind"] == "ledger":
@@ -6302,8 +6297,8 @@ NOTICE_TITLES = {"ask": "{venture} asks (#{seq})", "stuck": "{venture} is stuck 
 
 
 def notice_message(notice, commands, home):
-    """Return (the short text for the notify command's standard input, the $AVSM_EVENT object) of a
-    notice; `commands` maps avsm and avsmd to the command lines this person runs them by."""
+    """Return (the notify command's short standard input, the $AVSM_EVENT object) of a notice;
+    `commands` maps avsm and avsmd to the command lines this person runs them by."""
     def complete(line):
         if not line:
             return None
@@ -6324,8 +6319,8 @@ def notice_message(notice, commands, home):
 
 
 def judge_metrics(failed, spec, failure):
-    """Return (the writes of the metrics textfile that failed in a row, the record to write or None)
-    after one write, `failure` saying why it failed: one record a stretch, and one as it ends."""
+    """Return (the metrics textfile's writes failed in a row, the record to write or None) after one
+    write (`failure`: why it failed): one record a stretch, and one as it ends."""
     textfile, every = spec["textfile"], format_duration(spec["every"])
     if failure is None:
         return 0, None if not failed else new_record(
@@ -6353,7 +6348,7 @@ def notify_failure(ended_by, status, timeout):
 
 def judge_notify(stretch, notice, failure, note=""):
     """Return (the stretch of failures after one run of the notify command, the record to write or
-    None): written once per stretch and once more when it works again. No notice is tried twice."""
+    None): once per stretch and once when it works again. No notice is tried twice."""
     told = (f"#{notice['seq']} ({notice['kind']})" if notice.get("seq")
             else f"'{NOTICE_TITLES[notice['kind']].format(**notice)}'")
     if failure is None:
@@ -6381,8 +6376,8 @@ def judge_notify(stretch, notice, failure, note=""):
     )
 
 
-# ---- the morning summary (issue 14 item 3) ---- What happened in a span of the ledger, per venture
-# (`avsm summary`). Records before the span count for what is still open at its end and for the fold
+# ---- the morning summary ---- What happened in a span of the ledger, per venture (`avsm
+# summary`). Records before the span count for what is still open at its end and for the fold
 # that replays judge_effect (a hit writes no record).
 SUMMARY_BEFORE_KINDS = ("mandate", "ask", "approval", "denial", "resolved", "pause", "resume")
 
@@ -6412,7 +6407,7 @@ when it holds none), and {venture: what happened}."""
 
 def summarize(rows, since, parse=None):
     """Return the Summary of the records after `since`; rows (seq, at, record) before it count only
-    as SUMMARY_BEFORE_KINDS say, and as the history a fold of effects needs."""
+    as SUMMARY_BEFORE_KINDS say, and as history for the fold of effects."""
     parse = parse or parse_mandate
     ventures, folds, first, last, actions = {}, {}, None, None, {}
     for seq, at, record in rows:
@@ -6511,15 +6506,14 @@ def summarize_report(v, seq, record):
 
 
 def guard_pause_way_out(venture, guard):
-    """Return (what to clear first, the command that resumes) of a pause by guard `guard`: a guard
-    is not read while its venture is paused, and the first reading after resume pauses it again if
-    it is still past its bound."""
+    """Return (what to clear first, the command that resumes) of a pause by guard `guard`: it is
+    not read while paused, and its first reading after resume pauses again if still past."""
     return f"clear what puts guard {guard} past its bound", f"avsm resume {venture}"
 
 
 def needs_person(v, name, parse=None):
-    """Return [(what, command)]: what in a venture's summary needs a person now, each with the
-    command that answers it."""
+    """Return [(what, command)]: what in a venture's summary needs a person now, and the command
+    that answers it."""
     found = []
     for seq, ask in sorted(v["open"].items()):
         found.append(
