@@ -6273,7 +6273,6 @@ def ledger_down_notice(why):
 
 
 def stopping_notice(why):
-    """Return the notice of avsmd stopping."""
     return new_notice("stop", "self", None,
                       f"avsmd is stopping ({why}); no venture runs until it is started again",
                       "avsmd")
@@ -6576,7 +6575,7 @@ def socket_problem(home):
 
 
 def send_line(sock, message):
-    """Write one JSON object as one line, waiting for room even on a non-blocking socket."""
+    """Write one JSON object as one line, waiting for room on a non-blocking socket too."""
     send_bytes(sock, (json.dumps(message, separators=(",", ":")) + "\n").encode())
 
 
@@ -6666,11 +6665,10 @@ SPAWN_FDS = {}        # "null": /dev/null and "here": the process's own director
 
 def start_program(argv, cwd, env, stdin=None):
     """Start `argv` in `cwd` with `env`, leading a process group of its own, `stdin` a descriptor
-    (/dev/null when None); return (pid, output's read end, errors' read end).
-
-    os.posix_spawn (a third of Popen's CPU) closes no descriptor, so none is left inheritable
-    (mark_close_on_exec), and takes no cwd: the process steps into `cwd` and back, so its other
-    threads never use a relative path. """
+    (/dev/null when None); return (pid, output's read end, errors' read end). os.posix_spawn (a
+    third of Popen's CPU) closes no descriptor, so none is left inheritable (mark_close_on_exec),
+    and takes no cwd: the process steps into `cwd` and back; its other threads use no relative
+    path."""
     if "null" not in SPAWN_FDS:
         SPAWN_FDS["null"] = os.open(os.devnull, os.O_RDONLY | os.O_CLOEXEC)
         # a directory this process may not open (no O_PATH here) leaves it in /
@@ -6771,7 +6769,7 @@ class Child:
 
     def drain(self, pipe):
         """Read what `pipe` holds now, keeping the last OUTPUT_KEEP bytes; return False at EOF. With
-        `head` (a backend's reply), keep the first `head` bytes and end the program past them. """
+        `head` (a backend's reply), keep the first `head` bytes and end the program past them."""
         buffer = self.out if pipe == self.stdout else self.err
         while True:
             try:
@@ -6880,7 +6878,7 @@ def signature_file(signature):
 
 def verify_text(text, signature, allowed, namespace, principal=None):
     """Return the principal of `allowed` (an allowed_signers file) whose key signed `text` under
-    `namespace`; Fail(65) saying why not."""
+    `namespace`, or Fail(65)."""
     with signature_file(signature) as sig:
         code, who, _ = ssh_keygen(["-Y", "find-principals", "-s", sig, "-f", allowed],
                                   "verifying a checkpoint")
@@ -7000,9 +6998,9 @@ def process_start(pid):
 
 
 def group_is_still(pgid, leader_start):
-    """Whether process group `pgid` is still the one whose leader started at `leader_start` (clock
-    ticks since boot, or None): it lives, and its leader is gone (Linux reuses no pid that still
-    names a group) or is that very process."""
+    """Whether group `pgid` is still the one whose leader started at `leader_start` (clock ticks
+    since boot, or None): it lives, and its leader is gone (Linux reuses no pid that still names a
+    group) or is that very process."""
     if not signal_group(pgid, 0):
         return False
     now_start = process_start(pgid)
@@ -7039,8 +7037,8 @@ def stray_groups(home):
 
 
 def sweep_groups(path, home=None):
-    """End the process groups an earlier avsmd recorded and did not see end, and with `home` the
-    strays; return how many."""
+    """End the groups a dead avsmd recorded and did not see end (with `home`, the strays too);
+    return how many."""
     try:
         with open(path) as fh:
             lines = [line.split() for line in fh if line.strip()]
@@ -7296,7 +7294,7 @@ def declined(text, category, where):
 
 
 def provider_word(value):
-    """Return a provider's short code word (a stop reason, a request id) as kept, or None."""
+    """Return a provider's short code word (a stop reason, a request id), or None."""
     return value if isinstance(value, str) and re.fullmatch(r"[\x21-\x7e]{1,200}", value) else None
 
 
@@ -7398,11 +7396,9 @@ ADAPTER_TIMEOUT = 30  # seconds an adapter's GET may take in all: the name, the 
 
 
 def adapter_get(url, key=None, limit=ADAPTER_TIMEOUT):
-    """Return (status, body) of one GET of `url` within `limit` seconds in all; raise OSError saying
-    why not.
-
-    With a key (a bearer token) no redirect is followed, so the key goes to the configured url
-    alone; without one (http.status), redirects to http:// and https:// are. """
+    """Return (status, body) of one GET of `url` within `limit` seconds in all; OSError says why
+    not. With a key (a bearer token) no redirect is followed, so the key goes to the configured url
+    alone; without one (http.status), redirects to http:// and https:// are."""
     import ssl
     import threading
     import urllib.error
@@ -7441,9 +7437,8 @@ def adapter_get(url, key=None, limit=ADAPTER_TIMEOUT):
 
 def output_lines(data, cut):
     """Return (the non-empty lines of a program's standard output, whether its last one was cut).
-
     Lines end at \\n (a \\r before it dropped) and nowhere else: `9\\x0c1` is one line. With `cut`
-    (only the last OUTPUT_KEEP bytes kept), the bytes before the first \\n are no line. """
+    (only the last OUTPUT_KEEP bytes kept), the bytes before the first \\n are no line."""
     pieces = bytes(data).split(b"\n")
     if cut:
         pieces = pieces[1:]
@@ -7548,9 +7543,9 @@ BYTECODE_CHECKED = {}   # cache -> avsm.py's (inode, size, mtime) when it was ch
 
 
 def cache_bytecode(cache):
-    """Write this file's bytecode to `cache`, checked against the file's hash at each load (a
-    timestamp-checked one would run old code from a copy of the same size and time), readable
-    only by this user."""
+    """Write this file's bytecode to `cache`, readable only by this user and checked against the
+    file's hash at each load (a timestamp-checked one runs old code from a copy of the same size
+    and time)."""
     import py_compile
     was = os.umask(0o077)
     try:
@@ -7617,8 +7612,7 @@ def user_name(uid):
 
 def owner_problem(directory, commands, uid=None):
     """Return the Writable of the first path a venture's program rests on that a user but `uid`
-    (avsmd's own) or root could change, or None. Nothing is kept, so a mode changed since is seen at
-    the next start."""
+    (avsmd's own) or root could change, or None. Nothing is cached: each start sees a new mode."""
     uid = os.geteuid() if uid is None else uid
     directory = os.path.realpath(directory)
     seen = set()
@@ -7651,8 +7645,8 @@ def owner_problem(directory, commands, uid=None):
 
 
 def read_venture(directory):
-    """Read the venture in `directory` as `avsm add` adopts it: (name, path of mandate.yaml, its
-    text, the mandate), or Fail: 66 when the directory is not there, 65 with the fix otherwise."""
+    """Return (name, path of mandate.yaml, its text, the mandate) of the venture in `directory`, as
+    `avsm add` adopts it, or Fail: 66 when the directory is not there, 65 with the fix otherwise."""
     check_venture_dir(directory)
     name = check_venture_name(os.path.basename(directory))
     path = os.path.join(directory, "mandate.yaml")
@@ -7753,7 +7747,7 @@ class GroupsJournal:
 
 
 class Children:
-    """The programs the warden runs now, each in a process group of its own, and the groups left
+    """The programs the warden runs now, each in its own process group, and the groups left
     behind."""
 
     def __init__(self, home, sel, tell, flush, journal_group, settle, debug=False):
@@ -7857,9 +7851,9 @@ class Channel:
         self.acks_waiting = False     # whether one is more than a group's start or end
 
     def tell(self, message, later=False):
-        """Queue one line for avsmd. A group's end can wait (`later`) for the next line that cannot,
-        when its leader's start time is known: avsmd checks a group is still the one it was told of
-        before ending it."""
+        """Queue one line for avsmd. A group's end can wait (`later`) for the next urgent line when
+        its leader's start time is known: avsmd checks the group is still that one before ending
+        it."""
         self.outbox.append(json.dumps(message, separators=(",", ":")))
         self.outbox_due = self.outbox_due or not later
         self.acks_waiting = self.acks_waiting or not ("group" in message or "ended" in message)
