@@ -7954,7 +7954,7 @@ START_AHEAD = 0.01
 
 def start_spread(i, count, cadence):
     """Seconds after the warden's start that the i-th of `count` ventures has its first round:
-    spread, so that a thousand ventures do not all come due in the same tick for ever after."""
+    spread, so a thousand ventures do not all come due in one tick for ever after."""
     return i / count * min(cadence, count * START_SPACING) if count else 0.0
 
 class Schedule:
@@ -7990,8 +7990,8 @@ class Schedule:
 
 
 class Rounds:
-    """The rounds in flight: a venture's metric, with every guard, audit and reading read beside it.
-    Its methods return the intents of what was read."""
+    """The rounds in flight: a venture's metric, every guard, audit and reading read beside it. Its
+    methods return the intents of what was read."""
 
     def __init__(self, cfg, home, ventures, children, spawn, stopping, debug=False):
         self.cfg, self.home, self.ventures, self.children = cfg, home, ventures, children
@@ -8002,7 +8002,7 @@ class Rounds:
 
     def start_round(self, state, now):
         """Start the metric's report and each guard, audit and reading command, each in its own
-        group. The round settles once all are in or half a second has passed."""
+        group; the round settles once all are in or half a second has passed."""
         m = state.mandate
         self.round_number += 1
         if self.debug:
@@ -8194,14 +8194,14 @@ class Keeper:
 
 
 class Levers:
-    """Runs the levers the gate proved, a lever with `check:` only once its check exits 0 and the
-    gate agrees again; its methods return the intents of what it started or what ended."""
+    """Runs the levers the gate proved (one with `check:` once its check exits 0 and the gate
+    agrees again); its methods return the intents of what it started or what ended."""
 
     def __init__(self, cfg, spawn):
         self.cfg, self.spawn = cfg, spawn
 
     def run_lever(self, state, lever, verdict, summary, by, side=None, extra=None, checked=False):
-        """Yield the action with the gate's proof and question, then start the lever apart. A lever
+        """Yield the action with the gate's proof and question, then start the lever apart; one
         with `check:` runs its check first (open point 27)."""
         spec = state.mandate["levers"].get(lever)
         if spec is not None and spec["check"] and not checked:
@@ -8287,8 +8287,8 @@ class Levers:
 
 
 class Worlds:
-    """Forecasts and world-model predictions, each made apart from the loop in groups of their own;
-    its methods return the intents of what came of them."""
+    """Forecasts and world-model predictions, made apart from the loop in groups of their own; its
+    methods return the intents of what came of them."""
 
     def __init__(self, cfg, spawn, stopping):
         self.cfg, self.spawn, self.stopping = cfg, spawn, stopping
@@ -8301,7 +8301,7 @@ class Worlds:
 
     def start_forecast(self, state, why, lever=None, decision=None):
         """Forecast the venture apart from the loop (FORECAST-06); a `decision`'s packet is forecast
-        here only through a world (issue 11 item 6); return whether one started."""
+        here only through a world; return whether one started."""
         f = self.cfg["forecast"] or (PACKET_FORECAST if decision else FORECAST_DEFAULT)
         if not f["seeds"] or self.stopping() or decision and not state.mandate["world"]:
             return False
@@ -8351,8 +8351,7 @@ class Worlds:
         return self.world_settle(state, job) if job["left"] == 0 else ()
 
     def world_done(self, state, child, status):
-        """One world step ended (open point 38); the ensemble is settled when its last step is
-        in."""
+        """One world step ended (open point 38); its last settles the ensemble."""
         job = child.extra.get("job")
         if job is None or self.worlds.get(state.name) is not job:
             return None
@@ -8445,8 +8444,8 @@ class Decisions:
         self.to_roles(message, lambda answer: (self.ventures[d.venture], then(d, answer)))
 
     def build(self, d):
-        """Build the packet and have the roles process make the request. With `world:`, the packet's
-        forecast is stepped through the world command first (issue 11 item 6)."""
+        """Build the packet and have the roles process make the request; with `world:`, the packet's
+        forecast is stepped through the world command first."""
         state = self.ventures[d.venture]
         if d.world_forecast is False:
             d.world_forecast = None
@@ -8637,7 +8636,7 @@ class Decisions:
 
     def propose(self, state, choice, d, held=None, ranking=False):
         """Yield one choice as an inferred proposal, then what the gate makes of it; return the
-        records written. `held`: why a ranking's top choice asks a person instead (WORLD-08)."""
+        records written. `held`: why a ranking's top choice asks a person (WORLD-08)."""
         lever = choice.get("action")
         seq = yield Write(proposal_record(state, choice, d, ranking))
         d.lines.append(f"#{seq} proposal {choice['choice']}" + (f" {lever}" if lever else ""))
@@ -8976,8 +8975,8 @@ class Warden:
                 self.tell_person(cannot_run_notice(state.name, str(err)))
 
     def tell_person(self, notice):
-        """Hand a notice to avsmd, which runs the notify command for it: avsmd outlives this warden,
-        and tells of its own stop and of a ledger it cannot write even when no warden runs."""
+        """Hand a notice to avsmd, which runs the notify command: it outlives this warden, and tells
+        of its own stop and of a ledger it cannot write even when no warden runs."""
         if notice is not None and self.cfg.get("notify"):
             self.avsmd.tell({"notice": notice})
 
@@ -9474,8 +9473,7 @@ class Warden:
         return [json.dumps(ask["payload"])]
 
     def do_propose(self, args, err):
-        """A person's own proposal: declared, so it counts as approved; the gate still judges it
-        (open point 15)."""
+        """A person's own proposal (open point 15): see person_proposal_rule."""
         state = self.venture(args.get("venture"))
         if state.mandate is None:
             raise Fail(EX_DATAERR, f"{state.name} cannot run: {state.problem}")
@@ -9589,8 +9587,8 @@ NOTIFY_STOP_GRACE = 0.5  # at a stop, seconds between TERM and KILL of a notify 
 
 
 class Notifier:
-    """avsmd's notify command (issue 14): run for each notice, one at a time, in a process group of
-    its own; avsmd's loop waits for it only at a stop."""
+    """avsmd's notify command: run for each notice, one at a time, in a process group of its own;
+    avsmd's loop waits for it only at a stop."""
 
     def __init__(self, home, spec, write, debug=False):
         self.home, self.spec, self.write, self.debug = home, spec, write, debug
