@@ -8481,7 +8481,6 @@ class Decisions:
             )
         state, backend = self.ventures[d.venture], self.cfg["backends"][d.backend]
         d.request = (answer["system"], answer["user"])
-        # what the provider said of this call, for the records its reply writes
         d.call = None
         if backend["kind"] == "command":
             import tempfile
