@@ -10477,7 +10477,7 @@ def show_answer(message, cmd, home):
 
 def send_request(home, message):
     """Return a socket to avsmd with `message` sent, or Fail(64) past REQUEST_MAX (avsmd would
-    refuse it half sent, and the client hear only a broken pipe)."""
+    refuse it half sent; the client would hear only a broken pipe)."""
     data = (json.dumps(message, separators=(",", ":")) + "\n").encode()
     if len(data) > REQUEST_MAX:
         cmd = message.get("cmd", "request")
@@ -11016,7 +11016,6 @@ def summary_facts(summary, span, home):
 
 
 def format_summary(facts):
-    """Return the lines of `avsm summary` from its facts."""
     first, last, avsmd = facts["first"], facts["last"], facts["avsmd"]
     lines = [f"summary of {facts['span']}: " + (
         f"#{first['seq']}..#{last['seq']}, {format_local_time(first['at'])} to "
@@ -11152,7 +11151,6 @@ def why_facts(db, facts, home):
 
 
 def why_lines(facts):
-    """Return the lines of `avsm why` from its facts."""
     record, proof = facts["record"], facts.get("proof")
     lines = [format_record_line(facts["seq"], facts["at"], record)]
 
