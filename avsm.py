@@ -13546,7 +13546,6 @@ class Findings:
 
 
 def finding_lines(f):
-    """Return the lines of one finding of doctor."""
     return [f"{'FAIL' if f['level'] == 'fail' else f['level']:<5} {f['text']}"] + \
         [f"      fix: {f['fix']}"] * bool(f["fix"]) + [f"  {line}" for line in f["lines"]]
 
