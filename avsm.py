@@ -9921,7 +9921,6 @@ class Kept:
         self.chan = self.pidfd = None
 
     def restart_wait(self):
-        """Return the wait before starting it again."""
         self.backoff, delay = child_restart_wait(self.backoff, time.monotonic() - self.started)
         self.restart_at = time.monotonic() + delay if delay else None
         return delay
