@@ -4105,7 +4105,6 @@ def controller_rule(state, side, lever, reports, why):
 
 
 def controller_basis(state, reports, why):
-    """Return the basis of a controller's call."""
     return (
         state.mandate["controller"]["kind"],
         reports,
