@@ -44,6 +44,7 @@ Sections
 
 import collections
 import contextlib
+import contextvars
 import fcntl
 import functools
 import heapq
@@ -10432,8 +10433,8 @@ LINE_CONTROL_CHARS = (
 
 def ask_daemon(home, cmd, args=None):
     """Send one request to avsmd (or a host's bridge) and relay its answer; return its exit code."""
-    if REMOTE.get("via"):
-        return ask_bridge(REMOTE["via"], {"v": 1, "cmd": cmd, "args": args or {}})
+    if CALLER.get().via:
+        return ask_bridge(CALLER.get().via, {"v": 1, "cmd": cmd, "args": args or {}})
     with send_request(home, {"v": 1, "cmd": cmd, "args": args or {}}) as conn:
         # a decision may wait on a backend (120 s, escalation twice that); anything else answers at
         # once
@@ -10713,8 +10714,8 @@ def utf8_output():
     """Whether standard output takes UTF-8: its encoding, and the locale LC_ALL, LC_CTYPE or LANG
     names.
     Python turns a C locale into C.UTF-8 in LC_CTYPE (PEP 538): that is read as the C locale."""
-    if "utf8" in REMOTE:
-        return REMOTE["utf8"]           # the bridge writes for a terminal at the other end of ssh
+    if CALLER.get().utf8 is not None:
+        return CALLER.get().utf8        # the bridge writes for a terminal at the other end of ssh
     encoding = (
         (getattr(sys.stdout, "encoding", None) or "").lower().replace("-", "").replace("_", ""))
     if encoding != "utf8":
@@ -10745,7 +10746,7 @@ def read_payload(source):
     """Return the text of a payload file, or of standard input for -; Fail(66) when unreadable."""
     try:
         if source == "-":
-            return sys.stdin.read()
+            return (CALLER.get().stdin or sys.stdin).read()
         with open(source, encoding="utf-8") as fh:
             return fh.read()
     except OSError as err:
@@ -10895,9 +10896,10 @@ def cmd_tail(home, args):
     if since is None:
         last = last_seq(db)
         since = max(0, last - count)
-        follow = (REMOTE.get("tty", sys.stdout is not None and sys.stdout.isatty())
-                  if follow is None
-                  else follow)
+        if follow is None:
+            follow = CALLER.get().tty
+        if follow is None:
+            follow = sys.stdout is not None and sys.stdout.isatty()
     while True:
         for seq, at, record in read_records(db, since):
             out(json.dumps({"schema": 1, "seq": seq, "at": at, "record": record}) if JSON
@@ -11265,8 +11267,10 @@ def describe_call(record):
 # avsm listens on nothing but its socket (DESIGN: no listener): `avsm --host H VERB` runs VERB
 # through ssh and the bridge there, which an ssh key names as its forced command.
 
-# near side: "via", the host ask_daemon goes through; both sides: "as", how the person runs avsm
-REMOTE = {}
+# Whom avsm runs for, set at most once a run (main gives each its context); None: the person here
+Caller = collections.namedtuple("Caller", "via command tty utf8 read_only stdin",
+                                defaults=(None,) * 6)
+CALLER = contextvars.ContextVar("caller", default=Caller())
 SSH_FAILURES = (
     ("Could not resolve hostname", EX_NOHOST, "check its name, or its Host entry in ~/.ssh/config"),
     (
@@ -11370,9 +11374,9 @@ def bridge_verb(home, message, read_only):
     problem = bridge_argv_problem(verb, argv)
     if problem:
         raise Fail(EX_DATAERR, problem)
-    REMOTE.update((k, m[k]) for k in ("as", "tty", "utf8") if m.get(k) is not None)
-    REMOTE["read_only"] = read_only     # a read-only key writes nothing, not even doctor's cache
-    sys.stdin = io.StringIO(m.get("stdin") or "")      # - reads the request's, not the channel
+    stdin = io.StringIO(m.get("stdin") or "")      # - reads the request's, not the channel
+    CALLER.set(Caller(command=m.get("as"), tty=m.get("tty"), utf8=m.get("utf8"),
+                      read_only=read_only, stdin=stdin))
     if verb == "tail":                  # the one verb that may not end by itself (tail -f)
         import threading
         threading.Thread(target=end_with_stdin, daemon=True).start()
@@ -11519,7 +11523,7 @@ def run_remote(target, verb, argv, path=None):
         raise Fail(
             EX_USAGE,
             f"avsm {verb} runs only where you are; avsm --host runs {', '.join(BRIDGE_VERBS)}")
-    REMOTE.update({"via": host, "as": f"{client_command()} --host {target}"})
+    CALLER.set(Caller(via=host, command=f"{client_command()} --host {target}"))
     if verb == "approve" and "--edit" in argv:
         # the editor is here; the ask and the answer go through the bridge
         return cmd_approve(None, argv)
@@ -11537,7 +11541,7 @@ def run_remote(target, verb, argv, path=None):
                "argv": argv + ["--json"] * bool(JSON),
                "home": host["home"],
                "stdin": stdin,
-               "as": REMOTE["as"],
+               "as": CALLER.get().command,
                "tty": bool(sys.stdout and sys.stdout.isatty()),
                "utf8": utf8_output()}
     return ssh_bridge(host, request)[0]
@@ -12666,7 +12670,7 @@ def program_command(program, home=None):
 
 def client_command(home=None):
     """The client as this user runs it, with --home where needed (across ssh: avsm --host HOST)."""
-    return REMOTE.get("as") or program_command("avsm", home)
+    return CALLER.get().command or program_command("avsm", home)
 
 
 def user_cache():
@@ -13921,7 +13925,8 @@ def read_kept_checkpoints(home, found, where, trust):
     for name in names:
         try:
             if name == "-":
-                name, data, sig = "on standard input", sys.stdin.read(CHECKPOINT_MAX + 1), None
+                data = (CALLER.get().stdin or sys.stdin).read(CHECKPOINT_MAX + 1)
+                name, sig = "on standard input", None
                 if len(data) > CHECKPOINT_MAX:
                     raise OSError(0, f"it is longer than {CHECKPOINT_MAX // 1024} KiB")
             else:       # regular files, bounded: a FIFO or /dev/zero is one refusal, not a hang
@@ -14058,7 +14063,7 @@ def verified_path(home):
 def remember_verified(home, checkpoint):
     """Note the newest checkpoint a full doctor verified, for --quick, in the client's own cache:
     doctor changes nothing in the home (DOCTOR-02). The note grants nothing by itself."""
-    if REMOTE.get("read_only"):
+    if CALLER.get().read_only:          # a read-only key writes nothing
         return
     path = verified_path(home)
     was = os.umask(0o077)
@@ -15167,7 +15172,7 @@ def main(argv=None):
         elif program in INTERNAL_PROGRAMS:
             code = run_internal(program, args)
         else:
-            code = run_client(args)
+            code = contextvars.copy_context().run(run_client, args)
         if JSON:
             out(json.dumps(exit_facts(JSON, code)))
         try:
