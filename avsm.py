@@ -44,6 +44,7 @@ Sections
 
 import collections
 import contextlib
+import contextvars
 import fcntl
 import functools
 import heapq
@@ -3455,7 +3456,7 @@ def fold_guard(state, seq, record):
 
 def settles_guard(record):
     """Whether a guard reading trips or clears its guard: a trusted one, or a plausible one back
-    inside (open point 32); the gate's fold and the proof's re-check both ask this."""
+    inside (open point 32); the fold and the proof's re-check both ask this."""
     return record.get("status") == "trusted" or (
         record.get("status") == "unconfirmed" and not record.get("past"))
 
@@ -3708,9 +3709,8 @@ def drift_and_noise(steps):
 
 # ---- the rules of a settled round ----
 def round_settled(state, report_seq, unread, stopping):
-    """A round settles, its metric in and the rest read or late: yield what it settles without, what
-    the settling rules call for, then the score of the prediction its report resolves and the next
-    prediction (WORLD-05)."""
+    """A round settles (metric in, the rest read or late): yield what it settles without, what its
+    rules call for, then the score of the prediction its report resolves and the next (WORLD-05)."""
     yield from unread_rule(state, unread, "slower than half a second; written when it is done")
     scores = list(calibration_rule(state))      # written with the next prediction
     yield from settle_round(state, report_seq)
@@ -3745,17 +3745,17 @@ def unread_record(state, what, name, why):
 
 
 def round_plan(mandate, running):
-    """Return [(what, item, start)] for a round now due: each guard (but a drawdown guard, read from
-    the metric's report), audit and reading; `start` is False when its last read is still `running`:
-    that one is written as not read and left to run (RUN-18)."""
+    """Return [(what, item, start)] for a round now due: each guard (a drawdown guard is read from
+    the metric's report), audit and reading; `start` is False when its last read is still `running`
+    (written as not read, left to run: RUN-18)."""
     return [(what, item, (what, item["name"]) not in running)
             for what in ("guard", "audit", "reading") for item in mandate[what + "s"]
             if what != "guard" or item["drawdown"] is None]
 
 
 def reading_limit(item):
-    """Return the seconds a reading program may run: its own `timeout:`, else 10 minutes; one still
-    running at its next due time runs on until done or this limit (DESIGN)."""
+    """Return the seconds a reading program may run: its `timeout:`, else 10 minutes; one still
+    running when next due runs on to this limit (DESIGN)."""
     return item.get("timeout") or READING_TIMEOUT
 
 
@@ -3767,8 +3767,7 @@ def read_late(child_round, round_):
 
 def round_unread(round_, now):
     """Return what a round in flight settles without, sorted [(what, name)], once its metric is in
-    and every guard, audit and reading is read, or its deadline has passed at `now` (monotonic);
-    None while it still waits."""
+    and the rest read or its deadline past at `now` (monotonic); None while it waits."""
     if round_ is None or round_["metric"] is None:
         return None
     if round_["pending"] and now < round_["deadline"]:
@@ -4304,7 +4303,6 @@ def controller_rule(state, side, lever, reports, why):
 
 
 def controller_basis(state, reports, why):
-    """Return the basis of a controller's call."""
     return (
         state.mandate["controller"]["kind"],
         reports,
@@ -4397,10 +4395,10 @@ def parsed_or_none(parse, record, seq):
 
 
 def recheck_action(state, seq, at, action, records):
-    """Return the problems found re-checking the stored action #seq; [] when it holds: the same
-    `prove`, at its `at`, on `state` (folded from every record of the venture before it) must give
-    back its proof. Not from a window: the gate reads what records from any time back left (an
-    unanswered ask, an unspent approval, a deadband not re-armed), which no mandate resets."""
+    """Return the problems re-checking stored action #seq ([] when it holds): `prove`, at its `at`,
+    on `state` folded from every earlier record of the venture, must give back its proof. Not a
+    window: the gate reads what any earlier record left (an unanswered ask, an unspent approval, a
+    deadband not re-armed), which no mandate resets."""
     proof = action.get("proof") if isinstance(action.get("proof"), dict) else {}
     problems, lever = [], action.get("lever")
     premises = proof.get("premises") if isinstance(proof.get("premises"), list) else []
@@ -4460,8 +4458,8 @@ def recheck_action(state, seq, at, action, records):
 
 
 def stored_basis(action, records):
-    """Return (basis, approval, check, exact): what the gate was asked of a stored action; an action
-    older than its stored basis has them read back from its proof, and exact is False (no steps)."""
+    """Return (basis, approval, check, exact): what the gate was asked of a stored action; one
+    stored without a basis has them read back from its proof, and exact is False (no steps)."""
     proof = action.get("proof") or {}
     if isinstance(action.get("basis"), dict):
         b = action["basis"]
@@ -4543,10 +4541,10 @@ TEXT_MAX = 2000
 
 
 def proposal_rule(state, seq, choice, by, backend, content_why=None, held=None):
-    """A model's choice, written as proposal #seq: an action goes to the gate with the proposal as
-    its trigger, never a premise; a lever that waits for a person is asked about once.
-    content_why: what the file system said of a diff or file payload; held: why a ranking's top
-    choice waits for a person (WORLD-08)."""
+    """A model's choice, written as proposal #seq, goes to the gate with the proposal as its
+    trigger, never a premise; a lever that waits for a person is asked about once. content_why:
+    what the file system said of a diff or file payload; held: why a ranking's top choice waits for
+    a person (WORLD-08)."""
     m, lever, payload = state.mandate, choice.get("action"), choice.get("payload")
     named = lever in m["levers"] or lever == "stop"
     forbidden = lever in m["forbidden"]
@@ -4671,12 +4669,10 @@ APPROVAL_TO_WRITE = 0   # do_approve asks: would the approval it is about to wri
 
 def prove(state, lever, now, basis, trigger=None, approval=None, payload=None, check=None):
     """Return the Verdict on running `lever` now: a proof from measured and declared premises, or
-    why not.
-
-    basis: (rule, premise seqs, steps) saying what calls for the run. approval: the seq of an
+    why not. basis: (rule, premise seqs, steps), what calls for the run. approval: the seq of an
     unspent declared approval (or a person's proposal) of exactly this lever and payload. check: the
-    seq of the lever's passed check, cited last. The same function re-checks a stored action
-    (recheck_action): there is no second list of rules."""
+    seq of the lever's passed check, cited last. recheck_action re-checks with this same function:
+    there is no second list of rules."""
     rule, basis_premises, basis_steps = basis
     m = state.mandate
     if m is None:
@@ -4872,8 +4868,8 @@ Mail.__doc__ = "The message mail.send pipes, and the sender headers of its own i
 
 
 def write_mail(message, sender):
-    """Return the Mail that mail.send pipes: `From: sender`, then the message but its own
-    MAIL_SENDER_HEADERS; raise ValueError saying why it cannot be sent as it stands.
+    """Return the Mail mail.send pipes: `From: sender`, then the message less its own
+    MAIL_SENDER_HEADERS; ValueError says why it cannot be sent as it stands.
     message ::= header+ blank-line body      header ::= name ':' text (WSP text)*
     lines end LF or CRLF"""
     # a bare CR is refused: a mail program may take it as a line end
@@ -4911,8 +4907,8 @@ def write_mail(message, sender):
 
 
 def mail_to_send(spec, cfg, payload):
-    """Return (mail, why not): the Mail a mail.send lever pipes for `payload`, or None and why it
-    cannot be sent (CONFIG-07: it needs adapters: mail: in config.yaml)."""
+    """Return (mail, why not) a mail.send lever pipes for `payload` (CONFIG-07: it needs adapters:
+    mail: in config.yaml)."""
     mail, problem = None, "mail.send needs adapters: mail: in config.yaml and a text payload"
     sender = (cfg["adapters"].get("mail") or {}).get("from")
     if spec is not None and spec["run"] == "mail.send" and sender and isinstance(payload, str):
@@ -4970,7 +4966,7 @@ def action_record(state, lever, verdict, summary, by, side=None, extra=None):
 
 def lever_outcome(state, lever, seq, status, ended_by, duration, timeout, note, lines):
     """Yield the outcome of `lever` (action #seq), after research's facts from its output `lines`:
-    ok only when it exited 0 and nothing ended it (an oversized output does)."""
+    ok only when it exited 0 and nothing (not even an oversized output) ended it."""
     ok, how = status == 0 and ended_by is None, describe_status(status)
     if ok and lever == "research":
         yield from fact_records(state, seq, lines)
@@ -5019,7 +5015,7 @@ def unstarted_outcome(state, lever, action, note, why=None):
 
 
 def check_rule(state, lever, verdict, summary, by, side, extra, ok, status, note, why):
-    """A lever's check ended (open point 27): one that passed lets the gate prove the lever again,
+    """A lever's check ended (open point 27): once it passed, the gate proves the lever again with
     the check among its premises, and only then does it run. why: what ended the check."""
     seq = yield Write(
         new_record(
@@ -5052,8 +5048,8 @@ def check_rule(state, lever, verdict, summary, by, side, extra, ok, status, note
 
 
 def basis_now(state, lever, basis, guard):
-    """Return the basis that calls for `lever` now, or None: the action must rest on what calls for
-    it when it is written, after its check."""
+    """Return the basis that calls for `lever` now, or None: the action rests on what calls for it
+    when written, after its check."""
     if basis[0] == "unwind":
         info = state.guards.get(guard)
         return unwind_basis(guard, info["last"][0]) if info and info["past"] else None
@@ -5065,8 +5061,8 @@ def basis_now(state, lever, basis, guard):
 
 # ---- guards, audits, readings ----
 def reading_read(state, what, name, value, failure, text, late=False):
-    """A guard, audit or reading program ended, or could not start: yield its record; a `late` guard
-    reading has the guard rules run on it alone."""
+    """A guard, audit or reading program ended, or could not start: yield its record; the guard
+    rules run on a `late` guard reading alone."""
     item = next(i for i in state.mandate[what + "s"] if i["name"] == name)
     if what == "guard":
         yield Write(guard_record(state, item, value, failure, ""))
@@ -5100,8 +5096,8 @@ def audit_record(state, name, value, failure, text):
 
 
 def reading_record(state, reading, value, failure, text):
-    """Return a reading's record: read, or failed with no note at all (READING-08); a read one keeps
-    its fields (those its audit's note names)."""
+    """Return a reading's record: read, keeping its fields (those its audit's note names), or failed
+    with no note at all (READING-08)."""
     name = reading["name"]
     record = new_record(f"reading.{name}", state.name, value=value if value == value else None,
                         status="failed" if failure else "read", plausible=failure is None)
@@ -5120,7 +5116,7 @@ READING_FIELDS_MAX = 50
 
 
 def reading_fields(text, audit_note=None):
-    """Return the kept fields of a reading's output: the address lines above the number, at most 50;
+    """Return the kept fields of a reading's output: at most 50 address lines above the number;
     with an audit, only those it names."""
     lines = [line.strip() for line in text.split("\n") if line.strip()]
     named = None if audit_note is None else set(re.findall(r"[^\s<>,;:]+", audit_note))
@@ -5129,8 +5125,8 @@ def reading_fields(text, audit_note=None):
 
 
 def run_started(state, pid, restart, err=None):
-    """Return the intents of the kept `run` program started as `pid` (again after an exit:
-    `restart`), or not (`err`): its start record, or its exit."""
+    """Return the intents of the kept `run` program started as `pid` (`restart`: after an exit), or
+    not (`err`): its start record, or its exit."""
     if err is not None:
         return [Write(new_record("exit", state.name, status="not started",
                                  summary=f"run could not start: {err}"))]
@@ -5179,9 +5175,9 @@ def next_backoff(previous):
 
 def interrupted_rule(state, now, n):
     """RUN-10: a lever a dead warden left running is never run again blindly: its outcome is not
-    known, and an ask holds the lever until a person says whether it happened. A check it left
-    running did not pass (its lever did not run); a ratchet's forecast it left is made again (`n`:
-    the config's ratchet)."""
+    known, so an ask holds it until a person says whether it happened. A check it left did not
+    pass (its lever did not run); a ratchet's forecast it left is made again (`n`: the config's
+    ratchet)."""
     for lever, seq in list(state.checking.items()):
         yield Write(new_record(
             "check", state.name, lever=lever, ok=False, status="unknown",
@@ -5208,8 +5204,8 @@ def interrupted_rule(state, now, n):
 
 def ratchet_rule(state, lever, n, forecast=None, again=False):
     """Yield what an approval of `lever` (or its forecast in: (seq, line), (None, None) when cut
-    short) calls for: the forecast first, its start written, and the ask when it is in
-    (FORECAST-01). again: the forecast a dead warden left is made again."""
+    short) calls for: the forecast, its start written, then the ask once it is in (FORECAST-01).
+    again: the forecast a dead warden left is made again."""
     waits = forecast is None and not again and lever in state.ratchet_forecasts
     if not ratchet_due(state, lever, n) or waits:
         return
@@ -5242,7 +5238,6 @@ FORECAST_BLOCKS = 2000  # a path is stepped in at most this many blocks of repor
 def forecast_paths(facts, seed=0):
     """Return {"median", "p10", "p90", "days", "seeds", "decimals"} at the horizon, or
     {"too_little": why}; each path starts with one run of `facts["first"]` when it names a lever.
-
     A block of k report steps moves by k resampled lever-free steps (normal past 8)."""
     import random
     steps, history = facts["free_steps"], facts["history"]
@@ -5320,8 +5315,8 @@ def forecast_result(facts, ends, days):
 
 
 def ratchet_due(state, lever, n):
-    """Whether self should propose delegating `lever` (SELF-02): `ratchet: n` approvals of it since
-    the mandate (a denial resets the count)."""
+    """Whether self should propose delegating `lever` (SELF-02): `ratchet: n` approvals since the
+    mandate (a denial resets the count)."""
     spec = state.mandate["levers"].get(lever) if state.mandate else None
     if not n or spec is None or spec["delegated"] or (spec["reversible"] and not spec["takes"]):
         return False
@@ -5330,8 +5325,8 @@ def ratchet_due(state, lever, n):
 
 
 def begun(state, what, lever):
-    """Yield the record of a check or a ratchet's forecast started: folded, the lever waits on it
-    until its check or forecast record, or the ask, is written."""
+    """Yield the record of a check or a ratchet's forecast started: folded, it holds the lever until
+    its check or forecast record, or the ask, is written."""
     summary = f"{lever}'s check started" if what == "check" else \
         f"a forecast started, for the ask to delegate {lever}"
     yield Write(new_record("begun", state.name, what=what, lever=lever, summary=summary))
@@ -5339,8 +5334,8 @@ def begun(state, what, lever):
 
 def approval_rule(state, seq, ask, payload, edited, problem, now):
     """A person's yes to ask #seq. The gate first proves the lever as if the approval were written,
-    so a refusal leaves the ask open and no approval spent. problem: what the file system said of a
-    diff or file payload. Raises Fail (65) once the refusal is written."""
+    so a refusal leaves the ask open and no approval spent. problem: as content_why of
+    proposal_rule. Raises Fail (65) once the refusal is written."""
     lever = ask.get("lever")
     if lever is None or ask.get("about") not in ("lever", "model"):
         yield Write(
@@ -5373,9 +5368,8 @@ def approval_rule(state, seq, ask, payload, edited, problem, now):
 
 
 def person_proposal_rule(state, lever, payload, content_why):
-    """A person's own proposal (open point 15): written as declared, so it is its own approval; what
-    the mandate or the file system (content_why) refuses is refused; the rest goes to the gate.
-    Raises Fail (65) once the refusal is written."""
+    """A person's own proposal (open point 15), declared, so its own approval: refused as the
+    mandate or the file system (content_why) refuse it, else gated; Fail (65) once refused."""
     m = state.mandate
     spec = m["levers"].get(lever)
     seq = yield Write(new_record("proposal", state.name, claim="declared", by="person",
@@ -5400,8 +5394,8 @@ def person_proposal_rule(state, lever, payload, content_why):
 
 
 def denial_rule(state, seq, ask):
-    """A person denied ask #seq: yield the denial, naming its lever, then a canary's result (its
-    denial names no lever: the canary record says what the answer showed)."""
+    """A person denied ask #seq: yield the denial naming its lever; a canary's names none, and its
+    canary record says what the answer showed."""
     lever = None if ask.get("canary") else ask.get("lever")
     yield Write(new_record("denial", state.name, ask=seq, **some(lever=lever),
                            summary=f"a person denied ask #{seq}"
@@ -5446,8 +5440,8 @@ def person_rule(state, verb):
 
 
 def forecast_rule(state, extra, output, status, ended_by, n):
-    """A forecast program ended: yield its inferred record, which shows and never authorizes (none
-    when a pause or a stop cut it short), then a ratchet ask waiting on it."""
+    """A forecast program ended: yield its inferred record, which never authorizes (none when a
+    pause or a stop cut it short), then a ratchet ask waiting on it."""
     seq = line = None
     if ended_by not in ("pause", "stop"):
         record = forecast_record(state, extra, output, status, ended_by)
@@ -5483,8 +5477,7 @@ def forecast_record(state, extra, output, status, ended_by):
 
 
 def checked_forecast(result):
-    """Return a forecast program's result when it holds, else None: the warden hands on nothing it
-    did not check."""
+    """Return a forecast program's result when it holds, else None: nothing unchecked goes on."""
     if isinstance(result, dict) and isinstance(result.get("too_little"), str):
         return {"too_little": result["too_little"][:NOTE_MAX]}
     if isinstance(result, dict) and result.get("decimals") in (0, 1, 2) and \
@@ -5602,8 +5595,8 @@ PACKET_WORLD_CALLS = 160  # world steps a decision packet's forecasts make in al
 
 
 def packet_world_forecast(facts, step):
-    """Return the decision packet's forecasts through the world (issue 11 item 6): one run now of
-    each lever and no controller."""
+    """Return the decision packet's forecasts through the world: one run now of each lever and no
+    controller."""
     calls = max(1, PACKET_WORLD_CALLS // (1 + len(facts["levers"])))
     free = dict(facts, sides=[])
     return {"nothing": forecast_world_paths(free, step, calls),
@@ -5616,10 +5609,9 @@ WORLD_FORECAST_CALLS = 400  # world steps (seeds x steps) a forecast makes; then
 
 def forecast_world_paths(facts, step, calls=WORLD_FORECAST_CALLS):
     """Return the forecast of `facts` through the world command (open point 39), as forecast_paths
-    does; `step(input)` returns (output, None) or (None, why).
-
-    A path's own values stand apart in `imagined`: a world tells measured history from its own
-    simulation. Past `calls` steps in all the horizon is cut, and `cut` says so."""
+    does; `step(input)` returns (output, None) or (None, why). A path's own values stand apart in
+    `imagined`, so a world tells measured history from its simulation. Past `calls` steps in all
+    the horizon is cut, and `cut` says so."""
     cadence, seeds = facts["cadence"], facts["seeds"]
     total = forecast_steps(facts)
     if not total:
@@ -5657,8 +5649,7 @@ def forecast_world_paths(facts, step, calls=WORLD_FORECAST_CALLS):
 
 
 def packet_world_made(result, why_not):
-    """Return the packet forecast's `made` from packet_world_forecast's output, or why there is
-    none."""
+    """Return the packet forecast's `made` from packet_world_forecast's output, or why none."""
     if why_not is None and isinstance(result, dict) and isinstance(result.get("levers"), dict):
         nothing = checked_forecast(result.get("nothing"))
         levers = {name: checked_forecast(r) for name, r in result["levers"].items()}
@@ -5754,9 +5745,8 @@ class VentureState:
     """What the ledger says of one venture, folded record by record (so a restart forgets
     nothing)."""
 
-    # Slots for the fields below: over 30 of them, an instance's __dict__ would not share its keys
-    # (1.6 KiB a venture, not 0.4; issue 15). "__dict__" last: a field added without its slot still
-    # works, in a dict of its own.
+    # Slots: with over 30 fields an instance's __dict__ would not share its keys (1.6 KiB a
+    # venture, not 0.4). "__dict__" last: a field added without its slot still works.
     __slots__ = ("name", "directory", "mandate", "mandate_seq", "mandate_sha", "mandate_text",
                  "problem", "paused", "last_report", "level", "pending", "last_step",
                  "previous_implausible", "trusted", "trusted_at", "sides", "actions", "open_asks",
@@ -5853,7 +5843,7 @@ def mandate_record(name, directory, text, summary, **fields):
 
 def still_past_lines(state):
     """Return the lines `avsm resume` adds for each guard whose last reading was past its bound
-    (PAUSE-03). Only that last reading is known: the cause may have been cleared since."""
+    (PAUSE-03); only that reading is known: its cause may be cleared since."""
     then = {g["name"]: g["then"] for g in state.mandate["guards"]} if state.mandate else {}
     return [f"guard {name}: its last reading was past its bound (since #{episode}); "
             + (f"if it still is at its next reading, it pauses {state.name} again"
@@ -5978,8 +5968,8 @@ def packet_forecast_lines(packet):
 
 
 def packet_world_lines(metric, facts):
-    """The packet's forecast made through the world command (issue 11 item 6), and the horizon it
-    was cut short at where its calls were capped."""
+    """The packet's forecast made through the world command, and where its capped calls cut the
+    horizon short."""
     made = facts["made"]
     nothing = made["nothing"]
     lines = [f"forecast through the world command ({format_number(facts['days'])} days x"
@@ -5998,9 +5988,8 @@ CHOICES_MAX = 5
 
 
 def parse_reply(data, packet):
-    """Return {"choices": [...]} or {"look": {...}} from a reply, or {"unusable": why}.
-
-    The reply is one JSON object on one line (a classifier: one word); anything else is unusable."""
+    """Return {"choices": [...]} or {"look": {...}} from a reply, or {"unusable": why}: anything but
+    one JSON object on one line (a classifier: one word) is unusable."""
     if len(data) > REPLY_MAX:
         return {"unusable": f"the reply is bigger than {REPLY_MAX // 1024} KiB"}
     try:
@@ -6125,9 +6114,8 @@ def diff_paths(diff):
 
 
 def content_problem(takes, payload, directory):
-    """Return why a diff or file payload would reach outside the venture directory, or None.
-
-    A file payload is its relative path on the first line and the content after it."""
+    """Return why a diff or file payload would reach outside the venture directory, or None. A
+    file payload is its relative path on the first line and the content after it."""
     if not isinstance(payload, str):
         return None
     if takes == "diff":
@@ -6157,10 +6145,8 @@ Writable = collections.namedtuple("Writable", "why fix")   # who could change a 
 
 def write_problem(path, st, uid, name=str):
     """Return the Writable that says who but `uid` or root could change `path` (stat `st`), or None.
-
-    As sshd's StrictModes: owned by `uid` or root, and no group or other write bit, but for a
-    directory owned by one of them with the sticky bit (/tmp, 1777), where no one may replace what
-    another owns."""
+    As sshd's StrictModes: owned by `uid` or root, no group or other write bit, but for a sticky
+    directory owned by one of them (/tmp, 1777), where no one may replace what another owns."""
     if st.st_uid not in (uid, 0):
         return Writable(f"{path} is owned by {name(st.st_uid)}, not by {name(uid)} or root, "
                         "so that user can change what avsmd runs",
@@ -6186,7 +6172,7 @@ def venture_commands(m):
 
 def command_words(command):
     """Return the words of `command` (a shell line, or an argv list) that may name a file it runs or
-    reads; operators and quotes are the shell's."""
+    reads."""
     if not isinstance(command, str):
         return list(command)
     import shlex
@@ -6252,7 +6238,7 @@ def snapshot_text(seq, states, counted):
 
 def ranked_choices(state, choices):
     """Return [(choice, held, not proposed)] for a reply's choices (WORLD-08, open point 37): below
-    the calibration bar a ranking's top action asks a person and those below it are not proposed."""
+    the calibration bar a ranking's top action asks a person, and the rest are not proposed."""
     held = None
     if is_ranking(choices):
         ok, why = calibration_bar(state)
@@ -6302,8 +6288,8 @@ def ratchet_change_problem(state, mandate):
 
 
 def canary_ask(state, asks_seen, every):
-    """Return the known-answer ask due after every `every` asks (canary_asks), or None: one that a
-    person who reads it denies."""
+    """Return the known-answer ask due after every `every` asks (canary_asks), or None: one a person
+    who reads it denies."""
     if asks_seen % every:
         return None
     lever = (
@@ -6321,8 +6307,8 @@ def ratchet_approval(state, seq, ask):
 
 
 def child_restart_wait(previous, uptime):
-    """Return (the back-off to keep, the wait before avsmd starts its warden or roles process
-    again): doubling while it keeps dying within QUICK_DEATH."""
+    """Return (the back-off to keep, the wait before avsmd restarts its warden or roles process):
+    doubling while it keeps dying within QUICK_DEATH."""
     if uptime >= QUICK_DEATH or previous is None:
         return (None if uptime >= QUICK_DEATH else 0), 0
     backoff = next_backoff(previous)
@@ -6360,8 +6346,8 @@ def backend_for(state, cfg):
 
 
 def model_packet(state, recent, now, forecast, looks):
-    """Return what a model may be shown of a venture (its decision packet): never an audit reading,
-    note or ask, nor a record that cites one (AUDIT-05)."""
+    """Return a venture's decision packet: never an audit reading, note or ask, nor a record that
+    cites one (AUDIT-05)."""
     m = state.mandate
     ctl = m["controller"]
     hidden = {s for s, a in state.open_asks.items() if a.get("about") == "audit" or a.get("audit")}
@@ -6452,8 +6438,8 @@ def answer_record(venture, seq, cited, note=None):
 
 
 def escalation_to(state, cfg, backend, asked, stopping):
-    """Return (the backend an unusable reply of `backend` is escalated to, None) or (None, why not
-    or None): ESC-01, ESC-08."""
+    """Return (the backend an unusable reply of `backend` escalates to, None) or (None, why not or
+    None): ESC-01, ESC-08."""
     second = cfg.get("escalate")
     if not second or second == backend or not asked:
         return None, None
@@ -6465,8 +6451,8 @@ def escalation_to(state, cfg, backend, asked, stopping):
     return second, None
 
 
-# ---- telling a person: the notices the notify command runs for (issue 14) ---- A notice is a dict:
-# kind, venture, seq (null when no record names it), summary, and the command that answers it,
+# ---- telling a person: the notices the notify command runs for ---- A notice is a dict: kind,
+# venture, seq (null when no record names it), summary, and the command that answers it,
 # completed where it is sent (notice_message).
 def new_notice(kind, venture, seq, summary, answer, **more):
     """Return a notice, not a record: what the notify command is told (NOTICE_TITLES)."""
@@ -6512,15 +6498,14 @@ def ledger_down_notice(why):
 
 
 def stopping_notice(why):
-    """Return the notice of avsmd stopping."""
     return new_notice("stop", "self", None,
                       f"avsmd is stopping ({why}); no venture runs until it is started again",
                       "avsmd")
 
 
 def admit_notice(down_told, notice):
-    """Return (whether to tell `notice`, whether an unwritable ledger is told now): a person hears
-    of it once, though the warden and avsmd may each find it."""
+    """Return (whether to tell `notice`, whether an unwritable ledger is told now): told once,
+    though the warden and avsmd may each find it."""
     if notice["kind"] == "ledger-down":
         return not down_told, True
     if notice["kind"] == "ledger":
@@ -6536,8 +6521,8 @@ NOTICE_TITLES = {"ask": "{venture} asks (#{seq})", "stuck": "{venture} is stuck 
 
 
 def notice_message(notice, commands, home):
-    """Return (the short text for the notify command's standard input, the $AVSM_EVENT object) of a
-    notice; `commands` maps avsm and avsmd to the command lines this person runs them by."""
+    """Return (the notify command's short standard input, the $AVSM_EVENT object) of a notice;
+    `commands` maps avsm and avsmd to the command lines this person runs them by."""
     def complete(line):
         if not line:
             return None
@@ -6558,8 +6543,8 @@ def notice_message(notice, commands, home):
 
 
 def judge_metrics(failed, spec, failure):
-    """Return (the writes of the metrics textfile that failed in a row, the record to write or None)
-    after one write, `failure` saying why it failed: one record a stretch, and one as it ends."""
+    """Return (the metrics textfile's writes failed in a row, the record to write or None) after one
+    write (`failure`: why it failed): one record a stretch, and one as it ends."""
     textfile, every = spec["textfile"], format_duration(spec["every"])
     if failure is None:
         return 0, None if not failed else new_record(
@@ -6587,7 +6572,7 @@ def notify_failure(ended_by, status, timeout):
 
 def judge_notify(stretch, notice, failure, note=""):
     """Return (the stretch of failures after one run of the notify command, the record to write or
-    None): written once per stretch and once more when it works again. No notice is tried twice."""
+    None): once per stretch and once when it works again. No notice is tried twice."""
     told = (f"#{notice['seq']} ({notice['kind']})" if notice.get("seq")
             else f"'{NOTICE_TITLES[notice['kind']].format(**notice)}'")
     if failure is None:
@@ -6615,8 +6600,8 @@ def judge_notify(stretch, notice, failure, note=""):
     )
 
 
-# ---- the morning summary (issue 14 item 3) ---- What happened in a span of the ledger, per venture
-# (`avsm summary`). Records before the span count for what is still open at its end and for the fold
+# ---- the morning summary ---- What happened in a span of the ledger, per venture (`avsm
+# summary`). Records before the span count for what is still open at its end and for the fold
 # that replays judge_effect (a hit writes no record).
 SUMMARY_BEFORE_KINDS = ("mandate", "ask", "approval", "denial", "resolved", "pause", "resume")
 
@@ -6646,7 +6631,7 @@ when it holds none), and {venture: what happened}."""
 
 def summarize(rows, since, parse=None):
     """Return the Summary of the records after `since`; rows (seq, at, record) before it count only
-    as SUMMARY_BEFORE_KINDS say, and as the history a fold of effects needs."""
+    as SUMMARY_BEFORE_KINDS say, and as history for the fold of effects."""
     parse = parse or parse_mandate
     ventures, folds, first, last, actions = {}, {}, None, None, {}
     for seq, at, record in rows:
@@ -6745,15 +6730,14 @@ def summarize_report(v, seq, record):
 
 
 def guard_pause_way_out(venture, guard):
-    """Return (what to clear first, the command that resumes) of a pause by guard `guard`: a guard
-    is not read while its venture is paused, and the first reading after resume pauses it again if
-    it is still past its bound."""
+    """Return (what to clear first, the command that resumes) of a pause by guard `guard`: it is
+    not read while paused, and its first reading after resume pauses again if still past."""
     return f"clear what puts guard {guard} past its bound", f"avsm resume {venture}"
 
 
 def needs_person(v, name, parse=None):
-    """Return [(what, command)]: what in a venture's summary needs a person now, each with the
-    command that answers it."""
+    """Return [(what, command)]: what in a venture's summary needs a person now, and the command
+    that answers it."""
     found = []
     for seq, ask in sorted(v["open"].items()):
         found.append(
@@ -6816,7 +6800,7 @@ def socket_problem(home):
 
 
 def send_line(sock, message):
-    """Write one JSON object as one line, waiting for room even on a non-blocking socket."""
+    """Write one JSON object as one line, waiting for room on a non-blocking socket too."""
     send_bytes(sock, (json.dumps(message, separators=(",", ":")) + "\n").encode())
 
 
@@ -6906,11 +6890,10 @@ SPAWN_FDS = {}        # "null": /dev/null and "here": the process's own director
 
 def start_program(argv, cwd, env, stdin=None):
     """Start `argv` in `cwd` with `env`, leading a process group of its own, `stdin` a descriptor
-    (/dev/null when None); return (pid, output's read end, errors' read end).
-
-    os.posix_spawn (a third of Popen's CPU) closes no descriptor, so none is left inheritable
-    (mark_close_on_exec), and takes no cwd: the process steps into `cwd` and back, so its other
-    threads never use a relative path. """
+    (/dev/null when None); return (pid, output's read end, errors' read end). os.posix_spawn (a
+    third of Popen's CPU) closes no descriptor, so none is left inheritable (mark_close_on_exec),
+    and takes no cwd: the process steps into `cwd` and back; its other threads use no relative
+    path."""
     if "null" not in SPAWN_FDS:
         SPAWN_FDS["null"] = os.open(os.devnull, os.O_RDONLY | os.O_CLOEXEC)
         # a directory this process may not open (no O_PATH here) leaves it in /
@@ -7011,7 +6994,7 @@ class Child:
 
     def drain(self, pipe):
         """Read what `pipe` holds now, keeping the last OUTPUT_KEEP bytes; return False at EOF. With
-        `head` (a backend's reply), keep the first `head` bytes and end the program past them. """
+        `head` (a backend's reply), keep the first `head` bytes and end the program past them."""
         buffer = self.out if pipe == self.stdout else self.err
         while True:
             try:
@@ -7120,7 +7103,7 @@ def signature_file(signature):
 
 def verify_text(text, signature, allowed, namespace, principal=None):
     """Return the principal of `allowed` (an allowed_signers file) whose key signed `text` under
-    `namespace`; Fail(65) saying why not."""
+    `namespace`, or Fail(65)."""
     with signature_file(signature) as sig:
         code, who, _ = ssh_keygen(["-Y", "find-principals", "-s", sig, "-f", allowed],
                                   "verifying a checkpoint")
@@ -7240,9 +7223,9 @@ def process_start(pid):
 
 
 def group_is_still(pgid, leader_start):
-    """Whether process group `pgid` is still the one whose leader started at `leader_start` (clock
-    ticks since boot, or None): it lives, and its leader is gone (Linux reuses no pid that still
-    names a group) or is that very process."""
+    """Whether group `pgid` is still the one whose leader started at `leader_start` (clock ticks
+    since boot, or None): it lives, and its leader is gone (Linux reuses no pid that still names a
+    group) or is that very process."""
     if not signal_group(pgid, 0):
         return False
     now_start = process_start(pgid)
@@ -7279,8 +7262,8 @@ def stray_groups(home):
 
 
 def sweep_groups(path, home=None):
-    """End the process groups an earlier avsmd recorded and did not see end, and with `home` the
-    strays; return how many."""
+    """End the groups a dead avsmd recorded and did not see end (with `home`, the strays too);
+    return how many."""
     try:
         with open(path) as fh:
             lines = [line.split() for line in fh if line.strip()]
@@ -7536,7 +7519,7 @@ def declined(text, category, where):
 
 
 def provider_word(value):
-    """Return a provider's short code word (a stop reason, a request id) as kept, or None."""
+    """Return a provider's short code word (a stop reason, a request id), or None."""
     return value if isinstance(value, str) and re.fullmatch(r"[\x21-\x7e]{1,200}", value) else None
 
 
@@ -7638,11 +7621,9 @@ ADAPTER_TIMEOUT = 30  # seconds an adapter's GET may take in all: the name, the 
 
 
 def adapter_get(url, key=None, limit=ADAPTER_TIMEOUT):
-    """Return (status, body) of one GET of `url` within `limit` seconds in all; raise OSError saying
-    why not.
-
-    With a key (a bearer token) no redirect is followed, so the key goes to the configured url
-    alone; without one (http.status), redirects to http:// and https:// are. """
+    """Return (status, body) of one GET of `url` within `limit` seconds in all; OSError says why
+    not. With a key (a bearer token) no redirect is followed, so the key goes to the configured url
+    alone; without one (http.status), redirects to http:// and https:// are."""
     import ssl
     import threading
     import urllib.error
@@ -7681,9 +7662,8 @@ def adapter_get(url, key=None, limit=ADAPTER_TIMEOUT):
 
 def output_lines(data, cut):
     """Return (the non-empty lines of a program's standard output, whether its last one was cut).
-
     Lines end at \\n (a \\r before it dropped) and nowhere else: `9\\x0c1` is one line. With `cut`
-    (only the last OUTPUT_KEEP bytes kept), the bytes before the first \\n are no line. """
+    (only the last OUTPUT_KEEP bytes kept), the bytes before the first \\n are no line."""
     pieces = bytes(data).split(b"\n")
     if cut:
         pieces = pieces[1:]
@@ -7788,9 +7768,9 @@ BYTECODE_CHECKED = {}   # cache -> avsm.py's (inode, size, mtime) when it was ch
 
 
 def cache_bytecode(cache):
-    """Write this file's bytecode to `cache`, checked against the file's hash at each load (a
-    timestamp-checked one would run old code from a copy of the same size and time), readable
-    only by this user."""
+    """Write this file's bytecode to `cache`, readable only by this user and checked against the
+    file's hash at each load (a timestamp-checked one runs old code from a copy of the same size
+    and time)."""
     import py_compile
     was = os.umask(0o077)
     try:
@@ -7857,8 +7837,7 @@ def user_name(uid):
 
 def owner_problem(directory, commands, uid=None):
     """Return the Writable of the first path a venture's program rests on that a user but `uid`
-    (avsmd's own) or root could change, or None. Nothing is kept, so a mode changed since is seen at
-    the next start."""
+    (avsmd's own) or root could change, or None. Nothing is cached: each start sees a new mode."""
     uid = os.geteuid() if uid is None else uid
     directory = os.path.realpath(directory)
     seen = set()
@@ -7891,8 +7870,8 @@ def owner_problem(directory, commands, uid=None):
 
 
 def read_venture(directory):
-    """Read the venture in `directory` as `avsm add` adopts it: (name, path of mandate.yaml, its
-    text, the mandate), or Fail: 66 when the directory is not there, 65 with the fix otherwise."""
+    """Return (name, path of mandate.yaml, its text, the mandate) of the venture in `directory`, as
+    `avsm add` adopts it, or Fail: 66 when the directory is not there, 65 with the fix otherwise."""
     check_venture_dir(directory)
     name = check_venture_name(os.path.basename(directory))
     path = os.path.join(directory, "mandate.yaml")
@@ -7993,7 +7972,7 @@ class GroupsJournal:
 
 
 class Children:
-    """The programs the warden runs now, each in a process group of its own, and the groups left
+    """The programs the warden runs now, each in its own process group, and the groups left
     behind."""
 
     def __init__(self, home, sel, tell, flush, journal_group, settle, debug=False):
@@ -8097,9 +8076,9 @@ class Channel:
         self.acks_waiting = False     # whether one is more than a group's start or end
 
     def tell(self, message, later=False):
-        """Queue one line for avsmd. A group's end can wait (`later`) for the next line that cannot,
-        when its leader's start time is known: avsmd checks a group is still the one it was told of
-        before ending it."""
+        """Queue one line for avsmd. A group's end can wait (`later`) for the next urgent line when
+        its leader's start time is known: avsmd checks the group is still that one before ending
+        it."""
         self.outbox.append(json.dumps(message, separators=(",", ":")))
         self.outbox_due = self.outbox_due or not later
         self.acks_waiting = self.acks_waiting or not ("group" in message or "ended" in message)
@@ -8200,7 +8179,7 @@ START_AHEAD = 0.01
 
 def start_spread(i, count, cadence):
     """Seconds after the warden's start that the i-th of `count` ventures has its first round:
-    spread, so that a thousand ventures do not all come due in the same tick for ever after."""
+    spread, so a thousand ventures do not all come due in one tick for ever after."""
     return i / count * min(cadence, count * START_SPACING) if count else 0.0
 
 class Schedule:
@@ -8236,8 +8215,8 @@ class Schedule:
 
 
 class Rounds:
-    """The rounds in flight: a venture's metric, with every guard, audit and reading read beside it.
-    Its methods return the intents of what was read."""
+    """The rounds in flight: a venture's metric, every guard, audit and reading read beside it. Its
+    methods return the intents of what was read."""
 
     def __init__(self, cfg, home, ventures, children, spawn, stopping, debug=False):
         self.cfg, self.home, self.ventures, self.children = cfg, home, ventures, children
@@ -8248,7 +8227,7 @@ class Rounds:
 
     def start_round(self, state, now):
         """Start the metric's report and each guard, audit and reading command, each in its own
-        group. The round settles once all are in or half a second has passed."""
+        group; the round settles once all are in or half a second has passed."""
         m = state.mandate
         self.round_number += 1
         if self.debug:
@@ -8440,14 +8419,14 @@ class Keeper:
 
 
 class Levers:
-    """Runs the levers the gate proved, a lever with `check:` only once its check exits 0 and the
-    gate agrees again; its methods return the intents of what it started or what ended."""
+    """Runs the levers the gate proved (one with `check:` once its check exits 0 and the gate
+    agrees again); its methods return the intents of what it started or what ended."""
 
     def __init__(self, cfg, spawn):
         self.cfg, self.spawn = cfg, spawn
 
     def run_lever(self, state, lever, verdict, summary, by, side=None, extra=None, checked=False):
-        """Yield the action with the gate's proof and question, then start the lever apart. A lever
+        """Yield the action with the gate's proof and question, then start the lever apart; one
         with `check:` runs its check first (open point 27)."""
         spec = state.mandate["levers"].get(lever)
         if spec is not None and spec["check"] and not checked:
@@ -8533,8 +8512,8 @@ class Levers:
 
 
 class Worlds:
-    """Forecasts and world-model predictions, each made apart from the loop in groups of their own;
-    its methods return the intents of what came of them."""
+    """Forecasts and world-model predictions, made apart from the loop in groups of their own; its
+    methods return the intents of what came of them."""
 
     def __init__(self, cfg, spawn, stopping):
         self.cfg, self.spawn, self.stopping = cfg, spawn, stopping
@@ -8547,7 +8526,7 @@ class Worlds:
 
     def start_forecast(self, state, why, lever=None, decision=None):
         """Forecast the venture apart from the loop (FORECAST-06); a `decision`'s packet is forecast
-        here only through a world (issue 11 item 6); return whether one started."""
+        here only through a world; return whether one started."""
         f = self.cfg["forecast"] or (PACKET_FORECAST if decision else FORECAST_DEFAULT)
         if not f["seeds"] or self.stopping() or decision and not state.mandate["world"]:
             return False
@@ -8597,8 +8576,7 @@ class Worlds:
         return self.world_settle(state, job) if job["left"] == 0 else ()
 
     def world_done(self, state, child, status):
-        """One world step ended (open point 38); the ensemble is settled when its last step is
-        in."""
+        """One world step ended (open point 38); its last settles the ensemble."""
         job = child.extra.get("job")
         if job is None or self.worlds.get(state.name) is not job:
             return None
@@ -8691,8 +8669,8 @@ class Decisions:
         self.to_roles(message, lambda answer: (self.ventures[d.venture], then(d, answer)))
 
     def build(self, d):
-        """Build the packet and have the roles process make the request. With `world:`, the packet's
-        forecast is stepped through the world command first (issue 11 item 6)."""
+        """Build the packet and have the roles process make the request; with `world:`, the packet's
+        forecast is stepped through the world command first."""
         state = self.ventures[d.venture]
         if d.world_forecast is False:
             d.world_forecast = None
@@ -8728,7 +8706,6 @@ class Decisions:
             )
         state, backend = self.ventures[d.venture], self.cfg["backends"][d.backend]
         d.request = (answer["system"], answer["user"])
-        # what the provider said of this call, for the records its reply writes
         d.call = None
         if backend["kind"] == "command":
             import tempfile
@@ -8883,7 +8860,7 @@ class Decisions:
 
     def propose(self, state, choice, d, held=None, ranking=False):
         """Yield one choice as an inferred proposal, then what the gate makes of it; return the
-        records written. `held`: why a ranking's top choice asks a person instead (WORLD-08)."""
+        records written. `held`: why a ranking's top choice asks a person (WORLD-08)."""
         lever = choice.get("action")
         seq = yield Write(proposal_record(state, choice, d, ranking))
         d.lines.append(f"#{seq} proposal {choice['choice']}" + (f" {lever}" if lever else ""))
@@ -9234,8 +9211,8 @@ class Warden:
                 self.tell_person(cannot_run_notice(state.name, str(err)))
 
     def tell_person(self, notice):
-        """Hand a notice to avsmd, which runs the notify command for it: avsmd outlives this warden,
-        and tells of its own stop and of a ledger it cannot write even when no warden runs."""
+        """Hand a notice to avsmd, which runs the notify command: it outlives this warden, and tells
+        of its own stop and of a ledger it cannot write even when no warden runs."""
         if notice is not None and self.cfg.get("notify"):
             self.avsmd.tell({"notice": notice})
 
@@ -9766,8 +9743,7 @@ class Warden:
         return [json.dumps(ask["payload"])]
 
     def do_propose(self, args, err):
-        """A person's own proposal: declared, so it counts as approved; the gate still judges it
-        (open point 15)."""
+        """A person's own proposal (open point 15): see person_proposal_rule."""
         state = self.venture(args.get("venture"))
         if state.mandate is None:
             raise Fail(EX_DATAERR, f"{state.name} cannot run: {state.problem}")
@@ -9881,8 +9857,8 @@ NOTIFY_STOP_GRACE = 0.5  # at a stop, seconds between TERM and KILL of a notify 
 
 
 class Notifier:
-    """avsmd's notify command (issue 14): run for each notice, one at a time, in a process group of
-    its own; avsmd's loop waits for it only at a stop."""
+    """avsmd's notify command: run for each notice, one at a time, in a process group of its own;
+    avsmd's loop waits for it only at a stop."""
 
     def __init__(self, home, spec, write, debug=False):
         self.home, self.spec, self.write, self.debug = home, spec, write, debug
@@ -10216,7 +10192,6 @@ class Kept:
         self.chan = self.pidfd = None
 
     def restart_wait(self):
-        """Return the wait before starting it again."""
         self.backoff, delay = child_restart_wait(self.backoff, time.monotonic() - self.started)
         self.restart_at = time.monotonic() + delay if delay else None
         return delay
@@ -10731,8 +10706,8 @@ LINE_CONTROL_CHARS = (
 
 def ask_daemon(home, cmd, args=None):
     """Send one request to avsmd (or a host's bridge) and relay its answer; return its exit code."""
-    if REMOTE.get("via"):
-        return ask_bridge(REMOTE["via"], {"v": 1, "cmd": cmd, "args": args or {}})
+    if CALLER.get().via:
+        return ask_bridge(CALLER.get().via, {"v": 1, "cmd": cmd, "args": args or {}})
     with send_request(home, {"v": 1, "cmd": cmd, "args": args or {}}) as conn:
         # a decision may wait on a backend (120 s, escalation twice that); anything else answers at
         # once
@@ -10774,7 +10749,7 @@ def show_answer(message, cmd, home):
 
 def send_request(home, message):
     """Return a socket to avsmd with `message` sent, or Fail(64) past REQUEST_MAX (avsmd would
-    refuse it half sent, and the client hear only a broken pipe)."""
+    refuse it half sent; the client would hear only a broken pipe)."""
     data = (json.dumps(message, separators=(",", ":")) + "\n").encode()
     if len(data) > REQUEST_MAX:
         cmd = message.get("cmd", "request")
@@ -11012,8 +10987,8 @@ def utf8_output():
     """Whether standard output takes UTF-8: its encoding, and the locale LC_ALL, LC_CTYPE or LANG
     names.
     Python turns a C locale into C.UTF-8 in LC_CTYPE (PEP 538): that is read as the C locale."""
-    if "utf8" in REMOTE:
-        return REMOTE["utf8"]           # the bridge writes for a terminal at the other end of ssh
+    if CALLER.get().utf8 is not None:
+        return CALLER.get().utf8        # the bridge writes for a terminal at the other end of ssh
     encoding = (
         (getattr(sys.stdout, "encoding", None) or "").lower().replace("-", "").replace("_", ""))
     if encoding != "utf8":
@@ -11044,7 +11019,7 @@ def read_payload(source):
     """Return the text of a payload file, or of standard input for -; Fail(66) when unreadable."""
     try:
         if source == "-":
-            return sys.stdin.read()
+            return (CALLER.get().stdin or sys.stdin).read()
         with open(source, encoding="utf-8") as fh:
             return fh.read()
     except OSError as err:
@@ -11202,9 +11177,10 @@ def cmd_tail(home, args):
     if since is None:
         last = last_seq(db)
         since = max(0, last - count)
-        follow = (REMOTE.get("tty", sys.stdout is not None and sys.stdout.isatty())
-                  if follow is None
-                  else follow)
+        if follow is None:
+            follow = CALLER.get().tty
+        if follow is None:
+            follow = sys.stdout is not None and sys.stdout.isatty()
     while True:
         for seq, at, record in read_records(db, since):
             out(json.dumps({"schema": 1, "seq": seq, "at": at, "record": record}) if JSON
@@ -11324,7 +11300,6 @@ def summary_facts(summary, span, home):
 
 
 def format_summary(facts):
-    """Return the lines of `avsm summary` from its facts."""
     first, last, avsmd = facts["first"], facts["last"], facts["avsmd"]
     lines = [f"summary of {facts['span']}: " + (
         f"#{first['seq']}..#{last['seq']}, {format_local_time(first['at'])} to "
@@ -11460,7 +11435,6 @@ def why_facts(db, facts, home):
 
 
 def why_lines(facts):
-    """Return the lines of `avsm why` from its facts."""
     record, proof = facts["record"], facts.get("proof")
     lines = [format_record_line(facts["seq"], facts["at"], record)]
 
@@ -11577,8 +11551,10 @@ def describe_call(record):
 # avsm listens on nothing but its socket (DESIGN: no listener): `avsm --host H VERB` runs VERB
 # through ssh and the bridge there, which an ssh key names as its forced command.
 
-# near side: "via", the host ask_daemon goes through; both sides: "as", how the person runs avsm
-REMOTE = {}
+# Whom avsm runs for, set at most once a run (main gives each its context); None: the person here
+Caller = collections.namedtuple("Caller", "via command tty utf8 read_only stdin",
+                                defaults=(None,) * 6)
+CALLER = contextvars.ContextVar("caller", default=Caller())
 SSH_FAILURES = (
     ("Could not resolve hostname", EX_NOHOST, "check its name, or its Host entry in ~/.ssh/config"),
     (
@@ -11682,9 +11658,9 @@ def bridge_verb(home, message, read_only):
     problem = bridge_argv_problem(verb, argv)
     if problem:
         raise Fail(EX_DATAERR, problem)
-    REMOTE.update((k, m[k]) for k in ("as", "tty", "utf8") if m.get(k) is not None)
-    REMOTE["read_only"] = read_only     # a read-only key writes nothing, not even doctor's cache
-    sys.stdin = io.StringIO(m.get("stdin") or "")      # - reads the request's, not the channel
+    stdin = io.StringIO(m.get("stdin") or "")      # - reads the request's, not the channel
+    CALLER.set(Caller(command=m.get("as"), tty=m.get("tty"), utf8=m.get("utf8"),
+                      read_only=read_only, stdin=stdin))
     if verb == "tail":                  # the one verb that may not end by itself (tail -f)
         import threading
         threading.Thread(target=end_with_stdin, daemon=True).start()
@@ -11831,7 +11807,7 @@ def run_remote(target, verb, argv, path=None):
         raise Fail(
             EX_USAGE,
             f"avsm {verb} runs only where you are; avsm --host runs {', '.join(BRIDGE_VERBS)}")
-    REMOTE.update({"via": host, "as": f"{client_command()} --host {target}"})
+    CALLER.set(Caller(via=host, command=f"{client_command()} --host {target}"))
     if verb == "approve" and "--edit" in argv:
         # the editor is here; the ask and the answer go through the bridge
         return cmd_approve(None, argv)
@@ -11849,7 +11825,7 @@ def run_remote(target, verb, argv, path=None):
                "argv": argv + ["--json"] * bool(JSON),
                "home": host["home"],
                "stdin": stdin,
-               "as": REMOTE["as"],
+               "as": CALLER.get().command,
                "tty": bool(sys.stdout and sys.stdout.isatty()),
                "utf8": utf8_output()}
     return ssh_bridge(host, request)[0]
@@ -12979,7 +12955,7 @@ def program_command(program, home=None):
 
 def client_command(home=None):
     """The client as this user runs it, with --home where needed (across ssh: avsm --host HOST)."""
-    return REMOTE.get("as") or program_command("avsm", home)
+    return CALLER.get().command or program_command("avsm", home)
 
 
 def user_cache():
@@ -13858,7 +13834,6 @@ class Findings:
 
 
 def finding_lines(f):
-    """Return the lines of one finding of doctor."""
     return [f"{'FAIL' if f['level'] == 'fail' else f['level']:<5} {f['text']}"] + \
         [f"      fix: {f['fix']}"] * bool(f["fix"]) + [f"  {line}" for line in f["lines"]]
 
@@ -14252,7 +14227,8 @@ def read_kept_checkpoints(home, found, where, trust):
     for name in names:
         try:
             if name == "-":
-                name, data, sig = "on standard input", sys.stdin.read(CHECKPOINT_MAX + 1), None
+                data = (CALLER.get().stdin or sys.stdin).read(CHECKPOINT_MAX + 1)
+                name, sig = "on standard input", None
                 if len(data) > CHECKPOINT_MAX:
                     raise OSError(0, f"it is longer than {CHECKPOINT_MAX // 1024} KiB")
             else:       # regular files, bounded: a FIFO or /dev/zero is one refusal, not a hang
@@ -14398,7 +14374,7 @@ def verified_path(home):
 def remember_verified(home, checkpoint):
     """Note the newest checkpoint a full doctor verified, for --quick, in the client's own cache:
     doctor changes nothing in the home (DOCTOR-02). The note grants nothing by itself."""
-    if REMOTE.get("read_only"):
+    if CALLER.get().read_only:          # a read-only key writes nothing
         return
     path = verified_path(home)
     was = os.umask(0o077)
@@ -15513,7 +15489,7 @@ def main(argv=None):
         elif program in INTERNAL_PROGRAMS:
             code = run_internal(program, args)
         else:
-            code = run_client(args)
+            code = contextvars.copy_context().run(run_client, args)
         if JSON:
             out(json.dumps(exit_facts(JSON, code)))
         try:

@@ -5,6 +5,8 @@ homes on this machine standing in for hosts. avsm itself listens on nothing but 
 sshd comes from the OS (Debian's openssh-server; .ci/run installs it when missing). Where there is no sshd and no
 way to install it, every test here skips with one line saying so."""
 
+import io
+import json
 import os
 import re
 import shutil
@@ -18,6 +20,7 @@ import time
 
 import pytest
 
+import avsm
 from conftest import ROOT, Avsm, check_ledger_safety, installed_avsm, make_venture, write
 
 SSHD = shutil.which("sshd") or "/usr/sbin/sshd"
@@ -309,6 +312,31 @@ def test_the_bridge_refuses_what_is_no_request_with_its_code(home, data, code, w
                           capture_output=True, timeout=30)
     err = done.stderr.decode()
     assert done.returncode == code and words in err and "Traceback" not in err, (done.returncode, err[-400:])
+
+
+def test_a_verb_run_for_the_far_end_leaves_nothing_for_the_next_in_the_process(home, monkeypatch):
+    """Issue 36 item 2: whom a verb runs for is handed to it, never left in the module. Two runs in one
+    process: the bridge's verb reads the request's stdin for - and names avsm as the person's `as`; the next,
+    run here, reads this standard input and names avsm as it runs here."""
+    seen = []
+    monkeypatch.setattr(avsm, "ask_daemon", lambda h, cmd, args: seen.append(
+        (args["payload"], avsm.client_command(h))) or 0)
+    monkeypatch.setattr(sys, "stdin", io.StringIO("here\n"))
+    argv = ["propose", "shop", "note", "--payload", "-"]
+    request = {"v": 1, "verb": "propose", "argv": argv[1:], "stdin": "far\n", "as": "avsm --host far"}
+    read, write = os.pipe()
+    os.write(write, json.dumps(request).encode() + b"\n")
+    os.close(write)
+    kept = os.dup(0)
+    os.dup2(read, 0)
+    try:
+        assert avsm.main(["--home", home, "bridge"]) == 0
+    finally:
+        os.dup2(kept, 0)
+        os.close(kept)
+        os.close(read)
+    assert avsm.main(["--home", home, *argv]) == 0
+    assert seen == [("far\n", "avsm --host far"), ("here\n", avsm.program_command("avsm", home))]
 
 
 def test_a_checkpoint_kept_here_is_checked_against_the_far_ledger(fleet):
