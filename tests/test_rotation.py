@@ -75,6 +75,9 @@ def test_rotate_closes_the_file_and_the_chain_goes_on(av, tmp_path):
     tail = av.cli("tail", "--since", "0")
     assert tail.returncode == 0 and tail.stdout.startswith("#1 ")
     assert len(tail.stdout.splitlines()) >= last + 2
+    # a witness's `records` page reads across the files too: every row once, in order
+    page = [line for m in avsm.records_answer(av.home, {"after": 0})[1:-1] for line in m["out"].split("\n")]
+    assert [int(line.split()[0]) for line in page] == list(range(1, len(page) + 1)) and len(page) > last + 1
 
 
 def test_a_cap_counted_across_the_boundary_holds_and_proofs_recheck(av, tmp_path):
