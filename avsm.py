@@ -1336,8 +1336,8 @@ def parse_threshold(c, value, levers, path, ctl):
     sides = [k for k in ("above", "below") if k in value]
     if len(sides) != 1:
         c.fail(path, "a threshold takes exactly one of above: or below:")
-    ctl["side"] = sides[0]
-    ctl["bound"] = c.number(value[sides[0]], path + (sides[0],), sides[0])
+    side = ctl["side"] = sides[0]
+    ctl["bound"] = c.number(value[side], path + (side,), side)
     if "action" not in value:
         c.fail(path, "a threshold names its lever with action:")
     ctl["action"] = permitted_lever(c, value["action"], path + ("action",), levers)
@@ -1459,15 +1459,16 @@ def parse_guards(c, doc, m, directory):
                 c.fail(path + ("run",), f"guard '{name}' reads a lever's or the metric's command; "
                                         f"a guard reads a reading of its own")
         elif "adapter" in item:
-            adapter = g["adapter"] = c.text(item["adapter"], path + ("adapter",), "adapter")
+            at = path + ("adapter",)
+            adapter = g["adapter"] = c.text(item["adapter"], at, "adapter")
             if adapter.split()[0] not in ADAPTERS:
-                c.fail(path + ("adapter",), f"'{adapter.split()[0]}' is not a built-in adapter; "
-                                            f"use one of {', '.join(ADAPTERS)}")
+                c.fail(at, f"'{adapter.split()[0]}' is not a built-in adapter; "
+                           f"use one of {', '.join(ADAPTERS)}")
             if adapter_problem(adapter):
-                c.fail(path + ("adapter",), adapter_problem(adapter))
+                c.fail(at, adapter_problem(adapter))
             if adapter == m["adapter"]:
-                c.fail(path + ("adapter",), f"guard '{name}' reads the metric's adapter; "
-                                            f"a guard reads a reading of its own")
+                c.fail(at, f"guard '{name}' reads the metric's adapter; "
+                           f"a guard reads a reading of its own")
         else:
             g["drawdown"] = c.parsed(parse_percent, item["drawdown"], path + ("drawdown",))
             if item.get("of") != m["metric"]:
@@ -1498,21 +1499,19 @@ def parse_unwind(c, value, path, levers):
     if "action" not in value:
         c.fail(path, "an unwind names its lever with action:")
     action = permitted_lever(c, value["action"], path + ("action",), levers)
-    payload, takes = value.get("payload"), levers[action]["takes"]
+    payload, takes, at = value.get("payload"), levers[action]["takes"], path + ("payload",)
     if takes == "json" and not isinstance(payload, dict):
-        c.fail(path + ("payload",),
-               f"lever '{action}' takes json, so the unwind's payload is a mapping")
+        c.fail(at, f"lever '{action}' takes json, so the unwind's payload is a mapping")
     if takes in ("text", "diff", "file") and not isinstance(payload, str):
-        c.fail(path + ("payload",),
-               f"lever '{action}' takes {takes}, so the unwind's payload is text")
+        c.fail(at, f"lever '{action}' takes {takes}, so the unwind's payload is text")
     if takes is None and payload is not None:
-        c.fail(path + ("payload",),
+        c.fail(at,
                f"lever '{action}' takes no content; remove the payload or add takes: to the lever")
     if levers[action]["run"] == "mail.send":
         try:
             write_mail(payload, "avsm")
         except ValueError as err:
-            c.fail(path + ("payload",), f"lever '{action}' sends mail, and {err}")
+            c.fail(at, f"lever '{action}' sends mail, and {err}")
     return {"action": action, "payload": payload}
 
 
@@ -1540,8 +1539,7 @@ def parse_readings(c, doc, m, directory):
     readings = []
     for path, item, name in named_items(c, doc, "readings", READING_KEYS, "a reading", ", such as"
                                         " - {name: waiting, run: ./waiting, lines: address}"):
-        if "run" not in item:
-            c.fail(path, f"reading '{name}' has no 'run'")
+        c.require(item, path, ("run",), f"reading '{name}' has no '{{key}}'")
         audit = item.get("audit")
         if audit is not None and not any(a["name"] == audit for a in m["audits"]):
             c.fail(path + ("audit",),
@@ -7921,7 +7919,7 @@ def read_json_adapter(name, reading, url, key):
         except (ValueError, RecursionError):
             said = ""
         # an echoed key stays out of the record
-        said = str(said).replace(key, "[key]")[:200] if key else str(said)[:200]
+        said = (str(said).replace(key, "[key]") if key else str(said))[:200]
         if 300 <= status < 400:
             said = ("a redirect, which a GET with a key does not follow: name the final url in"
                     " config.yaml")
