@@ -1110,9 +1110,7 @@ class Checker:
 def command_problem(run, directory):
     """Return why a command line's program is missing or not executable in `directory`, or None."""
     # the program, up to the shell's first operator
-    word = re.match(r"[^\s;&|<>()$`\\\"'*?\[#~=]*", run.lstrip())[0]
-    first = word if word and run.lstrip()[len(word):][:1] in ("", " ", "\t", "\n", ";", "&", "|",
-                                                               "<", ">", ")") else ""
+    first = re.match(r"([^\s;&|<>()$`\\\"'*?\[#~=]+(?=[ \t\n;&|<>)]|\Z))?", run.lstrip())[0]
     if "/" not in first:    # a name found on PATH, or a word the shell builds: the shell judges it
         return None
     path = os.path.normpath(first if os.path.isabs(first) else os.path.join(directory, first))
@@ -1149,9 +1147,8 @@ def parse_mandate(text, source="mandate.yaml", directory=None):
     c.require(
         doc, (), ("purpose", "metric", "controller", "cadence"),
         "the mandate has no '{key}'; every mandate says purpose, metric, controller and cadence")
-    m = {"purpose": c.text(doc["purpose"], ("purpose",), "purpose"),
-         "metric": c.text(doc["metric"], ("metric",), "metric"),
-         "cadence": c.duration(doc["cadence"], ("cadence",))}
+    m = {key: c.text(doc[key], (key,), key) for key in ("purpose", "metric")}
+    m["cadence"] = c.duration(doc["cadence"], ("cadence",))
     m["adapter"] = m["metric"] if m["metric"].split()[0] in ADAPTERS else None
     m["timeout"] = reading_timeout(c, doc, ())
     if m["adapter"] and adapter_problem(m["adapter"]):
@@ -1165,10 +1162,8 @@ def parse_mandate(text, source="mandate.yaml", directory=None):
     m["controller"] = parse_controller(c, doc["controller"], m["levers"])
     m["restart"] = c.choice(doc.get("restart", "always"), ("restart",), "restart", RESTART_POLICIES)
     m["run"] = None
-    if "run" in doc:
-        m["run"] = c.command(doc["run"], ("run",), "run", directory)
-    elif directory is not None and os.path.isfile(os.path.join(directory, "run")):
-        m["run"] = c.command("./run", ("run",), "run", directory)
+    if "run" in doc or directory is not None and os.path.isfile(os.path.join(directory, "run")):
+        m["run"] = c.command(doc.get("run", "./run"), ("run",), "run", directory)
     parse_plausibility(c, doc, m)
     m["guards"] = parse_guards(c, doc, m, directory)
     m["audits"] = parse_audits(c, doc, directory)
@@ -1342,8 +1337,8 @@ def parse_threshold(c, value, levers, path, ctl):
     sides = [k for k in ("above", "below") if k in value]
     if len(sides) != 1:
         c.fail(path, "a threshold takes exactly one of above: or below:")
-    ctl["side"] = sides[0]
-    ctl["bound"] = c.number(value[sides[0]], path + (sides[0],), sides[0])
+    side = ctl["side"] = sides[0]
+    ctl["bound"] = c.number(value[side], path + (side,), side)
     if "action" not in value:
         c.fail(path, "a threshold names its lever with action:")
     ctl["action"] = permitted_lever(c, value["action"], path + ("action",), levers)
@@ -1465,15 +1460,16 @@ def parse_guards(c, doc, m, directory):
                 c.fail(path + ("run",), f"guard '{name}' reads a lever's or the metric's command; "
                                         f"a guard reads a reading of its own")
         elif "adapter" in item:
-            adapter = g["adapter"] = c.text(item["adapter"], path + ("adapter",), "adapter")
+            at = path + ("adapter",)
+            adapter = g["adapter"] = c.text(item["adapter"], at, "adapter")
             if adapter.split()[0] not in ADAPTERS:
-                c.fail(path + ("adapter",), f"'{adapter.split()[0]}' is not a built-in adapter; "
-                                            f"use one of {', '.join(ADAPTERS)}")
+                c.fail(at, f"'{adapter.split()[0]}' is not a built-in adapter; "
+                           f"use one of {', '.join(ADAPTERS)}")
             if adapter_problem(adapter):
-                c.fail(path + ("adapter",), adapter_problem(adapter))
+                c.fail(at, adapter_problem(adapter))
             if adapter == m["adapter"]:
-                c.fail(path + ("adapter",), f"guard '{name}' reads the metric's adapter; "
-                                            f"a guard reads a reading of its own")
+                c.fail(at, f"guard '{name}' reads the metric's adapter; "
+                           f"a guard reads a reading of its own")
         else:
             g["drawdown"] = c.parsed(parse_percent, item["drawdown"], path + ("drawdown",))
             if item.get("of") != m["metric"]:
@@ -1504,21 +1500,19 @@ def parse_unwind(c, value, path, levers):
     if "action" not in value:
         c.fail(path, "an unwind names its lever with action:")
     action = permitted_lever(c, value["action"], path + ("action",), levers)
-    payload, takes = value.get("payload"), levers[action]["takes"]
+    payload, takes, at = value.get("payload"), levers[action]["takes"], path + ("payload",)
     if takes == "json" and not isinstance(payload, dict):
-        c.fail(path + ("payload",),
-               f"lever '{action}' takes json, so the unwind's payload is a mapping")
+        c.fail(at, f"lever '{action}' takes json, so the unwind's payload is a mapping")
     if takes in ("text", "diff", "file") and not isinstance(payload, str):
-        c.fail(path + ("payload",),
-               f"lever '{action}' takes {takes}, so the unwind's payload is text")
+        c.fail(at, f"lever '{action}' takes {takes}, so the unwind's payload is text")
     if takes is None and payload is not None:
-        c.fail(path + ("payload",),
+        c.fail(at,
                f"lever '{action}' takes no content; remove the payload or add takes: to the lever")
     if levers[action]["run"] == "mail.send":
         try:
             write_mail(payload, "avsm")
         except ValueError as err:
-            c.fail(path + ("payload",), f"lever '{action}' sends mail, and {err}")
+            c.fail(at, f"lever '{action}' sends mail, and {err}")
     return {"action": action, "payload": payload}
 
 
@@ -1546,8 +1540,7 @@ def parse_readings(c, doc, m, directory):
     readings = []
     for path, item, name in named_items(c, doc, "readings", READING_KEYS, "a reading", ", such as"
                                         " - {name: waiting, run: ./waiting, lines: address}"):
-        if "run" not in item:
-            c.fail(path, f"reading '{name}' has no 'run'")
+        c.require(item, path, ("run",), f"reading '{name}' has no '{{key}}'")
         audit = item.get("audit")
         if audit is not None and not any(a["name"] == audit for a in m["audits"]):
             c.fail(path + ("audit",),
@@ -7147,16 +7140,18 @@ def write_payload(data):
     return path
 
 
-def write_textfile(path, text, mode=0o644):
-    """Write `text` to `path` whole: to PATH.PID.tmp beside it (node_exporter reads only *.prom),
-    `mode` whatever the umask (node_exporter often runs as another user), then renamed."""
-    temporary = f"{path}.{os.getpid()}.tmp"
+def write_textfile(path, text, mode=0o644, temporary=None):
+    """Write `text` to `path` whole: to `temporary`, else PATH.PID.tmp, beside it (node_exporter
+    reads only *.prom), `mode` whatever the umask (node_exporter often runs as another user; None:
+    0o644 less the umask), then renamed."""
+    temporary = temporary or f"{path}.{os.getpid()}.tmp"
     if os.path.lexists(temporary):
         os.unlink(temporary)              # never write through a name someone planted
-    fd = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, mode)
+    fd = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, mode or 0o644)
     try:
         with os.fdopen(fd, "w", encoding="utf-8") as fh:
-            os.fchmod(fh.fileno(), mode)
+            if mode:
+                os.fchmod(fh.fileno(), mode)
             fh.write(text)
         os.replace(temporary, path)
     except BaseException:
@@ -7173,13 +7168,7 @@ def write_venture_file(directory, payload):
     path, _, content = payload.partition("\n")
     target = os.path.join(directory, path.strip())
     os.makedirs(os.path.dirname(target), exist_ok=True)
-    temporary = target + ".avsm-new"
-    if os.path.lexists(temporary):
-        os.unlink(temporary)              # never write through a name someone planted
-    fd = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o644)
-    with os.fdopen(fd, "w", encoding="utf-8") as fh:
-        fh.write(content)
-    os.replace(temporary, target)
+    write_textfile(target, content, None, target + ".avsm-new")
 
 
 def signal_group(pgid, signum):
@@ -7396,21 +7385,18 @@ def read_anthropic(data, max_tokens, sent):
         explanation = explanation if isinstance(explanation, str) else None
         return dict(facts, **declined(explanation or text, details.get("category"),
                                       "stop_reason refusal"))
-    if stop == "max_tokens":
-        return dict(facts,
-                    why=f"the reply was cut off at the token limit (max_tokens {max_tokens})")
     if stop == "model_context_window_exceeded":
-        return dict(facts, why=f"the packet was too long for the model: its {sent} bytes "
-                               "and the reply passed the model's context window "
-                               "(stop_reason model_context_window_exceeded)", packet_bytes=sent)
-    if stop == "tool_use":
-        return dict(facts, why="the model stopped to use a tool (stop_reason tool_use); "
-                               "avsm offers none, so there is no answer")
-    if stop == "pause_turn":
-        return dict(facts,
-                    why="the model paused its turn (stop_reason pause_turn) before it answered")
-    return dict(facts, why=f"stop_reason {json.dumps(stop)[:60]} is not end_turn or stop_sequence: "
-                           f"not a complete answer")
+        facts["packet_bytes"] = sent
+    why = {"max_tokens": f"the reply was cut off at the token limit (max_tokens {max_tokens})",
+           "model_context_window_exceeded": f"the packet was too long for the model: its {sent} "
+           "bytes and the reply passed the model's context window "
+           "(stop_reason model_context_window_exceeded)",
+           "tool_use": "the model stopped to use a tool (stop_reason tool_use); "
+                       "avsm offers none, so there is no answer",
+           "pause_turn": "the model paused its turn (stop_reason pause_turn) before it answered"}
+    return dict(facts, why=why.get(
+        facts["stop"], f"stop_reason {json.dumps(stop)[:60]} is not end_turn or stop_sequence: "
+                       "not a complete answer"))
 
 
 def read_openai(data, max_tokens):
@@ -7463,9 +7449,8 @@ def read_responses(data, max_tokens):
     limit = f"max_output_tokens {max_tokens}" if max_tokens \
         else "the server's own; max_tokens: is not set"
     if status == "failed":
-        said = "no message"
-        if isinstance(error.get("message"), str):
-            said = error["message"][:TEXT_MAX]
+        said = error.get("message")
+        said = said[:TEXT_MAX] if isinstance(said, str) else "no message"
         return dict(facts, why=f"the response failed: "
                                f"{provider_word(error.get('code')) or 'no code'}: " + said)
     if status == "incomplete":
@@ -7708,7 +7693,7 @@ def read_metric_output(child, status, with_output=True):
         return None, f"ended: {child.ended_by}"
     if status != 0:
         tail = child.note()[-300:] if with_output else ""
-        return None, f"{describe_status(status)}" + (f": {tail}" if tail else "")
+        return None, describe_status(status) + (f": {tail}" if tail else "")
     lines, cut = output_lines(child.out, child.cut)
     if cut:
         return None, (f"the last line is longer than {OUTPUT_KEEP // 1024} KiB and was cut: not a"
@@ -7796,16 +7781,24 @@ def read_small_file(path, limit):
             what = {stat.S_IFDIR: "a directory", stat.S_IFIFO: "a FIFO",
                     stat.S_IFSOCK: "a socket"}.get(stat.S_IFMT(mode), "a device")
             raise OSError(0, f"it is {what}, not a regular file")
-        pieces, size = [], 0
-        while size <= limit:
-            piece = os.read(fd, limit + 1 - size)
-            if not piece:
-                return b"".join(pieces)
-            pieces.append(piece)
-            size += len(piece)
-        raise OSError(0, f"it is longer than {limit // 1024} KiB")
+        data = read_upto(fd, limit + 1)
     finally:
         os.close(fd)
+    if len(data) > limit:
+        raise OSError(0, f"it is longer than {limit // 1024} KiB")
+    return data
+
+
+def read_upto(fd, size):
+    """Return the first `size` bytes `fd` reads (fewer at its end)."""
+    pieces = []
+    while size > 0:
+        piece = os.read(fd, size)
+        if not piece:
+            break
+        pieces.append(piece)
+        size -= len(piece)
+    return b"".join(pieces)
 
 
 def check_venture_dir(directory):
@@ -7815,14 +7808,13 @@ def check_venture_dir(directory):
     if not os.path.isdir(directory):
         raise Fail(EX_DATAERR, f"{directory} is a file; pass the directory that holds mandate.yaml "
                                f"(avsm add {os.path.dirname(directory) or '.'})")
-    if not os.path.exists(os.path.join(directory, "mandate.yaml")):
-        if os.path.exists(os.path.join(directory, "mandate.yml")):
+    mandate, yml = (os.path.join(directory, name) for name in ("mandate.yaml", "mandate.yml"))
+    if not os.path.exists(mandate):
+        if os.path.exists(yml):
             raise Fail(EX_DATAERR, f"{directory} holds mandate.yml; rename it to mandate.yaml (mv"
-                                   f" {os.path.join(directory, 'mandate.yml')}"
-                                   f" {os.path.join(directory, 'mandate.yaml')})")
+                                   f" {yml} {mandate})")
         raise Fail(EX_DATAERR,
                    f"{directory} holds no mandate.yaml; write one (see examples/counter)")
-    mandate = os.path.join(directory, "mandate.yaml")
     refuse(mandate_file_problem(mandate, os.stat(mandate)))
 
 
@@ -7911,16 +7903,9 @@ def read_mandate_file(path):
     fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
     try:
         refuse(mandate_file_problem(path, os.fstat(fd)), EX_CONFIG)
-        chunks, size = [], 0
-        while size <= MANDATE_MAX:
-            chunk = os.read(fd, 65536)
-            if not chunk:
-                break
-            chunks.append(chunk)
-            size += len(chunk)
+        data = read_upto(fd, MANDATE_MAX + 1)
     finally:
         os.close(fd)
-    data = b"".join(chunks)
     if len(data) > MANDATE_MAX:
         raise Fail(EX_CONFIG,
                    f"{path} is over {MANDATE_MAX // 1024} KiB; a mandate may be at most that")
@@ -8007,8 +7992,8 @@ class Children:
         self.journal_group(f"+{child.pgid} {child.leader_start or '-'} {state.name} {purpose}")
         self.tell({"group": child.pgid, "venture": state.name, "purpose": purpose,
                    "start": child.started_at, "leader_start": child.leader_start})
-        self.sel.register(child.stdout, selectors.EVENT_READ, ("pipe", child))
-        self.sel.register(child.stderr, selectors.EVENT_READ, ("pipe", child))
+        for pipe in (child.stdout, child.stderr):
+            self.sel.register(pipe, selectors.EVENT_READ, ("pipe", child))
         if child.pidfd is not None:
             self.sel.register(child.pidfd, selectors.EVENT_READ, ("pidfd", child))
         # avsmd hears of a group at once: a warden killed next leaves no stranger behind
@@ -8138,7 +8123,7 @@ def read_json_adapter(name, reading, url, key):
         except (ValueError, RecursionError):
             said = ""
         # an echoed key stays out of the record
-        said = str(said).replace(key, "[key]")[:200] if key else str(said)[:200]
+        said = (str(said).replace(key, "[key]") if key else str(said))[:200]
         if 300 <= status < 400:
             said = ("a redirect, which a GET with a key does not follow: name the final url in"
                     " config.yaml")
