@@ -2600,13 +2600,13 @@ def open_ledger_ro(path):
 
 
 # ---- rotation: closed files, HOME/ledgers/FIRST-LAST.db, read as one ledger with ledger.db ----
-CLOSED_NAME = re.compile(r"([0-9]{12})-([0-9]{12})\.db")
+CLOSED_NAME = r"([0-9]{12})-([0-9]{12})\.db"
 
 
 def closed_files(home):
     """Return [(first seq, last seq, path)] of the closed ledger files in HOME/ledgers, in order."""
     where = os.path.join(home, "ledgers")
-    found = (CLOSED_NAME.fullmatch(n) for n in (os.listdir(where) if os.path.isdir(where) else ()))
+    found = (re.fullmatch(CLOSED_NAME, n) for n in (os.listdir(where) if os.path.isdir(where) else ()))
     return sorted((int(m[1]), int(m[2]), os.path.join(where, m[0])) for m in found if m)
 
 
