@@ -9296,12 +9296,13 @@ class Warden:
         """Close ledger.db and go on in a new one (when config's ledger: says it is due), then
         delete the closed files keep: lets go; return the new file's first seq, or None."""
         spec, db = self.cfg.get("ledger"), self.ledger.db
-        if self.ledger.held is not None or self.writer.ledger_down or time.time() < self.rotate_at:
-            return None
-        if due and not rotation_due(spec, os.stat(self.ledger.path).st_size, db.execute(
-                "SELECT at FROM records ORDER BY seq LIMIT 1").fetchone()[0], time.time()):
+        if self.ledger.held is not None or self.writer.ledger_down or time.time() < self.rotate_at \
+                or due and not spec:
             return None
         try:
+            if due and not rotation_due(spec, os.stat(self.ledger.path).st_size, db.execute(
+                    "SELECT at FROM records ORDER BY seq LIMIT 1").fetchone()[0], time.time()):
+                return None
             seq = self.ledger.rotate(lambda name, head: rotated_record(self.snapshots.write(
                 *self.snapshots.fold(self.ledger.db, head[0])[:3]), name, head), time.time())
             for path, record in files_let_go(spec, [c + (os.stat(c[2]).st_mtime,) for c in
@@ -9309,7 +9310,7 @@ class Warden:
                                              self.checkpoints.seq, time.time()):
                 os.remove(path)
                 self.carry_out(None, [Write(record)])
-        except (OSError, TypeError) as err:
+        except (OSError, TypeError, sqlite3_errors()) as err:
             self.rotate_at = time.time() + LEDGER_RETRY
             sys.stderr.write(f"avsmd: ledger.db could not be rotated into {self.home}/ledgers:"
                              f" {err}; tried again in {LEDGER_RETRY} s\n")
