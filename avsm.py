@@ -44,7 +44,6 @@ Sections
 
 import collections
 import contextlib
-import contextvars
 import fcntl
 import functools
 import heapq
@@ -11255,6 +11254,7 @@ def describe_call(record):
 # Whom avsm runs for, set at most once a run (main gives each its context); None: the person here
 Caller = collections.namedtuple("Caller", "via command tty utf8 read_only stdin",
                                 defaults=(None,) * 6)
+import contextvars     # noqa: E402 (here, past the version check: Python 3.6 has none)
 CALLER = contextvars.ContextVar("caller", default=Caller())
 SSH_FAILURES = (
     ("Could not resolve hostname", EX_NOHOST, "check its name, or its Host entry in ~/.ssh/config"),
