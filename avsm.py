@@ -8010,13 +8010,21 @@ class Schedule:
             self.enter(name, min(self.due[name], now))
 
 
-class Rounds:
+class Room:
+    """A part of the warden, handed the warden itself: it reads the config and the ventures, and
+    starts its programs apart through the warden's children."""
+
+    def __init__(self, warden):
+        self.warden, self.cfg, self.home = warden, warden.cfg, warden.home
+        self.ventures, self.spawn = warden.ventures, warden.children.spawn
+
+
+class Rounds(Room):
     """The rounds in flight: a venture's metric, with every guard, audit and reading read beside it.
     Its methods return the intents of what was read."""
 
-    def __init__(self, cfg, home, ventures, children, spawn, stopping, debug=False):
-        self.cfg, self.home, self.ventures, self.children = cfg, home, ventures, children
-        self.spawn, self.stopping, self.debug = spawn, stopping, debug
+    def __init__(self, warden):
+        super().__init__(warden)
         # venture -> the round in flight: metric seq, guards pending, deadline
         self.rounds = {}
         self.round_number = 0
@@ -8026,14 +8034,15 @@ class Rounds:
         group. The round settles once all are in or half a second has passed."""
         m = state.mandate
         self.round_number += 1
-        if self.debug:
-            log(self.debug, "warden",
+        if self.warden.debug:
+            log(self.warden.debug, "warden",
                 f"{state.name}: tick {self.round_number}: the metric, {len(m['guards'])} guard(s), "
                 f"{len(m['audits'])} audit(s), {len(m['readings'])} reading(s)")
         self.rounds[state.name] = {"deadline": now + 0.5, "metric": None, "pending": set(),
                                    "number": self.round_number}
         running = {
-            (c.purpose, c.extra.get("name")) for c in self.children if c.venture == state.name
+            (c.purpose, c.extra.get("name")) for c in self.warden.children
+            if c.venture == state.name
         }
         plan = round_plan(m, running)
         busy = [(what, item["name"]) for what, item, start in plan if not start]
@@ -8041,53 +8050,35 @@ class Rounds:
         for what, item, start in plan:
             if not start:
                 continue
-            limit = reading_limit(item)
-            if item.get("adapter"):
-                failed = self.start_adapter(state, what, item["name"], item["adapter"], limit)
-            else:
-                failed = self.start_reading(state, what, item["name"], item["run"], limit, True)
+            failed = self.start_reading(state, what, item["name"], item)
             if failed is None:
                 self.rounds[state.name]["pending"].add((what, item["name"]))
             else:
                 yield from failed
         # the report last: one that cannot start settles the round at once, the rest in it by then
-        if m["adapter"]:
-            failed = self.start_adapter(state, "report", None, m["adapter"], reading_limit(m))
-        else:
-            failed = self.start_reading(state, "report", None, ["./report"], reading_limit(m),
-                                        shell=False)
-        yield from failed or ()
+        yield from self.start_reading(state, "report", None, m) or ()
 
-    def start_adapter(self, state, what, name, adapter, timeout):
-        """A built-in adapter reads apart like any command; stripe and github get their url and key
-        in a private file."""
-        words = adapter.split()
-        secret = None
-        if words[0] in ("stripe", "github"):
-            where, problem = self.cfg["adapters"].get(words[0]), None
-            try:
-                key = read_keys(self.home).get(words[0])
-            except Fail as fail:
-                # the adapter fails saying so: no call without its key
-                key, problem = None, str(fail)
-            secret = write_payload(
-                json.dumps(
-                    {"url": (where or {}).get("url"), "key": key, "problem": problem}
-                ).encode()
-            )
-        failed = self.start_reading(
-            state, what, name, cached_command("adapter", words), timeout, False, stdin_path=secret
-        )
-        if secret:
-            os.unlink(secret)                   # the child holds it open; the name goes now
-        return failed
-
-    def start_reading(self, state, what, name, args, timeout, shell, stdin_path=None):
-        """Start one reading program; return None, or the intents of one that could not start."""
+    def start_reading(self, state, what, name, item):
+        """Start one reading program, or a built-in adapter (stripe and github get their url and key
+        in a private file); return None, or the intents of one that could not start."""
+        args, shell, secret = ["./report"], False, None
+        if item.get("adapter"):
+            words = item["adapter"].split()
+            args = cached_command("adapter", words)
+            if words[0] in ("stripe", "github"):
+                where, problem = self.cfg["adapters"].get(words[0]), None
+                try:
+                    key = read_keys(self.home).get(words[0])
+                except Fail as fail:
+                    # the adapter fails saying so: no call without its key
+                    key, problem = None, str(fail)
+                secret = write_payload(json.dumps(
+                    {"url": (where or {}).get("url"), "key": key, "problem": problem}).encode())
+        elif what != "report":
+            args, shell = item["run"], True
+        timeout = reading_limit(item)
         try:
-            child = self.spawn(
-                what, state, args, timeout=timeout, shell=shell, payload_file=stdin_path
-            )
+            child = self.spawn(what, state, args, timeout=timeout, shell=shell, payload_file=secret)
             child.extra = {"name": name, "round": self.rounds[state.name]["number"],
                            "limit": timeout}
             return None
@@ -8095,6 +8086,9 @@ class Rounds:
             if what == "report":
                 return self.record_report(state, None, f"could not start: {err}")
             return reading_read(state, what, name, None, f"could not start: {err}", "")
+        finally:
+            if secret:
+                os.unlink(secret)               # the child holds it open; the name goes now
 
     def report_done(self, state, child, status):
         if child.ended_by in ("pause", "stop"):
@@ -8133,7 +8127,7 @@ class Rounds:
         unread = round_unread(round_, time.monotonic() if now is None else now)
         if unread is not None:
             del self.rounds[state.name]
-            yield from round_settled(state, round_["metric"], unread, self.stopping())
+            yield from round_settled(state, round_["metric"], unread, self.warden.stopping)
 
     def settle_all(self, now):
         for name in list(self.rounds):
@@ -8149,12 +8143,12 @@ class Rounds:
         self.rounds.clear()
 
 
-class Keeper:
+class Keeper(Room):
     """Keeps each venture's `run` program alive, restarting it as `restart:` says, with back-off;
     its methods return the intents of what it started or what ended."""
 
-    def __init__(self, ventures, spawn, active):
-        self.ventures, self.spawn, self.active = ventures, spawn, active
+    def __init__(self, warden):
+        super().__init__(warden)
         self.keep = {}                # venture -> the `run` program's keeper state
 
     def start_keep(self, state):
@@ -8168,7 +8162,7 @@ class Keeper:
 
     def start_run(self, state):
         keep = self.keep[state.name]
-        if not self.active(state) or not state.mandate["run"]:
+        if not self.warden.active(state) or not state.mandate["run"]:
             return []
         try:
             keep["child"] = self.spawn("run", state, state.mandate["run"], shell=True)
@@ -8186,7 +8180,7 @@ class Keeper:
                                                               child.ended_by,
                                                               time.monotonic() - child.started,
                                                               keep["backoff"], keep["restart"],
-                                                              self.active(state))
+                                                              self.warden.active(state))
         intents = [Write(record) for record in records]
         if again:
             keep["restart"] = True
@@ -8214,12 +8208,9 @@ class Keeper:
             self.keep[name].update(restart=False, backoff=0)
 
 
-class Levers:
+class Levers(Room):
     """Runs the levers the gate proved, a lever with `check:` only once its check exits 0 and the
     gate agrees again; its methods return the intents of what it started or what ended."""
-
-    def __init__(self, cfg, spawn):
-        self.cfg, self.spawn = cfg, spawn
 
     def run_lever(self, state, lever, verdict, summary, by, side=None, extra=None, checked=False):
         """Yield the action with the gate's proof and question, then start the lever apart. A lever
@@ -8228,20 +8219,18 @@ class Levers:
         if spec is not None and spec["check"] and not checked:
             yield from self.start_check(state, lever, verdict, summary, by, side, extra)
             return
+        payload, proposal = (extra or {}).get("payload"), (extra or {}).get("proposal")
         own = [spec["run"]] if spec is not None and spec["run"] not in (None, "mail.send") else []
         unsafe = lever != "stop" and owner_problem(state.directory, own)
         if unsafe:                      # before its action: a lever others could change never runs
             yield from refusal(state, lever, f"{unsafe.why}; {unsafe.fix}",
                                f"{lever} refused: another user could change what it runs; "
-                               f"{unsafe.fix}", by=by,
-                               **some(side=side, proposal=(extra or {}).get("proposal")))
+                               f"{unsafe.fix}", by=by, **some(side=side, proposal=proposal))
             return
-        mail, mail_problem = mail_to_send(spec, self.cfg, (extra or {}).get("payload"))
+        mail, mail_problem = mail_to_send(spec, self.cfg, payload)
         seq = yield from lever_ran(state, lever, verdict, summary, by, side, extra)
         if lever == "stop":
             return
-        spec = state.mandate["levers"][lever]
-        payload = (extra or {}).get("payload")
         data = (None if payload is None
                 else (payload if isinstance(payload, str) else json.dumps(payload)).encode())
         run, more = spec["run"], {}
@@ -8307,12 +8296,12 @@ class Levers:
                              output_lines(child.out, child.cut)[0])
 
 
-class Worlds:
+class Worlds(Room):
     """Forecasts and world-model predictions, each made apart from the loop in groups of their own;
     its methods return the intents of what came of them."""
 
-    def __init__(self, cfg, spawn, stopping):
-        self.cfg, self.spawn, self.stopping = cfg, spawn, stopping
+    def __init__(self, warden):
+        super().__init__(warden)
         # venture -> the ensemble of world steps in flight for its last report
         self.worlds = {}
 
@@ -8324,7 +8313,7 @@ class Worlds:
         """Forecast the venture apart from the loop (FORECAST-06); a `decision`'s packet is forecast
         here only through a world (issue 11 item 6); return whether one started."""
         f = self.cfg["forecast"] or (PACKET_FORECAST if decision else FORECAST_DEFAULT)
-        if not f["seeds"] or self.stopping() or decision and not state.mandate["world"]:
+        if not f["seeds"] or self.warden.stopping or decision and not state.mandate["world"]:
             return False
         # through the world, with world:
         facts = world_forecast_facts(state, f["days"], f["seeds"], time.time())
@@ -8427,15 +8416,13 @@ class Decision:
         self.world_forecast = False
 
 
-class Decisions:
+class Decisions(Room):
     """Letting a model choose: packet -> roles -> backend -> roles -> proposals -> gate. Grants
     nothing; the steps that write yield intents."""
 
-    def __init__(self, home, cfg, ledger, ventures, spawn, tell, to_roles, forecast, stopping):
+    def __init__(self, warden):
         import socket
-        self.home, self.cfg, self.ledger, self.ventures = home, cfg, ledger, ventures
-        self.spawn = spawn
-        self.tell, self.to_roles, self.forecast, self.stopping = tell, to_roles, forecast, stopping
+        super().__init__(warden)
         self.results, self.decision_count = [], 0    # HTTP replies handed back by call threads
         # escalation seq -> its decision, until its answer is written
         self.escalations = {}
@@ -8444,8 +8431,8 @@ class Decisions:
 
     def packet(self, state, looks):
         """Return what a model may be shown of a venture: never an audit reading, note or ask."""
-        return model_packet(state, recent_records(self.ledger.db, state.name, 40), int(time.time()),
-                            self.packet_forecast(state), looks)
+        return model_packet(state, recent_records(self.warden.ledger.db, state.name, 40),
+                            int(time.time()), self.packet_forecast(state), looks)
 
     def packet_forecast(self, state):
         """The facts of the packet's forecast (FORECAST-03); the roles process makes it, apart from
@@ -8463,7 +8450,7 @@ class Decisions:
 
     def ask_roles(self, d, message, then):
         """Send the roles process `message`; its answer goes to then(d, answer)."""
-        self.to_roles(message, lambda answer: (self.ventures[d.venture], then(d, answer)))
+        self.warden.roles.to_roles(message, lambda answer: (self.ventures[d.venture], then(d, answer)))
 
     def build(self, d):
         """Build the packet and have the roles process make the request. With `world:`, the packet's
@@ -8471,7 +8458,7 @@ class Decisions:
         state = self.ventures[d.venture]
         if d.world_forecast is False:
             d.world_forecast = None
-            if self.forecast(state, "packet", decision=d):
+            if self.warden.worlds.start_forecast(state, "packet", decision=d):
                 return
         d.packet = self.packet(state, d.looks)
         if d.world_forecast:
@@ -8607,7 +8594,7 @@ class Decisions:
             yield from self.answer_escalation(d, "unusable")
             return self.finish_decision(d)
         second, why_not = escalation_to(
-            state, self.cfg, d.backend, d.request is not None, self.stopping()
+            state, self.cfg, d.backend, d.request is not None, self.warden.stopping
         )
         if why_not:
             d.lines.append(why_not)
@@ -8626,7 +8613,7 @@ class Decisions:
 
     def finish_decision(self, d, error=None):
         if d.reply_id is not None:
-            self.tell({"id": d.reply_id, "out": d.lines or ["the decision wrote nothing"],
+            self.warden.avsmd.tell({"id": d.reply_id, "out": d.lines or ["the decision wrote nothing"],
                        "err": [error] if error else [], "exit": EX_UNAVAILABLE if error else EX_OK})
 
     def look_up(self, state, look):
@@ -8634,7 +8621,7 @@ class Decisions:
         if look["choice"] == "why":
             if not 1 <= look["record"] < 2 ** 63:
                 return f"#{look['record']} is not a record number"
-            found = record_at(self.ledger.db, look["record"])
+            found = record_at(self.warden.ledger.db, look["record"])
             if found is None:
                 return f"#{look['record']} is not in the ledger"
             at, record = found
@@ -8645,13 +8632,13 @@ class Decisions:
                 return "not shown: an audit is never shown to a model"
             lines = [format_record_line(look["record"], at, record)]
             for p in (record.get("proof") or {}).get("premises", []):
-                _, r = record_at(self.ledger.db, p) or (None, None)
+                _, r = record_at(self.warden.ledger.db, p) or (None, None)
                 if r:
                     lines.append(f"  premise #{p} {r['claim']} {r['kind']} {r['summary']}")
             return "\n".join(lines)
         topic = look["topic"].lower()
         found = [f"#{s} {r['claim']} {r['kind']} {r['summary']}"
-                 for s, at, r in recent_records(self.ledger.db, state.name, 500)
+                 for s, at, r in recent_records(self.warden.ledger.db, state.name, 500)
                  if r["claim"] == "declared" or r["kind"] == "fact"]
         found = [line for line in found if topic and topic in line.lower()][-10:]
         return "\n".join(found) or f"nothing declared about {look['topic']}"
@@ -8920,16 +8907,9 @@ class Warden:
         self.journal = GroupsJournal(home, self.lock.lock_is_ours)
         self.children = Children(home, self.sel, self.avsmd.tell, self.avsmd.flush,
                                  self.journal.journal_group, self.settle_child, debug)
-        self.spawn = self.children.spawn
-        self.levers = Levers(cfg, self.spawn)
-        self.keeper = Keeper(self.ventures, self.spawn, self.active)
-        self.worlds = Worlds(cfg, self.spawn, lambda: self.stopping)
         self.roles = RolesCalls(self.avsmd.tell)
-        self.decisions = Decisions(home, cfg, self.ledger, self.ventures, self.spawn,
-                                   self.avsmd.tell, self.roles.to_roles,
-                                   self.worlds.start_forecast, lambda: self.stopping)
-        self.rounds = Rounds(cfg, home, self.ventures, self.children, self.spawn,
-                             lambda: self.stopping, debug)
+        self.levers, self.keeper, self.worlds = Levers(self), Keeper(self), Worlds(self)
+        self.decisions, self.rounds = Decisions(self), Rounds(self)
         channel.setblocking(False)
         self.sel.register(channel, selectors.EVENT_READ, ("channel", None))
         self.sel.register(
