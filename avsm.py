@@ -8450,7 +8450,8 @@ class Decisions(Room):
 
     def ask_roles(self, d, message, then):
         """Send the roles process `message`; its answer goes to then(d, answer)."""
-        self.warden.roles.to_roles(message, lambda answer: (self.ventures[d.venture], then(d, answer)))
+        self.warden.roles.to_roles(message,
+                                   lambda answer: (self.ventures[d.venture], then(d, answer)))
 
     def build(self, d):
         """Build the packet and have the roles process make the request. With `world:`, the packet's
@@ -8613,8 +8614,10 @@ class Decisions(Room):
 
     def finish_decision(self, d, error=None):
         if d.reply_id is not None:
-            self.warden.avsmd.tell({"id": d.reply_id, "out": d.lines or ["the decision wrote nothing"],
-                       "err": [error] if error else [], "exit": EX_UNAVAILABLE if error else EX_OK})
+            self.warden.avsmd.tell({"id": d.reply_id,
+                                    "out": d.lines or ["the decision wrote nothing"],
+                                    "err": [error] if error else [],
+                                    "exit": EX_UNAVAILABLE if error else EX_OK})
 
     def look_up(self, state, look):
         """Answer a model's look-up from the ledger: never an audit."""
