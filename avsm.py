@@ -6930,10 +6930,10 @@ def verify_signer(text, signature, allowed, principal, namespace):
                                f"namespace, or changed since")
 
 
-def write_payload(data):
+def write_payload(data, prefix="avsm-payload-"):
     """Write a lever's content to a private temporary file; return its path (open point 28)."""
     import tempfile
-    fd, path = tempfile.mkstemp(prefix="avsm-payload-")
+    fd, path = tempfile.mkstemp(prefix=prefix)
     with os.fdopen(fd, "wb") as fh:
         fh.write(data)
     return path
@@ -7981,7 +7981,8 @@ def start_spread(i, count, cadence):
 class Schedule:
     """When each venture's next round is due, in monotonic time, soonest first (a heap)."""
 
-    def __init__(self):
+    def __init__(self, active):
+        self.active = active          # whether a venture's rounds still run
         self.due = {}                 # venture -> monotonic time its next round is due
         # (time, venture), soonest first; entries the dict no longer holds are stale
         self.due_heap = []
@@ -7990,18 +7991,18 @@ class Schedule:
         self.due[name] = at
         heapq.heappush(self.due_heap, (at, name))
 
-    def soonest(self, active):
+    def soonest(self):
         heap = self.due_heap
-        while heap and (self.due.get(heap[0][1]) != heap[0][0] or not active(heap[0][1])):
+        while heap and (self.due.get(heap[0][1]) != heap[0][0] or not self.active(heap[0][1])):
             # superseded, or its venture no longer runs: resume and add schedule again
             heapq.heappop(heap)
         return heap[0][0] if heap else None
 
-    def pop_due(self, now, active):
+    def pop_due(self, now):
         heap = self.due_heap
         while heap and heap[0][0] <= now:
             at, name = heapq.heappop(heap)
-            if self.due.get(name) != at or not active(name):
+            if self.due.get(name) != at or not self.active(name):
                 continue
             yield at, name
 
@@ -8090,14 +8091,6 @@ class Rounds(Room):
             if secret:
                 os.unlink(secret)               # the child holds it open; the name goes now
 
-    def report_done(self, state, child, status):
-        if child.ended_by in ("pause", "stop"):
-            return None                 # a report cut short by a pause or a stop is no reading
-        value, failure = read_metric_output(child, status)
-        if child.ended_by == "timeout":
-            failure = timed_out_note(reading_limit(state.mandate))
-        return self.record_report(state, value, failure)
-
     def record_report(self, state, value, failure):
         """Yield what the report read calls for (report_read); then the round may settle."""
         yield from report_read(state, value, failure)
@@ -8107,13 +8100,18 @@ class Rounds(Room):
         yield from self.maybe_settle(state)
 
     def reading_done(self, state, child, status):
-        """A guard, audit or reading command ended: its record, then the round may settle."""
+        """The report, a guard, audit or reading command ended: its record, then the round may
+        settle. One cut short by a pause or a stop is no reading."""
         what, name = child.purpose, child.extra["name"]
         if child.ended_by in ("pause", "stop"):
             return
         value, failure = read_metric_output(child, status, with_output=what != "guard")
         if child.ended_by == "timeout":
-            failure = timed_out_note(child.extra["limit"])
+            failure = timed_out_note(reading_limit(state.mandate) if what == "report"
+                                     else child.extra["limit"])
+        if what == "report":
+            yield from self.record_report(state, value, failure)
+            return
         round_ = self.rounds.get(state.name)
         late = read_late(child.extra.get("round"), round_)
         text = "\n".join(output_lines(child.out, child.cut)[0])
@@ -8154,7 +8152,8 @@ class Keeper(Room):
     def start_keep(self, state):
         if state.mandate and state.mandate["run"] and not state.paused:
             keep = self.keep.setdefault(
-                state.name, {"child": None, "backoff": 0, "restart": False, "next_start": None}
+                state.name, {"child": None, "backoff": 0, "restart": False, "next_start": None,
+                             "restarts": 0}
             )
             if keep["child"] is None and keep["next_start"] is None:
                 return self.start_run(state)
@@ -8169,7 +8168,7 @@ class Keeper(Room):
         except OSError as err:
             keep["child"] = None
             return run_started(state, None, False, err)
-        keep["restarts"] = keep.get("restarts", 0) + (1 if keep["restart"] else 0)
+        keep["restarts"] += keep["restart"]
         return run_started(state, keep["child"].pid, keep["restart"])
 
     def run_done(self, state, child, status):
@@ -8192,12 +8191,12 @@ class Keeper(Room):
 
     def start_due(self, now):
         for name, keep in self.keep.items():
-            if keep.get("next_start") is not None and now >= keep["next_start"]:
+            if keep["next_start"] is not None and now >= keep["next_start"]:
                 keep["next_start"] = None
                 yield self.ventures[name], self.start_run(self.ventures[name])
 
     def wakeups(self):
-        return [k["next_start"] for k in self.keep.values() if k.get("next_start") is not None]
+        return [k["next_start"] for k in self.keep.values() if k["next_start"] is not None]
 
     def hold(self, name):
         if name in self.keep:
@@ -8212,14 +8211,15 @@ class Levers(Room):
     """Runs the levers the gate proved, a lever with `check:` only once its check exits 0 and the
     gate agrees again; its methods return the intents of what it started or what ended."""
 
-    def run_lever(self, state, lever, verdict, summary, by, side=None, extra=None, checked=False):
-        """Yield the action with the gate's proof and question, then start the lever apart. A lever
-        with `check:` runs its check first (open point 27)."""
+    def run_lever(self, state, gate, verdict):
+        """Yield the action `gate` asked for with the gate's proof and question, then start the
+        lever apart. A lever with `check:` runs its check first (open point 27)."""
+        lever, by, side, extra = gate.lever, gate.by, gate.side, gate.extra or {}
         spec = state.mandate["levers"].get(lever)
-        if spec is not None and spec["check"] and not checked:
-            yield from self.start_check(state, lever, verdict, summary, by, side, extra)
+        if spec is not None and spec["check"] and gate.check is None:
+            yield from self.start_check(state, gate, verdict)
             return
-        payload, proposal = (extra or {}).get("payload"), (extra or {}).get("proposal")
+        payload, proposal = extra.get("payload"), extra.get("proposal")
         own = [spec["run"]] if spec is not None and spec["run"] not in (None, "mail.send") else []
         unsafe = lever != "stop" and owner_problem(state.directory, own)
         if unsafe:                      # before its action: a lever others could change never runs
@@ -8228,7 +8228,7 @@ class Levers(Room):
                                f"{unsafe.fix}", by=by, **some(side=side, proposal=proposal))
             return
         mail, mail_problem = mail_to_send(spec, self.cfg, payload)
-        seq = yield from lever_ran(state, lever, verdict, summary, by, side, extra)
+        seq = yield from lever_ran(state, lever, verdict, gate.summary, by, side, gate.extra)
         if lever == "stop":
             return
         data = (None if payload is None
@@ -8258,32 +8258,28 @@ class Levers(Room):
         except OSError as err:
             yield from unstarted_outcome(state, lever, seq, str(err))
 
-    def start_check(self, state, lever, verdict, summary, by, side, extra):
-        payload = (extra or {}).get("payload")
+    def start_check(self, state, gate, verdict):
+        lever, payload = gate.lever, (gate.extra or {}).get("payload")
         audits = {name: info.get("note", "") for name, info in state.audits.items()}
-        path = write_payload(
-            json.dumps(
-                {"venture": state.name, "lever": lever, "payload": payload, "audits": audits}
-            ).encode()
-        )
+        path = write_payload(json.dumps({"venture": state.name, "lever": lever, "payload": payload,
+                                         "audits": audits}).encode())
         try:
             child = self.spawn("check", state, state.mandate["levers"][lever]["check"], timeout=60,
                                shell=True, lever=lever, payload_file=path)
         except OSError as err:
             os.unlink(path)
             return refusal(state, lever, f"its check could not start: {err}",
-                           f"{lever} refused: its check could not start", by=by)
-        child.extra = {"lever": lever, "run": (lever, verdict, summary, by, side, extra),
-                       "payload_file": path}
+                           f"{lever} refused: its check could not start", by=gate.by)
+        child.extra = {"lever": lever, "run": (gate, verdict), "payload_file": path}
         return begun(state, "check", lever)     # the gate refuses the lever until its check ends
 
     def check_done(self, state, child, status):
         """A lever's check ended: 0 lets the lever run."""
         os.unlink(child.extra["payload_file"])
-        lever, verdict, summary, by, side, extra = child.extra["run"]
+        gate, verdict = child.extra["run"]
         ok = status == 0 and not child.ended_by
-        return check_rule(state, lever, verdict, summary, by, side, extra, ok,
-                          describe_status(status), child.note()[-NOTE_MAX:] if not ok else "",
+        return check_rule(state, gate.lever, verdict, gate.summary, gate.by, gate.side, gate.extra,
+                          ok, describe_status(status), child.note()[-NOTE_MAX:] if not ok else "",
                           child.ended_by or describe_status(status))
 
     def lever_done(self, state, child, status):
@@ -8306,8 +8302,7 @@ class Worlds(Room):
         self.worlds = {}
 
     def forget_from(self, seq):
-        for name in [name for name, job in self.worlds.items() if job["report"] >= seq]:
-            del self.worlds[name]
+        self.worlds = {name: job for name, job in self.worlds.items() if job["report"] < seq}
 
     def start_forecast(self, state, why, lever=None, decision=None):
         """Forecast the venture apart from the loop (FORECAST-06); a `decision`'s packet is forecast
@@ -8344,11 +8339,8 @@ class Worlds(Room):
                "failure": None}
         self.worlds[state.name] = job
         for i in range(WORLD_SEEDS):
-            path = write_payload(
-                json.dumps(
-                    world_input(state, lever, report_seq * WORLD_SEEDS + i, time.time())
-                ).encode()
-            )
+            path = write_payload(json.dumps(
+                world_input(state, lever, report_seq * WORLD_SEEDS + i, time.time())).encode())
             try:
                 child = self.spawn("world", state, state.mandate["world"], timeout=WORLD_TIMEOUT,
                                    shell=True, payload_file=path, head=WORLD_OUTPUT_MAX)
@@ -8399,9 +8391,8 @@ def ratchet_text(state, lever):
 class Decision:
     """One model decision in flight, from its packet to the lines its asker is shown."""
 
-    def __init__(self, venture, by, backend, reply_id, id):
+    def __init__(self, venture, by, backend, reply_id):
         self.venture, self.by, self.backend, self.reply_id = venture, by, backend, reply_id
-        self.id = id
         # the model's look-ups and their answers, shown in the next packet
         self.looks = []
         self.lines = []               # what `avsm decide` prints when the decision is done
@@ -8423,28 +8414,15 @@ class Decisions(Room):
     def __init__(self, warden):
         import socket
         super().__init__(warden)
-        self.results, self.decision_count = [], 0    # HTTP replies handed back by call threads
+        self.results = []             # HTTP replies handed back by call threads
         # escalation seq -> its decision, until its answer is written
         self.escalations = {}
         self.wake_r, self.wake_w = socket.socketpair()
         self.wake_r.setblocking(False)
 
-    def packet(self, state, looks):
-        """Return what a model may be shown of a venture: never an audit reading, note or ask."""
-        return model_packet(state, recent_records(self.warden.ledger.db, state.name, 40),
-                            int(time.time()), self.packet_forecast(state), looks)
-
-    def packet_forecast(self, state):
-        """The facts of the packet's forecast (FORECAST-03); the roles process makes it, apart from
-        the warden."""
-        f = self.cfg["forecast"] or PACKET_FORECAST
-        return forecast_facts(state, f["days"], f["seeds"]) if f["seeds"] else None
-
     def start_decision(self, state, by, reply_id=None):
         """Begin one model decision for a venture: it grants nothing."""
-        name, backend = backend_for(state, self.cfg)
-        self.decision_count += 1
-        d = Decision(state.name, by, name, reply_id, self.decision_count)
+        d = Decision(state.name, by, backend_for(state, self.cfg)[0], reply_id)
         self.build(d)
         return d
 
@@ -8461,7 +8439,12 @@ class Decisions(Room):
             d.world_forecast = None
             if self.warden.worlds.start_forecast(state, "packet", decision=d):
                 return
-        d.packet = self.packet(state, d.looks)
+        # what a model may be shown: never an audit reading, note or ask; the facts of its forecast
+        # (FORECAST-03), which the roles process makes, apart from the warden
+        f = self.cfg["forecast"] or PACKET_FORECAST
+        facts = forecast_facts(state, f["days"], f["seeds"]) if f["seeds"] else None
+        d.packet = model_packet(state, recent_records(self.warden.ledger.db, state.name, 40),
+                                int(time.time()), facts, d.looks)
         if d.world_forecast:
             d.packet["forecast"] = d.world_forecast
         self.ask_roles(d, {"op": "build", "packet": d.packet}, self.call_backend)
@@ -8486,20 +8469,13 @@ class Decisions(Room):
         runs apart; an HTTP call runs in a thread."""
         import threading
         if "error" in answer:
-            return self.finish_decision(
-                d, f"the roles process could not build the request: {answer['error']}"
-            )
+            why = f"the roles process could not build the request: {answer['error']}"
+            return self.finish_decision(d, why)
         state, backend = self.ventures[d.venture], self.cfg["backends"][d.backend]
-        d.request = (answer["system"], answer["user"])
-        # what the provider said of this call, for the records its reply writes
-        d.call = None
+        d.request, d.call = (answer["system"], answer["user"]), None
         if backend["kind"] == "command":
-            import tempfile
-            fd, path = tempfile.mkstemp(prefix="avsm-request-")
-            with os.fdopen(fd, "w") as fh:
-                json.dump(
-                    {"backend": d.backend, "system": answer["system"], "user": answer["user"]}, fh
-                )
+            path = write_payload(json.dumps({"backend": d.backend, "system": answer["system"],
+                                             "user": answer["user"]}).encode(), "avsm-request-")
             try:
                 child = self.spawn("backend", state, backend["run"], timeout=BACKEND_TIMEOUT,
                                    shell=True, payload_file=path, cwd=self.home, head=REPLY_MAX)
@@ -8509,14 +8485,11 @@ class Decisions(Room):
                 yield from self.got_reply(d, None, f"could not start {backend['run']}: {err}")
             return
         try:
-            key = read_keys(self.home).get(backend.get("key")) if backend.get("key") else None
+            key = read_keys(self.home).get(backend["key"]) if backend.get("key") else None
+            if backend.get("key") and key is None:
+                raise Fail(EX_CONFIG, f"HOME/keys has no {backend['key']}=...; add it (chmod 600)")
         except Fail as fail:
             yield from self.got_reply(d, None, str(fail))
-            return
-        if backend.get("key") and key is None:
-            yield from self.got_reply(
-                d, None, f"HOME/keys has no {backend['key']}=...; add it (chmod 600)"
-            )
             return
 
         def call():
@@ -8533,15 +8506,14 @@ class Decisions(Room):
     def backend_done(self, state, child, status):
         d = child.extra["decision"]
         os.unlink(child.extra["request_file"])
-        why = reply_failure(
-            self.cfg["backends"][d.backend]["run"], child.oversized, child.ended_by, status
-        )
+        why = reply_failure(self.cfg["backends"][d.backend]["run"], child.oversized, child.ended_by,
+                            status)
         return self.got_reply(d, None if why else bytes(child.out), why)
 
-    def results_ready(self, wake):
+    def results_ready(self):
         """Yield (state, intents) of each reply an HTTP call's thread handed back."""
         with contextlib.suppress(OSError):
-            wake.recv(4096)
+            self.wake_r.recv(4096)
         while self.results:
             d, data, why, facts = self.results.pop(0)
             d.call = facts
@@ -8580,7 +8552,7 @@ class Decisions(Room):
             if not_proposed:
                 d.lines.append(not_proposed)
                 continue
-            cited += yield from self.propose(state, choice, d, held=held, ranking=ranking)
+            cited += self.propose(state, choice, d, held=held, ranking=ranking)
         if d.escalation is not None:
             yield from self.answer_escalation(d, d.escalation_looks + cited)
         self.finish_decision(d)
@@ -8594,9 +8566,8 @@ class Decisions(Room):
         if d.escalation is not None:
             yield from self.answer_escalation(d, "unusable")
             return self.finish_decision(d)
-        second, why_not = escalation_to(
-            state, self.cfg, d.backend, d.request is not None, self.warden.stopping
-        )
+        second, why_not = escalation_to(state, self.cfg, d.backend, d.request is not None,
+                                        self.warden.stopping)
         if why_not:
             d.lines.append(why_not)
         if second is None:
@@ -8647,26 +8618,18 @@ class Decisions(Room):
         return "\n".join(found) or f"nothing declared about {look['topic']}"
 
     def propose(self, state, choice, d, held=None, ranking=False):
-        """Yield one choice as an inferred proposal, then what the gate makes of it; return the
+        """Write one choice as an inferred proposal, then what the gate makes of it; return the
         records written. `held`: why a ranking's top choice asks a person instead (WORLD-08)."""
         lever = choice.get("action")
-        seq = yield Write(proposal_record(state, choice, d, ranking))
+        seq = self.warden.append(proposal_record(state, choice, d, ranking))
         d.lines.append(f"#{seq} proposal {choice['choice']}" + (f" {lever}" if lever else ""))
         spec = state.mandate["levers"].get(lever) if choice["choice"] == "action" else None
         payload = choice.get("payload")
         content_why = spec and content_problem(spec["takes"], payload, state.directory)
-        written, result = [seq], None
+        written = [seq]
         rule = proposal_rule(state, seq, choice, d.by, d.backend, content_why, held)
-        while True:
-            try:
-                intent = rule.send(result)
-            except StopIteration:
-                return written
-            result = done = yield intent
+        for intent, done in self.warden.carry_out(state, rule):
             if isinstance(intent, Gate):
-                if not result.ok:
-                    continue
-                done = result.action
                 d.lines.append(
                     f"#{done} action {lever}" if done else f"{lever} waits for its check"
                 )
@@ -8678,6 +8641,7 @@ class Decisions(Room):
                 d.lines.append(f"#{done} refusal: {intent.record['why']}")
             if done:
                 written.append(done)
+        return written
 
 
 class Checkpoints:
@@ -8902,7 +8866,7 @@ class Warden:
         self.snapshots = Snapshots(home)
         self.metrics = Metrics(cfg.get("metrics"), debug)
         self.page_at, self.page_failed = time.monotonic(), None
-        self.schedule = Schedule()
+        self.schedule = Schedule(lambda name: self.active(self.ventures[name]))
         self.next_nightly = next_nightly(cfg["nightly"])
         self.stopping = False
         self.sel = selectors.DefaultSelector()
@@ -8915,9 +8879,7 @@ class Warden:
         self.decisions, self.rounds = Decisions(self), Rounds(self)
         channel.setblocking(False)
         self.sel.register(channel, selectors.EVENT_READ, ("channel", None))
-        self.sel.register(
-            self.decisions.wake_r, selectors.EVENT_READ, ("results", self.decisions.wake_r)
-        )
+        self.sel.register(self.decisions.wake_r, selectors.EVENT_READ, ("results", None))
 
     def append(self, record, at=None):
         """Append `record`; an irreversible action asks for a checkpoint after it."""
@@ -8991,10 +8953,8 @@ class Warden:
         now = time.monotonic()
         for i, state in enumerate(self.ventures.values()):
             if self.active(state):
-                self.schedule.enter(
-                    state.name, now + start_spread(i, len(self.ventures), state.mandate["cadence"])
-                )
-                self.carry_out(state, self.keeper.start_keep(state))
+                self.start_venture(state, now + start_spread(i, len(self.ventures),
+                                                             state.mandate["cadence"]))
         while True:
             timeout = self.writer.group_wait(self.next_wakeup(time.monotonic()))
             for key, _ in self.sel.select(timeout):
@@ -9004,7 +8964,7 @@ class Warden:
                     if what == "channel":
                         self.read_channel()
                     elif what == "results":
-                        for state, intents in self.decisions.results_ready(child):
+                        for state, intents in self.decisions.results_ready():
                             self.carry_out(state, intents)
                     elif what == "signal":
                         self.signalled(child)
@@ -9027,7 +8987,7 @@ class Warden:
             self.avsmd.flush()
             if self.stopping and not self.children:
                 # ESC-04: every escalation gets its answer
-                for seq, d in list(self.decisions.escalations.items()):
+                for d in list(self.decisions.escalations.values()):
                     self.carry_out(None, self.decisions.answer_escalation(
                         d, "unusable", "avsmd stopped before the answer came"))
                 self.children.end_lingering(final=True)
@@ -9038,6 +8998,11 @@ class Warden:
 
     def active(self, state):
         return state.mandate is not None and not state.paused and not self.stopping
+
+    def start_venture(self, state, at=None):
+        """Its next round due `at` (now by default), and its kept program started."""
+        self.schedule.enter(state.name, time.monotonic() if at is None else at)
+        self.carry_out(state, self.keeper.start_keep(state))
 
     def write_checkpoint(self, due=False):
         """Write a checkpoint of the committed head (when one is due)."""
@@ -9113,7 +9078,7 @@ class Warden:
 
     def next_wakeup(self, now):
         """Return seconds until the next due report, deadline or restart, or None."""
-        times, soonest = [], self.schedule.soonest(lambda name: self.active(self.ventures[name]))
+        times, soonest = [], self.schedule.soonest()
         if soonest is not None and not self.writer.ledger_down:
             times.append(soonest)
         for child in self.children:
@@ -9166,9 +9131,7 @@ class Warden:
         # read or late. A round due within START_AHEAD starts now too: at a thousand ventures the
         # warden wakes a quarter as often
         reporting, began = None, time.monotonic()
-        for at, name in self.schedule.pop_due(
-            now + START_AHEAD, lambda name: self.active(self.ventures[name])
-        ):
+        for at, name in self.schedule.pop_due(now + START_AHEAD):
             if time.monotonic() - began > TICK_BUDGET:
                 # behind: due next turn, once a waiting client is served
                 self.schedule.enter(name, at)
@@ -9192,17 +9155,11 @@ class Warden:
     def settle_child(self, child):
         """A child ended and its group is gone: carry out what the room that started it returns."""
         state = self.ventures[child.venture]
-        handler = {
-            "report": self.rounds.report_done,
-            "lever": self.levers.lever_done,
-            "run": self.keeper.run_done,
-            "backend": self.decisions.backend_done,
-            "check": self.levers.check_done,
-            "forecast": self.worlds.forecast_done,
-            "world": self.worlds.world_done,
-        }.get(
-            child.purpose, self.rounds.reading_done
-        )  # a guard, audit or reading
+        # the report, a guard, an audit or a reading: its round's
+        handler = {"lever": self.levers.lever_done, "run": self.keeper.run_done,
+                   "backend": self.decisions.backend_done, "check": self.levers.check_done,
+                   "forecast": self.worlds.forecast_done, "world": self.worlds.world_done,
+                   }.get(child.purpose, self.rounds.reading_done)
         if child.purpose == "forecast" and child.extra.get("why") == "packet":
             handler = self.decisions.packet_forecast_done         # a decision's packet waits on it
         self.carry_out(state, handler(state, child, child.status) or ())
@@ -9236,9 +9193,7 @@ class Warden:
                                trigger=intent.trigger, approval=intent.approval,
                                payload=intent.payload, check=intent.check)
                 if result.ok:
-                    ran = self.carry_out(state, self.levers.run_lever(
-                        state, intent.lever, result, intent.summary, by=intent.by, side=intent.side,
-                        extra=intent.extra, checked=intent.check is not None))
+                    ran = self.carry_out(state, self.levers.run_lever(state, intent, result))
                     seq = next((s for i, s in ran if i.record["kind"] == "action"), None)
                     result = result._replace(action=seq)
                 else:
@@ -9341,29 +9296,20 @@ class Warden:
                 if state.mandate is None:
                     self.check_runnable(state)
                     if state.mandate is not None and not state.paused:     # fixed: it runs now
-                        self.schedule.enter(state.name, time.monotonic())
-                        self.carry_out(state, self.keeper.start_keep(state))
+                        self.start_venture(state)
                 return [f"{name}: mandate unchanged (#{state.mandate_seq}); nothing written"]
         state = self.ventures.setdefault(name, VentureState(name))
-        seq = self.adopt(
-            state,
-            mandate,
-            mandate_record(
-                name, directory, text, f"adopted {name} from {directory} (sha256 {sha[:16]})"
-            ),
-        )
+        seq = self.adopt(state, mandate, mandate_record(
+            name, directory, text, f"adopted {name} from {directory} (sha256 {sha[:16]})"))
         forecasting = self.worlds.start_forecast(state, "add")
-        capacity = "  " + describe_capacity(
-            capacity_check(state, (self.cfg["forecast"] or FORECAST_DEFAULT)["days"])
-        )
-        return (
-            [f"{name}: adopted as mandate #{seq}"]
-            + describe_allowed(mandate, self.cfg)
-            + [capacity]
-            + ([f"{name} is paused; avsm resume {name} starts it"] if state.paused else [])
-            + ([f"{name}: a forecast is being made; it is written to the ledger when done"]
-               if forecasting else [])
-        )
+        days = (self.cfg["forecast"] or FORECAST_DEFAULT)["days"]
+        lines = [f"{name}: adopted as mandate #{seq}"] + describe_allowed(mandate, self.cfg)
+        lines.append("  " + describe_capacity(capacity_check(state, days)))
+        if state.paused:
+            lines.append(f"{name} is paused; avsm resume {name} starts it")
+        if forecasting:
+            lines.append(f"{name}: a forecast is being made; it is written to the ledger when done")
+        return lines
 
     def adopt(self, state, mandate, record):
         """Append a mandate record and put `mandate` in force; return the record's seq."""
@@ -9375,8 +9321,7 @@ class Warden:
                 if child.venture == state.name and child.purpose == "run":
                     child.terminate("a new mandate", time.monotonic())
         if not state.paused:
-            self.schedule.enter(state.name, time.monotonic())
-            self.carry_out(state, self.keeper.start_keep(state))
+            self.start_venture(state)
         return seq
 
     def do_health(self, args, err):
@@ -9427,21 +9372,13 @@ class Warden:
         for state in self.ventures.values():
             if seq in state.open_asks:
                 return state, seq, state.open_asks[seq]
-        answer = (
-            next(
-                (a for a in records_citing(self.ledger.db, "ask", seq)
-                 if a[2]["kind"] in ANSWER_WORDS),
-                None,
-            )
-            if type(seq) is int
-            else None
-        )
-        raise Fail(
-            EX_DATAERR,
-            (f"ask #{seq} is answered already: {ANSWER_WORDS[answer[2]['kind']]} "
-             f"(#{answer[0]}: {answer[2]['summary']}); avsm asks lists the open asks" if answer
-             else f"#{seq} is not an open ask; avsm asks lists them"),
-        )
+        answers = records_citing(self.ledger.db, "ask", seq) if type(seq) is int else ()
+        answer = next((a for a in answers if a[2]["kind"] in ANSWER_WORDS), None)
+        if answer is None:
+            raise Fail(EX_DATAERR, f"#{seq} is not an open ask; avsm asks lists them")
+        raise Fail(EX_DATAERR, f"ask #{seq} is answered already: {ANSWER_WORDS[answer[2]['kind']]}"
+                               f" (#{answer[0]}: {answer[2]['summary']}); avsm asks lists the open"
+                               " asks")
 
     def do_approve(self, args, err):
         state, seq, ask = self.find_ask(args)
@@ -9513,18 +9450,10 @@ class Warden:
         with open(path + ".avsm-new", "w", encoding="utf-8") as fh:
             fh.write(new)
         os.replace(path + ".avsm-new", path)
-        adopted = self.adopt(
-            state,
-            mandate,
-            mandate_record(
-                state.name,
-                state.directory,
-                new,
-                f"adopted {state.name} with {ask['lever']} delegated, as approved in #{seq} "
-                f"(sha256 {text_sha256(new)[:16]})",
-                approval_of=seq,
-            ),
-        )
+        summary = (f"adopted {state.name} with {ask['lever']} delegated, as approved in #{seq} "
+                   f"(sha256 {text_sha256(new)[:16]})")
+        adopted = self.adopt(state, mandate, mandate_record(state.name, state.directory, new,
+                                                            summary, approval_of=seq))
         return [
             f"#{seq} approved: {ask['lever']} is delegated in {path}, adopted as mandate #{adopted}"
         ]
@@ -9550,9 +9479,8 @@ class Warden:
         still = still_past_lines(state)
         if state.mandate is None:
             return [f"{state.name} resumed, but it cannot run: {state.problem}"]
-        self.schedule.enter(state.name, time.monotonic())
         self.keeper.reset(state.name)
-        self.carry_out(state, self.keeper.start_keep(state))
+        self.start_venture(state)
         return [f"{state.name} resumed"] + still
 
 
