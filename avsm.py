@@ -8592,27 +8592,29 @@ class Decisions(Room):
 
     def look_up(self, state, look):
         """Answer a model's look-up from the ledger: never an audit."""
+        db = self.warden.ledger.db
         if look["choice"] == "why":
-            if not 1 <= look["record"] < 2 ** 63:
-                return f"#{look['record']} is not a record number"
-            found = record_at(self.warden.ledger.db, look["record"])
+            seq = look["record"]
+            if not 1 <= seq < 2 ** 63:
+                return f"#{seq} is not a record number"
+            found = record_at(db, seq)
             if found is None:
-                return f"#{look['record']} is not in the ledger"
+                return f"#{seq} is not in the ledger"
             at, record = found
             if record.get("venture") != state.name:
-                return f"#{look['record']} is not a record of {state.name}"
+                return f"#{seq} is not a record of {state.name}"
             if (record["kind"].startswith("audit.") or record.get("about") == "audit"
                     or record.get("audit")):
                 return "not shown: an audit is never shown to a model"
-            lines = [format_record_line(look["record"], at, record)]
+            lines = [format_record_line(seq, at, record)]
             for p in (record.get("proof") or {}).get("premises", []):
-                _, r = record_at(self.warden.ledger.db, p) or (None, None)
+                _, r = record_at(db, p) or (None, None)
                 if r:
                     lines.append(f"  premise #{p} {r['claim']} {r['kind']} {r['summary']}")
             return "\n".join(lines)
         topic = look["topic"].lower()
         found = [f"#{s} {r['claim']} {r['kind']} {r['summary']}"
-                 for s, at, r in recent_records(self.warden.ledger.db, state.name, 500)
+                 for s, at, r in recent_records(db, state.name, 500)
                  if r["claim"] == "declared" or r["kind"] == "fact"]
         found = [line for line in found if topic and topic in line.lower()][-10:]
         return "\n".join(found) or f"nothing declared about {look['topic']}"
@@ -9314,7 +9316,7 @@ class Warden:
     def adopt(self, state, mandate, record):
         """Append a mandate record and put `mandate` in force; return the record's seq."""
         old_run = state.mandate["run"] if state.mandate else None
-        seq = self.carry_out(state, [Write(record)])[0][1]
+        seq = self.append(record)
         state.mandate, state.problem = mandate, None
         if old_run and old_run != mandate["run"]:
             for child in self.children:
@@ -9385,7 +9387,7 @@ class Warden:
         refuse(approve_problem(state, seq))
         if ask.get("canary"):
             record, line = canary_result(state, seq, ask, True)
-            self.carry_out(state, [Write(record)])
+            self.append(record)
             return [line]
         if ask.get("about") == "ratchet":
             return self.approve_ratchet(state, seq, ask)
@@ -9398,9 +9400,10 @@ class Warden:
             state,
             approval_rule(state, seq, ask, payload, "payload" in args, problem, int(time.time())),
         )
-        if not any(isinstance(intent, Gate) for intent, _ in done):
+        gated = [action for intent, action in done if isinstance(intent, Gate)]
+        if not gated:
             return [f"#{seq} answered; nothing runs on it"]
-        action = next(seq for intent, seq in reversed(done) if isinstance(intent, Gate))
+        action = gated[-1]
         self.carry_out(state, ratchet_rule(state, lever, self.cfg["ratchet"]))
         return [f"#{seq} approved; {lever} "
                 + (f"runs as action #{action}" if action else "runs once its check passes")]
@@ -9446,7 +9449,7 @@ class Warden:
             )
         mandate = parse_mandate(new, path, state.directory)
         refuse(ratchet_change_problem(state, mandate))
-        self.carry_out(state, [Write(ratchet_approval(state, seq, ask))])
+        self.append(ratchet_approval(state, seq, ask))
         with open(path + ".avsm-new", "w", encoding="utf-8") as fh:
             fh.write(new)
         os.replace(path + ".avsm-new", path)
