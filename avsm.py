@@ -7959,8 +7959,8 @@ def read_json_adapter(name, reading, url, key):
 # =============================================================================
 # 10. The warden
 # The only process that acts, in rooms: each part owns one kind of state and is
-# handed only what it uses. The warden keeps the loop, tick and carry_out, and
-# answers requests; the kernel's rules decide, the warden carries them out.
+# handed the warden. The warden keeps the loop, tick and carry_out, and answers
+# requests; the kernel's rules decide, the warden carries them out.
 # =============================================================================
 
 # seconds a group commit stays open across wake-ups: at 500 reports a second, 25 a sync
@@ -8400,7 +8400,7 @@ class Decision:
         self.escalation = None
         self.escalation_looks = []    # the look records written since, which its answer cites
         self.packet = None            # what the model is shown
-        self.request = None           # (system, user), as the roles process built them
+        self.request = None           # its system and user texts, as the roles process built them
         # what the provider said of this call, for the records its reply writes
         self.call = None
         # the packet's forecast through the world: False until asked, None if none
@@ -8472,7 +8472,7 @@ class Decisions(Room):
             why = f"the roles process could not build the request: {answer['error']}"
             return self.finish_decision(d, why)
         state, backend = self.ventures[d.venture], self.cfg["backends"][d.backend]
-        d.request, d.call = (answer["system"], answer["user"]), None
+        d.request, d.call = answer, None
         if backend["kind"] == "command":
             path = write_payload(json.dumps({"backend": d.backend, "system": answer["system"],
                                              "user": answer["user"]}).encode(), "avsm-request-")
@@ -8576,7 +8576,7 @@ class Decisions(Room):
         d.lines.append(f"#{d.escalation} escalation to {second}")
         self.escalations[d.escalation] = d
         d.backend = second
-        yield from self.call_backend(d, {"system": d.request[0], "user": d.request[1]})
+        yield from self.call_backend(d, d.request)
 
     def answer_escalation(self, d, cited, note=None):
         """Yield the measured answer of escalation d.escalation (ESC-04)."""
