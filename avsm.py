@@ -13008,14 +13008,17 @@ def zone_words(at):
         f", {t.tm_zone}" if t.tm_zone else "")
 
 
+def svg_title(text):
+    """Return `text` as an SVG <title>, escaped."""
+    return f"<title>{xml_text(text)}</title>"
+
+
 def chart_tooltip(seq, at, record, more=""):
     """Return a marker's <title>: the record's seq, time, kind, summary and what came of it."""
     summary = str(record.get("summary", ""))
     if len(summary) > CHART_NOTE_MAX:
         summary = summary[:CHART_NOTE_MAX] + "..."
-    return ("<title>"
-            + xml_text(f"#{seq} {chart_time(at)} {record.get('kind')}: {summary}{more}")
-            + "</title>")
+    return svg_title(f"#{seq} {chart_time(at)} {record.get('kind')}: {summary}{more}")
 
 
 def chart_time(at):
@@ -13094,7 +13097,7 @@ def chart_svg(name, mandates, records, span="in the ledger"):
         f'<svg xmlns="http://www.w3.org/2000/svg" width="{CHART_WIDTH}" height="{height}"'
         f' viewBox="0 0 {CHART_WIDTH} {height}" font-family="DejaVu Sans, Helvetica, Arial,'
         f' sans-serif" font-size="12" fill="{CHART_COLOURS["text"]}">',
-        f"<title>{xml_text(f'{name}: {metric}, {counts}')}</title>",
+        svg_title(f"{name}: {metric}, {counts}"),
         f'<rect width="{CHART_WIDTH}" height="{height}" fill="#ffffff"/>',
         f'<text x="{CHART_LEFT}" y="24" font-size="16"'
         f' font-weight="bold">{xml_text(f"{name}: {metric}")}</text>',
@@ -13174,8 +13177,7 @@ def chart_controller(shown, x, y):
             continue
         ctl = m["controller"]
         x1, x2 = x(start), x(end)
-        title = (f"<title>{xml_text(f'mandate #{seq}: ' + CONTROLLERS[ctl['kind']].describe(ctl))}"
-                 "</title>")
+        title = svg_title(f"mandate #{seq}: " + CONTROLLERS[ctl["kind"]].describe(ctl))
         if ctl["kind"] == "band":
             parts += [f'<g class="band" stroke="{c["band"]}">{title}',
                       f'<rect x="{x1:.1f}" y="{y(ctl["high"]):.1f}" width="{x2 - x1:.1f}"'
@@ -13272,17 +13274,14 @@ def chart_reports(trusted, apart, x, y, bottom, top, breaks=()):
             title = chart_tooltip(s, a, rec)
         else:
             n, first, (lo_seq, lo), (hi_seq, hi) = column
-            title = "<title>" + xml_text(
+            title = svg_title(
                 f"#{s} {chart_time(a)}: {format_number(rec['value'])}; {n} reports here, "
                 f"#{first} to #{s}: lowest {format_number(lo)} (#{lo_seq}), "
-                f"highest {format_number(hi)} (#{hi_seq})") + "</title>"
+                f"highest {format_number(hi)} (#{hi_seq})")
         px, py = xy[s]
         parts.append(f'<circle class="report trusted" cx="{px}" cy="{py}" r="{r}">{title}</circle>')
     parts += ["</g>", '<g class="reports apart" stroke-width="1.8" fill="none">']
-    groups = sorted((g for status in sorted({report_status(e[2]) for e in apart})
-                     for g in chart_groups([e for e in apart if report_status(e[2]) == status], x)),
-                    key=lambda g: g[0][0])
-    for group in groups:
+    for group in chart_groups(apart, x, lambda e: report_status(e[2])):
         s, a, rec = group[-1]
         status, value, px = report_status(rec), chart_number(rec.get("value")), x(a)
         colour = c.get(status, c["implausible"])
@@ -13300,8 +13299,7 @@ def chart_reports(trusted, apart, x, y, bottom, top, breaks=()):
             py = y(value)
             d = (f"M{px - 4:.1f},{py - 4:.1f} L{px + 4:.1f},{py + 4:.1f} M{px - 4:.1f},{py + 4:.1f}"
                  f" L{px + 4:.1f},{py - 4:.1f}")
-        title = chart_tooltip(s, a, rec) if len(group) == 1 else \
-            group_title(group, f"{status} reports")
+        title = group_title(group, f"{status} reports")
         parts.append(f'<path class="report {status}" d="{d}" stroke="{colour}">{title}</path>')
     parts.append("</g>")
     return parts
@@ -13352,8 +13350,13 @@ def chart_label_x(px, label, size=10):
     return f"{px - 3:.1f}", "end"
 
 
-def chart_groups(items, x, most=CHART_MARKS):
-    """Return `items` [(seq, at, record)] as the groups a chart draws one marker each for."""
+def chart_groups(items, x, key=None, most=CHART_MARKS):
+    """Return `items` [(seq, at, record)] as the groups a chart draws one marker each for; with a
+    `key`, those of each key apart, in the order of their first seq."""
+    if key is not None:
+        return sorted((g for k in dict.fromkeys(map(key, items))
+                       for g in chart_groups([e for e in items if key(e) == k], x)),
+                      key=lambda g: g[0][0])
     width = 1
     while True:
         groups = []
@@ -13367,12 +13370,14 @@ def chart_groups(items, x, most=CHART_MARKS):
         width *= 2
 
 
-def group_title(group, what):
-    """Return the tooltip of a marker drawn for several records: their seqs and times, how many."""
-    (s1, a1, _), (s2, a2, _) = group[0], group[-1]
-    return "<title>" + xml_text(f"#{s1}..#{s2}: {len(group)} {what} from {chart_time(a1)} to "
-                                f"{chart_time(a2)}; avsm tail --since {s1 - 1} lists them") \
-        + "</title>"
+def group_title(group, what, more=""):
+    """Return the tooltip of a marker: its one record's, `more` after it, or for several records
+    their seqs and times, how many."""
+    if len(group) == 1:
+        return chart_tooltip(*group[0][:3], more)
+    (s1, a1), (s2, a2) = group[0][:2], group[-1][:2]
+    return svg_title(f"#{s1}..#{s2}: {len(group)} {what} from {chart_time(a1)} to "
+                     f"{chart_time(a2)}; avsm tail --since {s1 - 1} lists them")
 
 
 def chart_stretches(spans, marks, x):
@@ -13389,14 +13394,9 @@ def chart_stretches(spans, marks, x):
             f' height="{CHART_BOTTOM - CHART_TOP}" fill="{c[what]}" fill-opacity="0.2"/><text'
             f' x="{x1 + 3:.1f}" y="{CHART_BOTTOM - (5 if what == "paused" else 17)}"'
             f' fill="{c[what]}">{label}</text></g>')
-    groups = sorted((g for what in ("guard", "mandate")
-                     for g in chart_groups([(m[3], m[0], m) for m in marks if m[1] == what], x)),
-                    key=lambda g: g[0][0])
-    for group in groups:
-        at, what, label, seq, rec = group[-1][2]
-        px = x(at)
-        title = chart_tooltip(seq, at, rec) if len(group) == 1 else \
-            group_title(group, f"{what} marks")
+    for group in chart_groups([(m[3], m[0], m[4], m) for m in marks], x, lambda e: e[3][1]):
+        at, what, label, seq, rec = group[-1][3]
+        px, title = x(at), group_title(group, f"{what} marks")
         label = label if len(group) == 1 else f"{label} (+{len(group) - 1})"
         lx, anchor = chart_label_x(px, label)
         parts.append(
@@ -13416,9 +13416,7 @@ def chart_markers(actions, asks, records, levers, x):
                 for s, _, r in records
                 if r["kind"] in ("approval", "denial", "resolved")}
     parts = ['<g class="actions">']
-    groups = sorted((g for lever in levers for g in chart_groups(
-        [e for e in actions if str(e[2].get("lever")) == lever], x)), key=lambda g: g[0][0])
-    for group in groups:
+    for group in chart_groups(actions, x, lambda e: str(e[2].get("lever"))):
         states = []
         for s, a, rec in group:
             o_seq, outcome = ended.get(s, (None, None))
@@ -13431,9 +13429,8 @@ def chart_markers(actions, asks, records, levers, x):
         edge = {"running": ' fill-opacity="0.4"',
                 "ok": "",
                 "failed": f' stroke="{c["not ok"]}" stroke-width="2.5"'}[state]
-        title = chart_tooltip(s, a, rec, more) if len(group) == 1 else group_title(
-            group, f"runs of {rec.get('lever')}, {states.count('failed')} not ok, "
-                   f"{states.count('running')} with no outcome yet,")
+        title = group_title(group, f"runs of {rec.get('lever')}, {states.count('failed')} not ok, "
+                                   f"{states.count('running')} with no outcome yet,", more)
         line = (f'<line x1="{px:.1f}" x2="{px:.1f}" y1="{CHART_TOP}" y2="{CHART_BOTTOM}" '
                 f'stroke-opacity="0.45" stroke-dasharray="3 3"/>') if px - x1 < 2 else ""
         parts.append(f'<g class="action {state}" stroke="{colour}" fill="{colour}">{title}{line}'
@@ -13448,8 +13445,7 @@ def chart_markers(actions, asks, records, levers, x):
         opened = sum(answered.get(e[0]) is None for e in group)
         px, py, x1 = x(a), CHART_TOP - 30, x(group[0][1])
         state, pale = ("open", "") if opened else ("answered", ' fill-opacity="0.35"')
-        title = chart_tooltip(s, a, rec, more) if len(group) == 1 else group_title(
-            group, f"asks, {opened} still open (avsm asks lists them),")
+        title = group_title(group, f"asks, {opened} still open (avsm asks lists them),", more)
         parts.append(f'<g class="ask {state}">{title}<path d="M{x1:.1f},{py - 7} '
                      f'L{px:.1f},{py - 7} L{px + 6:.1f},{py} L{px:.1f},{py + 7} L{x1:.1f},{py + 7} '
                      f'L{x1 - 6:.1f},{py} Z"{pale}/></g>')
