@@ -12835,17 +12835,14 @@ def cmd_chart(home, args):
                              f"24h, --since 17); {CHART_USAGE}")
         if value is not None:
             since = value
-        elif arg == "--":
-            names, rest = rest, []          # what follows -- is a name, even one that begins with -
-            if len(names) > 1 or (names and name is not None):
-                raise Fail(EX_USAGE, f"avsm chart charts one venture at a time; {CHART_USAGE}")
-            name = names[0] if names else name
-        elif arg.startswith("-") and arg != "-":
+        elif arg.startswith("-") and arg not in ("-", "--"):
             raise Fail(EX_USAGE, f"avsm chart does not take '{arg}'; {CHART_USAGE}")
-        elif name is None:
-            name = arg
         else:
-            raise Fail(EX_USAGE, f"avsm chart charts one venture at a time; {CHART_USAGE}")
+            # what follows -- is a name, even one that begins with -
+            names, rest = (rest, []) if arg == "--" else ([arg], rest)
+            if len(names) > 1 or names and name is not None:
+                raise Fail(EX_USAGE, f"avsm chart charts one venture at a time; {CHART_USAGE}")
+            name = (names or [name])[0]
     if not name:
         raise Fail(EX_USAGE, CHART_USAGE)
     after, seconds = since_arg(since, "chart") if since is not None else (0, CHART_SPAN)
@@ -12859,8 +12856,7 @@ def cmd_chart(home, args):
     finally:
         db.close()
     if untimed:
-        span += (
-            f" ({untimed} record{'s' if untimed != 1 else ''} at a time no clock wrote left out)")
+        span += f" ({plural(untimed, 'record')} at a time no clock wrote left out)"
     if not mandates:
         raise Fail(
             EX_DATAERR, f"no venture is named '{name}'; {client_command(home)} status lists them")
@@ -12919,6 +12915,11 @@ def read_chart_records(db, name, after, start):
     return ([m for m in mandates if m[2].get("venture") == name and m[2].get("kind") == "mandate"],
             records,
             untimed)
+
+
+def plural(n, noun):
+    """Return `n noun`, the noun with an s unless n is 1."""
+    return f"{n} {noun}{'s' if n != 1 else ''}"
 
 
 def xml_text(value):
@@ -13083,10 +13084,9 @@ def chart_svg(name, mandates, records, span="in the ledger"):
 
     metric = next((m["metric"] for _, _, _, m in reversed(shown) if m), None) or \
         reports[-1][2].get("metric") or "metric"
-    counts = (
-        f"{len(trusted)} trusted report{'s' if len(trusted) != 1 else ''}, {len(apart)} marked"
-        f" apart, {len(actions)} lever run{'s' if len(actions) != 1 else ''}, {len(asks)}"
-        f" ask{'s' if len(asks) != 1 else ''} {span}, {chart_span_words(first, last)}")
+    counts = (f"{plural(len(trusted), 'trusted report')}, {len(apart)} marked apart, "
+              f"{plural(len(actions), 'lever run')}, {plural(len(asks), 'ask')} {span}, "
+              f"{chart_span_words(first, last)}")
     spans, marks = chart_spans(records, mandates, eras, t0, t1), chart_marks(
         records, mandates, t0, t1)
     levers = {lever: LEVER_COLOURS[i % len(LEVER_COLOURS)]
@@ -13127,8 +13127,7 @@ def chart_controller_words(shown):
     if not shown:
         return "no mandate in force over this span"
     _, _, seq, m = shown[-1]
-    earlier = f" ({len(shown) - 1} earlier mandate{'s' if len(shown) > 2 else ''} in the span)" \
-        if len(shown) > 1 else ""
+    earlier = f" ({plural(len(shown) - 1, 'earlier mandate')} in the span)" if shown[1:] else ""
     if m is None:
         return f"mandate #{seq} does not read, so no bound is drawn{earlier}"
     ctl = m["controller"]
@@ -13455,52 +13454,45 @@ def chart_markers(actions, asks, records, levers, x):
 
 def chart_legend(trusted, apart, actions, asks, records, shown, bottom, top, levers, spans, marks):
     """Return (the SVG of the legend under the time axis, the chart's height)."""
-    c = CHART_COLOURS
-    circle = lambda colour: (
-        f'<circle cx="6" cy="-4" r="3" fill="{colour}"/><line x1="-2" x2="14" y1="-4" y2="-4"'
-        f' stroke="{colour}"/>')
-    cross = '<path d="M2,-8 L10,0 M2,0 L10,-8" stroke="{}" stroke-width="1.8"/>'
-    statuses = set()
-    for _, _, r in apart:
-        value = chart_number(r.get("value"))
-        statuses.add("failed"
-                     if value is None
-                     else "off the scale" if not bottom <= value <= top else report_status(r))
+    c, thick, run = CHART_COLOURS, ' stroke-width="1.8"/>', '<path d="M0,-9 L12,-9 L6,0 Z" fill='
+    box = '<rect x="0" y="-9" width="12" height="10" fill='
+    values = [(chart_number(r.get("value")), r) for _, _, r in apart]
+    statuses = {"failed" if v is None else report_status(r) if bottom <= v <= top
+                else "off the scale" for v, r in values}
     kinds = {m["controller"]["kind"] for _, _, _, m in shown if m and controller_sides(m)}
     ends = {r.get("action"): bool(r.get("ok")) for _, _, r in records if r["kind"] == "outcome"}
     # True: ok, False: not ok, None: still running
     states = {ends.get(s) for s, _, _ in actions}
-    items = [(glyph, words) for drawn, glyph, words in (
-        (trusted, circle(c["trusted"]), "trusted report"),
-        ("implausible" in statuses, cross.format(c["implausible"]), "implausible"),
-        ("unconfirmed" in statuses, f'<circle cx="6" cy="-4" r="4" fill="none" '
-         f'stroke="{c["unconfirmed"]}"' ' stroke-width="1.8"/>', "unconfirmed"),
-        ("failed" in statuses, f'<path d="M2,0 L6,-7 L10,0 Z" fill="none" stroke="{c["failed"]}"'
-         ' stroke-width="1.8"/>', "failed (no value)"),
-        ("off the scale" in statuses, f'<path d="M1,-1 L6,-8 L11,-1 Z" fill="none" '
-         f'stroke="{c["implausible"]}"' ' stroke-width="1.8"/>', "off the scale"),
-        ("band" in kinds, f'<rect x="0" y="-9" width="12" height="10" fill="{c["band"]}"'
-         ' fill-opacity="0.25"/>', "band"),
+    items = [
+        (trusted, f'<circle cx="6" cy="-4" r="3" fill="{c["trusted"]}"/><line x1="-2" x2="14"'
+         f' y1="-4" y2="-4" stroke="{c["trusted"]}"/>', "trusted report"),
+        ("implausible" in statuses,
+         f'<path d="M2,-8 L10,0 M2,0 L10,-8" stroke="{c["implausible"]}"{thick}', "implausible"),
+        ("unconfirmed" in statuses,
+         f'<circle cx="6" cy="-4" r="4" fill="none" stroke="{c["unconfirmed"]}"{thick}',
+         "unconfirmed"),
+        ("failed" in statuses,
+         f'<path d="M2,0 L6,-7 L10,0 Z" fill="none" stroke="{c["failed"]}"{thick}',
+         "failed (no value)"),
+        ("off the scale" in statuses,
+         f'<path d="M1,-1 L6,-8 L11,-1 Z" fill="none" stroke="{c["implausible"]}"{thick}',
+         "off the scale"),
+        ("band" in kinds, f'{box}"{c["band"]}" fill-opacity="0.25"/>', "band"),
         (kinds - {"band"}, f'<line x1="0" x2="12" y1="-4" y2="-4" stroke="{c["bound"]}" '
-         f'stroke-width="1.5"' ' stroke-dasharray="4 2"/>', "bound")) if drawn]
-    items += [(f'<path d="M0,-9 L12,-9 L6,0 Z" fill="{colour}"/>', f"{lever} run")
-              for lever, colour in levers.items()]
-    items += [(glyph, words) for drawn, glyph, words in (
-        (False in states, f'<path d="M0,-9 L12,-9 L6,0 Z" fill="#ffffff" stroke="{c["not ok"]}"'
-         ' stroke-width="2"/>', "not ok"),
-        (None in states, '<path d="M0,-9 L12,-9 L6,0 Z" fill="#999999" fill-opacity="0.4"/>',
-         "running"),
-        (asks, f'<path d="M6,-10 L12,-4 L6,2 L0,-4 Z" fill="{c["ask"]}"/>',
-         "ask (pale: answered)")) if drawn]
-    items += [
-        (f'<rect x="0" y="-9" width="12" height="10" fill="{c[what]}" fill-opacity="0.35"/>', what)
-        for what in ("paused", "stuck")
-        if any(span[2] == what for span in spans)]
-    items += [(f'<line x1="6" x2="6" y1="-10" y2="2" stroke="{c[what]}" stroke-width="2"/>', words)
-              for what, words in (("guard", "guard trip"), ("mandate", "new mandate"))
-              if any(k[1] == what for k in marks)]
+         'stroke-width="1.5" stroke-dasharray="4 2"/>', "bound")]
+    items += [(True, f'{run}"{colour}"/>', f"{lever} run") for lever, colour in levers.items()]
+    items += [(False in states, f'{run}"#ffffff" stroke="{c["not ok"]}" stroke-width="2"/>',
+               "not ok"),
+              (None in states, f'{run}"#999999" fill-opacity="0.4"/>', "running"),
+              (asks, f'<path d="M6,-10 L12,-4 L6,2 L0,-4 Z" fill="{c["ask"]}"/>',
+               "ask (pale: answered)")]
+    items += [(any(span[2] == what for span in spans),
+               f'{box}"{c[what]}" fill-opacity="0.35"/>', what) for what in ("paused", "stuck")]
+    items += [(any(k[1] == what for k in marks),
+               f'<line x1="6" x2="6" y1="-10" y2="2" stroke="{c[what]}" stroke-width="2"/>', words)
+              for what, words in (("guard", "guard trip"), ("mandate", "new mandate"))]
     parts, at, row = ['<g class="legend" font-size="11">'], CHART_LEFT, 0
-    for glyph, words in items:
+    for glyph, words in [item[1:] for item in items if item[0]]:
         width = 36 + int(len(words) * 6.3)
         if at + width > CHART_WIDTH and at > CHART_LEFT:
             at, row = CHART_LEFT, row + 1
