@@ -12937,12 +12937,6 @@ def xml_text(value):
     return text.encode("ascii", "xmlcharrefreplace").decode("ascii")
 
 
-def chart_eras(mandates):
-    """Return [(from at, mandate seq, the parsed mandate or None)] of each mandate record."""
-    # None: no bound
-    return [(at, seq, parsed_or_none(parse_mandate, record, seq)) for seq, at, record in mandates]
-
-
 def nice_step(span, most):
     """Return the least of 1, 2, 5 times a power of ten cutting `span` in at most `most` steps."""
     if not span > 0 or not math.isfinite(span):
@@ -13044,6 +13038,11 @@ def chart_number(value):
     return value if math.isfinite(value) else None
 
 
+def on_line(record):
+    """Whether a report is drawn on the chart's line: trusted, its value a finite number."""
+    return report_status(record) == "trusted" and chart_number(record.get("value")) is not None
+
+
 def report_status(record):
     """Return a report's status: trusted, unconfirmed, implausible or failed."""
     return record.get("status") or ("trusted" if record.get("plausible") else "implausible")
@@ -13052,19 +13051,17 @@ def report_status(record):
 def chart_svg(name, mandates, records, span="in the ledger"):
     """Return the SVG text of venture `name`'s chart from its mandate records and its records in the
     span. Pure but for local time, which labels the axis."""
-    reports = [(s, a, r) for s, a, r in records if r["kind"] == "report"]
-    trusted = [(s, a, r) for s, a, r in reports
-               if report_status(r) == "trusted" and chart_number(r.get("value")) is not None]
-    on_line = {s for s, _, _ in trusted}
-    apart = [(s, a, r) for s, a, r in reports if s not in on_line]
-    actions = [(s, a, r) for s, a, r in records if r["kind"] == "action"]
-    asks = [(s, a, r) for s, a, r in records if r["kind"] == "ask"]
+    reports, actions, asks = ([e for e in records if e[2]["kind"] == kind]
+                              for kind in ("report", "action", "ask"))
+    trusted = [e for e in reports if on_line(e[2])]
+    apart = [e for e in reports if not on_line(e[2])]
     times = [a for _, a, _ in reports + actions + asks]
     first, last = min(times), max(times)
     # ten seconds at least: one report sits mid-chart
     middle, half = (first + last) / 2, max((last - first) / 2, 5) * 1.03
     t0, t1 = middle - half, middle + half
-    eras = chart_eras(mandates)
+    # (from at, mandate seq, the parsed mandate or None: no bound)
+    eras = [(at, seq, parsed_or_none(parse_mandate, r, seq)) for seq, at, r in mandates]
     shown = [(max(at, t0), min(eras[i + 1][0] if i + 1 < len(eras) else t1, t1), seq, m)
              for i, (at, seq, m) in enumerate(eras)
              if at <= t1 and (i + 1 == len(eras) or eras[i + 1][0] > t0)]
@@ -13087,8 +13084,12 @@ def chart_svg(name, mandates, records, span="in the ledger"):
     counts = (f"{plural(len(trusted), 'trusted report')}, {len(apart)} marked apart, "
               f"{plural(len(actions), 'lever run')}, {plural(len(asks), 'ask')} {span}, "
               f"{chart_span_words(first, last)}")
-    spans, marks = chart_spans(records, mandates, eras, t0, t1), chart_marks(
-        records, mandates, t0, t1)
+    spans = chart_spans(records, mandates, eras, t0, t1)
+    # (at, what, label, seq, record) of each guard trip and each replaced mandate
+    marks = sorted([(a, "guard", f"guard {r['guard']}", s, r) for s, a, r in records
+                    if r["kind"] in ("pause", "ask") and r.get("guard")]
+                   + [(a, "mandate", f"mandate #{s}", s, r) for s, a, r in mandates[1:]
+                      if t0 <= a <= t1])
     levers = {lever: LEVER_COLOURS[i % len(LEVER_COLOURS)]
               for i, lever in enumerate(dict.fromkeys(str(r.get("lever")) for _, _, r in actions))}
     legend, height = chart_legend(
@@ -13240,7 +13241,7 @@ def chart_breaks(reports, eras):
         m = eras[era][2] if eras and eras[0][0] <= a else None
         if before is not None and m is not None and a - before[0] > 2 * m["cadence"]:
             before = (before[0], True)
-        if report_status(rec) == "trusted" and chart_number(rec.get("value")) is not None:
+        if on_line(rec):
             if before is not None and before[1]:
                 breaks.add(s)
             before = (a, False)
@@ -13320,8 +13321,7 @@ def chart_spans(records, mandates, eras, t0, t1):
                 ("paused", None) if kind == "pause" else ("stuck", r.get("side")), (a, s, r))
         elif kind == "resume":
             ended = [("paused", None)]
-        elif kind == "report" and opened and report_status(r) == "trusted" \
-                and chart_number(r.get("value")) is not None:      # only an open stretch can end
+        elif kind == "report" and opened and on_line(r):      # only an open stretch can end
             ended = [("stuck", side)
                      for side, way, bound, _ in controller_sides(m)
                      if not crossed(way, bound, r["value"])]
@@ -13331,22 +13331,6 @@ def chart_spans(records, mandates, eras, t0, t1):
     spans += [
         (start, t1, key[0], seq, record, None) for key, (start, seq, record) in opened.items()]
     return sorted(span for span in spans if span[1] >= t0)
-
-
-def chart_marks(records, mandates, t0, t1):
-    """Return [(at, what, label, seq, record)] of each guard trip and each replaced mandate."""
-    marks = [(a, "guard", f"guard {r['guard']}", s, r) for s, a, r in records
-             if r["kind"] in ("pause", "ask") and r.get("guard")]
-    return sorted(
-        marks + [(a, "mandate", f"mandate #{s}", s, r) for s, a, r in mandates[1:] if t0 <= a <= t1]
-    )
-
-
-def chart_label_x(px, label, size=10):
-    """Return (x, anchor) of a label beside the line at px, kept inside the plot."""
-    if px + 3 + len(label) * size * 0.6 <= CHART_RIGHT:
-        return f"{px + 3:.1f}", "start"
-    return f"{px - 3:.1f}", "end"
 
 
 def chart_groups(items, x, key=None, most=CHART_MARKS):
@@ -13397,13 +13381,12 @@ def chart_stretches(spans, marks, x):
         at, what, label, seq, rec = group[-1][3]
         px, title = x(at), group_title(group, f"{what} marks")
         label = label if len(group) == 1 else f"{label} (+{len(group) - 1})"
-        lx, anchor = chart_label_x(px, label)
+        left = px + 3 + len(label) * 10 * 0.6 > CHART_RIGHT     # kept inside the plot
         parts.append(
             f'<g class="mark {what}" fill="{c[what]}">{title}<line x1="{px:.1f}" x2="{px:.1f}"'
             f' y1="{CHART_TOP}" y2="{CHART_BOTTOM}" stroke="{c[what]}" stroke-width="1.5"/><text'
-            f' x="{lx}" y="{CHART_TOP + 12}"'
-            + ("" if anchor == "start" else ' text-anchor="end"')
-            + f'>{xml_text(label)}</text></g>')
+            f' x="{px - 3 if left else px + 3:.1f}" y="{CHART_TOP + 12}"'
+            + (' text-anchor="end"' if left else "") + f'>{xml_text(label)}</text></g>')
     return parts + ["</g>"]
 
 
