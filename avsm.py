@@ -13215,12 +13215,8 @@ def chart_columns(trusted, x):
     columns, in each column its lowest, highest and last, so a spike keeps its shape."""
     if len(trusted) <= CHART_RIGHT - CHART_LEFT:
         return [(s, a, rec, None) for s, a, rec in trusted]
-    drawn, i = [], 0
-    while i < len(trusted):
-        j, column = i, int(x(trusted[i][1]))
-        while j < len(trusted) and int(x(trusted[j][1])) == column:
-            j += 1
-        held = trusted[i:j]
+    drawn = []
+    for held in chart_groups(trusted, x, most=math.inf):
         low = min(held, key=lambda e: e[2]["value"])       # trusted: a finite number each
         high = max(held, key=lambda e: e[2]["value"])
         for e in sorted({e[0]: e for e in (low, high)}.values(), key=lambda e: e[0]):
@@ -13228,7 +13224,6 @@ def chart_columns(trusted, x):
                 drawn.append((*e, False))
         info = (len(held), held[0][0], (low[0], low[2]["value"]), (high[0], high[2]["value"]))
         drawn.append((*held[-1], info))
-        i = j
     return drawn
 
 
