@@ -12982,25 +12982,15 @@ def time_ticks(t0, t1, most=8):
         if at > t1:
             break
         local = time.localtime(at)
+        date = time.strftime("%Y-%m-%d", local)
         if step >= 86400:
-            ticks.append((at, time.strftime("%Y-%m-%d", local), ""))
+            ticks.append((at, date, ""))
         else:
-            date = time.strftime("%Y-%m-%d", local)
-            ticks.append((at,
-                          time.strftime("%H:%M:%S" if step < 60 else "%H:%M", local),
+            ticks.append((at, time.strftime("%H:%M:%S" if step < 60 else "%H:%M", local),
                           date if date != day else ""))
             day = date
         t = at + step
     return ticks
-
-
-def zone_words(at):
-    """Return the local zone at unix time `at` as UTC+hh:mm and its name, for the time axis."""
-    t = time.localtime(at)
-    off = t.tm_gmtoff or 0
-    sign = "-" if off < 0 else "+"
-    return f"UTC{sign}{abs(off) // 3600:02d}:{abs(off) % 3600 // 60:02d}" + (
-        f", {t.tm_zone}" if t.tm_zone else "")
 
 
 def svg_title(text):
@@ -13081,9 +13071,11 @@ def chart_svg(name, mandates, records, span="in the ledger"):
 
     metric = next((m["metric"] for _, _, _, m in reversed(shown) if m), None) or \
         reports[-1][2].get("metric") or "metric"
+    # in local time, the day of the last left out when it is the first's
+    start, end = (time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(t)) for t in (first, last))
     counts = (f"{plural(len(trusted), 'trusted report')}, {len(apart)} marked apart, "
               f"{plural(len(actions), 'lever run')}, {plural(len(asks), 'ask')} {span}, "
-              f"{chart_span_words(first, last)}")
+              f"from {start} to {end[11:] if end[:10] == start[:10] else end}")
     spans = chart_spans(records, mandates, eras, t0, t1)
     # (at, what, label, seq, record) of each guard trip and each replaced mandate
     marks = sorted([(a, "guard", f"guard {r['guard']}", s, r) for s, a, r in records
@@ -13113,14 +13105,6 @@ def chart_svg(name, mandates, records, span="in the ledger"):
     parts += chart_markers(actions, asks, records, levers, x) + legend
     parts.append("</svg>")
     return "\n".join(parts)
-
-
-def chart_span_words(first, last):
-    """Return 'from 2026-12-01 22:55 to 23:10' in local time."""
-    a, b = time.localtime(first), time.localtime(last)
-    same_day = time.strftime("%Y-%m-%d", a) == time.strftime("%Y-%m-%d", b)
-    return (f"from {time.strftime('%Y-%m-%d %H:%M:%S', a)} to "
-            f"{time.strftime('%H:%M:%S' if same_day else '%Y-%m-%d %H:%M:%S', b)}")
 
 
 def chart_controller_words(shown):
@@ -13154,14 +13138,17 @@ def chart_axes(metric, ticks, times, x, y, last):
         if date:
             parts.append(f'<text x="{x(at):.1f}" y="{CHART_BOTTOM + 30}"'
                          f' text-anchor="middle">{xml_text(date)}</text>')
-    middle = (CHART_TOP + CHART_BOTTOM) / 2
+    middle, zone = (CHART_TOP + CHART_BOTTOM) / 2, time.localtime(last)
+    off = zone.tm_gmtoff or 0
+    zone = f"UTC{'-' if off < 0 else '+'}{abs(off) // 3600:02d}:{abs(off) % 3600 // 60:02d}" + (
+        f", {zone.tm_zone}" if zone.tm_zone else "")
     parts += [f'<rect x="{CHART_LEFT}" y="{CHART_TOP}" width="{CHART_RIGHT - CHART_LEFT}"'
               f' height="{CHART_BOTTOM - CHART_TOP}" fill="none" stroke="#999999"/>',
               f'<text x="18" y="{middle:.0f}" text-anchor="middle" transform="rotate(-90 18'
               f' {middle:.0f})" font-size="12">{xml_text(metric)}</text>',
               f'<text x="{(CHART_LEFT + CHART_RIGHT) / 2:.0f}" y="{CHART_BOTTOM + 48}"'
               ' text-anchor="middle"'
-              f' font-size="12">{xml_text(f"local time ({zone_words(last)})")}</text>',
+              f' font-size="12">{xml_text(f"local time ({zone})")}</text>',
               f'<text x="{CHART_LEFT - 6}" y="{CHART_TOP - 26}" text-anchor="end">asks</text>',
               f'<text x="{CHART_LEFT - 6}" y="{CHART_TOP - 8}" text-anchor="end">lever runs</text>',
               "</g>"]
