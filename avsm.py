@@ -14421,8 +14421,7 @@ def format_age(seconds):
 
 def status_row(state, now, keep=None, cfg=None, ascii=False):
     """Return the StatusRow of one adopted venture, from its folded state at `now`."""
-    m, why = state.mandate, ""
-    held = held_by(state) if m is not None else None
+    m, why, held = state.mandate, "", held_by(state)
     stuck = [(lever, state.side(side)["stuck"]) for side, _, _, lever in controller_sides(m)
              if state.side(side).get("stuck")]
     if state.paused:
@@ -14457,7 +14456,7 @@ def status_row(state, now, keep=None, cfg=None, ascii=False):
         # open point 42: status says so
         if "no call is made" in note or "no decision is made" in note:
             why = (why + "; " if why else "") + note
-    last = state.trusted[-1][1] if len(state.trusted) else None
+    last = state.trusted[-1][1] if state.trusted else None
     levers = [{"lever": name, "runs": len(cap_window(state, name, now)), "cap": lever["cap"][0],
                "per": lever["cap"][1], "running": name in state.running}
               for name, lever in (m["levers"].items() if m is not None else ())]
@@ -14641,8 +14640,7 @@ def describe_calibration_lines(state):
     ok, why = calibration_bar(state)
     if state.mandate["calibration"] is None:
         return [line + "; a ranking goes to the gate (no calibration: bar)"]
-    return [line + (f"; a ranking would run: {why}" if ok else
-                    f"; a ranking would ask, not run: {why}")]
+    return [line + f"; a ranking would {'run' if ok else 'ask, not run'}: {why}"]
 
 
 # ---- the figures for Prometheus (issue 35 item 2) ----
