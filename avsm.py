@@ -12998,6 +12998,23 @@ def svg_title(text):
     return f"<title>{xml_text(text)}</title>"
 
 
+def svg_at(*values):
+    """Return each coordinate as the chart writes it: a float to 0.1 px, an int as it is."""
+    return [f"{v:.1f}" if isinstance(v, float) else v for v in values]
+
+
+def svg_text(x, y, text, more=""):
+    """Return an SVG <text> of `text`, escaped, at (x, y); `more`: its other attributes."""
+    x, y = svg_at(x, y)
+    return f'<text x="{x}" y="{y}"{more}>{xml_text(text)}</text>'
+
+
+def svg_line(x1, x2, y1, y2, more=""):
+    """Return an SVG <line> from (x1, y1) to (x2, y2); `more`: its other attributes."""
+    x1, x2, y1, y2 = svg_at(x1, x2, y1, y2)
+    return f'<line x1="{x1}" x2="{x2}" y1="{y1}" y2="{y2}"{more}/>'
+
+
 def chart_tooltip(seq, at, record, more=""):
     """Return a marker's <title>: the record's seq, time, kind, summary and what came of it."""
     summary = str(record.get("summary", ""))
@@ -13092,10 +13109,9 @@ def chart_svg(name, mandates, records, span="in the ledger"):
         f' sans-serif" font-size="12" fill="{CHART_COLOURS["text"]}">',
         svg_title(f"{name}: {metric}, {counts}"),
         f'<rect width="{CHART_WIDTH}" height="{height}" fill="#ffffff"/>',
-        f'<text x="{CHART_LEFT}" y="24" font-size="16"'
-        f' font-weight="bold">{xml_text(f"{name}: {metric}")}</text>',
-        f'<text x="{CHART_LEFT}" y="44">{xml_text(counts)}</text>',
-        f'<text x="{CHART_LEFT}" y="62">{xml_text(chart_controller_words(shown))}</text>',
+        svg_text(CHART_LEFT, 24, f"{name}: {metric}", ' font-size="16" font-weight="bold"'),
+        svg_text(CHART_LEFT, 44, counts),
+        svg_text(CHART_LEFT, 62, chart_controller_words(shown)),
         f'<clipPath id="plot"><rect x="{CHART_LEFT}" y="{CHART_TOP}"'
         f' width="{CHART_RIGHT - CHART_LEFT}" height="{CHART_BOTTOM - CHART_TOP}"/></clipPath>']
     parts += chart_axes(metric, ticks, time_ticks(t0, t1), x, y, last)
@@ -13125,32 +13141,25 @@ def chart_axes(metric, ticks, times, x, y, last):
     c = CHART_COLOURS
     parts = ['<g class="axes" font-size="11">']
     for value, label in ticks:
-        parts.append(
-            f'<line x1="{CHART_LEFT}" x2="{CHART_RIGHT}" y1="{y(value):.1f}" y2="{y(value):.1f}"'
-            f' stroke="{c["grid"]}"/>')
-        parts.append(f'<text x="{CHART_LEFT - 6}" y="{y(value) + 4:.1f}"'
-                     f' text-anchor="end">{xml_text(label)}</text>')
+        parts += [svg_line(CHART_LEFT, CHART_RIGHT, y(value), y(value), f' stroke="{c["grid"]}"'),
+                  svg_text(CHART_LEFT - 6, y(value) + 4, label, ' text-anchor="end"')]
     for at, label, date in times:
-        parts.append(f'<line x1="{x(at):.1f}" x2="{x(at):.1f}" y1="{CHART_TOP}" y2="{CHART_BOTTOM}"'
-                     f' stroke="{c["grid"]}"/>')
-        parts.append(f'<text x="{x(at):.1f}" y="{CHART_BOTTOM + 16}"'
-                     f' text-anchor="middle">{xml_text(label)}</text>')
+        parts += [svg_line(x(at), x(at), CHART_TOP, CHART_BOTTOM, f' stroke="{c["grid"]}"'),
+                  svg_text(x(at), CHART_BOTTOM + 16, label, ' text-anchor="middle"')]
         if date:
-            parts.append(f'<text x="{x(at):.1f}" y="{CHART_BOTTOM + 30}"'
-                         f' text-anchor="middle">{xml_text(date)}</text>')
-    middle, zone = (CHART_TOP + CHART_BOTTOM) / 2, time.localtime(last)
+            parts.append(svg_text(x(at), CHART_BOTTOM + 30, date, ' text-anchor="middle"'))
+    middle, zone = (CHART_TOP + CHART_BOTTOM) // 2, time.localtime(last)
     off = zone.tm_gmtoff or 0
     zone = f"UTC{'-' if off < 0 else '+'}{abs(off) // 3600:02d}:{abs(off) % 3600 // 60:02d}" + (
         f", {zone.tm_zone}" if zone.tm_zone else "")
     parts += [f'<rect x="{CHART_LEFT}" y="{CHART_TOP}" width="{CHART_RIGHT - CHART_LEFT}"'
               f' height="{CHART_BOTTOM - CHART_TOP}" fill="none" stroke="#999999"/>',
-              f'<text x="18" y="{middle:.0f}" text-anchor="middle" transform="rotate(-90 18'
-              f' {middle:.0f})" font-size="12">{xml_text(metric)}</text>',
-              f'<text x="{(CHART_LEFT + CHART_RIGHT) / 2:.0f}" y="{CHART_BOTTOM + 48}"'
-              ' text-anchor="middle"'
-              f' font-size="12">{xml_text(f"local time ({zone})")}</text>',
-              f'<text x="{CHART_LEFT - 6}" y="{CHART_TOP - 26}" text-anchor="end">asks</text>',
-              f'<text x="{CHART_LEFT - 6}" y="{CHART_TOP - 8}" text-anchor="end">lever runs</text>',
+              svg_text(18, middle, metric,
+                       f' text-anchor="middle" transform="rotate(-90 18 {middle})" font-size="12"'),
+              svg_text((CHART_LEFT + CHART_RIGHT) // 2, CHART_BOTTOM + 48, f"local time ({zone})",
+                       ' text-anchor="middle" font-size="12"'),
+              svg_text(CHART_LEFT - 6, CHART_TOP - 26, "asks", ' text-anchor="end"'),
+              svg_text(CHART_LEFT - 6, CHART_TOP - 8, "lever runs", ' text-anchor="end"'),
               "</g>"]
     return parts
 
@@ -13173,18 +13182,15 @@ def chart_controller(shown, x, y):
         else:
             parts.append(f'<g class="bound" stroke="{c["bound"]}">{title}')
         for _, way, bound, lever in controller_sides(m):
-            parts.append(
-                f'<line x1="{x1:.1f}" x2="{x2:.1f}" y1="{y(bound):.1f}" y2="{y(bound):.1f}"'
-                ' stroke-width="1.5" stroke-dasharray="6 4"/>')
-            label = f"{way} {format_number(bound)}: {lever}"
+            parts.append(svg_line(x1, x2, y(bound), y(bound),
+                                  ' stroke-width="1.5" stroke-dasharray="6 4"'))
             ly = y(bound) - 5 if way == "above" else y(bound) + 14
-            labels.append(
-                f'<text x="{x2 - 4:.1f}" y="{ly:.1f}" text-anchor="end">{xml_text(label)}</text>')
+            labels.append(svg_text(x2 - 4, ly, f"{way} {format_number(bound)}: {lever}",
+                                   ' text-anchor="end"'))
             if ctl.get("deadband"):
                 rearm = bound - ctl["deadband"] if way == "above" else bound + ctl["deadband"]
-                parts.append(
-                    f'<line x1="{x1:.1f}" x2="{x2:.1f}" y1="{y(rearm):.1f}" y2="{y(rearm):.1f}" '
-                    'stroke-dasharray="2 3" stroke-opacity="0.7"/>')
+                parts.append(svg_line(x1, x2, y(rearm), y(rearm),
+                                      ' stroke-dasharray="2 3" stroke-opacity="0.7"'))
         parts.append("</g>")
     halo = (
         '<g class="controller-halo" font-size="11" fill="#ffffff" stroke="#ffffff" stroke-width="3"'
@@ -13351,24 +13357,24 @@ def chart_stretches(spans, marks, x):
     for start, end, what, seq, rec, until in spans:
         x1, x2 = x(start), x(end)
         label = "paused" if what == "paused" else f"stuck ({rec.get('stuck')})"
-        label = xml_text(label) if x2 - x1 >= max(40, len(label) * 6 + 6) else ""  # inside it
+        label = label if x2 - x1 >= max(40, len(label) * 6 + 6) else ""  # inside it
         parts.append(
             '<g class="span'
             f' {what}">{chart_tooltip(seq, start, rec, f"; until #{until}" if until else "")}<rect'
             f' x="{x1:.1f}" y="{CHART_TOP}" width="{max(x2 - x1, 1):.1f}"'
-            f' height="{CHART_BOTTOM - CHART_TOP}" fill="{c[what]}" fill-opacity="0.2"/><text'
-            f' x="{x1 + 3:.1f}" y="{CHART_BOTTOM - (5 if what == "paused" else 17)}"'
-            f' fill="{c[what]}">{label}</text></g>')
+            f' height="{CHART_BOTTOM - CHART_TOP}" fill="{c[what]}" fill-opacity="0.2"/>'
+            + svg_text(x1 + 3, CHART_BOTTOM - (5 if what == "paused" else 17), label,
+                       f' fill="{c[what]}"') + "</g>")
     for group in chart_groups([(m[3], m[0], m[4], m) for m in marks], x, lambda e: e[3][1]):
         at, what, label, seq, rec = group[-1][3]
         px, title = x(at), group_title(group, f"{what} marks")
         label = label if len(group) == 1 else f"{label} (+{len(group) - 1})"
         left = px + 3 + len(label) * 10 * 0.6 > CHART_RIGHT     # kept inside the plot
         parts.append(
-            f'<g class="mark {what}" fill="{c[what]}">{title}<line x1="{px:.1f}" x2="{px:.1f}"'
-            f' y1="{CHART_TOP}" y2="{CHART_BOTTOM}" stroke="{c[what]}" stroke-width="1.5"/><text'
-            f' x="{px - 3 if left else px + 3:.1f}" y="{CHART_TOP + 12}"'
-            + (' text-anchor="end"' if left else "") + f'>{xml_text(label)}</text></g>')
+            f'<g class="mark {what}" fill="{c[what]}">{title}'
+            + svg_line(px, px, CHART_TOP, CHART_BOTTOM, f' stroke="{c[what]}" stroke-width="1.5"')
+            + svg_text(px - 3 if left else px + 3, CHART_TOP + 12, label,
+                       ' text-anchor="end"' if left else "") + "</g>")
     return parts + ["</g>"]
 
 
@@ -13395,8 +13401,8 @@ def chart_markers(actions, asks, records, levers, x):
                 "failed": f' stroke="{c["not ok"]}" stroke-width="2.5"'}[state]
         title = group_title(group, f"runs of {rec.get('lever')}, {states.count('failed')} not ok, "
                                    f"{states.count('running')} with no outcome yet,", more)
-        line = (f'<line x1="{px:.1f}" x2="{px:.1f}" y1="{CHART_TOP}" y2="{CHART_BOTTOM}" '
-                f'stroke-opacity="0.45" stroke-dasharray="3 3"/>') if px - x1 < 2 else ""
+        line = svg_line(px, px, CHART_TOP, CHART_BOTTOM, ' stroke-opacity="0.45"'
+                        ' stroke-dasharray="3 3"') if px - x1 < 2 else ""
         parts.append(f'<g class="action {state}" stroke="{colour}" fill="{colour}">{title}{line}'
                      f'<path d="M{x1 - 6:.1f},{CHART_TOP - 16} L{px + 6:.1f},{CHART_TOP - 16} '
                      f'L{px:.1f},{CHART_TOP - 4} L{x1:.1f},{CHART_TOP - 4} Z"{edge}/></g>')
@@ -13461,9 +13467,8 @@ def chart_legend(trusted, apart, actions, asks, records, shown, bottom, top, lev
         width = 36 + int(len(words) * 6.3)
         if at + width > CHART_WIDTH and at > CHART_LEFT:
             at, row = CHART_LEFT, row + 1
-        parts.append(
-            f'<g transform="translate({at} {CHART_HEIGHT - 14 + 18 * row})">{glyph}<text x="18"'
-            f' y="0">{xml_text(words)}</text></g>')
+        parts.append(f'<g transform="translate({at} {CHART_HEIGHT - 14 + 18 * row})">{glyph}'
+                     + svg_text(18, 0, words) + "</g>")
         at += width
     return parts + ["</g>"], CHART_HEIGHT + 18 * row
 
