@@ -13069,9 +13069,9 @@ def chart_svg(name, mandates, records, span="in the ledger"):
     t0, t1 = middle - half, middle + half
     # (from at, mandate seq, the parsed mandate or None: no bound)
     eras = [(at, seq, parsed_or_none(parse_mandate, r, seq)) for seq, at, r in mandates]
-    shown = [(max(at, t0), min(eras[i + 1][0] if i + 1 < len(eras) else t1, t1), seq, m)
-             for i, (at, seq, m) in enumerate(eras)
-             if at <= t1 and (i + 1 == len(eras) or eras[i + 1][0] > t0)]
+    ends = [e[0] for e in eras[1:]] + [math.inf]
+    shown = [(max(at, t0), min(end, t1), seq, m)
+             for (at, seq, m), end in zip(eras, ends) if at <= t1 and end > t0]
     values = [chart_number(r["value"]) for _, _, r in trusted] or \
         [v for v in (chart_number(r.get("value")) for _, _, r in apart) if v is not None] or [0.0]
     # not a re-arm level
@@ -13222,19 +13222,17 @@ def chart_columns(trusted, x):
 
 def chart_breaks(reports, eras):
     """Return the seqs of the trusted reports before which the line breaks (two cadences unread)."""
-    breaks, before, era = set(), None, 0
+    breaks, last, gap, era = set(), None, False, 0
     for s, a, rec in reports:
         while era + 1 < len(eras) and eras[era + 1][0] <= a:
             era += 1
         m = eras[era][2] if eras and eras[0][0] <= a else None
-        if before is not None and m is not None and a - before[0] > 2 * m["cadence"]:
-            before = (before[0], True)
+        gap = gap or last is not None and m is not None and a - last > 2 * m["cadence"]
         if on_line(rec):
-            if before is not None and before[1]:
+            if gap:
                 breaks.add(s)
-            before = (a, False)
-        else:
-            before = (a, before is not None and before[1])
+            gap = False
+        last = a
     return breaks
 
 
@@ -14566,14 +14564,14 @@ def describe_status_lines(state, now, keep, row, cfg=None):
     """Return the status lines of one venture, the first from its StatusRow."""
     lines = [f"{row['name']}: {row['state']}" + (
         f": {row['why']}" if row["state"] not in ("running", "was running", "paused") else "")]
-    if state.last_report:
-        seq, at, rec = state.last_report
+    m, last = state.mandate, state.last_report
+    if last:
+        seq, at, rec = last
         status = rec.get("status")
         lines.append(f"  last report #{seq} at {format_local_time(at)}: {rec.get('summary')}"
                      + ("" if status and status in str(rec.get("summary")) else f" ({status})"))
     else:
         lines.append("  no report yet")
-    m = state.mandate
     if m is not None and decided_by_model(m) and cfg is not None:
         lines.append("  " + backend_note(m, cfg))
     if m is not None:
@@ -14594,14 +14592,13 @@ def describe_status_lines(state, now, keep, row, cfg=None):
                 position = "inside, deadband not yet re-armed"
             else:
                 position = "inside"
-            if state.last_report and state.last_report[2].get("status") != "trusted":
+            if last and last[2].get("status") != "trusted":
                 # the controller sees only trusted reports: say which one it stands on, and name the
                 # one it does not
                 position += (f", from the last trusted report #{state.level[0]}"
                              f" ({format_number(state.level[1])})" if state.level is not None
                              else ", no trusted report yet")
-                position += (f"; #{state.last_report[0]} is {state.last_report[2].get('status')}"
-                             " and not acted on")
+                position += f"; #{last[0]} is {last[2].get('status')} and not acted on"
             lines.append(f"  controller: {way} {format_number(bound)} ({lever}): {position}")
         for guard in m["guards"]:
             info = state.guards.get(guard["name"])
@@ -14791,7 +14788,8 @@ def page_facts(home, states, now, db, keeps=None, cfg=None, stopped=False):
             values=[v for _, v in state.trusted[-PAGE_VALUES:]],
             asks=[{"seq": a["seq"], "question": str(a["question"])} for a in asks
                   if a["venture"] == state.name]))
-    kept, where = newest_checkpoint(f"{home}/checkpoints"), f"{home}/checkpoints"
+    where = f"{home}/checkpoints"
+    kept = newest_checkpoint(where)
     return {"schema": 1, "home": home, "at": now, "stopped": stopped, "ventures": ventures,
             "checkpoint": kept and {"seq": kept.seq, "at": kept.at, "signed": os.path.exists(
                 f"{where}/{kept.seq:012d}.txt.sig")}}
