@@ -12929,11 +12929,8 @@ def xml_text(value):
     # the common case, plain ASCII, needs no pass of the pattern
     if not (text.isascii() and text.isprintable()):
         text = escape_controls(XML_UNSAFE_CHARS, text.replace("\n", "\\n").replace("\r", "\\r"))
-    text = (text.replace("&", "&amp;")
-            .replace("<", "&lt;")
-            .replace(">", "&gt;")
-            .replace('"', "&quot;")
-            .replace("'", "&#39;"))
+    from html import escape
+    text = escape(text).replace("&#x27;", "&#39;")
     return text.encode("ascii", "xmlcharrefreplace").decode("ascii")
 
 
@@ -12963,7 +12960,7 @@ def value_ticks(low, high):
     ticks, k = [], 0
     while bottom + k * step <= top + step * 1e-9:
         v = bottom + k * step
-        label = f"{v:.{decimals}f}" if abs(v) < 1e7 or v == 0 else f"{v:.3g}"
+        label = f"{v:.{decimals}f}" if abs(v) < 1e7 else f"{v:.3g}"
         ticks.append((v, "0" if float(label) == 0 and "e" not in label else label))
         k += 1
     return bottom, top, ticks
@@ -13243,13 +13240,12 @@ def chart_reports(trusted, apart, x, y, bottom, top, breaks=()):
     points = [e for e in drawn if e[3] is not False]
     r = 3 if len(points) <= 300 else 2 if len(points) <= 1500 else 1.2
     xy = {s: (f"{x(a):.1f}", f"{y(chart_number(rec['value'])):.1f}") for s, a, rec, _ in drawn}
-    import bisect
-    lines, previous, breaks = [[]], 0, sorted(breaks)
+    from bisect import bisect_right
+    lines, breaks = [[]], sorted(breaks)
     for s, _, _, _ in drawn:
-        if lines[-1] and bisect.bisect_right(breaks, s) > bisect.bisect_right(breaks, previous):
+        if lines[-1] and bisect_right(breaks, s) > bisect_right(breaks, lines[-1][-1]):
             lines.append([])
         lines[-1].append(s)
-        previous = s
     parts = [f'<g class="trusted-line" fill="none" stroke="{c["trusted"]}" '
              f'stroke-width="{1.5 if len(trusted) <= 1500 else 1}" stroke-linejoin="round" '
              'clip-path="url(#plot)">']
@@ -14424,7 +14420,7 @@ def format_age(seconds):
 
 def status_row(state, now, keep=None, cfg=None, ascii=False):
     """Return the StatusRow of one adopted venture, from its folded state at `now`."""
-    m, why, held = state.mandate, "", held_by(state)
+    m, condition, why, held = state.mandate, "running", "", held_by(state)
     stuck = [(lever, state.side(side)["stuck"]) for side, _, _, lever in controller_sides(m)
              if state.side(side).get("stuck")]
     if state.paused:
@@ -14452,8 +14448,6 @@ def status_row(state, now, keep=None, cfg=None, ascii=False):
         why = "; ".join(f"{lever} cannot run ({reason}): "
                         + STUCK_WAY_OUT[reason].format(venture=state.name, lever=lever)
                         for lever, reason in stuck)
-    else:
-        condition = "running"
     if m is not None and decided_by_model(m) and cfg is not None:
         note = backend_note(m, cfg)
         # open point 42: status says so
