@@ -14698,32 +14698,33 @@ def metrics_text(states, home, now):
     """Return the figures of the ventures and the home in Prometheus's text format 0.0.4, with no
     timestamp (node_exporter refuses one)."""
     samples = {name: [] for name, _, _ in METRIC_FAMILIES}
-    at_home = f'home="{exposition_label(home.home)}"'
 
-    def add(family, value, labels=""):      # labels: ',NAME="VALUE"...', each value escaped
-        samples[family].append(f"{family}{{{at_home}{labels}}} {exposition_number(value)}")
-    for name in sorted(states):
+    def add(family, value, **labels):       # the home's label first, each value escaped
+        text = ",".join(f'{k}="{exposition_label(v)}"' for k, v in dict(home=home.home,
+                                                                          **labels).items())
+        samples[family].append(f"{family}{{{text}}} {exposition_number(value)}")
+    for row in status_facts(states, now)["ventures"]:       # the adopted, as status shows them
+        name = row["name"]
         state = states[name]
-        if state.mandate_seq is None:
-            continue                    # not adopted: status does not show it, nor do these
-        row, m, counted = status_row(state, now), state.mandate, state.counted
-        of = f',venture="{exposition_label(name)}"'
+        m, counted = state.mandate, state.counted
         for each in STATUS_STATES:
-            add("avsm_venture_state", int(row.state == each), f'{of},state="{each}"')
-        if row.value is not None:
-            add("avsm_venture_value", row.value, of)
-            add("avsm_venture_last_trusted_report_age_seconds", round(max(0.0, row.age), 3), of)
-        for side_name, way, bound, lever in controller_sides(m):
-            add("avsm_venture_bound", bound, f'{of},side="{way}",lever="{exposition_label(lever)}"')
+            add("avsm_venture_state", int(row["state"] == each), venture=name, state=each)
+        if row["value"] is not None:
+            add("avsm_venture_value", row["value"], venture=name)
+            add("avsm_venture_last_trusted_report_age_seconds", round(max(0.0, row["age"]), 3),
+                venture=name)
+        for b in row["bounds"]:
+            add("avsm_venture_bound", b["bound"], venture=name, side=b["way"], lever=b["lever"])
         for key, family in VENTURE_COUNTERS.items():
-            add(family, counted[key], of)
-        add("avsm_venture_open_asks", len(state.open_asks), of)
+            add(family, counted[key], venture=name)
+        add("avsm_venture_open_asks", len(state.open_asks), venture=name)
         runs = set(state.actions) | (set(m["levers"]) | set(BUILTIN_LEVERS) if m else set())
         for lever in sorted(runs | set(m["forbidden"] if m else ()), key=str):
-            at = f'{of},lever="{exposition_label(lever)}"'
             if lever in runs:           # a forbidden lever never runs; it is refused
-                add("avsm_lever_runs_total", len(state.actions.get(lever, ())), at)
-            add("avsm_lever_refusals_total", counted["by_lever"].get(lever, 0), at)
+                add("avsm_lever_runs_total", len(state.actions.get(lever, ())), venture=name,
+                    lever=lever)
+            add("avsm_lever_refusals_total", counted["by_lever"].get(lever, 0), venture=name,
+                lever=lever)
     add("avsm_ledger_head_seq", home.head)
     if home.ledger_bytes is not None:
         add("avsm_ledger_bytes", home.ledger_bytes)
@@ -14733,8 +14734,7 @@ def metrics_text(states, home, now):
     add("avsm_avsmd_starts_total", home.counted.get("starts", 0))
     restarts = home.counted.get("restarts", {})
     for process in sorted(set(restarts) | {"warden", "roles"}):
-        add("avsm_restarts_total", restarts.get(process, 0),
-            f',process="{exposition_label(process)}"')
+        add("avsm_restarts_total", restarts.get(process, 0), process=process)
     lines = []
     for family, kind, text in METRIC_FAMILIES:
         if samples[family]:
