@@ -12850,11 +12850,8 @@ def cmd_chart(home, args):
     span = "in the last 24h (the default span; --since 0 charts the whole history)" \
         if since is None else f"in the last {format_duration(seconds)}" if seconds else \
         f"after #{after}" if after else "in the ledger"
-    db = open_ledger_ro(ledger_path(home))
-    try:
+    with contextlib.closing(open_ledger_ro(ledger_path(home))) as db:
         mandates, records, untimed = read_chart_records(db, name, after, start)
-    finally:
-        db.close()
     if untimed:
         span += f" ({plural(untimed, 'record')} at a time no clock wrote left out)"
     if not mandates:
@@ -14566,9 +14563,9 @@ def describe_status_lines(state, now, keep, row, cfg=None):
                      + ("" if status and status in str(rec.get("summary")) else f" ({status})"))
     else:
         lines.append("  no report yet")
-    if m is not None and decided_by_model(m) and cfg is not None:
-        lines.append("  " + backend_note(m, cfg))
     if m is not None:
+        if decided_by_model(m) and cfg is not None:
+            lines.append("  " + backend_note(m, cfg))
         for side_name, way, bound, lever in controller_sides(m):
             side, hold = state.side(side_name), m["controller"].get("hold") or 1
             if state.level is not None and crossed(way, bound, state.level[1]):
@@ -14596,7 +14593,7 @@ def describe_status_lines(state, now, keep, row, cfg=None):
             lines.append(f"  controller: {way} {format_number(bound)} ({lever}): {position}")
         for guard in m["guards"]:
             info = state.guards.get(guard["name"])
-            if info is None or info["last"] is None:
+            if not info or not info["last"]:
                 lines.append(f"  guard {guard['name']}: not read yet")
                 continue
             seq, value, status = info["last"]
@@ -14611,7 +14608,8 @@ def describe_status_lines(state, now, keep, row, cfg=None):
     lines += describe_calibration_lines(state)
     lines.append("  open " + asks_words(row["asks"]))
     if m is not None and m["run"]:
-        child, restarts = (keep or {}).get("child"), (keep or {}).get("restarts", 0)
+        keep = keep or {}
+        child, restarts = keep.get("child"), keep.get("restarts", 0)
         ending = getattr(child, "ended_by", None)
         # a program being ended is not shown as running (a pause ends it within seconds)
         if child and ending:
