@@ -12953,7 +12953,7 @@ def value_ticks(low, high):
     step = nice_step(high - low, 6)
     bottom, top = max(math.floor(low / step) * step, floor), min(
         math.ceil(high / step) * step, ceiling)
-    decimals = max(0, -math.floor(math.log10(step))) if step < 1 else 0
+    decimals = max(0, -math.floor(math.log10(step)))
     ticks, k = [], 0
     while bottom + k * step <= top + step * 1e-9:
         v = bottom + k * step
@@ -13033,7 +13033,7 @@ def chart_minute(minute):
 
 def chart_number(value):
     """Return a report's value as a float to plot, or None (no reading, or not a finite number)."""
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
+    if not is_number(value):
         return None
     value = float(value)
     return value if math.isfinite(value) else None
@@ -13095,8 +13095,9 @@ def chart_svg(name, mandates, records, span="in the ledger"):
                       if t0 <= a <= t1])
     levers = {lever: LEVER_COLOURS[i % len(LEVER_COLOURS)]
               for i, lever in enumerate(dict.fromkeys(str(r.get("lever")) for _, _, r in actions))}
+    ended = {r.get("action"): (s, r) for s, _, r in records if r["kind"] == "outcome"}
     legend, height = chart_legend(
-        trusted, apart, actions, asks, records, shown, bottom, top, levers, spans, marks)
+        trusted, apart, actions, asks, ended, shown, bottom, top, levers, spans, marks)
     parts = [
         f'<svg xmlns="http://www.w3.org/2000/svg" width="{CHART_WIDTH}" height="{height}"'
         f' viewBox="0 0 {CHART_WIDTH} {height}" font-family="DejaVu Sans, Helvetica, Arial,'
@@ -13112,7 +13113,7 @@ def chart_svg(name, mandates, records, span="in the ledger"):
     controller, labels = chart_controller(shown, x, y)
     parts += chart_stretches(spans, marks, x) + controller
     parts += chart_reports(trusted, apart, x, y, bottom, top, chart_breaks(reports, eras)) + labels
-    parts += chart_markers(actions, asks, records, levers, x) + legend
+    parts += chart_markers(actions, asks, records, ended, levers, x) + legend
     parts.append("</svg>")
     return "\n".join(parts)
 
@@ -13264,14 +13265,13 @@ def chart_reports(trusted, apart, x, y, bottom, top, breaks=()):
         s, a, rec = group[-1]
         status, value, px = report_status(rec), chart_number(rec.get("value")), x(a)
         colour = c.get(status, c["implausible"])
-        if value is None:
-            d, status, colour = (f"M{px - 4:.1f},{CHART_BOTTOM + 8} L{px:.1f},{CHART_BOTTOM + 1}"
-                                 f" L{px + 4:.1f},{CHART_BOTTOM + 8} Z", "failed", c["failed"])
-        elif value > top or value < bottom:
-            edge, tip = (CHART_TOP + 8, CHART_TOP + 1) if value > top else \
-                (CHART_BOTTOM - 8, CHART_BOTTOM - 1)
-            d = f"M{px - 5:.1f},{edge} L{px:.1f},{tip} L{px + 5:.1f},{edge} Z"
-            status += " off-scale"
+        if value is None or not bottom <= value <= top:
+            w, edge, tip = (4, CHART_BOTTOM + 8, CHART_BOTTOM + 1) if value is None else \
+                (5, CHART_TOP + 8, CHART_TOP + 1) if value > top else \
+                (5, CHART_BOTTOM - 8, CHART_BOTTOM - 1)
+            d = f"M{px - w:.1f},{edge} L{px:.1f},{tip} L{px + w:.1f},{edge} Z"
+            status, colour = ("failed", c["failed"]) if value is None else \
+                (status + " off-scale", colour)
         elif status == "unconfirmed":
             d = f"M{px - 4:.1f},{y(value):.1f} a4,4 0 1,0 8,0 a4,4 0 1,0 -8,0"
         else:
@@ -13369,10 +13369,10 @@ def chart_stretches(spans, marks, x):
     return parts + ["</g>"]
 
 
-def chart_markers(actions, asks, records, levers, x):
-    """Return the SVG of each lever run and each ask, with its seq and what came of it."""
+def chart_markers(actions, asks, records, ended, levers, x):
+    """Return the SVG of each lever run and each ask, with its seq and what came of it (`ended`:
+    {action seq: (seq, outcome record)})."""
     c = CHART_COLOURS
-    ended = {r.get("action"): (s, r) for s, _, r in records if r["kind"] == "outcome"}
     answered = {r.get("ask"): (s, r)
                 for s, _, r in records
                 if r["kind"] in ("approval", "denial", "resolved")}
@@ -13414,7 +13414,7 @@ def chart_markers(actions, asks, records, levers, x):
     return parts
 
 
-def chart_legend(trusted, apart, actions, asks, records, shown, bottom, top, levers, spans, marks):
+def chart_legend(trusted, apart, actions, asks, ended, shown, bottom, top, levers, spans, marks):
     """Return (the SVG of the legend under the time axis, the chart's height)."""
     c, thick, run = CHART_COLOURS, ' stroke-width="1.8"/>', '<path d="M0,-9 L12,-9 L6,0 Z" fill='
     box = '<rect x="0" y="-9" width="12" height="10" fill='
@@ -13422,9 +13422,8 @@ def chart_legend(trusted, apart, actions, asks, records, shown, bottom, top, lev
     statuses = {"failed" if v is None else report_status(r) if bottom <= v <= top
                 else "off the scale" for v, r in values}
     kinds = {m["controller"]["kind"] for _, _, _, m in shown if m and controller_sides(m)}
-    ends = {r.get("action"): bool(r.get("ok")) for _, _, r in records if r["kind"] == "outcome"}
     # True: ok, False: not ok, None: still running
-    states = {ends.get(s) for s, _, _ in actions}
+    states = {bool(ended[s][1].get("ok")) if s in ended else None for s, _, _ in actions}
     items = [
         (trusted, f'<circle cx="6" cy="-4" r="3" fill="{c["trusted"]}"/><line x1="-2" x2="14"'
          f' y1="-4" y2="-4" stroke="{c["trusted"]}"/>', "trusted report"),
