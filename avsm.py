@@ -13163,9 +13163,7 @@ def chart_controller(shown, x, y):
     """Return (the SVG of each mandate's bound or band, the SVG of their labels on a white halo
     (a stroked copy drawn first: no renderer is relied on for paint-order))."""
     c, parts, labels = CHART_COLOURS, ['<g class="controller" clip-path="url(#plot)">'], []
-    for start, end, seq, m in shown:
-        if m is None or not controller_sides(m):
-            continue
+    for start, end, seq, m in [e for e in shown if controller_sides(e[3])]:
         ctl = m["controller"]
         x1, x2 = x(start), x(end)
         title = svg_title(f"mandate #{seq}: " + CONTROLLERS[ctl["kind"]].describe(ctl))
@@ -14752,8 +14750,9 @@ PAGE_SHAPE = {
         "name": str, "state": str, "why": str, "value": (float,), "age": (float,), "report": str,
         "bounds": [float], "values": [float], "asks": [{"seq": int, "question": str}],
         "actions": [{"seq": int, "at": float, "summary": str, "proof": "json"}]}]}
-PAGE_MARKS = {"running": "●", "was running": "○", "paused": "‖", "stuck": "▲", "implausible": "◆",
-              "unconfirmed": "◇", "cannot run": "✖", "unreachable": "✖", "ask": "?"}
+PAGE_MARKS = {"running": "●", "was running": "○", "paused": "‖", "stuck": "▲",
+              "implausible": "◆", "unconfirmed": "◇", "cannot run": "✖", "unreachable": "✖",
+              "ask": "?"}
 PAGE_CSS = """:root{color-scheme:light dark}@media(prefers-color-scheme:dark){body{background:#111}}
 body{font:15px system-ui;max-width:60em;margin:auto}ul{padding:0}li{list-style:none;margin:.5em 0;
 border-left:5px solid var(--c,gray);padding:0 .8em;break-inside:avoid}b{color:var(--c)}
