@@ -14543,12 +14543,12 @@ def status_facts(states, now, keeps=None, cfg=None, venture=None, verbose=False,
         if stopped and row["state"] == "running":   # what the ledger last knew, not that it runs
             row["state"] = "was running"
         if venture is not None or verbose:
-            row["detail"] = describe_status_lines(state, now, keeps.get(state.name), row, cfg)
+            row["detail"] = describe_status_lines(state, keeps.get(state.name), row, cfg)
         rows.append(row)
     return {"ventures": rows}
 
 
-def describe_status_lines(state, now, keep, row, cfg=None):
+def describe_status_lines(state, keep, row, cfg=None):
     """Return the status lines of one venture, the first from its StatusRow."""
     lines = [f"{row['name']}: {row['state']}" + (
         f": {row['why']}" if row["state"] not in ("running", "was running", "paused") else "")]
