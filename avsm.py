@@ -13317,14 +13317,10 @@ def chart_groups(items, x, key=None, most=CHART_MARKS):
         return sorted((g for k in dict.fromkeys(map(key, items))
                        for g in chart_groups([e for e in items if key(e) == k], x)),
                       key=lambda g: g[0][0])
+    from itertools import groupby
     width = 1
     while True:
-        groups = []
-        for item in items:
-            if groups and int(x(item[1]) / width) == int(x(groups[-1][-1][1]) / width):
-                groups[-1].append(item)
-            else:
-                groups.append([item])
+        groups = [list(g) for _, g in groupby(items, lambda e: int(x(e[1]) / width))]
         if len(groups) <= most:
             return groups
         width *= 2
