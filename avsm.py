@@ -12965,9 +12965,8 @@ def value_ticks(low, high):
 
 def time_ticks(t0, t1, most=8):
     """Return [(unix time, time label, date label or "")] at round local times from t0 to t1."""
-    step = next((s for s in CHART_TIME_STEPS if (t1 - t0) / s <= most), None)
-    if step is None:
-        step = 365 * 86400 * nice_step((t1 - t0) / (365 * 86400), most)
+    step = next((s for s in CHART_TIME_STEPS if (t1 - t0) / s <= most), None) or \
+        365 * 86400 * nice_step((t1 - t0) / (365 * 86400), most)
     ticks, t, day = [], t0, None
     while t <= t1 and len(ticks) <= most + 2:
         # local time, so 12:00 is noon where the chart is read
@@ -13205,7 +13204,7 @@ def chart_columns(trusted, x):
     for held in chart_groups(trusted, x, most=math.inf):
         low = min(held, key=lambda e: e[2]["value"])       # trusted: a finite number each
         high = max(held, key=lambda e: e[2]["value"])
-        for e in sorted({e[0]: e for e in (low, high)}.values(), key=lambda e: e[0]):
+        for _, e in sorted({low[0]: low, high[0]: high}.items()):
             if e is not held[-1]:
                 drawn.append((*e, False))
         info = (len(held), held[0][0], (low[0], low[2]["value"]), (high[0], high[2]["value"]))
@@ -14535,11 +14534,12 @@ def status_facts(states, now, keeps=None, cfg=None, venture=None, verbose=False,
             raise Fail(EX_DATAERR, f"no venture is named '{venture}'; avsm status lists them")
     keeps, rows = keeps or {}, []
     for state in adopted:
-        row = status_row(state, now, keeps.get(state.name), cfg, ascii)._asdict()
+        keep = keeps.get(state.name)
+        row = status_row(state, now, keep, cfg, ascii)._asdict()
         if stopped and row["state"] == "running":   # what the ledger last knew, not that it runs
             row["state"] = "was running"
         if venture is not None or verbose:
-            row["detail"] = describe_status_lines(state, keeps.get(state.name), row, cfg)
+            row["detail"] = describe_status_lines(state, keep, row, cfg)
         rows.append(row)
     return {"ventures": rows}
 
