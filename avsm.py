@@ -14409,7 +14409,8 @@ def format_age(seconds):
 
 def status_row(state, now, keep=None, cfg=None, ascii=False):
     """Return the StatusRow of one adopted venture, from its folded state at `now`."""
-    m, condition, why, held = state.mandate, "running", "", held_by(state)
+    condition, why = "running", ""
+    m, held = state.mandate, held_by(state)
     stuck = [(lever, state.side(side)["stuck"]) for side, _, _, lever in controller_sides(m)
              if state.side(side).get("stuck")]
     if state.paused:
