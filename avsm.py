@@ -44,7 +44,6 @@ Sections
 
 import collections
 import contextlib
-import contextvars
 import fcntl
 import functools
 import heapq
@@ -7131,10 +7130,10 @@ def verify_signer(text, signature, allowed, principal, namespace):
                                f"namespace, or changed since")
 
 
-def write_payload(data):
+def write_payload(data, prefix="avsm-payload-"):
     """Write a lever's content to a private temporary file; return its path (open point 28)."""
     import tempfile
-    fd, path = tempfile.mkstemp(prefix="avsm-payload-")
+    fd, path = tempfile.mkstemp(prefix=prefix)
     with os.fdopen(fd, "wb") as fh:
         fh.write(data)
     return path
@@ -8148,8 +8147,8 @@ def read_json_adapter(name, reading, url, key):
 # =============================================================================
 # 10. The warden
 # The only process that acts, in rooms: each part owns one kind of state and is
-# handed only what it uses. The warden keeps the loop, tick and carry_out, and
-# answers requests; the kernel's rules decide, the warden carries them out.
+# handed the warden. The warden keeps the loop, tick and carry_out, and answers
+# requests; the kernel's rules decide, the warden carries them out.
 # =============================================================================
 
 # seconds a group commit stays open across wake-ups: at 500 reports a second, 25 a sync
@@ -8170,7 +8169,8 @@ def start_spread(i, count, cadence):
 class Schedule:
     """When each venture's next round is due, in monotonic time, soonest first (a heap)."""
 
-    def __init__(self):
+    def __init__(self, active):
+        self.active = active          # whether a venture's rounds still run
         self.due = {}                 # venture -> monotonic time its next round is due
         # (time, venture), soonest first; entries the dict no longer holds are stale
         self.due_heap = []
@@ -8179,18 +8179,18 @@ class Schedule:
         self.due[name] = at
         heapq.heappush(self.due_heap, (at, name))
 
-    def soonest(self, active):
+    def soonest(self):
         heap = self.due_heap
-        while heap and (self.due.get(heap[0][1]) != heap[0][0] or not active(heap[0][1])):
+        while heap and (self.due.get(heap[0][1]) != heap[0][0] or not self.active(heap[0][1])):
             # superseded, or its venture no longer runs: resume and add schedule again
             heapq.heappop(heap)
         return heap[0][0] if heap else None
 
-    def pop_due(self, now, active):
+    def pop_due(self, now):
         heap = self.due_heap
         while heap and heap[0][0] <= now:
             at, name = heapq.heappop(heap)
-            if self.due.get(name) != at or not active(name):
+            if self.due.get(name) != at or not self.active(name):
                 continue
             yield at, name
 
@@ -8199,13 +8199,21 @@ class Schedule:
             self.enter(name, min(self.due[name], now))
 
 
-class Rounds:
-    """The rounds in flight: a venture's metric, every guard, audit and reading read beside it. Its
-    methods return the intents of what was read."""
+class Room:
+    """A part of the warden, handed the warden itself: it reads the config and the ventures, and
+    starts its programs apart through the warden's children."""
 
-    def __init__(self, cfg, home, ventures, children, spawn, stopping, debug=False):
-        self.cfg, self.home, self.ventures, self.children = cfg, home, ventures, children
-        self.spawn, self.stopping, self.debug = spawn, stopping, debug
+    def __init__(self, warden):
+        self.warden, self.cfg, self.home = warden, warden.cfg, warden.home
+        self.ventures, self.spawn = warden.ventures, warden.children.spawn
+
+
+class Rounds(Room):
+    """The rounds in flight: a venture's metric, with every guard, audit and reading read beside it.
+    Its methods return the intents of what was read."""
+
+    def __init__(self, warden):
+        super().__init__(warden)
         # venture -> the round in flight: metric seq, guards pending, deadline
         self.rounds = {}
         self.round_number = 0
@@ -8215,14 +8223,15 @@ class Rounds:
         group; the round settles once all are in or half a second has passed."""
         m = state.mandate
         self.round_number += 1
-        if self.debug:
-            log(self.debug, "warden",
+        if self.warden.debug:
+            log(self.warden.debug, "warden",
                 f"{state.name}: tick {self.round_number}: the metric, {len(m['guards'])} guard(s), "
                 f"{len(m['audits'])} audit(s), {len(m['readings'])} reading(s)")
         self.rounds[state.name] = {"deadline": now + 0.5, "metric": None, "pending": set(),
                                    "number": self.round_number}
         running = {
-            (c.purpose, c.extra.get("name")) for c in self.children if c.venture == state.name
+            (c.purpose, c.extra.get("name")) for c in self.warden.children
+            if c.venture == state.name
         }
         plan = round_plan(m, running)
         busy = [(what, item["name"]) for what, item, start in plan if not start]
@@ -8230,53 +8239,35 @@ class Rounds:
         for what, item, start in plan:
             if not start:
                 continue
-            limit = reading_limit(item)
-            if item.get("adapter"):
-                failed = self.start_adapter(state, what, item["name"], item["adapter"], limit)
-            else:
-                failed = self.start_reading(state, what, item["name"], item["run"], limit, True)
+            failed = self.start_reading(state, what, item["name"], item)
             if failed is None:
                 self.rounds[state.name]["pending"].add((what, item["name"]))
             else:
                 yield from failed
         # the report last: one that cannot start settles the round at once, the rest in it by then
-        if m["adapter"]:
-            failed = self.start_adapter(state, "report", None, m["adapter"], reading_limit(m))
-        else:
-            failed = self.start_reading(state, "report", None, ["./report"], reading_limit(m),
-                                        shell=False)
-        yield from failed or ()
+        yield from self.start_reading(state, "report", None, m) or ()
 
-    def start_adapter(self, state, what, name, adapter, timeout):
-        """A built-in adapter reads apart like any command; stripe and github get their url and key
-        in a private file."""
-        words = adapter.split()
-        secret = None
-        if words[0] in ("stripe", "github"):
-            where, problem = self.cfg["adapters"].get(words[0]), None
-            try:
-                key = read_keys(self.home).get(words[0])
-            except Fail as fail:
-                # the adapter fails saying so: no call without its key
-                key, problem = None, str(fail)
-            secret = write_payload(
-                json.dumps(
-                    {"url": (where or {}).get("url"), "key": key, "problem": problem}
-                ).encode()
-            )
-        failed = self.start_reading(
-            state, what, name, cached_command("adapter", words), timeout, False, stdin_path=secret
-        )
-        if secret:
-            os.unlink(secret)                   # the child holds it open; the name goes now
-        return failed
-
-    def start_reading(self, state, what, name, args, timeout, shell, stdin_path=None):
-        """Start one reading program; return None, or the intents of one that could not start."""
+    def start_reading(self, state, what, name, item):
+        """Start one reading program, or a built-in adapter (stripe and github get their url and key
+        in a private file); return None, or the intents of one that could not start."""
+        args, shell, secret = ["./report"], False, None
+        if item.get("adapter"):
+            words = item["adapter"].split()
+            args = cached_command("adapter", words)
+            if words[0] in ("stripe", "github"):
+                where, problem = self.cfg["adapters"].get(words[0]), None
+                try:
+                    key = read_keys(self.home).get(words[0])
+                except Fail as fail:
+                    # the adapter fails saying so: no call without its key
+                    key, problem = None, str(fail)
+                secret = write_payload(json.dumps(
+                    {"url": (where or {}).get("url"), "key": key, "problem": problem}).encode())
+        elif what != "report":
+            args, shell = item["run"], True
+        timeout = reading_limit(item)
         try:
-            child = self.spawn(
-                what, state, args, timeout=timeout, shell=shell, payload_file=stdin_path
-            )
+            child = self.spawn(what, state, args, timeout=timeout, shell=shell, payload_file=secret)
             child.extra = {"name": name, "round": self.rounds[state.name]["number"],
                            "limit": timeout}
             return None
@@ -8284,14 +8275,9 @@ class Rounds:
             if what == "report":
                 return self.record_report(state, None, f"could not start: {err}")
             return reading_read(state, what, name, None, f"could not start: {err}", "")
-
-    def report_done(self, state, child, status):
-        if child.ended_by in ("pause", "stop"):
-            return None                 # a report cut short by a pause or a stop is no reading
-        value, failure = read_metric_output(child, status)
-        if child.ended_by == "timeout":
-            failure = timed_out_note(reading_limit(state.mandate))
-        return self.record_report(state, value, failure)
+        finally:
+            if secret:
+                os.unlink(secret)               # the child holds it open; the name goes now
 
     def record_report(self, state, value, failure):
         """Yield what the report read calls for (report_read); then the round may settle."""
@@ -8302,13 +8288,18 @@ class Rounds:
         yield from self.maybe_settle(state)
 
     def reading_done(self, state, child, status):
-        """A guard, audit or reading command ended: its record, then the round may settle."""
+        """The report, a guard, audit or reading command ended: its record, then the round may
+        settle. One cut short by a pause or a stop is no reading."""
         what, name = child.purpose, child.extra["name"]
         if child.ended_by in ("pause", "stop"):
             return
         value, failure = read_metric_output(child, status, with_output=what != "guard")
         if child.ended_by == "timeout":
-            failure = timed_out_note(child.extra["limit"])
+            failure = timed_out_note(reading_limit(state.mandate) if what == "report"
+                                     else child.extra["limit"])
+        if what == "report":
+            yield from self.record_report(state, value, failure)
+            return
         round_ = self.rounds.get(state.name)
         late = read_late(child.extra.get("round"), round_)
         text = "\n".join(output_lines(child.out, child.cut)[0])
@@ -8322,7 +8313,7 @@ class Rounds:
         unread = round_unread(round_, time.monotonic() if now is None else now)
         if unread is not None:
             del self.rounds[state.name]
-            yield from round_settled(state, round_["metric"], unread, self.stopping())
+            yield from round_settled(state, round_["metric"], unread, self.warden.stopping)
 
     def settle_all(self, now):
         for name in list(self.rounds):
@@ -8338,18 +8329,19 @@ class Rounds:
         self.rounds.clear()
 
 
-class Keeper:
+class Keeper(Room):
     """Keeps each venture's `run` program alive, restarting it as `restart:` says, with back-off;
     its methods return the intents of what it started or what ended."""
 
-    def __init__(self, ventures, spawn, active):
-        self.ventures, self.spawn, self.active = ventures, spawn, active
+    def __init__(self, warden):
+        super().__init__(warden)
         self.keep = {}                # venture -> the `run` program's keeper state
 
     def start_keep(self, state):
         if state.mandate and state.mandate["run"] and not state.paused:
             keep = self.keep.setdefault(
-                state.name, {"child": None, "backoff": 0, "restart": False, "next_start": None}
+                state.name, {"child": None, "backoff": 0, "restart": False, "next_start": None,
+                             "restarts": 0}
             )
             if keep["child"] is None and keep["next_start"] is None:
                 return self.start_run(state)
@@ -8357,14 +8349,14 @@ class Keeper:
 
     def start_run(self, state):
         keep = self.keep[state.name]
-        if not self.active(state) or not state.mandate["run"]:
+        if not self.warden.active(state) or not state.mandate["run"]:
             return []
         try:
             keep["child"] = self.spawn("run", state, state.mandate["run"], shell=True)
         except OSError as err:
             keep["child"] = None
             return run_started(state, None, False, err)
-        keep["restarts"] = keep.get("restarts", 0) + (1 if keep["restart"] else 0)
+        keep["restarts"] += keep["restart"]
         return run_started(state, keep["child"].pid, keep["restart"])
 
     def run_done(self, state, child, status):
@@ -8375,7 +8367,7 @@ class Keeper:
                                                               child.ended_by,
                                                               time.monotonic() - child.started,
                                                               keep["backoff"], keep["restart"],
-                                                              self.active(state))
+                                                              self.warden.active(state))
         intents = [Write(record) for record in records]
         if again:
             keep["restart"] = True
@@ -8387,12 +8379,12 @@ class Keeper:
 
     def start_due(self, now):
         for name, keep in self.keep.items():
-            if keep.get("next_start") is not None and now >= keep["next_start"]:
+            if keep["next_start"] is not None and now >= keep["next_start"]:
                 keep["next_start"] = None
                 yield self.ventures[name], self.start_run(self.ventures[name])
 
     def wakeups(self):
-        return [k["next_start"] for k in self.keep.values() if k.get("next_start") is not None]
+        return [k["next_start"] for k in self.keep.values() if k["next_start"] is not None]
 
     def hold(self, name):
         if name in self.keep:
@@ -8403,34 +8395,30 @@ class Keeper:
             self.keep[name].update(restart=False, backoff=0)
 
 
-class Levers:
-    """Runs the levers the gate proved (one with `check:` once its check exits 0 and the gate
-    agrees again); its methods return the intents of what it started or what ended."""
+class Levers(Room):
+    """Runs the levers the gate proved, a lever with `check:` only once its check exits 0 and the
+    gate agrees again; its methods return the intents of what it started or what ended."""
 
-    def __init__(self, cfg, spawn):
-        self.cfg, self.spawn = cfg, spawn
-
-    def run_lever(self, state, lever, verdict, summary, by, side=None, extra=None, checked=False):
-        """Yield the action with the gate's proof and question, then start the lever apart; one
-        with `check:` runs its check first (open point 27)."""
+    def run_lever(self, state, gate, verdict):
+        """Yield the action `gate` asked for with the gate's proof and question, then start the
+        lever apart. A lever with `check:` runs its check first (open point 27)."""
+        lever, by, side, extra = gate.lever, gate.by, gate.side, gate.extra or {}
         spec = state.mandate["levers"].get(lever)
-        if spec is not None and spec["check"] and not checked:
-            yield from self.start_check(state, lever, verdict, summary, by, side, extra)
+        if spec is not None and spec["check"] and gate.check is None:
+            yield from self.start_check(state, gate, verdict)
             return
+        payload, proposal = extra.get("payload"), extra.get("proposal")
         own = [spec["run"]] if spec is not None and spec["run"] not in (None, "mail.send") else []
         unsafe = lever != "stop" and owner_problem(state.directory, own)
         if unsafe:                      # before its action: a lever others could change never runs
             yield from refusal(state, lever, f"{unsafe.why}; {unsafe.fix}",
                                f"{lever} refused: another user could change what it runs; "
-                               f"{unsafe.fix}", by=by,
-                               **some(side=side, proposal=(extra or {}).get("proposal")))
+                               f"{unsafe.fix}", by=by, **some(side=side, proposal=proposal))
             return
-        mail, mail_problem = mail_to_send(spec, self.cfg, (extra or {}).get("payload"))
-        seq = yield from lever_ran(state, lever, verdict, summary, by, side, extra)
+        mail, mail_problem = mail_to_send(spec, self.cfg, payload)
+        seq = yield from lever_ran(state, lever, verdict, gate.summary, by, side, gate.extra)
         if lever == "stop":
             return
-        spec = state.mandate["levers"][lever]
-        payload = (extra or {}).get("payload")
         data = (None if payload is None
                 else (payload if isinstance(payload, str) else json.dumps(payload)).encode())
         run, more = spec["run"], {}
@@ -8458,32 +8446,28 @@ class Levers:
         except OSError as err:
             yield from unstarted_outcome(state, lever, seq, str(err))
 
-    def start_check(self, state, lever, verdict, summary, by, side, extra):
-        payload = (extra or {}).get("payload")
+    def start_check(self, state, gate, verdict):
+        lever, payload = gate.lever, (gate.extra or {}).get("payload")
         audits = {name: info.get("note", "") for name, info in state.audits.items()}
-        path = write_payload(
-            json.dumps(
-                {"venture": state.name, "lever": lever, "payload": payload, "audits": audits}
-            ).encode()
-        )
+        path = write_payload(json.dumps({"venture": state.name, "lever": lever, "payload": payload,
+                                         "audits": audits}).encode())
         try:
             child = self.spawn("check", state, state.mandate["levers"][lever]["check"], timeout=60,
                                shell=True, lever=lever, payload_file=path)
         except OSError as err:
             os.unlink(path)
             return refusal(state, lever, f"its check could not start: {err}",
-                           f"{lever} refused: its check could not start", by=by)
-        child.extra = {"lever": lever, "run": (lever, verdict, summary, by, side, extra),
-                       "payload_file": path}
+                           f"{lever} refused: its check could not start", by=gate.by)
+        child.extra = {"lever": lever, "run": (gate, verdict), "payload_file": path}
         return begun(state, "check", lever)     # the gate refuses the lever until its check ends
 
     def check_done(self, state, child, status):
         """A lever's check ended: 0 lets the lever run."""
         os.unlink(child.extra["payload_file"])
-        lever, verdict, summary, by, side, extra = child.extra["run"]
+        gate, verdict = child.extra["run"]
         ok = status == 0 and not child.ended_by
-        return check_rule(state, lever, verdict, summary, by, side, extra, ok,
-                          describe_status(status), child.note()[-NOTE_MAX:] if not ok else "",
+        return check_rule(state, gate.lever, verdict, gate.summary, gate.by, gate.side, gate.extra,
+                          ok, describe_status(status), child.note()[-NOTE_MAX:] if not ok else "",
                           child.ended_by or describe_status(status))
 
     def lever_done(self, state, child, status):
@@ -8496,24 +8480,23 @@ class Levers:
                              output_lines(child.out, child.cut)[0])
 
 
-class Worlds:
-    """Forecasts and world-model predictions, made apart from the loop in groups of their own; its
-    methods return the intents of what came of them."""
+class Worlds(Room):
+    """Forecasts and world-model predictions, each made apart from the loop in groups of their own;
+    its methods return the intents of what came of them."""
 
-    def __init__(self, cfg, spawn, stopping):
-        self.cfg, self.spawn, self.stopping = cfg, spawn, stopping
+    def __init__(self, warden):
+        super().__init__(warden)
         # venture -> the ensemble of world steps in flight for its last report
         self.worlds = {}
 
     def forget_from(self, seq):
-        for name in [name for name, job in self.worlds.items() if job["report"] >= seq]:
-            del self.worlds[name]
+        self.worlds = {name: job for name, job in self.worlds.items() if job["report"] < seq}
 
     def start_forecast(self, state, why, lever=None, decision=None):
         """Forecast the venture apart from the loop (FORECAST-06); a `decision`'s packet is forecast
         here only through a world; return whether one started."""
         f = self.cfg["forecast"] or (PACKET_FORECAST if decision else FORECAST_DEFAULT)
-        if not f["seeds"] or self.stopping() or decision and not state.mandate["world"]:
+        if not f["seeds"] or self.warden.stopping or decision and not state.mandate["world"]:
             return False
         # through the world, with world:
         facts = world_forecast_facts(state, f["days"], f["seeds"], time.time())
@@ -8544,11 +8527,8 @@ class Worlds:
                "failure": None}
         self.worlds[state.name] = job
         for i in range(WORLD_SEEDS):
-            path = write_payload(
-                json.dumps(
-                    world_input(state, lever, report_seq * WORLD_SEEDS + i, time.time())
-                ).encode()
-            )
+            path = write_payload(json.dumps(
+                world_input(state, lever, report_seq * WORLD_SEEDS + i, time.time())).encode())
             try:
                 child = self.spawn("world", state, state.mandate["world"], timeout=WORLD_TIMEOUT,
                                    shell=True, payload_file=path, head=WORLD_OUTPUT_MAX)
@@ -8598,9 +8578,8 @@ def ratchet_text(state, lever):
 class Decision:
     """One model decision in flight, from its packet to the lines its asker is shown."""
 
-    def __init__(self, venture, by, backend, reply_id, id):
+    def __init__(self, venture, by, backend, reply_id):
         self.venture, self.by, self.backend, self.reply_id = venture, by, backend, reply_id
-        self.id = id
         # the model's look-ups and their answers, shown in the next packet
         self.looks = []
         self.lines = []               # what `avsm decide` prints when the decision is done
@@ -8608,50 +8587,36 @@ class Decision:
         self.escalation = None
         self.escalation_looks = []    # the look records written since, which its answer cites
         self.packet = None            # what the model is shown
-        self.request = None           # (system, user), as the roles process built them
+        self.request = None           # its system and user texts, as the roles process built them
         # what the provider said of this call, for the records its reply writes
         self.call = None
         # the packet's forecast through the world: False until asked, None if none
         self.world_forecast = False
 
 
-class Decisions:
+class Decisions(Room):
     """Letting a model choose: packet -> roles -> backend -> roles -> proposals -> gate. Grants
     nothing; the steps that write yield intents."""
 
-    def __init__(self, home, cfg, ledger, ventures, spawn, tell, to_roles, forecast, stopping):
+    def __init__(self, warden):
         import socket
-        self.home, self.cfg, self.ledger, self.ventures = home, cfg, ledger, ventures
-        self.spawn = spawn
-        self.tell, self.to_roles, self.forecast, self.stopping = tell, to_roles, forecast, stopping
-        self.results, self.decision_count = [], 0    # HTTP replies handed back by call threads
+        super().__init__(warden)
+        self.results = []             # HTTP replies handed back by call threads
         # escalation seq -> its decision, until its answer is written
         self.escalations = {}
         self.wake_r, self.wake_w = socket.socketpair()
         self.wake_r.setblocking(False)
 
-    def packet(self, state, looks):
-        """Return what a model may be shown of a venture: never an audit reading, note or ask."""
-        return model_packet(state, recent_records(self.ledger.db, state.name, 40), int(time.time()),
-                            self.packet_forecast(state), looks)
-
-    def packet_forecast(self, state):
-        """The facts of the packet's forecast (FORECAST-03); the roles process makes it, apart from
-        the warden."""
-        f = self.cfg["forecast"] or PACKET_FORECAST
-        return forecast_facts(state, f["days"], f["seeds"]) if f["seeds"] else None
-
     def start_decision(self, state, by, reply_id=None):
         """Begin one model decision for a venture: it grants nothing."""
-        name, backend = backend_for(state, self.cfg)
-        self.decision_count += 1
-        d = Decision(state.name, by, name, reply_id, self.decision_count)
+        d = Decision(state.name, by, backend_for(state, self.cfg)[0], reply_id)
         self.build(d)
         return d
 
     def ask_roles(self, d, message, then):
         """Send the roles process `message`; its answer goes to then(d, answer)."""
-        self.to_roles(message, lambda answer: (self.ventures[d.venture], then(d, answer)))
+        self.warden.roles.to_roles(message,
+                                   lambda answer: (self.ventures[d.venture], then(d, answer)))
 
     def build(self, d):
         """Build the packet and have the roles process make the request; with `world:`, the packet's
@@ -8659,9 +8624,14 @@ class Decisions:
         state = self.ventures[d.venture]
         if d.world_forecast is False:
             d.world_forecast = None
-            if self.forecast(state, "packet", decision=d):
+            if self.warden.worlds.start_forecast(state, "packet", decision=d):
                 return
-        d.packet = self.packet(state, d.looks)
+        # what a model may be shown: never an audit reading, note or ask; the facts of its forecast
+        # (FORECAST-03), which the roles process makes, apart from the warden
+        f = self.cfg["forecast"] or PACKET_FORECAST
+        facts = forecast_facts(state, f["days"], f["seeds"]) if f["seeds"] else None
+        d.packet = model_packet(state, recent_records(self.warden.ledger.db, state.name, 40),
+                                int(time.time()), facts, d.looks)
         if d.world_forecast:
             d.packet["forecast"] = d.world_forecast
         self.ask_roles(d, {"op": "build", "packet": d.packet}, self.call_backend)
@@ -8686,19 +8656,13 @@ class Decisions:
         runs apart; an HTTP call runs in a thread."""
         import threading
         if "error" in answer:
-            return self.finish_decision(
-                d, f"the roles process could not build the request: {answer['error']}"
-            )
+            why = f"the roles process could not build the request: {answer['error']}"
+            return self.finish_decision(d, why)
         state, backend = self.ventures[d.venture], self.cfg["backends"][d.backend]
-        d.request = (answer["system"], answer["user"])
-        d.call = None
+        d.request, d.call = answer, None
         if backend["kind"] == "command":
-            import tempfile
-            fd, path = tempfile.mkstemp(prefix="avsm-request-")
-            with os.fdopen(fd, "w") as fh:
-                json.dump(
-                    {"backend": d.backend, "system": answer["system"], "user": answer["user"]}, fh
-                )
+            path = write_payload(json.dumps({"backend": d.backend, "system": answer["system"],
+                                             "user": answer["user"]}).encode(), "avsm-request-")
             try:
                 child = self.spawn("backend", state, backend["run"], timeout=BACKEND_TIMEOUT,
                                    shell=True, payload_file=path, cwd=self.home, head=REPLY_MAX)
@@ -8708,14 +8672,11 @@ class Decisions:
                 yield from self.got_reply(d, None, f"could not start {backend['run']}: {err}")
             return
         try:
-            key = read_keys(self.home).get(backend.get("key")) if backend.get("key") else None
+            key = read_keys(self.home).get(backend["key"]) if backend.get("key") else None
+            if backend.get("key") and key is None:
+                raise Fail(EX_CONFIG, f"HOME/keys has no {backend['key']}=...; add it (chmod 600)")
         except Fail as fail:
             yield from self.got_reply(d, None, str(fail))
-            return
-        if backend.get("key") and key is None:
-            yield from self.got_reply(
-                d, None, f"HOME/keys has no {backend['key']}=...; add it (chmod 600)"
-            )
             return
 
         def call():
@@ -8732,15 +8693,14 @@ class Decisions:
     def backend_done(self, state, child, status):
         d = child.extra["decision"]
         os.unlink(child.extra["request_file"])
-        why = reply_failure(
-            self.cfg["backends"][d.backend]["run"], child.oversized, child.ended_by, status
-        )
+        why = reply_failure(self.cfg["backends"][d.backend]["run"], child.oversized, child.ended_by,
+                            status)
         return self.got_reply(d, None if why else bytes(child.out), why)
 
-    def results_ready(self, wake):
+    def results_ready(self):
         """Yield (state, intents) of each reply an HTTP call's thread handed back."""
         with contextlib.suppress(OSError):
-            wake.recv(4096)
+            self.wake_r.recv(4096)
         while self.results:
             d, data, why, facts = self.results.pop(0)
             d.call = facts
@@ -8779,7 +8739,7 @@ class Decisions:
             if not_proposed:
                 d.lines.append(not_proposed)
                 continue
-            cited += yield from self.propose(state, choice, d, held=held, ranking=ranking)
+            cited += self.propose(state, choice, d, held=held, ranking=ranking)
         if d.escalation is not None:
             yield from self.answer_escalation(d, d.escalation_looks + cited)
         self.finish_decision(d)
@@ -8793,9 +8753,8 @@ class Decisions:
         if d.escalation is not None:
             yield from self.answer_escalation(d, "unusable")
             return self.finish_decision(d)
-        second, why_not = escalation_to(
-            state, self.cfg, d.backend, d.request is not None, self.stopping()
-        )
+        second, why_not = escalation_to(state, self.cfg, d.backend, d.request is not None,
+                                        self.warden.stopping)
         if why_not:
             d.lines.append(why_not)
         if second is None:
@@ -8804,7 +8763,7 @@ class Decisions:
         d.lines.append(f"#{d.escalation} escalation to {second}")
         self.escalations[d.escalation] = d
         d.backend = second
-        yield from self.call_backend(d, {"system": d.request[0], "user": d.request[1]})
+        yield from self.call_backend(d, d.request)
 
     def answer_escalation(self, d, cited, note=None):
         """Yield the measured answer of escalation d.escalation (ESC-04)."""
@@ -8813,57 +8772,53 @@ class Decisions:
 
     def finish_decision(self, d, error=None):
         if d.reply_id is not None:
-            self.tell({"id": d.reply_id, "out": d.lines or ["the decision wrote nothing"],
-                       "err": [error] if error else [], "exit": EX_UNAVAILABLE if error else EX_OK})
+            self.warden.avsmd.tell({"id": d.reply_id,
+                                    "out": d.lines or ["the decision wrote nothing"],
+                                    "err": [error] if error else [],
+                                    "exit": EX_UNAVAILABLE if error else EX_OK})
 
     def look_up(self, state, look):
         """Answer a model's look-up from the ledger: never an audit."""
+        db = self.warden.ledger.db
         if look["choice"] == "why":
-            if not 1 <= look["record"] < 2 ** 63:
-                return f"#{look['record']} is not a record number"
-            found = record_at(self.ledger.db, look["record"])
+            seq = look["record"]
+            if not 1 <= seq < 2 ** 63:
+                return f"#{seq} is not a record number"
+            found = record_at(db, seq)
             if found is None:
-                return f"#{look['record']} is not in the ledger"
+                return f"#{seq} is not in the ledger"
             at, record = found
             if record.get("venture") != state.name:
-                return f"#{look['record']} is not a record of {state.name}"
+                return f"#{seq} is not a record of {state.name}"
             if (record["kind"].startswith("audit.") or record.get("about") == "audit"
                     or record.get("audit")):
                 return "not shown: an audit is never shown to a model"
-            lines = [format_record_line(look["record"], at, record)]
+            lines = [format_record_line(seq, at, record)]
             for p in (record.get("proof") or {}).get("premises", []):
-                _, r = record_at(self.ledger.db, p) or (None, None)
+                _, r = record_at(db, p) or (None, None)
                 if r:
                     lines.append(f"  premise #{p} {r['claim']} {r['kind']} {r['summary']}")
             return "\n".join(lines)
         topic = look["topic"].lower()
         found = [f"#{s} {r['claim']} {r['kind']} {r['summary']}"
-                 for s, at, r in recent_records(self.ledger.db, state.name, 500)
+                 for s, at, r in recent_records(db, state.name, 500)
                  if r["claim"] == "declared" or r["kind"] == "fact"]
         found = [line for line in found if topic and topic in line.lower()][-10:]
         return "\n".join(found) or f"nothing declared about {look['topic']}"
 
     def propose(self, state, choice, d, held=None, ranking=False):
-        """Yield one choice as an inferred proposal, then what the gate makes of it; return the
-        records written. `held`: why a ranking's top choice asks a person (WORLD-08)."""
+        """Write one choice as an inferred proposal, then what the gate makes of it; return the
+        records written. `held`: why a ranking's top choice asks a person instead (WORLD-08)."""
         lever = choice.get("action")
-        seq = yield Write(proposal_record(state, choice, d, ranking))
+        seq = self.warden.append(proposal_record(state, choice, d, ranking))
         d.lines.append(f"#{seq} proposal {choice['choice']}" + (f" {lever}" if lever else ""))
         spec = state.mandate["levers"].get(lever) if choice["choice"] == "action" else None
         payload = choice.get("payload")
         content_why = spec and content_problem(spec["takes"], payload, state.directory)
-        written, result = [seq], None
+        written = [seq]
         rule = proposal_rule(state, seq, choice, d.by, d.backend, content_why, held)
-        while True:
-            try:
-                intent = rule.send(result)
-            except StopIteration:
-                return written
-            result = done = yield intent
+        for intent, done in self.warden.carry_out(state, rule):
             if isinstance(intent, Gate):
-                if not result.ok:
-                    continue
-                done = result.action
                 d.lines.append(
                     f"#{done} action {lever}" if done else f"{lever} waits for its check"
                 )
@@ -8875,6 +8830,7 @@ class Decisions:
                 d.lines.append(f"#{done} refusal: {intent.record['why']}")
             if done:
                 written.append(done)
+        return written
 
 
 class Checkpoints:
@@ -9111,7 +9067,7 @@ class Warden:
         self.rotate_at = 0      # no rotation before (after one that failed)
         self.metrics = Metrics(cfg.get("metrics"), debug)
         self.page_at, self.page_failed = time.monotonic(), None
-        self.schedule = Schedule()
+        self.schedule = Schedule(lambda name: self.active(self.ventures[name]))
         self.next_nightly = next_nightly(cfg["nightly"])
         self.stopping = False
         self.sel = selectors.DefaultSelector()
@@ -9119,21 +9075,12 @@ class Warden:
         self.journal = GroupsJournal(home, self.lock.lock_is_ours)
         self.children = Children(home, self.sel, self.avsmd.tell, self.avsmd.flush,
                                  self.journal.journal_group, self.settle_child, debug)
-        self.spawn = self.children.spawn
-        self.levers = Levers(cfg, self.spawn)
-        self.keeper = Keeper(self.ventures, self.spawn, self.active)
-        self.worlds = Worlds(cfg, self.spawn, lambda: self.stopping)
         self.roles = RolesCalls(self.avsmd.tell)
-        self.decisions = Decisions(home, cfg, self.ledger, self.ventures, self.spawn,
-                                   self.avsmd.tell, self.roles.to_roles,
-                                   self.worlds.start_forecast, lambda: self.stopping)
-        self.rounds = Rounds(cfg, home, self.ventures, self.children, self.spawn,
-                             lambda: self.stopping, debug)
+        self.levers, self.keeper, self.worlds = Levers(self), Keeper(self), Worlds(self)
+        self.decisions, self.rounds = Decisions(self), Rounds(self)
         channel.setblocking(False)
         self.sel.register(channel, selectors.EVENT_READ, ("channel", None))
-        self.sel.register(
-            self.decisions.wake_r, selectors.EVENT_READ, ("results", self.decisions.wake_r)
-        )
+        self.sel.register(self.decisions.wake_r, selectors.EVENT_READ, ("results", None))
 
     def append(self, record, at=None):
         """Append `record`; an irreversible action asks for a checkpoint after it."""
@@ -9207,10 +9154,8 @@ class Warden:
         now = time.monotonic()
         for i, state in enumerate(self.ventures.values()):
             if self.active(state):
-                self.schedule.enter(
-                    state.name, now + start_spread(i, len(self.ventures), state.mandate["cadence"])
-                )
-                self.carry_out(state, self.keeper.start_keep(state))
+                self.start_venture(state, now + start_spread(i, len(self.ventures),
+                                                             state.mandate["cadence"]))
         while True:
             timeout = self.writer.group_wait(self.next_wakeup(time.monotonic()))
             for key, _ in self.sel.select(timeout):
@@ -9220,7 +9165,7 @@ class Warden:
                     if what == "channel":
                         self.read_channel()
                     elif what == "results":
-                        for state, intents in self.decisions.results_ready(child):
+                        for state, intents in self.decisions.results_ready():
                             self.carry_out(state, intents)
                     elif what == "signal":
                         self.signalled(child)
@@ -9244,7 +9189,7 @@ class Warden:
             self.avsmd.flush()
             if self.stopping and not self.children:
                 # ESC-04: every escalation gets its answer
-                for seq, d in list(self.decisions.escalations.items()):
+                for d in list(self.decisions.escalations.values()):
                     self.carry_out(None, self.decisions.answer_escalation(
                         d, "unusable", "avsmd stopped before the answer came"))
                 self.children.end_lingering(final=True)
@@ -9255,6 +9200,11 @@ class Warden:
 
     def active(self, state):
         return state.mandate is not None and not state.paused and not self.stopping
+
+    def start_venture(self, state, at=None):
+        """Its next round due `at` (now by default), and its kept program started."""
+        self.schedule.enter(state.name, time.monotonic() if at is None else at)
+        self.carry_out(state, self.keeper.start_keep(state))
 
     def write_checkpoint(self, due=False):
         """Write a checkpoint of the committed head (when one is due)."""
@@ -9364,7 +9314,7 @@ class Warden:
 
     def next_wakeup(self, now):
         """Return seconds until the next due report, deadline or restart, or None."""
-        times, soonest = [], self.schedule.soonest(lambda name: self.active(self.ventures[name]))
+        times, soonest = [], self.schedule.soonest()
         if soonest is not None and not self.writer.ledger_down:
             times.append(soonest)
         for child in self.children:
@@ -9417,9 +9367,7 @@ class Warden:
         # read or late. A round due within START_AHEAD starts now too: at a thousand ventures the
         # warden wakes a quarter as often
         reporting, began = None, time.monotonic()
-        for at, name in self.schedule.pop_due(
-            now + START_AHEAD, lambda name: self.active(self.ventures[name])
-        ):
+        for at, name in self.schedule.pop_due(now + START_AHEAD):
             if time.monotonic() - began > TICK_BUDGET:
                 # behind: due next turn, once a waiting client is served
                 self.schedule.enter(name, at)
@@ -9443,17 +9391,11 @@ class Warden:
     def settle_child(self, child):
         """A child ended and its group is gone: carry out what the room that started it returns."""
         state = self.ventures[child.venture]
-        handler = {
-            "report": self.rounds.report_done,
-            "lever": self.levers.lever_done,
-            "run": self.keeper.run_done,
-            "backend": self.decisions.backend_done,
-            "check": self.levers.check_done,
-            "forecast": self.worlds.forecast_done,
-            "world": self.worlds.world_done,
-        }.get(
-            child.purpose, self.rounds.reading_done
-        )  # a guard, audit or reading
+        # the report, a guard, an audit or a reading: its round's
+        handler = {"lever": self.levers.lever_done, "run": self.keeper.run_done,
+                   "backend": self.decisions.backend_done, "check": self.levers.check_done,
+                   "forecast": self.worlds.forecast_done, "world": self.worlds.world_done,
+                   }.get(child.purpose, self.rounds.reading_done)
         if child.purpose == "forecast" and child.extra.get("why") == "packet":
             handler = self.decisions.packet_forecast_done         # a decision's packet waits on it
         self.carry_out(state, handler(state, child, child.status) or ())
@@ -9487,9 +9429,7 @@ class Warden:
                                trigger=intent.trigger, approval=intent.approval,
                                payload=intent.payload, check=intent.check)
                 if result.ok:
-                    ran = self.carry_out(state, self.levers.run_lever(
-                        state, intent.lever, result, intent.summary, by=intent.by, side=intent.side,
-                        extra=intent.extra, checked=intent.check is not None))
+                    ran = self.carry_out(state, self.levers.run_lever(state, intent, result))
                     seq = next((s for i, s in ran if i.record["kind"] == "action"), None)
                     result = result._replace(action=seq)
                 else:
@@ -9592,42 +9532,32 @@ class Warden:
                 if state.mandate is None:
                     self.check_runnable(state)
                     if state.mandate is not None and not state.paused:     # fixed: it runs now
-                        self.schedule.enter(state.name, time.monotonic())
-                        self.carry_out(state, self.keeper.start_keep(state))
+                        self.start_venture(state)
                 return [f"{name}: mandate unchanged (#{state.mandate_seq}); nothing written"]
         state = self.ventures.setdefault(name, VentureState(name))
-        seq = self.adopt(
-            state,
-            mandate,
-            mandate_record(
-                name, directory, text, f"adopted {name} from {directory} (sha256 {sha[:16]})"
-            ),
-        )
+        seq = self.adopt(state, mandate, mandate_record(
+            name, directory, text, f"adopted {name} from {directory} (sha256 {sha[:16]})"))
         forecasting = self.worlds.start_forecast(state, "add")
-        capacity = "  " + describe_capacity(
-            capacity_check(state, (self.cfg["forecast"] or FORECAST_DEFAULT)["days"])
-        )
-        return (
-            [f"{name}: adopted as mandate #{seq}"]
-            + describe_allowed(mandate, self.cfg)
-            + [capacity]
-            + ([f"{name} is paused; avsm resume {name} starts it"] if state.paused else [])
-            + ([f"{name}: a forecast is being made; it is written to the ledger when done"]
-               if forecasting else [])
-        )
+        days = (self.cfg["forecast"] or FORECAST_DEFAULT)["days"]
+        lines = [f"{name}: adopted as mandate #{seq}"] + describe_allowed(mandate, self.cfg)
+        lines.append("  " + describe_capacity(capacity_check(state, days)))
+        if state.paused:
+            lines.append(f"{name} is paused; avsm resume {name} starts it")
+        if forecasting:
+            lines.append(f"{name}: a forecast is being made; it is written to the ledger when done")
+        return lines
 
     def adopt(self, state, mandate, record):
         """Append a mandate record and put `mandate` in force; return the record's seq."""
         old_run = state.mandate["run"] if state.mandate else None
-        seq = self.carry_out(state, [Write(record)])[0][1]
+        seq = self.append(record)
         state.mandate, state.problem = mandate, None
         if old_run and old_run != mandate["run"]:
             for child in self.children:
                 if child.venture == state.name and child.purpose == "run":
                     child.terminate("a new mandate", time.monotonic())
         if not state.paused:
-            self.schedule.enter(state.name, time.monotonic())
-            self.carry_out(state, self.keeper.start_keep(state))
+            self.start_venture(state)
         return seq
 
     def do_health(self, args, err):
@@ -9678,28 +9608,20 @@ class Warden:
         for state in self.ventures.values():
             if seq in state.open_asks:
                 return state, seq, state.open_asks[seq]
-        answer = (
-            next(
-                (a for a in records_citing(self.ledger.db, "ask", seq)
-                 if a[2]["kind"] in ANSWER_WORDS),
-                None,
-            )
-            if type(seq) is int
-            else None
-        )
-        raise Fail(
-            EX_DATAERR,
-            (f"ask #{seq} is answered already: {ANSWER_WORDS[answer[2]['kind']]} "
-             f"(#{answer[0]}: {answer[2]['summary']}); avsm asks lists the open asks" if answer
-             else f"#{seq} is not an open ask; avsm asks lists them"),
-        )
+        answers = records_citing(self.ledger.db, "ask", seq) if type(seq) is int else ()
+        answer = next((a for a in answers if a[2]["kind"] in ANSWER_WORDS), None)
+        if answer is None:
+            raise Fail(EX_DATAERR, f"#{seq} is not an open ask; avsm asks lists them")
+        raise Fail(EX_DATAERR, f"ask #{seq} is answered already: {ANSWER_WORDS[answer[2]['kind']]}"
+                               f" (#{answer[0]}: {answer[2]['summary']}); avsm asks lists the open"
+                               " asks")
 
     def do_approve(self, args, err):
         state, seq, ask = self.find_ask(args)
         refuse(approve_problem(state, seq))
         if ask.get("canary"):
             record, line = canary_result(state, seq, ask, True)
-            self.carry_out(state, [Write(record)])
+            self.append(record)
             return [line]
         if ask.get("about") == "ratchet":
             return self.approve_ratchet(state, seq, ask)
@@ -9712,9 +9634,10 @@ class Warden:
             state,
             approval_rule(state, seq, ask, payload, "payload" in args, problem, int(time.time())),
         )
-        if not any(isinstance(intent, Gate) for intent, _ in done):
+        gated = [action for intent, action in done if isinstance(intent, Gate)]
+        if not gated:
             return [f"#{seq} answered; nothing runs on it"]
-        action = next(seq for intent, seq in reversed(done) if isinstance(intent, Gate))
+        action = gated[-1]
         self.carry_out(state, ratchet_rule(state, lever, self.cfg["ratchet"]))
         return [f"#{seq} approved; {lever} "
                 + (f"runs as action #{action}" if action else "runs once its check passes")]
@@ -9759,22 +9682,14 @@ class Warden:
             )
         mandate = parse_mandate(new, path, state.directory)
         refuse(ratchet_change_problem(state, mandate))
-        self.carry_out(state, [Write(ratchet_approval(state, seq, ask))])
+        self.append(ratchet_approval(state, seq, ask))
         with open(path + ".avsm-new", "w", encoding="utf-8") as fh:
             fh.write(new)
         os.replace(path + ".avsm-new", path)
-        adopted = self.adopt(
-            state,
-            mandate,
-            mandate_record(
-                state.name,
-                state.directory,
-                new,
-                f"adopted {state.name} with {ask['lever']} delegated, as approved in #{seq} "
-                f"(sha256 {text_sha256(new)[:16]})",
-                approval_of=seq,
-            ),
-        )
+        summary = (f"adopted {state.name} with {ask['lever']} delegated, as approved in #{seq} "
+                   f"(sha256 {text_sha256(new)[:16]})")
+        adopted = self.adopt(state, mandate, mandate_record(state.name, state.directory, new,
+                                                            summary, approval_of=seq))
         return [
             f"#{seq} approved: {ask['lever']} is delegated in {path}, adopted as mandate #{adopted}"
         ]
@@ -9800,9 +9715,8 @@ class Warden:
         still = still_past_lines(state)
         if state.mandate is None:
             return [f"{state.name} resumed, but it cannot run: {state.problem}"]
-        self.schedule.enter(state.name, time.monotonic())
         self.keeper.reset(state.name)
-        self.carry_out(state, self.keeper.start_keep(state))
+        self.start_venture(state)
         return [f"{state.name} resumed"] + still
 
 
@@ -11540,6 +11454,7 @@ def describe_call(record):
 # Whom avsm runs for, set at most once a run (main gives each its context); None: the person here
 Caller = collections.namedtuple("Caller", "via command tty utf8 read_only stdin",
                                 defaults=(None,) * 6)
+import contextvars     # noqa: E402 (here, past the version check: Python 3.6 has none)
 CALLER = contextvars.ContextVar("caller", default=Caller())
 SSH_FAILURES = (
     ("Could not resolve hostname", EX_NOHOST, "check its name, or its Host entry in ~/.ssh/config"),
@@ -13082,17 +12997,14 @@ def cmd_chart(home, args):
                              f"24h, --since 17); {CHART_USAGE}")
         if value is not None:
             since = value
-        elif arg == "--":
-            names, rest = rest, []          # what follows -- is a name, even one that begins with -
-            if len(names) > 1 or (names and name is not None):
-                raise Fail(EX_USAGE, f"avsm chart charts one venture at a time; {CHART_USAGE}")
-            name = names[0] if names else name
-        elif arg.startswith("-") and arg != "-":
+        elif arg.startswith("-") and arg not in ("-", "--"):
             raise Fail(EX_USAGE, f"avsm chart does not take '{arg}'; {CHART_USAGE}")
-        elif name is None:
-            name = arg
         else:
-            raise Fail(EX_USAGE, f"avsm chart charts one venture at a time; {CHART_USAGE}")
+            # what follows -- is a name, even one that begins with -
+            names, rest = (rest, []) if arg == "--" else ([arg], rest)
+            if len(names) > 1 or names and name is not None:
+                raise Fail(EX_USAGE, f"avsm chart charts one venture at a time; {CHART_USAGE}")
+            name = (names or [name])[0]
     if not name:
         raise Fail(EX_USAGE, CHART_USAGE)
     after, seconds = since_arg(since, "chart") if since is not None else (0, CHART_SPAN)
@@ -13100,14 +13012,10 @@ def cmd_chart(home, args):
     span = "in the last 24h (the default span; --since 0 charts the whole history)" \
         if since is None else f"in the last {format_duration(seconds)}" if seconds else \
         f"after #{after}" if after else "in the ledger"
-    db = open_ledger_ro(ledger_path(home))
-    try:
+    with contextlib.closing(open_ledger_ro(ledger_path(home))) as db:
         mandates, records, untimed = read_chart_records(db, name, after, start)
-    finally:
-        db.close()
     if untimed:
-        span += (
-            f" ({untimed} record{'s' if untimed != 1 else ''} at a time no clock wrote left out)")
+        span += f" ({plural(untimed, 'record')} at a time no clock wrote left out)"
     if not mandates:
         raise Fail(
             EX_DATAERR, f"no venture is named '{name}'; {client_command(home)} status lists them")
@@ -13169,6 +13077,11 @@ def read_chart_records(db, name, after, start):
             untimed)
 
 
+def plural(n, noun):
+    """Return `n noun`, the noun with an s unless n is 1."""
+    return f"{n} {noun}{'s' if n != 1 else ''}"
+
+
 def xml_text(value):
     """Return text from the ledger fit for SVG: past ASCII as a character reference (the output's
     encoding is then never in question)."""
@@ -13176,18 +13089,9 @@ def xml_text(value):
     # the common case, plain ASCII, needs no pass of the pattern
     if not (text.isascii() and text.isprintable()):
         text = escape_controls(XML_UNSAFE_CHARS, text.replace("\n", "\\n").replace("\r", "\\r"))
-    text = (text.replace("&", "&amp;")
-            .replace("<", "&lt;")
-            .replace(">", "&gt;")
-            .replace('"', "&quot;")
-            .replace("'", "&#39;"))
+    from html import escape
+    text = escape(text).replace("&#x27;", "&#39;")
     return text.encode("ascii", "xmlcharrefreplace").decode("ascii")
-
-
-def chart_eras(mandates):
-    """Return [(from at, mandate seq, the parsed mandate or None)] of each mandate record."""
-    # None: no bound
-    return [(at, seq, parsed_or_none(parse_mandate, record, seq)) for seq, at, record in mandates]
 
 
 def nice_step(span, most):
@@ -13212,11 +13116,11 @@ def value_ticks(low, high):
     step = nice_step(high - low, 6)
     bottom, top = max(math.floor(low / step) * step, floor), min(
         math.ceil(high / step) * step, ceiling)
-    decimals = max(0, -math.floor(math.log10(step))) if step < 1 else 0
+    decimals = max(0, -math.floor(math.log10(step)))
     ticks, k = [], 0
     while bottom + k * step <= top + step * 1e-9:
         v = bottom + k * step
-        label = f"{v:.{decimals}f}" if abs(v) < 1e7 or v == 0 else f"{v:.3g}"
+        label = f"{v:.{decimals}f}" if abs(v) < 1e7 else f"{v:.3g}"
         ticks.append((v, "0" if float(label) == 0 and "e" not in label else label))
         k += 1
     return bottom, top, ticks
@@ -13224,9 +13128,8 @@ def value_ticks(low, high):
 
 def time_ticks(t0, t1, most=8):
     """Return [(unix time, time label, date label or "")] at round local times from t0 to t1."""
-    step = next((s for s in CHART_TIME_STEPS if (t1 - t0) / s <= most), None)
-    if step is None:
-        step = 365 * 86400 * nice_step((t1 - t0) / (365 * 86400), most)
+    step = next((s for s in CHART_TIME_STEPS if (t1 - t0) / s <= most), None) or \
+        365 * 86400 * nice_step((t1 - t0) / (365 * 86400), most)
     ticks, t, day = [], t0, None
     while t <= t1 and len(ticks) <= most + 2:
         # local time, so 12:00 is noon where the chart is read
@@ -13235,25 +13138,37 @@ def time_ticks(t0, t1, most=8):
         if at > t1:
             break
         local = time.localtime(at)
+        date = time.strftime("%Y-%m-%d", local)
         if step >= 86400:
-            ticks.append((at, time.strftime("%Y-%m-%d", local), ""))
+            ticks.append((at, date, ""))
         else:
-            date = time.strftime("%Y-%m-%d", local)
-            ticks.append((at,
-                          time.strftime("%H:%M:%S" if step < 60 else "%H:%M", local),
+            ticks.append((at, time.strftime("%H:%M:%S" if step < 60 else "%H:%M", local),
                           date if date != day else ""))
             day = date
         t = at + step
     return ticks
 
 
-def zone_words(at):
-    """Return the local zone at unix time `at` as UTC+hh:mm and its name, for the time axis."""
-    t = time.localtime(at)
-    off = t.tm_gmtoff or 0
-    sign = "-" if off < 0 else "+"
-    return f"UTC{sign}{abs(off) // 3600:02d}:{abs(off) % 3600 // 60:02d}" + (
-        f", {t.tm_zone}" if t.tm_zone else "")
+def svg_title(text):
+    """Return `text` as an SVG <title>, escaped."""
+    return f"<title>{xml_text(text)}</title>"
+
+
+def svg_at(*values):
+    """Return each coordinate as the chart writes it: a float to 0.1 px, an int as it is."""
+    return [f"{v:.1f}" if isinstance(v, float) else v for v in values]
+
+
+def svg_text(x, y, text, more=""):
+    """Return an SVG <text> of `text`, escaped, at (x, y); `more`: its other attributes."""
+    x, y = svg_at(x, y)
+    return f'<text x="{x}" y="{y}"{more}>{xml_text(text)}</text>'
+
+
+def svg_line(x1, x2, y1, y2, more=""):
+    """Return an SVG <line> from (x1, y1) to (x2, y2); `more`: its other attributes."""
+    x1, x2, y1, y2 = svg_at(x1, x2, y1, y2)
+    return f'<line x1="{x1}" x2="{x2}" y1="{y1}" y2="{y2}"{more}/>'
 
 
 def chart_tooltip(seq, at, record, more=""):
@@ -13261,9 +13176,7 @@ def chart_tooltip(seq, at, record, more=""):
     summary = str(record.get("summary", ""))
     if len(summary) > CHART_NOTE_MAX:
         summary = summary[:CHART_NOTE_MAX] + "..."
-    return ("<title>"
-            + xml_text(f"#{seq} {chart_time(at)} {record.get('kind')}: {summary}{more}")
-            + "</title>")
+    return svg_title(f"#{seq} {chart_time(at)} {record.get('kind')}: {summary}{more}")
 
 
 def chart_time(at):
@@ -13282,10 +13195,15 @@ def chart_minute(minute):
 
 def chart_number(value):
     """Return a report's value as a float to plot, or None (no reading, or not a finite number)."""
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
+    if not is_number(value):
         return None
     value = float(value)
     return value if math.isfinite(value) else None
+
+
+def on_line(record):
+    """Whether a report is drawn on the chart's line: trusted, its value a finite number."""
+    return report_status(record) == "trusted" and chart_number(record.get("value")) is not None
 
 
 def report_status(record):
@@ -13296,22 +13214,20 @@ def report_status(record):
 def chart_svg(name, mandates, records, span="in the ledger"):
     """Return the SVG text of venture `name`'s chart from its mandate records and its records in the
     span. Pure but for local time, which labels the axis."""
-    reports = [(s, a, r) for s, a, r in records if r["kind"] == "report"]
-    trusted = [(s, a, r) for s, a, r in reports
-               if report_status(r) == "trusted" and chart_number(r.get("value")) is not None]
-    on_line = {s for s, _, _ in trusted}
-    apart = [(s, a, r) for s, a, r in reports if s not in on_line]
-    actions = [(s, a, r) for s, a, r in records if r["kind"] == "action"]
-    asks = [(s, a, r) for s, a, r in records if r["kind"] == "ask"]
+    reports, actions, asks = ([e for e in records if e[2]["kind"] == kind]
+                              for kind in ("report", "action", "ask"))
+    trusted = [e for e in reports if on_line(e[2])]
+    apart = [e for e in reports if not on_line(e[2])]
     times = [a for _, a, _ in reports + actions + asks]
     first, last = min(times), max(times)
     # ten seconds at least: one report sits mid-chart
     middle, half = (first + last) / 2, max((last - first) / 2, 5) * 1.03
     t0, t1 = middle - half, middle + half
-    eras = chart_eras(mandates)
-    shown = [(max(at, t0), min(eras[i + 1][0] if i + 1 < len(eras) else t1, t1), seq, m)
-             for i, (at, seq, m) in enumerate(eras)
-             if at <= t1 and (i + 1 == len(eras) or eras[i + 1][0] > t0)]
+    # (from at, mandate seq, the parsed mandate or None: no bound)
+    eras = [(at, seq, parsed_or_none(parse_mandate, r, seq)) for seq, at, r in mandates]
+    ends = [e[0] for e in eras[1:]] + [math.inf]
+    shown = [(max(at, t0), min(end, t1), seq, m)
+             for (at, seq, m), end in zip(eras, ends) if at <= t1 and end > t0]
     values = [chart_number(r["value"]) for _, _, r in trusted] or \
         [v for v in (chart_number(r.get("value")) for _, _, r in apart) if v is not None] or [0.0]
     # not a re-arm level
@@ -13328,43 +13244,40 @@ def chart_svg(name, mandates, records, span="in the ledger"):
 
     metric = next((m["metric"] for _, _, _, m in reversed(shown) if m), None) or \
         reports[-1][2].get("metric") or "metric"
-    counts = (
-        f"{len(trusted)} trusted report{'s' if len(trusted) != 1 else ''}, {len(apart)} marked"
-        f" apart, {len(actions)} lever run{'s' if len(actions) != 1 else ''}, {len(asks)}"
-        f" ask{'s' if len(asks) != 1 else ''} {span}, {chart_span_words(first, last)}")
-    spans, marks = chart_spans(records, mandates, eras, t0, t1), chart_marks(
-        records, mandates, t0, t1)
+    # in local time, the day of the last left out when it is the first's
+    start, end = (time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(t)) for t in (first, last))
+    counts = (f"{plural(len(trusted), 'trusted report')}, {len(apart)} marked apart, "
+              f"{plural(len(actions), 'lever run')}, {plural(len(asks), 'ask')} {span}, "
+              f"from {start} to {end[11:] if end[:10] == start[:10] else end}")
+    spans = chart_spans(records, mandates, eras, t0, t1)
+    # (at, what, label, seq, record) of each guard trip and each replaced mandate
+    marks = sorted([(a, "guard", f"guard {r['guard']}", s, r) for s, a, r in records
+                    if r["kind"] in ("pause", "ask") and r.get("guard")]
+                   + [(a, "mandate", f"mandate #{s}", s, r) for s, a, r in mandates[1:]
+                      if t0 <= a <= t1])
     levers = {lever: LEVER_COLOURS[i % len(LEVER_COLOURS)]
               for i, lever in enumerate(dict.fromkeys(str(r.get("lever")) for _, _, r in actions))}
+    ended = {r.get("action"): (s, r) for s, _, r in records if r["kind"] == "outcome"}
     legend, height = chart_legend(
-        trusted, apart, actions, asks, records, shown, bottom, top, levers, spans, marks)
+        trusted, apart, actions, asks, ended, shown, bottom, top, levers, spans, marks)
     parts = [
         f'<svg xmlns="http://www.w3.org/2000/svg" width="{CHART_WIDTH}" height="{height}"'
         f' viewBox="0 0 {CHART_WIDTH} {height}" font-family="DejaVu Sans, Helvetica, Arial,'
         f' sans-serif" font-size="12" fill="{CHART_COLOURS["text"]}">',
-        f"<title>{xml_text(f'{name}: {metric}, {counts}')}</title>",
+        svg_title(f"{name}: {metric}, {counts}"),
         f'<rect width="{CHART_WIDTH}" height="{height}" fill="#ffffff"/>',
-        f'<text x="{CHART_LEFT}" y="24" font-size="16"'
-        f' font-weight="bold">{xml_text(f"{name}: {metric}")}</text>',
-        f'<text x="{CHART_LEFT}" y="44">{xml_text(counts)}</text>',
-        f'<text x="{CHART_LEFT}" y="62">{xml_text(chart_controller_words(shown))}</text>',
+        svg_text(CHART_LEFT, 24, f"{name}: {metric}", ' font-size="16" font-weight="bold"'),
+        svg_text(CHART_LEFT, 44, counts),
+        svg_text(CHART_LEFT, 62, chart_controller_words(shown)),
         f'<clipPath id="plot"><rect x="{CHART_LEFT}" y="{CHART_TOP}"'
         f' width="{CHART_RIGHT - CHART_LEFT}" height="{CHART_BOTTOM - CHART_TOP}"/></clipPath>']
     parts += chart_axes(metric, ticks, time_ticks(t0, t1), x, y, last)
     controller, labels = chart_controller(shown, x, y)
     parts += chart_stretches(spans, marks, x) + controller
     parts += chart_reports(trusted, apart, x, y, bottom, top, chart_breaks(reports, eras)) + labels
-    parts += chart_markers(actions, asks, records, levers, x) + legend
+    parts += chart_markers(actions, asks, records, ended, levers, x) + legend
     parts.append("</svg>")
     return "\n".join(parts)
-
-
-def chart_span_words(first, last):
-    """Return 'from 2026-12-01 22:55 to 23:10' in local time."""
-    a, b = time.localtime(first), time.localtime(last)
-    same_day = time.strftime("%Y-%m-%d", a) == time.strftime("%Y-%m-%d", b)
-    return (f"from {time.strftime('%Y-%m-%d %H:%M:%S', a)} to "
-            f"{time.strftime('%H:%M:%S' if same_day else '%Y-%m-%d %H:%M:%S', b)}")
 
 
 def chart_controller_words(shown):
@@ -13372,8 +13285,7 @@ def chart_controller_words(shown):
     if not shown:
         return "no mandate in force over this span"
     _, _, seq, m = shown[-1]
-    earlier = f" ({len(shown) - 1} earlier mandate{'s' if len(shown) > 2 else ''} in the span)" \
-        if len(shown) > 1 else ""
+    earlier = f" ({plural(len(shown) - 1, 'earlier mandate')} in the span)" if shown[1:] else ""
     if m is None:
         return f"mandate #{seq} does not read, so no bound is drawn{earlier}"
     ctl = m["controller"]
@@ -13386,29 +13298,25 @@ def chart_axes(metric, ticks, times, x, y, last):
     c = CHART_COLOURS
     parts = ['<g class="axes" font-size="11">']
     for value, label in ticks:
-        parts.append(
-            f'<line x1="{CHART_LEFT}" x2="{CHART_RIGHT}" y1="{y(value):.1f}" y2="{y(value):.1f}"'
-            f' stroke="{c["grid"]}"/>')
-        parts.append(f'<text x="{CHART_LEFT - 6}" y="{y(value) + 4:.1f}"'
-                     f' text-anchor="end">{xml_text(label)}</text>')
+        parts += [svg_line(CHART_LEFT, CHART_RIGHT, y(value), y(value), f' stroke="{c["grid"]}"'),
+                  svg_text(CHART_LEFT - 6, y(value) + 4, label, ' text-anchor="end"')]
     for at, label, date in times:
-        parts.append(f'<line x1="{x(at):.1f}" x2="{x(at):.1f}" y1="{CHART_TOP}" y2="{CHART_BOTTOM}"'
-                     f' stroke="{c["grid"]}"/>')
-        parts.append(f'<text x="{x(at):.1f}" y="{CHART_BOTTOM + 16}"'
-                     f' text-anchor="middle">{xml_text(label)}</text>')
+        parts += [svg_line(x(at), x(at), CHART_TOP, CHART_BOTTOM, f' stroke="{c["grid"]}"'),
+                  svg_text(x(at), CHART_BOTTOM + 16, label, ' text-anchor="middle"')]
         if date:
-            parts.append(f'<text x="{x(at):.1f}" y="{CHART_BOTTOM + 30}"'
-                         f' text-anchor="middle">{xml_text(date)}</text>')
-    middle = (CHART_TOP + CHART_BOTTOM) / 2
+            parts.append(svg_text(x(at), CHART_BOTTOM + 30, date, ' text-anchor="middle"'))
+    middle, zone = (CHART_TOP + CHART_BOTTOM) // 2, time.localtime(last)
+    off = zone.tm_gmtoff or 0
+    zone = f"UTC{'-' if off < 0 else '+'}{abs(off) // 3600:02d}:{abs(off) % 3600 // 60:02d}" + (
+        f", {zone.tm_zone}" if zone.tm_zone else "")
     parts += [f'<rect x="{CHART_LEFT}" y="{CHART_TOP}" width="{CHART_RIGHT - CHART_LEFT}"'
               f' height="{CHART_BOTTOM - CHART_TOP}" fill="none" stroke="#999999"/>',
-              f'<text x="18" y="{middle:.0f}" text-anchor="middle" transform="rotate(-90 18'
-              f' {middle:.0f})" font-size="12">{xml_text(metric)}</text>',
-              f'<text x="{(CHART_LEFT + CHART_RIGHT) / 2:.0f}" y="{CHART_BOTTOM + 48}"'
-              ' text-anchor="middle"'
-              f' font-size="12">{xml_text(f"local time ({zone_words(last)})")}</text>',
-              f'<text x="{CHART_LEFT - 6}" y="{CHART_TOP - 26}" text-anchor="end">asks</text>',
-              f'<text x="{CHART_LEFT - 6}" y="{CHART_TOP - 8}" text-anchor="end">lever runs</text>',
+              svg_text(18, middle, metric,
+                       f' text-anchor="middle" transform="rotate(-90 18 {middle})" font-size="12"'),
+              svg_text((CHART_LEFT + CHART_RIGHT) // 2, CHART_BOTTOM + 48, f"local time ({zone})",
+                       ' text-anchor="middle" font-size="12"'),
+              svg_text(CHART_LEFT - 6, CHART_TOP - 26, "asks", ' text-anchor="end"'),
+              svg_text(CHART_LEFT - 6, CHART_TOP - 8, "lever runs", ' text-anchor="end"'),
               "</g>"]
     return parts
 
@@ -13417,13 +13325,10 @@ def chart_controller(shown, x, y):
     """Return (the SVG of each mandate's bound or band, the SVG of their labels on a white halo
     (a stroked copy drawn first: no renderer is relied on for paint-order))."""
     c, parts, labels = CHART_COLOURS, ['<g class="controller" clip-path="url(#plot)">'], []
-    for start, end, seq, m in shown:
-        if m is None or not controller_sides(m):
-            continue
+    for start, end, seq, m in [e for e in shown if controller_sides(e[3])]:
         ctl = m["controller"]
         x1, x2 = x(start), x(end)
-        title = (f"<title>{xml_text(f'mandate #{seq}: ' + CONTROLLERS[ctl['kind']].describe(ctl))}"
-                 "</title>")
+        title = svg_title(f"mandate #{seq}: " + CONTROLLERS[ctl["kind"]].describe(ctl))
         if ctl["kind"] == "band":
             parts += [f'<g class="band" stroke="{c["band"]}">{title}',
                       f'<rect x="{x1:.1f}" y="{y(ctl["high"]):.1f}" width="{x2 - x1:.1f}"'
@@ -13432,18 +13337,15 @@ def chart_controller(shown, x, y):
         else:
             parts.append(f'<g class="bound" stroke="{c["bound"]}">{title}')
         for _, way, bound, lever in controller_sides(m):
-            parts.append(
-                f'<line x1="{x1:.1f}" x2="{x2:.1f}" y1="{y(bound):.1f}" y2="{y(bound):.1f}"'
-                ' stroke-width="1.5" stroke-dasharray="6 4"/>')
-            label = f"{way} {format_number(bound)}: {lever}"
+            parts.append(svg_line(x1, x2, y(bound), y(bound),
+                                  ' stroke-width="1.5" stroke-dasharray="6 4"'))
             ly = y(bound) - 5 if way == "above" else y(bound) + 14
-            labels.append(
-                f'<text x="{x2 - 4:.1f}" y="{ly:.1f}" text-anchor="end">{xml_text(label)}</text>')
+            labels.append(svg_text(x2 - 4, ly, f"{way} {format_number(bound)}: {lever}",
+                                   ' text-anchor="end"'))
             if ctl.get("deadband"):
                 rearm = bound - ctl["deadband"] if way == "above" else bound + ctl["deadband"]
-                parts.append(
-                    f'<line x1="{x1:.1f}" x2="{x2:.1f}" y1="{y(rearm):.1f}" y2="{y(rearm):.1f}" '
-                    'stroke-dasharray="2 3" stroke-opacity="0.7"/>')
+                parts.append(svg_line(x1, x2, y(rearm), y(rearm),
+                                      ' stroke-dasharray="2 3" stroke-opacity="0.7"'))
         parts.append("</g>")
     halo = (
         '<g class="controller-halo" font-size="11" fill="#ffffff" stroke="#ffffff" stroke-width="3"'
@@ -13461,38 +13363,31 @@ def chart_columns(trusted, x):
     columns, in each column its lowest, highest and last, so a spike keeps its shape."""
     if len(trusted) <= CHART_RIGHT - CHART_LEFT:
         return [(s, a, rec, None) for s, a, rec in trusted]
-    drawn, i = [], 0
-    while i < len(trusted):
-        j, column = i, int(x(trusted[i][1]))
-        while j < len(trusted) and int(x(trusted[j][1])) == column:
-            j += 1
-        held = trusted[i:j]
+    drawn = []
+    for held in chart_groups(trusted, x, most=math.inf):
         low = min(held, key=lambda e: e[2]["value"])       # trusted: a finite number each
         high = max(held, key=lambda e: e[2]["value"])
-        for e in sorted({e[0]: e for e in (low, high)}.values(), key=lambda e: e[0]):
+        for _, e in sorted({low[0]: low, high[0]: high}.items()):
             if e is not held[-1]:
                 drawn.append((*e, False))
         info = (len(held), held[0][0], (low[0], low[2]["value"]), (high[0], high[2]["value"]))
         drawn.append((*held[-1], info))
-        i = j
     return drawn
 
 
 def chart_breaks(reports, eras):
     """Return the seqs of the trusted reports before which the line breaks (two cadences unread)."""
-    breaks, before, era = set(), None, 0
+    breaks, last, gap, era = set(), None, False, 0
     for s, a, rec in reports:
         while era + 1 < len(eras) and eras[era + 1][0] <= a:
             era += 1
         m = eras[era][2] if eras and eras[0][0] <= a else None
-        if before is not None and m is not None and a - before[0] > 2 * m["cadence"]:
-            before = (before[0], True)
-        if report_status(rec) == "trusted" and chart_number(rec.get("value")) is not None:
-            if before is not None and before[1]:
+        gap = gap or last is not None and m is not None and a - last > 2 * m["cadence"]
+        if on_line(rec):
+            if gap:
                 breaks.add(s)
-            before = (a, False)
-        else:
-            before = (a, before is not None and before[1])
+            gap = False
+        last = a
     return breaks
 
 
@@ -13503,13 +13398,12 @@ def chart_reports(trusted, apart, x, y, bottom, top, breaks=()):
     points = [e for e in drawn if e[3] is not False]
     r = 3 if len(points) <= 300 else 2 if len(points) <= 1500 else 1.2
     xy = {s: (f"{x(a):.1f}", f"{y(chart_number(rec['value'])):.1f}") for s, a, rec, _ in drawn}
-    import bisect
-    lines, previous, breaks = [[]], 0, sorted(breaks)
+    from bisect import bisect_right
+    lines, breaks = [[]], sorted(breaks)
     for s, _, _, _ in drawn:
-        if lines[-1] and bisect.bisect_right(breaks, s) > bisect.bisect_right(breaks, previous):
+        if lines[-1] and bisect_right(breaks, s) > bisect_right(breaks, lines[-1][-1]):
             lines.append([])
         lines[-1].append(s)
-        previous = s
     parts = [f'<g class="trusted-line" fill="none" stroke="{c["trusted"]}" '
              f'stroke-width="{1.5 if len(trusted) <= 1500 else 1}" stroke-linejoin="round" '
              'clip-path="url(#plot)">']
@@ -13520,36 +13414,31 @@ def chart_reports(trusted, apart, x, y, bottom, top, breaks=()):
             title = chart_tooltip(s, a, rec)
         else:
             n, first, (lo_seq, lo), (hi_seq, hi) = column
-            title = "<title>" + xml_text(
+            title = svg_title(
                 f"#{s} {chart_time(a)}: {format_number(rec['value'])}; {n} reports here, "
                 f"#{first} to #{s}: lowest {format_number(lo)} (#{lo_seq}), "
-                f"highest {format_number(hi)} (#{hi_seq})") + "</title>"
+                f"highest {format_number(hi)} (#{hi_seq})")
         px, py = xy[s]
         parts.append(f'<circle class="report trusted" cx="{px}" cy="{py}" r="{r}">{title}</circle>')
     parts += ["</g>", '<g class="reports apart" stroke-width="1.8" fill="none">']
-    groups = sorted((g for status in sorted({report_status(e[2]) for e in apart})
-                     for g in chart_groups([e for e in apart if report_status(e[2]) == status], x)),
-                    key=lambda g: g[0][0])
-    for group in groups:
+    for group in chart_groups(apart, x, lambda e: report_status(e[2])):
         s, a, rec = group[-1]
         status, value, px = report_status(rec), chart_number(rec.get("value")), x(a)
         colour = c.get(status, c["implausible"])
-        if value is None:
-            d, status, colour = (f"M{px - 4:.1f},{CHART_BOTTOM + 8} L{px:.1f},{CHART_BOTTOM + 1}"
-                                 f" L{px + 4:.1f},{CHART_BOTTOM + 8} Z", "failed", c["failed"])
-        elif value > top or value < bottom:
-            edge, tip = (CHART_TOP + 8, CHART_TOP + 1) if value > top else \
-                (CHART_BOTTOM - 8, CHART_BOTTOM - 1)
-            d = f"M{px - 5:.1f},{edge} L{px:.1f},{tip} L{px + 5:.1f},{edge} Z"
-            status += " off-scale"
+        if value is None or not bottom <= value <= top:
+            w, edge, tip = (4, CHART_BOTTOM + 8, CHART_BOTTOM + 1) if value is None else \
+                (5, CHART_TOP + 8, CHART_TOP + 1) if value > top else \
+                (5, CHART_BOTTOM - 8, CHART_BOTTOM - 1)
+            d = f"M{px - w:.1f},{edge} L{px:.1f},{tip} L{px + w:.1f},{edge} Z"
+            status, colour = ("failed", c["failed"]) if value is None else \
+                (status + " off-scale", colour)
         elif status == "unconfirmed":
             d = f"M{px - 4:.1f},{y(value):.1f} a4,4 0 1,0 8,0 a4,4 0 1,0 -8,0"
         else:
             py = y(value)
             d = (f"M{px - 4:.1f},{py - 4:.1f} L{px + 4:.1f},{py + 4:.1f} M{px - 4:.1f},{py + 4:.1f}"
                  f" L{px + 4:.1f},{py - 4:.1f}")
-        title = chart_tooltip(s, a, rec) if len(group) == 1 else \
-            group_title(group, f"{status} reports")
+        title = group_title(group, f"{status} reports")
         parts.append(f'<path class="report {status}" d="{d}" stroke="{colour}">{title}</path>')
     parts.append("</g>")
     return parts
@@ -13571,8 +13460,7 @@ def chart_spans(records, mandates, eras, t0, t1):
                 ("paused", None) if kind == "pause" else ("stuck", r.get("side")), (a, s, r))
         elif kind == "resume":
             ended = [("paused", None)]
-        elif kind == "report" and opened and report_status(r) == "trusted" \
-                and chart_number(r.get("value")) is not None:      # only an open stretch can end
+        elif kind == "report" and opened and on_line(r):      # only an open stretch can end
             ended = [("stuck", side)
                      for side, way, bound, _ in controller_sides(m)
                      if not crossed(way, bound, r["value"])]
@@ -13584,43 +13472,30 @@ def chart_spans(records, mandates, eras, t0, t1):
     return sorted(span for span in spans if span[1] >= t0)
 
 
-def chart_marks(records, mandates, t0, t1):
-    """Return [(at, what, label, seq, record)] of each guard trip and each replaced mandate."""
-    marks = [(a, "guard", f"guard {r['guard']}", s, r) for s, a, r in records
-             if r["kind"] in ("pause", "ask") and r.get("guard")]
-    return sorted(
-        marks + [(a, "mandate", f"mandate #{s}", s, r) for s, a, r in mandates[1:] if t0 <= a <= t1]
-    )
-
-
-def chart_label_x(px, label, size=10):
-    """Return (x, anchor) of a label beside the line at px, kept inside the plot."""
-    if px + 3 + len(label) * size * 0.6 <= CHART_RIGHT:
-        return f"{px + 3:.1f}", "start"
-    return f"{px - 3:.1f}", "end"
-
-
-def chart_groups(items, x, most=CHART_MARKS):
-    """Return `items` [(seq, at, record)] as the groups a chart draws one marker each for."""
+def chart_groups(items, x, key=None, most=CHART_MARKS):
+    """Return `items` [(seq, at, record)] as the groups a chart draws one marker each for; with a
+    `key`, those of each key apart, in the order of their first seq."""
+    if key is not None:
+        return sorted((g for k in dict.fromkeys(map(key, items))
+                       for g in chart_groups([e for e in items if key(e) == k], x)),
+                      key=lambda g: g[0][0])
+    from itertools import groupby
     width = 1
     while True:
-        groups = []
-        for item in items:
-            if groups and int(x(item[1]) / width) == int(x(groups[-1][-1][1]) / width):
-                groups[-1].append(item)
-            else:
-                groups.append([item])
+        groups = [list(g) for _, g in groupby(items, lambda e: int(x(e[1]) / width))]
         if len(groups) <= most:
             return groups
         width *= 2
 
 
-def group_title(group, what):
-    """Return the tooltip of a marker drawn for several records: their seqs and times, how many."""
-    (s1, a1, _), (s2, a2, _) = group[0], group[-1]
-    return "<title>" + xml_text(f"#{s1}..#{s2}: {len(group)} {what} from {chart_time(a1)} to "
-                                f"{chart_time(a2)}; avsm tail --since {s1 - 1} lists them") \
-        + "</title>"
+def group_title(group, what, more=""):
+    """Return the tooltip of a marker: its one record's, `more` after it, or for several records
+    their seqs and times, how many."""
+    if len(group) == 1:
+        return chart_tooltip(*group[0][:3], more)
+    (s1, a1), (s2, a2) = group[0][:2], group[-1][:2]
+    return svg_title(f"#{s1}..#{s2}: {len(group)} {what} from {chart_time(a1)} to "
+                     f"{chart_time(a2)}; avsm tail --since {s1 - 1} lists them")
 
 
 def chart_stretches(spans, marks, x):
@@ -13629,44 +13504,36 @@ def chart_stretches(spans, marks, x):
     for start, end, what, seq, rec, until in spans:
         x1, x2 = x(start), x(end)
         label = "paused" if what == "paused" else f"stuck ({rec.get('stuck')})"
-        label = xml_text(label) if x2 - x1 >= max(40, len(label) * 6 + 6) else ""  # inside it
+        label = label if x2 - x1 >= max(40, len(label) * 6 + 6) else ""  # inside it
         parts.append(
             '<g class="span'
             f' {what}">{chart_tooltip(seq, start, rec, f"; until #{until}" if until else "")}<rect'
             f' x="{x1:.1f}" y="{CHART_TOP}" width="{max(x2 - x1, 1):.1f}"'
-            f' height="{CHART_BOTTOM - CHART_TOP}" fill="{c[what]}" fill-opacity="0.2"/><text'
-            f' x="{x1 + 3:.1f}" y="{CHART_BOTTOM - (5 if what == "paused" else 17)}"'
-            f' fill="{c[what]}">{label}</text></g>')
-    groups = sorted((g for what in ("guard", "mandate")
-                     for g in chart_groups([(m[3], m[0], m) for m in marks if m[1] == what], x)),
-                    key=lambda g: g[0][0])
-    for group in groups:
-        at, what, label, seq, rec = group[-1][2]
-        px = x(at)
-        title = chart_tooltip(seq, at, rec) if len(group) == 1 else \
-            group_title(group, f"{what} marks")
+            f' height="{CHART_BOTTOM - CHART_TOP}" fill="{c[what]}" fill-opacity="0.2"/>'
+            + svg_text(x1 + 3, CHART_BOTTOM - (5 if what == "paused" else 17), label,
+                       f' fill="{c[what]}"') + "</g>")
+    for group in chart_groups([(m[3], m[0], m[4], m) for m in marks], x, lambda e: e[3][1]):
+        at, what, label, seq, rec = group[-1][3]
+        px, title = x(at), group_title(group, f"{what} marks")
         label = label if len(group) == 1 else f"{label} (+{len(group) - 1})"
-        lx, anchor = chart_label_x(px, label)
+        left = px + 3 + len(label) * 10 * 0.6 > CHART_RIGHT     # kept inside the plot
         parts.append(
-            f'<g class="mark {what}" fill="{c[what]}">{title}<line x1="{px:.1f}" x2="{px:.1f}"'
-            f' y1="{CHART_TOP}" y2="{CHART_BOTTOM}" stroke="{c[what]}" stroke-width="1.5"/><text'
-            f' x="{lx}" y="{CHART_TOP + 12}"'
-            + ("" if anchor == "start" else ' text-anchor="end"')
-            + f'>{xml_text(label)}</text></g>')
+            f'<g class="mark {what}" fill="{c[what]}">{title}'
+            + svg_line(px, px, CHART_TOP, CHART_BOTTOM, f' stroke="{c[what]}" stroke-width="1.5"')
+            + svg_text(px - 3 if left else px + 3, CHART_TOP + 12, label,
+                       ' text-anchor="end"' if left else "") + "</g>")
     return parts + ["</g>"]
 
 
-def chart_markers(actions, asks, records, levers, x):
-    """Return the SVG of each lever run and each ask, with its seq and what came of it."""
+def chart_markers(actions, asks, records, ended, levers, x):
+    """Return the SVG of each lever run and each ask, with its seq and what came of it (`ended`:
+    {action seq: (seq, outcome record)})."""
     c = CHART_COLOURS
-    ended = {r.get("action"): (s, r) for s, _, r in records if r["kind"] == "outcome"}
     answered = {r.get("ask"): (s, r)
                 for s, _, r in records
                 if r["kind"] in ("approval", "denial", "resolved")}
     parts = ['<g class="actions">']
-    groups = sorted((g for lever in levers for g in chart_groups(
-        [e for e in actions if str(e[2].get("lever")) == lever], x)), key=lambda g: g[0][0])
-    for group in groups:
+    for group in chart_groups(actions, x, lambda e: str(e[2].get("lever"))):
         states = []
         for s, a, rec in group:
             o_seq, outcome = ended.get(s, (None, None))
@@ -13679,11 +13546,10 @@ def chart_markers(actions, asks, records, levers, x):
         edge = {"running": ' fill-opacity="0.4"',
                 "ok": "",
                 "failed": f' stroke="{c["not ok"]}" stroke-width="2.5"'}[state]
-        title = chart_tooltip(s, a, rec, more) if len(group) == 1 else group_title(
-            group, f"runs of {rec.get('lever')}, {states.count('failed')} not ok, "
-                   f"{states.count('running')} with no outcome yet,")
-        line = (f'<line x1="{px:.1f}" x2="{px:.1f}" y1="{CHART_TOP}" y2="{CHART_BOTTOM}" '
-                f'stroke-opacity="0.45" stroke-dasharray="3 3"/>') if px - x1 < 2 else ""
+        title = group_title(group, f"runs of {rec.get('lever')}, {states.count('failed')} not ok, "
+                                   f"{states.count('running')} with no outcome yet,", more)
+        line = svg_line(px, px, CHART_TOP, CHART_BOTTOM, ' stroke-opacity="0.45"'
+                        ' stroke-dasharray="3 3"') if px - x1 < 2 else ""
         parts.append(f'<g class="action {state}" stroke="{colour}" fill="{colour}">{title}{line}'
                      f'<path d="M{x1 - 6:.1f},{CHART_TOP - 16} L{px + 6:.1f},{CHART_TOP - 16} '
                      f'L{px:.1f},{CHART_TOP - 4} L{x1:.1f},{CHART_TOP - 4} Z"{edge}/></g>')
@@ -13696,8 +13562,7 @@ def chart_markers(actions, asks, records, levers, x):
         opened = sum(answered.get(e[0]) is None for e in group)
         px, py, x1 = x(a), CHART_TOP - 30, x(group[0][1])
         state, pale = ("open", "") if opened else ("answered", ' fill-opacity="0.35"')
-        title = chart_tooltip(s, a, rec, more) if len(group) == 1 else group_title(
-            group, f"asks, {opened} still open (avsm asks lists them),")
+        title = group_title(group, f"asks, {opened} still open (avsm asks lists them),", more)
         parts.append(f'<g class="ask {state}">{title}<path d="M{x1:.1f},{py - 7} '
                      f'L{px:.1f},{py - 7} L{px + 6:.1f},{py} L{px:.1f},{py + 7} L{x1:.1f},{py + 7} '
                      f'L{x1 - 6:.1f},{py} Z"{pale}/></g>')
@@ -13705,60 +13570,51 @@ def chart_markers(actions, asks, records, levers, x):
     return parts
 
 
-def chart_legend(trusted, apart, actions, asks, records, shown, bottom, top, levers, spans, marks):
+def chart_legend(trusted, apart, actions, asks, ended, shown, bottom, top, levers, spans, marks):
     """Return (the SVG of the legend under the time axis, the chart's height)."""
-    c = CHART_COLOURS
-    circle = lambda colour: (
-        f'<circle cx="6" cy="-4" r="3" fill="{colour}"/><line x1="-2" x2="14" y1="-4" y2="-4"'
-        f' stroke="{colour}"/>')
-    cross = '<path d="M2,-8 L10,0 M2,0 L10,-8" stroke="{}" stroke-width="1.8"/>'
-    statuses = set()
-    for _, _, r in apart:
-        value = chart_number(r.get("value"))
-        statuses.add("failed"
-                     if value is None
-                     else "off the scale" if not bottom <= value <= top else report_status(r))
+    c, thick, run = CHART_COLOURS, ' stroke-width="1.8"/>', '<path d="M0,-9 L12,-9 L6,0 Z" fill='
+    box = '<rect x="0" y="-9" width="12" height="10" fill='
+    values = [(chart_number(r.get("value")), r) for _, _, r in apart]
+    statuses = {"failed" if v is None else report_status(r) if bottom <= v <= top
+                else "off the scale" for v, r in values}
     kinds = {m["controller"]["kind"] for _, _, _, m in shown if m and controller_sides(m)}
-    ends = {r.get("action"): bool(r.get("ok")) for _, _, r in records if r["kind"] == "outcome"}
     # True: ok, False: not ok, None: still running
-    states = {ends.get(s) for s, _, _ in actions}
-    items = [(glyph, words) for drawn, glyph, words in (
-        (trusted, circle(c["trusted"]), "trusted report"),
-        ("implausible" in statuses, cross.format(c["implausible"]), "implausible"),
-        ("unconfirmed" in statuses, f'<circle cx="6" cy="-4" r="4" fill="none" '
-         f'stroke="{c["unconfirmed"]}"' ' stroke-width="1.8"/>', "unconfirmed"),
-        ("failed" in statuses, f'<path d="M2,0 L6,-7 L10,0 Z" fill="none" stroke="{c["failed"]}"'
-         ' stroke-width="1.8"/>', "failed (no value)"),
-        ("off the scale" in statuses, f'<path d="M1,-1 L6,-8 L11,-1 Z" fill="none" '
-         f'stroke="{c["implausible"]}"' ' stroke-width="1.8"/>', "off the scale"),
-        ("band" in kinds, f'<rect x="0" y="-9" width="12" height="10" fill="{c["band"]}"'
-         ' fill-opacity="0.25"/>', "band"),
+    states = {bool(ended[s][1].get("ok")) if s in ended else None for s, _, _ in actions}
+    items = [
+        (trusted, f'<circle cx="6" cy="-4" r="3" fill="{c["trusted"]}"/><line x1="-2" x2="14"'
+         f' y1="-4" y2="-4" stroke="{c["trusted"]}"/>', "trusted report"),
+        ("implausible" in statuses,
+         f'<path d="M2,-8 L10,0 M2,0 L10,-8" stroke="{c["implausible"]}"{thick}', "implausible"),
+        ("unconfirmed" in statuses,
+         f'<circle cx="6" cy="-4" r="4" fill="none" stroke="{c["unconfirmed"]}"{thick}',
+         "unconfirmed"),
+        ("failed" in statuses,
+         f'<path d="M2,0 L6,-7 L10,0 Z" fill="none" stroke="{c["failed"]}"{thick}',
+         "failed (no value)"),
+        ("off the scale" in statuses,
+         f'<path d="M1,-1 L6,-8 L11,-1 Z" fill="none" stroke="{c["implausible"]}"{thick}',
+         "off the scale"),
+        ("band" in kinds, f'{box}"{c["band"]}" fill-opacity="0.25"/>', "band"),
         (kinds - {"band"}, f'<line x1="0" x2="12" y1="-4" y2="-4" stroke="{c["bound"]}" '
-         f'stroke-width="1.5"' ' stroke-dasharray="4 2"/>', "bound")) if drawn]
-    items += [(f'<path d="M0,-9 L12,-9 L6,0 Z" fill="{colour}"/>', f"{lever} run")
-              for lever, colour in levers.items()]
-    items += [(glyph, words) for drawn, glyph, words in (
-        (False in states, f'<path d="M0,-9 L12,-9 L6,0 Z" fill="#ffffff" stroke="{c["not ok"]}"'
-         ' stroke-width="2"/>', "not ok"),
-        (None in states, '<path d="M0,-9 L12,-9 L6,0 Z" fill="#999999" fill-opacity="0.4"/>',
-         "running"),
-        (asks, f'<path d="M6,-10 L12,-4 L6,2 L0,-4 Z" fill="{c["ask"]}"/>',
-         "ask (pale: answered)")) if drawn]
-    items += [
-        (f'<rect x="0" y="-9" width="12" height="10" fill="{c[what]}" fill-opacity="0.35"/>', what)
-        for what in ("paused", "stuck")
-        if any(span[2] == what for span in spans)]
-    items += [(f'<line x1="6" x2="6" y1="-10" y2="2" stroke="{c[what]}" stroke-width="2"/>', words)
-              for what, words in (("guard", "guard trip"), ("mandate", "new mandate"))
-              if any(k[1] == what for k in marks)]
+         'stroke-width="1.5" stroke-dasharray="4 2"/>', "bound")]
+    items += [(True, f'{run}"{colour}"/>', f"{lever} run") for lever, colour in levers.items()]
+    items += [(False in states, f'{run}"#ffffff" stroke="{c["not ok"]}" stroke-width="2"/>',
+               "not ok"),
+              (None in states, f'{run}"#999999" fill-opacity="0.4"/>', "running"),
+              (asks, f'<path d="M6,-10 L12,-4 L6,2 L0,-4 Z" fill="{c["ask"]}"/>',
+               "ask (pale: answered)")]
+    items += [(any(span[2] == what for span in spans),
+               f'{box}"{c[what]}" fill-opacity="0.35"/>', what) for what in ("paused", "stuck")]
+    items += [(any(k[1] == what for k in marks),
+               f'<line x1="6" x2="6" y1="-10" y2="2" stroke="{c[what]}" stroke-width="2"/>', words)
+              for what, words in (("guard", "guard trip"), ("mandate", "new mandate"))]
     parts, at, row = ['<g class="legend" font-size="11">'], CHART_LEFT, 0
-    for glyph, words in items:
+    for glyph, words in [item[1:] for item in items if item[0]]:
         width = 36 + int(len(words) * 6.3)
         if at + width > CHART_WIDTH and at > CHART_LEFT:
             at, row = CHART_LEFT, row + 1
-        parts.append(
-            f'<g transform="translate({at} {CHART_HEIGHT - 14 + 18 * row})">{glyph}<text x="18"'
-            f' y="0">{xml_text(words)}</text></g>')
+        parts.append(f'<g transform="translate({at} {CHART_HEIGHT - 14 + 18 * row})">{glyph}'
+                     + svg_text(18, 0, words) + "</g>")
         at += width
     return parts + ["</g>"], CHART_HEIGHT + 18 * row
 
@@ -14746,8 +14602,8 @@ def format_age(seconds):
 
 def status_row(state, now, keep=None, cfg=None, ascii=False):
     """Return the StatusRow of one adopted venture, from its folded state at `now`."""
-    m, why = state.mandate, ""
-    held = held_by(state) if m is not None else None
+    condition, why = "running", ""
+    m, held = state.mandate, held_by(state)
     stuck = [(lever, state.side(side)["stuck"]) for side, _, _, lever in controller_sides(m)
              if state.side(side).get("stuck")]
     if state.paused:
@@ -14775,14 +14631,12 @@ def status_row(state, now, keep=None, cfg=None, ascii=False):
         why = "; ".join(f"{lever} cannot run ({reason}): "
                         + STUCK_WAY_OUT[reason].format(venture=state.name, lever=lever)
                         for lever, reason in stuck)
-    else:
-        condition = "running"
     if m is not None and decided_by_model(m) and cfg is not None:
         note = backend_note(m, cfg)
         # open point 42: status says so
         if "no call is made" in note or "no decision is made" in note:
             why = (why + "; " if why else "") + note
-    last = state.trusted[-1][1] if len(state.trusted) else None
+    last = state.trusted[-1][1] if state.trusted else None
     levers = [{"lever": name, "runs": len(cap_window(state, name, now)), "cap": lever["cap"][0],
                "per": lever["cap"][1], "running": name in state.running}
               for name, lever in (m["levers"].items() if m is not None else ())]
@@ -14874,30 +14728,31 @@ def status_facts(states, now, keeps=None, cfg=None, venture=None, verbose=False,
             raise Fail(EX_DATAERR, f"no venture is named '{venture}'; avsm status lists them")
     keeps, rows = keeps or {}, []
     for state in adopted:
-        row = status_row(state, now, keeps.get(state.name), cfg, ascii)._asdict()
+        keep = keeps.get(state.name)
+        row = status_row(state, now, keep, cfg, ascii)._asdict()
         if stopped and row["state"] == "running":   # what the ledger last knew, not that it runs
             row["state"] = "was running"
         if venture is not None or verbose:
-            row["detail"] = describe_status_lines(state, now, keeps.get(state.name), row, cfg)
+            row["detail"] = describe_status_lines(state, keep, row, cfg)
         rows.append(row)
     return {"ventures": rows}
 
 
-def describe_status_lines(state, now, keep, row, cfg=None):
+def describe_status_lines(state, keep, row, cfg=None):
     """Return the status lines of one venture, the first from its StatusRow."""
     lines = [f"{row['name']}: {row['state']}" + (
         f": {row['why']}" if row["state"] not in ("running", "was running", "paused") else "")]
-    if state.last_report:
-        seq, at, rec = state.last_report
+    m, last = state.mandate, state.last_report
+    if last:
+        seq, at, rec = last
         status = rec.get("status")
         lines.append(f"  last report #{seq} at {format_local_time(at)}: {rec.get('summary')}"
                      + ("" if status and status in str(rec.get("summary")) else f" ({status})"))
     else:
         lines.append("  no report yet")
-    m = state.mandate
-    if m is not None and decided_by_model(m) and cfg is not None:
-        lines.append("  " + backend_note(m, cfg))
     if m is not None:
+        if decided_by_model(m) and cfg is not None:
+            lines.append("  " + backend_note(m, cfg))
         for side_name, way, bound, lever in controller_sides(m):
             side, hold = state.side(side_name), m["controller"].get("hold") or 1
             if state.level is not None and crossed(way, bound, state.level[1]):
@@ -14915,18 +14770,17 @@ def describe_status_lines(state, now, keep, row, cfg=None):
                 position = "inside, deadband not yet re-armed"
             else:
                 position = "inside"
-            if state.last_report and state.last_report[2].get("status") != "trusted":
+            if last and last[2].get("status") != "trusted":
                 # the controller sees only trusted reports: say which one it stands on, and name the
                 # one it does not
                 position += (f", from the last trusted report #{state.level[0]}"
                              f" ({format_number(state.level[1])})" if state.level is not None
                              else ", no trusted report yet")
-                position += (f"; #{state.last_report[0]} is {state.last_report[2].get('status')}"
-                             " and not acted on")
+                position += f"; #{last[0]} is {last[2].get('status')} and not acted on"
             lines.append(f"  controller: {way} {format_number(bound)} ({lever}): {position}")
         for guard in m["guards"]:
             info = state.guards.get(guard["name"])
-            if info is None or info["last"] is None:
+            if not info or not info["last"]:
                 lines.append(f"  guard {guard['name']}: not read yet")
                 continue
             seq, value, status = info["last"]
@@ -14941,7 +14795,8 @@ def describe_status_lines(state, now, keep, row, cfg=None):
     lines += describe_calibration_lines(state)
     lines.append("  open " + asks_words(row["asks"]))
     if m is not None and m["run"]:
-        child, restarts = (keep or {}).get("child"), (keep or {}).get("restarts", 0)
+        keep = keep or {}
+        child, restarts = keep.get("child"), keep.get("restarts", 0)
         ending = getattr(child, "ended_by", None)
         # a program being ended is not shown as running (a pause ends it within seconds)
         if child and ending:
@@ -14966,8 +14821,7 @@ def describe_calibration_lines(state):
     ok, why = calibration_bar(state)
     if state.mandate["calibration"] is None:
         return [line + "; a ranking goes to the gate (no calibration: bar)"]
-    return [line + (f"; a ranking would run: {why}" if ok else
-                    f"; a ranking would ask, not run: {why}")]
+    return [line + f"; a ranking would {'run' if ok else 'ask, not run'}: {why}"]
 
 
 # ---- the figures for Prometheus (issue 35 item 2) ----
@@ -15029,32 +14883,33 @@ def metrics_text(states, home, now):
     """Return the figures of the ventures and the home in Prometheus's text format 0.0.4, with no
     timestamp (node_exporter refuses one)."""
     samples = {name: [] for name, _, _ in METRIC_FAMILIES}
-    at_home = f'home="{exposition_label(home.home)}"'
 
-    def add(family, value, labels=""):      # labels: ',NAME="VALUE"...', each value escaped
-        samples[family].append(f"{family}{{{at_home}{labels}}} {exposition_number(value)}")
-    for name in sorted(states):
+    def add(family, value, **labels):       # the home's label first, each value escaped
+        text = ",".join(f'{k}="{exposition_label(v)}"' for k, v in dict(home=home.home,
+                                                                          **labels).items())
+        samples[family].append(f"{family}{{{text}}} {exposition_number(value)}")
+    for row in status_facts(states, now)["ventures"]:       # the adopted, as status shows them
+        name = row["name"]
         state = states[name]
-        if state.mandate_seq is None:
-            continue                    # not adopted: status does not show it, nor do these
-        row, m, counted = status_row(state, now), state.mandate, state.counted
-        of = f',venture="{exposition_label(name)}"'
+        m, counted = state.mandate, state.counted
         for each in STATUS_STATES:
-            add("avsm_venture_state", int(row.state == each), f'{of},state="{each}"')
-        if row.value is not None:
-            add("avsm_venture_value", row.value, of)
-            add("avsm_venture_last_trusted_report_age_seconds", round(max(0.0, row.age), 3), of)
-        for side_name, way, bound, lever in controller_sides(m):
-            add("avsm_venture_bound", bound, f'{of},side="{way}",lever="{exposition_label(lever)}"')
+            add("avsm_venture_state", int(row["state"] == each), venture=name, state=each)
+        if row["value"] is not None:
+            add("avsm_venture_value", row["value"], venture=name)
+            add("avsm_venture_last_trusted_report_age_seconds", round(max(0.0, row["age"]), 3),
+                venture=name)
+        for b in row["bounds"]:
+            add("avsm_venture_bound", b["bound"], venture=name, side=b["way"], lever=b["lever"])
         for key, family in VENTURE_COUNTERS.items():
-            add(family, counted[key], of)
-        add("avsm_venture_open_asks", len(state.open_asks), of)
+            add(family, counted[key], venture=name)
+        add("avsm_venture_open_asks", len(state.open_asks), venture=name)
         runs = set(state.actions) | (set(m["levers"]) | set(BUILTIN_LEVERS) if m else set())
         for lever in sorted(runs | set(m["forbidden"] if m else ()), key=str):
-            at = f'{of},lever="{exposition_label(lever)}"'
             if lever in runs:           # a forbidden lever never runs; it is refused
-                add("avsm_lever_runs_total", len(state.actions.get(lever, ())), at)
-            add("avsm_lever_refusals_total", counted["by_lever"].get(lever, 0), at)
+                add("avsm_lever_runs_total", len(state.actions.get(lever, ())), venture=name,
+                    lever=lever)
+            add("avsm_lever_refusals_total", counted["by_lever"].get(lever, 0), venture=name,
+                lever=lever)
     add("avsm_ledger_head_seq", home.head)
     if home.ledger_bytes is not None:
         add("avsm_ledger_bytes", home.ledger_bytes)
@@ -15064,8 +14919,7 @@ def metrics_text(states, home, now):
     add("avsm_avsmd_starts_total", home.counted.get("starts", 0))
     restarts = home.counted.get("restarts", {})
     for process in sorted(set(restarts) | {"warden", "roles"}):
-        add("avsm_restarts_total", restarts.get(process, 0),
-            f',process="{exposition_label(process)}"')
+        add("avsm_restarts_total", restarts.get(process, 0), process=process)
     lines = []
     for family, kind, text in METRIC_FAMILIES:
         if samples[family]:
@@ -15086,8 +14940,9 @@ PAGE_SHAPE = {
         "name": str, "state": str, "why": str, "value": (float,), "age": (float,), "report": str,
         "bounds": [float], "values": [float], "asks": [{"seq": int, "question": str}],
         "actions": [{"seq": int, "at": float, "summary": str, "proof": "json"}]}]}
-PAGE_MARKS = {"running": "●", "was running": "○", "paused": "‖", "stuck": "▲", "implausible": "◆",
-              "unconfirmed": "◇", "cannot run": "✖", "unreachable": "✖", "ask": "?"}
+PAGE_MARKS = {"running": "●", "was running": "○", "paused": "‖", "stuck": "▲",
+              "implausible": "◆", "unconfirmed": "◇", "cannot run": "✖", "unreachable": "✖",
+              "ask": "?"}
 PAGE_CSS = """:root{color-scheme:light dark}@media(prefers-color-scheme:dark){body{background:#111}}
 body{font:15px system-ui;max-width:60em;margin:auto}ul{padding:0}li{list-style:none;margin:.5em 0;
 border-left:5px solid var(--c,gray);padding:0 .8em;break-inside:avoid}b{color:var(--c)}
@@ -15113,7 +14968,8 @@ def page_facts(home, states, now, db, keeps=None, cfg=None, stopped=False):
             values=[v for _, v in state.trusted[-PAGE_VALUES:]],
             asks=[{"seq": a["seq"], "question": str(a["question"])} for a in asks
                   if a["venture"] == state.name]))
-    kept, where = newest_checkpoint(f"{home}/checkpoints"), f"{home}/checkpoints"
+    where = f"{home}/checkpoints"
+    kept = newest_checkpoint(where)
     return {"schema": 1, "home": home, "at": now, "stopped": stopped, "ventures": ventures,
             "checkpoint": kept and {"seq": kept.seq, "at": kept.at, "signed": os.path.exists(
                 f"{where}/{kept.seq:012d}.txt.sig")}}
