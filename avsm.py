@@ -2631,7 +2631,14 @@ def ledger_parts(db, since=0, upto=None, gap=say_moved):
         if hi >= want:
             if lo > want:
                 gap(want, lo - 1, home)
-            with contextlib.closing(open_ledger_ro(path)) as part:
+            try:
+                part = open_ledger_ro(path)
+                part.execute("SELECT min(seq) FROM records").fetchone()
+            except sqlite3_errors() as err:
+                raise Fail(EX_DATAERR, f"{path}, a closed ledger file, cannot be read: {err}; put"
+                                       " back the file avsm rotate closed, or move it out of that"
+                                       " directory to read the rest") from None
+            with contextlib.closing(part):
                 yield part
             want = hi + 1
     if want <= end:
@@ -5847,8 +5854,6 @@ def still_past_lines(state):
 # ---- rotation: when ledger.db is closed, and which closed files keep: lets go ----
 def rotation_due(spec, size, first_at, now):
     """Is ledger.db (`size` bytes, its first record written at `first_at`) due to be closed?"""
-    if not spec:
-        return False
     return size >= spec["size"] if spec["size"] else now >= first_at + spec["every"]
 
 
@@ -8912,7 +8917,6 @@ def snapshot_path(home, seq):
     return os.path.join(home, "snapshots", f"{seq:012d}.json")
 
 
-@functools.lru_cache(maxsize=1)
 @functools.cache
 def code_sha256():
     """Return the sha256 of avsm.py as this process first read it (Snapshots primes it): the code
@@ -9243,25 +9247,26 @@ class Warden:
             self.append(record)
 
     def rotate(self, due=False):
-        """Close ledger.db and go on in a new one (when config's ledger: says it is due), then
-        delete the closed files keep: lets go; return the new file's first seq, or None."""
+        """Close ledger.db into HOME/ledgers and go on in a new one (due: when ledger: says), then
+        delete what keep: lets go; return the new file's first seq, or None."""
         spec, db = self.cfg.get("ledger"), self.ledger.db
-        if self.ledger.held is not None or self.writer.ledger_down or time.time() < self.rotate_at \
-                or due and not spec:
+        self.rotate_failed = "the ledger cannot be written"
+        if self.ledger.held is not None or self.writer.ledger_down \
+                or due and (not spec or time.time() < self.rotate_at):
             return None
         try:
             if due and not rotation_due(spec, os.stat(self.ledger.path).st_size, db.execute(
                     "SELECT at FROM records ORDER BY seq LIMIT 1").fetchone()[0], time.time()):
                 return None
             seq = self.ledger.rotate(lambda name, head: rotated_record(self.snapshots.write(
-                *self.snapshots.fold(self.ledger.db, head[0])[:3]), name, head), time.time())
-            for path, record in files_let_go(spec, [c + (os.stat(c[2]).st_mtime,) for c in
-                                                    closed_files(self.home)],
-                                             self.checkpoints.seq, time.time()):
+                *self.snapshots.fold(db, head[0])[:3]), name, head), time.time())
+            closed = [c + (os.stat(c[2]).st_mtime,) for c in closed_files(self.home)]
+            for path, record in files_let_go(spec, closed, self.checkpoints.seq, time.time()):
                 os.remove(path)
-                self.carry_out(None, [Write(record)])
+                with contextlib.suppress(LedgerDown):
+                    self.append(record)
         except (OSError, TypeError, sqlite3_errors()) as err:
-            self.rotate_at = time.time() + LEDGER_RETRY
+            self.rotate_at, self.rotate_failed = time.time() + LEDGER_RETRY, err
             sys.stderr.write(f"avsmd: ledger.db could not be rotated into {self.home}/ledgers:"
                              f" {err}; tried again in {LEDGER_RETRY} s\n")
             return None
@@ -9272,8 +9277,8 @@ class Warden:
         self.writer.commit()
         seq = self.rotate()
         if seq is None:
-            raise Fail(EX_TEMPFAIL, "ledger.db cannot be rotated now: it cannot be written, or"
-                                    " avsmd's standard error says why; try again in a minute")
+            raise Fail(EX_TEMPFAIL, f"ledger.db cannot be rotated now: {self.rotate_failed}; try"
+                                    " again once that is mended")
         return [f"#{seq}: {record_at(self.ledger.db, seq)[1]['summary']}"]
 
     def write_metrics(self):
@@ -13873,8 +13878,12 @@ def doctor_ledger(home, found, since, kept=(), quick=False, trust=None):
         db.close()
         return
     snapshots = {} if quick else read_snapshots(home, found, db)
-    scan = scan_ledger(db, wanted={c.seq for _, c in list(kept) + own}, after=after,
-                       fold_at=snapshots)
+    try:
+        scan = scan_ledger(db, wanted={c.seq for _, c in list(kept) + own}, after=after,
+                           fold_at=snapshots)
+    except Fail as fail:        # a closed file that is no ledger
+        found.fail(fail.code, str(fail), f"{client_command(home)} doctor once it is mended")
+        return
     found.scan = scan
     if scan.broken:
         seq, why = scan.broken

@@ -10,23 +10,20 @@ def verify_files(home):
     """verify_chain over the closed files of HOME/ledgers (avsm rotate), then ledger.db, as one chain: each
     file opened with sqlite3 alone."""
     prev, expected = avsm.ZERO_HASH, 1
-    for path in sorted(os.path.join(home, "ledgers", n) for n in os.listdir(os.path.join(home, "ledgers"))) \
-            if os.path.isdir(os.path.join(home, "ledgers")) else ():
+    closed = sorted(os.path.join(home, "ledgers", n) for n in os.listdir(os.path.join(home, "ledgers"))) \
+        if os.path.isdir(os.path.join(home, "ledgers")) else []
+    for path in closed + [os.path.join(home, "ledger.db")]:
         db = sqlite3.connect(f"file:{path}?mode=ro", uri=True)
-        first, link = db.execute("SELECT seq, prev FROM records ORDER BY seq LIMIT 1").fetchone()
-        if first > expected:            # a closed file keep: let go, or one moved away: on from its head
-            prev, expected = link, first
+        first = db.execute("SELECT seq, prev FROM records ORDER BY seq LIMIT 1").fetchone()
+        if first and first[0] > expected:   # a closed file keep: let go, or one moved away: on from its head
+            expected, prev = first
         checked, problem = verify_chain(db, start=(prev, expected))
-        (_, prev), = db.execute("SELECT seq, hash FROM records ORDER BY seq DESC LIMIT 1")
+        prev = (db.execute("SELECT hash FROM records ORDER BY seq DESC LIMIT 1").fetchone() or (prev,))[0]
         db.close()
         if problem is not None:
             return checked, f"{path}: {problem}"
         expected = checked + 1
-    db = sqlite3.connect(f"file:{os.path.join(home, 'ledger.db')}?mode=ro", uri=True)
-    try:
-        return verify_chain(db, start=(prev, expected))
-    finally:
-        db.close()
+    return expected - 1, None
 
 
 def verify_chain(db, upto=None, start=(avsm.ZERO_HASH, 1)):
