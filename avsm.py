@@ -7135,10 +7135,10 @@ def verify_signer(text, signature, allowed, principal, namespace):
                                f"namespace, or changed since")
 
 
-def write_payload(data, prefix="avsm-payload-"):
+def write_payload(data):
     """Write a lever's content to a private temporary file; return its path (open point 28)."""
     import tempfile
-    fd, path = tempfile.mkstemp(prefix=prefix)
+    fd, path = tempfile.mkstemp(prefix="avsm-payload-")
     with os.fdopen(fd, "wb") as fh:
         fh.write(data)
     return path
@@ -8152,8 +8152,8 @@ def read_json_adapter(name, reading, url, key):
 # =============================================================================
 # 10. The warden
 # The only process that acts, in rooms: each part owns one kind of state and is
-# handed the warden. The warden keeps the loop, tick and carry_out, and answers
-# requests; the kernel's rules decide, the warden carries them out.
+# handed only what it uses. The warden keeps the loop, tick and carry_out, and
+# answers requests; the kernel's rules decide, the warden carries them out.
 # =============================================================================
 
 # seconds a group commit stays open across wake-ups: at 500 reports a second, 25 a sync
@@ -8174,8 +8174,7 @@ def start_spread(i, count, cadence):
 class Schedule:
     """When each venture's next round is due, in monotonic time, soonest first (a heap)."""
 
-    def __init__(self, active):
-        self.active = active          # whether a venture's rounds still run
+    def __init__(self):
         self.due = {}                 # venture -> monotonic time its next round is due
         # (time, venture), soonest first; entries the dict no longer holds are stale
         self.due_heap = []
@@ -8184,18 +8183,18 @@ class Schedule:
         self.due[name] = at
         heapq.heappush(self.due_heap, (at, name))
 
-    def soonest(self):
+    def soonest(self, active):
         heap = self.due_heap
-        while heap and (self.due.get(heap[0][1]) != heap[0][0] or not self.active(heap[0][1])):
+        while heap and (self.due.get(heap[0][1]) != heap[0][0] or not active(heap[0][1])):
             # superseded, or its venture no longer runs: resume and add schedule again
             heapq.heappop(heap)
         return heap[0][0] if heap else None
 
-    def pop_due(self, now):
+    def pop_due(self, now, active):
         heap = self.due_heap
         while heap and heap[0][0] <= now:
             at, name = heapq.heappop(heap)
-            if self.due.get(name) != at or not self.active(name):
+            if self.due.get(name) != at or not active(name):
                 continue
             yield at, name
 
@@ -8204,21 +8203,13 @@ class Schedule:
             self.enter(name, min(self.due[name], now))
 
 
-class Room:
-    """A part of the warden, handed the warden itself: it reads the config and the ventures, and
-    starts its programs apart through the warden's children."""
+class Rounds:
+    """The rounds in flight: a venture's metric, every guard, audit and reading read beside it. Its
+    methods return the intents of what was read."""
 
-    def __init__(self, warden):
-        self.warden, self.cfg, self.home = warden, warden.cfg, warden.home
-        self.ventures, self.spawn = warden.ventures, warden.children.spawn
-
-
-class Rounds(Room):
-    """The rounds in flight: a venture's metric, with every guard, audit and reading read beside it.
-    Its methods return the intents of what was read."""
-
-    def __init__(self, warden):
-        super().__init__(warden)
+    def __init__(self, cfg, home, ventures, children, spawn, stopping, debug=False):
+        self.cfg, self.home, self.ventures, self.children = cfg, home, ventures, children
+        self.spawn, self.stopping, self.debug = spawn, stopping, debug
         # venture -> the round in flight: metric seq, guards pending, deadline
         self.rounds = {}
         self.round_number = 0
@@ -8228,15 +8219,14 @@ class Rounds(Room):
         group; the round settles once all are in or half a second has passed."""
         m = state.mandate
         self.round_number += 1
-        if self.warden.debug:
-            log(self.warden.debug, "warden",
+        if self.debug:
+            log(self.debug, "warden",
                 f"{state.name}: tick {self.round_number}: the metric, {len(m['guards'])} guard(s), "
                 f"{len(m['audits'])} audit(s), {len(m['readings'])} reading(s)")
         self.rounds[state.name] = {"deadline": now + 0.5, "metric": None, "pending": set(),
                                    "number": self.round_number}
         running = {
-            (c.purpose, c.extra.get("name")) for c in self.warden.children
-            if c.venture == state.name
+            (c.purpose, c.extra.get("name")) for c in self.children if c.venture == state.name
         }
         plan = round_plan(m, running)
         busy = [(what, item["name"]) for what, item, start in plan if not start]
@@ -8244,35 +8234,53 @@ class Rounds(Room):
         for what, item, start in plan:
             if not start:
                 continue
-            failed = self.start_reading(state, what, item["name"], item)
+            limit = reading_limit(item)
+            if item.get("adapter"):
+                failed = self.start_adapter(state, what, item["name"], item["adapter"], limit)
+            else:
+                failed = self.start_reading(state, what, item["name"], item["run"], limit, True)
             if failed is None:
                 self.rounds[state.name]["pending"].add((what, item["name"]))
             else:
                 yield from failed
         # the report last: one that cannot start settles the round at once, the rest in it by then
-        yield from self.start_reading(state, "report", None, m) or ()
+        if m["adapter"]:
+            failed = self.start_adapter(state, "report", None, m["adapter"], reading_limit(m))
+        else:
+            failed = self.start_reading(state, "report", None, ["./report"], reading_limit(m),
+                                        shell=False)
+        yield from failed or ()
 
-    def start_reading(self, state, what, name, item):
-        """Start one reading program, or a built-in adapter (stripe and github get their url and key
-        in a private file); return None, or the intents of one that could not start."""
-        args, shell, secret = ["./report"], False, None
-        if item.get("adapter"):
-            words = item["adapter"].split()
-            args = cached_command("adapter", words)
-            if words[0] in ("stripe", "github"):
-                where, problem = self.cfg["adapters"].get(words[0]), None
-                try:
-                    key = read_keys(self.home).get(words[0])
-                except Fail as fail:
-                    # the adapter fails saying so: no call without its key
-                    key, problem = None, str(fail)
-                secret = write_payload(json.dumps(
-                    {"url": (where or {}).get("url"), "key": key, "problem": problem}).encode())
-        elif what != "report":
-            args, shell = item["run"], True
-        timeout = reading_limit(item)
+    def start_adapter(self, state, what, name, adapter, timeout):
+        """A built-in adapter reads apart like any command; stripe and github get their url and key
+        in a private file."""
+        words = adapter.split()
+        secret = None
+        if words[0] in ("stripe", "github"):
+            where, problem = self.cfg["adapters"].get(words[0]), None
+            try:
+                key = read_keys(self.home).get(words[0])
+            except Fail as fail:
+                # the adapter fails saying so: no call without its key
+                key, problem = None, str(fail)
+            secret = write_payload(
+                json.dumps(
+                    {"url": (where or {}).get("url"), "key": key, "problem": problem}
+                ).encode()
+            )
+        failed = self.start_reading(
+            state, what, name, cached_command("adapter", words), timeout, False, stdin_path=secret
+        )
+        if secret:
+            os.unlink(secret)                   # the child holds it open; the name goes now
+        return failed
+
+    def start_reading(self, state, what, name, args, timeout, shell, stdin_path=None):
+        """Start one reading program; return None, or the intents of one that could not start."""
         try:
-            child = self.spawn(what, state, args, timeout=timeout, shell=shell, payload_file=secret)
+            child = self.spawn(
+                what, state, args, timeout=timeout, shell=shell, payload_file=stdin_path
+            )
             child.extra = {"name": name, "round": self.rounds[state.name]["number"],
                            "limit": timeout}
             return None
@@ -8280,9 +8288,14 @@ class Rounds(Room):
             if what == "report":
                 return self.record_report(state, None, f"could not start: {err}")
             return reading_read(state, what, name, None, f"could not start: {err}", "")
-        finally:
-            if secret:
-                os.unlink(secret)               # the child holds it open; the name goes now
+
+    def report_done(self, state, child, status):
+        if child.ended_by in ("pause", "stop"):
+            return None                 # a report cut short by a pause or a stop is no reading
+        value, failure = read_metric_output(child, status)
+        if child.ended_by == "timeout":
+            failure = timed_out_note(reading_limit(state.mandate))
+        return self.record_report(state, value, failure)
 
     def record_report(self, state, value, failure):
         """Yield what the report read calls for (report_read); then the round may settle."""
@@ -8293,18 +8306,13 @@ class Rounds(Room):
         yield from self.maybe_settle(state)
 
     def reading_done(self, state, child, status):
-        """The report, a guard, audit or reading command ended: its record, then the round may
-        settle. One cut short by a pause or a stop is no reading."""
+        """A guard, audit or reading command ended: its record, then the round may settle."""
         what, name = child.purpose, child.extra["name"]
         if child.ended_by in ("pause", "stop"):
             return
         value, failure = read_metric_output(child, status, with_output=what != "guard")
         if child.ended_by == "timeout":
-            failure = timed_out_note(reading_limit(state.mandate) if what == "report"
-                                     else child.extra["limit"])
-        if what == "report":
-            yield from self.record_report(state, value, failure)
-            return
+            failure = timed_out_note(child.extra["limit"])
         round_ = self.rounds.get(state.name)
         late = read_late(child.extra.get("round"), round_)
         text = "\n".join(output_lines(child.out, child.cut)[0])
@@ -8318,7 +8326,7 @@ class Rounds(Room):
         unread = round_unread(round_, time.monotonic() if now is None else now)
         if unread is not None:
             del self.rounds[state.name]
-            yield from round_settled(state, round_["metric"], unread, self.warden.stopping)
+            yield from round_settled(state, round_["metric"], unread, self.stopping())
 
     def settle_all(self, now):
         for name in list(self.rounds):
@@ -8334,19 +8342,18 @@ class Rounds(Room):
         self.rounds.clear()
 
 
-class Keeper(Room):
+class Keeper:
     """Keeps each venture's `run` program alive, restarting it as `restart:` says, with back-off;
     its methods return the intents of what it started or what ended."""
 
-    def __init__(self, warden):
-        super().__init__(warden)
+    def __init__(self, ventures, spawn, active):
+        self.ventures, self.spawn, self.active = ventures, spawn, active
         self.keep = {}                # venture -> the `run` program's keeper state
 
     def start_keep(self, state):
         if state.mandate and state.mandate["run"] and not state.paused:
             keep = self.keep.setdefault(
-                state.name, {"child": None, "backoff": 0, "restart": False, "next_start": None,
-                             "restarts": 0}
+                state.name, {"child": None, "backoff": 0, "restart": False, "next_start": None}
             )
             if keep["child"] is None and keep["next_start"] is None:
                 return self.start_run(state)
@@ -8354,14 +8361,14 @@ class Keeper(Room):
 
     def start_run(self, state):
         keep = self.keep[state.name]
-        if not self.warden.active(state) or not state.mandate["run"]:
+        if not self.active(state) or not state.mandate["run"]:
             return []
         try:
             keep["child"] = self.spawn("run", state, state.mandate["run"], shell=True)
         except OSError as err:
             keep["child"] = None
             return run_started(state, None, False, err)
-        keep["restarts"] += keep["restart"]
+        keep["restarts"] = keep.get("restarts", 0) + (1 if keep["restart"] else 0)
         return run_started(state, keep["child"].pid, keep["restart"])
 
     def run_done(self, state, child, status):
@@ -8372,7 +8379,7 @@ class Keeper(Room):
                                                               child.ended_by,
                                                               time.monotonic() - child.started,
                                                               keep["backoff"], keep["restart"],
-                                                              self.warden.active(state))
+                                                              self.active(state))
         intents = [Write(record) for record in records]
         if again:
             keep["restart"] = True
@@ -8384,12 +8391,12 @@ class Keeper(Room):
 
     def start_due(self, now):
         for name, keep in self.keep.items():
-            if keep["next_start"] is not None and now >= keep["next_start"]:
+            if keep.get("next_start") is not None and now >= keep["next_start"]:
                 keep["next_start"] = None
                 yield self.ventures[name], self.start_run(self.ventures[name])
 
     def wakeups(self):
-        return [k["next_start"] for k in self.keep.values() if k["next_start"] is not None]
+        return [k["next_start"] for k in self.keep.values() if k.get("next_start") is not None]
 
     def hold(self, name):
         if name in self.keep:
@@ -8400,30 +8407,34 @@ class Keeper(Room):
             self.keep[name].update(restart=False, backoff=0)
 
 
-class Levers(Room):
-    """Runs the levers the gate proved, a lever with `check:` only once its check exits 0 and the
-    gate agrees again; its methods return the intents of what it started or what ended."""
+class Levers:
+    """Runs the levers the gate proved (one with `check:` once its check exits 0 and the gate
+    agrees again); its methods return the intents of what it started or what ended."""
 
-    def run_lever(self, state, gate, verdict):
-        """Yield the action `gate` asked for with the gate's proof and question, then start the
-        lever apart. A lever with `check:` runs its check first (open point 27)."""
-        lever, by, side, extra = gate.lever, gate.by, gate.side, gate.extra or {}
+    def __init__(self, cfg, spawn):
+        self.cfg, self.spawn = cfg, spawn
+
+    def run_lever(self, state, lever, verdict, summary, by, side=None, extra=None, checked=False):
+        """Yield the action with the gate's proof and question, then start the lever apart; one
+        with `check:` runs its check first (open point 27)."""
         spec = state.mandate["levers"].get(lever)
-        if spec is not None and spec["check"] and gate.check is None:
-            yield from self.start_check(state, gate, verdict)
+        if spec is not None and spec["check"] and not checked:
+            yield from self.start_check(state, lever, verdict, summary, by, side, extra)
             return
-        payload, proposal = extra.get("payload"), extra.get("proposal")
         own = [spec["run"]] if spec is not None and spec["run"] not in (None, "mail.send") else []
         unsafe = lever != "stop" and owner_problem(state.directory, own)
         if unsafe:                      # before its action: a lever others could change never runs
             yield from refusal(state, lever, f"{unsafe.why}; {unsafe.fix}",
                                f"{lever} refused: another user could change what it runs; "
-                               f"{unsafe.fix}", by=by, **some(side=side, proposal=proposal))
+                               f"{unsafe.fix}", by=by,
+                               **some(side=side, proposal=(extra or {}).get("proposal")))
             return
-        mail, mail_problem = mail_to_send(spec, self.cfg, payload)
-        seq = yield from lever_ran(state, lever, verdict, gate.summary, by, side, gate.extra)
+        mail, mail_problem = mail_to_send(spec, self.cfg, (extra or {}).get("payload"))
+        seq = yield from lever_ran(state, lever, verdict, summary, by, side, extra)
         if lever == "stop":
             return
+        spec = state.mandate["levers"][lever]
+        payload = (extra or {}).get("payload")
         data = (None if payload is None
                 else (payload if isinstance(payload, str) else json.dumps(payload)).encode())
         run, more = spec["run"], {}
@@ -8451,28 +8462,32 @@ class Levers(Room):
         except OSError as err:
             yield from unstarted_outcome(state, lever, seq, str(err))
 
-    def start_check(self, state, gate, verdict):
-        lever, payload = gate.lever, (gate.extra or {}).get("payload")
+    def start_check(self, state, lever, verdict, summary, by, side, extra):
+        payload = (extra or {}).get("payload")
         audits = {name: info.get("note", "") for name, info in state.audits.items()}
-        path = write_payload(json.dumps({"venture": state.name, "lever": lever, "payload": payload,
-                                         "audits": audits}).encode())
+        path = write_payload(
+            json.dumps(
+                {"venture": state.name, "lever": lever, "payload": payload, "audits": audits}
+            ).encode()
+        )
         try:
             child = self.spawn("check", state, state.mandate["levers"][lever]["check"], timeout=60,
                                shell=True, lever=lever, payload_file=path)
         except OSError as err:
             os.unlink(path)
             return refusal(state, lever, f"its check could not start: {err}",
-                           f"{lever} refused: its check could not start", by=gate.by)
-        child.extra = {"lever": lever, "run": (gate, verdict), "payload_file": path}
+                           f"{lever} refused: its check could not start", by=by)
+        child.extra = {"lever": lever, "run": (lever, verdict, summary, by, side, extra),
+                       "payload_file": path}
         return begun(state, "check", lever)     # the gate refuses the lever until its check ends
 
     def check_done(self, state, child, status):
         """A lever's check ended: 0 lets the lever run."""
         os.unlink(child.extra["payload_file"])
-        gate, verdict = child.extra["run"]
+        lever, verdict, summary, by, side, extra = child.extra["run"]
         ok = status == 0 and not child.ended_by
-        return check_rule(state, gate.lever, verdict, gate.summary, gate.by, gate.side, gate.extra,
-                          ok, describe_status(status), child.note()[-NOTE_MAX:] if not ok else "",
+        return check_rule(state, lever, verdict, summary, by, side, extra, ok,
+                          describe_status(status), child.note()[-NOTE_MAX:] if not ok else "",
                           child.ended_by or describe_status(status))
 
     def lever_done(self, state, child, status):
@@ -8485,23 +8500,24 @@ class Levers(Room):
                              output_lines(child.out, child.cut)[0])
 
 
-class Worlds(Room):
-    """Forecasts and world-model predictions, each made apart from the loop in groups of their own;
-    its methods return the intents of what came of them."""
+class Worlds:
+    """Forecasts and world-model predictions, made apart from the loop in groups of their own; its
+    methods return the intents of what came of them."""
 
-    def __init__(self, warden):
-        super().__init__(warden)
+    def __init__(self, cfg, spawn, stopping):
+        self.cfg, self.spawn, self.stopping = cfg, spawn, stopping
         # venture -> the ensemble of world steps in flight for its last report
         self.worlds = {}
 
     def forget_from(self, seq):
-        self.worlds = {name: job for name, job in self.worlds.items() if job["report"] < seq}
+        for name in [name for name, job in self.worlds.items() if job["report"] >= seq]:
+            del self.worlds[name]
 
     def start_forecast(self, state, why, lever=None, decision=None):
         """Forecast the venture apart from the loop (FORECAST-06); a `decision`'s packet is forecast
         here only through a world; return whether one started."""
         f = self.cfg["forecast"] or (PACKET_FORECAST if decision else FORECAST_DEFAULT)
-        if not f["seeds"] or self.warden.stopping or decision and not state.mandate["world"]:
+        if not f["seeds"] or self.stopping() or decision and not state.mandate["world"]:
             return False
         # through the world, with world:
         facts = world_forecast_facts(state, f["days"], f["seeds"], time.time())
@@ -8532,8 +8548,11 @@ class Worlds(Room):
                "failure": None}
         self.worlds[state.name] = job
         for i in range(WORLD_SEEDS):
-            path = write_payload(json.dumps(
-                world_input(state, lever, report_seq * WORLD_SEEDS + i, time.time())).encode())
+            path = write_payload(
+                json.dumps(
+                    world_input(state, lever, report_seq * WORLD_SEEDS + i, time.time())
+                ).encode()
+            )
             try:
                 child = self.spawn("world", state, state.mandate["world"], timeout=WORLD_TIMEOUT,
                                    shell=True, payload_file=path, head=WORLD_OUTPUT_MAX)
@@ -8583,8 +8602,9 @@ def ratchet_text(state, lever):
 class Decision:
     """One model decision in flight, from its packet to the lines its asker is shown."""
 
-    def __init__(self, venture, by, backend, reply_id):
+    def __init__(self, venture, by, backend, reply_id, id):
         self.venture, self.by, self.backend, self.reply_id = venture, by, backend, reply_id
+        self.id = id
         # the model's look-ups and their answers, shown in the next packet
         self.looks = []
         self.lines = []               # what `avsm decide` prints when the decision is done
@@ -8592,36 +8612,50 @@ class Decision:
         self.escalation = None
         self.escalation_looks = []    # the look records written since, which its answer cites
         self.packet = None            # what the model is shown
-        self.request = None           # its system and user texts, as the roles process built them
+        self.request = None           # (system, user), as the roles process built them
         # what the provider said of this call, for the records its reply writes
         self.call = None
         # the packet's forecast through the world: False until asked, None if none
         self.world_forecast = False
 
 
-class Decisions(Room):
+class Decisions:
     """Letting a model choose: packet -> roles -> backend -> roles -> proposals -> gate. Grants
     nothing; the steps that write yield intents."""
 
-    def __init__(self, warden):
+    def __init__(self, home, cfg, ledger, ventures, spawn, tell, to_roles, forecast, stopping):
         import socket
-        super().__init__(warden)
-        self.results = []             # HTTP replies handed back by call threads
+        self.home, self.cfg, self.ledger, self.ventures = home, cfg, ledger, ventures
+        self.spawn = spawn
+        self.tell, self.to_roles, self.forecast, self.stopping = tell, to_roles, forecast, stopping
+        self.results, self.decision_count = [], 0    # HTTP replies handed back by call threads
         # escalation seq -> its decision, until its answer is written
         self.escalations = {}
         self.wake_r, self.wake_w = socket.socketpair()
         self.wake_r.setblocking(False)
 
+    def packet(self, state, looks):
+        """Return what a model may be shown of a venture: never an audit reading, note or ask."""
+        return model_packet(state, recent_records(self.ledger.db, state.name, 40), int(time.time()),
+                            self.packet_forecast(state), looks)
+
+    def packet_forecast(self, state):
+        """The facts of the packet's forecast (FORECAST-03); the roles process makes it, apart from
+        the warden."""
+        f = self.cfg["forecast"] or PACKET_FORECAST
+        return forecast_facts(state, f["days"], f["seeds"]) if f["seeds"] else None
+
     def start_decision(self, state, by, reply_id=None):
         """Begin one model decision for a venture: it grants nothing."""
-        d = Decision(state.name, by, backend_for(state, self.cfg)[0], reply_id)
+        name, backend = backend_for(state, self.cfg)
+        self.decision_count += 1
+        d = Decision(state.name, by, name, reply_id, self.decision_count)
         self.build(d)
         return d
 
     def ask_roles(self, d, message, then):
         """Send the roles process `message`; its answer goes to then(d, answer)."""
-        self.warden.roles.to_roles(message,
-                                   lambda answer: (self.ventures[d.venture], then(d, answer)))
+        self.to_roles(message, lambda answer: (self.ventures[d.venture], then(d, answer)))
 
     def build(self, d):
         """Build the packet and have the roles process make the request; with `world:`, the packet's
@@ -8629,14 +8663,9 @@ class Decisions(Room):
         state = self.ventures[d.venture]
         if d.world_forecast is False:
             d.world_forecast = None
-            if self.warden.worlds.start_forecast(state, "packet", decision=d):
+            if self.forecast(state, "packet", decision=d):
                 return
-        # what a model may be shown: never an audit reading, note or ask; the facts of its forecast
-        # (FORECAST-03), which the roles process makes, apart from the warden
-        f = self.cfg["forecast"] or PACKET_FORECAST
-        facts = forecast_facts(state, f["days"], f["seeds"]) if f["seeds"] else None
-        d.packet = model_packet(state, recent_records(self.warden.ledger.db, state.name, 40),
-                                int(time.time()), facts, d.looks)
+        d.packet = self.packet(state, d.looks)
         if d.world_forecast:
             d.packet["forecast"] = d.world_forecast
         self.ask_roles(d, {"op": "build", "packet": d.packet}, self.call_backend)
@@ -8661,13 +8690,19 @@ class Decisions(Room):
         runs apart; an HTTP call runs in a thread."""
         import threading
         if "error" in answer:
-            why = f"the roles process could not build the request: {answer['error']}"
-            return self.finish_decision(d, why)
+            return self.finish_decision(
+                d, f"the roles process could not build the request: {answer['error']}"
+            )
         state, backend = self.ventures[d.venture], self.cfg["backends"][d.backend]
-        d.request, d.call = answer, None
+        d.request = (answer["system"], answer["user"])
+        d.call = None
         if backend["kind"] == "command":
-            path = write_payload(json.dumps({"backend": d.backend, "system": answer["system"],
-                                             "user": answer["user"]}).encode(), "avsm-request-")
+            import tempfile
+            fd, path = tempfile.mkstemp(prefix="avsm-request-")
+            with os.fdopen(fd, "w") as fh:
+                json.dump(
+                    {"backend": d.backend, "system": answer["system"], "user": answer["user"]}, fh
+                )
             try:
                 child = self.spawn("backend", state, backend["run"], timeout=BACKEND_TIMEOUT,
                                    shell=True, payload_file=path, cwd=self.home, head=REPLY_MAX)
@@ -8677,11 +8712,14 @@ class Decisions(Room):
                 yield from self.got_reply(d, None, f"could not start {backend['run']}: {err}")
             return
         try:
-            key = read_keys(self.home).get(backend["key"]) if backend.get("key") else None
-            if backend.get("key") and key is None:
-                raise Fail(EX_CONFIG, f"HOME/keys has no {backend['key']}=...; add it (chmod 600)")
+            key = read_keys(self.home).get(backend.get("key")) if backend.get("key") else None
         except Fail as fail:
             yield from self.got_reply(d, None, str(fail))
+            return
+        if backend.get("key") and key is None:
+            yield from self.got_reply(
+                d, None, f"HOME/keys has no {backend['key']}=...; add it (chmod 600)"
+            )
             return
 
         def call():
@@ -8698,14 +8736,15 @@ class Decisions(Room):
     def backend_done(self, state, child, status):
         d = child.extra["decision"]
         os.unlink(child.extra["request_file"])
-        why = reply_failure(self.cfg["backends"][d.backend]["run"], child.oversized, child.ended_by,
-                            status)
+        why = reply_failure(
+            self.cfg["backends"][d.backend]["run"], child.oversized, child.ended_by, status
+        )
         return self.got_reply(d, None if why else bytes(child.out), why)
 
-    def results_ready(self):
+    def results_ready(self, wake):
         """Yield (state, intents) of each reply an HTTP call's thread handed back."""
         with contextlib.suppress(OSError):
-            self.wake_r.recv(4096)
+            wake.recv(4096)
         while self.results:
             d, data, why, facts = self.results.pop(0)
             d.call = facts
@@ -8744,7 +8783,7 @@ class Decisions(Room):
             if not_proposed:
                 d.lines.append(not_proposed)
                 continue
-            cited += self.propose(state, choice, d, held=held, ranking=ranking)
+            cited += yield from self.propose(state, choice, d, held=held, ranking=ranking)
         if d.escalation is not None:
             yield from self.answer_escalation(d, d.escalation_looks + cited)
         self.finish_decision(d)
@@ -8758,8 +8797,9 @@ class Decisions(Room):
         if d.escalation is not None:
             yield from self.answer_escalation(d, "unusable")
             return self.finish_decision(d)
-        second, why_not = escalation_to(state, self.cfg, d.backend, d.request is not None,
-                                        self.warden.stopping)
+        second, why_not = escalation_to(
+            state, self.cfg, d.backend, d.request is not None, self.stopping()
+        )
         if why_not:
             d.lines.append(why_not)
         if second is None:
@@ -8768,7 +8808,7 @@ class Decisions(Room):
         d.lines.append(f"#{d.escalation} escalation to {second}")
         self.escalations[d.escalation] = d
         d.backend = second
-        yield from self.call_backend(d, d.request)
+        yield from self.call_backend(d, {"system": d.request[0], "user": d.request[1]})
 
     def answer_escalation(self, d, cited, note=None):
         """Yield the measured answer of escalation d.escalation (ESC-04)."""
@@ -8777,53 +8817,57 @@ class Decisions(Room):
 
     def finish_decision(self, d, error=None):
         if d.reply_id is not None:
-            self.warden.avsmd.tell({"id": d.reply_id,
-                                    "out": d.lines or ["the decision wrote nothing"],
-                                    "err": [error] if error else [],
-                                    "exit": EX_UNAVAILABLE if error else EX_OK})
+            self.tell({"id": d.reply_id, "out": d.lines or ["the decision wrote nothing"],
+                       "err": [error] if error else [], "exit": EX_UNAVAILABLE if error else EX_OK})
 
     def look_up(self, state, look):
         """Answer a model's look-up from the ledger: never an audit."""
-        db = self.warden.ledger.db
         if look["choice"] == "why":
-            seq = look["record"]
-            if not 1 <= seq < 2 ** 63:
-                return f"#{seq} is not a record number"
-            found = record_at(db, seq)
+            if not 1 <= look["record"] < 2 ** 63:
+                return f"#{look['record']} is not a record number"
+            found = record_at(self.ledger.db, look["record"])
             if found is None:
-                return f"#{seq} is not in the ledger"
+                return f"#{look['record']} is not in the ledger"
             at, record = found
             if record.get("venture") != state.name:
-                return f"#{seq} is not a record of {state.name}"
+                return f"#{look['record']} is not a record of {state.name}"
             if (record["kind"].startswith("audit.") or record.get("about") == "audit"
                     or record.get("audit")):
                 return "not shown: an audit is never shown to a model"
-            lines = [format_record_line(seq, at, record)]
+            lines = [format_record_line(look["record"], at, record)]
             for p in (record.get("proof") or {}).get("premises", []):
-                _, r = record_at(db, p) or (None, None)
+                _, r = record_at(self.ledger.db, p) or (None, None)
                 if r:
                     lines.append(f"  premise #{p} {r['claim']} {r['kind']} {r['summary']}")
             return "\n".join(lines)
         topic = look["topic"].lower()
         found = [f"#{s} {r['claim']} {r['kind']} {r['summary']}"
-                 for s, at, r in recent_records(db, state.name, 500)
+                 for s, at, r in recent_records(self.ledger.db, state.name, 500)
                  if r["claim"] == "declared" or r["kind"] == "fact"]
         found = [line for line in found if topic and topic in line.lower()][-10:]
         return "\n".join(found) or f"nothing declared about {look['topic']}"
 
     def propose(self, state, choice, d, held=None, ranking=False):
-        """Write one choice as an inferred proposal, then what the gate makes of it; return the
-        records written. `held`: why a ranking's top choice asks a person instead (WORLD-08)."""
+        """Yield one choice as an inferred proposal, then what the gate makes of it; return the
+        records written. `held`: why a ranking's top choice asks a person (WORLD-08)."""
         lever = choice.get("action")
-        seq = self.warden.append(proposal_record(state, choice, d, ranking))
+        seq = yield Write(proposal_record(state, choice, d, ranking))
         d.lines.append(f"#{seq} proposal {choice['choice']}" + (f" {lever}" if lever else ""))
         spec = state.mandate["levers"].get(lever) if choice["choice"] == "action" else None
         payload = choice.get("payload")
         content_why = spec and content_problem(spec["takes"], payload, state.directory)
-        written = [seq]
+        written, result = [seq], None
         rule = proposal_rule(state, seq, choice, d.by, d.backend, content_why, held)
-        for intent, done in self.warden.carry_out(state, rule):
+        while True:
+            try:
+                intent = rule.send(result)
+            except StopIteration:
+                return written
+            result = done = yield intent
             if isinstance(intent, Gate):
+                if not result.ok:
+                    continue
+                done = result.action
                 d.lines.append(
                     f"#{done} action {lever}" if done else f"{lever} waits for its check"
                 )
@@ -8835,7 +8879,6 @@ class Decisions(Room):
                 d.lines.append(f"#{done} refusal: {intent.record['why']}")
             if done:
                 written.append(done)
-        return written
 
 
 class Checkpoints:
@@ -9071,7 +9114,7 @@ class Warden:
         self.rotate_at = 0      # no rotation before (after one that failed)
         self.metrics = Metrics(cfg.get("metrics"), debug)
         self.page_at, self.page_failed = time.monotonic(), None
-        self.schedule = Schedule(lambda name: self.active(self.ventures[name]))
+        self.schedule = Schedule()
         self.next_nightly = next_nightly(cfg["nightly"])
         self.stopping = False
         self.sel = selectors.DefaultSelector()
@@ -9079,12 +9122,21 @@ class Warden:
         self.journal = GroupsJournal(home, self.lock.lock_is_ours)
         self.children = Children(home, self.sel, self.avsmd.tell, self.avsmd.flush,
                                  self.journal.journal_group, self.settle_child, debug)
+        self.spawn = self.children.spawn
+        self.levers = Levers(cfg, self.spawn)
+        self.keeper = Keeper(self.ventures, self.spawn, self.active)
+        self.worlds = Worlds(cfg, self.spawn, lambda: self.stopping)
         self.roles = RolesCalls(self.avsmd.tell)
-        self.levers, self.keeper, self.worlds = Levers(self), Keeper(self), Worlds(self)
-        self.decisions, self.rounds = Decisions(self), Rounds(self)
+        self.decisions = Decisions(home, cfg, self.ledger, self.ventures, self.spawn,
+                                   self.avsmd.tell, self.roles.to_roles,
+                                   self.worlds.start_forecast, lambda: self.stopping)
+        self.rounds = Rounds(cfg, home, self.ventures, self.children, self.spawn,
+                             lambda: self.stopping, debug)
         channel.setblocking(False)
         self.sel.register(channel, selectors.EVENT_READ, ("channel", None))
-        self.sel.register(self.decisions.wake_r, selectors.EVENT_READ, ("results", None))
+        self.sel.register(
+            self.decisions.wake_r, selectors.EVENT_READ, ("results", self.decisions.wake_r)
+        )
 
     def append(self, record, at=None):
         """Append `record`; an irreversible action asks for a checkpoint after it."""
@@ -9158,8 +9210,10 @@ class Warden:
         now = time.monotonic()
         for i, state in enumerate(self.ventures.values()):
             if self.active(state):
-                self.start_venture(state, now + start_spread(i, len(self.ventures),
-                                                             state.mandate["cadence"]))
+                self.schedule.enter(
+                    state.name, now + start_spread(i, len(self.ventures), state.mandate["cadence"])
+                )
+                self.carry_out(state, self.keeper.start_keep(state))
         while True:
             timeout = self.writer.group_wait(self.next_wakeup(time.monotonic()))
             for key, _ in self.sel.select(timeout):
@@ -9169,7 +9223,7 @@ class Warden:
                     if what == "channel":
                         self.read_channel()
                     elif what == "results":
-                        for state, intents in self.decisions.results_ready():
+                        for state, intents in self.decisions.results_ready(child):
                             self.carry_out(state, intents)
                     elif what == "signal":
                         self.signalled(child)
@@ -9193,7 +9247,7 @@ class Warden:
             self.avsmd.flush()
             if self.stopping and not self.children:
                 # ESC-04: every escalation gets its answer
-                for d in list(self.decisions.escalations.values()):
+                for seq, d in list(self.decisions.escalations.items()):
                     self.carry_out(None, self.decisions.answer_escalation(
                         d, "unusable", "avsmd stopped before the answer came"))
                 self.children.end_lingering(final=True)
@@ -9204,11 +9258,6 @@ class Warden:
 
     def active(self, state):
         return state.mandate is not None and not state.paused and not self.stopping
-
-    def start_venture(self, state, at=None):
-        """Its next round due `at` (now by default), and its kept program started."""
-        self.schedule.enter(state.name, time.monotonic() if at is None else at)
-        self.carry_out(state, self.keeper.start_keep(state))
 
     def write_checkpoint(self, due=False):
         """Write a checkpoint of the committed head (when one is due)."""
@@ -9319,7 +9368,7 @@ class Warden:
 
     def next_wakeup(self, now):
         """Return seconds until the next due report, deadline or restart, or None."""
-        times, soonest = [], self.schedule.soonest()
+        times, soonest = [], self.schedule.soonest(lambda name: self.active(self.ventures[name]))
         if soonest is not None and not self.writer.ledger_down:
             times.append(soonest)
         for child in self.children:
@@ -9372,7 +9421,9 @@ class Warden:
         # read or late. A round due within START_AHEAD starts now too: at a thousand ventures the
         # warden wakes a quarter as often
         reporting, began = None, time.monotonic()
-        for at, name in self.schedule.pop_due(now + START_AHEAD):
+        for at, name in self.schedule.pop_due(
+            now + START_AHEAD, lambda name: self.active(self.ventures[name])
+        ):
             if time.monotonic() - began > TICK_BUDGET:
                 # behind: due next turn, once a waiting client is served
                 self.schedule.enter(name, at)
@@ -9396,11 +9447,17 @@ class Warden:
     def settle_child(self, child):
         """A child ended and its group is gone: carry out what the room that started it returns."""
         state = self.ventures[child.venture]
-        # the report, a guard, an audit or a reading: its round's
-        handler = {"lever": self.levers.lever_done, "run": self.keeper.run_done,
-                   "backend": self.decisions.backend_done, "check": self.levers.check_done,
-                   "forecast": self.worlds.forecast_done, "world": self.worlds.world_done,
-                   }.get(child.purpose, self.rounds.reading_done)
+        handler = {
+            "report": self.rounds.report_done,
+            "lever": self.levers.lever_done,
+            "run": self.keeper.run_done,
+            "backend": self.decisions.backend_done,
+            "check": self.levers.check_done,
+            "forecast": self.worlds.forecast_done,
+            "world": self.worlds.world_done,
+        }.get(
+            child.purpose, self.rounds.reading_done
+        )  # a guard, audit or reading
         if child.purpose == "forecast" and child.extra.get("why") == "packet":
             handler = self.decisions.packet_forecast_done         # a decision's packet waits on it
         self.carry_out(state, handler(state, child, child.status) or ())
@@ -9434,7 +9491,9 @@ class Warden:
                                trigger=intent.trigger, approval=intent.approval,
                                payload=intent.payload, check=intent.check)
                 if result.ok:
-                    ran = self.carry_out(state, self.levers.run_lever(state, intent, result))
+                    ran = self.carry_out(state, self.levers.run_lever(
+                        state, intent.lever, result, intent.summary, by=intent.by, side=intent.side,
+                        extra=intent.extra, checked=intent.check is not None))
                     seq = next((s for i, s in ran if i.record["kind"] == "action"), None)
                     result = result._replace(action=seq)
                 else:
@@ -9537,32 +9596,42 @@ class Warden:
                 if state.mandate is None:
                     self.check_runnable(state)
                     if state.mandate is not None and not state.paused:     # fixed: it runs now
-                        self.start_venture(state)
+                        self.schedule.enter(state.name, time.monotonic())
+                        self.carry_out(state, self.keeper.start_keep(state))
                 return [f"{name}: mandate unchanged (#{state.mandate_seq}); nothing written"]
         state = self.ventures.setdefault(name, VentureState(name))
-        seq = self.adopt(state, mandate, mandate_record(
-            name, directory, text, f"adopted {name} from {directory} (sha256 {sha[:16]})"))
+        seq = self.adopt(
+            state,
+            mandate,
+            mandate_record(
+                name, directory, text, f"adopted {name} from {directory} (sha256 {sha[:16]})"
+            ),
+        )
         forecasting = self.worlds.start_forecast(state, "add")
-        days = (self.cfg["forecast"] or FORECAST_DEFAULT)["days"]
-        lines = [f"{name}: adopted as mandate #{seq}"] + describe_allowed(mandate, self.cfg)
-        lines.append("  " + describe_capacity(capacity_check(state, days)))
-        if state.paused:
-            lines.append(f"{name} is paused; avsm resume {name} starts it")
-        if forecasting:
-            lines.append(f"{name}: a forecast is being made; it is written to the ledger when done")
-        return lines
+        capacity = "  " + describe_capacity(
+            capacity_check(state, (self.cfg["forecast"] or FORECAST_DEFAULT)["days"])
+        )
+        return (
+            [f"{name}: adopted as mandate #{seq}"]
+            + describe_allowed(mandate, self.cfg)
+            + [capacity]
+            + ([f"{name} is paused; avsm resume {name} starts it"] if state.paused else [])
+            + ([f"{name}: a forecast is being made; it is written to the ledger when done"]
+               if forecasting else [])
+        )
 
     def adopt(self, state, mandate, record):
         """Append a mandate record and put `mandate` in force; return the record's seq."""
         old_run = state.mandate["run"] if state.mandate else None
-        seq = self.append(record)
+        seq = self.carry_out(state, [Write(record)])[0][1]
         state.mandate, state.problem = mandate, None
         if old_run and old_run != mandate["run"]:
             for child in self.children:
                 if child.venture == state.name and child.purpose == "run":
                     child.terminate("a new mandate", time.monotonic())
         if not state.paused:
-            self.start_venture(state)
+            self.schedule.enter(state.name, time.monotonic())
+            self.carry_out(state, self.keeper.start_keep(state))
         return seq
 
     def do_health(self, args, err):
@@ -9613,20 +9682,28 @@ class Warden:
         for state in self.ventures.values():
             if seq in state.open_asks:
                 return state, seq, state.open_asks[seq]
-        answers = records_citing(self.ledger.db, "ask", seq) if type(seq) is int else ()
-        answer = next((a for a in answers if a[2]["kind"] in ANSWER_WORDS), None)
-        if answer is None:
-            raise Fail(EX_DATAERR, f"#{seq} is not an open ask; avsm asks lists them")
-        raise Fail(EX_DATAERR, f"ask #{seq} is answered already: {ANSWER_WORDS[answer[2]['kind']]}"
-                               f" (#{answer[0]}: {answer[2]['summary']}); avsm asks lists the open"
-                               " asks")
+        answer = (
+            next(
+                (a for a in records_citing(self.ledger.db, "ask", seq)
+                 if a[2]["kind"] in ANSWER_WORDS),
+                None,
+            )
+            if type(seq) is int
+            else None
+        )
+        raise Fail(
+            EX_DATAERR,
+            (f"ask #{seq} is answered already: {ANSWER_WORDS[answer[2]['kind']]} "
+             f"(#{answer[0]}: {answer[2]['summary']}); avsm asks lists the open asks" if answer
+             else f"#{seq} is not an open ask; avsm asks lists them"),
+        )
 
     def do_approve(self, args, err):
         state, seq, ask = self.find_ask(args)
         refuse(approve_problem(state, seq))
         if ask.get("canary"):
             record, line = canary_result(state, seq, ask, True)
-            self.append(record)
+            self.carry_out(state, [Write(record)])
             return [line]
         if ask.get("about") == "ratchet":
             return self.approve_ratchet(state, seq, ask)
@@ -9639,10 +9716,9 @@ class Warden:
             state,
             approval_rule(state, seq, ask, payload, "payload" in args, problem, int(time.time())),
         )
-        gated = [action for intent, action in done if isinstance(intent, Gate)]
-        if not gated:
+        if not any(isinstance(intent, Gate) for intent, _ in done):
             return [f"#{seq} answered; nothing runs on it"]
-        action = gated[-1]
+        action = next(seq for intent, seq in reversed(done) if isinstance(intent, Gate))
         self.carry_out(state, ratchet_rule(state, lever, self.cfg["ratchet"]))
         return [f"#{seq} approved; {lever} "
                 + (f"runs as action #{action}" if action else "runs once its check passes")]
@@ -9687,14 +9763,22 @@ class Warden:
             )
         mandate = parse_mandate(new, path, state.directory)
         refuse(ratchet_change_problem(state, mandate))
-        self.append(ratchet_approval(state, seq, ask))
+        self.carry_out(state, [Write(ratchet_approval(state, seq, ask))])
         with open(path + ".avsm-new", "w", encoding="utf-8") as fh:
             fh.write(new)
         os.replace(path + ".avsm-new", path)
-        summary = (f"adopted {state.name} with {ask['lever']} delegated, as approved in #{seq} "
-                   f"(sha256 {text_sha256(new)[:16]})")
-        adopted = self.adopt(state, mandate, mandate_record(state.name, state.directory, new,
-                                                            summary, approval_of=seq))
+        adopted = self.adopt(
+            state,
+            mandate,
+            mandate_record(
+                state.name,
+                state.directory,
+                new,
+                f"adopted {state.name} with {ask['lever']} delegated, as approved in #{seq} "
+                f"(sha256 {text_sha256(new)[:16]})",
+                approval_of=seq,
+            ),
+        )
         return [
             f"#{seq} approved: {ask['lever']} is delegated in {path}, adopted as mandate #{adopted}"
         ]
@@ -9720,8 +9804,9 @@ class Warden:
         still = still_past_lines(state)
         if state.mandate is None:
             return [f"{state.name} resumed, but it cannot run: {state.problem}"]
+        self.schedule.enter(state.name, time.monotonic())
         self.keeper.reset(state.name)
-        self.start_venture(state)
+        self.carry_out(state, self.keeper.start_keep(state))
         return [f"{state.name} resumed"] + still
 
 
