@@ -9313,7 +9313,7 @@ class Warden:
             for path, record in files_let_go(spec, closed, self.checkpoints.seq, time.time()):
                 os.remove(path)
                 with contextlib.suppress(LedgerDown):
-                    self.append(record)
+                    self.carry_out(None, [Write(record)])
         except (OSError, TypeError, sqlite3_errors()) as err:
             self.rotate_at, self.rotate_failed = time.time() + LEDGER_RETRY, err
             sys.stderr.write(f"avsmd: ledger.db could not be rotated into {self.home}/ledgers:"
