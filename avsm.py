@@ -10286,12 +10286,21 @@ config or mandate
 that does not hold, or a Python older than 3.11 (one line names the version and the interpreter)."""
 
 
-def flush_out():
-    """Flush standard output; OutputError when it is closed or cannot be written."""
+def flush_out(text=None):
+    """Write `text` to standard output, else flush it; OutputError when it is closed or cannot be
+    written."""
     if sys.stdout is None:
         raise OutputError(9, "standard output is closed")
     try:
-        sys.stdout.flush()
+        if text is None:
+            sys.stdout.flush()
+        else:
+            try:
+                sys.stdout.write(text)
+            except UnicodeEncodeError:
+                # an ASCII or Latin-1 terminal: what it cannot show is written as \u escapes
+                encoding = sys.stdout.encoding or "ascii"
+                sys.stdout.write(text.encode(encoding, "backslashreplace").decode(encoding))
     except BrokenPipeError:
         raise
     except OSError as err:
@@ -10306,20 +10315,7 @@ def shown(text):
 
 def out(*lines):
     """Write lines of records to standard output (an empty line when given none)."""
-    if sys.stdout is None:
-        raise OutputError(9, "standard output is closed")
-    text = "".join(shown(line) + "\n" for line in lines or ("",))
-    try:
-        try:
-            sys.stdout.write(text)
-        except UnicodeEncodeError:
-            # an ASCII or Latin-1 terminal: what it cannot show is written as \u escapes
-            encoding = sys.stdout.encoding or "ascii"
-            sys.stdout.write(text.encode(encoding, "backslashreplace").decode(encoding))
-    except BrokenPipeError:
-        raise
-    except OSError as err:
-        raise OutputError(err.errno, err.strerror) from None
+    flush_out("".join(shown(line) + "\n" for line in lines or ("",)))
 
 
 class OutputError(OSError):
@@ -10332,9 +10328,10 @@ LINE_CONTROL_CHARS = (
 
 def ask_daemon(home, cmd, args=None):
     """Send one request to avsmd (or a host's bridge) and relay its answer; return its exit code."""
+    request = {"v": 1, "cmd": cmd, "args": args or {}}
     if CALLER.get().via:
-        return ask_bridge(CALLER.get().via, {"v": 1, "cmd": cmd, "args": args or {}})
-    with send_request(home, {"v": 1, "cmd": cmd, "args": args or {}}) as conn:
+        return ask_bridge(CALLER.get().via, request)
+    with send_request(home, request) as conn:
         # a decision may wait on a backend (120 s, escalation twice that); anything else answers at
         # once
         conn.settimeout(3 * BACKEND_TIMEOUT if cmd == "decide" else 60)
@@ -10397,23 +10394,17 @@ def connect_daemon(home):
         conn.connect(path)
     except FileNotFoundError:
         conn.close()
+        start = program_command("avsmd", home)
         if os.path.exists(home) and not os.path.isdir(home):
-            raise Fail(
-                EX_UNAVAILABLE, f"no avsmd is answering: {home} is a file, not a home directory"
-            ) from None
-        if not os.path.isdir(home):
-            raise Fail(EX_UNAVAILABLE,
-                       f"no avsmd is answering: {home} does not exist; start one with"
-                       f" {program_command('avsmd', home)}") from None
-        if lock_holder(home):
-            raise Fail(
-                EX_UNAVAILABLE,
-                f"avsmd (pid {lock_holder(home)}) is running on {home} but its socket is missing; "
-                "it makes it again within a second: try again, or run avsm doctor") from None
-        raise Fail(
-            EX_UNAVAILABLE,
-            f"no avsmd is running on {home}; start it with {program_command('avsmd', home)}",
-        ) from None
+            why = f"no avsmd is answering: {home} is a file, not a home directory"
+        elif not os.path.isdir(home):
+            why = f"no avsmd is answering: {home} does not exist; start one with {start}"
+        elif lock_holder(home):
+            why = (f"avsmd (pid {lock_holder(home)}) is running on {home} but its socket is "
+                   "missing; it makes it again within a second: try again, or run avsm doctor")
+        else:
+            why = f"no avsmd is running on {home}; start it with {start}"
+        raise Fail(EX_UNAVAILABLE, why) from None
     except ConnectionRefusedError:
         conn.close()
         raise Fail(EX_UNAVAILABLE,
@@ -10551,13 +10542,13 @@ def cmd_status(home, options, names):
     args = {"verbose": verbose, "ascii": not utf8_output(), "json": bool(JSON)}
     if names:
         args["venture"] = names[0]
-    return cmd_offline(home, "status", args, lambda home, args: ask_daemon(home, "status", args))
+    return cmd_offline(home, "status", args)
 
 
-def cmd_offline(home, verb, args, ask):
-    """Run `ask(home, args)`; with no avsmd answering, print what the ledger holds; exit 69."""
+def cmd_offline(home, verb, args):
+    """Ask avsmd for `verb`; with no avsmd answering, print what the ledger holds; exit 69."""
     try:
-        code = ask(home, args)
+        code = ask_daemon(home, verb, args)
     except Fail as fail:
         if fail.code != EX_UNAVAILABLE:
             raise
@@ -10691,7 +10682,15 @@ def cmd_approve(home, args):
             " --edit")
     import subprocess
     import tempfile
-    payload = fetch_ask_payload(home, ask)
+    saved, sys.stdout = sys.stdout, io.StringIO()     # the content the open ask carries
+    try:
+        code = ask_daemon(home, "ask", {"ask": ask})
+        text = sys.stdout.getvalue()
+    finally:
+        sys.stdout = saved
+    if code != EX_OK:
+        raise Fail(code, f"#{ask} is not an open ask with content")
+    payload = json.loads(text)
     text = payload if isinstance(payload, str) else json.dumps(payload, indent=2) + "\n"
     fd, path = tempfile.mkstemp(prefix=f"avsm-ask-{ask}-")
     with os.fdopen(fd, "w") as fh:
@@ -10721,19 +10720,6 @@ def cmd_approve(home, args):
                                f"saving?): nothing approved, ask #{ask} stays open; to approve "
                                f"it as proposed: {client_command(home)} approve {ask}")
     return ask_daemon(home, "approve", {"ask": ask, "payload": edited})
-
-
-def fetch_ask_payload(home, ask):
-    """Return the content an open ask carries, asked of avsmd."""
-    saved, sys.stdout = sys.stdout, io.StringIO()
-    try:
-        code = ask_daemon(home, "ask", {"ask": ask})
-        text = sys.stdout.getvalue()
-    finally:
-        sys.stdout = saved
-    if code != EX_OK:
-        raise Fail(code, f"#{ask} is not an open ask with content")
-    return json.loads(text)
 
 
 def sqlite3_errors():
@@ -11689,7 +11675,7 @@ def ping_answered(piece, name):
     return "exit" in message
 
 
-def cmd_fleet(args, given=None, home=None):
+def cmd_fleet(args, given, home):
     """fleet [--fleet FILE] status|asks|summary|page [ARGS]: every host's view, asked at once."""
     path, rest = take_option(args, "--fleet")
     if rest and rest[0] == "witness":
@@ -11697,45 +11683,41 @@ def cmd_fleet(args, given=None, home=None):
     if not rest or rest[0] not in FLEET_VIEWS:
         raise Fail(EX_USAGE, "usage: avsm fleet [--fleet FILE] status|asks|summary|page [ARGS]")
     view, argv, hosts = rest[0], rest[1:], read_fleet(fleet_path(path or given))
-    target, results = view == "page" and page_target(argv, "fleet [--fleet FILE] page -o FILE"), {}
+    target = view == "page" and page_target(argv, "fleet [--fleet FILE] page -o FILE")
 
     def ask(host):
+        """Return (its exit code, (its name, what it said, its errors)) of one host."""
+        name, command = host["name"], far_command(host["name"])
         request = {"v": 1, "verb": view, "argv": argv + ["--json"] * bool(JSON),
                    "home": host["home"], "utf8": utf8_output(),
-                   "as": f"{client_command()} --host {host['name']}"}
+                   "as": f"{client_command()} --host {name}"}
         if target:                      # its facts, made into the page here
             request = {"v": 1, "cmd": "page", "args": {}, "home": host["home"]}
         try:
-            results[host["name"]] = ssh_bridge(host, request, capture=True, timeout=host["timeout"])
+            code, data, errors = ssh_bridge(host, request, capture=True, timeout=host["timeout"])
         except Fail as fail:
-            results[host["name"]] = (fail.code, b"", [str(fail)])
+            code, data, errors = fail.code, b"", [str(fail)]
         if target:
-            facts, problem, code = page_answer(*results[host["name"]])
-            results[host["name"]] = (code, facts, problem and problem.removeprefix(
-                host["name"] + ": "))
-    on_each_host(hosts, ask)
-    if target:
-        write_page(target, [(h["name"], *results[h["name"]][1:], far_command(h["name"]))
-                            for h in hosts])
-        return next((results[h["name"]][0] for h in hosts if results[h["name"]][0]), EX_OK)
-    said = []
-    for host in hosts:
-        code, data, errors = results[host["name"]]
+            facts, problem, code = page_answer(code, data, errors)
+            return code, (name, facts, problem and problem.removeprefix(name + ": "), command)
         if JSON:                        # its document, or its exit code and why it has none
             try:
-                doc = far_json(data.decode("utf-8", "replace"), host["name"],
-                               far_command(host["name"])) if data else {"error": "; ".join(errors)}
+                doc = far_json(data.decode("utf-8", "replace"), name, command) if data else {
+                    "error": "; ".join(errors)}
             except Fail as fail:
-                results[host["name"]], doc = (fail.code, data, errors), {"error": str(fail)}
-            JSON.setdefault("hosts", {})[host["name"]] = exit_facts(doc, results[host["name"]][0])
-            continue
-        lines = [far_text(line.decode("utf-8", "replace"), far_command(host["name"]))
-                 for line in data.split(b"\n")]
-        said.append((host["name"], lines[:-1] if lines[-1:] == [""] else lines,
-                     [line.removeprefix(host["name"] + ": ") for line in errors]))
-    if not JSON:
-        out(*fleet_lines(view, said))
-    return next((results[host["name"]][0] for host in hosts if results[host["name"]][0]), EX_OK)
+                code, doc = fail.code, {"error": str(fail)}
+            return code, (name, exit_facts(doc, code))
+        lines = [far_text(line.decode("utf-8", "replace"), command) for line in data.split(b"\n")]
+        return code, (name, lines[:-1] if lines[-1:] == [""] else lines,
+                      [line.removeprefix(name + ": ") for line in errors])
+    said = on_each_host(hosts, ask)
+    if target:
+        write_page(target, [s for _, s in said])
+    elif JSON:
+        JSON["hosts"] = dict(s for _, s in said)
+    else:
+        out(*fleet_lines(view, [s for _, s in said]))
+    return next(filter(None, (code for code, _ in said)), EX_OK)
 
 
 def cmd_page(home, args):
@@ -11771,13 +11753,18 @@ def write_page(target, hosts):
 
 
 def on_each_host(hosts, work):
-    """Run `work(host)` for every host at once, in threads; return when all have ended."""
+    """Return [work(host) for host in hosts], run for every host at once, in threads."""
     import threading
-    threads = [threading.Thread(target=work, args=(host,), daemon=True) for host in hosts]
+    results = [None] * len(hosts)
+
+    def run(i):
+        results[i] = work(hosts[i])
+    threads = [threading.Thread(target=run, args=(i,), daemon=True) for i in range(len(hosts))]
     for thread in threads:
         thread.start()
     for thread in threads:
         thread.join()
+    return results
 
 
 def fleet_lines(view, said):
@@ -11919,26 +11906,27 @@ def cmd_witness(home, fleet, args):
         raise Fail(EX_USAGE, WITNESS_USAGE)
     state = os.environ.get("XDG_STATE_HOME") or os.path.expanduser("~/.local/state")
     keep = keep or os.path.join(state, "avsm", "witness")
-    hosts, results = read_fleet(fleet), {}
+    hosts = read_fleet(fleet)
     try:
         notify = read_config(resolve_home(home))[0].get("notify")
     except Fail:
         notify = None
 
     def witness(host):
+        name = host["name"]
         try:
-            results[host["name"]] = (EX_OK, witness_host(host, keep, bool(args), allowed))
+            return EX_OK, f"{name}  {witness_host(host, keep, bool(args), allowed)}"
         except Fail as fail:
-            results[host["name"]] = (fail.code, str(fail).removeprefix(host["name"] + ": "))
             if fail.code == EX_DATAERR and notify:
-                tell_witness(notify, home, host["name"], str(fail))
+                tell_witness(notify, home, name, str(fail))
+            return fail.code, f"{name}  {str(fail).removeprefix(name + ': ')}"
     umask = os.umask(0o077)     # what is kept (a mirror is a home) is this user's alone, as avsmd's
     try:
-        on_each_host(hosts, witness)
+        said = on_each_host(hosts, witness)
     finally:
         os.umask(umask)
-    out(*(f"{host['name']}  {results[host['name']][1]}" for host in hosts))
-    return next((results[h["name"]][0] for h in hosts if results[h["name"]][0]), EX_OK)
+    out(*(line for _, line in said))
+    return next(filter(None, (code for code, _ in said)), EX_OK)
 
 
 def witness_option(args, option):
@@ -12159,9 +12147,7 @@ def keep_checkpoint(host, where, kept, new, far_hash, allowed):
     path = os.path.join(where, "checkpoints", f"{new.seq:012d}.txt")
     for name_, data in ((path + ".sig", new.signature), (path, new.text)):
         if data:
-            with open(name_ + ".new", "w") as fh:
-                fh.write(data.rstrip("\n") + "\n")
-            os.replace(name_ + ".new", name_)
+            write_textfile(name_, data.rstrip("\n") + "\n", None, name_ + ".new")
     return said
 
 
@@ -12395,12 +12381,7 @@ def backend_note(m, cfg):
 def print_allowed(home, cfg, name, m):
     """Print what mandate `m` of venture `name` allows, and whether its levers can hold it."""
     out(*describe_allowed(m, cfg))
-    out("  " + describe_capacity(
-        ledger_capacity(home, name, m, (cfg["forecast"] or FORECAST_DEFAULT)["days"])))
-
-
-def ledger_capacity(home, name, m, days):
-    """The capacity check of venture `name` under mandate `m`, from its history (open point 9)."""
+    # the capacity check, from the venture's history (open point 9)
     states, path = {}, os.path.join(home, "ledger.db")
     # no ledger yet (avsmd -t DIR on a new home): no history to judge from
     if os.path.exists(path):
@@ -12416,7 +12397,8 @@ def ledger_capacity(home, name, m, days):
             states = {}
     state = states.get(name) or VentureState(name)
     state.mandate = m
-    return capacity_check(state, days)
+    out("  " + describe_capacity(
+        capacity_check(state, (cfg["forecast"] or FORECAST_DEFAULT)["days"])))
 
 
 # ---- avsm try and avsm link, and how this user runs avsm ----
@@ -12641,11 +12623,9 @@ def cmd_link(home, args):
                             "remove it, or link into another directory")
         for program in ("avsm", "avsmd"):
             path = os.path.join(target, program)
-            with open(path + ".new", "w", encoding="utf-8") as fh:
-                fh.write(LINK_WRAPPER.format(python=sys.executable, mark=LINK_MARK, program=program,
-                                             path=AVSM_PATH, target=target))
-            os.chmod(path + ".new", 0o755)
-            os.replace(path + ".new", path)
+            write_textfile(path, LINK_WRAPPER.format(python=sys.executable, mark=LINK_MARK,
+                                                     program=program, path=AVSM_PATH,
+                                                     target=target), 0o755, path + ".new")
     except OSError as err:
         raise Fail(EX_CANTCREAT, f"{err.filename or target} cannot be written: {err.strerror}; "
                                  f"link into a directory of yours, such as ~/bin") from None
@@ -14758,8 +14738,8 @@ def page_html(hosts, now):
 
 CLIENT_COMMANDS = {
     "add": cmd_add, "status": cmd_status, "summary": cmd_summary, "tail": cmd_tail,
-    "asks": lambda home, args: cmd_offline(home, "asks", args, lambda home, args: ask_daemon(
-        home, "asks", {"json": bool(JSON)}) if not args else refuse("usage: avsm asks", EX_USAGE)),
+    "asks": lambda home, args: cmd_offline(home, "asks", {"json": bool(JSON)}) if not args
+    else refuse("usage: avsm asks", EX_USAGE),
     "approve": cmd_approve, "deny": cmd_simple("deny", "deny ASK", "ask"),
     "pause": cmd_simple("pause", "pause VENTURE", "venture"),
     "resume": cmd_simple("resume", "resume VENTURE", "venture"), "why": cmd_why,
@@ -14826,10 +14806,9 @@ def run_verb(home, rest):
             if arg.startswith("-") and arg != "-":
                 usage = command_help(verb).splitlines()[0].replace(" [--home DIR]", "")
                 # no name to take: only the usage helps
-                if verb not in ("add", "pause", "resume", "decide", "try"):
-                    raise Fail(EX_USAGE, f"avsm {verb} takes no option '{arg}'; {usage}")
-                raise Fail(EX_USAGE, f"avsm {verb} takes no option '{arg}'; {usage} (for a name"
-                                     f" that begins with -, write avsm {verb} -- {arg})")
+                named = verb in ("add", "pause", "resume", "decide", "try")
+                raise Fail(EX_USAGE, f"avsm {verb} takes no option '{arg}'; {usage}" + (
+                    f" (for a name that begins with -, write avsm {verb} -- {arg})" * named))
     if verb == "try":
         return cmd_try(home, options + names)
     # a venture named after -- is a name, even one that begins with -
@@ -14870,25 +14849,20 @@ OPTIONLESS_COMMANDS = ("add", "asks", "deny", "decide", "pause", "resume", "why"
 
 def take_option(args, option):
     """Return (the value of `option` or None, the other arguments), before or after the command."""
-    home, rest, i = None, [], 0
+    value, rest, args = None, [], iter(args)
     needs = {"--home": "a directory", "--host": "a host, as [user@]HOST[:HOME]",
              "--fleet": "a file"}[option]
-    while i < len(args):
-        if args[i] == "--":
-            rest += args[i:]                # what follows -- is names, never an option
+    for arg in args:
+        if arg == "--":
+            rest += [arg, *args]            # what follows -- is names, never an option
             break
-        if args[i] == option:
-            if i + 1 >= len(args) or not args[i + 1]:
-                raise Fail(EX_USAGE, f"{option} needs {needs}")
-            home, i = args[i + 1], i + 2
-        elif args[i].startswith(option + "="):
-            home, i = args[i].split("=", 1)[1], i + 1
-            if not home:
+        if arg == option or arg.startswith(option + "="):
+            value = next(args, "") if arg == option else arg.split("=", 1)[1]
+            if not value:
                 raise Fail(EX_USAGE, f"{option} needs {needs}")
         else:
-            rest.append(args[i])
-            i += 1
-    return home, rest
+            rest.append(arg)
+    return value, rest
 
 
 def run_daemon(args):
