@@ -10509,16 +10509,13 @@ def cmd_add(home, args):
     return ask_daemon(home, "add", {"dir": directory})
 
 
-def cmd_simple(verb, usage, argument=None):
+def cmd_simple(verb, argument):
+    """Return the command `avsm VERB ASK` or `avsm VERB VENTURE`: its one argument, to avsmd."""
     def command(home, args):
-        if len(args) != (1 if argument else 0):
-            raise Fail(EX_USAGE, f"usage: avsm {usage}")
-        payload = {}
-        if argument == "ask":
-            payload["ask"] = need_int(args[0], "an ask")
-        elif argument == "venture":
-            payload["venture"] = args[0]
-        return ask_daemon(home, verb, payload)
+        if len(args) != 1:
+            raise Fail(EX_USAGE, f"usage: avsm {verb} {argument.upper()}")
+        return ask_daemon(home, verb, {
+            argument: need_int(args[0], "an ask") if argument == "ask" else args[0]})
     return command
 
 
@@ -10624,9 +10621,8 @@ def cmd_propose(home, args):
         at = rest.index("--payload")
         if at + 1 >= len(rest):
             raise Fail(EX_USAGE, "--payload needs a file, or - for standard input")
-        source = rest[at + 1]
+        payload = read_payload(rest[at + 1])
         del rest[at:at + 2]
-        payload = read_payload(source)
     if len(rest) != 2:
         raise Fail(EX_USAGE, "usage: avsm propose VENTURE LEVER [--payload FILE|-]")
     return ask_daemon(home, "propose", {"venture": rest[0], "lever": rest[1], "payload": payload})
@@ -11257,9 +11253,20 @@ def bridge_verb(home, message, read_only):
         raise Fail(EX_DATAERR,
                    f"this key may only read (avsm bridge --read-only): {verb} is refused; "
                    "it needs a key whose bridge may write")
-    problem = bridge_argv_problem(verb, argv)
-    if problem:
-        raise Fail(EX_DATAERR, problem)
+    for i, arg in enumerate(argv):      # no file of this host is read for the far side, no editor
+        if arg == "--allowed-signers" and verb == "doctor":
+            raise Fail(EX_DATAERR, "through the bridge doctor --allowed-signers names no file of "
+                                   "this host: a signed checkpoint is verified with this host's "
+                                   "own (its config's checkpoint: allowed_signers, else "
+                                   "~/.ssh/allowed_signers); leave the option out")
+        if arg in BRIDGE_PATH_OPTIONS.get(verb, ()) and argv[i + 1:i + 2] != ["-"]:
+            raise Fail(EX_DATAERR, f"through the bridge {verb} {arg} takes only - (what avsm "
+                                   f"--host sends from your side's standard input): no file of "
+                                   f"this host is read for it")
+    if verb == "approve" and "--edit" in argv:
+        raise Fail(EX_DATAERR, "through the bridge approve --edit opens no editor on this host: "
+                               "avsm --host HOST approve ASK --edit edits on your side and sends "
+                               "what you saved in its request")
     stdin = io.StringIO(m.get("stdin") or "")      # - reads the request's, not the channel
     CALLER.set(Caller(command=m.get("as"), tty=m.get("tty"), utf8=m.get("utf8"),
                       read_only=read_only, stdin=stdin))
@@ -11267,23 +11274,6 @@ def bridge_verb(home, message, read_only):
         import threading
         threading.Thread(target=end_with_stdin, daemon=True).start()
     return run_verb(home, [verb] + argv)
-
-
-def bridge_argv_problem(verb, argv):
-    """Return why the bridge runs no `verb` with `argv` (a file here, an editor), or None."""
-
-    for i, arg in enumerate(argv):
-        if arg == "--allowed-signers" and verb == "doctor":
-            return ("through the bridge doctor --allowed-signers names no file of this host: a "
-                    "signed checkpoint is verified with this host's own (its config's checkpoint: "
-                    "allowed_signers, else ~/.ssh/allowed_signers); leave the option out")
-        if arg in BRIDGE_PATH_OPTIONS.get(verb, ()) and argv[i + 1:i + 2] != ["-"]:
-            return (f"through the bridge {verb} {arg} takes only - (what avsm --host sends from "
-                    f"your side's standard input): no file of this host is read for it")
-    if verb == "approve" and "--edit" in argv:
-        return ("through the bridge approve --edit opens no editor on this host: avsm --host HOST "
-                "approve ASK --edit edits on your side and sends what you saved in its request")
-    return None
 
 
 def end_with_stdin():
@@ -11385,26 +11375,22 @@ def fleet_timeout(c, value, path, text):
         raise Fail(EX_CONFIG, f"{c.source}:{line}:{col}: {err}") from None
 
 
-def find_host(target, path=None):
-    """Return the host `target` names: NAME[:HOME] of the fleet file, else [user@]HOST[:HOME]."""
-    hosts = read_fleet(fleet_path(path), must=path is not None)
-    byname = {h["name"]: h for h in hosts}
-    if target in byname:
-        return byname[target]
+def run_remote(target, verb, argv, path):
+    """avsm --host TARGET VERB ...: run VERB on the host TARGET names, NAME[:HOME] of the fleet
+    file, else [user@]HOST[:HOME]; return its exit code."""
+    byname = {h["name"]: h for h in read_fleet(fleet_path(path), must=path is not None)}
     name, _, home = target.partition(":")
-    if name in byname and home:
+    if target in byname:
+        host = byname[target]
+    elif name in byname and home:
         if not os.path.isabs(home):
             raise Fail(EX_USAGE, f"{shown_text(target)[:80]!r}: the home after {name}: "
                                  f"is an absolute path, as {name}:/srv/avsm")
-        return dict(byname[name], name=target, home=home)
-    host = remote_host(target)
-    guess = nearest(target, byname) or nearest(name, byname) if byname else ""
-    return dict(host, guess=guess and f"; {target!r} is no name in {fleet_path(path)}{guess}")
-
-
-def run_remote(target, verb, argv, path=None):
-    """avsm --host [user@]HOST[:HOME] VERB ...: run VERB on that host; return its exit code."""
-    host = find_host(target, path)
+        host = dict(byname[name], name=target, home=home)
+    else:
+        guess = nearest(target, byname) or nearest(name, byname) if byname else ""
+        host = dict(remote_host(target),
+                    guess=guess and f"; {target!r} is no name in {fleet_path(path)}{guess}")
     if verb not in BRIDGE_VERBS:
         raise Fail(
             EX_USAGE,
@@ -11686,7 +11672,6 @@ def cmd_fleet(args, given, home):
     target = view == "page" and page_target(argv, "fleet [--fleet FILE] page -o FILE")
 
     def ask(host):
-        """Return (its exit code, (its name, what it said, its errors)) of one host."""
         name, command = host["name"], far_command(host["name"])
         request = {"v": 1, "verb": view, "argv": argv + ["--json"] * bool(JSON),
                    "home": host["home"], "utf8": utf8_output(),
@@ -11710,7 +11695,7 @@ def cmd_fleet(args, given, home):
         lines = [far_text(line.decode("utf-8", "replace"), command) for line in data.split(b"\n")]
         return code, (name, lines[:-1] if lines[-1:] == [""] else lines,
                       [line.removeprefix(name + ": ") for line in errors])
-    said = on_each_host(hosts, ask)
+    said = on_each_host(hosts, ask)     # (exit code, (name, what it said, ...)) of each host
     if target:
         write_page(target, [s for _, s in said])
     elif JSON:
@@ -12116,11 +12101,11 @@ def witness_fork(session, db, where, name, verdict, kept):
 def keep_checkpoint(host, where, kept, new, far_hash, allowed):
     """Return what to say of the host's newest checkpoint's signature, once checked and kept."""
     name, principal = host["name"], host.get("principal")
+    refused = f"{name}: its newest checkpoint, of #{new.seq}, is refused: "
     problem = kept_checkpoint_problem(kept, new, far_hash)
     if problem:
-        raise Fail(EX_DATAERR, f"{name}: its newest checkpoint, of #{new.seq}, is refused: "
-                               f"{problem}; compare it with avsm --host {name} doctor, and keep "
-                               f"what this witness holds")
+        raise Fail(EX_DATAERR, f"{refused}{problem}; compare it with avsm --host {name} doctor, "
+                               f"and keep what this witness holds")
     said = ", unsigned" if new.signature is None else \
         ", its signature not checked (the fleet file names no principal: for it)"
     if principal:
@@ -12139,8 +12124,7 @@ def keep_checkpoint(host, where, kept, new, far_hash, allowed):
             verify_signer(new.text, new.signature, allowed, principal,
                           host.get("namespace") or CHECKPOINT_NAMESPACE)
         except Fail as fail:
-            raise Fail(fail.code, f"{name}: its newest checkpoint, of #{new.seq}, is refused: "
-                                  f"{fail}") from None
+            raise Fail(fail.code, f"{refused}{fail}") from None
         said = f", signed by {principal}"
     if kept is not None and new.seq < kept.seq:
         return said + f" (older than #{kept.seq}, the one kept, which the host still holds)"
@@ -12414,6 +12398,7 @@ def cmd_try(home_arg, args):
     check_venture_dir(directory)
     check_venture_name(os.path.basename(directory))
     home, stopped_by, daemon, started, spawning = home_arg, [], None, False, []
+    signals = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
 
     def stop(signum, frame):
         stopped_by.append(signum)
@@ -12421,7 +12406,7 @@ def cmd_try(home_arg, args):
         if not spawning:
             raise KeyboardInterrupt
     try:        # an interrupt from here on ends as a late one does: avsmd stopped, the home named
-        for signum in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
+        for signum in signals:
             signal.signal(signum, stop)
         home = home or tempfile.mkdtemp(prefix="av", dir="/tmp")
         spawning.append(True)
@@ -12458,7 +12443,7 @@ def cmd_try(home_arg, args):
     except KeyboardInterrupt:
         return 128 + (stopped_by or [signal.SIGINT])[0]
     finally:
-        for signum in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
+        for signum in signals:
             # stopping: a second signal does not cut it short
             signal.signal(signum, signal.SIG_IGN)
         if daemon is not None and daemon.poll() is None:
@@ -12527,7 +12512,7 @@ def program_command(program, home=None):
     started = sys.argv[0] if sys.argv and sys.argv[0] else ""
     name = os.path.basename(started)
     beside = os.path.join(os.path.dirname(started), program)
-    on_path = shutil.which(program)
+    on_path, command = shutil.which(program), None
     if name.split(".")[0] in ("avsm", "avsmd") and not name.endswith(".py"):
         if on_path and (
             not os.path.dirname(started) or os.path.realpath(on_path) == os.path.realpath(beside)):
@@ -12536,8 +12521,6 @@ def program_command(program, home=None):
             command = beside
         else:
             command = program if on_path else None
-    else:
-        command = None
     if command is None:
         python = sys.executable or "python3"
         if shutil.which("python3") and os.path.realpath(
@@ -14740,10 +14723,9 @@ CLIENT_COMMANDS = {
     "add": cmd_add, "status": cmd_status, "summary": cmd_summary, "tail": cmd_tail,
     "asks": lambda home, args: cmd_offline(home, "asks", {"json": bool(JSON)}) if not args
     else refuse("usage: avsm asks", EX_USAGE),
-    "approve": cmd_approve, "deny": cmd_simple("deny", "deny ASK", "ask"),
-    "pause": cmd_simple("pause", "pause VENTURE", "venture"),
-    "resume": cmd_simple("resume", "resume VENTURE", "venture"), "why": cmd_why,
-    "propose": cmd_propose, "decide": cmd_simple("decide", "decide VENTURE", "venture"),
+    "approve": cmd_approve, "deny": cmd_simple("deny", "ask"),
+    "pause": cmd_simple("pause", "venture"), "resume": cmd_simple("resume", "venture"),
+    "why": cmd_why, "propose": cmd_propose, "decide": cmd_simple("decide", "venture"),
     "doctor": cmd_doctor, "chart": cmd_chart, "checkpoint": cmd_checkpoint, "link": cmd_link,
     "try": None, "fleet": None, "bridge": None, "page": cmd_page}
 
@@ -14782,11 +14764,8 @@ def run_verb(home, rest):
     """Run one client verb on `home` (None: the one avsm finds); return the exit code."""
     if not rest:
         raise Fail(EX_USAGE, "no command given\n" + CLIENT_USAGE)
-    if rest[0] in ("-h", "--help", "help"):
-        out(CLIENT_USAGE)
-        return EX_OK
-    if rest[0] == "--version":
-        out(f"avsm {VERSION}")
+    if rest[0] in ("-h", "--help", "help", "--version"):
+        out(f"avsm {VERSION}" if rest[0] == "--version" else CLIENT_USAGE)
         return EX_OK
     verb, rest = rest[0], rest[1:]
     if verb.startswith("-") and verb != "-":
@@ -14872,11 +14851,8 @@ def run_daemon(args):
     config_path, debug, mode, dirs = None, False, "run", []
     while rest:
         arg = rest.pop(0)
-        if arg in ("-h", "--help"):
-            out(DAEMON_USAGE)
-            return EX_OK
-        if arg == "--version":
-            out(f"avsmd {VERSION}")
+        if arg in ("-h", "--help", "--version"):
+            out(f"avsmd {VERSION}" if arg == "--version" else DAEMON_USAGE)
             return EX_OK
         if arg == "-f":
             if not rest:
@@ -14917,9 +14893,10 @@ INTERNAL_PROGRAMS = ("warden", "adapter", "forecast")  # started by avsmd and it
 
 
 def run_internal(program, args):
-    """The programs avsmd starts itself: the warden, the forecast, and the built-in adapters."""
-    if program == "forecast":
-        return run_forecast(args)
+    """The programs avsmd starts itself: the warden, the built-in adapters, and the forecast (the
+    facts as JSON on standard input, the forecast as JSON out)."""
+    if program == "adapter":
+        return run_adapter(args)
     if program == "warden":
         home, rest = take_option(args, "--home")
         if "--fd" not in rest or rest.index("--fd") + 1 >= len(rest) \
@@ -14928,11 +14905,6 @@ def run_internal(program, args):
         fd = int(rest[rest.index("--fd") + 1])
         keep_standard_files_open()
         return run_warden(resolve_home(home), fd, "-d" in rest)
-    return run_adapter(args)
-
-
-def run_forecast(args):
-    """The forecast program: the facts as JSON on standard input, the forecast as JSON out."""
     if args or sys.stdin is None or sys.stdin.isatty():
         raise Fail(EX_USAGE, "the forecast program is started by the warden with its facts on"
                              " standard input; run avsmd")
@@ -15002,8 +14974,7 @@ def main(argv=None):
             out(json.dumps(exit_facts(dict(JSON, error=str(fail)), fail.code)))
         return fail.code
     except BrokenPipeError:         # the reader went away (avsm tail | head -1)
-        devnull = os.open(os.devnull, os.O_WRONLY)
-        os.dup2(devnull, sys.stdout.fileno())
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return EX_OK
     except KeyboardInterrupt:
         return 130
@@ -15011,7 +14982,13 @@ def main(argv=None):
         sys.stderr.write(f"{name}: standard output cannot be written: {err.strerror}\n")
         return EX_IOERR
     except Exception:
-        return report_bug(name)
+        # a bug: the whole traceback on standard error, with how to report it
+        import traceback
+        traceback.print_exc()
+        sys.stderr.write(f"{name} {VERSION}: this is a bug in avsm, not something you did. Please"
+                         " report it with the lines above, the command you ran and"
+                         " `python3 --version`.\n")
+        return EX_SOFTWARE
 
 
 def keep_standard_files_open():
@@ -15028,16 +15005,6 @@ def keep_standard_files_open():
         sys.stdout = open(1, "w", closefd=False)
     if sys.stderr is None:
         sys.stderr = open(2, "w", closefd=False)
-
-
-def report_bug(name):
-    """An unexpected error: the whole traceback on standard error, with how to report it."""
-    import traceback
-    traceback.print_exc()
-    sys.stderr.write(f"{name} {VERSION}: this is a bug in avsm, not something you did. Please"
-                     " report it with the lines above, the command you ran and"
-                     " `python3 --version`.\n")
-    return EX_SOFTWARE
 
 
 if __name__ == "__main__":
