@@ -10740,12 +10740,8 @@ def ledger_path(home):
                    f"{home} has no ledger yet; start {program_command('avsmd', home)} to make it")
     # a directory, a FIFO (whose open would wait for ever) or a device
     if not os.path.isfile(path):
-        mode = os.stat(path).st_mode
-        what = ("a directory"
-                if stat.S_ISDIR(mode)
-                else ("a FIFO"
-                      if stat.S_ISFIFO(mode)
-                      else "a socket" if stat.S_ISSOCK(mode) else "a device"))
+        what = {stat.S_IFDIR: "a directory", stat.S_IFIFO: "a FIFO",
+                stat.S_IFSOCK: "a socket"}.get(stat.S_IFMT(os.stat(path).st_mode), "a device")
         raise Fail(
             EX_DATAERR,
             f"{path} is {what}, not a ledger; move it aside (avsmd then starts a new ledger), "
@@ -10922,12 +10918,10 @@ def venture_summary_lines(v):
         lines.append(f"  metric {v['metric']}: no trusted report; {v['untrusted']} not trusted")
     for lever, runs in sorted(v["levers"].items()):
         pending = [s for s in runs["runs"] if s not in runs["ok"] and s not in runs["failed"]]
-        words = (
-            [f"{len(runs['ok'])} ok"]
-            + ([f"{len(runs['failed'])} failed ({seq_list(runs['failed'])})"]
-               if runs["failed"]
-               else [])
-            + ([f"{len(pending)} with no outcome yet ({seq_list(pending)})"] if pending else []))
+        words = [f"{len(runs['ok'])} ok"] + [
+            f"{len(seqs)} {what} ({seq_list(seqs)})"
+            for seqs, what in ((runs["failed"], "failed"), (pending, "with no outcome yet"))
+            if seqs]
         lines.append(f"  lever {lever}: ran {len(runs['runs'])} time(s), {', '.join(words)}:"
                      f" {seq_list(runs['runs'])}")
     if v["refusals"]:
@@ -11195,9 +11189,8 @@ def cmd_bridge(home, args, pinned):
                                      "request a line on standard input: no shell, no command; "
                                      "run avsm --host HOST VERB on your side")
             return EX_OK
-        data = data or b"\n"                # a last line with no newline is a line too
         try:
-            messages = reader.feed(data)
+            messages = reader.feed(data or b"\n")     # a last line with no newline is a line too
         except (ValueError, RecursionError) as err:
             raise Fail(
                 EX_USAGE, f"the bridge reads one JSON object a line: {str(err)[:200]}") from None
@@ -11363,7 +11356,7 @@ def read_fleet(path, must=True):
 def fleet_timeout(c, value, path, text):
     """Return the seconds of a fleet file's timeout, or Fail(78) at the value's line and column."""
     try:
-        if isinstance(value, (int, float)) and not isinstance(value, bool) and value > 0:
+        if is_number(value) and value > 0:
             raise ValueError(f"timeout is a duration, not the number {shown_value(value)}; "
                              f"write {max(1, round(value))}s")
         return parse_duration(value)
@@ -11755,7 +11748,7 @@ def on_each_host(hosts, work):
 def fleet_lines(view, said):
     """Return what avsm fleet prints of [(host, lines, error lines)], each under its host's name
     (made here, so no host's line passes for another's)."""
-    wide = max((len(name) for name, _, _ in said), default=0)
+    wide = max(len(name) for name, _, _ in said)
     if view == "status":
         said = align_status(said)
     lines = []
@@ -11949,7 +11942,7 @@ def witness_session(host, where, session, mirror, allowed):
     session.ask("checkpoint")
     session.ask("records", after=0, limit=0, checkpoint=True)
     session.answer()
-    first = json.loads(far_page(session, name)[0])
+    first = json.loads(far_page(session)[0])
     if not first.get("checkpoint"):
         raise Fail(EX_UNAVAILABLE, f"{name}: its avsmd has written no checkpoint yet, and this "
                                    f"key may not ask for one: let avsmd run there (it writes one "
@@ -12001,9 +11994,10 @@ def mirror_hash(db, seq):
     return row and row[0]
 
 
-def far_page(session, name):
+def far_page(session):
     """Return the out lines of the session's next answer, or Fail with the host's word."""
     lines, err, code = session.answer()
+    name = session.host["name"]
     if code == EX_USAGE:            # a bridge that knows no `records`
         raise Fail(code, f"{name}: {err[-1] if err else 'refused'}; the host's avsm is older than "
                          f"the witness's: copy this avsm.py there")
@@ -12020,7 +12014,7 @@ def copy_far_rows(session, db, held, lo, hi, want):
     try:
         while verdict is None:
             try:
-                rows = parse_rows(far_page(session, session.host["name"])[1:])
+                rows = parse_rows(far_page(session)[1:])
             except ValueError as err:
                 verdict = ("broken", (before or (lo - 1,))[0] + 1, str(err))
                 break
@@ -12059,7 +12053,7 @@ def witness_fork(session, db, where, name, verdict, kept):
 
     def far_rows(after, limit):
         session.ask("records", after=after, limit=limit)
-        return parse_rows(far_page(session, name)[1:])
+        return parse_rows(far_page(session)[1:])
 
     def differs(s):
         got = far_rows(s - 1, 1)
@@ -14743,16 +14737,17 @@ def run_client(args):
         raise Fail(EX_USAGE, "--fleet FILE names the fleet file of avsm fleet and of --host NAME; "
                              "write avsm --fleet FILE fleet status, "
                              "or avsm --fleet FILE --host NAME CMD")
-    if rest and rest[0] in ("bridge", "fleet") and {"-h", "--help"} & set(rest[1:]):
+    verb, helped = rest[:1], {"-h", "--help"} & set(rest[1:])
+    if verb in (["bridge"], ["fleet"]) and helped:
         out(command_help(rest[0]))
         return EX_OK
-    if rest and rest[0] == "bridge":
+    if verb == ["bridge"]:
         return cmd_bridge(resolve_home(home), rest[1:],
                           home is not None or bool(os.environ.get("AVSMD_HOME")))
-    if rest and rest[0] == "fleet":
+    if verb == ["fleet"]:
         return cmd_fleet(rest[1:], fleet, home)
     if host is not None and rest and rest[0] not in ("-h", "--help", "help", "--version") \
-            and not {"-h", "--help"} & set(rest[1:]):
+            and not helped:
         if rest[0] not in CLIENT_COMMANDS:
             raise Fail(EX_USAGE, f"'{rest[0]}' is not an avsm command"
                                  f"{nearest(rest[0], CLIENT_COMMANDS)}: avsm --help lists them")
