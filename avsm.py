@@ -10371,23 +10371,15 @@ def show_answer(message, cmd, home):
 
 
 def send_request(home, message):
-    """Return a socket to avsmd with `message` sent, or Fail(64) past REQUEST_MAX (avsmd would
-    refuse it half sent; the client would hear only a broken pipe)."""
+    """Return a socket to avsmd with `message` sent, or Fail: 64 past REQUEST_MAX (avsmd would
+    refuse it half sent; the client would hear only a broken pipe), 69 saying why none answers."""
+    import socket
     data = (json.dumps(message, separators=(",", ":")) + "\n").encode()
     if len(data) > REQUEST_MAX:
         cmd = message.get("cmd", "request")
         raise Fail(EX_USAGE, f"this {cmd} request is {len(data) / 2**20:.1f} MiB, and avsmd reads "
                              f"one JSON object a line, in UTF-8, of at most 1 MiB: send less "
                              f"(a smaller payload, a shorter name)")
-    conn = connect_daemon(home)
-    with contextlib.suppress(BrokenPipeError, ConnectionResetError):
-        send_bytes(conn, data)      # cut short: avsmd refused it half read; its answer says why
-    return conn
-
-
-def connect_daemon(home):
-    """Return a socket connected to the home's avsmd, or Fail saying why none answers."""
-    import socket
     path = os.path.join(home, "sock")
     conn = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     try:
@@ -10415,6 +10407,8 @@ def connect_daemon(home):
         if socket_problem(home):
             raise Fail(EX_CONFIG, socket_problem(home)) from None
         raise Fail(EX_UNAVAILABLE, f"cannot reach avsmd at {path}: {err.strerror}") from None
+    with contextlib.suppress(BrokenPipeError, ConnectionResetError):
+        send_bytes(conn, data)      # cut short: avsmd refused it half read; its answer says why
     return conn
 
 
@@ -10559,7 +10553,6 @@ def cmd_offline(home, verb, args):
 def show_ledger_view(home, verb, args):
     """With no avsmd answering, print the status or open asks the ledger holds, saying so first;
     return the page's facts it holds."""
-    import sqlite3
     path = os.path.join(home, "ledger.db")
     if not os.path.isfile(path):
         return None
@@ -10569,7 +10562,7 @@ def show_ledger_view(home, verb, args):
             last = (seq, (record_at(db, seq) or (0,))[0])
             if verb == "page":
                 return page_facts(home, states, time.time(), db, stopped=True)
-    except (sqlite3.Error, ValueError, KeyError, TypeError, Fail) as err:
+    except (sqlite3_errors(), ValueError, KeyError, TypeError, Fail) as err:
         # not readable either: say so, keep the 69
         sys.stderr.write(
             f"avsm: and the ledger cannot be read for its {verb}: {shown(str(err))}; avsm doctor"
@@ -11955,8 +11948,7 @@ def witness_session(host, where, session, mirror, allowed):
         # 2. what this side holds (the mirror's head, the checkpoint kept), and what to read: from
         # the first of them (again, to compare it) to the host's head (--mirror) or checkpoint
         if db is not None:
-            with open(os.path.join(where, MIRROR_MARK), "w") as fh:
-                fh.write(name + "\n")
+            write_textfile(os.path.join(where, MIRROR_MARK), name + "\n", None)
             db.execute("PRAGMA journal_mode=DELETE")
             db.execute("PRAGMA synchronous=FULL")
             db.executescript(LEDGER_SCHEMA)
