@@ -11528,8 +11528,7 @@ def ssh_bridge(host, request, capture=False, timeout=None):
     try:
         for piece in iter(functools.partial(proc.stdout.readline, FAR_LINE), b""):
             if not pinged:              # the ping's answer: avsm's bridge is there
-
-                pinged = ping_answered(piece, name)
+                pinged = "exit" in bridge_message(piece, name)
                 if pinged:
                     heard.set()
                 continue
@@ -11635,16 +11634,17 @@ def far_json(text, name, command):
     return doc
 
 
-def ping_answered(piece, name):
-    """Return whether `piece` ends the bridge's answer to the ping; Fail(69) when not avsm's."""
+def bridge_message(piece, name, most=FAR_LINE):
+    """Return the JSON object a line of the bridge holds (shorter than `most`, None: any length);
+    Fail(69) when it is not avsm's."""
     try:
         message = json.loads(piece)
     except (ValueError, RecursionError):
         message = None
-    if not isinstance(message, dict) or len(piece) >= FAR_LINE:
+    if not isinstance(message, dict) or most and len(piece) >= most:
         raise Fail(EX_UNAVAILABLE, f"{name}: the bridge answered with no JSON object a line; "
                                    f"is it avsm's?")
-    return "exit" in message
+    return message
 
 
 def cmd_fleet(args, given, home):
@@ -11816,13 +11816,7 @@ class BridgeSession:
         """Return (out lines, err lines, exit code) of the oldest request not yet answered."""
         out, err = [], []
         while True:
-            try:
-                message = json.loads(self.line())
-            except ValueError:
-                message = None
-            if not isinstance(message, dict):
-                raise Fail(EX_UNAVAILABLE, f"{self.host['name']}: the bridge answered with no "
-                                           f"JSON object a line; is it avsm's?")
+            message = bridge_message(self.line(), self.host["name"], None)
             if "exit" in message:
                 self.pending -= 1
                 return out, err, message["exit"]
@@ -11875,8 +11869,8 @@ def cmd_witness(home, fleet, args):
     allowed, args = witness_option(args, "--allowed-signers")
     if args not in ([], ["--mirror"]):
         raise Fail(EX_USAGE, WITNESS_USAGE)
-    state = os.environ.get("XDG_STATE_HOME") or os.path.expanduser("~/.local/state")
-    keep = keep or os.path.join(state, "avsm", "witness")
+    keep = keep or os.path.join(
+        os.environ.get("XDG_STATE_HOME") or os.path.expanduser("~/.local/state"), "avsm", "witness")
     hosts = read_fleet(fleet)
     try:
         notify = read_config(resolve_home(home))[0].get("notify")
@@ -12063,11 +12057,9 @@ def witness_fork(session, db, where, name, verdict, kept):
             "SELECT seq, at, prev, hash, record FROM records WHERE seq >= ? ORDER BY seq LIMIT ?",
             (start, EVIDENCE_ROWS))]
     theirs = [row._asdict() for row in far_rows(start - 1, EVIDENCE_ROWS)]
-    files = []
-    for side, lines in (("kept", mine), ("far", theirs)):
-        files.append(os.path.join(where, f"fork-{seq}-{side}.jsonl"))
-        with open(files[-1], "w") as fh:
-            fh.writelines(json.dumps(line) + "\n" for line in lines)
+    files = [os.path.join(where, f"fork-{seq}-{side}.jsonl") for side in ("kept", "far")]
+    for path, lines in zip(files, (mine, theirs)):
+        write_textfile(path, "".join(json.dumps(line) + "\n" for line in lines), None)
     far_said = str(far_hash or "no such record")[:16]
     if kind == "broken":
         what = f"the host's record #{seq} does not chain: {far_hash or kept_hash}"
@@ -12420,10 +12412,10 @@ def cmd_try(home_arg, args):
         code = ask_daemon(home, "add", {"dir": directory})
         if code != EX_OK:
             return code
-        out(f"# {when_it_acts(home, directory)}")
-        out(f"# the home is {home}; in another terminal: {client_command(home)} asks (approve N,"
-            " deny N, status)")
-        out(f"# following {home}/ledger.db; Ctrl-C stops avsmd")
+        out(f"# {when_it_acts(home, directory)}",
+            f"# the home is {home}; in another terminal: {client_command(home)} asks (approve N,"
+            " deny N, status)",
+            f"# following {home}/ledger.db; Ctrl-C stops avsmd")
         sys.stdout.flush()
         cmd_tail(home, ["1000000", "-f"])
     except KeyboardInterrupt:
@@ -12441,17 +12433,14 @@ def cmd_try(home_arg, args):
         if home and (started or stopped_by):
             # the terminal has gone (SIGHUP): avsmd is stopped all the same
             with contextlib.suppress(OSError):
-                sys.stderr.write("\n" + try_ending(home, daemon and daemon.wait(), started))
+                status = daemon and daemon.wait()       # None: avsmd was not started
+                ended = (f"avsmd stopped ({describe_status(status)})" if started else
+                         "avsmd was not started" if status is None else
+                         f"avsmd stopped before it served ({describe_status(status)})")
+                again = f"look again with: {client_command(home)} tail 50" if os.path.exists(
+                    os.path.join(home, "ledger.db")) else "nothing was written there"
+                sys.stderr.write(f"\navsm: {ended}; the home is kept at {home}\navsm: {again}\n")
     return EX_OK
-
-
-def try_ending(home, code, started):
-    """Return what `avsm try` says as it ends (`code`: avsmd's exit, None when not started)."""
-    ended = (f"avsmd stopped ({describe_status(code)})" if started else "avsmd was not started"
-             if code is None else f"avsmd stopped before it served ({describe_status(code)})")
-    again = f"look again with: {client_command(home)} tail 50" \
-        if os.path.exists(os.path.join(home, "ledger.db")) else "nothing was written there"
-    return f"avsm: {ended}; the home is kept at {home}\navsm: {again}\n"
 
 
 def when_it_acts(home, directory):
@@ -12463,7 +12452,7 @@ def when_it_acts(home, directory):
             f"{name}: a model proposes at the nightly decision, or now with avsm decide {name}; a"
             f" report every {every}")
     sides = [f"{m['metric']} {'>' if way == 'above' else '<'} {format_number(bound)} (then "
-             + (f"{lever} runs)" if asks_first(m, lever) is None else asks_first(m, lever) + ")")
+             + (asks_first(m, lever) or f"{lever} runs") + ")"
              for _, way, bound, lever in controller_sides(m)]
     last, deadline = None, time.monotonic() + 3
     while last is None and time.monotonic() < deadline:
@@ -14777,19 +14766,18 @@ def run_verb(home, rest):
                     f" (for a name that begins with -, write avsm {verb} -- {arg})" * named))
     if verb == "try":
         return cmd_try(home, options + names)
+    home = resolve_home(home)
     # a venture named after -- is a name, even one that begins with -
     if verb == "status":
-        return cmd_status(resolve_home(home), options, names)
+        return cmd_status(home, options, names)
     try:
         # chart reads its own options, so it is handed the -- that ends them
-        return CLIENT_COMMANDS[verb](resolve_home(home),
-                                     rest if verb == "chart" else options + names)
+        return CLIENT_COMMANDS[verb](home, rest if verb == "chart" else options + names)
     except Exception as err:
         # not a ledger, or a record not JSON
         if type(err).__module__ == "sqlite3" or isinstance(err, json.JSONDecodeError):
-            raise Fail(EX_DATAERR, f"{ledger_path(resolve_home(home))} cannot be read: {err}; "
-                                   f"{client_command(resolve_home(home))} doctor says more") \
-                from None
+            raise Fail(EX_DATAERR, f"{ledger_path(home)} cannot be read: {err}; "
+                                   f"{client_command(home)} doctor says more") from None
         raise
 
 
