@@ -10578,11 +10578,9 @@ def show_ledger_view(home, verb, args):
         JSON.update(facts, ledger={"seq": last[0], "at": last[1]})
         return None
     try:
-        out(
-            f"avsmd is not running: nothing runs; this is what the ledger holds, to #{last[0]} at"
-            f" {format_local_time(last[1])}"
-        )
-        out(*(asks_lines if verb == "asks" else status_lines)(facts))
+        out(f"avsmd is not running: nothing runs; this is what the ledger holds, to #{last[0]} at"
+            f" {format_local_time(last[1])}",
+            *(asks_lines if verb == "asks" else status_lines)(facts))
         flush_out()
     except BrokenPipeError:
         # the reader went away (status | head -1): the 69 still says no avsmd answers
@@ -11565,7 +11563,6 @@ def ssh_bridge(host, request, capture=False, timeout=None):
         if proc.returncode is None:
             kill()
             proc.wait()
-
         with contextlib.suppress(OSError):
             proc.stdin.close()
     threads[1].join(5)
