@@ -11285,7 +11285,7 @@ def remote_host(spec, ssh=None, bridge=None, timeout=None, name=None):
             "bridge": bridge or os.environ.get("AVSM_BRIDGE") or "avsm bridge"}
 
 
-def fleet_path(given=None):
+def fleet_path(given):
     return given or os.path.join(
         os.environ.get("XDG_CONFIG_HOME") or os.path.expanduser("~/.config"), "avsm", "fleet.yaml")
 
@@ -11479,8 +11479,8 @@ def ssh_bridge(host, request, capture=False, timeout=None):
     proc = start_ssh(host)
     got, ours, theirs, ended = [], [], [], []
     heard, finished = threading.Event(), threading.Event()
-    ping = {"v": 1, "cmd": "ping", "args": {}, "home": request.get("home")}
-    lines = [request] if relay else [ping, request]
+    lines = [request] if relay else [
+        {"v": 1, "cmd": "ping", "args": {}, "home": request.get("home")}, request]
 
     def send():
         with contextlib.suppress(OSError):
@@ -11876,8 +11876,21 @@ def cmd_witness(home, fleet, args):
 
     def witness(host):
         name = host["name"]
+        where = os.path.join(keep, re.sub(r"[^\w.@-]+", "_", name))
         try:
-            return EX_OK, f"{name}  {witness_host(host, keep, bool(args), allowed)}"
+            os.makedirs(os.path.join(where, "checkpoints"), mode=0o700, exist_ok=True)
+            with open(os.path.join(where, "witness.lock"), "w") as lock:
+                try:
+                    fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                except OSError:
+                    raise Fail(EX_TEMPFAIL, f"{name}: another avsm fleet witness keeps {where} "
+                                            f"now; let it finish, then run this again") from None
+                session = BridgeSession(host)
+                try:
+                    said = witness_session(host, where, session, bool(args), allowed)
+                finally:
+                    session.close()
+            return EX_OK, f"{name}  {said}"
         except Fail as fail:
             if fail.code == EX_DATAERR and notify:
                 tell_witness(notify, home, name, str(fail))
@@ -11901,25 +11914,8 @@ def witness_option(args, option):
     return os.path.abspath(os.path.expanduser(args[at + 1])), args[:at] + args[at + 2:]
 
 
-def witness_host(host, keep, mirror, allowed):
-    """Return the line that says what was checked and kept of one host, or Fail."""
-    where = os.path.join(keep, re.sub(r"[^\w.@-]+", "_", host["name"]))
-    os.makedirs(os.path.join(where, "checkpoints"), mode=0o700, exist_ok=True)
-    with open(os.path.join(where, "witness.lock"), "w") as lock:
-        try:
-            fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except OSError:
-            raise Fail(EX_TEMPFAIL, f"{host['name']}: another avsm fleet witness keeps {where} "
-                                    f"now; let it finish, then run this again") from None
-        session = BridgeSession(host)
-        try:
-            return witness_session(host, where, session, mirror, allowed)
-        finally:
-            session.close()
-
-
 def witness_session(host, where, session, mirror, allowed):
-    """The steps of witness_host over one ssh session."""
+    """Return what fleet witness says of one host, checked (and kept) over one ssh session."""
     import sqlite3
     name, kept = host["name"], newest_checkpoint(os.path.join(where, "checkpoints"))
     # 1. the host's newest checkpoint: a new one where the key may write
