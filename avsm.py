@@ -10371,12 +10371,21 @@ config or mandate
 that does not hold, or a Python older than 3.11 (one line names the version and the interpreter)."""
 
 
-def flush_out():
-    """Flush standard output; OutputError when it is closed or cannot be written."""
+def flush_out(text=None):
+    """Write `text` to standard output, else flush it; OutputError when it is closed or cannot be
+    written."""
     if sys.stdout is None:
         raise OutputError(9, "standard output is closed")
     try:
-        sys.stdout.flush()
+        if text is None:
+            sys.stdout.flush()
+        else:
+            try:
+                sys.stdout.write(text)
+            except UnicodeEncodeError:
+                # an ASCII or Latin-1 terminal: what it cannot show is written as \u escapes
+                encoding = sys.stdout.encoding or "ascii"
+                sys.stdout.write(text.encode(encoding, "backslashreplace").decode(encoding))
     except BrokenPipeError:
         raise
     except OSError as err:
@@ -10391,20 +10400,7 @@ def shown(text):
 
 def out(*lines):
     """Write lines of records to standard output (an empty line when given none)."""
-    if sys.stdout is None:
-        raise OutputError(9, "standard output is closed")
-    text = "".join(shown(line) + "\n" for line in lines or ("",))
-    try:
-        try:
-            sys.stdout.write(text)
-        except UnicodeEncodeError:
-            # an ASCII or Latin-1 terminal: what it cannot show is written as \u escapes
-            encoding = sys.stdout.encoding or "ascii"
-            sys.stdout.write(text.encode(encoding, "backslashreplace").decode(encoding))
-    except BrokenPipeError:
-        raise
-    except OSError as err:
-        raise OutputError(err.errno, err.strerror) from None
+    flush_out("".join(shown(line) + "\n" for line in lines or ("",)))
 
 
 class OutputError(OSError):
@@ -10417,9 +10413,10 @@ LINE_CONTROL_CHARS = (
 
 def ask_daemon(home, cmd, args=None):
     """Send one request to avsmd (or a host's bridge) and relay its answer; return its exit code."""
+    request = {"v": 1, "cmd": cmd, "args": args or {}}
     if CALLER.get().via:
-        return ask_bridge(CALLER.get().via, {"v": 1, "cmd": cmd, "args": args or {}})
-    with send_request(home, {"v": 1, "cmd": cmd, "args": args or {}}) as conn:
+        return ask_bridge(CALLER.get().via, request)
+    with send_request(home, request) as conn:
         # a decision may wait on a backend (120 s, escalation twice that); anything else answers at
         # once
         conn.settimeout(3 * BACKEND_TIMEOUT if cmd == "decide" else 60)
@@ -10459,46 +10456,32 @@ def show_answer(message, cmd, home):
 
 
 def send_request(home, message):
-    """Return a socket to avsmd with `message` sent, or Fail(64) past REQUEST_MAX (avsmd would
-    refuse it half sent; the client would hear only a broken pipe)."""
+    """Return a socket to avsmd with `message` sent, or Fail: 64 past REQUEST_MAX (avsmd would
+    refuse it half sent; the client would hear only a broken pipe), 69 saying why none answers."""
+    import socket
     data = (json.dumps(message, separators=(",", ":")) + "\n").encode()
     if len(data) > REQUEST_MAX:
         cmd = message.get("cmd", "request")
         raise Fail(EX_USAGE, f"this {cmd} request is {len(data) / 2**20:.1f} MiB, and avsmd reads "
                              f"one JSON object a line, in UTF-8, of at most 1 MiB: send less "
                              f"(a smaller payload, a shorter name)")
-    conn = connect_daemon(home)
-    with contextlib.suppress(BrokenPipeError, ConnectionResetError):
-        send_bytes(conn, data)      # cut short: avsmd refused it half read; its answer says why
-    return conn
-
-
-def connect_daemon(home):
-    """Return a socket connected to the home's avsmd, or Fail saying why none answers."""
-    import socket
     path = os.path.join(home, "sock")
     conn = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     try:
         conn.connect(path)
     except FileNotFoundError:
         conn.close()
+        start = program_command("avsmd", home)
         if os.path.exists(home) and not os.path.isdir(home):
-            raise Fail(
-                EX_UNAVAILABLE, f"no avsmd is answering: {home} is a file, not a home directory"
-            ) from None
-        if not os.path.isdir(home):
-            raise Fail(EX_UNAVAILABLE,
-                       f"no avsmd is answering: {home} does not exist; start one with"
-                       f" {program_command('avsmd', home)}") from None
-        if lock_holder(home):
-            raise Fail(
-                EX_UNAVAILABLE,
-                f"avsmd (pid {lock_holder(home)}) is running on {home} but its socket is missing; "
-                "it makes it again within a second: try again, or run avsm doctor") from None
-        raise Fail(
-            EX_UNAVAILABLE,
-            f"no avsmd is running on {home}; start it with {program_command('avsmd', home)}",
-        ) from None
+            why = f"no avsmd is answering: {home} is a file, not a home directory"
+        elif not os.path.isdir(home):
+            why = f"no avsmd is answering: {home} does not exist; start one with {start}"
+        elif lock_holder(home):
+            why = (f"avsmd (pid {lock_holder(home)}) is running on {home} but its socket is "
+                   "missing; it makes it again within a second: try again, or run avsm doctor")
+        else:
+            why = f"no avsmd is running on {home}; start it with {start}"
+        raise Fail(EX_UNAVAILABLE, why) from None
     except ConnectionRefusedError:
         conn.close()
         raise Fail(EX_UNAVAILABLE,
@@ -10509,6 +10492,8 @@ def connect_daemon(home):
         if socket_problem(home):
             raise Fail(EX_CONFIG, socket_problem(home)) from None
         raise Fail(EX_UNAVAILABLE, f"cannot reach avsmd at {path}: {err.strerror}") from None
+    with contextlib.suppress(BrokenPipeError, ConnectionResetError):
+        send_bytes(conn, data)      # cut short: avsmd refused it half read; its answer says why
     return conn
 
 
@@ -10603,16 +10588,13 @@ def cmd_add(home, args):
     return ask_daemon(home, "add", {"dir": directory})
 
 
-def cmd_simple(verb, usage, argument=None):
+def cmd_simple(verb, argument):
+    """Return the command `avsm VERB ASK` or `avsm VERB VENTURE`: its one argument, to avsmd."""
     def command(home, args):
-        if len(args) != (1 if argument else 0):
-            raise Fail(EX_USAGE, f"usage: avsm {usage}")
-        payload = {}
-        if argument == "ask":
-            payload["ask"] = need_int(args[0], "an ask")
-        elif argument == "venture":
-            payload["venture"] = args[0]
-        return ask_daemon(home, verb, payload)
+        if len(args) != 1:
+            raise Fail(EX_USAGE, f"usage: avsm {verb} {argument.upper()}")
+        return ask_daemon(home, verb, {
+            argument: need_int(args[0], "an ask") if argument == "ask" else args[0]})
     return command
 
 
@@ -10636,13 +10618,13 @@ def cmd_status(home, options, names):
     args = {"verbose": verbose, "ascii": not utf8_output(), "json": bool(JSON)}
     if names:
         args["venture"] = names[0]
-    return cmd_offline(home, "status", args, lambda home, args: ask_daemon(home, "status", args))
+    return cmd_offline(home, "status", args)
 
 
-def cmd_offline(home, verb, args, ask):
-    """Run `ask(home, args)`; with no avsmd answering, print what the ledger holds; exit 69."""
+def cmd_offline(home, verb, args):
+    """Ask avsmd for `verb`; with no avsmd answering, print what the ledger holds; exit 69."""
     try:
-        code = ask(home, args)
+        code = ask_daemon(home, verb, args)
     except Fail as fail:
         if fail.code != EX_UNAVAILABLE:
             raise
@@ -10656,7 +10638,6 @@ def cmd_offline(home, verb, args, ask):
 def show_ledger_view(home, verb, args):
     """With no avsmd answering, print the status or open asks the ledger holds, saying so first;
     return the page's facts it holds."""
-    import sqlite3
     path = os.path.join(home, "ledger.db")
     if not os.path.isfile(path):
         return None
@@ -10666,7 +10647,7 @@ def show_ledger_view(home, verb, args):
             last = (seq, (record_at(db, seq) or (0,))[0])
             if verb == "page":
                 return page_facts(home, states, time.time(), db, stopped=True)
-    except (sqlite3.Error, ValueError, KeyError, TypeError, Fail) as err:
+    except (sqlite3_errors(), ValueError, KeyError, TypeError, Fail) as err:
         # not readable either: say so, keep the 69
         sys.stderr.write(
             f"avsm: and the ledger cannot be read for its {verb}: {shown(str(err))}; avsm doctor"
@@ -10682,11 +10663,9 @@ def show_ledger_view(home, verb, args):
         JSON.update(facts, ledger={"seq": last[0], "at": last[1]})
         return None
     try:
-        out(
-            f"avsmd is not running: nothing runs; this is what the ledger holds, to #{last[0]} at"
-            f" {format_local_time(last[1])}"
-        )
-        out(*(asks_lines if verb == "asks" else status_lines)(facts))
+        out(f"avsmd is not running: nothing runs; this is what the ledger holds, to #{last[0]} at"
+            f" {format_local_time(last[1])}",
+            *(asks_lines if verb == "asks" else status_lines)(facts))
         flush_out()
     except BrokenPipeError:
         # the reader went away (status | head -1): the 69 still says no avsmd answers
@@ -10718,9 +10697,8 @@ def cmd_propose(home, args):
         at = rest.index("--payload")
         if at + 1 >= len(rest):
             raise Fail(EX_USAGE, "--payload needs a file, or - for standard input")
-        source = rest[at + 1]
+        payload = read_payload(rest[at + 1])
         del rest[at:at + 2]
-        payload = read_payload(source)
     if len(rest) != 2:
         raise Fail(EX_USAGE, "usage: avsm propose VENTURE LEVER [--payload FILE|-]")
     return ask_daemon(home, "propose", {"venture": rest[0], "lever": rest[1], "payload": payload})
@@ -10776,7 +10754,15 @@ def cmd_approve(home, args):
             " --edit")
     import subprocess
     import tempfile
-    payload = fetch_ask_payload(home, ask)
+    saved, sys.stdout = sys.stdout, io.StringIO()     # the content the open ask carries
+    try:
+        code = ask_daemon(home, "ask", {"ask": ask})
+        text = sys.stdout.getvalue()
+    finally:
+        sys.stdout = saved
+    if code != EX_OK:
+        raise Fail(code, f"#{ask} is not an open ask with content")
+    payload = json.loads(text)
     text = payload if isinstance(payload, str) else json.dumps(payload, indent=2) + "\n"
     fd, path = tempfile.mkstemp(prefix=f"avsm-ask-{ask}-")
     with os.fdopen(fd, "w") as fh:
@@ -10808,19 +10794,6 @@ def cmd_approve(home, args):
     return ask_daemon(home, "approve", {"ask": ask, "payload": edited})
 
 
-def fetch_ask_payload(home, ask):
-    """Return the content an open ask carries, asked of avsmd."""
-    saved, sys.stdout = sys.stdout, io.StringIO()
-    try:
-        code = ask_daemon(home, "ask", {"ask": ask})
-        text = sys.stdout.getvalue()
-    finally:
-        sys.stdout = saved
-    if code != EX_OK:
-        raise Fail(code, f"#{ask} is not an open ask with content")
-    return json.loads(text)
-
-
 def sqlite3_errors():
     """sqlite3.Error, imported only when a ledger is opened (the client's start stays light)."""
     import sqlite3
@@ -10843,12 +10816,8 @@ def ledger_path(home):
                    f"{home} has no ledger yet; start {program_command('avsmd', home)} to make it")
     # a directory, a FIFO (whose open would wait for ever) or a device
     if not os.path.isfile(path):
-        mode = os.stat(path).st_mode
-        what = ("a directory"
-                if stat.S_ISDIR(mode)
-                else ("a FIFO"
-                      if stat.S_ISFIFO(mode)
-                      else "a socket" if stat.S_ISSOCK(mode) else "a device"))
+        what = {stat.S_IFDIR: "a directory", stat.S_IFIFO: "a FIFO",
+                stat.S_IFSOCK: "a socket"}.get(stat.S_IFMT(os.stat(path).st_mode), "a device")
         raise Fail(
             EX_DATAERR,
             f"{path} is {what}, not a ledger; move it aside (avsmd then starts a new ledger), "
@@ -11025,12 +10994,10 @@ def venture_summary_lines(v):
         lines.append(f"  metric {v['metric']}: no trusted report; {v['untrusted']} not trusted")
     for lever, runs in sorted(v["levers"].items()):
         pending = [s for s in runs["runs"] if s not in runs["ok"] and s not in runs["failed"]]
-        words = (
-            [f"{len(runs['ok'])} ok"]
-            + ([f"{len(runs['failed'])} failed ({seq_list(runs['failed'])})"]
-               if runs["failed"]
-               else [])
-            + ([f"{len(pending)} with no outcome yet ({seq_list(pending)})"] if pending else []))
+        words = [f"{len(runs['ok'])} ok"] + [
+            f"{len(seqs)} {what} ({seq_list(seqs)})"
+            for seqs, what in ((runs["failed"], "failed"), (pending, "with no outcome yet"))
+            if seqs]
         lines.append(f"  lever {lever}: ran {len(runs['runs'])} time(s), {', '.join(words)}:"
                      f" {seq_list(runs['runs'])}")
     if v["refusals"]:
@@ -11298,9 +11265,8 @@ def cmd_bridge(home, args, pinned):
                                      "request a line on standard input: no shell, no command; "
                                      "run avsm --host HOST VERB on your side")
             return EX_OK
-        data = data or b"\n"                # a last line with no newline is a line too
         try:
-            messages = reader.feed(data)
+            messages = reader.feed(data or b"\n")     # a last line with no newline is a line too
         except (ValueError, RecursionError) as err:
             raise Fail(
                 EX_USAGE, f"the bridge reads one JSON object a line: {str(err)[:200]}") from None
@@ -11356,9 +11322,20 @@ def bridge_verb(home, message, read_only):
         raise Fail(EX_DATAERR,
                    f"this key may only read (avsm bridge --read-only): {verb} is refused; "
                    "it needs a key whose bridge may write")
-    problem = bridge_argv_problem(verb, argv)
-    if problem:
-        raise Fail(EX_DATAERR, problem)
+    for i, arg in enumerate(argv):      # no file of this host is read for the far side, no editor
+        if arg == "--allowed-signers" and verb == "doctor":
+            raise Fail(EX_DATAERR, "through the bridge doctor --allowed-signers names no file of "
+                                   "this host: a signed checkpoint is verified with this host's "
+                                   "own (its config's checkpoint: allowed_signers, else "
+                                   "~/.ssh/allowed_signers); leave the option out")
+        if arg in BRIDGE_PATH_OPTIONS.get(verb, ()) and argv[i + 1:i + 2] != ["-"]:
+            raise Fail(EX_DATAERR, f"through the bridge {verb} {arg} takes only - (what avsm "
+                                   f"--host sends from your side's standard input): no file of "
+                                   f"this host is read for it")
+    if verb == "approve" and "--edit" in argv:
+        raise Fail(EX_DATAERR, "through the bridge approve --edit opens no editor on this host: "
+                               "avsm --host HOST approve ASK --edit edits on your side and sends "
+                               "what you saved in its request")
     stdin = io.StringIO(m.get("stdin") or "")      # - reads the request's, not the channel
     CALLER.set(Caller(command=m.get("as"), tty=m.get("tty"), utf8=m.get("utf8"),
                       read_only=read_only, stdin=stdin))
@@ -11366,23 +11343,6 @@ def bridge_verb(home, message, read_only):
         import threading
         threading.Thread(target=end_with_stdin, daemon=True).start()
     return run_verb(home, [verb] + argv)
-
-
-def bridge_argv_problem(verb, argv):
-    """Return why the bridge runs no `verb` with `argv` (a file here, an editor), or None."""
-
-    for i, arg in enumerate(argv):
-        if arg == "--allowed-signers" and verb == "doctor":
-            return ("through the bridge doctor --allowed-signers names no file of this host: a "
-                    "signed checkpoint is verified with this host's own (its config's checkpoint: "
-                    "allowed_signers, else ~/.ssh/allowed_signers); leave the option out")
-        if arg in BRIDGE_PATH_OPTIONS.get(verb, ()) and argv[i + 1:i + 2] != ["-"]:
-            return (f"through the bridge {verb} {arg} takes only - (what avsm --host sends from "
-                    f"your side's standard input): no file of this host is read for it")
-    if verb == "approve" and "--edit" in argv:
-        return ("through the bridge approve --edit opens no editor on this host: avsm --host HOST "
-                "approve ASK --edit edits on your side and sends what you saved in its request")
-    return None
 
 
 def end_with_stdin():
@@ -11410,7 +11370,7 @@ def remote_host(spec, ssh=None, bridge=None, timeout=None, name=None):
             "bridge": bridge or os.environ.get("AVSM_BRIDGE") or "avsm bridge"}
 
 
-def fleet_path(given=None):
+def fleet_path(given):
     return given or os.path.join(
         os.environ.get("XDG_CONFIG_HOME") or os.path.expanduser("~/.config"), "avsm", "fleet.yaml")
 
@@ -11472,7 +11432,7 @@ def read_fleet(path, must=True):
 def fleet_timeout(c, value, path, text):
     """Return the seconds of a fleet file's timeout, or Fail(78) at the value's line and column."""
     try:
-        if isinstance(value, (int, float)) and not isinstance(value, bool) and value > 0:
+        if is_number(value) and value > 0:
             raise ValueError(f"timeout is a duration, not the number {shown_value(value)}; "
                              f"write {max(1, round(value))}s")
         return parse_duration(value)
@@ -11484,26 +11444,22 @@ def fleet_timeout(c, value, path, text):
         raise Fail(EX_CONFIG, f"{c.source}:{line}:{col}: {err}") from None
 
 
-def find_host(target, path=None):
-    """Return the host `target` names: NAME[:HOME] of the fleet file, else [user@]HOST[:HOME]."""
-    hosts = read_fleet(fleet_path(path), must=path is not None)
-    byname = {h["name"]: h for h in hosts}
-    if target in byname:
-        return byname[target]
+def run_remote(target, verb, argv, path):
+    """avsm --host TARGET VERB ...: run VERB on the host TARGET names, NAME[:HOME] of the fleet
+    file, else [user@]HOST[:HOME]; return its exit code."""
+    byname = {h["name"]: h for h in read_fleet(fleet_path(path), must=path is not None)}
     name, _, home = target.partition(":")
-    if name in byname and home:
+    if target in byname:
+        host = byname[target]
+    elif name in byname and home:
         if not os.path.isabs(home):
             raise Fail(EX_USAGE, f"{shown_text(target)[:80]!r}: the home after {name}: "
                                  f"is an absolute path, as {name}:/srv/avsm")
-        return dict(byname[name], name=target, home=home)
-    host = remote_host(target)
-    guess = nearest(target, byname) or nearest(name, byname) if byname else ""
-    return dict(host, guess=guess and f"; {target!r} is no name in {fleet_path(path)}{guess}")
-
-
-def run_remote(target, verb, argv, path=None):
-    """avsm --host [user@]HOST[:HOME] VERB ...: run VERB on that host; return its exit code."""
-    host = find_host(target, path)
+        host = dict(byname[name], name=target, home=home)
+    else:
+        guess = nearest(target, byname) or nearest(name, byname) if byname else ""
+        host = dict(remote_host(target),
+                    guess=guess and f"; {target!r} is no name in {fleet_path(path)}{guess}")
     if verb not in BRIDGE_VERBS:
         raise Fail(
             EX_USAGE,
@@ -11608,8 +11564,8 @@ def ssh_bridge(host, request, capture=False, timeout=None):
     proc = start_ssh(host)
     got, ours, theirs, ended = [], [], [], []
     heard, finished = threading.Event(), threading.Event()
-    ping = {"v": 1, "cmd": "ping", "args": {}, "home": request.get("home")}
-    lines = [request] if relay else [ping, request]
+    lines = [request] if relay else [
+        {"v": 1, "cmd": "ping", "args": {}, "home": request.get("home")}, request]
 
     def send():
         with contextlib.suppress(OSError):
@@ -11655,8 +11611,7 @@ def ssh_bridge(host, request, capture=False, timeout=None):
     try:
         for piece in iter(functools.partial(proc.stdout.readline, FAR_LINE), b""):
             if not pinged:              # the ping's answer: avsm's bridge is there
-
-                pinged = ping_answered(piece, name)
+                pinged = "exit" in bridge_message(piece, name)
                 if pinged:
                     heard.set()
                 continue
@@ -11693,7 +11648,6 @@ def ssh_bridge(host, request, capture=False, timeout=None):
         if proc.returncode is None:
             kill()
             proc.wait()
-
         with contextlib.suppress(OSError):
             proc.stdin.close()
     threads[1].join(5)
@@ -11762,19 +11716,20 @@ def far_json(text, name, command):
     return doc
 
 
-def ping_answered(piece, name):
-    """Return whether `piece` ends the bridge's answer to the ping; Fail(69) when not avsm's."""
+def bridge_message(piece, name, most=FAR_LINE):
+    """Return the JSON object a line of the bridge holds (shorter than `most`, None: any length);
+    Fail(69) when it is not avsm's."""
     try:
         message = json.loads(piece)
     except (ValueError, RecursionError):
         message = None
-    if not isinstance(message, dict) or len(piece) >= FAR_LINE:
+    if not isinstance(message, dict) or most and len(piece) >= most:
         raise Fail(EX_UNAVAILABLE, f"{name}: the bridge answered with no JSON object a line; "
                                    f"is it avsm's?")
-    return "exit" in message
+    return message
 
 
-def cmd_fleet(args, given=None, home=None):
+def cmd_fleet(args, given, home):
     """fleet [--fleet FILE] status|asks|summary|page [ARGS]: every host's view, asked at once."""
     path, rest = take_option(args, "--fleet")
     if rest and rest[0] == "witness":
@@ -11782,45 +11737,40 @@ def cmd_fleet(args, given=None, home=None):
     if not rest or rest[0] not in FLEET_VIEWS:
         raise Fail(EX_USAGE, "usage: avsm fleet [--fleet FILE] status|asks|summary|page [ARGS]")
     view, argv, hosts = rest[0], rest[1:], read_fleet(fleet_path(path or given))
-    target, results = view == "page" and page_target(argv, "fleet [--fleet FILE] page -o FILE"), {}
+    target = view == "page" and page_target(argv, "fleet [--fleet FILE] page -o FILE")
 
     def ask(host):
+        name, command = host["name"], far_command(host["name"])
         request = {"v": 1, "verb": view, "argv": argv + ["--json"] * bool(JSON),
                    "home": host["home"], "utf8": utf8_output(),
-                   "as": f"{client_command()} --host {host['name']}"}
+                   "as": f"{client_command()} --host {name}"}
         if target:                      # its facts, made into the page here
             request = {"v": 1, "cmd": "page", "args": {}, "home": host["home"]}
         try:
-            results[host["name"]] = ssh_bridge(host, request, capture=True, timeout=host["timeout"])
+            code, data, errors = ssh_bridge(host, request, capture=True, timeout=host["timeout"])
         except Fail as fail:
-            results[host["name"]] = (fail.code, b"", [str(fail)])
+            code, data, errors = fail.code, b"", [str(fail)]
         if target:
-            facts, problem, code = page_answer(*results[host["name"]])
-            results[host["name"]] = (code, facts, problem and problem.removeprefix(
-                host["name"] + ": "))
-    on_each_host(hosts, ask)
-    if target:
-        write_page(target, [(h["name"], *results[h["name"]][1:], far_command(h["name"]))
-                            for h in hosts])
-        return next((results[h["name"]][0] for h in hosts if results[h["name"]][0]), EX_OK)
-    said = []
-    for host in hosts:
-        code, data, errors = results[host["name"]]
+            facts, problem, code = page_answer(code, data, errors)
+            return code, (name, facts, problem and problem.removeprefix(name + ": "), command)
         if JSON:                        # its document, or its exit code and why it has none
             try:
-                doc = far_json(data.decode("utf-8", "replace"), host["name"],
-                               far_command(host["name"])) if data else {"error": "; ".join(errors)}
+                doc = far_json(data.decode("utf-8", "replace"), name, command) if data else {
+                    "error": "; ".join(errors)}
             except Fail as fail:
-                results[host["name"]], doc = (fail.code, data, errors), {"error": str(fail)}
-            JSON.setdefault("hosts", {})[host["name"]] = exit_facts(doc, results[host["name"]][0])
-            continue
-        lines = [far_text(line.decode("utf-8", "replace"), far_command(host["name"]))
-                 for line in data.split(b"\n")]
-        said.append((host["name"], lines[:-1] if lines[-1:] == [""] else lines,
-                     [line.removeprefix(host["name"] + ": ") for line in errors]))
-    if not JSON:
-        out(*fleet_lines(view, said))
-    return next((results[host["name"]][0] for host in hosts if results[host["name"]][0]), EX_OK)
+                code, doc = fail.code, {"error": str(fail)}
+            return code, (name, exit_facts(doc, code))
+        lines = [far_text(line.decode("utf-8", "replace"), command) for line in data.split(b"\n")]
+        return code, (name, lines[:-1] if lines[-1:] == [""] else lines,
+                      [line.removeprefix(name + ": ") for line in errors])
+    said = on_each_host(hosts, ask)     # (exit code, (name, what it said, ...)) of each host
+    if target:
+        write_page(target, [s for _, s in said])
+    elif JSON:
+        JSON["hosts"] = dict(s for _, s in said)
+    else:
+        out(*fleet_lines(view, [s for _, s in said]))
+    return next(filter(None, (code for code, _ in said)), EX_OK)
 
 
 def cmd_page(home, args):
@@ -11856,19 +11806,24 @@ def write_page(target, hosts):
 
 
 def on_each_host(hosts, work):
-    """Run `work(host)` for every host at once, in threads; return when all have ended."""
+    """Return [work(host) for host in hosts], run for every host at once, in threads."""
     import threading
-    threads = [threading.Thread(target=work, args=(host,), daemon=True) for host in hosts]
+    results = [None] * len(hosts)
+
+    def run(i):
+        results[i] = work(hosts[i])
+    threads = [threading.Thread(target=run, args=(i,), daemon=True) for i in range(len(hosts))]
     for thread in threads:
         thread.start()
     for thread in threads:
         thread.join()
+    return results
 
 
 def fleet_lines(view, said):
     """Return what avsm fleet prints of [(host, lines, error lines)], each under its host's name
     (made here, so no host's line passes for another's)."""
-    wide = max((len(name) for name, _, _ in said), default=0)
+    wide = max(len(name) for name, _, _ in said)
     if view == "status":
         said = align_status(said)
     lines = []
@@ -11943,13 +11898,7 @@ class BridgeSession:
         """Return (out lines, err lines, exit code) of the oldest request not yet answered."""
         out, err = [], []
         while True:
-            try:
-                message = json.loads(self.line())
-            except ValueError:
-                message = None
-            if not isinstance(message, dict):
-                raise Fail(EX_UNAVAILABLE, f"{self.host['name']}: the bridge answered with no "
-                                           f"JSON object a line; is it avsm's?")
+            message = bridge_message(self.line(), self.host["name"], None)
             if "exit" in message:
                 self.pending -= 1
                 return out, err, message["exit"]
@@ -12002,28 +11951,42 @@ def cmd_witness(home, fleet, args):
     allowed, args = witness_option(args, "--allowed-signers")
     if args not in ([], ["--mirror"]):
         raise Fail(EX_USAGE, WITNESS_USAGE)
-    state = os.environ.get("XDG_STATE_HOME") or os.path.expanduser("~/.local/state")
-    keep = keep or os.path.join(state, "avsm", "witness")
-    hosts, results = read_fleet(fleet), {}
+    keep = keep or os.path.join(
+        os.environ.get("XDG_STATE_HOME") or os.path.expanduser("~/.local/state"), "avsm", "witness")
+    hosts = read_fleet(fleet)
     try:
         notify = read_config(resolve_home(home))[0].get("notify")
     except Fail:
         notify = None
 
     def witness(host):
+        name = host["name"]
+        where = os.path.join(keep, re.sub(r"[^\w.@-]+", "_", name))
         try:
-            results[host["name"]] = (EX_OK, witness_host(host, keep, bool(args), allowed))
+            os.makedirs(os.path.join(where, "checkpoints"), mode=0o700, exist_ok=True)
+            with open(os.path.join(where, "witness.lock"), "w") as lock:
+                try:
+                    fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                except OSError:
+                    raise Fail(EX_TEMPFAIL, f"{name}: another avsm fleet witness keeps {where} "
+                                            f"now; let it finish, then run this again") from None
+                session = BridgeSession(host)
+                try:
+                    said = witness_session(host, where, session, bool(args), allowed)
+                finally:
+                    session.close()
+            return EX_OK, f"{name}  {said}"
         except Fail as fail:
-            results[host["name"]] = (fail.code, str(fail).removeprefix(host["name"] + ": "))
             if fail.code == EX_DATAERR and notify:
-                tell_witness(notify, home, host["name"], str(fail))
+                tell_witness(notify, home, name, str(fail))
+            return fail.code, f"{name}  {str(fail).removeprefix(name + ': ')}"
     umask = os.umask(0o077)     # what is kept (a mirror is a home) is this user's alone, as avsmd's
     try:
-        on_each_host(hosts, witness)
+        said = on_each_host(hosts, witness)
     finally:
         os.umask(umask)
-    out(*(f"{host['name']}  {results[host['name']][1]}" for host in hosts))
-    return next((results[h["name"]][0] for h in hosts if results[h["name"]][0]), EX_OK)
+    out(*(line for _, line in said))
+    return next(filter(None, (code for code, _ in said)), EX_OK)
 
 
 def witness_option(args, option):
@@ -12036,32 +11999,15 @@ def witness_option(args, option):
     return os.path.abspath(os.path.expanduser(args[at + 1])), args[:at] + args[at + 2:]
 
 
-def witness_host(host, keep, mirror, allowed):
-    """Return the line that says what was checked and kept of one host, or Fail."""
-    where = os.path.join(keep, re.sub(r"[^\w.@-]+", "_", host["name"]))
-    os.makedirs(os.path.join(where, "checkpoints"), mode=0o700, exist_ok=True)
-    with open(os.path.join(where, "witness.lock"), "w") as lock:
-        try:
-            fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except OSError:
-            raise Fail(EX_TEMPFAIL, f"{host['name']}: another avsm fleet witness keeps {where} "
-                                    f"now; let it finish, then run this again") from None
-        session = BridgeSession(host)
-        try:
-            return witness_session(host, where, session, mirror, allowed)
-        finally:
-            session.close()
-
-
 def witness_session(host, where, session, mirror, allowed):
-    """The steps of witness_host over one ssh session."""
+    """Return what fleet witness says of one host, checked (and kept) over one ssh session."""
     import sqlite3
     name, kept = host["name"], newest_checkpoint(os.path.join(where, "checkpoints"))
     # 1. the host's newest checkpoint: a new one where the key may write
     session.ask("checkpoint")
     session.ask("records", after=0, limit=0, checkpoint=True)
     session.answer()
-    first = json.loads(far_page(session, name)[0])
+    first = json.loads(far_page(session)[0])
     if not first.get("checkpoint"):
         raise Fail(EX_UNAVAILABLE, f"{name}: its avsmd has written no checkpoint yet, and this "
                                    f"key may not ask for one: let avsmd run there (it writes one "
@@ -12074,8 +12020,7 @@ def witness_session(host, where, session, mirror, allowed):
         # 2. what this side holds (the mirror's head, the checkpoint kept), and what to read: from
         # the first of them (again, to compare it) to the host's head (--mirror) or checkpoint
         if db is not None:
-            with open(os.path.join(where, MIRROR_MARK), "w") as fh:
-                fh.write(name + "\n")
+            write_textfile(os.path.join(where, MIRROR_MARK), name + "\n", None)
             db.execute("PRAGMA journal_mode=DELETE")
             db.execute("PRAGMA synchronous=FULL")
             db.executescript(LEDGER_SCHEMA)
@@ -12113,9 +12058,10 @@ def mirror_hash(db, seq):
     return row and row[0]
 
 
-def far_page(session, name):
+def far_page(session):
     """Return the out lines of the session's next answer, or Fail with the host's word."""
     lines, err, code = session.answer()
+    name = session.host["name"]
     if code == EX_USAGE:            # a bridge that knows no `records`
         raise Fail(code, f"{name}: {err[-1] if err else 'refused'}; the host's avsm is older than "
                          f"the witness's: copy this avsm.py there")
@@ -12132,7 +12078,7 @@ def copy_far_rows(session, db, held, lo, hi, want):
     try:
         while verdict is None:
             try:
-                rows = parse_rows(far_page(session, session.host["name"])[1:])
+                rows = parse_rows(far_page(session)[1:])
             except ValueError as err:
                 verdict = ("broken", (before or (lo - 1,))[0] + 1, str(err))
                 break
@@ -12171,7 +12117,7 @@ def witness_fork(session, db, where, name, verdict, kept):
 
     def far_rows(after, limit):
         session.ask("records", after=after, limit=limit)
-        return parse_rows(far_page(session, name)[1:])
+        return parse_rows(far_page(session)[1:])
 
     def differs(s):
         got = far_rows(s - 1, 1)
@@ -12189,11 +12135,9 @@ def witness_fork(session, db, where, name, verdict, kept):
             "SELECT seq, at, prev, hash, record FROM records WHERE seq >= ? ORDER BY seq LIMIT ?",
             (start, EVIDENCE_ROWS))]
     theirs = [row._asdict() for row in far_rows(start - 1, EVIDENCE_ROWS)]
-    files = []
-    for side, lines in (("kept", mine), ("far", theirs)):
-        files.append(os.path.join(where, f"fork-{seq}-{side}.jsonl"))
-        with open(files[-1], "w") as fh:
-            fh.writelines(json.dumps(line) + "\n" for line in lines)
+    files = [os.path.join(where, f"fork-{seq}-{side}.jsonl") for side in ("kept", "far")]
+    for path, lines in zip(files, (mine, theirs)):
+        write_textfile(path, "".join(json.dumps(line) + "\n" for line in lines), None)
     far_said = str(far_hash or "no such record")[:16]
     if kind == "broken":
         what = f"the host's record #{seq} does not chain: {far_hash or kept_hash}"
@@ -12213,11 +12157,11 @@ def witness_fork(session, db, where, name, verdict, kept):
 def keep_checkpoint(host, where, kept, new, far_hash, allowed):
     """Return what to say of the host's newest checkpoint's signature, once checked and kept."""
     name, principal = host["name"], host.get("principal")
+    refused = f"{name}: its newest checkpoint, of #{new.seq}, is refused: "
     problem = kept_checkpoint_problem(kept, new, far_hash)
     if problem:
-        raise Fail(EX_DATAERR, f"{name}: its newest checkpoint, of #{new.seq}, is refused: "
-                               f"{problem}; compare it with avsm --host {name} doctor, and keep "
-                               f"what this witness holds")
+        raise Fail(EX_DATAERR, f"{refused}{problem}; compare it with avsm --host {name} doctor, "
+                               f"and keep what this witness holds")
     said = ", unsigned" if new.signature is None else \
         ", its signature not checked (the fleet file names no principal: for it)"
     if principal:
@@ -12236,17 +12180,14 @@ def keep_checkpoint(host, where, kept, new, far_hash, allowed):
             verify_signer(new.text, new.signature, allowed, principal,
                           host.get("namespace") or CHECKPOINT_NAMESPACE)
         except Fail as fail:
-            raise Fail(fail.code, f"{name}: its newest checkpoint, of #{new.seq}, is refused: "
-                                  f"{fail}") from None
+            raise Fail(fail.code, f"{refused}{fail}") from None
         said = f", signed by {principal}"
     if kept is not None and new.seq < kept.seq:
         return said + f" (older than #{kept.seq}, the one kept, which the host still holds)"
     path = os.path.join(where, "checkpoints", f"{new.seq:012d}.txt")
     for name_, data in ((path + ".sig", new.signature), (path, new.text)):
         if data:
-            with open(name_ + ".new", "w") as fh:
-                fh.write(data.rstrip("\n") + "\n")
-            os.replace(name_ + ".new", name_)
+            write_textfile(name_, data.rstrip("\n") + "\n", None, name_ + ".new")
     return said
 
 
@@ -12480,12 +12421,7 @@ def backend_note(m, cfg):
 def print_allowed(home, cfg, name, m):
     """Print what mandate `m` of venture `name` allows, and whether its levers can hold it."""
     out(*describe_allowed(m, cfg))
-    out("  " + describe_capacity(
-        ledger_capacity(home, name, m, (cfg["forecast"] or FORECAST_DEFAULT)["days"])))
-
-
-def ledger_capacity(home, name, m, days):
-    """The capacity check of venture `name` under mandate `m`, from its history (open point 9)."""
+    # the capacity check, from the venture's history (open point 9)
     states, path = {}, os.path.join(home, "ledger.db")
     # no ledger yet (avsmd -t DIR on a new home): no history to judge from
     if os.path.exists(path):
@@ -12501,7 +12437,8 @@ def ledger_capacity(home, name, m, days):
             states = {}
     state = states.get(name) or VentureState(name)
     state.mandate = m
-    return capacity_check(state, days)
+    out("  " + describe_capacity(
+        capacity_check(state, (cfg["forecast"] or FORECAST_DEFAULT)["days"])))
 
 
 # ---- avsm try and avsm link, and how this user runs avsm ----
@@ -12517,6 +12454,7 @@ def cmd_try(home_arg, args):
     check_venture_dir(directory)
     check_venture_name(os.path.basename(directory))
     home, stopped_by, daemon, started, spawning = home_arg, [], None, False, []
+    signals = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
 
     def stop(signum, frame):
         stopped_by.append(signum)
@@ -12524,7 +12462,7 @@ def cmd_try(home_arg, args):
         if not spawning:
             raise KeyboardInterrupt
     try:        # an interrupt from here on ends as a late one does: avsmd stopped, the home named
-        for signum in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
+        for signum in signals:
             signal.signal(signum, stop)
         home = home or tempfile.mkdtemp(prefix="av", dir="/tmp")
         spawning.append(True)
@@ -12552,16 +12490,16 @@ def cmd_try(home_arg, args):
         code = ask_daemon(home, "add", {"dir": directory})
         if code != EX_OK:
             return code
-        out(f"# {when_it_acts(home, directory)}")
-        out(f"# the home is {home}; in another terminal: {client_command(home)} asks (approve N,"
-            " deny N, status)")
-        out(f"# following {home}/ledger.db; Ctrl-C stops avsmd")
+        out(f"# {when_it_acts(home, directory)}",
+            f"# the home is {home}; in another terminal: {client_command(home)} asks (approve N,"
+            " deny N, status)",
+            f"# following {home}/ledger.db; Ctrl-C stops avsmd")
         sys.stdout.flush()
         cmd_tail(home, ["1000000", "-f"])
     except KeyboardInterrupt:
         return 128 + (stopped_by or [signal.SIGINT])[0]
     finally:
-        for signum in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
+        for signum in signals:
             # stopping: a second signal does not cut it short
             signal.signal(signum, signal.SIG_IGN)
         if daemon is not None and daemon.poll() is None:
@@ -12573,17 +12511,14 @@ def cmd_try(home_arg, args):
         if home and (started or stopped_by):
             # the terminal has gone (SIGHUP): avsmd is stopped all the same
             with contextlib.suppress(OSError):
-                sys.stderr.write("\n" + try_ending(home, daemon and daemon.wait(), started))
+                status = daemon and daemon.wait()       # None: avsmd was not started
+                ended = (f"avsmd stopped ({describe_status(status)})" if started else
+                         "avsmd was not started" if status is None else
+                         f"avsmd stopped before it served ({describe_status(status)})")
+                again = f"look again with: {client_command(home)} tail 50" if os.path.exists(
+                    os.path.join(home, "ledger.db")) else "nothing was written there"
+                sys.stderr.write(f"\navsm: {ended}; the home is kept at {home}\navsm: {again}\n")
     return EX_OK
-
-
-def try_ending(home, code, started):
-    """Return what `avsm try` says as it ends (`code`: avsmd's exit, None when not started)."""
-    ended = (f"avsmd stopped ({describe_status(code)})" if started else "avsmd was not started"
-             if code is None else f"avsmd stopped before it served ({describe_status(code)})")
-    again = f"look again with: {client_command(home)} tail 50" \
-        if os.path.exists(os.path.join(home, "ledger.db")) else "nothing was written there"
-    return f"avsm: {ended}; the home is kept at {home}\navsm: {again}\n"
 
 
 def when_it_acts(home, directory):
@@ -12595,7 +12530,7 @@ def when_it_acts(home, directory):
             f"{name}: a model proposes at the nightly decision, or now with avsm decide {name}; a"
             f" report every {every}")
     sides = [f"{m['metric']} {'>' if way == 'above' else '<'} {format_number(bound)} (then "
-             + (f"{lever} runs)" if asks_first(m, lever) is None else asks_first(m, lever) + ")")
+             + (asks_first(m, lever) or f"{lever} runs") + ")"
              for _, way, bound, lever in controller_sides(m)]
     last, deadline = None, time.monotonic() + 3
     while last is None and time.monotonic() < deadline:
@@ -12630,7 +12565,7 @@ def program_command(program, home=None):
     started = sys.argv[0] if sys.argv and sys.argv[0] else ""
     name = os.path.basename(started)
     beside = os.path.join(os.path.dirname(started), program)
-    on_path = shutil.which(program)
+    on_path, command = shutil.which(program), None
     if name.split(".")[0] in ("avsm", "avsmd") and not name.endswith(".py"):
         if on_path and (
             not os.path.dirname(started) or os.path.realpath(on_path) == os.path.realpath(beside)):
@@ -12639,8 +12574,6 @@ def program_command(program, home=None):
             command = beside
         else:
             command = program if on_path else None
-    else:
-        command = None
     if command is None:
         python = sys.executable or "python3"
         if shutil.which("python3") and os.path.realpath(
@@ -12726,11 +12659,9 @@ def cmd_link(home, args):
                             "remove it, or link into another directory")
         for program in ("avsm", "avsmd"):
             path = os.path.join(target, program)
-            with open(path + ".new", "w", encoding="utf-8") as fh:
-                fh.write(LINK_WRAPPER.format(python=sys.executable, mark=LINK_MARK, program=program,
-                                             path=AVSM_PATH, target=target))
-            os.chmod(path + ".new", 0o755)
-            os.replace(path + ".new", path)
+            write_textfile(path, LINK_WRAPPER.format(python=sys.executable, mark=LINK_MARK,
+                                                     program=program, path=AVSM_PATH,
+                                                     target=target), 0o755, path + ".new")
     except OSError as err:
         raise Fail(EX_CANTCREAT, f"{err.filename or target} cannot be written: {err.strerror}; "
                                  f"link into a directory of yours, such as ~/bin") from None
@@ -14843,12 +14774,11 @@ def page_html(hosts, now):
 
 CLIENT_COMMANDS = {
     "add": cmd_add, "status": cmd_status, "summary": cmd_summary, "tail": cmd_tail,
-    "asks": lambda home, args: cmd_offline(home, "asks", args, lambda home, args: ask_daemon(
-        home, "asks", {"json": bool(JSON)}) if not args else refuse("usage: avsm asks", EX_USAGE)),
-    "approve": cmd_approve, "deny": cmd_simple("deny", "deny ASK", "ask"),
-    "pause": cmd_simple("pause", "pause VENTURE", "venture"),
-    "resume": cmd_simple("resume", "resume VENTURE", "venture"), "why": cmd_why,
-    "propose": cmd_propose, "decide": cmd_simple("decide", "decide VENTURE", "venture"),
+    "asks": lambda home, args: cmd_offline(home, "asks", {"json": bool(JSON)}) if not args
+    else refuse("usage: avsm asks", EX_USAGE),
+    "approve": cmd_approve, "deny": cmd_simple("deny", "ask"),
+    "pause": cmd_simple("pause", "venture"), "resume": cmd_simple("resume", "venture"),
+    "why": cmd_why, "propose": cmd_propose, "decide": cmd_simple("decide", "venture"),
     "doctor": cmd_doctor, "chart": cmd_chart, "checkpoint": cmd_checkpoint, "link": cmd_link,
     "try": None, "fleet": None, "bridge": None, "page": cmd_page}
 
@@ -14866,16 +14796,17 @@ def run_client(args):
         raise Fail(EX_USAGE, "--fleet FILE names the fleet file of avsm fleet and of --host NAME; "
                              "write avsm --fleet FILE fleet status, "
                              "or avsm --fleet FILE --host NAME CMD")
-    if rest and rest[0] in ("bridge", "fleet") and {"-h", "--help"} & set(rest[1:]):
+    verb, helped = rest[:1], {"-h", "--help"} & set(rest[1:])
+    if verb in (["bridge"], ["fleet"]) and helped:
         out(command_help(rest[0]))
         return EX_OK
-    if rest and rest[0] == "bridge":
+    if verb == ["bridge"]:
         return cmd_bridge(resolve_home(home), rest[1:],
                           home is not None or bool(os.environ.get("AVSMD_HOME")))
-    if rest and rest[0] == "fleet":
+    if verb == ["fleet"]:
         return cmd_fleet(rest[1:], fleet, home)
     if host is not None and rest and rest[0] not in ("-h", "--help", "help", "--version") \
-            and not {"-h", "--help"} & set(rest[1:]):
+            and not helped:
         if rest[0] not in CLIENT_COMMANDS:
             raise Fail(EX_USAGE, f"'{rest[0]}' is not an avsm command"
                                  f"{nearest(rest[0], CLIENT_COMMANDS)}: avsm --help lists them")
@@ -14887,11 +14818,8 @@ def run_verb(home, rest):
     """Run one client verb on `home` (None: the one avsm finds); return the exit code."""
     if not rest:
         raise Fail(EX_USAGE, "no command given\n" + CLIENT_USAGE)
-    if rest[0] in ("-h", "--help", "help"):
-        out(CLIENT_USAGE)
-        return EX_OK
-    if rest[0] == "--version":
-        out(f"avsm {VERSION}")
+    if rest[0] in ("-h", "--help", "help", "--version"):
+        out(f"avsm {VERSION}" if rest[0] == "--version" else CLIENT_USAGE)
         return EX_OK
     verb, rest = rest[0], rest[1:]
     if verb.startswith("-") and verb != "-":
@@ -14911,25 +14839,23 @@ def run_verb(home, rest):
             if arg.startswith("-") and arg != "-":
                 usage = command_help(verb).splitlines()[0].replace(" [--home DIR]", "")
                 # no name to take: only the usage helps
-                if verb not in ("add", "pause", "resume", "decide", "try"):
-                    raise Fail(EX_USAGE, f"avsm {verb} takes no option '{arg}'; {usage}")
-                raise Fail(EX_USAGE, f"avsm {verb} takes no option '{arg}'; {usage} (for a name"
-                                     f" that begins with -, write avsm {verb} -- {arg})")
+                named = verb in ("add", "pause", "resume", "decide", "try")
+                raise Fail(EX_USAGE, f"avsm {verb} takes no option '{arg}'; {usage}" + (
+                    f" (for a name that begins with -, write avsm {verb} -- {arg})" * named))
     if verb == "try":
         return cmd_try(home, options + names)
+    home = resolve_home(home)
     # a venture named after -- is a name, even one that begins with -
     if verb == "status":
-        return cmd_status(resolve_home(home), options, names)
+        return cmd_status(home, options, names)
     try:
         # chart reads its own options, so it is handed the -- that ends them
-        return CLIENT_COMMANDS[verb](resolve_home(home),
-                                     rest if verb == "chart" else options + names)
+        return CLIENT_COMMANDS[verb](home, rest if verb == "chart" else options + names)
     except Exception as err:
         # not a ledger, or a record not JSON
         if type(err).__module__ == "sqlite3" or isinstance(err, json.JSONDecodeError):
-            raise Fail(EX_DATAERR, f"{ledger_path(resolve_home(home))} cannot be read: {err}; "
-                                   f"{client_command(resolve_home(home))} doctor says more") \
-                from None
+            raise Fail(EX_DATAERR, f"{ledger_path(home)} cannot be read: {err}; "
+                                   f"{client_command(home)} doctor says more") from None
         raise
 
 
@@ -14955,25 +14881,20 @@ OPTIONLESS_COMMANDS = ("add", "asks", "deny", "decide", "pause", "resume", "why"
 
 def take_option(args, option):
     """Return (the value of `option` or None, the other arguments), before or after the command."""
-    home, rest, i = None, [], 0
+    value, rest, args = None, [], iter(args)
     needs = {"--home": "a directory", "--host": "a host, as [user@]HOST[:HOME]",
              "--fleet": "a file"}[option]
-    while i < len(args):
-        if args[i] == "--":
-            rest += args[i:]                # what follows -- is names, never an option
+    for arg in args:
+        if arg == "--":
+            rest += [arg, *args]            # what follows -- is names, never an option
             break
-        if args[i] == option:
-            if i + 1 >= len(args) or not args[i + 1]:
-                raise Fail(EX_USAGE, f"{option} needs {needs}")
-            home, i = args[i + 1], i + 2
-        elif args[i].startswith(option + "="):
-            home, i = args[i].split("=", 1)[1], i + 1
-            if not home:
+        if arg == option or arg.startswith(option + "="):
+            value = next(args, "") if arg == option else arg.split("=", 1)[1]
+            if not value:
                 raise Fail(EX_USAGE, f"{option} needs {needs}")
         else:
-            rest.append(args[i])
-            i += 1
-    return home, rest
+            rest.append(arg)
+    return value, rest
 
 
 def run_daemon(args):
@@ -14983,11 +14904,8 @@ def run_daemon(args):
     config_path, debug, mode, dirs = None, False, "run", []
     while rest:
         arg = rest.pop(0)
-        if arg in ("-h", "--help"):
-            out(DAEMON_USAGE)
-            return EX_OK
-        if arg == "--version":
-            out(f"avsmd {VERSION}")
+        if arg in ("-h", "--help", "--version"):
+            out(f"avsmd {VERSION}" if arg == "--version" else DAEMON_USAGE)
             return EX_OK
         if arg == "-f":
             if not rest:
@@ -15028,9 +14946,10 @@ INTERNAL_PROGRAMS = ("warden", "adapter", "forecast")  # started by avsmd and it
 
 
 def run_internal(program, args):
-    """The programs avsmd starts itself: the warden, the forecast, and the built-in adapters."""
-    if program == "forecast":
-        return run_forecast(args)
+    """The programs avsmd starts itself: the warden, the built-in adapters, and the forecast (the
+    facts as JSON on standard input, the forecast as JSON out)."""
+    if program == "adapter":
+        return run_adapter(args)
     if program == "warden":
         home, rest = take_option(args, "--home")
         if "--fd" not in rest or rest.index("--fd") + 1 >= len(rest) \
@@ -15039,11 +14958,6 @@ def run_internal(program, args):
         fd = int(rest[rest.index("--fd") + 1])
         keep_standard_files_open()
         return run_warden(resolve_home(home), fd, "-d" in rest)
-    return run_adapter(args)
-
-
-def run_forecast(args):
-    """The forecast program: the facts as JSON on standard input, the forecast as JSON out."""
     if args or sys.stdin is None or sys.stdin.isatty():
         raise Fail(EX_USAGE, "the forecast program is started by the warden with its facts on"
                              " standard input; run avsmd")
@@ -15113,8 +15027,7 @@ def main(argv=None):
             out(json.dumps(exit_facts(dict(JSON, error=str(fail)), fail.code)))
         return fail.code
     except BrokenPipeError:         # the reader went away (avsm tail | head -1)
-        devnull = os.open(os.devnull, os.O_WRONLY)
-        os.dup2(devnull, sys.stdout.fileno())
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return EX_OK
     except KeyboardInterrupt:
         return 130
@@ -15122,7 +15035,13 @@ def main(argv=None):
         sys.stderr.write(f"{name}: standard output cannot be written: {err.strerror}\n")
         return EX_IOERR
     except Exception:
-        return report_bug(name)
+        # a bug: the whole traceback on standard error, with how to report it
+        import traceback
+        traceback.print_exc()
+        sys.stderr.write(f"{name} {VERSION}: this is a bug in avsm, not something you did. Please"
+                         " report it with the lines above, the command you ran and"
+                         " `python3 --version`.\n")
+        return EX_SOFTWARE
 
 
 def keep_standard_files_open():
@@ -15139,16 +15058,6 @@ def keep_standard_files_open():
         sys.stdout = open(1, "w", closefd=False)
     if sys.stderr is None:
         sys.stderr = open(2, "w", closefd=False)
-
-
-def report_bug(name):
-    """An unexpected error: the whole traceback on standard error, with how to report it."""
-    import traceback
-    traceback.print_exc()
-    sys.stderr.write(f"{name} {VERSION}: this is a bug in avsm, not something you did. Please"
-                     " report it with the lines above, the command you ran and"
-                     " `python3 --version`.\n")
-    return EX_SOFTWARE
 
 
 if __name__ == "__main__":
