@@ -130,13 +130,16 @@ def parse_duration(text):
     """Return the seconds in a duration: a positive whole number and a unit (10s, 5m, 2h, 1d)."""
     s = text.strip() if isinstance(text, str) else json.dumps(text)  # YAML's null reads null
     one = re.fullmatch(r"([0-9]+)([smhd])", s)
-    if one and 0 < int(one[1]) * DURATION_UNITS[one[2]] <= DURATION_MAX:
-        return int(one[1]) * DURATION_UNITS[one[2]]
-    if one and int(one[1]) > 0:
-        raise ValueError(f"'{s}' is more than 100 years; "
-                         f"write a duration of at most {format_duration(DURATION_MAX)}")
+    if one:
+        seconds = int(one[1]) * DURATION_UNITS[one[2]]
+        if 0 < seconds <= DURATION_MAX:
+            return seconds
+        if seconds:
+            raise ValueError(f"'{s}' is more than 100 years; "
+                             f"write a duration of at most {format_duration(DURATION_MAX)}")
+        raise ValueError(f"'{s}' is not a duration; a duration is more than zero, such as 10s")
     compound = re.fullmatch(r"((?:[0-9]+[dhms])+)([0-9]+)?", s)
-    if compound and not one:
+    if compound:
         parts = re.findall(r"([0-9]+)([dhms])", compound[1])
         total = sum(int(n) * DURATION_UNITS[u] for n, u in parts)
         smaller = {"d": "h", "h": "m", "m": "s"}.get(parts[-1][1])
@@ -144,8 +147,6 @@ def parse_duration(text):
             total += int(compound[2]) * DURATION_UNITS[smaller]
         if total > 0 and (smaller or not compound[2]):
             raise ValueError(f"'{s}' is not a duration; write {format_duration(total)}")
-    if one:
-        raise ValueError(f"'{s}' is not a duration; a duration is more than zero, such as 10s")
     raise ValueError(f"'{s}' is not a duration; write a whole number and one unit of s, m, h or d, "
                      f"such as 10s, 5m, 2h, 1d")
 
@@ -243,18 +244,13 @@ class NumberError(ValueError):
 
 
 def number_refusal(text):
-    """Return why the number written `text` is refused, quoting it shortened."""
-    return (
-        f"{shorten(text)} is too large: avsm takes no number beyond 1e300; write a smaller number")
-
-
-def shorten(text, keep=24):
-    """Return `text` quoted, cut to `keep` characters with its length said when longer."""
-    return repr(text) if len(text) <= keep else f"{text[:keep]!r}... ({len(text)} characters)"
+    """Return why the number written `text` is refused, quoting it cut to 24 characters."""
+    shown = repr(text) if len(text) <= 24 else f"{text[:24]!r}... ({len(text)} characters)"
+    return f"{shown} is too large: avsm takes no number beyond 1e300; write a smaller number"
 
 
 def shown_value(value, keep=60):
-    """Return a parsed value as JSON for a refusal, cut as shorten cuts."""
+    """Return a parsed value as JSON for a refusal, cut to `keep` characters (its length said)."""
     text = json.dumps(value)
     return text if len(text) <= keep else f"{text[:keep]}... ({len(text)} characters)"
 
