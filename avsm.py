@@ -5682,25 +5682,23 @@ def build_request(packet):
     if not packet["levers"]:
         lines.append("  none")
     lines.append(f"forbidden levers: {', '.join(packet['forbidden']) or 'none'}")
-    lines.append("children:" if packet["children"] else "children: none")
-    lines += [f"  - {c['name']}: {c['state']}" + "".join(f"\n      {r}" for r in c["records"])
-              for c in packet["children"]]
-    lines.append("readings:" if packet["readings"] else "readings: none")
-    lines += [f"  - {r['name']} = {r['value']}: {r['fields'] or '(no fields)'}"
-              for r in packet["readings"]]
-    lines.append("recent records:" if packet["records"] else "recent records: none")
-    lines += [f"  {r}" for r in packet["records"]]
-    lines.append("open asks:" if packet["asks"] else "open asks: none")
-    lines += [f"  {a}" for a in packet["asks"]]
+    for title, items in (
+            ("children", [f"  - {c['name']}: {c['state']}"
+                          + "".join(f"\n      {r}" for r in c["records"])
+                          for c in packet["children"]]),
+            ("readings", [f"  - {r['name']} = {r['value']}: {r['fields'] or '(no fields)'}"
+                          for r in packet["readings"]]),
+            ("recent records", [f"  {r}" for r in packet["records"]]),
+            ("open asks", [f"  {a}" for a in packet["asks"]])):
+        lines += [f"{title}:", *items] if items else [f"{title}: none"]
     lines += packet_forecast_lines(packet)
     for look in packet.get("looks", []):
         lines.append(f"you looked up {json.dumps(look['look'])}:")
         lines += [f"  {line}" for line in look["answer"].splitlines()]
     if packet.get("looks"):
         lines.append(f"looks left: {LOOKS_MAX - len(packet['looks'])}")
-    return (CLASSIFIER_SYSTEM if packet.get("classifier") else MODEL_SYSTEM), "\n".join(
-        lines
-    ) + "\n"
+    system = CLASSIFIER_SYSTEM if packet.get("classifier") else MODEL_SYSTEM
+    return system, "\n".join(lines) + "\n"
 
 
 def packet_forecast_lines(packet):
@@ -5784,21 +5782,19 @@ def parse_reply(data, packet):
         items = reply["choices"]
         if not isinstance(items, list) or not 1 <= len(items) <= CHOICES_MAX:
             return {"unusable": f"choices must be a list of one to {CHOICES_MAX}"}
-        choices = []
         for item in items:
-            choice, why = check_choice(item)
-            if why or choice["choice"] in ("know", "why"):
+            why = check_choice(item)
+            if why or item["choice"] in ("know", "why"):
                 return {"unusable": why or "a look-up stands alone, not among choices"}
-            choices.append(choice)
-        return {"choices": choices}
-    choice, why = check_choice(reply)
+        return {"choices": items}
+    why = check_choice(reply)
     if why:
         return {"unusable": why}
-    if choice["choice"] in ("know", "why"):
+    if reply["choice"] in ("know", "why"):
         if len(packet.get("looks", [])) >= LOOKS_MAX:
             return {"unusable": f"more than {LOOKS_MAX} look-ups"}
-        return {"look": choice}
-    return {"choices": [choice]}
+        return {"look": reply}
+    return {"choices": [reply]}
 
 
 def unique_pairs(pairs):
@@ -5820,37 +5816,34 @@ SURROGATE = "[\ud800-\udfff]"
 
 
 def check_choice(choice):
-    """Return (the choice, None) when it has exactly the shape its kind allows, else (None, why)."""
+    """Return why a choice has not exactly the shape its kind allows, or None."""
     if not isinstance(choice, dict) or choice.get("choice") not in CHOICE_KEYS:
-        return None, "a choice is nothing, action, ask, know or why"
+        return "a choice is nothing, action, ask, know or why"
     kind = choice["choice"]
     extra = set(choice) - CHOICE_KEYS[kind]
     if extra:
-        return None, f"a {kind} choice has no {', '.join(sorted(extra))}"
+        return f"a {kind} choice has no {', '.join(sorted(extra))}"
     for key in ("reason", "question", "topic"):
         if key in choice and (not isinstance(choice[key], str) or len(choice[key]) > TEXT_MAX):
-            return None, f"{key} must be text of at most {TEXT_MAX} characters"
+            return f"{key} must be text of at most {TEXT_MAX} characters"
     if kind == "action" and not isinstance(choice.get("action"), str):
-        return None, "an action choice names its lever in action"
-    if kind == "ask" and (
-        "question" not in choice or ("action" in choice and not isinstance(choice["action"], str))
-    ):
-        return None, "an ask choice carries a question (and may name a lever)"
+        return "an action choice names its lever in action"
+    if kind == "ask" and ("question" not in choice
+                          or ("action" in choice and not isinstance(choice["action"], str))):
+        return "an ask choice carries a question (and may name a lever)"
     if kind == "know" and not isinstance(choice.get("topic"), str):
-        return None, "a know choice carries a topic"
-    if kind == "why" and (
-        isinstance(choice.get("record"), bool)
-        or not isinstance(choice.get("record"), int)
-        or not 1 <= choice["record"] < 2**63
-    ):
-        return None, "a why choice carries a record number"
+        return "a know choice carries a topic"
+    record = choice.get("record")
+    if kind == "why" and (isinstance(record, bool) or not isinstance(record, int)
+                          or not 1 <= record < 2**63):
+        return "a why choice carries a record number"
     if "payload" in choice and not isinstance(choice["payload"], (str, dict)):
-        return None, "a payload is a string or an object"
+        return "a payload is a string or an object"
     if depth(choice) > PAYLOAD_DEPTH:
-        return None, f"the choice nests deeper than {PAYLOAD_DEPTH} levels"
+        return f"the choice nests deeper than {PAYLOAD_DEPTH} levels"
     if re.search(SURROGATE, json.dumps(choice, ensure_ascii=False)):
-        return None, "the reply holds a lone surrogate: not text"
-    return choice, None
+        return "the reply holds a lone surrogate: not text"
+    return None
 
 
 def depth(value, level=0):
@@ -6374,28 +6367,14 @@ def expects_effects(mandate):
     return mandate is not None and any(lever.get("expects") for lever in mandate["levers"].values())
 
 
-def refusal_key(record):
-    """Return what groups refusals by reason."""
-    head = str(record.get("why") or record.get("summary") or "").split(";")[0]
-    return record.get("lever"), re.sub(r"\d+", "N", head)
-
-
-def new_venture_summary():
-    return {"records": 0, "levers": {}, "refusals": {}, "raised": [], "answered": [], "open": {},
-            "guards": {}, "pauses": [], "resumes": [], "effects": {}, "exits": [], "starts": 0,
-            "metric": None, "trusted": [], "untrusted": 0, "last_report": None, "paused": False,
-            "mandate": None}
-
-
 Summary = collections.namedtuple("Summary", "since first last ventures")
 Summary.__doc__ = """A span's summary: the first and last (seq, at) in the span after `since` (None
 when it holds none), and {venture: what happened}."""
 
 
-def summarize(rows, since, parse=None):
+def summarize(rows, since):
     """Return the Summary of the records after `since`; rows (seq, at, record) before it count only
     as SUMMARY_BEFORE_KINDS say, and as history for the fold of effects."""
-    parse = parse or parse_mandate
     ventures, folds, first, last, actions = {}, {}, None, None, {}
     for seq, at, record in rows:
         name, kind, inside = record.get("venture"), record.get("kind", ""), seq > since
@@ -6406,9 +6385,15 @@ def summarize(rows, since, parse=None):
                 continue
         if name == "self" or not isinstance(name, str):
             continue
-        v = ventures.get(name) or ventures.setdefault(name, new_venture_summary())
+        if name not in ventures:
+            ventures[name] = {
+                "records": 0, "levers": {}, "refusals": {}, "raised": [], "answered": [],
+                "open": {}, "guards": {}, "pauses": [], "resumes": [], "effects": {}, "exits": [],
+                "starts": 0, "metric": None, "trusted": [], "untrusted": 0, "last_report": None,
+                "paused": False, "mandate": None}
+        v = ventures[name]
         if name in folds or kind == "mandate" \
-                and expects_effects(parsed_or_none(parse, record, seq)):
+                and expects_effects(parsed_or_none(parse_mandate, record, seq)):
             state = folds.setdefault(name, VentureState(name))
             if inside and kind == "report" and record.get("status") == "trusted":
                 for action_seq, effect in state.effects.items():
@@ -6416,7 +6401,12 @@ def summarize(rows, since, parse=None):
                     if effect["verdict"] is None and judge_effect(
                             effect["expects"], effect["r0"], after, effect["steps"])[0] == "hit":
                         v["effects"].setdefault("hit", []).append(action_seq)
-            fold_ledger(folds, seq, at, record, parse)
+            fold_ledger(folds, seq, at, record, parse_mandate)
+        if kind == "report":
+            if inside:
+                summarize_report(v, seq, record)
+            continue
+        v["records"] += inside
         if kind == "mandate":
             v["mandate"] = (seq, record)
             if record.get("directory") != (v.get("directory") or record.get("directory")):
@@ -6424,19 +6414,25 @@ def summarize(rows, since, parse=None):
             v["directory"] = record.get("directory")
         elif kind == "ask":
             v["open"][seq] = record
+            if inside:
+                v["raised"].append(seq)
         elif kind in ("approval", "denial", "resolved"):
             v["open"].pop(record.get("ask"), None)
+            if inside:
+                v["answered"].append((record.get("ask"), kind, seq))
         elif kind == "pause":
             v["paused"] = True
+            if inside:
+                v["pauses"].append((seq, record.get("guard")))
+                if record.get("guard"):
+                    summary_guard(v, record["guard"])["paused"].append(seq)
         elif kind == "resume":
             v["paused"] = False
-        if not inside:
+            if inside:
+                v["resumes"].append(seq)
+        elif not inside:
             continue
-        if kind == "report":
-            summarize_report(v, seq, record)
-            continue
-        v["records"] += 1
-        if kind == "action":
+        elif kind == "action":
             lever = v["levers"].setdefault(record.get("lever"),
                                            {"runs": [], "ok": [], "failed": []})
             lever["runs"].append(seq)
@@ -6444,16 +6440,13 @@ def summarize(rows, since, parse=None):
         elif kind == "outcome" and record.get("action") in actions:
             actions[record["action"]]["ok" if record.get("ok") else "failed"].append(
                 record["action"])
-        elif kind == "refusal":
-            group = v["refusals"].setdefault(
-                refusal_key(record), {"count": 0, "seqs": [], "lever": record.get("lever")})
+        elif kind == "refusal":     # grouped by lever and reason, whatever numbers it holds
+            reason = str(record.get("why") or record.get("summary") or "").split(";")[0]
+            group = v["refusals"].setdefault((record.get("lever"), re.sub(r"\d+", "N", reason)),
+                                             {"count": 0, "seqs": [], "lever": record.get("lever")})
             group["count"] += 1
             group["seqs"].append(seq)
             group["why"] = record.get("why") or record.get("summary")
-        elif kind == "ask":
-            v["raised"].append(seq)
-        elif kind in ("approval", "denial", "resolved"):
-            v["answered"].append((record.get("ask"), kind, seq))
         elif kind.startswith("guard."):
             guard = summary_guard(v, kind[len("guard."):])
             guard["readings"] += 1
@@ -6462,12 +6455,6 @@ def summarize(rows, since, parse=None):
                 if past and not guard["past"]:
                     guard["episodes"].append(seq)
                 guard["past"] = past
-        elif kind == "pause":
-            v["pauses"].append((seq, record.get("guard")))
-            if record.get("guard"):
-                summary_guard(v, record["guard"])["paused"].append(seq)
-        elif kind == "resume":
-            v["resumes"].append(seq)
         elif kind == "effect":
             v["effects"].setdefault(record.get("verdict"), []).append(record.get("action"))
         elif kind == "exit":
@@ -6498,24 +6485,19 @@ def guard_pause_way_out(venture, guard):
     return f"clear what puts guard {guard} past its bound", f"avsm resume {venture}"
 
 
-def needs_person(v, name, parse=None):
+def needs_person(v, name):
     """Return [(what, command)]: what in a venture's summary needs a person now, and the command
     that answers it."""
-    found = []
-    for seq, ask in sorted(v["open"].items()):
-        found.append(
-            (f"ask #{seq}: {ask.get('summary')}", f"avsm approve {seq} or avsm deny {seq}")
-        )
+    found = [(f"ask #{seq}: {ask.get('summary')}", f"avsm approve {seq} or avsm deny {seq}")
+             for seq, ask in sorted(v["open"].items())]
     if v["paused"]:
-        by = v["pauses"][-1] if v["pauses"] else None
-        way_out = ", then ".join(guard_pause_way_out(name, by[1])) if by and by[1] \
-            else f"avsm resume {name}"
-        found.append((f"{name} is paused" + (f" (#{by[0]}, by guard {by[1]})" if by and by[1]
-                                             else f" (#{by[0]})" if by else ""), way_out))
-    if (
-        v["mandate"] is not None
-        and parsed_or_none(parse or parse_mandate, v["mandate"][1], v["mandate"][0]) is None
-    ):
+        at, guard = v["pauses"][-1] if v["pauses"] else (None, None)
+        if guard:
+            found.append((f"{name} is paused (#{at}, by guard {guard})",
+                          ", then ".join(guard_pause_way_out(name, guard))))
+        else:
+            found.append((f"{name} is paused" + (f" (#{at})" if at else ""), f"avsm resume {name}"))
+    if v["mandate"] and parsed_or_none(parse_mandate, v["mandate"][1], v["mandate"][0]) is None:
         found.append((f"{name} cannot run: its adopted mandate #{v['mandate'][0]} does not hold",
                       f"fix {v['mandate'][1].get('directory')}/mandate.yaml and avsm add it"))
     if v["last_report"] is not None and v["last_report"][1] in ("failed", "implausible"):
