@@ -5532,82 +5532,78 @@ class History:
 SNAPSHOT_TYPES = {":": dict, **{t.__name__: t for t in (tuple, set, frozenset, History)}}
 
 
+# A VentureState's fields but its name, in the order of its slots (so of a snapshot's fields), each
+# with what it starts as: a type (or a lambda) starts each venture with a new one.
+VENTURE_FIELDS = {
+    "directory": None,
+    "mandate": None,            # the parsed mandate in force, or None
+    "mandate_seq": None, "mandate_sha": None, "mandate_text": None,
+    "problem": None,            # why the adopted mandate cannot run, or None
+    "paused": False,
+    "last_report": None,        # (seq, at, record)
+    "level": None,              # (seq, value) of the last report that was not implausible
+    "pending": None,            # (seq, value) of an unconfirmed report
+    "last_step": None,          # the step between the last two trusted reports
+    "previous_implausible": False,
+    "trusted": History,         # [(seq, value)] of the last HISTORY trusted reports
+    "trusted_at": None,         # when the last of them was written (status shows its age)
+    "sides": dict,              # controller side -> {"armed": bool, "streak": [report seqs]}
+    "actions": dict,            # lever -> [(seq, at)] of its runs, for caps
+    "open_asks": dict,          # ask seq -> ask record
+    "implausible_ask": None,    # seq of the open ask raised for an implausible stretch
+    # its ask was answered: no new one until a plausible reading comes
+    "implausible_answered": False,
+    "running": dict,            # lever -> action seq of a run in flight (from action/outcome)
+    # guard name -> {"last": (seq, value, status), "past", "episode", "unwind_ok"}
+    "guards": dict,
+    # audit name -> {"values": [(seq, value)], "last": (seq, status), "note"}
+    "audits": dict,
+    "read": dict,               # reading name -> (seq, record)
+    "peak": None,               # the highest trusted report since the mandate: a drawdown's peak
+    "unwinds": dict,            # action seq -> the guard whose unwind it runs
+    # lever -> approvals since the mandate (a denial resets it): the ratchet
+    "approvals": dict,
+    "free_steps": list,         # one-step changes between trusted reports with no lever run between
+    "lever_steps": dict,        # lever -> steps between trusted reports across which it alone ran
+    # levers run since the last trusted report (none: the next step is lever-free)
+    "ran_since": list,
+    "effects": dict,            # action seq -> a run whose expected effect is not yet judged
+    "misses": dict,             # lever -> misses in a row (revoke_after)
+    "suspended": dict,          # lever -> the ask whose approval restores its delegation
+    "ratchet_forecasts": dict,  # lever -> seq of the `begun` forecast its ratchet ask waits on
+    # seq of an unspent approval (or a person's own proposal) -> {"lever", "payload", "ask"}
+    "grants": dict,
+    "checks": dict,             # seq of a passed lever check no action has cited yet -> lever
+    # [(seq, at, value)] of the last HISTORY trusted reports folded under a world: its input
+    "world_reports": list,
+    "prediction": None,         # (seq, record) of the prediction the next report may resolve
+    "scores": list,             # [(crps, persistence's crps, covered)] of the last ROLLING scores
+    "scored": 0,                # calibration scores in the ledger
+    # the last world record is a failed step: the next failure writes nothing
+    "world_failing": False,
+    "world_state": None,        # the state the world command returned last (a prediction's)
+    "checking": dict,           # lever -> seq of the `begun` check its run waits on
+    # seq of a model's proposal of an action no action, ask or refusal answered yet -> lever
+    "proposals": dict,
+    # its asks, canaries aside: canary_asks counts them over every venture
+    "asks_made": 0,
+    # the metrics' counters, over every record (a _total never goes back at a restart)
+    "counted": lambda: {"reports": 0, "failed": 0, "implausible": 0, "refusals": 0, "by_lever": {}},
+}
+
+
 class VentureState:
     """What the ledger says of one venture, folded record by record (so a restart forgets
     nothing)."""
 
     # Slots: with over 30 fields an instance's __dict__ would not share its keys (1.6 KiB a
     # venture, not 0.4). "__dict__" last: a field added without its slot still works.
-    __slots__ = ("name", "directory", "mandate", "mandate_seq", "mandate_sha", "mandate_text",
-                 "problem", "paused", "last_report", "level", "pending", "last_step",
-                 "previous_implausible", "trusted", "trusted_at", "sides", "actions", "open_asks",
-                 "implausible_ask", "implausible_answered", "running", "guards", "audits", "read",
-                 "peak", "unwinds", "approvals", "free_steps", "lever_steps", "ran_since",
-                 "effects", "misses", "suspended", "ratchet_forecasts", "grants", "checks",
-                 "world_reports", "prediction", "scores", "scored", "world_failing", "world_state",
-                 "checking", "proposals", "asks_made", "counted", "__dict__")
+    __slots__ = ("name", *VENTURE_FIELDS, "__dict__")
 
     def __init__(self, name):
         self.name = name
-        self.directory = None
-        self.mandate = None           # the parsed mandate in force, or None
-        self.mandate_seq = self.mandate_sha = self.mandate_text = None
-        self.problem = None           # why the adopted mandate cannot run, or None
-        self.paused = False
-        self.last_report = None       # (seq, at, record)
-        self.level = None             # (seq, value) of the last report that was not implausible
-        self.pending = None           # (seq, value) of an unconfirmed report
-        self.last_step = None         # the step between the last two trusted reports
-        self.previous_implausible = False
-        # its asks, canaries aside: canary_asks counts them over every venture
-        self.asks_made = 0
-        self.trusted = History()      # [(seq, value)] of the last HISTORY trusted reports
-        self.trusted_at = None        # when the last of them was written (status shows its age)
-        self.sides = {}               # controller side -> {"armed": bool, "streak": [report seqs]}
-        self.actions = {}             # lever -> [(seq, at)] of its runs, for caps
-        self.open_asks = {}           # ask seq -> ask record
-        self.implausible_ask = None   # seq of the open ask raised for an implausible stretch
-        # its ask was answered: no new one until a plausible reading comes
-        self.implausible_answered = False
-        self.running = {}             # lever -> action seq of a run in flight (from action/outcome)
-        # guard name -> {"last": (seq, value, status), "past", "episode", "unwind_ok"}
-        self.guards = {}
-        # audit name -> {"values": [(seq, value)], "last": (seq, status), "note"}
-        self.audits = {}
-        self.read = {}                # reading name -> (seq, record)
-        # the highest trusted report since the mandate: a drawdown's peak
-        self.peak = None
-        self.unwinds = {}             # action seq -> the guard whose unwind it runs
-        # lever -> approvals since the mandate (a denial resets it): the ratchet
-        self.approvals = {}
-        # one-step changes between trusted reports with no lever run between
-        self.free_steps = []
-        # lever -> steps between trusted reports across which it alone ran
-        self.lever_steps = {}
-        # levers run since the last trusted report (none: the next step is lever-free)
-        self.ran_since = []
-        self.effects = {}             # action seq -> a run whose expected effect is not yet judged
-        self.misses = {}              # lever -> misses in a row (revoke_after)
-        self.suspended = {}           # lever -> the ask whose approval restores its delegation
-        # lever -> seq of the `begun` forecast its ratchet ask waits on
-        self.ratchet_forecasts = {}
-        self.checking = {}            # lever -> seq of the `begun` check its run waits on
-        # seq of an unspent approval (or a person's own proposal) -> {"lever", "payload", "ask"}
-        self.grants = {}
-        self.checks = {}              # seq of a passed lever check no action has cited yet -> lever
-        # [(seq, at, value)] of the last HISTORY trusted reports folded under a world: its input
-        self.world_reports = []
-        self.prediction = None        # (seq, record) of the prediction the next report may resolve
-        # [(crps, persistence's crps, covered)] of the last ROLLING scores
-        self.scores = []
-        self.scored = 0               # calibration scores in the ledger
-        # the last world record is a failed step: the next failure writes nothing
-        self.world_failing = False
-        self.world_state = None       # the state the world command returned last (a prediction's)
-        # seq of a model's proposal of an action no action, ask or refusal answered yet -> lever
-        self.proposals = {}
-        # the metrics' counters, over every record (a _total never goes back at a restart)
-        self.counted = {"reports": 0, "failed": 0, "implausible": 0, "refusals": 0, "by_lever": {}}
+        for field, start in VENTURE_FIELDS.items():
+            setattr(self, field, start() if callable(start) else start)
 
     def side(self, name):
         """A controller side: armed (deadband), its streak of crossed reports (hold), asked."""
