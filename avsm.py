@@ -5713,14 +5713,9 @@ def packet_forecast_lines(packet):
     lines.append(f"  doing nothing: {forecast_text(packet['metric'], nothing)}")
     for name, lever in facts["levers"].items():
         known = len(lever["steps"]) >= 3 or lever["expects"]
-        lines.append(
-            f"  {name} once now: "
-            + (
-                forecast_text(packet["metric"], forecast(dict(facts, sides=[], first=name)))
-                if known
-                else "its effect is not measured yet"
-            )
-        )
+        shown = forecast_text(packet["metric"], forecast(dict(facts, sides=[], first=name))) \
+            if known else "its effect is not measured yet"
+        lines.append(f"  {name} once now: {shown}")
     return lines
 
 
@@ -5758,12 +5753,11 @@ def parse_reply(data, packet):
         return {"unusable": "the reply is empty"}
     if "\n" in text or "\r" in text:
         return {"unusable": "the reply is more than one line"}
-    lever_names = {lever["name"] for lever in packet["levers"]}
     if packet.get("classifier"):
-        if text in ("nothing", "ask") or text in lever_names:
-            return {"choices": [{"choice": "nothing"} if text == "nothing"
-                                else {"choice": "ask", "question": "the classifier asks"}
-                                if text == "ask" else {"choice": "action", "action": text}]}
+        said = {"nothing": {"choice": "nothing"},
+                "ask": {"choice": "ask", "question": "the classifier asks"}}.get(text)
+        if said or text in {lever["name"] for lever in packet["levers"]}:
+            return {"choices": [said or {"choice": "action", "action": text}]}
         return {"unusable": ("a classifier answers one word: nothing, ask or a permitted lever, not"
                              f" {text[:60]!r}")}
     try:
@@ -5991,10 +5985,8 @@ def snapshot_text(seq, states, counted):
 def ranked_choices(state, choices):
     """Return [(choice, held, not proposed)] for a reply's choices (WORLD-08, open point 37): below
     the calibration bar a ranking's top action asks a person, and the rest are not proposed."""
-    held = None
-    if is_ranking(choices):
-        ok, why = calibration_bar(state)
-        held = None if ok else why
+    ok, why = calibration_bar(state) if is_ranking(choices) else (True, None)
+    held = None if ok else why
     top = next((c for c in choices if c["choice"] == "action"), None)
     return [(choice, None, f"{choice['action']} not proposed: the ranking is held back ({held})")
             if held and choice["choice"] == "action" and choice is not top
@@ -6008,16 +6000,10 @@ def ratchet_ask(state, lever, path, new, why, forecast_seq=None, forecast_line=N
         f"delegated: true on {lever} in {path} and adopts it"
         + (f" ({forecast_line}, #{forecast_seq})" if forecast_seq else ""))
     return new_record(
-        "ask",
-        state.name,
-        about="ratchet",
-        lever=lever,
-        by="self",
-        mandate=new,
+        "ask", state.name, about="ratchet", lever=lever, by="self", mandate=new,
         question=question if new else f"{question} (edit it by hand: {why})",
         forecast=forecast_seq,
-        summary=f"self proposes delegating {lever} after {state.approvals[lever]} approvals",
-    )
+        summary=f"self proposes delegating {lever} after {state.approvals[lever]} approvals")
 
 
 def approve_problem(state, seq):
@@ -6033,9 +6019,8 @@ def ratchet_change_problem(state, mandate):
     """Return why the mandate change a ratchet ask carries may not be adopted, or None (SELF-03,
     ESC-09)."""
     if mandate["escalate"] == "offbox" and state.mandate["escalate"] != "offbox":
-        return (
-            "a change proposed by self may not add escalate: offbox; only you can, by editing the"
-            " mandate")
+        return ("a change proposed by self may not add escalate: offbox; only you can, by editing"
+                " the mandate")
     return None
 
 
@@ -6044,9 +6029,8 @@ def canary_ask(state, asks_seen, every):
     who reads it denies."""
     if asks_seen % every:
         return None
-    lever = (
-        next(iter(state.mandate["forbidden"]), None) if state.mandate else None
-    ) or "delete-everything"
+    lever = next(iter(state.mandate["forbidden"]), None) if state.mandate else None
+    lever = lever or "delete-everything"
     return new_record("ask", state.name, about="lever", lever=lever, canary=True,
                       question=f"run {lever}? the metric asks for it; {lever} is irreversible",
                       summary=f"run {lever}? {lever} is irreversible, so a person decides")
@@ -6072,9 +6056,8 @@ def decide_problem(state):
     if state.mandate is None:
         return f"{state.name} cannot run: {state.problem}"
     if not decided_by_model(state.mandate):
-        return (
-            f"{state.name}'s controller is {state.mandate['controller']['kind']}: no model decides"
-            " for it")
+        return (f"{state.name}'s controller is {state.mandate['controller']['kind']}: no model"
+                " decides for it")
     if state.paused:
         return f"{state.name} is paused; resume it first"
     return None
@@ -6089,11 +6072,8 @@ def backend_for(state, cfg):
                    " controller")
     backend = cfg["backends"][name]
     if backend["offbox"] and state.mandate["escalate"] != "offbox":
-        raise Fail(
-            EX_DATAERR,
-            f"backend {name} leaves the machine, and {state.name}'s mandate does not say escalate:"
-            " offbox; no call is made",
-        )
+        raise Fail(EX_DATAERR, f"backend {name} leaves the machine, and {state.name}'s mandate"
+                               " does not say escalate: offbox; no call is made")
     return name, backend
 
 
@@ -6103,13 +6083,10 @@ def model_packet(state, recent, now, forecast, looks):
     m = state.mandate
     ctl = m["controller"]
     hidden = {s for s, a in state.open_asks.items() if a.get("about") == "audit" or a.get("audit")}
-    records = []
-    for seq, at, record in recent:
-        if record["kind"].startswith("audit.") or record.get("about") == "audit" \
-                or record.get("ask") in hidden or record.get("audit"):
-            continue
-        records.append(f"#{seq} {format_local_time(at)} {record['claim']} {record['kind']}"
-                       f" {record['summary']}")
+    records = [f"#{seq} {format_local_time(at)} {r['claim']} {r['kind']} {r['summary']}"
+               for seq, at, r in recent
+               if not (r["kind"].startswith("audit.") or r.get("about") == "audit"
+                       or r.get("ask") in hidden or r.get("audit"))]
     return {
         "venture": state.name,
         "purpose": m["purpose"],
@@ -6215,11 +6192,10 @@ def notice_of(seq, record):
     """Return the notice a person must see for record #seq, as it is appended, or None."""
     kind, venture = record["kind"], record["venture"]
     if kind == "ask":               # a canary ask reads as any other: nothing here tells it apart
-        lever = {"lever": record["lever"]} if record.get("lever") else {}
         return new_notice("stuck" if record.get("about") == "stuck" else "ask", venture, seq,
                           record["summary"], f"avsm approve {seq}",
                           question=str(record.get("question") or "")[:NOTE_MAX],
-                          deny=f"avsm deny {seq}", **lever)
+                          deny=f"avsm deny {seq}", **some(lever=record.get("lever")))
     # stuck after a person's answer: told, not asked
     if kind == "refusal" and record.get("stuck") == "asked":
         return new_notice("stuck", venture, seq, record["summary"],
@@ -6337,19 +6313,10 @@ def judge_notify(stretch, notice, failure, note=""):
     if stretch is not None:
         return dict(stretch, failed=stretch["failed"] + 1), None
     return {"failed": 1, "first": told}, new_record(
-        "notify",
-        "self",
-        ok=False,
-        failed=1,
-        status=failure,
-        note=note[-NOTE_MAX:],
-        # which notice: its name, not the notice
-        notice={"kind": notice["kind"], "seq": notice.get("seq")},
-        summary=(
-            f"the notify command failed ({failure}) telling of {told}; it is not tried again for"
-            " it, and no further failure is written until it works again"
-        ),
-    )
+        "notify", "self", ok=False, failed=1, status=failure, note=note[-NOTE_MAX:],
+        notice={"kind": notice["kind"], "seq": notice.get("seq")},  # its name, not the notice
+        summary=f"the notify command failed ({failure}) telling of {told}; it is not tried again "
+                "for it, and no further failure is written until it works again")
 
 
 # ---- the morning summary ---- What happened in a span of the ledger, per venture (`avsm
