@@ -194,10 +194,8 @@ def parse_cap(text):
     if int(count) < 1:
         raise ValueError(f"'{s}' is not a cap: its count must be at least 1 "
                          f"(a lever that may never run is forbidden:, or not permitted at all)")
-    if period in CAP_PERIODS:
-        return int(count), CAP_PERIODS[period]
     try:
-        return int(count), parse_duration(period)
+        return int(count), CAP_PERIODS.get(period) or parse_duration(period)
     except ValueError:
         raise ValueError(f"'{s}' is not a cap; the period is minute, hour, day, week "
                          f"or a duration such as 90m") from None
@@ -5668,15 +5666,11 @@ def build_request(packet):
     lines = [f"venture: {packet['venture']}", f"purpose: {packet['purpose']}",
              f"metric: {packet['metric']}", f"controller: {packet['controller']}",
              "permitted levers:"]
-    for lever in packet["levers"]:
-        lines.append(
-            f"  - {lever['name']}: cap {lever['cap']} ({lever['used']} used), "
-            f"{'reversible' if lever['reversible'] else 'irreversible: a person approves it'}"
-            + (", delegated" if lever.get("delegated") else "")
-            + (f", takes {lever['takes']}" if lever.get("takes") else "")
-        )
-    if not packet["levers"]:
-        lines.append("  none")
+    lines += [f"  - {lever['name']}: cap {lever['cap']} ({lever['used']} used), "
+              f"{'reversible' if lever['reversible'] else 'irreversible: a person approves it'}"
+              + (", delegated" if lever.get("delegated") else "")
+              + (f", takes {lever['takes']}" if lever.get("takes") else "")
+              for lever in packet["levers"]] or ["  none"]
     lines.append(f"forbidden levers: {', '.join(packet['forbidden']) or 'none'}")
     for title, items in (
             ("children", [f"  - {c['name']}: {c['state']}"
@@ -5862,17 +5856,15 @@ def diff_paths(diff):
 def content_problem(takes, payload, directory):
     """Return why a diff or file payload would reach outside the venture directory, or None. A
     file payload is its relative path on the first line and the content after it."""
-    if not isinstance(payload, str):
+    if not isinstance(payload, str) or takes not in ("diff", "file"):
         return None
-    if takes == "diff":
+    if takes == "file":
+        paths = [payload.split("\n", 1)[0].strip()]
+    else:
         paths = diff_paths(payload)
         if not paths:
             return "the diff names no file"
         paths = [p[2:] if p.startswith(("a/", "b/")) else p for p in paths if p != "/dev/null"]
-    elif takes == "file":
-        paths = [payload.split("\n", 1)[0].strip()]
-    else:
-        return None
     root = os.path.realpath(directory)
     for path in paths:
         if not path or os.path.isabs(path) or ".." in path.replace("\\", "/").split("/"):
@@ -6188,6 +6180,11 @@ def new_notice(kind, venture, seq, summary, answer, **more):
     return dict(kind=kind, venture=venture, seq=seq, summary=summary, answer=answer, **more)
 
 
+# What to do before resuming a guard's pause: the guard is not read while paused, and its first
+# reading after resume pauses again if still past.
+GUARD_CLEAR = "clear what puts guard {} past its bound"
+
+
 def notice_of(seq, record):
     """Return the notice a person must see for record #seq, as it is appended, or None."""
     kind, venture = record["kind"], record["venture"]
@@ -6203,7 +6200,7 @@ def notice_of(seq, record):
     # a guard's or the stop lever's: no person did it
     if kind == "pause" and record["claim"] == "measured":
         guard = record.get("guard")
-        first = {"first": guard_pause_way_out(venture, guard)[0]} if guard else {}
+        first = {"first": GUARD_CLEAR.format(guard)} if guard else {}
         return new_notice("pause", venture, seq, record["summary"], f"avsm resume {venture}",
                           guard=guard, **first)
     if kind == "ledger" and venture == "self":
@@ -6442,12 +6439,6 @@ def summarize_report(v, seq, record):
         v["untrusted"] += 1
 
 
-def guard_pause_way_out(venture, guard):
-    """Return (what to clear first, the command that resumes) of a pause by guard `guard`: it is
-    not read while paused, and its first reading after resume pauses again if still past."""
-    return f"clear what puts guard {guard} past its bound", f"avsm resume {venture}"
-
-
 def needs_person(v, name):
     """Return [(what, command)]: what in a venture's summary needs a person now, and the command
     that answers it."""
@@ -6457,14 +6448,14 @@ def needs_person(v, name):
         at, guard = v["pauses"][-1] if v["pauses"] else (None, None)
         if guard:
             found.append((f"{name} is paused (#{at}, by guard {guard})",
-                          ", then ".join(guard_pause_way_out(name, guard))))
+                          f"{GUARD_CLEAR.format(guard)}, then avsm resume {name}"))
         else:
             found.append((f"{name} is paused" + (f" (#{at})" if at else ""), f"avsm resume {name}"))
     if v["mandate"] and parsed_or_none(parse_mandate, v["mandate"][1], v["mandate"][0]) is None:
         found.append((f"{name} cannot run: its adopted mandate #{v['mandate'][0]} does not hold",
                       f"fix {v['mandate'][1].get('directory')}/mandate.yaml and avsm add it"))
-    if v["last_report"] is not None and v["last_report"][1] in ("failed", "implausible"):
-        seq, status, note = v["last_report"]
+    seq, status, note = v["last_report"] or (None, None, None)
+    if status in ("failed", "implausible"):
         found.append((f"its last report #{seq} is {status}: {note}",
                       "fix the report, or its bounds in mandate.yaml and avsm add"))
     return found
