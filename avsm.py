@@ -5530,8 +5530,8 @@ class History:
 SNAPSHOT_TYPES = {":": dict, **{t.__name__: t for t in (tuple, set, frozenset, History)}}
 
 
-# A VentureState's fields but its name, in the order of its slots (so of a snapshot's fields), each
-# with what it starts as: a type (or a lambda) starts each venture with a new one.
+# A VentureState's fields but its name, in slot (so snapshot) order, each with how it starts: a
+# type or a lambda gives each venture a new one.
 VENTURE_FIELDS = {
     "directory": None,
     "mandate": None,            # the parsed mandate in force, or None
@@ -5900,8 +5900,7 @@ def write_problem(path, st, uid, name=str):
 
 def venture_commands(m):
     """Return every program mandate `m` runs, as command lines."""
-    commands = [] if m["adapter"] else ["./report"]
-    commands += [m["run"], m["world"]]
+    commands = ([] if m["adapter"] else ["./report"]) + [m["run"], m["world"]]
     for lever in m["levers"].values():
         commands += [lever["run"] if lever["run"] != "mail.send" else None, lever["check"]]
     commands += [item.get("run") for key in ("guards", "audits", "readings") for item in m[key]]
@@ -6270,7 +6269,7 @@ def notice_message(notice, commands, home):
 def judge_metrics(failed, spec, failure):
     """Return (the metrics textfile's writes failed in a row, the record to write or None) after one
     write (`failure`: why it failed): one record a stretch, and one as it ends."""
-    textfile, every = spec["textfile"], format_duration(spec["every"])
+    textfile = spec["textfile"]
     if failure is None:
         return 0, None if not failed else new_record(
             "metrics", "self", ok=True, failed=failed, textfile=textfile,
@@ -6281,9 +6280,9 @@ def judge_metrics(failed, spec, failure):
     return 1, new_record(
         "metrics", "self", ok=False, failed=1, textfile=textfile, note=failure[-NOTE_MAX:],
         summary=f"the metrics textfile {textfile} cannot be written ({failure}); it is tried again "
-                f"every {every}, and no further failure is written until it works: make its "
-                f"directory writable by avsmd's user, or name another metrics: textfile in "
-                f"config.yaml and restart avsmd")
+                f"every {format_duration(spec['every'])}, and no further failure is written until "
+                f"it works: make its directory writable by avsmd's user, or name another metrics: "
+                f"textfile in config.yaml and restart avsmd")
 
 
 def notify_failure(ended_by, status, timeout):
