@@ -130,13 +130,16 @@ def parse_duration(text):
     """Return the seconds in a duration: a positive whole number and a unit (10s, 5m, 2h, 1d)."""
     s = text.strip() if isinstance(text, str) else json.dumps(text)  # YAML's null reads null
     one = re.fullmatch(r"([0-9]+)([smhd])", s)
-    if one and 0 < int(one[1]) * DURATION_UNITS[one[2]] <= DURATION_MAX:
-        return int(one[1]) * DURATION_UNITS[one[2]]
-    if one and int(one[1]) > 0:
-        raise ValueError(f"'{s}' is more than 100 years; "
-                         f"write a duration of at most {format_duration(DURATION_MAX)}")
+    if one:
+        seconds = int(one[1]) * DURATION_UNITS[one[2]]
+        if 0 < seconds <= DURATION_MAX:
+            return seconds
+        if seconds:
+            raise ValueError(f"'{s}' is more than 100 years; "
+                             f"write a duration of at most {format_duration(DURATION_MAX)}")
+        raise ValueError(f"'{s}' is not a duration; a duration is more than zero, such as 10s")
     compound = re.fullmatch(r"((?:[0-9]+[dhms])+)([0-9]+)?", s)
-    if compound and not one:
+    if compound:
         parts = re.findall(r"([0-9]+)([dhms])", compound[1])
         total = sum(int(n) * DURATION_UNITS[u] for n, u in parts)
         smaller = {"d": "h", "h": "m", "m": "s"}.get(parts[-1][1])
@@ -144,8 +147,6 @@ def parse_duration(text):
             total += int(compound[2]) * DURATION_UNITS[smaller]
         if total > 0 and (smaller or not compound[2]):
             raise ValueError(f"'{s}' is not a duration; write {format_duration(total)}")
-    if one:
-        raise ValueError(f"'{s}' is not a duration; a duration is more than zero, such as 10s")
     raise ValueError(f"'{s}' is not a duration; write a whole number and one unit of s, m, h or d, "
                      f"such as 10s, 5m, 2h, 1d")
 
@@ -193,10 +194,8 @@ def parse_cap(text):
     if int(count) < 1:
         raise ValueError(f"'{s}' is not a cap: its count must be at least 1 "
                          f"(a lever that may never run is forbidden:, or not permitted at all)")
-    if period in CAP_PERIODS:
-        return int(count), CAP_PERIODS[period]
     try:
-        return int(count), parse_duration(period)
+        return int(count), CAP_PERIODS.get(period) or parse_duration(period)
     except ValueError:
         raise ValueError(f"'{s}' is not a cap; the period is minute, hour, day, week "
                          f"or a duration such as 90m") from None
@@ -243,18 +242,13 @@ class NumberError(ValueError):
 
 
 def number_refusal(text):
-    """Return why the number written `text` is refused, quoting it shortened."""
-    return (
-        f"{shorten(text)} is too large: avsm takes no number beyond 1e300; write a smaller number")
-
-
-def shorten(text, keep=24):
-    """Return `text` quoted, cut to `keep` characters with its length said when longer."""
-    return repr(text) if len(text) <= keep else f"{text[:keep]!r}... ({len(text)} characters)"
+    """Return why the number written `text` is refused, quoting it cut to 24 characters."""
+    shown = repr(text) if len(text) <= 24 else f"{text[:24]!r}... ({len(text)} characters)"
+    return f"{shown} is too large: avsm takes no number beyond 1e300; write a smaller number"
 
 
 def shown_value(value, keep=60):
-    """Return a parsed value as JSON for a refusal, cut as shorten cuts."""
+    """Return a parsed value as JSON for a refusal, cut to `keep` characters (its length said)."""
     text = json.dumps(value)
     return text if len(text) <= keep else f"{text[:keep]}... ({len(text)} characters)"
 
@@ -5536,82 +5530,78 @@ class History:
 SNAPSHOT_TYPES = {":": dict, **{t.__name__: t for t in (tuple, set, frozenset, History)}}
 
 
+# A VentureState's fields but its name, in slot (so snapshot) order, each with how it starts: a
+# type or a lambda gives each venture a new one.
+VENTURE_FIELDS = {
+    "directory": None,
+    "mandate": None,            # the parsed mandate in force, or None
+    "mandate_seq": None, "mandate_sha": None, "mandate_text": None,
+    "problem": None,            # why the adopted mandate cannot run, or None
+    "paused": False,
+    "last_report": None,        # (seq, at, record)
+    "level": None,              # (seq, value) of the last report that was not implausible
+    "pending": None,            # (seq, value) of an unconfirmed report
+    "last_step": None,          # the step between the last two trusted reports
+    "previous_implausible": False,
+    "trusted": History,         # [(seq, value)] of the last HISTORY trusted reports
+    "trusted_at": None,         # when the last of them was written (status shows its age)
+    "sides": dict,              # controller side -> {"armed": bool, "streak": [report seqs]}
+    "actions": dict,            # lever -> [(seq, at)] of its runs, for caps
+    "open_asks": dict,          # ask seq -> ask record
+    "implausible_ask": None,    # seq of the open ask raised for an implausible stretch
+    # its ask was answered: no new one until a plausible reading comes
+    "implausible_answered": False,
+    "running": dict,            # lever -> action seq of a run in flight (from action/outcome)
+    # guard name -> {"last": (seq, value, status), "past", "episode", "unwind_ok"}
+    "guards": dict,
+    # audit name -> {"values": [(seq, value)], "last": (seq, status), "note"}
+    "audits": dict,
+    "read": dict,               # reading name -> (seq, record)
+    "peak": None,               # the highest trusted report since the mandate: a drawdown's peak
+    "unwinds": dict,            # action seq -> the guard whose unwind it runs
+    # lever -> approvals since the mandate (a denial resets it): the ratchet
+    "approvals": dict,
+    "free_steps": list,         # one-step changes between trusted reports with no lever run between
+    "lever_steps": dict,        # lever -> steps between trusted reports across which it alone ran
+    # levers run since the last trusted report (none: the next step is lever-free)
+    "ran_since": list,
+    "effects": dict,            # action seq -> a run whose expected effect is not yet judged
+    "misses": dict,             # lever -> misses in a row (revoke_after)
+    "suspended": dict,          # lever -> the ask whose approval restores its delegation
+    "ratchet_forecasts": dict,  # lever -> seq of the `begun` forecast its ratchet ask waits on
+    # seq of an unspent approval (or a person's own proposal) -> {"lever", "payload", "ask"}
+    "grants": dict,
+    "checks": dict,             # seq of a passed lever check no action has cited yet -> lever
+    # [(seq, at, value)] of the last HISTORY trusted reports folded under a world: its input
+    "world_reports": list,
+    "prediction": None,         # (seq, record) of the prediction the next report may resolve
+    "scores": list,             # [(crps, persistence's crps, covered)] of the last ROLLING scores
+    "scored": 0,                # calibration scores in the ledger
+    # the last world record is a failed step: the next failure writes nothing
+    "world_failing": False,
+    "world_state": None,        # the state the world command returned last (a prediction's)
+    "checking": dict,           # lever -> seq of the `begun` check its run waits on
+    # seq of a model's proposal of an action no action, ask or refusal answered yet -> lever
+    "proposals": dict,
+    # its asks, canaries aside: canary_asks counts them over every venture
+    "asks_made": 0,
+    # the metrics' counters, over every record (a _total never goes back at a restart)
+    "counted": lambda: {"reports": 0, "failed": 0, "implausible": 0, "refusals": 0, "by_lever": {}},
+}
+
+
 class VentureState:
     """What the ledger says of one venture, folded record by record (so a restart forgets
     nothing)."""
 
     # Slots: with over 30 fields an instance's __dict__ would not share its keys (1.6 KiB a
     # venture, not 0.4). "__dict__" last: a field added without its slot still works.
-    __slots__ = ("name", "directory", "mandate", "mandate_seq", "mandate_sha", "mandate_text",
-                 "problem", "paused", "last_report", "level", "pending", "last_step",
-                 "previous_implausible", "trusted", "trusted_at", "sides", "actions", "open_asks",
-                 "implausible_ask", "implausible_answered", "running", "guards", "audits", "read",
-                 "peak", "unwinds", "approvals", "free_steps", "lever_steps", "ran_since",
-                 "effects", "misses", "suspended", "ratchet_forecasts", "grants", "checks",
-                 "world_reports", "prediction", "scores", "scored", "world_failing", "world_state",
-                 "checking", "proposals", "asks_made", "counted", "__dict__")
+    __slots__ = ("name", *VENTURE_FIELDS, "__dict__")
 
     def __init__(self, name):
         self.name = name
-        self.directory = None
-        self.mandate = None           # the parsed mandate in force, or None
-        self.mandate_seq = self.mandate_sha = self.mandate_text = None
-        self.problem = None           # why the adopted mandate cannot run, or None
-        self.paused = False
-        self.last_report = None       # (seq, at, record)
-        self.level = None             # (seq, value) of the last report that was not implausible
-        self.pending = None           # (seq, value) of an unconfirmed report
-        self.last_step = None         # the step between the last two trusted reports
-        self.previous_implausible = False
-        # its asks, canaries aside: canary_asks counts them over every venture
-        self.asks_made = 0
-        self.trusted = History()      # [(seq, value)] of the last HISTORY trusted reports
-        self.trusted_at = None        # when the last of them was written (status shows its age)
-        self.sides = {}               # controller side -> {"armed": bool, "streak": [report seqs]}
-        self.actions = {}             # lever -> [(seq, at)] of its runs, for caps
-        self.open_asks = {}           # ask seq -> ask record
-        self.implausible_ask = None   # seq of the open ask raised for an implausible stretch
-        # its ask was answered: no new one until a plausible reading comes
-        self.implausible_answered = False
-        self.running = {}             # lever -> action seq of a run in flight (from action/outcome)
-        # guard name -> {"last": (seq, value, status), "past", "episode", "unwind_ok"}
-        self.guards = {}
-        # audit name -> {"values": [(seq, value)], "last": (seq, status), "note"}
-        self.audits = {}
-        self.read = {}                # reading name -> (seq, record)
-        # the highest trusted report since the mandate: a drawdown's peak
-        self.peak = None
-        self.unwinds = {}             # action seq -> the guard whose unwind it runs
-        # lever -> approvals since the mandate (a denial resets it): the ratchet
-        self.approvals = {}
-        # one-step changes between trusted reports with no lever run between
-        self.free_steps = []
-        # lever -> steps between trusted reports across which it alone ran
-        self.lever_steps = {}
-        # levers run since the last trusted report (none: the next step is lever-free)
-        self.ran_since = []
-        self.effects = {}             # action seq -> a run whose expected effect is not yet judged
-        self.misses = {}              # lever -> misses in a row (revoke_after)
-        self.suspended = {}           # lever -> the ask whose approval restores its delegation
-        # lever -> seq of the `begun` forecast its ratchet ask waits on
-        self.ratchet_forecasts = {}
-        self.checking = {}            # lever -> seq of the `begun` check its run waits on
-        # seq of an unspent approval (or a person's own proposal) -> {"lever", "payload", "ask"}
-        self.grants = {}
-        self.checks = {}              # seq of a passed lever check no action has cited yet -> lever
-        # [(seq, at, value)] of the last HISTORY trusted reports folded under a world: its input
-        self.world_reports = []
-        self.prediction = None        # (seq, record) of the prediction the next report may resolve
-        # [(crps, persistence's crps, covered)] of the last ROLLING scores
-        self.scores = []
-        self.scored = 0               # calibration scores in the ledger
-        # the last world record is a failed step: the next failure writes nothing
-        self.world_failing = False
-        self.world_state = None       # the state the world command returned last (a prediction's)
-        # seq of a model's proposal of an action no action, ask or refusal answered yet -> lever
-        self.proposals = {}
-        # the metrics' counters, over every record (a _total never goes back at a restart)
-        self.counted = {"reports": 0, "failed": 0, "implausible": 0, "refusals": 0, "by_lever": {}}
+        for field, start in VENTURE_FIELDS.items():
+            setattr(self, field, start() if callable(start) else start)
 
     def side(self, name):
         """A controller side: armed (deadband), its streak of crossed reports (hold), asked."""
@@ -5676,35 +5666,29 @@ def build_request(packet):
     lines = [f"venture: {packet['venture']}", f"purpose: {packet['purpose']}",
              f"metric: {packet['metric']}", f"controller: {packet['controller']}",
              "permitted levers:"]
-    for lever in packet["levers"]:
-        lines.append(
-            f"  - {lever['name']}: cap {lever['cap']} ({lever['used']} used), "
-            f"{'reversible' if lever['reversible'] else 'irreversible: a person approves it'}"
-            + (", delegated" if lever.get("delegated") else "")
-            + (f", takes {lever['takes']}" if lever.get("takes") else "")
-        )
-    if not packet["levers"]:
-        lines.append("  none")
+    lines += [f"  - {lever['name']}: cap {lever['cap']} ({lever['used']} used), "
+              f"{'reversible' if lever['reversible'] else 'irreversible: a person approves it'}"
+              + (", delegated" if lever.get("delegated") else "")
+              + (f", takes {lever['takes']}" if lever.get("takes") else "")
+              for lever in packet["levers"]] or ["  none"]
     lines.append(f"forbidden levers: {', '.join(packet['forbidden']) or 'none'}")
-    lines.append("children:" if packet["children"] else "children: none")
-    lines += [f"  - {c['name']}: {c['state']}" + "".join(f"\n      {r}" for r in c["records"])
-              for c in packet["children"]]
-    lines.append("readings:" if packet["readings"] else "readings: none")
-    lines += [f"  - {r['name']} = {r['value']}: {r['fields'] or '(no fields)'}"
-              for r in packet["readings"]]
-    lines.append("recent records:" if packet["records"] else "recent records: none")
-    lines += [f"  {r}" for r in packet["records"]]
-    lines.append("open asks:" if packet["asks"] else "open asks: none")
-    lines += [f"  {a}" for a in packet["asks"]]
+    for title, items in (
+            ("children", [f"  - {c['name']}: {c['state']}"
+                          + "".join(f"\n      {r}" for r in c["records"])
+                          for c in packet["children"]]),
+            ("readings", [f"  - {r['name']} = {r['value']}: {r['fields'] or '(no fields)'}"
+                          for r in packet["readings"]]),
+            ("recent records", [f"  {r}" for r in packet["records"]]),
+            ("open asks", [f"  {a}" for a in packet["asks"]])):
+        lines += [f"{title}:", *items] if items else [f"{title}: none"]
     lines += packet_forecast_lines(packet)
     for look in packet.get("looks", []):
         lines.append(f"you looked up {json.dumps(look['look'])}:")
         lines += [f"  {line}" for line in look["answer"].splitlines()]
     if packet.get("looks"):
         lines.append(f"looks left: {LOOKS_MAX - len(packet['looks'])}")
-    return (CLASSIFIER_SYSTEM if packet.get("classifier") else MODEL_SYSTEM), "\n".join(
-        lines
-    ) + "\n"
+    system = CLASSIFIER_SYSTEM if packet.get("classifier") else MODEL_SYSTEM
+    return system, "\n".join(lines) + "\n"
 
 
 def packet_forecast_lines(packet):
@@ -5723,14 +5707,9 @@ def packet_forecast_lines(packet):
     lines.append(f"  doing nothing: {forecast_text(packet['metric'], nothing)}")
     for name, lever in facts["levers"].items():
         known = len(lever["steps"]) >= 3 or lever["expects"]
-        lines.append(
-            f"  {name} once now: "
-            + (
-                forecast_text(packet["metric"], forecast(dict(facts, sides=[], first=name)))
-                if known
-                else "its effect is not measured yet"
-            )
-        )
+        shown = forecast_text(packet["metric"], forecast(dict(facts, sides=[], first=name))) \
+            if known else "its effect is not measured yet"
+        lines.append(f"  {name} once now: {shown}")
     return lines
 
 
@@ -5768,12 +5747,11 @@ def parse_reply(data, packet):
         return {"unusable": "the reply is empty"}
     if "\n" in text or "\r" in text:
         return {"unusable": "the reply is more than one line"}
-    lever_names = {lever["name"] for lever in packet["levers"]}
     if packet.get("classifier"):
-        if text in ("nothing", "ask") or text in lever_names:
-            return {"choices": [{"choice": "nothing"} if text == "nothing"
-                                else {"choice": "ask", "question": "the classifier asks"}
-                                if text == "ask" else {"choice": "action", "action": text}]}
+        said = {"nothing": {"choice": "nothing"},
+                "ask": {"choice": "ask", "question": "the classifier asks"}}.get(text)
+        if said or text in {lever["name"] for lever in packet["levers"]}:
+            return {"choices": [said or {"choice": "action", "action": text}]}
         return {"unusable": ("a classifier answers one word: nothing, ask or a permitted lever, not"
                              f" {text[:60]!r}")}
     try:
@@ -5788,21 +5766,19 @@ def parse_reply(data, packet):
         items = reply["choices"]
         if not isinstance(items, list) or not 1 <= len(items) <= CHOICES_MAX:
             return {"unusable": f"choices must be a list of one to {CHOICES_MAX}"}
-        choices = []
         for item in items:
-            choice, why = check_choice(item)
-            if why or choice["choice"] in ("know", "why"):
+            why = check_choice(item)
+            if why or item["choice"] in ("know", "why"):
                 return {"unusable": why or "a look-up stands alone, not among choices"}
-            choices.append(choice)
-        return {"choices": choices}
-    choice, why = check_choice(reply)
+        return {"choices": items}
+    why = check_choice(reply)
     if why:
         return {"unusable": why}
-    if choice["choice"] in ("know", "why"):
+    if reply["choice"] in ("know", "why"):
         if len(packet.get("looks", [])) >= LOOKS_MAX:
             return {"unusable": f"more than {LOOKS_MAX} look-ups"}
-        return {"look": choice}
-    return {"choices": [choice]}
+        return {"look": reply}
+    return {"choices": [reply]}
 
 
 def unique_pairs(pairs):
@@ -5824,37 +5800,34 @@ SURROGATE = "[\ud800-\udfff]"
 
 
 def check_choice(choice):
-    """Return (the choice, None) when it has exactly the shape its kind allows, else (None, why)."""
+    """Return why a choice has not exactly the shape its kind allows, or None."""
     if not isinstance(choice, dict) or choice.get("choice") not in CHOICE_KEYS:
-        return None, "a choice is nothing, action, ask, know or why"
+        return "a choice is nothing, action, ask, know or why"
     kind = choice["choice"]
     extra = set(choice) - CHOICE_KEYS[kind]
     if extra:
-        return None, f"a {kind} choice has no {', '.join(sorted(extra))}"
+        return f"a {kind} choice has no {', '.join(sorted(extra))}"
     for key in ("reason", "question", "topic"):
         if key in choice and (not isinstance(choice[key], str) or len(choice[key]) > TEXT_MAX):
-            return None, f"{key} must be text of at most {TEXT_MAX} characters"
+            return f"{key} must be text of at most {TEXT_MAX} characters"
     if kind == "action" and not isinstance(choice.get("action"), str):
-        return None, "an action choice names its lever in action"
-    if kind == "ask" and (
-        "question" not in choice or ("action" in choice and not isinstance(choice["action"], str))
-    ):
-        return None, "an ask choice carries a question (and may name a lever)"
+        return "an action choice names its lever in action"
+    if kind == "ask" and ("question" not in choice
+                          or ("action" in choice and not isinstance(choice["action"], str))):
+        return "an ask choice carries a question (and may name a lever)"
     if kind == "know" and not isinstance(choice.get("topic"), str):
-        return None, "a know choice carries a topic"
-    if kind == "why" and (
-        isinstance(choice.get("record"), bool)
-        or not isinstance(choice.get("record"), int)
-        or not 1 <= choice["record"] < 2**63
-    ):
-        return None, "a why choice carries a record number"
+        return "a know choice carries a topic"
+    record = choice.get("record")
+    if kind == "why" and (isinstance(record, bool) or not isinstance(record, int)
+                          or not 1 <= record < 2**63):
+        return "a why choice carries a record number"
     if "payload" in choice and not isinstance(choice["payload"], (str, dict)):
-        return None, "a payload is a string or an object"
+        return "a payload is a string or an object"
     if depth(choice) > PAYLOAD_DEPTH:
-        return None, f"the choice nests deeper than {PAYLOAD_DEPTH} levels"
+        return f"the choice nests deeper than {PAYLOAD_DEPTH} levels"
     if re.search(SURROGATE, json.dumps(choice, ensure_ascii=False)):
-        return None, "the reply holds a lone surrogate: not text"
-    return choice, None
+        return "the reply holds a lone surrogate: not text"
+    return None
 
 
 def depth(value, level=0):
@@ -5883,17 +5856,15 @@ def diff_paths(diff):
 def content_problem(takes, payload, directory):
     """Return why a diff or file payload would reach outside the venture directory, or None. A
     file payload is its relative path on the first line and the content after it."""
-    if not isinstance(payload, str):
+    if not isinstance(payload, str) or takes not in ("diff", "file"):
         return None
-    if takes == "diff":
+    if takes == "file":
+        paths = [payload.split("\n", 1)[0].strip()]
+    else:
         paths = diff_paths(payload)
         if not paths:
             return "the diff names no file"
         paths = [p[2:] if p.startswith(("a/", "b/")) else p for p in paths if p != "/dev/null"]
-    elif takes == "file":
-        paths = [payload.split("\n", 1)[0].strip()]
-    else:
-        return None
     root = os.path.realpath(directory)
     for path in paths:
         if not path or os.path.isabs(path) or ".." in path.replace("\\", "/").split("/"):
@@ -5929,8 +5900,7 @@ def write_problem(path, st, uid, name=str):
 
 def venture_commands(m):
     """Return every program mandate `m` runs, as command lines."""
-    commands = [] if m["adapter"] else ["./report"]
-    commands += [m["run"], m["world"]]
+    commands = ([] if m["adapter"] else ["./report"]) + [m["run"], m["world"]]
     for lever in m["levers"].values():
         commands += [lever["run"] if lever["run"] != "mail.send" else None, lever["check"]]
     commands += [item.get("run") for key in ("guards", "audits", "readings") for item in m[key]]
@@ -6006,10 +5976,8 @@ def snapshot_text(seq, states, counted):
 def ranked_choices(state, choices):
     """Return [(choice, held, not proposed)] for a reply's choices (WORLD-08, open point 37): below
     the calibration bar a ranking's top action asks a person, and the rest are not proposed."""
-    held = None
-    if is_ranking(choices):
-        ok, why = calibration_bar(state)
-        held = None if ok else why
+    ok, why = calibration_bar(state) if is_ranking(choices) else (True, None)
+    held = None if ok else why
     top = next((c for c in choices if c["choice"] == "action"), None)
     return [(choice, None, f"{choice['action']} not proposed: the ranking is held back ({held})")
             if held and choice["choice"] == "action" and choice is not top
@@ -6023,16 +5991,10 @@ def ratchet_ask(state, lever, path, new, why, forecast_seq=None, forecast_line=N
         f"delegated: true on {lever} in {path} and adopts it"
         + (f" ({forecast_line}, #{forecast_seq})" if forecast_seq else ""))
     return new_record(
-        "ask",
-        state.name,
-        about="ratchet",
-        lever=lever,
-        by="self",
-        mandate=new,
+        "ask", state.name, about="ratchet", lever=lever, by="self", mandate=new,
         question=question if new else f"{question} (edit it by hand: {why})",
         forecast=forecast_seq,
-        summary=f"self proposes delegating {lever} after {state.approvals[lever]} approvals",
-    )
+        summary=f"self proposes delegating {lever} after {state.approvals[lever]} approvals")
 
 
 def approve_problem(state, seq):
@@ -6048,9 +6010,8 @@ def ratchet_change_problem(state, mandate):
     """Return why the mandate change a ratchet ask carries may not be adopted, or None (SELF-03,
     ESC-09)."""
     if mandate["escalate"] == "offbox" and state.mandate["escalate"] != "offbox":
-        return (
-            "a change proposed by self may not add escalate: offbox; only you can, by editing the"
-            " mandate")
+        return ("a change proposed by self may not add escalate: offbox; only you can, by editing"
+                " the mandate")
     return None
 
 
@@ -6059,9 +6020,8 @@ def canary_ask(state, asks_seen, every):
     who reads it denies."""
     if asks_seen % every:
         return None
-    lever = (
-        next(iter(state.mandate["forbidden"]), None) if state.mandate else None
-    ) or "delete-everything"
+    lever = next(iter(state.mandate["forbidden"]), None) if state.mandate else None
+    lever = lever or "delete-everything"
     return new_record("ask", state.name, about="lever", lever=lever, canary=True,
                       question=f"run {lever}? the metric asks for it; {lever} is irreversible",
                       summary=f"run {lever}? {lever} is irreversible, so a person decides")
@@ -6087,9 +6047,8 @@ def decide_problem(state):
     if state.mandate is None:
         return f"{state.name} cannot run: {state.problem}"
     if not decided_by_model(state.mandate):
-        return (
-            f"{state.name}'s controller is {state.mandate['controller']['kind']}: no model decides"
-            " for it")
+        return (f"{state.name}'s controller is {state.mandate['controller']['kind']}: no model"
+                " decides for it")
     if state.paused:
         return f"{state.name} is paused; resume it first"
     return None
@@ -6104,11 +6063,8 @@ def backend_for(state, cfg):
                    " controller")
     backend = cfg["backends"][name]
     if backend["offbox"] and state.mandate["escalate"] != "offbox":
-        raise Fail(
-            EX_DATAERR,
-            f"backend {name} leaves the machine, and {state.name}'s mandate does not say escalate:"
-            " offbox; no call is made",
-        )
+        raise Fail(EX_DATAERR, f"backend {name} leaves the machine, and {state.name}'s mandate"
+                               " does not say escalate: offbox; no call is made")
     return name, backend
 
 
@@ -6118,13 +6074,10 @@ def model_packet(state, recent, now, forecast, looks):
     m = state.mandate
     ctl = m["controller"]
     hidden = {s for s, a in state.open_asks.items() if a.get("about") == "audit" or a.get("audit")}
-    records = []
-    for seq, at, record in recent:
-        if record["kind"].startswith("audit.") or record.get("about") == "audit" \
-                or record.get("ask") in hidden or record.get("audit"):
-            continue
-        records.append(f"#{seq} {format_local_time(at)} {record['claim']} {record['kind']}"
-                       f" {record['summary']}")
+    records = [f"#{seq} {format_local_time(at)} {r['claim']} {r['kind']} {r['summary']}"
+               for seq, at, r in recent
+               if not (r["kind"].startswith("audit.") or r.get("about") == "audit"
+                       or r.get("ask") in hidden or r.get("audit"))]
     return {
         "venture": state.name,
         "purpose": m["purpose"],
@@ -6226,15 +6179,19 @@ def new_notice(kind, venture, seq, summary, answer, **more):
     return dict(kind=kind, venture=venture, seq=seq, summary=summary, answer=answer, **more)
 
 
+# What to do before resuming a guard's pause: the guard is not read while paused, and its first
+# reading after resume pauses again if still past.
+GUARD_CLEAR = "clear what puts guard {} past its bound"
+
+
 def notice_of(seq, record):
     """Return the notice a person must see for record #seq, as it is appended, or None."""
     kind, venture = record["kind"], record["venture"]
     if kind == "ask":               # a canary ask reads as any other: nothing here tells it apart
-        lever = {"lever": record["lever"]} if record.get("lever") else {}
         return new_notice("stuck" if record.get("about") == "stuck" else "ask", venture, seq,
                           record["summary"], f"avsm approve {seq}",
                           question=str(record.get("question") or "")[:NOTE_MAX],
-                          deny=f"avsm deny {seq}", **lever)
+                          deny=f"avsm deny {seq}", **some(lever=record.get("lever")))
     # stuck after a person's answer: told, not asked
     if kind == "refusal" and record.get("stuck") == "asked":
         return new_notice("stuck", venture, seq, record["summary"],
@@ -6242,7 +6199,7 @@ def notice_of(seq, record):
     # a guard's or the stop lever's: no person did it
     if kind == "pause" and record["claim"] == "measured":
         guard = record.get("guard")
-        first = {"first": guard_pause_way_out(venture, guard)[0]} if guard else {}
+        first = {"first": GUARD_CLEAR.format(guard)} if guard else {}
         return new_notice("pause", venture, seq, record["summary"], f"avsm resume {venture}",
                           guard=guard, **first)
     if kind == "ledger" and venture == "self":
@@ -6312,7 +6269,7 @@ def notice_message(notice, commands, home):
 def judge_metrics(failed, spec, failure):
     """Return (the metrics textfile's writes failed in a row, the record to write or None) after one
     write (`failure`: why it failed): one record a stretch, and one as it ends."""
-    textfile, every = spec["textfile"], format_duration(spec["every"])
+    textfile = spec["textfile"]
     if failure is None:
         return 0, None if not failed else new_record(
             "metrics", "self", ok=True, failed=failed, textfile=textfile,
@@ -6323,9 +6280,9 @@ def judge_metrics(failed, spec, failure):
     return 1, new_record(
         "metrics", "self", ok=False, failed=1, textfile=textfile, note=failure[-NOTE_MAX:],
         summary=f"the metrics textfile {textfile} cannot be written ({failure}); it is tried again "
-                f"every {every}, and no further failure is written until it works: make its "
-                f"directory writable by avsmd's user, or name another metrics: textfile in "
-                f"config.yaml and restart avsmd")
+                f"every {format_duration(spec['every'])}, and no further failure is written until "
+                f"it works: make its directory writable by avsmd's user, or name another metrics: "
+                f"textfile in config.yaml and restart avsmd")
 
 
 def notify_failure(ended_by, status, timeout):
@@ -6352,19 +6309,10 @@ def judge_notify(stretch, notice, failure, note=""):
     if stretch is not None:
         return dict(stretch, failed=stretch["failed"] + 1), None
     return {"failed": 1, "first": told}, new_record(
-        "notify",
-        "self",
-        ok=False,
-        failed=1,
-        status=failure,
-        note=note[-NOTE_MAX:],
-        # which notice: its name, not the notice
-        notice={"kind": notice["kind"], "seq": notice.get("seq")},
-        summary=(
-            f"the notify command failed ({failure}) telling of {told}; it is not tried again for"
-            " it, and no further failure is written until it works again"
-        ),
-    )
+        "notify", "self", ok=False, failed=1, status=failure, note=note[-NOTE_MAX:],
+        notice={"kind": notice["kind"], "seq": notice.get("seq")},  # its name, not the notice
+        summary=f"the notify command failed ({failure}) telling of {told}; it is not tried again "
+                "for it, and no further failure is written until it works again")
 
 
 # ---- the morning summary ---- What happened in a span of the ledger, per venture (`avsm
@@ -6378,28 +6326,14 @@ def expects_effects(mandate):
     return mandate is not None and any(lever.get("expects") for lever in mandate["levers"].values())
 
 
-def refusal_key(record):
-    """Return what groups refusals by reason."""
-    head = str(record.get("why") or record.get("summary") or "").split(";")[0]
-    return record.get("lever"), re.sub(r"\d+", "N", head)
-
-
-def new_venture_summary():
-    return {"records": 0, "levers": {}, "refusals": {}, "raised": [], "answered": [], "open": {},
-            "guards": {}, "pauses": [], "resumes": [], "effects": {}, "exits": [], "starts": 0,
-            "metric": None, "trusted": [], "untrusted": 0, "last_report": None, "paused": False,
-            "mandate": None}
-
-
 Summary = collections.namedtuple("Summary", "since first last ventures")
 Summary.__doc__ = """A span's summary: the first and last (seq, at) in the span after `since` (None
 when it holds none), and {venture: what happened}."""
 
 
-def summarize(rows, since, parse=None):
+def summarize(rows, since):
     """Return the Summary of the records after `since`; rows (seq, at, record) before it count only
     as SUMMARY_BEFORE_KINDS say, and as history for the fold of effects."""
-    parse = parse or parse_mandate
     ventures, folds, first, last, actions = {}, {}, None, None, {}
     for seq, at, record in rows:
         name, kind, inside = record.get("venture"), record.get("kind", ""), seq > since
@@ -6410,9 +6344,15 @@ def summarize(rows, since, parse=None):
                 continue
         if name == "self" or not isinstance(name, str):
             continue
-        v = ventures.get(name) or ventures.setdefault(name, new_venture_summary())
+        if name not in ventures:
+            ventures[name] = {
+                "records": 0, "levers": {}, "refusals": {}, "raised": [], "answered": [],
+                "open": {}, "guards": {}, "pauses": [], "resumes": [], "effects": {}, "exits": [],
+                "starts": 0, "metric": None, "trusted": [], "untrusted": 0, "last_report": None,
+                "paused": False, "mandate": None}
+        v = ventures[name]
         if name in folds or kind == "mandate" \
-                and expects_effects(parsed_or_none(parse, record, seq)):
+                and expects_effects(parsed_or_none(parse_mandate, record, seq)):
             state = folds.setdefault(name, VentureState(name))
             if inside and kind == "report" and record.get("status") == "trusted":
                 for action_seq, effect in state.effects.items():
@@ -6420,7 +6360,12 @@ def summarize(rows, since, parse=None):
                     if effect["verdict"] is None and judge_effect(
                             effect["expects"], effect["r0"], after, effect["steps"])[0] == "hit":
                         v["effects"].setdefault("hit", []).append(action_seq)
-            fold_ledger(folds, seq, at, record, parse)
+            fold_ledger(folds, seq, at, record, parse_mandate)
+        if kind == "report":
+            if inside:
+                summarize_report(v, seq, record)
+            continue
+        v["records"] += inside
         if kind == "mandate":
             v["mandate"] = (seq, record)
             if record.get("directory") != (v.get("directory") or record.get("directory")):
@@ -6428,19 +6373,25 @@ def summarize(rows, since, parse=None):
             v["directory"] = record.get("directory")
         elif kind == "ask":
             v["open"][seq] = record
+            if inside:
+                v["raised"].append(seq)
         elif kind in ("approval", "denial", "resolved"):
             v["open"].pop(record.get("ask"), None)
+            if inside:
+                v["answered"].append((record.get("ask"), kind, seq))
         elif kind == "pause":
             v["paused"] = True
+            if inside:
+                v["pauses"].append((seq, record.get("guard")))
+                if record.get("guard"):
+                    summary_guard(v, record["guard"])["paused"].append(seq)
         elif kind == "resume":
             v["paused"] = False
-        if not inside:
+            if inside:
+                v["resumes"].append(seq)
+        elif not inside:
             continue
-        if kind == "report":
-            summarize_report(v, seq, record)
-            continue
-        v["records"] += 1
-        if kind == "action":
+        elif kind == "action":
             lever = v["levers"].setdefault(record.get("lever"),
                                            {"runs": [], "ok": [], "failed": []})
             lever["runs"].append(seq)
@@ -6448,16 +6399,13 @@ def summarize(rows, since, parse=None):
         elif kind == "outcome" and record.get("action") in actions:
             actions[record["action"]]["ok" if record.get("ok") else "failed"].append(
                 record["action"])
-        elif kind == "refusal":
-            group = v["refusals"].setdefault(
-                refusal_key(record), {"count": 0, "seqs": [], "lever": record.get("lever")})
+        elif kind == "refusal":     # grouped by lever and reason, whatever numbers it holds
+            reason = str(record.get("why") or record.get("summary") or "").split(";")[0]
+            group = v["refusals"].setdefault((record.get("lever"), re.sub(r"\d+", "N", reason)),
+                                             {"count": 0, "seqs": [], "lever": record.get("lever")})
             group["count"] += 1
             group["seqs"].append(seq)
             group["why"] = record.get("why") or record.get("summary")
-        elif kind == "ask":
-            v["raised"].append(seq)
-        elif kind in ("approval", "denial", "resolved"):
-            v["answered"].append((record.get("ask"), kind, seq))
         elif kind.startswith("guard."):
             guard = summary_guard(v, kind[len("guard."):])
             guard["readings"] += 1
@@ -6466,12 +6414,6 @@ def summarize(rows, since, parse=None):
                 if past and not guard["past"]:
                     guard["episodes"].append(seq)
                 guard["past"] = past
-        elif kind == "pause":
-            v["pauses"].append((seq, record.get("guard")))
-            if record.get("guard"):
-                summary_guard(v, record["guard"])["paused"].append(seq)
-        elif kind == "resume":
-            v["resumes"].append(seq)
         elif kind == "effect":
             v["effects"].setdefault(record.get("verdict"), []).append(record.get("action"))
         elif kind == "exit":
@@ -6496,34 +6438,23 @@ def summarize_report(v, seq, record):
         v["untrusted"] += 1
 
 
-def guard_pause_way_out(venture, guard):
-    """Return (what to clear first, the command that resumes) of a pause by guard `guard`: it is
-    not read while paused, and its first reading after resume pauses again if still past."""
-    return f"clear what puts guard {guard} past its bound", f"avsm resume {venture}"
-
-
-def needs_person(v, name, parse=None):
+def needs_person(v, name):
     """Return [(what, command)]: what in a venture's summary needs a person now, and the command
     that answers it."""
-    found = []
-    for seq, ask in sorted(v["open"].items()):
-        found.append(
-            (f"ask #{seq}: {ask.get('summary')}", f"avsm approve {seq} or avsm deny {seq}")
-        )
+    found = [(f"ask #{seq}: {ask.get('summary')}", f"avsm approve {seq} or avsm deny {seq}")
+             for seq, ask in sorted(v["open"].items())]
     if v["paused"]:
-        by = v["pauses"][-1] if v["pauses"] else None
-        way_out = ", then ".join(guard_pause_way_out(name, by[1])) if by and by[1] \
-            else f"avsm resume {name}"
-        found.append((f"{name} is paused" + (f" (#{by[0]}, by guard {by[1]})" if by and by[1]
-                                             else f" (#{by[0]})" if by else ""), way_out))
-    if (
-        v["mandate"] is not None
-        and parsed_or_none(parse or parse_mandate, v["mandate"][1], v["mandate"][0]) is None
-    ):
+        at, guard = v["pauses"][-1] if v["pauses"] else (None, None)
+        if guard:
+            found.append((f"{name} is paused (#{at}, by guard {guard})",
+                          f"{GUARD_CLEAR.format(guard)}, then avsm resume {name}"))
+        else:
+            found.append((f"{name} is paused" + (f" (#{at})" if at else ""), f"avsm resume {name}"))
+    if v["mandate"] and parsed_or_none(parse_mandate, v["mandate"][1], v["mandate"][0]) is None:
         found.append((f"{name} cannot run: its adopted mandate #{v['mandate'][0]} does not hold",
                       f"fix {v['mandate'][1].get('directory')}/mandate.yaml and avsm add it"))
-    if v["last_report"] is not None and v["last_report"][1] in ("failed", "implausible"):
-        seq, status, note = v["last_report"]
+    seq, status, note = v["last_report"] or (None, None, None)
+    if status in ("failed", "implausible"):
         found.append((f"its last report #{seq} is {status}: {note}",
                       "fix the report, or its bounds in mandate.yaml and avsm add"))
     return found
