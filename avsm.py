@@ -130,13 +130,16 @@ def parse_duration(text):
     """Return the seconds in a duration: a positive whole number and a unit (10s, 5m, 2h, 1d)."""
     s = text.strip() if isinstance(text, str) else json.dumps(text)  # YAML's null reads null
     one = re.fullmatch(r"([0-9]+)([smhd])", s)
-    if one and 0 < int(one[1]) * DURATION_UNITS[one[2]] <= DURATION_MAX:
-        return int(one[1]) * DURATION_UNITS[one[2]]
-    if one and int(one[1]) > 0:
-        raise ValueError(f"'{s}' is more than 100 years; "
-                         f"write a duration of at most {format_duration(DURATION_MAX)}")
+    if one:
+        seconds = int(one[1]) * DURATION_UNITS[one[2]]
+        if 0 < seconds <= DURATION_MAX:
+            return seconds
+        if seconds:
+            raise ValueError(f"'{s}' is more than 100 years; "
+                             f"write a duration of at most {format_duration(DURATION_MAX)}")
+        raise ValueError(f"'{s}' is not a duration; a duration is more than zero, such as 10s")
     compound = re.fullmatch(r"((?:[0-9]+[dhms])+)([0-9]+)?", s)
-    if compound and not one:
+    if compound:
         parts = re.findall(r"([0-9]+)([dhms])", compound[1])
         total = sum(int(n) * DURATION_UNITS[u] for n, u in parts)
         smaller = {"d": "h", "h": "m", "m": "s"}.get(parts[-1][1])
@@ -144,8 +147,6 @@ def parse_duration(text):
             total += int(compound[2]) * DURATION_UNITS[smaller]
         if total > 0 and (smaller or not compound[2]):
             raise ValueError(f"'{s}' is not a duration; write {format_duration(total)}")
-    if one:
-        raise ValueError(f"'{s}' is not a duration; a duration is more than zero, such as 10s")
     raise ValueError(f"'{s}' is not a duration; write a whole number and one unit of s, m, h or d, "
                      f"such as 10s, 5m, 2h, 1d")
 
@@ -193,10 +194,8 @@ def parse_cap(text):
     if int(count) < 1:
         raise ValueError(f"'{s}' is not a cap: its count must be at least 1 "
                          f"(a lever that may never run is forbidden:, or not permitted at all)")
-    if period in CAP_PERIODS:
-        return int(count), CAP_PERIODS[period]
     try:
-        return int(count), parse_duration(period)
+        return int(count), CAP_PERIODS.get(period) or parse_duration(period)
     except ValueError:
         raise ValueError(f"'{s}' is not a cap; the period is minute, hour, day, week "
                          f"or a duration such as 90m") from None
@@ -243,18 +242,13 @@ class NumberError(ValueError):
 
 
 def number_refusal(text):
-    """Return why the number written `text` is refused, quoting it shortened."""
-    return (
-        f"{shorten(text)} is too large: avsm takes no number beyond 1e300; write a smaller number")
-
-
-def shorten(text, keep=24):
-    """Return `text` quoted, cut to `keep` characters with its length said when longer."""
-    return repr(text) if len(text) <= keep else f"{text[:keep]!r}... ({len(text)} characters)"
+    """Return why the number written `text` is refused, quoting it cut to 24 characters."""
+    shown = repr(text) if len(text) <= 24 else f"{text[:24]!r}... ({len(text)} characters)"
+    return f"{shown} is too large: avsm takes no number beyond 1e300; write a smaller number"
 
 
 def shown_value(value, keep=60):
-    """Return a parsed value as JSON for a refusal, cut as shorten cuts."""
+    """Return a parsed value as JSON for a refusal, cut to `keep` characters (its length said)."""
     text = json.dumps(value)
     return text if len(text) <= keep else f"{text[:keep]}... ({len(text)} characters)"
 
@@ -5740,82 +5734,78 @@ class History:
 SNAPSHOT_TYPES = {":": dict, **{t.__name__: t for t in (tuple, set, frozenset, History)}}
 
 
+# A VentureState's fields but its name, in slot (so snapshot) order, each with how it starts: a
+# type or a lambda gives each venture a new one.
+VENTURE_FIELDS = {
+    "directory": None,
+    "mandate": None,            # the parsed mandate in force, or None
+    "mandate_seq": None, "mandate_sha": None, "mandate_text": None,
+    "problem": None,            # why the adopted mandate cannot run, or None
+    "paused": False,
+    "last_report": None,        # (seq, at, record)
+    "level": None,              # (seq, value) of the last report that was not implausible
+    "pending": None,            # (seq, value) of an unconfirmed report
+    "last_step": None,          # the step between the last two trusted reports
+    "previous_implausible": False,
+    "trusted": History,         # [(seq, value)] of the last HISTORY trusted reports
+    "trusted_at": None,         # when the last of them was written (status shows its age)
+    "sides": dict,              # controller side -> {"armed": bool, "streak": [report seqs]}
+    "actions": dict,            # lever -> [(seq, at)] of its runs, for caps
+    "open_asks": dict,          # ask seq -> ask record
+    "implausible_ask": None,    # seq of the open ask raised for an implausible stretch
+    # its ask was answered: no new one until a plausible reading comes
+    "implausible_answered": False,
+    "running": dict,            # lever -> action seq of a run in flight (from action/outcome)
+    # guard name -> {"last": (seq, value, status), "past", "episode", "unwind_ok"}
+    "guards": dict,
+    # audit name -> {"values": [(seq, value)], "last": (seq, status), "note"}
+    "audits": dict,
+    "read": dict,               # reading name -> (seq, record)
+    "peak": None,               # the highest trusted report since the mandate: a drawdown's peak
+    "unwinds": dict,            # action seq -> the guard whose unwind it runs
+    # lever -> approvals since the mandate (a denial resets it): the ratchet
+    "approvals": dict,
+    "free_steps": list,         # one-step changes between trusted reports with no lever run between
+    "lever_steps": dict,        # lever -> steps between trusted reports across which it alone ran
+    # levers run since the last trusted report (none: the next step is lever-free)
+    "ran_since": list,
+    "effects": dict,            # action seq -> a run whose expected effect is not yet judged
+    "misses": dict,             # lever -> misses in a row (revoke_after)
+    "suspended": dict,          # lever -> the ask whose approval restores its delegation
+    "ratchet_forecasts": dict,  # lever -> seq of the `begun` forecast its ratchet ask waits on
+    # seq of an unspent approval (or a person's own proposal) -> {"lever", "payload", "ask"}
+    "grants": dict,
+    "checks": dict,             # seq of a passed lever check no action has cited yet -> lever
+    # [(seq, at, value)] of the last HISTORY trusted reports folded under a world: its input
+    "world_reports": list,
+    "prediction": None,         # (seq, record) of the prediction the next report may resolve
+    "scores": list,             # [(crps, persistence's crps, covered)] of the last ROLLING scores
+    "scored": 0,                # calibration scores in the ledger
+    # the last world record is a failed step: the next failure writes nothing
+    "world_failing": False,
+    "world_state": None,        # the state the world command returned last (a prediction's)
+    "checking": dict,           # lever -> seq of the `begun` check its run waits on
+    # seq of a model's proposal of an action no action, ask or refusal answered yet -> lever
+    "proposals": dict,
+    # its asks, canaries aside: canary_asks counts them over every venture
+    "asks_made": 0,
+    # the metrics' counters, over every record (a _total never goes back at a restart)
+    "counted": lambda: {"reports": 0, "failed": 0, "implausible": 0, "refusals": 0, "by_lever": {}},
+}
+
+
 class VentureState:
     """What the ledger says of one venture, folded record by record (so a restart forgets
     nothing)."""
 
     # Slots: with over 30 fields an instance's __dict__ would not share its keys (1.6 KiB a
     # venture, not 0.4). "__dict__" last: a field added without its slot still works.
-    __slots__ = ("name", "directory", "mandate", "mandate_seq", "mandate_sha", "mandate_text",
-                 "problem", "paused", "last_report", "level", "pending", "last_step",
-                 "previous_implausible", "trusted", "trusted_at", "sides", "actions", "open_asks",
-                 "implausible_ask", "implausible_answered", "running", "guards", "audits", "read",
-                 "peak", "unwinds", "approvals", "free_steps", "lever_steps", "ran_since",
-                 "effects", "misses", "suspended", "ratchet_forecasts", "grants", "checks",
-                 "world_reports", "prediction", "scores", "scored", "world_failing", "world_state",
-                 "checking", "proposals", "asks_made", "counted", "__dict__")
+    __slots__ = ("name", *VENTURE_FIELDS, "__dict__")
 
     def __init__(self, name):
         self.name = name
-        self.directory = None
-        self.mandate = None           # the parsed mandate in force, or None
-        self.mandate_seq = self.mandate_sha = self.mandate_text = None
-        self.problem = None           # why the adopted mandate cannot run, or None
-        self.paused = False
-        self.last_report = None       # (seq, at, record)
-        self.level = None             # (seq, value) of the last report that was not implausible
-        self.pending = None           # (seq, value) of an unconfirmed report
-        self.last_step = None         # the step between the last two trusted reports
-        self.previous_implausible = False
-        # its asks, canaries aside: canary_asks counts them over every venture
-        self.asks_made = 0
-        self.trusted = History()      # [(seq, value)] of the last HISTORY trusted reports
-        self.trusted_at = None        # when the last of them was written (status shows its age)
-        self.sides = {}               # controller side -> {"armed": bool, "streak": [report seqs]}
-        self.actions = {}             # lever -> [(seq, at)] of its runs, for caps
-        self.open_asks = {}           # ask seq -> ask record
-        self.implausible_ask = None   # seq of the open ask raised for an implausible stretch
-        # its ask was answered: no new one until a plausible reading comes
-        self.implausible_answered = False
-        self.running = {}             # lever -> action seq of a run in flight (from action/outcome)
-        # guard name -> {"last": (seq, value, status), "past", "episode", "unwind_ok"}
-        self.guards = {}
-        # audit name -> {"values": [(seq, value)], "last": (seq, status), "note"}
-        self.audits = {}
-        self.read = {}                # reading name -> (seq, record)
-        # the highest trusted report since the mandate: a drawdown's peak
-        self.peak = None
-        self.unwinds = {}             # action seq -> the guard whose unwind it runs
-        # lever -> approvals since the mandate (a denial resets it): the ratchet
-        self.approvals = {}
-        # one-step changes between trusted reports with no lever run between
-        self.free_steps = []
-        # lever -> steps between trusted reports across which it alone ran
-        self.lever_steps = {}
-        # levers run since the last trusted report (none: the next step is lever-free)
-        self.ran_since = []
-        self.effects = {}             # action seq -> a run whose expected effect is not yet judged
-        self.misses = {}              # lever -> misses in a row (revoke_after)
-        self.suspended = {}           # lever -> the ask whose approval restores its delegation
-        # lever -> seq of the `begun` forecast its ratchet ask waits on
-        self.ratchet_forecasts = {}
-        self.checking = {}            # lever -> seq of the `begun` check its run waits on
-        # seq of an unspent approval (or a person's own proposal) -> {"lever", "payload", "ask"}
-        self.grants = {}
-        self.checks = {}              # seq of a passed lever check no action has cited yet -> lever
-        # [(seq, at, value)] of the last HISTORY trusted reports folded under a world: its input
-        self.world_reports = []
-        self.prediction = None        # (seq, record) of the prediction the next report may resolve
-        # [(crps, persistence's crps, covered)] of the last ROLLING scores
-        self.scores = []
-        self.scored = 0               # calibration scores in the ledger
-        # the last world record is a failed step: the next failure writes nothing
-        self.world_failing = False
-        self.world_state = None       # the state the world command returned last (a prediction's)
-        # seq of a model's proposal of an action no action, ask or refusal answered yet -> lever
-        self.proposals = {}
-        # the metrics' counters, over every record (a _total never goes back at a restart)
-        self.counted = {"reports": 0, "failed": 0, "implausible": 0, "refusals": 0, "by_lever": {}}
+        for field, start in VENTURE_FIELDS.items():
+            setattr(self, field, start() if callable(start) else start)
 
     def side(self, name):
         """A controller side: armed (deadband), its streak of crossed reports (hold), asked."""
@@ -5906,35 +5896,29 @@ def build_request(packet):
     lines = [f"venture: {packet['venture']}", f"purpose: {packet['purpose']}",
              f"metric: {packet['metric']}", f"controller: {packet['controller']}",
              "permitted levers:"]
-    for lever in packet["levers"]:
-        lines.append(
-            f"  - {lever['name']}: cap {lever['cap']} ({lever['used']} used), "
-            f"{'reversible' if lever['reversible'] else 'irreversible: a person approves it'}"
-            + (", delegated" if lever.get("delegated") else "")
-            + (f", takes {lever['takes']}" if lever.get("takes") else "")
-        )
-    if not packet["levers"]:
-        lines.append("  none")
+    lines += [f"  - {lever['name']}: cap {lever['cap']} ({lever['used']} used), "
+              f"{'reversible' if lever['reversible'] else 'irreversible: a person approves it'}"
+              + (", delegated" if lever.get("delegated") else "")
+              + (f", takes {lever['takes']}" if lever.get("takes") else "")
+              for lever in packet["levers"]] or ["  none"]
     lines.append(f"forbidden levers: {', '.join(packet['forbidden']) or 'none'}")
-    lines.append("children:" if packet["children"] else "children: none")
-    lines += [f"  - {c['name']}: {c['state']}" + "".join(f"\n      {r}" for r in c["records"])
-              for c in packet["children"]]
-    lines.append("readings:" if packet["readings"] else "readings: none")
-    lines += [f"  - {r['name']} = {r['value']}: {r['fields'] or '(no fields)'}"
-              for r in packet["readings"]]
-    lines.append("recent records:" if packet["records"] else "recent records: none")
-    lines += [f"  {r}" for r in packet["records"]]
-    lines.append("open asks:" if packet["asks"] else "open asks: none")
-    lines += [f"  {a}" for a in packet["asks"]]
+    for title, items in (
+            ("children", [f"  - {c['name']}: {c['state']}"
+                          + "".join(f"\n      {r}" for r in c["records"])
+                          for c in packet["children"]]),
+            ("readings", [f"  - {r['name']} = {r['value']}: {r['fields'] or '(no fields)'}"
+                          for r in packet["readings"]]),
+            ("recent records", [f"  {r}" for r in packet["records"]]),
+            ("open asks", [f"  {a}" for a in packet["asks"]])):
+        lines += [f"{title}:", *items] if items else [f"{title}: none"]
     lines += packet_forecast_lines(packet)
     for look in packet.get("looks", []):
         lines.append(f"you looked up {json.dumps(look['look'])}:")
         lines += [f"  {line}" for line in look["answer"].splitlines()]
     if packet.get("looks"):
         lines.append(f"looks left: {LOOKS_MAX - len(packet['looks'])}")
-    return (CLASSIFIER_SYSTEM if packet.get("classifier") else MODEL_SYSTEM), "\n".join(
-        lines
-    ) + "\n"
+    system = CLASSIFIER_SYSTEM if packet.get("classifier") else MODEL_SYSTEM
+    return system, "\n".join(lines) + "\n"
 
 
 def packet_forecast_lines(packet):
@@ -5953,14 +5937,9 @@ def packet_forecast_lines(packet):
     lines.append(f"  doing nothing: {forecast_text(packet['metric'], nothing)}")
     for name, lever in facts["levers"].items():
         known = len(lever["steps"]) >= 3 or lever["expects"]
-        lines.append(
-            f"  {name} once now: "
-            + (
-                forecast_text(packet["metric"], forecast(dict(facts, sides=[], first=name)))
-                if known
-                else "its effect is not measured yet"
-            )
-        )
+        shown = forecast_text(packet["metric"], forecast(dict(facts, sides=[], first=name))) \
+            if known else "its effect is not measured yet"
+        lines.append(f"  {name} once now: {shown}")
     return lines
 
 
@@ -5998,12 +5977,11 @@ def parse_reply(data, packet):
         return {"unusable": "the reply is empty"}
     if "\n" in text or "\r" in text:
         return {"unusable": "the reply is more than one line"}
-    lever_names = {lever["name"] for lever in packet["levers"]}
     if packet.get("classifier"):
-        if text in ("nothing", "ask") or text in lever_names:
-            return {"choices": [{"choice": "nothing"} if text == "nothing"
-                                else {"choice": "ask", "question": "the classifier asks"}
-                                if text == "ask" else {"choice": "action", "action": text}]}
+        said = {"nothing": {"choice": "nothing"},
+                "ask": {"choice": "ask", "question": "the classifier asks"}}.get(text)
+        if said or text in {lever["name"] for lever in packet["levers"]}:
+            return {"choices": [said or {"choice": "action", "action": text}]}
         return {"unusable": ("a classifier answers one word: nothing, ask or a permitted lever, not"
                              f" {text[:60]!r}")}
     try:
@@ -6018,21 +5996,19 @@ def parse_reply(data, packet):
         items = reply["choices"]
         if not isinstance(items, list) or not 1 <= len(items) <= CHOICES_MAX:
             return {"unusable": f"choices must be a list of one to {CHOICES_MAX}"}
-        choices = []
         for item in items:
-            choice, why = check_choice(item)
-            if why or choice["choice"] in ("know", "why"):
+            why = check_choice(item)
+            if why or item["choice"] in ("know", "why"):
                 return {"unusable": why or "a look-up stands alone, not among choices"}
-            choices.append(choice)
-        return {"choices": choices}
-    choice, why = check_choice(reply)
+        return {"choices": items}
+    why = check_choice(reply)
     if why:
         return {"unusable": why}
-    if choice["choice"] in ("know", "why"):
+    if reply["choice"] in ("know", "why"):
         if len(packet.get("looks", [])) >= LOOKS_MAX:
             return {"unusable": f"more than {LOOKS_MAX} look-ups"}
-        return {"look": choice}
-    return {"choices": [choice]}
+        return {"look": reply}
+    return {"choices": [reply]}
 
 
 def unique_pairs(pairs):
@@ -6054,37 +6030,34 @@ SURROGATE = "[\ud800-\udfff]"
 
 
 def check_choice(choice):
-    """Return (the choice, None) when it has exactly the shape its kind allows, else (None, why)."""
+    """Return why a choice has not exactly the shape its kind allows, or None."""
     if not isinstance(choice, dict) or choice.get("choice") not in CHOICE_KEYS:
-        return None, "a choice is nothing, action, ask, know or why"
+        return "a choice is nothing, action, ask, know or why"
     kind = choice["choice"]
     extra = set(choice) - CHOICE_KEYS[kind]
     if extra:
-        return None, f"a {kind} choice has no {', '.join(sorted(extra))}"
+        return f"a {kind} choice has no {', '.join(sorted(extra))}"
     for key in ("reason", "question", "topic"):
         if key in choice and (not isinstance(choice[key], str) or len(choice[key]) > TEXT_MAX):
-            return None, f"{key} must be text of at most {TEXT_MAX} characters"
+            return f"{key} must be text of at most {TEXT_MAX} characters"
     if kind == "action" and not isinstance(choice.get("action"), str):
-        return None, "an action choice names its lever in action"
-    if kind == "ask" and (
-        "question" not in choice or ("action" in choice and not isinstance(choice["action"], str))
-    ):
-        return None, "an ask choice carries a question (and may name a lever)"
+        return "an action choice names its lever in action"
+    if kind == "ask" and ("question" not in choice
+                          or ("action" in choice and not isinstance(choice["action"], str))):
+        return "an ask choice carries a question (and may name a lever)"
     if kind == "know" and not isinstance(choice.get("topic"), str):
-        return None, "a know choice carries a topic"
-    if kind == "why" and (
-        isinstance(choice.get("record"), bool)
-        or not isinstance(choice.get("record"), int)
-        or not 1 <= choice["record"] < 2**63
-    ):
-        return None, "a why choice carries a record number"
+        return "a know choice carries a topic"
+    record = choice.get("record")
+    if kind == "why" and (isinstance(record, bool) or not isinstance(record, int)
+                          or not 1 <= record < 2**63):
+        return "a why choice carries a record number"
     if "payload" in choice and not isinstance(choice["payload"], (str, dict)):
-        return None, "a payload is a string or an object"
+        return "a payload is a string or an object"
     if depth(choice) > PAYLOAD_DEPTH:
-        return None, f"the choice nests deeper than {PAYLOAD_DEPTH} levels"
+        return f"the choice nests deeper than {PAYLOAD_DEPTH} levels"
     if re.search(SURROGATE, json.dumps(choice, ensure_ascii=False)):
-        return None, "the reply holds a lone surrogate: not text"
-    return choice, None
+        return "the reply holds a lone surrogate: not text"
+    return None
 
 
 def depth(value, level=0):
@@ -6113,17 +6086,15 @@ def diff_paths(diff):
 def content_problem(takes, payload, directory):
     """Return why a diff or file payload would reach outside the venture directory, or None. A
     file payload is its relative path on the first line and the content after it."""
-    if not isinstance(payload, str):
+    if not isinstance(payload, str) or takes not in ("diff", "file"):
         return None
-    if takes == "diff":
+    if takes == "file":
+        paths = [payload.split("\n", 1)[0].strip()]
+    else:
         paths = diff_paths(payload)
         if not paths:
             return "the diff names no file"
         paths = [p[2:] if p.startswith(("a/", "b/")) else p for p in paths if p != "/dev/null"]
-    elif takes == "file":
-        paths = [payload.split("\n", 1)[0].strip()]
-    else:
-        return None
     root = os.path.realpath(directory)
     for path in paths:
         if not path or os.path.isabs(path) or ".." in path.replace("\\", "/").split("/"):
@@ -6159,8 +6130,7 @@ def write_problem(path, st, uid, name=str):
 
 def venture_commands(m):
     """Return every program mandate `m` runs, as command lines."""
-    commands = [] if m["adapter"] else ["./report"]
-    commands += [m["run"], m["world"]]
+    commands = ([] if m["adapter"] else ["./report"]) + [m["run"], m["world"]]
     for lever in m["levers"].values():
         commands += [lever["run"] if lever["run"] != "mail.send" else None, lever["check"]]
     commands += [item.get("run") for key in ("guards", "audits", "readings") for item in m[key]]
@@ -6236,10 +6206,8 @@ def snapshot_text(seq, states, counted):
 def ranked_choices(state, choices):
     """Return [(choice, held, not proposed)] for a reply's choices (WORLD-08, open point 37): below
     the calibration bar a ranking's top action asks a person, and the rest are not proposed."""
-    held = None
-    if is_ranking(choices):
-        ok, why = calibration_bar(state)
-        held = None if ok else why
+    ok, why = calibration_bar(state) if is_ranking(choices) else (True, None)
+    held = None if ok else why
     top = next((c for c in choices if c["choice"] == "action"), None)
     return [(choice, None, f"{choice['action']} not proposed: the ranking is held back ({held})")
             if held and choice["choice"] == "action" and choice is not top
@@ -6253,16 +6221,10 @@ def ratchet_ask(state, lever, path, new, why, forecast_seq=None, forecast_line=N
         f"delegated: true on {lever} in {path} and adopts it"
         + (f" ({forecast_line}, #{forecast_seq})" if forecast_seq else ""))
     return new_record(
-        "ask",
-        state.name,
-        about="ratchet",
-        lever=lever,
-        by="self",
-        mandate=new,
+        "ask", state.name, about="ratchet", lever=lever, by="self", mandate=new,
         question=question if new else f"{question} (edit it by hand: {why})",
         forecast=forecast_seq,
-        summary=f"self proposes delegating {lever} after {state.approvals[lever]} approvals",
-    )
+        summary=f"self proposes delegating {lever} after {state.approvals[lever]} approvals")
 
 
 def approve_problem(state, seq):
@@ -6278,9 +6240,8 @@ def ratchet_change_problem(state, mandate):
     """Return why the mandate change a ratchet ask carries may not be adopted, or None (SELF-03,
     ESC-09)."""
     if mandate["escalate"] == "offbox" and state.mandate["escalate"] != "offbox":
-        return (
-            "a change proposed by self may not add escalate: offbox; only you can, by editing the"
-            " mandate")
+        return ("a change proposed by self may not add escalate: offbox; only you can, by editing"
+                " the mandate")
     return None
 
 
@@ -6289,9 +6250,8 @@ def canary_ask(state, asks_seen, every):
     who reads it denies."""
     if asks_seen % every:
         return None
-    lever = (
-        next(iter(state.mandate["forbidden"]), None) if state.mandate else None
-    ) or "delete-everything"
+    lever = next(iter(state.mandate["forbidden"]), None) if state.mandate else None
+    lever = lever or "delete-everything"
     return new_record("ask", state.name, about="lever", lever=lever, canary=True,
                       question=f"run {lever}? the metric asks for it; {lever} is irreversible",
                       summary=f"run {lever}? {lever} is irreversible, so a person decides")
@@ -6317,9 +6277,8 @@ def decide_problem(state):
     if state.mandate is None:
         return f"{state.name} cannot run: {state.problem}"
     if not decided_by_model(state.mandate):
-        return (
-            f"{state.name}'s controller is {state.mandate['controller']['kind']}: no model decides"
-            " for it")
+        return (f"{state.name}'s controller is {state.mandate['controller']['kind']}: no model"
+                " decides for it")
     if state.paused:
         return f"{state.name} is paused; resume it first"
     return None
@@ -6334,11 +6293,8 @@ def backend_for(state, cfg):
                    " controller")
     backend = cfg["backends"][name]
     if backend["offbox"] and state.mandate["escalate"] != "offbox":
-        raise Fail(
-            EX_DATAERR,
-            f"backend {name} leaves the machine, and {state.name}'s mandate does not say escalate:"
-            " offbox; no call is made",
-        )
+        raise Fail(EX_DATAERR, f"backend {name} leaves the machine, and {state.name}'s mandate"
+                               " does not say escalate: offbox; no call is made")
     return name, backend
 
 
@@ -6348,13 +6304,10 @@ def model_packet(state, recent, now, forecast, looks):
     m = state.mandate
     ctl = m["controller"]
     hidden = {s for s, a in state.open_asks.items() if a.get("about") == "audit" or a.get("audit")}
-    records = []
-    for seq, at, record in recent:
-        if record["kind"].startswith("audit.") or record.get("about") == "audit" \
-                or record.get("ask") in hidden or record.get("audit"):
-            continue
-        records.append(f"#{seq} {format_local_time(at)} {record['claim']} {record['kind']}"
-                       f" {record['summary']}")
+    records = [f"#{seq} {format_local_time(at)} {r['claim']} {r['kind']} {r['summary']}"
+               for seq, at, r in recent
+               if not (r["kind"].startswith("audit.") or r.get("about") == "audit"
+                       or r.get("ask") in hidden or r.get("audit"))]
     return {
         "venture": state.name,
         "purpose": m["purpose"],
@@ -6456,15 +6409,19 @@ def new_notice(kind, venture, seq, summary, answer, **more):
     return dict(kind=kind, venture=venture, seq=seq, summary=summary, answer=answer, **more)
 
 
+# What to do before resuming a guard's pause: the guard is not read while paused, and its first
+# reading after resume pauses again if still past.
+GUARD_CLEAR = "clear what puts guard {} past its bound"
+
+
 def notice_of(seq, record):
     """Return the notice a person must see for record #seq, as it is appended, or None."""
     kind, venture = record["kind"], record["venture"]
     if kind == "ask":               # a canary ask reads as any other: nothing here tells it apart
-        lever = {"lever": record["lever"]} if record.get("lever") else {}
         return new_notice("stuck" if record.get("about") == "stuck" else "ask", venture, seq,
                           record["summary"], f"avsm approve {seq}",
                           question=str(record.get("question") or "")[:NOTE_MAX],
-                          deny=f"avsm deny {seq}", **lever)
+                          deny=f"avsm deny {seq}", **some(lever=record.get("lever")))
     # stuck after a person's answer: told, not asked
     if kind == "refusal" and record.get("stuck") == "asked":
         return new_notice("stuck", venture, seq, record["summary"],
@@ -6472,7 +6429,7 @@ def notice_of(seq, record):
     # a guard's or the stop lever's: no person did it
     if kind == "pause" and record["claim"] == "measured":
         guard = record.get("guard")
-        first = {"first": guard_pause_way_out(venture, guard)[0]} if guard else {}
+        first = {"first": GUARD_CLEAR.format(guard)} if guard else {}
         return new_notice("pause", venture, seq, record["summary"], f"avsm resume {venture}",
                           guard=guard, **first)
     if kind == "ledger" and venture == "self":
@@ -6542,7 +6499,7 @@ def notice_message(notice, commands, home):
 def judge_metrics(failed, spec, failure):
     """Return (the metrics textfile's writes failed in a row, the record to write or None) after one
     write (`failure`: why it failed): one record a stretch, and one as it ends."""
-    textfile, every = spec["textfile"], format_duration(spec["every"])
+    textfile = spec["textfile"]
     if failure is None:
         return 0, None if not failed else new_record(
             "metrics", "self", ok=True, failed=failed, textfile=textfile,
@@ -6553,9 +6510,9 @@ def judge_metrics(failed, spec, failure):
     return 1, new_record(
         "metrics", "self", ok=False, failed=1, textfile=textfile, note=failure[-NOTE_MAX:],
         summary=f"the metrics textfile {textfile} cannot be written ({failure}); it is tried again "
-                f"every {every}, and no further failure is written until it works: make its "
-                f"directory writable by avsmd's user, or name another metrics: textfile in "
-                f"config.yaml and restart avsmd")
+                f"every {format_duration(spec['every'])}, and no further failure is written until "
+                f"it works: make its directory writable by avsmd's user, or name another metrics: "
+                f"textfile in config.yaml and restart avsmd")
 
 
 def notify_failure(ended_by, status, timeout):
@@ -6582,19 +6539,10 @@ def judge_notify(stretch, notice, failure, note=""):
     if stretch is not None:
         return dict(stretch, failed=stretch["failed"] + 1), None
     return {"failed": 1, "first": told}, new_record(
-        "notify",
-        "self",
-        ok=False,
-        failed=1,
-        status=failure,
-        note=note[-NOTE_MAX:],
-        # which notice: its name, not the notice
-        notice={"kind": notice["kind"], "seq": notice.get("seq")},
-        summary=(
-            f"the notify command failed ({failure}) telling of {told}; it is not tried again for"
-            " it, and no further failure is written until it works again"
-        ),
-    )
+        "notify", "self", ok=False, failed=1, status=failure, note=note[-NOTE_MAX:],
+        notice={"kind": notice["kind"], "seq": notice.get("seq")},  # its name, not the notice
+        summary=f"the notify command failed ({failure}) telling of {told}; it is not tried again "
+                "for it, and no further failure is written until it works again")
 
 
 # ---- the morning summary ---- What happened in a span of the ledger, per venture (`avsm
@@ -6608,28 +6556,14 @@ def expects_effects(mandate):
     return mandate is not None and any(lever.get("expects") for lever in mandate["levers"].values())
 
 
-def refusal_key(record):
-    """Return what groups refusals by reason."""
-    head = str(record.get("why") or record.get("summary") or "").split(";")[0]
-    return record.get("lever"), re.sub(r"\d+", "N", head)
-
-
-def new_venture_summary():
-    return {"records": 0, "levers": {}, "refusals": {}, "raised": [], "answered": [], "open": {},
-            "guards": {}, "pauses": [], "resumes": [], "effects": {}, "exits": [], "starts": 0,
-            "metric": None, "trusted": [], "untrusted": 0, "last_report": None, "paused": False,
-            "mandate": None}
-
-
 Summary = collections.namedtuple("Summary", "since first last ventures")
 Summary.__doc__ = """A span's summary: the first and last (seq, at) in the span after `since` (None
 when it holds none), and {venture: what happened}."""
 
 
-def summarize(rows, since, parse=None):
+def summarize(rows, since):
     """Return the Summary of the records after `since`; rows (seq, at, record) before it count only
     as SUMMARY_BEFORE_KINDS say, and as history for the fold of effects."""
-    parse = parse or parse_mandate
     ventures, folds, first, last, actions = {}, {}, None, None, {}
     for seq, at, record in rows:
         name, kind, inside = record.get("venture"), record.get("kind", ""), seq > since
@@ -6640,9 +6574,15 @@ def summarize(rows, since, parse=None):
                 continue
         if name == "self" or not isinstance(name, str):
             continue
-        v = ventures.get(name) or ventures.setdefault(name, new_venture_summary())
+        if name not in ventures:
+            ventures[name] = {
+                "records": 0, "levers": {}, "refusals": {}, "raised": [], "answered": [],
+                "open": {}, "guards": {}, "pauses": [], "resumes": [], "effects": {}, "exits": [],
+                "starts": 0, "metric": None, "trusted": [], "untrusted": 0, "last_report": None,
+                "paused": False, "mandate": None}
+        v = ventures[name]
         if name in folds or kind == "mandate" \
-                and expects_effects(parsed_or_none(parse, record, seq)):
+                and expects_effects(parsed_or_none(parse_mandate, record, seq)):
             state = folds.setdefault(name, VentureState(name))
             if inside and kind == "report" and record.get("status") == "trusted":
                 for action_seq, effect in state.effects.items():
@@ -6650,7 +6590,12 @@ def summarize(rows, since, parse=None):
                     if effect["verdict"] is None and judge_effect(
                             effect["expects"], effect["r0"], after, effect["steps"])[0] == "hit":
                         v["effects"].setdefault("hit", []).append(action_seq)
-            fold_ledger(folds, seq, at, record, parse)
+            fold_ledger(folds, seq, at, record, parse_mandate)
+        if kind == "report":
+            if inside:
+                summarize_report(v, seq, record)
+            continue
+        v["records"] += inside
         if kind == "mandate":
             v["mandate"] = (seq, record)
             if record.get("directory") != (v.get("directory") or record.get("directory")):
@@ -6658,19 +6603,25 @@ def summarize(rows, since, parse=None):
             v["directory"] = record.get("directory")
         elif kind == "ask":
             v["open"][seq] = record
+            if inside:
+                v["raised"].append(seq)
         elif kind in ("approval", "denial", "resolved"):
             v["open"].pop(record.get("ask"), None)
+            if inside:
+                v["answered"].append((record.get("ask"), kind, seq))
         elif kind == "pause":
             v["paused"] = True
+            if inside:
+                v["pauses"].append((seq, record.get("guard")))
+                if record.get("guard"):
+                    summary_guard(v, record["guard"])["paused"].append(seq)
         elif kind == "resume":
             v["paused"] = False
-        if not inside:
+            if inside:
+                v["resumes"].append(seq)
+        elif not inside:
             continue
-        if kind == "report":
-            summarize_report(v, seq, record)
-            continue
-        v["records"] += 1
-        if kind == "action":
+        elif kind == "action":
             lever = v["levers"].setdefault(record.get("lever"),
                                            {"runs": [], "ok": [], "failed": []})
             lever["runs"].append(seq)
@@ -6678,16 +6629,13 @@ def summarize(rows, since, parse=None):
         elif kind == "outcome" and record.get("action") in actions:
             actions[record["action"]]["ok" if record.get("ok") else "failed"].append(
                 record["action"])
-        elif kind == "refusal":
-            group = v["refusals"].setdefault(
-                refusal_key(record), {"count": 0, "seqs": [], "lever": record.get("lever")})
+        elif kind == "refusal":     # grouped by lever and reason, whatever numbers it holds
+            reason = str(record.get("why") or record.get("summary") or "").split(";")[0]
+            group = v["refusals"].setdefault((record.get("lever"), re.sub(r"\d+", "N", reason)),
+                                             {"count": 0, "seqs": [], "lever": record.get("lever")})
             group["count"] += 1
             group["seqs"].append(seq)
             group["why"] = record.get("why") or record.get("summary")
-        elif kind == "ask":
-            v["raised"].append(seq)
-        elif kind in ("approval", "denial", "resolved"):
-            v["answered"].append((record.get("ask"), kind, seq))
         elif kind.startswith("guard."):
             guard = summary_guard(v, kind[len("guard."):])
             guard["readings"] += 1
@@ -6696,12 +6644,6 @@ def summarize(rows, since, parse=None):
                 if past and not guard["past"]:
                     guard["episodes"].append(seq)
                 guard["past"] = past
-        elif kind == "pause":
-            v["pauses"].append((seq, record.get("guard")))
-            if record.get("guard"):
-                summary_guard(v, record["guard"])["paused"].append(seq)
-        elif kind == "resume":
-            v["resumes"].append(seq)
         elif kind == "effect":
             v["effects"].setdefault(record.get("verdict"), []).append(record.get("action"))
         elif kind == "exit":
@@ -6726,34 +6668,23 @@ def summarize_report(v, seq, record):
         v["untrusted"] += 1
 
 
-def guard_pause_way_out(venture, guard):
-    """Return (what to clear first, the command that resumes) of a pause by guard `guard`: it is
-    not read while paused, and its first reading after resume pauses again if still past."""
-    return f"clear what puts guard {guard} past its bound", f"avsm resume {venture}"
-
-
-def needs_person(v, name, parse=None):
+def needs_person(v, name):
     """Return [(what, command)]: what in a venture's summary needs a person now, and the command
     that answers it."""
-    found = []
-    for seq, ask in sorted(v["open"].items()):
-        found.append(
-            (f"ask #{seq}: {ask.get('summary')}", f"avsm approve {seq} or avsm deny {seq}")
-        )
+    found = [(f"ask #{seq}: {ask.get('summary')}", f"avsm approve {seq} or avsm deny {seq}")
+             for seq, ask in sorted(v["open"].items())]
     if v["paused"]:
-        by = v["pauses"][-1] if v["pauses"] else None
-        way_out = ", then ".join(guard_pause_way_out(name, by[1])) if by and by[1] \
-            else f"avsm resume {name}"
-        found.append((f"{name} is paused" + (f" (#{by[0]}, by guard {by[1]})" if by and by[1]
-                                             else f" (#{by[0]})" if by else ""), way_out))
-    if (
-        v["mandate"] is not None
-        and parsed_or_none(parse or parse_mandate, v["mandate"][1], v["mandate"][0]) is None
-    ):
+        at, guard = v["pauses"][-1] if v["pauses"] else (None, None)
+        if guard:
+            found.append((f"{name} is paused (#{at}, by guard {guard})",
+                          f"{GUARD_CLEAR.format(guard)}, then avsm resume {name}"))
+        else:
+            found.append((f"{name} is paused" + (f" (#{at})" if at else ""), f"avsm resume {name}"))
+    if v["mandate"] and parsed_or_none(parse_mandate, v["mandate"][1], v["mandate"][0]) is None:
         found.append((f"{name} cannot run: its adopted mandate #{v['mandate'][0]} does not hold",
                       f"fix {v['mandate'][1].get('directory')}/mandate.yaml and avsm add it"))
-    if v["last_report"] is not None and v["last_report"][1] in ("failed", "implausible"):
-        seq, status, note = v["last_report"]
+    seq, status, note = v["last_report"] or (None, None, None)
+    if status in ("failed", "implausible"):
         found.append((f"its last report #{seq} is {status}: {note}",
                       "fix the report, or its bounds in mandate.yaml and avsm add"))
     return found
@@ -10650,12 +10581,21 @@ config or mandate
 that does not hold, or a Python older than 3.11 (one line names the version and the interpreter)."""
 
 
-def flush_out():
-    """Flush standard output; OutputError when it is closed or cannot be written."""
+def flush_out(text=None):
+    """Write `text` to standard output, else flush it; OutputError when it is closed or cannot be
+    written."""
     if sys.stdout is None:
         raise OutputError(9, "standard output is closed")
     try:
-        sys.stdout.flush()
+        if text is None:
+            sys.stdout.flush()
+        else:
+            try:
+                sys.stdout.write(text)
+            except UnicodeEncodeError:
+                # an ASCII or Latin-1 terminal: what it cannot show is written as \u escapes
+                encoding = sys.stdout.encoding or "ascii"
+                sys.stdout.write(text.encode(encoding, "backslashreplace").decode(encoding))
     except BrokenPipeError:
         raise
     except OSError as err:
@@ -10670,20 +10610,7 @@ def shown(text):
 
 def out(*lines):
     """Write lines of records to standard output (an empty line when given none)."""
-    if sys.stdout is None:
-        raise OutputError(9, "standard output is closed")
-    text = "".join(shown(line) + "\n" for line in lines or ("",))
-    try:
-        try:
-            sys.stdout.write(text)
-        except UnicodeEncodeError:
-            # an ASCII or Latin-1 terminal: what it cannot show is written as \u escapes
-            encoding = sys.stdout.encoding or "ascii"
-            sys.stdout.write(text.encode(encoding, "backslashreplace").decode(encoding))
-    except BrokenPipeError:
-        raise
-    except OSError as err:
-        raise OutputError(err.errno, err.strerror) from None
+    flush_out("".join(shown(line) + "\n" for line in lines or ("",)))
 
 
 class OutputError(OSError):
@@ -10696,9 +10623,10 @@ LINE_CONTROL_CHARS = (
 
 def ask_daemon(home, cmd, args=None):
     """Send one request to avsmd (or a host's bridge) and relay its answer; return its exit code."""
+    request = {"v": 1, "cmd": cmd, "args": args or {}}
     if CALLER.get().via:
-        return ask_bridge(CALLER.get().via, {"v": 1, "cmd": cmd, "args": args or {}})
-    with send_request(home, {"v": 1, "cmd": cmd, "args": args or {}}) as conn:
+        return ask_bridge(CALLER.get().via, request)
+    with send_request(home, request) as conn:
         # a decision may wait on a backend (120 s, escalation twice that); anything else answers at
         # once
         conn.settimeout(3 * BACKEND_TIMEOUT if cmd == "decide" else 60)
@@ -10738,46 +10666,32 @@ def show_answer(message, cmd, home):
 
 
 def send_request(home, message):
-    """Return a socket to avsmd with `message` sent, or Fail(64) past REQUEST_MAX (avsmd would
-    refuse it half sent; the client would hear only a broken pipe)."""
+    """Return a socket to avsmd with `message` sent, or Fail: 64 past REQUEST_MAX (avsmd would
+    refuse it half sent; the client would hear only a broken pipe), 69 saying why none answers."""
+    import socket
     data = (json.dumps(message, separators=(",", ":")) + "\n").encode()
     if len(data) > REQUEST_MAX:
         cmd = message.get("cmd", "request")
         raise Fail(EX_USAGE, f"this {cmd} request is {len(data) / 2**20:.1f} MiB, and avsmd reads "
                              f"one JSON object a line, in UTF-8, of at most 1 MiB: send less "
                              f"(a smaller payload, a shorter name)")
-    conn = connect_daemon(home)
-    with contextlib.suppress(BrokenPipeError, ConnectionResetError):
-        send_bytes(conn, data)      # cut short: avsmd refused it half read; its answer says why
-    return conn
-
-
-def connect_daemon(home):
-    """Return a socket connected to the home's avsmd, or Fail saying why none answers."""
-    import socket
     path = os.path.join(home, "sock")
     conn = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     try:
         conn.connect(path)
     except FileNotFoundError:
         conn.close()
+        start = program_command("avsmd", home)
         if os.path.exists(home) and not os.path.isdir(home):
-            raise Fail(
-                EX_UNAVAILABLE, f"no avsmd is answering: {home} is a file, not a home directory"
-            ) from None
-        if not os.path.isdir(home):
-            raise Fail(EX_UNAVAILABLE,
-                       f"no avsmd is answering: {home} does not exist; start one with"
-                       f" {program_command('avsmd', home)}") from None
-        if lock_holder(home):
-            raise Fail(
-                EX_UNAVAILABLE,
-                f"avsmd (pid {lock_holder(home)}) is running on {home} but its socket is missing; "
-                "it makes it again within a second: try again, or run avsm doctor") from None
-        raise Fail(
-            EX_UNAVAILABLE,
-            f"no avsmd is running on {home}; start it with {program_command('avsmd', home)}",
-        ) from None
+            why = f"no avsmd is answering: {home} is a file, not a home directory"
+        elif not os.path.isdir(home):
+            why = f"no avsmd is answering: {home} does not exist; start one with {start}"
+        elif lock_holder(home):
+            why = (f"avsmd (pid {lock_holder(home)}) is running on {home} but its socket is "
+                   "missing; it makes it again within a second: try again, or run avsm doctor")
+        else:
+            why = f"no avsmd is running on {home}; start it with {start}"
+        raise Fail(EX_UNAVAILABLE, why) from None
     except ConnectionRefusedError:
         conn.close()
         raise Fail(EX_UNAVAILABLE,
@@ -10788,6 +10702,8 @@ def connect_daemon(home):
         if socket_problem(home):
             raise Fail(EX_CONFIG, socket_problem(home)) from None
         raise Fail(EX_UNAVAILABLE, f"cannot reach avsmd at {path}: {err.strerror}") from None
+    with contextlib.suppress(BrokenPipeError, ConnectionResetError):
+        send_bytes(conn, data)      # cut short: avsmd refused it half read; its answer says why
     return conn
 
 
@@ -10882,16 +10798,13 @@ def cmd_add(home, args):
     return ask_daemon(home, "add", {"dir": directory})
 
 
-def cmd_simple(verb, usage, argument=None):
+def cmd_simple(verb, argument):
+    """Return the command `avsm VERB ASK` or `avsm VERB VENTURE`: its one argument, to avsmd."""
     def command(home, args):
-        if len(args) != (1 if argument else 0):
-            raise Fail(EX_USAGE, f"usage: avsm {usage}")
-        payload = {}
-        if argument == "ask":
-            payload["ask"] = need_int(args[0], "an ask")
-        elif argument == "venture":
-            payload["venture"] = args[0]
-        return ask_daemon(home, verb, payload)
+        if len(args) != 1:
+            raise Fail(EX_USAGE, f"usage: avsm {verb} {argument.upper()}")
+        return ask_daemon(home, verb, {
+            argument: need_int(args[0], "an ask") if argument == "ask" else args[0]})
     return command
 
 
@@ -10915,13 +10828,13 @@ def cmd_status(home, options, names):
     args = {"verbose": verbose, "ascii": not utf8_output(), "json": bool(JSON)}
     if names:
         args["venture"] = names[0]
-    return cmd_offline(home, "status", args, lambda home, args: ask_daemon(home, "status", args))
+    return cmd_offline(home, "status", args)
 
 
-def cmd_offline(home, verb, args, ask):
-    """Run `ask(home, args)`; with no avsmd answering, print what the ledger holds; exit 69."""
+def cmd_offline(home, verb, args):
+    """Ask avsmd for `verb`; with no avsmd answering, print what the ledger holds; exit 69."""
     try:
-        code = ask(home, args)
+        code = ask_daemon(home, verb, args)
     except Fail as fail:
         if fail.code != EX_UNAVAILABLE:
             raise
@@ -10935,7 +10848,6 @@ def cmd_offline(home, verb, args, ask):
 def show_ledger_view(home, verb, args):
     """With no avsmd answering, print the status or open asks the ledger holds, saying so first;
     return the page's facts it holds."""
-    import sqlite3
     path = os.path.join(home, "ledger.db")
     if not os.path.isfile(path):
         return None
@@ -10945,7 +10857,7 @@ def show_ledger_view(home, verb, args):
             last = (seq, (record_at(db, seq) or (0,))[0])
             if verb == "page":
                 return page_facts(home, states, time.time(), db, stopped=True)
-    except (sqlite3.Error, ValueError, KeyError, TypeError, Fail) as err:
+    except (sqlite3_errors(), ValueError, KeyError, TypeError, Fail) as err:
         # not readable either: say so, keep the 69
         sys.stderr.write(
             f"avsm: and the ledger cannot be read for its {verb}: {shown(str(err))}; avsm doctor"
@@ -10961,11 +10873,9 @@ def show_ledger_view(home, verb, args):
         JSON.update(facts, ledger={"seq": last[0], "at": last[1]})
         return None
     try:
-        out(
-            f"avsmd is not running: nothing runs; this is what the ledger holds, to #{last[0]} at"
-            f" {format_local_time(last[1])}"
-        )
-        out(*(asks_lines if verb == "asks" else status_lines)(facts))
+        out(f"avsmd is not running: nothing runs; this is what the ledger holds, to #{last[0]} at"
+            f" {format_local_time(last[1])}",
+            *(asks_lines if verb == "asks" else status_lines)(facts))
         flush_out()
     except BrokenPipeError:
         # the reader went away (status | head -1): the 69 still says no avsmd answers
@@ -10997,9 +10907,8 @@ def cmd_propose(home, args):
         at = rest.index("--payload")
         if at + 1 >= len(rest):
             raise Fail(EX_USAGE, "--payload needs a file, or - for standard input")
-        source = rest[at + 1]
+        payload = read_payload(rest[at + 1])
         del rest[at:at + 2]
-        payload = read_payload(source)
     if len(rest) != 2:
         raise Fail(EX_USAGE, "usage: avsm propose VENTURE LEVER [--payload FILE|-]")
     return ask_daemon(home, "propose", {"venture": rest[0], "lever": rest[1], "payload": payload})
@@ -11062,7 +10971,15 @@ def cmd_approve(home, args):
             " --edit")
     import subprocess
     import tempfile
-    payload = fetch_ask_payload(home, ask)
+    saved, sys.stdout = sys.stdout, io.StringIO()     # the content the open ask carries
+    try:
+        code = ask_daemon(home, "ask", {"ask": ask})
+        text = sys.stdout.getvalue()
+    finally:
+        sys.stdout = saved
+    if code != EX_OK:
+        raise Fail(code, f"#{ask} is not an open ask with content")
+    payload = json.loads(text)
     text = payload if isinstance(payload, str) else json.dumps(payload, indent=2) + "\n"
     fd, path = tempfile.mkstemp(prefix=f"avsm-ask-{ask}-")
     with os.fdopen(fd, "w") as fh:
@@ -11094,19 +11011,6 @@ def cmd_approve(home, args):
     return ask_daemon(home, "approve", {"ask": ask, "payload": edited})
 
 
-def fetch_ask_payload(home, ask):
-    """Return the content an open ask carries, asked of avsmd."""
-    saved, sys.stdout = sys.stdout, io.StringIO()
-    try:
-        code = ask_daemon(home, "ask", {"ask": ask})
-        text = sys.stdout.getvalue()
-    finally:
-        sys.stdout = saved
-    if code != EX_OK:
-        raise Fail(code, f"#{ask} is not an open ask with content")
-    return json.loads(text)
-
-
 def sqlite3_errors():
     """sqlite3.Error, imported only when a ledger is opened (the client's start stays light)."""
     import sqlite3
@@ -11129,12 +11033,8 @@ def ledger_path(home):
                    f"{home} has no ledger yet; start {program_command('avsmd', home)} to make it")
     # a directory, a FIFO (whose open would wait for ever) or a device
     if not os.path.isfile(path):
-        mode = os.stat(path).st_mode
-        what = ("a directory"
-                if stat.S_ISDIR(mode)
-                else ("a FIFO"
-                      if stat.S_ISFIFO(mode)
-                      else "a socket" if stat.S_ISSOCK(mode) else "a device"))
+        what = {stat.S_IFDIR: "a directory", stat.S_IFIFO: "a FIFO",
+                stat.S_IFSOCK: "a socket"}.get(stat.S_IFMT(os.stat(path).st_mode), "a device")
         raise Fail(
             EX_DATAERR,
             f"{path} is {what}, not a ledger; move it aside (avsmd then starts a new ledger), "
@@ -11315,12 +11215,10 @@ def venture_summary_lines(v):
         lines.append(f"  metric {v['metric']}: no trusted report; {v['untrusted']} not trusted")
     for lever, runs in sorted(v["levers"].items()):
         pending = [s for s in runs["runs"] if s not in runs["ok"] and s not in runs["failed"]]
-        words = (
-            [f"{len(runs['ok'])} ok"]
-            + ([f"{len(runs['failed'])} failed ({seq_list(runs['failed'])})"]
-               if runs["failed"]
-               else [])
-            + ([f"{len(pending)} with no outcome yet ({seq_list(pending)})"] if pending else []))
+        words = [f"{len(runs['ok'])} ok"] + [
+            f"{len(seqs)} {what} ({seq_list(seqs)})"
+            for seqs, what in ((runs["failed"], "failed"), (pending, "with no outcome yet"))
+            if seqs]
         lines.append(f"  lever {lever}: ran {len(runs['runs'])} time(s), {', '.join(words)}:"
                      f" {seq_list(runs['runs'])}")
     if v["refusals"]:
@@ -11588,9 +11486,8 @@ def cmd_bridge(home, args, pinned):
                                      "request a line on standard input: no shell, no command; "
                                      "run avsm --host HOST VERB on your side")
             return EX_OK
-        data = data or b"\n"                # a last line with no newline is a line too
         try:
-            messages = reader.feed(data)
+            messages = reader.feed(data or b"\n")     # a last line with no newline is a line too
         except (ValueError, RecursionError) as err:
             raise Fail(
                 EX_USAGE, f"the bridge reads one JSON object a line: {str(err)[:200]}") from None
@@ -11646,9 +11543,20 @@ def bridge_verb(home, message, read_only):
         raise Fail(EX_DATAERR,
                    f"this key may only read (avsm bridge --read-only): {verb} is refused; "
                    "it needs a key whose bridge may write")
-    problem = bridge_argv_problem(verb, argv)
-    if problem:
-        raise Fail(EX_DATAERR, problem)
+    for i, arg in enumerate(argv):      # no file of this host is read for the far side, no editor
+        if arg == "--allowed-signers" and verb == "doctor":
+            raise Fail(EX_DATAERR, "through the bridge doctor --allowed-signers names no file of "
+                                   "this host: a signed checkpoint is verified with this host's "
+                                   "own (its config's checkpoint: allowed_signers, else "
+                                   "~/.ssh/allowed_signers); leave the option out")
+        if arg in BRIDGE_PATH_OPTIONS.get(verb, ()) and argv[i + 1:i + 2] != ["-"]:
+            raise Fail(EX_DATAERR, f"through the bridge {verb} {arg} takes only - (what avsm "
+                                   f"--host sends from your side's standard input): no file of "
+                                   f"this host is read for it")
+    if verb == "approve" and "--edit" in argv:
+        raise Fail(EX_DATAERR, "through the bridge approve --edit opens no editor on this host: "
+                               "avsm --host HOST approve ASK --edit edits on your side and sends "
+                               "what you saved in its request")
     stdin = io.StringIO(m.get("stdin") or "")      # - reads the request's, not the channel
     CALLER.set(Caller(command=m.get("as"), tty=m.get("tty"), utf8=m.get("utf8"),
                       read_only=read_only, stdin=stdin))
@@ -11656,23 +11564,6 @@ def bridge_verb(home, message, read_only):
         import threading
         threading.Thread(target=end_with_stdin, daemon=True).start()
     return run_verb(home, [verb] + argv)
-
-
-def bridge_argv_problem(verb, argv):
-    """Return why the bridge runs no `verb` with `argv` (a file here, an editor), or None."""
-
-    for i, arg in enumerate(argv):
-        if arg == "--allowed-signers" and verb == "doctor":
-            return ("through the bridge doctor --allowed-signers names no file of this host: a "
-                    "signed checkpoint is verified with this host's own (its config's checkpoint: "
-                    "allowed_signers, else ~/.ssh/allowed_signers); leave the option out")
-        if arg in BRIDGE_PATH_OPTIONS.get(verb, ()) and argv[i + 1:i + 2] != ["-"]:
-            return (f"through the bridge {verb} {arg} takes only - (what avsm --host sends from "
-                    f"your side's standard input): no file of this host is read for it")
-    if verb == "approve" and "--edit" in argv:
-        return ("through the bridge approve --edit opens no editor on this host: avsm --host HOST "
-                "approve ASK --edit edits on your side and sends what you saved in its request")
-    return None
 
 
 def end_with_stdin():
@@ -11700,7 +11591,7 @@ def remote_host(spec, ssh=None, bridge=None, timeout=None, name=None):
             "bridge": bridge or os.environ.get("AVSM_BRIDGE") or "avsm bridge"}
 
 
-def fleet_path(given=None):
+def fleet_path(given):
     return given or os.path.join(
         os.environ.get("XDG_CONFIG_HOME") or os.path.expanduser("~/.config"), "avsm", "fleet.yaml")
 
@@ -11762,7 +11653,7 @@ def read_fleet(path, must=True):
 def fleet_timeout(c, value, path, text):
     """Return the seconds of a fleet file's timeout, or Fail(78) at the value's line and column."""
     try:
-        if isinstance(value, (int, float)) and not isinstance(value, bool) and value > 0:
+        if is_number(value) and value > 0:
             raise ValueError(f"timeout is a duration, not the number {shown_value(value)}; "
                              f"write {max(1, round(value))}s")
         return parse_duration(value)
@@ -11774,26 +11665,22 @@ def fleet_timeout(c, value, path, text):
         raise Fail(EX_CONFIG, f"{c.source}:{line}:{col}: {err}") from None
 
 
-def find_host(target, path=None):
-    """Return the host `target` names: NAME[:HOME] of the fleet file, else [user@]HOST[:HOME]."""
-    hosts = read_fleet(fleet_path(path), must=path is not None)
-    byname = {h["name"]: h for h in hosts}
-    if target in byname:
-        return byname[target]
+def run_remote(target, verb, argv, path):
+    """avsm --host TARGET VERB ...: run VERB on the host TARGET names, NAME[:HOME] of the fleet
+    file, else [user@]HOST[:HOME]; return its exit code."""
+    byname = {h["name"]: h for h in read_fleet(fleet_path(path), must=path is not None)}
     name, _, home = target.partition(":")
-    if name in byname and home:
+    if target in byname:
+        host = byname[target]
+    elif name in byname and home:
         if not os.path.isabs(home):
             raise Fail(EX_USAGE, f"{shown_text(target)[:80]!r}: the home after {name}: "
                                  f"is an absolute path, as {name}:/srv/avsm")
-        return dict(byname[name], name=target, home=home)
-    host = remote_host(target)
-    guess = nearest(target, byname) or nearest(name, byname) if byname else ""
-    return dict(host, guess=guess and f"; {target!r} is no name in {fleet_path(path)}{guess}")
-
-
-def run_remote(target, verb, argv, path=None):
-    """avsm --host [user@]HOST[:HOME] VERB ...: run VERB on that host; return its exit code."""
-    host = find_host(target, path)
+        host = dict(byname[name], name=target, home=home)
+    else:
+        guess = nearest(target, byname) or nearest(name, byname) if byname else ""
+        host = dict(remote_host(target),
+                    guess=guess and f"; {target!r} is no name in {fleet_path(path)}{guess}")
     if verb not in BRIDGE_VERBS:
         raise Fail(
             EX_USAGE,
@@ -11898,8 +11785,8 @@ def ssh_bridge(host, request, capture=False, timeout=None):
     proc = start_ssh(host)
     got, ours, theirs, ended = [], [], [], []
     heard, finished = threading.Event(), threading.Event()
-    ping = {"v": 1, "cmd": "ping", "args": {}, "home": request.get("home")}
-    lines = [request] if relay else [ping, request]
+    lines = [request] if relay else [
+        {"v": 1, "cmd": "ping", "args": {}, "home": request.get("home")}, request]
 
     def send():
         with contextlib.suppress(OSError):
@@ -11945,8 +11832,7 @@ def ssh_bridge(host, request, capture=False, timeout=None):
     try:
         for piece in iter(functools.partial(proc.stdout.readline, FAR_LINE), b""):
             if not pinged:              # the ping's answer: avsm's bridge is there
-
-                pinged = ping_answered(piece, name)
+                pinged = "exit" in bridge_message(piece, name)
                 if pinged:
                     heard.set()
                 continue
@@ -11983,7 +11869,6 @@ def ssh_bridge(host, request, capture=False, timeout=None):
         if proc.returncode is None:
             kill()
             proc.wait()
-
         with contextlib.suppress(OSError):
             proc.stdin.close()
     threads[1].join(5)
@@ -12052,19 +11937,20 @@ def far_json(text, name, command):
     return doc
 
 
-def ping_answered(piece, name):
-    """Return whether `piece` ends the bridge's answer to the ping; Fail(69) when not avsm's."""
+def bridge_message(piece, name, most=FAR_LINE):
+    """Return the JSON object a line of the bridge holds (shorter than `most`, None: any length);
+    Fail(69) when it is not avsm's."""
     try:
         message = json.loads(piece)
     except (ValueError, RecursionError):
         message = None
-    if not isinstance(message, dict) or len(piece) >= FAR_LINE:
+    if not isinstance(message, dict) or most and len(piece) >= most:
         raise Fail(EX_UNAVAILABLE, f"{name}: the bridge answered with no JSON object a line; "
                                    f"is it avsm's?")
-    return "exit" in message
+    return message
 
 
-def cmd_fleet(args, given=None, home=None):
+def cmd_fleet(args, given, home):
     """fleet [--fleet FILE] status|asks|summary|page [ARGS]: every host's view, asked at once."""
     path, rest = take_option(args, "--fleet")
     if rest and rest[0] == "witness":
@@ -12072,45 +11958,40 @@ def cmd_fleet(args, given=None, home=None):
     if not rest or rest[0] not in FLEET_VIEWS:
         raise Fail(EX_USAGE, "usage: avsm fleet [--fleet FILE] status|asks|summary|page [ARGS]")
     view, argv, hosts = rest[0], rest[1:], read_fleet(fleet_path(path or given))
-    target, results = view == "page" and page_target(argv, "fleet [--fleet FILE] page -o FILE"), {}
+    target = view == "page" and page_target(argv, "fleet [--fleet FILE] page -o FILE")
 
     def ask(host):
+        name, command = host["name"], far_command(host["name"])
         request = {"v": 1, "verb": view, "argv": argv + ["--json"] * bool(JSON),
                    "home": host["home"], "utf8": utf8_output(),
-                   "as": f"{client_command()} --host {host['name']}"}
+                   "as": f"{client_command()} --host {name}"}
         if target:                      # its facts, made into the page here
             request = {"v": 1, "cmd": "page", "args": {}, "home": host["home"]}
         try:
-            results[host["name"]] = ssh_bridge(host, request, capture=True, timeout=host["timeout"])
+            code, data, errors = ssh_bridge(host, request, capture=True, timeout=host["timeout"])
         except Fail as fail:
-            results[host["name"]] = (fail.code, b"", [str(fail)])
+            code, data, errors = fail.code, b"", [str(fail)]
         if target:
-            facts, problem, code = page_answer(*results[host["name"]])
-            results[host["name"]] = (code, facts, problem and problem.removeprefix(
-                host["name"] + ": "))
-    on_each_host(hosts, ask)
-    if target:
-        write_page(target, [(h["name"], *results[h["name"]][1:], far_command(h["name"]))
-                            for h in hosts])
-        return next((results[h["name"]][0] for h in hosts if results[h["name"]][0]), EX_OK)
-    said = []
-    for host in hosts:
-        code, data, errors = results[host["name"]]
+            facts, problem, code = page_answer(code, data, errors)
+            return code, (name, facts, problem and problem.removeprefix(name + ": "), command)
         if JSON:                        # its document, or its exit code and why it has none
             try:
-                doc = far_json(data.decode("utf-8", "replace"), host["name"],
-                               far_command(host["name"])) if data else {"error": "; ".join(errors)}
+                doc = far_json(data.decode("utf-8", "replace"), name, command) if data else {
+                    "error": "; ".join(errors)}
             except Fail as fail:
-                results[host["name"]], doc = (fail.code, data, errors), {"error": str(fail)}
-            JSON.setdefault("hosts", {})[host["name"]] = exit_facts(doc, results[host["name"]][0])
-            continue
-        lines = [far_text(line.decode("utf-8", "replace"), far_command(host["name"]))
-                 for line in data.split(b"\n")]
-        said.append((host["name"], lines[:-1] if lines[-1:] == [""] else lines,
-                     [line.removeprefix(host["name"] + ": ") for line in errors]))
-    if not JSON:
-        out(*fleet_lines(view, said))
-    return next((results[host["name"]][0] for host in hosts if results[host["name"]][0]), EX_OK)
+                code, doc = fail.code, {"error": str(fail)}
+            return code, (name, exit_facts(doc, code))
+        lines = [far_text(line.decode("utf-8", "replace"), command) for line in data.split(b"\n")]
+        return code, (name, lines[:-1] if lines[-1:] == [""] else lines,
+                      [line.removeprefix(name + ": ") for line in errors])
+    said = on_each_host(hosts, ask)     # (exit code, (name, what it said, ...)) of each host
+    if target:
+        write_page(target, [s for _, s in said])
+    elif JSON:
+        JSON["hosts"] = dict(s for _, s in said)
+    else:
+        out(*fleet_lines(view, [s for _, s in said]))
+    return next(filter(None, (code for code, _ in said)), EX_OK)
 
 
 def cmd_page(home, args):
@@ -12146,19 +12027,24 @@ def write_page(target, hosts):
 
 
 def on_each_host(hosts, work):
-    """Run `work(host)` for every host at once, in threads; return when all have ended."""
+    """Return [work(host) for host in hosts], run for every host at once, in threads."""
     import threading
-    threads = [threading.Thread(target=work, args=(host,), daemon=True) for host in hosts]
+    results = [None] * len(hosts)
+
+    def run(i):
+        results[i] = work(hosts[i])
+    threads = [threading.Thread(target=run, args=(i,), daemon=True) for i in range(len(hosts))]
     for thread in threads:
         thread.start()
     for thread in threads:
         thread.join()
+    return results
 
 
 def fleet_lines(view, said):
     """Return what avsm fleet prints of [(host, lines, error lines)], each under its host's name
     (made here, so no host's line passes for another's)."""
-    wide = max((len(name) for name, _, _ in said), default=0)
+    wide = max(len(name) for name, _, _ in said)
     if view == "status":
         said = align_status(said)
     lines = []
@@ -12233,13 +12119,7 @@ class BridgeSession:
         """Return (out lines, err lines, exit code) of the oldest request not yet answered."""
         out, err = [], []
         while True:
-            try:
-                message = json.loads(self.line())
-            except ValueError:
-                message = None
-            if not isinstance(message, dict):
-                raise Fail(EX_UNAVAILABLE, f"{self.host['name']}: the bridge answered with no "
-                                           f"JSON object a line; is it avsm's?")
+            message = bridge_message(self.line(), self.host["name"], None)
             if "exit" in message:
                 self.pending -= 1
                 return out, err, message["exit"]
@@ -12292,28 +12172,42 @@ def cmd_witness(home, fleet, args):
     allowed, args = witness_option(args, "--allowed-signers")
     if args not in ([], ["--mirror"]):
         raise Fail(EX_USAGE, WITNESS_USAGE)
-    state = os.environ.get("XDG_STATE_HOME") or os.path.expanduser("~/.local/state")
-    keep = keep or os.path.join(state, "avsm", "witness")
-    hosts, results = read_fleet(fleet), {}
+    keep = keep or os.path.join(
+        os.environ.get("XDG_STATE_HOME") or os.path.expanduser("~/.local/state"), "avsm", "witness")
+    hosts = read_fleet(fleet)
     try:
         notify = read_config(resolve_home(home))[0].get("notify")
     except Fail:
         notify = None
 
     def witness(host):
+        name = host["name"]
+        where = os.path.join(keep, re.sub(r"[^\w.@-]+", "_", name))
         try:
-            results[host["name"]] = (EX_OK, witness_host(host, keep, bool(args), allowed))
+            os.makedirs(os.path.join(where, "checkpoints"), mode=0o700, exist_ok=True)
+            with open(os.path.join(where, "witness.lock"), "w") as lock:
+                try:
+                    fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                except OSError:
+                    raise Fail(EX_TEMPFAIL, f"{name}: another avsm fleet witness keeps {where} "
+                                            f"now; let it finish, then run this again") from None
+                session = BridgeSession(host)
+                try:
+                    said = witness_session(host, where, session, bool(args), allowed)
+                finally:
+                    session.close()
+            return EX_OK, f"{name}  {said}"
         except Fail as fail:
-            results[host["name"]] = (fail.code, str(fail).removeprefix(host["name"] + ": "))
             if fail.code == EX_DATAERR and notify:
-                tell_witness(notify, home, host["name"], str(fail))
+                tell_witness(notify, home, name, str(fail))
+            return fail.code, f"{name}  {str(fail).removeprefix(name + ': ')}"
     umask = os.umask(0o077)     # what is kept (a mirror is a home) is this user's alone, as avsmd's
     try:
-        on_each_host(hosts, witness)
+        said = on_each_host(hosts, witness)
     finally:
         os.umask(umask)
-    out(*(f"{host['name']}  {results[host['name']][1]}" for host in hosts))
-    return next((results[h["name"]][0] for h in hosts if results[h["name"]][0]), EX_OK)
+    out(*(line for _, line in said))
+    return next(filter(None, (code for code, _ in said)), EX_OK)
 
 
 def witness_option(args, option):
@@ -12326,32 +12220,15 @@ def witness_option(args, option):
     return os.path.abspath(os.path.expanduser(args[at + 1])), args[:at] + args[at + 2:]
 
 
-def witness_host(host, keep, mirror, allowed):
-    """Return the line that says what was checked and kept of one host, or Fail."""
-    where = os.path.join(keep, re.sub(r"[^\w.@-]+", "_", host["name"]))
-    os.makedirs(os.path.join(where, "checkpoints"), mode=0o700, exist_ok=True)
-    with open(os.path.join(where, "witness.lock"), "w") as lock:
-        try:
-            fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except OSError:
-            raise Fail(EX_TEMPFAIL, f"{host['name']}: another avsm fleet witness keeps {where} "
-                                    f"now; let it finish, then run this again") from None
-        session = BridgeSession(host)
-        try:
-            return witness_session(host, where, session, mirror, allowed)
-        finally:
-            session.close()
-
-
 def witness_session(host, where, session, mirror, allowed):
-    """The steps of witness_host over one ssh session."""
+    """Return what fleet witness says of one host, checked (and kept) over one ssh session."""
     import sqlite3
     name, kept = host["name"], newest_checkpoint(os.path.join(where, "checkpoints"))
     # 1. the host's newest checkpoint: a new one where the key may write
     session.ask("checkpoint")
     session.ask("records", after=0, limit=0, checkpoint=True)
     session.answer()
-    first = json.loads(far_page(session, name)[0])
+    first = json.loads(far_page(session)[0])
     if not first.get("checkpoint"):
         raise Fail(EX_UNAVAILABLE, f"{name}: its avsmd has written no checkpoint yet, and this "
                                    f"key may not ask for one: let avsmd run there (it writes one "
@@ -12364,8 +12241,7 @@ def witness_session(host, where, session, mirror, allowed):
         # 2. what this side holds (the mirror's head, the checkpoint kept), and what to read: from
         # the first of them (again, to compare it) to the host's head (--mirror) or checkpoint
         if db is not None:
-            with open(os.path.join(where, MIRROR_MARK), "w") as fh:
-                fh.write(name + "\n")
+            write_textfile(os.path.join(where, MIRROR_MARK), name + "\n", None)
             db.execute("PRAGMA journal_mode=DELETE")
             db.execute("PRAGMA synchronous=FULL")
             db.executescript(LEDGER_SCHEMA)
@@ -12403,9 +12279,10 @@ def mirror_hash(db, seq):
     return row and row[0]
 
 
-def far_page(session, name):
+def far_page(session):
     """Return the out lines of the session's next answer, or Fail with the host's word."""
     lines, err, code = session.answer()
+    name = session.host["name"]
     if code == EX_USAGE:            # a bridge that knows no `records`
         raise Fail(code, f"{name}: {err[-1] if err else 'refused'}; the host's avsm is older than "
                          f"the witness's: copy this avsm.py there")
@@ -12422,7 +12299,7 @@ def copy_far_rows(session, db, held, lo, hi, want):
     try:
         while verdict is None:
             try:
-                rows = parse_rows(far_page(session, session.host["name"])[1:])
+                rows = parse_rows(far_page(session)[1:])
             except ValueError as err:
                 verdict = ("broken", (before or (lo - 1,))[0] + 1, str(err))
                 break
@@ -12461,7 +12338,7 @@ def witness_fork(session, db, where, name, verdict, kept):
 
     def far_rows(after, limit):
         session.ask("records", after=after, limit=limit)
-        return parse_rows(far_page(session, name)[1:])
+        return parse_rows(far_page(session)[1:])
 
     def differs(s):
         got = far_rows(s - 1, 1)
@@ -12479,11 +12356,9 @@ def witness_fork(session, db, where, name, verdict, kept):
             "SELECT seq, at, prev, hash, record FROM records WHERE seq >= ? ORDER BY seq LIMIT ?",
             (start, EVIDENCE_ROWS))]
     theirs = [row._asdict() for row in far_rows(start - 1, EVIDENCE_ROWS)]
-    files = []
-    for side, lines in (("kept", mine), ("far", theirs)):
-        files.append(os.path.join(where, f"fork-{seq}-{side}.jsonl"))
-        with open(files[-1], "w") as fh:
-            fh.writelines(json.dumps(line) + "\n" for line in lines)
+    files = [os.path.join(where, f"fork-{seq}-{side}.jsonl") for side in ("kept", "far")]
+    for path, lines in zip(files, (mine, theirs)):
+        write_textfile(path, "".join(json.dumps(line) + "\n" for line in lines), None)
     far_said = str(far_hash or "no such record")[:16]
     if kind == "broken":
         what = f"the host's record #{seq} does not chain: {far_hash or kept_hash}"
@@ -12503,11 +12378,11 @@ def witness_fork(session, db, where, name, verdict, kept):
 def keep_checkpoint(host, where, kept, new, far_hash, allowed):
     """Return what to say of the host's newest checkpoint's signature, once checked and kept."""
     name, principal = host["name"], host.get("principal")
+    refused = f"{name}: its newest checkpoint, of #{new.seq}, is refused: "
     problem = kept_checkpoint_problem(kept, new, far_hash)
     if problem:
-        raise Fail(EX_DATAERR, f"{name}: its newest checkpoint, of #{new.seq}, is refused: "
-                               f"{problem}; compare it with avsm --host {name} doctor, and keep "
-                               f"what this witness holds")
+        raise Fail(EX_DATAERR, f"{refused}{problem}; compare it with avsm --host {name} doctor, "
+                               f"and keep what this witness holds")
     said = ", unsigned" if new.signature is None else \
         ", its signature not checked (the fleet file names no principal: for it)"
     if principal:
@@ -12526,17 +12401,14 @@ def keep_checkpoint(host, where, kept, new, far_hash, allowed):
             verify_signer(new.text, new.signature, allowed, principal,
                           host.get("namespace") or CHECKPOINT_NAMESPACE)
         except Fail as fail:
-            raise Fail(fail.code, f"{name}: its newest checkpoint, of #{new.seq}, is refused: "
-                                  f"{fail}") from None
+            raise Fail(fail.code, f"{refused}{fail}") from None
         said = f", signed by {principal}"
     if kept is not None and new.seq < kept.seq:
         return said + f" (older than #{kept.seq}, the one kept, which the host still holds)"
     path = os.path.join(where, "checkpoints", f"{new.seq:012d}.txt")
     for name_, data in ((path + ".sig", new.signature), (path, new.text)):
         if data:
-            with open(name_ + ".new", "w") as fh:
-                fh.write(data.rstrip("\n") + "\n")
-            os.replace(name_ + ".new", name_)
+            write_textfile(name_, data.rstrip("\n") + "\n", None, name_ + ".new")
     return said
 
 
@@ -12771,12 +12643,7 @@ def backend_note(m, cfg):
 def print_allowed(home, cfg, name, m):
     """Print what mandate `m` of venture `name` allows, and whether its levers can hold it."""
     out(*describe_allowed(m, cfg))
-    out("  " + describe_capacity(
-        ledger_capacity(home, name, m, (cfg["forecast"] or FORECAST_DEFAULT)["days"])))
-
-
-def ledger_capacity(home, name, m, days):
-    """The capacity check of venture `name` under mandate `m`, from its history (open point 9)."""
+    # the capacity check, from the venture's history (open point 9)
     states, path = {}, os.path.join(home, "ledger.db")
     # no ledger yet (avsmd -t DIR on a new home): no history to judge from
     if os.path.exists(path):
@@ -12792,7 +12659,8 @@ def ledger_capacity(home, name, m, days):
             states = {}
     state = states.get(name) or VentureState(name)
     state.mandate = m
-    return capacity_check(state, days)
+    out("  " + describe_capacity(
+        capacity_check(state, (cfg["forecast"] or FORECAST_DEFAULT)["days"])))
 
 
 # ---- avsm try and avsm link, and how this user runs avsm ----
@@ -12808,6 +12676,7 @@ def cmd_try(home_arg, args):
     check_venture_dir(directory)
     check_venture_name(os.path.basename(directory))
     home, stopped_by, daemon, started, spawning = home_arg, [], None, False, []
+    signals = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
 
     def stop(signum, frame):
         stopped_by.append(signum)
@@ -12815,7 +12684,7 @@ def cmd_try(home_arg, args):
         if not spawning:
             raise KeyboardInterrupt
     try:        # an interrupt from here on ends as a late one does: avsmd stopped, the home named
-        for signum in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
+        for signum in signals:
             signal.signal(signum, stop)
         home = home or tempfile.mkdtemp(prefix="av", dir="/tmp")
         spawning.append(True)
@@ -12843,16 +12712,16 @@ def cmd_try(home_arg, args):
         code = ask_daemon(home, "add", {"dir": directory})
         if code != EX_OK:
             return code
-        out(f"# {when_it_acts(home, directory)}")
-        out(f"# the home is {home}; in another terminal: {client_command(home)} asks (approve N,"
-            " deny N, status)")
-        out(f"# following {home}/ledger.db; Ctrl-C stops avsmd")
+        out(f"# {when_it_acts(home, directory)}",
+            f"# the home is {home}; in another terminal: {client_command(home)} asks (approve N,"
+            " deny N, status)",
+            f"# following {home}/ledger.db; Ctrl-C stops avsmd")
         sys.stdout.flush()
         cmd_tail(home, ["1000000", "-f"])
     except KeyboardInterrupt:
         return 128 + (stopped_by or [signal.SIGINT])[0]
     finally:
-        for signum in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
+        for signum in signals:
             # stopping: a second signal does not cut it short
             signal.signal(signum, signal.SIG_IGN)
         if daemon is not None and daemon.poll() is None:
@@ -12864,17 +12733,14 @@ def cmd_try(home_arg, args):
         if home and (started or stopped_by):
             # the terminal has gone (SIGHUP): avsmd is stopped all the same
             with contextlib.suppress(OSError):
-                sys.stderr.write("\n" + try_ending(home, daemon and daemon.wait(), started))
+                status = daemon and daemon.wait()       # None: avsmd was not started
+                ended = (f"avsmd stopped ({describe_status(status)})" if started else
+                         "avsmd was not started" if status is None else
+                         f"avsmd stopped before it served ({describe_status(status)})")
+                again = f"look again with: {client_command(home)} tail 50" if os.path.exists(
+                    os.path.join(home, "ledger.db")) else "nothing was written there"
+                sys.stderr.write(f"\navsm: {ended}; the home is kept at {home}\navsm: {again}\n")
     return EX_OK
-
-
-def try_ending(home, code, started):
-    """Return what `avsm try` says as it ends (`code`: avsmd's exit, None when not started)."""
-    ended = (f"avsmd stopped ({describe_status(code)})" if started else "avsmd was not started"
-             if code is None else f"avsmd stopped before it served ({describe_status(code)})")
-    again = f"look again with: {client_command(home)} tail 50" \
-        if os.path.exists(os.path.join(home, "ledger.db")) else "nothing was written there"
-    return f"avsm: {ended}; the home is kept at {home}\navsm: {again}\n"
 
 
 def when_it_acts(home, directory):
@@ -12886,7 +12752,7 @@ def when_it_acts(home, directory):
             f"{name}: a model proposes at the nightly decision, or now with avsm decide {name}; a"
             f" report every {every}")
     sides = [f"{m['metric']} {'>' if way == 'above' else '<'} {format_number(bound)} (then "
-             + (f"{lever} runs)" if asks_first(m, lever) is None else asks_first(m, lever) + ")")
+             + (asks_first(m, lever) or f"{lever} runs") + ")"
              for _, way, bound, lever in controller_sides(m)]
     last, deadline = None, time.monotonic() + 3
     while last is None and time.monotonic() < deadline:
@@ -12921,7 +12787,7 @@ def program_command(program, home=None):
     started = sys.argv[0] if sys.argv and sys.argv[0] else ""
     name = os.path.basename(started)
     beside = os.path.join(os.path.dirname(started), program)
-    on_path = shutil.which(program)
+    on_path, command = shutil.which(program), None
     if name.split(".")[0] in ("avsm", "avsmd") and not name.endswith(".py"):
         if on_path and (
             not os.path.dirname(started) or os.path.realpath(on_path) == os.path.realpath(beside)):
@@ -12930,8 +12796,6 @@ def program_command(program, home=None):
             command = beside
         else:
             command = program if on_path else None
-    else:
-        command = None
     if command is None:
         python = sys.executable or "python3"
         if shutil.which("python3") and os.path.realpath(
@@ -13017,11 +12881,9 @@ def cmd_link(home, args):
                             "remove it, or link into another directory")
         for program in ("avsm", "avsmd"):
             path = os.path.join(target, program)
-            with open(path + ".new", "w", encoding="utf-8") as fh:
-                fh.write(LINK_WRAPPER.format(python=sys.executable, mark=LINK_MARK, program=program,
-                                             path=AVSM_PATH, target=target))
-            os.chmod(path + ".new", 0o755)
-            os.replace(path + ".new", path)
+            write_textfile(path, LINK_WRAPPER.format(python=sys.executable, mark=LINK_MARK,
+                                                     program=program, path=AVSM_PATH,
+                                                     target=target), 0o755, path + ".new")
     except OSError as err:
         raise Fail(EX_CANTCREAT, f"{err.filename or target} cannot be written: {err.strerror}; "
                                  f"link into a directory of yours, such as ~/bin") from None
@@ -15169,12 +15031,11 @@ def page_html(hosts, now):
 
 CLIENT_COMMANDS = {
     "add": cmd_add, "status": cmd_status, "summary": cmd_summary, "tail": cmd_tail,
-    "asks": lambda home, args: cmd_offline(home, "asks", args, lambda home, args: ask_daemon(
-        home, "asks", {"json": bool(JSON)}) if not args else refuse("usage: avsm asks", EX_USAGE)),
-    "approve": cmd_approve, "deny": cmd_simple("deny", "deny ASK", "ask"),
-    "pause": cmd_simple("pause", "pause VENTURE", "venture"),
-    "resume": cmd_simple("resume", "resume VENTURE", "venture"), "why": cmd_why,
-    "propose": cmd_propose, "decide": cmd_simple("decide", "decide VENTURE", "venture"),
+    "asks": lambda home, args: cmd_offline(home, "asks", {"json": bool(JSON)}) if not args
+    else refuse("usage: avsm asks", EX_USAGE),
+    "approve": cmd_approve, "deny": cmd_simple("deny", "ask"),
+    "pause": cmd_simple("pause", "venture"), "resume": cmd_simple("resume", "venture"),
+    "why": cmd_why, "propose": cmd_propose, "decide": cmd_simple("decide", "venture"),
     "doctor": cmd_doctor, "chart": cmd_chart, "checkpoint": cmd_checkpoint, "link": cmd_link,
     "rotate": cmd_rotate,
     "try": None, "fleet": None, "bridge": None, "page": cmd_page}
@@ -15193,16 +15054,17 @@ def run_client(args):
         raise Fail(EX_USAGE, "--fleet FILE names the fleet file of avsm fleet and of --host NAME; "
                              "write avsm --fleet FILE fleet status, "
                              "or avsm --fleet FILE --host NAME CMD")
-    if rest and rest[0] in ("bridge", "fleet") and {"-h", "--help"} & set(rest[1:]):
+    verb, helped = rest[:1], {"-h", "--help"} & set(rest[1:])
+    if verb in (["bridge"], ["fleet"]) and helped:
         out(command_help(rest[0]))
         return EX_OK
-    if rest and rest[0] == "bridge":
+    if verb == ["bridge"]:
         return cmd_bridge(resolve_home(home), rest[1:],
                           home is not None or bool(os.environ.get("AVSMD_HOME")))
-    if rest and rest[0] == "fleet":
+    if verb == ["fleet"]:
         return cmd_fleet(rest[1:], fleet, home)
     if host is not None and rest and rest[0] not in ("-h", "--help", "help", "--version") \
-            and not {"-h", "--help"} & set(rest[1:]):
+            and not helped:
         if rest[0] not in CLIENT_COMMANDS:
             raise Fail(EX_USAGE, f"'{rest[0]}' is not an avsm command"
                                  f"{nearest(rest[0], CLIENT_COMMANDS)}: avsm --help lists them")
@@ -15214,11 +15076,8 @@ def run_verb(home, rest):
     """Run one client verb on `home` (None: the one avsm finds); return the exit code."""
     if not rest:
         raise Fail(EX_USAGE, "no command given\n" + CLIENT_USAGE)
-    if rest[0] in ("-h", "--help", "help"):
-        out(CLIENT_USAGE)
-        return EX_OK
-    if rest[0] == "--version":
-        out(f"avsm {VERSION}")
+    if rest[0] in ("-h", "--help", "help", "--version"):
+        out(f"avsm {VERSION}" if rest[0] == "--version" else CLIENT_USAGE)
         return EX_OK
     verb, rest = rest[0], rest[1:]
     if verb.startswith("-") and verb != "-":
@@ -15238,25 +15097,23 @@ def run_verb(home, rest):
             if arg.startswith("-") and arg != "-":
                 usage = command_help(verb).splitlines()[0].replace(" [--home DIR]", "")
                 # no name to take: only the usage helps
-                if verb not in ("add", "pause", "resume", "decide", "try"):
-                    raise Fail(EX_USAGE, f"avsm {verb} takes no option '{arg}'; {usage}")
-                raise Fail(EX_USAGE, f"avsm {verb} takes no option '{arg}'; {usage} (for a name"
-                                     f" that begins with -, write avsm {verb} -- {arg})")
+                named = verb in ("add", "pause", "resume", "decide", "try")
+                raise Fail(EX_USAGE, f"avsm {verb} takes no option '{arg}'; {usage}" + (
+                    f" (for a name that begins with -, write avsm {verb} -- {arg})" * named))
     if verb == "try":
         return cmd_try(home, options + names)
+    home = resolve_home(home)
     # a venture named after -- is a name, even one that begins with -
     if verb == "status":
-        return cmd_status(resolve_home(home), options, names)
+        return cmd_status(home, options, names)
     try:
         # chart reads its own options, so it is handed the -- that ends them
-        return CLIENT_COMMANDS[verb](resolve_home(home),
-                                     rest if verb == "chart" else options + names)
+        return CLIENT_COMMANDS[verb](home, rest if verb == "chart" else options + names)
     except Exception as err:
         # not a ledger, or a record not JSON
         if type(err).__module__ == "sqlite3" or isinstance(err, json.JSONDecodeError):
-            raise Fail(EX_DATAERR, f"{ledger_path(resolve_home(home))} cannot be read: {err}; "
-                                   f"{client_command(resolve_home(home))} doctor says more") \
-                from None
+            raise Fail(EX_DATAERR, f"{ledger_path(home)} cannot be read: {err}; "
+                                   f"{client_command(home)} doctor says more") from None
         raise
 
 
@@ -15282,25 +15139,20 @@ OPTIONLESS_COMMANDS = ("add", "asks", "deny", "decide", "pause", "resume", "why"
 
 def take_option(args, option):
     """Return (the value of `option` or None, the other arguments), before or after the command."""
-    home, rest, i = None, [], 0
+    value, rest, args = None, [], iter(args)
     needs = {"--home": "a directory", "--host": "a host, as [user@]HOST[:HOME]",
              "--fleet": "a file"}[option]
-    while i < len(args):
-        if args[i] == "--":
-            rest += args[i:]                # what follows -- is names, never an option
+    for arg in args:
+        if arg == "--":
+            rest += [arg, *args]            # what follows -- is names, never an option
             break
-        if args[i] == option:
-            if i + 1 >= len(args) or not args[i + 1]:
-                raise Fail(EX_USAGE, f"{option} needs {needs}")
-            home, i = args[i + 1], i + 2
-        elif args[i].startswith(option + "="):
-            home, i = args[i].split("=", 1)[1], i + 1
-            if not home:
+        if arg == option or arg.startswith(option + "="):
+            value = next(args, "") if arg == option else arg.split("=", 1)[1]
+            if not value:
                 raise Fail(EX_USAGE, f"{option} needs {needs}")
         else:
-            rest.append(args[i])
-            i += 1
-    return home, rest
+            rest.append(arg)
+    return value, rest
 
 
 def run_daemon(args):
@@ -15310,11 +15162,8 @@ def run_daemon(args):
     config_path, debug, mode, dirs = None, False, "run", []
     while rest:
         arg = rest.pop(0)
-        if arg in ("-h", "--help"):
-            out(DAEMON_USAGE)
-            return EX_OK
-        if arg == "--version":
-            out(f"avsmd {VERSION}")
+        if arg in ("-h", "--help", "--version"):
+            out(f"avsmd {VERSION}" if arg == "--version" else DAEMON_USAGE)
             return EX_OK
         if arg == "-f":
             if not rest:
@@ -15355,9 +15204,10 @@ INTERNAL_PROGRAMS = ("warden", "adapter", "forecast")  # started by avsmd and it
 
 
 def run_internal(program, args):
-    """The programs avsmd starts itself: the warden, the forecast, and the built-in adapters."""
-    if program == "forecast":
-        return run_forecast(args)
+    """The programs avsmd starts itself: the warden, the built-in adapters, and the forecast (the
+    facts as JSON on standard input, the forecast as JSON out)."""
+    if program == "adapter":
+        return run_adapter(args)
     if program == "warden":
         home, rest = take_option(args, "--home")
         if "--fd" not in rest or rest.index("--fd") + 1 >= len(rest) \
@@ -15366,11 +15216,6 @@ def run_internal(program, args):
         fd = int(rest[rest.index("--fd") + 1])
         keep_standard_files_open()
         return run_warden(resolve_home(home), fd, "-d" in rest)
-    return run_adapter(args)
-
-
-def run_forecast(args):
-    """The forecast program: the facts as JSON on standard input, the forecast as JSON out."""
     if args or sys.stdin is None or sys.stdin.isatty():
         raise Fail(EX_USAGE, "the forecast program is started by the warden with its facts on"
                              " standard input; run avsmd")
@@ -15440,8 +15285,7 @@ def main(argv=None):
             out(json.dumps(exit_facts(dict(JSON, error=str(fail)), fail.code)))
         return fail.code
     except BrokenPipeError:         # the reader went away (avsm tail | head -1)
-        devnull = os.open(os.devnull, os.O_WRONLY)
-        os.dup2(devnull, sys.stdout.fileno())
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return EX_OK
     except KeyboardInterrupt:
         return 130
@@ -15449,7 +15293,13 @@ def main(argv=None):
         sys.stderr.write(f"{name}: standard output cannot be written: {err.strerror}\n")
         return EX_IOERR
     except Exception:
-        return report_bug(name)
+        # a bug: the whole traceback on standard error, with how to report it
+        import traceback
+        traceback.print_exc()
+        sys.stderr.write(f"{name} {VERSION}: this is a bug in avsm, not something you did. Please"
+                         " report it with the lines above, the command you ran and"
+                         " `python3 --version`.\n")
+        return EX_SOFTWARE
 
 
 def keep_standard_files_open():
@@ -15466,16 +15316,6 @@ def keep_standard_files_open():
         sys.stdout = open(1, "w", closefd=False)
     if sys.stderr is None:
         sys.stderr = open(2, "w", closefd=False)
-
-
-def report_bug(name):
-    """An unexpected error: the whole traceback on standard error, with how to report it."""
-    import traceback
-    traceback.print_exc()
-    sys.stderr.write(f"{name} {VERSION}: this is a bug in avsm, not something you did. Please"
-                     " report it with the lines above, the command you ran and"
-                     " `python3 --version`.\n")
-    return EX_SOFTWARE
 
 
 if __name__ == "__main__":
