@@ -2494,8 +2494,8 @@ class Ledger:
         return seqs
 
     def begin(self):
-        """Begin a write; return the connection, opened again on ledger.db when a rotation by
-        another process closed the file this one had (its lock held, so none can append there)."""
+        """Begin a write; return the connection, on the new ledger.db once another process rotated
+        this one's (under its lock: none can append to a closed file)."""
         self.db.execute("BEGIN IMMEDIATE")
         if os.stat(self.path).st_ino != self.inode:
             self.db.execute("ROLLBACK")
@@ -2505,9 +2505,8 @@ class Ledger:
         return self.db
 
     def rotate(self, first_record, at):
-        """Close this file into HOME/ledgers, read-only and named by its seqs, and go on in a new
-        ledger.db whose first record, first_record(name, head), chains to the last: seqs never
-        restart. Return the new record's seq."""
+        """Close this file into HOME/ledgers as NAME, read-only, and go on in a new ledger.db whose
+        first record, first_record(NAME, head), chains to the last; return its seq."""
         import sqlite3
         self.commit()
         db, new, at = self.begin(), self.path + ".new", int(at)
@@ -2599,7 +2598,8 @@ CLOSED_NAME = r"([0-9]{12})-([0-9]{12})\.db"
 def closed_files(home):
     """Return [(first seq, last seq, path)] of the closed ledger files in HOME/ledgers, in order."""
     where = os.path.join(home, "ledgers")
-    found = (re.fullmatch(CLOSED_NAME, n) for n in (os.listdir(where) if os.path.isdir(where) else ()))
+    names = os.listdir(where) if os.path.isdir(where) else ()
+    found = (re.fullmatch(CLOSED_NAME, n) for n in names)
     return sorted((int(m[1]), int(m[2]), os.path.join(where, m[0])) for m in found if m)
 
 
@@ -2610,9 +2610,8 @@ def say_moved(first, last, home):
 
 
 def ledger_parts(db, since=0, upto=None, gap=say_moved):
-    """Yield a connection to each ledger file holding records after `since` (to `upto`), oldest
-    first: the closed files in HOME/ledgers, opened here, then `db`, the current ledger.db. Seqs in
-    a file that is not there are told to gap(first, last, home)."""
+    """Yield a connection to each ledger file with records after `since` (to `upto`), in order: the
+    closed files of HOME/ledgers, then `db`; seqs of a file not there go to gap()."""
     first = db.execute("SELECT min(seq) FROM records").fetchone()[0]
     if first is None or since + 1 >= first:
         yield db
@@ -2653,8 +2652,7 @@ def read_records(db, since=0, upto=None, venture=None):
 
 
 def ledger_rows(db, sql, args=(), since=0, upto=None):
-    """Yield the rows of `sql`, in the order of seq, from each ledger file with records after
-    `since` (to `upto`): one query over the closed files and ledger.db alike."""
+    """Yield the rows of `sql` (ordered by seq) from each ledger file with records after `since`."""
     for part in ledger_parts(db, since, upto):
         yield from part.execute(sql, args)
 
@@ -2750,7 +2748,7 @@ LedgerScan.__doc__ = """What one read of the ledger found: records checked, the 
 the first broken record (seq, why) or None, the proof problems [(action seq, why)], the adopted
 ventures {name: [name, directory, mandate seq, paused, text]} (None once one does not read), and
 {seq: hash} and {seq: snapshot text} (the fold) at the seqs asked for, and [(first, last)] of the
-seqs in closed files that are not there (a proof citing one is not a problem: it is not checked)."""
+seqs in closed files that are not there."""
 
 
 def scan_ledger(db, recheck=True, wanted=(), after=None, fold_at=()):
@@ -2774,8 +2772,7 @@ def scan_ledger(db, recheck=True, wanted=(), after=None, fold_at=()):
                                                         expected, moved):
             keep(expected)
             if found["gaps"] and found["gaps"][-1][1] == seq - 1 > expected:
-                # the file before this one is not there: the chain goes on from its stated head,
-                # and the fold from the snapshot this record carries
+                # the file before this one is not there: go on from the head this record names
                 expected, prev = seq - 1, link
                 fold_moved(states, counted, found, text)
             if seq != expected + 1:
@@ -2821,8 +2818,7 @@ def moved_premise(problem, found):
 
 
 def fold_moved(states, counted, found, text):
-    """After a closed file that is not there, fold on from the snapshot its successor's first
-    record carries (avsm rotate); the ventures adopted are the snapshot's."""
+    """After a closed file that is not there, fold on from the snapshot the next file carries."""
     home = found["gaps"][-1][2]
     with contextlib.suppress(Fail, LookupError, TypeError, ValueError):
         record = json.loads(text)
@@ -5849,16 +5845,15 @@ def rotation_due(spec, size, first_at, now):
 
 def rotated_record(record, name, head):
     """The first record of a new ledger.db: the snapshot `record` of the fold to the closed file's
-    last record, naming that file and the record (its seq and hash, which it chains to)."""
+    last record, naming the file and that record's hash."""
     return dict(record, file=name, hash=head[1], summary=(
         f"ledger.db goes on from ledgers/{name}, whose last record is #{head[0]}"
         f" ({head[1][:16]}); the fold to it is kept in snapshots/{head[0]:012d}.json"))
 
 
 def files_let_go(spec, closed, checkpoint, now):
-    """Yield (path, record) of each closed file (first, last, path, mtime) that keep: lets go: older
-    than keep, and with a checkpoint written past its last record (so what it held is vouched for
-    by a head kept outside the home)."""
+    """Yield (path, record) of each closed file (first, last, path, mtime) older than keep: with a
+    checkpoint past it, a head kept outside the file vouches for what it held."""
     for first, last, path, mtime in closed:
         if spec and spec["keep"] and last < checkpoint and mtime + spec["keep"] <= now:
             yield path, new_record("ledger", "self", deleted=os.path.basename(path), summary=(
@@ -8909,8 +8904,7 @@ def snapshot_records(db):
 
 
 def tried_snapshots(db):
-    """The snapshot records a start tries, newest first: the SNAPSHOTS_KEPT newest, and the first of
-    a rotated ledger.db, which the records of a closed file let go are folded into."""
+    """The snapshot records a start tries: the SNAPSHOTS_KEPT newest, and a rotated file's first."""
     records = snapshot_records(db)
     return records[:SNAPSHOTS_KEPT] + records[SNAPSHOTS_KEPT:][-1:]
 
@@ -8978,7 +8972,7 @@ class Snapshots:
         os.makedirs(where, mode=0o700, exist_ok=True)
         write_textfile(path, text, 0o600)
         self.seq = seq
-        # those a file of avsm rotate starts from stay: the fold after a closed file let go
+        # those a rotated file starts from stay
         bounds = {f"{seq:012d}.json" for c in closed_files(self.home) for seq in (c[0] - 1, c[1])}
         for name in sorted(n for n in os.listdir(where) if re.fullmatch(r"\d+\.json", n))[
                 :-SNAPSHOTS_KEPT]:
