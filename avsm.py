@@ -8004,53 +8004,35 @@ class Rounds:
         for what, item, start in plan:
             if not start:
                 continue
-            limit = reading_limit(item)
-            if item.get("adapter"):
-                failed = self.start_adapter(state, what, item["name"], item["adapter"], limit)
-            else:
-                failed = self.start_reading(state, what, item["name"], item["run"], limit, True)
+            failed = self.start_reading(state, what, item["name"], item)
             if failed is None:
                 self.rounds[state.name]["pending"].add((what, item["name"]))
             else:
                 yield from failed
         # the report last: one that cannot start settles the round at once, the rest in it by then
-        if m["adapter"]:
-            failed = self.start_adapter(state, "report", None, m["adapter"], reading_limit(m))
-        else:
-            failed = self.start_reading(state, "report", None, ["./report"], reading_limit(m),
-                                        shell=False)
-        yield from failed or ()
+        yield from self.start_reading(state, "report", None, m) or ()
 
-    def start_adapter(self, state, what, name, adapter, timeout):
-        """A built-in adapter reads apart like any command; stripe and github get their url and key
-        in a private file."""
-        words = adapter.split()
-        secret = None
-        if words[0] in ("stripe", "github"):
-            where, problem = self.cfg["adapters"].get(words[0]), None
-            try:
-                key = read_keys(self.home).get(words[0])
-            except Fail as fail:
-                # the adapter fails saying so: no call without its key
-                key, problem = None, str(fail)
-            secret = write_payload(
-                json.dumps(
-                    {"url": (where or {}).get("url"), "key": key, "problem": problem}
-                ).encode()
-            )
-        failed = self.start_reading(
-            state, what, name, cached_command("adapter", words), timeout, False, stdin_path=secret
-        )
-        if secret:
-            os.unlink(secret)                   # the child holds it open; the name goes now
-        return failed
-
-    def start_reading(self, state, what, name, args, timeout, shell, stdin_path=None):
-        """Start one reading program; return None, or the intents of one that could not start."""
+    def start_reading(self, state, what, name, item):
+        """Start one reading program, or a built-in adapter (stripe and github get their url and key
+        in a private file); return None, or the intents of one that could not start."""
+        args, shell, secret = ["./report"], False, None
+        if item.get("adapter"):
+            words = item["adapter"].split()
+            args = cached_command("adapter", words)
+            if words[0] in ("stripe", "github"):
+                where, problem = self.cfg["adapters"].get(words[0]), None
+                try:
+                    key = read_keys(self.home).get(words[0])
+                except Fail as fail:
+                    # the adapter fails saying so: no call without its key
+                    key, problem = None, str(fail)
+                secret = write_payload(json.dumps(
+                    {"url": (where or {}).get("url"), "key": key, "problem": problem}).encode())
+        elif what != "report":
+            args, shell = item["run"], True
+        timeout = reading_limit(item)
         try:
-            child = self.spawn(
-                what, state, args, timeout=timeout, shell=shell, payload_file=stdin_path
-            )
+            child = self.spawn(what, state, args, timeout=timeout, shell=shell, payload_file=secret)
             child.extra = {"name": name, "round": self.rounds[state.name]["number"],
                            "limit": timeout}
             return None
@@ -8058,14 +8040,9 @@ class Rounds:
             if what == "report":
                 return self.record_report(state, None, f"could not start: {err}")
             return reading_read(state, what, name, None, f"could not start: {err}", "")
-
-    def report_done(self, state, child, status):
-        if child.ended_by in ("pause", "stop"):
-            return None                 # a report cut short by a pause or a stop is no reading
-        value, failure = read_metric_output(child, status)
-        if child.ended_by == "timeout":
-            failure = timed_out_note(reading_limit(state.mandate))
-        return self.record_report(state, value, failure)
+        finally:
+            if secret:
+                os.unlink(secret)               # the child holds it open; the name goes now
 
     def record_report(self, state, value, failure):
         """Yield what the report read calls for (report_read); then the round may settle."""
@@ -8076,13 +8053,18 @@ class Rounds:
         yield from self.maybe_settle(state)
 
     def reading_done(self, state, child, status):
-        """A guard, audit or reading command ended: its record, then the round may settle."""
+        """The report, a guard, audit or reading command ended: its record, then the round may
+        settle. One cut short by a pause or a stop is no reading."""
         what, name = child.purpose, child.extra["name"]
         if child.ended_by in ("pause", "stop"):
             return
         value, failure = read_metric_output(child, status, with_output=what != "guard")
         if child.ended_by == "timeout":
-            failure = timed_out_note(child.extra["limit"])
+            failure = timed_out_note(reading_limit(state.mandate) if what == "report"
+                                     else child.extra["limit"])
+        if what == "report":
+            yield from self.record_report(state, value, failure)
+            return
         round_ = self.rounds.get(state.name)
         late = read_late(child.extra.get("round"), round_)
         text = "\n".join(output_lines(child.out, child.cut)[0])
@@ -8184,27 +8166,26 @@ class Levers:
     def __init__(self, cfg, spawn):
         self.cfg, self.spawn = cfg, spawn
 
-    def run_lever(self, state, lever, verdict, summary, by, side=None, extra=None, checked=False):
-        """Yield the action with the gate's proof and question, then start the lever apart; one
-        with `check:` runs its check first (open point 27)."""
+    def run_lever(self, state, gate, verdict):
+        """Yield the action `gate` asked for with the gate's proof and question, then start the
+        lever apart; one with `check:` runs its check first (open point 27)."""
+        lever, by, side, extra = gate.lever, gate.by, gate.side, gate.extra or {}
         spec = state.mandate["levers"].get(lever)
-        if spec is not None and spec["check"] and not checked:
-            yield from self.start_check(state, lever, verdict, summary, by, side, extra)
+        if spec is not None and spec["check"] and gate.check is None:
+            yield from self.start_check(state, gate, verdict)
             return
+        payload, proposal = extra.get("payload"), extra.get("proposal")
         own = [spec["run"]] if spec is not None and spec["run"] not in (None, "mail.send") else []
         unsafe = lever != "stop" and owner_problem(state.directory, own)
         if unsafe:                      # before its action: a lever others could change never runs
             yield from refusal(state, lever, f"{unsafe.why}; {unsafe.fix}",
                                f"{lever} refused: another user could change what it runs; "
-                               f"{unsafe.fix}", by=by,
-                               **some(side=side, proposal=(extra or {}).get("proposal")))
+                               f"{unsafe.fix}", by=by, **some(side=side, proposal=proposal))
             return
-        mail, mail_problem = mail_to_send(spec, self.cfg, (extra or {}).get("payload"))
-        seq = yield from lever_ran(state, lever, verdict, summary, by, side, extra)
+        mail, mail_problem = mail_to_send(spec, self.cfg, payload)
+        seq = yield from lever_ran(state, lever, verdict, gate.summary, by, side, gate.extra)
         if lever == "stop":
             return
-        spec = state.mandate["levers"][lever]
-        payload = (extra or {}).get("payload")
         data = (None if payload is None
                 else (payload if isinstance(payload, str) else json.dumps(payload)).encode())
         run, more = spec["run"], {}
@@ -8232,32 +8213,28 @@ class Levers:
         except OSError as err:
             yield from unstarted_outcome(state, lever, seq, str(err))
 
-    def start_check(self, state, lever, verdict, summary, by, side, extra):
-        payload = (extra or {}).get("payload")
+    def start_check(self, state, gate, verdict):
+        lever, payload = gate.lever, (gate.extra or {}).get("payload")
         audits = {name: info.get("note", "") for name, info in state.audits.items()}
-        path = write_payload(
-            json.dumps(
-                {"venture": state.name, "lever": lever, "payload": payload, "audits": audits}
-            ).encode()
-        )
+        path = write_payload(json.dumps({"venture": state.name, "lever": lever, "payload": payload,
+                                         "audits": audits}).encode())
         try:
             child = self.spawn("check", state, state.mandate["levers"][lever]["check"], timeout=60,
                                shell=True, lever=lever, payload_file=path)
         except OSError as err:
             os.unlink(path)
             return refusal(state, lever, f"its check could not start: {err}",
-                           f"{lever} refused: its check could not start", by=by)
-        child.extra = {"lever": lever, "run": (lever, verdict, summary, by, side, extra),
-                       "payload_file": path}
+                           f"{lever} refused: its check could not start", by=gate.by)
+        child.extra = {"lever": lever, "run": (gate, verdict), "payload_file": path}
         return begun(state, "check", lever)     # the gate refuses the lever until its check ends
 
     def check_done(self, state, child, status):
         """A lever's check ended: 0 lets the lever run."""
         os.unlink(child.extra["payload_file"])
-        lever, verdict, summary, by, side, extra = child.extra["run"]
+        gate, verdict = child.extra["run"]
         ok = status == 0 and not child.ended_by
-        return check_rule(state, lever, verdict, summary, by, side, extra, ok,
-                          describe_status(status), child.note()[-NOTE_MAX:] if not ok else "",
+        return check_rule(state, gate.lever, verdict, gate.summary, gate.by, gate.side, gate.extra,
+                          ok, describe_status(status), child.note()[-NOTE_MAX:] if not ok else "",
                           child.ended_by or describe_status(status))
 
     def lever_done(self, state, child, status):
@@ -9170,17 +9147,11 @@ class Warden:
     def settle_child(self, child):
         """A child ended and its group is gone: carry out what the room that started it returns."""
         state = self.ventures[child.venture]
-        handler = {
-            "report": self.rounds.report_done,
-            "lever": self.levers.lever_done,
-            "run": self.keeper.run_done,
-            "backend": self.decisions.backend_done,
-            "check": self.levers.check_done,
-            "forecast": self.worlds.forecast_done,
-            "world": self.worlds.world_done,
-        }.get(
-            child.purpose, self.rounds.reading_done
-        )  # a guard, audit or reading
+        # the report, a guard, an audit or a reading: its round's
+        handler = {"lever": self.levers.lever_done, "run": self.keeper.run_done,
+                   "backend": self.decisions.backend_done, "check": self.levers.check_done,
+                   "forecast": self.worlds.forecast_done, "world": self.worlds.world_done,
+                   }.get(child.purpose, self.rounds.reading_done)
         if child.purpose == "forecast" and child.extra.get("why") == "packet":
             handler = self.decisions.packet_forecast_done         # a decision's packet waits on it
         self.carry_out(state, handler(state, child, child.status) or ())
@@ -9214,9 +9185,7 @@ class Warden:
                                trigger=intent.trigger, approval=intent.approval,
                                payload=intent.payload, check=intent.check)
                 if result.ok:
-                    ran = self.carry_out(state, self.levers.run_lever(
-                        state, intent.lever, result, intent.summary, by=intent.by, side=intent.side,
-                        extra=intent.extra, checked=intent.check is not None))
+                    ran = self.carry_out(state, self.levers.run_lever(state, intent, result))
                     seq = next((s for i, s in ran if i.record["kind"] == "action"), None)
                     result = result._replace(action=seq)
                 else:
