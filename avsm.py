@@ -6905,10 +6905,10 @@ def verify_signer(text, signature, allowed, principal, namespace):
                                f"namespace, or changed since")
 
 
-def write_payload(data):
+def write_payload(data, prefix="avsm-payload-"):
     """Write a lever's content to a private temporary file; return its path (open point 28)."""
     import tempfile
-    fd, path = tempfile.mkstemp(prefix="avsm-payload-")
+    fd, path = tempfile.mkstemp(prefix=prefix)
     with os.fdopen(fd, "wb") as fh:
         fh.write(data)
     return path
@@ -8349,9 +8349,8 @@ def ratchet_text(state, lever):
 class Decision:
     """One model decision in flight, from its packet to the lines its asker is shown."""
 
-    def __init__(self, venture, by, backend, reply_id, id):
+    def __init__(self, venture, by, backend, reply_id):
         self.venture, self.by, self.backend, self.reply_id = venture, by, backend, reply_id
-        self.id = id
         # the model's look-ups and their answers, shown in the next packet
         self.looks = []
         self.lines = []               # what `avsm decide` prints when the decision is done
@@ -8359,7 +8358,7 @@ class Decision:
         self.escalation = None
         self.escalation_looks = []    # the look records written since, which its answer cites
         self.packet = None            # what the model is shown
-        self.request = None           # (system, user), as the roles process built them
+        self.request = None           # its system and user texts, as the roles process built them
         # what the provider said of this call, for the records its reply writes
         self.call = None
         # the packet's forecast through the world: False until asked, None if none
@@ -8375,28 +8374,15 @@ class Decisions:
         self.home, self.cfg, self.ledger, self.ventures = home, cfg, ledger, ventures
         self.spawn = spawn
         self.tell, self.to_roles, self.forecast, self.stopping = tell, to_roles, forecast, stopping
-        self.results, self.decision_count = [], 0    # HTTP replies handed back by call threads
+        self.results = []             # HTTP replies handed back by call threads
         # escalation seq -> its decision, until its answer is written
         self.escalations = {}
         self.wake_r, self.wake_w = socket.socketpair()
         self.wake_r.setblocking(False)
 
-    def packet(self, state, looks):
-        """Return what a model may be shown of a venture: never an audit reading, note or ask."""
-        return model_packet(state, recent_records(self.ledger.db, state.name, 40), int(time.time()),
-                            self.packet_forecast(state), looks)
-
-    def packet_forecast(self, state):
-        """The facts of the packet's forecast (FORECAST-03); the roles process makes it, apart from
-        the warden."""
-        f = self.cfg["forecast"] or PACKET_FORECAST
-        return forecast_facts(state, f["days"], f["seeds"]) if f["seeds"] else None
-
     def start_decision(self, state, by, reply_id=None):
         """Begin one model decision for a venture: it grants nothing."""
-        name, backend = backend_for(state, self.cfg)
-        self.decision_count += 1
-        d = Decision(state.name, by, name, reply_id, self.decision_count)
+        d = Decision(state.name, by, backend_for(state, self.cfg)[0], reply_id)
         self.build(d)
         return d
 
@@ -8412,7 +8398,12 @@ class Decisions:
             d.world_forecast = None
             if self.forecast(state, "packet", decision=d):
                 return
-        d.packet = self.packet(state, d.looks)
+        # what a model may be shown: never an audit reading, note or ask; the facts of its forecast
+        # (FORECAST-03), which the roles process makes, apart from the warden
+        f = self.cfg["forecast"] or PACKET_FORECAST
+        facts = forecast_facts(state, f["days"], f["seeds"]) if f["seeds"] else None
+        d.packet = model_packet(state, recent_records(self.ledger.db, state.name, 40),
+                                int(time.time()), facts, d.looks)
         if d.world_forecast:
             d.packet["forecast"] = d.world_forecast
         self.ask_roles(d, {"op": "build", "packet": d.packet}, self.call_backend)
@@ -8437,19 +8428,13 @@ class Decisions:
         runs apart; an HTTP call runs in a thread."""
         import threading
         if "error" in answer:
-            return self.finish_decision(
-                d, f"the roles process could not build the request: {answer['error']}"
-            )
+            why = f"the roles process could not build the request: {answer['error']}"
+            return self.finish_decision(d, why)
         state, backend = self.ventures[d.venture], self.cfg["backends"][d.backend]
-        d.request = (answer["system"], answer["user"])
-        d.call = None
+        d.request, d.call = answer, None
         if backend["kind"] == "command":
-            import tempfile
-            fd, path = tempfile.mkstemp(prefix="avsm-request-")
-            with os.fdopen(fd, "w") as fh:
-                json.dump(
-                    {"backend": d.backend, "system": answer["system"], "user": answer["user"]}, fh
-                )
+            path = write_payload(json.dumps({"backend": d.backend, "system": answer["system"],
+                                             "user": answer["user"]}).encode(), "avsm-request-")
             try:
                 child = self.spawn("backend", state, backend["run"], timeout=BACKEND_TIMEOUT,
                                    shell=True, payload_file=path, cwd=self.home, head=REPLY_MAX)
@@ -8459,14 +8444,11 @@ class Decisions:
                 yield from self.got_reply(d, None, f"could not start {backend['run']}: {err}")
             return
         try:
-            key = read_keys(self.home).get(backend.get("key")) if backend.get("key") else None
+            key = read_keys(self.home).get(backend["key"]) if backend.get("key") else None
+            if backend.get("key") and key is None:
+                raise Fail(EX_CONFIG, f"HOME/keys has no {backend['key']}=...; add it (chmod 600)")
         except Fail as fail:
             yield from self.got_reply(d, None, str(fail))
-            return
-        if backend.get("key") and key is None:
-            yield from self.got_reply(
-                d, None, f"HOME/keys has no {backend['key']}=...; add it (chmod 600)"
-            )
             return
 
         def call():
@@ -8483,15 +8465,14 @@ class Decisions:
     def backend_done(self, state, child, status):
         d = child.extra["decision"]
         os.unlink(child.extra["request_file"])
-        why = reply_failure(
-            self.cfg["backends"][d.backend]["run"], child.oversized, child.ended_by, status
-        )
+        why = reply_failure(self.cfg["backends"][d.backend]["run"], child.oversized, child.ended_by,
+                            status)
         return self.got_reply(d, None if why else bytes(child.out), why)
 
-    def results_ready(self, wake):
+    def results_ready(self):
         """Yield (state, intents) of each reply an HTTP call's thread handed back."""
         with contextlib.suppress(OSError):
-            wake.recv(4096)
+            self.wake_r.recv(4096)
         while self.results:
             d, data, why, facts = self.results.pop(0)
             d.call = facts
@@ -8544,9 +8525,8 @@ class Decisions:
         if d.escalation is not None:
             yield from self.answer_escalation(d, "unusable")
             return self.finish_decision(d)
-        second, why_not = escalation_to(
-            state, self.cfg, d.backend, d.request is not None, self.stopping()
-        )
+        second, why_not = escalation_to(state, self.cfg, d.backend, d.request is not None,
+                                        self.stopping())
         if why_not:
             d.lines.append(why_not)
         if second is None:
@@ -8555,7 +8535,7 @@ class Decisions:
         d.lines.append(f"#{d.escalation} escalation to {second}")
         self.escalations[d.escalation] = d
         d.backend = second
-        yield from self.call_backend(d, {"system": d.request[0], "user": d.request[1]})
+        yield from self.call_backend(d, d.request)
 
     def answer_escalation(self, d, cited, note=None):
         """Yield the measured answer of escalation d.escalation (ESC-04)."""
@@ -8569,27 +8549,29 @@ class Decisions:
 
     def look_up(self, state, look):
         """Answer a model's look-up from the ledger: never an audit."""
+        db = self.ledger.db
         if look["choice"] == "why":
-            if not 1 <= look["record"] < 2 ** 63:
-                return f"#{look['record']} is not a record number"
-            found = record_at(self.ledger.db, look["record"])
+            seq = look["record"]
+            if not 1 <= seq < 2 ** 63:
+                return f"#{seq} is not a record number"
+            found = record_at(db, seq)
             if found is None:
-                return f"#{look['record']} is not in the ledger"
+                return f"#{seq} is not in the ledger"
             at, record = found
             if record.get("venture") != state.name:
-                return f"#{look['record']} is not a record of {state.name}"
+                return f"#{seq} is not a record of {state.name}"
             if (record["kind"].startswith("audit.") or record.get("about") == "audit"
                     or record.get("audit")):
                 return "not shown: an audit is never shown to a model"
-            lines = [format_record_line(look["record"], at, record)]
+            lines = [format_record_line(seq, at, record)]
             for p in (record.get("proof") or {}).get("premises", []):
-                _, r = record_at(self.ledger.db, p) or (None, None)
+                _, r = record_at(db, p) or (None, None)
                 if r:
                     lines.append(f"  premise #{p} {r['claim']} {r['kind']} {r['summary']}")
             return "\n".join(lines)
         topic = look["topic"].lower()
         found = [f"#{s} {r['claim']} {r['kind']} {r['summary']}"
-                 for s, at, r in recent_records(self.ledger.db, state.name, 500)
+                 for s, at, r in recent_records(db, state.name, 500)
                  if r["claim"] == "declared" or r["kind"] == "fact"]
         found = [line for line in found if topic and topic in line.lower()][-10:]
         return "\n".join(found) or f"nothing declared about {look['topic']}"
@@ -8959,7 +8941,7 @@ class Warden:
                     if what == "channel":
                         self.read_channel()
                     elif what == "results":
-                        for state, intents in self.decisions.results_ready(child):
+                        for state, intents in self.decisions.results_ready():
                             self.carry_out(state, intents)
                     elif what == "signal":
                         self.signalled(child)
