@@ -7944,7 +7944,8 @@ def start_spread(i, count, cadence):
 class Schedule:
     """When each venture's next round is due, in monotonic time, soonest first (a heap)."""
 
-    def __init__(self):
+    def __init__(self, active):
+        self.active = active
         self.due = {}                 # venture -> monotonic time its next round is due
         # (time, venture), soonest first; entries the dict no longer holds are stale
         self.due_heap = []
@@ -7953,18 +7954,18 @@ class Schedule:
         self.due[name] = at
         heapq.heappush(self.due_heap, (at, name))
 
-    def soonest(self, active):
+    def soonest(self):
         heap = self.due_heap
-        while heap and (self.due.get(heap[0][1]) != heap[0][0] or not active(heap[0][1])):
+        while heap and (self.due.get(heap[0][1]) != heap[0][0] or not self.active(heap[0][1])):
             # superseded, or its venture no longer runs: resume and add schedule again
             heapq.heappop(heap)
         return heap[0][0] if heap else None
 
-    def pop_due(self, now, active):
+    def pop_due(self, now):
         heap = self.due_heap
         while heap and heap[0][0] <= now:
             at, name = heapq.heappop(heap)
-            if self.due.get(name) != at or not active(name):
+            if self.due.get(name) != at or not self.active(name):
                 continue
             yield at, name
 
@@ -8105,7 +8106,8 @@ class Keeper:
     def start_keep(self, state):
         if state.mandate and state.mandate["run"] and not state.paused:
             keep = self.keep.setdefault(
-                state.name, {"child": None, "backoff": 0, "restart": False, "next_start": None}
+                state.name, {"child": None, "backoff": 0, "restart": False, "next_start": None,
+                             "restarts": 0}
             )
             if keep["child"] is None and keep["next_start"] is None:
                 return self.start_run(state)
@@ -8120,7 +8122,7 @@ class Keeper:
         except OSError as err:
             keep["child"] = None
             return run_started(state, None, False, err)
-        keep["restarts"] = keep.get("restarts", 0) + (1 if keep["restart"] else 0)
+        keep["restarts"] += keep["restart"]
         return run_started(state, keep["child"].pid, keep["restart"])
 
     def run_done(self, state, child, status):
@@ -8143,12 +8145,12 @@ class Keeper:
 
     def start_due(self, now):
         for name, keep in self.keep.items():
-            if keep.get("next_start") is not None and now >= keep["next_start"]:
+            if keep["next_start"] is not None and now >= keep["next_start"]:
                 keep["next_start"] = None
                 yield self.ventures[name], self.start_run(self.ventures[name])
 
     def wakeups(self):
-        return [k["next_start"] for k in self.keep.values() if k.get("next_start") is not None]
+        return [k["next_start"] for k in self.keep.values() if k["next_start"] is not None]
 
     def hold(self, name):
         if name in self.keep:
@@ -8257,8 +8259,7 @@ class Worlds:
         self.worlds = {}
 
     def forget_from(self, seq):
-        for name in [name for name, job in self.worlds.items() if job["report"] >= seq]:
-            del self.worlds[name]
+        self.worlds = {name: job for name, job in self.worlds.items() if job["report"] < seq}
 
     def start_forecast(self, state, why, lever=None, decision=None):
         """Forecast the venture apart from the loop (FORECAST-06); a `decision`'s packet is forecast
@@ -8295,11 +8296,8 @@ class Worlds:
                "failure": None}
         self.worlds[state.name] = job
         for i in range(WORLD_SEEDS):
-            path = write_payload(
-                json.dumps(
-                    world_input(state, lever, report_seq * WORLD_SEEDS + i, time.time())
-                ).encode()
-            )
+            path = write_payload(json.dumps(
+                world_input(state, lever, report_seq * WORLD_SEEDS + i, time.time())).encode())
             try:
                 child = self.spawn("world", state, state.mandate["world"], timeout=WORLD_TIMEOUT,
                                    shell=True, payload_file=path, head=WORLD_OUTPUT_MAX)
@@ -8832,7 +8830,7 @@ class Warden:
         self.snapshots = Snapshots(home)
         self.metrics = Metrics(cfg.get("metrics"), debug)
         self.page_at, self.page_failed = time.monotonic(), None
-        self.schedule = Schedule()
+        self.schedule = Schedule(lambda name: self.active(self.ventures[name]))
         self.next_nightly = next_nightly(cfg["nightly"])
         self.stopping = False
         self.sel = selectors.DefaultSelector()
@@ -8928,10 +8926,8 @@ class Warden:
         now = time.monotonic()
         for i, state in enumerate(self.ventures.values()):
             if self.active(state):
-                self.schedule.enter(
-                    state.name, now + start_spread(i, len(self.ventures), state.mandate["cadence"])
-                )
-                self.carry_out(state, self.keeper.start_keep(state))
+                self.start_venture(state, now + start_spread(i, len(self.ventures),
+                                                             state.mandate["cadence"]))
         while True:
             timeout = self.writer.group_wait(self.next_wakeup(time.monotonic()))
             for key, _ in self.sel.select(timeout):
@@ -8975,6 +8971,11 @@ class Warden:
 
     def active(self, state):
         return state.mandate is not None and not state.paused and not self.stopping
+
+    def start_venture(self, state, at=None):
+        """Its next round due `at` (now by default), and its kept program started."""
+        self.schedule.enter(state.name, time.monotonic() if at is None else at)
+        self.carry_out(state, self.keeper.start_keep(state))
 
     def write_checkpoint(self, due=False):
         """Write a checkpoint of the committed head (when one is due)."""
@@ -9050,7 +9051,7 @@ class Warden:
 
     def next_wakeup(self, now):
         """Return seconds until the next due report, deadline or restart, or None."""
-        times, soonest = [], self.schedule.soonest(lambda name: self.active(self.ventures[name]))
+        times, soonest = [], self.schedule.soonest()
         if soonest is not None and not self.writer.ledger_down:
             times.append(soonest)
         for child in self.children:
@@ -9103,9 +9104,7 @@ class Warden:
         # read or late. A round due within START_AHEAD starts now too: at a thousand ventures the
         # warden wakes a quarter as often
         reporting, began = None, time.monotonic()
-        for at, name in self.schedule.pop_due(
-            now + START_AHEAD, lambda name: self.active(self.ventures[name])
-        ):
+        for at, name in self.schedule.pop_due(now + START_AHEAD):
             if time.monotonic() - began > TICK_BUDGET:
                 # behind: due next turn, once a waiting client is served
                 self.schedule.enter(name, at)
@@ -9270,17 +9269,11 @@ class Warden:
                 if state.mandate is None:
                     self.check_runnable(state)
                     if state.mandate is not None and not state.paused:     # fixed: it runs now
-                        self.schedule.enter(state.name, time.monotonic())
-                        self.carry_out(state, self.keeper.start_keep(state))
+                        self.start_venture(state)
                 return [f"{name}: mandate unchanged (#{state.mandate_seq}); nothing written"]
         state = self.ventures.setdefault(name, VentureState(name))
-        seq = self.adopt(
-            state,
-            mandate,
-            mandate_record(
-                name, directory, text, f"adopted {name} from {directory} (sha256 {sha[:16]})"
-            ),
-        )
+        seq = self.adopt(state, mandate, mandate_record(
+            name, directory, text, f"adopted {name} from {directory} (sha256 {sha[:16]})"))
         forecasting = self.worlds.start_forecast(state, "add")
         capacity = "  " + describe_capacity(
             capacity_check(state, (self.cfg["forecast"] or FORECAST_DEFAULT)["days"])
@@ -9304,8 +9297,7 @@ class Warden:
                 if child.venture == state.name and child.purpose == "run":
                     child.terminate("a new mandate", time.monotonic())
         if not state.paused:
-            self.schedule.enter(state.name, time.monotonic())
-            self.carry_out(state, self.keeper.start_keep(state))
+            self.start_venture(state)
         return seq
 
     def do_health(self, args, err):
@@ -9390,9 +9382,10 @@ class Warden:
             state,
             approval_rule(state, seq, ask, payload, "payload" in args, problem, int(time.time())),
         )
-        if not any(isinstance(intent, Gate) for intent, _ in done):
+        gated = [action for intent, action in done if isinstance(intent, Gate)]
+        if not gated:
             return [f"#{seq} answered; nothing runs on it"]
-        action = next(seq for intent, seq in reversed(done) if isinstance(intent, Gate))
+        action = gated[-1]
         self.carry_out(state, ratchet_rule(state, lever, self.cfg["ratchet"]))
         return [f"#{seq} approved; {lever} "
                 + (f"runs as action #{action}" if action else "runs once its check passes")]
@@ -9478,9 +9471,8 @@ class Warden:
         still = still_past_lines(state)
         if state.mandate is None:
             return [f"{state.name} resumed, but it cannot run: {state.problem}"]
-        self.schedule.enter(state.name, time.monotonic())
         self.keeper.reset(state.name)
-        self.carry_out(state, self.keeper.start_keep(state))
+        self.start_venture(state)
         return [f"{state.name} resumed"] + still
 
 
