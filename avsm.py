@@ -7061,10 +7061,10 @@ def verify_signer(text, signature, allowed, principal, namespace):
                                f"namespace, or changed since")
 
 
-def write_payload(data):
+def write_payload(data, prefix="avsm-payload-"):
     """Write a lever's content to a private temporary file; return its path (open point 28)."""
     import tempfile
-    fd, path = tempfile.mkstemp(prefix="avsm-payload-")
+    fd, path = tempfile.mkstemp(prefix=prefix)
     with os.fdopen(fd, "wb") as fh:
         fh.write(data)
     return path
@@ -8100,7 +8100,8 @@ def start_spread(i, count, cadence):
 class Schedule:
     """When each venture's next round is due, in monotonic time, soonest first (a heap)."""
 
-    def __init__(self):
+    def __init__(self, active):
+        self.active = active
         self.due = {}                 # venture -> monotonic time its next round is due
         # (time, venture), soonest first; entries the dict no longer holds are stale
         self.due_heap = []
@@ -8109,18 +8110,18 @@ class Schedule:
         self.due[name] = at
         heapq.heappush(self.due_heap, (at, name))
 
-    def soonest(self, active):
+    def soonest(self):
         heap = self.due_heap
-        while heap and (self.due.get(heap[0][1]) != heap[0][0] or not active(heap[0][1])):
+        while heap and (self.due.get(heap[0][1]) != heap[0][0] or not self.active(heap[0][1])):
             # superseded, or its venture no longer runs: resume and add schedule again
             heapq.heappop(heap)
         return heap[0][0] if heap else None
 
-    def pop_due(self, now, active):
+    def pop_due(self, now):
         heap = self.due_heap
         while heap and heap[0][0] <= now:
             at, name = heapq.heappop(heap)
-            if self.due.get(name) != at or not active(name):
+            if self.due.get(name) != at or not self.active(name):
                 continue
             yield at, name
 
@@ -8160,53 +8161,35 @@ class Rounds:
         for what, item, start in plan:
             if not start:
                 continue
-            limit = reading_limit(item)
-            if item.get("adapter"):
-                failed = self.start_adapter(state, what, item["name"], item["adapter"], limit)
-            else:
-                failed = self.start_reading(state, what, item["name"], item["run"], limit, True)
+            failed = self.start_reading(state, what, item["name"], item)
             if failed is None:
                 self.rounds[state.name]["pending"].add((what, item["name"]))
             else:
                 yield from failed
         # the report last: one that cannot start settles the round at once, the rest in it by then
-        if m["adapter"]:
-            failed = self.start_adapter(state, "report", None, m["adapter"], reading_limit(m))
-        else:
-            failed = self.start_reading(state, "report", None, ["./report"], reading_limit(m),
-                                        shell=False)
-        yield from failed or ()
+        yield from self.start_reading(state, "report", None, m) or ()
 
-    def start_adapter(self, state, what, name, adapter, timeout):
-        """A built-in adapter reads apart like any command; stripe and github get their url and key
-        in a private file."""
-        words = adapter.split()
-        secret = None
-        if words[0] in ("stripe", "github"):
-            where, problem = self.cfg["adapters"].get(words[0]), None
-            try:
-                key = read_keys(self.home).get(words[0])
-            except Fail as fail:
-                # the adapter fails saying so: no call without its key
-                key, problem = None, str(fail)
-            secret = write_payload(
-                json.dumps(
-                    {"url": (where or {}).get("url"), "key": key, "problem": problem}
-                ).encode()
-            )
-        failed = self.start_reading(
-            state, what, name, cached_command("adapter", words), timeout, False, stdin_path=secret
-        )
-        if secret:
-            os.unlink(secret)                   # the child holds it open; the name goes now
-        return failed
-
-    def start_reading(self, state, what, name, args, timeout, shell, stdin_path=None):
-        """Start one reading program; return None, or the intents of one that could not start."""
+    def start_reading(self, state, what, name, item):
+        """Start one reading program, or a built-in adapter (stripe and github get their url and key
+        in a private file); return None, or the intents of one that could not start."""
+        args, shell, secret = ["./report"], False, None
+        if item.get("adapter"):
+            words = item["adapter"].split()
+            args = cached_command("adapter", words)
+            if words[0] in ("stripe", "github"):
+                where, problem = self.cfg["adapters"].get(words[0]), None
+                try:
+                    key = read_keys(self.home).get(words[0])
+                except Fail as fail:
+                    # the adapter fails saying so: no call without its key
+                    key, problem = None, str(fail)
+                secret = write_payload(json.dumps(
+                    {"url": (where or {}).get("url"), "key": key, "problem": problem}).encode())
+        elif what != "report":
+            args, shell = item["run"], True
+        timeout = reading_limit(item)
         try:
-            child = self.spawn(
-                what, state, args, timeout=timeout, shell=shell, payload_file=stdin_path
-            )
+            child = self.spawn(what, state, args, timeout=timeout, shell=shell, payload_file=secret)
             child.extra = {"name": name, "round": self.rounds[state.name]["number"],
                            "limit": timeout}
             return None
@@ -8214,14 +8197,9 @@ class Rounds:
             if what == "report":
                 return self.record_report(state, None, f"could not start: {err}")
             return reading_read(state, what, name, None, f"could not start: {err}", "")
-
-    def report_done(self, state, child, status):
-        if child.ended_by in ("pause", "stop"):
-            return None                 # a report cut short by a pause or a stop is no reading
-        value, failure = read_metric_output(child, status)
-        if child.ended_by == "timeout":
-            failure = timed_out_note(reading_limit(state.mandate))
-        return self.record_report(state, value, failure)
+        finally:
+            if secret:
+                os.unlink(secret)               # the child holds it open; the name goes now
 
     def record_report(self, state, value, failure):
         """Yield what the report read calls for (report_read); then the round may settle."""
@@ -8232,13 +8210,18 @@ class Rounds:
         yield from self.maybe_settle(state)
 
     def reading_done(self, state, child, status):
-        """A guard, audit or reading command ended: its record, then the round may settle."""
+        """The report, a guard, audit or reading command ended: its record, then the round may
+        settle. One cut short by a pause or a stop is no reading."""
         what, name = child.purpose, child.extra["name"]
         if child.ended_by in ("pause", "stop"):
             return
         value, failure = read_metric_output(child, status, with_output=what != "guard")
         if child.ended_by == "timeout":
-            failure = timed_out_note(child.extra["limit"])
+            failure = timed_out_note(reading_limit(state.mandate) if what == "report"
+                                     else child.extra["limit"])
+        if what == "report":
+            yield from self.record_report(state, value, failure)
+            return
         round_ = self.rounds.get(state.name)
         late = read_late(child.extra.get("round"), round_)
         text = "\n".join(output_lines(child.out, child.cut)[0])
@@ -8279,7 +8262,8 @@ class Keeper:
     def start_keep(self, state):
         if state.mandate and state.mandate["run"] and not state.paused:
             keep = self.keep.setdefault(
-                state.name, {"child": None, "backoff": 0, "restart": False, "next_start": None}
+                state.name, {"child": None, "backoff": 0, "restart": False, "next_start": None,
+                             "restarts": 0}
             )
             if keep["child"] is None and keep["next_start"] is None:
                 return self.start_run(state)
@@ -8294,7 +8278,7 @@ class Keeper:
         except OSError as err:
             keep["child"] = None
             return run_started(state, None, False, err)
-        keep["restarts"] = keep.get("restarts", 0) + (1 if keep["restart"] else 0)
+        keep["restarts"] += keep["restart"]
         return run_started(state, keep["child"].pid, keep["restart"])
 
     def run_done(self, state, child, status):
@@ -8317,12 +8301,12 @@ class Keeper:
 
     def start_due(self, now):
         for name, keep in self.keep.items():
-            if keep.get("next_start") is not None and now >= keep["next_start"]:
+            if keep["next_start"] is not None and now >= keep["next_start"]:
                 keep["next_start"] = None
                 yield self.ventures[name], self.start_run(self.ventures[name])
 
     def wakeups(self):
-        return [k["next_start"] for k in self.keep.values() if k.get("next_start") is not None]
+        return [k["next_start"] for k in self.keep.values() if k["next_start"] is not None]
 
     def hold(self, name):
         if name in self.keep:
@@ -8340,27 +8324,26 @@ class Levers:
     def __init__(self, cfg, spawn):
         self.cfg, self.spawn = cfg, spawn
 
-    def run_lever(self, state, lever, verdict, summary, by, side=None, extra=None, checked=False):
-        """Yield the action with the gate's proof and question, then start the lever apart; one
-        with `check:` runs its check first (open point 27)."""
+    def run_lever(self, state, gate, verdict):
+        """Yield the action `gate` asked for with the gate's proof and question, then start the
+        lever apart; one with `check:` runs its check first (open point 27)."""
+        lever, by, side, extra = gate.lever, gate.by, gate.side, gate.extra or {}
         spec = state.mandate["levers"].get(lever)
-        if spec is not None and spec["check"] and not checked:
-            yield from self.start_check(state, lever, verdict, summary, by, side, extra)
+        if spec is not None and spec["check"] and gate.check is None:
+            yield from self.start_check(state, gate, verdict)
             return
+        payload, proposal = extra.get("payload"), extra.get("proposal")
         own = [spec["run"]] if spec is not None and spec["run"] not in (None, "mail.send") else []
         unsafe = lever != "stop" and owner_problem(state.directory, own)
         if unsafe:                      # before its action: a lever others could change never runs
             yield from refusal(state, lever, f"{unsafe.why}; {unsafe.fix}",
                                f"{lever} refused: another user could change what it runs; "
-                               f"{unsafe.fix}", by=by,
-                               **some(side=side, proposal=(extra or {}).get("proposal")))
+                               f"{unsafe.fix}", by=by, **some(side=side, proposal=proposal))
             return
-        mail, mail_problem = mail_to_send(spec, self.cfg, (extra or {}).get("payload"))
-        seq = yield from lever_ran(state, lever, verdict, summary, by, side, extra)
+        mail, mail_problem = mail_to_send(spec, self.cfg, payload)
+        seq = yield from lever_ran(state, lever, verdict, gate.summary, by, side, gate.extra)
         if lever == "stop":
             return
-        spec = state.mandate["levers"][lever]
-        payload = (extra or {}).get("payload")
         data = (None if payload is None
                 else (payload if isinstance(payload, str) else json.dumps(payload)).encode())
         run, more = spec["run"], {}
@@ -8388,32 +8371,28 @@ class Levers:
         except OSError as err:
             yield from unstarted_outcome(state, lever, seq, str(err))
 
-    def start_check(self, state, lever, verdict, summary, by, side, extra):
-        payload = (extra or {}).get("payload")
+    def start_check(self, state, gate, verdict):
+        lever, payload = gate.lever, (gate.extra or {}).get("payload")
         audits = {name: info.get("note", "") for name, info in state.audits.items()}
-        path = write_payload(
-            json.dumps(
-                {"venture": state.name, "lever": lever, "payload": payload, "audits": audits}
-            ).encode()
-        )
+        path = write_payload(json.dumps({"venture": state.name, "lever": lever, "payload": payload,
+                                         "audits": audits}).encode())
         try:
             child = self.spawn("check", state, state.mandate["levers"][lever]["check"], timeout=60,
                                shell=True, lever=lever, payload_file=path)
         except OSError as err:
             os.unlink(path)
             return refusal(state, lever, f"its check could not start: {err}",
-                           f"{lever} refused: its check could not start", by=by)
-        child.extra = {"lever": lever, "run": (lever, verdict, summary, by, side, extra),
-                       "payload_file": path}
+                           f"{lever} refused: its check could not start", by=gate.by)
+        child.extra = {"lever": lever, "run": (gate, verdict), "payload_file": path}
         return begun(state, "check", lever)     # the gate refuses the lever until its check ends
 
     def check_done(self, state, child, status):
         """A lever's check ended: 0 lets the lever run."""
         os.unlink(child.extra["payload_file"])
-        lever, verdict, summary, by, side, extra = child.extra["run"]
+        gate, verdict = child.extra["run"]
         ok = status == 0 and not child.ended_by
-        return check_rule(state, lever, verdict, summary, by, side, extra, ok,
-                          describe_status(status), child.note()[-NOTE_MAX:] if not ok else "",
+        return check_rule(state, gate.lever, verdict, gate.summary, gate.by, gate.side, gate.extra,
+                          ok, describe_status(status), child.note()[-NOTE_MAX:] if not ok else "",
                           child.ended_by or describe_status(status))
 
     def lever_done(self, state, child, status):
@@ -8436,8 +8415,7 @@ class Worlds:
         self.worlds = {}
 
     def forget_from(self, seq):
-        for name in [name for name, job in self.worlds.items() if job["report"] >= seq]:
-            del self.worlds[name]
+        self.worlds = {name: job for name, job in self.worlds.items() if job["report"] < seq}
 
     def start_forecast(self, state, why, lever=None, decision=None):
         """Forecast the venture apart from the loop (FORECAST-06); a `decision`'s packet is forecast
@@ -8474,11 +8452,8 @@ class Worlds:
                "failure": None}
         self.worlds[state.name] = job
         for i in range(WORLD_SEEDS):
-            path = write_payload(
-                json.dumps(
-                    world_input(state, lever, report_seq * WORLD_SEEDS + i, time.time())
-                ).encode()
-            )
+            path = write_payload(json.dumps(
+                world_input(state, lever, report_seq * WORLD_SEEDS + i, time.time())).encode())
             try:
                 child = self.spawn("world", state, state.mandate["world"], timeout=WORLD_TIMEOUT,
                                    shell=True, payload_file=path, head=WORLD_OUTPUT_MAX)
@@ -8528,9 +8503,8 @@ def ratchet_text(state, lever):
 class Decision:
     """One model decision in flight, from its packet to the lines its asker is shown."""
 
-    def __init__(self, venture, by, backend, reply_id, id):
+    def __init__(self, venture, by, backend, reply_id):
         self.venture, self.by, self.backend, self.reply_id = venture, by, backend, reply_id
-        self.id = id
         # the model's look-ups and their answers, shown in the next packet
         self.looks = []
         self.lines = []               # what `avsm decide` prints when the decision is done
@@ -8538,7 +8512,7 @@ class Decision:
         self.escalation = None
         self.escalation_looks = []    # the look records written since, which its answer cites
         self.packet = None            # what the model is shown
-        self.request = None           # (system, user), as the roles process built them
+        self.request = None           # its system and user texts, as the roles process built them
         # what the provider said of this call, for the records its reply writes
         self.call = None
         # the packet's forecast through the world: False until asked, None if none
@@ -8554,28 +8528,15 @@ class Decisions:
         self.home, self.cfg, self.ledger, self.ventures = home, cfg, ledger, ventures
         self.spawn = spawn
         self.tell, self.to_roles, self.forecast, self.stopping = tell, to_roles, forecast, stopping
-        self.results, self.decision_count = [], 0    # HTTP replies handed back by call threads
+        self.results = []             # HTTP replies handed back by call threads
         # escalation seq -> its decision, until its answer is written
         self.escalations = {}
         self.wake_r, self.wake_w = socket.socketpair()
         self.wake_r.setblocking(False)
 
-    def packet(self, state, looks):
-        """Return what a model may be shown of a venture: never an audit reading, note or ask."""
-        return model_packet(state, recent_records(self.ledger.db, state.name, 40), int(time.time()),
-                            self.packet_forecast(state), looks)
-
-    def packet_forecast(self, state):
-        """The facts of the packet's forecast (FORECAST-03); the roles process makes it, apart from
-        the warden."""
-        f = self.cfg["forecast"] or PACKET_FORECAST
-        return forecast_facts(state, f["days"], f["seeds"]) if f["seeds"] else None
-
     def start_decision(self, state, by, reply_id=None):
         """Begin one model decision for a venture: it grants nothing."""
-        name, backend = backend_for(state, self.cfg)
-        self.decision_count += 1
-        d = Decision(state.name, by, name, reply_id, self.decision_count)
+        d = Decision(state.name, by, backend_for(state, self.cfg)[0], reply_id)
         self.build(d)
         return d
 
@@ -8591,7 +8552,12 @@ class Decisions:
             d.world_forecast = None
             if self.forecast(state, "packet", decision=d):
                 return
-        d.packet = self.packet(state, d.looks)
+        # what a model may be shown: never an audit reading, note or ask; the facts of its forecast
+        # (FORECAST-03), which the roles process makes, apart from the warden
+        f = self.cfg["forecast"] or PACKET_FORECAST
+        facts = forecast_facts(state, f["days"], f["seeds"]) if f["seeds"] else None
+        d.packet = model_packet(state, recent_records(self.ledger.db, state.name, 40),
+                                int(time.time()), facts, d.looks)
         if d.world_forecast:
             d.packet["forecast"] = d.world_forecast
         self.ask_roles(d, {"op": "build", "packet": d.packet}, self.call_backend)
@@ -8616,19 +8582,13 @@ class Decisions:
         runs apart; an HTTP call runs in a thread."""
         import threading
         if "error" in answer:
-            return self.finish_decision(
-                d, f"the roles process could not build the request: {answer['error']}"
-            )
+            why = f"the roles process could not build the request: {answer['error']}"
+            return self.finish_decision(d, why)
         state, backend = self.ventures[d.venture], self.cfg["backends"][d.backend]
-        d.request = (answer["system"], answer["user"])
-        d.call = None
+        d.request, d.call = answer, None
         if backend["kind"] == "command":
-            import tempfile
-            fd, path = tempfile.mkstemp(prefix="avsm-request-")
-            with os.fdopen(fd, "w") as fh:
-                json.dump(
-                    {"backend": d.backend, "system": answer["system"], "user": answer["user"]}, fh
-                )
+            path = write_payload(json.dumps({"backend": d.backend, "system": answer["system"],
+                                             "user": answer["user"]}).encode(), "avsm-request-")
             try:
                 child = self.spawn("backend", state, backend["run"], timeout=BACKEND_TIMEOUT,
                                    shell=True, payload_file=path, cwd=self.home, head=REPLY_MAX)
@@ -8638,14 +8598,11 @@ class Decisions:
                 yield from self.got_reply(d, None, f"could not start {backend['run']}: {err}")
             return
         try:
-            key = read_keys(self.home).get(backend.get("key")) if backend.get("key") else None
+            key = read_keys(self.home).get(backend["key"]) if backend.get("key") else None
+            if backend.get("key") and key is None:
+                raise Fail(EX_CONFIG, f"HOME/keys has no {backend['key']}=...; add it (chmod 600)")
         except Fail as fail:
             yield from self.got_reply(d, None, str(fail))
-            return
-        if backend.get("key") and key is None:
-            yield from self.got_reply(
-                d, None, f"HOME/keys has no {backend['key']}=...; add it (chmod 600)"
-            )
             return
 
         def call():
@@ -8662,15 +8619,14 @@ class Decisions:
     def backend_done(self, state, child, status):
         d = child.extra["decision"]
         os.unlink(child.extra["request_file"])
-        why = reply_failure(
-            self.cfg["backends"][d.backend]["run"], child.oversized, child.ended_by, status
-        )
+        why = reply_failure(self.cfg["backends"][d.backend]["run"], child.oversized, child.ended_by,
+                            status)
         return self.got_reply(d, None if why else bytes(child.out), why)
 
-    def results_ready(self, wake):
+    def results_ready(self):
         """Yield (state, intents) of each reply an HTTP call's thread handed back."""
         with contextlib.suppress(OSError):
-            wake.recv(4096)
+            self.wake_r.recv(4096)
         while self.results:
             d, data, why, facts = self.results.pop(0)
             d.call = facts
@@ -8723,9 +8679,8 @@ class Decisions:
         if d.escalation is not None:
             yield from self.answer_escalation(d, "unusable")
             return self.finish_decision(d)
-        second, why_not = escalation_to(
-            state, self.cfg, d.backend, d.request is not None, self.stopping()
-        )
+        second, why_not = escalation_to(state, self.cfg, d.backend, d.request is not None,
+                                        self.stopping())
         if why_not:
             d.lines.append(why_not)
         if second is None:
@@ -8734,7 +8689,7 @@ class Decisions:
         d.lines.append(f"#{d.escalation} escalation to {second}")
         self.escalations[d.escalation] = d
         d.backend = second
-        yield from self.call_backend(d, {"system": d.request[0], "user": d.request[1]})
+        yield from self.call_backend(d, d.request)
 
     def answer_escalation(self, d, cited, note=None):
         """Yield the measured answer of escalation d.escalation (ESC-04)."""
@@ -8748,27 +8703,29 @@ class Decisions:
 
     def look_up(self, state, look):
         """Answer a model's look-up from the ledger: never an audit."""
+        db = self.ledger.db
         if look["choice"] == "why":
-            if not 1 <= look["record"] < 2 ** 63:
-                return f"#{look['record']} is not a record number"
-            found = record_at(self.ledger.db, look["record"])
+            seq = look["record"]
+            if not 1 <= seq < 2 ** 63:
+                return f"#{seq} is not a record number"
+            found = record_at(db, seq)
             if found is None:
-                return f"#{look['record']} is not in the ledger"
+                return f"#{seq} is not in the ledger"
             at, record = found
             if record.get("venture") != state.name:
-                return f"#{look['record']} is not a record of {state.name}"
+                return f"#{seq} is not a record of {state.name}"
             if (record["kind"].startswith("audit.") or record.get("about") == "audit"
                     or record.get("audit")):
                 return "not shown: an audit is never shown to a model"
-            lines = [format_record_line(look["record"], at, record)]
+            lines = [format_record_line(seq, at, record)]
             for p in (record.get("proof") or {}).get("premises", []):
-                _, r = record_at(self.ledger.db, p) or (None, None)
+                _, r = record_at(db, p) or (None, None)
                 if r:
                     lines.append(f"  premise #{p} {r['claim']} {r['kind']} {r['summary']}")
             return "\n".join(lines)
         topic = look["topic"].lower()
         found = [f"#{s} {r['claim']} {r['kind']} {r['summary']}"
-                 for s, at, r in recent_records(self.ledger.db, state.name, 500)
+                 for s, at, r in recent_records(db, state.name, 500)
                  if r["claim"] == "declared" or r["kind"] == "fact"]
         found = [line for line in found if topic and topic in line.lower()][-10:]
         return "\n".join(found) or f"nothing declared about {look['topic']}"
@@ -9039,7 +8996,7 @@ class Warden:
         self.rotate_at = 0      # no rotation before (after one that failed)
         self.metrics = Metrics(cfg.get("metrics"), debug)
         self.page_at, self.page_failed = time.monotonic(), None
-        self.schedule = Schedule()
+        self.schedule = Schedule(lambda name: self.active(self.ventures[name]))
         self.next_nightly = next_nightly(cfg["nightly"])
         self.stopping = False
         self.sel = selectors.DefaultSelector()
@@ -9135,10 +9092,8 @@ class Warden:
         now = time.monotonic()
         for i, state in enumerate(self.ventures.values()):
             if self.active(state):
-                self.schedule.enter(
-                    state.name, now + start_spread(i, len(self.ventures), state.mandate["cadence"])
-                )
-                self.carry_out(state, self.keeper.start_keep(state))
+                self.start_venture(state, now + start_spread(i, len(self.ventures),
+                                                             state.mandate["cadence"]))
         while True:
             timeout = self.writer.group_wait(self.next_wakeup(time.monotonic()))
             for key, _ in self.sel.select(timeout):
@@ -9148,7 +9103,7 @@ class Warden:
                     if what == "channel":
                         self.read_channel()
                     elif what == "results":
-                        for state, intents in self.decisions.results_ready(child):
+                        for state, intents in self.decisions.results_ready():
                             self.carry_out(state, intents)
                     elif what == "signal":
                         self.signalled(child)
@@ -9183,6 +9138,11 @@ class Warden:
 
     def active(self, state):
         return state.mandate is not None and not state.paused and not self.stopping
+
+    def start_venture(self, state, at=None):
+        """Its next round due `at` (now by default), and its kept program started."""
+        self.schedule.enter(state.name, time.monotonic() if at is None else at)
+        self.carry_out(state, self.keeper.start_keep(state))
 
     def write_checkpoint(self, due=False):
         """Write a checkpoint of the committed head (when one is due)."""
@@ -9293,7 +9253,7 @@ class Warden:
 
     def next_wakeup(self, now):
         """Return seconds until the next due report, deadline or restart, or None."""
-        times, soonest = [], self.schedule.soonest(lambda name: self.active(self.ventures[name]))
+        times, soonest = [], self.schedule.soonest()
         if soonest is not None and not self.writer.ledger_down:
             times.append(soonest)
         for child in self.children:
@@ -9346,9 +9306,7 @@ class Warden:
         # read or late. A round due within START_AHEAD starts now too: at a thousand ventures the
         # warden wakes a quarter as often
         reporting, began = None, time.monotonic()
-        for at, name in self.schedule.pop_due(
-            now + START_AHEAD, lambda name: self.active(self.ventures[name])
-        ):
+        for at, name in self.schedule.pop_due(now + START_AHEAD):
             if time.monotonic() - began > TICK_BUDGET:
                 # behind: due next turn, once a waiting client is served
                 self.schedule.enter(name, at)
@@ -9372,17 +9330,11 @@ class Warden:
     def settle_child(self, child):
         """A child ended and its group is gone: carry out what the room that started it returns."""
         state = self.ventures[child.venture]
-        handler = {
-            "report": self.rounds.report_done,
-            "lever": self.levers.lever_done,
-            "run": self.keeper.run_done,
-            "backend": self.decisions.backend_done,
-            "check": self.levers.check_done,
-            "forecast": self.worlds.forecast_done,
-            "world": self.worlds.world_done,
-        }.get(
-            child.purpose, self.rounds.reading_done
-        )  # a guard, audit or reading
+        # the report, a guard, an audit or a reading: its round's
+        handler = {"lever": self.levers.lever_done, "run": self.keeper.run_done,
+                   "backend": self.decisions.backend_done, "check": self.levers.check_done,
+                   "forecast": self.worlds.forecast_done, "world": self.worlds.world_done,
+                   }.get(child.purpose, self.rounds.reading_done)
         if child.purpose == "forecast" and child.extra.get("why") == "packet":
             handler = self.decisions.packet_forecast_done         # a decision's packet waits on it
         self.carry_out(state, handler(state, child, child.status) or ())
@@ -9416,9 +9368,7 @@ class Warden:
                                trigger=intent.trigger, approval=intent.approval,
                                payload=intent.payload, check=intent.check)
                 if result.ok:
-                    ran = self.carry_out(state, self.levers.run_lever(
-                        state, intent.lever, result, intent.summary, by=intent.by, side=intent.side,
-                        extra=intent.extra, checked=intent.check is not None))
+                    ran = self.carry_out(state, self.levers.run_lever(state, intent, result))
                     seq = next((s for i, s in ran if i.record["kind"] == "action"), None)
                     result = result._replace(action=seq)
                 else:
@@ -9521,17 +9471,11 @@ class Warden:
                 if state.mandate is None:
                     self.check_runnable(state)
                     if state.mandate is not None and not state.paused:     # fixed: it runs now
-                        self.schedule.enter(state.name, time.monotonic())
-                        self.carry_out(state, self.keeper.start_keep(state))
+                        self.start_venture(state)
                 return [f"{name}: mandate unchanged (#{state.mandate_seq}); nothing written"]
         state = self.ventures.setdefault(name, VentureState(name))
-        seq = self.adopt(
-            state,
-            mandate,
-            mandate_record(
-                name, directory, text, f"adopted {name} from {directory} (sha256 {sha[:16]})"
-            ),
-        )
+        seq = self.adopt(state, mandate, mandate_record(
+            name, directory, text, f"adopted {name} from {directory} (sha256 {sha[:16]})"))
         forecasting = self.worlds.start_forecast(state, "add")
         capacity = "  " + describe_capacity(
             capacity_check(state, (self.cfg["forecast"] or FORECAST_DEFAULT)["days"])
@@ -9555,8 +9499,7 @@ class Warden:
                 if child.venture == state.name and child.purpose == "run":
                     child.terminate("a new mandate", time.monotonic())
         if not state.paused:
-            self.schedule.enter(state.name, time.monotonic())
-            self.carry_out(state, self.keeper.start_keep(state))
+            self.start_venture(state)
         return seq
 
     def do_health(self, args, err):
@@ -9641,9 +9584,10 @@ class Warden:
             state,
             approval_rule(state, seq, ask, payload, "payload" in args, problem, int(time.time())),
         )
-        if not any(isinstance(intent, Gate) for intent, _ in done):
+        gated = [action for intent, action in done if isinstance(intent, Gate)]
+        if not gated:
             return [f"#{seq} answered; nothing runs on it"]
-        action = next(seq for intent, seq in reversed(done) if isinstance(intent, Gate))
+        action = gated[-1]
         self.carry_out(state, ratchet_rule(state, lever, self.cfg["ratchet"]))
         return [f"#{seq} approved; {lever} "
                 + (f"runs as action #{action}" if action else "runs once its check passes")]
@@ -9729,9 +9673,8 @@ class Warden:
         still = still_past_lines(state)
         if state.mandate is None:
             return [f"{state.name} resumed, but it cannot run: {state.problem}"]
-        self.schedule.enter(state.name, time.monotonic())
         self.keeper.reset(state.name)
-        self.carry_out(state, self.keeper.start_keep(state))
+        self.start_venture(state)
         return [f"{state.name} resumed"] + still
 
 
