@@ -3052,7 +3052,8 @@ def fold(state, seq, at, record):
     elif kind.startswith("reading."):
         state.read[kind[len("reading."):]] = (seq, record)
     elif kind == "action":
-        for premise in record.get("proof", {}).get("premises", []):
+        proof = record.get("proof", {})
+        for premise in proof.get("premises", []):
             # an approval lets one run (PROOF-02), a check one start
             state.grants.pop(premise, None)
             state.checks.pop(premise, None)
@@ -3060,14 +3061,14 @@ def fold(state, seq, at, record):
         state.running[record["lever"]] = seq
         if record["lever"] not in state.ran_since:
             state.ran_since.append(record["lever"])
-        if record.get("proof", {}).get("rule") == "unwind":
+        if proof.get("rule") == "unwind":
             state.unwinds[seq] = record.get("guard")
             # one unwind per reading past the bound (guard_rules)
             if record.get("guard") in state.guards:
                 state.guards[record["guard"]]["unwound"] = (
                     (record.get("basis") or {}).get("premises") or [None])[0]
         # a proposal is gated once
-        state.proposals.pop(record.get("proof", {}).get("trigger"), None)
+        state.proposals.pop(proof.get("trigger"), None)
         fold_controller_intent(state, record)
     elif kind == "outcome":
         if state.running.get(record.get("lever")) == record.get("action"):
@@ -3090,13 +3091,14 @@ def fold(state, seq, at, record):
         state.open_asks[seq] = record
         state.asks_made += not record.get("canary")
         state.proposals.pop(record.get("proposal"), None)
-        if record.get("about") == "revoke":
+        about = record.get("about")
+        if about == "revoke":
             state.suspended[record.get("lever")] = seq
-        if record.get("about") == "guard" and record.get("guard") in state.guards:
+        if about == "guard" and record.get("guard") in state.guards:
             state.guards[record["guard"]]["acted"] = record.get("episode")
-        if record.get("about") == "implausible":
+        if about == "implausible":
             state.implausible_ask = seq
-        if record.get("about") == "ratchet":
+        if about == "ratchet":
             state.ratchet_forecasts.pop(record.get("lever"), None)
         fold_controller_intent(state, record)
     elif kind == "proposal":
@@ -3361,7 +3363,9 @@ def judge_report(mandate, state, value, failure=None):
             f"{format_number(value)} is outside range [{format_number(low_high[0])},"
             f" {format_number(low_high[1])}]",
         )
-    up, down = step_bounds(mandate)
+    # the bound on a rise, on a fall; None where that way is unbounded
+    up, down = (mandate[k] if mandate[k] is not None else mandate["max_step"]
+                for k in ("max_rise", "max_fall"))
     if up is None and down is None:
         return "trusted", ""
     if state.pending is not None:
@@ -3404,12 +3408,6 @@ def judge_report(mandate, state, value, failure=None):
                 " half its step bound",
             )
     return "trusted", ""
-
-
-def step_bounds(mandate):
-    """Return (bound on a rise, bound on a fall); None where that way is unbounded."""
-    return tuple(mandate[k] if mandate[k] is not None else mandate["max_step"]
-                 for k in ("max_rise", "max_fall"))
 
 
 def judge_guard(guard, state, value, failure):
@@ -3728,9 +3726,16 @@ def lever_effects(levers, drift):
     return effects
 
 
+# ensemble members a prediction record keeps (quantiles of a larger ensemble)
+PREDICTION_MEMBERS = 20
+
+
 def prediction_record(state, report_seq, members, lever=None, guards=None, world=False):
     """The inferred `prediction` record of the report after #report_seq (WORLD-05)."""
-    xs = kept_members(members)
+    xs = sorted(members)
+    if len(xs) > PREDICTION_MEMBERS:    # kept: the ensemble's evenly spaced quantiles
+        xs = [quantile(xs, (i + 0.5) / PREDICTION_MEMBERS) for i in range(PREDICTION_MEMBERS)]
+    xs = [round(x, 9) + 0.0 for x in xs]
     median, p10, p90 = spread(xs)
     shown = shown_spread((median, p10, p90), decimals_of([v for _, v in state.trusted[-20:]]))
     record = new_record("prediction", state.name, report=report_seq,
@@ -3747,18 +3752,6 @@ def prediction_record(state, report_seq, members, lever=None, guards=None, world
         record["summary"] += "; " + ", ".join(f"guard {g} past its bound {round(100 * p)}%"
                                               for g, p in sorted(guards.items()))
     return record
-
-
-# ensemble members a prediction record keeps (quantiles of a larger ensemble)
-PREDICTION_MEMBERS = 20
-
-
-def kept_members(members):
-    """At most PREDICTION_MEMBERS members, as the ensemble's evenly spaced quantiles, sorted."""
-    xs = sorted(members)
-    if len(xs) > PREDICTION_MEMBERS:
-        xs = [quantile(xs, (i + 0.5) / PREDICTION_MEMBERS) for i in range(PREDICTION_MEMBERS)]
-    return [round(x, 9) + 0.0 for x in xs]
 
 
 def quantile(sorted_values, q):
@@ -3834,18 +3827,14 @@ def guard_rules(state):
             and info.get("unwind_tried") != reading
         ):
             info["unwind_tried"] = reading          # once per reading past the bound (not folded)
-            yield from unwind_rule(state, guard, reading)
-
-
-def unwind_rule(state, guard, reading):
-    """Run a guard's declared unwind through the gate."""
-    lever, payload = guard["unwind"]["action"], guard["unwind"]["payload"]
-    verdict = yield Gate(lever, unwind_basis(guard["name"], reading), payload=payload, by="guard",
-                         extra={"guard": guard["name"], "payload": payload},
-                         summary=f"{lever} runs: the unwind of guard {guard['name']}")
-    if not verdict.ok:
-        yield from refusal(state, lever, verdict.why, f"unwind {lever} refused: {verdict.why}",
-                           by="guard", guard=guard["name"])
+            # its declared unwind, through the gate
+            lever, payload = guard["unwind"]["action"], guard["unwind"]["payload"]
+            verdict = yield Gate(lever, unwind_basis(name, reading), payload=payload, by="guard",
+                                 extra={"guard": name, "payload": payload},
+                                 summary=f"{lever} runs: the unwind of guard {name}")
+            if not verdict.ok:
+                yield from refusal(state, lever, verdict.why,
+                                   f"unwind {lever} refused: {verdict.why}", by="guard", guard=name)
 
 
 def unwind_basis(guard, reading):
@@ -4539,15 +4528,11 @@ def prove(state, lever, now, basis, trigger=None, approval=None, payload=None, c
         return Verdict(False, why=problem)
     budget, spent = spec["budget"], []
     if budget:
-        spent = [
-            (seq, p) for seq, at, p in state.actions.get(lever, []) if at > now - budget["per"]
-        ]
-        total = sum(p[budget["field"]] for _, p in spent) + payload[budget["field"]]
+        spent = [run for run in state.actions.get(lever, []) if run[1] > now - budget["per"]]
+        total = sum(p[budget["field"]] for _, _, p in spent) + payload[budget["field"]]
         if total > budget["max"]:
             frees, left = None, total
-            for seq, at, p in sorted(
-                (s, a, p) for s, a, p in state.actions.get(lever, []) if a > now - budget["per"]
-            ):
+            for seq, at, p in sorted(spent):
                 left -= p[budget["field"]]
                 if left <= budget["max"]:
                     # the spend that slides out of the window then makes room
@@ -4620,7 +4605,7 @@ def prove(state, lever, now, basis, trigger=None, approval=None, payload=None, c
         steps.append(
             f"{lever} is delegated by the mandate: it runs unasked, intent before, outcome after")
     steps = steps[:1] + basis_steps + steps[1:]
-    cited = sorted(set(used) | {seq for seq, _ in spent})
+    cited = sorted(set(used) | {seq for seq, _, _ in spent})
     premises += cited
     if check is not None:
         if state.checks.get(check) != lever:
@@ -5142,24 +5127,25 @@ def approval_rule(state, seq, ask, payload, edited, problem, now):
     basis = ("approval", [], [f"ask #{seq}: {ask.get('question')}"])
     verdict = prove(
         state, lever, now, basis, trigger=seq, approval=APPROVAL_TO_WRITE, payload=payload)
-    if problem or not verdict.ok:
-        why = problem or verdict.why
-        yield from refusal(state, lever, why, f"{lever} refused on approval of #{seq}: {why}",
-                           ask=seq)
-        raise Fail(EX_DATAERR, f"{lever} refused: {why}; ask #{seq} stays open")
-    approval = yield Write(new_record("approval", state.name, ask=seq, lever=lever, payload=payload,
-                                      edited=edited,
-                                      summary=f"a person approved {lever} (ask #{seq})"
-                                      + (" with content they edited" if edited else "")))
-    verdict = yield Gate(lever, basis, payload=payload, trigger=seq, approval=approval, by="person",
-                         summary=f"{lever} runs: approved by a person (#{approval})",
-                         extra={"payload": payload} if payload is not None else None)
-    # the approval just written is the only change since the gate said yes
-    if not verdict.ok:
-        yield from refusal(state, lever, verdict.why,
-                           f"{lever} refused on approval of #{seq}: {verdict.why}", ask=seq)
-        raise Fail(EX_DATAERR, f"{lever} refused: {verdict.why}")
-    yield from unstick_rule(state, ask.get("side"), f"{lever} ran again, approved in #{approval}")
+    stays = f"; ask #{seq} stays open"
+    if not problem and verdict.ok:
+        approval = yield Write(new_record(
+            "approval", state.name, ask=seq, lever=lever, payload=payload, edited=edited,
+            summary=f"a person approved {lever} (ask #{seq})"
+            + (" with content they edited" if edited else "")))
+        verdict = yield Gate(lever, basis, payload=payload, trigger=seq, approval=approval,
+                             by="person",
+                             summary=f"{lever} runs: approved by a person (#{approval})",
+                             extra={"payload": payload} if payload is not None else None)
+        if verdict.ok:
+            yield from unstick_rule(state, ask.get("side"),
+                                    f"{lever} ran again, approved in #{approval}")
+            return
+        # the approval just written is the only change since the gate said yes
+        stays = ""
+    why = problem or verdict.why
+    yield from refusal(state, lever, why, f"{lever} refused on approval of #{seq}: {why}", ask=seq)
+    raise Fail(EX_DATAERR, f"{lever} refused: {why}{stays}")
 
 
 def person_proposal_rule(state, lever, payload, content_why):
@@ -5202,30 +5188,14 @@ def denial_rule(state, seq, ask):
 def canary_result(state, seq, ask, approved):
     """Return (the canary record, the line for the person) for an answer to canary ask #seq."""
     if approved:
-        return (
-            new_record(
-                "canary",
-                state.name,
-                ask=seq,
-                passed=False,
-                summary=(
-                    f"ask #{seq} was a canary: {ask['lever']} is not permitted, and it was approved"
-                    " without reading"
-                ),
-            ),
-            f"#{seq} was a canary ask: {ask['lever']} is not permitted by the mandate. Nothing"
-            " ran. Read each ask before approving it.",
-        )
-    return (
-        new_record(
-            "canary",
-            state.name,
-            ask=seq,
-            passed=True,
-            summary=f"ask #{seq} was a canary, and it was denied: the asks are being read",
-        ),
-        f"#{seq} denied (it was a canary ask: thank you for reading)",
-    )
+        summary = (f"ask #{seq} was a canary: {ask['lever']} is not permitted, and it was approved"
+                   " without reading")
+        line = (f"#{seq} was a canary ask: {ask['lever']} is not permitted by the mandate. Nothing"
+                " ran. Read each ask before approving it.")
+    else:
+        summary = f"ask #{seq} was a canary, and it was denied: the asks are being read"
+        line = f"#{seq} denied (it was a canary ask: thank you for reading)"
+    return new_record("canary", state.name, ask=seq, passed=not approved, summary=summary), line
 
 
 def person_rule(state, verb):
