@@ -3003,23 +3003,19 @@ World.__doc__ = "Step the world command's ensemble from report #`report`, `lever
 
 
 def report_read(state, value, failure):
-    """Yield the report of `value` (or `failure`), then each drawdown guard's reading of it."""
+    """Yield the report of `value` (or `failure`), then each drawdown guard's reading of it: the
+    fall from the metric's peak, in percent."""
     report = report_record(state, value, failure)
     yield Write(report)
     for guard in state.mandate["guards"]:
-        if guard["drawdown"] is not None:
-            dd, why = drawdown_reading(guard, state, report["status"], value)
-            yield Write(guard_record(state, guard, dd, why, "%"))
-
-
-def drawdown_reading(guard, state, report_status, value):
-    """Return (value, failure) of a drawdown guard: the fall from the metric's peak, in percent."""
-    if report_status not in ("trusted",):
-        return None, f"the {report_status} metric report gives no drawdown"
-    peak = state.peak
-    if peak is None or peak <= 0:
-        return 0.0, None
-    return round(max(0.0, (peak - value) / peak * 100), 6), None
+        if guard["drawdown"] is None:
+            continue
+        peak, dd, why = state.peak, None, f"the {report['status']} metric report gives no drawdown"
+        if report["status"] == "trusted":
+            dd, why = 0.0, None
+            if peak is not None and peak > 0:
+                dd = round(max(0.0, (peak - value) / peak * 100), 6)
+        yield Write(guard_record(state, guard, dd, why, "%"))
 
 
 # ---- a record folded into its venture's state; each kind's fold beside its record ----
@@ -3048,7 +3044,15 @@ def fold(state, seq, at, record):
     elif kind.startswith("guard."):
         fold_guard(state, seq, record)
     elif kind.startswith("audit."):
-        fold_audit(state, seq, record)
+        info = state.audits.setdefault(kind[len("audit."):],
+                                       {"values": [], "last": None, "note": ""})
+        # one still running: the reading before it still holds, or not
+        if record.get("status") != "not read":
+            info["last"] = (seq, record.get("status"))
+        if record.get("status") == "trusted":
+            info["values"].append((seq, record.get("value")))
+            del info["values"][:-HISTORY]
+            info["note"] = record.get("note", "")
     elif kind.startswith("reading."):
         state.read[kind[len("reading."):]] = (seq, record)
     elif kind == "action":
@@ -3069,7 +3073,6 @@ def fold(state, seq, at, record):
                     (record.get("basis") or {}).get("premises") or [None])[0]
         # a proposal is gated once
         state.proposals.pop(proof.get("trigger"), None)
-        fold_controller_intent(state, record)
     elif kind == "outcome":
         if state.running.get(record.get("lever")) == record.get("action"):
             del state.running[record["lever"]]
@@ -3086,7 +3089,6 @@ def fold(state, seq, at, record):
         state.counted["refusals"] += 1
         by_lever[record.get("lever")] = by_lever.get(record.get("lever"), 0) + 1
         state.proposals.pop(record.get("proposal"), None)
-        fold_controller_intent(state, record)
     elif kind == "ask":
         state.open_asks[seq] = record
         state.asks_made += not record.get("canary")
@@ -3100,7 +3102,6 @@ def fold(state, seq, at, record):
             state.implausible_ask = seq
         if about == "ratchet":
             state.ratchet_forecasts.pop(record.get("lever"), None)
-        fold_controller_intent(state, record)
     elif kind == "proposal":
         if (
             record.get("claim") == "declared"
@@ -3162,6 +3163,7 @@ def fold(state, seq, at, record):
         for info in state.guards.values():
             # a guard still past its bound pauses it again at its next reading
             info["repause"] = info["past"]
+    fold_controller_intent(state, record)
     if state.implausible_answered and (kind == "report" or kind.startswith(("guard.", "audit."))) \
             and held_by(state) is None:
         # a plausible reading ends the stretch: the next one may ask
@@ -3183,7 +3185,20 @@ def fold_report(state, seq, at, record):
             steps = state.lever_steps.setdefault(state.ran_since[0], [])
             steps.append(value - state.level[1])
             del steps[:-HISTORY]
-        fold_effects(state, value)
+        # counted toward every run awaiting its verdict; a hit settles silently
+        for run, effect in list(state.effects.items()):
+            if effect["verdict"] is not None:
+                continue
+            effect["after"].append(value)
+            verdict, why = judge_effect(
+                effect["expects"], effect["r0"], effect["after"], effect["steps"])
+            effect["stale"] = verdict == "waiting" and "refreshed" in why
+            if verdict in ("hit", "not judged"):
+                del state.effects[run]
+                if verdict == "hit":
+                    state.misses[effect["lever"]] = 0
+            elif verdict != "waiting":
+                effect["verdict"] = (verdict, why)  # the warden writes it as an `effect` record
         state.level, state.pending, state.ran_since = (seq, value), None, []
         state.trusted.append((seq, value))
         del state.trusted[:-HISTORY]
@@ -3321,21 +3336,11 @@ def fold_world(state, seq, at, record, previous):
         state.prediction = None
 
 
-def fold_audit(state, seq, record):
-    name = record["kind"][len("audit."):]
-    info = state.audits.setdefault(name, {"values": [], "last": None, "note": ""})
-    if record.get("status") == "not read":
-        return                  # still running: the reading before it still holds, or not
-    info["last"] = (seq, record.get("status"))
-    if record.get("status") == "trusted":
-        info["values"].append((seq, record.get("value")))
-        del info["values"][:-HISTORY]
-        info["note"] = record.get("note", "")
-
-
 def fold_controller_intent(state, record):
-    """A controller's decision spends its excursion: deadband disarms, hold counts again."""
-    if record.get("by") != "controller" or "side" not in record or state.mandate is None:
+    """A controller's decision (an action, ask or refusal) spends its excursion: deadband disarms,
+    hold counts again."""
+    if record["kind"] not in ("action", "ask", "refusal") or record.get("by") != "controller" \
+            or "side" not in record or state.mandate is None:
         return
     side = state.side(record["side"])
     side["streak"] = []
@@ -3380,23 +3385,16 @@ def judge_report(mandate, state, value, failure=None):
     else:
         base, what = state.level[1], "the last plausible report"
     step = value - base
-    if (step > 0 and up is not None and step > up) or (
-        step < 0 and down is not None and -step > down
-    ):
-        bound, key = ((up, "max_rise" if mandate["max_rise"] is not None else "max_step")
-                      if step > 0
-                      else (down, "max_fall" if mandate["max_fall"] is not None else "max_step"))
+    bound, key = (up, "max_rise") if step > 0 else (down, "max_fall")
+    if step and bound is not None and abs(step) > bound:
+        key = key if mandate[key] is not None else "max_step"
         if state.pending is not None:
-            return (
-                "unconfirmed",
-                f"moved {format_number(step)} from {what}, past {key} {format_number(bound)};"
-                " waits for the next to agree",
-            )
-        return (
-            "implausible",
-            f"{'rose' if step > 0 else 'fell'} by {format_number(abs(step))} from"
-            f" {format_number(base)}, past {key} {format_number(bound)}",
-        )
+            return ("unconfirmed",
+                    f"moved {format_number(step)} from {what}, past {key} {format_number(bound)};"
+                    " waits for the next to agree")
+        return ("implausible",
+                f"{'rose' if step > 0 else 'fell'} by {format_number(abs(step))} from"
+                f" {format_number(base)}, past {key} {format_number(bound)}")
     if state.pending is None and state.last_step is not None and not state.ran_since:
         previous = state.last_step
         half_prev, half_now = (up if previous > 0 else down), (up if step > 0 else down)
@@ -3433,23 +3431,6 @@ def judge_guard(guard, state, value, failure):
 def crossed(way, bound, value):
     """Return whether `value` is past `bound` on side `way` (strict: > above, < below)."""
     return value > bound if way == "above" else value < bound
-
-
-def fold_effects(state, value):
-    """Count a trusted report toward every run awaiting its verdict; a hit settles silently."""
-    for seq, effect in list(state.effects.items()):
-        if effect["verdict"] is not None:
-            continue
-        effect["after"].append(value)
-        verdict, why = judge_effect(
-            effect["expects"], effect["r0"], effect["after"], effect["steps"])
-        effect["stale"] = verdict == "waiting" and "refreshed" in why
-        if verdict in ("hit", "not judged"):
-            del state.effects[seq]
-            if verdict == "hit":
-                state.misses[effect["lever"]] = 0
-        elif verdict != "waiting":
-            effect["verdict"] = (verdict, why)  # the warden writes it as an `effect` record
 
 
 def judge_effect(expects, r0, after, steps):
@@ -3602,7 +3583,10 @@ def calibration_rule(state):
     rolling = state.scores[-(ROLLING - 1):] + [(crps, base, covered)]
     r_skill, r_coverage = rolling_scores(rolling)
     r = lambda v: None if v is None else round(v, 6) + 0.0  # noqa: E731  six places: a person reads
-    record = new_record(calibration_kind(state.mandate), state.name, prediction=pseq,
+    # a metric read by an adapter (words and a URL) is named `metric`
+    metric = state.mandate["metric"]
+    kind = "calibration." + (metric if re.fullmatch(r"[A-Za-z0-9_.-]+", metric) else "metric")
+    record = new_record(kind, state.name, prediction=pseq,
                         report=report_seq, crps=r(crps), persistence=r(base), skill=r(skill),
                         brier=r(brier), coverage=covered, rolling_skill=r(r_skill),
                         rolling_coverage=r(r_coverage), rolling=len(rolling))
@@ -3633,12 +3617,6 @@ def rolling_scores(scores):
     base = sum(b for _, b, _ in scores)
     skill = None if base == 0 else 1 - sum(c for c, _, _ in scores) / base
     return skill, sum(1 for _, _, covered in scores if covered) / len(scores)
-
-
-def calibration_kind(mandate):
-    """`calibration.<metric>`; a metric read by an adapter (words and a URL) is named `metric`."""
-    metric = mandate["metric"]
-    return "calibration." + (metric if re.fullmatch(r"[A-Za-z0-9_.-]+", metric) else "metric")
 
 
 def shown_skill(skill):
@@ -3908,28 +3886,21 @@ def implausible_rule(state, held, report_seq):
     if held and state.implausible_ask is None and not state.implausible_answered:
         what, seq, note = held
         record = new_record(
-            "ask",
-            state.name,
-            about="implausible",
-            reading=seq,
+            "ask", state.name, about="implausible", reading=seq,
             question=f"{what} (#{seq}) is not plausible: {note}; is the sensor sound? "
                      "approve (it is sound) and deny (it is not) each only record your answer: "
                      f"neither runs a lever nor lifts the hold, and {state.name} acts again "
                      "on the first plausible reading (fix the reading, or its bounds in "
                      "mandate.yaml and avsm add)",
             summary=f"{what} #{seq} holds {state.name} implausible; asking once until a plausible"
-                    " reading comes",
-        )
+                    " reading comes")
         if what.startswith("audit "):
             # hidden from every model, as the audit is (AUDIT-05)
             record["audit"] = what[len("audit "):]
         yield Write(record)
     elif not held and state.implausible_ask is not None:
-        yield Write(
-            resolved_record(
-                state, state.implausible_ask, f"readings are plausible again (#{report_seq})"
-            )
-        )
+        yield Write(resolved_record(state, state.implausible_ask,
+                                    f"readings are plausible again (#{report_seq})"))
 
 
 def unstick_rule(state, side, why):
@@ -3937,17 +3908,9 @@ def unstick_rule(state, side, why):
     mandate started the venture's sides afresh."""
     for seq, ask in list(state.open_asks.items()):
         if ask.get("about") == "stuck" and ask.get("side") == side:
-            yield Write(
-                resolved_record(
-                    state,
-                    seq,
-                    (
-                        why
-                        if seq > state.mandate_seq
-                        else f"mandate #{state.mandate_seq} replaced the one it was asked under"
-                    ),
-                )
-            )
+            yield Write(resolved_record(
+                state, seq, why if seq > state.mandate_seq
+                else f"mandate #{state.mandate_seq} replaced the one it was asked under"))
 
 
 # ---- controllers ----
@@ -3966,19 +3929,13 @@ def decide(state, report_seq, value):
     hold = state.mandate["controller"]["hold"] if state.mandate else 1
     for side_name, way, bound, lever in controller_sides(state.mandate):
         side = state.sides.get(side_name) or {"armed": True, "streak": []}     # read, not made
-        if (
-            side["armed"]
-            and side["streak"]
-            and side["streak"][-1] == report_seq
-            and len(side["streak"]) >= hold
-        ):
-            crossed_by = side["streak"][-hold:]
+        if side["armed"] and side["streak"][-1:] == [report_seq] and len(side["streak"]) >= hold:
             why = (
                 f"{state.mandate['metric']} {format_number(value)} {'>' if way == 'above' else '<'}"
                 f" {format_number(bound)}")
             if hold > 1:
                 why += f" for {hold} reports in a row"
-            intents.append((side_name, lever, crossed_by, why))
+            intents.append((side_name, lever, side["streak"][-hold:], why))
     return intents
 
 
@@ -4053,32 +4010,17 @@ def controller_rule(state, side, lever, reports, why):
         return
     asked_open = state.open_ask(lever=lever, about="lever") is not None
     if verdict.needs_ask and not state.side(side).get("asked") and not asked_open:
-        yield Write(
-            new_record(
-                "ask",
-                state.name,
-                about="lever",
-                lever=lever,
-                by="controller",
-                side=side,
-                reports=reports,
-                question=f"run {lever}? {why}; {lever} is irreversible",
-                summary=f"run {lever}? {why}; {lever} is irreversible, so a person decides",
-            )
-        )
+        yield Write(new_record(
+            "ask", state.name, about="lever", lever=lever, by="controller", side=side,
+            reports=reports, question=f"run {lever}? {why}; {lever} is irreversible",
+            summary=f"run {lever}? {why}; {lever} is irreversible, so a person decides"))
     elif verdict.needs_ask and asked_open:
         return                      # the ask of this excursion still waits for its answer
     elif verdict.needs_ask:
         yield from stuck_rule(
-            state,
-            side,
-            lever,
-            reports,
-            "asked",
-            None,
+            state, side, lever, reports, "asked", None,
             f"{lever} was asked about once in this excursion and the answer is in; the controller "
-            "asks again after a report back inside",
-        )
+            "asks again after a report back inside")
     elif verdict.stuck:
         yield from stuck_rule(
             state, side, lever, reports, verdict.stuck[0], verdict.stuck[1], verdict.why)
@@ -4087,14 +4029,9 @@ def controller_rule(state, side, lever, reports, why):
 
 
 def controller_basis(state, reports, why):
-    return (
-        state.mandate["controller"]["kind"],
-        reports,
-        [
-            f"report{'s' if len(reports) > 1 else ''} {', '.join('#' + str(r) for r in reports)}:"
-            f" {why}"
-        ],
-    )
+    cited = ", ".join("#" + str(r) for r in reports)
+    return (state.mandate["controller"]["kind"], reports,
+            [f"report{'s' if len(reports) > 1 else ''} {cited}: {why}"])
 
 
 STUCK_WAY_OUT = {
@@ -4365,16 +4302,11 @@ def proposal_rule(state, seq, choice, by, backend, content_why=None, held=None):
              and (payload is not None or not spec["reversible"]))
     if why is None and not waits:
         verdict = yield Gate(
-            lever,
-            ("permitted", [], [f"proposal #{seq} (inferred) prompted this"]),
-            payload=payload,
-            trigger=seq,
-            by="model",
+            lever, ("permitted", [], [f"proposal #{seq} (inferred) prompted this"]),
+            payload=payload, trigger=seq, by="model",
             summary=f"{lever} runs: proposed by {backend} (#{seq})",
-            extra=(
-                {"payload": payload, "proposal": seq} if payload is not None else {"proposal": seq}
-            ),
-        )
+            extra={"payload": payload, "proposal": seq} if payload is not None
+            else {"proposal": seq})
         if verdict.ok:
             return
         # asks, as the controller does
@@ -4550,14 +4482,9 @@ def prove(state, lever, now, basis, trigger=None, approval=None, payload=None, c
             f" the last {format_duration(budget['per'])}")
     if spec["run"] == "mail.send":
         dropped = write_mail(payload, "avsm").dropped
-        steps.append(
-            "From: is set by avsm (adapters.mail.from in config.yaml)"
-            + (
-                f"; the message's own {', '.join(h + ':' for h in dropped)} dropped"
-                if dropped
-                else ""
-            )
-        )
+        steps.append("From: is set by avsm (adapters.mail.from in config.yaml)"
+                     + (f"; the message's own {', '.join(h + ':' for h in dropped)} dropped"
+                        if dropped else ""))
     if spec["takes"] in ("diff", "file"):
         steps.append(
             f"its {spec['takes']} stays inside the venture directory: checked on the file system"
@@ -4769,21 +4696,12 @@ def fact_records(state, seq, lines):
             item = read_json(line)
         except (ValueError, RecursionError):
             continue
-        if (
-            isinstance(item, dict)
-            and isinstance(item.get("fact"), str)
-            and isinstance(item.get("source"), str)
-        ):
-            yield Write(
-                new_record(
-                    "fact",
-                    state.name,
-                    action=seq,
-                    fact=item["fact"][:TEXT_MAX],
-                    source=item["source"][:TEXT_MAX],
-                    summary=f"fact from {item['source'][:80]}: {item['fact'][:160]}",
-                )
-            )
+        if isinstance(item, dict) and isinstance(item.get("fact"), str) \
+                and isinstance(item.get("source"), str):
+            fact, source = item["fact"], item["source"]
+            yield Write(new_record("fact", state.name, action=seq, fact=fact[:TEXT_MAX],
+                                   source=source[:TEXT_MAX],
+                                   summary=f"fact from {source[:80]}: {fact[:160]}"))
 
 
 def unstarted_outcome(state, lever, action, note, why=None):
@@ -4797,25 +4715,24 @@ def unstarted_outcome(state, lever, action, note, why=None):
 def check_rule(state, lever, verdict, summary, by, side, extra, ok, status, note, why):
     """A lever's check ended (open point 27): once it passed, the gate proves the lever again with
     the check among its premises, and only then does it run. why: what ended the check."""
-    seq = yield Write(
-        new_record(
-            "check",
-            state.name,
-            lever=lever,
-            ok=ok,
-            status=status,
-            note=note,
-            summary=f"{lever}'s check {'passed' if ok else 'refused it: ' + why}",
-        )
-    )
+    said = "passed" if ok else "refused it: " + why
+    seq = yield Write(new_record("check", state.name, lever=lever, ok=ok, status=status, note=note,
+                                 summary=f"{lever}'s check {said}"))
     if not ok:
         yield from refusal(state, lever, f"its check refused it (#{seq})",
                            f"{lever} refused by its check (#{seq})", by=by, check=seq)
         return
-    basis, asked = verdict.asked["basis"], verdict.asked
-    basis = (basis["rule"], basis["premises"], basis["steps"])
-    if basis[0] in CONTROLLERS or basis[0] == "unwind":     # reports came in while it ran
-        basis = basis_now(state, lever, basis, (extra or {}).get("guard"))
+    asked = verdict.asked
+    basis = tuple(asked["basis"][k] for k in ("rule", "premises", "steps"))
+    # reports came in while it ran: the action rests on what calls for it now, or on nothing
+    if basis[0] == "unwind":
+        guard = (extra or {}).get("guard")
+        info = state.guards.get(guard)
+        basis = unwind_basis(guard, info["last"][0]) if info and info["past"] else None
+    elif basis[0] in CONTROLLERS:
+        call = next(((reports, why) for _, called, reports, why in controller_calls(state)
+                     if called == lever), None)
+        basis = controller_basis(state, *call) if call else None
     why = f"what called for it no longer does: the latest reading does not call for {lever}"
     if basis is not None:
         verdict = yield Gate(lever, basis, payload=(extra or {}).get("payload"),
@@ -4827,25 +4744,13 @@ def check_rule(state, lever, verdict, summary, by, side, extra, ok, status, note
                            by=by, check=seq)
 
 
-def basis_now(state, lever, basis, guard):
-    """Return the basis that calls for `lever` now, or None: the action rests on what calls for it
-    when written, after its check."""
-    if basis[0] == "unwind":
-        info = state.guards.get(guard)
-        return unwind_basis(guard, info["last"][0]) if info and info["past"] else None
-    call = next(
-        ((reports, why) for _, called, reports, why in controller_calls(state) if called == lever),
-        None)
-    return controller_basis(state, *call) if call else None
-
-
 # ---- guards, audits, readings ----
 def reading_read(state, what, name, value, failure, text, late=False):
     """A guard, audit or reading program ended, or could not start: yield its record; the guard
     rules run on a `late` guard reading alone."""
     item = next(i for i in state.mandate[what + "s"] if i["name"] == name)
     if what == "guard":
-        yield Write(guard_record(state, item, value, failure, ""))
+        yield Write(guard_record(state, item, value, failure))
         if late:
             yield from guard_rules(state)
     elif what == "audit":
@@ -4861,18 +4766,14 @@ def audit_record(state, name, value, failure, text):
     note = "\n".join(lines[:-1])[-NOTE_MAX:] if failure is None else failure
     status = "failed" if failure else ("implausible" if value != value else "trusted")
     return new_record(
-        f"audit.{name}",
-        state.name,
-        value=value if value == value else None,
-        status=status,
-        plausible=status == "trusted",
-        note=note or ("" if status == "trusted" else "NaN"),
-        summary=(
-            f"audit {name} = {format_number(value)}"
-            if status == "trusted"
-            else f"audit {name} {status}: {note[:200]}"
-        ),
-    )
+        f"audit.{name}", state.name, value=value if value == value else None, status=status,
+        plausible=status == "trusted", note=note or ("" if status == "trusted" else "NaN"),
+        summary=f"audit {name} = {format_number(value)}" if status == "trusted"
+        else f"audit {name} {status}: {note[:200]}")
+
+
+ADDRESS = r"[^\s<>,;:@]+@[^\s<>,;:@]+"
+READING_FIELDS_MAX = 50
 
 
 def reading_record(state, reading, value, failure, text):
@@ -4882,26 +4783,19 @@ def reading_record(state, reading, value, failure, text):
     record = new_record(f"reading.{name}", state.name, value=value if value == value else None,
                         status="failed" if failure else "read", plausible=failure is None)
     if failure is None:
-        note = state.audits.get(reading["audit"], {}).get("note", "") if reading["audit"] else None
-        fields = reading_fields(text, note)
+        # at most 50 address lines above the number; with an audit, only those its note names
+        named = None
+        if reading["audit"]:
+            note = state.audits.get(reading["audit"], {}).get("note", "")
+            named = set(re.findall(r"[^\s<>,;:]+", note))
+        lines = [line.strip() for line in text.split("\n") if line.strip()]
+        fields = [line for line in lines[:-1] if len(line) <= 254 and re.fullmatch(ADDRESS, line)
+                  and (named is None or line in named)][:READING_FIELDS_MAX]
         record.update(fields=" ".join(fields),
                       summary=f"reading {name} = {format_number(value)}: {len(fields)} field(s)")
     else:
         record.update(summary=f"reading {name} failed")
     return record
-
-
-ADDRESS = r"[^\s<>,;:@]+@[^\s<>,;:@]+"
-READING_FIELDS_MAX = 50
-
-
-def reading_fields(text, audit_note=None):
-    """Return the kept fields of a reading's output: at most 50 address lines above the number;
-    with an audit, only those it names."""
-    lines = [line.strip() for line in text.split("\n") if line.strip()]
-    named = None if audit_note is None else set(re.findall(r"[^\s<>,;:]+", audit_note))
-    return [line for line in lines[:-1] if len(line) <= 254 and re.fullmatch(ADDRESS, line)
-            and (named is None or line in named)][:READING_FIELDS_MAX]
 
 
 def run_started(state, pid, restart, err=None):
@@ -4933,18 +4827,11 @@ def restart_rule(state, pid, status, ended_by, uptime, backoff, restarted, activ
                           restart_in=delay if again else None,
                           summary=f"run (pid {pid}) ended: {why} after {uptime:.1f}s{next_words}")]
     if again and delay >= BACKOFF_CEILING and state.open_ask(about="backoff") is None:
-        records.append(
-            new_record(
-                "ask",
-                state.name,
-                about="backoff",
-                question=(
-                    f"run keeps dying within {QUICK_DEATH}s; it now waits {delay}s between starts."
-                    " Look at it?"
-                ),
-                summary=f"run keeps dying; back-off reached its ceiling of {BACKOFF_CEILING}s",
-            )
-        )
+        records.append(new_record(
+            "ask", state.name, about="backoff",
+            question=f"run keeps dying within {QUICK_DEATH}s; it now waits {delay}s between starts."
+                     " Look at it?",
+            summary=f"run keeps dying; back-off reached its ceiling of {BACKOFF_CEILING}s"))
     return again, backoff, delay, records
 
 
@@ -5118,11 +5005,8 @@ def approval_rule(state, seq, ask, payload, edited, problem, now):
     proposal_rule. Raises Fail (65) once the refusal is written."""
     lever = ask.get("lever")
     if lever is None or ask.get("about") not in ("lever", "model"):
-        yield Write(
-            new_record(
-                "approval", state.name, ask=seq, summary=f"a person answered ask #{seq}: yes"
-            )
-        )
+        yield Write(new_record("approval", state.name, ask=seq,
+                               summary=f"a person answered ask #{seq}: yes"))
         return
     basis = ("approval", [], [f"ask #{seq}: {ask.get('question')}"])
     verdict = prove(
@@ -5447,10 +5331,10 @@ def capacity_check(state, days):
         if push <= 0 or push * days < room:
             continue
         effect = effects.get(lever)
-        pull = (-1 if way == "above" else 1) * sum(effect) / len(effect) if effect else 0.0
         if not effect:
             return "not known", None, (f"{lever} has no effect yet: "
                                        f"no three measured runs, no expects size")
+        pull = (-1 if way == "above" else 1) * sum(effect) / len(effect)
         if pull <= 0:
             return "not known", None, f"{lever} has no effect that brings the metric back"
         count, period = m["levers"][lever]["cap"]
