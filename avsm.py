@@ -3103,11 +3103,8 @@ def fold(state, seq, at, record):
         if about == "ratchet":
             state.ratchet_forecasts.pop(record.get("lever"), None)
     elif kind == "proposal":
-        if (
-            record.get("claim") == "declared"
-            and record.get("by") == "person"
-            and record.get("choice") == "action"
-        ):
+        if record.get("claim") == "declared" and record.get("by") == "person" \
+                and record.get("choice") == "action":
             state.grants[seq] = {"lever": record.get("lever"), "payload": record.get("payload"),
                                  "ask": None}
         elif record.get("claim") == "inferred" and record.get("choice") == "action":
@@ -3233,10 +3230,8 @@ def report_record(state, value, failure):
     m = state.mandate
     status, note = judge_report(m, state, value, failure)
     shown = format_number(value) if value is not None else "-"
-    summary = {"trusted": f"{m['metric']} = {shown}",
-               "unconfirmed": f"{m['metric']} = {shown} unconfirmed: {note}",
-               "implausible": f"{m['metric']} = {shown} implausible: {note}",
-               "failed": f"{m['metric']} failed: {note}"}[status]
+    said = "" if status == "trusted" else f" {status}: {note}"
+    summary = m["metric"] + (said if status == "failed" else f" = {shown}{said}")
     return new_record("report", state.name, metric=m["metric"],
                       value=value if value == value else None, status=status,
                       plausible=status in ("trusted", "unconfirmed"), note=note, summary=summary)
@@ -3303,11 +3298,7 @@ def fold_world(state, seq, at, record, previous):
     """Fold a report (the world's input, resolving or dropping the prediction) or a world record."""
     kind = record["kind"]
     if kind == "report":
-        if (
-            record.get("status") == "trusted"
-            and state.mandate is not None
-            and state.mandate["world"]
-        ):
+        if record.get("status") == "trusted" and state.mandate and state.mandate["world"]:
             # kept only under a world command, their only reader (1,000 ventures: 18 MiB)
             state.world_reports.append((seq, at, record["value"]))
             del state.world_reports[:-HISTORY]
@@ -3363,11 +3354,8 @@ def judge_report(mandate, state, value, failure=None):
         return "implausible", "the report is NaN"
     low_high = mandate["range"]
     if low_high and not low_high[0] <= value <= low_high[1]:
-        return (
-            "implausible",
-            f"{format_number(value)} is outside range [{format_number(low_high[0])},"
-            f" {format_number(low_high[1])}]",
-        )
+        return ("implausible", f"{format_number(value)} is outside range"
+                               f" [{format_number(low_high[0])}, {format_number(low_high[1])}]")
     # the bound on a rise, on a fall; None where that way is unbounded
     up, down = (mandate[k] if mandate[k] is not None else mandate["max_step"]
                 for k in ("max_rise", "max_fall"))
@@ -3578,7 +3566,7 @@ def calibration_rule(state):
         info = state.guards.get(name)
         if info and info["last"] and info["last"][0] > pred["report"] \
                 and info["last"][2] == "trusted":
-            events.append((chance - (1 if info["past"] else 0)) ** 2)
+            events.append((chance - info["past"]) ** 2)
     brier = sum(events) / len(events) if events else None
     rolling = state.scores[-(ROLLING - 1):] + [(crps, base, covered)]
     r_skill, r_coverage = rolling_scores(rolling)
@@ -3682,7 +3670,7 @@ def forecast_facts(state, days, seeds):
         expects = spec["expects"]
         levers[lever] = {"steps": state.lever_steps.get(lever, [])[-HISTORY:],
                          "cap": list(spec["cap"]),
-                         "expects": [expects[0], expects[1]]
+                         "expects": list(expects[:2])
                          if expects and expects[1] is not None else None}
     return {"cadence": m["cadence"], "range": list(m["range"]) if m["range"] else None,
             "sides": [[way, bound, lever] for _, way, bound, lever in controller_sides(m)
@@ -3798,12 +3786,9 @@ def guard_rules(state):
                          f"runs until it is back inside. Look at {state.name}?",
                 summary=f"guard {name} past its bound (#{episode}); asking once for this episode"))
         reading = info["last"][0]
-        if (
-            guard["unwind"]
-            and not info["unwind_ok"]
-            and guard["unwind"]["action"] not in state.running
-            and info.get("unwind_tried") != reading
-        ):
+        if guard["unwind"] and not info["unwind_ok"] \
+                and guard["unwind"]["action"] not in state.running \
+                and info.get("unwind_tried") != reading:
             info["unwind_tried"] = reading          # once per reading past the bound (not folded)
             # its declared unwind, through the gate
             lever, payload = guard["unwind"]["action"], guard["unwind"]["payload"]
@@ -3852,7 +3837,7 @@ def audit_worsening(audit, state):
     worse = (audit_now - audit_then) if audit["worse"] == "up" else (audit_then - audit_now)
     if improved and worse > audit["tolerance"]:
         return (
-            f"{state.mandate['metric'] if state.mandate else 'the metric'} improved from"
+            f"{state.mandate['metric']} improved from"
             f" {format_number(metric_then)} to {format_number(metric_now)} over {w} readings while"
             f" audit {audit['name']} got worse by {format_number(worse)}, past its tolerance"
             f" {format_number(audit['tolerance'])}"
@@ -3965,9 +3950,8 @@ def controller_call_problem(state, lever, premises):
     sides = [s for s in controller_sides(state.mandate) if s[3] == lever]
     if not sides:
         return f"the controller of the mandate does not run {lever}"
-    if any(
-        called == lever and reports == premises for _, called, reports, _ in controller_calls(state)
-    ):
+    if any(called == lever and reports == premises
+           for _, called, reports, _ in controller_calls(state)):
         return None
     last, held, ctl = state.last_report, held_by(state), state.mandate["controller"]
     hold = ctl["hold"]
@@ -4127,10 +4111,8 @@ def recheck_action(state, seq, at, action, records):
         if p not in records:
             problems.append(f"premise #{p} is not in the ledger")
         elif records[p][1].get("claim") not in ("measured", "declared"):
-            problems.append(
-                f"premise #{p} is {records[p][1].get('claim')}: only measured and declared records"
-                " may be premises"
-            )
+            problems.append(f"premise #{p} is {records[p][1].get('claim')}: only measured and"
+                            " declared records may be premises")
         elif records[p][1].get("kind") == "snapshot":
             problems.append(f"premise #{p} is a snapshot: a proof cites records, not their fold")
         elif p >= seq:
@@ -4163,8 +4145,7 @@ def recheck_action(state, seq, at, action, records):
     for p in gave["premises"]:
         if p not in premises:
             problems.append(
-                f"#{p} ({what.get(p, 'a premise of the gate')}) is missing from the premises"
-            )
+                f"#{p} ({what.get(p, 'a premise of the gate')}) is missing from the premises")
     for p in premises:
         if p not in gave["premises"] and p in records:
             problems.append(f"#{p} is cited, but the gate does not rest on it")
@@ -4173,8 +4154,7 @@ def recheck_action(state, seq, at, action, records):
     if exact and gave["steps"] != proof.get("steps"):
         differ = next((s for s in gave["steps"] if s not in (proof.get("steps") or [])), None)
         problems.append(
-            f"the steps are not the gate's" + (f": it says {differ!r}" if differ else "")
-        )
+            f"the steps are not the gate's" + (f": it says {differ!r}" if differ else ""))
     return problems
 
 
@@ -4219,8 +4199,7 @@ def basis_problem(state, action, basis, records):
             return f"an unwind rests on guard {guard}'s last reading, #{info['last'][0]}"
         if info["unwind_ok"] or info.get("unwound") == premises[0]:
             return f"guard {guard}'s unwind already ran " + (
-                "ok in this episode" if info["unwind_ok"] else f"on reading #{premises[0]}"
-            )
+                "ok in this episode" if info["unwind_ok"] else f"on reading #{premises[0]}")
         return None
     if rule == "permitted":
         if (
@@ -4241,8 +4220,7 @@ def basis_problem(state, action, basis, records):
         if isinstance(called, Gate):
             return None
         return f"proposal #{trigger} calls for no run: " + (
-            called.record.get("why") or called.record["summary"] if called else "it is no action"
-        )
+            called.record.get("why") or called.record["summary"] if called else "it is no action")
     if rule == "approval":
         if trig.get("kind") != "ask" or trig.get("lever") != lever:
             return f"its trigger #{trigger} is not an ask about {lever} that a person answered"
@@ -4250,11 +4228,8 @@ def basis_problem(state, action, basis, records):
         return None if grant is None or grant.get("ask") == trigger else \
             f"approval #{action.get('approval')} answers ask #{grant.get('ask')}, not #{trigger}"
     if rule == "proposal":
-        return (
-            None
-            if trigger is None and not premises
+        return None if trigger is None and not premises \
             else "a person's own proposal is its own approval, with no trigger"
-        )
     return f"{rule!r} is not a rule the gate knows"
 
 
@@ -4402,27 +4377,19 @@ def prove(state, lever, now, basis, trigger=None, approval=None, payload=None, c
     # built in, it takes no content: refused as any such lever is
     if lever == "stop" and payload is not None:
         return Verdict(False, why=payload_problem({"name": "stop", "takes": None}, payload))
+    premises = [state.mandate_seq] + basis_premises
     if lever == "stop":
-        return Verdict(
-            True,
-            {
-                "rule": "proposal" if rule == "proposal" else "stop",
-                "premises": [state.mandate_seq] + basis_premises,
-                "steps": steps + basis_steps + ["stop is built in: it pauses the venture"],
-                "trigger": trigger,
-            },
-            asked=gate_question(basis, None, None, now),
-        )
+        steps += basis_steps + ["stop is built in: it pauses the venture"]
+        return Verdict(True, {"rule": "proposal" if rule == "proposal" else "stop",
+                              "premises": premises, "steps": steps, "trigger": trigger},
+                       asked=gate_question(basis, None, None, now))
     if lever not in m["levers"]:
         return Verdict(False, why=f"{lever} is not permitted by mandate #{state.mandate_seq}")
     blocking = guards_past(state)
     if blocking and unwind is None:
         name, episode = blocking[0]
-        return Verdict(
-            False,
-            why=f"guard {name} reads past its bound (since #{episode}); only stop and its"
-                " unwind run",
-        )
+        return Verdict(False, why=f"guard {name} reads past its bound (since #{episode}); only stop"
+                                  " and its unwind run")
     spec = m["levers"][lever]
     steps.append(f"{lever} is permitted: cap {spec['cap_text']},"
                  f" {'reversible' if spec['reversible'] else 'irreversible'}")
@@ -4432,27 +4399,19 @@ def prove(state, lever, now, basis, trigger=None, approval=None, payload=None, c
         return Verdict(False, why=f"{lever}'s check is still running; it runs if that check passes")
     unknown = state.open_ask(about="interrupted", lever=lever)
     if unknown is not None:
-        return Verdict(
-            False,
-            why=f"whether {lever}'s interrupted run (action"
-                f" #{state.open_asks[unknown].get('action')}) happened is not known; answer ask"
-                f" #{unknown} first (avsm approve or deny {unknown})",
-        )
+        return Verdict(False, why=f"whether {lever}'s interrupted run (action"
+                                  f" #{state.open_asks[unknown].get('action')}) happened is not"
+                                  f" known; answer ask #{unknown} first (avsm approve or deny"
+                                  f" {unknown})")
     stale = [s for s, e in state.effects.items() if e["lever"] == lever and e.get("stale")]
     if stale:
-        return Verdict(
-            False,
-            why=f"the effect of action #{stale[0]} waits on a sensor that may not have refreshed;"
-                f" {lever} waits with it",
-        )
+        return Verdict(False, why=f"the effect of action #{stale[0]} waits on a sensor that may"
+                                  f" not have refreshed; {lever} waits with it")
     used = cap_window(state, lever, now)
     if len(used) >= spec["cap"][0]:
         frees = min(at for seq, at, _ in state.actions[lever] if seq in used) + spec["cap"][1]
-        return Verdict(
-            False,
-            why=f"{lever} reached its cap {spec['cap_text']}: {len(used)} runs in the window",
-            stuck=("cap", frees),
-        )
+        return Verdict(False, why=f"{lever} reached its cap {spec['cap_text']}: {len(used)} runs"
+                                  " in the window", stuck=("cap", frees))
     steps.append(
         f"{len(used)} of {spec['cap'][0]} runs used in the last {format_duration(spec['cap'][1])}")
     problem = payload_problem(spec, payload)
@@ -4470,13 +4429,10 @@ def prove(state, lever, now, basis, trigger=None, approval=None, payload=None, c
                     # the spend that slides out of the window then makes room
                     frees = at + budget["per"]
                     break
-            return Verdict(
-                False,
-                why=f"{lever} would spend {format_number(total)} {budget['field']} in"
-                    f" {format_duration(budget['per'])}, past its budget"
-                    f" {format_number(budget['max'])}",
-                stuck=("budget", frees),
-            )
+            return Verdict(False, why=f"{lever} would spend {format_number(total)}"
+                                      f" {budget['field']} in {format_duration(budget['per'])},"
+                                      f" past its budget {format_number(budget['max'])}",
+                           stuck=("budget", frees))
         steps.append(
             f"{format_number(total)} of {format_number(budget['max'])} {budget['field']} spent in"
             f" the last {format_duration(budget['per'])}")
@@ -4489,7 +4445,6 @@ def prove(state, lever, now, basis, trigger=None, approval=None, payload=None, c
         steps.append(
             f"its {spec['takes']} stays inside the venture directory: checked on the file system"
             " when it was proposed, which the ledger alone cannot re-check")
-    premises = [state.mandate_seq] + basis_premises
     if unwind is not None:
         steps.append(
             f"guard {unwind} reads past its bound, and this is its declared unwind with its exact"
@@ -4498,10 +4453,8 @@ def prove(state, lever, now, basis, trigger=None, approval=None, payload=None, c
         grant = ({"lever": lever, "payload": payload, "ask": trigger}
                  if approval == APPROVAL_TO_WRITE else state.grants.get(approval))
         if grant is None:
-            return Verdict(
-                False,
-                why=f"#{approval} is no unspent approval: a person's approval lets exactly one run",
-            )
+            return Verdict(False, why=f"#{approval} is no unspent approval: a person's approval"
+                                      " lets exactly one run")
         if grant["lever"] != lever or grant["payload"] != payload:
             return Verdict(False, why=f"approval #{approval} is for {grant['lever']}"
                            + (" with other content" if grant["lever"] == lever else "")
@@ -4510,24 +4463,16 @@ def prove(state, lever, now, basis, trigger=None, approval=None, payload=None, c
             rule = "approval"
         premises.append(approval)
         steps.append(
-            f"approval #{approval} is a person's answer for exactly this lever and payload"
-        )
+            f"approval #{approval} is a person's answer for exactly this lever and payload")
     elif rule == "permitted" and payload is not None and not spec["delegated"]:
-        return Verdict(
-            False,
-            why=f"{lever} would run content a model wrote and is not delegated; a person must"
-                " approve it",
-            needs_ask=True,
-        )
+        return Verdict(False, why=f"{lever} would run content a model wrote and is not delegated;"
+                                  " a person must approve it", needs_ask=True)
     elif not spec["reversible"] and (not spec["delegated"] or lever in state.suspended):
         suspended = (
             f" (its delegation is suspended until ask #{state.suspended[lever]} is approved)"
             if lever in state.suspended else "")
-        return Verdict(
-            False,
-            why=f"{lever} is irreversible and not delegated{suspended}; a person must approve it",
-            needs_ask=True,
-        )
+        return Verdict(False, why=f"{lever} is irreversible and not delegated{suspended}; a person"
+                                  " must approve it", needs_ask=True)
     elif not spec["reversible"]:
         steps.append(
             f"{lever} is delegated by the mandate: it runs unasked, intent before, outcome after")
@@ -5143,9 +5088,8 @@ def checked_forecast(result):
 def describe_forecast(metric, result, days, seeds):
     """One line for a person: `forecast 30 days x 16 seeds: count 5 (80%: 2 to 9)`, or why there is
     none."""
-    if "too_little" in result:
-        return f"forecast: {result['too_little']}"
-    return f"forecast {format_number(days)} days x {seeds} seeds: {forecast_text(metric, result)}"
+    made = "" if "too_little" in result else f" {format_number(days)} days x {seeds} seeds"
+    return f"forecast{made}: {forecast_text(metric, result)}"
 
 
 def forecast_text(metric, result):
