@@ -3126,18 +3126,18 @@ def fold(state, seq, at, record):
             state.grants[seq] = {"lever": record["lever"], "payload": record.get("payload"),
                                  "ask": record.get("ask")}
         asked = state.open_asks.pop(record.get("ask"), None) or {}
-        lever = record.get("lever") or asked.get("lever")
-        if kind == "approval" and lever and asked.get("about") in ("lever", "model"):
+        lever, about = record.get("lever") or asked.get("lever"), asked.get("about")
+        if kind == "approval" and lever and about in ("lever", "model"):
             # the ratchet counts these
             state.approvals[lever] = state.approvals.get(lever, 0) + 1
-        if kind == "approval" and asked.get("about") == "revoke":
+        if kind == "approval" and about == "revoke":
             state.suspended.pop(asked.get("lever"), None)
             state.misses[asked.get("lever")] = 0
-        elif kind == "denial" and lever and asked.get("about") != "interrupted":
+        elif kind == "denial" and lever and about != "interrupted":
             state.approvals[lever] = 0          # "it did not happen" denies no lever
             state.ratchet_forecasts.pop(lever, None)        # no ratchet ask is due
         # settled (it ran), or seen: no ask again in it
-        if asked.get("about") == "stuck" and asked.get("side"):
+        if about == "stuck" and asked.get("side"):
             state.side(asked["side"]).update(
                 {"stuck": None} if kind == "resolved" else {"seen": True})
         if state.implausible_ask == record.get("ask"):
@@ -3175,11 +3175,10 @@ def fold_report(state, seq, at, record):
         state.peak = value if state.peak is None else max(state.peak, value)
         base = state.pending or state.level
         state.last_step = value - base[1] if base is not None else None
-        if state.level is not None and not state.ran_since and state.pending is None:
-            state.free_steps.append(value - state.level[1])
-            del state.free_steps[:-HISTORY]
-        if state.level is not None and state.pending is None and len(state.ran_since) == 1:
-            steps = state.lever_steps.setdefault(state.ran_since[0], [])
+        if state.level is not None and state.pending is None and len(state.ran_since) < 2:
+            # a lever-free step, or the step of the one lever run since
+            steps = state.lever_steps.setdefault(state.ran_since[0], []) if state.ran_since \
+                else state.free_steps
             steps.append(value - state.level[1])
             del steps[:-HISTORY]
         # counted toward every run awaiting its verdict; a hit settles silently
@@ -3385,14 +3384,11 @@ def judge_report(mandate, state, value, failure=None):
                 f" {format_number(base)}, past {key} {format_number(bound)}")
     if state.pending is None and state.last_step is not None and not state.ran_since:
         previous = state.last_step
-        half_prev, half_now = (up if previous > 0 else down), (up if step > 0 else down)
-        if (previous * step < 0 and half_prev is not None and half_now is not None
-                and abs(previous) > half_prev / 2 and abs(step) > half_now / 2):
-            return (
-                "implausible",
-                f"a flap: moved {format_number(previous)} then {format_number(step)}, each past"
-                " half its step bound",
-            )
+        half_prev = up if previous > 0 else down
+        if (previous * step < 0 and half_prev is not None and bound is not None
+                and abs(previous) > half_prev / 2 and abs(step) > bound / 2):
+            return ("implausible", f"a flap: moved {format_number(previous)} then"
+                                   f" {format_number(step)}, each past half its step bound")
     return "trusted", ""
 
 
@@ -4257,8 +4253,8 @@ def proposal_rule(state, seq, choice, by, backend, content_why=None, held=None):
         return
     if choice["choice"] == "ask":
         if lever is not None and (forbidden or lever not in m["levers"]):
-            why = unnamed
-            yield from refusal(state, lever, why, f"the model's ask about {lever} refused: {why}",
+            yield from refusal(state, lever, unnamed,
+                               f"the model's ask about {lever} refused: {unnamed}",
                                proposal=seq, by="model")
         else:
             yield Write(new_record("ask", state.name, claim="inferred", about="model", lever=lever,
@@ -5053,20 +5049,21 @@ def forecast_record(state, extra, output, status, ended_by):
     record = new_record("forecast", state.name, days=extra["days"], seeds=extra["seeds"],
                         why=extra["why"], **some(lever=extra["lever"]))
     checked = checked_forecast(result)
-    metric = state.mandate["metric"]
-    if checked is not None and "too_little" in checked:
-        record.update(note=checked["too_little"], summary=describe_forecast(metric, result, 0, 0))
-    elif checked is not None:
+    if checked is None:
+        why = ("it was ended" if ended_by
+               else f"the forecast program ended {describe_status(status)}")
+        record.update(note=why, summary=f"forecast not made: {why}")
+        return record
+    summary = describe_forecast(state.mandate["metric"], result, extra["days"], extra["seeds"])
+    if "too_little" in checked:
+        record.update(note=checked["too_little"], summary=summary)
+    else:
         record.update(
             {k: round(result[k], result["decimals"]) + 0.0 for k in ("median", "p10", "p90")},
-            summary=describe_forecast(metric, result, extra["days"], extra["seeds"]))
+            summary=summary)
         if isinstance(result.get("cut"), str):  # through the world, its calls capped
             record.update(note=result["cut"][:NOTE_MAX], world=True,
-                          summary=record["summary"] + f" ({result['cut'][:200]})")
-    else:
-        why = (
-            "it was ended" if ended_by else f"the forecast program ended {describe_status(status)}")
-        record.update(note=why, summary=f"forecast not made: {why}")
+                          summary=summary + f" ({result['cut'][:200]})")
     return record
 
 
@@ -5270,15 +5267,15 @@ def capacity_check(state, days):
     level = state.level[1] if state.level else 0.0
     short = 0.0
     for _, way, bound, lever in sides:
-        push = (drift if way == "above" else -drift) * per_day  # toward the bound
-        room = (bound - level) if way == "above" else (level - bound)
+        sign = 1 if way == "above" else -1
+        push, room = sign * drift * per_day, sign * (bound - level)     # toward the bound
         if push <= 0 or push * days < room:
             continue
         effect = effects.get(lever)
         if not effect:
             return "not known", None, (f"{lever} has no effect yet: "
                                        f"no three measured runs, no expects size")
-        pull = (-1 if way == "above" else 1) * sum(effect) / len(effect)
+        pull = -sign * sum(effect) / len(effect)
         if pull <= 0:
             return "not known", None, f"{lever} has no effect that brings the metric back"
         count, period = m["levers"][lever]["cap"]
