@@ -3021,7 +3021,7 @@ def report_read(state, value, failure):
 # ---- a record folded into its venture's state; each kind's fold beside its record ----
 def fold(state, seq, at, record):
     """Update `state` with one record of its venture; return the state."""
-    kind = record["kind"]
+    kind, lever = record["kind"], record.get("lever")
     if kind == "mandate":
         if record.get("directory") != state.directory:
             state.paused = False      # a moved directory is a new venture (VENTURE-04)
@@ -3074,9 +3074,9 @@ def fold(state, seq, at, record):
         # a proposal is gated once
         state.proposals.pop(proof.get("trigger"), None)
     elif kind == "outcome":
-        if state.running.get(record.get("lever")) == record.get("action"):
+        if state.running.get(lever) == record.get("action"):
             del state.running[record["lever"]]
-        spec = state.mandate["levers"].get(record.get("lever")) if state.mandate else None
+        spec = state.mandate["levers"].get(lever) if state.mandate else None
         if record.get("ok") and spec and spec["expects"] and state.level is not None:
             state.effects[record["action"]] = {"lever": record["lever"], "expects": spec["expects"],
                                                "r0": state.level[1], "after": [],
@@ -3087,7 +3087,7 @@ def fold(state, seq, at, record):
     elif kind == "refusal":
         by_lever = state.counted["by_lever"]
         state.counted["refusals"] += 1
-        by_lever[record.get("lever")] = by_lever.get(record.get("lever"), 0) + 1
+        by_lever[lever] = by_lever.get(lever, 0) + 1
         state.proposals.pop(record.get("proposal"), None)
     elif kind == "ask":
         state.open_asks[seq] = record
@@ -3095,38 +3095,38 @@ def fold(state, seq, at, record):
         state.proposals.pop(record.get("proposal"), None)
         about = record.get("about")
         if about == "revoke":
-            state.suspended[record.get("lever")] = seq
+            state.suspended[lever] = seq
         if about == "guard" and record.get("guard") in state.guards:
             state.guards[record["guard"]]["acted"] = record.get("episode")
         if about == "implausible":
             state.implausible_ask = seq
         if about == "ratchet":
-            state.ratchet_forecasts.pop(record.get("lever"), None)
+            state.ratchet_forecasts.pop(lever, None)
     elif kind == "proposal":
         if record.get("claim") == "declared" and record.get("by") == "person" \
                 and record.get("choice") == "action":
-            state.grants[seq] = {"lever": record.get("lever"), "payload": record.get("payload"),
+            state.grants[seq] = {"lever": lever, "payload": record.get("payload"),
                                  "ask": None}
         elif record.get("claim") == "inferred" and record.get("choice") == "action":
-            state.proposals[seq] = record.get("lever")
+            state.proposals[seq] = lever
             # one a check still holds may wait; no more are kept
             if len(state.proposals) > HISTORY:
                 del state.proposals[next(iter(state.proposals))]
     elif kind == "begun":
         waits = state.checking if record.get("what") == "check" else state.ratchet_forecasts
-        waits[record.get("lever")] = seq
+        waits[lever] = seq
     elif kind == "check":
-        state.checking.pop(record.get("lever"), None)
+        state.checking.pop(lever, None)
         if record.get("ok"):
-            state.checks[seq] = record.get("lever")
+            state.checks[seq] = lever
     elif kind == "forecast" and record.get("why") == "ratchet":
-        state.ratchet_forecasts.pop(record.get("lever"), None)
+        state.ratchet_forecasts.pop(lever, None)
     elif kind in ("approval", "denial", "resolved"):
         if kind == "approval" and "lever" in record:
-            state.grants[seq] = {"lever": record["lever"], "payload": record.get("payload"),
+            state.grants[seq] = {"lever": lever, "payload": record.get("payload"),
                                  "ask": record.get("ask")}
         asked = state.open_asks.pop(record.get("ask"), None) or {}
-        lever, about = record.get("lever") or asked.get("lever"), asked.get("about")
+        lever, about = lever or asked.get("lever"), asked.get("about")
         if kind == "approval" and lever and about in ("lever", "model"):
             # the ratchet counts these
             state.approvals[lever] = state.approvals.get(lever, 0) + 1
@@ -3146,7 +3146,6 @@ def fold(state, seq, at, record):
             state.implausible_answered = kind != "resolved"
     elif kind == "effect":
         state.effects.pop(record.get("action"), None)
-        lever = record.get("lever")
         state.misses[lever] = (
             state.misses.get(lever, 0) + 1 if record.get("verdict") == "miss" else 0)
     elif kind == "pause":
@@ -5072,7 +5071,7 @@ def checked_forecast(result):
     if isinstance(result, dict) and isinstance(result.get("too_little"), str):
         return {"too_little": result["too_little"][:NOTE_MAX]}
     if isinstance(result, dict) and result.get("decimals") in (0, 1, 2) and \
-            all(type(result.get(k)) in (int, float) and abs(result[k]) < float("inf")
+            all(is_number(result.get(k)) and abs(result[k]) < float("inf")
                 for k in ("median", "p10", "p90")):
         kept = {k: result[k] for k in ("median", "p10", "p90", "decimals", "days", "seeds")
                 if k in result}
@@ -5154,12 +5153,12 @@ def read_world_output(text, mandate):
     if not isinstance(out, dict):
         return None, "its output is not a JSON object"
     metric = out.get("metric")
-    if type(metric) not in (int, float) or not abs(metric) < float("inf"):
+    if not is_number(metric) or not abs(metric) < float("inf"):
         return None, f"its metric is not a finite number: {json.dumps(metric)[:60]}"
     named = {g["name"] for g in mandate["guards"]}
     guards = out.get("guards") if isinstance(out.get("guards"), dict) else {}
     kept = {k: v for k, v in guards.items()
-            if k in named and type(v) in (int, float) and abs(v) < float("inf")}
+            if k in named and is_number(v) and abs(v) < float("inf")}
     return {"state": out.get("state"), "metric": float(metric), "guards": kept}, None
 
 
