@@ -3278,9 +3278,8 @@ def guard_record(state, guard, value, failure, suffix=""):
     if status != "trusted":
         record["note"] = note or status
     way = ">" if guard["side"] == "above" else "<"
-    shown = f"{format_number(value)}{suffix}"
     record["summary"] = (
-        f"guard {guard['name']} = {shown}"
+        f"guard {guard['name']} = {format_number(value)}{suffix}"
         + (f" past its bound ({way} {format_number(guard['bound'])}{suffix})" if past else "")
         if status == "trusted"
         else f"guard {guard['name']} {status}: {note}"
@@ -5114,10 +5113,11 @@ def world_rule(state, report_seq, lever, outputs, failure):
         return  # a report no longer the last could never resolve it
     chances = {}
     for guard in state.mandate["guards"]:
-        seen = [o["guards"][guard["name"]] for o in outputs if guard["name"] in o["guards"]]
+        name = guard["name"]
+        seen = [o["guards"][name] for o in outputs if name in o["guards"]]
         if seen and guard.get("bound") is not None:
             past = sum(1 for v in seen if crossed(guard["side"], guard["bound"], v))
-            chances[guard["name"]] = round(past / len(seen), 6)
+            chances[name] = round(past / len(seen), 6)
     record = prediction_record(state, report_seq, [o["metric"] for o in outputs], lever, chances,
                                world=True)
     if outputs[0]["state"] != state.world_state:    # the first seed's state: the world's next input
