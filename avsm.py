@@ -3197,29 +3197,25 @@ World.__doc__ = "Step the world command's ensemble from report #`report`, `lever
 
 
 def report_read(state, value, failure):
-    """Yield the report of `value` (or `failure`), then each drawdown guard's reading of it."""
+    """Yield the report of `value` (or `failure`), then each drawdown guard's reading of it: the
+    fall from the metric's peak, in percent."""
     report = report_record(state, value, failure)
     yield Write(report)
     for guard in state.mandate["guards"]:
-        if guard["drawdown"] is not None:
-            dd, why = drawdown_reading(guard, state, report["status"], value)
-            yield Write(guard_record(state, guard, dd, why, "%"))
-
-
-def drawdown_reading(guard, state, report_status, value):
-    """Return (value, failure) of a drawdown guard: the fall from the metric's peak, in percent."""
-    if report_status not in ("trusted",):
-        return None, f"the {report_status} metric report gives no drawdown"
-    peak = state.peak
-    if peak is None or peak <= 0:
-        return 0.0, None
-    return round(max(0.0, (peak - value) / peak * 100), 6), None
+        if guard["drawdown"] is None:
+            continue
+        peak, dd, why = state.peak, None, f"the {report['status']} metric report gives no drawdown"
+        if report["status"] == "trusted":
+            dd, why = 0.0, None
+            if peak is not None and peak > 0:
+                dd = round(max(0.0, (peak - value) / peak * 100), 6)
+        yield Write(guard_record(state, guard, dd, why, "%"))
 
 
 # ---- a record folded into its venture's state; each kind's fold beside its record ----
 def fold(state, seq, at, record):
     """Update `state` with one record of its venture; return the state."""
-    kind = record["kind"]
+    kind, lever = record["kind"], record.get("lever")
     if kind == "mandate":
         if record.get("directory") != state.directory:
             state.paused = False      # a moved directory is a new venture (VENTURE-04)
@@ -3242,11 +3238,20 @@ def fold(state, seq, at, record):
     elif kind.startswith("guard."):
         fold_guard(state, seq, record)
     elif kind.startswith("audit."):
-        fold_audit(state, seq, record)
+        info = state.audits.setdefault(kind[len("audit."):],
+                                       {"values": [], "last": None, "note": ""})
+        # one still running: the reading before it still holds, or not
+        if record.get("status") != "not read":
+            info["last"] = (seq, record.get("status"))
+        if record.get("status") == "trusted":
+            info["values"].append((seq, record.get("value")))
+            del info["values"][:-HISTORY]
+            info["note"] = record.get("note", "")
     elif kind.startswith("reading."):
         state.read[kind[len("reading."):]] = (seq, record)
     elif kind == "action":
-        for premise in record.get("proof", {}).get("premises", []):
+        proof = record.get("proof", {})
+        for premise in proof.get("premises", []):
             # an approval lets one run (PROOF-02), a check one start
             state.grants.pop(premise, None)
             state.checks.pop(premise, None)
@@ -3254,19 +3259,18 @@ def fold(state, seq, at, record):
         state.running[record["lever"]] = seq
         if record["lever"] not in state.ran_since:
             state.ran_since.append(record["lever"])
-        if record.get("proof", {}).get("rule") == "unwind":
+        if proof.get("rule") == "unwind":
             state.unwinds[seq] = record.get("guard")
             # one unwind per reading past the bound (guard_rules)
             if record.get("guard") in state.guards:
                 state.guards[record["guard"]]["unwound"] = (
                     (record.get("basis") or {}).get("premises") or [None])[0]
         # a proposal is gated once
-        state.proposals.pop(record.get("proof", {}).get("trigger"), None)
-        fold_controller_intent(state, record)
+        state.proposals.pop(proof.get("trigger"), None)
     elif kind == "outcome":
-        if state.running.get(record.get("lever")) == record.get("action"):
+        if state.running.get(lever) == record.get("action"):
             del state.running[record["lever"]]
-        spec = state.mandate["levers"].get(record.get("lever")) if state.mandate else None
+        spec = state.mandate["levers"].get(lever) if state.mandate else None
         if record.get("ok") and spec and spec["expects"] and state.level is not None:
             state.effects[record["action"]] = {"lever": record["lever"], "expects": spec["expects"],
                                                "r0": state.level[1], "after": [],
@@ -3277,61 +3281,57 @@ def fold(state, seq, at, record):
     elif kind == "refusal":
         by_lever = state.counted["by_lever"]
         state.counted["refusals"] += 1
-        by_lever[record.get("lever")] = by_lever.get(record.get("lever"), 0) + 1
+        by_lever[lever] = by_lever.get(lever, 0) + 1
         state.proposals.pop(record.get("proposal"), None)
-        fold_controller_intent(state, record)
     elif kind == "ask":
         state.open_asks[seq] = record
         state.asks_made += not record.get("canary")
         state.proposals.pop(record.get("proposal"), None)
-        if record.get("about") == "revoke":
-            state.suspended[record.get("lever")] = seq
-        if record.get("about") == "guard" and record.get("guard") in state.guards:
+        about = record.get("about")
+        if about == "revoke":
+            state.suspended[lever] = seq
+        if about == "guard" and record.get("guard") in state.guards:
             state.guards[record["guard"]]["acted"] = record.get("episode")
-        if record.get("about") == "implausible":
+        if about == "implausible":
             state.implausible_ask = seq
-        if record.get("about") == "ratchet":
-            state.ratchet_forecasts.pop(record.get("lever"), None)
-        fold_controller_intent(state, record)
+        if about == "ratchet":
+            state.ratchet_forecasts.pop(lever, None)
     elif kind == "proposal":
-        if (
-            record.get("claim") == "declared"
-            and record.get("by") == "person"
-            and record.get("choice") == "action"
-        ):
-            state.grants[seq] = {"lever": record.get("lever"), "payload": record.get("payload"),
+        if record.get("claim") == "declared" and record.get("by") == "person" \
+                and record.get("choice") == "action":
+            state.grants[seq] = {"lever": lever, "payload": record.get("payload"),
                                  "ask": None}
         elif record.get("claim") == "inferred" and record.get("choice") == "action":
-            state.proposals[seq] = record.get("lever")
+            state.proposals[seq] = lever
             # one a check still holds may wait; no more are kept
             if len(state.proposals) > HISTORY:
                 del state.proposals[next(iter(state.proposals))]
     elif kind == "begun":
         waits = state.checking if record.get("what") == "check" else state.ratchet_forecasts
-        waits[record.get("lever")] = seq
+        waits[lever] = seq
     elif kind == "check":
-        state.checking.pop(record.get("lever"), None)
+        state.checking.pop(lever, None)
         if record.get("ok"):
-            state.checks[seq] = record.get("lever")
+            state.checks[seq] = lever
     elif kind == "forecast" and record.get("why") == "ratchet":
-        state.ratchet_forecasts.pop(record.get("lever"), None)
+        state.ratchet_forecasts.pop(lever, None)
     elif kind in ("approval", "denial", "resolved"):
         if kind == "approval" and "lever" in record:
-            state.grants[seq] = {"lever": record["lever"], "payload": record.get("payload"),
+            state.grants[seq] = {"lever": lever, "payload": record.get("payload"),
                                  "ask": record.get("ask")}
         asked = state.open_asks.pop(record.get("ask"), None) or {}
-        lever = record.get("lever") or asked.get("lever")
-        if kind == "approval" and lever and asked.get("about") in ("lever", "model"):
+        lever, about = lever or asked.get("lever"), asked.get("about")
+        if kind == "approval" and lever and about in ("lever", "model"):
             # the ratchet counts these
             state.approvals[lever] = state.approvals.get(lever, 0) + 1
-        if kind == "approval" and asked.get("about") == "revoke":
+        if kind == "approval" and about == "revoke":
             state.suspended.pop(asked.get("lever"), None)
             state.misses[asked.get("lever")] = 0
-        elif kind == "denial" and lever and asked.get("about") != "interrupted":
+        elif kind == "denial" and lever and about != "interrupted":
             state.approvals[lever] = 0          # "it did not happen" denies no lever
             state.ratchet_forecasts.pop(lever, None)        # no ratchet ask is due
         # settled (it ran), or seen: no ask again in it
-        if asked.get("about") == "stuck" and asked.get("side"):
+        if about == "stuck" and asked.get("side"):
             state.side(asked["side"]).update(
                 {"stuck": None} if kind == "resolved" else {"seen": True})
         if state.implausible_ask == record.get("ask"):
@@ -3340,7 +3340,6 @@ def fold(state, seq, at, record):
             state.implausible_answered = kind != "resolved"
     elif kind == "effect":
         state.effects.pop(record.get("action"), None)
-        lever = record.get("lever")
         state.misses[lever] = (
             state.misses.get(lever, 0) + 1 if record.get("verdict") == "miss" else 0)
     elif kind == "pause":
@@ -3354,6 +3353,7 @@ def fold(state, seq, at, record):
         for info in state.guards.values():
             # a guard still past its bound pauses it again at its next reading
             info["repause"] = info["past"]
+    fold_controller_intent(state, record)
     if state.implausible_answered and (kind == "report" or kind.startswith(("guard.", "audit."))) \
             and held_by(state) is None:
         # a plausible reading ends the stretch: the next one may ask
@@ -3368,14 +3368,26 @@ def fold_report(state, seq, at, record):
         state.peak = value if state.peak is None else max(state.peak, value)
         base = state.pending or state.level
         state.last_step = value - base[1] if base is not None else None
-        if state.level is not None and not state.ran_since and state.pending is None:
-            state.free_steps.append(value - state.level[1])
-            del state.free_steps[:-HISTORY]
-        if state.level is not None and state.pending is None and len(state.ran_since) == 1:
-            steps = state.lever_steps.setdefault(state.ran_since[0], [])
+        if state.level is not None and state.pending is None and len(state.ran_since) < 2:
+            # a lever-free step, or the step of the one lever run since
+            steps = state.lever_steps.setdefault(state.ran_since[0], []) if state.ran_since \
+                else state.free_steps
             steps.append(value - state.level[1])
             del steps[:-HISTORY]
-        fold_effects(state, value)
+        # counted toward every run awaiting its verdict; a hit settles silently
+        for run, effect in list(state.effects.items()):
+            if effect["verdict"] is not None:
+                continue
+            effect["after"].append(value)
+            verdict, why = judge_effect(
+                effect["expects"], effect["r0"], effect["after"], effect["steps"])
+            effect["stale"] = verdict == "waiting" and "refreshed" in why
+            if verdict in ("hit", "not judged"):
+                del state.effects[run]
+                if verdict == "hit":
+                    state.misses[effect["lever"]] = 0
+            elif verdict != "waiting":
+                effect["verdict"] = (verdict, why)  # the warden writes it as an `effect` record
         state.level, state.pending, state.ran_since = (seq, value), None, []
         state.trusted.append((seq, value))
         del state.trusted[:-HISTORY]
@@ -3410,10 +3422,8 @@ def report_record(state, value, failure):
     m = state.mandate
     status, note = judge_report(m, state, value, failure)
     shown = format_number(value) if value is not None else "-"
-    summary = {"trusted": f"{m['metric']} = {shown}",
-               "unconfirmed": f"{m['metric']} = {shown} unconfirmed: {note}",
-               "implausible": f"{m['metric']} = {shown} implausible: {note}",
-               "failed": f"{m['metric']} failed: {note}"}[status]
+    said = "" if status == "trusted" else f" {status}: {note}"
+    summary = m["metric"] + (said if status == "failed" else f" = {shown}{said}")
     return new_record("report", state.name, metric=m["metric"],
                       value=value if value == value else None, status=status,
                       plausible=status in ("trusted", "unconfirmed"), note=note, summary=summary)
@@ -3462,9 +3472,8 @@ def guard_record(state, guard, value, failure, suffix=""):
     if status != "trusted":
         record["note"] = note or status
     way = ">" if guard["side"] == "above" else "<"
-    shown = f"{format_number(value)}{suffix}"
     record["summary"] = (
-        f"guard {guard['name']} = {shown}"
+        f"guard {guard['name']} = {format_number(value)}{suffix}"
         + (f" past its bound ({way} {format_number(guard['bound'])}{suffix})" if past else "")
         if status == "trusted"
         else f"guard {guard['name']} {status}: {note}"
@@ -3480,11 +3489,7 @@ def fold_world(state, seq, at, record, previous):
     """Fold a report (the world's input, resolving or dropping the prediction) or a world record."""
     kind = record["kind"]
     if kind == "report":
-        if (
-            record.get("status") == "trusted"
-            and state.mandate is not None
-            and state.mandate["world"]
-        ):
+        if record.get("status") == "trusted" and state.mandate and state.mandate["world"]:
             # kept only under a world command, their only reader (1,000 ventures: 18 MiB)
             state.world_reports.append((seq, at, record["value"]))
             del state.world_reports[:-HISTORY]
@@ -3513,21 +3518,11 @@ def fold_world(state, seq, at, record, previous):
         state.prediction = None
 
 
-def fold_audit(state, seq, record):
-    name = record["kind"][len("audit."):]
-    info = state.audits.setdefault(name, {"values": [], "last": None, "note": ""})
-    if record.get("status") == "not read":
-        return                  # still running: the reading before it still holds, or not
-    info["last"] = (seq, record.get("status"))
-    if record.get("status") == "trusted":
-        info["values"].append((seq, record.get("value")))
-        del info["values"][:-HISTORY]
-        info["note"] = record.get("note", "")
-
-
 def fold_controller_intent(state, record):
-    """A controller's decision spends its excursion: deadband disarms, hold counts again."""
-    if record.get("by") != "controller" or "side" not in record or state.mandate is None:
+    """A controller's decision (an action, ask or refusal) spends its excursion: deadband disarms,
+    hold counts again."""
+    if record["kind"] not in ("action", "ask", "refusal") or record.get("by") != "controller" \
+            or "side" not in record or state.mandate is None:
         return
     side = state.side(record["side"])
     side["streak"] = []
@@ -3550,12 +3545,11 @@ def judge_report(mandate, state, value, failure=None):
         return "implausible", "the report is NaN"
     low_high = mandate["range"]
     if low_high and not low_high[0] <= value <= low_high[1]:
-        return (
-            "implausible",
-            f"{format_number(value)} is outside range [{format_number(low_high[0])},"
-            f" {format_number(low_high[1])}]",
-        )
-    up, down = step_bounds(mandate)
+        return ("implausible", f"{format_number(value)} is outside range"
+                               f" [{format_number(low_high[0])}, {format_number(low_high[1])}]")
+    # the bound on a rise, on a fall; None where that way is unbounded
+    up, down = (mandate[k] if mandate[k] is not None else mandate["max_step"]
+                for k in ("max_rise", "max_fall"))
     if up is None and down is None:
         return "trusted", ""
     if state.pending is not None:
@@ -3570,40 +3564,24 @@ def judge_report(mandate, state, value, failure=None):
     else:
         base, what = state.level[1], "the last plausible report"
     step = value - base
-    if (step > 0 and up is not None and step > up) or (
-        step < 0 and down is not None and -step > down
-    ):
-        bound, key = ((up, "max_rise" if mandate["max_rise"] is not None else "max_step")
-                      if step > 0
-                      else (down, "max_fall" if mandate["max_fall"] is not None else "max_step"))
+    bound, key = (up, "max_rise") if step > 0 else (down, "max_fall")
+    if step and bound is not None and abs(step) > bound:
+        key = key if mandate[key] is not None else "max_step"
         if state.pending is not None:
-            return (
-                "unconfirmed",
-                f"moved {format_number(step)} from {what}, past {key} {format_number(bound)};"
-                " waits for the next to agree",
-            )
-        return (
-            "implausible",
-            f"{'rose' if step > 0 else 'fell'} by {format_number(abs(step))} from"
-            f" {format_number(base)}, past {key} {format_number(bound)}",
-        )
+            return ("unconfirmed",
+                    f"moved {format_number(step)} from {what}, past {key} {format_number(bound)};"
+                    " waits for the next to agree")
+        return ("implausible",
+                f"{'rose' if step > 0 else 'fell'} by {format_number(abs(step))} from"
+                f" {format_number(base)}, past {key} {format_number(bound)}")
     if state.pending is None and state.last_step is not None and not state.ran_since:
         previous = state.last_step
-        half_prev, half_now = (up if previous > 0 else down), (up if step > 0 else down)
-        if (previous * step < 0 and half_prev is not None and half_now is not None
-                and abs(previous) > half_prev / 2 and abs(step) > half_now / 2):
-            return (
-                "implausible",
-                f"a flap: moved {format_number(previous)} then {format_number(step)}, each past"
-                " half its step bound",
-            )
+        half_prev = up if previous > 0 else down
+        if (previous * step < 0 and half_prev is not None and bound is not None
+                and abs(previous) > half_prev / 2 and abs(step) > bound / 2):
+            return ("implausible", f"a flap: moved {format_number(previous)} then"
+                                   f" {format_number(step)}, each past half its step bound")
     return "trusted", ""
-
-
-def step_bounds(mandate):
-    """Return (bound on a rise, bound on a fall); None where that way is unbounded."""
-    return tuple(mandate[k] if mandate[k] is not None else mandate["max_step"]
-                 for k in ("max_rise", "max_fall"))
 
 
 def judge_guard(guard, state, value, failure):
@@ -3629,23 +3607,6 @@ def judge_guard(guard, state, value, failure):
 def crossed(way, bound, value):
     """Return whether `value` is past `bound` on side `way` (strict: > above, < below)."""
     return value > bound if way == "above" else value < bound
-
-
-def fold_effects(state, value):
-    """Count a trusted report toward every run awaiting its verdict; a hit settles silently."""
-    for seq, effect in list(state.effects.items()):
-        if effect["verdict"] is not None:
-            continue
-        effect["after"].append(value)
-        verdict, why = judge_effect(
-            effect["expects"], effect["r0"], effect["after"], effect["steps"])
-        effect["stale"] = verdict == "waiting" and "refreshed" in why
-        if verdict in ("hit", "not judged"):
-            del state.effects[seq]
-            if verdict == "hit":
-                state.misses[effect["lever"]] = 0
-        elif verdict != "waiting":
-            effect["verdict"] = (verdict, why)  # the warden writes it as an `effect` record
 
 
 def judge_effect(expects, r0, after, steps):
@@ -3793,12 +3754,15 @@ def calibration_rule(state):
         info = state.guards.get(name)
         if info and info["last"] and info["last"][0] > pred["report"] \
                 and info["last"][2] == "trusted":
-            events.append((chance - (1 if info["past"] else 0)) ** 2)
+            events.append((chance - info["past"]) ** 2)
     brier = sum(events) / len(events) if events else None
     rolling = state.scores[-(ROLLING - 1):] + [(crps, base, covered)]
     r_skill, r_coverage = rolling_scores(rolling)
     r = lambda v: None if v is None else round(v, 6) + 0.0  # noqa: E731  six places: a person reads
-    record = new_record(calibration_kind(state.mandate), state.name, prediction=pseq,
+    # a metric read by an adapter (words and a URL) is named `metric`
+    metric = state.mandate["metric"]
+    kind = "calibration." + (metric if re.fullmatch(r"[A-Za-z0-9_.-]+", metric) else "metric")
+    record = new_record(kind, state.name, prediction=pseq,
                         report=report_seq, crps=r(crps), persistence=r(base), skill=r(skill),
                         brier=r(brier), coverage=covered, rolling_skill=r(r_skill),
                         rolling_coverage=r(r_coverage), rolling=len(rolling))
@@ -3829,12 +3793,6 @@ def rolling_scores(scores):
     base = sum(b for _, b, _ in scores)
     skill = None if base == 0 else 1 - sum(c for c, _, _ in scores) / base
     return skill, sum(1 for _, _, covered in scores if covered) / len(scores)
-
-
-def calibration_kind(mandate):
-    """`calibration.<metric>`; a metric read by an adapter (words and a URL) is named `metric`."""
-    metric = mandate["metric"]
-    return "calibration." + (metric if re.fullmatch(r"[A-Za-z0-9_.-]+", metric) else "metric")
 
 
 def shown_skill(skill):
@@ -3900,7 +3858,7 @@ def forecast_facts(state, days, seeds):
         expects = spec["expects"]
         levers[lever] = {"steps": state.lever_steps.get(lever, [])[-HISTORY:],
                          "cap": list(spec["cap"]),
-                         "expects": [expects[0], expects[1]]
+                         "expects": list(expects[:2])
                          if expects and expects[1] is not None else None}
     return {"cadence": m["cadence"], "range": list(m["range"]) if m["range"] else None,
             "sides": [[way, bound, lever] for _, way, bound, lever in controller_sides(m)
@@ -3922,9 +3880,16 @@ def lever_effects(levers, drift):
     return effects
 
 
+# ensemble members a prediction record keeps (quantiles of a larger ensemble)
+PREDICTION_MEMBERS = 20
+
+
 def prediction_record(state, report_seq, members, lever=None, guards=None, world=False):
     """The inferred `prediction` record of the report after #report_seq (WORLD-05)."""
-    xs = kept_members(members)
+    xs = sorted(members)
+    if len(xs) > PREDICTION_MEMBERS:    # kept: the ensemble's evenly spaced quantiles
+        xs = [quantile(xs, (i + 0.5) / PREDICTION_MEMBERS) for i in range(PREDICTION_MEMBERS)]
+    xs = [round(x, 9) + 0.0 for x in xs]
     median, p10, p90 = spread(xs)
     shown = shown_spread((median, p10, p90), decimals_of([v for _, v in state.trusted[-20:]]))
     record = new_record("prediction", state.name, report=report_seq,
@@ -3941,18 +3906,6 @@ def prediction_record(state, report_seq, members, lever=None, guards=None, world
         record["summary"] += "; " + ", ".join(f"guard {g} past its bound {round(100 * p)}%"
                                               for g, p in sorted(guards.items()))
     return record
-
-
-# ensemble members a prediction record keeps (quantiles of a larger ensemble)
-PREDICTION_MEMBERS = 20
-
-
-def kept_members(members):
-    """At most PREDICTION_MEMBERS members, as the ensemble's evenly spaced quantiles, sorted."""
-    xs = sorted(members)
-    if len(xs) > PREDICTION_MEMBERS:
-        xs = [quantile(xs, (i + 0.5) / PREDICTION_MEMBERS) for i in range(PREDICTION_MEMBERS)]
-    return [round(x, 9) + 0.0 for x in xs]
 
 
 def quantile(sorted_values, q):
@@ -4021,25 +3974,18 @@ def guard_rules(state):
                          f"runs until it is back inside. Look at {state.name}?",
                 summary=f"guard {name} past its bound (#{episode}); asking once for this episode"))
         reading = info["last"][0]
-        if (
-            guard["unwind"]
-            and not info["unwind_ok"]
-            and guard["unwind"]["action"] not in state.running
-            and info.get("unwind_tried") != reading
-        ):
+        if guard["unwind"] and not info["unwind_ok"] \
+                and guard["unwind"]["action"] not in state.running \
+                and info.get("unwind_tried") != reading:
             info["unwind_tried"] = reading          # once per reading past the bound (not folded)
-            yield from unwind_rule(state, guard, reading)
-
-
-def unwind_rule(state, guard, reading):
-    """Run a guard's declared unwind through the gate."""
-    lever, payload = guard["unwind"]["action"], guard["unwind"]["payload"]
-    verdict = yield Gate(lever, unwind_basis(guard["name"], reading), payload=payload, by="guard",
-                         extra={"guard": guard["name"], "payload": payload},
-                         summary=f"{lever} runs: the unwind of guard {guard['name']}")
-    if not verdict.ok:
-        yield from refusal(state, lever, verdict.why, f"unwind {lever} refused: {verdict.why}",
-                           by="guard", guard=guard["name"])
+            # its declared unwind, through the gate
+            lever, payload = guard["unwind"]["action"], guard["unwind"]["payload"]
+            verdict = yield Gate(lever, unwind_basis(name, reading), payload=payload, by="guard",
+                                 extra={"guard": name, "payload": payload},
+                                 summary=f"{lever} runs: the unwind of guard {name}")
+            if not verdict.ok:
+                yield from refusal(state, lever, verdict.why,
+                                   f"unwind {lever} refused: {verdict.why}", by="guard", guard=name)
 
 
 def unwind_basis(guard, reading):
@@ -4079,7 +4025,7 @@ def audit_worsening(audit, state):
     worse = (audit_now - audit_then) if audit["worse"] == "up" else (audit_then - audit_now)
     if improved and worse > audit["tolerance"]:
         return (
-            f"{state.mandate['metric'] if state.mandate else 'the metric'} improved from"
+            f"{state.mandate['metric']} improved from"
             f" {format_number(metric_then)} to {format_number(metric_now)} over {w} readings while"
             f" audit {audit['name']} got worse by {format_number(worse)}, past its tolerance"
             f" {format_number(audit['tolerance'])}"
@@ -4113,28 +4059,21 @@ def implausible_rule(state, held, report_seq):
     if held and state.implausible_ask is None and not state.implausible_answered:
         what, seq, note = held
         record = new_record(
-            "ask",
-            state.name,
-            about="implausible",
-            reading=seq,
+            "ask", state.name, about="implausible", reading=seq,
             question=f"{what} (#{seq}) is not plausible: {note}; is the sensor sound? "
                      "approve (it is sound) and deny (it is not) each only record your answer: "
                      f"neither runs a lever nor lifts the hold, and {state.name} acts again "
                      "on the first plausible reading (fix the reading, or its bounds in "
                      "mandate.yaml and avsm add)",
             summary=f"{what} #{seq} holds {state.name} implausible; asking once until a plausible"
-                    " reading comes",
-        )
+                    " reading comes")
         if what.startswith("audit "):
             # hidden from every model, as the audit is (AUDIT-05)
             record["audit"] = what[len("audit "):]
         yield Write(record)
     elif not held and state.implausible_ask is not None:
-        yield Write(
-            resolved_record(
-                state, state.implausible_ask, f"readings are plausible again (#{report_seq})"
-            )
-        )
+        yield Write(resolved_record(state, state.implausible_ask,
+                                    f"readings are plausible again (#{report_seq})"))
 
 
 def unstick_rule(state, side, why):
@@ -4142,17 +4081,9 @@ def unstick_rule(state, side, why):
     mandate started the venture's sides afresh."""
     for seq, ask in list(state.open_asks.items()):
         if ask.get("about") == "stuck" and ask.get("side") == side:
-            yield Write(
-                resolved_record(
-                    state,
-                    seq,
-                    (
-                        why
-                        if seq > state.mandate_seq
-                        else f"mandate #{state.mandate_seq} replaced the one it was asked under"
-                    ),
-                )
-            )
+            yield Write(resolved_record(
+                state, seq, why if seq > state.mandate_seq
+                else f"mandate #{state.mandate_seq} replaced the one it was asked under"))
 
 
 # ---- controllers ----
@@ -4171,19 +4102,13 @@ def decide(state, report_seq, value):
     hold = state.mandate["controller"]["hold"] if state.mandate else 1
     for side_name, way, bound, lever in controller_sides(state.mandate):
         side = state.sides.get(side_name) or {"armed": True, "streak": []}     # read, not made
-        if (
-            side["armed"]
-            and side["streak"]
-            and side["streak"][-1] == report_seq
-            and len(side["streak"]) >= hold
-        ):
-            crossed_by = side["streak"][-hold:]
+        if side["armed"] and side["streak"][-1:] == [report_seq] and len(side["streak"]) >= hold:
             why = (
                 f"{state.mandate['metric']} {format_number(value)} {'>' if way == 'above' else '<'}"
                 f" {format_number(bound)}")
             if hold > 1:
                 why += f" for {hold} reports in a row"
-            intents.append((side_name, lever, crossed_by, why))
+            intents.append((side_name, lever, side["streak"][-hold:], why))
     return intents
 
 
@@ -4213,9 +4138,8 @@ def controller_call_problem(state, lever, premises):
     sides = [s for s in controller_sides(state.mandate) if s[3] == lever]
     if not sides:
         return f"the controller of the mandate does not run {lever}"
-    if any(
-        called == lever and reports == premises for _, called, reports, _ in controller_calls(state)
-    ):
+    if any(called == lever and reports == premises
+           for _, called, reports, _ in controller_calls(state)):
         return None
     last, held, ctl = state.last_report, held_by(state), state.mandate["controller"]
     hold = ctl["hold"]
@@ -4258,32 +4182,17 @@ def controller_rule(state, side, lever, reports, why):
         return
     asked_open = state.open_ask(lever=lever, about="lever") is not None
     if verdict.needs_ask and not state.side(side).get("asked") and not asked_open:
-        yield Write(
-            new_record(
-                "ask",
-                state.name,
-                about="lever",
-                lever=lever,
-                by="controller",
-                side=side,
-                reports=reports,
-                question=f"run {lever}? {why}; {lever} is irreversible",
-                summary=f"run {lever}? {why}; {lever} is irreversible, so a person decides",
-            )
-        )
+        yield Write(new_record(
+            "ask", state.name, about="lever", lever=lever, by="controller", side=side,
+            reports=reports, question=f"run {lever}? {why}; {lever} is irreversible",
+            summary=f"run {lever}? {why}; {lever} is irreversible, so a person decides"))
     elif verdict.needs_ask and asked_open:
         return                      # the ask of this excursion still waits for its answer
     elif verdict.needs_ask:
         yield from stuck_rule(
-            state,
-            side,
-            lever,
-            reports,
-            "asked",
-            None,
+            state, side, lever, reports, "asked", None,
             f"{lever} was asked about once in this excursion and the answer is in; the controller "
-            "asks again after a report back inside",
-        )
+            "asks again after a report back inside")
     elif verdict.stuck:
         yield from stuck_rule(
             state, side, lever, reports, verdict.stuck[0], verdict.stuck[1], verdict.why)
@@ -4292,14 +4201,9 @@ def controller_rule(state, side, lever, reports, why):
 
 
 def controller_basis(state, reports, why):
-    return (
-        state.mandate["controller"]["kind"],
-        reports,
-        [
-            f"report{'s' if len(reports) > 1 else ''} {', '.join('#' + str(r) for r in reports)}:"
-            f" {why}"
-        ],
-    )
+    cited = ", ".join("#" + str(r) for r in reports)
+    return (state.mandate["controller"]["kind"], reports,
+            [f"report{'s' if len(reports) > 1 else ''} {cited}: {why}"])
 
 
 STUCK_WAY_OUT = {
@@ -4395,10 +4299,8 @@ def recheck_action(state, seq, at, action, records):
         if p not in records:
             problems.append(f"premise #{p} is not in the ledger")
         elif records[p][1].get("claim") not in ("measured", "declared"):
-            problems.append(
-                f"premise #{p} is {records[p][1].get('claim')}: only measured and declared records"
-                " may be premises"
-            )
+            problems.append(f"premise #{p} is {records[p][1].get('claim')}: only measured and"
+                            " declared records may be premises")
         elif records[p][1].get("kind") == "snapshot":
             problems.append(f"premise #{p} is a snapshot: a proof cites records, not their fold")
         elif p >= seq:
@@ -4431,8 +4333,7 @@ def recheck_action(state, seq, at, action, records):
     for p in gave["premises"]:
         if p not in premises:
             problems.append(
-                f"#{p} ({what.get(p, 'a premise of the gate')}) is missing from the premises"
-            )
+                f"#{p} ({what.get(p, 'a premise of the gate')}) is missing from the premises")
     for p in premises:
         if p not in gave["premises"] and p in records:
             problems.append(f"#{p} is cited, but the gate does not rest on it")
@@ -4441,8 +4342,7 @@ def recheck_action(state, seq, at, action, records):
     if exact and gave["steps"] != proof.get("steps"):
         differ = next((s for s in gave["steps"] if s not in (proof.get("steps") or [])), None)
         problems.append(
-            f"the steps are not the gate's" + (f": it says {differ!r}" if differ else "")
-        )
+            f"the steps are not the gate's" + (f": it says {differ!r}" if differ else ""))
     return problems
 
 
@@ -4487,8 +4387,7 @@ def basis_problem(state, action, basis, records):
             return f"an unwind rests on guard {guard}'s last reading, #{info['last'][0]}"
         if info["unwind_ok"] or info.get("unwound") == premises[0]:
             return f"guard {guard}'s unwind already ran " + (
-                "ok in this episode" if info["unwind_ok"] else f"on reading #{premises[0]}"
-            )
+                "ok in this episode" if info["unwind_ok"] else f"on reading #{premises[0]}")
         return None
     if rule == "permitted":
         if (
@@ -4509,8 +4408,7 @@ def basis_problem(state, action, basis, records):
         if isinstance(called, Gate):
             return None
         return f"proposal #{trigger} calls for no run: " + (
-            called.record.get("why") or called.record["summary"] if called else "it is no action"
-        )
+            called.record.get("why") or called.record["summary"] if called else "it is no action")
     if rule == "approval":
         if trig.get("kind") != "ask" or trig.get("lever") != lever:
             return f"its trigger #{trigger} is not an ask about {lever} that a person answered"
@@ -4518,11 +4416,8 @@ def basis_problem(state, action, basis, records):
         return None if grant is None or grant.get("ask") == trigger else \
             f"approval #{action.get('approval')} answers ask #{grant.get('ask')}, not #{trigger}"
     if rule == "proposal":
-        return (
-            None
-            if trigger is None and not premises
+        return None if trigger is None and not premises \
             else "a person's own proposal is its own approval, with no trigger"
-        )
     return f"{rule!r} is not a rule the gate knows"
 
 
@@ -4550,8 +4445,8 @@ def proposal_rule(state, seq, choice, by, backend, content_why=None, held=None):
         return
     if choice["choice"] == "ask":
         if lever is not None and (forbidden or lever not in m["levers"]):
-            why = unnamed
-            yield from refusal(state, lever, why, f"the model's ask about {lever} refused: {why}",
+            yield from refusal(state, lever, unnamed,
+                               f"the model's ask about {lever} refused: {unnamed}",
                                proposal=seq, by="model")
         else:
             yield Write(new_record("ask", state.name, claim="inferred", about="model", lever=lever,
@@ -4570,16 +4465,11 @@ def proposal_rule(state, seq, choice, by, backend, content_why=None, held=None):
              and (payload is not None or not spec["reversible"]))
     if why is None and not waits:
         verdict = yield Gate(
-            lever,
-            ("permitted", [], [f"proposal #{seq} (inferred) prompted this"]),
-            payload=payload,
-            trigger=seq,
-            by="model",
+            lever, ("permitted", [], [f"proposal #{seq} (inferred) prompted this"]),
+            payload=payload, trigger=seq, by="model",
             summary=f"{lever} runs: proposed by {backend} (#{seq})",
-            extra=(
-                {"payload": payload, "proposal": seq} if payload is not None else {"proposal": seq}
-            ),
-        )
+            extra={"payload": payload, "proposal": seq} if payload is not None
+            else {"proposal": seq})
         if verdict.ok:
             return
         # asks, as the controller does
@@ -4675,27 +4565,19 @@ def prove(state, lever, now, basis, trigger=None, approval=None, payload=None, c
     # built in, it takes no content: refused as any such lever is
     if lever == "stop" and payload is not None:
         return Verdict(False, why=payload_problem({"name": "stop", "takes": None}, payload))
+    premises = [state.mandate_seq] + basis_premises
     if lever == "stop":
-        return Verdict(
-            True,
-            {
-                "rule": "proposal" if rule == "proposal" else "stop",
-                "premises": [state.mandate_seq] + basis_premises,
-                "steps": steps + basis_steps + ["stop is built in: it pauses the venture"],
-                "trigger": trigger,
-            },
-            asked=gate_question(basis, None, None, now),
-        )
+        steps += basis_steps + ["stop is built in: it pauses the venture"]
+        return Verdict(True, {"rule": "proposal" if rule == "proposal" else "stop",
+                              "premises": premises, "steps": steps, "trigger": trigger},
+                       asked=gate_question(basis, None, None, now))
     if lever not in m["levers"]:
         return Verdict(False, why=f"{lever} is not permitted by mandate #{state.mandate_seq}")
     blocking = guards_past(state)
     if blocking and unwind is None:
         name, episode = blocking[0]
-        return Verdict(
-            False,
-            why=f"guard {name} reads past its bound (since #{episode}); only stop and its"
-                " unwind run",
-        )
+        return Verdict(False, why=f"guard {name} reads past its bound (since #{episode}); only stop"
+                                  " and its unwind run")
     spec = m["levers"][lever]
     steps.append(f"{lever} is permitted: cap {spec['cap_text']},"
                  f" {'reversible' if spec['reversible'] else 'irreversible'}")
@@ -4705,27 +4587,19 @@ def prove(state, lever, now, basis, trigger=None, approval=None, payload=None, c
         return Verdict(False, why=f"{lever}'s check is still running; it runs if that check passes")
     unknown = state.open_ask(about="interrupted", lever=lever)
     if unknown is not None:
-        return Verdict(
-            False,
-            why=f"whether {lever}'s interrupted run (action"
-                f" #{state.open_asks[unknown].get('action')}) happened is not known; answer ask"
-                f" #{unknown} first (avsm approve or deny {unknown})",
-        )
+        return Verdict(False, why=f"whether {lever}'s interrupted run (action"
+                                  f" #{state.open_asks[unknown].get('action')}) happened is not"
+                                  f" known; answer ask #{unknown} first (avsm approve or deny"
+                                  f" {unknown})")
     stale = [s for s, e in state.effects.items() if e["lever"] == lever and e.get("stale")]
     if stale:
-        return Verdict(
-            False,
-            why=f"the effect of action #{stale[0]} waits on a sensor that may not have refreshed;"
-                f" {lever} waits with it",
-        )
+        return Verdict(False, why=f"the effect of action #{stale[0]} waits on a sensor that may"
+                                  f" not have refreshed; {lever} waits with it")
     used = cap_window(state, lever, now)
     if len(used) >= spec["cap"][0]:
         frees = min(at for seq, at, _ in state.actions[lever] if seq in used) + spec["cap"][1]
-        return Verdict(
-            False,
-            why=f"{lever} reached its cap {spec['cap_text']}: {len(used)} runs in the window",
-            stuck=("cap", frees),
-        )
+        return Verdict(False, why=f"{lever} reached its cap {spec['cap_text']}: {len(used)} runs"
+                                  " in the window", stuck=("cap", frees))
     steps.append(
         f"{len(used)} of {spec['cap'][0]} runs used in the last {format_duration(spec['cap'][1])}")
     problem = payload_problem(spec, payload)
@@ -4733,45 +4607,32 @@ def prove(state, lever, now, basis, trigger=None, approval=None, payload=None, c
         return Verdict(False, why=problem)
     budget, spent = spec["budget"], []
     if budget:
-        spent = [
-            (seq, p) for seq, at, p in state.actions.get(lever, []) if at > now - budget["per"]
-        ]
-        total = sum(p[budget["field"]] for _, p in spent) + payload[budget["field"]]
+        spent = [run for run in state.actions.get(lever, []) if run[1] > now - budget["per"]]
+        total = sum(p[budget["field"]] for _, _, p in spent) + payload[budget["field"]]
         if total > budget["max"]:
             frees, left = None, total
-            for seq, at, p in sorted(
-                (s, a, p) for s, a, p in state.actions.get(lever, []) if a > now - budget["per"]
-            ):
+            for seq, at, p in sorted(spent):
                 left -= p[budget["field"]]
                 if left <= budget["max"]:
                     # the spend that slides out of the window then makes room
                     frees = at + budget["per"]
                     break
-            return Verdict(
-                False,
-                why=f"{lever} would spend {format_number(total)} {budget['field']} in"
-                    f" {format_duration(budget['per'])}, past its budget"
-                    f" {format_number(budget['max'])}",
-                stuck=("budget", frees),
-            )
+            return Verdict(False, why=f"{lever} would spend {format_number(total)}"
+                                      f" {budget['field']} in {format_duration(budget['per'])},"
+                                      f" past its budget {format_number(budget['max'])}",
+                           stuck=("budget", frees))
         steps.append(
             f"{format_number(total)} of {format_number(budget['max'])} {budget['field']} spent in"
             f" the last {format_duration(budget['per'])}")
     if spec["run"] == "mail.send":
         dropped = write_mail(payload, "avsm").dropped
-        steps.append(
-            "From: is set by avsm (adapters.mail.from in config.yaml)"
-            + (
-                f"; the message's own {', '.join(h + ':' for h in dropped)} dropped"
-                if dropped
-                else ""
-            )
-        )
+        steps.append("From: is set by avsm (adapters.mail.from in config.yaml)"
+                     + (f"; the message's own {', '.join(h + ':' for h in dropped)} dropped"
+                        if dropped else ""))
     if spec["takes"] in ("diff", "file"):
         steps.append(
             f"its {spec['takes']} stays inside the venture directory: checked on the file system"
             " when it was proposed, which the ledger alone cannot re-check")
-    premises = [state.mandate_seq] + basis_premises
     if unwind is not None:
         steps.append(
             f"guard {unwind} reads past its bound, and this is its declared unwind with its exact"
@@ -4780,10 +4641,8 @@ def prove(state, lever, now, basis, trigger=None, approval=None, payload=None, c
         grant = ({"lever": lever, "payload": payload, "ask": trigger}
                  if approval == APPROVAL_TO_WRITE else state.grants.get(approval))
         if grant is None:
-            return Verdict(
-                False,
-                why=f"#{approval} is no unspent approval: a person's approval lets exactly one run",
-            )
+            return Verdict(False, why=f"#{approval} is no unspent approval: a person's approval"
+                                      " lets exactly one run")
         if grant["lever"] != lever or grant["payload"] != payload:
             return Verdict(False, why=f"approval #{approval} is for {grant['lever']}"
                            + (" with other content" if grant["lever"] == lever else "")
@@ -4792,29 +4651,21 @@ def prove(state, lever, now, basis, trigger=None, approval=None, payload=None, c
             rule = "approval"
         premises.append(approval)
         steps.append(
-            f"approval #{approval} is a person's answer for exactly this lever and payload"
-        )
+            f"approval #{approval} is a person's answer for exactly this lever and payload")
     elif rule == "permitted" and payload is not None and not spec["delegated"]:
-        return Verdict(
-            False,
-            why=f"{lever} would run content a model wrote and is not delegated; a person must"
-                " approve it",
-            needs_ask=True,
-        )
+        return Verdict(False, why=f"{lever} would run content a model wrote and is not delegated;"
+                                  " a person must approve it", needs_ask=True)
     elif not spec["reversible"] and (not spec["delegated"] or lever in state.suspended):
         suspended = (
             f" (its delegation is suspended until ask #{state.suspended[lever]} is approved)"
             if lever in state.suspended else "")
-        return Verdict(
-            False,
-            why=f"{lever} is irreversible and not delegated{suspended}; a person must approve it",
-            needs_ask=True,
-        )
+        return Verdict(False, why=f"{lever} is irreversible and not delegated{suspended}; a person"
+                                  " must approve it", needs_ask=True)
     elif not spec["reversible"]:
         steps.append(
             f"{lever} is delegated by the mandate: it runs unasked, intent before, outcome after")
     steps = steps[:1] + basis_steps + steps[1:]
-    cited = sorted(set(used) | {seq for seq, _ in spent})
+    cited = sorted(set(used) | {seq for seq, _, _ in spent})
     premises += cited
     if check is not None:
         if state.checks.get(check) != lever:
@@ -4978,21 +4829,12 @@ def fact_records(state, seq, lines):
             item = read_json(line)
         except (ValueError, RecursionError):
             continue
-        if (
-            isinstance(item, dict)
-            and isinstance(item.get("fact"), str)
-            and isinstance(item.get("source"), str)
-        ):
-            yield Write(
-                new_record(
-                    "fact",
-                    state.name,
-                    action=seq,
-                    fact=item["fact"][:TEXT_MAX],
-                    source=item["source"][:TEXT_MAX],
-                    summary=f"fact from {item['source'][:80]}: {item['fact'][:160]}",
-                )
-            )
+        if isinstance(item, dict) and isinstance(item.get("fact"), str) \
+                and isinstance(item.get("source"), str):
+            fact, source = item["fact"], item["source"]
+            yield Write(new_record("fact", state.name, action=seq, fact=fact[:TEXT_MAX],
+                                   source=source[:TEXT_MAX],
+                                   summary=f"fact from {source[:80]}: {fact[:160]}"))
 
 
 def unstarted_outcome(state, lever, action, note, why=None):
@@ -5006,25 +4848,24 @@ def unstarted_outcome(state, lever, action, note, why=None):
 def check_rule(state, lever, verdict, summary, by, side, extra, ok, status, note, why):
     """A lever's check ended (open point 27): once it passed, the gate proves the lever again with
     the check among its premises, and only then does it run. why: what ended the check."""
-    seq = yield Write(
-        new_record(
-            "check",
-            state.name,
-            lever=lever,
-            ok=ok,
-            status=status,
-            note=note,
-            summary=f"{lever}'s check {'passed' if ok else 'refused it: ' + why}",
-        )
-    )
+    said = "passed" if ok else "refused it: " + why
+    seq = yield Write(new_record("check", state.name, lever=lever, ok=ok, status=status, note=note,
+                                 summary=f"{lever}'s check {said}"))
     if not ok:
         yield from refusal(state, lever, f"its check refused it (#{seq})",
                            f"{lever} refused by its check (#{seq})", by=by, check=seq)
         return
-    basis, asked = verdict.asked["basis"], verdict.asked
-    basis = (basis["rule"], basis["premises"], basis["steps"])
-    if basis[0] in CONTROLLERS or basis[0] == "unwind":     # reports came in while it ran
-        basis = basis_now(state, lever, basis, (extra or {}).get("guard"))
+    asked = verdict.asked
+    basis = tuple(asked["basis"][k] for k in ("rule", "premises", "steps"))
+    # reports came in while it ran: the action rests on what calls for it now, or on nothing
+    if basis[0] == "unwind":
+        guard = (extra or {}).get("guard")
+        info = state.guards.get(guard)
+        basis = unwind_basis(guard, info["last"][0]) if info and info["past"] else None
+    elif basis[0] in CONTROLLERS:
+        call = next(((reports, why) for _, called, reports, why in controller_calls(state)
+                     if called == lever), None)
+        basis = controller_basis(state, *call) if call else None
     why = f"what called for it no longer does: the latest reading does not call for {lever}"
     if basis is not None:
         verdict = yield Gate(lever, basis, payload=(extra or {}).get("payload"),
@@ -5036,25 +4877,13 @@ def check_rule(state, lever, verdict, summary, by, side, extra, ok, status, note
                            by=by, check=seq)
 
 
-def basis_now(state, lever, basis, guard):
-    """Return the basis that calls for `lever` now, or None: the action rests on what calls for it
-    when written, after its check."""
-    if basis[0] == "unwind":
-        info = state.guards.get(guard)
-        return unwind_basis(guard, info["last"][0]) if info and info["past"] else None
-    call = next(
-        ((reports, why) for _, called, reports, why in controller_calls(state) if called == lever),
-        None)
-    return controller_basis(state, *call) if call else None
-
-
 # ---- guards, audits, readings ----
 def reading_read(state, what, name, value, failure, text, late=False):
     """A guard, audit or reading program ended, or could not start: yield its record; the guard
     rules run on a `late` guard reading alone."""
     item = next(i for i in state.mandate[what + "s"] if i["name"] == name)
     if what == "guard":
-        yield Write(guard_record(state, item, value, failure, ""))
+        yield Write(guard_record(state, item, value, failure))
         if late:
             yield from guard_rules(state)
     elif what == "audit":
@@ -5070,18 +4899,14 @@ def audit_record(state, name, value, failure, text):
     note = "\n".join(lines[:-1])[-NOTE_MAX:] if failure is None else failure
     status = "failed" if failure else ("implausible" if value != value else "trusted")
     return new_record(
-        f"audit.{name}",
-        state.name,
-        value=value if value == value else None,
-        status=status,
-        plausible=status == "trusted",
-        note=note or ("" if status == "trusted" else "NaN"),
-        summary=(
-            f"audit {name} = {format_number(value)}"
-            if status == "trusted"
-            else f"audit {name} {status}: {note[:200]}"
-        ),
-    )
+        f"audit.{name}", state.name, value=value if value == value else None, status=status,
+        plausible=status == "trusted", note=note or ("" if status == "trusted" else "NaN"),
+        summary=f"audit {name} = {format_number(value)}" if status == "trusted"
+        else f"audit {name} {status}: {note[:200]}")
+
+
+ADDRESS = r"[^\s<>,;:@]+@[^\s<>,;:@]+"
+READING_FIELDS_MAX = 50
 
 
 def reading_record(state, reading, value, failure, text):
@@ -5091,26 +4916,19 @@ def reading_record(state, reading, value, failure, text):
     record = new_record(f"reading.{name}", state.name, value=value if value == value else None,
                         status="failed" if failure else "read", plausible=failure is None)
     if failure is None:
-        note = state.audits.get(reading["audit"], {}).get("note", "") if reading["audit"] else None
-        fields = reading_fields(text, note)
+        # at most 50 address lines above the number; with an audit, only those its note names
+        named = None
+        if reading["audit"]:
+            note = state.audits.get(reading["audit"], {}).get("note", "")
+            named = set(re.findall(r"[^\s<>,;:]+", note))
+        lines = [line.strip() for line in text.split("\n") if line.strip()]
+        fields = [line for line in lines[:-1] if len(line) <= 254 and re.fullmatch(ADDRESS, line)
+                  and (named is None or line in named)][:READING_FIELDS_MAX]
         record.update(fields=" ".join(fields),
                       summary=f"reading {name} = {format_number(value)}: {len(fields)} field(s)")
     else:
         record.update(summary=f"reading {name} failed")
     return record
-
-
-ADDRESS = r"[^\s<>,;:@]+@[^\s<>,;:@]+"
-READING_FIELDS_MAX = 50
-
-
-def reading_fields(text, audit_note=None):
-    """Return the kept fields of a reading's output: at most 50 address lines above the number;
-    with an audit, only those it names."""
-    lines = [line.strip() for line in text.split("\n") if line.strip()]
-    named = None if audit_note is None else set(re.findall(r"[^\s<>,;:]+", audit_note))
-    return [line for line in lines[:-1] if len(line) <= 254 and re.fullmatch(ADDRESS, line)
-            and (named is None or line in named)][:READING_FIELDS_MAX]
 
 
 def run_started(state, pid, restart, err=None):
@@ -5142,18 +4960,11 @@ def restart_rule(state, pid, status, ended_by, uptime, backoff, restarted, activ
                           restart_in=delay if again else None,
                           summary=f"run (pid {pid}) ended: {why} after {uptime:.1f}s{next_words}")]
     if again and delay >= BACKOFF_CEILING and state.open_ask(about="backoff") is None:
-        records.append(
-            new_record(
-                "ask",
-                state.name,
-                about="backoff",
-                question=(
-                    f"run keeps dying within {QUICK_DEATH}s; it now waits {delay}s between starts."
-                    " Look at it?"
-                ),
-                summary=f"run keeps dying; back-off reached its ceiling of {BACKOFF_CEILING}s",
-            )
-        )
+        records.append(new_record(
+            "ask", state.name, about="backoff",
+            question=f"run keeps dying within {QUICK_DEATH}s; it now waits {delay}s between starts."
+                     " Look at it?",
+            summary=f"run keeps dying; back-off reached its ceiling of {BACKOFF_CEILING}s"))
     return again, backoff, delay, records
 
 
@@ -5327,33 +5138,31 @@ def approval_rule(state, seq, ask, payload, edited, problem, now):
     proposal_rule. Raises Fail (65) once the refusal is written."""
     lever = ask.get("lever")
     if lever is None or ask.get("about") not in ("lever", "model"):
-        yield Write(
-            new_record(
-                "approval", state.name, ask=seq, summary=f"a person answered ask #{seq}: yes"
-            )
-        )
+        yield Write(new_record("approval", state.name, ask=seq,
+                               summary=f"a person answered ask #{seq}: yes"))
         return
     basis = ("approval", [], [f"ask #{seq}: {ask.get('question')}"])
     verdict = prove(
         state, lever, now, basis, trigger=seq, approval=APPROVAL_TO_WRITE, payload=payload)
-    if problem or not verdict.ok:
-        why = problem or verdict.why
-        yield from refusal(state, lever, why, f"{lever} refused on approval of #{seq}: {why}",
-                           ask=seq)
-        raise Fail(EX_DATAERR, f"{lever} refused: {why}; ask #{seq} stays open")
-    approval = yield Write(new_record("approval", state.name, ask=seq, lever=lever, payload=payload,
-                                      edited=edited,
-                                      summary=f"a person approved {lever} (ask #{seq})"
-                                      + (" with content they edited" if edited else "")))
-    verdict = yield Gate(lever, basis, payload=payload, trigger=seq, approval=approval, by="person",
-                         summary=f"{lever} runs: approved by a person (#{approval})",
-                         extra={"payload": payload} if payload is not None else None)
-    # the approval just written is the only change since the gate said yes
-    if not verdict.ok:
-        yield from refusal(state, lever, verdict.why,
-                           f"{lever} refused on approval of #{seq}: {verdict.why}", ask=seq)
-        raise Fail(EX_DATAERR, f"{lever} refused: {verdict.why}")
-    yield from unstick_rule(state, ask.get("side"), f"{lever} ran again, approved in #{approval}")
+    stays = f"; ask #{seq} stays open"
+    if not problem and verdict.ok:
+        approval = yield Write(new_record(
+            "approval", state.name, ask=seq, lever=lever, payload=payload, edited=edited,
+            summary=f"a person approved {lever} (ask #{seq})"
+            + (" with content they edited" if edited else "")))
+        verdict = yield Gate(lever, basis, payload=payload, trigger=seq, approval=approval,
+                             by="person",
+                             summary=f"{lever} runs: approved by a person (#{approval})",
+                             extra={"payload": payload} if payload is not None else None)
+        if verdict.ok:
+            yield from unstick_rule(state, ask.get("side"),
+                                    f"{lever} ran again, approved in #{approval}")
+            return
+        # the approval just written is the only change since the gate said yes
+        stays = ""
+    why = problem or verdict.why
+    yield from refusal(state, lever, why, f"{lever} refused on approval of #{seq}: {why}", ask=seq)
+    raise Fail(EX_DATAERR, f"{lever} refused: {why}{stays}")
 
 
 def person_proposal_rule(state, lever, payload, content_why):
@@ -5396,30 +5205,14 @@ def denial_rule(state, seq, ask):
 def canary_result(state, seq, ask, approved):
     """Return (the canary record, the line for the person) for an answer to canary ask #seq."""
     if approved:
-        return (
-            new_record(
-                "canary",
-                state.name,
-                ask=seq,
-                passed=False,
-                summary=(
-                    f"ask #{seq} was a canary: {ask['lever']} is not permitted, and it was approved"
-                    " without reading"
-                ),
-            ),
-            f"#{seq} was a canary ask: {ask['lever']} is not permitted by the mandate. Nothing"
-            " ran. Read each ask before approving it.",
-        )
-    return (
-        new_record(
-            "canary",
-            state.name,
-            ask=seq,
-            passed=True,
-            summary=f"ask #{seq} was a canary, and it was denied: the asks are being read",
-        ),
-        f"#{seq} denied (it was a canary ask: thank you for reading)",
-    )
+        summary = (f"ask #{seq} was a canary: {ask['lever']} is not permitted, and it was approved"
+                   " without reading")
+        line = (f"#{seq} was a canary ask: {ask['lever']} is not permitted by the mandate. Nothing"
+                " ran. Read each ask before approving it.")
+    else:
+        summary = f"ask #{seq} was a canary, and it was denied: the asks are being read"
+        line = f"#{seq} denied (it was a canary ask: thank you for reading)"
+    return new_record("canary", state.name, ask=seq, passed=not approved, summary=summary), line
 
 
 def person_rule(state, verb):
@@ -5448,20 +5241,21 @@ def forecast_record(state, extra, output, status, ended_by):
     record = new_record("forecast", state.name, days=extra["days"], seeds=extra["seeds"],
                         why=extra["why"], **some(lever=extra["lever"]))
     checked = checked_forecast(result)
-    metric = state.mandate["metric"]
-    if checked is not None and "too_little" in checked:
-        record.update(note=checked["too_little"], summary=describe_forecast(metric, result, 0, 0))
-    elif checked is not None:
+    if checked is None:
+        why = ("it was ended" if ended_by
+               else f"the forecast program ended {describe_status(status)}")
+        record.update(note=why, summary=f"forecast not made: {why}")
+        return record
+    summary = describe_forecast(state.mandate["metric"], result, extra["days"], extra["seeds"])
+    if "too_little" in checked:
+        record.update(note=checked["too_little"], summary=summary)
+    else:
         record.update(
             {k: round(result[k], result["decimals"]) + 0.0 for k in ("median", "p10", "p90")},
-            summary=describe_forecast(metric, result, extra["days"], extra["seeds"]))
+            summary=summary)
         if isinstance(result.get("cut"), str):  # through the world, its calls capped
             record.update(note=result["cut"][:NOTE_MAX], world=True,
-                          summary=record["summary"] + f" ({result['cut'][:200]})")
-    else:
-        why = (
-            "it was ended" if ended_by else f"the forecast program ended {describe_status(status)}")
-        record.update(note=why, summary=f"forecast not made: {why}")
+                          summary=summary + f" ({result['cut'][:200]})")
     return record
 
 
@@ -5470,7 +5264,7 @@ def checked_forecast(result):
     if isinstance(result, dict) and isinstance(result.get("too_little"), str):
         return {"too_little": result["too_little"][:NOTE_MAX]}
     if isinstance(result, dict) and result.get("decimals") in (0, 1, 2) and \
-            all(type(result.get(k)) in (int, float) and abs(result[k]) < float("inf")
+            all(is_number(result.get(k)) and abs(result[k]) < float("inf")
                 for k in ("median", "p10", "p90")):
         kept = {k: result[k] for k in ("median", "p10", "p90", "decimals", "days", "seeds")
                 if k in result}
@@ -5483,9 +5277,8 @@ def checked_forecast(result):
 def describe_forecast(metric, result, days, seeds):
     """One line for a person: `forecast 30 days x 16 seeds: count 5 (80%: 2 to 9)`, or why there is
     none."""
-    if "too_little" in result:
-        return f"forecast: {result['too_little']}"
-    return f"forecast {format_number(days)} days x {seeds} seeds: {forecast_text(metric, result)}"
+    made = "" if "too_little" in result else f" {format_number(days)} days x {seeds} seeds"
+    return f"forecast{made}: {forecast_text(metric, result)}"
 
 
 def forecast_text(metric, result):
@@ -5514,10 +5307,11 @@ def world_rule(state, report_seq, lever, outputs, failure):
         return  # a report no longer the last could never resolve it
     chances = {}
     for guard in state.mandate["guards"]:
-        seen = [o["guards"][guard["name"]] for o in outputs if guard["name"] in o["guards"]]
+        name = guard["name"]
+        seen = [o["guards"][name] for o in outputs if name in o["guards"]]
         if seen and guard.get("bound") is not None:
             past = sum(1 for v in seen if crossed(guard["side"], guard["bound"], v))
-            chances[guard["name"]] = round(past / len(seen), 6)
+            chances[name] = round(past / len(seen), 6)
     record = prediction_record(state, report_seq, [o["metric"] for o in outputs], lever, chances,
                                world=True)
     if outputs[0]["state"] != state.world_state:    # the first seed's state: the world's next input
@@ -5553,12 +5347,12 @@ def read_world_output(text, mandate):
     if not isinstance(out, dict):
         return None, "its output is not a JSON object"
     metric = out.get("metric")
-    if type(metric) not in (int, float) or not abs(metric) < float("inf"):
+    if not is_number(metric) or not abs(metric) < float("inf"):
         return None, f"its metric is not a finite number: {json.dumps(metric)[:60]}"
     named = {g["name"] for g in mandate["guards"]}
     guards = out.get("guards") if isinstance(out.get("guards"), dict) else {}
     kept = {k: v for k, v in guards.items()
-            if k in named and type(v) in (int, float) and abs(v) < float("inf")}
+            if k in named and is_number(v) and abs(v) < float("inf")}
     return {"state": out.get("state"), "metric": float(metric), "guards": kept}, None
 
 
@@ -5666,15 +5460,15 @@ def capacity_check(state, days):
     level = state.level[1] if state.level else 0.0
     short = 0.0
     for _, way, bound, lever in sides:
-        push = (drift if way == "above" else -drift) * per_day  # toward the bound
-        room = (bound - level) if way == "above" else (level - bound)
+        sign = 1 if way == "above" else -1
+        push, room = sign * drift * per_day, sign * (bound - level)     # toward the bound
         if push <= 0 or push * days < room:
             continue
         effect = effects.get(lever)
-        pull = (-1 if way == "above" else 1) * sum(effect) / len(effect) if effect else 0.0
         if not effect:
             return "not known", None, (f"{lever} has no effect yet: "
                                        f"no three measured runs, no expects size")
+        pull = -sign * sum(effect) / len(effect)
         if pull <= 0:
             return "not known", None, f"{lever} has no effect that brings the metric back"
         count, period = m["levers"][lever]["cap"]
