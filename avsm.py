@@ -1661,15 +1661,14 @@ def parse_config(text, source="config.yaml"):
     adapters = {} if doc.get("adapters") is None else doc["adapters"]
     c.mapping(adapters, ("adapters",), {"stripe", "github", "mail"}, "adapters")
     for name, a in adapters.items():
-        keys = {"command", "from"} if name == "mail" else {"url"}
-        c.mapping(a, ("adapters", name), keys, f"the {name} adapter")
-        c.require(a, ("adapters", name), sorted(keys), f"the {name} adapter has no '{{key}}'")
-        cfg["adapters"][name] = {k: c.text(a[k], ("adapters", name, k), k) for k in sorted(keys)}
+        keys, path = {"command", "from"} if name == "mail" else {"url"}, ("adapters", name)
+        c.mapping(a, path, keys, f"the {name} adapter")
+        c.require(a, path, sorted(keys), f"the {name} adapter has no '{{key}}'")
+        adapter = cfg["adapters"][name] = {k: c.text(a[k], path + (k,), k) for k in sorted(keys)}
         if "url" in keys:
-            c.url(cfg["adapters"][name]["url"], ("adapters", name, "url"))
-        if "from" in keys and re.search(r"[\r\n]", cfg["adapters"][name]["from"]):
-            c.fail(("adapters", name, "from"),
-                   "from is one address on one line, as in ops@example.com")
+            c.url(adapter["url"], path + ("url",))
+        if "from" in keys and re.search(r"[\r\n]", adapter["from"]):
+            c.fail(path + ("from",), "from is one address on one line, as in ops@example.com")
     cfg["research"] = c.text(doc.get("research"), ("research",), "research", required=False)
     cfg["notify"] = parse_notify(c, doc.get("notify"))
     cfg["metrics"] = parse_metrics(c, doc.get("metrics"))
@@ -1715,13 +1714,13 @@ def parse_checkpoint_config(c, value):
                 "namespace is one word of letters, digits and @._-, as avsm-checkpoint@example.com")
     spec["principal"] = c.text(value.get("principal"), path + ("principal",), "principal",
                                required=False)
-    if spec["principal"]:
-        if not re.fullmatch(r"[A-Za-z0-9@._+][A-Za-z0-9@._+-]{0,127}", spec["principal"]):
-            c.fail(path + ("principal",), "principal is one name of allowed_signers, of letters, "
-                                          "digits and @._+-, as ops@web1.example.com (its lines "
-                                          "begin with it)")
+    if spec["principal"] and not re.fullmatch(r"[A-Za-z0-9@._+][A-Za-z0-9@._+-]{0,127}",
+                                              spec["principal"]):
+        c.fail(path + ("principal",), "principal is one name of allowed_signers, of letters, "
+                                      "digits and @._+-, as ops@web1.example.com (its lines "
+                                      "begin with it)")
     if "every" in value:
-        spec["every"] = c.parsed(parse_duration, value["every"], path + ("every",))
+        spec["every"] = c.duration(value["every"], path + ("every",))
         if spec["every"] < 60:
             c.fail(path + ("every",), "every is at least 1m: a checkpoint a minute is plenty")
     return spec
@@ -1761,7 +1760,7 @@ def parse_notify(c, value):
     """Return the notify command as {run, timeout}, or None when there is none.
 
     notify ::= COMMAND | {run: COMMAND, timeout: DURATION}"""
-    path = ("notify",)
+    path, run, timeout = ("notify",), value, NOTIFY_TIMEOUT
     if value is None:
         return None
     if isinstance(value, dict):
@@ -1770,11 +1769,8 @@ def parse_notify(c, value):
             c.fail(path, "notify has no 'run'; write notify: {run: COMMAND, timeout: 30s}, or just"
                          f" {NOTIFY_EXAMPLE}")
         run, path = value["run"], path + ("run",)
-        timeout = NOTIFY_TIMEOUT
         if "timeout" in value:
             timeout = c.duration(value["timeout"], ("notify", "timeout"))
-    else:
-        run, timeout = value, NOTIFY_TIMEOUT
     if not isinstance(run, str):
         c.fail(
             path, "notify must be a command avsm runs for each thing a person must see, as"
@@ -1820,7 +1816,7 @@ def parse_written(c, value, key, name, example, every, where_to):
     if "\0" in text or not os.path.isabs(text):
         c.fail(where, f"{name} is a file's absolute path {where_to}, not {text!r}")
     if "every" in value:
-        every = c.parsed(parse_duration, value["every"], path + ("every",))
+        every = c.duration(value["every"], path + ("every",))
     return {name: os.path.normpath(text), "every": every}
 
 
@@ -1997,9 +1993,9 @@ def checked_arguments(cmd, args, types):
     checked = {}
     for key, kind in types.items():
         optional, kind = kind.endswith("?"), kind.rstrip("?")
-        if key not in args and optional:
-            continue
         if key not in args:
+            if optional:
+                continue
             raise Fail(EX_DATAERR, f"{cmd} needs {key}")
         value = args[key]
         problem = None if optional and value is None else argument_problem(kind, value)
@@ -2065,7 +2061,7 @@ def utf8_text(text):
 
 def json_kind(value):
     """Return a JSON value's type as a person names it."""
-    for kind, name in ((bool, "a boolean"), (int, "a number"), (float, "a number"), (str, "text"),
+    for kind, name in ((bool, "a boolean"), ((int, float), "a number"), (str, "text"),
                        (list, "a list"), (dict, "a mapping")):
         if isinstance(value, kind):
             return name
@@ -2077,17 +2073,15 @@ def delegate_lever(text, lever, source):
     (open point 41)."""
     doc, marks = parse_yaml_marked(text, source)
     index = next(i for i, item in enumerate(doc["permitted"]) if item.get("name") == lever)
-    lines = text.split("\n")
-    if "delegated" in doc["permitted"][index]:
-        line, col = marks[("permitted", index, "delegated")]
-        row = lines[line - 1]
+    lines, said = text.split("\n"), "delegated" in doc["permitted"][index]
+    line, col = marks[("permitted", index, "delegated" if said else "name")]
+    row = lines[line - 1]
+    if said:
         value_at = row.index(":", col - 1) + 1
         end = min([p for p in (row.find(",", value_at), row.find("}", value_at)) if p >= 0]
                   or [len(row)])
         lines[line - 1] = row[:value_at] + " true" + row[end:]
     else:
-        line, col = marks[("permitted", index, "name")]
-        row = lines[line - 1]
         brace = row.rfind("}")
         if row.lstrip().startswith(("- {", "{")) and brace > 0:  # a flow mapping on one line
             lines[line - 1] = row[:brace].rstrip() + ", delegated: true" + row[brace:]
@@ -9505,29 +9499,19 @@ class Notifier:
         if not admit:
             return
         if len(self.queue) >= NOTIFY_QUEUE:
-            self.settle(notice, f"dropped: {NOTIFY_QUEUE} notices were waiting for the command", "")
+            self.settle(notice, f"dropped: {NOTIFY_QUEUE} notices were waiting for the command")
             return
         self.queue.append(notice)
         log(self.debug, "avsmd",
             f"notice {notice['kind']} of {notice['venture']}: {notice['summary']}")
 
-    def stop(self, notice):
-        """avsmd is stopping: tell it, and start each notice as it comes."""
-        self.stopping = True
-        self.tell(notice)
-
-    def next_wakeup(self, now):
-        """Return the seconds until the notifier must be looked at again, or None."""
-        return 0.05 if self.running or self.queue else None
-
-    def poll(self, now):
+    def poll(self):
         """Drain each run, end one past its time limit, settle one that ended, start the next."""
+        now = time.monotonic()
         for run in list(self.running):
             child, notice, path = run
-            for pipe in list(child.open_pipes):
-                if not child.drain(pipe):
-                    child.open_pipes.discard(pipe)
-            status = child.poll()
+            status = child.poll()   # drained after: what it wrote before it ended is read
+            child.open_pipes = {pipe for pipe in child.open_pipes if child.drain(pipe)}
             # what it started (`sleep 300 &`) may run on in its group, within the same limit
             behind = status is not None and signal_group(child.pgid, 0)
             if status is None or behind:
@@ -9536,8 +9520,6 @@ class Notifier:
                 if status is None or not killed:    # only a zombie outlives KILL
                     continue
             self.running.remove(run)
-            for pipe in child.open_pipes:
-                child.drain(pipe)
             child.close()
             with contextlib.suppress(OSError):
                 os.unlink(path)
@@ -9558,11 +9540,11 @@ class Notifier:
                           stdin_path=path)
         except (OSError, ValueError) as err:
             os.unlink(path)
-            self.settle(notice, f"it could not start: {getattr(err, 'strerror', None) or err}", "")
+            self.settle(notice, f"it could not start: {getattr(err, 'strerror', None) or err}")
             return
         self.running.append((child, notice, path))
 
-    def settle(self, notice, failure, note):
+    def settle(self, notice, failure, note=""):
         """One notice told, or not: write what judge_notify says to write."""
         self.stretch, record = judge_notify(self.stretch, notice, failure, note)
         log(self.debug, "avsmd",
@@ -9574,17 +9556,17 @@ class Notifier:
     def finish(self, deadline):
         """At a stop: wait for the runs in flight until `deadline`, then end what still runs."""
         while (self.running or self.queue) and time.monotonic() < deadline:
-            self.poll(time.monotonic())
+            self.poll()
             time.sleep(0.02)
         now = time.monotonic()
         for child, _, _ in self.running:
             child.terminate("stop", now)
             child.kill_at = now + NOTIFY_STOP_GRACE
         while self.running and time.monotonic() < now + NOTIFY_STOP_GRACE + 1:
-            self.poll(time.monotonic())
+            self.poll()
             time.sleep(0.02)
         for notice in self.queue:
-            self.settle(notice, "avsmd stopped before it could be told", "")
+            self.settle(notice, "avsmd stopped before it could be told")
         self.queue = []
 
 
@@ -9671,8 +9653,7 @@ class Clients:
             self.daemon.sel.unregister(self.listener)
             self.listener.close()
         with contextlib.suppress(OSError):
-            if os.path.exists(self.path) or os.path.islink(self.path):
-                os.unlink(self.path)      # we hold the lock: a socket left here is a dead avsmd's
+            os.unlink(self.path)      # we hold the lock: a socket left here is a dead avsmd's
         listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         old = os.umask(0o177)
         try:
@@ -9898,7 +9879,6 @@ class Daemon:
                 os._exit(code)
         theirs.close()
         self.roles.attach(pid, ours)
-        self.roles_waiting = {}
         log(self.debug, "avsmd", f"started the roles process, pid {pid}")
 
     def pass_on(self):
@@ -9966,7 +9946,7 @@ class Daemon:
             if pid == 0 or self.roles.chan is None:
                 return
             self.roles.detach()
-            for rid in list(self.roles_waiting):
+            for rid in self.roles_waiting:
                 self.roles_error(rid, "the roles process ended while it worked")
             self.roles_waiting = {}
             how = describe_status(os.waitstatus_to_exitcode(status))
@@ -10006,7 +9986,8 @@ class Daemon:
         if self.stopping:
             return
         self.stopping, self.stop_deadline = True, time.monotonic() + WARDEN_STOP_GRACE
-        self.notifier.stop(stopping_notice(why))
+        self.notifier.stopping = True
+        self.notifier.tell(stopping_notice(why))
         if self.warden.chan is not None:
             with contextlib.suppress(OSError):
                 send_line(self.warden.chan, {"cmd": "stop"})
@@ -10089,7 +10070,9 @@ class Daemon:
         while True:                                                                  # 3
             now = time.monotonic()
             timeout = min(max(0.0, next_check - now), 0.1 if self.stopping else 1.0)
-            for key, _ in self.sel.select(min(timeout, self.notifier.next_wakeup(now) or timeout)):
+            if self.notifier.running or self.notifier.queue:
+                timeout = min(timeout, 0.05)
+            for key, _ in self.sel.select(timeout):
                 what, conn = key.data
                 serve[what](conn)
             for signum in self.signals:
@@ -10100,8 +10083,8 @@ class Daemon:
                     log(self.debug, "avsmd", f"signal {signum}: stopping")
                     self.begin_stop(signal.Signals(signum).name)
             self.signals = []
-            self.notifier.poll(time.monotonic())
-            if self.warden.pidfd is None and self.warden.proc.poll() is not None:
+            self.notifier.poll()
+            if self.warden.pidfd is None:     # no pidfd to wake the loop: poll
                 self.ended(self.warden)
             now = time.monotonic()
             for kept, start in ((self.warden, self.start_warden), (self.roles, self.start_roles)):
