@@ -1696,10 +1696,9 @@ def parse_checkpoint_config(c, value):
                     principal: NAME}   (each optional)
     principal is this home's signer in allowed_signers: a key of another principal is refused."""
     path, value = ("checkpoint",), {} if value is None else value
-    c.mapping(value, path, {"key", "namespace", "every", "allowed_signers", "principal"},
-              "checkpoint")
     spec = {"key": None, "namespace": CHECKPOINT_NAMESPACE, "every": 86400, "allowed_signers": None,
             "principal": None}
+    c.mapping(value, path, set(spec), "checkpoint")
     for key in ("key", "allowed_signers"):
         spec[key] = c.text(value.get(key), path + (key,), key, required=False)
         if spec[key] and not os.path.isabs(os.path.expanduser(spec[key])):
@@ -1876,11 +1875,8 @@ def describe_notify(notify):
 def parse_nightly(c, value):
     """Return the nightly time `HH:MM` (the machine's local time), or 'never'."""
     text = str(value)
-    if text == "never":
-        return text
-    hh, colon, mm = text.partition(":")
-    if colon and len(hh) == 2 and len(mm) == 2 and hh.isdigit() and mm.isdigit() \
-            and int(hh) < 24 and int(mm) < 60:
+    if text == "never" or re.fullmatch(r"\d\d:\d\d", text) and int(text[:2]) < 24 \
+            and int(text[3:]) < 60:
         return text
     c.fail(("nightly",),
            f"nightly: {shown_value(value)} is not a time; write \"HH:MM\" in local time, such as"
@@ -9664,7 +9660,7 @@ class Clients:
         listener.listen(64)
         listener.setblocking(False)
         self.listener, self.sock_id = listener, os.stat(self.path).st_ino
-        self.daemon.sel.register(listener, selectors.EVENT_READ, ("listener", None))
+        self.daemon.sel.register(listener, selectors.EVENT_READ, self.accept)
 
     def check(self, debug):
         """Each second: the socket must still be ours; make it again when deleted or replaced."""
@@ -9690,7 +9686,7 @@ class Clients:
                 return
         conn.setblocking(False)
         self.clients[conn] = {"reader": LineReader(REQUEST_MAX)}
-        self.daemon.sel.register(conn, selectors.EVENT_READ, ("client", conn))
+        self.daemon.sel.register(conn, selectors.EVENT_READ, lambda: self.data(conn))
 
     def data(self, conn):
         """Read what a client sent: its one request; whatever the bytes, avsmd goes on serving."""
@@ -9773,10 +9769,11 @@ class Clients:
 
 
 class Kept:
-    """One process avsmd keeps (the warden, the roles process)."""
+    """One process avsmd keeps (the warden, the roles process), and what avsmd calls when it speaks
+    and when it ends."""
 
-    def __init__(self, name, sel):
-        self.name, self.sel = name, sel
+    def __init__(self, name, sel, read, ended):
+        self.name, self.sel, self.read, self.ended = name, sel, read, ended
         self.pid = self.proc = self.chan = self.pidfd = self.restart_at = self.backoff = None
         self.reader, self.started = LineReader(), 0.0
 
@@ -9784,10 +9781,10 @@ class Kept:
         import selectors
         chan.setblocking(False)
         self.pid, self.chan, self.reader, self.started = pid, chan, LineReader(), time.monotonic()
-        self.sel.register(chan, selectors.EVENT_READ, (self.name, None))
+        self.sel.register(chan, selectors.EVENT_READ, self.read)
         try:
             self.pidfd = os.pidfd_open(pid)
-            self.sel.register(self.pidfd, selectors.EVENT_READ, (self.name + "-exit", None))
+            self.sel.register(self.pidfd, selectors.EVENT_READ, lambda: self.ended(self))
         except (AttributeError, OSError):
             self.pidfd = None
 
@@ -9802,7 +9799,7 @@ class Kept:
 
     def restart_wait(self):
         self.backoff, delay = child_restart_wait(self.backoff, time.monotonic() - self.started)
-        self.restart_at = time.monotonic() + delay if delay else None
+        self.restart_at = time.monotonic() + delay     # avsmd's loop starts it then
         return delay
 
 
@@ -9838,7 +9835,8 @@ class Daemon:
         self.debug = debug
         self.sel, self.ledger = selectors.DefaultSelector(), None
         self.lock, self.clients = HomeLock(home), Clients(self)
-        self.warden, self.roles = Kept("warden", self.sel), Kept("roles", self.sel)
+        self.warden = Kept("warden", self.sel, self.from_warden, self.ended)
+        self.roles = Kept("roles", self.sel, self.from_roles, self.ended)
         self.roles_waiting = {}
         self.groups = Groups(home, self.lock)
         self.stopping, self.stop_deadline, self.exit_code, self.signals = False, None, EX_OK, []
@@ -9958,8 +9956,6 @@ class Daemon:
                          + (f" in {delay} s" if delay else ""), process=kept.name, restart_in=delay)
         if kept is self.warden:
             self.clients.fail_waiting("the warden ended while answering; try again")
-        if not delay:
-            self.start_warden() if kept is self.warden else self.start_roles()
 
     # ---- the config, records of self, stopping ----
     def config_changed(self):
@@ -10041,7 +10037,7 @@ class Daemon:
         signal.set_wakeup_fd(wake_w.fileno(), warn_on_full_buffer=False)
         for signum in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
             signal.signal(signum, self.on_signal)
-        self.sel.register(wake_r, selectors.EVENT_READ, ("signal", None))
+        self.sel.register(wake_r, selectors.EVENT_READ, lambda: receive(wake_r, 512))
         self.clients.bind()
         pid = os.getpid()
         self.append_self("start", f"avsmd {VERSION} started (pid {pid}) on {self.home}",  # 2
@@ -10061,11 +10057,6 @@ class Daemon:
         self.start_roles()
         self.start_warden()
         print(f"avsmd: serving {self.home} (pid {pid})", file=sys.stderr, flush=True)
-        serve = {"listener": lambda conn: self.clients.accept(), "client": self.clients.data,
-                 "warden": lambda conn: self.from_warden(), "roles": lambda conn: self.from_roles(),
-                 "warden-exit": lambda conn: self.ended(self.warden),
-                 "roles-exit": lambda conn: self.ended(self.roles),
-                 "signal": lambda conn: receive(wake_r, 512)}
         next_check = time.monotonic() + 1
         while True:                                                                  # 3
             now = time.monotonic()
@@ -10073,8 +10064,7 @@ class Daemon:
             if self.notifier.running or self.notifier.queue:
                 timeout = min(timeout, 0.05)
             for key, _ in self.sel.select(timeout):
-                what, conn = key.data
-                serve[what](conn)
+                key.data()              # the call it was registered with
             for signum in self.signals:
                 if signum == signal.SIGHUP:
                     sys.stderr.write("avsmd: SIGHUP ignored: config.yaml is read once, at start;"
