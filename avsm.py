@@ -9664,13 +9664,11 @@ class Clients:
 
     def check(self, debug):
         """Each second: the socket must still be ours; make it again when deleted or replaced."""
-        try:
-            same = os.stat(self.path).st_ino == self.sock_id
-        except OSError:
-            same = False
-        if not same:
-            self.bind()
-            log(debug, "avsmd", "made the socket again")
+        with contextlib.suppress(OSError):
+            if os.stat(self.path).st_ino == self.sock_id:
+                return
+        self.bind()
+        log(debug, "avsmd", "made the socket again")
 
     def accept(self):
         import selectors
@@ -9803,28 +9801,6 @@ class Kept:
         return delay
 
 
-class Groups:
-    """The process groups the warden said it started and has not seen end (RUN-13)."""
-
-    def __init__(self, home, lock):
-        self.home, self.lock, self.groups = home, lock, {}
-
-    def note(self, message):
-        if "group" in message:
-            self.groups[message["group"]] = message
-        else:
-            self.groups.pop(message["ended"], None)
-
-    def end_all(self):
-        term_then_kill([g for g, told in self.groups.items()
-                        if group_is_still(g, told.get("leader_start"))])
-        self.groups = {}
-        if self.lock.ours():          # another avsmd's journal, or groups, are not ours to touch
-            sweep_groups(os.path.join(self.home, "groups"), self.home)
-            with contextlib.suppress(OSError):
-                os.unlink(os.path.join(self.home, "groups"))
-
-
 class Daemon:
     """avsmd: holds the home, serves its socket, keeps the warden and the roles process, ends what
     they leave. Its notifier is its own: it runs while the warden restarts."""
@@ -9838,7 +9814,7 @@ class Daemon:
         self.warden = Kept("warden", self.sel, self.from_warden, self.ended)
         self.roles = Kept("roles", self.sel, self.from_roles, self.ended)
         self.roles_waiting = {}
-        self.groups = Groups(home, self.lock)
+        self.groups = {}    # the groups the warden said it started and has not seen end (RUN-13)
         self.stopping, self.stop_deadline, self.exit_code, self.signals = False, None, EX_OK, []
         self.notifier = Notifier(home, cfg.get("notify"), self.append_self, debug)
 
@@ -9897,8 +9873,10 @@ class Daemon:
                     self.to_roles(message)
                 elif "notice" in message:
                     self.notifier.tell(message["notice"])
-                elif "group" in message or "ended" in message:
-                    self.groups.note(message)
+                elif "group" in message:
+                    self.groups[message["group"]] = message
+                elif "ended" in message:
+                    self.groups.pop(message["ended"], None)
                 elif "id" in message:
                     self.clients.answer(message)
 
@@ -9934,7 +9912,7 @@ class Daemon:
                 return                    # still running, or its end was already settled
             self.from_warden()
             self.warden.detach()
-            self.groups.end_all()
+            self.end_groups()
             how = describe_status(status)
         else:
             try:
@@ -9956,6 +9934,15 @@ class Daemon:
                          + (f" in {delay} s" if delay else ""), process=kept.name, restart_in=delay)
         if kept is self.warden:
             self.clients.fail_waiting("the warden ended while answering; try again")
+
+    def end_groups(self):
+        term_then_kill([g for g, told in self.groups.items()
+                        if group_is_still(g, told.get("leader_start"))])
+        self.groups = {}
+        if self.lock.ours():          # another avsmd's journal, or groups, are not ours to touch
+            sweep_groups(os.path.join(self.home, "groups"), self.home)
+            with contextlib.suppress(OSError):
+                os.unlink(os.path.join(self.home, "groups"))
 
     # ---- the config, records of self, stopping ----
     def config_changed(self):
@@ -9988,17 +9975,12 @@ class Daemon:
             with contextlib.suppress(OSError):
                 send_line(self.warden.chan, {"cmd": "stop"})
 
-    def on_signal(self, signum, frame):
-        self.signals.append(signum)
-
     # ---- life ----
     def open_home(self):
         """Make the home, take its lock, end the groups an earlier avsmd left, open the ledger."""
         refuse(socket_problem(self.home), EX_CONFIG)
         refuse(written_problem(self.cfg) and f"{self.cfg_path}: {written_problem(self.cfg)}",
                EX_CONFIG)
-        if os.path.exists(self.home) and not os.path.isdir(self.home):
-            raise Fail(EX_CANTCREAT, f"{self.home} is not a directory; give --home a directory")
         if os.path.lexists(os.path.join(self.home, MIRROR_MARK)):
             raise Fail(EX_CANTCREAT, f"{self.home} is a witness's copy of another host's ledger "
                                      "(avsm fleet witness --mirror): avsmd runs nothing of it and "
@@ -10036,7 +10018,7 @@ class Daemon:
             end.setblocking(False)
         signal.set_wakeup_fd(wake_w.fileno(), warn_on_full_buffer=False)
         for signum in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
-            signal.signal(signum, self.on_signal)
+            signal.signal(signum, lambda signum, frame: self.signals.append(signum))
         self.sel.register(wake_r, selectors.EVENT_READ, lambda: receive(wake_r, 512))
         self.clients.bind()
         pid = os.getpid()
@@ -10106,7 +10088,7 @@ class Daemon:
                 os.kill(self.roles.pid, 15)
                 os.waitpid(self.roles.pid, 0)
         self.from_warden()
-        self.groups.end_all()
+        self.end_groups()
         self.clients.close(remove=False)
         # the stop's notice told, and any failure written, before `stop`
         self.notifier.finish(self.stop_deadline)
