@@ -2048,11 +2048,7 @@ def json_problem(value, depth):
 
 def utf8_text(text):
     """Whether `text` can be written as UTF-8 (it holds no lone surrogate)."""
-    try:
-        text.encode("utf-8")
-        return True
-    except UnicodeError:
-        return False
+    return not re.search("[\ud800-\udfff]", text)
 
 
 def json_kind(value):
@@ -9881,7 +9877,7 @@ class Daemon:
                     self.clients.answer(message)
 
     def to_roles(self, message):
-        message.pop("to", None)
+        del message["to"]
         rid = message.get("rid")
         if self.roles.chan is None:
             return self.roles_error(rid, "the roles process is not running")
