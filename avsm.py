@@ -9697,25 +9697,25 @@ class Clients:
             if messages:
                 self.request(conn, *check_request(messages[0]))
         except Fail as fail:
-            self.reply(conn, [], [str(fail)], fail.code)
+            self.reply(conn, [str(fail)], fail.code)
         except (ValueError, RecursionError):    # not JSON, not UTF-8, too deep, too long
-            self.reply(conn, [], ["a request avsmd cannot read: one JSON object a line, in UTF-8,"
+            self.reply(conn, ["a request avsmd cannot read: one JSON object a line, in UTF-8,"
                                   " of at most 1 MiB"], EX_USAGE)
         except Exception as err:                # a bug: this request refused, avsmd serves on
             import traceback
             sys.stderr.write("avsmd: a bug in avsm, reading a request (avsmd goes on"
                              f" serving):\n{traceback.format_exc()}")
-            self.reply(conn, [], [f"a bug in avsm refused this request ({type(err).__name__}); "
+            self.reply(conn, [f"a bug in avsm refused this request ({type(err).__name__}); "
                                   "it is reported on avsmd's standard error"], EX_SOFTWARE)
 
     def request(self, conn, cmd, args):
         """Pass a checked request on to the warden."""
         if self.daemon.stopping:
-            self.reply(conn, [], ["avsmd is stopping and takes no new commands"], EX_UNAVAILABLE)
+            self.reply(conn, ["avsmd is stopping and takes no new commands"], EX_UNAVAILABLE)
             return
         if cmd == "ping":
-            self.reply(conn, [f"avsmd {VERSION} (pid {os.getpid()}) on {self.daemon.home}"], [],
-                       EX_OK)
+            self.reply(conn, [], EX_OK,
+                       [f"avsmd {VERSION} (pid {os.getpid()}) on {self.daemon.home}"])
             return
         self.next_id += 1
         self.waiting[self.next_id] = conn
@@ -9725,15 +9725,15 @@ class Clients:
 
     def answer(self, message):
         """The warden answered request `id`: reply to its client."""
-        self.reply(self.waiting.pop(message["id"], None), message.get("out", []),
-                   message.get("err", []), message.get("exit", EX_SOFTWARE))
+        self.reply(self.waiting.pop(message["id"], None), message.get("err", []),
+                   message.get("exit", EX_SOFTWARE), message.get("out", []))
 
     def fail_waiting(self, why):
         """Every request the warden was answering fails with `why` (69)."""
         for client in [self.waiting.pop(rid) for rid in list(self.waiting)]:
-            self.reply(client, [], [why], EX_UNAVAILABLE)
+            self.reply(client, [why], EX_UNAVAILABLE)
 
-    def reply(self, conn, out, err, code):
+    def reply(self, conn, err, code, out=()):
         if conn not in self.clients:
             return
         lines = [{"out": line} for line in out] + [{"err": line} for line in err]
@@ -9756,7 +9756,7 @@ class Clients:
     def close(self, remove):
         """avsmd stops: tell each client still connected; remove the socket when `remove`."""
         for conn in list(self.clients):
-            self.reply(conn, [], ["avsmd stopped"], EX_UNAVAILABLE)
+            self.reply(conn, ["avsmd stopped"], EX_UNAVAILABLE)
         with contextlib.suppress(OSError):
             if remove and os.stat(self.path).st_ino == self.sock_id:
                 os.unlink(self.path)
@@ -9843,7 +9843,12 @@ class Daemon:
                 keep = theirs.fileno()
                 os.closerange(3, keep)
                 os.closerange(keep + 1, 65536)
-                become_nobody()
+                if os.getuid() == 0:          # under root, the user nobody (KEYS-06)
+                    import pwd
+                    nobody = pwd.getpwnam("nobody")
+                    os.setgroups([])
+                    os.setgid(nobody.pw_gid)
+                    os.setuid(nobody.pw_uid)
                 code = run_roles(theirs)
             finally:
                 os._exit(code)
@@ -10096,17 +10101,6 @@ class Daemon:
             self.clients.close(remove=True)
         self.ledger.close()
         return self.exit_code
-
-
-def become_nobody():
-    """Under root, drop to the user nobody (KEYS-06); otherwise stay who we are."""
-    if os.getuid() != 0:
-        return
-    import pwd
-    nobody = pwd.getpwnam("nobody")
-    os.setgroups([])
-    os.setgid(nobody.pw_gid)
-    os.setuid(nobody.pw_uid)
 
 
 def run_roles(channel):
