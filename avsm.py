@@ -9577,7 +9577,7 @@ class HomeLock:
         except OSError:
             os.close(fd)
             pid = read_lock_pid(self.path)
-            raise Fail(EX_TEMPFAIL, f"another avsmd (pid {pid if pid else 'unknown'}) is running"
+            raise Fail(EX_TEMPFAIL, f"another avsmd (pid {pid or 'unknown'}) is running"
                                     f" on {self.home}; stop it first, or give this one another"
                                     " --home") from None
         try:
@@ -9791,11 +9791,6 @@ class Kept:
         self.chan.close()
         self.chan = self.pidfd = None
 
-    def restart_wait(self):
-        self.backoff, delay = child_restart_wait(self.backoff, time.monotonic() - self.started)
-        self.restart_at = time.monotonic() + delay     # avsmd's loop starts it then
-        return delay
-
 
 class Daemon:
     """avsmd: holds the home, serves its socket, keeps the warden and the roles process, ends what
@@ -9929,7 +9924,8 @@ class Daemon:
             how = describe_status(os.waitstatus_to_exitcode(status))
         if self.stopping:
             return
-        delay = kept.restart_wait()
+        kept.backoff, delay = child_restart_wait(kept.backoff, time.monotonic() - kept.started)
+        kept.restart_at = time.monotonic() + delay     # the loop in run starts it then
         what = "the warden" if kept is self.warden else "the roles process"
         self.append_self("restart", f"{what} (pid {kept.pid}) ended ({how}); starting it again"
                          + (f" in {delay} s" if delay else ""), process=kept.name, restart_in=delay)
@@ -9940,10 +9936,11 @@ class Daemon:
         term_then_kill([g for g, told in self.groups.items()
                         if group_is_still(g, told.get("leader_start"))])
         self.groups = {}
+        journal = os.path.join(self.home, "groups")
         if self.lock.ours():          # another avsmd's journal, or groups, are not ours to touch
-            sweep_groups(os.path.join(self.home, "groups"), self.home)
+            sweep_groups(journal, self.home)
             with contextlib.suppress(OSError):
-                os.unlink(os.path.join(self.home, "groups"))
+                os.unlink(journal)
 
     # ---- the config, records of self, stopping ----
     def config_changed(self):
