@@ -1655,15 +1655,14 @@ def parse_config(text, source="config.yaml"):
     adapters = {} if doc.get("adapters") is None else doc["adapters"]
     c.mapping(adapters, ("adapters",), {"stripe", "github", "mail"}, "adapters")
     for name, a in adapters.items():
-        keys = {"command", "from"} if name == "mail" else {"url"}
-        c.mapping(a, ("adapters", name), keys, f"the {name} adapter")
-        c.require(a, ("adapters", name), sorted(keys), f"the {name} adapter has no '{{key}}'")
-        cfg["adapters"][name] = {k: c.text(a[k], ("adapters", name, k), k) for k in sorted(keys)}
+        keys, path = {"command", "from"} if name == "mail" else {"url"}, ("adapters", name)
+        c.mapping(a, path, keys, f"the {name} adapter")
+        c.require(a, path, sorted(keys), f"the {name} adapter has no '{{key}}'")
+        adapter = cfg["adapters"][name] = {k: c.text(a[k], path + (k,), k) for k in sorted(keys)}
         if "url" in keys:
-            c.url(cfg["adapters"][name]["url"], ("adapters", name, "url"))
-        if "from" in keys and re.search(r"[\r\n]", cfg["adapters"][name]["from"]):
-            c.fail(("adapters", name, "from"),
-                   "from is one address on one line, as in ops@example.com")
+            c.url(adapter["url"], path + ("url",))
+        if "from" in keys and re.search(r"[\r\n]", adapter["from"]):
+            c.fail(path + ("from",), "from is one address on one line, as in ops@example.com")
     cfg["research"] = c.text(doc.get("research"), ("research",), "research", required=False)
     cfg["notify"] = parse_notify(c, doc.get("notify"))
     cfg["metrics"] = parse_metrics(c, doc.get("metrics"))
@@ -1692,10 +1691,9 @@ def parse_checkpoint_config(c, value):
                     principal: NAME}   (each optional)
     principal is this home's signer in allowed_signers: a key of another principal is refused."""
     path, value = ("checkpoint",), {} if value is None else value
-    c.mapping(value, path, {"key", "namespace", "every", "allowed_signers", "principal"},
-              "checkpoint")
     spec = {"key": None, "namespace": CHECKPOINT_NAMESPACE, "every": 86400, "allowed_signers": None,
             "principal": None}
+    c.mapping(value, path, set(spec), "checkpoint")
     for key in ("key", "allowed_signers"):
         spec[key] = c.text(value.get(key), path + (key,), key, required=False)
         if spec[key] and not os.path.isabs(os.path.expanduser(spec[key])):
@@ -1710,13 +1708,13 @@ def parse_checkpoint_config(c, value):
                 "namespace is one word of letters, digits and @._-, as avsm-checkpoint@example.com")
     spec["principal"] = c.text(value.get("principal"), path + ("principal",), "principal",
                                required=False)
-    if spec["principal"]:
-        if not re.fullmatch(r"[A-Za-z0-9@._+][A-Za-z0-9@._+-]{0,127}", spec["principal"]):
-            c.fail(path + ("principal",), "principal is one name of allowed_signers, of letters, "
-                                          "digits and @._+-, as ops@web1.example.com (its lines "
-                                          "begin with it)")
+    if spec["principal"] and not re.fullmatch(r"[A-Za-z0-9@._+][A-Za-z0-9@._+-]{0,127}",
+                                              spec["principal"]):
+        c.fail(path + ("principal",), "principal is one name of allowed_signers, of letters, "
+                                      "digits and @._+-, as ops@web1.example.com (its lines "
+                                      "begin with it)")
     if "every" in value:
-        spec["every"] = c.parsed(parse_duration, value["every"], path + ("every",))
+        spec["every"] = c.duration(value["every"], path + ("every",))
         if spec["every"] < 60:
             c.fail(path + ("every",), "every is at least 1m: a checkpoint a minute is plenty")
     return spec
@@ -1756,7 +1754,7 @@ def parse_notify(c, value):
     """Return the notify command as {run, timeout}, or None when there is none.
 
     notify ::= COMMAND | {run: COMMAND, timeout: DURATION}"""
-    path = ("notify",)
+    path, run, timeout = ("notify",), value, NOTIFY_TIMEOUT
     if value is None:
         return None
     if isinstance(value, dict):
@@ -1765,11 +1763,8 @@ def parse_notify(c, value):
             c.fail(path, "notify has no 'run'; write notify: {run: COMMAND, timeout: 30s}, or just"
                          f" {NOTIFY_EXAMPLE}")
         run, path = value["run"], path + ("run",)
-        timeout = NOTIFY_TIMEOUT
         if "timeout" in value:
             timeout = c.duration(value["timeout"], ("notify", "timeout"))
-    else:
-        run, timeout = value, NOTIFY_TIMEOUT
     if not isinstance(run, str):
         c.fail(
             path, "notify must be a command avsm runs for each thing a person must see, as"
@@ -1856,7 +1851,7 @@ def parse_written(c, value, key, name, example, every, where_to):
     if "\0" in text or not os.path.isabs(text):
         c.fail(where, f"{name} is a file's absolute path {where_to}, not {text!r}")
     if "every" in value:
-        every = c.parsed(parse_duration, value["every"], path + ("every",))
+        every = c.duration(value["every"], path + ("every",))
     return {name: os.path.normpath(text), "every": every}
 
 
@@ -1916,11 +1911,8 @@ def describe_notify(notify):
 def parse_nightly(c, value):
     """Return the nightly time `HH:MM` (the machine's local time), or 'never'."""
     text = str(value)
-    if text == "never":
-        return text
-    hh, colon, mm = text.partition(":")
-    if colon and len(hh) == 2 and len(mm) == 2 and hh.isdigit() and mm.isdigit() \
-            and int(hh) < 24 and int(mm) < 60:
+    if text == "never" or re.fullmatch(r"\d\d:\d\d", text) and int(text[:2]) < 24 \
+            and int(text[3:]) < 60:
         return text
     c.fail(("nightly",),
            f"nightly: {shown_value(value)} is not a time; write \"HH:MM\" in local time, such as"
@@ -2037,9 +2029,9 @@ def checked_arguments(cmd, args, types):
     checked = {}
     for key, kind in types.items():
         optional, kind = kind.endswith("?"), kind.rstrip("?")
-        if key not in args and optional:
-            continue
         if key not in args:
+            if optional:
+                continue
             raise Fail(EX_DATAERR, f"{cmd} needs {key}")
         value = args[key]
         problem = None if optional and value is None else argument_problem(kind, value)
@@ -2096,16 +2088,12 @@ def json_problem(value, depth):
 
 def utf8_text(text):
     """Whether `text` can be written as UTF-8 (it holds no lone surrogate)."""
-    try:
-        text.encode("utf-8")
-        return True
-    except UnicodeError:
-        return False
+    return not re.search("[\ud800-\udfff]", text)
 
 
 def json_kind(value):
     """Return a JSON value's type as a person names it."""
-    for kind, name in ((bool, "a boolean"), (int, "a number"), (float, "a number"), (str, "text"),
+    for kind, name in ((bool, "a boolean"), ((int, float), "a number"), (str, "text"),
                        (list, "a list"), (dict, "a mapping")):
         if isinstance(value, kind):
             return name
@@ -2117,17 +2105,15 @@ def delegate_lever(text, lever, source):
     (open point 41)."""
     doc, marks = parse_yaml_marked(text, source)
     index = next(i for i, item in enumerate(doc["permitted"]) if item.get("name") == lever)
-    lines = text.split("\n")
-    if "delegated" in doc["permitted"][index]:
-        line, col = marks[("permitted", index, "delegated")]
-        row = lines[line - 1]
+    lines, said = text.split("\n"), "delegated" in doc["permitted"][index]
+    line, col = marks[("permitted", index, "delegated" if said else "name")]
+    row = lines[line - 1]
+    if said:
         value_at = row.index(":", col - 1) + 1
         end = min([p for p in (row.find(",", value_at), row.find("}", value_at)) if p >= 0]
                   or [len(row)])
         lines[line - 1] = row[:value_at] + " true" + row[end:]
     else:
-        line, col = marks[("permitted", index, "name")]
-        row = lines[line - 1]
         brace = row.rfind("}")
         if row.lstrip().startswith(("- {", "{")) and brace > 0:  # a flow mapping on one line
             lines[line - 1] = row[:brace].rstrip() + ", delegated: true" + row[brace:]
@@ -9529,29 +9515,19 @@ class Notifier:
         if not admit:
             return
         if len(self.queue) >= NOTIFY_QUEUE:
-            self.settle(notice, f"dropped: {NOTIFY_QUEUE} notices were waiting for the command", "")
+            self.settle(notice, f"dropped: {NOTIFY_QUEUE} notices were waiting for the command")
             return
         self.queue.append(notice)
         log(self.debug, "avsmd",
             f"notice {notice['kind']} of {notice['venture']}: {notice['summary']}")
 
-    def stop(self, notice):
-        """avsmd is stopping: tell it, and start each notice as it comes."""
-        self.stopping = True
-        self.tell(notice)
-
-    def next_wakeup(self, now):
-        """Return the seconds until the notifier must be looked at again, or None."""
-        return 0.05 if self.running or self.queue else None
-
-    def poll(self, now):
+    def poll(self):
         """Drain each run, end one past its time limit, settle one that ended, start the next."""
+        now = time.monotonic()
         for run in list(self.running):
             child, notice, path = run
-            for pipe in list(child.open_pipes):
-                if not child.drain(pipe):
-                    child.open_pipes.discard(pipe)
-            status = child.poll()
+            status = child.poll()   # drained after: what it wrote before it ended is read
+            child.open_pipes = {pipe for pipe in child.open_pipes if child.drain(pipe)}
             # what it started (`sleep 300 &`) may run on in its group, within the same limit
             behind = status is not None and signal_group(child.pgid, 0)
             if status is None or behind:
@@ -9560,8 +9536,6 @@ class Notifier:
                 if status is None or not killed:    # only a zombie outlives KILL
                     continue
             self.running.remove(run)
-            for pipe in child.open_pipes:
-                child.drain(pipe)
             child.close()
             with contextlib.suppress(OSError):
                 os.unlink(path)
@@ -9582,11 +9556,11 @@ class Notifier:
                           stdin_path=path)
         except (OSError, ValueError) as err:
             os.unlink(path)
-            self.settle(notice, f"it could not start: {getattr(err, 'strerror', None) or err}", "")
+            self.settle(notice, f"it could not start: {getattr(err, 'strerror', None) or err}")
             return
         self.running.append((child, notice, path))
 
-    def settle(self, notice, failure, note):
+    def settle(self, notice, failure, note=""):
         """One notice told, or not: write what judge_notify says to write."""
         self.stretch, record = judge_notify(self.stretch, notice, failure, note)
         log(self.debug, "avsmd",
@@ -9598,17 +9572,17 @@ class Notifier:
     def finish(self, deadline):
         """At a stop: wait for the runs in flight until `deadline`, then end what still runs."""
         while (self.running or self.queue) and time.monotonic() < deadline:
-            self.poll(time.monotonic())
+            self.poll()
             time.sleep(0.02)
         now = time.monotonic()
         for child, _, _ in self.running:
             child.terminate("stop", now)
             child.kill_at = now + NOTIFY_STOP_GRACE
         while self.running and time.monotonic() < now + NOTIFY_STOP_GRACE + 1:
-            self.poll(time.monotonic())
+            self.poll()
             time.sleep(0.02)
         for notice in self.queue:
-            self.settle(notice, "avsmd stopped before it could be told", "")
+            self.settle(notice, "avsmd stopped before it could be told")
         self.queue = []
 
 
@@ -9627,7 +9601,7 @@ class HomeLock:
         except OSError:
             os.close(fd)
             pid = read_lock_pid(self.path)
-            raise Fail(EX_TEMPFAIL, f"another avsmd (pid {pid if pid else 'unknown'}) is running"
+            raise Fail(EX_TEMPFAIL, f"another avsmd (pid {pid or 'unknown'}) is running"
                                     f" on {self.home}; stop it first, or give this one another"
                                     " --home") from None
         try:
@@ -9695,8 +9669,7 @@ class Clients:
             self.daemon.sel.unregister(self.listener)
             self.listener.close()
         with contextlib.suppress(OSError):
-            if os.path.exists(self.path) or os.path.islink(self.path):
-                os.unlink(self.path)      # we hold the lock: a socket left here is a dead avsmd's
+            os.unlink(self.path)      # we hold the lock: a socket left here is a dead avsmd's
         listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         old = os.umask(0o177)
         try:
@@ -9707,17 +9680,15 @@ class Clients:
         listener.listen(64)
         listener.setblocking(False)
         self.listener, self.sock_id = listener, os.stat(self.path).st_ino
-        self.daemon.sel.register(listener, selectors.EVENT_READ, ("listener", None))
+        self.daemon.sel.register(listener, selectors.EVENT_READ, self.accept)
 
     def check(self, debug):
         """Each second: the socket must still be ours; make it again when deleted or replaced."""
-        try:
-            same = os.stat(self.path).st_ino == self.sock_id
-        except OSError:
-            same = False
-        if not same:
-            self.bind()
-            log(debug, "avsmd", "made the socket again")
+        with contextlib.suppress(OSError):
+            if os.stat(self.path).st_ino == self.sock_id:
+                return
+        self.bind()
+        log(debug, "avsmd", "made the socket again")
 
     def accept(self):
         import selectors
@@ -9733,7 +9704,7 @@ class Clients:
                 return
         conn.setblocking(False)
         self.clients[conn] = {"reader": LineReader(REQUEST_MAX)}
-        self.daemon.sel.register(conn, selectors.EVENT_READ, ("client", conn))
+        self.daemon.sel.register(conn, selectors.EVENT_READ, lambda: self.data(conn))
 
     def data(self, conn):
         """Read what a client sent: its one request; whatever the bytes, avsmd goes on serving."""
@@ -9750,25 +9721,25 @@ class Clients:
             if messages:
                 self.request(conn, *check_request(messages[0]))
         except Fail as fail:
-            self.reply(conn, [], [str(fail)], fail.code)
+            self.reply(conn, [str(fail)], fail.code)
         except (ValueError, RecursionError):    # not JSON, not UTF-8, too deep, too long
-            self.reply(conn, [], ["a request avsmd cannot read: one JSON object a line, in UTF-8,"
+            self.reply(conn, ["a request avsmd cannot read: one JSON object a line, in UTF-8,"
                                   " of at most 1 MiB"], EX_USAGE)
         except Exception as err:                # a bug: this request refused, avsmd serves on
             import traceback
             sys.stderr.write("avsmd: a bug in avsm, reading a request (avsmd goes on"
                              f" serving):\n{traceback.format_exc()}")
-            self.reply(conn, [], [f"a bug in avsm refused this request ({type(err).__name__}); "
+            self.reply(conn, [f"a bug in avsm refused this request ({type(err).__name__}); "
                                   "it is reported on avsmd's standard error"], EX_SOFTWARE)
 
     def request(self, conn, cmd, args):
         """Pass a checked request on to the warden."""
         if self.daemon.stopping:
-            self.reply(conn, [], ["avsmd is stopping and takes no new commands"], EX_UNAVAILABLE)
+            self.reply(conn, ["avsmd is stopping and takes no new commands"], EX_UNAVAILABLE)
             return
         if cmd == "ping":
-            self.reply(conn, [f"avsmd {VERSION} (pid {os.getpid()}) on {self.daemon.home}"], [],
-                       EX_OK)
+            self.reply(conn, [], EX_OK,
+                       [f"avsmd {VERSION} (pid {os.getpid()}) on {self.daemon.home}"])
             return
         self.next_id += 1
         self.waiting[self.next_id] = conn
@@ -9778,15 +9749,15 @@ class Clients:
 
     def answer(self, message):
         """The warden answered request `id`: reply to its client."""
-        self.reply(self.waiting.pop(message["id"], None), message.get("out", []),
-                   message.get("err", []), message.get("exit", EX_SOFTWARE))
+        self.reply(self.waiting.pop(message["id"], None), message.get("err", []),
+                   message.get("exit", EX_SOFTWARE), message.get("out", []))
 
     def fail_waiting(self, why):
         """Every request the warden was answering fails with `why` (69)."""
         for client in [self.waiting.pop(rid) for rid in list(self.waiting)]:
-            self.reply(client, [], [why], EX_UNAVAILABLE)
+            self.reply(client, [why], EX_UNAVAILABLE)
 
-    def reply(self, conn, out, err, code):
+    def reply(self, conn, err, code, out=()):
         if conn not in self.clients:
             return
         lines = [{"out": line} for line in out] + [{"err": line} for line in err]
@@ -9809,17 +9780,18 @@ class Clients:
     def close(self, remove):
         """avsmd stops: tell each client still connected; remove the socket when `remove`."""
         for conn in list(self.clients):
-            self.reply(conn, [], ["avsmd stopped"], EX_UNAVAILABLE)
+            self.reply(conn, ["avsmd stopped"], EX_UNAVAILABLE)
         with contextlib.suppress(OSError):
             if remove and os.stat(self.path).st_ino == self.sock_id:
                 os.unlink(self.path)
 
 
 class Kept:
-    """One process avsmd keeps (the warden, the roles process)."""
+    """One process avsmd keeps (the warden, the roles process), and what avsmd calls when it speaks
+    and when it ends."""
 
-    def __init__(self, name, sel):
-        self.name, self.sel = name, sel
+    def __init__(self, name, sel, read, ended):
+        self.name, self.sel, self.read, self.ended = name, sel, read, ended
         self.pid = self.proc = self.chan = self.pidfd = self.restart_at = self.backoff = None
         self.reader, self.started = LineReader(), 0.0
 
@@ -9827,10 +9799,10 @@ class Kept:
         import selectors
         chan.setblocking(False)
         self.pid, self.chan, self.reader, self.started = pid, chan, LineReader(), time.monotonic()
-        self.sel.register(chan, selectors.EVENT_READ, (self.name, None))
+        self.sel.register(chan, selectors.EVENT_READ, self.read)
         try:
             self.pidfd = os.pidfd_open(pid)
-            self.sel.register(self.pidfd, selectors.EVENT_READ, (self.name + "-exit", None))
+            self.sel.register(self.pidfd, selectors.EVENT_READ, lambda: self.ended(self))
         except (AttributeError, OSError):
             self.pidfd = None
 
@@ -9843,33 +9815,6 @@ class Kept:
         self.chan.close()
         self.chan = self.pidfd = None
 
-    def restart_wait(self):
-        self.backoff, delay = child_restart_wait(self.backoff, time.monotonic() - self.started)
-        self.restart_at = time.monotonic() + delay if delay else None
-        return delay
-
-
-class Groups:
-    """The process groups the warden said it started and has not seen end (RUN-13)."""
-
-    def __init__(self, home, lock):
-        self.home, self.lock, self.groups = home, lock, {}
-
-    def note(self, message):
-        if "group" in message:
-            self.groups[message["group"]] = message
-        else:
-            self.groups.pop(message["ended"], None)
-
-    def end_all(self):
-        term_then_kill([g for g, told in self.groups.items()
-                        if group_is_still(g, told.get("leader_start"))])
-        self.groups = {}
-        if self.lock.ours():          # another avsmd's journal, or groups, are not ours to touch
-            sweep_groups(os.path.join(self.home, "groups"), self.home)
-            with contextlib.suppress(OSError):
-                os.unlink(os.path.join(self.home, "groups"))
-
 
 class Daemon:
     """avsmd: holds the home, serves its socket, keeps the warden and the roles process, ends what
@@ -9881,9 +9826,10 @@ class Daemon:
         self.debug = debug
         self.sel, self.ledger = selectors.DefaultSelector(), None
         self.lock, self.clients = HomeLock(home), Clients(self)
-        self.warden, self.roles = Kept("warden", self.sel), Kept("roles", self.sel)
+        self.warden = Kept("warden", self.sel, self.from_warden, self.ended)
+        self.roles = Kept("roles", self.sel, self.from_roles, self.ended)
         self.roles_waiting = {}
-        self.groups = Groups(home, self.lock)
+        self.groups = {}    # the groups the warden said it started and has not seen end (RUN-13)
         self.stopping, self.stop_deadline, self.exit_code, self.signals = False, None, EX_OK, []
         self.notifier = Notifier(home, cfg.get("notify"), self.append_self, debug)
 
@@ -9916,13 +9862,17 @@ class Daemon:
                 keep = theirs.fileno()
                 os.closerange(3, keep)
                 os.closerange(keep + 1, 65536)
-                become_nobody()
+                if os.getuid() == 0:          # under root, the user nobody (KEYS-06)
+                    import pwd
+                    nobody = pwd.getpwnam("nobody")
+                    os.setgroups([])
+                    os.setgid(nobody.pw_gid)
+                    os.setuid(nobody.pw_uid)
                 code = run_roles(theirs)
             finally:
                 os._exit(code)
         theirs.close()
         self.roles.attach(pid, ours)
-        self.roles_waiting = {}
         log(self.debug, "avsmd", f"started the roles process, pid {pid}")
 
     def pass_on(self):
@@ -9943,13 +9893,15 @@ class Daemon:
                     self.to_roles(message)
                 elif "notice" in message:
                     self.notifier.tell(message["notice"])
-                elif "group" in message or "ended" in message:
-                    self.groups.note(message)
+                elif "group" in message:
+                    self.groups[message["group"]] = message
+                elif "ended" in message:
+                    self.groups.pop(message["ended"], None)
                 elif "id" in message:
                     self.clients.answer(message)
 
     def to_roles(self, message):
-        message.pop("to", None)
+        del message["to"]
         rid = message.get("rid")
         if self.roles.chan is None:
             return self.roles_error(rid, "the roles process is not running")
@@ -9980,7 +9932,7 @@ class Daemon:
                 return                    # still running, or its end was already settled
             self.from_warden()
             self.warden.detach()
-            self.groups.end_all()
+            self.end_groups()
             how = describe_status(status)
         else:
             try:
@@ -9990,20 +9942,29 @@ class Daemon:
             if pid == 0 or self.roles.chan is None:
                 return
             self.roles.detach()
-            for rid in list(self.roles_waiting):
+            for rid in self.roles_waiting:
                 self.roles_error(rid, "the roles process ended while it worked")
             self.roles_waiting = {}
             how = describe_status(os.waitstatus_to_exitcode(status))
         if self.stopping:
             return
-        delay = kept.restart_wait()
+        kept.backoff, delay = child_restart_wait(kept.backoff, time.monotonic() - kept.started)
+        kept.restart_at = time.monotonic() + delay     # the loop in run starts it then
         what = "the warden" if kept is self.warden else "the roles process"
         self.append_self("restart", f"{what} (pid {kept.pid}) ended ({how}); starting it again"
                          + (f" in {delay} s" if delay else ""), process=kept.name, restart_in=delay)
         if kept is self.warden:
             self.clients.fail_waiting("the warden ended while answering; try again")
-        if not delay:
-            self.start_warden() if kept is self.warden else self.start_roles()
+
+    def end_groups(self):
+        term_then_kill([g for g, told in self.groups.items()
+                        if group_is_still(g, told.get("leader_start"))])
+        self.groups = {}
+        journal = os.path.join(self.home, "groups")
+        if self.lock.ours():          # another avsmd's journal, or groups, are not ours to touch
+            sweep_groups(journal, self.home)
+            with contextlib.suppress(OSError):
+                os.unlink(journal)
 
     # ---- the config, records of self, stopping ----
     def config_changed(self):
@@ -10030,13 +9991,11 @@ class Daemon:
         if self.stopping:
             return
         self.stopping, self.stop_deadline = True, time.monotonic() + WARDEN_STOP_GRACE
-        self.notifier.stop(stopping_notice(why))
+        self.notifier.stopping = True
+        self.notifier.tell(stopping_notice(why))
         if self.warden.chan is not None:
             with contextlib.suppress(OSError):
                 send_line(self.warden.chan, {"cmd": "stop"})
-
-    def on_signal(self, signum, frame):
-        self.signals.append(signum)
 
     # ---- life ----
     def open_home(self):
@@ -10044,8 +10003,6 @@ class Daemon:
         refuse(socket_problem(self.home), EX_CONFIG)
         refuse(written_problem(self.cfg) and f"{self.cfg_path}: {written_problem(self.cfg)}",
                EX_CONFIG)
-        if os.path.exists(self.home) and not os.path.isdir(self.home):
-            raise Fail(EX_CANTCREAT, f"{self.home} is not a directory; give --home a directory")
         if os.path.lexists(os.path.join(self.home, MIRROR_MARK)):
             raise Fail(EX_CANTCREAT, f"{self.home} is a witness's copy of another host's ledger "
                                      "(avsm fleet witness --mirror): avsmd runs nothing of it and "
@@ -10083,8 +10040,8 @@ class Daemon:
             end.setblocking(False)
         signal.set_wakeup_fd(wake_w.fileno(), warn_on_full_buffer=False)
         for signum in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
-            signal.signal(signum, self.on_signal)
-        self.sel.register(wake_r, selectors.EVENT_READ, ("signal", None))
+            signal.signal(signum, lambda signum, frame: self.signals.append(signum))
+        self.sel.register(wake_r, selectors.EVENT_READ, lambda: receive(wake_r, 512))
         self.clients.bind()
         pid = os.getpid()
         self.append_self("start", f"avsmd {VERSION} started (pid {pid}) on {self.home}",  # 2
@@ -10104,18 +10061,14 @@ class Daemon:
         self.start_roles()
         self.start_warden()
         print(f"avsmd: serving {self.home} (pid {pid})", file=sys.stderr, flush=True)
-        serve = {"listener": lambda conn: self.clients.accept(), "client": self.clients.data,
-                 "warden": lambda conn: self.from_warden(), "roles": lambda conn: self.from_roles(),
-                 "warden-exit": lambda conn: self.ended(self.warden),
-                 "roles-exit": lambda conn: self.ended(self.roles),
-                 "signal": lambda conn: receive(wake_r, 512)}
         next_check = time.monotonic() + 1
         while True:                                                                  # 3
             now = time.monotonic()
             timeout = min(max(0.0, next_check - now), 0.1 if self.stopping else 1.0)
-            for key, _ in self.sel.select(min(timeout, self.notifier.next_wakeup(now) or timeout)):
-                what, conn = key.data
-                serve[what](conn)
+            if self.notifier.running or self.notifier.queue:
+                timeout = min(timeout, 0.05)
+            for key, _ in self.sel.select(timeout):
+                key.data()              # the call it was registered with
             for signum in self.signals:
                 if signum == signal.SIGHUP:
                     sys.stderr.write("avsmd: SIGHUP ignored: config.yaml is read once, at start;"
@@ -10124,8 +10077,8 @@ class Daemon:
                     log(self.debug, "avsmd", f"signal {signum}: stopping")
                     self.begin_stop(signal.Signals(signum).name)
             self.signals = []
-            self.notifier.poll(time.monotonic())
-            if self.warden.pidfd is None and self.warden.proc.poll() is not None:
+            self.notifier.poll()
+            if self.warden.pidfd is None:     # no pidfd to wake the loop: poll
                 self.ended(self.warden)
             now = time.monotonic()
             for kept, start in ((self.warden, self.start_warden), (self.roles, self.start_roles)):
@@ -10157,7 +10110,7 @@ class Daemon:
                 os.kill(self.roles.pid, 15)
                 os.waitpid(self.roles.pid, 0)
         self.from_warden()
-        self.groups.end_all()
+        self.end_groups()
         self.clients.close(remove=False)
         # the stop's notice told, and any failure written, before `stop`
         self.notifier.finish(self.stop_deadline)
@@ -10169,17 +10122,6 @@ class Daemon:
             self.clients.close(remove=True)
         self.ledger.close()
         return self.exit_code
-
-
-def become_nobody():
-    """Under root, drop to the user nobody (KEYS-06); otherwise stay who we are."""
-    if os.getuid() != 0:
-        return
-    import pwd
-    nobody = pwd.getpwnam("nobody")
-    os.setgroups([])
-    os.setgid(nobody.pw_gid)
-    os.setuid(nobody.pw_uid)
 
 
 def run_roles(channel):
