@@ -1666,7 +1666,9 @@ def parse_config(text, source="config.yaml"):
     cfg["research"] = c.text(doc.get("research"), ("research",), "research", required=False)
     cfg["notify"] = parse_notify(c, doc.get("notify"))
     cfg["metrics"] = parse_metrics(c, doc.get("metrics"))
-    cfg["page"] = parse_page(c, doc.get("page"))
+    cfg["page"] = parse_written(
+        c, doc.get("page"), "page", "path", PAGE_EXAMPLE, PAGE_EVERY,
+        "a web server serves or a browser opens, as /var/www/html/avsm.html")
     cfg["ledger"] = parse_ledger(c, doc.get("ledger"))
     cfg["checkpoint"] = parse_checkpoint_config(c, doc.get("checkpoint"))
     size = len(json.dumps(cfg))
@@ -1789,12 +1791,6 @@ def parse_metrics(c, value):
     return spec
 
 
-def parse_page(c, value):
-    """page ::= {path: PATH, every: DURATION}      (PATH absolute)"""
-    return parse_written(c, value, "page", "path", PAGE_EXAMPLE, PAGE_EVERY,
-                         "a web server serves or a browser opens, as /var/www/html/avsm.html")
-
-
 LEDGER_EXAMPLE = "ledger: {rotate: 1d, keep: 90d}"
 SIZE_UNITS = {"K": 1 << 10, "M": 1 << 20, "G": 1 << 30}
 
@@ -1825,7 +1821,6 @@ def parse_ledger(c, value):
 
 
 def describe_ledger(spec):
-    """What avsmd -t says of ledger:."""
     if spec is None:
         return (f"ledger: never rotated; ledger.db grows for as long as the home lives (set one in"
                 f" config.yaml, as {LEDGER_EXAMPLE})")
@@ -2238,14 +2233,14 @@ RECORD_KINDS = {
         ("world", "measured", "ok note", "report"),
         ("self.start", "measured", "pid", ""),
         ("self.stop", "measured", "pid", ""),
-        ("self.ledger", "measured", "", "deleted"),     # deleted: a closed file keep: let go
+        ("self.ledger", "measured", "", "deleted"),     # deleted: a closed file, by keep:
         ("self.restart", "measured", "process restart_in", ""),
         ("self.sweep", "measured", "groups", ""),
         ("self.cut", "measured", "before backup", ""),
         # the notify command failed (once a stretch), or works again
         ("self.notify", "measured", "ok failed", "status note notice"),
         ("self.metrics", "measured", "ok failed textfile", "note"),  # its textfile failed, or works
-        # the fold to seq, kept in a file; with file and hash, the first of a ledger.db rotated
+        # the fold to seq, kept in a file; file and hash: the first record after a rotation
         ("self.snapshot", "measured", "seq sha256 code", "file hash"),
     )
 }
@@ -2501,9 +2496,7 @@ class Ledger:
             name = f"{db.execute('SELECT min(seq) FROM records').fetchone()[0]:012d}-{seq:012d}.db"
             closed = os.path.join(os.path.dirname(self.path), "ledgers", name)
             text = canonical(first_record(name, (seq, prev)))
-            with contextlib.suppress(FileNotFoundError):
-                os.remove(new)
-            os.close(os.open(new, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o600))
+            os.close(os.open(new, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o600))
             with contextlib.closing(sqlite3.connect(new, isolation_level=None)) as fresh:
                 fresh.execute("PRAGMA synchronous=FULL")
                 fresh.execute(LEDGER_TABLE)
@@ -2577,7 +2570,7 @@ def open_ledger_ro(path):
         time.sleep(0.1)
 
 
-# ---- rotation: closed files, HOME/ledgers/FIRST-LAST.db, read as one ledger with ledger.db ----
+# ---- rotation: the closed files of HOME/ledgers, read with ledger.db as one ----
 CLOSED_NAME = r"([0-9]{12})-([0-9]{12})\.db"
 
 
@@ -2591,8 +2584,7 @@ def closed_files(home):
 
 def say_moved(first, last, home):
     sys.stderr.write(f"avsm: records #{first} to #{last} are in a closed ledger file that is not in"
-                     f" {home}/ledgers (each there is named FIRST-LAST.db by the seqs it holds):"
-                     " they are left out; put the file back there to read them\n")
+                     f" {home}/ledgers: they are left out; put the file back there to read them\n")
 
 
 def ledger_parts(db, since=0, upto=None, gap=say_moved):
@@ -2646,7 +2638,7 @@ def ledger_rows(db, sql, args=(), since=0, upto=None):
 def first_seq_at(db, at, top):
     """Return the seq of the first record written at or after unix time `at`, or top + 1."""
     # min(seq + 0): SQLite answers min(seq) by walking the rowids from the first, past older records
-    for part in ledger_parts(db, gap=lambda *_: None):
+    for part in ledger_parts(db):
         seq = part.execute("SELECT min(seq + 0) FROM records WHERE at >= ?", (at,)).fetchone()[0]
         if seq is not None:
             return seq
@@ -5627,8 +5619,8 @@ def rotated_record(record, name, head):
     """The first record of a new ledger.db: the snapshot `record` of the fold to the closed file's
     last record, naming the file and that record's hash."""
     return dict(record, file=name, hash=head[1], summary=(
-        f"ledger.db goes on from ledgers/{name}, whose last record is #{head[0]}"
-        f" ({head[1][:16]}); the fold to it is kept in snapshots/{head[0]:012d}.json"))
+        f"ledger.db goes on from ledgers/{name}, its last record #{head[0]} ({head[1][:16]}); the"
+        f" fold to it: snapshots/{head[0]:012d}.json"))
 
 
 def files_let_go(spec, closed, checkpoint, now):
@@ -8641,7 +8633,7 @@ def snapshot_records(db):
 
 
 def tried_snapshots(db):
-    """The snapshot records a start tries: the SNAPSHOTS_KEPT newest, and a rotated file's first."""
+    """The snapshot records a start tries: the newest, and a rotated file's first."""
     records = snapshot_records(db)
     return records[:SNAPSHOTS_KEPT] + records[SNAPSHOTS_KEPT:][-1:]
 
@@ -8984,7 +8976,6 @@ class Warden:
             sys.stderr.write(f"avsmd: ledger.db could not be rotated into {self.home}/ledgers:"
                              f" {err}; tried again in {LEDGER_RETRY} s\n")
             return None
-        self.snapshots.seq = seq
         return seq
 
     def do_rotate(self, args, err):
@@ -13597,10 +13588,9 @@ def compare_snapshots(home, found, snapshots, folds):
     """Each snapshot must be the ledger's own fold to its seq (65)."""
     for seq, snapshot in sorted(snapshots.items()):
         path = snapshot_path(home, seq)
-        if seq not in folds:
-            found.note(f"snapshot #{seq} ({path}) is not compared: the records it folds are in a"
-                       " closed ledger file that is not there")
-        elif folds[seq].encode() == snapshot:
+        if seq not in folds:        # folded in a closed file not there: doctor_closed says so
+            continue
+        if folds[seq].encode() == snapshot:
             found.ok(f"snapshot #{seq} ({path}) is the ledger's fold to #{seq}")
         else:
             found.fail(EX_DATAERR, f"snapshot #{seq} ({path}) is not the ledger's fold to #{seq}",
@@ -13810,8 +13800,7 @@ def doctor_checkpoints(home, found, kept, own, scan, db, trust):
                 "restore the ledger from a backup that holds them")
         elif got is None and any(lo <= c.seq <= hi for lo, hi in scan.gaps):
             said = (f"checkpoint {name} is of #{c.seq}, which is in a closed ledger file that is"
-                    f" not in {home}/ledgers (each there is named FIRST-LAST.db by the seqs it"
-                    " holds)")
+                    f" not in {home}/ledgers")
             if (name, c) in vouched + moved:    # the home's own, of a file keep: let go
                 found.note(said + ": not checked")
             else:
