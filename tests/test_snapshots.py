@@ -228,16 +228,23 @@ def test_a_start_writes_a_snapshot_and_the_next_folds_from_it(bindir, workdir):
     assert av.stop()[0] == 0
 
 
+def started_once(bindir, workdir):
+    """A built home that avsmd started on and stopped, so that it wrote one snapshot: (home, the Avsm, (the
+    snapshot record's seq, the record))."""
+    home = built_home(workdir)
+    av = Avsm(bindir, home)
+    av.start()
+    assert av.stop()[0] == 0
+    [snapshot] = ledger_rows(home, "snapshot")
+    return home, av, snapshot
+
+
 def test_a_changed_snapshot_is_ignored_and_doctor_fails_on_it(bindir, workdir):
     """Issue 33 item 1: a snapshot whose bytes were changed (a venture's pause flipped in it) is ignored at start
     with one line on stderr, and the fold starts from the first record, so the venture still runs (and `avsm
     status` with avsmd stopped says the same); doctor fails 65 naming the snapshot's seq and file and the fix.
     Before: nothing read or checked a snapshot."""
-    home = built_home(workdir)
-    av = Avsm(bindir, home)
-    av.start()
-    assert av.stop()[0] == 0
-    [(at, record)] = ledger_rows(home, "snapshot")
+    home, av, (at, record) = started_once(bindir, workdir)
     path = avsm.snapshot_path(home, record["seq"])
     with open(path) as fh:
         text = fh.read()
@@ -261,11 +268,7 @@ def test_doctor_fails_on_a_snapshot_that_is_not_the_fold(bindir, workdir):
     """Issue 33 item 1: a snapshot whose bytes hash to its record but whose state is not the ledger's fold to its
     seq (a venture's approvals changed, and a record of the changed file's sha256 appended) is 65 in doctor, naming
     the snapshot and the fix; the fold itself is what doctor compares with."""
-    home = built_home(workdir)
-    av = Avsm(bindir, home)
-    av.start()
-    assert av.stop()[0] == 0
-    [(_, record)] = ledger_rows(home, "snapshot")
+    home, av, (_, record) = started_once(bindir, workdir)
     path = avsm.snapshot_path(home, record["seq"])
     with open(path) as fh:
         states, counted = avsm.states_of(fh.read())
@@ -289,11 +292,7 @@ def test_a_start_checks_the_chain_from_its_snapshot_and_doctor_checks_all(bindir
     the chain: a record after it that does not chain stops avsmd (65, named), as before; one before it is read by
     no start, and doctor, which reads the whole ledger, names it (65). Before: every start read every record."""
     from test_doctor import tamper
-    home = built_home(workdir)
-    av = Avsm(bindir, home)
-    av.start()
-    assert av.stop()[0] == 0
-    [(at, record)] = ledger_rows(home, "snapshot")
+    home, av, (at, record) = started_once(bindir, workdir)
     tamper(home, 10, '"count = ', '"count: ')
     av.start()
     assert av.stop()[0] == 0
@@ -310,11 +309,7 @@ def test_a_snapshot_that_is_no_regular_file_is_passed_over_not_read(bindir, work
     link to /dev/zero (which never ends) is passed over at start, with one line, for the first record, and
     doctor notes it is not compared, without hanging. Before: the start waited on the FIFO, or read /dev/zero until memory
     ran out."""
-    home = built_home(workdir)
-    av = Avsm(bindir, home)
-    av.start()
-    assert av.stop()[0] == 0
-    [(at, record)] = ledger_rows(home, "snapshot")
+    home, av, (at, record) = started_once(bindir, workdir)
     path = avsm.snapshot_path(home, record["seq"])
     os.unlink(path)
     if kind == "fifo":
