@@ -36,10 +36,11 @@ Sections
           ratchet_rule, world_rule
        8. VentureState, a model's words, notices, summaries
     9. effects: processes, process groups, the groups journal, the socket wire
-    10. the warden, its parts one room each
-    11. avsmd and the roles process
-    12. client commands     13. chart, doctor and status, from the ledger alone
-    14. main and the argv[0] dispatch
+    10. the warden's rooms  11. the warden: its files, its loop, carry_out
+    12. avsmd and the roles process     13. client commands
+    14. other hosts over OpenSSH        15. avsmd -t, avsm try, avsm link
+    16-18. from the ledger alone: chart, doctor, the status lines and the page
+    19. main and the argv[0] dispatch
 """
 
 import collections
@@ -5496,7 +5497,7 @@ class History:
         return list(self) == list(other)
 
 
-# ---- snapshots: the fold kept at a seq (section 10 writes them) ----
+# ---- snapshots: the fold kept at a seq (section 11 writes them) ----
 # Each field of a VentureState but its parsed mandate, as JSON whose objects are each one tag:
 # {":": [[key, value], ...]} a dict, {"tuple": [...]}, {"set": [...]}, {"History": [...]}, ...
 SNAPSHOT_TYPES = {":": dict, **{t.__name__: t for t in (tuple, set, frozenset, History)}}
@@ -7848,10 +7849,9 @@ def read_json_adapter(name, reading, url, key):
 
 
 # =============================================================================
-# 10. The warden
-# The only process that acts, in rooms: each part owns one kind of state and is
-# handed only what it uses. The warden keeps the loop, tick and carry_out, and
-# answers requests; the kernel's rules decide, the warden carries them out.
+# 10. The warden's rooms
+# The only process that acts, in rooms: each part owns one kind of state, is
+# handed only what it uses, and returns the kernel's intents; none writes.
 # =============================================================================
 
 # seconds a group commit stays open across wake-ups: at 500 reports a second, 25 a sync
@@ -8534,6 +8534,12 @@ class Decisions:
                 d.lines.append(f"#{done} refusal: {intent.record['why']}")
             if done:
                 written.append(done)
+
+
+# =============================================================================
+# 11. The warden: the files it keeps beside the ledger, its loop and carry_out
+# It answers requests; the kernel's rules decide, the warden carries them out.
+# =============================================================================
 
 
 class Checkpoints:
@@ -9476,7 +9482,7 @@ def run_warden(home, fd, debug):
 
 
 # =============================================================================
-# 11. avsmd and the roles process
+# 12. avsmd and the roles process
 # avsmd holds the lock and the socket, starts and restarts the warden and the
 # roles process, and ends every group the warden reported; it never acts.
 # =============================================================================
@@ -10143,9 +10149,9 @@ def run_roles(channel):
 
 
 # =============================================================================
-# 12. Client commands
-# One function per `avsm` verb, other hosts over ssh, and avsmd -t's tests. They
-# talk to avsmd over `sock`, or read the ledger read-only; only main() exits.
+# 13. Client commands
+# One function per `avsm` verb. They talk to avsmd over `sock`, or read the
+# ledger read-only; only main() exits.
 # =============================================================================
 
 CLIENT_USAGE = """usage: avsm [--home DIR | --host [USER@]HOST[:HOME]] COMMAND [ARGS]
@@ -11099,7 +11105,9 @@ def describe_call(record):
     return "; ".join(words)
 
 
-# ---- other hosts, over OpenSSH: the bridge, avsm --host, avsm fleet ----
+# =============================================================================
+# 14. Other hosts, over OpenSSH: the bridge, avsm --host, avsm fleet, the witness
+# =============================================================================
 # avsm listens on nothing but its socket (DESIGN: no listener): `avsm --host H VERB` runs VERB
 # through ssh and the bridge there, which an ssh key names as its forced command.
 
@@ -12137,7 +12145,9 @@ def adopted_mandates(home):
     return [tuple(v) for v in ventures.values()]
 
 
-# ---- avsmd -t: the config and the ventures, tested ----
+# =============================================================================
+# 15. avsmd -t: the config and the ventures, tested; avsm try and avsm link
+# =============================================================================
 
 def test_config(home, cfg, path):
     """avsmd -t: the config and every adopted mandate, re-read; 78 when one does not hold."""
@@ -12570,8 +12580,7 @@ def cmd_link(home, args):
 
 
 # =============================================================================
-# 13. Read from the ledger alone: chart, doctor, the status lines
-# The client commands that need no avsmd, and the text of a venture's status.
+# 16. Read from the ledger alone: avsm chart
 # =============================================================================
 
 # ---- avsm chart ----
@@ -13235,7 +13244,9 @@ def chart_legend(trusted, apart, actions, asks, ended, shown, bottom, top, lever
     return parts + ["</g>"], CHART_HEIGHT + 18 * row
 
 
-# ---- avsm doctor ----
+# =============================================================================
+# 17. Read from the ledger alone: avsm doctor
+# =============================================================================
 
 DRIFT_LINES = 12         # lines of a mandate's diff shown at most by avsmd -t and doctor
 
@@ -14178,7 +14189,9 @@ def doctor_cut(home, seq):
     return EX_OK
 
 
-# ---- the metric at a glance (issue 14 item 4) ----
+# =============================================================================
+# 18. Read from the ledger alone: the status lines, the figures, the page
+# =============================================================================
 # `avsm status` is one line per venture first, as `supervisorctl status` and `monit summary` are.
 # Pure: states and `now` in, lines out, so the warden and a client reading the ledger with avsmd
 # stopped print the same view.
@@ -14686,7 +14699,7 @@ def page_html(hosts, now):
 
 
 # =============================================================================
-# 14. main and the argv[0] dispatch
+# 19. main and the argv[0] dispatch
 # Which program and verb runs: the client's verbs, avsmd's options, the programs
 # avsmd starts; main is the only place that exits (a Fail: `avsm: message`).
 # =============================================================================
