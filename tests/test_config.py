@@ -49,7 +49,7 @@ def test_defaults(text):
 
 def test_readme_backends():
     """MODEL-04..08, ESC-07, CONFIG-04: the README's config with four backends; anthropic and openai are off-box,
-    a command backend is not unless it says so."""
+    a command backend is not unless it says so. MODEL-08: the command backend takes run, offbox left out."""
     cfg = avsm.parse_config(README_CONFIG, "c.yaml")
     assert cfg["nightly"] == "03:00"
     assert cfg["default"] == "anthropic"
@@ -64,7 +64,7 @@ def test_readme_backends():
 
 
 def test_readme_escalate():
-    """ESC-01, ESC-07, EXAMPLE-06, CONFIG-09: `escalate:` names a command backend flagged off-box."""
+    """ESC-01, ESC-07, EXAMPLE-06, CONFIG-09, MODEL-08: `escalate:` names a command backend flagged off-box."""
     cfg = avsm.parse_config(README_ESCALATE, "c.yaml")
     assert cfg["escalate"] == "claude"
     assert cfg["backends"]["claude"]["offbox"] is True
@@ -122,6 +122,12 @@ REFUSALS = [
      ["unknown key 'version'"], "MODEL-07, issue 12"),
     ("backend-kind", "backends:\n  a: {kind: gemini, model: m}\n", "2:3",
      ["needs kind: anthropic, openai or command"], "MODEL-05"),
+    ("command-without-run", "backends:\n  c: {kind: command, offbox: true}\n", "2:3",
+     ["backend 'c' has no 'run'", "a command backend says run"], "MODEL-08"),
+    ("command-with-model", "backends:\n  c: {kind: command, run: /opt/mine/classify, model: m}\n", "2:47",
+     ["unknown key 'model' in a command backend"], "MODEL-08"),
+    ("command-offbox-not-a-boolean", "backends:\n  c: {kind: command, run: /opt/mine/classify, offbox: maybe}\n",
+     "2:47", ["offbox must be true or false"], "MODEL-08"),
     ("openai-without-url", "backends:\n  a: {kind: openai, model: m}\n", "2:3",
      ["has no 'url'"], "MODEL-07"),
     ("nightly-not-a-time", "nightly: 3am\n", "1:1",

@@ -165,6 +165,28 @@ def test_default_home_is_under_xdg_state_home(bindir, workdir):
     assert os.path.join(workdir, "h", ".local", "state", "avsmd") + " " in unset.stderr, unset.stderr
 
 
+MACOS_CLIENT = """import sys
+sys.platform = "darwin"                 # avsm as it imports on macOS
+sys.path.insert(0, {root!r})
+sys.argv = ["avsm", "status"]
+import avsm
+print(avsm.resolve_home(None))
+sys.exit(avsm.main())
+"""
+
+
+def test_default_home_on_macos(workdir):
+    """On macOS (sys.platform darwin) the default home is ~/Library/Application Support/avsmd, even with
+    XDG_STATE_HOME set: the client looks for avsmd there, and says so when none answers. HOME-02 HOME-01"""
+    env = {k: v for k, v in os.environ.items() if k != "AVSMD_HOME"}
+    env.update(HOME=os.path.join(workdir, "u"), XDG_STATE_HOME=os.path.join(workdir, "st"))
+    run = subprocess.run([sys.executable, "-S", "-c", MACOS_CLIENT.format(root=ROOT)], env=env,
+                         capture_output=True, text=True, timeout=30)
+    home = os.path.join(workdir, "u", "Library", "Application Support", "avsmd")
+    assert run.stdout.splitlines() == [home], run.stdout + run.stderr
+    assert run.returncode == 69 and f"{home} does not exist" in run.stderr, run.stderr
+
+
 def test_verbose_diagnostics_go_to_standard_error(av, workdir):
     """avsmd -d writes what it does to standard error: the warden it starts, the programs the warden starts
     and each record; without -d it writes none of that. CLI-06"""

@@ -30,6 +30,37 @@ def test_judge_effect(expects, r0, after, steps, verdict):
     assert avsm.judge_effect(expects, r0, after, steps)[0] == verdict
 
 
+FLAT = [1, -1, 1, -1, 1, -1]                # no drift, noise 1: the bar after n reports is 2 * sqrt(n)
+RISING = [5, 5, 4, 6, 5, 5]                 # drift 5 a report, noise 0.58
+
+
+@pytest.mark.parametrize("expects, r0, after, steps, verdict", [
+    (("down", None, 2), 10, [10, 0], FLAT, "hit"),                # the count-th report moved 10
+    (("down", None, 2), 10, [0, 10], FLAT, "waiting"),            # only the first did: no effect at the count-th
+    (("down", None, 2), 100, [104, 105], RISING, "hit"),          # a rise of 5 where the drift alone gives 10
+    (("up", None, 2), 100, [105, 110, 115, 120], RISING, "miss"),  # a rise that is only the drift
+])
+def test_the_count_th_report_against_the_reading_before_net_of_drift(expects, r0, after, steps, verdict):
+    """EFFECT-05, open point 36: the verdict compares the count-th trusted report after the run with the
+    last reading before it, net of the metric's own drift: not the first report, and not the raw change."""
+    assert avsm.judge_effect(expects, r0, after, steps)[0] == verdict
+
+
+NOISY = [2, -2, 2, -2, 2, -2, 2, -2]        # no drift, noise 2: the bar after one report is 4
+
+
+@pytest.mark.parametrize("after, verdict", [
+    ([15], "hit"),                  # 5 up, beyond the noise
+    ([1010], "hit"),                # any size beyond the noise: without a size none is the wrong size
+    ([13, 13], "miss"),             # 3 up, within the noise: not the effect
+    ([5, 5], "miss"),               # the wrong way
+])
+def test_without_a_size_any_move_beyond_the_noise_is_the_effect(after, verdict):
+    """EFFECT-10, open point 36: `up within 1` with no size on a metric of noise 2: a move the right way
+    beyond the noise counts as the effect whatever its size; one within the noise or the wrong way does not."""
+    assert avsm.judge_effect(("up", None, 1), 10, after, NOISY)[0] == verdict
+
+
 def test_absence_of_evidence_is_not_a_miss():
     """EFFECT-12: with no trusted report after the run there is no verdict but waiting."""
     assert avsm.judge_effect(("up", None, 3), 5, [], STEADY)[0] == "waiting"

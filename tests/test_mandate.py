@@ -106,7 +106,8 @@ def parse_in_dir(tmp_path, mandate, programs):
 
 
 def test_counter(tmp_path):
-    """MANDATE-02..06, CTRL-02, LEVER-01, LEVER-03, LEVER-16, EXAMPLE-01: the README's counter mandate."""
+    """MANDATE-02, MANDATE-03 (its purpose), MANDATE-04..06, CTRL-02, LEVER-01, LEVER-03, LEVER-16, EXAMPLE-01:
+    the README's counter mandate."""
     m = parse_in_dir(tmp_path, COUNTER, ["report", "reset"])
     assert m["purpose"] == "Keep the counter below ten."
     assert m["metric"] == "count"
@@ -116,6 +117,17 @@ def test_counter(tmp_path):
     reset = m["levers"]["reset"]
     assert (reset["run"], reset["cap"], reset["reversible"], reset["delegated"]) == ("./reset", (60, 3600), True, False)
     assert m["forbidden"] == ["rm"]
+
+
+@pytest.mark.parametrize("written, kept", [
+    ('"Keep the counter below ten: it\'s a toy, café, #1 of 3."', "Keep the counter below ten: it's a toy, café, #1 of 3."),
+    (">\n  Keep the counter\n  below ten.", "Keep the counter below ten."),
+])
+def test_purpose_is_free_text(written, kept):
+    """MANDATE-03: `purpose` holds a statement in free text, kept as written (a colon, an apostrophe, a comma,
+    a `#`, letters past ASCII, a folded block); what is not text is refused (REFUSALS below)."""
+    text = f"purpose: {written}\nmetric: count\n{CTL}cadence: 10s\npermitted:\n{RESET}"
+    assert avsm.parse_mandate(text, "m.yaml")["purpose"] == kept
 
 
 def test_counter_example_directory_parses():
@@ -214,6 +226,15 @@ REFUSALS = [
     ("missing-purpose",
      "metric: count\n" + CTL + "cadence: 10s\npermitted:\n" + RESET,
      "1:1", ["no 'purpose'"], "open point 22"),
+    ("purpose-a-number",
+     "purpose: 42\nmetric: count\n" + CTL + "cadence: 10s\npermitted:\n" + RESET,
+     "1:1", ["purpose must be text"], "MANDATE-03"),
+    ("purpose-a-list",
+     "purpose: [keep, it, low]\nmetric: count\n" + CTL + "cadence: 10s\npermitted:\n" + RESET,
+     "1:1", ["purpose must be text"], "MANDATE-03"),
+    ("purpose-empty",
+     'purpose: "  "\nmetric: count\n' + CTL + "cadence: 10s\npermitted:\n" + RESET,
+     "1:1", ["purpose must be text"], "MANDATE-03"),
     ("action-not-permitted",
      HEAD + "controller: {kind: threshold, above: 10, action: rm}\ncadence: 10s\npermitted:\n" + RESET,
      "3:42", ["'rm' is not a permitted lever", "permit it under permitted:"], "CTRL-03"),

@@ -409,8 +409,8 @@ def test_content_waits_for_a_person_and_runs_exactly(av, replies):
 
 def test_classifier_answers_one_word(av, replies):
     """A classifier answers one word: nothing, ask, a permitted lever (which the gate judges as any
-    proposal), or it is unusable; without escalate: an unusable reply changes nothing else.
-    MODEL-20 MODEL-22 ESC-06"""
+    proposal), or it is unusable; without escalate: an unusable reply changes nothing else. The classifier
+    venture's choice is handed to its own backend (cls), which answers one word. CTRL-10 MODEL-20 MODEL-22 ESC-06"""
     _, cls, _, c = replies
     cls.reply("nothing\n")
     _, new = decide(av, "c")
@@ -1850,3 +1850,46 @@ def test_a_skipped_nightly_runs_at_the_first_minute_after_the_gap():
 def avsm_module():
     import avsm
     return avsm
+
+
+NIGHTLY_CONFIG = """nightly: "{hhmm}"
+default: mine
+backends:
+  mine: {{kind: command, run: {mine}}}
+  cls: {{kind: command, run: {cls}}}
+"""
+
+
+def test_the_nightly_call_hands_the_choice_to_the_backend_once(av, workdir):
+    """At the nightly time avsmd hands the choice of a `kind: model` venture (and of a classifier) to its
+    backend, with no `avsm decide`: each backend is called once, its reply is a proposal `by: nightly`, and no
+    second call follows (the next is a day later). avsmd's local clock is set by a TZ some seconds ahead of
+    UTC, so that its next whole minute, the nightly time, comes 4 s after its start (started again, with a new
+    time, when the setup took longer than that). CTRL-09 MODEL-01 MODEL-02"""
+    mine, cls = Backend(workdir, "mine"), Backend(workdir, "cls")
+    mine.reply_json({"choice": "nothing", "reason": "the night is quiet"})
+    cls.reply("nothing\n")
+    m = venture(workdir, "m", REPLIES, lower=None, refund=None, announce=None)
+    c = venture(workdir, "c", CLASSIFIED, lower=None, refund=None)
+    for _ in range(3):
+        at = int(time.time()) + 4                   # the nightly call, in unix time
+        ahead = -at % 60                            # local = UTC + ahead: `at` is a whole local minute
+        av.env["TZ"] = f"AVT-0:00:{ahead:02d}"      # POSIX: a zone `ahead` seconds east of UTC
+        setup_home(av, NIGHTLY_CONFIG.format(hhmm=time.strftime("%H:%M", time.gmtime(at + ahead)),
+                                             mine=mine.run, cls=cls.run))
+        av.start()
+        add(av, m)
+        add(av, c)
+        if time.time() < at - 0.5:
+            break
+        assert av.stop()[0] == 0                    # too slow to be ready before the nightly time: again
+    else:
+        raise AssertionError("avsmd and two ventures took over 3.5 s to set up, three times")
+    assert mine.calls() == 0 and cls.calls() == 0          # nothing before the nightly time
+    recs = av.wait_for(lambda rs: len(of(rs, "proposal")) >= 2 and rs, timeout=at - time.time() + 10,
+                       what="the nightly proposals")
+    proposals = {r["venture"]: (r["by"], r["choice"], r["backend"]) for _, r in of(recs, "proposal")}
+    assert proposals == {"m": ("nightly", "nothing", "mine"), "c": ("nightly", "nothing", "cls")}, proposals
+    assert min(t for _, t, r in av.records() if r["kind"] == "proposal") >= at - 1
+    time.sleep(1.5)
+    assert mine.calls() == 1 and cls.calls() == 1 and len(of(av.records(), "proposal")) == 2

@@ -145,7 +145,7 @@ permitted:
 
 
 def test_research_keeps_inferred_facts_with_their_source(av, workdir):
-    """LEVER-17..19, open point 46: the question goes to the config's research command as {"venture",
+    """LEVER-17..19, CONFIG-08, open point 46: the question goes to the config's research command as {"venture",
     "question"}; each {"fact", "source"} line comes back as an inferred fact record; no provider is built in."""
     seen = os.path.join(workdir, "asked.json")
     command = write(os.path.join(workdir, "researcher"),
