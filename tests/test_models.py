@@ -1651,6 +1651,89 @@ def test_escalation_to_an_offbox_backend_needs_escalate_offbox(av, workdir):
     assert new[1][1]["to"] == "far" and new[2][1]["reason"] == "from far"
 
 
+CLAUDE_EXAMPLE = os.path.join(ROOT, "examples", "backends", "claude")
+FAKE_CLAUDE = """#!/bin/sh
+d={d}
+n=$(cat $d/n 2>/dev/null || echo 0); n=$((n+1)); echo $n > $d/n
+{python} -c 'import json, sys; print(json.dumps(sys.argv[1:]))' "$@" > $d/argv.$n
+cat > $d/stdin.$n
+if [ -f $d/fail ]; then echo 'usage limit reached' >&2; exit 3; fi
+printf 'Let me think.\\n\\n{{"choice": "nothing", "reason": "from claude"}}\\n\\n'
+"""
+
+
+def fake_claude(root):
+    """A `claude` on a PATH of its own: it keeps its arguments (argv.n) and standard input (stdin.n) and
+    prints some words, then a reply, then a blank line."""
+    d = os.path.join(root, "fake-claude")
+    write(os.path.join(d, "claude"), FAKE_CLAUDE.format(d=d, python=sys.executable), 0o755)
+    return d
+
+
+def after(argv, flag):
+    return argv[argv.index(flag) + 1] if flag in argv else None
+
+
+def test_the_claude_example_runs_claude_p_safely_with_no_tools(workdir):
+    """examples/backends/claude, run as avsm runs a command backend: one JSON object in, the system text goes to
+    `claude -p` as its system prompt and the user text on its standard input; no tool (--tools ""), no MCP
+    server but none (--strict-mcp-config), plan permission mode; on sonnet unless AVSM_ESCALATE_MODEL names
+    another; the reply is claude's last non-empty line, one line. Without claude on the PATH, or when claude
+    fails, it fails and says why. EXAMPLE-05 MODEL-10"""
+    d = fake_claude(workdir)
+    request = json.dumps({"backend": "claude", "system": "SYSTEM-TEXT 1", "user": "USER-TEXT\nline 2\n"})
+    env = {k: v for k, v in os.environ.items() if k != "AVSM_ESCALATE_MODEL"}
+    path = d + os.pathsep + os.path.dirname(sys.executable) + os.pathsep + "/usr/bin:/bin"
+
+    def ask(**extra):
+        return subprocess.run([CLAUDE_EXAMPLE], input=request, capture_output=True, text=True, timeout=30,
+                              env=dict(env, PATH=path, **extra))
+    assert os.access(CLAUDE_EXAMPLE, os.X_OK)
+    run = ask()
+    assert run.returncode == 0 and run.stdout == '{"choice": "nothing", "reason": "from claude"}\n', run
+    argv = json.loads(open(os.path.join(d, "argv.1")).read())
+    assert argv[0] == "-p" and after(argv, "--model") == "sonnet", argv
+    assert after(argv, "--tools") == "" and "--strict-mcp-config" in argv, argv
+    assert after(argv, "--permission-mode") == "plan" and after(argv, "--system-prompt") == "SYSTEM-TEXT 1", argv
+    assert "--dangerously-skip-permissions" not in argv and "--allowedTools" not in argv, argv
+    assert open(os.path.join(d, "stdin.1")).read() == "USER-TEXT\nline 2\n"
+    assert ask(AVSM_ESCALATE_MODEL="opus").returncode == 0
+    assert after(json.loads(open(os.path.join(d, "argv.2")).read()), "--model") == "opus"
+    write(os.path.join(d, "fail"), "")
+    failed = ask()
+    assert failed.returncode == 3 and "usage limit reached" in failed.stderr and failed.stdout == ""
+    bare = os.path.join(workdir, "bare")                   # a PATH with python3 and no claude
+    os.makedirs(bare)
+    os.symlink(sys.executable, os.path.join(bare, "python3"))
+    gone = subprocess.run([CLAUDE_EXAMPLE], input=request, capture_output=True, text=True, timeout=30,
+                          env=dict(env, PATH=bare))
+    assert gone.returncode == 69 and "the claude CLI is not on PATH" in gone.stderr, gone
+
+
+def test_the_claude_example_is_a_ready_escalation_backend(av, workdir):
+    """The README's escalation config, `escalate: claude` with `claude: {kind: command, run:
+    .../examples/backends/claude, offbox: true}`, on a real avsmd with `claude` on its PATH: the first backend's
+    unusable reply is escalated to it for a venture with `escalate: offbox`, and claude's answer comes back as
+    the second opinion's proposal. EXAMPLE-05 EXAMPLE-06 ESC-01 ESC-07"""
+    first = Backend(workdir, "first")
+    claude = fake_claude(workdir)
+    av.env["PATH"] = claude + os.pathsep + av.env.get("PATH", "")
+    av.env.pop("AVSM_ESCALATE_MODEL", None)
+    setup_home(av, "nightly: never\ndefault: first\nescalate: claude\nbackends:\n"
+                   f"  first: {{kind: command, run: {first.run}}}\n"
+                   f"  claude: {{ kind: command, run: {CLAUDE_EXAMPLE}, offbox: true }}\n")
+    d = venture(workdir, "wide", offbox(), lower=None)
+    av.start()
+    add(av, d)
+    first.reply("not JSON at all\n")
+    _, new = decide(av, "wide")
+    assert kinds(new) == ["unusable", "escalation", "proposal", "answer"], new
+    assert new[1][1]["to"] == "claude"
+    assert (new[2][1]["backend"], new[2][1]["reason"], new[2][1]["claim"]) == ("claude", "from claude", "inferred")
+    sent = open(os.path.join(claude, "stdin.1")).read()
+    assert sent == first.request()["user"] and "venture: wide" in sent
+
+
 # ---- 7. content: diff, file, propose, approve --edit ------------------------------------
 
 CONTENT = """purpose: Keep the docs right.
