@@ -330,7 +330,9 @@ def test_config_change_is_noticed_by_add(av, workdir):
 
 def test_counter_example_resets_with_proof(bindir, home, workdir):
     """The README's counter: report climbs, past 10 the reset runs, with an action whose proof cites only
-    measured and declared records, and `avsm why` re-checks it. EXAMPLE-01..03 CTRL-02 PROOF-02..05 LEVER-12"""
+    measured and declared records, and `avsm why` re-checks it; the count rises by one a report, a report every
+    10 s (the rest of EXAMPLE-03, over an hour: test_kernel_rules). EXAMPLE-01 EXAMPLE-02 EXAMPLE-03 CTRL-02
+    PROOF-02..05 LEVER-12"""
     d = os.path.join(workdir, "counter")
     shutil.copytree(os.path.join(ROOT, "examples", "counter"), d)
     tmp = os.path.join(workdir, "t")
@@ -345,6 +347,8 @@ def test_counter_example_resets_with_proof(bindir, home, workdir):
         recs = a.wait_for(lambda rs: of(rs, "outcome") and rs, timeout=25, what="the reset's outcome")
         reports = [r["value"] for _, r in of(recs, "report")]
         assert reports[:2] == [10, 11]
+        times = [at for _, at, r in recs if r["kind"] == "report"]
+        assert 9 <= times[1] - times[0] <= 11, times
         (action_seq, action), = of(recs, "action")
         assert action["lever"] == "reset" and action["proof"]["rule"] == "threshold"
         outcome = of(recs, "outcome")[0][1]

@@ -4,6 +4,11 @@ Each rule is a generator of Write / Pause / Gate intents over a venture's state.
 way the warden does, on literal records: a Write or a Pause is folded with the next seq, a Gate is answered
 by the real gate (prove) at `now` and, when it proves the lever, its action is folded too."""
 
+import os
+import shutil
+import subprocess
+import tempfile
+
 import pytest
 
 import avsm
@@ -950,3 +955,81 @@ def test_run_start_record_says_started_or_restarted():
         "kind": "start", "claim": "measured", "venture": V, "pid": 41, "command": "./serve",
         "summary": "run started (pid 41)"}
     assert avsm.run_started(state, 42, True)[0].record["summary"] == "run restarted (pid 42)"
+
+
+def test_the_counter_example_over_an_hour():
+    """EXAMPLE-03 EXAMPLE-02, without waiting an hour: examples/counter's own mandate, one round a cadence on a
+    clock that is given, carried out as the warden does (report_read, round_settled, the gate at the round's
+    time, lever_ran, the reset, its outcome). The first 35 rounds (three resets) run the example's own `report`
+    and `reset` on a fresh count; the rest of the hour a stand-in that does what those were just seen to do
+    (one more a report, 0 at a reset), for speed. The count rises by one each round, a round every 10 s; reset
+    first runs 100 s after the adoption (within two minutes), then every 110 s (about two minutes): 32 resets
+    in the hour's 360 rounds, 33 an hour at that pace, never refused at the cap of 60. Not shown here: avsmd's
+    own scheduling of rounds 10 s apart (test_daemon's counter test sees two reports of a real avsmd 10 s
+    apart)."""
+    examples = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "examples", "counter")
+    with tempfile.TemporaryDirectory(prefix="avx", dir="/tmp") as tmp:
+        d = os.path.join(tmp, "counter")
+        shutil.copytree(examples, d)
+        env = dict(os.environ, TMPDIR=tmp, AVSMD_HOME=os.path.join(tmp, "h"))     # a count of its own
+        path = os.path.join(d, "mandate.yaml")
+        text = open(path).read()
+        state = avsm.VentureState("counter")
+        avsm.fold(state, 1, 0, {"kind": "mandate", "claim": "declared", "venture": "counter", "text": text,
+                                "directory": d, "sha256": "0" * 64, "summary": "mandate adopted"})
+        state.mandate = avsm.parse_mandate(text, path, d)
+        cadence = state.mandate["cadence"]
+        assert cadence == 10
+        seqs = iter(range(2, 10 ** 6))
+        count = [0]                                 # the count as the programs left it: the stand-in's start
+
+        def program(name, k):
+            if k < 35:
+                run = subprocess.run(["./" + name], cwd=d, env=env, capture_output=True, text=True)
+                count[0] = int(run.stdout) if name == "report" else 0
+                return run.returncode, run.stdout
+            count[0] = count[0] + 1 if name == "report" else 0
+            return 0, f"{count[0]}\n"
+
+        def carry_out(intents, now, k):
+            """Answer a Write or a Pause with its seq, a Gate with the gate's verdict at `now` (running the
+            lever it proves, then writing its outcome); return [(seq, record)] written."""
+            result, written = None, []
+            while True:
+                try:
+                    intent = intents.send(result)
+                except StopIteration:
+                    return written
+                if isinstance(intent, (avsm.Write, avsm.Pause)):
+                    result = next(seqs)
+                    avsm.fold(state, result, now, intent.record)
+                    written.append((result, intent.record))
+                    continue
+                assert isinstance(intent, avsm.Gate), intent
+                result = avsm.prove(state, intent.lever, now, intent.basis, trigger=intent.trigger,
+                                    approval=intent.approval, payload=intent.payload, check=intent.check)
+                if result.ok:
+                    written += carry_out(avsm.lever_ran(state, intent.lever, result, intent.summary, intent.by,
+                                                        intent.side, intent.extra), now, k)
+                    seq = written[-1][0]
+                    status, _ = program(intent.lever, k)
+                    written += carry_out(avsm.lever_outcome(state, intent.lever, seq, status, None, 0.01, 600, "",
+                                                            []), now, k)
+                    result = result._replace(action=seq)
+
+        values, resets, refused = [], [], []
+        for k in range(3600 // cadence):
+            now = k * cadence
+            status, out = program("report", k)
+            value = avsm.parse_number(out.splitlines()[-1])
+            (report_seq, _), = carry_out(avsm.report_read(state, value, None), now, k)
+            values.append(value)
+            written = carry_out(avsm.round_settled(state, report_seq, [], False), now, k)
+            resets += [now for _, r in written if r["kind"] == "action" and r["lever"] == "reset"]
+            refused += [r for _, r in written if r["kind"] == "refusal"]
+            assert status == 0 and all(r["ok"] for _, r in written if r["kind"] == "outcome"), written
+    steps = [b - a for a, b in zip(values, values[1:])]
+    assert values[:11] == list(range(1, 12)) and set(steps) == {1, -10}, values     # +1 a round; a reset: 11 -> 1
+    assert resets[:3] == [100, 210, 320] and resets[0] <= 120
+    assert {b - a for a, b in zip(resets, resets[1:])} == {110}
+    assert len(resets) == 32 and round(3600 / 110) == 33 and not refused
