@@ -171,19 +171,21 @@ sys.path.insert(0, {root!r})
 sys.argv = ["avsm", "status"]
 import avsm
 print(avsm.resolve_home(None))
+print(avsm.SOCKET_LIMIT)
 sys.exit(avsm.main())
 """
 
 
 def test_default_home_on_macos(workdir):
     """On macOS (sys.platform darwin) the default home is ~/Library/Application Support/avsmd, even with
-    XDG_STATE_HOME set: the client looks for avsmd there, and says so when none answers. HOME-02 HOME-01"""
+    XDG_STATE_HOME set: the client looks for avsmd there, and says so when none answers; a socket path may
+    be 103 bytes there. HOME-02 HOME-01 HOME-05"""
     env = {k: v for k, v in os.environ.items() if k != "AVSMD_HOME"}
     env.update(HOME=os.path.join(workdir, "u"), XDG_STATE_HOME=os.path.join(workdir, "st"))
     run = subprocess.run([sys.executable, "-S", "-c", MACOS_CLIENT.format(root=ROOT)], env=env,
                          capture_output=True, text=True, timeout=30)
     home = os.path.join(workdir, "u", "Library", "Application Support", "avsmd")
-    assert run.stdout.splitlines() == [home], run.stdout + run.stderr
+    assert run.stdout.splitlines() == [home, "103"], run.stdout + run.stderr
     assert run.returncode == 69 and f"{home} does not exist" in run.stderr, run.stderr
 
 
