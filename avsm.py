@@ -6158,6 +6158,35 @@ def unusable_record(state, backend, by, why, call):
                       **some(call=call))
 
 
+def look_answer(db, state, look):
+    """Answer a model's look-up from the ledger: never an audit."""
+    if look["choice"] == "why":
+        seq = look["record"]
+        if not 1 <= seq < 2 ** 63:
+            return f"#{seq} is not a record number"
+        found = record_at(db, seq)
+        if found is None:
+            return f"#{seq} is not in the ledger"
+        at, record = found
+        if record.get("venture") != state.name:
+            return f"#{seq} is not a record of {state.name}"
+        if (record["kind"].startswith("audit.") or record.get("about") == "audit"
+                or record.get("audit")):
+            return "not shown: an audit is never shown to a model"
+        lines = [format_record_line(seq, at, record)]
+        for p in (record.get("proof") or {}).get("premises", []):
+            _, r = record_at(db, p) or (None, None)
+            if r:
+                lines.append(f"  premise #{p} {r['claim']} {r['kind']} {r['summary']}")
+        return "\n".join(lines)
+    topic = look["topic"].lower()
+    found = [f"#{s} {r['claim']} {r['kind']} {r['summary']}"
+             for s, at, r in recent_records(db, state.name, 500)
+             if r["claim"] == "declared" or r["kind"] == "fact"]
+    found = [line for line in found if topic and topic in line.lower()][-10:]
+    return "\n".join(found) or f"nothing declared about {look['topic']}"
+
+
 def look_record(state, d, look, answer):
     """Return the record of decision d's model looking `look` up, and the `answer` it was shown."""
     return new_record("look", state.name, by=d.by, look=look, backend=d.backend,
@@ -8529,7 +8558,7 @@ class Decisions:
             return
         if "look" in parsed:
             look = parsed["look"]
-            answer = self.look_up(state, look)
+            answer = look_answer(self.ledger.db, state, look)
             seq = yield Write(look_record(state, d, look, answer))
             if d.escalation is not None:
                 d.escalation_looks.append(seq)
@@ -8577,35 +8606,6 @@ class Decisions:
         if d.reply_id is not None:
             self.tell({"id": d.reply_id, "out": d.lines or ["the decision wrote nothing"],
                        "err": [error] if error else [], "exit": EX_UNAVAILABLE if error else EX_OK})
-
-    def look_up(self, state, look):
-        """Answer a model's look-up from the ledger: never an audit."""
-        db = self.ledger.db
-        if look["choice"] == "why":
-            seq = look["record"]
-            if not 1 <= seq < 2 ** 63:
-                return f"#{seq} is not a record number"
-            found = record_at(db, seq)
-            if found is None:
-                return f"#{seq} is not in the ledger"
-            at, record = found
-            if record.get("venture") != state.name:
-                return f"#{seq} is not a record of {state.name}"
-            if (record["kind"].startswith("audit.") or record.get("about") == "audit"
-                    or record.get("audit")):
-                return "not shown: an audit is never shown to a model"
-            lines = [format_record_line(seq, at, record)]
-            for p in (record.get("proof") or {}).get("premises", []):
-                _, r = record_at(db, p) or (None, None)
-                if r:
-                    lines.append(f"  premise #{p} {r['claim']} {r['kind']} {r['summary']}")
-            return "\n".join(lines)
-        topic = look["topic"].lower()
-        found = [f"#{s} {r['claim']} {r['kind']} {r['summary']}"
-                 for s, at, r in recent_records(db, state.name, 500)
-                 if r["claim"] == "declared" or r["kind"] == "fact"]
-        found = [line for line in found if topic and topic in line.lower()][-10:]
-        return "\n".join(found) or f"nothing declared about {look['topic']}"
 
     def propose(self, state, choice, d, held=None, ranking=False):
         """Yield one choice as an inferred proposal, then what the gate makes of it; return the
