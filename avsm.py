@@ -5519,6 +5519,13 @@ class History:
 SNAPSHOT_TYPES = {":": dict, **{t.__name__: t for t in (tuple, set, frozenset, History)}}
 
 
+def snapshot_record(seq, text, path):
+    """The record that ties the snapshot `text` of the fold to #seq, kept at `path`, to the chain."""
+    return new_record("snapshot", "self", seq=seq, sha256=text_sha256(text), code=code_sha256(),
+                      summary=f"the fold to #{seq} is kept in {path} ({len(text) // 1024} KiB):"
+                              " a start folds only the records after it")
+
+
 # A VentureState's fields but its name, in slot (so snapshot) order, each with how it starts: a
 # type or a lambda gives each venture a new one.
 VENTURE_FIELDS = {
@@ -8819,9 +8826,7 @@ class Snapshots:
             with contextlib.suppress(OSError):
                 if name not in bounds:
                     os.remove(os.path.join(where, name))
-        return new_record("snapshot", "self", seq=seq, sha256=text_sha256(text), code=code_sha256(),
-                          summary=f"the fold to #{seq} is kept in {path} ({len(text) // 1024} KiB):"
-                                  " a start folds only the records after it")
+        return snapshot_record(seq, text, path)
 
 
 class Metrics:
