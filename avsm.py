@@ -5520,7 +5520,7 @@ SNAPSHOT_TYPES = {":": dict, **{t.__name__: t for t in (tuple, set, frozenset, H
 
 
 def snapshot_record(seq, text, path):
-    """The record that ties the snapshot `text` of the fold to #seq, kept at `path`, to the chain."""
+    """The record that ties the snapshot `text`, the fold to #seq kept at `path`, to the chain."""
     return new_record("snapshot", "self", seq=seq, sha256=text_sha256(text), code=code_sha256(),
                       summary=f"the fold to #{seq} is kept in {path} ({len(text) // 1024} KiB):"
                               " a start folds only the records after it")
