@@ -4258,6 +4258,22 @@ def fold_ledger(states, seq, at, record, parse=None):
     return state
 
 
+def refolded(old, records):
+    """Return the states `records` fold to, each keeping the mandate's parse (against its
+    directory) and its problem from `old`, and the states of `old` they hold no record of."""
+    states = {}
+    known = {was.mandate_text: was.mandate for was in old.values() if was.mandate is not None}
+    def parse(text, where):
+        return known[text] if text in known else parse_mandate(text, where)
+    for seq, at, record in records:
+        fold_ledger(states, seq, at, record, parse)
+    for name, was in old.items():
+        state = states.setdefault(name, was)
+        if state is not was:        # what is not folded from the ledger: the mandate's parse
+            state.mandate, state.problem = was.mandate, was.problem
+    return states
+
+
 def parsed_or_none(parse, record, seq):
     """Return the mandate a mandate record adopts, or None when it does not hold."""
     try:
@@ -5503,6 +5519,13 @@ class History:
 SNAPSHOT_TYPES = {":": dict, **{t.__name__: t for t in (tuple, set, frozenset, History)}}
 
 
+def snapshot_record(seq, text, path):
+    """The record that ties the snapshot `text`, the fold to #seq kept at `path`, to the chain."""
+    return new_record("snapshot", "self", seq=seq, sha256=text_sha256(text), code=code_sha256(),
+                      summary=f"the fold to #{seq} is kept in {path} ({len(text) // 1024} KiB):"
+                              " a start folds only the records after it")
+
+
 # A VentureState's fields but its name, in slot (so snapshot) order, each with how it starts: a
 # type or a lambda gives each venture a new one.
 VENTURE_FIELDS = {
@@ -5995,6 +6018,31 @@ def ratchet_ask(state, lever, path, new, why, forecast_seq=None, forecast_line=N
         summary=f"self proposes delegating {lever} after {state.approvals[lever]} approvals")
 
 
+def venture_named(ventures, name):
+    state = ventures.get(name)
+    if state is None or state.mandate_seq is None:
+        raise Fail(EX_DATAERR, f"no venture is named '{name}'; avsm status lists them")
+    return state
+
+
+def open_ask(ventures, seq, citing):
+    """Return (state, seq, ask) of open ask #seq, or Fail(65) saying how it was answered (from
+    `citing`, the records that cite it) or that it is none."""
+    for state in ventures.values():
+        if seq in state.open_asks:
+            return state, seq, state.open_asks[seq]
+    answer = (
+        next((a for a in citing if a[2]["kind"] in ANSWER_WORDS), None) if type(seq) is int
+        else None
+    )
+    raise Fail(
+        EX_DATAERR,
+        (f"ask #{seq} is answered already: {ANSWER_WORDS[answer[2]['kind']]} "
+         f"(#{answer[0]}: {answer[2]['summary']}); avsm asks lists the open asks" if answer
+         else f"#{seq} is not an open ask; avsm asks lists them"),
+    )
+
+
 def approve_problem(state, seq):
     """Return why `avsm approve` of ask #seq is refused before anything is written (65), or None
     (ASK-09)."""
@@ -6115,6 +6163,35 @@ def unusable_record(state, backend, by, why, call):
                       summary=f"the reply of {backend} is unusable: {why[:200]}",
                       **({"declined": call.pop("declined")} if "declined" in call else {}),
                       **some(call=call))
+
+
+def look_answer(db, state, look):
+    """Answer a model's look-up from the ledger: never an audit."""
+    if look["choice"] == "why":
+        seq = look["record"]
+        if not 1 <= seq < 2 ** 63:
+            return f"#{seq} is not a record number"
+        found = record_at(db, seq)
+        if found is None:
+            return f"#{seq} is not in the ledger"
+        at, record = found
+        if record.get("venture") != state.name:
+            return f"#{seq} is not a record of {state.name}"
+        if (record["kind"].startswith("audit.") or record.get("about") == "audit"
+                or record.get("audit")):
+            return "not shown: an audit is never shown to a model"
+        lines = [format_record_line(seq, at, record)]
+        for p in (record.get("proof") or {}).get("premises", []):
+            _, r = record_at(db, p) or (None, None)
+            if r:
+                lines.append(f"  premise #{p} {r['claim']} {r['kind']} {r['summary']}")
+        return "\n".join(lines)
+    topic = look["topic"].lower()
+    found = [f"#{s} {r['claim']} {r['kind']} {r['summary']}"
+             for s, at, r in recent_records(db, state.name, 500)
+             if r["claim"] == "declared" or r["kind"] == "fact"]
+    found = [line for line in found if topic and topic in line.lower()][-10:]
+    return "\n".join(found) or f"nothing declared about {look['topic']}"
 
 
 def look_record(state, d, look, answer):
@@ -7564,6 +7641,24 @@ def owner_problem(directory, commands, uid=None):
     return found
 
 
+def runnable_mandate(state, home):
+    """Return (the venture's adopted mandate parsed against its directory, None), or (None, why it
+    cannot run): its directory is gone, or another user could change what it runs."""
+    try:
+        if not os.path.isdir(state.directory or ""):
+            raise Fail(EX_NOINPUT, f"its directory {state.directory} is not there")
+        mandate = parse_mandate(
+            state.mandate_text, os.path.join(state.directory, "mandate.yaml"), state.directory
+        )
+        unsafe = owner_problem(state.directory, venture_commands(mandate))
+        if unsafe:
+            raise Fail(EX_CONFIG, f"{unsafe.why}; {unsafe.fix}, "
+                                  f"then {client_command(home)} add {state.directory}")
+    except Fail as err:
+        return None, str(err)
+    return mandate, None
+
+
 def read_venture(directory):
     """Return (name, path of mandate.yaml, its text, the mandate) of the venture in `directory`, as
     `avsm add` adopts it, or Fail: 66 when the directory is not there, 65 with the fix otherwise."""
@@ -7705,6 +7800,30 @@ class Children:
             log(self.debug, "warden",
                 f"{state.name}: started {purpose} {args!r} pid {child.pid} group {child.pgid}")
         return child
+
+    def enforce(self, now):
+        for child in list(self.children):
+            # a dying group gone: settle it
+            if (not signal_group(child.pgid, 0) if child.status is not None
+                    else child.pidfd is None and child.poll() is not None):
+                self.child_event(child)
+            else:
+                child.enforce(now)
+
+    def wakeups(self, now):
+        times = []
+        for child in self.children:
+            times += [t for t in (child.deadline, child.kill_at) if t is not None]
+            if child.pidfd is None or child.status is not None:
+                times.append(now + 0.05)        # no pidfd here, or a dying group: look again soon
+        return times
+
+    def terminate(self, why, venture=None, purpose=None):
+        """TERM each group (of `venture`, started for `purpose`) now, KILL it after its grace."""
+        now = time.monotonic()
+        for child in self.children:
+            if venture in (None, child.venture) and purpose in (None, child.purpose):
+                child.terminate(why, now)
 
     def child_event(self, child):
         """A child's leader ended: drain its output, reap it by pid, and settle what it was for."""
@@ -7906,12 +8025,34 @@ class Rounds:
     """The rounds in flight: a venture's metric, every guard, audit and reading read beside it. Its
     methods return the intents of what was read."""
 
-    def __init__(self, cfg, home, ventures, children, spawn, stopping, debug=False):
+    def __init__(self, cfg, home, ventures, children, spawn, stopping, active, debug=False):
         self.cfg, self.home, self.ventures, self.children = cfg, home, ventures, children
         self.spawn, self.stopping, self.debug = spawn, stopping, debug
+        self.schedule = Schedule(lambda name: active(ventures[name]))
         # venture -> the round in flight: metric seq, guards pending, deadline
         self.rounds = {}
         self.round_number = 0
+
+    def start_due(self, now):
+        """Yield (state, intents) of each round due, on its venture's own cadence grid (a round
+        missed whole is not made up in a burst), for at most TICK_BUDGET. A round due within
+        START_AHEAD starts now too: at a thousand ventures the warden wakes a quarter as often."""
+        reporting, began = None, time.monotonic()
+        for at, name in self.schedule.pop_due(now + START_AHEAD):
+            if time.monotonic() - began > TICK_BUDGET:
+                # behind: due next turn, once a waiting client is served
+                self.schedule.enter(name, at)
+                break
+            # once per tick, not once per venture due: a thousand children run
+            if reporting is None:
+                reporting = {c.venture for c in self.children if c.purpose == "report"}
+            state = self.ventures[name]
+            cadence = state.mandate["cadence"]
+            self.schedule.enter(name, at + cadence if at + cadence > now else now + cadence)
+            if name not in reporting:
+                # else the report still running goes on to its time limit
+                yield state, self.start_round(state, now)
+                reporting.add(name)
 
     def start_round(self, state, now):
         """Start the metric's report and each guard, audit and reading command, each in its own
@@ -8424,7 +8565,7 @@ class Decisions:
             return
         if "look" in parsed:
             look = parsed["look"]
-            answer = self.look_up(state, look)
+            answer = look_answer(self.ledger.db, state, look)
             seq = yield Write(look_record(state, d, look, answer))
             if d.escalation is not None:
                 d.escalation_looks.append(seq)
@@ -8472,35 +8613,6 @@ class Decisions:
         if d.reply_id is not None:
             self.tell({"id": d.reply_id, "out": d.lines or ["the decision wrote nothing"],
                        "err": [error] if error else [], "exit": EX_UNAVAILABLE if error else EX_OK})
-
-    def look_up(self, state, look):
-        """Answer a model's look-up from the ledger: never an audit."""
-        db = self.ledger.db
-        if look["choice"] == "why":
-            seq = look["record"]
-            if not 1 <= seq < 2 ** 63:
-                return f"#{seq} is not a record number"
-            found = record_at(db, seq)
-            if found is None:
-                return f"#{seq} is not in the ledger"
-            at, record = found
-            if record.get("venture") != state.name:
-                return f"#{seq} is not a record of {state.name}"
-            if (record["kind"].startswith("audit.") or record.get("about") == "audit"
-                    or record.get("audit")):
-                return "not shown: an audit is never shown to a model"
-            lines = [format_record_line(seq, at, record)]
-            for p in (record.get("proof") or {}).get("premises", []):
-                _, r = record_at(db, p) or (None, None)
-                if r:
-                    lines.append(f"  premise #{p} {r['claim']} {r['kind']} {r['summary']}")
-            return "\n".join(lines)
-        topic = look["topic"].lower()
-        found = [f"#{s} {r['claim']} {r['kind']} {r['summary']}"
-                 for s, at, r in recent_records(db, state.name, 500)
-                 if r["claim"] == "declared" or r["kind"] == "fact"]
-        found = [line for line in found if topic and topic in line.lower()][-10:]
-        return "\n".join(found) or f"nothing declared about {look['topic']}"
 
     def propose(self, state, choice, d, held=None, ranking=False):
         """Yield one choice as an inferred proposal, then what the gate makes of it; return the
@@ -8714,9 +8826,7 @@ class Snapshots:
             with contextlib.suppress(OSError):
                 if name not in bounds:
                     os.remove(os.path.join(where, name))
-        return new_record("snapshot", "self", seq=seq, sha256=text_sha256(text), code=code_sha256(),
-                          summary=f"the fold to #{seq} is kept in {path} ({len(text) // 1024} KiB):"
-                                  " a start folds only the records after it")
+        return snapshot_record(seq, text, path)
 
 
 class Metrics:
@@ -8753,6 +8863,124 @@ class Metrics:
         return record
 
 
+class HomeFiles:
+    """The files the warden keeps beside the ledger, each when due: checkpoints, snapshots, the
+    closed ledger files, metrics.textfile and the page. A step returns the records that say what it
+    wrote, for the warden to carry out; `down` is why the ledger cannot be written, or None."""
+
+    def __init__(self, home, cfg, ledger, ventures, keep, debug=False):
+        self.home, self.cfg, self.ledger, self.ventures = home, cfg, ledger, ventures
+        self.keep = keep                # venture -> its `run` program's keeper state (Keeper's)
+        self.checkpoints = Checkpoints(home, cfg["checkpoint"], debug)
+        self.snapshots = Snapshots(home)
+        self.rotate_at = 0      # no rotation before (after one that failed)
+        self.metrics = Metrics(cfg.get("metrics"), debug)
+        self.page_at, self.page_failed = time.monotonic(), None
+
+    def checkpoint(self, down, due=False):
+        """Write a checkpoint of the committed head (when one is due); return (text, signature)."""
+        if self.ledger.held is not None or down:
+            return None                 # only a head the ledger holds is written down
+        head = self.ledger.last or ledger_head(self.ledger.db)
+        if due and not self.checkpoints.due(head, time.time()):
+            return None
+        try:
+            return self.checkpoints.write(head, time.time()) if head else None
+        except OSError as err:
+            # tried again after `every`, or the next irreversible action
+            self.checkpoints.at = time.time()
+            sys.stderr.write(
+                f"avsmd: no checkpoint could be written to {self.checkpoints.dir}: {err}\n"
+            )
+            return None
+
+    def snapshot(self, down, least, fold=None):
+        """Write a snapshot to the committed head once `least` records came since the last."""
+        head = self.ledger.last or ledger_head(self.ledger.db)
+        if self.ledger.held is not None or down or not head or \
+                not fold and head[0] - self.snapshots.seq < least:
+            return []
+        try:
+            fold = fold or self.snapshots.fold(self.ledger.db, head[0])[:3]
+            return [self.snapshots.write(*fold)]
+        except (OSError, TypeError) as err:
+            self.snapshots.seq = head[0]      # tried again after `least` more records
+            sys.stderr.write(f"avsmd: no snapshot could be written to {self.home}/snapshots:"
+                             f" {err}\n")
+            return []
+
+    def rotate(self, down, due=False):
+        """Close ledger.db into HOME/ledgers and go on in a new one (due: when ledger: says), then
+        delete what keep: lets go; return the new file's first seq or None, and the records of
+        the files deleted."""
+        spec, db, seq, gone = self.cfg.get("ledger"), self.ledger.db, None, []
+        self.rotate_failed = "the ledger cannot be written"
+        if self.ledger.held is not None or down \
+                or due and (not spec or time.time() < self.rotate_at):
+            return seq, gone
+        try:
+            if due and not rotation_due(spec, os.stat(self.ledger.path).st_size, db.execute(
+                    "SELECT at FROM records ORDER BY seq LIMIT 1").fetchone()[0], time.time()):
+                return seq, gone
+            seq = self.ledger.rotate(lambda name, head: rotated_record(self.snapshots.write(
+                *self.snapshots.fold(db, head[0])[:3]), name, head), time.time())
+            closed = [c + (os.stat(c[2]).st_mtime,) for c in closed_files(self.home)]
+            for path, record in files_let_go(spec, closed, self.checkpoints.seq, time.time()):
+                os.remove(path)
+                gone.append(record)
+        except (OSError, TypeError, sqlite3_errors()) as err:
+            self.rotate_at, self.rotate_failed, seq = time.time() + LEDGER_RETRY, err, None
+            sys.stderr.write(f"avsmd: ledger.db could not be rotated into {self.home}/ledgers:"
+                             f" {err}; tried again in {LEDGER_RETRY} s\n")
+        return seq, gone
+
+    def write_metrics(self):
+        """Write the figures to metrics.textfile when due and the head is committed."""
+        import sqlite3
+        due = self.metrics.spec is not None and time.monotonic() >= self.metrics.next_at
+        if not due or self.ledger.held is not None:
+            return []
+        try:
+            head = self.metrics.count(self.ledger.db)
+        except sqlite3.Error:
+            head = (self.ledger.last or (0,))[0]      # a ledger that cannot be read: the last head
+        try:
+            size = os.stat(os.path.join(self.home, "ledger.db")).st_size
+        except OSError:
+            size = None
+        kept = (self.checkpoints.seq, self.checkpoints.at) if self.checkpoints.seq else None
+        facts = HomeFacts(self.home, head, size, kept, self.metrics.counted)
+        record = self.metrics.write(self.ventures, facts, time.time())
+        return [record] if record else []
+
+    def page_facts(self):
+        return page_facts(self.home, self.ventures, time.time(), self.ledger.db, self.keep,
+                          self.cfg)
+
+    def write_page(self):
+        """Write the page to page.path when due, in whole (a web server serves it at once)."""
+        import sqlite3
+        spec, now = self.cfg.get("page"), time.monotonic()
+        if spec is None or now < self.page_at or self.ledger.held is not None:
+            return
+        self.page_at, failure = now + spec["every"], None
+        try:
+            write_textfile(spec["path"], page_html(
+                [(None, self.page_facts(), None, program_command("avsm", self.home))], time.time()))
+        except (OSError, sqlite3.Error) as err:
+            failure = f"cannot be written ({err}); tried again every {spec['every']} s"
+        if failure != self.page_failed:     # once when it fails, once when it works again
+            sys.stderr.write(f"avsmd: the page {spec['path']} {failure or 'is written again'}\n")
+        self.page_failed = failure
+
+    def wakeups(self):
+        """When the metrics and the page are next due (held: once the group commits)."""
+        if self.ledger.held is not None:
+            return []
+        return [self.metrics.next_at] * (self.metrics.spec is not None) \
+            + [self.page_at] * bool(self.cfg.get("page"))
+
+
 class Warden:
     """The only process that acts: ticks ventures, runs their programs, and carries out the
     kernel's intents (carry_out, the one append)."""
@@ -8769,12 +8997,6 @@ class Warden:
         self.writer = LedgerWriter(self.ledger, self.ventures,
                                    (cfg.get("canary_asks") or {}).get("every"), self.tell_person,
                                    self.refold, debug)
-        self.checkpoints = Checkpoints(home, cfg["checkpoint"], debug)
-        self.snapshots = Snapshots(home)
-        self.rotate_at = 0      # no rotation before (after one that failed)
-        self.metrics = Metrics(cfg.get("metrics"), debug)
-        self.page_at, self.page_failed = time.monotonic(), None
-        self.schedule = Schedule(lambda name: self.active(self.ventures[name]))
         self.next_nightly = next_nightly(cfg["nightly"])
         self.stopping = False
         self.sel = selectors.DefaultSelector()
@@ -8785,13 +9007,14 @@ class Warden:
         self.spawn = self.children.spawn
         self.levers = Levers(cfg, self.spawn)
         self.keeper = Keeper(self.ventures, self.spawn, self.active)
+        self.files = HomeFiles(home, cfg, self.ledger, self.ventures, self.keeper.keep, debug)
         self.worlds = Worlds(cfg, self.spawn, lambda: self.stopping)
         self.roles = RolesCalls(self.avsmd.tell)
         self.decisions = Decisions(home, cfg, self.ledger, self.ventures, self.spawn,
                                    self.avsmd.tell, self.roles.to_roles,
                                    self.worlds.start_forecast, lambda: self.stopping)
         self.rounds = Rounds(cfg, home, self.ventures, self.children, self.spawn,
-                             lambda: self.stopping, debug)
+                             lambda: self.stopping, self.active, debug)
         channel.setblocking(False)
         self.sel.register(channel, selectors.EVENT_READ, ("channel", None))
         self.sel.register(
@@ -8802,18 +9025,18 @@ class Warden:
         """Append `record`; an irreversible action asks for a checkpoint after it."""
         seq = self.writer.append(record, at)
         if record["kind"] == "action" and seq is not None:
-            self.checkpoints.note_action(self.ventures.get(record["venture"]), record)
+            self.files.checkpoints.note_action(self.ventures.get(record["venture"]), record)
         return seq
 
     # ---- the ventures, replayed from the ledger ----
     def load(self):
         """Replay the ledger into venture states, from the newest good snapshot on; settle runs a
         dead warden left without an outcome."""
-        seq, states, counted, folded = self.snapshots.fold(self.ledger.db)
+        seq, states, counted, folded = self.files.snapshots.fold(self.ledger.db)
         self.ventures.update(states)
-        self.metrics.counted, self.metrics.seen = counted, seq
+        self.files.metrics.counted, self.files.metrics.seen = counted, seq
         if folded >= SNAPSHOT_MIN:
-            self.write_snapshot(SNAPSHOT_MIN, (seq, states, counted))
+            self.snapshot(SNAPSHOT_MIN, (seq, states, counted))
         for state in self.ventures.values():
             self.check_runnable(state)
             self.carry_out(state, interrupted_rule(state, time.time(), self.cfg["ratchet"]))
@@ -8822,18 +9045,9 @@ class Warden:
         """Fold every venture again from the ledger, forgetting records from seq `first_lost` on
         that a rolled-back group commit held: nothing in memory may rest on a record the ledger does
         not hold."""
-        old = dict(self.ventures)
+        states = refolded(self.ventures, scan_records(self.ledger.db))
         self.ventures.clear()
-        known = {was.mandate_text: was.mandate for was in old.values() if was.mandate is not None}
-        # a mandate in force keeps its parse (against its directory)
-        def parse(text, where):
-            return known[text] if text in known else parse_mandate(text, where)
-        for seq, at, record in scan_records(self.ledger.db):
-            fold_ledger(self.ventures, seq, at, record, parse)
-        for name, was in old.items():
-            state = self.ventures.setdefault(name, was)
-            if state is not was:        # what is not folded from the ledger: the mandate's parse
-                state.mandate, state.problem = was.mandate, was.problem
+        self.ventures.update(states)
         self.rounds.forget_from(first_lost)
         self.worlds.forget_from(first_lost)
 
@@ -8841,22 +9055,10 @@ class Warden:
         """Parse the adopted mandate against its directory (VENTURE-14)."""
         if state.mandate_text is None:
             return
-        try:
-            if not os.path.isdir(state.directory or ""):
-                raise Fail(EX_NOINPUT, f"its directory {state.directory} is not there")
-            state.mandate = parse_mandate(
-                state.mandate_text, os.path.join(state.directory, "mandate.yaml"), state.directory
-            )
-            state.problem = None
-            unsafe = owner_problem(state.directory, venture_commands(state.mandate))
-            if unsafe:
-                raise Fail(EX_CONFIG, f"{unsafe.why}; {unsafe.fix}, "
-                                      f"then {client_command(self.home)} add {state.directory}")
-        except Fail as err:
-            state.mandate, state.problem = None, str(err)
-            if not state.paused:
-                sys.stderr.write(f"avsmd: venture {state.name} cannot run: {err}\n")
-                self.tell_person(cannot_run_notice(state.name, str(err)))
+        state.mandate, state.problem = runnable_mandate(state, self.home)
+        if state.problem and not state.paused:
+            sys.stderr.write(f"avsmd: venture {state.name} cannot run: {state.problem}\n")
+            self.tell_person(cannot_run_notice(state.name, state.problem))
 
     def tell_person(self, notice):
         """Hand a notice to avsmd, which runs the notify command: it outlives this warden, and tells
@@ -8898,10 +9100,10 @@ class Warden:
             # this wake-up's records, and the next ones' for up to GROUP_WINDOW
             self.writer.commit_when_due(self.stopping)
             self.write_checkpoint(due=True)
-            self.write_snapshot(SNAPSHOT_EVERY)
-            self.rotate(due=True)
-            self.write_metrics()
-            self.write_page()
+            self.snapshot(SNAPSHOT_EVERY)
+            self.keep(self.files.rotate(self.writer.ledger_down, due=True)[1])
+            self.keep(self.files.write_metrics())
+            self.files.write_page()
             self.avsmd.flush()
             if self.stopping and not self.children:
                 # ESC-04: every escalation gets its answer
@@ -8910,7 +9112,7 @@ class Warden:
                         d, "unusable", "avsmd stopped before the answer came"))
                 self.children.end_lingering(final=True)
                 self.writer.commit(turn_ends=True)
-                self.write_snapshot(SNAPSHOT_MIN)
+                self.snapshot(SNAPSHOT_MIN)
                 self.avsmd.flush(everything=True)
                 return EX_OK
 
@@ -8919,99 +9121,32 @@ class Warden:
 
     def start_venture(self, state, at=None):
         """Its next round due `at` (now by default), and its kept program started."""
-        self.schedule.enter(state.name, time.monotonic() if at is None else at)
+        self.rounds.schedule.enter(state.name, time.monotonic() if at is None else at)
         self.carry_out(state, self.keeper.start_keep(state))
 
     def write_checkpoint(self, due=False):
-        """Write a checkpoint of the committed head (when one is due)."""
-        if self.ledger.held is not None or self.writer.ledger_down:
-            return None                 # only a head the ledger holds is written down
-        head = self.ledger.last or ledger_head(self.ledger.db)
-        if due and not self.checkpoints.due(head, time.time()):
-            return None
-        try:
-            written = self.checkpoints.write(head, time.time()) if head else None
-        except OSError as err:
-            # tried again after `every`, or the next irreversible action
-            self.checkpoints.at = time.time()
-            sys.stderr.write(
-                f"avsmd: no checkpoint could be written to {self.checkpoints.dir}: {err}\n"
-            )
-            return None
-        self.write_snapshot(SNAPSHOT_MIN)
+        """Write a checkpoint (when due), then a snapshot once SNAPSHOT_MIN records came since."""
+        written = self.files.checkpoint(self.writer.ledger_down, due)
+        if written:
+            self.snapshot(SNAPSHOT_MIN)
         return written
 
-    def write_snapshot(self, least, fold=None):
-        """Write a snapshot to the committed head once `least` records came since the last."""
-        head = self.ledger.last or ledger_head(self.ledger.db)
-        if self.ledger.held is not None or self.writer.ledger_down or not head or \
-                not fold and head[0] - self.snapshots.seq < least:
-            return
-        try:
-            fold = fold or self.snapshots.fold(self.ledger.db, head[0])[:3]
-            record = self.snapshots.write(*fold)
-        except (OSError, TypeError) as err:
-            self.snapshots.seq = head[0]      # tried again after `least` more records
-            sys.stderr.write(f"avsmd: no snapshot could be written to {self.home}/snapshots:"
-                             f" {err}\n")
-            return
-        with contextlib.suppress(LedgerDown):
-            self.append(record)
+    def snapshot(self, least, fold=None):
+        self.keep(self.files.snapshot(self.writer.ledger_down, least, fold))
 
-    def rotate(self, due=False):
-        """Close ledger.db into HOME/ledgers and go on in a new one (due: when ledger: says), then
-        delete what keep: lets go; return the new file's first seq, or None."""
-        spec, db = self.cfg.get("ledger"), self.ledger.db
-        self.rotate_failed = "the ledger cannot be written"
-        if self.ledger.held is not None or self.writer.ledger_down \
-                or due and (not spec or time.time() < self.rotate_at):
-            return None
-        try:
-            if due and not rotation_due(spec, os.stat(self.ledger.path).st_size, db.execute(
-                    "SELECT at FROM records ORDER BY seq LIMIT 1").fetchone()[0], time.time()):
-                return None
-            seq = self.ledger.rotate(lambda name, head: rotated_record(self.snapshots.write(
-                *self.snapshots.fold(db, head[0])[:3]), name, head), time.time())
-            closed = [c + (os.stat(c[2]).st_mtime,) for c in closed_files(self.home)]
-            for path, record in files_let_go(spec, closed, self.checkpoints.seq, time.time()):
-                os.remove(path)
-                with contextlib.suppress(LedgerDown):
-                    self.carry_out(None, [Write(record)])
-        except (OSError, TypeError, sqlite3_errors()) as err:
-            self.rotate_at, self.rotate_failed = time.time() + LEDGER_RETRY, err
-            sys.stderr.write(f"avsmd: ledger.db could not be rotated into {self.home}/ledgers:"
-                             f" {err}; tried again in {LEDGER_RETRY} s\n")
-            return None
-        return seq
+    def keep(self, records):
+        """Append what a file step wrote; a ledger that cannot take it now loses no file."""
+        with contextlib.suppress(LedgerDown):
+            self.carry_out(None, [Write(record) for record in records])
 
     def do_rotate(self, args, err):
         self.writer.commit()
-        seq = self.rotate()
+        seq, gone = self.files.rotate(self.writer.ledger_down)
+        self.keep(gone)
         if seq is None:
-            raise Fail(EX_TEMPFAIL, f"ledger.db cannot be rotated now: {self.rotate_failed}; try"
-                                    " again once that is mended")
+            raise Fail(EX_TEMPFAIL, f"ledger.db cannot be rotated now: {self.files.rotate_failed};"
+                                    " try again once that is mended")
         return [f"#{seq}: {record_at(self.ledger.db, seq)[1]['summary']}"]
-
-    def write_metrics(self):
-        """Write the figures to metrics.textfile when due and the head is committed."""
-        import sqlite3
-        due = self.metrics.spec is not None and time.monotonic() >= self.metrics.next_at
-        if not due or self.ledger.held is not None:
-            return
-        try:
-            head = self.metrics.count(self.ledger.db)
-        except sqlite3.Error:
-            head = (self.ledger.last or (0,))[0]      # a ledger that cannot be read: the last head
-        try:
-            size = os.stat(os.path.join(self.home, "ledger.db")).st_size
-        except OSError:
-            size = None
-        kept = (self.checkpoints.seq, self.checkpoints.at) if self.checkpoints.seq else None
-        facts = HomeFacts(self.home, head, size, kept, self.metrics.counted)
-        record = self.metrics.write(self.ventures, facts, time.time())
-        if record is not None:
-            with contextlib.suppress(LedgerDown):
-                self.carry_out(None, [Write(record)])
 
     def do_checkpoint(self, args, err):
         self.writer.commit()
@@ -9030,19 +9165,12 @@ class Warden:
 
     def next_wakeup(self, now):
         """Return seconds until the next due report, deadline or restart, or None."""
-        times, soonest = [], self.schedule.soonest()
+        times, soonest = [], self.rounds.schedule.soonest()
         if soonest is not None and not self.writer.ledger_down:
             times.append(soonest)
-        for child in self.children:
-            times += [t for t in (child.deadline, child.kill_at) if t is not None]
-            if child.pidfd is None or child.status is not None:
-                times.append(now + 0.05)        # no pidfd here, or a dying group: look again soon
-        times += self.keeper.wakeups()
+        times += self.children.wakeups(now) + self.keeper.wakeups()
         times += self.rounds.deadlines()
-        if self.metrics.spec is not None and self.ledger.held is None:
-            times.append(self.metrics.next_at)        # held: written once the group commits
-        if self.cfg.get("page") and self.ledger.held is None:
-            times.append(self.page_at)
+        times += self.files.wakeups()
         if self.writer.ledger_down:
             times.append(self.writer.retry_at)
         elif self.next_nightly is not None:
@@ -9057,15 +9185,9 @@ class Warden:
         # due
         if (self.writer.ledger_down and now >= self.writer.retry_at
                 and self.writer.retry_ledger(now)):
-            self.schedule.resume(time.monotonic())
+            self.rounds.schedule.resume(time.monotonic())
         # 2. reap what ended, KILL what outlived its grace, TERM what is past its deadline
-        for child in list(self.children):
-            # a dying group gone: settle it
-            if (not signal_group(child.pgid, 0) if child.status is not None
-                    else child.pidfd is None and child.poll() is not None):
-                self.children.child_event(child)
-            else:
-                child.enforce(now)
+        self.children.enforce(now)
         if self.stopping or self.writer.ledger_down:
             # a ledger that cannot be written stops everything that would write
             return
@@ -9078,26 +9200,9 @@ class Warden:
                         self.decisions.start_decision(state, "nightly")
                     except Fail as fail:
                         log(True, "warden", f"{state.name}: no nightly decision: {fail}")
-        # 4. the rounds that are due start, each on its venture's own cadence grid (a round missed
-        # whole is not made up in a burst), for at most TICK_BUDGET; those in flight settle once
-        # read or late. A round due within START_AHEAD starts now too: at a thousand ventures the
-        # warden wakes a quarter as often
-        reporting, began = None, time.monotonic()
-        for at, name in self.schedule.pop_due(now + START_AHEAD):
-            if time.monotonic() - began > TICK_BUDGET:
-                # behind: due next turn, once a waiting client is served
-                self.schedule.enter(name, at)
-                break
-            # once per tick, not once per venture due: a thousand children run
-            if reporting is None:
-                reporting = {c.venture for c in self.children if c.purpose == "report"}
-            state = self.ventures[name]
-            cadence = state.mandate["cadence"]
-            self.schedule.enter(name, at + cadence if at + cadence > now else now + cadence)
-            if name not in reporting:
-                # else the report still running goes on to its time limit
-                self.carry_out(state, self.rounds.start_round(state, now))
-                reporting.add(name)
+        # 4. the rounds that are due start; those in flight settle once read or late
+        for state, intents in self.rounds.start_due(now):
+            self.carry_out(state, intents)
         for state, intents in self.rounds.settle_all(now):
             self.carry_out(state, intents)
         # 5. a `run` program whose back-off is over starts again
@@ -9153,17 +9258,14 @@ class Warden:
             done.append((intent, seq))
 
     def do_decide(self, args, err):
-        state = self.venture(args.get("venture"))
+        state = venture_named(self.ventures, args.get("venture"))
         refuse(decide_problem(state))
         self.decisions.start_decision(state, "person", reply_id=args["__id"])
         return None                 # answered when the decision is done
 
     def halt(self, state):
         """End what a paused venture runs; its kept program waits for the resume."""
-        now = time.monotonic()
-        for child in self.children:
-            if child.venture == state.name:
-                child.terminate("pause", now)
+        self.children.terminate("pause", state.name)
         self.keeper.hold(state.name)
         self.children.end_lingering(state.name)
 
@@ -9180,38 +9282,10 @@ class Warden:
             if message.get("from") == "roles":
                 self.carry_out(*(self.roles.from_roles(message) or (None, ())))
                 continue
-            out, err, code = [], [], EX_OK
-            try:
-                # checked by avsmd already; checked again here, where a request is acted on
-                cmd, args = check_request(
-                    {"cmd": message.get("cmd"), "args": message.get("args", {})}
-                )
-                out = getattr(self, "do_" + cmd)(dict(args, __id=message.get("id")), err)
-                if out is None:
-                    continue            # answered later (a decision in flight)
-            except Fail as fail:
-                err.append(str(fail))
-                code = fail.code
-            except (LockLost, LedgerDown) as lost:
-                err.append(
-                    f"the ledger cannot be written: {lost}; nothing was done, try again later"
-                    if isinstance(lost, LedgerDown)
-                    else str(lost)
-                )
-                code = EX_TEMPFAIL
-            # a bug: reported once, this request refused, the warden keeps serving
-            except Exception as bug:
-                import traceback
-                sys.stderr.write(
-                    f"avsm warden: a bug in avsm, doing {message.get('cmd')} (the warden goes"
-                    f" on):\n{traceback.format_exc()}"
-                )
-                err.append(
-                    f"a bug in avsm refused this request ({type(bug).__name__}); it is reported on"
-                    " avsmd's standard error"
-                )
-                code = EX_SOFTWARE
-            self.avsmd.tell({"id": message.get("id"), "out": out, "err": err, "exit": code})
+            answer = request_answer(message, lambda cmd, args, err: getattr(self, "do_" + cmd)(
+                args, err))
+            if answer is not None:          # else answered later (a decision in flight)
+                self.avsmd.tell(answer)
 
     def signalled(self, wake):
         """SIGTERM reached the warden itself: stop as avsmd would ask."""
@@ -9227,15 +9301,7 @@ class Warden:
         if self.stopping:
             return
         self.stopping = True
-        now = time.monotonic()
-        for child in self.children:
-            child.terminate("stop", now)
-
-    def venture(self, name):
-        state = self.ventures.get(name)
-        if state is None or state.mandate_seq is None:
-            raise Fail(EX_DATAERR, f"no venture is named '{name}'; avsm status lists them")
-        return state
+        self.children.terminate("stop")
 
     def do_add(self, args, err):
         directory = os.path.realpath(args.get("dir", ""))
@@ -9254,13 +9320,9 @@ class Warden:
         seq = self.adopt(state, mandate, mandate_record(
             name, directory, text, f"adopted {name} from {directory} (sha256 {sha[:16]})"))
         forecasting = self.worlds.start_forecast(state, "add")
-        capacity = "  " + describe_capacity(
-            capacity_check(state, (self.cfg["forecast"] or FORECAST_DEFAULT)["days"])
-        )
         return (
             [f"{name}: adopted as mandate #{seq}"]
-            + describe_allowed(mandate, self.cfg)
-            + [capacity]
+            + allowed_lines(state, self.cfg)
             + ([f"{name} is paused; avsm resume {name} starts it"] if state.paused else [])
             + ([f"{name}: a forecast is being made; it is written to the ledger when done"]
                if forecasting else [])
@@ -9272,9 +9334,7 @@ class Warden:
         seq = self.carry_out(state, [Write(record)])[0][1]
         state.mandate, state.problem = mandate, None
         if old_run and old_run != mandate["run"]:
-            for child in self.children:
-                if child.venture == state.name and child.purpose == "run":
-                    child.terminate("a new mandate", time.monotonic())
+            self.children.terminate("a new mandate", state.name, "run")
         if not state.paused:
             self.start_venture(state)
         return seq
@@ -9302,46 +9362,11 @@ class Warden:
         return [json.dumps(facts)] if args.get("json") else asks_lines(facts)
 
     def do_page(self, args, err):
-        return [json.dumps(page_facts(self.home, self.ventures, time.time(), self.ledger.db,
-                                      self.keeper.keep, self.cfg))]
-
-    def write_page(self):
-        """Write the page to page.path when due, in whole (a web server serves it at once)."""
-        import sqlite3
-        spec, now = self.cfg.get("page"), time.monotonic()
-        if spec is None or now < self.page_at or self.ledger.held is not None:
-            return
-        self.page_at, failure = now + spec["every"], None
-        try:
-            facts = json.loads(self.do_page({}, [])[0])
-            write_textfile(spec["path"], page_html(
-                [(None, facts, None, program_command("avsm", self.home))], time.time()))
-        except (OSError, sqlite3.Error) as err:
-            failure = f"cannot be written ({err}); tried again every {spec['every']} s"
-        if failure != self.page_failed:     # once when it fails, once when it works again
-            sys.stderr.write(f"avsmd: the page {spec['path']} {failure or 'is written again'}\n")
-        self.page_failed = failure
+        return [json.dumps(self.files.page_facts())]
 
     def find_ask(self, args):
         seq = args.get("ask")
-        for state in self.ventures.values():
-            if seq in state.open_asks:
-                return state, seq, state.open_asks[seq]
-        answer = (
-            next(
-                (a for a in records_citing(self.ledger.db, "ask", seq)
-                 if a[2]["kind"] in ANSWER_WORDS),
-                None,
-            )
-            if type(seq) is int
-            else None
-        )
-        raise Fail(
-            EX_DATAERR,
-            (f"ask #{seq} is answered already: {ANSWER_WORDS[answer[2]['kind']]} "
-             f"(#{answer[0]}: {answer[2]['summary']}); avsm asks lists the open asks" if answer
-             else f"#{seq} is not an open ask; avsm asks lists them"),
-        )
+        return open_ask(self.ventures, seq, records_citing(self.ledger.db, "ask", seq))
 
     def do_approve(self, args, err):
         state, seq, ask = self.find_ask(args)
@@ -9380,7 +9405,7 @@ class Warden:
 
     def do_propose(self, args, err):
         """A person's own proposal (open point 15): see person_proposal_rule."""
-        state = self.venture(args.get("venture"))
+        state = venture_named(self.ventures, args.get("venture"))
         if state.mandate is None:
             raise Fail(EX_DATAERR, f"{state.name} cannot run: {state.problem}")
         lever, payload = args.get("lever"), args.get("payload")
@@ -9435,14 +9460,14 @@ class Warden:
         return [canary_result(state, seq, ask, False)[1] if ask.get("canary") else f"#{seq} denied"]
 
     def do_pause(self, args, err):
-        state = self.venture(args.get("venture"))
+        state = venture_named(self.ventures, args.get("venture"))
         if state.paused:
             return [f"{state.name} is already paused"]
         self.carry_out(state, person_rule(state, "pause"))
         return [f"{state.name} paused; nothing of it runs until avsm resume {state.name}"]
 
     def do_resume(self, args, err):
-        state = self.venture(args.get("venture"))
+        state = venture_named(self.ventures, args.get("venture"))
         if not state.paused:
             return [f"{state.name} is not paused"]
         self.carry_out(state, person_rule(state, "resume"))
@@ -9453,6 +9478,41 @@ class Warden:
         self.keeper.reset(state.name)
         self.start_venture(state)
         return [f"{state.name} resumed"] + still
+
+
+def request_answer(message, do):
+    """Answer a client's request with do(cmd, args, err): the answer avsmd relays (its lines, its
+    errors and exit code), or None when do answers it later."""
+    out, err, code = [], [], EX_OK
+    try:
+        # checked by avsmd already; checked again here, where a request is acted on
+        cmd, args = check_request({"cmd": message.get("cmd"), "args": message.get("args", {})})
+        out = do(cmd, dict(args, __id=message.get("id")), err)
+        if out is None:
+            return None
+    except Fail as fail:
+        err.append(str(fail))
+        code = fail.code
+    except (LockLost, LedgerDown) as lost:
+        err.append(
+            f"the ledger cannot be written: {lost}; nothing was done, try again later"
+            if isinstance(lost, LedgerDown)
+            else str(lost)
+        )
+        code = EX_TEMPFAIL
+    # a bug: reported once, this request refused, the warden keeps serving
+    except Exception as bug:
+        import traceback
+        sys.stderr.write(
+            f"avsm warden: a bug in avsm, doing {message.get('cmd')} (the warden goes"
+            f" on):\n{traceback.format_exc()}"
+        )
+        err.append(
+            f"a bug in avsm refused this request ({type(bug).__name__}); it is reported on"
+            " avsmd's standard error"
+        )
+        code = EX_SOFTWARE
+    return {"id": message.get("id"), "out": out, "err": err, "exit": code}
 
 
 def run_warden(home, fd, debug):
@@ -12316,7 +12376,6 @@ def backend_note(m, cfg):
 
 def print_allowed(home, cfg, name, m):
     """Print what mandate `m` of venture `name` allows, and whether its levers can hold it."""
-    out(*describe_allowed(m, cfg))
     # the capacity check, from the venture's history (open point 9)
     states, path = {}, os.path.join(home, "ledger.db")
     # no ledger yet (avsmd -t DIR on a new home): no history to judge from
@@ -12333,8 +12392,14 @@ def print_allowed(home, cfg, name, m):
             states = {}
     state = states.get(name) or VentureState(name)
     state.mandate = m
-    out("  " + describe_capacity(
-        capacity_check(state, (cfg["forecast"] or FORECAST_DEFAULT)["days"])))
+    out(*allowed_lines(state, cfg))
+
+
+def allowed_lines(state, cfg):
+    """What the venture's mandate allows, and whether its levers can hold it."""
+    days = (cfg["forecast"] or FORECAST_DEFAULT)["days"]
+    capacity = describe_capacity(capacity_check(state, days))
+    return describe_allowed(state.mandate, cfg) + ["  " + capacity]
 
 
 # ---- avsm try and avsm link, and how this user runs avsm ----

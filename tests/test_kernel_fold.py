@@ -155,7 +155,7 @@ def test_no_room_is_handed_a_way_to_write():
     """Issue 36 item 1: the rooms return intents; only the warden's carry_out appends, so no room's
     constructor takes append, carry_out, pause, adopt or its owner."""
     import inspect
-    for room in (avsm.Rounds, avsm.Keeper, avsm.Levers, avsm.Worlds, avsm.Decisions):
+    for room in (avsm.Rounds, avsm.Keeper, avsm.Levers, avsm.Worlds, avsm.Decisions, avsm.HomeFiles):
         taken = set(inspect.signature(room).parameters)
         assert not taken & {"append", "carry_out", "pause", "adopt", "warden"}, (room, taken)
     assert not hasattr(avsm, "Trust"), "the ratchet's and the canary's records are the kernel's"
