@@ -2348,30 +2348,23 @@ def is_name(value):
     return value is None or isinstance(value, str)
 
 
-# kind -> (field, test, what it must be): the fields the fold reads
+# field -> (test, what it must be) of the fields the fold reads; "!": text, never null
+FOLD_TESTS = {
+    "lever": (is_name, "a lever's name"), "guard": (is_name, "a guard's name"),
+    "lever!": (lambda v: isinstance(v, str), "a lever's name"), "side": (is_name, "a side's name"),
+    "about": (is_name, "text"), "status": (is_name, "text"), "directory": (is_name, "text"),
+    "sha256": (is_name, "text"), "text!": (lambda v: isinstance(v, str), "text"),
+    "proof": (lambda v: v is None or isinstance(v, dict), "an object"),
+    "ask": (is_seq, "a record number"), "action": (is_seq, "a record number"),
+    "report": (is_seq, "a record number"), "crps": (is_number, "a number"),
+    "persistence": (is_number, "a number")}
+# kind -> the fields the fold reads, in the order they are checked
 FOLD_FIELDS = {
-    "mandate": (("directory", is_name, "text"), ("text", lambda v: isinstance(v, str), "text"),
-                ("sha256", is_name, "text")),
-    "action": (("lever", lambda v: isinstance(v, str), "a lever's name"),
-               ("guard", is_name, "a guard's name"), ("side", is_name, "a side's name"),
-               ("proof", lambda v: v is None or isinstance(v, dict), "an object")),
-    "outcome": (("lever", is_name, "a lever's name"), ("action", is_seq, "a record number")),
-    "refusal": (("side", is_name, "a side's name"),),
-    "ask": (("about", is_name, "text"), ("lever", is_name, "a lever's name"),
-            ("guard", is_name, "a guard's name"), ("side", is_name, "a side's name")),
-    "proposal": (("lever", is_name, "a lever's name"),),
-    "check": (("lever", is_name, "a lever's name"),),
-    "approval": (("lever", is_name, "a lever's name"), ("ask", is_seq, "a record number")),
-    "denial": (("lever", is_name, "a lever's name"), ("ask", is_seq, "a record number")),
-    "resolved": (("lever", is_name, "a lever's name"), ("ask", is_seq, "a record number")),
-    "effect": (("lever", is_name, "a lever's name"), ("action", is_seq, "a record number")),
-    "pause": (("guard", is_name, "a guard's name"),),
-    "prediction": (("report", is_seq, "a record number"),),
-    "report": (("status", is_name, "text"),),
-    "guard.": (("status", is_name, "text"),),
-    "audit.": (("status", is_name, "text"),),
-    "calibration.": (("crps", is_number, "a number"), ("persistence", is_number, "a number")),
-}
+    "mandate": "directory text! sha256", "action": "lever! guard side proof",
+    "outcome": "lever action", "refusal": "side", "ask": "about lever guard side",
+    "proposal": "lever", "check": "lever", "approval": "lever ask", "denial": "lever ask",
+    "resolved": "lever ask", "effect": "lever action", "pause": "guard", "prediction": "report",
+    "report": "status", "guard.": "status", "audit.": "status", "calibration.": "crps persistence"}
 
 
 def fold_problem(record):
@@ -2380,8 +2373,9 @@ def fold_problem(record):
     kind, venture = record["kind"], record["venture"]
     if not isinstance(kind, str) or not isinstance(venture, str):
         return "its kind or venture is not text"
-    fields = FOLD_FIELDS.get(kind) or FOLD_FIELDS.get(kind[:kind.find(".") + 1]) or ()
-    for field, test, what in fields:
+    fields = FOLD_FIELDS.get(kind) or FOLD_FIELDS.get(kind[:kind.find(".") + 1]) or ""
+    for key in fields.split():
+        field, (test, what) = key.rstrip("!"), FOLD_TESTS[key]
         if field in record and not test(record[field]):
             return f"its {field} is {shown_value(record[field], 40)}, not {what}"
     if kind == "action" and isinstance(record.get("proof"), dict):
