@@ -747,9 +747,6 @@ class YamlReader:
             value, end = self.quoted(row, i)
             self.finish_line(row, end, "unexpected text after the closing quote")
             return value, row + 1
-        reason = plain_start_reason(line, i, flow=False)
-        if reason is not None:
-            raise self.error(row, i, reason)
         value, end = self.plain_value(row, i, flow=False)
         if end < len(line) and line[end] == ':':
             raise self.error(row, end,
@@ -759,9 +756,12 @@ class YamlReader:
     # --- scalars ---
 
     def plain(self, row, i, flow):
-        """Return (text, end) of the plain scalar at i.
+        """Return (text, end) of the plain scalar at i, refused when none may start there.
         plain ::= first char*, ending before ': ', ':' EOL, ' #', EOL, and in flow before ,[]{}"""
         line = self.lines[row]
+        reason = plain_start_reason(line, i, flow)
+        if reason is not None:
+            raise self.error(row, i, reason)
         stops = ',[]{}' if flow else ''
         j = i
         while j < len(line):
@@ -897,9 +897,6 @@ class YamlReader:
             return self.flow_mapping(row, i, path)
         if line[i] in '"\'':
             return self.quoted(row, i)
-        reason = plain_start_reason(line, i, flow=True)
-        if reason is not None:
-            raise self.error(row, i, reason)
         return self.plain_value(row, i, flow=True)
 
     def flow_skip(self, row, i, start):
@@ -967,9 +964,6 @@ class YamlReader:
             raise self.error(row, i, "a collection cannot be a key; use a string key")
         plain = line[i] not in '"\''
         if plain:
-            reason = plain_start_reason(line, i, flow=True)
-            if reason is not None:
-                raise self.error(row, i, reason)
             text, end = self.plain(row, i, flow=True)
             key = self.plain_key(row, i, text)
         else:
