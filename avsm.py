@@ -1929,16 +1929,10 @@ def format_config(cfg):
     adapters = [f"  {name}: {flow(a)}" for name, a in cfg["adapters"].items()]
     lines += ["adapters:"] + adapters if adapters else ["adapters: {}"]
     lines.append(f"research: {yaml_scalar(cfg['research'])}")
-    notify = cfg.get("notify")
-    lines.append("notify: " + (flow({"run": notify["run"],
-                                     "timeout": format_duration(notify["timeout"])})
-                               if notify else "null"))
-    for key in ("metrics", "page"):
+    for key in ("notify", "metrics", "page", "checkpoint"):
         spec = cfg.get(key)
-        lines.append(f"{key}: " + (flow(dict(spec, every=format_duration(spec["every"])))
-                                   if spec else "null"))
-    lines.append("checkpoint: "
-                 + flow(dict(cfg["checkpoint"], every=format_duration(cfg["checkpoint"]["every"]))))
+        lines.append(f"{key}: " + (flow({k: format_duration(v) if k in ("every", "timeout") else v
+                                         for k, v in spec.items()}) if spec else "null"))
     spec = cfg.get("ledger") or {}
     said = {k: spec[k] if k == "rotate" else format_duration(spec[k]) for k in ("rotate", "keep")
             if spec.get(k)}
