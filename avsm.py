@@ -2298,13 +2298,8 @@ def read_record(text, seq=None):
     return record
 
 
-def record_problem(text):
-    """Return why a stored record does not read (open point 51), or None."""
-    return stored_record(text)[1]
-
-
 def stored_record(text):
-    """Return (the record stored as `text`, why it does not read or None)."""
+    """Return (the record stored as `text`, why it does not read (open point 51) or None)."""
     try:
         record = json.loads(text)
     except ValueError:
