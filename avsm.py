@@ -891,10 +891,8 @@ class YamlReader:
         """flow_node ::= flow_seq | flow_map | single | double | plain, all on this line"""
         self.check_depth(row, i, path)
         line = self.lines[row]
-        if line[i] == '[':
-            return self.flow_sequence(row, i, path)
-        if line[i] == '{':
-            return self.flow_mapping(row, i, path)
+        if line[i] in '[{':
+            return self.flow_collection(row, i, path)
         if line[i] in '"\'':
             return self.quoted(row, i)
         return self.plain_value(row, i, flow=True)
@@ -908,53 +906,37 @@ class YamlReader:
                                          f"a flow collection must open and close on one line")
         return j
 
-    def flow_sequence(self, row, start, path):
-        """flow_seq ::= '[' [flow_node (',' flow_node)* [',']] ']' ; no 'key: value' entries"""
+    def flow_collection(self, row, start, path):
+        """flow_seq ::= '[' [flow_node (',' flow_node)* [',']] ']' ; no 'key: value' entries
+        flow_map ::= '{' [pair (',' pair)* [',']] '}' ; pair ::= flow_key ':' ' '* flow_node"""
         line = self.lines[row]
-        items = []
+        close = ']' if line[start] == '[' else '}'
+        entries, first_col = [], {}
         i = self.flow_skip(row, start + 1, start)
-        while line[i] != ']':
+        while line[i] != close:
             if line[i] == ',':
                 raise self.error(row, i, "an entry is missing before this ','")
-            self.mark(path + (len(items),), row, i)
-            value, end = self.flow_node(row, i, path + (len(items),))
-            items.append(value)
+            key, j = len(entries), i
+            if close == '}':
+                key, j = self.flow_key(row, i, start)
+                if key in first_col:
+                    raise self.error(row, i, f"duplicate key {key!r} (first at line {row + 1}, "
+                                             f"column {first_col[key]}); each key once")
+                first_col[key] = i + 1
+                j = self.flow_skip(row, j, start)
+                if line[j] in ',}':
+                    raise self.error(row, j, f"key {key!r} has no value; write one, or null")
+            self.mark(path + (key,), row, i)
+            value, end = self.flow_node(row, j, path + (key,))
+            entries.append((key, value))
             j = self.flow_skip(row, end, start)
-            if line[j] == ':':
+            if line[j] == ':' and close == ']':
                 raise self.error(row, i, "'key: value' inside [ ] is not supported; "
                                          "write it as a mapping: [{key: value}]")
-            i = self.flow_next(row, j, start, ']')
-        return items, i + 1
-
-    def flow_next(self, row, j, start, close):
-        """Return where the next entry (after ',') or `close` is, from j after an entry."""
-        line = self.lines[row]
-        if line[j] == ',':
-            return self.flow_skip(row, j + 1, start)
-        if line[j] != close:
-            raise self.error(row, j, f"expected ',' or '{close}'")
-        return j
-
-    def flow_mapping(self, row, start, path):
-        """flow_map ::= '{' [pair (',' pair)* [',']] '}' ; pair ::= flow_key ':' ' '* flow_node"""
-        line = self.lines[row]
-        result, first_col = {}, {}
-        i = self.flow_skip(row, start + 1, start)
-        while line[i] != '}':
-            if line[i] == ',':
-                raise self.error(row, i, "an entry is missing before this ','")
-            key, j = self.flow_key(row, i, start)
-            if key in first_col:
-                raise self.error(row, i, f"duplicate key {key!r} (first at line {row + 1}, "
-                                         f"column {first_col[key]}); each key once")
-            first_col[key] = i + 1
-            self.mark(path + (key,), row, i)
-            j = self.flow_skip(row, j, start)
-            if line[j] in ',}':
-                raise self.error(row, j, f"key {key!r} has no value; write one, or null")
-            result[key], end = self.flow_node(row, j, path + (key,))
-            i = self.flow_next(row, self.flow_skip(row, end, start), start, '}')
-        return result, i + 1
+            if line[j] not in (',', close):
+                raise self.error(row, j, f"expected ',' or '{close}'")
+            i = self.flow_skip(row, j + 1, start) if line[j] == ',' else j
+        return (dict(entries) if close == '}' else [v for _, v in entries]), i + 1
 
     def flow_key(self, row, i, start):
         """Return (key, index after ':').
