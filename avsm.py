@@ -321,8 +321,6 @@ class YamlError(ValueError):
 
 YAML_MULTILINE = "a scalar must fit on one line; use | or > for text over several lines"
 YAML_UNCLOSED = "the quote opened here is not closed on its line; " + YAML_MULTILINE
-YAML_ANCHOR = "anchors and aliases are not supported; write the value out"
-YAML_TAG = "tags are not supported; remove the tag (quote the value to keep it a string)"
 YAML_MAX_DEPTH = 100  # far beyond any mandate; keeps recursion clear of Python's limit
 
 # What YAML 1.2 may hold (c-printable), less a bare \r, U+FEFF past the start, and
@@ -330,22 +328,13 @@ YAML_MAX_DEPTH = 100  # far beyond any mandate; keeps recursion clear of Python'
 YAML_BAD_CHAR = (
     r'[^\t\n\x20-\x7e\xa0-\u2027\u202a-\ud7ff\ue000-\ufefe\uff00-\ufffd\U00010000-\U0010ffff]')
 
-# The core schema (YAML 1.2.2, 10.3.2); everything else plain is a string.
-YAML_NULLS = frozenset(['', '~', 'null', 'Null', 'NULL'])
 YAML_BOOLS = {'true': True, 'True': True, 'TRUE': True,
               'false': False, 'False': False, 'FALSE': False}
-YAML_INT = r'[-+]?[0-9]+'
-YAML_OCT = r'0o[0-7]+'
-YAML_HEX = r'0x[0-9a-fA-F]+'
-YAML_FLOAT = r'[-+]?(\.[0-9]+|[0-9]+(\.[0-9]*)?)([eE][-+]?[0-9]+)?'
-YAML_INF = r'[-+]?\.(inf|Inf|INF)'
-YAML_NAN = r'\.(nan|NaN|NAN)'
 
 YAML_ESCAPES = {'0': '\0', 'a': '\a', 'b': '\b', 't': '\t', '\t': '\t', 'n': '\n', 'v': '\v',
                 'f': '\f', 'r': '\r', 'e': '\x1b', ' ': ' ', '"': '"', '/': '/', '\\': '\\',
                 'N': '\x85', '_': '\xa0', 'L': '\u2028', 'P': '\u2029'}
 YAML_HEX_ESCAPES = {'x': 2, 'u': 4, 'U': 8}
-YAML_HEX_DIGITS = r'[0-9a-fA-F]+'
 
 
 def parse_yaml(text, source=None):
@@ -392,16 +381,18 @@ def split_yaml_lines(text, source):
 
 
 def resolve_plain(text):
-    """Return the core-schema value of a plain scalar; past NUMBER_MAX raise NumberError."""
-    if text in YAML_NULLS:
+    """Return the core-schema value of a plain scalar (YAML 1.2.2, 10.3.2: anything else plain is a
+    string); past NUMBER_MAX raise NumberError."""
+    if text in ('', '~', 'null', 'Null', 'NULL'):
         return None
     if text in YAML_BOOLS:
         return YAML_BOOLS[text]
-    for pattern, read in ((YAML_INT, lambda t: bounded_int(t, 10)),
-                          (YAML_OCT, lambda t: bounded_int(t[2:], 8)),
-                          (YAML_HEX, lambda t: bounded_int(t[2:], 16)), (YAML_FLOAT, bounded_float),
-                          (YAML_INF, lambda t: float('-inf') if t[0] == '-' else float('inf')),
-                          (YAML_NAN, lambda t: float('nan'))):
+    for pattern, read in ((r'[-+]?[0-9]+', lambda t: bounded_int(t, 10)),
+                          (r'0o[0-7]+', lambda t: bounded_int(t[2:], 8)),
+                          (r'0x[0-9a-fA-F]+', lambda t: bounded_int(t[2:], 16)),
+                          (r'[-+]?(\.[0-9]+|[0-9]+(\.[0-9]*)?)([eE][-+]?[0-9]+)?', bounded_float),
+                          (r'[-+]?\.(inf|Inf|INF)|\.(nan|NaN|NAN)',
+                           lambda t: float(t.replace('.', '')))):
         if re.fullmatch(pattern, text):
             return read(text)
     return text
@@ -413,9 +404,9 @@ def plain_start_reason(line, i, flow):
     nxt = line[i + 1] if i + 1 < len(line) else ' '
     spaced = nxt in ' \t' or (flow and nxt in ',[]{}')
     if ch in '&*':
-        return YAML_ANCHOR
+        return "anchors and aliases are not supported; write the value out"
     if ch == '!':
-        return YAML_TAG
+        return "tags are not supported; remove the tag (quote the value to keep it a string)"
     if ch == '?' and spaced:
         return "explicit keys ('? ') are not supported; write 'key: value' on one line"
     if ch == ':' and spaced:
@@ -827,7 +818,7 @@ class YamlReader:
         line = self.lines[row]
         width = YAML_HEX_ESCAPES[line[j + 1]]
         digits = line[j + 2:j + 2 + width]
-        if len(digits) < width or not re.fullmatch(YAML_HEX_DIGITS, digits):
+        if len(digits) < width or not re.fullmatch(r'[0-9a-fA-F]+', digits):
             raise self.error(row, j, f"'\\{line[j + 1]}' needs {width} hex digits")
         code = int(digits, 16)
         if 0xD800 <= code <= 0xDFFF or code > 0x10FFFF:
