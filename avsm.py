@@ -586,69 +586,55 @@ class YamlReader:
     def block_node(self, row, i, parent, path):
         """block_node ::= block_seq | block_map | inline_value, starting at column i of row"""
         self.check_depth(row, i, path)
-        if self.is_dash(row, i):
-            return self.block_sequence(row, i, path)
-        if self.block_key(row, i, path):
-            return self.block_mapping(row, i, path)
+        if self.is_dash(row, i) or self.block_key(row, i, path):
+            return self.block_collection(row, i, path)
         return self.inline_value(row, i, parent, path)
 
-    def block_sequence(self, row, indent, path, under_key=False):
+    def block_collection(self, row, indent, path, under_key=False):
         """block_seq ::= ('-' (' '+ entry | EOL next_lines_node))+, every '-' at column `indent`
+        block_map ::= (key ' '* ':' (' '+ value | EOL next_lines_node))+, every key at `indent`
 
         Under a key at its own indentation, a line there without '-' ends the sequence."""
-        items = []
+        dashed, entries, first_row = self.is_dash(row, indent), [], {}
         while True:
-            self.mark(path + (len(items),), row, indent)
-            value, row = self.seq_entry(row, indent, path + (len(items),))
-            items.append(value)
+            key, colon = len(entries), indent
+            if not dashed:
+                entry = self.block_key(row, indent, path)
+                if entry is None and self.is_dash(row, indent):
+                    raise self.error(row, indent, "a '- ' entry cannot follow keys at the same "
+                                                  "indentation; indent it under its key")
+                if entry is None:
+                    raise self.error(row, indent, "expected 'key: value' here (is a ':' missing, "
+                                                  "or a scalar continued from above?)")
+                key, colon = entry
+                if key in first_row:
+                    raise self.error(row, indent, f"duplicate key {key!r} (first at line "
+                                                  f"{first_row[key]}); each key once")
+                first_row[key] = row + 1
+            self.mark(path + (key,), row, indent)
+            value, row = self.entry_value(row, colon + 1, indent, path + (key,), dashed)
+            entries.append((key, value))
             row = self.next_content(row)
             if row == len(self.lines) or self.indent(row) < indent:
-                return items, row
+                break
             if self.indent(row) > indent:
                 raise self.misindented(row)
-            if not self.is_dash(row, indent):
+            if dashed and not self.is_dash(row, indent):
                 if under_key:
-                    return items, row
+                    break
                 raise self.error(row, indent,
                                  "expected '- ' here, where the sequence above continues")
+        return ([value for _, value in entries] if dashed else dict(entries)), row
 
-    def seq_entry(self, row, indent, path):
-        """entry ::= '-' EOL next_lines_node | '-' ' '+ (compact_seq | compact_map |
-        inline_value)"""
-        line = self.lines[row]
-        i = self.skip_spaces(row, indent + 1)
-        if i == len(line) or line[i] == '#':
-            return self.next_lines_node(row, indent, path)
-        return self.block_node(row, i, indent, path)
-
-    def block_mapping(self, row, indent, path):
-        """block_map ::= (key ' '* ':' (' '+ value | EOL next_lines_node))+, every key at
-        `indent`"""
-        result, first_row = {}, {}
-        while True:
-            entry = self.block_key(row, indent, path)
-            if entry is None:
-                raise self.error(row, indent, self.not_a_key_reason(row, indent))
-            key, colon = entry
-            if key in first_row:
-                raise self.error(row, indent, f"duplicate key {key!r} (first at line "
-                                              f"{first_row[key]}); each key once")
-            first_row[key] = row + 1
-            self.mark(path + (key,), row, indent)
-            result[key], row = self.map_value(row, colon + 1, indent, path + (key,))
-            row = self.next_content(row)
-            if row == len(self.lines) or self.indent(row) < indent:
-                return result, row
-            if self.indent(row) > indent:
-                raise self.misindented(row)
-
-    def map_value(self, row, i, indent, path):
-        """value ::= EOL next_lines_node | ' '+ inline_value ; no block collection on the key's
-        line"""
+    def entry_value(self, row, i, indent, path, dashed):
+        """entry ::= '-' EOL next_lines_node | '-' ' '+ (compact_seq | compact_map | inline_value)
+        value ::= EOL next_lines_node | ' '+ inline_value ; no block collection on the key's line"""
         line = self.lines[row]
         j = self.skip_spaces(row, i)
         if j == len(line) or line[j] == '#':
-            return self.next_lines_node(row, indent, path, under_key=True)
+            return self.next_lines_node(row, indent, path, under_key=not dashed)
+        if dashed:
+            return self.block_node(row, j, indent, path)
         if self.is_dash(row, j):
             raise self.error(row, j, "a sequence cannot start on its key's line; "
                                      "put each '- ' entry on a line of its own below the key")
@@ -666,7 +652,7 @@ class YamlReader:
             if deeper > indent:
                 return self.block_node(nxt, deeper, indent, path)
             if under_key and deeper == indent and self.is_dash(nxt, deeper):
-                return self.block_sequence(nxt, deeper, path, under_key=True)
+                return self.block_collection(nxt, deeper, path, under_key=True)
         return None, row + 1
 
     def misindented(self, row):
@@ -677,13 +663,6 @@ class YamlReader:
                               "bad indentation: this entry lines up with no block above it; "
                               "align it with its siblings")
         return self.error(row, i, YAML_MULTILINE)
-
-    def not_a_key_reason(self, row, i):
-        """Return why the line at a mapping's indentation is refused."""
-        if self.is_dash(row, i):
-            return (
-                "a '- ' entry cannot follow keys at the same indentation; indent it under its key")
-        return "expected 'key: value' here (is a ':' missing, or a scalar continued from above?)"
 
     # --- keys and one-line values ---
 
