@@ -357,7 +357,7 @@ def split_yaml_lines(text, source):
             text = bytes(text).decode('utf-8')
         except UnicodeDecodeError as err:
             line = text.count(b'\n', 0, err.start) + 1
-            col = err.start - (text.rfind(b'\n', 0, err.start) + 1) + 1
+            col = err.start - text.rfind(b'\n', 0, err.start)
             raise YamlError(line, col, "not UTF-8; save the file as UTF-8", source) from None
     if text.startswith('\ufeff'):
         text = text[1:]
@@ -366,7 +366,7 @@ def split_yaml_lines(text, source):
     if bad:
         at = bad.start()
         line = text.count('\n', 0, at) + 1
-        col = at - (text.rfind('\n', 0, at) + 1) + 1
+        col = at - text.rfind('\n', 0, at)
         if bad.group() == '\r':
             reason = "carriage return without a line feed; end lines with \\n or \\r\\n"
         else:
@@ -2329,7 +2329,7 @@ def fold_problem(record):
 class Ledger:
     """The append-only, hash-chained ledger: the one writer's connection to ledger.db."""
 
-    def __init__(self, path, still_ours=None):
+    def __init__(self, path, still_ours=lambda: True):
         self.path, self.still_ours = path, still_ours
         self.held, self.last, self.lost = None, None, []  # held: the open transaction's records
         if os.path.exists(path + ".new"):   # a rotation was cut short: end it, or undo it
@@ -2383,7 +2383,7 @@ class Ledger:
         try:
             if began:
                 db = self.begin()
-                if self.still_ours is not None and not self.still_ours():
+                if not self.still_ours():
                     raise LockLost(
                         "the lock of this home is another avsmd's; appending nothing more")
                 self.last, self.held = ledger_head(db) or (0, ZERO_HASH), []
@@ -2426,13 +2426,14 @@ class Ledger:
             name = f"{db.execute('SELECT min(seq) FROM records').fetchone()[0]:012d}-{seq:012d}.db"
             closed = os.path.join(os.path.dirname(self.path), "ledgers", name)
             text = canonical(first_record(name, (seq, prev)))
+            link = chain_hash(prev, seq + 1, at, text)
             os.close(os.open(new, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o600))
             with contextlib.closing(sqlite3.connect(new, isolation_level=None)) as fresh:
                 fresh.execute("PRAGMA synchronous=FULL")
                 fresh.execute(LEDGER_TABLE)
                 # before the triggers, which would admit only #1 in an empty file
-                fresh.execute(f"INSERT INTO records{RECORD_COLUMNS}", (seq + 1, at, prev,
-                              chain_hash(prev, seq + 1, at, text), 1, text))
+                fresh.execute(f"INSERT INTO records{RECORD_COLUMNS}",
+                              (seq + 1, at, prev, link, 1, text))
                 fresh.executescript(LEDGER_SCHEMA)
             os.makedirs(os.path.dirname(closed), mode=0o700, exist_ok=True)
             os.chmod(self.path, 0o400)
@@ -2442,7 +2443,7 @@ class Ledger:
             db.execute("ROLLBACK")      # nothing was written to the closed file: its lock ends
         self.close()
         self.open()
-        self.last = (seq + 1, chain_hash(prev, seq + 1, at, text))
+        self.last = (seq + 1, link)
         return seq + 1
 
     def commit(self, check=True):
@@ -2450,7 +2451,7 @@ class Ledger:
         if self.held is None:
             return 0
         try:
-            if check and self.still_ours is not None and not self.still_ours():
+            if check and not self.still_ours():
                 raise LockLost("the lock of this home is another avsmd's; appending nothing more")
             self.db.execute("COMMIT")
         except BaseException:
@@ -2980,13 +2981,12 @@ class LedgerWriter:
         A GROUPED_KINDS record joins the group held open for this wake-up; any other commits itself
         and all held before it. While the ledger cannot be written, an outcome waits in order and
         anything else raises LedgerDown."""
-        import sqlite3
         why = self.ledger_down
         if not why:
             try:
                 return self.write(record, at,
                                   hold=record["kind"].partition(".")[0] in GROUPED_KINDS)
-            except (sqlite3.Error, OSError) as err:
+            except (sqlite3_errors(), OSError) as err:
                 self.ledger_failed(err)
                 why = str(err)
         if record["kind"] not in BACKLOG_KINDS:
@@ -3016,10 +3016,9 @@ class LedgerWriter:
     def commit(self, turn_ends=False):
         """Commit the records held open: at the end of each wake-up (`turn_ends`), and before
         anything is told to a client."""
-        import sqlite3
         try:
             self.ledger.commit()
-        except (sqlite3.Error, OSError) as err:
+        except (sqlite3_errors(), OSError) as err:
             self.ledger_failed(err)
         if turn_ends and self.refold_from is not None:
             self.refold(self.refold_from)
@@ -3061,7 +3060,6 @@ class LedgerWriter:
 
     def retry_ledger(self, now):
         """Try the ledger again: write what waited, in order; True when it takes writes."""
-        import sqlite3
         self.retry_at = now + LEDGER_RETRY
         try:
             while self.backlog:
@@ -3069,7 +3067,7 @@ class LedgerWriter:
                 self.backlog.pop(0)
             self.write(new_record("ledger", "self", summary=f"the ledger takes writes again (it"
                                   f" could not: {self.ledger_down})"))
-        except (sqlite3.Error, OSError) as err:
+        except (sqlite3_errors(), OSError) as err:
             self.ledger_down = str(err)
             self.retry_at = now + ledger_retry(err)
             return False
