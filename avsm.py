@@ -709,13 +709,10 @@ class YamlReader:
         line = self.lines[row]
         if line[i] in '|>':
             return self.block_scalar(row, i, parent)
-        if line[i] in '[{':
-            value, end = self.flow_node(row, i, path)
-            self.finish_line(row, end, f"unexpected text after the closing '{line[end - 1]}'")
-            return value, row + 1
-        if line[i] in '"\'':
-            value, end = self.quoted(row, i)
-            self.finish_line(row, end, "unexpected text after the closing quote")
+        if line[i] in '[{"\'':
+            value, end = self.flow_node(row, i, path) if line[i] in '[{' else self.quoted(row, i)
+            closing = "quote" if line[i] in '"\'' else f"'{line[end - 1]}'"
+            self.finish_line(row, end, f"unexpected text after the closing {closing}")
             return value, row + 1
         value, end = self.plain_value(row, i, flow=False)
         if end < len(line) and line[end] == ':':
@@ -1109,9 +1106,8 @@ def parse_mandate(text, source="mandate.yaml", directory=None):
     m["audits"] = parse_audits(c, doc, directory)
     m["readings"] = parse_readings(c, doc, m, directory)
     m["world"] = c.command(doc["world"], ("world",), "world", directory) if "world" in doc else None
-    m["calibration"] = None
-    if "calibration" in doc:
-        m["calibration"] = c.number(doc["calibration"], ("calibration",), "calibration")
+    m["calibration"] = (c.number(doc["calibration"], ("calibration",), "calibration")
+                        if "calibration" in doc else None)
     m["escalate"] = c.choice(doc.get("escalate"), ("escalate",), "escalate", (None, "offbox"))
     return m
 
