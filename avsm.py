@@ -678,11 +678,8 @@ class YamlReader:
             return None
         plain = line[i] not in '"\''
         if plain:
-            reason = plain_start_reason(line, i, flow=False)
-            if reason is not None:
-                if line[i] in '?:&*!':
-                    raise self.error(row, i, reason)
-                return None  # '|', '>' or '- ' start a value, not a key
+            if plain_start_reason(line, i, flow=False) and line[i] not in '?:&*!':
+                return None  # '|', '>' or '- ' start a value, not a key; plain() refuses '?:&*!'
             key, end = self.plain(row, i, flow=False)
         else:
             key, end = self.quoted(row, i)
