@@ -1964,8 +1964,7 @@ def checked_arguments(cmd, args, types):
             raise Fail(EX_DATAERR, f"{cmd} needs {key}")
         value = args[key]
         problem = None if optional and value is None else argument_problem(kind, value)
-        if problem:
-            raise Fail(EX_DATAERR, f"{cmd}: {key} {problem}")
+        refuse(problem and f"{cmd}: {key} {problem}")
         checked[key] = value
     return checked
 
