@@ -321,8 +321,6 @@ class YamlError(ValueError):
 
 YAML_MULTILINE = "a scalar must fit on one line; use | or > for text over several lines"
 YAML_UNCLOSED = "the quote opened here is not closed on its line; " + YAML_MULTILINE
-YAML_ANCHOR = "anchors and aliases are not supported; write the value out"
-YAML_TAG = "tags are not supported; remove the tag (quote the value to keep it a string)"
 YAML_MAX_DEPTH = 100  # far beyond any mandate; keeps recursion clear of Python's limit
 
 # What YAML 1.2 may hold (c-printable), less a bare \r, U+FEFF past the start, and
@@ -330,22 +328,13 @@ YAML_MAX_DEPTH = 100  # far beyond any mandate; keeps recursion clear of Python'
 YAML_BAD_CHAR = (
     r'[^\t\n\x20-\x7e\xa0-\u2027\u202a-\ud7ff\ue000-\ufefe\uff00-\ufffd\U00010000-\U0010ffff]')
 
-# The core schema (YAML 1.2.2, 10.3.2); everything else plain is a string.
-YAML_NULLS = frozenset(['', '~', 'null', 'Null', 'NULL'])
 YAML_BOOLS = {'true': True, 'True': True, 'TRUE': True,
               'false': False, 'False': False, 'FALSE': False}
-YAML_INT = r'[-+]?[0-9]+'
-YAML_OCT = r'0o[0-7]+'
-YAML_HEX = r'0x[0-9a-fA-F]+'
-YAML_FLOAT = r'[-+]?(\.[0-9]+|[0-9]+(\.[0-9]*)?)([eE][-+]?[0-9]+)?'
-YAML_INF = r'[-+]?\.(inf|Inf|INF)'
-YAML_NAN = r'\.(nan|NaN|NAN)'
 
 YAML_ESCAPES = {'0': '\0', 'a': '\a', 'b': '\b', 't': '\t', '\t': '\t', 'n': '\n', 'v': '\v',
                 'f': '\f', 'r': '\r', 'e': '\x1b', ' ': ' ', '"': '"', '/': '/', '\\': '\\',
                 'N': '\x85', '_': '\xa0', 'L': '\u2028', 'P': '\u2029'}
 YAML_HEX_ESCAPES = {'x': 2, 'u': 4, 'U': 8}
-YAML_HEX_DIGITS = r'[0-9a-fA-F]+'
 
 
 def parse_yaml(text, source=None):
@@ -368,7 +357,7 @@ def split_yaml_lines(text, source):
             text = bytes(text).decode('utf-8')
         except UnicodeDecodeError as err:
             line = text.count(b'\n', 0, err.start) + 1
-            col = err.start - (text.rfind(b'\n', 0, err.start) + 1) + 1
+            col = err.start - text.rfind(b'\n', 0, err.start)
             raise YamlError(line, col, "not UTF-8; save the file as UTF-8", source) from None
     if text.startswith('\ufeff'):
         text = text[1:]
@@ -377,7 +366,7 @@ def split_yaml_lines(text, source):
     if bad:
         at = bad.start()
         line = text.count('\n', 0, at) + 1
-        col = at - (text.rfind('\n', 0, at) + 1) + 1
+        col = at - text.rfind('\n', 0, at)
         if bad.group() == '\r':
             reason = "carriage return without a line feed; end lines with \\n or \\r\\n"
         else:
@@ -392,16 +381,18 @@ def split_yaml_lines(text, source):
 
 
 def resolve_plain(text):
-    """Return the core-schema value of a plain scalar; past NUMBER_MAX raise NumberError."""
-    if text in YAML_NULLS:
+    """Return the core-schema value of a plain scalar (YAML 1.2.2, 10.3.2: anything else plain is a
+    string); past NUMBER_MAX raise NumberError."""
+    if text in ('', '~', 'null', 'Null', 'NULL'):
         return None
     if text in YAML_BOOLS:
         return YAML_BOOLS[text]
-    for pattern, read in ((YAML_INT, lambda t: bounded_int(t, 10)),
-                          (YAML_OCT, lambda t: bounded_int(t[2:], 8)),
-                          (YAML_HEX, lambda t: bounded_int(t[2:], 16)), (YAML_FLOAT, bounded_float),
-                          (YAML_INF, lambda t: float('-inf') if t[0] == '-' else float('inf')),
-                          (YAML_NAN, lambda t: float('nan'))):
+    for pattern, read in ((r'[-+]?[0-9]+', lambda t: bounded_int(t, 10)),
+                          (r'0o[0-7]+', lambda t: bounded_int(t[2:], 8)),
+                          (r'0x[0-9a-fA-F]+', lambda t: bounded_int(t[2:], 16)),
+                          (r'[-+]?(\.[0-9]+|[0-9]+(\.[0-9]*)?)([eE][-+]?[0-9]+)?', bounded_float),
+                          (r'[-+]?\.(inf|Inf|INF)|\.(nan|NaN|NAN)',
+                           lambda t: float(t.replace('.', '')))):
         if re.fullmatch(pattern, text):
             return read(text)
     return text
@@ -413,9 +404,9 @@ def plain_start_reason(line, i, flow):
     nxt = line[i + 1] if i + 1 < len(line) else ' '
     spaced = nxt in ' \t' or (flow and nxt in ',[]{}')
     if ch in '&*':
-        return YAML_ANCHOR
+        return "anchors and aliases are not supported; write the value out"
     if ch == '!':
-        return YAML_TAG
+        return "tags are not supported; remove the tag (quote the value to keep it a string)"
     if ch == '?' and spaced:
         return "explicit keys ('? ') are not supported; write 'key: value' on one line"
     if ch == ':' and spaced:
@@ -595,69 +586,55 @@ class YamlReader:
     def block_node(self, row, i, parent, path):
         """block_node ::= block_seq | block_map | inline_value, starting at column i of row"""
         self.check_depth(row, i, path)
-        if self.is_dash(row, i):
-            return self.block_sequence(row, i, path)
-        if self.block_key(row, i, path):
-            return self.block_mapping(row, i, path)
+        if self.is_dash(row, i) or self.block_key(row, i, path):
+            return self.block_collection(row, i, path)
         return self.inline_value(row, i, parent, path)
 
-    def block_sequence(self, row, indent, path, under_key=False):
+    def block_collection(self, row, indent, path, under_key=False):
         """block_seq ::= ('-' (' '+ entry | EOL next_lines_node))+, every '-' at column `indent`
+        block_map ::= (key ' '* ':' (' '+ value | EOL next_lines_node))+, every key at `indent`
 
         Under a key at its own indentation, a line there without '-' ends the sequence."""
-        items = []
+        dashed, entries, first_row = self.is_dash(row, indent), [], {}
         while True:
-            self.mark(path + (len(items),), row, indent)
-            value, row = self.seq_entry(row, indent, path + (len(items),))
-            items.append(value)
+            key, colon = len(entries), indent
+            if not dashed:
+                entry = self.block_key(row, indent, path)
+                if entry is None and self.is_dash(row, indent):
+                    raise self.error(row, indent, "a '- ' entry cannot follow keys at the same "
+                                                  "indentation; indent it under its key")
+                if entry is None:
+                    raise self.error(row, indent, "expected 'key: value' here (is a ':' missing, "
+                                                  "or a scalar continued from above?)")
+                key, colon = entry
+                if key in first_row:
+                    raise self.error(row, indent, f"duplicate key {key!r} (first at line "
+                                                  f"{first_row[key]}); each key once")
+                first_row[key] = row + 1
+            self.mark(path + (key,), row, indent)
+            value, row = self.entry_value(row, colon + 1, indent, path + (key,), dashed)
+            entries.append((key, value))
             row = self.next_content(row)
             if row == len(self.lines) or self.indent(row) < indent:
-                return items, row
+                break
             if self.indent(row) > indent:
                 raise self.misindented(row)
-            if not self.is_dash(row, indent):
+            if dashed and not self.is_dash(row, indent):
                 if under_key:
-                    return items, row
+                    break
                 raise self.error(row, indent,
                                  "expected '- ' here, where the sequence above continues")
+        return ([value for _, value in entries] if dashed else dict(entries)), row
 
-    def seq_entry(self, row, indent, path):
-        """entry ::= '-' EOL next_lines_node | '-' ' '+ (compact_seq | compact_map |
-        inline_value)"""
-        line = self.lines[row]
-        i = self.skip_spaces(row, indent + 1)
-        if i == len(line) or line[i] == '#':
-            return self.next_lines_node(row, indent, path)
-        return self.block_node(row, i, indent, path)
-
-    def block_mapping(self, row, indent, path):
-        """block_map ::= (key ' '* ':' (' '+ value | EOL next_lines_node))+, every key at
-        `indent`"""
-        result, first_row = {}, {}
-        while True:
-            entry = self.block_key(row, indent, path)
-            if entry is None:
-                raise self.error(row, indent, self.not_a_key_reason(row, indent))
-            key, colon = entry
-            if key in first_row:
-                raise self.error(row, indent, f"duplicate key {key!r} (first at line "
-                                              f"{first_row[key]}); each key once")
-            first_row[key] = row + 1
-            self.mark(path + (key,), row, indent)
-            result[key], row = self.map_value(row, colon + 1, indent, path + (key,))
-            row = self.next_content(row)
-            if row == len(self.lines) or self.indent(row) < indent:
-                return result, row
-            if self.indent(row) > indent:
-                raise self.misindented(row)
-
-    def map_value(self, row, i, indent, path):
-        """value ::= EOL next_lines_node | ' '+ inline_value ; no block collection on the key's
-        line"""
+    def entry_value(self, row, i, indent, path, dashed):
+        """entry ::= '-' EOL next_lines_node | '-' ' '+ (compact_seq | compact_map | inline_value)
+        value ::= EOL next_lines_node | ' '+ inline_value ; no block collection on the key's line"""
         line = self.lines[row]
         j = self.skip_spaces(row, i)
         if j == len(line) or line[j] == '#':
-            return self.next_lines_node(row, indent, path, under_key=True)
+            return self.next_lines_node(row, indent, path, under_key=not dashed)
+        if dashed:
+            return self.block_node(row, j, indent, path)
         if self.is_dash(row, j):
             raise self.error(row, j, "a sequence cannot start on its key's line; "
                                      "put each '- ' entry on a line of its own below the key")
@@ -675,7 +652,7 @@ class YamlReader:
             if deeper > indent:
                 return self.block_node(nxt, deeper, indent, path)
             if under_key and deeper == indent and self.is_dash(nxt, deeper):
-                return self.block_sequence(nxt, deeper, path, under_key=True)
+                return self.block_collection(nxt, deeper, path, under_key=True)
         return None, row + 1
 
     def misindented(self, row):
@@ -686,13 +663,6 @@ class YamlReader:
                               "bad indentation: this entry lines up with no block above it; "
                               "align it with its siblings")
         return self.error(row, i, YAML_MULTILINE)
-
-    def not_a_key_reason(self, row, i):
-        """Return why the line at a mapping's indentation is refused."""
-        if self.is_dash(row, i):
-            return (
-                "a '- ' entry cannot follow keys at the same indentation; indent it under its key")
-        return "expected 'key: value' here (is a ':' missing, or a scalar continued from above?)"
 
     # --- keys and one-line values ---
 
@@ -708,11 +678,8 @@ class YamlReader:
             return None
         plain = line[i] not in '"\''
         if plain:
-            reason = plain_start_reason(line, i, flow=False)
-            if reason is not None:
-                if line[i] in '?:&*!':
-                    raise self.error(row, i, reason)
-                return None  # '|', '>' or '- ' start a value, not a key
+            if plain_start_reason(line, i, flow=False) and line[i] not in '?:&*!':
+                return None  # '|', '>' or '- ' start a value, not a key; plain() refuses '?:&*!'
             key, end = self.plain(row, i, flow=False)
         else:
             key, end = self.quoted(row, i)
@@ -739,17 +706,11 @@ class YamlReader:
         line = self.lines[row]
         if line[i] in '|>':
             return self.block_scalar(row, i, parent)
-        if line[i] in '[{':
-            value, end = self.flow_node(row, i, path)
-            self.finish_line(row, end, f"unexpected text after the closing '{line[end - 1]}'")
+        if line[i] in '[{"\'':
+            value, end = self.flow_node(row, i, path) if line[i] in '[{' else self.quoted(row, i)
+            closing = "quote" if line[i] in '"\'' else f"'{line[end - 1]}'"
+            self.finish_line(row, end, f"unexpected text after the closing {closing}")
             return value, row + 1
-        if line[i] in '"\'':
-            value, end = self.quoted(row, i)
-            self.finish_line(row, end, "unexpected text after the closing quote")
-            return value, row + 1
-        reason = plain_start_reason(line, i, flow=False)
-        if reason is not None:
-            raise self.error(row, i, reason)
         value, end = self.plain_value(row, i, flow=False)
         if end < len(line) and line[end] == ':':
             raise self.error(row, end,
@@ -759,9 +720,12 @@ class YamlReader:
     # --- scalars ---
 
     def plain(self, row, i, flow):
-        """Return (text, end) of the plain scalar at i.
+        """Return (text, end) of the plain scalar at i, refused when none may start there.
         plain ::= first char*, ending before ': ', ':' EOL, ' #', EOL, and in flow before ,[]{}"""
         line = self.lines[row]
+        reason = plain_start_reason(line, i, flow)
+        if reason is not None:
+            raise self.error(row, i, reason)
         stops = ',[]{}' if flow else ''
         j = i
         while j < len(line):
@@ -827,7 +791,7 @@ class YamlReader:
         line = self.lines[row]
         width = YAML_HEX_ESCAPES[line[j + 1]]
         digits = line[j + 2:j + 2 + width]
-        if len(digits) < width or not re.fullmatch(YAML_HEX_DIGITS, digits):
+        if len(digits) < width or not re.fullmatch(r'[0-9a-fA-F]+', digits):
             raise self.error(row, j, f"'\\{line[j + 1]}' needs {width} hex digits")
         code = int(digits, 16)
         if 0xD800 <= code <= 0xDFFF or code > 0x10FFFF:
@@ -891,15 +855,10 @@ class YamlReader:
         """flow_node ::= flow_seq | flow_map | single | double | plain, all on this line"""
         self.check_depth(row, i, path)
         line = self.lines[row]
-        if line[i] == '[':
-            return self.flow_sequence(row, i, path)
-        if line[i] == '{':
-            return self.flow_mapping(row, i, path)
+        if line[i] in '[{':
+            return self.flow_collection(row, i, path)
         if line[i] in '"\'':
             return self.quoted(row, i)
-        reason = plain_start_reason(line, i, flow=True)
-        if reason is not None:
-            raise self.error(row, i, reason)
         return self.plain_value(row, i, flow=True)
 
     def flow_skip(self, row, i, start):
@@ -911,53 +870,37 @@ class YamlReader:
                                          f"a flow collection must open and close on one line")
         return j
 
-    def flow_sequence(self, row, start, path):
-        """flow_seq ::= '[' [flow_node (',' flow_node)* [',']] ']' ; no 'key: value' entries"""
+    def flow_collection(self, row, start, path):
+        """flow_seq ::= '[' [flow_node (',' flow_node)* [',']] ']' ; no 'key: value' entries
+        flow_map ::= '{' [pair (',' pair)* [',']] '}' ; pair ::= flow_key ':' ' '* flow_node"""
         line = self.lines[row]
-        items = []
+        close = ']' if line[start] == '[' else '}'
+        entries, first_col = [], {}
         i = self.flow_skip(row, start + 1, start)
-        while line[i] != ']':
+        while line[i] != close:
             if line[i] == ',':
                 raise self.error(row, i, "an entry is missing before this ','")
-            self.mark(path + (len(items),), row, i)
-            value, end = self.flow_node(row, i, path + (len(items),))
-            items.append(value)
+            key, j = len(entries), i
+            if close == '}':
+                key, j = self.flow_key(row, i, start)
+                if key in first_col:
+                    raise self.error(row, i, f"duplicate key {key!r} (first at line {row + 1}, "
+                                             f"column {first_col[key]}); each key once")
+                first_col[key] = i + 1
+                j = self.flow_skip(row, j, start)
+                if line[j] in ',}':
+                    raise self.error(row, j, f"key {key!r} has no value; write one, or null")
+            self.mark(path + (key,), row, i)
+            value, end = self.flow_node(row, j, path + (key,))
+            entries.append((key, value))
             j = self.flow_skip(row, end, start)
-            if line[j] == ':':
+            if line[j] == ':' and close == ']':
                 raise self.error(row, i, "'key: value' inside [ ] is not supported; "
                                          "write it as a mapping: [{key: value}]")
-            i = self.flow_next(row, j, start, ']')
-        return items, i + 1
-
-    def flow_next(self, row, j, start, close):
-        """Return where the next entry (after ',') or `close` is, from j after an entry."""
-        line = self.lines[row]
-        if line[j] == ',':
-            return self.flow_skip(row, j + 1, start)
-        if line[j] != close:
-            raise self.error(row, j, f"expected ',' or '{close}'")
-        return j
-
-    def flow_mapping(self, row, start, path):
-        """flow_map ::= '{' [pair (',' pair)* [',']] '}' ; pair ::= flow_key ':' ' '* flow_node"""
-        line = self.lines[row]
-        result, first_col = {}, {}
-        i = self.flow_skip(row, start + 1, start)
-        while line[i] != '}':
-            if line[i] == ',':
-                raise self.error(row, i, "an entry is missing before this ','")
-            key, j = self.flow_key(row, i, start)
-            if key in first_col:
-                raise self.error(row, i, f"duplicate key {key!r} (first at line {row + 1}, "
-                                         f"column {first_col[key]}); each key once")
-            first_col[key] = i + 1
-            self.mark(path + (key,), row, i)
-            j = self.flow_skip(row, j, start)
-            if line[j] in ',}':
-                raise self.error(row, j, f"key {key!r} has no value; write one, or null")
-            result[key], end = self.flow_node(row, j, path + (key,))
-            i = self.flow_next(row, self.flow_skip(row, end, start), start, '}')
-        return result, i + 1
+            if line[j] not in (',', close):
+                raise self.error(row, j, f"expected ',' or '{close}'")
+            i = self.flow_skip(row, j + 1, start) if line[j] == ',' else j
+        return (dict(entries) if close == '}' else [v for _, v in entries]), i + 1
 
     def flow_key(self, row, i, start):
         """Return (key, index after ':').
@@ -967,9 +910,6 @@ class YamlReader:
             raise self.error(row, i, "a collection cannot be a key; use a string key")
         plain = line[i] not in '"\''
         if plain:
-            reason = plain_start_reason(line, i, flow=True)
-            if reason is not None:
-                raise self.error(row, i, reason)
             text, end = self.plain(row, i, flow=True)
             key = self.plain_key(row, i, text)
         else:
@@ -1163,9 +1103,8 @@ def parse_mandate(text, source="mandate.yaml", directory=None):
     m["audits"] = parse_audits(c, doc, directory)
     m["readings"] = parse_readings(c, doc, m, directory)
     m["world"] = c.command(doc["world"], ("world",), "world", directory) if "world" in doc else None
-    m["calibration"] = None
-    if "calibration" in doc:
-        m["calibration"] = c.number(doc["calibration"], ("calibration",), "calibration")
+    m["calibration"] = (c.number(doc["calibration"], ("calibration",), "calibration")
+                        if "calibration" in doc else None)
     m["escalate"] = c.choice(doc.get("escalate"), ("escalate",), "escalate", (None, "offbox"))
     return m
 
@@ -1935,16 +1874,10 @@ def format_config(cfg):
     adapters = [f"  {name}: {flow(a)}" for name, a in cfg["adapters"].items()]
     lines += ["adapters:"] + adapters if adapters else ["adapters: {}"]
     lines.append(f"research: {yaml_scalar(cfg['research'])}")
-    notify = cfg.get("notify")
-    lines.append("notify: " + (flow({"run": notify["run"],
-                                     "timeout": format_duration(notify["timeout"])})
-                               if notify else "null"))
-    for key in ("metrics", "page"):
+    for key in ("notify", "metrics", "page", "checkpoint"):
         spec = cfg.get(key)
-        lines.append(f"{key}: " + (flow(dict(spec, every=format_duration(spec["every"])))
-                                   if spec else "null"))
-    lines.append("checkpoint: "
-                 + flow(dict(cfg["checkpoint"], every=format_duration(cfg["checkpoint"]["every"]))))
+        lines.append(f"{key}: " + (flow({k: format_duration(v) if k in ("every", "timeout") else v
+                                         for k, v in spec.items()}) if spec else "null"))
     spec = cfg.get("ledger") or {}
     said = {k: spec[k] if k == "rotate" else format_duration(spec[k]) for k in ("rotate", "keep")
             if spec.get(k)}
@@ -2031,8 +1964,7 @@ def checked_arguments(cmd, args, types):
             raise Fail(EX_DATAERR, f"{cmd} needs {key}")
         value = args[key]
         problem = None if optional and value is None else argument_problem(kind, value)
-        if problem:
-            raise Fail(EX_DATAERR, f"{cmd}: {key} {problem}")
+        refuse(problem and f"{cmd}: {key} {problem}")
         checked[key] = value
     return checked
 
@@ -2310,13 +2242,8 @@ def read_record(text, seq=None):
     return record
 
 
-def record_problem(text):
-    """Return why a stored record does not read (open point 51), or None."""
-    return stored_record(text)[1]
-
-
 def stored_record(text):
-    """Return (the record stored as `text`, why it does not read or None)."""
+    """Return (the record stored as `text`, why it does not read (open point 51) or None)."""
     try:
         record = json.loads(text)
     except ValueError:
@@ -2348,30 +2275,23 @@ def is_name(value):
     return value is None or isinstance(value, str)
 
 
-# kind -> (field, test, what it must be): the fields the fold reads
+# field -> (test, what it must be) of the fields the fold reads; "!": text, never null
+FOLD_TESTS = {
+    "lever": (is_name, "a lever's name"), "guard": (is_name, "a guard's name"),
+    "lever!": (lambda v: isinstance(v, str), "a lever's name"), "side": (is_name, "a side's name"),
+    "about": (is_name, "text"), "status": (is_name, "text"), "directory": (is_name, "text"),
+    "sha256": (is_name, "text"), "text!": (lambda v: isinstance(v, str), "text"),
+    "proof": (lambda v: v is None or isinstance(v, dict), "an object"),
+    "ask": (is_seq, "a record number"), "action": (is_seq, "a record number"),
+    "report": (is_seq, "a record number"), "crps": (is_number, "a number"),
+    "persistence": (is_number, "a number")}
+# kind -> the fields the fold reads, in the order they are checked
 FOLD_FIELDS = {
-    "mandate": (("directory", is_name, "text"), ("text", lambda v: isinstance(v, str), "text"),
-                ("sha256", is_name, "text")),
-    "action": (("lever", lambda v: isinstance(v, str), "a lever's name"),
-               ("guard", is_name, "a guard's name"), ("side", is_name, "a side's name"),
-               ("proof", lambda v: v is None or isinstance(v, dict), "an object")),
-    "outcome": (("lever", is_name, "a lever's name"), ("action", is_seq, "a record number")),
-    "refusal": (("side", is_name, "a side's name"),),
-    "ask": (("about", is_name, "text"), ("lever", is_name, "a lever's name"),
-            ("guard", is_name, "a guard's name"), ("side", is_name, "a side's name")),
-    "proposal": (("lever", is_name, "a lever's name"),),
-    "check": (("lever", is_name, "a lever's name"),),
-    "approval": (("lever", is_name, "a lever's name"), ("ask", is_seq, "a record number")),
-    "denial": (("lever", is_name, "a lever's name"), ("ask", is_seq, "a record number")),
-    "resolved": (("lever", is_name, "a lever's name"), ("ask", is_seq, "a record number")),
-    "effect": (("lever", is_name, "a lever's name"), ("action", is_seq, "a record number")),
-    "pause": (("guard", is_name, "a guard's name"),),
-    "prediction": (("report", is_seq, "a record number"),),
-    "report": (("status", is_name, "text"),),
-    "guard.": (("status", is_name, "text"),),
-    "audit.": (("status", is_name, "text"),),
-    "calibration.": (("crps", is_number, "a number"), ("persistence", is_number, "a number")),
-}
+    "mandate": "directory text! sha256", "action": "lever! guard side proof",
+    "outcome": "lever action", "refusal": "side", "ask": "about lever guard side",
+    "proposal": "lever", "check": "lever", "approval": "lever ask", "denial": "lever ask",
+    "resolved": "lever ask", "effect": "lever action", "pause": "guard", "prediction": "report",
+    "report": "status", "guard.": "status", "audit.": "status", "calibration.": "crps persistence"}
 
 
 def fold_problem(record):
@@ -2380,8 +2300,9 @@ def fold_problem(record):
     kind, venture = record["kind"], record["venture"]
     if not isinstance(kind, str) or not isinstance(venture, str):
         return "its kind or venture is not text"
-    fields = FOLD_FIELDS.get(kind) or FOLD_FIELDS.get(kind[:kind.find(".") + 1]) or ()
-    for field, test, what in fields:
+    fields = FOLD_FIELDS.get(kind) or FOLD_FIELDS.get(kind[:kind.find(".") + 1]) or ""
+    for key in fields.split():
+        field, (test, what) = key.rstrip("!"), FOLD_TESTS[key]
         if field in record and not test(record[field]):
             return f"its {field} is {shown_value(record[field], 40)}, not {what}"
     if kind == "action" and isinstance(record.get("proof"), dict):
@@ -2400,7 +2321,7 @@ def fold_problem(record):
 class Ledger:
     """The append-only, hash-chained ledger: the one writer's connection to ledger.db."""
 
-    def __init__(self, path, still_ours=None):
+    def __init__(self, path, still_ours=lambda: True):
         self.path, self.still_ours = path, still_ours
         self.held, self.last, self.lost = None, None, []  # held: the open transaction's records
         if os.path.exists(path + ".new"):   # a rotation was cut short: end it, or undo it
@@ -2454,7 +2375,7 @@ class Ledger:
         try:
             if began:
                 db = self.begin()
-                if self.still_ours is not None and not self.still_ours():
+                if not self.still_ours():
                     raise LockLost(
                         "the lock of this home is another avsmd's; appending nothing more")
                 self.last, self.held = ledger_head(db) or (0, ZERO_HASH), []
@@ -2497,13 +2418,14 @@ class Ledger:
             name = f"{db.execute('SELECT min(seq) FROM records').fetchone()[0]:012d}-{seq:012d}.db"
             closed = os.path.join(os.path.dirname(self.path), "ledgers", name)
             text = canonical(first_record(name, (seq, prev)))
+            link = chain_hash(prev, seq + 1, at, text)
             os.close(os.open(new, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o600))
             with contextlib.closing(sqlite3.connect(new, isolation_level=None)) as fresh:
                 fresh.execute("PRAGMA synchronous=FULL")
                 fresh.execute(LEDGER_TABLE)
                 # before the triggers, which would admit only #1 in an empty file
-                fresh.execute(f"INSERT INTO records{RECORD_COLUMNS}", (seq + 1, at, prev,
-                              chain_hash(prev, seq + 1, at, text), 1, text))
+                fresh.execute(f"INSERT INTO records{RECORD_COLUMNS}",
+                              (seq + 1, at, prev, link, 1, text))
                 fresh.executescript(LEDGER_SCHEMA)
             os.makedirs(os.path.dirname(closed), mode=0o700, exist_ok=True)
             os.chmod(self.path, 0o400)
@@ -2513,7 +2435,7 @@ class Ledger:
             db.execute("ROLLBACK")      # nothing was written to the closed file: its lock ends
         self.close()
         self.open()
-        self.last = (seq + 1, chain_hash(prev, seq + 1, at, text))
+        self.last = (seq + 1, link)
         return seq + 1
 
     def commit(self, check=True):
@@ -2521,7 +2443,7 @@ class Ledger:
         if self.held is None:
             return 0
         try:
-            if check and self.still_ours is not None and not self.still_ours():
+            if check and not self.still_ours():
                 raise LockLost("the lock of this home is another avsmd's; appending nothing more")
             self.db.execute("COMMIT")
         except BaseException:
@@ -3051,13 +2973,12 @@ class LedgerWriter:
         A GROUPED_KINDS record joins the group held open for this wake-up; any other commits itself
         and all held before it. While the ledger cannot be written, an outcome waits in order and
         anything else raises LedgerDown."""
-        import sqlite3
         why = self.ledger_down
         if not why:
             try:
                 return self.write(record, at,
                                   hold=record["kind"].partition(".")[0] in GROUPED_KINDS)
-            except (sqlite3.Error, OSError) as err:
+            except (sqlite3_errors(), OSError) as err:
                 self.ledger_failed(err)
                 why = str(err)
         if record["kind"] not in BACKLOG_KINDS:
@@ -3087,10 +3008,9 @@ class LedgerWriter:
     def commit(self, turn_ends=False):
         """Commit the records held open: at the end of each wake-up (`turn_ends`), and before
         anything is told to a client."""
-        import sqlite3
         try:
             self.ledger.commit()
-        except (sqlite3.Error, OSError) as err:
+        except (sqlite3_errors(), OSError) as err:
             self.ledger_failed(err)
         if turn_ends and self.refold_from is not None:
             self.refold(self.refold_from)
@@ -3132,7 +3052,6 @@ class LedgerWriter:
 
     def retry_ledger(self, now):
         """Try the ledger again: write what waited, in order; True when it takes writes."""
-        import sqlite3
         self.retry_at = now + LEDGER_RETRY
         try:
             while self.backlog:
@@ -3140,7 +3059,7 @@ class LedgerWriter:
                 self.backlog.pop(0)
             self.write(new_record("ledger", "self", summary=f"the ledger takes writes again (it"
                                   f" could not: {self.ledger_down})"))
-        except (sqlite3.Error, OSError) as err:
+        except (sqlite3_errors(), OSError) as err:
             self.ledger_down = str(err)
             self.retry_at = now + ledger_retry(err)
             return False

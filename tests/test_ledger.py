@@ -444,16 +444,16 @@ def test_verify_chain_names_the_broken_link(ledger_dir, how):
         assert "#3" in why
 
 
-def test_record_problem_names_what_does_not_read():
+def test_stored_record_names_what_does_not_read():
     """LEDGER-11, LEDGER-16, open point 51: a stored record that does not parse, is not an object, lacks
     kind, claim or venture, or has an unknown claim does not read; nor does one whose fields are not what the
     fold reads (a trusted report with no number for its value); a sound one does."""
-    assert avsm.record_problem(avsm.canonical(report("fine", value=1))) is None
+    assert avsm.stored_record(avsm.canonical(report("fine", value=1)))[1] is None
     for text in ('{"kind":"report"', "[1,2]", '{"claim":"measured","venture":"v"}',
                  '{"kind":"report","venture":"v"}', '{"kind":"report","claim":"measured"}',
                  '{"kind":"report","claim":"guessed","venture":"v"}', avsm.canonical(report("no value")),
                  avsm.canonical(report("text", value="1"))):
-        assert avsm.record_problem(text), text
+        assert avsm.stored_record(text)[1], text
 
 
 def test_avsmd_stops_on_a_record_that_does_not_read(bindir, home):
