@@ -3235,9 +3235,9 @@ def fold(state, seq, at, record):
             state.grants.pop(premise, None)
             state.checks.pop(premise, None)
         state.actions.setdefault(record["lever"], []).append((seq, at, record.get("payload")))
-        state.running[record["lever"]] = seq
-        if record["lever"] not in state.ran_since:
-            state.ran_since.append(record["lever"])
+        state.running[lever] = seq
+        if lever not in state.ran_since:
+            state.ran_since.append(lever)
         if proof.get("rule") == "unwind":
             state.unwinds[seq] = record.get("guard")
             # one unwind per reading past the bound (guard_rules)
@@ -3248,10 +3248,10 @@ def fold(state, seq, at, record):
         state.proposals.pop(proof.get("trigger"), None)
     elif kind == "outcome":
         if state.running.get(lever) == record.get("action"):
-            del state.running[record["lever"]]
+            del state.running[lever]
         spec = state.mandate["levers"].get(lever) if state.mandate else None
         if record.get("ok") and spec and spec["expects"] and state.level is not None:
-            state.effects[record["action"]] = {"lever": record["lever"], "expects": spec["expects"],
+            state.effects[record["action"]] = {"lever": lever, "expects": spec["expects"],
                                                "r0": state.level[1], "after": [],
                                                "steps": list(state.free_steps), "verdict": None}
         guard = state.unwinds.pop(record.get("action"), None)
@@ -3741,18 +3741,15 @@ def calibration_rule(state):
     # a metric read by an adapter (words and a URL) is named `metric`
     metric = state.mandate["metric"]
     kind = "calibration." + (metric if re.fullmatch(r"[A-Za-z0-9_.-]+", metric) else "metric")
-    record = new_record(kind, state.name, prediction=pseq,
-                        report=report_seq, crps=r(crps), persistence=r(base), skill=r(skill),
-                        brier=r(brier), coverage=covered, rolling_skill=r(r_skill),
-                        rolling_coverage=r(r_coverage), rolling=len(rolling))
-    record["summary"] = (
-        f"prediction #{pseq} scored on report #{report_seq}: "
-        f"crps {format_number(r(crps))}, skill {shown_skill(skill)}, "
-        f"{'inside' if covered else 'outside'} its 80% interval"
-        + (f", brier {format_number(round(brier, 3))}" if brier is not None else "")
-        + f"; last {len(rolling)}: {describe_rolling(r_skill, r_coverage)}"
-    )
-    yield Write(record)
+    yield Write(new_record(
+        kind, state.name, prediction=pseq, report=report_seq, crps=r(crps), persistence=r(base),
+        skill=r(skill), brier=r(brier), coverage=covered, rolling_skill=r(r_skill),
+        rolling_coverage=r(r_coverage), rolling=len(rolling),
+        summary=f"prediction #{pseq} scored on report #{report_seq}: "
+                f"crps {format_number(r(crps))}, skill {shown_skill(skill)}, "
+                f"{'inside' if covered else 'outside'} its 80% interval"
+                + (f", brier {format_number(round(brier, 3))}" if brier is not None else "")
+                + f"; last {len(rolling)}: {describe_rolling(r_skill, r_coverage)}"))
 
 
 def crps_ensemble(members, y):
