@@ -3332,7 +3332,19 @@ def fold(state, seq, at, record):
         for info in state.guards.values():
             # a guard still past its bound pauses it again at its next reading
             info["repause"] = info["past"]
-    fold_controller_intent(state, record)
+    if kind in ("action", "ask", "refusal") and record.get("by") == "controller" \
+            and "side" in record and state.mandate is not None:
+        # a controller's decision spends its excursion: deadband disarms, hold counts again
+        side = state.side(record["side"])
+        side["streak"] = []
+        if state.mandate["controller"].get("deadband") is not None:
+            side["armed"] = False
+        if kind in ("action", "ask"):
+            side["stuck"] = None            # it ran, or a person is asked: stuck no longer
+        if kind == "ask":
+            side["asked"] = True            # one ask per excursion, answered or not (DESIGN)
+        if kind == "refusal" and record.get("stuck"):
+            side["stuck"] = record["stuck"]     # written once per excursion and reason
     if state.implausible_answered and (kind == "report" or kind.startswith(("guard.", "audit."))) \
             and held_by(state) is None:
         # a plausible reading ends the stretch: the next one may ask
@@ -3495,24 +3507,6 @@ def fold_world(state, seq, at, record, previous):
         del state.scores[:-ROLLING]
         state.scored += 1
         state.prediction = None
-
-
-def fold_controller_intent(state, record):
-    """A controller's decision (an action, ask or refusal) spends its excursion: deadband disarms,
-    hold counts again."""
-    if record["kind"] not in ("action", "ask", "refusal") or record.get("by") != "controller" \
-            or "side" not in record or state.mandate is None:
-        return
-    side = state.side(record["side"])
-    side["streak"] = []
-    if state.mandate["controller"].get("deadband") is not None:
-        side["armed"] = False
-    if record["kind"] in ("action", "ask"):
-        side["stuck"] = None            # it ran, or a person is asked: stuck no longer
-    if record["kind"] == "ask":
-        side["asked"] = True            # one ask per excursion, answered or not (DESIGN)
-    if record["kind"] == "refusal" and record.get("stuck"):
-        side["stuck"] = record["stuck"]     # written once per excursion and reason
 
 
 # ---- plausibility ----
