@@ -3948,7 +3948,6 @@ def guard_rules(state):
                 and guard["unwind"]["action"] not in state.running \
                 and info.get("unwind_tried") != reading:
             info["unwind_tried"] = reading          # once per reading past the bound (not folded)
-            # its declared unwind, through the gate
             lever, payload = guard["unwind"]["action"], guard["unwind"]["payload"]
             verdict = yield Gate(lever, unwind_basis(name, reading), payload=payload, by="guard",
                                  extra={"guard": name, "payload": payload},
@@ -4360,12 +4359,8 @@ def basis_problem(state, action, basis, records):
                 "ok in this episode" if info["unwind_ok"] else f"on reading #{premises[0]}")
         return None
     if rule == "permitted":
-        if (
-            trig.get("kind") != "proposal"
-            or trig.get("claim") != "inferred"
-            or trig.get("lever") != lever
-            or trig.get("payload") != payload
-        ):
+        if [trig.get(k) for k in ("kind", "claim", "lever", "payload")] \
+                != ["proposal", "inferred", lever, payload]:
             return f"its trigger #{trigger} is not a model's proposal of {lever} with this payload"
         if premises:
             return "a model's proposal is a trigger, never a premise"
@@ -4876,7 +4871,6 @@ def audit_record(state, name, value, failure, text):
 
 
 ADDRESS = r"[^\s<>,;:@]+@[^\s<>,;:@]+"
-READING_FIELDS_MAX = 50
 
 
 def reading_record(state, reading, value, failure, text):
@@ -4893,7 +4887,7 @@ def reading_record(state, reading, value, failure, text):
             named = set(re.findall(r"[^\s<>,;:]+", note))
         lines = [line.strip() for line in text.split("\n") if line.strip()]
         fields = [line for line in lines[:-1] if len(line) <= 254 and re.fullmatch(ADDRESS, line)
-                  and (named is None or line in named)][:READING_FIELDS_MAX]
+                  and (named is None or line in named)][:50]
         record.update(fields=" ".join(fields),
                       summary=f"reading {name} = {format_number(value)}: {len(fields)} field(s)")
     else:
