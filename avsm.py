@@ -3283,8 +3283,7 @@ def fold(state, seq, at, record):
     elif kind == "proposal":
         if record.get("claim") == "declared" and record.get("by") == "person" \
                 and record.get("choice") == "action":
-            state.grants[seq] = {"lever": lever, "payload": record.get("payload"),
-                                 "ask": None}
+            state.grants[seq] = {"lever": lever, "payload": record.get("payload"), "ask": None}
         elif record.get("claim") == "inferred" and record.get("choice") == "action":
             state.proposals[seq] = lever
             # one a check still holds may wait; no more are kept
@@ -4503,11 +4502,8 @@ def recheck_ledger(rows, parse=None, states=None):
                 old = recent.popleft()
                 at_old, r = records[old]
                 key = (r.get("kind"), r.get("claim"), r.get("venture"))
-                records[old] = (
-                    at_old,
-                    stubs.get(key)
-                    or stubs.setdefault(key, dict(zip(("kind", "claim", "venture"), key))),
-                )
+                records[old] = (at_old, stubs.get(key) or stubs.setdefault(
+                    key, dict(zip(("kind", "claim", "venture"), key))))
         if record.get("kind") == "action" and record.get("venture") != "self":
             yield seq, recheck_action(states.get(record.get("venture")), seq, at, record, records)
         fold_ledger(states, seq, at, record, parse)
@@ -4664,7 +4660,7 @@ def payload_problem(spec, payload):
     budget = spec["budget"]
     if budget:
         value = payload.get(budget["field"]) if isinstance(payload, dict) else None
-        if isinstance(value, bool) or not isinstance(value, (int, float)):
+        if not is_number(value):
             return (
                 f"{name} has a budget on {budget['field']}, and the payload gives no number for it")
     return None
