@@ -3416,9 +3416,8 @@ def report_record(state, value, failure):
     """Return the metric's report record for `value` (or `failure`), judged by judge_report."""
     m = state.mandate
     status, note = judge_report(m, state, value, failure)
-    shown = format_number(value) if value is not None else "-"
     said = "" if status == "trusted" else f" {status}: {note}"
-    summary = m["metric"] + (said if status == "failed" else f" = {shown}{said}")
+    summary = m["metric"] + (said if status == "failed" else f" = {format_number(value)}{said}")
     return new_record("report", state.name, metric=m["metric"],
                       value=value if value == value else None, status=status,
                       plausible=status in ("trusted", "unconfirmed"), note=note, summary=summary)
@@ -3460,7 +3459,7 @@ def guard_record(state, guard, value, failure, suffix=""):
     the summary (% for a drawdown)."""
     status, past, note = judge_guard(guard, state, value, failure)
     record = new_record(f"guard.{guard['name']}", state.name,
-                        value=value if value is not None and value == value else None,
+                        value=value if value == value else None,
                         status=status, plausible=status in ("trusted", "unconfirmed"),
                         past=past if status != "failed" else None, bound=guard["bound"],
                         side=guard["side"])
