@@ -3280,11 +3280,10 @@ def fold(state, seq, at, record):
             state.implausible_ask = seq
         if about == "ratchet":
             state.ratchet_forecasts.pop(lever, None)
-    elif kind == "proposal":
-        if record.get("claim") == "declared" and record.get("by") == "person" \
-                and record.get("choice") == "action":
+    elif kind == "proposal" and record.get("choice") == "action":
+        if record.get("claim") == "declared" and record.get("by") == "person":
             state.grants[seq] = {"lever": lever, "payload": record.get("payload"), "ask": None}
-        elif record.get("claim") == "inferred" and record.get("choice") == "action":
+        elif record.get("claim") == "inferred":
             state.proposals[seq] = lever
             # one a check still holds may wait; no more are kept
             if len(state.proposals) > HISTORY:
@@ -3417,10 +3416,11 @@ def report_record(state, value, failure):
     m = state.mandate
     status, note = judge_report(m, state, value, failure)
     said = "" if status == "trusted" else f" {status}: {note}"
-    summary = m["metric"] + (said if status == "failed" else f" = {format_number(value)}{said}")
     return new_record("report", state.name, metric=m["metric"],
                       value=value if value == value else None, status=status,
-                      plausible=status in ("trusted", "unconfirmed"), note=note, summary=summary)
+                      plausible=status in ("trusted", "unconfirmed"), note=note,
+                      summary=m["metric"] + (
+                          said if status == "failed" else f" = {format_number(value)}{said}"))
 
 
 def fold_guard(state, seq, record):
@@ -5087,9 +5087,9 @@ def ratchet_due(state, lever, n):
 def begun(state, what, lever):
     """Yield the record of a check or a ratchet's forecast started: folded, it holds the lever until
     its check or forecast record, or the ask, is written."""
-    summary = f"{lever}'s check started" if what == "check" else \
-        f"a forecast started, for the ask to delegate {lever}"
-    yield write(state, "begun", what=what, lever=lever, summary=summary)
+    yield write(state, "begun", what=what, lever=lever,
+                summary=f"{lever}'s check started" if what == "check"
+                else f"a forecast started, for the ask to delegate {lever}")
 
 
 def approval_rule(state, seq, ask, payload, edited, problem, now):
