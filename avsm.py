@@ -4225,7 +4225,7 @@ ledger alone. stuck: (reason, when) of a refusal that will not clear within the 
 the seq of the action written on it, as the warden sends it back to a rule."""
 
 
-def check_proof(action_seq, action_at, action, records, parse=None, since=(0, None)):
+def check_proof(action_seq, action_at, action, records, since=(0, None)):
     """Return the problems found re-checking one stored action's proof against the ledger; [] when
     it holds. records: {seq: (at, record)} holding at least every record of the action's venture up
     to it after since[0], the seq of a snapshot whose states (since[1]) the fold starts from."""
@@ -4234,7 +4234,7 @@ def check_proof(action_seq, action_at, action, records, parse=None, since=(0, No
         if s >= action_seq:
             break
         if s > since[0] and records[s][1].get("venture") == venture:
-            fold_ledger(states, s, records[s][0], records[s][1], parse)
+            fold_ledger(states, s, records[s][0], records[s][1])
     return recheck_action(states.get(venture), action_seq, action_at, action, records)
 
 
@@ -4488,7 +4488,7 @@ RECHECK_KEPT = 1000     # records a re-check keeps whole behind the one it folds
 PREMISE_KINDS = ("mandate", "action", "approval", "proposal", "ask", "check")
 
 
-def recheck_ledger(rows, parse=None, states=None):
+def recheck_ledger(rows, states=None):
     """Yield (seq, problems) for every action in `rows` (seq, at, record), folding the ledger once
     (into `states`); memory stays bounded: a record RECHECK_KEPT behind keeps only what a premise's
     check reads."""
@@ -4505,7 +4505,7 @@ def recheck_ledger(rows, parse=None, states=None):
                     key, dict(zip(("kind", "claim", "venture"), key))))
         if record.get("kind") == "action" and record.get("venture") != "self":
             yield seq, recheck_action(states.get(record.get("venture")), seq, at, record, records)
-        fold_ledger(states, seq, at, record, parse)
+        fold_ledger(states, seq, at, record)
 
 
 APPROVAL_TO_WRITE = 0   # do_approve asks: would the approval it is about to write let it run?
