@@ -3094,6 +3094,11 @@ World = collections.namedtuple("World", "report lever")
 World.__doc__ = "Step the world command's ensemble from report #`report`, `lever` run."
 
 
+def write(state, kind, claim=None, **fields):
+    """Return the Write of a new `kind` record of `state`'s venture (new_record)."""
+    return Write(new_record(kind, state.name, claim, **fields))
+
+
 def report_read(state, value, failure):
     """Yield the report of `value` (or `failure`), then each drawdown guard's reading of it: the
     fall from the metric's peak, in percent."""
@@ -3154,9 +3159,9 @@ def fold(state, seq, at, record):
             state.grants.pop(premise, None)
             state.checks.pop(premise, None)
         state.actions.setdefault(record["lever"], []).append((seq, at, record.get("payload")))
-        state.running[record["lever"]] = seq
-        if record["lever"] not in state.ran_since:
-            state.ran_since.append(record["lever"])
+        state.running[lever] = seq
+        if lever not in state.ran_since:
+            state.ran_since.append(lever)
         if proof.get("rule") == "unwind":
             state.unwinds[seq] = record.get("guard")
             # one unwind per reading past the bound (guard_rules)
@@ -3167,10 +3172,10 @@ def fold(state, seq, at, record):
         state.proposals.pop(proof.get("trigger"), None)
     elif kind == "outcome":
         if state.running.get(lever) == record.get("action"):
-            del state.running[record["lever"]]
+            del state.running[lever]
         spec = state.mandate["levers"].get(lever) if state.mandate else None
         if record.get("ok") and spec and spec["expects"] and state.level is not None:
-            state.effects[record["action"]] = {"lever": record["lever"], "expects": spec["expects"],
+            state.effects[record["action"]] = {"lever": lever, "expects": spec["expects"],
                                                "r0": state.level[1], "after": [],
                                                "steps": list(state.free_steps), "verdict": None}
         guard = state.unwinds.pop(record.get("action"), None)
@@ -3194,12 +3199,10 @@ def fold(state, seq, at, record):
             state.implausible_ask = seq
         if about == "ratchet":
             state.ratchet_forecasts.pop(lever, None)
-    elif kind == "proposal":
-        if record.get("claim") == "declared" and record.get("by") == "person" \
-                and record.get("choice") == "action":
-            state.grants[seq] = {"lever": lever, "payload": record.get("payload"),
-                                 "ask": None}
-        elif record.get("claim") == "inferred" and record.get("choice") == "action":
+    elif kind == "proposal" and record.get("choice") == "action":
+        if record.get("claim") == "declared" and record.get("by") == "person":
+            state.grants[seq] = {"lever": lever, "payload": record.get("payload"), "ask": None}
+        elif record.get("claim") == "inferred":
             state.proposals[seq] = lever
             # one a check still holds may wait; no more are kept
             if len(state.proposals) > HISTORY:
@@ -3251,7 +3254,19 @@ def fold(state, seq, at, record):
         for info in state.guards.values():
             # a guard still past its bound pauses it again at its next reading
             info["repause"] = info["past"]
-    fold_controller_intent(state, record)
+    if kind in ("action", "ask", "refusal") and record.get("by") == "controller" \
+            and "side" in record and state.mandate is not None:
+        # a controller's decision spends its excursion: deadband disarms, hold counts again
+        side = state.side(record["side"])
+        side["streak"] = []
+        if state.mandate["controller"].get("deadband") is not None:
+            side["armed"] = False
+        if kind in ("action", "ask"):
+            side["stuck"] = None            # it ran, or a person is asked: stuck no longer
+        if kind == "ask":
+            side["asked"] = True            # one ask per excursion, answered or not (DESIGN)
+        if kind == "refusal" and record.get("stuck"):
+            side["stuck"] = record["stuck"]     # written once per excursion and reason
     if state.implausible_answered and (kind == "report" or kind.startswith(("guard.", "audit."))) \
             and held_by(state) is None:
         # a plausible reading ends the stretch: the next one may ask
@@ -3319,12 +3334,12 @@ def report_record(state, value, failure):
     """Return the metric's report record for `value` (or `failure`), judged by judge_report."""
     m = state.mandate
     status, note = judge_report(m, state, value, failure)
-    shown = format_number(value) if value is not None else "-"
     said = "" if status == "trusted" else f" {status}: {note}"
-    summary = m["metric"] + (said if status == "failed" else f" = {shown}{said}")
     return new_record("report", state.name, metric=m["metric"],
                       value=value if value == value else None, status=status,
-                      plausible=status in ("trusted", "unconfirmed"), note=note, summary=summary)
+                      plausible=status in ("trusted", "unconfirmed"), note=note,
+                      summary=m["metric"] + (
+                          said if status == "failed" else f" = {format_number(value)}{said}"))
 
 
 def fold_guard(state, seq, record):
@@ -3363,7 +3378,7 @@ def guard_record(state, guard, value, failure, suffix=""):
     the summary (% for a drawdown)."""
     status, past, note = judge_guard(guard, state, value, failure)
     record = new_record(f"guard.{guard['name']}", state.name,
-                        value=value if value is not None and value == value else None,
+                        value=value if value == value else None,
                         status=status, plausible=status in ("trusted", "unconfirmed"),
                         past=past if status != "failed" else None, bound=guard["bound"],
                         side=guard["side"])
@@ -3414,24 +3429,6 @@ def fold_world(state, seq, at, record, previous):
         del state.scores[:-ROLLING]
         state.scored += 1
         state.prediction = None
-
-
-def fold_controller_intent(state, record):
-    """A controller's decision (an action, ask or refusal) spends its excursion: deadband disarms,
-    hold counts again."""
-    if record["kind"] not in ("action", "ask", "refusal") or record.get("by") != "controller" \
-            or "side" not in record or state.mandate is None:
-        return
-    side = state.side(record["side"])
-    side["streak"] = []
-    if state.mandate["controller"].get("deadband") is not None:
-        side["armed"] = False
-    if record["kind"] in ("action", "ask"):
-        side["stuck"] = None            # it ran, or a person is asked: stuck no longer
-    if record["kind"] == "ask":
-        side["asked"] = True            # one ask per excursion, answered or not (DESIGN)
-    if record["kind"] == "refusal" and record.get("stuck"):
-        side["stuck"] = record["stuck"]     # written once per excursion and reason
 
 
 # ---- plausibility ----
@@ -3660,18 +3657,15 @@ def calibration_rule(state):
     # a metric read by an adapter (words and a URL) is named `metric`
     metric = state.mandate["metric"]
     kind = "calibration." + (metric if re.fullmatch(r"[A-Za-z0-9_.-]+", metric) else "metric")
-    record = new_record(kind, state.name, prediction=pseq,
-                        report=report_seq, crps=r(crps), persistence=r(base), skill=r(skill),
-                        brier=r(brier), coverage=covered, rolling_skill=r(r_skill),
-                        rolling_coverage=r(r_coverage), rolling=len(rolling))
-    record["summary"] = (
-        f"prediction #{pseq} scored on report #{report_seq}: "
-        f"crps {format_number(r(crps))}, skill {shown_skill(skill)}, "
-        f"{'inside' if covered else 'outside'} its 80% interval"
-        + (f", brier {format_number(round(brier, 3))}" if brier is not None else "")
-        + f"; last {len(rolling)}: {describe_rolling(r_skill, r_coverage)}"
-    )
-    yield Write(record)
+    yield write(
+        state, kind, prediction=pseq, report=report_seq, crps=r(crps), persistence=r(base),
+        skill=r(skill), brier=r(brier), coverage=covered, rolling_skill=r(r_skill),
+        rolling_coverage=r(r_coverage), rolling=len(rolling),
+        summary=f"prediction #{pseq} scored on report #{report_seq}: "
+                f"crps {format_number(r(crps))}, skill {shown_skill(skill)}, "
+                f"{'inside' if covered else 'outside'} its 80% interval"
+                + (f", brier {format_number(round(brier, 3))}" if brier is not None else "")
+                + f"; last {len(rolling)}: {describe_rolling(r_skill, r_coverage)}")
 
 
 def crps_ensemble(members, y):
@@ -3866,17 +3860,16 @@ def guard_rules(state):
                 summary=f"guard {name} reads past its bound (#{episode}): paused {state.name}",
                 guard=name, episode=episode))
         if fresh and guard["then"] == "ask" and open_ask is None:
-            yield Write(new_record(
-                "ask", state.name, about="guard", guard=name, episode=episode,
+            yield write(
+                state, "ask", about="guard", guard=name, episode=episode,
                 question=f"guard {name} reads past its bound; no lever but stop "
                          f"runs until it is back inside. Look at {state.name}?",
-                summary=f"guard {name} past its bound (#{episode}); asking once for this episode"))
+                summary=f"guard {name} past its bound (#{episode}); asking once for this episode")
         reading = info["last"][0]
         if guard["unwind"] and not info["unwind_ok"] \
                 and guard["unwind"]["action"] not in state.running \
                 and info.get("unwind_tried") != reading:
             info["unwind_tried"] = reading          # once per reading past the bound (not folded)
-            # its declared unwind, through the gate
             lever, payload = guard["unwind"]["action"], guard["unwind"]["payload"]
             verdict = yield Gate(lever, unwind_basis(name, reading), payload=payload, by="guard",
                                  extra={"guard": name, "payload": payload},
@@ -3902,9 +3895,9 @@ def audit_rules(state):
         name, why = audit["name"], audit_worsening(audit, state)
         open_ask = state.open_ask(about="audit", audit=name)
         if why and open_ask is None:
-            yield Write(new_record("ask", state.name, about="audit", audit=name,
-                                   question=f"{why}. Is the gain real?",
-                                   summary=f"audit {name} asks: {why}"))
+            yield write(state, "ask", about="audit", audit=name,
+                        question=f"{why}. Is the gain real?",
+                        summary=f"audit {name} asks: {why}")
         elif not why and open_ask is not None:
             yield Write(resolved_record(
                 state, open_ask, f"audit {name} no longer worsens while the metric improves"))
@@ -3938,17 +3931,17 @@ def effect_rules(state):
             continue
         verdict, why = effect["verdict"]
         lever = effect["lever"]
-        yield Write(new_record("effect", state.name, lever=lever, action=seq, verdict=verdict,
-                               why=why, summary=f"{lever} (action #{seq}) {verdict}: {why}"))
+        yield write(state, "effect", lever=lever, action=seq, verdict=verdict,
+                    why=why, summary=f"{lever} (action #{seq}) {verdict}: {why}")
         spec, misses = state.mandate["levers"].get(lever), state.misses.get(lever, 0)
         if (spec and spec["delegated"] and spec["revoke_after"] and lever not in state.suspended
                 and misses >= spec["revoke_after"]):
-            yield Write(new_record(
-                "ask", state.name, about="revoke", lever=lever,
+            yield write(
+                state, "ask", about="revoke", lever=lever,
                 question=f"{lever} missed its expected effect {misses} times in a row; its "
                          "delegation is suspended. Approve to restore it",
                 summary=f"{lever}'s delegation suspended after {misses} misses in a row "
-                        f"(revoke_after)"))
+                        f"(revoke_after)")
 
 
 def implausible_rule(state, held, report_seq):
@@ -4080,10 +4073,10 @@ def controller_rule(state, side, lever, reports, why):
         return
     asked_open = state.open_ask(lever=lever, about="lever") is not None
     if verdict.needs_ask and not state.side(side).get("asked") and not asked_open:
-        yield Write(new_record(
-            "ask", state.name, about="lever", lever=lever, by="controller", side=side,
+        yield write(
+            state, "ask", about="lever", lever=lever, by="controller", side=side,
             reports=reports, question=f"run {lever}? {why}; {lever} is irreversible",
-            summary=f"run {lever}? {why}; {lever} is irreversible, so a person decides"))
+            summary=f"run {lever}? {why}; {lever} is irreversible, so a person decides")
     elif verdict.needs_ask and asked_open:
         return                      # the ask of this excursion still waits for its answer
     elif verdict.needs_ask:
@@ -4124,18 +4117,18 @@ def stuck_rule(state, side, lever, reports, reason, clears_at, why):
                        side=side, reports=reports, stuck=reason, clears_at=clears_at)
     if reason != "asked" and not state.side(side)["seen"] \
             and state.open_ask(about="stuck", side=side) is None:
-        yield Write(new_record(
-            "ask", name, about="stuck", by="self", lever=lever, side=side, reason=reason,
+        yield write(
+            state, "ask", about="stuck", by="self", lever=lever, side=side, reason=reason,
             clears_at=clears_at,
             question=f"{name} is stuck past its bound: {why}{when}; the way out: {way_out}. "
                      "Approve or deny to say you have seen it; nothing runs on the answer",
-            summary=f"{name} is stuck: {lever} cannot run ({reason}){when}"))
+            summary=f"{name} is stuck: {lever} cannot run ({reason}){when}")
 
 
 def refusal(state, lever, why, summary=None, **fields):
     """Yield the refusal of `lever`: why (its summary "LEVER refused: WHY" unless given)."""
-    yield Write(new_record("refusal", state.name, lever=lever, why=why,
-                           summary=summary or f"{lever} refused: {why}", **fields))
+    yield write(state, "refusal", lever=lever, why=why,
+                summary=summary or f"{lever} refused: {why}", **fields)
 
 
 # =============================================================================
@@ -4151,7 +4144,7 @@ ledger alone. stuck: (reason, when) of a refusal that will not clear within the 
 the seq of the action written on it, as the warden sends it back to a rule."""
 
 
-def check_proof(action_seq, action_at, action, records, parse=None, since=(0, None)):
+def check_proof(action_seq, action_at, action, records, since=(0, None)):
     """Return the problems found re-checking one stored action's proof against the ledger; [] when
     it holds. records: {seq: (at, record)} holding at least every record of the action's venture up
     to it after since[0], the seq of a snapshot whose states (since[1]) the fold starts from."""
@@ -4160,7 +4153,7 @@ def check_proof(action_seq, action_at, action, records, parse=None, since=(0, No
         if s >= action_seq:
             break
         if s > since[0] and records[s][1].get("venture") == venture:
-            fold_ledger(states, s, records[s][0], records[s][1], parse)
+            fold_ledger(states, s, records[s][0], records[s][1])
     return recheck_action(states.get(venture), action_seq, action_at, action, records)
 
 
@@ -4304,12 +4297,8 @@ def basis_problem(state, action, basis, records):
                 "ok in this episode" if info["unwind_ok"] else f"on reading #{premises[0]}")
         return None
     if rule == "permitted":
-        if (
-            trig.get("kind") != "proposal"
-            or trig.get("claim") != "inferred"
-            or trig.get("lever") != lever
-            or trig.get("payload") != payload
-        ):
+        if [trig.get(k) for k in ("kind", "claim", "lever", "payload")] \
+                != ["proposal", "inferred", lever, payload]:
             return f"its trigger #{trigger} is not a model's proposal of {lever} with this payload"
         if premises:
             return "a model's proposal is a trigger, never a premise"
@@ -4350,8 +4339,8 @@ def proposal_rule(state, seq, choice, by, backend, content_why=None, held=None):
                f"by mandate #{state.mandate_seq}")
 
     def lever_ask(question, summary, **ranking):
-        return Write(new_record("ask", state.name, about="lever", lever=lever, payload=payload,
-                                proposal=seq, by=by, **ranking, question=question, summary=summary))
+        return write(state, "ask", about="lever", lever=lever, payload=payload,
+                     proposal=seq, by=by, **ranking, question=question, summary=summary)
     if choice["choice"] == "action" and held and not forbidden and named:
         yield lever_ask(f"run {lever}? {backend} ranked it first (#{seq}), but {held}",
                         f"{lever} waits for a person: ranked first by {backend} (#{seq}); {held}",
@@ -4363,9 +4352,9 @@ def proposal_rule(state, seq, choice, by, backend, content_why=None, held=None):
                                f"the model's ask about {lever} refused: {unnamed}",
                                proposal=seq, by="model")
         else:
-            yield Write(new_record("ask", state.name, claim="inferred", about="model", lever=lever,
-                                   proposal=seq, question=choice["question"][:TEXT_MAX],
-                                   summary=f"the model asks: {choice['question'][:200]}"))
+            yield write(state, "ask", claim="inferred", about="model", lever=lever,
+                        proposal=seq, question=choice["question"][:TEXT_MAX],
+                        summary=f"the model asks: {choice['question'][:200]}")
         return
     if choice["choice"] != "action":
         return
@@ -4434,7 +4423,7 @@ RECHECK_KEPT = 1000     # records a re-check keeps whole behind the one it folds
 PREMISE_KINDS = ("mandate", "action", "approval", "proposal", "ask", "check")
 
 
-def recheck_ledger(rows, parse=None, states=None):
+def recheck_ledger(rows, states=None):
     """Yield (seq, problems) for every action in `rows` (seq, at, record), folding the ledger once
     (into `states`); memory stays bounded: a record RECHECK_KEPT behind keeps only what a premise's
     check reads."""
@@ -4447,14 +4436,11 @@ def recheck_ledger(rows, parse=None, states=None):
                 old = recent.popleft()
                 at_old, r = records[old]
                 key = (r.get("kind"), r.get("claim"), r.get("venture"))
-                records[old] = (
-                    at_old,
-                    stubs.get(key)
-                    or stubs.setdefault(key, dict(zip(("kind", "claim", "venture"), key))),
-                )
+                records[old] = (at_old, stubs.get(key) or stubs.setdefault(
+                    key, dict(zip(("kind", "claim", "venture"), key))))
         if record.get("kind") == "action" and record.get("venture") != "self":
             yield seq, recheck_action(states.get(record.get("venture")), seq, at, record, records)
-        fold_ledger(states, seq, at, record, parse)
+        fold_ledger(states, seq, at, record)
 
 
 APPROVAL_TO_WRITE = 0   # do_approve asks: would the approval it is about to write let it run?
@@ -4608,7 +4594,7 @@ def payload_problem(spec, payload):
     budget = spec["budget"]
     if budget:
         value = payload.get(budget["field"]) if isinstance(payload, dict) else None
-        if isinstance(value, bool) or not isinstance(value, (int, float)):
+        if not is_number(value):
             return (
                 f"{name} has a budget on {budget['field']}, and the payload gives no number for it")
     return None
@@ -4703,9 +4689,8 @@ def lever_ran(state, lever, verdict, summary, by, side=None, extra=None):
     if lever == "stop":
         yield Pause(new_record("pause", state.name, "measured",
                                summary=f"the stop lever (action #{seq}) paused {state.name}"))
-        yield Write(new_record("outcome", state.name, lever=lever, action=seq, ok=True,
-                               status="exit 0", duration=0, note="",
-                               summary=f"stop ok: {state.name} is paused"))
+        yield write(state, "outcome", lever=lever, action=seq, ok=True, status="exit 0", duration=0,
+                    note="", summary=f"stop ok: {state.name} is paused")
     return seq
 
 
@@ -4732,8 +4717,8 @@ def lever_outcome(state, lever, seq, status, ended_by, duration, timeout, note, 
         summary = f"{lever} stopped: avsmd is stopping ({how})"
     else:
         summary = f"{lever} {'ok' if ok else 'failed: ' + how} in {duration:g}s"
-    yield Write(new_record("outcome", state.name, lever=lever, action=seq, ok=ok, status=how,
-                           ended_by=ended_by, duration=duration, note=note, summary=summary))
+    yield write(state, "outcome", lever=lever, action=seq, ok=ok, status=how,
+                ended_by=ended_by, duration=duration, note=note, summary=summary)
 
 
 def fact_records(state, seq, lines):
@@ -4746,25 +4731,23 @@ def fact_records(state, seq, lines):
         if isinstance(item, dict) and isinstance(item.get("fact"), str) \
                 and isinstance(item.get("source"), str):
             fact, source = item["fact"], item["source"]
-            yield Write(new_record("fact", state.name, action=seq, fact=fact[:TEXT_MAX],
-                                   source=source[:TEXT_MAX],
-                                   summary=f"fact from {source[:80]}: {fact[:160]}"))
+            yield write(state, "fact", action=seq, fact=fact[:TEXT_MAX], source=source[:TEXT_MAX],
+                        summary=f"fact from {source[:80]}: {fact[:160]}")
 
 
 def unstarted_outcome(state, lever, action, note, why=None):
     """Yield the outcome of a lever that did not start (`why`, or error `note`): not ok, no time."""
-    yield Write(new_record("outcome", state.name, lever=lever, action=action, ok=False,
-                           status="not started", duration=0, note=note[:NOTE_MAX],
-                           summary=f"{lever} failed: {why}" if why
-                           else f"{lever} failed to start: {note}"))
+    yield write(state, "outcome", lever=lever, action=action, ok=False,
+                status="not started", duration=0, note=note[:NOTE_MAX],
+                summary=f"{lever} failed: {why}" if why else f"{lever} failed to start: {note}")
 
 
 def check_rule(state, lever, verdict, summary, by, side, extra, ok, status, note, why):
     """A lever's check ended (open point 27): once it passed, the gate proves the lever again with
     the check among its premises, and only then does it run. why: what ended the check."""
     said = "passed" if ok else "refused it: " + why
-    seq = yield Write(new_record("check", state.name, lever=lever, ok=ok, status=status, note=note,
-                                 summary=f"{lever}'s check {said}"))
+    seq = yield write(state, "check", lever=lever, ok=ok, status=status, note=note,
+                      summary=f"{lever}'s check {said}")
     if not ok:
         yield from refusal(state, lever, f"its check refused it (#{seq})",
                            f"{lever} refused by its check (#{seq})", by=by, check=seq)
@@ -4820,7 +4803,6 @@ def audit_record(state, name, value, failure, text):
 
 
 ADDRESS = r"[^\s<>,;:@]+@[^\s<>,;:@]+"
-READING_FIELDS_MAX = 50
 
 
 def reading_record(state, reading, value, failure, text):
@@ -4837,7 +4819,7 @@ def reading_record(state, reading, value, failure, text):
             named = set(re.findall(r"[^\s<>,;:]+", note))
         lines = [line.strip() for line in text.split("\n") if line.strip()]
         fields = [line for line in lines[:-1] if len(line) <= 254 and re.fullmatch(ADDRESS, line)
-                  and (named is None or line in named)][:READING_FIELDS_MAX]
+                  and (named is None or line in named)][:50]
         record.update(fields=" ".join(fields),
                       summary=f"reading {name} = {format_number(value)}: {len(fields)} field(s)")
     else:
@@ -4849,10 +4831,9 @@ def run_started(state, pid, restart, err=None):
     """Return the intents of the kept `run` program started as `pid` (`restart`: after an exit), or
     not (`err`): its start record, or its exit."""
     if err is not None:
-        return [Write(new_record("exit", state.name, status="not started",
-                                 summary=f"run could not start: {err}"))]
-    return [Write(new_record("start", state.name, pid=pid, command=state.mandate["run"],
-                             summary=f"run {'re' if restart else ''}started (pid {pid})"))]
+        return [write(state, "exit", status="not started", summary=f"run could not start: {err}")]
+    return [write(state, "start", pid=pid, command=state.mandate["run"],
+                  summary=f"run {'re' if restart else ''}started (pid {pid})")]
 
 
 def restart_rule(state, pid, status, ended_by, uptime, backoff, restarted, active):
@@ -4893,27 +4874,27 @@ def interrupted_rule(state, now, n):
     pass (its lever did not run); a ratchet's forecast it left is made again (`n`: the config's
     ratchet)."""
     for lever, seq in list(state.checking.items()):
-        yield Write(new_record(
-            "check", state.name, lever=lever, ok=False, status="unknown",
+        yield write(
+            state, "check", lever=lever, ok=False, status="unknown",
             note="the warden ended while it ran",
             summary=f"{lever}'s check (#{seq}) was cut off: the warden ended while it ran; "
-                    f"{lever} did not run"))
+                    f"{lever} did not run")
     for lever in list(state.ratchet_forecasts):
         yield from ratchet_rule(state, lever, n, again=True)
     for lever, seq in list(state.running.items()):
         began = next((at for s, at, _ in state.actions.get(lever, []) if s == seq), None)
         at_most = max(0, round(now - began)) if began is not None else None
-        yield Write(new_record(
-            "outcome", state.name, lever=lever, action=seq, ok=False, status="unknown",
+        yield write(
+            state, "outcome", lever=lever, action=seq, ok=False, status="unknown",
             duration=at_most,
             note="the warden ended while it ran; whether it finished is not known"
                  + (f"; it ran at most {at_most} s" if at_most is not None else ""),
-            summary=f"{lever} (action #{seq}) was cut off: the warden ended while it ran"))
-        yield Write(new_record(
-            "ask", state.name, about="interrupted", lever=lever, action=seq,
+            summary=f"{lever} (action #{seq}) was cut off: the warden ended while it ran")
+        yield write(
+            state, "ask", about="interrupted", lever=lever, action=seq,
             question=f"did {lever} happen?",
             summary=f"did {lever} happen? action #{seq} was running when the warden ended; "
-                    f"{lever} waits for the answer (approve: it did, deny: it did not)"))
+                    f"{lever} waits for the answer (approve: it did, deny: it did not)")
 
 
 def ratchet_rule(state, lever, n, forecast=None, again=False):
@@ -5041,9 +5022,9 @@ def ratchet_due(state, lever, n):
 def begun(state, what, lever):
     """Yield the record of a check or a ratchet's forecast started: folded, it holds the lever until
     its check or forecast record, or the ask, is written."""
-    summary = f"{lever}'s check started" if what == "check" else \
-        f"a forecast started, for the ask to delegate {lever}"
-    yield Write(new_record("begun", state.name, what=what, lever=lever, summary=summary))
+    yield write(state, "begun", what=what, lever=lever,
+                summary=f"{lever}'s check started" if what == "check"
+                else f"a forecast started, for the ask to delegate {lever}")
 
 
 def approval_rule(state, seq, ask, payload, edited, problem, now):
@@ -5052,18 +5033,17 @@ def approval_rule(state, seq, ask, payload, edited, problem, now):
     proposal_rule. Raises Fail (65) once the refusal is written."""
     lever = ask.get("lever")
     if lever is None or ask.get("about") not in ("lever", "model"):
-        yield Write(new_record("approval", state.name, ask=seq,
-                               summary=f"a person answered ask #{seq}: yes"))
+        yield write(state, "approval", ask=seq, summary=f"a person answered ask #{seq}: yes")
         return
     basis = ("approval", [], [f"ask #{seq}: {ask.get('question')}"])
     verdict = prove(
         state, lever, now, basis, trigger=seq, approval=APPROVAL_TO_WRITE, payload=payload)
     stays = f"; ask #{seq} stays open"
     if not problem and verdict.ok:
-        approval = yield Write(new_record(
-            "approval", state.name, ask=seq, lever=lever, payload=payload, edited=edited,
+        approval = yield write(
+            state, "approval", ask=seq, lever=lever, payload=payload, edited=edited,
             summary=f"a person approved {lever} (ask #{seq})"
-            + (" with content they edited" if edited else "")))
+            + (" with content they edited" if edited else ""))
         verdict = yield Gate(lever, basis, payload=payload, trigger=seq, approval=approval,
                              by="person",
                              summary=f"{lever} runs: approved by a person (#{approval})",
@@ -5084,9 +5064,9 @@ def person_proposal_rule(state, lever, payload, content_why):
     mandate or the file system (content_why) refuse it, else gated; Fail (65) once refused."""
     m = state.mandate
     spec = m["levers"].get(lever)
-    seq = yield Write(new_record("proposal", state.name, claim="declared", by="person",
-                                 choice="action", lever=lever, payload=payload,
-                                 summary=f"a person proposes {lever}"))
+    seq = yield write(state, "proposal", claim="declared", by="person",
+                      choice="action", lever=lever, payload=payload,
+                      summary=f"a person proposes {lever}")
     why = None
     if lever in m["forbidden"] or (spec is None and lever != "stop"):
         why = (
@@ -5109,9 +5089,8 @@ def denial_rule(state, seq, ask):
     """A person denied ask #seq: yield the denial naming its lever; a canary's names none, and its
     canary record says what the answer showed."""
     lever = None if ask.get("canary") else ask.get("lever")
-    yield Write(new_record("denial", state.name, ask=seq, **some(lever=lever),
-                           summary=f"a person denied ask #{seq}"
-                                   + (f" ({lever})" if lever else "")))
+    yield write(state, "denial", ask=seq, **some(lever=lever),
+                summary=f"a person denied ask #{seq}" + (f" ({lever})" if lever else ""))
     if ask.get("canary"):
         yield Write(canary_result(state, seq, ask, False)[0])
 
@@ -5212,10 +5191,9 @@ def world_rule(state, report_seq, lever, outputs, failure):
     once per stretch."""
     if failure is not None:
         if not state.world_failing:
-            yield Write(new_record("world", state.name, ok=False, report=report_seq,
-                                   note=failure[:NOTE_MAX],
-                                   summary=f"world step failed: {failure[:200]}; no prediction "
-                                           f"(recorded once until a step succeeds)"))
+            yield write(state, "world", ok=False, report=report_seq, note=failure[:NOTE_MAX],
+                        summary=f"world step failed: {failure[:200]}; no prediction "
+                                f"(recorded once until a step succeeds)")
         return
     if state.last_report is None or state.last_report[0] != report_seq or not outputs:
         return  # a report no longer the last could never resolve it

@@ -41,7 +41,8 @@ def test_the_listing_is_the_table():
 
 def test_every_record_is_built_by_new_record_against_the_table():
     """No record is a dict display: each is a new_record call (or the daemon's append_self(kind, summary, ...),
-    a self record), whose constant kind the table names and whose constant field names it allows for that kind."""
+    a self record, or the kernel's write(state, kind, ...), a venture's), whose constant kind the table names and
+    whose constant field names it allows for that kind."""
     tree, calls = source_tree(), 0
     for node in ast.walk(tree):
         if isinstance(node, ast.Dict):
@@ -49,14 +50,16 @@ def test_every_record_is_built_by_new_record_against_the_table():
             assert "kind" not in keys or function_of(node) in NOT_RECORDS, \
                 f"line {node.lineno}: a dict with a kind in {function_of(node)}: build a record with new_record"
         own = isinstance(node, ast.Call) and getattr(node.func, "attr", None) == "append_self" and node.args
-        if isinstance(node, ast.Call) and getattr(node.func, "id", None) == "new_record" or own:
+        kernel = isinstance(node, ast.Call) and getattr(node.func, "id", None) == "write" and len(node.args) > 1
+        if isinstance(node, ast.Call) and getattr(node.func, "id", None) == "new_record" or own or kernel:
             calls += 1
-            kind = node.args[0]
+            kind = node.args[1] if kernel else node.args[0]
             if isinstance(kind, ast.JoinedStr) and isinstance(kind.values[0], ast.Constant):
                 kind = ast.Constant(kind.values[0].value.partition(".")[0] + ".")
             if not isinstance(kind, ast.Constant):
                 continue
-            venture = "self" if own else node.args[1].value if isinstance(node.args[1], ast.Constant) else None
+            venture = "self" if own else None if kernel else \
+                node.args[1].value if isinstance(node.args[1], ast.Constant) else None
             shape = avsm.record_shape(kind.value, venture)
             assert shape is not None, f"line {node.lineno}: {kind.value!r} is not in RECORD_KINDS"
             claims, required, optional = shape
