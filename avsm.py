@@ -6472,18 +6472,14 @@ def sign_again_at_start(spec, signer, ours):
 # the JSON-lines wire, the home and its lock. Decides nothing.
 # =============================================================================
 
-def default_home():
-    """Return the platform's default home: XDG_STATE_HOME/avsmd, ~/.local/state/avsmd or macOS's."""
-    if sys.platform == "darwin":
-        return os.path.expanduser("~/Library/Application Support/avsmd")
-    state = os.environ.get("XDG_STATE_HOME") or os.path.expanduser("~/.local/state")
-    return os.path.join(state, "avsmd")
-
-
 def resolve_home(given):
-    """Return the home: --home, else $AVSMD_HOME, else the platform default (open point 13)."""
-    home = given or os.environ.get("AVSMD_HOME") or default_home()
-    return os.path.abspath(os.path.expanduser(home))
+    """Return the home: --home, else $AVSMD_HOME, else the platform default (open point 13):
+    XDG_STATE_HOME/avsmd, ~/.local/state/avsmd or macOS's."""
+    home = given or os.environ.get("AVSMD_HOME")
+    if not home and sys.platform == "darwin":
+        home = "~/Library/Application Support/avsmd"
+    state = os.environ.get("XDG_STATE_HOME") or "~/.local/state"
+    return os.path.abspath(os.path.expanduser(home or os.path.join(state, "avsmd")))
 
 
 def socket_problem(home):
@@ -6556,18 +6552,6 @@ def read_lock_pid(path):
         return int(text) if text.isdigit() else None
     except OSError:
         return None
-
-
-BASE_ENV = {}      # the warden's environment, copied once
-
-
-def command_env(home, venture, lever=None):
-    """Return a venture's program's environment: avsmd's own, plus AVSM_HOME and AVSM_VENTURE."""
-    env = dict(BASE_ENV or os.environ)
-    env.update(AVSM_HOME=home, AVSM_VENTURE=venture)
-    if lever:
-        env["AVSM_LEVER"] = lever
-    return env
 
 
 NOTIFY_ENV = ("PATH", "HOME", "USER", "LOGNAME", "SHELL", "LANG", "LANGUAGE", "TZ", "TMPDIR")
@@ -7005,25 +6989,22 @@ def read_keys(home):
     path = os.path.join(home, "keys")
     try:
         st = os.stat(path)
-    except FileNotFoundError:
-        return {}
-    except OSError as err:
-        raise Fail(EX_CONFIG, f"{path} cannot be read: {err.strerror}") from None
-    if not stat.S_ISREG(st.st_mode):
-        raise Fail(EX_CONFIG,
-                   f"{path} is not a regular file; keys is a file of NAME=value lines (mode 600)")
-    if st.st_mode & 0o077:
-        raise Fail(EX_CONFIG, f"{path} may be read by others than you, "
-                              f"so the warden will not read it; chmod 600 {path}")
-    keys = {}
-    try:
+        if not stat.S_ISREG(st.st_mode):
+            raise Fail(EX_CONFIG, f"{path} is not a regular file; keys is a file of NAME=value"
+                                  " lines (mode 600)")
+        if st.st_mode & 0o077:
+            raise Fail(EX_CONFIG, f"{path} may be read by others than you, "
+                                  f"so the warden will not read it; chmod 600 {path}")
         with open(path, "rb") as fh:
             text = fh.read(1024 * 1024).decode("utf-8")
+    except FileNotFoundError:
+        return {}
     except OSError as err:
         raise Fail(EX_CONFIG, f"{path} cannot be read: {err.strerror}") from None
     except UnicodeDecodeError:
         raise Fail(EX_CONFIG, f"{path} is not UTF-8; write it as NAME=value lines in UTF-8") \
             from None
+    keys = {}
     for line in text.splitlines():
         name, eq, value = line.strip().partition("=")
         if eq and name.strip() and not name.startswith("#"):
@@ -7659,6 +7640,9 @@ class GroupsJournal:
                 os.write(self.groups_fd, (line + "\n").encode())
 
 
+BASE_ENV = {}      # the warden's environment, copied once
+
+
 class Children:
     """The programs the warden runs now, each in its own process group, and the groups left
     behind."""
@@ -7681,14 +7665,14 @@ class Children:
         Raise PermissionError, starting nothing, when another user could change what it runs."""
         import selectors
         commands = [args] + [r for r in runs if r]
-        unsafe = not checked and owner_problem(cwd or state.directory, commands)
+        cwd = cwd or state.directory
+        unsafe = not checked and owner_problem(cwd, commands)
         if unsafe:
             raise PermissionError(f"{unsafe.why}; {unsafe.fix}")
-        env = command_env(self.home, state.name, lever)
-        if payload_file:
-            env["AVSM_PAYLOAD"] = payload_file
-        child = Child(purpose, state.name, args, cwd or state.directory, env, timeout=timeout,
-                      shell=shell, stdin_path=payload_file)
+        env = dict(BASE_ENV or os.environ, AVSM_HOME=self.home, AVSM_VENTURE=state.name,
+                   **some(AVSM_LEVER=lever, AVSM_PAYLOAD=payload_file))
+        child = Child(purpose, state.name, args, cwd, env, timeout=timeout, shell=shell,
+                      stdin_path=payload_file)
         child.head = head
         self.children.append(child)
         child.leader_start = process_start(child.pgid)
