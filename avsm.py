@@ -5940,8 +5940,8 @@ def count_self(counted, record):
     if record.get("kind") == "start":
         counted["starts"] = counted.get("starts", 0) + 1
     elif record.get("kind") == "restart":
-        restarts = counted.setdefault("restarts", {})
-        restarts[str(record.get("process"))] = restarts.get(str(record.get("process")), 0) + 1
+        restarts, process = counted.setdefault("restarts", {}), str(record.get("process"))
+        restarts[process] = restarts.get(process, 0) + 1
     return counted
 
 
@@ -6113,8 +6113,7 @@ def unusable_record(state, backend, by, why, call):
     call = dict(call or {})         # a refusal keeps its text and the provider's category: declined
     return new_record("unusable", state.name, backend=backend, by=by, why=why[:NOTE_MAX],
                       summary=f"the reply of {backend} is unusable: {why[:200]}",
-                      **({"declined": call.pop("declined")} if "declined" in call else {}),
-                      **some(call=call))
+                      **some(declined=call.pop("declined", None), call=call))
 
 
 def look_record(state, d, look, answer):
@@ -6797,12 +6796,12 @@ def verify_text(text, signature, allowed, namespace, principal=None):
                                    f"principal): a checkpoint of another host, or signed with "
                                    f"another host's key")
         principal = principal or signers[0]
-        code, _, err = ssh_keygen(["-Y", "verify", "-f", allowed, "-I", principal, "-n",
-                                   namespace, "-s", sig], "verifying a checkpoint", text.encode())
-        if code != 0:
-            raise Fail(EX_DATAERR,
-                       f"its signature by {principal} does not verify under namespace {namespace}: "
-                       "its text was changed since, or it was signed for another namespace")
+    try:
+        verify_signer(text, signature, allowed, principal, namespace)
+    except Fail:
+        raise Fail(EX_DATAERR,
+                   f"its signature by {principal} does not verify under namespace {namespace}: "
+                   "its text was changed since, or it was signed for another namespace") from None
     return principal
 
 
@@ -6883,11 +6882,7 @@ def term_then_kill(groups):
 def proc_stat(pid, field):
     """Return a numeric field of /proc/PID/stat, counted after the command name (Linux), or None."""
     try:
-        fd = os.open(f"/proc/{pid}/stat", os.O_RDONLY)
-        try:
-            data = os.read(fd, 4096)
-        finally:
-            os.close(fd)
+        data = read_small_file(f"/proc/{pid}/stat", 4096)
         return int(data.rsplit(b")", 1)[1].split()[field])
     except (OSError, IndexError, ValueError):
         return None
@@ -7628,10 +7623,7 @@ class GroupsJournal:
                     line = "\n".join(self.journaled.values())
                     # never replace another avsmd's journal
                     if st.st_nlink and self.lock_is_ours():
-                        fd = os.open(path + ".new", os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-                        with open(fd, "w") as fh:
-                            fh.write(line + "\n")
-                        os.replace(path + ".new", path)
+                        write_textfile(path, line + "\n", 0o600, path + ".new")
                         line = None
             if self.groups_fd is None:
                 self.groups_fd = os.open(
