@@ -5691,40 +5691,28 @@ def build_request(packet):
 
 def packet_forecast_lines(packet):
     """The packet's forecast for doing nothing and for one run now of each permitted lever (open
-    point 40)."""
-    facts = packet.get("forecast")
+    point 40); one made through the world command says where its capped calls cut the horizon
+    short."""
+    facts, metric = packet.get("forecast"), packet["metric"]
     if not facts:
         return []
-    if "made" in facts:
-        return packet_world_lines(packet["metric"], facts)
-    lines = [
-        f"forecast ({format_number(facts['days'])} days x {facts['seeds']} seeds, at the horizon):"]
-    nothing = forecast(dict(facts, sides=[]))
-    if "too_little" in nothing:
-        return lines + [f"  {nothing['too_little']}"]
-    lines.append(f"  doing nothing: {forecast_text(packet['metric'], nothing)}")
-    for name, lever in facts["levers"].items():
-        known = len(lever["steps"]) >= 3 or lever["expects"]
-        shown = forecast_text(packet["metric"], forecast(dict(facts, sides=[], first=name))) \
-            if known else "its effect is not measured yet"
-        lines.append(f"  {name} once now: {shown}")
-    return lines
-
-
-def packet_world_lines(metric, facts):
-    """The packet's forecast made through the world command, and where its capped calls cut the
-    horizon short."""
-    made = facts["made"]
-    nothing = made["nothing"]
-    lines = [f"forecast through the world command ({format_number(facts['days'])} days x"
-             f" {facts['seeds']} seeds, at the horizon):"]
+    made = facts.get("made")
+    nothing = made["nothing"] if made else forecast(dict(facts, sides=[]))
+    lines = [f"forecast{' through the world command' if made else ''} ("
+             f"{format_number(facts['days'])} days x {facts['seeds']} seeds, at the horizon):"]
     if "too_little" in nothing:
         return lines + [f"  {nothing['too_little']}"]
     if nothing.get("cut"):
         lines.append(f"  {nothing['cut']}")
     lines.append(f"  doing nothing: {forecast_text(metric, nothing)}")
-    for name, result in made["levers"].items():
-        lines.append(f"  {name} once now: {forecast_text(metric, result)}")
+    for name, lever in (made or facts)["levers"].items():
+        if made:
+            shown = forecast_text(metric, lever)
+        elif len(lever["steps"]) >= 3 or lever["expects"]:
+            shown = forecast_text(metric, forecast(dict(facts, sides=[], first=name)))
+        else:
+            shown = "its effect is not measured yet"
+        lines.append(f"  {name} once now: {shown}")
     return lines
 
 
@@ -5836,21 +5824,6 @@ def depth(value, level=0):
     return max((depth(item, level + 1) for item in items), default=level + 1)
 
 
-def diff_paths(diff):
-    """Return every path a diff names for patch to touch, never a hunk's line range."""
-    paths = []
-    for line in diff.splitlines():
-        if re.fullmatch(r"(\*\*\* \d+(,\d+)? \*\*\*\*|--- \d+(,\d+)? ----)\s*", line):
-            continue                                    # a context hunk's range, not a file
-        if line.startswith(("--- ", "+++ ", "*** ")):
-            paths.append(line[4:].split("\t")[0].strip())
-        elif line.startswith(("rename from ", "rename to ", "copy from ", "copy to ")):
-            paths.append(line.split(" ", 2)[2].strip())
-        elif line.startswith("Index: "):
-            paths.append(line[len("Index: "):].strip())
-    return paths
-
-
 def content_problem(takes, payload, directory):
     """Return why a diff or file payload would reach outside the venture directory, or None. A
     file payload is its relative path on the first line and the content after it."""
@@ -5859,7 +5832,16 @@ def content_problem(takes, payload, directory):
     if takes == "file":
         paths = [payload.split("\n", 1)[0].strip()]
     else:
-        paths = diff_paths(payload)
+        paths = []                  # every path the diff names for patch to touch
+        for line in payload.splitlines():
+            if re.fullmatch(r"(\*\*\* \d+(,\d+)? \*\*\*\*|--- \d+(,\d+)? ----)\s*", line):
+                continue                                # a context hunk's range, not a file
+            if line.startswith(("--- ", "+++ ", "*** ")):
+                paths.append(line[4:].split("\t")[0].strip())
+            elif line.startswith(("rename from ", "rename to ", "copy from ", "copy to ")):
+                paths.append(line.split(" ", 2)[2].strip())
+            elif line.startswith("Index: "):
+                paths.append(line[len("Index: "):].strip())
         if not paths:
             return "the diff names no file"
         paths = [p[2:] if p.startswith(("a/", "b/")) else p for p in paths if p != "/dev/null"]
@@ -6034,9 +6016,9 @@ def ratchet_approval(state, seq, ask):
 def child_restart_wait(previous, uptime):
     """Return (the back-off to keep, the wait before avsmd restarts its warden or roles process):
     doubling while it keeps dying within QUICK_DEATH."""
-    if uptime >= QUICK_DEATH or previous is None:
-        return (None if uptime >= QUICK_DEATH else 0), 0
-    backoff = next_backoff(previous)
+    if uptime >= QUICK_DEATH:
+        return None, 0
+    backoff = 0 if previous is None else next_backoff(previous)
     return backoff, backoff
 
 
