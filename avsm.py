@@ -6914,9 +6914,9 @@ def stray_groups(home):
     return found
 
 
-def sweep_groups(path, home=None):
-    """End the groups a dead avsmd recorded and did not see end (with `home`, the strays too);
-    return how many."""
+def sweep_groups(path, home):
+    """End the groups a dead avsmd recorded and did not see end, and the strays of `home`; return
+    how many."""
     try:
         with open(path) as fh:
             lines = [line.split() for line in fh if line.strip()]
@@ -6937,8 +6937,7 @@ def sweep_groups(path, home=None):
             continue
         if group_is_still(pgid, start):
             ours.append(pgid)
-    if home is not None:
-        ours += [g for g in stray_groups(home) if g not in ours]
+    ours += [g for g in stray_groups(home) if g not in ours]
     term_then_kill(ours)
     with contextlib.suppress(OSError):
         os.unlink(path)
@@ -7189,7 +7188,7 @@ def error_text(body):
         error = json.loads(body).get("error", {})
         return f"{error.get('type', '')}: {error.get('message', '')}".strip(": ")
     except (ValueError, AttributeError, RecursionError):
-        return body[:200].decode("utf-8", "replace") if isinstance(body, bytes) else str(body)[:200]
+        return body[:200].decode("utf-8", "replace")
 
 
 def retry_wait(headers, now, default):
@@ -7249,7 +7248,7 @@ def call_http_backend(backend, system, user, key):
             wait = retry_wait(answered, time.time(), wait)
         except ValueError as err:
             return None, str(err), call
-        except (urllib.error.URLError, OSError, http.client.HTTPException) as err:
+        except (OSError, http.client.HTTPException) as err:
             why = f"{getattr(err, 'reason', err)}" or type(err).__name__
         if attempt + 1 < BACKEND_TRIES:
             if wait >= deadline - time.monotonic():
@@ -7294,7 +7293,7 @@ def adapter_get(url, key=None, limit=ADAPTER_TIMEOUT):
                 answer["got"] = response.status, response.read(REPLY_MAX + 1)
         except urllib.error.HTTPError as err:
             answer["got"] = err.code, err.read(REPLY_MAX + 1)
-        except (urllib.error.URLError, OSError, ValueError) as err:
+        except (OSError, ValueError) as err:
             reason = getattr(err, "reason", err)
             answer["error"] = OSError(f"no answer within {limit} s"
                                       if isinstance(reason, TimeoutError) else str(reason))
@@ -7310,9 +7309,7 @@ def output_lines(data, cut):
     """Return (the non-empty lines of a program's standard output, whether its last one was cut).
     Lines end at \\n (a \\r before it dropped) and nowhere else: `9\\x0c1` is one line. With `cut`
     (only the last OUTPUT_KEEP bytes kept), the bytes before the first \\n are no line."""
-    pieces = bytes(data).split(b"\n")
-    if cut:
-        pieces = pieces[1:]
+    pieces = bytes(data).split(b"\n")[1 if cut else 0:]
     lines = [piece.decode("utf-8", "replace").removesuffix("\r") for piece in pieces]
     lines = [line for line in lines if line.strip()]
     return lines, cut and not lines
