@@ -6885,35 +6885,6 @@ def group_is_still(pgid, leader_start):
     return now_start is None or leader_start is None or now_start == leader_start
 
 
-def stray_groups(home):
-    """Return the process groups of programs a dead warden of `home` started and never recorded
-    (Linux; elsewhere, none)."""
-    adopters, pid = {1, os.getpid()}, os.getpid()
-    while pid > 1:
-        # avsmd's parent chain: where a subreaper would take orphans
-        pid = proc_stat(pid, 1) or 0
-        adopters.add(pid)
-    mark, own = f"AVSM_HOME={home}".encode(), os.getpgid(0)
-    found = set()
-    try:
-        entries = [int(e) for e in os.listdir("/proc") if e.isdigit()]
-    except OSError:
-        return found
-    for pid in entries:
-        if proc_stat(pid, 1) not in adopters or pid == os.getpid():
-            continue
-        try:
-            with open(f"/proc/{pid}/environ", "rb") as fh:
-                env = fh.read().split(b"\0")
-        except OSError:
-            continue
-        pgid = proc_stat(pid, 2)
-        if mark in env and any(v.startswith(b"AVSM_VENTURE=") for v in env) and pgid \
-                and pgid != own:
-            found.add(pgid)
-    return found
-
-
 def sweep_groups(path, home):
     """End the groups a dead avsmd recorded and did not see end, and the strays of `home`; return
     how many."""
@@ -6937,7 +6908,29 @@ def sweep_groups(path, home):
             continue
         if group_is_still(pgid, start):
             ours.append(pgid)
-    ours += [g for g in stray_groups(home) if g not in ours]
+    # the strays: groups of programs a dead warden of `home` started and never recorded (Linux)
+    adopters, pid = {1, os.getpid()}, os.getpid()
+    while pid > 1:
+        # avsmd's parent chain: where a subreaper would take orphans
+        pid = proc_stat(pid, 1) or 0
+        adopters.add(pid)
+    mark, own = f"AVSM_HOME={home}".encode(), os.getpgid(0)
+    try:
+        entries = [int(e) for e in os.listdir("/proc") if e.isdigit()]
+    except OSError:
+        entries = []
+    for pid in entries:
+        if proc_stat(pid, 1) not in adopters or pid == os.getpid():
+            continue
+        try:
+            with open(f"/proc/{pid}/environ", "rb") as fh:
+                env = fh.read().split(b"\0")
+        except OSError:
+            continue
+        pgid = proc_stat(pid, 2)
+        if mark in env and any(v.startswith(b"AVSM_VENTURE=") for v in env) and pgid \
+                and pgid != own and pgid not in ours:
+            ours.append(pgid)
     term_then_kill(ours)
     with contextlib.suppress(OSError):
         os.unlink(path)
