@@ -6178,9 +6178,8 @@ def notice_of(seq, record):
     # a guard's or the stop lever's: no person did it
     if kind == "pause" and record["claim"] == "measured":
         guard = record.get("guard")
-        first = {"first": GUARD_CLEAR.format(guard)} if guard else {}
         return new_notice("pause", venture, seq, record["summary"], f"avsm resume {venture}",
-                          guard=guard, **first)
+                          guard=guard, **some(first=guard and GUARD_CLEAR.format(guard)))
     if kind == "ledger" and venture == "self":
         return new_notice("ledger", "self", seq, record["summary"], None)
     return None
@@ -6646,7 +6645,7 @@ class Child:
         with contextlib.suppress(ImportError, AttributeError, OSError):
             fcntl.fcntl(self.stdout, fcntl.F_SETPIPE_SZ, PIPE_ROOM)
         self.open_pipes = {self.stdout, self.stderr}   # registered in the warden's selector
-        for pipe in (self.stdout, self.stderr):
+        for pipe in self.open_pipes:
             os.set_blocking(pipe, False)
         try:
             self.pidfd = os.pidfd_open(self.pid)
@@ -6799,10 +6798,10 @@ def verify_signer(text, signature, allowed, principal, namespace):
                                f"namespace, or changed since")
 
 
-def write_payload(data, prefix="avsm-payload-"):
+def write_payload(data):
     """Write a lever's content to a private temporary file; return its path (open point 28)."""
     import tempfile
-    fd, path = tempfile.mkstemp(prefix=prefix)
+    fd, path = tempfile.mkstemp(prefix="avsm-payload-")
     with os.fdopen(fd, "wb") as fh:
         fh.write(data)
     return path
@@ -7643,7 +7642,7 @@ class Children:
         self.journal_group(f"+{child.pgid} {child.leader_start or '-'} {state.name} {purpose}")
         self.tell({"group": child.pgid, "venture": state.name, "purpose": purpose,
                    "start": child.started_at, "leader_start": child.leader_start})
-        for pipe in (child.stdout, child.stderr):
+        for pipe in child.open_pipes:
             self.sel.register(pipe, selectors.EVENT_READ, ("pipe", child))
         if child.pidfd is not None:
             self.sel.register(child.pidfd, selectors.EVENT_READ, ("pidfd", child))
