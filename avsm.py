@@ -6798,10 +6798,10 @@ def verify_signer(text, signature, allowed, principal, namespace):
                                f"namespace, or changed since")
 
 
-def write_payload(data):
+def write_payload(data, prefix="avsm-payload-"):
     """Write a lever's content to a private temporary file; return its path (open point 28)."""
     import tempfile
-    fd, path = tempfile.mkstemp(prefix="avsm-payload-")
+    fd, path = tempfile.mkstemp(prefix=prefix)
     with os.fdopen(fd, "wb") as fh:
         fh.write(data)
     return path
