@@ -6052,7 +6052,7 @@ def model_packet(state, recent, now, forecast, looks):
     """Return a venture's decision packet: never an audit reading, note or ask, nor a record that
     cites one (AUDIT-05)."""
     m = state.mandate
-    ctl = m["controller"]
+    kind = m["controller"]["kind"]
     hidden = {s for s, a in state.open_asks.items() if a.get("about") == "audit" or a.get("audit")}
     records = [f"#{seq} {format_local_time(at)} {r['claim']} {r['kind']} {r['summary']}"
                for seq, at, r in recent
@@ -6062,8 +6062,8 @@ def model_packet(state, recent, now, forecast, looks):
         "venture": state.name,
         "purpose": m["purpose"],
         "metric": m["metric"],
-        "controller": ctl["kind"],
-        "classifier": ctl["kind"] == "classifier",
+        "controller": kind,
+        "classifier": kind == "classifier",
         "levers": [{"name": n, "cap": l["cap_text"], "used": len(cap_window(state, n, now)),
                     "reversible": l["reversible"], "delegated": l["delegated"], "takes": l["takes"]}
                    for n, l in m["levers"].items()],
@@ -6724,7 +6724,7 @@ class Child:
 
 # ---- ssh-keygen -Y: checkpoints signed and verified by the host's own OpenSSH (no crypto here)
 
-def ssh_keygen(args, what, stdin=None, timeout=20):
+def ssh_keygen(args, what, stdin=None):
     """Run ssh-keygen with `args`; return (exit status, output, error text), or Fail(69)."""
     import shutil
     import subprocess
@@ -6734,9 +6734,9 @@ def ssh_keygen(args, what, stdin=None, timeout=20):
                    f"{what} needs OpenSSH's ssh-keygen (8.0 or later) and none is on PATH "
                    f"({os.environ.get('PATH', '')}); install openssh-client")
     try:
-        done = subprocess.run([found, *args], input=stdin, capture_output=True, timeout=timeout)
+        done = subprocess.run([found, *args], input=stdin, capture_output=True, timeout=20)
     except subprocess.TimeoutExpired:
-        return 1, b"", f"{found} did not finish within {timeout} s (a key with a passphrase?)"
+        return 1, b"", f"{found} did not finish within 20 s (a key with a passphrase?)"
     return (done.returncode, done.stdout,
             (done.stderr.decode("utf-8", "replace").strip().splitlines() or [""])[-1])
 
@@ -7753,7 +7753,7 @@ class RolesCalls:
 
     def from_roles(self, message):
         callback = self.roles_calls.pop(message.get("rid"), None)
-        return callback(message) if callback is not None else None
+        return callback(message) if callback else None
 
 
 def read_json_adapter(name, reading, url, key):
