@@ -5611,40 +5611,28 @@ def build_request(packet):
 
 def packet_forecast_lines(packet):
     """The packet's forecast for doing nothing and for one run now of each permitted lever (open
-    point 40)."""
-    facts = packet.get("forecast")
+    point 40); one made through the world command says where its capped calls cut the horizon
+    short."""
+    facts, metric = packet.get("forecast"), packet["metric"]
     if not facts:
         return []
-    if "made" in facts:
-        return packet_world_lines(packet["metric"], facts)
-    lines = [
-        f"forecast ({format_number(facts['days'])} days x {facts['seeds']} seeds, at the horizon):"]
-    nothing = forecast(dict(facts, sides=[]))
-    if "too_little" in nothing:
-        return lines + [f"  {nothing['too_little']}"]
-    lines.append(f"  doing nothing: {forecast_text(packet['metric'], nothing)}")
-    for name, lever in facts["levers"].items():
-        known = len(lever["steps"]) >= 3 or lever["expects"]
-        shown = forecast_text(packet["metric"], forecast(dict(facts, sides=[], first=name))) \
-            if known else "its effect is not measured yet"
-        lines.append(f"  {name} once now: {shown}")
-    return lines
-
-
-def packet_world_lines(metric, facts):
-    """The packet's forecast made through the world command, and where its capped calls cut the
-    horizon short."""
-    made = facts["made"]
-    nothing = made["nothing"]
-    lines = [f"forecast through the world command ({format_number(facts['days'])} days x"
-             f" {facts['seeds']} seeds, at the horizon):"]
+    made = facts.get("made")
+    nothing = made["nothing"] if made else forecast(dict(facts, sides=[]))
+    lines = [f"forecast{' through the world command' if made else ''} ("
+             f"{format_number(facts['days'])} days x {facts['seeds']} seeds, at the horizon):"]
     if "too_little" in nothing:
         return lines + [f"  {nothing['too_little']}"]
     if nothing.get("cut"):
         lines.append(f"  {nothing['cut']}")
     lines.append(f"  doing nothing: {forecast_text(metric, nothing)}")
-    for name, result in made["levers"].items():
-        lines.append(f"  {name} once now: {forecast_text(metric, result)}")
+    for name, lever in (made or facts)["levers"].items():
+        if made:
+            shown = forecast_text(metric, lever)
+        elif len(lever["steps"]) >= 3 or lever["expects"]:
+            shown = forecast_text(metric, forecast(dict(facts, sides=[], first=name)))
+        else:
+            shown = "its effect is not measured yet"
+        lines.append(f"  {name} once now: {shown}")
     return lines
 
 
@@ -5756,21 +5744,6 @@ def depth(value, level=0):
     return max((depth(item, level + 1) for item in items), default=level + 1)
 
 
-def diff_paths(diff):
-    """Return every path a diff names for patch to touch, never a hunk's line range."""
-    paths = []
-    for line in diff.splitlines():
-        if re.fullmatch(r"(\*\*\* \d+(,\d+)? \*\*\*\*|--- \d+(,\d+)? ----)\s*", line):
-            continue                                    # a context hunk's range, not a file
-        if line.startswith(("--- ", "+++ ", "*** ")):
-            paths.append(line[4:].split("\t")[0].strip())
-        elif line.startswith(("rename from ", "rename to ", "copy from ", "copy to ")):
-            paths.append(line.split(" ", 2)[2].strip())
-        elif line.startswith("Index: "):
-            paths.append(line[len("Index: "):].strip())
-    return paths
-
-
 def content_problem(takes, payload, directory):
     """Return why a diff or file payload would reach outside the venture directory, or None. A
     file payload is its relative path on the first line and the content after it."""
@@ -5779,7 +5752,16 @@ def content_problem(takes, payload, directory):
     if takes == "file":
         paths = [payload.split("\n", 1)[0].strip()]
     else:
-        paths = diff_paths(payload)
+        paths = []                  # every path the diff names for patch to touch
+        for line in payload.splitlines():
+            if re.fullmatch(r"(\*\*\* \d+(,\d+)? \*\*\*\*|--- \d+(,\d+)? ----)\s*", line):
+                continue                                # a context hunk's range, not a file
+            if line.startswith(("--- ", "+++ ", "*** ")):
+                paths.append(line[4:].split("\t")[0].strip())
+            elif line.startswith(("rename from ", "rename to ", "copy from ", "copy to ")):
+                paths.append(line.split(" ", 2)[2].strip())
+            elif line.startswith("Index: "):
+                paths.append(line[len("Index: "):].strip())
         if not paths:
             return "the diff names no file"
         paths = [p[2:] if p.startswith(("a/", "b/")) else p for p in paths if p != "/dev/null"]
@@ -5860,8 +5842,8 @@ def count_self(counted, record):
     if record.get("kind") == "start":
         counted["starts"] = counted.get("starts", 0) + 1
     elif record.get("kind") == "restart":
-        restarts = counted.setdefault("restarts", {})
-        restarts[str(record.get("process"))] = restarts.get(str(record.get("process")), 0) + 1
+        restarts, process = counted.setdefault("restarts", {}), str(record.get("process"))
+        restarts[process] = restarts.get(process, 0) + 1
     return counted
 
 
@@ -5979,9 +5961,9 @@ def ratchet_approval(state, seq, ask):
 def child_restart_wait(previous, uptime):
     """Return (the back-off to keep, the wait before avsmd restarts its warden or roles process):
     doubling while it keeps dying within QUICK_DEATH."""
-    if uptime >= QUICK_DEATH or previous is None:
-        return (None if uptime >= QUICK_DEATH else 0), 0
-    backoff = next_backoff(previous)
+    if uptime >= QUICK_DEATH:
+        return None, 0
+    backoff = 0 if previous is None else next_backoff(previous)
     return backoff, backoff
 
 
@@ -6015,7 +5997,7 @@ def model_packet(state, recent, now, forecast, looks):
     """Return a venture's decision packet: never an audit reading, note or ask, nor a record that
     cites one (AUDIT-05)."""
     m = state.mandate
-    ctl = m["controller"]
+    kind = m["controller"]["kind"]
     hidden = {s for s, a in state.open_asks.items() if a.get("about") == "audit" or a.get("audit")}
     records = [f"#{seq} {format_local_time(at)} {r['claim']} {r['kind']} {r['summary']}"
                for seq, at, r in recent
@@ -6025,8 +6007,8 @@ def model_packet(state, recent, now, forecast, looks):
         "venture": state.name,
         "purpose": m["purpose"],
         "metric": m["metric"],
-        "controller": ctl["kind"],
-        "classifier": ctl["kind"] == "classifier",
+        "controller": kind,
+        "classifier": kind == "classifier",
         "levers": [{"name": n, "cap": l["cap_text"], "used": len(cap_window(state, n, now)),
                     "reversible": l["reversible"], "delegated": l["delegated"], "takes": l["takes"]}
                    for n, l in m["levers"].items()],
@@ -6058,8 +6040,7 @@ def unusable_record(state, backend, by, why, call):
     call = dict(call or {})         # a refusal keeps its text and the provider's category: declined
     return new_record("unusable", state.name, backend=backend, by=by, why=why[:NOTE_MAX],
                       summary=f"the reply of {backend} is unusable: {why[:200]}",
-                      **({"declined": call.pop("declined")} if "declined" in call else {}),
-                      **some(call=call))
+                      **some(declined=call.pop("declined", None), call=call))
 
 
 def look_answer(db, state, look):
@@ -6171,9 +6152,8 @@ def notice_of(seq, record):
     # a guard's or the stop lever's: no person did it
     if kind == "pause" and record["claim"] == "measured":
         guard = record.get("guard")
-        first = {"first": GUARD_CLEAR.format(guard)} if guard else {}
         return new_notice("pause", venture, seq, record["summary"], f"avsm resume {venture}",
-                          guard=guard, **first)
+                          guard=guard, **some(first=guard and GUARD_CLEAR.format(guard)))
     if kind == "ledger" and venture == "self":
         return new_notice("ledger", "self", seq, record["summary"], None)
     return None
@@ -6446,18 +6426,14 @@ def sign_again_at_start(spec, signer, ours):
 # the JSON-lines wire, the home and its lock. Decides nothing.
 # =============================================================================
 
-def default_home():
-    """Return the platform's default home: XDG_STATE_HOME/avsmd, ~/.local/state/avsmd or macOS's."""
-    if sys.platform == "darwin":
-        return os.path.expanduser("~/Library/Application Support/avsmd")
-    state = os.environ.get("XDG_STATE_HOME") or os.path.expanduser("~/.local/state")
-    return os.path.join(state, "avsmd")
-
-
 def resolve_home(given):
-    """Return the home: --home, else $AVSMD_HOME, else the platform default (open point 13)."""
-    home = given or os.environ.get("AVSMD_HOME") or default_home()
-    return os.path.abspath(os.path.expanduser(home))
+    """Return the home: --home, else $AVSMD_HOME, else the platform default (open point 13):
+    XDG_STATE_HOME/avsmd, ~/.local/state/avsmd or macOS's."""
+    home = given or os.environ.get("AVSMD_HOME")
+    if not home and sys.platform == "darwin":
+        home = "~/Library/Application Support/avsmd"
+    state = os.environ.get("XDG_STATE_HOME") or "~/.local/state"
+    return os.path.abspath(os.path.expanduser(home or os.path.join(state, "avsmd")))
 
 
 def socket_problem(home):
@@ -6530,18 +6506,6 @@ def read_lock_pid(path):
         return int(text) if text.isdigit() else None
     except OSError:
         return None
-
-
-BASE_ENV = {}      # the warden's environment, copied once
-
-
-def command_env(home, venture, lever=None):
-    """Return a venture's program's environment: avsmd's own, plus AVSM_HOME and AVSM_VENTURE."""
-    env = dict(BASE_ENV or os.environ)
-    env.update(AVSM_HOME=home, AVSM_VENTURE=venture)
-    if lever:
-        env["AVSM_LEVER"] = lever
-    return env
 
 
 NOTIFY_ENV = ("PATH", "HOME", "USER", "LOGNAME", "SHELL", "LANG", "LANGUAGE", "TZ", "TMPDIR")
@@ -6655,7 +6619,7 @@ class Child:
         with contextlib.suppress(ImportError, AttributeError, OSError):
             fcntl.fcntl(self.stdout, fcntl.F_SETPIPE_SZ, PIPE_ROOM)
         self.open_pipes = {self.stdout, self.stderr}   # registered in the warden's selector
-        for pipe in (self.stdout, self.stderr):
+        for pipe in self.open_pipes:
             os.set_blocking(pipe, False)
         try:
             self.pidfd = os.pidfd_open(self.pid)
@@ -6734,7 +6698,7 @@ class Child:
 
 # ---- ssh-keygen -Y: checkpoints signed and verified by the host's own OpenSSH (no crypto here)
 
-def ssh_keygen(args, what, stdin=None, timeout=20):
+def ssh_keygen(args, what, stdin=None):
     """Run ssh-keygen with `args`; return (exit status, output, error text), or Fail(69)."""
     import shutil
     import subprocess
@@ -6744,9 +6708,9 @@ def ssh_keygen(args, what, stdin=None, timeout=20):
                    f"{what} needs OpenSSH's ssh-keygen (8.0 or later) and none is on PATH "
                    f"({os.environ.get('PATH', '')}); install openssh-client")
     try:
-        done = subprocess.run([found, *args], input=stdin, capture_output=True, timeout=timeout)
+        done = subprocess.run([found, *args], input=stdin, capture_output=True, timeout=20)
     except subprocess.TimeoutExpired:
-        return 1, b"", f"{found} did not finish within {timeout} s (a key with a passphrase?)"
+        return 1, b"", f"{found} did not finish within 20 s (a key with a passphrase?)"
     return (done.returncode, done.stdout,
             (done.stderr.decode("utf-8", "replace").strip().splitlines() or [""])[-1])
 
@@ -6787,12 +6751,12 @@ def verify_text(text, signature, allowed, namespace, principal=None):
                                    f"principal): a checkpoint of another host, or signed with "
                                    f"another host's key")
         principal = principal or signers[0]
-        code, _, err = ssh_keygen(["-Y", "verify", "-f", allowed, "-I", principal, "-n",
-                                   namespace, "-s", sig], "verifying a checkpoint", text.encode())
-        if code != 0:
-            raise Fail(EX_DATAERR,
-                       f"its signature by {principal} does not verify under namespace {namespace}: "
-                       "its text was changed since, or it was signed for another namespace")
+    try:
+        verify_signer(text, signature, allowed, principal, namespace)
+    except Fail:
+        raise Fail(EX_DATAERR,
+                   f"its signature by {principal} does not verify under namespace {namespace}: "
+                   "its text was changed since, or it was signed for another namespace") from None
     return principal
 
 
@@ -6873,11 +6837,7 @@ def term_then_kill(groups):
 def proc_stat(pid, field):
     """Return a numeric field of /proc/PID/stat, counted after the command name (Linux), or None."""
     try:
-        fd = os.open(f"/proc/{pid}/stat", os.O_RDONLY)
-        try:
-            data = os.read(fd, 4096)
-        finally:
-            os.close(fd)
+        data = read_small_file(f"/proc/{pid}/stat", 4096)
         return int(data.rsplit(b")", 1)[1].split()[field])
     except (OSError, IndexError, ValueError):
         return None
@@ -6898,38 +6858,9 @@ def group_is_still(pgid, leader_start):
     return now_start is None or leader_start is None or now_start == leader_start
 
 
-def stray_groups(home):
-    """Return the process groups of programs a dead warden of `home` started and never recorded
-    (Linux; elsewhere, none)."""
-    adopters, pid = {1, os.getpid()}, os.getpid()
-    while pid > 1:
-        # avsmd's parent chain: where a subreaper would take orphans
-        pid = proc_stat(pid, 1) or 0
-        adopters.add(pid)
-    mark, own = f"AVSM_HOME={home}".encode(), os.getpgid(0)
-    found = set()
-    try:
-        entries = [int(e) for e in os.listdir("/proc") if e.isdigit()]
-    except OSError:
-        return found
-    for pid in entries:
-        if proc_stat(pid, 1) not in adopters or pid == os.getpid():
-            continue
-        try:
-            with open(f"/proc/{pid}/environ", "rb") as fh:
-                env = fh.read().split(b"\0")
-        except OSError:
-            continue
-        pgid = proc_stat(pid, 2)
-        if mark in env and any(v.startswith(b"AVSM_VENTURE=") for v in env) and pgid \
-                and pgid != own:
-            found.add(pgid)
-    return found
-
-
-def sweep_groups(path, home=None):
-    """End the groups a dead avsmd recorded and did not see end (with `home`, the strays too);
-    return how many."""
+def sweep_groups(path, home):
+    """End the groups a dead avsmd recorded and did not see end, and the strays of `home`; return
+    how many."""
     try:
         with open(path) as fh:
             lines = [line.split() for line in fh if line.strip()]
@@ -6950,8 +6881,29 @@ def sweep_groups(path, home=None):
             continue
         if group_is_still(pgid, start):
             ours.append(pgid)
-    if home is not None:
-        ours += [g for g in stray_groups(home) if g not in ours]
+    # the strays: groups of programs a dead warden of `home` started and never recorded (Linux)
+    adopters, pid = {1, os.getpid()}, os.getpid()
+    while pid > 1:
+        # avsmd's parent chain: where a subreaper would take orphans
+        pid = proc_stat(pid, 1) or 0
+        adopters.add(pid)
+    mark, own = f"AVSM_HOME={home}".encode(), os.getpgid(0)
+    try:
+        entries = [int(e) for e in os.listdir("/proc") if e.isdigit()]
+    except OSError:
+        entries = []
+    for pid in entries:
+        if proc_stat(pid, 1) not in adopters or pid == os.getpid():
+            continue
+        try:
+            with open(f"/proc/{pid}/environ", "rb") as fh:
+                env = fh.read().split(b"\0")
+        except OSError:
+            continue
+        pgid = proc_stat(pid, 2)
+        if mark in env and any(v.startswith(b"AVSM_VENTURE=") for v in env) and pgid \
+                and pgid != own and pgid not in ours:
+            ours.append(pgid)
     term_then_kill(ours)
     with contextlib.suppress(OSError):
         os.unlink(path)
@@ -6979,25 +6931,22 @@ def read_keys(home):
     path = os.path.join(home, "keys")
     try:
         st = os.stat(path)
-    except FileNotFoundError:
-        return {}
-    except OSError as err:
-        raise Fail(EX_CONFIG, f"{path} cannot be read: {err.strerror}") from None
-    if not stat.S_ISREG(st.st_mode):
-        raise Fail(EX_CONFIG,
-                   f"{path} is not a regular file; keys is a file of NAME=value lines (mode 600)")
-    if st.st_mode & 0o077:
-        raise Fail(EX_CONFIG, f"{path} may be read by others than you, "
-                              f"so the warden will not read it; chmod 600 {path}")
-    keys = {}
-    try:
+        if not stat.S_ISREG(st.st_mode):
+            raise Fail(EX_CONFIG, f"{path} is not a regular file; keys is a file of NAME=value"
+                                  " lines (mode 600)")
+        if st.st_mode & 0o077:
+            raise Fail(EX_CONFIG, f"{path} may be read by others than you, "
+                                  f"so the warden will not read it; chmod 600 {path}")
         with open(path, "rb") as fh:
             text = fh.read(1024 * 1024).decode("utf-8")
+    except FileNotFoundError:
+        return {}
     except OSError as err:
         raise Fail(EX_CONFIG, f"{path} cannot be read: {err.strerror}") from None
     except UnicodeDecodeError:
         raise Fail(EX_CONFIG, f"{path} is not UTF-8; write it as NAME=value lines in UTF-8") \
             from None
+    keys = {}
     for line in text.splitlines():
         name, eq, value = line.strip().partition("=")
         if eq and name.strip() and not name.startswith("#"):
@@ -7205,7 +7154,7 @@ def error_text(body):
         error = json.loads(body).get("error", {})
         return f"{error.get('type', '')}: {error.get('message', '')}".strip(": ")
     except (ValueError, AttributeError, RecursionError):
-        return body[:200].decode("utf-8", "replace") if isinstance(body, bytes) else str(body)[:200]
+        return body[:200].decode("utf-8", "replace")
 
 
 def retry_wait(headers, now, default):
@@ -7265,7 +7214,7 @@ def call_http_backend(backend, system, user, key):
             wait = retry_wait(answered, time.time(), wait)
         except ValueError as err:
             return None, str(err), call
-        except (urllib.error.URLError, OSError, http.client.HTTPException) as err:
+        except (OSError, http.client.HTTPException) as err:
             why = f"{getattr(err, 'reason', err)}" or type(err).__name__
         if attempt + 1 < BACKEND_TRIES:
             if wait >= deadline - time.monotonic():
@@ -7310,7 +7259,7 @@ def adapter_get(url, key=None, limit=ADAPTER_TIMEOUT):
                 answer["got"] = response.status, response.read(REPLY_MAX + 1)
         except urllib.error.HTTPError as err:
             answer["got"] = err.code, err.read(REPLY_MAX + 1)
-        except (urllib.error.URLError, OSError, ValueError) as err:
+        except (OSError, ValueError) as err:
             reason = getattr(err, "reason", err)
             answer["error"] = OSError(f"no answer within {limit} s"
                                       if isinstance(reason, TimeoutError) else str(reason))
@@ -7326,9 +7275,7 @@ def output_lines(data, cut):
     """Return (the non-empty lines of a program's standard output, whether its last one was cut).
     Lines end at \\n (a \\r before it dropped) and nowhere else: `9\\x0c1` is one line. With `cut`
     (only the last OUTPUT_KEEP bytes kept), the bytes before the first \\n are no line."""
-    pieces = bytes(data).split(b"\n")
-    if cut:
-        pieces = pieces[1:]
+    pieces = bytes(data).split(b"\n")[1 if cut else 0:]
     lines = [piece.decode("utf-8", "replace").removesuffix("\r") for piece in pieces]
     lines = [line for line in lines if line.strip()]
     return lines, cut and not lines
@@ -7639,16 +7586,16 @@ class GroupsJournal:
                     line = "\n".join(self.journaled.values())
                     # never replace another avsmd's journal
                     if st.st_nlink and self.lock_is_ours():
-                        fd = os.open(path + ".new", os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-                        with open(fd, "w") as fh:
-                            fh.write(line + "\n")
-                        os.replace(path + ".new", path)
+                        write_textfile(path, line + "\n", 0o600, path + ".new")
                         line = None
             if self.groups_fd is None:
                 self.groups_fd = os.open(
                     path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC, 0o600)
             if line:
                 os.write(self.groups_fd, (line + "\n").encode())
+
+
+BASE_ENV = {}      # the warden's environment, copied once
 
 
 class Children:
@@ -7673,21 +7620,21 @@ class Children:
         Raise PermissionError, starting nothing, when another user could change what it runs."""
         import selectors
         commands = [args] + [r for r in runs if r]
-        unsafe = not checked and owner_problem(cwd or state.directory, commands)
+        cwd = cwd or state.directory
+        unsafe = not checked and owner_problem(cwd, commands)
         if unsafe:
             raise PermissionError(f"{unsafe.why}; {unsafe.fix}")
-        env = command_env(self.home, state.name, lever)
-        if payload_file:
-            env["AVSM_PAYLOAD"] = payload_file
-        child = Child(purpose, state.name, args, cwd or state.directory, env, timeout=timeout,
-                      shell=shell, stdin_path=payload_file)
+        env = dict(BASE_ENV or os.environ, AVSM_HOME=self.home, AVSM_VENTURE=state.name,
+                   **some(AVSM_LEVER=lever, AVSM_PAYLOAD=payload_file))
+        child = Child(purpose, state.name, args, cwd, env, timeout=timeout, shell=shell,
+                      stdin_path=payload_file)
         child.head = head
         self.children.append(child)
         child.leader_start = process_start(child.pgid)
         self.journal_group(f"+{child.pgid} {child.leader_start or '-'} {state.name} {purpose}")
         self.tell({"group": child.pgid, "venture": state.name, "purpose": purpose,
                    "start": child.started_at, "leader_start": child.leader_start})
-        for pipe in (child.stdout, child.stderr):
+        for pipe in child.open_pipes:
             self.sel.register(pipe, selectors.EVENT_READ, ("pipe", child))
         if child.pidfd is not None:
             self.sel.register(child.pidfd, selectors.EVENT_READ, ("pidfd", child))
@@ -7822,7 +7769,7 @@ class RolesCalls:
 
     def from_roles(self, message):
         callback = self.roles_calls.pop(message.get("rid"), None)
-        return callback(message) if callback is not None else None
+        return callback(message) if callback else None
 
 
 def read_json_adapter(name, reading, url, key):

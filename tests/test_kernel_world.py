@@ -262,7 +262,7 @@ def test_the_packet_forecast_through_the_world_shares_its_calls_and_tells_a_leve
     assert made["nothing"]["cut"].startswith("cut short at 80 world steps (80 at most): ")
     checked = avsm.packet_world_made(made, None)
     assert checked["levers"]["lower"]["p90"] == 3
-    lines = avsm.packet_world_lines("dial", {"days": 1, "seeds": 2, "made": checked})
+    lines = avsm.packet_forecast_lines({"metric": "dial", "forecast": {"days": 1, "seeds": 2, "made": checked}})
     assert lines[0] == "forecast through the world command (1 days x 2 seeds, at the horizon):"
     assert lines[1].startswith("  cut short at 80 world steps") and lines[2:] == ["  doing nothing: dial 9 (80%: 9 to 9: every seeded path ends alike)",
                                                                                   "  lower once now: dial 3 (80%: 3 to 3: every seeded path ends alike)"]
@@ -270,5 +270,5 @@ def test_the_packet_forecast_through_the_world_shares_its_calls_and_tells_a_leve
         assert avsm.packet_world_made(bad, None)["nothing"] == {"too_little": "the forecast through the world was not "
                                                                               "made: its output does not hold"}
     ended = avsm.packet_world_made(None, "it was ended (pause)")
-    assert avsm.packet_world_lines("dial", {"days": 1, "seeds": 2, "made": ended})[1] == \
+    assert avsm.packet_forecast_lines({"metric": "dial", "forecast": {"days": 1, "seeds": 2, "made": ended}})[1] == \
         "  the forecast through the world was not made: it was ended (pause)"
