@@ -9495,21 +9495,20 @@ class Notifier:
     """avsmd's notify command: run for each notice, one at a time, in a process group of its own;
     avsmd's loop waits for it only at a stop."""
 
-    def __init__(self, home, spec, write, debug=False):
+    def __init__(self, home, spec, write, debug):
         self.home, self.spec, self.write, self.debug = home, spec, write, debug
         self.queue = []
         self.running = []             # (Child, notice, its standard input's file)
         self.stretch = None           # judge_notify's
         self.down_told = False        # admit_notice's
-        self.commands = None          # avsm and avsmd as this person runs them
+        # avsm and avsmd as this person runs them
+        self.commands = {"avsm": client_command(home), "avsmd": program_command("avsmd", home)}
         self.stopping = False         # then every notice starts at once: no time to take turns
 
     def tell(self, notice):
         """Queue a notice for the notify command."""
-        if self.spec is None:
-            return
         admit, self.down_told = admit_notice(self.down_told, notice)
-        if not admit:
+        if self.spec is None or not admit:
             return
         if len(self.queue) >= NOTIFY_QUEUE:
             self.settle(notice, f"dropped: {NOTIFY_QUEUE} notices were waiting for the command")
@@ -9542,9 +9541,6 @@ class Notifier:
             self.start(self.queue.pop(0))
 
     def start(self, notice):
-        if self.commands is None:
-            self.commands = {"avsm": client_command(self.home),
-                             "avsmd": program_command("avsmd", self.home)}
         text, event = notice_message(notice, self.commands, self.home)
         path = write_payload(text.encode("utf-8", "replace"))
         try:
@@ -9817,7 +9813,7 @@ class Daemon:
     """avsmd: holds the home, serves its socket, keeps the warden and the roles process, ends what
     they leave. Its notifier is its own: it runs while the warden restarts."""
 
-    def __init__(self, home, cfg, cfg_path, cfg_text, debug=False):
+    def __init__(self, home, cfg, cfg_path, cfg_text, debug):
         import selectors
         self.home, self.cfg, self.cfg_path, self.cfg_text = home, cfg, cfg_path, cfg_text
         self.debug = debug
@@ -9984,7 +9980,7 @@ class Daemon:
             self.notifier.tell(ledger_down_notice(str(err)))
         return None
 
-    def begin_stop(self, why="a signal"):
+    def begin_stop(self, why):
         if self.stopping:
             return
         self.stopping, self.stop_deadline = True, time.monotonic() + WARDEN_STOP_GRACE
@@ -10349,10 +10345,16 @@ def send_request(home, message):
     conn = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     try:
         conn.connect(path)
-    except FileNotFoundError:
+    except OSError as err:
         conn.close()
         start = program_command("avsmd", home)
-        if os.path.exists(home) and not os.path.isdir(home):
+        if isinstance(err, ConnectionRefusedError):
+            why = f"no avsmd is running on {home} (its socket was left behind); start it with " \
+                f"{start}"
+        elif not isinstance(err, FileNotFoundError):
+            refuse(socket_problem(home), EX_CONFIG)
+            why = f"cannot reach avsmd at {path}: {err.strerror}"
+        elif os.path.exists(home) and not os.path.isdir(home):
             why = f"no avsmd is answering: {home} is a file, not a home directory"
         elif not os.path.isdir(home):
             why = f"no avsmd is answering: {home} does not exist; start one with {start}"
@@ -10362,16 +10364,6 @@ def send_request(home, message):
         else:
             why = f"no avsmd is running on {home}; start it with {start}"
         raise Fail(EX_UNAVAILABLE, why) from None
-    except ConnectionRefusedError:
-        conn.close()
-        raise Fail(EX_UNAVAILABLE,
-                   f"no avsmd is running on {home} (its socket was left behind); start it with"
-                   f" {program_command('avsmd', home)}") from None
-    except OSError as err:
-        conn.close()
-        if socket_problem(home):
-            raise Fail(EX_CONFIG, socket_problem(home)) from None
-        raise Fail(EX_UNAVAILABLE, f"cannot reach avsmd at {path}: {err.strerror}") from None
     with contextlib.suppress(BrokenPipeError, ConnectionResetError):
         send_bytes(conn, data)      # cut short: avsmd refused it half read; its answer says why
     return conn
@@ -12153,26 +12145,21 @@ def test_config(home, cfg, path):
     """avsmd -t: the config and every adopted mandate, re-read; 78 when one does not hold."""
     problems = []
 
-    def problem(text):
+    def problem(text, where=""):
         if text:
-            sys.stderr.write(f"avsmd: {text}\n")
+            sys.stderr.write(f"avsmd: {where}{text}\n")
             problems.append(text)
     problem(socket_problem(home))
-    out(f"config {path}: holds" + ("" if os.path.exists(path) else " (not there: every default)"))
-    out(describe_notify(cfg["notify"]))
-    out(describe_checkpoint(cfg["checkpoint"]))
-    if checkpoint_problem(cfg["checkpoint"]):
-        problem(f"{path}: {checkpoint_problem(cfg['checkpoint'])}")
+    out(f"config {path}: holds" + ("" if os.path.exists(path) else " (not there: every default)"),
+        describe_notify(cfg["notify"]), describe_checkpoint(cfg["checkpoint"]))
+    problem(checkpoint_problem(cfg["checkpoint"]), f"{path}: ")
     # it runs in the home
-    notify_problem = cfg["notify"] and command_problem(cfg["notify"]["run"], home)
-    if notify_problem:
-        problem(f"{path}: notify: {notify_problem}")
+    problem(cfg["notify"] and command_problem(cfg["notify"]["run"], home), f"{path}: notify: ")
     page = cfg["page"] or {"path": f"nowhere (as {PAGE_EXAMPLE} would)", "every": 0}
     out(describe_metrics(cfg["metrics"]),
         f"page: written to {page['path']} every {format_duration(page['every'])}, whole",
         describe_ledger(cfg["ledger"]))
-    if written_problem(cfg):
-        problem(f"{path}: {written_problem(cfg)}")
+    problem(written_problem(cfg), f"{path}: ")
     try:
         adopted = adopted_mandates(home)
     except (sqlite3_errors(), ValueError, Fail) as err:
@@ -12205,9 +12192,7 @@ def test_config(home, cfg, path):
         if drift:
             out(f"venture {name} ({directory}){': paused' if paused else ''}: {mandate_path}"
                 f" differs from mandate #{seq} in force; {client_command(home)} add {directory}"
-                " applies it")
-            out(*drift)
-            out("  as on disk, once added, it allows:")
+                " applies it", *drift, "  as on disk, once added, it allows:")
         else:
             out(f"venture {name} (mandate #{seq}, {directory}){': paused' if paused else ''}:")
         print_allowed(home, cfg, name, m)
@@ -12239,9 +12224,9 @@ def test_ventures(home, cfg, dirs):
                 " (avsm add writes nothing)")
         elif held and held[0] == directory:
             out(f"venture {name} ({directory}): holds, and differs from mandate #{held[1]} in"
-                f" force; {client_command(home)} add {directory} applies it")
-            out(*mandate_drift(held[3], text, held[1], path))
-            out("  as on disk, once added, it allows:")
+                f" force; {client_command(home)} add {directory} applies it",
+                *mandate_drift(held[3], text, held[1], path),
+                "  as on disk, once added, it allows:")
         else:
             out(f"venture {name} ({directory}): holds; {client_command(home)} add {directory}"
                 " adopts it")
@@ -12249,11 +12234,11 @@ def test_ventures(home, cfg, dirs):
     return code
 
 
-def describe_allowed(m, cfg=None):
+def describe_allowed(m, cfg):
     """Return lines saying what a mandate allows: each lever, its cap, and what needs asking."""
     lines = []
     ctl = m["controller"]
-    if decided_by_model(m) and cfg is not None:
+    if decided_by_model(m):
         lines.append("  " + backend_note(m, cfg))
     lines.append(f"  controller: {CONTROLLERS[ctl['kind']].describe(ctl)}")
     for lever in m["levers"].values():
