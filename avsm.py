@@ -9758,7 +9758,6 @@ class Clients:
             lines.append({"err": "config.yaml changed on disk; restart avsmd to apply it"})
         lines.append({"exit": code})
         with contextlib.suppress(OSError):
-            conn.setblocking(True)
             conn.settimeout(5)
             conn.sendall("".join(json.dumps(line) + "\n" for line in lines).encode())
         self.drop(conn)
@@ -10632,7 +10631,6 @@ def cmd_approve(home, args):
             "approve --edit opens an editor and needs a terminal; run it in one, or approve without"
             " --edit")
     import subprocess
-    import tempfile
     saved, sys.stdout = sys.stdout, io.StringIO()     # the content the open ask carries
     try:
         code = ask_daemon(home, "ask", {"ask": ask})
@@ -10643,9 +10641,7 @@ def cmd_approve(home, args):
         raise Fail(code, f"#{ask} is not an open ask with content")
     payload = json.loads(text)
     text = payload if isinstance(payload, str) else json.dumps(payload, indent=2) + "\n"
-    fd, path = tempfile.mkstemp(prefix=f"avsm-ask-{ask}-")
-    with os.fdopen(fd, "w") as fh:
-        fh.write(text)
+    path = write_payload(text.encode(), f"avsm-ask-{ask}-")
     editor = os.environ.get("VISUAL") or os.environ.get("EDITOR") or "vi"
     try:
         if subprocess.call(["/bin/sh", "-c", f'{editor} "$1"', "editor", path]) != 0:
@@ -11110,20 +11106,11 @@ import contextvars     # noqa: E402 (here, past the version check: Python 3.6 ha
 CALLER = contextvars.ContextVar("caller", default=Caller())
 SSH_FAILURES = (
     ("Could not resolve hostname", EX_NOHOST, "check its name, or its Host entry in ~/.ssh/config"),
-    (
-        "Permission denied",
-        EX_NOPERM,
-        "the key was refused: put your public key in the host's "
-        "authorized_keys, as the README's Many hosts shows",
-    ),
-    (
-        "timed out",
-        EX_NOHOST,
-        "it said nothing within its timeout: the host or its sshd hangs; "
-        "`ssh HOST true` tries by hand",
-    ),
-    ("Host key verification failed",
-     EX_NOPERM,
+    ("Permission denied", EX_NOPERM, "the key was refused: put your public key in the host's "
+     "authorized_keys, as the README's Many hosts shows"),
+    ("timed out", EX_NOHOST, "it said nothing within its timeout: the host or its sshd hangs; "
+     "`ssh HOST true` tries by hand"),
+    ("Host key verification failed", EX_NOPERM,
      "its host key is not the one known_hosts holds: check it, then ssh to it once by hand"),
     ("", EX_NOHOST, "is it up, with sshd running? `ssh HOST true` tries by hand"))
 FLEET_VIEWS = ("status", "asks", "summary", "page")
@@ -11297,10 +11284,8 @@ def read_fleet(path, must=True):
         timeout = entry.get("timeout", doc.get("timeout"))
         timeout = fleet_timeout(c, timeout, where["timeout"], text) if timeout is not None else None
         try:
-            hosts.append(
-                remote_host(
-                    given["host"] or "", given["ssh"], given["bridge"], timeout, given["name"]
-                ))
+            hosts.append(remote_host(given["host"] or "", given["ssh"], given["bridge"], timeout,
+                                     given["name"]))
             hosts[-1].update((k, given[k]) for k in WITNESS_KEYS)
         except Fail as fail:
             c.fail(("hosts", i), str(fail))
@@ -11904,12 +11889,13 @@ def witness_session(host, where, session, mirror, allowed):
     try:
         # 2. what this side holds (the mirror's head, the checkpoint kept), and what to read: from
         # the first of them (again, to compare it) to the host's head (--mirror) or checkpoint
+        base = None
         if db is not None:
             write_textfile(os.path.join(where, MIRROR_MARK), name + "\n", None)
             db.execute("PRAGMA journal_mode=DELETE")
             db.execute("PRAGMA synchronous=FULL")
             db.executescript(LEDGER_SCHEMA)
-        base = ledger_head(db) if db is not None else None
+            base = ledger_head(db)
         held = dict([base] if base else [])
         if kept and kept.seq > (base[0] if base else 0):
             held[kept.seq] = kept.hash
@@ -12245,16 +12231,11 @@ def describe_allowed(m, cfg):
         how = "runs unasked" if lever["reversible"] else \
             "delegated: runs unasked, intent before and outcome after" if lever["delegated"] else \
             "irreversible: asks a person first"
-        lines.append(
-            f"  may run {lever['name']}: cap {lever['cap_text']}, {how}"
-            + (
-                f", takes {lever['takes']}"
-                + (" (a model's content runs unasked: delegated)"
-                   if lever["delegated"]
-                   else " (model content waits for a person)")
-                if lever["takes"]
-                else ""
-            ))
+        lines.append(f"  may run {lever['name']}: cap {lever['cap_text']}, {how}" + (
+            f", takes {lever['takes']}" + (" (a model's content runs unasked: delegated)"
+                                           if lever["delegated"]
+                                           else " (model content waits for a person)")
+            if lever["takes"] else ""))
     if not m["levers"]:
         lines.append("  may run no lever")
     if m["forbidden"]:
@@ -12362,12 +12343,9 @@ def cmd_try(home_arg, args):
             time.sleep(0.05)
         if not started:
             code = daemon.poll()
-            raise Fail(
-                (code
-                 if code in (EX_TEMPFAIL, EX_CONFIG, EX_CANTCREAT, EX_NOPERM)
-                 else EX_UNAVAILABLE),
-                f"avsmd did not start on {home} (exit {code}); try adopts nothing into another"
-                " avsmd")
+            raise Fail(code if code in (EX_TEMPFAIL, EX_CONFIG, EX_CANTCREAT, EX_NOPERM)
+                       else EX_UNAVAILABLE, f"avsmd did not start on {home} (exit {code}); try"
+                                            " adopts nothing into another avsmd")
         code = ask_daemon(home, "add", {"dir": directory})
         if code != EX_OK:
             return code
@@ -12529,8 +12507,8 @@ def cmd_link(home, args):
     target = os.path.abspath(os.path.expanduser(args[0]))
     try:
         os.makedirs(target, exist_ok=True)
-        for program in ("avsm", "avsmd"):
-            path = os.path.join(target, program)
+        paths = {program: os.path.join(target, program) for program in ("avsm", "avsmd")}
+        for path in paths.values():
             if os.path.lexists(path):
                 with open(path, "rb") as fh:
                     if LINK_MARK.encode() not in fh.read(512):
@@ -12538,8 +12516,7 @@ def cmd_link(home, args):
                             EX_CANTCREAT,
                             f"{path} is there and avsm link did not write it (an installed avsm?): "
                             "remove it, or link into another directory")
-        for program in ("avsm", "avsmd"):
-            path = os.path.join(target, program)
+        for program, path in paths.items():
             write_textfile(path, LINK_WRAPPER.format(python=sys.executable, mark=LINK_MARK,
                                                      program=program, path=AVSM_PATH,
                                                      target=target), 0o755, path + ".new")
