@@ -11633,14 +11633,14 @@ def cmd_fleet(args, given, home):
         lines = [far_text(line.decode("utf-8", "replace"), command) for line in data.split(b"\n")]
         return code, (name, lines[:-1] if lines[-1:] == [""] else lines,
                       [line.removeprefix(name + ": ") for line in errors])
-    said = on_each_host(hosts, ask)     # (exit code, (name, what it said, ...)) of each host
+    codes, said = zip(*on_each_host(hosts, ask))    # each host's exit code; (name, what it said...)
     if target:
-        write_page(target, [s for _, s in said])
+        write_page(target, said)
     elif JSON:
-        JSON["hosts"] = dict(s for _, s in said)
+        JSON["hosts"] = dict(said)
     else:
-        out(*fleet_lines(view, [s for _, s in said]))
-    return next(filter(None, (code for code, _ in said)), EX_OK)
+        out(*fleet_lines(view, said))
+    return next(filter(None, codes), EX_OK)
 
 
 def cmd_page(home, args):
@@ -11852,11 +11852,11 @@ def cmd_witness(home, fleet, args):
             return fail.code, f"{name}  {str(fail).removeprefix(name + ': ')}"
     umask = os.umask(0o077)     # what is kept (a mirror is a home) is this user's alone, as avsmd's
     try:
-        said = on_each_host(hosts, witness)
+        codes, lines = zip(*on_each_host(hosts, witness))
     finally:
         os.umask(umask)
-    out(*(line for _, line in said))
-    return next(filter(None, (code for code, _ in said)), EX_OK)
+    out(*lines)
+    return next(filter(None, codes), EX_OK)
 
 
 def witness_option(args, option):
