@@ -11113,7 +11113,6 @@ SSH_FAILURES = (
     ("Host key verification failed", EX_NOPERM,
      "its host key is not the one known_hosts holds: check it, then ssh to it once by hand"),
     ("", EX_NOHOST, "is it up, with sshd running? `ssh HOST true` tries by hand"))
-FLEET_VIEWS = ("status", "asks", "summary", "page")
 # what fleet witness checks a host's checkpoints with, in the fleet file or one of its hosts
 WITNESS_KEYS = {"principal", "allowed_signers", "namespace"}
 
@@ -11465,11 +11464,7 @@ def ssh_bridge(host, request, capture=False, timeout=None):
         """Past its time: ssh and all it started end (a silent host: only while it says nothing)."""
         if not finished.is_set() and not (silent and heard.is_set()):
             ended.append(seconds)
-            kill()
-
-    def kill():
-        with contextlib.suppress(OSError):
-            os.killpg(proc.pid, signal.SIGKILL)
+            signal_group(proc.pid, signal.SIGKILL)
     threads = [threading.Thread(target=send), threading.Thread(target=read_errors),
                threading.Timer(host["timeout"], end, (host["timeout"], True))]
     if timeout:
@@ -11516,7 +11511,7 @@ def ssh_bridge(host, request, capture=False, timeout=None):
         for thread in threads[2:]:
             thread.cancel()
         if proc.returncode is None:
-            kill()
+            signal_group(proc.pid, signal.SIGKILL)
             proc.wait()
         with contextlib.suppress(OSError):
             proc.stdin.close()
@@ -11604,7 +11599,7 @@ def cmd_fleet(args, given, home):
     path, rest = take_option(args, "--fleet")
     if rest and rest[0] == "witness":
         return cmd_witness(home, fleet_path(path or given), rest[1:])
-    if not rest or rest[0] not in FLEET_VIEWS:
+    if not rest or rest[0] not in ("status", "asks", "summary", "page"):
         raise Fail(EX_USAGE, "usage: avsm fleet [--fleet FILE] status|asks|summary|page [ARGS]")
     view, argv, hosts = rest[0], rest[1:], read_fleet(fleet_path(path or given))
     target = view == "page" and page_target(argv, "fleet [--fleet FILE] page -o FILE")
@@ -12305,7 +12300,7 @@ def print_allowed(home, cfg, name, m):
 
 # ---- avsm try and avsm link, and how this user runs avsm ----
 
-def cmd_try(home_arg, args):
+def cmd_try(home, args):
     """try DIR: run avsmd on a temporary home, adopt DIR, and follow the ledger until a signal."""
     import subprocess
     import tempfile
@@ -12315,7 +12310,7 @@ def cmd_try(home_arg, args):
     directory = os.path.realpath(args[0])
     check_venture_dir(directory)
     check_venture_name(os.path.basename(directory))
-    home, stopped_by, daemon, started, spawning = home_arg, [], None, False, []
+    stopped_by, daemon, started, spawning = [], None, False, []
     signals = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
 
     def stop(signum, frame):
