@@ -9593,10 +9593,9 @@ class HomeLock:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except OSError:
             os.close(fd)
-            pid = read_lock_pid(self.path)
-            raise Fail(EX_TEMPFAIL, f"another avsmd (pid {pid or 'unknown'}) is running"
-                                    f" on {self.home}; stop it first, or give this one another"
-                                    " --home") from None
+            raise Fail(EX_TEMPFAIL, f"another avsmd (pid {read_lock_pid(self.path) or 'unknown'})"
+                                    f" is running on {self.home}; stop it first, or give this one"
+                                    " another --home") from None
         try:
             os.ftruncate(fd, 0)
             os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
@@ -9832,8 +9831,8 @@ class Daemon:
         ours, theirs = socket.socketpair()
         args = cached_command("warden", ["--home", self.home, "--fd", str(theirs.fileno())]) \
             + (["-d"] if self.debug else [])
-        env = dict(os.environ, AVSM_CONFIG=json.dumps(self.cfg))
-        self.warden.proc = subprocess.Popen(args, pass_fds=[theirs.fileno()], env=env,
+        self.warden.proc = subprocess.Popen(args, pass_fds=[theirs.fileno()],
+                                            env=dict(os.environ, AVSM_CONFIG=json.dumps(self.cfg)),
                                             stdin=subprocess.DEVNULL)
         theirs.close()
         self.warden.attach(self.warden.proc.pid, ours)
@@ -10482,10 +10481,8 @@ def cmd_status(home, options, names):
         else:
             names = [arg] + names
     if len(names) > 1:
-        raise Fail(
-            EX_USAGE,
-            "usage: avsm status [-v] [VENTURE]: one venture at a time, or -v for every one",
-        )
+        raise Fail(EX_USAGE,
+                   "usage: avsm status [-v] [VENTURE]: one venture at a time, or -v for every one")
     args = {"verbose": verbose, "ascii": not utf8_output(), "json": bool(JSON)}
     if names:
         args["venture"] = names[0]
@@ -10520,10 +10517,8 @@ def show_ledger_view(home, verb, args):
                 return page_facts(home, states, time.time(), db, stopped=True)
     except (sqlite3_errors(), ValueError, KeyError, TypeError, Fail) as err:
         # not readable either: say so, keep the 69
-        sys.stderr.write(
-            f"avsm: and the ledger cannot be read for its {verb}: {shown(str(err))}; avsm doctor"
-            " says more\n"
-        )
+        sys.stderr.write(f"avsm: and the ledger cannot be read for its {verb}: {shown(str(err))};"
+                         " avsm doctor says more\n")
         return None
     if not any(s.mandate_seq is not None for s in states.values()):
         return None
@@ -10723,8 +10718,7 @@ def cmd_tail(home, args):
     path = ledger_path(home)
     db = open_ledger_ro(path)
     if since is None:
-        last = last_seq(db)
-        since = max(0, last - count)
+        since = max(0, last_seq(db) - count)
         if follow is None:
             follow = CALLER.get().tty
         if follow is None:
@@ -10776,8 +10770,8 @@ def summary_rows(db, since):
     """Yield the rows summarize needs, in order: before the span only SUMMARY_BEFORE_KINDS and the
     whole history of a venture whose mandate expects effects; then every record of the span."""
     folded = set()
-    mandates = f"SELECT record FROM records WHERE {RECORD_KIND_SQL} = 'mandate'"
-    for (text,) in ledger_rows(db, mandates):
+    for (text,) in ledger_rows(
+        db, f"SELECT record FROM records WHERE {RECORD_KIND_SQL} = 'mandate'"):
         record = load_record(text)
         if record.get("kind") == "mandate" and expects_effects(
             parsed_or_none(parse_mandate, record, 0)):
@@ -10823,8 +10817,8 @@ def decode_record(text, fullmatch=None, seq=None, checked=False):
 
 def seq_list(seqs, most=8):
     """Return record numbers as #1, #2 ..., the first `most` of them and how many more."""
-    shown_seqs = ", ".join(f"#{s}" for s in seqs[:most])
-    return shown_seqs + (f" and {len(seqs) - most} more" if len(seqs) > most else "")
+    return ", ".join(f"#{s}" for s in seqs[:most]) + (
+        f" and {len(seqs) - most} more" if len(seqs) > most else "")
 
 
 def summary_facts(summary, span, home):
@@ -10926,17 +10920,14 @@ def cmd_why(home, args):
     seq = need_int(args[0], "a record number")
     db = open_ledger_ro(ledger_path(home))
     at, record = record_at(db, seq) or refuse(
-        f"#{seq} is not in the ledger; avsm tail shows the record numbers", EX_DATAERR
-    )
+        f"#{seq} is not in the ledger; avsm tail shows the record numbers", EX_DATAERR)
     facts = {"seq": seq, "at": at, "record": record}
     broken = object_problem(record)
     if broken is not None:
         show_facts(facts, lambda f: [format_record_line(seq, at, record)])
-        raise Fail(
-            EX_DATAERR,
-            f"record #{seq} does not read: {broken}; avsm doctor says more, and avsm doctor --cut"
-            f" {seq} with avsmd stopped cuts the ledger just before it",
-        )
+        raise Fail(EX_DATAERR, f"record #{seq} does not read: {broken}; avsm doctor says more, and"
+                               f" avsm doctor --cut {seq} with avsmd stopped cuts the ledger just"
+                               " before it")
     show_facts(why_facts(db, facts, home), why_lines)
     return EX_DATAERR if facts.get("problems") else EX_OK
 
@@ -11014,10 +11005,9 @@ def why_lines(facts):
 def records_citing(db, key, seq):
     """Yield (seq, at, record) after #seq whose field `key` is seq."""
     # canonical JSON is compact; the exact field is checked below
-    rows = db.execute(
-        "SELECT seq, at, record FROM records WHERE seq > ? AND record LIKE ? ORDER BY seq",
-        (seq, f'%"{key}":{seq}%'))
-    for s, at, text in rows:
+    for s, at, text in db.execute(
+            "SELECT seq, at, record FROM records WHERE seq > ? AND record LIKE ? ORDER BY seq",
+            (seq, f'%"{key}":{seq}%')):
         record = load_record(text, s)
         if record.get(key) == seq:
             yield s, at, record
@@ -12084,7 +12074,7 @@ def read_config(home, path=None):
         text = data.decode("utf-8")
     except UnicodeDecodeError as err:
         line = data.count(b"\n", 0, err.start) + 1
-        col = err.start - (data.rfind(b"\n", 0, err.start) + 1) + 1
+        col = err.start - data.rfind(b"\n", 0, err.start)
         raise Fail(
             EX_CONFIG,
             f"{path}:{line}:{col}: byte 0x{data[err.start]:02x} is not UTF-8; save the config as"
