@@ -10335,10 +10335,9 @@ def send_request(home, message):
     import socket
     data = (json.dumps(message, separators=(",", ":")) + "\n").encode()
     if len(data) > REQUEST_MAX:
-        cmd = message.get("cmd", "request")
-        raise Fail(EX_USAGE, f"this {cmd} request is {len(data) / 2**20:.1f} MiB, and avsmd reads "
-                             f"one JSON object a line, in UTF-8, of at most 1 MiB: send less "
-                             f"(a smaller payload, a shorter name)")
+        raise Fail(EX_USAGE, f"this {message['cmd']} request is {len(data) / 2**20:.1f} MiB, and "
+                             f"avsmd reads one JSON object a line, in UTF-8, of at most 1 MiB: send"
+                             f" less (a smaller payload, a shorter name)")
     path = os.path.join(home, "sock")
     conn = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     try:
@@ -10545,9 +10544,8 @@ def utf8_output():
     Python turns a C locale into C.UTF-8 in LC_CTYPE (PEP 538): that is read as the C locale."""
     if CALLER.get().utf8 is not None:
         return CALLER.get().utf8        # the bridge writes for a terminal at the other end of ssh
-    encoding = (
-        (getattr(sys.stdout, "encoding", None) or "").lower().replace("-", "").replace("_", ""))
-    if encoding != "utf8":
+    encoding = getattr(sys.stdout, "encoding", None) or ""
+    if encoding.lower().replace("-", "").replace("_", "") != "utf8":
         return False
     lc_all, lc_ctype, lang = (os.environ.get(k) or None for k in ("LC_ALL", "LC_CTYPE", "LANG"))
     if lc_all is None and lc_ctype == "C.UTF-8" and (lang is None or lang in ("C", "POSIX")):
