@@ -9399,21 +9399,20 @@ class Notifier:
     """avsmd's notify command: run for each notice, one at a time, in a process group of its own;
     avsmd's loop waits for it only at a stop."""
 
-    def __init__(self, home, spec, write, debug=False):
+    def __init__(self, home, spec, write, debug):
         self.home, self.spec, self.write, self.debug = home, spec, write, debug
         self.queue = []
         self.running = []             # (Child, notice, its standard input's file)
         self.stretch = None           # judge_notify's
         self.down_told = False        # admit_notice's
-        self.commands = None          # avsm and avsmd as this person runs them
+        # avsm and avsmd as this person runs them
+        self.commands = {"avsm": client_command(home), "avsmd": program_command("avsmd", home)}
         self.stopping = False         # then every notice starts at once: no time to take turns
 
     def tell(self, notice):
         """Queue a notice for the notify command."""
-        if self.spec is None:
-            return
         admit, self.down_told = admit_notice(self.down_told, notice)
-        if not admit:
+        if self.spec is None or not admit:
             return
         if len(self.queue) >= NOTIFY_QUEUE:
             self.settle(notice, f"dropped: {NOTIFY_QUEUE} notices were waiting for the command")
@@ -9446,9 +9445,6 @@ class Notifier:
             self.start(self.queue.pop(0))
 
     def start(self, notice):
-        if self.commands is None:
-            self.commands = {"avsm": client_command(self.home),
-                             "avsmd": program_command("avsmd", self.home)}
         text, event = notice_message(notice, self.commands, self.home)
         path = write_payload(text.encode("utf-8", "replace"))
         try:
@@ -9501,10 +9497,9 @@ class HomeLock:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except OSError:
             os.close(fd)
-            pid = read_lock_pid(self.path)
-            raise Fail(EX_TEMPFAIL, f"another avsmd (pid {pid or 'unknown'}) is running"
-                                    f" on {self.home}; stop it first, or give this one another"
-                                    " --home") from None
+            raise Fail(EX_TEMPFAIL, f"another avsmd (pid {read_lock_pid(self.path) or 'unknown'})"
+                                    f" is running on {self.home}; stop it first, or give this one"
+                                    " another --home") from None
         try:
             os.ftruncate(fd, 0)
             os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
@@ -9666,7 +9661,6 @@ class Clients:
             lines.append({"err": "config.yaml changed on disk; restart avsmd to apply it"})
         lines.append({"exit": code})
         with contextlib.suppress(OSError):
-            conn.setblocking(True)
             conn.settimeout(5)
             conn.sendall("".join(json.dumps(line) + "\n" for line in lines).encode())
         self.drop(conn)
@@ -9721,7 +9715,7 @@ class Daemon:
     """avsmd: holds the home, serves its socket, keeps the warden and the roles process, ends what
     they leave. Its notifier is its own: it runs while the warden restarts."""
 
-    def __init__(self, home, cfg, cfg_path, cfg_text, debug=False):
+    def __init__(self, home, cfg, cfg_path, cfg_text, debug):
         import selectors
         self.home, self.cfg, self.cfg_path, self.cfg_text = home, cfg, cfg_path, cfg_text
         self.debug = debug
@@ -9741,8 +9735,8 @@ class Daemon:
         ours, theirs = socket.socketpair()
         args = cached_command("warden", ["--home", self.home, "--fd", str(theirs.fileno())]) \
             + (["-d"] if self.debug else [])
-        env = dict(os.environ, AVSM_CONFIG=json.dumps(self.cfg))
-        self.warden.proc = subprocess.Popen(args, pass_fds=[theirs.fileno()], env=env,
+        self.warden.proc = subprocess.Popen(args, pass_fds=[theirs.fileno()],
+                                            env=dict(os.environ, AVSM_CONFIG=json.dumps(self.cfg)),
                                             stdin=subprocess.DEVNULL)
         theirs.close()
         self.warden.attach(self.warden.proc.pid, ours)
@@ -9888,7 +9882,7 @@ class Daemon:
             self.notifier.tell(ledger_down_notice(str(err)))
         return None
 
-    def begin_stop(self, why="a signal"):
+    def begin_stop(self, why):
         if self.stopping:
             return
         self.stopping, self.stop_deadline = True, time.monotonic() + WARDEN_STOP_GRACE
@@ -10245,18 +10239,23 @@ def send_request(home, message):
     import socket
     data = (json.dumps(message, separators=(",", ":")) + "\n").encode()
     if len(data) > REQUEST_MAX:
-        cmd = message.get("cmd", "request")
-        raise Fail(EX_USAGE, f"this {cmd} request is {len(data) / 2**20:.1f} MiB, and avsmd reads "
-                             f"one JSON object a line, in UTF-8, of at most 1 MiB: send less "
-                             f"(a smaller payload, a shorter name)")
+        raise Fail(EX_USAGE, f"this {message['cmd']} request is {len(data) / 2**20:.1f} MiB, and "
+                             f"avsmd reads one JSON object a line, in UTF-8, of at most 1 MiB: send"
+                             f" less (a smaller payload, a shorter name)")
     path = os.path.join(home, "sock")
     conn = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     try:
         conn.connect(path)
-    except FileNotFoundError:
+    except OSError as err:
         conn.close()
         start = program_command("avsmd", home)
-        if os.path.exists(home) and not os.path.isdir(home):
+        if isinstance(err, ConnectionRefusedError):
+            why = f"no avsmd is running on {home} (its socket was left behind); start it with " \
+                f"{start}"
+        elif not isinstance(err, FileNotFoundError):
+            refuse(socket_problem(home), EX_CONFIG)
+            why = f"cannot reach avsmd at {path}: {err.strerror}"
+        elif os.path.exists(home) and not os.path.isdir(home):
             why = f"no avsmd is answering: {home} is a file, not a home directory"
         elif not os.path.isdir(home):
             why = f"no avsmd is answering: {home} does not exist; start one with {start}"
@@ -10266,16 +10265,6 @@ def send_request(home, message):
         else:
             why = f"no avsmd is running on {home}; start it with {start}"
         raise Fail(EX_UNAVAILABLE, why) from None
-    except ConnectionRefusedError:
-        conn.close()
-        raise Fail(EX_UNAVAILABLE,
-                   f"no avsmd is running on {home} (its socket was left behind); start it with"
-                   f" {program_command('avsmd', home)}") from None
-    except OSError as err:
-        conn.close()
-        if socket_problem(home):
-            raise Fail(EX_CONFIG, socket_problem(home)) from None
-        raise Fail(EX_UNAVAILABLE, f"cannot reach avsmd at {path}: {err.strerror}") from None
     with contextlib.suppress(BrokenPipeError, ConnectionResetError):
         send_bytes(conn, data)      # cut short: avsmd refused it half read; its answer says why
     return conn
@@ -10395,10 +10384,8 @@ def cmd_status(home, options, names):
         else:
             names = [arg] + names
     if len(names) > 1:
-        raise Fail(
-            EX_USAGE,
-            "usage: avsm status [-v] [VENTURE]: one venture at a time, or -v for every one",
-        )
+        raise Fail(EX_USAGE,
+                   "usage: avsm status [-v] [VENTURE]: one venture at a time, or -v for every one")
     args = {"verbose": verbose, "ascii": not utf8_output(), "json": bool(JSON)}
     if names:
         args["venture"] = names[0]
@@ -10433,10 +10420,8 @@ def show_ledger_view(home, verb, args):
                 return page_facts(home, states, time.time(), db, stopped=True)
     except (sqlite3_errors(), ValueError, KeyError, TypeError, Fail) as err:
         # not readable either: say so, keep the 69
-        sys.stderr.write(
-            f"avsm: and the ledger cannot be read for its {verb}: {shown(str(err))}; avsm doctor"
-            " says more\n"
-        )
+        sys.stderr.write(f"avsm: and the ledger cannot be read for its {verb}: {shown(str(err))};"
+                         " avsm doctor says more\n")
         return None
     if not any(s.mandate_seq is not None for s in states.values()):
         return None
@@ -10463,9 +10448,8 @@ def utf8_output():
     Python turns a C locale into C.UTF-8 in LC_CTYPE (PEP 538): that is read as the C locale."""
     if CALLER.get().utf8 is not None:
         return CALLER.get().utf8        # the bridge writes for a terminal at the other end of ssh
-    encoding = (
-        (getattr(sys.stdout, "encoding", None) or "").lower().replace("-", "").replace("_", ""))
-    if encoding != "utf8":
+    encoding = getattr(sys.stdout, "encoding", None) or ""
+    if encoding.lower().replace("-", "").replace("_", "") != "utf8":
         return False
     lc_all, lc_ctype, lang = (os.environ.get(k) or None for k in ("LC_ALL", "LC_CTYPE", "LANG"))
     if lc_all is None and lc_ctype == "C.UTF-8" and (lang is None or lang in ("C", "POSIX")):
@@ -10544,7 +10528,6 @@ def cmd_approve(home, args):
             "approve --edit opens an editor and needs a terminal; run it in one, or approve without"
             " --edit")
     import subprocess
-    import tempfile
     saved, sys.stdout = sys.stdout, io.StringIO()     # the content the open ask carries
     try:
         code = ask_daemon(home, "ask", {"ask": ask})
@@ -10555,9 +10538,7 @@ def cmd_approve(home, args):
         raise Fail(code, f"#{ask} is not an open ask with content")
     payload = json.loads(text)
     text = payload if isinstance(payload, str) else json.dumps(payload, indent=2) + "\n"
-    fd, path = tempfile.mkstemp(prefix=f"avsm-ask-{ask}-")
-    with os.fdopen(fd, "w") as fh:
-        fh.write(text)
+    path = write_payload(text.encode(), f"avsm-ask-{ask}-")
     editor = os.environ.get("VISUAL") or os.environ.get("EDITOR") or "vi"
     try:
         if subprocess.call(["/bin/sh", "-c", f'{editor} "$1"', "editor", path]) != 0:
@@ -10639,8 +10620,7 @@ def cmd_tail(home, args):
     path = ledger_path(home)
     db = open_ledger_ro(path)
     if since is None:
-        last = last_seq(db)
-        since = max(0, last - count)
+        since = max(0, last_seq(db) - count)
         if follow is None:
             follow = CALLER.get().tty
         if follow is None:
@@ -10692,8 +10672,8 @@ def summary_rows(db, since):
     """Yield the rows summarize needs, in order: before the span only SUMMARY_BEFORE_KINDS and the
     whole history of a venture whose mandate expects effects; then every record of the span."""
     folded = set()
-    mandates = f"SELECT record FROM records WHERE {RECORD_KIND_SQL} = 'mandate'"
-    for (text,) in ledger_rows(db, mandates):
+    for (text,) in ledger_rows(
+        db, f"SELECT record FROM records WHERE {RECORD_KIND_SQL} = 'mandate'"):
         record = load_record(text)
         if record.get("kind") == "mandate" and expects_effects(
             parsed_or_none(parse_mandate, record, 0)):
@@ -10739,8 +10719,8 @@ def decode_record(text, fullmatch=None, seq=None, checked=False):
 
 def seq_list(seqs, most=8):
     """Return record numbers as #1, #2 ..., the first `most` of them and how many more."""
-    shown_seqs = ", ".join(f"#{s}" for s in seqs[:most])
-    return shown_seqs + (f" and {len(seqs) - most} more" if len(seqs) > most else "")
+    return ", ".join(f"#{s}" for s in seqs[:most]) + (
+        f" and {len(seqs) - most} more" if len(seqs) > most else "")
 
 
 def summary_facts(summary, span, home):
@@ -10842,17 +10822,14 @@ def cmd_why(home, args):
     seq = need_int(args[0], "a record number")
     db = open_ledger_ro(ledger_path(home))
     at, record = record_at(db, seq) or refuse(
-        f"#{seq} is not in the ledger; avsm tail shows the record numbers", EX_DATAERR
-    )
+        f"#{seq} is not in the ledger; avsm tail shows the record numbers", EX_DATAERR)
     facts = {"seq": seq, "at": at, "record": record}
     broken = object_problem(record)
     if broken is not None:
         show_facts(facts, lambda f: [format_record_line(seq, at, record)])
-        raise Fail(
-            EX_DATAERR,
-            f"record #{seq} does not read: {broken}; avsm doctor says more, and avsm doctor --cut"
-            f" {seq} with avsmd stopped cuts the ledger just before it",
-        )
+        raise Fail(EX_DATAERR, f"record #{seq} does not read: {broken}; avsm doctor says more, and"
+                               f" avsm doctor --cut {seq} with avsmd stopped cuts the ledger just"
+                               " before it")
     show_facts(why_facts(db, facts, home), why_lines)
     return EX_DATAERR if facts.get("problems") else EX_OK
 
@@ -10930,10 +10907,9 @@ def why_lines(facts):
 def records_citing(db, key, seq):
     """Yield (seq, at, record) after #seq whose field `key` is seq."""
     # canonical JSON is compact; the exact field is checked below
-    rows = db.execute(
-        "SELECT seq, at, record FROM records WHERE seq > ? AND record LIKE ? ORDER BY seq",
-        (seq, f'%"{key}":{seq}%'))
-    for s, at, text in rows:
+    for s, at, text in db.execute(
+            "SELECT seq, at, record FROM records WHERE seq > ? AND record LIKE ? ORDER BY seq",
+            (seq, f'%"{key}":{seq}%')):
         record = load_record(text, s)
         if record.get(key) == seq:
             yield s, at, record
@@ -11022,23 +10998,13 @@ import contextvars     # noqa: E402 (here, past the version check: Python 3.6 ha
 CALLER = contextvars.ContextVar("caller", default=Caller())
 SSH_FAILURES = (
     ("Could not resolve hostname", EX_NOHOST, "check its name, or its Host entry in ~/.ssh/config"),
-    (
-        "Permission denied",
-        EX_NOPERM,
-        "the key was refused: put your public key in the host's "
-        "authorized_keys, as the README's Many hosts shows",
-    ),
-    (
-        "timed out",
-        EX_NOHOST,
-        "it said nothing within its timeout: the host or its sshd hangs; "
-        "`ssh HOST true` tries by hand",
-    ),
-    ("Host key verification failed",
-     EX_NOPERM,
+    ("Permission denied", EX_NOPERM, "the key was refused: put your public key in the host's "
+     "authorized_keys, as the README's Many hosts shows"),
+    ("timed out", EX_NOHOST, "it said nothing within its timeout: the host or its sshd hangs; "
+     "`ssh HOST true` tries by hand"),
+    ("Host key verification failed", EX_NOPERM,
      "its host key is not the one known_hosts holds: check it, then ssh to it once by hand"),
     ("", EX_NOHOST, "is it up, with sshd running? `ssh HOST true` tries by hand"))
-FLEET_VIEWS = ("status", "asks", "summary", "page")
 # what fleet witness checks a host's checkpoints with, in the fleet file or one of its hosts
 WITNESS_KEYS = {"principal", "allowed_signers", "namespace"}
 
@@ -11209,10 +11175,8 @@ def read_fleet(path, must=True):
         timeout = entry.get("timeout", doc.get("timeout"))
         timeout = fleet_timeout(c, timeout, where["timeout"], text) if timeout is not None else None
         try:
-            hosts.append(
-                remote_host(
-                    given["host"] or "", given["ssh"], given["bridge"], timeout, given["name"]
-                ))
+            hosts.append(remote_host(given["host"] or "", given["ssh"], given["bridge"], timeout,
+                                     given["name"]))
             hosts[-1].update((k, given[k]) for k in WITNESS_KEYS)
         except Fail as fail:
             c.fail(("hosts", i), str(fail))
@@ -11392,11 +11356,7 @@ def ssh_bridge(host, request, capture=False, timeout=None):
         """Past its time: ssh and all it started end (a silent host: only while it says nothing)."""
         if not finished.is_set() and not (silent and heard.is_set()):
             ended.append(seconds)
-            kill()
-
-    def kill():
-        with contextlib.suppress(OSError):
-            os.killpg(proc.pid, signal.SIGKILL)
+            signal_group(proc.pid, signal.SIGKILL)
     threads = [threading.Thread(target=send), threading.Thread(target=read_errors),
                threading.Timer(host["timeout"], end, (host["timeout"], True))]
     if timeout:
@@ -11443,7 +11403,7 @@ def ssh_bridge(host, request, capture=False, timeout=None):
         for thread in threads[2:]:
             thread.cancel()
         if proc.returncode is None:
-            kill()
+            signal_group(proc.pid, signal.SIGKILL)
             proc.wait()
         with contextlib.suppress(OSError):
             proc.stdin.close()
@@ -11531,7 +11491,7 @@ def cmd_fleet(args, given, home):
     path, rest = take_option(args, "--fleet")
     if rest and rest[0] == "witness":
         return cmd_witness(home, fleet_path(path or given), rest[1:])
-    if not rest or rest[0] not in FLEET_VIEWS:
+    if not rest or rest[0] not in ("status", "asks", "summary", "page"):
         raise Fail(EX_USAGE, "usage: avsm fleet [--fleet FILE] status|asks|summary|page [ARGS]")
     view, argv, hosts = rest[0], rest[1:], read_fleet(fleet_path(path or given))
     target = view == "page" and page_target(argv, "fleet [--fleet FILE] page -o FILE")
@@ -11560,14 +11520,14 @@ def cmd_fleet(args, given, home):
         lines = [far_text(line.decode("utf-8", "replace"), command) for line in data.split(b"\n")]
         return code, (name, lines[:-1] if lines[-1:] == [""] else lines,
                       [line.removeprefix(name + ": ") for line in errors])
-    said = on_each_host(hosts, ask)     # (exit code, (name, what it said, ...)) of each host
+    codes, said = zip(*on_each_host(hosts, ask))    # each host's exit code; (name, what it said...)
     if target:
-        write_page(target, [s for _, s in said])
+        write_page(target, said)
     elif JSON:
-        JSON["hosts"] = dict(s for _, s in said)
+        JSON["hosts"] = dict(said)
     else:
-        out(*fleet_lines(view, [s for _, s in said]))
-    return next(filter(None, (code for code, _ in said)), EX_OK)
+        out(*fleet_lines(view, said))
+    return next(filter(None, codes), EX_OK)
 
 
 def cmd_page(home, args):
@@ -11779,11 +11739,11 @@ def cmd_witness(home, fleet, args):
             return fail.code, f"{name}  {str(fail).removeprefix(name + ': ')}"
     umask = os.umask(0o077)     # what is kept (a mirror is a home) is this user's alone, as avsmd's
     try:
-        said = on_each_host(hosts, witness)
+        codes, lines = zip(*on_each_host(hosts, witness))
     finally:
         os.umask(umask)
-    out(*(line for _, line in said))
-    return next(filter(None, (code for code, _ in said)), EX_OK)
+    out(*lines)
+    return next(filter(None, codes), EX_OK)
 
 
 def witness_option(args, option):
@@ -11816,12 +11776,13 @@ def witness_session(host, where, session, mirror, allowed):
     try:
         # 2. what this side holds (the mirror's head, the checkpoint kept), and what to read: from
         # the first of them (again, to compare it) to the host's head (--mirror) or checkpoint
+        base = None
         if db is not None:
             write_textfile(os.path.join(where, MIRROR_MARK), name + "\n", None)
             db.execute("PRAGMA journal_mode=DELETE")
             db.execute("PRAGMA synchronous=FULL")
             db.executescript(LEDGER_SCHEMA)
-        base = ledger_head(db) if db is not None else None
+            base = ledger_head(db)
         held = dict([base] if base else [])
         if kept and kept.seq > (base[0] if base else 0):
             held[kept.seq] = kept.hash
@@ -12015,7 +11976,7 @@ def read_config(home, path=None):
         text = data.decode("utf-8")
     except UnicodeDecodeError as err:
         line = data.count(b"\n", 0, err.start) + 1
-        col = err.start - (data.rfind(b"\n", 0, err.start) + 1) + 1
+        col = err.start - data.rfind(b"\n", 0, err.start)
         raise Fail(
             EX_CONFIG,
             f"{path}:{line}:{col}: byte 0x{data[err.start]:02x} is not UTF-8; save the config as"
@@ -12057,26 +12018,21 @@ def test_config(home, cfg, path):
     """avsmd -t: the config and every adopted mandate, re-read; 78 when one does not hold."""
     problems = []
 
-    def problem(text):
+    def problem(text, where=""):
         if text:
-            sys.stderr.write(f"avsmd: {text}\n")
+            sys.stderr.write(f"avsmd: {where}{text}\n")
             problems.append(text)
     problem(socket_problem(home))
-    out(f"config {path}: holds" + ("" if os.path.exists(path) else " (not there: every default)"))
-    out(describe_notify(cfg["notify"]))
-    out(describe_checkpoint(cfg["checkpoint"]))
-    if checkpoint_problem(cfg["checkpoint"]):
-        problem(f"{path}: {checkpoint_problem(cfg['checkpoint'])}")
+    out(f"config {path}: holds" + ("" if os.path.exists(path) else " (not there: every default)"),
+        describe_notify(cfg["notify"]), describe_checkpoint(cfg["checkpoint"]))
+    problem(checkpoint_problem(cfg["checkpoint"]), f"{path}: ")
     # it runs in the home
-    notify_problem = cfg["notify"] and command_problem(cfg["notify"]["run"], home)
-    if notify_problem:
-        problem(f"{path}: notify: {notify_problem}")
+    problem(cfg["notify"] and command_problem(cfg["notify"]["run"], home), f"{path}: notify: ")
     page = cfg["page"] or {"path": f"nowhere (as {PAGE_EXAMPLE} would)", "every": 0}
     out(describe_metrics(cfg["metrics"]),
         f"page: written to {page['path']} every {format_duration(page['every'])}, whole",
         describe_ledger(cfg["ledger"]))
-    if written_problem(cfg):
-        problem(f"{path}: {written_problem(cfg)}")
+    problem(written_problem(cfg), f"{path}: ")
     try:
         adopted = adopted_mandates(home)
     except (sqlite3_errors(), ValueError, Fail) as err:
@@ -12109,9 +12065,7 @@ def test_config(home, cfg, path):
         if drift:
             out(f"venture {name} ({directory}){': paused' if paused else ''}: {mandate_path}"
                 f" differs from mandate #{seq} in force; {client_command(home)} add {directory}"
-                " applies it")
-            out(*drift)
-            out("  as on disk, once added, it allows:")
+                " applies it", *drift, "  as on disk, once added, it allows:")
         else:
             out(f"venture {name} (mandate #{seq}, {directory}){': paused' if paused else ''}:")
         print_allowed(home, cfg, name, m)
@@ -12143,9 +12097,9 @@ def test_ventures(home, cfg, dirs):
                 " (avsm add writes nothing)")
         elif held and held[0] == directory:
             out(f"venture {name} ({directory}): holds, and differs from mandate #{held[1]} in"
-                f" force; {client_command(home)} add {directory} applies it")
-            out(*mandate_drift(held[3], text, held[1], path))
-            out("  as on disk, once added, it allows:")
+                f" force; {client_command(home)} add {directory} applies it",
+                *mandate_drift(held[3], text, held[1], path),
+                "  as on disk, once added, it allows:")
         else:
             out(f"venture {name} ({directory}): holds; {client_command(home)} add {directory}"
                 " adopts it")
@@ -12153,27 +12107,22 @@ def test_ventures(home, cfg, dirs):
     return code
 
 
-def describe_allowed(m, cfg=None):
+def describe_allowed(m, cfg):
     """Return lines saying what a mandate allows: each lever, its cap, and what needs asking."""
     lines = []
     ctl = m["controller"]
-    if decided_by_model(m) and cfg is not None:
+    if decided_by_model(m):
         lines.append("  " + backend_note(m, cfg))
     lines.append(f"  controller: {CONTROLLERS[ctl['kind']].describe(ctl)}")
     for lever in m["levers"].values():
         how = "runs unasked" if lever["reversible"] else \
             "delegated: runs unasked, intent before and outcome after" if lever["delegated"] else \
             "irreversible: asks a person first"
-        lines.append(
-            f"  may run {lever['name']}: cap {lever['cap_text']}, {how}"
-            + (
-                f", takes {lever['takes']}"
-                + (" (a model's content runs unasked: delegated)"
-                   if lever["delegated"]
-                   else " (model content waits for a person)")
-                if lever["takes"]
-                else ""
-            ))
+        lines.append(f"  may run {lever['name']}: cap {lever['cap_text']}, {how}" + (
+            f", takes {lever['takes']}" + (" (a model's content runs unasked: delegated)"
+                                           if lever["delegated"]
+                                           else " (model content waits for a person)")
+            if lever["takes"] else ""))
     if not m["levers"]:
         lines.append("  may run no lever")
     if m["forbidden"]:
@@ -12248,7 +12197,7 @@ def allowed_lines(state, cfg):
 
 # ---- avsm try and avsm link, and how this user runs avsm ----
 
-def cmd_try(home_arg, args):
+def cmd_try(home, args):
     """try DIR: run avsmd on a temporary home, adopt DIR, and follow the ledger until a signal."""
     import subprocess
     import tempfile
@@ -12258,7 +12207,7 @@ def cmd_try(home_arg, args):
     directory = os.path.realpath(args[0])
     check_venture_dir(directory)
     check_venture_name(os.path.basename(directory))
-    home, stopped_by, daemon, started, spawning = home_arg, [], None, False, []
+    stopped_by, daemon, started, spawning = [], None, False, []
     signals = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
 
     def stop(signum, frame):
@@ -12286,12 +12235,9 @@ def cmd_try(home_arg, args):
             time.sleep(0.05)
         if not started:
             code = daemon.poll()
-            raise Fail(
-                (code
-                 if code in (EX_TEMPFAIL, EX_CONFIG, EX_CANTCREAT, EX_NOPERM)
-                 else EX_UNAVAILABLE),
-                f"avsmd did not start on {home} (exit {code}); try adopts nothing into another"
-                " avsmd")
+            raise Fail(code if code in (EX_TEMPFAIL, EX_CONFIG, EX_CANTCREAT, EX_NOPERM)
+                       else EX_UNAVAILABLE, f"avsmd did not start on {home} (exit {code}); try"
+                                            " adopts nothing into another avsmd")
         code = ask_daemon(home, "add", {"dir": directory})
         if code != EX_OK:
             return code
@@ -12453,8 +12399,8 @@ def cmd_link(home, args):
     target = os.path.abspath(os.path.expanduser(args[0]))
     try:
         os.makedirs(target, exist_ok=True)
-        for program in ("avsm", "avsmd"):
-            path = os.path.join(target, program)
+        paths = {program: os.path.join(target, program) for program in ("avsm", "avsmd")}
+        for path in paths.values():
             if os.path.lexists(path):
                 with open(path, "rb") as fh:
                     if LINK_MARK.encode() not in fh.read(512):
@@ -12462,8 +12408,7 @@ def cmd_link(home, args):
                             EX_CANTCREAT,
                             f"{path} is there and avsm link did not write it (an installed avsm?): "
                             "remove it, or link into another directory")
-        for program in ("avsm", "avsmd"):
-            path = os.path.join(target, program)
+        for program, path in paths.items():
             write_textfile(path, LINK_WRAPPER.format(python=sys.executable, mark=LINK_MARK,
                                                      program=program, path=AVSM_PATH,
                                                      target=target), 0o755, path + ".new")
