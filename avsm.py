@@ -13306,9 +13306,6 @@ def finding_lines(f):
     return [f"{'FAIL' if f['level'] == 'fail' else f['level']:<5} {f['text']}"] + \
         [f"      fix: {f['fix']}"] * bool(f["fix"]) + [f"  {line}" for line in f["lines"]]
 
-    def worst(self):
-        return next((code for code in DOCTOR_ORDER if code in self.codes), EX_OK)
-
 
 def cmd_doctor(home, args):
     """doctor [--since SEQ:HASH] [--checkpoint ...] [--quick] | doctor --cut SEQ: change nothing
@@ -13609,21 +13606,17 @@ def compare_snapshots(home, found, snapshots, folds):
                        " record)")
 
 
-def checkpoint_spec(home):
-    """The config's checkpoint: settings; the defaults when the config does not hold."""
-    try:
-        return read_config(home)[0]["checkpoint"]
-    except Fail:
-        return parse_config("")["checkpoint"]
-
-
 CheckpointTrust = collections.namedtuple("CheckpointTrust",
                                          "home origin homes allowed namespace principal key")
 
 
 def checkpoint_trust(home, allowed=None, origin=None):
     """How doctor judges a checkpoint: origins, allowed_signers, namespace, principal, key."""
-    spec, ours = checkpoint_spec(home), checkpoint_origin(home)
+    try:
+        spec = read_config(home)[0]["checkpoint"]
+    except Fail:                    # the config does not hold: the defaults
+        spec = parse_config("")["checkpoint"]
+    ours = checkpoint_origin(home)
     homes = {origin_home(ours, True)} | ({origin_home(origin, False)} if origin else set())
     allowed = allowed or spec["allowed_signers"]
     return CheckpointTrust(home, ours, homes, allowed and os.path.expanduser(allowed),
@@ -13686,15 +13679,9 @@ def read_kept_checkpoints(home, found, where, trust):
     """Return [(name, Checkpoint)] of the checkpoints kept in FILE, DIR or - that may vouch for
     this home. One missing is 66, one that does not read, vouch or verify 65, no ssh-keygen 69."""
     allowed = trust.allowed or os.path.expanduser("~/.ssh/allowed_signers")
-    names = (["-"]
-             if where == "-"
-             else ([where]
-                   if not os.path.isdir(where)
-                   else [
-                       os.path.join(where, n)
-                       for n in sorted(os.listdir(where))
-                       if not n.endswith(".sig") and n[0] != "."
-                   ]))
+    names = [where] if where == "-" or not os.path.isdir(where) else [
+        os.path.join(where, n) for n in sorted(os.listdir(where))
+        if not n.endswith(".sig") and n[0] != "."]
     kept = []
     for name in names:
         try:
@@ -13919,9 +13906,8 @@ def format_span(seconds):
     """Return a span of time in its largest whole unit, for a person: 3 days, 5 hours."""
     for unit, size in (("day", 86400), ("hour", 3600), ("minute", 60)):
         if seconds >= size:
-            n = int(seconds // size)
-            return f"{n} {unit}{'s' if n != 1 else ''}"
-    return f"{int(seconds)} second{'s' if int(seconds) != 1 else ''}"
+            return plural(int(seconds // size), unit)
+    return plural(int(seconds), "second")
 
 
 def doctor_mandates(home, found):
@@ -13974,21 +13960,13 @@ def doctor_mandates(home, found):
 
 
 def doctor_bridge_keys(found):
-    """This user's authorized_keys: a key forcing avsm's bridge without restrict gets a pty."""
+    """This user's authorized_keys: a key forcing avsm's bridge without restrict gets a pty.
+    line ::= [option (',' option)*] keytype key [comment]"""
     path = os.path.expanduser("~/.ssh/authorized_keys")
     try:
         text = read_small_file(path, 1024 * 1024).decode("utf-8", "replace")
     except OSError:
         return
-    for number, why in bridge_key_problems(text):
-        found.note(f"{path}:{number}: this key forces avsm's bridge, and {why}; fix it: begin "
-                   f"the line with restrict, as restrict,command=\"... bridge\" ssh-ed25519 ...")
-
-
-def bridge_key_problems(text):
-    """Return [(line number, why)] of the authorized_keys lines forcing avsm's bridge with more
-    than a pipe.   line ::= [option (',' option)*] keytype key [comment]"""
-    problems = []
     for number, line in enumerate(text.splitlines(), 1):
         field = re.match(r'(?:[^\s"]|"(?:[^"\\]|\\.)*")*', line.strip()).group()
         options = re.findall(r'(?:[^,"]|"(?:[^"\\]|\\.)*")+', field)     # quoted commas split none
@@ -14000,11 +13978,13 @@ def bridge_key_problems(text):
         undone = sorted(names & {"pty", "port-forwarding", "agent-forwarding", "x11-forwarding",
                                  "user-rc"})
         if "restrict" not in names:
-            problems.append((number, "its line lacks restrict, so ssh may give it a pty and "
-                                     "forwarding"))
+            why = "its line lacks restrict, so ssh may give it a pty and forwarding"
         elif undone:
-            problems.append((number, f"its line gives back {', '.join(undone)} after restrict"))
-    return problems
+            why = f"its line gives back {', '.join(undone)} after restrict"
+        else:
+            continue
+        found.note(f"{path}:{number}: this key forces avsm's bridge, and {why}; fix it: begin "
+                   f"the line with restrict, as restrict,command=\"... bridge\" ssh-ed25519 ...")
 
 
 def doctor_mirror(home, found):
@@ -14112,11 +14092,7 @@ def avsmd_processes(home):
             except OSError:
                 continue
     # the roles process is avsmd's fork, not a second avsmd
-    return sorted(p for p in pids if parent_pid(p) not in pids)
-
-
-def parent_pid(pid):
-    return proc_stat(pid, 1)
+    return sorted(p for p in pids if proc_stat(p, 1) not in pids)
 
 
 def is_avsmd_argv(argv):
@@ -14130,9 +14106,9 @@ def is_avsmd_argv(argv):
         if i and arg.startswith("-"):
             continue
         stem = os.path.basename(arg).split(".")[0]
-        if stem == "avsmd" or (arg == "avsmd" and i > 0):
+        if stem == "avsmd":
             return True
-        if stem not in ("python", "python3") and not stem.startswith("python") and stem != "avsm":
+        if not stem.startswith("python") and stem != "avsm":
             return False
     return False
 
