@@ -12642,8 +12642,8 @@ def cmd_chart(home, args):
     if untimed:
         span += f" ({plural(untimed, 'record')} at a time no clock wrote left out)"
     if not mandates:
-        raise Fail(
-            EX_DATAERR, f"no venture is named '{name}'; {client_command(home)} status lists them")
+        raise Fail(EX_DATAERR, f"no venture is named '{name}'; {client_command(home)} status lists"
+                               " them")
     if not any(r["kind"] == "report" for _, _, r in records):
         raise Fail(EX_DATAERR, f"venture {name} has no reports {span}" +
                    ("; give --since an earlier record or a longer duration, or --since 0 for the "
@@ -12663,15 +12663,9 @@ def since_arg(text, command):
     except ValueError as err:
         if re.fullmatch(r"[0-9]+[a-zA-Z0-9]*", t):
             raise Fail(EX_USAGE, f"avsm {command} --since {err}") from None
-        raise Fail(
-            EX_USAGE,
-            f"avsm {command} --since takes a duration such as 10s, 24h or 7d, or a record number "
-            f"such as 17, not '{text}': --since 24h is the last 24 hours, --since 17 the records "
-            "after #17") from None
-
-
-# 9999-12-31T23:59:59Z: a record's time past it (or before 1970) no clock wrote
-CLOCK_MAX = 253402300799
+        raise Fail(EX_USAGE, f"avsm {command} --since takes a duration such as 10s, 24h or 7d, or a"
+                             f" record number such as 17, not '{text}': --since 24h is the last 24"
+                             " hours, --since 17 the records after #17") from None
 
 
 def read_chart_records(db, name, after, start):
@@ -12691,15 +12685,14 @@ def read_chart_records(db, name, after, start):
         if "summary" not in record:
             texts[s] = t                # a trusted report read fast, without its summary
         if record.get("venture") == name and record.get("kind") in CHART_KINDS:
-            if 0 <= a <= CLOCK_MAX:
+            if 0 <= a <= 253402300799:      # to 9999-12-31T23:59:59Z: past it no clock wrote
                 records.append((s, a, record))
             else:
                 untimed += 1
     if len(texts) <= CHART_RIGHT - CHART_LEFT:      # drawn one by one, each tooltip its summary
         records = [(s, a, json.loads(texts[s]) if s in texts else r) for s, a, r in records]
     return ([m for m in mandates if m[2].get("venture") == name and m[2].get("kind") == "mandate"],
-            records,
-            untimed)
+            records, untimed)
 
 
 def plural(n, noun):
@@ -12883,8 +12876,8 @@ def chart_svg(name, mandates, records, span="in the ledger"):
     levers = {lever: LEVER_COLOURS[i % len(LEVER_COLOURS)]
               for i, lever in enumerate(dict.fromkeys(str(r.get("lever")) for _, _, r in actions))}
     ended = {r.get("action"): (s, r) for s, _, r in records if r["kind"] == "outcome"}
-    legend, height = chart_legend(
-        trusted, apart, actions, asks, ended, shown, bottom, top, levers, spans, marks)
+    legend, height = chart_legend(trusted, apart, actions, asks, ended, shown, bottom, top, levers,
+                                  spans, marks)
     parts = [
         f'<svg xmlns="http://www.w3.org/2000/svg" width="{CHART_WIDTH}" height="{height}"'
         f' viewBox="0 0 {CHART_WIDTH} {height}" font-family="DejaVu Sans, Helvetica, Arial,'
@@ -12930,10 +12923,8 @@ def chart_axes(metric, ticks, times, x, y, last):
                   svg_text(x(at), CHART_BOTTOM + 16, label, ' text-anchor="middle"')]
         if date:
             parts.append(svg_text(x(at), CHART_BOTTOM + 30, date, ' text-anchor="middle"'))
-    middle, zone = (CHART_TOP + CHART_BOTTOM) // 2, time.localtime(last)
-    off = zone.tm_gmtoff or 0
-    zone = f"UTC{'-' if off < 0 else '+'}{abs(off) // 3600:02d}:{abs(off) % 3600 // 60:02d}" + (
-        f", {zone.tm_zone}" if zone.tm_zone else "")
+    middle, zone = (CHART_TOP + CHART_BOTTOM) // 2, time.localtime(last).tm_zone
+    zone = f"UTC{format_local_time(last)[-6:]}" + (f", {zone}" if zone else "")
     parts += [f'<rect x="{CHART_LEFT}" y="{CHART_TOP}" width="{CHART_RIGHT - CHART_LEFT}"'
               f' height="{CHART_BOTTOM - CHART_TOP}" fill="none" stroke="#999999"/>',
               svg_text(18, middle, metric,
@@ -12975,12 +12966,8 @@ def chart_controller(shown, x, y):
     halo = (
         '<g class="controller-halo" font-size="11" fill="#ffffff" stroke="#ffffff" stroke-width="3"'
         ' stroke-linejoin="round">')
-    return parts + ["</g>"], [halo,
-                              *labels,
-                              "</g>",
-                              f'<g class="controller-labels" font-size="11" fill="{c["bound"]}">',
-                              *labels,
-                              "</g>"]
+    return parts + ["</g>"], [halo, *labels, "</g>", f'<g class="controller-labels" font-size="11"'
+                                                      f' fill="{c["bound"]}">', *labels, "</g>"]
 
 
 def chart_columns(trusted, x):
@@ -13016,7 +13003,7 @@ def chart_breaks(reports, eras):
     return breaks
 
 
-def chart_reports(trusted, apart, x, y, bottom, top, breaks=()):
+def chart_reports(trusted, apart, x, y, bottom, top, breaks):
     """Return the SVG of the trusted reports and of the reports marked apart."""
     c = CHART_COLOURS
     drawn = chart_columns(trusted, x)
@@ -13154,8 +13141,7 @@ def chart_markers(actions, asks, records, ended, levers, x):
     """Return the SVG of each lever run and each ask, with its seq and what came of it (`ended`:
     {action seq: (seq, outcome record)})."""
     c = CHART_COLOURS
-    answered = {r.get("ask"): (s, r)
-                for s, _, r in records
+    answered = {r.get("ask"): (s, r) for s, _, r in records
                 if r["kind"] in ("approval", "denial", "resolved")}
     parts = ['<g class="actions">']
     for group in chart_groups(actions, x, lambda e: str(e[2].get("lever"))):
@@ -13322,40 +13308,29 @@ def cmd_doctor(home, args):
                                      f"origin; write avsm/HOST:HOME as line 1 of the checkpoint "
                                      f"says it, such as avsm/web1:/srv/avsm (the home this one "
                                      f"moved from)")
-            continue
-        if arg == "--quick":
+        elif arg == "--quick":
             given[arg] = True
-            continue
-        if arg == "--since" and rest:
+        elif arg == "--since" and rest:
             since = rest.pop(0)
             if not re.fullmatch(r"#?[0-9]+:[0-9a-fA-F]{16,64}", since):
-                raise Fail(
-                    EX_USAGE,
-                    f"'{since}' is not an anchor; write SEQ:HASH with 16 to 64 hex digits of the"
-                    " hash, as avsm doctor prints it (1234:0123456789abcdef)",
-                )
+                raise Fail(EX_USAGE, f"'{since}' is not an anchor; write SEQ:HASH with 16 to 64 hex"
+                                     " digits of the hash, as avsm doctor prints it"
+                                     " (1234:0123456789abcdef)")
             since = since.lstrip("#").lower()
             need_int(since.split(":")[0], "a record number")
         elif arg == "--cut" and rest:
             cut = rest.pop(0)
             if not cut.isdigit() or not cut.isascii() or int(cut) < 1:
-                raise Fail(
-                    EX_USAGE, f"'{cut}' is not a record number; write avsm doctor --cut 1234"
-                )
+                raise Fail(EX_USAGE, f"'{cut}' is not a record number; write avsm doctor --cut"
+                                     " 1234")
             cut = need_int(cut, "a record number")
         elif arg == "--remote" or arg.startswith("--remote="):
-            raise Fail(
-                EX_USAGE,
-                "avsm doctor has no --remote: avsmd opens no listener but its socket; run doctor on"
-                " its machine",
-            )
+            raise Fail(EX_USAGE, "avsm doctor has no --remote: avsmd opens no listener but its"
+                                 " socket; run doctor on its machine")
         else:
-            raise Fail(
-                EX_USAGE,
-                f"avsm doctor does not take '{arg}'; usage: avsm doctor [--since SEQ:HASH] "
-                "[--checkpoint FILE|DIR|- [--allowed-signers FILE]] [--quick] "
-                "[--origin avsm/HOST:HOME] | avsm doctor --cut SEQ",
-            )
+            raise Fail(EX_USAGE, f"avsm doctor does not take '{arg}'; usage: avsm doctor [--since "
+                                 "SEQ:HASH] [--checkpoint FILE|DIR|- [--allowed-signers FILE]] "
+                                 "[--quick] [--origin avsm/HOST:HOME] | avsm doctor --cut SEQ")
     if cut is not None:
         refuse(JSON and "avsm doctor --cut has no --json: it cuts the ledger and says so in words",
                EX_USAGE)
@@ -13399,27 +13374,22 @@ def doctor_home(home, found):
         return os.access(home, os.R_OK | os.X_OK)
     if not problem:
         found.ok(f"home {home}")
-    readable = home_readable(home)
-    if readable:
-        found.warn(f"others than you can read {', '.join(readable)} "
-                   "(avsmd makes what it writes 0600 and 0700)",
-                   f"chmod go-rwx {' '.join(readable)}")
-    return True
-
-
-def home_readable(home):
-    """Return the home and each entry in it avsmd writes that others than its owner may read."""
+    # the home and each entry in it avsmd writes that others than its owner may read
     try:
         names = sorted(n for n in os.listdir(home) if n not in ("config.yaml", "keys"))
     except OSError:
-        names = []                      # not ours to list: doctor_home said so
+        names = []                      # not ours to list: said above
     readable = []
     for path in [home] + [os.path.join(home, n) for n in names]:
         with contextlib.suppress(OSError):      # gone since listed
             mode = os.lstat(path).st_mode
             if mode & 0o077 and not stat.S_ISLNK(mode):     # a symlink's own mode means nothing
                 readable.append(path)
-    return readable
+    if readable:
+        found.warn(f"others than you can read {', '.join(readable)} "
+                   "(avsmd makes what it writes 0600 and 0700)",
+                   f"chmod go-rwx {' '.join(readable)}")
+    return True
 
 
 def doctor_config(home, found):
@@ -13450,10 +13420,10 @@ def doctor_config(home, found):
             found.ok(f"keys {keys} readable by you alone")
 
 
-def doctor_ledger(home, found, since, kept=(), quick=False, trust=None):
+def doctor_ledger(home, found, since, kept, quick, trust):
     """The ledger: a database, every link of the chain, the triggers, every proof, checkpoints."""
     import sqlite3
-    path = os.path.join(home, "ledger.db")
+    path, command = os.path.join(home, "ledger.db"), client_command(home)
     if not os.path.exists(path):
         found.note(f"no ledger yet at {path}; avsmd makes it at its first start")
         return
@@ -13490,7 +13460,6 @@ def doctor_ledger(home, found, since, kept=(), quick=False, trust=None):
                    f"the ledger's triggers {', '.join(sorted(missing))} are gone: it is no longer"
                    " append-only",
                    f"{program_command('avsmd', home)}   (avsmd makes the triggers again at start)")
-    trust = trust or checkpoint_trust(home)
     own = home_checkpoints(home, found)
     after = verified_checkpoint(home, db, found, trust) if quick else None
     if quick and after is None:
@@ -13501,44 +13470,37 @@ def doctor_ledger(home, found, since, kept=(), quick=False, trust=None):
         scan = scan_ledger(db, wanted={c.seq for _, c in list(kept) + own}, after=after,
                            fold_at=snapshots)
     except Fail as fail:        # a closed file that is no ledger
-        found.fail(fail.code, str(fail), f"{client_command(home)} doctor once it is mended")
+        found.fail(fail.code, str(fail), f"{command} doctor once it is mended")
         return
     found.scan = scan
     if scan.broken:
         seq, why = scan.broken
-        found.fail(
-            EX_DATAERR,
-            f"record #{seq} does not read: {why}",
-            f"{client_command(home)} doctor --cut {seq}   (with avsmd stopped; the whole ledger is"
-            " backed up first)")
+        found.fail(EX_DATAERR, f"record #{seq} does not read: {why}", f"{command} doctor --cut "
+                   f"{seq}   (with avsmd stopped; the whole ledger is backed up first)")
     else:
         span, size = (last_at or 0) - (first_at or 0), os.path.getsize(path)
-        growth = (
-            f"about {size / (span / 86400) / 1e6:.2f} MB a day over its {format_span(span)} (the"
-            " README's Sizing a host says what to expect)"
-            if span >= 60
-            else "too young to say how fast it grows")
+        growth = (f"about {size / (span / 86400) / 1e6:.2f} MB a day over its {format_span(span)}"
+                  " (the README's Sizing a host says what to expect)" if span >= 60
+                  else "too young to say how fast it grows")
         if after:
-            found.ok(
-                f"ledger {path}: #{after[0] + 1} to #{scan.head[0]} chained and read, from"
-                f" checkpoint #{after[0]}, which a full doctor verified; the {after[0]} records"
-                " before it and every proof were not re-read (--quick): a full"
-                f" {client_command(home)} doctor checks them")
+            found.ok(f"ledger {path}: #{after[0] + 1} to #{scan.head[0]} chained and read, from"
+                     f" checkpoint #{after[0]}, which a full doctor verified; the {after[0]}"
+                     " records before it and every proof were not re-read (--quick): a full"
+                     f" {command} doctor checks them")
         else:
             found.ok(f"ledger {path}: {count} records chained, {size / 1e6:.1f} MB, {growth}")
         doctor_closed(home, found, scan)
         head = ledger_head(db)
         if head:
-            found.note(
-                f"the ledger's head now is {head[0]}:{head[1][:16]}; keep it somewhere else (a"
-                f" note, another machine): {client_command(home)} doctor --since"
-                f" {head[0]}:{head[1][:16]} later shows the ledger still holds it")
+            found.note(f"the ledger's head now is {head[0]}:{head[1][:16]}; keep it somewhere else"
+                       f" (a note, another machine): {command} doctor --since"
+                       f" {head[0]}:{head[1][:16]} later shows the ledger still holds it")
         problems = scan.problems
         if problems:
             seq, problem = problems[0]
             found.fail(EX_DATAERR,
                        f"{len(problems)} proof problem(s); first: action #{seq}: {problem}",
-                       f"{client_command(home)} why {seq}")
+                       f"{command} why {seq}")
         elif not after:
             found.ok("every proof in the ledger re-checks")
         compare_snapshots(home, found, snapshots, scan.folds)
@@ -13549,14 +13511,10 @@ def doctor_ledger(home, found, since, kept=(), quick=False, trust=None):
         seq, prefix = since.split(":")
         row = row_at(db, "hash", int(seq))
         if row is None or not row[0].startswith(prefix):
-            found.fail(
-                EX_DATAERR,
-                f"the ledger no longer holds the head {since}: "
-                + ("there is no such record"
-                   if row is None
-                   else f"#{seq} now hashes to {row[0][:16]}"),
-                f"compare with the backup you took the anchor from; {client_command(home)} tail"
-                f" --since {max(0, int(seq) - 1)}")
+            found.fail(EX_DATAERR, f"the ledger no longer holds the head {since}: " + (
+                f"#{seq} now hashes to {row[0][:16]}" if row else "there is no such record"),
+                f"compare with the backup you took the anchor from; {command} tail --since"
+                f" {max(0, int(seq) - 1)}")
         else:
             found.ok(f"the ledger still holds {since}")
     db.close()
@@ -13747,14 +13705,14 @@ def record_hash(db, seq):
 def doctor_checkpoints(home, found, kept, own, scan, db, trust):
     """Check the home's own checkpoints and each kept one against the chain scan read; return the
     home's newest checkpoint when it held, else None."""
-    ours = own[-1][1] if own else None
+    ours, command = own[-1][1] if own else None, client_command(home)
     if ours is None:
         found.note(
             f"no checkpoint in {home}/checkpoints yet: avsmd writes one at its start, daily, and"
             " after each irreversible action")
     elif ours.signature:
         found.ok(f"checkpoints: the newest, of #{ours.seq}, is signed; keep copies elsewhere "
-                 f"({client_command(home)} checkpoint)")
+                 f"({command} checkpoint)")
     elif trust.key:
         found.fail(EX_CONFIG, f"the newest checkpoint, of #{ours.seq}, is unsigned, though "
                               f"config.yaml names the key {trust.key}",
@@ -13773,7 +13731,7 @@ def doctor_checkpoints(home, found, kept, own, scan, db, trust):
         first = shown_text(moved[0][1].origin)
         found.note(f"{len(moved)} checkpoint(s) in {home}/checkpoints, the first "
                    f"{moved[0][0]}, are of {first}, not {trust.origin} (a home moved, or a host "
-                   f"renamed): compared all the same; {client_command(home)} doctor --origin "
+                   f"renamed): compared all the same; {command} doctor --origin "
                    f"{first} takes them as this home's")
     vouched = [(n, c) for n, c in own if (n, c) not in moved
                and vouch_checkpoint(found, n, c, trust, trust.allowed if n == newest[0] else None)]
@@ -13803,7 +13761,7 @@ def doctor_checkpoints(home, found, kept, own, scan, db, trust):
                 found.note(said + ": not checked")
             else:
                 found.fail(EX_NOINPUT, said, f"put the file of #{c.seq} back in {home}/ledgers,"
-                                             f" then {client_command(home)} doctor")
+                                             f" then {command} doctor")
         elif got is None:
             found.fail(EX_DATAERR, f"checkpoint {name} is of #{c.seq}, and the ledger holds no "
                                    f"record #{c.seq} (its first is #1): a made-up checkpoint, or "
@@ -13815,7 +13773,7 @@ def doctor_checkpoints(home, found, kept, own, scan, db, trust):
                 f"checkpoint {name}: #{c.seq} should hash to {c.hash[:16]}, and the ledger's"
                 f" #{c.seq} hashes to {got[:16]}: the ledger was rewritten at or before #{c.seq}"
                 + (f" and after #{below}, which it still holds" if below else ""),
-                f"restore the ledger from a backup; {client_command(home)} tail --since"
+                f"restore the ledger from a backup; {command} tail --since"
                 f" {below or 0} shows what it holds now")
             # the first that no longer matches names the rewrite; the later follow from it
             break
@@ -13922,6 +13880,7 @@ def doctor_mandates(home, found):
             f"the adopted mandates cannot be listed from a ledger that does not read ({err})")
         return
     uid = os.stat(home).st_uid          # avsmd runs as the home's owner
+    command = client_command(home)
     for name, directory, seq, paused, in_force in adopted:
         path = os.path.join(directory or "", "mandate.yaml")
         if not os.path.isdir(directory or ""):
@@ -13929,7 +13888,7 @@ def doctor_mandates(home, found):
                 found.note(f"venture {name} is paused and its directory {directory} has gone")
             else:
                 found.fail(EX_NOINPUT, f"venture {name}: its directory {directory} is not there",
-                           f"put {directory} back, or {client_command(home)} pause {name}")
+                           f"put {directory} back, or {command} pause {name}")
             continue
         try:
             text = read_mandate_file(path)
@@ -13939,11 +13898,11 @@ def doctor_mandates(home, found):
             if unsafe:
                 found.fail(EX_CONFIG, f"venture {name}: {unsafe.why}; "
                                       "avsmd starts no program of it",
-                           f"{unsafe.fix}, then {client_command(home)} add {directory}")
+                           f"{unsafe.fix}, then {command} add {directory}")
             elif drift:
                 found.note(
                     f"venture {name}: {path} holds but differs from mandate #{seq} in force; "
-                    f"{client_command(home)} add {directory} applies it", drift)
+                    f"{command} add {directory} applies it", drift)
             else:
                 found.ok(f"venture {name}: {path} holds, the same as mandate #{seq} in force")
         except OSError as err:
@@ -13952,11 +13911,11 @@ def doctor_mandates(home, found):
                        f"venture {name}: {path} cannot be read: {err.strerror}",
                        (f"chmod u+r {path}"
                         if denied
-                        else f"put {path} back, then {client_command(home)} add {directory}"))
+                        else f"put {path} back, then {command} add {directory}"))
         except Fail as fail:
             found.fail(EX_CONFIG,
                        f"venture {name}: {fail}",
-                       f"edit {path}, then {client_command(home)} add {directory}")
+                       f"edit {path}, then {command} add {directory}")
 
 
 def doctor_bridge_keys(found):
@@ -14345,7 +14304,7 @@ def status_facts(states, now, keeps=None, cfg=None, venture=None, verbose=False,
     return {"ventures": rows}
 
 
-def describe_status_lines(state, keep, row, cfg=None):
+def describe_status_lines(state, keep, row, cfg):
     """Return the status lines of one venture, the first from its StatusRow."""
     lines = [f"{row['name']}: {row['state']}" + (
         f": {row['why']}" if row["state"] not in ("running", "was running", "paused") else "")]
@@ -14399,7 +14358,14 @@ def describe_status_lines(state, keep, row, cfg=None):
             lines.append(f"  guard {guard['name']}: #{seq} {format_number(value)} ({status}),"
                          f" {where}")
     lines += ["  lever " + lever_words(x) for x in row["levers"]]
-    lines += describe_calibration_lines(state)
+    if predicts(m):             # its skill and coverage, and whether a ranking would run
+        ok, why = calibration_bar(state)
+        lines.append((f"  calibration: {state.scored} prediction(s) scored; last"
+                      f" {len(state.scores)}: {describe_rolling(*rolling_scores(state.scores))}"
+                      if state.scores else "  calibration: no prediction scored yet")
+                     + ("; a ranking goes to the gate (no calibration: bar)"
+                        if m["calibration"] is None
+                        else f"; a ranking would {'run' if ok else 'ask, not run'}: {why}"))
     lines.append("  open " + asks_words(row["asks"]))
     if m is not None and m["run"]:
         keep = keep or {}
@@ -14415,20 +14381,6 @@ def describe_status_lines(state, keep, row, cfg=None):
             where = "not running (paused)" if state.paused else "not running"
         lines.append(f"  run: {where}, restarts {restarts}")
     return lines
-
-
-def describe_calibration_lines(state):
-    """A venture with predictions: its skill and coverage, and whether a ranking would run."""
-    if not predicts(state.mandate):
-        return []
-    skill, coverage = rolling_scores(state.scores)
-    line = (f"  calibration: {state.scored} prediction(s) scored; last {len(state.scores)}:"
-            f" {describe_rolling(skill, coverage)}" if state.scores
-            else "  calibration: no prediction scored yet")
-    ok, why = calibration_bar(state)
-    if state.mandate["calibration"] is None:
-        return [line + "; a ranking goes to the gate (no calibration: bar)"]
-    return [line + f"; a ranking would {'run' if ok else 'ask, not run'}: {why}"]
 
 
 # ---- the figures for Prometheus (issue 35 item 2) ----
@@ -14861,12 +14813,11 @@ def run_internal(program, args):
         return run_adapter(args)
     if program == "warden":
         home, rest = take_option(args, "--home")
-        if "--fd" not in rest or rest.index("--fd") + 1 >= len(rest) \
-                or not rest[rest.index("--fd") + 1].isdigit():
+        fd = "".join(rest[rest.index("--fd") + 1:][:1]) if "--fd" in rest else ""
+        if not fd.isdigit():
             raise Fail(EX_USAGE, "the warden is started by avsmd, not by hand; run avsmd")
-        fd = int(rest[rest.index("--fd") + 1])
         keep_standard_files_open()
-        return run_warden(resolve_home(home), fd, "-d" in rest)
+        return run_warden(resolve_home(home), int(fd), "-d" in rest)
     if args or sys.stdin is None or sys.stdin.isatty():
         raise Fail(EX_USAGE, "the forecast program is started by the warden with its facts on"
                              " standard input; run avsmd")
@@ -14963,10 +14914,9 @@ def keep_standard_files_open():
             if null != fd:
                 os.dup2(null, fd)
                 os.close(null)
-    if sys.stdout is None:
-        sys.stdout = open(1, "w", closefd=False)
-    if sys.stderr is None:
-        sys.stderr = open(2, "w", closefd=False)
+    for fd, name in ((1, "stdout"), (2, "stderr")):
+        if getattr(sys, name) is None:
+            setattr(sys, name, open(fd, "w", closefd=False))
 
 
 if __name__ == "__main__":
