@@ -12966,7 +12966,7 @@ def chart_controller(shown, x, y):
     halo = (
         '<g class="controller-halo" font-size="11" fill="#ffffff" stroke="#ffffff" stroke-width="3"'
         ' stroke-linejoin="round">')
-    return parts + ["</g>"], [halo, *labels, "</g>", f'<g class="controller-labels" font-size="11"'
+    return parts + ["</g>"], [halo, *labels, "</g>", '<g class="controller-labels" font-size="11"'
                                                       f' fill="{c["bound"]}">', *labels, "</g>"]
 
 
@@ -13242,12 +13242,8 @@ def mandate_drift(in_force, on_disk, seq, path):
     if in_force == on_disk or in_force is None:
         return []
     import difflib
-    lines = list(difflib.unified_diff(in_force.splitlines(),
-                                      on_disk.splitlines(),
-                                      f"mandate #{seq} (in force)",
-                                      path,
-                                      n=0,
-                                      lineterm=""))
+    lines = list(difflib.unified_diff(in_force.splitlines(), on_disk.splitlines(),
+                                      f"mandate #{seq} (in force)", path, n=0, lineterm=""))
     shown_lines = [f"    {line}" for line in lines[:DRIFT_LINES]]
     if len(lines) > DRIFT_LINES:
         shown_lines.append(f"    ... {len(lines) - DRIFT_LINES} more lines of difference")
@@ -13305,9 +13301,9 @@ def cmd_doctor(home, args):
             given[arg] = rest.pop(0)
             if arg == "--origin" and not re.fullmatch(r"avsm/[^\s:]+:/\S*", given[arg]):
                 raise Fail(EX_USAGE, f"--origin {shown_text(given[arg])} is not a checkpoint's "
-                                     f"origin; write avsm/HOST:HOME as line 1 of the checkpoint "
-                                     f"says it, such as avsm/web1:/srv/avsm (the home this one "
-                                     f"moved from)")
+                                     "origin; write avsm/HOST:HOME as line 1 of the checkpoint "
+                                     "says it, such as avsm/web1:/srv/avsm (the home this one "
+                                     "moved from)")
         elif arg == "--quick":
             given[arg] = True
         elif arg == "--since" and rest:
@@ -13602,8 +13598,8 @@ def vouch_checkpoint(found, name, c, trust, allowed):
     if not is_our_origin(c.origin, trust):
         found.fail(EX_DATAERR, f"checkpoint {name} is of {shown_text(c.origin)}, and this home "
                                f"is {trust.origin}: a checkpoint vouches only for the home that "
-                               f"wrote it",
-                   f"check it with the home it names; if this home moved from there: "
+                               "wrote it",
+                   "check it with the home it names; if this home moved from there: "
                    f"{client_command(trust.home)} doctor --origin {shown_text(c.origin)}")
         return False
     if c.signature is None:
@@ -13611,24 +13607,24 @@ def vouch_checkpoint(found, name, c, trust, allowed):
     if allowed is None:
         found.note(f"checkpoint {name} is signed, and its signature is not verified: no "
                    f"allowed_signers file is named (checkpoint: {{allowed_signers: FILE}} in "
-                   f"config.yaml, or --allowed-signers)")
+                   "config.yaml, or --allowed-signers)")
         return True
     try:
         if not os.path.isfile(allowed):
             raise Fail(EX_NOINPUT, f"it is signed, and {allowed} is not there to verify it with; "
-                                   f"name an allowed_signers file with --allowed-signers FILE")
+                                   "name an allowed_signers file with --allowed-signers FILE")
         who = verify_text(c.text, c.signature, allowed, trust.namespace, trust.principal)
     except Fail as fail:
         found.fail(fail.code, f"checkpoint {name}: {fail}",
                    "install openssh-client" if fail.code == EX_UNAVAILABLE else
                    f"write lines `PRINCIPAL namespaces=\"{trust.namespace}\" KEY` of the hosts' "
-                   f"signing keys in it" if fail.code == EX_NOINPUT else
+                   "signing keys in it" if fail.code == EX_NOINPUT else
                    UNTRUSTED_FIX)
         return False
     found.ok(f"checkpoint {name}: signed by {shown_text(who)} ({allowed}, namespace "
              f"{trust.namespace})"
-             + ("" if trust.principal else f"; config.yaml names no principal, so any key there is "
-                                           f"taken: name this home's signer with checkpoint: "
+             + ("" if trust.principal else "; config.yaml names no principal, so any key there is "
+                                           "taken: name this home's signer with checkpoint: "
                                            f"{{principal: {shown_text(who)}}}"))
     return True
 
@@ -13717,7 +13713,7 @@ def doctor_checkpoints(home, found, kept, own, scan, db, trust):
         found.fail(EX_CONFIG, f"the newest checkpoint, of #{ours.seq}, is unsigned, though "
                               f"config.yaml names the key {trust.key}",
                    f"ssh-keygen -Y sign -f {trust.key} -n {trust.namespace} < /dev/null   "
-                   f"(says why it cannot sign)")
+                   "(says why it cannot sign)")
     else:
         found.note("checkpoints are written unsigned: config.yaml names no key; sign them with"
                    " checkpoint: {key: /path/to/ssh/key} (the README's Checkpoints)")
@@ -13765,7 +13761,7 @@ def doctor_checkpoints(home, found, kept, own, scan, db, trust):
         elif got is None:
             found.fail(EX_DATAERR, f"checkpoint {name} is of #{c.seq}, and the ledger holds no "
                                    f"record #{c.seq} (its first is #1): a made-up checkpoint, or "
-                                   f"a ledger replaced", UNTRUSTED_FIX)
+                                   "a ledger replaced", UNTRUSTED_FIX)
         else:
             below = max((seq for seq, _ in holds if seq < c.seq), default=None)
             found.fail(
@@ -13799,9 +13795,7 @@ def remember_verified(home, checkpoint):
             os.makedirs(os.path.dirname(path), exist_ok=True)
             for directory in (user_cache(), os.path.dirname(path)):
                 os.chmod(directory, 0o700)
-            with open(path + ".new", "w") as fh:
-                fh.write(f"{checkpoint.seq} {checkpoint.hash}\n")
-            os.replace(path + ".new", path)
+            write_textfile(path, f"{checkpoint.seq} {checkpoint.hash}\n", 0o600, path + ".new")
     finally:
         os.umask(was)
 
@@ -13823,10 +13817,10 @@ def verified_checkpoint(home, db, found, trust):
             " checkpoint on)")
         return None
     full = (f"{client_command(home)} doctor   (a full check says where the ledger changed, and "
-            f"notes it again)")
+            "notes it again)")
     if st.st_uid != os.getuid() or st.st_mode & 0o022:
         found.fail(EX_DATAERR, f"--quick refused: {path} can be written by others than you, so it "
-                               f"proves nothing", f"rm {path}; then {full}")
+                               "proves nothing", f"rm {path}; then {full}")
         return None
     name, c = os.path.join(home, "checkpoints", f"{seq:012d}.txt"), None
     with contextlib.suppress(OSError, UnicodeDecodeError, Fail):
@@ -13943,7 +13937,7 @@ def doctor_bridge_keys(found):
         else:
             continue
         found.note(f"{path}:{number}: this key forces avsm's bridge, and {why}; fix it: begin "
-                   f"the line with restrict, as restrict,command=\"... bridge\" ssh-ed25519 ...")
+                   "the line with restrict, as restrict,command=\"... bridge\" ssh-ed25519 ...")
 
 
 def doctor_mirror(home, found):
@@ -13954,8 +13948,8 @@ def doctor_mirror(home, found):
     except (OSError, UnicodeDecodeError):
         return False
     found.note(f"this home is a witness's copy of {shown_text(host)[:120]}'s ledger (avsm fleet "
-               f"witness --mirror): its ventures' directories and its avsmd are there, not "
-               f"checked here; "
+               "witness --mirror): its ventures' directories and its avsmd are there, not "
+               "checked here; "
                f"avsm --host {shown_text(host)[:120]} doctor checks them")
     return True
 
@@ -13963,8 +13957,7 @@ def doctor_mirror(home, found):
 def doctor_daemon(home, found):
     """The lock file, the socket, the daemon answering, and no second avsmd on the home."""
     import socket
-    lock = os.path.join(home, "avsmd.lock")
-    sock = os.path.join(home, "sock")
+    lock, sock = os.path.join(home, "avsmd.lock"), os.path.join(home, "sock")
     if os.path.lexists(lock) and not os.path.isfile(lock):
         found.fail(
             EX_CANTCREAT, f"{lock} is not a regular file", f"rm -r {lock}   (avsmd makes it again)")
@@ -14028,28 +14021,27 @@ def avsmd_processes(home):
     """Return the pids of avsmd processes (not wardens) whose home is `home`."""
     target = os.path.realpath(home)
     pids = []
-    if os.path.isdir("/proc"):
-        for entry in os.listdir("/proc"):
-            if not entry.isdigit():
+    for entry in os.listdir("/proc") if os.path.isdir("/proc") else []:
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/cmdline", "rb") as fh:
+                argv = [a.decode("utf-8", "replace") for a in fh.read().split(b"\0") if a]
+            if not is_avsmd_argv(argv):
                 continue
-            try:
-                with open(f"/proc/{entry}/cmdline", "rb") as fh:
-                    argv = [a.decode("utf-8", "replace") for a in fh.read().split(b"\0") if a]
-                if not is_avsmd_argv(argv):
-                    continue
-                given = next((argv[i + 1] for i, a in enumerate(argv[:-1]) if a == "--home"), None)
-                given = given or next(
-                    (a.split("=", 1)[1] for a in argv if a.startswith("--home=")), None)
-                if given is None:
-                    with open(f"/proc/{entry}/environ", "rb") as fh:
-                        env = dict(v.split(b"=", 1) for v in fh.read().split(b"\0") if b"=" in v)
-                    given = (env.get(b"AVSMD_HOME") or b"").decode() or None
-                if given is not None and not os.path.isabs(given):
-                    given = os.path.join(os.readlink(f"/proc/{entry}/cwd"), given)
-                if given is not None and os.path.realpath(given) == target:
-                    pids.append(int(entry))
-            except OSError:
-                continue
+            given = next((argv[i + 1] for i, a in enumerate(argv[:-1]) if a == "--home"), None)
+            given = given or next(
+                (a.split("=", 1)[1] for a in argv if a.startswith("--home=")), None)
+            if given is None:
+                with open(f"/proc/{entry}/environ", "rb") as fh:
+                    env = dict(v.split(b"=", 1) for v in fh.read().split(b"\0") if b"=" in v)
+                given = (env.get(b"AVSMD_HOME") or b"").decode() or None
+            if given is not None and not os.path.isabs(given):
+                given = os.path.join(os.readlink(f"/proc/{entry}/cwd"), given)
+            if given is not None and os.path.realpath(given) == target:
+                pids.append(int(entry))
+        except OSError:
+            continue
     # the roles process is avsmd's fork, not a second avsmd
     return sorted(p for p in pids if proc_stat(p, 1) not in pids)
 
@@ -14120,7 +14112,7 @@ def doctor_cut(home, seq):
                 os.replace(each, os.path.join(aside, os.path.basename(each)))
     if cut:
         out(f"moved {len(cut)} checkpoint(s) of the records cut to {aside}: they hold for "
-            f"the backup")
+            "the backup")
     return EX_OK
 
 
@@ -14131,10 +14123,6 @@ def doctor_cut(home, seq):
 # Pure: states and `now` in, lines out, so the warden and a client reading the ledger with avsmd
 # stopped print the same view.
 
-# the eight block heights, lowest first
-SPARK_BLOCKS = "\u2581\u2582\u2583\u2584\u2585\u2586\u2587\u2588"
-# the same heights where UTF-8 cannot go
-SPARK_ASCII = "_.-~=+*#"
 # trusted reports a sparkline shows
 SPARK_WIDTH = 16
 
@@ -14146,7 +14134,8 @@ StatusRow.__doc__ = """One venture at a glance, as README's `--json` of status t
 
 def sparkline(values, ascii=False):
     """Return one character a value, its height scaled between the values' least and greatest."""
-    blocks = SPARK_ASCII if ascii else SPARK_BLOCKS
+    # the eight block heights, lowest first; the same in ASCII where UTF-8 cannot go
+    blocks = "_.-~=+*#" if ascii else "▁▂▃▄▅▆▇█"
     if not values:
         return ""
     low, high = min(values), max(values)
@@ -14212,18 +14201,12 @@ def status_row(state, now, keep=None, cfg=None, ascii=False):
     # issue 11 item 8: how well avsm knows this venture's world, at a glance
     calibration = (describe_rolling(*rolling_scores(state.scores)) if state.scores
                    else "none scored yet") if m is not None and predicts(m) else None
-    return StatusRow(state.name,
-                     condition,
-                     last,
+    return StatusRow(state.name, condition, last,
                      now - state.trusted_at if last is not None else None,
-                     sparkline([v for _, v in state.trusted[-SPARK_WIDTH:]], ascii),
-                     levers,
-                     run,
-                     sorted(state.open_asks),
-                     calibration,
+                     sparkline([v for _, v in state.trusted[-SPARK_WIDTH:]], ascii), levers, run,
+                     sorted(state.open_asks), calibration,
                      [{"way": way, "bound": bound, "lever": lever} for _, way, bound, lever in
-                      controller_sides(m)],
-                     why)
+                      controller_sides(m)], why)
 
 
 def asks_facts(states):
@@ -14253,7 +14236,7 @@ def status_lines(facts):
     rows, lines = facts["ventures"], []
     if facts.get("ledger_down"):
         lines.append(f"ledger: cannot be written ({facts['ledger_down']}); nothing that would "
-                     f"write runs; trying again every 30 s")
+                     "write runs; trying again every 30 s")
     head = [f"{row['name']}: {row['state']}" for row in rows]
     values = [f"{format_number(row['value'])} ({format_age(row['age'])} ago)"
               if row["age"] is not None else "no trusted report" for row in rows]
@@ -14611,7 +14594,7 @@ def page_html(hosts, now):
             actions = "".join(
                 f"<li>#{a['seq']} {format_local_time(a['at'])} {escape(a['summary'])}<details>"
                 f"<summary>proof</summary><pre>{escape(json.dumps(a['proof'], indent=1))}</pre>"
-                f"</details>" for a in v["actions"])
+                "</details>" for a in v["actions"])
             parts.append(mark(v["state"], name, "<br>" + (
                 "no trusted report" if v["value"] is None else
                 f"{format_number(v['value'])} ({format_age(v['age'])} ago)")
@@ -14619,7 +14602,7 @@ def page_html(hosts, now):
                 + f"<br><small>{escape(v['report'])}</small><br>{escape(why)}"
                 + (page_line(v["values"], v["bounds"]) if v["values"] else "")
                 + (actions and f"<details><summary>last actions</summary><ol>{actions}</ol>"
-                               f"</details>")))
+                               "</details>")))
     return (f'<!DOCTYPE html>\n<html lang="en"><meta charset="utf-8"><title>avsm: {len(needs)} '
             f"need a person</title><style>{PAGE_CSS}</style><h1>avsm</h1><small>"
             f"{len(hosts)} host(s), {format_local_time(now)}</small><h2>Needs a person</h2><ul>"
@@ -14685,11 +14668,11 @@ def run_verb(home, rest):
     verb, rest = rest[0], rest[1:]
     if verb.startswith("-") and verb != "-":
         raise Fail(EX_USAGE, f"'{verb}' is not an avsm option: before the command avsm takes "
-                             f"--home DIR, --host HOST, --fleet FILE, --help and --version; "
-                             f"avsm --help lists the commands")
+                             "--home DIR, --host HOST, --fleet FILE, --help and --version; "
+                             "avsm --help lists the commands")
     if verb not in CLIENT_COMMANDS:
         raise Fail(EX_USAGE, f"'{verb}' is not an avsm command{nearest(verb, CLIENT_COMMANDS)}:"
-                             f" avsm --help lists them")
+                             " avsm --help lists them")
     options, names = (rest[:rest.index("--")], rest[rest.index("--") + 1:]) if "--" in rest \
         else (rest, [])
     if "-h" in options or "--help" in options:
@@ -14786,7 +14769,7 @@ def run_daemon(args):
             raise Fail(EX_USAGE, f"avsmd does not take '{arg}'; avsmd --help lists its options")
     if dirs and mode != "-t":
         raise Fail(EX_USAGE, f"avsmd takes a directory only after -t (avsmd -t {dirs[0]} checks"
-                             f" it); avsmd --help lists its options")
+                             " it); avsmd --help lists its options")
     home = resolve_home(home)
     if os.path.exists(home) and not os.path.isdir(home):
         raise Fail(EX_CANTCREAT, f"{home} is not a directory; move it aside or pass another --home")
@@ -14809,8 +14792,25 @@ INTERNAL_PROGRAMS = ("warden", "adapter", "forecast")  # started by avsmd and it
 def run_internal(program, args):
     """The programs avsmd starts itself: the warden, the built-in adapters, and the forecast (the
     facts as JSON on standard input, the forecast as JSON out)."""
+    # the built-in adapters (open point 5): http.status URL, stripe PATH[#/ptr], github
     if program == "adapter":
-        return run_adapter(args)
+        if len(args) != 2 or args[0] not in ADAPTERS:
+            raise Fail(EX_USAGE, f"no built-in adapter reads {' '.join(args)!r}; use http.status"
+                                 " URL, stripe PATH or github PATH")
+        if args[0] == "http.status":
+            try:
+                status, _ = adapter_get(args[1])
+            except OSError as err:
+                raise Fail(EX_UNAVAILABLE, f"http.status {args[1]}: {err}") from None
+            out(str(status))    # any status is the reading: 404 and 503 are numbers a guard bounds
+            return EX_OK
+        given = json.loads(sys.stdin.read() or "{}")
+        if given.get("problem"):
+            raise Fail(EX_CONFIG, given["problem"])
+        if not given.get("url"):
+            raise Fail(EX_CONFIG, f"config.yaml names no adapters: {args[0]}: {{url: ...}}")
+        out(read_json_adapter(args[0], args[1], given["url"], given.get("key")))
+        return EX_OK
     if program == "warden":
         home, rest = take_option(args, "--home")
         fd = "".join(rest[rest.index("--fd") + 1:][:1]) if "--fd" in rest else ""
@@ -14833,27 +14833,6 @@ def run_internal(program, args):
     except (ValueError, KeyError, TypeError) as err:
         raise Fail(EX_DATAERR, f"the forecast's facts do not hold: {err}") from None
     out(json.dumps(result))
-    return EX_OK
-
-
-def run_adapter(args):
-    """The built-in adapters (open point 5): `http.status URL`, `stripe PATH[#/ptr]`, `github`."""
-    if len(args) != 2 or args[0] not in ADAPTERS:
-        raise Fail(EX_USAGE, f"no built-in adapter reads {' '.join(args)!r}; use http.status URL,"
-                             f" stripe PATH or github PATH")
-    if args[0] == "http.status":
-        try:
-            status, _ = adapter_get(args[1])
-        except OSError as err:
-            raise Fail(EX_UNAVAILABLE, f"http.status {args[1]}: {err}") from None
-        out(str(status))    # any status is the reading: 404 and 503 are numbers a guard bounds
-        return EX_OK
-    given = json.loads(sys.stdin.read() or "{}")
-    if given.get("problem"):
-        raise Fail(EX_CONFIG, given["problem"])
-    if not given.get("url"):
-        raise Fail(EX_CONFIG, f"config.yaml names no adapters: {args[0]}: {{url: ...}}")
-    out(read_json_adapter(args[0], args[1], given["url"], given.get("key")))
     return EX_OK
 
 
