@@ -13418,7 +13418,6 @@ def doctor_config(home, found):
 
 def doctor_ledger(home, found, since, kept, quick, trust):
     """The ledger: a database, every link of the chain, the triggers, every proof, checkpoints."""
-    import sqlite3
     path, command = os.path.join(home, "ledger.db"), client_command(home)
     if not os.path.exists(path):
         found.note(f"no ledger yet at {path}; avsmd makes it at its first start")
@@ -13443,7 +13442,7 @@ def doctor_ledger(home, found, since, kept, quick, trust):
                    str(fail),
                    f"{program_command('avsmd', home)}   (its warden rolls the transaction back)")
         return
-    except sqlite3.DatabaseError as err:
+    except sqlite3_errors() as err:
         found.fail(
             EX_DATAERR,
             f"{path} is not a ledger avsm can read: {err}",
@@ -13863,13 +13862,12 @@ def format_span(seconds):
 
 
 def doctor_mandates(home, found):
-    import sqlite3
     try:
         scan = found.scan               # doctor_ledger's one read of the ledger listed them
         adopted = ([tuple(v) for v in scan.adopted.values()]
                    if scan and scan.adopted is not None
                    else adopted_mandates(home))
-    except (sqlite3.DatabaseError, ValueError, Fail) as err:
+    except (sqlite3_errors(), ValueError, Fail) as err:
         found.note(
             f"the adopted mandates cannot be listed from a ledger that does not read ({err})")
         return
@@ -14097,9 +14095,7 @@ def doctor_cut(home, seq):
         db.execute("ROLLBACK")
         raise
     db.close()
-    marker = os.open(os.path.join(home, "cut"), os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-    with open(marker, "w") as fh:
-        fh.write(f"{seq} {backup}\n")
+    write_textfile(os.path.join(home, "cut"), f"{seq} {backup}\n", 0o600)
     out(f"backed up the whole ledger to {backup}")
     out(f"cut the ledger just before #{seq}: records #{seq}..#{last} are only in the backup now")
     # the checkpoints of records cut name what only the backup holds: kept beside it, not compared
