@@ -12496,8 +12496,8 @@ def cmd_chart(home, args):
     if untimed:
         span += f" ({plural(untimed, 'record')} at a time no clock wrote left out)"
     if not mandates:
-        raise Fail(
-            EX_DATAERR, f"no venture is named '{name}'; {client_command(home)} status lists them")
+        raise Fail(EX_DATAERR, f"no venture is named '{name}'; {client_command(home)} status lists"
+                               " them")
     if not any(r["kind"] == "report" for _, _, r in records):
         raise Fail(EX_DATAERR, f"venture {name} has no reports {span}" +
                    ("; give --since an earlier record or a longer duration, or --since 0 for the "
@@ -12517,15 +12517,9 @@ def since_arg(text, command):
     except ValueError as err:
         if re.fullmatch(r"[0-9]+[a-zA-Z0-9]*", t):
             raise Fail(EX_USAGE, f"avsm {command} --since {err}") from None
-        raise Fail(
-            EX_USAGE,
-            f"avsm {command} --since takes a duration such as 10s, 24h or 7d, or a record number "
-            f"such as 17, not '{text}': --since 24h is the last 24 hours, --since 17 the records "
-            "after #17") from None
-
-
-# 9999-12-31T23:59:59Z: a record's time past it (or before 1970) no clock wrote
-CLOCK_MAX = 253402300799
+        raise Fail(EX_USAGE, f"avsm {command} --since takes a duration such as 10s, 24h or 7d, or a"
+                             f" record number such as 17, not '{text}': --since 24h is the last 24"
+                             " hours, --since 17 the records after #17") from None
 
 
 def read_chart_records(db, name, after, start):
@@ -12545,15 +12539,14 @@ def read_chart_records(db, name, after, start):
         if "summary" not in record:
             texts[s] = t                # a trusted report read fast, without its summary
         if record.get("venture") == name and record.get("kind") in CHART_KINDS:
-            if 0 <= a <= CLOCK_MAX:
+            if 0 <= a <= 253402300799:      # to 9999-12-31T23:59:59Z: past it no clock wrote
                 records.append((s, a, record))
             else:
                 untimed += 1
     if len(texts) <= CHART_RIGHT - CHART_LEFT:      # drawn one by one, each tooltip its summary
         records = [(s, a, json.loads(texts[s]) if s in texts else r) for s, a, r in records]
     return ([m for m in mandates if m[2].get("venture") == name and m[2].get("kind") == "mandate"],
-            records,
-            untimed)
+            records, untimed)
 
 
 def plural(n, noun):
@@ -12737,8 +12730,8 @@ def chart_svg(name, mandates, records, span="in the ledger"):
     levers = {lever: LEVER_COLOURS[i % len(LEVER_COLOURS)]
               for i, lever in enumerate(dict.fromkeys(str(r.get("lever")) for _, _, r in actions))}
     ended = {r.get("action"): (s, r) for s, _, r in records if r["kind"] == "outcome"}
-    legend, height = chart_legend(
-        trusted, apart, actions, asks, ended, shown, bottom, top, levers, spans, marks)
+    legend, height = chart_legend(trusted, apart, actions, asks, ended, shown, bottom, top, levers,
+                                  spans, marks)
     parts = [
         f'<svg xmlns="http://www.w3.org/2000/svg" width="{CHART_WIDTH}" height="{height}"'
         f' viewBox="0 0 {CHART_WIDTH} {height}" font-family="DejaVu Sans, Helvetica, Arial,'
@@ -12784,10 +12777,8 @@ def chart_axes(metric, ticks, times, x, y, last):
                   svg_text(x(at), CHART_BOTTOM + 16, label, ' text-anchor="middle"')]
         if date:
             parts.append(svg_text(x(at), CHART_BOTTOM + 30, date, ' text-anchor="middle"'))
-    middle, zone = (CHART_TOP + CHART_BOTTOM) // 2, time.localtime(last)
-    off = zone.tm_gmtoff or 0
-    zone = f"UTC{'-' if off < 0 else '+'}{abs(off) // 3600:02d}:{abs(off) % 3600 // 60:02d}" + (
-        f", {zone.tm_zone}" if zone.tm_zone else "")
+    middle, zone = (CHART_TOP + CHART_BOTTOM) // 2, time.localtime(last).tm_zone
+    zone = f"UTC{format_local_time(last)[-6:]}" + (f", {zone}" if zone else "")
     parts += [f'<rect x="{CHART_LEFT}" y="{CHART_TOP}" width="{CHART_RIGHT - CHART_LEFT}"'
               f' height="{CHART_BOTTOM - CHART_TOP}" fill="none" stroke="#999999"/>',
               svg_text(18, middle, metric,
@@ -12829,12 +12820,8 @@ def chart_controller(shown, x, y):
     halo = (
         '<g class="controller-halo" font-size="11" fill="#ffffff" stroke="#ffffff" stroke-width="3"'
         ' stroke-linejoin="round">')
-    return parts + ["</g>"], [halo,
-                              *labels,
-                              "</g>",
-                              f'<g class="controller-labels" font-size="11" fill="{c["bound"]}">',
-                              *labels,
-                              "</g>"]
+    return parts + ["</g>"], [halo, *labels, "</g>", '<g class="controller-labels" font-size="11"'
+                                                      f' fill="{c["bound"]}">', *labels, "</g>"]
 
 
 def chart_columns(trusted, x):
@@ -12870,7 +12857,7 @@ def chart_breaks(reports, eras):
     return breaks
 
 
-def chart_reports(trusted, apart, x, y, bottom, top, breaks=()):
+def chart_reports(trusted, apart, x, y, bottom, top, breaks):
     """Return the SVG of the trusted reports and of the reports marked apart."""
     c = CHART_COLOURS
     drawn = chart_columns(trusted, x)
@@ -13008,8 +12995,7 @@ def chart_markers(actions, asks, records, ended, levers, x):
     """Return the SVG of each lever run and each ask, with its seq and what came of it (`ended`:
     {action seq: (seq, outcome record)})."""
     c = CHART_COLOURS
-    answered = {r.get("ask"): (s, r)
-                for s, _, r in records
+    answered = {r.get("ask"): (s, r) for s, _, r in records
                 if r["kind"] in ("approval", "denial", "resolved")}
     parts = ['<g class="actions">']
     for group in chart_groups(actions, x, lambda e: str(e[2].get("lever"))):
@@ -13110,12 +13096,8 @@ def mandate_drift(in_force, on_disk, seq, path):
     if in_force == on_disk or in_force is None:
         return []
     import difflib
-    lines = list(difflib.unified_diff(in_force.splitlines(),
-                                      on_disk.splitlines(),
-                                      f"mandate #{seq} (in force)",
-                                      path,
-                                      n=0,
-                                      lineterm=""))
+    lines = list(difflib.unified_diff(in_force.splitlines(), on_disk.splitlines(),
+                                      f"mandate #{seq} (in force)", path, n=0, lineterm=""))
     shown_lines = [f"    {line}" for line in lines[:DRIFT_LINES]]
     if len(lines) > DRIFT_LINES:
         shown_lines.append(f"    ... {len(lines) - DRIFT_LINES} more lines of difference")
@@ -13160,9 +13142,6 @@ def finding_lines(f):
     return [f"{'FAIL' if f['level'] == 'fail' else f['level']:<5} {f['text']}"] + \
         [f"      fix: {f['fix']}"] * bool(f["fix"]) + [f"  {line}" for line in f["lines"]]
 
-    def worst(self):
-        return next((code for code in DOCTOR_ORDER if code in self.codes), EX_OK)
-
 
 def cmd_doctor(home, args):
     """doctor [--since SEQ:HASH] [--checkpoint ...] [--quick] | doctor --cut SEQ: change nothing
@@ -13176,43 +13155,32 @@ def cmd_doctor(home, args):
             given[arg] = rest.pop(0)
             if arg == "--origin" and not re.fullmatch(r"avsm/[^\s:]+:/\S*", given[arg]):
                 raise Fail(EX_USAGE, f"--origin {shown_text(given[arg])} is not a checkpoint's "
-                                     f"origin; write avsm/HOST:HOME as line 1 of the checkpoint "
-                                     f"says it, such as avsm/web1:/srv/avsm (the home this one "
-                                     f"moved from)")
-            continue
-        if arg == "--quick":
+                                     "origin; write avsm/HOST:HOME as line 1 of the checkpoint "
+                                     "says it, such as avsm/web1:/srv/avsm (the home this one "
+                                     "moved from)")
+        elif arg == "--quick":
             given[arg] = True
-            continue
-        if arg == "--since" and rest:
+        elif arg == "--since" and rest:
             since = rest.pop(0)
             if not re.fullmatch(r"#?[0-9]+:[0-9a-fA-F]{16,64}", since):
-                raise Fail(
-                    EX_USAGE,
-                    f"'{since}' is not an anchor; write SEQ:HASH with 16 to 64 hex digits of the"
-                    " hash, as avsm doctor prints it (1234:0123456789abcdef)",
-                )
+                raise Fail(EX_USAGE, f"'{since}' is not an anchor; write SEQ:HASH with 16 to 64 hex"
+                                     " digits of the hash, as avsm doctor prints it"
+                                     " (1234:0123456789abcdef)")
             since = since.lstrip("#").lower()
             need_int(since.split(":")[0], "a record number")
         elif arg == "--cut" and rest:
             cut = rest.pop(0)
             if not cut.isdigit() or not cut.isascii() or int(cut) < 1:
-                raise Fail(
-                    EX_USAGE, f"'{cut}' is not a record number; write avsm doctor --cut 1234"
-                )
+                raise Fail(EX_USAGE, f"'{cut}' is not a record number; write avsm doctor --cut"
+                                     " 1234")
             cut = need_int(cut, "a record number")
         elif arg == "--remote" or arg.startswith("--remote="):
-            raise Fail(
-                EX_USAGE,
-                "avsm doctor has no --remote: avsmd opens no listener but its socket; run doctor on"
-                " its machine",
-            )
+            raise Fail(EX_USAGE, "avsm doctor has no --remote: avsmd opens no listener but its"
+                                 " socket; run doctor on its machine")
         else:
-            raise Fail(
-                EX_USAGE,
-                f"avsm doctor does not take '{arg}'; usage: avsm doctor [--since SEQ:HASH] "
-                "[--checkpoint FILE|DIR|- [--allowed-signers FILE]] [--quick] "
-                "[--origin avsm/HOST:HOME] | avsm doctor --cut SEQ",
-            )
+            raise Fail(EX_USAGE, f"avsm doctor does not take '{arg}'; usage: avsm doctor [--since "
+                                 "SEQ:HASH] [--checkpoint FILE|DIR|- [--allowed-signers FILE]] "
+                                 "[--quick] [--origin avsm/HOST:HOME] | avsm doctor --cut SEQ")
     if cut is not None:
         refuse(JSON and "avsm doctor --cut has no --json: it cuts the ledger and says so in words",
                EX_USAGE)
@@ -13256,27 +13224,22 @@ def doctor_home(home, found):
         return os.access(home, os.R_OK | os.X_OK)
     if not problem:
         found.ok(f"home {home}")
-    readable = home_readable(home)
-    if readable:
-        found.warn(f"others than you can read {', '.join(readable)} "
-                   "(avsmd makes what it writes 0600 and 0700)",
-                   f"chmod go-rwx {' '.join(readable)}")
-    return True
-
-
-def home_readable(home):
-    """Return the home and each entry in it avsmd writes that others than its owner may read."""
+    # the home and each entry in it avsmd writes that others than its owner may read
     try:
         names = sorted(n for n in os.listdir(home) if n not in ("config.yaml", "keys"))
     except OSError:
-        names = []                      # not ours to list: doctor_home said so
+        names = []                      # not ours to list: said above
     readable = []
     for path in [home] + [os.path.join(home, n) for n in names]:
         with contextlib.suppress(OSError):      # gone since listed
             mode = os.lstat(path).st_mode
             if mode & 0o077 and not stat.S_ISLNK(mode):     # a symlink's own mode means nothing
                 readable.append(path)
-    return readable
+    if readable:
+        found.warn(f"others than you can read {', '.join(readable)} "
+                   "(avsmd makes what it writes 0600 and 0700)",
+                   f"chmod go-rwx {' '.join(readable)}")
+    return True
 
 
 def doctor_config(home, found):
@@ -13307,10 +13270,9 @@ def doctor_config(home, found):
             found.ok(f"keys {keys} readable by you alone")
 
 
-def doctor_ledger(home, found, since, kept=(), quick=False, trust=None):
+def doctor_ledger(home, found, since, kept, quick, trust):
     """The ledger: a database, every link of the chain, the triggers, every proof, checkpoints."""
-    import sqlite3
-    path = os.path.join(home, "ledger.db")
+    path, command = os.path.join(home, "ledger.db"), client_command(home)
     if not os.path.exists(path):
         found.note(f"no ledger yet at {path}; avsmd makes it at its first start")
         return
@@ -13334,7 +13296,7 @@ def doctor_ledger(home, found, since, kept=(), quick=False, trust=None):
                    str(fail),
                    f"{program_command('avsmd', home)}   (its warden rolls the transaction back)")
         return
-    except sqlite3.DatabaseError as err:
+    except sqlite3_errors() as err:
         found.fail(
             EX_DATAERR,
             f"{path} is not a ledger avsm can read: {err}",
@@ -13347,7 +13309,6 @@ def doctor_ledger(home, found, since, kept=(), quick=False, trust=None):
                    f"the ledger's triggers {', '.join(sorted(missing))} are gone: it is no longer"
                    " append-only",
                    f"{program_command('avsmd', home)}   (avsmd makes the triggers again at start)")
-    trust = trust or checkpoint_trust(home)
     own = home_checkpoints(home, found)
     after = verified_checkpoint(home, db, found, trust) if quick else None
     if quick and after is None:
@@ -13358,44 +13319,37 @@ def doctor_ledger(home, found, since, kept=(), quick=False, trust=None):
         scan = scan_ledger(db, wanted={c.seq for _, c in list(kept) + own}, after=after,
                            fold_at=snapshots)
     except Fail as fail:        # a closed file that is no ledger
-        found.fail(fail.code, str(fail), f"{client_command(home)} doctor once it is mended")
+        found.fail(fail.code, str(fail), f"{command} doctor once it is mended")
         return
     found.scan = scan
     if scan.broken:
         seq, why = scan.broken
-        found.fail(
-            EX_DATAERR,
-            f"record #{seq} does not read: {why}",
-            f"{client_command(home)} doctor --cut {seq}   (with avsmd stopped; the whole ledger is"
-            " backed up first)")
+        found.fail(EX_DATAERR, f"record #{seq} does not read: {why}", f"{command} doctor --cut "
+                   f"{seq}   (with avsmd stopped; the whole ledger is backed up first)")
     else:
         span, size = (last_at or 0) - (first_at or 0), os.path.getsize(path)
-        growth = (
-            f"about {size / (span / 86400) / 1e6:.2f} MB a day over its {format_span(span)} (the"
-            " README's Sizing a host says what to expect)"
-            if span >= 60
-            else "too young to say how fast it grows")
+        growth = (f"about {size / (span / 86400) / 1e6:.2f} MB a day over its {format_span(span)}"
+                  " (the README's Sizing a host says what to expect)" if span >= 60
+                  else "too young to say how fast it grows")
         if after:
-            found.ok(
-                f"ledger {path}: #{after[0] + 1} to #{scan.head[0]} chained and read, from"
-                f" checkpoint #{after[0]}, which a full doctor verified; the {after[0]} records"
-                " before it and every proof were not re-read (--quick): a full"
-                f" {client_command(home)} doctor checks them")
+            found.ok(f"ledger {path}: #{after[0] + 1} to #{scan.head[0]} chained and read, from"
+                     f" checkpoint #{after[0]}, which a full doctor verified; the {after[0]}"
+                     " records before it and every proof were not re-read (--quick): a full"
+                     f" {command} doctor checks them")
         else:
             found.ok(f"ledger {path}: {count} records chained, {size / 1e6:.1f} MB, {growth}")
         doctor_closed(home, found, scan)
         head = ledger_head(db)
         if head:
-            found.note(
-                f"the ledger's head now is {head[0]}:{head[1][:16]}; keep it somewhere else (a"
-                f" note, another machine): {client_command(home)} doctor --since"
-                f" {head[0]}:{head[1][:16]} later shows the ledger still holds it")
+            found.note(f"the ledger's head now is {head[0]}:{head[1][:16]}; keep it somewhere else"
+                       f" (a note, another machine): {command} doctor --since"
+                       f" {head[0]}:{head[1][:16]} later shows the ledger still holds it")
         problems = scan.problems
         if problems:
             seq, problem = problems[0]
             found.fail(EX_DATAERR,
                        f"{len(problems)} proof problem(s); first: action #{seq}: {problem}",
-                       f"{client_command(home)} why {seq}")
+                       f"{command} why {seq}")
         elif not after:
             found.ok("every proof in the ledger re-checks")
         compare_snapshots(home, found, snapshots, scan.folds)
@@ -13406,14 +13360,10 @@ def doctor_ledger(home, found, since, kept=(), quick=False, trust=None):
         seq, prefix = since.split(":")
         row = row_at(db, "hash", int(seq))
         if row is None or not row[0].startswith(prefix):
-            found.fail(
-                EX_DATAERR,
-                f"the ledger no longer holds the head {since}: "
-                + ("there is no such record"
-                   if row is None
-                   else f"#{seq} now hashes to {row[0][:16]}"),
-                f"compare with the backup you took the anchor from; {client_command(home)} tail"
-                f" --since {max(0, int(seq) - 1)}")
+            found.fail(EX_DATAERR, f"the ledger no longer holds the head {since}: " + (
+                f"#{seq} now hashes to {row[0][:16]}" if row else "there is no such record"),
+                f"compare with the backup you took the anchor from; {command} tail --since"
+                f" {max(0, int(seq) - 1)}")
         else:
             found.ok(f"the ledger still holds {since}")
     db.close()
@@ -13463,21 +13413,17 @@ def compare_snapshots(home, found, snapshots, folds):
                        " record)")
 
 
-def checkpoint_spec(home):
-    """The config's checkpoint: settings; the defaults when the config does not hold."""
-    try:
-        return read_config(home)[0]["checkpoint"]
-    except Fail:
-        return parse_config("")["checkpoint"]
-
-
 CheckpointTrust = collections.namedtuple("CheckpointTrust",
                                          "home origin homes allowed namespace principal key")
 
 
 def checkpoint_trust(home, allowed=None, origin=None):
     """How doctor judges a checkpoint: origins, allowed_signers, namespace, principal, key."""
-    spec, ours = checkpoint_spec(home), checkpoint_origin(home)
+    try:
+        spec = read_config(home)[0]["checkpoint"]
+    except Fail:                    # the config does not hold: the defaults
+        spec = parse_config("")["checkpoint"]
+    ours = checkpoint_origin(home)
     homes = {origin_home(ours, True)} | ({origin_home(origin, False)} if origin else set())
     allowed = allowed or spec["allowed_signers"]
     return CheckpointTrust(home, ours, homes, allowed and os.path.expanduser(allowed),
@@ -13505,8 +13451,8 @@ def vouch_checkpoint(found, name, c, trust, allowed):
     if not is_our_origin(c.origin, trust):
         found.fail(EX_DATAERR, f"checkpoint {name} is of {shown_text(c.origin)}, and this home "
                                f"is {trust.origin}: a checkpoint vouches only for the home that "
-                               f"wrote it",
-                   f"check it with the home it names; if this home moved from there: "
+                               "wrote it",
+                   "check it with the home it names; if this home moved from there: "
                    f"{client_command(trust.home)} doctor --origin {shown_text(c.origin)}")
         return False
     if c.signature is None:
@@ -13514,24 +13460,24 @@ def vouch_checkpoint(found, name, c, trust, allowed):
     if allowed is None:
         found.note(f"checkpoint {name} is signed, and its signature is not verified: no "
                    f"allowed_signers file is named (checkpoint: {{allowed_signers: FILE}} in "
-                   f"config.yaml, or --allowed-signers)")
+                   "config.yaml, or --allowed-signers)")
         return True
     try:
         if not os.path.isfile(allowed):
             raise Fail(EX_NOINPUT, f"it is signed, and {allowed} is not there to verify it with; "
-                                   f"name an allowed_signers file with --allowed-signers FILE")
+                                   "name an allowed_signers file with --allowed-signers FILE")
         who = verify_text(c.text, c.signature, allowed, trust.namespace, trust.principal)
     except Fail as fail:
         found.fail(fail.code, f"checkpoint {name}: {fail}",
                    "install openssh-client" if fail.code == EX_UNAVAILABLE else
                    f"write lines `PRINCIPAL namespaces=\"{trust.namespace}\" KEY` of the hosts' "
-                   f"signing keys in it" if fail.code == EX_NOINPUT else
+                   "signing keys in it" if fail.code == EX_NOINPUT else
                    UNTRUSTED_FIX)
         return False
     found.ok(f"checkpoint {name}: signed by {shown_text(who)} ({allowed}, namespace "
              f"{trust.namespace})"
-             + ("" if trust.principal else f"; config.yaml names no principal, so any key there is "
-                                           f"taken: name this home's signer with checkpoint: "
+             + ("" if trust.principal else "; config.yaml names no principal, so any key there is "
+                                           "taken: name this home's signer with checkpoint: "
                                            f"{{principal: {shown_text(who)}}}"))
     return True
 
@@ -13540,15 +13486,9 @@ def read_kept_checkpoints(home, found, where, trust):
     """Return [(name, Checkpoint)] of the checkpoints kept in FILE, DIR or - that may vouch for
     this home. One missing is 66, one that does not read, vouch or verify 65, no ssh-keygen 69."""
     allowed = trust.allowed or os.path.expanduser("~/.ssh/allowed_signers")
-    names = (["-"]
-             if where == "-"
-             else ([where]
-                   if not os.path.isdir(where)
-                   else [
-                       os.path.join(where, n)
-                       for n in sorted(os.listdir(where))
-                       if not n.endswith(".sig") and n[0] != "."
-                   ]))
+    names = [where] if where == "-" or not os.path.isdir(where) else [
+        os.path.join(where, n) for n in sorted(os.listdir(where))
+        if not n.endswith(".sig") and n[0] != "."]
     kept = []
     for name in names:
         try:
@@ -13614,19 +13554,19 @@ def record_hash(db, seq):
 def doctor_checkpoints(home, found, kept, own, scan, db, trust):
     """Check the home's own checkpoints and each kept one against the chain scan read; return the
     home's newest checkpoint when it held, else None."""
-    ours = own[-1][1] if own else None
+    ours, command = own[-1][1] if own else None, client_command(home)
     if ours is None:
         found.note(
             f"no checkpoint in {home}/checkpoints yet: avsmd writes one at its start, daily, and"
             " after each irreversible action")
     elif ours.signature:
         found.ok(f"checkpoints: the newest, of #{ours.seq}, is signed; keep copies elsewhere "
-                 f"({client_command(home)} checkpoint)")
+                 f"({command} checkpoint)")
     elif trust.key:
         found.fail(EX_CONFIG, f"the newest checkpoint, of #{ours.seq}, is unsigned, though "
                               f"config.yaml names the key {trust.key}",
                    f"ssh-keygen -Y sign -f {trust.key} -n {trust.namespace} < /dev/null   "
-                   f"(says why it cannot sign)")
+                   "(says why it cannot sign)")
     else:
         found.note("checkpoints are written unsigned: config.yaml names no key; sign them with"
                    " checkpoint: {key: /path/to/ssh/key} (the README's Checkpoints)")
@@ -13640,7 +13580,7 @@ def doctor_checkpoints(home, found, kept, own, scan, db, trust):
         first = shown_text(moved[0][1].origin)
         found.note(f"{len(moved)} checkpoint(s) in {home}/checkpoints, the first "
                    f"{moved[0][0]}, are of {first}, not {trust.origin} (a home moved, or a host "
-                   f"renamed): compared all the same; {client_command(home)} doctor --origin "
+                   f"renamed): compared all the same; {command} doctor --origin "
                    f"{first} takes them as this home's")
     vouched = [(n, c) for n, c in own if (n, c) not in moved
                and vouch_checkpoint(found, n, c, trust, trust.allowed if n == newest[0] else None)]
@@ -13670,11 +13610,11 @@ def doctor_checkpoints(home, found, kept, own, scan, db, trust):
                 found.note(said + ": not checked")
             else:
                 found.fail(EX_NOINPUT, said, f"put the file of #{c.seq} back in {home}/ledgers,"
-                                             f" then {client_command(home)} doctor")
+                                             f" then {command} doctor")
         elif got is None:
             found.fail(EX_DATAERR, f"checkpoint {name} is of #{c.seq}, and the ledger holds no "
                                    f"record #{c.seq} (its first is #1): a made-up checkpoint, or "
-                                   f"a ledger replaced", UNTRUSTED_FIX)
+                                   "a ledger replaced", UNTRUSTED_FIX)
         else:
             below = max((seq for seq, _ in holds if seq < c.seq), default=None)
             found.fail(
@@ -13682,7 +13622,7 @@ def doctor_checkpoints(home, found, kept, own, scan, db, trust):
                 f"checkpoint {name}: #{c.seq} should hash to {c.hash[:16]}, and the ledger's"
                 f" #{c.seq} hashes to {got[:16]}: the ledger was rewritten at or before #{c.seq}"
                 + (f" and after #{below}, which it still holds" if below else ""),
-                f"restore the ledger from a backup; {client_command(home)} tail --since"
+                f"restore the ledger from a backup; {command} tail --since"
                 f" {below or 0} shows what it holds now")
             # the first that no longer matches names the rewrite; the later follow from it
             break
@@ -13708,9 +13648,7 @@ def remember_verified(home, checkpoint):
             os.makedirs(os.path.dirname(path), exist_ok=True)
             for directory in (user_cache(), os.path.dirname(path)):
                 os.chmod(directory, 0o700)
-            with open(path + ".new", "w") as fh:
-                fh.write(f"{checkpoint.seq} {checkpoint.hash}\n")
-            os.replace(path + ".new", path)
+            write_textfile(path, f"{checkpoint.seq} {checkpoint.hash}\n", 0o600, path + ".new")
     finally:
         os.umask(was)
 
@@ -13732,10 +13670,10 @@ def verified_checkpoint(home, db, found, trust):
             " checkpoint on)")
         return None
     full = (f"{client_command(home)} doctor   (a full check says where the ledger changed, and "
-            f"notes it again)")
+            "notes it again)")
     if st.st_uid != os.getuid() or st.st_mode & 0o022:
         found.fail(EX_DATAERR, f"--quick refused: {path} can be written by others than you, so it "
-                               f"proves nothing", f"rm {path}; then {full}")
+                               "proves nothing", f"rm {path}; then {full}")
         return None
     name, c = os.path.join(home, "checkpoints", f"{seq:012d}.txt"), None
     with contextlib.suppress(OSError, UnicodeDecodeError, Fail):
@@ -13773,23 +13711,22 @@ def format_span(seconds):
     """Return a span of time in its largest whole unit, for a person: 3 days, 5 hours."""
     for unit, size in (("day", 86400), ("hour", 3600), ("minute", 60)):
         if seconds >= size:
-            n = int(seconds // size)
-            return f"{n} {unit}{'s' if n != 1 else ''}"
-    return f"{int(seconds)} second{'s' if int(seconds) != 1 else ''}"
+            return plural(int(seconds // size), unit)
+    return plural(int(seconds), "second")
 
 
 def doctor_mandates(home, found):
-    import sqlite3
     try:
         scan = found.scan               # doctor_ledger's one read of the ledger listed them
         adopted = ([tuple(v) for v in scan.adopted.values()]
                    if scan and scan.adopted is not None
                    else adopted_mandates(home))
-    except (sqlite3.DatabaseError, ValueError, Fail) as err:
+    except (sqlite3_errors(), ValueError, Fail) as err:
         found.note(
             f"the adopted mandates cannot be listed from a ledger that does not read ({err})")
         return
     uid = os.stat(home).st_uid          # avsmd runs as the home's owner
+    command = client_command(home)
     for name, directory, seq, paused, in_force in adopted:
         path = os.path.join(directory or "", "mandate.yaml")
         if not os.path.isdir(directory or ""):
@@ -13797,7 +13734,7 @@ def doctor_mandates(home, found):
                 found.note(f"venture {name} is paused and its directory {directory} has gone")
             else:
                 found.fail(EX_NOINPUT, f"venture {name}: its directory {directory} is not there",
-                           f"put {directory} back, or {client_command(home)} pause {name}")
+                           f"put {directory} back, or {command} pause {name}")
             continue
         try:
             text = read_mandate_file(path)
@@ -13807,11 +13744,11 @@ def doctor_mandates(home, found):
             if unsafe:
                 found.fail(EX_CONFIG, f"venture {name}: {unsafe.why}; "
                                       "avsmd starts no program of it",
-                           f"{unsafe.fix}, then {client_command(home)} add {directory}")
+                           f"{unsafe.fix}, then {command} add {directory}")
             elif drift:
                 found.note(
                     f"venture {name}: {path} holds but differs from mandate #{seq} in force; "
-                    f"{client_command(home)} add {directory} applies it", drift)
+                    f"{command} add {directory} applies it", drift)
             else:
                 found.ok(f"venture {name}: {path} holds, the same as mandate #{seq} in force")
         except OSError as err:
@@ -13820,29 +13757,21 @@ def doctor_mandates(home, found):
                        f"venture {name}: {path} cannot be read: {err.strerror}",
                        (f"chmod u+r {path}"
                         if denied
-                        else f"put {path} back, then {client_command(home)} add {directory}"))
+                        else f"put {path} back, then {command} add {directory}"))
         except Fail as fail:
             found.fail(EX_CONFIG,
                        f"venture {name}: {fail}",
-                       f"edit {path}, then {client_command(home)} add {directory}")
+                       f"edit {path}, then {command} add {directory}")
 
 
 def doctor_bridge_keys(found):
-    """This user's authorized_keys: a key forcing avsm's bridge without restrict gets a pty."""
+    """This user's authorized_keys: a key forcing avsm's bridge without restrict gets a pty.
+    line ::= [option (',' option)*] keytype key [comment]"""
     path = os.path.expanduser("~/.ssh/authorized_keys")
     try:
         text = read_small_file(path, 1024 * 1024).decode("utf-8", "replace")
     except OSError:
         return
-    for number, why in bridge_key_problems(text):
-        found.note(f"{path}:{number}: this key forces avsm's bridge, and {why}; fix it: begin "
-                   f"the line with restrict, as restrict,command=\"... bridge\" ssh-ed25519 ...")
-
-
-def bridge_key_problems(text):
-    """Return [(line number, why)] of the authorized_keys lines forcing avsm's bridge with more
-    than a pipe.   line ::= [option (',' option)*] keytype key [comment]"""
-    problems = []
     for number, line in enumerate(text.splitlines(), 1):
         field = re.match(r'(?:[^\s"]|"(?:[^"\\]|\\.)*")*', line.strip()).group()
         options = re.findall(r'(?:[^,"]|"(?:[^"\\]|\\.)*")+', field)     # quoted commas split none
@@ -13854,11 +13783,13 @@ def bridge_key_problems(text):
         undone = sorted(names & {"pty", "port-forwarding", "agent-forwarding", "x11-forwarding",
                                  "user-rc"})
         if "restrict" not in names:
-            problems.append((number, "its line lacks restrict, so ssh may give it a pty and "
-                                     "forwarding"))
+            why = "its line lacks restrict, so ssh may give it a pty and forwarding"
         elif undone:
-            problems.append((number, f"its line gives back {', '.join(undone)} after restrict"))
-    return problems
+            why = f"its line gives back {', '.join(undone)} after restrict"
+        else:
+            continue
+        found.note(f"{path}:{number}: this key forces avsm's bridge, and {why}; fix it: begin "
+                   "the line with restrict, as restrict,command=\"... bridge\" ssh-ed25519 ...")
 
 
 def doctor_mirror(home, found):
@@ -13869,8 +13800,8 @@ def doctor_mirror(home, found):
     except (OSError, UnicodeDecodeError):
         return False
     found.note(f"this home is a witness's copy of {shown_text(host)[:120]}'s ledger (avsm fleet "
-               f"witness --mirror): its ventures' directories and its avsmd are there, not "
-               f"checked here; "
+               "witness --mirror): its ventures' directories and its avsmd are there, not "
+               "checked here; "
                f"avsm --host {shown_text(host)[:120]} doctor checks them")
     return True
 
@@ -13878,8 +13809,7 @@ def doctor_mirror(home, found):
 def doctor_daemon(home, found):
     """The lock file, the socket, the daemon answering, and no second avsmd on the home."""
     import socket
-    lock = os.path.join(home, "avsmd.lock")
-    sock = os.path.join(home, "sock")
+    lock, sock = os.path.join(home, "avsmd.lock"), os.path.join(home, "sock")
     if os.path.lexists(lock) and not os.path.isfile(lock):
         found.fail(
             EX_CANTCREAT, f"{lock} is not a regular file", f"rm -r {lock}   (avsmd makes it again)")
@@ -13943,34 +13873,29 @@ def avsmd_processes(home):
     """Return the pids of avsmd processes (not wardens) whose home is `home`."""
     target = os.path.realpath(home)
     pids = []
-    if os.path.isdir("/proc"):
-        for entry in os.listdir("/proc"):
-            if not entry.isdigit():
+    for entry in os.listdir("/proc") if os.path.isdir("/proc") else []:
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/cmdline", "rb") as fh:
+                argv = [a.decode("utf-8", "replace") for a in fh.read().split(b"\0") if a]
+            if not is_avsmd_argv(argv):
                 continue
-            try:
-                with open(f"/proc/{entry}/cmdline", "rb") as fh:
-                    argv = [a.decode("utf-8", "replace") for a in fh.read().split(b"\0") if a]
-                if not is_avsmd_argv(argv):
-                    continue
-                given = next((argv[i + 1] for i, a in enumerate(argv[:-1]) if a == "--home"), None)
-                given = given or next(
-                    (a.split("=", 1)[1] for a in argv if a.startswith("--home=")), None)
-                if given is None:
-                    with open(f"/proc/{entry}/environ", "rb") as fh:
-                        env = dict(v.split(b"=", 1) for v in fh.read().split(b"\0") if b"=" in v)
-                    given = (env.get(b"AVSMD_HOME") or b"").decode() or None
-                if given is not None and not os.path.isabs(given):
-                    given = os.path.join(os.readlink(f"/proc/{entry}/cwd"), given)
-                if given is not None and os.path.realpath(given) == target:
-                    pids.append(int(entry))
-            except OSError:
-                continue
+            given = next((argv[i + 1] for i, a in enumerate(argv[:-1]) if a == "--home"), None)
+            given = given or next(
+                (a.split("=", 1)[1] for a in argv if a.startswith("--home=")), None)
+            if given is None:
+                with open(f"/proc/{entry}/environ", "rb") as fh:
+                    env = dict(v.split(b"=", 1) for v in fh.read().split(b"\0") if b"=" in v)
+                given = (env.get(b"AVSMD_HOME") or b"").decode() or None
+            if given is not None and not os.path.isabs(given):
+                given = os.path.join(os.readlink(f"/proc/{entry}/cwd"), given)
+            if given is not None and os.path.realpath(given) == target:
+                pids.append(int(entry))
+        except OSError:
+            continue
     # the roles process is avsmd's fork, not a second avsmd
-    return sorted(p for p in pids if parent_pid(p) not in pids)
-
-
-def parent_pid(pid):
-    return proc_stat(pid, 1)
+    return sorted(p for p in pids if proc_stat(p, 1) not in pids)
 
 
 def is_avsmd_argv(argv):
@@ -13984,9 +13909,9 @@ def is_avsmd_argv(argv):
         if i and arg.startswith("-"):
             continue
         stem = os.path.basename(arg).split(".")[0]
-        if stem == "avsmd" or (arg == "avsmd" and i > 0):
+        if stem == "avsmd":
             return True
-        if stem not in ("python", "python3") and not stem.startswith("python") and stem != "avsm":
+        if not stem.startswith("python") and stem != "avsm":
             return False
     return False
 
@@ -14024,9 +13949,7 @@ def doctor_cut(home, seq):
         db.execute("ROLLBACK")
         raise
     db.close()
-    marker = os.open(os.path.join(home, "cut"), os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-    with open(marker, "w") as fh:
-        fh.write(f"{seq} {backup}\n")
+    write_textfile(os.path.join(home, "cut"), f"{seq} {backup}\n", 0o600)
     out(f"backed up the whole ledger to {backup}")
     out(f"cut the ledger just before #{seq}: records #{seq}..#{last} are only in the backup now")
     # the checkpoints of records cut name what only the backup holds: kept beside it, not compared
@@ -14039,7 +13962,7 @@ def doctor_cut(home, seq):
                 os.replace(each, os.path.join(aside, os.path.basename(each)))
     if cut:
         out(f"moved {len(cut)} checkpoint(s) of the records cut to {aside}: they hold for "
-            f"the backup")
+            "the backup")
     return EX_OK
 
 
@@ -14050,10 +13973,6 @@ def doctor_cut(home, seq):
 # Pure: states and `now` in, lines out, so the warden and a client reading the ledger with avsmd
 # stopped print the same view.
 
-# the eight block heights, lowest first
-SPARK_BLOCKS = "\u2581\u2582\u2583\u2584\u2585\u2586\u2587\u2588"
-# the same heights where UTF-8 cannot go
-SPARK_ASCII = "_.-~=+*#"
 # trusted reports a sparkline shows
 SPARK_WIDTH = 16
 
@@ -14065,7 +13984,8 @@ StatusRow.__doc__ = """One venture at a glance, as README's `--json` of status t
 
 def sparkline(values, ascii=False):
     """Return one character a value, its height scaled between the values' least and greatest."""
-    blocks = SPARK_ASCII if ascii else SPARK_BLOCKS
+    # the eight block heights, lowest first; the same in ASCII where UTF-8 cannot go
+    blocks = "_.-~=+*#" if ascii else "▁▂▃▄▅▆▇█"
     if not values:
         return ""
     low, high = min(values), max(values)
@@ -14131,18 +14051,12 @@ def status_row(state, now, keep=None, cfg=None, ascii=False):
     # issue 11 item 8: how well avsm knows this venture's world, at a glance
     calibration = (describe_rolling(*rolling_scores(state.scores)) if state.scores
                    else "none scored yet") if m is not None and predicts(m) else None
-    return StatusRow(state.name,
-                     condition,
-                     last,
+    return StatusRow(state.name, condition, last,
                      now - state.trusted_at if last is not None else None,
-                     sparkline([v for _, v in state.trusted[-SPARK_WIDTH:]], ascii),
-                     levers,
-                     run,
-                     sorted(state.open_asks),
-                     calibration,
+                     sparkline([v for _, v in state.trusted[-SPARK_WIDTH:]], ascii), levers, run,
+                     sorted(state.open_asks), calibration,
                      [{"way": way, "bound": bound, "lever": lever} for _, way, bound, lever in
-                      controller_sides(m)],
-                     why)
+                      controller_sides(m)], why)
 
 
 def asks_facts(states):
@@ -14172,7 +14086,7 @@ def status_lines(facts):
     rows, lines = facts["ventures"], []
     if facts.get("ledger_down"):
         lines.append(f"ledger: cannot be written ({facts['ledger_down']}); nothing that would "
-                     f"write runs; trying again every 30 s")
+                     "write runs; trying again every 30 s")
     head = [f"{row['name']}: {row['state']}" for row in rows]
     values = [f"{format_number(row['value'])} ({format_age(row['age'])} ago)"
               if row["age"] is not None else "no trusted report" for row in rows]
@@ -14223,7 +14137,7 @@ def status_facts(states, now, keeps=None, cfg=None, venture=None, verbose=False,
     return {"ventures": rows}
 
 
-def describe_status_lines(state, keep, row, cfg=None):
+def describe_status_lines(state, keep, row, cfg):
     """Return the status lines of one venture, the first from its StatusRow."""
     lines = [f"{row['name']}: {row['state']}" + (
         f": {row['why']}" if row["state"] not in ("running", "was running", "paused") else "")]
@@ -14277,7 +14191,14 @@ def describe_status_lines(state, keep, row, cfg=None):
             lines.append(f"  guard {guard['name']}: #{seq} {format_number(value)} ({status}),"
                          f" {where}")
     lines += ["  lever " + lever_words(x) for x in row["levers"]]
-    lines += describe_calibration_lines(state)
+    if predicts(m):             # its skill and coverage, and whether a ranking would run
+        ok, why = calibration_bar(state)
+        lines.append((f"  calibration: {state.scored} prediction(s) scored; last"
+                      f" {len(state.scores)}: {describe_rolling(*rolling_scores(state.scores))}"
+                      if state.scores else "  calibration: no prediction scored yet")
+                     + ("; a ranking goes to the gate (no calibration: bar)"
+                        if m["calibration"] is None
+                        else f"; a ranking would {'run' if ok else 'ask, not run'}: {why}"))
     lines.append("  open " + asks_words(row["asks"]))
     if m is not None and m["run"]:
         keep = keep or {}
@@ -14293,20 +14214,6 @@ def describe_status_lines(state, keep, row, cfg=None):
             where = "not running (paused)" if state.paused else "not running"
         lines.append(f"  run: {where}, restarts {restarts}")
     return lines
-
-
-def describe_calibration_lines(state):
-    """A venture with predictions: its skill and coverage, and whether a ranking would run."""
-    if not predicts(state.mandate):
-        return []
-    skill, coverage = rolling_scores(state.scores)
-    line = (f"  calibration: {state.scored} prediction(s) scored; last {len(state.scores)}:"
-            f" {describe_rolling(skill, coverage)}" if state.scores
-            else "  calibration: no prediction scored yet")
-    ok, why = calibration_bar(state)
-    if state.mandate["calibration"] is None:
-        return [line + "; a ranking goes to the gate (no calibration: bar)"]
-    return [line + f"; a ranking would {'run' if ok else 'ask, not run'}: {why}"]
 
 
 # ---- the figures for Prometheus (issue 35 item 2) ----
@@ -14537,7 +14444,7 @@ def page_html(hosts, now):
             actions = "".join(
                 f"<li>#{a['seq']} {format_local_time(a['at'])} {escape(a['summary'])}<details>"
                 f"<summary>proof</summary><pre>{escape(json.dumps(a['proof'], indent=1))}</pre>"
-                f"</details>" for a in v["actions"])
+                "</details>" for a in v["actions"])
             parts.append(mark(v["state"], name, "<br>" + (
                 "no trusted report" if v["value"] is None else
                 f"{format_number(v['value'])} ({format_age(v['age'])} ago)")
@@ -14545,7 +14452,7 @@ def page_html(hosts, now):
                 + f"<br><small>{escape(v['report'])}</small><br>{escape(why)}"
                 + (page_line(v["values"], v["bounds"]) if v["values"] else "")
                 + (actions and f"<details><summary>last actions</summary><ol>{actions}</ol>"
-                               f"</details>")))
+                               "</details>")))
     return (f'<!DOCTYPE html>\n<html lang="en"><meta charset="utf-8"><title>avsm: {len(needs)} '
             f"need a person</title><style>{PAGE_CSS}</style><h1>avsm</h1><small>"
             f"{len(hosts)} host(s), {format_local_time(now)}</small><h2>Needs a person</h2><ul>"
@@ -14611,11 +14518,11 @@ def run_verb(home, rest):
     verb, rest = rest[0], rest[1:]
     if verb.startswith("-") and verb != "-":
         raise Fail(EX_USAGE, f"'{verb}' is not an avsm option: before the command avsm takes "
-                             f"--home DIR, --host HOST, --fleet FILE, --help and --version; "
-                             f"avsm --help lists the commands")
+                             "--home DIR, --host HOST, --fleet FILE, --help and --version; "
+                             "avsm --help lists the commands")
     if verb not in CLIENT_COMMANDS:
         raise Fail(EX_USAGE, f"'{verb}' is not an avsm command{nearest(verb, CLIENT_COMMANDS)}:"
-                             f" avsm --help lists them")
+                             " avsm --help lists them")
     options, names = (rest[:rest.index("--")], rest[rest.index("--") + 1:]) if "--" in rest \
         else (rest, [])
     if "-h" in options or "--help" in options:
@@ -14712,7 +14619,7 @@ def run_daemon(args):
             raise Fail(EX_USAGE, f"avsmd does not take '{arg}'; avsmd --help lists its options")
     if dirs and mode != "-t":
         raise Fail(EX_USAGE, f"avsmd takes a directory only after -t (avsmd -t {dirs[0]} checks"
-                             f" it); avsmd --help lists its options")
+                             " it); avsmd --help lists its options")
     home = resolve_home(home)
     if os.path.exists(home) and not os.path.isdir(home):
         raise Fail(EX_CANTCREAT, f"{home} is not a directory; move it aside or pass another --home")
@@ -14735,16 +14642,32 @@ INTERNAL_PROGRAMS = ("warden", "adapter", "forecast")  # started by avsmd and it
 def run_internal(program, args):
     """The programs avsmd starts itself: the warden, the built-in adapters, and the forecast (the
     facts as JSON on standard input, the forecast as JSON out)."""
+    # the built-in adapters (open point 5): http.status URL, stripe PATH[#/ptr], github
     if program == "adapter":
-        return run_adapter(args)
+        if len(args) != 2 or args[0] not in ADAPTERS:
+            raise Fail(EX_USAGE, f"no built-in adapter reads {' '.join(args)!r}; use http.status"
+                                 " URL, stripe PATH or github PATH")
+        if args[0] == "http.status":
+            try:
+                status, _ = adapter_get(args[1])
+            except OSError as err:
+                raise Fail(EX_UNAVAILABLE, f"http.status {args[1]}: {err}") from None
+            out(str(status))    # any status is the reading: 404 and 503 are numbers a guard bounds
+            return EX_OK
+        given = json.loads(sys.stdin.read() or "{}")
+        if given.get("problem"):
+            raise Fail(EX_CONFIG, given["problem"])
+        if not given.get("url"):
+            raise Fail(EX_CONFIG, f"config.yaml names no adapters: {args[0]}: {{url: ...}}")
+        out(read_json_adapter(args[0], args[1], given["url"], given.get("key")))
+        return EX_OK
     if program == "warden":
         home, rest = take_option(args, "--home")
-        if "--fd" not in rest or rest.index("--fd") + 1 >= len(rest) \
-                or not rest[rest.index("--fd") + 1].isdigit():
+        fd = "".join(rest[rest.index("--fd") + 1:][:1]) if "--fd" in rest else ""
+        if not fd.isdigit():
             raise Fail(EX_USAGE, "the warden is started by avsmd, not by hand; run avsmd")
-        fd = int(rest[rest.index("--fd") + 1])
         keep_standard_files_open()
-        return run_warden(resolve_home(home), fd, "-d" in rest)
+        return run_warden(resolve_home(home), int(fd), "-d" in rest)
     if args or sys.stdin is None or sys.stdin.isatty():
         raise Fail(EX_USAGE, "the forecast program is started by the warden with its facts on"
                              " standard input; run avsmd")
@@ -14760,27 +14683,6 @@ def run_internal(program, args):
     except (ValueError, KeyError, TypeError) as err:
         raise Fail(EX_DATAERR, f"the forecast's facts do not hold: {err}") from None
     out(json.dumps(result))
-    return EX_OK
-
-
-def run_adapter(args):
-    """The built-in adapters (open point 5): `http.status URL`, `stripe PATH[#/ptr]`, `github`."""
-    if len(args) != 2 or args[0] not in ADAPTERS:
-        raise Fail(EX_USAGE, f"no built-in adapter reads {' '.join(args)!r}; use http.status URL,"
-                             f" stripe PATH or github PATH")
-    if args[0] == "http.status":
-        try:
-            status, _ = adapter_get(args[1])
-        except OSError as err:
-            raise Fail(EX_UNAVAILABLE, f"http.status {args[1]}: {err}") from None
-        out(str(status))    # any status is the reading: 404 and 503 are numbers a guard bounds
-        return EX_OK
-    given = json.loads(sys.stdin.read() or "{}")
-    if given.get("problem"):
-        raise Fail(EX_CONFIG, given["problem"])
-    if not given.get("url"):
-        raise Fail(EX_CONFIG, f"config.yaml names no adapters: {args[0]}: {{url: ...}}")
-    out(read_json_adapter(args[0], args[1], given["url"], given.get("key")))
     return EX_OK
 
 
@@ -14841,10 +14743,9 @@ def keep_standard_files_open():
             if null != fd:
                 os.dup2(null, fd)
                 os.close(null)
-    if sys.stdout is None:
-        sys.stdout = open(1, "w", closefd=False)
-    if sys.stderr is None:
-        sys.stderr = open(2, "w", closefd=False)
+    for fd, name in ((1, "stdout"), (2, "stderr")):
+        if getattr(sys, name) is None:
+            setattr(sys, name, open(fd, "w", closefd=False))
 
 
 if __name__ == "__main__":
