@@ -4249,7 +4249,7 @@ def recheck_action(state, seq, at, action, records):
     if exact and gave["steps"] != proof.get("steps"):
         differ = next((s for s in gave["steps"] if s not in (proof.get("steps") or [])), None)
         problems.append(
-            f"the steps are not the gate's" + (f": it says {differ!r}" if differ else ""))
+            "the steps are not the gate's" + (f": it says {differ!r}" if differ else ""))
     return problems
 
 
