@@ -4681,6 +4681,60 @@ def cap_window(state, lever, now):
     return [seq for seq, at, _ in state.actions.get(lever, []) if at > now - period]
 
 
+# ---- a lever the gate proved: its action, then its program started apart ----
+Launch = collections.namedtuple("Launch", "lever action run data more file checked timeout")
+Launch.__doc__ = """A lever's program for the warden to start once its action #`action` is written:
+`run` in a shell with `data` (bytes or None) on its stdin, `more` spawn's other arguments, `file`
+the text a takes: file lever writes first, `checked` whether lever_programs(spec) covered it."""
+Check = collections.namedtuple("Check", "gate verdict")
+Check.__doc__ = "A lever's check: to start before the lever, which the gate proves again after it."
+
+
+def lever_programs(spec):
+    """Return the programs in the venture directory a lever of `spec` runs (none for stop,
+    research, mail.send): their owners are checked before its action is written."""
+    return [spec["run"]] if spec is not None and spec["run"] not in (None, "mail.send") else []
+
+
+def lever_proved(state, gate, verdict, cfg, unsafe):
+    """The event of a lever the gate proved (`verdict`): yield a Check of one with `check:` not yet
+    checked (open point 27); else its action, then a Launch of its program or the outcome of one
+    that cannot start. `unsafe`: who could change what it runs (owner_problem), refused before any
+    action."""
+    lever, by, side, extra = gate.lever, gate.by, gate.side, gate.extra or {}
+    spec = state.mandate["levers"].get(lever)
+    if spec is not None and spec["check"] and gate.check is None:
+        yield Check(gate, verdict)
+        return
+    payload, proposal = extra.get("payload"), extra.get("proposal")
+    if unsafe and lever != "stop":      # before its action: a lever others could change never runs
+        yield from refusal(state, lever, f"{unsafe.why}; {unsafe.fix}",
+                           f"{lever} refused: another user could change what it runs; "
+                           f"{unsafe.fix}", by=by, **some(side=side, proposal=proposal))
+        return
+    mail, mail_problem = mail_to_send(spec, cfg, payload)
+    seq = yield from lever_ran(state, lever, verdict, gate.summary, by, side, gate.extra)
+    if lever == "stop":
+        return
+    data = (None if payload is None
+            else (payload if isinstance(payload, str) else json.dumps(payload)).encode())
+    run, more = spec["run"], {}
+    if lever == "research":     # a question out to the config's command, inferred facts back
+        run, more = cfg.get("research"), {"cwd": state.directory, "head": REPLY_MAX}
+        data = json.dumps({"venture": state.name, "question": payload}).encode()
+        if not run:
+            why = "config.yaml names no research: command"
+            yield from unstarted_outcome(state, lever, seq, why, why + " (no provider is built in)")
+            return
+    elif run == "mail.send":
+        if mail is None:
+            yield from unstarted_outcome(state, lever, seq, "", mail_problem)
+            return
+        run, data = cfg["adapters"]["mail"]["command"], mail.text.encode()
+    file = payload if spec["takes"] == "file" and isinstance(payload, str) and not more else None
+    yield Launch(lever, seq, run, data, more, file, lever_programs(spec) == [run], spec["timeout"])
+
+
 # ---- what came of a program: the record its end writes ----
 def lever_ran(state, lever, verdict, summary, by, side=None, extra=None):
     """Yield the action the gate proved; stop's meaning follows it: a pause and an ok outcome."""
@@ -8082,51 +8136,27 @@ class Levers:
         self.cfg, self.spawn = cfg, spawn
 
     def run_lever(self, state, gate, verdict):
-        """Yield the action `gate` asked for with the gate's proof and question, then start the
-        lever apart; one with `check:` runs its check first (open point 27)."""
-        lever, by, side, extra = gate.lever, gate.by, gate.side, gate.extra or {}
-        spec = state.mandate["levers"].get(lever)
-        if spec is not None and spec["check"] and gate.check is None:
-            yield from self.start_check(state, gate, verdict)
-            return
-        payload, proposal = extra.get("payload"), extra.get("proposal")
-        own = [spec["run"]] if spec is not None and spec["run"] not in (None, "mail.send") else []
-        unsafe = lever != "stop" and owner_problem(state.directory, own)
-        if unsafe:                      # before its action: a lever others could change never runs
-            yield from refusal(state, lever, f"{unsafe.why}; {unsafe.fix}",
-                               f"{lever} refused: another user could change what it runs; "
-                               f"{unsafe.fix}", by=by, **some(side=side, proposal=proposal))
-            return
-        mail, mail_problem = mail_to_send(spec, self.cfg, payload)
-        seq = yield from lever_ran(state, lever, verdict, gate.summary, by, side, gate.extra)
-        if lever == "stop":
-            return
-        data = (None if payload is None
-                else (payload if isinstance(payload, str) else json.dumps(payload)).encode())
-        run, more = spec["run"], {}
-        if lever == "research":     # a question out to the config's command, inferred facts back
-            run, more = self.cfg.get("research"), {"cwd": state.directory, "head": REPLY_MAX}
-            data = json.dumps({"venture": state.name, "question": payload}).encode()
-            if not run:
-                why = "config.yaml names no research: command"
-                yield from unstarted_outcome(state, lever, seq, why,
-                                             why + " (no provider is built in)")
-                return
-        elif run == "mail.send":
-            if mail is None:
-                yield from unstarted_outcome(state, lever, seq, "", mail_problem)
-                return
-            run, data = self.cfg["adapters"]["mail"]["command"], mail.text.encode()
+        """What the kernel makes of a lever the gate proved (lever_proved), told who could change
+        the programs it runs."""
+        spec = state.mandate["levers"].get(gate.lever)
+        unsafe = owner_problem(state.directory, lever_programs(spec))
+        return lever_proved(state, gate, verdict, self.cfg, unsafe)
+
+    def launch(self, state, launch):
+        """Start the program of a lever whose action is written (a Launch), apart; return the
+        intents of one that cannot start."""
         try:
-            if spec["takes"] == "file" and isinstance(payload, str) and not more:   # not research
-                write_venture_file(state.directory, payload)
-            payload_file = write_payload(data) if data is not None else None
-            child = self.spawn("lever", state, run, timeout=spec["timeout"], shell=True,
-                               lever=lever, payload_file=payload_file, checked=own == [run], **more)
-            child.extra = {"lever": lever, "action": seq, "timeout": spec["timeout"],
-                           "payload_file": payload_file}
+            if launch.file is not None:
+                write_venture_file(state.directory, launch.file)
+            payload_file = write_payload(launch.data) if launch.data is not None else None
+            child = self.spawn("lever", state, launch.run, timeout=launch.timeout, shell=True,
+                               lever=launch.lever, payload_file=payload_file,
+                               checked=launch.checked, **launch.more)
+            child.extra = {"lever": launch.lever, "action": launch.action,
+                           "timeout": launch.timeout, "payload_file": payload_file}
         except OSError as err:
-            yield from unstarted_outcome(state, lever, seq, str(err))
+            return unstarted_outcome(state, launch.lever, launch.action, str(err))
+        return []
 
     def start_check(self, state, gate, verdict):
         lever, payload = gate.lever, (gate.extra or {}).get("payload")
@@ -9089,13 +9119,19 @@ class Warden:
                 result = self.worlds.start_forecast(state, "ratchet", intent.lever)
             elif isinstance(intent, World):
                 self.carry_out(state, self.worlds.step(state, intent.report, intent.lever))
+            elif isinstance(intent, Launch):
+                self.carry_out(state, self.levers.launch(state, intent))
+            elif isinstance(intent, Check):
+                self.carry_out(state, self.levers.start_check(state, *intent))
             else:
                 result = prove(state, intent.lever, int(time.time()), intent.basis,
                                trigger=intent.trigger, approval=intent.approval,
                                payload=intent.payload, check=intent.check)
                 if result.ok:
                     ran = self.carry_out(state, self.levers.run_lever(state, intent, result))
-                    seq = next((s for i, s in ran if i.record["kind"] == "action"), None)
+                    # Launch and Check are started apart, their seq None
+                    written = [(i.record["kind"], s) for i, s in ran if isinstance(i, Write)]
+                    seq = dict(written).get("action")
                     result = result._replace(action=seq)
                 else:
                     continue            # the rule writes what a refusal calls for
@@ -9279,21 +9315,11 @@ class Warden:
         mandate = parse_mandate(new, path, state.directory)
         refuse(ratchet_change_problem(state, mandate))
         self.carry_out(state, [Write(ratchet_approval(state, seq, ask))])
-        with open(path + ".avsm-new", "w", encoding="utf-8") as fh:
-            fh.write(new)
-        os.replace(path + ".avsm-new", path)
-        adopted = self.adopt(
-            state,
-            mandate,
-            mandate_record(
-                state.name,
-                state.directory,
-                new,
-                f"adopted {state.name} with {ask['lever']} delegated, as approved in #{seq} "
-                f"(sha256 {text_sha256(new)[:16]})",
-                approval_of=seq,
-            ),
-        )
+        write_textfile(path, new, None, path + ".avsm-new")
+        record = mandate_record(state.name, state.directory, new,
+                                f"adopted {state.name} with {ask['lever']} delegated, as approved "
+                                f"in #{seq} (sha256 {text_sha256(new)[:16]})", approval_of=seq)
+        adopted = self.adopt(state, mandate, record)
         return [
             f"#{seq} approved: {ask['lever']} is delegated in {path}, adopted as mandate #{adopted}"
         ]
