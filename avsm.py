@@ -2463,6 +2463,12 @@ class Ledger:
         self.db.close()
 
 
+def sqlite3_errors():
+    """sqlite3.Error, imported only when a ledger is opened (the client's start stays light)."""
+    import sqlite3
+    return sqlite3.Error
+
+
 # seconds a reader waits for a writer's interrupted transaction to be rolled back
 ROLLBACK_WAIT = 3.0
 
@@ -10590,12 +10596,6 @@ def cmd_approve(home, args):
                                f"saving?): nothing approved, ask #{ask} stays open; to approve "
                                f"it as proposed: {client_command(home)} approve {ask}")
     return ask_daemon(home, "approve", {"ask": ask, "payload": edited})
-
-
-def sqlite3_errors():
-    """sqlite3.Error, imported only when a ledger is opened (the client's start stays light)."""
-    import sqlite3
-    return sqlite3.Error
 
 
 def ledger_path(home):
