@@ -200,11 +200,22 @@ class Avsm:
     def records(self, since=0):
         """Every record after `since`, read through a read-only connection: [(seq, at, record)]."""
         path = os.path.join(self.home, "ledger.db")
-        db = sqlite3.connect(f"file:{path}?mode=ro", uri=True, timeout=10)
-        try:
-            rows = db.execute("SELECT seq, at, record FROM records WHERE seq > ? ORDER BY seq", (since,)).fetchall()
-        finally:
-            db.close()
+        # a warden killed mid-transaction leaves a hot journal only a writer rolls back
+        # (SQLITE_READONLY_ROLLBACK): the next warden does, as avsm's own readers wait for
+        deadline = time.monotonic() + 10
+        while True:
+            db = sqlite3.connect(f"file:{path}?mode=ro", uri=True, timeout=10)
+            try:
+                rows = db.execute("SELECT seq, at, record FROM records WHERE seq > ? ORDER BY seq",
+                                  (since,)).fetchall()
+                break
+            except sqlite3.OperationalError as err:
+                if not str(getattr(err, "sqlite_errorname", "")).startswith("SQLITE_READONLY") \
+                        or time.monotonic() > deadline:
+                    raise
+            finally:
+                db.close()
+            time.sleep(0.1)
         return [(s, a, json.loads(r)) for s, a, r in rows]
 
     def kinds(self, venture=None):
