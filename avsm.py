@@ -30,7 +30,7 @@ Sections
     5. the ledger
     6-8. the kernel, a function per event yielding intents, what it calls beneath:
        6. report_read, fold (each kind's fold by its record), round_settled (rules)
-       7. the gate (check_proof, recheck_action, prove); lever_ran, lever_outcome,
+       7. the gate (check_proof, recheck_action, prove); lever_proved, lever_outcome,
           check_rule, reading_read, run_started, restart_rule, interrupted_rule,
           approval_rule, denial_rule, person_rule, proposal_rule, forecast_rule,
           ratchet_rule, world_rule
@@ -3098,6 +3098,12 @@ Ratchet = collections.namedtuple("Ratchet", "lever forecast line")
 Ratchet.__doc__ = "Write the ratchet ask for `lever`, citing forecast #`forecast`."
 World = collections.namedtuple("World", "report lever")
 World.__doc__ = "Step the world command's ensemble from report #`report`, `lever` run."
+Launch = collections.namedtuple("Launch", "lever action run data more file checked timeout")
+Launch.__doc__ = """A lever's program for the warden to start once its action #`action` is written:
+`run` in a shell with `data` (bytes or None) on its stdin, `more` spawn's other arguments, `file`
+the text a takes: file lever writes first, `checked` whether lever_programs(spec) covered it."""
+Check = collections.namedtuple("Check", "gate verdict")
+Check.__doc__ = "A lever's check: to start before the lever, which the gate proves again after it."
 
 
 def write(state, kind, claim=None, **fields):
@@ -4688,14 +4694,6 @@ def cap_window(state, lever, now):
 
 
 # ---- a lever the gate proved: its action, then its program started apart ----
-Launch = collections.namedtuple("Launch", "lever action run data more file checked timeout")
-Launch.__doc__ = """A lever's program for the warden to start once its action #`action` is written:
-`run` in a shell with `data` (bytes or None) on its stdin, `more` spawn's other arguments, `file`
-the text a takes: file lever writes first, `checked` whether lever_programs(spec) covered it."""
-Check = collections.namedtuple("Check", "gate verdict")
-Check.__doc__ = "A lever's check: to start before the lever, which the gate proves again after it."
-
-
 def lever_programs(spec):
     """Return the programs in the venture directory a lever of `spec` runs (none for stop,
     research, mail.send): their owners are checked before its action is written."""
