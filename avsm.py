@@ -29,7 +29,7 @@ Sections
     4. the mandate, the config and the requests a client may send
     5. the ledger
     6-8. the kernel, a function per event yielding intents, what it calls beneath:
-       6. report_read, fold (each kind's fold by its record), round_settled (rules)
+       6. read_ended: report_read, round_settled (rules); fold, each kind's by its record
        7. the gate (check_proof, recheck_action, prove); lever_proved, lever_outcome,
           check_rule, reading_read, run_started, restart_rule, interrupted_rule,
           approval_rule, denial_rule, person_rule, proposal_rule, forecast_rule,
@@ -3104,6 +3104,45 @@ Launch.__doc__ = """A lever's program for the warden to start once its action #`
 the text a takes: file lever writes first, `checked` whether lever_programs(spec) covered it."""
 Check = collections.namedtuple("Check", "gate verdict")
 Check.__doc__ = "A lever's check: to start before the lever, which the gate proves again after it."
+
+
+# ---- the event of a reading program ended: the report, a guard, audit or reading ----
+Read = collections.namedtuple("Read", "what name value failure text round ended_by limit")
+Read.__doc__ = """What a reading program ended with: `what` report, guard, audit or reading, its
+`name` (None for the report), the number it printed or its `failure`, the `text` above the number,
+the `round` it was started in, what ended it early (`ended_by`: pause, stop, timeout) and its
+time `limit`."""
+
+
+def read_ended(state, round_, read, now, stopping):
+    """The event of a reading program ended (a Read): yield its record (the report's with its
+    drawdown guards'), then what the round in flight (`round_`, or None) settles once its metric is
+    in and the rest read or its deadline past at `now`; return the round still in flight, or None.
+    One cut short by a pause or a stop is no reading."""
+    if read.ended_by in ("pause", "stop"):
+        return round_
+    failure = timed_out_note(read.limit) if read.ended_by == "timeout" else read.failure
+    if read.what == "report":
+        yield from report_read(state, read.value, failure)
+        if round_ is not None:
+            round_ = dict(round_, metric=state.last_report[0])
+    else:
+        late = read_late(read.round, round_)
+        yield from reading_read(state, read.what, read.name, read.value, failure, read.text, late)
+        if late:
+            return round_
+        round_ = dict(round_, pending=round_["pending"] - {(read.what, read.name)})
+    return (yield from round_due(state, round_, now, stopping))
+
+
+def round_due(state, round_, now, stopping):
+    """Yield what the round in flight settles (round_settled) once its metric is in and the rest
+    read or its deadline past at `now` (monotonic); return the round still in flight, or None."""
+    unread = round_unread(round_, now)
+    if unread is None:
+        return round_
+    yield from round_settled(state, round_["metric"], unread, stopping)
+    return None
 
 
 def write(state, kind, claim=None, **fields):
@@ -7974,19 +8013,14 @@ class Rounds:
         busy = [(what, item["name"]) for what, item, start in plan if not start]
         yield from unread_rule(state, busy, "its last read is still running")
         for what, item, start in plan:
-            if not start:
-                continue
-            failed = self.start_reading(state, what, item["name"], item)
-            if failed is None:
-                self.rounds[state.name]["pending"].add((what, item["name"]))
-            else:
-                yield from failed
+            if start:
+                yield from self.start_reading(state, what, item["name"], item)
         # the report last: one that cannot start settles the round at once, the rest in it by then
-        yield from self.start_reading(state, "report", None, m) or ()
+        yield from self.start_reading(state, "report", None, m)
 
     def start_reading(self, state, what, name, item):
         """Start one reading program, or a built-in adapter (stripe and github get their url and key
-        in a private file); return None, or the intents of one that could not start."""
+        in a private file); yield what one that could not start calls for."""
         args, shell, secret = ["./report"], False, None
         if item.get("adapter"):
             words = item["adapter"].split()
@@ -8002,59 +8036,44 @@ class Rounds:
                     {"url": (where or {}).get("url"), "key": key, "problem": problem}).encode())
         elif what != "report":
             args, shell = item["run"], True
-        timeout = reading_limit(item)
+        timeout, number = reading_limit(item), self.rounds[state.name]["number"]
         try:
             child = self.spawn(what, state, args, timeout=timeout, shell=shell, payload_file=secret)
-            child.extra = {"name": name, "round": self.rounds[state.name]["number"],
-                           "limit": timeout}
-            return None
+            child.extra = {"name": name, "round": number, "limit": timeout}
+            if what != "report":
+                self.rounds[state.name]["pending"].add((what, name))
         except OSError as err:
-            if what == "report":
-                return self.record_report(state, None, f"could not start: {err}")
-            return reading_read(state, what, name, None, f"could not start: {err}", "")
+            yield from self.ended(state, Read(what, name, None, f"could not start: {err}", "",
+                                              number, None, timeout))
         finally:
             if secret:
                 os.unlink(secret)               # the child holds it open; the name goes now
 
-    def record_report(self, state, value, failure):
-        """Yield what the report read calls for (report_read); then the round may settle."""
-        yield from report_read(state, value, failure)
-        round_ = self.rounds.get(state.name)
-        if round_ is not None:
-            round_["metric"] = state.last_report[0]
-        yield from self.maybe_settle(state)
-
     def reading_done(self, state, child, status):
-        """The report, a guard, audit or reading command ended: its record, then the round may
-        settle. One cut short by a pause or a stop is no reading."""
-        what, name = child.purpose, child.extra["name"]
-        if child.ended_by in ("pause", "stop"):
-            return
-        value, failure = read_metric_output(child, status, with_output=what != "guard")
-        if child.ended_by == "timeout":
-            failure = timed_out_note(reading_limit(state.mandate) if what == "report"
-                                     else child.extra["limit"])
-        if what == "report":
-            yield from self.record_report(state, value, failure)
-            return
-        round_ = self.rounds.get(state.name)
-        late = read_late(child.extra.get("round"), round_)
+        """The report, a guard, audit or reading program ended: the event the kernel reads."""
+        value, failure = read_metric_output(child, status, with_output=child.purpose != "guard")
         text = "\n".join(output_lines(child.out, child.cut)[0])
-        yield from reading_read(state, what, name, value, failure, text, late)
-        if not late:
-            round_["pending"].discard((what, name))
-            yield from self.maybe_settle(state)
+        extra = child.extra
+        return self.ended(state, Read(child.purpose, extra["name"], value, failure, text,
+                                      extra.get("round"), child.ended_by, extra["limit"]))
 
-    def maybe_settle(self, state, now=None):
-        round_ = self.rounds.get(state.name)
-        unread = round_unread(round_, time.monotonic() if now is None else now)
-        if unread is not None:
-            del self.rounds[state.name]
-            yield from round_settled(state, round_["metric"], unread, self.stopping())
+    def ended(self, state, read):
+        """Carry out what the kernel makes of a read (read_ended), keeping the round it returns."""
+        round_ = self.rounds.pop(state.name, None)     # out of the rounds while it is settled
+        round_ = yield from read_ended(state, round_, read, time.monotonic(), self.stopping())
+        if round_ is not None:
+            self.rounds[state.name] = round_
+
+    def settle(self, state, now):
+        """The round's deadline passed (round_due)."""
+        round_ = self.rounds.pop(state.name, None)
+        round_ = yield from round_due(state, round_, now, self.stopping())
+        if round_ is not None:
+            self.rounds[state.name] = round_
 
     def settle_all(self, now):
         for name in list(self.rounds):
-            yield self.ventures[name], self.maybe_settle(self.ventures[name], now)
+            yield self.ventures[name], self.settle(self.ventures[name], now)
 
     def deadlines(self):
         return [

@@ -112,3 +112,74 @@ def test_a_lever_or_check_that_could_not_start():
     assert refusal[1] == {"kind": "refusal", "claim": "measured", "venture": V, "lever": "lower",
                           "by": "controller", "why": "its check could not start: no such file",
                           "summary": "lower refused: its check could not start"}
+
+
+SPENT = GUARDED % "pause"
+
+
+def ended(led, round_, read, now=0.1):
+    """Drive read_ended as the warden does; return (intents done, the round it hands back)."""
+    box = {}
+
+    def event():
+        box["round"] = yield from avsm.read_ended(led.state, round_, read, now, False)
+    return led.drive(event()), box["round"]
+
+
+def read(what, name, value, failure=None, number=7, ended_by=None):
+    return avsm.Read(what, name, value, failure, "", number, ended_by, 600)
+
+
+def test_a_read_ended_writes_its_record_and_the_round_settles_once_all_are_in():
+    """RUN-16, RUN-17: the guard read apart is written and leaves the round waiting for the
+    metric; the report then settles it (no reading left unread) and no round is left in flight."""
+    led = Ledger(SPENT)
+    round_ = {"deadline": 0.5, "metric": None, "pending": {("guard", "spend")}, "number": 7}
+    done, round_ = ended(led, round_, read("guard", "spend", 20))
+    assert kinds(done) == [("Write", "guard.spend")]
+    assert round_ == {"deadline": 0.5, "metric": None, "pending": set(), "number": 7}
+    done, after = ended(led, round_, read("report", None, 3))
+    assert kinds(done)[0] == ("Write", "report") and after is None
+    assert ("Write", "guard.spend") not in kinds(done)        # read once, not again as unread
+
+
+def test_a_read_cut_short_is_no_reading_and_one_past_its_limit_failed_so():
+    """RUN-14, RUN-15: a program ended by a pause or a stop writes nothing and leaves the round as
+    it was; one ended at its time limit is a failed reading saying so."""
+    led = Ledger(SPENT)
+    round_ = {"deadline": 0.5, "metric": None, "pending": {("guard", "spend")}, "number": 7}
+    for why in ("pause", "stop"):
+        assert ended(led, round_, read("guard", "spend", None, "ended", ended_by=why)) == (
+            [], round_)
+    done, _ = ended(led, round_, read("guard", "spend", None, "ended: timeout",
+                                      ended_by="timeout"))
+    assert done[0][1]["status"] == "failed"
+    assert done[0][1]["note"] == "took longer than its time limit of 10m and was ended"
+
+
+def test_a_late_reading_is_written_and_leaves_the_round_in_flight_alone():
+    """RUN-18: a reading of an earlier round, ended after its round settled without it, is written
+    (its guard's rules run on it alone) and the round now in flight still waits for its own."""
+    led = Ledger(SPENT)
+    round_ = {"deadline": 9.0, "metric": 5, "pending": {("guard", "spend")}, "number": 8}
+    done, after = ended(led, round_, read("guard", "spend", 150, number=7))
+    assert kinds(done) == [("Write", "guard.spend"), ("Pause", "pause")]
+    assert after is round_
+
+
+def test_a_round_past_its_deadline_settles_what_is_unread():
+    """RUN-18: round_due settles a round whose metric is in once its deadline passed, writing what
+    is still running as not read; before the deadline it waits."""
+    led = Ledger(SPENT)
+    report = led.add({"kind": "report", "claim": "measured", "venture": V, "metric": "dial",
+                      "value": 3, "status": "trusted", "plausible": True, "note": "",
+                      "summary": "dial = 3"})
+    round_ = {"deadline": 0.5, "metric": report, "pending": {("guard", "spend")}, "number": 7}
+    box = {}
+
+    def due(now):
+        box["round"] = yield from avsm.round_due(led.state, round_, now, False)
+    assert led.drive(due(0.4)) == [] and box["round"] is round_
+    done = led.drive(due(0.6))
+    assert kinds(done)[0] == ("Write", "guard.spend") and box["round"] is None
+    assert done[0][1]["status"] == "not read"
