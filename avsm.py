@@ -3145,6 +3145,33 @@ def round_due(state, round_, now, stopping):
     return None
 
 
+def reading_limit(item):
+    """Return the seconds a reading program may run: its `timeout:`, else 10 minutes; one still
+    running when next due runs on to this limit (DESIGN)."""
+    return item.get("timeout") or READING_TIMEOUT
+
+
+def read_late(child_round, round_):
+    """Whether a reading that just ended comes after its round settled without it (`round_`: the
+    round in flight, or None)."""
+    return round_ is None or child_round != round_["number"]
+
+
+def round_unread(round_, now):
+    """Return what a round in flight settles without, sorted [(what, name)], once its metric is in
+    and the rest read or its deadline past at `now` (monotonic); None while it waits."""
+    if round_ is None or round_["metric"] is None:
+        return None
+    if round_["pending"] and now < round_["deadline"]:
+        return None
+    return sorted(round_["pending"])
+
+
+def timed_out_note(limit):
+    """The failure of a reading program ended at its time limit."""
+    return f"took longer than its time limit of {format_duration(limit)} and was ended"
+
+
 def write(state, kind, claim=None, **fields):
     """Return the Write of a new `kind` record of `state`'s venture (new_record)."""
     return Write(new_record(kind, state.name, claim, **fields))
@@ -3445,6 +3472,60 @@ def guard_record(state, guard, value, failure, suffix=""):
     return record
 
 
+# ---- guards, audits, readings: their records ----
+def reading_read(state, what, name, value, failure, text, late=False):
+    """A guard, audit or reading program ended, or could not start: yield its record; the guard
+    rules run on a `late` guard reading alone."""
+    item = next(i for i in state.mandate[what + "s"] if i["name"] == name)
+    if what == "guard":
+        yield Write(guard_record(state, item, value, failure))
+        if late:
+            yield from guard_rules(state)
+    elif what == "audit":
+        yield Write(audit_record(state, name, value, failure, text))
+    else:
+        yield Write(reading_record(state, item, value, failure, text))
+
+
+def audit_record(state, name, value, failure, text):
+    """Return audit `name`'s reading record; its note, the lines its program printed above the
+    number, is never shown to a model (AUDIT-05)."""
+    lines = [line for line in text.split("\n") if line.strip()]
+    note = "\n".join(lines[:-1])[-NOTE_MAX:] if failure is None else failure
+    status = "failed" if failure else ("implausible" if value != value else "trusted")
+    return new_record(
+        f"audit.{name}", state.name, value=value if value == value else None, status=status,
+        plausible=status == "trusted", note=note or ("" if status == "trusted" else "NaN"),
+        summary=f"audit {name} = {format_number(value)}" if status == "trusted"
+        else f"audit {name} {status}: {note[:200]}")
+
+
+ADDRESS = r"[^\s<>,;:@]+@[^\s<>,;:@]+"
+
+
+def reading_record(state, reading, value, failure, text):
+    """Return a reading's record: read, keeping its fields (those its audit's note names), or failed
+    with no note at all (READING-08)."""
+    name = reading["name"]
+    record = new_record(f"reading.{name}", state.name, value=value if value == value else None,
+                        status="failed" if failure else "read", plausible=failure is None)
+    if failure is None:
+        # at most 50 address lines above the number; with an audit, only those its note names
+        named = None
+        if reading["audit"]:
+            note = state.audits.get(reading["audit"], {}).get("note", "")
+            named = set(re.findall(r"[^\s<>,;:]+", note))
+        lines = [line.strip() for line in text.split("\n") if line.strip()]
+        fields = [line for line in lines[:-1] if len(line) <= 254 and re.fullmatch(ADDRESS, line)
+                  and (named is None or line in named)][:50]
+        record.update(fields=" ".join(fields),
+                      summary=f"reading {name} = {format_number(value)}: {len(fields)} field(s)")
+    else:
+        record.update(summary=f"reading {name} failed")
+    return record
+
+
+# ---- a world's fold ----
 # scores the rolling skill and coverage are taken over (open point 37)
 ROLLING = 20
 
@@ -3647,33 +3728,6 @@ def round_plan(mandate, running):
     return [(what, item, (what, item["name"]) not in running)
             for what in ("guard", "audit", "reading") for item in mandate[what + "s"]
             if what != "guard" or item["drawdown"] is None]
-
-
-def reading_limit(item):
-    """Return the seconds a reading program may run: its `timeout:`, else 10 minutes; one still
-    running when next due runs on to this limit (DESIGN)."""
-    return item.get("timeout") or READING_TIMEOUT
-
-
-def read_late(child_round, round_):
-    """Whether a reading that just ended comes after its round settled without it (`round_`: the
-    round in flight, or None)."""
-    return round_ is None or child_round != round_["number"]
-
-
-def round_unread(round_, now):
-    """Return what a round in flight settles without, sorted [(what, name)], once its metric is in
-    and the rest read or its deadline past at `now` (monotonic); None while it waits."""
-    if round_ is None or round_["metric"] is None:
-        return None
-    if round_["pending"] and now < round_["deadline"]:
-        return None
-    return sorted(round_["pending"])
-
-
-def timed_out_note(limit):
-    """The failure of a reading program ended at its time limit."""
-    return f"took longer than its time limit of {format_duration(limit)} and was ended"
 
 
 # ---- world models ----
@@ -4869,59 +4923,6 @@ def check_rule(state, lever, verdict, summary, by, side, extra, ok, status, note
     if why is not None:
         yield from refusal(state, lever, why, f"{lever} refused after its check passed: {why}",
                            by=by, check=seq)
-
-
-# ---- guards, audits, readings ----
-def reading_read(state, what, name, value, failure, text, late=False):
-    """A guard, audit or reading program ended, or could not start: yield its record; the guard
-    rules run on a `late` guard reading alone."""
-    item = next(i for i in state.mandate[what + "s"] if i["name"] == name)
-    if what == "guard":
-        yield Write(guard_record(state, item, value, failure))
-        if late:
-            yield from guard_rules(state)
-    elif what == "audit":
-        yield Write(audit_record(state, name, value, failure, text))
-    else:
-        yield Write(reading_record(state, item, value, failure, text))
-
-
-def audit_record(state, name, value, failure, text):
-    """Return audit `name`'s reading record; its note, the lines its program printed above the
-    number, is never shown to a model (AUDIT-05)."""
-    lines = [line for line in text.split("\n") if line.strip()]
-    note = "\n".join(lines[:-1])[-NOTE_MAX:] if failure is None else failure
-    status = "failed" if failure else ("implausible" if value != value else "trusted")
-    return new_record(
-        f"audit.{name}", state.name, value=value if value == value else None, status=status,
-        plausible=status == "trusted", note=note or ("" if status == "trusted" else "NaN"),
-        summary=f"audit {name} = {format_number(value)}" if status == "trusted"
-        else f"audit {name} {status}: {note[:200]}")
-
-
-ADDRESS = r"[^\s<>,;:@]+@[^\s<>,;:@]+"
-
-
-def reading_record(state, reading, value, failure, text):
-    """Return a reading's record: read, keeping its fields (those its audit's note names), or failed
-    with no note at all (READING-08)."""
-    name = reading["name"]
-    record = new_record(f"reading.{name}", state.name, value=value if value == value else None,
-                        status="failed" if failure else "read", plausible=failure is None)
-    if failure is None:
-        # at most 50 address lines above the number; with an audit, only those its note names
-        named = None
-        if reading["audit"]:
-            note = state.audits.get(reading["audit"], {}).get("note", "")
-            named = set(re.findall(r"[^\s<>,;:]+", note))
-        lines = [line.strip() for line in text.split("\n") if line.strip()]
-        fields = [line for line in lines[:-1] if len(line) <= 254 and re.fullmatch(ADDRESS, line)
-                  and (named is None or line in named)][:50]
-        record.update(fields=" ".join(fields),
-                      summary=f"reading {name} = {format_number(value)}: {len(fields)} field(s)")
-    else:
-        record.update(summary=f"reading {name} failed")
-    return record
 
 
 def run_started(state, pid, restart, err=None):
