@@ -183,3 +183,83 @@ def test_a_round_past_its_deadline_settles_what_is_unread():
     done = led.drive(due(0.6))
     assert kinds(done)[0] == ("Write", "guard.spend") and box["round"] is None
     assert done[0][1]["status"] == "not read"
+
+
+PROVED = """\
+purpose: Keep the dial low.
+metric: dial
+controller: {kind: threshold, above: 10, action: lower}
+cadence: 10s
+permitted:
+  - {name: lower, run: ./lower, cap: 9/hour, reversible: true, timeout: 30s, takes: text}
+  - {name: tidy, run: ./tidy, cap: 9/hour, reversible: true, check: ./ok}
+  - {name: notify, run: mail.send, cap: 9/hour, reversible: true}
+  - {name: research, cap: 9/hour, reversible: true}
+"""
+
+
+def proved(lever, cfg=None, unsafe=None, payload=None, check=None):
+    """Drive lever_proved for a person's `lever` as the warden does: [(intent, record or itself)]."""
+    led = Ledger(PROVED)
+    basis = ("person", [], [f"a person asks for {lever}"])
+    verdict = avsm.prove(led.state, lever, 1040, basis, payload=payload)
+    assert verdict.ok, verdict.why
+    gate = avsm.Gate(lever, basis, payload=payload, by="person", summary=f"{lever} runs",
+                     extra=avsm.some(payload=payload), check=check)
+    cfg = cfg or {"adapters": {}, "research": None}
+    steps, done, result = avsm.lever_proved(led.state, gate, verdict, cfg, unsafe), [], None
+    while True:
+        try:
+            intent = steps.send(result)
+        except StopIteration:
+            return done
+        result = led.add(intent.record) if isinstance(intent, (avsm.Write, avsm.Pause)) else None
+        done.append((type(intent).__name__,
+                     intent.record if hasattr(intent, "record") else intent))
+
+
+def test_a_proved_lever_is_its_action_then_its_program_for_the_warden_to_start():
+    """LEVER-02, LEVER-07, LEVER-09: the action is written first; then the program to start, in
+    the venture directory with its time limit, its owners already checked."""
+    done = proved("lower", payload="x")
+    assert [what for what, _ in done] == ["Write", "Launch"]
+    assert done[0][1]["kind"] == "action" and done[0][1]["lever"] == "lower"
+    assert done[1][1] == avsm.Launch("lower", 2, "./lower", b"x", {}, None, True, 30)
+
+
+def test_a_lever_with_a_check_starts_the_check_and_writes_nothing_yet():
+    """Open point 27: a lever with check: runs its check first; the gate proves it again once the
+    check passed (its seq in the Gate), and only then is the action written."""
+    done = proved("tidy")
+    assert [what for what, _ in done] == ["Check"] and done[0][1].gate.lever == "tidy"
+    assert [what for what, _ in proved("tidy", check=5)] == ["Write", "Launch"]
+
+
+def test_a_lever_another_user_could_change_is_refused_before_its_action():
+    """Issue 32 item 6: what owner_problem found refuses the lever with its fix and writes no
+    action; the stop lever, which runs nothing, is not held by it (LEVER-05's stop: a pause)."""
+    unsafe = avsm.Writable("./lower is writable by group staff", "chmod g-w ./lower")
+    done = proved("lower", unsafe=unsafe, payload="x")
+    assert [(what, r["kind"]) for what, r in done] == [("Write", "refusal")]
+    assert "chmod g-w ./lower" in done[0][1]["summary"]
+    assert [(what, r["kind"]) for what, r in proved("stop", unsafe=unsafe)] == [
+        ("Write", "action"), ("Pause", "pause"), ("Write", "outcome")]
+
+
+def test_research_and_mail_without_their_config_fail_after_their_action():
+    """LEVER-17, LEVER-19, CONFIG-07: research with no research: command, and mail.send with no
+    adapters: mail:, are each an action then a failed outcome saying what to configure; with them,
+    the configured command is what starts."""
+    research = proved("research", payload="why?")
+    assert [(what, r["kind"]) for what, r in research] == [("Write", "action"),
+                                                           ("Write", "outcome")]
+    assert "config.yaml names no research: command" in research[1][1]["summary"]
+    mail = proved("notify", payload="To: a@b\n\nhi")
+    assert mail[1][1]["summary"] == ("notify failed: mail.send needs adapters: mail: in "
+                                     "config.yaml and a text payload")
+    cfg = {"adapters": {"mail": {"from": "avsm@h", "command": "sendmail -t"}},
+           "research": "./ask"}
+    launch = proved("notify", cfg, payload="To: a@b\n\nhi")[1][1]
+    assert launch.run == "sendmail -t" and launch.data.startswith(b"From: avsm@h\n")
+    asked = proved("research", cfg, payload="why?")[1][1]
+    assert asked.run == "./ask" and asked.more["head"] == avsm.REPLY_MAX and not asked.checked
