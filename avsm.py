@@ -8169,16 +8169,20 @@ class Levers:
     def launch(self, state, launch):
         """Start the program of a lever whose action is written (a Launch), apart; return the
         intents of one that cannot start."""
+        payload_file = None
         try:
             if launch.file is not None:
                 write_venture_file(state.directory, launch.file)
-            payload_file = write_payload(launch.data) if launch.data is not None else None
+            if launch.data is not None:
+                payload_file = write_payload(launch.data)
             child = self.spawn("lever", state, launch.run, timeout=launch.timeout, shell=True,
                                lever=launch.lever, payload_file=payload_file,
                                checked=launch.checked, **launch.more)
             child.extra = {"lever": launch.lever, "action": launch.action,
                            "timeout": launch.timeout, "payload_file": payload_file}
         except OSError as err:
+            if payload_file:
+                os.unlink(payload_file)         # no program holds the content: it goes now
             return unstarted_outcome(state, launch.lever, launch.action, str(err))
         return []
 

@@ -167,6 +167,28 @@ def test_research_keeps_inferred_facts_with_their_source(av, workdir):
     assert of(recs, "outcome")[0][1]["ok"] is True
 
 
+def test_a_research_command_others_could_change_never_starts_and_leaves_no_question(av, workdir):
+    """LEVER-17, issue 32 item 6: a research: command another user could change is not started: its
+    action's outcome fails with the path and the fix, and the question written for it is removed
+    from the temporary directory, not left there."""
+    tmp = os.path.join(workdir, "tmp")
+    os.mkdir(tmp, 0o700)
+    av.env["TMPDIR"] = tmp
+    command = write(os.path.join(workdir, "researcher"), "#!/bin/sh\necho ran > ran\n", 0o757)
+    write(os.path.join(av.home, "config.yaml"), f"research: {command}\n")
+    d = dial(workdir, "dial", RESEARCH)
+    av.start()
+    assert av.cli("add", d).returncode == 0
+    run = av.cli("propose", "dial", "research", "--payload", "-", input="why does it drift?")
+    assert run.returncode == 0, run.stderr
+    recs = av.wait_for(lambda rs: of(rs, "outcome") and rs, timeout=10, what="research's outcome")
+    outcome = of(recs, "outcome")[0][1]
+    assert (outcome["ok"], outcome["status"]) == (False, "not started"), outcome
+    assert f"chmod go-w {command}" in outcome["note"], outcome
+    assert not os.path.exists(os.path.join(d, "ran"))
+    assert not [n for n in os.listdir(tmp) if n.startswith("avsm-payload-")], os.listdir(tmp)
+
+
 def test_an_edit_to_the_config_takes_effect_only_at_a_restart(av, workdir):
     """CONFIG-02: avsmd reads config.yaml once, at its start. With `research:` edited to another command while
     avsmd runs, a research run still goes to the command it started with (and `avsm add` says a restart
