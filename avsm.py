@@ -8044,8 +8044,8 @@ class Rounds:
             if what != "report":
                 self.rounds[state.name]["pending"].add((what, name))
         except OSError as err:
-            yield from self.ended(state, Read(what, name, None, f"could not start: {err}", "",
-                                              number, None, timeout))
+            read = Read(what, name, None, f"could not start: {err}", "", number, None, timeout)
+            yield from self.ended(state, read_ended, read, time.monotonic())
         finally:
             if secret:
                 os.unlink(secret)               # the child holds it open; the name goes now
@@ -8055,26 +8055,20 @@ class Rounds:
         value, failure = read_metric_output(child, status, with_output=child.purpose != "guard")
         text = "\n".join(output_lines(child.out, child.cut)[0])
         extra = child.extra
-        return self.ended(state, Read(child.purpose, extra["name"], value, failure, text,
-                                      extra.get("round"), child.ended_by, extra["limit"]))
+        read = Read(child.purpose, extra["name"], value, failure, text, extra.get("round"),
+                    child.ended_by, extra["limit"])
+        return self.ended(state, read_ended, read, time.monotonic())
 
-    def ended(self, state, read):
-        """Carry out what the kernel makes of a read (read_ended), keeping the round it returns."""
-        round_ = self.rounds.pop(state.name, None)     # out of the rounds while it is settled
-        round_ = yield from read_ended(state, round_, read, time.monotonic(), self.stopping())
-        if round_ is not None:
-            self.rounds[state.name] = round_
-
-    def settle(self, state, now):
-        """The round's deadline passed (round_due)."""
-        round_ = self.rounds.pop(state.name, None)
-        round_ = yield from round_due(state, round_, now, self.stopping())
+    def ended(self, state, event, *args):
+        """Carry out kernel `event` (read_ended, round_due) on the round in flight, out of the
+        rounds while it runs; keep the round it returns."""
+        round_ = yield from event(state, self.rounds.pop(state.name, None), *args, self.stopping())
         if round_ is not None:
             self.rounds[state.name] = round_
 
     def settle_all(self, now):
         for name in list(self.rounds):
-            yield self.ventures[name], self.settle(self.ventures[name], now)
+            yield self.ventures[name], self.ended(self.ventures[name], round_due, now)
 
     def deadlines(self):
         return [
