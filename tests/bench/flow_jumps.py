@@ -12,6 +12,8 @@ Method:
                     self.a[.b...].x(.) -> follow `self.a = A(...)` in the owner's __init__
                                            (any method as a fallback), then A's attributes ...
                     Class.x(...)       -> Class.x
+                    f(g, ...)          -> g as well: a module-level function handed to a call
+                                           is called through it
     anything else (state.foo(), str/list builtins, ...) is unresolved: no step, not followed.
   * helpers called from more than --max-callers (15) distinct call sites in the file are
     excluded (not steps, not followed): they are generic helpers, not the flow.
@@ -137,6 +139,10 @@ class Index:
                 r = self.resolve(n, cls)
                 if r is not None:
                     out.append((n.lineno, n.col_offset, r))
+                # a module-level function handed to a call is called through it: a step too
+                for a in n.args:
+                    if isinstance(a, ast.Name) and a.id in self.funcs and self.owner[a.id] is None:
+                        out.append((a.lineno, a.col_offset, a.id))
         out.sort()
         return out
 
