@@ -7951,12 +7951,8 @@ class Schedule:
         return heap[0][0] if heap else None
 
     def pop_due(self, now):
-        heap = self.due_heap
-        while heap and heap[0][0] <= now:
-            at, name = heapq.heappop(heap)
-            if self.due.get(name) != at or not self.active(name):
-                continue
-            yield at, name
+        while self.soonest() is not None and self.soonest() <= now:
+            yield heapq.heappop(self.due_heap)
 
     def resume(self, now):
         for name in list(self.due):
