@@ -8227,7 +8227,6 @@ class Worlds:
         f = self.cfg["forecast"] or (PACKET_FORECAST if decision else FORECAST_DEFAULT)
         if not f["seeds"] or self.stopping() or decision and not state.mandate["world"]:
             return False
-        # through the world, with world:
         facts = world_forecast_facts(state, f["days"], f["seeds"], time.time())
         payload = write_payload(json.dumps(dict(facts, **some(packet=bool(decision)))).encode())
         try:
@@ -8292,7 +8291,6 @@ class Worlds:
         outputs = [job["outputs"][i] for i in sorted(job["outputs"])]
         if state.mandate is not None:
             return world_rule(state, job["report"], job["lever"], outputs, job["failure"])
-        return None
 
 
 def ratchet_text(state, lever):
