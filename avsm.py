@@ -8586,10 +8586,8 @@ class Checkpoints:
             if data:
                 write_textfile(name, data if data.endswith("\n") else data + "\n", 0o600)
         syslog.openlog("avsm", 0, syslog.LOG_USER)
-        syslog.syslog(
-            syslog.LOG_NOTICE,
-            f"checkpoint {self.origin} {head[0]} {head[1]}" + (" signed" if signature else ""),
-        )
+        syslog.syslog(syslog.LOG_NOTICE, f"checkpoint {self.origin} {head[0]} {head[1]}"
+                      + (" signed" if signature else ""))
         log(self.debug, "warden", f"checkpoint #{head[0]} written to {path}")
         self.seq, self.at, self.wanted = head[0], at, False
         return text, signature
@@ -8778,9 +8776,8 @@ class HomeFiles:
         except OSError as err:
             # tried again after `every`, or the next irreversible action
             self.checkpoints.at = time.time()
-            sys.stderr.write(
-                f"avsmd: no checkpoint could be written to {self.checkpoints.dir}: {err}\n"
-            )
+            sys.stderr.write(f"avsmd: no checkpoint could be written to {self.checkpoints.dir}:"
+                             f" {err}\n")
             return None
 
     def snapshot(self, down, least, fold=None):
@@ -8834,7 +8831,7 @@ class HomeFiles:
         except sqlite3.Error:
             head = (self.ledger.last or (0,))[0]      # a ledger that cannot be read: the last head
         try:
-            size = os.stat(os.path.join(self.home, "ledger.db")).st_size
+            size = os.stat(self.ledger.path).st_size
         except OSError:
             size = None
         kept = (self.checkpoints.seq, self.checkpoints.at) if self.checkpoints.seq else None
@@ -8906,9 +8903,8 @@ class Warden:
                              lambda: self.stopping, self.active, debug)
         channel.setblocking(False)
         self.sel.register(channel, selectors.EVENT_READ, ("channel", None))
-        self.sel.register(
-            self.decisions.wake_r, selectors.EVENT_READ, ("results", self.decisions.wake_r)
-        )
+        self.sel.register(self.decisions.wake_r, selectors.EVENT_READ,
+                          ("results", self.decisions.wake_r))
 
     def append(self, record, at=None):
         """Append `record`; an irreversible action asks for a checkpoint after it."""
@@ -9041,11 +9037,8 @@ class Warden:
         self.writer.commit()
         written = self.write_checkpoint()
         if written is None:
-            raise Fail(
-                EX_TEMPFAIL,
-                "no checkpoint can be written now: the ledger holds no record yet, or cannot be"
-                " written",
-            )
+            raise Fail(EX_TEMPFAIL, "no checkpoint can be written now: the ledger holds no record"
+                                    " yet, or cannot be written")
         facts = parse_checkpoint(written[0], "the checkpoint", written[1])._asdict()
         return [json.dumps(facts)] if args.get("json") else checkpoint_lines(facts)
 
@@ -9054,19 +9047,16 @@ class Warden:
 
     def next_wakeup(self, now):
         """Return seconds until the next due report, deadline or restart, or None."""
-        times, soonest = [], self.rounds.schedule.soonest()
+        soonest = self.rounds.schedule.soonest()
+        times = self.children.wakeups(now) + self.keeper.wakeups() + self.rounds.deadlines() \
+            + self.files.wakeups()
         if soonest is not None and not self.writer.ledger_down:
             times.append(soonest)
-        times += self.children.wakeups(now) + self.keeper.wakeups()
-        times += self.rounds.deadlines()
-        times += self.files.wakeups()
         if self.writer.ledger_down:
             times.append(self.writer.retry_at)
         elif self.next_nightly is not None:
             times.append(now + max(0.0, self.next_nightly - time.time()))
-        if not times:
-            return None
-        return max(0.0, min(times) - now)
+        return max(0.0, min(times) - now) if times else None
 
     def tick(self, now):
         """Start what is due, end what is past its deadline, reap what has ended."""
@@ -9089,14 +9079,11 @@ class Warden:
                         self.decisions.start_decision(state, "nightly")
                     except Fail as fail:
                         log(True, "warden", f"{state.name}: no nightly decision: {fail}")
-        # 4. the rounds that are due start; those in flight settle once read or late
-        for state, intents in self.rounds.start_due(now):
-            self.carry_out(state, intents)
-        for state, intents in self.rounds.settle_all(now):
-            self.carry_out(state, intents)
-        # 5. a `run` program whose back-off is over starts again
-        for state, intents in self.keeper.start_due(now):
-            self.carry_out(state, intents)
+        # 4. the rounds that are due start; those in flight settle once read or late; a `run`
+        # program whose back-off is over starts again
+        for due in (self.rounds.start_due, self.rounds.settle_all, self.keeper.start_due):
+            for state, intents in due(now):
+                self.carry_out(state, intents)
 
     def settle_child(self, child):
         """A child ended and its group is gone: carry out what the room that started it returns."""
@@ -9237,13 +9224,10 @@ class Warden:
     def do_health(self, args, err):
         """What avsm doctor asks the running daemon."""
         if self.writer.ledger_down:
-            err.append(
-                f"the ledger cannot be written: {self.writer.ledger_down}; nothing that would write"
-                " runs, and avsmd tries again every 30 s"
-            )
-        return [
-            f"avsmd {VERSION}, {sum(1 for s in self.ventures.values() if s.mandate_seq)} venture(s)"
-        ]
+            err.append(f"the ledger cannot be written: {self.writer.ledger_down}; nothing that"
+                       " would write runs, and avsmd tries again every 30 s")
+        return [f"avsmd {VERSION}, {sum(1 for s in self.ventures.values() if s.mandate_seq)}"
+                " venture(s)"]
 
     def do_status(self, args, err):
         facts = status_facts(self.ventures, time.time(), self.keeper.keep, self.cfg,
@@ -9277,10 +9261,8 @@ class Warden:
         spec = (state.mandate["levers"].get(lever)
                 if state.mandate and ask.get("about") in ("lever", "model") else None)
         problem = spec and content_problem(spec["takes"], payload, state.directory)
-        done = self.carry_out(
-            state,
-            approval_rule(state, seq, ask, payload, "payload" in args, problem, int(time.time())),
-        )
+        done = self.carry_out(state, approval_rule(state, seq, ask, payload, "payload" in args,
+                                                   problem, int(time.time())))
         gated = [action for intent, action in done if isinstance(intent, Gate)]
         if not gated:
             return [f"#{seq} answered; nothing runs on it"]
@@ -9293,9 +9275,8 @@ class Warden:
         """The content an open ask carries, as JSON (for approve --edit)."""
         state, seq, ask = self.find_ask(args)
         if ask.get("payload") is None:
-            raise Fail(
-                EX_DATAERR, f"ask #{seq} carries no content to edit; approve it without --edit"
-            )
+            raise Fail(EX_DATAERR,
+                       f"ask #{seq} carries no content to edit; approve it without --edit")
         return [json.dumps(ask["payload"])]
 
     def do_propose(self, args, err):
@@ -9309,9 +9290,8 @@ class Warden:
             try:
                 payload = read_json(payload)
             except (ValueError, RecursionError) as bad:
-                raise Fail(
-                    EX_DATAERR, f"{lever} takes json, and the payload is not JSON: {bad}"
-                ) from None
+                raise Fail(EX_DATAERR,
+                           f"{lever} takes json, and the payload is not JSON: {bad}") from None
         content_why = spec and content_problem(spec["takes"], payload, state.directory)
         done = self.carry_out(state, person_proposal_rule(state, lever, payload, content_why))
         seq, action = done[0][1], done[-1][1]
@@ -9323,10 +9303,8 @@ class Warden:
         path = os.path.join(state.directory, "mandate.yaml")
         new = ask.get("mandate")
         if not new:
-            raise Fail(
-                EX_DATAERR,
-                f"ask #{seq} carries no mandate change; edit {path} by hand and run avsm add",
-            )
+            raise Fail(EX_DATAERR, f"ask #{seq} carries no mandate change; edit {path} by hand"
+                                   " and run avsm add")
         mandate = parse_mandate(new, path, state.directory)
         refuse(ratchet_change_problem(state, mandate))
         self.carry_out(state, [Write(ratchet_approval(state, seq, ask))])
@@ -9379,23 +9357,16 @@ def request_answer(message, do):
         err.append(str(fail))
         code = fail.code
     except (LockLost, LedgerDown) as lost:
-        err.append(
-            f"the ledger cannot be written: {lost}; nothing was done, try again later"
-            if isinstance(lost, LedgerDown)
-            else str(lost)
-        )
+        err.append(f"the ledger cannot be written: {lost}; nothing was done, try again later"
+                   if isinstance(lost, LedgerDown) else str(lost))
         code = EX_TEMPFAIL
     # a bug: reported once, this request refused, the warden keeps serving
     except Exception as bug:
         import traceback
-        sys.stderr.write(
-            f"avsm warden: a bug in avsm, doing {message.get('cmd')} (the warden goes"
-            f" on):\n{traceback.format_exc()}"
-        )
-        err.append(
-            f"a bug in avsm refused this request ({type(bug).__name__}); it is reported on"
-            " avsmd's standard error"
-        )
+        sys.stderr.write(f"avsm warden: a bug in avsm, doing {message.get('cmd')} (the warden"
+                         f" goes on):\n{traceback.format_exc()}")
+        err.append(f"a bug in avsm refused this request ({type(bug).__name__}); it is reported"
+                   " on avsmd's standard error")
         code = EX_SOFTWARE
     return {"id": message.get("id"), "out": out, "err": err, "exit": code}
 
