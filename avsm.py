@@ -12113,9 +12113,10 @@ def test_ventures(home, cfg, dirs):
     return code
 
 
-def describe_allowed(m, cfg):
-    """Return lines saying what a mandate allows: each lever, its cap, and what needs asking."""
-    lines = []
+def allowed_lines(state, cfg):
+    """Return lines saying what the venture's mandate allows: each lever, its cap, and what needs
+    asking; then whether its levers can hold it."""
+    m, lines = state.mandate, []
     ctl = m["controller"]
     if decided_by_model(m):
         lines.append("  " + backend_note(m, cfg))
@@ -12148,7 +12149,8 @@ def describe_allowed(m, cfg):
         lines.append(
             f"  audit {a['name']} ({a['run']}): asks when the metric improves while it worsens"
             f" ({a['worse']}) past {format_number(a['tolerance'])}")
-    return lines
+    days = (cfg["forecast"] or FORECAST_DEFAULT)["days"]
+    return lines + ["  " + describe_capacity(capacity_check(state, days))]
 
 
 def backend_note(m, cfg):
@@ -12192,13 +12194,6 @@ def print_allowed(home, cfg, name, m):
     state = states.get(name) or VentureState(name)
     state.mandate = m
     out(*allowed_lines(state, cfg))
-
-
-def allowed_lines(state, cfg):
-    """What the venture's mandate allows, and whether its levers can hold it."""
-    days = (cfg["forecast"] or FORECAST_DEFAULT)["days"]
-    capacity = describe_capacity(capacity_check(state, days))
-    return describe_allowed(state.mandate, cfg) + ["  " + capacity]
 
 
 # ---- avsm try and avsm link, and how this user runs avsm ----
