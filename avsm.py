@@ -10858,8 +10858,7 @@ def why_facts(db, facts, home):
             if r["seq"] < seq:
                 since = (r["seq"], states_of(read_snapshot(home, r))[0])
                 break
-    fullmatch = re.compile(TRUSTED_REPORT).fullmatch
-    records = {s: (a, decode_record(t, fullmatch, s)) for s, a, t in ledger_rows(
+    records = {s: (a, decode_record(t, seq=s)) for s, a, t in ledger_rows(
         db, "SELECT seq, at, record FROM records WHERE "
         f"{RECORD_VENTURE_SQL} = ? AND seq > ? AND seq <= ? ORDER BY seq",
         (record.get("venture"), since[0], seq), since[0], seq)}
