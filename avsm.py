@@ -9417,7 +9417,6 @@ class Notifier:
         self.running = []             # (Child, notice, its standard input's file)
         self.stretch = None           # judge_notify's
         self.down_told = False        # admit_notice's
-        # avsm and avsmd as this person runs them
         self.commands = {"avsm": client_command(home), "avsmd": program_command("avsmd", home)}
         self.stopping = False         # then every notice starts at once: no time to take turns
 
@@ -9660,11 +9659,6 @@ class Clients:
         self.reply(self.waiting.pop(message["id"], None), message.get("err", []),
                    message.get("exit", EX_SOFTWARE), message.get("out", []))
 
-    def fail_waiting(self, why):
-        """Every request the warden was answering fails with `why` (69)."""
-        for client in [self.waiting.pop(rid) for rid in list(self.waiting)]:
-            self.reply(client, [why], EX_UNAVAILABLE)
-
     def reply(self, conn, err, code, out=()):
         if conn not in self.clients:
             return
@@ -9861,7 +9855,10 @@ class Daemon:
         self.append_self("restart", f"{what} (pid {kept.pid}) ended ({how}); starting it again"
                          + (f" in {delay} s" if delay else ""), process=kept.name, restart_in=delay)
         if kept is self.warden:
-            self.clients.fail_waiting("the warden ended while answering; try again")
+            waiting, self.clients.waiting = self.clients.waiting, {}
+            for conn in waiting.values():
+                self.clients.reply(conn, ["the warden ended while answering; try again"],
+                                   EX_UNAVAILABLE)
 
     def end_groups(self):
         term_then_kill([g for g, told in self.groups.items()
