@@ -9453,20 +9453,18 @@ class Notifier:
             self.settle(notice, notify_failure(child.ended_by, status, self.spec["timeout"]),
                         child.note())
         while self.queue and (self.stopping or not self.running):
-            self.start(self.queue.pop(0))
-
-    def start(self, notice):
-        text, event = notice_message(notice, self.commands, self.home)
-        path = write_payload(text.encode("utf-8", "replace"))
-        try:
-            child = Child("notify", notice["venture"], self.spec["run"], self.home,
-                          notify_env(self.home, event), timeout=self.spec["timeout"], shell=True,
-                          stdin_path=path)
-        except (OSError, ValueError) as err:
-            os.unlink(path)
-            self.settle(notice, f"it could not start: {getattr(err, 'strerror', None) or err}")
-            return
-        self.running.append((child, notice, path))
+            notice = self.queue.pop(0)
+            text, event = notice_message(notice, self.commands, self.home)
+            path = write_payload(text.encode("utf-8", "replace"))
+            try:
+                child = Child("notify", notice["venture"], self.spec["run"], self.home,
+                              notify_env(self.home, event), timeout=self.spec["timeout"],
+                              shell=True, stdin_path=path)
+            except (OSError, ValueError) as err:
+                os.unlink(path)
+                self.settle(notice, f"it could not start: {getattr(err, 'strerror', None) or err}")
+                continue
+            self.running.append((child, notice, path))
 
     def settle(self, notice, failure, note=""):
         """One notice told, or not: write what judge_notify says to write."""
