@@ -9887,7 +9887,6 @@ class Daemon:
         except Exception as err:          # an unwritable ledger must not take avsmd down
             sys.stderr.write(f"avsmd: could not append to the ledger: {err}\n")
             self.notifier.tell(ledger_down_notice(str(err)))
-        return None
 
     def begin_stop(self, why):
         if self.stopping:
@@ -10446,7 +10445,6 @@ def show_ledger_view(home, verb, args):
     except BrokenPipeError:
         # the reader went away (status | head -1): the 69 still says no avsmd answers
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
-    return None
 
 
 def utf8_output():
@@ -12318,8 +12316,8 @@ def program_command(program, home=None):
             command = program
         elif os.path.dirname(started) and os.path.exists(beside):
             command = beside
-        else:
-            command = program if on_path else None
+        elif on_path:
+            command = program
     if command is None:
         python = sys.executable or "python3"
         if shutil.which("python3") and os.path.realpath(
