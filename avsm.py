@@ -9689,12 +9689,12 @@ class Kept:
     """One process avsmd keeps (the warden, the roles process), and what avsmd calls when it speaks
     and when it ends."""
 
-    def __init__(self, name, sel, read, ended):
-        self.name, self.sel, self.read, self.ended = name, sel, read, ended
+    def __init__(self, name, what, sel, read, ended):
+        self.name, self.what, self.sel, self.read, self.ended = name, what, sel, read, ended
         self.pid = self.proc = self.chan = self.pidfd = self.restart_at = self.backoff = None
         self.reader, self.started = LineReader(), 0.0
 
-    def attach(self, pid, chan):
+    def attach(self, pid, chan, debug):
         import selectors
         chan.setblocking(False)
         self.pid, self.chan, self.reader, self.started = pid, chan, LineReader(), time.monotonic()
@@ -9704,6 +9704,7 @@ class Kept:
             self.sel.register(self.pidfd, selectors.EVENT_READ, lambda: self.ended(self))
         except (AttributeError, OSError):
             self.pidfd = None
+        log(debug, "avsmd", f"started {self.what}, pid {pid}")
 
     def detach(self):
         """It ended: close its pidfd and channel."""
@@ -9725,8 +9726,8 @@ class Daemon:
         self.debug = debug
         self.sel, self.ledger = selectors.DefaultSelector(), None
         self.lock, self.clients = HomeLock(home), Clients(self)
-        self.warden = Kept("warden", self.sel, self.from_warden, self.ended)
-        self.roles = Kept("roles", self.sel, self.from_roles, self.ended)
+        self.warden = Kept("warden", "the warden", self.sel, self.from_warden, self.ended)
+        self.roles = Kept("roles", "the roles process", self.sel, self.from_roles, self.ended)
         self.roles_waiting = {}
         self.groups = {}    # the groups the warden said it started and has not seen end (RUN-13)
         self.stopping, self.stop_deadline, self.exit_code, self.signals = False, None, EX_OK, []
@@ -9743,8 +9744,7 @@ class Daemon:
                                             env=dict(os.environ, AVSM_CONFIG=json.dumps(self.cfg)),
                                             stdin=subprocess.DEVNULL)
         theirs.close()
-        self.warden.attach(self.warden.proc.pid, ours)
-        log(self.debug, "avsmd", f"started the warden, pid {self.warden.pid}")
+        self.warden.attach(self.warden.proc.pid, ours, self.debug)
         self.pass_on()
 
     def start_roles(self):
@@ -9771,8 +9771,7 @@ class Daemon:
             finally:
                 os._exit(code)
         theirs.close()
-        self.roles.attach(pid, ours)
-        log(self.debug, "avsmd", f"started the roles process, pid {pid}")
+        self.roles.attach(pid, ours, self.debug)
 
     def pass_on(self):
         """Send the warden the requests its clients wait on."""
@@ -9849,8 +9848,7 @@ class Daemon:
             return
         kept.backoff, delay = child_restart_wait(kept.backoff, time.monotonic() - kept.started)
         kept.restart_at = time.monotonic() + delay     # the loop in run starts it then
-        what = "the warden" if kept is self.warden else "the roles process"
-        self.append_self("restart", f"{what} (pid {kept.pid}) ended ({how}); starting it again"
+        self.append_self("restart", f"{kept.what} (pid {kept.pid}) ended ({how}); starting it again"
                          + (f" in {delay} s" if delay else ""), process=kept.name, restart_in=delay)
         if kept is self.warden:
             waiting, self.clients.waiting = self.clients.waiting, {}
