@@ -11485,11 +11485,12 @@ def bridge_message(piece, name, most=FAR_LINE):
 def cmd_fleet(args, given, home):
     """fleet [--fleet FILE] status|asks|summary|page [ARGS]: every host's view, asked at once."""
     path, rest = take_option(args, "--fleet")
+    path = fleet_path(path or given)
     if rest and rest[0] == "witness":
-        return cmd_witness(home, fleet_path(path or given), rest[1:])
+        return cmd_witness(home, path, rest[1:])
     if not rest or rest[0] not in ("status", "asks", "summary", "page"):
         raise Fail(EX_USAGE, "usage: avsm fleet [--fleet FILE] status|asks|summary|page [ARGS]")
-    view, argv, hosts = rest[0], rest[1:], read_fleet(fleet_path(path or given))
+    view, argv, hosts = rest[0], rest[1:], read_fleet(path)
     target = view == "page" and page_target(argv, "fleet [--fleet FILE] page -o FILE")
 
     def ask(host):
@@ -11707,8 +11708,9 @@ def cmd_witness(home, fleet, args):
     keep = keep or os.path.join(
         os.environ.get("XDG_STATE_HOME") or os.path.expanduser("~/.local/state"), "avsm", "witness")
     hosts = read_fleet(fleet)
+    home = resolve_home(home)
     try:
-        notify = read_config(resolve_home(home))[0].get("notify")
+        notify = read_config(home)[0].get("notify")
     except Fail:
         notify = None
 
@@ -11948,7 +11950,6 @@ def keep_checkpoint(host, where, kept, new, far_hash, allowed):
 def tell_witness(notify, home, name, message):
     """Run this side's notify command once with what the witness found on its standard input."""
     import subprocess
-    home = resolve_home(home)
     notice = new_notice("witness", name, None, message, f"avsm --host {name} doctor")
     text, event = notice_message(notice, {"avsm": client_command()}, home)
     try:
@@ -12032,9 +12033,8 @@ def test_config(home, cfg, path):
     try:
         adopted = adopted_mandates(home)
     except (sqlite3_errors(), ValueError, Fail) as err:
-        sys.stderr.write(
-            f"avsmd: {home}/ledger.db does not read ({err}), so no adopted mandate can be listed; "
-            f"see {client_command(home)} doctor\n")
+        problem(f"{home}/ledger.db does not read ({err}), so no adopted mandate can be listed; "
+                f"see {client_command(home)} doctor")
         return EX_DATAERR
     for name, directory, seq, paused, in_force in adopted:
         mandate_path = os.path.join(directory or "", "mandate.yaml")
