@@ -9405,6 +9405,7 @@ def run_warden(home, fd, debug):
 
 NOTIFY_QUEUE = 100      # notices waiting at most; one past it is dropped, as a failure
 NOTIFY_STOP_GRACE = 0.5  # at a stop, seconds between TERM and KILL of a notify past the deadline
+STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)
 
 
 class Notifier:
@@ -9938,7 +9939,7 @@ class Daemon:
         for end in (wake_r, wake_w):
             end.setblocking(False)
         signal.set_wakeup_fd(wake_w.fileno(), warn_on_full_buffer=False)
-        for signum in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
+        for signum in STOP_SIGNALS:
             signal.signal(signum, lambda signum, frame: self.signals.append(signum))
         self.sel.register(wake_r, selectors.EVENT_READ, lambda: receive(wake_r, 512))
         self.clients.bind()
@@ -12199,7 +12200,6 @@ def cmd_try(home, args):
     check_venture_dir(directory)
     check_venture_name(os.path.basename(directory))
     stopped_by, daemon, started, spawning = [], None, False, []
-    signals = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
 
     def stop(signum, frame):
         stopped_by.append(signum)
@@ -12207,7 +12207,7 @@ def cmd_try(home, args):
         if not spawning:
             raise KeyboardInterrupt
     try:        # an interrupt from here on ends as a late one does: avsmd stopped, the home named
-        for signum in signals:
+        for signum in STOP_SIGNALS:
             signal.signal(signum, stop)
         home = home or tempfile.mkdtemp(prefix="av", dir="/tmp")
         spawning.append(True)
@@ -12241,7 +12241,7 @@ def cmd_try(home, args):
     except KeyboardInterrupt:
         return 128 + (stopped_by or [signal.SIGINT])[0]
     finally:
-        for signum in signals:
+        for signum in STOP_SIGNALS:
             # stopping: a second signal does not cut it short
             signal.signal(signum, signal.SIG_IGN)
         if daemon is not None and daemon.poll() is None:
