@@ -9588,13 +9588,13 @@ class Clients:
         self.listener, self.sock_id = listener, os.stat(self.path).st_ino
         self.daemon.sel.register(listener, selectors.EVENT_READ, self.accept)
 
-    def check(self, debug):
+    def check(self):
         """Each second: the socket must still be ours; make it again when deleted or replaced."""
         with contextlib.suppress(OSError):
             if os.stat(self.path).st_ino == self.sock_id:
                 return
         self.bind()
-        log(debug, "avsmd", "made the socket again")
+        log(self.daemon.debug, "avsmd", "made the socket again")
 
     def accept(self):
         import selectors
@@ -9993,7 +9993,7 @@ class Daemon:
                     self.exit_code = EX_TEMPFAIL
                     self.begin_stop(f"another avsmd (pid {taken}) took the lock of its home")
                 else:
-                    self.clients.check(self.debug)
+                    self.clients.check()
                 next_check = now + 1
             if self.stopping and (self.warden.proc.poll() is not None
                                   or now >= self.stop_deadline + WARDEN_LATE):   # 4
