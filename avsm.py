@@ -13126,7 +13126,8 @@ class Findings:
                            "lines": list(lines)})
         self.codes += [code] if code else []
         if not JSON:
-            out(*finding_lines(self.found[-1]))
+            out(f"{'FAIL' if level == 'fail' else level:<5} {text}",
+                *[f"      fix: {fix}"] * bool(fix), *[f"  {line}" for line in lines])
 
     def ok(self, text):
         self.add("ok", text)
@@ -13142,11 +13143,6 @@ class Findings:
 
     def worst(self):
         return next((code for code in DOCTOR_ORDER if code in self.codes), EX_OK)
-
-
-def finding_lines(f):
-    return [f"{'FAIL' if f['level'] == 'fail' else f['level']:<5} {f['text']}"] + \
-        [f"      fix: {f['fix']}"] * bool(f["fix"]) + [f"  {line}" for line in f["lines"]]
 
 
 def cmd_doctor(home, args):
@@ -13193,7 +13189,7 @@ def cmd_doctor(home, args):
         return doctor_cut(home, cut)
     found = Findings()
     trust = checkpoint_trust(home, given["--allowed-signers"], given["--origin"])
-    kept = read_kept_checkpoints(home, found, given["--checkpoint"], trust) \
+    kept = read_kept_checkpoints(found, given["--checkpoint"], trust) \
         if given["--checkpoint"] else []
     if doctor_home(home, found):
         doctor_config(home, found)
@@ -13488,7 +13484,7 @@ def vouch_checkpoint(found, name, c, trust, allowed):
     return True
 
 
-def read_kept_checkpoints(home, found, where, trust):
+def read_kept_checkpoints(found, where, trust):
     """Return [(name, Checkpoint)] of the checkpoints kept in FILE, DIR or - that may vouch for
     this home. One missing is 66, one that does not read, vouch or verify 65, no ssh-keygen 69."""
     allowed = trust.allowed or os.path.expanduser("~/.ssh/allowed_signers")
