@@ -12451,8 +12451,6 @@ CHART_KINDS = ("report", "action", "outcome", "ask", "approval", "denial", "reso
 CHART_WIDTH, CHART_HEIGHT = 960, 450
 # the plot's edges, in pixels
 CHART_LEFT, CHART_TOP, CHART_RIGHT, CHART_BOTTOM = 76, 104, 930, 366
-CHART_NOTE_MAX = 240          # characters of a record's summary a tooltip shows
-CHART_SPAN = 86400      # seconds a chart shows unless told (--since): the last 24h, as summary
 CHART_MARKS = 120       # markers of one kind at most: more in the span are drawn as named groups
 # the value axis ends within it: its padded span still fits a float
 CHART_VALUE_MAX = sys.float_info.max / 4
@@ -12492,7 +12490,7 @@ def cmd_chart(home, args):
             name = (names or [name])[0]
     if not name:
         raise Fail(EX_USAGE, CHART_USAGE)
-    after, seconds = since_arg(since, "chart") if since is not None else (0, CHART_SPAN)
+    after, seconds = since_arg(since, "chart") if since is not None else (0, 86400)
     after, start = after or 0, time.time() - seconds if seconds else 0
     span = "in the last 24h (the default span; --since 0 charts the whole history)" \
         if since is None else f"in the last {format_duration(seconds)}" if seconds else \
@@ -12652,8 +12650,8 @@ def svg_line(x1, x2, y1, y2, more=""):
 def chart_tooltip(seq, at, record, more=""):
     """Return a marker's <title>: the record's seq, time, kind, summary and what came of it."""
     summary = str(record.get("summary", ""))
-    if len(summary) > CHART_NOTE_MAX:
-        summary = summary[:CHART_NOTE_MAX] + "..."
+    if len(summary) > 240:
+        summary = summary[:240] + "..."
     return svg_title(f"#{seq} {chart_time(at)} {record.get('kind')}: {summary}{more}")
 
 
@@ -14325,7 +14323,6 @@ def metrics_text(states, home, now):
 # What needs a person, then every venture, of a home or a fleet: facts (JSON, PAGE_SHAPE) gathered
 # where the ledger is, checked when another host sent them, made into HTML here, every text escaped.
 
-PAGE_ACTIONS, PAGE_VALUES = 5, 60   # a venture's last actions a page shows, and trusted values
 # a type, [each item's shape], {key: shape}, or (shape,): null too
 PAGE_SHAPE = {
     "schema": int, "home": str, "at": float, "stopped": bool,
@@ -14351,7 +14348,7 @@ def page_facts(home, states, now, db, keeps=None, cfg=None, stopped=False):
     asks, ventures = asks_facts(states)["asks"], []
     for row in status_facts(states, now, keeps, cfg, stopped=stopped)["ventures"]:
         state, actions = states[row["name"]], []
-        for seq in sorted(s for runs in state.actions.values() for s, _, _ in runs)[-PAGE_ACTIONS:]:
+        for seq in sorted(s for runs in state.actions.values() for s, _, _ in runs)[-5:]:
             at, record = record_at(db, seq) or (0, {})
             actions.append({"seq": seq, "at": at, "summary": str(record.get("summary")),
                             "proof": record.get("proof")})
@@ -14359,7 +14356,7 @@ def page_facts(home, states, now, db, keeps=None, cfg=None, stopped=False):
             {k: row[k] for k in ("name", "state", "why", "value", "age")}, actions=actions,
             report=str(state.last_report[2].get("summary")) if state.last_report else "",
             bounds=[b["bound"] for b in row["bounds"]],
-            values=[v for _, v in state.trusted[-PAGE_VALUES:]],
+            values=[v for _, v in state.trusted[-60:]],
             asks=[{"seq": a["seq"], "question": str(a["question"])} for a in asks
                   if a["venture"] == state.name]))
     where = f"{home}/checkpoints"
