@@ -1510,11 +1510,8 @@ MAX_TOKENS = 16000  # room for effort: high to think and still answer, about wha
 FORECAST_DEFAULT = {"days": 30, "seeds": 16}
 # Linux's limit on one environment string, less the name
 CONFIG_ENV_MAX = 128 * 1024 - len("AVSM_CONFIG=") - 1
-NOTIFY_TIMEOUT = 30  # seconds a notify command may take unless `notify: {timeout: ...}` says
 NOTIFY_EXAMPLE = 'notify: "mail -s avsm you@example.com"'
-METRICS_EVERY = 15                 # seconds between two writes of the metrics textfile, or every:
 METRICS_EXAMPLE = "metrics: {textfile: /var/lib/prometheus/node-exporter/avsm.prom, every: 15s}"
-PAGE_EVERY = 60                    # seconds between two writes of the page, or every:
 PAGE_EXAMPLE = "page: {path: /var/www/html/avsm.html, every: 1m}"
 PACKET_FORECAST = {"days": 7, "seeds": 8}  # a decision packet's, unless the config says
 
@@ -1607,7 +1604,7 @@ def parse_config(text, source="config.yaml"):
     cfg["notify"] = parse_notify(c, doc.get("notify"))
     cfg["metrics"] = parse_metrics(c, doc.get("metrics"))
     cfg["page"] = parse_written(
-        c, doc.get("page"), "page", "path", PAGE_EXAMPLE, PAGE_EVERY,
+        c, doc.get("page"), "page", "path", PAGE_EXAMPLE, 60,
         "a web server serves or a browser opens, as /var/www/html/avsm.html")
     cfg["ledger"] = parse_ledger(c, doc.get("ledger"))
     cfg["checkpoint"] = parse_checkpoint_config(c, doc.get("checkpoint"))
@@ -1696,7 +1693,7 @@ def parse_notify(c, value):
     """Return the notify command as {run, timeout}, or None when there is none.
 
     notify ::= COMMAND | {run: COMMAND, timeout: DURATION}"""
-    path, run, timeout = ("notify",), value, NOTIFY_TIMEOUT
+    path, run, timeout = ("notify",), value, 30
     if value is None:
         return None
     if isinstance(value, dict):
@@ -1720,7 +1717,7 @@ def parse_notify(c, value):
 
 def parse_metrics(c, value):
     """metrics ::= {textfile: PATH, every: DURATION}      (PATH absolute, NAME.prom)"""
-    spec = parse_written(c, value, "metrics", "textfile", METRICS_EXAMPLE, METRICS_EVERY,
+    spec = parse_written(c, value, "metrics", "textfile", METRICS_EXAMPLE, 15,
                          "in the directory node_exporter's --collector.textfile.directory names, "
                          "as /var/lib/prometheus/node-exporter/avsm.prom")
     textfile = spec and spec["textfile"]
