@@ -2102,8 +2102,6 @@ class LedgerDown(Exception):
 
 
 LEDGER_RETRY = 30       # seconds between tries to write a ledger that could not be written
-# ... and a ledger a reader held locked past the busy timeout: it is soon free again
-LEDGER_BUSY_RETRY = 1
 # what already happened is written once the ledger takes writes again
 BACKLOG_KINDS = ("outcome", "exit")
 # Kinds (before any ".") that join the warden's group commit: readings and what follows from them,
@@ -2113,8 +2111,9 @@ GROUPED_KINDS = ("report", "guard", "audit", "reading", "prediction", "calibrati
 
 
 def ledger_retry(err):
-    """Seconds until the next try: soon for a lock another reader holds, else LEDGER_RETRY."""
-    return LEDGER_BUSY_RETRY if "locked" in str(err) or "busy" in str(err) else LEDGER_RETRY
+    """Seconds until the next try: 1 for a lock a reader held past the busy timeout (soon free
+    again), else LEDGER_RETRY."""
+    return 1 if "locked" in str(err) or "busy" in str(err) else LEDGER_RETRY
 
 
 # The ledger's vocabulary (DESIGN's table): each kind of record, the claims it may carry (the first
