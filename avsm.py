@@ -2496,14 +2496,13 @@ def open_ledger_ro(path):
 
 
 # ---- rotation: the closed files of HOME/ledgers, read with ledger.db as one ----
-CLOSED_NAME = r"([0-9]{12})-([0-9]{12})\.db"
 
 
 def closed_files(home):
     """Return [(first seq, last seq, path)] of the closed ledger files in HOME/ledgers, in order."""
     where = os.path.join(home, "ledgers")
     names = os.listdir(where) if os.path.isdir(where) else ()
-    found = (re.fullmatch(CLOSED_NAME, n) for n in names)
+    found = (re.fullmatch(r"([0-9]{12})-([0-9]{12})\.db", n) for n in names)
     return sorted((int(m[1]), int(m[2]), os.path.join(where, m[0])) for m in found if m)
 
 
@@ -13104,10 +13103,6 @@ def mandate_drift(in_force, on_disk, seq, path):
     return shown_lines or ["    (the two differ only in line endings or a last newline)"]
 
 
-# worst first
-DOCTOR_ORDER = (EX_DATAERR, EX_CONFIG, EX_NOPERM, EX_CANTCREAT, EX_NOINPUT, EX_UNAVAILABLE)
-
-
 class Findings:
     """What doctor found, each check a fact shown as it is found (warn: the exit code stays)."""
 
@@ -13136,7 +13131,8 @@ class Findings:
         self.add("fail", text, fix, code)
 
     def worst(self):
-        return next((code for code in DOCTOR_ORDER if code in self.codes), EX_OK)
+        return next((code for code in (EX_DATAERR, EX_CONFIG, EX_NOPERM, EX_CANTCREAT, EX_NOINPUT,
+                                       EX_UNAVAILABLE) if code in self.codes), EX_OK)
 
 
 def cmd_doctor(home, args):
@@ -13856,7 +13852,7 @@ def doctor_daemon(home, found):
         else:
             found.fail(EX_UNAVAILABLE,
                        f"no avsmd is running on {home}",
-                       f"{program_command('avsmd', home)}")
+                       program_command('avsmd', home))
     finally:
         conn.close()
 
