@@ -149,7 +149,7 @@ def parse_duration(text):
         if total > 0 and (smaller or not compound[2]):
             raise ValueError(f"'{s}' is not a duration; write {format_duration(total)}")
     raise ValueError(f"'{s}' is not a duration; write a whole number and one unit of s, m, h or d, "
-                     f"such as 10s, 5m, 2h, 1d")
+                     "such as 10s, 5m, 2h, 1d")
 
 
 def format_duration(seconds):
@@ -194,12 +194,12 @@ def parse_cap(text):
             f"'{s}' is not a cap; write a count and a period, such as 60/hour or 4/day")
     if int(count) < 1:
         raise ValueError(f"'{s}' is not a cap: its count must be at least 1 "
-                         f"(a lever that may never run is forbidden:, or not permitted at all)")
+                         "(a lever that may never run is forbidden:, or not permitted at all)")
     try:
         return int(count), CAP_PERIODS.get(period) or parse_duration(period)
     except ValueError:
         raise ValueError(f"'{s}' is not a cap; the period is minute, hour, day, week "
-                         f"or a duration such as 90m") from None
+                         "or a duration such as 90m") from None
 
 
 def parse_percent(text):
@@ -213,7 +213,7 @@ def parse_percent(text):
         if 0 < value <= 100:
             return value
     raise ValueError(f"'{s}' is not a percentage; "
-                     f"write a number above 0 and at most 100 with %, such as 15%")
+                     "write a number above 0 and at most 100 with %, such as 15%")
 
 
 # Regular expressions stay text, compiled by `re` on first use: compiling them at import
@@ -371,7 +371,7 @@ def split_yaml_lines(text, source):
             reason = "carriage return without a line feed; end lines with \\n or \\r\\n"
         else:
             reason = (f"character U+{ord(bad.group()):04X} is not allowed in YAML; remove it "
-                      f"or write it as an escape inside double quotes")
+                      "or write it as an escape inside double quotes")
         raise YamlError(line, col, reason, source)
     lines = text.split('\n')
     if lines[-1] == '':
@@ -783,7 +783,7 @@ class YamlReader:
                 j += 2 + YAML_HEX_ESCAPES[line[j + 1]]
             else:
                 raise self.error(row, j, f"unknown escape '\\{line[j + 1]}'; write '\\\\' for a "
-                                         f"backslash, or use single quotes")
+                                         "backslash, or use single quotes")
         raise self.error(row, i, YAML_UNCLOSED)
 
     def hex_escape(self, row, j):
@@ -797,7 +797,7 @@ class YamlReader:
         if 0xD800 <= code <= 0xDFFF or code > 0x10FFFF:
             # YAML has no surrogate pairs to join: a lone half is no character
             raise self.error(row, j, f"'\\{line[j + 1]}{digits}' is not a character; "
-                                     f"write \\U and the full code point")
+                                     "write \\U and the full code point")
         return chr(code)
 
     def block_scalar(self, row, i, parent):
@@ -867,7 +867,7 @@ class YamlReader:
         j = self.skip_spaces(row, i)
         if j == len(line) or (line[j] == '#' and line[j - 1] == ' '):
             raise self.error(row, start, f"this '{line[start]}' is not closed on its line; "
-                                         f"a flow collection must open and close on one line")
+                                         "a flow collection must open and close on one line")
         return j
 
     def flow_collection(self, row, start, path):
@@ -917,7 +917,7 @@ class YamlReader:
         j = self.flow_skip(row, end, start)
         if line[j] != ':':
             raise self.error(row, i, f"{{ }} holds 'key: value' pairs; give {key!r} a value, "
-                                     f"or use [ ] for a list")
+                                     "or use [ ] for a list")
         if plain and line[j + 1:j + 2] not in ('', ' ', '\t'):
             # only a quoted key may touch its value: {"qty":1}, not {qty:[1]}
             raise self.error(row, j + 1, "put a space after ':'")
@@ -1115,7 +1115,7 @@ def adapter_problem(text):
     words = text.split()
     if len(words) != 2:
         return (f"'{text}' is not an adapter reading; write http.status URL, "
-                f"stripe PATH#/pointer or github PATH#/pointer")
+                "stripe PATH#/pointer or github PATH#/pointer")
     pointer = words[1].partition("#")[2]
     if words[0] == "http.status":
         if not words[1].startswith(("http://", "https://")):
@@ -1291,7 +1291,7 @@ def parse_band(c, value, levers, path, ctl):
     if ctl["deadband"] is not None and ctl["deadband"] >= width:
         c.fail(path + ("deadband",), f"the deadband {format_number(ctl['deadband'])} "
                                      f"is not less than the band's width {format_number(width)}; "
-                                     f"make it smaller")
+                                     "make it smaller")
     for side, way, end in (("below", "up", "low"), ("above", "down", "high")):
         expects = levers[ctl[side]]["expects"]
         if expects and expects[0] != way:
@@ -1367,7 +1367,7 @@ def parse_plausibility(c, doc, m):
         if m[key] is not None and m["max_step"] is not None and m[key] >= m["max_step"]:
             c.fail((key,), f"{key} {format_number(m[key])} is not smaller than max_step "
                            f"{format_number(m['max_step'])}; "
-                           f"beside max_step it must bound its way tighter")
+                           "beside max_step it must bound its way tighter")
     m["confirm"] = c.boolean(doc.get("confirm", True), ("confirm",), "confirm")
 
 
@@ -1391,7 +1391,7 @@ def parse_guards(c, doc, m, directory):
             g["run"] = c.command(item["run"], path + ("run",), f"guard '{name}'", directory)
             if g["run"] in lever_runs | {"./report", "report"}:
                 c.fail(path + ("run",), f"guard '{name}' reads a lever's or the metric's command; "
-                                        f"a guard reads a reading of its own")
+                                        "a guard reads a reading of its own")
         elif "adapter" in item:
             at = path + ("adapter",)
             adapter = g["adapter"] = c.text(item["adapter"], at, "adapter")
@@ -1402,7 +1402,7 @@ def parse_guards(c, doc, m, directory):
                 c.fail(at, adapter_problem(adapter))
             if adapter == m["adapter"]:
                 c.fail(at, f"guard '{name}' reads the metric's adapter; "
-                           f"a guard reads a reading of its own")
+                           "a guard reads a reading of its own")
         else:
             g["drawdown"] = c.parsed(parse_percent, item["drawdown"], path + ("drawdown",))
             if item.get("of") != m["metric"]:
@@ -1662,9 +1662,9 @@ def parse_checkpoint_config(c, value):
 def describe_checkpoint(spec):
     """Return the line avsmd -t says of checkpoints: when they are written, how they are signed."""
     every = format_duration(spec["every"])
-    when = (f"checkpoint: written to HOME/checkpoints at start, after each irreversible action "
+    when = ("checkpoint: written to HOME/checkpoints at start, after each irreversible action "
             f"and every {every} the ledger moved (a start within {every} of the last writes "
-            f"none, unless the key changed or the last is unsigned)")
+            "none, unless the key changed or the last is unsigned)")
     if not spec["key"]:
         return when + "; unsigned: sign them with checkpoint: {key: /path/to/ssh/key}"
     who = (f", verified as {spec['principal']}" if spec["principal"] else
@@ -1681,11 +1681,11 @@ def checkpoint_problem(spec):
             return (f"checkpoint: {key} {path} is not there (or not a file): "
                     + ("make it with ssh-keygen -t ed25519 -f " + path if key == "key" else
                        f"write in it a line `PRINCIPAL namespaces=\"{spec['namespace']}\" KEY` "
-                       f"of each signing key")
+                       "of each signing key")
                     + ", or name the file that is")
         if path and not os.access(path, os.R_OK):
             return (f"checkpoint: {key} {path} cannot be read by this user: chmod 600 {path}, "
-                    f"as its owner")
+                    "as its owner")
     return None
 
 
@@ -1723,7 +1723,7 @@ def parse_metrics(c, value):
     textfile = spec and spec["textfile"]
     if spec and (not textfile.endswith(".prom") or textfile.endswith("/.prom")):
         c.fail(("metrics", "textfile"),
-               f"node_exporter's textfile collector reads only files named NAME.prom; "
+               "node_exporter's textfile collector reads only files named NAME.prom; "
                f"name the textfile so, as {os.path.join(os.path.dirname(textfile), 'avsm.prom')}")
     return spec
 
@@ -1752,14 +1752,14 @@ def parse_ledger(c, value):
         try:
             spec["every"] = parse_duration(rotate)
         except ValueError as err:
-            c.fail(path, f"rotate is a duration (1d: a new file each day) or a size (512M, 2G: when"
+            c.fail(path, "rotate is a duration (1d: a new file each day) or a size (512M, 2G: when"
                          f" ledger.db is that large): {err}")
     return spec
 
 
 def describe_ledger(spec):
     if spec is None:
-        return (f"ledger: never rotated; ledger.db grows for as long as the home lives (set one in"
+        return ("ledger: never rotated; ledger.db grows for as long as the home lives (set one in"
                 f" config.yaml, as {LEDGER_EXAMPLE})")
     keep = f"each deleted {format_duration(spec['keep'])} after it was closed, once a checkpoint" \
         " is past it" if spec["keep"] else "kept (no keep:)"
@@ -1820,12 +1820,12 @@ def written_problem(cfg):
 def describe_metrics(spec):
     """Return the line avsmd -t says of the metrics textfile."""
     if spec is None:
-        return (f"metrics: not set; no figures are written for Prometheus "
+        return ("metrics: not set; no figures are written for Prometheus "
                 f"(set one in config.yaml, as {METRICS_EXAMPLE})")
-    return (f"metrics: the figures of every venture and of the home are written to "
+    return ("metrics: the figures of every venture and of the home are written to "
             f"{spec['textfile']} every {format_duration(spec['every'])}, in Prometheus's text "
             f"format, mode 0644, in whole (to {spec['textfile']}.PID.tmp beside it, then renamed), "
-            f"for node_exporter's textfile collector")
+            "for node_exporter's textfile collector")
 
 
 def describe_notify(notify):
@@ -1939,7 +1939,7 @@ def check_request(request):
     cmd = request.get("cmd")
     if not isinstance(cmd, str) or cmd not in REQUESTS:
         raise Fail(EX_USAGE, f"avsmd does not know the command {shown_text(json.dumps(cmd))[:80]}; "
-                             f"avsm --help lists them")
+                             "avsm --help lists them")
     args = request.get("args", {})
     if not isinstance(args, dict):
         raise Fail(EX_DATAERR, f"{cmd}: args is a mapping, not {json_kind(args)}")
@@ -2822,7 +2822,7 @@ def records_answer(home, args):
             db.close()
     except sqlite3.Error as err:
         raise Fail(EX_NOINPUT, f"{path} cannot be read ({err}): is {home} avsm's home? "
-                               f"name the home in the fleet file as HOST:HOME") from None
+                               "name the home in the fleet file as HOST:HOME") from None
     return [{"out": line} for line in lines] + [{"exit": EX_OK}]
 
 
@@ -3058,7 +3058,7 @@ class LedgerWriter:
             while self.backlog:
                 self.write(self.backlog[0])
                 self.backlog.pop(0)
-            self.write(new_record("ledger", "self", summary=f"the ledger takes writes again (it"
+            self.write(new_record("ledger", "self", summary="the ledger takes writes again (it"
                                   f" could not: {self.ledger_down})"))
         except (sqlite3_errors(), OSError) as err:
             self.ledger_down = str(err)
