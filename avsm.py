@@ -1976,7 +1976,7 @@ def argument_problem(kind, value):
         return json_problem(value, JSON_DEPTH)
     if kind == "flag":
         return None if isinstance(value, bool) else f"is true or false, not {json_kind(value)}"
-    if kind == "list":  # the words of a command line
+    if kind == "list":
         if not isinstance(value, list) or len(value) > 64:
             return f"is a list of at most 64 words, not {json_kind(value)}"
         problems = (argument_problem("name", v) for v in value)
@@ -13631,7 +13631,7 @@ def verified_path(home):
 def remember_verified(home, checkpoint):
     """Note the newest checkpoint a full doctor verified, for --quick, in the client's own cache:
     doctor changes nothing in the home (DOCTOR-02). The note grants nothing by itself."""
-    if CALLER.get().read_only:          # a read-only key writes nothing
+    if CALLER.get().read_only:
         return
     path = verified_path(home)
     was = os.umask(0o077)
@@ -14715,7 +14715,6 @@ def main(argv=None):
         sys.stderr.write(f"{name}: standard output cannot be written: {err.strerror}\n")
         return EX_IOERR
     except Exception:
-        # a bug: the whole traceback on standard error, with how to report it
         import traceback
         traceback.print_exc()
         sys.stderr.write(f"{name} {VERSION}: this is a bug in avsm, not something you did. Please"
