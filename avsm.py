@@ -2465,7 +2465,6 @@ def sqlite3_errors():
     return sqlite3.Error
 
 
-# seconds a reader waits for a writer's interrupted transaction to be rolled back
 ROLLBACK_WAIT = 3.0
 
 
@@ -2473,7 +2472,8 @@ def open_ledger_ro(path):
     """Return a read-only connection to the ledger at `path`.
 
     A writer killed in a transaction leaves a hot journal a read-only connection cannot roll back
-    (SQLITE_READONLY_ROLLBACK): the next warden does, so this waits ROLLBACK_WAIT for it. """
+    (SQLITE_READONLY_ROLLBACK): the next warden does, so this waits ROLLBACK_WAIT seconds for
+    it."""
     import sqlite3
     quoted = path.replace("%", "%25").replace("?", "%3f").replace("#", "%23")
     db = sqlite3.connect(f"file:{quoted}?mode=ro", uri=True, isolation_level=None, timeout=10)
