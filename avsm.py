@@ -2621,7 +2621,7 @@ def scan_records(db, since=0, upto=None):
         db.execute(f"PRAGMA cache_size={was}")
 
 
-SCAN_BATCH = 2000   # records a long read takes in one short read transaction
+SCAN_BATCH = 2000
 
 
 def batched_rows(db, columns, since, gap=say_moved):
@@ -2781,7 +2781,7 @@ def parse_checkpoint(data, where, signature=None):
 
 RECORDS_PAGE = 2048             # rows of one `records` answer at most: the far side holds one page
 RECORDS_PAGE_BYTES = 2 << 20    # ... and about this many bytes of them (large records: fewer rows)
-RECORDS_LINE = 256              # rows of one line of the answer
+RECORDS_LINE = 256
 
 Row = collections.namedtuple("Row", "seq at prev hash record")
 
