@@ -13195,18 +13195,18 @@ def cmd_doctor(home, args):
 
 def doctor_home(home, found):
     """The home: short enough for its socket, there, a directory, ours to read and write."""
-    problem = socket_problem(home)
+    problem, start = socket_problem(home), program_command("avsmd", home)
     if problem:
         found.fail(EX_CONFIG, problem, "avsmd --home /a/shorter/path   (or set AVSMD_HOME)")
     if not os.path.lexists(home):
         found.fail(EX_NOINPUT,
                    f"the home {home} is not there",
-                   f"{program_command('avsmd', home)}   (avsmd makes it)")
+                   f"{start}   (avsmd makes it)")
         return False
     if not os.path.isdir(home):
         found.fail(EX_CANTCREAT,
                    f"the home {home} is not a directory",
-                   f"mv {home} {home}.old && {program_command('avsmd', home)}")
+                   f"mv {home} {home}.old && {start}")
         return False
     if not os.access(home, os.R_OK | os.W_OK | os.X_OK):
         found.fail(
@@ -13264,6 +13264,7 @@ def doctor_config(home, found):
 def doctor_ledger(home, found, since, kept, quick, trust):
     """The ledger: a database, every link of the chain, the triggers, every proof, checkpoints."""
     path, command = os.path.join(home, "ledger.db"), client_command(home)
+    start = program_command("avsmd", home)
     if not os.path.exists(path):
         found.note(f"no ledger yet at {path}; avsmd makes it at its first start")
         return
@@ -13285,7 +13286,7 @@ def doctor_ledger(home, found, since, kept, quick, trust):
         # a transaction its writer was killed in: avsmd rolls it back
         found.fail(EX_DATAERR,
                    str(fail),
-                   f"{program_command('avsmd', home)}   (its warden rolls the transaction back)")
+                   f"{start}   (its warden rolls the transaction back)")
         return
     except sqlite3_errors() as err:
         found.fail(
@@ -13299,7 +13300,7 @@ def doctor_ledger(home, found, since, kept, quick, trust):
         found.fail(EX_DATAERR,
                    f"the ledger's triggers {', '.join(sorted(missing))} are gone: it is no longer"
                    " append-only",
-                   f"{program_command('avsmd', home)}   (avsmd makes the triggers again at start)")
+                   f"{start}   (avsmd makes the triggers again at start)")
     own = home_checkpoints(home, found)
     after = verified_checkpoint(home, db, found, trust) if quick else None
     if quick and after is None:
@@ -13801,6 +13802,7 @@ def doctor_daemon(home, found):
     """The lock file, the socket, the daemon answering, and no second avsmd on the home."""
     import socket
     lock, sock = os.path.join(home, "avsmd.lock"), os.path.join(home, "sock")
+    start = program_command("avsmd", home)
     if os.path.lexists(lock) and not os.path.isfile(lock):
         found.fail(
             EX_CANTCREAT, f"{lock} is not a regular file", f"rm -r {lock}   (avsmd makes it again)")
@@ -13840,18 +13842,18 @@ def doctor_daemon(home, found):
         found.fail(EX_UNAVAILABLE, f"{who} took doctor's health request on {sock} but gave no "
                                    f"answer in {DOCTOR_PROBE_MOST} s: it runs, stuck or very busy",
                    f"{client_command(home)} doctor again in a minute; if it stays silent: kill "
-                   f"{holder or 'its pid'} && {program_command('avsmd', home)}")
+                   f"{holder or 'its pid'} && {start}")
     except OSError:
         if holder:
             found.fail(
                 EX_UNAVAILABLE,
                 f"avsmd (pid {holder}) is running but its socket {sock} is missing",
                 f"wait a second (it makes the socket again); if it stays missing: kill {holder} &&"
-                f" {program_command('avsmd', home)}")
+                f" {start}")
         else:
             found.fail(EX_UNAVAILABLE,
                        f"no avsmd is running on {home}",
-                       program_command('avsmd', home))
+                       start)
     finally:
         conn.close()
 
