@@ -13788,13 +13788,13 @@ def doctor_mirror(home, found):
     """Return whether the home is a witness's copy of a host's ledger, and say so."""
     try:
         with open(os.path.join(home, MIRROR_MARK)) as fh:
-            host = fh.read().strip()
+            host = shown_text(fh.read().strip())[:120]
     except (OSError, UnicodeDecodeError):
         return False
-    found.note(f"this home is a witness's copy of {shown_text(host)[:120]}'s ledger (avsm fleet "
+    found.note(f"this home is a witness's copy of {host}'s ledger (avsm fleet "
                "witness --mirror): its ventures' directories and its avsmd are there, not "
                "checked here; "
-               f"avsm --host {shown_text(host)[:120]} doctor checks them")
+               f"avsm --host {host} doctor checks them")
     return True
 
 
