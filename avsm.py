@@ -643,7 +643,7 @@ class YamlReader:
                                      "put it on the next lines, indented")
         return self.inline_value(row, j, indent, path)
 
-    def next_lines_node(self, row, indent, path, under_key=False):
+    def next_lines_node(self, row, indent, path, under_key):
         """next_lines_node ::= a block node indented deeper than `indent` | a '- ' sequence at
         `indent` when under a key | nothing (null)"""
         nxt = self.next_content(row + 1)
@@ -2624,7 +2624,7 @@ def scan_records(db, since=0, upto=None):
 SCAN_BATCH = 2000
 
 
-def batched_rows(db, columns, since, gap=say_moved):
+def batched_rows(db, columns, since, gap):
     """Yield the rows of `columns` (seq first) of the records after `since`, SCAN_BATCH at a time,
     each batch its own read transaction: a commit waits for every reader's lock, and one read of a
     million records would hold the warden's commits for a minute."""
@@ -12635,7 +12635,7 @@ def svg_text(x, y, text, more=""):
     return f'<text x="{x}" y="{y}"{more}>{xml_text(text)}</text>'
 
 
-def svg_line(x1, x2, y1, y2, more=""):
+def svg_line(x1, x2, y1, y2, more):
     """Return an SVG <line> from (x1, y1) to (x2, y2); `more`: its other attributes."""
     x1, x2, y1, y2 = svg_at(x1, x2, y1, y2)
     return f'<line x1="{x1}" x2="{x2}" y1="{y1}" y2="{y2}"{more}/>'
@@ -13409,7 +13409,7 @@ CheckpointTrust = collections.namedtuple("CheckpointTrust",
                                          "home origin homes allowed namespace principal key")
 
 
-def checkpoint_trust(home, allowed=None, origin=None):
+def checkpoint_trust(home, allowed, origin):
     """How doctor judges a checkpoint: origins, allowed_signers, namespace, principal, key."""
     try:
         spec = read_config(home)[0]["checkpoint"]
