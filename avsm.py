@@ -14628,7 +14628,7 @@ def run_daemon(args):
     return Daemon(home, cfg, path, text, debug).run()
 
 
-INTERNAL_PROGRAMS = ("warden", "adapter", "forecast")  # started by avsmd and its warden
+INTERNAL_PROGRAMS = ("warden", "adapter", "forecast")
 
 
 def run_internal(program, args):
