@@ -149,7 +149,7 @@ def parse_duration(text):
         if total > 0 and (smaller or not compound[2]):
             raise ValueError(f"'{s}' is not a duration; write {format_duration(total)}")
     raise ValueError(f"'{s}' is not a duration; write a whole number and one unit of s, m, h or d, "
-                     f"such as 10s, 5m, 2h, 1d")
+                     "such as 10s, 5m, 2h, 1d")
 
 
 def format_duration(seconds):
@@ -194,12 +194,12 @@ def parse_cap(text):
             f"'{s}' is not a cap; write a count and a period, such as 60/hour or 4/day")
     if int(count) < 1:
         raise ValueError(f"'{s}' is not a cap: its count must be at least 1 "
-                         f"(a lever that may never run is forbidden:, or not permitted at all)")
+                         "(a lever that may never run is forbidden:, or not permitted at all)")
     try:
         return int(count), CAP_PERIODS.get(period) or parse_duration(period)
     except ValueError:
         raise ValueError(f"'{s}' is not a cap; the period is minute, hour, day, week "
-                         f"or a duration such as 90m") from None
+                         "or a duration such as 90m") from None
 
 
 def parse_percent(text):
@@ -213,7 +213,7 @@ def parse_percent(text):
         if 0 < value <= 100:
             return value
     raise ValueError(f"'{s}' is not a percentage; "
-                     f"write a number above 0 and at most 100 with %, such as 15%")
+                     "write a number above 0 and at most 100 with %, such as 15%")
 
 
 # Regular expressions stay text, compiled by `re` on first use: compiling them at import
@@ -371,7 +371,7 @@ def split_yaml_lines(text, source):
             reason = "carriage return without a line feed; end lines with \\n or \\r\\n"
         else:
             reason = (f"character U+{ord(bad.group()):04X} is not allowed in YAML; remove it "
-                      f"or write it as an escape inside double quotes")
+                      "or write it as an escape inside double quotes")
         raise YamlError(line, col, reason, source)
     lines = text.split('\n')
     if lines[-1] == '':
@@ -643,7 +643,7 @@ class YamlReader:
                                      "put it on the next lines, indented")
         return self.inline_value(row, j, indent, path)
 
-    def next_lines_node(self, row, indent, path, under_key=False):
+    def next_lines_node(self, row, indent, path, under_key):
         """next_lines_node ::= a block node indented deeper than `indent` | a '- ' sequence at
         `indent` when under a key | nothing (null)"""
         nxt = self.next_content(row + 1)
@@ -783,7 +783,7 @@ class YamlReader:
                 j += 2 + YAML_HEX_ESCAPES[line[j + 1]]
             else:
                 raise self.error(row, j, f"unknown escape '\\{line[j + 1]}'; write '\\\\' for a "
-                                         f"backslash, or use single quotes")
+                                         "backslash, or use single quotes")
         raise self.error(row, i, YAML_UNCLOSED)
 
     def hex_escape(self, row, j):
@@ -797,7 +797,7 @@ class YamlReader:
         if 0xD800 <= code <= 0xDFFF or code > 0x10FFFF:
             # YAML has no surrogate pairs to join: a lone half is no character
             raise self.error(row, j, f"'\\{line[j + 1]}{digits}' is not a character; "
-                                     f"write \\U and the full code point")
+                                     "write \\U and the full code point")
         return chr(code)
 
     def block_scalar(self, row, i, parent):
@@ -867,7 +867,7 @@ class YamlReader:
         j = self.skip_spaces(row, i)
         if j == len(line) or (line[j] == '#' and line[j - 1] == ' '):
             raise self.error(row, start, f"this '{line[start]}' is not closed on its line; "
-                                         f"a flow collection must open and close on one line")
+                                         "a flow collection must open and close on one line")
         return j
 
     def flow_collection(self, row, start, path):
@@ -917,7 +917,7 @@ class YamlReader:
         j = self.flow_skip(row, end, start)
         if line[j] != ':':
             raise self.error(row, i, f"{{ }} holds 'key: value' pairs; give {key!r} a value, "
-                                     f"or use [ ] for a list")
+                                     "or use [ ] for a list")
         if plain and line[j + 1:j + 2] not in ('', ' ', '\t'):
             # only a quoted key may touch its value: {"qty":1}, not {qty:[1]}
             raise self.error(row, j + 1, "put a space after ':'")
@@ -1115,7 +1115,7 @@ def adapter_problem(text):
     words = text.split()
     if len(words) != 2:
         return (f"'{text}' is not an adapter reading; write http.status URL, "
-                f"stripe PATH#/pointer or github PATH#/pointer")
+                "stripe PATH#/pointer or github PATH#/pointer")
     pointer = words[1].partition("#")[2]
     if words[0] == "http.status":
         if not words[1].startswith(("http://", "https://")):
@@ -1291,7 +1291,7 @@ def parse_band(c, value, levers, path, ctl):
     if ctl["deadband"] is not None and ctl["deadband"] >= width:
         c.fail(path + ("deadband",), f"the deadband {format_number(ctl['deadband'])} "
                                      f"is not less than the band's width {format_number(width)}; "
-                                     f"make it smaller")
+                                     "make it smaller")
     for side, way, end in (("below", "up", "low"), ("above", "down", "high")):
         expects = levers[ctl[side]]["expects"]
         if expects and expects[0] != way:
@@ -1367,7 +1367,7 @@ def parse_plausibility(c, doc, m):
         if m[key] is not None and m["max_step"] is not None and m[key] >= m["max_step"]:
             c.fail((key,), f"{key} {format_number(m[key])} is not smaller than max_step "
                            f"{format_number(m['max_step'])}; "
-                           f"beside max_step it must bound its way tighter")
+                           "beside max_step it must bound its way tighter")
     m["confirm"] = c.boolean(doc.get("confirm", True), ("confirm",), "confirm")
 
 
@@ -1391,7 +1391,7 @@ def parse_guards(c, doc, m, directory):
             g["run"] = c.command(item["run"], path + ("run",), f"guard '{name}'", directory)
             if g["run"] in lever_runs | {"./report", "report"}:
                 c.fail(path + ("run",), f"guard '{name}' reads a lever's or the metric's command; "
-                                        f"a guard reads a reading of its own")
+                                        "a guard reads a reading of its own")
         elif "adapter" in item:
             at = path + ("adapter",)
             adapter = g["adapter"] = c.text(item["adapter"], at, "adapter")
@@ -1402,7 +1402,7 @@ def parse_guards(c, doc, m, directory):
                 c.fail(at, adapter_problem(adapter))
             if adapter == m["adapter"]:
                 c.fail(at, f"guard '{name}' reads the metric's adapter; "
-                           f"a guard reads a reading of its own")
+                           "a guard reads a reading of its own")
         else:
             g["drawdown"] = c.parsed(parse_percent, item["drawdown"], path + ("drawdown",))
             if item.get("of") != m["metric"]:
@@ -1510,11 +1510,8 @@ MAX_TOKENS = 16000  # room for effort: high to think and still answer, about wha
 FORECAST_DEFAULT = {"days": 30, "seeds": 16}
 # Linux's limit on one environment string, less the name
 CONFIG_ENV_MAX = 128 * 1024 - len("AVSM_CONFIG=") - 1
-NOTIFY_TIMEOUT = 30  # seconds a notify command may take unless `notify: {timeout: ...}` says
 NOTIFY_EXAMPLE = 'notify: "mail -s avsm you@example.com"'
-METRICS_EVERY = 15                 # seconds between two writes of the metrics textfile, or every:
 METRICS_EXAMPLE = "metrics: {textfile: /var/lib/prometheus/node-exporter/avsm.prom, every: 15s}"
-PAGE_EVERY = 60                    # seconds between two writes of the page, or every:
 PAGE_EXAMPLE = "page: {path: /var/www/html/avsm.html, every: 1m}"
 PACKET_FORECAST = {"days": 7, "seeds": 8}  # a decision packet's, unless the config says
 
@@ -1607,7 +1604,7 @@ def parse_config(text, source="config.yaml"):
     cfg["notify"] = parse_notify(c, doc.get("notify"))
     cfg["metrics"] = parse_metrics(c, doc.get("metrics"))
     cfg["page"] = parse_written(
-        c, doc.get("page"), "page", "path", PAGE_EXAMPLE, PAGE_EVERY,
+        c, doc.get("page"), "page", "path", PAGE_EXAMPLE, 60,
         "a web server serves or a browser opens, as /var/www/html/avsm.html")
     cfg["ledger"] = parse_ledger(c, doc.get("ledger"))
     cfg["checkpoint"] = parse_checkpoint_config(c, doc.get("checkpoint"))
@@ -1665,9 +1662,9 @@ def parse_checkpoint_config(c, value):
 def describe_checkpoint(spec):
     """Return the line avsmd -t says of checkpoints: when they are written, how they are signed."""
     every = format_duration(spec["every"])
-    when = (f"checkpoint: written to HOME/checkpoints at start, after each irreversible action "
+    when = ("checkpoint: written to HOME/checkpoints at start, after each irreversible action "
             f"and every {every} the ledger moved (a start within {every} of the last writes "
-            f"none, unless the key changed or the last is unsigned)")
+            "none, unless the key changed or the last is unsigned)")
     if not spec["key"]:
         return when + "; unsigned: sign them with checkpoint: {key: /path/to/ssh/key}"
     who = (f", verified as {spec['principal']}" if spec["principal"] else
@@ -1684,11 +1681,11 @@ def checkpoint_problem(spec):
             return (f"checkpoint: {key} {path} is not there (or not a file): "
                     + ("make it with ssh-keygen -t ed25519 -f " + path if key == "key" else
                        f"write in it a line `PRINCIPAL namespaces=\"{spec['namespace']}\" KEY` "
-                       f"of each signing key")
+                       "of each signing key")
                     + ", or name the file that is")
         if path and not os.access(path, os.R_OK):
             return (f"checkpoint: {key} {path} cannot be read by this user: chmod 600 {path}, "
-                    f"as its owner")
+                    "as its owner")
     return None
 
 
@@ -1696,7 +1693,7 @@ def parse_notify(c, value):
     """Return the notify command as {run, timeout}, or None when there is none.
 
     notify ::= COMMAND | {run: COMMAND, timeout: DURATION}"""
-    path, run, timeout = ("notify",), value, NOTIFY_TIMEOUT
+    path, run, timeout = ("notify",), value, 30
     if value is None:
         return None
     if isinstance(value, dict):
@@ -1720,13 +1717,13 @@ def parse_notify(c, value):
 
 def parse_metrics(c, value):
     """metrics ::= {textfile: PATH, every: DURATION}      (PATH absolute, NAME.prom)"""
-    spec = parse_written(c, value, "metrics", "textfile", METRICS_EXAMPLE, METRICS_EVERY,
+    spec = parse_written(c, value, "metrics", "textfile", METRICS_EXAMPLE, 15,
                          "in the directory node_exporter's --collector.textfile.directory names, "
                          "as /var/lib/prometheus/node-exporter/avsm.prom")
     textfile = spec and spec["textfile"]
     if spec and (not textfile.endswith(".prom") or textfile.endswith("/.prom")):
         c.fail(("metrics", "textfile"),
-               f"node_exporter's textfile collector reads only files named NAME.prom; "
+               "node_exporter's textfile collector reads only files named NAME.prom; "
                f"name the textfile so, as {os.path.join(os.path.dirname(textfile), 'avsm.prom')}")
     return spec
 
@@ -1755,14 +1752,14 @@ def parse_ledger(c, value):
         try:
             spec["every"] = parse_duration(rotate)
         except ValueError as err:
-            c.fail(path, f"rotate is a duration (1d: a new file each day) or a size (512M, 2G: when"
+            c.fail(path, "rotate is a duration (1d: a new file each day) or a size (512M, 2G: when"
                          f" ledger.db is that large): {err}")
     return spec
 
 
 def describe_ledger(spec):
     if spec is None:
-        return (f"ledger: never rotated; ledger.db grows for as long as the home lives (set one in"
+        return ("ledger: never rotated; ledger.db grows for as long as the home lives (set one in"
                 f" config.yaml, as {LEDGER_EXAMPLE})")
     keep = f"each deleted {format_duration(spec['keep'])} after it was closed, once a checkpoint" \
         " is past it" if spec["keep"] else "kept (no keep:)"
@@ -1823,12 +1820,12 @@ def written_problem(cfg):
 def describe_metrics(spec):
     """Return the line avsmd -t says of the metrics textfile."""
     if spec is None:
-        return (f"metrics: not set; no figures are written for Prometheus "
+        return ("metrics: not set; no figures are written for Prometheus "
                 f"(set one in config.yaml, as {METRICS_EXAMPLE})")
-    return (f"metrics: the figures of every venture and of the home are written to "
+    return ("metrics: the figures of every venture and of the home are written to "
             f"{spec['textfile']} every {format_duration(spec['every'])}, in Prometheus's text "
             f"format, mode 0644, in whole (to {spec['textfile']}.PID.tmp beside it, then renamed), "
-            f"for node_exporter's textfile collector")
+            "for node_exporter's textfile collector")
 
 
 def describe_notify(notify):
@@ -1942,7 +1939,7 @@ def check_request(request):
     cmd = request.get("cmd")
     if not isinstance(cmd, str) or cmd not in REQUESTS:
         raise Fail(EX_USAGE, f"avsmd does not know the command {shown_text(json.dumps(cmd))[:80]}; "
-                             f"avsm --help lists them")
+                             "avsm --help lists them")
     args = request.get("args", {})
     if not isinstance(args, dict):
         raise Fail(EX_DATAERR, f"{cmd}: args is a mapping, not {json_kind(args)}")
@@ -1979,7 +1976,7 @@ def argument_problem(kind, value):
         return json_problem(value, JSON_DEPTH)
     if kind == "flag":
         return None if isinstance(value, bool) else f"is true or false, not {json_kind(value)}"
-    if kind == "list":  # the words of a command line
+    if kind == "list":
         if not isinstance(value, list) or len(value) > 64:
             return f"is a list of at most 64 words, not {json_kind(value)}"
         problems = (argument_problem("name", v) for v in value)
@@ -2105,8 +2102,6 @@ class LedgerDown(Exception):
 
 
 LEDGER_RETRY = 30       # seconds between tries to write a ledger that could not be written
-# ... and a ledger a reader held locked past the busy timeout: it is soon free again
-LEDGER_BUSY_RETRY = 1
 # what already happened is written once the ledger takes writes again
 BACKLOG_KINDS = ("outcome", "exit")
 # Kinds (before any ".") that join the warden's group commit: readings and what follows from them,
@@ -2116,8 +2111,9 @@ GROUPED_KINDS = ("report", "guard", "audit", "reading", "prediction", "calibrati
 
 
 def ledger_retry(err):
-    """Seconds until the next try: soon for a lock another reader holds, else LEDGER_RETRY."""
-    return LEDGER_BUSY_RETRY if "locked" in str(err) or "busy" in str(err) else LEDGER_RETRY
+    """Seconds until the next try: 1 for a lock a reader held past the busy timeout (soon free
+    again), else LEDGER_RETRY."""
+    return 1 if "locked" in str(err) or "busy" in str(err) else LEDGER_RETRY
 
 
 # The ledger's vocabulary (DESIGN's table): each kind of record, the claims it may carry (the first
@@ -2469,7 +2465,6 @@ def sqlite3_errors():
     return sqlite3.Error
 
 
-# seconds a reader waits for a writer's interrupted transaction to be rolled back
 ROLLBACK_WAIT = 3.0
 
 
@@ -2477,7 +2472,8 @@ def open_ledger_ro(path):
     """Return a read-only connection to the ledger at `path`.
 
     A writer killed in a transaction leaves a hot journal a read-only connection cannot roll back
-    (SQLITE_READONLY_ROLLBACK): the next warden does, so this waits ROLLBACK_WAIT for it. """
+    (SQLITE_READONLY_ROLLBACK): the next warden does, so this waits ROLLBACK_WAIT seconds for
+    it."""
     import sqlite3
     quoted = path.replace("%", "%25").replace("?", "%3f").replace("#", "%23")
     db = sqlite3.connect(f"file:{quoted}?mode=ro", uri=True, isolation_level=None, timeout=10)
@@ -2500,14 +2496,13 @@ def open_ledger_ro(path):
 
 
 # ---- rotation: the closed files of HOME/ledgers, read with ledger.db as one ----
-CLOSED_NAME = r"([0-9]{12})-([0-9]{12})\.db"
 
 
 def closed_files(home):
     """Return [(first seq, last seq, path)] of the closed ledger files in HOME/ledgers, in order."""
     where = os.path.join(home, "ledgers")
     names = os.listdir(where) if os.path.isdir(where) else ()
-    found = (re.fullmatch(CLOSED_NAME, n) for n in names)
+    found = (re.fullmatch(r"([0-9]{12})-([0-9]{12})\.db", n) for n in names)
     return sorted((int(m[1]), int(m[2]), os.path.join(where, m[0])) for m in found if m)
 
 
@@ -2626,10 +2621,10 @@ def scan_records(db, since=0, upto=None):
         db.execute(f"PRAGMA cache_size={was}")
 
 
-SCAN_BATCH = 2000   # records a long read takes in one short read transaction
+SCAN_BATCH = 2000
 
 
-def batched_rows(db, columns, since, gap=say_moved):
+def batched_rows(db, columns, since, gap):
     """Yield the rows of `columns` (seq first) of the records after `since`, SCAN_BATCH at a time,
     each batch its own read transaction: a commit waits for every reader's lock, and one read of a
     million records would hold the warden's commits for a minute."""
@@ -2786,7 +2781,7 @@ def parse_checkpoint(data, where, signature=None):
 
 RECORDS_PAGE = 2048             # rows of one `records` answer at most: the far side holds one page
 RECORDS_PAGE_BYTES = 2 << 20    # ... and about this many bytes of them (large records: fewer rows)
-RECORDS_LINE = 256              # rows of one line of the answer
+RECORDS_LINE = 256
 
 Row = collections.namedtuple("Row", "seq at prev hash record")
 
@@ -2827,7 +2822,7 @@ def records_answer(home, args):
             db.close()
     except sqlite3.Error as err:
         raise Fail(EX_NOINPUT, f"{path} cannot be read ({err}): is {home} avsm's home? "
-                               f"name the home in the fleet file as HOST:HOME") from None
+                               "name the home in the fleet file as HOST:HOME") from None
     return [{"out": line} for line in lines] + [{"exit": EX_OK}]
 
 
@@ -3063,7 +3058,7 @@ class LedgerWriter:
             while self.backlog:
                 self.write(self.backlog[0])
                 self.backlog.pop(0)
-            self.write(new_record("ledger", "self", summary=f"the ledger takes writes again (it"
+            self.write(new_record("ledger", "self", summary="the ledger takes writes again (it"
                                   f" could not: {self.ledger_down})"))
         except (sqlite3_errors(), OSError) as err:
             self.ledger_down = str(err)
@@ -12436,10 +12431,7 @@ CHART_KINDS = ("report", "action", "outcome", "ask", "approval", "denial", "reso
 CHART_WIDTH, CHART_HEIGHT = 960, 450
 # the plot's edges, in pixels
 CHART_LEFT, CHART_TOP, CHART_RIGHT, CHART_BOTTOM = 76, 104, 930, 366
-CHART_NOTE_MAX = 240          # characters of a record's summary a tooltip shows
-CHART_SPAN = 86400      # seconds a chart shows unless told (--since): the last 24h, as summary
 CHART_MARKS = 120       # markers of one kind at most: more in the span are drawn as named groups
-# the value axis ends within it: its padded span still fits a float
 CHART_VALUE_MAX = sys.float_info.max / 4
 CHART_TIME_STEPS = (1, 2, 5, 10, 15, 30, 60, 120, 300, 600, 900, 1800, 3600, 7200, 10800, 21600,
                     43200, 86400, 2 * 86400, 7 * 86400, 14 * 86400, 30 * 86400, 91 * 86400,
@@ -12477,7 +12469,7 @@ def cmd_chart(home, args):
             name = (names or [name])[0]
     if not name:
         raise Fail(EX_USAGE, CHART_USAGE)
-    after, seconds = since_arg(since, "chart") if since is not None else (0, CHART_SPAN)
+    after, seconds = since_arg(since, "chart") if since is not None else (0, 86400)
     after, start = after or 0, time.time() - seconds if seconds else 0
     span = "in the last 24h (the default span; --since 0 charts the whole history)" \
         if since is None else f"in the last {format_duration(seconds)}" if seconds else \
@@ -12628,7 +12620,7 @@ def svg_text(x, y, text, more=""):
     return f'<text x="{x}" y="{y}"{more}>{xml_text(text)}</text>'
 
 
-def svg_line(x1, x2, y1, y2, more=""):
+def svg_line(x1, x2, y1, y2, more):
     """Return an SVG <line> from (x1, y1) to (x2, y2); `more`: its other attributes."""
     x1, x2, y1, y2 = svg_at(x1, x2, y1, y2)
     return f'<line x1="{x1}" x2="{x2}" y1="{y1}" y2="{y2}"{more}/>'
@@ -12637,8 +12629,8 @@ def svg_line(x1, x2, y1, y2, more=""):
 def chart_tooltip(seq, at, record, more=""):
     """Return a marker's <title>: the record's seq, time, kind, summary and what came of it."""
     summary = str(record.get("summary", ""))
-    if len(summary) > CHART_NOTE_MAX:
-        summary = summary[:CHART_NOTE_MAX] + "..."
+    if len(summary) > 240:
+        summary = summary[:240] + "..."
     return svg_title(f"#{seq} {chart_time(at)} {record.get('kind')}: {summary}{more}")
 
 
@@ -13095,10 +13087,6 @@ def mandate_drift(in_force, on_disk, seq, path):
     return shown_lines or ["    (the two differ only in line endings or a last newline)"]
 
 
-# worst first
-DOCTOR_ORDER = (EX_DATAERR, EX_CONFIG, EX_NOPERM, EX_CANTCREAT, EX_NOINPUT, EX_UNAVAILABLE)
-
-
 class Findings:
     """What doctor found, each check a fact shown as it is found (warn: the exit code stays)."""
 
@@ -13111,7 +13099,8 @@ class Findings:
                            "lines": list(lines)})
         self.codes += [code] if code else []
         if not JSON:
-            out(*finding_lines(self.found[-1]))
+            out(f"{'FAIL' if level == 'fail' else level:<5} {text}",
+                *[f"      fix: {fix}"] * bool(fix), *[f"  {line}" for line in lines])
 
     def ok(self, text):
         self.add("ok", text)
@@ -13126,12 +13115,8 @@ class Findings:
         self.add("fail", text, fix, code)
 
     def worst(self):
-        return next((code for code in DOCTOR_ORDER if code in self.codes), EX_OK)
-
-
-def finding_lines(f):
-    return [f"{'FAIL' if f['level'] == 'fail' else f['level']:<5} {f['text']}"] + \
-        [f"      fix: {f['fix']}"] * bool(f["fix"]) + [f"  {line}" for line in f["lines"]]
+        return next((code for code in (EX_DATAERR, EX_CONFIG, EX_NOPERM, EX_CANTCREAT, EX_NOINPUT,
+                                       EX_UNAVAILABLE) if code in self.codes), EX_OK)
 
 
 def cmd_doctor(home, args):
@@ -13178,7 +13163,7 @@ def cmd_doctor(home, args):
         return doctor_cut(home, cut)
     found = Findings()
     trust = checkpoint_trust(home, given["--allowed-signers"], given["--origin"])
-    kept = read_kept_checkpoints(home, found, given["--checkpoint"], trust) \
+    kept = read_kept_checkpoints(found, given["--checkpoint"], trust) \
         if given["--checkpoint"] else []
     if doctor_home(home, found):
         doctor_config(home, found)
@@ -13195,18 +13180,18 @@ def cmd_doctor(home, args):
 
 def doctor_home(home, found):
     """The home: short enough for its socket, there, a directory, ours to read and write."""
-    problem = socket_problem(home)
+    problem, start = socket_problem(home), program_command("avsmd", home)
     if problem:
         found.fail(EX_CONFIG, problem, "avsmd --home /a/shorter/path   (or set AVSMD_HOME)")
     if not os.path.lexists(home):
         found.fail(EX_NOINPUT,
                    f"the home {home} is not there",
-                   f"{program_command('avsmd', home)}   (avsmd makes it)")
+                   f"{start}   (avsmd makes it)")
         return False
     if not os.path.isdir(home):
         found.fail(EX_CANTCREAT,
                    f"the home {home} is not a directory",
-                   f"mv {home} {home}.old && {program_command('avsmd', home)}")
+                   f"mv {home} {home}.old && {start}")
         return False
     if not os.access(home, os.R_OK | os.W_OK | os.X_OK):
         found.fail(
@@ -13264,6 +13249,7 @@ def doctor_config(home, found):
 def doctor_ledger(home, found, since, kept, quick, trust):
     """The ledger: a database, every link of the chain, the triggers, every proof, checkpoints."""
     path, command = os.path.join(home, "ledger.db"), client_command(home)
+    start = program_command("avsmd", home)
     if not os.path.exists(path):
         found.note(f"no ledger yet at {path}; avsmd makes it at its first start")
         return
@@ -13285,7 +13271,7 @@ def doctor_ledger(home, found, since, kept, quick, trust):
         # a transaction its writer was killed in: avsmd rolls it back
         found.fail(EX_DATAERR,
                    str(fail),
-                   f"{program_command('avsmd', home)}   (its warden rolls the transaction back)")
+                   f"{start}   (its warden rolls the transaction back)")
         return
     except sqlite3_errors() as err:
         found.fail(
@@ -13299,7 +13285,7 @@ def doctor_ledger(home, found, since, kept, quick, trust):
         found.fail(EX_DATAERR,
                    f"the ledger's triggers {', '.join(sorted(missing))} are gone: it is no longer"
                    " append-only",
-                   f"{program_command('avsmd', home)}   (avsmd makes the triggers again at start)")
+                   f"{start}   (avsmd makes the triggers again at start)")
     own = home_checkpoints(home, found)
     after = verified_checkpoint(home, db, found, trust) if quick else None
     if quick and after is None:
@@ -13408,7 +13394,7 @@ CheckpointTrust = collections.namedtuple("CheckpointTrust",
                                          "home origin homes allowed namespace principal key")
 
 
-def checkpoint_trust(home, allowed=None, origin=None):
+def checkpoint_trust(home, allowed, origin):
     """How doctor judges a checkpoint: origins, allowed_signers, namespace, principal, key."""
     try:
         spec = read_config(home)[0]["checkpoint"]
@@ -13473,7 +13459,7 @@ def vouch_checkpoint(found, name, c, trust, allowed):
     return True
 
 
-def read_kept_checkpoints(home, found, where, trust):
+def read_kept_checkpoints(found, where, trust):
     """Return [(name, Checkpoint)] of the checkpoints kept in FILE, DIR or - that may vouch for
     this home. One missing is 66, one that does not read, vouch or verify 65, no ssh-keygen 69."""
     allowed = trust.allowed or os.path.expanduser("~/.ssh/allowed_signers")
@@ -13630,7 +13616,7 @@ def verified_path(home):
 def remember_verified(home, checkpoint):
     """Note the newest checkpoint a full doctor verified, for --quick, in the client's own cache:
     doctor changes nothing in the home (DOCTOR-02). The note grants nothing by itself."""
-    if CALLER.get().read_only:          # a read-only key writes nothing
+    if CALLER.get().read_only:
         return
     path = verified_path(home)
     was = os.umask(0o077)
@@ -13787,13 +13773,13 @@ def doctor_mirror(home, found):
     """Return whether the home is a witness's copy of a host's ledger, and say so."""
     try:
         with open(os.path.join(home, MIRROR_MARK)) as fh:
-            host = fh.read().strip()
+            host = shown_text(fh.read().strip())[:120]
     except (OSError, UnicodeDecodeError):
         return False
-    found.note(f"this home is a witness's copy of {shown_text(host)[:120]}'s ledger (avsm fleet "
+    found.note(f"this home is a witness's copy of {host}'s ledger (avsm fleet "
                "witness --mirror): its ventures' directories and its avsmd are there, not "
                "checked here; "
-               f"avsm --host {shown_text(host)[:120]} doctor checks them")
+               f"avsm --host {host} doctor checks them")
     return True
 
 
@@ -13801,6 +13787,7 @@ def doctor_daemon(home, found):
     """The lock file, the socket, the daemon answering, and no second avsmd on the home."""
     import socket
     lock, sock = os.path.join(home, "avsmd.lock"), os.path.join(home, "sock")
+    start = program_command("avsmd", home)
     if os.path.lexists(lock) and not os.path.isfile(lock):
         found.fail(
             EX_CANTCREAT, f"{lock} is not a regular file", f"rm -r {lock}   (avsmd makes it again)")
@@ -13840,18 +13827,18 @@ def doctor_daemon(home, found):
         found.fail(EX_UNAVAILABLE, f"{who} took doctor's health request on {sock} but gave no "
                                    f"answer in {DOCTOR_PROBE_MOST} s: it runs, stuck or very busy",
                    f"{client_command(home)} doctor again in a minute; if it stays silent: kill "
-                   f"{holder or 'its pid'} && {program_command('avsmd', home)}")
+                   f"{holder or 'its pid'} && {start}")
     except OSError:
         if holder:
             found.fail(
                 EX_UNAVAILABLE,
                 f"avsmd (pid {holder}) is running but its socket {sock} is missing",
                 f"wait a second (it makes the socket again); if it stays missing: kill {holder} &&"
-                f" {program_command('avsmd', home)}")
+                f" {start}")
         else:
             found.fail(EX_UNAVAILABLE,
                        f"no avsmd is running on {home}",
-                       f"{program_command('avsmd', home)}")
+                       start)
     finally:
         conn.close()
 
@@ -14314,7 +14301,6 @@ def metrics_text(states, home, now):
 # What needs a person, then every venture, of a home or a fleet: facts (JSON, PAGE_SHAPE) gathered
 # where the ledger is, checked when another host sent them, made into HTML here, every text escaped.
 
-PAGE_ACTIONS, PAGE_VALUES = 5, 60   # a venture's last actions a page shows, and trusted values
 # a type, [each item's shape], {key: shape}, or (shape,): null too
 PAGE_SHAPE = {
     "schema": int, "home": str, "at": float, "stopped": bool,
@@ -14340,7 +14326,7 @@ def page_facts(home, states, now, db, keeps=None, cfg=None, stopped=False):
     asks, ventures = asks_facts(states)["asks"], []
     for row in status_facts(states, now, keeps, cfg, stopped=stopped)["ventures"]:
         state, actions = states[row["name"]], []
-        for seq in sorted(s for runs in state.actions.values() for s, _, _ in runs)[-PAGE_ACTIONS:]:
+        for seq in sorted(s for runs in state.actions.values() for s, _, _ in runs)[-5:]:
             at, record = record_at(db, seq) or (0, {})
             actions.append({"seq": seq, "at": at, "summary": str(record.get("summary")),
                             "proof": record.get("proof")})
@@ -14348,7 +14334,7 @@ def page_facts(home, states, now, db, keeps=None, cfg=None, stopped=False):
             {k: row[k] for k in ("name", "state", "why", "value", "age")}, actions=actions,
             report=str(state.last_report[2].get("summary")) if state.last_report else "",
             bounds=[b["bound"] for b in row["bounds"]],
-            values=[v for _, v in state.trusted[-PAGE_VALUES:]],
+            values=[v for _, v in state.trusted[-60:]],
             asks=[{"seq": a["seq"], "question": str(a["question"])} for a in asks
                   if a["venture"] == state.name]))
     where = f"{home}/checkpoints"
@@ -14627,7 +14613,7 @@ def run_daemon(args):
     return Daemon(home, cfg, path, text, debug).run()
 
 
-INTERNAL_PROGRAMS = ("warden", "adapter", "forecast")  # started by avsmd and its warden
+INTERNAL_PROGRAMS = ("warden", "adapter", "forecast")
 
 
 def run_internal(program, args):
@@ -14715,7 +14701,6 @@ def main(argv=None):
         sys.stderr.write(f"{name}: standard output cannot be written: {err.strerror}\n")
         return EX_IOERR
     except Exception:
-        # a bug: the whole traceback on standard error, with how to report it
         import traceback
         traceback.print_exc()
         sys.stderr.write(f"{name} {VERSION}: this is a bug in avsm, not something you did. Please"
