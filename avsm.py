@@ -7995,16 +7995,15 @@ def read_json_adapter(name, reading, url, key):
 GROUP_WINDOW = 0.05
 # seconds of starting rounds in one tick before the warden looks at its clients again
 TICK_BUDGET = 0.05
-# seconds between the first rounds of ventures when a warden starts with many
-START_SPACING = 0.002
 # seconds early a round may start, with one due as the warden wakes: fewer wake-ups
 START_AHEAD = 0.01
 
 
 def start_spread(i, count, cadence):
     """Seconds after the warden's start that the i-th of `count` ventures has its first round:
-    spread, so a thousand ventures do not all come due in one tick for ever after."""
-    return i / count * min(cadence, count * START_SPACING) if count else 0.0
+    2 ms apart, or closer to fit in one cadence, so a thousand ventures do not all come due in one
+    tick for ever after."""
+    return i / count * min(cadence, count * 0.002)
 
 class Schedule:
     """When each venture's next round is due, in monotonic time, soonest first (a heap)."""
@@ -8027,12 +8026,8 @@ class Schedule:
         return heap[0][0] if heap else None
 
     def pop_due(self, now):
-        heap = self.due_heap
-        while heap and heap[0][0] <= now:
-            at, name = heapq.heappop(heap)
-            if self.due.get(name) != at or not self.active(name):
-                continue
-            yield at, name
+        while self.soonest() is not None and self.soonest() <= now:
+            yield heapq.heappop(self.due_heap)
 
     def resume(self, now):
         for name in list(self.due):
@@ -8308,7 +8303,6 @@ class Worlds:
         f = self.cfg["forecast"] or (PACKET_FORECAST if decision else FORECAST_DEFAULT)
         if not f["seeds"] or self.stopping() or decision and not state.mandate["world"]:
             return False
-        # through the world, with world:
         facts = world_forecast_facts(state, f["days"], f["seeds"], time.time())
         payload = write_payload(json.dumps(dict(facts, **some(packet=bool(decision)))).encode())
         try:
@@ -8373,7 +8367,6 @@ class Worlds:
         outputs = [job["outputs"][i] for i in sorted(job["outputs"])]
         if state.mandate is not None:
             return world_rule(state, job["report"], job["lever"], outputs, job["failure"])
-        return None
 
 
 def ratchet_text(state, lever):
@@ -8613,10 +8606,8 @@ class Checkpoints:
             if data:
                 write_textfile(name, data if data.endswith("\n") else data + "\n", 0o600)
         syslog.openlog("avsm", 0, syslog.LOG_USER)
-        syslog.syslog(
-            syslog.LOG_NOTICE,
-            f"checkpoint {self.origin} {head[0]} {head[1]}" + (" signed" if signature else ""),
-        )
+        syslog.syslog(syslog.LOG_NOTICE, f"checkpoint {self.origin} {head[0]} {head[1]}"
+                      + (" signed" if signature else ""))
         log(self.debug, "warden", f"checkpoint #{head[0]} written to {path}")
         self.seq, self.at, self.wanted = head[0], at, False
         return text, signature
@@ -8805,9 +8796,8 @@ class HomeFiles:
         except OSError as err:
             # tried again after `every`, or the next irreversible action
             self.checkpoints.at = time.time()
-            sys.stderr.write(
-                f"avsmd: no checkpoint could be written to {self.checkpoints.dir}: {err}\n"
-            )
+            sys.stderr.write(f"avsmd: no checkpoint could be written to {self.checkpoints.dir}:"
+                             f" {err}\n")
             return None
 
     def snapshot(self, down, least, fold=None):
@@ -8861,7 +8851,7 @@ class HomeFiles:
         except sqlite3.Error:
             head = (self.ledger.last or (0,))[0]      # a ledger that cannot be read: the last head
         try:
-            size = os.stat(os.path.join(self.home, "ledger.db")).st_size
+            size = os.stat(self.ledger.path).st_size
         except OSError:
             size = None
         kept = (self.checkpoints.seq, self.checkpoints.at) if self.checkpoints.seq else None
@@ -8933,9 +8923,8 @@ class Warden:
                              lambda: self.stopping, self.active, debug)
         channel.setblocking(False)
         self.sel.register(channel, selectors.EVENT_READ, ("channel", None))
-        self.sel.register(
-            self.decisions.wake_r, selectors.EVENT_READ, ("results", self.decisions.wake_r)
-        )
+        self.sel.register(self.decisions.wake_r, selectors.EVENT_READ,
+                          ("results", self.decisions.wake_r))
 
     def append(self, record, at=None):
         """Append `record`; an irreversible action asks for a checkpoint after it."""
@@ -9068,11 +9057,8 @@ class Warden:
         self.writer.commit()
         written = self.write_checkpoint()
         if written is None:
-            raise Fail(
-                EX_TEMPFAIL,
-                "no checkpoint can be written now: the ledger holds no record yet, or cannot be"
-                " written",
-            )
+            raise Fail(EX_TEMPFAIL, "no checkpoint can be written now: the ledger holds no record"
+                                    " yet, or cannot be written")
         facts = parse_checkpoint(written[0], "the checkpoint", written[1])._asdict()
         return [json.dumps(facts)] if args.get("json") else checkpoint_lines(facts)
 
@@ -9081,19 +9067,16 @@ class Warden:
 
     def next_wakeup(self, now):
         """Return seconds until the next due report, deadline or restart, or None."""
-        times, soonest = [], self.rounds.schedule.soonest()
+        soonest = self.rounds.schedule.soonest()
+        times = self.children.wakeups(now) + self.keeper.wakeups() + self.rounds.deadlines() \
+            + self.files.wakeups()
         if soonest is not None and not self.writer.ledger_down:
             times.append(soonest)
-        times += self.children.wakeups(now) + self.keeper.wakeups()
-        times += self.rounds.deadlines()
-        times += self.files.wakeups()
         if self.writer.ledger_down:
             times.append(self.writer.retry_at)
         elif self.next_nightly is not None:
             times.append(now + max(0.0, self.next_nightly - time.time()))
-        if not times:
-            return None
-        return max(0.0, min(times) - now)
+        return max(0.0, min(times) - now) if times else None
 
     def tick(self, now):
         """Start what is due, end what is past its deadline, reap what has ended."""
@@ -9116,14 +9099,11 @@ class Warden:
                         self.decisions.start_decision(state, "nightly")
                     except Fail as fail:
                         log(True, "warden", f"{state.name}: no nightly decision: {fail}")
-        # 4. the rounds that are due start; those in flight settle once read or late
-        for state, intents in self.rounds.start_due(now):
-            self.carry_out(state, intents)
-        for state, intents in self.rounds.settle_all(now):
-            self.carry_out(state, intents)
-        # 5. a `run` program whose back-off is over starts again
-        for state, intents in self.keeper.start_due(now):
-            self.carry_out(state, intents)
+        # 4. the rounds that are due start; those in flight settle once read or late; a `run`
+        # program whose back-off is over starts again
+        for due in (self.rounds.start_due, self.rounds.settle_all, self.keeper.start_due):
+            for state, intents in due(now):
+                self.carry_out(state, intents)
 
     def settle_child(self, child):
         """A child ended and its group is gone: carry out what the room that started it returns."""
@@ -9264,13 +9244,10 @@ class Warden:
     def do_health(self, args, err):
         """What avsm doctor asks the running daemon."""
         if self.writer.ledger_down:
-            err.append(
-                f"the ledger cannot be written: {self.writer.ledger_down}; nothing that would write"
-                " runs, and avsmd tries again every 30 s"
-            )
-        return [
-            f"avsmd {VERSION}, {sum(1 for s in self.ventures.values() if s.mandate_seq)} venture(s)"
-        ]
+            err.append(f"the ledger cannot be written: {self.writer.ledger_down}; nothing that"
+                       " would write runs, and avsmd tries again every 30 s")
+        return [f"avsmd {VERSION}, {sum(1 for s in self.ventures.values() if s.mandate_seq)}"
+                " venture(s)"]
 
     def do_status(self, args, err):
         facts = status_facts(self.ventures, time.time(), self.keeper.keep, self.cfg,
@@ -9304,10 +9281,8 @@ class Warden:
         spec = (state.mandate["levers"].get(lever)
                 if state.mandate and ask.get("about") in ("lever", "model") else None)
         problem = spec and content_problem(spec["takes"], payload, state.directory)
-        done = self.carry_out(
-            state,
-            approval_rule(state, seq, ask, payload, "payload" in args, problem, int(time.time())),
-        )
+        done = self.carry_out(state, approval_rule(state, seq, ask, payload, "payload" in args,
+                                                   problem, int(time.time())))
         gated = [action for intent, action in done if isinstance(intent, Gate)]
         if not gated:
             return [f"#{seq} answered; nothing runs on it"]
@@ -9320,9 +9295,8 @@ class Warden:
         """The content an open ask carries, as JSON (for approve --edit)."""
         state, seq, ask = self.find_ask(args)
         if ask.get("payload") is None:
-            raise Fail(
-                EX_DATAERR, f"ask #{seq} carries no content to edit; approve it without --edit"
-            )
+            raise Fail(EX_DATAERR,
+                       f"ask #{seq} carries no content to edit; approve it without --edit")
         return [json.dumps(ask["payload"])]
 
     def do_propose(self, args, err):
@@ -9336,9 +9310,8 @@ class Warden:
             try:
                 payload = read_json(payload)
             except (ValueError, RecursionError) as bad:
-                raise Fail(
-                    EX_DATAERR, f"{lever} takes json, and the payload is not JSON: {bad}"
-                ) from None
+                raise Fail(EX_DATAERR,
+                           f"{lever} takes json, and the payload is not JSON: {bad}") from None
         content_why = spec and content_problem(spec["takes"], payload, state.directory)
         done = self.carry_out(state, person_proposal_rule(state, lever, payload, content_why))
         seq, action = done[0][1], done[-1][1]
@@ -9350,10 +9323,8 @@ class Warden:
         path = os.path.join(state.directory, "mandate.yaml")
         new = ask.get("mandate")
         if not new:
-            raise Fail(
-                EX_DATAERR,
-                f"ask #{seq} carries no mandate change; edit {path} by hand and run avsm add",
-            )
+            raise Fail(EX_DATAERR, f"ask #{seq} carries no mandate change; edit {path} by hand"
+                                   " and run avsm add")
         mandate = parse_mandate(new, path, state.directory)
         refuse(ratchet_change_problem(state, mandate))
         self.carry_out(state, [Write(ratchet_approval(state, seq, ask))])
@@ -9406,23 +9377,16 @@ def request_answer(message, do):
         err.append(str(fail))
         code = fail.code
     except (LockLost, LedgerDown) as lost:
-        err.append(
-            f"the ledger cannot be written: {lost}; nothing was done, try again later"
-            if isinstance(lost, LedgerDown)
-            else str(lost)
-        )
+        err.append(f"the ledger cannot be written: {lost}; nothing was done, try again later"
+                   if isinstance(lost, LedgerDown) else str(lost))
         code = EX_TEMPFAIL
     # a bug: reported once, this request refused, the warden keeps serving
     except Exception as bug:
         import traceback
-        sys.stderr.write(
-            f"avsm warden: a bug in avsm, doing {message.get('cmd')} (the warden goes"
-            f" on):\n{traceback.format_exc()}"
-        )
-        err.append(
-            f"a bug in avsm refused this request ({type(bug).__name__}); it is reported on"
-            " avsmd's standard error"
-        )
+        sys.stderr.write(f"avsm warden: a bug in avsm, doing {message.get('cmd')} (the warden"
+                         f" goes on):\n{traceback.format_exc()}")
+        err.append(f"a bug in avsm refused this request ({type(bug).__name__}); it is reported"
+                   " on avsmd's standard error")
         code = EX_SOFTWARE
     return {"id": message.get("id"), "out": out, "err": err, "exit": code}
 
