@@ -8546,11 +8546,6 @@ class Decisions:
             self.escalations.pop(d.escalation, None)
             self.finish_decision(d)
 
-    def answer_escalation(self, d, cited, note=None):
-        """Yield the measured answer of escalation d.escalation (ESC-04)."""
-        self.escalations.pop(d.escalation, None)
-        yield Write(answer_record(d.venture, d.escalation, cited, note))
-
     def finish_decision(self, d, error=None):
         if d.reply_id is not None:
             self.tell({"id": d.reply_id, "out": d.lines or ["the decision wrote nothing"],
@@ -9013,8 +9008,8 @@ class Warden:
             if self.stopping and not self.children:
                 # ESC-04: every escalation gets its answer
                 for seq, d in list(self.decisions.escalations.items()):
-                    self.carry_out(None, self.decisions.answer_escalation(
-                        d, "unusable", "avsmd stopped before the answer came"))
+                    self.carry_out(None, [Write(answer_record(
+                        d.venture, seq, "unusable", "avsmd stopped before the answer came"))])
                 self.children.end_lingering(final=True)
                 self.writer.commit(turn_ends=True)
                 self.snapshot(SNAPSHOT_MIN)
