@@ -9420,6 +9420,7 @@ def run_warden(home, fd, debug):
 
 NOTIFY_QUEUE = 100      # notices waiting at most; one past it is dropped, as a failure
 NOTIFY_STOP_GRACE = 0.5  # at a stop, seconds between TERM and KILL of a notify past the deadline
+STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)
 
 
 class Notifier:
@@ -9432,7 +9433,6 @@ class Notifier:
         self.running = []             # (Child, notice, its standard input's file)
         self.stretch = None           # judge_notify's
         self.down_told = False        # admit_notice's
-        # avsm and avsmd as this person runs them
         self.commands = {"avsm": client_command(home), "avsmd": program_command("avsmd", home)}
         self.stopping = False         # then every notice starts at once: no time to take turns
 
@@ -9469,20 +9469,18 @@ class Notifier:
             self.settle(notice, notify_failure(child.ended_by, status, self.spec["timeout"]),
                         child.note())
         while self.queue and (self.stopping or not self.running):
-            self.start(self.queue.pop(0))
-
-    def start(self, notice):
-        text, event = notice_message(notice, self.commands, self.home)
-        path = write_payload(text.encode("utf-8", "replace"))
-        try:
-            child = Child("notify", notice["venture"], self.spec["run"], self.home,
-                          notify_env(self.home, event), timeout=self.spec["timeout"], shell=True,
-                          stdin_path=path)
-        except (OSError, ValueError) as err:
-            os.unlink(path)
-            self.settle(notice, f"it could not start: {getattr(err, 'strerror', None) or err}")
-            return
-        self.running.append((child, notice, path))
+            notice = self.queue.pop(0)
+            text, event = notice_message(notice, self.commands, self.home)
+            path = write_payload(text.encode("utf-8", "replace"))
+            try:
+                child = Child("notify", notice["venture"], self.spec["run"], self.home,
+                              notify_env(self.home, event), timeout=self.spec["timeout"],
+                              shell=True, stdin_path=path)
+            except (OSError, ValueError) as err:
+                os.unlink(path)
+                self.settle(notice, f"it could not start: {getattr(err, 'strerror', None) or err}")
+                continue
+            self.running.append((child, notice, path))
 
     def settle(self, notice, failure, note=""):
         """One notice told, or not: write what judge_notify says to write."""
@@ -9605,13 +9603,13 @@ class Clients:
         self.listener, self.sock_id = listener, os.stat(self.path).st_ino
         self.daemon.sel.register(listener, selectors.EVENT_READ, self.accept)
 
-    def check(self, debug):
+    def check(self):
         """Each second: the socket must still be ours; make it again when deleted or replaced."""
         with contextlib.suppress(OSError):
             if os.stat(self.path).st_ino == self.sock_id:
                 return
         self.bind()
-        log(debug, "avsmd", "made the socket again")
+        log(self.daemon.debug, "avsmd", "made the socket again")
 
     def accept(self):
         import selectors
@@ -9675,11 +9673,6 @@ class Clients:
         self.reply(self.waiting.pop(message["id"], None), message.get("err", []),
                    message.get("exit", EX_SOFTWARE), message.get("out", []))
 
-    def fail_waiting(self, why):
-        """Every request the warden was answering fails with `why` (69)."""
-        for client in [self.waiting.pop(rid) for rid in list(self.waiting)]:
-            self.reply(client, [why], EX_UNAVAILABLE)
-
     def reply(self, conn, err, code, out=()):
         if conn not in self.clients:
             return
@@ -9712,12 +9705,12 @@ class Kept:
     """One process avsmd keeps (the warden, the roles process), and what avsmd calls when it speaks
     and when it ends."""
 
-    def __init__(self, name, sel, read, ended):
-        self.name, self.sel, self.read, self.ended = name, sel, read, ended
+    def __init__(self, name, what, sel, read, ended):
+        self.name, self.what, self.sel, self.read, self.ended = name, what, sel, read, ended
         self.pid = self.proc = self.chan = self.pidfd = self.restart_at = self.backoff = None
         self.reader, self.started = LineReader(), 0.0
 
-    def attach(self, pid, chan):
+    def attach(self, pid, chan, debug):
         import selectors
         chan.setblocking(False)
         self.pid, self.chan, self.reader, self.started = pid, chan, LineReader(), time.monotonic()
@@ -9727,6 +9720,7 @@ class Kept:
             self.sel.register(self.pidfd, selectors.EVENT_READ, lambda: self.ended(self))
         except (AttributeError, OSError):
             self.pidfd = None
+        log(debug, "avsmd", f"started {self.what}, pid {pid}")
 
     def detach(self):
         """It ended: close its pidfd and channel."""
@@ -9748,8 +9742,8 @@ class Daemon:
         self.debug = debug
         self.sel, self.ledger = selectors.DefaultSelector(), None
         self.lock, self.clients = HomeLock(home), Clients(self)
-        self.warden = Kept("warden", self.sel, self.from_warden, self.ended)
-        self.roles = Kept("roles", self.sel, self.from_roles, self.ended)
+        self.warden = Kept("warden", "the warden", self.sel, self.from_warden, self.ended)
+        self.roles = Kept("roles", "the roles process", self.sel, self.from_roles, self.ended)
         self.roles_waiting = {}
         self.groups = {}    # the groups the warden said it started and has not seen end (RUN-13)
         self.stopping, self.stop_deadline, self.exit_code, self.signals = False, None, EX_OK, []
@@ -9766,8 +9760,7 @@ class Daemon:
                                             env=dict(os.environ, AVSM_CONFIG=json.dumps(self.cfg)),
                                             stdin=subprocess.DEVNULL)
         theirs.close()
-        self.warden.attach(self.warden.proc.pid, ours)
-        log(self.debug, "avsmd", f"started the warden, pid {self.warden.pid}")
+        self.warden.attach(self.warden.proc.pid, ours, self.debug)
         self.pass_on()
 
     def start_roles(self):
@@ -9794,8 +9787,7 @@ class Daemon:
             finally:
                 os._exit(code)
         theirs.close()
-        self.roles.attach(pid, ours)
-        log(self.debug, "avsmd", f"started the roles process, pid {pid}")
+        self.roles.attach(pid, ours, self.debug)
 
     def pass_on(self):
         """Send the warden the requests its clients wait on."""
@@ -9872,11 +9864,13 @@ class Daemon:
             return
         kept.backoff, delay = child_restart_wait(kept.backoff, time.monotonic() - kept.started)
         kept.restart_at = time.monotonic() + delay     # the loop in run starts it then
-        what = "the warden" if kept is self.warden else "the roles process"
-        self.append_self("restart", f"{what} (pid {kept.pid}) ended ({how}); starting it again"
+        self.append_self("restart", f"{kept.what} (pid {kept.pid}) ended ({how}); starting it again"
                          + (f" in {delay} s" if delay else ""), process=kept.name, restart_in=delay)
         if kept is self.warden:
-            self.clients.fail_waiting("the warden ended while answering; try again")
+            waiting, self.clients.waiting = self.clients.waiting, {}
+            for conn in waiting.values():
+                self.clients.reply(conn, ["the warden ended while answering; try again"],
+                                   EX_UNAVAILABLE)
 
     def end_groups(self):
         term_then_kill([g for g, told in self.groups.items()
@@ -9907,7 +9901,6 @@ class Daemon:
         except Exception as err:          # an unwritable ledger must not take avsmd down
             sys.stderr.write(f"avsmd: could not append to the ledger: {err}\n")
             self.notifier.tell(ledger_down_notice(str(err)))
-        return None
 
     def begin_stop(self, why):
         if self.stopping:
@@ -9961,7 +9954,7 @@ class Daemon:
         for end in (wake_r, wake_w):
             end.setblocking(False)
         signal.set_wakeup_fd(wake_w.fileno(), warn_on_full_buffer=False)
-        for signum in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
+        for signum in STOP_SIGNALS:
             signal.signal(signum, lambda signum, frame: self.signals.append(signum))
         self.sel.register(wake_r, selectors.EVENT_READ, lambda: receive(wake_r, 512))
         self.clients.bind()
@@ -10015,7 +10008,7 @@ class Daemon:
                     self.exit_code = EX_TEMPFAIL
                     self.begin_stop(f"another avsmd (pid {taken}) took the lock of its home")
                 else:
-                    self.clients.check(self.debug)
+                    self.clients.check()
                 next_check = now + 1
             if self.stopping and (self.warden.proc.poll() is not None
                                   or now >= self.stop_deadline + WARDEN_LATE):   # 4
@@ -10466,7 +10459,6 @@ def show_ledger_view(home, verb, args):
     except BrokenPipeError:
         # the reader went away (status | head -1): the 69 still says no avsmd answers
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
-    return None
 
 
 def utf8_output():
@@ -10873,8 +10865,7 @@ def why_facts(db, facts, home):
             if r["seq"] < seq:
                 since = (r["seq"], states_of(read_snapshot(home, r))[0])
                 break
-    fullmatch = re.compile(TRUSTED_REPORT).fullmatch
-    records = {s: (a, decode_record(t, fullmatch, s)) for s, a, t in ledger_rows(
+    records = {s: (a, decode_record(t, seq=s)) for s, a, t in ledger_rows(
         db, "SELECT seq, at, record FROM records WHERE "
         f"{RECORD_VENTURE_SQL} = ? AND seq > ? AND seq <= ? ORDER BY seq",
         (record.get("venture"), since[0], seq), since[0], seq)}
@@ -11510,11 +11501,12 @@ def bridge_message(piece, name, most=FAR_LINE):
 def cmd_fleet(args, given, home):
     """fleet [--fleet FILE] status|asks|summary|page [ARGS]: every host's view, asked at once."""
     path, rest = take_option(args, "--fleet")
+    path = fleet_path(path or given)
     if rest and rest[0] == "witness":
-        return cmd_witness(home, fleet_path(path or given), rest[1:])
+        return cmd_witness(home, path, rest[1:])
     if not rest or rest[0] not in ("status", "asks", "summary", "page"):
         raise Fail(EX_USAGE, "usage: avsm fleet [--fleet FILE] status|asks|summary|page [ARGS]")
-    view, argv, hosts = rest[0], rest[1:], read_fleet(fleet_path(path or given))
+    view, argv, hosts = rest[0], rest[1:], read_fleet(path)
     target = view == "page" and page_target(argv, "fleet [--fleet FILE] page -o FILE")
 
     def ask(host):
@@ -11732,8 +11724,9 @@ def cmd_witness(home, fleet, args):
     keep = keep or os.path.join(
         os.environ.get("XDG_STATE_HOME") or os.path.expanduser("~/.local/state"), "avsm", "witness")
     hosts = read_fleet(fleet)
+    home = resolve_home(home)
     try:
-        notify = read_config(resolve_home(home))[0].get("notify")
+        notify = read_config(home)[0].get("notify")
     except Fail:
         notify = None
 
@@ -11973,7 +11966,6 @@ def keep_checkpoint(host, where, kept, new, far_hash, allowed):
 def tell_witness(notify, home, name, message):
     """Run this side's notify command once with what the witness found on its standard input."""
     import subprocess
-    home = resolve_home(home)
     notice = new_notice("witness", name, None, message, f"avsm --host {name} doctor")
     text, event = notice_message(notice, {"avsm": client_command()}, home)
     try:
@@ -12057,9 +12049,8 @@ def test_config(home, cfg, path):
     try:
         adopted = adopted_mandates(home)
     except (sqlite3_errors(), ValueError, Fail) as err:
-        sys.stderr.write(
-            f"avsmd: {home}/ledger.db does not read ({err}), so no adopted mandate can be listed; "
-            f"see {client_command(home)} doctor\n")
+        problem(f"{home}/ledger.db does not read ({err}), so no adopted mandate can be listed; "
+                f"see {client_command(home)} doctor")
         return EX_DATAERR
     for name, directory, seq, paused, in_force in adopted:
         mandate_path = os.path.join(directory or "", "mandate.yaml")
@@ -12128,9 +12119,10 @@ def test_ventures(home, cfg, dirs):
     return code
 
 
-def describe_allowed(m, cfg):
-    """Return lines saying what a mandate allows: each lever, its cap, and what needs asking."""
-    lines = []
+def allowed_lines(state, cfg):
+    """Return lines saying what the venture's mandate allows: each lever, its cap, and what needs
+    asking; then whether its levers can hold it."""
+    m, lines = state.mandate, []
     ctl = m["controller"]
     if decided_by_model(m):
         lines.append("  " + backend_note(m, cfg))
@@ -12163,7 +12155,8 @@ def describe_allowed(m, cfg):
         lines.append(
             f"  audit {a['name']} ({a['run']}): asks when the metric improves while it worsens"
             f" ({a['worse']}) past {format_number(a['tolerance'])}")
-    return lines
+    days = (cfg["forecast"] or FORECAST_DEFAULT)["days"]
+    return lines + ["  " + describe_capacity(capacity_check(state, days))]
 
 
 def backend_note(m, cfg):
@@ -12209,13 +12202,6 @@ def print_allowed(home, cfg, name, m):
     out(*allowed_lines(state, cfg))
 
 
-def allowed_lines(state, cfg):
-    """What the venture's mandate allows, and whether its levers can hold it."""
-    days = (cfg["forecast"] or FORECAST_DEFAULT)["days"]
-    capacity = describe_capacity(capacity_check(state, days))
-    return describe_allowed(state.mandate, cfg) + ["  " + capacity]
-
-
 # ---- avsm try and avsm link, and how this user runs avsm ----
 
 def cmd_try(home, args):
@@ -12229,7 +12215,6 @@ def cmd_try(home, args):
     check_venture_dir(directory)
     check_venture_name(os.path.basename(directory))
     stopped_by, daemon, started, spawning = [], None, False, []
-    signals = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
 
     def stop(signum, frame):
         stopped_by.append(signum)
@@ -12237,7 +12222,7 @@ def cmd_try(home, args):
         if not spawning:
             raise KeyboardInterrupt
     try:        # an interrupt from here on ends as a late one does: avsmd stopped, the home named
-        for signum in signals:
+        for signum in STOP_SIGNALS:
             signal.signal(signum, stop)
         home = home or tempfile.mkdtemp(prefix="av", dir="/tmp")
         spawning.append(True)
@@ -12271,7 +12256,7 @@ def cmd_try(home, args):
     except KeyboardInterrupt:
         return 128 + (stopped_by or [signal.SIGINT])[0]
     finally:
-        for signum in signals:
+        for signum in STOP_SIGNALS:
             # stopping: a second signal does not cut it short
             signal.signal(signum, signal.SIG_IGN)
         if daemon is not None and daemon.poll() is None:
@@ -12344,8 +12329,8 @@ def program_command(program, home=None):
             command = program
         elif os.path.dirname(started) and os.path.exists(beside):
             command = beside
-        else:
-            command = program if on_path else None
+        elif on_path:
+            command = program
     if command is None:
         python = sys.executable or "python3"
         if shutil.which("python3") and os.path.realpath(
