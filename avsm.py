@@ -6217,6 +6217,82 @@ def escalation_to(state, cfg, backend, asked, stopping):
     return second, None
 
 
+# ---- a model's reply: the event of its words, parsed ----
+def reply_parsed(state, d, parsed, looked, content, cfg, stopping):
+    """The event of decision d's reply, parsed: yield its records, what its asker is shown added to
+    d.lines; return "look" (the packet built again with the answer `looked`), the second backend
+    an unusable reply escalates to, or None (done). `content`: each choice's content_problem."""
+    if "error" in parsed:
+        why = f"the roles process could not parse the reply: {parsed['error']}"
+        return (yield from reply_unusable(state, d, why, cfg, stopping))
+    if "unusable" in parsed:
+        return (yield from reply_unusable(state, d, parsed["unusable"], cfg, stopping))
+    if "look" in parsed:
+        look = parsed["look"]
+        seq = yield Write(look_record(state, d, look, looked))
+        if d.escalation is not None:
+            d.escalation_looks.append(seq)
+        d.lines.append(f"#{seq} look {json.dumps(look)}")
+        d.looks.append({"look": look, "answer": looked})
+        return "look"
+    cited, ranking = [], is_ranking(parsed["choices"])
+    for (choice, held, not_proposed), why in zip(ranked_choices(state, parsed["choices"]), content):
+        if not_proposed:
+            d.lines.append(not_proposed)
+            continue
+        cited += yield from choice_proposed(state, choice, d, why, held, ranking)
+    if d.escalation is not None:
+        yield Write(answer_record(d.venture, d.escalation, d.escalation_looks + cited))
+    return None
+
+
+def reply_unusable(state, d, why, cfg, stopping):
+    """An unusable reply changes nothing (ESC-06): yield its record, then an escalation's answer
+    (ESC-04) or, with escalate: in the config, the escalation; return the backend it goes to."""
+    seq = yield Write(unusable_record(state, d.backend, d.by, why, d.call))
+    d.lines.append(f"#{seq} unusable: {why[:200]}")
+    if d.escalation is not None:
+        yield Write(answer_record(d.venture, d.escalation, "unusable"))
+        return None
+    second, why_not = escalation_to(state, cfg, d.backend, d.request is not None, stopping)
+    if why_not:
+        d.lines.append(why_not)
+    if second is None:
+        return None
+    d.escalation = yield Write(escalation_record(state, d.backend, second, why))
+    d.lines.append(f"#{d.escalation} escalation to {second}")
+    return second
+
+
+def choice_proposed(state, choice, d, content_why, held, ranking):
+    """Yield decision d's `choice` as an inferred proposal, then what the gate makes of it;
+    return the records written. `held`: why a ranking's top choice asks a person (WORLD-08)."""
+    lever = choice.get("action")
+    seq = yield Write(proposal_record(state, choice, d, ranking))
+    d.lines.append(f"#{seq} proposal {choice['choice']}" + (f" {lever}" if lever else ""))
+    written, result = [seq], None
+    rule = proposal_rule(state, seq, choice, d.by, d.backend, content_why, held)
+    while True:
+        try:
+            intent = rule.send(result)
+        except StopIteration:
+            return written
+        result = done = yield intent
+        if isinstance(intent, Gate):
+            if not result.ok:
+                continue
+            done = result.action
+            d.lines.append(f"#{done} action {lever}" if done else f"{lever} waits for its check")
+        elif intent.record["kind"] == "ask":
+            d.lines.append(f"#{done} ask"
+                           + (f" for {lever}" if intent.record["about"] == "lever" else "")
+                           + (f": {held}" if intent.record.get("ranking") else ""))
+        else:
+            d.lines.append(f"#{done} refusal: {intent.record['why']}")
+        if done:
+            written.append(done)
+
+
 # ---- telling a person: the notices the notify command runs for ---- A notice is a dict: kind,
 # venture, seq (null when no record names it), summary, and the command that answers it,
 # completed where it is sent (notice_message).
@@ -8432,104 +8508,43 @@ class Decisions:
     def got_reply(self, d, data, why):
         import base64
         if why is not None:
-            yield from self.unusable(d, why)
-            return
+            state = self.ventures[d.venture]
+            return self.replied(d, reply_unusable(state, d, why, self.cfg, self.stopping()))
         self.ask_roles(d, {"op": "parse", "data": base64.b64encode(data).decode(),
                            "packet": d.packet}, self.parsed)
+        return ()
 
     def parsed(self, d, parsed):
+        """The reply parsed: reply_parsed, told a look's answer (from the ledger) and each
+        choice's content_problem (on the venture's files)."""
         state = self.ventures[d.venture]
-        if "error" in parsed:
-            yield from self.unusable(
-                d, f"the roles process could not parse the reply: {parsed['error']}"
-            )
-            return
-        if "unusable" in parsed:
-            yield from self.unusable(d, parsed["unusable"])
-            return
-        if "look" in parsed:
-            look = parsed["look"]
-            answer = look_answer(self.ledger.db, state, look)
-            seq = yield Write(look_record(state, d, look, answer))
-            if d.escalation is not None:
-                d.escalation_looks.append(seq)
-            d.lines.append(f"#{seq} look {json.dumps(look)}")
-            d.looks.append({"look": look, "answer": answer})
+        looked = look_answer(self.ledger.db, state, parsed["look"]) if "look" in parsed else None
+        content = []
+        for c in parsed.get("choices", ()):
+            spec = state.mandate["levers"].get(c.get("action")) if c["choice"] == "action" else None
+            content.append(spec and content_problem(spec["takes"], c.get("payload"),
+                                                    state.directory))
+        return self.replied(d, reply_parsed(state, d, parsed, looked, content, self.cfg,
+                                            self.stopping()))
+
+    def replied(self, d, event):
+        """Carry out the kernel's reading of a reply, then what comes next: the packet built
+        again, the second backend asked, or the decision done."""
+        then = yield from event
+        if then == "look":
             self.build(d)
-            return
-        cited, ranking = [], is_ranking(parsed["choices"])
-        for choice, held, not_proposed in ranked_choices(state, parsed["choices"]):
-            if not_proposed:
-                d.lines.append(not_proposed)
-                continue
-            cited += yield from self.propose(state, choice, d, held=held, ranking=ranking)
-        if d.escalation is not None:
-            yield from self.answer_escalation(d, d.escalation_looks + cited)
-        self.finish_decision(d)
-
-    def unusable(self, d, why):
-        """An unusable reply changes nothing; with escalate: in the config, the second backend is
-        asked the same question."""
-        state = self.ventures[d.venture]
-        seq = yield Write(unusable_record(state, d.backend, d.by, why, d.call))
-        d.lines.append(f"#{seq} unusable: {why[:200]}")
-        if d.escalation is not None:
-            yield from self.answer_escalation(d, "unusable")
-            return self.finish_decision(d)
-        second, why_not = escalation_to(state, self.cfg, d.backend, d.request is not None,
-                                        self.stopping())
-        if why_not:
-            d.lines.append(why_not)
-        if second is None:
-            return self.finish_decision(d)
-        d.escalation = yield Write(escalation_record(state, d.backend, second, why))
-        d.lines.append(f"#{d.escalation} escalation to {second}")
-        self.escalations[d.escalation] = d
-        d.backend = second
-        yield from self.call_backend(d, d.request)
-
-    def answer_escalation(self, d, cited, note=None):
-        """Yield the measured answer of escalation d.escalation (ESC-04)."""
-        self.escalations.pop(d.escalation, None)
-        yield Write(answer_record(d.venture, d.escalation, cited, note))
+        elif then is not None:
+            self.escalations[d.escalation] = d
+            d.backend = then
+            yield from self.call_backend(d, d.request)
+        else:
+            self.escalations.pop(d.escalation, None)
+            self.finish_decision(d)
 
     def finish_decision(self, d, error=None):
         if d.reply_id is not None:
             self.tell({"id": d.reply_id, "out": d.lines or ["the decision wrote nothing"],
                        "err": [error] if error else [], "exit": EX_UNAVAILABLE if error else EX_OK})
-
-    def propose(self, state, choice, d, held=None, ranking=False):
-        """Yield one choice as an inferred proposal, then what the gate makes of it; return the
-        records written. `held`: why a ranking's top choice asks a person (WORLD-08)."""
-        lever = choice.get("action")
-        seq = yield Write(proposal_record(state, choice, d, ranking))
-        d.lines.append(f"#{seq} proposal {choice['choice']}" + (f" {lever}" if lever else ""))
-        spec = state.mandate["levers"].get(lever) if choice["choice"] == "action" else None
-        payload = choice.get("payload")
-        content_why = spec and content_problem(spec["takes"], payload, state.directory)
-        written, result = [seq], None
-        rule = proposal_rule(state, seq, choice, d.by, d.backend, content_why, held)
-        while True:
-            try:
-                intent = rule.send(result)
-            except StopIteration:
-                return written
-            result = done = yield intent
-            if isinstance(intent, Gate):
-                if not result.ok:
-                    continue
-                done = result.action
-                d.lines.append(
-                    f"#{done} action {lever}" if done else f"{lever} waits for its check"
-                )
-            elif intent.record["kind"] == "ask":
-                d.lines.append(f"#{done} ask"
-                               + (f" for {lever}" if intent.record["about"] == "lever" else "")
-                               + (f": {held}" if intent.record.get("ranking") else ""))
-            else:
-                d.lines.append(f"#{done} refusal: {intent.record['why']}")
-            if done:
-                written.append(done)
 
 
 # =============================================================================
@@ -8988,8 +9003,8 @@ class Warden:
             if self.stopping and not self.children:
                 # ESC-04: every escalation gets its answer
                 for seq, d in list(self.decisions.escalations.items()):
-                    self.carry_out(None, self.decisions.answer_escalation(
-                        d, "unusable", "avsmd stopped before the answer came"))
+                    self.carry_out(None, [Write(answer_record(
+                        d.venture, seq, "unusable", "avsmd stopped before the answer came"))])
                 self.children.end_lingering(final=True)
                 self.writer.commit(turn_ends=True)
                 self.snapshot(SNAPSHOT_MIN)

@@ -263,3 +263,108 @@ def test_research_and_mail_without_their_config_fail_after_their_action():
     assert launch.run == "sendmail -t" and launch.data.startswith(b"From: avsm@h\n")
     asked = proved("research", cfg, payload="why?")[1][1]
     assert asked.run == "./ask" and asked.more["head"] == avsm.REPLY_MAX and not asked.checked
+
+
+ESCALATE = {"escalate": "far", "backends": {"near": {"offbox": False}, "far": {"offbox": False}}}
+
+
+def replied(led, d, event):
+    """Drive a reply's event as the warden's carry_out does (a Gate proved is answered with its
+    Verdict, its action's seq in it): (intents done, what the event says comes next)."""
+    done, result = [], None
+    while True:
+        try:
+            intent = event.send(result)
+        except StopIteration as end:
+            return done, end.value
+        if isinstance(intent, avsm.Gate):
+            result = avsm.prove(led.state, intent.lever, led.at + 1, intent.basis,
+                                trigger=intent.trigger, payload=intent.payload)
+            if result.ok:
+                action = led.add(avsm.action_record(led.state, intent.lever, result,
+                                                    intent.summary, intent.by))
+                result = result._replace(action=action)
+            done.append(("Gate", result))
+        else:
+            result = led.add(intent.record)
+            done.append((type(intent).__name__, intent.record))
+
+
+def decision(by="person"):
+    d = avsm.Decision(V, by, "near", None)
+    d.request = {"system": "s", "user": "u"}
+    return d
+
+
+def test_an_unusable_reply_escalates_and_the_escalation_is_answered():
+    """ESC-01, ESC-04, ESC-06: an unusable reply writes only its record, then the escalation to
+    the config's second backend, which the event returns to be asked; when the second backend's
+    reply is unusable too, the escalation is answered "unusable" and the decision is done."""
+    led, d = Ledger(SPENT), decision()
+    done, then = replied(led, d, avsm.reply_parsed(led.state, d, {"unusable": "not JSON"}, None, [],
+                                                   ESCALATE, False))
+    assert [(w, r["kind"]) for w, r in done] == [("Write", "unusable"), ("Write", "escalation")]
+    assert then == "far" and d.escalation == led.seq
+    assert d.lines == [f"#{led.seq - 1} unusable: not JSON", f"#{led.seq} escalation to far"]
+    done, then = replied(led, d, avsm.reply_unusable(led.state, d, "cut off", ESCALATE, False))
+    assert [(w, r["kind"]) for w, r in done] == [("Write", "unusable"), ("Write", "answer")]
+    assert done[1][1]["escalation"] == d.escalation and done[1][1]["cited"] == "unusable"
+    assert then is None
+
+
+def test_a_reply_not_escalated_says_why_and_ends():
+    """ESC-01, ESC-08: with no escalate: the unusable reply ends the decision; while avsmd stops,
+    or with an off-box second backend the mandate does not allow, it says why it was not sent."""
+    led, d = Ledger(SPENT), decision()
+    parsed = {"error": "bad bytes"}
+    done, then = replied(led, d, avsm.reply_parsed(led.state, d, parsed, None, [],
+                                                   {"backends": {}}, False))
+    assert then is None and [r["why"] for _, r in done] == [
+        "the roles process could not parse the reply: bad bytes"]
+    d = decision()
+    _, then = replied(led, d, avsm.reply_unusable(led.state, d, "x", ESCALATE, True))
+    assert then is None and d.lines[-1] == "not escalated: avsmd is stopping"
+    offbox = dict(ESCALATE, backends={"far": {"offbox": True}})
+    d = decision()
+    _, then = replied(led, d, avsm.reply_unusable(led.state, d, "x", offbox, False))
+    assert then is None and "escalate: offbox" in d.lines[-1]
+
+
+def test_a_look_is_written_with_its_answer_and_asks_again():
+    """MODEL-08: a model's look-up is written with the answer it is shown; the event returns
+    "look" (the packet is built again with it), and what an escalation looked up is cited by its
+    answer (ESC-03)."""
+    led, d = Ledger(SPENT), decision()
+    d.escalation = 1
+    look = {"choice": "why", "record": 1}
+    done, then = replied(led, d, avsm.reply_parsed(led.state, d, {"look": look}, "#1 the mandate",
+                                                   [], ESCALATE, False))
+    assert then == "look" and [r["kind"] for _, r in done] == ["look"]
+    assert done[0][1]["answer"] == "#1 the mandate" and done[0][1]["escalation"] == 1
+    assert d.looks == [{"look": look, "answer": "#1 the mandate"}]
+    assert d.escalation_looks == [led.seq]
+
+
+def test_choices_become_proposals_the_gate_proves_and_an_escalation_cites_them():
+    """MODEL-05, ESC-03, ESC-04: each choice is an inferred proposal and what the gate makes of
+    it; content the venture's files refuse is refused; an escalation's answer cites what it
+    brought (its looks, proposals and actions); the decision is then done."""
+    led, d = Ledger(SPENT), decision("self")
+    d.escalation, d.escalation_looks = 1, [1]
+    choices = [{"choice": "action", "action": "lower", "reason": "too high"},
+               {"choice": "action", "action": "sell", "payload": {"qty": 1}}]
+    parsed = {"choices": choices}
+    done, then = replied(led, d, avsm.reply_parsed(led.state, d, parsed, None, [None, None],
+                                                   ESCALATE, False))
+    assert then is None
+    assert [w if w == "Gate" else r["kind"] for w, r in done] == [
+        "proposal", "Gate", "proposal", "ask", "answer"]
+    proposal, action = done[0][1], led.state.actions["lower"][-1][0]
+    assert proposal["lever"] == "lower" and proposal["claim"] == "inferred"
+    assert done[-1][1]["cited"] == [1, action - 1, action, action + 1, action + 2]
+    assert d.lines[1] == f"#{action} action lower"
+    d = decision("self")
+    done, _ = replied(led, d, avsm.reply_parsed(led.state, d, {"choices": choices[1:]}, None,
+                                                ["it leaves the venture"], ESCALATE, False))
+    assert [r["kind"] for _, r in done] == ["proposal", "refusal"]
+    assert "it leaves the venture" in done[1][1]["why"]
