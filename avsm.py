@@ -9428,6 +9428,7 @@ class Notifier:
         self.running = []             # (Child, notice, its standard input's file)
         self.stretch = None           # judge_notify's
         self.down_told = False        # admit_notice's
+        # avsm and avsmd as this person runs them
         self.commands = {"avsm": client_command(home), "avsmd": program_command("avsmd", home)}
         self.stopping = False         # then every notice starts at once: no time to take turns
 
@@ -9668,6 +9669,11 @@ class Clients:
         self.reply(self.waiting.pop(message["id"], None), message.get("err", []),
                    message.get("exit", EX_SOFTWARE), message.get("out", []))
 
+    def fail_waiting(self, why):
+        """Every request the warden was answering fails with `why` (69)."""
+        for client in [self.waiting.pop(rid) for rid in list(self.waiting)]:
+            self.reply(client, [why], EX_UNAVAILABLE)
+
     def reply(self, conn, err, code, out=()):
         if conn not in self.clients:
             return
@@ -9862,10 +9868,7 @@ class Daemon:
         self.append_self("restart", f"{kept.what} (pid {kept.pid}) ended ({how}); starting it again"
                          + (f" in {delay} s" if delay else ""), process=kept.name, restart_in=delay)
         if kept is self.warden:
-            waiting, self.clients.waiting = self.clients.waiting, {}
-            for conn in waiting.values():
-                self.clients.reply(conn, ["the warden ended while answering; try again"],
-                                   EX_UNAVAILABLE)
+            self.clients.fail_waiting("the warden ended while answering; try again")
 
     def end_groups(self):
         term_then_kill([g for g, told in self.groups.items()
