@@ -1980,3 +1980,40 @@ def test_the_nightly_call_hands_the_choice_to_the_backend_once(av, workdir):
     assert min(t for _, t, r in av.records() if r["kind"] == "proposal") >= at - 1
     time.sleep(1.5)
     assert mine.calls() == 1 and cls.calls() == 1 and len(of(av.records(), "proposal")) == 2
+
+
+def test_an_escalation_whose_call_never_returns_is_answered_when_avsmd_stops(av, workdir):
+    """ESC-04: the first backend's reply is unusable and escalates to an HTTP backend that takes
+    the request and never answers. `avsm stop` does not wait for the call: the escalation gets
+    its measured answer, `unusable`, saying avsmd stopped before the answer came, and avsmd
+    exits 0. RUN-04"""
+    import socket
+    silent = socket.socket()
+    silent.bind(("127.0.0.1", 0))
+    silent.listen(8)                    # the connection is taken, and nothing is ever said back
+    first = Backend(workdir, "first")
+    setup_home(av, "nightly: never\ndefault: first\nescalate: slow\nbackends:\n"
+                   f"  first: {{kind: command, run: {first.run}}}\n"
+                   f"  slow: {{kind: openai, url: \"http://127.0.0.1:{silent.getsockname()[1]}"
+                   "/v1/chat/completions\", model: llama3}\n")
+    d = venture(workdir, "esc", offbox(), lower=None)
+    try:
+        av.start()
+        add(av, d)
+        first.reply("this is not JSON\n")
+        before = last_seq(av)
+        waiting = subprocess.Popen([sys.executable, os.path.join(av.bindir, "avsm"), "--home",
+                                    av.home, "decide", "esc"], stdout=subprocess.DEVNULL,
+                                   stderr=subprocess.DEVNULL, env=av.env)
+        (seq, _), = av.wait_for(lambda rs: [(s, r) for s, _, r in rs
+                                            if s > before and r["kind"] == "escalation"],
+                                timeout=10, what="the escalation")
+        time.sleep(0.5)                 # the call is under way, in its thread
+        assert av.stop()[0] == 0
+        waiting.wait(10)
+    finally:
+        silent.close()
+    answers = [r for _, _, r in av.records(before) if r["kind"] == "answer"]
+    assert [(a["escalation"], a["cited"], a["claim"]) for a in answers] == [
+        (seq, "unusable", "measured")], answers
+    assert answers[0]["note"] == "avsmd stopped before the answer came"
