@@ -1510,8 +1510,11 @@ MAX_TOKENS = 16000  # room for effort: high to think and still answer, about wha
 FORECAST_DEFAULT = {"days": 30, "seeds": 16}
 # Linux's limit on one environment string, less the name
 CONFIG_ENV_MAX = 128 * 1024 - len("AVSM_CONFIG=") - 1
+NOTIFY_TIMEOUT = 30  # seconds a notify command may take unless `notify: {timeout: ...}` says
 NOTIFY_EXAMPLE = 'notify: "mail -s avsm you@example.com"'
+METRICS_EVERY = 15                 # seconds between two writes of the metrics textfile, or every:
 METRICS_EXAMPLE = "metrics: {textfile: /var/lib/prometheus/node-exporter/avsm.prom, every: 15s}"
+PAGE_EVERY = 60                    # seconds between two writes of the page, or every:
 PAGE_EXAMPLE = "page: {path: /var/www/html/avsm.html, every: 1m}"
 PACKET_FORECAST = {"days": 7, "seeds": 8}  # a decision packet's, unless the config says
 
@@ -1604,7 +1607,7 @@ def parse_config(text, source="config.yaml"):
     cfg["notify"] = parse_notify(c, doc.get("notify"))
     cfg["metrics"] = parse_metrics(c, doc.get("metrics"))
     cfg["page"] = parse_written(
-        c, doc.get("page"), "page", "path", PAGE_EXAMPLE, 60,
+        c, doc.get("page"), "page", "path", PAGE_EXAMPLE, PAGE_EVERY,
         "a web server serves or a browser opens, as /var/www/html/avsm.html")
     cfg["ledger"] = parse_ledger(c, doc.get("ledger"))
     cfg["checkpoint"] = parse_checkpoint_config(c, doc.get("checkpoint"))
@@ -1693,7 +1696,7 @@ def parse_notify(c, value):
     """Return the notify command as {run, timeout}, or None when there is none.
 
     notify ::= COMMAND | {run: COMMAND, timeout: DURATION}"""
-    path, run, timeout = ("notify",), value, 30
+    path, run, timeout = ("notify",), value, NOTIFY_TIMEOUT
     if value is None:
         return None
     if isinstance(value, dict):
@@ -1717,7 +1720,7 @@ def parse_notify(c, value):
 
 def parse_metrics(c, value):
     """metrics ::= {textfile: PATH, every: DURATION}      (PATH absolute, NAME.prom)"""
-    spec = parse_written(c, value, "metrics", "textfile", METRICS_EXAMPLE, 15,
+    spec = parse_written(c, value, "metrics", "textfile", METRICS_EXAMPLE, METRICS_EVERY,
                          "in the directory node_exporter's --collector.textfile.directory names, "
                          "as /var/lib/prometheus/node-exporter/avsm.prom")
     textfile = spec and spec["textfile"]
@@ -12449,6 +12452,8 @@ CHART_KINDS = ("report", "action", "outcome", "ask", "approval", "denial", "reso
 CHART_WIDTH, CHART_HEIGHT = 960, 450
 # the plot's edges, in pixels
 CHART_LEFT, CHART_TOP, CHART_RIGHT, CHART_BOTTOM = 76, 104, 930, 366
+CHART_NOTE_MAX = 240          # characters of a record's summary a tooltip shows
+CHART_SPAN = 86400      # seconds a chart shows unless told (--since): the last 24h, as summary
 CHART_MARKS = 120       # markers of one kind at most: more in the span are drawn as named groups
 CHART_VALUE_MAX = sys.float_info.max / 4
 CHART_TIME_STEPS = (1, 2, 5, 10, 15, 30, 60, 120, 300, 600, 900, 1800, 3600, 7200, 10800, 21600,
@@ -12487,7 +12492,7 @@ def cmd_chart(home, args):
             name = (names or [name])[0]
     if not name:
         raise Fail(EX_USAGE, CHART_USAGE)
-    after, seconds = since_arg(since, "chart") if since is not None else (0, 86400)
+    after, seconds = since_arg(since, "chart") if since is not None else (0, CHART_SPAN)
     after, start = after or 0, time.time() - seconds if seconds else 0
     span = "in the last 24h (the default span; --since 0 charts the whole history)" \
         if since is None else f"in the last {format_duration(seconds)}" if seconds else \
@@ -12647,8 +12652,8 @@ def svg_line(x1, x2, y1, y2, more):
 def chart_tooltip(seq, at, record, more=""):
     """Return a marker's <title>: the record's seq, time, kind, summary and what came of it."""
     summary = str(record.get("summary", ""))
-    if len(summary) > 240:
-        summary = summary[:240] + "..."
+    if len(summary) > CHART_NOTE_MAX:
+        summary = summary[:CHART_NOTE_MAX] + "..."
     return svg_title(f"#{seq} {chart_time(at)} {record.get('kind')}: {summary}{more}")
 
 
@@ -14319,6 +14324,7 @@ def metrics_text(states, home, now):
 # What needs a person, then every venture, of a home or a fleet: facts (JSON, PAGE_SHAPE) gathered
 # where the ledger is, checked when another host sent them, made into HTML here, every text escaped.
 
+PAGE_ACTIONS, PAGE_VALUES = 5, 60   # a venture's last actions a page shows, and trusted values
 # a type, [each item's shape], {key: shape}, or (shape,): null too
 PAGE_SHAPE = {
     "schema": int, "home": str, "at": float, "stopped": bool,
@@ -14344,7 +14350,7 @@ def page_facts(home, states, now, db, keeps=None, cfg=None, stopped=False):
     asks, ventures = asks_facts(states)["asks"], []
     for row in status_facts(states, now, keeps, cfg, stopped=stopped)["ventures"]:
         state, actions = states[row["name"]], []
-        for seq in sorted(s for runs in state.actions.values() for s, _, _ in runs)[-5:]:
+        for seq in sorted(s for runs in state.actions.values() for s, _, _ in runs)[-PAGE_ACTIONS:]:
             at, record = record_at(db, seq) or (0, {})
             actions.append({"seq": seq, "at": at, "summary": str(record.get("summary")),
                             "proof": record.get("proof")})
@@ -14352,7 +14358,7 @@ def page_facts(home, states, now, db, keeps=None, cfg=None, stopped=False):
             {k: row[k] for k in ("name", "state", "why", "value", "age")}, actions=actions,
             report=str(state.last_report[2].get("summary")) if state.last_report else "",
             bounds=[b["bound"] for b in row["bounds"]],
-            values=[v for _, v in state.trusted[-60:]],
+            values=[v for _, v in state.trusted[-PAGE_VALUES:]],
             asks=[{"seq": a["seq"], "question": str(a["question"])} for a in asks
                   if a["venture"] == state.name]))
     where = f"{home}/checkpoints"
