@@ -3471,7 +3471,7 @@ def guard_record(state, guard, value, failure, suffix=""):
 
 
 # ---- guards, audits, readings: their records ----
-def reading_read(state, what, name, value, failure, text, late=False):
+def reading_read(state, what, name, value, failure, text, late):
     """A guard, audit or reading program ended, or could not start: yield its record; the guard
     rules run on a `late` guard reading alone."""
     item = next(i for i in state.mandate[what + "s"] if i["name"] == name)
@@ -8122,7 +8122,8 @@ class Rounds:
     def reading_done(self, state, child, status):
         """The report, a guard, audit or reading program ended: the event the kernel reads."""
         value, failure = read_metric_output(child, status, with_output=child.purpose != "guard")
-        text = "\n".join(output_lines(child.out, child.cut)[0])
+        # the lines above a guard's, audit's or reading's number (the report's are not kept)
+        text = "" if child.purpose == "report" else "\n".join(output_lines(child.out, child.cut)[0])
         extra = child.extra
         read = Read(child.purpose, extra["name"], value, failure, text, extra.get("round"),
                     child.ended_by, extra["limit"])
