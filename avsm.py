@@ -8836,13 +8836,12 @@ class HomeFiles:
 
     def write_metrics(self):
         """Write the figures to metrics.textfile when due and the head is committed."""
-        import sqlite3
         due = self.metrics.spec is not None and time.monotonic() >= self.metrics.next_at
         if not due or self.ledger.held is not None:
             return []
         try:
             head = self.metrics.count(self.ledger.db)
-        except sqlite3.Error:
+        except sqlite3_errors():
             head = (self.ledger.last or (0,))[0]      # a ledger that cannot be read: the last head
         try:
             size = os.stat(self.ledger.path).st_size
@@ -8859,7 +8858,6 @@ class HomeFiles:
 
     def write_page(self):
         """Write the page to page.path when due, in whole (a web server serves it at once)."""
-        import sqlite3
         spec, now = self.cfg.get("page"), time.monotonic()
         if spec is None or now < self.page_at or self.ledger.held is not None:
             return
@@ -8867,7 +8865,7 @@ class HomeFiles:
         try:
             write_textfile(spec["path"], page_html(
                 [(None, self.page_facts(), None, program_command("avsm", self.home))], time.time()))
-        except (OSError, sqlite3.Error) as err:
+        except (OSError, sqlite3_errors()) as err:
             failure = f"cannot be written ({err}); tried again every {spec['every']} s"
         if failure != self.page_failed:     # once when it fails, once when it works again
             sys.stderr.write(f"avsmd: the page {spec['path']} {failure or 'is written again'}\n")
