@@ -14,6 +14,7 @@ Method:
                     Class.x(...)       -> Class.x
                     f(g, ...)          -> g as well: a module-level function handed to a call
                                            is called through it
+    a name the function binds itself (parameter, assignment, loop target) is not the module's.
     anything else (state.foo(), str/list builtins, ...) is unresolved: no step, not followed.
   * helpers called from more than --max-callers (15) distinct call sites in the file are
     excluded (not steps, not followed): they are generic helpers, not the flow.
@@ -134,14 +135,22 @@ class Index:
         """[(line, col, callee)] of the resolved calls in q's body, in reading order."""
         cls = self.owner[q]
         out = []
-        for n in ast.walk(self.funcs[q]):
+        fn = self.funcs[q]
+        # a name the function binds itself (a parameter, an assignment, a loop's target) is
+        # its own, not the module's function of that name
+        local = {a.arg for a in ast.walk(fn.args) if isinstance(a, ast.arg)} | {
+            n.id for n in ast.walk(fn) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Store)}
+        for n in ast.walk(fn):
             if isinstance(n, ast.Call):
+                if isinstance(n.func, ast.Name) and n.func.id in local:
+                    continue
                 r = self.resolve(n, cls)
                 if r is not None:
                     out.append((n.lineno, n.col_offset, r))
                 # a module-level function handed to a call is called through it: a step too
                 for a in n.args:
-                    if isinstance(a, ast.Name) and a.id in self.funcs and self.owner[a.id] is None:
+                    if (isinstance(a, ast.Name) and a.id in self.funcs and self.owner[a.id] is None
+                            and a.id not in local):
                         out.append((a.lineno, a.col_offset, a.id))
         out.sort()
         return out
