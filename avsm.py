@@ -202,20 +202,6 @@ def parse_cap(text):
                          "or a duration such as 90m") from None
 
 
-def parse_percent(text):
-    """Return the number in a percentage such as `15%`."""
-    s = str(text).strip()
-    if s.endswith("%"):
-        try:
-            value = float(s[:-1])
-        except ValueError:
-            value = float("nan")
-        if 0 < value <= 100:
-            return value
-    raise ValueError(f"'{s}' is not a percentage; "
-                     "write a number above 0 and at most 100 with %, such as 15%")
-
-
 # Regular expressions stay text, compiled by `re` on first use: compiling them at import
 # was 6 ms of every client command.
 NUMBER = r"[+-]?([0-9]+(\.[0-9]*)?|\.[0-9]+)([eE][+-]?[0-9]+)?"
@@ -252,6 +238,43 @@ def shown_value(value, keep=60):
     """Return a parsed value as JSON for a refusal, cut to `keep` characters (its length said)."""
     text = json.dumps(value)
     return text if len(text) <= keep else f"{text[:keep]}... ({len(text)} characters)"
+
+
+def format_local_time(at):
+    """Return unix time `at` as local YYYY-MM-DDTHH:MM:SS+hh:mm (or @SECONDS past the C library)."""
+    try:
+        t = time.localtime(at)
+    except (OverflowError, OSError, ValueError):
+        return f"@{at}"
+    off = t.tm_gmtoff or 0
+    sign = "-" if off < 0 else "+"
+    return time.strftime("%Y-%m-%dT%H:%M:%S", t) \
+        + f"{sign}{abs(off) // 3600:02d}:{abs(off) % 3600 // 60:02d}"
+
+
+def shown_text(text):
+    """Return text safe for a terminal: newlines as \\n, no control character raw."""
+    return escape_controls(
+        CONTROL_CHARS, text.replace("\\", "\\\\").replace("\n", "\\n").replace("\r", "\\r"))
+
+
+def escape_controls(pattern, text):
+    """Return `text` with each character `pattern` matches written as \\x.. or \\u...., so nothing
+    from outside reaches a terminal raw."""
+    return re.sub(pattern, lambda m: f"\\x{ord(m.group()):02x}" if ord(m.group()) < 256
+                  else f"\\u{ord(m.group()):04x}", text)
+
+
+CONTROL_CHARS = "[\x00-\x1f\x7f-\x9f\u2028\u2029\u202a-\u202e\u2066-\u2069\ud800-\udfff]"
+
+
+def shown(text):
+    """Return `text` safe for a terminal: control characters as \\x.. or \\u...."""
+    return escape_controls(LINE_CONTROL_CHARS, text)
+
+
+LINE_CONTROL_CHARS = (
+    "[\x00-\x08\x0b-\x1f\x7f-\x9f\u2028\u2029\u202a-\u202e\u2066-\u2069\ud800-\udfff]")
 
 
 def bounded_int(text, base):
@@ -1073,59 +1096,32 @@ def check_venture_name(name):
     return name
 
 
-def parse_mandate(text, source="mandate.yaml", directory=None):
-    """Return the mandate `text` as one validated dict; Fail(78) at file:line:col when it does not
-    hold. In `directory`, when given, its programs must exist and be executable."""
-    doc, c = checked_yaml(text, source)
-    c.mapping(doc, (), MANDATE_KEYS, "the mandate")
-    c.require(
-        doc, (), ("purpose", "metric", "controller", "cadence"),
-        "the mandate has no '{key}'; every mandate says purpose, metric, controller and cadence")
-    m = {key: c.text(doc[key], (key,), key) for key in ("purpose", "metric")}
-    m["cadence"] = c.duration(doc["cadence"], ("cadence",))
-    m["adapter"] = m["metric"] if m["metric"].split()[0] in ADAPTERS else None
-    m["timeout"] = reading_timeout(c, doc, ())
-    if m["adapter"] and adapter_problem(m["adapter"]):
-        c.fail(("metric",), adapter_problem(m["adapter"]))
-    if m["adapter"] is None and directory is not None:
-        problem = command_problem("./report", directory)
-        if problem:
-            c.fail(("metric",), f"the metric is read by ./report: {problem}")
-    m["levers"] = parse_levers(c, doc, directory)
-    m["forbidden"] = parse_forbidden(c, doc, m["levers"])
-    m["controller"] = parse_controller(c, doc["controller"], m["levers"])
-    m["restart"] = c.choice(doc.get("restart", "always"), ("restart",), "restart", RESTART_POLICIES)
-    m["run"] = None
-    if "run" in doc or directory is not None and os.path.isfile(os.path.join(directory, "run")):
-        m["run"] = c.command(doc.get("run", "./run"), ("run",), "run", directory)
-    parse_plausibility(c, doc, m)
-    m["guards"] = parse_guards(c, doc, m, directory)
-    m["audits"] = parse_audits(c, doc, directory)
-    m["readings"] = parse_readings(c, doc, m, directory)
-    m["world"] = c.command(doc["world"], ("world",), "world", directory) if "world" in doc else None
-    m["calibration"] = (c.number(doc["calibration"], ("calibration",), "calibration")
-                        if "calibration" in doc else None)
-    m["escalate"] = c.choice(doc.get("escalate"), ("escalate",), "escalate", (None, "offbox"))
-    return m
-
-
-def adapter_problem(text):
-    """Return why a built-in adapter's reading does not hold, or None. adapter ::= 'http.status' URL
-    | ('stripe' | 'github') PATH ['#' pointer]   pointer ::= ('/' token)* """
-    words = text.split()
-    if len(words) != 2:
-        return (f"'{text}' is not an adapter reading; write http.status URL, "
-                "stripe PATH#/pointer or github PATH#/pointer")
-    pointer = words[1].partition("#")[2]
-    if words[0] == "http.status":
-        if not words[1].startswith(("http://", "https://")):
-            return f"http.status reads an http:// or https:// URL, not '{words[1]}'"
-    elif "://" in words[1]:
-        return (f"{words[0]} reads a path under the url of adapters: {words[0]}: in config.yaml; "
-                f"write {words[0]} PATH#/pointer, not a URL")
-    elif pointer[:1] not in ("", "/"):
-        return f"'{pointer}' is not a JSON pointer; it begins with /, as in #/available/0/amount"
-    return None
+def delegate_lever(text, lever, source):
+    """Return mandate `text` with `delegated: true` on `lever`, checked by parsing it back
+    (open point 41)."""
+    doc, marks = parse_yaml_marked(text, source)
+    index = next(i for i, item in enumerate(doc["permitted"]) if item.get("name") == lever)
+    lines, said = text.split("\n"), "delegated" in doc["permitted"][index]
+    line, col = marks[("permitted", index, "delegated" if said else "name")]
+    row = lines[line - 1]
+    if said:
+        value_at = row.index(":", col - 1) + 1
+        end = min([p for p in (row.find(",", value_at), row.find("}", value_at)) if p >= 0]
+                  or [len(row)])
+        lines[line - 1] = row[:value_at] + " true" + row[end:]
+    else:
+        brace = row.rfind("}")
+        if row.lstrip().startswith(("- {", "{")) and brace > 0:  # a flow mapping on one line
+            lines[line - 1] = row[:brace].rstrip() + ", delegated: true" + row[brace:]
+        else:
+            lines.insert(line, " " * (col - 1) + "delegated: true")
+    new = "\n".join(lines)
+    after = parse_mandate(new, source)
+    before = parse_mandate(text, source)
+    before["levers"][lever]["delegated"] = True
+    if after != before:
+        raise ValueError("the change would touch more than delegated")
+    return new
 
 
 def named_items(c, doc, key, keys, what, listing):
@@ -1227,6 +1223,106 @@ def parse_budget(c, value, path):
     return {"field": c.text(value["field"], path + ("field",), "field"),
             "max": c.number(value["max"], path + ("max",), "max", positive=True),
             "per": c.duration(value["per"], path + ("per",))}
+
+
+def parse_mandate(text, source="mandate.yaml", directory=None):
+    """Return the mandate `text` as one validated dict; Fail(78) at file:line:col when it does not
+    hold. In `directory`, when given, its programs must exist and be executable."""
+    doc, c = checked_yaml(text, source)
+    c.mapping(doc, (), MANDATE_KEYS, "the mandate")
+    c.require(
+        doc, (), ("purpose", "metric", "controller", "cadence"),
+        "the mandate has no '{key}'; every mandate says purpose, metric, controller and cadence")
+    m = {key: c.text(doc[key], (key,), key) for key in ("purpose", "metric")}
+    m["cadence"] = c.duration(doc["cadence"], ("cadence",))
+    m["adapter"] = m["metric"] if m["metric"].split()[0] in ADAPTERS else None
+    m["timeout"] = reading_timeout(c, doc, ())
+    if m["adapter"] and adapter_problem(m["adapter"]):
+        c.fail(("metric",), adapter_problem(m["adapter"]))
+    if m["adapter"] is None and directory is not None:
+        problem = command_problem("./report", directory)
+        if problem:
+            c.fail(("metric",), f"the metric is read by ./report: {problem}")
+    m["levers"] = parse_levers(c, doc, directory)
+    m["forbidden"] = parse_forbidden(c, doc, m["levers"])
+    m["controller"] = parse_controller(c, doc["controller"], m["levers"])
+    m["restart"] = c.choice(doc.get("restart", "always"), ("restart",), "restart", RESTART_POLICIES)
+    m["run"] = None
+    if "run" in doc or directory is not None and os.path.isfile(os.path.join(directory, "run")):
+        m["run"] = c.command(doc.get("run", "./run"), ("run",), "run", directory)
+    parse_plausibility(c, doc, m)
+    m["guards"] = parse_guards(c, doc, m, directory)
+    m["audits"] = parse_audits(c, doc, directory)
+    m["readings"] = parse_readings(c, doc, m, directory)
+    m["world"] = c.command(doc["world"], ("world",), "world", directory) if "world" in doc else None
+    m["calibration"] = (c.number(doc["calibration"], ("calibration",), "calibration")
+                        if "calibration" in doc else None)
+    m["escalate"] = c.choice(doc.get("escalate"), ("escalate",), "escalate", (None, "offbox"))
+    return m
+
+
+def adapter_problem(text):
+    """Return why a built-in adapter's reading does not hold, or None. adapter ::= 'http.status' URL
+    | ('stripe' | 'github') PATH ['#' pointer]   pointer ::= ('/' token)* """
+    words = text.split()
+    if len(words) != 2:
+        return (f"'{text}' is not an adapter reading; write http.status URL, "
+                "stripe PATH#/pointer or github PATH#/pointer")
+    pointer = words[1].partition("#")[2]
+    if words[0] == "http.status":
+        if not words[1].startswith(("http://", "https://")):
+            return f"http.status reads an http:// or https:// URL, not '{words[1]}'"
+    elif "://" in words[1]:
+        return (f"{words[0]} reads a path under the url of adapters: {words[0]}: in config.yaml; "
+                f"write {words[0]} PATH#/pointer, not a URL")
+    elif pointer[:1] not in ("", "/"):
+        return f"'{pointer}' is not a JSON pointer; it begins with /, as in #/available/0/amount"
+    return None
+
+
+def reading_timeout(c, item, path):
+    """Return a reading program's own `timeout:` in seconds (at the top level the report's), or
+    None."""
+    if "timeout" in item:
+        return c.duration(item["timeout"], tuple(path) + ("timeout",))
+    return None
+
+
+def parse_audits(c, doc, directory):
+    """Return the audits: a command, which way is worse, and a tolerance."""
+    audits = []
+    for path, item, name in named_items(c, doc, "audits", AUDIT_KEYS, "an audit", ", such as - "
+                                        "{name: refunds, run: ./refunds, worse: up, tolerance: 2}"):
+        c.require(item, path, ("run", "worse"), f"audit '{name}' has no '{{key}}'")
+        audits.append({
+            "name": name,
+            "run": c.command(item["run"], path + ("run",), f"audit '{name}'", directory),
+            "worse": c.choice(item["worse"], path + ("worse",), "worse", ("up", "down")),
+            "better": c.choice(item.get("better", "up"), path + ("better",), "better",
+                               ("up", "down")),
+            "tolerance": c.number(item.get("tolerance", 0), path + ("tolerance",), "tolerance"),
+            "window": c.whole(item.get("window", 5), path + ("window",), "window", least=2),
+            "confirm": c.boolean(item.get("confirm", True), path + ("confirm",), "confirm"),
+            "timeout": reading_timeout(c, item, path)})
+    return audits
+
+
+def parse_readings(c, doc, m, directory):
+    """Return the readings: commands whose address fields a model may see."""
+    readings = []
+    for path, item, name in named_items(c, doc, "readings", READING_KEYS, "a reading", ", such as"
+                                        " - {name: waiting, run: ./waiting, lines: address}"):
+        c.require(item, path, ("run",), f"reading '{name}' has no '{{key}}'")
+        audit = item.get("audit")
+        if audit is not None and not any(a["name"] == audit for a in m["audits"]):
+            c.fail(path + ("audit",),
+                   f"reading '{name}' names audit '{audit}', which the mandate does not have")
+        readings.append({
+            "name": name,
+            "run": c.command(item["run"], path + ("run",), f"reading '{name}'", directory),
+            "lines": c.choice(item.get("lines"), path + ("lines",), "lines", ("address",)),
+            "audit": audit, "timeout": reading_timeout(c, item, path)})
+    return readings
 
 
 def parse_forbidden(c, doc, levers):
@@ -1449,49 +1545,18 @@ def parse_unwind(c, value, path, levers):
     return {"action": action, "payload": payload}
 
 
-def parse_audits(c, doc, directory):
-    """Return the audits: a command, which way is worse, and a tolerance."""
-    audits = []
-    for path, item, name in named_items(c, doc, "audits", AUDIT_KEYS, "an audit", ", such as - "
-                                        "{name: refunds, run: ./refunds, worse: up, tolerance: 2}"):
-        c.require(item, path, ("run", "worse"), f"audit '{name}' has no '{{key}}'")
-        audits.append({
-            "name": name,
-            "run": c.command(item["run"], path + ("run",), f"audit '{name}'", directory),
-            "worse": c.choice(item["worse"], path + ("worse",), "worse", ("up", "down")),
-            "better": c.choice(item.get("better", "up"), path + ("better",), "better",
-                               ("up", "down")),
-            "tolerance": c.number(item.get("tolerance", 0), path + ("tolerance",), "tolerance"),
-            "window": c.whole(item.get("window", 5), path + ("window",), "window", least=2),
-            "confirm": c.boolean(item.get("confirm", True), path + ("confirm",), "confirm"),
-            "timeout": reading_timeout(c, item, path)})
-    return audits
-
-
-def parse_readings(c, doc, m, directory):
-    """Return the readings: commands whose address fields a model may see."""
-    readings = []
-    for path, item, name in named_items(c, doc, "readings", READING_KEYS, "a reading", ", such as"
-                                        " - {name: waiting, run: ./waiting, lines: address}"):
-        c.require(item, path, ("run",), f"reading '{name}' has no '{{key}}'")
-        audit = item.get("audit")
-        if audit is not None and not any(a["name"] == audit for a in m["audits"]):
-            c.fail(path + ("audit",),
-                   f"reading '{name}' names audit '{audit}', which the mandate does not have")
-        readings.append({
-            "name": name,
-            "run": c.command(item["run"], path + ("run",), f"reading '{name}'", directory),
-            "lines": c.choice(item.get("lines"), path + ("lines",), "lines", ("address",)),
-            "audit": audit, "timeout": reading_timeout(c, item, path)})
-    return readings
-
-
-def reading_timeout(c, item, path):
-    """Return a reading program's own `timeout:` in seconds (at the top level the report's), or
-    None."""
-    if "timeout" in item:
-        return c.duration(item["timeout"], tuple(path) + ("timeout",))
-    return None
+def parse_percent(text):
+    """Return the number in a percentage such as `15%`."""
+    s = str(text).strip()
+    if s.endswith("%"):
+        try:
+            value = float(s[:-1])
+        except ValueError:
+            value = float("nan")
+        if 0 < value <= 100:
+            return value
+    raise ValueError(f"'{s}' is not a percentage; "
+                     "write a number above 0 and at most 100 with %, such as 15%")
 
 
 # ---- the config ----
@@ -2026,34 +2091,6 @@ def json_kind(value):
         if isinstance(value, kind):
             return name
     return "null" if value is None else type(value).__name__
-
-
-def delegate_lever(text, lever, source):
-    """Return mandate `text` with `delegated: true` on `lever`, checked by parsing it back
-    (open point 41)."""
-    doc, marks = parse_yaml_marked(text, source)
-    index = next(i for i, item in enumerate(doc["permitted"]) if item.get("name") == lever)
-    lines, said = text.split("\n"), "delegated" in doc["permitted"][index]
-    line, col = marks[("permitted", index, "delegated" if said else "name")]
-    row = lines[line - 1]
-    if said:
-        value_at = row.index(":", col - 1) + 1
-        end = min([p for p in (row.find(",", value_at), row.find("}", value_at)) if p >= 0]
-                  or [len(row)])
-        lines[line - 1] = row[:value_at] + " true" + row[end:]
-    else:
-        brace = row.rfind("}")
-        if row.lstrip().startswith(("- {", "{")) and brace > 0:  # a flow mapping on one line
-            lines[line - 1] = row[:brace].rstrip() + ", delegated: true" + row[brace:]
-        else:
-            lines.insert(line, " " * (col - 1) + "delegated: true")
-    new = "\n".join(lines)
-    after = parse_mandate(new, source)
-    before = parse_mandate(text, source)
-    before["levers"][lever]["delegated"] = True
-    if after != before:
-        raise ValueError("the change would touch more than delegated")
-    return new
 
 
 def check_not_adopted_elsewhere(name, directory, adopted_from, paused):
@@ -2899,38 +2936,10 @@ def sshsig_public_key(armor):
         return None
 
 
-def format_local_time(at):
-    """Return unix time `at` as local YYYY-MM-DDTHH:MM:SS+hh:mm (or @SECONDS past the C library)."""
-    try:
-        t = time.localtime(at)
-    except (OverflowError, OSError, ValueError):
-        return f"@{at}"
-    off = t.tm_gmtoff or 0
-    sign = "-" if off < 0 else "+"
-    return time.strftime("%Y-%m-%dT%H:%M:%S", t) \
-        + f"{sign}{abs(off) // 3600:02d}:{abs(off) % 3600 // 60:02d}"
-
-
 def format_record_line(seq, at, record):
     """Return a record as one line: #SEQ TIME VENTURE CLAIM KIND SUMMARY (open point 18)."""
     fields = [str(record.get(k, "")) for k in ("venture", "claim", "kind", "summary")]
     return f"#{seq} {format_local_time(at)} " + " ".join(shown_text(f) for f in fields)
-
-
-def shown_text(text):
-    """Return text safe for a terminal: newlines as \\n, no control character raw."""
-    return escape_controls(
-        CONTROL_CHARS, text.replace("\\", "\\\\").replace("\n", "\\n").replace("\r", "\\r"))
-
-
-def escape_controls(pattern, text):
-    """Return `text` with each character `pattern` matches written as \\x.. or \\u...., so nothing
-    from outside reaches a terminal raw."""
-    return re.sub(pattern, lambda m: f"\\x{ord(m.group()):02x}" if ord(m.group()) < 256
-                  else f"\\u{ord(m.group()):04x}", text)
-
-
-CONTROL_CHARS = "[\x00-\x1f\x7f-\x9f\u2028\u2029\u202a-\u202e\u2066-\u2069\ud800-\udfff]"
 
 
 class LockCheck:
@@ -5877,23 +5886,6 @@ def content_problem(takes, payload, directory):
 Writable = collections.namedtuple("Writable", "why fix")   # who could change a path, and the fix
 
 
-def write_problem(path, st, uid, name=str):
-    """Return the Writable that says who but `uid` or root could change `path` (stat `st`), or None.
-    As sshd's StrictModes: owned by `uid` or root, no group or other write bit, but for a sticky
-    directory owned by one of them (/tmp, 1777), where no one may replace what another owns."""
-    if st.st_uid not in (uid, 0):
-        return Writable(f"{path} is owned by {name(st.st_uid)}, not by {name(uid)} or root, "
-                        "so that user can change what avsmd runs",
-                        f"chown {name(uid)} {path}")
-    bits = st.st_mode & (stat.S_IWGRP | stat.S_IWOTH)
-    if bits and not (stat.S_ISDIR(st.st_mode) and st.st_mode & stat.S_ISVTX):
-        who = {stat.S_IWGRP: "its group", stat.S_IWOTH: "others"}.get(bits, "its group and others")
-        return Writable(f"{path} can be written by {who} (mode {stat.S_IMODE(st.st_mode):04o}), "
-                        "so they can change what avsmd runs",
-                        f"chmod go-w {path}")
-    return None
-
-
 def venture_commands(m):
     """Return every program mandate `m` runs, as command lines."""
     commands = ([] if m["adapter"] else ["./report"]) + [m["run"], m["world"]]
@@ -5901,20 +5893,6 @@ def venture_commands(m):
         commands += [lever["run"] if lever["run"] != "mail.send" else None, lever["check"]]
     commands += [item.get("run") for key in ("guards", "audits", "readings") for item in m[key]]
     return [c for c in commands if c]
-
-
-def command_words(command):
-    """Return the words of `command` (a shell line, or an argv list) that may name a file it runs or
-    reads."""
-    if not isinstance(command, str):
-        return list(command)
-    import shlex
-    try:
-        lexer = shlex.shlex(command, posix=True, punctuation_chars=True)
-        lexer.whitespace_split = True
-        return list(lexer)
-    except ValueError:              # an unclosed quote: the shell refuses it when it runs
-        return command.split()
 
 
 def is_ranking(choices):
@@ -6606,6 +6584,34 @@ def resolve_home(given):
         home = "~/Library/Application Support/avsmd"
     state = os.environ.get("XDG_STATE_HOME") or "~/.local/state"
     return os.path.abspath(os.path.expanduser(home or os.path.join(state, "avsmd")))
+
+
+def program_command(program, home=None):
+    """`avsm` or `avsmd` the way this user runs it, for the fix lines a person copies, with
+    `--home HOME` when `home` is not the one the program finds by itself."""
+    import shutil
+    started = sys.argv[0] if sys.argv and sys.argv[0] else ""
+    name = os.path.basename(started)
+    beside = os.path.join(os.path.dirname(started), program)
+    on_path, command = shutil.which(program), None
+    if name.split(".")[0] in ("avsm", "avsmd") and not name.endswith(".py"):
+        if on_path and (
+            not os.path.dirname(started) or os.path.realpath(on_path) == os.path.realpath(beside)):
+            command = program
+        elif os.path.dirname(started) and os.path.exists(beside):
+            command = beside
+        elif on_path:
+            command = program
+    if command is None:
+        python = sys.executable or "python3"
+        if shutil.which("python3") and os.path.realpath(
+            shutil.which("python3")) == os.path.realpath(python):
+            python = "python3"
+        script = started if name.endswith(".py") and os.path.exists(started) else AVSM_PATH
+        command = f"{python} {script}" + (" avsmd" if program == "avsmd" else "")
+    if home is not None and os.path.realpath(home) != os.path.realpath(resolve_home(None)):
+        command += f" --home {home}"
+    return command
 
 
 def socket_problem(home):
@@ -7655,6 +7661,37 @@ def owner_problem(directory, commands, uid=None):
         if st is not None and stat.S_ISREG(st.st_mode):
             found = walk(path, st)
     return found
+
+
+def write_problem(path, st, uid, name=str):
+    """Return the Writable that says who but `uid` or root could change `path` (stat `st`), or None.
+    As sshd's StrictModes: owned by `uid` or root, no group or other write bit, but for a sticky
+    directory owned by one of them (/tmp, 1777), where no one may replace what another owns."""
+    if st.st_uid not in (uid, 0):
+        return Writable(f"{path} is owned by {name(st.st_uid)}, not by {name(uid)} or root, "
+                        "so that user can change what avsmd runs",
+                        f"chown {name(uid)} {path}")
+    bits = st.st_mode & (stat.S_IWGRP | stat.S_IWOTH)
+    if bits and not (stat.S_ISDIR(st.st_mode) and st.st_mode & stat.S_ISVTX):
+        who = {stat.S_IWGRP: "its group", stat.S_IWOTH: "others"}.get(bits, "its group and others")
+        return Writable(f"{path} can be written by {who} (mode {stat.S_IMODE(st.st_mode):04o}), "
+                        "so they can change what avsmd runs",
+                        f"chmod go-w {path}")
+    return None
+
+
+def command_words(command):
+    """Return the words of `command` (a shell line, or an argv list) that may name a file it runs or
+    reads."""
+    if not isinstance(command, str):
+        return list(command)
+    import shlex
+    try:
+        lexer = shlex.shlex(command, posix=True, punctuation_chars=True)
+        lexer.whitespace_split = True
+        return list(lexer)
+    except ValueError:              # an unclosed quote: the shell refuses it when it runs
+        return command.split()
 
 
 def runnable_mandate(state, home):
@@ -10191,11 +10228,6 @@ def flush_out(text=None):
             err.errno or 9, err.strerror or "standard output cannot be written") from None
 
 
-def shown(text):
-    """Return `text` safe for a terminal: control characters as \\x.. or \\u...."""
-    return escape_controls(LINE_CONTROL_CHARS, text)
-
-
 def out(*lines):
     """Write lines of records to standard output (an empty line when given none)."""
     flush_out("".join(shown(line) + "\n" for line in lines or ("",)))
@@ -10203,10 +10235,6 @@ def out(*lines):
 
 class OutputError(OSError):
     """Standard output cannot be written (closed, a full device): exit 74."""
-
-
-LINE_CONTROL_CHARS = (
-    "[\x00-\x08\x0b-\x1f\x7f-\x9f\u2028\u2029\u202a-\u202e\u2066-\u2069\ud800-\udfff]")
 
 
 def ask_daemon(home, cmd, args=None):
@@ -12313,34 +12341,6 @@ def asks_first(m, lever):
     if spec is None or spec["reversible"] or spec["delegated"]:
         return None
     return f"a person is asked before {lever} runs: it is irreversible"
-
-
-def program_command(program, home=None):
-    """`avsm` or `avsmd` the way this user runs it, for the fix lines a person copies, with
-    `--home HOME` when `home` is not the one the program finds by itself."""
-    import shutil
-    started = sys.argv[0] if sys.argv and sys.argv[0] else ""
-    name = os.path.basename(started)
-    beside = os.path.join(os.path.dirname(started), program)
-    on_path, command = shutil.which(program), None
-    if name.split(".")[0] in ("avsm", "avsmd") and not name.endswith(".py"):
-        if on_path and (
-            not os.path.dirname(started) or os.path.realpath(on_path) == os.path.realpath(beside)):
-            command = program
-        elif os.path.dirname(started) and os.path.exists(beside):
-            command = beside
-        elif on_path:
-            command = program
-    if command is None:
-        python = sys.executable or "python3"
-        if shutil.which("python3") and os.path.realpath(
-            shutil.which("python3")) == os.path.realpath(python):
-            python = "python3"
-        script = started if name.endswith(".py") and os.path.exists(started) else AVSM_PATH
-        command = f"{python} {script}" + (" avsmd" if program == "avsmd" else "")
-    if home is not None and os.path.realpath(home) != os.path.realpath(resolve_home(None)):
-        command += f" --home {home}"
-    return command
 
 
 def client_command(home=None):
