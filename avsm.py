@@ -34,9 +34,9 @@ Sections
           check_rule, reading_read, run_started, restart_rule, interrupted_rule,
           approval_rule, denial_rule, person_rule, proposal_rule, forecast_rule,
           ratchet_rule, world_rule
-       8. VentureState, a model's words, notices, summaries
-    9. effects: processes, process groups, the groups journal, the socket wire
-    10. the warden's rooms  11. the warden: its files, its loop, carry_out
+       8. VentureState, a model's words, summaries; written: a record's notice, a canary
+    9. effects: the ledger's writer, processes, process groups, their journal, the wire
+    10. the warden: its loop, its requests, carry_out  11. its rooms, its files
     12. avsmd and the roles process     13. client commands
     14. other hosts over OpenSSH        15. avsmd -t, avsm try, avsm link
     16-18. from the ledger alone: chart, doctor, the status lines and the page
@@ -2141,19 +2141,12 @@ class LedgerDown(Exception):
     """The ledger cannot be written (disk full, read-only): what would write must not run."""
 
 
-LEDGER_RETRY = 30       # seconds between tries to write a ledger that could not be written
 # what already happened is written once the ledger takes writes again
 BACKLOG_KINDS = ("outcome", "exit")
 # Kinds (before any ".") that join the warden's group commit: readings and what follows from them,
 # and what already happened. Any other record commits at once (an action before its lever).
 GROUPED_KINDS = ("report", "guard", "audit", "reading", "prediction", "calibration", "world",
                  "outcome", "exit", "start")
-
-
-def ledger_retry(err):
-    """Seconds until the next try: 1 for a lock a reader held past the busy timeout (soon free
-    again), else LEDGER_RETRY."""
-    return 1 if "locked" in str(err) or "busy" in str(err) else LEDGER_RETRY
 
 
 # The ledger's vocabulary (DESIGN's table): each kind of record, the claims it may carry (the first
@@ -2964,120 +2957,6 @@ class LockCheck:
             self.lock_ours = read_lock_pid(self.lock_path) in (self.avsmd_pid, None)
             self.lock_seen = seen
         return self.lock_ours
-
-
-class LedgerWriter:
-    """The warden's one way to the ledger: each record appended is folded into its venture; while
-    the ledger cannot be written, what already ran waits in a backlog and everything else stops."""
-
-    def __init__(self, ledger, ventures, canary_every, tell_person, refold, debug=False):
-        self.ledger, self.ventures, self.canary_every = ledger, ventures, canary_every
-        self.debug = debug
-        self.tell_person, self.refold = tell_person, refold
-        self.ledger_down = None       # why the ledger cannot be written, while it cannot
-        self.backlog = []             # outcomes waiting for the ledger to take writes again
-        self.retry_at = None
-        self.refold_from = None       # the first seq of a rolled-back group commit
-        self.group_began = None       # when the records held open were first seen
-
-    def append(self, record, at=None):
-        """Append `record` and fold it into its venture.
-
-        A GROUPED_KINDS record joins the group held open for this wake-up; any other commits itself
-        and all held before it. While the ledger cannot be written, an outcome waits in order and
-        anything else raises LedgerDown."""
-        why = self.ledger_down
-        if not why:
-            try:
-                return self.write(record, at,
-                                  hold=record["kind"].partition(".")[0] in GROUPED_KINDS)
-            except (sqlite3_errors(), OSError) as err:
-                self.ledger_failed(err)
-                why = str(err)
-        if record["kind"] not in BACKLOG_KINDS:
-            raise LedgerDown(why) from None
-        self.backlog.append(record)
-        return None
-
-    def write(self, record, at=None, hold=False):
-        """Append one record and fold it into its venture; raise what SQLite raised."""
-        at = int(time.time()) if at is None else at
-        seq = self.ledger.append_many([record], at, hold=hold)[0]
-        state = self.ventures.get(record["venture"])
-        if state is not None:
-            fold(state, seq, at, record)
-        if self.debug:
-            log(self.debug, "warden",
-                f"#{seq} {record['venture']} {record['kind']} {record['summary']}")
-        self.tell_person(notice_of(seq, record))
-        if record["kind"] == "ask" and not record.get("canary") and state is not None \
-                and self.canary_every:
-            canary = canary_ask(state, sum(v.asks_made for v in self.ventures.values()),
-                                self.canary_every)
-            if canary:
-                self.append(canary)
-        return seq
-
-    def commit(self, turn_ends=False):
-        """Commit the records held open: at the end of each wake-up (`turn_ends`), and before
-        anything is told to a client."""
-        try:
-            self.ledger.commit()
-        except (sqlite3_errors(), OSError) as err:
-            self.ledger_failed(err)
-        if turn_ends and self.refold_from is not None:
-            self.refold(self.refold_from)
-            self.refold_from = None
-
-    def commit_when_due(self, stopping):
-        """At a turn's end: commit what is held once its group is GROUP_WINDOW old, or stopping."""
-        if self.ledger.held is not None:
-            now = time.monotonic()
-            self.group_began = now if self.group_began is None else self.group_began
-            if now - self.group_began >= GROUP_WINDOW or stopping:
-                self.commit(turn_ends=True)
-        else:
-            self.commit(turn_ends=True)         # nothing to commit; a lost group is folded again
-        if self.ledger.held is None:
-            self.group_began = None
-
-    def group_wait(self, timeout):
-        """`timeout` for select, shortened to the end of the open group's window."""
-        if self.group_began is None:
-            return timeout
-        left = max(0.0, self.group_began + GROUP_WINDOW - time.monotonic())
-        return left if timeout is None else min(timeout, left)
-
-    def ledger_failed(self, err):
-        """The ledger could not be written: stop what would write, try again later; outcomes rolled
-        back wait to be written, the ventures are folded again."""
-        self.ledger_down = str(err)
-        self.retry_at = time.monotonic() + ledger_retry(err)
-        sys.stderr.write(f"avsm warden: the ledger cannot be written: {err}; stopping what would"
-                         f" write, trying again in {ledger_retry(err)} s\n")
-        self.tell_person(ledger_down_notice(str(err)))
-        lost, self.ledger.lost = self.ledger.lost, []
-        if lost:
-            self.backlog[:0] = [record for _, _, record in lost if record["kind"] in BACKLOG_KINDS]
-            # folded again at the end of this turn: till then nothing is written, no seq reused
-            self.refold_from = lost[0][0] if self.refold_from is None \
-                else min(self.refold_from, lost[0][0])
-
-    def retry_ledger(self, now):
-        """Try the ledger again: write what waited, in order; True when it takes writes."""
-        self.retry_at = now + LEDGER_RETRY
-        try:
-            while self.backlog:
-                self.write(self.backlog[0])
-                self.backlog.pop(0)
-            self.write(new_record("ledger", "self", summary="the ledger takes writes again (it"
-                                  f" could not: {self.ledger_down})"))
-        except (sqlite3_errors(), OSError) as err:
-            self.ledger_down = str(err)
-            self.retry_at = now + ledger_retry(err)
-            return False
-        self.ledger_down = self.retry_at = None
-        return True
 
 
 # =============================================================================
@@ -5474,7 +5353,7 @@ def capacity_check(state, days):
 
 
 # =============================================================================
-# 8. The kernel: a venture's state, a model's words, notices, summaries
+# 8. The kernel: a venture's state, a model's words, summaries, notices
 # =============================================================================
 
 HISTORY = 200      # trusted reports a venture keeps in memory (drift, noise, peaks)
@@ -6014,18 +5893,6 @@ def ratchet_change_problem(state, mandate):
     return None
 
 
-def canary_ask(state, asks_seen, every):
-    """Return the known-answer ask due after every `every` asks (canary_asks), or None: one a person
-    who reads it denies."""
-    if asks_seen % every:
-        return None
-    lever = next(iter(state.mandate["forbidden"]), None) if state.mandate else None
-    lever = lever or "delete-everything"
-    return new_record("ask", state.name, about="lever", lever=lever, canary=True,
-                      question=f"run {lever}? the metric asks for it; {lever} is irreversible",
-                      summary=f"run {lever}? {lever} is irreversible, so a person decides")
-
-
 def ratchet_approval(state, seq, ask):
     """Return a person's approval of ratchet ask #seq, delegating its lever."""
     return new_record("approval", state.name, ask=seq, about="ratchet",
@@ -6274,100 +6141,6 @@ def choice_proposed(state, choice, d, content_why, held, ranking):
             written.append(done)
 
 
-# ---- telling a person: the notices the notify command runs for ---- A notice is a dict: kind,
-# venture, seq (null when no record names it), summary, and the command that answers it,
-# completed where it is sent (notice_message).
-def new_notice(kind, venture, seq, summary, answer, **more):
-    """Return a notice, not a record: what the notify command is told (NOTICE_TITLES)."""
-    return dict(kind=kind, venture=venture, seq=seq, summary=summary, answer=answer, **more)
-
-
-# What to do before resuming a guard's pause: the guard is not read while paused, and its first
-# reading after resume pauses again if still past.
-GUARD_CLEAR = "clear what puts guard {} past its bound"
-
-
-def notice_of(seq, record):
-    """Return the notice a person must see for record #seq, as it is appended, or None."""
-    kind, venture = record["kind"], record["venture"]
-    if kind == "ask":               # a canary ask reads as any other: nothing here tells it apart
-        return new_notice("stuck" if record.get("about") == "stuck" else "ask", venture, seq,
-                          record["summary"], f"avsm approve {seq}",
-                          question=str(record.get("question") or "")[:NOTE_MAX],
-                          deny=f"avsm deny {seq}", **some(lever=record.get("lever")))
-    # stuck after a person's answer: told, not asked
-    if kind == "refusal" and record.get("stuck") == "asked":
-        return new_notice("stuck", venture, seq, record["summary"],
-                          f"avsm propose {venture} {record['lever']}", lever=record["lever"])
-    # a guard's or the stop lever's: no person did it
-    if kind == "pause" and record["claim"] == "measured":
-        guard = record.get("guard")
-        return new_notice("pause", venture, seq, record["summary"], f"avsm resume {venture}",
-                          guard=guard, **some(first=guard and GUARD_CLEAR.format(guard)))
-    if kind == "ledger" and venture == "self":
-        return new_notice("ledger", "self", seq, record["summary"], None)
-    return None
-
-
-def cannot_run_notice(venture, problem):
-    """Return the notice of an adopted venture that cannot run (VENTURE-14)."""
-    return new_notice("cannot-run", venture, None,
-                      f"{venture} cannot run: {problem}; nothing of it runs until mandate.yaml "
-                      "holds and is added again", "avsm doctor")
-
-
-def ledger_down_notice(why):
-    """Return the notice of a ledger that cannot be written (RUN-19)."""
-    return new_notice("ledger-down", "self", None,
-                      f"the ledger cannot be written: {why}; nothing that would write runs, and "
-                      f"avsmd tries again every {LEDGER_RETRY} s", "avsm doctor")
-
-
-def stopping_notice(why):
-    return new_notice("stop", "self", None,
-                      f"avsmd is stopping ({why}); no venture runs until it is started again",
-                      "avsmd")
-
-
-def admit_notice(down_told, notice):
-    """Return (whether to tell `notice`, whether an unwritable ledger is told now): told once,
-    though the warden and avsmd may each find it."""
-    if notice["kind"] == "ledger-down":
-        return not down_told, True
-    if notice["kind"] == "ledger":
-        return True, False
-    return True, down_told
-
-
-NOTICE_TITLES = {"ask": "{venture} asks (#{seq})", "stuck": "{venture} is stuck (#{seq})",
-                 "pause": "{venture} was paused (#{seq})", "cannot-run": "{venture} cannot run",
-                 "ledger-down": "the ledger cannot be written",
-                 "ledger": "the ledger takes writes again (#{seq})", "stop": "avsmd is stopping",
-                 "witness": "avsm fleet witness: {venture}'s ledger no longer extends what it kept"}
-
-
-def notice_message(notice, commands, home):
-    """Return (the notify command's short standard input, the $AVSM_EVENT object) of a notice;
-    `commands` maps avsm and avsmd to the command lines this person runs them by."""
-    def complete(line):
-        if not line:
-            return None
-        word, _, rest = line.partition(" ")
-        return f"{commands.get(word, word)} {rest}".strip()
-    event = dict(notice, answer=complete(notice.get("answer")), home=home)
-    if notice.get("first") and event["answer"]:     # a guard's pause: clear its cause, then resume
-        event["answer"] = f"{event.pop('first')}, then {event['answer']}"
-    if notice.get("deny"):
-        event["deny"] = complete(notice["deny"])
-    lines = [f"avsm: {NOTICE_TITLES[notice['kind']].format(**notice)} on {home}", notice["summary"]]
-    if notice.get("question") and notice["question"] != notice["summary"]:
-        lines.append(notice["question"])
-    if event["answer"]:
-        lines.append(
-            f"answer: {event['answer']}" + (f", or {event['deny']}" if event.get("deny") else ""))
-    return "\n".join(shown_text(line) for line in lines) + "\n", event
-
-
 def judge_metrics(failed, spec, failure):
     """Return (the metrics textfile's writes failed in a row, the record to write or None) after one
     write (`failure`: why it failed): one record a stretch, and one as it ends."""
@@ -6570,11 +6343,253 @@ def sign_again_at_start(spec, signer, ours):
     return bool(spec["key"]) and (signer is None or signer != ours)
 
 
+def written(ventures, seq, at, record, canary_every):
+    """Record #seq is in the ledger: fold it into its venture; return its notice (or None) and the
+    canary ask now due (or None)."""
+    state = ventures.get(record["venture"])
+    if state is None:
+        return notice_of(seq, record), None
+    fold(state, seq, at, record)
+    due = canary_every and record["kind"] == "ask" and not record.get("canary")
+    asks = sum(v.asks_made for v in ventures.values())
+    return notice_of(seq, record), canary_ask(state, asks, canary_every) if due else None
+
+
+def canary_ask(state, asks_seen, every):
+    """Return the known-answer ask due after every `every` asks (canary_asks), or None: one a person
+    who reads it denies."""
+    if asks_seen % every:
+        return None
+    lever = next(iter(state.mandate["forbidden"]), None) if state.mandate else None
+    lever = lever or "delete-everything"
+    return new_record("ask", state.name, about="lever", lever=lever, canary=True,
+                      question=f"run {lever}? the metric asks for it; {lever} is irreversible",
+                      summary=f"run {lever}? {lever} is irreversible, so a person decides")
+
+
+# ---- telling a person: the notices the notify command runs for ---- A notice is a dict: kind,
+# venture, seq (null when no record names it), summary, and the command that answers it,
+# completed where it is sent (notice_message).
+def new_notice(kind, venture, seq, summary, answer, **more):
+    """Return a notice, not a record: what the notify command is told (NOTICE_TITLES)."""
+    return dict(kind=kind, venture=venture, seq=seq, summary=summary, answer=answer, **more)
+
+
+# What to do before resuming a guard's pause: the guard is not read while paused, and its first
+# reading after resume pauses again if still past.
+GUARD_CLEAR = "clear what puts guard {} past its bound"
+
+
+def notice_of(seq, record):
+    """Return the notice a person must see for record #seq, as it is appended, or None."""
+    kind, venture = record["kind"], record["venture"]
+    if kind == "ask":               # a canary ask reads as any other: nothing here tells it apart
+        return new_notice("stuck" if record.get("about") == "stuck" else "ask", venture, seq,
+                          record["summary"], f"avsm approve {seq}",
+                          question=str(record.get("question") or "")[:NOTE_MAX],
+                          deny=f"avsm deny {seq}", **some(lever=record.get("lever")))
+    # stuck after a person's answer: told, not asked
+    if kind == "refusal" and record.get("stuck") == "asked":
+        return new_notice("stuck", venture, seq, record["summary"],
+                          f"avsm propose {venture} {record['lever']}", lever=record["lever"])
+    # a guard's or the stop lever's: no person did it
+    if kind == "pause" and record["claim"] == "measured":
+        guard = record.get("guard")
+        return new_notice("pause", venture, seq, record["summary"], f"avsm resume {venture}",
+                          guard=guard, **some(first=guard and GUARD_CLEAR.format(guard)))
+    if kind == "ledger" and venture == "self":
+        return new_notice("ledger", "self", seq, record["summary"], None)
+    return None
+
+
+def cannot_run_notice(venture, problem):
+    """Return the notice of an adopted venture that cannot run (VENTURE-14)."""
+    return new_notice("cannot-run", venture, None,
+                      f"{venture} cannot run: {problem}; nothing of it runs until mandate.yaml "
+                      "holds and is added again", "avsm doctor")
+
+
+def ledger_down_notice(why):
+    """Return the notice of a ledger that cannot be written (RUN-19)."""
+    return new_notice("ledger-down", "self", None,
+                      f"the ledger cannot be written: {why}; nothing that would write runs, and "
+                      f"avsmd tries again every {LEDGER_RETRY} s", "avsm doctor")
+
+
+def stopping_notice(why):
+    return new_notice("stop", "self", None,
+                      f"avsmd is stopping ({why}); no venture runs until it is started again",
+                      "avsmd")
+
+
+def admit_notice(down_told, notice):
+    """Return (whether to tell `notice`, whether an unwritable ledger is told now): told once,
+    though the warden and avsmd may each find it."""
+    if notice["kind"] == "ledger-down":
+        return not down_told, True
+    if notice["kind"] == "ledger":
+        return True, False
+    return True, down_told
+
+
+NOTICE_TITLES = {"ask": "{venture} asks (#{seq})", "stuck": "{venture} is stuck (#{seq})",
+                 "pause": "{venture} was paused (#{seq})", "cannot-run": "{venture} cannot run",
+                 "ledger-down": "the ledger cannot be written",
+                 "ledger": "the ledger takes writes again (#{seq})", "stop": "avsmd is stopping",
+                 "witness": "avsm fleet witness: {venture}'s ledger no longer extends what it kept"}
+
+
+def notice_message(notice, commands, home):
+    """Return (the notify command's short standard input, the $AVSM_EVENT object) of a notice;
+    `commands` maps avsm and avsmd to the command lines this person runs them by."""
+    def complete(line):
+        if not line:
+            return None
+        word, _, rest = line.partition(" ")
+        return f"{commands.get(word, word)} {rest}".strip()
+    event = dict(notice, answer=complete(notice.get("answer")), home=home)
+    if notice.get("first") and event["answer"]:     # a guard's pause: clear its cause, then resume
+        event["answer"] = f"{event.pop('first')}, then {event['answer']}"
+    if notice.get("deny"):
+        event["deny"] = complete(notice["deny"])
+    lines = [f"avsm: {NOTICE_TITLES[notice['kind']].format(**notice)} on {home}", notice["summary"]]
+    if notice.get("question") and notice["question"] != notice["summary"]:
+        lines.append(notice["question"])
+    if event["answer"]:
+        lines.append(
+            f"answer: {event['answer']}" + (f", or {event['deny']}" if event.get("deny") else ""))
+    return "\n".join(shown_text(line) for line in lines) + "\n", event
+
+
 # =============================================================================
 # 9. Effects
-# All contact with the OS: a command in its own process group, ending a group,
-# the JSON-lines wire, the home and its lock. Decides nothing.
+# All contact with the OS: the ledger's one writer, a command in its own process
+# group, ending a group, the JSON-lines wire, the home and its lock. Decides nothing.
 # =============================================================================
+
+def log(debug, who, message):
+    """Write a diagnostic line to standard error when -d is on."""
+    if debug:
+        sys.stderr.write(f"{time.strftime('%H:%M:%S')} {who}[{os.getpid()}]: {message}\n")
+        sys.stderr.flush()
+
+
+LEDGER_RETRY = 30       # seconds between tries to write a ledger that could not be written
+
+
+def ledger_retry(err):
+    """Seconds until the next try: 1 for a lock a reader held past the busy timeout (soon free
+    again), else LEDGER_RETRY."""
+    return 1 if "locked" in str(err) or "busy" in str(err) else LEDGER_RETRY
+
+
+class LedgerWriter:
+    """The warden's one way to the ledger: each record appended is folded into its venture; while
+    the ledger cannot be written, what already ran waits in a backlog and everything else stops."""
+
+    def __init__(self, ledger, ventures, canary_every, tell_person, refold, debug=False):
+        self.ledger, self.ventures, self.canary_every = ledger, ventures, canary_every
+        self.debug = debug
+        self.tell_person, self.refold = tell_person, refold
+        self.ledger_down = None       # why the ledger cannot be written, while it cannot
+        self.backlog = []             # outcomes waiting for the ledger to take writes again
+        self.retry_at = None
+        self.refold_from = None       # the first seq of a rolled-back group commit
+        self.group_began = None       # when the records held open were first seen
+
+    def append(self, record, at=None):
+        """Append `record` and fold it into its venture.
+
+        A GROUPED_KINDS record joins the group held open for this wake-up; any other commits itself
+        and all held before it. While the ledger cannot be written, an outcome waits in order and
+        anything else raises LedgerDown."""
+        why = self.ledger_down
+        if not why:
+            try:
+                return self.write(record, at,
+                                  hold=record["kind"].partition(".")[0] in GROUPED_KINDS)
+            except (sqlite3_errors(), OSError) as err:
+                self.ledger_failed(err)
+                why = str(err)
+        if record["kind"] not in BACKLOG_KINDS:
+            raise LedgerDown(why) from None
+        self.backlog.append(record)
+        return None
+
+    def write(self, record, at=None, hold=False):
+        """Append one record and fold it into its venture; raise what SQLite raised."""
+        at = int(time.time()) if at is None else at
+        seq = self.ledger.append_many([record], at, hold=hold)[0]
+        notice, canary = written(self.ventures, seq, at, record, self.canary_every)
+        if self.debug:
+            log(self.debug, "warden",
+                f"#{seq} {record['venture']} {record['kind']} {record['summary']}")
+        self.tell_person(notice)
+        if canary:
+            self.append(canary)
+        return seq
+
+    def commit(self, turn_ends=False):
+        """Commit the records held open: at the end of each wake-up (`turn_ends`), and before
+        anything is told to a client."""
+        try:
+            self.ledger.commit()
+        except (sqlite3_errors(), OSError) as err:
+            self.ledger_failed(err)
+        if turn_ends and self.refold_from is not None:
+            self.refold(self.refold_from)
+            self.refold_from = None
+
+    def commit_when_due(self, stopping):
+        """At a turn's end: commit what is held once its group is GROUP_WINDOW old, or stopping."""
+        if self.ledger.held is not None:
+            now = time.monotonic()
+            self.group_began = now if self.group_began is None else self.group_began
+            if now - self.group_began >= GROUP_WINDOW or stopping:
+                self.commit(turn_ends=True)
+        else:
+            self.commit(turn_ends=True)         # nothing to commit; a lost group is folded again
+        if self.ledger.held is None:
+            self.group_began = None
+
+    def group_wait(self, timeout):
+        """`timeout` for select, shortened to the end of the open group's window."""
+        if self.group_began is None:
+            return timeout
+        left = max(0.0, self.group_began + GROUP_WINDOW - time.monotonic())
+        return left if timeout is None else min(timeout, left)
+
+    def ledger_failed(self, err):
+        """The ledger could not be written: stop what would write, try again later; outcomes rolled
+        back wait to be written, the ventures are folded again."""
+        self.ledger_down = str(err)
+        self.retry_at = time.monotonic() + ledger_retry(err)
+        sys.stderr.write(f"avsm warden: the ledger cannot be written: {err}; stopping what would"
+                         f" write, trying again in {ledger_retry(err)} s\n")
+        self.tell_person(ledger_down_notice(str(err)))
+        lost, self.ledger.lost = self.ledger.lost, []
+        if lost:
+            self.backlog[:0] = [record for _, _, record in lost if record["kind"] in BACKLOG_KINDS]
+            # folded again at the end of this turn: till then nothing is written, no seq reused
+            self.refold_from = lost[0][0] if self.refold_from is None \
+                else min(self.refold_from, lost[0][0])
+
+    def retry_ledger(self, now):
+        """Try the ledger again: write what waited, in order; True when it takes writes."""
+        self.retry_at = now + LEDGER_RETRY
+        try:
+            while self.backlog:
+                self.write(self.backlog[0])
+                self.backlog.pop(0)
+            self.write(new_record("ledger", "self", summary="the ledger takes writes again (it"
+                                  f" could not: {self.ledger_down})"))
+        except (sqlite3_errors(), OSError) as err:
+            self.ledger_down = str(err)
+            self.retry_at = now + ledger_retry(err)
+            return False
+        self.ledger_down = self.retry_at = None
+        return True
+
 
 def resolve_home(given):
     """Return the home: --home, else $AVSMD_HOME, else the platform default (open point 13):
@@ -7567,13 +7582,6 @@ def cache_bytecode(cache):
         os.umask(was)
 
 
-def log(debug, who, message):
-    """Write a diagnostic line to standard error when -d is on."""
-    if debug:
-        sys.stderr.write(f"{time.strftime('%H:%M:%S')} {who}[{os.getpid()}]: {message}\n")
-        sys.stderr.flush()
-
-
 def read_small_file(path, limit):
     """Return the bytes of the regular file at `path`, at most `limit`, or OSError (a FIFO too)."""
     fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_NOCTTY)     # a FIFO's open would wait
@@ -7807,124 +7815,6 @@ class GroupsJournal:
 BASE_ENV = {}      # the warden's environment, copied once
 
 
-class Children:
-    """The programs the warden runs now, each in its own process group, and the groups left
-    behind."""
-
-    def __init__(self, home, sel, tell, flush, journal_group, settle, debug=False):
-        self.home, self.sel, self.tell, self.flush, self.debug = home, sel, tell, flush, debug
-        self.journal_group, self.settle = journal_group, settle
-        self.children = []            # Child objects running now
-        self.lingering = {}           # pgid -> venture: groups whose leader exited, members not
-
-    def __iter__(self):
-        return iter(self.children)
-
-    def __len__(self):
-        return len(self.children)
-
-    def spawn(self, purpose, state, args, timeout=None, shell=False, lever=None, payload_file=None,
-              cwd=None, head=None, checked=False, runs=()):
-        """Start a program of `state`'s venture in its own group; tell avsmd of the group (RUN-12).
-        Raise PermissionError, starting nothing, when another user could change what it runs."""
-        import selectors
-        commands = [args] + [r for r in runs if r]
-        cwd = cwd or state.directory
-        unsafe = not checked and owner_problem(cwd, commands)
-        if unsafe:
-            raise PermissionError(f"{unsafe.why}; {unsafe.fix}")
-        env = dict(BASE_ENV or os.environ, AVSM_HOME=self.home, AVSM_VENTURE=state.name,
-                   **some(AVSM_LEVER=lever, AVSM_PAYLOAD=payload_file))
-        child = Child(purpose, state.name, args, cwd, env, timeout=timeout, shell=shell,
-                      stdin_path=payload_file)
-        child.head = head
-        self.children.append(child)
-        child.leader_start = process_start(child.pgid)
-        self.journal_group(f"+{child.pgid} {child.leader_start or '-'} {state.name} {purpose}")
-        self.tell({"group": child.pgid, "venture": state.name, "purpose": purpose,
-                   "start": child.started_at, "leader_start": child.leader_start})
-        for pipe in child.open_pipes:
-            self.sel.register(pipe, selectors.EVENT_READ, ("pipe", child))
-        if child.pidfd is not None:
-            self.sel.register(child.pidfd, selectors.EVENT_READ, ("pidfd", child))
-        # avsmd hears of a group at once: a warden killed next leaves no stranger behind
-        self.flush()
-        if self.debug:
-            log(self.debug, "warden",
-                f"{state.name}: started {purpose} {args!r} pid {child.pid} group {child.pgid}")
-        return child
-
-    def enforce(self, now):
-        for child in list(self.children):
-            # a dying group gone: settle it
-            if (not signal_group(child.pgid, 0) if child.status is not None
-                    else child.pidfd is None and child.poll() is not None):
-                self.child_event(child)
-            else:
-                child.enforce(now)
-
-    def wakeups(self, now):
-        times = []
-        for child in self.children:
-            times += [t for t in (child.deadline, child.kill_at) if t is not None]
-            if child.pidfd is None or child.status is not None:
-                times.append(now + 0.05)        # no pidfd here, or a dying group: look again soon
-        return times
-
-    def terminate(self, why, venture=None, purpose=None):
-        """TERM each group (of `venture`, started for `purpose`) now, KILL it after its grace."""
-        now = time.monotonic()
-        for child in self.children:
-            if venture in (None, child.venture) and purpose in (None, child.purpose):
-                child.terminate(why, now)
-
-    def child_event(self, child):
-        """A child's leader ended: drain its output, reap it by pid, and settle what it was for."""
-        if child.status is None:
-            status = child.poll()
-            if status is None:
-                return
-            child.status = status
-            for pipe in (child.stdout, child.stderr):
-                child.drain(pipe)
-                if pipe in child.open_pipes:
-                    self.sel.unregister(pipe)
-            child.open_pipes.clear()
-            if child.pidfd is not None:
-                self.sel.unregister(child.pidfd)
-            child.close()
-        if child.ended_by and signal_group(child.pgid, 0):
-            return                      # dying: tick() looks again until the group is gone
-        self.children.remove(child)
-        child.state = "ended"                                       # exited -> ended
-        if signal_group(child.pgid, 0):
-            self.lingering[child.pgid] = child.venture
-            if child.purpose == "run":
-                # the old run's stragglers must not meet the new one
-                signal_group(child.pgid, 15)
-        else:
-            self.tell({"ended": child.pgid}, later=child.leader_start is not None)
-            self.journal_group(f"-{child.pgid}")
-        if self.debug:
-            log(self.debug, "warden", f"{child.venture}: {child.purpose} pid {child.pid} ended:"
-                                      f" {describe_status(child.status)}")
-        self.settle(child)
-
-    def end_lingering(self, venture=None, final=False):
-        """End the groups left behind (all, or one venture's): TERM, then KILL after the grace."""
-        groups = [g for g, v in self.lingering.items() if venture is None or v == venture]
-        if final:
-            term_then_kill(groups)
-        else:
-            for pgid in groups:
-                signal_group(pgid, 15)
-        for pgid in groups:
-            if final or not signal_group(pgid, 0):
-                del self.lingering[pgid]
-                self.tell({"ended": pgid})
-                self.journal_group(f"-{pgid}")
-
-
 class Channel:
     """The warden's end of its socketpair with avsmd: JSON lines both ways."""
 
@@ -8021,9 +7911,9 @@ def read_json_adapter(name, reading, url, key):
 
 
 # =============================================================================
-# 10. The warden's rooms
-# The only process that acts, in rooms: each part owns one kind of state, is
-# handed only what it uses, and returns the kernel's intents; none writes.
+# 10. The warden: its loop, the requests it answers, carry_out
+# The only process that acts. The kernel's rules decide; carry_out, last, does
+# what they return through the rooms beneath.
 # =============================================================================
 
 # seconds a group commit stays open across wake-ups: at 500 reports a second, 25 a sync
@@ -8034,223 +7924,542 @@ TICK_BUDGET = 0.05
 START_AHEAD = 0.01
 
 
-def start_spread(i, count, cadence):
-    """Seconds after the warden's start that the i-th of `count` ventures has its first round:
-    2 ms apart, or closer to fit in one cadence, so a thousand ventures do not all come due in one
-    tick for ever after."""
-    return i / count * min(cadence, count * 0.002)
-
-class Schedule:
-    """When each venture's next round is due, in monotonic time, soonest first (a heap)."""
-
-    def __init__(self, active):
-        self.active = active
-        self.due = {}                 # venture -> monotonic time its next round is due
-        # (time, venture), soonest first; entries the dict no longer holds are stale
-        self.due_heap = []
-
-    def enter(self, name, at):
-        self.due[name] = at
-        heapq.heappush(self.due_heap, (at, name))
-
-    def soonest(self):
-        heap = self.due_heap
-        while heap and (self.due.get(heap[0][1]) != heap[0][0] or not self.active(heap[0][1])):
-            # superseded, or its venture no longer runs: resume and add schedule again
-            heapq.heappop(heap)
-        return heap[0][0] if heap else None
-
-    def pop_due(self, now):
-        while self.soonest() is not None and self.soonest() <= now:
-            yield heapq.heappop(self.due_heap)
-
-    def resume(self, now):
-        for name in list(self.due):
-            self.enter(name, min(self.due[name], now))
+def run_warden(home, fd, debug):
+    """The warden's entry: take the channel avsmd handed over and run until told to stop."""
+    import selectors
+    import socket
+    # the channel avsmd handed over (inheritable to reach us) goes no further
+    mark_close_on_exec()
+    channel = socket.socket(fileno=fd)
+    cfg = json.loads(os.environ.pop("AVSM_CONFIG", "null")) or parse_config("")
+    warden = Warden(home, channel, cfg, debug)
+    wake_r, wake_w = socket.socketpair()
+    for end in (wake_r, wake_w):
+        end.setblocking(False)
+    signal.set_wakeup_fd(wake_w.fileno(), warn_on_full_buffer=False)
+    # a terminal's Ctrl-C is avsmd's to handle
+    signal.signal(signal.SIGINT, lambda signum, frame: None)
+    signal.signal(signal.SIGTERM, lambda signum, frame: None)   # seen through the wake-up fd
+    warden.sel.register(wake_r, selectors.EVENT_READ, ("signal", wake_r))
+    try:
+        return warden.run()
+    except LockLost as lost:
+        sys.stderr.write(f"avsm warden: {lost}\n")
+        for child in warden.children:
+            signal_group(child.pgid, 9)
+        return EX_TEMPFAIL
 
 
-class Rounds:
-    """The rounds in flight: a venture's metric, every guard, audit and reading read beside it. Its
-    methods return the intents of what was read."""
+def request_answer(message, do):
+    """Answer a client's request with do(cmd, args, err): the answer avsmd relays (its lines, its
+    errors and exit code), or None when do answers it later."""
+    out, err, code = [], [], EX_OK
+    try:
+        # checked by avsmd already; checked again here, where a request is acted on
+        cmd, args = check_request({"cmd": message.get("cmd"), "args": message.get("args", {})})
+        out = do(cmd, dict(args, __id=message.get("id")), err)
+        if out is None:
+            return None
+    except Fail as fail:
+        err.append(str(fail))
+        code = fail.code
+    except (LockLost, LedgerDown) as lost:
+        err.append(f"the ledger cannot be written: {lost}; nothing was done, try again later"
+                   if isinstance(lost, LedgerDown) else str(lost))
+        code = EX_TEMPFAIL
+    # a bug: reported once, this request refused, the warden keeps serving
+    except Exception as bug:
+        import traceback
+        sys.stderr.write(f"avsm warden: a bug in avsm, doing {message.get('cmd')} (the warden"
+                         f" goes on):\n{traceback.format_exc()}")
+        err.append(f"a bug in avsm refused this request ({type(bug).__name__}); it is reported"
+                   " on avsmd's standard error")
+        code = EX_SOFTWARE
+    return {"id": message.get("id"), "out": out, "err": err, "exit": code}
 
-    def __init__(self, cfg, home, ventures, children, spawn, stopping, active, debug=False):
-        self.cfg, self.home, self.ventures, self.children = cfg, home, ventures, children
-        self.spawn, self.stopping, self.debug = spawn, stopping, debug
-        self.schedule = Schedule(lambda name: active(ventures[name]))
-        # venture -> the round in flight: metric seq, guards pending, deadline
-        self.rounds = {}
-        self.round_number = 0
 
-    def start_due(self, now):
-        """Yield (state, intents) of each round due, on its venture's own cadence grid (a round
-        missed whole is not made up in a burst), for at most TICK_BUDGET. A round due within
-        START_AHEAD starts now too: at a thousand ventures the warden wakes a quarter as often."""
-        reporting, began = None, time.monotonic()
-        for at, name in self.schedule.pop_due(now + START_AHEAD):
-            if time.monotonic() - began > TICK_BUDGET:
-                # behind: due next turn, once a waiting client is served
-                self.schedule.enter(name, at)
-                break
-            # once per tick, not once per venture due: a thousand children run
-            if reporting is None:
-                reporting = {c.venture for c in self.children if c.purpose == "report"}
-            state = self.ventures[name]
-            cadence = state.mandate["cadence"]
-            self.schedule.enter(name, at + cadence if at + cadence > now else now + cadence)
-            if name not in reporting:
-                # else the report still running goes on to its time limit
-                yield state, self.start_round(state, now)
-                reporting.add(name)
+class Warden:
+    """The only process that acts: ticks ventures, runs their programs, and carries out the
+    kernel's intents (carry_out, the one append)."""
 
-    def start_round(self, state, now):
-        """Start the metric's report and each guard, audit and reading command, each in its own
-        group; the round settles once all are in or half a second has passed."""
-        m = state.mandate
-        self.round_number += 1
-        if self.debug:
-            log(self.debug, "warden",
-                f"{state.name}: tick {self.round_number}: the metric, {len(m['guards'])} guard(s), "
-                f"{len(m['audits'])} audit(s), {len(m['readings'])} reading(s)")
-        self.rounds[state.name] = {"deadline": now + 0.5, "metric": None, "pending": set(),
-                                   "number": self.round_number}
-        running = {
-            (c.purpose, c.extra.get("name")) for c in self.children if c.venture == state.name
-        }
-        plan = round_plan(m, running)
-        busy = [(what, item["name"]) for what, item, start in plan if not start]
-        yield from unread_rule(state, busy, "its last read is still running")
-        for what, item, start in plan:
-            if start:
-                yield from self.start_reading(state, what, item["name"], item)
-        # the report last: one that cannot start settles the round at once, the rest in it by then
-        yield from self.start_reading(state, "report", None, m)
+    def __init__(self, home, channel, cfg, debug=False):
+        import selectors
+        BASE_ENV.update(os.environ)
+        self.home, self.cfg, self.debug = home, cfg, debug
+        self.lock = LockCheck(os.path.join(home, "avsmd.lock"), os.getppid())
+        self.ledger = Ledger(os.path.join(home, "ledger.db"), still_ours=self.lock.lock_is_ours)
+        # it appends at the end and reads single records: a small cache holds those
+        small_cache(self.ledger.db)
+        self.ventures = {}            # name -> VentureState
+        self.writer = LedgerWriter(self.ledger, self.ventures,
+                                   (cfg.get("canary_asks") or {}).get("every"), self.tell_person,
+                                   self.refold, debug)
+        self.next_nightly = next_nightly(cfg["nightly"])
+        self.stopping = False
+        self.sel = selectors.DefaultSelector()
+        self.avsmd = Channel(channel, self.writer.commit)
+        self.journal = GroupsJournal(home, self.lock.lock_is_ours)
+        self.children = Children(home, self.sel, self.avsmd.tell, self.avsmd.flush,
+                                 self.journal.journal_group, self.settle_child, debug)
+        self.spawn = self.children.spawn
+        self.levers = Levers(cfg, self.spawn)
+        self.keeper = Keeper(self.ventures, self.spawn, self.active)
+        self.files = HomeFiles(home, cfg, self.ledger, self.ventures, self.keeper.keep, debug)
+        self.worlds = Worlds(cfg, self.spawn, lambda: self.stopping)
+        self.roles = RolesCalls(self.avsmd.tell)
+        self.decisions = Decisions(home, cfg, self.ledger, self.ventures, self.spawn,
+                                   self.avsmd.tell, self.roles.to_roles,
+                                   self.worlds.start_forecast, lambda: self.stopping)
+        self.rounds = Rounds(cfg, home, self.ventures, self.children, self.spawn,
+                             lambda: self.stopping, self.active, debug)
+        channel.setblocking(False)
+        self.sel.register(channel, selectors.EVENT_READ, ("channel", None))
+        self.sel.register(self.decisions.wake_r, selectors.EVENT_READ,
+                          ("results", self.decisions.wake_r))
 
-    def start_reading(self, state, what, name, item):
-        """Start one reading program, or a built-in adapter (stripe and github get their url and key
-        in a private file); yield what one that could not start calls for."""
-        args, shell, secret = ["./report"], False, None
-        if item.get("adapter"):
-            words = item["adapter"].split()
-            args = cached_command("adapter", words)
-            if words[0] in ("stripe", "github"):
-                where, problem = self.cfg["adapters"].get(words[0]), None
-                try:
-                    key = read_keys(self.home).get(words[0])
-                except Fail as fail:
-                    # the adapter fails saying so: no call without its key
-                    key, problem = None, str(fail)
-                secret = write_payload(json.dumps(
-                    {"url": (where or {}).get("url"), "key": key, "problem": problem}).encode())
-        elif what != "report":
-            args, shell = item["run"], True
-        timeout, number = reading_limit(item), self.rounds[state.name]["number"]
+    # ---- the ventures, replayed from the ledger ----
+    def load(self):
+        """Replay the ledger into venture states, from the newest good snapshot on; settle runs a
+        dead warden left without an outcome."""
+        seq, states, counted, folded = self.files.snapshots.fold(self.ledger.db)
+        self.ventures.update(states)
+        self.files.metrics.counted, self.files.metrics.seen = counted, seq
+        if folded >= SNAPSHOT_MIN:
+            self.snapshot(SNAPSHOT_MIN, (seq, states, counted))
+        for state in self.ventures.values():
+            self.check_runnable(state)
+            self.carry_out(state, interrupted_rule(state, time.time(), self.cfg["ratchet"]))
+
+    def refold(self, first_lost):
+        """Fold every venture again from the ledger, forgetting records from seq `first_lost` on
+        that a rolled-back group commit held: nothing in memory may rest on a record the ledger does
+        not hold."""
+        states = refolded(self.ventures, scan_records(self.ledger.db))
+        self.ventures.clear()
+        self.ventures.update(states)
+        self.rounds.forget_from(first_lost)
+        self.worlds.forget_from(first_lost)
+
+    def check_runnable(self, state):
+        """Parse the adopted mandate against its directory (VENTURE-14)."""
+        if state.mandate_text is None:
+            return
+        state.mandate, state.problem = runnable_mandate(state, self.home)
+        if state.problem and not state.paused:
+            sys.stderr.write(f"avsmd: venture {state.name} cannot run: {state.problem}\n")
+            self.tell_person(cannot_run_notice(state.name, state.problem))
+
+    def tell_person(self, notice):
+        """Hand a notice to avsmd, which runs the notify command: it outlives this warden, and tells
+        of its own stop and of a ledger it cannot write even when no warden runs."""
+        if notice is not None and self.cfg.get("notify"):
+            self.avsmd.tell({"notice": notice})
+
+    # ---- the loop ----
+    def run(self):
+        self.load()
+        now = time.monotonic()
+        for i, state in enumerate(self.ventures.values()):
+            if self.active(state):
+                self.start_venture(state, now + start_spread(i, len(self.ventures),
+                                                             state.mandate["cadence"]))
+        while True:
+            timeout = self.writer.group_wait(self.next_wakeup(time.monotonic()))
+            for key, _ in self.sel.select(timeout):
+                what, child = key.data
+                # the step that needed a record did not happen
+                with contextlib.suppress(LedgerDown):
+                    if what == "channel":
+                        self.read_channel()
+                    elif what == "results":
+                        for state, intents in self.decisions.results_ready():
+                            self.carry_out(state, intents)
+                    elif what == "signal":
+                        self.signalled(child)
+                    elif child.status is not None:
+                        continue            # settled earlier in this same batch
+                    elif what == "pidfd":
+                        self.children.child_event(child)
+                    elif not child.drain(key.fileobj):
+                        # at EOF: a pipe left registered would wake us forever
+                        self.sel.unregister(key.fileobj)
+                        child.open_pipes.discard(key.fileobj)
+            with contextlib.suppress(LedgerDown):
+                self.tick(time.monotonic())
+            # this wake-up's records, and the next ones' for up to GROUP_WINDOW
+            self.writer.commit_when_due(self.stopping)
+            self.write_checkpoint(due=True)
+            self.snapshot(SNAPSHOT_EVERY)
+            self.keep(self.files.rotate(self.writer.ledger_down, due=True)[1])
+            self.keep(self.files.write_metrics())
+            self.files.write_page()
+            self.avsmd.flush()
+            if self.stopping and not self.children:
+                # ESC-04: every escalation gets its answer
+                for seq, d in list(self.decisions.escalations.items()):
+                    self.carry_out(None, [Write(answer_record(
+                        d.venture, seq, "unusable", "avsmd stopped before the answer came"))])
+                self.children.end_lingering(final=True)
+                self.writer.commit(turn_ends=True)
+                self.snapshot(SNAPSHOT_MIN)
+                self.avsmd.flush(everything=True)
+                return EX_OK
+
+    def active(self, state):
+        return state.mandate is not None and not state.paused and not self.stopping
+
+    def start_venture(self, state, at=None):
+        """Its next round due `at` (now by default), and its kept program started."""
+        self.rounds.schedule.enter(state.name, time.monotonic() if at is None else at)
+        self.carry_out(state, self.keeper.start_keep(state))
+
+    def write_checkpoint(self, due=False):
+        """Write a checkpoint (when due), then a snapshot once SNAPSHOT_MIN records came since."""
+        written = self.files.checkpoint(self.writer.ledger_down, due)
+        if written:
+            self.snapshot(SNAPSHOT_MIN)
+        return written
+
+    def snapshot(self, least, fold=None):
+        self.keep(self.files.snapshot(self.writer.ledger_down, least, fold))
+
+    def keep(self, records):
+        """Append what a file step wrote; a ledger that cannot take it now loses no file."""
+        with contextlib.suppress(LedgerDown):
+            self.carry_out(None, [Write(record) for record in records])
+
+    def do_rotate(self, args, err):
+        self.writer.commit()
+        seq, gone = self.files.rotate(self.writer.ledger_down)
+        self.keep(gone)
+        if seq is None:
+            raise Fail(EX_TEMPFAIL, f"ledger.db cannot be rotated now: {self.files.rotate_failed};"
+                                    " try again once that is mended")
+        return [f"#{seq}: {record_at(self.ledger.db, seq)[1]['summary']}"]
+
+    def do_checkpoint(self, args, err):
+        self.writer.commit()
+        written = self.write_checkpoint()
+        if written is None:
+            raise Fail(EX_TEMPFAIL, "no checkpoint can be written now: the ledger holds no record"
+                                    " yet, or cannot be written")
+        facts = parse_checkpoint(written[0], "the checkpoint", written[1])._asdict()
+        return [json.dumps(facts)] if args.get("json") else checkpoint_lines(facts)
+
+    def do_records(self, args, err):
+        return [m["out"] for m in records_answer(self.home, args)[:-1]]
+
+    def next_wakeup(self, now):
+        """Return seconds until the next due report, deadline or restart, or None."""
+        soonest = self.rounds.schedule.soonest()
+        times = self.children.wakeups(now) + self.keeper.wakeups() + self.rounds.deadlines() \
+            + self.files.wakeups()
+        if soonest is not None and not self.writer.ledger_down:
+            times.append(soonest)
+        if self.writer.ledger_down:
+            times.append(self.writer.retry_at)
+        elif self.next_nightly is not None:
+            times.append(now + max(0.0, self.next_nightly - time.time()))
+        return max(0.0, min(times) - now) if times else None
+
+    def tick(self, now):
+        """Start what is due, end what is past its deadline, reap what has ended."""
+        # 1. a ledger that could not be written is tried again; once it takes writes, every round is
+        # due
+        if (self.writer.ledger_down and now >= self.writer.retry_at
+                and self.writer.retry_ledger(now)):
+            self.rounds.schedule.resume(time.monotonic())
+        # 2. reap what ended, KILL what outlived its grace, TERM what is past its deadline
+        self.children.enforce(now)
+        if self.stopping or self.writer.ledger_down:
+            # a ledger that cannot be written stops everything that would write
+            return
+        # 3. the nightly model decisions
+        if self.next_nightly is not None and time.time() >= self.next_nightly:
+            self.next_nightly = next_nightly(self.cfg["nightly"], time.time() + 1)
+            for state in self.ventures.values():
+                if self.active(state) and decided_by_model(state.mandate):
+                    try:
+                        self.decisions.start_decision(state, "nightly")
+                    except Fail as fail:
+                        log(True, "warden", f"{state.name}: no nightly decision: {fail}")
+        # 4. the rounds that are due start; those in flight settle once read or late; a `run`
+        # program whose back-off is over starts again
+        for due in (self.rounds.start_due, self.rounds.settle_all, self.keeper.start_due):
+            for state, intents in due(now):
+                self.carry_out(state, intents)
+
+    # ---- requests from avsmd ----
+    def read_channel(self):
+        messages = self.avsmd.read()
+        if messages is None:
+            self.begin_stop()         # avsmd is gone: stop as at a SIGTERM
+            return
+        for message in messages:
+            if message.get("cmd") == "stop" and "id" not in message:
+                self.begin_stop()       # avsmd's own word: a client's request always carries an id
+                continue
+            if message.get("from") == "roles":
+                self.carry_out(*(self.roles.from_roles(message) or (None, ())))
+                continue
+            answer = request_answer(message, lambda cmd, args, err: getattr(self, "do_" + cmd)(
+                args, err))
+            if answer is not None:          # else answered later (a decision in flight)
+                self.avsmd.tell(answer)
+
+    def signalled(self, wake):
+        """SIGTERM reached the warden itself: stop as avsmd would ask."""
         try:
-            child = self.spawn(what, state, args, timeout=timeout, shell=shell, payload_file=secret)
-            child.extra = {"name": name, "round": number, "limit": timeout}
-            if what != "report":
-                self.rounds[state.name]["pending"].add((what, name))
-        except OSError as err:
-            read = Read(what, name, None, f"could not start: {err}", "", number, None, timeout)
-            yield from self.ended(state, read_ended, read, time.monotonic())
-        finally:
-            if secret:
-                os.unlink(secret)               # the child holds it open; the name goes now
+            data = wake.recv(512)
+        except OSError:
+            data = b""
+        if signal.SIGTERM in data:
+            self.begin_stop()
 
-    def reading_done(self, state, child, status):
-        """The report, a guard, audit or reading program ended: the event the kernel reads."""
-        value, failure = read_metric_output(child, status, with_output=child.purpose != "guard")
-        # the lines above a guard's, audit's or reading's number (the report's are not kept)
-        text = "" if child.purpose == "report" else "\n".join(output_lines(child.out, child.cut)[0])
-        extra = child.extra
-        read = Read(child.purpose, extra["name"], value, failure, text, extra.get("round"),
-                    child.ended_by, extra["limit"])
-        return self.ended(state, read_ended, read, time.monotonic())
+    def begin_stop(self):
+        """Stop: no new work; TERM every group now, KILL after the grace."""
+        if self.stopping:
+            return
+        self.stopping = True
+        self.children.terminate("stop")
 
-    def ended(self, state, event, *args):
-        """Carry out kernel `event` (read_ended, round_due) on the round in flight, out of the
-        rounds while it runs; keep the round it returns."""
-        round_ = yield from event(state, self.rounds.pop(state.name, None), *args, self.stopping())
-        if round_ is not None:
-            self.rounds[state.name] = round_
+    def do_add(self, args, err):
+        directory = os.path.realpath(args.get("dir", ""))
+        name, path, text, mandate = read_venture(directory)
+        sha = text_sha256(text)
+        state = self.ventures.get(name)
+        if state is not None and state.mandate_seq is not None:
+            check_not_adopted_elsewhere(name, directory, state.directory, state.paused)
+            if state.directory == directory and state.mandate_sha == sha:
+                if state.mandate is None:
+                    self.check_runnable(state)
+                    if state.mandate is not None and not state.paused:     # fixed: it runs now
+                        self.start_venture(state)
+                return [f"{name}: mandate unchanged (#{state.mandate_seq}); nothing written"]
+        state = self.ventures.setdefault(name, VentureState(name))
+        seq = self.adopt(state, mandate, mandate_record(
+            name, directory, text, f"adopted {name} from {directory} (sha256 {sha[:16]})"))
+        forecasting = self.worlds.start_forecast(state, "add")
+        return (
+            [f"{name}: adopted as mandate #{seq}"]
+            + allowed_lines(state, self.cfg)
+            + ([f"{name} is paused; avsm resume {name} starts it"] if state.paused else [])
+            + ([f"{name}: a forecast is being made; it is written to the ledger when done"]
+               if forecasting else [])
+        )
 
-    def settle_all(self, now):
-        for name in list(self.rounds):
-            yield self.ventures[name], self.ended(self.ventures[name], round_due, now)
+    def adopt(self, state, mandate, record):
+        """Append a mandate record and put `mandate` in force; return the record's seq."""
+        old_run = state.mandate["run"] if state.mandate else None
+        seq = self.carry_out(state, [Write(record)])[0][1]
+        state.mandate, state.problem = mandate, None
+        if old_run and old_run != mandate["run"]:
+            self.children.terminate("a new mandate", state.name, "run")
+        if not state.paused:
+            self.start_venture(state)
+        return seq
 
-    def deadlines(self):
+    def do_health(self, args, err):
+        """What avsm doctor asks the running daemon."""
+        if self.writer.ledger_down:
+            err.append(f"the ledger cannot be written: {self.writer.ledger_down}; nothing that"
+                       " would write runs, and avsmd tries again every 30 s")
+        return [f"avsmd {VERSION}, {sum(1 for s in self.ventures.values() if s.mandate_seq)}"
+                " venture(s)"]
+
+    def do_status(self, args, err):
+        facts = status_facts(self.ventures, time.time(), self.keeper.keep, self.cfg,
+                             args.get("venture"), bool(args.get("verbose")),
+                             bool(args.get("ascii")))
+        facts["ledger_down"] = self.writer.ledger_down
+        return [json.dumps(facts)] if args.get("json") else status_lines(facts)
+
+    def do_asks(self, args, err):
+        facts = asks_facts(self.ventures)
+        return [json.dumps(facts)] if args.get("json") else asks_lines(facts)
+
+    def do_page(self, args, err):
+        return [json.dumps(self.files.page_facts())]
+
+    def find_ask(self, args):
+        seq = args.get("ask")
+        return open_ask(self.ventures, seq, records_citing(self.ledger.db, "ask", seq))
+
+    def do_approve(self, args, err):
+        state, seq, ask = self.find_ask(args)
+        refuse(approve_problem(state, seq))
+        if ask.get("canary"):
+            record, line = canary_result(state, seq, ask, True)
+            self.carry_out(state, [Write(record)])
+            return [line]
+        if ask.get("about") == "ratchet":
+            return self.approve_ratchet(state, seq, ask)
+        lever = ask.get("lever")
+        payload = args["payload"] if "payload" in args else ask.get("payload")
+        spec = (state.mandate["levers"].get(lever)
+                if state.mandate and ask.get("about") in ("lever", "model") else None)
+        problem = spec and content_problem(spec["takes"], payload, state.directory)
+        done = self.carry_out(state, approval_rule(state, seq, ask, payload, "payload" in args,
+                                                   problem, int(time.time())))
+        gated = [action for intent, action in done if isinstance(intent, Gate)]
+        if not gated:
+            return [f"#{seq} answered; nothing runs on it"]
+        action = gated[-1]
+        self.carry_out(state, ratchet_rule(state, lever, self.cfg["ratchet"]))
+        return [f"#{seq} approved; {lever} "
+                + (f"runs as action #{action}" if action else "runs once its check passes")]
+
+    def do_decide(self, args, err):
+        state = venture_named(self.ventures, args.get("venture"))
+        refuse(decide_problem(state))
+        self.decisions.start_decision(state, "person", reply_id=args["__id"])
+        return None                 # answered when the decision is done
+
+    def do_ask(self, args, err):
+        """The content an open ask carries, as JSON (for approve --edit)."""
+        state, seq, ask = self.find_ask(args)
+        if ask.get("payload") is None:
+            raise Fail(EX_DATAERR,
+                       f"ask #{seq} carries no content to edit; approve it without --edit")
+        return [json.dumps(ask["payload"])]
+
+    def do_propose(self, args, err):
+        """A person's own proposal (open point 15): see person_proposal_rule."""
+        state = venture_named(self.ventures, args.get("venture"))
+        if state.mandate is None:
+            raise Fail(EX_DATAERR, f"{state.name} cannot run: {state.problem}")
+        lever, payload = args.get("lever"), args.get("payload")
+        spec = state.mandate["levers"].get(lever)
+        if spec is not None and spec["takes"] == "json" and isinstance(payload, str):
+            try:
+                payload = read_json(payload)
+            except (ValueError, RecursionError) as bad:
+                raise Fail(EX_DATAERR,
+                           f"{lever} takes json, and the payload is not JSON: {bad}") from None
+        content_why = spec and content_problem(spec["takes"], payload, state.directory)
+        done = self.carry_out(state, person_proposal_rule(state, lever, payload, content_why))
+        seq, action = done[0][1], done[-1][1]
+        return [f"proposal #{seq} accepted; {lever} "
+                + (f"runs as action #{action}" if action else "runs once its check passes")]
+
+    def approve_ratchet(self, state, seq, ask):
+        """A person approved delegating a lever: write the mandate change and adopt it."""
+        path = os.path.join(state.directory, "mandate.yaml")
+        new = ask.get("mandate")
+        if not new:
+            raise Fail(EX_DATAERR, f"ask #{seq} carries no mandate change; edit {path} by hand"
+                                   " and run avsm add")
+        mandate = parse_mandate(new, path, state.directory)
+        refuse(ratchet_change_problem(state, mandate))
+        self.carry_out(state, [Write(ratchet_approval(state, seq, ask))])
+        write_textfile(path, new, None, path + ".avsm-new")
+        record = mandate_record(state.name, state.directory, new,
+                                f"adopted {state.name} with {ask['lever']} delegated, as approved "
+                                f"in #{seq} (sha256 {text_sha256(new)[:16]})", approval_of=seq)
+        adopted = self.adopt(state, mandate, record)
         return [
-            r["deadline"] for r in self.rounds.values() if r["metric"] is not None and r["pending"]
+            f"#{seq} approved: {ask['lever']} is delegated in {path}, adopted as mandate #{adopted}"
         ]
 
-    def forget_from(self, seq):
-        # a round's report may be among the lost; the next round starts afresh
-        self.rounds.clear()
+    def do_deny(self, args, err):
+        state, seq, ask = self.find_ask(args)
+        self.carry_out(state, denial_rule(state, seq, ask))
+        return [canary_result(state, seq, ask, False)[1] if ask.get("canary") else f"#{seq} denied"]
 
+    def do_pause(self, args, err):
+        state = venture_named(self.ventures, args.get("venture"))
+        if state.paused:
+            return [f"{state.name} is already paused"]
+        self.carry_out(state, person_rule(state, "pause"))
+        return [f"{state.name} paused; nothing of it runs until avsm resume {state.name}"]
 
-class Keeper:
-    """Keeps each venture's `run` program alive, restarting it as `restart:` says, with back-off;
-    its methods return the intents of what it started or what ended."""
+    def do_resume(self, args, err):
+        state = venture_named(self.ventures, args.get("venture"))
+        if not state.paused:
+            return [f"{state.name} is not paused"]
+        self.carry_out(state, person_rule(state, "resume"))
+        self.check_runnable(state)
+        still = still_past_lines(state)
+        if state.mandate is None:
+            return [f"{state.name} resumed, but it cannot run: {state.problem}"]
+        self.keeper.reset(state.name)
+        self.start_venture(state)
+        return [f"{state.name} resumed"] + still
 
-    def __init__(self, ventures, spawn, active):
-        self.ventures, self.spawn, self.active = ventures, spawn, active
-        self.keep = {}                # venture -> the `run` program's keeper state
+    # ---- what a room returns, carried out ----
+    def settle_child(self, child):
+        """A child ended and its group is gone: carry out what the room that started it returns."""
+        state = self.ventures[child.venture]
+        # the report, a guard, an audit or a reading: its round's
+        handler = {"lever": self.levers.lever_done, "run": self.keeper.run_done,
+                   "backend": self.decisions.backend_done, "check": self.levers.check_done,
+                   "forecast": self.worlds.forecast_done, "world": self.worlds.world_done,
+                   }.get(child.purpose, self.rounds.reading_done)
+        if child.purpose == "forecast" and child.extra.get("why") == "packet":
+            handler = self.decisions.packet_forecast_done         # a decision's packet waits on it
+        self.carry_out(state, handler(state, child, child.status) or ())
 
-    def start_keep(self, state):
-        if state.mandate and state.mandate["run"] and not state.paused:
-            keep = self.keep.setdefault(
-                state.name, {"child": None, "backoff": 0, "restart": False, "next_start": None,
-                             "restarts": 0}
-            )
-            if keep["child"] is None and keep["next_start"] is None:
-                return self.start_run(state)
-        return []
-
-    def start_run(self, state):
-        keep = self.keep[state.name]
-        if not self.active(state) or not state.mandate["run"]:
-            return []
-        try:
-            keep["child"] = self.spawn("run", state, state.mandate["run"], shell=True)
-        except OSError as err:
-            keep["child"] = None
-            return run_started(state, None, False, err)
-        keep["restarts"] += keep["restart"]
-        return run_started(state, keep["child"].pid, keep["restart"])
-
-    def run_done(self, state, child, status):
-        """The kept program ended: its exit, then a restart as `restart:` says (open point 31)."""
-        keep = self.keep[state.name]
-        keep["child"] = None
-        again, keep["backoff"], delay, records = restart_rule(state, child.pid, status,
-                                                              child.ended_by,
-                                                              time.monotonic() - child.started,
-                                                              keep["backoff"], keep["restart"],
-                                                              self.active(state))
-        intents = [Write(record) for record in records]
-        if again:
-            keep["restart"] = True
-            if delay:
-                keep["next_start"] = time.monotonic() + delay
+    def carry_out(self, state, intents):
+        """Carry out a rule's intents in order: append, pause, or ask the gate and run what it
+        proves. Return [(intent, seq written)]: a Gate's seq is its action's (None when refused or
+        waiting on its check)."""
+        result, done = None, []
+        if not hasattr(intents, "send"):
+            intents = (intent for intent in intents)
+        while True:
+            try:
+                intent = intents.send(result)
+            except StopIteration:
+                return done
+            result, seq = None, None
+            if isinstance(intent, Ratchet):     # the mandate file read: the ask carries its change
+                intent = Write(ratchet_ask(state, intent.lever, *ratchet_text(state, intent.lever),
+                                           intent.forecast, intent.line))
+            if isinstance(intent, (Write, Pause)):
+                seq = result = self.append(intent.record, intent.at)
+                if isinstance(intent, Pause):
+                    self.halt(state)
+            elif isinstance(intent, Forecast):
+                result = self.worlds.start_forecast(state, "ratchet", intent.lever)
+            elif isinstance(intent, World):
+                self.carry_out(state, self.worlds.step(state, intent.report, intent.lever))
+            elif isinstance(intent, Launch):
+                self.carry_out(state, self.levers.launch(state, intent))
+            elif isinstance(intent, Check):
+                self.carry_out(state, self.levers.start_check(state, *intent))
             else:
-                intents += self.start_run(state)
-        return intents
+                result = prove(state, intent.lever, int(time.time()), intent.basis,
+                               trigger=intent.trigger, approval=intent.approval,
+                               payload=intent.payload, check=intent.check)
+                if result.ok:
+                    ran = self.carry_out(state, self.levers.run_lever(state, intent, result))
+                    # Launch and Check are started apart, their seq None
+                    written = [(i.record["kind"], s) for i, s in ran if isinstance(i, Write)]
+                    seq = dict(written).get("action")
+                    result = result._replace(action=seq)
+                else:
+                    continue            # the rule writes what a refusal calls for
+            done.append((intent, seq))
 
-    def start_due(self, now):
-        for name, keep in self.keep.items():
-            if keep["next_start"] is not None and now >= keep["next_start"]:
-                keep["next_start"] = None
-                yield self.ventures[name], self.start_run(self.ventures[name])
+    def append(self, record, at=None):
+        """Append `record`; an irreversible action asks for a checkpoint after it."""
+        seq = self.writer.append(record, at)
+        if record["kind"] == "action" and seq is not None:
+            self.files.checkpoints.note_action(self.ventures.get(record["venture"]), record)
+        return seq
 
-    def wakeups(self):
-        return [k["next_start"] for k in self.keep.values() if k["next_start"] is not None]
+    def halt(self, state):
+        """End what a paused venture runs; its kept program waits for the resume."""
+        self.children.terminate("pause", state.name)
+        self.keeper.hold(state.name)
+        self.children.end_lingering(state.name)
 
-    def hold(self, name):
-        if name in self.keep:
-            self.keep[name]["next_start"] = None
 
-    def reset(self, name):
-        if name in self.keep:
-            self.keep[name].update(restart=False, backoff=0)
+# =============================================================================
+# 11. The warden's rooms, and the files it keeps beside the ledger
+# Each room owns one kind of state, is handed only what it uses, and returns
+# the kernel's intents; none writes.
+# =============================================================================
 
 
 class Levers:
@@ -8412,6 +8621,344 @@ def ratchet_text(state, lever):
         return path, delegate_lever(read_mandate_file(path), lever, path), None
     except (OSError, Fail, ValueError) as err:
         return path, None, str(err)
+
+
+class Keeper:
+    """Keeps each venture's `run` program alive, restarting it as `restart:` says, with back-off;
+    its methods return the intents of what it started or what ended."""
+
+    def __init__(self, ventures, spawn, active):
+        self.ventures, self.spawn, self.active = ventures, spawn, active
+        self.keep = {}                # venture -> the `run` program's keeper state
+
+    def start_keep(self, state):
+        if state.mandate and state.mandate["run"] and not state.paused:
+            keep = self.keep.setdefault(
+                state.name, {"child": None, "backoff": 0, "restart": False, "next_start": None,
+                             "restarts": 0}
+            )
+            if keep["child"] is None and keep["next_start"] is None:
+                return self.start_run(state)
+        return []
+
+    def start_run(self, state):
+        keep = self.keep[state.name]
+        if not self.active(state) or not state.mandate["run"]:
+            return []
+        try:
+            keep["child"] = self.spawn("run", state, state.mandate["run"], shell=True)
+        except OSError as err:
+            keep["child"] = None
+            return run_started(state, None, False, err)
+        keep["restarts"] += keep["restart"]
+        return run_started(state, keep["child"].pid, keep["restart"])
+
+    def run_done(self, state, child, status):
+        """The kept program ended: its exit, then a restart as `restart:` says (open point 31)."""
+        keep = self.keep[state.name]
+        keep["child"] = None
+        again, keep["backoff"], delay, records = restart_rule(state, child.pid, status,
+                                                              child.ended_by,
+                                                              time.monotonic() - child.started,
+                                                              keep["backoff"], keep["restart"],
+                                                              self.active(state))
+        intents = [Write(record) for record in records]
+        if again:
+            keep["restart"] = True
+            if delay:
+                keep["next_start"] = time.monotonic() + delay
+            else:
+                intents += self.start_run(state)
+        return intents
+
+    def start_due(self, now):
+        for name, keep in self.keep.items():
+            if keep["next_start"] is not None and now >= keep["next_start"]:
+                keep["next_start"] = None
+                yield self.ventures[name], self.start_run(self.ventures[name])
+
+    def wakeups(self):
+        return [k["next_start"] for k in self.keep.values() if k["next_start"] is not None]
+
+    def hold(self, name):
+        if name in self.keep:
+            self.keep[name]["next_start"] = None
+
+    def reset(self, name):
+        if name in self.keep:
+            self.keep[name].update(restart=False, backoff=0)
+
+
+class Children:
+    """The programs the warden runs now, each in its own process group, and the groups left
+    behind."""
+
+    def __init__(self, home, sel, tell, flush, journal_group, settle, debug=False):
+        self.home, self.sel, self.tell, self.flush, self.debug = home, sel, tell, flush, debug
+        self.journal_group, self.settle = journal_group, settle
+        self.children = []            # Child objects running now
+        self.lingering = {}           # pgid -> venture: groups whose leader exited, members not
+
+    def __iter__(self):
+        return iter(self.children)
+
+    def __len__(self):
+        return len(self.children)
+
+    def terminate(self, why, venture=None, purpose=None):
+        """TERM each group (of `venture`, started for `purpose`) now, KILL it after its grace."""
+        now = time.monotonic()
+        for child in self.children:
+            if venture in (None, child.venture) and purpose in (None, child.purpose):
+                child.terminate(why, now)
+
+    def end_lingering(self, venture=None, final=False):
+        """End the groups left behind (all, or one venture's): TERM, then KILL after the grace."""
+        groups = [g for g, v in self.lingering.items() if venture is None or v == venture]
+        if final:
+            term_then_kill(groups)
+        else:
+            for pgid in groups:
+                signal_group(pgid, 15)
+        for pgid in groups:
+            if final or not signal_group(pgid, 0):
+                del self.lingering[pgid]
+                self.tell({"ended": pgid})
+                self.journal_group(f"-{pgid}")
+
+    def spawn(self, purpose, state, args, timeout=None, shell=False, lever=None, payload_file=None,
+              cwd=None, head=None, checked=False, runs=()):
+        """Start a program of `state`'s venture in its own group; tell avsmd of the group (RUN-12).
+        Raise PermissionError, starting nothing, when another user could change what it runs."""
+        import selectors
+        commands = [args] + [r for r in runs if r]
+        cwd = cwd or state.directory
+        unsafe = not checked and owner_problem(cwd, commands)
+        if unsafe:
+            raise PermissionError(f"{unsafe.why}; {unsafe.fix}")
+        env = dict(BASE_ENV or os.environ, AVSM_HOME=self.home, AVSM_VENTURE=state.name,
+                   **some(AVSM_LEVER=lever, AVSM_PAYLOAD=payload_file))
+        child = Child(purpose, state.name, args, cwd, env, timeout=timeout, shell=shell,
+                      stdin_path=payload_file)
+        child.head = head
+        self.children.append(child)
+        child.leader_start = process_start(child.pgid)
+        self.journal_group(f"+{child.pgid} {child.leader_start or '-'} {state.name} {purpose}")
+        self.tell({"group": child.pgid, "venture": state.name, "purpose": purpose,
+                   "start": child.started_at, "leader_start": child.leader_start})
+        for pipe in child.open_pipes:
+            self.sel.register(pipe, selectors.EVENT_READ, ("pipe", child))
+        if child.pidfd is not None:
+            self.sel.register(child.pidfd, selectors.EVENT_READ, ("pidfd", child))
+        # avsmd hears of a group at once: a warden killed next leaves no stranger behind
+        self.flush()
+        if self.debug:
+            log(self.debug, "warden",
+                f"{state.name}: started {purpose} {args!r} pid {child.pid} group {child.pgid}")
+        return child
+
+    def enforce(self, now):
+        for child in list(self.children):
+            # a dying group gone: settle it
+            if (not signal_group(child.pgid, 0) if child.status is not None
+                    else child.pidfd is None and child.poll() is not None):
+                self.child_event(child)
+            else:
+                child.enforce(now)
+
+    def wakeups(self, now):
+        times = []
+        for child in self.children:
+            times += [t for t in (child.deadline, child.kill_at) if t is not None]
+            if child.pidfd is None or child.status is not None:
+                times.append(now + 0.05)        # no pidfd here, or a dying group: look again soon
+        return times
+
+    def child_event(self, child):
+        """A child's leader ended: drain its output, reap it by pid, and settle what it was for."""
+        if child.status is None:
+            status = child.poll()
+            if status is None:
+                return
+            child.status = status
+            for pipe in (child.stdout, child.stderr):
+                child.drain(pipe)
+                if pipe in child.open_pipes:
+                    self.sel.unregister(pipe)
+            child.open_pipes.clear()
+            if child.pidfd is not None:
+                self.sel.unregister(child.pidfd)
+            child.close()
+        if child.ended_by and signal_group(child.pgid, 0):
+            return                      # dying: tick() looks again until the group is gone
+        self.children.remove(child)
+        child.state = "ended"                                       # exited -> ended
+        if signal_group(child.pgid, 0):
+            self.lingering[child.pgid] = child.venture
+            if child.purpose == "run":
+                # the old run's stragglers must not meet the new one
+                signal_group(child.pgid, 15)
+        else:
+            self.tell({"ended": child.pgid}, later=child.leader_start is not None)
+            self.journal_group(f"-{child.pgid}")
+        if self.debug:
+            log(self.debug, "warden", f"{child.venture}: {child.purpose} pid {child.pid} ended:"
+                                      f" {describe_status(child.status)}")
+        self.settle(child)
+
+
+def start_spread(i, count, cadence):
+    """Seconds after the warden's start that the i-th of `count` ventures has its first round:
+    2 ms apart, or closer to fit in one cadence, so a thousand ventures do not all come due in one
+    tick for ever after."""
+    return i / count * min(cadence, count * 0.002)
+
+
+class Schedule:
+    """When each venture's next round is due, in monotonic time, soonest first (a heap)."""
+
+    def __init__(self, active):
+        self.active = active
+        self.due = {}                 # venture -> monotonic time its next round is due
+        # (time, venture), soonest first; entries the dict no longer holds are stale
+        self.due_heap = []
+
+    def enter(self, name, at):
+        self.due[name] = at
+        heapq.heappush(self.due_heap, (at, name))
+
+    def soonest(self):
+        heap = self.due_heap
+        while heap and (self.due.get(heap[0][1]) != heap[0][0] or not self.active(heap[0][1])):
+            # superseded, or its venture no longer runs: resume and add schedule again
+            heapq.heappop(heap)
+        return heap[0][0] if heap else None
+
+    def pop_due(self, now):
+        while self.soonest() is not None and self.soonest() <= now:
+            yield heapq.heappop(self.due_heap)
+
+    def resume(self, now):
+        for name in list(self.due):
+            self.enter(name, min(self.due[name], now))
+
+
+class Rounds:
+    """The rounds in flight: a venture's metric, every guard, audit and reading read beside it. Its
+    methods return the intents of what was read."""
+
+    def __init__(self, cfg, home, ventures, children, spawn, stopping, active, debug=False):
+        self.cfg, self.home, self.ventures, self.children = cfg, home, ventures, children
+        self.spawn, self.stopping, self.debug = spawn, stopping, debug
+        self.schedule = Schedule(lambda name: active(ventures[name]))
+        # venture -> the round in flight: metric seq, guards pending, deadline
+        self.rounds = {}
+        self.round_number = 0
+
+    def start_due(self, now):
+        """Yield (state, intents) of each round due, on its venture's own cadence grid (a round
+        missed whole is not made up in a burst), for at most TICK_BUDGET. A round due within
+        START_AHEAD starts now too: at a thousand ventures the warden wakes a quarter as often."""
+        reporting, began = None, time.monotonic()
+        for at, name in self.schedule.pop_due(now + START_AHEAD):
+            if time.monotonic() - began > TICK_BUDGET:
+                # behind: due next turn, once a waiting client is served
+                self.schedule.enter(name, at)
+                break
+            # once per tick, not once per venture due: a thousand children run
+            if reporting is None:
+                reporting = {c.venture for c in self.children if c.purpose == "report"}
+            state = self.ventures[name]
+            cadence = state.mandate["cadence"]
+            self.schedule.enter(name, at + cadence if at + cadence > now else now + cadence)
+            if name not in reporting:
+                # else the report still running goes on to its time limit
+                yield state, self.start_round(state, now)
+                reporting.add(name)
+
+    def start_round(self, state, now):
+        """Start the metric's report and each guard, audit and reading command, each in its own
+        group; the round settles once all are in or half a second has passed."""
+        m = state.mandate
+        self.round_number += 1
+        if self.debug:
+            log(self.debug, "warden",
+                f"{state.name}: tick {self.round_number}: the metric, {len(m['guards'])} guard(s), "
+                f"{len(m['audits'])} audit(s), {len(m['readings'])} reading(s)")
+        self.rounds[state.name] = {"deadline": now + 0.5, "metric": None, "pending": set(),
+                                   "number": self.round_number}
+        running = {
+            (c.purpose, c.extra.get("name")) for c in self.children if c.venture == state.name
+        }
+        plan = round_plan(m, running)
+        busy = [(what, item["name"]) for what, item, start in plan if not start]
+        yield from unread_rule(state, busy, "its last read is still running")
+        for what, item, start in plan:
+            if start:
+                yield from self.start_reading(state, what, item["name"], item)
+        # the report last: one that cannot start settles the round at once, the rest in it by then
+        yield from self.start_reading(state, "report", None, m)
+
+    def start_reading(self, state, what, name, item):
+        """Start one reading program, or a built-in adapter (stripe and github get their url and key
+        in a private file); yield what one that could not start calls for."""
+        args, shell, secret = ["./report"], False, None
+        if item.get("adapter"):
+            words = item["adapter"].split()
+            args = cached_command("adapter", words)
+            if words[0] in ("stripe", "github"):
+                where, problem = self.cfg["adapters"].get(words[0]), None
+                try:
+                    key = read_keys(self.home).get(words[0])
+                except Fail as fail:
+                    # the adapter fails saying so: no call without its key
+                    key, problem = None, str(fail)
+                secret = write_payload(json.dumps(
+                    {"url": (where or {}).get("url"), "key": key, "problem": problem}).encode())
+        elif what != "report":
+            args, shell = item["run"], True
+        timeout, number = reading_limit(item), self.rounds[state.name]["number"]
+        try:
+            child = self.spawn(what, state, args, timeout=timeout, shell=shell, payload_file=secret)
+            child.extra = {"name": name, "round": number, "limit": timeout}
+            if what != "report":
+                self.rounds[state.name]["pending"].add((what, name))
+        except OSError as err:
+            read = Read(what, name, None, f"could not start: {err}", "", number, None, timeout)
+            yield from self.ended(state, read_ended, read, time.monotonic())
+        finally:
+            if secret:
+                os.unlink(secret)               # the child holds it open; the name goes now
+
+    def reading_done(self, state, child, status):
+        """The report, a guard, audit or reading program ended: the event the kernel reads."""
+        value, failure = read_metric_output(child, status, with_output=child.purpose != "guard")
+        # the lines above a guard's, audit's or reading's number (the report's are not kept)
+        text = "" if child.purpose == "report" else "\n".join(output_lines(child.out, child.cut)[0])
+        extra = child.extra
+        read = Read(child.purpose, extra["name"], value, failure, text, extra.get("round"),
+                    child.ended_by, extra["limit"])
+        return self.ended(state, read_ended, read, time.monotonic())
+
+    def ended(self, state, event, *args):
+        """Carry out kernel `event` (read_ended, round_due) on the round in flight, out of the
+        rounds while it runs; keep the round it returns."""
+        round_ = yield from event(state, self.rounds.pop(state.name, None), *args, self.stopping())
+        if round_ is not None:
+            self.rounds[state.name] = round_
+
+    def settle_all(self, now):
+        for name in list(self.rounds):
+            yield self.ventures[name], self.ended(self.ventures[name], round_due, now)
+
+    def deadlines(self):
+        return [
+            r["deadline"] for r in self.rounds.values() if r["metric"] is not None and r["pending"]
+        ]
+
+    def forget_from(self, seq):
+        # a round's report may be among the lost; the next round starts afresh
+        self.rounds.clear()
 
 
 class Decision:
@@ -8588,10 +9135,119 @@ class Decisions:
                        "err": [error] if error else [], "exit": EX_UNAVAILABLE if error else EX_OK})
 
 
-# =============================================================================
-# 11. The warden: the files it keeps beside the ledger, its loop and carry_out
-# It answers requests; the kernel's rules decide, the warden carries them out.
-# =============================================================================
+class HomeFiles:
+    """The files the warden keeps beside the ledger, each when due: checkpoints, snapshots, the
+    closed ledger files, metrics.textfile and the page. A step returns the records that say what it
+    wrote, for the warden to carry out; `down` is why the ledger cannot be written, or None."""
+
+    def __init__(self, home, cfg, ledger, ventures, keep, debug=False):
+        self.home, self.cfg, self.ledger, self.ventures = home, cfg, ledger, ventures
+        self.keep = keep                # venture -> its `run` program's keeper state (Keeper's)
+        self.checkpoints = Checkpoints(home, cfg["checkpoint"], debug)
+        self.snapshots = Snapshots(home)
+        self.rotate_at = 0      # no rotation before (after one that failed)
+        self.metrics = Metrics(cfg.get("metrics"), debug)
+        self.page_at, self.page_failed = time.monotonic(), None
+
+    def checkpoint(self, down, due=False):
+        """Write a checkpoint of the committed head (when one is due); return (text, signature)."""
+        if self.ledger.held is not None or down:
+            return None                 # only a head the ledger holds is written down
+        head = self.ledger.last or ledger_head(self.ledger.db)
+        if due and not self.checkpoints.due(head, time.time()):
+            return None
+        try:
+            return self.checkpoints.write(head, time.time()) if head else None
+        except OSError as err:
+            # tried again after `every`, or the next irreversible action
+            self.checkpoints.at = time.time()
+            sys.stderr.write(f"avsmd: no checkpoint could be written to {self.checkpoints.dir}:"
+                             f" {err}\n")
+            return None
+
+    def snapshot(self, down, least, fold=None):
+        """Write a snapshot to the committed head once `least` records came since the last."""
+        head = self.ledger.last or ledger_head(self.ledger.db)
+        if self.ledger.held is not None or down or not head or \
+                not fold and head[0] - self.snapshots.seq < least:
+            return []
+        try:
+            fold = fold or self.snapshots.fold(self.ledger.db, head[0])[:3]
+            return [self.snapshots.write(*fold)]
+        except (OSError, TypeError) as err:
+            self.snapshots.seq = head[0]      # tried again after `least` more records
+            sys.stderr.write(f"avsmd: no snapshot could be written to {self.home}/snapshots:"
+                             f" {err}\n")
+            return []
+
+    def rotate(self, down, due=False):
+        """Close ledger.db into HOME/ledgers and go on in a new one (due: when ledger: says), then
+        delete what keep: lets go; return the new file's first seq or None, and the records of
+        the files deleted."""
+        spec, db, seq, gone = self.cfg.get("ledger"), self.ledger.db, None, []
+        self.rotate_failed = "the ledger cannot be written"
+        if self.ledger.held is not None or down \
+                or due and (not spec or time.time() < self.rotate_at):
+            return seq, gone
+        try:
+            if due and not rotation_due(spec, os.stat(self.ledger.path).st_size, db.execute(
+                    "SELECT at FROM records ORDER BY seq LIMIT 1").fetchone()[0], time.time()):
+                return seq, gone
+            seq = self.ledger.rotate(lambda name, head: rotated_record(self.snapshots.write(
+                *self.snapshots.fold(db, head[0])[:3]), name, head), time.time())
+            closed = [c + (os.stat(c[2]).st_mtime,) for c in closed_files(self.home)]
+            for path, record in files_let_go(spec, closed, self.checkpoints.seq, time.time()):
+                os.remove(path)
+                gone.append(record)
+        except (OSError, TypeError, sqlite3_errors()) as err:
+            self.rotate_at, self.rotate_failed, seq = time.time() + LEDGER_RETRY, err, None
+            sys.stderr.write(f"avsmd: ledger.db could not be rotated into {self.home}/ledgers:"
+                             f" {err}; tried again in {LEDGER_RETRY} s\n")
+        return seq, gone
+
+    def write_metrics(self):
+        """Write the figures to metrics.textfile when due and the head is committed."""
+        due = self.metrics.spec is not None and time.monotonic() >= self.metrics.next_at
+        if not due or self.ledger.held is not None:
+            return []
+        try:
+            head = self.metrics.count(self.ledger.db)
+        except sqlite3_errors():
+            head = (self.ledger.last or (0,))[0]      # a ledger that cannot be read: the last head
+        try:
+            size = os.stat(self.ledger.path).st_size
+        except OSError:
+            size = None
+        kept = (self.checkpoints.seq, self.checkpoints.at) if self.checkpoints.seq else None
+        facts = HomeFacts(self.home, head, size, kept, self.metrics.counted)
+        record = self.metrics.write(self.ventures, facts, time.time())
+        return [record] if record else []
+
+    def page_facts(self):
+        return page_facts(self.home, self.ventures, time.time(), self.ledger.db, self.keep,
+                          self.cfg)
+
+    def write_page(self):
+        """Write the page to page.path when due, in whole (a web server serves it at once)."""
+        spec, now = self.cfg.get("page"), time.monotonic()
+        if spec is None or now < self.page_at or self.ledger.held is not None:
+            return
+        self.page_at, failure = now + spec["every"], None
+        try:
+            write_textfile(spec["path"], page_html(
+                [(None, self.page_facts(), None, program_command("avsm", self.home))], time.time()))
+        except (OSError, sqlite3_errors()) as err:
+            failure = f"cannot be written ({err}); tried again every {spec['every']} s"
+        if failure != self.page_failed:     # once when it fails, once when it works again
+            sys.stderr.write(f"avsmd: the page {spec['path']} {failure or 'is written again'}\n")
+        self.page_failed = failure
+
+    def wakeups(self):
+        """When the metrics and the page are next due (held: once the group commits)."""
+        if self.ledger.held is not None:
+            return []
+        return [self.metrics.next_at] * (self.metrics.spec is not None) \
+            + [self.page_at] * bool(self.cfg.get("page"))
 
 
 class Checkpoints:
@@ -8799,651 +9455,6 @@ class Metrics:
             sys.stderr.write(f"avsmd: {record['summary']}\n")
         log(self.debug, "warden", f"metrics: {failure or 'written to ' + self.spec['textfile']}")
         return record
-
-
-class HomeFiles:
-    """The files the warden keeps beside the ledger, each when due: checkpoints, snapshots, the
-    closed ledger files, metrics.textfile and the page. A step returns the records that say what it
-    wrote, for the warden to carry out; `down` is why the ledger cannot be written, or None."""
-
-    def __init__(self, home, cfg, ledger, ventures, keep, debug=False):
-        self.home, self.cfg, self.ledger, self.ventures = home, cfg, ledger, ventures
-        self.keep = keep                # venture -> its `run` program's keeper state (Keeper's)
-        self.checkpoints = Checkpoints(home, cfg["checkpoint"], debug)
-        self.snapshots = Snapshots(home)
-        self.rotate_at = 0      # no rotation before (after one that failed)
-        self.metrics = Metrics(cfg.get("metrics"), debug)
-        self.page_at, self.page_failed = time.monotonic(), None
-
-    def checkpoint(self, down, due=False):
-        """Write a checkpoint of the committed head (when one is due); return (text, signature)."""
-        if self.ledger.held is not None or down:
-            return None                 # only a head the ledger holds is written down
-        head = self.ledger.last or ledger_head(self.ledger.db)
-        if due and not self.checkpoints.due(head, time.time()):
-            return None
-        try:
-            return self.checkpoints.write(head, time.time()) if head else None
-        except OSError as err:
-            # tried again after `every`, or the next irreversible action
-            self.checkpoints.at = time.time()
-            sys.stderr.write(f"avsmd: no checkpoint could be written to {self.checkpoints.dir}:"
-                             f" {err}\n")
-            return None
-
-    def snapshot(self, down, least, fold=None):
-        """Write a snapshot to the committed head once `least` records came since the last."""
-        head = self.ledger.last or ledger_head(self.ledger.db)
-        if self.ledger.held is not None or down or not head or \
-                not fold and head[0] - self.snapshots.seq < least:
-            return []
-        try:
-            fold = fold or self.snapshots.fold(self.ledger.db, head[0])[:3]
-            return [self.snapshots.write(*fold)]
-        except (OSError, TypeError) as err:
-            self.snapshots.seq = head[0]      # tried again after `least` more records
-            sys.stderr.write(f"avsmd: no snapshot could be written to {self.home}/snapshots:"
-                             f" {err}\n")
-            return []
-
-    def rotate(self, down, due=False):
-        """Close ledger.db into HOME/ledgers and go on in a new one (due: when ledger: says), then
-        delete what keep: lets go; return the new file's first seq or None, and the records of
-        the files deleted."""
-        spec, db, seq, gone = self.cfg.get("ledger"), self.ledger.db, None, []
-        self.rotate_failed = "the ledger cannot be written"
-        if self.ledger.held is not None or down \
-                or due and (not spec or time.time() < self.rotate_at):
-            return seq, gone
-        try:
-            if due and not rotation_due(spec, os.stat(self.ledger.path).st_size, db.execute(
-                    "SELECT at FROM records ORDER BY seq LIMIT 1").fetchone()[0], time.time()):
-                return seq, gone
-            seq = self.ledger.rotate(lambda name, head: rotated_record(self.snapshots.write(
-                *self.snapshots.fold(db, head[0])[:3]), name, head), time.time())
-            closed = [c + (os.stat(c[2]).st_mtime,) for c in closed_files(self.home)]
-            for path, record in files_let_go(spec, closed, self.checkpoints.seq, time.time()):
-                os.remove(path)
-                gone.append(record)
-        except (OSError, TypeError, sqlite3_errors()) as err:
-            self.rotate_at, self.rotate_failed, seq = time.time() + LEDGER_RETRY, err, None
-            sys.stderr.write(f"avsmd: ledger.db could not be rotated into {self.home}/ledgers:"
-                             f" {err}; tried again in {LEDGER_RETRY} s\n")
-        return seq, gone
-
-    def write_metrics(self):
-        """Write the figures to metrics.textfile when due and the head is committed."""
-        due = self.metrics.spec is not None and time.monotonic() >= self.metrics.next_at
-        if not due or self.ledger.held is not None:
-            return []
-        try:
-            head = self.metrics.count(self.ledger.db)
-        except sqlite3_errors():
-            head = (self.ledger.last or (0,))[0]      # a ledger that cannot be read: the last head
-        try:
-            size = os.stat(self.ledger.path).st_size
-        except OSError:
-            size = None
-        kept = (self.checkpoints.seq, self.checkpoints.at) if self.checkpoints.seq else None
-        facts = HomeFacts(self.home, head, size, kept, self.metrics.counted)
-        record = self.metrics.write(self.ventures, facts, time.time())
-        return [record] if record else []
-
-    def page_facts(self):
-        return page_facts(self.home, self.ventures, time.time(), self.ledger.db, self.keep,
-                          self.cfg)
-
-    def write_page(self):
-        """Write the page to page.path when due, in whole (a web server serves it at once)."""
-        spec, now = self.cfg.get("page"), time.monotonic()
-        if spec is None or now < self.page_at or self.ledger.held is not None:
-            return
-        self.page_at, failure = now + spec["every"], None
-        try:
-            write_textfile(spec["path"], page_html(
-                [(None, self.page_facts(), None, program_command("avsm", self.home))], time.time()))
-        except (OSError, sqlite3_errors()) as err:
-            failure = f"cannot be written ({err}); tried again every {spec['every']} s"
-        if failure != self.page_failed:     # once when it fails, once when it works again
-            sys.stderr.write(f"avsmd: the page {spec['path']} {failure or 'is written again'}\n")
-        self.page_failed = failure
-
-    def wakeups(self):
-        """When the metrics and the page are next due (held: once the group commits)."""
-        if self.ledger.held is not None:
-            return []
-        return [self.metrics.next_at] * (self.metrics.spec is not None) \
-            + [self.page_at] * bool(self.cfg.get("page"))
-
-
-class Warden:
-    """The only process that acts: ticks ventures, runs their programs, and carries out the
-    kernel's intents (carry_out, the one append)."""
-
-    def __init__(self, home, channel, cfg, debug=False):
-        import selectors
-        BASE_ENV.update(os.environ)
-        self.home, self.cfg, self.debug = home, cfg, debug
-        self.lock = LockCheck(os.path.join(home, "avsmd.lock"), os.getppid())
-        self.ledger = Ledger(os.path.join(home, "ledger.db"), still_ours=self.lock.lock_is_ours)
-        # it appends at the end and reads single records: a small cache holds those
-        small_cache(self.ledger.db)
-        self.ventures = {}            # name -> VentureState
-        self.writer = LedgerWriter(self.ledger, self.ventures,
-                                   (cfg.get("canary_asks") or {}).get("every"), self.tell_person,
-                                   self.refold, debug)
-        self.next_nightly = next_nightly(cfg["nightly"])
-        self.stopping = False
-        self.sel = selectors.DefaultSelector()
-        self.avsmd = Channel(channel, self.writer.commit)
-        self.journal = GroupsJournal(home, self.lock.lock_is_ours)
-        self.children = Children(home, self.sel, self.avsmd.tell, self.avsmd.flush,
-                                 self.journal.journal_group, self.settle_child, debug)
-        self.spawn = self.children.spawn
-        self.levers = Levers(cfg, self.spawn)
-        self.keeper = Keeper(self.ventures, self.spawn, self.active)
-        self.files = HomeFiles(home, cfg, self.ledger, self.ventures, self.keeper.keep, debug)
-        self.worlds = Worlds(cfg, self.spawn, lambda: self.stopping)
-        self.roles = RolesCalls(self.avsmd.tell)
-        self.decisions = Decisions(home, cfg, self.ledger, self.ventures, self.spawn,
-                                   self.avsmd.tell, self.roles.to_roles,
-                                   self.worlds.start_forecast, lambda: self.stopping)
-        self.rounds = Rounds(cfg, home, self.ventures, self.children, self.spawn,
-                             lambda: self.stopping, self.active, debug)
-        channel.setblocking(False)
-        self.sel.register(channel, selectors.EVENT_READ, ("channel", None))
-        self.sel.register(self.decisions.wake_r, selectors.EVENT_READ,
-                          ("results", self.decisions.wake_r))
-
-    def append(self, record, at=None):
-        """Append `record`; an irreversible action asks for a checkpoint after it."""
-        seq = self.writer.append(record, at)
-        if record["kind"] == "action" and seq is not None:
-            self.files.checkpoints.note_action(self.ventures.get(record["venture"]), record)
-        return seq
-
-    # ---- the ventures, replayed from the ledger ----
-    def load(self):
-        """Replay the ledger into venture states, from the newest good snapshot on; settle runs a
-        dead warden left without an outcome."""
-        seq, states, counted, folded = self.files.snapshots.fold(self.ledger.db)
-        self.ventures.update(states)
-        self.files.metrics.counted, self.files.metrics.seen = counted, seq
-        if folded >= SNAPSHOT_MIN:
-            self.snapshot(SNAPSHOT_MIN, (seq, states, counted))
-        for state in self.ventures.values():
-            self.check_runnable(state)
-            self.carry_out(state, interrupted_rule(state, time.time(), self.cfg["ratchet"]))
-
-    def refold(self, first_lost):
-        """Fold every venture again from the ledger, forgetting records from seq `first_lost` on
-        that a rolled-back group commit held: nothing in memory may rest on a record the ledger does
-        not hold."""
-        states = refolded(self.ventures, scan_records(self.ledger.db))
-        self.ventures.clear()
-        self.ventures.update(states)
-        self.rounds.forget_from(first_lost)
-        self.worlds.forget_from(first_lost)
-
-    def check_runnable(self, state):
-        """Parse the adopted mandate against its directory (VENTURE-14)."""
-        if state.mandate_text is None:
-            return
-        state.mandate, state.problem = runnable_mandate(state, self.home)
-        if state.problem and not state.paused:
-            sys.stderr.write(f"avsmd: venture {state.name} cannot run: {state.problem}\n")
-            self.tell_person(cannot_run_notice(state.name, state.problem))
-
-    def tell_person(self, notice):
-        """Hand a notice to avsmd, which runs the notify command: it outlives this warden, and tells
-        of its own stop and of a ledger it cannot write even when no warden runs."""
-        if notice is not None and self.cfg.get("notify"):
-            self.avsmd.tell({"notice": notice})
-
-    # ---- the loop ----
-    def run(self):
-        self.load()
-        now = time.monotonic()
-        for i, state in enumerate(self.ventures.values()):
-            if self.active(state):
-                self.start_venture(state, now + start_spread(i, len(self.ventures),
-                                                             state.mandate["cadence"]))
-        while True:
-            timeout = self.writer.group_wait(self.next_wakeup(time.monotonic()))
-            for key, _ in self.sel.select(timeout):
-                what, child = key.data
-                # the step that needed a record did not happen
-                with contextlib.suppress(LedgerDown):
-                    if what == "channel":
-                        self.read_channel()
-                    elif what == "results":
-                        for state, intents in self.decisions.results_ready():
-                            self.carry_out(state, intents)
-                    elif what == "signal":
-                        self.signalled(child)
-                    elif child.status is not None:
-                        continue            # settled earlier in this same batch
-                    elif what == "pidfd":
-                        self.children.child_event(child)
-                    elif not child.drain(key.fileobj):
-                        # at EOF: a pipe left registered would wake us forever
-                        self.sel.unregister(key.fileobj)
-                        child.open_pipes.discard(key.fileobj)
-            with contextlib.suppress(LedgerDown):
-                self.tick(time.monotonic())
-            # this wake-up's records, and the next ones' for up to GROUP_WINDOW
-            self.writer.commit_when_due(self.stopping)
-            self.write_checkpoint(due=True)
-            self.snapshot(SNAPSHOT_EVERY)
-            self.keep(self.files.rotate(self.writer.ledger_down, due=True)[1])
-            self.keep(self.files.write_metrics())
-            self.files.write_page()
-            self.avsmd.flush()
-            if self.stopping and not self.children:
-                # ESC-04: every escalation gets its answer
-                for seq, d in list(self.decisions.escalations.items()):
-                    self.carry_out(None, [Write(answer_record(
-                        d.venture, seq, "unusable", "avsmd stopped before the answer came"))])
-                self.children.end_lingering(final=True)
-                self.writer.commit(turn_ends=True)
-                self.snapshot(SNAPSHOT_MIN)
-                self.avsmd.flush(everything=True)
-                return EX_OK
-
-    def active(self, state):
-        return state.mandate is not None and not state.paused and not self.stopping
-
-    def start_venture(self, state, at=None):
-        """Its next round due `at` (now by default), and its kept program started."""
-        self.rounds.schedule.enter(state.name, time.monotonic() if at is None else at)
-        self.carry_out(state, self.keeper.start_keep(state))
-
-    def write_checkpoint(self, due=False):
-        """Write a checkpoint (when due), then a snapshot once SNAPSHOT_MIN records came since."""
-        written = self.files.checkpoint(self.writer.ledger_down, due)
-        if written:
-            self.snapshot(SNAPSHOT_MIN)
-        return written
-
-    def snapshot(self, least, fold=None):
-        self.keep(self.files.snapshot(self.writer.ledger_down, least, fold))
-
-    def keep(self, records):
-        """Append what a file step wrote; a ledger that cannot take it now loses no file."""
-        with contextlib.suppress(LedgerDown):
-            self.carry_out(None, [Write(record) for record in records])
-
-    def do_rotate(self, args, err):
-        self.writer.commit()
-        seq, gone = self.files.rotate(self.writer.ledger_down)
-        self.keep(gone)
-        if seq is None:
-            raise Fail(EX_TEMPFAIL, f"ledger.db cannot be rotated now: {self.files.rotate_failed};"
-                                    " try again once that is mended")
-        return [f"#{seq}: {record_at(self.ledger.db, seq)[1]['summary']}"]
-
-    def do_checkpoint(self, args, err):
-        self.writer.commit()
-        written = self.write_checkpoint()
-        if written is None:
-            raise Fail(EX_TEMPFAIL, "no checkpoint can be written now: the ledger holds no record"
-                                    " yet, or cannot be written")
-        facts = parse_checkpoint(written[0], "the checkpoint", written[1])._asdict()
-        return [json.dumps(facts)] if args.get("json") else checkpoint_lines(facts)
-
-    def do_records(self, args, err):
-        return [m["out"] for m in records_answer(self.home, args)[:-1]]
-
-    def next_wakeup(self, now):
-        """Return seconds until the next due report, deadline or restart, or None."""
-        soonest = self.rounds.schedule.soonest()
-        times = self.children.wakeups(now) + self.keeper.wakeups() + self.rounds.deadlines() \
-            + self.files.wakeups()
-        if soonest is not None and not self.writer.ledger_down:
-            times.append(soonest)
-        if self.writer.ledger_down:
-            times.append(self.writer.retry_at)
-        elif self.next_nightly is not None:
-            times.append(now + max(0.0, self.next_nightly - time.time()))
-        return max(0.0, min(times) - now) if times else None
-
-    def tick(self, now):
-        """Start what is due, end what is past its deadline, reap what has ended."""
-        # 1. a ledger that could not be written is tried again; once it takes writes, every round is
-        # due
-        if (self.writer.ledger_down and now >= self.writer.retry_at
-                and self.writer.retry_ledger(now)):
-            self.rounds.schedule.resume(time.monotonic())
-        # 2. reap what ended, KILL what outlived its grace, TERM what is past its deadline
-        self.children.enforce(now)
-        if self.stopping or self.writer.ledger_down:
-            # a ledger that cannot be written stops everything that would write
-            return
-        # 3. the nightly model decisions
-        if self.next_nightly is not None and time.time() >= self.next_nightly:
-            self.next_nightly = next_nightly(self.cfg["nightly"], time.time() + 1)
-            for state in self.ventures.values():
-                if self.active(state) and decided_by_model(state.mandate):
-                    try:
-                        self.decisions.start_decision(state, "nightly")
-                    except Fail as fail:
-                        log(True, "warden", f"{state.name}: no nightly decision: {fail}")
-        # 4. the rounds that are due start; those in flight settle once read or late; a `run`
-        # program whose back-off is over starts again
-        for due in (self.rounds.start_due, self.rounds.settle_all, self.keeper.start_due):
-            for state, intents in due(now):
-                self.carry_out(state, intents)
-
-    def settle_child(self, child):
-        """A child ended and its group is gone: carry out what the room that started it returns."""
-        state = self.ventures[child.venture]
-        # the report, a guard, an audit or a reading: its round's
-        handler = {"lever": self.levers.lever_done, "run": self.keeper.run_done,
-                   "backend": self.decisions.backend_done, "check": self.levers.check_done,
-                   "forecast": self.worlds.forecast_done, "world": self.worlds.world_done,
-                   }.get(child.purpose, self.rounds.reading_done)
-        if child.purpose == "forecast" and child.extra.get("why") == "packet":
-            handler = self.decisions.packet_forecast_done         # a decision's packet waits on it
-        self.carry_out(state, handler(state, child, child.status) or ())
-
-    def carry_out(self, state, intents):
-        """Carry out a rule's intents in order: append, pause, or ask the gate and run what it
-        proves. Return [(intent, seq written)]: a Gate's seq is its action's (None when refused or
-        waiting on its check)."""
-        result, done = None, []
-        if not hasattr(intents, "send"):
-            intents = (intent for intent in intents)
-        while True:
-            try:
-                intent = intents.send(result)
-            except StopIteration:
-                return done
-            result, seq = None, None
-            if isinstance(intent, Ratchet):     # the mandate file read: the ask carries its change
-                intent = Write(ratchet_ask(state, intent.lever, *ratchet_text(state, intent.lever),
-                                           intent.forecast, intent.line))
-            if isinstance(intent, (Write, Pause)):
-                seq = result = self.append(intent.record, intent.at)
-                if isinstance(intent, Pause):
-                    self.halt(state)
-            elif isinstance(intent, Forecast):
-                result = self.worlds.start_forecast(state, "ratchet", intent.lever)
-            elif isinstance(intent, World):
-                self.carry_out(state, self.worlds.step(state, intent.report, intent.lever))
-            elif isinstance(intent, Launch):
-                self.carry_out(state, self.levers.launch(state, intent))
-            elif isinstance(intent, Check):
-                self.carry_out(state, self.levers.start_check(state, *intent))
-            else:
-                result = prove(state, intent.lever, int(time.time()), intent.basis,
-                               trigger=intent.trigger, approval=intent.approval,
-                               payload=intent.payload, check=intent.check)
-                if result.ok:
-                    ran = self.carry_out(state, self.levers.run_lever(state, intent, result))
-                    # Launch and Check are started apart, their seq None
-                    written = [(i.record["kind"], s) for i, s in ran if isinstance(i, Write)]
-                    seq = dict(written).get("action")
-                    result = result._replace(action=seq)
-                else:
-                    continue            # the rule writes what a refusal calls for
-            done.append((intent, seq))
-
-    def do_decide(self, args, err):
-        state = venture_named(self.ventures, args.get("venture"))
-        refuse(decide_problem(state))
-        self.decisions.start_decision(state, "person", reply_id=args["__id"])
-        return None                 # answered when the decision is done
-
-    def halt(self, state):
-        """End what a paused venture runs; its kept program waits for the resume."""
-        self.children.terminate("pause", state.name)
-        self.keeper.hold(state.name)
-        self.children.end_lingering(state.name)
-
-    # ---- requests from avsmd ----
-    def read_channel(self):
-        messages = self.avsmd.read()
-        if messages is None:
-            self.begin_stop()         # avsmd is gone: stop as at a SIGTERM
-            return
-        for message in messages:
-            if message.get("cmd") == "stop" and "id" not in message:
-                self.begin_stop()       # avsmd's own word: a client's request always carries an id
-                continue
-            if message.get("from") == "roles":
-                self.carry_out(*(self.roles.from_roles(message) or (None, ())))
-                continue
-            answer = request_answer(message, lambda cmd, args, err: getattr(self, "do_" + cmd)(
-                args, err))
-            if answer is not None:          # else answered later (a decision in flight)
-                self.avsmd.tell(answer)
-
-    def signalled(self, wake):
-        """SIGTERM reached the warden itself: stop as avsmd would ask."""
-        try:
-            data = wake.recv(512)
-        except OSError:
-            data = b""
-        if signal.SIGTERM in data:
-            self.begin_stop()
-
-    def begin_stop(self):
-        """Stop: no new work; TERM every group now, KILL after the grace."""
-        if self.stopping:
-            return
-        self.stopping = True
-        self.children.terminate("stop")
-
-    def do_add(self, args, err):
-        directory = os.path.realpath(args.get("dir", ""))
-        name, path, text, mandate = read_venture(directory)
-        sha = text_sha256(text)
-        state = self.ventures.get(name)
-        if state is not None and state.mandate_seq is not None:
-            check_not_adopted_elsewhere(name, directory, state.directory, state.paused)
-            if state.directory == directory and state.mandate_sha == sha:
-                if state.mandate is None:
-                    self.check_runnable(state)
-                    if state.mandate is not None and not state.paused:     # fixed: it runs now
-                        self.start_venture(state)
-                return [f"{name}: mandate unchanged (#{state.mandate_seq}); nothing written"]
-        state = self.ventures.setdefault(name, VentureState(name))
-        seq = self.adopt(state, mandate, mandate_record(
-            name, directory, text, f"adopted {name} from {directory} (sha256 {sha[:16]})"))
-        forecasting = self.worlds.start_forecast(state, "add")
-        return (
-            [f"{name}: adopted as mandate #{seq}"]
-            + allowed_lines(state, self.cfg)
-            + ([f"{name} is paused; avsm resume {name} starts it"] if state.paused else [])
-            + ([f"{name}: a forecast is being made; it is written to the ledger when done"]
-               if forecasting else [])
-        )
-
-    def adopt(self, state, mandate, record):
-        """Append a mandate record and put `mandate` in force; return the record's seq."""
-        old_run = state.mandate["run"] if state.mandate else None
-        seq = self.carry_out(state, [Write(record)])[0][1]
-        state.mandate, state.problem = mandate, None
-        if old_run and old_run != mandate["run"]:
-            self.children.terminate("a new mandate", state.name, "run")
-        if not state.paused:
-            self.start_venture(state)
-        return seq
-
-    def do_health(self, args, err):
-        """What avsm doctor asks the running daemon."""
-        if self.writer.ledger_down:
-            err.append(f"the ledger cannot be written: {self.writer.ledger_down}; nothing that"
-                       " would write runs, and avsmd tries again every 30 s")
-        return [f"avsmd {VERSION}, {sum(1 for s in self.ventures.values() if s.mandate_seq)}"
-                " venture(s)"]
-
-    def do_status(self, args, err):
-        facts = status_facts(self.ventures, time.time(), self.keeper.keep, self.cfg,
-                             args.get("venture"), bool(args.get("verbose")),
-                             bool(args.get("ascii")))
-        facts["ledger_down"] = self.writer.ledger_down
-        return [json.dumps(facts)] if args.get("json") else status_lines(facts)
-
-    def do_asks(self, args, err):
-        facts = asks_facts(self.ventures)
-        return [json.dumps(facts)] if args.get("json") else asks_lines(facts)
-
-    def do_page(self, args, err):
-        return [json.dumps(self.files.page_facts())]
-
-    def find_ask(self, args):
-        seq = args.get("ask")
-        return open_ask(self.ventures, seq, records_citing(self.ledger.db, "ask", seq))
-
-    def do_approve(self, args, err):
-        state, seq, ask = self.find_ask(args)
-        refuse(approve_problem(state, seq))
-        if ask.get("canary"):
-            record, line = canary_result(state, seq, ask, True)
-            self.carry_out(state, [Write(record)])
-            return [line]
-        if ask.get("about") == "ratchet":
-            return self.approve_ratchet(state, seq, ask)
-        lever = ask.get("lever")
-        payload = args["payload"] if "payload" in args else ask.get("payload")
-        spec = (state.mandate["levers"].get(lever)
-                if state.mandate and ask.get("about") in ("lever", "model") else None)
-        problem = spec and content_problem(spec["takes"], payload, state.directory)
-        done = self.carry_out(state, approval_rule(state, seq, ask, payload, "payload" in args,
-                                                   problem, int(time.time())))
-        gated = [action for intent, action in done if isinstance(intent, Gate)]
-        if not gated:
-            return [f"#{seq} answered; nothing runs on it"]
-        action = gated[-1]
-        self.carry_out(state, ratchet_rule(state, lever, self.cfg["ratchet"]))
-        return [f"#{seq} approved; {lever} "
-                + (f"runs as action #{action}" if action else "runs once its check passes")]
-
-    def do_ask(self, args, err):
-        """The content an open ask carries, as JSON (for approve --edit)."""
-        state, seq, ask = self.find_ask(args)
-        if ask.get("payload") is None:
-            raise Fail(EX_DATAERR,
-                       f"ask #{seq} carries no content to edit; approve it without --edit")
-        return [json.dumps(ask["payload"])]
-
-    def do_propose(self, args, err):
-        """A person's own proposal (open point 15): see person_proposal_rule."""
-        state = venture_named(self.ventures, args.get("venture"))
-        if state.mandate is None:
-            raise Fail(EX_DATAERR, f"{state.name} cannot run: {state.problem}")
-        lever, payload = args.get("lever"), args.get("payload")
-        spec = state.mandate["levers"].get(lever)
-        if spec is not None and spec["takes"] == "json" and isinstance(payload, str):
-            try:
-                payload = read_json(payload)
-            except (ValueError, RecursionError) as bad:
-                raise Fail(EX_DATAERR,
-                           f"{lever} takes json, and the payload is not JSON: {bad}") from None
-        content_why = spec and content_problem(spec["takes"], payload, state.directory)
-        done = self.carry_out(state, person_proposal_rule(state, lever, payload, content_why))
-        seq, action = done[0][1], done[-1][1]
-        return [f"proposal #{seq} accepted; {lever} "
-                + (f"runs as action #{action}" if action else "runs once its check passes")]
-
-    def approve_ratchet(self, state, seq, ask):
-        """A person approved delegating a lever: write the mandate change and adopt it."""
-        path = os.path.join(state.directory, "mandate.yaml")
-        new = ask.get("mandate")
-        if not new:
-            raise Fail(EX_DATAERR, f"ask #{seq} carries no mandate change; edit {path} by hand"
-                                   " and run avsm add")
-        mandate = parse_mandate(new, path, state.directory)
-        refuse(ratchet_change_problem(state, mandate))
-        self.carry_out(state, [Write(ratchet_approval(state, seq, ask))])
-        write_textfile(path, new, None, path + ".avsm-new")
-        record = mandate_record(state.name, state.directory, new,
-                                f"adopted {state.name} with {ask['lever']} delegated, as approved "
-                                f"in #{seq} (sha256 {text_sha256(new)[:16]})", approval_of=seq)
-        adopted = self.adopt(state, mandate, record)
-        return [
-            f"#{seq} approved: {ask['lever']} is delegated in {path}, adopted as mandate #{adopted}"
-        ]
-
-    def do_deny(self, args, err):
-        state, seq, ask = self.find_ask(args)
-        self.carry_out(state, denial_rule(state, seq, ask))
-        return [canary_result(state, seq, ask, False)[1] if ask.get("canary") else f"#{seq} denied"]
-
-    def do_pause(self, args, err):
-        state = venture_named(self.ventures, args.get("venture"))
-        if state.paused:
-            return [f"{state.name} is already paused"]
-        self.carry_out(state, person_rule(state, "pause"))
-        return [f"{state.name} paused; nothing of it runs until avsm resume {state.name}"]
-
-    def do_resume(self, args, err):
-        state = venture_named(self.ventures, args.get("venture"))
-        if not state.paused:
-            return [f"{state.name} is not paused"]
-        self.carry_out(state, person_rule(state, "resume"))
-        self.check_runnable(state)
-        still = still_past_lines(state)
-        if state.mandate is None:
-            return [f"{state.name} resumed, but it cannot run: {state.problem}"]
-        self.keeper.reset(state.name)
-        self.start_venture(state)
-        return [f"{state.name} resumed"] + still
-
-
-def request_answer(message, do):
-    """Answer a client's request with do(cmd, args, err): the answer avsmd relays (its lines, its
-    errors and exit code), or None when do answers it later."""
-    out, err, code = [], [], EX_OK
-    try:
-        # checked by avsmd already; checked again here, where a request is acted on
-        cmd, args = check_request({"cmd": message.get("cmd"), "args": message.get("args", {})})
-        out = do(cmd, dict(args, __id=message.get("id")), err)
-        if out is None:
-            return None
-    except Fail as fail:
-        err.append(str(fail))
-        code = fail.code
-    except (LockLost, LedgerDown) as lost:
-        err.append(f"the ledger cannot be written: {lost}; nothing was done, try again later"
-                   if isinstance(lost, LedgerDown) else str(lost))
-        code = EX_TEMPFAIL
-    # a bug: reported once, this request refused, the warden keeps serving
-    except Exception as bug:
-        import traceback
-        sys.stderr.write(f"avsm warden: a bug in avsm, doing {message.get('cmd')} (the warden"
-                         f" goes on):\n{traceback.format_exc()}")
-        err.append(f"a bug in avsm refused this request ({type(bug).__name__}); it is reported"
-                   " on avsmd's standard error")
-        code = EX_SOFTWARE
-    return {"id": message.get("id"), "out": out, "err": err, "exit": code}
-
-
-def run_warden(home, fd, debug):
-    """The warden's entry: take the channel avsmd handed over and run until told to stop."""
-    import selectors
-    import socket
-    # the channel avsmd handed over (inheritable to reach us) goes no further
-    mark_close_on_exec()
-    channel = socket.socket(fileno=fd)
-    cfg = json.loads(os.environ.pop("AVSM_CONFIG", "null")) or parse_config("")
-    warden = Warden(home, channel, cfg, debug)
-    wake_r, wake_w = socket.socketpair()
-    for end in (wake_r, wake_w):
-        end.setblocking(False)
-    signal.set_wakeup_fd(wake_w.fileno(), warn_on_full_buffer=False)
-    # a terminal's Ctrl-C is avsmd's to handle
-    signal.signal(signal.SIGINT, lambda signum, frame: None)
-    signal.signal(signal.SIGTERM, lambda signum, frame: None)   # seen through the wake-up fd
-    warden.sel.register(wake_r, selectors.EVENT_READ, ("signal", wake_r))
-    try:
-        return warden.run()
-    except LockLost as lost:
-        sys.stderr.write(f"avsm warden: {lost}\n")
-        for child in warden.children:
-            signal_group(child.pgid, 9)
-        return EX_TEMPFAIL
 
 
 # =============================================================================

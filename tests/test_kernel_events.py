@@ -368,3 +368,28 @@ def test_choices_become_proposals_the_gate_proves_and_an_escalation_cites_them()
                                                 ["it leaves the venture"], ESCALATE, False))
     assert [r["kind"] for _, r in done] == ["proposal", "refusal"]
     assert "it leaves the venture" in done[1][1]["why"]
+
+
+def test_a_record_written_is_folded_and_yields_its_notice_and_the_canary_due():
+    """SELF-04, SELF-05: `written` folds a record into its venture and returns its notice and the
+    canary ask due after every N asks a person was asked (a canary itself is not counted); with
+    canary asks off none is due; a record of no venture held (self) is not folded."""
+    led = Ledger(DRAWDOWN)
+    ventures = {V: led.state}
+    ask = {"kind": "ask", "claim": "declared", "venture": V, "about": "lever", "lever": "lower",
+           "question": "run lower?", "summary": "run lower?"}
+    seq = 100
+    for n in (1, 2):
+        seq += 1
+        notice, canary = avsm.written(ventures, seq, 2000, dict(ask), 2)
+        assert led.state.asks_made == n and notice["seq"] == seq
+        assert (canary is None) == (n == 1), n
+    assert canary["canary"] is True and canary["venture"] == V
+    assert avsm.written(ventures, seq + 1, 2000, canary, 2)[1] is None
+    assert led.state.asks_made == 2, "a canary is not one of the asks it counts"
+    assert avsm.written(ventures, seq + 2, 2000, dict(ask), None)[1] is None
+    assert avsm.written(ventures, seq + 3, 2000, dict(ask), 1)[1]["canary"] is True
+    other = dict(ask, venture="self")
+    assert avsm.written(ventures, seq + 4, 2000, other, 1) == (avsm.notice_of(seq + 4, other),
+                                                                None)
+    assert led.state.asks_made == 4
