@@ -3079,6 +3079,668 @@ def report_read(state, value, failure):
         yield Write(guard_record(state, guard, dd, why, "%"))
 
 
+def report_record(state, value, failure):
+    """Return the metric's report record for `value` (or `failure`), judged by judge_report."""
+    m = state.mandate
+    status, note = judge_report(m, state, value, failure)
+    said = "" if status == "trusted" else f" {status}: {note}"
+    return new_record("report", state.name, metric=m["metric"],
+                      value=value if value == value else None, status=status,
+                      plausible=status in ("trusted", "unconfirmed"), note=note,
+                      summary=m["metric"] + (
+                          said if status == "failed" else f" = {format_number(value)}{said}"))
+
+
+# ---- plausibility ----
+def judge_report(mandate, state, value, failure=None):
+    """Return (status, note) of a new metric report: trusted, unconfirmed, implausible or failed."""
+    if failure is not None:
+        return "failed", failure
+    if value != value:
+        return "implausible", "the report is NaN"
+    low_high = mandate["range"]
+    if low_high and not low_high[0] <= value <= low_high[1]:
+        return ("implausible", f"{format_number(value)} is outside range"
+                               f" [{format_number(low_high[0])}, {format_number(low_high[1])}]")
+    # the bound on a rise, on a fall; None where that way is unbounded
+    up, down = (mandate[k] if mandate[k] is not None else mandate["max_step"]
+                for k in ("max_rise", "max_fall"))
+    if up is None and down is None:
+        return "trusted", ""
+    if state.pending is not None:
+        base, what = state.pending[1], "the unconfirmed report before it"
+    elif state.previous_implausible or state.level is None:
+        if state.level is None and not state.previous_implausible:
+            return "trusted", ""        # the first report has nothing to step from
+        if not mandate["confirm"]:
+            return "trusted", "confirm: false acts on the report after an implausible one"
+        return ("unconfirmed",
+                "follows an implausible report; waits for the next to agree within the step bound")
+    else:
+        base, what = state.level[1], "the last plausible report"
+    step = value - base
+    bound, key = (up, "max_rise") if step > 0 else (down, "max_fall")
+    if step and bound is not None and abs(step) > bound:
+        key = key if mandate[key] is not None else "max_step"
+        if state.pending is not None:
+            return ("unconfirmed",
+                    f"moved {format_number(step)} from {what}, past {key} {format_number(bound)};"
+                    " waits for the next to agree")
+        return ("implausible",
+                f"{'rose' if step > 0 else 'fell'} by {format_number(abs(step))} from"
+                f" {format_number(base)}, past {key} {format_number(bound)}")
+    if state.pending is None and state.last_step is not None and not state.ran_since:
+        previous = state.last_step
+        half_prev = up if previous > 0 else down
+        if (previous * step < 0 and half_prev is not None and bound is not None
+                and abs(previous) > half_prev / 2 and abs(step) > bound / 2):
+            return ("implausible", f"a flap: moved {format_number(previous)} then"
+                                   f" {format_number(step)}, each past half its step bound")
+    return "trusted", ""
+
+
+# ---- guards, audits, readings: their records ----
+def guard_record(state, guard, value, failure, suffix=""):
+    """Return a guard's reading record for `value` (or `failure`); `suffix` follows the number in
+    the summary (% for a drawdown)."""
+    status, past, note = judge_guard(guard, state, value, failure)
+    record = new_record(f"guard.{guard['name']}", state.name,
+                        value=value if value == value else None,
+                        status=status, plausible=status in ("trusted", "unconfirmed"),
+                        past=past if status != "failed" else None, bound=guard["bound"],
+                        side=guard["side"])
+    if status != "trusted":
+        record["note"] = note or status
+    way = ">" if guard["side"] == "above" else "<"
+    record["summary"] = (
+        f"guard {guard['name']} = {format_number(value)}{suffix}"
+        + (f" past its bound ({way} {format_number(guard['bound'])}{suffix})" if past else "")
+        if status == "trusted"
+        else f"guard {guard['name']} {status}: {note}"
+    )
+    return record
+
+
+def judge_guard(guard, state, value, failure):
+    """Return (status, past, note) of a guard's new reading; past means something only when
+    trusted."""
+    if failure is not None:
+        return "failed", False, failure
+    if value != value:
+        return "implausible", False, "the reading is NaN"
+    past = crossed(guard["side"], guard["bound"], value)
+    info = state.guards.get(guard["name"])
+    if info and info["pending"] is not None:
+        if info["pending"] == past:
+            return "trusted", past, "agrees with the unconfirmed reading before it"
+        return ("unconfirmed", past,
+                "disagrees with the unconfirmed reading before it; waits for the next")
+    if info and info["previous_bad"] and guard["confirm"]:
+        return ("unconfirmed", past,
+                "follows a failed or implausible reading; waits for the next to agree")
+    return "trusted", past, ""
+
+
+def crossed(way, bound, value):
+    """Return whether `value` is past `bound` on side `way` (strict: > above, < below)."""
+    return value > bound if way == "above" else value < bound
+
+
+def reading_read(state, what, name, value, failure, text, late):
+    """A guard, audit or reading program ended, or could not start: yield its record; the guard
+    rules run on a `late` guard reading alone."""
+    item = next(i for i in state.mandate[what + "s"] if i["name"] == name)
+    if what == "guard":
+        yield Write(guard_record(state, item, value, failure))
+        if late:
+            yield from guard_rules(state)
+    elif what == "audit":
+        yield Write(audit_record(state, name, value, failure, text))
+    else:
+        yield Write(reading_record(state, item, value, failure, text))
+
+
+def guard_rules(state):
+    """A guard past its bound pauses or asks once per episode, and runs its unwind until it has run
+    ok; back inside, its ask is settled."""
+    for guard in state.mandate["guards"]:
+        name = guard["name"]
+        info = state.guards.get(name)
+        open_ask = state.open_ask(guard=name)
+        if info is None or not info["past"]:
+            if open_ask is not None:
+                yield Write(resolved_record(state, open_ask,
+                                            f"guard {name} reads inside its bound again"))
+            continue
+        episode = info["episode"]
+        fresh = info.get("acted") != episode or info.get("repause")
+        if fresh and guard["then"] == "pause" and not state.paused:
+            yield Pause(new_record(
+                "pause", state.name,
+                summary=f"guard {name} reads past its bound (#{episode}): paused {state.name}",
+                guard=name, episode=episode))
+        if fresh and guard["then"] == "ask" and open_ask is None:
+            yield write(
+                state, "ask", about="guard", guard=name, episode=episode,
+                question=f"guard {name} reads past its bound; no lever but stop "
+                         f"runs until it is back inside. Look at {state.name}?",
+                summary=f"guard {name} past its bound (#{episode}); asking once for this episode")
+        reading = info["last"][0]
+        if guard["unwind"] and not info["unwind_ok"] \
+                and guard["unwind"]["action"] not in state.running \
+                and info.get("unwind_tried") != reading:
+            info["unwind_tried"] = reading          # once per reading past the bound (not folded)
+            lever, payload = guard["unwind"]["action"], guard["unwind"]["payload"]
+            verdict = yield Gate(lever, unwind_basis(name, reading), payload=payload, by="guard",
+                                 extra={"guard": name, "payload": payload},
+                                 summary=f"{lever} runs: the unwind of guard {name}")
+            if not verdict.ok:
+                yield from refusal(state, lever, verdict.why,
+                                   f"unwind {lever} refused: {verdict.why}", by="guard", guard=name)
+
+
+def unwind_basis(guard, reading):
+    return ("unwind", [reading], [f"guard {guard} reading #{reading} is past its bound"])
+
+
+def resolved_record(state, ask_seq, why):
+    """Return the record settling ask #ask_seq (an audit's is no model's to see: AUDIT-05)."""
+    return new_record("resolved", state.name, ask=ask_seq, summary=f"ask #{ask_seq} settled: {why}",
+                      **some(audit=state.open_asks.get(ask_seq, {}).get("audit")))
+
+
+def refusal(state, lever, why, summary=None, **fields):
+    """Yield the refusal of `lever`: why (its summary "LEVER refused: WHY" unless given)."""
+    yield write(state, "refusal", lever=lever, why=why,
+                summary=summary or f"{lever} refused: {why}", **fields)
+
+
+def audit_record(state, name, value, failure, text):
+    """Return audit `name`'s reading record; its note, the lines its program printed above the
+    number, is never shown to a model (AUDIT-05)."""
+    lines = [line for line in text.split("\n") if line.strip()]
+    note = "\n".join(lines[:-1])[-NOTE_MAX:] if failure is None else failure
+    status = "failed" if failure else ("implausible" if value != value else "trusted")
+    return new_record(
+        f"audit.{name}", state.name, value=value if value == value else None, status=status,
+        plausible=status == "trusted", note=note or ("" if status == "trusted" else "NaN"),
+        summary=f"audit {name} = {format_number(value)}" if status == "trusted"
+        else f"audit {name} {status}: {note[:200]}")
+
+
+ADDRESS = r"[^\s<>,;:@]+@[^\s<>,;:@]+"
+
+
+def reading_record(state, reading, value, failure, text):
+    """Return a reading's record: read, keeping its fields (those its audit's note names), or failed
+    with no note at all (READING-08)."""
+    name = reading["name"]
+    record = new_record(f"reading.{name}", state.name, value=value if value == value else None,
+                        status="failed" if failure else "read", plausible=failure is None)
+    if failure is None:
+        # at most 50 address lines above the number; with an audit, only those its note names
+        named = None
+        if reading["audit"]:
+            note = state.audits.get(reading["audit"], {}).get("note", "")
+            named = set(re.findall(r"[^\s<>,;:]+", note))
+        lines = [line.strip() for line in text.split("\n") if line.strip()]
+        fields = [line for line in lines[:-1] if len(line) <= 254 and re.fullmatch(ADDRESS, line)
+                  and (named is None or line in named)][:50]
+        record.update(fields=" ".join(fields),
+                      summary=f"reading {name} = {format_number(value)}: {len(fields)} field(s)")
+    else:
+        record.update(summary=f"reading {name} failed")
+    return record
+
+
+def drift_and_noise(steps):
+    """The mean one-step change of lever-free steps, and its standard deviation (open point 36)."""
+    drift = sum(steps) / len(steps)
+    return drift, (sum((s - drift) ** 2 for s in steps) / len(steps)) ** 0.5
+
+
+# ---- the rules of a settled round ----
+def round_settled(state, report_seq, unread, stopping):
+    """A round settles (metric in, the rest read or late): yield what it settles without, what its
+    rules call for, then the score of the prediction its report resolves and the next (WORLD-05)."""
+    yield from unread_rule(state, unread, "slower than half a second; written when it is done")
+    scores = list(calibration_rule(state))      # written with the next prediction
+    yield from settle_round(state, report_seq)
+    for score in scores:
+        yield score
+    if not prediction_due(state, report_seq, stopping):
+        return
+    lever = state.ran_since[0] if state.ran_since else None
+    if state.mandate["world"] is not None:
+        yield World(report_seq, lever)
+        return
+    members = baseline_members(state, lever)
+    if members:
+        yield Write(prediction_record(state, report_seq, members, lever))
+
+
+def unread_rule(state, unread, why):
+    """Yield the record of each guard, audit or reading `unread` [(what, name)] not read: why."""
+    for what, name in unread:
+        yield Write(unread_record(state, what, name, why))
+
+
+def unread_record(state, what, name, why):
+    """Return the record of guard, audit or reading `name` not read this round (`why`)."""
+    record = new_record(f"{what}.{name}", state.name,
+                        claim="inferred" if what == "reading" else "measured", value=None,
+                        status="not read", plausible=False, note=why,
+                        summary=f"{what} {name} not read: {why}")
+    if what == "guard":
+        record["past"] = None             # not read: it neither trips nor clears
+    return record
+
+
+def round_plan(mandate, running):
+    """Return [(what, item, start)] for a round now due: each guard (a drawdown guard is read from
+    the metric's report), audit and reading; `start` is False when its last read is still `running`
+    (written as not read, left to run: RUN-18)."""
+    return [(what, item, (what, item["name"]) not in running)
+            for what in ("guard", "audit", "reading") for item in mandate[what + "s"]
+            if what != "guard" or item["drawdown"] is None]
+
+
+# ---- world models ----
+# With `world:` or `calibration:` (WORLD-05), each trusted report brings an inferred prediction of
+# the next, from the world command (open point 38) or the built-in baseline. A trusted next report
+# scores it in a measured `calibration.<metric>` record (WORLD-06, WORLD-07); any other, or a gap,
+# drops it. Predictions and scores never authorize (WORLD-09); the scores only hold a ranking back
+# (WORLD-08).
+def calibration_rule(state):
+    """Yield the score of the prediction the round's report resolves (WORLD-06, WORLD-07)."""
+    if state.prediction is None or not state.prediction[1].get("resolves") or state.mandate is None:
+        return
+    pseq, pred = state.prediction
+    report_seq = pred["resolves"]
+    if state.last_report is None or state.last_report[0] != report_seq:
+        return
+    y = state.last_report[2]["value"]
+    crps = crps_ensemble(pred["members"], y)
+    base = abs(y - pred["value"])
+    skill = None if base == 0 else 1 - crps / base
+    covered = pred["p10"] <= y <= pred["p90"]
+    events = []
+    for name, chance in (pred.get("guards") or {}).items():
+        info = state.guards.get(name)
+        if info and info["last"] and info["last"][0] > pred["report"] \
+                and info["last"][2] == "trusted":
+            events.append((chance - info["past"]) ** 2)
+    brier = sum(events) / len(events) if events else None
+    rolling = state.scores[-(ROLLING - 1):] + [(crps, base, covered)]
+    r_skill, r_coverage = rolling_scores(rolling)
+    r = lambda v: None if v is None else round(v, 6) + 0.0  # noqa: E731  six places: a person reads
+    # a metric read by an adapter (words and a URL) is named `metric`
+    metric = state.mandate["metric"]
+    kind = "calibration." + (metric if re.fullmatch(r"[A-Za-z0-9_.-]+", metric) else "metric")
+    yield write(
+        state, kind, prediction=pseq, report=report_seq, crps=r(crps), persistence=r(base),
+        skill=r(skill), brier=r(brier), coverage=covered, rolling_skill=r(r_skill),
+        rolling_coverage=r(r_coverage), rolling=len(rolling),
+        summary=f"prediction #{pseq} scored on report #{report_seq}: "
+                f"crps {format_number(r(crps))}, skill {shown_skill(skill)}, "
+                f"{'inside' if covered else 'outside'} its 80% interval"
+                + (f", brier {format_number(round(brier, 3))}" if brier is not None else "")
+                + f"; last {len(rolling)}: {describe_rolling(r_skill, r_coverage)}")
+
+
+def crps_ensemble(members, y):
+    """The ensemble CRPS: E|X - y| - E|X - X'| / 2, X and X' drawn from the members."""
+    xs = sorted(members)
+    n = len(xs)
+    near = sum(abs(x - y) for x in xs) / n
+    apart = 2 * sum((2 * i - n + 1) * x for i, x in enumerate(xs)) / (n * n)  # E|X - X'|, sorted
+    return near - apart / 2
+
+
+def rolling_scores(scores):
+    """(skill, coverage) over `scores` [(crps, persistence crps, covered)]: skill against
+    persistence (None when it never missed), and the share inside the 80% interval."""
+    if not scores:
+        return None, None
+    base = sum(b for _, b, _ in scores)
+    skill = None if base == 0 else 1 - sum(c for c, _, _ in scores) / base
+    return skill, sum(1 for _, _, covered in scores if covered) / len(scores)
+
+
+def shown_skill(skill):
+    return "-" if skill is None else format_number(round(skill, 3))
+
+
+def describe_rolling(skill, coverage):
+    """`skill 0.42, coverage 80%`."""
+    return (f"skill {shown_skill(skill)}, "
+            f"coverage {'-' if coverage is None else format_number(round(100 * coverage))}%")
+
+
+def prediction_due(state, report_seq, stopping):
+    """Whether report #report_seq, the last and trusted, brings a prediction (WORLD-05)."""
+    report = state.last_report
+    return predicts(state.mandate) and not state.paused and not stopping and report is not None \
+        and report[0] == report_seq and report[2].get("status") == "trusted"
+
+
+def predicts(mandate):
+    """Whether a venture's reports bring predictions: a world or a calibration bar (WORLD-05)."""
+    return mandate is not None and (
+        mandate["world"] is not None or mandate["calibration"] is not None)
+
+
+def baseline_members(state, lever=None):
+    """The baseline's one-step ensemble from the last trusted report (WORLD-04), or None."""
+    steps = state.free_steps
+    if len(steps) < 3 or state.level is None:
+        return None
+    value, shift = state.level[1], 0.0
+    if lever is not None:
+        facts = forecast_facts(state, 1, 1)["levers"]
+        effect = lever_effects(facts, drift_and_noise(steps)[0]).get(lever)
+        shift = sum(effect) / len(effect) if effect else 0.0
+    return [value + s + shift for s in steps]
+
+
+def forecast_facts(state, days, seeds):
+    """Return what a forecast of `state`'s venture starts from: the forecast program's input."""
+    m = state.mandate
+    levers = {}
+    for lever, spec in m["levers"].items():
+        expects = spec["expects"]
+        levers[lever] = {"steps": state.lever_steps.get(lever, [])[-HISTORY:],
+                         "cap": list(spec["cap"]),
+                         "expects": list(expects[:2])
+                         if expects and expects[1] is not None else None}
+    return {"cadence": m["cadence"], "range": list(m["range"]) if m["range"] else None,
+            "sides": [[way, bound, lever] for _, way, bound, lever in controller_sides(m)
+                      if lever in levers],
+            "levers": levers, "free_steps": list(state.free_steps),
+            "history": [v for _, v in state.trusted], "days": days, "seeds": seeds}
+
+
+def lever_effects(levers, drift):
+    """Each lever's effects per run, net of the drift: its measured steps once it has three,
+    else its `expects` size (EFFECT-17)."""
+    effects = {}
+    for name, lever in levers.items():
+        if len(lever["steps"]) >= 3:
+            effects[name] = [x - drift for x in lever["steps"]]
+        elif lever["expects"]:
+            way, size = lever["expects"]
+            effects[name] = [size if way == "up" else -size]
+    return effects
+
+
+# ensemble members a prediction record keeps (quantiles of a larger ensemble)
+PREDICTION_MEMBERS = 20
+
+
+def prediction_record(state, report_seq, members, lever=None, guards=None, world=False):
+    """The inferred `prediction` record of the report after #report_seq (WORLD-05)."""
+    xs = sorted(members)
+    if len(xs) > PREDICTION_MEMBERS:    # kept: the ensemble's evenly spaced quantiles
+        xs = [quantile(xs, (i + 0.5) / PREDICTION_MEMBERS) for i in range(PREDICTION_MEMBERS)]
+    xs = [round(x, 9) + 0.0 for x in xs]
+    median, p10, p90 = spread(xs)
+    shown = shown_spread((median, p10, p90), decimals_of([v for _, v in state.trusted[-20:]]))
+    record = new_record("prediction", state.name, report=report_seq,
+                        value=state.level[1] if state.level else None, members=xs,
+                        median=round(median, 9) + 0.0, p10=round(p10, 9) + 0.0,
+                        p90=round(p90, 9) + 0.0, source="world" if world else "baseline",
+                        lever=lever,
+                        summary=f"next {state.mandate['metric']}: {shown[0]} "
+                                f"(80%: {shown[1]} to {shown[2]}) from report "
+                                f"#{report_seq}, by the {'world command' if world else 'baseline'}"
+                                + (f" with {lever} run" if lever else ""))
+    if guards:
+        record["guards"] = guards
+        record["summary"] += "; " + ", ".join(f"guard {g} past its bound {round(100 * p)}%"
+                                              for g, p in sorted(guards.items()))
+    return record
+
+
+def quantile(sorted_values, q):
+    """The q-quantile of sorted values, linearly interpolated."""
+    at = q * (len(sorted_values) - 1)
+    low = int(at)
+    high = min(low + 1, len(sorted_values) - 1)
+    return sorted_values[low] + (sorted_values[high] - sorted_values[low]) * (at - low)
+
+
+def spread(sorted_values):
+    """(median, p10, p90) of sorted values."""
+    return tuple(quantile(sorted_values, q) for q in (0.5, 0.1, 0.9))
+
+
+def shown_spread(values, decimals):
+    """Return values (median, p10, p90) as text to `decimals` places."""
+    return [f"{round(v, decimals) + 0.0:.{decimals}f}" for v in values]
+
+
+def decimals_of(values):
+    """The decimals a person would write the readings with, at most two."""
+    texts = [format_number(v) for v in values]
+    return min(max((len(t.split(".")[1]) for t in texts if "e" not in t and "." in t), default=0),
+               2)
+
+
+def settle_round(state, report_seq):
+    """Yield what a settled round calls for, the controller's call last."""
+    yield from guard_rules(state)
+    yield from audit_rules(state)
+    yield from effect_rules(state)
+    yield from implausible_rule(state, held_by(state), report_seq)
+    report = state.last_report
+    for side_name, _, _, _ in controller_sides(state.mandate):
+        if state.side(side_name).get("stuck") is None:
+            yield from unstick_rule(state, side_name, "the metric is back inside its bound")
+    if report and report[0] == report_seq:
+        for side, lever, reports, why in controller_calls(state):
+            yield from controller_rule(state, side, lever, reports, why)
+
+
+def audit_rules(state):
+    """An audit that worsens while the metric improves asks once, settled when it no longer does."""
+    for audit in state.mandate["audits"]:
+        name, why = audit["name"], audit_worsening(audit, state)
+        open_ask = state.open_ask(about="audit", audit=name)
+        if why and open_ask is None:
+            yield write(state, "ask", about="audit", audit=name,
+                        question=f"{why}. Is the gain real?",
+                        summary=f"audit {name} asks: {why}")
+        elif not why and open_ask is not None:
+            yield Write(resolved_record(
+                state, open_ask, f"audit {name} no longer worsens while the metric improves"))
+
+
+def audit_worsening(audit, state):
+    """Return why the audit asks, or None: the metric improved over its window while the audit,
+    against its value `window` readings earlier, got worse past its tolerance (open point 33)."""
+    w = audit["window"]
+    values = state.audits.get(audit["name"], {}).get("values", [])
+    if len(values) <= w or len(state.trusted) <= w:
+        return None
+    metric_then, metric_now = state.trusted[-1 - w][1], state.trusted[-1][1]
+    audit_then, audit_now = values[-1 - w][1], values[-1][1]
+    improved = metric_now > metric_then if audit["better"] == "up" else metric_now < metric_then
+    worse = (audit_now - audit_then) if audit["worse"] == "up" else (audit_then - audit_now)
+    if improved and worse > audit["tolerance"]:
+        return (
+            f"{state.mandate['metric']} improved from"
+            f" {format_number(metric_then)} to {format_number(metric_now)} over {w} readings while"
+            f" audit {audit['name']} got worse by {format_number(worse)}, past its tolerance"
+            f" {format_number(audit['tolerance'])}"
+        )
+    return None
+
+
+def effect_rules(state):
+    """Write each settled effect verdict; n misses in a row suspend a delegation (revoke_after)."""
+    for seq, effect in sorted(state.effects.items()):
+        if effect["verdict"] is None:
+            continue
+        verdict, why = effect["verdict"]
+        lever = effect["lever"]
+        yield write(state, "effect", lever=lever, action=seq, verdict=verdict,
+                    why=why, summary=f"{lever} (action #{seq}) {verdict}: {why}")
+        spec, misses = state.mandate["levers"].get(lever), state.misses.get(lever, 0)
+        if (spec and spec["delegated"] and spec["revoke_after"] and lever not in state.suspended
+                and misses >= spec["revoke_after"]):
+            yield write(
+                state, "ask", about="revoke", lever=lever,
+                question=f"{lever} missed its expected effect {misses} times in a row; its "
+                         "delegation is suspended. Approve to restore it",
+                summary=f"{lever}'s delegation suspended after {misses} misses in a row "
+                        f"(revoke_after)")
+
+
+def implausible_rule(state, held, report_seq):
+    """A reading that holds the venture implausible asks once, settled when a plausible one
+    comes."""
+    if held and state.implausible_ask is None and not state.implausible_answered:
+        what, seq, note = held
+        record = new_record(
+            "ask", state.name, about="implausible", reading=seq,
+            question=f"{what} (#{seq}) is not plausible: {note}; is the sensor sound? "
+                     "approve (it is sound) and deny (it is not) each only record your answer: "
+                     f"neither runs a lever nor lifts the hold, and {state.name} acts again "
+                     "on the first plausible reading (fix the reading, or its bounds in "
+                     "mandate.yaml and avsm add)",
+            summary=f"{what} #{seq} holds {state.name} implausible; asking once until a plausible"
+                    " reading comes")
+        if what.startswith("audit "):
+            # hidden from every model, as the audit is (AUDIT-05)
+            record["audit"] = what[len("audit "):]
+        yield Write(record)
+    elif not held and state.implausible_ask is not None:
+        yield Write(resolved_record(state, state.implausible_ask,
+                                    f"readings are plausible again (#{report_seq})"))
+
+
+def unstick_rule(state, side, why):
+    """The stuck ask of `side` is settled: its lever ran again, the excursion ended, or a new
+    mandate started the venture's sides afresh."""
+    for seq, ask in list(state.open_asks.items()):
+        if ask.get("about") == "stuck" and ask.get("side") == side:
+            yield Write(resolved_record(
+                state, seq, why if seq > state.mandate_seq
+                else f"mandate #{state.mandate_seq} replaced the one it was asked under"))
+
+
+# ---- controllers ----
+def controller_calls(state):
+    """Return the controller's intents (decide) on the venture's latest report, as a settled round
+    acts on them; the re-check of a controller's action asks this same function."""
+    report = state.last_report
+    if held_by(state) or state.paused or not report or report[2].get("status") != "trusted":
+        return []
+    return decide(state, report[0], report[2]["value"])
+
+
+def decide(state, report_seq, value):
+    """Return the controller's intents for a trusted report: [(side, lever, [report seqs], why)]."""
+    intents = []
+    hold = state.mandate["controller"]["hold"] if state.mandate else 1
+    for side_name, way, bound, lever in controller_sides(state.mandate):
+        side = state.sides.get(side_name) or {"armed": True, "streak": []}     # read, not made
+        if side["armed"] and side["streak"][-1:] == [report_seq] and len(side["streak"]) >= hold:
+            why = (
+                f"{state.mandate['metric']} {format_number(value)} {'>' if way == 'above' else '<'}"
+                f" {format_number(bound)}")
+            if hold > 1:
+                why += f" for {hold} reports in a row"
+            intents.append((side_name, lever, side["streak"][-hold:], why))
+    return intents
+
+
+def controller_sides(mandate):
+    """Return the controller's sides as (side name, way, bound, lever)."""
+    if mandate is None:
+        return []
+    return CONTROLLERS[mandate["controller"]["kind"]].sides(mandate["controller"])
+
+
+def held_by(state):
+    """Return (what, seq, note) of the failed or implausible report, guard reading or audit reading
+    that holds the venture implausible until a plausible one comes, or None."""
+    if state.last_report and state.last_report[2].get("status") in ("implausible", "failed"):
+        seq, at, record = state.last_report
+        return f"the {record.get('metric', 'metric')} report", seq, record.get("note")
+    for kind, table in (("guard", state.guards), ("audit", state.audits)):
+        for name, info in sorted(table.items()):
+            last = info["last"]
+            if last and last[-1] in ("failed", "implausible"):
+                return f"{kind} {name}", last[0], f"its reading #{last[0]} is {last[-1]}"
+    return None
+
+
+def controller_rule(state, side, lever, reports, why):
+    """The controller wants `lever`: the gate runs it if it can prove it; else ask once in the
+    excursion (an irreversible lever), or write the refusal. A refusal that will not clear within
+    the round (the cap, the budget, an ask answered in this excursion) makes the venture stuck."""
+    if lever in state.checking:
+        return                      # its check, still running, decides: the gate again after it
+    verdict = yield Gate(lever, controller_basis(state, reports, why), by="controller", side=side,
+                         summary=f"{lever} runs: {why}")
+    if verdict.ok:
+        yield from unstick_rule(state, side, f"{lever} ran again")
+        return
+    asked_open = state.open_ask(lever=lever, about="lever") is not None
+    if verdict.needs_ask and not state.side(side).get("asked") and not asked_open:
+        yield write(
+            state, "ask", about="lever", lever=lever, by="controller", side=side,
+            reports=reports, question=f"run {lever}? {why}; {lever} is irreversible",
+            summary=f"run {lever}? {why}; {lever} is irreversible, so a person decides")
+    elif verdict.needs_ask and asked_open:
+        return                      # the ask of this excursion still waits for its answer
+    elif verdict.needs_ask:
+        yield from stuck_rule(
+            state, side, lever, reports, "asked", None,
+            f"{lever} was asked about once in this excursion and the answer is in; the controller "
+            "asks again after a report back inside")
+    elif verdict.stuck:
+        yield from stuck_rule(
+            state, side, lever, reports, verdict.stuck[0], verdict.stuck[1], verdict.why)
+    else:
+        yield from refusal(state, lever, verdict.why, by="controller", side=side, reports=reports)
+
+
+def controller_basis(state, reports, why):
+    cited = ", ".join("#" + str(r) for r in reports)
+    return (state.mandate["controller"]["kind"], reports,
+            [f"report{'s' if len(reports) > 1 else ''} {cited}: {why}"])
+
+
+STUCK_WAY_OUT = {
+    "cap": "raise the cap in mandate.yaml and avsm add it, or avsm propose {venture} {lever}",
+    "budget": "raise the budget in mandate.yaml and avsm add it, or wait",
+    "asked": "avsm propose {venture} {lever} runs it now, through the gate"}
+
+
+def stuck_rule(state, side, lever, reports, reason, clears_at, why):
+    """The controller's lever cannot run for `reason` until `clears_at`: once per excursion and
+    reason, a refusal saying so and the way out, and one ask so a person is told (none when a person
+    has just answered)."""
+    if state.side(side).get("stuck") == reason:
+        return
+    way_out = STUCK_WAY_OUT[reason].format(venture=state.name, lever=lever)
+    when = f"; the next run is possible at {format_local_time(clears_at)}" if clears_at else ""
+    name = state.name
+    yield from refusal(state, lever, why + when,
+                       f"{lever} refused, {name} is stuck: {why}{when}; {way_out}", by="controller",
+                       side=side, reports=reports, stuck=reason, clears_at=clears_at)
+    if reason != "asked" and not state.side(side)["seen"] \
+            and state.open_ask(about="stuck", side=side) is None:
+        yield write(
+            state, "ask", about="stuck", by="self", lever=lever, side=side, reason=reason,
+            clears_at=clears_at,
+            question=f"{name} is stuck past its bound: {why}{when}; the way out: {way_out}. "
+                     "Approve or deny to say you have seen it; nothing runs on the answer",
+            summary=f"{name} is stuck: {lever} cannot run ({reason}){when}")
+
+
 # ---- a record folded into its venture's state; each kind's fold beside its record ----
 def fold(state, seq, at, record):
     """Update `state` with one record of its venture; return the state."""
@@ -3294,234 +3956,6 @@ def fold_report(state, seq, at, record):
             side.update(streak=[], asked=False, stuck=None, seen=False)
 
 
-def report_record(state, value, failure):
-    """Return the metric's report record for `value` (or `failure`), judged by judge_report."""
-    m = state.mandate
-    status, note = judge_report(m, state, value, failure)
-    said = "" if status == "trusted" else f" {status}: {note}"
-    return new_record("report", state.name, metric=m["metric"],
-                      value=value if value == value else None, status=status,
-                      plausible=status in ("trusted", "unconfirmed"), note=note,
-                      summary=m["metric"] + (
-                          said if status == "failed" else f" = {format_number(value)}{said}"))
-
-
-def fold_guard(state, seq, record):
-    """A guard's reading: a trusted one past its bound starts (or goes on with) an episode; the
-    first plausible one back inside ends it (open point 32). A failed, implausible or unread reading
-    neither trips nor clears it (GUARD-06), nor does an unconfirmed one past the bound."""
-    name = record["kind"][len("guard."):]
-    info = state.guards.setdefault(name, {"last": None, "past": False, "episode": None,
-                                          "unwind_ok": False, "previous_bad": False,
-                                          "pending": None})
-    status = record.get("status")
-    if status == "not read":
-        # a reading still running hides neither a failed one before it nor its own end
-        return
-    info["last"] = (seq, record.get("value"), status)
-    if settles_guard(record):
-        past = bool(record.get("past"))
-        if past and not info["past"]:
-            info["episode"], info["unwind_ok"] = seq, False
-        elif not past:
-            info["episode"] = None
-        info["past"] = past
-    info["previous_bad"] = status in ("failed", "implausible")
-    info["pending"] = record.get("past") if status == "unconfirmed" else None
-
-
-def settles_guard(record):
-    """Whether a guard reading trips or clears its guard: a trusted one, or a plausible one back
-    inside (open point 32); the fold and the proof's re-check both ask this."""
-    return record.get("status") == "trusted" or (
-        record.get("status") == "unconfirmed" and not record.get("past"))
-
-
-def guard_record(state, guard, value, failure, suffix=""):
-    """Return a guard's reading record for `value` (or `failure`); `suffix` follows the number in
-    the summary (% for a drawdown)."""
-    status, past, note = judge_guard(guard, state, value, failure)
-    record = new_record(f"guard.{guard['name']}", state.name,
-                        value=value if value == value else None,
-                        status=status, plausible=status in ("trusted", "unconfirmed"),
-                        past=past if status != "failed" else None, bound=guard["bound"],
-                        side=guard["side"])
-    if status != "trusted":
-        record["note"] = note or status
-    way = ">" if guard["side"] == "above" else "<"
-    record["summary"] = (
-        f"guard {guard['name']} = {format_number(value)}{suffix}"
-        + (f" past its bound ({way} {format_number(guard['bound'])}{suffix})" if past else "")
-        if status == "trusted"
-        else f"guard {guard['name']} {status}: {note}"
-    )
-    return record
-
-
-# ---- guards, audits, readings: their records ----
-def reading_read(state, what, name, value, failure, text, late):
-    """A guard, audit or reading program ended, or could not start: yield its record; the guard
-    rules run on a `late` guard reading alone."""
-    item = next(i for i in state.mandate[what + "s"] if i["name"] == name)
-    if what == "guard":
-        yield Write(guard_record(state, item, value, failure))
-        if late:
-            yield from guard_rules(state)
-    elif what == "audit":
-        yield Write(audit_record(state, name, value, failure, text))
-    else:
-        yield Write(reading_record(state, item, value, failure, text))
-
-
-def audit_record(state, name, value, failure, text):
-    """Return audit `name`'s reading record; its note, the lines its program printed above the
-    number, is never shown to a model (AUDIT-05)."""
-    lines = [line for line in text.split("\n") if line.strip()]
-    note = "\n".join(lines[:-1])[-NOTE_MAX:] if failure is None else failure
-    status = "failed" if failure else ("implausible" if value != value else "trusted")
-    return new_record(
-        f"audit.{name}", state.name, value=value if value == value else None, status=status,
-        plausible=status == "trusted", note=note or ("" if status == "trusted" else "NaN"),
-        summary=f"audit {name} = {format_number(value)}" if status == "trusted"
-        else f"audit {name} {status}: {note[:200]}")
-
-
-ADDRESS = r"[^\s<>,;:@]+@[^\s<>,;:@]+"
-
-
-def reading_record(state, reading, value, failure, text):
-    """Return a reading's record: read, keeping its fields (those its audit's note names), or failed
-    with no note at all (READING-08)."""
-    name = reading["name"]
-    record = new_record(f"reading.{name}", state.name, value=value if value == value else None,
-                        status="failed" if failure else "read", plausible=failure is None)
-    if failure is None:
-        # at most 50 address lines above the number; with an audit, only those its note names
-        named = None
-        if reading["audit"]:
-            note = state.audits.get(reading["audit"], {}).get("note", "")
-            named = set(re.findall(r"[^\s<>,;:]+", note))
-        lines = [line.strip() for line in text.split("\n") if line.strip()]
-        fields = [line for line in lines[:-1] if len(line) <= 254 and re.fullmatch(ADDRESS, line)
-                  and (named is None or line in named)][:50]
-        record.update(fields=" ".join(fields),
-                      summary=f"reading {name} = {format_number(value)}: {len(fields)} field(s)")
-    else:
-        record.update(summary=f"reading {name} failed")
-    return record
-
-
-# ---- a world's fold ----
-# scores the rolling skill and coverage are taken over (open point 37)
-ROLLING = 20
-
-
-def fold_world(state, seq, at, record, previous):
-    """Fold a report (the world's input, resolving or dropping the prediction) or a world record."""
-    kind = record["kind"]
-    if kind == "report":
-        if record.get("status") == "trusted" and state.mandate and state.mandate["world"]:
-            # kept only under a world command, their only reader (1,000 ventures: 18 MiB)
-            state.world_reports.append((seq, at, record["value"]))
-            del state.world_reports[:-HISTORY]
-        p = state.prediction
-        if p is not None and not p[1].get("resolves"):
-            cadence = state.mandate["cadence"] if state.mandate else None
-            gap = previous is None or previous[0] != p[1].get("report") or \
-                (cadence is not None and at - previous[1] > 2 * cadence + 1)
-            if gap or record.get("status") != "trusted":
-                state.prediction = None  # dropped
-            else:
-                state.prediction = (p[0], dict(p[1], resolves=seq))
-        elif p is not None:
-            state.prediction = None  # its resolving report came and went unscored
-    elif kind == "prediction":
-        state.prediction = (seq, record)
-        state.world_failing = False
-        if "state" in record:           # written when the world's state changed
-            state.world_state = record["state"]
-    elif kind == "world":
-        state.world_failing = not record.get("ok")
-    elif kind.startswith("calibration."):
-        state.scores.append((record.get("crps"), record.get("persistence"), record.get("coverage")))
-        del state.scores[:-ROLLING]
-        state.scored += 1
-        state.prediction = None
-
-
-# ---- plausibility ----
-def judge_report(mandate, state, value, failure=None):
-    """Return (status, note) of a new metric report: trusted, unconfirmed, implausible or failed."""
-    if failure is not None:
-        return "failed", failure
-    if value != value:
-        return "implausible", "the report is NaN"
-    low_high = mandate["range"]
-    if low_high and not low_high[0] <= value <= low_high[1]:
-        return ("implausible", f"{format_number(value)} is outside range"
-                               f" [{format_number(low_high[0])}, {format_number(low_high[1])}]")
-    # the bound on a rise, on a fall; None where that way is unbounded
-    up, down = (mandate[k] if mandate[k] is not None else mandate["max_step"]
-                for k in ("max_rise", "max_fall"))
-    if up is None and down is None:
-        return "trusted", ""
-    if state.pending is not None:
-        base, what = state.pending[1], "the unconfirmed report before it"
-    elif state.previous_implausible or state.level is None:
-        if state.level is None and not state.previous_implausible:
-            return "trusted", ""        # the first report has nothing to step from
-        if not mandate["confirm"]:
-            return "trusted", "confirm: false acts on the report after an implausible one"
-        return ("unconfirmed",
-                "follows an implausible report; waits for the next to agree within the step bound")
-    else:
-        base, what = state.level[1], "the last plausible report"
-    step = value - base
-    bound, key = (up, "max_rise") if step > 0 else (down, "max_fall")
-    if step and bound is not None and abs(step) > bound:
-        key = key if mandate[key] is not None else "max_step"
-        if state.pending is not None:
-            return ("unconfirmed",
-                    f"moved {format_number(step)} from {what}, past {key} {format_number(bound)};"
-                    " waits for the next to agree")
-        return ("implausible",
-                f"{'rose' if step > 0 else 'fell'} by {format_number(abs(step))} from"
-                f" {format_number(base)}, past {key} {format_number(bound)}")
-    if state.pending is None and state.last_step is not None and not state.ran_since:
-        previous = state.last_step
-        half_prev = up if previous > 0 else down
-        if (previous * step < 0 and half_prev is not None and bound is not None
-                and abs(previous) > half_prev / 2 and abs(step) > bound / 2):
-            return ("implausible", f"a flap: moved {format_number(previous)} then"
-                                   f" {format_number(step)}, each past half its step bound")
-    return "trusted", ""
-
-
-def judge_guard(guard, state, value, failure):
-    """Return (status, past, note) of a guard's new reading; past means something only when
-    trusted."""
-    if failure is not None:
-        return "failed", False, failure
-    if value != value:
-        return "implausible", False, "the reading is NaN"
-    past = crossed(guard["side"], guard["bound"], value)
-    info = state.guards.get(guard["name"])
-    if info and info["pending"] is not None:
-        if info["pending"] == past:
-            return "trusted", past, "agrees with the unconfirmed reading before it"
-        return ("unconfirmed", past,
-                "disagrees with the unconfirmed reading before it; waits for the next")
-    if info and info["previous_bad"] and guard["confirm"]:
-        return ("unconfirmed", past,
-                "follows a failed or implausible reading; waits for the next to agree")
-    return "trusted", past, ""
-
-
-def crossed(way, bound, value):
-    """Return whether `value` is past `bound` on side `way` (strict: > above, < below)."""
-    return value > bound if way == "above" else value < bound
-
-
 def judge_effect(expects, r0, after, steps):
     """Return (verdict, why) for a run that expected `expects` (way, size, within), open point 36;
     r0 is the last trusted reading before the run, `after` the trusted reports since."""
@@ -3564,562 +3998,73 @@ def judge_effect(expects, r0, after, steps):
                     f"(net {format_number(moved)})")
 
 
-def drift_and_noise(steps):
-    """The mean one-step change of lever-free steps, and its standard deviation (open point 36)."""
-    drift = sum(steps) / len(steps)
-    return drift, (sum((s - drift) ** 2 for s in steps) / len(steps)) ** 0.5
-
-
-# ---- the rules of a settled round ----
-def round_settled(state, report_seq, unread, stopping):
-    """A round settles (metric in, the rest read or late): yield what it settles without, what its
-    rules call for, then the score of the prediction its report resolves and the next (WORLD-05)."""
-    yield from unread_rule(state, unread, "slower than half a second; written when it is done")
-    scores = list(calibration_rule(state))      # written with the next prediction
-    yield from settle_round(state, report_seq)
-    for score in scores:
-        yield score
-    if not prediction_due(state, report_seq, stopping):
+def fold_guard(state, seq, record):
+    """A guard's reading: a trusted one past its bound starts (or goes on with) an episode; the
+    first plausible one back inside ends it (open point 32). A failed, implausible or unread reading
+    neither trips nor clears it (GUARD-06), nor does an unconfirmed one past the bound."""
+    name = record["kind"][len("guard."):]
+    info = state.guards.setdefault(name, {"last": None, "past": False, "episode": None,
+                                          "unwind_ok": False, "previous_bad": False,
+                                          "pending": None})
+    status = record.get("status")
+    if status == "not read":
+        # a reading still running hides neither a failed one before it nor its own end
         return
-    lever = state.ran_since[0] if state.ran_since else None
-    if state.mandate["world"] is not None:
-        yield World(report_seq, lever)
-        return
-    members = baseline_members(state, lever)
-    if members:
-        yield Write(prediction_record(state, report_seq, members, lever))
-
-
-def unread_rule(state, unread, why):
-    """Yield the record of each guard, audit or reading `unread` [(what, name)] not read: why."""
-    for what, name in unread:
-        yield Write(unread_record(state, what, name, why))
-
-
-def unread_record(state, what, name, why):
-    """Return the record of guard, audit or reading `name` not read this round (`why`)."""
-    record = new_record(f"{what}.{name}", state.name,
-                        claim="inferred" if what == "reading" else "measured", value=None,
-                        status="not read", plausible=False, note=why,
-                        summary=f"{what} {name} not read: {why}")
-    if what == "guard":
-        record["past"] = None             # not read: it neither trips nor clears
-    return record
-
-
-def round_plan(mandate, running):
-    """Return [(what, item, start)] for a round now due: each guard (a drawdown guard is read from
-    the metric's report), audit and reading; `start` is False when its last read is still `running`
-    (written as not read, left to run: RUN-18)."""
-    return [(what, item, (what, item["name"]) not in running)
-            for what in ("guard", "audit", "reading") for item in mandate[what + "s"]
-            if what != "guard" or item["drawdown"] is None]
-
-
-# ---- world models ----
-# With `world:` or `calibration:` (WORLD-05), each trusted report brings an inferred prediction of
-# the next, from the world command (open point 38) or the built-in baseline. A trusted next report
-# scores it in a measured `calibration.<metric>` record (WORLD-06, WORLD-07); any other, or a gap,
-# drops it. Predictions and scores never authorize (WORLD-09); the scores only hold a ranking back
-# (WORLD-08).
-def calibration_rule(state):
-    """Yield the score of the prediction the round's report resolves (WORLD-06, WORLD-07)."""
-    if state.prediction is None or not state.prediction[1].get("resolves") or state.mandate is None:
-        return
-    pseq, pred = state.prediction
-    report_seq = pred["resolves"]
-    if state.last_report is None or state.last_report[0] != report_seq:
-        return
-    y = state.last_report[2]["value"]
-    crps = crps_ensemble(pred["members"], y)
-    base = abs(y - pred["value"])
-    skill = None if base == 0 else 1 - crps / base
-    covered = pred["p10"] <= y <= pred["p90"]
-    events = []
-    for name, chance in (pred.get("guards") or {}).items():
-        info = state.guards.get(name)
-        if info and info["last"] and info["last"][0] > pred["report"] \
-                and info["last"][2] == "trusted":
-            events.append((chance - info["past"]) ** 2)
-    brier = sum(events) / len(events) if events else None
-    rolling = state.scores[-(ROLLING - 1):] + [(crps, base, covered)]
-    r_skill, r_coverage = rolling_scores(rolling)
-    r = lambda v: None if v is None else round(v, 6) + 0.0  # noqa: E731  six places: a person reads
-    # a metric read by an adapter (words and a URL) is named `metric`
-    metric = state.mandate["metric"]
-    kind = "calibration." + (metric if re.fullmatch(r"[A-Za-z0-9_.-]+", metric) else "metric")
-    yield write(
-        state, kind, prediction=pseq, report=report_seq, crps=r(crps), persistence=r(base),
-        skill=r(skill), brier=r(brier), coverage=covered, rolling_skill=r(r_skill),
-        rolling_coverage=r(r_coverage), rolling=len(rolling),
-        summary=f"prediction #{pseq} scored on report #{report_seq}: "
-                f"crps {format_number(r(crps))}, skill {shown_skill(skill)}, "
-                f"{'inside' if covered else 'outside'} its 80% interval"
-                + (f", brier {format_number(round(brier, 3))}" if brier is not None else "")
-                + f"; last {len(rolling)}: {describe_rolling(r_skill, r_coverage)}")
-
-
-def crps_ensemble(members, y):
-    """The ensemble CRPS: E|X - y| - E|X - X'| / 2, X and X' drawn from the members."""
-    xs = sorted(members)
-    n = len(xs)
-    near = sum(abs(x - y) for x in xs) / n
-    apart = 2 * sum((2 * i - n + 1) * x for i, x in enumerate(xs)) / (n * n)  # E|X - X'|, sorted
-    return near - apart / 2
-
-
-def rolling_scores(scores):
-    """(skill, coverage) over `scores` [(crps, persistence crps, covered)]: skill against
-    persistence (None when it never missed), and the share inside the 80% interval."""
-    if not scores:
-        return None, None
-    base = sum(b for _, b, _ in scores)
-    skill = None if base == 0 else 1 - sum(c for c, _, _ in scores) / base
-    return skill, sum(1 for _, _, covered in scores if covered) / len(scores)
-
-
-def shown_skill(skill):
-    return "-" if skill is None else format_number(round(skill, 3))
-
-
-def describe_rolling(skill, coverage):
-    """`skill 0.42, coverage 80%`."""
-    return (f"skill {shown_skill(skill)}, "
-            f"coverage {'-' if coverage is None else format_number(round(100 * coverage))}%")
-
-
-BAR_LEAST = 5                   # scores needed before a ranking may run (WORLD-08)
-
-
-def calibration_bar(state):
-    """Return (whether a ranking may go to the gate, why) under the `calibration:` bar (WORLD-08,
-    open point 37)."""
-    bar = state.mandate["calibration"]
-    if bar is None:
-        return True, "the mandate sets no calibration: bar"
-    skill, _ = rolling_scores(state.scores)
-    n = len(state.scores)
-    if n < BAR_LEAST:
-        return False, (f"only {n} prediction(s) scored, {BAR_LEAST} needed "
-                       f"(calibration: {format_number(bar)})")
-    held = skill is None or skill < bar
-    return not held, (f"rolling skill {shown_skill(skill)} over the last {n} "
-                      f"{'is below' if held else 'meets'} the calibration bar {format_number(bar)}")
-
-
-def prediction_due(state, report_seq, stopping):
-    """Whether report #report_seq, the last and trusted, brings a prediction (WORLD-05)."""
-    report = state.last_report
-    return predicts(state.mandate) and not state.paused and not stopping and report is not None \
-        and report[0] == report_seq and report[2].get("status") == "trusted"
-
-
-def predicts(mandate):
-    """Whether a venture's reports bring predictions: a world or a calibration bar (WORLD-05)."""
-    return mandate is not None and (
-        mandate["world"] is not None or mandate["calibration"] is not None)
-
-
-def baseline_members(state, lever=None):
-    """The baseline's one-step ensemble from the last trusted report (WORLD-04), or None."""
-    steps = state.free_steps
-    if len(steps) < 3 or state.level is None:
-        return None
-    value, shift = state.level[1], 0.0
-    if lever is not None:
-        facts = forecast_facts(state, 1, 1)["levers"]
-        effect = lever_effects(facts, drift_and_noise(steps)[0]).get(lever)
-        shift = sum(effect) / len(effect) if effect else 0.0
-    return [value + s + shift for s in steps]
-
-
-def forecast_facts(state, days, seeds):
-    """Return what a forecast of `state`'s venture starts from: the forecast program's input."""
-    m = state.mandate
-    levers = {}
-    for lever, spec in m["levers"].items():
-        expects = spec["expects"]
-        levers[lever] = {"steps": state.lever_steps.get(lever, [])[-HISTORY:],
-                         "cap": list(spec["cap"]),
-                         "expects": list(expects[:2])
-                         if expects and expects[1] is not None else None}
-    return {"cadence": m["cadence"], "range": list(m["range"]) if m["range"] else None,
-            "sides": [[way, bound, lever] for _, way, bound, lever in controller_sides(m)
-                      if lever in levers],
-            "levers": levers, "free_steps": list(state.free_steps),
-            "history": [v for _, v in state.trusted], "days": days, "seeds": seeds}
-
-
-def lever_effects(levers, drift):
-    """Each lever's effects per run, net of the drift: its measured steps once it has three,
-    else its `expects` size (EFFECT-17)."""
-    effects = {}
-    for name, lever in levers.items():
-        if len(lever["steps"]) >= 3:
-            effects[name] = [x - drift for x in lever["steps"]]
-        elif lever["expects"]:
-            way, size = lever["expects"]
-            effects[name] = [size if way == "up" else -size]
-    return effects
-
-
-# ensemble members a prediction record keeps (quantiles of a larger ensemble)
-PREDICTION_MEMBERS = 20
-
-
-def prediction_record(state, report_seq, members, lever=None, guards=None, world=False):
-    """The inferred `prediction` record of the report after #report_seq (WORLD-05)."""
-    xs = sorted(members)
-    if len(xs) > PREDICTION_MEMBERS:    # kept: the ensemble's evenly spaced quantiles
-        xs = [quantile(xs, (i + 0.5) / PREDICTION_MEMBERS) for i in range(PREDICTION_MEMBERS)]
-    xs = [round(x, 9) + 0.0 for x in xs]
-    median, p10, p90 = spread(xs)
-    shown = shown_spread((median, p10, p90), decimals_of([v for _, v in state.trusted[-20:]]))
-    record = new_record("prediction", state.name, report=report_seq,
-                        value=state.level[1] if state.level else None, members=xs,
-                        median=round(median, 9) + 0.0, p10=round(p10, 9) + 0.0,
-                        p90=round(p90, 9) + 0.0, source="world" if world else "baseline",
-                        lever=lever,
-                        summary=f"next {state.mandate['metric']}: {shown[0]} "
-                                f"(80%: {shown[1]} to {shown[2]}) from report "
-                                f"#{report_seq}, by the {'world command' if world else 'baseline'}"
-                                + (f" with {lever} run" if lever else ""))
-    if guards:
-        record["guards"] = guards
-        record["summary"] += "; " + ", ".join(f"guard {g} past its bound {round(100 * p)}%"
-                                              for g, p in sorted(guards.items()))
-    return record
-
-
-def quantile(sorted_values, q):
-    """The q-quantile of sorted values, linearly interpolated."""
-    at = q * (len(sorted_values) - 1)
-    low = int(at)
-    high = min(low + 1, len(sorted_values) - 1)
-    return sorted_values[low] + (sorted_values[high] - sorted_values[low]) * (at - low)
-
-
-def spread(sorted_values):
-    """(median, p10, p90) of sorted values."""
-    return tuple(quantile(sorted_values, q) for q in (0.5, 0.1, 0.9))
-
-
-def shown_spread(values, decimals):
-    """Return values (median, p10, p90) as text to `decimals` places."""
-    return [f"{round(v, decimals) + 0.0:.{decimals}f}" for v in values]
-
-
-def decimals_of(values):
-    """The decimals a person would write the readings with, at most two."""
-    texts = [format_number(v) for v in values]
-    return min(max((len(t.split(".")[1]) for t in texts if "e" not in t and "." in t), default=0),
-               2)
-
-
-def settle_round(state, report_seq):
-    """Yield what a settled round calls for, the controller's call last."""
-    yield from guard_rules(state)
-    yield from audit_rules(state)
-    yield from effect_rules(state)
-    yield from implausible_rule(state, held_by(state), report_seq)
-    report = state.last_report
-    for side_name, _, _, _ in controller_sides(state.mandate):
-        if state.side(side_name).get("stuck") is None:
-            yield from unstick_rule(state, side_name, "the metric is back inside its bound")
-    if report and report[0] == report_seq:
-        for side, lever, reports, why in controller_calls(state):
-            yield from controller_rule(state, side, lever, reports, why)
-
-
-def guard_rules(state):
-    """A guard past its bound pauses or asks once per episode, and runs its unwind until it has run
-    ok; back inside, its ask is settled."""
-    for guard in state.mandate["guards"]:
-        name = guard["name"]
-        info = state.guards.get(name)
-        open_ask = state.open_ask(guard=name)
-        if info is None or not info["past"]:
-            if open_ask is not None:
-                yield Write(resolved_record(state, open_ask,
-                                            f"guard {name} reads inside its bound again"))
-            continue
-        episode = info["episode"]
-        fresh = info.get("acted") != episode or info.get("repause")
-        if fresh and guard["then"] == "pause" and not state.paused:
-            yield Pause(new_record(
-                "pause", state.name,
-                summary=f"guard {name} reads past its bound (#{episode}): paused {state.name}",
-                guard=name, episode=episode))
-        if fresh and guard["then"] == "ask" and open_ask is None:
-            yield write(
-                state, "ask", about="guard", guard=name, episode=episode,
-                question=f"guard {name} reads past its bound; no lever but stop "
-                         f"runs until it is back inside. Look at {state.name}?",
-                summary=f"guard {name} past its bound (#{episode}); asking once for this episode")
-        reading = info["last"][0]
-        if guard["unwind"] and not info["unwind_ok"] \
-                and guard["unwind"]["action"] not in state.running \
-                and info.get("unwind_tried") != reading:
-            info["unwind_tried"] = reading          # once per reading past the bound (not folded)
-            lever, payload = guard["unwind"]["action"], guard["unwind"]["payload"]
-            verdict = yield Gate(lever, unwind_basis(name, reading), payload=payload, by="guard",
-                                 extra={"guard": name, "payload": payload},
-                                 summary=f"{lever} runs: the unwind of guard {name}")
-            if not verdict.ok:
-                yield from refusal(state, lever, verdict.why,
-                                   f"unwind {lever} refused: {verdict.why}", by="guard", guard=name)
-
-
-def unwind_basis(guard, reading):
-    return ("unwind", [reading], [f"guard {guard} reading #{reading} is past its bound"])
-
-
-def resolved_record(state, ask_seq, why):
-    """Return the record settling ask #ask_seq (an audit's is no model's to see: AUDIT-05)."""
-    return new_record("resolved", state.name, ask=ask_seq, summary=f"ask #{ask_seq} settled: {why}",
-                      **some(audit=state.open_asks.get(ask_seq, {}).get("audit")))
-
-
-def audit_rules(state):
-    """An audit that worsens while the metric improves asks once, settled when it no longer does."""
-    for audit in state.mandate["audits"]:
-        name, why = audit["name"], audit_worsening(audit, state)
-        open_ask = state.open_ask(about="audit", audit=name)
-        if why and open_ask is None:
-            yield write(state, "ask", about="audit", audit=name,
-                        question=f"{why}. Is the gain real?",
-                        summary=f"audit {name} asks: {why}")
-        elif not why and open_ask is not None:
-            yield Write(resolved_record(
-                state, open_ask, f"audit {name} no longer worsens while the metric improves"))
-
-
-def audit_worsening(audit, state):
-    """Return why the audit asks, or None: the metric improved over its window while the audit,
-    against its value `window` readings earlier, got worse past its tolerance (open point 33)."""
-    w = audit["window"]
-    values = state.audits.get(audit["name"], {}).get("values", [])
-    if len(values) <= w or len(state.trusted) <= w:
-        return None
-    metric_then, metric_now = state.trusted[-1 - w][1], state.trusted[-1][1]
-    audit_then, audit_now = values[-1 - w][1], values[-1][1]
-    improved = metric_now > metric_then if audit["better"] == "up" else metric_now < metric_then
-    worse = (audit_now - audit_then) if audit["worse"] == "up" else (audit_then - audit_now)
-    if improved and worse > audit["tolerance"]:
-        return (
-            f"{state.mandate['metric']} improved from"
-            f" {format_number(metric_then)} to {format_number(metric_now)} over {w} readings while"
-            f" audit {audit['name']} got worse by {format_number(worse)}, past its tolerance"
-            f" {format_number(audit['tolerance'])}"
-        )
-    return None
-
-
-def effect_rules(state):
-    """Write each settled effect verdict; n misses in a row suspend a delegation (revoke_after)."""
-    for seq, effect in sorted(state.effects.items()):
-        if effect["verdict"] is None:
-            continue
-        verdict, why = effect["verdict"]
-        lever = effect["lever"]
-        yield write(state, "effect", lever=lever, action=seq, verdict=verdict,
-                    why=why, summary=f"{lever} (action #{seq}) {verdict}: {why}")
-        spec, misses = state.mandate["levers"].get(lever), state.misses.get(lever, 0)
-        if (spec and spec["delegated"] and spec["revoke_after"] and lever not in state.suspended
-                and misses >= spec["revoke_after"]):
-            yield write(
-                state, "ask", about="revoke", lever=lever,
-                question=f"{lever} missed its expected effect {misses} times in a row; its "
-                         "delegation is suspended. Approve to restore it",
-                summary=f"{lever}'s delegation suspended after {misses} misses in a row "
-                        f"(revoke_after)")
-
-
-def implausible_rule(state, held, report_seq):
-    """A reading that holds the venture implausible asks once, settled when a plausible one
-    comes."""
-    if held and state.implausible_ask is None and not state.implausible_answered:
-        what, seq, note = held
-        record = new_record(
-            "ask", state.name, about="implausible", reading=seq,
-            question=f"{what} (#{seq}) is not plausible: {note}; is the sensor sound? "
-                     "approve (it is sound) and deny (it is not) each only record your answer: "
-                     f"neither runs a lever nor lifts the hold, and {state.name} acts again "
-                     "on the first plausible reading (fix the reading, or its bounds in "
-                     "mandate.yaml and avsm add)",
-            summary=f"{what} #{seq} holds {state.name} implausible; asking once until a plausible"
-                    " reading comes")
-        if what.startswith("audit "):
-            # hidden from every model, as the audit is (AUDIT-05)
-            record["audit"] = what[len("audit "):]
-        yield Write(record)
-    elif not held and state.implausible_ask is not None:
-        yield Write(resolved_record(state, state.implausible_ask,
-                                    f"readings are plausible again (#{report_seq})"))
-
-
-def unstick_rule(state, side, why):
-    """The stuck ask of `side` is settled: its lever ran again, the excursion ended, or a new
-    mandate started the venture's sides afresh."""
-    for seq, ask in list(state.open_asks.items()):
-        if ask.get("about") == "stuck" and ask.get("side") == side:
-            yield Write(resolved_record(
-                state, seq, why if seq > state.mandate_seq
-                else f"mandate #{state.mandate_seq} replaced the one it was asked under"))
-
-
-# ---- controllers ----
-def controller_calls(state):
-    """Return the controller's intents (decide) on the venture's latest report, as a settled round
-    acts on them; the re-check of a controller's action asks this same function."""
-    report = state.last_report
-    if held_by(state) or state.paused or not report or report[2].get("status") != "trusted":
-        return []
-    return decide(state, report[0], report[2]["value"])
-
-
-def decide(state, report_seq, value):
-    """Return the controller's intents for a trusted report: [(side, lever, [report seqs], why)]."""
-    intents = []
-    hold = state.mandate["controller"]["hold"] if state.mandate else 1
-    for side_name, way, bound, lever in controller_sides(state.mandate):
-        side = state.sides.get(side_name) or {"armed": True, "streak": []}     # read, not made
-        if side["armed"] and side["streak"][-1:] == [report_seq] and len(side["streak"]) >= hold:
-            why = (
-                f"{state.mandate['metric']} {format_number(value)} {'>' if way == 'above' else '<'}"
-                f" {format_number(bound)}")
-            if hold > 1:
-                why += f" for {hold} reports in a row"
-            intents.append((side_name, lever, side["streak"][-hold:], why))
-    return intents
-
-
-def controller_sides(mandate):
-    """Return the controller's sides as (side name, way, bound, lever)."""
-    if mandate is None:
-        return []
-    return CONTROLLERS[mandate["controller"]["kind"]].sides(mandate["controller"])
-
-
-def held_by(state):
-    """Return (what, seq, note) of the failed or implausible report, guard reading or audit reading
-    that holds the venture implausible until a plausible one comes, or None."""
-    if state.last_report and state.last_report[2].get("status") in ("implausible", "failed"):
-        seq, at, record = state.last_report
-        return f"the {record.get('metric', 'metric')} report", seq, record.get("note")
-    for kind, table in (("guard", state.guards), ("audit", state.audits)):
-        for name, info in sorted(table.items()):
-            last = info["last"]
-            if last and last[-1] in ("failed", "implausible"):
-                return f"{kind} {name}", last[0], f"its reading #{last[0]} is {last[-1]}"
-    return None
-
-
-def controller_call_problem(state, lever, premises):
-    """Return why the controller does not call for `lever` on the reports `premises`, or None."""
-    sides = [s for s in controller_sides(state.mandate) if s[3] == lever]
-    if not sides:
-        return f"the controller of the mandate does not run {lever}"
-    if any(called == lever and reports == premises
-           for _, called, reports, _ in controller_calls(state)):
-        return None
-    last, held, ctl = state.last_report, held_by(state), state.mandate["controller"]
-    hold = ctl["hold"]
-    if last is None or last[2].get("status") != "trusted":
-        return f"the latest report (#{last[0]}) is not trusted" if last else "no report precedes it"
-    if held:
-        return f"{held[0]} (#{held[1]}) holds the venture implausible"
-    if premises[-1:] != [last[0]]:
-        return (f"the latest report is #{last[0]}, not #{premises[-1] if premises else '-'}: the"
-                " controller acts on the latest report")
-    value = last[2]["value"]
-    name, way, bound, _ = next((s for s in sides if crossed(s[1], s[2], value)), sides[0])
-    side = state.sides.get(name) or {"armed": True, "streak": []}
-    if not crossed(way, bound, value):
-        return (f"report #{last[0]} reads {format_number(value)}, not past {lever}'s bound"
-                f" {format_number(bound)}")
-    if not side["armed"]:
-        back = bound - ctl["deadband"] if way == "above" else bound + ctl["deadband"]
-        return (
-            f"the deadband has not re-armed since {lever} last ran in this excursion: no trusted"
-            f" report {'<=' if way == 'above' else '>='} {format_number(back)} since")
-    streak = side["streak"]
-    if len(streak) < hold:
-        return (f"hold {hold} wants {hold} trusted reports past the bound in a row; "
-                f"the run is {len(streak)}")
-    cited = ", ".join("#" + str(r) for r in streak[-hold:])
-    return f"the controller cites reports {cited}, not these"
-
-
-def controller_rule(state, side, lever, reports, why):
-    """The controller wants `lever`: the gate runs it if it can prove it; else ask once in the
-    excursion (an irreversible lever), or write the refusal. A refusal that will not clear within
-    the round (the cap, the budget, an ask answered in this excursion) makes the venture stuck."""
-    if lever in state.checking:
-        return                      # its check, still running, decides: the gate again after it
-    verdict = yield Gate(lever, controller_basis(state, reports, why), by="controller", side=side,
-                         summary=f"{lever} runs: {why}")
-    if verdict.ok:
-        yield from unstick_rule(state, side, f"{lever} ran again")
-        return
-    asked_open = state.open_ask(lever=lever, about="lever") is not None
-    if verdict.needs_ask and not state.side(side).get("asked") and not asked_open:
-        yield write(
-            state, "ask", about="lever", lever=lever, by="controller", side=side,
-            reports=reports, question=f"run {lever}? {why}; {lever} is irreversible",
-            summary=f"run {lever}? {why}; {lever} is irreversible, so a person decides")
-    elif verdict.needs_ask and asked_open:
-        return                      # the ask of this excursion still waits for its answer
-    elif verdict.needs_ask:
-        yield from stuck_rule(
-            state, side, lever, reports, "asked", None,
-            f"{lever} was asked about once in this excursion and the answer is in; the controller "
-            "asks again after a report back inside")
-    elif verdict.stuck:
-        yield from stuck_rule(
-            state, side, lever, reports, verdict.stuck[0], verdict.stuck[1], verdict.why)
-    else:
-        yield from refusal(state, lever, verdict.why, by="controller", side=side, reports=reports)
-
-
-def controller_basis(state, reports, why):
-    cited = ", ".join("#" + str(r) for r in reports)
-    return (state.mandate["controller"]["kind"], reports,
-            [f"report{'s' if len(reports) > 1 else ''} {cited}: {why}"])
-
-
-STUCK_WAY_OUT = {
-    "cap": "raise the cap in mandate.yaml and avsm add it, or avsm propose {venture} {lever}",
-    "budget": "raise the budget in mandate.yaml and avsm add it, or wait",
-    "asked": "avsm propose {venture} {lever} runs it now, through the gate"}
-
-
-def stuck_rule(state, side, lever, reports, reason, clears_at, why):
-    """The controller's lever cannot run for `reason` until `clears_at`: once per excursion and
-    reason, a refusal saying so and the way out, and one ask so a person is told (none when a person
-    has just answered)."""
-    if state.side(side).get("stuck") == reason:
-        return
-    way_out = STUCK_WAY_OUT[reason].format(venture=state.name, lever=lever)
-    when = f"; the next run is possible at {format_local_time(clears_at)}" if clears_at else ""
-    name = state.name
-    yield from refusal(state, lever, why + when,
-                       f"{lever} refused, {name} is stuck: {why}{when}; {way_out}", by="controller",
-                       side=side, reports=reports, stuck=reason, clears_at=clears_at)
-    if reason != "asked" and not state.side(side)["seen"] \
-            and state.open_ask(about="stuck", side=side) is None:
-        yield write(
-            state, "ask", about="stuck", by="self", lever=lever, side=side, reason=reason,
-            clears_at=clears_at,
-            question=f"{name} is stuck past its bound: {why}{when}; the way out: {way_out}. "
-                     "Approve or deny to say you have seen it; nothing runs on the answer",
-            summary=f"{name} is stuck: {lever} cannot run ({reason}){when}")
-
-
-def refusal(state, lever, why, summary=None, **fields):
-    """Yield the refusal of `lever`: why (its summary "LEVER refused: WHY" unless given)."""
-    yield write(state, "refusal", lever=lever, why=why,
-                summary=summary or f"{lever} refused: {why}", **fields)
+    info["last"] = (seq, record.get("value"), status)
+    if settles_guard(record):
+        past = bool(record.get("past"))
+        if past and not info["past"]:
+            info["episode"], info["unwind_ok"] = seq, False
+        elif not past:
+            info["episode"] = None
+        info["past"] = past
+    info["previous_bad"] = status in ("failed", "implausible")
+    info["pending"] = record.get("past") if status == "unconfirmed" else None
+
+
+def settles_guard(record):
+    """Whether a guard reading trips or clears its guard: a trusted one, or a plausible one back
+    inside (open point 32); the fold and the proof's re-check both ask this."""
+    return record.get("status") == "trusted" or (
+        record.get("status") == "unconfirmed" and not record.get("past"))
+
+
+# ---- a world's fold ----
+# scores the rolling skill and coverage are taken over (open point 37)
+ROLLING = 20
+
+
+def fold_world(state, seq, at, record, previous):
+    """Fold a report (the world's input, resolving or dropping the prediction) or a world record."""
+    kind = record["kind"]
+    if kind == "report":
+        if record.get("status") == "trusted" and state.mandate and state.mandate["world"]:
+            # kept only under a world command, their only reader (1,000 ventures: 18 MiB)
+            state.world_reports.append((seq, at, record["value"]))
+            del state.world_reports[:-HISTORY]
+        p = state.prediction
+        if p is not None and not p[1].get("resolves"):
+            cadence = state.mandate["cadence"] if state.mandate else None
+            gap = previous is None or previous[0] != p[1].get("report") or \
+                (cadence is not None and at - previous[1] > 2 * cadence + 1)
+            if gap or record.get("status") != "trusted":
+                state.prediction = None  # dropped
+            else:
+                state.prediction = (p[0], dict(p[1], resolves=seq))
+        elif p is not None:
+            state.prediction = None  # its resolving report came and went unscored
+    elif kind == "prediction":
+        state.prediction = (seq, record)
+        state.world_failing = False
+        if "state" in record:           # written when the world's state changed
+            state.world_state = record["state"]
+    elif kind == "world":
+        state.world_failing = not record.get("ok")
+    elif kind.startswith("calibration."):
+        state.scores.append((record.get("crps"), record.get("persistence"), record.get("coverage")))
+        del state.scores[:-ROLLING]
+        state.scored += 1
+        state.prediction = None
 
 
 # =============================================================================
@@ -4175,14 +4120,6 @@ def refolded(old, records):
         if state is not was:        # what is not folded from the ledger: the mandate's parse
             state.mandate, state.problem = was.mandate, was.problem
     return states
-
-
-def parsed_or_none(parse, record, seq):
-    """Return the mandate a mandate record adopts, or None when it does not hold."""
-    try:
-        return parse(record.get("text") or "", f"mandate #{seq}")
-    except Fail:
-        return None
 
 
 def recheck_action(state, seq, at, action, records):
@@ -4315,6 +4252,61 @@ def basis_problem(state, action, basis, records):
     return f"{rule!r} is not a rule the gate knows"
 
 
+def controller_call_problem(state, lever, premises):
+    """Return why the controller does not call for `lever` on the reports `premises`, or None."""
+    sides = [s for s in controller_sides(state.mandate) if s[3] == lever]
+    if not sides:
+        return f"the controller of the mandate does not run {lever}"
+    if any(called == lever and reports == premises
+           for _, called, reports, _ in controller_calls(state)):
+        return None
+    last, held, ctl = state.last_report, held_by(state), state.mandate["controller"]
+    hold = ctl["hold"]
+    if last is None or last[2].get("status") != "trusted":
+        return f"the latest report (#{last[0]}) is not trusted" if last else "no report precedes it"
+    if held:
+        return f"{held[0]} (#{held[1]}) holds the venture implausible"
+    if premises[-1:] != [last[0]]:
+        return (f"the latest report is #{last[0]}, not #{premises[-1] if premises else '-'}: the"
+                " controller acts on the latest report")
+    value = last[2]["value"]
+    name, way, bound, _ = next((s for s in sides if crossed(s[1], s[2], value)), sides[0])
+    side = state.sides.get(name) or {"armed": True, "streak": []}
+    if not crossed(way, bound, value):
+        return (f"report #{last[0]} reads {format_number(value)}, not past {lever}'s bound"
+                f" {format_number(bound)}")
+    if not side["armed"]:
+        back = bound - ctl["deadband"] if way == "above" else bound + ctl["deadband"]
+        return (
+            f"the deadband has not re-armed since {lever} last ran in this excursion: no trusted"
+            f" report {'<=' if way == 'above' else '>='} {format_number(back)} since")
+    streak = side["streak"]
+    if len(streak) < hold:
+        return (f"hold {hold} wants {hold} trusted reports past the bound in a row; "
+                f"the run is {len(streak)}")
+    cited = ", ".join("#" + str(r) for r in streak[-hold:])
+    return f"the controller cites reports {cited}, not these"
+
+
+BAR_LEAST = 5                   # scores needed before a ranking may run (WORLD-08)
+
+
+def calibration_bar(state):
+    """Return (whether a ranking may go to the gate, why) under the `calibration:` bar (WORLD-08,
+    open point 37)."""
+    bar = state.mandate["calibration"]
+    if bar is None:
+        return True, "the mandate sets no calibration: bar"
+    skill, _ = rolling_scores(state.scores)
+    n = len(state.scores)
+    if n < BAR_LEAST:
+        return False, (f"only {n} prediction(s) scored, {BAR_LEAST} needed "
+                       f"(calibration: {format_number(bar)})")
+    held = skill is None or skill < bar
+    return not held, (f"rolling skill {shown_skill(skill)} over the last {n} "
+                      f"{'is below' if held else 'meets'} the calibration bar {format_number(bar)}")
+
+
 TEXT_MAX = 2000
 
 
@@ -4388,25 +4380,6 @@ def unwind_guard(state, lever, payload):
                 and guard["unwind"]["payload"] == payload:
             return guard["name"]
     return None
-
-
-def states_of(text):
-    """Return ({name: VentureState}, counted) of a snapshot, each mandate parsed as fold_ledger
-    does."""
-    snapshot, states = json.loads(text, object_hook=snapshot_hook), {}
-    for name, fields in snapshot["ventures"].items():
-        state = states[name] = VentureState(name)
-        for field, value in fields.items():
-            setattr(state, field, value)
-        if state.mandate_seq is not None:
-            state.mandate = parsed_or_none(parse_mandate, {"text": state.mandate_text},
-                                           state.mandate_seq)
-    return states, snapshot["counted"]
-
-
-def snapshot_hook(tagged):
-    (tag, held), = tagged.items()
-    return SNAPSHOT_TYPES[tag](held)
 
 
 RECHECK_KEPT = 1000     # records a re-check keeps whole behind the one it folds
@@ -5489,6 +5462,33 @@ class VentureState:
         """Return the seq of the first open ask with these `fields`, or None."""
         return next((s for s, a in self.open_asks.items()
                      if all(a.get(k) == v for k, v in fields.items())), None)
+
+
+def states_of(text):
+    """Return ({name: VentureState}, counted) of a snapshot, each mandate parsed as fold_ledger
+    does."""
+    snapshot, states = json.loads(text, object_hook=snapshot_hook), {}
+    for name, fields in snapshot["ventures"].items():
+        state = states[name] = VentureState(name)
+        for field, value in fields.items():
+            setattr(state, field, value)
+        if state.mandate_seq is not None:
+            state.mandate = parsed_or_none(parse_mandate, {"text": state.mandate_text},
+                                           state.mandate_seq)
+    return states, snapshot["counted"]
+
+
+def snapshot_hook(tagged):
+    (tag, held), = tagged.items()
+    return SNAPSHOT_TYPES[tag](held)
+
+
+def parsed_or_none(parse, record, seq):
+    """Return the mandate a mandate record adopts, or None when it does not hold."""
+    try:
+        return parse(record.get("text") or "", f"mandate #{seq}")
+    except Fail:
+        return None
 
 
 def text_sha256(text):
