@@ -4984,10 +4984,14 @@ def begun(state, what, lever):
                 else f"a forecast started, for the ask to delegate {lever}")
 
 
-def approval_rule(state, seq, ask, payload, edited, problem, now):
-    """A person's yes to ask #seq. The gate first proves the lever as if the approval were written,
-    so a refusal leaves the ask open and no approval spent. problem: as content_why of
-    proposal_rule. Raises Fail (65) once the refusal is written."""
+def approval_rule(state, seq, ask, payload, edited, problem, now, ratchet=None):
+    """A person's yes to ask #seq: a canary's is its canary record. Else the gate first proves the
+    lever as if the approval were written, so a refusal leaves the ask open and no approval spent;
+    once it runs, ratchet_rule. problem: as content_why of proposal_rule. Raises Fail (65) once
+    the refusal is written."""
+    if ask.get("canary"):
+        yield Write(canary_result(state, seq, ask, True)[0])
+        return
     lever = ask.get("lever")
     if lever is None or ask.get("about") not in ("lever", "model"):
         yield write(state, "approval", ask=seq, summary=f"a person answered ask #{seq}: yes")
@@ -5008,6 +5012,7 @@ def approval_rule(state, seq, ask, payload, edited, problem, now):
         if verdict.ok:
             yield from unstick_rule(state, ask.get("side"),
                                     f"{lever} ran again, approved in #{approval}")
+            yield from ratchet_rule(state, lever, ratchet)
             return
         # the approval just written is the only change since the gate said yes
         stays = ""
@@ -8288,10 +8293,6 @@ class Warden:
     def do_approve(self, args, err):
         state, seq, ask = self.find_ask(args)
         refuse(approve_problem(state, seq))
-        if ask.get("canary"):
-            record, line = canary_result(state, seq, ask, True)
-            self.carry_out(state, [Write(record)])
-            return [line]
         if ask.get("about") == "ratchet":
             return self.approve_ratchet(state, seq, ask)
         lever = ask.get("lever")
@@ -8300,12 +8301,13 @@ class Warden:
                 if state.mandate and ask.get("about") in ("lever", "model") else None)
         problem = spec and content_problem(spec["takes"], payload, state.directory)
         done = self.carry_out(state, approval_rule(state, seq, ask, payload, "payload" in args,
-                                                   problem, int(time.time())))
+                                                   problem, int(time.time()), self.cfg["ratchet"]))
         gated = [action for intent, action in done if isinstance(intent, Gate)]
+        if ask.get("canary"):
+            return [canary_result(state, seq, ask, True)[1]]
         if not gated:
             return [f"#{seq} answered; nothing runs on it"]
         action = gated[-1]
-        self.carry_out(state, ratchet_rule(state, lever, self.cfg["ratchet"]))
         return [f"#{seq} approved; {lever} "
                 + (f"runs as action #{action}" if action else "runs once its check passes")]
 

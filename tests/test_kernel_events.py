@@ -6,7 +6,7 @@ does."""
 
 import avsm
 from test_kernel import V
-from test_kernel_rules import GUARDED, Ledger, kinds
+from test_kernel_rules import GUARDED, Ledger, kinds, outcome
 
 DRAWDOWN = """\
 purpose: Keep equity.
@@ -393,3 +393,43 @@ def test_a_record_written_is_folded_and_yields_its_notice_and_the_canary_due():
     assert avsm.written(ventures, seq + 4, 2000, other, 1) == (avsm.notice_of(seq + 4, other),
                                                                 None)
     assert led.state.asks_made == 4
+
+
+def forecasts_refused(rule, seen):
+    """Drive `rule` as the warden does with no forecast able to start: a Forecast is answered
+    False, and it and any Ratchet go to `seen`."""
+    result = None
+    while True:
+        try:
+            intent = rule.send(result)
+        except StopIteration:
+            return
+        if isinstance(intent, (avsm.Forecast, avsm.Ratchet)):
+            seen.append(intent)
+            result = False
+        else:
+            result = yield intent
+
+
+def test_an_approval_whose_lever_runs_asks_the_ratchet_and_a_canarys_is_its_record_alone():
+    """SELF-02, SELF-04: answering an ask is the kernel's: a person's yes to a canary ask writes
+    its canary record and nothing else; a yes whose lever runs is followed by the ratchet once
+    `ratchet` approvals are in (a Forecast first, then the Ratchet ask), and by none without."""
+    led = Ledger(GUARDED % "pause")
+    canary = avsm.canary_ask(led.state, 4, 4)
+    seq = led.add(canary)
+    done = led.drive(avsm.approval_rule(led.state, seq, canary, None, False, None, led.at + 1, 1))
+    assert kinds(done) == [("Write", "canary")] and done[0][1]["passed"] is False
+    ask = {"kind": "ask", "claim": "measured", "venture": V, "about": "lever", "lever": "wipe",
+           "summary": "?"}
+    seen = []
+    seq = led.add(dict(ask))
+    led.drive(forecasts_refused(
+        avsm.approval_rule(led.state, seq, dict(ask), None, False, None, led.at + 1, None), seen))
+    assert seen == [], "no ratchet: off"
+    led.add(outcome("wipe", led.seq))
+    seq = led.add(dict(ask))
+    done = led.drive(forecasts_refused(
+        avsm.approval_rule(led.state, seq, dict(ask), None, False, None, led.at + 1, 2), seen))
+    assert kinds(done) == [("Write", "approval"), ("Gate", "wipe")] and done[1][1][2].ok
+    assert seen == [avsm.Forecast("wipe"), avsm.Ratchet("wipe", None, None)]
