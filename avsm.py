@@ -12454,14 +12454,14 @@ def cmd_link(home, args):
 # 16. Read from the ledger alone: avsm chart
 # =============================================================================
 
-# ---- avsm chart ----
-
 CHART_USAGE = "usage: avsm chart VENTURE [--since DURATION|SEQ]"
 CHART_KINDS = ("report", "action", "outcome", "ask", "approval", "denial", "resolved", "pause",
                "resume", "refusal")
 CHART_WIDTH, CHART_HEIGHT = 960, 450
 # the plot's edges, in pixels
 CHART_LEFT, CHART_TOP, CHART_RIGHT, CHART_BOTTOM = 76, 104, 930, 366
+CHART_PLOT_RECT = (f'x="{CHART_LEFT}" y="{CHART_TOP}" width="{CHART_RIGHT - CHART_LEFT}"'
+                   f' height="{CHART_BOTTOM - CHART_TOP}"')
 CHART_NOTE_MAX = 240          # characters of a record's summary a tooltip shows
 CHART_SPAN = 86400      # seconds a chart shows unless told (--since): the last 24h, as summary
 CHART_MARKS = 120       # markers of one kind at most: more in the span are drawn as named groups
@@ -12757,8 +12757,7 @@ def chart_svg(name, mandates, records, span="in the ledger"):
         svg_text(CHART_LEFT, 24, f"{name}: {metric}", ' font-size="16" font-weight="bold"'),
         svg_text(CHART_LEFT, 44, counts),
         svg_text(CHART_LEFT, 62, chart_controller_words(shown)),
-        f'<clipPath id="plot"><rect x="{CHART_LEFT}" y="{CHART_TOP}"'
-        f' width="{CHART_RIGHT - CHART_LEFT}" height="{CHART_BOTTOM - CHART_TOP}"/></clipPath>']
+        f'<clipPath id="plot"><rect {CHART_PLOT_RECT}/></clipPath>']
     parts += chart_axes(metric, ticks, time_ticks(t0, t1), x, y, last)
     controller, labels = chart_controller(shown, x, y)
     parts += chart_stretches(spans, marks, x) + controller
@@ -12795,8 +12794,7 @@ def chart_axes(metric, ticks, times, x, y, last):
             parts.append(svg_text(x(at), CHART_BOTTOM + 30, date, ' text-anchor="middle"'))
     middle, zone = (CHART_TOP + CHART_BOTTOM) // 2, time.localtime(last).tm_zone
     zone = f"UTC{format_local_time(last)[-6:]}" + (f", {zone}" if zone else "")
-    parts += [f'<rect x="{CHART_LEFT}" y="{CHART_TOP}" width="{CHART_RIGHT - CHART_LEFT}"'
-              f' height="{CHART_BOTTOM - CHART_TOP}" fill="none" stroke="#999999"/>',
+    parts += [f'<rect {CHART_PLOT_RECT} fill="none" stroke="#999999"/>',
               svg_text(18, middle, metric,
                        f' text-anchor="middle" transform="rotate(-90 18 {middle})" font-size="12"'),
               svg_text((CHART_LEFT + CHART_RIGHT) // 2, CHART_BOTTOM + 48, f"local time ({zone})",
