@@ -10559,13 +10559,6 @@ def cmd_checkpoint(home, args):
     return EX_OK
 
 
-def cmd_rotate(home, args):
-    """rotate: avsmd closes ledger.db into HOME/ledgers and goes on in a new one."""
-    if args:
-        raise Fail(EX_USAGE, "usage: avsm rotate")
-    return ask_daemon(home, "rotate")
-
-
 def checkpoint_lines(facts):
     """Return the lines of a checkpoint: its text, then any signature after a blank line."""
     return facts["text"].rstrip("\n").split("\n") + (
@@ -14482,7 +14475,8 @@ CLIENT_COMMANDS = {
     "pause": cmd_simple("pause", "venture"), "resume": cmd_simple("resume", "venture"),
     "why": cmd_why, "propose": cmd_propose, "decide": cmd_simple("decide", "venture"),
     "doctor": cmd_doctor, "chart": cmd_chart, "checkpoint": cmd_checkpoint, "link": cmd_link,
-    "rotate": cmd_rotate,
+    "rotate": lambda home, args: ask_daemon(home, "rotate") if not args
+    else refuse("usage: avsm rotate", EX_USAGE),
     "try": None, "fleet": None, "bridge": None, "page": cmd_page}
 
 
