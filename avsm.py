@@ -10591,11 +10591,10 @@ def cmd_approve(home, args):
     text = payload if isinstance(payload, str) else json.dumps(payload, indent=2) + "\n"
     path = write_payload(text.encode(), f"avsm-ask-{ask}-")
     editor = os.environ.get("VISUAL") or os.environ.get("EDITOR") or "vi"
+    kept_open = f"nothing approved, ask #{ask} stays open"
     try:
         if subprocess.call(["/bin/sh", "-c", f'{editor} "$1"', "editor", path]) != 0:
-            raise Fail(
-                EX_DATAERR, f"the editor ({editor}) failed; nothing approved, ask #{ask} stays open"
-            )
+            raise Fail(EX_DATAERR, f"the editor ({editor}) failed; {kept_open}")
         with open(path, encoding="utf-8") as fh:
             edited = fh.read()
     finally:
@@ -10606,14 +10605,11 @@ def cmd_approve(home, args):
         try:
             edited = read_json(edited)
         except (ValueError, RecursionError) as err:
-            raise Fail(
-                EX_DATAERR,
-                f"what you saved is not JSON ({err}); nothing approved, ask #{ask} stays open",
-            ) from None
+            raise Fail(EX_DATAERR, f"what you saved is not JSON ({err}); {kept_open}") from None
     if edited == payload:       # what you save runs: an editor quit without saving saved nothing
         raise Fail(EX_DATAERR, f"the content was left as it was (the editor quit without "
-                               f"saving?): nothing approved, ask #{ask} stays open; to approve "
-                               f"it as proposed: {client_command(home)} approve {ask}")
+                               f"saving?): {kept_open}; to approve it as proposed: "
+                               f"{client_command(home)} approve {ask}")
     return ask_daemon(home, "approve", {"ask": ask, "payload": edited})
 
 
