@@ -10512,8 +10512,7 @@ def utf8_output():
     lc_all, lc_ctype, lang = (os.environ.get(k) or None for k in ("LC_ALL", "LC_CTYPE", "LANG"))
     if lc_all is None and lc_ctype == "C.UTF-8" and (lang is None or lang in ("C", "POSIX")):
         lc_ctype = None
-    where = (lc_all or lc_ctype or lang or "C").lower().replace("-", "")
-    return "utf8" in where
+    return "utf8" in (lc_all or lc_ctype or lang or "C").lower().replace("-", "")
 
 
 def cmd_propose(home, args):
@@ -11644,12 +11643,11 @@ def align_status(said):
     rows = {}                           # host -> {line index: (NAME: STATE, value, the rest)}
     for name, got, _ in said:
         found = {i: m for i, m in enumerate(re.match(STATUS_ROW, line) for line in got) if m}
-        head = max((len(m[1]) for m in found.values()), default=0)
-        value = max((len(m[2]) for m in found.values()), default=0)
+        head, value = (max((len(m[k]) for m in found.values()), default=0) for k in (1, 2))
         if all(m.start(2) == head + 2 for m in found.values()):
             rows[name] = {i: (m[1], m[2], got[i][head + value + 4:]) for i, m in found.items()}
-    head = max((len(h) for r in rows.values() for h, _, _ in r.values()), default=0)
-    value = max((len(v) for r in rows.values() for _, v, _ in r.values()), default=0)
+    cells = [cell for r in rows.values() for cell in r.values()]
+    head, value = (max((len(cell[k]) for cell in cells), default=0) for k in (0, 1))
     aligned = []
     for name, got, errors in said:
         mine = rows.get(name, {})
