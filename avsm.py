@@ -12123,24 +12123,23 @@ def test_ventures(home, cfg, dirs):
         directory = os.path.realpath(given)
         try:
             name, path, text, m = read_venture(directory)
-            if name in adopted:
-                check_not_adopted_elsewhere(name, directory, adopted[name][0], adopted[name][2])
+            held = adopted.get(name)
+            if held:
+                check_not_adopted_elsewhere(name, directory, held[0], held[2])
         except Fail as fail:
             sys.stderr.write(f"avsmd: {shown(str(fail))}\n")
             code = code or fail.code
             continue
-        held = adopted.get(name)
+        holds = f"venture {name} ({directory}): holds"
         if held and held[0] == directory and held[3] == text:
-            out(f"venture {name} ({directory}): holds, the same as mandate #{held[1]} in force"
-                " (avsm add writes nothing)")
+            out(f"{holds}, the same as mandate #{held[1]} in force (avsm add writes nothing)")
         elif held and held[0] == directory:
-            out(f"venture {name} ({directory}): holds, and differs from mandate #{held[1]} in"
-                f" force; {client_command(home)} add {directory} applies it",
+            out(f"{holds}, and differs from mandate #{held[1]} in force;"
+                f" {client_command(home)} add {directory} applies it",
                 *mandate_drift(held[3], text, held[1], path),
                 "  as on disk, once added, it allows:")
         else:
-            out(f"venture {name} ({directory}): holds; {client_command(home)} add {directory}"
-                " adopts it")
+            out(f"{holds}; {client_command(home)} add {directory} adopts it")
         print_allowed(home, cfg, name, m)
     return code
 
