@@ -980,7 +980,8 @@ def checked_yaml(text, source):
 
 
 class Checker:
-    """Checks a parsed YAML document, refusing at file:line:col with the fix."""
+    """Checks a parsed YAML document, refusing at file:line:col with the fix. A value is named by
+    `what`, or by its key (the path's last) when not told."""
 
     def __init__(self, source, marks):
         self.source, self.marks = source, marks
@@ -1004,14 +1005,15 @@ class Checker:
                           f"unknown key '{key}' in {what}{nearest(key, known)}")
         return value
 
-    def text(self, value, path, what, required=True):
+    def text(self, value, path, what=None, required=True):
         if value is None and not required:
             return None
         if not isinstance(value, str) or not value.strip():
-            self.fail(path, f"{what} must be text")
+            self.fail(path, f"{what or path[-1]} must be text")
         return value.strip()
 
-    def number(self, value, path, what, positive=False):
+    def number(self, value, path, what=None, positive=False):
+        what = what or path[-1]
         # past NUMBER_MAX parse_yaml refused it: only NaN and the infinities are left
         if isinstance(value, bool) or not isinstance(value, (int, float)) \
                 or not abs(value) < float("inf"):
@@ -1020,20 +1022,20 @@ class Checker:
             self.fail(path, f"{what} must be above 0")
         return value
 
-    def whole(self, value, path, what, least=1):
+    def whole(self, value, path, what=None, least=1):
         if isinstance(value, bool) or not isinstance(value, int) or value < least:
-            self.fail(path, f"{what} must be a whole number of at least {least}")
+            self.fail(path, f"{what or path[-1]} must be a whole number of at least {least}")
         return value
 
-    def boolean(self, value, path, what):
+    def boolean(self, value, path, what=None):
         if not isinstance(value, bool):
-            self.fail(path, f"{what} must be true or false")
+            self.fail(path, f"{what or path[-1]} must be true or false")
         return value
 
-    def choice(self, value, path, what, choices):
+    def choice(self, value, path, choices, what=None):
         if value not in choices:
             named = ", ".join(str(c) for c in choices if c is not None)
-            self.fail(path, f"{what} must be one of {named}, not {shown_value(value)}")
+            self.fail(path, f"{what or path[-1]} must be one of {named}, not {shown_value(value)}")
         return value
 
     def require(self, value, path, keys, message):
@@ -1158,14 +1160,14 @@ def parse_levers(c, doc, directory):
                  if "run" in item else None,
                  "cap": c.parsed(parse_cap, item["cap"], at("cap")),
                  "cap_text": str(item["cap"]).strip(),
-                 "reversible": c.boolean(item["reversible"], at("reversible"), "reversible"),
-                 "delegated": c.boolean(item.get("delegated", False), at("delegated"), "delegated"),
+                 "reversible": c.boolean(item["reversible"], at("reversible")),
+                 "delegated": c.boolean(item.get("delegated", False), at("delegated")),
                  "timeout": c.duration(item["timeout"], at("timeout"))
                  if "timeout" in item else LEVER_TIMEOUT,
-                 "takes": c.choice(item.get("takes"), at("takes"), "takes", (None,) + TAKES),
+                 "takes": c.choice(item.get("takes"), at("takes"), (None,) + TAKES),
                  "expects": c.parsed(parse_expects, item["expects"], at("expects"))
                  if "expects" in item else None,
-                 "revoke_after": c.whole(item["revoke_after"], at("revoke_after"), "revoke_after")
+                 "revoke_after": c.whole(item["revoke_after"], at("revoke_after"))
                  if "revoke_after" in item else None,
                  "budget": parse_budget(c, item["budget"], at("budget"))
                  if "budget" in item else None,
@@ -1220,8 +1222,8 @@ def parse_budget(c, value, path):
     c.mapping(value, path, {"field", "max", "per"}, "a budget")
     c.require(value, path, ("field", "max", "per"),
               "a budget has no '{key}'; write {field: qty, max: 100000, per: 1d}")
-    return {"field": c.text(value["field"], path + ("field",), "field"),
-            "max": c.number(value["max"], path + ("max",), "max", positive=True),
+    return {"field": c.text(value["field"], path + ("field",)),
+            "max": c.number(value["max"], path + ("max",), positive=True),
             "per": c.duration(value["per"], path + ("per",))}
 
 
@@ -1233,7 +1235,7 @@ def parse_mandate(text, source="mandate.yaml", directory=None):
     c.require(
         doc, (), ("purpose", "metric", "controller", "cadence"),
         "the mandate has no '{key}'; every mandate says purpose, metric, controller and cadence")
-    m = {key: c.text(doc[key], (key,), key) for key in ("purpose", "metric")}
+    m = {key: c.text(doc[key], (key,)) for key in ("purpose", "metric")}
     m["cadence"] = c.duration(doc["cadence"], ("cadence",))
     m["adapter"] = m["metric"] if m["metric"].split()[0] in ADAPTERS else None
     m["timeout"] = reading_timeout(c, doc, ())
@@ -1246,7 +1248,7 @@ def parse_mandate(text, source="mandate.yaml", directory=None):
     m["levers"] = parse_levers(c, doc, directory)
     m["forbidden"] = parse_forbidden(c, doc, m["levers"])
     m["controller"] = parse_controller(c, doc["controller"], m["levers"])
-    m["restart"] = c.choice(doc.get("restart", "always"), ("restart",), "restart", RESTART_POLICIES)
+    m["restart"] = c.choice(doc.get("restart", "always"), ("restart",), RESTART_POLICIES)
     m["run"] = None
     if "run" in doc or directory is not None and os.path.isfile(os.path.join(directory, "run")):
         m["run"] = c.command(doc.get("run", "./run"), ("run",), "run", directory)
@@ -1255,9 +1257,9 @@ def parse_mandate(text, source="mandate.yaml", directory=None):
     m["audits"] = parse_audits(c, doc, directory)
     m["readings"] = parse_readings(c, doc, m, directory)
     m["world"] = c.command(doc["world"], ("world",), "world", directory) if "world" in doc else None
-    m["calibration"] = (c.number(doc["calibration"], ("calibration",), "calibration")
+    m["calibration"] = (c.number(doc["calibration"], ("calibration",))
                         if "calibration" in doc else None)
-    m["escalate"] = c.choice(doc.get("escalate"), ("escalate",), "escalate", (None, "offbox"))
+    m["escalate"] = c.choice(doc.get("escalate"), ("escalate",), (None, "offbox"))
     return m
 
 
@@ -1297,12 +1299,11 @@ def parse_audits(c, doc, directory):
         audits.append({
             "name": name,
             "run": c.command(item["run"], path + ("run",), f"audit '{name}'", directory),
-            "worse": c.choice(item["worse"], path + ("worse",), "worse", ("up", "down")),
-            "better": c.choice(item.get("better", "up"), path + ("better",), "better",
-                               ("up", "down")),
-            "tolerance": c.number(item.get("tolerance", 0), path + ("tolerance",), "tolerance"),
-            "window": c.whole(item.get("window", 5), path + ("window",), "window", least=2),
-            "confirm": c.boolean(item.get("confirm", True), path + ("confirm",), "confirm"),
+            "worse": c.choice(item["worse"], path + ("worse",), ("up", "down")),
+            "better": c.choice(item.get("better", "up"), path + ("better",), ("up", "down")),
+            "tolerance": c.number(item.get("tolerance", 0), path + ("tolerance",)),
+            "window": c.whole(item.get("window", 5), path + ("window",), least=2),
+            "confirm": c.boolean(item.get("confirm", True), path + ("confirm",)),
             "timeout": reading_timeout(c, item, path)})
     return audits
 
@@ -1320,7 +1321,7 @@ def parse_readings(c, doc, m, directory):
         readings.append({
             "name": name,
             "run": c.command(item["run"], path + ("run",), f"reading '{name}'", directory),
-            "lines": c.choice(item.get("lines"), path + ("lines",), "lines", ("address",)),
+            "lines": c.choice(item.get("lines"), path + ("lines",), ("address",)),
             "audit": audit, "timeout": reading_timeout(c, item, path)})
     return readings
 
@@ -1350,14 +1351,13 @@ def parse_controller(c, value, levers):
     if not isinstance(value, dict):
         c.fail(path,
                "controller must be a mapping with a kind: threshold, band, model or classifier")
-    kind = c.choice(value.get("kind"), path + ("kind",), "controller kind", tuple(CONTROLLERS))
+    kind = c.choice(value.get("kind"), path + ("kind",), tuple(CONTROLLERS), "controller kind")
     c.mapping(value, path, CONTROLLERS[kind].keys, f"a {kind} controller")
     ctl = {"kind": kind, "deadband": None, "hold": 1}
     if "deadband" in value:
-        ctl["deadband"] = c.number(value["deadband"], path + ("deadband",), "deadband",
-                                   positive=True)
+        ctl["deadband"] = c.number(value["deadband"], path + ("deadband",), positive=True)
     if "hold" in value:
-        ctl["hold"] = c.whole(value["hold"], path + ("hold",), "hold")
+        ctl["hold"] = c.whole(value["hold"], path + ("hold",))
     CONTROLLERS[kind].parse(c, value, levers, path, ctl)
     return ctl
 
@@ -1367,7 +1367,7 @@ def parse_threshold(c, value, levers, path, ctl):
     if len(sides) != 1:
         c.fail(path, "a threshold takes exactly one of above: or below:")
     side = ctl["side"] = sides[0]
-    ctl["bound"] = c.number(value[side], path + (side,), side)
+    ctl["bound"] = c.number(value[side], path + (side,))
     if "action" not in value:
         c.fail(path, "a threshold names its lever with action:")
     ctl["action"] = permitted_lever(c, value["action"], path + ("action",), levers)
@@ -1378,7 +1378,7 @@ def parse_band(c, value, levers, path, ctl):
         value, path, ("low", "high", "below", "above"),
         "a band has no '{key}'; write {kind: band, low: 19, high: 24, below: heat, above: cool}")
     for key in ("low", "high"):
-        ctl[key] = c.number(value[key], path + (key,), key)
+        ctl[key] = c.number(value[key], path + (key,))
     if ctl["low"] >= ctl["high"]:
         c.fail(path + ("high",), "a band's high must be above its low")
     for side in ("below", "above"):
@@ -1397,7 +1397,7 @@ def parse_band(c, value, levers, path, ctl):
 
 
 def parse_backend_controller(c, value, levers, path, ctl):
-    ctl["backend"] = c.text(value.get("backend"), path + ("backend",), "backend", required=False)
+    ctl["backend"] = c.text(value.get("backend"), path + ("backend",), required=False)
 
 
 def describe_threshold(ctl):
@@ -1458,13 +1458,13 @@ def parse_plausibility(c, doc, m):
             c.fail(("range",), "range must be [low, high] with low at most high")
         m["range"] = (low, high)
     for key in ("max_step", "max_rise", "max_fall"):
-        m[key] = c.number(doc[key], (key,), key, positive=True) if key in doc else None
+        m[key] = c.number(doc[key], (key,), positive=True) if key in doc else None
     for key in ("max_rise", "max_fall"):
         if m[key] is not None and m["max_step"] is not None and m[key] >= m["max_step"]:
             c.fail((key,), f"{key} {format_number(m[key])} is not smaller than max_step "
                            f"{format_number(m['max_step'])}; "
                            "beside max_step it must bound its way tighter")
-    m["confirm"] = c.boolean(doc.get("confirm", True), ("confirm",), "confirm")
+    m["confirm"] = c.boolean(doc.get("confirm", True), ("confirm",))
 
 
 def parse_guards(c, doc, m, directory):
@@ -1474,8 +1474,8 @@ def parse_guards(c, doc, m, directory):
                                         ", such as - {name: spend, run: ./spend, above: 100}"):
         g = {
             "name": name, "run": None, "adapter": None, "drawdown": None,
-            "then": c.choice(item.get("then", "pause"), path + ("then",), "then", ("pause", "ask")),
-            "confirm": c.boolean(item.get("confirm", m["confirm"]), path + ("confirm",), "confirm"),
+            "then": c.choice(item.get("then", "pause"), path + ("then",), ("pause", "ask")),
+            "confirm": c.boolean(item.get("confirm", m["confirm"]), path + ("confirm",)),
             "unwind": None, "timeout": reading_timeout(c, item, path)}
         if "timeout" in item and "drawdown" in item:
             c.fail(path + ("timeout",), "a drawdown guard is read from the metric's report "
@@ -1490,7 +1490,7 @@ def parse_guards(c, doc, m, directory):
                                         "a guard reads a reading of its own")
         elif "adapter" in item:
             at = path + ("adapter",)
-            adapter = g["adapter"] = c.text(item["adapter"], at, "adapter")
+            adapter = g["adapter"] = c.text(item["adapter"], at)
             if adapter.split()[0] not in ADAPTERS:
                 c.fail(at, f"'{adapter.split()[0]}' is not a built-in adapter; "
                            f"use one of {', '.join(ADAPTERS)}")
@@ -1510,8 +1510,7 @@ def parse_guards(c, doc, m, directory):
         if g["drawdown"] is None:
             if len(bounds) != 1:
                 c.fail(path, f"guard '{name}' takes exactly one bound: above: or below:")
-            g["side"], g["bound"] = bounds[0], c.number(item[bounds[0]], path + (bounds[0],),
-                                                        bounds[0])
+            g["side"], g["bound"] = bounds[0], c.number(item[bounds[0]], path + (bounds[0],))
         elif bounds:
             c.fail(path + (bounds[0],),
                    "a drawdown guard's bound is its percentage; remove above:/below:")
@@ -1597,7 +1596,7 @@ def parse_config(text, source="config.yaml"):
     c.mapping(doc, (), CONFIG_KEYS, "the config")
     cfg = {"nightly": parse_nightly(c, doc.get("nightly", "03:00")), "backends": {},
            "default": None, "escalate": None,
-           "ratchet": c.whole(doc.get("ratchet", 5), ("ratchet",), "ratchet", least=0),
+           "ratchet": c.whole(doc.get("ratchet", 5), ("ratchet",), least=0),
            "forecast": None, "canary_asks": None, "adapters": {}, "research": None}
     backends = {} if doc.get("backends") is None else doc["backends"]
     c.mapping(backends, ("backends",), set(backends) if isinstance(backends, dict) else (),
@@ -1613,23 +1612,22 @@ def parse_config(text, source="config.yaml"):
         c.require(
             b, path, needs,
             f"backend '{name}' has no '{{key}}'; a {b['kind']} backend says {', '.join(needs)}")
-        backend = {k: c.text(v, path + (k,), k) for k, v in b.items()
+        backend = {k: c.text(v, path + (k,)) for k, v in b.items()
                    if k not in ("offbox", "max_tokens")}
         if "effort" in b:
-            c.choice(b["effort"], path + ("effort",), "effort", EFFORTS[b["kind"]])
+            c.choice(b["effort"], path + ("effort",), EFFORTS[b["kind"]])
         if b["kind"] == "anthropic":
             backend["version"] = backend.get("version", ANTHROPIC_VERSION)
             if not re.fullmatch(r"\d{4}-\d\d-\d\d", backend["version"]):
                 c.fail(path + ("version",),
                        f"version is the API's version date, as {ANTHROPIC_VERSION}, "
                        f"not {json.dumps(backend['version'])}")
-            backend["max_tokens"] = c.whole(b.get("max_tokens", MAX_TOKENS), path + ("max_tokens",),
-                                            "max_tokens")
+            backend["max_tokens"] = c.whole(b.get("max_tokens", MAX_TOKENS), path + ("max_tokens",))
         elif b["kind"] == "openai":  # max_tokens is sent only when it says
             given = b.get("max_tokens")
             backend["max_tokens"] = (
-                None if given is None else c.whole(given, path + ("max_tokens",), "max_tokens"))
-            api = backend["api"] = c.choice(b.get("api", "chat"), path + ("api",), "api",
+                None if given is None else c.whole(given, path + ("max_tokens",)))
+            api = backend["api"] = c.choice(b.get("api", "chat"), path + ("api",),
                                             tuple(OPENAI_APIS))
             other = next(a for a in OPENAI_APIS if a != api)
             if b["url"].rstrip("/").endswith(OPENAI_APIS[other]):
@@ -1640,11 +1638,11 @@ def parse_config(text, source="config.yaml"):
             c.url(b["url"], path + ("url",))
         # an anthropic or openai backend leaves the machine; a command when it says so
         backend["offbox"] = b["kind"] != "command" or c.boolean(b.get("offbox", False),
-                                                                 path + ("offbox",), "offbox")
+                                                                 path + ("offbox",))
         cfg["backends"][name] = backend
     for key in ("default", "escalate"):
         if doc.get(key) is not None:
-            name = c.text(doc[key], (key,), key)
+            name = c.text(doc[key], (key,))
             if name not in cfg["backends"]:
                 c.fail((key,), f"{key}: '{name}' names no backend; name one under"
                                f" backends:{nearest(name, cfg['backends'])}")
@@ -1652,23 +1650,23 @@ def parse_config(text, source="config.yaml"):
     if doc.get("forecast") is not None:
         f = c.mapping(doc["forecast"], ("forecast",), {"days", "seeds"}, "forecast")
         cfg["forecast"] = {
-            "days": c.whole(f.get("days", 30), ("forecast", "days"), "days"),
-            "seeds": c.whole(f.get("seeds", 16), ("forecast", "seeds"), "seeds", least=0)}
+            "days": c.whole(f.get("days", 30), ("forecast", "days")),
+            "seeds": c.whole(f.get("seeds", 16), ("forecast", "seeds"), least=0)}
     if doc.get("canary_asks") is not None:
         ca = c.mapping(doc["canary_asks"], ("canary_asks",), {"every"}, "canary_asks")
-        cfg["canary_asks"] = {"every": c.whole(ca.get("every"), ("canary_asks", "every"), "every")}
+        cfg["canary_asks"] = {"every": c.whole(ca.get("every"), ("canary_asks", "every"))}
     adapters = {} if doc.get("adapters") is None else doc["adapters"]
     c.mapping(adapters, ("adapters",), {"stripe", "github", "mail"}, "adapters")
     for name, a in adapters.items():
         keys, path = {"command", "from"} if name == "mail" else {"url"}, ("adapters", name)
         c.mapping(a, path, keys, f"the {name} adapter")
         c.require(a, path, sorted(keys), f"the {name} adapter has no '{{key}}'")
-        adapter = cfg["adapters"][name] = {k: c.text(a[k], path + (k,), k) for k in sorted(keys)}
+        adapter = cfg["adapters"][name] = {k: c.text(a[k], path + (k,)) for k in sorted(keys)}
         if "url" in keys:
             c.url(adapter["url"], path + ("url",))
         if "from" in keys and re.search(r"[\r\n]", adapter["from"]):
             c.fail(path + ("from",), "from is one address on one line, as in ops@example.com")
-    cfg["research"] = c.text(doc.get("research"), ("research",), "research", required=False)
+    cfg["research"] = c.text(doc.get("research"), ("research",), required=False)
     cfg["notify"] = parse_notify(c, doc.get("notify"))
     cfg["metrics"] = parse_metrics(c, doc.get("metrics"))
     cfg["page"] = parse_written(
@@ -1702,19 +1700,18 @@ def parse_checkpoint_config(c, value):
             "principal": None}
     c.mapping(value, path, set(spec), "checkpoint")
     for key in ("key", "allowed_signers"):
-        spec[key] = c.text(value.get(key), path + (key,), key, required=False)
+        spec[key] = c.text(value.get(key), path + (key,), required=False)
         if spec[key] and not os.path.isabs(os.path.expanduser(spec[key])):
             c.fail(path + (key,),
                    f"{key} is a file's absolute path, as /home/ops/.ssh/avsm_checkpoint, not"
                    f" {spec[key]!r}")
     if "namespace" in value:
-        spec["namespace"] = c.text(value["namespace"], path + ("namespace",), "namespace")
+        spec["namespace"] = c.text(value["namespace"], path + ("namespace",))
         if not re.fullmatch(r"[A-Za-z0-9@._-]{1,64}", spec["namespace"]):
             c.fail(
                 path + ("namespace",),
                 "namespace is one word of letters, digits and @._-, as avsm-checkpoint@example.com")
-    spec["principal"] = c.text(value.get("principal"), path + ("principal",), "principal",
-                               required=False)
+    spec["principal"] = c.text(value.get("principal"), path + ("principal",), required=False)
     if spec["principal"] and not re.fullmatch(r"[A-Za-z0-9@._+][A-Za-z0-9@._+-]{0,127}",
                                               spec["principal"]):
         c.fail(path + ("principal",), "principal is one name of allowed_signers, of letters, "
@@ -1847,7 +1844,7 @@ def parse_written(c, value, key, name, example, every, where_to):
     if name not in value:
         c.fail(path, f"{key} has no '{name}'; write {example}")
     where = path + (name,)
-    text = c.text(value[name], where, name)
+    text = c.text(value[name], where)
     if "\0" in text or not os.path.isabs(text):
         c.fail(where, f"{name} is a file's absolute path {where_to}, not {text!r}")
     if "every" in value:
