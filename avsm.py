@@ -991,17 +991,17 @@ class Checker:
         raise Fail(EX_CONFIG, f"{self.source}:{line}:{col}: {message}")
 
     def where(self, path):
-        path = tuple(path)
         while path and path not in self.marks:
             path = path[:-1]
         return self.marks.get(path, (1, 1))
 
-    def mapping(self, value, path, known, what):
+    def mapping(self, value, path, known, what=None):
+        what = what or path[-1]
         if not isinstance(value, dict):
             self.fail(path, f"{what} must be a mapping of keys to values")
         for key in value:
             if key not in known:
-                self.fail(tuple(path) + (key,),
+                self.fail(path + (key,),
                           f"unknown key '{key}' in {what}{nearest(key, known)}")
         return value
 
@@ -1286,7 +1286,7 @@ def reading_timeout(c, item, path):
     """Return a reading program's own `timeout:` in seconds (at the top level the report's), or
     None."""
     if "timeout" in item:
-        return c.duration(item["timeout"], tuple(path) + ("timeout",))
+        return c.duration(item["timeout"], path + ("timeout",))
     return None
 
 
@@ -1599,8 +1599,7 @@ def parse_config(text, source="config.yaml"):
            "ratchet": c.whole(doc.get("ratchet", 5), ("ratchet",), least=0),
            "forecast": None, "canary_asks": None, "adapters": {}, "research": None}
     backends = {} if doc.get("backends") is None else doc["backends"]
-    c.mapping(backends, ("backends",), set(backends) if isinstance(backends, dict) else (),
-              "backends")
+    c.mapping(backends, ("backends",), set(backends) if isinstance(backends, dict) else ())
     for name, b in backends.items():
         path = ("backends", name)
         if not isinstance(b, dict) or not isinstance(b.get("kind"), str) \
@@ -1648,15 +1647,15 @@ def parse_config(text, source="config.yaml"):
                                f" backends:{nearest(name, cfg['backends'])}")
             cfg[key] = name
     if doc.get("forecast") is not None:
-        f = c.mapping(doc["forecast"], ("forecast",), {"days", "seeds"}, "forecast")
+        f = c.mapping(doc["forecast"], ("forecast",), {"days", "seeds"})
         cfg["forecast"] = {
             "days": c.whole(f.get("days", 30), ("forecast", "days")),
             "seeds": c.whole(f.get("seeds", 16), ("forecast", "seeds"), least=0)}
     if doc.get("canary_asks") is not None:
-        ca = c.mapping(doc["canary_asks"], ("canary_asks",), {"every"}, "canary_asks")
+        ca = c.mapping(doc["canary_asks"], ("canary_asks",), {"every"})
         cfg["canary_asks"] = {"every": c.whole(ca.get("every"), ("canary_asks", "every"))}
     adapters = {} if doc.get("adapters") is None else doc["adapters"]
-    c.mapping(adapters, ("adapters",), {"stripe", "github", "mail"}, "adapters")
+    c.mapping(adapters, ("adapters",), {"stripe", "github", "mail"})
     for name, a in adapters.items():
         keys, path = {"command", "from"} if name == "mail" else {"url"}, ("adapters", name)
         c.mapping(a, path, keys, f"the {name} adapter")
@@ -1698,7 +1697,7 @@ def parse_checkpoint_config(c, value):
     path, value = ("checkpoint",), {} if value is None else value
     spec = {"key": None, "namespace": CHECKPOINT_NAMESPACE, "every": 86400, "allowed_signers": None,
             "principal": None}
-    c.mapping(value, path, set(spec), "checkpoint")
+    c.mapping(value, path, set(spec))
     for key in ("key", "allowed_signers"):
         spec[key] = c.text(value.get(key), path + (key,), required=False)
         if spec[key] and not os.path.isabs(os.path.expanduser(spec[key])):
@@ -1762,7 +1761,7 @@ def parse_notify(c, value):
     if value is None:
         return None
     if isinstance(value, dict):
-        c.mapping(value, path, {"run", "timeout"}, "notify")
+        c.mapping(value, path, {"run", "timeout"})
         if "run" not in value:
             c.fail(path, "notify has no 'run'; write notify: {run: COMMAND, timeout: 30s}, or just"
                          f" {NOTIFY_EXAMPLE}")
@@ -1804,7 +1803,7 @@ def parse_ledger(c, value):
     if value is None:
         return None
     path = ("ledger", "rotate")
-    c.mapping(value, path[:1], {"rotate", "keep"}, "ledger")
+    c.mapping(value, path[:1], {"rotate", "keep"})
     c.require(value, path[:1], ("rotate",), f"ledger has no '{{key}}'; write {LEDGER_EXAMPLE}")
     rotate = str(value["rotate"]).strip()
     size = re.fullmatch(r"([0-9]+)([KMG])", rotate)
@@ -1840,7 +1839,7 @@ def parse_written(c, value, key, name, example, every, where_to):
         return None
     if not isinstance(value, dict):
         c.fail(path, f"{key} is a mapping, as {example}, not {shown_value(value)}")
-    c.mapping(value, path, {name, "every"}, key)
+    c.mapping(value, path, {name, "every"})
     if name not in value:
         c.fail(path, f"{key} has no '{name}'; write {example}")
     where = path + (name,)
