@@ -2119,12 +2119,13 @@ BEGIN SELECT RAISE(ABORT, 'only the next record, chained to the last, may be app
 # Indexes find a window by time, a venture or a rare kind without reading the whole history
 # (issue 33); the writer makes them as it opens a ledger. A record that does not parse indexes as
 # null: json_extract would refuse it, and the ledger would not open to say which it is.
-RECORD_KIND_SQL = "(CASE WHEN json_valid(record) THEN json_extract(record, '$.kind') END)"
-RECORD_VENTURE_SQL = "(CASE WHEN json_valid(record) THEN json_extract(record, '$.venture') END)"
+RECORD_KIND_SQL, RECORD_VENTURE_SQL = (
+    f"(CASE WHEN json_valid(record) THEN json_extract(record, '$.{field}') END)"
+    for field in ("kind", "venture"))
 LEDGER_INDEXES = ("CREATE INDEX IF NOT EXISTS records_at ON records(at)",
                   f"CREATE INDEX IF NOT EXISTS records_kind ON records({RECORD_KIND_SQL})",
                   f"CREATE INDEX IF NOT EXISTS records_venture ON records({RECORD_VENTURE_SQL})")
-LEDGER_SCHEMA = ";\n".join((LEDGER_TABLE,) + LEDGER_TRIGGERS + LEDGER_INDEXES) + ";\n"
+LEDGER_SCHEMA = ";\n".join((LEDGER_TABLE,) + LEDGER_TRIGGERS + LEDGER_INDEXES)
 RECORD_FIELDS = ("kind", "claim", "venture", "summary")
 RECORD_COLUMNS = "(seq, at, prev, hash, weight, record) VALUES (?, ?, ?, ?, ?, ?)"
 
@@ -2376,9 +2377,9 @@ class Ledger:
                         raise
                     time.sleep(0.05)
         self.db.execute("PRAGMA synchronous=FULL")
-        self.db.executescript(";\n".join((LEDGER_TABLE,) + LEDGER_TRIGGERS) + ";\n")
+        self.db.executescript(";\n".join((LEDGER_TABLE,) + LEDGER_TRIGGERS))
         try:
-            self.db.executescript(";\n".join(LEDGER_INDEXES) + ";\n")
+            self.db.executescript(";\n".join(LEDGER_INDEXES))
         except sqlite3.OperationalError:
             pass    # a ledger that cannot take them now (read-only, full) is read more slowly
 
