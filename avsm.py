@@ -1411,10 +1411,6 @@ def describe_band(ctl):
             f"below runs {ctl['below']}, above runs {ctl['above']}")
 
 
-def describe_by_model(ctl):
-    return f"{ctl['kind']} (a backend proposes; the gate decides)"
-
-
 ControllerKind = collections.namedtuple("ControllerKind", "keys parse sides describe by_model")
 ControllerKind.__doc__ = """A controller kind: its mandate keys, its parser, its sides
 [(side name, way, bound, lever)] for the kernel, one line for a person, whether a model proposes."""
@@ -1429,7 +1425,8 @@ CONTROLLERS = {  # adding a controller kind is one entry here and its functions
                      ("above", "above", ctl["high"], ctl["above"])],
         describe_band, False),
     "model": ControllerKind({"kind", "backend"}, parse_backend_controller, lambda ctl: [],
-                            describe_by_model, True)}
+                            lambda ctl: f"{ctl['kind']} (a backend proposes; the gate decides)",
+                            True)}
 CONTROLLERS["classifier"] = CONTROLLERS["model"]    # the same kind to the gate: a model proposes
 
 
