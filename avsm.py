@@ -2939,15 +2939,15 @@ class LockCheck:
 
     def lock_is_ours(self):
         """The lock is ours unless another avsmd's pid stands in it (a deleted one avsmd makes
-        again); read again only when its stat changed."""
+        again); read again only when its stat changed (or fails)."""
         try:
             st = os.stat(self.lock_path)
+            seen = (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
         except FileNotFoundError:
             return True
         except OSError:
-            return read_lock_pid(self.lock_path) in (self.avsmd_pid, None)
-        seen = (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
-        if seen != self.lock_seen:
+            seen = None
+        if seen is None or seen != self.lock_seen:
             self.lock_ours = read_lock_pid(self.lock_path) in (self.avsmd_pid, None)
             self.lock_seen = seen
         return self.lock_ours
