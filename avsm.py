@@ -2130,6 +2130,9 @@ RECORD_COLUMNS = "(seq, at, prev, hash, weight, record) VALUES (?, ?, ?, ?, ?, ?
 class LockLost(Exception):
     """The home's lock is another avsmd's now: nothing more may be appended."""
 
+    def __str__(self):
+        return "the lock of this home is another avsmd's; appending nothing more"
+
 
 class LedgerDown(Exception):
     """The ledger cannot be written (disk full, read-only): what would write must not run."""
@@ -2399,8 +2402,7 @@ class Ledger:
             if began:
                 db = self.begin()
                 if not self.still_ours():
-                    raise LockLost(
-                        "the lock of this home is another avsmd's; appending nothing more")
+                    raise LockLost()
                 self.last, self.held = ledger_head(db) or (0, ZERO_HASH), []
             seq, prev = self.last
             for text in texts:
@@ -2467,7 +2469,7 @@ class Ledger:
             return 0
         try:
             if check and not self.still_ours():
-                raise LockLost("the lock of this home is another avsmd's; appending nothing more")
+                raise LockLost()
             self.db.execute("COMMIT")
         except BaseException:
             self.rollback()
