@@ -980,7 +980,8 @@ def checked_yaml(text, source):
 
 
 class Checker:
-    """Checks a parsed YAML document, refusing at file:line:col with the fix."""
+    """Checks a parsed YAML document, refusing at file:line:col with the fix. A value is named by
+    `what`, or by its key (the path's last) when not told."""
 
     def __init__(self, source, marks):
         self.source, self.marks = source, marks
@@ -990,28 +991,29 @@ class Checker:
         raise Fail(EX_CONFIG, f"{self.source}:{line}:{col}: {message}")
 
     def where(self, path):
-        path = tuple(path)
         while path and path not in self.marks:
             path = path[:-1]
         return self.marks.get(path, (1, 1))
 
-    def mapping(self, value, path, known, what):
+    def mapping(self, value, path, known, what=None):
+        what = what or path[-1]
         if not isinstance(value, dict):
             self.fail(path, f"{what} must be a mapping of keys to values")
         for key in value:
             if key not in known:
-                self.fail(tuple(path) + (key,),
+                self.fail(path + (key,),
                           f"unknown key '{key}' in {what}{nearest(key, known)}")
         return value
 
-    def text(self, value, path, what, required=True):
+    def text(self, value, path, what=None, required=True):
         if value is None and not required:
             return None
         if not isinstance(value, str) or not value.strip():
-            self.fail(path, f"{what} must be text")
+            self.fail(path, f"{what or path[-1]} must be text")
         return value.strip()
 
-    def number(self, value, path, what, positive=False):
+    def number(self, value, path, what=None, positive=False):
+        what = what or path[-1]
         # past NUMBER_MAX parse_yaml refused it: only NaN and the infinities are left
         if isinstance(value, bool) or not isinstance(value, (int, float)) \
                 or not abs(value) < float("inf"):
@@ -1020,20 +1022,20 @@ class Checker:
             self.fail(path, f"{what} must be above 0")
         return value
 
-    def whole(self, value, path, what, least=1):
+    def whole(self, value, path, what=None, least=1):
         if isinstance(value, bool) or not isinstance(value, int) or value < least:
-            self.fail(path, f"{what} must be a whole number of at least {least}")
+            self.fail(path, f"{what or path[-1]} must be a whole number of at least {least}")
         return value
 
-    def boolean(self, value, path, what):
+    def boolean(self, value, path, what=None):
         if not isinstance(value, bool):
-            self.fail(path, f"{what} must be true or false")
+            self.fail(path, f"{what or path[-1]} must be true or false")
         return value
 
-    def choice(self, value, path, what, choices):
+    def choice(self, value, path, choices, what=None):
         if value not in choices:
             named = ", ".join(str(c) for c in choices if c is not None)
-            self.fail(path, f"{what} must be one of {named}, not {shown_value(value)}")
+            self.fail(path, f"{what or path[-1]} must be one of {named}, not {shown_value(value)}")
         return value
 
     def require(self, value, path, keys, message):
@@ -1158,14 +1160,14 @@ def parse_levers(c, doc, directory):
                  if "run" in item else None,
                  "cap": c.parsed(parse_cap, item["cap"], at("cap")),
                  "cap_text": str(item["cap"]).strip(),
-                 "reversible": c.boolean(item["reversible"], at("reversible"), "reversible"),
-                 "delegated": c.boolean(item.get("delegated", False), at("delegated"), "delegated"),
+                 "reversible": c.boolean(item["reversible"], at("reversible")),
+                 "delegated": c.boolean(item.get("delegated", False), at("delegated")),
                  "timeout": c.duration(item["timeout"], at("timeout"))
                  if "timeout" in item else LEVER_TIMEOUT,
-                 "takes": c.choice(item.get("takes"), at("takes"), "takes", (None,) + TAKES),
+                 "takes": c.choice(item.get("takes"), at("takes"), (None,) + TAKES),
                  "expects": c.parsed(parse_expects, item["expects"], at("expects"))
                  if "expects" in item else None,
-                 "revoke_after": c.whole(item["revoke_after"], at("revoke_after"), "revoke_after")
+                 "revoke_after": c.whole(item["revoke_after"], at("revoke_after"))
                  if "revoke_after" in item else None,
                  "budget": parse_budget(c, item["budget"], at("budget"))
                  if "budget" in item else None,
@@ -1220,8 +1222,8 @@ def parse_budget(c, value, path):
     c.mapping(value, path, {"field", "max", "per"}, "a budget")
     c.require(value, path, ("field", "max", "per"),
               "a budget has no '{key}'; write {field: qty, max: 100000, per: 1d}")
-    return {"field": c.text(value["field"], path + ("field",), "field"),
-            "max": c.number(value["max"], path + ("max",), "max", positive=True),
+    return {"field": c.text(value["field"], path + ("field",)),
+            "max": c.number(value["max"], path + ("max",), positive=True),
             "per": c.duration(value["per"], path + ("per",))}
 
 
@@ -1233,7 +1235,7 @@ def parse_mandate(text, source="mandate.yaml", directory=None):
     c.require(
         doc, (), ("purpose", "metric", "controller", "cadence"),
         "the mandate has no '{key}'; every mandate says purpose, metric, controller and cadence")
-    m = {key: c.text(doc[key], (key,), key) for key in ("purpose", "metric")}
+    m = {key: c.text(doc[key], (key,)) for key in ("purpose", "metric")}
     m["cadence"] = c.duration(doc["cadence"], ("cadence",))
     m["adapter"] = m["metric"] if m["metric"].split()[0] in ADAPTERS else None
     m["timeout"] = reading_timeout(c, doc, ())
@@ -1246,7 +1248,7 @@ def parse_mandate(text, source="mandate.yaml", directory=None):
     m["levers"] = parse_levers(c, doc, directory)
     m["forbidden"] = parse_forbidden(c, doc, m["levers"])
     m["controller"] = parse_controller(c, doc["controller"], m["levers"])
-    m["restart"] = c.choice(doc.get("restart", "always"), ("restart",), "restart", RESTART_POLICIES)
+    m["restart"] = c.choice(doc.get("restart", "always"), ("restart",), RESTART_POLICIES)
     m["run"] = None
     if "run" in doc or directory is not None and os.path.isfile(os.path.join(directory, "run")):
         m["run"] = c.command(doc.get("run", "./run"), ("run",), "run", directory)
@@ -1255,9 +1257,9 @@ def parse_mandate(text, source="mandate.yaml", directory=None):
     m["audits"] = parse_audits(c, doc, directory)
     m["readings"] = parse_readings(c, doc, m, directory)
     m["world"] = c.command(doc["world"], ("world",), "world", directory) if "world" in doc else None
-    m["calibration"] = (c.number(doc["calibration"], ("calibration",), "calibration")
+    m["calibration"] = (c.number(doc["calibration"], ("calibration",))
                         if "calibration" in doc else None)
-    m["escalate"] = c.choice(doc.get("escalate"), ("escalate",), "escalate", (None, "offbox"))
+    m["escalate"] = c.choice(doc.get("escalate"), ("escalate",), (None, "offbox"))
     return m
 
 
@@ -1284,7 +1286,7 @@ def reading_timeout(c, item, path):
     """Return a reading program's own `timeout:` in seconds (at the top level the report's), or
     None."""
     if "timeout" in item:
-        return c.duration(item["timeout"], tuple(path) + ("timeout",))
+        return c.duration(item["timeout"], path + ("timeout",))
     return None
 
 
@@ -1297,12 +1299,11 @@ def parse_audits(c, doc, directory):
         audits.append({
             "name": name,
             "run": c.command(item["run"], path + ("run",), f"audit '{name}'", directory),
-            "worse": c.choice(item["worse"], path + ("worse",), "worse", ("up", "down")),
-            "better": c.choice(item.get("better", "up"), path + ("better",), "better",
-                               ("up", "down")),
-            "tolerance": c.number(item.get("tolerance", 0), path + ("tolerance",), "tolerance"),
-            "window": c.whole(item.get("window", 5), path + ("window",), "window", least=2),
-            "confirm": c.boolean(item.get("confirm", True), path + ("confirm",), "confirm"),
+            "worse": c.choice(item["worse"], path + ("worse",), ("up", "down")),
+            "better": c.choice(item.get("better", "up"), path + ("better",), ("up", "down")),
+            "tolerance": c.number(item.get("tolerance", 0), path + ("tolerance",)),
+            "window": c.whole(item.get("window", 5), path + ("window",), least=2),
+            "confirm": c.boolean(item.get("confirm", True), path + ("confirm",)),
             "timeout": reading_timeout(c, item, path)})
     return audits
 
@@ -1320,7 +1321,7 @@ def parse_readings(c, doc, m, directory):
         readings.append({
             "name": name,
             "run": c.command(item["run"], path + ("run",), f"reading '{name}'", directory),
-            "lines": c.choice(item.get("lines"), path + ("lines",), "lines", ("address",)),
+            "lines": c.choice(item.get("lines"), path + ("lines",), ("address",)),
             "audit": audit, "timeout": reading_timeout(c, item, path)})
     return readings
 
@@ -1350,14 +1351,13 @@ def parse_controller(c, value, levers):
     if not isinstance(value, dict):
         c.fail(path,
                "controller must be a mapping with a kind: threshold, band, model or classifier")
-    kind = c.choice(value.get("kind"), path + ("kind",), "controller kind", tuple(CONTROLLERS))
+    kind = c.choice(value.get("kind"), path + ("kind",), tuple(CONTROLLERS), "controller kind")
     c.mapping(value, path, CONTROLLERS[kind].keys, f"a {kind} controller")
     ctl = {"kind": kind, "deadband": None, "hold": 1}
     if "deadband" in value:
-        ctl["deadband"] = c.number(value["deadband"], path + ("deadband",), "deadband",
-                                   positive=True)
+        ctl["deadband"] = c.number(value["deadband"], path + ("deadband",), positive=True)
     if "hold" in value:
-        ctl["hold"] = c.whole(value["hold"], path + ("hold",), "hold")
+        ctl["hold"] = c.whole(value["hold"], path + ("hold",))
     CONTROLLERS[kind].parse(c, value, levers, path, ctl)
     return ctl
 
@@ -1367,7 +1367,7 @@ def parse_threshold(c, value, levers, path, ctl):
     if len(sides) != 1:
         c.fail(path, "a threshold takes exactly one of above: or below:")
     side = ctl["side"] = sides[0]
-    ctl["bound"] = c.number(value[side], path + (side,), side)
+    ctl["bound"] = c.number(value[side], path + (side,))
     if "action" not in value:
         c.fail(path, "a threshold names its lever with action:")
     ctl["action"] = permitted_lever(c, value["action"], path + ("action",), levers)
@@ -1378,7 +1378,7 @@ def parse_band(c, value, levers, path, ctl):
         value, path, ("low", "high", "below", "above"),
         "a band has no '{key}'; write {kind: band, low: 19, high: 24, below: heat, above: cool}")
     for key in ("low", "high"):
-        ctl[key] = c.number(value[key], path + (key,), key)
+        ctl[key] = c.number(value[key], path + (key,))
     if ctl["low"] >= ctl["high"]:
         c.fail(path + ("high",), "a band's high must be above its low")
     for side in ("below", "above"):
@@ -1397,7 +1397,7 @@ def parse_band(c, value, levers, path, ctl):
 
 
 def parse_backend_controller(c, value, levers, path, ctl):
-    ctl["backend"] = c.text(value.get("backend"), path + ("backend",), "backend", required=False)
+    ctl["backend"] = c.text(value.get("backend"), path + ("backend",), required=False)
 
 
 def describe_threshold(ctl):
@@ -1409,10 +1409,6 @@ def describe_threshold(ctl):
 def describe_band(ctl):
     return (f"band [{format_number(ctl['low'])}, {format_number(ctl['high'])}]: "
             f"below runs {ctl['below']}, above runs {ctl['above']}")
-
-
-def describe_by_model(ctl):
-    return f"{ctl['kind']} (a backend proposes; the gate decides)"
 
 
 ControllerKind = collections.namedtuple("ControllerKind", "keys parse sides describe by_model")
@@ -1429,7 +1425,8 @@ CONTROLLERS = {  # adding a controller kind is one entry here and its functions
                      ("above", "above", ctl["high"], ctl["above"])],
         describe_band, False),
     "model": ControllerKind({"kind", "backend"}, parse_backend_controller, lambda ctl: [],
-                            describe_by_model, True)}
+                            lambda ctl: f"{ctl['kind']} (a backend proposes; the gate decides)",
+                            True)}
 CONTROLLERS["classifier"] = CONTROLLERS["model"]    # the same kind to the gate: a model proposes
 
 
@@ -1458,13 +1455,13 @@ def parse_plausibility(c, doc, m):
             c.fail(("range",), "range must be [low, high] with low at most high")
         m["range"] = (low, high)
     for key in ("max_step", "max_rise", "max_fall"):
-        m[key] = c.number(doc[key], (key,), key, positive=True) if key in doc else None
+        m[key] = c.number(doc[key], (key,), positive=True) if key in doc else None
     for key in ("max_rise", "max_fall"):
         if m[key] is not None and m["max_step"] is not None and m[key] >= m["max_step"]:
             c.fail((key,), f"{key} {format_number(m[key])} is not smaller than max_step "
                            f"{format_number(m['max_step'])}; "
                            "beside max_step it must bound its way tighter")
-    m["confirm"] = c.boolean(doc.get("confirm", True), ("confirm",), "confirm")
+    m["confirm"] = c.boolean(doc.get("confirm", True), ("confirm",))
 
 
 def parse_guards(c, doc, m, directory):
@@ -1474,8 +1471,8 @@ def parse_guards(c, doc, m, directory):
                                         ", such as - {name: spend, run: ./spend, above: 100}"):
         g = {
             "name": name, "run": None, "adapter": None, "drawdown": None,
-            "then": c.choice(item.get("then", "pause"), path + ("then",), "then", ("pause", "ask")),
-            "confirm": c.boolean(item.get("confirm", m["confirm"]), path + ("confirm",), "confirm"),
+            "then": c.choice(item.get("then", "pause"), path + ("then",), ("pause", "ask")),
+            "confirm": c.boolean(item.get("confirm", m["confirm"]), path + ("confirm",)),
             "unwind": None, "timeout": reading_timeout(c, item, path)}
         if "timeout" in item and "drawdown" in item:
             c.fail(path + ("timeout",), "a drawdown guard is read from the metric's report "
@@ -1490,7 +1487,7 @@ def parse_guards(c, doc, m, directory):
                                         "a guard reads a reading of its own")
         elif "adapter" in item:
             at = path + ("adapter",)
-            adapter = g["adapter"] = c.text(item["adapter"], at, "adapter")
+            adapter = g["adapter"] = c.text(item["adapter"], at)
             if adapter.split()[0] not in ADAPTERS:
                 c.fail(at, f"'{adapter.split()[0]}' is not a built-in adapter; "
                            f"use one of {', '.join(ADAPTERS)}")
@@ -1510,8 +1507,7 @@ def parse_guards(c, doc, m, directory):
         if g["drawdown"] is None:
             if len(bounds) != 1:
                 c.fail(path, f"guard '{name}' takes exactly one bound: above: or below:")
-            g["side"], g["bound"] = bounds[0], c.number(item[bounds[0]], path + (bounds[0],),
-                                                        bounds[0])
+            g["side"], g["bound"] = bounds[0], c.number(item[bounds[0]], path + (bounds[0],))
         elif bounds:
             c.fail(path + (bounds[0],),
                    "a drawdown guard's bound is its percentage; remove above:/below:")
@@ -1597,11 +1593,10 @@ def parse_config(text, source="config.yaml"):
     c.mapping(doc, (), CONFIG_KEYS, "the config")
     cfg = {"nightly": parse_nightly(c, doc.get("nightly", "03:00")), "backends": {},
            "default": None, "escalate": None,
-           "ratchet": c.whole(doc.get("ratchet", 5), ("ratchet",), "ratchet", least=0),
+           "ratchet": c.whole(doc.get("ratchet", 5), ("ratchet",), least=0),
            "forecast": None, "canary_asks": None, "adapters": {}, "research": None}
     backends = {} if doc.get("backends") is None else doc["backends"]
-    c.mapping(backends, ("backends",), set(backends) if isinstance(backends, dict) else (),
-              "backends")
+    c.mapping(backends, ("backends",), set(backends) if isinstance(backends, dict) else ())
     for name, b in backends.items():
         path = ("backends", name)
         if not isinstance(b, dict) or not isinstance(b.get("kind"), str) \
@@ -1613,23 +1608,22 @@ def parse_config(text, source="config.yaml"):
         c.require(
             b, path, needs,
             f"backend '{name}' has no '{{key}}'; a {b['kind']} backend says {', '.join(needs)}")
-        backend = {k: c.text(v, path + (k,), k) for k, v in b.items()
+        backend = {k: c.text(v, path + (k,)) for k, v in b.items()
                    if k not in ("offbox", "max_tokens")}
         if "effort" in b:
-            c.choice(b["effort"], path + ("effort",), "effort", EFFORTS[b["kind"]])
+            c.choice(b["effort"], path + ("effort",), EFFORTS[b["kind"]])
         if b["kind"] == "anthropic":
             backend["version"] = backend.get("version", ANTHROPIC_VERSION)
             if not re.fullmatch(r"\d{4}-\d\d-\d\d", backend["version"]):
                 c.fail(path + ("version",),
                        f"version is the API's version date, as {ANTHROPIC_VERSION}, "
                        f"not {json.dumps(backend['version'])}")
-            backend["max_tokens"] = c.whole(b.get("max_tokens", MAX_TOKENS), path + ("max_tokens",),
-                                            "max_tokens")
+            backend["max_tokens"] = c.whole(b.get("max_tokens", MAX_TOKENS), path + ("max_tokens",))
         elif b["kind"] == "openai":  # max_tokens is sent only when it says
             given = b.get("max_tokens")
             backend["max_tokens"] = (
-                None if given is None else c.whole(given, path + ("max_tokens",), "max_tokens"))
-            api = backend["api"] = c.choice(b.get("api", "chat"), path + ("api",), "api",
+                None if given is None else c.whole(given, path + ("max_tokens",)))
+            api = backend["api"] = c.choice(b.get("api", "chat"), path + ("api",),
                                             tuple(OPENAI_APIS))
             other = next(a for a in OPENAI_APIS if a != api)
             if b["url"].rstrip("/").endswith(OPENAI_APIS[other]):
@@ -1640,35 +1634,35 @@ def parse_config(text, source="config.yaml"):
             c.url(b["url"], path + ("url",))
         # an anthropic or openai backend leaves the machine; a command when it says so
         backend["offbox"] = b["kind"] != "command" or c.boolean(b.get("offbox", False),
-                                                                 path + ("offbox",), "offbox")
+                                                                 path + ("offbox",))
         cfg["backends"][name] = backend
     for key in ("default", "escalate"):
         if doc.get(key) is not None:
-            name = c.text(doc[key], (key,), key)
+            name = c.text(doc[key], (key,))
             if name not in cfg["backends"]:
                 c.fail((key,), f"{key}: '{name}' names no backend; name one under"
                                f" backends:{nearest(name, cfg['backends'])}")
             cfg[key] = name
     if doc.get("forecast") is not None:
-        f = c.mapping(doc["forecast"], ("forecast",), {"days", "seeds"}, "forecast")
+        f = c.mapping(doc["forecast"], ("forecast",), {"days", "seeds"})
         cfg["forecast"] = {
-            "days": c.whole(f.get("days", 30), ("forecast", "days"), "days"),
-            "seeds": c.whole(f.get("seeds", 16), ("forecast", "seeds"), "seeds", least=0)}
+            "days": c.whole(f.get("days", 30), ("forecast", "days")),
+            "seeds": c.whole(f.get("seeds", 16), ("forecast", "seeds"), least=0)}
     if doc.get("canary_asks") is not None:
-        ca = c.mapping(doc["canary_asks"], ("canary_asks",), {"every"}, "canary_asks")
-        cfg["canary_asks"] = {"every": c.whole(ca.get("every"), ("canary_asks", "every"), "every")}
+        ca = c.mapping(doc["canary_asks"], ("canary_asks",), {"every"})
+        cfg["canary_asks"] = {"every": c.whole(ca.get("every"), ("canary_asks", "every"))}
     adapters = {} if doc.get("adapters") is None else doc["adapters"]
-    c.mapping(adapters, ("adapters",), {"stripe", "github", "mail"}, "adapters")
+    c.mapping(adapters, ("adapters",), {"stripe", "github", "mail"})
     for name, a in adapters.items():
         keys, path = {"command", "from"} if name == "mail" else {"url"}, ("adapters", name)
         c.mapping(a, path, keys, f"the {name} adapter")
         c.require(a, path, sorted(keys), f"the {name} adapter has no '{{key}}'")
-        adapter = cfg["adapters"][name] = {k: c.text(a[k], path + (k,), k) for k in sorted(keys)}
+        adapter = cfg["adapters"][name] = {k: c.text(a[k], path + (k,)) for k in sorted(keys)}
         if "url" in keys:
             c.url(adapter["url"], path + ("url",))
         if "from" in keys and re.search(r"[\r\n]", adapter["from"]):
             c.fail(path + ("from",), "from is one address on one line, as in ops@example.com")
-    cfg["research"] = c.text(doc.get("research"), ("research",), "research", required=False)
+    cfg["research"] = c.text(doc.get("research"), ("research",), required=False)
     cfg["notify"] = parse_notify(c, doc.get("notify"))
     cfg["metrics"] = parse_metrics(c, doc.get("metrics"))
     cfg["page"] = parse_written(
@@ -1700,21 +1694,20 @@ def parse_checkpoint_config(c, value):
     path, value = ("checkpoint",), {} if value is None else value
     spec = {"key": None, "namespace": CHECKPOINT_NAMESPACE, "every": 86400, "allowed_signers": None,
             "principal": None}
-    c.mapping(value, path, set(spec), "checkpoint")
+    c.mapping(value, path, set(spec))
     for key in ("key", "allowed_signers"):
-        spec[key] = c.text(value.get(key), path + (key,), key, required=False)
+        spec[key] = c.text(value.get(key), path + (key,), required=False)
         if spec[key] and not os.path.isabs(os.path.expanduser(spec[key])):
             c.fail(path + (key,),
                    f"{key} is a file's absolute path, as /home/ops/.ssh/avsm_checkpoint, not"
                    f" {spec[key]!r}")
     if "namespace" in value:
-        spec["namespace"] = c.text(value["namespace"], path + ("namespace",), "namespace")
+        spec["namespace"] = c.text(value["namespace"], path + ("namespace",))
         if not re.fullmatch(r"[A-Za-z0-9@._-]{1,64}", spec["namespace"]):
             c.fail(
                 path + ("namespace",),
                 "namespace is one word of letters, digits and @._-, as avsm-checkpoint@example.com")
-    spec["principal"] = c.text(value.get("principal"), path + ("principal",), "principal",
-                               required=False)
+    spec["principal"] = c.text(value.get("principal"), path + ("principal",), required=False)
     if spec["principal"] and not re.fullmatch(r"[A-Za-z0-9@._+][A-Za-z0-9@._+-]{0,127}",
                                               spec["principal"]):
         c.fail(path + ("principal",), "principal is one name of allowed_signers, of letters, "
@@ -1765,7 +1758,7 @@ def parse_notify(c, value):
     if value is None:
         return None
     if isinstance(value, dict):
-        c.mapping(value, path, {"run", "timeout"}, "notify")
+        c.mapping(value, path, {"run", "timeout"})
         if "run" not in value:
             c.fail(path, "notify has no 'run'; write notify: {run: COMMAND, timeout: 30s}, or just"
                          f" {NOTIFY_EXAMPLE}")
@@ -1807,7 +1800,7 @@ def parse_ledger(c, value):
     if value is None:
         return None
     path = ("ledger", "rotate")
-    c.mapping(value, path[:1], {"rotate", "keep"}, "ledger")
+    c.mapping(value, path[:1], {"rotate", "keep"})
     c.require(value, path[:1], ("rotate",), f"ledger has no '{{key}}'; write {LEDGER_EXAMPLE}")
     rotate = str(value["rotate"]).strip()
     size = re.fullmatch(r"([0-9]+)([KMG])", rotate)
@@ -1843,11 +1836,11 @@ def parse_written(c, value, key, name, example, every, where_to):
         return None
     if not isinstance(value, dict):
         c.fail(path, f"{key} is a mapping, as {example}, not {shown_value(value)}")
-    c.mapping(value, path, {name, "every"}, key)
+    c.mapping(value, path, {name, "every"})
     if name not in value:
         c.fail(path, f"{key} has no '{name}'; write {example}")
     where = path + (name,)
-    text = c.text(value[name], where, name)
+    text = c.text(value[name], where)
     if "\0" in text or not os.path.isabs(text):
         c.fail(where, f"{name} is a file's absolute path {where_to}, not {text!r}")
     if "every" in value:
@@ -2123,18 +2116,22 @@ BEGIN SELECT RAISE(ABORT, 'only the next record, chained to the last, may be app
 # Indexes find a window by time, a venture or a rare kind without reading the whole history
 # (issue 33); the writer makes them as it opens a ledger. A record that does not parse indexes as
 # null: json_extract would refuse it, and the ledger would not open to say which it is.
-RECORD_KIND_SQL = "(CASE WHEN json_valid(record) THEN json_extract(record, '$.kind') END)"
-RECORD_VENTURE_SQL = "(CASE WHEN json_valid(record) THEN json_extract(record, '$.venture') END)"
+RECORD_KIND_SQL, RECORD_VENTURE_SQL = (
+    f"(CASE WHEN json_valid(record) THEN json_extract(record, '$.{field}') END)"
+    for field in ("kind", "venture"))
 LEDGER_INDEXES = ("CREATE INDEX IF NOT EXISTS records_at ON records(at)",
                   f"CREATE INDEX IF NOT EXISTS records_kind ON records({RECORD_KIND_SQL})",
                   f"CREATE INDEX IF NOT EXISTS records_venture ON records({RECORD_VENTURE_SQL})")
-LEDGER_SCHEMA = ";\n".join((LEDGER_TABLE,) + LEDGER_TRIGGERS + LEDGER_INDEXES) + ";\n"
+LEDGER_SCHEMA = ";\n".join((LEDGER_TABLE,) + LEDGER_TRIGGERS + LEDGER_INDEXES)
 RECORD_FIELDS = ("kind", "claim", "venture", "summary")
 RECORD_COLUMNS = "(seq, at, prev, hash, weight, record) VALUES (?, ?, ?, ?, ?, ?)"
 
 
 class LockLost(Exception):
     """The home's lock is another avsmd's now: nothing more may be appended."""
+
+    def __str__(self):
+        return "the lock of this home is another avsmd's; appending nothing more"
 
 
 class LedgerDown(Exception):
@@ -2380,9 +2377,9 @@ class Ledger:
                         raise
                     time.sleep(0.05)
         self.db.execute("PRAGMA synchronous=FULL")
-        self.db.executescript(";\n".join((LEDGER_TABLE,) + LEDGER_TRIGGERS) + ";\n")
+        self.db.executescript(";\n".join((LEDGER_TABLE,) + LEDGER_TRIGGERS))
         try:
-            self.db.executescript(";\n".join(LEDGER_INDEXES) + ";\n")
+            self.db.executescript(";\n".join(LEDGER_INDEXES))
         except sqlite3.OperationalError:
             pass    # a ledger that cannot take them now (read-only, full) is read more slowly
 
@@ -2405,8 +2402,7 @@ class Ledger:
             if began:
                 db = self.begin()
                 if not self.still_ours():
-                    raise LockLost(
-                        "the lock of this home is another avsmd's; appending nothing more")
+                    raise LockLost()
                 self.last, self.held = ledger_head(db) or (0, ZERO_HASH), []
             seq, prev = self.last
             for text in texts:
@@ -2473,7 +2469,7 @@ class Ledger:
             return 0
         try:
             if check and not self.still_ours():
-                raise LockLost("the lock of this home is another avsmd's; appending nothing more")
+                raise LockLost()
             self.db.execute("COMMIT")
         except BaseException:
             self.rollback()
@@ -2945,15 +2941,15 @@ class LockCheck:
 
     def lock_is_ours(self):
         """The lock is ours unless another avsmd's pid stands in it (a deleted one avsmd makes
-        again); read again only when its stat changed."""
+        again); read again only when its stat changed (or fails)."""
         try:
             st = os.stat(self.lock_path)
+            seen = (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
         except FileNotFoundError:
             return True
         except OSError:
-            return read_lock_pid(self.lock_path) in (self.avsmd_pid, None)
-        seen = (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
-        if seen != self.lock_seen:
+            seen = None
+        if seen is None or seen != self.lock_seen:
             self.lock_ours = read_lock_pid(self.lock_path) in (self.avsmd_pid, None)
             self.lock_seen = seen
         return self.lock_ours
@@ -10514,8 +10510,7 @@ def utf8_output():
     lc_all, lc_ctype, lang = (os.environ.get(k) or None for k in ("LC_ALL", "LC_CTYPE", "LANG"))
     if lc_all is None and lc_ctype == "C.UTF-8" and (lang is None or lang in ("C", "POSIX")):
         lc_ctype = None
-    where = (lc_all or lc_ctype or lang or "C").lower().replace("-", "")
-    return "utf8" in where
+    return "utf8" in (lc_all or lc_ctype or lang or "C").lower().replace("-", "")
 
 
 def cmd_propose(home, args):
@@ -10561,13 +10556,6 @@ def cmd_checkpoint(home, args):
     return EX_OK
 
 
-def cmd_rotate(home, args):
-    """rotate: avsmd closes ledger.db into HOME/ledgers and goes on in a new one."""
-    if args:
-        raise Fail(EX_USAGE, "usage: avsm rotate")
-    return ask_daemon(home, "rotate")
-
-
 def checkpoint_lines(facts):
     """Return the lines of a checkpoint: its text, then any signature after a blank line."""
     return facts["text"].rstrip("\n").split("\n") + (
@@ -10600,11 +10588,10 @@ def cmd_approve(home, args):
     text = payload if isinstance(payload, str) else json.dumps(payload, indent=2) + "\n"
     path = write_payload(text.encode(), f"avsm-ask-{ask}-")
     editor = os.environ.get("VISUAL") or os.environ.get("EDITOR") or "vi"
+    kept_open = f"nothing approved, ask #{ask} stays open"
     try:
         if subprocess.call(["/bin/sh", "-c", f'{editor} "$1"', "editor", path]) != 0:
-            raise Fail(
-                EX_DATAERR, f"the editor ({editor}) failed; nothing approved, ask #{ask} stays open"
-            )
+            raise Fail(EX_DATAERR, f"the editor ({editor}) failed; {kept_open}")
         with open(path, encoding="utf-8") as fh:
             edited = fh.read()
     finally:
@@ -10615,14 +10602,11 @@ def cmd_approve(home, args):
         try:
             edited = read_json(edited)
         except (ValueError, RecursionError) as err:
-            raise Fail(
-                EX_DATAERR,
-                f"what you saved is not JSON ({err}); nothing approved, ask #{ask} stays open",
-            ) from None
+            raise Fail(EX_DATAERR, f"what you saved is not JSON ({err}); {kept_open}") from None
     if edited == payload:       # what you save runs: an editor quit without saving saved nothing
         raise Fail(EX_DATAERR, f"the content was left as it was (the editor quit without "
-                               f"saving?): nothing approved, ask #{ask} stays open; to approve "
-                               f"it as proposed: {client_command(home)} approve {ask}")
+                               f"saving?): {kept_open}; to approve it as proposed: "
+                               f"{client_command(home)} approve {ask}")
     return ask_daemon(home, "approve", {"ask": ask, "payload": edited})
 
 
@@ -11657,12 +11641,11 @@ def align_status(said):
     rows = {}                           # host -> {line index: (NAME: STATE, value, the rest)}
     for name, got, _ in said:
         found = {i: m for i, m in enumerate(re.match(STATUS_ROW, line) for line in got) if m}
-        head = max((len(m[1]) for m in found.values()), default=0)
-        value = max((len(m[2]) for m in found.values()), default=0)
+        head, value = (max((len(m[k]) for m in found.values()), default=0) for k in (1, 2))
         if all(m.start(2) == head + 2 for m in found.values()):
             rows[name] = {i: (m[1], m[2], got[i][head + value + 4:]) for i, m in found.items()}
-    head = max((len(h) for r in rows.values() for h, _, _ in r.values()), default=0)
-    value = max((len(v) for r in rows.values() for _, v, _ in r.values()), default=0)
+    cells = [cell for r in rows.values() for cell in r.values()]
+    head, value = (max((len(cell[k]) for cell in cells), default=0) for k in (0, 1))
     aligned = []
     for name, got, errors in said:
         mine = rows.get(name, {})
@@ -12138,24 +12121,23 @@ def test_ventures(home, cfg, dirs):
         directory = os.path.realpath(given)
         try:
             name, path, text, m = read_venture(directory)
-            if name in adopted:
-                check_not_adopted_elsewhere(name, directory, adopted[name][0], adopted[name][2])
+            held = adopted.get(name)
+            if held:
+                check_not_adopted_elsewhere(name, directory, held[0], held[2])
         except Fail as fail:
             sys.stderr.write(f"avsmd: {shown(str(fail))}\n")
             code = code or fail.code
             continue
-        held = adopted.get(name)
+        holds = f"venture {name} ({directory}): holds"
         if held and held[0] == directory and held[3] == text:
-            out(f"venture {name} ({directory}): holds, the same as mandate #{held[1]} in force"
-                " (avsm add writes nothing)")
+            out(f"{holds}, the same as mandate #{held[1]} in force (avsm add writes nothing)")
         elif held and held[0] == directory:
-            out(f"venture {name} ({directory}): holds, and differs from mandate #{held[1]} in"
-                f" force; {client_command(home)} add {directory} applies it",
+            out(f"{holds}, and differs from mandate #{held[1]} in force;"
+                f" {client_command(home)} add {directory} applies it",
                 *mandate_drift(held[3], text, held[1], path),
                 "  as on disk, once added, it allows:")
         else:
-            out(f"venture {name} ({directory}): holds; {client_command(home)} add {directory}"
-                " adopts it")
+            out(f"{holds}; {client_command(home)} add {directory} adopts it")
         print_allowed(home, cfg, name, m)
     return code
 
@@ -12456,14 +12438,14 @@ def cmd_link(home, args):
 # 16. Read from the ledger alone: avsm chart
 # =============================================================================
 
-# ---- avsm chart ----
-
 CHART_USAGE = "usage: avsm chart VENTURE [--since DURATION|SEQ]"
 CHART_KINDS = ("report", "action", "outcome", "ask", "approval", "denial", "resolved", "pause",
                "resume", "refusal")
 CHART_WIDTH, CHART_HEIGHT = 960, 450
 # the plot's edges, in pixels
 CHART_LEFT, CHART_TOP, CHART_RIGHT, CHART_BOTTOM = 76, 104, 930, 366
+CHART_PLOT_RECT = (f'x="{CHART_LEFT}" y="{CHART_TOP}" width="{CHART_RIGHT - CHART_LEFT}"'
+                   f' height="{CHART_BOTTOM - CHART_TOP}"')
 CHART_NOTE_MAX = 240          # characters of a record's summary a tooltip shows
 CHART_SPAN = 86400      # seconds a chart shows unless told (--since): the last 24h, as summary
 CHART_MARKS = 120       # markers of one kind at most: more in the span are drawn as named groups
@@ -12759,8 +12741,7 @@ def chart_svg(name, mandates, records, span="in the ledger"):
         svg_text(CHART_LEFT, 24, f"{name}: {metric}", ' font-size="16" font-weight="bold"'),
         svg_text(CHART_LEFT, 44, counts),
         svg_text(CHART_LEFT, 62, chart_controller_words(shown)),
-        f'<clipPath id="plot"><rect x="{CHART_LEFT}" y="{CHART_TOP}"'
-        f' width="{CHART_RIGHT - CHART_LEFT}" height="{CHART_BOTTOM - CHART_TOP}"/></clipPath>']
+        f'<clipPath id="plot"><rect {CHART_PLOT_RECT}/></clipPath>']
     parts += chart_axes(metric, ticks, time_ticks(t0, t1), x, y, last)
     controller, labels = chart_controller(shown, x, y)
     parts += chart_stretches(spans, marks, x) + controller
@@ -12797,8 +12778,7 @@ def chart_axes(metric, ticks, times, x, y, last):
             parts.append(svg_text(x(at), CHART_BOTTOM + 30, date, ' text-anchor="middle"'))
     middle, zone = (CHART_TOP + CHART_BOTTOM) // 2, time.localtime(last).tm_zone
     zone = f"UTC{format_local_time(last)[-6:]}" + (f", {zone}" if zone else "")
-    parts += [f'<rect x="{CHART_LEFT}" y="{CHART_TOP}" width="{CHART_RIGHT - CHART_LEFT}"'
-              f' height="{CHART_BOTTOM - CHART_TOP}" fill="none" stroke="#999999"/>',
+    parts += [f'<rect {CHART_PLOT_RECT} fill="none" stroke="#999999"/>',
               svg_text(18, middle, metric,
                        f' text-anchor="middle" transform="rotate(-90 18 {middle})" font-size="12"'),
               svg_text((CHART_LEFT + CHART_RIGHT) // 2, CHART_BOTTOM + 48, f"local time ({zone})",
@@ -14486,7 +14466,8 @@ CLIENT_COMMANDS = {
     "pause": cmd_simple("pause", "venture"), "resume": cmd_simple("resume", "venture"),
     "why": cmd_why, "propose": cmd_propose, "decide": cmd_simple("decide", "venture"),
     "doctor": cmd_doctor, "chart": cmd_chart, "checkpoint": cmd_checkpoint, "link": cmd_link,
-    "rotate": cmd_rotate,
+    "rotate": lambda home, args: ask_daemon(home, "rotate") if not args
+    else refuse("usage: avsm rotate", EX_USAGE),
     "try": None, "fleet": None, "bridge": None, "page": cmd_page}
 
 
