@@ -1100,7 +1100,10 @@ def check_venture_name(name):
 
 def delegate_lever(text, lever, source):
     """Return mandate `text` with `delegated: true` on `lever`, checked by parsing it back
-    (open point 41)."""
+    (open point 41); Fail or ValueError says why it cannot be."""
+    before = parse_mandate(text, source)
+    if lever not in before["levers"]:
+        raise ValueError(f"{lever} is not permitted in {source} now")
     doc, marks = parse_yaml_marked(text, source)
     index = next(i for i, item in enumerate(doc["permitted"]) if item.get("name") == lever)
     lines, said = text.split("\n"), "delegated" in doc["permitted"][index]
@@ -1119,7 +1122,6 @@ def delegate_lever(text, lever, source):
             lines.insert(line, " " * (col - 1) + "delegated: true")
     new = "\n".join(lines)
     after = parse_mandate(new, source)
-    before = parse_mandate(text, source)
     before["levers"][lever]["delegated"] = True
     if after != before:
         raise ValueError("the change would touch more than delegated")
@@ -5838,8 +5840,15 @@ def ranked_choices(state, choices):
             else (choice, held if choice is top else None, None) for choice in choices]
 
 
-def ratchet_ask(state, lever, path, new, why, forecast_seq=None, forecast_line=None):
-    """Return the ratchet ask: delegate `lever`, carrying the changed mandate text `new`."""
+def ratchet_ask(state, lever, path, text, why, forecast_seq=None, forecast_line=None):
+    """Return the ratchet ask: delegate `lever`, carrying the mandate file's `text` changed to say
+    so (delegate_lever), or `why` it cannot."""
+    new = None
+    if text is not None:
+        try:
+            new = delegate_lever(text, lever, path)
+        except (Fail, ValueError) as err:
+            why = str(err)
     question = (
         f"delegate {lever}? You approved it {state.approvals[lever]} times; approving this writes "
         f"delegated: true on {lever} in {path} and adopts it"
@@ -8411,7 +8420,7 @@ class Warden:
                 return done
             result, seq = None, None
             if isinstance(intent, Ratchet):     # the mandate file read: the ask carries its change
-                intent = Write(ratchet_ask(state, intent.lever, *ratchet_text(state, intent.lever),
+                intent = Write(ratchet_ask(state, intent.lever, *mandate_file_text(state),
                                            intent.forecast, intent.line))
             if isinstance(intent, (Write, Pause)):
                 seq = result = self.append(intent.record, intent.at)
@@ -8612,12 +8621,12 @@ class Worlds:
             return world_rule(state, job["report"], job["lever"], outputs, job["failure"])
 
 
-def ratchet_text(state, lever):
-    """Return (the mandate file's path, its text with `lever` delegated or None, why not)."""
+def mandate_file_text(state):
+    """Return (the mandate file's path, its text or None, why it cannot be read)."""
     path = os.path.join(state.directory, "mandate.yaml")
     try:
-        return path, delegate_lever(read_mandate_file(path), lever, path), None
-    except (OSError, Fail, ValueError) as err:
+        return path, read_mandate_file(path), None
+    except (OSError, Fail) as err:
         return path, None, str(err)
 
 

@@ -37,7 +37,7 @@ class Kept(Ledger):
                 result = self.forecasts
             elif isinstance(intent, avsm.Ratchet):
                 result = self.add(avsm.ratchet_ask(self.state, intent.lever, "/srv/v/mandate.yaml",
-                                                   "text", None, intent.forecast, intent.line))
+                                                   self.text, None, intent.forecast, intent.line))
             else:
                 result = self.add(intent.record)
             done.append(intent)

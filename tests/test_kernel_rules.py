@@ -370,8 +370,18 @@ def test_ratchet_and_canary_rules():
         led.add({"kind": "approval", "claim": "declared", "venture": V, "ask": ask, "lever": "wipe", "summary": "yes"})
     assert avsm.ratchet_due(led.state, "wipe", 2) and not avsm.ratchet_due(led.state, "wipe", 3)
     assert not avsm.ratchet_due(led.state, "lower", 1), "a reversible lever with no content never waits for a person"
-    record = avsm.ratchet_ask(led.state, "wipe", "/v/mandate.yaml", "new text", None)
-    assert record["about"] == "ratchet" and record["mandate"] == "new text" and "2 times" in record["question"]
+    text = GUARDED % "pause"
+    record = avsm.ratchet_ask(led.state, "wipe", "/v/mandate.yaml", text, None)
+    assert record["about"] == "ratchet" and "2 times" in record["question"]
+    assert avsm.parse_mandate(record["mandate"], "m")["levers"]["wipe"]["delegated"] is True
+    assert record["mandate"] == text.replace("reversible: false}", "reversible: false, delegated: true}")
+    # the file since edited: the ask says why it cannot carry the change, and nothing is raised
+    for edited, why in (("purpose: x\n", "has no 'metric'"), ("- a list\n", "must be a mapping"),
+                        (text.replace("  - {name: wipe", "#"), "wipe is not permitted in /v/m")):
+        record = avsm.ratchet_ask(led.state, "wipe", "/v/mandate.yaml", edited, None)
+        assert record["mandate"] is None and why in record["question"] and "edit it by hand" in record["question"]
+    record = avsm.ratchet_ask(led.state, "wipe", "/v/mandate.yaml", None, "it cannot be read")
+    assert record["mandate"] is None and "(edit it by hand: it cannot be read)" in record["question"]
     led.add(record)
     assert not avsm.ratchet_due(led.state, "wipe", 2), "asked already"
     assert avsm.canary_ask(led.state, 3, 4) is None

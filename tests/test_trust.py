@@ -105,6 +105,28 @@ def test_a_ratchet_change_never_adds_escalate_offbox(av, workdir):
     ask_for(av, "wipe", second)
 
 
+def test_a_mandate_file_broken_since_its_adoption_gives_a_ratchet_ask_to_make_by_hand(av, workdir):
+    """SELF-02, open point 41: mandate.yaml edited since `avsm add` into no mandate (its permitted:
+    gone): the ratchet ask carries no change and says why, for the person to make by hand; the
+    warden goes on (no restart) and the adopted mandate still rules."""
+    write(os.path.join(av.home, "config.yaml"), "ratchet: 2\n")
+    d = dial(workdir, "dial", WIPE, value="50", wipe=WIPE_LEVER)
+    av.start()
+    av.cli("add", d)
+    first = ask_for(av, "wipe")
+    write(os.path.join(d, "mandate.yaml"), WIPE.replace(WIPE[WIPE.index("permitted:"):], ""))
+    second = approve_and_cross_again(av, d, first)
+    assert av.cli("approve", str(second)).returncode == 0
+    (ratchet, ask), = av.wait_for(lambda rs: [(s, r) for s, r in of(rs, "ask") if r.get("about") == "ratchet"],
+                                  timeout=10, what="the ratchet ask")
+    assert ask.get("mandate") is None and "edit it by hand" in ask["question"], ask
+    assert "'wipe' is not a permitted lever" in ask["question"], ask
+    recs = av.records()
+    assert not of(recs, "self.restart") and len(of(recs, "mandate")) == 1
+    asks = av.cli("asks")
+    assert asks.returncode == 0 and f"#{ratchet}" in asks.stdout, asks
+
+
 def test_canary_ask_checks_that_asks_are_read(av, workdir):
     """SELF-04, SELF-05, open point 8: with canary_asks: {every: 1}, a canary ask follows the first ask; it is listed
     like any other; approving it runs nothing and records that it was approved unread; denying the next passes."""
