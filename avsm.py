@@ -4750,12 +4750,15 @@ def unstarted_outcome(state, lever, action, note, why=None):
                 summary=f"{lever} failed: {why}" if why else f"{lever} failed to start: {note}")
 
 
-def check_rule(state, lever, verdict, summary, by, side, extra, ok, status, note, why):
-    """A lever's check ended (open point 27): once it passed, the gate proves the lever again with
-    the check among its premises, and only then does it run. why: what ended the check."""
-    said = "passed" if ok else "refused it: " + why
-    seq = yield write(state, "check", lever=lever, ok=ok, status=status, note=note,
-                      summary=f"{lever}'s check {said}")
+def check_rule(state, gate, verdict, status, ended_by, note):
+    """A lever's check ended (open point 27) with exit `status`, or `ended_by` early: once it
+    passed, the gate proves the lever again with the check among its premises, and only then does
+    it run."""
+    lever, by, side, extra = gate.lever, gate.by, gate.side, gate.extra
+    ok = status == 0 and not ended_by
+    said = "passed" if ok else "refused it: " + (ended_by or describe_status(status))
+    seq = yield write(state, "check", lever=lever, ok=ok, status=describe_status(status),
+                      note="" if ok else note[-NOTE_MAX:], summary=f"{lever}'s check {said}")
     if not ok:
         yield from refusal(state, lever, f"its check refused it (#{seq})",
                            f"{lever} refused by its check (#{seq})", by=by, check=seq)
@@ -4775,7 +4778,7 @@ def check_rule(state, lever, verdict, summary, by, side, extra, ok, status, note
     if basis is not None:
         verdict = yield Gate(lever, basis, payload=(extra or {}).get("payload"),
                              trigger=verdict.proof["trigger"], approval=asked.get("approval"),
-                             by=by, side=side, extra=extra, summary=summary, check=seq)
+                             by=by, side=side, extra=extra, summary=gate.summary, check=seq)
         why = None if verdict.ok else verdict.why
     if why is not None:
         yield from refusal(state, lever, why, f"{lever} refused after its check passed: {why}",
@@ -8522,10 +8525,7 @@ class Levers:
         """A lever's check ended: 0 lets the lever run."""
         os.unlink(child.extra["payload_file"])
         gate, verdict = child.extra["run"]
-        ok = status == 0 and not child.ended_by
-        return check_rule(state, gate.lever, verdict, gate.summary, gate.by, gate.side, gate.extra,
-                          ok, describe_status(status), child.note()[-NOTE_MAX:] if not ok else "",
-                          child.ended_by or describe_status(status))
+        return check_rule(state, gate, verdict, status, child.ended_by, child.note())
 
     def lever_done(self, state, child, status):
         if child.extra.get("payload_file"):

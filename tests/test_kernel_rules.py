@@ -521,13 +521,17 @@ def test_check_rule_runs_only_after_its_check_passed():
     seq = led.add({"kind": "proposal", "claim": "inferred", "venture": V, "lever": "lower", "summary": "p"})
     first = avsm.prove(led.state, "lower", led.at + 1, ("permitted", [], ["p"]), trigger=seq)
     assert first.ok
-    done = led.drive(avsm.check_rule(led.state, "lower", first, "lower runs", "model", None, {"proposal": seq},
-                                     False, "exit 1", "no", "exit 1"))
+    proposed = avsm.Gate("lower", None, by="model", extra={"proposal": seq}, summary="lower runs")
+    done = led.drive(avsm.check_rule(led.state, proposed, first, 1, None, "no"))
     assert kinds(done) == [("Write", "check"), ("Write", "refusal")] and done[1][1]["check"] == led.seq - 1
-    done = led.drive(avsm.check_rule(led.state, "lower", first, "lower runs", "model", None, {"proposal": seq},
-                                     True, "exit 0", "", "exit 0"))
+    assert done[0][1]["note"] == "no" and done[0][1]["status"] == "exit 1" and "refused it: exit 1" in done[0][1]["summary"]
+    done = led.drive(avsm.check_rule(led.state, proposed, first, 0, "timeout", "cut"))
+    assert kinds(done) == [("Write", "check"), ("Write", "refusal")], "ended early: no pass, whatever its exit"
+    assert done[0][1]["ok"] is False and "refused it: timeout" in done[0][1]["summary"]
+    done = led.drive(avsm.check_rule(led.state, proposed, first, 0, None, "a note kept only of a refusal"))
     check = led.seq - 1
     assert kinds(done) == [("Write", "check"), ("Gate", "lower")]
+    assert done[0][1]["ok"] is True and done[0][1]["note"] == "" and done[0][1]["status"] == "exit 0"
     lever, basis, verdict = done[1][1]
     assert verdict.ok and check in verdict.proof["premises"] and verdict.proof["trigger"] == seq
 
@@ -539,13 +543,12 @@ def test_a_checked_controller_lever_rests_on_what_calls_for_it_when_its_check_en
     first_report = led.add(report(12))
     first = avsm.prove(led.state, "lower", led.at + 1, avsm.controller_basis(led.state, [first_report], "dial 12 > 10"))
     latest = led.add(report(13))
-    done = led.drive(avsm.check_rule(led.state, "lower", first, "lower runs", "controller", "above", None,
-                                     True, "exit 0", "", "exit 0"))
+    called = avsm.Gate("lower", None, by="controller", side="above", summary="lower runs")
+    done = led.drive(avsm.check_rule(led.state, called, first, 0, None, ""))
     lever, basis, verdict = done[1][1]
     assert verdict.ok and basis[1] == [latest] and first_report not in verdict.proof["premises"]
     led.add(report(5))
-    done = led.drive(avsm.check_rule(led.state, "lower", first, "lower runs", "controller", "above", None,
-                                     True, "exit 0", "", "exit 0"))
+    done = led.drive(avsm.check_rule(led.state, called, first, 0, None, ""))
     assert kinds(done) == [("Write", "check"), ("Write", "refusal")] and "no longer" in done[1][1]["why"]
 
 
