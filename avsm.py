@@ -2697,7 +2697,7 @@ def scan_ledger(db, recheck=True, wanted=(), after=None, fold_at=()):
             found["folds"][seq] = snapshot_text(seq, states, counted)
 
     def rows():
-        expected, prev = after or (0, ZERO_HASH)
+        expected, prev = found["head"]
         for seq, at, link, digest, text in batched_rows(db, "seq, at, prev, hash, record",
                                                         expected, moved):
             keep(expected)
