@@ -1355,11 +1355,10 @@ def parse_controller(c, value, levers):
                "controller must be a mapping with a kind: threshold, band, model or classifier")
     kind = c.choice(value.get("kind"), path + ("kind",), tuple(CONTROLLERS), "controller kind")
     c.mapping(value, path, CONTROLLERS[kind].keys, f"a {kind} controller")
-    ctl = {"kind": kind, "deadband": None, "hold": 1}
+    ctl = {"kind": kind, "deadband": None}
     if "deadband" in value:
         ctl["deadband"] = c.number(value["deadband"], path + ("deadband",), positive=True)
-    if "hold" in value:
-        ctl["hold"] = c.whole(value["hold"], path + ("hold",))
+    ctl["hold"] = c.whole(value.get("hold", 1), path + ("hold",))
     CONTROLLERS[kind].parse(c, value, levers, path, ctl)
     return ctl
 
@@ -2700,7 +2699,7 @@ def scan_ledger(db, recheck=True, wanted=(), after=None, fold_at=()):
             found["folds"][seq] = snapshot_text(seq, states, counted)
 
     def rows():
-        expected, prev = after or (0, ZERO_HASH)
+        expected, prev = found["head"]
         for seq, at, link, digest, text in batched_rows(db, "seq, at, prev, hash, record",
                                                         expected, moved):
             keep(expected)
