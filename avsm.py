@@ -3333,13 +3333,18 @@ def unread_record(state, what, name, why):
     return record
 
 
-def round_plan(mandate, running):
-    """Return [(what, item, start)] for a round now due: each guard (a drawdown guard is read from
-    the metric's report), audit and reading; `start` is False when its last read is still `running`
-    (written as not read, left to run: RUN-18)."""
-    return [(what, item, (what, item["name"]) not in running)
-            for what in ("guard", "audit", "reading") for item in mandate[what + "s"]
-            if what != "guard" or item["drawdown"] is None]
+def round_started(state, running, number, now):
+    """The event of round `number` due at `now`: of each guard (a drawdown guard is read from the
+    metric's report), audit and reading, yield as not read one whose last read is still `running`
+    (left to run: RUN-18); return the round in flight, which settles once all are in or half a
+    second has passed, and [(what, item)] of the rest, to start."""
+    plan = [(what, item) for what in ("guard", "audit", "reading")
+            for item in state.mandate[what + "s"] if what != "guard" or item["drawdown"] is None]
+    yield from unread_rule(state, [(what, item["name"]) for what, item in plan
+                                   if (what, item["name"]) in running],
+                           "its last read is still running")
+    return ({"deadline": now + 0.5, "metric": None, "pending": set(), "number": number},
+            [(what, item) for what, item in plan if (what, item["name"]) not in running])
 
 
 # ---- world models ----
@@ -8190,7 +8195,7 @@ class Warden:
         if self.next_nightly is not None and time.time() >= self.next_nightly:
             self.next_nightly = next_nightly(self.cfg["nightly"], time.time() + 1)
             for state in self.ventures.values():
-                if self.active(state) and decided_by_model(state.mandate):
+                if decide_problem(state) is None:
                     try:
                         self.decisions.start_decision(state, "nightly")
                     except Fail as fail:
@@ -8883,25 +8888,21 @@ class Rounds:
                 reporting.add(name)
 
     def start_round(self, state, now):
-        """Start the metric's report and each guard, audit and reading command, each in its own
-        group; the round settles once all are in or half a second has passed."""
+        """Start the metric's report and each guard, audit and reading command round_started
+        returns, each in its own group."""
         m = state.mandate
         self.round_number += 1
         if self.debug:
             log(self.debug, "warden",
                 f"{state.name}: tick {self.round_number}: the metric, {len(m['guards'])} guard(s), "
                 f"{len(m['audits'])} audit(s), {len(m['readings'])} reading(s)")
-        self.rounds[state.name] = {"deadline": now + 0.5, "metric": None, "pending": set(),
-                                   "number": self.round_number}
         running = {
             (c.purpose, c.extra.get("name")) for c in self.children if c.venture == state.name
         }
-        plan = round_plan(m, running)
-        busy = [(what, item["name"]) for what, item, start in plan if not start]
-        yield from unread_rule(state, busy, "its last read is still running")
-        for what, item, start in plan:
-            if start:
-                yield from self.start_reading(state, what, item["name"], item)
+        round_, starts = yield from round_started(state, running, self.round_number, now)
+        self.rounds[state.name] = round_
+        for what, item in starts:
+            yield from self.start_reading(state, what, item["name"], item)
         # the report last: one that cannot start settles the round at once, the rest in it by then
         yield from self.start_reading(state, "report", None, m)
 

@@ -134,18 +134,29 @@ def test_a_timeout_that_does_not_hold_is_refused_like_a_levers(av, workdir):
 
 
 def test_the_decisions_on_a_slow_reading_are_pure():
-    """The kernel's part: a round starts each guard (but a drawdown guard), audit and reading, and writes as not
-    read the one whose last read still runs; its time limit is its own `timeout:` or 10 minutes, never the
+    """The kernel's part (round_started): a round starts each guard (but a drawdown guard), audit and reading,
+    and writes as not read the one whose last read still runs; its time limit is its own `timeout:` or 10 minutes, never the
     cadence; a reading that ends after its round settled is late. RUN-18"""
     import avsm
     m = avsm.parse_mandate(SLOW.format(extra="timeout: 1m\n", items=(
         "guards:\n  - {name: spend, run: ./spend, above: 100, timeout: 30s}\n  - {name: fall, drawdown: 10%, of: dial}\n"
         "audits:\n  - {name: refunds, run: ./refunds, worse: up}\n"
         "readings:\n  - {name: waiting, run: ./waiting, lines: address, timeout: 2h}\n")))
-    plan = avsm.round_plan(m, {("guard", "spend"), ("reading", "other")})
-    assert [(what, item["name"], start) for what, item, start in plan] == \
-        [("guard", "spend", False), ("audit", "refunds", True), ("reading", "waiting", True)]
-    assert [avsm.reading_limit(item) for _, item, _ in plan] == [30, 600, 7200]
+    state = avsm.VentureState("slow")
+    state.mandate = m
+    rule, unread = avsm.round_started(state, {("guard", "spend"), ("reading", "other")}, 9, 100.0), []
+    while True:
+        try:
+            unread.append(rule.send(None))
+        except StopIteration as end:
+            round_, starts = end.value
+            break
+    assert round_ == {"deadline": 100.5, "metric": None, "pending": set(), "number": 9}
+    assert [(i.record["kind"], i.record["status"], i.record["note"]) for i in unread] == \
+        [("guard.spend", "not read", "its last read is still running")]
+    assert [(what, item["name"]) for what, item in starts] == [("audit", "refunds"), ("reading", "waiting")]
+    assert [avsm.reading_limit(item) for item in (m["guards"][0], starts[0][1], starts[1][1])] == \
+        [30, 600, 7200]
     assert avsm.reading_limit(m) == 60 and m["cadence"] == 1
     assert avsm.read_late(3, None) and avsm.read_late(3, {"number": 4}) and not avsm.read_late(4, {"number": 4})
     assert avsm.timed_out_note(600) == "took longer than its time limit of 10m and was ended"
