@@ -5507,10 +5507,15 @@ def text_sha256(text):
     return hashlib.sha256(text.encode()).hexdigest()
 
 
-def mandate_record(name, directory, text, summary, **fields):
-    """Return the record adopting `text` as the mandate of venture `name` from `directory`."""
-    return new_record("mandate", name, directory=directory, sha256=text_sha256(text), text=text,
-                      summary=summary, **fields)
+def mandate_record(name, directory, text, ask=None, approval_of=None):
+    """Return the record adopting `text` as the mandate of venture `name` from `directory`: a
+    person's `avsm add`, or the change ratchet `ask` carried, approved in #approval_of."""
+    sha = text_sha256(text)
+    how = (f"with {ask['lever']} delegated, as approved in #{approval_of}" if ask
+           else f"from {directory}")
+    return new_record("mandate", name, directory=directory, sha256=sha, text=text,
+                      summary=f"adopted {name} {how} (sha256 {sha[:16]})",
+                      **some(approval_of=approval_of))
 
 
 def still_past_lines(state):
@@ -8254,8 +8259,7 @@ class Warden:
                         self.start_venture(state)
                 return [f"{name}: mandate unchanged (#{state.mandate_seq}); nothing written"]
         state = self.ventures.setdefault(name, VentureState(name))
-        seq = self.adopt(state, mandate, mandate_record(
-            name, directory, text, f"adopted {name} from {directory} (sha256 {sha[:16]})"))
+        seq = self.adopt(state, mandate, mandate_record(name, directory, text))
         forecasting = self.worlds.start_forecast(state, "add")
         return (
             [f"{name}: adopted as mandate #{seq}"]
@@ -8367,10 +8371,8 @@ class Warden:
         refuse(ratchet_change_problem(state, mandate))
         self.carry_out(state, [Write(ratchet_approval(state, seq, ask))])
         write_textfile(path, new, None, path + ".avsm-new")
-        record = mandate_record(state.name, state.directory, new,
-                                f"adopted {state.name} with {ask['lever']} delegated, as approved "
-                                f"in #{seq} (sha256 {text_sha256(new)[:16]})", approval_of=seq)
-        adopted = self.adopt(state, mandate, record)
+        adopted = self.adopt(state, mandate, mandate_record(state.name, state.directory, new, ask,
+                                                           seq))
         return [
             f"#{seq} approved: {ask['lever']} is delegated in {path}, adopted as mandate #{adopted}"
         ]

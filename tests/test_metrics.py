@@ -42,7 +42,7 @@ forbidden: [rm]
 
 
 def mandate_record(text=MANDATE):
-    return avsm.mandate_record("tank", "/srv/tank", text, "adopted")
+    return avsm.mandate_record("tank", "/srv/tank", text)
 
 
 def report(value, status="trusted"):
