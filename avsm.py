@@ -6073,6 +6073,14 @@ def answer_record(venture, seq, cited, note=None):
                               + (f" ({note})" if note else ""))
 
 
+def stopped_answers(escalations):
+    """Yield the answer of each escalation still open at a stop (ESC-04: every one gets its
+    answer), {seq: its decision}: unusable."""
+    for seq, d in list(escalations.items()):
+        yield Write(answer_record(d.venture, seq, "unusable",
+                                  "avsmd stopped before the answer came"))
+
+
 def escalation_to(state, cfg, backend, asked, stopping):
     """Return (the backend an unusable reply of `backend` escalates to, None) or (None, why not or
     None): ESC-01, ESC-08."""
@@ -8117,10 +8125,7 @@ class Warden:
             self.files.write_page()
             self.avsmd.flush()
             if self.stopping and not self.children:
-                # ESC-04: every escalation gets its answer
-                for seq, d in list(self.decisions.escalations.items()):
-                    self.carry_out(None, [Write(answer_record(
-                        d.venture, seq, "unusable", "avsmd stopped before the answer came"))])
+                self.carry_out(None, stopped_answers(self.decisions.escalations))
                 self.children.end_lingering(final=True)
                 self.writer.commit(turn_ends=True)
                 self.snapshot(SNAPSHOT_MIN)

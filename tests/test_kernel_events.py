@@ -433,3 +433,16 @@ def test_an_approval_whose_lever_runs_asks_the_ratchet_and_a_canarys_is_its_reco
         avsm.approval_rule(led.state, seq, dict(ask), None, False, None, led.at + 1, 2), seen))
     assert kinds(done) == [("Write", "approval"), ("Gate", "wipe")] and done[1][1][2].ok
     assert seen == [avsm.Forecast("wipe"), avsm.Ratchet("wipe", None, None)]
+
+
+def test_every_escalation_still_open_at_a_stop_is_answered_unusable():
+    """ESC-04: at a stop, each escalation still open gets its answer from the kernel: unusable,
+    saying why, citing nothing."""
+    import types
+    open_ = {12: types.SimpleNamespace(venture=V), 15: types.SimpleNamespace(venture="other")}
+    done = list(avsm.stopped_answers(open_))
+    assert [(i.record["venture"], i.record["escalation"], i.record["cited"]) for i in done] == \
+        [(V, 12, "unusable"), ("other", 15, "unusable")]
+    assert all(isinstance(i, avsm.Write) and "avsmd stopped before the answer came" in
+               i.record["summary"] for i in done)
+    assert list(avsm.stopped_answers({})) == []
