@@ -6432,11 +6432,14 @@ def notice_of(seq, record):
     return None
 
 
-def cannot_run_notice(venture, problem):
-    """Return the notice of an adopted venture that cannot run (VENTURE-14)."""
-    return new_notice("cannot-run", venture, None,
-                      f"{venture} cannot run: {problem}; nothing of it runs until mandate.yaml "
-                      "holds and is added again", "avsm doctor")
+def cannot_run_notice(state):
+    """Return the notice of an adopted venture that cannot run, unless paused (VENTURE-14), or
+    None."""
+    if not state.problem or state.paused:
+        return None
+    return new_notice("cannot-run", state.name, None,
+                      f"{state.name} cannot run: {state.problem}; nothing of it runs until "
+                      "mandate.yaml holds and is added again", "avsm doctor")
 
 
 def ledger_down_notice(why):
@@ -6444,6 +6447,12 @@ def ledger_down_notice(why):
     return new_notice("ledger-down", "self", None,
                       f"the ledger cannot be written: {why}; nothing that would write runs, and "
                       f"avsmd tries again every {LEDGER_RETRY} s", "avsm doctor")
+
+
+def ledger_back_record(why):
+    """Return the record of a ledger that takes writes again: it could not (`why`)."""
+    return new_record("ledger", "self",
+                      summary=f"the ledger takes writes again (it could not: {why})")
 
 
 def stopping_notice(why):
@@ -6611,8 +6620,7 @@ class LedgerWriter:
             while self.backlog:
                 self.write(self.backlog[0])
                 self.backlog.pop(0)
-            self.write(new_record("ledger", "self", summary="the ledger takes writes again (it"
-                                  f" could not: {self.ledger_down})"))
+            self.write(ledger_back_record(self.ledger_down))
         except (sqlite3_errors(), OSError) as err:
             self.ledger_down = str(err)
             self.retry_at = now + ledger_retry(err)
@@ -8075,9 +8083,10 @@ class Warden:
         if state.mandate_text is None:
             return
         state.mandate, state.problem = runnable_mandate(state, self.home)
-        if state.problem and not state.paused:
+        notice = cannot_run_notice(state)
+        if notice:
             sys.stderr.write(f"avsmd: venture {state.name} cannot run: {state.problem}\n")
-            self.tell_person(cannot_run_notice(state.name, state.problem))
+            self.tell_person(notice)
 
     def tell_person(self, notice):
         """Hand a notice to avsmd, which runs the notify command: it outlives this warden, and tells

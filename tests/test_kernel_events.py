@@ -446,3 +446,19 @@ def test_every_escalation_still_open_at_a_stop_is_answered_unusable():
     assert all(isinstance(i, avsm.Write) and "avsmd stopped before the answer came" in
                i.record["summary"] for i in done)
     assert list(avsm.stopped_answers({})) == []
+
+
+def test_a_venture_that_cannot_run_is_told_unless_paused_and_a_ledger_back_is_a_record():
+    """VENTURE-14, RUN-19: the kernel says whether an adopted venture that cannot run is told of
+    (not when paused, not when it can), and builds the record of a ledger that takes writes again."""
+    led = Ledger(DRAWDOWN)
+    assert avsm.cannot_run_notice(led.state) is None
+    led.state.problem = "its directory /srv/v is not there"
+    notice = avsm.cannot_run_notice(led.state)
+    assert notice["kind"] == "cannot-run" and notice["venture"] == V
+    assert f"{V} cannot run: its directory /srv/v is not there" in notice["summary"]
+    led.state.paused = True
+    assert avsm.cannot_run_notice(led.state) is None
+    record = avsm.ledger_back_record("disk I/O error")
+    assert (record["kind"], record["venture"]) == ("ledger", "self")
+    assert record["summary"] == "the ledger takes writes again (it could not: disk I/O error)"
