@@ -4799,7 +4799,8 @@ def run_started(state, pid, restart, err=None):
 
 
 def restart_rule(state, pid, status, ended_by, uptime, backoff, restarted, active):
-    """Return (again, backoff, delay, records) for the kept `run` program's end (open point 31)."""
+    """Yield the records of the kept `run` program's end; return (again, backoff, delay) (open
+    point 31)."""
     policy = state.mandate["restart"] if state.mandate else "never"
     again = (ended_by is None and active
              and (policy == "always" or (policy == "on-failure" and status != 0)))
@@ -4813,16 +4814,15 @@ def restart_rule(state, pid, status, ended_by, uptime, backoff, restarted, activ
     why = f"stopped by {'the pause' if ended_by == 'pause' else ended_by}" if ended_by else how
     next_words = ((f"; restarting in {delay}s" if delay else "; restarting now") if again
                   else "; not restarted")
-    records = [new_record("exit", state.name, pid=pid, status=how, uptime=round(uptime, 3),
-                          restart_in=delay if again else None,
-                          summary=f"run (pid {pid}) ended: {why} after {uptime:.1f}s{next_words}")]
+    yield write(state, "exit", pid=pid, status=how, uptime=round(uptime, 3),
+                restart_in=delay if again else None,
+                summary=f"run (pid {pid}) ended: {why} after {uptime:.1f}s{next_words}")
     if again and delay >= BACKOFF_CEILING and state.open_ask(about="backoff") is None:
-        records.append(new_record(
-            "ask", state.name, about="backoff",
-            question=f"run keeps dying within {QUICK_DEATH}s; it now waits {delay}s between starts."
-                     " Look at it?",
-            summary=f"run keeps dying; back-off reached its ceiling of {BACKOFF_CEILING}s"))
-    return again, backoff, delay, records
+        yield write(state, "ask", about="backoff",
+                    question=f"run keeps dying within {QUICK_DEATH}s; it now waits {delay}s between"
+                             " starts. Look at it?",
+                    summary=f"run keeps dying; back-off reached its ceiling of {BACKOFF_CEILING}s")
+    return again, backoff, delay
 
 
 def next_backoff(previous):
@@ -5290,8 +5290,18 @@ def forecast_world_paths(facts, step, calls=WORLD_FORECAST_CALLS):
     return result
 
 
-def packet_world_made(result, why_not):
-    """Return the packet forecast's `made` from packet_world_forecast's output, or why none."""
+def packet_world_made(output, status, ended_by):
+    """Return the packet forecast's `made` from what packet_world_forecast printed (it exited
+    `status`, or was `ended_by`), or why none."""
+    result, why_not = None, None
+    if ended_by or status != 0:
+        why_not = (f"it was ended ({ended_by})" if ended_by
+                   else f"the forecast program ended {describe_status(status)}")
+    else:
+        try:
+            result = json.loads(output)
+        except ValueError:
+            why_not = "its output is not JSON"
     if why_not is None and isinstance(result, dict) and isinstance(result.get("levers"), dict):
         nothing = checked_forecast(result.get("nothing"))
         levers = {name: checked_forecast(r) for name, r in result["levers"].items()}
@@ -5956,10 +5966,12 @@ def backend_for(state, cfg):
     return name, backend
 
 
-def model_packet(state, recent, now, forecast, looks):
+def model_packet(state, recent, now, looks, forecast, world=None):
     """Return a venture's decision packet: never an audit reading, note or ask, nor a record that
-    cites one (AUDIT-05)."""
-    m = state.mandate
+    cites one (AUDIT-05); the forecast stepped through the `world`, else the facts of the config's
+    `forecast` (or PACKET_FORECAST), which the roles process makes, apart from the warden
+    (FORECAST-03)."""
+    m, f = state.mandate, forecast or PACKET_FORECAST
     kind = m["controller"]["kind"]
     hidden = {s for s, a in state.open_asks.items() if a.get("about") == "audit" or a.get("audit")}
     records = [f"#{seq} {format_local_time(at)} {r['claim']} {r['kind']} {r['summary']}"
@@ -5984,7 +5996,7 @@ def model_packet(state, recent, now, forecast, looks):
         "records": records,
         "asks": [f"#{s} {a.get('lever') or '-'}: {a.get('question', a['summary'])}"
                  for s, a in sorted(state.open_asks.items()) if s not in hidden],
-        "forecast": forecast,
+        "forecast": world or (forecast_facts(state, f["days"], f["seeds"]) if f["seeds"] else None),
         "looks": looks,
     }
 
@@ -8684,19 +8696,15 @@ class Keeper:
         """The kept program ended: its exit, then a restart as `restart:` says (open point 31)."""
         keep = self.keep[state.name]
         keep["child"] = None
-        again, keep["backoff"], delay, records = restart_rule(state, child.pid, status,
-                                                              child.ended_by,
-                                                              time.monotonic() - child.started,
-                                                              keep["backoff"], keep["restart"],
-                                                              self.active(state))
-        intents = [Write(record) for record in records]
+        again, keep["backoff"], delay = yield from restart_rule(
+            state, child.pid, status, child.ended_by, time.monotonic() - child.started,
+            keep["backoff"], keep["restart"], self.active(state))
         if again:
             keep["restart"] = True
             if delay:
                 keep["next_start"] = time.monotonic() + delay
             else:
-                intents += self.start_run(state)
-        return intents
+                yield from self.start_run(state)
 
     def start_due(self, now):
         for name, keep in self.keep.items():
@@ -9036,29 +9044,15 @@ class Decisions:
             d.world_forecast = None
             if self.forecast(state, "packet", decision=d):
                 return
-        # what a model may be shown: never an audit reading, note or ask; the facts of its forecast
-        # (FORECAST-03), which the roles process makes, apart from the warden
-        f = self.cfg["forecast"] or PACKET_FORECAST
-        facts = forecast_facts(state, f["days"], f["seeds"]) if f["seeds"] else None
         d.packet = model_packet(state, recent_records(self.ledger.db, state.name, 40),
-                                int(time.time()), facts, d.looks)
-        if d.world_forecast:
-            d.packet["forecast"] = d.world_forecast
+                                int(time.time()), d.looks, self.cfg["forecast"], d.world_forecast)
         self.ask_roles(d, {"op": "build", "packet": d.packet}, self.call_backend)
 
     def packet_forecast_done(self, state, child, status):
         """The packet's forecast through the world is in, or why not: build the packet with it."""
-        d, result, why = child.extra["decision"], None, None
-        if child.ended_by or status != 0:
-            why = (f"it was ended ({child.ended_by})" if child.ended_by
-                   else f"the forecast program ended {describe_status(status)}")
-        else:
-            try:
-                result = json.loads(bytes(child.out))
-            except ValueError:
-                why = "its output is not JSON"
+        d = child.extra["decision"]
         d.world_forecast = {"days": child.extra["days"], "seeds": child.extra["seeds"],
-                            "made": packet_world_made(result, why)}
+                            "made": packet_world_made(bytes(child.out), status, child.ended_by)}
         self.build(d)
 
     def call_backend(self, d, answer):

@@ -431,19 +431,29 @@ def _rest(rule, answer):
     yield from rule
 
 
+def restarted(*args):
+    """restart_rule(*args) run through: (again, backoff, delay, the records it yields)."""
+    rule, records = avsm.restart_rule(*args), []
+    while True:
+        try:
+            records.append(next(rule).record)
+        except StopIteration as end:
+            return (*end.value, records)
+
+
 def test_restart_rule_backs_off_and_asks_at_the_ceiling():
     """RUN-06, open point 31: a kept program that dies quickly after a restart waits twice as long each time up
     to the ceiling, where it asks once; one that ran long starts afresh; a pause or restart: never starts nothing."""
     led = Ledger(GUARDED % "pause")
-    again, backoff, delay, records = avsm.restart_rule(led.state, 7, 256, None, 1.0, 0, False, True)
+    again, backoff, delay, records = restarted(led.state, 7, 256, None, 1.0, 0, False, True)
     assert (again, backoff, delay) == (True, 0, 0) and records[0]["kind"] == "exit"
-    again, backoff, delay, records = avsm.restart_rule(led.state, 7, 256, None, 1.0, 8, True, True)
+    again, backoff, delay, records = restarted(led.state, 7, 256, None, 1.0, 8, True, True)
     assert (again, backoff, delay) == (True, 16, 16) and "restarting in 16s" in records[0]["summary"]
-    again, backoff, delay, records = avsm.restart_rule(led.state, 7, 256, None, 1.0, 200, True, True)
+    again, backoff, delay, records = restarted(led.state, 7, 256, None, 1.0, 200, True, True)
     assert delay == avsm.BACKOFF_CEILING and [r["kind"] for r in records] == ["exit", "ask"]
-    again, backoff, delay, records = avsm.restart_rule(led.state, 7, 256, None, avsm.BACKOFF_RESET, 200, True, True)
+    again, backoff, delay, records = restarted(led.state, 7, 256, None, avsm.BACKOFF_RESET, 200, True, True)
     assert (again, backoff, delay) == (True, 0, 0)
-    again, _, _, records = avsm.restart_rule(led.state, 7, 0, "pause", 1.0, 0, True, True)
+    again, _, _, records = restarted(led.state, 7, 0, "pause", 1.0, 0, True, True)
     assert not again and "not restarted" in records[0]["summary"]
 
 
@@ -796,7 +806,10 @@ def test_model_packet_never_shows_an_audit():
                                                        (ask + 10, {"kind": "denial", "claim": "declared", "ask": ask,
                                                                    "summary": "denied"}),
                                                        (r, report(5.0)))]
-    packet = avsm.model_packet(led.state, recent, 2000, {"days": 7}, [])
+    assert avsm.model_packet(led.state, recent, 2000, [], {"days": 7, "seeds": 0})["forecast"] is None
+    facts = avsm.model_packet(led.state, recent, 2000, [], None)["forecast"]
+    assert facts == avsm.forecast_facts(led.state, 7, 8), "PACKET_FORECAST's: 7 days, 8 seeds"
+    packet = avsm.model_packet(led.state, recent, 2000, [], {"days": 9, "seeds": 2}, {"days": 7})
     assert [line.split()[0] for line in packet["records"]] == [f"#{r}"]
     assert packet["asks"] == [f"#{model_ask} -: what now?"]
     assert packet["forecast"] == {"days": 7} and packet["looks"] == [] and packet["metric"] == "sales"

@@ -2,6 +2,8 @@
 resolves or is dropped, the calibration bar on a ranking, the world command's output, and the capacity check.
 Records in, records out; no clock, no process."""
 
+import json
+
 import avsm
 from test_kernel import V, adopt, report
 from test_kernel_rules import Ledger
@@ -260,15 +262,18 @@ def test_the_packet_forecast_through_the_world_shares_its_calls_and_tells_a_leve
     assert [i for i, c in enumerate(calls) if c["lever"]] == [80, 120], "the lever's two seeds, first step each"
     assert made["nothing"]["median"] == 9 and made["levers"]["lower"]["median"] == 3
     assert made["nothing"]["cut"].startswith("cut short at 80 world steps (80 at most): ")
-    checked = avsm.packet_world_made(made, None)
+    checked = avsm.packet_world_made(json.dumps(made).encode(), 0, None)
     assert checked["levers"]["lower"]["p90"] == 3
     lines = avsm.packet_forecast_lines({"metric": "dial", "forecast": {"days": 1, "seeds": 2, "made": checked}})
     assert lines[0] == "forecast through the world command (1 days x 2 seeds, at the horizon):"
     assert lines[1].startswith("  cut short at 80 world steps") and lines[2:] == ["  doing nothing: dial 9 (80%: 9 to 9: every seeded path ends alike)",
                                                                                   "  lower once now: dial 3 (80%: 3 to 3: every seeded path ends alike)"]
     for bad in ({"nothing": {"median": "x"}, "levers": {}}, {"nothing": made["nothing"], "levers": {"lower": None}}, []):
-        assert avsm.packet_world_made(bad, None)["nothing"] == {"too_little": "the forecast through the world was not "
-                                                                              "made: its output does not hold"}
-    ended = avsm.packet_world_made(None, "it was ended (pause)")
+        assert avsm.packet_world_made(json.dumps(bad).encode(), 0, None)["nothing"] == {
+            "too_little": "the forecast through the world was not made: its output does not hold"}
+    for output, status, ended_by, why in ((b"not json", 0, None, "its output is not JSON"),
+                                          (json.dumps(made).encode(), 1, None, "the forecast program ended exit 1")):
+        assert avsm.packet_world_made(output, status, ended_by)["nothing"]["too_little"].endswith(why)
+    ended = avsm.packet_world_made(json.dumps(made).encode(), 0, "pause")
     assert avsm.packet_forecast_lines({"metric": "dial", "forecast": {"days": 1, "seeds": 2, "made": ended}})[1] == \
         "  the forecast through the world was not made: it was ended (pause)"
