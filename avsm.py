@@ -13722,7 +13722,7 @@ def doctor_mandates(home, found):
     uid = os.stat(home).st_uid          # avsmd runs as the home's owner
     command = client_command(home)
     for name, directory, seq, paused, in_force in adopted:
-        path = os.path.join(directory or "", "mandate.yaml")
+        path, add = os.path.join(directory or "", "mandate.yaml"), f"{command} add {directory}"
         if not os.path.isdir(directory or ""):
             if paused:
                 found.note(f"venture {name} is paused and its directory {directory} has gone")
@@ -13738,24 +13738,22 @@ def doctor_mandates(home, found):
             if unsafe:
                 found.fail(EX_CONFIG, f"venture {name}: {unsafe.why}; "
                                       "avsmd starts no program of it",
-                           f"{unsafe.fix}, then {command} add {directory}")
+                           f"{unsafe.fix}, then {add}")
             elif drift:
                 found.note(
                     f"venture {name}: {path} holds but differs from mandate #{seq} in force; "
-                    f"{command} add {directory} applies it", drift)
+                    f"{add} applies it", drift)
             else:
                 found.ok(f"venture {name}: {path} holds, the same as mandate #{seq} in force")
         except OSError as err:
             denied = isinstance(err, PermissionError)
             found.fail(EX_NOPERM if denied else EX_NOINPUT,
                        f"venture {name}: {path} cannot be read: {err.strerror}",
-                       (f"chmod u+r {path}"
-                        if denied
-                        else f"put {path} back, then {command} add {directory}"))
+                       f"chmod u+r {path}" if denied else f"put {path} back, then {add}")
         except Fail as fail:
             found.fail(EX_CONFIG,
                        f"venture {name}: {fail}",
-                       f"edit {path}, then {command} add {directory}")
+                       f"edit {path}, then {add}")
 
 
 def doctor_bridge_keys(found):
