@@ -11291,8 +11291,9 @@ def run_remote(target, verb, argv, path):
 def ask_bridge(host, request):
     """ask_daemon through a host's bridge: return the exit code; an answer not avsm's is 69."""
     code, data, errors = ssh_bridge(host, dict(request, home=host["home"]), capture=True)
+    name = host["name"]
     if errors and errors[-1].startswith(FAR_CUT):
-        raise Fail(EX_UNAVAILABLE, f"{host['name']}: the bridge answered with more than "
+        raise Fail(EX_UNAVAILABLE, f"{name}: the bridge answered with more than "
                                    f"{FAR_KEEP // 1024 // 1024} MiB, which no answer of avsmd's "
                                    f"is; is it avsm's?")
     try:
@@ -11304,18 +11305,17 @@ def ask_bridge(host, request):
         return code
     if not any(isinstance(m, dict) and "exit" in m for m in messages):
         messages.append(None)
-    command = far_command(host["name"])
+    command = far_command(name)
     for message in messages:
         texts = isinstance(message, dict) and all(isinstance(message.get(k, ""), str)
                                                   for k in ("out", "err"))
         if not texts:
-            raise Fail(EX_UNAVAILABLE, f"{host['name']}: the bridge answered with no JSON object a "
-                                       f"line ending in an exit code (it exited {code}); "
-                                       f"is it avsm's?")
+            raise Fail(EX_UNAVAILABLE, f"{name}: the bridge answered with no JSON object a line "
+                                       f"ending in an exit code (it exited {code}); is it avsm's?")
         exit_code = message.get("exit")
         if exit_code is not None and (type(exit_code) is not int or not 0 <= exit_code <= 255):
             said = exit_code if isinstance(exit_code, str) else json.dumps(exit_code)
-            raise Fail(EX_UNAVAILABLE, f"{host['name']}: the bridge answered exit "
+            raise Fail(EX_UNAVAILABLE, f"{name}: the bridge answered exit "
                                        f"'{shown_text(said)[:80]}', which is no exit code; "
                                        f"is it avsm's?")
         if request["cmd"] != "ask":     # an ask's content is data, kept as sent
@@ -13650,7 +13650,7 @@ def remember_verified(home, checkpoint):
 def verified_checkpoint(home, db, found, trust):
     """Return (seq, hash) of the checkpoint a full doctor verified, checked again, or None once
     the failure saying why --quick cannot start from it is written."""
-    path = verified_path(home)
+    path, doctor = verified_path(home), client_command(home) + " doctor"
     try:
         st = os.stat(path)
         with open(path) as fh:
@@ -13660,11 +13660,9 @@ def verified_checkpoint(home, db, found, trust):
         found.fail(
             EX_NOINPUT,
             "--quick: no full doctor has verified a checkpoint of this ledger yet",
-            f"{client_command(home)} doctor   (a full check; --quick then checks from its newest"
-            " checkpoint on)")
+            f"{doctor}   (a full check; --quick then checks from its newest checkpoint on)")
         return None
-    full = (f"{client_command(home)} doctor   (a full check says where the ledger changed, and "
-            "notes it again)")
+    full = f"{doctor}   (a full check says where the ledger changed, and notes it again)"
     if st.st_uid != os.getuid() or st.st_mode & 0o022:
         found.fail(EX_DATAERR, f"--quick refused: {path} can be written by others than you, so it "
                                "proves nothing", f"rm {path}; then {full}")
@@ -13696,7 +13694,7 @@ def verified_checkpoint(home, db, found, trust):
                if now is None
                else f"#{seq} now hashes to {now[:16]}, not {digest[:16]}")
             + ")",
-            f"{client_command(home)} doctor   (a full check says where the ledger changed)")
+            f"{doctor}   (a full check says where the ledger changed)")
         return None
     return seq, digest
 
