@@ -13240,8 +13240,7 @@ def doctor_config(home, found):
     fix = f"edit {path}, then {program_command('avsmd', home)} -t"
     try:
         cfg = read_config(home)[0]
-        if written_problem(cfg):
-            raise Fail(EX_CONFIG, f"{path}: {written_problem(cfg)}")
+        refuse(written_problem(cfg) and f"{path}: {written_problem(cfg)}", EX_CONFIG)
         found.ok(f"config {path}" + ("" if os.path.exists(path) else " (not there: every default)"))
         if checkpoint_problem(cfg["checkpoint"]):
             found.fail(EX_CONFIG, f"{path}: {checkpoint_problem(cfg['checkpoint'])}", fix)
@@ -13789,9 +13788,8 @@ def doctor_mirror(home, found):
             host = shown_text(fh.read().strip())[:120]
     except (OSError, UnicodeDecodeError):
         return False
-    found.note(f"this home is a witness's copy of {host}'s ledger (avsm fleet "
-               "witness --mirror): its ventures' directories and its avsmd are there, not "
-               "checked here; "
+    found.note(f"this home is a witness's copy of {host}'s ledger (avsm fleet witness --mirror): "
+               "its ventures' directories and its avsmd are there, not checked here; "
                f"avsm --host {host} doctor checks them")
     return True
 
@@ -13828,9 +13826,8 @@ def doctor_daemon(home, found):
         found.ok(f"avsmd answers on {sock}" + (f": {lines[0]}" if lines else ""))
         took = time.monotonic() - began
         if took > DOCTOR_PROBE:
-            found.note(f"avsmd took {took:.0f} s to answer doctor's health request (a busy "
-                       f"warden answers within {DOCTOR_PROBE} s): a long write, or a host short "
-                       "of CPU")
+            found.note(f"avsmd took {took:.0f} s to answer doctor's health request (a busy warden "
+                       f"answers within {DOCTOR_PROBE} s): a long write, or a host short of CPU")
         for problem in problems:
             found.fail(EX_NOPERM,
                        problem,
