@@ -11308,8 +11308,9 @@ def run_remote(target, verb, argv, path):
 def ask_bridge(host, request):
     """ask_daemon through a host's bridge: return the exit code; an answer not avsm's is 69."""
     code, data, errors = ssh_bridge(host, dict(request, home=host["home"]), capture=True)
+    name = host["name"]
     if errors and errors[-1].startswith(FAR_CUT):
-        raise Fail(EX_UNAVAILABLE, f"{host['name']}: the bridge answered with more than "
+        raise Fail(EX_UNAVAILABLE, f"{name}: the bridge answered with more than "
                                    f"{FAR_KEEP // 1024 // 1024} MiB, which no answer of avsmd's "
                                    f"is; is it avsm's?")
     try:
@@ -11321,18 +11322,17 @@ def ask_bridge(host, request):
         return code
     if not any(isinstance(m, dict) and "exit" in m for m in messages):
         messages.append(None)
-    command = far_command(host["name"])
+    command = far_command(name)
     for message in messages:
         texts = isinstance(message, dict) and all(isinstance(message.get(k, ""), str)
                                                   for k in ("out", "err"))
         if not texts:
-            raise Fail(EX_UNAVAILABLE, f"{host['name']}: the bridge answered with no JSON object a "
-                                       f"line ending in an exit code (it exited {code}); "
-                                       f"is it avsm's?")
+            raise Fail(EX_UNAVAILABLE, f"{name}: the bridge answered with no JSON object a line "
+                                       f"ending in an exit code (it exited {code}); is it avsm's?")
         exit_code = message.get("exit")
         if exit_code is not None and (type(exit_code) is not int or not 0 <= exit_code <= 255):
             said = exit_code if isinstance(exit_code, str) else json.dumps(exit_code)
-            raise Fail(EX_UNAVAILABLE, f"{host['name']}: the bridge answered exit "
+            raise Fail(EX_UNAVAILABLE, f"{name}: the bridge answered exit "
                                        f"'{shown_text(said)[:80]}', which is no exit code; "
                                        f"is it avsm's?")
         if request["cmd"] != "ask":     # an ask's content is data, kept as sent
@@ -13257,8 +13257,7 @@ def doctor_config(home, found):
     fix = f"edit {path}, then {program_command('avsmd', home)} -t"
     try:
         cfg = read_config(home)[0]
-        if written_problem(cfg):
-            raise Fail(EX_CONFIG, f"{path}: {written_problem(cfg)}")
+        refuse(written_problem(cfg) and f"{path}: {written_problem(cfg)}", EX_CONFIG)
         found.ok(f"config {path}" + ("" if os.path.exists(path) else " (not there: every default)"))
         if checkpoint_problem(cfg["checkpoint"]):
             found.fail(EX_CONFIG, f"{path}: {checkpoint_problem(cfg['checkpoint'])}", fix)
@@ -13667,7 +13666,7 @@ def remember_verified(home, checkpoint):
 def verified_checkpoint(home, db, found, trust):
     """Return (seq, hash) of the checkpoint a full doctor verified, checked again, or None once
     the failure saying why --quick cannot start from it is written."""
-    path = verified_path(home)
+    path, doctor = verified_path(home), client_command(home) + " doctor"
     try:
         st = os.stat(path)
         with open(path) as fh:
@@ -13677,11 +13676,9 @@ def verified_checkpoint(home, db, found, trust):
         found.fail(
             EX_NOINPUT,
             "--quick: no full doctor has verified a checkpoint of this ledger yet",
-            f"{client_command(home)} doctor   (a full check; --quick then checks from its newest"
-            " checkpoint on)")
+            f"{doctor}   (a full check; --quick then checks from its newest checkpoint on)")
         return None
-    full = (f"{client_command(home)} doctor   (a full check says where the ledger changed, and "
-            "notes it again)")
+    full = f"{doctor}   (a full check says where the ledger changed, and notes it again)"
     if st.st_uid != os.getuid() or st.st_mode & 0o022:
         found.fail(EX_DATAERR, f"--quick refused: {path} can be written by others than you, so it "
                                "proves nothing", f"rm {path}; then {full}")
@@ -13713,7 +13710,7 @@ def verified_checkpoint(home, db, found, trust):
                if now is None
                else f"#{seq} now hashes to {now[:16]}, not {digest[:16]}")
             + ")",
-            f"{client_command(home)} doctor   (a full check says where the ledger changed)")
+            f"{doctor}   (a full check says where the ledger changed)")
         return None
     return seq, digest
 
@@ -13739,7 +13736,7 @@ def doctor_mandates(home, found):
     uid = os.stat(home).st_uid          # avsmd runs as the home's owner
     command = client_command(home)
     for name, directory, seq, paused, in_force in adopted:
-        path = os.path.join(directory or "", "mandate.yaml")
+        path, add = os.path.join(directory or "", "mandate.yaml"), f"{command} add {directory}"
         if not os.path.isdir(directory or ""):
             if paused:
                 found.note(f"venture {name} is paused and its directory {directory} has gone")
@@ -13755,24 +13752,22 @@ def doctor_mandates(home, found):
             if unsafe:
                 found.fail(EX_CONFIG, f"venture {name}: {unsafe.why}; "
                                       "avsmd starts no program of it",
-                           f"{unsafe.fix}, then {command} add {directory}")
+                           f"{unsafe.fix}, then {add}")
             elif drift:
                 found.note(
                     f"venture {name}: {path} holds but differs from mandate #{seq} in force; "
-                    f"{command} add {directory} applies it", drift)
+                    f"{add} applies it", drift)
             else:
                 found.ok(f"venture {name}: {path} holds, the same as mandate #{seq} in force")
         except OSError as err:
             denied = isinstance(err, PermissionError)
             found.fail(EX_NOPERM if denied else EX_NOINPUT,
                        f"venture {name}: {path} cannot be read: {err.strerror}",
-                       (f"chmod u+r {path}"
-                        if denied
-                        else f"put {path} back, then {command} add {directory}"))
+                       f"chmod u+r {path}" if denied else f"put {path} back, then {add}")
         except Fail as fail:
             found.fail(EX_CONFIG,
                        f"venture {name}: {fail}",
-                       f"edit {path}, then {command} add {directory}")
+                       f"edit {path}, then {add}")
 
 
 def doctor_bridge_keys(found):
@@ -13810,9 +13805,8 @@ def doctor_mirror(home, found):
             host = shown_text(fh.read().strip())[:120]
     except (OSError, UnicodeDecodeError):
         return False
-    found.note(f"this home is a witness's copy of {host}'s ledger (avsm fleet "
-               "witness --mirror): its ventures' directories and its avsmd are there, not "
-               "checked here; "
+    found.note(f"this home is a witness's copy of {host}'s ledger (avsm fleet witness --mirror): "
+               "its ventures' directories and its avsmd are there, not checked here; "
                f"avsm --host {host} doctor checks them")
     return True
 
@@ -13849,9 +13843,8 @@ def doctor_daemon(home, found):
         found.ok(f"avsmd answers on {sock}" + (f": {lines[0]}" if lines else ""))
         took = time.monotonic() - began
         if took > DOCTOR_PROBE:
-            found.note(f"avsmd took {took:.0f} s to answer doctor's health request (a busy "
-                       f"warden answers within {DOCTOR_PROBE} s): a long write, or a host short "
-                       "of CPU")
+            found.note(f"avsmd took {took:.0f} s to answer doctor's health request (a busy warden "
+                       f"answers within {DOCTOR_PROBE} s): a long write, or a host short of CPU")
         for problem in problems:
             found.fail(EX_NOPERM,
                        problem,
