@@ -5216,15 +5216,20 @@ def read_world_output(text, mandate):
     return {"state": out.get("state"), "metric": float(metric), "guards": kept}, None
 
 
-def world_forecast_facts(state, days, seeds, now):
-    """Return forecast_facts, with what stepping the world starts from (open point 39)."""
-    facts = forecast_facts(state, days, seeds)
+def forecast_wanted(state, forecast, packet, stopping, now):
+    """Return the forecast program's input by the config's `forecast` or the default, with what
+    stepping the world starts from (open point 39); None: no seeds, a stop under way, or a
+    decision's `packet` forecast (FORECAST-06) with no world."""
+    f = forecast or (PACKET_FORECAST if packet else FORECAST_DEFAULT)
+    if not f["seeds"] or stopping or packet and not state.mandate["world"]:
+        return None
+    facts = forecast_facts(state, f["days"], f["seeds"])
     if state.mandate["world"]:
         given = world_input(state, None, 0, now)
         facts.update(reports=given["reports"], time=given["time"], world=state.mandate["world"],
                      world_state=state.world_state,
                      guards=[g["name"] for g in state.mandate["guards"]])
-    return facts
+    return dict(facts, **some(packet=packet))
 
 
 def world_input(state, lever, seed, now):
@@ -8583,18 +8588,18 @@ class Worlds:
         self.worlds = {name: job for name, job in self.worlds.items() if job["report"] < seq}
 
     def start_forecast(self, state, why, lever=None, decision=None):
-        """Forecast the venture apart from the loop (FORECAST-06); a `decision`'s packet is forecast
-        here only through a world; return whether one started."""
-        f = self.cfg["forecast"] or (PACKET_FORECAST if decision else FORECAST_DEFAULT)
-        if not f["seeds"] or self.stopping() or decision and not state.mandate["world"]:
+        """Forecast the venture apart from the loop, as forecast_wanted says; return whether one
+        started."""
+        facts = forecast_wanted(state, self.cfg["forecast"], bool(decision), self.stopping(),
+                                time.time())
+        if facts is None:
             return False
-        facts = world_forecast_facts(state, f["days"], f["seeds"], time.time())
-        payload = write_payload(json.dumps(dict(facts, **some(packet=bool(decision)))).encode())
+        payload = write_payload(json.dumps(facts).encode())
         try:
             child = self.spawn("forecast", state, cached_command("forecast", []), timeout=600,
                                payload_file=payload, runs=[state.mandate["world"]])     # steps it
-            child.extra = {"days": f["days"], "seeds": f["seeds"], "why": why, "lever": lever,
-                           "decision": decision}
+            child.extra = {"days": facts["days"], "seeds": facts["seeds"], "why": why,
+                           "lever": lever, "decision": decision}
         except OSError as err:
             log(True, "warden", f"{state.name}: no forecast: {err}")
             return False

@@ -277,3 +277,21 @@ def test_the_packet_forecast_through_the_world_shares_its_calls_and_tells_a_leve
     ended = avsm.packet_world_made(json.dumps(made).encode(), 0, "pause")
     assert avsm.packet_forecast_lines({"metric": "dial", "forecast": {"days": 1, "seeds": 2, "made": ended}})[1] == \
         "  the forecast through the world was not made: it was ended (pause)"
+
+
+def test_whether_a_forecast_is_made_and_what_it_is_handed_is_the_kernels():
+    """FORECAST-06, open point 39: forecast_wanted hands the forecast program the config's days
+    and seeds (or the default: 30 by 16, a decision's packet 7 by 8), with where stepping the
+    world starts; none with seeds: 0 or a stop under way, and a packet's only through a world."""
+    led = Ledger(CALIBRATED)
+    facts = avsm.forecast_wanted(led.state, None, False, False, 1000.0)
+    assert (facts["days"], facts["seeds"]) == (30, 16) and "world" not in facts and "packet" not in facts
+    assert avsm.forecast_wanted(led.state, {"days": 2, "seeds": 3}, False, False, 1000.0)["seeds"] == 3
+    assert avsm.forecast_wanted(led.state, {"days": 2, "seeds": 0}, False, False, 1000.0) is None
+    assert avsm.forecast_wanted(led.state, None, False, True, 1000.0) is None, "stopping"
+    assert avsm.forecast_wanted(led.state, None, True, False, 1000.0) is None, "a packet: no world"
+    world = Ledger(CALIBRATED.replace("calibration: 0.1", "world: ./world"))
+    world.add(report(7))
+    facts = avsm.forecast_wanted(world.state, None, True, False, 1000.0)
+    assert (facts["days"], facts["seeds"], facts["packet"]) == (7, 8, True)
+    assert facts["world"] == "./world" and facts["guards"] == ["heat"] and facts["reports"]
