@@ -4791,12 +4791,13 @@ def check_rule(state, gate, verdict, status, ended_by, note):
 
 
 def run_started(state, pid, restart, err=None):
-    """Return the intents of the kept `run` program started as `pid` (`restart`: after an exit), or
-    not (`err`): its start record, or its exit."""
+    """Yield the record of the kept `run` program started as `pid` (`restart`: after an exit), or
+    not (`err`): its start, or its exit."""
     if err is not None:
-        return [write(state, "exit", status="not started", summary=f"run could not start: {err}")]
-    return [write(state, "start", pid=pid, command=state.mandate["run"],
-                  summary=f"run {'re' if restart else ''}started (pid {pid})")]
+        yield write(state, "exit", status="not started", summary=f"run could not start: {err}")
+        return
+    yield write(state, "start", pid=pid, command=state.mandate["run"],
+                summary=f"run {'re' if restart else ''}started (pid {pid})")
 
 
 def restart_rule(state, pid, status, ended_by, uptime, backoff, restarted, active):

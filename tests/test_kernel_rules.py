@@ -977,10 +977,10 @@ def test_run_start_record_says_started_or_restarted():
     its pid and command, and says restarted after an exit."""
     text = READ.replace("cadence: 10s\n", "cadence: 10s\nrun: ./serve\n")
     state = Ledger(text).state
-    assert avsm.run_started(state, 41, False)[0].record == {
+    assert list(avsm.run_started(state, 41, False))[0].record == {
         "kind": "start", "claim": "measured", "venture": V, "pid": 41, "command": "./serve",
         "summary": "run started (pid 41)"}
-    assert avsm.run_started(state, 42, True)[0].record["summary"] == "run restarted (pid 42)"
+    assert list(avsm.run_started(state, 42, True))[0].record["summary"] == "run restarted (pid 42)"
 
 
 def test_the_counter_example_over_an_hour():
