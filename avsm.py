@@ -10642,13 +10642,12 @@ def ledger_path(home):
             EX_CANTCREAT,
             f"{home} is not a directory, so it holds no ledger; move it aside or pass another"
             " --home")
+    start = f"start {program_command('avsmd', home)} to make it"
     if not os.path.isdir(home):
-        raise Fail(
-            EX_NOINPUT, f"{home} does not exist; start {program_command('avsmd', home)} to make it")
+        raise Fail(EX_NOINPUT, f"{home} does not exist; {start}")
     path = os.path.join(home, "ledger.db")
     if not os.path.exists(path):
-        raise Fail(EX_NOINPUT,
-                   f"{home} has no ledger yet; start {program_command('avsmd', home)} to make it")
+        raise Fail(EX_NOINPUT, f"{home} has no ledger yet; {start}")
     # a directory, a FIFO (whose open would wait for ever) or a device
     if not os.path.isfile(path):
         what = {stat.S_IFDIR: "a directory", stat.S_IFIFO: "a FIFO",
