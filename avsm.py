@@ -13288,6 +13288,7 @@ def doctor_ledger(home, found, since, kept, quick, trust):
     """The ledger: a database, every link of the chain, the triggers, every proof, checkpoints."""
     path, command = os.path.join(home, "ledger.db"), client_command(home)
     start = program_command("avsmd", home)
+    aside = f"mv {path} {path}.broken   (avsmd then starts a new ledger"
     if not os.path.exists(path):
         found.note(f"no ledger yet at {path}; avsmd makes it at its first start")
         return
@@ -13295,7 +13296,7 @@ def doctor_ledger(home, found, since, kept, quick, trust):
         found.fail(
             EX_DATAERR,
             f"{path} is not a regular file (a directory, a FIFO or a device), so not a ledger",
-            f"mv {path} {path}.broken   (avsmd then starts a new ledger)")
+            aside + ")")
         return
     if not os.access(path, os.R_OK | os.W_OK):
         found.fail(EX_NOPERM, f"{path} is not readable and writable by you", f"chmod 600 {path}")
@@ -13315,8 +13316,7 @@ def doctor_ledger(home, found, since, kept, quick, trust):
         found.fail(
             EX_DATAERR,
             f"{path} is not a ledger avsm can read: {err}",
-            f"mv {path} {path}.broken   (avsmd then starts a new ledger; keep the old one for the"
-            " record)")
+            f"{aside}; keep the old one for the record)")
         return
     missing = {"records_no_update", "records_no_delete", "records_chain"} - triggers
     if missing:
