@@ -12102,6 +12102,7 @@ def test_config(home, cfg, path):
         return EX_DATAERR
     for name, directory, seq, paused, in_force in adopted:
         mandate_path = os.path.join(directory or "", "mandate.yaml")
+        add = f"{client_command(home)} add {directory}"
         try:
             if not os.path.isdir(directory or ""):
                 raise Fail(EX_NOINPUT, f"{directory} is not there")
@@ -12109,8 +12110,7 @@ def test_config(home, cfg, path):
             m = parse_mandate(text, mandate_path, directory)
             unsafe = owner_problem(directory, venture_commands(m))
             if unsafe:
-                raise Fail(EX_CONFIG, f"{unsafe.why}; {unsafe.fix}, "
-                                      f"then {client_command(home)} add {directory}")
+                raise Fail(EX_CONFIG, f"{unsafe.why}; {unsafe.fix}, then {add}")
         except OSError as err:
             problem(f"{name}: {mandate_path} cannot be read: {err.strerror}")
             continue
@@ -12124,8 +12124,8 @@ def test_config(home, cfg, path):
         drift = mandate_drift(in_force, text, seq, mandate_path)
         if drift:
             out(f"venture {name} ({directory}){': paused' if paused else ''}: {mandate_path}"
-                f" differs from mandate #{seq} in force; {client_command(home)} add {directory}"
-                " applies it", *drift, "  as on disk, once added, it allows:")
+                f" differs from mandate #{seq} in force; {add} applies it", *drift,
+                "  as on disk, once added, it allows:")
         else:
             out(f"venture {name} (mandate #{seq}, {directory}){': paused' if paused else ''}:")
         print_allowed(home, cfg, name, m)
@@ -12153,15 +12153,15 @@ def test_ventures(home, cfg, dirs):
             code = code or fail.code
             continue
         holds = f"venture {name} ({directory}): holds"
+        add = f"{client_command(home)} add {directory}"
         if held and held[0] == directory and held[3] == text:
             out(f"{holds}, the same as mandate #{held[1]} in force (avsm add writes nothing)")
         elif held and held[0] == directory:
-            out(f"{holds}, and differs from mandate #{held[1]} in force;"
-                f" {client_command(home)} add {directory} applies it",
+            out(f"{holds}, and differs from mandate #{held[1]} in force; {add} applies it",
                 *mandate_drift(held[3], text, held[1], path),
                 "  as on disk, once added, it allows:")
         else:
-            out(f"{holds}; {client_command(home)} add {directory} adopts it")
+            out(f"{holds}; {add} adopts it")
         print_allowed(home, cfg, name, m)
     return code
 
