@@ -13607,7 +13607,7 @@ def doctor_checkpoints(home, found, kept, own, scan, db, trust):
             hashes[c.seq] = record_hash(db, c.seq)
     holds = [(c.seq, name) for name, c in kept if hashes.get(c.seq) == c.hash]
     for name, c in sorted(kept, key=lambda k: k[1].seq):
-        got = hashes.get(c.seq)
+        got, what = hashes.get(c.seq), f"checkpoint {name} is of #{c.seq}"
         if got == c.hash:
             found.ok(
                 f"checkpoint {name}: the ledger still holds #{c.seq}:{c.hash[:16]}, and the chain"
@@ -13615,19 +13615,18 @@ def doctor_checkpoints(home, found, kept, own, scan, db, trust):
         elif c.seq > scan.head[0]:
             found.fail(
                 EX_DATAERR,
-                f"checkpoint {name} is of #{c.seq}, and the ledger ends at #{scan.head[0]}: records"
+                f"{what}, and the ledger ends at #{scan.head[0]}: records"
                 " it held were cut, or the ledger was replaced",
                 "restore the ledger from a backup that holds them")
         elif got is None and any(lo <= c.seq <= hi for lo, hi in scan.gaps):
-            said = (f"checkpoint {name} is of #{c.seq}, which is in a closed ledger file that is"
-                    f" not in {home}/ledgers")
+            said = f"{what}, which is in a closed ledger file that is not in {home}/ledgers"
             if (name, c) in vouched + moved:    # the home's own, of a file keep: let go
                 found.note(said + ": not checked")
             else:
                 found.fail(EX_NOINPUT, said, f"put the file of #{c.seq} back in {home}/ledgers,"
                                              f" then {command} doctor")
         elif got is None:
-            found.fail(EX_DATAERR, f"checkpoint {name} is of #{c.seq}, and the ledger holds no "
+            found.fail(EX_DATAERR, f"{what}, and the ledger holds no "
                                    f"record #{c.seq} (its first is #1): a made-up checkpoint, or "
                                    "a ledger replaced", UNTRUSTED_FIX)
         else:
