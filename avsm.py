@@ -11977,7 +11977,8 @@ def witness_fork(session, db, where, name, verdict, kept):
 def keep_checkpoint(host, where, kept, new, far_hash, allowed):
     """Return what to say of the host's newest checkpoint's signature, once checked and kept."""
     name, principal = host["name"], host.get("principal")
-    refused = f"{name}: its newest checkpoint, of #{new.seq}, is refused: "
+    newest = f"{name}: its newest checkpoint, of #{new.seq}, is"
+    refused = f"{newest} refused: "
     problem = kept_checkpoint_problem(kept, new, far_hash)
     if problem:
         raise Fail(EX_DATAERR, f"{refused}{problem}; compare it with avsm --host {name} doctor, "
@@ -11988,7 +11989,7 @@ def keep_checkpoint(host, where, kept, new, far_hash, allowed):
         allowed = os.path.expanduser(allowed or host.get("allowed_signers")
                                      or "~/.ssh/allowed_signers")
         if new.signature is None:
-            raise Fail(EX_DATAERR, f"{name}: its newest checkpoint, of #{new.seq}, is unsigned, "
+            raise Fail(EX_DATAERR, f"{newest} unsigned, "
                                    f"and the fleet file names {principal} as its signer: name a "
                                    f"key in checkpoint: of its config.yaml (the README's "
                                    f"Checkpoints)")
