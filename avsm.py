@@ -13069,8 +13069,8 @@ def chart_legend(trusted, apart, actions, asks, ended, shown, bottom, top, lever
     # True: ok, False: not ok, None: still running
     states = {bool(ended[s][1].get("ok")) if s in ended else None for s, _, _ in actions}
     items = [
-        (trusted, f'<circle cx="6" cy="-4" r="3" fill="{c["trusted"]}"/><line x1="-2" x2="14"'
-         f' y1="-4" y2="-4" stroke="{c["trusted"]}"/>', "trusted report"),
+        (trusted, f'<circle cx="6" cy="-4" r="3" fill="{c["trusted"]}"/>'
+         + svg_line(-2, 14, -4, -4, f' stroke="{c["trusted"]}"'), "trusted report"),
         ("implausible" in statuses,
          f'<path d="M2,-8 L10,0 M2,0 L10,-8" stroke="{c["implausible"]}"{thick}', "implausible"),
         ("unconfirmed" in statuses,
@@ -13083,8 +13083,8 @@ def chart_legend(trusted, apart, actions, asks, ended, shown, bottom, top, lever
          f'<path d="M1,-1 L6,-8 L11,-1 Z" fill="none" stroke="{c["implausible"]}"{thick}',
          "off the scale"),
         ("band" in kinds, f'{box}"{c["band"]}" fill-opacity="0.25"/>', "band"),
-        (kinds - {"band"}, f'<line x1="0" x2="12" y1="-4" y2="-4" stroke="{c["bound"]}" '
-         'stroke-width="1.5" stroke-dasharray="4 2"/>', "bound")]
+        (kinds - {"band"}, svg_line(0, 12, -4, -4, f' stroke="{c["bound"]}" stroke-width="1.5"'
+                                                   ' stroke-dasharray="4 2"'), "bound")]
     items += [(True, f'{run}"{colour}"/>', f"{lever} run") for lever, colour in levers.items()]
     items += [(False in states, f'{run}"#ffffff" stroke="{c["not ok"]}" stroke-width="2"/>',
                "not ok"),
@@ -13094,7 +13094,7 @@ def chart_legend(trusted, apart, actions, asks, ended, shown, bottom, top, lever
     items += [(any(span[2] == what for span in spans),
                f'{box}"{c[what]}" fill-opacity="0.35"/>', what) for what in ("paused", "stuck")]
     items += [(any(k[1] == what for k in marks),
-               f'<line x1="6" x2="6" y1="-10" y2="2" stroke="{c[what]}" stroke-width="2"/>', words)
+               svg_line(6, 6, -10, 2, f' stroke="{c[what]}" stroke-width="2"'), words)
               for what, words in (("guard", "guard trip"), ("mandate", "new mandate"))]
     parts, at, row = ['<g class="legend" font-size="11">'], CHART_LEFT, 0
     for glyph, words in [item[1:] for item in items if item[0]]:
