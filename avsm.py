@@ -13148,9 +13148,6 @@ class Findings:
     def note(self, text, lines=()):
         self.add("note", text, lines=lines)
 
-    def warn(self, text, fix):
-        self.add("warn", text, fix)
-
     def fail(self, code, text, fix):
         self.add("fail", text, fix, code)
 
@@ -13252,9 +13249,9 @@ def doctor_home(home, found):
             if mode & 0o077 and not stat.S_ISLNK(mode):     # a symlink's own mode means nothing
                 readable.append(path)
     if readable:
-        found.warn(f"others than you can read {', '.join(readable)} "
-                   "(avsmd makes what it writes 0600 and 0700)",
-                   f"chmod go-rwx {' '.join(readable)}")
+        found.add("warn", f"others than you can read {', '.join(readable)} "
+                  "(avsmd makes what it writes 0600 and 0700)",
+                  f"chmod go-rwx {' '.join(readable)}")
     return True
 
 
