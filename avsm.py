@@ -12886,7 +12886,7 @@ def chart_reports(trusted, apart, x, y, bottom, top, breaks):
     drawn = chart_columns(trusted, x)
     points = [e for e in drawn if e[3] is not False]
     r = 3 if len(points) <= 300 else 2 if len(points) <= 1500 else 1.2
-    xy = {s: (f"{x(a):.1f}", f"{y(chart_number(rec['value'])):.1f}") for s, a, rec, _ in drawn}
+    xy = {s: svg_at(x(a), y(chart_number(rec["value"]))) for s, a, rec, _ in drawn}
     from bisect import bisect_right
     lines, breaks = [[]], sorted(breaks)
     for s, _, _, _ in drawn:
