@@ -10771,7 +10771,7 @@ def decode_record(text, fullmatch=None, seq=None, checked=False):
     if m is None:
         return slow(text, seq)
     try:
-        value = float(m[2]) if "." in m[2] or "e" in m[2] or "E" in m[2] else int(m[2])
+        value = int(m[2]) if m[2].lstrip("-").isdigit() else float(m[2])
     except ValueError:
         # no number JSON reads (a hand-edited `"value":1-2`): say so as json would
         return slow(text, seq)
