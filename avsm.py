@@ -12136,8 +12136,7 @@ def test_config(home, cfg, path):
 def test_ventures(home, cfg, dirs):
     """avsmd -t DIR...: check each venture directory exactly as `avsm add` would, with no daemon."""
     try:
-        adopted = {name: (directory, seq, paused, text)
-                   for name, directory, seq, paused, text in adopted_mandates(home)}
+        adopted = {name: rest for name, *rest in adopted_mandates(home)}
     except (sqlite3_errors(), ValueError, Fail):
         # a ledger that does not read: avsmd -t alone says so; each directory is still checked
         adopted = {}
