@@ -10643,13 +10643,12 @@ def ledger_path(home):
             EX_CANTCREAT,
             f"{home} is not a directory, so it holds no ledger; move it aside or pass another"
             " --home")
+    start = f"start {program_command('avsmd', home)} to make it"
     if not os.path.isdir(home):
-        raise Fail(
-            EX_NOINPUT, f"{home} does not exist; start {program_command('avsmd', home)} to make it")
+        raise Fail(EX_NOINPUT, f"{home} does not exist; {start}")
     path = os.path.join(home, "ledger.db")
     if not os.path.exists(path):
-        raise Fail(EX_NOINPUT,
-                   f"{home} has no ledger yet; start {program_command('avsmd', home)} to make it")
+        raise Fail(EX_NOINPUT, f"{home} has no ledger yet; {start}")
     # a directory, a FIFO (whose open would wait for ever) or a device
     if not os.path.isfile(path):
         what = {stat.S_IFDIR: "a directory", stat.S_IFIFO: "a FIFO",
@@ -10773,7 +10772,7 @@ def decode_record(text, fullmatch=None, seq=None, checked=False):
     if m is None:
         return slow(text, seq)
     try:
-        value = float(m[2]) if "." in m[2] or "e" in m[2] or "E" in m[2] else int(m[2])
+        value = int(m[2]) if m[2].lstrip("-").isdigit() else float(m[2])
     except ValueError:
         # no number JSON reads (a hand-edited `"value":1-2`): say so as json would
         return slow(text, seq)
@@ -11979,7 +11978,8 @@ def witness_fork(session, db, where, name, verdict, kept):
 def keep_checkpoint(host, where, kept, new, far_hash, allowed):
     """Return what to say of the host's newest checkpoint's signature, once checked and kept."""
     name, principal = host["name"], host.get("principal")
-    refused = f"{name}: its newest checkpoint, of #{new.seq}, is refused: "
+    newest = f"{name}: its newest checkpoint, of #{new.seq}, is"
+    refused = f"{newest} refused: "
     problem = kept_checkpoint_problem(kept, new, far_hash)
     if problem:
         raise Fail(EX_DATAERR, f"{refused}{problem}; compare it with avsm --host {name} doctor, "
@@ -11990,7 +11990,7 @@ def keep_checkpoint(host, where, kept, new, far_hash, allowed):
         allowed = os.path.expanduser(allowed or host.get("allowed_signers")
                                      or "~/.ssh/allowed_signers")
         if new.signature is None:
-            raise Fail(EX_DATAERR, f"{name}: its newest checkpoint, of #{new.seq}, is unsigned, "
+            raise Fail(EX_DATAERR, f"{newest} unsigned, "
                                    f"and the fleet file names {principal} as its signer: name a "
                                    f"key in checkpoint: of its config.yaml (the README's "
                                    f"Checkpoints)")
@@ -12104,6 +12104,7 @@ def test_config(home, cfg, path):
         return EX_DATAERR
     for name, directory, seq, paused, in_force in adopted:
         mandate_path = os.path.join(directory or "", "mandate.yaml")
+        add = f"{client_command(home)} add {directory}"
         try:
             if not os.path.isdir(directory or ""):
                 raise Fail(EX_NOINPUT, f"{directory} is not there")
@@ -12111,8 +12112,7 @@ def test_config(home, cfg, path):
             m = parse_mandate(text, mandate_path, directory)
             unsafe = owner_problem(directory, venture_commands(m))
             if unsafe:
-                raise Fail(EX_CONFIG, f"{unsafe.why}; {unsafe.fix}, "
-                                      f"then {client_command(home)} add {directory}")
+                raise Fail(EX_CONFIG, f"{unsafe.why}; {unsafe.fix}, then {add}")
         except OSError as err:
             problem(f"{name}: {mandate_path} cannot be read: {err.strerror}")
             continue
@@ -12126,8 +12126,8 @@ def test_config(home, cfg, path):
         drift = mandate_drift(in_force, text, seq, mandate_path)
         if drift:
             out(f"venture {name} ({directory}){': paused' if paused else ''}: {mandate_path}"
-                f" differs from mandate #{seq} in force; {client_command(home)} add {directory}"
-                " applies it", *drift, "  as on disk, once added, it allows:")
+                f" differs from mandate #{seq} in force; {add} applies it", *drift,
+                "  as on disk, once added, it allows:")
         else:
             out(f"venture {name} (mandate #{seq}, {directory}){': paused' if paused else ''}:")
         print_allowed(home, cfg, name, m)
@@ -12137,8 +12137,7 @@ def test_config(home, cfg, path):
 def test_ventures(home, cfg, dirs):
     """avsmd -t DIR...: check each venture directory exactly as `avsm add` would, with no daemon."""
     try:
-        adopted = {name: (directory, seq, paused, text)
-                   for name, directory, seq, paused, text in adopted_mandates(home)}
+        adopted = {name: rest for name, *rest in adopted_mandates(home)}
     except (sqlite3_errors(), ValueError, Fail):
         # a ledger that does not read: avsmd -t alone says so; each directory is still checked
         adopted = {}
@@ -12155,15 +12154,15 @@ def test_ventures(home, cfg, dirs):
             code = code or fail.code
             continue
         holds = f"venture {name} ({directory}): holds"
+        add = f"{client_command(home)} add {directory}"
         if held and held[0] == directory and held[3] == text:
             out(f"{holds}, the same as mandate #{held[1]} in force (avsm add writes nothing)")
         elif held and held[0] == directory:
-            out(f"{holds}, and differs from mandate #{held[1]} in force;"
-                f" {client_command(home)} add {directory} applies it",
+            out(f"{holds}, and differs from mandate #{held[1]} in force; {add} applies it",
                 *mandate_drift(held[3], text, held[1], path),
                 "  as on disk, once added, it allows:")
         else:
-            out(f"{holds}; {client_command(home)} add {directory} adopts it")
+            out(f"{holds}; {add} adopts it")
         print_allowed(home, cfg, name, m)
     return code
 
@@ -12887,7 +12886,7 @@ def chart_reports(trusted, apart, x, y, bottom, top, breaks):
     drawn = chart_columns(trusted, x)
     points = [e for e in drawn if e[3] is not False]
     r = 3 if len(points) <= 300 else 2 if len(points) <= 1500 else 1.2
-    xy = {s: (f"{x(a):.1f}", f"{y(chart_number(rec['value'])):.1f}") for s, a, rec, _ in drawn}
+    xy = {s: svg_at(x(a), y(chart_number(rec["value"]))) for s, a, rec, _ in drawn}
     from bisect import bisect_right
     lines, breaks = [[]], sorted(breaks)
     for s, _, _, _ in drawn:
@@ -13070,8 +13069,8 @@ def chart_legend(trusted, apart, actions, asks, ended, shown, bottom, top, lever
     # True: ok, False: not ok, None: still running
     states = {bool(ended[s][1].get("ok")) if s in ended else None for s, _, _ in actions}
     items = [
-        (trusted, f'<circle cx="6" cy="-4" r="3" fill="{c["trusted"]}"/><line x1="-2" x2="14"'
-         f' y1="-4" y2="-4" stroke="{c["trusted"]}"/>', "trusted report"),
+        (trusted, f'<circle cx="6" cy="-4" r="3" fill="{c["trusted"]}"/>'
+         + svg_line(-2, 14, -4, -4, f' stroke="{c["trusted"]}"'), "trusted report"),
         ("implausible" in statuses,
          f'<path d="M2,-8 L10,0 M2,0 L10,-8" stroke="{c["implausible"]}"{thick}', "implausible"),
         ("unconfirmed" in statuses,
@@ -13084,8 +13083,8 @@ def chart_legend(trusted, apart, actions, asks, ended, shown, bottom, top, lever
          f'<path d="M1,-1 L6,-8 L11,-1 Z" fill="none" stroke="{c["implausible"]}"{thick}',
          "off the scale"),
         ("band" in kinds, f'{box}"{c["band"]}" fill-opacity="0.25"/>', "band"),
-        (kinds - {"band"}, f'<line x1="0" x2="12" y1="-4" y2="-4" stroke="{c["bound"]}" '
-         'stroke-width="1.5" stroke-dasharray="4 2"/>', "bound")]
+        (kinds - {"band"}, svg_line(0, 12, -4, -4, f' stroke="{c["bound"]}" stroke-width="1.5"'
+                                                   ' stroke-dasharray="4 2"'), "bound")]
     items += [(True, f'{run}"{colour}"/>', f"{lever} run") for lever, colour in levers.items()]
     items += [(False in states, f'{run}"#ffffff" stroke="{c["not ok"]}" stroke-width="2"/>',
                "not ok"),
@@ -13095,7 +13094,7 @@ def chart_legend(trusted, apart, actions, asks, ended, shown, bottom, top, lever
     items += [(any(span[2] == what for span in spans),
                f'{box}"{c[what]}" fill-opacity="0.35"/>', what) for what in ("paused", "stuck")]
     items += [(any(k[1] == what for k in marks),
-               f'<line x1="6" x2="6" y1="-10" y2="2" stroke="{c[what]}" stroke-width="2"/>', words)
+               svg_line(6, 6, -10, 2, f' stroke="{c[what]}" stroke-width="2"'), words)
               for what, words in (("guard", "guard trip"), ("mandate", "new mandate"))]
     parts, at, row = ['<g class="legend" font-size="11">'], CHART_LEFT, 0
     for glyph, words in [item[1:] for item in items if item[0]]:
@@ -13148,9 +13147,6 @@ class Findings:
 
     def note(self, text, lines=()):
         self.add("note", text, lines=lines)
-
-    def warn(self, text, fix):
-        self.add("warn", text, fix)
 
     def fail(self, code, text, fix):
         self.add("fail", text, fix, code)
@@ -13253,9 +13249,9 @@ def doctor_home(home, found):
             if mode & 0o077 and not stat.S_ISLNK(mode):     # a symlink's own mode means nothing
                 readable.append(path)
     if readable:
-        found.warn(f"others than you can read {', '.join(readable)} "
-                   "(avsmd makes what it writes 0600 and 0700)",
-                   f"chmod go-rwx {' '.join(readable)}")
+        found.add("warn", f"others than you can read {', '.join(readable)} "
+                  "(avsmd makes what it writes 0600 and 0700)",
+                  f"chmod go-rwx {' '.join(readable)}")
     return True
 
 
@@ -13290,6 +13286,7 @@ def doctor_ledger(home, found, since, kept, quick, trust):
     """The ledger: a database, every link of the chain, the triggers, every proof, checkpoints."""
     path, command = os.path.join(home, "ledger.db"), client_command(home)
     start = program_command("avsmd", home)
+    aside = f"mv {path} {path}.broken   (avsmd then starts a new ledger"
     if not os.path.exists(path):
         found.note(f"no ledger yet at {path}; avsmd makes it at its first start")
         return
@@ -13297,7 +13294,7 @@ def doctor_ledger(home, found, since, kept, quick, trust):
         found.fail(
             EX_DATAERR,
             f"{path} is not a regular file (a directory, a FIFO or a device), so not a ledger",
-            f"mv {path} {path}.broken   (avsmd then starts a new ledger)")
+            aside + ")")
         return
     if not os.access(path, os.R_OK | os.W_OK):
         found.fail(EX_NOPERM, f"{path} is not readable and writable by you", f"chmod 600 {path}")
@@ -13317,8 +13314,7 @@ def doctor_ledger(home, found, since, kept, quick, trust):
         found.fail(
             EX_DATAERR,
             f"{path} is not a ledger avsm can read: {err}",
-            f"mv {path} {path}.broken   (avsmd then starts a new ledger; keep the old one for the"
-            " record)")
+            f"{aside}; keep the old one for the record)")
         return
     missing = {"records_no_update", "records_no_delete", "records_chain"} - triggers
     if missing:
@@ -13609,7 +13605,7 @@ def doctor_checkpoints(home, found, kept, own, scan, db, trust):
             hashes[c.seq] = record_hash(db, c.seq)
     holds = [(c.seq, name) for name, c in kept if hashes.get(c.seq) == c.hash]
     for name, c in sorted(kept, key=lambda k: k[1].seq):
-        got = hashes.get(c.seq)
+        got, what = hashes.get(c.seq), f"checkpoint {name} is of #{c.seq}"
         if got == c.hash:
             found.ok(
                 f"checkpoint {name}: the ledger still holds #{c.seq}:{c.hash[:16]}, and the chain"
@@ -13617,19 +13613,18 @@ def doctor_checkpoints(home, found, kept, own, scan, db, trust):
         elif c.seq > scan.head[0]:
             found.fail(
                 EX_DATAERR,
-                f"checkpoint {name} is of #{c.seq}, and the ledger ends at #{scan.head[0]}: records"
+                f"{what}, and the ledger ends at #{scan.head[0]}: records"
                 " it held were cut, or the ledger was replaced",
                 "restore the ledger from a backup that holds them")
         elif got is None and any(lo <= c.seq <= hi for lo, hi in scan.gaps):
-            said = (f"checkpoint {name} is of #{c.seq}, which is in a closed ledger file that is"
-                    f" not in {home}/ledgers")
+            said = f"{what}, which is in a closed ledger file that is not in {home}/ledgers"
             if (name, c) in vouched + moved:    # the home's own, of a file keep: let go
                 found.note(said + ": not checked")
             else:
                 found.fail(EX_NOINPUT, said, f"put the file of #{c.seq} back in {home}/ledgers,"
                                              f" then {command} doctor")
         elif got is None:
-            found.fail(EX_DATAERR, f"checkpoint {name} is of #{c.seq}, and the ledger holds no "
+            found.fail(EX_DATAERR, f"{what}, and the ledger holds no "
                                    f"record #{c.seq} (its first is #1): a made-up checkpoint, or "
                                    "a ledger replaced", UNTRUSTED_FIX)
         else:
