@@ -12137,7 +12137,8 @@ def test_config(home, cfg, path):
 def test_ventures(home, cfg, dirs):
     """avsmd -t DIR...: check each venture directory exactly as `avsm add` would, with no daemon."""
     try:
-        adopted = {name: rest for name, *rest in adopted_mandates(home)}
+        adopted = {name: (directory, seq, paused, text)
+                   for name, directory, seq, paused, text in adopted_mandates(home)}
     except (sqlite3_errors(), ValueError, Fail):
         # a ledger that does not read: avsmd -t alone says so; each directory is still checked
         adopted = {}
