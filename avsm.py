@@ -4707,6 +4707,12 @@ def lever_ran(state, lever, verdict, summary, by, side=None, extra=None):
     return seq
 
 
+def irreversible_action(state, record):
+    """Whether `record` is the action of an irreversible lever: a checkpoint follows it."""
+    spec = state.mandate["levers"].get(record.get("lever")) if state and state.mandate else None
+    return record["kind"] == "action" and bool(spec and not spec["reversible"])
+
+
 def action_record(state, lever, verdict, summary, by, side=None, extra=None):
     """Return the action record of a lever the gate proved (`verdict`)."""
     asked = verdict.asked
@@ -8493,8 +8499,8 @@ class Warden:
     def append(self, record, at=None):
         """Append `record`; an irreversible action asks for a checkpoint after it."""
         seq = self.writer.append(record, at)
-        if record["kind"] == "action" and seq is not None:
-            self.files.checkpoints.note_action(self.ventures.get(record["venture"]), record)
+        if seq is not None and irreversible_action(self.ventures.get(record["venture"]), record):
+            self.files.checkpoints.wanted = True
         return seq
 
     def halt(self, state):
@@ -9290,10 +9296,6 @@ class Checkpoints:
                 with open(os.path.expanduser(spec["key"]) + ".pub") as fh:
                     ours = fh.read(CHECKPOINT_MAX).split()[1]
             self.wanted = sign_again_at_start(spec, signer, ours)
-
-    def note_action(self, state, record):
-        spec = state.mandate["levers"].get(record["lever"]) if state and state.mandate else None
-        self.wanted = self.wanted or bool(spec and not spec["reversible"])
 
     def due(self, head, now):
         return (head is not None and head[0] > self.seq

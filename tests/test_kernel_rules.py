@@ -1059,3 +1059,15 @@ def test_the_counter_example_over_an_hour():
     assert resets[:3] == [100, 210, 320] and resets[0] <= 120
     assert {b - a for a, b in zip(resets, resets[1:])} == {110}
     assert len(resets) == 32 and round(3600 / 110) == 33 and not refused
+
+
+def test_an_irreversible_action_asks_for_a_checkpoint_after_it():
+    """Issue 24: a checkpoint follows each irreversible action: the kernel says which
+    written record is one (an action of a lever not reversible), not the warden."""
+    led = Ledger(GUARDED % "pause")
+    action = {"kind": "action", "claim": "measured", "venture": V, "lever": "wipe", "summary": "a"}
+    assert avsm.irreversible_action(led.state, action)
+    assert not avsm.irreversible_action(led.state, dict(action, lever="lower")), "reversible"
+    assert not avsm.irreversible_action(led.state, dict(action, kind="outcome")), "not an action"
+    assert not avsm.irreversible_action(None, action) and not avsm.irreversible_action(
+        led.state, dict(action, lever="gone")), "no venture held, or no such lever"
