@@ -7254,10 +7254,9 @@ def read_anthropic(data, max_tokens, sent):
         return dict(facts, text=text)
     if stop == "refusal":
         details = data.get("stop_details") if isinstance(data.get("stop_details"), dict) else {}
-        explanation = details.get("explanation")
-        explanation = explanation if isinstance(explanation, str) else None
-        return dict(facts, **declined(explanation or text, details.get("category"),
-                                      "stop_reason refusal"))
+        said = details.get("explanation")
+        return dict(facts, **declined(said if isinstance(said, str) and said else text,
+                                      details.get("category"), "stop_reason refusal"))
     if stop == "model_context_window_exceeded":
         facts["packet_bytes"] = sent
     why = {"max_tokens": f"the reply was cut off at the token limit (max_tokens {max_tokens})",
