@@ -6597,13 +6597,12 @@ class LedgerWriter:
 
     def commit_when_due(self, stopping):
         """At a turn's end: commit what is held once its group is GROUP_WINDOW old, or stopping."""
-        if self.ledger.held is not None:
-            now = time.monotonic()
-            self.group_began = now if self.group_began is None else self.group_began
-            if now - self.group_began >= GROUP_WINDOW or stopping:
-                self.commit(turn_ends=True)
-        else:
-            self.commit(turn_ends=True)         # nothing to commit; a lost group is folded again
+        now = time.monotonic()
+        if self.ledger.held is not None and self.group_began is None:
+            self.group_began = now
+        # with nothing to commit, a lost group is folded again
+        if self.ledger.held is None or stopping or now - self.group_began >= GROUP_WINDOW:
+            self.commit(turn_ends=True)
         if self.ledger.held is None:
             self.group_began = None
 
@@ -7013,7 +7012,7 @@ def verify_signer(text, signature, allowed, principal, namespace):
         code, _, err = ssh_keygen(["-Y", "verify", "-f", allowed, "-I", principal, "-n", namespace,
                                    "-s", sig], "verifying a checkpoint", text.encode())
     if code != 0:
-        said = f" ({err})" if str(err).strip() else ""     # ssh-keygen may say nothing
+        said = f" ({err})" if err else ""     # ssh-keygen may say nothing
         raise Fail(EX_DATAERR, f"its signature is not {principal}'s in {allowed} under namespace "
                                f"{namespace}{said}: signed by another key, for another "
                                f"namespace, or changed since")
