@@ -7506,8 +7506,8 @@ def adapter_get(url, key=None, limit=ADAPTER_TIMEOUT):
             answer["got"] = err.code, err.read(REPLY_MAX + 1)
         except (OSError, ValueError) as err:
             reason = getattr(err, "reason", err)
-            answer["error"] = OSError(f"no answer within {limit} s"
-                                      if isinstance(reason, TimeoutError) else str(reason))
+            if not isinstance(reason, TimeoutError):
+                answer["error"] = OSError(str(reason))
     worker = threading.Thread(target=get, daemon=True)      # the name lookup too keeps to the limit
     worker.start()
     worker.join(limit)
@@ -7930,8 +7930,6 @@ def read_json_adapter(name, reading, url, key):
         status, body = adapter_get(url.rstrip("/") + "/" + path.lstrip("/"), key=key)
     except OSError as err:
         raise Fail(EX_UNAVAILABLE, f"{name} {path}: {err}") from None
-    if 200 <= status < 300 and len(body) > REPLY_MAX:
-        raise Fail(EX_DATAERR, f"{name} {path}: the answer is bigger than {REPLY_MAX // 1024} KiB")
     if not 200 <= status < 300:
         try:
             said = json.loads(body)     # stripe's and github's error bodies
@@ -7945,6 +7943,8 @@ def read_json_adapter(name, reading, url, key):
             said = ("a redirect, which a GET with a key does not follow: name the final url in"
                     " config.yaml")
         raise Fail(EX_UNAVAILABLE, f"{name} {path}: HTTP {status}" + (f": {said}" if said else ""))
+    if len(body) > REPLY_MAX:
+        raise Fail(EX_DATAERR, f"{name} {path}: the answer is bigger than {REPLY_MAX // 1024} KiB")
     try:
         value = json.loads(body, parse_constant=lambda word: None)  # NaN and Infinity: no reading
     except (ValueError, RecursionError):
