@@ -1406,11 +1406,6 @@ def describe_threshold(ctl):
             + (f", hold {ctl['hold']}" if ctl["hold"] > 1 else ""))
 
 
-def describe_band(ctl):
-    return (f"band [{format_number(ctl['low'])}, {format_number(ctl['high'])}]: "
-            f"below runs {ctl['below']}, above runs {ctl['above']}")
-
-
 ControllerKind = collections.namedtuple("ControllerKind", "keys parse sides describe by_model")
 ControllerKind.__doc__ = """A controller kind: its mandate keys, its parser, its sides
 [(side name, way, bound, lever)] for the kernel, one line for a person, whether a model proposes."""
@@ -1423,7 +1418,9 @@ CONTROLLERS = {  # adding a controller kind is one entry here and its functions
         {"kind", "low", "high", "below", "above", "deadband", "hold"}, parse_band,
         lambda ctl: [("below", "below", ctl["low"], ctl["below"]),
                      ("above", "above", ctl["high"], ctl["above"])],
-        describe_band, False),
+        lambda ctl: f"band [{format_number(ctl['low'])}, {format_number(ctl['high'])}]: below runs"
+                    f" {ctl['below']}, above runs {ctl['above']}",
+        False),
     "model": ControllerKind({"kind", "backend"}, parse_backend_controller, lambda ctl: [],
                             lambda ctl: f"{ctl['kind']} (a backend proposes; the gate decides)",
                             True)}
