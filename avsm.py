@@ -1016,8 +1016,7 @@ class Checker:
     def number(self, value, path, what=None, positive=False):
         what = what or path[-1]
         # past NUMBER_MAX parse_yaml refused it: only NaN and the infinities are left
-        if isinstance(value, bool) or not isinstance(value, (int, float)) \
-                or not abs(value) < float("inf"):
+        if not is_number(value) or not abs(value) < float("inf"):
             self.fail(path, f"{what} must be a number, not {shown_value(value)}")
         if positive and value <= 0:
             self.fail(path, f"{what} must be above 0")
@@ -7951,8 +7950,7 @@ def read_json_adapter(name, reading, url, key):
         value = value[int(part)] \
             if isinstance(value, list) and part.isdigit() and int(part) < len(value) \
             else value.get(part) if isinstance(value, dict) else None
-    if isinstance(value, bool) or not isinstance(value, (int, float)) \
-            or value in (float("inf"), float("-inf")):
+    if not is_number(value) or value in (float("inf"), float("-inf")):
         found = {bool: "true or false", str: "text", dict: "an object", list: "a list",
                  type(None): "nothing"}.get(type(value), "no finite number")
         raise Fail(EX_DATAERR, f"{name} {reading}: no number at that pointer; it holds {found}")
