@@ -1590,7 +1590,7 @@ def parse_config(text, source="config.yaml"):
     cfg = {"nightly": parse_nightly(c, doc.get("nightly", "03:00")), "backends": {},
            "default": None, "escalate": None,
            "ratchet": c.whole(doc.get("ratchet", 5), ("ratchet",), least=0),
-           "forecast": None, "canary_asks": None, "adapters": {}, "research": None}
+           "forecast": None, "canary_asks": None, "adapters": {}}
     backends = {} if doc.get("backends") is None else doc["backends"]
     c.mapping(backends, ("backends",), set(backends) if isinstance(backends, dict) else ())
     for name, b in backends.items():
@@ -6681,8 +6681,9 @@ def program_command(program, home=None):
 def socket_problem(home):
     """Return why `home`/sock cannot be a Unix socket path here, or None."""
     path = os.path.join(home, "sock")
-    if len(os.fsencode(path)) > SOCKET_LIMIT:
-        return (f"the socket path {path} is {len(os.fsencode(path))} bytes, past this system's"
+    size = len(os.fsencode(path))
+    if size > SOCKET_LIMIT:
+        return (f"the socket path {path} is {size} bytes, past this system's"
                 f" {SOCKET_LIMIT}; use a shorter --home or AVSMD_HOME")
     return None
 
