@@ -6654,15 +6654,14 @@ def program_command(program, home=None):
     """`avsm` or `avsmd` the way this user runs it, for the fix lines a person copies, with
     `--home HOME` when `home` is not the one the program finds by itself."""
     import shutil
-    started = sys.argv[0] if sys.argv and sys.argv[0] else ""
-    name = os.path.basename(started)
-    beside = os.path.join(os.path.dirname(started), program)
+    started = sys.argv[0] if sys.argv else ""
+    folder, name = os.path.split(started)
+    beside = os.path.join(folder, program)
     on_path, command = shutil.which(program), None
     if name.split(".")[0] in ("avsm", "avsmd") and not name.endswith(".py"):
-        if on_path and (
-            not os.path.dirname(started) or os.path.realpath(on_path) == os.path.realpath(beside)):
+        if on_path and (not folder or os.path.realpath(on_path) == os.path.realpath(beside)):
             command = program
-        elif os.path.dirname(started) and os.path.exists(beside):
+        elif folder and os.path.exists(beside):
             command = beside
         elif on_path:
             command = program
