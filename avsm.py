@@ -1016,8 +1016,7 @@ class Checker:
     def number(self, value, path, what=None, positive=False):
         what = what or path[-1]
         # past NUMBER_MAX parse_yaml refused it: only NaN and the infinities are left
-        if isinstance(value, bool) or not isinstance(value, (int, float)) \
-                or not abs(value) < float("inf"):
+        if not is_number(value) or not abs(value) < float("inf"):
             self.fail(path, f"{what} must be a number, not {shown_value(value)}")
         if positive and value <= 0:
             self.fail(path, f"{what} must be above 0")
@@ -1244,10 +1243,8 @@ def parse_mandate(text, source="mandate.yaml", directory=None):
     m["timeout"] = reading_timeout(c, doc, ())
     if m["adapter"] and adapter_problem(m["adapter"]):
         c.fail(("metric",), adapter_problem(m["adapter"]))
-    if m["adapter"] is None and directory is not None:
-        problem = command_problem("./report", directory)
-        if problem:
-            c.fail(("metric",), f"the metric is read by ./report: {problem}")
+    if m["adapter"] is None:
+        c.command("./report", ("metric",), "the metric is read by ./report", directory)
     m["levers"] = parse_levers(c, doc, directory)
     m["forbidden"] = parse_forbidden(c, doc, m["levers"])
     m["controller"] = parse_controller(c, doc["controller"], m["levers"])
@@ -1408,11 +1405,6 @@ def describe_threshold(ctl):
             + (f", hold {ctl['hold']}" if ctl["hold"] > 1 else ""))
 
 
-def describe_band(ctl):
-    return (f"band [{format_number(ctl['low'])}, {format_number(ctl['high'])}]: "
-            f"below runs {ctl['below']}, above runs {ctl['above']}")
-
-
 ControllerKind = collections.namedtuple("ControllerKind", "keys parse sides describe by_model")
 ControllerKind.__doc__ = """A controller kind: its mandate keys, its parser, its sides
 [(side name, way, bound, lever)] for the kernel, one line for a person, whether a model proposes."""
@@ -1425,7 +1417,9 @@ CONTROLLERS = {  # adding a controller kind is one entry here and its functions
         {"kind", "low", "high", "below", "above", "deadband", "hold"}, parse_band,
         lambda ctl: [("below", "below", ctl["low"], ctl["below"]),
                      ("above", "above", ctl["high"], ctl["above"])],
-        describe_band, False),
+        lambda ctl: f"band [{format_number(ctl['low'])}, {format_number(ctl['high'])}]: below runs"
+                    f" {ctl['below']}, above runs {ctl['above']}",
+        False),
     "model": ControllerKind({"kind", "backend"}, parse_backend_controller, lambda ctl: [],
                             lambda ctl: f"{ctl['kind']} (a backend proposes; the gate decides)",
                             True)}
@@ -1596,7 +1590,7 @@ def parse_config(text, source="config.yaml"):
     cfg = {"nightly": parse_nightly(c, doc.get("nightly", "03:00")), "backends": {},
            "default": None, "escalate": None,
            "ratchet": c.whole(doc.get("ratchet", 5), ("ratchet",), least=0),
-           "forecast": None, "canary_asks": None, "adapters": {}, "research": None}
+           "forecast": None, "canary_asks": None, "adapters": {}}
     backends = {} if doc.get("backends") is None else doc["backends"]
     c.mapping(backends, ("backends",), set(backends) if isinstance(backends, dict) else ())
     for name, b in backends.items():
@@ -6606,13 +6600,12 @@ class LedgerWriter:
 
     def commit_when_due(self, stopping):
         """At a turn's end: commit what is held once its group is GROUP_WINDOW old, or stopping."""
-        if self.ledger.held is not None:
-            now = time.monotonic()
-            self.group_began = now if self.group_began is None else self.group_began
-            if now - self.group_began >= GROUP_WINDOW or stopping:
-                self.commit(turn_ends=True)
-        else:
-            self.commit(turn_ends=True)         # nothing to commit; a lost group is folded again
+        now = time.monotonic()
+        if self.ledger.held is not None and self.group_began is None:
+            self.group_began = now
+        # with nothing to commit, a lost group is folded again
+        if self.ledger.held is None or stopping or now - self.group_began >= GROUP_WINDOW:
+            self.commit(turn_ends=True)
         if self.ledger.held is None:
             self.group_began = None
 
@@ -6668,15 +6661,14 @@ def program_command(program, home=None):
     """`avsm` or `avsmd` the way this user runs it, for the fix lines a person copies, with
     `--home HOME` when `home` is not the one the program finds by itself."""
     import shutil
-    started = sys.argv[0] if sys.argv and sys.argv[0] else ""
-    name = os.path.basename(started)
-    beside = os.path.join(os.path.dirname(started), program)
+    started = sys.argv[0] if sys.argv else ""
+    folder, name = os.path.split(started)
+    beside = os.path.join(folder, program)
     on_path, command = shutil.which(program), None
     if name.split(".")[0] in ("avsm", "avsmd") and not name.endswith(".py"):
-        if on_path and (
-            not os.path.dirname(started) or os.path.realpath(on_path) == os.path.realpath(beside)):
+        if on_path and (not folder or os.path.realpath(on_path) == os.path.realpath(beside)):
             command = program
-        elif os.path.dirname(started) and os.path.exists(beside):
+        elif folder and os.path.exists(beside):
             command = beside
         elif on_path:
             command = program
@@ -6695,8 +6687,9 @@ def program_command(program, home=None):
 def socket_problem(home):
     """Return why `home`/sock cannot be a Unix socket path here, or None."""
     path = os.path.join(home, "sock")
-    if len(os.fsencode(path)) > SOCKET_LIMIT:
-        return (f"the socket path {path} is {len(os.fsencode(path))} bytes, past this system's"
+    size = len(os.fsencode(path))
+    if size > SOCKET_LIMIT:
+        return (f"the socket path {path} is {size} bytes, past this system's"
                 f" {SOCKET_LIMIT}; use a shorter --home or AVSMD_HOME")
     return None
 
@@ -7022,7 +7015,7 @@ def verify_signer(text, signature, allowed, principal, namespace):
         code, _, err = ssh_keygen(["-Y", "verify", "-f", allowed, "-I", principal, "-n", namespace,
                                    "-s", sig], "verifying a checkpoint", text.encode())
     if code != 0:
-        said = f" ({err})" if str(err).strip() else ""     # ssh-keygen may say nothing
+        said = f" ({err})" if err else ""     # ssh-keygen may say nothing
         raise Fail(EX_DATAERR, f"its signature is not {principal}'s in {allowed} under namespace "
                                f"{namespace}{said}: signed by another key, for another "
                                f"namespace, or changed since")
@@ -7263,10 +7256,9 @@ def read_anthropic(data, max_tokens, sent):
         return dict(facts, text=text)
     if stop == "refusal":
         details = data.get("stop_details") if isinstance(data.get("stop_details"), dict) else {}
-        explanation = details.get("explanation")
-        explanation = explanation if isinstance(explanation, str) else None
-        return dict(facts, **declined(explanation or text, details.get("category"),
-                                      "stop_reason refusal"))
+        said = details.get("explanation")
+        return dict(facts, **declined(said if isinstance(said, str) and said else text,
+                                      details.get("category"), "stop_reason refusal"))
     if stop == "model_context_window_exceeded":
         facts["packet_bytes"] = sent
     why = {"max_tokens": f"the reply was cut off at the token limit (max_tokens {max_tokens})",
@@ -7517,8 +7509,8 @@ def adapter_get(url, key=None, limit=ADAPTER_TIMEOUT):
             answer["got"] = err.code, err.read(REPLY_MAX + 1)
         except (OSError, ValueError) as err:
             reason = getattr(err, "reason", err)
-            answer["error"] = OSError(f"no answer within {limit} s"
-                                      if isinstance(reason, TimeoutError) else str(reason))
+            if not isinstance(reason, TimeoutError):
+                answer["error"] = OSError(str(reason))
     worker = threading.Thread(target=get, daemon=True)      # the name lookup too keeps to the limit
     worker.start()
     worker.join(limit)
@@ -7941,8 +7933,6 @@ def read_json_adapter(name, reading, url, key):
         status, body = adapter_get(url.rstrip("/") + "/" + path.lstrip("/"), key=key)
     except OSError as err:
         raise Fail(EX_UNAVAILABLE, f"{name} {path}: {err}") from None
-    if 200 <= status < 300 and len(body) > REPLY_MAX:
-        raise Fail(EX_DATAERR, f"{name} {path}: the answer is bigger than {REPLY_MAX // 1024} KiB")
     if not 200 <= status < 300:
         try:
             said = json.loads(body)     # stripe's and github's error bodies
@@ -7956,6 +7946,8 @@ def read_json_adapter(name, reading, url, key):
             said = ("a redirect, which a GET with a key does not follow: name the final url in"
                     " config.yaml")
         raise Fail(EX_UNAVAILABLE, f"{name} {path}: HTTP {status}" + (f": {said}" if said else ""))
+    if len(body) > REPLY_MAX:
+        raise Fail(EX_DATAERR, f"{name} {path}: the answer is bigger than {REPLY_MAX // 1024} KiB")
     try:
         value = json.loads(body, parse_constant=lambda word: None)  # NaN and Infinity: no reading
     except (ValueError, RecursionError):
@@ -7965,8 +7957,7 @@ def read_json_adapter(name, reading, url, key):
         value = value[int(part)] \
             if isinstance(value, list) and part.isdigit() and int(part) < len(value) \
             else value.get(part) if isinstance(value, dict) else None
-    if isinstance(value, bool) or not isinstance(value, (int, float)) \
-            or value in (float("inf"), float("-inf")):
+    if not is_number(value) or value in (float("inf"), float("-inf")):
         found = {bool: "true or false", str: "text", dict: "an object", list: "a list",
                  type(None): "nothing"}.get(type(value), "no finite number")
         raise Fail(EX_DATAERR, f"{name} {reading}: no number at that pointer; it holds {found}")
