@@ -4755,6 +4755,12 @@ def unstarted_outcome(state, lever, action, note, why=None):
                 summary=f"{lever} failed: {why}" if why else f"{lever} failed to start: {note}")
 
 
+def check_unstarted(state, gate, err):
+    """A lever's check could not start (`err`): yield the lever's refusal."""
+    return refusal(state, gate.lever, f"its check could not start: {err}",
+                   f"{gate.lever} refused: its check could not start", by=gate.by)
+
+
 def check_rule(state, gate, verdict, status, ended_by, note):
     """A lever's check ended (open point 27) with exit `status`, or `ended_by` early: once it
     passed, the gate proves the lever again with the check among its premises, and only then does
@@ -5186,7 +5192,10 @@ WORLD_SEEDS = 8                 # world steps, each with its own seed, in one pr
 
 
 def world_step_result(mandate, oversized, ended_by, status, out, err):
-    """Return (its output, None) of one world step that ended, or (None, why it failed)."""
+    """Return (its output, None) of one world step that ended, (None, why it failed), or None when
+    a pause, a stop or a new mandate cut it short: its ensemble brings nothing."""
+    if ended_by in ("pause", "stop", "a new mandate"):
+        return None
     if oversized:
         return None, f"it printed more than {WORLD_OUTPUT_MAX // 1024} KiB"
     if ended_by == "timeout":
@@ -8552,8 +8561,7 @@ class Levers:
                                shell=True, lever=lever, payload_file=path)
         except OSError as err:
             os.unlink(path)
-            return refusal(state, lever, f"its check could not start: {err}",
-                           f"{lever} refused: its check could not start", by=gate.by)
+            return check_unstarted(state, gate, err)
         child.extra = {"lever": lever, "run": (gate, verdict), "payload_file": path}
         return begun(state, "check", lever)     # the gate refuses the lever until its check ends
 
@@ -8637,11 +8645,12 @@ class Worlds:
         job = child.extra.get("job")
         if job is None or self.worlds.get(state.name) is not job:
             return None
-        if child.ended_by in ("pause", "stop", "a new mandate"):
+        result = world_step_result(state.mandate, child.oversized, child.ended_by, status,
+                                   bytes(child.out), bytes(child.err))
+        if result is None:
             del self.worlds[state.name]
             return None
-        out, failure = world_step_result(state.mandate, child.oversized, child.ended_by, status,
-                                         bytes(child.out), bytes(child.err))
+        out, failure = result
         if failure:
             job["failure"] = job["failure"] or failure
         else:

@@ -768,7 +768,9 @@ def test_world_step_result_failures_and_output():
     assert avsm.world_step_result(m, True, None, 0, b"", b"")[1] == "it printed more than 64 KiB"
     assert avsm.world_step_result(m, False, "timeout", -15, b"", b"")[1] == "it took longer than 10 s and was ended"
     assert avsm.world_step_result(m, False, None, 1, b"", b"oops\n") == (None, "it ended exit 1: oops")
-    assert avsm.world_step_result(m, False, "pause", -15, b"", b"") == (None, "it ended pause")
+    assert avsm.world_step_result(m, False, "kill", -9, b"", b"") == (None, "it ended kill")
+    for cut_short in ("pause", "stop", "a new mandate"):
+        assert avsm.world_step_result(m, False, cut_short, -15, b"", b"") is None, "the ensemble goes"
     out, why = avsm.world_step_result(m, False, None, 0, b'{"state": 1, "metric": 3, "guards": {"spend": 4, "x": 1}, "y": 2}', b"")
     assert why is None and out == {"state": 1, "metric": 3.0, "guards": {"spend": 4}}
 
@@ -1071,3 +1073,14 @@ def test_an_irreversible_action_asks_for_a_checkpoint_after_it():
     assert not avsm.irreversible_action(led.state, dict(action, kind="outcome")), "not an action"
     assert not avsm.irreversible_action(None, action) and not avsm.irreversible_action(
         led.state, dict(action, lever="gone")), "no venture held, or no such lever"
+
+
+def test_a_check_that_cannot_start_refuses_its_lever():
+    """open point 27: a lever's check that could not start is no pass: the kernel writes the
+    lever's refusal, saying why, and no check record."""
+    led = Ledger(CHECKED)
+    gate = avsm.Gate("lower", None, by="model", summary="lower runs")
+    done = led.drive(avsm.check_unstarted(led.state, gate, OSError(2, "No such file or directory")))
+    assert kinds(done) == [("Write", "refusal")] and done[0][1]["lever"] == "lower"
+    assert done[0][1]["why"] == "its check could not start: [Errno 2] No such file or directory"
+    assert done[0][1]["summary"] == "lower refused: its check could not start"
