@@ -4703,8 +4703,9 @@ def lever_ran(state, lever, verdict, summary, by, side=None, extra=None):
 
 def irreversible_action(state, record):
     """Whether `record` is the action of an irreversible lever: a checkpoint follows it."""
-    spec = state.mandate["levers"].get(record.get("lever")) if state and state.mandate else None
-    return record["kind"] == "action" and bool(spec and not spec["reversible"])
+    spec = (state.mandate["levers"].get(record.get("lever"))
+            if record["kind"] == "action" and state and state.mandate else None)
+    return bool(spec and not spec["reversible"])
 
 
 def action_record(state, lever, verdict, summary, by, side=None, extra=None):
@@ -6408,9 +6409,10 @@ def written(ventures, seq, at, record, canary_every):
     if state is None:
         return notice_of(seq, record), None
     fold(state, seq, at, record)
-    due = canary_every and record["kind"] == "ask" and not record.get("canary")
-    asks = sum(v.asks_made for v in ventures.values())
-    return notice_of(seq, record), canary_ask(state, asks, canary_every) if due else None
+    if not canary_every or record["kind"] != "ask" or record.get("canary"):
+        return notice_of(seq, record), None
+    asks = sum(v.asks_made for v in ventures.values())      # on an ask alone: not every record's
+    return notice_of(seq, record), canary_ask(state, asks, canary_every)
 
 
 def canary_ask(state, asks_seen, every):
