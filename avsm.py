@@ -4809,13 +4809,14 @@ def run_started(state, pid, restart, err=None):
 
 def restart_rule(state, pid, status, ended_by, uptime, backoff, restarted, active):
     """Yield the records of the kept `run` program's end; return (again, backoff, delay) (open
-    point 31)."""
+    point 31); one a new mandate ended starts its new command at once (VENTURE-07)."""
     policy = state.mandate["restart"] if state.mandate else "never"
-    again = (ended_by is None and active
-             and (policy == "always" or (policy == "on-failure" and status != 0)))
+    renewed = ended_by == "a new mandate" and active and bool(state.mandate["run"])
+    again = renewed or (ended_by is None and active
+                        and (policy == "always" or (policy == "on-failure" and status != 0)))
     delay = 0
     if again:
-        if uptime >= BACKOFF_RESET:
+        if uptime >= BACKOFF_RESET or renewed:
             backoff = 0
         elif uptime < QUICK_DEATH and restarted:
             backoff = delay = next_backoff(backoff)
@@ -5532,6 +5533,12 @@ def text_sha256(text):
     """Return the sha256 of `text` as UTF-8 in lowercase hex, as `sha256sum` prints it."""
     import hashlib
     return hashlib.sha256(text.encode()).hexdigest()
+
+
+def run_replaced(state, mandate):
+    """Whether adopting `mandate` ends the kept `run` program: the mandate in force runs another."""
+    old = state.mandate["run"] if state.mandate else None
+    return bool(old) and old != mandate["run"]
 
 
 def mandate_record(name, directory, text, ask=None, approval_of=None):
@@ -6411,7 +6418,7 @@ def written(ventures, seq, at, record, canary_every):
     fold(state, seq, at, record)
     if not canary_every or record["kind"] != "ask" or record.get("canary"):
         return notice_of(seq, record), None
-    asks = sum(v.asks_made for v in ventures.values())      # on an ask alone: not every record's
+    asks = sum(v.asks_made for v in ventures.values())
     return notice_of(seq, record), canary_ask(state, asks, canary_every)
 
 
@@ -8312,10 +8319,10 @@ class Warden:
 
     def adopt(self, state, mandate, record):
         """Append a mandate record and put `mandate` in force; return the record's seq."""
-        old_run = state.mandate["run"] if state.mandate else None
+        replaced = run_replaced(state, mandate)
         seq = self.carry_out(state, [Write(record)])[0][1]
         state.mandate, state.problem = mandate, None
-        if old_run and old_run != mandate["run"]:
+        if replaced:
             self.children.terminate("a new mandate", state.name, "run")
         if not state.paused:
             self.start_venture(state)

@@ -764,3 +764,28 @@ def test_asks_with_avsmd_stopped_reads_the_ledger_and_still_exits_69(av, workdir
     assert lines[1:] == live.splitlines() and lines[1] == f"#{ask_seq}  dial  lower  {ask['question']}", lines
     empty = Avsm(av.bindir, av.home + "x").cli("asks")
     assert empty.returncode == 69 and empty.stdout == "", empty
+
+
+def test_a_new_mandate_ends_the_kept_program_only_when_it_runs_another(av, workdir):
+    """VENTURE-07: a changed mandate that keeps the same `run` command leaves the kept program
+    running; one that names another ends it ("stopped by a new mandate") and starts the new
+    command at once, whatever restart: says (the old one was never started again: the new
+    command never ran)."""
+    serve, other = "#!/bin/sh\nexec sleep 300.131\n", "#!/bin/sh\nexec sleep 300.132\n"
+    first = KEEP.format(restart="never") + "run: ./serve\n"
+    d = dial(workdir, "kept", first, lower=LOWER, serve=serve, other=other)
+    av.start()
+    assert av.cli("add", d).returncode == 0
+    av.wait_for(lambda rs: of(rs, "start", "kept"), timeout=10, what="serve started")
+    write(os.path.join(d, "mandate.yaml"), first.replace("cap: 1/hour", "cap: 2/hour"))
+    assert av.cli("add", d).returncode == 0
+    time.sleep(0.5)
+    assert not of(av.records(), "exit", "kept"), "the same command goes on running"
+    write(os.path.join(d, "mandate.yaml"), first.replace("run: ./serve", "run: ./other"))
+    assert av.cli("add", d).returncode == 0
+    recs = av.wait_for(lambda rs: len(of(rs, "start", "kept")) >= 2 and of(rs, "exit", "kept") and rs,
+                       timeout=10, what="serve ended and other started")
+    (_, ended), = of(recs, "exit", "kept")
+    assert ended["summary"].endswith("stopped by a new mandate after %.1fs; restarting now"
+                                     % ended["uptime"]), ended
+    assert [r["command"] for _, r in of(recs, "start", "kept")] == ["./serve", "./other"]

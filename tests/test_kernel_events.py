@@ -462,3 +462,18 @@ def test_a_venture_that_cannot_run_is_told_unless_paused_and_a_ledger_back_is_a_
     record = avsm.ledger_back_record("disk I/O error")
     assert (record["kind"], record["venture"]) == ("ledger", "self")
     assert record["summary"] == "the ledger takes writes again (it could not: disk I/O error)"
+
+
+def test_a_new_mandate_ends_the_kept_program_only_when_it_runs_another():
+    """VENTURE-07: adopting a mandate ends the kept `run` program of the one in force only
+    when the new one runs another command (or none); the same command keeps running."""
+    text = DRAWDOWN + "run: ./serve\n"
+    led = Ledger(text)
+    same = avsm.parse_mandate(text, "m")
+    assert not avsm.run_replaced(led.state, same)
+    assert avsm.run_replaced(led.state, avsm.parse_mandate(DRAWDOWN + "run: ./other\n", "m"))
+    assert avsm.run_replaced(led.state, avsm.parse_mandate(DRAWDOWN, "m")), "no run any more"
+    led.state.mandate = avsm.parse_mandate(DRAWDOWN, "m")
+    assert not avsm.run_replaced(led.state, same), "none ran before"
+    led.state.mandate = None
+    assert not avsm.run_replaced(led.state, same), "no mandate in force"

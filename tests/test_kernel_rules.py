@@ -455,6 +455,11 @@ def test_restart_rule_backs_off_and_asks_at_the_ceiling():
     assert (again, backoff, delay) == (True, 0, 0)
     again, _, _, records = restarted(led.state, 7, 0, "pause", 1.0, 0, True, True)
     assert not again and "not restarted" in records[0]["summary"]
+    assert not restarted(led.state, 7, -15, "a new mandate", 1.0, 8, True, True)[0], "no run: none"
+    kept = Ledger(GUARDED % "pause" + "restart: never\nrun: ./serve\n")
+    assert restarted(kept.state, 7, -15, "a new mandate", 1.0, 8, True, True)[:3] == (True, 0, 0), \
+        "a new mandate's command starts at once, whatever restart: says, its back-off afresh"
+    assert not restarted(kept.state, 7, -15, "a new mandate", 1.0, 8, True, False)[0], "stopping"
 
 
 def test_implausible_ask_answered_is_not_asked_again_in_the_same_stretch():
