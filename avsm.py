@@ -3598,19 +3598,17 @@ def implausible_rule(state, held, report_seq):
     comes."""
     if held and state.implausible_ask is None and not state.implausible_answered:
         what, seq, note = held
-        record = new_record(
-            "ask", state.name, about="implausible", reading=seq,
+        yield write(
+            state, "ask", about="implausible", reading=seq,
             question=f"{what} (#{seq}) is not plausible: {note}; is the sensor sound? "
                      "approve (it is sound) and deny (it is not) each only record your answer: "
                      f"neither runs a lever nor lifts the hold, and {state.name} acts again "
                      "on the first plausible reading (fix the reading, or its bounds in "
                      "mandate.yaml and avsm add)",
             summary=f"{what} #{seq} holds {state.name} implausible; asking once until a plausible"
-                    " reading comes")
-        if what.startswith("audit "):
+                    " reading comes",
             # hidden from every model, as the audit is (AUDIT-05)
-            record["audit"] = what[len("audit "):]
-        yield Write(record)
+            **some(audit=what[len("audit "):] if what.startswith("audit ") else None))
     elif not held and state.implausible_ask is not None:
         yield Write(resolved_record(state, state.implausible_ask,
                                     f"readings are plausible again (#{report_seq})"))
