@@ -3814,8 +3814,6 @@ def fold(state, seq, at, record):
         about = record.get("about")
         if about == "revoke":
             state.suspended[lever] = seq
-        if about == "guard" and record.get("guard") in state.guards:
-            state.guards[record["guard"]]["acted"] = record.get("episode")
         if about == "implausible":
             state.implausible_ask = seq
         if about == "ratchet":
@@ -3868,13 +3866,14 @@ def fold(state, seq, at, record):
         state.paused = True
         for info in state.guards.values():
             info["repause"] = False
-        if record.get("guard") in state.guards:
-            state.guards[record["guard"]]["acted"] = record.get("episode")
     elif kind == "resume":
         state.paused = False
         for info in state.guards.values():
             # a guard still past its bound pauses it again at its next reading
             info["repause"] = info["past"]
+    if (kind == "pause" or kind == "ask" and record.get("about") == "guard") \
+            and record.get("guard") in state.guards:
+        state.guards[record["guard"]]["acted"] = record.get("episode")
     if kind in ("action", "ask", "refusal") and record.get("by") == "controller" \
             and "side" in record and state.mandate is not None:
         # a controller's decision spends its excursion: deadband disarms, hold counts again
