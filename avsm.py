@@ -6409,14 +6409,13 @@ def sign_again_at_start(spec, signer, ours):
 def written(ventures, seq, at, record, canary_every):
     """Record #seq is in the ledger: fold it into its venture; return its notice (or None) and the
     canary ask now due (or None)."""
-    state = ventures.get(record["venture"])
-    if state is None:
-        return notice_of(seq, record), None
-    fold(state, seq, at, record)
-    if not canary_every or record["kind"] != "ask" or record.get("canary"):
-        return notice_of(seq, record), None
-    asks = sum(v.asks_made for v in ventures.values())
-    return notice_of(seq, record), canary_ask(state, asks, canary_every)
+    state, canary = ventures.get(record["venture"]), None
+    if state is not None:
+        fold(state, seq, at, record)
+        if canary_every and record["kind"] == "ask" and not record.get("canary"):
+            asks = sum(v.asks_made for v in ventures.values())
+            canary = canary_ask(state, asks, canary_every)
+    return notice_of(seq, record), canary
 
 
 def canary_ask(state, asks_seen, every):
