@@ -4691,7 +4691,7 @@ def lever_ran(state, lever, verdict, summary, by, side=None, extra=None):
     seq = yield Write(action_record(state, lever, verdict, summary, by, side, extra),
                       verdict.asked["at"])
     if lever == "stop":
-        yield Pause(new_record("pause", state.name, "measured",
+        yield Pause(new_record("pause", state.name,
                                summary=f"the stop lever (action #{seq}) paused {state.name}"))
         yield write(state, "outcome", lever=lever, action=seq, ok=True, status="exit 0", duration=0,
                     note="", summary=f"stop ok: {state.name} is paused")
