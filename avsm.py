@@ -6133,11 +6133,10 @@ def reply_parsed(state, d, parsed, looked, content, cfg, stopping):
     """The event of decision d's reply, parsed: yield its records, what its asker is shown added to
     d.lines; return "look" (the packet built again with the answer `looked`), the second backend
     an unusable reply escalates to, or None (done). `content`: each choice's content_problem."""
-    if "error" in parsed:
-        why = f"the roles process could not parse the reply: {parsed['error']}"
+    if "error" in parsed or "unusable" in parsed:
+        why = (f"the roles process could not parse the reply: {parsed['error']}"
+               if "error" in parsed else parsed["unusable"])
         return (yield from reply_unusable(state, d, why, cfg, stopping))
-    if "unusable" in parsed:
-        return (yield from reply_unusable(state, d, parsed["unusable"], cfg, stopping))
     if "look" in parsed:
         look = parsed["look"]
         seq = yield Write(look_record(state, d, look, looked))
