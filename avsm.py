@@ -5120,9 +5120,9 @@ def forecast_record(state, extra, output, status, ended_by):
         record.update(
             {k: round(result[k], result["decimals"]) + 0.0 for k in ("median", "p10", "p90")},
             summary=summary)
-        if isinstance(result.get("cut"), str):  # through the world, its calls capped
-            record.update(note=result["cut"][:NOTE_MAX], world=True,
-                          summary=summary + f" ({result['cut'][:200]})")
+        if "cut" in checked:  # through the world, its calls capped
+            record.update(note=checked["cut"], world=True,
+                          summary=summary + f" ({checked['cut'][:200]})")
     return record
 
 
