@@ -5128,9 +5128,11 @@ def forecast_record(state, extra, output, status, ended_by):
 
 def checked_forecast(result):
     """Return a forecast program's result when it holds, else None: nothing unchecked goes on."""
-    if isinstance(result, dict) and isinstance(result.get("too_little"), str):
+    if not isinstance(result, dict):
+        return None
+    if isinstance(result.get("too_little"), str):
         return {"too_little": result["too_little"][:NOTE_MAX]}
-    if isinstance(result, dict) and result.get("decimals") in (0, 1, 2) and \
+    if result.get("decimals") in (0, 1, 2) and \
             all(is_number(result.get(k)) and abs(result[k]) < float("inf")
                 for k in ("median", "p10", "p90")):
         kept = {k: result[k] for k in ("median", "p10", "p90", "decimals", "days", "seeds")
