@@ -7040,11 +7040,12 @@ def verify_signer(text, signature, allowed, principal, namespace):
 
 
 def write_payload(data, prefix="avsm-payload-"):
-    """Write a lever's content to a private temporary file; return its path (open point 28)."""
+    """Write a lever's content (bytes, else as JSON) to a private temporary file; return its path
+    (open point 28)."""
     import tempfile
     fd, path = tempfile.mkstemp(prefix=prefix)
     with os.fdopen(fd, "wb") as fh:
-        fh.write(data)
+        fh.write(data if isinstance(data, bytes) else json.dumps(data).encode())
     return path
 
 
@@ -8350,6 +8351,9 @@ class Warden:
     def do_page(self, args, err):
         return [json.dumps(self.files.page_facts())]
 
+    def venture(self, args):
+        return venture_named(self.ventures, args.get("venture"))
+
     def find_ask(self, args):
         seq = args.get("ask")
         return open_ask(self.ventures, seq, records_citing(self.ledger.db, "ask", seq))
@@ -8376,7 +8380,7 @@ class Warden:
                 + (f"runs as action #{action}" if action else "runs once its check passes")]
 
     def do_decide(self, args, err):
-        state = venture_named(self.ventures, args.get("venture"))
+        state = self.venture(args)
         refuse(decide_problem(state))
         self.decisions.start_decision(state, "person", reply_id=args["__id"])
         return None                 # answered when the decision is done
@@ -8391,7 +8395,7 @@ class Warden:
 
     def do_propose(self, args, err):
         """A person's own proposal (open point 15): see person_proposal_rule."""
-        state = venture_named(self.ventures, args.get("venture"))
+        state = self.venture(args)
         if state.mandate is None:
             raise Fail(EX_DATAERR, f"{state.name} cannot run: {state.problem}")
         lever, payload = args.get("lever"), args.get("payload")
@@ -8431,14 +8435,14 @@ class Warden:
         return [canary_result(state, seq, ask, False)[1] if ask.get("canary") else f"#{seq} denied"]
 
     def do_pause(self, args, err):
-        state = venture_named(self.ventures, args.get("venture"))
+        state = self.venture(args)
         if state.paused:
             return [f"{state.name} is already paused"]
         self.carry_out(state, person_rule(state, "pause"))
         return [f"{state.name} paused; nothing of it runs until avsm resume {state.name}"]
 
     def do_resume(self, args, err):
-        state = venture_named(self.ventures, args.get("venture"))
+        state = self.venture(args)
         if not state.paused:
             return [f"{state.name} is not paused"]
         self.carry_out(state, person_rule(state, "resume"))
@@ -8563,8 +8567,8 @@ class Levers:
     def start_check(self, state, gate, verdict):
         lever, payload = gate.lever, (gate.extra or {}).get("payload")
         audits = {name: info.get("note", "") for name, info in state.audits.items()}
-        path = write_payload(json.dumps({"venture": state.name, "lever": lever, "payload": payload,
-                                         "audits": audits}).encode())
+        path = write_payload({"venture": state.name, "lever": lever, "payload": payload,
+                              "audits": audits})
         try:
             child = self.spawn("check", state, state.mandate["levers"][lever]["check"], timeout=60,
                                shell=True, lever=lever, payload_file=path)
@@ -8609,7 +8613,7 @@ class Worlds:
                                 time.time())
         if facts is None:
             return False
-        payload = write_payload(json.dumps(facts).encode())
+        payload = write_payload(facts)
         try:
             child = self.spawn("forecast", state, cached_command("forecast", []), timeout=600,
                                payload_file=payload, runs=[state.mandate["world"]])     # steps it
@@ -8636,8 +8640,8 @@ class Worlds:
                "failure": None}
         self.worlds[state.name] = job
         for i in range(WORLD_SEEDS):
-            path = write_payload(json.dumps(
-                world_input(state, lever, report_seq * WORLD_SEEDS + i, time.time())).encode())
+            path = write_payload(world_input(state, lever, report_seq * WORLD_SEEDS + i,
+                                             time.time()))
             try:
                 child = self.spawn("world", state, state.mandate["world"], timeout=WORLD_TIMEOUT,
                                    shell=True, payload_file=path, head=WORLD_OUTPUT_MAX)
@@ -8966,8 +8970,8 @@ class Rounds:
                 except Fail as fail:
                     # the adapter fails saying so: no call without its key
                     key, problem = None, str(fail)
-                secret = write_payload(json.dumps(
-                    {"url": (where or {}).get("url"), "key": key, "problem": problem}).encode())
+                secret = write_payload({"url": (where or {}).get("url"), "key": key,
+                                        "problem": problem})
         elif what != "report":
             args, shell = item["run"], True
         timeout, number = reading_limit(item), self.rounds[state.name]["number"]
@@ -9087,8 +9091,8 @@ class Decisions:
         state, backend = self.ventures[d.venture], self.cfg["backends"][d.backend]
         d.request, d.call = answer, None
         if backend["kind"] == "command":
-            path = write_payload(json.dumps({"backend": d.backend, "system": answer["system"],
-                                             "user": answer["user"]}).encode(), "avsm-request-")
+            path = write_payload({"backend": d.backend, "system": answer["system"],
+                                  "user": answer["user"]}, "avsm-request-")
             try:
                 child = self.spawn("backend", state, backend["run"], timeout=BACKEND_TIMEOUT,
                                    shell=True, payload_file=path, cwd=self.home, head=REPLY_MAX)
