@@ -8813,9 +8813,8 @@ class Children:
             self.sel.register(child.pidfd, selectors.EVENT_READ, ("pidfd", child))
         # avsmd hears of a group at once: a warden killed next leaves no stranger behind
         self.flush()
-        if self.debug:
-            log(self.debug, "warden",
-                f"{state.name}: started {purpose} {args!r} pid {child.pid} group {child.pgid}")
+        log(self.debug, "warden",
+            f"{state.name}: started {purpose} {args!r} pid {child.pid} group {child.pgid}")
         return child
 
     def enforce(self, now):
@@ -8862,9 +8861,8 @@ class Children:
         else:
             self.tell({"ended": child.pgid}, later=child.leader_start is not None)
             self.journal_group(f"-{child.pgid}")
-        if self.debug:
-            log(self.debug, "warden", f"{child.venture}: {child.purpose} pid {child.pid} ended:"
-                                      f" {describe_status(child.status)}")
+        log(self.debug, "warden", f"{child.venture}: {child.purpose} pid {child.pid} ended:"
+                                  f" {describe_status(child.status)}")
         self.settle(child)
 
 
@@ -8942,10 +8940,9 @@ class Rounds:
         returns, each in its own group."""
         m = state.mandate
         self.round_number += 1
-        if self.debug:
-            log(self.debug, "warden",
-                f"{state.name}: tick {self.round_number}: the metric, {len(m['guards'])} guard(s), "
-                f"{len(m['audits'])} audit(s), {len(m['readings'])} reading(s)")
+        log(self.debug, "warden",
+            f"{state.name}: tick {self.round_number}: the metric, {len(m['guards'])} guard(s), "
+            f"{len(m['audits'])} audit(s), {len(m['readings'])} reading(s)")
         running = {
             (c.purpose, c.extra.get("name")) for c in self.children if c.venture == state.name
         }
@@ -9054,9 +9051,7 @@ class Decisions:
 
     def start_decision(self, state, by, reply_id=None):
         """Begin one model decision for a venture: it grants nothing."""
-        d = Decision(state.name, by, backend_for(state, self.cfg)[0], reply_id)
-        self.build(d)
-        return d
+        self.build(Decision(state.name, by, backend_for(state, self.cfg)[0], reply_id))
 
     def ask_roles(self, d, message, then):
         """Send the roles process `message`; its answer goes to then(d, answer)."""
@@ -9323,9 +9318,8 @@ class Checkpoints:
         path = os.path.join(self.dir, f"{head[0]:012d}.txt")
         if self.spec["key"]:
             try:
-                signature = sign_text(
-                    text, os.path.expanduser(self.spec["key"]), self.spec["namespace"]
-                )
+                signature = sign_text(text, os.path.expanduser(self.spec["key"]),
+                                      self.spec["namespace"])
             except Fail as fail:
                 sys.stderr.write(f"avsmd: checkpoint #{head[0]} is written unsigned: {fail}\n")
         for name, data in ((path + ".sig", signature), (path, text)):
@@ -9341,11 +9335,8 @@ class Checkpoints:
 
 def newest_checkpoint(directory):
     """Return the Checkpoint of the newest SEQ.txt in `directory` that reads as one, or None."""
-    for name in (
-        sorted((n for n in os.listdir(directory) if re.fullmatch(r"\d+\.txt", n)), reverse=True)
-        if os.path.isdir(directory)
-        else ()
-    ):
+    names = os.listdir(directory) if os.path.isdir(directory) else ()
+    for name in sorted((n for n in names if re.fullmatch(r"\d+\.txt", n)), reverse=True):
         path = os.path.join(directory, name)
         try:
             with open(path) as fh:
