@@ -8556,8 +8556,7 @@ class Levers:
             child = self.spawn("lever", state, launch.run, timeout=launch.timeout, shell=True,
                                lever=launch.lever, payload_file=payload_file,
                                checked=launch.checked, **launch.more)
-            child.extra = {"lever": launch.lever, "action": launch.action,
-                           "timeout": launch.timeout, "payload_file": payload_file}
+            child.extra = {"launch": launch, "payload_file": payload_file}
         except OSError as err:
             if payload_file:
                 os.unlink(payload_file)         # no program holds the content: it goes now
@@ -8585,13 +8584,13 @@ class Levers:
         return check_rule(state, gate, verdict, status, child.ended_by, child.note())
 
     def lever_done(self, state, child, status):
-        if child.extra.get("payload_file"):
+        launch, payload_file = child.extra["launch"], child.extra["payload_file"]
+        if payload_file:
             with contextlib.suppress(OSError):
-                os.unlink(child.extra["payload_file"])
-        return lever_outcome(state, child.extra["lever"], child.extra["action"], status,
-                             child.ended_by, round(time.monotonic() - child.started, 3),
-                             child.extra["timeout"], child.note(),
-                             output_lines(child.out, child.cut)[0])
+                os.unlink(payload_file)
+        return lever_outcome(state, launch.lever, launch.action, status, child.ended_by,
+                             round(time.monotonic() - child.started, 3), launch.timeout,
+                             child.note(), output_lines(child.out, child.cut)[0])
 
 
 class Worlds:
