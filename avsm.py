@@ -6692,8 +6692,8 @@ def program_command(program, home=None):
             command = program
     if command is None:
         python = sys.executable or "python3"
-        if shutil.which("python3") and os.path.realpath(
-            shutil.which("python3")) == os.path.realpath(python):
+        found = shutil.which("python3")
+        if found and os.path.realpath(found) == os.path.realpath(python):
             python = "python3"
         script = started if name.endswith(".py") and os.path.exists(started) else AVSM_PATH
         command = f"{python} {script}" + (" avsmd" if program == "avsmd" else "")
@@ -8697,10 +8697,8 @@ class Keeper:
 
     def start_keep(self, state):
         if state.mandate and state.mandate["run"] and not state.paused:
-            keep = self.keep.setdefault(
-                state.name, {"child": None, "backoff": 0, "restart": False, "next_start": None,
-                             "restarts": 0}
-            )
+            keep = self.keep.setdefault(state.name, {"child": None, "backoff": 0, "restart": False,
+                                                     "next_start": None, "restarts": 0})
             if keep["child"] is None and keep["next_start"] is None:
                 return self.start_run(state)
         return []
@@ -8942,9 +8940,8 @@ class Rounds:
         log(self.debug, "warden",
             f"{state.name}: tick {self.round_number}: the metric, {len(m['guards'])} guard(s), "
             f"{len(m['audits'])} audit(s), {len(m['readings'])} reading(s)")
-        running = {
-            (c.purpose, c.extra.get("name")) for c in self.children if c.venture == state.name
-        }
+        running = {(c.purpose, c.extra.get("name")) for c in self.children
+                   if c.venture == state.name}
         round_, starts = yield from round_started(state, running, self.round_number, now)
         self.rounds[state.name] = round_
         for what, item in starts:
@@ -9005,9 +9002,8 @@ class Rounds:
             yield self.ventures[name], self.ended(self.ventures[name], round_due, now)
 
     def deadlines(self):
-        return [
-            r["deadline"] for r in self.rounds.values() if r["metric"] is not None and r["pending"]
-        ]
+        return [r["deadline"] for r in self.rounds.values()
+                if r["metric"] is not None and r["pending"]]
 
     def forget_from(self, seq):
         # a round's report may be among the lost; the next round starts afresh
