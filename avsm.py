@@ -3598,19 +3598,17 @@ def implausible_rule(state, held, report_seq):
     comes."""
     if held and state.implausible_ask is None and not state.implausible_answered:
         what, seq, note = held
-        record = new_record(
-            "ask", state.name, about="implausible", reading=seq,
+        yield write(
+            state, "ask", about="implausible", reading=seq,
             question=f"{what} (#{seq}) is not plausible: {note}; is the sensor sound? "
                      "approve (it is sound) and deny (it is not) each only record your answer: "
                      f"neither runs a lever nor lifts the hold, and {state.name} acts again "
                      "on the first plausible reading (fix the reading, or its bounds in "
                      "mandate.yaml and avsm add)",
             summary=f"{what} #{seq} holds {state.name} implausible; asking once until a plausible"
-                    " reading comes")
-        if what.startswith("audit "):
+                    " reading comes",
             # hidden from every model, as the audit is (AUDIT-05)
-            record["audit"] = what[len("audit "):]
-        yield Write(record)
+            **some(audit=what[len("audit "):] if what.startswith("audit ") else None))
     elif not held and state.implausible_ask is not None:
         yield Write(resolved_record(state, state.implausible_ask,
                                     f"readings are plausible again (#{report_seq})"))
@@ -3816,8 +3814,6 @@ def fold(state, seq, at, record):
         about = record.get("about")
         if about == "revoke":
             state.suspended[lever] = seq
-        if about == "guard" and record.get("guard") in state.guards:
-            state.guards[record["guard"]]["acted"] = record.get("episode")
         if about == "implausible":
             state.implausible_ask = seq
         if about == "ratchet":
@@ -3870,13 +3866,14 @@ def fold(state, seq, at, record):
         state.paused = True
         for info in state.guards.values():
             info["repause"] = False
-        if record.get("guard") in state.guards:
-            state.guards[record["guard"]]["acted"] = record.get("episode")
     elif kind == "resume":
         state.paused = False
         for info in state.guards.values():
             # a guard still past its bound pauses it again at its next reading
             info["repause"] = info["past"]
+    if (kind == "pause" or kind == "ask" and record.get("about") == "guard") \
+            and record.get("guard") in state.guards:
+        state.guards[record["guard"]]["acted"] = record.get("episode")
     if kind in ("action", "ask", "refusal") and record.get("by") == "controller" \
             and "side" in record and state.mandate is not None:
         # a controller's decision spends its excursion: deadband disarms, hold counts again
@@ -4694,7 +4691,7 @@ def lever_ran(state, lever, verdict, summary, by, side=None, extra=None):
     seq = yield Write(action_record(state, lever, verdict, summary, by, side, extra),
                       verdict.asked["at"])
     if lever == "stop":
-        yield Pause(new_record("pause", state.name, "measured",
+        yield Pause(new_record("pause", state.name,
                                summary=f"the stop lever (action #{seq}) paused {state.name}"))
         yield write(state, "outcome", lever=lever, action=seq, ok=True, status="exit 0", duration=0,
                     note="", summary=f"stop ok: {state.name} is paused")
@@ -5123,17 +5120,19 @@ def forecast_record(state, extra, output, status, ended_by):
         record.update(
             {k: round(result[k], result["decimals"]) + 0.0 for k in ("median", "p10", "p90")},
             summary=summary)
-        if isinstance(result.get("cut"), str):  # through the world, its calls capped
-            record.update(note=result["cut"][:NOTE_MAX], world=True,
-                          summary=summary + f" ({result['cut'][:200]})")
+        if "cut" in checked:  # through the world, its calls capped
+            record.update(note=checked["cut"], world=True,
+                          summary=summary + f" ({checked['cut'][:200]})")
     return record
 
 
 def checked_forecast(result):
     """Return a forecast program's result when it holds, else None: nothing unchecked goes on."""
-    if isinstance(result, dict) and isinstance(result.get("too_little"), str):
+    if not isinstance(result, dict):
+        return None
+    if isinstance(result.get("too_little"), str):
         return {"too_little": result["too_little"][:NOTE_MAX]}
-    if isinstance(result, dict) and result.get("decimals") in (0, 1, 2) and \
+    if result.get("decimals") in (0, 1, 2) and \
             all(is_number(result.get(k)) and abs(result[k]) < float("inf")
                 for k in ("median", "p10", "p90")):
         kept = {k: result[k] for k in ("median", "p10", "p90", "decimals", "days", "seeds")
@@ -6136,11 +6135,10 @@ def reply_parsed(state, d, parsed, looked, content, cfg, stopping):
     """The event of decision d's reply, parsed: yield its records, what its asker is shown added to
     d.lines; return "look" (the packet built again with the answer `looked`), the second backend
     an unusable reply escalates to, or None (done). `content`: each choice's content_problem."""
-    if "error" in parsed:
-        why = f"the roles process could not parse the reply: {parsed['error']}"
+    if "error" in parsed or "unusable" in parsed:
+        why = (f"the roles process could not parse the reply: {parsed['error']}"
+               if "error" in parsed else parsed["unusable"])
         return (yield from reply_unusable(state, d, why, cfg, stopping))
-    if "unusable" in parsed:
-        return (yield from reply_unusable(state, d, parsed["unusable"], cfg, stopping))
     if "look" in parsed:
         look = parsed["look"]
         seq = yield Write(look_record(state, d, look, looked))
@@ -6412,14 +6410,13 @@ def sign_again_at_start(spec, signer, ours):
 def written(ventures, seq, at, record, canary_every):
     """Record #seq is in the ledger: fold it into its venture; return its notice (or None) and the
     canary ask now due (or None)."""
-    state = ventures.get(record["venture"])
-    if state is None:
-        return notice_of(seq, record), None
-    fold(state, seq, at, record)
-    if not canary_every or record["kind"] != "ask" or record.get("canary"):
-        return notice_of(seq, record), None
-    asks = sum(v.asks_made for v in ventures.values())
-    return notice_of(seq, record), canary_ask(state, asks, canary_every)
+    state, canary = ventures.get(record["venture"]), None
+    if state is not None:
+        fold(state, seq, at, record)
+        if canary_every and record["kind"] == "ask" and not record.get("canary"):
+            asks = sum(v.asks_made for v in ventures.values())
+            canary = canary_ask(state, asks, canary_every)
+    return notice_of(seq, record), canary
 
 
 def canary_ask(state, asks_seen, every):
@@ -6692,8 +6689,8 @@ def program_command(program, home=None):
             command = program
     if command is None:
         python = sys.executable or "python3"
-        if shutil.which("python3") and os.path.realpath(
-            shutil.which("python3")) == os.path.realpath(python):
+        found = shutil.which("python3")
+        if found and os.path.realpath(found) == os.path.realpath(python):
             python = "python3"
         script = started if name.endswith(".py") and os.path.exists(started) else AVSM_PATH
         command = f"{python} {script}" + (" avsmd" if program == "avsmd" else "")
@@ -7040,11 +7037,12 @@ def verify_signer(text, signature, allowed, principal, namespace):
 
 
 def write_payload(data, prefix="avsm-payload-"):
-    """Write a lever's content to a private temporary file; return its path (open point 28)."""
+    """Write a lever's content (bytes, else as JSON) to a private temporary file; return its path
+    (open point 28)."""
     import tempfile
     fd, path = tempfile.mkstemp(prefix=prefix)
     with os.fdopen(fd, "wb") as fh:
-        fh.write(data)
+        fh.write(data if isinstance(data, bytes) else json.dumps(data).encode())
     return path
 
 
@@ -8350,6 +8348,9 @@ class Warden:
     def do_page(self, args, err):
         return [json.dumps(self.files.page_facts())]
 
+    def venture(self, args):
+        return venture_named(self.ventures, args.get("venture"))
+
     def find_ask(self, args):
         seq = args.get("ask")
         return open_ask(self.ventures, seq, records_citing(self.ledger.db, "ask", seq))
@@ -8376,7 +8377,7 @@ class Warden:
                 + (f"runs as action #{action}" if action else "runs once its check passes")]
 
     def do_decide(self, args, err):
-        state = venture_named(self.ventures, args.get("venture"))
+        state = self.venture(args)
         refuse(decide_problem(state))
         self.decisions.start_decision(state, "person", reply_id=args["__id"])
         return None                 # answered when the decision is done
@@ -8391,7 +8392,7 @@ class Warden:
 
     def do_propose(self, args, err):
         """A person's own proposal (open point 15): see person_proposal_rule."""
-        state = venture_named(self.ventures, args.get("venture"))
+        state = self.venture(args)
         if state.mandate is None:
             raise Fail(EX_DATAERR, f"{state.name} cannot run: {state.problem}")
         lever, payload = args.get("lever"), args.get("payload")
@@ -8431,14 +8432,14 @@ class Warden:
         return [canary_result(state, seq, ask, False)[1] if ask.get("canary") else f"#{seq} denied"]
 
     def do_pause(self, args, err):
-        state = venture_named(self.ventures, args.get("venture"))
+        state = self.venture(args)
         if state.paused:
             return [f"{state.name} is already paused"]
         self.carry_out(state, person_rule(state, "pause"))
         return [f"{state.name} paused; nothing of it runs until avsm resume {state.name}"]
 
     def do_resume(self, args, err):
-        state = venture_named(self.ventures, args.get("venture"))
+        state = self.venture(args)
         if not state.paused:
             return [f"{state.name} is not paused"]
         self.carry_out(state, person_rule(state, "resume"))
@@ -8552,8 +8553,7 @@ class Levers:
             child = self.spawn("lever", state, launch.run, timeout=launch.timeout, shell=True,
                                lever=launch.lever, payload_file=payload_file,
                                checked=launch.checked, **launch.more)
-            child.extra = {"lever": launch.lever, "action": launch.action,
-                           "timeout": launch.timeout, "payload_file": payload_file}
+            child.extra = {"launch": launch, "payload_file": payload_file}
         except OSError as err:
             if payload_file:
                 os.unlink(payload_file)         # no program holds the content: it goes now
@@ -8563,8 +8563,8 @@ class Levers:
     def start_check(self, state, gate, verdict):
         lever, payload = gate.lever, (gate.extra or {}).get("payload")
         audits = {name: info.get("note", "") for name, info in state.audits.items()}
-        path = write_payload(json.dumps({"venture": state.name, "lever": lever, "payload": payload,
-                                         "audits": audits}).encode())
+        path = write_payload({"venture": state.name, "lever": lever, "payload": payload,
+                              "audits": audits})
         try:
             child = self.spawn("check", state, state.mandate["levers"][lever]["check"], timeout=60,
                                shell=True, lever=lever, payload_file=path)
@@ -8581,13 +8581,13 @@ class Levers:
         return check_rule(state, gate, verdict, status, child.ended_by, child.note())
 
     def lever_done(self, state, child, status):
-        if child.extra.get("payload_file"):
+        launch, payload_file = child.extra["launch"], child.extra["payload_file"]
+        if payload_file:
             with contextlib.suppress(OSError):
-                os.unlink(child.extra["payload_file"])
-        return lever_outcome(state, child.extra["lever"], child.extra["action"], status,
-                             child.ended_by, round(time.monotonic() - child.started, 3),
-                             child.extra["timeout"], child.note(),
-                             output_lines(child.out, child.cut)[0])
+                os.unlink(payload_file)
+        return lever_outcome(state, launch.lever, launch.action, status, child.ended_by,
+                             round(time.monotonic() - child.started, 3), launch.timeout,
+                             child.note(), output_lines(child.out, child.cut)[0])
 
 
 class Worlds:
@@ -8609,7 +8609,7 @@ class Worlds:
                                 time.time())
         if facts is None:
             return False
-        payload = write_payload(json.dumps(facts).encode())
+        payload = write_payload(facts)
         try:
             child = self.spawn("forecast", state, cached_command("forecast", []), timeout=600,
                                payload_file=payload, runs=[state.mandate["world"]])     # steps it
@@ -8636,8 +8636,8 @@ class Worlds:
                "failure": None}
         self.worlds[state.name] = job
         for i in range(WORLD_SEEDS):
-            path = write_payload(json.dumps(
-                world_input(state, lever, report_seq * WORLD_SEEDS + i, time.time())).encode())
+            path = write_payload(world_input(state, lever, report_seq * WORLD_SEEDS + i,
+                                             time.time()))
             try:
                 child = self.spawn("world", state, state.mandate["world"], timeout=WORLD_TIMEOUT,
                                    shell=True, payload_file=path, head=WORLD_OUTPUT_MAX)
@@ -8694,10 +8694,8 @@ class Keeper:
 
     def start_keep(self, state):
         if state.mandate and state.mandate["run"] and not state.paused:
-            keep = self.keep.setdefault(
-                state.name, {"child": None, "backoff": 0, "restart": False, "next_start": None,
-                             "restarts": 0}
-            )
+            keep = self.keep.setdefault(state.name, {"child": None, "backoff": 0, "restart": False,
+                                                     "next_start": None, "restarts": 0})
             if keep["child"] is None and keep["next_start"] is None:
                 return self.start_run(state)
         return []
@@ -8809,9 +8807,8 @@ class Children:
             self.sel.register(child.pidfd, selectors.EVENT_READ, ("pidfd", child))
         # avsmd hears of a group at once: a warden killed next leaves no stranger behind
         self.flush()
-        if self.debug:
-            log(self.debug, "warden",
-                f"{state.name}: started {purpose} {args!r} pid {child.pid} group {child.pgid}")
+        log(self.debug, "warden",
+            f"{state.name}: started {purpose} {args!r} pid {child.pid} group {child.pgid}")
         return child
 
     def enforce(self, now):
@@ -8858,9 +8855,8 @@ class Children:
         else:
             self.tell({"ended": child.pgid}, later=child.leader_start is not None)
             self.journal_group(f"-{child.pgid}")
-        if self.debug:
-            log(self.debug, "warden", f"{child.venture}: {child.purpose} pid {child.pid} ended:"
-                                      f" {describe_status(child.status)}")
+        log(self.debug, "warden", f"{child.venture}: {child.purpose} pid {child.pid} ended:"
+                                  f" {describe_status(child.status)}")
         self.settle(child)
 
 
@@ -8938,13 +8934,11 @@ class Rounds:
         returns, each in its own group."""
         m = state.mandate
         self.round_number += 1
-        if self.debug:
-            log(self.debug, "warden",
-                f"{state.name}: tick {self.round_number}: the metric, {len(m['guards'])} guard(s), "
-                f"{len(m['audits'])} audit(s), {len(m['readings'])} reading(s)")
-        running = {
-            (c.purpose, c.extra.get("name")) for c in self.children if c.venture == state.name
-        }
+        log(self.debug, "warden",
+            f"{state.name}: tick {self.round_number}: the metric, {len(m['guards'])} guard(s), "
+            f"{len(m['audits'])} audit(s), {len(m['readings'])} reading(s)")
+        running = {(c.purpose, c.extra.get("name")) for c in self.children
+                   if c.venture == state.name}
         round_, starts = yield from round_started(state, running, self.round_number, now)
         self.rounds[state.name] = round_
         for what, item in starts:
@@ -8966,8 +8960,8 @@ class Rounds:
                 except Fail as fail:
                     # the adapter fails saying so: no call without its key
                     key, problem = None, str(fail)
-                secret = write_payload(json.dumps(
-                    {"url": (where or {}).get("url"), "key": key, "problem": problem}).encode())
+                secret = write_payload({"url": (where or {}).get("url"), "key": key,
+                                        "problem": problem})
         elif what != "report":
             args, shell = item["run"], True
         timeout, number = reading_limit(item), self.rounds[state.name]["number"]
@@ -9005,9 +8999,8 @@ class Rounds:
             yield self.ventures[name], self.ended(self.ventures[name], round_due, now)
 
     def deadlines(self):
-        return [
-            r["deadline"] for r in self.rounds.values() if r["metric"] is not None and r["pending"]
-        ]
+        return [r["deadline"] for r in self.rounds.values()
+                if r["metric"] is not None and r["pending"]]
 
     def forget_from(self, seq):
         # a round's report may be among the lost; the next round starts afresh
@@ -9050,9 +9043,7 @@ class Decisions:
 
     def start_decision(self, state, by, reply_id=None):
         """Begin one model decision for a venture: it grants nothing."""
-        d = Decision(state.name, by, backend_for(state, self.cfg)[0], reply_id)
-        self.build(d)
-        return d
+        self.build(Decision(state.name, by, backend_for(state, self.cfg)[0], reply_id))
 
     def ask_roles(self, d, message, then):
         """Send the roles process `message`; its answer goes to then(d, answer)."""
@@ -9087,8 +9078,8 @@ class Decisions:
         state, backend = self.ventures[d.venture], self.cfg["backends"][d.backend]
         d.request, d.call = answer, None
         if backend["kind"] == "command":
-            path = write_payload(json.dumps({"backend": d.backend, "system": answer["system"],
-                                             "user": answer["user"]}).encode(), "avsm-request-")
+            path = write_payload({"backend": d.backend, "system": answer["system"],
+                                  "user": answer["user"]}, "avsm-request-")
             try:
                 child = self.spawn("backend", state, backend["run"], timeout=BACKEND_TIMEOUT,
                                    shell=True, payload_file=path, cwd=self.home, head=REPLY_MAX)
@@ -9319,9 +9310,8 @@ class Checkpoints:
         path = os.path.join(self.dir, f"{head[0]:012d}.txt")
         if self.spec["key"]:
             try:
-                signature = sign_text(
-                    text, os.path.expanduser(self.spec["key"]), self.spec["namespace"]
-                )
+                signature = sign_text(text, os.path.expanduser(self.spec["key"]),
+                                      self.spec["namespace"])
             except Fail as fail:
                 sys.stderr.write(f"avsmd: checkpoint #{head[0]} is written unsigned: {fail}\n")
         for name, data in ((path + ".sig", signature), (path, text)):
@@ -9337,11 +9327,8 @@ class Checkpoints:
 
 def newest_checkpoint(directory):
     """Return the Checkpoint of the newest SEQ.txt in `directory` that reads as one, or None."""
-    for name in (
-        sorted((n for n in os.listdir(directory) if re.fullmatch(r"\d+\.txt", n)), reverse=True)
-        if os.path.isdir(directory)
-        else ()
-    ):
+    names = os.listdir(directory) if os.path.isdir(directory) else ()
+    for name in sorted((n for n in names if re.fullmatch(r"\d+\.txt", n)), reverse=True):
         path = os.path.join(directory, name)
         try:
             with open(path) as fh:
