@@ -8807,8 +8807,9 @@ class Children:
             self.sel.register(child.pidfd, selectors.EVENT_READ, ("pidfd", child))
         # avsmd hears of a group at once: a warden killed next leaves no stranger behind
         self.flush()
-        log(self.debug, "warden",
-            f"{state.name}: started {purpose} {args!r} pid {child.pid} group {child.pgid}")
+        if self.debug:          # formatted only when asked: a thousand children start a minute
+            log(self.debug, "warden",
+                f"{state.name}: started {purpose} {args!r} pid {child.pid} group {child.pgid}")
         return child
 
     def enforce(self, now):
@@ -8855,8 +8856,9 @@ class Children:
         else:
             self.tell({"ended": child.pgid}, later=child.leader_start is not None)
             self.journal_group(f"-{child.pgid}")
-        log(self.debug, "warden", f"{child.venture}: {child.purpose} pid {child.pid} ended:"
-                                  f" {describe_status(child.status)}")
+        if self.debug:
+            log(self.debug, "warden", f"{child.venture}: {child.purpose} pid {child.pid} ended:"
+                                      f" {describe_status(child.status)}")
         self.settle(child)
 
 
@@ -8934,9 +8936,10 @@ class Rounds:
         returns, each in its own group."""
         m = state.mandate
         self.round_number += 1
-        log(self.debug, "warden",
-            f"{state.name}: tick {self.round_number}: the metric, {len(m['guards'])} guard(s), "
-            f"{len(m['audits'])} audit(s), {len(m['readings'])} reading(s)")
+        if self.debug:
+            log(self.debug, "warden",
+                f"{state.name}: tick {self.round_number}: the metric, {len(m['guards'])} guard(s), "
+                f"{len(m['audits'])} audit(s), {len(m['readings'])} reading(s)")
         running = {(c.purpose, c.extra.get("name")) for c in self.children
                    if c.venture == state.name}
         round_, starts = yield from round_started(state, running, self.round_number, now)
