@@ -2226,11 +2226,6 @@ def new_record(kind, venture, claim=None, **fields):
     return dict(kind=kind, claim=claim, venture=venture, **fields)
 
 
-def some(**fields):
-    """Return the fields given a value (not None, empty or false): a record's optional fields."""
-    return {k: v for k, v in fields.items() if v}
-
-
 def canonical(record):
     """Return a record's stored text: compact JSON with keys sorted."""
     return json.dumps(record, sort_keys=True, separators=(",", ":"), ensure_ascii=True,
@@ -2984,10 +2979,21 @@ Check = collections.namedtuple("Check", "gate verdict")
 Check.__doc__ = "A lever's check: to start before the lever, which the gate proves again after it."
 
 
+def write(state, kind, claim=None, **fields):
+    """Return the Write of a new `kind` record of `state`'s venture (new_record)."""
+    return Write(new_record(kind, state.name, claim, **fields))
+
+
+def some(**fields):
+    """Return the fields given a value (not None, empty or false): a record's optional fields."""
+    return {k: v for k, v in fields.items() if v}
+
+
 # ---- the event of a reading program ended: the report, a guard, audit or reading ----
-Read = collections.namedtuple("Read", "what name value failure text round ended_by limit")
+Read = collections.namedtuple("Read", "what name status out cut note round ended_by limit")
 Read.__doc__ = """What a reading program ended with: `what` report, guard, audit or reading, its
-`name` (None for the report), the number it printed or its `failure`, the `text` above the number,
+`name` (None for the report), its exit `status` (None: it could not start, the `note` says why),
+its standard `out`put kept (`cut`: only the last OUTPUT_KEEP bytes), the `note` of what it wrote,
 the `round` it was started in, what ended it early (`ended_by`: pause, stop, timeout) and its
 time `limit`."""
 
@@ -2999,14 +3005,14 @@ def read_ended(state, round_, read, now, stopping):
     One cut short by a pause or a stop is no reading."""
     if read.ended_by in ("pause", "stop"):
         return round_
-    failure = timed_out_note(read.limit) if read.ended_by == "timeout" else read.failure
+    value, failure, text = read_output(read)
     if read.what == "report":
-        yield from report_read(state, read.value, failure)
+        yield from report_read(state, value, failure)
         if round_ is not None:
             round_ = dict(round_, metric=state.last_report[0])
     else:
         late = read_late(read.round, round_)
-        yield from reading_read(state, read.what, read.name, read.value, failure, read.text, late)
+        yield from reading_read(state, read.what, read.name, value, failure, text, late)
         if late:
             return round_
         round_ = dict(round_, pending=round_["pending"] - {(read.what, read.name)})
@@ -3021,12 +3027,6 @@ def round_due(state, round_, now, stopping):
         return round_
     yield from round_settled(state, round_["metric"], unread, stopping)
     return None
-
-
-def reading_limit(item):
-    """Return the seconds a reading program may run: its `timeout:`, else 10 minutes; one still
-    running when next due runs on to this limit (DESIGN)."""
-    return item.get("timeout") or READING_TIMEOUT
 
 
 def read_late(child_round, round_):
@@ -3045,14 +3045,45 @@ def round_unread(round_, now):
     return sorted(round_["pending"])
 
 
-def timed_out_note(limit):
-    """The failure of a reading program ended at its time limit."""
-    return f"took longer than its time limit of {format_duration(limit)} and was ended"
+def read_output(read):
+    """Return (value, failure, text) of a reading program ended (a Read): its last non-empty line
+    must be the number alone (GUARD-14); `text` is its lines (a report's are not kept), and a
+    guard's failure is told without what it wrote."""
+    lines, cut = output_lines(read.out, read.cut)
+    text = "" if read.what == "report" else "\n".join(lines)
+    if read.ended_by:
+        why = f"ended: {read.ended_by}"
+        if read.ended_by == "timeout":
+            why = f"took longer than its time limit of {format_duration(read.limit)} and was ended"
+        return None, why, text
+    if read.status is None:
+        return None, read.note, text
+    if read.status != 0:
+        tail = read.note[-300:] if read.what != "guard" else ""
+        return None, describe_status(read.status) + (f": {tail}" if tail else ""), text
+    if cut:
+        return None, (f"the last line is longer than {OUTPUT_KEEP // 1024} KiB and was cut: not a"
+                      " number read whole"), text
+    if not lines:
+        return None, "printed no number", text
+    last = lines[-1]
+    value = parse_number(last)
+    if value is None:
+        shown = last.strip()[:80]
+        if re.fullmatch(NUMBER, last.strip()):
+            return None, f"{shown[:40]} is past the largest number a report may hold", text
+        return None, f"the last line is not a number alone: {json.dumps(shown)}", text
+    return value, None, text
 
 
-def write(state, kind, claim=None, **fields):
-    """Return the Write of a new `kind` record of `state`'s venture (new_record)."""
-    return Write(new_record(kind, state.name, claim, **fields))
+def output_lines(data, cut):
+    """Return (the non-empty lines of a program's standard output, whether its last one was cut).
+    Lines end at \\n (a \\r before it dropped) and nowhere else: `9\\x0c1` is one line. With `cut`
+    (only the last OUTPUT_KEEP bytes kept), the bytes before the first \\n are no line."""
+    pieces = bytes(data).split(b"\n")[1 if cut else 0:]
+    lines = [piece.decode("utf-8", "replace").removesuffix("\r") for piece in pieces]
+    lines = [line for line in lines if line.strip()]
+    return lines, cut and not lines
 
 
 def report_read(state, value, failure):
@@ -3326,6 +3357,12 @@ def unread_record(state, what, name, why):
     if what == "guard":
         record["past"] = None             # not read: it neither trips nor clears
     return record
+
+
+def reading_limit(item):
+    """Return the seconds a reading program may run: its `timeout:`, else 10 minutes; one still
+    running when next due runs on to this limit (DESIGN)."""
+    return item.get("timeout") or READING_TIMEOUT
 
 
 def round_started(state, running, number, now):
@@ -7535,16 +7572,6 @@ def adapter_get(url, key=None, limit=ADAPTER_TIMEOUT):
     raise answer.get("error") or OSError(f"no answer within {limit} s")
 
 
-def output_lines(data, cut):
-    """Return (the non-empty lines of a program's standard output, whether its last one was cut).
-    Lines end at \\n (a \\r before it dropped) and nowhere else: `9\\x0c1` is one line. With `cut`
-    (only the last OUTPUT_KEEP bytes kept), the bytes before the first \\n are no line."""
-    pieces = bytes(data).split(b"\n")[1 if cut else 0:]
-    lines = [piece.decode("utf-8", "replace").removesuffix("\r") for piece in pieces]
-    lines = [line for line in lines if line.strip()]
-    return lines, cut and not lines
-
-
 def run_world_step(command, data, mandate):
     """Run one world step in the venture directory, `data` on standard input; return (output,
     None) or (None, why) (open point 38)."""
@@ -7572,30 +7599,6 @@ def run_world_step(command, data, mandate):
             return None, f"it printed more than {WORLD_OUTPUT_MAX // 1024} KiB"
         stdout.seek(0)
         return read_world_output(stdout.read().decode("utf-8", "replace"), mandate)
-
-
-def read_metric_output(child, status, with_output=True):
-    """Return (value, failure) from a finished report: its last non-empty line must be the number
-    alone (GUARD-14)."""
-    if child.ended_by:
-        return None, f"ended: {child.ended_by}"
-    if status != 0:
-        tail = child.note()[-300:] if with_output else ""
-        return None, describe_status(status) + (f": {tail}" if tail else "")
-    lines, cut = output_lines(child.out, child.cut)
-    if cut:
-        return None, (f"the last line is longer than {OUTPUT_KEEP // 1024} KiB and was cut: not a"
-                      " number read whole")
-    if not lines:
-        return None, "printed no number"
-    last = lines[-1]
-    value = parse_number(last)
-    if value is None:
-        shown = last.strip()[:80]
-        if re.fullmatch(NUMBER, last.strip()):
-            return None, f"{shown[:40]} is past the largest number a report may hold"
-        return None, f"the last line is not a number alone: {json.dumps(shown)}"
-    return value, None
 
 
 AVSM_PATH = os.path.realpath(__file__)
@@ -8974,7 +8977,8 @@ class Rounds:
             if what != "report":
                 self.rounds[state.name]["pending"].add((what, name))
         except OSError as err:
-            read = Read(what, name, None, f"could not start: {err}", "", number, None, timeout)
+            read = Read(what, name, None, b"", False, f"could not start: {err}", number, None,
+                        timeout)
             yield from self.ended(state, read_ended, read, time.monotonic())
         finally:
             if secret:
@@ -8982,12 +8986,9 @@ class Rounds:
 
     def reading_done(self, state, child, status):
         """The report, a guard, audit or reading program ended: the event the kernel reads."""
-        value, failure = read_metric_output(child, status, with_output=child.purpose != "guard")
-        # the lines above a guard's, audit's or reading's number (the report's are not kept)
-        text = "" if child.purpose == "report" else "\n".join(output_lines(child.out, child.cut)[0])
         extra = child.extra
-        read = Read(child.purpose, extra["name"], value, failure, text, extra.get("round"),
-                    child.ended_by, extra["limit"])
+        read = Read(child.purpose, extra["name"], status, child.out, child.cut, child.note(),
+                    extra.get("round"), child.ended_by, extra["limit"])
         return self.ended(state, read_ended, read, time.monotonic())
 
     def ended(self, state, event, *args):

@@ -126,8 +126,31 @@ def ended(led, round_, read, now=0.1):
     return led.drive(event()), box["round"]
 
 
-def read(what, name, value, failure=None, number=7, ended_by=None):
-    return avsm.Read(what, name, value, failure, "", number, ended_by, 600)
+def read(what, name, value, number=7, ended_by=None):
+    """The Read of a program that printed `value` and exited 0 (or was ended by `ended_by`)."""
+    out = b"" if value is None else f"{value}\n".encode()
+    return avsm.Read(what, name, 0, out, False, "", number, ended_by, 600)
+
+
+def test_what_a_reading_program_printed_is_read_by_the_kernel():
+    """GUARD-14, RUN-14: the number is the last non-empty line alone; a program that could not
+    start, failed, printed a cut or no line, or a number past the largest, is a failure saying
+    why; a guard's failure is told without what it wrote, the report's lines are not kept."""
+    def output(what, out, status=0, cut=False, note="", ended_by=None):
+        return avsm.read_output(avsm.Read(what, "n", status, out, cut, note, 1, ended_by, 60))
+    assert output("reading", b"lead\r\n\n 42 \n") == (42, None, "lead\n 42 ")
+    assert output("report", b"lead\n3.5\n") == (3.5, None, "")
+    assert output("guard", b"", None, note="could not start: no such file") == (
+        None, "could not start: no such file", "")
+    assert output("guard", b"oops\n", 1, note="oops") == (None, "exit 1", "oops")
+    assert output("audit", b"oops\n", 1, note="oops") == (None, "exit 1: oops", "oops")
+    assert output("report", b"7\n", ended_by="timeout")[:2] == (
+        None, "took longer than its time limit of 1m and was ended")
+    assert output("report", b"7\n", ended_by="oversized")[:2] == (None, "ended: oversized")
+    assert output("report", b"x" * 10, cut=True)[1].startswith("the last line is longer than")
+    assert output("report", b"\n  \n")[:2] == (None, "printed no number")
+    assert output("report", b"1e999\n")[1] == "1e999 is past the largest number a report may hold"
+    assert output("report", b"7 apples\n")[1] == 'the last line is not a number alone: "7 apples"'
 
 
 def test_a_read_ended_writes_its_record_and_the_round_settles_once_all_are_in():
@@ -149,10 +172,9 @@ def test_a_read_cut_short_is_no_reading_and_one_past_its_limit_failed_so():
     led = Ledger(SPENT)
     round_ = {"deadline": 0.5, "metric": None, "pending": {("guard", "spend")}, "number": 7}
     for why in ("pause", "stop"):
-        assert ended(led, round_, read("guard", "spend", None, "ended", ended_by=why)) == (
+        assert ended(led, round_, read("guard", "spend", None, ended_by=why)) == (
             [], round_)
-    done, _ = ended(led, round_, read("guard", "spend", None, "ended: timeout",
-                                      ended_by="timeout"))
+    done, _ = ended(led, round_, read("guard", "spend", None, ended_by="timeout"))
     assert done[0][1]["status"] == "failed"
     assert done[0][1]["note"] == "took longer than its time limit of 10m and was ended"
 

@@ -159,4 +159,5 @@ def test_the_decisions_on_a_slow_reading_are_pure():
         [30, 600, 7200]
     assert avsm.reading_limit(m) == 60 and m["cadence"] == 1
     assert avsm.read_late(3, None) and avsm.read_late(3, {"number": 4}) and not avsm.read_late(4, {"number": 4})
-    assert avsm.timed_out_note(600) == "took longer than its time limit of 10m and was ended"
+    timed_out = avsm.Read("guard", "spend", None, b"", False, "", 9, "timeout", 600)
+    assert avsm.read_output(timed_out)[1] == "took longer than its time limit of 10m and was ended"
