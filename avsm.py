@@ -2967,16 +2967,22 @@ Gate.__doc__ = ("Ask the gate to prove `lever` now and run it if it can; the rul
                 "Verdict. `check`: the seq of the lever's passed check (it runs unchecked then).")
 Forecast = collections.namedtuple("Forecast", "lever")
 Forecast.__doc__ = "Forecast the venture before the ratchet ask; the rule is sent whether it began."
-Ratchet = collections.namedtuple("Ratchet", "lever forecast line")
-Ratchet.__doc__ = "Write the ratchet ask for `lever`, citing forecast #`forecast`."
+ReadMandate = collections.namedtuple("ReadMandate", "")
+ReadMandate.__doc__ = ("Read the venture's mandate.yaml; the rule is sent (its path, its text or "
+                       "None, why it cannot be read).")
+Owners = collections.namedtuple("Owners", "programs")
+Owners.__doc__ = ("Look who could change these programs of the venture directory; the rule is sent "
+                  "owner_problem's answer (None: only avsmd's user or root).")
 World = collections.namedtuple("World", "report lever")
 World.__doc__ = "Step the world command's ensemble from report #`report`, `lever` run."
 Launch = collections.namedtuple("Launch", "lever action run data more file checked timeout")
 Launch.__doc__ = """A lever's program for the warden to start once its action #`action` is written:
 `run` in a shell with `data` (bytes or None) on its stdin, `more` spawn's other arguments, `file`
-the text a takes: file lever writes first, `checked` whether lever_programs(spec) covered it."""
+the text a takes: file lever writes first, `checked` whether lever_programs(spec) covered it. The
+rule is sent why it could not start, or None."""
 Check = collections.namedtuple("Check", "gate verdict")
-Check.__doc__ = "A lever's check: to start before the lever, which the gate proves again after it."
+Check.__doc__ = ("A lever's check: to start before the lever, which the gate proves again after "
+                 "it. The rule is sent why it could not start, or None.")
 
 
 def write(state, kind, claim=None, **fields):
@@ -4683,17 +4689,23 @@ def lever_programs(spec):
     return [spec["run"]] if spec is not None and spec["run"] not in (None, "mail.send") else []
 
 
-def lever_proved(state, gate, verdict, cfg, unsafe):
+def lever_proved(state, gate, verdict, cfg):
     """The event of a lever the gate proved (`verdict`): yield a Check of one with `check:` not yet
-    checked (open point 27); else its action, then a Launch of its program or the outcome of one
-    that cannot start. `unsafe`: who could change what it runs (owner_problem), refused before any
-    action."""
+    checked (open point 27), then its start or its refusal; else its action, then a Launch of its
+    program and the outcome of one that cannot start. One that another user could change (Owners)
+    is refused before any action."""
     lever, by, side, extra = gate.lever, gate.by, gate.side, gate.extra or {}
     spec = state.mandate["levers"].get(lever)
     if spec is not None and spec["check"] and gate.check is None:
-        yield Check(gate, verdict)
+        unstarted = yield Check(gate, verdict)
+        if unstarted:
+            yield from refusal(state, lever, f"its check could not start: {unstarted}",
+                               f"{lever} refused: its check could not start", by=by)
+        else:
+            yield from begun(state, "check", lever)     # the gate refuses it until its check ends
         return
     payload, proposal = extra.get("payload"), extra.get("proposal")
+    unsafe = yield Owners(lever_programs(spec))
     if unsafe and lever != "stop":      # before its action: a lever others could change never runs
         yield from refusal(state, lever, f"{unsafe.why}; {unsafe.fix}",
                            f"{lever} refused: another user could change what it runs; "
@@ -4719,7 +4731,10 @@ def lever_proved(state, gate, verdict, cfg, unsafe):
             return
         run, data = cfg["adapters"]["mail"]["command"], mail.text.encode()
     file = payload if spec["takes"] == "file" and isinstance(payload, str) and not more else None
-    yield Launch(lever, seq, run, data, more, file, lever_programs(spec) == [run], spec["timeout"])
+    unstarted = yield Launch(lever, seq, run, data, more, file, lever_programs(spec) == [run],
+                             spec["timeout"])
+    if unstarted:
+        yield from unstarted_outcome(state, lever, seq, unstarted)
 
 
 # ---- what came of a program: the record its end writes ----
@@ -4733,13 +4748,6 @@ def lever_ran(state, lever, verdict, summary, by, side=None, extra=None):
         yield write(state, "outcome", lever=lever, action=seq, ok=True, status="exit 0", duration=0,
                     note="", summary=f"stop ok: {state.name} is paused")
     return seq
-
-
-def irreversible_action(state, record):
-    """Whether `record` is the action of an irreversible lever: a checkpoint follows it."""
-    spec = (state.mandate["levers"].get(record.get("lever"))
-            if record["kind"] == "action" and state and state.mandate else None)
-    return bool(spec and not spec["reversible"])
 
 
 def action_record(state, lever, verdict, summary, by, side=None, extra=None):
@@ -4790,10 +4798,12 @@ def unstarted_outcome(state, lever, action, note, why=None):
                 summary=f"{lever} failed: {why}" if why else f"{lever} failed to start: {note}")
 
 
-def check_unstarted(state, gate, err):
-    """A lever's check could not start (`err`): yield the lever's refusal."""
-    return refusal(state, gate.lever, f"its check could not start: {err}",
-                   f"{gate.lever} refused: its check could not start", by=gate.by)
+def begun(state, what, lever):
+    """Yield the record of a check or a ratchet's forecast started: folded, it holds the lever until
+    its check or forecast record, or the ask, is written."""
+    yield write(state, "begun", what=what, lever=lever,
+                summary=f"{lever}'s check started" if what == "check"
+                else f"a forecast started, for the ask to delegate {lever}")
 
 
 def check_rule(state, gate, verdict, status, ended_by, note):
@@ -4913,7 +4923,28 @@ def ratchet_rule(state, lever, n, forecast=None, again=False):
     if forecast is None and (yield Forecast(lever)):
         yield from begun(state, "forecast", lever)
         return
-    yield Ratchet(lever, *(forecast or (None, None)))
+    path, text, why = yield ReadMandate()
+    yield Write(ratchet_ask(state, lever, path, text, why, *(forecast or (None, None))))
+
+
+def ratchet_ask(state, lever, path, text, why, forecast_seq=None, forecast_line=None):
+    """Return the ratchet ask: delegate `lever`, carrying the mandate file's `text` changed to say
+    so (delegate_lever), or `why` it cannot."""
+    new = None
+    if text is not None:
+        try:
+            new = delegate_lever(text, lever, path)
+        except (Fail, ValueError) as err:
+            why = str(err)
+    question = (
+        f"delegate {lever}? You approved it {state.approvals[lever]} times; approving this writes "
+        f"delegated: true on {lever} in {path} and adopts it"
+        + (f" ({forecast_line}, #{forecast_seq})" if forecast_seq else ""))
+    return new_record(
+        "ask", state.name, about="ratchet", lever=lever, by="self", mandate=new,
+        question=question if new else f"{question} (edit it by hand: {why})",
+        forecast=forecast_seq,
+        summary=f"self proposes delegating {lever} after {state.approvals[lever]} approvals")
 
 
 # ---- forecasts ----
@@ -5023,14 +5054,6 @@ def ratchet_due(state, lever, n):
         return False
     return state.approvals.get(lever, 0) >= n \
         and state.open_ask(about="ratchet", lever=lever) is None
-
-
-def begun(state, what, lever):
-    """Yield the record of a check or a ratchet's forecast started: folded, it holds the lever until
-    its check or forecast record, or the ask, is written."""
-    yield write(state, "begun", what=what, lever=lever,
-                summary=f"{lever}'s check started" if what == "check"
-                else f"a forecast started, for the ask to delegate {lever}")
 
 
 def approval_rule(state, seq, ask, payload, edited, problem, now, ratchet=None):
@@ -5813,39 +5836,6 @@ def depth(value, level=0):
     return max((depth(item, level + 1) for item in items), default=level + 1)
 
 
-def content_problem(takes, payload, directory):
-    """Return why a diff or file payload would reach outside the venture directory, or None. A
-    file payload is its relative path on the first line and the content after it."""
-    if not isinstance(payload, str) or takes not in ("diff", "file"):
-        return None
-    if takes == "file":
-        paths = [payload.split("\n", 1)[0].strip()]
-    else:
-        paths = []                  # every path the diff names for patch to touch
-        for line in payload.splitlines():
-            if re.fullmatch(r"(\*\*\* \d+(,\d+)? \*\*\*\*|--- \d+(,\d+)? ----)\s*", line):
-                continue                                # a context hunk's range, not a file
-            if line.startswith(("--- ", "+++ ", "*** ")):
-                paths.append(line[4:].split("\t")[0].strip())
-            elif line.startswith(("rename from ", "rename to ", "copy from ", "copy to ")):
-                paths.append(line.split(" ", 2)[2].strip())
-            elif line.startswith("Index: "):
-                paths.append(line[len("Index: "):].strip())
-        if not paths:
-            return "the diff names no file"
-        paths = [p[2:] if p.startswith(("a/", "b/")) else p for p in paths if p != "/dev/null"]
-    root = os.path.realpath(directory)
-    for path in paths:
-        if not path or os.path.isabs(path) or ".." in path.replace("\\", "/").split("/"):
-            return (
-                f"{path or 'an empty path'} is not a path inside the venture; use a relative path"
-                " without ..")
-        resolved = os.path.realpath(os.path.join(root, path))
-        if resolved != root and not resolved.startswith(root + os.sep):
-            return f"{path} leads outside the venture directory (through a symlink)"
-    return None
-
-
 # ---- who may change what a venture runs (sshd's StrictModes, cron) ----
 Writable = collections.namedtuple("Writable", "why fix")   # who could change a path, and the fix
 
@@ -5920,26 +5910,6 @@ def ranked_choices(state, choices):
     return [(choice, None, f"{choice['action']} not proposed: the ranking is held back ({held})")
             if held and choice["choice"] == "action" and choice is not top
             else (choice, held if choice is top else None, None) for choice in choices]
-
-
-def ratchet_ask(state, lever, path, text, why, forecast_seq=None, forecast_line=None):
-    """Return the ratchet ask: delegate `lever`, carrying the mandate file's `text` changed to say
-    so (delegate_lever), or `why` it cannot."""
-    new = None
-    if text is not None:
-        try:
-            new = delegate_lever(text, lever, path)
-        except (Fail, ValueError) as err:
-            why = str(err)
-    question = (
-        f"delegate {lever}? You approved it {state.approvals[lever]} times; approving this writes "
-        f"delegated: true on {lever} in {path} and adopts it"
-        + (f" ({forecast_line}, #{forecast_seq})" if forecast_seq else ""))
-    return new_record(
-        "ask", state.name, about="ratchet", lever=lever, by="self", mandate=new,
-        question=question if new else f"{question} (edit it by hand: {why})",
-        forecast=forecast_seq,
-        summary=f"self proposes delegating {lever} after {state.approvals[lever]} approvals")
 
 
 def venture_named(ventures, name):
@@ -6445,15 +6415,18 @@ def sign_again_at_start(spec, signer, ours):
 
 
 def written(ventures, seq, at, record, canary_every):
-    """Record #seq is in the ledger: fold it into its venture; return its notice (or None) and the
-    canary ask now due (or None)."""
-    state, canary = ventures.get(record["venture"]), None
+    """Record #seq is in the ledger: fold it into its venture; return its notice (or None), the
+    canary ask now due (or None), and whether a checkpoint follows it: it is the action of an
+    irreversible lever."""
+    state, canary, spec = ventures.get(record["venture"]), None, None
     if state is not None:
         fold(state, seq, at, record)
         if canary_every and record["kind"] == "ask" and not record.get("canary"):
             asks = sum(v.asks_made for v in ventures.values())
             canary = canary_ask(state, asks, canary_every)
-    return notice_of(seq, record), canary
+        if record["kind"] == "action" and state.mandate:
+            spec = state.mandate["levers"].get(record.get("lever"))
+    return notice_of(seq, record), canary, bool(spec and not spec["reversible"])
 
 
 def canary_ask(state, asks_seen, every):
@@ -6597,10 +6570,11 @@ class LedgerWriter:
     """The warden's one way to the ledger: each record appended is folded into its venture; while
     the ledger cannot be written, what already ran waits in a backlog and everything else stops."""
 
-    def __init__(self, ledger, ventures, canary_every, tell_person, refold, debug=False):
+    def __init__(self, ledger, ventures, canary_every, tell_person, refold, want_checkpoint,
+                 debug=False):
         self.ledger, self.ventures, self.canary_every = ledger, ventures, canary_every
         self.debug = debug
-        self.tell_person, self.refold = tell_person, refold
+        self.tell_person, self.refold, self.want_checkpoint = tell_person, refold, want_checkpoint
         self.ledger_down = None       # why the ledger cannot be written, while it cannot
         self.backlog = []             # outcomes waiting for the ledger to take writes again
         self.retry_at = None
@@ -6630,11 +6604,13 @@ class LedgerWriter:
         """Append one record and fold it into its venture; raise what SQLite raised."""
         at = int(time.time()) if at is None else at
         seq = self.ledger.append_many([record], at, hold=hold)[0]
-        notice, canary = written(self.ventures, seq, at, record, self.canary_every)
+        notice, canary, checkpoint = written(self.ventures, seq, at, record, self.canary_every)
         if self.debug:
             log(self.debug, "warden",
                 f"#{seq} {record['venture']} {record['kind']} {record['summary']}")
         self.tell_person(notice)
+        if checkpoint:
+            self.want_checkpoint()
         if canary:
             self.append(canary)
         return seq
@@ -7101,6 +7077,39 @@ def write_textfile(path, text, mode=0o644, temporary=None):
         with contextlib.suppress(OSError):
             os.unlink(temporary)
         raise
+
+
+def content_problem(takes, payload, directory):
+    """Return why a diff or file payload would reach outside the venture directory, or None. A
+    file payload is its relative path on the first line and the content after it."""
+    if not isinstance(payload, str) or takes not in ("diff", "file"):
+        return None
+    if takes == "file":
+        paths = [payload.split("\n", 1)[0].strip()]
+    else:
+        paths = []                  # every path the diff names for patch to touch
+        for line in payload.splitlines():
+            if re.fullmatch(r"(\*\*\* \d+(,\d+)? \*\*\*\*|--- \d+(,\d+)? ----)\s*", line):
+                continue                                # a context hunk's range, not a file
+            if line.startswith(("--- ", "+++ ", "*** ")):
+                paths.append(line[4:].split("\t")[0].strip())
+            elif line.startswith(("rename from ", "rename to ", "copy from ", "copy to ")):
+                paths.append(line.split(" ", 2)[2].strip())
+            elif line.startswith("Index: "):
+                paths.append(line[len("Index: "):].strip())
+        if not paths:
+            return "the diff names no file"
+        paths = [p[2:] if p.startswith(("a/", "b/")) else p for p in paths if p != "/dev/null"]
+    root = os.path.realpath(directory)
+    for path in paths:
+        if not path or os.path.isabs(path) or ".." in path.replace("\\", "/").split("/"):
+            return (
+                f"{path or 'an empty path'} is not a path inside the venture; use a relative path"
+                " without ..")
+        resolved = os.path.realpath(os.path.join(root, path))
+        if resolved != root and not resolved.startswith(root + os.sep):
+            return f"{path} leads outside the venture directory (through a symlink)"
+    return None
 
 
 def write_venture_file(directory, payload):
@@ -8066,7 +8075,7 @@ class Warden:
         self.ventures = {}            # name -> VentureState
         self.writer = LedgerWriter(self.ledger, self.ventures,
                                    (cfg.get("canary_asks") or {}).get("every"), self.tell_person,
-                                   self.refold, debug)
+                                   self.refold, self.want_checkpoint, debug)
         self.next_nightly = next_nightly(cfg["nightly"])
         self.stopping = False
         self.sel = selectors.DefaultSelector()
@@ -8075,7 +8084,7 @@ class Warden:
         self.children = Children(home, self.sel, self.avsmd.tell, self.avsmd.flush,
                                  self.journal.journal_group, self.settle_child, debug)
         self.spawn = self.children.spawn
-        self.levers = Levers(cfg, self.spawn)
+        self.levers = Levers(self.spawn)
         self.keeper = Keeper(self.ventures, self.spawn, self.active)
         self.files = HomeFiles(home, cfg, self.ledger, self.ventures, self.keeper.keep, debug)
         self.worlds = Worlds(cfg, self.spawn, lambda: self.stopping)
@@ -8480,27 +8489,28 @@ class Warden:
             except StopIteration:
                 return done
             result, seq = None, None
-            if isinstance(intent, Ratchet):     # the mandate file read: the ask carries its change
-                intent = Write(ratchet_ask(state, intent.lever, *mandate_file_text(state),
-                                           intent.forecast, intent.line))
             if isinstance(intent, (Write, Pause)):
-                seq = result = self.append(intent.record, intent.at)
+                seq = result = self.writer.append(intent.record, intent.at)
                 if isinstance(intent, Pause):
                     self.halt(state)
             elif isinstance(intent, Forecast):
                 result = self.worlds.start_forecast(state, "ratchet", intent.lever)
+            elif isinstance(intent, ReadMandate):
+                result = mandate_file_text(state)
+            elif isinstance(intent, Owners):
+                result = owner_problem(state.directory, intent.programs)
             elif isinstance(intent, World):
                 self.carry_out(state, self.worlds.step(state, intent.report, intent.lever))
             elif isinstance(intent, Launch):
-                self.carry_out(state, self.levers.launch(state, intent))
+                result = self.levers.launch(state, intent)
             elif isinstance(intent, Check):
-                self.carry_out(state, self.levers.start_check(state, *intent))
+                result = self.levers.start_check(state, *intent)
             else:
                 result = prove(state, intent.lever, int(time.time()), intent.basis,
                                trigger=intent.trigger, approval=intent.approval,
                                payload=intent.payload, check=intent.check)
                 if result.ok:
-                    ran = self.carry_out(state, self.levers.run_lever(state, intent, result))
+                    ran = self.carry_out(state, lever_proved(state, intent, result, self.cfg))
                     # Launch and Check are started apart, their seq None
                     written = [(i.record["kind"], s) for i, s in ran if isinstance(i, Write)]
                     seq = dict(written).get("action")
@@ -8509,12 +8519,10 @@ class Warden:
                     continue            # the rule writes what a refusal calls for
             done.append((intent, seq))
 
-    def append(self, record, at=None):
-        """Append `record`; an irreversible action asks for a checkpoint after it."""
-        seq = self.writer.append(record, at)
-        if seq is not None and irreversible_action(self.ventures.get(record["venture"]), record):
-            self.files.checkpoints.wanted = True
-        return seq
+    def want_checkpoint(self):
+        """A checkpoint follows the record just written (an irreversible action): at this turn's
+        end."""
+        self.files.checkpoints.wanted = True
 
     def halt(self, state):
         """End what a paused venture runs; its kept program waits for the resume."""
@@ -8534,19 +8542,12 @@ class Levers:
     """Runs the levers the gate proved (one with `check:` once its check exits 0 and the gate
     agrees again); its methods return the intents of what it started or what ended."""
 
-    def __init__(self, cfg, spawn):
-        self.cfg, self.spawn = cfg, spawn
-
-    def run_lever(self, state, gate, verdict):
-        """What the kernel makes of a lever the gate proved (lever_proved), told who could change
-        the programs it runs."""
-        spec = state.mandate["levers"].get(gate.lever)
-        unsafe = owner_problem(state.directory, lever_programs(spec))
-        return lever_proved(state, gate, verdict, self.cfg, unsafe)
+    def __init__(self, spawn):
+        self.spawn = spawn
 
     def launch(self, state, launch):
-        """Start the program of a lever whose action is written (a Launch), apart; return the
-        intents of one that cannot start."""
+        """Start the program of a lever whose action is written (a Launch), apart; return why it
+        could not start, or None."""
         payload_file = None
         try:
             if launch.file is not None:
@@ -8560,10 +8561,11 @@ class Levers:
         except OSError as err:
             if payload_file:
                 os.unlink(payload_file)         # no program holds the content: it goes now
-            return unstarted_outcome(state, launch.lever, launch.action, str(err))
-        return []
+            return str(err)
+        return None
 
     def start_check(self, state, gate, verdict):
+        """Start a lever's check (a Check), apart; return why it could not start, or None."""
         lever, payload = gate.lever, (gate.extra or {}).get("payload")
         audits = {name: info.get("note", "") for name, info in state.audits.items()}
         path = write_payload({"venture": state.name, "lever": lever, "payload": payload,
@@ -8573,9 +8575,9 @@ class Levers:
                                shell=True, lever=lever, payload_file=path)
         except OSError as err:
             os.unlink(path)
-            return check_unstarted(state, gate, err)
+            return str(err)
         child.extra = {"lever": lever, "run": (gate, verdict), "payload_file": path}
-        return begun(state, "check", lever)     # the gate refuses the lever until its check ends
+        return None
 
     def check_done(self, state, child, status):
         """A lever's check ended: 0 lets the lever run."""

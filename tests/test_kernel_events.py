@@ -220,8 +220,9 @@ permitted:
 """
 
 
-def proved(lever, cfg=None, unsafe=None, payload=None, check=None):
-    """Drive lever_proved for a person's `lever` as the warden does: [(intent, record or itself)]."""
+def proved(lever, cfg=None, unsafe=None, payload=None, check=None, unstarted=None):
+    """Drive lever_proved for a person's `lever` as the warden does: [(intent, record or itself)];
+    Owners is answered with `unsafe`, a Launch or a Check with `unstarted` (why it did not)."""
     led = Ledger(PROVED)
     basis = ("person", [], [f"a person asks for {lever}"])
     verdict = avsm.prove(led.state, lever, 1040, basis, payload=payload)
@@ -229,13 +230,18 @@ def proved(lever, cfg=None, unsafe=None, payload=None, check=None):
     gate = avsm.Gate(lever, basis, payload=payload, by="person", summary=f"{lever} runs",
                      extra=avsm.some(payload=payload), check=check)
     cfg = cfg or {"adapters": {}, "research": None}
-    steps, done, result = avsm.lever_proved(led.state, gate, verdict, cfg, unsafe), [], None
+    steps, done, result = avsm.lever_proved(led.state, gate, verdict, cfg), [], None
     while True:
         try:
             intent = steps.send(result)
         except StopIteration:
             return done
-        result = led.add(intent.record) if isinstance(intent, (avsm.Write, avsm.Pause)) else None
+        if isinstance(intent, avsm.Owners):
+            assert intent.programs == avsm.lever_programs(led.state.mandate["levers"].get(lever))
+            result = unsafe
+            continue
+        result = (led.add(intent.record) if isinstance(intent, (avsm.Write, avsm.Pause))
+                  else unstarted)
         done.append((type(intent).__name__,
                      intent.record if hasattr(intent, "record") else intent))
 
@@ -253,8 +259,25 @@ def test_a_lever_with_a_check_starts_the_check_and_writes_nothing_yet():
     """Open point 27: a lever with check: runs its check first; the gate proves it again once the
     check passed (its seq in the Gate), and only then is the action written."""
     done = proved("tidy")
-    assert [what for what, _ in done] == ["Check"] and done[0][1].gate.lever == "tidy"
+    assert [what for what, _ in done] == ["Check", "Write"] and done[0][1].gate.lever == "tidy"
+    assert done[1][1]["kind"] == "begun" and done[1][1]["what"] == "check", "it holds the lever"
     assert [what for what, _ in proved("tidy", check=5)] == ["Write", "Launch"]
+
+
+def test_a_check_or_a_lever_that_cannot_start_is_a_refusal_or_a_failed_outcome():
+    """Open point 27, LEVER-09: a check that could not start is no pass: the lever is refused
+    saying why, with no check record; a lever whose program could not start after its action is
+    written has the outcome of one not started, saying why."""
+    done = proved("tidy", unstarted="[Errno 2] No such file or directory")
+    assert [(what, r["kind"]) for what, r in done[1:]] == [("Write", "refusal")]
+    assert done[1][1]["why"] == "its check could not start: [Errno 2] No such file or directory"
+    assert done[1][1]["summary"] == "tidy refused: its check could not start"
+    done = proved("lower", payload="x", unstarted="[Errno 13] Permission denied")
+    assert [what for what, _ in done] == ["Write", "Launch", "Write"]
+    outcome = done[2][1]
+    assert (outcome["kind"], outcome["ok"], outcome["status"], outcome["action"]) == (
+        "outcome", False, "not started", 2)
+    assert outcome["summary"] == "lower failed to start: [Errno 13] Permission denied"
 
 
 def test_a_lever_another_user_could_change_is_refused_before_its_action():
@@ -403,7 +426,8 @@ def test_a_record_written_is_folded_and_yields_its_notice_and_the_canary_due():
     seq = 100
     for n in (1, 2):
         seq += 1
-        notice, canary = avsm.written(ventures, seq, 2000, dict(ask), 2)
+        notice, canary, checkpoint = avsm.written(ventures, seq, 2000, dict(ask), 2)
+        assert not checkpoint, "an ask is no irreversible action"
         assert led.state.asks_made == n and notice["seq"] == seq
         assert (canary is None) == (n == 1), n
     assert canary["canary"] is True and canary["venture"] == V
@@ -413,22 +437,23 @@ def test_a_record_written_is_folded_and_yields_its_notice_and_the_canary_due():
     assert avsm.written(ventures, seq + 3, 2000, dict(ask), 1)[1]["canary"] is True
     other = dict(ask, venture="self")
     assert avsm.written(ventures, seq + 4, 2000, other, 1) == (avsm.notice_of(seq + 4, other),
-                                                                None)
+                                                                None, False)
     assert led.state.asks_made == 4
 
 
 def forecasts_refused(rule, seen):
     """Drive `rule` as the warden does with no forecast able to start: a Forecast is answered
-    False, and it and any Ratchet go to `seen`."""
+    False, a ReadMandate with a file that cannot be read, and both go to `seen`."""
     result = None
     while True:
         try:
             intent = rule.send(result)
         except StopIteration:
             return
-        if isinstance(intent, (avsm.Forecast, avsm.Ratchet)):
+        if isinstance(intent, (avsm.Forecast, avsm.ReadMandate)):
             seen.append(intent)
-            result = False
+            result = False if isinstance(intent, avsm.Forecast) else (
+                "/v/mandate.yaml", None, "it is gone")
         else:
             result = yield intent
 
@@ -436,7 +461,7 @@ def forecasts_refused(rule, seen):
 def test_an_approval_whose_lever_runs_asks_the_ratchet_and_a_canarys_is_its_record_alone():
     """SELF-02, SELF-04: answering an ask is the kernel's: a person's yes to a canary ask writes
     its canary record and nothing else; a yes whose lever runs is followed by the ratchet once
-    `ratchet` approvals are in (a Forecast first, then the Ratchet ask), and by none without."""
+    `ratchet` approvals are in (a Forecast first, then the ratchet ask), and by none without."""
     led = Ledger(GUARDED % "pause")
     canary = avsm.canary_ask(led.state, 4, 4)
     seq = led.add(canary)
@@ -453,8 +478,10 @@ def test_an_approval_whose_lever_runs_asks_the_ratchet_and_a_canarys_is_its_reco
     seq = led.add(dict(ask))
     done = led.drive(forecasts_refused(
         avsm.approval_rule(led.state, seq, dict(ask), None, False, None, led.at + 1, 2), seen))
-    assert kinds(done) == [("Write", "approval"), ("Gate", "wipe")] and done[1][1][2].ok
-    assert seen == [avsm.Forecast("wipe"), avsm.Ratchet("wipe", None, None)]
+    assert kinds(done) == [("Write", "approval"), ("Gate", "wipe"), ("Write", "ask")]
+    assert done[1][1][2].ok and done[2][1]["about"] == "ratchet"
+    assert done[2][1]["question"].endswith("(edit it by hand: it is gone)")
+    assert seen == [avsm.Forecast("wipe"), avsm.ReadMandate()]
 
 
 def test_every_escalation_still_open_at_a_stop_is_answered_unusable():

@@ -13,8 +13,8 @@ FOLDED = ("checking", "ratchet_forecasts", "world_state")
 
 
 class Kept(Ledger):
-    """A Ledger that keeps its records, answers a Forecast with `forecasts` and writes a Ratchet's
-    ask, as the warden does."""
+    """A Ledger that keeps its records, answers a Forecast with `forecasts` and a ReadMandate
+    with its text, as the warden does."""
 
     def __init__(self, text, forecasts=True):
         super().__init__(text)
@@ -35,9 +35,8 @@ class Kept(Ledger):
             result = None
             if isinstance(intent, avsm.Forecast):
                 result = self.forecasts
-            elif isinstance(intent, avsm.Ratchet):
-                result = self.add(avsm.ratchet_ask(self.state, intent.lever, "/srv/v/mandate.yaml",
-                                                   self.text, None, intent.forecast, intent.line))
+            elif isinstance(intent, avsm.ReadMandate):
+                result = ("/srv/v/mandate.yaml", self.text, None)
             else:
                 result = self.add(intent.record)
             done.append(intent)
@@ -102,7 +101,9 @@ def test_a_ratchet_forecast_in_flight_is_folded_and_made_again_after_a_restart()
     assert led.state.ratchet_forecasts == led.refolded().ratchet_forecasts == {"lower": led.seq}
     led.forecasts = False
     done = led.run(avsm.interrupted_rule(led.state, led.at + 5, 1))
-    assert [type(i).__name__ for i in done] == ["Forecast", "Ratchet"], "no forecast can be made: it asks"
+    assert [type(i).__name__ for i in done] == ["Forecast", "ReadMandate", "Write"], \
+        "no forecast can be made: it asks"
+    assert done[2].record["about"] == "ratchet" and done[2].record["mandate"] is not None
     assert led.state.ratchet_forecasts == led.refolded().ratchet_forecasts == {}
     assert not avsm.ratchet_due(led.state, "lower", 1), "asked"
     same_state(led)
@@ -120,7 +121,7 @@ def test_a_ratchet_forecast_ended_writes_it_then_the_ask():
         assert [r["kind"] for _, _, r in led.records[-len(written):]] == written, ended_by
         assert led.state.ratchet_forecasts == led.refolded().ratchet_forecasts == {}
         assert kinds([("Write", i.record) for i in done if isinstance(i, avsm.Write)]) == \
-            [("Write", k) for k in written[:-1]]
+            [("Write", k) for k in written]
 
 
 def test_the_world_state_is_folded_from_the_prediction_that_changed_it():

@@ -404,7 +404,9 @@ def test_ratchet_rule_forecasts_first():
     approve()
     rule = avsm.ratchet_rule(led.state, "wipe", 2)
     assert next(rule) == avsm.Forecast("wipe")
-    assert list(_rest(rule, False)) == [avsm.Ratchet("wipe", None, None)], "no forecast made: asked at once"
+    assert rule.send(False) == avsm.ReadMandate(), "no forecast made: asked at once"
+    (ask,) = _rest(rule, ("/v/mandate.yaml", None, "it is gone"))
+    assert ask.record["about"] == "ratchet" and ask.record["forecast"] is None
     rule = avsm.ratchet_rule(led.state, "wipe", 2)
     assert next(rule) == avsm.Forecast("wipe")
     begun = list(_rest(rule, True))
@@ -415,8 +417,12 @@ def test_ratchet_rule_forecasts_first():
     led.add({"kind": "forecast", "claim": "inferred", "venture": V, "days": 7, "seeds": 8, "why": "ratchet",
              "lever": "wipe", "summary": "f"})
     assert led.state.ratchet_forecasts == {}, "its forecast is in"
-    assert list(avsm.ratchet_rule(led.state, "wipe", 2, (40, "forecast line"))) == [avsm.Ratchet("wipe", 40, "forecast line")]
-    assert list(avsm.ratchet_rule(led.state, "wipe", 2, (None, None))) == [avsm.Ratchet("wipe", None, None)]
+    for forecast in ((40, "forecast line"), (None, None)):
+        rule = avsm.ratchet_rule(led.state, "wipe", 2, forecast)
+        assert next(rule) == avsm.ReadMandate()
+        (ask,) = _rest(rule, ("/v/mandate.yaml", None, "it is gone"))
+        assert ask.record["forecast"] == forecast[0]
+        assert ("(forecast line, #40)" in ask.record["question"]) == bool(forecast[0])
     ask = led.add({"kind": "ask", "claim": "measured", "venture": V, "about": "lever", "lever": "wipe", "summary": "?"})
     led.add({"kind": "denial", "claim": "declared", "venture": V, "ask": ask, "lever": "wipe", "summary": "no"})
     assert list(avsm.ratchet_rule(led.state, "wipe", 2, (41, "line"))) == [], "denied while it ran: the count reset"
@@ -1069,23 +1075,17 @@ def test_the_counter_example_over_an_hour():
 
 
 def test_an_irreversible_action_asks_for_a_checkpoint_after_it():
-    """Issue 24: a checkpoint follows each irreversible action: the kernel says which
+    """Issue 24: a checkpoint follows each irreversible action: the kernel's `written` says which
     written record is one (an action of a lever not reversible), not the warden."""
     led = Ledger(GUARDED % "pause")
     action = {"kind": "action", "claim": "measured", "venture": V, "lever": "wipe", "summary": "a"}
-    assert avsm.irreversible_action(led.state, action)
-    assert not avsm.irreversible_action(led.state, dict(action, lever="lower")), "reversible"
-    assert not avsm.irreversible_action(led.state, dict(action, kind="outcome")), "not an action"
-    assert not avsm.irreversible_action(None, action) and not avsm.irreversible_action(
-        led.state, dict(action, lever="gone")), "no venture held, or no such lever"
 
-
-def test_a_check_that_cannot_start_refuses_its_lever():
-    """open point 27: a lever's check that could not start is no pass: the kernel writes the
-    lever's refusal, saying why, and no check record."""
-    led = Ledger(CHECKED)
-    gate = avsm.Gate("lower", None, by="model", summary="lower runs")
-    done = led.drive(avsm.check_unstarted(led.state, gate, OSError(2, "No such file or directory")))
-    assert kinds(done) == [("Write", "refusal")] and done[0][1]["lever"] == "lower"
-    assert done[0][1]["why"] == "its check could not start: [Errno 2] No such file or directory"
-    assert done[0][1]["summary"] == "lower refused: its check could not start"
+    def checkpoint(record, ventures=None):
+        led.seq += 1
+        return avsm.written({V: led.state} if ventures is None else ventures, led.seq, led.at,
+                            record, None)[2]
+    assert checkpoint(action)
+    assert not checkpoint(dict(action, lever="lower")), "reversible"
+    assert not checkpoint(dict(action, kind="outcome", ok=True, action=led.seq)), "not an action"
+    assert not checkpoint(action, {}) and not checkpoint(dict(action, lever="gone")), \
+        "no venture held, or no such lever"
