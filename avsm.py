@@ -35,7 +35,7 @@ Sections
           check_rule, run_started, restart_rule, interrupted_rule, approval_rule,
           denial_rule, person_rule, proposal_rule, forecast_rule, ratchet_rule, world_rule
        8. VentureState; a model's words: reply_parsed, reply_unusable, stopped_answers;
-          summaries; written: a record's notice, a canary
+          summaries; written: a record's notice, a canary, a checkpoint
     9. effects: the ledger's writer, processes, process groups, their journal, the wire
     10. the warden: its loop, its requests, carry_out  11. its rooms, its files
     12. avsmd and the roles process     13. client commands
