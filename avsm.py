@@ -7049,16 +7049,6 @@ def verify_signer(text, signature, allowed, principal, namespace):
                                f"namespace, or changed since")
 
 
-def write_payload(data, prefix="avsm-payload-"):
-    """Write a lever's content (bytes, else as JSON) to a private temporary file; return its path
-    (open point 28)."""
-    import tempfile
-    fd, path = tempfile.mkstemp(prefix=prefix)
-    with os.fdopen(fd, "wb") as fh:
-        fh.write(data if isinstance(data, bytes) else json.dumps(data).encode())
-    return path
-
-
 def write_textfile(path, text, mode=0o644, temporary=None):
     """Write `text` to `path` whole: to `temporary`, else PATH.PID.tmp, beside it (node_exporter
     reads only *.prom), `mode` whatever the umask (node_exporter often runs as another user; None:
@@ -8496,7 +8486,11 @@ class Warden:
             elif isinstance(intent, Forecast):
                 result = self.worlds.start_forecast(state, "ratchet", intent.lever)
             elif isinstance(intent, ReadMandate):
-                result = mandate_file_text(state)
+                path = os.path.join(state.directory, "mandate.yaml")
+                try:
+                    result = path, read_mandate_file(path), None
+                except (OSError, Fail) as err:
+                    result = path, None, str(err)
             elif isinstance(intent, Owners):
                 result = owner_problem(state.directory, intent.programs)
             elif isinstance(intent, World):
@@ -8538,9 +8532,20 @@ class Warden:
 # =============================================================================
 
 
+def write_payload(data, prefix="avsm-payload-"):
+    """Write a lever's content (bytes, else as JSON) to a private temporary file; return its path
+    (open point 28)."""
+    import tempfile
+    fd, path = tempfile.mkstemp(prefix=prefix)
+    with os.fdopen(fd, "wb") as fh:
+        fh.write(data if isinstance(data, bytes) else json.dumps(data).encode())
+    return path
+
+
 class Levers:
     """Runs the levers the gate proved (one with `check:` once its check exits 0 and the gate
-    agrees again); its methods return the intents of what it started or what ended."""
+    agrees again); its methods say why what it starts could not start, and return the intents of
+    what ended."""
 
     def __init__(self, spawn):
         self.spawn = spawn
@@ -8678,15 +8683,6 @@ class Worlds:
         outputs = [job["outputs"][i] for i in sorted(job["outputs"])]
         if state.mandate is not None:
             return world_rule(state, job["report"], job["lever"], outputs, job["failure"])
-
-
-def mandate_file_text(state):
-    """Return (the mandate file's path, its text or None, why it cannot be read)."""
-    path = os.path.join(state.directory, "mandate.yaml")
-    try:
-        return path, read_mandate_file(path), None
-    except (OSError, Fail) as err:
-        return path, None, str(err)
 
 
 class Keeper:
@@ -9393,6 +9389,16 @@ def read_snapshot(home, record):
         raise Fail(EX_DATAERR, f"{path} does not hash to the sha256 its record holds: it was"
                                " changed after it was written")
     return data
+
+
+def snapshot_before(home, db, seq):
+    """Return (its seq, its states) of the newest good snapshot before #seq, else (0, None): the
+    fold `avsm why` re-checks an action from."""
+    for _, record in snapshot_records(db):
+        with contextlib.suppress(Fail, ValueError):
+            if record["seq"] < seq:
+                return record["seq"], states_of(read_snapshot(home, record))[0]
+    return 0, None
 
 
 def chain_anchor(home, db):
@@ -10913,12 +10919,7 @@ def why_facts(db, facts, home):
         return facts
     # a proof that reads is an object, its premises numbers; the fold the gate saw
     # (recheck_action): the newest good snapshot before it and the venture's records since
-    since = (0, None)
-    for _, r in snapshot_records(db):
-        with contextlib.suppress(Fail, ValueError):
-            if r["seq"] < seq:
-                since = (r["seq"], states_of(read_snapshot(home, r))[0])
-                break
+    since = snapshot_before(home, db, seq)
     records = {s: (a, decode_record(t, seq=s)) for s, a, t in ledger_rows(
         db, "SELECT seq, at, record FROM records WHERE "
         f"{RECORD_VENTURE_SQL} = ? AND seq > ? AND seq <= ? ORDER BY seq",
