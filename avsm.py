@@ -12238,15 +12238,10 @@ def print_allowed(home, cfg, name, m):
     # no ledger yet (avsmd -t DIR on a new home): no history to judge from
     if os.path.exists(path):
         try:
-            db = open_ledger_ro(path)
-            try:
-                for seq, at, record in read_records(db, venture=name):
-                    fold_ledger(states, seq, at, record)
-            finally:
-                db.close()
+            with contextlib.closing(open_ledger_ro(path)) as db:
+                states = refolded({}, read_records(db, venture=name))
         except (sqlite3_errors(), ValueError):
-            # a ledger that does not read: avsmd -t says so; capacity from no history
-            states = {}
+            pass        # a ledger that does not read: avsmd -t says so; capacity from no history
     state = states.get(name) or VentureState(name)
     state.mandate = m
     out(*allowed_lines(state, cfg))
@@ -13890,9 +13885,7 @@ def avsmd_processes(home):
                 argv = [a.decode("utf-8", "replace") for a in fh.read().split(b"\0") if a]
             if not is_avsmd_argv(argv):
                 continue
-            given = next((argv[i + 1] for i, a in enumerate(argv[:-1]) if a == "--home"), None)
-            given = given or next(
-                (a.split("=", 1)[1] for a in argv if a.startswith("--home=")), None)
+            given = take_option(argv, "--home")[0]
             if given is None:
                 with open(f"/proc/{entry}/environ", "rb") as fh:
                     env = dict(v.split(b"=", 1) for v in fh.read().split(b"\0") if b"=" in v)
@@ -13901,7 +13894,7 @@ def avsmd_processes(home):
                 given = os.path.join(os.readlink(f"/proc/{entry}/cwd"), given)
             if given is not None and os.path.realpath(given) == target:
                 pids.append(int(entry))
-        except OSError:
+        except (OSError, Fail):         # gone since listed, or a --home with no value
             continue
     # the roles process is avsmd's fork, not a second avsmd
     return sorted(p for p in pids if proc_stat(p, 1) not in pids)
@@ -14556,7 +14549,6 @@ def run_verb(home, rest):
         # chart reads its own options, so it is handed the -- that ends them
         return CLIENT_COMMANDS[verb](home, rest if verb == "chart" else options + names)
     except Exception as err:
-        # not a ledger, or a record not JSON
         if type(err).__module__ == "sqlite3" or isinstance(err, json.JSONDecodeError):
             raise Fail(EX_DATAERR, f"{ledger_path(home)} cannot be read: {err}; "
                                    f"{client_command(home)} doctor says more") from None
@@ -14603,7 +14595,6 @@ def take_option(args, option):
 
 def run_daemon(args):
     """avsmd [--home DIR] [-f FILE] [-d] [-t|-T]: return the exit code."""
-    given = list(args)
     home, rest = take_option(args, "--home")
     config_path, debug, mode, dirs = None, False, "run", []
     while rest:
@@ -14641,7 +14632,7 @@ def run_daemon(args):
         return test_ventures(home, cfg, dirs) if dirs else test_config(home, cfg, path)
     keep_standard_files_open()
     if __name__ == "__main__":  # compiled afresh: start again from the cached bytecode, same pid
-        os.execv(sys.executable, cached_command("avsmd", given))
+        os.execv(sys.executable, cached_command("avsmd", args))
     mark_close_on_exec()            # what avsmd's starter left open reaches no notify command
     return Daemon(home, cfg, path, text, debug).run()
 
