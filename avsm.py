@@ -12138,8 +12138,7 @@ def test_config(home, cfg, path):
 def test_ventures(home, cfg, dirs):
     """avsmd -t DIR...: check each venture directory exactly as `avsm add` would, with no daemon."""
     try:
-        adopted = {name: (directory, seq, paused, text)
-                   for name, directory, seq, paused, text in adopted_mandates(home)}
+        adopted = {held[0]: held[1:] for held in adopted_mandates(home)}
     except (sqlite3_errors(), ValueError, Fail):
         # a ledger that does not read: avsmd -t alone says so; each directory is still checked
         adopted = {}
@@ -12331,8 +12330,10 @@ def when_it_acts(home, directory):
         return (
             f"{name}: a model proposes at the nightly decision, or now with avsm decide {name}; a"
             f" report every {every}")
+    asked = {n for n, spec in m["levers"].items() if not (spec["reversible"] or spec["delegated"])}
     sides = [f"{m['metric']} {'>' if way == 'above' else '<'} {format_number(bound)} (then "
-             + (asks_first(m, lever) or f"{lever} runs") + ")"
+             + (f"a person is asked before {lever} runs: it is irreversible" if lever in asked
+                else f"{lever} runs") + ")"
              for _, way, bound, lever in controller_sides(m)]
     last, deadline = None, time.monotonic() + 3
     while last is None and time.monotonic() < deadline:
@@ -12350,14 +12351,6 @@ def when_it_acts(home, directory):
            if last and last.get("value") is not None
            else "; no report yet")
     return f"{name} acts when {' or '.join(sides)}{now}, and a report comes every {every}"
-
-
-def asks_first(m, lever):
-    """Return what comes before `lever` runs when a person is asked first, or None."""
-    spec = m["levers"].get(lever)
-    if spec is None or spec["reversible"] or spec["delegated"]:
-        return None
-    return f"a person is asked before {lever} runs: it is irreversible"
 
 
 def client_command(home=None):
@@ -13564,16 +13557,16 @@ def record_hash(db, seq):
 def doctor_checkpoints(home, found, kept, own, scan, db, trust):
     """Check the home's own checkpoints and each kept one against the chain scan read; return the
     home's newest checkpoint when it held, else None."""
-    ours, command = own[-1][1] if own else None, client_command(home)
-    if ours is None:
+    newest, command = own[-1] if own else None, client_command(home)
+    if newest is None:
         found.note(
             f"no checkpoint in {home}/checkpoints yet: avsmd writes one at its start, daily, and"
             " after each irreversible action")
-    elif ours.signature:
-        found.ok(f"checkpoints: the newest, of #{ours.seq}, is signed; keep copies elsewhere "
+    elif newest[1].signature:
+        found.ok(f"checkpoints: the newest, of #{newest[1].seq}, is signed; keep copies elsewhere "
                  f"({command} checkpoint)")
     elif trust.key:
-        found.fail(EX_CONFIG, f"the newest checkpoint, of #{ours.seq}, is unsigned, though "
+        found.fail(EX_CONFIG, f"the newest checkpoint, of #{newest[1].seq}, is unsigned, though "
                               f"config.yaml names the key {trust.key}",
                    f"ssh-keygen -Y sign -f {trust.key} -n {trust.namespace} < /dev/null   "
                    "(says why it cannot sign)")
@@ -13584,7 +13577,6 @@ def doctor_checkpoints(home, found, kept, own, scan, db, trust):
         return None
     # the home's own are checked too (a forger who rewrote the ledger must rewrite these as well);
     # one of another origin is of a home moved here: compared all the same, it vouches for nothing
-    newest = own[-1] if own else None
     moved = [(n, c) for n, c in own if not is_our_origin(c.origin, trust)]
     if moved:
         first = shown_text(moved[0][1].origin)
@@ -13952,8 +13944,8 @@ def doctor_cut(home, seq):
         raise
     db.close()
     write_textfile(os.path.join(home, "cut"), f"{seq} {backup}\n", 0o600)
-    out(f"backed up the whole ledger to {backup}")
-    out(f"cut the ledger just before #{seq}: records #{seq}..#{last} are only in the backup now")
+    out(f"backed up the whole ledger to {backup}",
+        f"cut the ledger just before #{seq}: records #{seq}..#{last} are only in the backup now")
     # the checkpoints of records cut name what only the backup holds: kept beside it, not compared
     aside = os.path.join(home, "checkpoints", f"before-cut-{seq}-{stamp}")
     cut = [name for name, c in home_checkpoints(home) if c.seq >= seq]
