@@ -12142,8 +12142,7 @@ def test_config(home, cfg, path):
 def test_ventures(home, cfg, dirs):
     """avsmd -t DIR...: check each venture directory exactly as `avsm add` would, with no daemon."""
     try:
-        adopted = {name: (directory, seq, paused, text)
-                   for name, directory, seq, paused, text in adopted_mandates(home)}
+        adopted = {held[0]: held[1:] for held in adopted_mandates(home)}
     except (sqlite3_errors(), ValueError, Fail):
         # a ledger that does not read: avsmd -t alone says so; each directory is still checked
         adopted = {}
@@ -12242,15 +12241,10 @@ def print_allowed(home, cfg, name, m):
     # no ledger yet (avsmd -t DIR on a new home): no history to judge from
     if os.path.exists(path):
         try:
-            db = open_ledger_ro(path)
-            try:
-                for seq, at, record in read_records(db, venture=name):
-                    fold_ledger(states, seq, at, record)
-            finally:
-                db.close()
+            with contextlib.closing(open_ledger_ro(path)) as db:
+                states = refolded({}, read_records(db, venture=name))
         except (sqlite3_errors(), ValueError):
-            # a ledger that does not read: avsmd -t says so; capacity from no history
-            states = {}
+            pass        # a ledger that does not read: avsmd -t says so; capacity from no history
     state = states.get(name) or VentureState(name)
     state.mandate = m
     out(*allowed_lines(state, cfg))
@@ -12340,8 +12334,10 @@ def when_it_acts(home, directory):
         return (
             f"{name}: a model proposes at the nightly decision, or now with avsm decide {name}; a"
             f" report every {every}")
+    asked = {n for n, spec in m["levers"].items() if not (spec["reversible"] or spec["delegated"])}
     sides = [f"{m['metric']} {'>' if way == 'above' else '<'} {format_number(bound)} (then "
-             + (asks_first(m, lever) or f"{lever} runs") + ")"
+             + (f"a person is asked before {lever} runs: it is irreversible" if lever in asked
+                else f"{lever} runs") + ")"
              for _, way, bound, lever in controller_sides(m)]
     last, deadline = None, time.monotonic() + 3
     while last is None and time.monotonic() < deadline:
@@ -12359,14 +12355,6 @@ def when_it_acts(home, directory):
            if last and last.get("value") is not None
            else "; no report yet")
     return f"{name} acts when {' or '.join(sides)}{now}, and a report comes every {every}"
-
-
-def asks_first(m, lever):
-    """Return what comes before `lever` runs when a person is asked first, or None."""
-    spec = m["levers"].get(lever)
-    if spec is None or spec["reversible"] or spec["delegated"]:
-        return None
-    return f"a person is asked before {lever} runs: it is irreversible"
 
 
 def client_command(home=None):
@@ -13573,16 +13561,16 @@ def record_hash(db, seq):
 def doctor_checkpoints(home, found, kept, own, scan, db, trust):
     """Check the home's own checkpoints and each kept one against the chain scan read; return the
     home's newest checkpoint when it held, else None."""
-    ours, command = own[-1][1] if own else None, client_command(home)
-    if ours is None:
+    newest, command = own[-1] if own else None, client_command(home)
+    if newest is None:
         found.note(
             f"no checkpoint in {home}/checkpoints yet: avsmd writes one at its start, daily, and"
             " after each irreversible action")
-    elif ours.signature:
-        found.ok(f"checkpoints: the newest, of #{ours.seq}, is signed; keep copies elsewhere "
+    elif newest[1].signature:
+        found.ok(f"checkpoints: the newest, of #{newest[1].seq}, is signed; keep copies elsewhere "
                  f"({command} checkpoint)")
     elif trust.key:
-        found.fail(EX_CONFIG, f"the newest checkpoint, of #{ours.seq}, is unsigned, though "
+        found.fail(EX_CONFIG, f"the newest checkpoint, of #{newest[1].seq}, is unsigned, though "
                               f"config.yaml names the key {trust.key}",
                    f"ssh-keygen -Y sign -f {trust.key} -n {trust.namespace} < /dev/null   "
                    "(says why it cannot sign)")
@@ -13593,7 +13581,6 @@ def doctor_checkpoints(home, found, kept, own, scan, db, trust):
         return None
     # the home's own are checked too (a forger who rewrote the ledger must rewrite these as well);
     # one of another origin is of a home moved here: compared all the same, it vouches for nothing
-    newest = own[-1] if own else None
     moved = [(n, c) for n, c in own if not is_our_origin(c.origin, trust)]
     if moved:
         first = shown_text(moved[0][1].origin)
@@ -13894,9 +13881,7 @@ def avsmd_processes(home):
                 argv = [a.decode("utf-8", "replace") for a in fh.read().split(b"\0") if a]
             if not is_avsmd_argv(argv):
                 continue
-            given = next((argv[i + 1] for i, a in enumerate(argv[:-1]) if a == "--home"), None)
-            given = given or next(
-                (a.split("=", 1)[1] for a in argv if a.startswith("--home=")), None)
+            given = take_option(argv, "--home")[0]
             if given is None:
                 with open(f"/proc/{entry}/environ", "rb") as fh:
                     env = dict(v.split(b"=", 1) for v in fh.read().split(b"\0") if b"=" in v)
@@ -13905,7 +13890,7 @@ def avsmd_processes(home):
                 given = os.path.join(os.readlink(f"/proc/{entry}/cwd"), given)
             if given is not None and os.path.realpath(given) == target:
                 pids.append(int(entry))
-        except OSError:
+        except (OSError, Fail):         # gone since listed, or a --home with no value
             continue
     # the roles process is avsmd's fork, not a second avsmd
     return sorted(p for p in pids if proc_stat(p, 1) not in pids)
@@ -13963,8 +13948,8 @@ def doctor_cut(home, seq):
         raise
     db.close()
     write_textfile(os.path.join(home, "cut"), f"{seq} {backup}\n", 0o600)
-    out(f"backed up the whole ledger to {backup}")
-    out(f"cut the ledger just before #{seq}: records #{seq}..#{last} are only in the backup now")
+    out(f"backed up the whole ledger to {backup}",
+        f"cut the ledger just before #{seq}: records #{seq}..#{last} are only in the backup now")
     # the checkpoints of records cut name what only the backup holds: kept beside it, not compared
     aside = os.path.join(home, "checkpoints", f"before-cut-{seq}-{stamp}")
     cut = [name for name, c in home_checkpoints(home) if c.seq >= seq]
@@ -14560,7 +14545,6 @@ def run_verb(home, rest):
         # chart reads its own options, so it is handed the -- that ends them
         return CLIENT_COMMANDS[verb](home, rest if verb == "chart" else options + names)
     except Exception as err:
-        # not a ledger, or a record not JSON
         if type(err).__module__ == "sqlite3" or isinstance(err, json.JSONDecodeError):
             raise Fail(EX_DATAERR, f"{ledger_path(home)} cannot be read: {err}; "
                                    f"{client_command(home)} doctor says more") from None
@@ -14607,7 +14591,6 @@ def take_option(args, option):
 
 def run_daemon(args):
     """avsmd [--home DIR] [-f FILE] [-d] [-t|-T]: return the exit code."""
-    given = list(args)
     home, rest = take_option(args, "--home")
     config_path, debug, mode, dirs = None, False, "run", []
     while rest:
@@ -14645,7 +14628,7 @@ def run_daemon(args):
         return test_ventures(home, cfg, dirs) if dirs else test_config(home, cfg, path)
     keep_standard_files_open()
     if __name__ == "__main__":  # compiled afresh: start again from the cached bytecode, same pid
-        os.execv(sys.executable, cached_command("avsmd", given))
+        os.execv(sys.executable, cached_command("avsmd", args))
     mark_close_on_exec()            # what avsmd's starter left open reaches no notify command
     return Daemon(home, cfg, path, text, debug).run()
 
