@@ -1399,12 +1399,6 @@ def parse_backend_controller(c, value, levers, path, ctl):
     ctl["backend"] = c.text(value.get("backend"), path + ("backend",), required=False)
 
 
-def describe_threshold(ctl):
-    return (f"threshold {ctl['side']} {format_number(ctl['bound'])} runs {ctl['action']}"
-            + (f", deadband {format_number(ctl['deadband'])}" if ctl["deadband"] else "")
-            + (f", hold {ctl['hold']}" if ctl["hold"] > 1 else ""))
-
-
 ControllerKind = collections.namedtuple("ControllerKind", "keys parse sides describe by_model")
 ControllerKind.__doc__ = """A controller kind: its mandate keys, its parser, its sides
 [(side name, way, bound, lever)] for the kernel, one line for a person, whether a model proposes."""
@@ -1412,7 +1406,10 @@ CONTROLLERS = {  # adding a controller kind is one entry here and its functions
     "threshold": ControllerKind(
         {"kind", "above", "below", "action", "deadband", "hold"}, parse_threshold,
         lambda ctl: [(ctl["side"], ctl["side"], ctl["bound"], ctl["action"])],
-        describe_threshold, False),
+        lambda ctl: f"threshold {ctl['side']} {format_number(ctl['bound'])} runs {ctl['action']}"
+                    + (f", deadband {format_number(ctl['deadband'])}" if ctl["deadband"] else "")
+                    + (f", hold {ctl['hold']}" if ctl["hold"] > 1 else ""),
+        False),
     "band": ControllerKind(
         {"kind", "low", "high", "below", "above", "deadband", "hold"}, parse_band,
         lambda ctl: [("below", "below", ctl["low"], ctl["below"]),
