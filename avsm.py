@@ -274,8 +274,7 @@ def shown(text):
     return escape_controls(LINE_CONTROL_CHARS, text)
 
 
-LINE_CONTROL_CHARS = (
-    "[\x00-\x08\x0b-\x1f\x7f-\x9f\u2028\u2029\u202a-\u202e\u2066-\u2069\ud800-\udfff]")
+LINE_CONTROL_CHARS = CONTROL_CHARS.replace("\x00-\x1f", "\x00-\x08\x0b-\x1f")
 
 
 def bounded_int(text, base):
