@@ -2293,12 +2293,12 @@ def is_name(value):
     return value is None or isinstance(value, str)
 
 
-# field -> (test, what it must be) of the fields the fold reads; "!": text, never null
+# field -> (test, what it must be) of the fields the fold reads (any other: text or null);
+# "!": text, never null
 FOLD_TESTS = {
     "lever": (is_name, "a lever's name"), "guard": (is_name, "a guard's name"),
     "lever!": (lambda v: isinstance(v, str), "a lever's name"), "side": (is_name, "a side's name"),
-    "about": (is_name, "text"), "status": (is_name, "text"), "directory": (is_name, "text"),
-    "sha256": (is_name, "text"), "text!": (lambda v: isinstance(v, str), "text"),
+    "text!": (lambda v: isinstance(v, str), "text"),
     "proof": (lambda v: v is None or isinstance(v, dict), "an object"),
     "ask": (is_seq, "a record number"), "action": (is_seq, "a record number"),
     "report": (is_seq, "a record number"), "crps": (is_number, "a number"),
@@ -2320,7 +2320,7 @@ def fold_problem(record):
         return "its kind or venture is not text"
     fields = FOLD_FIELDS.get(kind) or FOLD_FIELDS.get(kind[:kind.find(".") + 1]) or ""
     for key in fields.split():
-        field, (test, what) = key.rstrip("!"), FOLD_TESTS[key]
+        field, (test, what) = key.rstrip("!"), FOLD_TESTS.get(key, (is_name, "text"))
         if field in record and not test(record[field]):
             return f"its {field} is {shown_value(record[field], 40)}, not {what}"
     if kind == "action" and isinstance(record.get("proof"), dict):
