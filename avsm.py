@@ -1087,13 +1087,10 @@ def refuse(problem, code=EX_DATAERR):
 
 def check_venture_name(name):
     """Return the venture name of a directory, or raise Fail(65) for one avsm cannot name."""
-    if not name or name in (".", "..") or not NAME_CHARS.issuperset(name):
-        raise Fail(
-            EX_DATAERR,
-            f"'{name}' is not a venture name: a directory name is one word of letters, digits, _, -"
-            " and .; rename the directory")
-    if name == "self":
-        raise Fail(EX_DATAERR, "'self' is avsm's own venture; rename the directory")
+    refuse((not name or name in (".", "..") or not NAME_CHARS.issuperset(name))
+           and f"'{name}' is not a venture name: a directory name is one word of letters, digits,"
+               " _, - and .; rename the directory")
+    refuse(name == "self" and "'self' is avsm's own venture; rename the directory")
     return name
 
 
@@ -2080,9 +2077,9 @@ def json_kind(value):
 
 def check_not_adopted_elsewhere(name, directory, adopted_from, paused):
     """Refuse (65) adopting `directory` as `name` while a running `name` comes from elsewhere."""
-    if adopted_from != directory and not paused:
-        raise Fail(EX_DATAERR, f"venture '{name}' is already adopted from {adopted_from}; "
-                               f"pause it first (avsm pause {name}) or rename this directory")
+    refuse(adopted_from != directory and not paused
+           and f"venture '{name}' is already adopted from {adopted_from}; "
+               f"pause it first (avsm pause {name}) or rename this directory")
 
 
 # =============================================================================
