@@ -1237,10 +1237,10 @@ def parse_mandate(text, source="mandate.yaml", directory=None):
     m["cadence"] = c.duration(doc["cadence"], ("cadence",))
     m["adapter"] = m["metric"] if m["metric"].split()[0] in ADAPTERS else None
     m["timeout"] = reading_timeout(c, doc, ())
-    if m["adapter"] and adapter_problem(m["adapter"]):
-        c.fail(("metric",), adapter_problem(m["adapter"]))
     if m["adapter"] is None:
         c.command("./report", ("metric",), "the metric is read by ./report", directory)
+    elif adapter_problem(m["adapter"]):
+        c.fail(("metric",), adapter_problem(m["adapter"]))
     m["levers"] = parse_levers(c, doc, directory)
     m["forbidden"] = parse_forbidden(c, doc, m["levers"])
     m["controller"] = parse_controller(c, doc["controller"], m["levers"])
@@ -2780,14 +2780,13 @@ def parse_checkpoint(data, where, signature=None):
     origin, seq, digest, when = (lines + [""] * 4)[:4]
     at = when.split(" ")[0]
     checks = (len(lines) == 4, origin.startswith("avsm/"), seq.isdigit() and seq.isascii(),
-              re.fullmatch(r"[0-9a-f]{64}", digest), at.isdigit() and at.isascii())
+              re.fullmatch(r"[0-9a-f]{64}", digest), at.isdigit() and at.isascii(),
+              not signed or signed.strip().startswith(SSHSIG_ARMOR[0]))
     words = ("four lines: origin, seq, hash, time", "an origin avsm/HOST:HOME on line 1",
              "a record number on line 2", "64 hex digits of a hash on line 3",
-             "a unix time on line 4")
+             "a unix time on line 4", "an SSH signature after its blank line")
     bad = next((w for ok, w in zip(checks, words) if not ok), None)
-    if bad or (signed and not signed.strip().startswith(SSHSIG_ARMOR[0])):
-        raise Fail(EX_DATAERR, f"{where} is not an avsm checkpoint: it needs"
-                               f" {bad or 'an SSH signature after its blank line'}")
+    refuse(bad and f"{where} is not an avsm checkpoint: it needs {bad}")
     return Checkpoint(origin, int(seq), digest, int(at), text.rstrip("\n") + "\n",
                       signed.strip() or signature)
 
