@@ -1191,10 +1191,10 @@ def parse_levers(c, doc, directory):
 def parse_expects(text):
     """Return (way, size or None, within) of `up|down [size] within N`."""
     words = str(text).split()
+    wrong = (f"'{text}' is not an expectation; write up or down, an optional size, then within and"
+             " a count")
     if not words or words[0] not in ("up", "down"):
-        raise ValueError(
-            f"'{text}' is not an expectation; write up or down, an optional size, then within and a"
-            " count: up 5 within 3")
+        raise ValueError(wrong + ": up 5 within 3")
     if "within" not in words:
         raise ValueError(
             f"'{text}' says no 'within'; write {words[0]} within 3, counting the reports that"
@@ -1207,9 +1207,7 @@ def parse_expects(text):
             raise ValueError(
                 f"'{words[1]}' is not a size; write a number above 0, as in up 5 within 3")
     elif at != 1:
-        raise ValueError(
-            f"'{text}' is not an expectation; write up or down, an optional size, then within and a"
-            " count")
+        raise ValueError(wrong)
     if len(words) != at + 2 or not words[at + 1].isdigit() or int(words[at + 1]) < 1:
         raise ValueError(f"'{text}' needs a count of reports after within, such as within 3")
     return (words[0], size, int(words[at + 1]))
