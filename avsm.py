@@ -2855,10 +2855,11 @@ def parse_row(line):
 
 def row_problem(row, before):
     """Return why `row` is not the link after `before` ((seq, hash) or None), or None."""
-    if before is not None and row.seq != before[0] + 1:
-        return f"record #{before[0] + 1} is missing (the next row is #{row.seq})"
-    if before is not None and row.prev != before[1]:
-        return f"its prev is not the hash of #{before[0]}"
+    if before is not None:
+        if row.seq != before[0] + 1:
+            return f"record #{before[0] + 1} is missing (the next row is #{row.seq})"
+        if row.prev != before[1]:
+            return f"its prev is not the hash of #{before[0]}"
     if chain_hash(row.prev, row.seq, row.at, row.record) != row.hash:
         return "its hash does not match its contents"
     return None
