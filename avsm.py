@@ -274,8 +274,7 @@ def shown(text):
     return escape_controls(LINE_CONTROL_CHARS, text)
 
 
-LINE_CONTROL_CHARS = (
-    "[\x00-\x08\x0b-\x1f\x7f-\x9f\u2028\u2029\u202a-\u202e\u2066-\u2069\ud800-\udfff]")
+LINE_CONTROL_CHARS = CONTROL_CHARS.replace("\x00-\x1f", "\x00-\x08\x0b-\x1f")
 
 
 def bounded_int(text, base):
@@ -1088,13 +1087,10 @@ def refuse(problem, code=EX_DATAERR):
 
 def check_venture_name(name):
     """Return the venture name of a directory, or raise Fail(65) for one avsm cannot name."""
-    if not name or name in (".", "..") or not NAME_CHARS.issuperset(name):
-        raise Fail(
-            EX_DATAERR,
-            f"'{name}' is not a venture name: a directory name is one word of letters, digits, _, -"
-            " and .; rename the directory")
-    if name == "self":
-        raise Fail(EX_DATAERR, "'self' is avsm's own venture; rename the directory")
+    refuse((not name or name in (".", "..") or not NAME_CHARS.issuperset(name))
+           and f"'{name}' is not a venture name: a directory name is one word of letters, digits,"
+               " _, - and .; rename the directory")
+    refuse(name == "self" and "'self' is avsm's own venture; rename the directory")
     return name
 
 
@@ -1195,10 +1191,10 @@ def parse_levers(c, doc, directory):
 def parse_expects(text):
     """Return (way, size or None, within) of `up|down [size] within N`."""
     words = str(text).split()
+    wrong = (f"'{text}' is not an expectation; write up or down, an optional size, then within and"
+             " a count")
     if not words or words[0] not in ("up", "down"):
-        raise ValueError(
-            f"'{text}' is not an expectation; write up or down, an optional size, then within and a"
-            " count: up 5 within 3")
+        raise ValueError(wrong + ": up 5 within 3")
     if "within" not in words:
         raise ValueError(
             f"'{text}' says no 'within'; write {words[0]} within 3, counting the reports that"
@@ -1211,9 +1207,7 @@ def parse_expects(text):
             raise ValueError(
                 f"'{words[1]}' is not a size; write a number above 0, as in up 5 within 3")
     elif at != 1:
-        raise ValueError(
-            f"'{text}' is not an expectation; write up or down, an optional size, then within and a"
-            " count")
+        raise ValueError(wrong)
     if len(words) != at + 2 or not words[at + 1].isdigit() or int(words[at + 1]) < 1:
         raise ValueError(f"'{text}' needs a count of reports after within, such as within 3")
     return (words[0], size, int(words[at + 1]))
@@ -1241,10 +1235,10 @@ def parse_mandate(text, source="mandate.yaml", directory=None):
     m["cadence"] = c.duration(doc["cadence"], ("cadence",))
     m["adapter"] = m["metric"] if m["metric"].split()[0] in ADAPTERS else None
     m["timeout"] = reading_timeout(c, doc, ())
-    if m["adapter"] and adapter_problem(m["adapter"]):
-        c.fail(("metric",), adapter_problem(m["adapter"]))
     if m["adapter"] is None:
         c.command("./report", ("metric",), "the metric is read by ./report", directory)
+    elif adapter_problem(m["adapter"]):
+        c.fail(("metric",), adapter_problem(m["adapter"]))
     m["levers"] = parse_levers(c, doc, directory)
     m["forbidden"] = parse_forbidden(c, doc, m["levers"])
     m["controller"] = parse_controller(c, doc["controller"], m["levers"])
@@ -1399,12 +1393,6 @@ def parse_backend_controller(c, value, levers, path, ctl):
     ctl["backend"] = c.text(value.get("backend"), path + ("backend",), required=False)
 
 
-def describe_threshold(ctl):
-    return (f"threshold {ctl['side']} {format_number(ctl['bound'])} runs {ctl['action']}"
-            + (f", deadband {format_number(ctl['deadband'])}" if ctl["deadband"] else "")
-            + (f", hold {ctl['hold']}" if ctl["hold"] > 1 else ""))
-
-
 ControllerKind = collections.namedtuple("ControllerKind", "keys parse sides describe by_model")
 ControllerKind.__doc__ = """A controller kind: its mandate keys, its parser, its sides
 [(side name, way, bound, lever)] for the kernel, one line for a person, whether a model proposes."""
@@ -1412,7 +1400,10 @@ CONTROLLERS = {  # adding a controller kind is one entry here and its functions
     "threshold": ControllerKind(
         {"kind", "above", "below", "action", "deadband", "hold"}, parse_threshold,
         lambda ctl: [(ctl["side"], ctl["side"], ctl["bound"], ctl["action"])],
-        describe_threshold, False),
+        lambda ctl: f"threshold {ctl['side']} {format_number(ctl['bound'])} runs {ctl['action']}"
+                    + (f", deadband {format_number(ctl['deadband'])}" if ctl["deadband"] else "")
+                    + (f", hold {ctl['hold']}" if ctl["hold"] > 1 else ""),
+        False),
     "band": ControllerKind(
         {"kind", "low", "high", "below", "above", "deadband", "hold"}, parse_band,
         lambda ctl: [("below", "below", ctl["low"], ctl["below"]),
@@ -2084,9 +2075,9 @@ def json_kind(value):
 
 def check_not_adopted_elsewhere(name, directory, adopted_from, paused):
     """Refuse (65) adopting `directory` as `name` while a running `name` comes from elsewhere."""
-    if adopted_from != directory and not paused:
-        raise Fail(EX_DATAERR, f"venture '{name}' is already adopted from {adopted_from}; "
-                               f"pause it first (avsm pause {name}) or rename this directory")
+    refuse(adopted_from != directory and not paused
+           and f"venture '{name}' is already adopted from {adopted_from}; "
+               f"pause it first (avsm pause {name}) or rename this directory")
 
 
 # =============================================================================
@@ -2292,12 +2283,12 @@ def is_name(value):
     return value is None or isinstance(value, str)
 
 
-# field -> (test, what it must be) of the fields the fold reads; "!": text, never null
+# field -> (test, what it must be) of the fields the fold reads (any other: text or null);
+# "!": text, never null
 FOLD_TESTS = {
     "lever": (is_name, "a lever's name"), "guard": (is_name, "a guard's name"),
     "lever!": (lambda v: isinstance(v, str), "a lever's name"), "side": (is_name, "a side's name"),
-    "about": (is_name, "text"), "status": (is_name, "text"), "directory": (is_name, "text"),
-    "sha256": (is_name, "text"), "text!": (lambda v: isinstance(v, str), "text"),
+    "text!": (lambda v: isinstance(v, str), "text"),
     "proof": (lambda v: v is None or isinstance(v, dict), "an object"),
     "ask": (is_seq, "a record number"), "action": (is_seq, "a record number"),
     "report": (is_seq, "a record number"), "crps": (is_number, "a number"),
@@ -2319,7 +2310,7 @@ def fold_problem(record):
         return "its kind or venture is not text"
     fields = FOLD_FIELDS.get(kind) or FOLD_FIELDS.get(kind[:kind.find(".") + 1]) or ""
     for key in fields.split():
-        field, (test, what) = key.rstrip("!"), FOLD_TESTS[key]
+        field, (test, what) = key.rstrip("!"), FOLD_TESTS.get(key, (is_name, "text"))
         if field in record and not test(record[field]):
             return f"its {field} is {shown_value(record[field], 40)}, not {what}"
     if kind == "action" and isinstance(record.get("proof"), dict):
@@ -2782,14 +2773,13 @@ def parse_checkpoint(data, where, signature=None):
     origin, seq, digest, when = (lines + [""] * 4)[:4]
     at = when.split(" ")[0]
     checks = (len(lines) == 4, origin.startswith("avsm/"), seq.isdigit() and seq.isascii(),
-              re.fullmatch(r"[0-9a-f]{64}", digest), at.isdigit() and at.isascii())
+              re.fullmatch(r"[0-9a-f]{64}", digest), at.isdigit() and at.isascii(),
+              not signed or signed.strip().startswith(SSHSIG_ARMOR[0]))
     words = ("four lines: origin, seq, hash, time", "an origin avsm/HOST:HOME on line 1",
              "a record number on line 2", "64 hex digits of a hash on line 3",
-             "a unix time on line 4")
+             "a unix time on line 4", "an SSH signature after its blank line")
     bad = next((w for ok, w in zip(checks, words) if not ok), None)
-    if bad or (signed and not signed.strip().startswith(SSHSIG_ARMOR[0])):
-        raise Fail(EX_DATAERR, f"{where} is not an avsm checkpoint: it needs"
-                               f" {bad or 'an SSH signature after its blank line'}")
+    refuse(bad and f"{where} is not an avsm checkpoint: it needs {bad}")
     return Checkpoint(origin, int(seq), digest, int(at), text.rstrip("\n") + "\n",
                       signed.strip() or signature)
 
@@ -2860,10 +2850,11 @@ def parse_row(line):
 
 def row_problem(row, before):
     """Return why `row` is not the link after `before` ((seq, hash) or None), or None."""
-    if before is not None and row.seq != before[0] + 1:
-        return f"record #{before[0] + 1} is missing (the next row is #{row.seq})"
-    if before is not None and row.prev != before[1]:
-        return f"its prev is not the hash of #{before[0]}"
+    if before is not None:
+        if row.seq != before[0] + 1:
+            return f"record #{before[0] + 1} is missing (the next row is #{row.seq})"
+        if row.prev != before[1]:
+            return f"its prev is not the hash of #{before[0]}"
     if chain_hash(row.prev, row.seq, row.at, row.record) != row.hash:
         return "its hash does not match its contents"
     return None
