@@ -2229,17 +2229,6 @@ def chain_hash(prev, seq, at, text):
     return hashlib.sha256(f"{prev}\n{seq}\n{at}\n{text}".encode()).hexdigest()
 
 
-def load_record(text, seq=None):
-    """Return the record stored as `text`, or raise json.JSONDecodeError when it is no JSON
-    object."""
-    record = json.loads(text)
-    if not isinstance(record, dict):
-        raise json.JSONDecodeError(
-            f"record {'#' + str(seq) + ' ' if seq else ''}is {shown_value(record, 40)}, "
-            "not a JSON object", text, 0)
-    return record
-
-
 def read_record(text, seq=None):
     """Return the record stored as `text`, or raise json.JSONDecodeError when it does not read."""
     record = load_record(text, seq)
@@ -2578,6 +2567,17 @@ def first_seq_at(db, at, top):
         if seq is not None:
             return seq
     return top + 1
+
+
+def load_record(text, seq=None):
+    """Return the record stored as `text`, or raise json.JSONDecodeError when it is no JSON
+    object."""
+    record = json.loads(text)
+    if not isinstance(record, dict):
+        raise json.JSONDecodeError(
+            f"record {'#' + str(seq) + ' ' if seq else ''}is {shown_value(record, 40)}, "
+            "not a JSON object", text, 0)
+    return record
 
 
 def record_at(db, seq):
@@ -7594,58 +7594,6 @@ def run_world_step(command, data, mandate):
 AVSM_PATH = os.path.realpath(__file__)
 
 
-# How avsmd starts itself and its warden: through the import system, so its cached bytecode serves
-# (a script is compiled afresh at every start, and the compiler's memory stays with it).
-LOAD_AVSM = (
-    "import importlib.util as u, sys; s = u.spec_from_file_location('avsm', sys.argv[1]); m ="
-    " u.module_from_spec(s); sys.modules['avsm'] = m; s.loader.exec_module(m);"
-    " sys.exit(m.main(sys.argv[2:]))")
-
-
-def cached_command(program, args):
-    """Return the argv that runs `program` of this file from its cached, hash-checked bytecode."""
-    import importlib.util
-    import py_compile
-    with contextlib.suppress(OSError, ValueError, py_compile.PyCompileError):
-        cache = importlib.util.cache_from_source(AVSM_PATH)
-        st = os.stat(AVSM_PATH)
-        seen = (st.st_ino, st.st_size, st.st_mtime_ns)
-        # read again once avsm.py changed, not at each adapter's start
-        if BYTECODE_CHECKED.get(cache) != seen:
-            try:
-                with open(cache, "rb") as fh:
-                    head = fh.read(16)
-            except OSError:
-                head = b""
-            with open(AVSM_PATH, "rb") as fh:
-                source = importlib.util.source_hash(fh.read())
-            # a stale one (avsm.py replaced in place) is compiled at every start: 0.4 s, 60 MB
-            if head[4:8] != PYC_CHECKED_HASH or head[8:16] != source:
-                cache_bytecode(cache)
-            BYTECODE_CHECKED[cache] = seen
-    # -P: nothing before the standard library on sys.path (`-c` alone would put the venture's
-    # directory first, and its json.py would be imported). -S: no `site`, so no .pth file runs.
-    prefix = [f"-Xpycache_prefix={sys.pycache_prefix}"] if sys.pycache_prefix else []
-    return [sys.executable, "-S", "-P", *prefix, "-c", LOAD_AVSM, AVSM_PATH, program] + list(args)
-
-
-PYC_CHECKED_HASH = b"\3\0\0\0"      # PEP 552's flags: hash-based, its source checked at each load
-BYTECODE_CHECKED = {}   # cache -> avsm.py's (inode, size, mtime) when it was checked
-
-
-def cache_bytecode(cache):
-    """Write this file's bytecode to `cache`, readable only by this user and checked against the
-    file's hash at each load (a timestamp-checked one runs old code from a copy of the same size
-    and time)."""
-    import py_compile
-    was = os.umask(0o077)
-    try:
-        py_compile.compile(AVSM_PATH, cfile=cache, doraise=True,
-                           invalidation_mode=py_compile.PycInvalidationMode.CHECKED_HASH)
-    finally:
-        os.umask(was)
-
-
 def read_small_file(path, limit):
     """Return the bytes of the regular file at `path`, at most `limit`, or OSError (a FIFO too)."""
     fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_NOCTTY)     # a FIFO's open would wait
@@ -8522,7 +8470,7 @@ class Warden:
 # the kernel's intents; none writes.
 # =============================================================================
 
-
+# ---- what a room's programs are handed: a payload file, avsm's own code to run ----
 def write_payload(data, prefix="avsm-payload-"):
     """Write a lever's content (bytes, else as JSON) to a private temporary file; return its path
     (open point 28)."""
@@ -8531,6 +8479,58 @@ def write_payload(data, prefix="avsm-payload-"):
     with os.fdopen(fd, "wb") as fh:
         fh.write(data if isinstance(data, bytes) else json.dumps(data).encode())
     return path
+
+
+# How avsmd starts itself and its warden: through the import system, so its cached bytecode serves
+# (a script is compiled afresh at every start, and the compiler's memory stays with it).
+LOAD_AVSM = (
+    "import importlib.util as u, sys; s = u.spec_from_file_location('avsm', sys.argv[1]); m ="
+    " u.module_from_spec(s); sys.modules['avsm'] = m; s.loader.exec_module(m);"
+    " sys.exit(m.main(sys.argv[2:]))")
+
+
+def cached_command(program, args):
+    """Return the argv that runs `program` of this file from its cached, hash-checked bytecode."""
+    import importlib.util
+    import py_compile
+    with contextlib.suppress(OSError, ValueError, py_compile.PyCompileError):
+        cache = importlib.util.cache_from_source(AVSM_PATH)
+        st = os.stat(AVSM_PATH)
+        seen = (st.st_ino, st.st_size, st.st_mtime_ns)
+        # read again once avsm.py changed, not at each adapter's start
+        if BYTECODE_CHECKED.get(cache) != seen:
+            try:
+                with open(cache, "rb") as fh:
+                    head = fh.read(16)
+            except OSError:
+                head = b""
+            with open(AVSM_PATH, "rb") as fh:
+                source = importlib.util.source_hash(fh.read())
+            # a stale one (avsm.py replaced in place) is compiled at every start: 0.4 s, 60 MB
+            if head[4:8] != PYC_CHECKED_HASH or head[8:16] != source:
+                cache_bytecode(cache)
+            BYTECODE_CHECKED[cache] = seen
+    # -P: nothing before the standard library on sys.path (`-c` alone would put the venture's
+    # directory first, and its json.py would be imported). -S: no `site`, so no .pth file runs.
+    prefix = [f"-Xpycache_prefix={sys.pycache_prefix}"] if sys.pycache_prefix else []
+    return [sys.executable, "-S", "-P", *prefix, "-c", LOAD_AVSM, AVSM_PATH, program] + list(args)
+
+
+PYC_CHECKED_HASH = b"\3\0\0\0"      # PEP 552's flags: hash-based, its source checked at each load
+BYTECODE_CHECKED = {}   # cache -> avsm.py's (inode, size, mtime) when it was checked
+
+
+def cache_bytecode(cache):
+    """Write this file's bytecode to `cache`, readable only by this user and checked against the
+    file's hash at each load (a timestamp-checked one runs old code from a copy of the same size
+    and time)."""
+    import py_compile
+    was = os.umask(0o077)
+    try:
+        py_compile.compile(AVSM_PATH, cfile=cache, doraise=True,
+                           invalidation_mode=py_compile.PycInvalidationMode.CHECKED_HASH)
+    finally:
+        os.umask(was)
 
 
 class Levers:
