@@ -4680,6 +4680,14 @@ def lever_programs(spec):
     return [spec["run"]] if spec is not None and spec["run"] not in (None, "mail.send") else []
 
 
+def gated(state, gate, now, cfg):
+    """The event of a Gate: return the gate's Verdict on its lever at `now`, and what running one
+    it proved calls for (lever_proved; nothing for a refusal, which the rule writes)."""
+    verdict = prove(state, gate.lever, now, gate.basis, trigger=gate.trigger,
+                    approval=gate.approval, payload=gate.payload, check=gate.check)
+    return verdict, lever_proved(state, gate, verdict, cfg) if verdict.ok else ()
+
+
 def lever_proved(state, gate, verdict, cfg):
     """The event of a lever the gate proved (`verdict`): yield a Check of one with `check:` not yet
     checked (open point 27), then its start or its refusal; else its action, then a Launch of its
@@ -8439,17 +8447,14 @@ class Warden:
             elif isinstance(intent, Check):
                 result = self.levers.start_check(state, *intent)
             else:
-                result = prove(state, intent.lever, int(time.time()), intent.basis,
-                               trigger=intent.trigger, approval=intent.approval,
-                               payload=intent.payload, check=intent.check)
-                if result.ok:
-                    ran = self.carry_out(state, lever_proved(state, intent, result, self.cfg))
-                    # Launch and Check are started apart, their seq None
-                    written = [(i.record["kind"], s) for i, s in ran if isinstance(i, Write)]
-                    seq = dict(written).get("action")
-                    result = result._replace(action=seq)
-                else:
+                result, runs = gated(state, intent, int(time.time()), self.cfg)
+                if not result.ok:
                     continue            # the rule writes what a refusal calls for
+                ran = self.carry_out(state, runs)
+                # Launch and Check are started apart, their seq None
+                written = [(i.record["kind"], s) for i, s in ran if isinstance(i, Write)]
+                seq = dict(written).get("action")
+                result = result._replace(action=seq)
             done.append((intent, seq))
 
     def want_checkpoint(self):

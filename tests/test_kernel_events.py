@@ -220,17 +220,21 @@ permitted:
 """
 
 
-def proved(lever, cfg=None, unsafe=None, payload=None, check=None, unstarted=None):
-    """Drive lever_proved for a person's `lever` as the warden does: [(intent, record or itself)];
-    Owners is answered with `unsafe`, a Launch or a Check with `unstarted` (why it did not)."""
+def proved(lever, cfg=None, unsafe=None, payload=None, check=False, unstarted=None):
+    """Drive gated for a person's `lever` as the warden does: [(intent, record or itself)];
+    Owners is answered with `unsafe`, a Launch or a Check with `unstarted` (why it did not);
+    `check`: its check passed first."""
     led = Ledger(PROVED)
     basis = ("person", [], [f"a person asks for {lever}"])
-    verdict = avsm.prove(led.state, lever, 1040, basis, payload=payload)
-    assert verdict.ok, verdict.why
+    if check:       # its check passed: the record the Gate cites
+        check = led.add({"kind": "check", "claim": "measured", "venture": V, "lever": lever,
+                         "ok": True, "status": "exit 0", "note": "", "summary": "it passed"})
     gate = avsm.Gate(lever, basis, payload=payload, by="person", summary=f"{lever} runs",
-                     extra=avsm.some(payload=payload), check=check)
+                     extra=avsm.some(payload=payload), check=check or None)
     cfg = cfg or {"adapters": {}, "research": None}
-    steps, done, result = avsm.lever_proved(led.state, gate, verdict, cfg), [], None
+    verdict, steps = avsm.gated(led.state, gate, 1040, cfg)
+    assert verdict.ok, verdict.why
+    done, result = [], None
     while True:
         try:
             intent = steps.send(result)
@@ -244,6 +248,15 @@ def proved(lever, cfg=None, unsafe=None, payload=None, check=None, unstarted=Non
                   else unstarted)
         done.append((type(intent).__name__,
                      intent.record if hasattr(intent, "record") else intent))
+
+
+def test_a_gate_refused_runs_nothing_and_leaves_the_refusal_to_its_rule():
+    """LEVER-01, PROOF-01: the gate's event returns its Verdict; a lever it cannot prove (here one
+    the mandate does not permit) calls for nothing, its rule writing the refusal."""
+    led = Ledger(PROVED)
+    gate = avsm.Gate("wipe", ("person", [], ["a person asks for wipe"]), by="person")
+    verdict, runs = avsm.gated(led.state, gate, 1040, {"adapters": {}, "research": None})
+    assert not verdict.ok and verdict.why and tuple(runs) == ()
 
 
 def test_a_proved_lever_is_its_action_then_its_program_for_the_warden_to_start():
@@ -261,7 +274,7 @@ def test_a_lever_with_a_check_starts_the_check_and_writes_nothing_yet():
     done = proved("tidy")
     assert [what for what, _ in done] == ["Check", "Write"] and done[0][1].gate.lever == "tidy"
     assert done[1][1]["kind"] == "begun" and done[1][1]["what"] == "check", "it holds the lever"
-    assert [what for what, _ in proved("tidy", check=5)] == ["Write", "Launch"]
+    assert [what for what, _ in proved("tidy", check=True)] == ["Write", "Launch"]
 
 
 def test_a_check_or_a_lever_that_cannot_start_is_a_refusal_or_a_failed_outcome():
