@@ -6674,43 +6674,6 @@ class LedgerWriter:
         return True
 
 
-def resolve_home(given):
-    """Return the home: --home, else $AVSMD_HOME, else the platform default (open point 13):
-    XDG_STATE_HOME/avsmd, ~/.local/state/avsmd or macOS's."""
-    home = given or os.environ.get("AVSMD_HOME")
-    if not home and sys.platform == "darwin":
-        home = "~/Library/Application Support/avsmd"
-    state = os.environ.get("XDG_STATE_HOME") or "~/.local/state"
-    return os.path.abspath(os.path.expanduser(home or os.path.join(state, "avsmd")))
-
-
-def program_command(program, home=None):
-    """`avsm` or `avsmd` the way this user runs it, for the fix lines a person copies, with
-    `--home HOME` when `home` is not the one the program finds by itself."""
-    import shutil
-    started = sys.argv[0] if sys.argv else ""
-    folder, name = os.path.split(started)
-    beside = os.path.join(folder, program)
-    on_path, command = shutil.which(program), None
-    if name.split(".")[0] in ("avsm", "avsmd") and not name.endswith(".py"):
-        if on_path and (not folder or os.path.realpath(on_path) == os.path.realpath(beside)):
-            command = program
-        elif folder and os.path.exists(beside):
-            command = beside
-        elif on_path:
-            command = program
-    if command is None:
-        python = sys.executable or "python3"
-        found = shutil.which("python3")
-        if found and os.path.realpath(found) == os.path.realpath(python):
-            python = "python3"
-        script = started if name.endswith(".py") and os.path.exists(started) else AVSM_PATH
-        command = f"{python} {script}" + (" avsmd" if program == "avsmd" else "")
-    if home is not None and os.path.realpath(home) != os.path.realpath(resolve_home(None)):
-        command += f" --home {home}"
-    return command
-
-
 def socket_problem(home):
     """Return why `home`/sock cannot be a Unix socket path here, or None."""
     path = os.path.join(home, "sock")
@@ -10390,6 +10353,67 @@ def lock_holder(home):
         os.close(fd)
 
 
+def resolve_home(given):
+    """Return the home: --home, else $AVSMD_HOME, else the platform default (open point 13):
+    XDG_STATE_HOME/avsmd, ~/.local/state/avsmd or macOS's."""
+    home = given or os.environ.get("AVSMD_HOME")
+    if not home and sys.platform == "darwin":
+        home = "~/Library/Application Support/avsmd"
+    state = os.environ.get("XDG_STATE_HOME") or "~/.local/state"
+    return os.path.abspath(os.path.expanduser(home or os.path.join(state, "avsmd")))
+
+
+def program_command(program, home=None):
+    """`avsm` or `avsmd` the way this user runs it, for the fix lines a person copies, with
+    `--home HOME` when `home` is not the one the program finds by itself."""
+    import shutil
+    started = sys.argv[0] if sys.argv else ""
+    folder, name = os.path.split(started)
+    beside = os.path.join(folder, program)
+    on_path, command = shutil.which(program), None
+    if name.split(".")[0] in ("avsm", "avsmd") and not name.endswith(".py"):
+        if on_path and (not folder or os.path.realpath(on_path) == os.path.realpath(beside)):
+            command = program
+        elif folder and os.path.exists(beside):
+            command = beside
+        elif on_path:
+            command = program
+    if command is None:
+        python = sys.executable or "python3"
+        found = shutil.which("python3")
+        if found and os.path.realpath(found) == os.path.realpath(python):
+            python = "python3"
+        script = started if name.endswith(".py") and os.path.exists(started) else AVSM_PATH
+        command = f"{python} {script}" + (" avsmd" if program == "avsmd" else "")
+    if home is not None and os.path.realpath(home) != os.path.realpath(resolve_home(None)):
+        command += f" --home {home}"
+    return command
+
+
+def ledger_path(home):
+    """Return the ledger's path, or Fail: 73 a home no directory, 66 no ledger, 65 no file."""
+    if os.path.exists(home) and not os.path.isdir(home):
+        raise Fail(
+            EX_CANTCREAT,
+            f"{home} is not a directory, so it holds no ledger; move it aside or pass another"
+            " --home")
+    start = f"start {program_command('avsmd', home)} to make it"
+    if not os.path.isdir(home):
+        raise Fail(EX_NOINPUT, f"{home} does not exist; {start}")
+    path = os.path.join(home, "ledger.db")
+    if not os.path.exists(path):
+        raise Fail(EX_NOINPUT, f"{home} has no ledger yet; {start}")
+    # a directory, a FIFO (whose open would wait for ever) or a device
+    if not os.path.isfile(path):
+        what = {stat.S_IFDIR: "a directory", stat.S_IFIFO: "a FIFO",
+                stat.S_IFSOCK: "a socket"}.get(stat.S_IFMT(os.stat(path).st_mode), "a device")
+        raise Fail(
+            EX_DATAERR,
+            f"{path} is {what}, not a ledger; move it aside (avsmd then starts a new ledger), "
+            f"and {client_command(home)} doctor says more")
+    return path
+
+
 def need_int(text, what):
     """Return a record number given on the command line (#17 or 17), or Fail(64)."""
     t = str(text).lstrip("#")
@@ -10439,6 +10463,173 @@ def show_facts(facts, lines_of):
 def exit_facts(facts, code):
     """Return `facts` with the exit code and its meaning: a --json document."""
     return dict(facts, exit=code, meaning=EXIT_MEANINGS.get(code, "failed"))
+
+
+ANSWER_WORDS = {"approval": "approved", "denial": "denied", "resolved": "settled by avsm"}
+
+
+def cmd_why(home, args):
+    """why SEQ: the record, its proof's steps and premises, and whether the proof re-checks now."""
+    if len(args) != 1:
+        raise Fail(EX_USAGE, "usage: avsm why SEQ")
+    seq = need_int(args[0], "a record number")
+    db = open_ledger_ro(ledger_path(home))
+    at, record = record_at(db, seq) or refuse(
+        f"#{seq} is not in the ledger; avsm tail shows the record numbers", EX_DATAERR)
+    facts = {"seq": seq, "at": at, "record": record}
+    broken = object_problem(record)
+    if broken is not None:
+        show_facts(facts, lambda f: [format_record_line(seq, at, record)])
+        raise Fail(EX_DATAERR, f"record #{seq} does not read: {broken}; avsm doctor says more, and"
+                               f" avsm doctor --cut {seq} with avsmd stopped cuts the ledger just"
+                               " before it")
+    show_facts(why_facts(db, facts, home), why_lines)
+    return EX_DATAERR if facts.get("problems") else EX_OK
+
+
+def why_facts(db, facts, home):
+    """Return the facts of `avsm why`: the record, what it cites or its proof, what followed."""
+    seq, at, record = facts["seq"], facts["at"], facts["record"]
+    proof, facts["followed"] = record.get("proof"), what_followed(db, seq, record, home)
+    if record.get("kind") != "action" or not proof:
+        cited = [record[k] for k in ("action", "ask", "report", "proposal", "prediction")
+                 if isinstance(record.get(k), int)]
+        facts["cites"] = [{"seq": c, "at": r[0], "record": r[1]}
+                          for c in cited for r in [record_at(db, c)] if r]
+        return facts
+    # a proof that reads is an object, its premises numbers; the fold the gate saw
+    # (recheck_action): the newest good snapshot before it and the venture's records since
+    since = snapshot_before(home, db, seq)
+    records = {s: (a, decode_record(t, seq=s)) for s, a, t in ledger_rows(
+        db, "SELECT seq, at, record FROM records WHERE "
+        f"{RECORD_VENTURE_SQL} = ? AND seq > ? AND seq <= ? ORDER BY seq",
+        (record.get("venture"), since[0], seq), since[0], seq)}
+    premises = proof.get("premises", [])
+    for p in premises:
+        whole = record_at(db, p) if 0 < p <= seq else None
+        if whole is not None:
+            records[p] = whole
+    t = isinstance(proof.get("trigger"), int) and record_at(db, proof["trigger"])
+    facts["proof"] = {
+        "rule": proof.get("rule"),
+        "steps": proof.get("steps") if isinstance(proof.get("steps"), list) else [],
+        "trigger": {"seq": proof["trigger"], "record": t[1]} if t else None,
+        "premises": [{"seq": p, "record": records.get(p, (0, None))[1]} for p in premises]}
+    facts["problems"] = check_proof(seq, at, record, records, since=since)
+    facts["rechecks"] = not facts["problems"]
+    return facts
+
+
+def why_lines(facts):
+    record, proof = facts["record"], facts.get("proof")
+    lines = [format_record_line(facts["seq"], facts["at"], record)]
+
+    def cited(line, r, indent="    "):
+        lines.append(line)
+        if isinstance(r.get("call"), dict):
+            lines.append(f"{indent}call: {describe_call(r)}")
+    if proof is None:
+        cited(f"a {record.get('claim')} {record.get('kind')} record: it authorizes nothing and"
+              f" carries no proof", record, "  ")
+        for c in facts["cites"]:
+            cited("  cites " + format_record_line(c["seq"], c["at"], c["record"]), c["record"])
+        if record.get("kind") == "outcome":
+            lines += printed_lines(record, "  ")
+        return lines + facts["followed"]
+    lines.append(f"rule: {shown_text(str(proof['rule']))}")
+    lines += [f"  step: {shown_text(str(step))}" for step in proof["steps"]]
+    t = proof["trigger"]
+    if t:
+        r = t["record"]
+        cited(f"  trigger (not a premise): #{t['seq']} {r.get('claim')} {r.get('kind')}"
+              f" {r.get('summary')}", r)
+    for p in proof["premises"]:
+        r = p["record"]
+        lines.append(f"  premise #{p['seq']} {r.get('claim')} {r.get('kind')} {r.get('summary')}"
+                     if r is not None else f"  premise #{p['seq']} is not in the ledger")
+    return lines + facts["followed"] + ([f"re-checks: no: {p}" for p in facts["problems"]] or [
+        "re-checks: yes, from measured and declared records under the mandate in force"])
+
+
+def records_citing(db, key, seq):
+    """Yield (seq, at, record) after #seq whose field `key` is seq."""
+    # canonical JSON is compact; the exact field is checked below
+    for s, at, text in db.execute(
+            "SELECT seq, at, record FROM records WHERE seq > ? AND record LIKE ? ORDER BY seq",
+            (seq, f'%"{key}":{seq}%')):
+        record = load_record(text, s)
+        if record.get(key) == seq:
+            yield s, at, record
+
+
+def printed_lines(outcome, indent):
+    """Return the lines saying what a lever printed, as its outcome keeps it."""
+    note = str(outcome.get("note") or "")
+    if not note:
+        return [f"{indent}printed nothing"]
+    head = f"{indent}printed" + (
+        f" (the last {NOTE_MAX} characters):" if len(note) >= NOTE_MAX else ":")
+    return [head] + [f"{indent}  {line}" for line in note.splitlines()]
+
+
+def what_followed(db, seq, record, home):
+    """Return the lines of what came of record #seq: an ask's answer, a run, an outcome."""
+    lines = []
+
+    def ended(action_seq, indent):
+        outcomes = [
+            o for o in records_citing(db, "action", action_seq) if o[2].get("kind") == "outcome"]
+        for o_seq, o_at, outcome in outcomes:
+            lines.append(f"{indent}ended " + format_record_line(o_seq, o_at, outcome))
+            lines.extend(printed_lines(outcome, indent + "  "))
+        if not outcomes:
+            lines.append(
+                f"{indent}no outcome yet: the lever is running, or avsmd stopped before it ended")
+
+    def runs(key, number, indent):
+        for a_seq, a_at, action in records_citing(db, key, number):
+            if action.get("kind") == "action":
+                lines.append(f"{indent}ran as " + format_record_line(a_seq, a_at, action))
+                ended(a_seq, indent)
+
+    kind = record.get("kind")
+    if kind == "ask":
+        answers = [a
+                   for a in records_citing(db, "ask", seq)
+                   if a[2].get("kind") in ("refusal", *ANSWER_WORDS)]
+        for a_seq, a_at, answer in answers:
+            lines.append(("  settled by " if answer["kind"] == "resolved" else "  answered by ")
+                         + format_record_line(a_seq, a_at, answer))
+            if answer.get("kind") == "approval":
+                runs("approval", a_seq, "    ")
+        if not any(a[2].get("kind") in ANSWER_WORDS for a in answers):
+            lines.append(f"  not answered yet: {client_command(home)} approve {seq} "
+                         f"or {client_command(home)} deny {seq}")
+    elif kind == "approval":
+        runs("approval", seq, "  ")
+    elif kind == "action":
+        ended(seq, "  ")
+    return lines
+
+
+def describe_call(record):
+    """Return what a record keeps of the HTTP call its reply came in (for the provider's logs)."""
+    call = record["call"]
+    words = [f"{record.get('backend')}, request id {call.get('request_id') or 'not given'}"]
+    usage = call.get("usage") or {}
+    first = ("input_tokens", "output_tokens", "prompt_tokens", "completion_tokens", "total_tokens")
+    flat = sorted(((k, v) for k, v in usage.items() if not isinstance(v, dict)),
+                  key=lambda kv: (first.index(kv[0]) if kv[0] in first else len(first), kv[0])) + [
+        (f"{k}.{k2}", v2)
+        for k, v in sorted(usage.items())
+        if isinstance(v, dict)
+        for k2, v2 in sorted(v.items())]
+    words.append("usage " + ", ".join(f"{k} {v}" for k, v in flat) if flat else "no usage reported")
+    if call.get("stop"):
+        words.append(f"stop {call['stop']}")
+    if call.get("tries", 1) > 1:
+        words.append(f"{call['tries']} tries")
+    return "; ".join(words)
 
 
 def cmd_add(home, args):
@@ -10640,30 +10831,6 @@ def cmd_approve(home, args):
                                f"saving?): {kept_open}; to approve it as proposed: "
                                f"{client_command(home)} approve {ask}")
     return ask_daemon(home, "approve", {"ask": ask, "payload": edited})
-
-
-def ledger_path(home):
-    """Return the ledger's path, or Fail: 73 a home no directory, 66 no ledger, 65 no file."""
-    if os.path.exists(home) and not os.path.isdir(home):
-        raise Fail(
-            EX_CANTCREAT,
-            f"{home} is not a directory, so it holds no ledger; move it aside or pass another"
-            " --home")
-    start = f"start {program_command('avsmd', home)} to make it"
-    if not os.path.isdir(home):
-        raise Fail(EX_NOINPUT, f"{home} does not exist; {start}")
-    path = os.path.join(home, "ledger.db")
-    if not os.path.exists(path):
-        raise Fail(EX_NOINPUT, f"{home} has no ledger yet; {start}")
-    # a directory, a FIFO (whose open would wait for ever) or a device
-    if not os.path.isfile(path):
-        what = {stat.S_IFDIR: "a directory", stat.S_IFIFO: "a FIFO",
-                stat.S_IFSOCK: "a socket"}.get(stat.S_IFMT(os.stat(path).st_mode), "a device")
-        raise Fail(
-            EX_DATAERR,
-            f"{path} is {what}, not a ledger; move it aside (avsmd then starts a new ledger), "
-            f"and {client_command(home)} doctor says more")
-    return path
 
 
 def cmd_tail(home, args):
@@ -10879,173 +11046,6 @@ def venture_summary_lines(v):
                      + f"; last ended {v['exits'][-1][2]}")
     return lines + ([f"  needs a person: {what} -> {command}" for what, command in v["needs"]]
                     or ["  needs a person: nothing"])
-
-
-ANSWER_WORDS = {"approval": "approved", "denial": "denied", "resolved": "settled by avsm"}
-
-
-def cmd_why(home, args):
-    """why SEQ: the record, its proof's steps and premises, and whether the proof re-checks now."""
-    if len(args) != 1:
-        raise Fail(EX_USAGE, "usage: avsm why SEQ")
-    seq = need_int(args[0], "a record number")
-    db = open_ledger_ro(ledger_path(home))
-    at, record = record_at(db, seq) or refuse(
-        f"#{seq} is not in the ledger; avsm tail shows the record numbers", EX_DATAERR)
-    facts = {"seq": seq, "at": at, "record": record}
-    broken = object_problem(record)
-    if broken is not None:
-        show_facts(facts, lambda f: [format_record_line(seq, at, record)])
-        raise Fail(EX_DATAERR, f"record #{seq} does not read: {broken}; avsm doctor says more, and"
-                               f" avsm doctor --cut {seq} with avsmd stopped cuts the ledger just"
-                               " before it")
-    show_facts(why_facts(db, facts, home), why_lines)
-    return EX_DATAERR if facts.get("problems") else EX_OK
-
-
-def why_facts(db, facts, home):
-    """Return the facts of `avsm why`: the record, what it cites or its proof, what followed."""
-    seq, at, record = facts["seq"], facts["at"], facts["record"]
-    proof, facts["followed"] = record.get("proof"), what_followed(db, seq, record, home)
-    if record.get("kind") != "action" or not proof:
-        cited = [record[k] for k in ("action", "ask", "report", "proposal", "prediction")
-                 if isinstance(record.get(k), int)]
-        facts["cites"] = [{"seq": c, "at": r[0], "record": r[1]}
-                          for c in cited for r in [record_at(db, c)] if r]
-        return facts
-    # a proof that reads is an object, its premises numbers; the fold the gate saw
-    # (recheck_action): the newest good snapshot before it and the venture's records since
-    since = snapshot_before(home, db, seq)
-    records = {s: (a, decode_record(t, seq=s)) for s, a, t in ledger_rows(
-        db, "SELECT seq, at, record FROM records WHERE "
-        f"{RECORD_VENTURE_SQL} = ? AND seq > ? AND seq <= ? ORDER BY seq",
-        (record.get("venture"), since[0], seq), since[0], seq)}
-    premises = proof.get("premises", [])
-    for p in premises:
-        whole = record_at(db, p) if 0 < p <= seq else None
-        if whole is not None:
-            records[p] = whole
-    t = isinstance(proof.get("trigger"), int) and record_at(db, proof["trigger"])
-    facts["proof"] = {
-        "rule": proof.get("rule"),
-        "steps": proof.get("steps") if isinstance(proof.get("steps"), list) else [],
-        "trigger": {"seq": proof["trigger"], "record": t[1]} if t else None,
-        "premises": [{"seq": p, "record": records.get(p, (0, None))[1]} for p in premises]}
-    facts["problems"] = check_proof(seq, at, record, records, since=since)
-    facts["rechecks"] = not facts["problems"]
-    return facts
-
-
-def why_lines(facts):
-    record, proof = facts["record"], facts.get("proof")
-    lines = [format_record_line(facts["seq"], facts["at"], record)]
-
-    def cited(line, r, indent="    "):
-        lines.append(line)
-        if isinstance(r.get("call"), dict):
-            lines.append(f"{indent}call: {describe_call(r)}")
-    if proof is None:
-        cited(f"a {record.get('claim')} {record.get('kind')} record: it authorizes nothing and"
-              f" carries no proof", record, "  ")
-        for c in facts["cites"]:
-            cited("  cites " + format_record_line(c["seq"], c["at"], c["record"]), c["record"])
-        if record.get("kind") == "outcome":
-            lines += printed_lines(record, "  ")
-        return lines + facts["followed"]
-    lines.append(f"rule: {shown_text(str(proof['rule']))}")
-    lines += [f"  step: {shown_text(str(step))}" for step in proof["steps"]]
-    t = proof["trigger"]
-    if t:
-        r = t["record"]
-        cited(f"  trigger (not a premise): #{t['seq']} {r.get('claim')} {r.get('kind')}"
-              f" {r.get('summary')}", r)
-    for p in proof["premises"]:
-        r = p["record"]
-        lines.append(f"  premise #{p['seq']} {r.get('claim')} {r.get('kind')} {r.get('summary')}"
-                     if r is not None else f"  premise #{p['seq']} is not in the ledger")
-    return lines + facts["followed"] + ([f"re-checks: no: {p}" for p in facts["problems"]] or [
-        "re-checks: yes, from measured and declared records under the mandate in force"])
-
-
-def records_citing(db, key, seq):
-    """Yield (seq, at, record) after #seq whose field `key` is seq."""
-    # canonical JSON is compact; the exact field is checked below
-    for s, at, text in db.execute(
-            "SELECT seq, at, record FROM records WHERE seq > ? AND record LIKE ? ORDER BY seq",
-            (seq, f'%"{key}":{seq}%')):
-        record = load_record(text, s)
-        if record.get(key) == seq:
-            yield s, at, record
-
-
-def printed_lines(outcome, indent):
-    """Return the lines saying what a lever printed, as its outcome keeps it."""
-    note = str(outcome.get("note") or "")
-    if not note:
-        return [f"{indent}printed nothing"]
-    head = f"{indent}printed" + (
-        f" (the last {NOTE_MAX} characters):" if len(note) >= NOTE_MAX else ":")
-    return [head] + [f"{indent}  {line}" for line in note.splitlines()]
-
-
-def what_followed(db, seq, record, home):
-    """Return the lines of what came of record #seq: an ask's answer, a run, an outcome."""
-    lines = []
-
-    def ended(action_seq, indent):
-        outcomes = [
-            o for o in records_citing(db, "action", action_seq) if o[2].get("kind") == "outcome"]
-        for o_seq, o_at, outcome in outcomes:
-            lines.append(f"{indent}ended " + format_record_line(o_seq, o_at, outcome))
-            lines.extend(printed_lines(outcome, indent + "  "))
-        if not outcomes:
-            lines.append(
-                f"{indent}no outcome yet: the lever is running, or avsmd stopped before it ended")
-
-    def runs(key, number, indent):
-        for a_seq, a_at, action in records_citing(db, key, number):
-            if action.get("kind") == "action":
-                lines.append(f"{indent}ran as " + format_record_line(a_seq, a_at, action))
-                ended(a_seq, indent)
-
-    kind = record.get("kind")
-    if kind == "ask":
-        answers = [a
-                   for a in records_citing(db, "ask", seq)
-                   if a[2].get("kind") in ("refusal", *ANSWER_WORDS)]
-        for a_seq, a_at, answer in answers:
-            lines.append(("  settled by " if answer["kind"] == "resolved" else "  answered by ")
-                         + format_record_line(a_seq, a_at, answer))
-            if answer.get("kind") == "approval":
-                runs("approval", a_seq, "    ")
-        if not any(a[2].get("kind") in ANSWER_WORDS for a in answers):
-            lines.append(f"  not answered yet: {client_command(home)} approve {seq} "
-                         f"or {client_command(home)} deny {seq}")
-    elif kind == "approval":
-        runs("approval", seq, "  ")
-    elif kind == "action":
-        ended(seq, "  ")
-    return lines
-
-
-def describe_call(record):
-    """Return what a record keeps of the HTTP call its reply came in (for the provider's logs)."""
-    call = record["call"]
-    words = [f"{record.get('backend')}, request id {call.get('request_id') or 'not given'}"]
-    usage = call.get("usage") or {}
-    first = ("input_tokens", "output_tokens", "prompt_tokens", "completion_tokens", "total_tokens")
-    flat = sorted(((k, v) for k, v in usage.items() if not isinstance(v, dict)),
-                  key=lambda kv: (first.index(kv[0]) if kv[0] in first else len(first), kv[0])) + [
-        (f"{k}.{k2}", v2)
-        for k, v in sorted(usage.items())
-        if isinstance(v, dict)
-        for k2, v2 in sorted(v.items())]
-    words.append("usage " + ", ".join(f"{k} {v}" for k, v in flat) if flat else "no usage reported")
-    if call.get("stop"):
-        words.append(f"stop {call['stop']}")
-    if call.get("tries", 1) > 1:
-        words.append(f"{call['tries']} tries")
-    return "; ".join(words)
 
 
 # =============================================================================
