@@ -9923,7 +9923,6 @@ class Daemon:
             self.from_warden()
             self.warden.detach()
             self.end_groups()
-            how = describe_status(status)
         else:
             try:
                 pid, status = os.waitpid(self.roles.pid, os.WNOHANG)    # by its own pid only
@@ -9935,12 +9934,13 @@ class Daemon:
             for rid in self.roles_waiting:
                 self.roles_error(rid, "the roles process ended while it worked")
             self.roles_waiting = {}
-            how = describe_status(os.waitstatus_to_exitcode(status))
+            status = os.waitstatus_to_exitcode(status)
         if self.stopping:
             return
         kept.backoff, delay = child_restart_wait(kept.backoff, time.monotonic() - kept.started)
         kept.restart_at = time.monotonic() + delay     # the loop in run starts it then
-        self.append_self("restart", f"{kept.what} (pid {kept.pid}) ended ({how}); starting it again"
+        self.append_self("restart", f"{kept.what} (pid {kept.pid}) ended"
+                         f" ({describe_status(status)}); starting it again"
                          + (f" in {delay} s" if delay else ""), process=kept.name, restart_in=delay)
         if kept is self.warden:
             self.clients.fail_waiting("the warden ended while answering; try again")
