@@ -10603,15 +10603,11 @@ def cmd_approve(home, args):
             "approve --edit opens an editor and needs a terminal; run it in one, or approve without"
             " --edit")
     import subprocess
-    saved, sys.stdout = sys.stdout, io.StringIO()     # the content the open ask carries
-    try:
+    with contextlib.redirect_stdout(io.StringIO()) as asked:    # the content the open ask carries
         code = ask_daemon(home, "ask", {"ask": ask})
-        text = sys.stdout.getvalue()
-    finally:
-        sys.stdout = saved
     if code != EX_OK:
         raise Fail(code, f"#{ask} is not an open ask with content")
-    payload = json.loads(text)
+    payload = json.loads(asked.getvalue())
     text = payload if isinstance(payload, str) else json.dumps(payload, indent=2) + "\n"
     path = write_payload(text.encode(), f"avsm-ask-{ask}-")
     editor = os.environ.get("VISUAL") or os.environ.get("EDITOR") or "vi"
