@@ -11221,7 +11221,7 @@ def read_fleet(path, must=True):
         if k == "timeout":
             fleet_timeout(c, doc[k], (k,), text)
         else:
-            c.text(doc[k], (k,), k)
+            c.text(doc[k], (k,))
     hosts, named = [], {}
     for i, item in enumerate(doc["hosts"]):
         entry = c.mapping({"host": item} if isinstance(item, str) else item,
@@ -11229,7 +11229,7 @@ def read_fleet(path, must=True):
                           keys | {"host", "name"},
                           "a host")
         where = {k: ("hosts", i, k) if k in entry else (k,) for k in keys | {"host", "name"}}
-        given = {k: c.text(entry.get(k, doc.get(k)), where[k], k, required=False)
+        given = {k: c.text(entry.get(k, doc.get(k)), where[k], required=False)
                  for k in ("ssh", "bridge", "host", "name", *WITNESS_KEYS)}
         timeout = entry.get("timeout", doc.get("timeout"))
         timeout = fleet_timeout(c, timeout, where["timeout"], text) if timeout is not None else None
