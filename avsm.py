@@ -11433,10 +11433,10 @@ def ssh_bridge(host, request, capture=False, timeout=None):
                 continue
             heard.set()
             size += len(piece)
-            if capture and size > FAR_KEEP:     # the rest is read and counted, never kept
-                size += sum(map(len, iter(functools.partial(proc.stdout.read1, 65536), b"")))
-                break
             if capture:
+                if size > FAR_KEEP:     # the rest is read and counted, never kept
+                    size += sum(map(len, iter(functools.partial(proc.stdout.read1, 65536), b"")))
+                    break
                 got.append(piece)
             elif raw:
                 flush_out()
