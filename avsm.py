@@ -11872,7 +11872,7 @@ def witness_session(host, where, session, mirror, allowed):
 
 def mirror_hash(db, seq):
     """Return the hash the mirror `db` holds at `seq`, or None (none there, or no mirror)."""
-    row = db and db.execute("SELECT hash FROM records WHERE seq = ?", (seq,)).fetchone()
+    row = db and row_at(db, "hash", seq)
     return row and row[0]
 
 
