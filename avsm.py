@@ -10145,7 +10145,10 @@ def run_roles(channel):
 # ledger read-only; only main() exits.
 # =============================================================================
 
-CLIENT_USAGE = """usage: avsm [--home DIR | --host [USER@]HOST[:HOME]] COMMAND [ARGS]
+HOME_USAGE = ("--home DIR, else $AVSMD_HOME, else ~/.local/state/avsmd (macOS: ~/Library/"
+              "Application Support/avsmd).")
+
+CLIENT_USAGE = f"""usage: avsm [--home DIR | --host [USER@]HOST[:HOME]] COMMAND [ARGS]
 
 commands:
   add DIR            adopt the venture in DIR under DIR/mandate.yaml (again after an edit)
@@ -10209,8 +10212,7 @@ hosts
 The client talks to avsmd, the daemon, over HOME/sock: start one with `avsmd` (or `python3 avsm.py \
 avsmd`);
 avsmd --help lists its options, and `avsm CMD --help` says one command.
---home DIR, else $AVSMD_HOME, else ~/.local/state/avsmd (macOS: ~/Library/Application \
-Support/avsmd).
+{HOME_USAGE}
 --host runs the command on that host's avsm through ssh ($AVSM_SSH) and its bridge ($AVSM_BRIDGE).
 --json: status, asks, summary, tail, why, doctor, checkpoint and fleet print JSON (README: --json).
 avsm --version prints the version.
@@ -10223,7 +10225,7 @@ doctor also 73 a home that is no directory, 77 a permission missing, 78 a config
 does not hold;
 either program exits 78 at once on a Python older than 3.11."""
 
-DAEMON_USAGE = """usage: avsmd [--home DIR] [-f CONFIG] [-d] [-t [DIR...] | -T]
+DAEMON_USAGE = f"""usage: avsmd [--home DIR] [-f CONFIG] [-d] [-t [DIR...] | -T]
 
   (no option)  run in the foreground, serving HOME/sock
   -t           test the config and every adopted mandate; say what each allows,
@@ -10233,8 +10235,7 @@ DAEMON_USAGE = """usage: avsmd [--home DIR] [-f CONFIG] [-d] [-t [DIR...] | -T]
   -f FILE      read FILE as the config in place of HOME/config.yaml
   -d           verbose diagnostics on standard error
 
---home DIR, else $AVSMD_HOME, else ~/.local/state/avsmd (macOS: ~/Library/Application \
-Support/avsmd).
+{HOME_USAGE}
 Exit codes: 64 usage, 65 a venture (-t DIR) or a ledger that does not read, 66 a directory that is \
 not there,
 73 a home that is no directory or cannot be written, 75 another avsmd runs on the home, 78 a \
