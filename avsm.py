@@ -11838,7 +11838,7 @@ def witness_session(host, where, session, mirror, allowed):
         # 2. what this side holds (the mirror's head, the checkpoint kept), and what to read: from
         # the first of them (again, to compare it) to the host's head (--mirror) or checkpoint
         base = None
-        if db is not None:
+        if mirror:
             write_textfile(os.path.join(where, MIRROR_MARK), name + "\n", None)
             db.execute("PRAGMA journal_mode=DELETE")
             db.execute("PRAGMA synchronous=FULL")
@@ -11847,7 +11847,7 @@ def witness_session(host, where, session, mirror, allowed):
         held = dict([base] if base else [])
         if kept and kept.seq > (base[0] if base else 0):
             held[kept.seq] = kept.hash
-        if db is not None:
+        if mirror:
             lo, hi = (base[0] if base else 1), max([(first["head"] or [0])[0], *held])
         else:
             lo, hi = min([new.seq, *held]), max([new.seq, *held])
@@ -11863,11 +11863,11 @@ def witness_session(host, where, session, mirror, allowed):
         raise Fail(EX_DATAERR, f"{name}: {where}/ledger.db cannot be written: {err}; move it "
                                f"away, and the next run copies the ledger afresh") from None
     finally:
-        if db is not None:
+        if mirror:
             db.close()
     # 4. the new checkpoint checked, and kept when newer
     said = keep_checkpoint(host, where, kept, new, at_new, allowed)
-    copied = f", {count - (1 if base else 0)} copied to {where}/ledger.db" if db is not None else ""
+    copied = f", {count - (1 if base else 0)} copied to {where}/ledger.db" if mirror else ""
     return f"#{new.seq} witnessed{said}: {count} record(s) read and checked{copied}"
 
 
@@ -11892,7 +11892,7 @@ def far_page(session):
 def copy_far_rows(session, db, held, lo, hi, want):
     """Return (the last (seq, hash) read, how many, the hash at `want`, the verdict) of lo..hi."""
     before, count, at_want, verdict = (0, ZERO_HASH) if lo == 1 else None, 0, None, None
-    copy_after = (ledger_head(db) or (0,))[0] if db is not None else None
+    copy_after = (ledger_head(db) or (0,))[0] if db else None
     session.ask("records", after=lo - 1, limit=RECORDS_PAGE)
     try:
         while verdict is None:
@@ -11910,7 +11910,7 @@ def copy_far_rows(session, db, held, lo, hi, want):
                 break
             if rows[0].seq <= want <= rows[-1].seq:
                 at_want = rows[want - rows[0].seq].hash
-            new = [row for row in rows if row.seq > copy_after] if db is not None else []
+            new = [row for row in rows if row.seq > copy_after] if db else []
             if new:
                 if not db.in_transaction:
                     db.execute("BEGIN IMMEDIATE")
@@ -11923,7 +11923,7 @@ def copy_far_rows(session, db, held, lo, hi, want):
             if last[0] >= hi:
                 break
     finally:
-        if db is not None and db.in_transaction:
+        if db and db.in_transaction:
             db.execute("COMMIT")            # what was checked is kept: the next run goes on
     return before, count, at_want, verdict
 
