@@ -10536,7 +10536,7 @@ def utf8_output():
     if encoding.lower().replace("-", "").replace("_", "") != "utf8":
         return False
     lc_all, lc_ctype, lang = (os.environ.get(k) or None for k in ("LC_ALL", "LC_CTYPE", "LANG"))
-    if lc_all is None and lc_ctype == "C.UTF-8" and (lang is None or lang in ("C", "POSIX")):
+    if lc_all is None and lc_ctype == "C.UTF-8" and lang in (None, "C", "POSIX"):
         lc_ctype = None
     return "utf8" in (lc_all or lc_ctype or lang or "C").lower().replace("-", "")
 
@@ -12002,7 +12002,7 @@ def keep_checkpoint(host, where, kept, new, far_hash, allowed):
         except Fail as fail:
             raise Fail(fail.code, f"{refused}{fail}") from None
         said = f", signed by {principal}"
-    if kept is not None and new.seq < kept.seq:
+    if kept and new.seq < kept.seq:
         return said + f" (older than #{kept.seq}, the one kept, which the host still holds)"
     path = os.path.join(where, "checkpoints", f"{new.seq:012d}.txt")
     for name_, data in ((path + ".sig", new.signature), (path, new.text)):
