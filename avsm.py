@@ -9558,7 +9558,7 @@ class Notifier:
         self.stretch, record = judge_notify(self.stretch, notice, failure, note)
         log(self.debug, "avsmd",
             f"notify of {notice['kind']}: {failure or 'told'}" + (f": {note}" if note else ""))
-        if record is not None:
+        if record:
             self.write(record["kind"], record["summary"],
                        **{k: v for k, v in record.items() if k not in RECORD_FIELDS})
 
@@ -11853,9 +11853,9 @@ def witness_session(host, where, session, mirror, allowed):
             lo, hi = min([new.seq, *held]), max([new.seq, *held])
         # 3. every row read, checked, and (--mirror) appended; one that differs kept as evidence
         last, count, at_new, verdict = copy_far_rows(session, db, held, lo, hi, new.seq)
-        if verdict is None and (last or (0,))[0] < max(held, default=0):
+        if not verdict and (last or (0,))[0] < max(held, default=0):
             verdict = ("differs", max(held), held[max(held)], None)     # the host's ends before
-        if verdict is not None:
+        if verdict:
             raise witness_fork(session, db, where, name, verdict, kept)
         if at_new is None:
             at_new = mirror_hash(db, new.seq)
@@ -11895,7 +11895,7 @@ def copy_far_rows(session, db, held, lo, hi, want):
     copy_after = (ledger_head(db) or (0,))[0] if db else None
     session.ask("records", after=lo - 1, limit=RECORDS_PAGE)
     try:
-        while verdict is None:
+        while not verdict:
             try:
                 rows = parse_rows(far_page(session)[1:])
             except ValueError as err:
@@ -11906,7 +11906,7 @@ def copy_far_rows(session, db, held, lo, hi, want):
             if rows[-1].seq < hi:
                 session.ask("records", after=rows[-1].seq, limit=RECORDS_PAGE)
             last, verdict = check_far_rows(held, before, rows)
-            if verdict is not None:
+            if verdict:
                 break
             if rows[0].seq <= want <= rows[-1].seq:
                 at_want = rows[want - rows[0].seq].hash
