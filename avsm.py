@@ -11558,7 +11558,8 @@ def cmd_fleet(args, given, home):
     target = view == "page" and page_target(argv, "fleet [--fleet FILE] page -o FILE")
 
     def ask(host):
-        name, command = host["name"], far_command(host["name"])
+        name = host["name"]
+        command = far_command(name)
         request = {"v": 1, "verb": view, "argv": argv + ["--json"] * bool(JSON),
                    "home": host["home"], "utf8": utf8_output(),
                    "as": f"{client_command()} --host {name}"}
