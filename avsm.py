@@ -11259,7 +11259,7 @@ def fleet_timeout(c, value, path, text):
         return parse_duration(value)
     except ValueError as err:
         line, col = c.where(path)
-        if tuple(path) in c.marks:      # the key's place: its value follows on the same line
+        if path in c.marks:      # the key's place: its value follows on the same line
             key = re.match(r"timeout:[ \t]*", text.splitlines()[line - 1][col - 1:])
             col += key.end() if key else 0
         raise Fail(EX_CONFIG, f"{c.source}:{line}:{col}: {err}") from None
