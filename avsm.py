@@ -9526,7 +9526,7 @@ class Notifier:
         self.stretch, record = judge_notify(self.stretch, notice, failure, note)
         log(self.debug, "avsmd",
             f"notify of {notice['kind']}: {failure or 'told'}" + (f": {note}" if note else ""))
-        if record is not None:
+        if record:
             self.write(record["kind"], record["summary"],
                        **{k: v for k, v in record.items() if k not in RECORD_FIELDS})
 
@@ -9891,7 +9891,6 @@ class Daemon:
             self.from_warden()
             self.warden.detach()
             self.end_groups()
-            how = describe_status(status)
         else:
             try:
                 pid, status = os.waitpid(self.roles.pid, os.WNOHANG)    # by its own pid only
@@ -9903,12 +9902,13 @@ class Daemon:
             for rid in self.roles_waiting:
                 self.roles_error(rid, "the roles process ended while it worked")
             self.roles_waiting = {}
-            how = describe_status(os.waitstatus_to_exitcode(status))
+            status = os.waitstatus_to_exitcode(status)
         if self.stopping:
             return
         kept.backoff, delay = child_restart_wait(kept.backoff, time.monotonic() - kept.started)
         kept.restart_at = time.monotonic() + delay     # the loop in run starts it then
-        self.append_self("restart", f"{kept.what} (pid {kept.pid}) ended ({how}); starting it again"
+        self.append_self("restart", f"{kept.what} (pid {kept.pid}) ended"
+                         f" ({describe_status(status)}); starting it again"
                          + (f" in {delay} s" if delay else ""), process=kept.name, restart_in=delay)
         if kept is self.warden:
             self.clients.fail_waiting("the warden ended while answering; try again")
@@ -10113,7 +10113,10 @@ def run_roles(channel):
 # ledger read-only; only main() exits.
 # =============================================================================
 
-CLIENT_USAGE = """usage: avsm [--home DIR | --host [USER@]HOST[:HOME]] COMMAND [ARGS]
+HOME_USAGE = ("--home DIR, else $AVSMD_HOME, else ~/.local/state/avsmd (macOS: ~/Library/"
+              "Application Support/avsmd).")
+
+CLIENT_USAGE = f"""usage: avsm [--home DIR | --host [USER@]HOST[:HOME]] COMMAND [ARGS]
 
 commands:
   add DIR            adopt the venture in DIR under DIR/mandate.yaml (again after an edit)
@@ -10177,8 +10180,7 @@ hosts
 The client talks to avsmd, the daemon, over HOME/sock: start one with `avsmd` (or `python3 avsm.py \
 avsmd`);
 avsmd --help lists its options, and `avsm CMD --help` says one command.
---home DIR, else $AVSMD_HOME, else ~/.local/state/avsmd (macOS: ~/Library/Application \
-Support/avsmd).
+{HOME_USAGE}
 --host runs the command on that host's avsm through ssh ($AVSM_SSH) and its bridge ($AVSM_BRIDGE).
 --json: status, asks, summary, tail, why, doctor, checkpoint and fleet print JSON (README: --json).
 avsm --version prints the version.
@@ -10191,7 +10193,7 @@ doctor also 73 a home that is no directory, 77 a permission missing, 78 a config
 does not hold;
 either program exits 78 at once on a Python older than 3.11."""
 
-DAEMON_USAGE = """usage: avsmd [--home DIR] [-f CONFIG] [-d] [-t [DIR...] | -T]
+DAEMON_USAGE = f"""usage: avsmd [--home DIR] [-f CONFIG] [-d] [-t [DIR...] | -T]
 
   (no option)  run in the foreground, serving HOME/sock
   -t           test the config and every adopted mandate; say what each allows,
@@ -10201,8 +10203,7 @@ DAEMON_USAGE = """usage: avsmd [--home DIR] [-f CONFIG] [-d] [-t [DIR...] | -T]
   -f FILE      read FILE as the config in place of HOME/config.yaml
   -d           verbose diagnostics on standard error
 
---home DIR, else $AVSMD_HOME, else ~/.local/state/avsmd (macOS: ~/Library/Application \
-Support/avsmd).
+{HOME_USAGE}
 Exit codes: 64 usage, 65 a venture (-t DIR) or a ledger that does not read, 66 a directory that is \
 not there,
 73 a home that is no directory or cannot be written, 75 another avsmd runs on the home, 78 a \
@@ -10731,7 +10732,7 @@ def utf8_output():
     if encoding.lower().replace("-", "").replace("_", "") != "utf8":
         return False
     lc_all, lc_ctype, lang = (os.environ.get(k) or None for k in ("LC_ALL", "LC_CTYPE", "LANG"))
-    if lc_all is None and lc_ctype == "C.UTF-8" and (lang is None or lang in ("C", "POSIX")):
+    if lc_all is None and lc_ctype == "C.UTF-8" and lang in (None, "C", "POSIX"):
         lc_ctype = None
     return "utf8" in (lc_all or lc_ctype or lang or "C").lower().replace("-", "")
 
@@ -10799,15 +10800,11 @@ def cmd_approve(home, args):
             "approve --edit opens an editor and needs a terminal; run it in one, or approve without"
             " --edit")
     import subprocess
-    saved, sys.stdout = sys.stdout, io.StringIO()     # the content the open ask carries
-    try:
+    with contextlib.redirect_stdout(io.StringIO()) as asked:    # the content the open ask carries
         code = ask_daemon(home, "ask", {"ask": ask})
-        text = sys.stdout.getvalue()
-    finally:
-        sys.stdout = saved
     if code != EX_OK:
         raise Fail(code, f"#{ask} is not an open ask with content")
-    payload = json.loads(text)
+    payload = json.loads(asked.getvalue())
     text = payload if isinstance(payload, str) else json.dumps(payload, indent=2) + "\n"
     path = write_payload(text.encode(), f"avsm-ask-{ask}-")
     editor = os.environ.get("VISUAL") or os.environ.get("EDITOR") or "vi"
@@ -11225,7 +11222,7 @@ def read_fleet(path, must=True):
         if k == "timeout":
             fleet_timeout(c, doc[k], (k,), text)
         else:
-            c.text(doc[k], (k,), k)
+            c.text(doc[k], (k,))
     hosts, named = [], {}
     for i, item in enumerate(doc["hosts"]):
         entry = c.mapping({"host": item} if isinstance(item, str) else item,
@@ -11233,7 +11230,7 @@ def read_fleet(path, must=True):
                           keys | {"host", "name"},
                           "a host")
         where = {k: ("hosts", i, k) if k in entry else (k,) for k in keys | {"host", "name"}}
-        given = {k: c.text(entry.get(k, doc.get(k)), where[k], k, required=False)
+        given = {k: c.text(entry.get(k, doc.get(k)), where[k], required=False)
                  for k in ("ssh", "bridge", "host", "name", *WITNESS_KEYS)}
         timeout = entry.get("timeout", doc.get("timeout"))
         timeout = fleet_timeout(c, timeout, where["timeout"], text) if timeout is not None else None
@@ -11262,7 +11259,7 @@ def fleet_timeout(c, value, path, text):
         return parse_duration(value)
     except ValueError as err:
         line, col = c.where(path)
-        if tuple(path) in c.marks:      # the key's place: its value follows on the same line
+        if path in c.marks:      # the key's place: its value follows on the same line
             key = re.match(r"timeout:[ \t]*", text.splitlines()[line - 1][col - 1:])
             col += key.end() if key else 0
         raise Fail(EX_CONFIG, f"{c.source}:{line}:{col}: {err}") from None
@@ -11437,10 +11434,10 @@ def ssh_bridge(host, request, capture=False, timeout=None):
                 continue
             heard.set()
             size += len(piece)
-            if capture and size > FAR_KEEP:     # the rest is read and counted, never kept
-                size += sum(map(len, iter(functools.partial(proc.stdout.read1, 65536), b"")))
-                break
             if capture:
+                if size > FAR_KEEP:     # the rest is read and counted, never kept
+                    size += sum(map(len, iter(functools.partial(proc.stdout.read1, 65536), b"")))
+                    break
                 got.append(piece)
             elif raw:
                 flush_out()
@@ -11561,7 +11558,8 @@ def cmd_fleet(args, given, home):
     target = view == "page" and page_target(argv, "fleet [--fleet FILE] page -o FILE")
 
     def ask(host):
-        name, command = host["name"], far_command(host["name"])
+        name = host["name"]
+        command = far_command(name)
         request = {"v": 1, "verb": view, "argv": argv + ["--json"] * bool(JSON),
                    "home": host["home"], "utf8": utf8_output(),
                    "as": f"{client_command()} --host {name}"}
@@ -11841,7 +11839,7 @@ def witness_session(host, where, session, mirror, allowed):
         # 2. what this side holds (the mirror's head, the checkpoint kept), and what to read: from
         # the first of them (again, to compare it) to the host's head (--mirror) or checkpoint
         base = None
-        if db is not None:
+        if mirror:
             write_textfile(os.path.join(where, MIRROR_MARK), name + "\n", None)
             db.execute("PRAGMA journal_mode=DELETE")
             db.execute("PRAGMA synchronous=FULL")
@@ -11850,15 +11848,15 @@ def witness_session(host, where, session, mirror, allowed):
         held = dict([base] if base else [])
         if kept and kept.seq > (base[0] if base else 0):
             held[kept.seq] = kept.hash
-        if db is not None:
+        if mirror:
             lo, hi = (base[0] if base else 1), max([(first["head"] or [0])[0], *held])
         else:
             lo, hi = min([new.seq, *held]), max([new.seq, *held])
         # 3. every row read, checked, and (--mirror) appended; one that differs kept as evidence
         last, count, at_new, verdict = copy_far_rows(session, db, held, lo, hi, new.seq)
-        if verdict is None and (last or (0,))[0] < max(held, default=0):
+        if not verdict and (last or (0,))[0] < max(held, default=0):
             verdict = ("differs", max(held), held[max(held)], None)     # the host's ends before
-        if verdict is not None:
+        if verdict:
             raise witness_fork(session, db, where, name, verdict, kept)
         if at_new is None:
             at_new = mirror_hash(db, new.seq)
@@ -11866,17 +11864,17 @@ def witness_session(host, where, session, mirror, allowed):
         raise Fail(EX_DATAERR, f"{name}: {where}/ledger.db cannot be written: {err}; move it "
                                f"away, and the next run copies the ledger afresh") from None
     finally:
-        if db is not None:
+        if mirror:
             db.close()
     # 4. the new checkpoint checked, and kept when newer
     said = keep_checkpoint(host, where, kept, new, at_new, allowed)
-    copied = f", {count - (1 if base else 0)} copied to {where}/ledger.db" if db is not None else ""
+    copied = f", {count - (1 if base else 0)} copied to {where}/ledger.db" if mirror else ""
     return f"#{new.seq} witnessed{said}: {count} record(s) read and checked{copied}"
 
 
 def mirror_hash(db, seq):
     """Return the hash the mirror `db` holds at `seq`, or None (none there, or no mirror)."""
-    row = db and db.execute("SELECT hash FROM records WHERE seq = ?", (seq,)).fetchone()
+    row = db and row_at(db, "hash", seq)
     return row and row[0]
 
 
@@ -11895,10 +11893,10 @@ def far_page(session):
 def copy_far_rows(session, db, held, lo, hi, want):
     """Return (the last (seq, hash) read, how many, the hash at `want`, the verdict) of lo..hi."""
     before, count, at_want, verdict = (0, ZERO_HASH) if lo == 1 else None, 0, None, None
-    copy_after = (ledger_head(db) or (0,))[0] if db is not None else None
+    copy_after = (ledger_head(db) or (0,))[0] if db else None
     session.ask("records", after=lo - 1, limit=RECORDS_PAGE)
     try:
-        while verdict is None:
+        while not verdict:
             try:
                 rows = parse_rows(far_page(session)[1:])
             except ValueError as err:
@@ -11909,11 +11907,11 @@ def copy_far_rows(session, db, held, lo, hi, want):
             if rows[-1].seq < hi:
                 session.ask("records", after=rows[-1].seq, limit=RECORDS_PAGE)
             last, verdict = check_far_rows(held, before, rows)
-            if verdict is not None:
+            if verdict:
                 break
             if rows[0].seq <= want <= rows[-1].seq:
                 at_want = rows[want - rows[0].seq].hash
-            new = [row for row in rows if row.seq > copy_after] if db is not None else []
+            new = [row for row in rows if row.seq > copy_after] if db else []
             if new:
                 if not db.in_transaction:
                     db.execute("BEGIN IMMEDIATE")
@@ -11926,7 +11924,7 @@ def copy_far_rows(session, db, held, lo, hi, want):
             if last[0] >= hi:
                 break
     finally:
-        if db is not None and db.in_transaction:
+        if db and db.in_transaction:
             db.execute("COMMIT")            # what was checked is kept: the next run goes on
     return before, count, at_want, verdict
 
@@ -12005,7 +12003,7 @@ def keep_checkpoint(host, where, kept, new, far_hash, allowed):
         except Fail as fail:
             raise Fail(fail.code, f"{refused}{fail}") from None
         said = f", signed by {principal}"
-    if kept is not None and new.seq < kept.seq:
+    if kept and new.seq < kept.seq:
         return said + f" (older than #{kept.seq}, the one kept, which the host still holds)"
     path = os.path.join(where, "checkpoints", f"{new.seq:012d}.txt")
     for name_, data in ((path + ".sig", new.signature), (path, new.text)):
