@@ -2986,6 +2986,13 @@ def some(**fields):
     return {k: v for k, v in fields.items() if v}
 
 
+def describe_status(status):
+    """Return how a program ended, in words: 'exit 0', 'exit 2', 'signal 9'."""
+    if status is None:
+        return "still running"
+    return f"exit {status}" if status >= 0 else f"signal {-status}"
+
+
 # ---- the event of a reading program ended: the report, a guard, audit or reading ----
 Read = collections.namedtuple("Read", "what name status out cut note round ended_by limit")
 Read.__doc__ = """What a reading program ended with: `what` report, guard, audit or reading, its
@@ -7173,13 +7180,6 @@ def sweep_groups(path, home):
     return len(ours)
 
 
-def describe_status(status):
-    """Return how a program ended, in words: 'exit 0', 'exit 2', 'signal 9'."""
-    if status is None:
-        return "still running"
-    return f"exit {status}" if status >= 0 else f"signal {-status}"
-
-
 # ---- model backends ----
 
 ANTHROPIC_URL = "https://api.anthropic.com/v1/messages"
@@ -10415,6 +10415,22 @@ def ledger_path(home):
     return path
 
 
+def decode_record(text, fullmatch=None, seq=None, checked=False):
+    """Return the record stored as `text`: a trusted report by TRUSTED_REPORT, else json.loads
+    (refused as read_record refuses). fullmatch: TRUSTED_REPORT's, compiled once by the caller."""
+    slow = read_record if checked else load_record
+    m = (fullmatch or re.compile(TRUSTED_REPORT).fullmatch)(text)
+    if m is None:
+        return slow(text, seq)
+    try:
+        value = int(m[2]) if m[2].lstrip("-").isdigit() else float(m[2])
+    except ValueError:
+        # no number JSON reads (a hand-edited `"value":1-2`): say so as json would
+        return slow(text, seq)
+    return {"kind": "report", "claim": "measured", "venture": m[3], "metric": m[1],
+            "note": "", "plausible": True, "status": "trusted", "value": value}
+
+
 def need_int(text, what):
     """Return a record number given on the command line (#17 or 17), or Fail(64)."""
     t = str(text).lstrip("#")
@@ -10932,22 +10948,6 @@ TRUSTED_REPORT = (
     r'\{"claim":"measured","kind":"report","metric":"([^"\\]*)","note":"","plausible":true,'
     r'"status":"trusted","summary":"[^"\\]*","value":(-?[0-9][0-9.eE+-]*),'
     r'"venture":"([A-Za-z0-9_.-]+)"\}')
-
-
-def decode_record(text, fullmatch=None, seq=None, checked=False):
-    """Return the record stored as `text`: a trusted report by TRUSTED_REPORT, else json.loads
-    (refused as read_record refuses). fullmatch: TRUSTED_REPORT's, compiled once by the caller."""
-    slow = read_record if checked else load_record
-    m = (fullmatch or re.compile(TRUSTED_REPORT).fullmatch)(text)
-    if m is None:
-        return slow(text, seq)
-    try:
-        value = int(m[2]) if m[2].lstrip("-").isdigit() else float(m[2])
-    except ValueError:
-        # no number JSON reads (a hand-edited `"value":1-2`): say so as json would
-        return slow(text, seq)
-    return {"kind": "report", "claim": "measured", "venture": m[3], "metric": m[1],
-            "note": "", "plausible": True, "status": "trusted", "value": value}
 
 
 def seq_list(seqs, most=8):
