@@ -8377,9 +8377,9 @@ class Warden:
         self.carry_out(state, handler(state, child, child.status) or ())
 
     def carry_out(self, state, intents):
-        """Carry out a rule's intents in order: append, pause, or ask the gate and run what it
-        proves. Return [(intent, seq written)]: a Gate's seq is its action's (None when refused or
-        waiting on its check)."""
+        """Carry out a rule's intents in order: append, pause, start what it asks for and answer
+        its questions, or ask the gate (gated) and carry out what it proves. Return [(intent, seq
+        written)]: a Gate's seq is its action's (None when refused or waiting on its check)."""
         result, done = None, []
         if not hasattr(intents, "send"):
             intents = (intent for intent in intents)
