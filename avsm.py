@@ -2971,6 +2971,9 @@ Launch.__doc__ = """A lever's program for the warden to start once its action #`
 `run` in a shell with `data` (bytes or None) on its stdin, `more` spawn's other arguments, `file`
 the text a takes: file lever writes first, `checked` whether lever_programs(spec) covered it. The
 rule is sent why it could not start, or None."""
+Adopt = collections.namedtuple("Adopt", "mandate end_run start")
+Adopt.__doc__ = ("Put `mandate`, parsed against its directory, in force; end the kept `run` "
+                 "program (`end_run`), and start the venture (`start`).")
 Check = collections.namedtuple("Check", "gate verdict")
 Check.__doc__ = ("A lever's check: to start before the lever, which the gate proves again after "
                  "it. The rule is sent why it could not start, or None.")
@@ -5600,6 +5603,15 @@ def text_sha256(text):
     return hashlib.sha256(text.encode()).hexdigest()
 
 
+def adoption_rule(state, mandate, text, directory, ask=None, approval_of=None):
+    """The event of a mandate adopted: yield its record (mandate_record), then its Adopt: the kept
+    `run` program ends when the mandate in force ran another, and the venture starts unless
+    paused."""
+    end_run = run_replaced(state, mandate)
+    yield Write(mandate_record(state.name, directory, text, ask, approval_of))
+    yield Adopt(mandate, end_run, not state.paused)
+
+
 def run_replaced(state, mandate):
     """Whether adopting `mandate` ends the kept `run` program: the mandate in force runs another."""
     old = state.mandate["run"] if state.mandate else None
@@ -8217,7 +8229,7 @@ class Warden:
                         self.start_venture(state)
                 return [f"{name}: mandate unchanged (#{state.mandate_seq}); nothing written"]
         state = self.ventures.setdefault(name, VentureState(name))
-        seq = self.adopt(state, mandate, mandate_record(name, directory, text))
+        seq = self.carry_out(state, adoption_rule(state, mandate, text, directory))[0][1]
         forecasting = self.worlds.start_forecast(state, "add")
         return (
             [f"{name}: adopted as mandate #{seq}"]
@@ -8226,17 +8238,6 @@ class Warden:
             + ([f"{name}: a forecast is being made; it is written to the ledger when done"]
                if forecasting else [])
         )
-
-    def adopt(self, state, mandate, record):
-        """Append a mandate record and put `mandate` in force; return the record's seq."""
-        replaced = run_replaced(state, mandate)
-        seq = self.carry_out(state, [Write(record)])[0][1]
-        state.mandate, state.problem = mandate, None
-        if replaced:
-            self.children.terminate("a new mandate", state.name, "run")
-        if not state.paused:
-            self.start_venture(state)
-        return seq
 
     def do_health(self, args, err):
         """What avsm doctor asks the running daemon."""
@@ -8332,8 +8333,8 @@ class Warden:
         refuse(ratchet_change_problem(state, mandate))
         self.carry_out(state, [Write(ratchet_approval(state, seq, ask))])
         write_textfile(path, new, None, path + ".avsm-new")
-        adopted = self.adopt(state, mandate, mandate_record(state.name, state.directory, new, ask,
-                                                           seq))
+        adopted = self.carry_out(state, adoption_rule(state, mandate, new, state.directory, ask,
+                                                      seq))[0][1]
         return [
             f"#{seq} approved: {ask['lever']} is delegated in {path}, adopted as mandate #{adopted}"
         ]
@@ -8403,6 +8404,12 @@ class Warden:
                     result = path, None, str(err)
             elif isinstance(intent, Owners):
                 result = owner_problem(state.directory, intent.programs)
+            elif isinstance(intent, Adopt):     # parsed against its directory: not the fold's
+                state.mandate, state.problem = intent.mandate, None
+                if intent.end_run:
+                    self.children.terminate("a new mandate", state.name, "run")
+                if intent.start:
+                    self.start_venture(state)
             elif isinstance(intent, World):
                 self.carry_out(state, self.worlds.step(state, intent.report, intent.lever))
             elif isinstance(intent, Launch):

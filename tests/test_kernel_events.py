@@ -539,3 +539,23 @@ def test_a_new_mandate_ends_the_kept_program_only_when_it_runs_another():
     assert not avsm.run_replaced(led.state, same), "none ran before"
     led.state.mandate = None
     assert not avsm.run_replaced(led.state, same), "no mandate in force"
+
+
+def test_a_mandate_adopted_is_its_record_then_the_mandate_in_force():
+    """VENTURE-01, VENTURE-07, PAUSE-02: adoption is the kernel's event: the mandate record, then
+    the mandate put in force, the kept program ended only when another runs now, and the venture
+    started unless it is paused; a ratchet's change cites the approval it came from."""
+    text = DRAWDOWN + "run: ./serve\n"
+    led = Ledger(text)
+    other = avsm.parse_mandate(DRAWDOWN + "run: ./other\n", "m")
+    write, adopt = avsm.adoption_rule(led.state, other, "new text", "/srv/v")
+    assert (write.record["kind"], write.record["directory"], write.record["text"]) == (
+        "mandate", "/srv/v", "new text")
+    assert write.record["sha256"] == avsm.text_sha256("new text")
+    assert adopt == avsm.Adopt(other, True, True)
+    led.state.paused = True
+    same = avsm.parse_mandate(text, "m")
+    ask = {"lever": "lower"}
+    write, adopt = avsm.adoption_rule(led.state, same, text, "/srv/v", ask, 41)
+    assert write.record["approval_of"] == 41 and "lower delegated" in write.record["summary"]
+    assert adopt == avsm.Adopt(same, False, False), "the same run goes on; paused: not started"
