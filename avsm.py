@@ -8100,11 +8100,6 @@ class Warden:
     def active(self, state):
         return state.mandate is not None and not state.paused and not self.stopping
 
-    def start_venture(self, state, at=None):
-        """Its next round due `at` (now by default), and its kept program started."""
-        self.rounds.schedule.enter(state.name, time.monotonic() if at is None else at)
-        self.carry_out(state, self.keeper.start_keep(state))
-
     def write_checkpoint(self, due=False):
         """Write a checkpoint (when due), then a snapshot once SNAPSHOT_MIN records came since."""
         written = self.files.checkpoint(self.writer.ledger_down, due)
@@ -8438,74 +8433,17 @@ class Warden:
         self.keeper.hold(state.name)
         self.children.end_lingering(state.name)
 
+    def start_venture(self, state, at=None):
+        """Its next round due `at` (now by default), and its kept program started."""
+        self.rounds.schedule.enter(state.name, time.monotonic() if at is None else at)
+        self.carry_out(state, self.keeper.start_keep(state))
+
 
 # =============================================================================
 # 11. The warden's rooms, and the files it keeps beside the ledger
 # Each room owns one kind of state, is handed only what it uses, and returns
 # the kernel's intents; none writes.
 # =============================================================================
-
-# ---- what a room's programs are handed: a payload file, avsm's own code to run ----
-def write_payload(data, prefix="avsm-payload-"):
-    """Write a lever's content (bytes, else as JSON) to a private temporary file; return its path
-    (open point 28)."""
-    import tempfile
-    fd, path = tempfile.mkstemp(prefix=prefix)
-    with os.fdopen(fd, "wb") as fh:
-        fh.write(data if isinstance(data, bytes) else json.dumps(data).encode())
-    return path
-
-
-# How avsmd starts itself and its warden: through the import system, so its cached bytecode serves
-# (a script is compiled afresh at every start, and the compiler's memory stays with it).
-LOAD_AVSM = (
-    "import importlib.util as u, sys; s = u.spec_from_file_location('avsm', sys.argv[1]); m ="
-    " u.module_from_spec(s); sys.modules['avsm'] = m; s.loader.exec_module(m);"
-    " sys.exit(m.main(sys.argv[2:]))")
-
-
-def cached_command(program, args):
-    """Return the argv that runs `program` of this file from its cached, hash-checked bytecode."""
-    import importlib.util
-    import py_compile
-    with contextlib.suppress(OSError, ValueError, py_compile.PyCompileError):
-        cache = importlib.util.cache_from_source(AVSM_PATH)
-        st = os.stat(AVSM_PATH)
-        seen = (st.st_ino, st.st_size, st.st_mtime_ns)
-        # read again once avsm.py changed, not at each adapter's start
-        if BYTECODE_CHECKED.get(cache) != seen:
-            try:
-                with open(cache, "rb") as fh:
-                    head = fh.read(16)
-            except OSError:
-                head = b""
-            with open(AVSM_PATH, "rb") as fh:
-                source = importlib.util.source_hash(fh.read())
-            # a stale one (avsm.py replaced in place) is compiled at every start: 0.4 s, 60 MB
-            if head[4:8] != PYC_CHECKED_HASH or head[8:16] != source:
-                cache_bytecode(cache)
-            BYTECODE_CHECKED[cache] = seen
-    # -P: nothing before the standard library on sys.path (`-c` alone would put the venture's
-    # directory first, and its json.py would be imported). -S: no `site`, so no .pth file runs.
-    prefix = [f"-Xpycache_prefix={sys.pycache_prefix}"] if sys.pycache_prefix else []
-    return [sys.executable, "-S", "-P", *prefix, "-c", LOAD_AVSM, AVSM_PATH, program] + list(args)
-
-
-PYC_CHECKED_HASH = b"\3\0\0\0"      # PEP 552's flags: hash-based, its source checked at each load
-BYTECODE_CHECKED = {}   # cache -> avsm.py's (inode, size, mtime) when it was checked
-
-
-def cache_bytecode(cache):
-    """Write this file's bytecode to `cache`, readable only by this user and checked against the
-    file's hash at each load (a timestamp-checked one runs old code from a copy of the same size
-    and time)."""
-    import py_compile
-    was = os.umask(0o077)
-    try:
-        py_compile.compile(AVSM_PATH, cfile=cache, doraise=True,
-                           invalidation_mode=py_compile.PycInvalidationMode.CHECKED_HASH)
-    finally:
-        os.umask(was)
 
 
 class Levers:
@@ -8711,6 +8649,42 @@ class Keeper:
             self.keep[name].update(restart=False, backoff=0)
 
 
+def start_spread(i, count, cadence):
+    """Seconds after the warden's start that the i-th of `count` ventures has its first round:
+    2 ms apart, or closer to fit in one cadence, so a thousand ventures do not all come due in one
+    tick for ever after."""
+    return i / count * min(cadence, count * 0.002)
+
+
+class Schedule:
+    """When each venture's next round is due, in monotonic time, soonest first (a heap)."""
+
+    def __init__(self, active):
+        self.active = active
+        self.due = {}                 # venture -> monotonic time its next round is due
+        # (time, venture), soonest first; entries the dict no longer holds are stale
+        self.due_heap = []
+
+    def enter(self, name, at):
+        self.due[name] = at
+        heapq.heappush(self.due_heap, (at, name))
+
+    def soonest(self):
+        heap = self.due_heap
+        while heap and (self.due.get(heap[0][1]) != heap[0][0] or not self.active(heap[0][1])):
+            # superseded, or its venture no longer runs: resume and add schedule again
+            heapq.heappop(heap)
+        return heap[0][0] if heap else None
+
+    def pop_due(self, now):
+        while self.soonest() is not None and self.soonest() <= now:
+            yield heapq.heappop(self.due_heap)
+
+    def resume(self, now):
+        for name in list(self.due):
+            self.enter(name, min(self.due[name], now))
+
+
 class Children:
     """The programs the warden runs now, each in its own process group, and the groups left
     behind."""
@@ -8829,40 +8803,67 @@ class Children:
         self.settle(child)
 
 
-def start_spread(i, count, cadence):
-    """Seconds after the warden's start that the i-th of `count` ventures has its first round:
-    2 ms apart, or closer to fit in one cadence, so a thousand ventures do not all come due in one
-    tick for ever after."""
-    return i / count * min(cadence, count * 0.002)
+# ---- what a room's programs are handed: a payload file, avsm's own code to run ----
+def write_payload(data, prefix="avsm-payload-"):
+    """Write a lever's content (bytes, else as JSON) to a private temporary file; return its path
+    (open point 28)."""
+    import tempfile
+    fd, path = tempfile.mkstemp(prefix=prefix)
+    with os.fdopen(fd, "wb") as fh:
+        fh.write(data if isinstance(data, bytes) else json.dumps(data).encode())
+    return path
 
 
-class Schedule:
-    """When each venture's next round is due, in monotonic time, soonest first (a heap)."""
+# How avsmd starts itself and its warden: through the import system, so its cached bytecode serves
+# (a script is compiled afresh at every start, and the compiler's memory stays with it).
+LOAD_AVSM = (
+    "import importlib.util as u, sys; s = u.spec_from_file_location('avsm', sys.argv[1]); m ="
+    " u.module_from_spec(s); sys.modules['avsm'] = m; s.loader.exec_module(m);"
+    " sys.exit(m.main(sys.argv[2:]))")
 
-    def __init__(self, active):
-        self.active = active
-        self.due = {}                 # venture -> monotonic time its next round is due
-        # (time, venture), soonest first; entries the dict no longer holds are stale
-        self.due_heap = []
 
-    def enter(self, name, at):
-        self.due[name] = at
-        heapq.heappush(self.due_heap, (at, name))
+def cached_command(program, args):
+    """Return the argv that runs `program` of this file from its cached, hash-checked bytecode."""
+    import importlib.util
+    import py_compile
+    with contextlib.suppress(OSError, ValueError, py_compile.PyCompileError):
+        cache = importlib.util.cache_from_source(AVSM_PATH)
+        st = os.stat(AVSM_PATH)
+        seen = (st.st_ino, st.st_size, st.st_mtime_ns)
+        # read again once avsm.py changed, not at each adapter's start
+        if BYTECODE_CHECKED.get(cache) != seen:
+            try:
+                with open(cache, "rb") as fh:
+                    head = fh.read(16)
+            except OSError:
+                head = b""
+            with open(AVSM_PATH, "rb") as fh:
+                source = importlib.util.source_hash(fh.read())
+            # a stale one (avsm.py replaced in place) is compiled at every start: 0.4 s, 60 MB
+            if head[4:8] != PYC_CHECKED_HASH or head[8:16] != source:
+                cache_bytecode(cache)
+            BYTECODE_CHECKED[cache] = seen
+    # -P: nothing before the standard library on sys.path (`-c` alone would put the venture's
+    # directory first, and its json.py would be imported). -S: no `site`, so no .pth file runs.
+    prefix = [f"-Xpycache_prefix={sys.pycache_prefix}"] if sys.pycache_prefix else []
+    return [sys.executable, "-S", "-P", *prefix, "-c", LOAD_AVSM, AVSM_PATH, program] + list(args)
 
-    def soonest(self):
-        heap = self.due_heap
-        while heap and (self.due.get(heap[0][1]) != heap[0][0] or not self.active(heap[0][1])):
-            # superseded, or its venture no longer runs: resume and add schedule again
-            heapq.heappop(heap)
-        return heap[0][0] if heap else None
 
-    def pop_due(self, now):
-        while self.soonest() is not None and self.soonest() <= now:
-            yield heapq.heappop(self.due_heap)
+PYC_CHECKED_HASH = b"\3\0\0\0"      # PEP 552's flags: hash-based, its source checked at each load
+BYTECODE_CHECKED = {}   # cache -> avsm.py's (inode, size, mtime) when it was checked
 
-    def resume(self, now):
-        for name in list(self.due):
-            self.enter(name, min(self.due[name], now))
+
+def cache_bytecode(cache):
+    """Write this file's bytecode to `cache`, readable only by this user and checked against the
+    file's hash at each load (a timestamp-checked one runs old code from a copy of the same size
+    and time)."""
+    import py_compile
+    was = os.umask(0o077)
+    try:
+        py_compile.compile(AVSM_PATH, cfile=cache, doraise=True,
+                           invalidation_mode=py_compile.PycInvalidationMode.CHECKED_HASH)
+    finally:
+        os.umask(was)
 
 
 class Rounds:
