@@ -31,11 +31,11 @@ Sections
     6-8. the kernel, a function per event yielding intents, what it calls beneath:
        6. read_ended: report_read, reading_read, round_settled (rules); round_started;
           fold, each kind's by its record
-       7. the gate (check_proof, recheck_action, prove); lever_proved, lever_outcome,
+       7. the gate (check_proof, recheck_action, prove), gated; lever_proved, lever_outcome,
           check_rule, run_started, restart_rule, interrupted_rule, approval_rule,
           denial_rule, person_rule, proposal_rule, forecast_rule, ratchet_rule, world_rule
-       8. VentureState; a model's words: reply_parsed, reply_unusable, stopped_answers;
-          summaries; written: a record's notice, a canary, a checkpoint
+       8. VentureState; adoption_rule; a model's words: reply_parsed, reply_unusable,
+          stopped_answers; summaries; written: a record's notice, a canary, a checkpoint
     9. effects: the ledger's writer, processes, process groups, their journal, the wire
     10. the warden: its loop, its requests, carry_out  11. its rooms, its files
     12. avsmd and the roles process     13. client commands
