@@ -802,26 +802,21 @@ class YamlReader:
                 out.append(YAML_ESCAPES[line[j + 1]])
                 j += 2
             elif line[j + 1] in YAML_HEX_ESCAPES:
-                out.append(self.hex_escape(row, j))
-                j += 2 + YAML_HEX_ESCAPES[line[j + 1]]
+                width = YAML_HEX_ESCAPES[line[j + 1]]
+                digits = line[j + 2:j + 2 + width]
+                if len(digits) < width or not re.fullmatch(r'[0-9a-fA-F]+', digits):
+                    raise self.error(row, j, f"'\\{line[j + 1]}' needs {width} hex digits")
+                code = int(digits, 16)
+                if 0xD800 <= code <= 0xDFFF or code > 0x10FFFF:
+                    # YAML has no surrogate pairs to join: a lone half is no character
+                    raise self.error(row, j, f"'\\{line[j + 1]}{digits}' is not a character; "
+                                             "write \\U and the full code point")
+                out.append(chr(code))
+                j += 2 + width
             else:
                 raise self.error(row, j, f"unknown escape '\\{line[j + 1]}'; write '\\\\' for a "
                                          "backslash, or use single quotes")
         raise self.error(row, i, YAML_UNCLOSED)
-
-    def hex_escape(self, row, j):
-        """Return the character of the hex escape at j."""
-        line = self.lines[row]
-        width = YAML_HEX_ESCAPES[line[j + 1]]
-        digits = line[j + 2:j + 2 + width]
-        if len(digits) < width or not re.fullmatch(r'[0-9a-fA-F]+', digits):
-            raise self.error(row, j, f"'\\{line[j + 1]}' needs {width} hex digits")
-        code = int(digits, 16)
-        if 0xD800 <= code <= 0xDFFF or code > 0x10FFFF:
-            # YAML has no surrogate pairs to join: a lone half is no character
-            raise self.error(row, j, f"'\\{line[j + 1]}{digits}' is not a character; "
-                                     "write \\U and the full code point")
-        return chr(code)
 
     def block_scalar(self, row, i, parent):
         """block_scalar ::= ('|' | '>') ['-' | '+'] [' '+ comment] EOL, lines deeper than parent"""
