@@ -367,14 +367,8 @@ def parse_yaml(text, source=None):
 
 def parse_yaml_marked(text, source=None):
     """Return (value, marks): marks maps a path of keys and indexes to the (line, col) where
-    that node's key or entry ('-', or its first character inside [ ]) starts; () the root's."""
-    reader = YamlReader(*split_yaml_lines(text, source), source)
-    return reader.document(), reader.marks
-
-
-def split_yaml_lines(text, source):
-    """Return (lines, whether the last line lacks its line break), refusing a character YAML
-    does not allow."""
+    that node's key or entry ('-', or its first character inside [ ]) starts; () the root's.
+    A character YAML does not allow is refused."""
     if isinstance(text, (bytes, bytearray)):
         try:
             text = bytes(text).decode('utf-8')
@@ -382,9 +376,7 @@ def split_yaml_lines(text, source):
             line = text.count(b'\n', 0, err.start) + 1
             col = err.start - text.rfind(b'\n', 0, err.start)
             raise YamlError(line, col, "not UTF-8; save the file as UTF-8", source) from None
-    if text.startswith('\ufeff'):
-        text = text[1:]
-    text = text.replace('\r\n', '\n')
+    text = text.removeprefix('\ufeff').replace('\r\n', '\n')
     bad = re.search(YAML_BAD_CHAR, text)
     if bad:
         at = bad.start()
@@ -397,10 +389,11 @@ def split_yaml_lines(text, source):
                       "or write it as an escape inside double quotes")
         raise YamlError(line, col, reason, source)
     lines = text.split('\n')
-    if lines[-1] == '':
+    unterminated = lines[-1] != ''
+    if not unterminated:
         lines.pop()  # the final \n ends the last line; it starts none
-        return lines, False
-    return lines, True
+    reader = YamlReader(lines, unterminated, source)
+    return reader.document(), reader.marks
 
 
 def resolve_plain(text):
