@@ -1234,7 +1234,23 @@ def parse_mandate(text, source="mandate.yaml", directory=None):
     m["run"] = None
     if "run" in doc or directory is not None and os.path.isfile(os.path.join(directory, "run")):
         m["run"] = c.command(doc.get("run", "./run"), ("run",), "run", directory)
-    parse_plausibility(c, doc, m)
+    m["range"] = None
+    if "range" in doc:
+        r = doc["range"]
+        if not isinstance(r, list) or len(r) != 2:
+            c.fail(("range",), "range must be [low, high], such as [0, 100000]")
+        low, high = (c.number(v, ("range", i), "a range bound") for i, v in enumerate(r))
+        if low > high:
+            c.fail(("range",), "range must be [low, high] with low at most high")
+        m["range"] = (low, high)
+    for key in ("max_step", "max_rise", "max_fall"):
+        m[key] = c.number(doc[key], (key,), positive=True) if key in doc else None
+    for key in ("max_rise", "max_fall"):
+        if m[key] is not None and m["max_step"] is not None and m[key] >= m["max_step"]:
+            c.fail((key,), f"{key} {format_number(m[key])} is not smaller than max_step "
+                           f"{format_number(m['max_step'])}; "
+                           "beside max_step it must bound its way tighter")
+    m["confirm"] = c.boolean(doc.get("confirm", True), ("confirm",))
     m["guards"] = parse_guards(c, doc, m, directory)
     m["audits"] = parse_audits(c, doc, directory)
     m["readings"] = parse_readings(c, doc, m, directory)
@@ -1416,27 +1432,6 @@ def permitted_lever(c, name, path, levers):
         c.fail(path, f"'{name}' is not a permitted lever; permit it under permitted: "
                      f"or name one of {', '.join(levers) or 'none'}")
     return name
-
-
-def parse_plausibility(c, doc, m):
-    """Read range, max_step, max_rise, max_fall and confirm into `m`."""
-    m["range"] = None
-    if "range" in doc:
-        r = doc["range"]
-        if not isinstance(r, list) or len(r) != 2:
-            c.fail(("range",), "range must be [low, high], such as [0, 100000]")
-        low, high = (c.number(v, ("range", i), "a range bound") for i, v in enumerate(r))
-        if low > high:
-            c.fail(("range",), "range must be [low, high] with low at most high")
-        m["range"] = (low, high)
-    for key in ("max_step", "max_rise", "max_fall"):
-        m[key] = c.number(doc[key], (key,), positive=True) if key in doc else None
-    for key in ("max_rise", "max_fall"):
-        if m[key] is not None and m["max_step"] is not None and m[key] >= m["max_step"]:
-            c.fail((key,), f"{key} {format_number(m[key])} is not smaller than max_step "
-                           f"{format_number(m['max_step'])}; "
-                           "beside max_step it must bound its way tighter")
-    m["confirm"] = c.boolean(doc.get("confirm", True), ("confirm",))
 
 
 def parse_guards(c, doc, m, directory):
