@@ -1148,8 +1148,7 @@ def parse_levers(c, doc, directory):
                  "cap_text": str(item["cap"]).strip(),
                  "reversible": c.boolean(item["reversible"], at("reversible")),
                  "delegated": c.boolean(item.get("delegated", False), at("delegated")),
-                 "timeout": c.duration(item["timeout"], at("timeout"))
-                 if "timeout" in item else LEVER_TIMEOUT,
+                 "timeout": reading_timeout(c, item, path) or LEVER_TIMEOUT,
                  "takes": c.choice(item.get("takes"), at("takes"), (None,) + TAKES),
                  "expects": c.parsed(parse_expects, item["expects"], at("expects"))
                  if "expects" in item else None,
@@ -1281,11 +1280,9 @@ def adapter_problem(text):
 
 
 def reading_timeout(c, item, path):
-    """Return a reading program's own `timeout:` in seconds (at the top level the report's), or
-    None."""
-    if "timeout" in item:
-        return c.duration(item["timeout"], path + ("timeout",))
-    return None
+    """Return a lever's or reading program's own `timeout:` in seconds (at the top level the
+    report's), or None."""
+    return c.duration(item["timeout"], path + ("timeout",)) if "timeout" in item else None
 
 
 def parse_audits(c, doc, directory):
