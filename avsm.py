@@ -633,8 +633,13 @@ class YamlReader:
             row = self.next_content(row)
             if row == len(self.lines) or self.indent(row) < indent:
                 break
-            if self.indent(row) > indent:
-                raise self.misindented(row)
+            deeper = self.indent(row)
+            if deeper > indent:
+                reason = YAML_MULTILINE
+                if self.is_dash(row, deeper) or self.block_key(row, deeper, ()):
+                    reason = ("bad indentation: this entry lines up with no block above it; "
+                              "align it with its siblings")
+                raise self.error(row, deeper, reason)
             if dashed and not self.is_dash(row, indent):
                 if under_key:
                     break
@@ -670,15 +675,6 @@ class YamlReader:
             if under_key and deeper == indent and self.is_dash(nxt, deeper):
                 return self.block_collection(nxt, deeper, path, under_key=True)
         return None, row + 1
-
-    def misindented(self, row):
-        """Return the refusal of a line indented deeper than the entry before allows."""
-        i = self.indent(row)
-        if self.is_dash(row, i) or self.block_key(row, i, ()):
-            return self.error(row, i,
-                              "bad indentation: this entry lines up with no block above it; "
-                              "align it with its siblings")
-        return self.error(row, i, YAML_MULTILINE)
 
     # --- keys and one-line values ---
 
