@@ -2950,6 +2950,8 @@ rule is sent why it could not start, or None."""
 Adopt = collections.namedtuple("Adopt", "mandate end_run start")
 Adopt.__doc__ = ("Put `mandate`, parsed against its directory, in force; end the kept `run` "
                  "program (`end_run`), and start the venture (`start`).")
+WriteFile = collections.namedtuple("WriteFile", "path text")
+WriteFile.__doc__ = "Replace the venture's file at `path` with `text`, whole."
 Check = collections.namedtuple("Check", "gate verdict")
 Check.__doc__ = ("A lever's check: to start before the lever, which the gate proves again after "
                  "it. The rule is sent why it could not start, or None.")
@@ -5580,11 +5582,15 @@ def text_sha256(text):
 
 
 def adoption_rule(state, mandate, text, directory, ask=None, approval_of=None):
-    """The event of a mandate adopted: yield its record (mandate_record), then its Adopt: the kept
-    `run` program ends when the mandate in force ran another, and the venture starts unless
-    paused."""
-    end_run = run_replaced(state, mandate)
-    yield Write(mandate_record(state.name, directory, text, ask, approval_of))
+    """The event of a mandate adopted: a person's `avsm add` of `directory`, or the change ratchet
+    `ask` carried, approved in #approval_of. Yield its record, then its Adopt: the kept `run`
+    program ends when the mandate in force ran another, and the venture starts unless paused."""
+    end_run, sha = run_replaced(state, mandate), text_sha256(text)
+    how = (f"with {ask['lever']} delegated, as approved in #{approval_of}" if ask
+           else f"from {directory}")
+    yield write(state, "mandate", directory=directory, sha256=sha, text=text,
+                summary=f"adopted {state.name} {how} (sha256 {sha[:16]})",
+                **some(approval_of=approval_of))
     yield Adopt(mandate, end_run, not state.paused)
 
 
@@ -5592,17 +5598,6 @@ def run_replaced(state, mandate):
     """Whether adopting `mandate` ends the kept `run` program: the mandate in force runs another."""
     old = state.mandate["run"] if state.mandate else None
     return bool(old) and old != mandate["run"]
-
-
-def mandate_record(name, directory, text, ask=None, approval_of=None):
-    """Return the record adopting `text` as the mandate of venture `name` from `directory`: a
-    person's `avsm add`, or the change ratchet `ask` carried, approved in #approval_of."""
-    sha = text_sha256(text)
-    how = (f"with {ask['lever']} delegated, as approved in #{approval_of}" if ask
-           else f"from {directory}")
-    return new_record("mandate", name, directory=directory, sha256=sha, text=text,
-                      summary=f"adopted {name} {how} (sha256 {sha[:16]})",
-                      **some(approval_of=approval_of))
 
 
 def still_past_lines(state):
@@ -5949,10 +5944,13 @@ def ratchet_change_problem(state, mandate):
     return None
 
 
-def ratchet_approval(state, seq, ask):
-    """Return a person's approval of ratchet ask #seq, delegating its lever."""
-    return new_record("approval", state.name, ask=seq, about="ratchet",
-                      summary=f"a person approved delegating {ask['lever']} (ask #{seq})")
+def ratchet_approved_rule(state, seq, ask, mandate, path):
+    """A person approved ratchet ask #seq, its change parsed as `mandate`: yield the approval,
+    delegating its lever, then the change written to `path`, then its adoption."""
+    yield write(state, "approval", ask=seq, about="ratchet",
+                summary=f"a person approved delegating {ask['lever']} (ask #{seq})")
+    yield WriteFile(path, ask["mandate"])
+    yield from adoption_rule(state, mandate, ask["mandate"], state.directory, ask, seq)
 
 
 def child_restart_wait(previous, uptime):
@@ -8302,10 +8300,8 @@ class Warden:
                                    " and run avsm add")
         mandate = parse_mandate(new, path, state.directory)
         refuse(ratchet_change_problem(state, mandate))
-        self.carry_out(state, [Write(ratchet_approval(state, seq, ask))])
-        write_textfile(path, new, None, path + ".avsm-new")
-        adopted = self.carry_out(state, adoption_rule(state, mandate, new, state.directory, ask,
-                                                      seq))[0][1]
+        done = self.carry_out(state, ratchet_approved_rule(state, seq, ask, mandate, path))
+        adopted = [s for intent, s in done if isinstance(intent, Write)][-1]     # its mandate
         return [
             f"#{seq} approved: {ask['lever']} is delegated in {path}, adopted as mandate #{adopted}"
         ]
@@ -8385,6 +8381,8 @@ class Warden:
                 self.carry_out(state, self.worlds.step(state, intent.report, intent.lever))
             elif isinstance(intent, Launch):
                 result = self.levers.launch(state, intent)
+            elif isinstance(intent, WriteFile):
+                write_textfile(intent.path, intent.text, None, intent.path + ".avsm-new")
             elif isinstance(intent, Check):
                 result = self.levers.start_check(state, *intent)
             else:

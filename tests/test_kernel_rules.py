@@ -985,6 +985,25 @@ def test_ratchet_change_problem_refuses_adding_offbox():
     assert avsm.ratchet_change_problem(state, dict(state.mandate)) is None
 
 
+def test_an_approved_ratchet_change_is_its_approval_the_file_then_its_adoption():
+    """Open point 41, SELF-03: approving a ratchet ask writes the approval first, then the change
+    to mandate.yaml, then adopts it as avsm add would, the mandate record citing the approval."""
+    led = Ledger(READ)
+    changed = READ + "# delegated\n"
+    ask = {"kind": "ask", "claim": "measured", "venture": V, "about": "ratchet", "lever": "lower",
+           "by": "self", "mandate": changed, "summary": "?"}
+    seq = led.add(ask)
+    mandate = avsm.parse_mandate(changed, "m")
+    done = list(avsm.ratchet_approved_rule(led.state, seq, ask, mandate, "/v/mandate.yaml"))
+    assert [type(i).__name__ for i in done] == ["Write", "WriteFile", "Write", "Adopt"]
+    assert (done[0].record["kind"], done[0].record["ask"], done[0].record["about"]) == (
+        "approval", seq, "ratchet")
+    assert done[1] == avsm.WriteFile("/v/mandate.yaml", changed)
+    assert (done[2].record["kind"], done[2].record["text"], done[2].record["approval_of"]) == (
+        "mandate", changed, seq)
+    assert done[3] == avsm.Adopt(mandate, False, True)
+
+
 def test_run_start_record_says_started_or_restarted():
     """VENTURE-17, open point 31 (each start and exit is a measured record): the kept run program's start names
     its pid and command, and says restarted after an exit."""

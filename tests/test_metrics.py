@@ -42,7 +42,8 @@ forbidden: [rm]
 
 
 def mandate_record(text=MANDATE):
-    return avsm.mandate_record("tank", "/srv/tank", text)
+    """The record `avsm add` writes for tank (adoption_rule's first)."""
+    return next(avsm.adoption_rule(avsm.VentureState("tank"), None, text, "/srv/tank")).record
 
 
 def report(value, status="trusted"):
