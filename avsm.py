@@ -5584,8 +5584,11 @@ def text_sha256(text):
 def adoption_rule(state, mandate, text, directory, ask=None, approval_of=None):
     """The event of a mandate adopted: a person's `avsm add` of `directory`, or the change ratchet
     `ask` carried, approved in #approval_of. Yield its record, then its Adopt: the kept `run`
-    program ends when the mandate in force ran another, and the venture starts unless paused."""
+    program ends when the mandate in force ran another, and the venture starts unless paused.
+    The mandate in force added again from its directory writes nothing."""
     end_run, sha = run_replaced(state, mandate), text_sha256(text)
+    if state.mandate_seq is not None and (state.directory, state.mandate_sha) == (directory, sha):
+        return
     how = (f"with {ask['lever']} delegated, as approved in #{approval_of}" if ask
            else f"from {directory}")
     yield write(state, "mandate", directory=directory, sha256=sha, text=text,
@@ -8187,18 +8190,17 @@ class Warden:
     def do_add(self, args, err):
         directory = os.path.realpath(args.get("dir", ""))
         name, path, text, mandate = read_venture(directory)
-        sha = text_sha256(text)
-        state = self.ventures.get(name)
-        if state is not None and state.mandate_seq is not None:
-            check_not_adopted_elsewhere(name, directory, state.directory, state.paused)
-            if state.directory == directory and state.mandate_sha == sha:
-                if state.mandate is None:
-                    self.check_runnable(state)
-                    if state.mandate is not None and not state.paused:     # fixed: it runs now
-                        self.start_venture(state)
-                return [f"{name}: mandate unchanged (#{state.mandate_seq}); nothing written"]
         state = self.ventures.setdefault(name, VentureState(name))
-        seq = self.carry_out(state, adoption_rule(state, mandate, text, directory))[0][1]
+        if state.mandate_seq is not None:
+            check_not_adopted_elsewhere(name, directory, state.directory, state.paused)
+        done = self.carry_out(state, adoption_rule(state, mandate, text, directory))
+        if not done:
+            if state.mandate is None:
+                self.check_runnable(state)
+                if self.active(state):      # fixed since: it runs now
+                    self.start_venture(state)
+            return [f"{name}: mandate unchanged (#{state.mandate_seq}); nothing written"]
+        seq = done[0][1]
         forecasting = self.worlds.start_forecast(state, "add")
         return (
             [f"{name}: adopted as mandate #{seq}"]

@@ -544,7 +544,8 @@ def test_a_new_mandate_ends_the_kept_program_only_when_it_runs_another():
 def test_a_mandate_adopted_is_its_record_then_the_mandate_in_force():
     """VENTURE-01, VENTURE-07, PAUSE-02: adoption is the kernel's event: the mandate record, then
     the mandate put in force, the kept program ended only when another runs now, and the venture
-    started unless it is paused; a ratchet's change cites the approval it came from."""
+    started unless it is paused; a ratchet's change cites the approval it came from; the mandate in
+    force added again from its directory writes nothing."""
     text = DRAWDOWN + "run: ./serve\n"
     led = Ledger(text)
     other = avsm.parse_mandate(DRAWDOWN + "run: ./other\n", "m")
@@ -559,3 +560,7 @@ def test_a_mandate_adopted_is_its_record_then_the_mandate_in_force():
     write, adopt = avsm.adoption_rule(led.state, same, text, "/srv/v", ask, 41)
     assert write.record["approval_of"] == 41 and "lower delegated" in write.record["summary"]
     assert adopt == avsm.Adopt(same, False, False), "the same run goes on; paused: not started"
+    led.add(write.record)
+    assert list(avsm.adoption_rule(led.state, same, text, "/srv/v")) == [], \
+        "the mandate in force, added again from its directory: nothing written"
+    assert len(list(avsm.adoption_rule(led.state, same, text, "/srv/w"))) == 2, "another directory"
