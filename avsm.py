@@ -5211,7 +5211,9 @@ def forecast_text(metric, result):
 
 def world_rule(state, report_seq, lever, outputs, failure):
     """Yield the prediction of world steps from report #report_seq, or a failed step recorded
-    once per stretch."""
+    once per stretch; nothing once the venture's mandate no longer holds."""
+    if state.mandate is None:
+        return
     if failure is not None:
         if not state.world_failing:
             yield write(state, "world", ok=False, report=report_seq, note=failure[:NOTE_MAX],
@@ -8561,8 +8563,7 @@ class Worlds:
         """All steps of an ensemble are in: the kernel says what to write."""
         self.worlds.pop(state.name, None)
         outputs = [job["outputs"][i] for i in sorted(job["outputs"])]
-        if state.mandate is not None:
-            return world_rule(state, job["report"], job["lever"], outputs, job["failure"])
+        return world_rule(state, job["report"], job["lever"], outputs, job["failure"])
 
 
 class Keeper:

@@ -141,6 +141,9 @@ def test_the_world_state_is_folded_from_the_prediction_that_changed_it():
     seq = led.add(report(7))
     led.run(avsm.world_rule(led.state, seq, None, [dict(out[0], state=None)], None))
     assert led.state.world_state is None and same_state(led).world_state is None
+    led.state.mandate = None
+    assert list(avsm.world_rule(led.state, led.add(report(8)), None, out, "failed")) == [], \
+        "an ensemble settled after its mandate stopped holding writes nothing"
 
 
 def test_what_the_kernel_reads_is_in_the_slots_and_json():
