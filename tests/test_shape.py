@@ -41,3 +41,16 @@ def test_sections_and_classes_are_a_size_one_sitting_holds():
     for a, b in re.findall(r"(\d+)-(\d+)\. ", header):
         mapped |= set(range(int(a), int(b) + 1))
     assert mapped == set(range(1, len(banners) + 2)), sorted(mapped)
+
+
+def test_one_reports_path_jumps_about_the_file_at_most_30_times():
+    """Issue 36 item 2: following one report from its program's end to its action, its outcome and
+    `avsm why`, by tests/bench/flow_jumps.py's method (calls in reading order, from the call site to
+    the callee's def), at most 30 steps of more than 300 lines."""
+    import subprocess
+    import sys
+    tool = os.path.join(os.path.dirname(os.path.abspath(__file__)), "bench", "flow_jumps.py")
+    out = subprocess.run([sys.executable, tool, AVSM, "--steps"], capture_output=True, text=True,
+                         check=True).stdout
+    total = int(re.search(r"total: steps \d+, jumps > 300 lines (\d+)", out)[1])
+    assert total <= 30, out[out.index("jumps:"):out.index("all steps:")]
