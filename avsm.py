@@ -8929,8 +8929,10 @@ class Rounds:
     def reading_done(self, state, child, status):
         """The report, a guard, audit or reading program ended: the event the kernel reads."""
         extra = child.extra
-        read = Read(child.purpose, extra["name"], status, child.out, child.cut, child.note(),
-                    extra.get("round"), child.ended_by, extra["limit"])
+        # the note is read only of a program that failed: not made for every reading
+        read = Read(child.purpose, extra["name"], status, child.out, child.cut,
+                    child.note() if status else "", extra.get("round"), child.ended_by,
+                    extra["limit"])
         return self.ended(state, read_ended, read, time.monotonic())
 
     def ended(self, state, event, *args):
