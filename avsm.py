@@ -10495,8 +10495,6 @@ ANSWER_WORDS = {"approval": "approved", "denial": "denied", "resolved": "settled
 
 def cmd_why(home, args):
     """why SEQ: the record, its proof's steps and premises, and whether the proof re-checks now."""
-    if len(args) != 1:
-        raise Fail(EX_USAGE, "usage: avsm why SEQ")
     seq = need_int(args[0], "a record number")
     db = open_ledger_ro(ledger_path(home))
     at, record = record_at(db, seq) or refuse(
@@ -10669,8 +10667,6 @@ def cmd_add(home, args):
 def cmd_simple(verb, argument):
     """Return the command `avsm VERB ASK` or `avsm VERB VENTURE`: its one argument, to avsmd."""
     def command(home, args):
-        if len(args) != 1:
-            raise Fail(EX_USAGE, f"usage: avsm {verb} {argument.upper()}")
         return ask_daemon(home, verb, {
             argument: need_int(args[0], "an ask") if argument == "ask" else args[0]})
     return command
@@ -10790,8 +10786,6 @@ def read_payload(source):
 
 def cmd_checkpoint(home, args):
     """checkpoint: print a checkpoint avsmd writes now; with avsmd stopped, the newest it wrote."""
-    if args:
-        raise Fail(EX_USAGE, "usage: avsm checkpoint")
     try:
         return ask_daemon(home, "checkpoint", {"json": bool(JSON)})
     except Fail as fail:
@@ -14467,14 +14461,12 @@ def page_html(hosts, now):
 
 CLIENT_COMMANDS = {
     "add": cmd_add, "status": cmd_status, "summary": cmd_summary, "tail": cmd_tail,
-    "asks": lambda home, args: cmd_offline(home, "asks", {"json": bool(JSON)}) if not args
-    else refuse("usage: avsm asks", EX_USAGE),
+    "asks": lambda home, args: cmd_offline(home, "asks", {"json": bool(JSON)}),
     "approve": cmd_approve, "deny": cmd_simple("deny", "ask"),
     "pause": cmd_simple("pause", "venture"), "resume": cmd_simple("resume", "venture"),
     "why": cmd_why, "propose": cmd_propose, "decide": cmd_simple("decide", "venture"),
     "doctor": cmd_doctor, "chart": cmd_chart, "checkpoint": cmd_checkpoint, "link": cmd_link,
-    "rotate": lambda home, args: ask_daemon(home, "rotate") if not args
-    else refuse("usage: avsm rotate", EX_USAGE),
+    "rotate": lambda home, args: ask_daemon(home, "rotate"),
     "try": None, "fleet": None, "bridge": None, "page": cmd_page}
 
 
@@ -14529,14 +14521,16 @@ def run_verb(home, rest):
     if "-h" in options or "--help" in options:
         out(command_help(verb))
         return EX_OK
+    usage = command_help(verb).splitlines()[0].replace(" [--home DIR]", "")
     if verb in OPTIONLESS_COMMANDS:
         for arg in options:
             if arg.startswith("-") and arg != "-":
-                usage = command_help(verb).splitlines()[0].replace(" [--home DIR]", "")
                 # no name to take: only the usage helps
                 named = verb in ("add", "pause", "resume", "decide", "try")
                 raise Fail(EX_USAGE, f"avsm {verb} takes no option '{arg}'; {usage}" + (
                     f" (for a name that begins with -, write avsm {verb} -- {arg})" * named))
+    if verb in ARGUMENT_COUNTS and len(options + names) != ARGUMENT_COUNTS[verb]:
+        raise Fail(EX_USAGE, usage)
     if verb == "try":
         return cmd_try(home, options + names)
     home = resolve_home(home)
@@ -14571,6 +14565,8 @@ def command_help(verb):
 
 OPTIONLESS_COMMANDS = ("add", "asks", "deny", "decide", "pause", "resume", "why", "try",
                        "checkpoint", "link", "rotate")
+ARGUMENT_COUNTS = {"asks": 0, "checkpoint": 0, "rotate": 0, "why": 1, "deny": 1, "decide": 1,
+                   "pause": 1, "resume": 1}
 
 
 def take_option(args, option):
