@@ -13331,8 +13331,12 @@ def doctor_ledger(home, found, since, kept, quick, trust):
                    f"{seq}   (with avsmd stopped; the whole ledger is backed up first)")
     else:
         span, size = (last_at or 0) - (first_at or 0), os.path.getsize(path)
-        growth = (f"about {size / (span / 86400) / 1e6:.2f} MB a day over its {format_span(span)}"
-                  " (the README's Sizing a host says what to expect)" if span >= 60
+        # its age in its largest whole unit (3 days, 5 hours); none under a minute
+        age = next((plural(int(span // s), unit)
+                    for unit, s in (("day", 86400), ("hour", 3600), ("minute", 60)) if span >= s),
+                   None)
+        growth = (f"about {size / (span / 86400) / 1e6:.2f} MB a day over its {age}"
+                  " (the README's Sizing a host says what to expect)" if age
                   else "too young to say how fast it grows")
         if after:
             found.ok(f"ledger {path}: #{after[0] + 1} to #{scan.head[0]} chained and read, from"
@@ -13704,14 +13708,6 @@ def verified_checkpoint(home, db, found, trust):
             f"{doctor}   (a full check says where the ledger changed)")
         return None
     return seq, digest
-
-
-def format_span(seconds):
-    """Return a span of time in its largest whole unit, for a person: 3 days, 5 hours."""
-    for unit, size in (("day", 86400), ("hour", 3600), ("minute", 60)):
-        if seconds >= size:
-            return plural(int(seconds // size), unit)
-    return plural(int(seconds), "second")
 
 
 def doctor_mandates(home, found):
