@@ -10416,8 +10416,7 @@ def ledger_path(home):
     if not os.path.isfile(path):
         what = {stat.S_IFDIR: "a directory", stat.S_IFIFO: "a FIFO",
                 stat.S_IFSOCK: "a socket"}.get(stat.S_IFMT(os.stat(path).st_mode), "a device")
-        raise Fail(
-            EX_DATAERR,
+        refuse(
             f"{path} is {what}, not a ledger; move it aside (avsmd then starts a new ledger), "
             f"and {client_command(home)} doctor says more")
     return path
@@ -10445,8 +10444,7 @@ def need_int(text, what):
     if not t.isdigit() or not t.isascii():
         raise Fail(EX_USAGE, f"'{text}' is not {what}; write a record number such as 17")
     if int(t) > SEQ_MAX:
-        raise Fail(
-            EX_DATAERR, f"#{t} is past any record the ledger can hold; avsm tail shows the last")
+        refuse(f"#{t} is past any record the ledger can hold; avsm tail shows the last")
     return int(t)
 
 
@@ -10503,9 +10501,9 @@ def cmd_why(home, args):
     broken = object_problem(record)
     if broken is not None:
         show_facts(facts, lambda f: [format_record_line(seq, at, record)])
-        raise Fail(EX_DATAERR, f"record #{seq} does not read: {broken}; avsm doctor says more, and"
-                               f" avsm doctor --cut {seq} with avsmd stopped cuts the ledger just"
-                               " before it")
+        refuse(f"record #{seq} does not read: {broken}; avsm doctor says more, and"
+               f" avsm doctor --cut {seq} with avsmd stopped cuts the ledger just"
+               " before it")
     show_facts(why_facts(db, facts, home), why_lines)
     return EX_DATAERR if facts.get("problems") else EX_OK
 
@@ -10829,22 +10827,22 @@ def cmd_approve(home, args):
     kept_open = f"nothing approved, ask #{ask} stays open"
     try:
         if subprocess.call(["/bin/sh", "-c", f'{editor} "$1"', "editor", path]) != 0:
-            raise Fail(EX_DATAERR, f"the editor ({editor}) failed; {kept_open}")
+            refuse(f"the editor ({editor}) failed; {kept_open}")
         with open(path, encoding="utf-8") as fh:
             edited = fh.read()
     finally:
         os.unlink(path)
     if not edited.strip():
-        raise Fail(EX_DATAERR, f"the content was emptied: nothing approved; ask #{ask} stays open")
+        refuse(f"the content was emptied: nothing approved; ask #{ask} stays open")
     if not isinstance(payload, str):
         try:
             edited = read_json(edited)
         except (ValueError, RecursionError) as err:
             raise Fail(EX_DATAERR, f"what you saved is not JSON ({err}); {kept_open}") from None
     if edited == payload:       # what you save runs: an editor quit without saving saved nothing
-        raise Fail(EX_DATAERR, f"the content was left as it was (the editor quit without "
-                               f"saving?): {kept_open}; to approve it as proposed: "
-                               f"{client_command(home)} approve {ask}")
+        refuse(f"the content was left as it was (the editor quit without "
+               f"saving?): {kept_open}; to approve it as proposed: "
+               f"{client_command(home)} approve {ask}")
     return ask_daemon(home, "approve", {"ask": ask, "payload": edited})
 
 
@@ -10867,7 +10865,7 @@ def cmd_tail(home, args):
                        f"avsm tail does not take '{arg}'; usage: avsm tail [N] [-f] | avsm tail"
                        " --since SEQ")
     if count < 1:
-        raise Fail(EX_DATAERR, "there is no record before #1; give avsm tail a count of at least 1")
+        refuse("there is no record before #1; give avsm tail a count of at least 1")
     path = ledger_path(home)
     db = open_ledger_ro(path)
     if since is None:
@@ -10909,8 +10907,7 @@ def cmd_summary(home, args):
     if seconds is not None:
         since = first_seq_at(db, time.time() - seconds, top) - 1
     elif since > top:
-        raise Fail(
-            EX_DATAERR,
+        refuse(
             f"#{since} is past the last record (#{top}); avsm summary --since {top} is the empty"
             " span")
     summary = summarize(summary_rows(db, since), since)
@@ -11104,16 +11101,13 @@ def cmd_bridge(home, args, pinned):
             if where is not None and (argument_problem("path", where)
                                       or pinned
                                       and os.path.realpath(where) != os.path.realpath(home)):
-                raise Fail(EX_DATAERR,
-                           f"this bridge serves {home}, not {shown_text(json.dumps(where))[:120]}")
+                refuse(f"this bridge serves {home}, not {shown_text(json.dumps(where))[:120]}")
             if "verb" in message:
                 return bridge_verb(where or home, message, bool(args))
             try:
                 cmd, request_args = check_request(message)
                 if args and cmd not in READ_REQUESTS:
-                    raise Fail(
-                        EX_DATAERR,
-                        f"this key may only read (avsm bridge --read-only): {cmd} is refused")
+                    refuse(f"this key may only read (avsm bridge --read-only): {cmd} is refused")
                 if cmd == "records":        # read here, from the file: a witness needs no avsmd
                     send_out(*records_answer(where or home, request_args))
                     continue
@@ -11144,23 +11138,22 @@ def bridge_verb(home, message, read_only):
         raise Fail(
             EX_USAGE, f"the bridge runs {', '.join(BRIDGE_VERBS)}, not {shown_text(verb)[:80]}")
     if read_only and (BRIDGE_VERBS[verb] != "read" or verb == "doctor" and "--cut" in argv):
-        raise Fail(EX_DATAERR,
-                   f"this key may only read (avsm bridge --read-only): {verb} is refused; "
-                   "it needs a key whose bridge may write")
+        refuse(f"this key may only read (avsm bridge --read-only): {verb} is refused; "
+               "it needs a key whose bridge may write")
     for i, arg in enumerate(argv):      # no file of this host is read for the far side, no editor
         if arg == "--allowed-signers" and verb == "doctor":
-            raise Fail(EX_DATAERR, "through the bridge doctor --allowed-signers names no file of "
-                                   "this host: a signed checkpoint is verified with this host's "
-                                   "own (its config's checkpoint: allowed_signers, else "
-                                   "~/.ssh/allowed_signers); leave the option out")
+            refuse("through the bridge doctor --allowed-signers names no file of "
+                   "this host: a signed checkpoint is verified with this host's "
+                   "own (its config's checkpoint: allowed_signers, else "
+                   "~/.ssh/allowed_signers); leave the option out")
         if arg in BRIDGE_PATH_OPTIONS.get(verb, ()) and argv[i + 1:i + 2] != ["-"]:
-            raise Fail(EX_DATAERR, f"through the bridge {verb} {arg} takes only - (what avsm "
-                                   f"--host sends from your side's standard input): no file of "
-                                   f"this host is read for it")
+            refuse(f"through the bridge {verb} {arg} takes only - (what avsm "
+                   f"--host sends from your side's standard input): no file of "
+                   f"this host is read for it")
     if verb == "approve" and "--edit" in argv:
-        raise Fail(EX_DATAERR, "through the bridge approve --edit opens no editor on this host: "
-                               "avsm --host HOST approve ASK --edit edits on your side and sends "
-                               "what you saved in its request")
+        refuse("through the bridge approve --edit opens no editor on this host: "
+               "avsm --host HOST approve ASK --edit edits on your side and sends "
+               "what you saved in its request")
     stdin = io.StringIO(m.get("stdin") or "")      # - reads the request's, not the channel
     CALLER.set(Caller(command=m.get("as"), tty=m.get("tty"), utf8=m.get("utf8"),
                       read_only=read_only, stdin=stdin))
@@ -11983,18 +11976,18 @@ def keep_checkpoint(host, where, kept, new, far_hash, allowed):
     refused = f"{newest} refused: "
     problem = kept_checkpoint_problem(kept, new, far_hash)
     if problem:
-        raise Fail(EX_DATAERR, f"{refused}{problem}; compare it with avsm --host {name} doctor, "
-                               f"and keep what this witness holds")
+        refuse(f"{refused}{problem}; compare it with avsm --host {name} doctor, "
+               f"and keep what this witness holds")
     said = ", unsigned" if new.signature is None else \
         ", its signature not checked (the fleet file names no principal: for it)"
     if principal:
         allowed = os.path.expanduser(allowed or host.get("allowed_signers")
                                      or "~/.ssh/allowed_signers")
         if new.signature is None:
-            raise Fail(EX_DATAERR, f"{newest} unsigned, "
-                                   f"and the fleet file names {principal} as its signer: name a "
-                                   f"key in checkpoint: of its config.yaml (the README's "
-                                   f"Checkpoints)")
+            refuse(f"{newest} unsigned, "
+                   f"and the fleet file names {principal} as its signer: name a "
+                   f"key in checkpoint: of its config.yaml (the README's "
+                   f"Checkpoints)")
         if not os.path.isfile(allowed):
             raise Fail(EX_NOINPUT, f"{name}: {allowed} is not there to verify its checkpoint with: "
                                    f"write {principal}'s key there, or name the file with "
@@ -12511,13 +12504,13 @@ def cmd_chart(home, args):
     if untimed:
         span += f" ({plural(untimed, 'record')} at a time no clock wrote left out)"
     if not mandates:
-        raise Fail(EX_DATAERR, f"no venture is named '{name}'; {client_command(home)} status lists"
-                               " them")
+        refuse(f"no venture is named '{name}'; {client_command(home)} status lists"
+               " them")
     if not any(r["kind"] == "report" for _, _, r in records):
-        raise Fail(EX_DATAERR, f"venture {name} has no reports {span}" +
-                   ("; give --since an earlier record or a longer duration, or --since 0 for the "
-                    "whole history" if since is not None
-                    else "; its first report comes at its first cadence once avsmd runs"))
+        refuse(f"venture {name} has no reports {span}" +
+               ("; give --since an earlier record or a longer duration, or --since 0 for the "
+                "whole history" if since is not None
+                else "; its first report comes at its first cadence once avsmd runs"))
     out(chart_svg(name, mandates, records, span))
     return EX_OK
 
@@ -13918,11 +13911,11 @@ def doctor_cut(home, seq):
     with contextlib.closing(open_ledger_ro(path)) as db:
         first, last = db.execute("SELECT min(seq), max(seq) FROM records").fetchone()
     if seq > (last or 0):
-        raise Fail(EX_DATAERR, f"#{seq} is past the last record (#{last or 0}); nothing to cut")
+        refuse(f"#{seq} is past the last record (#{last or 0}); nothing to cut")
     if seq <= first != 1:
-        raise Fail(EX_DATAERR, f"#{seq} is in a closed ledger file of {home}/ledgers, which avsm"
-                               " rotate made read-only; --cut cuts only ledger.db, from"
-                               f" #{first + 1}")
+        refuse(f"#{seq} is in a closed ledger file of {home}/ledgers, which avsm"
+               " rotate made read-only; --cut cuts only ledger.db, from"
+               f" #{first + 1}")
     stamp = int(time.time())
     backup = os.path.join(home, f"ledger.db.before-cut-{seq}-{stamp}")
     shutil.copy2(path, backup)
@@ -14114,7 +14107,7 @@ def status_facts(states, now, keeps=None, cfg=None, venture=None, verbose=False,
     if venture is not None:
         adopted = [s for s in adopted if s.name == venture]
         if not adopted:
-            raise Fail(EX_DATAERR, f"no venture is named '{venture}'; avsm status lists them")
+            refuse(f"no venture is named '{venture}'; avsm status lists them")
     keeps, rows = keeps or {}, []
     for state in adopted:
         keep = keeps.get(state.name)
