@@ -10664,10 +10664,8 @@ def cmd_add(home, args):
 
 def cmd_simple(verb, argument):
     """Return the command `avsm VERB ASK` or `avsm VERB VENTURE`: its one argument, to avsmd."""
-    def command(home, args):
-        return ask_daemon(home, verb, {
-            argument: need_int(args[0], "an ask") if argument == "ask" else args[0]})
-    return command
+    return lambda home, args: ask_daemon(home, verb, {
+        argument: need_int(args[0], "an ask") if argument == "ask" else args[0]})
 
 
 def cmd_status(home, options, names):
@@ -10696,9 +10694,8 @@ def cmd_offline(home, verb, args):
     try:
         code = ask_daemon(home, verb, args)
     except Fail as fail:
-        if fail.code != EX_UNAVAILABLE:
-            raise
-        show_ledger_view(home, verb, args)
+        if fail.code == EX_UNAVAILABLE:
+            show_ledger_view(home, verb, args)
         raise
     if code == EX_UNAVAILABLE:          # avsmd answered that it is stopping
         show_ledger_view(home, verb, args)
