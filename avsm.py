@@ -10395,8 +10395,7 @@ def ledger_path(home):
     if not os.path.isfile(path):
         what = {stat.S_IFDIR: "a directory", stat.S_IFIFO: "a FIFO",
                 stat.S_IFSOCK: "a socket"}.get(stat.S_IFMT(os.stat(path).st_mode), "a device")
-        raise Fail(
-            EX_DATAERR,
+        refuse(
             f"{path} is {what}, not a ledger; move it aside (avsmd then starts a new ledger), "
             f"and {client_command(home)} doctor says more")
     return path
@@ -10424,8 +10423,7 @@ def need_int(text, what):
     if not t.isdigit() or not t.isascii():
         raise Fail(EX_USAGE, f"'{text}' is not {what}; write a record number such as 17")
     if int(t) > SEQ_MAX:
-        raise Fail(
-            EX_DATAERR, f"#{t} is past any record the ledger can hold; avsm tail shows the last")
+        refuse(f"#{t} is past any record the ledger can hold; avsm tail shows the last")
     return int(t)
 
 
@@ -10474,8 +10472,6 @@ ANSWER_WORDS = {"approval": "approved", "denial": "denied", "resolved": "settled
 
 def cmd_why(home, args):
     """why SEQ: the record, its proof's steps and premises, and whether the proof re-checks now."""
-    if len(args) != 1:
-        raise Fail(EX_USAGE, "usage: avsm why SEQ")
     seq = need_int(args[0], "a record number")
     db = open_ledger_ro(ledger_path(home))
     at, record = record_at(db, seq) or refuse(
@@ -10484,9 +10480,9 @@ def cmd_why(home, args):
     broken = object_problem(record)
     if broken is not None:
         show_facts(facts, lambda f: [format_record_line(seq, at, record)])
-        raise Fail(EX_DATAERR, f"record #{seq} does not read: {broken}; avsm doctor says more, and"
-                               f" avsm doctor --cut {seq} with avsmd stopped cuts the ledger just"
-                               " before it")
+        refuse(f"record #{seq} does not read: {broken}; avsm doctor says more, and"
+               f" avsm doctor --cut {seq} with avsmd stopped cuts the ledger just"
+               " before it")
     show_facts(why_facts(db, facts, home), why_lines)
     return EX_DATAERR if facts.get("problems") else EX_OK
 
@@ -10647,12 +10643,8 @@ def cmd_add(home, args):
 
 def cmd_simple(verb, argument):
     """Return the command `avsm VERB ASK` or `avsm VERB VENTURE`: its one argument, to avsmd."""
-    def command(home, args):
-        if len(args) != 1:
-            raise Fail(EX_USAGE, f"usage: avsm {verb} {argument.upper()}")
-        return ask_daemon(home, verb, {
-            argument: need_int(args[0], "an ask") if argument == "ask" else args[0]})
-    return command
+    return lambda home, args: ask_daemon(home, verb, {
+        argument: need_int(args[0], "an ask") if argument == "ask" else args[0]})
 
 
 def cmd_status(home, options, names):
@@ -10681,9 +10673,8 @@ def cmd_offline(home, verb, args):
     try:
         code = ask_daemon(home, verb, args)
     except Fail as fail:
-        if fail.code != EX_UNAVAILABLE:
-            raise
-        show_ledger_view(home, verb, args)
+        if fail.code == EX_UNAVAILABLE:
+            show_ledger_view(home, verb, args)
         raise
     if code == EX_UNAVAILABLE:          # avsmd answered that it is stopping
         show_ledger_view(home, verb, args)
@@ -10769,8 +10760,6 @@ def read_payload(source):
 
 def cmd_checkpoint(home, args):
     """checkpoint: print a checkpoint avsmd writes now; with avsmd stopped, the newest it wrote."""
-    if args:
-        raise Fail(EX_USAGE, "usage: avsm checkpoint")
     try:
         return ask_daemon(home, "checkpoint", {"json": bool(JSON)})
     except Fail as fail:
@@ -10814,22 +10803,22 @@ def cmd_approve(home, args):
     kept_open = f"nothing approved, ask #{ask} stays open"
     try:
         if subprocess.call(["/bin/sh", "-c", f'{editor} "$1"', "editor", path]) != 0:
-            raise Fail(EX_DATAERR, f"the editor ({editor}) failed; {kept_open}")
+            refuse(f"the editor ({editor}) failed; {kept_open}")
         with open(path, encoding="utf-8") as fh:
             edited = fh.read()
     finally:
         os.unlink(path)
     if not edited.strip():
-        raise Fail(EX_DATAERR, f"the content was emptied: nothing approved; ask #{ask} stays open")
+        refuse(f"the content was emptied: nothing approved; ask #{ask} stays open")
     if not isinstance(payload, str):
         try:
             edited = read_json(edited)
         except (ValueError, RecursionError) as err:
             raise Fail(EX_DATAERR, f"what you saved is not JSON ({err}); {kept_open}") from None
     if edited == payload:       # what you save runs: an editor quit without saving saved nothing
-        raise Fail(EX_DATAERR, f"the content was left as it was (the editor quit without "
-                               f"saving?): {kept_open}; to approve it as proposed: "
-                               f"{client_command(home)} approve {ask}")
+        refuse(f"the content was left as it was (the editor quit without "
+               f"saving?): {kept_open}; to approve it as proposed: "
+               f"{client_command(home)} approve {ask}")
     return ask_daemon(home, "approve", {"ask": ask, "payload": edited})
 
 
@@ -10852,7 +10841,7 @@ def cmd_tail(home, args):
                        f"avsm tail does not take '{arg}'; usage: avsm tail [N] [-f] | avsm tail"
                        " --since SEQ")
     if count < 1:
-        raise Fail(EX_DATAERR, "there is no record before #1; give avsm tail a count of at least 1")
+        refuse("there is no record before #1; give avsm tail a count of at least 1")
     path = ledger_path(home)
     db = open_ledger_ro(path)
     if since is None:
@@ -10894,8 +10883,7 @@ def cmd_summary(home, args):
     if seconds is not None:
         since = first_seq_at(db, time.time() - seconds, top) - 1
     elif since > top:
-        raise Fail(
-            EX_DATAERR,
+        refuse(
             f"#{since} is past the last record (#{top}); avsm summary --since {top} is the empty"
             " span")
     summary = summarize(summary_rows(db, since), since)
@@ -11089,16 +11077,13 @@ def cmd_bridge(home, args, pinned):
             if where is not None and (argument_problem("path", where)
                                       or pinned
                                       and os.path.realpath(where) != os.path.realpath(home)):
-                raise Fail(EX_DATAERR,
-                           f"this bridge serves {home}, not {shown_text(json.dumps(where))[:120]}")
+                refuse(f"this bridge serves {home}, not {shown_text(json.dumps(where))[:120]}")
             if "verb" in message:
                 return bridge_verb(where or home, message, bool(args))
             try:
                 cmd, request_args = check_request(message)
                 if args and cmd not in READ_REQUESTS:
-                    raise Fail(
-                        EX_DATAERR,
-                        f"this key may only read (avsm bridge --read-only): {cmd} is refused")
+                    refuse(f"this key may only read (avsm bridge --read-only): {cmd} is refused")
                 if cmd == "records":        # read here, from the file: a witness needs no avsmd
                     send_out(*records_answer(where or home, request_args))
                     continue
@@ -11129,23 +11114,22 @@ def bridge_verb(home, message, read_only):
         raise Fail(
             EX_USAGE, f"the bridge runs {', '.join(BRIDGE_VERBS)}, not {shown_text(verb)[:80]}")
     if read_only and (BRIDGE_VERBS[verb] != "read" or verb == "doctor" and "--cut" in argv):
-        raise Fail(EX_DATAERR,
-                   f"this key may only read (avsm bridge --read-only): {verb} is refused; "
-                   "it needs a key whose bridge may write")
+        refuse(f"this key may only read (avsm bridge --read-only): {verb} is refused; "
+               "it needs a key whose bridge may write")
     for i, arg in enumerate(argv):      # no file of this host is read for the far side, no editor
         if arg == "--allowed-signers" and verb == "doctor":
-            raise Fail(EX_DATAERR, "through the bridge doctor --allowed-signers names no file of "
-                                   "this host: a signed checkpoint is verified with this host's "
-                                   "own (its config's checkpoint: allowed_signers, else "
-                                   "~/.ssh/allowed_signers); leave the option out")
+            refuse("through the bridge doctor --allowed-signers names no file of "
+                   "this host: a signed checkpoint is verified with this host's "
+                   "own (its config's checkpoint: allowed_signers, else "
+                   "~/.ssh/allowed_signers); leave the option out")
         if arg in BRIDGE_PATH_OPTIONS.get(verb, ()) and argv[i + 1:i + 2] != ["-"]:
-            raise Fail(EX_DATAERR, f"through the bridge {verb} {arg} takes only - (what avsm "
-                                   f"--host sends from your side's standard input): no file of "
-                                   f"this host is read for it")
+            refuse(f"through the bridge {verb} {arg} takes only - (what avsm "
+                   f"--host sends from your side's standard input): no file of "
+                   f"this host is read for it")
     if verb == "approve" and "--edit" in argv:
-        raise Fail(EX_DATAERR, "through the bridge approve --edit opens no editor on this host: "
-                               "avsm --host HOST approve ASK --edit edits on your side and sends "
-                               "what you saved in its request")
+        refuse("through the bridge approve --edit opens no editor on this host: "
+               "avsm --host HOST approve ASK --edit edits on your side and sends "
+               "what you saved in its request")
     stdin = io.StringIO(m.get("stdin") or "")      # - reads the request's, not the channel
     CALLER.set(Caller(command=m.get("as"), tty=m.get("tty"), utf8=m.get("utf8"),
                       read_only=read_only, stdin=stdin))
@@ -11968,18 +11952,18 @@ def keep_checkpoint(host, where, kept, new, far_hash, allowed):
     refused = f"{newest} refused: "
     problem = kept_checkpoint_problem(kept, new, far_hash)
     if problem:
-        raise Fail(EX_DATAERR, f"{refused}{problem}; compare it with avsm --host {name} doctor, "
-                               f"and keep what this witness holds")
+        refuse(f"{refused}{problem}; compare it with avsm --host {name} doctor, "
+               f"and keep what this witness holds")
     said = ", unsigned" if new.signature is None else \
         ", its signature not checked (the fleet file names no principal: for it)"
     if principal:
         allowed = os.path.expanduser(allowed or host.get("allowed_signers")
                                      or "~/.ssh/allowed_signers")
         if new.signature is None:
-            raise Fail(EX_DATAERR, f"{newest} unsigned, "
-                                   f"and the fleet file names {principal} as its signer: name a "
-                                   f"key in checkpoint: of its config.yaml (the README's "
-                                   f"Checkpoints)")
+            refuse(f"{newest} unsigned, "
+                   f"and the fleet file names {principal} as its signer: name a "
+                   f"key in checkpoint: of its config.yaml (the README's "
+                   f"Checkpoints)")
         if not os.path.isfile(allowed):
             raise Fail(EX_NOINPUT, f"{name}: {allowed} is not there to verify its checkpoint with: "
                                    f"write {principal}'s key there, or name the file with "
@@ -12496,13 +12480,13 @@ def cmd_chart(home, args):
     if untimed:
         span += f" ({plural(untimed, 'record')} at a time no clock wrote left out)"
     if not mandates:
-        raise Fail(EX_DATAERR, f"no venture is named '{name}'; {client_command(home)} status lists"
-                               " them")
+        refuse(f"no venture is named '{name}'; {client_command(home)} status lists"
+               " them")
     if not any(r["kind"] == "report" for _, _, r in records):
-        raise Fail(EX_DATAERR, f"venture {name} has no reports {span}" +
-                   ("; give --since an earlier record or a longer duration, or --since 0 for the "
-                    "whole history" if since is not None
-                    else "; its first report comes at its first cadence once avsmd runs"))
+        refuse(f"venture {name} has no reports {span}" +
+               ("; give --since an earlier record or a longer duration, or --since 0 for the "
+                "whole history" if since is not None
+                else "; its first report comes at its first cadence once avsmd runs"))
     out(chart_svg(name, mandates, records, span))
     return EX_OK
 
@@ -13316,8 +13300,12 @@ def doctor_ledger(home, found, since, kept, quick, trust):
                    f"{seq}   (with avsmd stopped; the whole ledger is backed up first)")
     else:
         span, size = (last_at or 0) - (first_at or 0), os.path.getsize(path)
-        growth = (f"about {size / (span / 86400) / 1e6:.2f} MB a day over its {format_span(span)}"
-                  " (the README's Sizing a host says what to expect)" if span >= 60
+        # its age in its largest whole unit (3 days, 5 hours); none under a minute
+        age = next((plural(int(span // s), unit)
+                    for unit, s in (("day", 86400), ("hour", 3600), ("minute", 60)) if span >= s),
+                   None)
+        growth = (f"about {size / (span / 86400) / 1e6:.2f} MB a day over its {age}"
+                  " (the README's Sizing a host says what to expect)" if age
                   else "too young to say how fast it grows")
         if after:
             found.ok(f"ledger {path}: #{after[0] + 1} to #{scan.head[0]} chained and read, from"
@@ -13691,14 +13679,6 @@ def verified_checkpoint(home, db, found, trust):
     return seq, digest
 
 
-def format_span(seconds):
-    """Return a span of time in its largest whole unit, for a person: 3 days, 5 hours."""
-    for unit, size in (("day", 86400), ("hour", 3600), ("minute", 60)):
-        if seconds >= size:
-            return plural(int(seconds // size), unit)
-    return plural(int(seconds), "second")
-
-
 def doctor_mandates(home, found):
     try:
         scan = found.scan               # doctor_ledger's one read of the ledger listed them
@@ -13907,11 +13887,11 @@ def doctor_cut(home, seq):
     with contextlib.closing(open_ledger_ro(path)) as db:
         first, last = db.execute("SELECT min(seq), max(seq) FROM records").fetchone()
     if seq > (last or 0):
-        raise Fail(EX_DATAERR, f"#{seq} is past the last record (#{last or 0}); nothing to cut")
+        refuse(f"#{seq} is past the last record (#{last or 0}); nothing to cut")
     if seq <= first != 1:
-        raise Fail(EX_DATAERR, f"#{seq} is in a closed ledger file of {home}/ledgers, which avsm"
-                               " rotate made read-only; --cut cuts only ledger.db, from"
-                               f" #{first + 1}")
+        refuse(f"#{seq} is in a closed ledger file of {home}/ledgers, which avsm"
+               " rotate made read-only; --cut cuts only ledger.db, from"
+               f" #{first + 1}")
     stamp = int(time.time())
     backup = os.path.join(home, f"ledger.db.before-cut-{seq}-{stamp}")
     shutil.copy2(path, backup)
@@ -14103,7 +14083,7 @@ def status_facts(states, now, keeps=None, cfg=None, venture=None, verbose=False,
     if venture is not None:
         adopted = [s for s in adopted if s.name == venture]
         if not adopted:
-            raise Fail(EX_DATAERR, f"no venture is named '{venture}'; avsm status lists them")
+            refuse(f"no venture is named '{venture}'; avsm status lists them")
     keeps, rows = keeps or {}, []
     for state in adopted:
         keep = keeps.get(state.name)
@@ -14446,14 +14426,12 @@ def page_html(hosts, now):
 
 CLIENT_COMMANDS = {
     "add": cmd_add, "status": cmd_status, "summary": cmd_summary, "tail": cmd_tail,
-    "asks": lambda home, args: cmd_offline(home, "asks", {"json": bool(JSON)}) if not args
-    else refuse("usage: avsm asks", EX_USAGE),
+    "asks": lambda home, args: cmd_offline(home, "asks", {"json": bool(JSON)}),
     "approve": cmd_approve, "deny": cmd_simple("deny", "ask"),
     "pause": cmd_simple("pause", "venture"), "resume": cmd_simple("resume", "venture"),
     "why": cmd_why, "propose": cmd_propose, "decide": cmd_simple("decide", "venture"),
     "doctor": cmd_doctor, "chart": cmd_chart, "checkpoint": cmd_checkpoint, "link": cmd_link,
-    "rotate": lambda home, args: ask_daemon(home, "rotate") if not args
-    else refuse("usage: avsm rotate", EX_USAGE),
+    "rotate": lambda home, args: ask_daemon(home, "rotate"),
     "try": None, "fleet": None, "bridge": None, "page": cmd_page}
 
 
@@ -14508,14 +14486,16 @@ def run_verb(home, rest):
     if "-h" in options or "--help" in options:
         out(command_help(verb))
         return EX_OK
+    usage = command_help(verb).splitlines()[0].replace(" [--home DIR]", "")
     if verb in OPTIONLESS_COMMANDS:
         for arg in options:
             if arg.startswith("-") and arg != "-":
-                usage = command_help(verb).splitlines()[0].replace(" [--home DIR]", "")
                 # no name to take: only the usage helps
                 named = verb in ("add", "pause", "resume", "decide", "try")
                 raise Fail(EX_USAGE, f"avsm {verb} takes no option '{arg}'; {usage}" + (
                     f" (for a name that begins with -, write avsm {verb} -- {arg})" * named))
+    if verb in ARGUMENT_COUNTS and len(options + names) != ARGUMENT_COUNTS[verb]:
+        raise Fail(EX_USAGE, usage)
     if verb == "try":
         return cmd_try(home, options + names)
     home = resolve_home(home)
@@ -14550,6 +14530,8 @@ def command_help(verb):
 
 OPTIONLESS_COMMANDS = ("add", "asks", "deny", "decide", "pause", "resume", "why", "try",
                        "checkpoint", "link", "rotate")
+ARGUMENT_COUNTS = {"asks": 0, "checkpoint": 0, "rotate": 0, "why": 1, "deny": 1, "decide": 1,
+                   "pause": 1, "resume": 1}
 
 
 def take_option(args, option):
