@@ -202,7 +202,8 @@ def prefill(home, dirs, cadence):
     now = int(time.time())
     start = now - int(cadence * (avsm.HISTORY + 1))
     text = MANDATE.format(cadence=cadence)
-    ledger.append_many([avsm.mandate_record(os.path.basename(d), d, text, f"adopted {os.path.basename(d)} from {d}")
+    # the record avsm add writes (adoption_rule's first)
+    ledger.append_many([next(avsm.adoption_rule(avsm.VentureState(os.path.basename(d)), None, text, d)).record
                         for d in dirs], start)
     for k in range(avsm.HISTORY):           # one transaction a round (an older avsm.py has no group commit)
         at = start + int(cadence * (k + 1))

@@ -53,7 +53,7 @@ def in_process(n, calibrated):
         ledger = avsm.Ledger(os.path.join(tmp, "ledger.db"))
         text = MANDATE.format(extra="calibration: 0.1\n" if calibrated else "")
         state = avsm.VentureState("v")
-        record = avsm.mandate_record("v", tmp, text, "adopted")
+        record = next(avsm.adoption_rule(state, None, text, tmp)).record      # avsm add's
         avsm.fold(state, ledger.append(record, 1000), 1000, record)
         state.mandate = avsm.parse_mandate(text, "m.yaml")
         rng = random.Random(1)

@@ -19,7 +19,8 @@ Method:
   * helpers called from more than --max-callers (15) distinct call sites in the file are
     excluded (not steps, not followed): they are generic helpers, not the flow.
   * roots, in order: Rounds.report_done (else Rounds.reading_done, the handler of a finished
-    report child), Warden.carry_out, Levers.run_lever, Levers.lever_done; then separately
+    report child), Warden.carry_out, Levers.run_lever (gone since the Gate's event, gated, is
+    carry_out's; skipped when absent), Levers.lever_done; then separately
     cmd_why.  Depth first from each, call sites in (line, column) order, each function visited
     once (a shared visited set).  A step = a call site of a not-yet-visited followed function:
     from the call site's line to the callee's def line.  Entering a root is not a step.
