@@ -5130,9 +5130,17 @@ def canary_result(state, seq, ask, approved):
 
 
 def person_rule(state, verb):
-    """A person paused or resumed the venture (`verb`): yield its declared record."""
-    record = new_record(verb, state.name, "declared", summary=f"a person {verb}d {state.name}")
-    yield Pause(record) if verb == "pause" else Write(record)
+    """A person paused or resumed the venture (`verb`): yield its declared record, or nothing when
+    it already is so."""
+    if state.paused != (verb == "pause"):
+        record = new_record(verb, state.name, "declared", summary=f"a person {verb}d {state.name}")
+        yield Pause(record) if verb == "pause" else Write(record)
+
+
+def may_run(state, stopping):
+    """Whether anything of the venture may start: its mandate holds, no person paused it, and
+    avsmd is not stopping."""
+    return state.mandate is not None and not state.paused and not stopping
 
 
 def forecast_rule(state, extra, output, status, ended_by, n):
@@ -8077,7 +8085,7 @@ class Warden:
                 return EX_OK
 
     def active(self, state):
-        return state.mandate is not None and not state.paused and not self.stopping
+        return may_run(state, self.stopping)
 
     def write_checkpoint(self, due=False):
         """Write a checkpoint (when due), then a snapshot once SNAPSHOT_MIN records came since."""
@@ -8317,16 +8325,14 @@ class Warden:
 
     def do_pause(self, args, err):
         state = self.venture(args)
-        if state.paused:
+        if not self.carry_out(state, person_rule(state, "pause")):
             return [f"{state.name} is already paused"]
-        self.carry_out(state, person_rule(state, "pause"))
         return [f"{state.name} paused; nothing of it runs until avsm resume {state.name}"]
 
     def do_resume(self, args, err):
         state = self.venture(args)
-        if not state.paused:
+        if not self.carry_out(state, person_rule(state, "resume")):
             return [f"{state.name} is not paused"]
-        self.carry_out(state, person_rule(state, "resume"))
         self.check_runnable(state)
         still = still_past_lines(state)
         if state.mandate is None:
@@ -8575,7 +8581,7 @@ class Keeper:
         self.keep = {}                # venture -> the `run` program's keeper state
 
     def start_keep(self, state):
-        if state.mandate and state.mandate["run"] and not state.paused:
+        if self.active(state) and state.mandate["run"]:
             keep = self.keep.setdefault(state.name, {"child": None, "backoff": 0, "restart": False,
                                                      "next_start": None, "restarts": 0})
             if keep["child"] is None and keep["next_start"] is None:

@@ -1108,3 +1108,20 @@ def test_an_irreversible_action_asks_for_a_checkpoint_after_it():
     assert not checkpoint(dict(action, kind="outcome", ok=True, action=led.seq)), "not an action"
     assert not checkpoint(action, {}) and not checkpoint(dict(action, lever="gone")), \
         "no venture held, or no such lever"
+
+
+def test_person_rule_pauses_and_resumes_once_and_may_run_says_what_starts():
+    """PAUSE-01, PAUSE-02, VENTURE-14: a person's pause is one declared record and a Pause; a second pause,
+    or a resume of a venture not paused, writes nothing (the verb answers that it already is). may_run is
+    false while paused, while avsmd stops, and for a mandate that does not hold."""
+    led = Ledger(READ)
+    assert avsm.may_run(led.state, False) and not avsm.may_run(led.state, True)
+    assert led.drive(avsm.person_rule(led.state, "resume")) == []
+    assert kinds(led.drive(avsm.person_rule(led.state, "pause"))) == [("Pause", "pause")]
+    assert led.state.paused and not avsm.may_run(led.state, False)
+    assert led.drive(avsm.person_rule(led.state, "pause")) == []
+    done = led.drive(avsm.person_rule(led.state, "resume"))
+    assert kinds(done) == [("Write", "resume")] and done[0][1]["claim"] == "declared"
+    assert not led.state.paused and avsm.may_run(led.state, False)
+    led.state.mandate = None
+    assert not avsm.may_run(led.state, False)
