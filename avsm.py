@@ -3354,7 +3354,10 @@ def round_started(state, running, number, now):
     """The event of round `number` due at `now`: of each guard (a drawdown guard is read from the
     metric's report), audit and reading, yield as not read one whose last read is still `running`
     (left to run: RUN-18); return the round in flight, which settles once all are in or half a
-    second has passed, and [(what, item)] of the rest, to start."""
+    second has passed, and [(what, item)] of the rest, to start. No round while the metric's report
+    is still `running`: it goes on to its time limit (open point 54)."""
+    if ("report", None) in running:
+        return None, []
     plan = [(what, item) for what in ("guard", "audit", "reading")
             for item in state.mandate[what + "s"] if what != "guard" or item["drawdown"] is None]
     yield from unread_rule(state, [(what, item["name"]) for what, item in plan
@@ -8865,35 +8868,31 @@ class Rounds:
         """Yield (state, intents) of each round due, on its venture's own cadence grid (a round
         missed whole is not made up in a burst), for at most TICK_BUDGET. A round due within
         START_AHEAD starts now too: at a thousand ventures the warden wakes a quarter as often."""
-        reporting, began = None, time.monotonic()
+        began = time.monotonic()
         for at, name in self.schedule.pop_due(now + START_AHEAD):
             if time.monotonic() - began > TICK_BUDGET:
                 # behind: due next turn, once a waiting client is served
                 self.schedule.enter(name, at)
                 break
-            # once per tick, not once per venture due: a thousand children run
-            if reporting is None:
-                reporting = {c.venture for c in self.children if c.purpose == "report"}
             state = self.ventures[name]
             cadence = state.mandate["cadence"]
             self.schedule.enter(name, at + cadence if at + cadence > now else now + cadence)
-            if name not in reporting:
-                # else the report still running goes on to its time limit
-                yield state, self.start_round(state, now)
-                reporting.add(name)
+            yield state, self.start_round(state, now)
 
     def start_round(self, state, now):
         """Start the metric's report and each guard, audit and reading command round_started
         returns, each in its own group."""
         m = state.mandate
         self.round_number += 1
+        running = {(c.purpose, c.extra.get("name")) for c in self.children
+                   if c.venture == state.name}
+        round_, starts = yield from round_started(state, running, self.round_number, now)
+        if round_ is None:
+            return
         if self.debug:
             log(self.debug, "warden",
                 f"{state.name}: tick {self.round_number}: the metric, {len(m['guards'])} guard(s), "
                 f"{len(m['audits'])} audit(s), {len(m['readings'])} reading(s)")
-        running = {(c.purpose, c.extra.get("name")) for c in self.children
-                   if c.venture == state.name}
-        round_, starts = yield from round_started(state, running, self.round_number, now)
         self.rounds[state.name] = round_
         for what, item in starts:
             yield from self.start_reading(state, what, item["name"], item)

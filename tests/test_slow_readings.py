@@ -161,3 +161,8 @@ def test_the_decisions_on_a_slow_reading_are_pure():
     assert avsm.read_late(3, None) and avsm.read_late(3, {"number": 4}) and not avsm.read_late(4, {"number": 4})
     timed_out = avsm.Read("guard", "spend", None, b"", False, "", 9, "timeout", 600)
     assert avsm.read_output(timed_out)[1] == "took longer than its time limit of 10m and was ended"
+    # the metric's report still running: no round at all, nothing written, nothing started (open point 54)
+    rule = avsm.round_started(state, {("report", None), ("guard", "spend")}, 10, 101.0)
+    with pytest.raises(StopIteration) as end:
+        rule.send(None)
+    assert end.value.value == (None, [])
