@@ -9023,11 +9023,12 @@ class Decisions:
 
     def call_backend(self, d, answer):
         """Yield what the roles process's request for the backend comes to: a `command` backend
-        runs apart; an HTTP call runs in a thread."""
+        runs apart; an HTTP call runs in a thread; none built is an unusable reply."""
         import threading
         if "error" in answer:
-            why = f"the roles process could not build the request: {answer['error']}"
-            return self.finish_decision(d, why)
+            yield from self.got_reply(
+                d, None, f"the roles process could not build the request: {answer['error']}")
+            return
         state, backend = self.ventures[d.venture], self.cfg["backends"][d.backend]
         d.request, d.call = answer, None
         if backend["kind"] == "command":

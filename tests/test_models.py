@@ -2017,3 +2017,39 @@ def test_an_escalation_whose_call_never_returns_is_answered_when_avsmd_stops(av,
     assert [(a["escalation"], a["cited"], a["claim"]) for a in answers] == [
         (seq, "unusable", "measured")], answers
     assert answers[0]["note"] == "avsmd stopped before the answer came"
+
+
+def test_a_request_the_roles_process_could_not_build_is_an_unusable_reply(av, workdir):
+    """ESC-06, ESC-01: the roles process ending while it builds a decision's request (stopped, then killed)
+    writes a measured `unusable` record saying so, calls no backend and escalates to none (nothing was asked),
+    and `avsm decide` says what it wrote; the roles process is restarted and the next decision is made."""
+    import signal
+    first, second = Backend(workdir, "first"), Backend(workdir, "second")
+    far = Backend(workdir, "far")
+    setup_home(av, ESC_CONFIG.format(second="second", first=first.run, second_run=second.run, far=far.run))
+    d = venture(workdir, "esc", REPLIES, lower=None, refund=None, announce=None)
+    av.start()
+    add(av, d)
+    roles = roles_pid(av)
+    os.kill(roles, signal.SIGSTOP)
+    before, got = last_seq(av), {}
+    asking = threading.Thread(target=lambda: got.update(run=av.cli("decide", "esc")))
+    asking.start()
+    time.sleep(1.5)                 # the packet is built and sent to the stopped roles process
+    os.kill(roles, signal.SIGKILL)
+    asking.join(30)
+    run = got["run"]
+    new = [(s, r) for s, _, r in av.records(before) if not is_round(r)]
+    assert [r["process"] for _, r in new if r["kind"] == "restart"] == ["roles"], new
+    new = [(s, r) for s, r in new if r["kind"] != "restart"]
+    assert kinds(new) == ["unusable"], new
+    why = "the roles process could not build the request: the roles process ended while it worked"
+    assert new[0][1]["why"] == why and new[0][1]["claim"] == "measured" and new[0][1]["backend"] == "first"
+    assert run.returncode == 0 and f"#{new[0][0]} unusable: {why}" in run.stdout, run
+    assert first.calls() == second.calls() == far.calls() == 0
+    mine = cmdline(av.proc.pid)
+    av.wait_for(lambda rs: [p for p in children(av.proc.pid) if cmdline(p) == mine and p != roles], 20,
+                "the roles process restarted")
+    first.reply_json({"choice": "nothing", "reason": "all is well"})
+    _, new = decide(av, "esc")
+    assert kinds(new) == ["proposal"] and first.calls() == 1, new
