@@ -9113,10 +9113,10 @@ class Decisions:
             self.escalations.pop(d.escalation, None)
             self.finish_decision(d)
 
-    def finish_decision(self, d, error=None):
+    def finish_decision(self, d):
         if d.reply_id is not None:
             self.tell({"id": d.reply_id, "out": d.lines or ["the decision wrote nothing"],
-                       "err": [error] if error else [], "exit": EX_UNAVAILABLE if error else EX_OK})
+                       "exit": EX_OK})
 
 
 class HomeFiles:
