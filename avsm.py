@@ -2952,9 +2952,9 @@ Adopt.__doc__ = ("Put `mandate`, parsed against its directory, in force; end the
                  "program (`end_run`), and start the venture (`start`).")
 WriteFile = collections.namedtuple("WriteFile", "path text")
 WriteFile.__doc__ = "Replace the venture's file at `path` with `text`, whole."
-Check = collections.namedtuple("Check", "gate verdict")
+Check = collections.namedtuple("Check", "gate verdict data")
 Check.__doc__ = ("A lever's check: to start before the lever, which the gate proves again after "
-                 "it. The rule is sent why it could not start, or None.")
+                 "it, `data` on its stdin. The rule is sent why it could not start, or None.")
 
 
 def write(state, kind, claim=None, **fields):
@@ -4687,7 +4687,10 @@ def lever_proved(state, gate, verdict, cfg):
     lever, by, side, extra = gate.lever, gate.by, gate.side, gate.extra or {}
     spec = state.mandate["levers"].get(lever)
     if spec is not None and spec["check"] and gate.check is None:
-        unstarted = yield Check(gate, verdict)
+        # the payload and each audit's latest note (AUDIT-07), never a reading (READING-11)
+        audits = {name: info.get("note", "") for name, info in state.audits.items()}
+        unstarted = yield Check(gate, verdict, {"venture": state.name, "lever": lever,
+                                                "payload": extra.get("payload"), "audits": audits})
         if unstarted:
             yield from refusal(state, lever, f"its check could not start: {unstarted}",
                                f"{lever} refused: its check could not start", by=by)
@@ -8460,12 +8463,9 @@ class Levers:
             return str(err)
         return None
 
-    def start_check(self, state, gate, verdict):
+    def start_check(self, state, gate, verdict, data):
         """Start a lever's check (a Check), apart; return why it could not start, or None."""
-        lever, payload = gate.lever, (gate.extra or {}).get("payload")
-        audits = {name: info.get("note", "") for name, info in state.audits.items()}
-        path = write_payload({"venture": state.name, "lever": lever, "payload": payload,
-                              "audits": audits})
+        lever, path = gate.lever, write_payload(data)
         try:
             child = self.spawn("check", state, state.mandate["levers"][lever]["check"], timeout=60,
                                shell=True, lever=lever, payload_file=path)

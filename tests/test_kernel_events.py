@@ -269,10 +269,12 @@ def test_a_proved_lever_is_its_action_then_its_program_for_the_warden_to_start()
 
 
 def test_a_lever_with_a_check_starts_the_check_and_writes_nothing_yet():
-    """Open point 27: a lever with check: runs its check first; the gate proves it again once the
-    check passed (its seq in the Gate), and only then is the action written."""
+    """Open point 27, AUDIT-07: a lever with check: runs its check first, handed the venture, the
+    lever, the payload and the audits' notes; the gate proves it again once the check passed (its
+    seq in the Gate), and only then is the action written."""
     done = proved("tidy")
     assert [what for what, _ in done] == ["Check", "Write"] and done[0][1].gate.lever == "tidy"
+    assert done[0][1].data == {"venture": V, "lever": "tidy", "payload": None, "audits": {}}
     assert done[1][1]["kind"] == "begun" and done[1][1]["what"] == "check", "it holds the lever"
     assert [what for what, _ in proved("tidy", check=True)] == ["Write", "Launch"]
 
