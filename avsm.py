@@ -6417,7 +6417,13 @@ def needs_person(v, name):
     return found
 
 
-# ---- checkpoints: when a start writes one ----
+# ---- checkpoints: when one is due ----
+def checkpoint_due(head, kept, wanted, every, now):
+    """Whether a checkpoint of `head` (seq, hash) is due: the head moved past the newest kept
+    (seq, at), and one is `wanted` (sign_again_at_start) or `every` seconds have passed since."""
+    return head is not None and head[0] > kept[0] and (wanted or now >= kept[1] + every)
+
+
 def sign_again_at_start(spec, signer, ours):
     """Whether avsmd's start writes a checkpoint though the newest is within `every`: the config
     names a key, and the newest was not signed by it (signer: the newest's signing key, None when
@@ -9252,8 +9258,7 @@ class Checkpoints:
             self.wanted = sign_again_at_start(spec, signer, ours)
 
     def due(self, head, now):
-        return (head is not None and head[0] > self.seq
-                and (self.wanted or now >= self.at + self.spec["every"]))
+        return checkpoint_due(head, (self.seq, self.at), self.wanted, self.spec["every"], now)
 
     def write(self, head, now):
         """Write the checkpoint of `head` at `now`; return (text, signature or None)."""

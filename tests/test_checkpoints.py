@@ -182,3 +182,18 @@ def test_quick_checks_from_the_newest_checkpoint_a_full_doctor_verified(av, work
     rewrite(av.home, 1)
     refused = av.cli("doctor", "--quick")
     assert refused.returncode == 65 and "--quick refused" in refused.stdout, refused.stdout
+
+
+def test_a_checkpoint_is_due_once_the_head_moved_and_every_has_passed_or_one_is_wanted():
+    """The kernel's part (checkpoint_due): never without a head or before the head moves past the newest kept;
+    then once `every` seconds passed since it was written, or at once when one is wanted (a key named since the
+    newest was written, which sign_again_at_start says)."""
+    kept, every = (10, 1000), 86400
+    assert not avsm.checkpoint_due(None, kept, True, every, 10**9)
+    assert not avsm.checkpoint_due((10, "ab"), kept, True, every, 10**9), "the head did not move"
+    assert not avsm.checkpoint_due((11, "ab"), kept, False, every, 1000 + every - 1)
+    assert avsm.checkpoint_due((11, "ab"), kept, False, every, 1000 + every)
+    assert avsm.checkpoint_due((11, "ab"), kept, True, every, 1001)
+    spec = {"key": "~/.ssh/k"}
+    assert avsm.sign_again_at_start(spec, None, "AAAA") and avsm.sign_again_at_start(spec, "BBBB", "AAAA")
+    assert not avsm.sign_again_at_start(spec, "AAAA", "AAAA") and not avsm.sign_again_at_start({"key": None}, None, "A")
