@@ -11329,11 +11329,9 @@ FAR_LINE = 64 * 1024            # a longer line from another host is shown in pi
 FAR_ERRORS_KEEP = 64 * 1024     # bytes of a host's standard error kept
 FAR_CUT = "its output was cut"
 # A command of avsm in what another host says: its program as it runs there, any --home or --host,
-# then a verb.
+# then a verb the bridge runs.
 FAR_COMMAND = (r"(?<![\w/.-])(?:\S*python\S* (?:-\S+ )*)?(?:\S*/)?avsm(?:\.py)?"
-               r"(?: --(?:home|host)[ =]\S+)* "
-               r"(?=(?:add|status|summary|tail|asks|approve|deny|propose|decide|pause"
-               r"|resume|why|doctor|chart|checkpoint)\b)")
+               rf"(?: --(?:home|host)[ =]\S+)* (?=(?:{'|'.join(BRIDGE_VERBS)})\b)")
 
 
 def far_command(name):
