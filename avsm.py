@@ -11637,21 +11637,18 @@ STATUS_ROW = r"(\S+: \S(?:\S| (?! ))*)  +(\S(?:\S| (?! ))*)"     # NAME: STATE, 
 
 def align_status(said):
     """Return the hosts' status lines with their rows' columns lined up across hosts."""
-    rows = {}                           # host -> {line index: (NAME: STATE, value, the rest)}
+    rows = {}                           # (host, line index) -> (NAME: STATE, value, the rest)
     for name, got, _ in said:
         found = {i: m for i, m in enumerate(re.match(STATUS_ROW, line) for line in got) if m}
         head, value = (max((len(m[k]) for m in found.values()), default=0) for k in (1, 2))
         if all(m.start(2) == head + 2 for m in found.values()):
-            rows[name] = {i: (m[1], m[2], got[i][head + value + 4:]) for i, m in found.items()}
-    cells = [cell for r in rows.values() for cell in r.values()]
-    head, value = (max((len(cell[k]) for cell in cells), default=0) for k in (0, 1))
-    aligned = []
-    for name, got, errors in said:
-        mine = rows.get(name, {})
-        aligned.append((name, [f"{mine[i][0].ljust(head)}  {mine[i][1].ljust(value)}  "
-                               f"{mine[i][2]}".rstrip() if i in mine else line
-                               for i, line in enumerate(got)], errors))
-    return aligned
+            rows.update({(name, i): (m[1], m[2], got[i][head + value + 4:])
+                         for i, m in found.items()})
+    head, value = (max((len(cell[k]) for cell in rows.values()), default=0) for k in (0, 1))
+    return [(name, [f"{rows[name, i][0].ljust(head)}  {rows[name, i][1].ljust(value)}  "
+                    f"{rows[name, i][2]}".rstrip() if (name, i) in rows else line
+                    for i, line in enumerate(got)], errors)
+            for name, got, errors in said]
 
 
 # ---- fleet witness: each host's ledger checked, and copied, where its writer cannot reach ----
@@ -12129,14 +12126,14 @@ def test_ventures(home, cfg, dirs):
             continue
         holds = f"venture {name} ({directory}): holds"
         add = f"{client_command(home)} add {directory}"
-        if held and held[0] == directory and held[3] == text:
+        if not held or held[0] != directory:
+            out(f"{holds}; {add} adopts it")
+        elif held[3] == text:
             out(f"{holds}, the same as mandate #{held[1]} in force (avsm add writes nothing)")
-        elif held and held[0] == directory:
+        else:
             out(f"{holds}, and differs from mandate #{held[1]} in force; {add} applies it",
                 *mandate_drift(held[3], text, held[1], path),
                 "  as on disk, once added, it allows:")
-        else:
-            out(f"{holds}; {add} adopts it")
         print_allowed(home, cfg, name, m)
     return code
 
