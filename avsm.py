@@ -11421,7 +11421,7 @@ def ssh_bridge(host, request, capture=False, timeout=None):
             elif JSON:                  # parsed and made here, never printed as it came
                 held += piece
                 if held.endswith(b"\n") or len(held) > FAR_KEEP:
-                    doc, held = far_json(held.decode("utf-8", "replace"), name, command), b""
+                    doc, held = far_json(held, name, command), b""
                     if "exit" in doc:   # the document: its facts with this side's exit code
                         JSON.update(doc)
                     else:               # a record of tail
@@ -11495,11 +11495,11 @@ def far_failure(host, code, ours, theirs, ended=(), pinged=True, by_hand=None):
     return said
 
 
-def far_json(text, name, command):
+def far_json(data, name, command):
     """Return the JSON object a host's avsm sent for --json, each avsm command in it written
     `command`; Fail(69) when it sent anything else."""
     try:
-        doc = json.loads(far_text(text, json.dumps(command)[1:-1]))
+        doc = json.loads(far_text(data.decode("utf-8", "replace"), json.dumps(command)[1:-1]))
     except (ValueError, RecursionError):
         doc = None
     if not isinstance(doc, dict) or doc.get("schema") != 1:
@@ -11549,7 +11549,7 @@ def cmd_fleet(args, given, home):
             return code, (name, facts, problem and problem.removeprefix(name + ": "), command)
         if JSON:                        # its document, or its exit code and why it has none
             try:
-                doc = far_json(data.decode("utf-8", "replace"), name, command) if data else {
+                doc = far_json(data, name, command) if data else {
                     "error": "; ".join(errors)}
             except Fail as fail:
                 code, doc = fail.code, {"error": str(fail)}
@@ -11840,7 +11840,7 @@ def witness_session(host, where, session, mirror, allowed):
             db.close()
     # 4. the new checkpoint checked, and kept when newer
     said = keep_checkpoint(host, where, kept, new, at_new, allowed)
-    copied = f", {count - (1 if base else 0)} copied to {where}/ledger.db" if mirror else ""
+    copied = f", {count - bool(base)} copied to {where}/ledger.db" if mirror else ""
     return f"#{new.seq} witnessed{said}: {count} record(s) read and checked{copied}"
 
 
@@ -11923,7 +11923,7 @@ def witness_fork(session, db, where, name, verdict, kept):
         far_hash = got[0].hash if got and got[0].seq == seq else None
     start = seq if exact else max(1, seq - EVIDENCE_ROWS + 1)
     mine = [{"checkpoint": kept.text, "signature": kept.signature}] if db is None else [
-        dict(zip(Row._fields, row)) for row in db.execute(
+        Row(*row)._asdict() for row in db.execute(
             "SELECT seq, at, prev, hash, record FROM records WHERE seq >= ? ORDER BY seq LIMIT ?",
             (start, EVIDENCE_ROWS))]
     theirs = [row._asdict() for row in far_rows(start - 1, EVIDENCE_ROWS)]
@@ -12273,7 +12273,7 @@ def cmd_try(home, args):
         for signum in STOP_SIGNALS:
             # stopping: a second signal does not cut it short
             signal.signal(signum, signal.SIG_IGN)
-        if daemon is not None and daemon.poll() is None:
+        if daemon and daemon.poll() is None:
             daemon.send_signal(signal.SIGTERM)
             try:
                 daemon.wait(15)
