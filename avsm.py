@@ -11549,12 +11549,11 @@ def cmd_fleet(args, given, home):
             return code, (name, facts, problem and problem.removeprefix(name + ": "), command)
         if JSON:                        # its document, or its exit code and why it has none
             try:
-                doc = far_json(data, name, command) if data else {
-                    "error": "; ".join(errors)}
+                doc = far_json(data, name, command) if data else {"error": "; ".join(errors)}
             except Fail as fail:
                 code, doc = fail.code, {"error": str(fail)}
             return code, (name, exit_facts(doc, code))
-        lines = [far_text(line.decode("utf-8", "replace"), command) for line in data.split(b"\n")]
+        lines = far_text(data.decode("utf-8", "replace"), command).split("\n")
         return code, (name, lines[:-1] if lines[-1:] == [""] else lines,
                       [line.removeprefix(name + ": ") for line in errors])
     codes, said = zip(*on_each_host(hosts, ask))    # each host's exit code; (name, what it said...)
