@@ -11155,8 +11155,7 @@ def end_with_stdin():
 def remote_host(spec, ssh=None, bridge=None, timeout=None, name=None):
     """Return the host [user@]HOST[:HOME] names, with its ssh command, bridge and timeout."""
     dest, _, home = spec.partition(":")
-    if (not re.fullmatch(r"([^@\s]+@)?[\w.\[\]-]+", dest)
-        or dest.startswith("-")
+    if (not re.fullmatch(r"(?!-)([^@\s]+@)?[\w.\[\]-]+", dest)
         or home
         and not os.path.isabs(home)):
         raise Fail(EX_USAGE,
