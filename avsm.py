@@ -11160,8 +11160,7 @@ def end_with_stdin():
 def remote_host(spec, ssh=None, bridge=None, timeout=None, name=None):
     """Return the host [user@]HOST[:HOME] names, with its ssh command, bridge and timeout."""
     dest, _, home = spec.partition(":")
-    if (not re.fullmatch(r"([^@\s]+@)?[\w.\[\]-]+", dest)
-        or dest.startswith("-")
+    if (not re.fullmatch(r"(?!-)([^@\s]+@)?[\w.\[\]-]+", dest)
         or home
         and not os.path.isabs(home)):
         raise Fail(EX_USAGE,
@@ -11334,11 +11333,9 @@ FAR_LINE = 64 * 1024            # a longer line from another host is shown in pi
 FAR_ERRORS_KEEP = 64 * 1024     # bytes of a host's standard error kept
 FAR_CUT = "its output was cut"
 # A command of avsm in what another host says: its program as it runs there, any --home or --host,
-# then a verb.
+# then a verb the bridge runs.
 FAR_COMMAND = (r"(?<![\w/.-])(?:\S*python\S* (?:-\S+ )*)?(?:\S*/)?avsm(?:\.py)?"
-               r"(?: --(?:home|host)[ =]\S+)* "
-               r"(?=(?:add|status|summary|tail|asks|approve|deny|propose|decide|pause"
-               r"|resume|why|doctor|chart|checkpoint)\b)")
+               rf"(?: --(?:home|host)[ =]\S+)* (?=(?:{'|'.join(BRIDGE_VERBS)})\b)")
 
 
 def far_command(name):
@@ -11428,7 +11425,7 @@ def ssh_bridge(host, request, capture=False, timeout=None):
             elif JSON:                  # parsed and made here, never printed as it came
                 held += piece
                 if held.endswith(b"\n") or len(held) > FAR_KEEP:
-                    doc, held = far_json(held.decode("utf-8", "replace"), name, command), b""
+                    doc, held = far_json(held, name, command), b""
                     if "exit" in doc:   # the document: its facts with this side's exit code
                         JSON.update(doc)
                     else:               # a record of tail
@@ -11502,11 +11499,11 @@ def far_failure(host, code, ours, theirs, ended=(), pinged=True, by_hand=None):
     return said
 
 
-def far_json(text, name, command):
+def far_json(data, name, command):
     """Return the JSON object a host's avsm sent for --json, each avsm command in it written
     `command`; Fail(69) when it sent anything else."""
     try:
-        doc = json.loads(far_text(text, json.dumps(command)[1:-1]))
+        doc = json.loads(far_text(data.decode("utf-8", "replace"), json.dumps(command)[1:-1]))
     except (ValueError, RecursionError):
         doc = None
     if not isinstance(doc, dict) or doc.get("schema") != 1:
@@ -11556,12 +11553,11 @@ def cmd_fleet(args, given, home):
             return code, (name, facts, problem and problem.removeprefix(name + ": "), command)
         if JSON:                        # its document, or its exit code and why it has none
             try:
-                doc = far_json(data.decode("utf-8", "replace"), name, command) if data else {
-                    "error": "; ".join(errors)}
+                doc = far_json(data, name, command) if data else {"error": "; ".join(errors)}
             except Fail as fail:
                 code, doc = fail.code, {"error": str(fail)}
             return code, (name, exit_facts(doc, code))
-        lines = [far_text(line.decode("utf-8", "replace"), command) for line in data.split(b"\n")]
+        lines = far_text(data.decode("utf-8", "replace"), command).split("\n")
         return code, (name, lines[:-1] if lines[-1:] == [""] else lines,
                       [line.removeprefix(name + ": ") for line in errors])
     codes, said = zip(*on_each_host(hosts, ask))    # each host's exit code; (name, what it said...)
@@ -11644,21 +11640,18 @@ STATUS_ROW = r"(\S+: \S(?:\S| (?! ))*)  +(\S(?:\S| (?! ))*)"     # NAME: STATE, 
 
 def align_status(said):
     """Return the hosts' status lines with their rows' columns lined up across hosts."""
-    rows = {}                           # host -> {line index: (NAME: STATE, value, the rest)}
+    rows = {}                           # (host, line index) -> (NAME: STATE, value, the rest)
     for name, got, _ in said:
         found = {i: m for i, m in enumerate(re.match(STATUS_ROW, line) for line in got) if m}
         head, value = (max((len(m[k]) for m in found.values()), default=0) for k in (1, 2))
         if all(m.start(2) == head + 2 for m in found.values()):
-            rows[name] = {i: (m[1], m[2], got[i][head + value + 4:]) for i, m in found.items()}
-    cells = [cell for r in rows.values() for cell in r.values()]
-    head, value = (max((len(cell[k]) for cell in cells), default=0) for k in (0, 1))
-    aligned = []
-    for name, got, errors in said:
-        mine = rows.get(name, {})
-        aligned.append((name, [f"{mine[i][0].ljust(head)}  {mine[i][1].ljust(value)}  "
-                               f"{mine[i][2]}".rstrip() if i in mine else line
-                               for i, line in enumerate(got)], errors))
-    return aligned
+            rows.update({(name, i): (m[1], m[2], got[i][head + value + 4:])
+                         for i, m in found.items()})
+    head, value = (max((len(cell[k]) for cell in rows.values()), default=0) for k in (0, 1))
+    return [(name, [f"{rows[name, i][0].ljust(head)}  {rows[name, i][1].ljust(value)}  "
+                    f"{rows[name, i][2]}".rstrip() if (name, i) in rows else line
+                    for i, line in enumerate(got)], errors)
+            for name, got, errors in said]
 
 
 # ---- fleet witness: each host's ledger checked, and copied, where its writer cannot reach ----
@@ -11850,7 +11843,7 @@ def witness_session(host, where, session, mirror, allowed):
             db.close()
     # 4. the new checkpoint checked, and kept when newer
     said = keep_checkpoint(host, where, kept, new, at_new, allowed)
-    copied = f", {count - (1 if base else 0)} copied to {where}/ledger.db" if mirror else ""
+    copied = f", {count - bool(base)} copied to {where}/ledger.db" if mirror else ""
     return f"#{new.seq} witnessed{said}: {count} record(s) read and checked{copied}"
 
 
@@ -11933,7 +11926,7 @@ def witness_fork(session, db, where, name, verdict, kept):
         far_hash = got[0].hash if got and got[0].seq == seq else None
     start = seq if exact else max(1, seq - EVIDENCE_ROWS + 1)
     mine = [{"checkpoint": kept.text, "signature": kept.signature}] if db is None else [
-        dict(zip(Row._fields, row)) for row in db.execute(
+        Row(*row)._asdict() for row in db.execute(
             "SELECT seq, at, prev, hash, record FROM records WHERE seq >= ? ORDER BY seq LIMIT ?",
             (start, EVIDENCE_ROWS))]
     theirs = [row._asdict() for row in far_rows(start - 1, EVIDENCE_ROWS)]
@@ -12136,14 +12129,14 @@ def test_ventures(home, cfg, dirs):
             continue
         holds = f"venture {name} ({directory}): holds"
         add = f"{client_command(home)} add {directory}"
-        if held and held[0] == directory and held[3] == text:
+        if not held or held[0] != directory:
+            out(f"{holds}; {add} adopts it")
+        elif held[3] == text:
             out(f"{holds}, the same as mandate #{held[1]} in force (avsm add writes nothing)")
-        elif held and held[0] == directory:
+        else:
             out(f"{holds}, and differs from mandate #{held[1]} in force; {add} applies it",
                 *mandate_drift(held[3], text, held[1], path),
                 "  as on disk, once added, it allows:")
-        else:
-            out(f"{holds}; {add} adopts it")
         print_allowed(home, cfg, name, m)
     return code
 
@@ -12283,7 +12276,7 @@ def cmd_try(home, args):
         for signum in STOP_SIGNALS:
             # stopping: a second signal does not cut it short
             signal.signal(signum, signal.SIG_IGN)
-        if daemon is not None and daemon.poll() is None:
+        if daemon and daemon.poll() is None:
             daemon.send_signal(signal.SIGTERM)
             try:
                 daemon.wait(15)
