@@ -11184,8 +11184,8 @@ def read_fleet(path, must=True):
     none, 78 a file that does not hold.   fleet ::= {hosts: [SPEC | {host: SPEC, name, ssh, bridge,
     timeout}], ssh, bridge, timeout} """
     try:
-        with open(path, encoding="utf-8") as fh:
-            text = fh.read()
+        with open(path, "rb") as fh:
+            data = fh.read()
     except OSError as err:
         if not must:
             return []
@@ -11193,7 +11193,8 @@ def read_fleet(path, must=True):
             EX_NOINPUT,
             f"{path} cannot be read ({err.strerror}): write the hosts there, as the README's "
             "Many hosts shows, or name a file with --fleet FILE") from None
-    doc, c = checked_yaml(text, path)
+    doc, c = checked_yaml(data, path)       # 78 at the line and column of a byte not UTF-8
+    text = data.decode()
     keys = {"ssh", "bridge", "timeout"} | WITNESS_KEYS
     c.mapping(doc, (), keys | {"hosts"}, "a fleet file")
     if not isinstance(doc.get("hosts"), list) or not doc["hosts"]:

@@ -254,6 +254,19 @@ def test_a_fleet_file_points_at_where_it_is_wrong(far, text, where, words):
     assert done.returncode == 78 and f"fleet.yaml:{where}: {words}" in done.err, done.err
 
 
+def test_a_fleet_file_not_in_utf8_is_refused_where_the_byte_is(far):
+    """Bad input: a fleet file with a byte that is not UTF-8 (a Latin-1 é in a comment) is 78 at its line and
+    column, saying to save it as UTF-8, for fleet and for --host (it was a traceback and 70)."""
+    path = os.path.join(far.dir, "cfg", "avsm", "fleet.yaml")
+    os.makedirs(os.path.dirname(path))
+    with open(path, "wb") as fh:
+        fh.write(b"hosts: [web1]\n# caf\xe9\n")
+    for args in (["fleet", "status"], ["--host", "web1", "status"]):
+        done = far(args, {})
+        assert done.returncode == 78, (args, done.returncode, done.err)
+        assert done.err == f"avsm: {path}:2:6: not UTF-8; save the file as UTF-8\n", (args, done.err)
+
+
 def test_fleet_given_to_a_command_that_takes_none_is_named(far):
     """Issue 37 item 3: --fleet before the verb works for fleet and --host; anywhere else it is 64 saying what it
     is for (before, the list of leading options left out --host)."""
