@@ -13611,9 +13611,7 @@ def doctor_checkpoints(home, found, kept, own, scan, db, trust):
 
 
 def verified_path(home):
-    import hashlib
-    return os.path.join(
-        user_cache(), "verified", hashlib.sha256(os.path.realpath(home).encode()).hexdigest()[:16])
+    return os.path.join(user_cache(), "verified", text_sha256(os.path.realpath(home))[:16])
 
 
 def remember_verified(home, checkpoint):
@@ -13899,7 +13897,7 @@ def doctor_cut(home, seq):
                " rotate made read-only; --cut cuts only ledger.db, from"
                f" #{first + 1}")
     stamp = int(time.time())
-    backup = os.path.join(home, f"ledger.db.before-cut-{seq}-{stamp}")
+    backup = f"{path}.before-cut-{seq}-{stamp}"
     shutil.copy2(path, backup)
     db = sqlite3.connect(path, isolation_level=None, timeout=10)
     db.execute("BEGIN IMMEDIATE")
