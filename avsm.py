@@ -13097,12 +13097,11 @@ class Findings:
 
     def __init__(self):
         # scan: doctor_ledger's one read of the ledger (LedgerScan)
-        self.codes, self.scan, self.found = [], None, []
+        self.scan, self.found = None, []
 
     def add(self, level, text, fix=None, code=None, lines=()):
         self.found.append({"level": level, "text": text, "fix": fix, "code": code,
                            "lines": list(lines)})
-        self.codes += [code] if code else []
         if not JSON:
             out(f"{'FAIL' if level == 'fail' else level:<5} {text}",
                 *[f"      fix: {fix}"] * bool(fix), *[f"  {line}" for line in lines])
@@ -13117,8 +13116,9 @@ class Findings:
         self.add("fail", text, fix, code)
 
     def worst(self):
+        codes = [f["code"] for f in self.found]
         return next((code for code in (EX_DATAERR, EX_CONFIG, EX_NOPERM, EX_CANTCREAT, EX_NOINPUT,
-                                       EX_UNAVAILABLE) if code in self.codes), EX_OK)
+                                       EX_UNAVAILABLE) if code in codes), EX_OK)
 
 
 def cmd_doctor(home, args):
@@ -13344,7 +13344,7 @@ def doctor_ledger(home, found, since, kept, quick, trust):
             found.ok("every proof in the ledger re-checks")
         compare_snapshots(home, found, snapshots, scan.folds)
         held = doctor_checkpoints(home, found, kept, own, scan, db, trust)
-        if held and not after and EX_DATAERR not in found.codes:
+        if held and not after and found.worst() != EX_DATAERR:
             remember_verified(home, held)
     if since is not None:
         seq, prefix = since.split(":")
@@ -13567,7 +13567,7 @@ def doctor_checkpoints(home, found, kept, own, scan, db, trust):
     for _, c in kept:
         if c.seq not in hashes and c.seq <= scan.head[0]:
             hashes[c.seq] = record_hash(db, c.seq)
-    holds = [(c.seq, name) for name, c in kept if hashes.get(c.seq) == c.hash]
+    holds = [c.seq for _, c in kept if hashes.get(c.seq) == c.hash]
     for name, c in sorted(kept, key=lambda k: k[1].seq):
         got, what = hashes.get(c.seq), f"checkpoint {name} is of #{c.seq}"
         if got == c.hash:
@@ -13592,7 +13592,7 @@ def doctor_checkpoints(home, found, kept, own, scan, db, trust):
                                    f"record #{c.seq} (its first is #1): a made-up checkpoint, or "
                                    "a ledger replaced", UNTRUSTED_FIX)
         else:
-            below = max((seq for seq, _ in holds if seq < c.seq), default=None)
+            below = max((seq for seq in holds if seq < c.seq), default=None)
             found.fail(
                 EX_DATAERR,
                 f"checkpoint {name}: #{c.seq} should hash to {c.hash[:16]}, and the ledger's"
