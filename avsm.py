@@ -12819,8 +12819,8 @@ def chart_columns(trusted, x):
         return [(s, a, rec, None) for s, a, rec in trusted]
     drawn = []
     for held in chart_groups(trusted, x, most=math.inf):
-        low = min(held, key=lambda e: e[2]["value"])       # trusted: a finite number each
-        high = max(held, key=lambda e: e[2]["value"])
+        # trusted: a finite number each
+        low, high = (pick(held, key=lambda e: e[2]["value"]) for pick in (min, max))
         for _, e in sorted({low[0]: low, high[0]: high}.items()):
             if e is not held[-1]:
                 drawn.append((*e, False))
