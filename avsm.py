@@ -13222,15 +13222,14 @@ def doctor_home(home, found):
 
 def doctor_config(home, found):
     path = os.path.join(home, "config.yaml")
-    fix = f"edit {path}, then {program_command('avsmd', home)} -t"
     try:
         cfg = read_config(home)[0]
-        refuse(written_problem(cfg) and f"{path}: {written_problem(cfg)}", EX_CONFIG)
+        refuse(written_problem(cfg) and f"{path}: {written_problem(cfg)}")
         found.ok(f"config {path}" + ("" if os.path.exists(path) else " (not there: every default)"))
-        if checkpoint_problem(cfg["checkpoint"]):
-            found.fail(EX_CONFIG, f"{path}: {checkpoint_problem(cfg['checkpoint'])}", fix)
+        refuse(checkpoint_problem(cfg["checkpoint"])
+               and f"{path}: {checkpoint_problem(cfg['checkpoint'])}")
     except Fail as fail:
-        found.fail(EX_CONFIG, str(fail), fix)
+        found.fail(EX_CONFIG, str(fail), f"edit {path}, then {program_command('avsmd', home)} -t")
     keys = os.path.join(home, "keys")
     # looked at, never read: only the warden reads keys (KEYS-04)
     if os.path.exists(keys):
