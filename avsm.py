@@ -12486,8 +12486,7 @@ def cmd_chart(home, args):
     if untimed:
         span += f" ({plural(untimed, 'record')} at a time no clock wrote left out)"
     if not mandates:
-        refuse(f"no venture is named '{name}'; {client_command(home)} status lists"
-               " them")
+        refuse(f"no venture is named '{name}'; {client_command(home)} status lists them")
     if not any(r["kind"] == "report" for _, _, r in records):
         refuse(f"venture {name} has no reports {span}" +
                ("; give --since an earlier record or a longer duration, or --since 0 for the "
@@ -14643,7 +14642,7 @@ def run_internal(program, args):
 
 def main(argv=None):
     """Run avsmd or avsm, chosen by argv[0] as a multi-call binary is; return the exit code."""
-    program = os.path.basename(sys.argv[0] if sys.argv and sys.argv[0] else "avsm").split(".")[0]
+    program = os.path.basename(sys.argv[0] if sys.argv else "").split(".")[0]
     args = list(sys.argv[1:] if argv is None else argv)
     if args and args[0] in ("avsmd", "avsm") + INTERNAL_PROGRAMS:
         program, args = args[0], args[1:]
