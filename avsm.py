@@ -12485,8 +12485,7 @@ def cmd_chart(home, args):
     if untimed:
         span += f" ({plural(untimed, 'record')} at a time no clock wrote left out)"
     if not mandates:
-        refuse(f"no venture is named '{name}'; {client_command(home)} status lists"
-               " them")
+        refuse(f"no venture is named '{name}'; {client_command(home)} status lists them")
     if not any(r["kind"] == "report" for _, _, r in records):
         refuse(f"venture {name} has no reports {span}" +
                ("; give --since an earlier record or a longer duration, or --since 0 for the "
@@ -12818,8 +12817,8 @@ def chart_columns(trusted, x):
         return [(s, a, rec, None) for s, a, rec in trusted]
     drawn = []
     for held in chart_groups(trusted, x, most=math.inf):
-        low = min(held, key=lambda e: e[2]["value"])       # trusted: a finite number each
-        high = max(held, key=lambda e: e[2]["value"])
+        # trusted: a finite number each
+        low, high = (pick(held, key=lambda e: e[2]["value"]) for pick in (min, max))
         for _, e in sorted({low[0]: low, high[0]: high}.items()):
             if e is not held[-1]:
                 drawn.append((*e, False))
@@ -13096,12 +13095,11 @@ class Findings:
 
     def __init__(self):
         # scan: doctor_ledger's one read of the ledger (LedgerScan)
-        self.codes, self.scan, self.found = [], None, []
+        self.scan, self.found = None, []
 
     def add(self, level, text, fix=None, code=None, lines=()):
         self.found.append({"level": level, "text": text, "fix": fix, "code": code,
                            "lines": list(lines)})
-        self.codes += [code] if code else []
         if not JSON:
             out(f"{'FAIL' if level == 'fail' else level:<5} {text}",
                 *[f"      fix: {fix}"] * bool(fix), *[f"  {line}" for line in lines])
@@ -13116,8 +13114,9 @@ class Findings:
         self.add("fail", text, fix, code)
 
     def worst(self):
+        codes = [f["code"] for f in self.found]
         return next((code for code in (EX_DATAERR, EX_CONFIG, EX_NOPERM, EX_CANTCREAT, EX_NOINPUT,
-                                       EX_UNAVAILABLE) if code in self.codes), EX_OK)
+                                       EX_UNAVAILABLE) if code in codes), EX_OK)
 
 
 def cmd_doctor(home, args):
@@ -13221,15 +13220,14 @@ def doctor_home(home, found):
 
 def doctor_config(home, found):
     path = os.path.join(home, "config.yaml")
-    fix = f"edit {path}, then {program_command('avsmd', home)} -t"
     try:
         cfg = read_config(home)[0]
-        refuse(written_problem(cfg) and f"{path}: {written_problem(cfg)}", EX_CONFIG)
+        refuse(written_problem(cfg) and f"{path}: {written_problem(cfg)}")
         found.ok(f"config {path}" + ("" if os.path.exists(path) else " (not there: every default)"))
-        if checkpoint_problem(cfg["checkpoint"]):
-            found.fail(EX_CONFIG, f"{path}: {checkpoint_problem(cfg['checkpoint'])}", fix)
+        refuse(checkpoint_problem(cfg["checkpoint"])
+               and f"{path}: {checkpoint_problem(cfg['checkpoint'])}")
     except Fail as fail:
-        found.fail(EX_CONFIG, str(fail), fix)
+        found.fail(EX_CONFIG, str(fail), f"edit {path}, then {program_command('avsmd', home)} -t")
     keys = os.path.join(home, "keys")
     # looked at, never read: only the warden reads keys (KEYS-04)
     if os.path.exists(keys):
@@ -13319,7 +13317,15 @@ def doctor_ledger(home, found, since, kept, quick, trust):
                      f" {command} doctor checks them")
         else:
             found.ok(f"ledger {path}: {count} records chained, {size / 1e6:.1f} MB, {growth}")
-        doctor_closed(home, found, scan)
+        closed = closed_files(home)
+        if closed:
+            found.ok(f"{len(closed)} closed ledger file(s) in {home}/ledgers, #{closed[0][0]} to"
+                     f" #{closed[-1][1]}, read with ledger.db as one chain: {scan.count} records")
+        for lo, hi in scan.gaps:
+            found.note(f"records #{lo} to #{hi} are in a closed ledger file that is not in"
+                       f" {home}/ledgers (named by its seqs, ...-{hi:012d}.db): the chain across it"
+                       " and the premises in it are not checked; put it back there for a full"
+                       " check")
         head = ledger_head(db)
         if head:
             found.note(f"the ledger's head now is {head[0]}:{head[1][:16]}; keep it somewhere else"
@@ -13333,9 +13339,19 @@ def doctor_ledger(home, found, since, kept, quick, trust):
                        f"{command} why {seq}")
         elif not after:
             found.ok("every proof in the ledger re-checks")
-        compare_snapshots(home, found, snapshots, scan.folds)
+        # each snapshot must be the ledger's own fold to its seq (one folded in a closed file not
+        # there, noted above, is not compared)
+        for seq in sorted(snapshots.keys() & scan.folds.keys()):
+            where = snapshot_path(home, seq)
+            if scan.folds[seq].encode() == snapshots[seq]:
+                found.ok(f"snapshot #{seq} ({where}) is the ledger's fold to #{seq}")
+            else:
+                found.fail(EX_DATAERR,
+                           f"snapshot #{seq} ({where}) is not the ledger's fold to #{seq}",
+                           f"rm {where}   (a start then folds from an older snapshot or the first"
+                           " record)")
         held = doctor_checkpoints(home, found, kept, own, scan, db, trust)
-        if held and not after and EX_DATAERR not in found.codes:
+        if held and not after and found.worst() != EX_DATAERR:
             remember_verified(home, held)
     if since is not None:
         seq, prefix = since.split(":")
@@ -13348,18 +13364,6 @@ def doctor_ledger(home, found, since, kept, quick, trust):
         else:
             found.ok(f"the ledger still holds {since}")
     db.close()
-
-
-def doctor_closed(home, found, scan):
-    """The closed files of avsm rotate, read with ledger.db as one chain; those not there."""
-    closed = closed_files(home)
-    if closed:
-        found.ok(f"{len(closed)} closed ledger file(s) in {home}/ledgers, #{closed[0][0]} to"
-                 f" #{closed[-1][1]}, read with ledger.db as one chain: {scan.count} records")
-    for lo, hi in scan.gaps:
-        found.note(f"records #{lo} to #{hi} are in a closed ledger file that is not in"
-                   f" {home}/ledgers (named by its seqs, ...-{hi:012d}.db): the chain across it and"
-                   " the premises in it are not checked; put it back there for a full check")
 
 
 def read_snapshots(home, found, db):
@@ -13378,20 +13382,6 @@ def read_snapshots(home, found, db):
         found.note(f"{unread} snapshot(s) the ledger names are not compared: gone (avsmd keeps"
                    f" {SNAPSHOTS_KEPT}) or another avsm.py's")
     return kept
-
-
-def compare_snapshots(home, found, snapshots, folds):
-    """Each snapshot must be the ledger's own fold to its seq (65)."""
-    for seq, snapshot in sorted(snapshots.items()):
-        path = snapshot_path(home, seq)
-        if seq not in folds:        # folded in a closed file not there: doctor_closed says so
-            continue
-        if folds[seq].encode() == snapshot:
-            found.ok(f"snapshot #{seq} ({path}) is the ledger's fold to #{seq}")
-        else:
-            found.fail(EX_DATAERR, f"snapshot #{seq} ({path}) is not the ledger's fold to #{seq}",
-                       f"rm {path}   (a start then folds from an older snapshot or the first"
-                       " record)")
 
 
 CheckpointTrust = collections.namedtuple("CheckpointTrust",
@@ -13570,7 +13560,7 @@ def doctor_checkpoints(home, found, kept, own, scan, db, trust):
     for _, c in kept:
         if c.seq not in hashes and c.seq <= scan.head[0]:
             hashes[c.seq] = record_hash(db, c.seq)
-    holds = [(c.seq, name) for name, c in kept if hashes.get(c.seq) == c.hash]
+    holds = [c.seq for _, c in kept if hashes.get(c.seq) == c.hash]
     for name, c in sorted(kept, key=lambda k: k[1].seq):
         got, what = hashes.get(c.seq), f"checkpoint {name} is of #{c.seq}"
         if got == c.hash:
@@ -13595,7 +13585,7 @@ def doctor_checkpoints(home, found, kept, own, scan, db, trust):
                                    f"record #{c.seq} (its first is #1): a made-up checkpoint, or "
                                    "a ledger replaced", UNTRUSTED_FIX)
         else:
-            below = max((seq for seq, _ in holds if seq < c.seq), default=None)
+            below = max((seq for seq in holds if seq < c.seq), default=None)
             found.fail(
                 EX_DATAERR,
                 f"checkpoint {name}: #{c.seq} should hash to {c.hash[:16]}, and the ledger's"
@@ -13610,9 +13600,7 @@ def doctor_checkpoints(home, found, kept, own, scan, db, trust):
 
 
 def verified_path(home):
-    import hashlib
-    return os.path.join(
-        user_cache(), "verified", hashlib.sha256(os.path.realpath(home).encode()).hexdigest()[:16])
+    return os.path.join(user_cache(), "verified", text_sha256(os.path.realpath(home))[:16])
 
 
 def remember_verified(home, checkpoint):
@@ -13898,7 +13886,7 @@ def doctor_cut(home, seq):
                " rotate made read-only; --cut cuts only ledger.db, from"
                f" #{first + 1}")
     stamp = int(time.time())
-    backup = os.path.join(home, f"ledger.db.before-cut-{seq}-{stamp}")
+    backup = f"{path}.before-cut-{seq}-{stamp}"
     shutil.copy2(path, backup)
     db = sqlite3.connect(path, isolation_level=None, timeout=10)
     db.execute("BEGIN IMMEDIATE")
@@ -14653,7 +14641,7 @@ def run_internal(program, args):
 
 def main(argv=None):
     """Run avsmd or avsm, chosen by argv[0] as a multi-call binary is; return the exit code."""
-    program = os.path.basename(sys.argv[0] if sys.argv and sys.argv[0] else "avsm").split(".")[0]
+    program = os.path.basename(sys.argv[0] if sys.argv else "").split(".")[0]
     args = list(sys.argv[1:] if argv is None else argv)
     if args and args[0] in ("avsmd", "avsm") + INTERNAL_PROGRAMS:
         program, args = args[0], args[1:]
