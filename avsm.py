@@ -13317,15 +13317,7 @@ def doctor_ledger(home, found, since, kept, quick, trust):
                      f" {command} doctor checks them")
         else:
             found.ok(f"ledger {path}: {count} records chained, {size / 1e6:.1f} MB, {growth}")
-        closed = closed_files(home)
-        if closed:
-            found.ok(f"{len(closed)} closed ledger file(s) in {home}/ledgers, #{closed[0][0]} to"
-                     f" #{closed[-1][1]}, read with ledger.db as one chain: {scan.count} records")
-        for lo, hi in scan.gaps:
-            found.note(f"records #{lo} to #{hi} are in a closed ledger file that is not in"
-                       f" {home}/ledgers (named by its seqs, ...-{hi:012d}.db): the chain across it"
-                       " and the premises in it are not checked; put it back there for a full"
-                       " check")
+        doctor_closed(home, found, scan)
         head = ledger_head(db)
         if head:
             found.note(f"the ledger's head now is {head[0]}:{head[1][:16]}; keep it somewhere else"
@@ -13356,6 +13348,18 @@ def doctor_ledger(home, found, since, kept, quick, trust):
     db.close()
 
 
+def doctor_closed(home, found, scan):
+    """The closed files of avsm rotate, read with ledger.db as one chain; those not there."""
+    closed = closed_files(home)
+    if closed:
+        found.ok(f"{len(closed)} closed ledger file(s) in {home}/ledgers, #{closed[0][0]} to"
+                 f" #{closed[-1][1]}, read with ledger.db as one chain: {scan.count} records")
+    for lo, hi in scan.gaps:
+        found.note(f"records #{lo} to #{hi} are in a closed ledger file that is not in"
+                   f" {home}/ledgers (named by its seqs, ...-{hi:012d}.db): the chain across it and"
+                   " the premises in it are not checked; put it back there for a full check")
+
+
 def read_snapshots(home, found, db):
     """Return {seq: its bytes} of the snapshots the ledger names that this avsm.py folded."""
     kept, unread = {}, 0
@@ -13378,7 +13382,7 @@ def compare_snapshots(home, found, snapshots, folds):
     """Each snapshot must be the ledger's own fold to its seq (65)."""
     for seq, snapshot in sorted(snapshots.items()):
         path = snapshot_path(home, seq)
-        if seq not in folds:        # folded in a closed file not there: doctor_ledger notes it
+        if seq not in folds:        # folded in a closed file not there: doctor_closed says so
             continue
         if folds[seq].encode() == snapshot:
             found.ok(f"snapshot #{seq} ({path}) is the ledger's fold to #{seq}")
