@@ -525,8 +525,8 @@ def test_delegated_irreversible_runs_unasked(av, workdir):
 
 def test_pause_stops_a_running_lever_and_resume_starts_again(av, workdir):
     """Pausing ends a running lever's group and its outcome says the pause stopped it; while a lever runs
-    the daemon answers; nothing runs while paused, and the pause survives a restart of avsmd.
-    LEVER-08 LEVER-11 PAUSE-01 PAUSE-02 RUN-14"""
+    the daemon answers; nothing runs while paused, and the pause survives a restart of avsmd; a second pause or
+    resume writes nothing and says so. LEVER-08 LEVER-11 PAUSE-01 PAUSE-02 RUN-14"""
     d = dial(workdir, "dial", threshold(extra=", deadband: 1"), value="50",
              lower="#!/bin/sh\nsleep 60.101\n")
     av.start()
@@ -541,14 +541,19 @@ def test_pause_stops_a_running_lever_and_resume_starts_again(av, workdir):
     assert outcome["ok"] is False and "pause" in outcome["summary"]
     assert ended_soon("60.101"), processes_with("60.101")
     n = len(of(recs, "report"))
+    again = av.cli("pause", "dial")           # a second pause writes nothing and says so
+    assert again.returncode == 0 and again.stdout == "dial is already paused\n", again
     time.sleep(2)
-    assert len(of(av.records(), "report")) == n
+    assert len(of(av.records(), "report")) == n and len(of(av.records(), "pause")) == 1
     assert "dial: paused" in av.cli("status").stdout
     assert av.stop()[0] == 0
     av.start()
     assert "dial: paused" in av.cli("status").stdout
     assert av.cli("resume", "dial").returncode == 0
     av.wait_for(lambda rs: len(of(rs, "report")) > n, timeout=10, what="a report after resume")
+    again = av.cli("resume", "dial")
+    assert again.returncode == 0 and again.stdout == "dial is not paused\n", again
+    assert len(of(av.records(), "resume")) == 1
 
 
 def test_lever_time_limit_kills_the_group(av, workdir):
