@@ -66,7 +66,7 @@ def test_a_slow_metric_guard_audit_and_reading_finish_with_their_values(av, work
                 "guards:\n  - {name: spend, run: sleep 1.6; echo 5, above: 100}\n"
                 "audits:\n  - {name: refunds, run: sleep 1.6; echo 7, worse: up}\n"
                 "readings:\n  - {name: waiting, run: sleep 1.6; echo bob@example.org; echo 3, lines: address}\n",
-                report="#!/bin/sh\nsleep 1.6\necho 50\n")
+                report="#!/bin/sh\nmkdir running || echo two >> clash\nsleep 1.6\nrmdir running\necho 50\n")
     av.start()
     assert av.cli("add", d).returncode == 0
     recs = av.wait_for(lambda rs: all(read(rs, k, "slow") for k in ("report", "guard.spend", "audit.refunds",
@@ -79,6 +79,8 @@ def test_a_slow_metric_guard_audit_and_reading_finish_with_their_values(av, work
     assert reading["value"] == 3 and reading["fields"] == "bob@example.org"
     for kind in ("report", "guard.spend", "audit.refunds", "reading.waiting"):
         assert not [r for _, r in of(recs, kind, "slow") if r["status"] == "failed"], (kind, "ended at one cadence")
+    av.wait_for(lambda rs: len(read(rs, "report", "slow")) >= 3, timeout=10, what="three reports")
+    assert not os.path.exists(os.path.join(d, "clash")), "a round started while its report still ran"
 
 
 def test_a_reading_is_ended_at_its_own_timeout(av, workdir):
