@@ -9707,8 +9707,8 @@ class Clients:
 
     def fail_waiting(self, why):
         """Every request the warden was answering fails with `why` (69)."""
-        for client in [self.waiting.pop(rid) for rid in list(self.waiting)]:
-            self.reply(client, [why], EX_UNAVAILABLE)
+        for rid in list(self.waiting):
+            self.reply(self.waiting.pop(rid, None), [why], EX_UNAVAILABLE)
 
     def reply(self, conn, err, code, out=()):
         if conn not in self.clients:
@@ -9970,9 +9970,8 @@ class Daemon:
                 from None
         if broken is not None:
             seq, why = broken
-            raise Fail(EX_DATAERR, f"record #{seq} of {self.home}/ledger.db does not read: {why};"
-                                   f" nothing was appended. See avsm doctor, and avsm doctor --cut"
-                                   f" {seq} with avsmd stopped")
+            refuse(f"record #{seq} of {self.home}/ledger.db does not read: {why}; nothing was"
+                   f" appended. See avsm doctor, and avsm doctor --cut {seq} with avsmd stopped")
         return swept
 
     def run(self):
@@ -10050,8 +10049,7 @@ class Daemon:
         return self.finish()
 
     def finish(self):
-        if self.warden.proc.poll() is None:
-            self.warden.proc.kill()
+        self.warden.proc.kill()
         self.warden.proc.wait()
         if self.roles.chan is not None:
             self.roles.chan.close()          # the roles process ends at the end of its channel
@@ -10511,10 +10509,7 @@ def why_facts(db, facts, home):
         f"{RECORD_VENTURE_SQL} = ? AND seq > ? AND seq <= ? ORDER BY seq",
         (record.get("venture"), since[0], seq), since[0], seq)}
     premises = proof.get("premises", [])
-    for p in premises:
-        whole = record_at(db, p) if 0 < p <= seq else None
-        if whole is not None:
-            records[p] = whole
+    records.update((p, r) for p in premises if 0 < p <= seq for r in [record_at(db, p)] if r)
     t = isinstance(proof.get("trigger"), int) and record_at(db, proof["trigger"])
     facts["proof"] = {
         "rule": proof.get("rule"),
