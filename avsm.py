@@ -9461,7 +9461,7 @@ class Notifier:
     def __init__(self, home, spec, write, debug):
         self.home, self.spec, self.write, self.debug = home, spec, write, debug
         self.queue = []
-        self.running = []             # (Child, notice, its standard input's file)
+        self.running = []             # (Child, notice)
         self.stretch = None           # judge_notify's
         self.down_told = False        # admit_notice's
         # avsm and avsmd as this person runs them
@@ -9484,7 +9484,7 @@ class Notifier:
         """Drain each run, end one past its time limit, settle one that ended, start the next."""
         now = time.monotonic()
         for run in list(self.running):
-            child, notice, path = run
+            child, notice = run
             status = child.poll()   # drained after: what it wrote before it ended is read
             child.open_pipes = {pipe for pipe in child.open_pipes if child.drain(pipe)}
             # what it started (`sleep 300 &`) may run on in its group, within the same limit
@@ -9496,8 +9496,6 @@ class Notifier:
                     continue
             self.running.remove(run)
             child.close()
-            with contextlib.suppress(OSError):
-                os.unlink(path)
             self.settle(notice, notify_failure(child.ended_by, status, self.spec["timeout"]),
                         child.note())
         while self.queue and (self.stopping or not self.running):
@@ -9509,10 +9507,11 @@ class Notifier:
                               notify_env(self.home, event), timeout=self.spec["timeout"],
                               shell=True, stdin_path=path)
             except (OSError, ValueError) as err:
-                os.unlink(path)
                 self.settle(notice, f"it could not start: {getattr(err, 'strerror', None) or err}")
                 continue
-            self.running.append((child, notice, path))
+            finally:
+                os.unlink(path)     # held open as its standard input
+            self.running.append((child, notice))
 
     def settle(self, notice, failure, note=""):
         """One notice told, or not: write what judge_notify says to write."""
@@ -9529,7 +9528,7 @@ class Notifier:
             self.poll()
             time.sleep(0.02)
         now = time.monotonic()
-        for child, _, _ in self.running:
+        for child, _ in self.running:
             child.terminate("stop", now)
             child.kill_at = now + NOTIFY_STOP_GRACE
         while self.running and time.monotonic() < now + NOTIFY_STOP_GRACE + 1:
