@@ -9910,11 +9910,8 @@ class Daemon:
         term_then_kill([g for g, told in self.groups.items()
                         if group_is_still(g, told.get("leader_start"))])
         self.groups = {}
-        journal = os.path.join(self.home, "groups")
         if self.lock.ours():          # another avsmd's journal, or groups, are not ours to touch
-            sweep_groups(journal, self.home)
-            with contextlib.suppress(OSError):
-                os.unlink(journal)
+            sweep_groups(os.path.join(self.home, "groups"), self.home)    # and removes the journal
 
     # ---- the config, records of self, stopping ----
     def config_changed(self):
@@ -10689,7 +10686,7 @@ def show_ledger_view(home, verb, args):
     try:
         with contextlib.closing(open_ledger_ro(path)) as db:
             seq, states = Snapshots(home).fold(db)[:2]
-            last = (seq, (record_at(db, seq) or (0,))[0])
+            at = (record_at(db, seq) or (0,))[0]
             if verb == "page":
                 return page_facts(home, states, time.time(), db, stopped=True)
     except (sqlite3_errors(), ValueError, KeyError, TypeError, Fail) as err:
@@ -10703,11 +10700,11 @@ def show_ledger_view(home, verb, args):
         status_facts(states, time.time(), None, None, args.get("venture"), args["verbose"],
                      args["ascii"], stopped=True)
     if JSON:
-        JSON.update(facts, ledger={"seq": last[0], "at": last[1]})
+        JSON.update(facts, ledger={"seq": seq, "at": at})
         return None
     try:
-        out(f"avsmd is not running: nothing runs; this is what the ledger holds, to #{last[0]} at"
-            f" {format_local_time(last[1])}",
+        out(f"avsmd is not running: nothing runs; this is what the ledger holds, to #{seq} at"
+            f" {format_local_time(at)}",
             *(asks_lines if verb == "asks" else status_lines)(facts))
         flush_out()
     except BrokenPipeError:
