@@ -9466,7 +9466,7 @@ class Notifier:
     def __init__(self, home, spec, write, debug):
         self.home, self.spec, self.write, self.debug = home, spec, write, debug
         self.queue = []
-        self.running = []             # (Child, notice, its standard input's file)
+        self.running = []             # (Child, notice)
         self.stretch = None           # judge_notify's
         self.down_told = False        # admit_notice's
         # avsm and avsmd as this person runs them
@@ -9489,7 +9489,7 @@ class Notifier:
         """Drain each run, end one past its time limit, settle one that ended, start the next."""
         now = time.monotonic()
         for run in list(self.running):
-            child, notice, path = run
+            child, notice = run
             status = child.poll()   # drained after: what it wrote before it ended is read
             child.open_pipes = {pipe for pipe in child.open_pipes if child.drain(pipe)}
             # what it started (`sleep 300 &`) may run on in its group, within the same limit
@@ -9501,8 +9501,6 @@ class Notifier:
                     continue
             self.running.remove(run)
             child.close()
-            with contextlib.suppress(OSError):
-                os.unlink(path)
             self.settle(notice, notify_failure(child.ended_by, status, self.spec["timeout"]),
                         child.note())
         while self.queue and (self.stopping or not self.running):
@@ -9514,10 +9512,11 @@ class Notifier:
                               notify_env(self.home, event), timeout=self.spec["timeout"],
                               shell=True, stdin_path=path)
             except (OSError, ValueError) as err:
-                os.unlink(path)
                 self.settle(notice, f"it could not start: {getattr(err, 'strerror', None) or err}")
                 continue
-            self.running.append((child, notice, path))
+            finally:
+                os.unlink(path)     # held open as its standard input
+            self.running.append((child, notice))
 
     def settle(self, notice, failure, note=""):
         """One notice told, or not: write what judge_notify says to write."""
@@ -9534,7 +9533,7 @@ class Notifier:
             self.poll()
             time.sleep(0.02)
         now = time.monotonic()
-        for child, _, _ in self.running:
+        for child, _ in self.running:
             child.terminate("stop", now)
             child.kill_at = now + NOTIFY_STOP_GRACE
         while self.running and time.monotonic() < now + NOTIFY_STOP_GRACE + 1:
@@ -9621,7 +9620,6 @@ class Clients:
         self.clients, self.waiting, self.queue, self.next_id = {}, {}, [], 0
 
     def bind(self):
-        import selectors
         import socket
         if self.listener is not None:
             self.daemon.sel.unregister(self.listener)
@@ -9638,7 +9636,7 @@ class Clients:
         listener.listen(64)
         listener.setblocking(False)
         self.listener, self.sock_id = listener, os.stat(self.path).st_ino
-        self.daemon.sel.register(listener, selectors.EVENT_READ, self.accept)
+        self.daemon.watch(listener, self.accept)
 
     def check(self):
         """Each second: the socket must still be ours; make it again when deleted or replaced."""
@@ -9649,7 +9647,6 @@ class Clients:
         log(self.daemon.debug, "avsmd", "made the socket again")
 
     def accept(self):
-        import selectors
         import socket
         try:
             conn, _ = self.listener.accept()
@@ -9662,7 +9659,7 @@ class Clients:
                 return
         conn.setblocking(False)
         self.clients[conn] = {"reader": LineReader(REQUEST_MAX)}
-        self.daemon.sel.register(conn, selectors.EVENT_READ, lambda: self.data(conn))
+        self.daemon.watch(conn, lambda: self.data(conn))
 
     def data(self, conn):
         """Read what a client sent: its one request; whatever the bytes, avsmd goes on serving."""
@@ -9712,8 +9709,8 @@ class Clients:
 
     def fail_waiting(self, why):
         """Every request the warden was answering fails with `why` (69)."""
-        for client in [self.waiting.pop(rid) for rid in list(self.waiting)]:
-            self.reply(client, [why], EX_UNAVAILABLE)
+        for rid in list(self.waiting):
+            self.reply(self.waiting.pop(rid, None), [why], EX_UNAVAILABLE)
 
     def reply(self, conn, err, code, out=()):
         if conn not in self.clients:
@@ -9744,32 +9741,31 @@ class Clients:
 
 
 class Kept:
-    """One process avsmd keeps (the warden, the roles process), and what avsmd calls when it speaks
-    and when it ends."""
+    """One process avsmd keeps (the warden, the roles process), and what avsmd calls when it
+    speaks."""
 
-    def __init__(self, name, what, sel, read, ended):
-        self.name, self.what, self.sel, self.read, self.ended = name, what, sel, read, ended
+    def __init__(self, name, what, daemon, read):
+        self.name, self.what, self.daemon, self.read = name, what, daemon, read
         self.pid = self.proc = self.chan = self.pidfd = self.restart_at = self.backoff = None
         self.reader, self.started = LineReader(), 0.0
 
-    def attach(self, pid, chan, debug):
-        import selectors
+    def attach(self, pid, chan):
         chan.setblocking(False)
         self.pid, self.chan, self.reader, self.started = pid, chan, LineReader(), time.monotonic()
-        self.sel.register(chan, selectors.EVENT_READ, self.read)
+        self.daemon.watch(chan, self.read)
         try:
             self.pidfd = os.pidfd_open(pid)
-            self.sel.register(self.pidfd, selectors.EVENT_READ, lambda: self.ended(self))
+            self.daemon.watch(self.pidfd, lambda: self.daemon.ended(self))
         except (AttributeError, OSError):
             self.pidfd = None
-        log(debug, "avsmd", f"started {self.what}, pid {pid}")
+        log(self.daemon.debug, "avsmd", f"started {self.what}, pid {pid}")
 
     def detach(self):
         """It ended: close its pidfd and channel."""
         if self.pidfd is not None:
-            self.sel.unregister(self.pidfd)
+            self.daemon.sel.unregister(self.pidfd)
             os.close(self.pidfd)
-        self.sel.unregister(self.chan)
+        self.daemon.sel.unregister(self.chan)
         self.chan.close()
         self.chan = self.pidfd = None
 
@@ -9784,12 +9780,17 @@ class Daemon:
         self.debug = debug
         self.sel, self.ledger = selectors.DefaultSelector(), None
         self.lock, self.clients = HomeLock(home), Clients(self)
-        self.warden = Kept("warden", "the warden", self.sel, self.from_warden, self.ended)
-        self.roles = Kept("roles", "the roles process", self.sel, self.from_roles, self.ended)
+        self.warden = Kept("warden", "the warden", self, self.from_warden)
+        self.roles = Kept("roles", "the roles process", self, self.from_roles)
         self.roles_waiting = {}
         self.groups = {}    # the groups the warden said it started and has not seen end (RUN-13)
         self.stopping, self.stop_deadline, self.exit_code, self.signals = False, None, EX_OK, []
         self.notifier = Notifier(home, cfg.get("notify"), self.append_self, debug)
+
+    def watch(self, fileobj, call):
+        """Have the loop in run call `call` when `fileobj` can be read."""
+        import selectors
+        self.sel.register(fileobj, selectors.EVENT_READ, call)
 
     # ---- the warden and the roles process ----
     def start_warden(self):
@@ -9802,7 +9803,7 @@ class Daemon:
                                             env=dict(os.environ, AVSM_CONFIG=json.dumps(self.cfg)),
                                             stdin=subprocess.DEVNULL)
         theirs.close()
-        self.warden.attach(self.warden.proc.pid, ours, self.debug)
+        self.warden.attach(self.warden.proc.pid, ours)
         self.pass_on()
 
     def start_roles(self):
@@ -9829,7 +9830,7 @@ class Daemon:
             finally:
                 os._exit(code)
         theirs.close()
-        self.roles.attach(pid, ours, self.debug)
+        self.roles.attach(pid, ours)
 
     def pass_on(self):
         """Send the warden the requests its clients wait on."""
@@ -9861,12 +9862,11 @@ class Daemon:
         rid = message.get("rid")
         if self.roles.chan is None:
             return self.roles_error(rid, "the roles process is not running")
-        self.roles_waiting[rid] = True
         try:
             send_line(self.roles.chan, message)
         except OSError:
-            self.roles_waiting.pop(rid, None)
-            self.roles_error(rid, "the roles process is not answering")
+            return self.roles_error(rid, "the roles process is not answering")
+        self.roles_waiting[rid] = True
 
     def roles_error(self, rid, why):
         if self.warden.chan is not None:
@@ -9915,11 +9915,8 @@ class Daemon:
         term_then_kill([g for g, told in self.groups.items()
                         if group_is_still(g, told.get("leader_start"))])
         self.groups = {}
-        journal = os.path.join(self.home, "groups")
         if self.lock.ours():          # another avsmd's journal, or groups, are not ours to touch
-            sweep_groups(journal, self.home)
-            with contextlib.suppress(OSError):
-                os.unlink(journal)
+            sweep_groups(os.path.join(self.home, "groups"), self.home)    # and removes the journal
 
     # ---- the config, records of self, stopping ----
     def config_changed(self):
@@ -9975,9 +9972,8 @@ class Daemon:
                 from None
         if broken is not None:
             seq, why = broken
-            raise Fail(EX_DATAERR, f"record #{seq} of {self.home}/ledger.db does not read: {why};"
-                                   f" nothing was appended. See avsm doctor, and avsm doctor --cut"
-                                   f" {seq} with avsmd stopped")
+            refuse(f"record #{seq} of {self.home}/ledger.db does not read: {why}; nothing was"
+                   f" appended. See avsm doctor, and avsm doctor --cut {seq} with avsmd stopped")
         return swept
 
     def run(self):
@@ -9986,7 +9982,6 @@ class Daemon:
         2. write the start records; start the roles and the warden;
         3. loop: serve, act on the signals, restart a child, check the lock and socket each second;
         4. once stopping, leave the loop when the warden has ended or its grace is over."""
-        import selectors
         import socket
         swept = self.open_home()                                                     # 1
         wake_r, wake_w = socket.socketpair()
@@ -9995,7 +9990,7 @@ class Daemon:
         signal.set_wakeup_fd(wake_w.fileno(), warn_on_full_buffer=False)
         for signum in STOP_SIGNALS:
             signal.signal(signum, lambda signum, frame: self.signals.append(signum))
-        self.sel.register(wake_r, selectors.EVENT_READ, lambda: receive(wake_r, 512))
+        self.watch(wake_r, lambda: receive(wake_r, 512))
         self.clients.bind()
         pid = os.getpid()
         self.append_self("start", f"avsmd {VERSION} started (pid {pid}) on {self.home}",  # 2
@@ -10055,8 +10050,7 @@ class Daemon:
         return self.finish()
 
     def finish(self):
-        if self.warden.proc.poll() is None:
-            self.warden.proc.kill()
+        self.warden.proc.kill()
         self.warden.proc.wait()
         if self.roles.chan is not None:
             self.roles.chan.close()          # the roles process ends at the end of its channel
@@ -10371,9 +10365,8 @@ def program_command(program, home=None):
     beside = os.path.join(folder, program)
     on_path, command = shutil.which(program), None
     if name.split(".")[0] in ("avsm", "avsmd") and not name.endswith(".py"):
-        if on_path and (not folder or os.path.realpath(on_path) == os.path.realpath(beside)):
-            command = program
-        elif folder and os.path.exists(beside):
+        if folder and os.path.exists(beside) and not (
+                on_path and os.path.realpath(on_path) == os.path.realpath(beside)):
             command = beside
         elif on_path:
             command = program
@@ -10516,10 +10509,7 @@ def why_facts(db, facts, home):
         f"{RECORD_VENTURE_SQL} = ? AND seq > ? AND seq <= ? ORDER BY seq",
         (record.get("venture"), since[0], seq), since[0], seq)}
     premises = proof.get("premises", [])
-    for p in premises:
-        whole = record_at(db, p) if 0 < p <= seq else None
-        if whole is not None:
-            records[p] = whole
+    records.update((p, r) for p in premises if 0 < p <= seq for r in [record_at(db, p)] if r)
     t = isinstance(proof.get("trigger"), int) and record_at(db, proof["trigger"])
     facts["proof"] = {
         "rule": proof.get("rule"),
@@ -10701,7 +10691,7 @@ def show_ledger_view(home, verb, args):
     try:
         with contextlib.closing(open_ledger_ro(path)) as db:
             seq, states = Snapshots(home).fold(db)[:2]
-            last = (seq, (record_at(db, seq) or (0,))[0])
+            at = (record_at(db, seq) or (0,))[0]
             if verb == "page":
                 return page_facts(home, states, time.time(), db, stopped=True)
     except (sqlite3_errors(), ValueError, KeyError, TypeError, Fail) as err:
@@ -10715,11 +10705,11 @@ def show_ledger_view(home, verb, args):
         status_facts(states, time.time(), None, None, args.get("venture"), args["verbose"],
                      args["ascii"], stopped=True)
     if JSON:
-        JSON.update(facts, ledger={"seq": last[0], "at": last[1]})
+        JSON.update(facts, ledger={"seq": seq, "at": at})
         return None
     try:
-        out(f"avsmd is not running: nothing runs; this is what the ledger holds, to #{last[0]} at"
-            f" {format_local_time(last[1])}",
+        out(f"avsmd is not running: nothing runs; this is what the ledger holds, to #{seq} at"
+            f" {format_local_time(at)}",
             *(asks_lines if verb == "asks" else status_lines)(facts))
         flush_out()
     except BrokenPipeError:
