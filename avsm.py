@@ -9620,6 +9620,7 @@ class Clients:
         self.clients, self.waiting, self.queue, self.next_id = {}, {}, [], 0
 
     def bind(self):
+        import selectors
         import socket
         if self.listener is not None:
             self.daemon.sel.unregister(self.listener)
@@ -9636,7 +9637,7 @@ class Clients:
         listener.listen(64)
         listener.setblocking(False)
         self.listener, self.sock_id = listener, os.stat(self.path).st_ino
-        self.daemon.watch(listener, self.accept)
+        self.daemon.sel.register(listener, selectors.EVENT_READ, self.accept)
 
     def check(self):
         """Each second: the socket must still be ours; make it again when deleted or replaced."""
@@ -9647,6 +9648,7 @@ class Clients:
         log(self.daemon.debug, "avsmd", "made the socket again")
 
     def accept(self):
+        import selectors
         import socket
         try:
             conn, _ = self.listener.accept()
@@ -9659,7 +9661,7 @@ class Clients:
                 return
         conn.setblocking(False)
         self.clients[conn] = {"reader": LineReader(REQUEST_MAX)}
-        self.daemon.watch(conn, lambda: self.data(conn))
+        self.daemon.sel.register(conn, selectors.EVENT_READ, lambda: self.data(conn))
 
     def data(self, conn):
         """Read what a client sent: its one request; whatever the bytes, avsmd goes on serving."""
@@ -9741,31 +9743,32 @@ class Clients:
 
 
 class Kept:
-    """One process avsmd keeps (the warden, the roles process), and what avsmd calls when it
-    speaks."""
+    """One process avsmd keeps (the warden, the roles process), and what avsmd calls when it speaks
+    and when it ends."""
 
-    def __init__(self, name, what, daemon, read):
-        self.name, self.what, self.daemon, self.read = name, what, daemon, read
+    def __init__(self, name, what, sel, read, ended):
+        self.name, self.what, self.sel, self.read, self.ended = name, what, sel, read, ended
         self.pid = self.proc = self.chan = self.pidfd = self.restart_at = self.backoff = None
         self.reader, self.started = LineReader(), 0.0
 
-    def attach(self, pid, chan):
+    def attach(self, pid, chan, debug):
+        import selectors
         chan.setblocking(False)
         self.pid, self.chan, self.reader, self.started = pid, chan, LineReader(), time.monotonic()
-        self.daemon.watch(chan, self.read)
+        self.sel.register(chan, selectors.EVENT_READ, self.read)
         try:
             self.pidfd = os.pidfd_open(pid)
-            self.daemon.watch(self.pidfd, lambda: self.daemon.ended(self))
+            self.sel.register(self.pidfd, selectors.EVENT_READ, lambda: self.ended(self))
         except (AttributeError, OSError):
             self.pidfd = None
-        log(self.daemon.debug, "avsmd", f"started {self.what}, pid {pid}")
+        log(debug, "avsmd", f"started {self.what}, pid {pid}")
 
     def detach(self):
         """It ended: close its pidfd and channel."""
         if self.pidfd is not None:
-            self.daemon.sel.unregister(self.pidfd)
+            self.sel.unregister(self.pidfd)
             os.close(self.pidfd)
-        self.daemon.sel.unregister(self.chan)
+        self.sel.unregister(self.chan)
         self.chan.close()
         self.chan = self.pidfd = None
 
@@ -9780,17 +9783,12 @@ class Daemon:
         self.debug = debug
         self.sel, self.ledger = selectors.DefaultSelector(), None
         self.lock, self.clients = HomeLock(home), Clients(self)
-        self.warden = Kept("warden", "the warden", self, self.from_warden)
-        self.roles = Kept("roles", "the roles process", self, self.from_roles)
+        self.warden = Kept("warden", "the warden", self.sel, self.from_warden, self.ended)
+        self.roles = Kept("roles", "the roles process", self.sel, self.from_roles, self.ended)
         self.roles_waiting = {}
         self.groups = {}    # the groups the warden said it started and has not seen end (RUN-13)
         self.stopping, self.stop_deadline, self.exit_code, self.signals = False, None, EX_OK, []
         self.notifier = Notifier(home, cfg.get("notify"), self.append_self, debug)
-
-    def watch(self, fileobj, call):
-        """Have the loop in run call `call` when `fileobj` can be read."""
-        import selectors
-        self.sel.register(fileobj, selectors.EVENT_READ, call)
 
     # ---- the warden and the roles process ----
     def start_warden(self):
@@ -9803,7 +9801,7 @@ class Daemon:
                                             env=dict(os.environ, AVSM_CONFIG=json.dumps(self.cfg)),
                                             stdin=subprocess.DEVNULL)
         theirs.close()
-        self.warden.attach(self.warden.proc.pid, ours)
+        self.warden.attach(self.warden.proc.pid, ours, self.debug)
         self.pass_on()
 
     def start_roles(self):
@@ -9830,7 +9828,7 @@ class Daemon:
             finally:
                 os._exit(code)
         theirs.close()
-        self.roles.attach(pid, ours)
+        self.roles.attach(pid, ours, self.debug)
 
     def pass_on(self):
         """Send the warden the requests its clients wait on."""
@@ -9862,11 +9860,12 @@ class Daemon:
         rid = message.get("rid")
         if self.roles.chan is None:
             return self.roles_error(rid, "the roles process is not running")
+        self.roles_waiting[rid] = True
         try:
             send_line(self.roles.chan, message)
         except OSError:
-            return self.roles_error(rid, "the roles process is not answering")
-        self.roles_waiting[rid] = True
+            self.roles_waiting.pop(rid, None)
+            self.roles_error(rid, "the roles process is not answering")
 
     def roles_error(self, rid, why):
         if self.warden.chan is not None:
@@ -9982,6 +9981,7 @@ class Daemon:
         2. write the start records; start the roles and the warden;
         3. loop: serve, act on the signals, restart a child, check the lock and socket each second;
         4. once stopping, leave the loop when the warden has ended or its grace is over."""
+        import selectors
         import socket
         swept = self.open_home()                                                     # 1
         wake_r, wake_w = socket.socketpair()
@@ -9990,7 +9990,7 @@ class Daemon:
         signal.set_wakeup_fd(wake_w.fileno(), warn_on_full_buffer=False)
         for signum in STOP_SIGNALS:
             signal.signal(signum, lambda signum, frame: self.signals.append(signum))
-        self.watch(wake_r, lambda: receive(wake_r, 512))
+        self.sel.register(wake_r, selectors.EVENT_READ, lambda: receive(wake_r, 512))
         self.clients.bind()
         pid = os.getpid()
         self.append_self("start", f"avsmd {VERSION} started (pid {pid}) on {self.home}",  # 2
@@ -10365,8 +10365,9 @@ def program_command(program, home=None):
     beside = os.path.join(folder, program)
     on_path, command = shutil.which(program), None
     if name.split(".")[0] in ("avsm", "avsmd") and not name.endswith(".py"):
-        if folder and os.path.exists(beside) and not (
-                on_path and os.path.realpath(on_path) == os.path.realpath(beside)):
+        if on_path and (not folder or os.path.realpath(on_path) == os.path.realpath(beside)):
+            command = program
+        elif folder and os.path.exists(beside):
             command = beside
         elif on_path:
             command = program
