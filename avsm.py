@@ -10510,7 +10510,10 @@ def why_facts(db, facts, home):
         f"{RECORD_VENTURE_SQL} = ? AND seq > ? AND seq <= ? ORDER BY seq",
         (record.get("venture"), since[0], seq), since[0], seq)}
     premises = proof.get("premises", [])
-    records.update((p, r) for p in premises if 0 < p <= seq for r in [record_at(db, p)] if r)
+    for p in premises:
+        whole = record_at(db, p) if 0 < p <= seq else None
+        if whole is not None:
+            records[p] = whole
     t = isinstance(proof.get("trigger"), int) and record_at(db, proof["trigger"])
     facts["proof"] = {
         "rule": proof.get("rule"),
