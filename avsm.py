@@ -94,7 +94,6 @@ if sys.version_info < (3, 11):
 CLAIMS = ("measured", "declared", "inferred")
 ZERO_HASH = "0" * 64
 SOCKET_LIMIT = 103 if sys.platform == "darwin" else 107
-NAME_CHARS = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_-.")
 LEVER_TIMEOUT = 600          # a lever run's time limit unless `timeout:` says otherwise
 READING_TIMEOUT = 600        # a report's, guard's, audit's or reading's, likewise
 KILL_GRACE = 7               # SIGTERM, then SIGKILL this many seconds later
@@ -1071,7 +1070,7 @@ def refuse(problem, code=EX_DATAERR):
 
 def check_venture_name(name):
     """Return the venture name of a directory, or raise Fail(65) for one avsm cannot name."""
-    refuse((not name or name in (".", "..") or not NAME_CHARS.issuperset(name))
+    refuse((name in (".", "..") or not re.fullmatch(r"[A-Za-z0-9_.-]+", name))
            and f"'{name}' is not a venture name: a directory name is one word of letters, digits,"
                " _, - and .; rename the directory")
     refuse(name == "self" and "'self' is avsm's own venture; rename the directory")
