@@ -225,13 +225,13 @@ NUMBER_DIGITS = {10: 302, 8: 335, 16: 251}  # more significant digits is past NU
 
 
 class NumberError(ValueError):
-    """A number past NUMBER_MAX, where YAML or JSON would have read one."""
+    """A number past NUMBER_MAX, where YAML or JSON would have read one: the refusal quotes the
+    text it is written as, cut to 24 characters."""
 
-
-def number_refusal(text):
-    """Return why the number written `text` is refused, quoting it cut to 24 characters."""
-    shown = repr(text) if len(text) <= 24 else f"{text[:24]!r}... ({len(text)} characters)"
-    return f"{shown} is too large: avsm takes no number beyond 1e300; write a smaller number"
+    def __init__(self, text):
+        shown = repr(text) if len(text) <= 24 else f"{text[:24]!r}... ({len(text)} characters)"
+        super().__init__(
+            f"{shown} is too large: avsm takes no number beyond 1e300; write a smaller number")
 
 
 def shown_value(value, keep=60):
@@ -277,12 +277,10 @@ LINE_CONTROL_CHARS = CONTROL_CHARS.replace("\x00-\x1f", "\x00-\x08\x0b-\x1f")
 
 
 def bounded_int(text, base):
-    """Return the integer `text` in `base`, or raise NumberError past NUMBER_MAX (digits counted
-    first: int() refuses past 4300)."""
-    digits = text.lstrip("+-").lstrip("0")
-    if len(digits) > NUMBER_DIGITS[base] or abs(int(text, base)) > NUMBER_MAX:
-        raise NumberError(
-            number_refusal(text if base == 10 else ("0x" if base == 16 else "0o") + text))
+    """Return the integer `text` (0x or 0o before it in base 16 or 8) in `base`, or raise
+    NumberError past NUMBER_MAX (digits counted first: int() refuses past 4300)."""
+    if len(text.lstrip("+-0xo")) > NUMBER_DIGITS[base] or abs(int(text, base)) > NUMBER_MAX:
+        raise NumberError(text)
     return int(text, base)
 
 
@@ -290,7 +288,7 @@ def bounded_float(text):
     """Return the float `text`, or raise NumberError past NUMBER_MAX (1e999 reads as infinity)."""
     value = float(text)
     if abs(value) > NUMBER_MAX:
-        raise NumberError(number_refusal(text))
+        raise NumberError(text)
     return value
 
 
@@ -403,8 +401,8 @@ def resolve_plain(text):
     if text in YAML_BOOLS:
         return YAML_BOOLS[text]
     for pattern, read in ((r'[-+]?[0-9]+', lambda t: bounded_int(t, 10)),
-                          (r'0o[0-7]+', lambda t: bounded_int(t[2:], 8)),
-                          (r'0x[0-9a-fA-F]+', lambda t: bounded_int(t[2:], 16)),
+                          (r'0o[0-7]+', lambda t: bounded_int(t, 8)),
+                          (r'0x[0-9a-fA-F]+', lambda t: bounded_int(t, 16)),
                           (r'[-+]?(\.[0-9]+|[0-9]+(\.[0-9]*)?)([eE][-+]?[0-9]+)?', bounded_float),
                           (r'[-+]?\.(inf|Inf|INF)|\.(nan|NaN|NAN)',
                            lambda t: float(t.replace('.', '')))):
