@@ -1002,14 +1002,14 @@ class Checker:
             self.fail(path, f"{what} must be above 0")
         return value
 
-    def whole(self, value, path, what=None, least=1):
+    def whole(self, value, path, least=1):
         if isinstance(value, bool) or not isinstance(value, int) or value < least:
-            self.fail(path, f"{what or path[-1]} must be a whole number of at least {least}")
+            self.fail(path, f"{path[-1]} must be a whole number of at least {least}")
         return value
 
-    def boolean(self, value, path, what=None):
+    def boolean(self, value, path):
         if not isinstance(value, bool):
-            self.fail(path, f"{what or path[-1]} must be true or false")
+            self.fail(path, f"{path[-1]} must be true or false")
         return value
 
     def choice(self, value, path, choices, what=None):
@@ -1355,8 +1355,7 @@ def parse_threshold(c, value, levers, path, ctl):
         c.fail(path, "a threshold takes exactly one of above: or below:")
     side = ctl["side"] = sides[0]
     ctl["bound"] = c.number(value[side], path + (side,))
-    if "action" not in value:
-        c.fail(path, "a threshold names its lever with action:")
+    c.require(value, path, ("action",), "a threshold names its lever with action:")
     ctl["action"] = permitted_lever(c, value["action"], path + ("action",), levers)
 
 
@@ -1482,8 +1481,7 @@ def parse_guards(c, doc, m, directory):
 def parse_unwind(c, value, path, levers):
     """Return a guard's unwind {action, payload}: a permitted lever and the payload it takes."""
     c.mapping(value, path, {"action", "payload"}, "an unwind")
-    if "action" not in value:
-        c.fail(path, "an unwind names its lever with action:")
+    c.require(value, path, ("action",), "an unwind names its lever with action:")
     action = permitted_lever(c, value["action"], path + ("action",), levers)
     payload, takes, at = value.get("payload"), levers[action]["takes"], path + ("payload",)
     if takes == "json" and not isinstance(payload, dict):
@@ -1559,8 +1557,7 @@ def parse_config(text, source="config.yaml"):
     c.mapping(backends, ("backends",), set(backends) if isinstance(backends, dict) else ())
     for name, b in backends.items():
         path = ("backends", name)
-        if not isinstance(b, dict) or not isinstance(b.get("kind"), str) \
-                or b["kind"] not in BACKEND_KEYS:
+        if not isinstance(b, dict) or b.get("kind") not in tuple(BACKEND_KEYS):
             c.fail(path, f"backend '{name}' needs kind: anthropic, openai or command")
         c.mapping(b, path, BACKEND_KEYS[b["kind"]], f"a {b['kind']} backend")
         needs = {"anthropic": ("model", "key"), "openai": ("url", "model"),
@@ -1797,8 +1794,7 @@ def parse_written(c, value, key, name, example, every, where_to):
     if not isinstance(value, dict):
         c.fail(path, f"{key} is a mapping, as {example}, not {shown_value(value)}")
     c.mapping(value, path, {name, "every"})
-    if name not in value:
-        c.fail(path, f"{key} has no '{name}'; write {example}")
+    c.require(value, path, (name,), f"{key} has no '{name}'; write {example}")
     where = path + (name,)
     text = c.text(value[name], where)
     if "\0" in text or not os.path.isabs(text):
@@ -2245,17 +2241,14 @@ def is_name(value):
     return value is None or isinstance(value, str)
 
 
-# field -> (test, what it must be) of the fields the fold reads (any other: text or null);
-# "!": text, never null
+# field -> (test, what it must be) of the fields the fold reads (any other: text or null)
 FOLD_TESTS = {
     "lever": (is_name, "a lever's name"), "guard": (is_name, "a guard's name"),
-    "lever!": (lambda v: isinstance(v, str), "a lever's name"), "side": (is_name, "a side's name"),
-    "text!": (lambda v: isinstance(v, str), "text"),
+    "side": (is_name, "a side's name"),
     "proof": (lambda v: v is None or isinstance(v, dict), "an object"),
-    "ask": (is_seq, "a record number"), "action": (is_seq, "a record number"),
-    "report": (is_seq, "a record number"), "crps": (is_number, "a number"),
-    "persistence": (is_number, "a number")}
-# kind -> the fields the fold reads, in the order they are checked
+    **dict.fromkeys(("ask", "action", "report"), (is_seq, "a record number")),
+    "crps": (is_number, "a number"), "persistence": (is_number, "a number")}
+# kind -> the fields the fold reads, in the order they are checked; "!": never null
 FOLD_FIELDS = {
     "mandate": "directory text! sha256", "action": "lever! guard side proof",
     "outcome": "lever action", "refusal": "side", "ask": "about lever guard side",
@@ -2272,8 +2265,9 @@ def fold_problem(record):
         return "its kind or venture is not text"
     fields = FOLD_FIELDS.get(kind) or FOLD_FIELDS.get(kind[:kind.find(".") + 1]) or ""
     for key in fields.split():
-        field, (test, what) = key.rstrip("!"), FOLD_TESTS.get(key, (is_name, "text"))
-        if field in record and not test(record[field]):
+        field = key.rstrip("!")
+        test, what = FOLD_TESTS.get(field, (is_name, "text"))
+        if field in record and (not test(record[field]) or field != key and record[field] is None):
             return f"its {field} is {shown_value(record[field], 40)}, not {what}"
     if kind == "action" and isinstance(record.get("proof"), dict):
         premises = record["proof"].get("premises", [])
