@@ -1954,28 +1954,25 @@ def check_request(request):
         raise Fail(EX_USAGE, f"a request holds only {', '.join(REQUEST_KEYS)}, "
                              f"not {shown_text(extra[0])[:80]}")
     cmd = request.get("cmd")
-    if not isinstance(cmd, str) or cmd not in REQUESTS:
+    if cmd not in tuple(REQUESTS):
         raise Fail(EX_USAGE, f"avsmd does not know the command {shown_text(json.dumps(cmd))[:80]}; "
                              "avsm --help lists them")
     args = request.get("args", {})
-    if not isinstance(args, dict):
-        raise Fail(EX_DATAERR, f"{cmd}: args is a mapping, not {json_kind(args)}")
+    refuse(not isinstance(args, dict) and f"{cmd}: args is a mapping, not {json_kind(args)}")
     return cmd, checked_arguments(cmd, args, REQUESTS[cmd])
 
 
 def checked_arguments(cmd, args, types):
     """Return the arguments `args` of `cmd` as `types` has them, or Fail(65) saying which not."""
     extra = sorted(set(args) - set(types))
-    if extra:
-        takes = ", ".join(types) or "nothing"
-        raise Fail(EX_DATAERR, f"{cmd} takes {takes}, not {shown_text(extra[0])[:80]}")
+    refuse(extra and f"{cmd} takes {', '.join(types) or 'nothing'}, "
+                     f"not {shown_text(extra[0])[:80]}")
     checked = {}
     for key, kind in types.items():
         optional, kind = kind.endswith("?"), kind.rstrip("?")
         if key not in args:
-            if optional:
-                continue
-            raise Fail(EX_DATAERR, f"{cmd} needs {key}")
+            refuse(not optional and f"{cmd} needs {key}")
+            continue
         value = args[key]
         problem = None if optional and value is None else argument_problem(kind, value)
         refuse(problem and f"{cmd}: {key} {problem}")
