@@ -471,21 +471,6 @@ def leading_spaces(line):
     return len(line) - len(line.lstrip(' '))
 
 
-def block_text(style, chomp, body):
-    """Return a block scalar's value: its lines (None for empty) joined or folded, then chomped."""
-    content = [k for k, x in enumerate(body) if x is not None]
-    if not content:
-        return '\n' * len(body) if chomp == '+' else ''
-    last = content[-1]
-    kept = body[:last + 1]
-    text = fold_lines(kept) if style == '>' else '\n'.join('' if x is None else x for x in kept)
-    if chomp == '-':
-        return text
-    if chomp == '+':
-        return text + '\n' * (len(body) - last)
-    return text + '\n'
-
-
 def fold_lines(lines):
     """Return folded text (YAML 1.2, 8.1.3): a break between two text lines becomes a space,
     an empty line between them the break; breaks next to a more-indented line are kept."""
@@ -559,7 +544,7 @@ class YamlReader:
         if j == len(line):
             return
         if line[j] == '#':
-            if j > 0 and line[j - 1] == ' ':
+            if line[j - 1] == ' ':
                 return
             raise self.error(row, j, "a comment needs a space before '#'")
         raise self.error(row, j, reason)
@@ -613,12 +598,12 @@ class YamlReader:
             key, colon = len(entries), indent
             if not dashed:
                 entry = self.block_key(row, indent, path)
-                if entry is None and self.is_dash(row, indent):
-                    raise self.error(row, indent, "a '- ' entry cannot follow keys at the same "
-                                                  "indentation; indent it under its key")
                 if entry is None:
-                    raise self.error(row, indent, "expected 'key: value' here (is a ':' missing, "
-                                                  "or a scalar continued from above?)")
+                    raise self.error(row, indent, (
+                        "a '- ' entry cannot follow keys at the same indentation; indent it under"
+                        " its key") if self.is_dash(row, indent) else (
+                        "expected 'key: value' here (is a ':' missing, or a scalar continued from"
+                        " above?)"))
                 key, colon = entry
                 if key in first_row:
                     raise self.error(row, indent, f"duplicate key {key!r} (first at line "
@@ -805,7 +790,8 @@ class YamlReader:
         raise self.error(row, i, YAML_UNCLOSED)
 
     def block_scalar(self, row, i, parent):
-        """block_scalar ::= ('|' | '>') ['-' | '+'] [' '+ comment] EOL, lines deeper than parent"""
+        """block_scalar ::= ('|' | '>') ['-' | '+'] [' '+ comment] EOL, lines deeper than parent;
+        its value: its lines (None for empty) joined or folded, then chomped"""
         line = self.lines[row]
         style, j = line[i], i + 1
         chomp = line[j] if j < len(line) and line[j] in '+-' else ''
@@ -821,7 +807,17 @@ class YamlReader:
             # YAML 1.2 readers disagree on a last line without its line break
             raise self.error(end - 1, len(self.lines[-1]), "the file ends inside a block scalar "
                                                            "without a final line break; add one")
-        return block_text(style, chomp, body), end
+        content = [k for k, x in enumerate(body) if x is not None]
+        if not content:
+            return ('\n' * len(body) if chomp == '+' else ''), end
+        last = content[-1]
+        kept = body[:last + 1]
+        text = fold_lines(kept) if style == '>' else '\n'.join('' if x is None else x for x in kept)
+        if chomp == '-':
+            return text, end
+        if chomp == '+':
+            return text + '\n' * (len(body) - last), end
+        return text + '\n', end
 
     def block_lines(self, row, parent):
         """Return (lines, next row) of a block scalar's body, each less the first non-empty line's
