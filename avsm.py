@@ -246,10 +246,8 @@ def format_local_time(at):
         t = time.localtime(at)
     except (OverflowError, OSError, ValueError):
         return f"@{at}"
-    off = t.tm_gmtoff or 0
-    sign = "-" if off < 0 else "+"
-    return time.strftime("%Y-%m-%dT%H:%M:%S", t) \
-        + f"{sign}{abs(off) // 3600:02d}:{abs(off) % 3600 // 60:02d}"
+    text = time.strftime("%Y-%m-%dT%H:%M:%S%z", t)
+    return text[:-2] + ":" + text[-2:]
 
 
 def shown_text(text):
@@ -1378,10 +1376,6 @@ def parse_band(c, value, levers, path, ctl):
                                f"so it may only expect {way} ... within ...")
 
 
-def parse_backend_controller(c, value, levers, path, ctl):
-    ctl["backend"] = c.text(value.get("backend"), path + ("backend",), required=False)
-
-
 ControllerKind = collections.namedtuple("ControllerKind", "keys parse sides describe by_model")
 ControllerKind.__doc__ = """A controller kind: its mandate keys, its parser, its sides
 [(side name, way, bound, lever)] for the kernel, one line for a person, whether a model proposes."""
@@ -1400,9 +1394,11 @@ CONTROLLERS = {  # adding a controller kind is one entry here and its functions
         lambda ctl: f"band [{format_number(ctl['low'])}, {format_number(ctl['high'])}]: below runs"
                     f" {ctl['below']}, above runs {ctl['above']}",
         False),
-    "model": ControllerKind({"kind", "backend"}, parse_backend_controller, lambda ctl: [],
-                            lambda ctl: f"{ctl['kind']} (a backend proposes; the gate decides)",
-                            True)}
+    "model": ControllerKind(
+        {"kind", "backend"},
+        lambda c, value, levers, path, ctl: ctl.update(
+            backend=c.text(value.get("backend"), path + ("backend",), required=False)),
+        lambda ctl: [], lambda ctl: f"{ctl['kind']} (a backend proposes; the gate decides)", True)}
 CONTROLLERS["classifier"] = CONTROLLERS["model"]    # the same kind to the gate: a model proposes
 
 
