@@ -346,9 +346,6 @@ YAML_MAX_DEPTH = 100  # far beyond any mandate; keeps recursion clear of Python'
 YAML_BAD_CHAR = (
     r'[^\t\n\x20-\x7e\xa0-\u2027\u202a-\ud7ff\ue000-\ufefe\uff00-\ufffd\U00010000-\U0010ffff]')
 
-YAML_BOOLS = {'true': True, 'True': True, 'TRUE': True,
-              'false': False, 'False': False, 'FALSE': False}
-
 YAML_ESCAPES = {'0': '\0', 'a': '\a', 'b': '\b', 't': '\t', '\t': '\t', 'n': '\n', 'v': '\v',
                 'f': '\f', 'r': '\r', 'e': '\x1b', ' ': ' ', '"': '"', '/': '/', '\\': '\\',
                 'N': '\x85', '_': '\xa0', 'L': '\u2028', 'P': '\u2029'}
@@ -396,8 +393,8 @@ def resolve_plain(text):
     string); past NUMBER_MAX raise NumberError."""
     if text in ('', '~', 'null', 'Null', 'NULL'):
         return None
-    if text in YAML_BOOLS:
-        return YAML_BOOLS[text]
+    if text in ('true', 'True', 'TRUE', 'false', 'False', 'FALSE'):
+        return text.lower() == 'true'
     for pattern, read in ((r'[-+]?[0-9]+', lambda t: bounded_int(t, 10)),
                           (r'0o[0-7]+', lambda t: bounded_int(t, 8)),
                           (r'0x[0-9a-fA-F]+', lambda t: bounded_int(t, 16)),
