@@ -94,7 +94,6 @@ if sys.version_info < (3, 11):
 CLAIMS = ("measured", "declared", "inferred")
 ZERO_HASH = "0" * 64
 SOCKET_LIMIT = 103 if sys.platform == "darwin" else 107
-NAME_CHARS = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_-.")
 LEVER_TIMEOUT = 600          # a lever run's time limit unless `timeout:` says otherwise
 READING_TIMEOUT = 600        # a report's, guard's, audit's or reading's, likewise
 KILL_GRACE = 7               # SIGTERM, then SIGKILL this many seconds later
@@ -226,13 +225,13 @@ NUMBER_DIGITS = {10: 302, 8: 335, 16: 251}  # more significant digits is past NU
 
 
 class NumberError(ValueError):
-    """A number past NUMBER_MAX, where YAML or JSON would have read one."""
+    """A number past NUMBER_MAX, where YAML or JSON would have read one: the refusal quotes the
+    text it is written as, cut to 24 characters."""
 
-
-def number_refusal(text):
-    """Return why the number written `text` is refused, quoting it cut to 24 characters."""
-    shown = repr(text) if len(text) <= 24 else f"{text[:24]!r}... ({len(text)} characters)"
-    return f"{shown} is too large: avsm takes no number beyond 1e300; write a smaller number"
+    def __init__(self, text):
+        shown = repr(text) if len(text) <= 24 else f"{text[:24]!r}... ({len(text)} characters)"
+        super().__init__(
+            f"{shown} is too large: avsm takes no number beyond 1e300; write a smaller number")
 
 
 def shown_value(value, keep=60):
@@ -247,10 +246,8 @@ def format_local_time(at):
         t = time.localtime(at)
     except (OverflowError, OSError, ValueError):
         return f"@{at}"
-    off = t.tm_gmtoff or 0
-    sign = "-" if off < 0 else "+"
-    return time.strftime("%Y-%m-%dT%H:%M:%S", t) \
-        + f"{sign}{abs(off) // 3600:02d}:{abs(off) % 3600 // 60:02d}"
+    text = time.strftime("%Y-%m-%dT%H:%M:%S%z", t)
+    return text[:-2] + ":" + text[-2:]
 
 
 def shown_text(text):
@@ -278,12 +275,10 @@ LINE_CONTROL_CHARS = CONTROL_CHARS.replace("\x00-\x1f", "\x00-\x08\x0b-\x1f")
 
 
 def bounded_int(text, base):
-    """Return the integer `text` in `base`, or raise NumberError past NUMBER_MAX (digits counted
-    first: int() refuses past 4300)."""
-    digits = text.lstrip("+-").lstrip("0")
-    if len(digits) > NUMBER_DIGITS[base] or abs(int(text, base)) > NUMBER_MAX:
-        raise NumberError(
-            number_refusal(text if base == 10 else ("0x" if base == 16 else "0o") + text))
+    """Return the integer `text` (0x or 0o before it in base 16 or 8) in `base`, or raise
+    NumberError past NUMBER_MAX (digits counted first: int() refuses past 4300)."""
+    if len(text.lstrip("+-0xo")) > NUMBER_DIGITS[base] or abs(int(text, base)) > NUMBER_MAX:
+        raise NumberError(text)
     return int(text, base)
 
 
@@ -291,7 +286,7 @@ def bounded_float(text):
     """Return the float `text`, or raise NumberError past NUMBER_MAX (1e999 reads as infinity)."""
     value = float(text)
     if abs(value) > NUMBER_MAX:
-        raise NumberError(number_refusal(text))
+        raise NumberError(text)
     return value
 
 
@@ -351,9 +346,6 @@ YAML_MAX_DEPTH = 100  # far beyond any mandate; keeps recursion clear of Python'
 YAML_BAD_CHAR = (
     r'[^\t\n\x20-\x7e\xa0-\u2027\u202a-\ud7ff\ue000-\ufefe\uff00-\ufffd\U00010000-\U0010ffff]')
 
-YAML_BOOLS = {'true': True, 'True': True, 'TRUE': True,
-              'false': False, 'False': False, 'FALSE': False}
-
 YAML_ESCAPES = {'0': '\0', 'a': '\a', 'b': '\b', 't': '\t', '\t': '\t', 'n': '\n', 'v': '\v',
                 'f': '\f', 'r': '\r', 'e': '\x1b', ' ': ' ', '"': '"', '/': '/', '\\': '\\',
                 'N': '\x85', '_': '\xa0', 'L': '\u2028', 'P': '\u2029'}
@@ -401,11 +393,11 @@ def resolve_plain(text):
     string); past NUMBER_MAX raise NumberError."""
     if text in ('', '~', 'null', 'Null', 'NULL'):
         return None
-    if text in YAML_BOOLS:
-        return YAML_BOOLS[text]
+    if text in ('true', 'True', 'TRUE', 'false', 'False', 'FALSE'):
+        return text.lower() == 'true'
     for pattern, read in ((r'[-+]?[0-9]+', lambda t: bounded_int(t, 10)),
-                          (r'0o[0-7]+', lambda t: bounded_int(t[2:], 8)),
-                          (r'0x[0-9a-fA-F]+', lambda t: bounded_int(t[2:], 16)),
+                          (r'0o[0-7]+', lambda t: bounded_int(t, 8)),
+                          (r'0x[0-9a-fA-F]+', lambda t: bounded_int(t, 16)),
                           (r'[-+]?(\.[0-9]+|[0-9]+(\.[0-9]*)?)([eE][-+]?[0-9]+)?', bounded_float),
                           (r'[-+]?\.(inf|Inf|INF)|\.(nan|NaN|NAN)',
                            lambda t: float(t.replace('.', '')))):
@@ -472,21 +464,6 @@ def is_document_marker(line, marker):
 
 def leading_spaces(line):
     return len(line) - len(line.lstrip(' '))
-
-
-def block_text(style, chomp, body):
-    """Return a block scalar's value: its lines (None for empty) joined or folded, then chomped."""
-    content = [k for k, x in enumerate(body) if x is not None]
-    if not content:
-        return '\n' * len(body) if chomp == '+' else ''
-    last = content[-1]
-    kept = body[:last + 1]
-    text = fold_lines(kept) if style == '>' else '\n'.join('' if x is None else x for x in kept)
-    if chomp == '-':
-        return text
-    if chomp == '+':
-        return text + '\n' * (len(body) - last)
-    return text + '\n'
 
 
 def fold_lines(lines):
@@ -562,7 +539,7 @@ class YamlReader:
         if j == len(line):
             return
         if line[j] == '#':
-            if j > 0 and line[j - 1] == ' ':
+            if line[j - 1] == ' ':
                 return
             raise self.error(row, j, "a comment needs a space before '#'")
         raise self.error(row, j, reason)
@@ -616,12 +593,12 @@ class YamlReader:
             key, colon = len(entries), indent
             if not dashed:
                 entry = self.block_key(row, indent, path)
-                if entry is None and self.is_dash(row, indent):
-                    raise self.error(row, indent, "a '- ' entry cannot follow keys at the same "
-                                                  "indentation; indent it under its key")
                 if entry is None:
-                    raise self.error(row, indent, "expected 'key: value' here (is a ':' missing, "
-                                                  "or a scalar continued from above?)")
+                    raise self.error(row, indent, (
+                        "a '- ' entry cannot follow keys at the same indentation; indent it under"
+                        " its key") if self.is_dash(row, indent) else (
+                        "expected 'key: value' here (is a ':' missing, or a scalar continued from"
+                        " above?)"))
                 key, colon = entry
                 if key in first_row:
                     raise self.error(row, indent, f"duplicate key {key!r} (first at line "
@@ -808,7 +785,8 @@ class YamlReader:
         raise self.error(row, i, YAML_UNCLOSED)
 
     def block_scalar(self, row, i, parent):
-        """block_scalar ::= ('|' | '>') ['-' | '+'] [' '+ comment] EOL, lines deeper than parent"""
+        """block_scalar ::= ('|' | '>') ['-' | '+'] [' '+ comment] EOL, lines deeper than parent;
+        its value: its lines (None for empty) joined or folded, then chomped"""
         line = self.lines[row]
         style, j = line[i], i + 1
         chomp = line[j] if j < len(line) and line[j] in '+-' else ''
@@ -824,7 +802,17 @@ class YamlReader:
             # YAML 1.2 readers disagree on a last line without its line break
             raise self.error(end - 1, len(self.lines[-1]), "the file ends inside a block scalar "
                                                            "without a final line break; add one")
-        return block_text(style, chomp, body), end
+        content = [k for k, x in enumerate(body) if x is not None]
+        if not content:
+            return ('\n' * len(body) if chomp == '+' else ''), end
+        last = content[-1]
+        kept = body[:last + 1]
+        text = fold_lines(kept) if style == '>' else '\n'.join('' if x is None else x for x in kept)
+        if chomp == '-':
+            return text, end
+        if chomp == '+':
+            return text + '\n' * (len(body) - last), end
+        return text + '\n', end
 
     def block_lines(self, row, parent):
         """Return (lines, next row) of a block scalar's body, each less the first non-empty line's
@@ -1005,14 +993,14 @@ class Checker:
             self.fail(path, f"{what} must be above 0")
         return value
 
-    def whole(self, value, path, what=None, least=1):
+    def whole(self, value, path, least=1):
         if isinstance(value, bool) or not isinstance(value, int) or value < least:
-            self.fail(path, f"{what or path[-1]} must be a whole number of at least {least}")
+            self.fail(path, f"{path[-1]} must be a whole number of at least {least}")
         return value
 
-    def boolean(self, value, path, what=None):
+    def boolean(self, value, path):
         if not isinstance(value, bool):
-            self.fail(path, f"{what or path[-1]} must be true or false")
+            self.fail(path, f"{path[-1]} must be true or false")
         return value
 
     def choice(self, value, path, choices, what=None):
@@ -1071,7 +1059,7 @@ def refuse(problem, code=EX_DATAERR):
 
 def check_venture_name(name):
     """Return the venture name of a directory, or raise Fail(65) for one avsm cannot name."""
-    refuse((not name or name in (".", "..") or not NAME_CHARS.issuperset(name))
+    refuse((name in (".", "..") or not re.fullmatch(r"[A-Za-z0-9_.-]+", name))
            and f"'{name}' is not a venture name: a directory name is one word of letters, digits,"
                " _, - and .; rename the directory")
     refuse(name == "self" and "'self' is avsm's own venture; rename the directory")
@@ -1358,8 +1346,7 @@ def parse_threshold(c, value, levers, path, ctl):
         c.fail(path, "a threshold takes exactly one of above: or below:")
     side = ctl["side"] = sides[0]
     ctl["bound"] = c.number(value[side], path + (side,))
-    if "action" not in value:
-        c.fail(path, "a threshold names its lever with action:")
+    c.require(value, path, ("action",), "a threshold names its lever with action:")
     ctl["action"] = permitted_lever(c, value["action"], path + ("action",), levers)
 
 
@@ -1386,10 +1373,6 @@ def parse_band(c, value, levers, path, ctl):
                                f"so it may only expect {way} ... within ...")
 
 
-def parse_backend_controller(c, value, levers, path, ctl):
-    ctl["backend"] = c.text(value.get("backend"), path + ("backend",), required=False)
-
-
 ControllerKind = collections.namedtuple("ControllerKind", "keys parse sides describe by_model")
 ControllerKind.__doc__ = """A controller kind: its mandate keys, its parser, its sides
 [(side name, way, bound, lever)] for the kernel, one line for a person, whether a model proposes."""
@@ -1408,9 +1391,11 @@ CONTROLLERS = {  # adding a controller kind is one entry here and its functions
         lambda ctl: f"band [{format_number(ctl['low'])}, {format_number(ctl['high'])}]: below runs"
                     f" {ctl['below']}, above runs {ctl['above']}",
         False),
-    "model": ControllerKind({"kind", "backend"}, parse_backend_controller, lambda ctl: [],
-                            lambda ctl: f"{ctl['kind']} (a backend proposes; the gate decides)",
-                            True)}
+    "model": ControllerKind(
+        {"kind", "backend"},
+        lambda c, value, levers, path, ctl: ctl.update(
+            backend=c.text(value.get("backend"), path + ("backend",), required=False)),
+        lambda ctl: [], lambda ctl: f"{ctl['kind']} (a backend proposes; the gate decides)", True)}
 CONTROLLERS["classifier"] = CONTROLLERS["model"]    # the same kind to the gate: a model proposes
 
 
@@ -1485,8 +1470,7 @@ def parse_guards(c, doc, m, directory):
 def parse_unwind(c, value, path, levers):
     """Return a guard's unwind {action, payload}: a permitted lever and the payload it takes."""
     c.mapping(value, path, {"action", "payload"}, "an unwind")
-    if "action" not in value:
-        c.fail(path, "an unwind names its lever with action:")
+    c.require(value, path, ("action",), "an unwind names its lever with action:")
     action = permitted_lever(c, value["action"], path + ("action",), levers)
     payload, takes, at = value.get("payload"), levers[action]["takes"], path + ("payload",)
     if takes == "json" and not isinstance(payload, dict):
@@ -1562,8 +1546,7 @@ def parse_config(text, source="config.yaml"):
     c.mapping(backends, ("backends",), set(backends) if isinstance(backends, dict) else ())
     for name, b in backends.items():
         path = ("backends", name)
-        if not isinstance(b, dict) or not isinstance(b.get("kind"), str) \
-                or b["kind"] not in BACKEND_KEYS:
+        if not isinstance(b, dict) or b.get("kind") not in tuple(BACKEND_KEYS):
             c.fail(path, f"backend '{name}' needs kind: anthropic, openai or command")
         c.mapping(b, path, BACKEND_KEYS[b["kind"]], f"a {b['kind']} backend")
         needs = {"anthropic": ("model", "key"), "openai": ("url", "model"),
@@ -1800,8 +1783,7 @@ def parse_written(c, value, key, name, example, every, where_to):
     if not isinstance(value, dict):
         c.fail(path, f"{key} is a mapping, as {example}, not {shown_value(value)}")
     c.mapping(value, path, {name, "every"})
-    if name not in value:
-        c.fail(path, f"{key} has no '{name}'; write {example}")
+    c.require(value, path, (name,), f"{key} has no '{name}'; write {example}")
     where = path + (name,)
     text = c.text(value[name], where)
     if "\0" in text or not os.path.isabs(text):
@@ -1961,28 +1943,25 @@ def check_request(request):
         raise Fail(EX_USAGE, f"a request holds only {', '.join(REQUEST_KEYS)}, "
                              f"not {shown_text(extra[0])[:80]}")
     cmd = request.get("cmd")
-    if not isinstance(cmd, str) or cmd not in REQUESTS:
+    if cmd not in tuple(REQUESTS):
         raise Fail(EX_USAGE, f"avsmd does not know the command {shown_text(json.dumps(cmd))[:80]}; "
                              "avsm --help lists them")
     args = request.get("args", {})
-    if not isinstance(args, dict):
-        raise Fail(EX_DATAERR, f"{cmd}: args is a mapping, not {json_kind(args)}")
+    refuse(not isinstance(args, dict) and f"{cmd}: args is a mapping, not {json_kind(args)}")
     return cmd, checked_arguments(cmd, args, REQUESTS[cmd])
 
 
 def checked_arguments(cmd, args, types):
     """Return the arguments `args` of `cmd` as `types` has them, or Fail(65) saying which not."""
     extra = sorted(set(args) - set(types))
-    if extra:
-        takes = ", ".join(types) or "nothing"
-        raise Fail(EX_DATAERR, f"{cmd} takes {takes}, not {shown_text(extra[0])[:80]}")
+    refuse(extra and f"{cmd} takes {', '.join(types) or 'nothing'}, "
+                     f"not {shown_text(extra[0])[:80]}")
     checked = {}
     for key, kind in types.items():
         optional, kind = kind.endswith("?"), kind.rstrip("?")
         if key not in args:
-            if optional:
-                continue
-            raise Fail(EX_DATAERR, f"{cmd} needs {key}")
+            refuse(not optional and f"{cmd} needs {key}")
+            continue
         value = args[key]
         problem = None if optional and value is None else argument_problem(kind, value)
         refuse(problem and f"{cmd}: {key} {problem}")
@@ -2248,17 +2227,14 @@ def is_name(value):
     return value is None or isinstance(value, str)
 
 
-# field -> (test, what it must be) of the fields the fold reads (any other: text or null);
-# "!": text, never null
+# field -> (test, what it must be) of the fields the fold reads (any other: text or null)
 FOLD_TESTS = {
     "lever": (is_name, "a lever's name"), "guard": (is_name, "a guard's name"),
-    "lever!": (lambda v: isinstance(v, str), "a lever's name"), "side": (is_name, "a side's name"),
-    "text!": (lambda v: isinstance(v, str), "text"),
+    "side": (is_name, "a side's name"),
     "proof": (lambda v: v is None or isinstance(v, dict), "an object"),
-    "ask": (is_seq, "a record number"), "action": (is_seq, "a record number"),
-    "report": (is_seq, "a record number"), "crps": (is_number, "a number"),
-    "persistence": (is_number, "a number")}
-# kind -> the fields the fold reads, in the order they are checked
+    **dict.fromkeys(("ask", "action", "report"), (is_seq, "a record number")),
+    "crps": (is_number, "a number"), "persistence": (is_number, "a number")}
+# kind -> the fields the fold reads, in the order they are checked; "!": never null
 FOLD_FIELDS = {
     "mandate": "directory text! sha256", "action": "lever! guard side proof",
     "outcome": "lever action", "refusal": "side", "ask": "about lever guard side",
@@ -2275,8 +2251,9 @@ def fold_problem(record):
         return "its kind or venture is not text"
     fields = FOLD_FIELDS.get(kind) or FOLD_FIELDS.get(kind[:kind.find(".") + 1]) or ""
     for key in fields.split():
-        field, (test, what) = key.rstrip("!"), FOLD_TESTS.get(key, (is_name, "text"))
-        if field in record and not test(record[field]):
+        field = key.rstrip("!")
+        test, what = FOLD_TESTS.get(field, (is_name, "text"))
+        if field in record and (not test(record[field]) or field != key and record[field] is None):
             return f"its {field} is {shown_value(record[field], 40)}, not {what}"
     if kind == "action" and isinstance(record.get("proof"), dict):
         premises = record["proof"].get("premises", [])
