@@ -9990,7 +9990,8 @@ class Daemon:
         next_check = time.monotonic() + 1
         while True:                                                                  # 3
             now = time.monotonic()
-            timeout = min(max(0.0, next_check - now), 0.1 if self.stopping else 1.0)
+            # stopping: the warden looked at 10 times a second (next_check no longer moves)
+            timeout = 0.1 if self.stopping else max(0.0, next_check - now)
             if self.notifier.running or self.notifier.queue:
                 timeout = min(timeout, 0.05)
             for key, _ in self.sel.select(timeout):

@@ -663,7 +663,8 @@ def test_restart_policies(av, workdir):
 
 
 def test_grandchildren_do_not_outlive_avsmd(av, workdir):
-    """A `run` whose child ignores SIGTERM: stopping avsmd ends the whole group. RUN-11 RUN-14 RUN-15"""
+    """A `run` whose child ignores SIGTERM: stopping avsmd ends the whole group, the warden's grace waited out
+    at rest. RUN-11 RUN-14 RUN-15"""
     run = "#!/bin/sh\n(trap '' TERM; sleep 300.104\n) &\nsleep 300.105\n"
     d = dial(workdir, "keep", KEEP.format(restart="always"), lower=LOWER, run=run)
     av.start()
@@ -672,9 +673,26 @@ def test_grandchildren_do_not_outlive_avsmd(av, workdir):
     while not processes_with("300.104") and time.monotonic() < deadline:
         time.sleep(0.1)
     assert processes_with("300.104")
-    code, took = av.stop()
+    code, took, cpu = stop_timing_cpu(av)
     assert code == 0 and took < 10
     assert ended_soon("300.104") and ended_soon("300.105")
+    # avsmd waits out the warden's grace looking 10 times a second, not in a busy loop (it spun before)
+    assert took > 5 and cpu < 0.1 * took, (took, cpu)
+
+
+def stop_timing_cpu(av):
+    """SIGTERM avsmd; return its exit code, the seconds it took and the CPU seconds it used meanwhile."""
+    def cpu():
+        with open(f"/proc/{av.proc.pid}/stat") as fh:
+            fields = fh.read().rsplit(")", 1)[1].split()
+        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")      # utime + stime
+    before, last, t0 = cpu(), None, time.monotonic()
+    av.proc.send_signal(signal.SIGTERM)
+    while av.proc.poll() is None and time.monotonic() < t0 + 12:
+        last = cpu()
+        time.sleep(0.1)
+    code, took = av.stop()[0] if av.proc.poll() is None else av.proc.returncode, time.monotonic() - t0
+    return code, took, (last or before) - before
 
 
 def test_warden_killed_is_restarted_and_asks_about_its_lever(av, workdir):
