@@ -5958,10 +5958,16 @@ def child_restart_wait(previous, uptime):
     return backoff, backoff
 
 
+def cannot_run(state):
+    """Return why nothing of the venture can run, or None: its adopted mandate does not hold
+    (VENTURE-14). `avsm propose` and `avsm decide` are refused (65) for it."""
+    return None if state.mandate else f"{state.name} cannot run: {state.problem}"
+
+
 def decide_problem(state):
     """Return why `avsm decide` may not run a venture's model decision now (65), or None."""
     if state.mandate is None:
-        return f"{state.name} cannot run: {state.problem}"
+        return cannot_run(state)
     if not decided_by_model(state.mandate):
         return (f"{state.name}'s controller is {state.mandate['controller']['kind']}: no model"
                 " decides for it")
@@ -8276,8 +8282,7 @@ class Warden:
     def do_propose(self, args, err):
         """A person's own proposal (open point 15): see person_proposal_rule."""
         state = self.venture(args)
-        if state.mandate is None:
-            raise Fail(EX_DATAERR, f"{state.name} cannot run: {state.problem}")
+        refuse(cannot_run(state))
         lever, payload = args.get("lever"), args.get("payload")
         spec = state.mandate["levers"].get(lever)
         if spec is not None and spec["takes"] == "json" and isinstance(payload, str):

@@ -261,8 +261,8 @@ def test_t_says_what_each_venture_allows_and_avsmd_starts_beside_a_broken_one(av
     cap, "asks a person" for an irreversible one). A broken edit on disk makes -t exit 78 naming
     mandate.yaml:line:col; avsmd still starts (never 78) and the adopted mandate stays in force until the
     next avsm add. A venture whose adopted mandate cannot be read (its directory gone) is named on avsmd's
-    standard error, runs nothing, and `avsm status` says it cannot run, while the others keep reporting.
-    CLI-03 VENTURE-14 VENTURE-15 VENTURE-08 EXIT-10 EXIT-11 MANDATE-08 PITFALLS 8"""
+    standard error, runs nothing (a proposal and a decision are refused), and `avsm status` says it cannot run,
+    while the others keep reporting. CLI-03 VENTURE-14 VENTURE-15 VENTURE-08 EXIT-10 EXIT-11 MANDATE-08 PITFALLS 8"""
     alpha = dial_venture(workdir, "alpha", [("lower", "3/hour", True), ("wipe", "1/day", False)], "lower")
     beta = dial_venture(workdir, "beta", [("nudge", "5/day", True)], "nudge")
     gamma = dial_venture(workdir, "gamma", [("trim", "2/week", True)], "trim")
@@ -309,6 +309,13 @@ def test_t_says_what_each_venture_allows_and_avsmd_starts_beside_a_broken_one(av
     assert status.returncode == 0
     assert re.search(r"^gamma: cannot run", status.stdout, re.M), status.stdout
     assert re.search(r"^beta: running", status.stdout, re.M) and re.search(r"^alpha: running", status.stdout, re.M)
+    # nothing of it may run, whoever asks: a person's proposal and a model decision are refused, 65, unwritten
+    before = av.records()[-1][0]
+    for args in (("propose", "gamma", "trim"), ("decide", "gamma")):
+        r = av.cli(*args)
+        assert r.returncode == 65 and r.stderr.startswith(f"avsm: gamma cannot run: its directory {gamma} is"
+                                                          " not there"), (args, r.stderr)
+    assert not [r for _, _, r in av.records(before) if r["venture"] == "gamma"]
     time.sleep(1.2)
     assert not of(av.records(last), "report", "gamma")
 
