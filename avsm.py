@@ -5578,9 +5578,12 @@ def adoption_rule(state, mandate, text, directory, ask=None, approval_of=None):
     """The event of a mandate adopted: a person's `avsm add` of `directory`, or the change ratchet
     `ask` carried, approved in #approval_of. Yield its record, then its Adopt: the kept `run`
     program ends when the mandate in force ran another, and the venture starts unless paused.
-    The mandate in force added again from its directory writes nothing."""
+    The mandate in force added again from its directory writes nothing; it is put in force again
+    when it could not run (VENTURE-14), its directory now holding it."""
     end_run, sha = run_replaced(state, mandate), text_sha256(text)
     if state.mandate_seq is not None and (state.directory, state.mandate_sha) == (directory, sha):
+        if state.mandate is None:
+            yield Adopt(mandate, False, not state.paused)
         return
     how = (f"with {ask['lever']} delegated, as approved in #{approval_of}" if ask
            else f"from {directory}")
@@ -8198,14 +8201,11 @@ class Warden:
         state = self.ventures.setdefault(name, VentureState(name))
         if state.mandate_seq is not None:
             check_not_adopted_elsewhere(name, directory, state.directory, state.paused)
-        done = self.carry_out(state, adoption_rule(state, mandate, text, directory))
-        if not done:
-            if state.mandate is None:
-                self.check_runnable(state)
-                if self.active(state):      # fixed since: it runs now
-                    self.start_venture(state)
+        written = [seq for _, seq in self.carry_out(state, adoption_rule(state, mandate, text,
+                                                                          directory)) if seq]
+        if not written:
             return [f"{name}: mandate unchanged (#{state.mandate_seq}); nothing written"]
-        seq = done[0][1]
+        seq = written[0]
         forecasting = self.worlds.start_forecast(state, "add")
         return (
             [f"{name}: adopted as mandate #{seq}"]
