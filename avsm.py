@@ -8519,7 +8519,8 @@ class Worlds:
         """A trusted report's one-step prediction through the world (WORLD-05): an ensemble of
         world steps, its record written when all are done."""
         if self.worlds.get(state.name):
-            # still stepping from an earlier report: this one brings no prediction
+            # one ensemble per venture at a time, a capacity as a program's time limit is: still
+            # stepping from an earlier report, this one brings no prediction
             return ()
         job = {"report": report_seq, "lever": lever, "left": WORLD_SEEDS, "outputs": {},
                "failure": None}
