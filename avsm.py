@@ -241,10 +241,11 @@ def shown_value(value, keep=60):
 
 
 def format_local_time(at):
-    """Return unix time `at` as local YYYY-MM-DDTHH:MM:SS+hh:mm (or @SECONDS past the C library)."""
+    """Return unix time `at` as local YYYY-MM-DDTHH:MM:SS+hh:mm (or @SECONDS past the C library,
+    or as stored when a hand-edited ledger holds no number)."""
     try:
         t = time.localtime(at)
-    except (OverflowError, OSError, ValueError):
+    except (OverflowError, OSError, ValueError, TypeError):
         return f"@{at}"
     text = time.strftime("%Y-%m-%dT%H:%M:%S%z", t)
     return text[:-2] + ":" + text[-2:]
@@ -2198,7 +2199,7 @@ def stored_record(text):
     """Return (the record stored as `text`, why it does not read (open point 51) or None)."""
     try:
         record = json.loads(text)
-    except ValueError:
+    except (ValueError, RecursionError, TypeError):
         return None, "its JSON does not parse"
     if not isinstance(record, dict):
         return record, "it is not a JSON object"
@@ -2253,8 +2254,10 @@ def fold_problem(record):
     for key in fields.split():
         field = key.rstrip("!")
         test, what = FOLD_TESTS.get(field, (is_name, "text"))
-        if field in record and (not test(record[field]) or field != key and record[field] is None):
-            return f"its {field} is {shown_value(record[field], 40)}, not {what}"
+        value = record.get(field)       # "!": there, and not null
+        if field in record and not test(value) or field != key and value is None:
+            shown = shown_value(value, 40) if field in record else "missing"
+            return f"its {field} is {shown}, not {what}"
     if kind == "action" and isinstance(record.get("proof"), dict):
         premises = record["proof"].get("premises", [])
         if not isinstance(premises, list) or not all(is_seq(p) and p is not None for p in premises):
@@ -2495,13 +2498,14 @@ def ledger_parts(db, since=0, upto=None, gap=say_moved):
         yield db
 
 
-def read_records(db, since=0, upto=None, venture=None):
-    """Yield (seq, at, record dict) after `since` (and up to `upto`), in order."""
+def read_records(db, since=0, upto=None, venture=None, checked=False):
+    """Yield (seq, at, record dict) after `since` (and up to `upto`), in order; `checked`: each
+    must read (read_record), else json.JSONDecodeError."""
     sql, args = "SELECT seq, at, record FROM records WHERE seq > ?", [since]
     if upto is not None:
         sql, args = sql + " AND seq <= ?", args + [upto]
     for seq, at, text in ledger_rows(db, sql + " ORDER BY seq", args, since, upto):
-        record = load_record(text, seq)
+        record = (read_record if checked else load_record)(text, seq)
         if venture is None or record.get("venture") == venture:
             yield seq, at, record
 
@@ -2524,8 +2528,14 @@ def first_seq_at(db, at, top):
 
 def load_record(text, seq=None):
     """Return the record stored as `text`, or raise json.JSONDecodeError when it is no JSON
-    object."""
-    record = json.loads(text)
+    object (nested past Python's depth, past its digits, bytes not UTF-8: none is)."""
+    try:
+        record = json.loads(text)
+    except (ValueError, RecursionError) as err:
+        if isinstance(err, json.JSONDecodeError):
+            raise
+        raise json.JSONDecodeError(f"record {'#' + str(seq) + ' ' if seq else ''}does not read:"
+                                   f" {str(err)[:120]}", "", 0) from None
     if not isinstance(record, dict):
         raise json.JSONDecodeError(
             f"record {'#' + str(seq) + ' ' if seq else ''}is {shown_value(record, 40)}, "
@@ -4092,8 +4102,9 @@ def check_proof(action_seq, action_at, action, records, since=(0, None)):
 def fold_ledger(states, seq, at, record, parse=None):
     """Fold one record into its venture's state in `states`; return the state or None."""
     name = record.get("venture")
-    if name == "self" or not isinstance(name, str) or fold_problem(record) is not None:
-        # a record that does not read counts for nothing (avsmd stops on it)
+    if name == "self" or not isinstance(name, str) or not isinstance(at, int) \
+            or fold_problem(record) is not None:
+        # a record that does not read, or at no time, counts for nothing (avsmd stops on it)
         return None
     state = states.get(name) or states.setdefault(name, VentureState(name))
     fold(state, seq, at, record)
@@ -7721,6 +7732,7 @@ def read_venture(directory):
 
 
 MANDATE_MAX = 256 * 1024  # bytes: a mandate is a page of text; past this it is a mistake
+CONFIG_MAX = 4 * MANDATE_MAX  # bytes of a config or a fleet file read (a config checks its own)
 
 
 def mandate_file_problem(path, st):
@@ -9903,8 +9915,7 @@ class Daemon:
     # ---- the config, records of self, stopping ----
     def config_changed(self):
         try:
-            with open(self.cfg_path, encoding="utf-8") as fh:
-                return fh.read() != self.cfg_text
+            return read_small_file(self.cfg_path, CONFIG_MAX) != self.cfg_text.encode()
         except OSError:
             return self.cfg_text != ""
 
@@ -10318,7 +10329,7 @@ def lock_holder(home):
     """Return the pid of the avsmd holding the home's lock, or None when none holds it."""
     path = os.path.join(home, "avsmd.lock")
     try:
-        fd = os.open(path, os.O_RDONLY)
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)     # a FIFO's open would wait
     except OSError:
         return None
     try:
@@ -10394,8 +10405,8 @@ def decode_record(text, fullmatch=None, seq=None, checked=False):
     """Return the record stored as `text`: a trusted report by TRUSTED_REPORT, else json.loads
     (refused as read_record refuses). fullmatch: TRUSTED_REPORT's, compiled once by the caller."""
     slow = read_record if checked else load_record
-    m = (fullmatch or re.compile(TRUSTED_REPORT).fullmatch)(text)
-    if m is None:
+    m = isinstance(text, str) and (fullmatch or re.compile(TRUSTED_REPORT).fullmatch)(text)
+    if not m:                       # bytes too: slow says they do not read
         return slow(text, seq)
     try:
         value = int(m[2]) if m[2].lstrip("-").isdigit() else float(m[2])
@@ -10885,9 +10896,9 @@ def summary_rows(db, since):
     """Yield the rows summarize needs, in order: before the span only SUMMARY_BEFORE_KINDS and the
     whole history of a venture whose mandate expects effects; then every record of the span."""
     folded = set()
-    for (text,) in ledger_rows(
-        db, f"SELECT record FROM records WHERE {RECORD_KIND_SQL} = 'mandate'"):
-        record = load_record(text)
+    for seq, text in ledger_rows(
+        db, f"SELECT seq, record FROM records WHERE {RECORD_KIND_SQL} = 'mandate'"):
+        record = read_record(text, seq)
         if record.get("kind") == "mandate" and expects_effects(
             parsed_or_none(parse_mandate, record, 0)):
             folded.add(record.get("venture"))
@@ -11162,8 +11173,7 @@ def read_fleet(path, must=True):
     none, 78 a file that does not hold.   fleet ::= {hosts: [SPEC | {host: SPEC, name, ssh, bridge,
     timeout}], ssh, bridge, timeout} """
     try:
-        with open(path, "rb") as fh:
-            data = fh.read()
+        data = read_small_file(path, CONFIG_MAX)
     except OSError as err:
         if not must:
             return []
@@ -11987,8 +11997,7 @@ def read_config(home, path=None):
     given = path is not None
     path = path or os.path.join(home, "config.yaml")
     try:
-        with open(path, "rb") as fh:
-            data = fh.read()
+        data = read_small_file(path, CONFIG_MAX)       # a FIFO or /dev/zero is refused, not read
         text = data.decode("utf-8")
     except UnicodeDecodeError as err:
         line = data.count(b"\n", 0, err.start) + 1
@@ -12016,7 +12025,7 @@ def adopted_mandates(home):
         raise ValueError("it is not a regular file (a directory, a FIFO or a device)")
     ventures = {}
     db = open_ledger_ro(path)
-    for seq, at, record in read_records(db):
+    for seq, at, record in read_records(db, checked=True):
         name = record.get("venture")
         if record["kind"] == "mandate":
             ventures[name] = [name, record.get("directory"), seq, False, record.get("text")]
@@ -12492,9 +12501,9 @@ def read_chart_records(db, name, after, start):
     """Return (the mandate records of venture `name`, its records after seq `after` and from
     `start`, how many were left out for a time no clock wrote)."""
     field = f'"venture":{json.dumps(name)}'
-    mandates = [(s, a, json.loads(t)) for s, a, t in ledger_rows(
+    mandates = [(s, a, read_record(t, s)) for s, a, t in list(ledger_rows(
         db, f"SELECT seq, at, record FROM records WHERE {RECORD_KIND_SQL} = 'mandate' "
-        "AND instr(record, ?) > 0 ORDER BY seq", (field,))]
+        "AND instr(record, ?) > 0 ORDER BY seq", (field,)))]
     if start > 0:
         after = max(after, first_seq_at(db, start, last_seq(db)) - 1)
     records, untimed, fullmatch, texts = [], 0, re.compile(TRUSTED_REPORT).fullmatch, {}
@@ -12505,7 +12514,8 @@ def read_chart_records(db, name, after, start):
         if "summary" not in record:
             texts[s] = t                # a trusted report read fast, without its summary
         if record.get("venture") == name and record.get("kind") in CHART_KINDS:
-            if 0 <= a <= 253402300799:      # to 9999-12-31T23:59:59Z: past it no clock wrote
+            # to 9999-12-31T23:59:59Z: past it (or at no number) no clock wrote
+            if isinstance(a, int) and 0 <= a <= 253402300799:
                 records.append((s, a, record))
             else:
                 untimed += 1
@@ -14391,10 +14401,12 @@ def page_html(hosts, now):
                 + (page_line(v["values"], v["bounds"]) if v["values"] else "")
                 + (actions and f"<details><summary>last actions</summary><ol>{actions}</ol>"
                                "</details>")))
-    return (f'<!DOCTYPE html>\n<html lang="en"><meta charset="utf-8"><title>avsm: {len(needs)} '
+    page = (f'<!DOCTYPE html>\n<html lang="en"><meta charset="utf-8"><title>avsm: {len(needs)} '
             f"need a person</title><style>{PAGE_CSS}</style><h1>avsm</h1><small>"
             f"{len(hosts)} host(s), {format_local_time(now)}</small><h2>Needs a person</h2><ul>"
             + "".join(needs + parts) + "</ul>")
+    # a lone surrogate (a ledger edited by hand) as a character reference: UTF-8 cannot hold it
+    return page.encode("utf-8", "xmlcharrefreplace").decode()
 
 
 # =============================================================================

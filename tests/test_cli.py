@@ -240,6 +240,42 @@ def test_f_of_a_missing_file_exits_78(av, workdir):
     assert not os.path.exists(os.path.join(av.home, "sock")) and not os.path.exists(os.path.join(av.home, "ledger.db"))
 
 
+@pytest.mark.parametrize("kind", ["fifo", "dev-zero", "latin-1"])
+def test_a_config_that_is_no_page_of_utf8_text_exits_78_at_once(av, kind):
+    """Bad input: config.yaml a FIFO (its open would wait for ever), a link to /dev/zero (endless) or a file with a
+    byte that is not UTF-8 is a config that does not hold: avsmd -T, -t and avsmd itself exit 78 at once, naming
+    it, and avsm doctor fails it (they hung, or ran out of memory and crashed). CONFIG-10 DOCTOR-08 EXIT-10"""
+    os.makedirs(av.home, mode=0o700)
+    path = os.path.join(av.home, "config.yaml")
+    if kind == "fifo":
+        os.mkfifo(path)
+    elif kind == "dev-zero":
+        os.symlink("/dev/zero", path)
+    else:
+        with open(path, "wb") as fh:
+            fh.write(b'nightly: "02:00"\n# caf\xe9\n')
+    said = {"fifo": "cannot be read: it is a FIFO, not a regular file",
+            "dev-zero": "cannot be read: it is a device, not a regular file",
+            "latin-1": "config.yaml:2:6: byte 0xe9 is not UTF-8; save the config as UTF-8"}[kind]
+    for args in (["-T"], ["-t"], []):
+        r = av.daemon_cmd(*args, timeout=15)
+        assert r.returncode == 78 and said in r.stderr and "Traceback" not in r.stderr, (args, r.stderr)
+    r = av.cli("doctor", timeout=15)
+    assert r.returncode == 78 and f"FAIL  {path if kind != 'latin-1' else ''}" in r.stdout and said in r.stdout, r
+    assert not os.path.exists(os.path.join(av.home, "sock")) and not os.path.exists(os.path.join(av.home, "ledger.db"))
+
+
+def test_a_lock_file_that_is_a_fifo_leaves_no_client_waiting(av):
+    """Bad input: HOME/avsmd.lock a FIFO (its open would wait for ever): status and checkpoint say at once that no
+    avsmd runs, 69, and summary that the home has no ledger yet, 66 (they hung). EXIT-04 EXIT-05"""
+    os.makedirs(av.home, mode=0o700)
+    os.mkfifo(os.path.join(av.home, "avsmd.lock"))
+    for verb, code, said in (("status", 69, "no avsmd is running"), ("summary", 66, "has no ledger yet"),
+                             ("checkpoint", 69, "no avsmd is running")):
+        r = av.cli(verb, timeout=15)
+        assert r.returncode == code and said in r.stderr, (verb, r.returncode, r.stderr)
+
+
 def test_unknown_config_key_exits_78_naming_line_and_column(av):
     """A config with an unknown key does not hold: avsmd -T, avsmd -t and avsmd itself exit 78 naming
     config.yaml:line:col and the key, and the daemon does not start. CONFIG-10 EXIT-10 open point 22"""

@@ -267,6 +267,21 @@ def test_a_fleet_file_not_in_utf8_is_refused_where_the_byte_is(far):
         assert done.err == f"avsm: {path}:2:6: not UTF-8; save the file as UTF-8\n", (args, done.err)
 
 
+def test_a_fleet_file_that_is_a_fifo_is_refused_at_once(far):
+    """Bad input: a fleet file that is a FIFO (its open would wait for ever) is 66 at once for fleet and
+    --fleet, saying it is no regular file; --host NAME, which only looks for its name there, goes on without it
+    (they hung)."""
+    path = os.path.join(far.dir, "cfg", "avsm", "fleet.yaml")
+    os.makedirs(os.path.dirname(path))
+    os.mkfifo(path)
+    for args in (["fleet", "status"], ["--fleet", path, "fleet", "status"]):
+        done = far(args, {}, timeout=10)
+        assert done.returncode == 66 and f"{path} cannot be read (it is a FIFO, not a regular file)" in done.err, \
+            (args, done.err)
+    done = far(["--host", "web1", "status"], {"web1": {"out": [["web1 ok\n", 1, 0]]}}, timeout=10)
+    assert done.returncode == 0 and "web1 ok" in done.out and "FIFO" not in done.err, (done.out, done.err)
+
+
 def test_fleet_given_to_a_command_that_takes_none_is_named(far):
     """Issue 37 item 3: --fleet before the verb works for fleet and --host; anywhere else it is 64 saying what it
     is for (before, the list of leading options left out --host)."""

@@ -237,6 +237,63 @@ def write_ledger(home, texts, at=None):
     db.close()
 
 
+UNREADABLE = {
+    "nested past Python's depth": ("[" * 100000 + "]" * 100000, None),
+    "a number past Python's digits": ('{"claim":"measured","kind":"report","note":"","plausible":true,'
+                                      '"status":"trusted","summary":"x","value":' + "7" * 5001 + ',"venture":"c"}', None),
+    "bytes not UTF-8": (b"\xff\x00\xfe", None),
+    "a time that is text": (None, "abc"),
+}
+
+
+@pytest.mark.parametrize("label", list(UNREADABLE))
+def test_a_record_python_cannot_read_is_refused_not_a_traceback(av, workdir, label):
+    """LEDGER-16, DOCTOR-07, EXIT-*: a soundly chained record Python's json cannot read (nested 100,000 deep, an
+    integer of 5,001 digits, a BLOB of bytes not UTF-8) or one whose time is text (a ledger edited by hand): avsmd
+    refuses to start on it (65, naming it), doctor fails it (65), and why, tail, summary, status and chart with
+    no avsmd answer without a traceback (they were RecursionError, ValueError, TypeError: 70)."""
+    home = os.path.join(workdir, "h")
+    mandate = avsm.canonical({"kind": "mandate", "claim": "declared", "venture": "c", "directory": workdir,
+                              "text": COUNTER, "sha256": avsm.text_sha256(COUNTER), "summary": "adopted c"})
+    report = avsm.canonical({"kind": "report", "claim": "measured", "venture": "c", "metric": "count", "value": 1,
+                             "status": "trusted", "plausible": True, "note": "", "summary": "count = 1"})
+    text, at = UNREADABLE[label]
+    os.makedirs(home)
+    db = sqlite3.connect(os.path.join(home, "ledger.db"), isolation_level=None)
+    db.executescript(avsm.LEDGER_SCHEMA)
+    prev, t0 = avsm.ZERO_HASH, int(time.time()) - 100
+    for seq, (row, row_at) in enumerate([(mandate, None), (report, None), (text or report, at)], 1):
+        row_at = row_at or t0 + seq
+        h = avsm.chain_hash(prev, seq, row_at, row.decode("latin-1") if isinstance(row, bytes) else row)
+        db.execute("INSERT INTO records(seq, at, prev, hash, record) VALUES (?, ?, ?, ?, ?)", (seq, row_at, prev, h, row))
+        prev = h
+    db.close()
+    other = Avsm(av.bindir, home)
+    r = no_traceback(other.daemon_cmd())
+    assert r.returncode == 65 and f"record #3 of {home}/ledger.db does not read" in r.stderr, r
+    r = no_traceback(other.cli("doctor"))
+    assert r.returncode == 65 and "FAIL  record #3 does not read" in r.stdout, r
+    for args in (("why", "3"), ("tail",), ("summary", "--since", "0"), ("status",), ("chart", "c")):
+        r = no_traceback(other.cli(*args))
+        assert r.returncode in (0, 65, 69), (args, r)
+
+
+def test_a_lone_surrogate_in_the_ledger_reaches_the_page_as_a_character_reference(av, workdir):
+    """EXIT-*: a summary holding a lone surrogate (valid JSON, \\ud800; a ledger edited by hand: a model's is
+    refused) is written to the page as &#55296; (UTF-8 cannot hold it): `avsm page -o FILE` writes it with no
+    traceback (it was a UnicodeEncodeError, 70; avsmd's own page writer would have ended its warden)."""
+    home = os.path.join(workdir, "h")
+    mandate = avsm.canonical({"kind": "mandate", "claim": "declared", "venture": "c", "directory": workdir,
+                              "text": COUNTER, "sha256": avsm.text_sha256(COUNTER), "summary": "adopted c"})
+    ask = avsm.canonical({"kind": "ask", "claim": "measured", "venture": "c", "about": "lever", "lever": "reset",
+                          "question": "reset? \ud800", "summary": "reset? \ud800"})
+    write_ledger(home, [mandate, ask])
+    page = os.path.join(workdir, "page.html")
+    r = no_traceback(Avsm(av.bindir, home).cli("page", "-o", page))
+    with open(page, encoding="utf-8") as fh:
+        assert "&#55296;" in fh.read(), r
+
+
 def test_a_record_that_is_json_but_no_object(av, workdir):
     """LEDGER-*, EXIT-*: a ledger holding a record that is JSON but not an object ([1,2], 5, null), chained
     soundly, is refused as unreadable by summary, tail and why (65, naming the record and `avsm doctor`), and
@@ -297,6 +354,10 @@ def bad_fold_records():
         ("a trusted report's value as text", dict(report, value="abc"), 'it is trusted and its value is "abc", not a number'),
         ("a report's status as a number", dict(report, status=5), "its status is 5, not text"),
         ("a lever's name as a list", dict(action, lever=[1]), "its lever is [1], not a lever's name"),
+        ("an action with no lever", {k: v for k, v in action.items() if k != "lever"},
+         "its lever is missing, not a lever's name"),
+        ("a mandate's directory as a number", dict(base, kind="mandate", claim="declared", directory=7, text="x"),
+         "its directory is 7, not text"),
         ("a proof as text", dict(action, proof="nope"), 'its proof is "nope", not an object'),
         ("premises as text", dict(action, proof={"premises": "2"}), 'its proof\'s premises are "2", not a list of record numbers'),
         ("an outcome's action as text", dict(base, kind="outcome", lever="reset", action="x", ok=True),
