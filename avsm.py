@@ -3760,7 +3760,7 @@ def fold(state, seq, at, record):
                                                                     record.get("text"))
         state.sides = {}              # the old permissions end with the old mandate
         state.guards, state.audits, state.peak, state.approvals = {}, {}, None, {}
-        state.ratchet_forecasts = {}
+        state.ratchet_forecasts, state.backoff = {}, None
         return state
     if kind == "report":
         state.counted["reports"] += 1
@@ -3874,12 +3874,21 @@ def fold(state, seq, at, record):
         state.effects.pop(record.get("action"), None)
         state.misses[lever] = (
             state.misses.get(lever, 0) + 1 if record.get("verdict") == "miss" else 0)
+    elif kind == "exit" and is_number(record.get("uptime")):
+        # the kept program's back-off (open point 31): a quick death's wait; a long run resets it
+        wait = record.get("restart_in")
+        if wait is None:
+            state.backoff = None
+        elif is_number(wait) and wait > 0:
+            state.backoff = min(wait, BACKOFF_CEILING)
+        elif record["uptime"] >= BACKOFF_RESET or state.backoff is None:
+            state.backoff = 0
     elif kind == "pause":
         state.paused = True
         for info in state.guards.values():
             info["repause"] = False
     elif kind == "resume":
-        state.paused = False
+        state.paused, state.backoff = False, None
         for info in state.guards.values():
             # a guard still past its bound pauses it again at its next reading
             info["repause"] = info["past"]
@@ -4822,29 +4831,26 @@ def check_rule(state, gate, verdict, status, ended_by, note):
                            by=by, check=seq)
 
 
-def run_started(state, pid, restart, err=None):
-    """Yield the record of the kept `run` program started as `pid` (`restart`: after an exit), or
-    not (`err`): its start, or its exit."""
+def run_started(state, pid, err=None):
+    """Yield the record of the kept `run` program started as `pid` (a restart when its last exit
+    said so), or not (`err`): its start, or its exit."""
     if err is not None:
         yield write(state, "exit", status="not started", summary=f"run could not start: {err}")
         return
     yield write(state, "start", pid=pid, command=state.mandate["run"],
-                summary=f"run {'re' if restart else ''}started (pid {pid})")
+                summary=f"run {'' if state.backoff is None else 're'}started (pid {pid})")
 
 
-def restart_rule(state, pid, status, ended_by, uptime, backoff, restarted, active):
-    """Yield the records of the kept `run` program's end; return (again, backoff, delay) (open
-    point 31); one a new mandate ended starts its new command at once (VENTURE-07)."""
+def restart_rule(state, pid, status, ended_by, uptime, active):
+    """Yield the records of the kept `run` program's end; return (again, delay): a quick death
+    after a restart waits the folded back-off doubled (open point 31); one a new mandate ended
+    starts its new command at once (VENTURE-07)."""
     policy = state.mandate["restart"] if state.mandate else "never"
     renewed = ended_by == "a new mandate" and active and bool(state.mandate["run"])
     again = renewed or (ended_by is None and active
                         and (policy == "always" or (policy == "on-failure" and status != 0)))
-    delay = 0
-    if again:
-        if uptime >= BACKOFF_RESET or renewed:
-            backoff = 0
-        elif uptime < QUICK_DEATH and restarted:
-            backoff = delay = next_backoff(backoff)
+    quick = again and not renewed and uptime < QUICK_DEATH and state.backoff is not None
+    delay = next_backoff(state.backoff) if quick else 0
     how = describe_status(status)
     why = f"stopped by {'the pause' if ended_by == 'pause' else ended_by}" if ended_by else how
     next_words = ((f"; restarting in {delay}s" if delay else "; restarting now") if again
@@ -4857,7 +4863,7 @@ def restart_rule(state, pid, status, ended_by, uptime, backoff, restarted, activ
                     question=f"run keeps dying within {QUICK_DEATH}s; it now waits {delay}s between"
                              " starts. Look at it?",
                     summary=f"run keeps dying; back-off reached its ceiling of {BACKOFF_CEILING}s")
-    return again, backoff, delay
+    return again, delay
 
 
 def next_backoff(previous):
@@ -5507,6 +5513,8 @@ VENTURE_FIELDS = {
     "misses": dict,             # lever -> misses in a row (revoke_after)
     "suspended": dict,          # lever -> the ask whose approval restores its delegation
     "ratchet_forecasts": dict,  # lever -> seq of the `begun` forecast its ratchet ask waits on
+    # the kept `run` program's back-off in seconds; None: its next start is a first start
+    "backoff": None,
     # seq of an unspent approval (or a person's own proposal) -> {"lever", "payload", "ask"}
     "grants": dict,
     "checks": dict,             # seq of a passed lever check no action has cited yet -> lever
@@ -8343,7 +8351,6 @@ class Warden:
         still = still_past_lines(state)
         if state.mandate is None:
             return [f"{state.name} resumed, but it cannot run: {state.problem}"]
-        self.keeper.reset(state.name)
         self.start_venture(state)
         return [f"{state.name} resumed"] + still
 
@@ -8586,8 +8593,8 @@ class Keeper:
 
     def start_keep(self, state):
         if self.active(state) and state.mandate["run"]:
-            keep = self.keep.setdefault(state.name, {"child": None, "backoff": 0, "restart": False,
-                                                     "next_start": None, "restarts": 0})
+            keep = self.keep.setdefault(state.name, {"child": None, "next_start": None,
+                                                     "restarts": 0})
             if keep["child"] is None and keep["next_start"] is None:
                 return self.start_run(state)
         return []
@@ -8600,19 +8607,18 @@ class Keeper:
             keep["child"] = self.spawn("run", state, state.mandate["run"], shell=True)
         except OSError as err:
             keep["child"] = None
-            return run_started(state, None, False, err)
-        keep["restarts"] += keep["restart"]
-        return run_started(state, keep["child"].pid, keep["restart"])
+            return run_started(state, None, err)
+        keep["restarts"] += state.backoff is not None
+        return run_started(state, keep["child"].pid)
 
     def run_done(self, state, child, status):
         """The kept program ended: its exit, then a restart as `restart:` says (open point 31)."""
         keep = self.keep[state.name]
         keep["child"] = None
-        again, keep["backoff"], delay = yield from restart_rule(
+        again, delay = yield from restart_rule(
             state, child.pid, status, child.ended_by, time.monotonic() - child.started,
-            keep["backoff"], keep["restart"], self.active(state))
+            self.active(state))
         if again:
-            keep["restart"] = True
             if delay:
                 keep["next_start"] = time.monotonic() + delay
             else:
@@ -8630,10 +8636,6 @@ class Keeper:
     def hold(self, name):
         if name in self.keep:
             self.keep[name]["next_start"] = None
-
-    def reset(self, name):
-        if name in self.keep:
-            self.keep[name].update(restart=False, backoff=0)
 
 
 def start_spread(i, count, cadence):

@@ -648,6 +648,26 @@ def test_run_is_restarted_with_backoff(av, workdir):
     assert "restarts" in status
 
 
+def test_a_warden_killed_while_run_backs_off_keeps_the_back_off(av, workdir):
+    """The back-off is folded from the exit records, not held by one warden: SIGKILL the warden while its `run`
+    keeps dying, and the warden avsmd starts again goes on from the wait the last exit named (it had started
+    again from restarting at once). Open point 31, VENTURE-17, RUN-09"""
+    d = dial(workdir, "keep", KEEP.format(restart="always"), lower=LOWER, run="#!/bin/sh\nexit 3\n")
+    av.start()
+    av.cli("add", d)
+    av.wait_for(lambda rs: [r["restart_in"] for _, r in of(rs, "exit")][:3] == [0, 1, 2], timeout=15,
+                what="three exits, the last waiting 2 s")
+    warden, = av.wardens()
+    os.kill(warden, signal.SIGKILL)
+    recs = av.wait_for(lambda rs: any(r.get("process") == "warden" for _, r in of(rs, "restart", "self"))
+                       and len(of(rs, "exit")) >= 4 and rs, timeout=20, what="an exit after the new warden")
+    restart = next(s for s, r in of(recs, "restart", "self") if r.get("process") == "warden")
+    after = [r for s, r in of(recs, "exit") if s > restart]
+    starts = [r for s, r in of(recs, "start", "keep") if s > restart]
+    assert starts and starts[0]["summary"].startswith("run restarted"), starts
+    assert after[0]["restart_in"] == 4, [r["summary"] for r in after]
+
+
 def test_restart_policies(av, workdir):
     """restart: never does not restart; on-failure restarts after a failure only. VENTURE-17"""
     never = dial(workdir, "never", KEEP.format(restart="never"), lower=LOWER, run="#!/bin/sh\nexit 1\n")

@@ -437,35 +437,58 @@ def _rest(rule, answer):
     yield from rule
 
 
-def restarted(*args):
-    """restart_rule(*args) run through: (again, backoff, delay, the records it yields)."""
-    rule, records = avsm.restart_rule(*args), []
+def restarted(led, *args):
+    """restart_rule(led.state, *args) run through, its records folded: (again, delay, the records)."""
+    rule, records = avsm.restart_rule(led.state, *args), []
     while True:
         try:
-            records.append(next(rule).record)
+            record = next(rule).record
         except StopIteration as end:
             return (*end.value, records)
+        records.append(record)
+        led.add(record)
 
 
 def test_restart_rule_backs_off_and_asks_at_the_ceiling():
     """RUN-06, open point 31: a kept program that dies quickly after a restart waits twice as long each time up
-    to the ceiling, where it asks once; one that ran long starts afresh; a pause or restart: never starts nothing."""
+    to the ceiling, where it asks once; one that ran long starts afresh; a pause or restart: never starts nothing.
+    The back-off is folded from the exit records, so the ledger folded again (an avsmd restart) holds it; a
+    resume and a new mandate start afresh."""
     led = Ledger(GUARDED % "pause")
-    again, backoff, delay, records = restarted(led.state, 7, 256, None, 1.0, 0, False, True)
-    assert (again, backoff, delay) == (True, 0, 0) and records[0]["kind"] == "exit"
-    again, backoff, delay, records = restarted(led.state, 7, 256, None, 1.0, 8, True, True)
-    assert (again, backoff, delay) == (True, 16, 16) and "restarting in 16s" in records[0]["summary"]
-    again, backoff, delay, records = restarted(led.state, 7, 256, None, 1.0, 200, True, True)
+    again, delay, records = restarted(led, 7, 256, None, 1.0, True)
+    assert (again, delay, led.state.backoff) == (True, 0, 0), "the first exit restarts at once"
+    assert "restarting now" in records[0]["summary"]
+    exits = records + [restarted(led, 7, 256, None, 1.0, True)[2][0] for _ in range(3)]
+    assert [e["restart_in"] for e in exits] == [0, 1, 2, 4] and led.state.backoff == 4
+    refolded = adopt(GUARDED % "pause")
+    for seq, record in enumerate(exits, 2):
+        avsm.fold(refolded, seq, 1000 + seq, record)
+    assert refolded.backoff == 4, "folded again from the ledger, the back-off is where it was"
+    assert list(avsm.run_started(refolded, 9))[0].record["summary"] == "run restarted (pid 9)"
+    assert restarted(led, 7, 256, None, 20.0, True)[:2] == (True, 0) and led.state.backoff == 4, \
+        "a run past the quick death but short of the reset restarts at once and keeps the back-off"
+    again, delay, records = restarted(led, 7, 256, None, 1.0, True)
+    assert delay == 8 and "restarting in 8s" in records[0]["summary"]
+    led.state.backoff = 200
+    again, delay, records = restarted(led, 7, 256, None, 1.0, True)
     assert delay == avsm.BACKOFF_CEILING and [r["kind"] for r in records] == ["exit", "ask"]
-    again, backoff, delay, records = restarted(led.state, 7, 256, None, avsm.BACKOFF_RESET, 200, True, True)
-    assert (again, backoff, delay) == (True, 0, 0)
-    again, _, _, records = restarted(led.state, 7, 0, "pause", 1.0, 0, True, True)
-    assert not again and "not restarted" in records[0]["summary"]
-    assert not restarted(led.state, 7, -15, "a new mandate", 1.0, 8, True, True)[0], "no run: none"
+    assert restarted(led, 7, 256, None, avsm.BACKOFF_RESET, True)[:2] == (True, 0) and led.state.backoff == 0
+    again, _, records = restarted(led, 7, 0, "pause", 1.0, True)
+    assert not again and "not restarted" in records[0]["summary"] and led.state.backoff is None
+    assert list(avsm.run_started(led.state, 9))[0].record["summary"] == "run started (pid 9)"
+    assert restarted(led, 7, 256, None, 1.0, True)[:2] == (True, 0), "after a stop: the first restart again"
+    assert restarted(led, 7, 256, None, 1.0, True)[1] == 1
+    led.add({"kind": "resume", "claim": "declared", "venture": V, "by": "person", "summary": "resumed"})
+    assert led.state.backoff is None, "a resume starts afresh"
+    led.add({"kind": "exit", "claim": "measured", "venture": V, "pid": 1, "status": "exit 1", "uptime": "long",
+             "restart_in": "x", "summary": "hand-made"})
+    assert led.state.backoff is None, "an exit whose fields are not numbers changes no back-off"
+    assert not restarted(led, 7, -15, "a new mandate", 1.0, True)[0], "no run: none"
     kept = Ledger(GUARDED % "pause" + "restart: never\nrun: ./serve\n")
-    assert restarted(kept.state, 7, -15, "a new mandate", 1.0, 8, True, True)[:3] == (True, 0, 0), \
-        "a new mandate's command starts at once, whatever restart: says, its back-off afresh"
-    assert not restarted(kept.state, 7, -15, "a new mandate", 1.0, 8, True, False)[0], "stopping"
+    kept.state.backoff = 8
+    assert restarted(kept, 7, -15, "a new mandate", 1.0, True)[:2] == (True, 0), \
+        "a new mandate's command starts at once, whatever restart: says"
+    assert not restarted(kept, 7, -15, "a new mandate", 1.0, False)[0], "stopping"
 
 
 def test_implausible_ask_answered_is_not_asked_again_in_the_same_stretch():
@@ -1006,13 +1029,17 @@ def test_an_approved_ratchet_change_is_its_approval_the_file_then_its_adoption()
 
 def test_run_start_record_says_started_or_restarted():
     """VENTURE-17, open point 31 (each start and exit is a measured record): the kept run program's start names
-    its pid and command, and says restarted after an exit."""
+    its pid and command, and says restarted after an exit that restarted it (as the ledger folds it)."""
     text = READ.replace("cadence: 10s\n", "cadence: 10s\nrun: ./serve\n")
-    state = Ledger(text).state
-    assert list(avsm.run_started(state, 41, False))[0].record == {
+    led = Ledger(text)
+    assert list(avsm.run_started(led.state, 41))[0].record == {
         "kind": "start", "claim": "measured", "venture": V, "pid": 41, "command": "./serve",
         "summary": "run started (pid 41)"}
-    assert list(avsm.run_started(state, 42, True))[0].record["summary"] == "run restarted (pid 42)"
+    led.add({"kind": "exit", "claim": "measured", "venture": V, "pid": 41, "status": "exit 1", "uptime": 2.5,
+             "restart_in": 0, "summary": "run (pid 41) ended: exit 1 after 2.5s; restarting now"})
+    assert list(avsm.run_started(led.state, 42))[0].record["summary"] == "run restarted (pid 42)"
+    assert list(avsm.run_started(led.state, None, "no such file"))[0].record["summary"] == \
+        "run could not start: no such file"
 
 
 def test_the_counter_example_over_an_hour():
