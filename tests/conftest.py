@@ -1,5 +1,5 @@
-"""Shared fixtures: a short temp home, a real avsmd started through an `avsmd` symlink, the real
-client as its console script installs it, and a safety check over every ledger a test leaves behind."""
+"""Shared fixtures: a short temp home, a real avsmd and the real client as their console scripts
+install them, and a safety check over every ledger a test leaves behind."""
 
 import atexit
 import functools
@@ -24,16 +24,27 @@ from ledger_checks import shape_problem, verify_files  # noqa: E402
 SHARED = os.path.join(ROOT, "..", "shared")
 
 
-@functools.cache
-def installed_avsm():
-    """The `avsm` console script as `pip install` writes it (it imports avsm from cached bytecode), in a
-    directory of this test process's own, removed when it exits."""
+def console_scripts(*names):
+    """The console scripts `names` as `pip install` writes them (each imports avsm from cached bytecode), in
+    a directory of this test process's own, removed when it exits; return the directory."""
     d = tempfile.mkdtemp(prefix="avi", dir="/tmp")
     atexit.register(shutil.rmtree, d, ignore_errors=True)
-    path = os.path.join(d, "avsm")
-    with open(path, "w") as fh:
-        fh.write(f"import sys\nsys.path.insert(0, {ROOT!r})\nfrom avsm import main\nsys.exit(main())\n")
-    return path
+    for name in names:
+        with open(os.path.join(d, name), "w") as fh:
+            fh.write(f"import sys\nsys.path.insert(0, {ROOT!r})\nfrom avsm import main\nsys.exit(main())\n")
+    return d
+
+
+@functools.cache
+def installed_avsm():
+    """The `avsm` console script, alone in its directory."""
+    return os.path.join(console_scripts("avsm"), "avsm")
+
+
+@functools.cache
+def installed_avsmd():
+    """The `avsmd` console script, with an `avsm` beside it as `bindir` has (avsmd names it in fix lines)."""
+    return os.path.join(console_scripts("avsmd", "avsm"), "avsmd")
 
 
 @pytest.fixture(scope="session")
@@ -141,9 +152,10 @@ class Avsm:
         self.env = dict(os.environ, **(env or {}))
         self.env.pop("AVSMD_HOME", None)
         self.proc = None
-        # How the client and avsmd are started. The client is the installed console script: run as a script,
-        # avsm.py is compiled afresh each time (some 0.2 s here), the cost of the many client runs of the suite;
-        # tests of `python3 avsm.py` and of the symlinks start those themselves. -S: no site, whose .pth files
+        # How the client and avsmd are started: as their installed console scripts. Run as a script, avsm.py
+        # is compiled afresh each time (some 0.2 s here), the cost of the many client runs and avsmd starts of
+        # the suite; tests of `python3 avsm.py` and of the symlinks in `bindir` start those themselves (test_cli,
+        # test_daemon, test_newcomer). -S: no site, whose .pth files
         # in this container import certifi at each start (~45 ms); avsm needs nothing from site-packages.
         self.python, self.flags = sys.executable, ["-S"]
 
@@ -156,13 +168,13 @@ class Avsm:
                               capture_output=True, text=True, timeout=timeout, env=self.env, input=input)
 
     def daemon_cmd(self, *args, timeout=30):
-        return subprocess.run([self.python, *self.flags, os.path.join(self.bindir, "avsmd"), "--home", self.home, *args],
+        return subprocess.run([self.python, *self.flags, installed_avsmd(), "--home", self.home, *args],
                               capture_output=True, text=True, timeout=timeout, env=self.env)
 
     def start(self, *args):
         """Start avsmd in the foreground (as a child of the test); wait until it answers."""
         self.errfile = tempfile.TemporaryFile(mode="w+")
-        self.proc = subprocess.Popen([self.python, *self.flags, os.path.join(self.bindir, "avsmd"), "--home", self.home, *args],
+        self.proc = subprocess.Popen([self.python, *self.flags, installed_avsmd(), "--home", self.home, *args],
                                      stdout=subprocess.DEVNULL, stderr=self.errfile, env=self.env,
                                      start_new_session=True)
         deadline = time.monotonic() + 15
