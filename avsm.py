@@ -11043,7 +11043,7 @@ SSH_FAILURES = (
      "its host key is not the one known_hosts holds: check it, then ssh to it once by hand"),
     ("", EX_NOHOST, "is it up, with sshd running? `ssh HOST true` tries by hand"))
 # what fleet witness checks a host's checkpoints with, in the fleet file or one of its hosts
-WITNESS_KEYS = {"principal", "allowed_signers", "namespace"}
+WITNESS_KEYS = ("principal", "allowed_signers", "namespace")
 
 
 def cmd_bridge(home, args, pinned):
@@ -11185,7 +11185,7 @@ def read_fleet(path, must=True):
             "Many hosts shows, or name a file with --fleet FILE") from None
     doc, c = checked_yaml(data, path)       # 78 at the line and column of a byte not UTF-8
     text = data.decode()
-    keys = {"ssh", "bridge", "timeout"} | WITNESS_KEYS
+    keys = {"ssh", "bridge", "timeout", *WITNESS_KEYS}
     c.mapping(doc, (), keys | {"hosts"}, "a fleet file")
     if not isinstance(doc.get("hosts"), list) or not doc["hosts"]:
         c.fail(("hosts",),

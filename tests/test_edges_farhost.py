@@ -267,6 +267,19 @@ def test_a_fleet_file_not_in_utf8_is_refused_where_the_byte_is(far):
         assert done.err == f"avsm: {path}:2:6: not UTF-8; save the file as UTF-8\n", (args, done.err)
 
 
+def test_a_host_with_two_bad_witness_keys_is_refused_the_same_way_every_run(far):
+    """Bad input: a host whose principal and namespace are both not text is 78 naming the first of them in the
+    fleet file's order of witness keys, whatever the run's string hashing (they were read from a set, so the
+    key named could change from one run to the next)."""
+    text = "hosts:\n  - {host: web1, principal: [1], namespace: [2]}\n"
+    said = set()
+    for seed in ("0", "1", "2", "3", "4", "5"):
+        done = far(["fleet", "status"], {}, fleet_text=text, env={"PYTHONHASHSEED": seed})
+        assert done.returncode == 78, done.err
+        said.add(done.err)
+    assert len(said) == 1 and "principal" in said.pop(), said
+
+
 def test_a_fleet_file_that_is_a_fifo_is_refused_at_once(far):
     """Bad input: a fleet file that is a FIFO (its open would wait for ever) is 66 at once for fleet and
     --fleet, saying it is no regular file; --host NAME, which only looks for its name there, goes on without it
