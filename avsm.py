@@ -35,7 +35,7 @@ Sections
           check_rule, run_started, restart_rule, interrupted_rule, approval_rule,
           denial_rule, person_rule, proposal_rule, forecast_rule, ratchet_rule, world_rule
        8. VentureState; adoption_rule; a model's words: reply_parsed, reply_unusable,
-          stopped_answers; summaries; written: a record's notice, a canary, a checkpoint
+          unanswered; summaries; written: a record's notice, a canary, a checkpoint
     9. effects: the ledger's writer, processes, process groups, their journal, the wire
     10. the warden: its loop, its requests, carry_out  11. its rooms, its files
     12. avsmd and the roles process     13. client commands
@@ -3838,6 +3838,10 @@ def fold(state, seq, at, record):
             # one a check still holds may wait; no more are kept
             if len(state.proposals) > HISTORY:
                 del state.proposals[next(iter(state.proposals))]
+    elif kind == "escalation":
+        state.escalating[seq] = record.get("to")
+    elif kind == "answer":
+        state.escalating.pop(record.get("escalation"), None)
     elif kind == "begun":
         waits = state.checking if record.get("what") == "check" else state.ratchet_forecasts
         waits[lever] = seq
@@ -4898,6 +4902,7 @@ def interrupted_rule(state, now, n):
             question=f"did {lever} happen?",
             summary=f"did {lever} happen? action #{seq} was running when the warden ended; "
                     f"{lever} waits for the answer (approve: it did, deny: it did not)")
+    yield from unanswered(state, "the warden ended before the answer came")
 
 
 def ratchet_rule(state, lever, n, forecast=None, again=False):
@@ -5513,6 +5518,7 @@ VENTURE_FIELDS = {
     "misses": dict,             # lever -> misses in a row (revoke_after)
     "suspended": dict,          # lever -> the ask whose approval restores its delegation
     "ratchet_forecasts": dict,  # lever -> seq of the `begun` forecast its ratchet ask waits on
+    "escalating": dict,         # escalation seq -> its backend, until answered
     # the kept `run` program's back-off in seconds; None: its next start is a first start
     "backoff": None,
     # seq of an unspent approval (or a person's own proposal) -> {"lever", "payload", "ask"}
@@ -6131,12 +6137,10 @@ def answer_record(venture, seq, cited, note=None):
                               + (f" ({note})" if note else ""))
 
 
-def stopped_answers(escalations):
-    """Yield the answer of each escalation still open at a stop (ESC-04: every one gets its
-    answer), {seq: its decision}: unusable."""
-    for seq, d in list(escalations.items()):
-        yield Write(answer_record(d.venture, seq, "unusable",
-                                  "avsmd stopped before the answer came"))
+def unanswered(state, why):
+    """Yield an unusable answer, `why`, to each open escalation of the venture (ESC-04)."""
+    for seq in list(state.escalating):
+        yield Write(answer_record(state.name, seq, "unusable", why))
 
 
 def escalation_to(state, cfg, backend, asked, stopping):
@@ -8095,7 +8099,8 @@ class Warden:
             self.files.write_page()
             self.avsmd.flush()
             if self.stopping and not self.children:
-                self.carry_out(None, stopped_answers(self.decisions.escalations))
+                for state in self.ventures.values():
+                    self.carry_out(state, unanswered(state, "avsmd stopped before the answer came"))
                 self.children.end_lingering(final=True)
                 self.writer.commit(turn_ends=True)
                 self.snapshot(SNAPSHOT_MIN)
@@ -8156,8 +8161,7 @@ class Warden:
 
     def tick(self, now):
         """Start what is due, end what is past its deadline, reap what has ended."""
-        # 1. a ledger that could not be written is tried again; once it takes writes, every round is
-        # due
+        # 1. a ledger that could not be written is tried again; once it takes writes, rounds are due
         if (self.writer.ledger_down and now >= self.writer.retry_at
                 and self.writer.retry_ledger(now)):
             self.rounds.schedule.resume(time.monotonic())
@@ -8584,19 +8588,17 @@ class Worlds:
 
 
 class Keeper:
-    """Keeps each venture's `run` program alive, restarting it as `restart:` says, with back-off;
-    its methods return the intents of what it started or what ended."""
+    """Keeps each venture's `run` program alive as restart_rule says; its methods return the
+    intents of what it started or what ended."""
 
     def __init__(self, ventures, spawn, active):
         self.ventures, self.spawn, self.active = ventures, spawn, active
-        self.keep = {}                # venture -> the `run` program's keeper state
+        self.keep = {}                # venture -> its `run` child and next start
 
     def start_keep(self, state):
-        if self.active(state) and state.mandate["run"]:
-            keep = self.keep.setdefault(state.name, {"child": None, "next_start": None,
-                                                     "restarts": 0})
-            if keep["child"] is None and keep["next_start"] is None:
-                return self.start_run(state)
+        keep = self.keep.setdefault(state.name, {"child": None, "next_start": None, "restarts": 0})
+        if keep["child"] is None and keep["next_start"] is None:
+            return self.start_run(state)
         return []
 
     def start_run(self, state):
@@ -8992,8 +8994,6 @@ class Decisions:
         self.spawn = spawn
         self.tell, self.to_roles, self.forecast, self.stopping = tell, to_roles, forecast, stopping
         self.results = []             # HTTP replies handed back by call threads
-        # escalation seq -> its decision, until its answer is written
-        self.escalations = {}
         self.wake_r, self.wake_w = socket.socketpair()
         self.wake_r.setblocking(False)
 
@@ -9109,11 +9109,9 @@ class Decisions:
         if then == "look":
             self.build(d)
         elif then is not None:
-            self.escalations[d.escalation] = d
             d.backend = then
             yield from self.call_backend(d, d.request)
         else:
-            self.escalations.pop(d.escalation, None)
             self.finish_decision(d)
 
     def finish_decision(self, d):
@@ -9129,7 +9127,7 @@ class HomeFiles:
 
     def __init__(self, home, cfg, ledger, ventures, keep, debug=False):
         self.home, self.cfg, self.ledger, self.ventures = home, cfg, ledger, ventures
-        self.keep = keep                # venture -> its `run` program's keeper state (Keeper's)
+        self.keep = keep                # Keeper.keep, read by the status lines
         self.checkpoints = Checkpoints(home, cfg["checkpoint"], debug)
         self.snapshots = Snapshots(home)
         self.rotate_at = 0      # no rotation before (after one that failed)

@@ -499,17 +499,26 @@ def test_an_approval_whose_lever_runs_asks_the_ratchet_and_a_canarys_is_its_reco
     assert seen == [avsm.Forecast("wipe"), avsm.ReadMandate()]
 
 
-def test_every_escalation_still_open_at_a_stop_is_answered_unusable():
-    """ESC-04: at a stop, each escalation still open gets its answer from the kernel: unusable,
-    saying why, citing nothing."""
-    import types
-    open_ = {12: types.SimpleNamespace(venture=V), 15: types.SimpleNamespace(venture="other")}
-    done = list(avsm.stopped_answers(open_))
+def test_every_escalation_still_open_at_a_stop_or_after_a_dead_warden_is_answered_unusable():
+    """ESC-04: the escalations still open are folded from the ledger (an escalation opens one, its answer
+    closes it); at a stop, and when a warden that died left one, each gets its answer from the kernel:
+    unusable, saying why, citing nothing."""
+    led = Ledger(GUARDED % "pause")
+    esc = {"kind": "escalation", "claim": "measured", "venture": V, "from": "first", "to": "second",
+           "why": "the reply was not JSON", "summary": "escalated"}
+    first, second = led.add(dict(esc)), led.add(dict(esc))
+    led.add({"kind": "answer", "claim": "measured", "venture": V, "escalation": first, "cited": [],
+             "summary": "answered"})
+    assert led.state.escalating == {second: "second"}
+    done = list(avsm.unanswered(led.state, "avsmd stopped before the answer came"))
     assert [(i.record["venture"], i.record["escalation"], i.record["cited"]) for i in done] == \
-        [(V, 12, "unusable"), ("other", 15, "unusable")]
-    assert all(isinstance(i, avsm.Write) and "avsmd stopped before the answer came" in
-               i.record["summary"] for i in done)
-    assert list(avsm.stopped_answers({})) == []
+        [(V, second, "unusable")]
+    assert isinstance(done[0], avsm.Write) and "avsmd stopped before the answer came" in done[0].record["summary"]
+    left = [i.record for i in avsm.interrupted_rule(led.state, led.at, 2)]
+    assert [(r["kind"], r["escalation"], r["cited"]) for r in left] == [("answer", second, "unusable")]
+    assert "the warden ended before the answer came" in left[0]["summary"]
+    led.add(left[0])
+    assert led.state.escalating == {} and list(avsm.unanswered(led.state, "stop")) == []
 
 
 def test_a_venture_that_cannot_run_is_told_unless_paused_and_a_ledger_back_is_a_record():
