@@ -2233,7 +2233,7 @@ FOLD_TESTS = {
     "lever": (is_name, "a lever's name"), "guard": (is_name, "a guard's name"),
     "side": (is_name, "a side's name"),
     "proof": (lambda v: v is None or isinstance(v, dict), "an object"),
-    **dict.fromkeys(("ask", "action", "report"), (is_seq, "a record number")),
+    **dict.fromkeys(("ask", "action", "report", "escalation"), (is_seq, "a record number")),
     "crps": (is_number, "a number"), "persistence": (is_number, "a number")}
 # kind -> the fields the fold reads, in the order they are checked; "!": never null
 FOLD_FIELDS = {
@@ -2241,6 +2241,7 @@ FOLD_FIELDS = {
     "outcome": "lever action", "refusal": "side", "ask": "about lever guard side",
     "proposal": "lever", "check": "lever", "approval": "lever ask", "denial": "lever ask",
     "resolved": "lever ask", "effect": "lever action", "pause": "guard", "prediction": "report",
+    "answer": "escalation",
     "report": "status", "guard.": "status", "audit.": "status", "calibration.": "crps persistence"}
 
 
@@ -3879,7 +3880,7 @@ def fold(state, seq, at, record):
         state.misses[lever] = (
             state.misses.get(lever, 0) + 1 if record.get("verdict") == "miss" else 0)
     elif kind == "exit" and is_number(record.get("uptime")):
-        # the kept program's back-off (open point 31): a quick death's wait; a long run resets it
+        # the back-off (open point 31): a quick death's wait; a long run resets it
         wait = record.get("restart_in")
         if wait is None:
             state.backoff = None
@@ -4847,7 +4848,7 @@ def run_started(state, pid, err=None):
 
 def restart_rule(state, pid, status, ended_by, uptime, active):
     """Yield the records of the kept `run` program's end; return (again, delay): a quick death
-    after a restart waits the folded back-off doubled (open point 31); one a new mandate ended
+    after a restart doubles the folded back-off (open point 31); one a new mandate ended
     starts its new command at once (VENTURE-07)."""
     policy = state.mandate["restart"] if state.mandate else "never"
     renewed = ended_by == "a new mandate" and active and bool(state.mandate["run"])
@@ -6138,7 +6139,7 @@ def answer_record(venture, seq, cited, note=None):
 
 
 def unanswered(state, why):
-    """Yield an unusable answer, `why`, to each open escalation of the venture (ESC-04)."""
+    """Yield an unusable answer, `why`, to each of its open escalations (ESC-04)."""
     for seq in list(state.escalating):
         yield Write(answer_record(state.name, seq, "unusable", why))
 

@@ -366,6 +366,8 @@ def bad_fold_records():
         ("a venture as a number", dict(report, venture=12), "its kind or venture is not text"),
         ("a calibration's score as text", dict(base, kind="calibration.count", claim="inferred", crps="x", persistence=1),
          'its crps is "x", not a number'),
+        ("an answer's escalation as a list", dict(base, kind="answer", escalation=[2], cited="unusable"),
+         "its escalation is [2], not a record number"),
     ]
 
 
