@@ -2532,9 +2532,9 @@ def load_record(text, seq=None):
     object (nested past Python's depth, past its digits, bytes not UTF-8: none is)."""
     try:
         record = json.loads(text)
+    except json.JSONDecodeError:
+        raise
     except (ValueError, RecursionError) as err:
-        if isinstance(err, json.JSONDecodeError):
-            raise
         raise json.JSONDecodeError(f"record {'#' + str(seq) + ' ' if seq else ''}does not read:"
                                    f" {str(err)[:120]}", "", 0) from None
     if not isinstance(record, dict):
