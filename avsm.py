@@ -2920,8 +2920,9 @@ Gate = collections.namedtuple("Gate",
                               defaults=(None, None, None, None, None, None, "", None))
 Gate.__doc__ = ("Ask the gate to prove `lever` now and run it if it can; the rule is sent back the "
                 "Verdict. `check`: the seq of the lever's passed check (it runs unchecked then).")
-Forecast = collections.namedtuple("Forecast", "lever")
-Forecast.__doc__ = "Forecast the venture before the ratchet ask; the rule is sent whether it began."
+Forecast = collections.namedtuple("Forecast", "lever why", defaults=("ratchet",))
+Forecast.__doc__ = ("Forecast the venture, before a ratchet ask or on an add (`why`); the rule is "
+                    "sent whether it began.")
 ReadMandate = collections.namedtuple("ReadMandate", "")
 ReadMandate.__doc__ = ("Read the venture's mandate.yaml; the rule is sent (its path, its text or "
                        "None, why it cannot be read).")
@@ -5603,9 +5604,10 @@ def text_sha256(text):
 def adoption_rule(state, mandate, text, directory, ask=None, approval_of=None):
     """The event of a mandate adopted: a person's `avsm add` of `directory`, or the change ratchet
     `ask` carried, approved in #approval_of. Yield its record, then its Adopt: the kept `run`
-    program ends when the mandate in force ran another, and the venture starts unless paused.
-    The mandate in force added again from its directory writes nothing; it is put in force again
-    when it could not run (VENTURE-14), its directory now holding it."""
+    program ends when the mandate in force ran another, and the venture starts unless paused; an
+    add then forecasts (FORECAST-01). The mandate in force added again from its directory writes
+    nothing; it is put in force again when it could not run (VENTURE-14), its directory now holding
+    it."""
     end_run, sha = run_replaced(state, mandate), text_sha256(text)
     if state.mandate_seq is not None and (state.directory, state.mandate_sha) == (directory, sha):
         if state.mandate is None:
@@ -5617,6 +5619,8 @@ def adoption_rule(state, mandate, text, directory, ask=None, approval_of=None):
                 summary=f"adopted {state.name} {how} (sha256 {sha[:16]})",
                 **some(approval_of=approval_of))
     yield Adopt(mandate, end_run, not state.paused)
+    if ask is None:
+        yield Forecast(None, "add")
 
 
 def run_replaced(state, mandate):
@@ -8230,10 +8234,9 @@ class Warden:
                                                                           directory)) if seq]
         if not written:
             return [f"{name}: mandate unchanged (#{state.mandate_seq}); nothing written"]
-        seq = written[0]
-        forecasting = self.worlds.start_forecast(state, "add")
+        forecasting = any(c.venture == name and c.purpose == "forecast" for c in self.children)
         return (
-            [f"{name}: adopted as mandate #{seq}"]
+            [f"{name}: adopted as mandate #{written[0]}"]
             + allowed_lines(state, self.cfg)
             + ([f"{name} is paused; avsm resume {name} starts it"] if state.paused else [])
             + ([f"{name}: a forecast is being made; it is written to the ledger when done"]
@@ -8390,7 +8393,7 @@ class Warden:
                 if isinstance(intent, Pause):
                     self.halt(state)
             elif isinstance(intent, Forecast):
-                result = self.worlds.start_forecast(state, "ratchet", intent.lever)
+                result = self.worlds.start_forecast(state, intent.why, intent.lever)
             elif isinstance(intent, ReadMandate):
                 path = os.path.join(state.directory, "mandate.yaml")
                 try:

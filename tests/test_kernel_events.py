@@ -555,13 +555,14 @@ def test_a_new_mandate_ends_the_kept_program_only_when_it_runs_another():
 def test_a_mandate_adopted_is_its_record_then_the_mandate_in_force():
     """VENTURE-01, VENTURE-07, PAUSE-02: adoption is the kernel's event: the mandate record, then
     the mandate put in force, the kept program ended only when another runs now, and the venture
-    started unless it is paused; a ratchet's change cites the approval it came from; the mandate in
-    force added again from its directory writes nothing, and is put in force again when it could not
-    run. VENTURE-14"""
+    started unless it is paused, then an add's forecast (FORECAST-01); a ratchet's change cites the
+    approval it came from and forecasts nothing; the mandate in force added again from its directory
+    writes nothing, and is put in force again when it could not run. VENTURE-14"""
     text = DRAWDOWN + "run: ./serve\n"
     led = Ledger(text)
     other = avsm.parse_mandate(DRAWDOWN + "run: ./other\n", "m")
-    write, adopt = avsm.adoption_rule(led.state, other, "new text", "/srv/v")
+    write, adopt, forecast = avsm.adoption_rule(led.state, other, "new text", "/srv/v")
+    assert forecast == avsm.Forecast(None, "add")
     assert (write.record["kind"], write.record["directory"], write.record["text"]) == (
         "mandate", "/srv/v", "new text")
     assert write.record["sha256"] == avsm.text_sha256("new text")
@@ -575,7 +576,7 @@ def test_a_mandate_adopted_is_its_record_then_the_mandate_in_force():
     led.add(write.record)
     assert list(avsm.adoption_rule(led.state, same, text, "/srv/v")) == [], \
         "the mandate in force, added again from its directory: nothing written"
-    assert len(list(avsm.adoption_rule(led.state, same, text, "/srv/w"))) == 2, "another directory"
+    assert len(list(avsm.adoption_rule(led.state, same, text, "/srv/w"))) == 3, "another directory"
     led.state.mandate, led.state.paused = None, False      # it could not run (VENTURE-14), now it can
     assert list(avsm.adoption_rule(led.state, same, text, "/srv/v")) == [avsm.Adopt(same, False, True)], \
         "added again once fixed: put in force and started, nothing written"
