@@ -3339,6 +3339,12 @@ def reading_limit(item):
     return item.get("timeout") or READING_TIMEOUT
 
 
+def next_round_at(due, cadence, now):
+    """When the round after one due at `due` is due: on the venture's cadence grid, but a round
+    missed whole is not made up in a burst."""
+    return due + cadence if due + cadence > now else now + cadence
+
+
 def round_started(state, running, number, now):
     """The event of round `number` due at `now`: of each guard (a drawdown guard is read from the
     metric's report), audit and reading, yield as not read one whose last read is still `running`
@@ -8874,9 +8880,9 @@ class Rounds:
         self.round_number = 0
 
     def start_due(self, now):
-        """Yield (state, intents) of each round due, on its venture's own cadence grid (a round
-        missed whole is not made up in a burst), for at most TICK_BUDGET. A round due within
-        START_AHEAD starts now too: at a thousand ventures the warden wakes a quarter as often."""
+        """Yield (state, intents) of each round due, then when its next is (next_round_at), for at
+        most TICK_BUDGET. A round due within START_AHEAD starts now too: at a thousand ventures
+        the warden wakes a quarter as often."""
         began = time.monotonic()
         for at, name in self.schedule.pop_due(now + START_AHEAD):
             if time.monotonic() - began > TICK_BUDGET:
@@ -8884,8 +8890,7 @@ class Rounds:
                 self.schedule.enter(name, at)
                 break
             state = self.ventures[name]
-            cadence = state.mandate["cadence"]
-            self.schedule.enter(name, at + cadence if at + cadence > now else now + cadence)
+            self.schedule.enter(name, next_round_at(at, state.mandate["cadence"], now))
             yield state, self.start_round(state, now)
 
     def start_round(self, state, now):

@@ -1152,3 +1152,13 @@ def test_person_rule_pauses_and_resumes_once_and_may_run_says_what_starts():
     assert not led.state.paused and avsm.may_run(led.state, False)
     led.state.mandate = None
     assert not avsm.may_run(led.state, False)
+
+
+def test_the_next_round_keeps_to_the_cadence_grid_and_a_missed_round_is_not_made_up():
+    """MANDATE-05: once per cadence: the next round is due a cadence after the one due, on its
+    grid, even when this one started late within it; a warden behind by whole cadences (a slow
+    ledger, a stopped clock) starts one round now and the next a cadence later, not a burst."""
+    assert avsm.next_round_at(100.0, 10, 103.5) == 110.0, "late within the cadence: on the grid"
+    assert avsm.next_round_at(100.0, 10, 109.9) == 110.0
+    assert avsm.next_round_at(100.0, 10, 110.0) == 120.0, "a whole cadence late: one round now"
+    assert avsm.next_round_at(100.0, 10, 155.0) == 165.0, "five missed: a cadence from now"
