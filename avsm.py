@@ -4808,6 +4808,9 @@ def begun(state, what, lever):
                 else f"a forecast started, for the ask to delegate {lever}")
 
 
+CHECK_TIMEOUT = 60      # seconds a lever's check may take; a check cut off did not pass
+
+
 def check_rule(state, gate, verdict, status, ended_by, note):
     """A lever's check ended (open point 27) with exit `status`, or `ended_by` early: once it
     passed, the gate proves the lever again with the check among its premises, and only then does
@@ -5260,6 +5263,7 @@ def world_rule(state, report_seq, lever, outputs, failure):
 WORLD_TIMEOUT = 10              # seconds a world step may take (open point 38)
 WORLD_OUTPUT_MAX = 64 * 1024    # bytes a world step may print (WORLD-02)
 WORLD_SEEDS = 8                 # world steps, each with its own seed, in one prediction's ensemble
+FORECAST_TIMEOUT = 600          # seconds a forecast, its world steps included, may take
 
 
 def world_step_result(mandate, oversized, ended_by, status, out, err):
@@ -6027,6 +6031,9 @@ def backend_for(state, cfg):
         raise Fail(EX_DATAERR, f"backend {name} leaves the machine, and {state.name}'s mandate"
                                " does not say escalate: offbox; no call is made")
     return name, backend
+
+
+PACKET_RECORDS = 40     # the newest records of the venture a decision packet holds
 
 
 def model_packet(state, recent, now, looks, forecast, world=None):
@@ -8488,8 +8495,8 @@ class Levers:
         """Start a lever's check (a Check), apart; return why it could not start, or None."""
         lever, path = gate.lever, write_payload(data)
         try:
-            child = self.spawn("check", state, state.mandate["levers"][lever]["check"], timeout=60,
-                               shell=True, lever=lever, payload_file=path)
+            child = self.spawn("check", state, state.mandate["levers"][lever]["check"],
+                               timeout=CHECK_TIMEOUT, shell=True, lever=lever, payload_file=path)
         except OSError as err:
             os.unlink(path)
             return str(err)
@@ -8533,8 +8540,9 @@ class Worlds:
             return False
         payload = write_payload(facts)
         try:
-            child = self.spawn("forecast", state, cached_command("forecast", []), timeout=600,
-                               payload_file=payload, runs=[state.mandate["world"]])     # steps it
+            child = self.spawn("forecast", state, cached_command("forecast", []),
+                               timeout=FORECAST_TIMEOUT, payload_file=payload,
+                               runs=[state.mandate["world"]])     # the forecast steps it
             child.extra = {"days": facts["days"], "seeds": facts["seeds"], "why": why,
                            "lever": lever, "decision": decision}
         except OSError as err:
@@ -9022,7 +9030,7 @@ class Decisions:
             d.world_forecast = None
             if self.forecast(state, "packet", decision=d):
                 return
-        d.packet = model_packet(state, recent_records(self.ledger.db, state.name, 40),
+        d.packet = model_packet(state, recent_records(self.ledger.db, state.name, PACKET_RECORDS),
                                 int(time.time()), d.looks, self.cfg["forecast"], d.world_forecast)
         self.ask_roles(d, {"op": "build", "packet": d.packet}, self.call_backend)
 
