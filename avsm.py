@@ -2926,6 +2926,9 @@ Forecast.__doc__ = ("Forecast the venture, before a ratchet ask or on an add (`w
 ReadMandate = collections.namedtuple("ReadMandate", "")
 ReadMandate.__doc__ = ("Read the venture's mandate.yaml; the rule is sent (its path, its text or "
                        "None, why it cannot be read).")
+Content = collections.namedtuple("Content", "takes payload")
+Content.__doc__ = ("Look where a payload a lever `takes` would write in the venture directory; the "
+                   "rule is sent content_problem's answer (None: inside it).")
 Owners = collections.namedtuple("Owners", "programs")
 Owners.__doc__ = ("Look who could change these programs of the venture directory; the rule is sent "
                   "owner_problem's answer (None: only avsmd's user or root).")
@@ -5059,11 +5062,11 @@ def ratchet_due(state, lever, n):
         and state.open_ask(about="ratchet", lever=lever) is None
 
 
-def approval_rule(state, seq, ask, payload, edited, problem, now, ratchet=None):
+def approval_rule(state, seq, ask, payload, edited, now, ratchet=None):
     """A person's yes to ask #seq: a canary's is its canary record. Else the gate first proves the
-    lever as if the approval were written, so a refusal leaves the ask open and no approval spent;
-    once it runs, ratchet_rule. problem: as content_why of proposal_rule. Raises Fail (65) once
-    the refusal is written."""
+    lever as if the approval were written, so a refusal leaves the ask open and no approval spent
+    (nor does a payload the venture's files refuse); once it runs, ratchet_rule. Raises Fail (65)
+    once the refusal is written."""
     if ask.get("canary"):
         yield Write(canary_result(state, seq, ask, True)[0])
         return
@@ -5071,6 +5074,8 @@ def approval_rule(state, seq, ask, payload, edited, problem, now, ratchet=None):
     if lever is None or ask.get("about") not in ("lever", "model"):
         yield write(state, "approval", ask=seq, summary=f"a person answered ask #{seq}: yes")
         return
+    spec = state.mandate and state.mandate["levers"].get(lever)
+    problem = spec and (yield Content(spec["takes"], payload))
     basis = ("approval", [], [f"ask #{seq}: {ask.get('question')}"])
     verdict = prove(
         state, lever, now, basis, trigger=seq, approval=APPROVAL_TO_WRITE, payload=payload)
@@ -5096,11 +5101,19 @@ def approval_rule(state, seq, ask, payload, edited, problem, now, ratchet=None):
     raise Fail(EX_DATAERR, f"{lever} refused: {why}{stays}")
 
 
-def person_proposal_rule(state, lever, payload, content_why):
+def person_proposal_rule(state, lever, payload):
     """A person's own proposal (open point 15), declared, so its own approval: refused as the
-    mandate or the file system (content_why) refuse it, else gated; Fail (65) once refused."""
+    mandate or the venture's files refuse it, else gated; Fail (65) once refused, or a payload a
+    json lever cannot take refused before anything is written."""
+    refuse(cannot_run(state))
     m = state.mandate
     spec = m["levers"].get(lever)
+    if spec is not None and spec["takes"] == "json" and isinstance(payload, str):
+        try:
+            payload = read_json(payload)
+        except (ValueError, RecursionError) as bad:
+            raise Fail(EX_DATAERR,
+                       f"{lever} takes json, and the payload is not JSON: {bad}") from None
     seq = yield write(state, "proposal", claim="declared", by="person",
                       choice="action", lever=lever, payload=payload,
                       summary=f"a person proposes {lever}")
@@ -5109,8 +5122,8 @@ def person_proposal_rule(state, lever, payload, content_why):
         why = (
             f"{lever} is {'forbidden' if lever in m['forbidden'] else 'not permitted'} by mandate"
             f" #{state.mandate_seq}")
-    elif spec is not None and spec["takes"] in ("diff", "file"):
-        why = content_why
+    elif spec is not None:
+        why = yield Content(spec["takes"], payload)
     if why is None:
         verdict = yield Gate(lever, ("proposal", [], [f"proposal #{seq} is a person's own"]),
                              payload=payload, approval=seq, by="person",
@@ -6176,10 +6189,10 @@ def escalation_to(state, cfg, backend, asked, stopping):
 
 
 # ---- a model's reply: the event of its words, parsed ----
-def reply_parsed(state, d, parsed, looked, content, cfg, stopping):
+def reply_parsed(state, d, parsed, looked, cfg, stopping):
     """The event of decision d's reply, parsed: yield its records, what its asker is shown added to
     d.lines; return "look" (the packet built again with the answer `looked`), the second backend
-    an unusable reply escalates to, or None (done). `content`: each choice's content_problem."""
+    an unusable reply escalates to, or None (done)."""
     if "error" in parsed or "unusable" in parsed:
         why = (f"the roles process could not parse the reply: {parsed['error']}"
                if "error" in parsed else parsed["unusable"])
@@ -6193,10 +6206,13 @@ def reply_parsed(state, d, parsed, looked, content, cfg, stopping):
         d.looks.append({"look": look, "answer": looked})
         return "look"
     cited, ranking = [], is_ranking(parsed["choices"])
-    for (choice, held, not_proposed), why in zip(ranked_choices(state, parsed["choices"]), content):
+    for choice, held, not_proposed in ranked_choices(state, parsed["choices"]):
         if not_proposed:
             d.lines.append(not_proposed)
             continue
+        spec = state.mandate["levers"].get(choice.get("action")) if choice["choice"] == "action" \
+            else None
+        why = spec and (yield Content(spec["takes"], choice.get("payload")))
         cited += yield from choice_proposed(state, choice, d, why, held, ranking)
     if d.escalation is not None:
         yield Write(answer_record(d.venture, d.escalation, d.escalation_looks + cited))
@@ -8292,11 +8308,8 @@ class Warden:
             return self.approve_ratchet(state, seq, ask)
         lever = ask.get("lever")
         payload = args["payload"] if "payload" in args else ask.get("payload")
-        spec = (state.mandate["levers"].get(lever)
-                if state.mandate and ask.get("about") in ("lever", "model") else None)
-        problem = spec and content_problem(spec["takes"], payload, state.directory)
         done = self.carry_out(state, approval_rule(state, seq, ask, payload, "payload" in args,
-                                                   problem, int(time.time()), self.cfg["ratchet"]))
+                                                   int(time.time()), self.cfg["ratchet"]))
         gated = [action for intent, action in done if isinstance(intent, Gate)]
         if ask.get("canary"):
             return [canary_result(state, seq, ask, True)[1]]
@@ -8322,18 +8335,8 @@ class Warden:
 
     def do_propose(self, args, err):
         """A person's own proposal (open point 15): see person_proposal_rule."""
-        state = self.venture(args)
-        refuse(cannot_run(state))
-        lever, payload = args.get("lever"), args.get("payload")
-        spec = state.mandate["levers"].get(lever)
-        if spec is not None and spec["takes"] == "json" and isinstance(payload, str):
-            try:
-                payload = read_json(payload)
-            except (ValueError, RecursionError) as bad:
-                raise Fail(EX_DATAERR,
-                           f"{lever} takes json, and the payload is not JSON: {bad}") from None
-        content_why = spec and content_problem(spec["takes"], payload, state.directory)
-        done = self.carry_out(state, person_proposal_rule(state, lever, payload, content_why))
+        state, lever = self.venture(args), args.get("lever")
+        done = self.carry_out(state, person_proposal_rule(state, lever, args.get("payload")))
         seq, action = done[0][1], done[-1][1]
         return [f"proposal #{seq} accepted; {lever} "
                 + (f"runs as action #{action}" if action else "runs once its check passes")]
@@ -8413,6 +8416,8 @@ class Warden:
                     result = path, read_mandate_file(path), None
                 except (OSError, Fail) as err:
                     result = path, None, str(err)
+            elif isinstance(intent, Content):
+                result = content_problem(intent.takes, intent.payload, state.directory)
             elif isinstance(intent, Owners):
                 result = owner_problem(state.directory, intent.programs)
             elif isinstance(intent, Adopt):     # parsed against its directory: not the fold's
@@ -9107,17 +9112,10 @@ class Decisions:
         return ()
 
     def parsed(self, d, parsed):
-        """The reply parsed: reply_parsed, told a look's answer (from the ledger) and each
-        choice's content_problem (on the venture's files)."""
+        """The reply parsed: reply_parsed, told a look's answer (from the ledger)."""
         state = self.ventures[d.venture]
         looked = look_answer(self.ledger.db, state, parsed["look"]) if "look" in parsed else None
-        content = []
-        for c in parsed.get("choices", ()):
-            spec = state.mandate["levers"].get(c.get("action")) if c["choice"] == "action" else None
-            content.append(spec and content_problem(spec["takes"], c.get("payload"),
-                                                    state.directory))
-        return self.replied(d, reply_parsed(state, d, parsed, looked, content, self.cfg,
-                                            self.stopping()))
+        return self.replied(d, reply_parsed(state, d, parsed, looked, self.cfg, self.stopping()))
 
     def replied(self, d, event):
         """Carry out the kernel's reading of a reply, then what comes next: the packet built

@@ -328,9 +328,10 @@ def test_research_and_mail_without_their_config_fail_after_their_action():
 ESCALATE = {"escalate": "far", "backends": {"near": {"offbox": False}, "far": {"offbox": False}}}
 
 
-def replied(led, d, event):
+def replied(led, d, event, content=None):
     """Drive a reply's event as the warden's carry_out does (a Gate proved is answered with its
-    Verdict, its action's seq in it): (intents done, what the event says comes next)."""
+    Verdict, its action's seq in it; a Content with `content`): (intents done, what the event says
+    comes next)."""
     done, result = [], None
     while True:
         try:
@@ -345,6 +346,8 @@ def replied(led, d, event):
                                                     intent.summary, intent.by))
                 result = result._replace(action=action)
             done.append(("Gate", result))
+        elif isinstance(intent, avsm.Content):
+            result = content
         else:
             result = led.add(intent.record)
             done.append((type(intent).__name__, intent.record))
@@ -361,7 +364,7 @@ def test_an_unusable_reply_escalates_and_the_escalation_is_answered():
     the config's second backend, which the event returns to be asked; when the second backend's
     reply is unusable too, the escalation is answered "unusable" and the decision is done."""
     led, d = Ledger(SPENT), decision()
-    done, then = replied(led, d, avsm.reply_parsed(led.state, d, {"unusable": "not JSON"}, None, [],
+    done, then = replied(led, d, avsm.reply_parsed(led.state, d, {"unusable": "not JSON"}, None,
                                                    ESCALATE, False))
     assert [(w, r["kind"]) for w, r in done] == [("Write", "unusable"), ("Write", "escalation")]
     assert then == "far" and d.escalation == led.seq
@@ -377,7 +380,7 @@ def test_a_reply_not_escalated_says_why_and_ends():
     or with an off-box second backend the mandate does not allow, it says why it was not sent."""
     led, d = Ledger(SPENT), decision()
     parsed = {"error": "bad bytes"}
-    done, then = replied(led, d, avsm.reply_parsed(led.state, d, parsed, None, [],
+    done, then = replied(led, d, avsm.reply_parsed(led.state, d, parsed, None,
                                                    {"backends": {}}, False))
     assert then is None and [r["why"] for _, r in done] == [
         "the roles process could not parse the reply: bad bytes"]
@@ -398,7 +401,7 @@ def test_a_look_is_written_with_its_answer_and_asks_again():
     d.escalation = 1
     look = {"choice": "why", "record": 1}
     done, then = replied(led, d, avsm.reply_parsed(led.state, d, {"look": look}, "#1 the mandate",
-                                                   [], ESCALATE, False))
+                                                   ESCALATE, False))
     assert then == "look" and [r["kind"] for _, r in done] == ["look"]
     assert done[0][1]["answer"] == "#1 the mandate" and done[0][1]["escalation"] == 1
     assert d.looks == [{"look": look, "answer": "#1 the mandate"}]
@@ -414,8 +417,8 @@ def test_choices_become_proposals_the_gate_proves_and_an_escalation_cites_them()
     choices = [{"choice": "action", "action": "lower", "reason": "too high"},
                {"choice": "action", "action": "sell", "payload": {"qty": 1}}]
     parsed = {"choices": choices}
-    done, then = replied(led, d, avsm.reply_parsed(led.state, d, parsed, None, [None, None],
-                                                   ESCALATE, False))
+    done, then = replied(led, d, avsm.reply_parsed(led.state, d, parsed, None, ESCALATE,
+                                                   False))
     assert then is None
     assert [w if w == "Gate" else r["kind"] for w, r in done] == [
         "proposal", "Gate", "proposal", "ask", "answer"]
@@ -425,7 +428,7 @@ def test_choices_become_proposals_the_gate_proves_and_an_escalation_cites_them()
     assert d.lines[1] == f"#{action} action lower"
     d = decision("self")
     done, _ = replied(led, d, avsm.reply_parsed(led.state, d, {"choices": choices[1:]}, None,
-                                                ["it leaves the venture"], ESCALATE, False))
+                                                ESCALATE, False), "it leaves the venture")
     assert [r["kind"] for _, r in done] == ["proposal", "refusal"]
     assert "it leaves the venture" in done[1][1]["why"]
 
@@ -480,19 +483,19 @@ def test_an_approval_whose_lever_runs_asks_the_ratchet_and_a_canarys_is_its_reco
     led = Ledger(GUARDED % "pause")
     canary = avsm.canary_ask(led.state, 4, 4)
     seq = led.add(canary)
-    done = led.drive(avsm.approval_rule(led.state, seq, canary, None, False, None, led.at + 1, 1))
+    done = led.drive(avsm.approval_rule(led.state, seq, canary, None, False, led.at + 1, 1))
     assert kinds(done) == [("Write", "canary")] and done[0][1]["passed"] is False
     ask = {"kind": "ask", "claim": "measured", "venture": V, "about": "lever", "lever": "wipe",
            "summary": "?"}
     seen = []
     seq = led.add(dict(ask))
     led.drive(forecasts_refused(
-        avsm.approval_rule(led.state, seq, dict(ask), None, False, None, led.at + 1, None), seen))
+        avsm.approval_rule(led.state, seq, dict(ask), None, False, led.at + 1, None), seen))
     assert seen == [], "no ratchet: off"
     led.add(outcome("wipe", led.seq))
     seq = led.add(dict(ask))
     done = led.drive(forecasts_refused(
-        avsm.approval_rule(led.state, seq, dict(ask), None, False, None, led.at + 1, 2), seen))
+        avsm.approval_rule(led.state, seq, dict(ask), None, False, led.at + 1, 2), seen))
     assert kinds(done) == [("Write", "approval"), ("Gate", "wipe"), ("Write", "ask")]
     assert done[1][1][2].ok and done[2][1]["about"] == "ratchet"
     assert done[2][1]["question"].endswith("(edit it by hand: it is gone)")

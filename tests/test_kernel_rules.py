@@ -56,11 +56,13 @@ permitted:
 
 
 class Ledger:
-    """Literal records folded into one venture's state, numbered from 2 (the mandate is #1), one second apart."""
+    """Literal records folded into one venture's state, numbered from 2 (the mandate is #1), one second apart;
+    `content`: what the venture's files say of any payload (a Content's answer)."""
 
     def __init__(self, text):
         self.state = adopt(text)
         self.seq, self.at = 1, 1000
+        self.content = None
 
     def add(self, record):
         self.seq += 1
@@ -77,7 +79,9 @@ class Ledger:
             except StopIteration:
                 return done
             result = None
-            if isinstance(intent, (avsm.Write, avsm.Pause)):
+            if isinstance(intent, avsm.Content):
+                result = self.content
+            elif isinstance(intent, (avsm.Write, avsm.Pause)):
                 seq = self.add(intent.record)
                 result = seq if isinstance(intent, avsm.Write) else None      # a Write is answered with its seq
                 done.append((type(intent).__name__, intent.record))
@@ -258,7 +262,7 @@ def test_stuck_ends_when_the_lever_is_asked_about_or_runs_again():
     seq = led.add(report(12))
     first = dict(led.drive(avsm.settle_round(led.state, seq)))["Write"]
     ask = led.seq
-    led.drive(avsm.approval_rule(led.state, ask, first, None, False, None, led.at + 1))
+    led.drive(avsm.approval_rule(led.state, ask, first, None, False, led.at + 1))
     led.add(outcome("wipe", led.seq))
     led.add(report(5))
     seq = led.add(report(12))
@@ -271,7 +275,7 @@ def test_stuck_ends_when_the_lever_is_asked_about_or_runs_again():
     done = led.drive(avsm.settle_round(led.state, seq))
     assert kinds(done) == [("Gate", "wipe"), ("Write", "ask")], done
     assert led.state.side("above")["stuck"] is None and avsm.status_row(led.state, led.at).state != "stuck"
-    done = led.drive(avsm.approval_rule(led.state, led.seq, done[1][1], None, False, None, led.at + 1))
+    done = led.drive(avsm.approval_rule(led.state, led.seq, done[1][1], None, False, led.at + 1))
     assert kinds(done) == [("Write", "approval"), ("Gate", "wipe"), ("Write", "resolved")] and done[1][1][2].ok
     assert done[2][1]["ask"] == stuck and "wipe ran again" in done[2][1]["summary"] and stuck not in led.state.open_asks
 
@@ -525,7 +529,7 @@ def test_approval_rule_proves_before_it_spends_the_approval():
     led = Ledger(GUARDED % "pause")
     ask = led.add({"kind": "ask", "claim": "measured", "venture": V, "about": "lever", "lever": "wipe",
                    "question": "run wipe?", "summary": "?"})
-    done = led.drive(avsm.approval_rule(led.state, ask, led.state.open_asks[ask], None, False, None, led.at + 1))
+    done = led.drive(avsm.approval_rule(led.state, ask, led.state.open_asks[ask], None, False, led.at + 1))
     assert kinds(done) == [("Write", "approval"), ("Gate", "wipe")]
     approval = ask + 1
     lever, basis, verdict = done[1][1]
@@ -533,13 +537,13 @@ def test_approval_rule_proves_before_it_spends_the_approval():
     assert ask not in led.state.open_asks
     ask = led.add({"kind": "ask", "claim": "measured", "venture": V, "about": "lever", "lever": "wipe",
                    "question": "run wipe?", "summary": "?"})
+    led.content = "the diff names no file"
     with pytest.raises(avsm.Fail, match="stays open"):
-        led.drive(avsm.approval_rule(led.state, ask, led.state.open_asks[ask], None, False, "the diff names no file",
-                                     led.at + 1))
+        led.drive(avsm.approval_rule(led.state, ask, led.state.open_asks[ask], None, False, led.at + 1))
     assert led.state.open_asks.get(ask) and led.seq == ask + 1, "only the refusal is written"
     plain = led.add({"kind": "ask", "claim": "measured", "venture": V, "about": "audit", "audit": "refunds",
                      "question": "look?", "summary": "?"})
-    done = led.drive(avsm.approval_rule(led.state, plain, led.state.open_asks[plain], None, False, None, led.at + 1))
+    done = led.drive(avsm.approval_rule(led.state, plain, led.state.open_asks[plain], None, False, led.at + 1))
     assert kinds(done) == [("Write", "approval")] and "lever" not in done[0][1]
 
 
@@ -548,13 +552,13 @@ def test_person_proposal_rule_is_its_own_approval_or_refused():
     irreversible lever runs through the gate on it; an unpermitted lever writes the proposal and its refusal,
     and fails."""
     led = Ledger(GUARDED % "pause")
-    done = led.drive(avsm.person_proposal_rule(led.state, "wipe", None, None))
+    done = led.drive(avsm.person_proposal_rule(led.state, "wipe", None))
     assert kinds(done) == [("Write", "proposal"), ("Gate", "wipe")] and done[0][1]["claim"] == "declared"
     lever, basis, verdict = done[1][1]
     assert verdict.ok and led.seq - 1 in verdict.proof["premises"]
     before = led.seq
     with pytest.raises(avsm.Fail, match="not permitted"):
-        led.drive(avsm.person_proposal_rule(led.state, "rm", None, None))
+        led.drive(avsm.person_proposal_rule(led.state, "rm", None))
     assert led.seq == before + 2, "the proposal and its refusal are written"
 
 
