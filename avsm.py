@@ -5998,7 +5998,12 @@ def ratchet_change_problem(state, mandate):
 
 def ratchet_approved_rule(state, seq, ask, mandate, path):
     """A person approved ratchet ask #seq, its change parsed as `mandate`: yield the approval,
-    delegating its lever, then the change written to `path`, then its adoption."""
+    delegating its lever, then the change written to `path`, then its adoption; Fail (65) with
+    nothing written when it carries no change or one a person must make (SELF-03)."""
+    if not mandate:
+        raise Fail(EX_DATAERR, f"ask #{seq} carries no mandate change; edit {path} by hand"
+                               " and run avsm add")
+    refuse(ratchet_change_problem(state, mandate))
     yield write(state, "approval", ask=seq, about="ratchet",
                 summary=f"a person approved delegating {ask['lever']} (ask #{seq})")
     yield WriteFile(path, ask["mandate"])
@@ -8344,12 +8349,8 @@ class Warden:
     def approve_ratchet(self, state, seq, ask):
         """A person approved delegating a lever: write the mandate change and adopt it."""
         path = os.path.join(state.directory, "mandate.yaml")
-        new = ask.get("mandate")
-        if not new:
-            raise Fail(EX_DATAERR, f"ask #{seq} carries no mandate change; edit {path} by hand"
-                                   " and run avsm add")
-        mandate = parse_mandate(new, path, state.directory)
-        refuse(ratchet_change_problem(state, mandate))
+        # the change, parsed against the venture's files as it stands
+        mandate = ask.get("mandate") and parse_mandate(ask["mandate"], path, state.directory)
         done = self.carry_out(state, ratchet_approved_rule(state, seq, ask, mandate, path))
         adopted = [s for intent, s in done if isinstance(intent, Write)][-1]     # its mandate
         return [

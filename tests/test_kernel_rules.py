@@ -1014,7 +1014,8 @@ def test_ratchet_change_problem_refuses_adding_offbox():
 
 def test_an_approved_ratchet_change_is_its_approval_the_file_then_its_adoption():
     """Open point 41, SELF-03: approving a ratchet ask writes the approval first, then the change
-    to mandate.yaml, then adopts it as avsm add would, the mandate record citing the approval."""
+    to mandate.yaml, then adopts it as avsm add would, the mandate record citing the approval; an
+    ask with no change, or a change adding escalate: offbox, is refused (65) before any record."""
     led = Ledger(READ)
     changed = READ + "# delegated\n"
     ask = {"kind": "ask", "claim": "measured", "venture": V, "about": "ratchet", "lever": "lower",
@@ -1029,6 +1030,13 @@ def test_an_approved_ratchet_change_is_its_approval_the_file_then_its_adoption()
     assert (done[2].record["kind"], done[2].record["text"], done[2].record["approval_of"]) == (
         "mandate", changed, seq)
     assert done[3] == avsm.Adopt(mandate, False, True)
+    with pytest.raises(avsm.Fail, match="carries no mandate change; edit /v/mandate.yaml by hand"):
+        next(avsm.ratchet_approved_rule(led.state, seq, dict(ask, mandate=None), None,
+                                        "/v/mandate.yaml"))
+    offbox = dict(mandate, escalate="offbox")
+    with pytest.raises(avsm.Fail, match="may not add escalate: offbox") as refused:
+        next(avsm.ratchet_approved_rule(led.state, seq, ask, offbox, "/v/mandate.yaml"))
+    assert refused.value.code == avsm.EX_DATAERR
 
 
 def test_run_start_record_says_started_or_restarted():
