@@ -8417,8 +8417,6 @@ class Warden:
                     result = path, read_mandate_file(path), None
                 except (OSError, Fail) as err:
                     result = path, None, str(err)
-            elif isinstance(intent, Content):
-                result = content_problem(intent.takes, intent.payload, state.directory)
             elif isinstance(intent, Owners):
                 result = owner_problem(state.directory, intent.programs)
             elif isinstance(intent, Adopt):     # parsed against its directory: not the fold's
@@ -8431,6 +8429,8 @@ class Warden:
                 self.carry_out(state, self.worlds.step(state, intent.report, intent.lever))
             elif isinstance(intent, Launch):
                 result = self.levers.launch(state, intent)
+            elif isinstance(intent, Content):
+                result = content_problem(intent.takes, intent.payload, state.directory)
             elif isinstance(intent, WriteFile):
                 write_textfile(intent.path, intent.text, None, intent.path + ".avsm-new")
             elif isinstance(intent, Check):
