@@ -2185,13 +2185,12 @@ def chain_hash(prev, seq, at, text):
     return hashlib.sha256(f"{prev}\n{seq}\n{at}\n{text}".encode()).hexdigest()
 
 
-def read_record(text, seq=None):
+def read_record(text, seq):
     """Return the record stored as `text`, or raise json.JSONDecodeError when it does not read."""
     record = load_record(text, seq)
     why = object_problem(record)
     if why is not None:
-        raise json.JSONDecodeError(
-            f"record {'#' + str(seq) + ' ' if seq else ''}does not read: {why}", text, 0)
+        raise json.JSONDecodeError(f"record #{seq} does not read: {why}", text, 0)
     return record
 
 
@@ -2527,7 +2526,7 @@ def first_seq_at(db, at, top):
     return top + 1
 
 
-def load_record(text, seq=None):
+def load_record(text, seq):
     """Return the record stored as `text`, or raise json.JSONDecodeError when it is no JSON
     object (nested past Python's depth, past its digits, bytes not UTF-8: none is)."""
     try:
@@ -2535,12 +2534,11 @@ def load_record(text, seq=None):
     except json.JSONDecodeError:
         raise
     except (ValueError, RecursionError) as err:
-        raise json.JSONDecodeError(f"record {'#' + str(seq) + ' ' if seq else ''}does not read:"
-                                   f" {str(err)[:120]}", "", 0) from None
+        raise json.JSONDecodeError(
+            f"record #{seq} does not read: {str(err)[:120]}", "", 0) from None
     if not isinstance(record, dict):
         raise json.JSONDecodeError(
-            f"record {'#' + str(seq) + ' ' if seq else ''}is {shown_value(record, 40)}, "
-            "not a JSON object", text, 0)
+            f"record #{seq} is {shown_value(record, 40)}, not a JSON object", text, 0)
     return record
 
 
@@ -9520,8 +9518,7 @@ class Notifier:
         log(self.debug, "avsmd",
             f"notify of {notice['kind']}: {failure or 'told'}" + (f": {note}" if note else ""))
         if record:
-            self.write(record["kind"], record["summary"],
-                       **{k: v for k, v in record.items() if k not in RECORD_FIELDS})
+            self.write(record)
 
     def finish(self, deadline):
         """At a stop: wait for the runs in flight until `deadline`, then end what still runs."""
@@ -9784,7 +9781,7 @@ class Daemon:
         self.roles_waiting = {}
         self.groups = {}    # the groups the warden said it started and has not seen end (RUN-13)
         self.stopping, self.stop_deadline, self.exit_code, self.signals = False, None, EX_OK, []
-        self.notifier = Notifier(home, cfg.get("notify"), self.append_self, debug)
+        self.notifier = Notifier(home, cfg.get("notify"), self.append, debug)
 
     # ---- the warden and the roles process ----
     def start_warden(self):
@@ -9921,11 +9918,13 @@ class Daemon:
             return self.cfg_text != ""
 
     def append_self(self, kind, summary, **fields):
+        return self.append(new_record(kind, "self", summary=summary, **fields))
+
+    def append(self, record):
         if self.lock.lost:
             return None
         try:
-            return self.ledger.append(new_record(kind, "self", summary=summary, **fields),
-                                      int(time.time()))
+            return self.ledger.append(record, int(time.time()))
         except LockLost:
             self.lock.lost = True
         except Exception as err:          # an unwritable ledger must not take avsmd down
