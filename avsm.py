@@ -2291,8 +2291,7 @@ class Ledger:
             os.close(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_CLOEXEC, 0o600))
         self.db = sqlite3.connect(path, isolation_level=None, timeout=10)
         self.inode = os.stat(path).st_ino
-        mode = self.db.execute("PRAGMA journal_mode").fetchone()[0]
-        if mode.lower() == "wal":
+        if self.db.execute("PRAGMA journal_mode").fetchone()[0].lower() == "wal":
             # a ledger from an earlier avsmd; the switch does not wait on the busy timeout
             deadline = time.monotonic() + 10
             while True:
@@ -2634,17 +2633,14 @@ def scan_ledger(db, recheck=True, wanted=(), after=None, fold_at=()):
              "hashes": {}, "folds": {}, "gaps": []}
     was, states, counted = small_cache(db), {}, {}
 
-    def moved(first, last, home):
-        found["gaps"].append((first, last, home))
-
     def keep(seq):
         if seq in fold_at:      # the fold has taken every record up to seq, and none after
             found["folds"][seq] = snapshot_text(seq, states, counted)
 
     def rows():
         expected, prev = found["head"]
-        for seq, at, link, digest, text in batched_rows(db, "seq, at, prev, hash, record",
-                                                        expected, moved):
+        for seq, at, link, digest, text in batched_rows(db, "seq, at, prev, hash, record", expected,
+                                                        lambda *gap: found["gaps"].append(gap)):
             keep(expected)
             if found["gaps"] and found["gaps"][-1][1] == seq - 1 > expected:
                 # the file before this one is not there: go on from the head this record names
@@ -2758,43 +2754,35 @@ RECORDS_LINE = 256
 Row = collections.namedtuple("Row", "seq at prev hash record")
 
 
-def records_page(db, after, limit, head_line):
-    """Return the lines of a `records` answer: `head_line`, then the rows after `after`."""
-    rows, size = [], 0
-    limit = RECORDS_PAGE if limit is None else min(limit, RECORDS_PAGE)
-    for seq, at, prev, digest, text in ledger_rows(
-            db, "SELECT seq, at, prev, hash, record FROM records WHERE seq > ? ORDER BY seq"
-                " LIMIT ?", (after, limit), after):
-        if len(rows) == limit:      # LIMIT holds in each file
-            break
-        rows.append(f"{seq} {at} {prev} {digest} {text}")
-        size += len(text) + 160
-        if size > RECORDS_PAGE_BYTES:
-            break
-    return [head_line] + ["\n".join(rows[i:i + RECORDS_LINE])
-                          for i in range(0, len(rows), RECORDS_LINE)]
-
-
 def records_answer(home, args):
-    """Return the answer to a `records` request on `home` as the socket's lines, or Fail(66)."""
+    """Return the answer to a `records` request on `home` as the socket's lines: the head (and the
+    newest checkpoint), then the rows after args["after"]; or Fail(66)."""
     import sqlite3
-    path = os.path.join(home, "ledger.db")
+    path, rows, size = os.path.join(home, "ledger.db"), [], 0
+    limit = RECORDS_PAGE if args.get("limit") is None else min(args["limit"], RECORDS_PAGE)
     try:
         if not os.path.isfile(path):
             raise sqlite3.OperationalError("no such file")
-        db = open_ledger_ro(path)
-        try:
+        with contextlib.closing(open_ledger_ro(path)) as db:
             head = ledger_head(db)
             newest = newest_checkpoint(os.path.join(home, "checkpoints")) \
                 if args.get("checkpoint") else None
-            first = json.dumps({"head": head and list(head), "checkpoint": newest and newest.text,
-                                "signature": newest and newest.signature})
-            lines = records_page(db, args["after"], args.get("limit"), first)
-        finally:
-            db.close()
+            for seq, at, prev, digest, text in ledger_rows(
+                    db, "SELECT seq, at, prev, hash, record FROM records WHERE seq > ? ORDER BY seq"
+                        " LIMIT ?", (args["after"], limit), args["after"]):
+                if len(rows) == limit:      # LIMIT holds in each file
+                    break
+                rows.append(f"{seq} {at} {prev} {digest} {text}")
+                size += len(text) + 160
+                if size > RECORDS_PAGE_BYTES:
+                    break
     except sqlite3.Error as err:
         raise Fail(EX_NOINPUT, f"{path} cannot be read ({err}): is {home} avsm's home? "
                                "name the home in the fleet file as HOST:HOME") from None
+    first = json.dumps({"head": head and list(head), "checkpoint": newest and newest.text,
+                        "signature": newest and newest.signature})
+    lines = [first] + ["\n".join(rows[i:i + RECORDS_LINE])
+                       for i in range(0, len(rows), RECORDS_LINE)]
     return [{"out": line} for line in lines] + [{"exit": EX_OK}]
 
 
