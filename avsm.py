@@ -2549,11 +2549,8 @@ def record_at(db, seq):
 
 def row_at(db, columns, seq):
     """Return the row of `columns` of record #seq in whichever ledger file holds it, or None."""
-    for part in ledger_parts(db, seq - 1, seq):
-        row = part.execute(f"SELECT {columns} FROM records WHERE seq = ?", (seq,)).fetchone()
-        if row:
-            return row
-    return None
+    sql = f"SELECT {columns} FROM records WHERE seq = ?"
+    return next(ledger_rows(db, sql, (seq,), seq - 1, seq), None)
 
 
 def last_seq(db):
@@ -2692,8 +2689,7 @@ def fold_moved(states, counted, found, text):
     """After a closed file that is not there, fold on from the snapshot the next file carries."""
     home = found["gaps"][-1][2]
     with contextlib.suppress(Fail, LookupError, TypeError, ValueError):
-        record = json.loads(text)
-        folded, was = states_of(read_snapshot(home, record))
+        folded, was = states_of(read_snapshot(home, json.loads(text)))
         states.clear()
         states.update(folded)
         counted.clear()
@@ -9730,7 +9726,6 @@ class Kept:
     def __init__(self, name, what, sel, read, ended):
         self.name, self.what, self.sel, self.read, self.ended = name, what, sel, read, ended
         self.pid = self.proc = self.chan = self.pidfd = self.restart_at = self.backoff = None
-        self.reader, self.started = LineReader(), 0.0
 
     def attach(self, pid, chan, debug):
         import selectors
