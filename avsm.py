@@ -2185,13 +2185,12 @@ def chain_hash(prev, seq, at, text):
     return hashlib.sha256(f"{prev}\n{seq}\n{at}\n{text}".encode()).hexdigest()
 
 
-def read_record(text, seq=None):
+def read_record(text, seq):
     """Return the record stored as `text`, or raise json.JSONDecodeError when it does not read."""
     record = load_record(text, seq)
     why = object_problem(record)
     if why is not None:
-        raise json.JSONDecodeError(
-            f"record {'#' + str(seq) + ' ' if seq else ''}does not read: {why}", text, 0)
+        raise json.JSONDecodeError(f"record #{seq} does not read: {why}", text, 0)
     return record
 
 
@@ -2292,8 +2291,7 @@ class Ledger:
             os.close(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_CLOEXEC, 0o600))
         self.db = sqlite3.connect(path, isolation_level=None, timeout=10)
         self.inode = os.stat(path).st_ino
-        mode = self.db.execute("PRAGMA journal_mode").fetchone()[0]
-        if mode.lower() == "wal":
+        if self.db.execute("PRAGMA journal_mode").fetchone()[0].lower() == "wal":
             # a ledger from an earlier avsmd; the switch does not wait on the busy timeout
             deadline = time.monotonic() + 10
             while True:
@@ -2527,7 +2525,7 @@ def first_seq_at(db, at, top):
     return top + 1
 
 
-def load_record(text, seq=None):
+def load_record(text, seq):
     """Return the record stored as `text`, or raise json.JSONDecodeError when it is no JSON
     object (nested past Python's depth, past its digits, bytes not UTF-8: none is)."""
     try:
@@ -2535,12 +2533,11 @@ def load_record(text, seq=None):
     except json.JSONDecodeError:
         raise
     except (ValueError, RecursionError) as err:
-        raise json.JSONDecodeError(f"record {'#' + str(seq) + ' ' if seq else ''}does not read:"
-                                   f" {str(err)[:120]}", "", 0) from None
+        raise json.JSONDecodeError(
+            f"record #{seq} does not read: {str(err)[:120]}", "", 0) from None
     if not isinstance(record, dict):
         raise json.JSONDecodeError(
-            f"record {'#' + str(seq) + ' ' if seq else ''}is {shown_value(record, 40)}, "
-            "not a JSON object", text, 0)
+            f"record #{seq} is {shown_value(record, 40)}, not a JSON object", text, 0)
     return record
 
 
@@ -2552,11 +2549,8 @@ def record_at(db, seq):
 
 def row_at(db, columns, seq):
     """Return the row of `columns` of record #seq in whichever ledger file holds it, or None."""
-    for part in ledger_parts(db, seq - 1, seq):
-        row = part.execute(f"SELECT {columns} FROM records WHERE seq = ?", (seq,)).fetchone()
-        if row:
-            return row
-    return None
+    sql = f"SELECT {columns} FROM records WHERE seq = ?"
+    return next(ledger_rows(db, sql, (seq,), seq - 1, seq), None)
 
 
 def last_seq(db):
@@ -2636,17 +2630,14 @@ def scan_ledger(db, recheck=True, wanted=(), after=None, fold_at=()):
              "hashes": {}, "folds": {}, "gaps": []}
     was, states, counted = small_cache(db), {}, {}
 
-    def moved(first, last, home):
-        found["gaps"].append((first, last, home))
-
     def keep(seq):
         if seq in fold_at:      # the fold has taken every record up to seq, and none after
             found["folds"][seq] = snapshot_text(seq, states, counted)
 
     def rows():
         expected, prev = found["head"]
-        for seq, at, link, digest, text in batched_rows(db, "seq, at, prev, hash, record",
-                                                        expected, moved):
+        for seq, at, link, digest, text in batched_rows(db, "seq, at, prev, hash, record", expected,
+                                                        lambda *gap: found["gaps"].append(gap)):
             keep(expected)
             if found["gaps"] and found["gaps"][-1][1] == seq - 1 > expected:
                 # the file before this one is not there: go on from the head this record names
@@ -2698,8 +2689,7 @@ def fold_moved(states, counted, found, text):
     """After a closed file that is not there, fold on from the snapshot the next file carries."""
     home = found["gaps"][-1][2]
     with contextlib.suppress(Fail, LookupError, TypeError, ValueError):
-        record = json.loads(text)
-        folded, was = states_of(read_snapshot(home, record))
+        folded, was = states_of(read_snapshot(home, json.loads(text)))
         states.clear()
         states.update(folded)
         counted.clear()
@@ -2760,43 +2750,35 @@ RECORDS_LINE = 256
 Row = collections.namedtuple("Row", "seq at prev hash record")
 
 
-def records_page(db, after, limit, head_line):
-    """Return the lines of a `records` answer: `head_line`, then the rows after `after`."""
-    rows, size = [], 0
-    limit = RECORDS_PAGE if limit is None else min(limit, RECORDS_PAGE)
-    for seq, at, prev, digest, text in ledger_rows(
-            db, "SELECT seq, at, prev, hash, record FROM records WHERE seq > ? ORDER BY seq"
-                " LIMIT ?", (after, limit), after):
-        if len(rows) == limit:      # LIMIT holds in each file
-            break
-        rows.append(f"{seq} {at} {prev} {digest} {text}")
-        size += len(text) + 160
-        if size > RECORDS_PAGE_BYTES:
-            break
-    return [head_line] + ["\n".join(rows[i:i + RECORDS_LINE])
-                          for i in range(0, len(rows), RECORDS_LINE)]
-
-
 def records_answer(home, args):
-    """Return the answer to a `records` request on `home` as the socket's lines, or Fail(66)."""
+    """Return the answer to a `records` request on `home` as the socket's lines: the head (and the
+    newest checkpoint), then the rows after args["after"]; or Fail(66)."""
     import sqlite3
-    path = os.path.join(home, "ledger.db")
+    path, rows, size = os.path.join(home, "ledger.db"), [], 0
+    limit = RECORDS_PAGE if args.get("limit") is None else min(args["limit"], RECORDS_PAGE)
     try:
         if not os.path.isfile(path):
             raise sqlite3.OperationalError("no such file")
-        db = open_ledger_ro(path)
-        try:
+        with contextlib.closing(open_ledger_ro(path)) as db:
             head = ledger_head(db)
             newest = newest_checkpoint(os.path.join(home, "checkpoints")) \
                 if args.get("checkpoint") else None
-            first = json.dumps({"head": head and list(head), "checkpoint": newest and newest.text,
-                                "signature": newest and newest.signature})
-            lines = records_page(db, args["after"], args.get("limit"), first)
-        finally:
-            db.close()
+            for seq, at, prev, digest, text in ledger_rows(
+                    db, "SELECT seq, at, prev, hash, record FROM records WHERE seq > ? ORDER BY seq"
+                        " LIMIT ?", (args["after"], limit), args["after"]):
+                if len(rows) == limit:      # LIMIT holds in each file
+                    break
+                rows.append(f"{seq} {at} {prev} {digest} {text}")
+                size += len(text) + 160
+                if size > RECORDS_PAGE_BYTES:
+                    break
     except sqlite3.Error as err:
         raise Fail(EX_NOINPUT, f"{path} cannot be read ({err}): is {home} avsm's home? "
                                "name the home in the fleet file as HOST:HOME") from None
+    first = json.dumps({"head": head and list(head), "checkpoint": newest and newest.text,
+                        "signature": newest and newest.signature})
+    lines = [first] + ["\n".join(rows[i:i + RECORDS_LINE])
+                       for i in range(0, len(rows), RECORDS_LINE)]
     return [{"out": line} for line in lines] + [{"exit": EX_OK}]
 
 
@@ -9535,8 +9517,7 @@ class Notifier:
         log(self.debug, "avsmd",
             f"notify of {notice['kind']}: {failure or 'told'}" + (f": {note}" if note else ""))
         if record:
-            self.write(record["kind"], record["summary"],
-                       **{k: v for k, v in record.items() if k not in RECORD_FIELDS})
+            self.write(record)
 
     def finish(self, deadline):
         """At a stop: wait for the runs in flight until `deadline`, then end what still runs."""
@@ -9760,7 +9741,6 @@ class Kept:
     def __init__(self, name, what, sel, read, ended):
         self.name, self.what, self.sel, self.read, self.ended = name, what, sel, read, ended
         self.pid = self.proc = self.chan = self.pidfd = self.restart_at = self.backoff = None
-        self.reader, self.started = LineReader(), 0.0
 
     def attach(self, pid, chan, debug):
         import selectors
@@ -9799,7 +9779,7 @@ class Daemon:
         self.roles_waiting = {}
         self.groups = {}    # the groups the warden said it started and has not seen end (RUN-13)
         self.stopping, self.stop_deadline, self.exit_code, self.signals = False, None, EX_OK, []
-        self.notifier = Notifier(home, cfg.get("notify"), self.append_self, debug)
+        self.notifier = Notifier(home, cfg.get("notify"), self.append, debug)
 
     # ---- the warden and the roles process ----
     def start_warden(self):
@@ -9936,11 +9916,13 @@ class Daemon:
             return self.cfg_text != ""
 
     def append_self(self, kind, summary, **fields):
+        return self.append(new_record(kind, "self", summary=summary, **fields))
+
+    def append(self, record):
         if self.lock.lost:
             return None
         try:
-            return self.ledger.append(new_record(kind, "self", summary=summary, **fields),
-                                      int(time.time()))
+            return self.ledger.append(record, int(time.time()))
         except LockLost:
             self.lock.lost = True
         except Exception as err:          # an unwritable ledger must not take avsmd down
