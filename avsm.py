@@ -12078,22 +12078,22 @@ def test_config(home, cfg, path):
                 raise Fail(EX_CONFIG, f"{unsafe.why}; {unsafe.fix}, then {add}")
         except OSError as err:
             problem(f"{name}: {mandate_path} cannot be read: {err.strerror}")
-            continue
         except Fail as fail:
             if fail.code == EX_NOINPUT and paused:
                 out(f"venture {name} (mandate #{seq}): paused, and its directory has gone")
             else:
                 problem(f"{name}: {fail}" + (
                     f" (mandate #{seq} stays in force)" if fail.code != EX_NOINPUT else ""))
-            continue
-        drift = mandate_drift(in_force, text, seq, mandate_path)
-        if drift:
-            out(f"venture {name} ({directory}){': paused' if paused else ''}: {mandate_path}"
-                f" differs from mandate #{seq} in force; {add} applies it", *drift,
-                "  as on disk, once added, it allows:")
         else:
-            out(f"venture {name} (mandate #{seq}, {directory}){': paused' if paused else ''}:")
-        print_allowed(home, cfg, name, m)
+            drift = mandate_drift(in_force, text, seq, mandate_path)
+            state = ": paused" if paused else ""
+            if drift:
+                out(f"venture {name} ({directory}){state}: {mandate_path} differs from mandate"
+                    f" #{seq} in force; {add} applies it", *drift,
+                    "  as on disk, once added, it allows:")
+            else:
+                out(f"venture {name} (mandate #{seq}, {directory}){state}:")
+            print_allowed(home, cfg, name, m)
     return EX_CONFIG if problems else EX_OK
 
 
@@ -14154,7 +14154,7 @@ def describe_status_lines(state, keep, row, cfg):
         child, restarts = keep.get("child"), keep.get("restarts", 0)
         ending = getattr(child, "ended_by", None)
         # a program being ended is not shown as running (a pause ends it within seconds)
-        if child and ending:
+        if ending:
             where = f"pid {child.pid} is being stopped" \
                 f" ({'by the pause' if ending == 'pause' else ending})"
         elif child:
@@ -14217,7 +14217,7 @@ def exposition_number(value):
         return "NaN"
     if math.isinf(value):
         return "+Inf" if value > 0 else "-Inf"
-    return repr(float(value))
+    return repr(value)
 
 
 def metrics_text(states, home, now):
@@ -14473,8 +14473,8 @@ def run_verb(home, rest):
     if verb not in CLIENT_COMMANDS:
         raise Fail(EX_USAGE, f"'{verb}' is not an avsm command{nearest(verb, CLIENT_COMMANDS)}:"
                              " avsm --help lists them")
-    options, names = (rest[:rest.index("--")], rest[rest.index("--") + 1:]) if "--" in rest \
-        else (rest, [])
+    end = rest.index("--") if "--" in rest else len(rest)
+    options, names = rest[:end], rest[end + 1:]
     if "-h" in options or "--help" in options:
         out(command_help(verb))
         return EX_OK
