@@ -12068,9 +12068,13 @@ def test_config(home, cfg, path):
     for name, directory, seq, paused, in_force in adopted:
         mandate_path = os.path.join(directory or "", "mandate.yaml")
         add = f"{client_command(home)} add {directory}"
+        if not os.path.isdir(directory or ""):
+            if paused:
+                out(f"venture {name} (mandate #{seq}): paused, and its directory has gone")
+            else:
+                problem(f"{name}: {directory} is not there")
+            continue
         try:
-            if not os.path.isdir(directory or ""):
-                raise Fail(EX_NOINPUT, f"{directory} is not there")
             text = read_mandate_file(mandate_path)
             m = parse_mandate(text, mandate_path, directory)
             unsafe = owner_problem(directory, venture_commands(m))
@@ -12079,11 +12083,7 @@ def test_config(home, cfg, path):
         except OSError as err:
             problem(f"{name}: {mandate_path} cannot be read: {err.strerror}")
         except Fail as fail:
-            if fail.code == EX_NOINPUT and paused:
-                out(f"venture {name} (mandate #{seq}): paused, and its directory has gone")
-            else:
-                problem(f"{name}: {fail}" + (
-                    f" (mandate #{seq} stays in force)" if fail.code != EX_NOINPUT else ""))
+            problem(f"{name}: {fail} (mandate #{seq} stays in force)")
         else:
             drift = mandate_drift(in_force, text, seq, mandate_path)
             state = ": paused" if paused else ""
