@@ -12193,10 +12193,9 @@ def backend_note(m, cfg):
 
 
 def print_allowed(home, cfg, name, m):
-    """Print what mandate `m` of venture `name` allows, and whether its levers can hold it."""
-    # the capacity check, from the venture's history (open point 9)
+    """Print what mandate `m` of venture `name` allows, and whether its levers can hold it (open
+    point 9), judged from its history: none with no ledger yet (avsmd -t DIR on a new home)."""
     states, path = {}, os.path.join(home, "ledger.db")
-    # no ledger yet (avsmd -t DIR on a new home): no history to judge from
     if os.path.exists(path):
         try:
             with contextlib.closing(open_ledger_ro(path)) as db:
@@ -13466,8 +13465,8 @@ def read_kept_checkpoints(found, where, trust):
                 if len(data) > CHECKPOINT_MAX:
                     raise OSError(0, f"it is longer than {CHECKPOINT_MAX // 1024} KiB")
             else:       # regular files, bounded: a FIFO or /dev/zero is one refusal, not a hang
-                data = read_small_file(name, CHECKPOINT_MAX).decode("utf-8")
-                sig = read_small_file(name + ".sig", CHECKPOINT_MAX).decode("utf-8").strip() \
+                data = read_small_file(name, CHECKPOINT_MAX).decode()
+                sig = read_small_file(name + ".sig", CHECKPOINT_MAX).decode().strip() \
                     if os.path.lexists(name + ".sig") else None
             checkpoint = parse_checkpoint(data, name, sig)
             if checkpoint.signature is None:
@@ -13852,7 +13851,7 @@ def is_avsmd_argv(argv):
     # python [-S] [-P] [-Xpycache_prefix=DIR] -c LOAD_AVSM PATH PROGRAM ...
     if LOAD_AVSM in argv[1:6]:
         i = argv.index(LOAD_AVSM)
-        return argv[i - 1] == "-c" and len(argv) > i + 2 and argv[i + 2] == "avsmd"
+        return argv[i - 1] == "-c" and argv[i + 2:i + 3] == ["avsmd"]
     for i, arg in enumerate(argv[:3]):
         # python -SP DIR/avsmd: a wrapper of avsm link, by its #! line
         if i and arg.startswith("-"):
@@ -14205,7 +14204,7 @@ VENTURE_COUNTERS = {"reports": "avsm_venture_reports_total",
 
 def exposition_label(value):
     """Return a label's value as the exposition format quotes it (a lone surrogate as ?)."""
-    text = str(value).encode("utf-8", "replace").decode("utf-8")
+    text = str(value).encode("utf-8", "replace").decode()
     return text.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n")
 
 
