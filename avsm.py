@@ -13015,7 +13015,7 @@ def chart_legend(trusted, apart, actions, asks, ended, shown, bottom, top, lever
     values = [(chart_number(r.get("value")), r) for _, _, r in apart]
     statuses = {"failed" if v is None else report_status(r) if bottom <= v <= top
                 else "off the scale" for v, r in values}
-    kinds = {m["controller"]["kind"] for _, _, _, m in shown if m and controller_sides(m)}
+    kinds = {m["controller"]["kind"] for _, _, _, m in shown if controller_sides(m)}
     # True: ok, False: not ok, None: still running
     states = {bool(ended[s][1].get("ok")) if s in ended else None for s, _, _ in actions}
     items = [
@@ -13997,7 +13997,7 @@ def status_row(state, now, keep=None, cfg=None, ascii=False):
         "pid": child.pid if child and not getattr(child, "ended_by", None) else None}
     # issue 11 item 8: how well avsm knows this venture's world, at a glance
     calibration = (describe_rolling(*rolling_scores(state.scores)) if state.scores
-                   else "none scored yet") if m is not None and predicts(m) else None
+                   else "none scored yet") if predicts(m) else None
     return StatusRow(state.name, condition, last,
                      now - state.trusted_at if last is not None else None,
                      sparkline([v for _, v in state.trusted[-SPARK_WIDTH:]], ascii), levers, run,
