@@ -12065,9 +12065,13 @@ def test_config(home, cfg, path):
     for name, directory, seq, paused, in_force in adopted:
         mandate_path = os.path.join(directory or "", "mandate.yaml")
         add = f"{client_command(home)} add {directory}"
+        if not os.path.isdir(directory or ""):
+            if paused:
+                out(f"venture {name} (mandate #{seq}): paused, and its directory has gone")
+            else:
+                problem(f"{name}: {directory} is not there")
+            continue
         try:
-            if not os.path.isdir(directory or ""):
-                raise Fail(EX_NOINPUT, f"{directory} is not there")
             text = read_mandate_file(mandate_path)
             m = parse_mandate(text, mandate_path, directory)
             unsafe = owner_problem(directory, venture_commands(m))
@@ -12075,22 +12079,18 @@ def test_config(home, cfg, path):
                 raise Fail(EX_CONFIG, f"{unsafe.why}; {unsafe.fix}, then {add}")
         except OSError as err:
             problem(f"{name}: {mandate_path} cannot be read: {err.strerror}")
-            continue
         except Fail as fail:
-            if fail.code == EX_NOINPUT and paused:
-                out(f"venture {name} (mandate #{seq}): paused, and its directory has gone")
-            else:
-                problem(f"{name}: {fail}" + (
-                    f" (mandate #{seq} stays in force)" if fail.code != EX_NOINPUT else ""))
-            continue
-        drift = mandate_drift(in_force, text, seq, mandate_path)
-        if drift:
-            out(f"venture {name} ({directory}){': paused' if paused else ''}: {mandate_path}"
-                f" differs from mandate #{seq} in force; {add} applies it", *drift,
-                "  as on disk, once added, it allows:")
+            problem(f"{name}: {fail} (mandate #{seq} stays in force)")
         else:
-            out(f"venture {name} (mandate #{seq}, {directory}){': paused' if paused else ''}:")
-        print_allowed(home, cfg, name, m)
+            drift = mandate_drift(in_force, text, seq, mandate_path)
+            state = ": paused" if paused else ""
+            if drift:
+                out(f"venture {name} ({directory}){state}: {mandate_path} differs from mandate"
+                    f" #{seq} in force; {add} applies it", *drift,
+                    "  as on disk, once added, it allows:")
+            else:
+                out(f"venture {name} (mandate #{seq}, {directory}){state}:")
+            print_allowed(home, cfg, name, m)
     return EX_CONFIG if problems else EX_OK
 
 
@@ -12190,10 +12190,9 @@ def backend_note(m, cfg):
 
 
 def print_allowed(home, cfg, name, m):
-    """Print what mandate `m` of venture `name` allows, and whether its levers can hold it."""
-    # the capacity check, from the venture's history (open point 9)
+    """Print what mandate `m` of venture `name` allows, and whether its levers can hold it (open
+    point 9), judged from its history: none with no ledger yet (avsmd -t DIR on a new home)."""
     states, path = {}, os.path.join(home, "ledger.db")
-    # no ledger yet (avsmd -t DIR on a new home): no history to judge from
     if os.path.exists(path):
         try:
             with contextlib.closing(open_ledger_ro(path)) as db:
@@ -12421,7 +12420,6 @@ CHART_LEFT, CHART_TOP, CHART_RIGHT, CHART_BOTTOM = 76, 104, 930, 366
 CHART_PLOT_RECT = (f'x="{CHART_LEFT}" y="{CHART_TOP}" width="{CHART_RIGHT - CHART_LEFT}"'
                    f' height="{CHART_BOTTOM - CHART_TOP}"')
 CHART_NOTE_MAX = 240          # characters of a record's summary a tooltip shows
-CHART_SPAN = 86400      # seconds a chart shows unless told (--since): the last 24h, as summary
 CHART_MARKS = 120       # markers of one kind at most: more in the span are drawn as named groups
 CHART_VALUE_MAX = sys.float_info.max / 4
 CHART_TIME_STEPS = (1, 2, 5, 10, 15, 30, 60, 120, 300, 600, 900, 1800, 3600, 7200, 10800, 21600,
@@ -12460,7 +12458,7 @@ def cmd_chart(home, args):
             name = (names or [name])[0]
     if not name:
         raise Fail(EX_USAGE, CHART_USAGE)
-    after, seconds = since_arg(since, "chart") if since is not None else (0, CHART_SPAN)
+    after, seconds = since_arg(since, "chart") if since is not None else (0, 86400)
     after, start = after or 0, time.time() - seconds if seconds else 0
     span = "in the last 24h (the default span; --since 0 charts the whole history)" \
         if since is None else f"in the last {format_duration(seconds)}" if seconds else \
@@ -13014,7 +13012,7 @@ def chart_legend(trusted, apart, actions, asks, ended, shown, bottom, top, lever
     values = [(chart_number(r.get("value")), r) for _, _, r in apart]
     statuses = {"failed" if v is None else report_status(r) if bottom <= v <= top
                 else "off the scale" for v, r in values}
-    kinds = {m["controller"]["kind"] for _, _, _, m in shown if m and controller_sides(m)}
+    kinds = {m["controller"]["kind"] for _, _, _, m in shown if controller_sides(m)}
     # True: ok, False: not ok, None: still running
     states = {bool(ended[s][1].get("ok")) if s in ended else None for s, _, _ in actions}
     items = [
@@ -13463,8 +13461,8 @@ def read_kept_checkpoints(found, where, trust):
                 if len(data) > CHECKPOINT_MAX:
                     raise OSError(0, f"it is longer than {CHECKPOINT_MAX // 1024} KiB")
             else:       # regular files, bounded: a FIFO or /dev/zero is one refusal, not a hang
-                data = read_small_file(name, CHECKPOINT_MAX).decode("utf-8")
-                sig = read_small_file(name + ".sig", CHECKPOINT_MAX).decode("utf-8").strip() \
+                data = read_small_file(name, CHECKPOINT_MAX).decode()
+                sig = read_small_file(name + ".sig", CHECKPOINT_MAX).decode().strip() \
                     if os.path.lexists(name + ".sig") else None
             checkpoint = parse_checkpoint(data, name, sig)
             if checkpoint.signature is None:
@@ -13849,7 +13847,7 @@ def is_avsmd_argv(argv):
     # python [-S] [-P] [-Xpycache_prefix=DIR] -c LOAD_AVSM PATH PROGRAM ...
     if LOAD_AVSM in argv[1:6]:
         i = argv.index(LOAD_AVSM)
-        return argv[i - 1] == "-c" and len(argv) > i + 2 and argv[i + 2] == "avsmd"
+        return argv[i - 1] == "-c" and argv[i + 2:i + 3] == ["avsmd"]
     for i, arg in enumerate(argv[:3]):
         # python -SP DIR/avsmd: a wrapper of avsm link, by its #! line
         if i and arg.startswith("-"):
@@ -13996,7 +13994,7 @@ def status_row(state, now, keep=None, cfg=None, ascii=False):
         "pid": child.pid if child and not getattr(child, "ended_by", None) else None}
     # issue 11 item 8: how well avsm knows this venture's world, at a glance
     calibration = (describe_rolling(*rolling_scores(state.scores)) if state.scores
-                   else "none scored yet") if m is not None and predicts(m) else None
+                   else "none scored yet") if predicts(m) else None
     return StatusRow(state.name, condition, last,
                      now - state.trusted_at if last is not None else None,
                      sparkline([v for _, v in state.trusted[-SPARK_WIDTH:]], ascii), levers, run,
@@ -14151,7 +14149,7 @@ def describe_status_lines(state, keep, row, cfg):
         child, restarts = keep.get("child"), keep.get("restarts", 0)
         ending = getattr(child, "ended_by", None)
         # a program being ended is not shown as running (a pause ends it within seconds)
-        if child and ending:
+        if ending:
             where = f"pid {child.pid} is being stopped" \
                 f" ({'by the pause' if ending == 'pause' else ending})"
         elif child:
@@ -14202,7 +14200,7 @@ VENTURE_COUNTERS = {"reports": "avsm_venture_reports_total",
 
 def exposition_label(value):
     """Return a label's value as the exposition format quotes it (a lone surrogate as ?)."""
-    text = str(value).encode("utf-8", "replace").decode("utf-8")
+    text = str(value).encode("utf-8", "replace").decode()
     return text.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n")
 
 
@@ -14214,7 +14212,7 @@ def exposition_number(value):
         return "NaN"
     if math.isinf(value):
         return "+Inf" if value > 0 else "-Inf"
-    return repr(float(value))
+    return repr(value)
 
 
 def metrics_text(states, home, now):
@@ -14269,7 +14267,6 @@ def metrics_text(states, home, now):
 # What needs a person, then every venture, of a home or a fleet: facts (JSON, PAGE_SHAPE) gathered
 # where the ledger is, checked when another host sent them, made into HTML here, every text escaped.
 
-PAGE_ACTIONS, PAGE_VALUES = 5, 60   # a venture's last actions a page shows, and trusted values
 # a type, [each item's shape], {key: shape}, or (shape,): null too
 PAGE_SHAPE = {
     "schema": int, "home": str, "at": float, "stopped": bool,
@@ -14295,7 +14292,7 @@ def page_facts(home, states, now, db, keeps=None, cfg=None, stopped=False):
     asks, ventures = asks_facts(states)["asks"], []
     for row in status_facts(states, now, keeps, cfg, stopped=stopped)["ventures"]:
         state, actions = states[row["name"]], []
-        for seq in sorted(s for runs in state.actions.values() for s, _, _ in runs)[-PAGE_ACTIONS:]:
+        for seq in sorted(s for runs in state.actions.values() for s, _, _ in runs)[-5:]:
             at, record = record_at(db, seq) or (0, {})
             actions.append({"seq": seq, "at": at, "summary": str(record.get("summary")),
                             "proof": record.get("proof")})
@@ -14303,7 +14300,7 @@ def page_facts(home, states, now, db, keeps=None, cfg=None, stopped=False):
             {k: row[k] for k in ("name", "state", "why", "value", "age")}, actions=actions,
             report=str(state.last_report[2].get("summary")) if state.last_report else "",
             bounds=[b["bound"] for b in row["bounds"]],
-            values=[v for _, v in state.trusted[-PAGE_VALUES:]],
+            values=[v for _, v in state.trusted[-60:]],
             asks=[{"seq": a["seq"], "question": str(a["question"])} for a in asks
                   if a["venture"] == state.name]))
     where = f"{home}/checkpoints"
@@ -14470,8 +14467,8 @@ def run_verb(home, rest):
     if verb not in CLIENT_COMMANDS:
         raise Fail(EX_USAGE, f"'{verb}' is not an avsm command{nearest(verb, CLIENT_COMMANDS)}:"
                              " avsm --help lists them")
-    options, names = (rest[:rest.index("--")], rest[rest.index("--") + 1:]) if "--" in rest \
-        else (rest, [])
+    end = rest.index("--") if "--" in rest else len(rest)
+    options, names = rest[:end], rest[end + 1:]
     if "-h" in options or "--help" in options:
         out(command_help(verb))
         return EX_OK
