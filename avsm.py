@@ -10236,8 +10236,7 @@ def ask_daemon(home, cmd, args=None):
     if CALLER.get().via:
         return ask_bridge(CALLER.get().via, request)
     with send_request(home, request) as conn:
-        # a decision may wait on a backend (120 s, escalation twice that); anything else answers at
-        # once
+        # a decision may wait on a backend (120 s, escalation twice that); all else answers at once
         conn.settimeout(3 * BACKEND_TIMEOUT if cmd == "decide" else 60)
         try:
             for message in daemon_answer(conn):
@@ -10281,8 +10280,8 @@ def send_request(home, message):
     data = (json.dumps(message, separators=(",", ":")) + "\n").encode()
     if len(data) > REQUEST_MAX:
         raise Fail(EX_USAGE, f"this {message['cmd']} request is {len(data) / 2**20:.1f} MiB, and "
-                             f"avsmd reads one JSON object a line, in UTF-8, of at most 1 MiB: send"
-                             f" less (a smaller payload, a shorter name)")
+                             "avsmd reads one JSON object a line, in UTF-8, of at most 1 MiB: send"
+                             " less (a smaller payload, a shorter name)")
     path = os.path.join(home, "sock")
     conn = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     try:
@@ -10361,9 +10360,8 @@ def program_command(program, home=None):
     beside = os.path.join(folder, program)
     on_path, command = shutil.which(program), None
     if name.split(".")[0] in ("avsm", "avsmd") and not name.endswith(".py"):
-        if on_path and (not folder or os.path.realpath(on_path) == os.path.realpath(beside)):
-            command = program
-        elif folder and os.path.exists(beside):
+        if folder and os.path.exists(beside) and not (
+                on_path and os.path.realpath(on_path) == os.path.realpath(beside)):
             command = beside
         elif on_path:
             command = program
@@ -10382,10 +10380,8 @@ def program_command(program, home=None):
 def ledger_path(home):
     """Return the ledger's path, or Fail: 73 a home no directory, 66 no ledger, 65 no file."""
     if os.path.exists(home) and not os.path.isdir(home):
-        raise Fail(
-            EX_CANTCREAT,
-            f"{home} is not a directory, so it holds no ledger; move it aside or pass another"
-            " --home")
+        raise Fail(EX_CANTCREAT, f"{home} is not a directory, so it holds no ledger; move it "
+                                 "aside or pass another --home")
     start = f"start {program_command('avsmd', home)} to make it"
     if not os.path.isdir(home):
         raise Fail(EX_NOINPUT, f"{home} does not exist; {start}")
@@ -10451,7 +10447,7 @@ def take_json(args):
         args = [a for a in args[:end] if a != "--json"] + args[end:]
         if not set(args[1:2] if args[:1] == ["fleet"] else args[:1]) & set(JSON_VERBS):
             raise Fail(EX_USAGE, f"--json is for avsm {', '.join(JSON_VERBS)} and fleet "
-                                 f"status|asks|summary; avsm --help says what each does")
+                                 "status|asks|summary; avsm --help says what each does")
     return args
 
 
@@ -10476,14 +10472,13 @@ def cmd_why(home, args):
     seq = need_int(args[0], "a record number")
     db = open_ledger_ro(ledger_path(home))
     at, record = record_at(db, seq) or refuse(
-        f"#{seq} is not in the ledger; avsm tail shows the record numbers", EX_DATAERR)
+        f"#{seq} is not in the ledger; avsm tail shows the record numbers")
     facts = {"seq": seq, "at": at, "record": record}
     broken = object_problem(record)
     if broken is not None:
         show_facts(facts, lambda f: [format_record_line(seq, at, record)])
-        refuse(f"record #{seq} does not read: {broken}; avsm doctor says more, and"
-               f" avsm doctor --cut {seq} with avsmd stopped cuts the ledger just"
-               " before it")
+        refuse(f"record #{seq} does not read: {broken}; avsm doctor says more, and avsm doctor"
+               f" --cut {seq} with avsmd stopped cuts the ledger just before it")
     show_facts(why_facts(db, facts, home), why_lines)
     return EX_DATAERR if facts.get("problems") else EX_OK
 
@@ -10531,7 +10526,7 @@ def why_lines(facts):
             lines.append(f"{indent}call: {describe_call(r)}")
     if proof is None:
         cited(f"a {record.get('claim')} {record.get('kind')} record: it authorizes nothing and"
-              f" carries no proof", record, "  ")
+              " carries no proof", record, "  ")
         for c in facts["cites"]:
             cited("  cites " + format_record_line(c["seq"], c["at"], c["record"]), c["record"])
         if record.get("kind") == "outcome":
@@ -10817,9 +10812,8 @@ def cmd_approve(home, args):
         except (ValueError, RecursionError) as err:
             raise Fail(EX_DATAERR, f"what you saved is not JSON ({err}); {kept_open}") from None
     if edited == payload:       # what you save runs: an editor quit without saving saved nothing
-        refuse(f"the content was left as it was (the editor quit without "
-               f"saving?): {kept_open}; to approve it as proposed: "
-               f"{client_command(home)} approve {ask}")
+        refuse(f"the content was left as it was (the editor quit without saving?): {kept_open};"
+               f" to approve it as proposed: {client_command(home)} approve {ask}")
     return ask_daemon(home, "approve", {"ask": ask, "payload": edited})
 
 
@@ -10958,7 +10952,7 @@ def format_summary(facts):
         f"#{first['seq']}..#{last['seq']}, {format_local_time(first['at'])} to "
         f"{format_local_time(last['at'])}" if first else "no records")]
     lines.append(f"avsmd: running (pid {avsmd['pid']})" if avsmd["pid"] else "avsmd: running"
-                 if avsmd["running"] else f"avsmd: not running; nothing runs until "
+                 if avsmd["running"] else "avsmd: not running; nothing runs until "
                                           f"{avsmd['start']} starts it")
     for v in facts["ventures"]:
         lines += [""] + venture_summary_lines(v)
@@ -11119,18 +11113,15 @@ def bridge_verb(home, message, read_only):
                "it needs a key whose bridge may write")
     for i, arg in enumerate(argv):      # no file of this host is read for the far side, no editor
         if arg == "--allowed-signers" and verb == "doctor":
-            refuse("through the bridge doctor --allowed-signers names no file of "
-                   "this host: a signed checkpoint is verified with this host's "
-                   "own (its config's checkpoint: allowed_signers, else "
-                   "~/.ssh/allowed_signers); leave the option out")
+            refuse("through the bridge doctor --allowed-signers names no file of this host: a "
+                   "signed checkpoint is verified with this host's own (its config's checkpoint: "
+                   "allowed_signers, else ~/.ssh/allowed_signers); leave the option out")
         if arg in BRIDGE_PATH_OPTIONS.get(verb, ()) and argv[i + 1:i + 2] != ["-"]:
-            refuse(f"through the bridge {verb} {arg} takes only - (what avsm "
-                   f"--host sends from your side's standard input): no file of "
-                   f"this host is read for it")
+            refuse(f"through the bridge {verb} {arg} takes only - (what avsm --host sends from "
+                   "your side's standard input): no file of this host is read for it")
     if verb == "approve" and "--edit" in argv:
-        refuse("through the bridge approve --edit opens no editor on this host: "
-               "avsm --host HOST approve ASK --edit edits on your side and sends "
-               "what you saved in its request")
+        refuse("through the bridge approve --edit opens no editor on this host: avsm --host HOST"
+               " approve ASK --edit edits on your side and sends what you saved in its request")
     stdin = io.StringIO(m.get("stdin") or "")      # - reads the request's, not the channel
     CALLER.set(Caller(command=m.get("as"), tty=m.get("tty"), utf8=m.get("utf8"),
                       read_only=read_only, stdin=stdin))
@@ -11215,7 +11206,7 @@ def read_fleet(path, must=True):
         if name in named:
             first = c.where(("hosts", named[name]))[0]
             c.fail(("hosts", i), f"{name} is in hosts twice (first at line {first}): "
-                                 f"list a host once, or give each its own name, as "
+                                 "list a host once, or give each its own name, as "
                                  f"{{host: {given['host']}, name: {name}-2}}")
         named[name] = i
     return hosts
@@ -11287,7 +11278,7 @@ def ask_bridge(host, request):
     if errors and errors[-1].startswith(FAR_CUT):
         raise Fail(EX_UNAVAILABLE, f"{name}: the bridge answered with more than "
                                    f"{FAR_KEEP // 1024 // 1024} MiB, which no answer of avsmd's "
-                                   f"is; is it avsm's?")
+                                   "is; is it avsm's?")
     try:
         messages = LineReader().feed(data + b"\n")
     except (ValueError, RecursionError):
@@ -11307,9 +11298,8 @@ def ask_bridge(host, request):
         exit_code = message.get("exit")
         if exit_code is not None and (type(exit_code) is not int or not 0 <= exit_code <= 255):
             said = exit_code if isinstance(exit_code, str) else json.dumps(exit_code)
-            raise Fail(EX_UNAVAILABLE, f"{name}: the bridge answered exit "
-                                       f"'{shown_text(said)[:80]}', which is no exit code; "
-                                       f"is it avsm's?")
+            raise Fail(EX_UNAVAILABLE, f"{name}: the bridge answered exit '{shown_text(said)[:80]}'"
+                                       ", which is no exit code; is it avsm's?")
         if request["cmd"] != "ask":     # an ask's content is data, kept as sent
             message = {k: far_text(v, command) if k in ("out", "err") else v
                        for k, v in message.items()}
@@ -11458,8 +11448,8 @@ def start_ssh(host):
                                 stdout=subprocess.PIPE, process_group=0)
     except OSError as err:
         raise Fail(EX_UNAVAILABLE, f"{host['name']}: {argv[0]} cannot run ({err.strerror}); "
-                                   f"install OpenSSH's client, or name the ssh command in AVSM_SSH "
-                                   f"or the fleet file's ssh:") from None
+                                   "install OpenSSH's client, or name the ssh command in AVSM_SSH "
+                                   "or the fleet file's ssh:") from None
 
 
 def far_failure(host, code, ours, theirs, ended=(), pinged=True, by_hand=None):
@@ -11483,9 +11473,9 @@ def far_failure(host, code, ours, theirs, ended=(), pinged=True, by_hand=None):
             " AVSM_BRIDGE")
     if not pinged and code == EX_OK:
         raise Fail(EX_UNAVAILABLE, f"{name}: {host['bridge']!r} ran there and said nothing, which "
-                                   f"avsm's bridge never does; name avsm's (bridge: python3 "
-                                   f"/opt/avsm/avsm.py bridge) in the fleet file, or in "
-                                   f"AVSM_BRIDGE, or check the key's forced command")
+                                   "avsm's bridge never does; name avsm's (bridge: python3 "
+                                   "/opt/avsm/avsm.py bridge) in the fleet file, or in "
+                                   "AVSM_BRIDGE, or check the key's forced command")
     return said
 
 
@@ -11498,7 +11488,7 @@ def far_json(data, name, command):
         doc = None
     if not isinstance(doc, dict) or doc.get("schema") != 1:
         raise Fail(EX_UNAVAILABLE, f"{name}: its avsm answered --json with no JSON object of "
-                                   f"schema 1; is it avsm's, and as new as this one?")
+                                   "schema 1; is it avsm's, and as new as this one?")
     return doc
 
 
@@ -11511,7 +11501,7 @@ def bridge_message(piece, name, most=FAR_LINE):
         message = None
     if not isinstance(message, dict) or most and len(piece) >= most:
         raise Fail(EX_UNAVAILABLE, f"{name}: the bridge answered with no JSON object a line; "
-                                   f"is it avsm's?")
+                                   "is it avsm's?")
     return message
 
 
@@ -11589,7 +11579,7 @@ def write_page(target, hosts):
         write_textfile(target, page_html(hosts, time.time()))
     except OSError as err:
         raise Fail(EX_CANTCREAT, f"{target} cannot be written ({err.strerror or err}); name a "
-                                 f"file in a directory you may write") from None
+                                 "file in a directory you may write") from None
 
 
 def on_each_host(hosts, work):
@@ -11753,7 +11743,7 @@ def cmd_witness(home, fleet, args):
                     fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
                 except OSError:
                     raise Fail(EX_TEMPFAIL, f"{name}: another avsm fleet witness keeps {where} "
-                                            f"now; let it finish, then run this again") from None
+                                            "now; let it finish, then run this again") from None
                 session = BridgeSession(host)
                 try:
                     said = witness_session(host, where, session, bool(args), allowed)
@@ -11794,8 +11784,8 @@ def witness_session(host, where, session, mirror, allowed):
     first = json.loads(far_page(session)[0])
     if not first.get("checkpoint"):
         raise Fail(EX_UNAVAILABLE, f"{name}: its avsmd has written no checkpoint yet, and this "
-                                   f"key may not ask for one: let avsmd run there (it writes one "
-                                   f"at its start), or use a key whose bridge may write")
+                                   "key may not ask for one: let avsmd run there (it writes one "
+                                   "at its start), or use a key whose bridge may write")
     new = parse_checkpoint(first["checkpoint"], f"{name}'s newest checkpoint",
                            first.get("signature"))
     db = sqlite3.connect(os.path.join(where, "ledger.db"), isolation_level=None, timeout=10) \
@@ -11827,7 +11817,7 @@ def witness_session(host, where, session, mirror, allowed):
             at_new = mirror_hash(db, new.seq)
     except sqlite3.Error as err:
         raise Fail(EX_DATAERR, f"{name}: {where}/ledger.db cannot be written: {err}; move it "
-                               f"away, and the next run copies the ledger afresh") from None
+                               "away, and the next run copies the ledger afresh") from None
     finally:
         if mirror:
             db.close()
@@ -11849,7 +11839,7 @@ def far_page(session):
     name = session.host["name"]
     if code == EX_USAGE:            # a bridge that knows no `records`
         raise Fail(code, f"{name}: {err[-1] if err else 'refused'}; the host's avsm is older than "
-                         f"the witness's: copy this avsm.py there")
+                         "the witness's: copy this avsm.py there")
     if code != EX_OK:
         raise Fail(code, f"{name}: {err[-1] if err else 'the bridge refused, saying nothing'}")
     return lines
@@ -11932,11 +11922,11 @@ def witness_fork(session, db, where, name, verdict, kept):
     else:
         what = (f"#{seq}, of the checkpoint kept, hashed to {kept_hash[:16]} and the host now has "
                 f"{far_said}: the ledger differs at or before it (with --mirror the witness names "
-                f"the first record)")
+                "the first record)")
     return Fail(EX_DATAERR, f"{name}: its ledger no longer extends what this witness kept: {what}; "
                             f"both versions, from #{start}, are in {files[0]} and {files[-1]}: "
-                            f"compare them, and keep this side's copy (the host's ledger was "
-                            f"rewritten, cut or forked)")
+                            "compare them, and keep this side's copy (the host's ledger was "
+                            "rewritten, cut or forked)")
 
 
 def keep_checkpoint(host, where, kept, new, far_hash, allowed):
@@ -11947,21 +11937,19 @@ def keep_checkpoint(host, where, kept, new, far_hash, allowed):
     problem = kept_checkpoint_problem(kept, new, far_hash)
     if problem:
         refuse(f"{refused}{problem}; compare it with avsm --host {name} doctor, "
-               f"and keep what this witness holds")
+               "and keep what this witness holds")
     said = ", unsigned" if new.signature is None else \
         ", its signature not checked (the fleet file names no principal: for it)"
     if principal:
         allowed = os.path.expanduser(allowed or host.get("allowed_signers")
                                      or "~/.ssh/allowed_signers")
         if new.signature is None:
-            refuse(f"{newest} unsigned, "
-                   f"and the fleet file names {principal} as its signer: name a "
-                   f"key in checkpoint: of its config.yaml (the README's "
-                   f"Checkpoints)")
+            refuse(f"{newest} unsigned, and the fleet file names {principal} as its signer: name a"
+                   " key in checkpoint: of its config.yaml (the README's Checkpoints)")
         if not os.path.isfile(allowed):
             raise Fail(EX_NOINPUT, f"{name}: {allowed} is not there to verify its checkpoint with: "
                                    f"write {principal}'s key there, or name the file with "
-                                   f"--allowed-signers or the fleet file's allowed_signers:")
+                                   "--allowed-signers or the fleet file's allowed_signers:")
         try:
             verify_signer(new.text, new.signature, allowed, principal,
                           host.get("namespace") or CHECKPOINT_NAMESPACE)
