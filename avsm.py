@@ -10200,8 +10200,7 @@ that does not hold, or a Python older than 3.11 (one line names the version and 
 
 
 def flush_out(text=None):
-    """Write `text` to standard output, else flush it; OutputError when it is closed or cannot be
-    written."""
+    """Write `text` to standard output, else flush it; OutputError when it cannot be written."""
     if sys.stdout is None:
         raise OutputError(9, "standard output is closed")
     try:
@@ -10388,8 +10387,7 @@ def ledger_path(home):
     path = os.path.join(home, "ledger.db")
     if not os.path.exists(path):
         raise Fail(EX_NOINPUT, f"{home} has no ledger yet; {start}")
-    # a directory, a FIFO (whose open would wait for ever) or a device
-    if not os.path.isfile(path):
+    if not os.path.isfile(path):        # a FIFO's open would wait for ever
         what = {stat.S_IFDIR: "a directory", stat.S_IFIFO: "a FIFO",
                 stat.S_IFSOCK: "a socket"}.get(stat.S_IFMT(os.stat(path).st_mode), "a device")
         refuse(
@@ -10416,7 +10414,7 @@ def decode_record(text, fullmatch=None, seq=None, checked=False):
 
 def need_int(text, what):
     """Return a record number given on the command line (#17 or 17), or Fail(64)."""
-    t = str(text).lstrip("#")
+    t = text.lstrip("#")
     if not t.isdigit() or not t.isascii():
         raise Fail(EX_USAGE, f"'{text}' is not {what}; write a record number such as 17")
     if int(t) > SEQ_MAX:
@@ -10714,8 +10712,7 @@ def show_ledger_view(home, verb, args):
 
 def utf8_output():
     """Whether standard output takes UTF-8: its encoding, and the locale LC_ALL, LC_CTYPE or LANG
-    names.
-    Python turns a C locale into C.UTF-8 in LC_CTYPE (PEP 538): that is read as the C locale."""
+    names (the C.UTF-8 Python puts in LC_CTYPE for a C locale, PEP 538, is read as C)."""
     if CALLER.get().utf8 is not None:
         return CALLER.get().utf8        # the bridge writes for a terminal at the other end of ssh
     encoding = getattr(sys.stdout, "encoding", None) or ""
@@ -11141,16 +11138,11 @@ def end_with_stdin():
 def remote_host(spec, ssh=None, bridge=None, timeout=None, name=None):
     """Return the host [user@]HOST[:HOME] names, with its ssh command, bridge and timeout."""
     dest, _, home = spec.partition(":")
-    if (not re.fullmatch(r"(?!-)([^@\s]+@)?[\w.\[\]-]+", dest)
-        or home
-        and not os.path.isabs(home)):
+    if not re.fullmatch(r"(?!-)([^@\s]+@)?[\w.\[\]-]+", dest) or home and not os.path.isabs(home):
         raise Fail(EX_USAGE,
                    f"{shown_text(spec)[:80]!r} is not [user@]HOST[:HOME] (HOME absolute, as"
                    " web1:/srv/avsm)")
-    return {"name": name or spec,
-            "dest": dest,
-            "home": home or None,
-            "timeout": timeout or 10,
+    return {"name": name or spec, "dest": dest, "home": home or None, "timeout": timeout or 10,
             "ssh": ssh or os.environ.get("AVSM_SSH") or "ssh",
             "bridge": bridge or os.environ.get("AVSM_BRIDGE") or "avsm bridge"}
 
@@ -11162,8 +11154,8 @@ def fleet_path(given):
 
 def read_fleet(path, must=True):
     """Return the hosts of a fleet file (none when there is none and `must` is False), or Fail: 66
-    none, 78 a file that does not hold.   fleet ::= {hosts: [SPEC | {host: SPEC, name, ssh, bridge,
-    timeout}], ssh, bridge, timeout} """
+    none, 78 a file that does not hold. fleet ::= {hosts: [SPEC | {host: SPEC, name, ssh, bridge,
+    timeout}], ssh, bridge, timeout}"""
     try:
         data = read_small_file(path, CONFIG_MAX)
     except OSError as err:
@@ -11187,10 +11179,8 @@ def read_fleet(path, must=True):
             c.text(doc[k], (k,))
     hosts, named = [], {}
     for i, item in enumerate(doc["hosts"]):
-        entry = c.mapping({"host": item} if isinstance(item, str) else item,
-                          ("hosts", i),
-                          keys | {"host", "name"},
-                          "a host")
+        entry = c.mapping({"host": item} if isinstance(item, str) else item, ("hosts", i),
+                          keys | {"host", "name"}, "a host")
         where = {k: ("hosts", i, k) if k in entry else (k,) for k in keys | {"host", "name"}}
         given = {k: c.text(entry.get(k, doc.get(k)), where[k], required=False)
                  for k in ("ssh", "bridge", "host", "name", *WITNESS_KEYS)}
@@ -11255,20 +11245,14 @@ def run_remote(target, verb, argv, path):
     if verb == "propose" and "--payload" in argv[:-1]:
         at = argv.index("--payload")
         stdin, argv = read_payload(argv[at + 1]), argv[:at + 1] + ["-"] + argv[at + 2:]
-    elif (verb == "doctor"
-          and "--checkpoint" in argv
-          and argv[argv.index("--checkpoint") + 1 :][:1] == ["-"]):
+    elif verb == "doctor" and "--checkpoint" in argv \
+            and argv[argv.index("--checkpoint") + 1:][:1] == ["-"]:
         # doctor --checkpoint -: what - reads is here, sent along
         stdin = sys.stdin.read()
-    request = {"v": 1,
-               "verb": verb,
-               "argv": argv + ["--json"] * bool(JSON),
-               "home": host["home"],
-               "stdin": stdin,
-               "as": CALLER.get().command,
-               "tty": bool(sys.stdout and sys.stdout.isatty()),
-               "utf8": utf8_output()}
-    return ssh_bridge(host, request)[0]
+    return ssh_bridge(host, {"v": 1, "verb": verb, "argv": argv + ["--json"] * bool(JSON),
+                             "home": host["home"], "stdin": stdin, "as": CALLER.get().command,
+                             "tty": bool(sys.stdout and sys.stdout.isatty()),
+                             "utf8": utf8_output()})[0]
 
 
 def ask_bridge(host, request):
@@ -11365,7 +11349,6 @@ def ssh_bridge(host, request, capture=False, timeout=None):
                 ours.append(f"{name}: {far_text(text[6:], command)}")
                 if not capture:
                     sys.stderr.write(f"avsm: {shown(ours[-1])}\n")
-                    sys.stderr.flush()
             else:
                 theirs.append(text)
         if kept > FAR_ERRORS_KEEP:
@@ -11386,12 +11369,10 @@ def ssh_bridge(host, request, capture=False, timeout=None):
     decoder, pinged, size, held = codecs.getincrementaldecoder("utf-8")("replace"), relay, 0, b""
     try:
         for piece in iter(functools.partial(proc.stdout.readline, FAR_LINE), b""):
+            heard.set()
             if not pinged:              # the ping's answer: avsm's bridge is there
                 pinged = "exit" in bridge_message(piece, name)
-                if pinged:
-                    heard.set()
                 continue
-            heard.set()
             size += len(piece)
             if capture:
                 if size > FAR_KEEP:     # the rest is read and counted, never kept
