@@ -10309,19 +10309,14 @@ def send_request(home, message):
     return conn
 
 
-CLIENT_VERBS = (
-    r"\bavsm"
-    r" (?=(add|status|summary|tail|asks|approve|deny|propose|decide|pause|resume|why|doctor|try)\b)"
-)
-
-
 def as_user_runs(line, home):
     """Return avsmd's answer line with each `avsm VERB` fix named as this user runs the client."""
     command = client_command(home)
     if os.path.basename(command.split()[0]) == "avsm":
         # the user types avsm (on the PATH, or a symlink of that name)
         return line
-    return re.sub(CLIENT_VERBS, lambda _: command + " ", line)
+    return re.sub(r"\bavsm (?=(add|status|summary|tail|asks|approve|deny|propose|decide|pause|"
+                  r"resume|why|doctor|try)\b)", lambda _: command + " ", line)
 
 
 def lock_holder(home):
@@ -10473,7 +10468,7 @@ def cmd_why(home, args):
         f"#{seq} is not in the ledger; avsm tail shows the record numbers")
     facts = {"seq": seq, "at": at, "record": record}
     broken = object_problem(record)
-    if broken is not None:
+    if broken:
         show_facts(facts, lambda f: [format_record_line(seq, at, record)])
         refuse(f"record #{seq} does not read: {broken}; avsm doctor says more, and avsm doctor"
                f" --cut {seq} with avsmd stopped cuts the ledger just before it")
@@ -10501,7 +10496,7 @@ def why_facts(db, facts, home):
     premises = proof.get("premises", [])
     for p in premises:
         whole = record_at(db, p) if 0 < p <= seq else None
-        if whole is not None:
+        if whole:
             records[p] = whole
     t = isinstance(proof.get("trigger"), int) and record_at(db, proof["trigger"])
     facts["proof"] = {
@@ -10692,7 +10687,7 @@ def show_ledger_view(home, verb, args):
         sys.stderr.write(f"avsm: and the ledger cannot be read for its {verb}: {shown(str(err))};"
                          " avsm doctor says more\n")
         return None
-    if not any(s.mandate_seq is not None for s in states.values()):
+    if not any(s.mandate_seq for s in states.values()):
         return None
     facts = asks_facts(states) if verb == "asks" else \
         status_facts(states, time.time(), None, None, args.get("venture"), args["verbose"],
@@ -10928,7 +10923,7 @@ def summary_facts(summary, span, home):
     holder, ventures = lock_holder(home), []
     for name, v in sorted(summary.ventures.items()):
         t = v["trusted"]
-        if v["mandate"] is not None:        # a venture never adopted (a refused add) is left out
+        if v["mandate"]:        # a venture never adopted (a refused add) is left out
             ventures.append(dict(
                 v, name=name, mandate=v["mandate"][0], open=sorted(v["open"]),
                 trusted={"count": len(t), "first": t[0], "last": t[-1], "min": min(t),
@@ -11119,9 +11114,9 @@ def bridge_verb(home, message, read_only):
     if verb == "approve" and "--edit" in argv:
         refuse("through the bridge approve --edit opens no editor on this host: avsm --host HOST"
                " approve ASK --edit edits on your side and sends what you saved in its request")
-    stdin = io.StringIO(m.get("stdin") or "")      # - reads the request's, not the channel
+    # - reads the request's stdin, not the channel
     CALLER.set(Caller(command=m.get("as"), tty=m.get("tty"), utf8=m.get("utf8"),
-                      read_only=read_only, stdin=stdin))
+                      read_only=read_only, stdin=io.StringIO(m.get("stdin") or "")))
     if verb == "tail":                  # the one verb that may not end by itself (tail -f)
         import threading
         threading.Thread(target=end_with_stdin, daemon=True).start()
@@ -11274,9 +11269,8 @@ def ask_bridge(host, request):
         messages.append(None)
     command = far_command(name)
     for message in messages:
-        texts = isinstance(message, dict) and all(isinstance(message.get(k, ""), str)
-                                                  for k in ("out", "err"))
-        if not texts:
+        if not isinstance(message, dict) or not all(isinstance(message.get(k, ""), str)
+                                                    for k in ("out", "err")):
             raise Fail(EX_UNAVAILABLE, f"{name}: the bridge answered with no JSON object a line "
                                        f"ending in an exit code (it exited {code}); is it avsm's?")
         exit_code = message.get("exit")
@@ -11296,8 +11290,7 @@ FAR_KEEP = 4 * 1024 * 1024      # bytes of one host's answer kept (fleet, a rela
 FAR_LINE = 64 * 1024            # a longer line from another host is shown in pieces of this size
 FAR_ERRORS_KEEP = 64 * 1024     # bytes of a host's standard error kept
 FAR_CUT = "its output was cut"
-# A command of avsm in what another host says: its program as it runs there, any --home or --host,
-# then a verb the bridge runs.
+# avsm as another host's lines name it: its program there, any --home or --host, a bridge verb
 FAR_COMMAND = (r"(?<![\w/.-])(?:\S*python\S* (?:-\S+ )*)?(?:\S*/)?avsm(?:\.py)?"
                rf"(?: --(?:home|host)[ =]\S+)* (?=(?:{'|'.join(BRIDGE_VERBS)})\b)")
 
@@ -11782,10 +11775,10 @@ def witness_session(host, where, session, mirror, allowed):
             db.executescript(LEDGER_SCHEMA)
             base = ledger_head(db)
         held = dict([base] if base else [])
-        if kept and kept.seq > (base[0] if base else 0):
+        if kept and kept.seq > (base or (0,))[0]:
             held[kept.seq] = kept.hash
         if mirror:
-            lo, hi = (base[0] if base else 1), max([(first["head"] or [0])[0], *held])
+            lo, hi = (base or (1,))[0], max([(first["head"] or [0])[0], *held])
         else:
             lo, hi = min([new.seq, *held]), max([new.seq, *held])
         # 3. every row read, checked, and (--mirror) appended; one that differs kept as evidence
@@ -11877,7 +11870,7 @@ def witness_fork(session, db, where, name, verdict, kept):
 
     def differs(s):
         got = far_rows(s - 1, 1)
-        return not got or got[0].seq != s or row_problem(got[0], None) is not None \
+        return not got or got[0].seq != s or row_problem(got[0], None) \
             or got[0].hash != mirror_hash(db, s)
     exact = kind == "broken" or mirror_hash(db, seq) is not None
     if kind == "differs" and exact:
