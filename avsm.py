@@ -11636,9 +11636,9 @@ class BridgeSession:
 
     def ask(self, cmd, **args):
         self.pending += 1
-        request = {"v": 1, "cmd": cmd, "args": args, "home": self.host["home"]}
         with contextlib.suppress(BrokenPipeError):
-            self.proc.stdin.write((json.dumps(request) + "\n").encode())
+            self.proc.stdin.write((json.dumps({"v": 1, "cmd": cmd, "args": args,
+                                               "home": self.host["home"]}) + "\n").encode())
             self.proc.stdin.flush()
 
     def answer(self):
