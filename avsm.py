@@ -10197,8 +10197,7 @@ that does not hold, or a Python older than 3.11 (one line names the version and 
 
 
 def flush_out(text=None):
-    """Write `text` to standard output, else flush it; OutputError when it is closed or cannot be
-    written."""
+    """Write `text` to standard output, else flush it; OutputError when it cannot be written."""
     if sys.stdout is None:
         raise OutputError(9, "standard output is closed")
     try:
@@ -10233,8 +10232,7 @@ def ask_daemon(home, cmd, args=None):
     if CALLER.get().via:
         return ask_bridge(CALLER.get().via, request)
     with send_request(home, request) as conn:
-        # a decision may wait on a backend (120 s, escalation twice that); anything else answers at
-        # once
+        # a decision may wait on a backend (120 s, escalation twice that); all else answers at once
         conn.settimeout(3 * BACKEND_TIMEOUT if cmd == "decide" else 60)
         try:
             for message in daemon_answer(conn):
@@ -10278,8 +10276,8 @@ def send_request(home, message):
     data = (json.dumps(message, separators=(",", ":")) + "\n").encode()
     if len(data) > REQUEST_MAX:
         raise Fail(EX_USAGE, f"this {message['cmd']} request is {len(data) / 2**20:.1f} MiB, and "
-                             f"avsmd reads one JSON object a line, in UTF-8, of at most 1 MiB: send"
-                             f" less (a smaller payload, a shorter name)")
+                             "avsmd reads one JSON object a line, in UTF-8, of at most 1 MiB: send"
+                             " less (a smaller payload, a shorter name)")
     path = os.path.join(home, "sock")
     conn = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     try:
@@ -10308,19 +10306,14 @@ def send_request(home, message):
     return conn
 
 
-CLIENT_VERBS = (
-    r"\bavsm"
-    r" (?=(add|status|summary|tail|asks|approve|deny|propose|decide|pause|resume|why|doctor|try)\b)"
-)
-
-
 def as_user_runs(line, home):
     """Return avsmd's answer line with each `avsm VERB` fix named as this user runs the client."""
     command = client_command(home)
     if os.path.basename(command.split()[0]) == "avsm":
         # the user types avsm (on the PATH, or a symlink of that name)
         return line
-    return re.sub(CLIENT_VERBS, lambda _: command + " ", line)
+    return re.sub(r"\bavsm (?=(add|status|summary|tail|asks|approve|deny|propose|decide|pause|"
+                  r"resume|why|doctor|try)\b)", lambda _: command + " ", line)
 
 
 def lock_holder(home):
@@ -10358,9 +10351,8 @@ def program_command(program, home=None):
     beside = os.path.join(folder, program)
     on_path, command = shutil.which(program), None
     if name.split(".")[0] in ("avsm", "avsmd") and not name.endswith(".py"):
-        if on_path and (not folder or os.path.realpath(on_path) == os.path.realpath(beside)):
-            command = program
-        elif folder and os.path.exists(beside):
+        if folder and os.path.exists(beside) and not (
+                on_path and os.path.realpath(on_path) == os.path.realpath(beside)):
             command = beside
         elif on_path:
             command = program
@@ -10379,18 +10371,15 @@ def program_command(program, home=None):
 def ledger_path(home):
     """Return the ledger's path, or Fail: 73 a home no directory, 66 no ledger, 65 no file."""
     if os.path.exists(home) and not os.path.isdir(home):
-        raise Fail(
-            EX_CANTCREAT,
-            f"{home} is not a directory, so it holds no ledger; move it aside or pass another"
-            " --home")
+        raise Fail(EX_CANTCREAT, f"{home} is not a directory, so it holds no ledger; move it "
+                                 "aside or pass another --home")
     start = f"start {program_command('avsmd', home)} to make it"
     if not os.path.isdir(home):
         raise Fail(EX_NOINPUT, f"{home} does not exist; {start}")
     path = os.path.join(home, "ledger.db")
     if not os.path.exists(path):
         raise Fail(EX_NOINPUT, f"{home} has no ledger yet; {start}")
-    # a directory, a FIFO (whose open would wait for ever) or a device
-    if not os.path.isfile(path):
+    if not os.path.isfile(path):        # a FIFO's open would wait for ever
         what = {stat.S_IFDIR: "a directory", stat.S_IFIFO: "a FIFO",
                 stat.S_IFSOCK: "a socket"}.get(stat.S_IFMT(os.stat(path).st_mode), "a device")
         refuse(
@@ -10417,7 +10406,7 @@ def decode_record(text, fullmatch=None, seq=None, checked=False):
 
 def need_int(text, what):
     """Return a record number given on the command line (#17 or 17), or Fail(64)."""
-    t = str(text).lstrip("#")
+    t = text.lstrip("#")
     if not t.isdigit() or not t.isascii():
         raise Fail(EX_USAGE, f"'{text}' is not {what}; write a record number such as 17")
     if int(t) > SEQ_MAX:
@@ -10448,7 +10437,7 @@ def take_json(args):
         args = [a for a in args[:end] if a != "--json"] + args[end:]
         if not set(args[1:2] if args[:1] == ["fleet"] else args[:1]) & set(JSON_VERBS):
             raise Fail(EX_USAGE, f"--json is for avsm {', '.join(JSON_VERBS)} and fleet "
-                                 f"status|asks|summary; avsm --help says what each does")
+                                 "status|asks|summary; avsm --help says what each does")
     return args
 
 
@@ -10473,14 +10462,13 @@ def cmd_why(home, args):
     seq = need_int(args[0], "a record number")
     db = open_ledger_ro(ledger_path(home))
     at, record = record_at(db, seq) or refuse(
-        f"#{seq} is not in the ledger; avsm tail shows the record numbers", EX_DATAERR)
+        f"#{seq} is not in the ledger; avsm tail shows the record numbers")
     facts = {"seq": seq, "at": at, "record": record}
     broken = object_problem(record)
-    if broken is not None:
+    if broken:
         show_facts(facts, lambda f: [format_record_line(seq, at, record)])
-        refuse(f"record #{seq} does not read: {broken}; avsm doctor says more, and"
-               f" avsm doctor --cut {seq} with avsmd stopped cuts the ledger just"
-               " before it")
+        refuse(f"record #{seq} does not read: {broken}; avsm doctor says more, and avsm doctor"
+               f" --cut {seq} with avsmd stopped cuts the ledger just before it")
     show_facts(why_facts(db, facts, home), why_lines)
     return EX_DATAERR if facts.get("problems") else EX_OK
 
@@ -10505,7 +10493,7 @@ def why_facts(db, facts, home):
     premises = proof.get("premises", [])
     for p in premises:
         whole = record_at(db, p) if 0 < p <= seq else None
-        if whole is not None:
+        if whole:
             records[p] = whole
     t = isinstance(proof.get("trigger"), int) and record_at(db, proof["trigger"])
     facts["proof"] = {
@@ -10528,7 +10516,7 @@ def why_lines(facts):
             lines.append(f"{indent}call: {describe_call(r)}")
     if proof is None:
         cited(f"a {record.get('claim')} {record.get('kind')} record: it authorizes nothing and"
-              f" carries no proof", record, "  ")
+              " carries no proof", record, "  ")
         for c in facts["cites"]:
             cited("  cites " + format_record_line(c["seq"], c["at"], c["record"]), c["record"])
         if record.get("kind") == "outcome":
@@ -10696,7 +10684,7 @@ def show_ledger_view(home, verb, args):
         sys.stderr.write(f"avsm: and the ledger cannot be read for its {verb}: {shown(str(err))};"
                          " avsm doctor says more\n")
         return None
-    if not any(s.mandate_seq is not None for s in states.values()):
+    if not any(s.mandate_seq for s in states.values()):
         return None
     facts = asks_facts(states) if verb == "asks" else \
         status_facts(states, time.time(), None, None, args.get("venture"), args["verbose"],
@@ -10716,8 +10704,7 @@ def show_ledger_view(home, verb, args):
 
 def utf8_output():
     """Whether standard output takes UTF-8: its encoding, and the locale LC_ALL, LC_CTYPE or LANG
-    names.
-    Python turns a C locale into C.UTF-8 in LC_CTYPE (PEP 538): that is read as the C locale."""
+    names (the C.UTF-8 Python puts in LC_CTYPE for a C locale, PEP 538, is read as C)."""
     if CALLER.get().utf8 is not None:
         return CALLER.get().utf8        # the bridge writes for a terminal at the other end of ssh
     encoding = getattr(sys.stdout, "encoding", None) or ""
@@ -10814,9 +10801,8 @@ def cmd_approve(home, args):
         except (ValueError, RecursionError) as err:
             raise Fail(EX_DATAERR, f"what you saved is not JSON ({err}); {kept_open}") from None
     if edited == payload:       # what you save runs: an editor quit without saving saved nothing
-        refuse(f"the content was left as it was (the editor quit without "
-               f"saving?): {kept_open}; to approve it as proposed: "
-               f"{client_command(home)} approve {ask}")
+        refuse(f"the content was left as it was (the editor quit without saving?): {kept_open};"
+               f" to approve it as proposed: {client_command(home)} approve {ask}")
     return ask_daemon(home, "approve", {"ask": ask, "payload": edited})
 
 
@@ -10934,7 +10920,7 @@ def summary_facts(summary, span, home):
     holder, ventures = lock_holder(home), []
     for name, v in sorted(summary.ventures.items()):
         t = v["trusted"]
-        if v["mandate"] is not None:        # a venture never adopted (a refused add) is left out
+        if v["mandate"]:        # a venture never adopted (a refused add) is left out
             ventures.append(dict(
                 v, name=name, mandate=v["mandate"][0], open=sorted(v["open"]),
                 trusted={"count": len(t), "first": t[0], "last": t[-1], "min": min(t),
@@ -10955,7 +10941,7 @@ def format_summary(facts):
         f"#{first['seq']}..#{last['seq']}, {format_local_time(first['at'])} to "
         f"{format_local_time(last['at'])}" if first else "no records")]
     lines.append(f"avsmd: running (pid {avsmd['pid']})" if avsmd["pid"] else "avsmd: running"
-                 if avsmd["running"] else f"avsmd: not running; nothing runs until "
+                 if avsmd["running"] else "avsmd: not running; nothing runs until "
                                           f"{avsmd['start']} starts it")
     for v in facts["ventures"]:
         lines += [""] + venture_summary_lines(v)
@@ -11116,21 +11102,18 @@ def bridge_verb(home, message, read_only):
                "it needs a key whose bridge may write")
     for i, arg in enumerate(argv):      # no file of this host is read for the far side, no editor
         if arg == "--allowed-signers" and verb == "doctor":
-            refuse("through the bridge doctor --allowed-signers names no file of "
-                   "this host: a signed checkpoint is verified with this host's "
-                   "own (its config's checkpoint: allowed_signers, else "
-                   "~/.ssh/allowed_signers); leave the option out")
+            refuse("through the bridge doctor --allowed-signers names no file of this host: a "
+                   "signed checkpoint is verified with this host's own (its config's checkpoint: "
+                   "allowed_signers, else ~/.ssh/allowed_signers); leave the option out")
         if arg in BRIDGE_PATH_OPTIONS.get(verb, ()) and argv[i + 1:i + 2] != ["-"]:
-            refuse(f"through the bridge {verb} {arg} takes only - (what avsm "
-                   f"--host sends from your side's standard input): no file of "
-                   f"this host is read for it")
+            refuse(f"through the bridge {verb} {arg} takes only - (what avsm --host sends from "
+                   "your side's standard input): no file of this host is read for it")
     if verb == "approve" and "--edit" in argv:
-        refuse("through the bridge approve --edit opens no editor on this host: "
-               "avsm --host HOST approve ASK --edit edits on your side and sends "
-               "what you saved in its request")
-    stdin = io.StringIO(m.get("stdin") or "")      # - reads the request's, not the channel
+        refuse("through the bridge approve --edit opens no editor on this host: avsm --host HOST"
+               " approve ASK --edit edits on your side and sends what you saved in its request")
+    # - reads the request's stdin, not the channel
     CALLER.set(Caller(command=m.get("as"), tty=m.get("tty"), utf8=m.get("utf8"),
-                      read_only=read_only, stdin=stdin))
+                      read_only=read_only, stdin=io.StringIO(m.get("stdin") or "")))
     if verb == "tail":                  # the one verb that may not end by itself (tail -f)
         import threading
         threading.Thread(target=end_with_stdin, daemon=True).start()
@@ -11147,16 +11130,11 @@ def end_with_stdin():
 def remote_host(spec, ssh=None, bridge=None, timeout=None, name=None):
     """Return the host [user@]HOST[:HOME] names, with its ssh command, bridge and timeout."""
     dest, _, home = spec.partition(":")
-    if (not re.fullmatch(r"(?!-)([^@\s]+@)?[\w.\[\]-]+", dest)
-        or home
-        and not os.path.isabs(home)):
+    if not re.fullmatch(r"(?!-)([^@\s]+@)?[\w.\[\]-]+", dest) or home and not os.path.isabs(home):
         raise Fail(EX_USAGE,
                    f"{shown_text(spec)[:80]!r} is not [user@]HOST[:HOME] (HOME absolute, as"
                    " web1:/srv/avsm)")
-    return {"name": name or spec,
-            "dest": dest,
-            "home": home or None,
-            "timeout": timeout or 10,
+    return {"name": name or spec, "dest": dest, "home": home or None, "timeout": timeout or 10,
             "ssh": ssh or os.environ.get("AVSM_SSH") or "ssh",
             "bridge": bridge or os.environ.get("AVSM_BRIDGE") or "avsm bridge"}
 
@@ -11168,8 +11146,8 @@ def fleet_path(given):
 
 def read_fleet(path, must=True):
     """Return the hosts of a fleet file (none when there is none and `must` is False), or Fail: 66
-    none, 78 a file that does not hold.   fleet ::= {hosts: [SPEC | {host: SPEC, name, ssh, bridge,
-    timeout}], ssh, bridge, timeout} """
+    none, 78 a file that does not hold. fleet ::= {hosts: [SPEC | {host: SPEC, name, ssh, bridge,
+    timeout}], ssh, bridge, timeout}"""
     try:
         data = read_small_file(path, CONFIG_MAX)
     except OSError as err:
@@ -11193,10 +11171,8 @@ def read_fleet(path, must=True):
             c.text(doc[k], (k,))
     hosts, named = [], {}
     for i, item in enumerate(doc["hosts"]):
-        entry = c.mapping({"host": item} if isinstance(item, str) else item,
-                          ("hosts", i),
-                          keys | {"host", "name"},
-                          "a host")
+        entry = c.mapping({"host": item} if isinstance(item, str) else item, ("hosts", i),
+                          keys | {"host", "name"}, "a host")
         where = {k: ("hosts", i, k) if k in entry else (k,) for k in keys | {"host", "name"}}
         given = {k: c.text(entry.get(k, doc.get(k)), where[k], required=False)
                  for k in ("ssh", "bridge", "host", "name", *WITNESS_KEYS)}
@@ -11212,7 +11188,7 @@ def read_fleet(path, must=True):
         if name in named:
             first = c.where(("hosts", named[name]))[0]
             c.fail(("hosts", i), f"{name} is in hosts twice (first at line {first}): "
-                                 f"list a host once, or give each its own name, as "
+                                 "list a host once, or give each its own name, as "
                                  f"{{host: {given['host']}, name: {name}-2}}")
         named[name] = i
     return hosts
@@ -11261,20 +11237,14 @@ def run_remote(target, verb, argv, path):
     if verb == "propose" and "--payload" in argv[:-1]:
         at = argv.index("--payload")
         stdin, argv = read_payload(argv[at + 1]), argv[:at + 1] + ["-"] + argv[at + 2:]
-    elif (verb == "doctor"
-          and "--checkpoint" in argv
-          and argv[argv.index("--checkpoint") + 1 :][:1] == ["-"]):
+    elif verb == "doctor" and "--checkpoint" in argv \
+            and argv[argv.index("--checkpoint") + 1:][:1] == ["-"]:
         # doctor --checkpoint -: what - reads is here, sent along
         stdin = sys.stdin.read()
-    request = {"v": 1,
-               "verb": verb,
-               "argv": argv + ["--json"] * bool(JSON),
-               "home": host["home"],
-               "stdin": stdin,
-               "as": CALLER.get().command,
-               "tty": bool(sys.stdout and sys.stdout.isatty()),
-               "utf8": utf8_output()}
-    return ssh_bridge(host, request)[0]
+    return ssh_bridge(host, {"v": 1, "verb": verb, "argv": argv + ["--json"] * bool(JSON),
+                             "home": host["home"], "stdin": stdin, "as": CALLER.get().command,
+                             "tty": bool(sys.stdout and sys.stdout.isatty()),
+                             "utf8": utf8_output()})[0]
 
 
 def ask_bridge(host, request):
@@ -11284,7 +11254,7 @@ def ask_bridge(host, request):
     if errors and errors[-1].startswith(FAR_CUT):
         raise Fail(EX_UNAVAILABLE, f"{name}: the bridge answered with more than "
                                    f"{FAR_KEEP // 1024 // 1024} MiB, which no answer of avsmd's "
-                                   f"is; is it avsm's?")
+                                   "is; is it avsm's?")
     try:
         messages = LineReader().feed(data + b"\n")
     except (ValueError, RecursionError):
@@ -11296,17 +11266,15 @@ def ask_bridge(host, request):
         messages.append(None)
     command = far_command(name)
     for message in messages:
-        texts = isinstance(message, dict) and all(isinstance(message.get(k, ""), str)
-                                                  for k in ("out", "err"))
-        if not texts:
+        if not isinstance(message, dict) or not all(isinstance(message.get(k, ""), str)
+                                                    for k in ("out", "err")):
             raise Fail(EX_UNAVAILABLE, f"{name}: the bridge answered with no JSON object a line "
                                        f"ending in an exit code (it exited {code}); is it avsm's?")
         exit_code = message.get("exit")
         if exit_code is not None and (type(exit_code) is not int or not 0 <= exit_code <= 255):
             said = exit_code if isinstance(exit_code, str) else json.dumps(exit_code)
-            raise Fail(EX_UNAVAILABLE, f"{name}: the bridge answered exit "
-                                       f"'{shown_text(said)[:80]}', which is no exit code; "
-                                       f"is it avsm's?")
+            raise Fail(EX_UNAVAILABLE, f"{name}: the bridge answered exit '{shown_text(said)[:80]}'"
+                                       ", which is no exit code; is it avsm's?")
         if request["cmd"] != "ask":     # an ask's content is data, kept as sent
             message = {k: far_text(v, command) if k in ("out", "err") else v
                        for k, v in message.items()}
@@ -11319,8 +11287,7 @@ FAR_KEEP = 4 * 1024 * 1024      # bytes of one host's answer kept (fleet, a rela
 FAR_LINE = 64 * 1024            # a longer line from another host is shown in pieces of this size
 FAR_ERRORS_KEEP = 64 * 1024     # bytes of a host's standard error kept
 FAR_CUT = "its output was cut"
-# A command of avsm in what another host says: its program as it runs there, any --home or --host,
-# then a verb the bridge runs.
+# avsm as another host's lines name it: its program there, any --home or --host, a bridge verb
 FAR_COMMAND = (r"(?<![\w/.-])(?:\S*python\S* (?:-\S+ )*)?(?:\S*/)?avsm(?:\.py)?"
                rf"(?: --(?:home|host)[ =]\S+)* (?=(?:{'|'.join(BRIDGE_VERBS)})\b)")
 
@@ -11372,7 +11339,6 @@ def ssh_bridge(host, request, capture=False, timeout=None):
                 ours.append(f"{name}: {far_text(text[6:], command)}")
                 if not capture:
                     sys.stderr.write(f"avsm: {shown(ours[-1])}\n")
-                    sys.stderr.flush()
             else:
                 theirs.append(text)
         if kept > FAR_ERRORS_KEEP:
@@ -11393,12 +11359,10 @@ def ssh_bridge(host, request, capture=False, timeout=None):
     decoder, pinged, size, held = codecs.getincrementaldecoder("utf-8")("replace"), relay, 0, b""
     try:
         for piece in iter(functools.partial(proc.stdout.readline, FAR_LINE), b""):
+            heard.set()
             if not pinged:              # the ping's answer: avsm's bridge is there
                 pinged = "exit" in bridge_message(piece, name)
-                if pinged:
-                    heard.set()
                 continue
-            heard.set()
             size += len(piece)
             if capture:
                 if size > FAR_KEEP:     # the rest is read and counted, never kept
@@ -11455,8 +11419,8 @@ def start_ssh(host):
                                 stdout=subprocess.PIPE, process_group=0)
     except OSError as err:
         raise Fail(EX_UNAVAILABLE, f"{host['name']}: {argv[0]} cannot run ({err.strerror}); "
-                                   f"install OpenSSH's client, or name the ssh command in AVSM_SSH "
-                                   f"or the fleet file's ssh:") from None
+                                   "install OpenSSH's client, or name the ssh command in AVSM_SSH "
+                                   "or the fleet file's ssh:") from None
 
 
 def far_failure(host, code, ours, theirs, ended=(), pinged=True, by_hand=None):
@@ -11480,9 +11444,9 @@ def far_failure(host, code, ours, theirs, ended=(), pinged=True, by_hand=None):
             " AVSM_BRIDGE")
     if not pinged and code == EX_OK:
         raise Fail(EX_UNAVAILABLE, f"{name}: {host['bridge']!r} ran there and said nothing, which "
-                                   f"avsm's bridge never does; name avsm's (bridge: python3 "
-                                   f"/opt/avsm/avsm.py bridge) in the fleet file, or in "
-                                   f"AVSM_BRIDGE, or check the key's forced command")
+                                   "avsm's bridge never does; name avsm's (bridge: python3 "
+                                   "/opt/avsm/avsm.py bridge) in the fleet file, or in "
+                                   "AVSM_BRIDGE, or check the key's forced command")
     return said
 
 
@@ -11495,7 +11459,7 @@ def far_json(data, name, command):
         doc = None
     if not isinstance(doc, dict) or doc.get("schema") != 1:
         raise Fail(EX_UNAVAILABLE, f"{name}: its avsm answered --json with no JSON object of "
-                                   f"schema 1; is it avsm's, and as new as this one?")
+                                   "schema 1; is it avsm's, and as new as this one?")
     return doc
 
 
@@ -11508,7 +11472,7 @@ def bridge_message(piece, name, most=FAR_LINE):
         message = None
     if not isinstance(message, dict) or most and len(piece) >= most:
         raise Fail(EX_UNAVAILABLE, f"{name}: the bridge answered with no JSON object a line; "
-                                   f"is it avsm's?")
+                                   "is it avsm's?")
     return message
 
 
@@ -11586,7 +11550,7 @@ def write_page(target, hosts):
         write_textfile(target, page_html(hosts, time.time()))
     except OSError as err:
         raise Fail(EX_CANTCREAT, f"{target} cannot be written ({err.strerror or err}); name a "
-                                 f"file in a directory you may write") from None
+                                 "file in a directory you may write") from None
 
 
 def on_each_host(hosts, work):
@@ -11669,9 +11633,9 @@ class BridgeSession:
 
     def ask(self, cmd, **args):
         self.pending += 1
-        request = {"v": 1, "cmd": cmd, "args": args, "home": self.host["home"]}
         with contextlib.suppress(BrokenPipeError):
-            self.proc.stdin.write((json.dumps(request) + "\n").encode())
+            self.proc.stdin.write((json.dumps({"v": 1, "cmd": cmd, "args": args,
+                                               "home": self.host["home"]}) + "\n").encode())
             self.proc.stdin.flush()
 
     def answer(self):
@@ -11750,7 +11714,7 @@ def cmd_witness(home, fleet, args):
                     fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
                 except OSError:
                     raise Fail(EX_TEMPFAIL, f"{name}: another avsm fleet witness keeps {where} "
-                                            f"now; let it finish, then run this again") from None
+                                            "now; let it finish, then run this again") from None
                 session = BridgeSession(host)
                 try:
                     said = witness_session(host, where, session, bool(args), allowed)
@@ -11791,8 +11755,8 @@ def witness_session(host, where, session, mirror, allowed):
     first = json.loads(far_page(session)[0])
     if not first.get("checkpoint"):
         raise Fail(EX_UNAVAILABLE, f"{name}: its avsmd has written no checkpoint yet, and this "
-                                   f"key may not ask for one: let avsmd run there (it writes one "
-                                   f"at its start), or use a key whose bridge may write")
+                                   "key may not ask for one: let avsmd run there (it writes one "
+                                   "at its start), or use a key whose bridge may write")
     new = parse_checkpoint(first["checkpoint"], f"{name}'s newest checkpoint",
                            first.get("signature"))
     db = sqlite3.connect(os.path.join(where, "ledger.db"), isolation_level=None, timeout=10) \
@@ -11808,10 +11772,10 @@ def witness_session(host, where, session, mirror, allowed):
             db.executescript(LEDGER_SCHEMA)
             base = ledger_head(db)
         held = dict([base] if base else [])
-        if kept and kept.seq > (base[0] if base else 0):
+        if kept and kept.seq > (base or (0,))[0]:
             held[kept.seq] = kept.hash
         if mirror:
-            lo, hi = (base[0] if base else 1), max([(first["head"] or [0])[0], *held])
+            lo, hi = (base or (1,))[0], max([(first["head"] or [0])[0], *held])
         else:
             lo, hi = min([new.seq, *held]), max([new.seq, *held])
         # 3. every row read, checked, and (--mirror) appended; one that differs kept as evidence
@@ -11824,7 +11788,7 @@ def witness_session(host, where, session, mirror, allowed):
             at_new = mirror_hash(db, new.seq)
     except sqlite3.Error as err:
         raise Fail(EX_DATAERR, f"{name}: {where}/ledger.db cannot be written: {err}; move it "
-                               f"away, and the next run copies the ledger afresh") from None
+                               "away, and the next run copies the ledger afresh") from None
     finally:
         if mirror:
             db.close()
@@ -11846,7 +11810,7 @@ def far_page(session):
     name = session.host["name"]
     if code == EX_USAGE:            # a bridge that knows no `records`
         raise Fail(code, f"{name}: {err[-1] if err else 'refused'}; the host's avsm is older than "
-                         f"the witness's: copy this avsm.py there")
+                         "the witness's: copy this avsm.py there")
     if code != EX_OK:
         raise Fail(code, f"{name}: {err[-1] if err else 'the bridge refused, saying nothing'}")
     return lines
@@ -11903,7 +11867,7 @@ def witness_fork(session, db, where, name, verdict, kept):
 
     def differs(s):
         got = far_rows(s - 1, 1)
-        return not got or got[0].seq != s or row_problem(got[0], None) is not None \
+        return not got or got[0].seq != s or row_problem(got[0], None) \
             or got[0].hash != mirror_hash(db, s)
     exact = kind == "broken" or mirror_hash(db, seq) is not None
     if kind == "differs" and exact:
@@ -11929,11 +11893,11 @@ def witness_fork(session, db, where, name, verdict, kept):
     else:
         what = (f"#{seq}, of the checkpoint kept, hashed to {kept_hash[:16]} and the host now has "
                 f"{far_said}: the ledger differs at or before it (with --mirror the witness names "
-                f"the first record)")
+                "the first record)")
     return Fail(EX_DATAERR, f"{name}: its ledger no longer extends what this witness kept: {what}; "
                             f"both versions, from #{start}, are in {files[0]} and {files[-1]}: "
-                            f"compare them, and keep this side's copy (the host's ledger was "
-                            f"rewritten, cut or forked)")
+                            "compare them, and keep this side's copy (the host's ledger was "
+                            "rewritten, cut or forked)")
 
 
 def keep_checkpoint(host, where, kept, new, far_hash, allowed):
@@ -11944,21 +11908,19 @@ def keep_checkpoint(host, where, kept, new, far_hash, allowed):
     problem = kept_checkpoint_problem(kept, new, far_hash)
     if problem:
         refuse(f"{refused}{problem}; compare it with avsm --host {name} doctor, "
-               f"and keep what this witness holds")
+               "and keep what this witness holds")
     said = ", unsigned" if new.signature is None else \
         ", its signature not checked (the fleet file names no principal: for it)"
     if principal:
         allowed = os.path.expanduser(allowed or host.get("allowed_signers")
                                      or "~/.ssh/allowed_signers")
         if new.signature is None:
-            refuse(f"{newest} unsigned, "
-                   f"and the fleet file names {principal} as its signer: name a "
-                   f"key in checkpoint: of its config.yaml (the README's "
-                   f"Checkpoints)")
+            refuse(f"{newest} unsigned, and the fleet file names {principal} as its signer: name a"
+                   " key in checkpoint: of its config.yaml (the README's Checkpoints)")
         if not os.path.isfile(allowed):
             raise Fail(EX_NOINPUT, f"{name}: {allowed} is not there to verify its checkpoint with: "
                                    f"write {principal}'s key there, or name the file with "
-                                   f"--allowed-signers or the fleet file's allowed_signers:")
+                                   "--allowed-signers or the fleet file's allowed_signers:")
         try:
             verify_signer(new.text, new.signature, allowed, principal,
                           host.get("namespace") or CHECKPOINT_NAMESPACE)
