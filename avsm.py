@@ -11359,10 +11359,12 @@ def ssh_bridge(host, request, capture=False, timeout=None):
     decoder, pinged, size, held = codecs.getincrementaldecoder("utf-8")("replace"), relay, 0, b""
     try:
         for piece in iter(functools.partial(proc.stdout.readline, FAR_LINE), b""):
-            heard.set()
             if not pinged:              # the ping's answer: avsm's bridge is there
                 pinged = "exit" in bridge_message(piece, name)
+                if pinged:
+                    heard.set()
                 continue
+            heard.set()
             size += len(piece)
             if capture:
                 if size > FAR_KEEP:     # the rest is read and counted, never kept
