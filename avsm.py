@@ -1010,11 +1010,11 @@ class Checker:
             self.fail(path, f"{what or path[-1]} must be one of {named}, not {shown_value(value)}")
         return value
 
-    def require(self, value, path, keys, message):
-        """Fail at `path` with `message`, {key} in it the first of `keys` that `value` lacks."""
+    def require(self, value, path, keys, what, fix=None):
+        """Fail at `path`: `what` has no KEY (then `; fix`), the first of `keys` `value` lacks."""
         for key in keys:
             if key not in value:
-                self.fail(path, message.replace("{key}", key))
+                self.fail(path, f"{what} has no '{key}'" + (f"; {fix}" if fix else ""))
 
     def url(self, value, path):
         if not value.startswith(("http://", "https://")):
@@ -1123,7 +1123,7 @@ def parse_levers(c, doc, directory):
             c.fail(path + ("name",),
                    f"'{name}' is built in (it pauses the venture); give the lever another name")
         c.require(item, path, ("cap", "reversible") + (() if name == "research" else ("run",)),
-                  f"lever '{name}' has no '{{key}}'; a lever says name, run, cap and reversible")
+                  f"lever '{name}'", "a lever says name, run, cap and reversible")
         def at(key):
             return path + (key,)
         lever = {"name": name,
@@ -1188,8 +1188,8 @@ def parse_expects(text):
 def parse_budget(c, value, path):
     """Return a lever's budget {field, max, per} (open point 27)."""
     c.mapping(value, path, {"field", "max", "per"}, "a budget")
-    c.require(value, path, ("field", "max", "per"),
-              "a budget has no '{key}'; write {field: qty, max: 100000, per: 1d}")
+    c.require(value, path, ("field", "max", "per"), "a budget",
+              "write {field: qty, max: 100000, per: 1d}")
     return {"field": c.text(value["field"], path + ("field",)),
             "max": c.number(value["max"], path + ("max",), positive=True),
             "per": c.duration(value["per"], path + ("per",))}
@@ -1200,9 +1200,8 @@ def parse_mandate(text, source="mandate.yaml", directory=None):
     hold. In `directory`, when given, its programs must exist and be executable."""
     doc, c = checked_yaml(text, source)
     c.mapping(doc, (), MANDATE_KEYS, "the mandate")
-    c.require(
-        doc, (), ("purpose", "metric", "controller", "cadence"),
-        "the mandate has no '{key}'; every mandate says purpose, metric, controller and cadence")
+    c.require(doc, (), ("purpose", "metric", "controller", "cadence"), "the mandate",
+              "every mandate says purpose, metric, controller and cadence")
     m = {key: c.text(doc[key], (key,)) for key in ("purpose", "metric")}
     m["cadence"] = c.duration(doc["cadence"], ("cadence",))
     m["adapter"] = m["metric"] if m["metric"].split()[0] in ADAPTERS else None
@@ -1275,7 +1274,7 @@ def parse_audits(c, doc, directory):
     audits = []
     for path, item, name in named_items(c, doc, "audits", AUDIT_KEYS, "an audit", ", such as - "
                                         "{name: refunds, run: ./refunds, worse: up, tolerance: 2}"):
-        c.require(item, path, ("run", "worse"), f"audit '{name}' has no '{{key}}'")
+        c.require(item, path, ("run", "worse"), f"audit '{name}'")
         audits.append({
             "name": name,
             "run": c.command(item["run"], path + ("run",), f"audit '{name}'", directory),
@@ -1293,7 +1292,7 @@ def parse_readings(c, doc, m, directory):
     readings = []
     for path, item, name in named_items(c, doc, "readings", READING_KEYS, "a reading", ", such as"
                                         " - {name: waiting, run: ./waiting, lines: address}"):
-        c.require(item, path, ("run",), f"reading '{name}' has no '{{key}}'")
+        c.require(item, path, ("run",), f"reading '{name}'")
         audit = item.get("audit")
         if audit is not None and not any(a["name"] == audit for a in m["audits"]):
             c.fail(path + ("audit",),
@@ -1347,14 +1346,14 @@ def parse_threshold(c, value, levers, path, ctl):
         c.fail(path, "a threshold takes exactly one of above: or below:")
     side = ctl["side"] = sides[0]
     ctl["bound"] = c.number(value[side], path + (side,))
-    c.require(value, path, ("action",), "a threshold names its lever with action:")
+    if "action" not in value:
+        c.fail(path, "a threshold names its lever with action:")
     ctl["action"] = permitted_lever(c, value["action"], path + ("action",), levers)
 
 
 def parse_band(c, value, levers, path, ctl):
-    c.require(
-        value, path, ("low", "high", "below", "above"),
-        "a band has no '{key}'; write {kind: band, low: 19, high: 24, below: heat, above: cool}")
+    c.require(value, path, ("low", "high", "below", "above"), "a band",
+              "write {kind: band, low: 19, high: 24, below: heat, above: cool}")
     for key in ("low", "high"):
         ctl[key] = c.number(value[key], path + (key,))
     if ctl["low"] >= ctl["high"]:
@@ -1471,7 +1470,8 @@ def parse_guards(c, doc, m, directory):
 def parse_unwind(c, value, path, levers):
     """Return a guard's unwind {action, payload}: a permitted lever and the payload it takes."""
     c.mapping(value, path, {"action", "payload"}, "an unwind")
-    c.require(value, path, ("action",), "an unwind names its lever with action:")
+    if "action" not in value:
+        c.fail(path, "an unwind names its lever with action:")
     action = permitted_lever(c, value["action"], path + ("action",), levers)
     payload, takes, at = value.get("payload"), levers[action]["takes"], path + ("payload",)
     if takes == "json" and not isinstance(payload, dict):
@@ -1552,9 +1552,8 @@ def parse_config(text, source="config.yaml"):
         c.mapping(b, path, BACKEND_KEYS[b["kind"]], f"a {b['kind']} backend")
         needs = {"anthropic": ("model", "key"), "openai": ("url", "model"),
                  "command": ("run",)}[b["kind"]]
-        c.require(
-            b, path, needs,
-            f"backend '{name}' has no '{{key}}'; a {b['kind']} backend says {', '.join(needs)}")
+        c.require(b, path, needs, f"backend '{name}'",
+                  f"a {b['kind']} backend says {', '.join(needs)}")
         backend = {k: c.text(v, path + (k,)) for k, v in b.items()
                    if k not in ("offbox", "max_tokens")}
         if "effort" in b:
@@ -1603,7 +1602,7 @@ def parse_config(text, source="config.yaml"):
     for name, a in adapters.items():
         keys, path = {"command", "from"} if name == "mail" else {"url"}, ("adapters", name)
         c.mapping(a, path, keys, f"the {name} adapter")
-        c.require(a, path, sorted(keys), f"the {name} adapter has no '{{key}}'")
+        c.require(a, path, sorted(keys), f"the {name} adapter")
         adapter = cfg["adapters"][name] = {k: c.text(a[k], path + (k,)) for k in sorted(keys)}
         if "url" in keys:
             c.url(adapter["url"], path + ("url",))
@@ -1706,9 +1705,8 @@ def parse_notify(c, value):
         return None
     if isinstance(value, dict):
         c.mapping(value, path, {"run", "timeout"})
-        if "run" not in value:
-            c.fail(path, "notify has no 'run'; write notify: {run: COMMAND, timeout: 30s}, or just"
-                         f" {NOTIFY_EXAMPLE}")
+        c.require(value, path, ("run",), "notify",
+                  f"write notify: {{run: COMMAND, timeout: 30s}}, or just {NOTIFY_EXAMPLE}")
         run, path = value["run"], path + ("run",)
         if "timeout" in value:
             timeout = c.duration(value["timeout"], ("notify", "timeout"))
@@ -1748,7 +1746,7 @@ def parse_ledger(c, value):
         return None
     path = ("ledger", "rotate")
     c.mapping(value, path[:1], {"rotate", "keep"})
-    c.require(value, path[:1], ("rotate",), f"ledger has no '{{key}}'; write {LEDGER_EXAMPLE}")
+    c.require(value, path[:1], ("rotate",), "ledger", f"write {LEDGER_EXAMPLE}")
     rotate = str(value["rotate"]).strip()
     size = re.fullmatch(r"([0-9]+)([KMG])", rotate)
     spec = {"rotate": rotate, "size": size and int(size[1]) * SIZE_UNITS[size[2]], "every": None,
@@ -1784,7 +1782,7 @@ def parse_written(c, value, key, name, example, every, where_to):
     if not isinstance(value, dict):
         c.fail(path, f"{key} is a mapping, as {example}, not {shown_value(value)}")
     c.mapping(value, path, {name, "every"})
-    c.require(value, path, (name,), f"{key} has no '{name}'; write {example}")
+    c.require(value, path, (name,), key, f"write {example}")
     where = path + (name,)
     text = c.text(value[name], where)
     if "\0" in text or not os.path.isabs(text):
