@@ -275,7 +275,7 @@ def shown(text):
 LINE_CONTROL_CHARS = CONTROL_CHARS.replace("\x00-\x1f", "\x00-\x08\x0b-\x1f")
 
 
-def bounded_int(text, base):
+def bounded_int(text, base=10):
     """Return the integer `text` (0x or 0o before it in base 16 or 8) in `base`, or raise
     NumberError past NUMBER_MAX (digits counted first: int() refuses past 4300)."""
     if len(text.lstrip("+-0xo")) > NUMBER_DIGITS[base] or abs(int(text, base)) > NUMBER_MAX:
@@ -294,8 +294,7 @@ def bounded_float(text):
 def read_json(text, object_pairs_hook=None):
     """Return the JSON value of `text`, every number within NUMBER_MAX (no NaN, no 1e999: the
     ledger's canonical JSON cannot write them), or raise ValueError."""
-    return json.loads(text, object_pairs_hook=object_pairs_hook,
-                      parse_int=lambda t: bounded_int(t, 10),
+    return json.loads(text, object_pairs_hook=object_pairs_hook, parse_int=bounded_int,
                       parse_float=bounded_float, parse_constant=refuse_constant)
 
 
@@ -396,7 +395,7 @@ def resolve_plain(text):
         return None
     if text in ('true', 'True', 'TRUE', 'false', 'False', 'FALSE'):
         return text.lower() == 'true'
-    for pattern, read in ((r'[-+]?[0-9]+', lambda t: bounded_int(t, 10)),
+    for pattern, read in ((r'[-+]?[0-9]+', bounded_int),
                           (r'0o[0-7]+', lambda t: bounded_int(t, 8)),
                           (r'0x[0-9a-fA-F]+', lambda t: bounded_int(t, 16)),
                           (r'[-+]?(\.[0-9]+|[0-9]+(\.[0-9]*)?)([eE][-+]?[0-9]+)?', bounded_float),
