@@ -331,7 +331,7 @@ def nearest(word, known):
 class YamlError(ValueError):
     """A YAML text avsm refuses: where, what, and what to write instead."""
 
-    def __init__(self, line, col, reason, source=None):
+    def __init__(self, line, col, reason, source):
         self.line, self.col, self.reason, self.source = line, col, reason, source
         where = f"{source}:{line}:{col}" if source is not None else f"line {line}, column {col}"
         super().__init__(f"{where}: {reason}")
@@ -363,7 +363,7 @@ def parse_yaml_marked(text, source=None):
     A character YAML does not allow is refused."""
     if isinstance(text, (bytes, bytearray)):
         try:
-            text = bytes(text).decode('utf-8')
+            text = text.decode('utf-8')
         except UnicodeDecodeError as err:
             line = text.count(b'\n', 0, err.start) + 1
             col = err.start - text.rfind(b'\n', 0, err.start)
@@ -987,7 +987,7 @@ class Checker:
     def number(self, value, path, what=None, positive=False):
         what = what or path[-1]
         # past NUMBER_MAX parse_yaml refused it: only NaN and the infinities are left
-        if not is_number(value) or not abs(value) < float("inf"):
+        if not is_number(value) or not math.isfinite(value):
             self.fail(path, f"{what} must be a number, not {shown_value(value)}")
         if positive and value <= 0:
             self.fail(path, f"{what} must be above 0")
@@ -1174,7 +1174,7 @@ def parse_expects(text):
     size = None
     if at == 2:
         size = parse_number(words[1])
-        if size is None or not size > 0 or size == float("inf"):
+        if size is None or not size > 0:
             raise ValueError(
                 f"'{words[1]}' is not a size; write a number above 0, as in up 5 within 3")
     elif at != 1:
