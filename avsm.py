@@ -1548,23 +1548,24 @@ def parse_config(text, source="config.yaml"):
         path = ("backends", name)
         if not isinstance(b, dict) or b.get("kind") not in tuple(BACKEND_KEYS):
             c.fail(path, f"backend '{name}' needs kind: anthropic, openai or command")
-        c.mapping(b, path, BACKEND_KEYS[b["kind"]], f"a {b['kind']} backend")
+        kind = b["kind"]
+        c.mapping(b, path, BACKEND_KEYS[kind], f"a {kind} backend")
         needs = {"anthropic": ("model", "key"), "openai": ("url", "model"),
-                 "command": ("run",)}[b["kind"]]
+                 "command": ("run",)}[kind]
         c.require(b, path, needs, f"backend '{name}'",
-                  f"a {b['kind']} backend says {', '.join(needs)}")
+                  f"a {kind} backend says {', '.join(needs)}")
         backend = {k: c.text(v, path + (k,)) for k, v in b.items()
                    if k not in ("offbox", "max_tokens")}
         if "effort" in b:
-            c.choice(b["effort"], path + ("effort",), EFFORTS[b["kind"]])
-        if b["kind"] == "anthropic":
-            backend["version"] = backend.get("version", ANTHROPIC_VERSION)
+            c.choice(b["effort"], path + ("effort",), EFFORTS[kind])
+        if kind == "anthropic":
+            backend.setdefault("version", ANTHROPIC_VERSION)
             if not re.fullmatch(r"\d{4}-\d\d-\d\d", backend["version"]):
                 c.fail(path + ("version",),
                        f"version is the API's version date, as {ANTHROPIC_VERSION}, "
                        f"not {json.dumps(backend['version'])}")
             backend["max_tokens"] = c.whole(b.get("max_tokens", MAX_TOKENS), path + ("max_tokens",))
-        elif b["kind"] == "openai":  # max_tokens is sent only when it says
+        elif kind == "openai":  # max_tokens is sent only when it says
             given = b.get("max_tokens")
             backend["max_tokens"] = (
                 None if given is None else c.whole(given, path + ("max_tokens",)))
@@ -1578,8 +1579,8 @@ def parse_config(text, source="config.yaml"):
         if "url" in b:
             c.url(b["url"], path + ("url",))
         # an anthropic or openai backend leaves the machine; a command when it says so
-        backend["offbox"] = b["kind"] != "command" or c.boolean(b.get("offbox", False),
-                                                                 path + ("offbox",))
+        backend["offbox"] = kind != "command" or c.boolean(b.get("offbox", False),
+                                                           path + ("offbox",))
         cfg["backends"][name] = backend
     for key in ("default", "escalate"):
         if doc.get(key) is not None:
