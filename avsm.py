@@ -1932,19 +1932,17 @@ JSON_DEPTH = 64  # nesting a payload may have: an edited payload is a page, not 
 def check_request(request):
     """Return (cmd, args) of a request a client may send, or raise Fail: 64 for one avsm does not
     know, 65 for a wrong argument."""
-    if not isinstance(request, dict):
-        raise Fail(EX_USAGE, f"a request is one JSON object a line, not {json_kind(request)}")
-    if request.get("v", 1) != 1 or isinstance(request.get("v"), bool):
-        raise Fail(EX_USAGE,
-                   "this avsmd speaks version 1 of the socket's requests; use its own avsm")
+    refuse(not isinstance(request, dict)
+           and f"a request is one JSON object a line, not {json_kind(request)}", EX_USAGE)
+    refuse((request.get("v", 1) != 1 or isinstance(request.get("v"), bool))
+           and "this avsmd speaks version 1 of the socket's requests; use its own avsm", EX_USAGE)
     extra = sorted(set(request) - set(REQUEST_KEYS))
-    if extra:
-        raise Fail(EX_USAGE, f"a request holds only {', '.join(REQUEST_KEYS)}, "
-                             f"not {shown_text(extra[0])[:80]}")
+    refuse(extra and f"a request holds only {', '.join(REQUEST_KEYS)}, "
+                     f"not {shown_text(extra[0])[:80]}", EX_USAGE)
     cmd = request.get("cmd")
-    if cmd not in tuple(REQUESTS):
-        raise Fail(EX_USAGE, f"avsmd does not know the command {shown_text(json.dumps(cmd))[:80]}; "
-                             "avsm --help lists them")
+    refuse(cmd not in tuple(REQUESTS)
+           and f"avsmd does not know the command {shown_text(json.dumps(cmd))[:80]}; "
+               "avsm --help lists them", EX_USAGE)
     args = request.get("args", {})
     refuse(not isinstance(args, dict) and f"{cmd}: args is a mapping, not {json_kind(args)}")
     return cmd, checked_arguments(cmd, args, REQUESTS[cmd])
