@@ -1859,6 +1859,8 @@ def parse_nightly(c, value):
 def format_config(cfg):
     """Return the config in force as YAML, every key shown, the forecast default as a comment."""
     def flow(d):
+        if not d:
+            return "null"
         return "{" + ", ".join(f"{k}: {yaml_scalar(v)}" for k, v in d.items()) + "}"
     lines = [f"nightly: {yaml_scalar(cfg['nightly'])}", f"default: {yaml_scalar(cfg['default'])}"]
     backends = [
@@ -1872,18 +1874,17 @@ def format_config(cfg):
             " packet)")
     else:
         lines.append(f"forecast: {flow(cfg['forecast'])}")
-    lines.append(f"canary_asks: {flow(cfg['canary_asks']) if cfg['canary_asks'] else 'null'}")
+    lines.append(f"canary_asks: {flow(cfg['canary_asks'])}")
     adapters = [f"  {name}: {flow(a)}" for name, a in cfg["adapters"].items()]
     lines += ["adapters:"] + adapters if adapters else ["adapters: {}"]
     lines.append(f"research: {yaml_scalar(cfg['research'])}")
     for key in ("notify", "metrics", "page", "checkpoint"):
         spec = cfg.get(key)
-        lines.append(f"{key}: " + (flow({k: format_duration(v) if k in ("every", "timeout") else v
-                                         for k, v in spec.items()}) if spec else "null"))
-    spec = cfg.get("ledger") or {}
-    said = {k: spec[k] if k == "rotate" else format_duration(spec[k]) for k in ("rotate", "keep")
-            if spec.get(k)}
-    lines.append("ledger: " + (flow(said) if spec else "null"))
+        lines.append(f"{key}: " + flow(spec and {k: format_duration(v) if k in ("every", "timeout")
+                                                 else v for k, v in spec.items()}))
+    spec = cfg.get("ledger")
+    lines.append("ledger: " + flow(spec and {k: format_duration(spec[k]) if k == "keep" else spec[k]
+                                             for k in ("rotate", "keep") if spec.get(k)}))
     return "\n".join(lines) + "\n"
 
 
