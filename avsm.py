@@ -517,7 +517,7 @@ class YamlReader:
         """Return the first row at or after `row` that is neither blank nor a comment."""
         while row < len(self.lines):
             i = self.skip_spaces(row, 0)
-            if i < len(self.lines[row]) and self.lines[row][i] != '#':
+            if self.lines[row][i:i + 1] not in ('', '#'):
                 return row
             row += 1
         return row
@@ -1228,7 +1228,7 @@ def parse_mandate(text, source="mandate.yaml", directory=None):
     for key in ("max_step", "max_rise", "max_fall"):
         m[key] = c.number(doc[key], (key,), positive=True) if key in doc else None
     for key in ("max_rise", "max_fall"):
-        if m[key] is not None and m["max_step"] is not None and m[key] >= m["max_step"]:
+        if None not in (m[key], m["max_step"]) and m[key] >= m["max_step"]:
             c.fail((key,), f"{key} {format_number(m[key])} is not smaller than max_step "
                            f"{format_number(m['max_step'])}; "
                            "beside max_step it must bound its way tighter")
@@ -1244,9 +1244,11 @@ def parse_mandate(text, source="mandate.yaml", directory=None):
 
 
 def adapter_problem(text):
-    """Return why a built-in adapter's reading does not hold, or None. adapter ::= 'http.status' URL
+    """Return why an adapter's reading does not hold, or None. adapter ::= 'http.status' URL
     | ('stripe' | 'github') PATH ['#' pointer]   pointer ::= ('/' token)* """
     words = text.split()
+    if words[0] not in ADAPTERS:
+        return f"'{words[0]}' is not a built-in adapter; use one of {', '.join(ADAPTERS)}"
     if len(words) != 2:
         return (f"'{text}' is not an adapter reading; write http.status URL, "
                 "stripe PATH#/pointer or github PATH#/pointer")
@@ -1331,9 +1333,9 @@ def parse_controller(c, value, levers):
                "controller must be a mapping with a kind: threshold, band, model or classifier")
     kind = c.choice(value.get("kind"), path + ("kind",), tuple(CONTROLLERS), "controller kind")
     c.mapping(value, path, CONTROLLERS[kind].keys, f"a {kind} controller")
-    ctl = {"kind": kind, "deadband": None}
-    if "deadband" in value:
-        ctl["deadband"] = c.number(value["deadband"], path + ("deadband",), positive=True)
+    ctl = {"kind": kind,
+           "deadband": c.number(value["deadband"], path + ("deadband",), positive=True)
+           if "deadband" in value else None}
     ctl["hold"] = c.whole(value.get("hold", 1), path + ("hold",))
     CONTROLLERS[kind].parse(c, value, levers, path, ctl)
     return ctl
@@ -1435,9 +1437,6 @@ def parse_guards(c, doc, m, directory):
         elif "adapter" in item:
             at = path + ("adapter",)
             adapter = g["adapter"] = c.text(item["adapter"], at)
-            if adapter.split()[0] not in ADAPTERS:
-                c.fail(at, f"'{adapter.split()[0]}' is not a built-in adapter; "
-                           f"use one of {', '.join(ADAPTERS)}")
             if adapter_problem(adapter):
                 c.fail(at, adapter_problem(adapter))
             if adapter == m["adapter"]:
