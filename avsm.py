@@ -409,7 +409,7 @@ def resolve_plain(text):
 def plain_start_reason(line, i, flow):
     """Return why no plain scalar may start at line[i], or None when one may."""
     ch = line[i]
-    nxt = line[i + 1] if i + 1 < len(line) else ' '
+    nxt = line[i + 1:i + 2] or ' '
     spaced = nxt in ' \t' or (flow and nxt in ',[]{}')
     if ch in '&*':
         return "anchors and aliases are not supported; write the value out"
@@ -547,7 +547,7 @@ class YamlReader:
     def is_dash(self, row, i):
         """True when a block sequence entry ('-' then a space or the end) starts at i."""
         line = self.lines[row]
-        return line.startswith('-', i) and (i + 1 == len(line) or line[i + 1] in ' \t')
+        return line[i:i + 2] in ('-', '- ', '-\t')
 
     # --- document and block collections ---
 
@@ -673,7 +673,7 @@ class YamlReader:
         else:
             key, end = self.quoted(row, i)
         j = self.skip_spaces(row, end)
-        if not (line.startswith(':', j) and (j + 1 == len(line) or line[j + 1] in ' \t')):
+        if line[j:j + 2] not in (':', ': ', ':\t'):
             return None
         if j - i > 1024:
             raise self.error(row, i, "a key longer than 1024 characters; shorten it")
