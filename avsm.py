@@ -459,7 +459,7 @@ def marker_reason(line):
 
 def is_document_marker(line, marker):
     """True when `line` is the document marker, alone or before a space."""
-    return line.startswith(marker) and (len(line) == 3 or line[3] in ' \t')
+    return line[:4] in (marker, marker + ' ', marker + '\t')
 
 
 def leading_spaces(line):
@@ -629,7 +629,7 @@ class YamlReader:
         value ::= EOL next_lines_node | ' '+ inline_value ; no block collection on the key's line"""
         line = self.lines[row]
         j = self.skip_spaces(row, i)
-        if j == len(line) or line[j] == '#':
+        if line[j:j + 1] in ('', '#'):
             return self.next_lines_node(row, indent, path, under_key=not dashed)
         if dashed:
             return self.block_node(row, j, indent, path)
