@@ -1369,9 +1369,9 @@ def parse_band(c, value, levers, path, ctl):
     for side, way, end in (("below", "up", "low"), ("above", "down", "high")):
         expects = levers[ctl[side]]["expects"]
         if expects and expects[0] != way:
-            lever_path = ("permitted", list(levers).index(ctl[side]), "expects")
-            c.fail(lever_path, f"lever '{ctl[side]}' corrects the {end} side of the band, "
-                               f"so it may only expect {way} ... within ...")
+            c.fail(("permitted", list(levers).index(ctl[side]), "expects"),
+                   f"lever '{ctl[side]}' corrects the {end} side of the band, so it may only "
+                   f"expect {way} ... within ...")
 
 
 ControllerKind = collections.namedtuple("ControllerKind", "keys parse sides describe by_model")
