@@ -275,7 +275,7 @@ def shown(text):
 LINE_CONTROL_CHARS = CONTROL_CHARS.replace("\x00-\x1f", "\x00-\x08\x0b-\x1f")
 
 
-def bounded_int(text, base):
+def bounded_int(text, base=10):
     """Return the integer `text` (0x or 0o before it in base 16 or 8) in `base`, or raise
     NumberError past NUMBER_MAX (digits counted first: int() refuses past 4300)."""
     if len(text.lstrip("+-0xo")) > NUMBER_DIGITS[base] or abs(int(text, base)) > NUMBER_MAX:
@@ -294,8 +294,7 @@ def bounded_float(text):
 def read_json(text, object_pairs_hook=None):
     """Return the JSON value of `text`, every number within NUMBER_MAX (no NaN, no 1e999: the
     ledger's canonical JSON cannot write them), or raise ValueError."""
-    return json.loads(text, object_pairs_hook=object_pairs_hook,
-                      parse_int=lambda t: bounded_int(t, 10),
+    return json.loads(text, object_pairs_hook=object_pairs_hook, parse_int=bounded_int,
                       parse_float=bounded_float, parse_constant=refuse_constant)
 
 
@@ -332,7 +331,7 @@ def nearest(word, known):
 class YamlError(ValueError):
     """A YAML text avsm refuses: where, what, and what to write instead."""
 
-    def __init__(self, line, col, reason, source=None):
+    def __init__(self, line, col, reason, source):
         self.line, self.col, self.reason, self.source = line, col, reason, source
         where = f"{source}:{line}:{col}" if source is not None else f"line {line}, column {col}"
         super().__init__(f"{where}: {reason}")
@@ -364,7 +363,7 @@ def parse_yaml_marked(text, source=None):
     A character YAML does not allow is refused."""
     if isinstance(text, (bytes, bytearray)):
         try:
-            text = bytes(text).decode('utf-8')
+            text = text.decode('utf-8')
         except UnicodeDecodeError as err:
             line = text.count(b'\n', 0, err.start) + 1
             col = err.start - text.rfind(b'\n', 0, err.start)
@@ -396,7 +395,7 @@ def resolve_plain(text):
         return None
     if text in ('true', 'True', 'TRUE', 'false', 'False', 'FALSE'):
         return text.lower() == 'true'
-    for pattern, read in ((r'[-+]?[0-9]+', lambda t: bounded_int(t, 10)),
+    for pattern, read in ((r'[-+]?[0-9]+', bounded_int),
                           (r'0o[0-7]+', lambda t: bounded_int(t, 8)),
                           (r'0x[0-9a-fA-F]+', lambda t: bounded_int(t, 16)),
                           (r'[-+]?(\.[0-9]+|[0-9]+(\.[0-9]*)?)([eE][-+]?[0-9]+)?', bounded_float),
@@ -410,7 +409,7 @@ def resolve_plain(text):
 def plain_start_reason(line, i, flow):
     """Return why no plain scalar may start at line[i], or None when one may."""
     ch = line[i]
-    nxt = line[i + 1] if i + 1 < len(line) else ' '
+    nxt = line[i + 1:i + 2] or ' '
     spaced = nxt in ' \t' or (flow and nxt in ',[]{}')
     if ch in '&*':
         return "anchors and aliases are not supported; write the value out"
@@ -460,7 +459,7 @@ def marker_reason(line):
 
 def is_document_marker(line, marker):
     """True when `line` is the document marker, alone or before a space."""
-    return line.startswith(marker) and (len(line) == 3 or line[3] in ' \t')
+    return line[:4] in (marker, marker + ' ', marker + '\t')
 
 
 def leading_spaces(line):
@@ -518,7 +517,7 @@ class YamlReader:
         """Return the first row at or after `row` that is neither blank nor a comment."""
         while row < len(self.lines):
             i = self.skip_spaces(row, 0)
-            if i < len(self.lines[row]) and self.lines[row][i] != '#':
+            if self.lines[row][i:i + 1] not in ('', '#'):
                 return row
             row += 1
         return row
@@ -548,7 +547,7 @@ class YamlReader:
     def is_dash(self, row, i):
         """True when a block sequence entry ('-' then a space or the end) starts at i."""
         line = self.lines[row]
-        return line.startswith('-', i) and (i + 1 == len(line) or line[i + 1] in ' \t')
+        return line[i:i + 2] in ('-', '- ', '-\t')
 
     # --- document and block collections ---
 
@@ -630,7 +629,7 @@ class YamlReader:
         value ::= EOL next_lines_node | ' '+ inline_value ; no block collection on the key's line"""
         line = self.lines[row]
         j = self.skip_spaces(row, i)
-        if j == len(line) or line[j] == '#':
+        if line[j:j + 1] in ('', '#'):
             return self.next_lines_node(row, indent, path, under_key=not dashed)
         if dashed:
             return self.block_node(row, j, indent, path)
@@ -674,7 +673,7 @@ class YamlReader:
         else:
             key, end = self.quoted(row, i)
         j = self.skip_spaces(row, end)
-        if not (line.startswith(':', j) and (j + 1 == len(line) or line[j + 1] in ' \t')):
+        if line[j:j + 2] not in (':', ': ', ':\t'):
             return None
         if j - i > 1024:
             raise self.error(row, i, "a key longer than 1024 characters; shorten it")
@@ -988,7 +987,7 @@ class Checker:
     def number(self, value, path, what=None, positive=False):
         what = what or path[-1]
         # past NUMBER_MAX parse_yaml refused it: only NaN and the infinities are left
-        if not is_number(value) or not abs(value) < float("inf"):
+        if not is_number(value) or not math.isfinite(value):
             self.fail(path, f"{what} must be a number, not {shown_value(value)}")
         if positive and value <= 0:
             self.fail(path, f"{what} must be above 0")
@@ -1010,11 +1009,11 @@ class Checker:
             self.fail(path, f"{what or path[-1]} must be one of {named}, not {shown_value(value)}")
         return value
 
-    def require(self, value, path, keys, message):
-        """Fail at `path` with `message`, {key} in it the first of `keys` that `value` lacks."""
+    def require(self, value, path, keys, what, fix=None):
+        """Fail at `path`: `what` has no KEY (then `; fix`), the first of `keys` `value` lacks."""
         for key in keys:
             if key not in value:
-                self.fail(path, message.replace("{key}", key))
+                self.fail(path, f"{what} has no '{key}'" + (f"; {fix}" if fix else ""))
 
     def url(self, value, path):
         if not value.startswith(("http://", "https://")):
@@ -1123,7 +1122,7 @@ def parse_levers(c, doc, directory):
             c.fail(path + ("name",),
                    f"'{name}' is built in (it pauses the venture); give the lever another name")
         c.require(item, path, ("cap", "reversible") + (() if name == "research" else ("run",)),
-                  f"lever '{name}' has no '{{key}}'; a lever says name, run, cap and reversible")
+                  f"lever '{name}'", "a lever says name, run, cap and reversible")
         def at(key):
             return path + (key,)
         lever = {"name": name,
@@ -1175,7 +1174,7 @@ def parse_expects(text):
     size = None
     if at == 2:
         size = parse_number(words[1])
-        if size is None or not size > 0 or size == float("inf"):
+        if size is None or not size > 0:
             raise ValueError(
                 f"'{words[1]}' is not a size; write a number above 0, as in up 5 within 3")
     elif at != 1:
@@ -1188,8 +1187,8 @@ def parse_expects(text):
 def parse_budget(c, value, path):
     """Return a lever's budget {field, max, per} (open point 27)."""
     c.mapping(value, path, {"field", "max", "per"}, "a budget")
-    c.require(value, path, ("field", "max", "per"),
-              "a budget has no '{key}'; write {field: qty, max: 100000, per: 1d}")
+    c.require(value, path, ("field", "max", "per"), "a budget",
+              "write {field: qty, max: 100000, per: 1d}")
     return {"field": c.text(value["field"], path + ("field",)),
             "max": c.number(value["max"], path + ("max",), positive=True),
             "per": c.duration(value["per"], path + ("per",))}
@@ -1200,9 +1199,8 @@ def parse_mandate(text, source="mandate.yaml", directory=None):
     hold. In `directory`, when given, its programs must exist and be executable."""
     doc, c = checked_yaml(text, source)
     c.mapping(doc, (), MANDATE_KEYS, "the mandate")
-    c.require(
-        doc, (), ("purpose", "metric", "controller", "cadence"),
-        "the mandate has no '{key}'; every mandate says purpose, metric, controller and cadence")
+    c.require(doc, (), ("purpose", "metric", "controller", "cadence"), "the mandate",
+              "every mandate says purpose, metric, controller and cadence")
     m = {key: c.text(doc[key], (key,)) for key in ("purpose", "metric")}
     m["cadence"] = c.duration(doc["cadence"], ("cadence",))
     m["adapter"] = m["metric"] if m["metric"].split()[0] in ADAPTERS else None
@@ -1230,7 +1228,7 @@ def parse_mandate(text, source="mandate.yaml", directory=None):
     for key in ("max_step", "max_rise", "max_fall"):
         m[key] = c.number(doc[key], (key,), positive=True) if key in doc else None
     for key in ("max_rise", "max_fall"):
-        if m[key] is not None and m["max_step"] is not None and m[key] >= m["max_step"]:
+        if None not in (m[key], m["max_step"]) and m[key] >= m["max_step"]:
             c.fail((key,), f"{key} {format_number(m[key])} is not smaller than max_step "
                            f"{format_number(m['max_step'])}; "
                            "beside max_step it must bound its way tighter")
@@ -1246,9 +1244,11 @@ def parse_mandate(text, source="mandate.yaml", directory=None):
 
 
 def adapter_problem(text):
-    """Return why a built-in adapter's reading does not hold, or None. adapter ::= 'http.status' URL
+    """Return why an adapter's reading does not hold, or None. adapter ::= 'http.status' URL
     | ('stripe' | 'github') PATH ['#' pointer]   pointer ::= ('/' token)* """
     words = text.split()
+    if words[0] not in ADAPTERS:
+        return f"'{words[0]}' is not a built-in adapter; use one of {', '.join(ADAPTERS)}"
     if len(words) != 2:
         return (f"'{text}' is not an adapter reading; write http.status URL, "
                 "stripe PATH#/pointer or github PATH#/pointer")
@@ -1275,7 +1275,7 @@ def parse_audits(c, doc, directory):
     audits = []
     for path, item, name in named_items(c, doc, "audits", AUDIT_KEYS, "an audit", ", such as - "
                                         "{name: refunds, run: ./refunds, worse: up, tolerance: 2}"):
-        c.require(item, path, ("run", "worse"), f"audit '{name}' has no '{{key}}'")
+        c.require(item, path, ("run", "worse"), f"audit '{name}'")
         audits.append({
             "name": name,
             "run": c.command(item["run"], path + ("run",), f"audit '{name}'", directory),
@@ -1293,7 +1293,7 @@ def parse_readings(c, doc, m, directory):
     readings = []
     for path, item, name in named_items(c, doc, "readings", READING_KEYS, "a reading", ", such as"
                                         " - {name: waiting, run: ./waiting, lines: address}"):
-        c.require(item, path, ("run",), f"reading '{name}' has no '{{key}}'")
+        c.require(item, path, ("run",), f"reading '{name}'")
         audit = item.get("audit")
         if audit is not None and not any(a["name"] == audit for a in m["audits"]):
             c.fail(path + ("audit",),
@@ -1333,9 +1333,9 @@ def parse_controller(c, value, levers):
                "controller must be a mapping with a kind: threshold, band, model or classifier")
     kind = c.choice(value.get("kind"), path + ("kind",), tuple(CONTROLLERS), "controller kind")
     c.mapping(value, path, CONTROLLERS[kind].keys, f"a {kind} controller")
-    ctl = {"kind": kind, "deadband": None}
-    if "deadband" in value:
-        ctl["deadband"] = c.number(value["deadband"], path + ("deadband",), positive=True)
+    ctl = {"kind": kind,
+           "deadband": c.number(value["deadband"], path + ("deadband",), positive=True)
+           if "deadband" in value else None}
     ctl["hold"] = c.whole(value.get("hold", 1), path + ("hold",))
     CONTROLLERS[kind].parse(c, value, levers, path, ctl)
     return ctl
@@ -1347,14 +1347,14 @@ def parse_threshold(c, value, levers, path, ctl):
         c.fail(path, "a threshold takes exactly one of above: or below:")
     side = ctl["side"] = sides[0]
     ctl["bound"] = c.number(value[side], path + (side,))
-    c.require(value, path, ("action",), "a threshold names its lever with action:")
+    if "action" not in value:
+        c.fail(path, "a threshold names its lever with action:")
     ctl["action"] = permitted_lever(c, value["action"], path + ("action",), levers)
 
 
 def parse_band(c, value, levers, path, ctl):
-    c.require(
-        value, path, ("low", "high", "below", "above"),
-        "a band has no '{key}'; write {kind: band, low: 19, high: 24, below: heat, above: cool}")
+    c.require(value, path, ("low", "high", "below", "above"), "a band",
+              "write {kind: band, low: 19, high: 24, below: heat, above: cool}")
     for key in ("low", "high"):
         ctl[key] = c.number(value[key], path + (key,))
     if ctl["low"] >= ctl["high"]:
@@ -1369,9 +1369,9 @@ def parse_band(c, value, levers, path, ctl):
     for side, way, end in (("below", "up", "low"), ("above", "down", "high")):
         expects = levers[ctl[side]]["expects"]
         if expects and expects[0] != way:
-            lever_path = ("permitted", list(levers).index(ctl[side]), "expects")
-            c.fail(lever_path, f"lever '{ctl[side]}' corrects the {end} side of the band, "
-                               f"so it may only expect {way} ... within ...")
+            c.fail(("permitted", list(levers).index(ctl[side]), "expects"),
+                   f"lever '{ctl[side]}' corrects the {end} side of the band, so it may only "
+                   f"expect {way} ... within ...")
 
 
 ControllerKind = collections.namedtuple("ControllerKind", "keys parse sides describe by_model")
@@ -1437,9 +1437,6 @@ def parse_guards(c, doc, m, directory):
         elif "adapter" in item:
             at = path + ("adapter",)
             adapter = g["adapter"] = c.text(item["adapter"], at)
-            if adapter.split()[0] not in ADAPTERS:
-                c.fail(at, f"'{adapter.split()[0]}' is not a built-in adapter; "
-                           f"use one of {', '.join(ADAPTERS)}")
             if adapter_problem(adapter):
                 c.fail(at, adapter_problem(adapter))
             if adapter == m["adapter"]:
@@ -1471,7 +1468,8 @@ def parse_guards(c, doc, m, directory):
 def parse_unwind(c, value, path, levers):
     """Return a guard's unwind {action, payload}: a permitted lever and the payload it takes."""
     c.mapping(value, path, {"action", "payload"}, "an unwind")
-    c.require(value, path, ("action",), "an unwind names its lever with action:")
+    if "action" not in value:
+        c.fail(path, "an unwind names its lever with action:")
     action = permitted_lever(c, value["action"], path + ("action",), levers)
     payload, takes, at = value.get("payload"), levers[action]["takes"], path + ("payload",)
     if takes == "json" and not isinstance(payload, dict):
@@ -1549,24 +1547,24 @@ def parse_config(text, source="config.yaml"):
         path = ("backends", name)
         if not isinstance(b, dict) or b.get("kind") not in tuple(BACKEND_KEYS):
             c.fail(path, f"backend '{name}' needs kind: anthropic, openai or command")
-        c.mapping(b, path, BACKEND_KEYS[b["kind"]], f"a {b['kind']} backend")
+        kind = b["kind"]
+        c.mapping(b, path, BACKEND_KEYS[kind], f"a {kind} backend")
         needs = {"anthropic": ("model", "key"), "openai": ("url", "model"),
-                 "command": ("run",)}[b["kind"]]
-        c.require(
-            b, path, needs,
-            f"backend '{name}' has no '{{key}}'; a {b['kind']} backend says {', '.join(needs)}")
+                 "command": ("run",)}[kind]
+        c.require(b, path, needs, f"backend '{name}'",
+                  f"a {kind} backend says {', '.join(needs)}")
         backend = {k: c.text(v, path + (k,)) for k, v in b.items()
                    if k not in ("offbox", "max_tokens")}
         if "effort" in b:
-            c.choice(b["effort"], path + ("effort",), EFFORTS[b["kind"]])
-        if b["kind"] == "anthropic":
-            backend["version"] = backend.get("version", ANTHROPIC_VERSION)
+            c.choice(b["effort"], path + ("effort",), EFFORTS[kind])
+        if kind == "anthropic":
+            backend.setdefault("version", ANTHROPIC_VERSION)
             if not re.fullmatch(r"\d{4}-\d\d-\d\d", backend["version"]):
                 c.fail(path + ("version",),
                        f"version is the API's version date, as {ANTHROPIC_VERSION}, "
                        f"not {json.dumps(backend['version'])}")
             backend["max_tokens"] = c.whole(b.get("max_tokens", MAX_TOKENS), path + ("max_tokens",))
-        elif b["kind"] == "openai":  # max_tokens is sent only when it says
+        elif kind == "openai":  # max_tokens is sent only when it says
             given = b.get("max_tokens")
             backend["max_tokens"] = (
                 None if given is None else c.whole(given, path + ("max_tokens",)))
@@ -1580,8 +1578,8 @@ def parse_config(text, source="config.yaml"):
         if "url" in b:
             c.url(b["url"], path + ("url",))
         # an anthropic or openai backend leaves the machine; a command when it says so
-        backend["offbox"] = b["kind"] != "command" or c.boolean(b.get("offbox", False),
-                                                                 path + ("offbox",))
+        backend["offbox"] = kind != "command" or c.boolean(b.get("offbox", False),
+                                                           path + ("offbox",))
         cfg["backends"][name] = backend
     for key in ("default", "escalate"):
         if doc.get(key) is not None:
@@ -1603,7 +1601,7 @@ def parse_config(text, source="config.yaml"):
     for name, a in adapters.items():
         keys, path = {"command", "from"} if name == "mail" else {"url"}, ("adapters", name)
         c.mapping(a, path, keys, f"the {name} adapter")
-        c.require(a, path, sorted(keys), f"the {name} adapter has no '{{key}}'")
+        c.require(a, path, sorted(keys), f"the {name} adapter")
         adapter = cfg["adapters"][name] = {k: c.text(a[k], path + (k,)) for k in sorted(keys)}
         if "url" in keys:
             c.url(adapter["url"], path + ("url",))
@@ -1706,9 +1704,8 @@ def parse_notify(c, value):
         return None
     if isinstance(value, dict):
         c.mapping(value, path, {"run", "timeout"})
-        if "run" not in value:
-            c.fail(path, "notify has no 'run'; write notify: {run: COMMAND, timeout: 30s}, or just"
-                         f" {NOTIFY_EXAMPLE}")
+        c.require(value, path, ("run",), "notify",
+                  f"write notify: {{run: COMMAND, timeout: 30s}}, or just {NOTIFY_EXAMPLE}")
         run, path = value["run"], path + ("run",)
         if "timeout" in value:
             timeout = c.duration(value["timeout"], ("notify", "timeout"))
@@ -1748,7 +1745,7 @@ def parse_ledger(c, value):
         return None
     path = ("ledger", "rotate")
     c.mapping(value, path[:1], {"rotate", "keep"})
-    c.require(value, path[:1], ("rotate",), f"ledger has no '{{key}}'; write {LEDGER_EXAMPLE}")
+    c.require(value, path[:1], ("rotate",), "ledger", f"write {LEDGER_EXAMPLE}")
     rotate = str(value["rotate"]).strip()
     size = re.fullmatch(r"([0-9]+)([KMG])", rotate)
     spec = {"rotate": rotate, "size": size and int(size[1]) * SIZE_UNITS[size[2]], "every": None,
@@ -1784,7 +1781,7 @@ def parse_written(c, value, key, name, example, every, where_to):
     if not isinstance(value, dict):
         c.fail(path, f"{key} is a mapping, as {example}, not {shown_value(value)}")
     c.mapping(value, path, {name, "every"})
-    c.require(value, path, (name,), f"{key} has no '{name}'; write {example}")
+    c.require(value, path, (name,), key, f"write {example}")
     where = path + (name,)
     text = c.text(value[name], where)
     if "\0" in text or not os.path.isabs(text):
@@ -1861,6 +1858,8 @@ def parse_nightly(c, value):
 def format_config(cfg):
     """Return the config in force as YAML, every key shown, the forecast default as a comment."""
     def flow(d):
+        if not d:
+            return "null"
         return "{" + ", ".join(f"{k}: {yaml_scalar(v)}" for k, v in d.items()) + "}"
     lines = [f"nightly: {yaml_scalar(cfg['nightly'])}", f"default: {yaml_scalar(cfg['default'])}"]
     backends = [
@@ -1874,18 +1873,17 @@ def format_config(cfg):
             " packet)")
     else:
         lines.append(f"forecast: {flow(cfg['forecast'])}")
-    lines.append(f"canary_asks: {flow(cfg['canary_asks']) if cfg['canary_asks'] else 'null'}")
+    lines.append(f"canary_asks: {flow(cfg['canary_asks'])}")
     adapters = [f"  {name}: {flow(a)}" for name, a in cfg["adapters"].items()]
     lines += ["adapters:"] + adapters if adapters else ["adapters: {}"]
     lines.append(f"research: {yaml_scalar(cfg['research'])}")
     for key in ("notify", "metrics", "page", "checkpoint"):
         spec = cfg.get(key)
-        lines.append(f"{key}: " + (flow({k: format_duration(v) if k in ("every", "timeout") else v
-                                         for k, v in spec.items()}) if spec else "null"))
-    spec = cfg.get("ledger") or {}
-    said = {k: spec[k] if k == "rotate" else format_duration(spec[k]) for k in ("rotate", "keep")
-            if spec.get(k)}
-    lines.append("ledger: " + (flow(said) if spec else "null"))
+        lines.append(f"{key}: " + flow(spec and {k: format_duration(v) if k in ("every", "timeout")
+                                                 else v for k, v in spec.items()}))
+    spec = cfg.get("ledger")
+    lines.append("ledger: " + flow(spec and {k: format_duration(spec[k]) if k == "keep" else spec[k]
+                                             for k in ("rotate", "keep") if spec.get(k)}))
     return "\n".join(lines) + "\n"
 
 
@@ -1934,19 +1932,17 @@ JSON_DEPTH = 64  # nesting a payload may have: an edited payload is a page, not 
 def check_request(request):
     """Return (cmd, args) of a request a client may send, or raise Fail: 64 for one avsm does not
     know, 65 for a wrong argument."""
-    if not isinstance(request, dict):
-        raise Fail(EX_USAGE, f"a request is one JSON object a line, not {json_kind(request)}")
-    if request.get("v", 1) != 1 or isinstance(request.get("v"), bool):
-        raise Fail(EX_USAGE,
-                   "this avsmd speaks version 1 of the socket's requests; use its own avsm")
+    refuse(not isinstance(request, dict)
+           and f"a request is one JSON object a line, not {json_kind(request)}", EX_USAGE)
+    refuse((request.get("v", 1) != 1 or isinstance(request.get("v"), bool))
+           and "this avsmd speaks version 1 of the socket's requests; use its own avsm", EX_USAGE)
     extra = sorted(set(request) - set(REQUEST_KEYS))
-    if extra:
-        raise Fail(EX_USAGE, f"a request holds only {', '.join(REQUEST_KEYS)}, "
-                             f"not {shown_text(extra[0])[:80]}")
+    refuse(extra and f"a request holds only {', '.join(REQUEST_KEYS)}, "
+                     f"not {shown_text(extra[0])[:80]}", EX_USAGE)
     cmd = request.get("cmd")
-    if cmd not in tuple(REQUESTS):
-        raise Fail(EX_USAGE, f"avsmd does not know the command {shown_text(json.dumps(cmd))[:80]}; "
-                             "avsm --help lists them")
+    refuse(cmd not in tuple(REQUESTS)
+           and f"avsmd does not know the command {shown_text(json.dumps(cmd))[:80]}; "
+               "avsm --help lists them", EX_USAGE)
     args = request.get("args", {})
     refuse(not isinstance(args, dict) and f"{cmd}: args is a mapping, not {json_kind(args)}")
     return cmd, checked_arguments(cmd, args, REQUESTS[cmd])
