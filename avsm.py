@@ -14227,6 +14227,7 @@ def metrics_text(states, home, now):
 # What needs a person, then every venture, of a home or a fleet: facts (JSON, PAGE_SHAPE) gathered
 # where the ledger is, checked when another host sent them, made into HTML here, every text escaped.
 
+PAGE_ACTIONS, PAGE_VALUES = 5, 60   # a venture's last actions a page shows, and trusted values
 # a type, [each item's shape], {key: shape}, or (shape,): null too
 PAGE_SHAPE = {
     "schema": int, "home": str, "at": float, "stopped": bool,
@@ -14252,7 +14253,7 @@ def page_facts(home, states, now, db, keeps=None, cfg=None, stopped=False):
     asks, ventures = asks_facts(states)["asks"], []
     for row in status_facts(states, now, keeps, cfg, stopped=stopped)["ventures"]:
         state, actions = states[row["name"]], []
-        for seq in sorted(s for runs in state.actions.values() for s, _, _ in runs)[-5:]:
+        for seq in sorted(s for runs in state.actions.values() for s, _, _ in runs)[-PAGE_ACTIONS:]:
             at, record = record_at(db, seq) or (0, {})
             actions.append({"seq": seq, "at": at, "summary": str(record.get("summary")),
                             "proof": record.get("proof")})
@@ -14260,7 +14261,7 @@ def page_facts(home, states, now, db, keeps=None, cfg=None, stopped=False):
             {k: row[k] for k in ("name", "state", "why", "value", "age")}, actions=actions,
             report=str(state.last_report[2].get("summary")) if state.last_report else "",
             bounds=[b["bound"] for b in row["bounds"]],
-            values=[v for _, v in state.trusted[-60:]],
+            values=[v for _, v in state.trusted[-PAGE_VALUES:]],
             asks=[{"seq": a["seq"], "question": str(a["question"])} for a in asks
                   if a["venture"] == state.name]))
     where = f"{home}/checkpoints"
