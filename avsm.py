@@ -2121,7 +2121,7 @@ RECORD_KINDS = {
         ("pause", "measured declared", "", "guard episode"),
         ("resume", "declared measured", "", ""),
         ("start", "measured", "", "pid command"),
-        ("exit", "measured", "status", "pid uptime restart_in"),
+        ("exit", "measured", "status", "pid uptime restart_in ended_by"),
         ("escalation", "measured", "from to why", ""),
         ("answer", "measured", "escalation cited", "note"),
         ("prediction", "inferred", "report median p10 p90",
@@ -3870,12 +3870,15 @@ def fold(state, seq, at, record):
     elif kind == "exit" and is_number(record.get("uptime")):
         # the back-off (open point 31): a quick death's wait; a long run resets it
         wait = record.get("restart_in")
+        state.run_ended = wait is None and not record.get("ended_by")
         if wait is None:
             state.backoff = None
         elif is_number(wait) and wait > 0:
             state.backoff = min(wait, BACKOFF_CEILING)
         elif record["uptime"] >= BACKOFF_RESET or state.backoff is None:
             state.backoff = 0
+    elif kind == "start":
+        state.run_ended = False
     elif kind == "pause":
         state.paused = True
         for info in state.guards.values():
@@ -4827,6 +4830,13 @@ def check_rule(state, gate, verdict, status, ended_by, note):
                            by=by, check=seq)
 
 
+def starts_kept(state, again):
+    """Whether the warden's start starts the kept `run` program: avsmd's own start does, as a
+    service manager's boot does; a warden started `again` after it died leaves one ended whose
+    last exit its `restart:` did not restart (VENTURE-17)."""
+    return not (again and state.run_ended)
+
+
 def run_started(state, pid, err=None):
     """Yield the record of the kept `run` program started as `pid` (a restart when its last exit
     said so), or not (`err`): its start, or its exit."""
@@ -4852,7 +4862,7 @@ def restart_rule(state, pid, status, ended_by, uptime, active):
     next_words = ((f"; restarting in {delay}s" if delay else "; restarting now") if again
                   else "; not restarted")
     yield write(state, "exit", pid=pid, status=how, uptime=round(uptime, 3),
-                restart_in=delay if again else None,
+                restart_in=delay if again else None, **some(ended_by=ended_by),
                 summary=f"run (pid {pid}) ended: {why} after {uptime:.1f}s{next_words}")
     if again and delay >= BACKOFF_CEILING and state.open_ask(about="backoff") is None:
         yield write(state, "ask", about="backoff",
@@ -5524,6 +5534,7 @@ VENTURE_FIELDS = {
     "escalating": dict,         # escalation seq -> its backend, until answered
     # the kept `run` program's back-off in seconds; None: its next start is a first start
     "backoff": None,
+    "run_ended": False,         # its last exit was its own, and its `restart:` did not restart it
     # seq of an unspent approval (or a person's own proposal) -> {"lever", "payload", "ask"}
     "grants": dict,
     "checks": dict,             # seq of a passed lever check no action has cited yet -> lever
@@ -7944,7 +7955,7 @@ TICK_BUDGET = 0.05
 START_AHEAD = 0.01
 
 
-def run_warden(home, fd, debug):
+def run_warden(home, fd, debug, again=False):
     """The warden's entry: take the channel avsmd handed over and run until told to stop."""
     import selectors
     import socket
@@ -7962,7 +7973,7 @@ def run_warden(home, fd, debug):
     signal.signal(signal.SIGTERM, lambda signum, frame: None)   # seen through the wake-up fd
     warden.sel.register(wake_r, selectors.EVENT_READ, ("signal", wake_r))
     try:
-        return warden.run()
+        return warden.run(again)
     except LockLost as lost:
         sys.stderr.write(f"avsm warden: {lost}\n")
         for child in warden.children:
@@ -8077,13 +8088,15 @@ class Warden:
             self.avsmd.tell({"notice": notice})
 
     # ---- the loop ----
-    def run(self):
+    def run(self, again):
+        """`again`: avsmd started this warden after the last one died."""
         self.load()
         now = time.monotonic()
         for i, state in enumerate(self.ventures.values()):
             if self.active(state):
                 self.start_venture(state, now + start_spread(i, len(self.ventures),
-                                                             state.mandate["cadence"]))
+                                                             state.mandate["cadence"]),
+                                   starts_kept(state, again))
         while True:
             timeout = self.writer.group_wait(self.next_wakeup(time.monotonic()))
             for key, _ in self.sel.select(timeout):
@@ -8435,10 +8448,11 @@ class Warden:
         self.keeper.hold(state.name)
         self.children.end_lingering(state.name)
 
-    def start_venture(self, state, at=None):
-        """Its next round due `at` (now by default), and its kept program started."""
+    def start_venture(self, state, at=None, kept=True):
+        """Its next round due `at` (now by default), and its kept program started (`kept`)."""
         self.rounds.schedule.enter(state.name, time.monotonic() if at is None else at)
-        self.carry_out(state, self.keeper.start_keep(state))
+        if kept:
+            self.carry_out(state, self.keeper.start_keep(state))
 
 
 # =============================================================================
@@ -9783,7 +9797,7 @@ class Daemon:
         import subprocess
         ours, theirs = socket.socketpair()
         args = cached_command("warden", ["--home", self.home, "--fd", str(theirs.fileno())]) \
-            + (["-d"] if self.debug else [])
+            + (["-d"] if self.debug else []) + (["--again"] if self.warden.pid else [])
         self.warden.proc = subprocess.Popen(args, pass_fds=[theirs.fileno()],
                                             env=dict(os.environ, AVSM_CONFIG=json.dumps(self.cfg)),
                                             stdin=subprocess.DEVNULL)
@@ -14574,7 +14588,7 @@ def run_internal(program, args):
         if not fd.isdigit():
             raise Fail(EX_USAGE, "the warden is started by avsmd, not by hand; run avsmd")
         keep_standard_files_open()
-        return run_warden(resolve_home(home), int(fd), "-d" in rest)
+        return run_warden(resolve_home(home), int(fd), "-d" in rest, "--again" in rest)
     if args or sys.stdin is None or sys.stdin.isatty():
         raise Fail(EX_USAGE, "the forecast program is started by the warden with its facts on"
                              " standard input; run avsmd")

@@ -682,6 +682,34 @@ def test_restart_policies(av, workdir):
     assert len(of(recs, "start", "never")) == 1 and len(of(recs, "start", "okay")) == 1
 
 
+def test_a_program_its_restart_left_ended_stays_ended_when_the_warden_dies(av, workdir):
+    """VENTURE-17: a `run` that ended by itself and that its `restart:` did not restart is not started
+    by the warden avsmd starts again after its warden died (it was before); one the dead warden left
+    running is, and avsmd's own start starts every one, as a service manager's boot does."""
+    never = dial(workdir, "never", KEEP.format(restart="never"), lower=LOWER, run="#!/bin/sh\nexit 1\n")
+    okay = dial(workdir, "okay", KEEP.format(restart="on-failure"), lower=LOWER, run="#!/bin/sh\nexit 0\n")
+    held = dial(workdir, "held", KEEP.format(restart="never"), lower=LOWER,
+                run="#!/bin/sh\nexec sleep 300.131\n")
+    av.start()
+    for d in (never, okay, held):
+        av.cli("add", d)
+    av.wait_for(lambda rs: len(of(rs, "exit", "never")) == len(of(rs, "exit", "okay")) == 1
+                and of(rs, "start", "held"), timeout=10, what="never and okay ended, held running")
+    assert of(av.records(), "exit", "never")[0][1]["restart_in"] is None
+    warden, = av.wardens()
+    os.kill(warden, signal.SIGKILL)
+    av.wait_for(lambda rs: len(of(rs, "start", "held")) == 2, timeout=20,
+                what="held, which the dead warden left running, started by the new warden")
+    time.sleep(1.5)         # the new warden's start is over: what it would start, it has
+    recs = av.records()
+    assert [len(of(recs, "start", v)) for v in ("never", "okay")] == [1, 1], \
+        [r["summary"] for _, r in of(recs, "start")]
+    assert av.stop()[0] == 0
+    av.start()
+    av.wait_for(lambda rs: len(of(rs, "start", "never")) == len(of(rs, "start", "okay")) == 2,
+                timeout=15, what="avsmd's own start starting never and okay again")
+
+
 def test_grandchildren_do_not_outlive_avsmd(av, workdir):
     """A `run` whose child ignores SIGTERM: stopping avsmd ends the whole group, the warden's grace waited out
     at rest. RUN-11 RUN-14 RUN-15"""

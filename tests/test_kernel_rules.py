@@ -495,6 +495,26 @@ def test_restart_rule_backs_off_and_asks_at_the_ceiling():
     assert not restarted(kept, 7, -15, "a new mandate", 1.0, False)[0], "stopping"
 
 
+def test_a_warden_started_again_leaves_ended_what_restart_did_not_restart():
+    """VENTURE-17: whether a warden's start starts the kept program is folded from its exits: avsmd's
+    own start starts it always; a warden started again after one died does not start one that ended by
+    itself and that its `restart:` did not restart, but does one an exit restarted, one avsm ended (a
+    pause, a stop: the exit names it), or one whose last record is its start (the dead warden left it
+    running)."""
+    led = Ledger(GUARDED % "pause" + "restart: never\nrun: ./serve\n")
+    assert avsm.starts_kept(led.state, again=True), "nothing ran yet"
+    again, _, records = restarted(led, 7, 256, None, 1.0, True)
+    assert not again and "ended_by" not in records[0] and led.state.run_ended
+    assert not avsm.starts_kept(led.state, again=True) and avsm.starts_kept(led.state, again=False)
+    led.add(next(avsm.run_started(led.state, 8)).record)
+    assert avsm.starts_kept(led.state, again=True), "started again (avsmd's start): it runs"
+    _, _, records = restarted(led, 8, -15, "stop", 1.0, False)
+    assert records[0]["ended_by"] == "stop" and avsm.starts_kept(led.state, again=True), \
+        "ended by avsmd's stop: the next start starts it"
+    always = Ledger(GUARDED % "pause" + "run: ./serve\n")
+    assert restarted(always, 7, 256, None, 1.0, True)[0] and avsm.starts_kept(always.state, True)
+
+
 def test_implausible_ask_answered_is_not_asked_again_in_the_same_stretch():
     """PLAUS-07, one ask per stretch: once the implausible-reading ask is answered, further bad readings of the
     same stretch ask nothing; a plausible reading ends the stretch, and the next bad one asks again."""
