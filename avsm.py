@@ -29,10 +29,10 @@ Sections
     4. the mandate, the config and the requests a client may send
     5. the ledger
     6-8. the kernel, a function per event yielding intents, what it calls beneath:
-       6. read_ended: report_read, reading_read, round_settled (rules); round_started;
-          fold, each kind's by its record
+       6. read_ended: report_read, reading_read, round_settled (rules); next_round_at,
+          round_started; fold, each kind's by its record
        7. the gate (check_proof, recheck_action, prove), gated; lever_proved, lever_outcome,
-          check_rule, run_started, restart_rule, interrupted_rule, approval_rule,
+          check_rule, starts_kept, run_started, restart_rule, interrupted_rule, approval_rule,
           denial_rule, person_rule, proposal_rule, forecast_rule, ratchet_rule, world_rule
        8. VentureState; adoption_rule; a model's words: reply_parsed, reply_unusable,
           unanswered; summaries; written: a record's notice, a canary, a checkpoint
