@@ -2921,7 +2921,8 @@ Adopt = collections.namedtuple("Adopt", "mandate end_run start")
 Adopt.__doc__ = ("Put `mandate`, parsed against its directory, in force; end the kept `run` "
                  "program (`end_run`), and start the venture (`start`).")
 WriteFile = collections.namedtuple("WriteFile", "path text")
-WriteFile.__doc__ = "Replace the venture's file at `path` with `text`, whole."
+WriteFile.__doc__ = ("Replace the venture's file at `path` with `text`, whole; the rule is sent "
+                     "why it could not, or None.")
 Check = collections.namedtuple("Check", "gate verdict data")
 Check.__doc__ = ("A lever's check: to start before the lever, which the gate proves again after "
                  "it, `data` on its stdin. The rule is sent why it could not start, or None.")
@@ -3324,6 +3325,13 @@ def next_round_at(due, cadence, now):
     """When the round after one due at `due` is due: on the venture's cadence grid, but a round
     missed whole is not made up in a burst."""
     return due + cadence if due + cadence > now else now + cadence
+
+
+def first_round_wait(state, now):
+    """Seconds a warden's start waits before a venture's first round: a cadence after its last
+    report, so no start reads the metric twice in one cadence (MANDATE-05)."""
+    cadence, last = state.mandate["cadence"], state.last_report
+    return 0 if last is None else min(cadence, max(0, last[1] + cadence - now))
 
 
 def round_started(state, running, number, now):
@@ -5619,7 +5627,9 @@ def adoption_rule(state, mandate, text, directory, ask=None, approval_of=None):
     program ends when the mandate in force ran another, and the venture starts unless paused; an
     add then forecasts (FORECAST-01). The mandate in force added again from its directory writes
     nothing; it is put in force again when it could not run (VENTURE-14), its directory now holding
-    it."""
+    it. Refused (65) while a running venture of its name comes from another directory."""
+    if state.mandate_seq is not None:
+        check_not_adopted_elsewhere(state.name, directory, state.directory, state.paused)
     end_run, sha = run_replaced(state, mandate), text_sha256(text)
     if state.mandate_seq is not None and (state.directory, state.mandate_sha) == (directory, sha):
         if state.mandate is None:
@@ -5988,14 +5998,17 @@ def ratchet_change_problem(state, mandate):
 def ratchet_approved_rule(state, seq, ask, mandate, path):
     """A person approved ratchet ask #seq, its change parsed as `mandate`: yield the approval,
     delegating its lever, then the change written to `path`, then its adoption; Fail (65) with
-    nothing written when it carries no change or one a person must make (SELF-03)."""
+    nothing written when it carries no change or one a person must make (SELF-03), 73 when
+    mandate.yaml cannot be written (its ask stays open)."""
     if not mandate:
         raise Fail(EX_DATAERR, f"ask #{seq} carries no mandate change; edit {path} by hand"
                                " and run avsm add")
     refuse(ratchet_change_problem(state, mandate))
+    why = yield WriteFile(path, ask["mandate"])
+    refuse(why and f"{path} cannot be written ({why}); ask #{seq} stays open: approve it again once"
+                   " it can be, or edit the mandate by hand and run avsm add", EX_CANTCREAT)
     yield write(state, "approval", ask=seq, about="ratchet",
                 summary=f"a person approved delegating {ask['lever']} (ask #{seq})")
-    yield WriteFile(path, ask["mandate"])
     yield from adoption_rule(state, mandate, ask["mandate"], state.directory, ask, seq)
 
 
@@ -8091,11 +8104,11 @@ class Warden:
     def run(self, again):
         """`again`: avsmd started this warden after the last one died."""
         self.load()
-        now = time.monotonic()
+        now, wall = time.monotonic(), time.time()
         for i, state in enumerate(self.ventures.values()):
             if self.active(state):
-                self.start_venture(state, now + start_spread(i, len(self.ventures),
-                                                             state.mandate["cadence"]),
+                self.start_venture(state, now + first_round_wait(state, wall)
+                                   + start_spread(i, len(self.ventures), state.mandate["cadence"]),
                                    starts_kept(state, again))
         while True:
             timeout = self.writer.group_wait(self.next_wakeup(time.monotonic()))
@@ -8253,8 +8266,6 @@ class Warden:
         directory = os.path.realpath(args.get("dir", ""))
         name, path, text, mandate = read_venture(directory)
         state = self.ventures.setdefault(name, VentureState(name))
-        if state.mandate_seq is not None:
-            check_not_adopted_elsewhere(name, directory, state.directory, state.paused)
         written = [seq for _, seq in self.carry_out(state, adoption_rule(state, mandate, text,
                                                                           directory)) if seq]
         if not written:
@@ -8423,7 +8434,10 @@ class Warden:
             elif isinstance(intent, Content):
                 result = content_problem(intent.takes, intent.payload, state.directory)
             elif isinstance(intent, WriteFile):
-                write_textfile(intent.path, intent.text, None, intent.path + ".avsm-new")
+                try:
+                    write_textfile(intent.path, intent.text, None, intent.path + ".avsm-new")
+                except OSError as err:
+                    result = err.strerror or str(err)
             elif isinstance(intent, Check):
                 result = self.levers.start_check(state, *intent)
             else:

@@ -668,6 +668,25 @@ def test_a_warden_killed_while_run_backs_off_keeps_the_back_off(av, workdir):
     assert after[0]["restart_in"] == 4, [r["summary"] for r in after]
 
 
+def test_a_warden_started_again_reads_the_metric_a_cadence_after_the_last_report(av, workdir):
+    """MANDATE-05 (once per cadence): a warden avsmd starts again after a SIGKILL does not read the
+    metric at once, as it did, but a cadence after the last report the dead one wrote."""
+    d = dial(workdir, "tick", KEEP.format(restart="always").replace("cadence: 1m", "cadence: 4s"),
+             lower=LOWER)
+    av.start()
+    av.cli("add", d)
+    av.wait_for(lambda rs: len(of(rs, "report", "tick")) >= 2, timeout=15, what="two reports")
+    warden, = av.wardens()
+    os.kill(warden, signal.SIGKILL)
+    recs = av.wait_for(lambda rs: [s for s, r in of(rs, "restart", "self") if r.get("process") == "warden"]
+                       and len(of(rs, "report", "tick")) >= 3 and rs, timeout=20,
+                       what="a report after the new warden")
+    restart = next(s for s, r in of(recs, "restart", "self") if r.get("process") == "warden")
+    before = [at for s, at, r in recs if r["kind"] == "report" and s < restart][-1]
+    after = next(at for s, at, r in recs if r["kind"] == "report" and s > restart)
+    assert after - before >= 3, f"read again {after - before} s after the last report, cadence 4s"
+
+
 def test_restart_policies(av, workdir):
     """restart: never does not restart; on-failure restarts after a failure only. VENTURE-17"""
     never = dial(workdir, "never", KEEP.format(restart="never"), lower=LOWER, run="#!/bin/sh\nexit 1\n")

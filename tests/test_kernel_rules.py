@@ -495,6 +495,20 @@ def test_restart_rule_backs_off_and_asks_at_the_ceiling():
     assert not restarted(kept, 7, -15, "a new mandate", 1.0, False)[0], "stopping"
 
 
+def test_a_warden_start_reads_the_metric_a_cadence_after_its_last_report():
+    """MANDATE-05: once per cadence, across a warden's or avsmd's start too: the first round waits
+    until a cadence after the last report (none: at once), never more than a cadence (a clock set
+    back), and a round missed whole is due at once."""
+    led = Ledger(GUARDED % "pause")
+    cadence = led.state.mandate["cadence"]
+    assert avsm.first_round_wait(led.state, 5000) == 0, "no report yet"
+    at = led.at + 1
+    led.add({"kind": "report", "claim": "measured", "venture": V, "value": 1, "summary": "r"})
+    assert avsm.first_round_wait(led.state, at + 1) == cadence - 1
+    assert avsm.first_round_wait(led.state, at + cadence + 5) == 0, "missed: at once"
+    assert avsm.first_round_wait(led.state, at - 10 * cadence) == cadence, "a clock set back"
+
+
 def test_a_warden_started_again_leaves_ended_what_restart_did_not_restart():
     """VENTURE-17: whether a warden's start starts the kept program is folded from its exits: avsmd's
     own start starts it always; a warden started again after one died does not start one that ended by
@@ -1033,9 +1047,10 @@ def test_ratchet_change_problem_refuses_adding_offbox():
 
 
 def test_an_approved_ratchet_change_is_its_approval_the_file_then_its_adoption():
-    """Open point 41, SELF-03: approving a ratchet ask writes the approval first, then the change
-    to mandate.yaml, then adopts it as avsm add would, the mandate record citing the approval; an
-    ask with no change, or a change adding escalate: offbox, is refused (65) before any record."""
+    """Open point 41, SELF-03: approving a ratchet ask writes the change to mandate.yaml, then the
+    approval, then adopts it as avsm add would, the mandate record citing the approval; an ask with
+    no change, or a change adding escalate: offbox, is refused (65) before any record, and a
+    mandate.yaml that cannot be written refuses it (73) with no record, its ask open."""
     led = Ledger(READ)
     changed = READ + "# delegated\n"
     ask = {"kind": "ask", "claim": "measured", "venture": V, "about": "ratchet", "lever": "lower",
@@ -1043,13 +1058,18 @@ def test_an_approved_ratchet_change_is_its_approval_the_file_then_its_adoption()
     seq = led.add(ask)
     mandate = avsm.parse_mandate(changed, "m")
     done = list(avsm.ratchet_approved_rule(led.state, seq, ask, mandate, "/v/mandate.yaml"))
-    assert [type(i).__name__ for i in done] == ["Write", "WriteFile", "Write", "Adopt"]
-    assert (done[0].record["kind"], done[0].record["ask"], done[0].record["about"]) == (
+    assert [type(i).__name__ for i in done] == ["WriteFile", "Write", "Write", "Adopt"]
+    assert (done[1].record["kind"], done[1].record["ask"], done[1].record["about"]) == (
         "approval", seq, "ratchet")
-    assert done[1] == avsm.WriteFile("/v/mandate.yaml", changed)
+    assert done[0] == avsm.WriteFile("/v/mandate.yaml", changed)
     assert (done[2].record["kind"], done[2].record["text"], done[2].record["approval_of"]) == (
         "mandate", changed, seq)
     assert done[3] == avsm.Adopt(mandate, False, True)
+    rule = avsm.ratchet_approved_rule(led.state, seq, ask, mandate, "/v/mandate.yaml")
+    assert next(rule) == avsm.WriteFile("/v/mandate.yaml", changed)
+    with pytest.raises(avsm.Fail, match="cannot be written .Read-only file system.; ask #") as cut:
+        rule.send("Read-only file system")
+    assert cut.value.code == avsm.EX_CANTCREAT, "mandate.yaml not written: nothing is, the ask stays open"
     with pytest.raises(avsm.Fail, match="carries no mandate change; edit /v/mandate.yaml by hand"):
         next(avsm.ratchet_approved_rule(led.state, seq, dict(ask, mandate=None), None,
                                         "/v/mandate.yaml"))
