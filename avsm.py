@@ -439,8 +439,9 @@ def tab_reason(line, col):
         return "trailing tab; remove it"
     if after.startswith('#'):
         return "tab before a comment; use spaces"
-    if before.rstrip(' ')[-1] in ':-,':
-        return f"tab after '{before.rstrip(' ')[-1]}'; use a space"
+    last = before.rstrip(' ')[-1]
+    if last in ':-,':
+        return f"tab after '{last}'; use a space"
     return "tab outside quotes; use spaces, or write \\t inside double quotes"
 
 
@@ -717,9 +718,8 @@ class YamlReader:
         j = i
         while j < len(line):
             ch = line[j]
-            if ch == ':' and (j + 1 == len(line) or line[j + 1] in ' \t' + stops):
-                break
-            if (ch == '#' and line[j - 1] == ' ') or ch in stops:
+            if ch == ':' and line[j + 1:j + 2] in ' \t' + stops \
+                    or ch == '#' and line[j - 1] == ' ' or ch in stops:
                 break
             if ch == '\t':
                 raise self.error(row, j, tab_reason(line, j))
@@ -768,7 +768,7 @@ class YamlReader:
             elif line[j + 1] in YAML_HEX_ESCAPES:
                 width = YAML_HEX_ESCAPES[line[j + 1]]
                 digits = line[j + 2:j + 2 + width]
-                if len(digits) < width or not re.fullmatch(r'[0-9a-fA-F]+', digits):
+                if not re.fullmatch('[0-9a-fA-F]{%d}' % width, digits):
                     raise self.error(row, j, f"'\\{line[j + 1]}' needs {width} hex digits")
                 code = int(digits, 16)
                 if 0xD800 <= code <= 0xDFFF or code > 0x10FFFF:
@@ -1851,9 +1851,8 @@ def parse_nightly(c, value):
 def format_config(cfg):
     """Return the config in force as YAML, every key shown, the forecast default as a comment."""
     def flow(d):
-        if not d:
-            return "null"
-        return "{" + ", ".join(f"{k}: {yaml_scalar(v)}" for k, v in d.items()) + "}"
+        return ("{" + ", ".join(f"{k}: {yaml_scalar(v)}" for k, v in d.items()) + "}" if d
+                else "null")
     lines = [f"nightly: {yaml_scalar(cfg['nightly'])}", f"default: {yaml_scalar(cfg['default'])}"]
     backends = [
         f"  {name}: {flow({k: v for k, v in b.items() if k != 'offbox' or b['kind'] == 'command'})}"
