@@ -907,7 +907,7 @@ class YamlReader:
         if line[j] != ':':
             raise self.error(row, i, f"{{ }} holds 'key: value' pairs; give {key!r} a value, "
                                      "or use [ ] for a list")
-        if plain and line[j + 1:j + 2] not in ('', ' ', '\t'):
+        if plain and line[j + 1:j + 2] not in ' \t':
             # only a quoted key may touch its value: {"qty":1}, not {qty:[1]}
             raise self.error(row, j + 1, "put a space after ':'")
         return key, j + 1
