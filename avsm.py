@@ -260,19 +260,17 @@ def shown_text(text):
 def escape_controls(pattern, text):
     """Return `text` with each character `pattern` matches written as \\x.. or \\u...., so nothing
     from outside reaches a terminal raw."""
-    return re.sub(pattern, lambda m: f"\\x{ord(m.group()):02x}" if ord(m.group()) < 256
-                  else f"\\u{ord(m.group()):04x}", text)
+    return re.sub(pattern, lambda m: ("\\x%02x" if ord(m[0]) < 256 else "\\u%04x") % ord(m[0]),
+                  text)
 
 
 CONTROL_CHARS = "[\x00-\x1f\x7f-\x9f\u2028\u2029\u202a-\u202e\u2066-\u2069\ud800-\udfff]"
 
 
 def shown(text):
-    """Return `text` safe for a terminal: control characters as \\x.. or \\u...."""
-    return escape_controls(LINE_CONTROL_CHARS, text)
-
-
-LINE_CONTROL_CHARS = CONTROL_CHARS.replace("\x00-\x1f", "\x00-\x08\x0b-\x1f")
+    """Return `text` safe for a terminal: control characters but tab and newline as \\x.. or
+    \\u...."""
+    return escape_controls(CONTROL_CHARS.replace("\x00-\x1f", "\x00-\x08\x0b-\x1f"), text)
 
 
 def bounded_int(text, base=10):
@@ -441,8 +439,9 @@ def tab_reason(line, col):
         return "trailing tab; remove it"
     if after.startswith('#'):
         return "tab before a comment; use spaces"
-    if before.rstrip(' ')[-1] in ':-,':
-        return f"tab after '{before.rstrip(' ')[-1]}'; use a space"
+    last = before.rstrip(' ')[-1]
+    if last in ':-,':
+        return f"tab after '{last}'; use a space"
     return "tab outside quotes; use spaces, or write \\t inside double quotes"
 
 
@@ -719,9 +718,8 @@ class YamlReader:
         j = i
         while j < len(line):
             ch = line[j]
-            if ch == ':' and (j + 1 == len(line) or line[j + 1] in ' \t' + stops):
-                break
-            if (ch == '#' and line[j - 1] == ' ') or ch in stops:
+            if ch == ':' and line[j + 1:j + 2] in ' \t' + stops \
+                    or ch == '#' and line[j - 1] == ' ' or ch in stops:
                 break
             if ch == '\t':
                 raise self.error(row, j, tab_reason(line, j))
@@ -770,7 +768,7 @@ class YamlReader:
             elif line[j + 1] in YAML_HEX_ESCAPES:
                 width = YAML_HEX_ESCAPES[line[j + 1]]
                 digits = line[j + 2:j + 2 + width]
-                if len(digits) < width or not re.fullmatch(r'[0-9a-fA-F]+', digits):
+                if not re.fullmatch('[0-9a-fA-F]{%d}' % width, digits):
                     raise self.error(row, j, f"'\\{line[j + 1]}' needs {width} hex digits")
                 code = int(digits, 16)
                 if 0xD800 <= code <= 0xDFFF or code > 0x10FFFF:
@@ -808,11 +806,7 @@ class YamlReader:
         last = content[-1]
         kept = body[:last + 1]
         text = fold_lines(kept) if style == '>' else '\n'.join('' if x is None else x for x in kept)
-        if chomp == '-':
-            return text, end
-        if chomp == '+':
-            return text + '\n' * (len(body) - last), end
-        return text + '\n', end
+        return text + '\n' * {'-': 0, '+': len(body) - last}.get(chomp, 1), end
 
     def block_lines(self, row, parent):
         """Return (lines, next row) of a block scalar's body, each less the first non-empty line's
@@ -833,7 +827,7 @@ class YamlReader:
                 raise self.error(r, n, "this empty line has more spaces than the block scalar's "
                                        "first line; remove them")
         body, r = [], row
-        while r < len(lines) and not lines[r].startswith(('---', '...')):
+        while r < len(lines):
             spaces = leading_spaces(lines[r])
             if spaces == len(lines[r]):
                 body.append(lines[r][n:] if spaces > n else None)
@@ -913,7 +907,7 @@ class YamlReader:
         if line[j] != ':':
             raise self.error(row, i, f"{{ }} holds 'key: value' pairs; give {key!r} a value, "
                                      "or use [ ] for a list")
-        if plain and line[j + 1:j + 2] not in ('', ' ', '\t'):
+        if plain and line[j + 1:j + 2] not in ' \t':
             # only a quoted key may touch its value: {"qty":1}, not {qty:[1]}
             raise self.error(row, j + 1, "put a space after ':'")
         return key, j + 1
@@ -1005,7 +999,7 @@ class Checker:
 
     def choice(self, value, path, choices, what=None):
         if value not in choices:
-            named = ", ".join(str(c) for c in choices if c is not None)
+            named = ", ".join(filter(None, choices))
             self.fail(path, f"{what or path[-1]} must be one of {named}, not {shown_value(value)}")
         return value
 
@@ -1335,8 +1329,8 @@ def parse_controller(c, value, levers):
     c.mapping(value, path, CONTROLLERS[kind].keys, f"a {kind} controller")
     ctl = {"kind": kind,
            "deadband": c.number(value["deadband"], path + ("deadband",), positive=True)
-           if "deadband" in value else None}
-    ctl["hold"] = c.whole(value.get("hold", 1), path + ("hold",))
+           if "deadband" in value else None,
+           "hold": c.whole(value.get("hold", 1), path + ("hold",))}
     CONTROLLERS[kind].parse(c, value, levers, path, ctl)
     return ctl
 
@@ -1577,7 +1571,6 @@ def parse_config(text, source="config.yaml"):
                        f"end the url in {OPENAI_APIS[api]} or write api: {other}")
         if "url" in b:
             c.url(b["url"], path + ("url",))
-        # an anthropic or openai backend leaves the machine; a command when it says so
         backend["offbox"] = kind != "command" or c.boolean(b.get("offbox", False),
                                                            path + ("offbox",))
         cfg["backends"][name] = backend
@@ -1858,9 +1851,8 @@ def parse_nightly(c, value):
 def format_config(cfg):
     """Return the config in force as YAML, every key shown, the forecast default as a comment."""
     def flow(d):
-        if not d:
-            return "null"
-        return "{" + ", ".join(f"{k}: {yaml_scalar(v)}" for k, v in d.items()) + "}"
+        return ("{" + ", ".join(f"{k}: {yaml_scalar(v)}" for k, v in d.items()) + "}" if d
+                else "null")
     lines = [f"nightly: {yaml_scalar(cfg['nightly'])}", f"default: {yaml_scalar(cfg['default'])}"]
     backends = [
         f"  {name}: {flow({k: v for k, v in b.items() if k != 'offbox' or b['kind'] == 'command'})}"
