@@ -2043,10 +2043,9 @@ prev TEXT NOT NULL,
                                    hash TEXT NOT NULL, weight INTEGER NOT NULL DEFAULT 1, record \
 TEXT NOT NULL)"""
 LEDGER_TRIGGERS = (
-    """CREATE TRIGGER IF NOT EXISTS records_no_update BEFORE UPDATE ON records
-BEGIN SELECT RAISE(ABORT, 'the ledger is append-only: no record is ever updated'); END""",
-    """CREATE TRIGGER IF NOT EXISTS records_no_delete BEFORE DELETE ON records
-BEGIN SELECT RAISE(ABORT, 'the ledger is append-only: no record is ever deleted'); END""",
+    *(f"""CREATE TRIGGER IF NOT EXISTS records_no_{op} BEFORE {op.upper()} ON records
+BEGIN SELECT RAISE(ABORT, 'the ledger is append-only: no record is ever {op}d'); END"""
+      for op in ("update", "delete")),
     f"""CREATE TRIGGER IF NOT EXISTS records_chain BEFORE INSERT ON records
 WHEN NEW.seq IS NOT COALESCE((SELECT max(seq) FROM records), 0) + 1
   OR NEW.prev IS NOT COALESCE((SELECT hash FROM records ORDER BY seq DESC LIMIT 1), '{ZERO_HASH}')
@@ -2058,9 +2057,9 @@ BEGIN SELECT RAISE(ABORT, 'only the next record, chained to the last, may be app
 RECORD_KIND_SQL, RECORD_VENTURE_SQL = (
     f"(CASE WHEN json_valid(record) THEN json_extract(record, '$.{field}') END)"
     for field in ("kind", "venture"))
-LEDGER_INDEXES = ("CREATE INDEX IF NOT EXISTS records_at ON records(at)",
-                  f"CREATE INDEX IF NOT EXISTS records_kind ON records({RECORD_KIND_SQL})",
-                  f"CREATE INDEX IF NOT EXISTS records_venture ON records({RECORD_VENTURE_SQL})")
+LEDGER_INDEXES = tuple(f"CREATE INDEX IF NOT EXISTS records_{name} ON records({column})"
+                       for name, column in (("at", "at"), ("kind", RECORD_KIND_SQL),
+                                            ("venture", RECORD_VENTURE_SQL)))
 LEDGER_SCHEMA = ";\n".join((LEDGER_TABLE,) + LEDGER_TRIGGERS + LEDGER_INDEXES)
 RECORD_FIELDS = ("kind", "claim", "venture", "summary")
 RECORD_COLUMNS = "(seq, at, prev, hash, weight, record) VALUES (?, ?, ?, ?, ?, ?)"
@@ -2225,11 +2224,10 @@ def is_name(value):
 
 # field -> (test, what it must be) of the fields the fold reads (any other: text or null)
 FOLD_TESTS = {
-    "lever": (is_name, "a lever's name"), "guard": (is_name, "a guard's name"),
-    "side": (is_name, "a side's name"),
+    **{name: (is_name, f"a {name}'s name") for name in ("lever", "guard", "side")},
     "proof": (lambda v: v is None or isinstance(v, dict), "an object"),
     **dict.fromkeys(("ask", "action", "report", "escalation"), (is_seq, "a record number")),
-    "crps": (is_number, "a number"), "persistence": (is_number, "a number")}
+    **dict.fromkeys(("crps", "persistence"), (is_number, "a number"))}
 # kind -> the fields the fold reads, in the order they are checked; "!": never null
 FOLD_FIELDS = {
     "mandate": "directory text! sha256", "action": "lever! guard side proof",
