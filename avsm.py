@@ -2662,21 +2662,23 @@ def scan_ledger(db, recheck=True, wanted=(), after=None, fold_at=()):
             count_self(counted, record)
             yield seq, at, record
         keep(expected)
+    problems = []
     try:
-        problems = [(seq, problem) for seq, each in recheck_ledger(rows(), states=states)
-                    for problem in each] \
-            if recheck and after is None else collections.deque(rows(), 0) and []
+        if recheck and after is None:
+            problems = [(seq, problem) for seq, each in recheck_ledger(rows(), states=states)
+                        for problem in each if not moved_premise(problem, found)]
+        else:
+            collections.deque(rows(), 0)
     finally:
         db.execute(f"PRAGMA cache_size={was}")
     found["gaps"] = [gap[:2] for gap in found["gaps"]]
-    problems = [(seq, problem) for seq, problem in problems if not moved_premise(problem, found)]
     return LedgerScan(problems=[] if found["broken"] else problems, **found)
 
 
 def moved_premise(problem, found):
     """A premise in a closed file that is not there is no problem: it cannot be read."""
     cited = re.fullmatch(r"premise #(\d+) is not in the ledger", problem)
-    return bool(cited) and any(lo <= int(cited[1]) <= hi for lo, hi in found["gaps"])
+    return bool(cited) and any(lo <= int(cited[1]) <= hi for lo, hi, _ in found["gaps"])
 
 
 def fold_moved(states, counted, found, text):
