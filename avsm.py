@@ -2494,10 +2494,9 @@ def ledger_parts(db, since=0, upto=None, gap=say_moved):
 def read_records(db, since=0, upto=None, venture=None, checked=False):
     """Yield (seq, at, record dict) after `since` (and up to `upto`), in order; `checked`: each
     must read (read_record), else json.JSONDecodeError."""
-    sql, args = "SELECT seq, at, record FROM records WHERE seq > ?", [since]
-    if upto is not None:
-        sql, args = sql + " AND seq <= ?", args + [upto]
-    for seq, at, text in ledger_rows(db, sql + " ORDER BY seq", args, since, upto):
+    sql = "SELECT seq, at, record FROM records WHERE seq > ? AND seq <= ? ORDER BY seq"
+    top = SEQ_MAX if upto is None else upto
+    for seq, at, text in ledger_rows(db, sql, (since, top), since, upto):
         record = (read_record if checked else load_record)(text, seq)
         if venture is None or record.get("venture") == venture:
             yield seq, at, record
