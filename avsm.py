@@ -2035,10 +2035,9 @@ prev TEXT NOT NULL,
                                    hash TEXT NOT NULL, weight INTEGER NOT NULL DEFAULT 1, record \
 TEXT NOT NULL)"""
 LEDGER_TRIGGERS = (
-    """CREATE TRIGGER IF NOT EXISTS records_no_update BEFORE UPDATE ON records
-BEGIN SELECT RAISE(ABORT, 'the ledger is append-only: no record is ever updated'); END""",
-    """CREATE TRIGGER IF NOT EXISTS records_no_delete BEFORE DELETE ON records
-BEGIN SELECT RAISE(ABORT, 'the ledger is append-only: no record is ever deleted'); END""",
+    *(f"""CREATE TRIGGER IF NOT EXISTS records_no_{op} BEFORE {op.upper()} ON records
+BEGIN SELECT RAISE(ABORT, 'the ledger is append-only: no record is ever {op}d'); END"""
+      for op in ("update", "delete")),
     f"""CREATE TRIGGER IF NOT EXISTS records_chain BEFORE INSERT ON records
 WHEN NEW.seq IS NOT COALESCE((SELECT max(seq) FROM records), 0) + 1
   OR NEW.prev IS NOT COALESCE((SELECT hash FROM records ORDER BY seq DESC LIMIT 1), '{ZERO_HASH}')
@@ -2050,9 +2049,9 @@ BEGIN SELECT RAISE(ABORT, 'only the next record, chained to the last, may be app
 RECORD_KIND_SQL, RECORD_VENTURE_SQL = (
     f"(CASE WHEN json_valid(record) THEN json_extract(record, '$.{field}') END)"
     for field in ("kind", "venture"))
-LEDGER_INDEXES = ("CREATE INDEX IF NOT EXISTS records_at ON records(at)",
-                  f"CREATE INDEX IF NOT EXISTS records_kind ON records({RECORD_KIND_SQL})",
-                  f"CREATE INDEX IF NOT EXISTS records_venture ON records({RECORD_VENTURE_SQL})")
+LEDGER_INDEXES = tuple(f"CREATE INDEX IF NOT EXISTS records_{name} ON records({column})"
+                       for name, column in (("at", "at"), ("kind", RECORD_KIND_SQL),
+                                            ("venture", RECORD_VENTURE_SQL)))
 LEDGER_SCHEMA = ";\n".join((LEDGER_TABLE,) + LEDGER_TRIGGERS + LEDGER_INDEXES)
 RECORD_FIELDS = ("kind", "claim", "venture", "summary")
 RECORD_COLUMNS = "(seq, at, prev, hash, weight, record) VALUES (?, ?, ?, ?, ?, ?)"
@@ -2217,11 +2216,10 @@ def is_name(value):
 
 # field -> (test, what it must be) of the fields the fold reads (any other: text or null)
 FOLD_TESTS = {
-    "lever": (is_name, "a lever's name"), "guard": (is_name, "a guard's name"),
-    "side": (is_name, "a side's name"),
+    **{name: (is_name, f"a {name}'s name") for name in ("lever", "guard", "side")},
     "proof": (lambda v: v is None or isinstance(v, dict), "an object"),
     **dict.fromkeys(("ask", "action", "report", "escalation"), (is_seq, "a record number")),
-    "crps": (is_number, "a number"), "persistence": (is_number, "a number")}
+    **dict.fromkeys(("crps", "persistence"), (is_number, "a number"))}
 # kind -> the fields the fold reads, in the order they are checked; "!": never null
 FOLD_FIELDS = {
     "mandate": "directory text! sha256", "action": "lever! guard side proof",
@@ -2488,10 +2486,9 @@ def ledger_parts(db, since=0, upto=None, gap=say_moved):
 def read_records(db, since=0, upto=None, venture=None, checked=False):
     """Yield (seq, at, record dict) after `since` (and up to `upto`), in order; `checked`: each
     must read (read_record), else json.JSONDecodeError."""
-    sql, args = "SELECT seq, at, record FROM records WHERE seq > ?", [since]
-    if upto is not None:
-        sql, args = sql + " AND seq <= ?", args + [upto]
-    for seq, at, text in ledger_rows(db, sql + " ORDER BY seq", args, since, upto):
+    sql = "SELECT seq, at, record FROM records WHERE seq > ? AND seq <= ? ORDER BY seq"
+    top = SEQ_MAX if upto is None else upto
+    for seq, at, text in ledger_rows(db, sql, (since, top), since, upto):
         record = (read_record if checked else load_record)(text, seq)
         if venture is None or record.get("venture") == venture:
             yield seq, at, record
@@ -2656,21 +2653,23 @@ def scan_ledger(db, recheck=True, wanted=(), after=None, fold_at=()):
             count_self(counted, record)
             yield seq, at, record
         keep(expected)
+    problems = []
     try:
-        problems = [(seq, problem) for seq, each in recheck_ledger(rows(), states=states)
-                    for problem in each] \
-            if recheck and after is None else collections.deque(rows(), 0) and []
+        if recheck and after is None:
+            problems = [(seq, problem) for seq, each in recheck_ledger(rows(), states=states)
+                        for problem in each if not moved_premise(problem, found)]
+        else:
+            collections.deque(rows(), 0)
     finally:
         db.execute(f"PRAGMA cache_size={was}")
     found["gaps"] = [gap[:2] for gap in found["gaps"]]
-    problems = [(seq, problem) for seq, problem in problems if not moved_premise(problem, found)]
     return LedgerScan(problems=[] if found["broken"] else problems, **found)
 
 
 def moved_premise(problem, found):
     """A premise in a closed file that is not there is no problem: it cannot be read."""
     cited = re.fullmatch(r"premise #(\d+) is not in the ledger", problem)
-    return bool(cited) and any(lo <= int(cited[1]) <= hi for lo, hi in found["gaps"])
+    return bool(cited) and any(lo <= int(cited[1]) <= hi for lo, hi, _ in found["gaps"])
 
 
 def fold_moved(states, counted, found, text):
