@@ -10468,7 +10468,8 @@ ANSWER_WORDS = {"approval": "approved", "denial": "denied", "resolved": "settled
 
 
 def cmd_why(home, args):
-    """why SEQ: the record, its proof's steps and premises, and whether the proof re-checks now."""
+    """why SEQ: the record, what it cites or its proof's steps and premises, whether the proof
+    re-checks now, and what followed."""
     seq = need_int(args[0], "a record number")
     db = open_ledger_ro(ledger_path(home))
     at, record = record_at(db, seq) or refuse(
@@ -10479,41 +10480,35 @@ def cmd_why(home, args):
         show_facts(facts, lambda f: [format_record_line(seq, at, record)])
         refuse(f"record #{seq} does not read: {broken}; avsm doctor says more, and avsm doctor"
                f" --cut {seq} with avsmd stopped cuts the ledger just before it")
-    show_facts(why_facts(db, facts, home), why_lines)
-    return EX_DATAERR if facts.get("problems") else EX_OK
-
-
-def why_facts(db, facts, home):
-    """Return the facts of `avsm why`: the record, what it cites or its proof, what followed."""
-    seq, at, record = facts["seq"], facts["at"], facts["record"]
     proof, facts["followed"] = record.get("proof"), what_followed(db, seq, record, home)
     if record.get("kind") != "action" or not proof:
         cited = [record[k] for k in ("action", "ask", "report", "proposal", "prediction")
                  if isinstance(record.get(k), int)]
         facts["cites"] = [{"seq": c, "at": r[0], "record": r[1]}
                           for c in cited for r in [record_at(db, c)] if r]
-        return facts
-    # a proof that reads is an object, its premises numbers; the fold the gate saw
-    # (recheck_action): the newest good snapshot before it and the venture's records since
-    since = snapshot_before(home, db, seq)
-    records = {s: (a, decode_record(t, seq=s)) for s, a, t in ledger_rows(
-        db, "SELECT seq, at, record FROM records WHERE "
-        f"{RECORD_VENTURE_SQL} = ? AND seq > ? AND seq <= ? ORDER BY seq",
-        (record.get("venture"), since[0], seq), since[0], seq)}
-    premises = proof.get("premises", [])
-    for p in premises:
-        whole = record_at(db, p) if 0 < p <= seq else None
-        if whole:
-            records[p] = whole
-    t = isinstance(proof.get("trigger"), int) and record_at(db, proof["trigger"])
-    facts["proof"] = {
-        "rule": proof.get("rule"),
-        "steps": proof.get("steps") if isinstance(proof.get("steps"), list) else [],
-        "trigger": {"seq": proof["trigger"], "record": t[1]} if t else None,
-        "premises": [{"seq": p, "record": records.get(p, (0, None))[1]} for p in premises]}
-    facts["problems"] = check_proof(seq, at, record, records, since=since)
-    facts["rechecks"] = not facts["problems"]
-    return facts
+    else:
+        # a proof that reads is an object, its premises numbers; the fold the gate saw
+        # (recheck_action): the newest good snapshot before it and the venture's records since
+        since = snapshot_before(home, db, seq)
+        records = {s: (a, decode_record(t, seq=s)) for s, a, t in ledger_rows(
+            db, "SELECT seq, at, record FROM records WHERE "
+            f"{RECORD_VENTURE_SQL} = ? AND seq > ? AND seq <= ? ORDER BY seq",
+            (record.get("venture"), since[0], seq), since[0], seq)}
+        premises = proof.get("premises", [])
+        for p in premises:
+            whole = record_at(db, p) if 0 < p <= seq else None
+            if whole:
+                records[p] = whole
+        t = isinstance(proof.get("trigger"), int) and record_at(db, proof["trigger"])
+        facts["proof"] = {
+            "rule": proof.get("rule"),
+            "steps": proof.get("steps") if isinstance(proof.get("steps"), list) else [],
+            "trigger": {"seq": proof["trigger"], "record": t[1]} if t else None,
+            "premises": [{"seq": p, "record": records.get(p, (0, None))[1]} for p in premises]}
+        facts["problems"] = check_proof(seq, at, record, records, since=since)
+        facts["rechecks"] = not facts["problems"]
+    show_facts(facts, why_lines)
+    return EX_DATAERR if facts.get("problems") else EX_OK
 
 
 def why_lines(facts):
