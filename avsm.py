@@ -10397,9 +10397,8 @@ def ledger_path(home):
     if not os.path.isfile(path):        # a FIFO's open would wait for ever
         what = {stat.S_IFDIR: "a directory", stat.S_IFIFO: "a FIFO",
                 stat.S_IFSOCK: "a socket"}.get(stat.S_IFMT(os.stat(path).st_mode), "a device")
-        refuse(
-            f"{path} is {what}, not a ledger; move it aside (avsmd then starts a new ledger), "
-            f"and {client_command(home)} doctor says more")
+        refuse(f"{path} is {what}, not a ledger; move it aside (avsmd then starts a new ledger), "
+               f"and {client_command(home)} doctor says more")
     return path
 
 
@@ -10473,7 +10472,8 @@ ANSWER_WORDS = {"approval": "approved", "denial": "denied", "resolved": "settled
 
 
 def cmd_why(home, args):
-    """why SEQ: the record, its proof's steps and premises, and whether the proof re-checks now."""
+    """why SEQ: the record, what it cites or its proof's steps and premises, whether the proof
+    re-checks now, and what followed."""
     seq = need_int(args[0], "a record number")
     db = open_ledger_ro(ledger_path(home))
     at, record = record_at(db, seq) or refuse(
@@ -10484,41 +10484,35 @@ def cmd_why(home, args):
         show_facts(facts, lambda f: [format_record_line(seq, at, record)])
         refuse(f"record #{seq} does not read: {broken}; avsm doctor says more, and avsm doctor"
                f" --cut {seq} with avsmd stopped cuts the ledger just before it")
-    show_facts(why_facts(db, facts, home), why_lines)
-    return EX_DATAERR if facts.get("problems") else EX_OK
-
-
-def why_facts(db, facts, home):
-    """Return the facts of `avsm why`: the record, what it cites or its proof, what followed."""
-    seq, at, record = facts["seq"], facts["at"], facts["record"]
     proof, facts["followed"] = record.get("proof"), what_followed(db, seq, record, home)
-    if record.get("kind") != "action" or not proof:
+    if record["kind"] != "action" or not proof:
         cited = [record[k] for k in ("action", "ask", "report", "proposal", "prediction")
                  if isinstance(record.get(k), int)]
         facts["cites"] = [{"seq": c, "at": r[0], "record": r[1]}
                           for c in cited for r in [record_at(db, c)] if r]
-        return facts
-    # a proof that reads is an object, its premises numbers; the fold the gate saw
-    # (recheck_action): the newest good snapshot before it and the venture's records since
-    since = snapshot_before(home, db, seq)
-    records = {s: (a, decode_record(t, seq=s)) for s, a, t in ledger_rows(
-        db, "SELECT seq, at, record FROM records WHERE "
-        f"{RECORD_VENTURE_SQL} = ? AND seq > ? AND seq <= ? ORDER BY seq",
-        (record.get("venture"), since[0], seq), since[0], seq)}
-    premises = proof.get("premises", [])
-    for p in premises:
-        whole = record_at(db, p) if 0 < p <= seq else None
-        if whole:
-            records[p] = whole
-    t = isinstance(proof.get("trigger"), int) and record_at(db, proof["trigger"])
-    facts["proof"] = {
-        "rule": proof.get("rule"),
-        "steps": proof.get("steps") if isinstance(proof.get("steps"), list) else [],
-        "trigger": {"seq": proof["trigger"], "record": t[1]} if t else None,
-        "premises": [{"seq": p, "record": records.get(p, (0, None))[1]} for p in premises]}
-    facts["problems"] = check_proof(seq, at, record, records, since=since)
-    facts["rechecks"] = not facts["problems"]
-    return facts
+    else:
+        # a proof that reads is an object, its premises numbers; the fold the gate saw
+        # (recheck_action): the newest good snapshot before it and the venture's records since
+        since = snapshot_before(home, db, seq)
+        records = {s: (a, decode_record(t, seq=s)) for s, a, t in ledger_rows(
+            db, "SELECT seq, at, record FROM records WHERE "
+            f"{RECORD_VENTURE_SQL} = ? AND seq > ? AND seq <= ? ORDER BY seq",
+            (record["venture"], since[0], seq), since[0], seq)}
+        premises = proof.get("premises", [])
+        for p in premises:
+            whole = record_at(db, p) if 0 < p <= seq else None
+            if whole:
+                records[p] = whole
+        t = isinstance(proof.get("trigger"), int) and record_at(db, proof["trigger"])
+        facts["proof"] = {
+            "rule": proof.get("rule"),
+            "steps": proof.get("steps") if isinstance(proof.get("steps"), list) else [],
+            "trigger": {"seq": proof["trigger"], "record": t[1]} if t else None,
+            "premises": [{"seq": p, "record": records.get(p, (0, None))[1]} for p in premises]}
+        facts["problems"] = check_proof(seq, at, record, records, since=since)
+        facts["rechecks"] = not facts["problems"]
+    show_facts(facts, why_lines)
+    return EX_DATAERR if facts.get("problems") else EX_OK
 
 
 def why_lines(facts):
@@ -10534,7 +10528,7 @@ def why_lines(facts):
               " carries no proof", record, "  ")
         for c in facts["cites"]:
             cited("  cites " + format_record_line(c["seq"], c["at"], c["record"]), c["record"])
-        if record.get("kind") == "outcome":
+        if record["kind"] == "outcome":
             lines += printed_lines(record, "  ")
         return lines + facts["followed"]
     lines.append(f"rule: {shown_text(str(proof['rule']))}")
@@ -10593,7 +10587,7 @@ def what_followed(db, seq, record, home):
                 lines.append(f"{indent}ran as " + format_record_line(a_seq, a_at, action))
                 ended(a_seq, indent)
 
-    kind = record.get("kind")
+    kind = record["kind"]
     if kind == "ask":
         answers = [a
                    for a in records_citing(db, "ask", seq)
@@ -10601,7 +10595,7 @@ def what_followed(db, seq, record, home):
         for a_seq, a_at, answer in answers:
             lines.append(("  settled by " if answer["kind"] == "resolved" else "  answered by ")
                          + format_record_line(a_seq, a_at, answer))
-            if answer.get("kind") == "approval":
+            if answer["kind"] == "approval":
                 runs("approval", a_seq, "    ")
         if not any(a[2].get("kind") in ANSWER_WORDS for a in answers):
             lines.append(f"  not answered yet: {client_command(home)} approve {seq} "
@@ -10656,8 +10650,7 @@ def cmd_status(home, options, names):
             verbose = True
         elif arg.startswith("-") and arg != "-":
             raise Fail(
-                EX_USAGE, f"avsm status takes no option '{arg}'; usage: avsm status [-v] [VENTURE]"
-            )
+                EX_USAGE, f"avsm status takes no option '{arg}'; usage: avsm status [-v] [VENTURE]")
         else:
             names = [arg] + names
     if len(names) > 1:
@@ -10787,10 +10780,8 @@ def cmd_approve(home, args):
     if "--edit" not in args:
         return ask_daemon(home, "approve", {"ask": ask})
     if not (sys.stdin.isatty() and sys.stdout.isatty()):
-        raise Fail(
-            EX_USAGE,
-            "approve --edit opens an editor and needs a terminal; run it in one, or approve without"
-            " --edit")
+        raise Fail(EX_USAGE, "approve --edit opens an editor and needs a terminal; run it in one, "
+                             "or approve without --edit")
     import subprocess
     with contextlib.redirect_stdout(io.StringIO()) as asked:    # the content the open ask carries
         code = ask_daemon(home, "ask", {"ask": ask})
@@ -10870,10 +10861,8 @@ def cmd_summary(home, args):
         since_text = since_option(arg, rest, "avsm summary --since needs a duration or a record "
                                   "number, such as 24h, 7d or 1200")
         if since_text is None:
-            raise Fail(
-                EX_USAGE,
-                f"avsm summary does not take '{arg}'; usage: avsm summary [--since DURATION|SEQ], "
-                "such as --since 24h, --since 7d or --since 1200")
+            raise Fail(EX_USAGE, f"avsm summary does not take '{arg}'; usage: avsm summary [--since"
+                                 " DURATION|SEQ], such as --since 24h, --since 7d or --since 1200")
     # bad usage (64) is found before the ledger (66)
     since, seconds = since_arg(since_text, "summary")
     span = f"the last {since_text.strip()}" if seconds else f"the records after #{since}"
@@ -10882,9 +10871,8 @@ def cmd_summary(home, args):
     if seconds is not None:
         since = first_seq_at(db, time.time() - seconds, top) - 1
     elif since > top:
-        refuse(
-            f"#{since} is past the last record (#{top}); avsm summary --since {top} is the empty"
-            " span")
+        refuse(f"#{since} is past the last record (#{top}); avsm summary --since {top} is the"
+               " empty span")
     summary = summarize(summary_rows(db, since), since)
     db.close()
     show_facts(summary_facts(summary, span, home), format_summary)
@@ -10898,9 +10886,9 @@ def summary_rows(db, since):
     for seq, text in ledger_rows(
         db, f"SELECT seq, record FROM records WHERE {RECORD_KIND_SQL} = 'mandate'"):
         record = read_record(text, seq)
-        if record.get("kind") == "mandate" and expects_effects(
+        if record["kind"] == "mandate" and expects_effects(
             parsed_or_none(parse_mandate, record, 0)):
-            folded.add(record.get("venture"))
+            folded.add(record["venture"])
     kinds, names = ", ".join("?" * len(SUMMARY_BEFORE_KINDS)), ", ".join("?" * len(folded))
     clause = f"{RECORD_KIND_SQL} IN ({kinds})"
     if folded:
@@ -11237,7 +11225,7 @@ def run_remote(target, verb, argv, path):
                                  f"is an absolute path, as {name}:/srv/avsm")
         host = dict(byname[name], name=target, home=home)
     else:
-        guess = nearest(target, byname) or nearest(name, byname) if byname else ""
+        guess = nearest(target, byname) or nearest(name, byname)
         host = dict(remote_host(target),
                     guess=guess and f"; {target!r} is no name in {fleet_path(path)}{guess}")
     if verb not in BRIDGE_VERBS:
@@ -11268,7 +11256,7 @@ def ask_bridge(host, request):
     name = host["name"]
     if errors and errors[-1].startswith(FAR_CUT):
         raise Fail(EX_UNAVAILABLE, f"{name}: the bridge answered with more than "
-                                   f"{FAR_KEEP // 1024 // 1024} MiB, which no answer of avsmd's "
+                                   f"{FAR_KEEP // 2**20} MiB, which no answer of avsmd's "
                                    "is; is it avsm's?")
     try:
         messages = LineReader().feed(data + b"\n")
@@ -11417,7 +11405,7 @@ def ssh_bridge(host, request, capture=False, timeout=None):
     threads[1].join(5)
     far_failure(host, code, ours, theirs, ended, pinged)
     if size > FAR_KEEP:
-        theirs.append(f"{FAR_CUT} after {FAR_KEEP // 1024 // 1024} MiB: "
+        theirs.append(f"{FAR_CUT} after {FAR_KEEP // 2**20} MiB: "
                       f"{size - sum(map(len, got))} bytes more were not kept")
     if not capture:
         sys.stderr.writelines(shown(f"{name}: {t}") + "\n" for t in theirs)
@@ -11919,7 +11907,7 @@ def witness_fork(session, db, where, name, verdict, kept):
 
 def keep_checkpoint(host, where, kept, new, far_hash, allowed):
     """Return what to say of the host's newest checkpoint's signature, once checked and kept."""
-    name, principal = host["name"], host.get("principal")
+    name, principal = host["name"], host["principal"]
     newest = f"{name}: its newest checkpoint, of #{new.seq}, is"
     refused = f"{newest} refused: "
     problem = kept_checkpoint_problem(kept, new, far_hash)
@@ -11929,7 +11917,7 @@ def keep_checkpoint(host, where, kept, new, far_hash, allowed):
     said = ", unsigned" if new.signature is None else \
         ", its signature not checked (the fleet file names no principal: for it)"
     if principal:
-        allowed = os.path.expanduser(allowed or host.get("allowed_signers")
+        allowed = os.path.expanduser(allowed or host["allowed_signers"]
                                      or "~/.ssh/allowed_signers")
         if new.signature is None:
             refuse(f"{newest} unsigned, and the fleet file names {principal} as its signer: name a"
@@ -11940,7 +11928,7 @@ def keep_checkpoint(host, where, kept, new, far_hash, allowed):
                                    "--allowed-signers or the fleet file's allowed_signers:")
         try:
             verify_signer(new.text, new.signature, allowed, principal,
-                          host.get("namespace") or CHECKPOINT_NAMESPACE)
+                          host["namespace"] or CHECKPOINT_NAMESPACE)
         except Fail as fail:
             raise Fail(fail.code, f"{refused}{fail}") from None
         said = f", signed by {principal}"
@@ -12003,7 +11991,7 @@ def adopted_mandates(home):
     ventures = {}
     db = open_ledger_ro(path)
     for seq, at, record in read_records(db, checked=True):
-        name = record.get("venture")
+        name = record["venture"]
         if record["kind"] == "mandate":
             ventures[name] = [name, record.get("directory"), seq, False, record.get("text")]
         elif record["kind"] in ("pause", "resume") and name in ventures:
