@@ -6178,8 +6178,8 @@ def escalation_to(state, cfg, backend, asked, stopping):
     second = cfg.get("escalate")
     if not second or second == backend or not asked:
         return None, None
-    if stopping:
-        return None, "not escalated: avsmd is stopping"
+    if stopping or state.mandate is None:
+        return None, f"not escalated: {cannot_run(state) or 'avsmd is stopping'}"
     if cfg["backends"][second]["offbox"] and state.mandate["escalate"] != "offbox":
         return None, (f"not escalated: {second} leaves the machine and the mandate does not say"
                       " escalate: offbox")
@@ -6190,10 +6190,12 @@ def escalation_to(state, cfg, backend, asked, stopping):
 def reply_parsed(state, d, parsed, looked, cfg, stopping):
     """The event of decision d's reply, parsed: yield its records, what its asker is shown added to
     d.lines; return "look" (the packet built again with the answer `looked`), the second backend
-    an unusable reply escalates to, or None (done)."""
-    if "error" in parsed or "unusable" in parsed:
+    an unusable reply escalates to, or None (done). A venture that can no longer run takes none."""
+    why = cannot_run(state)         # its mandate stopped holding while the call ran
+    if why is None and ("error" in parsed or "unusable" in parsed):
         why = (f"the roles process could not parse the reply: {parsed['error']}"
                if "error" in parsed else parsed["unusable"])
+    if why is not None:
         return (yield from reply_unusable(state, d, why, cfg, stopping))
     if "look" in parsed:
         look = parsed["look"]

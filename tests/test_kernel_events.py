@@ -393,6 +393,19 @@ def test_a_reply_not_escalated_says_why_and_ends():
     assert then is None and "escalate: offbox" in d.lines[-1]
 
 
+def test_a_reply_to_a_venture_that_can_no_longer_run_runs_nothing():
+    """ESC-06, VENTURE-14: a reply that comes after the venture's mandate stopped holding (its
+    directory gone while the call ran) is an unusable record saying so, escalated nowhere, and its
+    choices go to no rule (it had raised in the warden)."""
+    led, d = Ledger(SPENT), decision()
+    led.state.mandate, led.state.problem = None, "its directory /v is not there"
+    parsed = {"choices": [{"choice": "action", "action": "lower", "reason": "too high"}]}
+    done, then = replied(led, d, avsm.reply_parsed(led.state, d, parsed, None, ESCALATE, False))
+    assert then is None and [r["kind"] for _, r in done] == ["unusable"]
+    assert done[0][1]["why"] == f"{V} cannot run: its directory /v is not there"
+    assert d.lines[-1] == f"not escalated: {V} cannot run: its directory /v is not there"
+
+
 def test_a_look_is_written_with_its_answer_and_asks_again():
     """MODEL-08: a model's look-up is written with the answer it is shown; the event returns
     "look" (the packet is built again with it), and what an escalation looked up is cited by its
