@@ -8510,7 +8510,8 @@ class Levers:
 
     def check_done(self, state, child, status):
         """A lever's check ended: 0 lets the lever run."""
-        os.unlink(child.extra["payload_file"])
+        with contextlib.suppress(OSError):      # a /tmp cleaner may have taken it: no matter
+            os.unlink(child.extra["payload_file"])
         gate, verdict = child.extra["run"]
         return check_rule(state, gate, verdict, status, child.ended_by, child.note())
 
@@ -9088,7 +9089,8 @@ class Decisions:
 
     def backend_done(self, state, child, status):
         d = child.extra["decision"]
-        os.unlink(child.extra["request_file"])
+        with contextlib.suppress(OSError):
+            os.unlink(child.extra["request_file"])
         why = reply_failure(self.cfg["backends"][d.backend]["run"], child.oversized, child.ended_by,
                             status)
         return self.got_reply(d, None if why else bytes(child.out), why)

@@ -795,6 +795,21 @@ readings:
 """
 
 
+def test_a_check_whose_payload_file_is_gone_takes_no_warden_down(av, workdir):
+    """Open point 27, RUN-10: the temporary file a check reads its payload from may be gone when the
+    check ends (a /tmp cleaner; here the check removes it): the lever still runs on the check's 0,
+    and the warden goes on (it raised FileNotFoundError and was started again)."""
+    mandate = CHECKED.split("audits:")[0]
+    d = dial(workdir, "desk", mandate, value="50", reply=MARK,
+             check='#!/bin/sh\nrm -f "$(readlink /proc/self/fd/0)"\nexit 0\n')
+    av.start()
+    assert av.cli("add", d).returncode == 0
+    recs = av.wait_for(lambda rs: of(rs, "outcome", "desk") and rs, timeout=15, what="the reply's outcome")
+    assert of(recs, "check", "desk")[0][1]["ok"] is True
+    time.sleep(0.5)
+    assert not of(av.records(), "restart", "self"), "the warden died"
+
+
 def test_a_lever_check_reads_the_audits_latest_note_and_no_reading(av, workdir):
     """AUDIT-07 READING-11: a lever's payload check is handed, on its standard input, the venture, the lever,
     the payload and each audit's latest note (the text above its number, which no model sees), and never a
