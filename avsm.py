@@ -12037,14 +12037,14 @@ def test_config(home, cfg, path):
                 f"see {client_command(home)} doctor")
         return EX_DATAERR
     for name, directory, seq, paused, in_force in adopted:
-        mandate_path = os.path.join(directory or "", "mandate.yaml")
-        add = f"{client_command(home)} add {directory}"
         if not os.path.isdir(directory or ""):
             if paused:
                 out(f"venture {name} (mandate #{seq}): paused, and its directory has gone")
             else:
                 problem(f"{name}: {directory} is not there")
             continue
+        mandate_path = os.path.join(directory, "mandate.yaml")
+        add = f"{client_command(home)} add {directory}"
         try:
             text = read_mandate_file(mandate_path)
             m = parse_mandate(text, mandate_path, directory)
@@ -12470,10 +12470,9 @@ def since_arg(text, command):
 def read_chart_records(db, name, after, start):
     """Return (the mandate records of venture `name`, its records after seq `after` and from
     `start`, how many were left out for a time no clock wrote)."""
-    field = f'"venture":{json.dumps(name)}'
-    mandates = [(s, a, read_record(t, s)) for s, a, t in list(ledger_rows(
+    mandates = [(s, a, read_record(t, s)) for s, a, t in ledger_rows(
         db, f"SELECT seq, at, record FROM records WHERE {RECORD_KIND_SQL} = 'mandate' "
-        "AND instr(record, ?) > 0 ORDER BY seq", (field,)))]
+        "AND instr(record, ?) > 0 ORDER BY seq", (f'"venture":{json.dumps(name)}',))]
     if start > 0:
         after = max(after, first_seq_at(db, start, last_seq(db)) - 1)
     records, untimed, fullmatch, texts = [], 0, re.compile(TRUSTED_REPORT).fullmatch, {}
@@ -13477,8 +13476,8 @@ def with_signature(path, c):
     """Return checkpoint `c` with the signature in `path`.sig, if there is one that reads."""
     with contextlib.suppress(OSError, UnicodeDecodeError):
         if os.path.lexists(path + ".sig"):
-            signature = read_small_file(path + ".sig", CHECKPOINT_MAX).decode().strip()
-            c = c._replace(signature=signature or None)
+            c = c._replace(
+                signature=read_small_file(path + ".sig", CHECKPOINT_MAX).decode().strip() or None)
     return c
 
 
@@ -13641,8 +13640,7 @@ def verified_checkpoint(home, db, found, trust):
 def doctor_mandates(home, found):
     try:
         scan = found.scan               # doctor_ledger's one read of the ledger listed them
-        adopted = ([tuple(v) for v in scan.adopted.values()]
-                   if scan and scan.adopted is not None
+        adopted = (scan.adopted.values() if scan and scan.adopted is not None
                    else adopted_mandates(home))
     except (sqlite3_errors(), ValueError, Fail) as err:
         found.note(
@@ -13651,7 +13649,6 @@ def doctor_mandates(home, found):
     uid = os.stat(home).st_uid          # avsmd runs as the home's owner
     command = client_command(home)
     for name, directory, seq, paused, in_force in adopted:
-        path, add = os.path.join(directory or "", "mandate.yaml"), f"{command} add {directory}"
         if not os.path.isdir(directory or ""):
             if paused:
                 found.note(f"venture {name} is paused and its directory {directory} has gone")
@@ -13659,6 +13656,7 @@ def doctor_mandates(home, found):
                 found.fail(EX_NOINPUT, f"venture {name}: its directory {directory} is not there",
                            f"put {directory} back, or {command} pause {name}")
             continue
+        path, add = os.path.join(directory, "mandate.yaml"), f"{command} add {directory}"
         try:
             text = read_mandate_file(path)
             m = parse_mandate(text, path, directory)
@@ -14576,8 +14574,7 @@ def run_internal(program, args):
             out(str(status))    # any status is the reading: 404 and 503 are numbers a guard bounds
             return EX_OK
         given = json.loads(sys.stdin.read() or "{}")
-        if given.get("problem"):
-            raise Fail(EX_CONFIG, given["problem"])
+        refuse(given.get("problem"), EX_CONFIG)
         if not given.get("url"):
             raise Fail(EX_CONFIG, f"config.yaml names no adapters: {args[0]}: {{url: ...}}")
         out(read_json_adapter(args[0], args[1], given["url"], given.get("key")))
