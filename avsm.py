@@ -12076,8 +12076,7 @@ def test_ventures(home, cfg, dirs):
         # a ledger that does not read: avsmd -t alone says so; each directory is still checked
         adopted = {}
     code = EX_OK
-    for given in dirs:
-        directory = os.path.realpath(given)
+    for directory in map(os.path.realpath, dirs):
         try:
             name, path, text, m = read_venture(directory)
             held = adopted.get(name)
@@ -12692,8 +12691,7 @@ def chart_svg(name, mandates, records, span="in the ledger"):
     parts += chart_stretches(spans, marks, x) + controller
     parts += chart_reports(trusted, apart, x, y, bottom, top, chart_breaks(reports, eras)) + labels
     parts += chart_markers(actions, asks, records, ended, levers, x) + legend
-    parts.append("</svg>")
-    return "\n".join(parts)
+    return "\n".join(parts + ["</svg>"])
 
 
 def chart_controller_words(shown):
@@ -12723,15 +12721,15 @@ def chart_axes(metric, ticks, times, x, y, last):
             parts.append(svg_text(x(at), CHART_BOTTOM + 30, date, ' text-anchor="middle"'))
     middle, zone = (CHART_TOP + CHART_BOTTOM) // 2, time.localtime(last).tm_zone
     zone = f"UTC{format_local_time(last)[-6:]}" + (f", {zone}" if zone else "")
-    parts += [f'<rect {CHART_PLOT_RECT} fill="none" stroke="#999999"/>',
-              svg_text(18, middle, metric,
-                       f' text-anchor="middle" transform="rotate(-90 18 {middle})" font-size="12"'),
-              svg_text((CHART_LEFT + CHART_RIGHT) // 2, CHART_BOTTOM + 48, f"local time ({zone})",
-                       ' text-anchor="middle" font-size="12"'),
-              svg_text(CHART_LEFT - 6, CHART_TOP - 26, "asks", ' text-anchor="end"'),
-              svg_text(CHART_LEFT - 6, CHART_TOP - 8, "lever runs", ' text-anchor="end"'),
-              "</g>"]
-    return parts
+    return parts + [
+        f'<rect {CHART_PLOT_RECT} fill="none" stroke="#999999"/>',
+        svg_text(18, middle, metric,
+                 f' text-anchor="middle" transform="rotate(-90 18 {middle})" font-size="12"'),
+        svg_text((CHART_LEFT + CHART_RIGHT) // 2, CHART_BOTTOM + 48, f"local time ({zone})",
+                 ' text-anchor="middle" font-size="12"'),
+        svg_text(CHART_LEFT - 6, CHART_TOP - 26, "asks", ' text-anchor="end"'),
+        svg_text(CHART_LEFT - 6, CHART_TOP - 8, "lever runs", ' text-anchor="end"'),
+        "</g>"]
 
 
 def chart_controller(shown, x, y):
@@ -12760,11 +12758,10 @@ def chart_controller(shown, x, y):
                 parts.append(svg_line(x1, x2, y(rearm), y(rearm),
                                       ' stroke-dasharray="2 3" stroke-opacity="0.7"'))
         parts.append("</g>")
-    halo = (
+    return parts + ["</g>"], [
         '<g class="controller-halo" font-size="11" fill="#ffffff" stroke="#ffffff" stroke-width="3"'
-        ' stroke-linejoin="round">')
-    return parts + ["</g>"], [halo, *labels, "</g>", '<g class="controller-labels" font-size="11"'
-                                                      f' fill="{c["bound"]}">', *labels, "</g>"]
+        ' stroke-linejoin="round">', *labels, "</g>",
+        f'<g class="controller-labels" font-size="11" fill="{c["bound"]}">', *labels, "</g>"]
 
 
 def chart_columns(trusted, x):
@@ -12849,8 +12846,7 @@ def chart_reports(trusted, apart, x, y, bottom, top, breaks):
                  f" L{px + 4:.1f},{py - 4:.1f}")
         title = group_title(group, f"{status} reports")
         parts.append(f'<path class="report {status}" d="{d}" stroke="{colour}">{title}</path>')
-    parts.append("</g>")
-    return parts
+    return parts + ["</g>"]
 
 
 def chart_spans(records, mandates, eras, t0, t1):
@@ -12974,8 +12970,7 @@ def chart_markers(actions, asks, records, ended, levers, x):
         parts.append(f'<g class="ask {state}">{title}<path d="M{x1:.1f},{py - 7} '
                      f'L{px:.1f},{py - 7} L{px + 6:.1f},{py} L{px:.1f},{py + 7} L{x1:.1f},{py + 7} '
                      f'L{x1 - 6:.1f},{py} Z"{pale}/></g>')
-    parts.append("</g>")
-    return parts
+    return parts + ["</g>"]
 
 
 def chart_legend(trusted, apart, actions, asks, ended, shown, bottom, top, levers, spans, marks):
@@ -13752,13 +13747,12 @@ def doctor_daemon(home, found):
                 break
             answer += reader.feed(data)
         lines = [m["out"] for m in answer if "out" in m]
-        problems = [m["err"] for m in answer if "err" in m]
         found.ok(f"avsmd answers on {sock}" + (f": {lines[0]}" if lines else ""))
         took = time.monotonic() - began
         if took > DOCTOR_PROBE:
             found.note(f"avsmd took {took:.0f} s to answer doctor's health request (a busy warden "
                        f"answers within {DOCTOR_PROBE} s): a long write, or a host short of CPU")
-        for problem in problems:
+        for problem in [m["err"] for m in answer if "err" in m]:
             found.fail(EX_NOPERM,
                        problem,
                        f"free space or fix permissions under {home}; avsmd tries again every 30 s")
@@ -14081,10 +14075,8 @@ def describe_status_lines(state, keep, row, cfg):
                 if side.get("stuck"):
                     way_out = STUCK_WAY_OUT[side["stuck"]].format(venture=state.name, lever=lever)
                     position += f"; stuck ({side['stuck']}): {way_out}"
-            elif not side["armed"]:
-                position = "inside, deadband not yet re-armed"
             else:
-                position = "inside"
+                position = "inside" if side["armed"] else "inside, deadband not yet re-armed"
             if last and last[2].get("status") != "trusted":
                 # the controller sees only trusted reports: say which one it stands on, and name the
                 # one it does not
@@ -14496,8 +14488,6 @@ ARGUMENT_COUNTS = {"asks": 0, "checkpoint": 0, "rotate": 0, "why": 1, "deny": 1,
 def take_option(args, option):
     """Return (the value of `option` or None, the other arguments), before or after the command."""
     value, rest, args = None, [], iter(args)
-    needs = {"--home": "a directory", "--host": "a host, as [user@]HOST[:HOME]",
-             "--fleet": "a file"}[option]
     for arg in args:
         if arg == "--":
             rest += [arg, *args]            # what follows -- is names, never an option
@@ -14505,7 +14495,9 @@ def take_option(args, option):
         if arg == option or arg.startswith(option + "="):
             value = next(args, "") if arg == option else arg.split("=", 1)[1]
             if not value:
-                raise Fail(EX_USAGE, f"{option} needs {needs}")
+                raise Fail(EX_USAGE, f"{option} needs " + {
+                    "--home": "a directory", "--host": "a host, as [user@]HOST[:HOME]",
+                    "--fleet": "a file"}[option])
         else:
             rest.append(arg)
     return value, rest
