@@ -12788,7 +12788,7 @@ def chart_breaks(reports, eras):
         while era + 1 < len(eras) and eras[era + 1][0] <= a:
             era += 1
         m = eras[era][2] if eras and eras[0][0] <= a else None
-        gap = gap or last is not None and m is not None and a - last > 2 * m["cadence"]
+        gap = gap or last is not None and m and a - last > 2 * m["cadence"]
         if on_line(rec):
             if gap:
                 breaks.add(s)
@@ -12880,7 +12880,7 @@ def chart_spans(records, mandates, eras, t0, t1):
 def chart_groups(items, x, key=None, most=CHART_MARKS):
     """Return `items` [(seq, at, record)] as the groups a chart draws one marker each for; with a
     `key`, those of each key apart, in the order of their first seq."""
-    if key is not None:
+    if key:
         return sorted((g for k in dict.fromkeys(map(key, items))
                        for g in chart_groups([e for e in items if key(e) == k], x)),
                       key=lambda g: g[0][0])
@@ -13109,7 +13109,7 @@ def cmd_doctor(home, args):
             raise Fail(EX_USAGE, f"avsm doctor does not take '{arg}'; usage: avsm doctor [--since "
                                  "SEQ:HASH] [--checkpoint FILE|DIR|- [--allowed-signers FILE]] "
                                  "[--quick] [--origin avsm/HOST:HOME] | avsm doctor --cut SEQ")
-    if cut is not None:
+    if cut:
         refuse(JSON and "avsm doctor --cut has no --json: it cuts the ledger and says so in words",
                EX_USAGE)
         return doctor_cut(home, cut)
@@ -13287,7 +13287,7 @@ def doctor_ledger(home, found, since, kept, quick, trust):
         held = doctor_checkpoints(home, found, kept, own, scan, db, trust)
         if held and not after and found.worst() != EX_DATAERR:
             remember_verified(home, held)
-    if since is not None:
+    if since:
         seq, prefix = since.split(":")
         row = row_at(db, "hash", int(seq))
         if row is None or not row[0].startswith(prefix):
@@ -13798,9 +13798,9 @@ def avsmd_processes(home):
                 with open(f"/proc/{entry}/environ", "rb") as fh:
                     env = dict(v.split(b"=", 1) for v in fh.read().split(b"\0") if b"=" in v)
                 given = (env.get(b"AVSMD_HOME") or b"").decode() or None
-            if given is not None and not os.path.isabs(given):
+            if given and not os.path.isabs(given):
                 given = os.path.join(os.readlink(f"/proc/{entry}/cwd"), given)
-            if given is not None and os.path.realpath(given) == target:
+            if given and os.path.realpath(given) == target:
                 pids.append(int(entry))
         except (OSError, Fail):         # gone since listed, or a --home with no value
             continue
@@ -13946,7 +13946,7 @@ def status_row(state, now, keep=None, cfg=None, ascii=False):
         why = "; ".join(f"{lever} cannot run ({reason}): "
                         + STUCK_WAY_OUT[reason].format(venture=state.name, lever=lever)
                         for lever, reason in stuck)
-    if m is not None and decided_by_model(m) and cfg is not None:
+    if m and decided_by_model(m) and cfg is not None:
         note = backend_note(m, cfg)
         # open point 42: status says so
         if "no call is made" in note or "no decision is made" in note:
@@ -13954,7 +13954,7 @@ def status_row(state, now, keep=None, cfg=None, ascii=False):
     last = state.trusted[-1][1] if state.trusted else None
     levers = [{"lever": name, "runs": len(cap_window(state, name, now)), "cap": lever["cap"][0],
                "per": lever["cap"][1], "running": name in state.running}
-              for name, lever in (m["levers"].items() if m is not None else ())]
+              for name, lever in (m["levers"].items() if m else ())]
     child = (keep or {}).get("child")
     run = None if m is None or not m["run"] else {
         "pid": child.pid if child and not getattr(child, "ended_by", None) else None}
@@ -14030,7 +14030,7 @@ def asks_words(asks):
 def status_facts(states, now, keeps=None, cfg=None, venture=None, verbose=False, ascii=False,
                  stopped=False):
     """Return the facts of `avsm status`; `stopped`: no avsmd runs (`was running`)."""
-    adopted = [states[name] for name in sorted(states) if states[name].mandate_seq is not None]
+    adopted = [states[name] for name in sorted(states) if states[name].mandate_seq]
     if venture is not None:
         adopted = [s for s in adopted if s.name == venture]
         if not adopted:
@@ -14059,12 +14059,12 @@ def describe_status_lines(state, keep, row, cfg):
                      + ("" if status and status in str(rec.get("summary")) else f" ({status})"))
     else:
         lines.append("  no report yet")
-    if m is not None:
+    if m:
         if decided_by_model(m) and cfg is not None:
             lines.append("  " + backend_note(m, cfg))
         for side_name, way, bound, lever in controller_sides(m):
             side, hold = state.side(side_name), m["controller"].get("hold") or 1
-            if state.level is not None and crossed(way, bound, state.level[1]):
+            if state.level and crossed(way, bound, state.level[1]):
                 position = "past the bound"
                 if side["streak"] and len(side["streak"]) < hold:
                     position += f", waiting on hold ({len(side['streak'])} of {hold})"
@@ -14081,7 +14081,7 @@ def describe_status_lines(state, keep, row, cfg):
                 # the controller sees only trusted reports: say which one it stands on, and name the
                 # one it does not
                 position += (f", from the last trusted report #{state.level[0]}"
-                             f" ({format_number(state.level[1])})" if state.level is not None
+                             f" ({format_number(state.level[1])})" if state.level
                              else ", no trusted report yet")
                 position += f"; #{last[0]} is {last[2].get('status')} and not acted on"
             lines.append(f"  controller: {way} {format_number(bound)} ({lever}): {position}")
@@ -14108,7 +14108,7 @@ def describe_status_lines(state, keep, row, cfg):
                         if m["calibration"] is None
                         else f"; a ranking would {'run' if ok else 'ask, not run'}: {why}"))
     lines.append("  open " + asks_words(row["asks"]))
-    if m is not None and m["run"]:
+    if m and m["run"]:
         keep = keep or {}
         child, restarts = keep.get("child"), keep.get("restarts", 0)
         ending = getattr(child, "ended_by", None)
