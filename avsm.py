@@ -12034,14 +12034,14 @@ def test_config(home, cfg, path):
                 f"see {client_command(home)} doctor")
         return EX_DATAERR
     for name, directory, seq, paused, in_force in adopted:
-        mandate_path = os.path.join(directory or "", "mandate.yaml")
-        add = f"{client_command(home)} add {directory}"
         if not os.path.isdir(directory or ""):
             if paused:
                 out(f"venture {name} (mandate #{seq}): paused, and its directory has gone")
             else:
                 problem(f"{name}: {directory} is not there")
             continue
+        mandate_path = os.path.join(directory, "mandate.yaml")
+        add = f"{client_command(home)} add {directory}"
         try:
             text = read_mandate_file(mandate_path)
             m = parse_mandate(text, mandate_path, directory)
@@ -12073,8 +12073,7 @@ def test_ventures(home, cfg, dirs):
         # a ledger that does not read: avsmd -t alone says so; each directory is still checked
         adopted = {}
     code = EX_OK
-    for given in dirs:
-        directory = os.path.realpath(given)
+    for directory in map(os.path.realpath, dirs):
         try:
             name, path, text, m = read_venture(directory)
             held = adopted.get(name)
@@ -12467,10 +12466,9 @@ def since_arg(text, command):
 def read_chart_records(db, name, after, start):
     """Return (the mandate records of venture `name`, its records after seq `after` and from
     `start`, how many were left out for a time no clock wrote)."""
-    field = f'"venture":{json.dumps(name)}'
-    mandates = [(s, a, read_record(t, s)) for s, a, t in list(ledger_rows(
+    mandates = [(s, a, read_record(t, s)) for s, a, t in ledger_rows(
         db, f"SELECT seq, at, record FROM records WHERE {RECORD_KIND_SQL} = 'mandate' "
-        "AND instr(record, ?) > 0 ORDER BY seq", (field,)))]
+        "AND instr(record, ?) > 0 ORDER BY seq", (f'"venture":{json.dumps(name)}',))]
     if start > 0:
         after = max(after, first_seq_at(db, start, last_seq(db)) - 1)
     records, untimed, fullmatch, texts = [], 0, re.compile(TRUSTED_REPORT).fullmatch, {}
@@ -12690,8 +12688,7 @@ def chart_svg(name, mandates, records, span="in the ledger"):
     parts += chart_stretches(spans, marks, x) + controller
     parts += chart_reports(trusted, apart, x, y, bottom, top, chart_breaks(reports, eras)) + labels
     parts += chart_markers(actions, asks, records, ended, levers, x) + legend
-    parts.append("</svg>")
-    return "\n".join(parts)
+    return "\n".join(parts + ["</svg>"])
 
 
 def chart_controller_words(shown):
@@ -12721,15 +12718,15 @@ def chart_axes(metric, ticks, times, x, y, last):
             parts.append(svg_text(x(at), CHART_BOTTOM + 30, date, ' text-anchor="middle"'))
     middle, zone = (CHART_TOP + CHART_BOTTOM) // 2, time.localtime(last).tm_zone
     zone = f"UTC{format_local_time(last)[-6:]}" + (f", {zone}" if zone else "")
-    parts += [f'<rect {CHART_PLOT_RECT} fill="none" stroke="#999999"/>',
-              svg_text(18, middle, metric,
-                       f' text-anchor="middle" transform="rotate(-90 18 {middle})" font-size="12"'),
-              svg_text((CHART_LEFT + CHART_RIGHT) // 2, CHART_BOTTOM + 48, f"local time ({zone})",
-                       ' text-anchor="middle" font-size="12"'),
-              svg_text(CHART_LEFT - 6, CHART_TOP - 26, "asks", ' text-anchor="end"'),
-              svg_text(CHART_LEFT - 6, CHART_TOP - 8, "lever runs", ' text-anchor="end"'),
-              "</g>"]
-    return parts
+    return parts + [
+        f'<rect {CHART_PLOT_RECT} fill="none" stroke="#999999"/>',
+        svg_text(18, middle, metric,
+                 f' text-anchor="middle" transform="rotate(-90 18 {middle})" font-size="12"'),
+        svg_text((CHART_LEFT + CHART_RIGHT) // 2, CHART_BOTTOM + 48, f"local time ({zone})",
+                 ' text-anchor="middle" font-size="12"'),
+        svg_text(CHART_LEFT - 6, CHART_TOP - 26, "asks", ' text-anchor="end"'),
+        svg_text(CHART_LEFT - 6, CHART_TOP - 8, "lever runs", ' text-anchor="end"'),
+        "</g>"]
 
 
 def chart_controller(shown, x, y):
@@ -12758,11 +12755,10 @@ def chart_controller(shown, x, y):
                 parts.append(svg_line(x1, x2, y(rearm), y(rearm),
                                       ' stroke-dasharray="2 3" stroke-opacity="0.7"'))
         parts.append("</g>")
-    halo = (
+    return parts + ["</g>"], [
         '<g class="controller-halo" font-size="11" fill="#ffffff" stroke="#ffffff" stroke-width="3"'
-        ' stroke-linejoin="round">')
-    return parts + ["</g>"], [halo, *labels, "</g>", '<g class="controller-labels" font-size="11"'
-                                                      f' fill="{c["bound"]}">', *labels, "</g>"]
+        ' stroke-linejoin="round">', *labels, "</g>",
+        f'<g class="controller-labels" font-size="11" fill="{c["bound"]}">', *labels, "</g>"]
 
 
 def chart_columns(trusted, x):
@@ -12789,7 +12785,7 @@ def chart_breaks(reports, eras):
         while era + 1 < len(eras) and eras[era + 1][0] <= a:
             era += 1
         m = eras[era][2] if eras and eras[0][0] <= a else None
-        gap = gap or last is not None and m is not None and a - last > 2 * m["cadence"]
+        gap = gap or last is not None and m and a - last > 2 * m["cadence"]
         if on_line(rec):
             if gap:
                 breaks.add(s)
@@ -12847,8 +12843,7 @@ def chart_reports(trusted, apart, x, y, bottom, top, breaks):
                  f" L{px + 4:.1f},{py - 4:.1f}")
         title = group_title(group, f"{status} reports")
         parts.append(f'<path class="report {status}" d="{d}" stroke="{colour}">{title}</path>')
-    parts.append("</g>")
-    return parts
+    return parts + ["</g>"]
 
 
 def chart_spans(records, mandates, eras, t0, t1):
@@ -12882,7 +12877,7 @@ def chart_spans(records, mandates, eras, t0, t1):
 def chart_groups(items, x, key=None, most=CHART_MARKS):
     """Return `items` [(seq, at, record)] as the groups a chart draws one marker each for; with a
     `key`, those of each key apart, in the order of their first seq."""
-    if key is not None:
+    if key:
         return sorted((g for k in dict.fromkeys(map(key, items))
                        for g in chart_groups([e for e in items if key(e) == k], x)),
                       key=lambda g: g[0][0])
@@ -12972,8 +12967,7 @@ def chart_markers(actions, asks, records, ended, levers, x):
         parts.append(f'<g class="ask {state}">{title}<path d="M{x1:.1f},{py - 7} '
                      f'L{px:.1f},{py - 7} L{px + 6:.1f},{py} L{px:.1f},{py + 7} L{x1:.1f},{py + 7} '
                      f'L{x1 - 6:.1f},{py} Z"{pale}/></g>')
-    parts.append("</g>")
-    return parts
+    return parts + ["</g>"]
 
 
 def chart_legend(trusted, apart, actions, asks, ended, shown, bottom, top, levers, spans, marks):
@@ -13112,7 +13106,7 @@ def cmd_doctor(home, args):
             raise Fail(EX_USAGE, f"avsm doctor does not take '{arg}'; usage: avsm doctor [--since "
                                  "SEQ:HASH] [--checkpoint FILE|DIR|- [--allowed-signers FILE]] "
                                  "[--quick] [--origin avsm/HOST:HOME] | avsm doctor --cut SEQ")
-    if cut is not None:
+    if cut:
         refuse(JSON and "avsm doctor --cut has no --json: it cuts the ledger and says so in words",
                EX_USAGE)
         return doctor_cut(home, cut)
@@ -13290,7 +13284,7 @@ def doctor_ledger(home, found, since, kept, quick, trust):
         held = doctor_checkpoints(home, found, kept, own, scan, db, trust)
         if held and not after and found.worst() != EX_DATAERR:
             remember_verified(home, held)
-    if since is not None:
+    if since:
         seq, prefix = since.split(":")
         row = row_at(db, "hash", int(seq))
         if row is None or not row[0].startswith(prefix):
@@ -13474,8 +13468,8 @@ def with_signature(path, c):
     """Return checkpoint `c` with the signature in `path`.sig, if there is one that reads."""
     with contextlib.suppress(OSError, UnicodeDecodeError):
         if os.path.lexists(path + ".sig"):
-            signature = read_small_file(path + ".sig", CHECKPOINT_MAX).decode().strip()
-            c = c._replace(signature=signature or None)
+            c = c._replace(
+                signature=read_small_file(path + ".sig", CHECKPOINT_MAX).decode().strip() or None)
     return c
 
 
@@ -13638,8 +13632,7 @@ def verified_checkpoint(home, db, found, trust):
 def doctor_mandates(home, found):
     try:
         scan = found.scan               # doctor_ledger's one read of the ledger listed them
-        adopted = ([tuple(v) for v in scan.adopted.values()]
-                   if scan and scan.adopted is not None
+        adopted = (scan.adopted.values() if scan and scan.adopted is not None
                    else adopted_mandates(home))
     except (sqlite3_errors(), ValueError, Fail) as err:
         found.note(
@@ -13648,7 +13641,6 @@ def doctor_mandates(home, found):
     uid = os.stat(home).st_uid          # avsmd runs as the home's owner
     command = client_command(home)
     for name, directory, seq, paused, in_force in adopted:
-        path, add = os.path.join(directory or "", "mandate.yaml"), f"{command} add {directory}"
         if not os.path.isdir(directory or ""):
             if paused:
                 found.note(f"venture {name} is paused and its directory {directory} has gone")
@@ -13656,6 +13648,7 @@ def doctor_mandates(home, found):
                 found.fail(EX_NOINPUT, f"venture {name}: its directory {directory} is not there",
                            f"put {directory} back, or {command} pause {name}")
             continue
+        path, add = os.path.join(directory, "mandate.yaml"), f"{command} add {directory}"
         try:
             text = read_mandate_file(path)
             m = parse_mandate(text, path, directory)
@@ -13751,13 +13744,12 @@ def doctor_daemon(home, found):
                 break
             answer += reader.feed(data)
         lines = [m["out"] for m in answer if "out" in m]
-        problems = [m["err"] for m in answer if "err" in m]
         found.ok(f"avsmd answers on {sock}" + (f": {lines[0]}" if lines else ""))
         took = time.monotonic() - began
         if took > DOCTOR_PROBE:
             found.note(f"avsmd took {took:.0f} s to answer doctor's health request (a busy warden "
                        f"answers within {DOCTOR_PROBE} s): a long write, or a host short of CPU")
-        for problem in problems:
+        for problem in [m["err"] for m in answer if "err" in m]:
             found.fail(EX_NOPERM,
                        problem,
                        f"free space or fix permissions under {home}; avsmd tries again every 30 s")
@@ -13803,9 +13795,9 @@ def avsmd_processes(home):
                 with open(f"/proc/{entry}/environ", "rb") as fh:
                     env = dict(v.split(b"=", 1) for v in fh.read().split(b"\0") if b"=" in v)
                 given = (env.get(b"AVSMD_HOME") or b"").decode() or None
-            if given is not None and not os.path.isabs(given):
+            if given and not os.path.isabs(given):
                 given = os.path.join(os.readlink(f"/proc/{entry}/cwd"), given)
-            if given is not None and os.path.realpath(given) == target:
+            if given and os.path.realpath(given) == target:
                 pids.append(int(entry))
         except (OSError, Fail):         # gone since listed, or a --home with no value
             continue
@@ -13951,7 +13943,7 @@ def status_row(state, now, keep=None, cfg=None, ascii=False):
         why = "; ".join(f"{lever} cannot run ({reason}): "
                         + STUCK_WAY_OUT[reason].format(venture=state.name, lever=lever)
                         for lever, reason in stuck)
-    if m is not None and decided_by_model(m) and cfg is not None:
+    if m and decided_by_model(m) and cfg is not None:
         note = backend_note(m, cfg)
         # open point 42: status says so
         if "no call is made" in note or "no decision is made" in note:
@@ -13959,7 +13951,7 @@ def status_row(state, now, keep=None, cfg=None, ascii=False):
     last = state.trusted[-1][1] if state.trusted else None
     levers = [{"lever": name, "runs": len(cap_window(state, name, now)), "cap": lever["cap"][0],
                "per": lever["cap"][1], "running": name in state.running}
-              for name, lever in (m["levers"].items() if m is not None else ())]
+              for name, lever in (m["levers"].items() if m else ())]
     child = (keep or {}).get("child")
     run = None if m is None or not m["run"] else {
         "pid": child.pid if child and not getattr(child, "ended_by", None) else None}
@@ -14035,7 +14027,7 @@ def asks_words(asks):
 def status_facts(states, now, keeps=None, cfg=None, venture=None, verbose=False, ascii=False,
                  stopped=False):
     """Return the facts of `avsm status`; `stopped`: no avsmd runs (`was running`)."""
-    adopted = [states[name] for name in sorted(states) if states[name].mandate_seq is not None]
+    adopted = [states[name] for name in sorted(states) if states[name].mandate_seq]
     if venture is not None:
         adopted = [s for s in adopted if s.name == venture]
         if not adopted:
@@ -14064,12 +14056,12 @@ def describe_status_lines(state, keep, row, cfg):
                      + ("" if status and status in str(rec.get("summary")) else f" ({status})"))
     else:
         lines.append("  no report yet")
-    if m is not None:
+    if m:
         if decided_by_model(m) and cfg is not None:
             lines.append("  " + backend_note(m, cfg))
         for side_name, way, bound, lever in controller_sides(m):
             side, hold = state.side(side_name), m["controller"].get("hold") or 1
-            if state.level is not None and crossed(way, bound, state.level[1]):
+            if state.level and crossed(way, bound, state.level[1]):
                 position = "past the bound"
                 if side["streak"] and len(side["streak"]) < hold:
                     position += f", waiting on hold ({len(side['streak'])} of {hold})"
@@ -14080,15 +14072,13 @@ def describe_status_lines(state, keep, row, cfg):
                 if side.get("stuck"):
                     way_out = STUCK_WAY_OUT[side["stuck"]].format(venture=state.name, lever=lever)
                     position += f"; stuck ({side['stuck']}): {way_out}"
-            elif not side["armed"]:
-                position = "inside, deadband not yet re-armed"
             else:
-                position = "inside"
+                position = "inside" if side["armed"] else "inside, deadband not yet re-armed"
             if last and last[2].get("status") != "trusted":
                 # the controller sees only trusted reports: say which one it stands on, and name the
                 # one it does not
                 position += (f", from the last trusted report #{state.level[0]}"
-                             f" ({format_number(state.level[1])})" if state.level is not None
+                             f" ({format_number(state.level[1])})" if state.level
                              else ", no trusted report yet")
                 position += f"; #{last[0]} is {last[2].get('status')} and not acted on"
             lines.append(f"  controller: {way} {format_number(bound)} ({lever}): {position}")
@@ -14115,7 +14105,7 @@ def describe_status_lines(state, keep, row, cfg):
                         if m["calibration"] is None
                         else f"; a ranking would {'run' if ok else 'ask, not run'}: {why}"))
     lines.append("  open " + asks_words(row["asks"]))
-    if m is not None and m["run"]:
+    if m and m["run"]:
         keep = keep or {}
         child, restarts = keep.get("child"), keep.get("restarts", 0)
         ending = getattr(child, "ended_by", None)
@@ -14495,8 +14485,6 @@ ARGUMENT_COUNTS = {"asks": 0, "checkpoint": 0, "rotate": 0, "why": 1, "deny": 1,
 def take_option(args, option):
     """Return (the value of `option` or None, the other arguments), before or after the command."""
     value, rest, args = None, [], iter(args)
-    needs = {"--home": "a directory", "--host": "a host, as [user@]HOST[:HOME]",
-             "--fleet": "a file"}[option]
     for arg in args:
         if arg == "--":
             rest += [arg, *args]            # what follows -- is names, never an option
@@ -14504,7 +14492,9 @@ def take_option(args, option):
         if arg == option or arg.startswith(option + "="):
             value = next(args, "") if arg == option else arg.split("=", 1)[1]
             if not value:
-                raise Fail(EX_USAGE, f"{option} needs {needs}")
+                raise Fail(EX_USAGE, f"{option} needs " + {
+                    "--home": "a directory", "--host": "a host, as [user@]HOST[:HOME]",
+                    "--fleet": "a file"}[option])
         else:
             rest.append(arg)
     return value, rest
@@ -14573,8 +14563,7 @@ def run_internal(program, args):
             out(str(status))    # any status is the reading: 404 and 503 are numbers a guard bounds
             return EX_OK
         given = json.loads(sys.stdin.read() or "{}")
-        if given.get("problem"):
-            raise Fail(EX_CONFIG, given["problem"])
+        refuse(given.get("problem"), EX_CONFIG)
         if not given.get("url"):
             raise Fail(EX_CONFIG, f"config.yaml names no adapters: {args[0]}: {{url: ...}}")
         out(read_json_adapter(args[0], args[1], given["url"], given.get("key")))
