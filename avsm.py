@@ -6659,9 +6659,8 @@ class LedgerWriter:
         at = int(time.time()) if at is None else at
         seq = self.ledger.append_many([record], at, hold=hold)[0]
         notice, canary, checkpoint = written(self.ventures, seq, at, record, self.canary_every)
-        if self.debug:
-            log(self.debug, "warden",
-                f"#{seq} {record['venture']} {record['kind']} {record['summary']}")
+        log(self.debug, "warden",
+            f"#{seq} {record['venture']} {record['kind']} {record['summary']}")
         self.tell_person(notice)
         if checkpoint:
             self.want_checkpoint()
@@ -6710,8 +6709,7 @@ class LedgerWriter:
         if lost:
             self.backlog[:0] = [record for _, _, record in lost if record["kind"] in BACKLOG_KINDS]
             # folded again at the end of this turn: till then nothing is written, no seq reused
-            self.refold_from = lost[0][0] if self.refold_from is None \
-                else min(self.refold_from, lost[0][0])
+            self.refold_from = min(lost[0][0], self.refold_from or lost[0][0])
 
     def retry_ledger(self, now):
         """Try the ledger again: write what waited, in order; True when it takes writes."""
@@ -7470,9 +7468,8 @@ def error_text(body):
 def retry_wait(headers, now, default):
     """Return the seconds a provider asks to wait before the next try, or `default`."""
     import email.utils
-    ms = headers.get("retry-after-ms", "").strip()
-    after = headers.get("retry-after", "").strip()
-    for text, scale in ((ms, 1000), (after, 1)):
+    after = headers.get("retry-after", "")
+    for text, scale in ((headers.get("retry-after-ms", ""), 1000), (after, 1)):
         try:
             seconds = float(text) / scale
         except ValueError:
@@ -7934,7 +7931,7 @@ def read_json_adapter(name, reading, url, key):
         value = value[int(part)] \
             if isinstance(value, list) and part.isdigit() and int(part) < len(value) \
             else value.get(part) if isinstance(value, dict) else None
-    if not is_number(value) or value in (float("inf"), float("-inf")):
+    if not is_number(value) or math.isinf(value):
         found = {bool: "true or false", str: "text", dict: "an object", list: "a list",
                  type(None): "nothing"}.get(type(value), "no finite number")
         raise Fail(EX_DATAERR, f"{name} {reading}: no number at that pointer; it holds {found}")
