@@ -6959,8 +6959,7 @@ class Child:
 
     def terminate(self, reason, now):
         """running -> stopping: TERM to the group now, KILL at the deadline."""
-        if self.ended_by is None:
-            self.ended_by = reason
+        self.ended_by = self.ended_by or reason
         if self.state == "running":
             self.state = "stopping"
         if self.kill_at is None:
@@ -7680,10 +7679,9 @@ def owner_problem(directory, commands, uid=None):
             except OSError:
                 return None             # gone: what starts it says so
             problem = write_problem(path, st, uid, user_name)
-            if problem or path == "/":
+            if problem:
                 return problem
             path, st = os.path.dirname(path), None
-        return None
 
     found = walk(os.path.realpath(os.path.join(directory, "mandate.yaml"))) or walk(directory)
     for word in (w for c in commands for w in command_words(c)):
