@@ -6624,8 +6624,7 @@ class LedgerWriter:
     """The warden's one way to the ledger: each record appended is folded into its venture; while
     the ledger cannot be written, what already ran waits in a backlog and everything else stops."""
 
-    def __init__(self, ledger, ventures, canary_every, tell_person, refold, want_checkpoint,
-                 debug=False):
+    def __init__(self, ledger, ventures, canary_every, tell_person, refold, want_checkpoint, debug):
         self.ledger, self.ventures, self.canary_every = ledger, ventures, canary_every
         self.debug = debug
         self.tell_person, self.refold, self.want_checkpoint = tell_person, refold, want_checkpoint
@@ -6641,16 +6640,14 @@ class LedgerWriter:
         A GROUPED_KINDS record joins the group held open for this wake-up; any other commits itself
         and all held before it. While the ledger cannot be written, an outcome waits in order and
         anything else raises LedgerDown."""
-        why = self.ledger_down
-        if not why:
+        if not self.ledger_down:
             try:
                 return self.write(record, at,
                                   hold=record["kind"].partition(".")[0] in GROUPED_KINDS)
             except (sqlite3_errors(), OSError) as err:
                 self.ledger_failed(err)
-                why = str(err)
         if record["kind"] not in BACKLOG_KINDS:
-            raise LedgerDown(why) from None
+            raise LedgerDown(self.ledger_down) from None
         self.backlog.append(record)
         return None
 
@@ -7167,10 +7164,8 @@ def group_is_still(pgid, leader_start):
     """Whether group `pgid` is still the one whose leader started at `leader_start` (clock ticks
     since boot, or None): it lives, and its leader is gone (Linux reuses no pid that still names a
     group) or is that very process."""
-    if not signal_group(pgid, 0):
-        return False
-    now_start = process_start(pgid)
-    return now_start is None or leader_start is None or now_start == leader_start
+    return signal_group(pgid, 0) and (leader_start is None
+                                      or process_start(pgid) in (None, leader_start))
 
 
 def sweep_groups(path, home):
@@ -7513,8 +7508,7 @@ def call_http_backend(backend, system, user, key):
         except urllib.error.HTTPError as err:
             answered = err.headers or {}
             call["request_id"] = request_id(answered)
-            raw = err.read(REPLY_MAX + 1)
-            why = f"HTTP {err.code}: {error_text(raw)}"
+            why = f"HTTP {err.code}: {error_text(err.read(REPLY_MAX + 1))}"
             if err.code not in RETRY_STATUSES and err.code < 500:
                 return None, why, call
             wait = retry_wait(answered, time.time(), wait)
@@ -7697,7 +7691,7 @@ def owner_problem(directory, commands, uid=None):
     return found
 
 
-def write_problem(path, st, uid, name=str):
+def write_problem(path, st, uid, name):
     """Return the Writable that says who but `uid` or root could change `path` (stat `st`), or None.
     As sshd's StrictModes: owned by `uid` or root, no group or other write bit, but for a sticky
     directory owned by one of them (/tmp, 1777), where no one may replace what another owns."""
