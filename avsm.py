@@ -6679,8 +6679,8 @@ class LedgerWriter:
     def commit_when_due(self, stopping):
         """At a turn's end: commit what is held once its group is GROUP_WINDOW old, or stopping."""
         now = time.monotonic()
-        if self.ledger.held is not None and self.group_began is None:
-            self.group_began = now
+        if self.ledger.held is not None:
+            self.group_began = self.group_began or now
         # with nothing to commit, a lost group is folded again
         if self.ledger.held is None or stopping or now - self.group_began >= GROUP_WINDOW:
             self.commit(turn_ends=True)
@@ -7149,8 +7149,7 @@ def term_then_kill(groups):
 def proc_stat(pid, field):
     """Return a numeric field of /proc/PID/stat, counted after the command name (Linux), or None."""
     try:
-        data = read_small_file(f"/proc/{pid}/stat", 4096)
-        return int(data.rsplit(b")", 1)[1].split()[field])
+        return int(read_small_file(f"/proc/{pid}/stat", 4096).rsplit(b")", 1)[1].split()[field])
     except (OSError, IndexError, ValueError):
         return None
 
@@ -7468,7 +7467,7 @@ def retry_wait(headers, now, default):
             seconds = float(text) / scale
         except ValueError:
             continue
-        if 0 <= seconds < float("inf"):
+        if 0 <= seconds < math.inf:
             return seconds
     try:
         when = email.utils.parsedate_to_datetime(after)
@@ -7676,6 +7675,7 @@ def owner_problem(directory, commands, uid=None):
             if problem:
                 return problem
             path, st = os.path.dirname(path), None
+        return None
 
     found = walk(os.path.realpath(os.path.join(directory, "mandate.yaml"))) or walk(directory)
     for word in (w for c in commands for w in command_words(c)):
@@ -7903,11 +7903,11 @@ def read_json_adapter(name, reading, url, key):
         try:
             said = json.loads(body)     # stripe's and github's error bodies
             said = said.get("error", said) if isinstance(said, dict) else {}
-            said = said.get("message", "") if isinstance(said, dict) else str(said)
+            said = str(said.get("message", "") if isinstance(said, dict) else said)
         except (ValueError, RecursionError):
             said = ""
         # an echoed key stays out of the record
-        said = (str(said).replace(key, "[key]") if key else str(said))[:200]
+        said = (said.replace(key, "[key]") if key else said)[:200]
         if 300 <= status < 400:
             said = ("a redirect, which a GET with a key does not follow: name the final url in"
                     " config.yaml")
