@@ -6804,8 +6804,8 @@ def notify_env(home, event):
     """Return the notify command's environment: no key passes, whatever avsmd's environment
     holds."""
     env = {k: v for k, v in os.environ.items() if k in NOTIFY_ENV or k.startswith("LC_")}
-    env.update(AVSM_HOME=home, AVSM_EVENT=json.dumps(event, sort_keys=True, separators=(",", ":")))
-    return env
+    return dict(env, AVSM_HOME=home,
+                AVSM_EVENT=json.dumps(event, sort_keys=True, separators=(",", ":")))
 
 
 SPAWN_FDS = {}        # "null": /dev/null and "here": the process's own directory, each opened once
@@ -7489,7 +7489,7 @@ def call_http_backend(backend, system, user, key):
         left = deadline - time.monotonic()
         if left <= 0:
             return None, f"no answer within {BACKEND_TIMEOUT} s ({why})", call
-        request = urllib.request.Request(url, data=body, headers=headers, method="POST")
+        request = urllib.request.Request(url, data=body, headers=headers)
         call["tries"] = attempt + 1
         wait = 2 ** attempt
         try:
@@ -7547,7 +7547,7 @@ def adapter_get(url, key=None, limit=ADAPTER_TIMEOUT):
         else follow(req, fp, code, msg, headers, newurl))
     opener = urllib.request.build_opener(
         redirects, urllib.request.HTTPSHandler(context=ssl.create_default_context()))
-    request = urllib.request.Request(url, method="GET")
+    request = urllib.request.Request(url)
     if key:
         request.add_unredirected_header("Authorization", f"Bearer {key}")
     answer = {}
