@@ -7542,9 +7542,9 @@ def adapter_get(url, key=None, limit=ADAPTER_TIMEOUT):
         raise OSError(f"'{url}' is not an http:// or https:// URL")
     redirects = urllib.request.HTTPRedirectHandler()
     follow = redirects.redirect_request
-    redirects.redirect_request = lambda req, fp, code, msg, headers, newurl: (
-        None if key or not newurl.startswith(("http://", "https://"))
-        else follow(req, fp, code, msg, headers, newurl))
+    redirects.redirect_request = lambda *redirect: (
+        None if key or not redirect[-1].startswith(("http://", "https://"))     # its new url
+        else follow(*redirect))
     opener = urllib.request.build_opener(
         redirects, urllib.request.HTTPSHandler(context=ssl.create_default_context()))
     request = urllib.request.Request(url)
@@ -7869,9 +7869,7 @@ class Channel:
         data = receive(self.channel)  # a reset (avsmd died, our lines unread) reads as its end
         if data is None:
             return []
-        if not data:
-            return None
-        return self.reader.feed(data)
+        return self.reader.feed(data) if data else None
 
 
 class RolesCalls:
