@@ -6630,8 +6630,7 @@ class LedgerWriter:
     """The warden's one way to the ledger: each record appended is folded into its venture; while
     the ledger cannot be written, what already ran waits in a backlog and everything else stops."""
 
-    def __init__(self, ledger, ventures, canary_every, tell_person, refold, want_checkpoint,
-                 debug=False):
+    def __init__(self, ledger, ventures, canary_every, tell_person, refold, want_checkpoint, debug):
         self.ledger, self.ventures, self.canary_every = ledger, ventures, canary_every
         self.debug = debug
         self.tell_person, self.refold, self.want_checkpoint = tell_person, refold, want_checkpoint
@@ -6647,16 +6646,14 @@ class LedgerWriter:
         A GROUPED_KINDS record joins the group held open for this wake-up; any other commits itself
         and all held before it. While the ledger cannot be written, an outcome waits in order and
         anything else raises LedgerDown."""
-        why = self.ledger_down
-        if not why:
+        if not self.ledger_down:
             try:
                 return self.write(record, at,
                                   hold=record["kind"].partition(".")[0] in GROUPED_KINDS)
             except (sqlite3_errors(), OSError) as err:
                 self.ledger_failed(err)
-                why = str(err)
         if record["kind"] not in BACKLOG_KINDS:
-            raise LedgerDown(why) from None
+            raise LedgerDown(self.ledger_down) from None
         self.backlog.append(record)
         return None
 
@@ -6665,9 +6662,8 @@ class LedgerWriter:
         at = int(time.time()) if at is None else at
         seq = self.ledger.append_many([record], at, hold=hold)[0]
         notice, canary, checkpoint = written(self.ventures, seq, at, record, self.canary_every)
-        if self.debug:
-            log(self.debug, "warden",
-                f"#{seq} {record['venture']} {record['kind']} {record['summary']}")
+        log(self.debug, "warden",
+            f"#{seq} {record['venture']} {record['kind']} {record['summary']}")
         self.tell_person(notice)
         if checkpoint:
             self.want_checkpoint()
@@ -6689,8 +6685,8 @@ class LedgerWriter:
     def commit_when_due(self, stopping):
         """At a turn's end: commit what is held once its group is GROUP_WINDOW old, or stopping."""
         now = time.monotonic()
-        if self.ledger.held is not None and self.group_began is None:
-            self.group_began = now
+        if self.ledger.held is not None:
+            self.group_began = self.group_began or now
         # with nothing to commit, a lost group is folded again
         if self.ledger.held is None or stopping or now - self.group_began >= GROUP_WINDOW:
             self.commit(turn_ends=True)
@@ -6716,8 +6712,7 @@ class LedgerWriter:
         if lost:
             self.backlog[:0] = [record for _, _, record in lost if record["kind"] in BACKLOG_KINDS]
             # folded again at the end of this turn: till then nothing is written, no seq reused
-            self.refold_from = lost[0][0] if self.refold_from is None \
-                else min(self.refold_from, lost[0][0])
+            self.refold_from = min(lost[0][0], self.refold_from or lost[0][0])
 
     def retry_ledger(self, now):
         """Try the ledger again: write what waited, in order; True when it takes writes."""
@@ -6815,8 +6810,8 @@ def notify_env(home, event):
     """Return the notify command's environment: no key passes, whatever avsmd's environment
     holds."""
     env = {k: v for k, v in os.environ.items() if k in NOTIFY_ENV or k.startswith("LC_")}
-    env.update(AVSM_HOME=home, AVSM_EVENT=json.dumps(event, sort_keys=True, separators=(",", ":")))
-    return env
+    return dict(env, AVSM_HOME=home,
+                AVSM_EVENT=json.dumps(event, sort_keys=True, separators=(",", ":")))
 
 
 SPAWN_FDS = {}        # "null": /dev/null and "here": the process's own directory, each opened once
@@ -6967,8 +6962,7 @@ class Child:
 
     def terminate(self, reason, now):
         """running -> stopping: TERM to the group now, KILL at the deadline."""
-        if self.ended_by is None:
-            self.ended_by = reason
+        self.ended_by = self.ended_by or reason
         if self.state == "running":
             self.state = "stopping"
         if self.kill_at is None:
@@ -7161,8 +7155,7 @@ def term_then_kill(groups):
 def proc_stat(pid, field):
     """Return a numeric field of /proc/PID/stat, counted after the command name (Linux), or None."""
     try:
-        data = read_small_file(f"/proc/{pid}/stat", 4096)
-        return int(data.rsplit(b")", 1)[1].split()[field])
+        return int(read_small_file(f"/proc/{pid}/stat", 4096).rsplit(b")", 1)[1].split()[field])
     except (OSError, IndexError, ValueError):
         return None
 
@@ -7176,10 +7169,8 @@ def group_is_still(pgid, leader_start):
     """Whether group `pgid` is still the one whose leader started at `leader_start` (clock ticks
     since boot, or None): it lives, and its leader is gone (Linux reuses no pid that still names a
     group) or is that very process."""
-    if not signal_group(pgid, 0):
-        return False
-    now_start = process_start(pgid)
-    return now_start is None or leader_start is None or now_start == leader_start
+    return signal_group(pgid, 0) and (leader_start is None
+                                      or process_start(pgid) in (None, leader_start))
 
 
 def sweep_groups(path, home):
@@ -7476,14 +7467,13 @@ def error_text(body):
 def retry_wait(headers, now, default):
     """Return the seconds a provider asks to wait before the next try, or `default`."""
     import email.utils
-    ms = headers.get("retry-after-ms", "").strip()
-    after = headers.get("retry-after", "").strip()
-    for text, scale in ((ms, 1000), (after, 1)):
+    after = headers.get("retry-after", "")
+    for text, scale in ((headers.get("retry-after-ms", ""), 1000), (after, 1)):
         try:
             seconds = float(text) / scale
         except ValueError:
             continue
-        if 0 <= seconds < float("inf"):
+        if 0 <= seconds < math.inf:
             return seconds
     try:
         when = email.utils.parsedate_to_datetime(after)
@@ -7505,7 +7495,7 @@ def call_http_backend(backend, system, user, key):
         left = deadline - time.monotonic()
         if left <= 0:
             return None, f"no answer within {BACKEND_TIMEOUT} s ({why})", call
-        request = urllib.request.Request(url, data=body, headers=headers, method="POST")
+        request = urllib.request.Request(url, data=body, headers=headers)
         call["tries"] = attempt + 1
         wait = 2 ** attempt
         try:
@@ -7523,8 +7513,7 @@ def call_http_backend(backend, system, user, key):
         except urllib.error.HTTPError as err:
             answered = err.headers or {}
             call["request_id"] = request_id(answered)
-            raw = err.read(REPLY_MAX + 1)
-            why = f"HTTP {err.code}: {error_text(raw)}"
+            why = f"HTTP {err.code}: {error_text(err.read(REPLY_MAX + 1))}"
             if err.code not in RETRY_STATUSES and err.code < 500:
                 return None, why, call
             wait = retry_wait(answered, time.time(), wait)
@@ -7559,12 +7548,12 @@ def adapter_get(url, key=None, limit=ADAPTER_TIMEOUT):
         raise OSError(f"'{url}' is not an http:// or https:// URL")
     redirects = urllib.request.HTTPRedirectHandler()
     follow = redirects.redirect_request
-    redirects.redirect_request = lambda req, fp, code, msg, headers, newurl: (
-        None if key or not newurl.startswith(("http://", "https://"))
-        else follow(req, fp, code, msg, headers, newurl))
+    redirects.redirect_request = lambda *redirect: (
+        None if key or not redirect[-1].startswith(("http://", "https://"))     # its new url
+        else follow(*redirect))
     opener = urllib.request.build_opener(
         redirects, urllib.request.HTTPSHandler(context=ssl.create_default_context()))
-    request = urllib.request.Request(url, method="GET")
+    request = urllib.request.Request(url)
     if key:
         request.add_unredirected_header("Authorization", f"Bearer {key}")
     answer = {}
@@ -7689,7 +7678,7 @@ def owner_problem(directory, commands, uid=None):
             except OSError:
                 return None             # gone: what starts it says so
             problem = write_problem(path, st, uid, user_name)
-            if problem or path == "/":
+            if problem:
                 return problem
             path, st = os.path.dirname(path), None
         return None
@@ -7708,7 +7697,7 @@ def owner_problem(directory, commands, uid=None):
     return found
 
 
-def write_problem(path, st, uid, name=str):
+def write_problem(path, st, uid, name):
     """Return the Writable that says who but `uid` or root could change `path` (stat `st`), or None.
     As sshd's StrictModes: owned by `uid` or root, no group or other write bit, but for a sticky
     directory owned by one of them (/tmp, 1777), where no one may replace what another owns."""
@@ -7886,9 +7875,7 @@ class Channel:
         data = receive(self.channel)  # a reset (avsmd died, our lines unread) reads as its end
         if data is None:
             return []
-        if not data:
-            return None
-        return self.reader.feed(data)
+        return self.reader.feed(data) if data else None
 
 
 class RolesCalls:
@@ -7920,11 +7907,11 @@ def read_json_adapter(name, reading, url, key):
         try:
             said = json.loads(body)     # stripe's and github's error bodies
             said = said.get("error", said) if isinstance(said, dict) else {}
-            said = said.get("message", "") if isinstance(said, dict) else str(said)
+            said = str(said.get("message", "") if isinstance(said, dict) else said)
         except (ValueError, RecursionError):
             said = ""
         # an echoed key stays out of the record
-        said = (str(said).replace(key, "[key]") if key else str(said))[:200]
+        said = (said.replace(key, "[key]") if key else said)[:200]
         if 300 <= status < 400:
             said = ("a redirect, which a GET with a key does not follow: name the final url in"
                     " config.yaml")
@@ -7940,7 +7927,7 @@ def read_json_adapter(name, reading, url, key):
         value = value[int(part)] \
             if isinstance(value, list) and part.isdigit() and int(part) < len(value) \
             else value.get(part) if isinstance(value, dict) else None
-    if not is_number(value) or value in (float("inf"), float("-inf")):
+    if not is_number(value) or math.isinf(value):
         found = {bool: "true or false", str: "text", dict: "an object", list: "a list",
                  type(None): "nothing"}.get(type(value), "no finite number")
         raise Fail(EX_DATAERR, f"{name} {reading}: no number at that pointer; it holds {found}")
