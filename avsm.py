@@ -5987,10 +5987,10 @@ def ratchet_change_problem(state, mandate):
 
 
 def ratchet_approved_rule(state, seq, ask, mandate, path):
-    """A person approved ratchet ask #seq, its change parsed as `mandate`: yield the approval,
-    delegating its lever, then the change written to `path`, then its adoption; Fail (65) with
-    nothing written when it carries no change or one a person must make (SELF-03), 73 when
-    mandate.yaml cannot be written (its ask stays open)."""
+    """A person approved ratchet ask #seq, its change parsed as `mandate`: yield the change written
+    to `path`, then the approval delegating its lever, then its adoption; Fail (65) with nothing
+    written when it carries no change or one a person must make (SELF-03), 73 when mandate.yaml
+    cannot be written (its ask stays open)."""
     if not mandate:
         raise Fail(EX_DATAERR, f"ask #{seq} carries no mandate change; edit {path} by hand"
                                " and run avsm add")
