@@ -8090,6 +8090,7 @@ class Warden:
                 self.start_venture(state, now + first_round_wait(state, wall)
                                    + start_spread(i, len(self.ventures), state.mandate["cadence"]),
                                    starts_kept(state, again))
+        self.writer.commit_when_due(self.stopping)      # the start's records: their window begins
         while True:
             timeout = self.writer.group_wait(self.next_wakeup(time.monotonic()))
             for key, _ in self.sel.select(timeout):
