@@ -5061,8 +5061,7 @@ def approval_rule(state, seq, ask, payload, edited, now, ratchet=None):
     if lever is None or ask.get("about") not in ("lever", "model"):
         yield write(state, "approval", ask=seq, summary=f"a person answered ask #{seq}: yes")
         return
-    spec = state.mandate and state.mandate["levers"].get(lever)
-    problem = spec and (yield Content(spec["takes"], payload))
+    problem = yield from payload_measured(state, lever, payload)
     basis = ("approval", [], [f"ask #{seq}: {ask.get('question')}"])
     verdict = prove(
         state, lever, now, basis, trigger=seq, approval=APPROVAL_TO_WRITE, payload=payload)
@@ -5088,6 +5087,13 @@ def approval_rule(state, seq, ask, payload, edited, now, ratchet=None):
     raise Fail(EX_DATAERR, f"{lever} refused: {why}{stays}")
 
 
+def payload_measured(state, lever, payload):
+    """Yield the Content of `payload` for `lever`; return what the venture's files say of it (None:
+    inside it, or a lever the mandate in force does not name)."""
+    spec = state.mandate and state.mandate["levers"].get(lever)
+    return (yield Content(spec["takes"], payload)) if spec else None
+
+
 def person_proposal_rule(state, lever, payload):
     """A person's own proposal (open point 15), declared, so its own approval: refused as the
     mandate or the venture's files refuse it, else gated; Fail (65) once refused, or a payload a
@@ -5109,8 +5115,8 @@ def person_proposal_rule(state, lever, payload):
         why = (
             f"{lever} is {'forbidden' if lever in m['forbidden'] else 'not permitted'} by mandate"
             f" #{state.mandate_seq}")
-    elif spec is not None:
-        why = yield Content(spec["takes"], payload)
+    else:
+        why = yield from payload_measured(state, lever, payload)
     if why is None:
         verdict = yield Gate(lever, ("proposal", [], [f"proposal #{seq} is a person's own"]),
                              payload=payload, approval=seq, by="person",
@@ -6210,9 +6216,8 @@ def reply_parsed(state, d, parsed, looked, cfg, stopping):
         if not_proposed:
             d.lines.append(not_proposed)
             continue
-        spec = state.mandate["levers"].get(choice.get("action")) if choice["choice"] == "action" \
-            else None
-        why = spec and (yield Content(spec["takes"], choice.get("payload")))
+        why = (yield from payload_measured(state, choice.get("action"), choice.get("payload"))) \
+            if choice["choice"] == "action" else None
         cited += yield from choice_proposed(state, choice, d, why, held, ranking)
     if d.escalation is not None:
         yield Write(answer_record(d.venture, d.escalation, d.escalation_looks + cited))
