@@ -10022,7 +10022,9 @@ class Daemon:
             if self.notifier.running or self.notifier.queue:
                 timeout = min(timeout, 0.05)
             for key, _ in self.sel.select(timeout):
-                key.data()              # the call it was registered with
+                # a call before it in this batch may have closed its file (the roles ended)
+                if self.sel.get_map().get(key.fd) is key:
+                    key.data()          # the call it was registered with
             for signum in self.signals:
                 if signum == signal.SIGHUP:
                     sys.stderr.write("avsmd: SIGHUP ignored: config.yaml is read once, at start;"
