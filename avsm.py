@@ -6958,8 +6958,8 @@ class Child:
             try:
                 pid, status = os.waitpid(self.pid, os.WNOHANG)
             except ChildProcessError:
-                # reaped already (as subprocess counts it): gone, status unknown
-                pid, status = self.pid, 0
+                # reaped already: gone, status unknown, so never a success (exit 255)
+                pid, status = self.pid, 255 << 8
             if pid == self.pid:
                 self.returncode = os.waitstatus_to_exitcode(status)
                 self.state = "exited"                           # running|stopping -> exited
@@ -8339,11 +8339,9 @@ class Warden:
         path = os.path.join(state.directory, "mandate.yaml")
         # the change, parsed against the venture's files as it stands
         mandate = ask.get("mandate") and parse_mandate(ask["mandate"], path, state.directory)
-        done = self.carry_out(state, ratchet_approved_rule(state, seq, ask, mandate, path))
-        adopted = [s for intent, s in done if isinstance(intent, Write)][-1]     # its mandate
-        return [
-            f"#{seq} approved: {ask['lever']} is delegated in {path}, adopted as mandate #{adopted}"
-        ]
+        self.carry_out(state, ratchet_approved_rule(state, seq, ask, mandate, path))
+        return [f"#{seq} approved: {ask['lever']} is delegated in {path}, adopted as mandate"
+                f" #{state.mandate_seq}"]
 
     def do_deny(self, args, err):
         state, seq, ask = self.find_ask(args)

@@ -2064,3 +2064,27 @@ def test_a_request_the_roles_process_could_not_build_is_an_unusable_reply(av, wo
     first.reply_json({"choice": "nothing", "reason": "all is well"})
     _, new = decide(av, "esc")
     assert kinds(new) == ["proposal"] and first.calls() == 1, new
+
+
+def test_a_ratchet_approved_after_its_change_was_added_by_hand_names_the_mandate_in_force(av, workdir):
+    """SELF-02, SELF-03: a person who wrote the ratchet ask's change into mandate.yaml and added it, then
+    approves the ask, is told the number of the mandate in force (the add's), not the approval's: the
+    adoption writes nothing when the change is already in force."""
+    be = Backend(workdir, "mine")
+    setup_home(av, COMMAND_CONFIG.format(run=be.run) + "ratchet: 1\n")
+    d = venture(workdir, "hand", SHOWN, lower=None, refund=None, complaints="#!/bin/sh\necho 1\n",
+                waiting="#!/bin/sh\necho 2\n")
+    av.start()
+    add(av, d)
+    be.reply_json({"choice": "ask", "question": "Refund the order?", "action": "refund"})
+    _, new = decide(av, "hand")
+    (ask_seq, _), = [(s, r) for s, r in new if r["kind"] == "ask"]
+    assert av.cli("approve", str(ask_seq)).returncode == 0
+    (seq, ratchet), = av.wait_for(lambda rs: [(s, r) for s, _, r in rs if r["kind"] == "ask"
+                                              and r.get("about") == "ratchet"], timeout=20, what="the ratchet ask")
+    write(os.path.join(d, "mandate.yaml"), ratchet["mandate"])
+    add(av, d)
+    (added, _), = [(s, r) for s, _, r in av.records(seq) if r["kind"] == "mandate"]
+    run = av.cli("approve", str(seq))
+    assert run.returncode == 0 and run.stdout.strip().endswith(f"adopted as mandate #{added}"), run
+    assert [r for s, _, r in av.records(added) if r["kind"] == "mandate"] == []
