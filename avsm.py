@@ -2914,9 +2914,10 @@ Adopt.__doc__ = ("Put `mandate`, parsed against its directory, in force; end the
 WriteFile = collections.namedtuple("WriteFile", "path text")
 WriteFile.__doc__ = ("Replace the venture's file at `path` with `text`, whole; the rule is sent "
                      "why it could not, or None.")
-Check = collections.namedtuple("Check", "gate verdict data")
-Check.__doc__ = ("A lever's check: to start before the lever, which the gate proves again after "
-                 "it, `data` on its stdin. The rule is sent why it could not start, or None.")
+Check = collections.namedtuple("Check", "gate verdict data run timeout")
+Check.__doc__ = ("A lever's check: `run` in a shell before the lever, which the gate proves again "
+                 "after it, `data` on its stdin, ended past `timeout` s. The rule is sent why it "
+                 "could not start, or None.")
 
 
 def write(state, kind, claim=None, **fields):
@@ -3318,11 +3319,14 @@ def next_round_at(due, cadence, now):
     return due + cadence if due + cadence > now else now + cadence
 
 
-def first_round_wait(state, now):
-    """Seconds a warden's start waits before a venture's first round: a cadence after its last
-    report, so no start reads the metric twice in one cadence (MANDATE-05)."""
+def first_round_wait(state, now, i, count):
+    """Seconds a warden's start waits before the first round of the i-th of `count` ventures: a
+    cadence after its last report, so no start reads the metric twice in one cadence (MANDATE-05),
+    then 2 ms apart, or closer to fit in one cadence, so a thousand ventures do not all come due
+    in one tick for ever after."""
     cadence, last = state.mandate["cadence"], state.last_report
-    return 0 if last is None else min(cadence, max(0, last[1] + cadence - now))
+    wait = 0 if last is None else min(cadence, max(0, last[1] + cadence - now))
+    return wait + i / count * min(cadence, count * 0.002)
 
 
 def round_started(state, running, number, now):
@@ -4682,7 +4686,8 @@ def lever_proved(state, gate, verdict, cfg):
         # the payload and each audit's latest note (AUDIT-07), never a reading (READING-11)
         audits = {name: info.get("note", "") for name, info in state.audits.items()}
         unstarted = yield Check(gate, verdict, {"venture": state.name, "lever": lever,
-                                                "payload": extra.get("payload"), "audits": audits})
+                                                "payload": extra.get("payload"), "audits": audits},
+                                spec["check"], CHECK_TIMEOUT)
         if unstarted:
             yield from refusal(state, lever, f"its check could not start: {unstarted}",
                                f"{lever} refused: its check could not start", by=by)
@@ -5981,6 +5986,14 @@ def approve_problem(state, seq):
         return (f"{state.name} is paused, so approving #{seq} would spend it without running; "
                 f"resume it first (avsm resume {state.name})")
     return None
+
+
+def ask_content(seq, ask):
+    """Return the content open ask #seq carries, as JSON, for `approve --edit`; Fail (65) when it
+    carries none."""
+    refuse(ask.get("payload") is None
+           and f"ask #{seq} carries no content to edit; approve it without --edit")
+    return json.dumps(ask["payload"])
 
 
 def ratchet_change_problem(state, mandate):
@@ -8092,9 +8105,8 @@ class Warden:
         now, wall = time.monotonic(), time.time()
         for i, state in enumerate(self.ventures.values()):
             if self.active(state):
-                self.start_venture(state, now + first_round_wait(state, wall)
-                                   + start_spread(i, len(self.ventures), state.mandate["cadence"]),
-                                   starts_kept(state, again))
+                wait = first_round_wait(state, wall, i, len(self.ventures))
+                self.start_venture(state, now + wait, starts_kept(state, again))
         self.writer.commit_when_due(self.stopping)      # the start's records: their window begins
         while True:
             timeout = self.writer.group_wait(self.next_wakeup(time.monotonic()))
@@ -8319,12 +8331,7 @@ class Warden:
         return None                 # answered when the decision is done
 
     def do_ask(self, args, err):
-        """The content an open ask carries, as JSON (for approve --edit)."""
-        state, seq, ask = self.find_ask(args)
-        if ask.get("payload") is None:
-            raise Fail(EX_DATAERR,
-                       f"ask #{seq} carries no content to edit; approve it without --edit")
-        return [json.dumps(ask["payload"])]
+        return [ask_content(*self.find_ask(args)[1:])]
 
     def do_propose(self, args, err):
         """A person's own proposal (open point 15): see person_proposal_rule."""
@@ -8487,12 +8494,12 @@ class Levers:
             return str(err)
         return None
 
-    def start_check(self, state, gate, verdict, data):
+    def start_check(self, state, gate, verdict, data, run, timeout):
         """Start a lever's check (a Check), apart; return why it could not start, or None."""
         lever, path = gate.lever, write_payload(data)
         try:
-            child = self.spawn("check", state, state.mandate["levers"][lever]["check"],
-                               timeout=CHECK_TIMEOUT, shell=True, lever=lever, payload_file=path)
+            child = self.spawn("check", state, run, timeout=timeout, shell=True, lever=lever,
+                               payload_file=path)
         except OSError as err:
             os.unlink(path)
             return str(err)
@@ -8653,13 +8660,6 @@ class Keeper:
     def hold(self, name):
         if name in self.keep:
             self.keep[name]["next_start"] = None
-
-
-def start_spread(i, count, cadence):
-    """Seconds after the warden's start that the i-th of `count` ventures has its first round:
-    2 ms apart, or closer to fit in one cadence, so a thousand ventures do not all come due in one
-    tick for ever after."""
-    return i / count * min(cadence, count * 0.002)
 
 
 class Schedule:

@@ -4,6 +4,7 @@ Each rule is a generator of Write / Pause / Gate intents over a venture's state.
 way the warden does, on literal records: a Write or a Pause is folded with the next seq, a Gate is answered
 by the real gate (prove) at `now` and, when it proves the lever, its action is folded too."""
 
+import json
 import os
 import shutil
 import subprocess
@@ -501,12 +502,16 @@ def test_a_warden_start_reads_the_metric_a_cadence_after_its_last_report():
     back), and a round missed whole is due at once."""
     led = Ledger(GUARDED % "pause")
     cadence = led.state.mandate["cadence"]
-    assert avsm.first_round_wait(led.state, 5000) == 0, "no report yet"
+    assert avsm.first_round_wait(led.state, 5000, 0, 1) == 0, "no report yet"
     at = led.at + 1
     led.add({"kind": "report", "claim": "measured", "venture": V, "value": 1, "summary": "r"})
-    assert avsm.first_round_wait(led.state, at + 1) == cadence - 1
-    assert avsm.first_round_wait(led.state, at + cadence + 5) == 0, "missed: at once"
-    assert avsm.first_round_wait(led.state, at - 10 * cadence) == cadence, "a clock set back"
+    assert avsm.first_round_wait(led.state, at + 1, 0, 1) == cadence - 1
+    assert avsm.first_round_wait(led.state, at + cadence + 5, 0, 1) == 0, "missed: at once"
+    assert avsm.first_round_wait(led.state, at - 10 * cadence, 0, 1) == cadence, "a clock set back"
+    # the i-th of many: 2 ms apart, and a thousand fit in one cadence of 1 s
+    assert avsm.first_round_wait(led.state, at + 1, 3, 10) == cadence - 1 + 3 / 10 * 0.02
+    led.state.mandate = dict(led.state.mandate, cadence=1)
+    assert avsm.first_round_wait(led.state, at + 1, 999, 1000) == 999 / 1000
 
 
 def test_a_warden_started_again_leaves_ended_what_restart_did_not_restart():
@@ -1214,3 +1219,14 @@ def test_the_next_round_keeps_to_the_cadence_grid_and_a_missed_round_is_not_made
     assert avsm.next_round_at(100.0, 10, 109.9) == 110.0
     assert avsm.next_round_at(100.0, 10, 110.0) == 120.0, "a whole cadence late: one round now"
     assert avsm.next_round_at(100.0, 10, 155.0) == 165.0, "five missed: a cadence from now"
+
+
+def test_ask_content_is_the_payload_as_json_and_an_ask_without_one_is_refused():
+    """ASK-04 (approve --edit): the content an open ask carries is its payload as JSON; an ask that
+    carries none is refused (65), saying to approve it without --edit."""
+    assert json.loads(avsm.ask_content(7, {"payload": {"to": "a@b"}})) == {"to": "a@b"}
+    assert avsm.ask_content(7, {"payload": ""}) == '""'
+    with pytest.raises(avsm.Fail) as refused:
+        avsm.ask_content(7, {"question": "Lower it?"})
+    assert refused.value.code == 65 and "ask #7 carries no content to edit" in str(refused.value)
+    assert "without --edit" in str(refused.value)
