@@ -3882,6 +3882,7 @@ def fold(state, seq, at, record):
             state.backoff = 0
     elif kind == "start":
         state.run_ended = False
+        state.restarts += state.backoff is not None
     elif kind == "pause":
         state.paused = True
         for info in state.guards.values():
@@ -5545,6 +5546,7 @@ VENTURE_FIELDS = {
     # the kept `run` program's back-off in seconds; None: its next start is a first start
     "backoff": None,
     "run_ended": False,         # its last exit was its own, and its `restart:` did not restart it
+    "restarts": 0,              # starts of the kept `run` program its `restart:` made
     # seq of an unspent approval (or a person's own proposal) -> {"lever", "payload", "ask"}
     "grants": dict,
     "checks": dict,             # seq of a passed lever check no action has cited yet -> lever
@@ -8618,7 +8620,7 @@ class Keeper:
         self.keep = {}                # venture -> its `run` child and next start
 
     def start_keep(self, state):
-        keep = self.keep.setdefault(state.name, {"child": None, "next_start": None, "restarts": 0})
+        keep = self.keep.setdefault(state.name, {"child": None, "next_start": None})
         if keep["child"] is None and keep["next_start"] is None:
             return self.start_run(state)
         return []
@@ -8632,7 +8634,6 @@ class Keeper:
         except OSError as err:
             keep["child"] = None
             return run_started(state, None, err)
-        keep["restarts"] += state.backoff is not None
         return run_started(state, keep["child"].pid)
 
     def run_done(self, state, child, status):
@@ -14100,7 +14101,7 @@ def describe_status_lines(state, keep, row, cfg):
     lines.append("  open " + asks_words(row["asks"]))
     if m and m["run"]:
         keep = keep or {}
-        child, restarts = keep.get("child"), keep.get("restarts", 0)
+        child = keep.get("child")
         ending = getattr(child, "ended_by", None)
         # a program being ended is not shown as running (a pause ends it within seconds)
         if ending:
@@ -14110,7 +14111,7 @@ def describe_status_lines(state, keep, row, cfg):
             where = f"pid {child.pid}"
         else:
             where = "not running (paused)" if state.paused else "not running"
-        lines.append(f"  run: {where}, restarts {restarts}")
+        lines.append(f"  run: {where}, restarts {state.restarts}")
     return lines
 
 

@@ -2,6 +2,7 @@
 the ledger read read-only. Each test's docstring names the requirements it checks."""
 
 import os
+import re
 import shutil
 import signal
 import stat
@@ -727,6 +728,30 @@ def test_a_program_its_restart_left_ended_stays_ended_when_the_warden_dies(av, w
     av.start()
     av.wait_for(lambda rs: len(of(rs, "start", "never")) == len(of(rs, "start", "okay")) == 2,
                 timeout=15, what="avsmd's own start starting never and okay again")
+
+
+def restarts_shown(av, name):
+    return int(re.search(r"^  run: .*, restarts (\d+)$", av.cli("status", "-v", name).stdout, re.M)[1])
+
+
+def test_the_restarts_status_shows_are_the_ledgers_and_outlive_the_warden(av, workdir):
+    """VENTURE-17, open point 31: `avsm status -v` counts the restarts `restart:` made from the ledger
+    (a start after an exit that said it restarts), so a new warden shows them all, not only its own."""
+    run = ("#!/bin/sh\nn=$(cat n 2>/dev/null || echo 0)\necho $((n + 1)) > n\n"
+           "if [ $n -ge 2 ]; then exec sleep 300.142; fi\nexit 2\n")
+    d = dial(workdir, "flaky", KEEP.format(restart="on-failure"), lower=LOWER, run=run)
+    av.start()
+    av.cli("add", d)
+    av.wait_for(lambda rs: len(of(rs, "start", "flaky")) == 3, timeout=15, what="two restarts")
+    assert restarts_shown(av, "flaky") == 2
+    warden, = av.wardens()
+    os.kill(warden, signal.SIGKILL)
+    recs = av.wait_for(lambda rs: len(of(rs, "start", "flaky")) == 4 and rs, timeout=20,
+                       what="the new warden starting the program the dead one left running")
+    exits = [(s, r.get("restart_in") is not None) for s, r in of(recs, "exit", "flaky")]
+    made = [s for s, _ in of(recs, "start", "flaky")
+            if [again for e, again in exits if e < s][-1:] == [True]]
+    assert len(made) >= 2 and restarts_shown(av, "flaky") == len(made), (made, exits)
 
 
 def test_grandchildren_do_not_outlive_avsmd(av, workdir):
