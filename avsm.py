@@ -5055,15 +5055,21 @@ def ratchet_due(state, lever, n):
         and state.open_ask(about="ratchet", lever=lever) is None
 
 
-def approval_rule(state, seq, ask, payload, edited, now, ratchet=None):
-    """A person's yes to ask #seq: a canary's is its canary record. Else the gate first proves the
-    lever as if the approval were written, so a refusal leaves the ask open and no approval spent
-    (nor does a payload the venture's files refuse); once it runs, ratchet_rule. Raises Fail (65)
-    once the refusal is written."""
+def approval_rule(state, seq, ask, args, now, ratchet=None, mandate=None):
+    """A person's yes to ask #seq (`args`: their request; its `payload`, content they edited): a
+    canary's is its canary record; a ratchet ask's, the change it carries (parsed as `mandate`)
+    adopted. Else the gate first proves the lever as if the approval were written, so a refusal
+    leaves the ask open and no approval spent (nor does a payload the venture's files refuse);
+    once it runs, ratchet_rule. Raises Fail (65) once the refusal is written."""
     if ask.get("canary"):
         yield Write(canary_result(state, seq, ask, True)[0])
         return
-    lever = ask.get("lever")
+    if ask.get("about") == "ratchet":
+        yield from ratchet_approved_rule(state, seq, ask, mandate,
+                                         os.path.join(state.directory, "mandate.yaml"))
+        return
+    lever, edited = ask.get("lever"), "payload" in args
+    payload = args["payload"] if edited else ask.get("payload")
     if lever is None or ask.get("about") not in ("lever", "model"):
         yield write(state, "approval", ask=seq, summary=f"a person answered ask #{seq}: yes")
         return
@@ -8311,19 +8317,21 @@ class Warden:
     def do_approve(self, args, err):
         state, seq, ask = self.find_ask(args)
         refuse(approve_problem(state, seq))
-        if ask.get("about") == "ratchet":
-            return self.approve_ratchet(state, seq, ask)
-        lever = ask.get("lever")
-        payload = args["payload"] if "payload" in args else ask.get("payload")
-        done = self.carry_out(state, approval_rule(state, seq, ask, payload, "payload" in args,
-                                                   int(time.time()), self.cfg["ratchet"]))
+        path = os.path.join(state.directory, "mandate.yaml")
+        # the change a ratchet ask carries, parsed against the venture's files as they stand
+        mandate = ask.get("mandate") and parse_mandate(ask["mandate"], path, state.directory)
+        done = self.carry_out(state, approval_rule(state, seq, ask, args, int(time.time()),
+                                                   self.cfg["ratchet"], mandate))
         gated = [action for intent, action in done if isinstance(intent, Gate)]
+        if ask.get("about") == "ratchet":
+            return [f"#{seq} approved: {ask['lever']} is delegated in {path}, adopted as mandate"
+                    f" #{state.mandate_seq}"]
         if ask.get("canary"):
             return [canary_result(state, seq, ask, True)[1]]
         if not gated:
             return [f"#{seq} answered; nothing runs on it"]
         action = gated[-1]
-        return [f"#{seq} approved; {lever} "
+        return [f"#{seq} approved; {ask['lever']} "
                 + (f"runs as action #{action}" if action else "runs once its check passes")]
 
     def do_decide(self, args, err):
@@ -8342,15 +8350,6 @@ class Warden:
         seq, action = done[0][1], done[-1][1]
         return [f"proposal #{seq} accepted; {lever} "
                 + (f"runs as action #{action}" if action else "runs once its check passes")]
-
-    def approve_ratchet(self, state, seq, ask):
-        """A person approved delegating a lever: write the mandate change and adopt it."""
-        path = os.path.join(state.directory, "mandate.yaml")
-        # the change, parsed against the venture's files as it stands
-        mandate = ask.get("mandate") and parse_mandate(ask["mandate"], path, state.directory)
-        self.carry_out(state, ratchet_approved_rule(state, seq, ask, mandate, path))
-        return [f"#{seq} approved: {ask['lever']} is delegated in {path}, adopted as mandate"
-                f" #{state.mandate_seq}"]
 
     def do_deny(self, args, err):
         state, seq, ask = self.find_ask(args)

@@ -496,19 +496,19 @@ def test_an_approval_whose_lever_runs_asks_the_ratchet_and_a_canarys_is_its_reco
     led = Ledger(GUARDED % "pause")
     canary = avsm.canary_ask(led.state, 4, 4)
     seq = led.add(canary)
-    done = led.drive(avsm.approval_rule(led.state, seq, canary, None, False, led.at + 1, 1))
+    done = led.drive(avsm.approval_rule(led.state, seq, canary, {}, led.at + 1, 1))
     assert kinds(done) == [("Write", "canary")] and done[0][1]["passed"] is False
     ask = {"kind": "ask", "claim": "measured", "venture": V, "about": "lever", "lever": "wipe",
            "summary": "?"}
     seen = []
     seq = led.add(dict(ask))
     led.drive(forecasts_refused(
-        avsm.approval_rule(led.state, seq, dict(ask), None, False, led.at + 1, None), seen))
+        avsm.approval_rule(led.state, seq, dict(ask), {}, led.at + 1, None), seen))
     assert seen == [], "no ratchet: off"
     led.add(outcome("wipe", led.seq))
     seq = led.add(dict(ask))
     done = led.drive(forecasts_refused(
-        avsm.approval_rule(led.state, seq, dict(ask), None, False, led.at + 1, 2), seen))
+        avsm.approval_rule(led.state, seq, dict(ask), {}, led.at + 1, 2), seen))
     assert kinds(done) == [("Write", "approval"), ("Gate", "wipe"), ("Write", "ask")]
     assert done[1][1][2].ok and done[2][1]["about"] == "ratchet"
     assert done[2][1]["question"].endswith("(edit it by hand: it is gone)")

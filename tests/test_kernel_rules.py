@@ -263,7 +263,7 @@ def test_stuck_ends_when_the_lever_is_asked_about_or_runs_again():
     seq = led.add(report(12))
     first = dict(led.drive(avsm.settle_round(led.state, seq)))["Write"]
     ask = led.seq
-    led.drive(avsm.approval_rule(led.state, ask, first, None, False, led.at + 1))
+    led.drive(avsm.approval_rule(led.state, ask, first, {}, led.at + 1))
     led.add(outcome("wipe", led.seq))
     led.add(report(5))
     seq = led.add(report(12))
@@ -276,7 +276,7 @@ def test_stuck_ends_when_the_lever_is_asked_about_or_runs_again():
     done = led.drive(avsm.settle_round(led.state, seq))
     assert kinds(done) == [("Gate", "wipe"), ("Write", "ask")], done
     assert led.state.side("above")["stuck"] is None and avsm.status_row(led.state, led.at).state != "stuck"
-    done = led.drive(avsm.approval_rule(led.state, led.seq, done[1][1], None, False, led.at + 1))
+    done = led.drive(avsm.approval_rule(led.state, led.seq, done[1][1], {}, led.at + 1))
     assert kinds(done) == [("Write", "approval"), ("Gate", "wipe"), ("Write", "resolved")] and done[1][1][2].ok
     assert done[2][1]["ask"] == stuck and "wipe ran again" in done[2][1]["summary"] and stuck not in led.state.open_asks
 
@@ -568,7 +568,7 @@ def test_approval_rule_proves_before_it_spends_the_approval():
     led = Ledger(GUARDED % "pause")
     ask = led.add({"kind": "ask", "claim": "measured", "venture": V, "about": "lever", "lever": "wipe",
                    "question": "run wipe?", "summary": "?"})
-    done = led.drive(avsm.approval_rule(led.state, ask, led.state.open_asks[ask], None, False, led.at + 1))
+    done = led.drive(avsm.approval_rule(led.state, ask, led.state.open_asks[ask], {}, led.at + 1))
     assert kinds(done) == [("Write", "approval"), ("Gate", "wipe")]
     approval = ask + 1
     lever, basis, verdict = done[1][1]
@@ -578,11 +578,11 @@ def test_approval_rule_proves_before_it_spends_the_approval():
                    "question": "run wipe?", "summary": "?"})
     led.content = "the diff names no file"
     with pytest.raises(avsm.Fail, match="stays open"):
-        led.drive(avsm.approval_rule(led.state, ask, led.state.open_asks[ask], None, False, led.at + 1))
+        led.drive(avsm.approval_rule(led.state, ask, led.state.open_asks[ask], {}, led.at + 1))
     assert led.state.open_asks.get(ask) and led.seq == ask + 1, "only the refusal is written"
     plain = led.add({"kind": "ask", "claim": "measured", "venture": V, "about": "audit", "audit": "refunds",
                      "question": "look?", "summary": "?"})
-    done = led.drive(avsm.approval_rule(led.state, plain, led.state.open_asks[plain], None, False, led.at + 1))
+    done = led.drive(avsm.approval_rule(led.state, plain, led.state.open_asks[plain], {}, led.at + 1))
     assert kinds(done) == [("Write", "approval")] and "lever" not in done[0][1]
 
 
