@@ -5328,15 +5328,17 @@ def forecast_wanted(state, forecast, packet, stopping, now):
         return None
     facts = forecast_facts(state, f["days"], f["seeds"])
     if state.mandate["world"]:
-        given = world_input(state, None, 0, now)
+        given = world_input(state, None, 0, 0, now)
         facts.update(reports=given["reports"], time=given["time"], world=state.mandate["world"],
                      world_state=state.world_state,
                      guards=[g["name"] for g in state.mandate["guards"]])
     return dict(facts, **some(packet=packet))
 
 
-def world_input(state, lever, seed, now):
-    """The world command's standard input (open point 38), stepping from the measured report."""
+def world_input(state, lever, report, i, now):
+    """The world command's standard input (open point 38), stepping from the measured report: step
+    i of report #`report`'s ensemble, with a seed of its own."""
+    seed = report * WORLD_SEEDS + i
     return {"state": state.world_state, "lever": lever, "seed": seed, "time": int(now),
             "reports": [{"seq": s, "at": a, "value": v} for s, a, v in state.world_reports],
             "imagined": []}
@@ -8572,8 +8574,7 @@ class Worlds:
                "failure": None}
         self.worlds[state.name] = job
         for i in range(WORLD_SEEDS):
-            path = write_payload(world_input(state, lever, report_seq * WORLD_SEEDS + i,
-                                             time.time()))
+            path = write_payload(world_input(state, lever, report_seq, i, time.time()))
             try:
                 child = self.spawn("world", state, state.mandate["world"], timeout=WORLD_TIMEOUT,
                                    shell=True, payload_file=path, head=WORLD_OUTPUT_MAX)

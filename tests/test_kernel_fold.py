@@ -133,7 +133,9 @@ def test_the_world_state_is_folded_from_the_prediction_that_changed_it():
     (written,) = led.run(avsm.world_rule(led.state, seq, None, out, None))
     assert written.record["state"] == {"n": 1}
     assert led.state.world_state == led.refolded().world_state == {"n": 1}
-    assert avsm.world_input(led.refolded(), None, 3, 2000)["state"] == {"n": 1}
+    assert avsm.world_input(led.refolded(), None, 0, 3, 2000)["state"] == {"n": 1}
+    # step i of report #5's ensemble: seed 5 * WORLD_SEEDS + i, a seed of its own
+    assert [avsm.world_input(led.state, None, 5, i, 2000)["seed"] for i in (0, 3)] == [40, 43]
     seq = led.add(report(6))
     (same,) = led.run(avsm.world_rule(led.state, seq, None, out, None))
     assert "state" not in same.record, "unchanged: not written again"
