@@ -961,7 +961,7 @@ class Checker:
             path = path[:-1]
         return self.marks.get(path, (1, 1))
 
-    def mapping(self, value, path, known, what=None):
+    def mapping(self, value, path, known, what=None, needs=(), fix=None):
         what = what or path[-1]
         if not isinstance(value, dict):
             self.fail(path, f"{what} must be a mapping of keys to values")
@@ -969,6 +969,7 @@ class Checker:
             if key not in known:
                 self.fail(path + (key,),
                           f"unknown key '{key}' in {what}{nearest(key, known)}")
+        self.require(value, path, needs, what, fix)
         return value
 
     def text(self, value, path, what=None, required=True):
@@ -1091,8 +1092,8 @@ def delegate_lever(text, lever, source):
 
 
 def named_items(c, doc, key, keys, what, listing):
-    """Yield (path, item, name) of each item of a list key (permitted, guards, ...), each name
-    once."""
+    """Yield (path, item, name, at) of each item of a list key (permitted, guards, ...), each name
+    once; at(KEY) is the path of the item's KEY."""
     items, names, noun = [] if doc.get(key) is None else doc[key], set(), what.split()[-1]
     if not isinstance(items, list):
         c.fail((key,), f"{key} must be a list{listing}")
@@ -1104,21 +1105,19 @@ def named_items(c, doc, key, keys, what, listing):
             said = 'permitted' if key == 'permitted' else 'named'
             c.fail(path + ("name",), f"{noun} '{name}' is {said} twice; name each {noun} once")
         names.add(name)
-        yield path, item, name
+        yield path, item, name, lambda field: path + (field,)
 
 
 def parse_levers(c, doc, directory):
     """Return the permitted levers by name."""
     levers = {}
-    for path, item, name in named_items(c, doc, "permitted", LEVER_KEYS, "a lever",
-                                        " of levers, each with name, run, cap and reversible"):
+    for path, item, name, at in named_items(c, doc, "permitted", LEVER_KEYS, "a lever",
+                                            " of levers, each with name, run, cap and reversible"):
         if name in BUILTIN_LEVERS:
-            c.fail(path + ("name",),
+            c.fail(at("name"),
                    f"'{name}' is built in (it pauses the venture); give the lever another name")
         c.require(item, path, ("cap", "reversible") + (() if name == "research" else ("run",)),
                   f"lever '{name}'", "a lever says name, run, cap and reversible")
-        def at(key):
-            return path + (key,)
         lever = {"name": name,
                  "run": c.command(item["run"], at("run"), f"lever '{name}'", directory)
                  if "run" in item else None,
@@ -1180,8 +1179,7 @@ def parse_expects(text):
 
 def parse_budget(c, value, path):
     """Return a lever's budget {field, max, per} (open point 27)."""
-    c.mapping(value, path, {"field", "max", "per"}, "a budget")
-    c.require(value, path, ("field", "max", "per"), "a budget",
+    c.mapping(value, path, {"field", "max", "per"}, "a budget", ("field", "max", "per"),
               "write {field: qty, max: 100000, per: 1d}")
     return {"field": c.text(value["field"], path + ("field",)),
             "max": c.number(value["max"], path + ("max",), positive=True),
@@ -1192,8 +1190,7 @@ def parse_mandate(text, source="mandate.yaml", directory=None):
     """Return the mandate `text` as one validated dict; Fail(78) at file:line:col when it does not
     hold. In `directory`, when given, its programs must exist and be executable."""
     doc, c = checked_yaml(text, source)
-    c.mapping(doc, (), MANDATE_KEYS, "the mandate")
-    c.require(doc, (), ("purpose", "metric", "controller", "cadence"), "the mandate",
+    c.mapping(doc, (), MANDATE_KEYS, "the mandate", ("purpose", "metric", "controller", "cadence"),
               "every mandate says purpose, metric, controller and cadence")
     m = {key: c.text(doc[key], (key,)) for key in ("purpose", "metric")}
     m["cadence"] = c.duration(doc["cadence"], ("cadence",))
@@ -1267,17 +1264,18 @@ def reading_timeout(c, item, path):
 def parse_audits(c, doc, directory):
     """Return the audits: a command, which way is worse, and a tolerance."""
     audits = []
-    for path, item, name in named_items(c, doc, "audits", AUDIT_KEYS, "an audit", ", such as - "
-                                        "{name: refunds, run: ./refunds, worse: up, tolerance: 2}"):
+    for path, item, name, at in named_items(
+            c, doc, "audits", AUDIT_KEYS, "an audit",
+            ", such as - {name: refunds, run: ./refunds, worse: up, tolerance: 2}"):
         c.require(item, path, ("run", "worse"), f"audit '{name}'")
         audits.append({
             "name": name,
-            "run": c.command(item["run"], path + ("run",), f"audit '{name}'", directory),
-            "worse": c.choice(item["worse"], path + ("worse",), ("up", "down")),
-            "better": c.choice(item.get("better", "up"), path + ("better",), ("up", "down")),
-            "tolerance": c.number(item.get("tolerance", 0), path + ("tolerance",)),
-            "window": c.whole(item.get("window", 5), path + ("window",), least=2),
-            "confirm": c.boolean(item.get("confirm", True), path + ("confirm",)),
+            "run": c.command(item["run"], at("run"), f"audit '{name}'", directory),
+            "worse": c.choice(item["worse"], at("worse"), ("up", "down")),
+            "better": c.choice(item.get("better", "up"), at("better"), ("up", "down")),
+            "tolerance": c.number(item.get("tolerance", 0), at("tolerance")),
+            "window": c.whole(item.get("window", 5), at("window"), least=2),
+            "confirm": c.boolean(item.get("confirm", True), at("confirm")),
             "timeout": reading_timeout(c, item, path)})
     return audits
 
@@ -1285,17 +1283,18 @@ def parse_audits(c, doc, directory):
 def parse_readings(c, doc, m, directory):
     """Return the readings: commands whose address fields a model may see."""
     readings = []
-    for path, item, name in named_items(c, doc, "readings", READING_KEYS, "a reading", ", such as"
-                                        " - {name: waiting, run: ./waiting, lines: address}"):
+    for path, item, name, at in named_items(c, doc, "readings", READING_KEYS, "a reading",
+                                            ", such as - {name: waiting, run: ./waiting, lines:"
+                                            " address}"):
         c.require(item, path, ("run",), f"reading '{name}'")
         audit = item.get("audit")
         if audit is not None and not any(a["name"] == audit for a in m["audits"]):
-            c.fail(path + ("audit",),
+            c.fail(at("audit"),
                    f"reading '{name}' names audit '{audit}', which the mandate does not have")
         readings.append({
             "name": name,
-            "run": c.command(item["run"], path + ("run",), f"reading '{name}'", directory),
-            "lines": c.choice(item.get("lines"), path + ("lines",), ("address",)),
+            "run": c.command(item["run"], at("run"), f"reading '{name}'", directory),
+            "lines": c.choice(item.get("lines"), at("lines"), ("address",)),
             "audit": audit, "timeout": reading_timeout(c, item, path)})
     return readings
 
@@ -1410,51 +1409,50 @@ def permitted_lever(c, name, path, levers):
 def parse_guards(c, doc, m, directory):
     """Return the guards: a name, a source (run, adapter or drawdown) and a bound."""
     guards, lever_runs = [], {lever["run"] for lever in m["levers"].values() if lever["run"]}
-    for path, item, name in named_items(c, doc, "guards", GUARD_KEYS, "a guard",
-                                        ", such as - {name: spend, run: ./spend, above: 100}"):
+    for path, item, name, at in named_items(c, doc, "guards", GUARD_KEYS, "a guard",
+                                            ", such as - {name: spend, run: ./spend, above: 100}"):
         g = {
             "name": name, "run": None, "adapter": None, "drawdown": None,
-            "then": c.choice(item.get("then", "pause"), path + ("then",), ("pause", "ask")),
-            "confirm": c.boolean(item.get("confirm", m["confirm"]), path + ("confirm",)),
+            "then": c.choice(item.get("then", "pause"), at("then"), ("pause", "ask")),
+            "confirm": c.boolean(item.get("confirm", m["confirm"]), at("confirm")),
             "unwind": None, "timeout": reading_timeout(c, item, path)}
         if "timeout" in item and "drawdown" in item:
-            c.fail(path + ("timeout",), "a drawdown guard is read from the metric's report "
+            c.fail(at("timeout"), "a drawdown guard is read from the metric's report "
                                         "and runs nothing; remove timeout:")
         sources = [k for k in ("run", "adapter", "drawdown") if k in item]
         if len(sources) != 1:
             c.fail(path, f"guard '{name}' reads one source: run:, adapter: or drawdown:")
         if "run" in item:
-            g["run"] = c.command(item["run"], path + ("run",), f"guard '{name}'", directory)
+            g["run"] = c.command(item["run"], at("run"), f"guard '{name}'", directory)
             if g["run"] in lever_runs | {"./report", "report"}:
-                c.fail(path + ("run",), f"guard '{name}' reads a lever's or the metric's command; "
+                c.fail(at("run"), f"guard '{name}' reads a lever's or the metric's command; "
                                         "a guard reads a reading of its own")
         elif "adapter" in item:
-            at = path + ("adapter",)
-            adapter = g["adapter"] = c.text(item["adapter"], at)
+            adapter = g["adapter"] = c.text(item["adapter"], at("adapter"))
             if adapter_problem(adapter):
-                c.fail(at, adapter_problem(adapter))
+                c.fail(at("adapter"), adapter_problem(adapter))
             if adapter == m["adapter"]:
-                c.fail(at, f"guard '{name}' reads the metric's adapter; "
+                c.fail(at("adapter"), f"guard '{name}' reads the metric's adapter; "
                            "a guard reads a reading of its own")
         else:
-            g["drawdown"] = c.parsed(parse_percent, item["drawdown"], path + ("drawdown",))
+            g["drawdown"] = c.parsed(parse_percent, item["drawdown"], at("drawdown"))
             if item.get("of") != m["metric"]:
-                c.fail(path + ("of",),
+                c.fail(at("of"),
                        f"a drawdown guard says of: {m['metric']}, the venture's metric")
         if "of" in item and "drawdown" not in item:
-            c.fail(path + ("of",), "of: belongs to a drawdown guard")
+            c.fail(at("of"), "of: belongs to a drawdown guard")
         bounds = [k for k in ("above", "below") if k in item]
         if g["drawdown"] is None:
             if len(bounds) != 1:
                 c.fail(path, f"guard '{name}' takes exactly one bound: above: or below:")
-            g["side"], g["bound"] = bounds[0], c.number(item[bounds[0]], path + (bounds[0],))
+            g["side"], g["bound"] = bounds[0], c.number(item[bounds[0]], at(bounds[0]))
         elif bounds:
-            c.fail(path + (bounds[0],),
+            c.fail(at(bounds[0]),
                    "a drawdown guard's bound is its percentage; remove above:/below:")
         else:   # trips when the fall from the peak passes P%
             g["side"], g["bound"] = "above", g["drawdown"]
         if "unwind" in item:
-            g["unwind"] = parse_unwind(c, item["unwind"], path + ("unwind",), m["levers"])
+            g["unwind"] = parse_unwind(c, item["unwind"], at("unwind"), m["levers"])
         guards.append(g)
     return guards
 
@@ -1583,9 +1581,8 @@ def parse_config(text, source="config.yaml"):
             cfg[key] = name
     if doc.get("forecast") is not None:
         f = c.mapping(doc["forecast"], ("forecast",), {"days", "seeds"})
-        cfg["forecast"] = {
-            "days": c.whole(f.get("days", 30), ("forecast", "days")),
-            "seeds": c.whole(f.get("seeds", 16), ("forecast", "seeds"), least=0)}
+        cfg["forecast"] = {key: c.whole(f.get(key, n), ("forecast", key), least=int(key == "days"))
+                           for key, n in FORECAST_DEFAULT.items()}
     if doc.get("canary_asks") is not None:
         ca = c.mapping(doc["canary_asks"], ("canary_asks",), {"every"})
         cfg["canary_asks"] = {"every": c.whole(ca.get("every"), ("canary_asks", "every"))}
@@ -1593,8 +1590,7 @@ def parse_config(text, source="config.yaml"):
     c.mapping(adapters, ("adapters",), {"stripe", "github", "mail"})
     for name, a in adapters.items():
         keys, path = {"command", "from"} if name == "mail" else {"url"}, ("adapters", name)
-        c.mapping(a, path, keys, f"the {name} adapter")
-        c.require(a, path, sorted(keys), f"the {name} adapter")
+        c.mapping(a, path, keys, f"the {name} adapter", sorted(keys))
         adapter = cfg["adapters"][name] = {k: c.text(a[k], path + (k,)) for k in sorted(keys)}
         if "url" in keys:
             c.url(adapter["url"], path + ("url",))
@@ -1696,9 +1692,8 @@ def parse_notify(c, value):
     if value is None:
         return None
     if isinstance(value, dict):
-        c.mapping(value, path, {"run", "timeout"})
-        c.require(value, path, ("run",), "notify",
-                  f"write notify: {{run: COMMAND, timeout: 30s}}, or just {NOTIFY_EXAMPLE}")
+        c.mapping(value, path, {"run", "timeout"}, needs=("run",),
+                  fix=f"write notify: {{run: COMMAND, timeout: 30s}}, or just {NOTIFY_EXAMPLE}")
         run, path = value["run"], path + ("run",)
         if "timeout" in value:
             timeout = c.duration(value["timeout"], ("notify", "timeout"))
@@ -1737,8 +1732,7 @@ def parse_ledger(c, value):
     if value is None:
         return None
     path = ("ledger", "rotate")
-    c.mapping(value, path[:1], {"rotate", "keep"})
-    c.require(value, path[:1], ("rotate",), "ledger", f"write {LEDGER_EXAMPLE}")
+    c.mapping(value, path[:1], {"rotate", "keep"}, needs=("rotate",), fix=f"write {LEDGER_EXAMPLE}")
     rotate = str(value["rotate"]).strip()
     size = re.fullmatch(r"([0-9]+)([KMG])", rotate)
     spec = {"rotate": rotate, "size": size and int(size[1]) * SIZE_UNITS[size[2]], "every": None,
@@ -1773,8 +1767,7 @@ def parse_written(c, value, key, name, example, every, where_to):
         return None
     if not isinstance(value, dict):
         c.fail(path, f"{key} is a mapping, as {example}, not {shown_value(value)}")
-    c.mapping(value, path, {name, "every"})
-    c.require(value, path, (name,), key, f"write {example}")
+    c.mapping(value, path, {name, "every"}, needs=(name,), fix=f"write {example}")
     where = path + (name,)
     text = c.text(value[name], where)
     if "\0" in text or not os.path.isabs(text):
