@@ -712,7 +712,7 @@ class YamlReader:
         plain ::= first char*, ending before ': ', ':' EOL, ' #', EOL, and in flow before ,[]{}"""
         line = self.lines[row]
         reason = plain_start_reason(line, i, flow)
-        if reason is not None:
+        if reason:
             raise self.error(row, i, reason)
         stops = ',[]{}' if flow else ''
         j = i
@@ -1141,11 +1141,11 @@ def parse_levers(c, doc, directory):
                                     "a blank line, then its body")
             lever["takes"] = "text"  # From: is set by avsm
         if name == "research":
-            if lever["run"] is not None:
+            if lever["run"]:
                 c.fail(at("run"), "research has no run: it asks the command named under research: "
                                   "in config.yaml")
             lever["takes"] = lever["takes"] or "text"  # the question
-        if lever["revoke_after"] is not None and not lever["delegated"]:
+        if lever["revoke_after"] and not lever["delegated"]:
             c.fail(at("revoke_after"), "revoke_after applies to a delegated lever; "
                                        "add delegated: true or remove it")
         levers[name] = lever
@@ -1196,7 +1196,7 @@ def parse_mandate(text, source="mandate.yaml", directory=None):
     m["cadence"] = c.duration(doc["cadence"], ("cadence",))
     m["adapter"] = m["metric"] if m["metric"].split()[0] in ADAPTERS else None
     m["timeout"] = reading_timeout(c, doc, ())
-    if m["adapter"] is None:
+    if not m["adapter"]:
         c.command("./report", ("metric",), "the metric is read by ./report", directory)
     elif adapter_problem(m["adapter"]):
         c.fail(("metric",), adapter_problem(m["adapter"]))
@@ -1355,7 +1355,7 @@ def parse_band(c, value, levers, path, ctl):
     for side in ("below", "above"):
         ctl[side] = permitted_lever(c, value[side], path + (side,), levers)
     width = ctl["high"] - ctl["low"]
-    if ctl["deadband"] is not None and ctl["deadband"] >= width:
+    if ctl["deadband"] and ctl["deadband"] >= width:
         c.fail(path + ("deadband",), f"the deadband {format_number(ctl['deadband'])} "
                                      f"is not less than the band's width {format_number(width)}; "
                                      "make it smaller")
@@ -1442,7 +1442,7 @@ def parse_guards(c, doc, m, directory):
         if "of" in item and "drawdown" not in item:
             c.fail(at("of"), "of: belongs to a drawdown guard")
         bounds = [k for k in ("above", "below") if k in item]
-        if g["drawdown"] is None:
+        if not g["drawdown"]:
             if len(bounds) != 1:
                 c.fail(path, f"guard '{name}' takes exactly one bound: above: or below:")
             g["side"], g["bound"] = bounds[0], c.number(item[bounds[0]], at(bounds[0]))
@@ -2169,7 +2169,7 @@ def read_record(text, seq):
     """Return the record stored as `text`, or raise json.JSONDecodeError when it does not read."""
     record = load_record(text, seq)
     why = object_problem(record)
-    if why is not None:
+    if why:
         raise json.JSONDecodeError(f"record #{seq} does not read: {why}", text, 0)
     return record
 
@@ -2498,7 +2498,7 @@ def first_seq_at(db, at, top):
     # min(seq + 0): SQLite answers min(seq) by walking the rowids from the first, past older records
     for part in ledger_parts(db):
         seq = part.execute("SELECT min(seq + 0) FROM records WHERE at >= ?", (at,)).fetchone()[0]
-        if seq is not None:
+        if seq:
             return seq
     return top + 1
 
@@ -2629,9 +2629,9 @@ def scan_ledger(db, recheck=True, wanted=(), after=None, fold_at=()):
                 why = "its hash does not match its contents"
             else:
                 record, why = stored_record(text)
-            if why is None and not (is_seq(at) and at is not None):
+            if not why and not (is_seq(at) and at is not None):
                 why = f"its time is {shown_value(at, 40)}, not a whole number of seconds"
-            if why is not None:
+            if why:
                 found.update(broken=(seq, why), adopted=None)
                 return
             if seq in wanted:
@@ -2791,7 +2791,7 @@ def check_far_rows(held, before, rows):
     SEQ, WHY)) of far `rows` after `before`; `held` is {seq: hash kept}."""
     for row in rows:
         why = row_problem(row, before)
-        if why is not None:
+        if why:
             return before, ("broken", row.seq, why)
         if row.seq in held and held[row.seq] != row.hash:
             return before, ("differs", row.seq, held[row.seq], row.hash)
@@ -2810,7 +2810,7 @@ def first_differing(lo, hi, differs):
 
 def kept_checkpoint_problem(kept, new, far_hash):
     """Return why a host's checkpoint `new` may not be kept after `kept`, or None."""
-    if kept is not None and new.origin != kept.origin:
+    if kept and new.origin != kept.origin:
         return (f"its origin is {shown_text(new.origin)[:120]}, not "
                 f"{shown_text(kept.origin)[:120]} as the one kept")
     if far_hash != new.hash:
@@ -10363,7 +10363,7 @@ def program_command(program, home=None):
             command = beside
         elif on_path:
             command = program
-    if command is None:
+    if not command:
         python = sys.executable or "python3"
         found = shutil.which("python3")
         if found and os.path.realpath(found) == os.path.realpath(python):
@@ -10377,15 +10377,13 @@ def program_command(program, home=None):
 
 def ledger_path(home):
     """Return the ledger's path, or Fail: 73 a home no directory, 66 no ledger, 65 no file."""
-    if os.path.exists(home) and not os.path.isdir(home):
-        raise Fail(EX_CANTCREAT, f"{home} is not a directory, so it holds no ledger; move it "
-                                 "aside or pass another --home")
+    refuse(os.path.exists(home) and not os.path.isdir(home)
+           and f"{home} is not a directory, so it holds no ledger; move it aside or pass another"
+               " --home", EX_CANTCREAT)
     start = f"start {program_command('avsmd', home)} to make it"
-    if not os.path.isdir(home):
-        raise Fail(EX_NOINPUT, f"{home} does not exist; {start}")
+    refuse(not os.path.isdir(home) and f"{home} does not exist; {start}", EX_NOINPUT)
     path = os.path.join(home, "ledger.db")
-    if not os.path.exists(path):
-        raise Fail(EX_NOINPUT, f"{home} has no ledger yet; {start}")
+    refuse(not os.path.exists(path) and f"{home} has no ledger yet; {start}", EX_NOINPUT)
     if not os.path.isfile(path):        # a FIFO's open would wait for ever
         what = {stat.S_IFDIR: "a directory", stat.S_IFIFO: "a FIFO",
                 stat.S_IFSOCK: "a socket"}.get(stat.S_IFMT(os.stat(path).st_mode), "a device")
@@ -10413,10 +10411,10 @@ def decode_record(text, fullmatch=None, seq=None, checked=False):
 def need_int(text, what):
     """Return a record number given on the command line (#17 or 17), or Fail(64)."""
     t = text.lstrip("#")
-    if not t.isdigit() or not t.isascii():
-        raise Fail(EX_USAGE, f"'{text}' is not {what}; write a record number such as 17")
-    if int(t) > SEQ_MAX:
-        refuse(f"#{t} is past any record the ledger can hold; avsm tail shows the last")
+    refuse((not t.isdigit() or not t.isascii())
+           and f"'{text}' is not {what}; write a record number such as 17", EX_USAGE)
+    refuse(int(t) > SEQ_MAX
+           and f"#{t} is past any record the ledger can hold; avsm tail shows the last")
     return int(t)
 
 
@@ -10515,7 +10513,7 @@ def why_lines(facts):
         lines.append(line)
         if isinstance(r.get("call"), dict):
             lines.append(f"{indent}call: {describe_call(r)}")
-    if proof is None:
+    if not proof:
         cited(f"a {record.get('claim')} {record.get('kind')} record: it authorizes nothing and"
               " carries no proof", record, "  ")
         for c in facts["cites"]:
@@ -10533,7 +10531,7 @@ def why_lines(facts):
     for p in proof["premises"]:
         r = p["record"]
         lines.append(f"  premise #{p['seq']} {r.get('claim')} {r.get('kind')} {r.get('summary')}"
-                     if r is not None else f"  premise #{p['seq']} is not in the ledger")
+                     if r else f"  premise #{p['seq']} is not in the ledger")
     return lines + facts["followed"] + ([f"re-checks: no: {p}" for p in facts["problems"]] or [
         "re-checks: yes, from measured and declared records under the mandate in force"])
 
@@ -10620,8 +10618,7 @@ def describe_call(record):
 
 
 def cmd_add(home, args):
-    if len(args) != 1 or not args[0]:
-        raise Fail(EX_USAGE, "usage: avsm add DIR")
+    refuse((len(args) != 1 or not args[0]) and "usage: avsm add DIR", EX_USAGE)
     directory = os.path.realpath(args[0])
     # what the client can check itself comes first (65, 66), then the daemon (69)
     read_venture(directory)
@@ -10645,9 +10642,8 @@ def cmd_status(home, options, names):
                 EX_USAGE, f"avsm status takes no option '{arg}'; usage: avsm status [-v] [VENTURE]")
         else:
             names = [arg] + names
-    if len(names) > 1:
-        raise Fail(EX_USAGE,
-                   "usage: avsm status [-v] [VENTURE]: one venture at a time, or -v for every one")
+    refuse(len(names) > 1 and "usage: avsm status [-v] [VENTURE]: one venture at a time, or -v for"
+                              " every one", EX_USAGE)
     args = {"verbose": verbose, "ascii": not utf8_output(), "json": bool(JSON)}
     if names:
         args["venture"] = names[0]
@@ -10721,12 +10717,10 @@ def cmd_propose(home, args):
     rest, payload = list(args), None
     if "--payload" in rest:
         at = rest.index("--payload")
-        if at + 1 >= len(rest):
-            raise Fail(EX_USAGE, "--payload needs a file, or - for standard input")
+        refuse(at + 1 >= len(rest) and "--payload needs a file, or - for standard input", EX_USAGE)
         payload = read_payload(rest[at + 1])
         del rest[at:at + 2]
-    if len(rest) != 2:
-        raise Fail(EX_USAGE, "usage: avsm propose VENTURE LEVER [--payload FILE|-]")
+    refuse(len(rest) != 2 and "usage: avsm propose VENTURE LEVER [--payload FILE|-]", EX_USAGE)
     return ask_daemon(home, "propose", {"venture": rest[0], "lever": rest[1], "payload": payload})
 
 
@@ -10749,7 +10743,7 @@ def cmd_checkpoint(home, args):
         return ask_daemon(home, "checkpoint", {"json": bool(JSON)})
     except Fail as fail:
         newest, why = newest_checkpoint(os.path.join(home, "checkpoints")), str(fail)
-        if fail.code != EX_UNAVAILABLE or newest is None:
+        if fail.code != EX_UNAVAILABLE or not newest:
             raise
     why += "; this is the newest checkpoint it wrote"
     sys.stderr.write(f"avsm: {why}\n")
@@ -10766,19 +10760,17 @@ def checkpoint_lines(facts):
 def cmd_approve(home, args):
     """approve ASK [--edit]: with --edit, what you save in the editor runs."""
     rest = [a for a in args if a != "--edit"]
-    if len(rest) != 1:
-        raise Fail(EX_USAGE, "usage: avsm approve ASK [--edit]")
+    refuse(len(rest) != 1 and "usage: avsm approve ASK [--edit]", EX_USAGE)
     ask = need_int(rest[0], "an ask")
     if "--edit" not in args:
         return ask_daemon(home, "approve", {"ask": ask})
-    if not (sys.stdin.isatty() and sys.stdout.isatty()):
-        raise Fail(EX_USAGE, "approve --edit opens an editor and needs a terminal; run it in one, "
-                             "or approve without --edit")
+    refuse(not (sys.stdin.isatty() and sys.stdout.isatty())
+           and "approve --edit opens an editor and needs a terminal; run it in one, or approve"
+               " without --edit", EX_USAGE)
     import subprocess
     with contextlib.redirect_stdout(io.StringIO()) as asked:    # the content the open ask carries
         code = ask_daemon(home, "ask", {"ask": ask})
-    if code != EX_OK:
-        raise Fail(code, f"#{ask} is not an open ask with content")
+    refuse(code != EX_OK and f"#{ask} is not an open ask with content", code)
     payload = json.loads(asked.getvalue())
     text = payload if isinstance(payload, str) else json.dumps(payload, indent=2) + "\n"
     path = write_payload(text.encode(), f"avsm-ask-{ask}-")
