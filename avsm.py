@@ -216,7 +216,7 @@ def parse_number(text):
     if not re.fullmatch(NUMBER, s):
         return None
     value = float(s)
-    return value if abs(value) != float("inf") else None  # 1e400 overflows: no number
+    return None if math.isinf(value) else value  # 1e400 overflows: no number
 
 
 # README: "A number beyond 1e300 is refused, not rounded" (a report's is only kept finite)
@@ -1340,9 +1340,7 @@ def parse_threshold(c, value, levers, path, ctl):
         c.fail(path, "a threshold takes exactly one of above: or below:")
     side = ctl["side"] = sides[0]
     ctl["bound"] = c.number(value[side], path + (side,))
-    if "action" not in value:
-        c.fail(path, "a threshold names its lever with action:")
-    ctl["action"] = permitted_lever(c, value["action"], path + ("action",), levers)
+    ctl["action"] = permitted_lever(c, value, path, "action", levers, "a threshold")
 
 
 def parse_band(c, value, levers, path, ctl):
@@ -1353,7 +1351,7 @@ def parse_band(c, value, levers, path, ctl):
     if ctl["low"] >= ctl["high"]:
         c.fail(path + ("high",), "a band's high must be above its low")
     for side in ("below", "above"):
-        ctl[side] = permitted_lever(c, value[side], path + (side,), levers)
+        ctl[side] = permitted_lever(c, value, path, side, levers, "a band")
     width = ctl["high"] - ctl["low"]
     if ctl["deadband"] and ctl["deadband"] >= width:
         c.fail(path + ("deadband",), f"the deadband {format_number(ctl['deadband'])} "
@@ -1398,8 +1396,11 @@ def decided_by_model(m):
     return CONTROLLERS[m["controller"]["kind"]].by_model
 
 
-def permitted_lever(c, name, path, levers):
-    name = c.text(name, path, "a lever")
+def permitted_lever(c, value, path, key, levers, what):
+    if key not in value:
+        c.fail(path, f"{what} names its lever with {key}:")
+    path += (key,)
+    name = c.text(value[key], path, "a lever")
     if name not in levers:
         c.fail(path, f"'{name}' is not a permitted lever; permit it under permitted: "
                      f"or name one of {', '.join(levers) or 'none'}")
@@ -1460,9 +1461,7 @@ def parse_guards(c, doc, m, directory):
 def parse_unwind(c, value, path, levers):
     """Return a guard's unwind {action, payload}: a permitted lever and the payload it takes."""
     c.mapping(value, path, {"action", "payload"}, "an unwind")
-    if "action" not in value:
-        c.fail(path, "an unwind names its lever with action:")
-    action = permitted_lever(c, value["action"], path + ("action",), levers)
+    action = permitted_lever(c, value, path, "action", levers, "an unwind")
     payload, takes, at = value.get("payload"), levers[action]["takes"], path + ("payload",)
     if takes == "json" and not isinstance(payload, dict):
         c.fail(at, f"lever '{action}' takes json, so the unwind's payload is a mapping")
@@ -2480,8 +2479,8 @@ def read_records(db, since=0, upto=None, venture=None, checked=False):
     """Yield (seq, at, record dict) after `since` (and up to `upto`), in order; `checked`: each
     must read (read_record), else json.JSONDecodeError."""
     sql = "SELECT seq, at, record FROM records WHERE seq > ? AND seq <= ? ORDER BY seq"
-    top = SEQ_MAX if upto is None else upto
-    for seq, at, text in ledger_rows(db, sql, (since, top), since, upto):
+    for seq, at, text in ledger_rows(
+            db, sql, (since, SEQ_MAX if upto is None else upto), since, upto):
         record = (read_record if checked else load_record)(text, seq)
         if venture is None or record.get("venture") == venture:
             yield seq, at, record
