@@ -508,7 +508,7 @@ class YamlReader:
         line = self.lines[row]
         while i < len(line) and line[i] == ' ':
             i += 1
-        if i < len(line) and line[i] == '\t':
+        if line[i:i + 1] == '\t':
             raise self.error(row, i, tab_reason(line, i))
         return i
 
@@ -535,18 +535,13 @@ class YamlReader:
         """rest ::= ' '* [' #' comment] EOL ; anything else is refused with `reason`."""
         line = self.lines[row]
         j = self.skip_spaces(row, i)
-        if j == len(line):
+        if j == len(line) or line[j - 1:j + 1] == ' #':
             return
-        if line[j] == '#':
-            if line[j - 1] == ' ':
-                return
-            raise self.error(row, j, "a comment needs a space before '#'")
-        raise self.error(row, j, reason)
+        raise self.error(row, j, "a comment needs a space before '#'" if line[j] == '#' else reason)
 
     def is_dash(self, row, i):
         """True when a block sequence entry ('-' then a space or the end) starts at i."""
-        line = self.lines[row]
-        return line[i:i + 2] in ('-', '- ', '-\t')
+        return self.lines[row][i:i + 2] in ('-', '- ', '-\t')
 
     # --- document and block collections ---
 
@@ -843,10 +838,10 @@ class YamlReader:
     def flow_node(self, row, i, path):
         """flow_node ::= flow_seq | flow_map | single | double | plain, all on this line"""
         self.check_depth(row, i, path)
-        line = self.lines[row]
-        if line[i] in '[{':
+        ch = self.lines[row][i]
+        if ch in '[{':
             return self.flow_collection(row, i, path)
-        if line[i] in '"\'':
+        if ch in '"\'':
             return self.quoted(row, i)
         return self.plain_value(row, i, flow=True)
 
@@ -854,7 +849,7 @@ class YamlReader:
         """Return the next non-space index inside the collection opened at `start`."""
         line = self.lines[row]
         j = self.skip_spaces(row, i)
-        if j == len(line) or (line[j] == '#' and line[j - 1] == ' '):
+        if j == len(line) or line[j - 1:j + 1] == ' #':
             raise self.error(row, start, f"this '{line[start]}' is not closed on its line; "
                                          "a flow collection must open and close on one line")
         return j
@@ -1536,6 +1531,8 @@ def parse_config(text, source="config.yaml"):
     c.mapping(backends, ("backends",), set(backends) if isinstance(backends, dict) else ())
     for name, b in backends.items():
         path = ("backends", name)
+        def at(key):
+            return path + (key,)
         if not isinstance(b, dict) or b.get("kind") not in tuple(BACKEND_KEYS):
             c.fail(path, f"backend '{name}' needs kind: anthropic, openai or command")
         kind = b["kind"]
@@ -1544,32 +1541,28 @@ def parse_config(text, source="config.yaml"):
                  "command": ("run",)}[kind]
         c.require(b, path, needs, f"backend '{name}'",
                   f"a {kind} backend says {', '.join(needs)}")
-        backend = {k: c.text(v, path + (k,)) for k, v in b.items()
-                   if k not in ("offbox", "max_tokens")}
+        backend = {k: c.text(v, at(k)) for k, v in b.items() if k not in ("offbox", "max_tokens")}
         if "effort" in b:
-            c.choice(b["effort"], path + ("effort",), EFFORTS[kind])
+            c.choice(b["effort"], at("effort"), EFFORTS[kind])
         if kind == "anthropic":
             backend.setdefault("version", ANTHROPIC_VERSION)
             if not re.fullmatch(r"\d{4}-\d\d-\d\d", backend["version"]):
-                c.fail(path + ("version",),
+                c.fail(at("version"),
                        f"version is the API's version date, as {ANTHROPIC_VERSION}, "
                        f"not {json.dumps(backend['version'])}")
-            backend["max_tokens"] = c.whole(b.get("max_tokens", MAX_TOKENS), path + ("max_tokens",))
+            backend["max_tokens"] = c.whole(b.get("max_tokens", MAX_TOKENS), at("max_tokens"))
         elif kind == "openai":  # max_tokens is sent only when it says
             given = b.get("max_tokens")
-            backend["max_tokens"] = (
-                None if given is None else c.whole(given, path + ("max_tokens",)))
-            api = backend["api"] = c.choice(b.get("api", "chat"), path + ("api",),
-                                            tuple(OPENAI_APIS))
+            backend["max_tokens"] = None if given is None else c.whole(given, at("max_tokens"))
+            api = backend["api"] = c.choice(b.get("api", "chat"), at("api"), tuple(OPENAI_APIS))
             other = next(a for a in OPENAI_APIS if a != api)
             if b["url"].rstrip("/").endswith(OPENAI_APIS[other]):
-                c.fail(path + ("url",),
+                c.fail(at("url"),
                        f"'{b['url']}' is the {other} endpoint, and this backend speaks api: {api}; "
                        f"end the url in {OPENAI_APIS[api]} or write api: {other}")
         if "url" in b:
-            c.url(b["url"], path + ("url",))
-        backend["offbox"] = kind != "command" or c.boolean(b.get("offbox", False),
-                                                           path + ("offbox",))
+            c.url(b["url"], at("url"))
+        backend["offbox"] = kind != "command" or c.boolean(b.get("offbox", False), at("offbox"))
         cfg["backends"][name] = backend
     for key in ("default", "escalate"):
         if doc.get(key) is not None:
