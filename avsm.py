@@ -1617,32 +1617,32 @@ def parse_checkpoint_config(c, value):
     checkpoint ::= {key: PATH, namespace: NAME, every: DURATION, allowed_signers: PATH,
                     principal: NAME}   (each optional)
     principal is this home's signer in allowed_signers: a key of another principal is refused."""
-    path, value = ("checkpoint",), {} if value is None else value
+    value = {} if value is None else value
     spec = {"key": None, "namespace": CHECKPOINT_NAMESPACE, "every": 86400, "allowed_signers": None,
             "principal": None}
-    c.mapping(value, path, set(spec))
+    c.mapping(value, ("checkpoint",), set(spec))
+    def at(key):
+        return ("checkpoint", key)
     for key in ("key", "allowed_signers"):
-        spec[key] = c.text(value.get(key), path + (key,), required=False)
+        spec[key] = c.text(value.get(key), at(key), required=False)
         if spec[key] and not os.path.isabs(os.path.expanduser(spec[key])):
-            c.fail(path + (key,),
+            c.fail(at(key),
                    f"{key} is a file's absolute path, as /home/ops/.ssh/avsm_checkpoint, not"
                    f" {spec[key]!r}")
     if "namespace" in value:
-        spec["namespace"] = c.text(value["namespace"], path + ("namespace",))
+        spec["namespace"] = c.text(value["namespace"], at("namespace"))
         if not re.fullmatch(r"[A-Za-z0-9@._-]{1,64}", spec["namespace"]):
-            c.fail(
-                path + ("namespace",),
-                "namespace is one word of letters, digits and @._-, as avsm-checkpoint@example.com")
-    spec["principal"] = c.text(value.get("principal"), path + ("principal",), required=False)
+            c.fail(at("namespace"), "namespace is one word of letters, digits and @._-, as"
+                                    " avsm-checkpoint@example.com")
+    spec["principal"] = c.text(value.get("principal"), at("principal"), required=False)
     if spec["principal"] and not re.fullmatch(r"[A-Za-z0-9@._+][A-Za-z0-9@._+-]{0,127}",
                                               spec["principal"]):
-        c.fail(path + ("principal",), "principal is one name of allowed_signers, of letters, "
-                                      "digits and @._+-, as ops@web1.example.com (its lines "
-                                      "begin with it)")
+        c.fail(at("principal"), "principal is one name of allowed_signers, of letters, digits and"
+                                " @._+-, as ops@web1.example.com (its lines begin with it)")
     if "every" in value:
-        spec["every"] = c.duration(value["every"], path + ("every",))
+        spec["every"] = c.duration(value["every"], at("every"))
         if spec["every"] < 60:
-            c.fail(path + ("every",), "every is at least 1m: a checkpoint a minute is plenty")
+            c.fail(at("every"), "every is at least 1m: a checkpoint a minute is plenty")
     return spec
 
 
