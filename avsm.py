@@ -1301,14 +1301,13 @@ def parse_forbidden(c, doc, levers):
         c.fail(("forbidden",), "forbidden must be a list of lever names, such as [rm]")
     names = []
     for i, name in enumerate(items):
-        name = c.text(name, ("forbidden", i), "a forbidden lever")
+        at = ("forbidden", i)
+        name = c.text(name, at, "a forbidden lever")
         if name in levers:
-            c.fail(("forbidden", i),
-                   f"lever '{name}' is both permitted and forbidden; keep it in one list")
+            c.fail(at, f"lever '{name}' is both permitted and forbidden; keep it in one list")
         if name == "stop":
-            c.fail(("forbidden", i),
-                   "stop is built in and always permitted (it pauses the venture); take it out of"
-                   " forbidden")
+            c.fail(at, "stop is built in and always permitted (it pauses the venture); take it"
+                       " out of forbidden")
         names.append(name)
     return names
 
@@ -2698,8 +2697,8 @@ def parse_checkpoint(data, where, signature=None):
     lines = text.removesuffix("\n").split("\n")
     origin, seq, digest, when = (lines + [""] * 4)[:4]
     at = when.split(" ")[0]
-    checks = (len(lines) == 4, origin.startswith("avsm/"), seq.isdigit() and seq.isascii(),
-              re.fullmatch(r"[0-9a-f]{64}", digest), at.isdigit() and at.isascii(),
+    checks = (len(lines) == 4, origin.startswith("avsm/"), re.fullmatch("[0-9]+", seq),
+              re.fullmatch(r"[0-9a-f]{64}", digest), re.fullmatch("[0-9]+", at),
               not signed or signed.strip().startswith(SSHSIG_ARMOR[0]))
     words = ("four lines: origin, seq, hash, time", "an origin avsm/HOST:HOME on line 1",
              "a record number on line 2", "64 hex digits of a hash on line 3",
@@ -2761,7 +2760,7 @@ def parse_rows(lines):
 
 def parse_row(line):
     seq, at, prev, digest, text = line.split(" ", 4)
-    if not (seq.isdigit() and seq.isascii() and at.isdigit() and at.isascii()):
+    if not re.match("[0-9]+ [0-9]+ ", line):
         raise ValueError(f"a row begins with its seq and time, not {shown_text(line[:40])}")
     return Row(int(seq), int(at), prev, digest, text)
 
@@ -10403,7 +10402,7 @@ def decode_record(text, fullmatch=None, seq=None, checked=False):
 def need_int(text, what):
     """Return a record number given on the command line (#17 or 17), or Fail(64)."""
     t = text.lstrip("#")
-    refuse((not t.isdigit() or not t.isascii())
+    refuse(not re.fullmatch("[0-9]+", t)
            and f"'{text}' is not {what}; write a record number such as 17", EX_USAGE)
     refuse(int(t) > SEQ_MAX
            and f"#{t} is past any record the ledger can hold; avsm tail shows the last")
@@ -10798,7 +10797,7 @@ def cmd_tail(home, args):
             since = need_int(value, "a record number")
         elif arg in ("-f", "--follow"):
             follow = True
-        elif arg == "-n" and rest and rest[0].isdigit() and rest[0].isascii():
+        elif arg == "-n" and rest and re.fullmatch("[0-9]+", rest[0]):
             count = int(rest.pop(0))
         elif arg.lstrip("-").isdigit() and arg.isascii() and len(arg) - len(arg.lstrip("-")) <= 1:
             count = abs(int(arg))           # tail -5, as Unix tail: the last five
