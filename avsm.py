@@ -189,7 +189,7 @@ def parse_cap(text):
     """Return (count, period seconds) of a cap `N/period`: minute, hour, day, week or a duration."""
     s = str(text).strip()
     count, slash, period = s.partition("/")
-    if not slash or not count.isdigit() or not count.isascii():
+    if not slash or not re.fullmatch("[0-9]+", count):
         raise ValueError(
             f"'{s}' is not a cap; write a count and a period, such as 60/hour or 4/day")
     if int(count) < 1:
@@ -10799,7 +10799,7 @@ def cmd_tail(home, args):
             follow = True
         elif arg == "-n" and rest and re.fullmatch("[0-9]+", rest[0]):
             count = int(rest.pop(0))
-        elif arg.lstrip("-").isdigit() and arg.isascii() and len(arg) - len(arg.lstrip("-")) <= 1:
+        elif re.fullmatch("-?[0-9]+", arg):
             count = abs(int(arg))           # tail -5, as Unix tail: the last five
         else:
             raise Fail(EX_USAGE,
