@@ -1413,7 +1413,7 @@ def parse_guards(c, doc, m, directory):
             "unwind": None, "timeout": reading_timeout(c, item, path)}
         if "timeout" in item and "drawdown" in item:
             c.fail(at("timeout"), "a drawdown guard is read from the metric's report "
-                                        "and runs nothing; remove timeout:")
+                                  "and runs nothing; remove timeout:")
         sources = [k for k in ("run", "adapter", "drawdown") if k in item]
         if len(sources) != 1:
             c.fail(path, f"guard '{name}' reads one source: run:, adapter: or drawdown:")
@@ -1421,14 +1421,14 @@ def parse_guards(c, doc, m, directory):
             g["run"] = c.command(item["run"], at("run"), f"guard '{name}'", directory)
             if g["run"] in lever_runs | {"./report", "report"}:
                 c.fail(at("run"), f"guard '{name}' reads a lever's or the metric's command; "
-                                        "a guard reads a reading of its own")
+                                  "a guard reads a reading of its own")
         elif "adapter" in item:
             adapter = g["adapter"] = c.text(item["adapter"], at("adapter"))
             if adapter_problem(adapter):
                 c.fail(at("adapter"), adapter_problem(adapter))
             if adapter == m["adapter"]:
                 c.fail(at("adapter"), f"guard '{name}' reads the metric's adapter; "
-                           "a guard reads a reading of its own")
+                                      "a guard reads a reading of its own")
         else:
             g["drawdown"] = c.parsed(parse_percent, item["drawdown"], at("drawdown"))
             if item.get("of") != m["metric"]:
