@@ -714,7 +714,7 @@ class YamlReader:
         while j < len(line):
             ch = line[j]
             if ch == ':' and line[j + 1:j + 2] in ' \t' + stops \
-                    or ch == '#' and line[j - 1] == ' ' or ch in stops:
+                    or line[j - 1:j + 1] == ' #' or ch in stops:
                 break
             if ch == '\t':
                 raise self.error(row, j, tab_reason(line, j))
@@ -784,7 +784,7 @@ class YamlReader:
         style, j = line[i], i + 1
         chomp = line[j] if j < len(line) and line[j] in '+-' else ''
         j += len(chomp)
-        if j < len(line) and line[j] in '0123456789':
+        if re.match('[0-9]', line[j:]):
             raise self.error(row, j, "indentation indicators (|2) are not supported; "
                                      "remove the digit and indent the text")
         self.finish_line(row, j,
